@@ -1,0 +1,52 @@
+# Thin wrapper over CMake: `make`, `make demo`, `make test`, `make install`.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps test-deps configure build demo test test-fast test-asan fuzz bench install clean
+
+all: build
+
+deps:
+	@deploy/install-deps.sh
+
+test-deps:
+	@deploy/install-deps.sh --test
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+
+configure: deps $(BUILD)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	$(BUILD)/bin/keylane demo
+
+# Unit and mock suites (no external services), then the sanitizer pass,
+# then the fuzzer for a bounded time.
+test: test-deps build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L 'unit|mock'
+	$(MAKE) test-asan
+	$(MAKE) fuzz
+
+test-asan: test-deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKEYLANE_ASAN=ON -DKEYLANE_UBSAN=ON $(CMAKE_FLAGS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		ctest --output-on-failure -j $(JOBS) -L unit
+
+FUZZ_SECONDS ?= 30
+fuzz: test-deps
+	tests/fuzz/run.sh $(FUZZ_SECONDS)
+
+bench: build
+	$(BUILD)/bin/keylane-bench produce
+
+install: build
+	cmake --install $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

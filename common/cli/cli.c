@@ -1,0 +1,92 @@
+#include "common/cli/cli.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+volatile int kl__cli_stop;
+
+static void kl_cli_vprint(const char *sub, const char *fmt, va_list ap) {
+  fprintf(stderr, "keylane %s: ", sub);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+}
+
+int kl__cli_usage(const char *sub, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  kl_cli_vprint(sub, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "try 'keylane %s --help'\n", sub);
+  return KL_EXIT_USAGE;
+}
+
+int kl__cli_fail(const char *sub, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  kl_cli_vprint(sub, fmt, ap);
+  va_end(ap);
+  return KL_EXIT_FAIL;
+}
+
+int kl__cli_conf_set(const char *sub, kl_conf_t *conf, const char *key,
+                     const char *value) {
+  char errstr[512];
+  if (kl_conf_set(conf, key, value, errstr, sizeof(errstr)) != KL_OK) {
+    kl__cli_usage(sub, "%s", errstr);
+    return -1;
+  }
+  return 0;
+}
+
+int kl__cli_conf_x(const char *sub, kl_conf_t *conf, const char *arg) {
+  const char *eq = strchr(arg, '=');
+  if (!eq || eq == arg) {
+    kl__cli_usage(sub, "-X takes name=value, got \"%s\"", arg);
+    return -1;
+  }
+  char key[256];
+  size_t n = (size_t)(eq - arg);
+  if (n >= sizeof(key)) {
+    kl__cli_usage(sub, "-X name is longer than %zu bytes", sizeof(key) - 1);
+    return -1;
+  }
+  memcpy(key, arg, n);
+  key[n] = '\0';
+  /* Like kcat, a bare librdkafka property is accepted too. */
+  char full[300];
+  if (strncmp(key, "kafka.", 6) != 0 && !kl_conf_get(conf, key)) {
+    snprintf(full, sizeof(full), "kafka.%s", key);
+    return kl__cli_conf_set(sub, conf, full, eq + 1);
+  }
+  return kl__cli_conf_set(sub, conf, key, eq + 1);
+}
+
+static void kl_cli_signal(int sig) {
+  (void)sig;
+  kl__cli_stop = 1;
+}
+
+void kl__cli_on_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = kl_cli_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+const char *kl__cli_self(void) {
+  static char path[4096];
+  if (!path[0]) {
+    ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+    if (n <= 0)
+      strcpy(path, "keylane");
+    else
+      path[n] = '\0';
+  }
+  return path;
+}

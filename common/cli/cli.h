@@ -1,0 +1,48 @@
+/*
+ * The keylane command line: one executable, one function per subcommand.
+ * Exit codes: 0 success, 1 failure at run time, 2 bad usage or bad input.
+ */
+#ifndef KEYLANE_CLI_H
+#define KEYLANE_CLI_H
+
+#include <stdio.h>
+
+#include "keylane/conf.h"
+
+#define KL_EXIT_OK 0
+#define KL_EXIT_FAIL 1
+#define KL_EXIT_USAGE 2
+
+typedef int(kl_cmd_fn)(int argc, char **argv);
+
+/* Subcommands; argv[0] is the subcommand's name. */
+int kl__cmd_route(int argc, char **argv);
+int kl__cmd_publish(int argc, char **argv);
+int kl__cmd_broker(int argc, char **argv);
+int kl__cmd_worker(int argc, char **argv);
+int kl__cmd_ledger(int argc, char **argv);
+int kl__cmd_demo(int argc, char **argv);
+
+/* Prints "keylane SUB: message" to stderr and returns KL_EXIT_USAGE. */
+int kl__cli_usage(const char *sub, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Prints "keylane SUB: message" to stderr and returns KL_EXIT_FAIL. */
+int kl__cli_fail(const char *sub, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Applies "-X name=value" to conf; prints the problem and returns nonzero. */
+int kl__cli_conf_x(const char *sub, kl_conf_t *conf, const char *arg);
+
+/* Sets key=value on conf; prints the problem and returns nonzero. */
+int kl__cli_conf_set(const char *sub, kl_conf_t *conf, const char *key,
+                     const char *value);
+
+/* Installs SIGINT/SIGTERM handlers that set the flag kl__cli_stop. */
+void kl__cli_on_signals(void);
+extern volatile int kl__cli_stop;
+
+/* Path of the running keylane executable (for spawning workers). */
+const char *kl__cli_self(void);
+
+#endif

@@ -1,0 +1,49 @@
+/* The error table's functions and the per-thread error detail. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "common/internal.h"
+
+static const struct {
+  const char *name;
+  const char *desc;
+  bool retriable;
+} kl_errs[] = {
+#define KL__ERR_ROW(name, retriable, desc) {"KL_" #name, desc, retriable},
+    KL_ERR_MAP(KL__ERR_ROW)
+#undef KL__ERR_ROW
+};
+
+static _Thread_local char kl_detail[1024];
+
+static bool kl_err_known(kl_err_t err) {
+  return (int)err >= 0 && err < KL_ERR__COUNT;
+}
+
+const char *kl_strerror(kl_err_t err) {
+  return kl_err_known(err) ? kl_errs[err].desc : "unknown error";
+}
+
+const char *kl_err_name(kl_err_t err) {
+  return kl_err_known(err) ? kl_errs[err].name : "KL_EUNKNOWN";
+}
+
+bool kl_err_is_retriable(kl_err_t err) {
+  return kl_err_known(err) && kl_errs[err].retriable;
+}
+
+const char *kl_err_detail(void) {
+  return kl_detail;
+}
+
+kl_err_t kl__err(kl_err_t err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(kl_detail, sizeof(kl_detail), fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+void kl__err_clear(void) {
+  kl_detail[0] = '\0';
+}

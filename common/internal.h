@@ -1,0 +1,30 @@
+/* Internal helpers shared by both sides. Not installed. */
+#ifndef KEYLANE_COMMON_INTERNAL_H
+#define KEYLANE_COMMON_INTERNAL_H
+
+#include <stdint.h>
+
+#include "keylane/conf.h"
+#include "keylane/error.h"
+
+#if defined(__GNUC__)
+#define KL__PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define KL__PRINTF(f, a)
+#endif
+
+/**
+ * Sets this thread's error detail and returns @p err, so that a failure
+ * reads `return kl__err(KL_EINVAL, "key is %zu bytes, the limit is %d", ...)`.
+ */
+kl_err_t kl__err(kl_err_t err, const char *fmt, ...) KL__PRINTF(2, 3);
+void kl__err_clear(void);
+
+/** Integer value of a conf key (validated at set time, so it parses). */
+int64_t kl__conf_int(const kl_conf_t *conf, const char *key);
+
+/** Milliseconds since the Unix epoch, and a monotonic clock in ns. */
+int64_t kl__now_ms(void);
+int64_t kl__mono_ns(void);
+
+#endif

@@ -1,0 +1,52 @@
+#include "common/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const kl_level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
+
+static kl_log_level_t kl_log_threshold(void) {
+  static int level = -1;
+  if (level < 0) {
+    const char *s = getenv("KEYLANE_LOG");
+    level = KL_LOG_INFO;
+    for (int i = 0; s && i <= KL_LOG_DEBUG; i++)
+      if (strcasecmp(s, kl_level_names[i]) == 0)
+        level = i;
+  }
+  return (kl_log_level_t)level;
+}
+
+int kl__log_enabled(kl_log_level_t level) {
+  return level <= kl_log_threshold();
+}
+
+void kl__log(kl_log_level_t level, const char *component, const char *fmt,
+             ...) {
+  if (!kl__log_enabled(level))
+    return;
+  char line[2048];
+  struct timespec ts;
+  struct tm tm;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  gmtime_r(&ts.tv_sec, &tm);
+  int n = snprintf(line, sizeof(line),
+                   "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s [%d] %s: ",
+                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                   tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+                   kl_level_names[level], (int)getpid(), component);
+  va_list ap;
+  va_start(ap, fmt);
+  n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  if (n > (int)sizeof(line) - 2)
+    n = (int)sizeof(line) - 2;
+  line[n++] = '\n';
+  ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+  (void)w;
+}

@@ -1,0 +1,31 @@
+/*
+ * Logging: one line per event to stderr, "TIME LEVEL component: message".
+ * The level comes from KEYLANE_LOG (error|warn|info|debug; default info).
+ * Thread safe: each line is written with one write(2).
+ */
+#ifndef KEYLANE_COMMON_LOG_H
+#define KEYLANE_COMMON_LOG_H
+
+#include "common/internal.h"
+
+typedef enum kl_log_level {
+  KL_LOG_ERROR,
+  KL_LOG_WARN,
+  KL_LOG_INFO,
+  KL_LOG_DEBUG,
+} kl_log_level_t;
+
+void kl__log(kl_log_level_t level, const char *component, const char *fmt, ...)
+    KL__PRINTF(3, 4);
+int kl__log_enabled(kl_log_level_t level);
+
+#define KL_LOG_E(comp, ...) kl__log(KL_LOG_ERROR, comp, __VA_ARGS__)
+#define KL_LOG_W(comp, ...) kl__log(KL_LOG_WARN, comp, __VA_ARGS__)
+#define KL_LOG_I(comp, ...) kl__log(KL_LOG_INFO, comp, __VA_ARGS__)
+#define KL_LOG_D(comp, ...)                                                    \
+  do {                                                                         \
+    if (kl__log_enabled(KL_LOG_DEBUG))                                         \
+      kl__log(KL_LOG_DEBUG, comp, __VA_ARGS__);                                \
+  } while (0)
+
+#endif

@@ -1,0 +1,116 @@
+/**
+ * @file event.h
+ * @brief The event and its wire envelope.
+ *
+ * On Kafka an event is a message whose key is the entity key and whose value
+ * is a msgpack map, the envelope:
+ *
+ * | field | type            | limit                          |
+ * |-------|-----------------|--------------------------------|
+ * | v     | positive int    | 1 (KL_ENVELOPE_VERSION)        |
+ * | id    | str             | 1..KL_ID_MAX bytes             |
+ * | t     | str             | 1..KL_TYPE_MAX bytes           |
+ * | ts    | int             | producer time, ms since epoch  |
+ * | p     | bin             | 0..KL_PAYLOAD_MAX bytes        |
+ * | h     | map str => str  | optional, <= KL_HEADERS_MAX    |
+ *
+ * The message key is 1..KL_KEY_MAX bytes. Unknown fields are an error, so
+ * that a newer producer's envelope is never half-understood.
+ *
+ * Ownership: a kl_event_t is a view; it owns none of the bytes it points at.
+ */
+#ifndef KEYLANE_EVENT_H
+#define KEYLANE_EVENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keylane/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KL_ENVELOPE_VERSION 1
+#define KL_KEY_MAX 1024
+#define KL_ID_MAX 255
+#define KL_TYPE_MAX 255
+#define KL_PAYLOAD_MAX (1024 * 1024)
+#define KL_HEADERS_MAX 64
+#define KL_HEADER_NAME_MAX 255
+#define KL_HEADER_VALUE_MAX 4096
+/** The largest envelope a decoder accepts: all fields at their limits. */
+#define KL_ENVELOPE_MAX                                                        \
+  (KL_PAYLOAD_MAX + KL_HEADERS_MAX * (KL_HEADER_NAME_MAX + KL_HEADER_VALUE_MAX + 10) + 1024)
+
+typedef struct kl_header {
+  const char *name;
+  size_t name_len;
+  const char *value;
+  size_t value_len;
+} kl_header_t;
+
+typedef struct kl_event {
+  const void *key; /**< entity key, the Kafka message key */
+  size_t key_len;
+  const char *id; /**< idempotency key; NULL/0 lets the producer make one */
+  size_t id_len;
+  const char *type; /**< event type, e.g. "credit" */
+  size_t type_len;
+  int64_t ts; /**< producer time in ms; 0 lets the producer stamp it */
+  const void *payload;
+  size_t payload_len;
+  const kl_header_t *headers; /**< optional; NULL when header_count is 0 */
+  size_t header_count;
+} kl_event_t;
+
+/**
+ * Checks every field of @p event against the limits above.
+ * @returns KL_OK or the KL_EDECODE_* code naming the first problem, with a
+ *          detail in kl_err_detail(). An empty id is accepted here only when
+ *          @p id_optional is nonzero (the producer fills it in).
+ */
+KL_EXPORT kl_err_t kl_event_validate(const kl_event_t *event, int id_optional);
+
+/**
+ * Encodes the envelope of @p event (its key is not part of it).
+ *
+ * @param out      receives a malloc()ed buffer the caller frees with free().
+ * @param out_len  receives its length.
+ * @returns KL_OK; an invalid event (see kl_event_validate, id required) or
+ *          KL_ENOMEM, in which case *out is untouched.
+ */
+KL_EXPORT kl_err_t kl_event_encode(const kl_event_t *event, void **out,
+                                   size_t *out_len);
+
+typedef struct kl_decoder kl_decoder_t;
+
+/** @returns a decoder, reusable for any number of events, or NULL (ENOMEM). */
+KL_EXPORT kl_decoder_t *kl_decoder_new(void);
+
+/** Frees @p decoder; accepts NULL. */
+KL_EXPORT void kl_decoder_destroy(kl_decoder_t *decoder);
+
+/**
+ * Decodes a Kafka message (@p key, @p value) into @p event, checking every
+ * field against its limit. Never reads outside the given bytes.
+ *
+ * @returns KL_OK or one KL_EDECODE_* code per kind of malformed input, with
+ *          the field named in kl_err_detail().
+ * @remark  The event borrows from @p key, @p value and @p decoder: it is
+ *          valid until either buffer is freed or the decoder is used again.
+ */
+KL_EXPORT kl_err_t kl_event_decode(kl_decoder_t *decoder, const void *key,
+                                   size_t key_len, const void *value,
+                                   size_t value_len, kl_event_t *event);
+
+/**
+ * Writes a new time-ordered idempotency key (UUIDv7 text, 36 chars) and a
+ * terminating NUL into @p out.
+ */
+KL_EXPORT void kl_event_make_id(char out[37]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,166 @@
+/**
+ * @file store.h
+ * @brief The durable store: owner epochs, watermarks, idempotency keys and
+ *        the handlers' own state, committed together.
+ *
+ * Per (topic, partition) the store keeps the owner epoch (a fencing token
+ * that only grows) and the watermark (the next offset to apply: highest
+ * applied offset + 1). Idempotency keys are kept, with their insert time,
+ * for at least "store.dedup.retention" (default 7d), then swept.
+ *
+ * A batch is one transaction: kl_store_begin() opens a read snapshot and a
+ * buffer; handlers read through kl_txn_get() (their own buffered writes
+ * first) and write with kl_txn_put(); kl_store_commit() then opens ONE short
+ * write transaction, checks the batch's epoch against the partition's
+ * current epoch, applies the buffered writes, the idempotency keys and the
+ * watermark, and commits. If the epoch moved, nothing is applied and it
+ * returns KL_EFENCED.
+ *
+ * Backends: a directory path opens LMDB (several processes on one host may
+ * share it); "postgresql://..." opens PostgreSQL.
+ *
+ * Caveats:
+ * - A kl_store_t may be shared by threads; a kl_txn_t is used by one thread
+ *   at a time.
+ * - LMDB has one writer lock per environment: a process paused (SIGSTOP,
+ *   a debugger) inside kl_store_commit() stalls every writer on the host.
+ *   That is why the write transaction is kept to the commit itself.
+ */
+#ifndef KEYLANE_STORE_H
+#define KEYLANE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keylane/conf.h"
+#include "keylane/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kl_store kl_store_t;
+typedef struct kl_txn kl_txn_t;
+
+/** What the store knows of one partition. Counters are cumulative. */
+typedef struct kl_partition_state {
+  uint64_t epoch;        /**< current owner epoch; 0 = never owned */
+  int64_t watermark;     /**< next offset to apply; 0 when none applied */
+  uint64_t applied;      /**< events whose effects were committed */
+  uint64_t duplicates;   /**< events skipped because their id was seen */
+  uint64_t dead_letters; /**< events recorded as dead-lettered */
+} kl_partition_state_t;
+
+/** How an idempotency key was recorded. */
+typedef enum kl_mark {
+  KL_MARK_NONE = 0,        /**< not seen */
+  KL_MARK_APPLIED = 1,     /**< its effects were committed */
+  KL_MARK_DEAD_LETTER = 2, /**< sent to the dead-letter topic, not applied */
+} kl_mark_t;
+
+/**
+ * Opens (creating when missing) the store at @p location.
+ * Keys read from @p conf (borrowed): store.durability (full|meta|none),
+ * store.map.size, store.map.max, store.dedup.retention.
+ * @returns KL_OK, KL_ESTORE_VERSION for a store of another format, or
+ *          KL_ESTORE with the cause in kl_err_detail().
+ */
+KL_EXPORT kl_err_t kl_store_open(const char *location, const kl_conf_t *conf,
+                                 kl_store_t **out);
+
+/** Closes @p store; accepts NULL. Every txn must be ended first. */
+KL_EXPORT void kl_store_destroy(kl_store_t *store);
+
+/**
+ * Takes ownership of a partition: atomically increments its epoch.
+ * @param state  receives the partition's state with the new epoch.
+ */
+KL_EXPORT kl_err_t kl_store_acquire(kl_store_t *store, const char *topic,
+                                    int32_t partition,
+                                    kl_partition_state_t *state);
+
+/** Reads a partition's state without changing it (zeroes when unknown). */
+KL_EXPORT kl_err_t kl_store_partition(kl_store_t *store, const char *topic,
+                                      int32_t partition,
+                                      kl_partition_state_t *state);
+
+/** Begins a batch for a partition owned with @p epoch. */
+KL_EXPORT kl_err_t kl_store_begin(kl_store_t *store, const char *topic,
+                                  int32_t partition, uint64_t epoch,
+                                  kl_txn_t **txn);
+
+/**
+ * Commits the batch: watermark := @p watermark (it never moves back), plus
+ * every put, del and mark, iff the partition's epoch is still the batch's.
+ * @returns KL_OK; KL_EFENCED (nothing applied); KL_ESTORE_FULL or
+ *          KL_ESTORE_READONLY (nothing applied; the batch may be re-run).
+ *          The txn is freed in every case.
+ */
+KL_EXPORT kl_err_t kl_store_commit(kl_txn_t *txn, int64_t watermark);
+
+/** Discards the batch and frees @p txn; accepts NULL. */
+KL_EXPORT void kl_store_abort(kl_txn_t *txn);
+
+/**
+ * Reads @p key: the batch's own write when there is one, else the snapshot.
+ * @returns KL_OK, or KL_ENOTFOUND.
+ * @remark *val is borrowed: valid until the next call on this txn.
+ */
+KL_EXPORT kl_err_t kl_txn_get(kl_txn_t *txn, const void *key, size_t key_len,
+                              const void **val, size_t *val_len);
+
+/** Buffers a write of @p key; the bytes are copied. */
+KL_EXPORT kl_err_t kl_txn_put(kl_txn_t *txn, const void *key, size_t key_len,
+                              const void *val, size_t val_len);
+
+/** Buffers a delete of @p key. */
+KL_EXPORT kl_err_t kl_txn_del(kl_txn_t *txn, const void *key, size_t key_len);
+
+/** @returns how @p id was recorded, in the snapshot or by this batch. */
+KL_EXPORT kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
+                               kl_mark_t *mark);
+
+/** Buffers the record of @p id as @p mark (applied or dead-lettered). */
+KL_EXPORT kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
+                               kl_mark_t mark);
+
+/** Adds to the partition's duplicate counter in this batch's commit. */
+KL_EXPORT void kl_txn_count_duplicate(kl_txn_t *txn);
+
+/**
+ * Removes up to @p max idempotency keys older than the retention, in one
+ * short write transaction. Call it often with a small @p max.
+ */
+KL_EXPORT kl_err_t kl_store_sweep(kl_store_t *store, size_t max,
+                                  size_t *removed);
+
+/** Called for each key in a scan; return nonzero to stop. */
+typedef int(kl_store_scan_cb_t)(void *opaque, const void *key, size_t key_len,
+                                const void *val, size_t val_len);
+
+/**
+ * Calls @p cb, in key order, for every handler key starting with @p prefix,
+ * from one consistent snapshot (safe while workers commit).
+ */
+KL_EXPORT kl_err_t kl_store_scan(kl_store_t *store, const void *prefix,
+                                 size_t prefix_len, kl_store_scan_cb_t *cb,
+                                 void *opaque);
+
+/** Called for each partition the store knows; return nonzero to stop. */
+typedef int(kl_store_partition_cb_t)(void *opaque, const char *topic,
+                                     int32_t partition,
+                                     const kl_partition_state_t *state);
+
+/** Calls @p cb for every known partition, ordered by topic then partition. */
+KL_EXPORT kl_err_t kl_store_foreach_partition(kl_store_t *store,
+                                              kl_store_partition_cb_t *cb,
+                                              void *opaque);
+
+/** @returns in *count the number of idempotency keys held. */
+KL_EXPORT kl_err_t kl_store_id_count(kl_store_t *store, uint64_t *count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

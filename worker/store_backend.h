@@ -1,0 +1,55 @@
+/*
+ * The store's backend interface. store.c dispatches the public kl_store_*
+ * and kl_txn_* calls to a backend: store_lmdb.c (a directory) or
+ * store_pg.c ("postgresql://..."). Each backend embeds kl_store_t and
+ * kl_txn_t as the first member of its own structs.
+ */
+#ifndef KEYLANE_WORKER_STORE_BACKEND_H
+#define KEYLANE_WORKER_STORE_BACKEND_H
+
+#include "keylane/store.h"
+
+typedef struct kl__store_ops {
+  const char *name; /* "lmdb", "postgresql" */
+  void (*destroy)(kl_store_t *store);
+  kl_err_t (*acquire)(kl_store_t *store, const char *topic, int32_t partition,
+                      kl_partition_state_t *state);
+  kl_err_t (*partition)(kl_store_t *store, const char *topic,
+                        int32_t partition, kl_partition_state_t *state);
+  kl_err_t (*begin)(kl_store_t *store, const char *topic, int32_t partition,
+                    uint64_t epoch, kl_txn_t **txn);
+  kl_err_t (*commit)(kl_txn_t *txn, int64_t watermark);
+  void (*abort)(kl_txn_t *txn);
+  kl_err_t (*get)(kl_txn_t *txn, const void *key, size_t key_len,
+                  const void **val, size_t *val_len);
+  kl_err_t (*put)(kl_txn_t *txn, const void *key, size_t key_len,
+                  const void *val, size_t val_len);
+  kl_err_t (*del)(kl_txn_t *txn, const void *key, size_t key_len);
+  kl_err_t (*seen)(kl_txn_t *txn, const char *id, size_t id_len,
+                   kl_mark_t *mark);
+  kl_err_t (*mark)(kl_txn_t *txn, const char *id, size_t id_len,
+                   kl_mark_t mark);
+  void (*count_duplicate)(kl_txn_t *txn);
+  kl_err_t (*sweep)(kl_store_t *store, size_t max, size_t *removed);
+  kl_err_t (*scan)(kl_store_t *store, const void *prefix, size_t prefix_len,
+                   kl_store_scan_cb_t *cb, void *opaque);
+  kl_err_t (*foreach_partition)(kl_store_t *store, kl_store_partition_cb_t *cb,
+                                void *opaque);
+  kl_err_t (*id_count)(kl_store_t *store, uint64_t *count);
+} kl__store_ops_t;
+
+struct kl_store {
+  const kl__store_ops_t *ops;
+};
+
+struct kl_txn {
+  kl_store_t *store;
+};
+
+/* Backend constructors, called by kl_store_open(). */
+kl_err_t kl__store_lmdb_open(const char *dir, const kl_conf_t *conf,
+                             kl_store_t **out);
+kl_err_t kl__store_pg_open(const char *uri, const kl_conf_t *conf,
+                           kl_store_t **out);
+
+#endif
