@@ -44,6 +44,7 @@ extern "C" {
   X(EDECODE_OVERSIZE, false, "envelope field exceeds its limit")               \
   X(EDECODE_EMPTY, false, "envelope field is empty")                           \
   X(EDECODE_DUPLICATE, false, "envelope field appears twice")                  \
+  X(EDECODE_UNKNOWN, false, "envelope has a field this version does not know") \
   X(EDECODE_TRAILING, false, "envelope is followed by trailing bytes")         \
   X(EDECODE_KEY, false, "message key is missing or exceeds its limit")         \
   X(ESTORE, false, "store error")                                              \
