@@ -1,0 +1,573 @@
+/*
+ * The event envelope: its limits, its msgpack encoding and a strict decoder.
+ *
+ * Encoding uses msgpack-c's packer. Decoding does not use msgpack-c's
+ * unpacker: msgpack_unpack() allocates count * sizeof(msgpack_object) as soon
+ * as it reads a container header, before the elements exist, so the 5 bytes
+ * "\xdf\x0f\xff\xff\xff" (a map claiming 268M pairs) ask malloc for 16 GiB.
+ * A worker must survive any record, so the decoder below reads the envelope's
+ * fixed shape directly from the value bytes: one pass, bounds-checked before
+ * every read, nothing allocated, and every failure located to one field. The
+ * fuzzer checks it against msgpack_unpack() on every envelope it accepts.
+ *
+ * Lifetime: a decoded event's key, id, type, payload and header strings point
+ * into the caller's key and value buffers (no copies); its header array is the
+ * decoder's, overwritten by the next decode.
+ */
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <msgpack.h>
+
+#include "common/internal.h"
+#include "keylane/event.h"
+
+struct kl_decoder {
+  kl_header_t headers[KL_HEADERS_MAX];
+};
+
+/* ---- limits, shared by kl_event_validate() and the decoder ---- */
+
+static kl_err_t kl_key_check(size_t key_len) {
+  if (key_len == 0)
+    return kl__err(
+        KL_EDECODE_KEY,
+        "message has no key; the entity key is required, 1..%d bytes",
+        KL_KEY_MAX);
+  if (key_len > KL_KEY_MAX)
+    return kl__err(KL_EDECODE_KEY, "message key is %zu bytes, the limit is %d",
+                   key_len, KL_KEY_MAX);
+  return KL_OK;
+}
+
+static kl_err_t kl_len_check(const char *field, size_t len, size_t min,
+                             size_t max) {
+  if (len < min)
+    return kl__err(KL_EDECODE_EMPTY, "envelope field \"%s\" is empty", field);
+  if (len > max)
+    return kl__err(KL_EDECODE_OVERSIZE,
+                   "envelope field \"%s\" is %zu bytes, the limit is %zu",
+                   field, len, max);
+  return KL_OK;
+}
+
+/* Writes at most 64 bytes of @p s into @p out with control and non-ASCII
+ * bytes shown as '?', so that a hostile name cannot garble a log line. */
+static const char *kl_printable(const char *s, size_t len, char out[68]) {
+  size_t n = len < 64 ? len : 64;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    out[i] = (c >= 0x20 && c < 0x7f && c != '"') ? (char)c : '?';
+  }
+  strcpy(out + n, len > n ? "..." : "");
+  return out;
+}
+
+/* Checks headers[i] against the limits and against headers[0..i-1]: a msgpack
+ * map with two equal keys means different things to different readers. */
+static kl_err_t kl_header_check(const kl_header_t *headers, size_t i) {
+  const kl_header_t *h = &headers[i];
+  char name[68];
+  if (h->name_len == 0)
+    return kl__err(KL_EDECODE_EMPTY, "header %zu has an empty name", i);
+  if (h->name_len > KL_HEADER_NAME_MAX)
+    return kl__err(KL_EDECODE_OVERSIZE,
+                   "header %zu's name is %zu bytes, the limit is %d", i,
+                   h->name_len, KL_HEADER_NAME_MAX);
+  if (h->value_len > KL_HEADER_VALUE_MAX)
+    return kl__err(KL_EDECODE_OVERSIZE,
+                   "header \"%s\" value is %zu bytes, the limit is %d",
+                   kl_printable(h->name, h->name_len, name), h->value_len,
+                   KL_HEADER_VALUE_MAX);
+  for (size_t j = 0; j < i; j++)
+    if (headers[j].name_len == h->name_len &&
+        memcmp(headers[j].name, h->name, h->name_len) == 0)
+      return kl__err(KL_EDECODE_DUPLICATE, "header \"%s\" appears twice",
+                     kl_printable(h->name, h->name_len, name));
+  return KL_OK;
+}
+
+/* A NULL pointer with a nonzero length is a caller bug, not bad input. */
+static kl_err_t kl_ptr_check(const char *what, const void *p, size_t len) {
+  if (p == NULL && len > 0)
+    return kl__err(KL_EINVAL, "%s is NULL but its length is %zu", what, len);
+  return KL_OK;
+}
+
+static kl_err_t kl_headers_check(const kl_header_t *headers, size_t count) {
+  kl_err_t err = kl_ptr_check("event headers", headers, count);
+  if (count > KL_HEADERS_MAX)
+    return kl__err(KL_EDECODE_OVERSIZE,
+                   "envelope field \"h\" has %zu headers, the limit is %d",
+                   count, KL_HEADERS_MAX);
+  for (size_t i = 0; err == KL_OK && i < count; i++) {
+    err = kl_ptr_check("a header name", headers[i].name, headers[i].name_len);
+    if (err == KL_OK)
+      err = kl_ptr_check("a header value", headers[i].value,
+                         headers[i].value_len);
+    if (err == KL_OK)
+      err = kl_header_check(headers, i);
+  }
+  return err;
+}
+
+kl_err_t kl_event_validate(const kl_event_t *event, int id_optional) {
+  if (event == NULL)
+    return kl__err(KL_EINVAL, "event is NULL");
+  kl_err_t err = kl_key_check(event->key_len);
+  if (err == KL_OK)
+    err = kl_ptr_check("event key", event->key, event->key_len);
+  if (err == KL_OK)
+    err = kl_ptr_check("event id", event->id, event->id_len);
+  if (err == KL_OK && !(id_optional && event->id_len == 0))
+    err = kl_len_check("id", event->id_len, 1, KL_ID_MAX);
+  if (err == KL_OK)
+    err = kl_ptr_check("event type", event->type, event->type_len);
+  if (err == KL_OK)
+    err = kl_len_check("t", event->type_len, 1, KL_TYPE_MAX);
+  if (err == KL_OK)
+    err = kl_ptr_check("event payload", event->payload, event->payload_len);
+  if (err == KL_OK)
+    err = kl_len_check("p", event->payload_len, 0, KL_PAYLOAD_MAX);
+  if (err == KL_OK)
+    err = kl_headers_check(event->headers, event->header_count);
+  return err;
+}
+
+/* ---- encoding ---- */
+
+static size_t kl_str_size(size_t len) {
+  return len + (len < 32 ? 1 : len < 256 ? 2 : len < 65536 ? 3 : 5);
+}
+
+static size_t kl_bin_size(size_t len) {
+  return len + (len < 256 ? 2 : len < 65536 ? 3 : 5);
+}
+
+/* The exact encoded size but for ts, counted at its widest (9 bytes), so the
+ * buffer is allocated once and a producer holds no slack per event. */
+static size_t kl_envelope_size(const kl_event_t *event) {
+  size_t n = 1 + 2 + 1 + 3 + kl_str_size(event->id_len) + 2 +
+             kl_str_size(event->type_len) + 3 + 9 + 2 +
+             kl_bin_size(event->payload_len);
+  if (event->header_count > 0)
+    n += 2 + 3;
+  for (size_t i = 0; i < event->header_count; i++)
+    n += kl_str_size(event->headers[i].name_len) +
+         kl_str_size(event->headers[i].value_len);
+  return n;
+}
+
+/* msgpack_pack_*_body() with a zero length would pass NULL to memcpy. */
+static int kl_pack_str(msgpack_packer *pk, const char *s, size_t len) {
+  int rc = msgpack_pack_str(pk, len);
+  return len > 0 ? rc | msgpack_pack_str_body(pk, s, len) : rc;
+}
+
+static int kl_pack_field(msgpack_packer *pk, const char *name) {
+  return kl_pack_str(pk, name, strlen(name));
+}
+
+static int kl_pack_envelope(msgpack_packer *pk, const kl_event_t *event) {
+  int rc = msgpack_pack_map(pk, event->header_count > 0 ? 6 : 5);
+  rc |= kl_pack_field(pk, "v") | msgpack_pack_int(pk, KL_ENVELOPE_VERSION);
+  rc |= kl_pack_field(pk, "id") | kl_pack_str(pk, event->id, event->id_len);
+  rc |= kl_pack_field(pk, "t") | kl_pack_str(pk, event->type, event->type_len);
+  rc |= kl_pack_field(pk, "ts") | msgpack_pack_int64(pk, event->ts);
+  rc |= kl_pack_field(pk, "p") | msgpack_pack_bin(pk, event->payload_len);
+  if (event->payload_len > 0)
+    rc |= msgpack_pack_bin_body(pk, event->payload, event->payload_len);
+  if (event->header_count == 0)
+    return rc;
+  rc |= kl_pack_field(pk, "h") | msgpack_pack_map(pk, event->header_count);
+  for (size_t i = 0; i < event->header_count; i++) {
+    const kl_header_t *h = &event->headers[i];
+    rc |= kl_pack_str(pk, h->name, h->name_len);
+    rc |= kl_pack_str(pk, h->value, h->value_len);
+  }
+  return rc;
+}
+
+kl_err_t kl_event_encode(const kl_event_t *event, void **out, size_t *out_len) {
+  if (out == NULL || out_len == NULL)
+    return kl__err(KL_EINVAL, "kl_event_encode needs out and out_len");
+  kl_err_t err = kl_event_validate(event, 0);
+  if (err != KL_OK)
+    return err;
+  /* Sized up front: msgpack_sbuffer_write() only reallocs when short. */
+  size_t size = kl_envelope_size(event);
+  msgpack_sbuffer sbuf = {.size = 0, .data = malloc(size), .alloc = size};
+  if (sbuf.data == NULL)
+    return kl__err(KL_ENOMEM, "cannot allocate a %zu-byte envelope", size);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sbuf, msgpack_sbuffer_write);
+  if (kl_pack_envelope(&pk, event) != 0) {
+    msgpack_sbuffer_destroy(&sbuf);
+    return kl__err(KL_ENOMEM, "cannot grow a %zu-byte envelope", size);
+  }
+  *out = sbuf.data;
+  *out_len = sbuf.size;
+  return KL_OK;
+}
+
+/* ---- decoding ---- */
+
+/* A cursor over the value bytes; every read checks p against end first. */
+typedef struct kl_rd {
+  const uint8_t *p;
+  const uint8_t *end;
+  const uint8_t *begin;
+} kl_rd_t;
+
+typedef enum {
+  KL_MP_INT,
+  KL_MP_STR,
+  KL_MP_BIN,
+  KL_MP_MAP,
+  KL_MP_OTHER, /* nil, bool, float, array, ext: never valid in an envelope */
+  KL_MP_UINT,  /* raw kinds of the 0xc0..0xdf table, turned into KL_MP_INT */
+  KL_MP_SINT
+} kl_mp_kind_t;
+
+/* One msgpack item's header; a str's or bin's body is bounds-checked. */
+typedef struct kl_mp {
+  kl_mp_kind_t kind;
+  const char *what; /* the msgpack type's name, for messages */
+  uint64_t n;       /* str/bin length or map count */
+  int64_t i;        /* int value, when !big */
+  bool big;         /* int above INT64_MAX */
+  const uint8_t *body;
+} kl_mp_t;
+
+/* The formats 0xc0..0xdf: kind, width of the length or value that follows. */
+static const struct {
+  uint8_t kind;
+  uint8_t width;
+  const char *what;
+} kl_mp_formats[32] = {
+    {KL_MP_OTHER, 0, "nil"},   {KL_MP_OTHER, 0, "0xc1 (never used)"},
+    {KL_MP_OTHER, 0, "bool"},  {KL_MP_OTHER, 0, "bool"},
+    {KL_MP_BIN, 1, "bin"},     {KL_MP_BIN, 2, "bin"},
+    {KL_MP_BIN, 4, "bin"},     {KL_MP_OTHER, 0, "ext"},
+    {KL_MP_OTHER, 0, "ext"},   {KL_MP_OTHER, 0, "ext"},
+    {KL_MP_OTHER, 0, "float"}, {KL_MP_OTHER, 0, "float"},
+    {KL_MP_UINT, 1, "int"},    {KL_MP_UINT, 2, "int"},
+    {KL_MP_UINT, 4, "int"},    {KL_MP_UINT, 8, "int"},
+    {KL_MP_SINT, 1, "int"},    {KL_MP_SINT, 2, "int"},
+    {KL_MP_SINT, 4, "int"},    {KL_MP_SINT, 8, "int"},
+    {KL_MP_OTHER, 0, "ext"},   {KL_MP_OTHER, 0, "ext"},
+    {KL_MP_OTHER, 0, "ext"},   {KL_MP_OTHER, 0, "ext"},
+    {KL_MP_OTHER, 0, "ext"},   {KL_MP_STR, 1, "str"},
+    {KL_MP_STR, 2, "str"},     {KL_MP_STR, 4, "str"},
+    {KL_MP_OTHER, 0, "array"}, {KL_MP_OTHER, 0, "array"},
+    {KL_MP_MAP, 2, "map"},     {KL_MP_MAP, 4, "map"},
+};
+
+static kl_err_t kl_truncated(const kl_rd_t *rd, const char *where,
+                             uint64_t need) {
+  return kl__err(KL_EDECODE_TRUNCATED,
+                 "envelope is truncated in %s: %llu more bytes needed at byte "
+                 "%zu, %zu left",
+                 where, (unsigned long long)need, (size_t)(rd->p - rd->begin),
+                 (size_t)(rd->end - rd->p));
+}
+
+static kl_err_t kl_rd_take(kl_rd_t *rd, uint64_t len, const uint8_t **out,
+                           const char *where) {
+  if (len > (uint64_t)(rd->end - rd->p))
+    return kl_truncated(rd, where, len);
+  *out = rd->p;
+  rd->p += len;
+  return KL_OK;
+}
+
+static uint64_t kl_be(const uint8_t *p, unsigned width) {
+  uint64_t v = 0;
+  for (unsigned i = 0; i < width; i++)
+    v = v << 8 | p[i];
+  return v;
+}
+
+static void kl_mp_int(kl_mp_t *mp, int64_t i) {
+  *mp = (kl_mp_t){.kind = KL_MP_INT, .what = "int", .i = i};
+}
+
+/* Two's complement of the low @p width bytes of @p v, without relying on
+ * implementation-defined conversions. */
+static int64_t kl_sign_extend(uint64_t v, unsigned width) {
+  uint64_t mask = width == 8 ? UINT64_MAX : ((uint64_t)1 << (8 * width)) - 1;
+  uint64_t sign = (mask >> 1) + 1;
+  return (v & sign) ? -(int64_t)(~v & mask) - 1 : (int64_t)v;
+}
+
+/* The argument (length, count or value) of a 0xc0..0xdf format. */
+static kl_err_t kl_mp_wide(kl_rd_t *rd, kl_mp_t *mp, uint8_t b,
+                           const char *where) {
+  unsigned width = kl_mp_formats[b - 0xc0].width;
+  const uint8_t *arg = NULL;
+  kl_err_t err = kl_rd_take(rd, width, &arg, where);
+  if (err != KL_OK)
+    return err;
+  uint64_t v = kl_be(arg, width);
+  *mp = (kl_mp_t){.kind = kl_mp_formats[b - 0xc0].kind,
+                  .what = kl_mp_formats[b - 0xc0].what,
+                  .n = v};
+  if (mp->kind == KL_MP_SINT)
+    mp->i = kl_sign_extend(v, width);
+  if (mp->kind == KL_MP_UINT) {
+    mp->big = v > INT64_MAX;
+    mp->i = mp->big ? 0 : (int64_t)v;
+  }
+  if (mp->kind == KL_MP_SINT || mp->kind == KL_MP_UINT)
+    mp->kind = KL_MP_INT;
+  return KL_OK;
+}
+
+/* Reads the next item's header into @p mp; @p where names it in messages. */
+static kl_err_t kl_mp_next(kl_rd_t *rd, kl_mp_t *mp, const char *where) {
+  if (rd->p == rd->end)
+    return kl_truncated(rd, where, 1);
+  uint8_t b = *rd->p++;
+  kl_err_t err = KL_OK;
+  if (b < 0x80)
+    kl_mp_int(mp, b);
+  else if (b >= 0xe0)
+    kl_mp_int(mp, (int64_t)b - 256);
+  else if (b < 0x90)
+    *mp = (kl_mp_t){.kind = KL_MP_MAP, .what = "map", .n = b & 0x0f};
+  else if (b < 0xa0)
+    *mp = (kl_mp_t){.kind = KL_MP_OTHER, .what = "array"};
+  else if (b < 0xc0)
+    *mp = (kl_mp_t){.kind = KL_MP_STR, .what = "str", .n = b & 0x1f};
+  else
+    err = kl_mp_wide(rd, mp, b, where);
+  if (err == KL_OK && (mp->kind == KL_MP_STR || mp->kind == KL_MP_BIN))
+    err = kl_rd_take(rd, mp->n, &mp->body, where);
+  return err;
+}
+
+/* Envelope fields; a bit each in the decoder's seen-mask. */
+enum { KL_F_V, KL_F_ID, KL_F_T, KL_F_TS, KL_F_P, KL_F_H, KL_F__COUNT };
+static const char *const kl_field_names[KL_F__COUNT] = {"v",  "id", "t",
+                                                        "ts", "p",  "h"};
+static const char *const kl_field_where[KL_F__COUNT] = {
+    "field \"v\"",  "field \"id\"", "field \"t\"",
+    "field \"ts\"", "field \"p\"",  "field \"h\""};
+
+static int kl_field_lookup(const uint8_t *s, uint64_t n) {
+  if (n == 1)
+    switch (s[0]) {
+    case 'v':
+      return KL_F_V;
+    case 't':
+      return KL_F_T;
+    case 'p':
+      return KL_F_P;
+    case 'h':
+      return KL_F_H;
+    }
+  if (n == 2 && s[0] == 'i' && s[1] == 'd')
+    return KL_F_ID;
+  if (n == 2 && s[0] == 't' && s[1] == 's')
+    return KL_F_TS;
+  return -1;
+}
+
+static kl_err_t kl_wrong_type(const char *field, const kl_mp_t *mp,
+                              const char *want) {
+  return kl__err(KL_EDECODE_TYPE,
+                 "envelope field \"%s\" is a msgpack %s, it must be %s", field,
+                 mp->what, want);
+}
+
+static kl_err_t kl_version_read(const kl_mp_t *mp) {
+  if (mp->kind != KL_MP_INT)
+    return kl_wrong_type("v", mp, "an int");
+  if (mp->big || mp->i != KL_ENVELOPE_VERSION)
+    return kl__err(
+        KL_EDECODE_VERSION,
+        "envelope version \"v\" is %s%lld, this build reads version %d",
+        mp->big ? ">" : "", (long long)(mp->big ? INT64_MAX : mp->i),
+        KL_ENVELOPE_VERSION);
+  return KL_OK;
+}
+
+static kl_err_t kl_str_read(int f, const kl_mp_t *mp, size_t max,
+                            const char **s, size_t *len) {
+  if (mp->kind != KL_MP_STR)
+    return kl_wrong_type(kl_field_names[f], mp, "a str");
+  *s = (const char *)mp->body;
+  *len = mp->n;
+  return kl_len_check(kl_field_names[f], mp->n, 1, max);
+}
+
+static kl_err_t kl_ts_read(const kl_mp_t *mp, int64_t *ts) {
+  if (mp->kind != KL_MP_INT)
+    return kl_wrong_type("ts", mp, "an int (ms since the epoch)");
+  if (mp->big)
+    return kl__err(KL_EDECODE_OVERSIZE,
+                   "envelope field \"ts\" is %llu, the limit is %lld",
+                   (unsigned long long)mp->n, (long long)INT64_MAX);
+  *ts = mp->i;
+  return KL_OK;
+}
+
+static kl_err_t kl_payload_read(const kl_mp_t *mp, kl_event_t *ev) {
+  if (mp->kind != KL_MP_BIN)
+    return kl_wrong_type("p", mp, "a bin");
+  ev->payload = mp->body;
+  ev->payload_len = mp->n;
+  return kl_len_check("p", mp->n, 0, KL_PAYLOAD_MAX);
+}
+
+static kl_err_t kl_header_str(kl_rd_t *rd, const char *where, const char **s,
+                              size_t *len) {
+  kl_mp_t mp;
+  kl_err_t err = kl_mp_next(rd, &mp, where);
+  if (err != KL_OK)
+    return err;
+  if (mp.kind != KL_MP_STR)
+    return kl__err(
+        KL_EDECODE_TYPE,
+        "envelope field \"h\" holds a msgpack %s as a %s, it must be a str",
+        mp.what, where);
+  *s = (const char *)mp.body;
+  *len = mp.n;
+  return KL_OK;
+}
+
+static kl_err_t kl_headers_read(kl_decoder_t *decoder, kl_rd_t *rd,
+                                const kl_mp_t *mp, kl_event_t *ev) {
+  if (mp->kind != KL_MP_MAP)
+    return kl_wrong_type("h", mp, "a map of str to str");
+  if (mp->n > KL_HEADERS_MAX)
+    return kl__err(KL_EDECODE_OVERSIZE,
+                   "envelope field \"h\" has %llu headers, the limit is %d",
+                   (unsigned long long)mp->n, KL_HEADERS_MAX);
+  kl_header_t *headers = decoder->headers;
+  kl_err_t err = KL_OK;
+  for (size_t i = 0; err == KL_OK && i < mp->n; i++) {
+    err = kl_header_str(rd, "header name", &headers[i].name,
+                        &headers[i].name_len);
+    if (err == KL_OK)
+      err = kl_header_str(rd, "header value", &headers[i].value,
+                          &headers[i].value_len);
+    if (err == KL_OK)
+      err = kl_header_check(headers, i);
+  }
+  ev->headers = mp->n > 0 ? headers : NULL;
+  ev->header_count = mp->n;
+  return err;
+}
+
+static kl_err_t kl_value_read(kl_decoder_t *decoder, kl_rd_t *rd, int f,
+                              const kl_mp_t *mp, kl_event_t *ev) {
+  switch (f) {
+  case KL_F_V:
+    return kl_version_read(mp);
+  case KL_F_ID:
+    return kl_str_read(f, mp, KL_ID_MAX, &ev->id, &ev->id_len);
+  case KL_F_T:
+    return kl_str_read(f, mp, KL_TYPE_MAX, &ev->type, &ev->type_len);
+  case KL_F_TS:
+    return kl_ts_read(mp, &ev->ts);
+  case KL_F_P:
+    return kl_payload_read(mp, ev);
+  default:
+    return kl_headers_read(decoder, rd, mp, ev);
+  }
+}
+
+static kl_err_t kl_field_read(kl_decoder_t *decoder, kl_rd_t *rd,
+                              unsigned *seen, kl_event_t *ev) {
+  kl_mp_t name, value;
+  char shown[68];
+  kl_err_t err = kl_mp_next(rd, &name, "a field name");
+  if (err != KL_OK)
+    return err;
+  if (name.kind != KL_MP_STR)
+    return kl__err(KL_EDECODE_TYPE,
+                   "envelope field names must be str, found a msgpack %s",
+                   name.what);
+  int f = kl_field_lookup(name.body, name.n);
+  if (f < 0)
+    return kl__err(KL_EDECODE_UNKNOWN,
+                   "envelope has a field \"%s\" that version %d does not "
+                   "define (v, id, t, ts, p, h)",
+                   kl_printable((const char *)name.body, name.n, shown),
+                   KL_ENVELOPE_VERSION);
+  if (*seen & (1u << f))
+    return kl__err(KL_EDECODE_DUPLICATE, "envelope field \"%s\" appears twice",
+                   kl_field_names[f]);
+  *seen |= 1u << f;
+  err = kl_mp_next(rd, &value, kl_field_where[f]);
+  return err == KL_OK ? kl_value_read(decoder, rd, f, &value, ev) : err;
+}
+
+static kl_err_t kl_fields_present(unsigned seen) {
+  for (int f = KL_F_V; f < KL_F_H; f++)
+    if (!(seen & (1u << f)))
+      return kl__err(KL_EDECODE_MISSING,
+                     "envelope lacks the required field \"%s\"",
+                     kl_field_names[f]);
+  return KL_OK;
+}
+
+/* Fields are checked in the order they appear; kl_event_encode() writes v
+ * first, so a newer producer's envelope fails on its version. */
+static kl_err_t kl_envelope_read(kl_decoder_t *decoder, kl_rd_t *rd,
+                                 kl_event_t *ev) {
+  kl_mp_t map;
+  kl_err_t err = kl_mp_next(rd, &map, "the envelope's first item");
+  if (err != KL_OK)
+    return err;
+  if (map.kind != KL_MP_MAP)
+    return kl__err(KL_EDECODE_NOT_MAP,
+                   "envelope is a msgpack %s, it must be a map", map.what);
+  /* A hostile count costs nothing: by the 7th pair a field repeats or is
+   * unknown, or the bytes run out. */
+  unsigned seen = 0;
+  for (uint64_t i = 0; err == KL_OK && i < map.n; i++)
+    err = kl_field_read(decoder, rd, &seen, ev);
+  if (err == KL_OK && rd->p != rd->end)
+    err = kl__err(KL_EDECODE_TRAILING,
+                  "envelope ends at byte %zu of %zu: %zu trailing bytes",
+                  (size_t)(rd->p - rd->begin), (size_t)(rd->end - rd->begin),
+                  (size_t)(rd->end - rd->p));
+  return err == KL_OK ? kl_fields_present(seen) : err;
+}
+
+kl_decoder_t *kl_decoder_new(void) {
+  return calloc(1, sizeof(kl_decoder_t));
+}
+
+void kl_decoder_destroy(kl_decoder_t *decoder) {
+  free(decoder);
+}
+
+kl_err_t kl_event_decode(kl_decoder_t *decoder, const void *key, size_t key_len,
+                         const void *value, size_t value_len,
+                         kl_event_t *event) {
+  if (decoder == NULL || event == NULL)
+    return kl__err(KL_EINVAL, "kl_event_decode needs a decoder and an event");
+  kl_err_t err = kl_ptr_check("message key", key, key_len);
+  if (err == KL_OK)
+    err = kl_ptr_check("message value", value, value_len);
+  if (err == KL_OK)
+    err = kl_key_check(key_len);
+  if (err != KL_OK)
+    return err;
+  if (value_len > KL_ENVELOPE_MAX)
+    return kl__err(KL_EDECODE_OVERSIZE,
+                   "envelope is %zu bytes, the limit is %d", value_len,
+                   KL_ENVELOPE_MAX);
+  static const uint8_t kl_no_bytes[1];
+  const uint8_t *bytes = value_len > 0 ? value : kl_no_bytes; /* NULL + 0 */
+  kl_rd_t rd = {.p = bytes, .end = bytes + value_len, .begin = bytes};
+  kl_event_t ev = {.key = key, .key_len = key_len};
+  err = kl_envelope_read(decoder, &rd, &ev);
+  if (err == KL_OK)
+    *event = ev;
+  return err;
+}
