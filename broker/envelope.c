@@ -266,10 +266,13 @@ static const struct {
 
 static kl_err_t kl_truncated(const kl_rd_t *rd, const char *where,
                              uint64_t need) {
+  if (rd->end == rd->begin)
+    return kl__err(KL_EDECODE_TRUNCATED,
+                   "message value is empty: no envelope (a tombstone?)");
   return kl__err(KL_EDECODE_TRUNCATED,
-                 "envelope is truncated in %s: %llu more bytes needed at byte "
-                 "%zu, %zu left",
-                 where, (unsigned long long)need, (size_t)(rd->p - rd->begin),
+                 "envelope is truncated in %s at byte %zu: it needs %llu "
+                 "bytes, %zu are left",
+                 where, (size_t)(rd->p - rd->begin), (unsigned long long)need,
                  (size_t)(rd->end - rd->p));
 }
 
@@ -532,7 +535,7 @@ static kl_err_t kl_envelope_read(kl_decoder_t *decoder, kl_rd_t *rd,
     err = kl_field_read(decoder, rd, &seen, ev);
   if (err == KL_OK && rd->p != rd->end)
     err = kl__err(KL_EDECODE_TRAILING,
-                  "envelope ends at byte %zu of %zu: %zu trailing bytes",
+                  "envelope ends at byte %zu of %zu; trailing bytes: %zu",
                   (size_t)(rd->p - rd->begin), (size_t)(rd->end - rd->begin),
                   (size_t)(rd->end - rd->p));
   return err == KL_OK ? kl_fields_present(seen) : err;
