@@ -1,0 +1,92 @@
+#include "support.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void kl_t_tmpdir(char *dir) {
+  snprintf(dir, 64, "/tmp/keylane-test-XXXXXX");
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    abort();
+  }
+}
+
+void kl_t_rmrf(const char *dir) {
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  if (system(cmd) != 0)
+    fprintf(stderr, "could not remove %s\n", dir);
+}
+
+void kl_t_sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+kl_producer_t *kl_t_producer(const char *bootstrap, kl__ledger_gen_t *gen) {
+  kl_conf_t *conf = kl_conf_new();
+  kl_producer_t *producer = NULL;
+  if (kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0) ||
+      kl_producer_new(conf, kl__ledger_gen_on_delivery, gen, &producer))
+    fprintf(stderr, "producer: %s\n", kl_err_detail());
+  kl_conf_destroy(conf);
+  return producer;
+}
+
+static void *kl_t_worker_main(void *opaque) {
+  kl_t_worker_t *tw = opaque;
+  tw->result = kl_worker_run(tw->worker);
+  snprintf(tw->detail, sizeof(tw->detail), "%s", kl_err_detail());
+  return NULL;
+}
+
+kl_t_worker_t *kl_t_worker_new(const char *bootstrap, const char *topic,
+                               const char *group, kl_store_t *store,
+                               const char *const *extra) {
+  kl_conf_t *conf = kl_conf_new();
+  kl_t_worker_t *tw = calloc(1, sizeof(*tw));
+  int bad = kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0) ||
+            kl_conf_set(conf, "worker.group", group, NULL, 0);
+  for (size_t i = 0; !bad && extra && extra[i]; i++) {
+    char key[128];
+    const char *eq = strchr(extra[i], '=');
+    snprintf(key, sizeof(key), "%.*s", (int)(eq - extra[i]), extra[i]);
+    bad = kl_conf_set(conf, key, eq + 1, NULL, 0) != KL_OK;
+  }
+  if (bad || kl_worker_new(conf, topic, store, kl_ledger_handler, NULL,
+                           &tw->worker)) {
+    fprintf(stderr, "worker: %s\n", kl_err_detail());
+    abort();
+  }
+  kl_conf_destroy(conf);
+  return tw;
+}
+
+void kl_t_worker_go(kl_t_worker_t *tw) {
+  pthread_create(&tw->thread, NULL, kl_t_worker_main, tw);
+}
+
+kl_t_worker_t *kl_t_worker_start(const char *bootstrap, const char *topic,
+                                 const char *group, kl_store_t *store,
+                                 const char *const *extra) {
+  kl_t_worker_t *tw = kl_t_worker_new(bootstrap, topic, group, store, extra);
+  kl_t_worker_go(tw);
+  return tw;
+}
+
+kl_err_t kl_t_worker_stop(kl_t_worker_t *tw) {
+  kl_worker_stop(tw->worker);
+  pthread_join(tw->thread, NULL);
+  kl_err_t err = tw->result;
+  kl_worker_destroy(tw->worker);
+  free(tw);
+  return err;
+}
+
+const char *kl_t_bin(void) {
+  const char *bin = getenv("KEYLANE_BIN");
+  return bin ? bin : "build/bin/keylane";
+}

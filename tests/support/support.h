@@ -1,0 +1,45 @@
+/* Shared test fixtures: temp dirs, clusters, workers on threads. */
+#ifndef KEYLANE_TESTS_SUPPORT_H
+#define KEYLANE_TESTS_SUPPORT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "keylane/embedded.h"
+#include "keylane/producer.h"
+#include "keylane/store.h"
+#include "keylane/worker.h"
+#include "worker/ledger_gen.h"
+
+/* Makes a fresh directory /tmp/keylane-test-XXXXXX into @p dir (64). */
+void kl_t_tmpdir(char *dir);
+void kl_t_rmrf(const char *dir);
+void kl_t_sleep_ms(int ms);
+
+/* A producer whose deliveries feed @p gen. */
+kl_producer_t *kl_t_producer(const char *bootstrap, kl__ledger_gen_t *gen);
+
+/* A worker running kl_worker_run() on its own thread. */
+typedef struct kl_t_worker {
+  kl_worker_t *worker;
+  pthread_t thread;
+  kl_err_t result;
+  char detail[512]; /* kl_err_detail() of the worker's thread at its end */
+} kl_t_worker_t;
+
+/* Starts a ledger worker; @p extra is "key=value" pairs, NULL-terminated. */
+kl_t_worker_t *kl_t_worker_start(const char *bootstrap, const char *topic,
+                                 const char *group, kl_store_t *store,
+                                 const char *const *extra);
+/* The same in two steps, to set test hooks before it runs. */
+kl_t_worker_t *kl_t_worker_new(const char *bootstrap, const char *topic,
+                               const char *group, kl_store_t *store,
+                               const char *const *extra);
+void kl_t_worker_go(kl_t_worker_t *tw);
+/* Stops, joins and frees it; returns what kl_worker_run() returned. */
+kl_err_t kl_t_worker_stop(kl_t_worker_t *tw);
+
+/* The binary under test (KEYLANE_BIN) */
+const char *kl_t_bin(void);
+
+#endif

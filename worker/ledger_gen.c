@@ -1,0 +1,243 @@
+#include "worker/ledger_gen.h"
+
+#include <inttypes.h>
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/internal.h"
+#include "worker/ledger.h"
+
+typedef struct kl_gen_event {
+  uint32_t key;
+  int64_t seq, amount; /* amount < 0: a debit */
+  char id[37];
+} kl_gen_event_t;
+
+struct kl__ledger_gen {
+  int keys;
+  int32_t partitions;
+  uint64_t rnd;
+  kl_gen_event_t *log;
+  size_t count, cap;
+  int64_t *balance, *last_seq;
+  int64_t *end;
+  uint64_t republished, acked, failed;
+};
+
+static uint64_t kl_gen_rand(kl__ledger_gen_t *gen) {
+  uint64_t x = gen->rnd; /* xorshift64 */
+  x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+  return gen->rnd = x;
+}
+
+kl__ledger_gen_t *kl__ledger_gen_new(int keys, int32_t partitions,
+                                     uint64_t seed) {
+  kl__ledger_gen_t *gen = calloc(1, sizeof(*gen));
+  if (!gen)
+    return NULL;
+  gen->keys = keys;
+  gen->partitions = partitions;
+  gen->rnd = seed ? seed : 0x2545F4914F6CDD1DULL;
+  gen->balance = calloc((size_t)keys, sizeof(int64_t));
+  gen->last_seq = calloc((size_t)keys, sizeof(int64_t));
+  gen->end = calloc((size_t)partitions, sizeof(int64_t));
+  if (!gen->balance || !gen->last_seq || !gen->end) {
+    kl__ledger_gen_destroy(gen);
+    return NULL;
+  }
+  return gen;
+}
+
+void kl__ledger_gen_destroy(kl__ledger_gen_t *gen) {
+  if (!gen)
+    return;
+  free(gen->log);
+  free(gen->balance);
+  free(gen->last_seq);
+  free(gen->end);
+  free(gen);
+}
+
+static int kl_gen_key(char *buf, size_t size, uint32_t key) {
+  return snprintf(buf, size, "acct-%04" PRIu32, key);
+}
+
+static kl_err_t kl_gen_send(kl_producer_t *producer, const char *topic,
+                            const kl_gen_event_t *e) {
+  char key[32];
+  int klen = kl_gen_key(key, sizeof(key), e->key);
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 2);
+  msgpack_pack_str_with_body(&pk, "amount", 6);
+  msgpack_pack_int64(&pk, e->amount < 0 ? -e->amount : e->amount);
+  msgpack_pack_str_with_body(&pk, "seq", 3);
+  msgpack_pack_int64(&pk, e->seq);
+  kl_event_t ev = {.key = key,
+                   .key_len = (size_t)klen,
+                   .id = e->id,
+                   .id_len = strlen(e->id),
+                   .type = e->amount < 0 ? "debit" : "credit",
+                   .type_len = e->amount < 0 ? 5 : 6,
+                   .payload = sb.data,
+                   .payload_len = sb.size};
+  kl_err_t err = kl_publish(producer, topic, &ev, NULL);
+  msgpack_sbuffer_destroy(&sb);
+  return err;
+}
+
+kl_err_t kl__ledger_gen_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,
+                                const char *topic) {
+  if (gen->count == gen->cap) {
+    size_t cap = gen->cap ? gen->cap * 2 : 1024;
+    kl_gen_event_t *log = realloc(gen->log, cap * sizeof(*log));
+    if (!log)
+      return KL_ENOMEM;
+    gen->log = log;
+    gen->cap = cap;
+  }
+  uint64_t r = kl_gen_rand(gen);
+  kl_gen_event_t *e = &gen->log[gen->count];
+  e->key = (uint32_t)(r % (uint64_t)gen->keys);
+  e->seq = gen->last_seq[e->key] + 1;
+  e->amount = (int64_t)((r >> 20) % 1000) + 1;
+  if ((r >> 40) % 10 < 3)
+    e->amount = -e->amount;
+  kl_event_make_id(e->id);
+  kl_err_t err = kl_gen_send(producer, topic, e);
+  if (err)
+    return err;
+  gen->last_seq[e->key] = e->seq;
+  gen->balance[e->key] += e->amount;
+  gen->count++;
+  return KL_OK;
+}
+
+kl_err_t kl__ledger_gen_republish(kl__ledger_gen_t *gen,
+                                  kl_producer_t *producer, const char *topic) {
+  if (gen->count == 0)
+    return KL_OK;
+  const kl_gen_event_t *e = &gen->log[kl_gen_rand(gen) % gen->count];
+  kl_err_t err = kl_gen_send(producer, topic, e);
+  if (!err)
+    gen->republished++;
+  return err;
+}
+
+void kl__ledger_gen_on_delivery(void *opaque, const kl_delivery_t *d) {
+  kl__ledger_gen_t *gen = opaque;
+  if (d->err) {
+    gen->failed++;
+    fprintf(stderr, "ledger workload: event %s not delivered: %s\n", d->id,
+            d->errmsg ? d->errmsg : kl_strerror(d->err));
+    return;
+  }
+  gen->acked++;
+  if (d->partition >= 0 && d->partition < gen->partitions &&
+      d->offset + 1 > gen->end[d->partition])
+    gen->end[d->partition] = d->offset + 1;
+}
+
+uint64_t kl__ledger_gen_published(const kl__ledger_gen_t *gen) {
+  return gen->count;
+}
+uint64_t kl__ledger_gen_republished(const kl__ledger_gen_t *gen) {
+  return gen->republished;
+}
+uint64_t kl__ledger_gen_acked(const kl__ledger_gen_t *gen) {
+  return gen->acked;
+}
+uint64_t kl__ledger_gen_failed(const kl__ledger_gen_t *gen) {
+  return gen->failed;
+}
+int64_t kl__ledger_gen_end(const kl__ledger_gen_t *gen, int32_t partition) {
+  return partition >= 0 && partition < gen->partitions ? gen->end[partition]
+                                                       : 0;
+}
+
+typedef struct kl_gen_walk {
+  const kl__ledger_gen_t *gen;
+  const char *topic;
+  kl__ledger_verdict_t *v;
+  int32_t owned;
+} kl_gen_walk_t;
+
+static int kl_gen_part(void *opaque, const char *topic, int32_t partition,
+                       const kl_partition_state_t *state) {
+  kl_gen_walk_t *w = opaque;
+  if (strcmp(topic, w->topic) != 0 || partition >= w->gen->partitions)
+    return 0;
+  w->v->applied += state->applied;
+  w->v->duplicates += state->duplicates;
+  w->v->caught_up += state->watermark >= w->gen->end[partition];
+  w->owned += state->epoch > 0;
+  return 0;
+}
+
+static int kl_gen_row(void *opaque, const void *key, size_t key_len,
+                      const void *val, size_t val_len) {
+  kl_gen_walk_t *w = opaque;
+  size_t plen = sizeof(KL_LEDGER_PREFIX) - 1;
+  kl_ledger_entry_t e;
+  char text[40];
+  unsigned k;
+  snprintf(text, sizeof(text), "%.*s", (int)(key_len - plen),
+           (const char *)key + plen);
+  if (kl__ledger_decode(val, val_len, &e) || sscanf(text, "acct-%u", &k) != 1 ||
+      k >= (unsigned)w->gen->keys) {
+    w->v->keys_bad++;
+    return 0;
+  }
+  w->v->violations += (uint64_t)e.violations;
+  if (e.balance == w->gen->balance[k] && e.last_seq == w->gen->last_seq[k])
+    w->v->keys_ok++;
+  else
+    w->v->keys_bad++;
+  return 0;
+}
+
+static kl_err_t kl_gen_walk_parts(const kl__ledger_gen_t *gen,
+                                  kl_store_t *store, const char *topic,
+                                  kl__ledger_verdict_t *v, int32_t *owned) {
+  memset(v, 0, sizeof(*v));
+  kl_gen_walk_t w = {gen, topic, v, 0};
+  kl_err_t err = kl_store_foreach_partition(store, kl_gen_part, &w);
+  *owned = w.owned;
+  return err;
+}
+
+kl_err_t kl__ledger_gen_verify(const kl__ledger_gen_t *gen, kl_store_t *store,
+                               const char *topic, kl__ledger_verdict_t *v) {
+  int32_t owned;
+  kl_err_t err = kl_gen_walk_parts(gen, store, topic, v, &owned);
+  kl_gen_walk_t w = {gen, topic, v, 0};
+  if (!err)
+    err = kl_store_scan(store, KL_LEDGER_PREFIX, sizeof(KL_LEDGER_PREFIX) - 1,
+                        kl_gen_row, &w);
+  for (int k = 0; k < gen->keys; k++)
+    v->keys += gen->last_seq[k] > 0;
+  v->ok = !err && v->keys_bad == 0 && v->keys_ok == v->keys &&
+          v->violations == 0 && v->applied == gen->count &&
+          v->duplicates == gen->republished && gen->failed == 0 &&
+          v->caught_up == (uint64_t)gen->partitions;
+  return err;
+}
+
+int kl__ledger_gen_wait(const kl__ledger_gen_t *gen, kl_store_t *store,
+                        const char *topic, int any_owner, int ms) {
+  struct timespec tick = {0, 100 * 1000000L};
+  for (int t = 0; t < ms; t += 100) {
+    kl__ledger_verdict_t v;
+    int32_t owned;
+    if (kl_gen_walk_parts(gen, store, topic, &v, &owned) == KL_OK &&
+        (any_owner ? owned : (int32_t)v.caught_up) == gen->partitions)
+      return 0;
+    nanosleep(&tick, NULL);
+  }
+  return -1;
+}

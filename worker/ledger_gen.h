@@ -1,0 +1,68 @@
+/*
+ * A ledger workload: publishes credit/debit events with per-key seq, keeps
+ * what every balance must be, re-publishes earlier events with their
+ * idempotency key, and verifies a store against it. Used by the demo, the
+ * tests, the fault suite and the benchmarks, so all of them check the
+ * same thing.
+ *
+ * Not thread safe: one thread publishes and verifies.
+ */
+#ifndef KEYLANE_WORKER_LEDGER_GEN_H
+#define KEYLANE_WORKER_LEDGER_GEN_H
+
+#include <stdint.h>
+
+#include "keylane/producer.h"
+#include "keylane/store.h"
+
+typedef struct kl__ledger_gen kl__ledger_gen_t;
+
+typedef struct kl__ledger_verdict {
+  uint64_t keys;       /* keys that were published to */
+  uint64_t keys_ok;    /* stored balance and last seq as published */
+  uint64_t keys_bad;   /* wrong balance, wrong seq, or an unknown key */
+  uint64_t violations; /* order violations the handler counted */
+  uint64_t applied;    /* sum of the partitions' applied counters */
+  uint64_t duplicates; /* sum of their duplicate counters */
+  uint64_t caught_up;  /* partitions whose watermark reached the end */
+  int ok;              /* all of the above as published */
+} kl__ledger_verdict_t;
+
+/** A workload over @p keys keys ("acct-0000"...) and @p partitions. */
+kl__ledger_gen_t *kl__ledger_gen_new(int keys, int32_t partitions,
+                                     uint64_t seed);
+void kl__ledger_gen_destroy(kl__ledger_gen_t *gen);
+
+/** Publishes one new event (30 % debits). */
+kl_err_t kl__ledger_gen_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,
+                                const char *topic);
+
+/** Re-publishes a random earlier event unchanged, same idempotency key. */
+kl_err_t kl__ledger_gen_republish(kl__ledger_gen_t *gen,
+                                  kl_producer_t *producer, const char *topic);
+
+/** The delivery callback to give kl_producer_new(), opaque = gen. */
+void kl__ledger_gen_on_delivery(void *gen, const kl_delivery_t *delivery);
+
+uint64_t kl__ledger_gen_published(const kl__ledger_gen_t *gen);
+uint64_t kl__ledger_gen_republished(const kl__ledger_gen_t *gen);
+uint64_t kl__ledger_gen_acked(const kl__ledger_gen_t *gen);
+uint64_t kl__ledger_gen_failed(const kl__ledger_gen_t *gen);
+
+/** Offset after the last acknowledged event of @p partition. */
+int64_t kl__ledger_gen_end(const kl__ledger_gen_t *gen, int32_t partition);
+
+/**
+ * Compares @p store (topic @p topic) with what was published; fills
+ * @p verdict. Call after kl_flush(), once the workers caught up.
+ */
+kl_err_t kl__ledger_gen_verify(const kl__ledger_gen_t *gen, kl_store_t *store,
+                               const char *topic,
+                               kl__ledger_verdict_t *verdict);
+
+/** Polls @p store until every partition has applied up to its end offset
+ *  (or, with @p any_owner, merely has an owner); 0 when within @p ms. */
+int kl__ledger_gen_wait(const kl__ledger_gen_t *gen, kl_store_t *store,
+                        const char *topic, int any_owner, int ms);
+
+#endif
