@@ -1,0 +1,146 @@
+/*
+ * The embedded cluster: librdkafka's mock cluster on a dedicated rd_kafka_t
+ * that exists only to own it. Its listeners are plain TCP on 127.0.0.1, so
+ * other processes (workers, `keylane publish`) reach it like any broker.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#include "common/internal.h"
+#include "common/log.h"
+#include "keylane/embedded.h"
+
+#define KL_EMBEDDED_BROKERS_MAX 16
+#define KL_TOPIC_NAME_MAX 249
+#define KL_TOPIC_PARTITIONS_MAX 100000
+
+struct kl_embedded {
+  rd_kafka_t *rk; /* owns the mock cluster; never connects anywhere */
+  rd_kafka_mock_cluster_t *mcluster;
+  int brokers;
+  char *bootstrap;
+};
+
+/* librdkafka's internal threads call this; kl__log writes one line with
+ * one write(2), so it is safe from any thread. The owning handle has no
+ * bootstrap servers and says so at WARN: that is expected, keep it quiet. */
+static void kl_embedded_log(const rd_kafka_t *rk, int level, const char *fac,
+                            const char *buf) {
+  (void)rk;
+  if (level <= 3)
+    KL_LOG_E("embedded", "%s: %s", fac, buf);
+  else
+    KL_LOG_D("embedded", "%s: %s", fac, buf);
+}
+
+/* Kafka's own rule (kafka.common.internals.Topic): [a-zA-Z0-9._-]{1,249},
+ * and not "." or "..". */
+static kl_err_t kl_embedded_check_topic(const char *topic, int32_t partitions) {
+  size_t len = topic ? strlen(topic) : 0;
+  if (len == 0 || len > KL_TOPIC_NAME_MAX)
+    return kl__err(KL_EINVAL, "topic name is %zu bytes: Kafka allows 1..%d",
+                   len, KL_TOPIC_NAME_MAX);
+  if (strcmp(topic, ".") == 0 || strcmp(topic, "..") == 0)
+    return kl__err(KL_EINVAL, "topic name \"%s\" is reserved by Kafka", topic);
+  size_t bad = strspn(topic, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRST"
+                             "UVWXYZ0123456789._-");
+  if (bad != len)
+    return kl__err(KL_EINVAL,
+                   "topic \"%s\" has the character '%c' at %zu: Kafka allows "
+                   "letters, digits, '.', '_' and '-'",
+                   topic, topic[bad], bad);
+  if (partitions < 1 || partitions > KL_TOPIC_PARTITIONS_MAX)
+    return kl__err(KL_EINVAL, "topic %s: %d partitions, expected 1..%d", topic,
+                   (int)partitions, KL_TOPIC_PARTITIONS_MAX);
+  return KL_OK;
+}
+
+static rd_kafka_t *kl_embedded_handle(void) {
+  char errstr[256];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  rd_kafka_conf_set_log_cb(conf, kl_embedded_log);
+  rd_kafka_t *rk =
+      rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+  if (!rk) {
+    rd_kafka_conf_destroy(conf);
+    kl__err(KL_EKAFKA, "embedded cluster: cannot create its handle: %s",
+            errstr);
+  }
+  return rk;
+}
+
+kl_err_t kl_embedded_topic_create(kl_embedded_t *embedded, const char *topic,
+                                  int32_t partitions) {
+  if (!embedded)
+    return kl__err(KL_EINVAL, "kl_embedded_topic_create: embedded is NULL");
+  kl_err_t err = kl_embedded_check_topic(topic, partitions);
+  if (err)
+    return err;
+  int replicas = embedded->brokers < 3 ? embedded->brokers : 3;
+  rd_kafka_resp_err_t rerr = rd_kafka_mock_topic_create(
+      embedded->mcluster, topic, (int)partitions, replicas);
+  if (rerr == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
+    return kl__err(KL_EINVAL, "topic %s already exists on the embedded "
+                              "cluster", topic);
+  if (rerr)
+    return kl__err(KL_EKAFKA, "embedded cluster: cannot create topic %s: %s",
+                   topic, rd_kafka_err2str(rerr));
+  KL_LOG_D("embedded", "created topic %s with %d partitions", topic,
+           (int)partitions);
+  return KL_OK;
+}
+
+static kl_err_t kl_embedded_start(kl_embedded_t *embedded, int brokers) {
+  if (!(embedded->rk = kl_embedded_handle()))
+    return KL_EKAFKA;
+  embedded->mcluster = rd_kafka_mock_cluster_new(embedded->rk, brokers);
+  if (!embedded->mcluster)
+    return kl__err(KL_EKAFKA, "embedded cluster: cannot start %d brokers "
+                              "(no free ports on 127.0.0.1?)", brokers);
+  embedded->brokers = brokers;
+  embedded->bootstrap =
+      strdup(rd_kafka_mock_cluster_bootstraps(embedded->mcluster));
+  return embedded->bootstrap ? KL_OK : KL_ENOMEM;
+}
+
+kl_err_t kl_embedded_new(int brokers, const char *topic, int32_t partitions,
+                         kl_embedded_t **out) {
+  if (!out)
+    return kl__err(KL_EINVAL, "kl_embedded_new: out is NULL");
+  if (brokers < 1 || brokers > KL_EMBEDDED_BROKERS_MAX)
+    return kl__err(KL_EINVAL, "embedded cluster: %d brokers, expected 1..%d",
+                   brokers, KL_EMBEDDED_BROKERS_MAX);
+  kl_err_t err = topic ? kl_embedded_check_topic(topic, partitions) : KL_OK;
+  if (err)
+    return err;
+  kl_embedded_t *embedded = calloc(1, sizeof(*embedded));
+  if (!embedded)
+    return KL_ENOMEM;
+  err = kl_embedded_start(embedded, brokers);
+  if (!err && topic)
+    err = kl_embedded_topic_create(embedded, topic, partitions);
+  if (err) {
+    kl_embedded_destroy(embedded);
+    return err;
+  }
+  *out = embedded;
+  return KL_OK;
+}
+
+const char *kl_embedded_bootstrap(const kl_embedded_t *embedded) {
+  return embedded ? embedded->bootstrap : "";
+}
+
+void kl_embedded_destroy(kl_embedded_t *embedded) {
+  if (!embedded)
+    return;
+  if (embedded->mcluster)
+    rd_kafka_mock_cluster_destroy(embedded->mcluster);
+  if (embedded->rk)
+    rd_kafka_destroy(embedded->rk);
+  free(embedded->bootstrap);
+  free(embedded);
+}
