@@ -1,0 +1,45 @@
+/*
+ * Internal store interfaces for tests, benchmarks and `keylane store`: the
+ * clock the store stamps idempotency keys with, and the LMDB layout facts a
+ * test needs to build a store of another format. Not installed.
+ */
+#ifndef KEYLANE_WORKER_STORE_INTERNAL_H
+#define KEYLANE_WORKER_STORE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keylane/store.h"
+
+/**
+ * Replaces the wall clock (ms since the Unix epoch) that stamps
+ * idempotency keys and decides their expiry; NULL restores the real one.
+ * Process wide; for tests, which move time instead of sleeping.
+ */
+void kl__store_set_clock(int64_t (*now_ms)(void));
+
+/** The store's current time in ms: the test clock when one is set. */
+int64_t kl__store_now_ms(void);
+
+/* The LMDB store's format: bumped on any incompatible layout change. */
+#define KL__LMDB_FORMAT 1u
+#define KL__LMDB_META_DB "meta"
+#define KL__LMDB_FORMAT_KEY "format" /* value: uint32_t, host order */
+
+/** Space used by one LMDB named database (or the whole file). */
+typedef struct kl__store_usage {
+  uint64_t map_size;   /**< this process's current map size, bytes */
+  uint64_t file_pages; /**< pages in use in the data file */
+  uint64_t page_size;
+  uint64_t ids;        /**< idempotency keys held */
+  uint64_t ids_pages;  /**< branch + leaf + overflow pages of "ids" */
+  uint64_t data_pages; /**< the same for the handlers' "data" */
+} kl__store_usage_t;
+
+/**
+ * Fills @p usage from mdb_env_info/mdb_stat.
+ * @returns KL_OK, or KL_EINVAL when @p store is not an LMDB store.
+ */
+kl_err_t kl__store_lmdb_usage(kl_store_t *store, kl__store_usage_t *usage);
+
+#endif

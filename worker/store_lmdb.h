@@ -1,0 +1,110 @@
+/*
+ * The LMDB store's internals, shared by store_lmdb.c (the environment, its
+ * map size, partitions, scans, expiry) and store_lmdb_txn.c (batches).
+ *
+ * Layout: one environment directory per host, shared by every worker
+ * process, with four named databases:
+ *   meta   "format" -> uint32 format version; "sweep.cursor" -> an ids key
+ *   parts  topic NUL partition(uint32 big-endian) -> 5 x uint64 (epoch,
+ *          watermark, applied, duplicates, dead_letters), host order
+ *   ids    encoded idempotency key -> 6 bytes: insert ms << 2 | mark
+ *   data   the handlers' keys and values, as given
+ * ids and data are separate so that expiry walks only idempotency keys and
+ * a prefix scan walks only handler state.
+ */
+#ifndef KEYLANE_WORKER_STORE_LMDB_H
+#define KEYLANE_WORKER_STORE_LMDB_H
+
+#include <lmdb.h>
+#include <pthread.h>
+#include <sys/types.h>
+
+#include "worker/store_backend.h"
+
+typedef struct kl__lmdb {
+  kl_store_t base;
+  MDB_env *env;
+  MDB_dbi meta, parts, ids, data;
+  char *dir;
+  int durable;          /* store.durability=full: every commit is fsynced */
+  size_t map_max;       /* store.map.max, rounded to pages */
+  int64_t retention_ms; /* store.dedup.retention */
+  dev_t dev;            /* the directory, for the one-open-per-process */
+  ino_t ino;            /*   registry */
+  int registered;
+  /* The remap gate: LMDB may only change the map size while this process
+   * has no transaction open, because unmapping would pull the pages out
+   * from under every snapshot. Each txn counts itself in `active`; a remap
+   * sets `resizing`, which holds back new txns, and waits for active == 0.
+   * Guarded by mu. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  size_t active;
+  int resizing;
+  size_t map_size; /* this process's current map size */
+} kl__lmdb_t;
+
+/* A write fn returns 0 to commit, an LMDB or errno code to abort and fail,
+ * or KL__LMDB_STOP to abort and fail with the kl_err_t it put in *stop
+ * (with its detail set). errno codes are positive and LMDB's below -30000. */
+#define KL__LMDB_STOP (-1)
+typedef int(kl__lmdb_write_fn)(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *ctx,
+                               kl_err_t *stop);
+
+/** Maps an LMDB or errno code: "lmdb: <what>: <mdb_strerror>[: the fix]". */
+kl_err_t kl__lmdb_err(int rc, const char *what);
+
+/**
+ * Opens a read snapshot, counted in the remap gate, adopting a map that
+ * another process grew. End it with kl__lmdb_read_end(), on any thread.
+ */
+kl_err_t kl__lmdb_read_begin(kl__lmdb_t *lmdb, MDB_txn **snap);
+void kl__lmdb_read_end(kl__lmdb_t *lmdb, MDB_txn *snap);
+
+/**
+ * Runs @p fn in one write transaction and commits it. When the map is full
+ * it grows the map (doubling up to store.map.max) and runs @p fn again in a
+ * new transaction, so @p fn must apply everything it applies each time.
+ * Blocks while another process or thread holds the writer lock.
+ */
+kl_err_t kl__lmdb_write(kl__lmdb_t *lmdb, const char *what,
+                        kl__lmdb_write_fn *fn, void *ctx);
+
+/** Reads a partition's state in @p mtxn (zeroes when unknown): an LMDB rc. */
+int kl__lmdb_part_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
+                      int32_t partition, kl_partition_state_t *state);
+int kl__lmdb_part_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
+                      int32_t partition, const kl_partition_state_t *state);
+
+/* Idempotency keys: a canonical lowercase UUID (36 bytes of text) is kept
+ * as a tag byte and its 16 bytes, anything else as a tag byte and the raw
+ * bytes; the tag keeps the two apart. The value packs the insert time and
+ * the mark into 6 bytes. Together they keep a stored UUID near 50-70 bytes
+ * on disk instead of ~110. */
+#define KL__IDKEY_MAX 256
+size_t kl__lmdb_id_encode(const char *id, size_t id_len,
+                          unsigned char out[KL__IDKEY_MAX]);
+#define KL__IDVAL_LEN 6
+void kl__lmdb_idval_encode(int64_t now_ms, kl_mark_t mark,
+                           unsigned char out[KL__IDVAL_LEN]);
+/* @returns 0, or -1 for a value that is not 6 bytes. */
+int kl__lmdb_idval_decode(const MDB_val *val, int64_t *time_ms,
+                          kl_mark_t *mark);
+
+/* The txn operations of store_lmdb_txn.c, for the ops table. */
+kl_err_t kl__lmdb_begin(kl_store_t *store, const char *topic,
+                        int32_t partition, uint64_t epoch, kl_txn_t **txn);
+kl_err_t kl__lmdb_commit(kl_txn_t *txn, int64_t watermark);
+void kl__lmdb_abort(kl_txn_t *txn);
+kl_err_t kl__lmdb_get(kl_txn_t *txn, const void *key, size_t key_len,
+                      const void **val, size_t *val_len);
+kl_err_t kl__lmdb_put(kl_txn_t *txn, const void *key, size_t key_len,
+                      const void *val, size_t val_len);
+kl_err_t kl__lmdb_del(kl_txn_t *txn, const void *key, size_t key_len);
+kl_err_t kl__lmdb_seen(kl_txn_t *txn, const char *id, size_t id_len,
+                       kl_mark_t *mark);
+kl_err_t kl__lmdb_mark(kl_txn_t *txn, const char *id, size_t id_len,
+                       kl_mark_t mark);
+void kl__lmdb_count_duplicate(kl_txn_t *txn);
+
+#endif

@@ -1,0 +1,250 @@
+/*
+ * LMDB batches: a read snapshot plus a write buffer while the handlers run,
+ * then one short write transaction that checks the fence and applies it.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "worker/store_internal.h"
+#include "worker/store_lmdb.h"
+#include "worker/txn_buffer.h"
+
+enum { KL_BUF_PUT = 1, KL_BUF_DEL = 2 };
+
+typedef struct kl_lmdb_txn {
+  kl_txn_t base;
+  MDB_txn *snap; /* NULL once the commit gave it up */
+  int32_t partition;
+  uint64_t epoch;
+  uint64_t duplicates;
+  kl__buf_t data; /* handler keys: KL_BUF_PUT with the value, or KL_BUF_DEL */
+  kl__buf_t ids;  /* encoded idempotency keys, tagged with their mark */
+  char topic[];
+} kl_lmdb_txn_t;
+
+static kl__lmdb_t *kl_txn_lmdb(kl_lmdb_txn_t *ltxn) {
+  return (kl__lmdb_t *)ltxn->base.store;
+}
+
+static void kl_lmdb_txn_free(kl_lmdb_txn_t *ltxn) {
+  kl__lmdb_read_end(kl_txn_lmdb(ltxn), ltxn->snap);
+  kl__buf_clear(&ltxn->data);
+  kl__buf_clear(&ltxn->ids);
+  free(ltxn);
+}
+
+static kl_err_t kl_fenced(const char *topic, int32_t partition,
+                          uint64_t mine, uint64_t current) {
+  return kl__err(KL_EFENCED,
+                 "fenced partition=%" PRId32 " my_epoch=%" PRIu64
+                 " current_epoch=%" PRIu64 " topic=%s: a newer owner holds "
+                 "the partition; nothing of this batch was applied",
+                 partition, mine, current, topic);
+}
+
+kl_err_t kl__lmdb_begin(kl_store_t *store, const char *topic,
+                        int32_t partition, uint64_t epoch, kl_txn_t **txn) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
+  size_t tlen = strlen(topic);
+  kl_lmdb_txn_t *ltxn = calloc(1, sizeof(*ltxn) + tlen + 1);
+  if (!ltxn)
+    return kl__err(KL_ENOMEM, "kl_store_begin: out of memory");
+  ltxn->base.store = store;
+  ltxn->partition = partition;
+  ltxn->epoch = epoch;
+  memcpy(ltxn->topic, topic, tlen + 1);
+  kl__buf_init(&ltxn->data);
+  kl__buf_init(&ltxn->ids);
+  kl_err_t err = kl__lmdb_read_begin(lmdb, &ltxn->snap);
+  if (err) {
+    free(ltxn);
+    return err;
+  }
+  /* Fail fast: a batch that cannot commit need not run its handlers. */
+  kl_partition_state_t state;
+  int rc = kl__lmdb_part_get(lmdb, ltxn->snap, topic, partition, &state);
+  if (rc)
+    err = kl__lmdb_err(rc, "begin");
+  else if (state.epoch != epoch)
+    err = kl_fenced(topic, partition, epoch, state.epoch);
+  if (err) {
+    kl_lmdb_txn_free(ltxn);
+    return err;
+  }
+  *txn = &ltxn->base;
+  return KL_OK;
+}
+
+void kl__lmdb_abort(kl_txn_t *txn) {
+  kl_lmdb_txn_free((kl_lmdb_txn_t *)txn);
+}
+
+kl_err_t kl__lmdb_get(kl_txn_t *txn, const void *key, size_t key_len,
+                      const void **val, size_t *val_len) {
+  kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
+  const kl__buf_entry_t *entry = kl__buf_get(&ltxn->data, key, key_len);
+  if (entry && entry->tag == KL_BUF_DEL)
+    return KL_ENOTFOUND;
+  if (entry) {
+    *val = kl__buf_val(entry);
+    *val_len = entry->val_len;
+    return KL_OK;
+  }
+  MDB_val k = {key_len, (void *)key}, v;
+  int rc = mdb_get(ltxn->snap, kl_txn_lmdb(ltxn)->data, &k, &v);
+  if (rc == MDB_NOTFOUND)
+    return KL_ENOTFOUND;
+  if (rc)
+    return kl__lmdb_err(rc, "get");
+  *val = v.mv_data; /* in the map: valid while the snapshot lives */
+  *val_len = v.mv_size;
+  return KL_OK;
+}
+
+kl_err_t kl__lmdb_put(kl_txn_t *txn, const void *key, size_t key_len,
+                      const void *val, size_t val_len) {
+  kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
+  if (kl__buf_set(&ltxn->data, key, key_len, val, val_len, KL_BUF_PUT))
+    return kl__err(KL_ENOMEM, "kl_txn_put: out of memory");
+  return KL_OK;
+}
+
+kl_err_t kl__lmdb_del(kl_txn_t *txn, const void *key, size_t key_len) {
+  kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
+  if (kl__buf_set(&ltxn->data, key, key_len, NULL, 0, KL_BUF_DEL))
+    return kl__err(KL_ENOMEM, "kl_txn_del: out of memory");
+  return KL_OK;
+}
+
+kl_err_t kl__lmdb_seen(kl_txn_t *txn, const char *id, size_t id_len,
+                       kl_mark_t *mark) {
+  kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
+  unsigned char buf[KL__IDKEY_MAX];
+  size_t len = kl__lmdb_id_encode(id, id_len, buf);
+  const kl__buf_entry_t *entry = kl__buf_get(&ltxn->ids, buf, len);
+  if (entry) {
+    *mark = (kl_mark_t)entry->tag;
+    return KL_OK;
+  }
+  MDB_val k = {len, buf}, v;
+  int64_t t;
+  int rc = mdb_get(ltxn->snap, kl_txn_lmdb(ltxn)->ids, &k, &v);
+  *mark = KL_MARK_NONE;
+  if (rc == MDB_NOTFOUND)
+    return KL_OK;
+  if (rc == 0 && kl__lmdb_idval_decode(&v, &t, mark))
+    rc = MDB_CORRUPTED;
+  return rc ? kl__lmdb_err(rc, "seen") : KL_OK;
+}
+
+kl_err_t kl__lmdb_mark(kl_txn_t *txn, const char *id, size_t id_len,
+                       kl_mark_t mark) {
+  kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
+  unsigned char buf[KL__IDKEY_MAX];
+  size_t len = kl__lmdb_id_encode(id, id_len, buf);
+  if (kl__buf_set(&ltxn->ids, buf, len, NULL, 0, (int)mark))
+    return kl__err(KL_ENOMEM, "kl_txn_mark: out of memory");
+  return KL_OK;
+}
+
+void kl__lmdb_count_duplicate(kl_txn_t *txn) {
+  ((kl_lmdb_txn_t *)txn)->duplicates++;
+}
+
+/* ---- commit ---------------------------------------------------------- */
+
+typedef struct kl_commit_ctx {
+  kl_lmdb_txn_t *ltxn;
+  int64_t watermark;
+  int64_t now_ms;
+  const kl__buf_entry_t **data; /* both in key order */
+  const kl__buf_entry_t **ids;
+  uint64_t applied, dead_letters;
+} kl_commit_ctx_t;
+
+static int kl_commit_data(kl__lmdb_t *lmdb, MDB_txn *mtxn,
+                          const kl_commit_ctx_t *ctx) {
+  for (size_t i = 0; i < ctx->ltxn->data.count; i++) {
+    const kl__buf_entry_t *e = ctx->data[i];
+    MDB_val k = {e->key_len, (void *)kl__buf_key(e)};
+    MDB_val v = {e->val_len, (void *)kl__buf_val(e)};
+    int rc = e->tag == KL_BUF_PUT ? mdb_put(mtxn, lmdb->data, &k, &v, 0)
+                                  : mdb_del(mtxn, lmdb->data, &k, NULL);
+    if (rc && rc != MDB_NOTFOUND)
+      return rc;
+  }
+  return 0;
+}
+
+static int kl_commit_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn,
+                         const kl_commit_ctx_t *ctx) {
+  for (size_t i = 0; i < ctx->ltxn->ids.count; i++) {
+    const kl__buf_entry_t *e = ctx->ids[i];
+    unsigned char val[KL__IDVAL_LEN];
+    kl__lmdb_idval_encode(ctx->now_ms, (kl_mark_t)e->tag, val);
+    MDB_val k = {e->key_len, (void *)kl__buf_key(e)};
+    MDB_val v = {sizeof(val), val};
+    int rc = mdb_put(mtxn, lmdb->ids, &k, &v, 0);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+/* The write transaction: the fence check first, then everything. */
+static int kl_commit_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
+                        kl_err_t *stop) {
+  kl_commit_ctx_t *ctx = opaque;
+  kl_lmdb_txn_t *ltxn = ctx->ltxn;
+  kl_partition_state_t state;
+  int rc = kl__lmdb_part_get(lmdb, mtxn, ltxn->topic, ltxn->partition,
+                             &state);
+  if (rc)
+    return rc;
+  if (state.epoch != ltxn->epoch) {
+    *stop = kl_fenced(ltxn->topic, ltxn->partition, ltxn->epoch, state.epoch);
+    return KL__LMDB_STOP;
+  }
+  if ((rc = kl_commit_data(lmdb, mtxn, ctx)) ||
+      (rc = kl_commit_ids(lmdb, mtxn, ctx)))
+    return rc;
+  if (ctx->watermark > state.watermark)
+    state.watermark = ctx->watermark;
+  state.applied += ctx->applied;
+  state.dead_letters += ctx->dead_letters;
+  state.duplicates += ltxn->duplicates;
+  return kl__lmdb_part_put(lmdb, mtxn, ltxn->topic, ltxn->partition, &state);
+}
+
+static void kl_commit_count(kl_commit_ctx_t *ctx) {
+  for (size_t i = 0; i < ctx->ltxn->ids.count; i++) {
+    ctx->applied += ctx->ids[i]->tag == KL_MARK_APPLIED;
+    ctx->dead_letters += ctx->ids[i]->tag == KL_MARK_DEAD_LETTER;
+  }
+}
+
+kl_err_t kl__lmdb_commit(kl_txn_t *txn, int64_t watermark) {
+  kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
+  kl__lmdb_t *lmdb = kl_txn_lmdb(ltxn);
+  /* The snapshot goes first: the write reads current state itself, and a
+   * map growth during the write must not wait for our own snapshot. */
+  kl__lmdb_read_end(lmdb, ltxn->snap);
+  ltxn->snap = NULL;
+  kl_commit_ctx_t ctx = {.ltxn = ltxn, .watermark = watermark,
+                         .now_ms = kl__store_now_ms()};
+  kl_err_t err = kl__buf_sorted(&ltxn->data, &ctx.data);
+  if (!err)
+    err = kl__buf_sorted(&ltxn->ids, &ctx.ids);
+  if (!err) {
+    kl_commit_count(&ctx);
+    err = kl__lmdb_write(lmdb, "commit", kl_commit_fn, &ctx);
+  } else {
+    err = kl__err(KL_ENOMEM, "kl_store_commit: out of memory");
+  }
+  free(ctx.data);
+  free(ctx.ids);
+  kl_lmdb_txn_free(ltxn);
+  return err;
+}
