@@ -1,4 +1,4 @@
-#include "support.h"
+#include "support/support.h"
 
 #include <stdio.h>
 #include <stdlib.h>

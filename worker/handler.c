@@ -1,0 +1,72 @@
+#include "worker/handler.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "worker/inventory.h"
+
+static kl_err_t kl_handler_so(const char *spec, kl_handler_ref_t *ref) {
+  char *path = strdup(spec);
+  if (!path)
+    return KL_ENOMEM;
+  /* so:PATH[:SYMBOL]: the symbol follows the last ':' after the last '/'. */
+  const char *symbol = "keylane_handler";
+  char *slash = strrchr(path, '/');
+  char *colon = strrchr(slash ? slash : path, ':');
+  if (colon) {
+    *colon = '\0';
+    symbol = colon + 1;
+  }
+  void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!dl) {
+    kl_err_t err = kl__err(KL_ECONF, "--handler so:%s: %s", spec, dlerror());
+    free(path);
+    return err;
+  }
+  void *fn = dlsym(dl, symbol);
+  if (!fn) {
+    kl_err_t err = kl__err(KL_ECONF,
+                           "--handler so:%s: %s exports no symbol \"%s\"; name "
+                           "the handler function with so:PATH:SYMBOL",
+                           spec, path, symbol);
+    dlclose(dl);
+    free(path);
+    return err;
+  }
+  free(path);
+  /* POSIX guarantees a data pointer from dlsym converts to a function. */
+  memcpy(&ref->fn, &fn, sizeof(fn));
+  ref->opaque = NULL;
+  ref->dl = dl;
+  return KL_OK;
+}
+
+kl_err_t kl__handler_resolve(const char *spec, kl_handler_ref_t *ref) {
+  if (!spec)
+    return kl__err(KL_ECONF, "no handler: pass --handler ledger or "
+                             "--handler so:PATH[:SYMBOL]");
+  if (strcmp(spec, "ledger") == 0) {
+    ref->fn = kl_ledger_handler;
+    ref->opaque = NULL;
+    ref->dl = NULL;
+    return KL_OK;
+  }
+  if (strcmp(spec, "inventory") == 0) {
+    ref->fn = kl__inventory_handler;
+    ref->opaque = NULL;
+    ref->dl = NULL;
+    return KL_OK;
+  }
+  if (strncmp(spec, "so:", 3) == 0 && spec[3])
+    return kl_handler_so(spec + 3, ref);
+  return kl__err(KL_ECONF, "unknown handler \"%s\": use ledger or "
+                           "so:PATH[:SYMBOL]", spec);
+}
+
+void kl__handler_release(kl_handler_ref_t *ref) {
+  if (ref->dl)
+    dlclose(ref->dl);
+  ref->dl = NULL;
+}
