@@ -40,6 +40,11 @@ static const kl_conf_key_t kl_keys[] = {
      "largest LMDB map size; past it commits fail with KL_ESTORE_FULL"},
     {"store.dedup.retention", KL_CT_DURATION, "7d", 1000, KL_I64_MAX, NULL,
      "how long idempotency keys are kept; at least the topic's retention"},
+    {"store.pg.pool", KL_CT_INT, "4", 1, 64, NULL,
+     "PostgreSQL store: connections per process at most, one per open batch"},
+    {"store.pg.idle.timeout", KL_CT_DURATION, "60s", 0, KL_I64_MAX, NULL,
+     "PostgreSQL store: the server ends a batch idle this long, releasing the "
+     "row locks of a paused owner (0: the server's setting)"},
     {"worker.group", KL_CT_STR, "keylane", 0, 0, NULL, "consumer group id"},
     {"worker.session.timeout.ms", KL_CT_INT, "10000", 100, 3600000, NULL,
      "consumer group session timeout"},

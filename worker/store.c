@@ -181,6 +181,10 @@ kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
   return txn->store->ops->mark(txn, id, id_len, mark);
 }
 
+void *kl_txn_pg_conn(kl_txn_t *txn) {
+  return txn ? kl__store_pg_txn_conn(txn) : NULL;
+}
+
 void kl_txn_count_duplicate(kl_txn_t *txn) {
   if (txn)
     txn->store->ops->count_duplicate(txn);

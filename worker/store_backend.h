@@ -52,4 +52,7 @@ kl_err_t kl__store_lmdb_open(const char *dir, const kl_conf_t *conf,
 kl_err_t kl__store_pg_open(const char *uri, const kl_conf_t *conf,
                            kl_store_t **out);
 
+/* The batch's PGconn when @p txn is a PostgreSQL batch, else NULL. */
+void *kl__store_pg_txn_conn(kl_txn_t *txn);
+
 #endif

@@ -125,6 +125,16 @@ KL_EXPORT kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
 KL_EXPORT kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
                                kl_mark_t mark);
 
+/**
+ * The batch's PostgreSQL connection, for a handler's own SQL in the same
+ * transaction as the batch's idempotency keys and its fence.
+ * @returns a PGconn * (libpq) for a PostgreSQL store, NULL for others.
+ * @remark Statements only: no COMMIT or ROLLBACK (kl_store_commit() and
+ *         kl_store_abort() end the transaction). Borrowed: valid until the
+ *         txn ends. A failed statement aborts the whole batch.
+ */
+KL_EXPORT void *kl_txn_pg_conn(kl_txn_t *txn);
+
 /** Adds to the partition's duplicate counter in this batch's commit. */
 KL_EXPORT void kl_txn_count_duplicate(kl_txn_t *txn);
 

@@ -1,0 +1,201 @@
+#include "pg.h"
+
+#include <arpa/inet.h>
+#include <glob.h>
+#include <libpq-fe.h>
+#include <netinet/in.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Finds initdb: $KEYLANE_PG_BIN, the newest Debian install, then PATH
+ * (bin stays "" and the commands are looked up by the shell). */
+static int kl_t_pg_find_bin(char *bin, size_t size) {
+  const char *env = getenv("KEYLANE_PG_BIN");
+  if (env && *env) {
+    snprintf(bin, size, "%s/", env);
+    return 0;
+  }
+  glob_t g;
+  int found = glob("/usr/lib/postgresql/*/bin/initdb", 0, NULL, &g) == 0 &&
+              g.gl_pathc > 0;
+  if (found) {
+    /* glob sorts: the last is the newest version of one digit count; prefer
+     * the longest name first (16 after 9). */
+    const char *best = g.gl_pathv[0];
+    for (size_t i = 1; i < g.gl_pathc; i++)
+      if (strlen(g.gl_pathv[i]) >= strlen(best))
+        best = g.gl_pathv[i];
+    snprintf(bin, size, "%.*s", (int)(strlen(best) - strlen("initdb")), best);
+  }
+  globfree(&g);
+  if (found)
+    return 0;
+  bin[0] = '\0';
+  return system("command -v initdb >/dev/null 2>&1") == 0 ? 0 : -1;
+}
+
+/* A port nobody listens on now. Another process may take it before the
+ * server binds it; kl_t_pg_start() then tries another. */
+static int kl_t_pg_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in addr;
+  memset(&addr, 0, sizeof(addr));
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
+      getsockname(fd, (struct sockaddr *)&addr, &len) == 0)
+    port = ntohs(addr.sin_port);
+  if (fd >= 0)
+    close(fd);
+  return port;
+}
+
+/* Runs a shell command as the server's user. */
+static int kl_t_pg_sh(const kl_t_pg_t *pg, const char *cmd) {
+  char line[2048];
+  if (pg->user[0])
+    snprintf(line, sizeof(line), "runuser -u %s -- %s", pg->user, cmd);
+  else
+    snprintf(line, sizeof(line), "%s", cmd);
+  return system(line);
+}
+
+/* The last lines of a log, for the reason a start failed. */
+static void kl_t_pg_tail(const char *path, char *why, size_t size) {
+  size_t used = strlen(why);
+  FILE *f = fopen(path, "r");
+  if (!f || used + 2 >= size) {
+    if (f)
+      fclose(f);
+    return;
+  }
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, n > 800 ? n - 800 : 0, SEEK_SET);
+  size_t got = fread(why + used, 1, size - used - 1, f);
+  why[used + got] = '\0';
+  fclose(f);
+}
+
+/* As root, the server runs as an unprivileged user owning the dir. */
+static int kl_t_pg_owner(kl_t_pg_t *pg) {
+  if (geteuid() != 0)
+    return 0;
+  const char *user = getenv("KEYLANE_PG_USER");
+  snprintf(pg->user, sizeof(pg->user), "%s", user && *user ? user : "postgres");
+  struct passwd *pw = getpwnam(pg->user);
+  if (!pw)
+    return -1;
+  return chown(pg->dir, pw->pw_uid, pw->pw_gid);
+}
+
+static int kl_t_pg_init(kl_t_pg_t *pg, char *why, size_t size) {
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd),
+           "'%sinitdb' -D '%s/data' -A trust -U keylane -E UTF8 --no-sync "
+           ">'%s/initdb.log' 2>&1",
+           pg->bin, pg->dir, pg->dir);
+  if (kl_t_pg_sh(pg, cmd) == 0)
+    return 0;
+  snprintf(why, size, "initdb failed:\n");
+  char log[128];
+  snprintf(log, sizeof(log), "%s/initdb.log", pg->dir);
+  kl_t_pg_tail(log, why, size);
+  return -1;
+}
+
+static int kl_t_pg_run(kl_t_pg_t *pg, int durable) {
+  char cmd[1536];
+  snprintf(cmd, sizeof(cmd),
+           "'%spg_ctl' -D '%s/data' -l '%s/log' -w -t 60 -o \"-p %d -c "
+           "listen_addresses=127.0.0.1 -k %s -c max_connections=60 %s\" start "
+           ">/dev/null 2>&1",
+           pg->bin, pg->dir, pg->dir, pg->port, pg->dir,
+           durable ? "" : "-c fsync=off -c synchronous_commit=off -c "
+                          "full_page_writes=off");
+  return kl_t_pg_sh(pg, cmd);
+}
+
+kl_t_pg_t *kl_t_pg_start(int durable, char *why, size_t why_size) {
+  kl_t_pg_t *pg = calloc(1, sizeof(*pg));
+  snprintf(why, why_size, "%s", "");
+  if (kl_t_pg_find_bin(pg->bin, sizeof(pg->bin))) {
+    snprintf(why, why_size, "PostgreSQL is not installed: run "
+                            "deploy/install-deps.sh --test (apt-get install "
+                            "postgresql), or set KEYLANE_PG_BIN");
+    free(pg);
+    return NULL;
+  }
+  snprintf(pg->dir, sizeof(pg->dir), "/tmp/keylane-pg-XXXXXX");
+  if (!mkdtemp(pg->dir) || kl_t_pg_owner(pg)) {
+    snprintf(why, why_size, "cannot prepare %s for user %s", pg->dir,
+             pg->user);
+    kl_t_pg_stop(pg);
+    return NULL;
+  }
+  if (kl_t_pg_init(pg, why, why_size)) {
+    kl_t_pg_stop(pg);
+    return NULL;
+  }
+  for (int attempt = 0; attempt < 3 && !pg->running; attempt++) {
+    pg->port = kl_t_pg_free_port();
+    pg->running = pg->port > 0 && kl_t_pg_run(pg, durable) == 0;
+  }
+  if (!pg->running) {
+    char log[128];
+    snprintf(why, why_size, "the server did not start:\n");
+    snprintf(log, sizeof(log), "%s/log", pg->dir);
+    kl_t_pg_tail(log, why, why_size);
+    kl_t_pg_stop(pg);
+    return NULL;
+  }
+  return pg;
+}
+
+void kl_t_pg_stop(kl_t_pg_t *pg) {
+  if (!pg)
+    return;
+  char cmd[512];
+  if (pg->running) {
+    snprintf(cmd, sizeof(cmd),
+             "'%spg_ctl' -D '%s/data' -m immediate -w stop >/dev/null 2>&1",
+             pg->bin, pg->dir);
+    if (kl_t_pg_sh(pg, cmd) != 0)
+      fprintf(stderr, "pg: could not stop the server in %s\n", pg->dir);
+  }
+  if (pg->dir[0] && strcmp(pg->dir, "/tmp/keylane-pg-XXXXXX") != 0) {
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", pg->dir);
+    if (system(cmd) != 0)
+      fprintf(stderr, "pg: could not remove %s\n", pg->dir);
+  }
+  free(pg);
+}
+
+void kl_t_pg_admin_uri(const kl_t_pg_t *pg, char *uri, size_t uri_size) {
+  snprintf(uri, uri_size, "postgresql://keylane@127.0.0.1:%d/postgres",
+           pg->port);
+}
+
+int kl_t_pg_createdb(kl_t_pg_t *pg, const char *name, char *uri,
+                     size_t uri_size) {
+  char admin[128], sql[160];
+  kl_t_pg_admin_uri(pg, admin, sizeof(admin));
+  PGconn *conn = PQconnectdb(admin);
+  snprintf(sql, sizeof(sql), "CREATE DATABASE \"%s\"", name);
+  PGresult *res = PQstatus(conn) == CONNECTION_OK ? PQexec(conn, sql) : NULL;
+  int ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
+  if (!ok)
+    fprintf(stderr, "pg: CREATE DATABASE %s: %s", name, PQerrorMessage(conn));
+  PQclear(res);
+  PQfinish(conn);
+  snprintf(uri, uri_size, "postgresql://keylane@127.0.0.1:%d/%s", pg->port,
+           name);
+  return ok ? 0 : -1;
+}

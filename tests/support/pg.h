@@ -1,0 +1,47 @@
+/*
+ * A throwaway PostgreSQL server for tests and benchmarks: initdb in a
+ * fresh temp dir, listening on 127.0.0.1 only, on a free port, with its
+ * unix socket in the temp dir; stopped and removed by kl_t_pg_stop().
+ *
+ * The binaries are found in $KEYLANE_PG_BIN, else the newest
+ * /usr/lib/postgresql/N/bin (Debian's postgresql package), else PATH.
+ * As root (CI), the server runs as the unprivileged user "postgres" (or
+ * $KEYLANE_PG_USER), since initdb and postgres refuse to run as root.
+ *
+ * No cmocka here: the benchmark links this file too.
+ */
+#ifndef KEYLANE_TESTS_SUPPORT_PG_H
+#define KEYLANE_TESTS_SUPPORT_PG_H
+
+#include <stddef.h>
+
+typedef struct kl_t_pg {
+  char dir[64];   /* the temp dir: data/, the socket, the log */
+  char bin[256];  /* where initdb and pg_ctl are */
+  char user[64];  /* who the server runs as; "" for the caller */
+  int port;
+  int running;
+} kl_t_pg_t;
+
+/**
+ * Initializes and starts a server. @p durable keeps fsync on (benchmarks);
+ * tests turn it off for speed.
+ * @returns the server, or NULL when PostgreSQL is not installed or did not
+ *          start; @p why (size @p why_size) then says which, and the log.
+ */
+kl_t_pg_t *kl_t_pg_start(int durable, char *why, size_t why_size);
+
+/** Stops the server (immediate shutdown), removes its dir, frees @p pg. */
+void kl_t_pg_stop(kl_t_pg_t *pg);
+
+/**
+ * Creates database @p name and writes its URI into @p uri.
+ * @returns 0, or -1 (printed to stderr).
+ */
+int kl_t_pg_createdb(kl_t_pg_t *pg, const char *name, char *uri,
+                     size_t uri_size);
+
+/** The URI of the maintenance database "postgres", for admin statements. */
+void kl_t_pg_admin_uri(const kl_t_pg_t *pg, char *uri, size_t uri_size);
+
+#endif

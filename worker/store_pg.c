@@ -1,0 +1,606 @@
+/*
+ * The PostgreSQL store: the same contract as the LMDB store, on tables in
+ * one database that every worker of a fleet reaches (see store_pg.h for
+ * the tables, store_pg_txn.c for batches and the fence).
+ *
+ * Connections: a kl_store_t holds a small bounded pool, at most
+ * store.pg.pool (default 4) connections, made on demand. A batch holds one
+ * from kl_store_begin() to its commit or abort; every other call borrows
+ * one for its statement. A caller finding every connection busy waits up to
+ * KL__PG_POOL_WAIT_MS, then fails with KL_ESTORE_BUSY: so a thread that
+ * holds a txn must not call the store while the pool is exhausted (with one
+ * connection, a kl_store_partition() inside a batch would wait for itself).
+ * A connection whose link broke is closed when it is given back and the
+ * next take connects anew: a lost server costs the batches in flight, which
+ * fail with KL_ESTORE_BUSY and are re-run, and nothing else.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/internal.h"
+#include "worker/store_internal.h"
+#include "worker/store_pg.h"
+
+#define KL_PG_POOL_DEFAULT 4
+
+/* ---- errors and statements ------------------------------------------- */
+
+/* SQLSTATEs after which the same batch may succeed when run again. */
+static int kl_pg_state_retriable(const char *state) {
+  static const char *const states[] = {
+      "40001", /* serialization_failure */
+      "40P01", /* deadlock_detected */
+      "55P03", /* lock_not_available */
+      "57014", /* query_canceled (statement_timeout) */
+      "57P01", /* admin_shutdown (pg_terminate_backend) */
+      "57P02", /* crash_shutdown */
+      "57P03", /* cannot_connect_now */
+      "25P03", /* idle_in_transaction_session_timeout */
+  };
+  if (!state)
+    return 0;
+  if (strncmp(state, "08", 2) == 0 || strncmp(state, "53", 2) == 0)
+    return 1; /* connection exception, insufficient resources */
+  for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
+    if (strcmp(state, states[i]) == 0)
+      return 1;
+  return 0;
+}
+
+/* libpq's messages end with a newline; a detail reads better without. */
+static int kl_pg_trimmed(const char *msg) {
+  size_t n = strlen(msg);
+  while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
+    n--;
+  return (int)n;
+}
+
+kl_err_t kl__pg_err(PGconn *pg, const PGresult *res, const char *what) {
+  const char *msg = res ? PQresultErrorMessage(res) : "";
+  if (!*msg)
+    msg = PQerrorMessage(pg);
+  const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+  int lost = PQstatus(pg) != CONNECTION_OK;
+  kl_err_t err =
+      lost || kl_pg_state_retriable(state) ? KL_ESTORE_BUSY : KL_ESTORE;
+  return kl__err(err, "postgresql: %s: %.*s%s", what, kl_pg_trimmed(msg), msg,
+                 lost ? " (connection lost: it is made anew on the next call; "
+                        "an open batch applied nothing and may be re-run)"
+                      : "");
+}
+
+int kl__pg_ok(const PGresult *res) {
+  ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+  return st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+}
+
+kl_err_t kl__pg_exec(PGconn *pg, const char *sql, const char *what) {
+  PGresult *res = PQexec(pg, sql);
+  kl_err_t err = kl__pg_ok(res) ? KL_OK : kl__pg_err(pg, res, what);
+  PQclear(res);
+  return err;
+}
+
+/* The batch's statements. $n::type casts fix the parameter types, so binary
+ * parameters need no type OIDs. Arrays carry a whole batch in one
+ * statement. */
+static const struct {
+  const char *name, *sql, *what;
+} kl_pg_stmts[KL__PG_STMT_COUNT] = {
+    [KL__PG_GET] = {"kl_get", "SELECT value FROM keylane_kv WHERE key = "
+                              "$1::bytea",
+                    "read a handler key"},
+    [KL__PG_SEEN] = {"kl_seen", "SELECT mark FROM keylane_ids WHERE id = "
+                                "$1::bytea",
+                     "look up an idempotency key"},
+    [KL__PG_FENCE] =
+        {"kl_fence",
+         "UPDATE keylane_partitions SET watermark = GREATEST(watermark, "
+         "$3::int8), applied = applied + $4::int8, duplicates = duplicates + "
+         "$5::int8, dead_letters = dead_letters + $6::int8 WHERE topic = "
+         "$1::text AND partition = $2::int4 AND epoch = $7::int8 RETURNING "
+         "epoch",
+         "check the epoch and move the watermark"},
+    [KL__PG_UPSERT] = {"kl_upsert",
+                       "INSERT INTO keylane_kv (key, value) SELECT * FROM "
+                       "unnest($1::bytea[], $2::bytea[]) ON CONFLICT (key) DO "
+                       "UPDATE SET value = EXCLUDED.value",
+                       "write the batch's handler keys"},
+    [KL__PG_DELETE] = {"kl_delete",
+                       "DELETE FROM keylane_kv WHERE key = ANY($1::bytea[])",
+                       "delete the batch's handler keys"},
+    [KL__PG_IDS] = {"kl_ids",
+                    "INSERT INTO keylane_ids (id, mark, inserted_ms) SELECT "
+                    "i, m, $3::int8 FROM unnest($1::bytea[], $2::int2[]) AS "
+                    "t(i, m) ON CONFLICT (id) DO NOTHING",
+                    "record the batch's idempotency keys"},
+    [KL__PG_EPOCH] = {"kl_epoch",
+                      "SELECT epoch FROM keylane_partitions WHERE topic = "
+                      "$1::text AND partition = $2::int4",
+                      "read the current epoch"},
+};
+
+PGresult *kl__pg_run(kl__pg_conn_t *conn, kl__pg_stmt_t stmt, int nparams,
+                     const char *const *values, const int *lengths,
+                     const int *formats, int binary_result, kl_err_t *err) {
+  if (!(conn->prepared & (1u << stmt))) {
+    PGresult *res = PQprepare(conn->pg, kl_pg_stmts[stmt].name,
+                              kl_pg_stmts[stmt].sql, 0, NULL);
+    if (!kl__pg_ok(res)) {
+      *err = kl__pg_err(conn->pg, res, kl_pg_stmts[stmt].what);
+      PQclear(res);
+      return NULL;
+    }
+    PQclear(res);
+    conn->prepared |= 1u << stmt;
+  }
+  PGresult *res =
+      PQexecPrepared(conn->pg, kl_pg_stmts[stmt].name, nparams, values,
+                     lengths, formats, binary_result);
+  if (kl__pg_ok(res))
+    return res;
+  *err = kl__pg_err(conn->pg, res, kl_pg_stmts[stmt].what);
+  PQclear(res);
+  return NULL;
+}
+
+/* ---- the pool --------------------------------------------------------- */
+
+static void kl_pg_conn_close(kl__pg_conn_t *conn) {
+  if (conn) {
+    PQfinish(conn->pg);
+    free(conn);
+  }
+}
+
+static kl_err_t kl_pg_connect(kl__pg_t *pgs, kl_err_t fail,
+                              kl__pg_conn_t **out) {
+  kl__pg_conn_t *conn = calloc(1, sizeof(*conn));
+  if (!conn)
+    return KL_ENOMEM;
+  conn->pg = PQconnectdb(pgs->uri);
+  if (PQstatus(conn->pg) != CONNECTION_OK) {
+    const char *msg = PQerrorMessage(conn->pg);
+    kl_err_t err = kl__err(fail, "postgresql: cannot connect: %.*s; check "
+                                 "the URI and that the server runs",
+                           kl_pg_trimmed(msg), msg);
+    kl_pg_conn_close(conn);
+    return err;
+  }
+  if (pgs->idle_timeout_ms > 0) {
+    char sql[96];
+    snprintf(sql, sizeof(sql), "SET idle_in_transaction_session_timeout = %" PRId64,
+             pgs->idle_timeout_ms);
+    kl_err_t err = kl__pg_exec(conn->pg, sql, "set up the session");
+    if (err) {
+      kl_pg_conn_close(conn);
+      return err;
+    }
+  }
+  *out = conn;
+  return KL_OK;
+}
+
+static void kl_pg_deadline(struct timespec *ts, int ms) {
+  clock_gettime(CLOCK_REALTIME, ts);
+  ts->tv_sec += ms / 1000;
+  ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+}
+
+kl_err_t kl__pg_conn_take(kl__pg_t *pgs, kl__pg_conn_t **out) {
+  struct timespec deadline;
+  kl_pg_deadline(&deadline, KL__PG_POOL_WAIT_MS);
+  pthread_mutex_lock(&pgs->mu);
+  while (!pgs->idle_count && pgs->open >= pgs->pool_max)
+    if (pthread_cond_timedwait(&pgs->cv, &pgs->mu, &deadline) == ETIMEDOUT &&
+        !pgs->idle_count && pgs->open >= pgs->pool_max) {
+      pthread_mutex_unlock(&pgs->mu);
+      return kl__err(KL_ESTORE_BUSY,
+                     "postgresql: all %zu connections of the pool stayed in "
+                     "use for %d ms: raise store.pg.pool, or end the txn "
+                     "before calling the store again from its thread",
+                     pgs->pool_max, KL__PG_POOL_WAIT_MS);
+    }
+  if (pgs->idle_count) {
+    *out = pgs->idle[--pgs->idle_count];
+    pthread_mutex_unlock(&pgs->mu);
+    return KL_OK;
+  }
+  pgs->open++;
+  pthread_mutex_unlock(&pgs->mu);
+  kl_err_t err = kl_pg_connect(pgs, KL_ESTORE_BUSY, out);
+  if (err) {
+    pthread_mutex_lock(&pgs->mu);
+    pgs->open--;
+    pthread_cond_signal(&pgs->cv);
+    pthread_mutex_unlock(&pgs->mu);
+  }
+  return err;
+}
+
+void kl__pg_conn_give(kl__pg_t *pgs, kl__pg_conn_t *conn, int broken) {
+  if (!broken && (PQstatus(conn->pg) != CONNECTION_OK ||
+                  PQtransactionStatus(conn->pg) != PQTRANS_IDLE))
+    broken = 1;
+  pthread_mutex_lock(&pgs->mu);
+  if (broken)
+    pgs->open--;
+  else
+    pgs->idle[pgs->idle_count++] = conn;
+  pthread_cond_signal(&pgs->cv);
+  pthread_mutex_unlock(&pgs->mu);
+  if (broken)
+    kl_pg_conn_close(conn);
+}
+
+/*
+ * Runs @p fn on a pooled connection. An idle connection may have lost its
+ * link unnoticed (a server restart, a terminated backend): when @p fn fails
+ * on a lost link, it runs once more on a new connection. Every fn here is a
+ * single autocommit statement that may run twice (an acquire that ran
+ * twice only skips an epoch number; epochs need to grow, not to be dense).
+ */
+typedef kl_err_t(kl_pg_fn)(kl__pg_conn_t *conn, void *ctx);
+
+static kl_err_t kl_pg_call(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx) {
+  kl_err_t err = KL_OK;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    kl__pg_conn_t *conn;
+    if ((err = kl__pg_conn_take(pgs, &conn)))
+      return err;
+    err = fn(conn, ctx);
+    int lost = PQstatus(conn->pg) != CONNECTION_OK;
+    kl__pg_conn_give(pgs, conn, lost);
+    if (!err || !lost)
+      break;
+  }
+  return err;
+}
+
+/* ---- partitions ------------------------------------------------------- */
+
+typedef struct kl_pg_tp {
+  const char *topic;
+  int32_t partition;
+  kl_partition_state_t *state;
+} kl_pg_tp_t;
+
+static void kl_pg_state_row(const PGresult *res, int row, int col,
+                            kl_partition_state_t *state) {
+  state->epoch = strtoull(PQgetvalue(res, row, col), NULL, 10);
+  state->watermark = strtoll(PQgetvalue(res, row, col + 1), NULL, 10);
+  state->applied = strtoull(PQgetvalue(res, row, col + 2), NULL, 10);
+  state->duplicates = strtoull(PQgetvalue(res, row, col + 3), NULL, 10);
+  state->dead_letters = strtoull(PQgetvalue(res, row, col + 4), NULL, 10);
+}
+
+static kl_err_t kl_pg_tp_query(kl__pg_conn_t *conn, const kl_pg_tp_t *tp,
+                               const char *sql, const char *what) {
+  char part[16];
+  snprintf(part, sizeof(part), "%" PRId32, tp->partition);
+  const char *values[2] = {tp->topic, part};
+  PGresult *res = PQexecParams(conn->pg, sql, 2, NULL, values, NULL, NULL, 0);
+  if (!kl__pg_ok(res)) {
+    kl_err_t err = kl__pg_err(conn->pg, res, what);
+    PQclear(res);
+    return err;
+  }
+  memset(tp->state, 0, sizeof(*tp->state));
+  if (PQntuples(res) == 1)
+    kl_pg_state_row(res, 0, 0, tp->state);
+  PQclear(res);
+  return KL_OK;
+}
+
+/* An atomic increment: concurrent acquirers queue on the row lock and each
+ * gets its own epoch, read from the row as it is after the one before. */
+static kl_err_t kl_pg_acquire_fn(kl__pg_conn_t *conn, void *ctx) {
+  return kl_pg_tp_query(
+      conn, ctx,
+      "INSERT INTO keylane_partitions AS p (topic, partition, epoch) VALUES "
+      "($1::text, $2::int4, 1) ON CONFLICT (topic, partition) DO UPDATE SET "
+      "epoch = p.epoch + 1 RETURNING epoch, watermark, applied, duplicates, "
+      "dead_letters",
+      "take the partition (increment its epoch)");
+}
+
+static kl_err_t kl_pg_acquire(kl_store_t *store, const char *topic,
+                              int32_t partition, kl_partition_state_t *state) {
+  kl_pg_tp_t tp = {topic, partition, state};
+  return kl_pg_call((kl__pg_t *)store, kl_pg_acquire_fn, &tp);
+}
+
+static kl_err_t kl_pg_partition_fn(kl__pg_conn_t *conn, void *ctx) {
+  return kl_pg_tp_query(conn, ctx,
+                        "SELECT epoch, watermark, applied, duplicates, "
+                        "dead_letters FROM keylane_partitions WHERE topic = "
+                        "$1::text AND partition = $2::int4",
+                        "read a partition");
+}
+
+static kl_err_t kl_pg_partition(kl_store_t *store, const char *topic,
+                                int32_t partition,
+                                kl_partition_state_t *state) {
+  kl_pg_tp_t tp = {topic, partition, state};
+  return kl_pg_call((kl__pg_t *)store, kl_pg_partition_fn, &tp);
+}
+
+typedef struct kl_pg_each {
+  kl_store_partition_cb_t *cb;
+  void *opaque;
+} kl_pg_each_t;
+
+static kl_err_t kl_pg_foreach_fn(kl__pg_conn_t *conn, void *ctx) {
+  kl_pg_each_t *each = ctx;
+  PGresult *res = PQexec(conn->pg,
+                         "SELECT topic, partition, epoch, watermark, applied, "
+                         "duplicates, dead_letters FROM keylane_partitions "
+                         "ORDER BY topic, partition");
+  if (!kl__pg_ok(res)) {
+    kl_err_t err = kl__pg_err(conn->pg, res, "list the partitions");
+    PQclear(res);
+    return err;
+  }
+  for (int i = 0; i < PQntuples(res); i++) {
+    kl_partition_state_t state;
+    kl_pg_state_row(res, i, 2, &state);
+    if (each->cb(each->opaque, PQgetvalue(res, i, 0),
+                 (int32_t)strtol(PQgetvalue(res, i, 1), NULL, 10), &state))
+      break;
+  }
+  PQclear(res);
+  return KL_OK;
+}
+
+static kl_err_t kl_pg_foreach_partition(kl_store_t *store,
+                                        kl_store_partition_cb_t *cb,
+                                        void *opaque) {
+  kl_pg_each_t each = {cb, opaque};
+  return kl_pg_call((kl__pg_t *)store, kl_pg_foreach_fn, &each);
+}
+
+/* ---- idempotency keys ------------------------------------------------- */
+
+typedef struct kl_pg_sweep {
+  int64_t cutoff_ms;
+  size_t max;
+  size_t *removed;
+} kl_pg_sweep_t;
+
+/* One statement, so one short transaction; the index on inserted_ms finds
+ * the oldest first, and SKIP LOCKED lets two sweepers share the work. */
+static kl_err_t kl_pg_sweep_fn(kl__pg_conn_t *conn, void *ctx) {
+  kl_pg_sweep_t *sw = ctx;
+  char cutoff[24], max[24];
+  snprintf(cutoff, sizeof(cutoff), "%" PRId64, sw->cutoff_ms);
+  snprintf(max, sizeof(max), "%zu", sw->max);
+  const char *values[2] = {cutoff, max};
+  PGresult *res = PQexecParams(
+      conn->pg,
+      "DELETE FROM keylane_ids WHERE id IN (SELECT id FROM keylane_ids "
+      "WHERE inserted_ms < $1::int8 ORDER BY inserted_ms LIMIT $2::int8 FOR "
+      "UPDATE SKIP LOCKED)",
+      2, NULL, values, NULL, NULL, 0);
+  if (!kl__pg_ok(res)) {
+    kl_err_t err = kl__pg_err(conn->pg, res, "sweep expired idempotency keys");
+    PQclear(res);
+    return err;
+  }
+  *sw->removed = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
+  PQclear(res);
+  return KL_OK;
+}
+
+static kl_err_t kl_pg_sweep(kl_store_t *store, size_t max, size_t *removed) {
+  kl__pg_t *pgs = (kl__pg_t *)store;
+  *removed = 0;
+  if (max == 0)
+    return KL_OK;
+  kl_pg_sweep_t sw = {kl__store_now_ms() - pgs->retention_ms, max, removed};
+  return kl_pg_call(pgs, kl_pg_sweep_fn, &sw);
+}
+
+static kl_err_t kl_pg_id_count_fn(kl__pg_conn_t *conn, void *ctx) {
+  PGresult *res = PQexec(conn->pg, "SELECT count(*) FROM keylane_ids");
+  if (!kl__pg_ok(res) || PQntuples(res) != 1) {
+    kl_err_t err = kl__pg_err(conn->pg, res, "count the idempotency keys");
+    PQclear(res);
+    return err;
+  }
+  *(uint64_t *)ctx = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+  PQclear(res);
+  return KL_OK;
+}
+
+static kl_err_t kl_pg_id_count(kl_store_t *store, uint64_t *count) {
+  return kl_pg_call((kl__pg_t *)store, kl_pg_id_count_fn, count);
+}
+
+/* ---- scans ------------------------------------------------------------ */
+
+typedef struct kl_pg_scan {
+  const void *prefix;
+  size_t prefix_len;
+  kl_store_scan_cb_t *cb;
+  void *opaque;
+} kl_pg_scan_t;
+
+/* The smallest key above every key starting with the prefix: the prefix
+ * with its last byte below 0xff incremented and the rest dropped. Returns
+ * its length, 0 when there is none (a prefix of 0xff bytes). */
+static size_t kl_pg_prefix_end(const unsigned char *prefix, size_t len,
+                               unsigned char *end) {
+  if (len)
+    memcpy(end, prefix, len);
+  while (len && end[len - 1] == 0xff)
+    len--;
+  if (len)
+    end[len - 1]++;
+  return len;
+}
+
+static kl_err_t kl_pg_scan_rows(kl__pg_conn_t *conn, kl_pg_scan_t *scan,
+                                int *stop) {
+  PGresult *res = PQexecParams(conn->pg, "FETCH 512 FROM kl_scan", 0, NULL,
+                               NULL, NULL, NULL, 1);
+  if (!kl__pg_ok(res)) {
+    kl_err_t err = kl__pg_err(conn->pg, res, "scan the handler keys");
+    PQclear(res);
+    return err;
+  }
+  int n = PQntuples(res);
+  for (int i = 0; i < n && !*stop; i++)
+    *stop = scan->cb(scan->opaque, PQgetvalue(res, i, 0),
+                     (size_t)PQgetlength(res, i, 0), PQgetvalue(res, i, 1),
+                     (size_t)PQgetlength(res, i, 1));
+  if (n < 512)
+    *stop = 1;
+  PQclear(res);
+  return KL_OK;
+}
+
+/* A cursor in one REPEATABLE READ transaction: one snapshot, read in
+ * chunks, so a scan of a large store neither holds it all in memory nor
+ * sees a commit half. */
+static kl_err_t kl_pg_scan_fn(kl__pg_conn_t *conn, void *ctx) {
+  kl_pg_scan_t *scan = ctx;
+  unsigned char end[512];
+  if (scan->prefix_len > sizeof(end))
+    return KL_OK; /* longer than any key: nothing starts with it */
+  size_t end_len = kl_pg_prefix_end(scan->prefix, scan->prefix_len, end);
+  const char *values[2] = {scan->prefix ? scan->prefix : "", (char *)end};
+  int lengths[2] = {(int)scan->prefix_len, (int)end_len};
+  int formats[2] = {1, 1};
+  kl_err_t err = kl__pg_exec(conn->pg,
+                             "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+                             "begin a scan");
+  if (err)
+    return err;
+  PGresult *res = PQexecParams(
+      conn->pg,
+      end_len ? "DECLARE kl_scan NO SCROLL CURSOR FOR SELECT key, value FROM "
+                "keylane_kv WHERE key >= $1::bytea AND key < $2::bytea ORDER "
+                "BY key"
+              : "DECLARE kl_scan NO SCROLL CURSOR FOR SELECT key, value FROM "
+                "keylane_kv WHERE key >= $1::bytea ORDER BY key",
+      end_len ? 2 : 1, NULL, values, lengths, formats, 1);
+  err = kl__pg_ok(res) ? KL_OK : kl__pg_err(conn->pg, res, "scan the "
+                                                            "handler keys");
+  PQclear(res);
+  for (int stop = 0; !err && !stop;)
+    err = kl_pg_scan_rows(conn, scan, &stop);
+  kl_err_t end_err = kl__pg_exec(conn->pg, "COMMIT", "end a scan");
+  return err ? err : end_err;
+}
+
+static kl_err_t kl_pg_scan(kl_store_t *store, const void *prefix,
+                           size_t prefix_len, kl_store_scan_cb_t *cb,
+                           void *opaque) {
+  kl_pg_scan_t scan = {prefix, prefix_len, cb, opaque};
+  return kl_pg_call((kl__pg_t *)store, kl_pg_scan_fn, &scan);
+}
+
+/* ---- open and close --------------------------------------------------- */
+
+static void kl_pg_destroy(kl_store_t *store) {
+  kl__pg_t *pgs = (kl__pg_t *)store;
+  for (size_t i = 0; i < pgs->idle_count; i++)
+    kl_pg_conn_close(pgs->idle[i]);
+  pthread_mutex_destroy(&pgs->mu);
+  pthread_cond_destroy(&pgs->cv);
+  free(pgs->idle);
+  free(pgs->uri);
+  free(pgs);
+}
+
+/* Creates the schema on a database keylane has not touched; refuses one of
+ * another version (see store_pg_migrations.c for why). */
+static kl_err_t kl_pg_check_schema(PGconn *pg) {
+  int version, to;
+  kl_err_t err = kl__pg_schema_version(pg, &version);
+  if (err)
+    return err;
+  if (version == 0)
+    return kl__pg_migrate(pg, &version, &to);
+  if (version > KL__PG_SCHEMA_VERSION)
+    return kl__pg_migrate(pg, &version, &to); /* says why it refuses */
+  if (version < KL__PG_SCHEMA_VERSION)
+    return kl__err(KL_ESTORE_VERSION,
+                   "postgresql: the keylane schema of database %s is at "
+                   "version %d, this build needs %d: stop the workers of the "
+                   "older version, then run `keylane store migrate --store "
+                   "URI`",
+                   PQdb(pg), version, KL__PG_SCHEMA_VERSION);
+  return KL_OK;
+}
+
+const kl__store_ops_t kl__pg_ops = {
+    .name = "postgresql",
+    .destroy = kl_pg_destroy,
+    .acquire = kl_pg_acquire,
+    .partition = kl_pg_partition,
+    .begin = kl__pg_begin,
+    .commit = kl__pg_commit,
+    .abort = kl__pg_abort,
+    .get = kl__pg_get,
+    .put = kl__pg_put,
+    .del = kl__pg_del,
+    .seen = kl__pg_seen,
+    .mark = kl__pg_mark,
+    .count_duplicate = kl__pg_count_duplicate,
+    .sweep = kl_pg_sweep,
+    .scan = kl_pg_scan,
+    .foreach_partition = kl_pg_foreach_partition,
+    .id_count = kl_pg_id_count,
+};
+
+static kl_err_t kl_pg_new(const char *uri, const kl_conf_t *conf,
+                          kl__pg_t **out) {
+  kl__pg_t *pgs = calloc(1, sizeof(*pgs));
+  if (!pgs)
+    return KL_ENOMEM;
+  pgs->base.ops = &kl__pg_ops;
+  pgs->retention_ms = kl__conf_int(conf, "store.dedup.retention");
+  pgs->idle_timeout_ms = kl__conf_int(conf, "store.pg.idle.timeout");
+  int64_t pool = kl__conf_int(conf, "store.pg.pool");
+  pgs->pool_max = pool > 0 ? (size_t)pool : KL_PG_POOL_DEFAULT;
+  pgs->uri = strdup(uri);
+  pgs->idle = calloc(pgs->pool_max, sizeof(*pgs->idle));
+  pthread_mutex_init(&pgs->mu, NULL);
+  pthread_cond_init(&pgs->cv, NULL);
+  if (!pgs->uri || !pgs->idle) {
+    kl_pg_destroy(&pgs->base);
+    return KL_ENOMEM;
+  }
+  *out = pgs;
+  return KL_OK;
+}
+
+kl_err_t kl__store_pg_open(const char *uri, const kl_conf_t *conf,
+                           kl_store_t **out) {
+  kl__pg_t *pgs;
+  kl_err_t err = kl_pg_new(uri, conf, &pgs);
+  if (err)
+    return err;
+  kl__pg_conn_t *conn;
+  err = kl_pg_connect(pgs, KL_ESTORE, &conn);
+  if (!err) {
+    err = kl_pg_check_schema(conn->pg);
+    pgs->open = 1;
+    kl__pg_conn_give(pgs, conn, err != KL_OK);
+  }
+  if (err) {
+    kl_pg_destroy(&pgs->base);
+    return err;
+  }
+  *out = &pgs->base;
+  return KL_OK;
+}

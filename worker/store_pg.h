@@ -1,0 +1,136 @@
+/*
+ * The PostgreSQL store's internals, shared by store_pg.c (the connection
+ * pool, partitions, scans, expiry), store_pg_txn.c (batches) and
+ * store_pg_migrations.c (the schema). Not installed.
+ *
+ * Tables (created by the versioned migrations of store_pg_migrations.c):
+ *   keylane_schema_version  one row per migration applied
+ *   keylane_partitions      (topic, partition) -> epoch, watermark, counters
+ *   keylane_ids             idempotency key -> mark, insert time (ms)
+ *   keylane_kv              the handlers' keys and values (bytea)
+ * The handlers' own tables (e.g. the inventory example's) live beside them
+ * and are written through the batch's connection, kl_txn_pg_conn().
+ */
+#ifndef KEYLANE_WORKER_STORE_PG_H
+#define KEYLANE_WORKER_STORE_PG_H
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "worker/store_backend.h"
+
+/* The statements a batch runs, prepared once per connection. */
+typedef enum kl__pg_stmt {
+  KL__PG_GET,    /* a handler key's value */
+  KL__PG_SEEN,   /* an idempotency key's mark */
+  KL__PG_FENCE,  /* the commit's epoch check, watermark and counters */
+  KL__PG_UPSERT, /* the batch's puts */
+  KL__PG_DELETE, /* the batch's deletes */
+  KL__PG_IDS,    /* the batch's idempotency keys */
+  KL__PG_EPOCH,  /* the current epoch, for the fenced message */
+  KL__PG_STMT_COUNT
+} kl__pg_stmt_t;
+
+/* One pooled connection and which statements it has prepared. */
+typedef struct kl__pg_conn {
+  PGconn *pg;
+  unsigned prepared; /* bit i: statement i is prepared on pg */
+} kl__pg_conn_t;
+
+typedef struct kl__pg {
+  kl_store_t base;
+  char *uri;
+  int64_t retention_ms;    /* store.dedup.retention */
+  int64_t idle_timeout_ms; /* store.pg.idle.timeout; 0: the server's */
+  /* The pool: at most pool_max connections, `open` of them made, the idle
+   * ones stacked in idle[]. A caller that finds none idle and the bound
+   * reached waits on cv. Guarded by mu. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  size_t pool_max;
+  size_t open;
+  size_t idle_count;
+  kl__pg_conn_t **idle;
+} kl__pg_t;
+
+extern const kl__store_ops_t kl__pg_ops;
+
+/** How long a caller waits for a pooled connection before KL_ESTORE_BUSY. */
+#define KL__PG_POOL_WAIT_MS 10000
+
+/**
+ * Takes a connection from the pool, connecting when none is idle and the
+ * bound allows; waits up to KL__PG_POOL_WAIT_MS otherwise.
+ * @returns KL_OK, or KL_ESTORE_BUSY (server unreachable, pool exhausted).
+ */
+kl_err_t kl__pg_conn_take(kl__pg_t *pgs, kl__pg_conn_t **conn);
+
+/**
+ * Returns @p conn to the pool, or closes it when @p broken, when the link is
+ * down or when a transaction is still open on it (the next take reconnects).
+ */
+void kl__pg_conn_give(kl__pg_t *pgs, kl__pg_conn_t *conn, int broken);
+
+/**
+ * Maps a failed libpq call: "postgresql: <what>: <server message>".
+ * A lost link, a serialization failure, a deadlock, a lock or statement
+ * timeout and an administrator's termination are KL_ESTORE_BUSY (the batch
+ * may be re-run); the rest KL_ESTORE.
+ * @param res  the failed result, or NULL when there is none.
+ */
+kl_err_t kl__pg_err(PGconn *pg, const PGresult *res, const char *what);
+
+/** @returns nonzero when @p res of a statement is a success. */
+int kl__pg_ok(const PGresult *res);
+
+/** Runs an SQL text without parameters: KL_OK or a kl__pg_err(). */
+kl_err_t kl__pg_exec(PGconn *pg, const char *sql, const char *what);
+
+/**
+ * Runs prepared statement @p stmt on @p conn, preparing it first when this
+ * connection has not. Parameters are binary when @p formats says so.
+ * @returns the result (the caller PQclear()s it), or NULL with the error
+ *          mapped by kl__pg_err() into *err.
+ */
+PGresult *kl__pg_run(kl__pg_conn_t *conn, kl__pg_stmt_t stmt, int nparams,
+                     const char *const *values, const int *lengths,
+                     const int *formats, int binary_result, kl_err_t *err);
+
+/* Schema versions (store_pg_migrations.c). */
+#define KL__PG_SCHEMA_VERSION 2
+
+/** Reads the schema version: 0 when keylane has created nothing yet. */
+kl_err_t kl__pg_schema_version(PGconn *pg, int *version);
+
+/**
+ * Applies every migration above the database's version, each in its own
+ * transaction, under an advisory lock so that concurrent callers apply each
+ * once. @p from and @p to receive the versions before and after.
+ * @returns KL_OK, or KL_ESTORE_VERSION for a schema newer than this build.
+ */
+kl_err_t kl__pg_migrate(PGconn *pg, int *from, int *to);
+
+/**
+ * `keylane store migrate`: connects to @p uri and migrates.
+ * @returns as kl__pg_migrate(), or KL_ESTORE when the server is unreachable.
+ */
+kl_err_t kl__store_pg_migrate(const char *uri, int *from, int *to);
+
+/* The txn operations of store_pg_txn.c, for the ops table. */
+kl_err_t kl__pg_begin(kl_store_t *store, const char *topic, int32_t partition,
+                      uint64_t epoch, kl_txn_t **txn);
+kl_err_t kl__pg_commit(kl_txn_t *txn, int64_t watermark);
+void kl__pg_abort(kl_txn_t *txn);
+kl_err_t kl__pg_get(kl_txn_t *txn, const void *key, size_t key_len,
+                    const void **val, size_t *val_len);
+kl_err_t kl__pg_put(kl_txn_t *txn, const void *key, size_t key_len,
+                    const void *val, size_t val_len);
+kl_err_t kl__pg_del(kl_txn_t *txn, const void *key, size_t key_len);
+kl_err_t kl__pg_seen(kl_txn_t *txn, const char *id, size_t id_len,
+                     kl_mark_t *mark);
+kl_err_t kl__pg_mark(kl_txn_t *txn, const char *id, size_t id_len,
+                     kl_mark_t mark);
+void kl__pg_count_duplicate(kl_txn_t *txn);
+
+#endif

@@ -1,0 +1,159 @@
+/*
+ * The PostgreSQL store's schema, as numbered migrations. Migration N moves
+ * the schema from version N-1 to N; keylane_schema_version holds one row
+ * per migration applied. A migration is never edited once released: a
+ * change is a new migration.
+ *
+ * Who migrates: kl_store_open() creates the schema on a database where
+ * keylane has created nothing yet (as the LMDB store creates its
+ * environment when missing: nothing can depend on a schema that is not
+ * there). An existing older schema is only moved by `keylane store
+ * migrate`, run by a person: workers of the old version may still be
+ * running against it, and a fleet should not change its store's shape as a
+ * side effect of one worker restarting. A schema newer than this build is
+ * refused (KL_ESTORE_VERSION) by both.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "worker/store_pg.h"
+
+static const char *const kl_pg_migrations[KL__PG_SCHEMA_VERSION] = {
+    /* 1: the store contract. Topics sort as bytes ("C"), like LMDB's keys;
+     * insert times are the store clock's ms, so tests can move time. */
+    "CREATE TABLE keylane_schema_version ("
+    "  version integer PRIMARY KEY,"
+    "  applied_at timestamptz NOT NULL DEFAULT now());"
+    "CREATE TABLE keylane_partitions ("
+    "  topic text COLLATE \"C\" NOT NULL,"
+    "  partition integer NOT NULL,"
+    "  epoch bigint NOT NULL DEFAULT 0,"
+    "  watermark bigint NOT NULL DEFAULT 0,"
+    "  applied bigint NOT NULL DEFAULT 0,"
+    "  duplicates bigint NOT NULL DEFAULT 0,"
+    "  dead_letters bigint NOT NULL DEFAULT 0,"
+    "  PRIMARY KEY (topic, partition));"
+    "CREATE TABLE keylane_ids ("
+    "  id bytea PRIMARY KEY,"
+    "  mark smallint NOT NULL,"
+    "  inserted_ms bigint NOT NULL);"
+    "CREATE INDEX keylane_ids_inserted ON keylane_ids (inserted_ms);"
+    "CREATE TABLE keylane_kv ("
+    "  key bytea PRIMARY KEY,"
+    "  value bytea NOT NULL);",
+    /* 2: the built-in inventory handler's record of each reservation. */
+    "CREATE TABLE keylane_inventory_outcomes ("
+    "  id bytea PRIMARY KEY,"
+    "  sku text NOT NULL,"
+    "  outcome text NOT NULL CHECK (outcome IN ('reserved', 'sold_out')),"
+    "  partition integer NOT NULL,"
+    "  epoch bigint NOT NULL,"
+    "  event_offset bigint NOT NULL,"
+    "  recorded_at timestamptz NOT NULL DEFAULT now());",
+};
+
+/* pg_advisory_xact_lock key: "keylane" as a number, so that two openers of
+ * a fresh database, or two `store migrate`, apply each migration once. */
+#define KL_PG_MIGRATE_LOCK "7021781985775709797"
+
+kl_err_t kl__pg_schema_version(PGconn *pg, int *version) {
+  *version = 0;
+  PGresult *res = PQexec(pg, "SELECT to_regclass('keylane_schema_version') "
+                             "IS NOT NULL");
+  if (!kl__pg_ok(res)) {
+    kl_err_t err = kl__pg_err(pg, res, "read the schema version");
+    PQclear(res);
+    return err;
+  }
+  int exists = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
+  PQclear(res);
+  if (!exists)
+    return KL_OK;
+  res = PQexec(pg, "SELECT coalesce(max(version), 0) FROM "
+                   "keylane_schema_version");
+  if (!kl__pg_ok(res) || PQntuples(res) != 1) {
+    kl_err_t err = kl__pg_err(pg, res, "read the schema version");
+    PQclear(res);
+    return err;
+  }
+  *version = atoi(PQgetvalue(res, 0, 0));
+  PQclear(res);
+  return KL_OK;
+}
+
+static kl_err_t kl_pg_newer(int version) {
+  return kl__err(KL_ESTORE_VERSION,
+                 "postgresql: the keylane schema is at version %d, newer than "
+                 "this build knows (%d): a newer keylane migrated it; run that "
+                 "version (a schema is never migrated back)",
+                 version, KL__PG_SCHEMA_VERSION);
+}
+
+/* Applies migration @p version in the open transaction. */
+static kl_err_t kl_pg_apply(PGconn *pg, int version) {
+  kl_err_t err = kl__pg_exec(pg, kl_pg_migrations[version - 1],
+                             "apply a schema migration");
+  if (err)
+    return err;
+  char sql[96];
+  snprintf(sql, sizeof(sql),
+           "INSERT INTO keylane_schema_version (version) VALUES (%d)", version);
+  return kl__pg_exec(pg, sql, "record a schema migration");
+}
+
+/* One migration in one transaction: a failure leaves the schema at the
+ * version before it. The version is read again under the lock. */
+static kl_err_t kl_pg_step(PGconn *pg, int *version) {
+  kl_err_t err = kl__pg_exec(pg, "BEGIN", "begin a schema migration");
+  if (!err)
+    err = kl__pg_exec(pg, "SELECT pg_advisory_xact_lock(" KL_PG_MIGRATE_LOCK
+                          ")",
+                      "lock the schema for a migration");
+  if (!err)
+    err = kl__pg_schema_version(pg, version);
+  if (!err && *version > KL__PG_SCHEMA_VERSION)
+    err = kl_pg_newer(*version);
+  if (!err && *version < KL__PG_SCHEMA_VERSION)
+    err = kl_pg_apply(pg, *version + 1);
+  if (!err && (err = kl__pg_exec(pg, "COMMIT", "commit a schema migration")) ==
+                  KL_OK)
+    return KL_OK;
+  PGresult *res = PQexec(pg, "ROLLBACK");
+  PQclear(res);
+  return err;
+}
+
+kl_err_t kl__pg_migrate(PGconn *pg, int *from, int *to) {
+  int version;
+  kl_err_t err = kl__pg_schema_version(pg, &version);
+  if (err)
+    return err;
+  *from = *to = version;
+  if (version > KL__PG_SCHEMA_VERSION)
+    return kl_pg_newer(version);
+  while (version < KL__PG_SCHEMA_VERSION) {
+    if ((err = kl_pg_step(pg, &version)))
+      return err;
+    /* version is the one found under the lock; the step moved it by one
+     * unless another migrator was there first. */
+    if ((err = kl__pg_schema_version(pg, &version)))
+      return err;
+    *to = version;
+  }
+  return KL_OK;
+}
+
+kl_err_t kl__store_pg_migrate(const char *uri, int *from, int *to) {
+  PGconn *pg = PQconnectdb(uri);
+  if (PQstatus(pg) != CONNECTION_OK) {
+    kl_err_t err = kl__err(KL_ESTORE, "postgresql: cannot connect: %s",
+                           PQerrorMessage(pg));
+    PQfinish(pg);
+    return err;
+  }
+  kl_err_t err = kl__pg_migrate(pg, from, to);
+  PQfinish(pg);
+  return err;
+}
