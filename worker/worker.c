@@ -22,7 +22,7 @@
 #include "common/internal.h"
 #include "common/kafka.h"
 #include "common/log.h"
-#include "worker/worker_internal.h"
+#include "worker/apply.h"
 
 typedef enum kl_lane_state {
   KL_LANE_FREE = 0, /* not owned */
@@ -44,18 +44,14 @@ struct kl_worker {
   kl_conf_t *conf;
   char *topic;
   kl_store_t *store;
-  kl_handler_fn_t *handler;
-  void *handler_opaque;
   rd_kafka_t *rk;
-  kl_decoder_t *decoder;
+  kl__applier_t applier;
   kl_lane_t *lanes;
   int32_t partitions;
   size_t batch_max;
   int64_t batch_wait_ns;
   volatile sig_atomic_t stop;
   int assigned_once; /* a rebalance callback has assigned to this member */
-  kl__worker_hook_fn *before_commit;
-  void *hook_opaque;
   _Atomic uint64_t applied, duplicates, redelivered, batches, fenced, failed;
   _Atomic int32_t owned;
 };
@@ -64,8 +60,8 @@ struct kl_worker {
 
 void kl__worker_set_before_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
                                   void *opaque) {
-  worker->before_commit = fn;
-  worker->hook_opaque = opaque;
+  worker->applier.before_commit = fn;
+  worker->applier.hook_opaque = opaque;
 }
 
 static void kl_sleep_ms(int ms) {
@@ -79,75 +75,6 @@ static void kl_lane_drop_msgs(kl_lane_t *lane) {
   for (size_t i = 0; i < lane->count; i++)
     rd_kafka_message_destroy(lane->msgs[i]);
   lane->count = 0;
-}
-
-typedef struct kl_batch_result {
-  int64_t next;    /* watermark after the batch */
-  uint64_t applied, duplicates, redelivered;
-  kl_handler_result_t verdict;
-  int64_t failed_offset;
-  char why[512];
-} kl_batch_result_t;
-
-/* Runs the handler over one event; the decode failure of a record that
- * cannot be an event is a FAIL of that record. */
-static kl_handler_result_t kl_apply_one(kl_worker_t *worker, kl_lane_t *lane,
-                                        int32_t partition, kl_txn_t *txn,
-                                        const rd_kafka_message_t *m,
-                                        kl_batch_result_t *res) {
-  kl_event_t event;
-  kl_err_t err = kl_event_decode(worker->decoder, m->key, m->key_len,
-                                 m->payload, m->len, &event);
-  if (err) {
-    snprintf(res->why, sizeof(res->why), "decode: %s: %s", kl_err_name(err),
-             kl_err_detail());
-    return KL_HANDLER_FAIL;
-  }
-  kl_mark_t mark;
-  if ((err = kl_txn_seen(txn, event.id, event.id_len, &mark))) {
-    snprintf(res->why, sizeof(res->why), "store: %s", kl_err_detail());
-    return KL_HANDLER_RETRY;
-  }
-  if (mark != KL_MARK_NONE) {
-    kl_txn_count_duplicate(txn);
-    res->duplicates++;
-    return KL_HANDLER_OK;
-  }
-  kl_fence_t fence = {worker->topic, partition, lane->epoch, m->offset};
-  kl_handler_result_t r = worker->handler(worker->handler_opaque, &event,
-                                          &fence, txn, res->why,
-                                          sizeof(res->why));
-  if (r != KL_HANDLER_OK)
-    return r;
-  if ((err = kl_txn_mark(txn, event.id, event.id_len, KL_MARK_APPLIED))) {
-    snprintf(res->why, sizeof(res->why), "store: %s", kl_err_detail());
-    return KL_HANDLER_RETRY;
-  }
-  res->applied++;
-  return KL_HANDLER_OK;
-}
-
-/* Runs the handlers of a lane's buffered messages into @p txn. */
-static void kl_run_batch(kl_worker_t *worker, kl_lane_t *lane,
-                         int32_t partition, kl_txn_t *txn,
-                         kl_batch_result_t *res) {
-  memset(res, 0, sizeof(*res));
-  res->next = lane->watermark;
-  res->verdict = KL_HANDLER_OK;
-  for (size_t i = 0; i < lane->count; i++) {
-    const rd_kafka_message_t *m = lane->msgs[i];
-    if (m->offset < res->next) {
-      res->redelivered++;
-      continue;
-    }
-    kl_handler_result_t r = kl_apply_one(worker, lane, partition, txn, m, res);
-    if (r != KL_HANDLER_OK) {
-      res->verdict = r;
-      res->failed_offset = m->offset;
-      return;
-    }
-    res->next = m->offset + 1;
-  }
 }
 
 static void kl_commit_kafka(kl_worker_t *worker, int32_t partition,
@@ -185,7 +112,7 @@ static void kl_lane_fenced(kl_worker_t *worker, kl_lane_t *lane,
 }
 
 static void kl_lane_failed(kl_worker_t *worker, kl_lane_t *lane,
-                           int32_t partition, const kl_batch_result_t *res) {
+                           int32_t partition, const kl__apply_result_t *res) {
   KL_LOG_E(KL_COMP,
            "handler failed partition=%" PRId32 " offset=%" PRId64
            ": %s; partition %" PRId32 " is stopped at offset %" PRId64
@@ -207,21 +134,10 @@ static void kl_lane_apply(kl_worker_t *worker, int32_t partition) {
   int backoff_ms = (int)kl__conf_int(worker->conf, "worker.retry.initial.ms");
   const int backoff_max = (int)kl__conf_int(worker->conf, "worker.retry.max.ms");
   while (lane->count > 0 && lane->state == KL_LANE_OWNED) {
-    kl_txn_t *txn;
-    kl_batch_result_t res;
-    kl_err_t err = kl_store_begin(worker->store, worker->topic, partition,
-                                  lane->epoch, &txn);
-    if (!err) {
-      kl_run_batch(worker, lane, partition, txn, &res);
-      if (res.verdict == KL_HANDLER_OK) {
-        if (worker->before_commit)
-          worker->before_commit(worker->hook_opaque, worker->topic, partition,
-                                lane->epoch);
-        err = kl_store_commit(txn, res.next);
-      } else {
-        kl_store_abort(txn);
-      }
-    }
+    kl__apply_result_t res;
+    kl_err_t err = kl__apply_batch(&worker->applier, partition, lane->epoch,
+                                   lane->watermark, lane->msgs, lane->count,
+                                   &res);
     if (!err && res.verdict == KL_HANDLER_OK) {
       lane->watermark = res.next;
       worker->applied += res.applied;
@@ -405,14 +321,16 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
     return KL_ENOMEM;
   worker->conf = kl_conf_dup(conf);
   worker->topic = strdup(topic);
-  worker->decoder = kl_decoder_new();
   worker->store = store;
-  worker->handler = handler;
-  worker->handler_opaque = handler_opaque;
+  worker->applier = (kl__applier_t){.store = store,
+                                    .topic = worker->topic,
+                                    .handler = handler,
+                                    .handler_opaque = handler_opaque,
+                                    .decoder = kl_decoder_new()};
   worker->batch_max = (size_t)kl__conf_int(conf, "worker.batch.max");
   worker->batch_wait_ns = kl__conf_int(conf, "worker.batch.wait.ms") * 1000000;
   kl_err_t err = KL_ENOMEM;
-  if (worker->conf && worker->topic && worker->decoder)
+  if (worker->conf && worker->topic && worker->applier.decoder)
     err = kl_consumer_new(worker);
   if (err) {
     kl_worker_destroy(worker);
@@ -565,7 +483,7 @@ void kl_worker_destroy(kl_worker_t *worker) {
   free(worker->lanes);
   if (worker->rk)
     rd_kafka_destroy(worker->rk);
-  kl_decoder_destroy(worker->decoder);
+  kl_decoder_destroy(worker->applier.decoder);
   kl_conf_destroy(worker->conf);
   free(worker->topic);
   free(worker);

@@ -1,0 +1,84 @@
+#include "worker/apply.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/internal.h"
+
+static kl_handler_result_t kl_apply_one(const kl__applier_t *a,
+                                        int32_t partition, uint64_t epoch,
+                                        kl_txn_t *txn,
+                                        const rd_kafka_message_t *m,
+                                        kl__apply_result_t *res) {
+  kl_event_t event;
+  kl_err_t err = kl_event_decode(a->decoder, m->key, m->key_len, m->payload,
+                                 m->len, &event);
+  if (err) {
+    res->failed_err = err;
+    snprintf(res->why, sizeof(res->why), "decode: %s: %s", kl_err_name(err),
+             kl_err_detail());
+    return KL_HANDLER_FAIL;
+  }
+  kl_mark_t mark;
+  if ((err = kl_txn_seen(txn, event.id, event.id_len, &mark))) {
+    snprintf(res->why, sizeof(res->why), "store: %s", kl_err_detail());
+    return KL_HANDLER_RETRY;
+  }
+  if (mark != KL_MARK_NONE) {
+    kl_txn_count_duplicate(txn);
+    res->duplicates++;
+    return KL_HANDLER_OK;
+  }
+  kl_fence_t fence = {a->topic, partition, epoch, m->offset};
+  kl_handler_result_t r = a->handler(a->handler_opaque, &event, &fence, txn,
+                                     res->why, sizeof(res->why));
+  if (r != KL_HANDLER_OK)
+    return r;
+  if ((err = kl_txn_mark(txn, event.id, event.id_len, KL_MARK_APPLIED))) {
+    snprintf(res->why, sizeof(res->why), "store: %s", kl_err_detail());
+    return KL_HANDLER_RETRY;
+  }
+  res->applied++;
+  return KL_HANDLER_OK;
+}
+
+static void kl_run_batch(const kl__applier_t *a, int32_t partition,
+                         uint64_t epoch, kl_txn_t *txn,
+                         rd_kafka_message_t *const *msgs, size_t count,
+                         kl__apply_result_t *res) {
+  for (size_t i = 0; i < count; i++) {
+    const rd_kafka_message_t *m = msgs[i];
+    if (m->offset < res->next) {
+      res->redelivered++;
+      continue;
+    }
+    kl_handler_result_t r = kl_apply_one(a, partition, epoch, txn, m, res);
+    if (r != KL_HANDLER_OK) {
+      res->verdict = r;
+      res->failed_offset = m->offset;
+      return;
+    }
+    res->next = m->offset + 1;
+  }
+}
+
+kl_err_t kl__apply_batch(const kl__applier_t *a, int32_t partition,
+                         uint64_t epoch, int64_t watermark,
+                         rd_kafka_message_t *const *msgs, size_t count,
+                         kl__apply_result_t *res) {
+  memset(res, 0, sizeof(*res));
+  res->next = watermark;
+  res->verdict = KL_HANDLER_OK;
+  kl_txn_t *txn;
+  kl_err_t err = kl_store_begin(a->store, a->topic, partition, epoch, &txn);
+  if (err)
+    return err;
+  kl_run_batch(a, partition, epoch, txn, msgs, count, res);
+  if (res->verdict != KL_HANDLER_OK || a->dry_run) {
+    kl_store_abort(txn);
+    return KL_OK;
+  }
+  if (a->before_commit)
+    a->before_commit(a->hook_opaque, a->topic, partition, epoch);
+  return kl_store_commit(txn, res->next);
+}

@@ -1,0 +1,51 @@
+/*
+ * Applying a batch of one partition's records: the path every owner takes,
+ * the worker's lanes and `keylane replay` alike.
+ *
+ * For each record in offset order: skip it when its offset is below the
+ * watermark (redelivered); decode it; skip it when its idempotency key was
+ * seen (re-published); else run the handler. Then ONE store commit holds
+ * the handlers' writes, the new idempotency keys and the new watermark,
+ * guarded by the owner's epoch.
+ */
+#ifndef KEYLANE_WORKER_APPLY_H
+#define KEYLANE_WORKER_APPLY_H
+
+#include <librdkafka/rdkafka.h>
+
+#include "keylane/worker.h"
+#include "worker/worker_internal.h"
+
+typedef struct kl__applier {
+  kl_store_t *store;
+  const char *topic;
+  kl_handler_fn_t *handler;
+  void *handler_opaque;
+  kl_decoder_t *decoder;          /* one per thread */
+  kl__worker_hook_fn *before_commit; /* test hook; may be NULL */
+  void *hook_opaque;
+  int dry_run; /* run the handlers, then abort instead of committing */
+} kl__applier_t;
+
+typedef struct kl__apply_result {
+  int64_t next; /* watermark after the batch */
+  uint64_t applied, duplicates, redelivered;
+  kl_handler_result_t verdict; /* OK, or the first RETRY/FAIL */
+  int64_t failed_offset;
+  kl_err_t failed_err; /* KL_EDECODE_* when the record did not decode */
+  char why[512];
+} kl__apply_result_t;
+
+/**
+ * Applies @p msgs (@p count records of @p partition, in offset order) once.
+ * @returns KL_OK with res->verdict OK when committed (or, dry run, when it
+ *          would have been); KL_OK with verdict RETRY/FAIL when a handler
+ *          or the decoder stopped the batch (nothing applied); KL_EFENCED;
+ *          or a store error (nothing applied; retriable ones may be re-run).
+ */
+kl_err_t kl__apply_batch(const kl__applier_t *applier, int32_t partition,
+                         uint64_t epoch, int64_t watermark,
+                         rd_kafka_message_t *const *msgs, size_t count,
+                         kl__apply_result_t *res);
+
+#endif
