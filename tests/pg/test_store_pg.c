@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -678,6 +679,38 @@ static void test_older_schema_needs_store_migrate(void **state) {
   kl_store_destroy(store);
 }
 
+/* Runs `keylane store migrate --store URI`; returns its exit status and
+ * its first line of output. */
+static int t_cli_migrate(const char *uri, char *line, size_t size) {
+  const char *bin = getenv("KEYLANE_BIN");
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "'%s' store migrate --store '%s' 2>&1",
+           bin ? bin : "bin/keylane", uri);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  line[0] = '\0';
+  if (!fgets(line, (int)size, p))
+    line[0] = '\0';
+  char rest[256];
+  while (fgets(rest, sizeof(rest), p))
+    ;
+  int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void test_cli_store_migrate(void **state) {
+  T_NEED_PG();
+  t_state_t *st = *state;
+  char line[512];
+  assert_int_equal(t_cli_migrate(st->uri, line, sizeof(line)), 0);
+  assert_non_null(strstr(line, "schema version 0 -> 2"));
+  assert_int_equal(t_cli_migrate(st->uri, line, sizeof(line)), 0);
+  assert_non_null(strstr(line, "nothing to do"));
+  t_sql(st->admin, "INSERT INTO keylane_schema_version (version) VALUES (7)");
+  assert_int_equal(t_cli_migrate(st->uri, line, sizeof(line)), 1);
+  assert_non_null(strstr(line, "newer than this build"));
+}
+
 static void test_unreachable_server(void **state) {
   T_NEED_PG();
   kl_store_t *store = NULL;
@@ -845,6 +878,7 @@ int main(void) {
       T(test_open_creates_the_schema),
       T(test_newer_schema_is_refused),
       T(test_older_schema_needs_store_migrate),
+      T(test_cli_store_migrate),
       T(test_unreachable_server),
       T(test_connection_lost_mid_batch),
       T(test_connection_lost_during_get),

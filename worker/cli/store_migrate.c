@@ -1,0 +1,71 @@
+/* keylane store migrate: brings a PostgreSQL store's schema to this
+ * build's version (see worker/store_pg_migrations.c for who migrates). */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/cli/cli.h"
+#include "keylane/store.h"
+#include "worker/cli/store.h"
+#include "worker/store_pg.h"
+
+#define SUB "store migrate"
+
+static const char kl_migrate_usage[] =
+    "usage: keylane store migrate --store STORE\n\n"
+    "Applies the schema migrations a PostgreSQL store lacks, each in its own\n"
+    "transaction; safe to run twice, and beside running workers of the same\n"
+    "version. Workers create the schema of an empty database themselves but\n"
+    "never upgrade an existing one: stop the workers of the older version,\n"
+    "run this, then start the new ones. A schema newer than this build is\n"
+    "refused. An LMDB store has no migrations; it is only checked.\n\n"
+    "      --store STORE   postgresql://... URI (or an LMDB directory)\n"
+    "  -h, --help          this text\n";
+
+static int kl_migrate_lmdb(const char *dir) {
+  kl_store_t *store;
+  if (kl_store_open(dir, NULL, &store))
+    return kl__cli_fail(SUB, "cannot open the store %s: %s", dir,
+                        kl_err_detail());
+  kl_store_destroy(store);
+  printf("LMDB store %s: its format is this build's; an LMDB store has no "
+         "migrations\n", dir);
+  return KL_EXIT_OK;
+}
+
+static int kl_migrate_pg(const char *uri) {
+  int from = 0, to = 0;
+  kl_err_t err = kl__store_pg_migrate(uri, &from, &to);
+  if (err)
+    return kl__cli_fail(SUB, "%s", kl_err_detail());
+  if (from == to)
+    printf("schema version %d, the latest this build knows: nothing to do\n",
+           to);
+  else
+    printf("schema version %d -> %d\n", from, to);
+  return KL_EXIT_OK;
+}
+
+int kl__cmd_store_migrate(int argc, char **argv) {
+  static const struct option opts[] = {{"store", required_argument, NULL, 's'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  const char *location = NULL;
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 's': location = optarg; break;
+    case 'h': fputs(kl_migrate_usage, stdout); return KL_EXIT_OK;
+    default: return kl__cli_usage(SUB, "unknown option");
+    }
+  }
+  if (optind < argc)
+    return kl__cli_usage(SUB, "unexpected argument \"%s\"", argv[optind]);
+  if (!location || !*location)
+    return kl__cli_usage(SUB, "--store STORE is required");
+  if (strncmp(location, "postgresql://", 13) == 0 ||
+      strncmp(location, "postgres://", 11) == 0)
+    return kl_migrate_pg(location);
+  return kl_migrate_lmdb(location);
+}
