@@ -10,6 +10,7 @@ static const struct {
   const char *summary;
 } kl_cmds[] = {
     /* {"name", kl__cmd_name, "one-line summary"}, one per subcommand */
+    {"publish", kl__cmd_publish, "publish JSON-line events from stdin"},
     {"broker", kl__cmd_broker, "run the embedded Kafka-protocol cluster"},
     {"route", kl__cmd_route, "print the partition each key routes to"},
     {"help", NULL, "this list"},

@@ -1,6 +1,7 @@
 /*
  * The publish-side subcommands through the real executable (KEYLANE_BIN):
- * keylane route, keylane broker --embedded, keylane publish.
+ * keylane route, keylane broker --embedded, keylane publish; and the
+ * JSON <-> msgpack mapping and base64 that publish rests on.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +18,12 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
 
+#include "common/json_msgpack.h"
+#include "keylane/embedded.h"
 #include "keylane/producer.h"
 
 /* ---- running the binary ---- */
@@ -144,7 +150,7 @@ static void test_route_bad_key_names_line(void **state) {
 
 static void test_help_everywhere(void **state) {
   (void)state;
-  const char *subs[] = {"route", "broker"};
+  const char *subs[] = {"route", "broker", "publish"};
   for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
     kl_run_t r;
     kl_run((const char *[]){subs[i], "--help", NULL}, NULL, &r);
@@ -242,6 +248,303 @@ static void test_broker_bad_flags(void **state) {
   kl_run_free(&r);
 }
 
+
+/* ---- keylane publish ---- */
+
+typedef struct kl_msg {
+  int32_t partition;
+  int64_t offset;
+  char key[64];
+  unsigned char *value;
+  size_t value_len;
+} kl_msg_t;
+
+/* Reads every message of @p topic's @p partitions partitions from the
+ * start, with a plain consumer (no group): up to 64, for 3 s. */
+static size_t kl_consume_all(const char *bootstrap, const char *topic,
+                             int partitions, kl_msg_t *msgs) {
+  char errstr[256];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr, sizeof(errstr));
+  rd_kafka_conf_set(conf, "group.id", "cli-test", errstr, sizeof(errstr));
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+  assert_non_null(rk);
+  rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(8);
+  for (int p = 0; p < partitions; p++)
+    rd_kafka_topic_partition_list_add(list, topic, p)->offset =
+        RD_KAFKA_OFFSET_BEGINNING;
+  assert_int_equal(rd_kafka_assign(rk, list), 0);
+  rd_kafka_topic_partition_list_destroy(list);
+  size_t n = 0;
+  for (time_t end = time(NULL) + 3; time(NULL) < end && n < 64;) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+    if (m && !m->err) {
+      kl_msg_t *out = &msgs[n++];
+      out->partition = m->partition;
+      out->offset = m->offset;
+      snprintf(out->key, sizeof(out->key), "%.*s", (int)m->key_len,
+               (const char *)m->key);
+      out->value = malloc(m->len);
+      memcpy(out->value, m->payload, m->len);
+      out->value_len = m->len;
+    }
+    if (m)
+      rd_kafka_message_destroy(m);
+  }
+  rd_kafka_consumer_close(rk);
+  rd_kafka_destroy(rk);
+  return n;
+}
+
+static const kl_msg_t *kl_msg_find(const kl_msg_t *msgs, size_t n,
+                                   const char *key) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(msgs[i].key, key) == 0)
+      return &msgs[i];
+  fail_msg("no message with key %s", key);
+  return NULL;
+}
+
+/* The payload as stored: msgpack of the line's JSON, which reads back as
+ * the same JSON value. */
+static void kl_check_payload(const kl_msg_t *m, const char *json_text) {
+  kl_decoder_t *decoder = kl_decoder_new();
+  kl_event_t ev;
+  assert_int_equal(kl_event_decode(decoder, m->key, strlen(m->key), m->value,
+                                   m->value_len, &ev),
+                   KL_OK);
+  json_t *want = json_loads(json_text, JSON_DECODE_ANY, NULL), *got;
+  assert_non_null(want);
+  if (kl__msgpack_to_json(ev.payload, ev.payload_len, &got) != KL_OK)
+    fail_msg("payload of %s: %s", m->key, kl_err_detail());
+  assert_true(json_equal(want, got));
+  json_decref(want);
+  json_decref(got);
+  kl_decoder_destroy(decoder);
+}
+
+static void kl_check_out_line(json_t *line, const char *key,
+                              const kl_msg_t *msgs, size_t n) {
+  assert_non_null(line);
+  assert_string_equal(json_string_value(json_object_get(line, "key")), key);
+  const kl_msg_t *m = kl_msg_find(msgs, n, key);
+  assert_int_equal(json_integer_value(json_object_get(line, "partition")),
+                   m->partition);
+  assert_int_equal(json_integer_value(json_object_get(line, "offset")),
+                   m->offset);
+  assert_int_equal(m->partition, kl_partition(key, strlen(key), 6));
+  assert_int_equal(json_object_size(line), 4);
+}
+
+static void test_publish_good_lines_then_bad(void **state) {
+  (void)state;
+  kl_embedded_t *embedded;
+  assert_int_equal(kl_embedded_new(3, "events", 6, &embedded), KL_OK);
+  const char *bootstrap = kl_embedded_bootstrap(embedded);
+  const char *input =
+      "{\"key\":\"acct-1\",\"type\":\"credit\",\"payload\":{\"amount\":5,"
+      "\"tags\":[\"a\",null,true,1.5,-7]}}\n"
+      "{\"key\":\"acct-2\",\"type\":\"debit\",\"id\":\"given-id\","
+      "\"payload\":\"text\",\"headers\":{\"src\":\"test\"}}\n"
+      "{\"key\":\"acct-3\",\"type\":\"raw\",\"payload_b64\":\"AAEC/w==\"}\n"
+      "{\"key\":\"acct-4\",\"payload\":1}\n" /* no type: the bad line */
+      "{\"key\":\"acct-5\",\"type\":\"never\"}\n";
+  kl_run_t r;
+  kl_run((const char *[]){"publish", "-b", bootstrap, "-t", "events", "-p",
+                          "6", NULL},
+         input, &r);
+  assert_int_equal(r.rc, 2);
+  assert_non_null(strstr(r.err, "line 4: \"type\" is missing"));
+
+  kl_msg_t msgs[64];
+  size_t n = kl_consume_all(bootstrap, "events", 6, msgs);
+  assert_int_equal(n, 3); /* lines 1-3, and not line 5 */
+  const char *keys[] = {"acct-1", "acct-2", "acct-3"};
+  char *save, *text = strtok_r(r.out, "\n", &save);
+  for (size_t i = 0; i < 3; i++, text = strtok_r(NULL, "\n", &save)) {
+    assert_non_null(text);
+    json_t *line = json_loads(text, 0, NULL);
+    kl_check_out_line(line, keys[i], msgs, n);
+    const char *id = json_string_value(json_object_get(line, "id"));
+    assert_int_equal(strlen(id), i == 1 ? 8 : 36);
+    json_decref(line);
+  }
+  assert_null(text);
+  kl_check_payload(kl_msg_find(msgs, n, "acct-1"),
+                   "{\"amount\":5,\"tags\":[\"a\",null,true,1.5,-7]}");
+  kl_check_payload(kl_msg_find(msgs, n, "acct-2"), "\"text\"");
+  for (size_t i = 0; i < n; i++)
+    free(msgs[i].value);
+  kl_run_free(&r);
+  kl_embedded_destroy(embedded);
+}
+
+static void kl_expect_bad(const char *bootstrap, const char *input,
+                          const char *problem) {
+  kl_run_t r;
+  kl_run((const char *[]){"publish", "-b", bootstrap, "-t", "bad", NULL},
+         input, &r);
+  assert_int_equal(r.rc, 2);
+  if (!strstr(r.err, problem))
+    fail_msg("expected \"%s\" in: %s", problem, r.err);
+  kl_run_free(&r);
+}
+
+static void test_publish_bad_lines(void **state) {
+  (void)state;
+  kl_embedded_t *embedded;
+  assert_int_equal(kl_embedded_new(1, "bad", 2, &embedded), KL_OK);
+  const char *bs = kl_embedded_bootstrap(embedded);
+  kl_expect_bad(bs, "{\"key\":\"a\",\"type\":\"t\"}\nnot json\n",
+                "line 2: invalid JSON");
+  kl_expect_bad(bs, "{\"type\":\"t\"}\n", "line 1: \"key\" is missing");
+  kl_expect_bad(bs, "[1]\n", "line 1: a line must be a JSON object");
+  kl_expect_bad(bs, "{\"key\":\"a\",\"type\":\"t\",\"payload\":1,"
+                    "\"payload_b64\":\"AA==\"}\n",
+                "both \"payload\" and \"payload_b64\"");
+  kl_expect_bad(bs, "{\"key\":\"a\",\"type\":\"t\",\"payload_b64\":\"A*==\"}\n",
+                "invalid character at offset 1");
+  kl_expect_bad(bs, "{\"key\":\"a\",\"type\":\"t\",\"ts\":1}\n",
+                "unknown field \"ts\"");
+  kl_expect_bad(bs, "{\"key\":\"a\",\"type\":\"t\",\"id\":\"\"}\n",
+                "\"id\" is empty; omit it");
+  kl_expect_bad(bs, "{\"key\":\"a\",\"type\":\"t\",\"headers\":{\"h\":1}}\n",
+                "header \"h\" must be a string");
+  kl_expect_bad(bs, "{\"key\":\"a\",\"key\":\"b\",\"type\":\"t\"}\n",
+                "duplicate object key");
+  kl_expect_bad(bs, "\n", "line 1: the line is empty");
+
+  char deep[400] = "{\"key\":\"a\",\"type\":\"t\",\"payload\":";
+  size_t len = strlen(deep);
+  for (int i = 0; i < 65; i++)
+    deep[len++] = '[';
+  for (int i = 0; i < 65; i++)
+    deep[len++] = ']';
+  strcpy(deep + len, "}\n");
+  kl_expect_bad(bs, deep, "nests deeper than 64");
+
+  size_t big = 2 * 1024 * 1024 + 10;
+  char *huge = malloc(big + 2);
+  memset(huge, ' ', big);
+  strcpy(huge + big, "\n");
+  kl_expect_bad(bs, huge, "line 1: the line is longer than 2097152 bytes");
+  free(huge);
+
+  char type[300] = "{\"key\":\"a\",\"type\":\"";
+  memset(type + strlen(type), 't', 256);
+  strcpy(type + 19 + 256, "\"}\n");
+  kl_expect_bad(bs, type, "line 1:");
+  kl_embedded_destroy(embedded);
+}
+
+static void test_publish_usage(void **state) {
+  (void)state;
+  kl_run_t r;
+  kl_run((const char *[]){"publish", "-t", "x", NULL}, "", &r);
+  assert_int_equal(r.rc, 2);
+  assert_non_null(strstr(r.err, "-b BOOTSTRAP is required"));
+  kl_run_free(&r);
+  kl_run((const char *[]){"publish", "-b", "127.0.0.1:1", NULL}, "", &r);
+  assert_int_equal(r.rc, 2);
+  assert_non_null(strstr(r.err, "-t TOPIC is required"));
+  kl_run_free(&r);
+  kl_run((const char *[]){"publish", "-b", "h:1", "-t", "x", "-X", "nope=1",
+                          NULL},
+         "", &r);
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err, "nope"));
+  kl_run_free(&r);
+}
+
+/* Kafka refuses the produce (the mock answers every Produce with a
+ * permanent error): exit 1 with the reason, nothing on stdout. */
+static void test_publish_delivery_failure(void **state) {
+  (void)state;
+  char errstr[256];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "log_level", "0", errstr, sizeof(errstr));
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+  rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(rk, 1);
+  assert_int_equal(rd_kafka_mock_topic_create(mc, "refused", 2, 1), 0);
+  rd_kafka_resp_err_t errs[50];
+  for (size_t i = 0; i < 50; i++)
+    errs[i] = RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED;
+  rd_kafka_mock_push_request_errors_array(mc, 0 /* Produce */, 50, errs);
+  kl_run_t r;
+  kl_run((const char *[]){"publish", "-b", rd_kafka_mock_cluster_bootstraps(mc),
+                          "-t", "refused", NULL},
+         "{\"key\":\"a\",\"type\":\"t\"}\n", &r);
+  assert_int_equal(r.rc, 1);
+  assert_string_equal(r.out, "");
+  assert_non_null(strstr(r.err, "line 1 (key a): not delivered"));
+  kl_run_free(&r);
+  rd_kafka_mock_cluster_destroy(mc);
+  rd_kafka_destroy(rk);
+}
+
+/* The mapping publish and the gateway rely on, beyond what a line can
+ * carry: msgpack that JSON cannot say, and hostile lengths. */
+static void test_msgpack_to_json_limits(void **state) {
+  (void)state;
+  json_t *v;
+  /* a 5-byte array header claiming 2^32-1 elements: refused, no alloc */
+  assert_int_equal(kl__msgpack_to_json("\xdd\xff\xff\xff\xff", 5, &v),
+                   KL_EINVAL);
+  assert_non_null(strstr(kl_err_detail(), "truncated"));
+  assert_int_equal(kl__msgpack_to_json("\x81\x01\x02", 3, &v), KL_EINVAL);
+  assert_non_null(strstr(kl_err_detail(), "not a string"));
+  assert_int_equal(kl__msgpack_to_json("\xa2\xff\xfe", 3, &v), KL_EINVAL);
+  assert_int_equal(kl__msgpack_to_json("\xc1", 1, &v), KL_EINVAL);
+  assert_int_equal(kl__msgpack_to_json("\x01\x02", 2, &v), KL_EINVAL);
+  assert_int_equal(kl__msgpack_to_json("\xcf\xff\xff\xff\xff\xff\xff\xff\xff",
+                                       9, &v),
+                   KL_EINVAL);
+  assert_int_equal(kl__msgpack_to_json("\xd4\x01\x00", 3, &v), KL_EINVAL);
+  unsigned char deep[70];
+  memset(deep, 0x91, sizeof(deep) - 1);
+  deep[sizeof(deep) - 1] = 0xc0;
+  assert_int_equal(kl__msgpack_to_json(deep, sizeof(deep), &v), KL_EINVAL);
+  assert_int_equal(kl__msgpack_to_json("\xc4\x02\x00\xff", 4, &v), KL_OK);
+  assert_string_equal(json_string_value(json_object_get(v, "$base64")), "AP8=");
+  json_decref(v);
+  assert_int_equal(kl__msgpack_to_json("\xd0\x80", 2, &v), KL_OK);
+  assert_int_equal(json_integer_value(v), -128);
+  json_decref(v);
+  /* JSON -> msgpack over the size limit */
+  json_t *s = json_string("0123456789");
+  void *out;
+  size_t out_len;
+  assert_int_equal(kl__json_to_msgpack(s, 8, &out, &out_len), KL_EINVAL);
+  assert_int_equal(kl__json_to_msgpack(s, 11, &out, &out_len), KL_OK);
+  assert_int_equal(out_len, 11);
+  free(out);
+  json_decref(s);
+}
+
+static void test_base64(void **state) {
+  (void)state;
+  const char *plain[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar"};
+  const char *coded[] = {"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=",
+                         "Zm9vYmFy"}; /* RFC 4648 section 10 */
+  for (size_t i = 0; i < 7; i++) {
+    char text[16];
+    kl__base64_encode(plain[i], strlen(plain[i]), text);
+    assert_string_equal(text, coded[i]);
+    void *out;
+    size_t len;
+    assert_int_equal(kl__base64_decode(coded[i], strlen(coded[i]), &out, &len),
+                     KL_OK);
+    assert_int_equal(len, strlen(plain[i]));
+    assert_memory_equal(out, plain[i], len);
+    free(out);
+  }
+  void *out;
+  size_t len;
+  assert_int_equal(kl__base64_decode("Zg=", 3, &out, &len), KL_EINVAL);
+  assert_int_equal(kl__base64_decode("Z=g=", 4, &out, &len), KL_EINVAL);
+  assert_int_equal(kl__base64_decode("Zg==Zg==", 8, &out, &len), KL_EINVAL);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -252,6 +555,12 @@ int main(void) {
       cmocka_unit_test(test_broker_embedded_sigterm),
       cmocka_unit_test(test_broker_embedded_sigint),
       cmocka_unit_test(test_broker_bad_flags),
+      cmocka_unit_test(test_publish_good_lines_then_bad),
+      cmocka_unit_test(test_publish_bad_lines),
+      cmocka_unit_test(test_publish_usage),
+      cmocka_unit_test(test_publish_delivery_failure),
+      cmocka_unit_test(test_msgpack_to_json_limits),
+      cmocka_unit_test(test_base64),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,500 @@
+/*
+ * The producer: an idempotent librdkafka producer (acks=all) that routes
+ * every event itself with kl_partition(), so that the partition, and the
+ * worker that owns the key, never depend on librdkafka's partitioner.
+ *
+ * Per-event cost is kept to what the envelope needs: the envelope buffer
+ * from kl_event_encode() is grown (realloc, usually in place) to also hold
+ * a small trailer with the caller's opaque and the event's id. That one
+ * block is the message's payload AND its msg_opaque; it is produced with
+ * no RD_KAFKA_MSG_F_COPY/F_FREE, so librdkafka neither copies nor frees it,
+ * and the delivery report frees it after the callback. No other copy is
+ * made.
+ *
+ * Every function here runs on the caller's thread (the one that uses the
+ * producer), including the delivery and error callbacks, which librdkafka
+ * serves from rd_kafka_poll()/rd_kafka_flush().
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "common/internal.h"
+#include "common/kafka.h"
+#include "common/log.h"
+#include "keylane/producer.h"
+
+/* How long the first publish to a topic waits for its partition count. */
+#define KL_METADATA_TIMEOUT_MS 10000
+
+typedef struct kl_topic {
+  char *name;
+  rd_kafka_topic_t *rkt;
+  int32_t partitions;
+  kl_err_t err; /* a partition-count mismatch is remembered, not re-read */
+  char detail[256];
+} kl_topic_t;
+
+struct kl_producer {
+  rd_kafka_t *rk;
+  kl_delivery_cb_t *cb;
+  void *cb_opaque;
+  int64_t inflight; /* only touched on the producer's thread */
+  int64_t inflight_max;
+  int64_t enqueue_timeout_ms;
+  int32_t expect_partitions;
+  kl_topic_t *topics;
+  size_t topic_cnt;
+  kl_topic_t *last; /* most publishes go to the topic of the previous one */
+};
+
+/* What follows the envelope in a message's block (see the file comment). */
+typedef struct kl_msg_trailer {
+  void *opaque;
+  size_t id_len;
+  char id[]; /* NUL terminated */
+} kl_msg_trailer_t;
+
+#define KL_TRAILER_ALIGN (_Alignof(kl_msg_trailer_t))
+
+static size_t kl_trailer_offset(size_t envelope_len) {
+  return (envelope_len + KL_TRAILER_ALIGN - 1) & ~(KL_TRAILER_ALIGN - 1);
+}
+
+/* ---- librdkafka errors, mapped once ---- */
+
+static kl_err_t kl_kafka_err(rd_kafka_resp_err_t err) {
+  switch (err) {
+  case RD_KAFKA_RESP_ERR_NO_ERROR:
+    return KL_OK;
+  case RD_KAFKA_RESP_ERR__QUEUE_FULL:
+    return KL_EQUEUE_FULL;
+  case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
+  case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
+  case RD_KAFKA_RESP_ERR__DESTROY:
+    return KL_ESTOPPED;
+  case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+  case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    return KL_ENOTFOUND;
+  case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
+  case RD_KAFKA_RESP_ERR__TIMED_OUT:
+  case RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE:
+  case RD_KAFKA_RESP_ERR__TRANSPORT:
+  case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
+  case RD_KAFKA_RESP_ERR__RESOLVE:
+  case RD_KAFKA_RESP_ERR__WAIT_COORD:
+  case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
+  case RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION:
+  case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
+  case RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION:
+  case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS:
+  case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+  case RD_KAFKA_RESP_ERR_KAFKA_STORAGE_ERROR:
+  case RD_KAFKA_RESP_ERR_BROKER_NOT_AVAILABLE:
+  case RD_KAFKA_RESP_ERR_THROTTLING_QUOTA_EXCEEDED:
+    return KL_EKAFKA_TRANSIENT;
+  default:
+    return KL_EKAFKA;
+  }
+}
+
+/* ---- callbacks, served on the producer's thread ---- */
+
+static void kl_producer_dr(rd_kafka_t *rk, const rd_kafka_message_t *msg,
+                           void *opaque) {
+  (void)rk;
+  kl_producer_t *producer = opaque;
+  char *block = msg->_private;
+  kl_msg_trailer_t *t = (kl_msg_trailer_t *)(block + kl_trailer_offset(msg->len));
+  producer->inflight--;
+  if (producer->cb) {
+    kl_delivery_t d = {
+        .err = kl_kafka_err(msg->err),
+        /* not rd_kafka_message_errstr(): on a delivery report it would
+         * return the payload, our envelope, as the message */
+        .errmsg = msg->err ? rd_kafka_err2str(msg->err) : NULL,
+        .topic = rd_kafka_topic_name(msg->rkt),
+        .partition = msg->partition,
+        .offset = msg->err ? -1 : msg->offset,
+        .id = t->id,
+        .id_len = t->id_len,
+        .opaque = t->opaque,
+    };
+    producer->cb(producer->cb_opaque, &d);
+  }
+  free(block);
+}
+
+static void kl_producer_error(rd_kafka_t *rk, int err, const char *reason,
+                              void *opaque) {
+  (void)rk;
+  (void)opaque;
+  if (err == RD_KAFKA_RESP_ERR__FATAL)
+    KL_LOG_E("producer", "fatal: %s; no further event can be published by "
+                         "this producer",
+             reason);
+  else if (err == RD_KAFKA_RESP_ERR__TRANSPORT ||
+           err == RD_KAFKA_RESP_ERR__RESOLVE)
+    KL_LOG_D("producer", "%s", reason); /* librdkafka logged it already */
+  else
+    KL_LOG_W("producer", "%s: %s", rd_kafka_err2name(err), reason);
+}
+
+/* ---- creation ---- */
+
+/* keylane's guarantees rest on these; a conflicting value is refused
+ * rather than silently replaced. */
+static kl_err_t kl_producer_check_forced(const kl_conf_t *conf) {
+  static const char *const acks[] = {"kafka.acks", "kafka.request.required.acks"};
+  for (size_t i = 0; i < 2; i++) {
+    const char *v = kl_conf_get(conf, acks[i]);
+    if (v && strcmp(v, "all") != 0 && strcmp(v, "-1") != 0)
+      return kl__err(KL_ECONF, "%s=%s: keylane publishes with acks=all so "
+                               "that no acknowledged event is lost; remove it",
+                     acks[i], v);
+  }
+  const char *idem = kl_conf_get(conf, "kafka.enable.idempotence");
+  if (idem && strcmp(idem, "true") != 0)
+    return kl__err(KL_ECONF, "kafka.enable.idempotence=%s: keylane needs the "
+                             "idempotent producer (no duplicates or reordering "
+                             "on retry); remove it", idem);
+  if (!kl_conf_get(conf, "kafka.bootstrap.servers") &&
+      !kl_conf_get(conf, "kafka.metadata.broker.list"))
+    return kl__err(KL_ECONF, "kafka.bootstrap.servers is not set: give the "
+                             "brokers as HOST:PORT[,HOST:PORT] (-b)");
+  return KL_OK;
+}
+
+static kl_err_t kl_producer_rkconf(const kl_conf_t *conf, kl_producer_t *producer,
+                                   rd_kafka_conf_t **out) {
+  rd_kafka_conf_t *rkconf = rd_kafka_conf_new();
+  char n[32];
+  /* librdkafka's queue must hold the whole budget, so that the budget,
+   * with its documented wait, is what a caller meets first. */
+  snprintf(n, sizeof(n), "%lld", (long long)producer->inflight_max + 1000);
+  const char *const defaults[] = {"queue.buffering.max.messages", n, NULL};
+  kl_err_t err = kl__kafka_conf_apply(rkconf, conf, defaults);
+  if (!err)
+    err = kl__kafka_set(rkconf, "enable.idempotence", "true");
+  if (!err)
+    err = kl__kafka_set(rkconf, "acks", "all");
+  if (err) {
+    rd_kafka_conf_destroy(rkconf);
+    return err;
+  }
+  rd_kafka_conf_set_dr_msg_cb(rkconf, kl_producer_dr);
+  rd_kafka_conf_set_error_cb(rkconf, kl_producer_error);
+  rd_kafka_conf_set_opaque(rkconf, producer);
+  *out = rkconf;
+  return KL_OK;
+}
+
+kl_err_t kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
+                         void *cb_opaque, kl_producer_t **out) {
+  if (!conf || !out)
+    return kl__err(KL_EINVAL, "kl_producer_new: conf and out are required");
+  kl_err_t err = kl_producer_check_forced(conf);
+  if (err)
+    return err;
+  kl_producer_t *producer = calloc(1, sizeof(*producer));
+  if (!producer)
+    return kl__err(KL_ENOMEM, "kl_producer_new: out of memory");
+  producer->cb = cb;
+  producer->cb_opaque = cb_opaque;
+  producer->inflight_max = kl__conf_int(conf, "producer.inflight.max");
+  producer->enqueue_timeout_ms = kl__conf_int(conf, "producer.enqueue.timeout.ms");
+  producer->expect_partitions =
+      (int32_t)kl__conf_int(conf, "producer.expect.partitions");
+  rd_kafka_conf_t *rkconf;
+  if ((err = kl_producer_rkconf(conf, producer, &rkconf))) {
+    free(producer);
+    return err;
+  }
+  char errstr[512];
+  producer->rk = rd_kafka_new(RD_KAFKA_PRODUCER, rkconf, errstr, sizeof(errstr));
+  if (!producer->rk) {
+    rd_kafka_conf_destroy(rkconf);
+    free(producer);
+    return kl__err(KL_ECONF, "cannot create the Kafka producer: %s", errstr);
+  }
+  *out = producer;
+  return KL_OK;
+}
+
+/* ---- topics and their partition counts ---- */
+
+/* One metadata request for @p topic: the count, 0 while the topic has no
+ * leaders yet (just created), or a negative kl_err_t with the detail. */
+static int32_t kl_topic_read_count(kl_producer_t *producer, kl_topic_t *topic,
+                                   int timeout_ms) {
+  const struct rd_kafka_metadata *md;
+  rd_kafka_resp_err_t rerr =
+      rd_kafka_metadata(producer->rk, 0, topic->rkt, &md, timeout_ms);
+  if (rerr)
+    return -(int32_t)kl__err(kl_kafka_err(rerr),
+                             "cannot read the partition count of topic %s: "
+                             "%s; is the cluster reachable?",
+                             topic->name, rd_kafka_err2str(rerr));
+  int32_t count = -(int32_t)kl__err(KL_ENOTFOUND, "metadata for topic %s "
+                                                  "came back empty", topic->name);
+  if (md->topic_cnt == 1) {
+    rerr = md->topics[0].err;
+    count = md->topics[0].partition_cnt;
+    if (rerr == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE)
+      count = 0;
+    else if (rerr)
+      count = -(int32_t)kl__err(kl_kafka_err(rerr), "topic %s: %s",
+                                topic->name, rd_kafka_err2str(rerr));
+  }
+  rd_kafka_metadata_destroy(md);
+  return count;
+}
+
+static kl_err_t kl_topic_check(kl_producer_t *producer, kl_topic_t *topic) {
+  int32_t expect = producer->expect_partitions;
+  if (expect == 0 || topic->partitions == expect)
+    return KL_OK;
+  topic->err = kl__err(KL_EPARTITIONS,
+                       "topic %s has %d partitions, the fleet expects %d: keys "
+                       "would move between owners; recreate the topic or pass "
+                       "--partitions %d (producer.expect.partitions)",
+                       topic->name, (int)topic->partitions, (int)expect,
+                       (int)topic->partitions);
+  snprintf(topic->detail, sizeof(topic->detail), "%s", kl_err_detail());
+  return topic->err;
+}
+
+/* Reads the count, waiting out a topic that is still being created. */
+static kl_err_t kl_topic_load(kl_producer_t *producer, kl_topic_t *topic) {
+  int64_t deadline = kl__mono_ns() + (int64_t)KL_METADATA_TIMEOUT_MS * 1000000;
+  for (;;) {
+    int64_t left_ms = (deadline - kl__mono_ns()) / 1000000;
+    int32_t count = kl_topic_read_count(producer, topic,
+                                        left_ms > 0 ? (int)left_ms : 1);
+    if (count < 0)
+      return (kl_err_t)-count;
+    if (count > 0) {
+      topic->partitions = count;
+      return kl_topic_check(producer, topic);
+    }
+    if (left_ms <= 0)
+      return kl__err(KL_EKAFKA_TRANSIENT, "topic %s has no partition leaders "
+                                          "after %d ms", topic->name,
+                     KL_METADATA_TIMEOUT_MS);
+    rd_kafka_poll(producer->rk, 100);
+  }
+}
+
+static kl_topic_t *kl_topic_find(kl_producer_t *producer, const char *name) {
+  kl_topic_t *last = producer->last;
+  if (last && (last->name == name || strcmp(last->name, name) == 0))
+    return last;
+  for (size_t i = 0; i < producer->topic_cnt; i++)
+    if (strcmp(producer->topics[i].name, name) == 0)
+      return producer->last = &producer->topics[i];
+  return NULL;
+}
+
+static kl_err_t kl_topic_add(kl_producer_t *producer, const char *name,
+                             kl_topic_t **out) {
+  kl_topic_t *topics =
+      realloc(producer->topics, (producer->topic_cnt + 1) * sizeof(*topics));
+  if (!topics)
+    return kl__err(KL_ENOMEM, "out of memory adding topic %s", name);
+  producer->topics = topics;
+  producer->last = NULL; /* the array may have moved */
+  kl_topic_t *topic = &topics[producer->topic_cnt];
+  memset(topic, 0, sizeof(*topic));
+  if (!(topic->name = strdup(name)))
+    return kl__err(KL_ENOMEM, "out of memory adding topic %s", name);
+  topic->rkt = rd_kafka_topic_new(producer->rk, name, NULL);
+  if (!topic->rkt) {
+    free(topic->name);
+    return kl__err(KL_EINVAL, "topic %s: %s", name,
+                   rd_kafka_err2str(rd_kafka_last_error()));
+  }
+  producer->topic_cnt++;
+  *out = producer->last = topic;
+  return KL_OK;
+}
+
+/* The cached topic, its partition count read on first use. A topic whose
+ * count could not be read is dropped, so the next call tries again. */
+static kl_err_t kl_topic_get(kl_producer_t *producer, const char *name,
+                             kl_topic_t **out) {
+  kl_topic_t *topic = kl_topic_find(producer, name);
+  if (!topic) {
+    kl_err_t err = kl_topic_add(producer, name, &topic);
+    if (err)
+      return err;
+    err = kl_topic_load(producer, topic);
+    if (err && err != KL_EPARTITIONS) {
+      rd_kafka_topic_destroy(topic->rkt);
+      free(topic->name);
+      producer->topic_cnt--;
+      producer->last = NULL;
+      return err;
+    }
+  }
+  if (topic->err)
+    return kl__err(topic->err, "%s", topic->detail);
+  *out = topic;
+  return KL_OK;
+}
+
+int32_t kl_producer_partitions(kl_producer_t *producer, const char *topic) {
+  if (!producer || !topic)
+    return -(int32_t)kl__err(KL_EINVAL, "kl_producer_partitions: producer and "
+                                        "topic are required");
+  kl_topic_t *t;
+  kl_err_t err = kl_topic_get(producer, topic, &t);
+  if (err == KL_EPARTITIONS) /* the live count is known, and asked for */
+    t = kl_topic_find(producer, topic);
+  else if (err)
+    return -(int32_t)err;
+  return t->partitions;
+}
+
+/* ---- publishing ---- */
+
+/* Waits, serving delivery reports, until the budget has room. */
+static kl_err_t kl_budget_wait(kl_producer_t *producer) {
+  if (producer->inflight < producer->inflight_max)
+    return KL_OK;
+  int64_t start = kl__mono_ns();
+  int64_t deadline = start + producer->enqueue_timeout_ms * 1000000;
+  for (;;) {
+    int64_t left_ms = (deadline - kl__mono_ns() + 999999) / 1000000;
+    if (producer->inflight < producer->inflight_max)
+      return KL_OK;
+    if (left_ms <= 0)
+      break;
+    rd_kafka_poll(producer->rk, left_ms < 100 ? (int)left_ms : 100);
+  }
+  return kl__err(KL_EQUEUE_FULL,
+                 "%lld events are waiting for Kafka's acknowledgement, the "
+                 "budget (producer.inflight.max) is %lld, and none was "
+                 "acknowledged within producer.enqueue.timeout.ms=%lld: is "
+                 "the cluster reachable? The event was not published",
+                 (long long)producer->inflight,
+                 (long long)producer->inflight_max,
+                 (long long)producer->enqueue_timeout_ms);
+}
+
+/* Encodes @p event into one block: envelope, then the trailer. */
+static kl_err_t kl_msg_build(const kl_event_t *event, void *opaque,
+                             char **block, size_t *envelope_len) {
+  void *buf = NULL;
+  kl_err_t err = kl_event_encode(event, &buf, envelope_len);
+  if (err)
+    return err;
+  size_t off = kl_trailer_offset(*envelope_len);
+  char *grown = realloc(buf, off + sizeof(kl_msg_trailer_t) + event->id_len + 1);
+  if (!grown) {
+    free(buf);
+    return kl__err(KL_ENOMEM, "out of memory for a %zu-byte event",
+                   *envelope_len);
+  }
+  kl_msg_trailer_t *t = (kl_msg_trailer_t *)(grown + off);
+  t->opaque = opaque;
+  t->id_len = event->id_len;
+  memcpy(t->id, event->id, event->id_len);
+  t->id[event->id_len] = '\0';
+  *block = grown;
+  return KL_OK;
+}
+
+/* Hands the block to librdkafka, which keeps the pointer (no copy, no
+ * free) until the delivery report. __QUEUE_FULL (librdkafka's byte limit,
+ * queue.buffering.max.kbytes) gets the same wait as the budget. */
+static kl_err_t kl_msg_produce(kl_producer_t *producer, kl_topic_t *topic,
+                               const kl_event_t *event, char *block,
+                               size_t envelope_len) {
+  int32_t partition = kl_partition(event->key, event->key_len, topic->partitions);
+  int64_t deadline = 0;
+  while (rd_kafka_produce(topic->rkt, partition, 0, block, envelope_len,
+                          event->key, event->key_len, block) != 0) {
+    rd_kafka_resp_err_t rerr = rd_kafka_last_error();
+    if (rerr != RD_KAFKA_RESP_ERR__QUEUE_FULL || (deadline && kl__mono_ns() > deadline))
+      return kl__err(kl_kafka_err(rerr), "cannot publish to %s [%d]: %s",
+                     topic->name, (int)partition, rd_kafka_err2str(rerr));
+    if (!deadline)
+      deadline = kl__mono_ns() + producer->enqueue_timeout_ms * 1000000;
+    rd_kafka_poll(producer->rk, 10);
+  }
+  producer->inflight++;
+  return KL_OK;
+}
+
+kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
+                    const kl_event_t *event, void *opaque) {
+  if (!producer || !topic || !event)
+    return kl__err(KL_EINVAL, "kl_publish: producer, topic and event are "
+                              "required");
+  kl_event_t ev = *event;
+  char id[37];
+  if (ev.id_len == 0) {
+    kl_event_make_id(id);
+    ev.id = id;
+    ev.id_len = 36;
+  }
+  if (ev.ts == 0)
+    ev.ts = kl__now_ms();
+  /* Encoding validates the event: a bad one fails before any waiting. */
+  char *block = NULL;
+  size_t envelope_len;
+  kl_err_t err = kl_msg_build(&ev, opaque, &block, &envelope_len);
+  if (err)
+    return err;
+  kl_topic_t *t;
+  err = kl_topic_get(producer, topic, &t);
+  if (!err)
+    err = kl_budget_wait(producer);
+  if (!err)
+    err = kl_msg_produce(producer, t, &ev, block, envelope_len);
+  if (err) {
+    free(block); /* librdkafka did not take it */
+    return err;
+  }
+  rd_kafka_poll(producer->rk, 0); /* serve delivery reports as we go */
+  return KL_OK;
+}
+
+int kl_producer_poll(kl_producer_t *producer, int timeout_ms) {
+  return producer ? rd_kafka_poll(producer->rk, timeout_ms) : 0;
+}
+
+kl_err_t kl_flush(kl_producer_t *producer, int timeout_ms) {
+  if (!producer)
+    return kl__err(KL_EINVAL, "kl_flush: producer is NULL");
+  if (rd_kafka_flush(producer->rk, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR)
+    return KL_OK;
+  return kl__err(KL_ETIMEOUT, "%lld events still wait for Kafka's "
+                              "acknowledgement after %d ms",
+                 (long long)producer->inflight, timeout_ms);
+}
+
+int64_t kl_producer_inflight(const kl_producer_t *producer) {
+  return producer ? producer->inflight : 0;
+}
+
+void kl_producer_destroy(kl_producer_t *producer) {
+  if (!producer)
+    return;
+  if (kl_flush(producer, 10000) != KL_OK) {
+    KL_LOG_W("producer", "%s; failing them", kl_err_detail());
+    /* Purged events get a delivery report (KL_ESTOPPED), which also frees
+     * their blocks. */
+    rd_kafka_purge(producer->rk,
+                   RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rd_kafka_flush(producer->rk, 2000);
+  }
+  for (size_t i = 0; i < producer->topic_cnt; i++) {
+    rd_kafka_topic_destroy(producer->topics[i].rkt);
+    free(producer->topics[i].name);
+  }
+  free(producer->topics);
+  rd_kafka_destroy(producer->rk);
+  free(producer);
+}

@@ -1,0 +1,419 @@
+/*
+ * JSON <-> msgpack and base64; the mapping and the limits are in the
+ * header. The msgpack reader is written out instead of using
+ * msgpack_unpack(), which allocates count * sizeof(msgpack_object) as soon
+ * as it reads a container header: a payload comes from the network.
+ */
+#include "common/json_msgpack.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <msgpack.h>
+
+#include "common/internal.h"
+
+/* ---- JSON -> msgpack ---- */
+
+/* A packer target that refuses to grow past max. */
+typedef struct kl_mpbuf {
+  char *data;
+  size_t len, cap, max;
+  int over;
+} kl_mpbuf_t;
+
+static int kl_mpbuf_write(void *opaque, const char *buf, size_t len) {
+  kl_mpbuf_t *b = opaque;
+  if (len > b->max - b->len) {
+    b->over = 1;
+    return -1;
+  }
+  if (b->len + len > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + len)
+      cap *= 2;
+    if (cap > b->max)
+      cap = b->max;
+    char *data = realloc(b->data, cap ? cap : 1);
+    if (!data)
+      return -1;
+    b->data = data;
+    b->cap = cap;
+  }
+  memcpy(b->data + b->len, buf, len);
+  b->len += len;
+  return 0;
+}
+
+static int kl_pack_json(msgpack_packer *pk, const json_t *v, int depth);
+
+static int kl_pack_str(msgpack_packer *pk, const char *s, size_t len) {
+  int rc = msgpack_pack_str(pk, len);
+  return len ? rc | msgpack_pack_str_body(pk, s, len) : rc;
+}
+
+static int kl_pack_object(msgpack_packer *pk, const json_t *v, int depth) {
+  const char *key;
+  json_t *item;
+  int rc = msgpack_pack_map(pk, json_object_size(v));
+  json_object_foreach((json_t *)v, key, item) {
+    if (rc)
+      break;
+    rc = kl_pack_str(pk, key, strlen(key));
+    rc = rc ? rc : kl_pack_json(pk, item, depth + 1);
+  }
+  return rc;
+}
+
+static int kl_pack_array(msgpack_packer *pk, const json_t *v, int depth) {
+  size_t n = json_array_size(v);
+  int rc = msgpack_pack_array(pk, n);
+  for (size_t i = 0; i < n && !rc; i++)
+    rc = kl_pack_json(pk, json_array_get(v, i), depth + 1);
+  return rc;
+}
+
+/* @returns 0, -1 (write refused), or -2 (too deep). */
+static int kl_pack_json(msgpack_packer *pk, const json_t *v, int depth) {
+  if (depth > KL_JSON_DEPTH_MAX)
+    return -2;
+  switch (json_typeof(v)) {
+  case JSON_OBJECT:
+    return kl_pack_object(pk, v, depth);
+  case JSON_ARRAY:
+    return kl_pack_array(pk, v, depth);
+  case JSON_STRING:
+    return kl_pack_str(pk, json_string_value(v), json_string_length(v));
+  case JSON_INTEGER:
+    return msgpack_pack_int64(pk, (int64_t)json_integer_value(v));
+  case JSON_REAL:
+    return msgpack_pack_double(pk, json_real_value(v));
+  case JSON_TRUE:
+    return msgpack_pack_true(pk);
+  case JSON_FALSE:
+    return msgpack_pack_false(pk);
+  case JSON_NULL:
+  default:
+    return msgpack_pack_nil(pk);
+  }
+}
+
+kl_err_t kl__json_to_msgpack(const json_t *value, size_t max_size, void **out,
+                             size_t *out_len) {
+  if (!value || !out || !out_len)
+    return kl__err(KL_EINVAL, "kl__json_to_msgpack: value, out and out_len "
+                              "are required");
+  kl_mpbuf_t b = {.max = max_size};
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &b, kl_mpbuf_write);
+  int rc = kl_pack_json(&pk, value, 1);
+  if (rc == 0) {
+    *out = b.data ? b.data : malloc(1);
+    *out_len = b.len;
+    return *out ? KL_OK : kl__err(KL_ENOMEM, "out of memory");
+  }
+  free(b.data);
+  if (rc == -2)
+    return kl__err(KL_EINVAL, "JSON nests deeper than %d levels",
+                   KL_JSON_DEPTH_MAX);
+  if (b.over)
+    return kl__err(KL_EINVAL, "JSON value packs to more than %zu bytes of "
+                              "msgpack", max_size);
+  return kl__err(KL_ENOMEM, "out of memory packing a JSON value");
+}
+
+/* ---- msgpack -> JSON ---- */
+
+typedef struct kl_mprd {
+  const uint8_t *begin, *p, *end;
+} kl_mprd_t;
+
+static kl_err_t kl_mprd_fail(const kl_mprd_t *rd, const char *what) {
+  return kl__err(KL_EINVAL, "msgpack at byte %zu: %s",
+                 (size_t)(rd->p - rd->begin), what);
+}
+
+/* Reads a big-endian unsigned of @p width bytes. */
+static int kl_mprd_uint(kl_mprd_t *rd, unsigned width, uint64_t *v) {
+  if ((size_t)(rd->end - rd->p) < width)
+    return -1;
+  *v = 0;
+  for (unsigned i = 0; i < width; i++)
+    *v = *v << 8 | *rd->p++;
+  return 0;
+}
+
+static kl_err_t kl_mp_value(kl_mprd_t *rd, int depth, json_t **out);
+
+/* Every element takes at least one byte: a count above the bytes left is
+ * truncated input, found before anything is allocated. */
+static kl_err_t kl_mp_count_check(const kl_mprd_t *rd, uint64_t n,
+                                  unsigned per) {
+  if (n > (uint64_t)(rd->end - rd->p) / per)
+    return kl_mprd_fail(rd, "a container claims more elements than bytes "
+                            "remain (truncated)");
+  return KL_OK;
+}
+
+static kl_err_t kl_mp_array(kl_mprd_t *rd, uint64_t n, int depth,
+                            json_t **out) {
+  kl_err_t err = kl_mp_count_check(rd, n, 1);
+  json_t *arr = err ? NULL : json_array();
+  if (!err && !arr)
+    err = kl__err(KL_ENOMEM, "out of memory");
+  for (uint64_t i = 0; i < n && !err; i++) {
+    json_t *item;
+    if (!(err = kl_mp_value(rd, depth + 1, &item)) &&
+        json_array_append_new(arr, item))
+      err = kl__err(KL_ENOMEM, "out of memory");
+  }
+  if (err)
+    json_decref(arr);
+  else
+    *out = arr;
+  return err;
+}
+
+/* JSON keys are strings: anything else is refused before it is read. */
+static kl_err_t kl_mp_key(kl_mprd_t *rd, json_t **key) {
+  uint8_t b = rd->p < rd->end ? *rd->p : 0xa0;
+  if (!((b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb)))
+    return kl_mprd_fail(rd, "a map key is not a string; JSON keys are");
+  return kl_mp_value(rd, 1, key);
+}
+
+static kl_err_t kl_mp_map(kl_mprd_t *rd, uint64_t n, int depth, json_t **out) {
+  kl_err_t err = kl_mp_count_check(rd, n, 2);
+  json_t *obj = err ? NULL : json_object();
+  if (!err && !obj)
+    err = kl__err(KL_ENOMEM, "out of memory");
+  for (uint64_t i = 0; i < n && !err; i++) {
+    json_t *key, *item;
+    if ((err = kl_mp_key(rd, &key)))
+      break;
+    if (!(err = kl_mp_value(rd, depth + 1, &item)) &&
+        json_object_setn_new(obj, json_string_value(key), json_string_length(key),
+                             item))
+      err = kl__err(KL_ENOMEM, "out of memory");
+    json_decref(key);
+  }
+  if (err)
+    json_decref(obj);
+  else
+    *out = obj;
+  return err;
+}
+
+static kl_err_t kl_mp_str(kl_mprd_t *rd, uint64_t n, json_t **out) {
+  if (n > (uint64_t)(rd->end - rd->p))
+    return kl_mprd_fail(rd, "a string runs past the end (truncated)");
+  json_t *s = json_stringn((const char *)rd->p, (size_t)n);
+  if (!s)
+    return kl_mprd_fail(rd, "a string is not valid UTF-8");
+  rd->p += n;
+  *out = s;
+  return KL_OK;
+}
+
+static kl_err_t kl_mp_bin(kl_mprd_t *rd, uint64_t n, json_t **out) {
+  if (n > (uint64_t)(rd->end - rd->p))
+    return kl_mprd_fail(rd, "a bin runs past the end (truncated)");
+  char *text = malloc(kl__base64_encoded_len((size_t)n) + 1);
+  if (!text)
+    return kl__err(KL_ENOMEM, "out of memory");
+  kl__base64_encode(rd->p, (size_t)n, text);
+  rd->p += n;
+  *out = json_pack("{s:s}", "$base64", text);
+  free(text);
+  return *out ? KL_OK : kl__err(KL_ENOMEM, "out of memory");
+}
+
+static kl_err_t kl_mp_real(kl_mprd_t *rd, unsigned width, json_t **out) {
+  uint64_t bits;
+  if (kl_mprd_uint(rd, width, &bits))
+    return kl_mprd_fail(rd, "a float is truncated");
+  double d;
+  if (width == 4) {
+    uint32_t b32 = (uint32_t)bits;
+    float f;
+    memcpy(&f, &b32, sizeof(f));
+    d = f;
+  } else {
+    memcpy(&d, &bits, sizeof(d));
+  }
+  if (!isfinite(d))
+    return kl_mprd_fail(rd, "NaN or infinity has no JSON form");
+  *out = json_real(d);
+  return *out ? KL_OK : kl__err(KL_ENOMEM, "out of memory");
+}
+
+static kl_err_t kl_mp_int(kl_mprd_t *rd, unsigned width, int is_signed,
+                          json_t **out) {
+  uint64_t u;
+  if (kl_mprd_uint(rd, width, &u))
+    return kl_mprd_fail(rd, "an integer is truncated");
+  int64_t v;
+  if (is_signed) {
+    unsigned shift = 64 - 8 * width; /* sign-extend without UB */
+    v = shift ? (int64_t)(u << shift) >> shift : (int64_t)u;
+  } else if (u > INT64_MAX) {
+    return kl_mprd_fail(rd, "an integer above 2^63-1 has no JSON form here");
+  } else {
+    v = (int64_t)u;
+  }
+  *out = json_integer((json_int_t)v);
+  return *out ? KL_OK : kl__err(KL_ENOMEM, "out of memory");
+}
+
+/* The sized formats 0xc4..0xdf, by their kind and length width. */
+static kl_err_t kl_mp_sized(kl_mprd_t *rd, uint8_t b, int depth, json_t **out) {
+  static const struct {
+    char kind; /* b bin, e ext, f float, u uint, i int, s str, a array, m map */
+    uint8_t width;
+  } fmt[28] = {{'b', 1}, {'b', 2}, {'b', 4}, {'e', 1}, {'e', 2}, {'e', 4},
+               {'f', 4}, {'f', 8}, {'u', 1}, {'u', 2}, {'u', 4}, {'u', 8},
+               {'i', 1}, {'i', 2}, {'i', 4}, {'i', 8}, {'e', 0}, {'e', 0},
+               {'e', 0}, {'e', 0}, {'e', 0}, {'s', 1}, {'s', 2}, {'s', 4},
+               {'a', 2}, {'a', 4}, {'m', 2}, {'m', 4}};
+  char kind = fmt[b - 0xc4].kind;
+  unsigned width = fmt[b - 0xc4].width;
+  if (kind == 'e')
+    return kl_mprd_fail(rd, "ext values have no JSON form");
+  if (kind == 'f' || kind == 'u' || kind == 'i')
+    return kind == 'f' ? kl_mp_real(rd, width, out)
+                       : kl_mp_int(rd, width, kind == 'i', out);
+  uint64_t n;
+  if (kl_mprd_uint(rd, width, &n))
+    return kl_mprd_fail(rd, "a length is truncated");
+  if (kind == 'b')
+    return kl_mp_bin(rd, n, out);
+  if (kind == 's')
+    return kl_mp_str(rd, n, out);
+  return kind == 'a' ? kl_mp_array(rd, n, depth, out)
+                     : kl_mp_map(rd, n, depth, out);
+}
+
+static kl_err_t kl_mp_simple(kl_mprd_t *rd, uint8_t b, json_t **out) {
+  if (b == 0xc1) {
+    rd->p--;
+    return kl_mprd_fail(rd, "0xc1 is not a msgpack type");
+  }
+  *out = b == 0xc0 ? json_null() : b == 0xc3 ? json_true() : json_false();
+  return KL_OK;
+}
+
+static kl_err_t kl_mp_value(kl_mprd_t *rd, int depth, json_t **out) {
+  if (depth > KL_JSON_DEPTH_MAX)
+    return kl_mprd_fail(rd, "nesting is deeper than the limit");
+  if (rd->p >= rd->end)
+    return kl_mprd_fail(rd, "input ends where a value should be (truncated)");
+  uint8_t b = *rd->p++;
+  if (b <= 0x7f || b >= 0xe0) {
+    *out = json_integer(b <= 0x7f ? (json_int_t)b : (json_int_t)(int8_t)b);
+    return *out ? KL_OK : kl__err(KL_ENOMEM, "out of memory");
+  }
+  if (b <= 0x8f)
+    return kl_mp_map(rd, b & 0x0f, depth, out);
+  if (b <= 0x9f)
+    return kl_mp_array(rd, b & 0x0f, depth, out);
+  if (b <= 0xbf)
+    return kl_mp_str(rd, b & 0x1f, out);
+  if (b <= 0xc3)
+    return kl_mp_simple(rd, b, out);
+  return kl_mp_sized(rd, b, depth, out);
+}
+
+kl_err_t kl__msgpack_to_json(const void *data, size_t len, json_t **out) {
+  if ((!data && len) || !out)
+    return kl__err(KL_EINVAL, "kl__msgpack_to_json: data and out are required");
+  kl_mprd_t rd = {data, data, (const uint8_t *)data + len};
+  json_t *value;
+  kl_err_t err = kl_mp_value(&rd, 1, &value);
+  if (err)
+    return err;
+  if (rd.p != rd.end) {
+    json_decref(value);
+    return kl_mprd_fail(&rd, "trailing bytes after the value");
+  }
+  *out = value;
+  return KL_OK;
+}
+
+/* ---- base64 ---- */
+
+static const char kl_b64[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+size_t kl__base64_encoded_len(size_t len) {
+  return (len + 2) / 3 * 4;
+}
+
+void kl__base64_encode(const void *data, size_t len, char *out) {
+  const uint8_t *p = data;
+  size_t i = 0;
+  for (; i + 2 < len; i += 3) {
+    uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
+    *out++ = kl_b64[v >> 18];
+    *out++ = kl_b64[(v >> 12) & 63];
+    *out++ = kl_b64[(v >> 6) & 63];
+    *out++ = kl_b64[v & 63];
+  }
+  if (i < len) {
+    uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < len ? (uint32_t)p[i + 1] << 8 : 0);
+    *out++ = kl_b64[v >> 18];
+    *out++ = kl_b64[(v >> 12) & 63];
+    *out++ = i + 1 < len ? kl_b64[(v >> 6) & 63] : '=';
+    *out++ = '=';
+  }
+  *out = '\0';
+}
+
+static int kl_b64_value(char c) {
+  const char *at = c ? strchr(kl_b64, c) : NULL;
+  return at ? (int)(at - kl_b64) : -1;
+}
+
+/* Decodes one 4-character group; @p last allows its padding. */
+static int kl_b64_group(const char *s, int last, uint8_t *out, size_t *n) {
+  int v[4];
+  int pad = last ? (s[3] == '=') + (s[2] == '=' && s[3] == '=') : 0;
+  for (int i = 0; i < 4 - pad; i++)
+    if ((v[i] = kl_b64_value(s[i])) < 0)
+      return i;
+  for (int i = 4 - pad; i < 4; i++)
+    v[i] = 0;
+  uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 |
+               (uint32_t)v[2] << 6 | (uint32_t)v[3];
+  out[0] = (uint8_t)(w >> 16);
+  out[1] = (uint8_t)(w >> 8);
+  out[2] = (uint8_t)w;
+  *n = 3 - (size_t)pad;
+  return -1;
+}
+
+kl_err_t kl__base64_decode(const char *text, size_t len, void **out,
+                           size_t *out_len) {
+  if (len % 4)
+    return kl__err(KL_EINVAL, "base64 is %zu characters, not a multiple of 4 "
+                              "(padding with '=' is required)", len);
+  uint8_t *buf = malloc(len / 4 * 3 + 1);
+  if (!buf)
+    return kl__err(KL_ENOMEM, "out of memory decoding base64");
+  size_t n = 0;
+  for (size_t i = 0; i < len; i += 4) {
+    size_t got;
+    int bad = kl_b64_group(text + i, i + 4 == len, buf + n, &got);
+    if (bad >= 0) {
+      free(buf);
+      return kl__err(KL_EINVAL, "base64 has an invalid character at offset "
+                                "%zu", i + (size_t)bad);
+    }
+    n += got;
+  }
+  *out = buf;
+  *out_len = n;
+  return KL_OK;
+}

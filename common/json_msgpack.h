@@ -1,0 +1,65 @@
+/*
+ * JSON values <-> msgpack, and base64: how events cross the text boundary
+ * (keylane publish, the HTTP gateway, keylane inspect).
+ *
+ * Mapping, both ways: null <-> nil, true/false <-> bool, integer <-> int,
+ * real <-> float64, string <-> str, array <-> array, object <-> map with
+ * str keys (in the object's order). msgpack that JSON cannot say is refused
+ * with a reason, except bin, which becomes {"$base64": "..."}: ext, a
+ * non-str map key, an integer above INT64_MAX, a str that is not UTF-8, a
+ * NaN or infinite float.
+ *
+ * Limits: nesting depth at most KL_JSON_DEPTH_MAX both ways; the msgpack
+ * produced at most @p max_size bytes. A msgpack input is read with every
+ * length checked against the bytes left before anything is allocated, so a
+ * few bytes claiming a huge array cannot make it allocate.
+ *
+ * Internal, not installed. Thread safe (no shared state).
+ */
+#ifndef KEYLANE_COMMON_JSON_MSGPACK_H
+#define KEYLANE_COMMON_JSON_MSGPACK_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "keylane/error.h"
+
+#define KL_JSON_DEPTH_MAX 64
+
+/**
+ * Packs @p value as msgpack.
+ * @param out  receives a malloc()ed buffer the caller frees; untouched on
+ *             failure.
+ * @returns KL_OK; KL_EINVAL when too deep or over @p max_size bytes, with
+ *          the reason in kl_err_detail(); KL_ENOMEM.
+ */
+kl_err_t kl__json_to_msgpack(const json_t *value, size_t max_size, void **out,
+                             size_t *out_len);
+
+/**
+ * Reads exactly one msgpack value from @p data (trailing bytes are an
+ * error) into a new JSON value.
+ * @param out  receives a new reference the caller json_decref()s.
+ * @returns KL_OK; KL_EINVAL naming the offending byte offset; KL_ENOMEM.
+ */
+kl_err_t kl__msgpack_to_json(const void *data, size_t len, json_t **out);
+
+/** @returns the length of the base64 text of @p len bytes, without NUL. */
+size_t kl__base64_encoded_len(size_t len);
+
+/** Writes the base64 (RFC 4648, padded) of @p data and a NUL into @p out,
+ * which holds kl__base64_encoded_len(len) + 1 bytes. */
+void kl__base64_encode(const void *data, size_t len, char *out);
+
+/**
+ * Decodes base64 (RFC 4648, padding required; no whitespace).
+ * @param out  receives a malloc()ed buffer (never NULL on success, even for
+ *             0 bytes) the caller frees.
+ * @returns KL_OK; KL_EINVAL naming the first bad character's offset;
+ *          KL_ENOMEM.
+ */
+kl_err_t kl__base64_decode(const char *text, size_t len, void **out,
+                           size_t *out_len);
+
+#endif
