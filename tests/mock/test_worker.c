@@ -1,0 +1,220 @@
+/*
+ * The worker on the embedded cluster: apply once, resume from the store,
+ * fencing of a paused owner, per-key order across rebalances.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "support/support.h"
+#include "worker/worker_internal.h"
+
+typedef struct kl_fx {
+  char dir[64];
+  kl_embedded_t *cluster;
+  kl_store_t *store;
+  kl__ledger_gen_t *gen;
+  kl_producer_t *producer;
+  const char *topic;
+} kl_fx_t;
+
+static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions) {
+  memset(fx, 0, sizeof(*fx));
+  fx->topic = topic;
+  kl_t_tmpdir(fx->dir);
+  assert_int_equal(kl_embedded_new(1, topic, partitions, &fx->cluster), KL_OK);
+  assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
+  fx->gen = kl__ledger_gen_new(50, partitions, 42);
+  fx->producer = kl_t_producer(kl_embedded_bootstrap(fx->cluster), fx->gen);
+  assert_non_null(fx->producer);
+}
+
+static void kl_fx_down(kl_fx_t *fx) {
+  kl_producer_destroy(fx->producer);
+  kl__ledger_gen_destroy(fx->gen);
+  kl_store_destroy(fx->store);
+  kl_embedded_destroy(fx->cluster);
+  kl_t_rmrf(fx->dir);
+}
+
+/* Publishes @p n events, re-publishing one after every 10th. */
+static void kl_fx_publish(kl_fx_t *fx, int n) {
+  for (int i = 0; i < n; i++) {
+    assert_int_equal(kl__ledger_gen_publish(fx->gen, fx->producer, fx->topic),
+                     KL_OK);
+    if (i % 10 == 9)
+      assert_int_equal(
+          kl__ledger_gen_republish(fx->gen, fx->producer, fx->topic), KL_OK);
+  }
+  assert_int_equal(kl_flush(fx->producer, 30000), KL_OK);
+}
+
+static void kl_fx_assert_verified(kl_fx_t *fx) {
+  kl__ledger_verdict_t v;
+  assert_int_equal(kl__ledger_gen_verify(fx->gen, fx->store, fx->topic, &v),
+                   KL_OK);
+  assert_int_equal(v.keys_bad, 0);
+  assert_int_equal(v.keys_ok, v.keys);
+  assert_int_equal(v.violations, 0);
+  assert_int_equal(v.applied, kl__ledger_gen_published(fx->gen));
+  assert_int_equal(v.duplicates, kl__ledger_gen_republished(fx->gen));
+  assert_true(v.ok);
+}
+
+static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};
+
+static void test_applies_each_event_once(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "once", 4);
+  kl_fx_publish(&fx, 2000);
+  kl_t_worker_t *w = kl_t_worker_start(kl_embedded_bootstrap(fx.cluster),
+                                       fx.topic, "g1", fx.store, kl_fast);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000), 0);
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st);
+  assert_int_equal(st.applied, 2000);
+  assert_int_equal(st.duplicates, 200);
+  assert_int_equal(st.fenced, 0);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_fx_assert_verified(&fx);
+
+  /* A crash between the store commit and the Kafka commit looks, to the
+   * next owner, like Kafka offsets that lag the store. A new group has no
+   * Kafka offsets at all: the worker must resume from the store alone. */
+  kl_partition_state_t before;
+  assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &before), KL_OK);
+  w = kl_t_worker_start(kl_embedded_bootstrap(fx.cluster), fx.topic, "g2",
+                        fx.store, kl_fast);
+  kl_partition_state_t after = before;
+  for (int i = 0; i < 200 && after.epoch == before.epoch; i++) {
+    kl_t_sleep_ms(50);
+    kl_store_partition(fx.store, fx.topic, 0, &after);
+  }
+  assert_true(after.epoch > before.epoch);
+  kl_t_sleep_ms(1000);
+  kl_worker_stats(w->worker, &st);
+  assert_int_equal(st.applied, 0);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_fx_assert_verified(&fx);
+  kl_fx_down(&fx);
+}
+
+typedef struct kl_pause_fx {
+  kl_store_t *store;
+  int armed;
+  int saw_new_owner;
+  uint64_t paused_epoch;
+} kl_pause_fx_t;
+
+/* Blocks the first batch between its handlers and its commit until a newer
+ * owner has taken the partition and committed it. */
+static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
+                          uint64_t epoch) {
+  kl_pause_fx_t *p = opaque;
+  if (!p->armed)
+    return;
+  p->armed = 0;
+  p->paused_epoch = epoch;
+  kl_partition_state_t at, now;
+  kl_store_partition(p->store, topic, partition, &at);
+  for (int i = 0; i < 600; i++) {
+    kl_t_sleep_ms(50);
+    if (kl_store_partition(p->store, topic, partition, &now) == KL_OK &&
+        now.epoch > epoch && now.watermark > at.watermark) {
+      p->saw_new_owner = 1;
+      return;
+    }
+  }
+}
+
+static void test_paused_owner_is_fenced(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "fence", 2);
+  kl_fx_publish(&fx, 500);
+  /* A's application thread stalls in the hook; the group notices through
+   * the poll interval and gives its partitions to B. */
+  static const char *const slow[] = {"worker.session.timeout.ms=3000",
+                                     "kafka.max.poll.interval.ms=3000", NULL};
+  kl_pause_fx_t pause = {fx.store, 1, 0, 0};
+  kl_t_worker_t *a = kl_t_worker_new(kl_embedded_bootstrap(fx.cluster),
+                                     fx.topic, "g", fx.store, slow);
+  kl__worker_set_before_commit(a->worker, kl_pause_hook, &pause);
+  kl_t_worker_go(a);
+  kl_t_sleep_ms(500);
+  kl_t_worker_t *b = kl_t_worker_start(kl_embedded_bootstrap(fx.cluster),
+                                       fx.topic, "g", fx.store, kl_fast);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000), 0);
+  for (int i = 0; i < 200; i++) {
+    kl_worker_stats_t st;
+    kl_worker_stats(a->worker, &st);
+    if (st.fenced)
+      break;
+    kl_t_sleep_ms(50);
+  }
+  kl_worker_stats_t sa, sb;
+  kl_worker_stats(a->worker, &sa);
+  kl_worker_stats(b->worker, &sb);
+  assert_true(pause.saw_new_owner);
+  assert_int_equal(sa.fenced, 1);
+  /* Nothing of A's fenced batch exists: every event applied exactly once
+   * across both workers, and the store agrees. */
+  assert_int_equal(sa.applied + sb.applied, 500);
+  assert_int_equal(kl_t_worker_stop(a), KL_OK);
+  assert_int_equal(kl_t_worker_stop(b), KL_OK);
+  kl_fx_assert_verified(&fx);
+  kl_fx_down(&fx);
+}
+
+static void test_order_holds_across_rebalances(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "order", 6);
+  const char *boot = kl_embedded_bootstrap(fx.cluster);
+  kl_t_worker_t *a = kl_t_worker_start(boot, fx.topic, "g", fx.store, kl_fast);
+  kl_t_worker_t *b = NULL, *c = NULL;
+  for (int round = 0; round < 6; round++) {
+    kl_fx_publish(&fx, 500);
+    kl_t_sleep_ms(700);
+    if (round == 1)
+      b = kl_t_worker_start(boot, fx.topic, "g", fx.store, kl_fast);
+    if (round == 3) {
+      assert_int_equal(kl_t_worker_stop(a), KL_OK); /* drains, revokes */
+      a = NULL;
+    }
+    if (round == 4)
+      c = kl_t_worker_start(boot, fx.topic, "g", fx.store, kl_fast);
+  }
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000), 0);
+  assert_int_equal(kl_t_worker_stop(b), KL_OK);
+  assert_int_equal(kl_t_worker_stop(c), KL_OK);
+  kl_fx_assert_verified(&fx);
+  kl_fx_down(&fx);
+}
+
+static void test_refuses_partition_mismatch(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "mismatch", 3);
+  static const char *const want[] = {"worker.expect.partitions=12", NULL};
+  kl_t_worker_t *w = kl_t_worker_start(kl_embedded_bootstrap(fx.cluster),
+                                       fx.topic, "g", fx.store, want);
+  pthread_join(w->thread, NULL);
+  assert_int_equal(w->result, KL_EPARTITIONS);
+  assert_non_null(strstr(w->detail, "has 3 partitions, the fleet expects 12"));
+  kl_worker_destroy(w->worker);
+  free(w);
+  kl_fx_down(&fx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_applies_each_event_once),
+      cmocka_unit_test(test_paused_owner_is_fenced),
+      cmocka_unit_test(test_order_holds_across_rebalances),
+      cmocka_unit_test(test_refuses_partition_mismatch),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

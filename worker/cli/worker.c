@@ -1,0 +1,198 @@
+/* keylane worker: one worker process of the fleet. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/cli/cli.h"
+#include "common/log.h"
+#include "keylane/worker.h"
+#include "worker/handler.h"
+#include "worker/worker_internal.h"
+
+#define SUB "worker"
+
+static const char kl_worker_usage[] =
+    "usage: keylane worker -b BOOTSTRAP -t TOPIC -g GROUP --store STORE\n"
+    "                      --handler HANDLER [options]\n\n"
+    "Runs one worker of the fleet: owns the partitions the group gives it,\n"
+    "applies their events once each, fenced by an owner epoch.\n\n"
+    "  -b, --bootstrap HOST:PORT   Kafka bootstrap servers\n"
+    "  -t, --topic TOPIC           topic to consume\n"
+    "  -g, --group GROUP           consumer group (default keylane)\n"
+    "      --store STORE           LMDB directory or postgresql://... URI\n"
+    "      --handler HANDLER       ledger | so:PATH[:SYMBOL]\n"
+    "      --session-timeout-ms MS group session timeout (default 10000)\n"
+    "      --partitions N          refuse to run unless TOPIC has N partitions\n"
+    "      --batch-max N           events per store commit (default 1000)\n"
+    "      --durability MODE       full | meta | none (default full)\n"
+    "      --dedup-retention DUR   keep idempotency keys DUR (default 7d)\n"
+    "  -X, --set NAME=VALUE        keylane or librdkafka (kafka.NAME) setting\n"
+    "  -h, --help                  this text\n\n"
+    "Testing:\n"
+    "      --pause-on-sigusr1      on SIGUSR1, pause the next batch between\n"
+    "                              its handlers and its commit until a newer\n"
+    "                              owner has committed the partition (at most\n"
+    "                              60 s): the paused-worker failure, on demand\n\n"
+    "SIGINT or SIGTERM finish the batch in flight, commit and exit 0.\n\n"
+    "example:\n"
+    "  keylane worker -b 127.0.0.1:9092 -t events -g ledger \\\n"
+    "      --store /var/lib/keylane --handler ledger\n";
+
+static kl_worker_t *kl_the_worker;
+static volatile sig_atomic_t kl_pause_armed;
+
+static void kl_on_stop(int sig) {
+  (void)sig;
+  if (kl_the_worker)
+    kl_worker_stop(kl_the_worker);
+}
+
+static void kl_on_usr1(int sig) {
+  (void)sig;
+  kl_pause_armed = 1;
+}
+
+typedef struct kl_pause {
+  kl_store_t *store;
+} kl_pause_t;
+
+/* The seed's failure: a pause between the check and the write. */
+static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
+                          uint64_t epoch) {
+  kl_pause_t *pause = opaque;
+  if (!kl_pause_armed)
+    return;
+  kl_pause_armed = 0;
+  kl_partition_state_t at = {0}, now = {0};
+  kl_store_partition(pause->store, topic, partition, &at);
+  KL_LOG_W("worker", "pausing partition=%" PRId32 " epoch=%" PRIu64
+           " between handler and commit", partition, epoch);
+  struct timespec tick = {0, 100000000};
+  for (int i = 0; i < 600; i++) {
+    nanosleep(&tick, NULL);
+    if (kl_store_partition(pause->store, topic, partition, &now) == KL_OK &&
+        now.epoch > epoch && now.watermark > at.watermark)
+      break;
+  }
+  KL_LOG_W("worker", "resuming partition=%" PRId32 " epoch=%" PRIu64
+           " after the pause (store epoch is now %" PRIu64 ")",
+           partition, epoch, now.epoch);
+}
+
+static int kl_worker_main(kl_conf_t *conf, const char *topic,
+                          const char *location, const char *handler_spec,
+                          int pause_on_usr1) {
+  kl_handler_ref_t handler;
+  if (kl__handler_resolve(handler_spec, &handler))
+    return kl__cli_usage(SUB, "%s", kl_err_detail());
+  kl_store_t *store;
+  kl_err_t err = kl_store_open(location, conf, &store);
+  if (err) {
+    kl__handler_release(&handler);
+    return kl__cli_fail(SUB, "cannot open the store %s: %s", location,
+                        kl_err_detail());
+  }
+  kl_worker_t *worker;
+  err = kl_worker_new(conf, topic, store, handler.fn, handler.opaque, &worker);
+  int rc = KL_EXIT_OK;
+  if (err) {
+    rc = kl__cli_fail(SUB, "%s", kl_err_detail());
+  } else {
+    kl_pause_t pause = {store};
+    if (pause_on_usr1) {
+      kl__worker_set_before_commit(worker, kl_pause_hook, &pause);
+      signal(SIGUSR1, kl_on_usr1);
+    }
+    kl_the_worker = worker;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = kl_on_stop;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    err = kl_worker_run(worker);
+    kl_worker_stats_t st;
+    kl_worker_stats(worker, &st);
+    KL_LOG_I("worker", "stopped: applied=%" PRIu64 " duplicates=%" PRIu64
+             " redelivered=%" PRIu64 " batches=%" PRIu64 " fenced=%" PRIu64,
+             st.applied, st.duplicates, st.redelivered, st.batches, st.fenced);
+    if (err)
+      rc = kl__cli_fail(SUB, "%s", kl_err_detail());
+    kl_the_worker = NULL;
+    kl_worker_destroy(worker);
+  }
+  kl_store_destroy(store);
+  kl__handler_release(&handler);
+  return rc;
+}
+
+int kl__cmd_worker(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"bootstrap", required_argument, NULL, 'b'},
+      {"topic", required_argument, NULL, 't'},
+      {"group", required_argument, NULL, 'g'},
+      {"store", required_argument, NULL, 's'},
+      {"handler", required_argument, NULL, 'H'},
+      {"session-timeout-ms", required_argument, NULL, 'S'},
+      {"partitions", required_argument, NULL, 'P'},
+      {"batch-max", required_argument, NULL, 'B'},
+      {"durability", required_argument, NULL, 'D'},
+      {"dedup-retention", required_argument, NULL, 'R'},
+      {"set", required_argument, NULL, 'X'},
+      {"pause-on-sigusr1", no_argument, NULL, 'U'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  static const struct {
+    int opt;
+    const char *key;
+  } keyed[] = {{'b', "kafka.bootstrap.servers"},
+               {'g', "worker.group"},
+               {'S', "worker.session.timeout.ms"},
+               {'P', "worker.expect.partitions"},
+               {'B', "worker.batch.max"},
+               {'D', "store.durability"},
+               {'R', "store.dedup.retention"}};
+  kl_conf_t *conf = kl_conf_new();
+  const char *topic = NULL, *location = NULL, *handler = NULL;
+  int pause = 0, c, rc = -1;
+  optind = 1;
+  while (rc < 0 && (c = getopt_long(argc, argv, "b:t:g:X:h", opts, NULL)) != -1) {
+    size_t i;
+    for (i = 0; i < sizeof(keyed) / sizeof(keyed[0]); i++)
+      if (keyed[i].opt == c) {
+        if (kl__cli_conf_set(SUB, conf, keyed[i].key, optarg))
+          rc = KL_EXIT_USAGE;
+        break;
+      }
+    if (i < sizeof(keyed) / sizeof(keyed[0]))
+      continue;
+    switch (c) {
+    case 't': topic = optarg; break;
+    case 's': location = optarg; break;
+    case 'H': handler = optarg; break;
+    case 'U': pause = 1; break;
+    case 'X': if (kl__cli_conf_x(SUB, conf, optarg)) rc = KL_EXIT_USAGE; break;
+    case 'h': fputs(kl_worker_usage, stdout); rc = KL_EXIT_OK; break;
+    default: rc = kl__cli_usage(SUB, "unknown option"); break;
+    }
+  }
+  if (rc < 0) {
+    if (optind < argc)
+      rc = kl__cli_usage(SUB, "unexpected argument \"%s\"", argv[optind]);
+    else if (!kl_conf_get(conf, "kafka.bootstrap.servers"))
+      rc = kl__cli_usage(SUB, "-b BOOTSTRAP is required");
+    else if (!topic)
+      rc = kl__cli_usage(SUB, "-t TOPIC is required");
+    else if (!location)
+      rc = kl__cli_usage(SUB, "--store STORE is required");
+    else if (!handler)
+      rc = kl__cli_usage(SUB, "--handler is required (ledger or so:PATH)");
+    else
+      rc = kl_worker_main(conf, topic, location, handler, pause);
+  }
+  kl_conf_destroy(conf);
+  return rc;
+}
