@@ -1,0 +1,184 @@
+/*
+ * The worker on the embedded cluster with the PostgreSQL store: apply once
+ * with duplicates suppressed, and the fencing of a paused owner, whose
+ * batch is open in the database (a snapshot, its reads) while a new owner
+ * takes the partition and commits. Skips, saying why, when PostgreSQL is
+ * not installed.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "support/pg.h"
+#include "support/support.h"
+#include "worker/worker_internal.h"
+
+static kl_t_pg_t *t_pg;
+static char t_why[2048];
+static int t_db_seq;
+
+typedef struct kl_fx {
+  char uri[256];
+  kl_embedded_t *cluster;
+  kl_store_t *store;
+  kl__ledger_gen_t *gen;
+  kl_producer_t *producer;
+  const char *topic;
+} kl_fx_t;
+
+static int t_group_setup(void **state) {
+  t_pg = kl_t_pg_start(0, t_why, sizeof(t_why));
+  if (!t_pg)
+    fprintf(stderr, "pg: skipping: %s\n", t_why);
+  return 0;
+}
+
+static int t_group_teardown(void **state) {
+  kl_t_pg_stop(t_pg);
+  return 0;
+}
+
+static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions) {
+  if (!t_pg) {
+    fprintf(stderr, "skipped: %s\n", t_why);
+    skip();
+  }
+  memset(fx, 0, sizeof(*fx));
+  fx->topic = topic;
+  char name[32];
+  snprintf(name, sizeof(name), "w%d", ++t_db_seq);
+  assert_int_equal(kl_t_pg_createdb(t_pg, name, fx->uri, sizeof(fx->uri)), 0);
+  assert_int_equal(kl_embedded_new(1, topic, partitions, &fx->cluster), KL_OK);
+  assert_int_equal(kl_store_open(fx->uri, NULL, &fx->store), KL_OK);
+  fx->gen = kl__ledger_gen_new(50, partitions, 42);
+  fx->producer = kl_t_producer(kl_embedded_bootstrap(fx->cluster), fx->gen);
+  assert_non_null(fx->producer);
+}
+
+static void kl_fx_down(kl_fx_t *fx) {
+  kl_producer_destroy(fx->producer);
+  kl__ledger_gen_destroy(fx->gen);
+  kl_store_destroy(fx->store);
+  kl_embedded_destroy(fx->cluster);
+}
+
+static void kl_fx_publish(kl_fx_t *fx, int n) {
+  for (int i = 0; i < n; i++) {
+    assert_int_equal(kl__ledger_gen_publish(fx->gen, fx->producer, fx->topic),
+                     KL_OK);
+    if (i % 10 == 9)
+      assert_int_equal(
+          kl__ledger_gen_republish(fx->gen, fx->producer, fx->topic), KL_OK);
+  }
+  assert_int_equal(kl_flush(fx->producer, 30000), KL_OK);
+}
+
+static void kl_fx_assert_verified(kl_fx_t *fx) {
+  kl__ledger_verdict_t v;
+  assert_int_equal(kl__ledger_gen_verify(fx->gen, fx->store, fx->topic, &v),
+                   KL_OK);
+  assert_int_equal(v.keys_bad, 0);
+  assert_int_equal(v.keys_ok, v.keys);
+  assert_int_equal(v.violations, 0);
+  assert_int_equal(v.applied, kl__ledger_gen_published(fx->gen));
+  assert_int_equal(v.duplicates, kl__ledger_gen_republished(fx->gen));
+  assert_true(v.ok);
+}
+
+static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};
+
+static void test_applies_each_event_once_on_pg(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "once", 4);
+  kl_fx_publish(&fx, 2000);
+  kl_t_worker_t *w = kl_t_worker_start(kl_embedded_bootstrap(fx.cluster),
+                                       fx.topic, "g1", fx.store, kl_fast);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
+                   0);
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st);
+  assert_int_equal(st.applied, 2000);
+  assert_int_equal(st.duplicates, 200);
+  assert_int_equal(st.fenced, 0);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_fx_assert_verified(&fx);
+  kl_fx_down(&fx);
+}
+
+typedef struct kl_pause_fx {
+  kl_store_t *store;
+  int armed;
+  int saw_new_owner;
+} kl_pause_fx_t;
+
+/* Blocks the first batch between its handlers and its commit, its
+ * database transaction open, until a newer owner has committed. */
+static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
+                          uint64_t epoch) {
+  kl_pause_fx_t *p = opaque;
+  if (!p->armed)
+    return;
+  p->armed = 0;
+  kl_partition_state_t at, now;
+  kl_store_partition(p->store, topic, partition, &at);
+  for (int i = 0; i < 600; i++) {
+    kl_t_sleep_ms(50);
+    if (kl_store_partition(p->store, topic, partition, &now) == KL_OK &&
+        now.epoch > epoch && now.watermark > at.watermark) {
+      p->saw_new_owner = 1;
+      return;
+    }
+  }
+}
+
+static void test_paused_owner_is_fenced_on_pg(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "fence", 2);
+  kl_fx_publish(&fx, 500);
+  static const char *const slow[] = {"worker.session.timeout.ms=3000",
+                                     "kafka.max.poll.interval.ms=3000", NULL};
+  /* Each worker its own store, as two hosts would have. */
+  kl_store_t *store_a;
+  assert_int_equal(kl_store_open(fx.uri, NULL, &store_a), KL_OK);
+  kl_pause_fx_t pause = {store_a, 1, 0};
+  kl_t_worker_t *a = kl_t_worker_new(kl_embedded_bootstrap(fx.cluster),
+                                     fx.topic, "g", store_a, slow);
+  kl__worker_set_before_commit(a->worker, kl_pause_hook, &pause);
+  kl_t_worker_go(a);
+  kl_t_sleep_ms(500);
+  kl_t_worker_t *b = kl_t_worker_start(kl_embedded_bootstrap(fx.cluster),
+                                       fx.topic, "g", fx.store, kl_fast);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
+                   0);
+  for (int i = 0; i < 200; i++) {
+    kl_worker_stats_t st;
+    kl_worker_stats(a->worker, &st);
+    if (st.fenced)
+      break;
+    kl_t_sleep_ms(50);
+  }
+  kl_worker_stats_t sa, sb;
+  kl_worker_stats(a->worker, &sa);
+  kl_worker_stats(b->worker, &sb);
+  assert_true(pause.saw_new_owner);
+  assert_int_equal(sa.fenced, 1);
+  assert_int_equal(sa.applied + sb.applied, 500);
+  assert_int_equal(kl_t_worker_stop(a), KL_OK);
+  assert_int_equal(kl_t_worker_stop(b), KL_OK);
+  kl_store_destroy(store_a);
+  kl_fx_assert_verified(&fx);
+  kl_fx_down(&fx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_applies_each_event_once_on_pg),
+      cmocka_unit_test(test_paused_owner_is_fenced_on_pg),
+  };
+  return cmocka_run_group_tests(tests, t_group_setup, t_group_teardown);
+}
