@@ -223,6 +223,16 @@ kl_err_t kl_store_id_count(kl_store_t *store, uint64_t *count) {
   return store->ops->id_count(store, count);
 }
 
+kl_err_t kl__store_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
+                            void *opaque) {
+  if (!store || !cb)
+    return kl__err(KL_EINVAL, "kl__store_ids_walk: store and cb are required");
+  if (!store->ops->ids_walk)
+    return kl__err(KL_EINVAL, "the %s store cannot list its idempotency keys "
+                              "in this build", store->ops->name);
+  return store->ops->ids_walk(store, cb, opaque);
+}
+
 /* ---- the store's clock ----------------------------------------------- */
 
 static int64_t (*_Atomic kl_store_clock)(void);

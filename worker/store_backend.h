@@ -8,6 +8,7 @@
 #define KEYLANE_WORKER_STORE_BACKEND_H
 
 #include "keylane/store.h"
+#include "worker/store_internal.h"
 
 typedef struct kl__store_ops {
   const char *name; /* "lmdb", "postgresql" */
@@ -36,6 +37,8 @@ typedef struct kl__store_ops {
   kl_err_t (*foreach_partition)(kl_store_t *store, kl_store_partition_cb_t *cb,
                                 void *opaque);
   kl_err_t (*id_count)(kl_store_t *store, uint64_t *count);
+  /* Optional (NULL: kl__store_ids_walk() says the backend lacks it). */
+  kl_err_t (*ids_walk)(kl_store_t *store, kl__store_id_cb_t *cb, void *opaque);
 } kl__store_ops_t;
 
 struct kl_store {

@@ -42,4 +42,22 @@ typedef struct kl__store_usage {
  */
 kl_err_t kl__store_lmdb_usage(kl_store_t *store, kl__store_usage_t *usage);
 
+/**
+ * Called for each idempotency key by kl__store_ids_walk(); return nonzero
+ * to stop. @p id is the key as it was marked (borrowed: valid for the call
+ * only), @p time_ms when it was recorded.
+ */
+typedef int(kl__store_id_cb_t)(void *opaque, const char *id, size_t id_len,
+                               int64_t time_ms, kl_mark_t mark);
+
+/**
+ * Calls @p cb for every idempotency key, in the backend's order, from one
+ * consistent snapshot (safe while workers commit). For `keylane store`
+ * (key counts and ages) and tests; it reads every key, so it is not for a
+ * worker's path.
+ * @returns KL_OK; KL_EINVAL when the backend has no such walk yet.
+ */
+kl_err_t kl__store_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
+                            void *opaque);
+
 #endif

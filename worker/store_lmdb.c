@@ -538,6 +538,64 @@ int kl__lmdb_idval_decode(const MDB_val *val, int64_t *time_ms,
   return 0;
 }
 
+/* The inverse of kl__lmdb_id_encode(): the id as it was marked. */
+static int kl_id_decode(const MDB_val *key, char out[KL__IDKEY_MAX],
+                        size_t *len) {
+  const unsigned char *k = key->mv_data;
+  if (key->mv_size == 17 && k[0] == 1) {
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0, n = 0; i < 36; i++) {
+      if (i == 8 || i == 13 || i == 18 || i == 23) {
+        out[i] = '-';
+        continue;
+      }
+      out[i] = hex[n % 2 ? k[1 + n / 2] & 15 : k[1 + n / 2] >> 4];
+      n++;
+    }
+    *len = 36;
+    return 0;
+  }
+  if (key->mv_size < 2 || key->mv_size > KL__IDKEY_MAX || k[0] != 0)
+    return MDB_CORRUPTED;
+  *len = key->mv_size - 1;
+  memcpy(out, k + 1, *len);
+  return 0;
+}
+
+static int kl_ids_walk_cursor(MDB_cursor *cur, kl__store_id_cb_t *cb,
+                              void *opaque) {
+  MDB_val key, val;
+  int rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST);
+  for (; rc == 0; rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    char id[KL__IDKEY_MAX];
+    size_t len;
+    int64_t t;
+    kl_mark_t mark;
+    if (kl_id_decode(&key, id, &len) || kl__lmdb_idval_decode(&val, &t, &mark))
+      return MDB_CORRUPTED;
+    if (cb(opaque, id, len, t, mark))
+      return 0;
+  }
+  return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+static kl_err_t kl_lmdb_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
+                                 void *opaque) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
+  MDB_txn *snap;
+  MDB_cursor *cur;
+  kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
+  if (err)
+    return err;
+  int rc = mdb_cursor_open(snap, lmdb->ids, &cur);
+  if (rc == 0) {
+    rc = kl_ids_walk_cursor(cur, cb, opaque);
+    mdb_cursor_close(cur);
+  }
+  kl__lmdb_read_end(lmdb, snap);
+  return rc ? kl__lmdb_err(rc, "list idempotency keys") : KL_OK;
+}
+
 /* ---- expiry ---------------------------------------------------------- */
 
 /*
@@ -726,6 +784,7 @@ static const kl__store_ops_t kl_lmdb_ops = {
     .scan = kl_lmdb_scan,
     .foreach_partition = kl_lmdb_foreach_partition,
     .id_count = kl_lmdb_id_count,
+    .ids_walk = kl_lmdb_ids_walk,
 };
 
 /* Checks the format, creating the databases of a new store. */
