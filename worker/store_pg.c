@@ -246,11 +246,14 @@ void kl__pg_conn_give(kl__pg_t *pgs, kl__pg_conn_t *conn, int broken) {
  * link unnoticed (a server restart, a terminated backend): when @p fn fails
  * on a lost link, it runs once more on a new connection. Every fn here is a
  * single autocommit statement that may run twice (an acquire that ran
- * twice only skips an epoch number; epochs need to grow, not to be dense).
+ * twice only skips an epoch number; epochs need to grow, not to be dense),
+ * or a read that sets *@p once when it has called back its caller (a scan
+ * must not hand out its rows twice).
  */
 typedef kl_err_t(kl_pg_fn)(kl__pg_conn_t *conn, void *ctx);
 
-static kl_err_t kl_pg_call(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx) {
+static kl_err_t kl_pg_call_once(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx,
+                                const int *once) {
   kl_err_t err = KL_OK;
   for (int attempt = 0; attempt < 2; attempt++) {
     kl__pg_conn_t *conn;
@@ -259,10 +262,14 @@ static kl_err_t kl_pg_call(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx) {
     err = fn(conn, ctx);
     int lost = PQstatus(conn->pg) != CONNECTION_OK;
     kl__pg_conn_give(pgs, conn, lost);
-    if (!err || !lost)
+    if (!err || !lost || (once && *once))
       break;
   }
   return err;
+}
+
+static kl_err_t kl_pg_call(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx) {
+  return kl_pg_call_once(pgs, fn, ctx, NULL);
 }
 
 /* ---- partitions ------------------------------------------------------- */
@@ -431,6 +438,7 @@ typedef struct kl_pg_scan {
   size_t prefix_len;
   kl_store_scan_cb_t *cb;
   void *opaque;
+  int called; /* rows were handed out: no retry on another connection */
 } kl_pg_scan_t;
 
 /* The smallest key above every key starting with the prefix: the prefix
@@ -457,6 +465,7 @@ static kl_err_t kl_pg_scan_rows(kl__pg_conn_t *conn, kl_pg_scan_t *scan,
     return err;
   }
   int n = PQntuples(res);
+  scan->called |= n > 0;
   for (int i = 0; i < n && !*stop; i++)
     *stop = scan->cb(scan->opaque, PQgetvalue(res, i, 0),
                      (size_t)PQgetlength(res, i, 0), PQgetvalue(res, i, 1),
@@ -504,8 +513,9 @@ static kl_err_t kl_pg_scan_fn(kl__pg_conn_t *conn, void *ctx) {
 static kl_err_t kl_pg_scan(kl_store_t *store, const void *prefix,
                            size_t prefix_len, kl_store_scan_cb_t *cb,
                            void *opaque) {
-  kl_pg_scan_t scan = {prefix, prefix_len, cb, opaque};
-  return kl_pg_call((kl__pg_t *)store, kl_pg_scan_fn, &scan);
+  kl_pg_scan_t scan = {prefix, prefix_len, cb, opaque, 0};
+  return kl_pg_call_once((kl__pg_t *)store, kl_pg_scan_fn, &scan,
+                         &scan.called);
 }
 
 /* ---- open and close --------------------------------------------------- */

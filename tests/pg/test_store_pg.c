@@ -23,6 +23,7 @@
 
 #include "keylane/store.h"
 #include "support/pg.h"
+#include "support/support.h"
 #include "worker/store_internal.h"
 #include "worker/store_pg.h"
 
@@ -682,10 +683,9 @@ static void test_older_schema_needs_store_migrate(void **state) {
 /* Runs `keylane store migrate --store URI`; returns its exit status and
  * its first line of output. */
 static int t_cli_migrate(const char *uri, char *line, size_t size) {
-  const char *bin = getenv("KEYLANE_BIN");
   char cmd[512];
   snprintf(cmd, sizeof(cmd), "'%s' store migrate --store '%s' 2>&1",
-           bin ? bin : "bin/keylane", uri);
+           kl_t_bin(), uri);
   FILE *p = popen(cmd, "r");
   assert_non_null(p);
   line[0] = '\0';
