@@ -433,13 +433,76 @@ static kl_err_t kl_pg_id_count(kl_store_t *store, uint64_t *count) {
 
 /* ---- scans ------------------------------------------------------------ */
 
+/* A walk over the rows of one query, through a cursor in one REPEATABLE
+ * READ transaction: one snapshot, read in chunks, so a walk over a large
+ * store neither holds it all in memory nor sees half a commit. */
+typedef int(kl_pg_row_fn)(void *ctx, const PGresult *res, int row);
+
+typedef struct kl_pg_walk {
+  const char *declare; /* DECLARE kl_walk ... CURSOR FOR ... */
+  const char *what;
+  int nparams;
+  const char *values[2];
+  int lengths[2];
+  kl_pg_row_fn *row;
+  void *ctx;
+  int called; /* rows were handed out: no retry on another connection */
+} kl_pg_walk_t;
+
+#define KL_PG_FETCH 512 /* rows per FETCH; the same number as below */
+
+static kl_err_t kl_pg_walk_rows(kl__pg_conn_t *conn, kl_pg_walk_t *walk,
+                                int *stop) {
+  PGresult *res = PQexecParams(conn->pg, "FETCH 512 FROM kl_walk", 0, NULL,
+                               NULL, NULL, NULL, 1);
+  if (!kl__pg_ok(res)) {
+    kl_err_t err = kl__pg_err(conn->pg, res, walk->what);
+    PQclear(res);
+    return err;
+  }
+  int n = PQntuples(res);
+  walk->called |= n > 0;
+  for (int i = 0; i < n && !*stop; i++)
+    *stop = walk->row(walk->ctx, res, i);
+  if (n < KL_PG_FETCH)
+    *stop = 1;
+  PQclear(res);
+  return KL_OK;
+}
+
+static kl_err_t kl_pg_walk_fn(kl__pg_conn_t *conn, void *ctx) {
+  kl_pg_walk_t *walk = ctx;
+  const int formats[2] = {1, 1};
+  kl_err_t err = kl__pg_exec(conn->pg,
+                             "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+                             walk->what);
+  if (err)
+    return err;
+  PGresult *res = PQexecParams(conn->pg, walk->declare, walk->nparams, NULL,
+                               walk->values, walk->lengths, formats, 1);
+  err = kl__pg_ok(res) ? KL_OK : kl__pg_err(conn->pg, res, walk->what);
+  PQclear(res);
+  for (int stop = 0; !err && !stop;)
+    err = kl_pg_walk_rows(conn, walk, &stop);
+  kl_err_t end_err = kl__pg_exec(conn->pg, "COMMIT", walk->what);
+  return err ? err : end_err;
+}
+
+static kl_err_t kl_pg_walk(kl__pg_t *pgs, kl_pg_walk_t *walk) {
+  return kl_pg_call_once(pgs, kl_pg_walk_fn, walk, &walk->called);
+}
+
 typedef struct kl_pg_scan {
-  const void *prefix;
-  size_t prefix_len;
   kl_store_scan_cb_t *cb;
   void *opaque;
-  int called; /* rows were handed out: no retry on another connection */
 } kl_pg_scan_t;
+
+static int kl_pg_scan_row(void *ctx, const PGresult *res, int row) {
+  kl_pg_scan_t *scan = ctx;
+  return scan->cb(scan->opaque, PQgetvalue(res, row, 0),
+                  (size_t)PQgetlength(res, row, 0), PQgetvalue(res, row, 1),
+                  (size_t)PQgetlength(res, row, 1));
+}
 
 /* The smallest key above every key starting with the prefix: the prefix
  * with its last byte below 0xff incremented and the rest dropped. Returns
@@ -455,67 +518,64 @@ static size_t kl_pg_prefix_end(const unsigned char *prefix, size_t len,
   return len;
 }
 
-static kl_err_t kl_pg_scan_rows(kl__pg_conn_t *conn, kl_pg_scan_t *scan,
-                                int *stop) {
-  PGresult *res = PQexecParams(conn->pg, "FETCH 512 FROM kl_scan", 0, NULL,
-                               NULL, NULL, NULL, 1);
-  if (!kl__pg_ok(res)) {
-    kl_err_t err = kl__pg_err(conn->pg, res, "scan the handler keys");
-    PQclear(res);
-    return err;
-  }
-  int n = PQntuples(res);
-  scan->called |= n > 0;
-  for (int i = 0; i < n && !*stop; i++)
-    *stop = scan->cb(scan->opaque, PQgetvalue(res, i, 0),
-                     (size_t)PQgetlength(res, i, 0), PQgetvalue(res, i, 1),
-                     (size_t)PQgetlength(res, i, 1));
-  if (n < 512)
-    *stop = 1;
-  PQclear(res);
-  return KL_OK;
-}
-
-/* A cursor in one REPEATABLE READ transaction: one snapshot, read in
- * chunks, so a scan of a large store neither holds it all in memory nor
- * sees a commit half. */
-static kl_err_t kl_pg_scan_fn(kl__pg_conn_t *conn, void *ctx) {
-  kl_pg_scan_t *scan = ctx;
-  unsigned char end[512];
-  if (scan->prefix_len > sizeof(end))
-    return KL_OK; /* longer than any key: nothing starts with it */
-  size_t end_len = kl_pg_prefix_end(scan->prefix, scan->prefix_len, end);
-  const char *values[2] = {scan->prefix ? scan->prefix : "", (char *)end};
-  int lengths[2] = {(int)scan->prefix_len, (int)end_len};
-  int formats[2] = {1, 1};
-  kl_err_t err = kl__pg_exec(conn->pg,
-                             "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-                             "begin a scan");
-  if (err)
-    return err;
-  PGresult *res = PQexecParams(
-      conn->pg,
-      end_len ? "DECLARE kl_scan NO SCROLL CURSOR FOR SELECT key, value FROM "
-                "keylane_kv WHERE key >= $1::bytea AND key < $2::bytea ORDER "
-                "BY key"
-              : "DECLARE kl_scan NO SCROLL CURSOR FOR SELECT key, value FROM "
-                "keylane_kv WHERE key >= $1::bytea ORDER BY key",
-      end_len ? 2 : 1, NULL, values, lengths, formats, 1);
-  err = kl__pg_ok(res) ? KL_OK : kl__pg_err(conn->pg, res, "scan the "
-                                                            "handler keys");
-  PQclear(res);
-  for (int stop = 0; !err && !stop;)
-    err = kl_pg_scan_rows(conn, scan, &stop);
-  kl_err_t end_err = kl__pg_exec(conn->pg, "COMMIT", "end a scan");
-  return err ? err : end_err;
-}
-
 static kl_err_t kl_pg_scan(kl_store_t *store, const void *prefix,
                            size_t prefix_len, kl_store_scan_cb_t *cb,
                            void *opaque) {
-  kl_pg_scan_t scan = {prefix, prefix_len, cb, opaque, 0};
-  return kl_pg_call_once((kl__pg_t *)store, kl_pg_scan_fn, &scan,
-                         &scan.called);
+  unsigned char end[512];
+  if (prefix_len > sizeof(end))
+    return KL_OK; /* longer than any key: nothing starts with it */
+  size_t end_len = kl_pg_prefix_end(prefix, prefix_len, end);
+  kl_pg_scan_t scan = {cb, opaque};
+  kl_pg_walk_t walk = {
+      end_len ? "DECLARE kl_walk NO SCROLL CURSOR FOR SELECT key, value FROM "
+                "keylane_kv WHERE key >= $1::bytea AND key < $2::bytea ORDER "
+                "BY key"
+              : "DECLARE kl_walk NO SCROLL CURSOR FOR SELECT key, value FROM "
+                "keylane_kv WHERE key >= $1::bytea ORDER BY key",
+      "scan the handler keys",
+      end_len ? 2 : 1,
+      {prefix ? prefix : "", (const char *)end},
+      {(int)prefix_len, (int)end_len},
+      kl_pg_scan_row,
+      &scan,
+      0};
+  return kl_pg_walk((kl__pg_t *)store, &walk);
+}
+
+typedef struct kl_pg_ids {
+  kl__store_id_cb_t *cb;
+  void *opaque;
+} kl_pg_ids_t;
+
+static uint64_t kl_pg_be(const char *p, int len) {
+  uint64_t v = 0;
+  for (int i = 0; i < len; i++)
+    v = v << 8 | (unsigned char)p[i];
+  return v;
+}
+
+/* Binary columns: id bytea, inserted_ms int8, mark int2. */
+static int kl_pg_ids_row(void *ctx, const PGresult *res, int row) {
+  kl_pg_ids_t *ids = ctx;
+  int64_t time_ms = (int64_t)kl_pg_be(PQgetvalue(res, row, 1), 8);
+  kl_mark_t mark = (kl_mark_t)kl_pg_be(PQgetvalue(res, row, 2), 2);
+  return ids->cb(ids->opaque, PQgetvalue(res, row, 0),
+                 (size_t)PQgetlength(res, row, 0), time_ms, mark);
+}
+
+static kl_err_t kl_pg_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
+                               void *opaque) {
+  kl_pg_ids_t ids = {cb, opaque};
+  kl_pg_walk_t walk = {"DECLARE kl_walk NO SCROLL CURSOR FOR SELECT id, "
+                       "inserted_ms, mark FROM keylane_ids ORDER BY id",
+                       "list the idempotency keys",
+                       0,
+                       {NULL, NULL},
+                       {0, 0},
+                       kl_pg_ids_row,
+                       &ids,
+                       0};
+  return kl_pg_walk((kl__pg_t *)store, &walk);
 }
 
 /* ---- open and close --------------------------------------------------- */
@@ -570,6 +630,7 @@ const kl__store_ops_t kl__pg_ops = {
     .scan = kl_pg_scan,
     .foreach_partition = kl_pg_foreach_partition,
     .id_count = kl_pg_id_count,
+    .ids_walk = kl_pg_ids_walk,
 };
 
 static kl_err_t kl_pg_new(const char *uri, const kl_conf_t *conf,

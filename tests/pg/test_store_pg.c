@@ -631,6 +631,39 @@ static void test_sweep_keeps_a_key_for_the_retention(void **state) {
   kl_store_destroy(store);
 }
 
+typedef struct t_ids {
+  char seen[4][64];
+  int n;
+} t_ids_t;
+
+static int t_ids_cb(void *opaque, const char *id, size_t id_len,
+                    int64_t time_ms, kl_mark_t mark) {
+  t_ids_t *t = opaque;
+  snprintf(t->seen[t->n++], 64, "%.*s@%lld/%d", (int)id_len, id,
+           (long long)time_ms, (int)mark);
+  return t->n == 2; /* stops after two */
+}
+
+static void test_ids_walk(void **state) {
+  T_NEED_PG();
+  t_state_t *st = *state;
+  t_now_ms = 1700000000000LL;
+  kl__store_set_clock(t_clock);
+  kl_store_t *store = t_open(st->uri, NULL);
+  uint64_t epoch = t_acquire(store, 0);
+  kl_txn_t *txn = t_begin(store, 0, epoch);
+  t_mark(txn, "b", KL_MARK_DEAD_LETTER);
+  t_mark(txn, "a", KL_MARK_APPLIED);
+  t_mark(txn, "c", KL_MARK_APPLIED);
+  t_commit(txn, 1);
+  t_ids_t t = {0};
+  assert_int_equal(kl__store_ids_walk(store, t_ids_cb, &t), KL_OK);
+  assert_int_equal(t.n, 2);
+  assert_string_equal(t.seen[0], "a@1700000000000/1");
+  assert_string_equal(t.seen[1], "b@1700000000000/2");
+  kl_store_destroy(store);
+}
+
 /* ---- schema ---------------------------------------------------------- */
 
 static void test_open_creates_the_schema(void **state) {
@@ -875,6 +908,7 @@ int main(void) {
       T(test_foreach_partition_order),
       T(test_sweep_bounded_and_keeps_young),
       T(test_sweep_keeps_a_key_for_the_retention),
+      T(test_ids_walk),
       T(test_open_creates_the_schema),
       T(test_newer_schema_is_refused),
       T(test_older_schema_needs_store_migrate),
