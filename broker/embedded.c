@@ -83,8 +83,10 @@ kl_err_t kl_embedded_topic_create(kl_embedded_t *embedded, const char *topic,
   rd_kafka_resp_err_t rerr = rd_kafka_mock_topic_create(
       embedded->mcluster, topic, (int)partitions, replicas);
   if (rerr == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
-    return kl__err(KL_EINVAL, "topic %s already exists on the embedded "
-                              "cluster", topic);
+    return kl__err(KL_EINVAL,
+                   "topic %s already exists on the embedded "
+                   "cluster",
+                   topic);
   if (rerr)
     return kl__err(KL_EKAFKA, "embedded cluster: cannot create topic %s: %s",
                    topic, rd_kafka_err2str(rerr));
@@ -98,8 +100,10 @@ static kl_err_t kl_embedded_start(kl_embedded_t *embedded, int brokers) {
     return KL_EKAFKA;
   embedded->mcluster = rd_kafka_mock_cluster_new(embedded->rk, brokers);
   if (!embedded->mcluster)
-    return kl__err(KL_EKAFKA, "embedded cluster: cannot start %d brokers "
-                              "(no free ports on 127.0.0.1?)", brokers);
+    return kl__err(KL_EKAFKA,
+                   "embedded cluster: cannot start %d brokers "
+                   "(no free ports on 127.0.0.1?)",
+                   brokers);
   embedded->brokers = brokers;
   embedded->bootstrap =
       strdup(rd_kafka_mock_cluster_bootstraps(embedded->mcluster));

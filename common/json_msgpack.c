@@ -120,8 +120,10 @@ kl_err_t kl__json_to_msgpack(const json_t *value, size_t max_size, void **out,
     return kl__err(KL_EINVAL, "JSON nests deeper than %d levels",
                    KL_JSON_DEPTH_MAX);
   if (b.over)
-    return kl__err(KL_EINVAL, "JSON value packs to more than %zu bytes of "
-                              "msgpack", max_size);
+    return kl__err(KL_EINVAL,
+                   "JSON value packs to more than %zu bytes of "
+                   "msgpack",
+                   max_size);
   return kl__err(KL_ENOMEM, "out of memory packing a JSON value");
 }
 
@@ -195,8 +197,8 @@ static kl_err_t kl_mp_map(kl_mprd_t *rd, uint64_t n, int depth, json_t **out) {
     if ((err = kl_mp_key(rd, &key)))
       break;
     if (!(err = kl_mp_value(rd, depth + 1, &item)) &&
-        json_object_setn_new(obj, json_string_value(key), json_string_length(key),
-                             item))
+        json_object_setn_new(obj, json_string_value(key),
+                             json_string_length(key), item))
       err = kl__err(KL_ENOMEM, "out of memory");
     json_decref(key);
   }
@@ -362,7 +364,8 @@ void kl__base64_encode(const void *data, size_t len, char *out) {
     *out++ = kl_b64[v & 63];
   }
   if (i < len) {
-    uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < len ? (uint32_t)p[i + 1] << 8 : 0);
+    uint32_t v =
+        (uint32_t)p[i] << 16 | (i + 1 < len ? (uint32_t)p[i + 1] << 8 : 0);
     *out++ = kl_b64[v >> 18];
     *out++ = kl_b64[(v >> 12) & 63];
     *out++ = i + 1 < len ? kl_b64[(v >> 6) & 63] : '=';
@@ -397,8 +400,10 @@ static int kl_b64_group(const char *s, int last, uint8_t *out, size_t *n) {
 kl_err_t kl__base64_decode(const char *text, size_t len, void **out,
                            size_t *out_len) {
   if (len % 4)
-    return kl__err(KL_EINVAL, "base64 is %zu characters, not a multiple of 4 "
-                              "(padding with '=' is required)", len);
+    return kl__err(KL_EINVAL,
+                   "base64 is %zu characters, not a multiple of 4 "
+                   "(padding with '=' is required)",
+                   len);
   uint8_t *buf = malloc(len / 4 * 3 + 1);
   if (!buf)
     return kl__err(KL_ENOMEM, "out of memory decoding base64");
@@ -408,8 +413,10 @@ kl_err_t kl__base64_decode(const char *text, size_t len, void **out,
     int bad = kl_b64_group(text + i, i + 4 == len, buf + n, &got);
     if (bad >= 0) {
       free(buf);
-      return kl__err(KL_EINVAL, "base64 has an invalid character at offset "
-                                "%zu", i + (size_t)bad);
+      return kl__err(KL_EINVAL,
+                     "base64 has an invalid character at offset "
+                     "%zu",
+                     i + (size_t)bad);
     }
     n += got;
   }

@@ -23,10 +23,10 @@
 #define KL_BROKER_SUB "broker"
 
 typedef struct kl_broker_opts {
-  int embedded;             /* --embedded: run the mock cluster */
-  const char *topic;        /* -t */
-  int32_t partitions;       /* --partitions */
-  int brokers;              /* --brokers */
+  int embedded;               /* --embedded: run the mock cluster */
+  const char *topic;          /* -t */
+  int32_t partitions;         /* --partitions */
+  int brokers;                /* --brokers */
   const char *bootstrap_file; /* --bootstrap-file */
 } kl_broker_opts_t;
 
@@ -69,8 +69,10 @@ static int kl_broker_int(const char *flag, const char *arg, long min, long max,
   errno = 0;
   long v = strtol(arg, &end, 10);
   if (errno || end == arg || *end || v < min || v > max)
-    return kl__cli_usage(KL_BROKER_SUB, "%s takes a number from %ld to %ld, "
-                                        "got \"%s\"", flag, min, max, arg);
+    return kl__cli_usage(KL_BROKER_SUB,
+                         "%s takes a number from %ld to %ld, "
+                         "got \"%s\"",
+                         flag, min, max, arg);
   *out = v;
   return KL_EXIT_OK;
 }
@@ -111,18 +113,22 @@ static int kl_broker_run_embedded(const kl_broker_opts_t *opts) {
   if (err == KL_EINVAL) /* a flag's value: say so as a usage error */
     return kl__cli_usage(KL_BROKER_SUB, "%s", kl_err_detail());
   if (err)
-    return kl__cli_fail(KL_BROKER_SUB, "cannot start the embedded cluster: "
-                                       "%s", kl_err_detail());
+    return kl__cli_fail(KL_BROKER_SUB,
+                        "cannot start the embedded cluster: "
+                        "%s",
+                        kl_err_detail());
   char line[4096];
-  snprintf(line, sizeof(line), "bootstrap=%s\n", kl_embedded_bootstrap(embedded));
+  snprintf(line, sizeof(line), "bootstrap=%s\n",
+           kl_embedded_bootstrap(embedded));
   int rc = KL_EXIT_OK;
   if (opts->bootstrap_file)
     rc = kl_broker_write_file(opts->bootstrap_file, line);
   if (rc == KL_EXIT_OK) {
     fputs(line, stdout);
     fflush(stdout);
-    KL_LOG_I("broker", "embedded cluster up: %d brokers, topic %s with %d "
-                       "partitions; stop with SIGINT or SIGTERM",
+    KL_LOG_I("broker",
+             "embedded cluster up: %d brokers, topic %s with %d "
+             "partitions; stop with SIGINT or SIGTERM",
              opts->brokers, opts->topic, (int)opts->partitions);
     kl_broker_wait_for_signal();
     KL_LOG_I("broker", "stopping the embedded cluster");

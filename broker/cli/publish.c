@@ -70,7 +70,8 @@ static void kl_pub_help(void) {
       "  payload_b64  raw bytes as base64 (not both; neither: empty)\n"
       "  headers  optional object of string values, at most 64\n"
       "\n"
-      "Prints {\"key\",\"id\",\"partition\",\"offset\"} per delivered event, in\n"
+      "Prints {\"key\",\"id\",\"partition\",\"offset\"} per delivered event, "
+      "in\n"
       "input order. A bad line (invalid JSON, a missing or unknown field, a\n"
       "limit exceeded, a line over 2 MiB) stops the run with exit 2 and a\n"
       "message naming the line, after every line before it was delivered\n"
@@ -85,12 +86,15 @@ static void kl_pub_help(void) {
       "                                   a partition to write to: keylane\n"
       "                                   always routes by key)\n"
       "  -X name=value                    a keylane key (producer.*) or a\n"
-      "                                   librdkafka property, with or without\n"
+      "                                   librdkafka property, with or "
+      "without\n"
       "                                   the kafka. prefix; repeatable\n"
       "  -h, --help                       this text\n"
       "\n"
       "examples:\n"
-      "  echo '{\"key\":\"acct-1\",\"type\":\"credit\",\"payload\":{\"amount\":5}}' |\n"
+      "  echo "
+      "'{\"key\":\"acct-1\",\"type\":\"credit\",\"payload\":{\"amount\":5}}' "
+      "|\n"
       "    keylane publish -b 127.0.0.1:9092 -t events -p 12\n"
       "  keylane publish -b \"$BOOTSTRAP\" -t events -X linger.ms=20 "
       "< events.jsonl\n");
@@ -162,8 +166,9 @@ static void kl_pub_print_ready(kl_pub_t *pub, int force_flush) {
       printed = 1;
     } else {
       pub->failed++;
-      fprintf(stderr, "keylane publish: line %ld (key %.*s): not delivered: "
-                      "%s\n",
+      fprintf(stderr,
+              "keylane publish: line %ld (key %.*s): not delivered: "
+              "%s\n",
               e->line, (int)e->key_len, e->key,
               e->reason ? e->reason : "out of memory");
     }
@@ -196,7 +201,7 @@ typedef struct kl_pub_line {
   void *payload; /* malloc()ed msgpack or base64-decoded bytes */
 } kl_pub_line_t;
 
-#define KL_PUB_ERR_MAX 512                 /* a line's problem */
+#define KL_PUB_ERR_MAX 512                   /* a line's problem */
 #define KL_PUB_MSG_MAX (KL_PUB_ERR_MAX + 64) /* "line N: " + the problem */
 
 /* Writes a line's problem into err (KL_PUB_ERR_MAX bytes); returns -1. */
@@ -254,7 +259,8 @@ static int kl_pub_payload(json_t *root, kl_pub_line_t *l, char *err) {
   size_t len = 0;
   kl_err_t e = KL_OK;
   if (p && b64)
-    return kl_pub_err(err, "both \"payload\" and \"payload_b64\" are given: pass "
+    return kl_pub_err(err,
+                      "both \"payload\" and \"payload_b64\" are given: pass "
                       "one");
   if (p)
     e = kl__json_to_msgpack(p, KL_PAYLOAD_MAX, &l->payload, &len);
@@ -272,8 +278,8 @@ static int kl_pub_payload(json_t *root, kl_pub_line_t *l, char *err) {
 }
 
 static int kl_pub_known_fields(json_t *root, char *err) {
-  static const char *const known[] = {"key", "id", "type", "payload",
-                                      "payload_b64", "headers"};
+  static const char *const known[] = {"key",     "id",          "type",
+                                      "payload", "payload_b64", "headers"};
   const char *name;
   json_t *v;
   json_object_foreach(root, name, v) {
@@ -281,8 +287,10 @@ static int kl_pub_known_fields(json_t *root, char *err) {
     while (i < 6 && strcmp(name, known[i]) != 0)
       i++;
     if (i == 6)
-      return kl_pub_err(err, "unknown field \"%s\"; the fields are key, id, type, "
-                        "payload, payload_b64 and headers", name);
+      return kl_pub_err(err,
+                        "unknown field \"%s\"; the fields are key, id, type, "
+                        "payload, payload_b64 and headers",
+                        name);
   }
   return 0;
 }
@@ -373,7 +381,8 @@ static long kl_pub_read(char *buf) {
 static kl_pub_step_t kl_pub_next(kl_pub_t *pub, long lineno, char *buf,
                                  long len, char *err) {
   if (len == -2)
-    kl_pub_err(err, "the line is longer than %d bytes (2 MiB)", KL_PUB_LINE_MAX);
+    kl_pub_err(err, "the line is longer than %d bytes (2 MiB)",
+               KL_PUB_LINE_MAX);
   else if (len == 0)
     kl_pub_err(err, "the line is empty");
   else
@@ -403,8 +412,9 @@ static int kl_pub_loop(kl_pub_t *pub, char *msg) {
     kl_pub_print_ready(pub, 0);
   }
   if (rc == KL_EXIT_OK && kl__cli_stop) {
-    snprintf(msg, KL_PUB_MSG_MAX, "interrupted; the events read so far were "
-                                  "published");
+    snprintf(msg, KL_PUB_MSG_MAX,
+             "interrupted; the events read so far were "
+             "published");
     rc = KL_EXIT_FAIL;
   } else if (rc == KL_EXIT_OK && ferror(stdin)) {
     snprintf(msg, KL_PUB_MSG_MAX, "reading stdin: %s", strerror(errno));
@@ -427,8 +437,9 @@ static int kl_pub_run(kl_conf_t *conf, const char *topic) {
   if (pub.failed) {
     if (err[0])
       fprintf(stderr, "keylane publish: %s\n", err);
-    return kl__cli_fail(KL_PUB_SUB, "%ld events were not delivered (see "
-                                    "above); stdout lists those that were",
+    return kl__cli_fail(KL_PUB_SUB,
+                        "%ld events were not delivered (see "
+                        "above); stdout lists those that were",
                         pub.failed);
   }
   if (rc == KL_EXIT_USAGE)
@@ -445,8 +456,10 @@ static int kl_pub_partitions(kl_conf_t *conf, const char *arg) {
   errno = 0;
   long v = strtol(arg, &end, 10);
   if (errno || end == arg || *end || v < 1 || v > 100000)
-    return kl__cli_usage(KL_PUB_SUB, "--partitions takes a count from 1 to "
-                                     "100000, got \"%s\"", arg);
+    return kl__cli_usage(KL_PUB_SUB,
+                         "--partitions takes a count from 1 to "
+                         "100000, got \"%s\"",
+                         arg);
   return kl__cli_conf_set(KL_PUB_SUB, conf, "producer.expect.partitions", arg)
              ? KL_EXIT_USAGE
              : KL_EXIT_OK;
@@ -469,7 +482,8 @@ static int kl_pub_parse_flags(int argc, char **argv, kl_conf_t *conf,
       kl_pub_help();
       return -1;
     } else if (c == 'b') {
-      bad = kl__cli_conf_set(KL_PUB_SUB, conf, "kafka.bootstrap.servers", optarg);
+      bad =
+          kl__cli_conf_set(KL_PUB_SUB, conf, "kafka.bootstrap.servers", optarg);
       bootstrap = 1;
     } else if (c == 't') {
       *topic = optarg;
@@ -484,8 +498,10 @@ static int kl_pub_parse_flags(int argc, char **argv, kl_conf_t *conf,
       return KL_EXIT_USAGE;
   }
   if (optind < argc)
-    return kl__cli_usage(KL_PUB_SUB, "unexpected argument \"%s\": events are "
-                                     "read from stdin", argv[optind]);
+    return kl__cli_usage(KL_PUB_SUB,
+                         "unexpected argument \"%s\": events are "
+                         "read from stdin",
+                         argv[optind]);
   if (!bootstrap && !kl_conf_get(conf, "kafka.bootstrap.servers"))
     return kl__cli_usage(KL_PUB_SUB, "-b BOOTSTRAP is required: the Kafka "
                                      "brokers, HOST:PORT[,HOST:PORT]");

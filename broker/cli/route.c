@@ -15,25 +15,26 @@
 #define KL_ROUTE_SUB "route"
 
 static void kl_route_help(void) {
-  printf("usage: keylane route --partitions N [KEY...]\n"
-         "\n"
-         "Prints KEY<TAB>PARTITION for each key, in input order: the partition\n"
-         "keylane's producer and the Java client's default partitioner pick,\n"
-         "(murmur2(key) & 0x7fffffff) %% N.\n"
-         "With no KEY arguments, reads keys from stdin, one per line (the\n"
-         "newline is not part of the key; a carriage return is).\n"
-         "\n"
-         "flags:\n"
-         "  --partitions N   the topic's partition count (1..100000), required\n"
-         "  -h, --help       this text\n"
-         "\n"
-         "A key is 1..%d bytes; an empty or longer key stops the run with\n"
-         "exit 2 after the keys before it were printed.\n"
-         "\n"
-         "examples:\n"
-         "  keylane route --partitions 12 account-42 account-43\n"
-         "  cut -f1 accounts.tsv | keylane route --partitions 12\n",
-         KL_KEY_MAX);
+  printf(
+      "usage: keylane route --partitions N [KEY...]\n"
+      "\n"
+      "Prints KEY<TAB>PARTITION for each key, in input order: the partition\n"
+      "keylane's producer and the Java client's default partitioner pick,\n"
+      "(murmur2(key) & 0x7fffffff) %% N.\n"
+      "With no KEY arguments, reads keys from stdin, one per line (the\n"
+      "newline is not part of the key; a carriage return is).\n"
+      "\n"
+      "flags:\n"
+      "  --partitions N   the topic's partition count (1..100000), required\n"
+      "  -h, --help       this text\n"
+      "\n"
+      "A key is 1..%d bytes; an empty or longer key stops the run with\n"
+      "exit 2 after the keys before it were printed.\n"
+      "\n"
+      "examples:\n"
+      "  keylane route --partitions 12 account-42 account-43\n"
+      "  cut -f1 accounts.tsv | keylane route --partitions 12\n",
+      KL_KEY_MAX);
 }
 
 static int kl_route_parse_partitions(const char *arg, int32_t *out) {
@@ -56,8 +57,10 @@ static void kl_route_print(const char *key, size_t len, int32_t partitions) {
 
 static int kl_route_check(const char *where, size_t len) {
   if (len == 0)
-    return kl__cli_usage(KL_ROUTE_SUB, "%s: the key is empty; a key is 1..%d "
-                                       "bytes", where, KL_KEY_MAX);
+    return kl__cli_usage(KL_ROUTE_SUB,
+                         "%s: the key is empty; a key is 1..%d "
+                         "bytes",
+                         where, KL_KEY_MAX);
   if (len > KL_KEY_MAX)
     return kl__cli_usage(KL_ROUTE_SUB,
                          "%s: the key is %zu bytes, the limit is %d", where,

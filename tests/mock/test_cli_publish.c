@@ -97,8 +97,8 @@ static void kl_run_free(kl_run_t *r) {
 static void test_route_args(void **state) {
   (void)state;
   kl_run_t r;
-  kl_run((const char *[]){"route", "--partitions", "50", "foobar", "21",
-                          "abc", NULL},
+  kl_run((const char *[]){"route", "--partitions", "50", "foobar", "21", "abc",
+                          NULL},
          NULL, &r);
   assert_int_equal(r.rc, 0);
   char want[128];
@@ -248,7 +248,6 @@ static void test_broker_bad_flags(void **state) {
   kl_run_free(&r);
 }
 
-
 /* ---- keylane publish ---- */
 
 typedef struct kl_msg {
@@ -265,9 +264,11 @@ static size_t kl_consume_all(const char *bootstrap, const char *topic,
                              int partitions, kl_msg_t *msgs) {
   char errstr[256];
   rd_kafka_conf_t *conf = rd_kafka_conf_new();
-  rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr, sizeof(errstr));
+  rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr,
+                    sizeof(errstr));
   rd_kafka_conf_set(conf, "group.id", "cli-test", errstr, sizeof(errstr));
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+  rd_kafka_t *rk =
+      rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
   assert_non_null(rk);
   rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(8);
   for (int p = 0; p < partitions; p++)
@@ -350,8 +351,8 @@ static void test_publish_good_lines_then_bad(void **state) {
       "{\"key\":\"acct-4\",\"payload\":1}\n" /* no type: the bad line */
       "{\"key\":\"acct-5\",\"type\":\"never\"}\n";
   kl_run_t r;
-  kl_run((const char *[]){"publish", "-b", bootstrap, "-t", "events", "-p",
-                          "6", NULL},
+  kl_run((const char *[]){"publish", "-b", bootstrap, "-t", "events", "-p", "6",
+                          NULL},
          input, &r);
   assert_int_equal(r.rc, 2);
   assert_non_null(strstr(r.err, "line 4: \"type\" is missing"));
@@ -382,8 +383,8 @@ static void test_publish_good_lines_then_bad(void **state) {
 static void kl_expect_bad(const char *bootstrap, const char *input,
                           const char *problem) {
   kl_run_t r;
-  kl_run((const char *[]){"publish", "-b", bootstrap, "-t", "bad", NULL},
-         input, &r);
+  kl_run((const char *[]){"publish", "-b", bootstrap, "-t", "bad", NULL}, input,
+         &r);
   assert_int_equal(r.rc, 2);
   if (!strstr(r.err, problem))
     fail_msg("expected \"%s\" in: %s", problem, r.err);
@@ -399,8 +400,9 @@ static void test_publish_bad_lines(void **state) {
                 "line 2: invalid JSON");
   kl_expect_bad(bs, "{\"type\":\"t\"}\n", "line 1: \"key\" is missing");
   kl_expect_bad(bs, "[1]\n", "line 1: a line must be a JSON object");
-  kl_expect_bad(bs, "{\"key\":\"a\",\"type\":\"t\",\"payload\":1,"
-                    "\"payload_b64\":\"AA==\"}\n",
+  kl_expect_bad(bs,
+                "{\"key\":\"a\",\"type\":\"t\",\"payload\":1,"
+                "\"payload_b64\":\"AA==\"}\n",
                 "both \"payload\" and \"payload_b64\"");
   kl_expect_bad(bs, "{\"key\":\"a\",\"type\":\"t\",\"payload_b64\":\"A*==\"}\n",
                 "invalid character at offset 1");
@@ -448,9 +450,9 @@ static void test_publish_usage(void **state) {
   assert_int_equal(r.rc, 2);
   assert_non_null(strstr(r.err, "-t TOPIC is required"));
   kl_run_free(&r);
-  kl_run((const char *[]){"publish", "-b", "h:1", "-t", "x", "-X", "nope=1",
-                          NULL},
-         "", &r);
+  kl_run(
+      (const char *[]){"publish", "-b", "h:1", "-t", "x", "-X", "nope=1", NULL},
+      "", &r);
   assert_int_equal(r.rc, 1);
   assert_non_null(strstr(r.err, "nope"));
   kl_run_free(&r);
@@ -463,7 +465,8 @@ static void test_publish_delivery_failure(void **state) {
   char errstr[256];
   rd_kafka_conf_t *conf = rd_kafka_conf_new();
   rd_kafka_conf_set(conf, "log_level", "0", errstr, sizeof(errstr));
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+  rd_kafka_t *rk =
+      rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
   rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(rk, 1);
   assert_int_equal(rd_kafka_mock_topic_create(mc, "refused", 2, 1), 0);
   rd_kafka_resp_err_t errs[50];
@@ -496,9 +499,9 @@ static void test_msgpack_to_json_limits(void **state) {
   assert_int_equal(kl__msgpack_to_json("\xa2\xff\xfe", 3, &v), KL_EINVAL);
   assert_int_equal(kl__msgpack_to_json("\xc1", 1, &v), KL_EINVAL);
   assert_int_equal(kl__msgpack_to_json("\x01\x02", 2, &v), KL_EINVAL);
-  assert_int_equal(kl__msgpack_to_json("\xcf\xff\xff\xff\xff\xff\xff\xff\xff",
-                                       9, &v),
-                   KL_EINVAL);
+  assert_int_equal(
+      kl__msgpack_to_json("\xcf\xff\xff\xff\xff\xff\xff\xff\xff", 9, &v),
+      KL_EINVAL);
   assert_int_equal(kl__msgpack_to_json("\xd4\x01\x00", 3, &v), KL_EINVAL);
   unsigned char deep[70];
   memset(deep, 0x91, sizeof(deep) - 1);
@@ -524,8 +527,9 @@ static void test_msgpack_to_json_limits(void **state) {
 static void test_base64(void **state) {
   (void)state;
   const char *plain[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar"};
-  const char *coded[] = {"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=",
-                         "Zm9vYmFy"}; /* RFC 4648 section 10 */
+  const char *coded[] = {
+      "",         "Zg==",     "Zm8=",    "Zm9v",
+      "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"}; /* RFC 4648 section 10 */
   for (size_t i = 0; i < 7; i++) {
     char text[16];
     kl__base64_encode(plain[i], strlen(plain[i]), text);

@@ -56,7 +56,8 @@ static rd_kafka_t *kl_cross_producer(const char *bootstrap, void *opaque) {
                      RD_KAFKA_CONF_OK);
   rd_kafka_conf_set_dr_msg_cb(conf, kl_cross_dr);
   rd_kafka_conf_set_opaque(conf, opaque);
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+  rd_kafka_t *rk =
+      rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
   assert_non_null(rk);
   return rk;
 }
@@ -74,13 +75,14 @@ static void kl_cross_keys(kl_cross_t *cross) {
 static void kl_cross_produce(rd_kafka_t *rk, kl_cross_t *cross, size_t i,
                              const char *topic) {
   rd_kafka_resp_err_t err;
-  while ((err = rd_kafka_producev(
-              rk, RD_KAFKA_V_TOPIC(topic),
-              RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
-              RD_KAFKA_V_KEY(cross->keys[i], cross->lens[i]),
-              RD_KAFKA_V_VALUE("v", 1), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-              RD_KAFKA_V_OPAQUE((void *)(uintptr_t)i), RD_KAFKA_V_END)) ==
-         RD_KAFKA_RESP_ERR__QUEUE_FULL)
+  while (
+      (err = rd_kafka_producev(
+           rk, RD_KAFKA_V_TOPIC(topic),
+           RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
+           RD_KAFKA_V_KEY(cross->keys[i], cross->lens[i]),
+           RD_KAFKA_V_VALUE("v", 1), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+           RD_KAFKA_V_OPAQUE((void *)(uintptr_t)i), RD_KAFKA_V_END)) ==
+      RD_KAFKA_RESP_ERR__QUEUE_FULL)
     rd_kafka_poll(rk, 10);
   assert_int_equal(err, RD_KAFKA_RESP_ERR_NO_ERROR);
 }

@@ -92,7 +92,9 @@ static kl_producer_t *kl_t_producer(const char *bootstrap, kl_recs_t *recs,
 }
 
 static kl_event_t kl_t_event(const char *key, const char *type) {
-  kl_event_t ev = {.key = key, .key_len = strlen(key), .type = type,
+  kl_event_t ev = {.key = key,
+                   .key_len = strlen(key),
+                   .type = type,
                    .type_len = strlen(type)};
   return ev;
 }
@@ -117,7 +119,8 @@ static int kl_child_consume(const char *bootstrap, const char *topic,
                             {"auto.offset.reset", "earliest"}};
   for (size_t i = 0; i < 3; i++)
     rd_kafka_conf_set(conf, props[i][0], props[i][1], errstr, sizeof(errstr));
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+  rd_kafka_t *rk =
+      rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
   if (!rk)
     return 3;
   rd_kafka_poll_set_consumer(rk);
@@ -374,9 +377,13 @@ static void test_budget_full_times_out(void **state) {
   kl_mock_t mock;
   kl_mock_start(&mock, "budget");
   kl_recs_t *recs = kl_recs_new(8);
-  const char *extra[] = {"producer.inflight.max", "5",
-                         "producer.enqueue.timeout.ms", "300",
-                         "kafka.reconnect.backoff.max.ms", "200", NULL};
+  const char *extra[] = {"producer.inflight.max",
+                         "5",
+                         "producer.enqueue.timeout.ms",
+                         "300",
+                         "kafka.reconnect.backoff.max.ms",
+                         "200",
+                         NULL};
   kl_producer_t *producer = kl_t_producer(
       rd_kafka_mock_cluster_bootstraps(mock.mcluster), recs, extra);
   kl_event_t ev = kl_t_event("k", "t");
@@ -392,7 +399,8 @@ static void test_budget_full_times_out(void **state) {
   assert_int_equal(kl_publish(producer, "budget", &ev, (void *)(uintptr_t)6),
                    KL_EQUEUE_FULL);
   clock_gettime(CLOCK_MONOTONIC, &b);
-  double waited_ms = (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6;
+  double waited_ms =
+      (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6;
   assert_true(waited_ms >= 290 && waited_ms < 3000);
   assert_non_null(strstr(kl_err_detail(), "producer.inflight.max"));
   assert_int_equal(kl_producer_inflight(producer), 5);

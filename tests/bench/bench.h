@@ -1,0 +1,33 @@
+/*
+ * keylane-bench: benchmark programs (not timed tests), one per subcommand,
+ * dispatched by main.c from one table.
+ *
+ * A benchmark prints a human summary, or with --json exactly one JSON
+ * object on stdout (logs go to stderr), so CI and scripts can read it.
+ * Exit codes follow the keylane CLI: 0 ran, 1 failed, 2 bad usage.
+ */
+#ifndef KEYLANE_TESTS_BENCH_H
+#define KEYLANE_TESTS_BENCH_H
+
+#include <stdint.h>
+
+/** A benchmark; argv[0] is its name, argv also holds --json if given. */
+typedef int(kl_bench_fn)(int argc, char **argv);
+
+/* One line per benchmark, and a row in main.c's table. */
+int kl_bench_produce(int argc, char **argv);
+
+/** Monotonic seconds, for timing runs. */
+double kl_bench_now(void);
+
+/** @returns the median of @p n values (sorts @p v in place). */
+double kl_bench_median(double *v, int n);
+
+/**
+ * Parses a positive count for @p flag into *out, accepting 1e6-style and
+ * 1000000; prints the problem and returns nonzero when it is not one.
+ */
+int kl_bench_count(const char *bench, const char *flag, const char *arg,
+                   int64_t max, int64_t *out);
+
+#endif

@@ -1,0 +1,363 @@
+/*
+ * keylane-bench produce: what kl_publish costs over the librdkafka loop a
+ * service would write without keylane.
+ *
+ * Both sides run against the same embedded cluster with the same producer
+ * settings (idempotence, acks=all, librdkafka's default linger and batch
+ * sizes, the same queue.buffering.max.messages), the same keys and the same
+ * 100-byte payloads, and both serve delivery reports after every produce.
+ * The bare loop lets librdkafka route (murmur2_random, the Java-compatible
+ * partitioner) and copies the payload (F_COPY); kl_publish routes itself,
+ * makes an idempotency key, stamps the time and encodes the envelope.
+ * Each run ends when every event has its delivery report.
+ *
+ * Runs alternate (K B, B K, K B, ...) so that drift in the machine affects
+ * both sides alike; each round gets a fresh cluster, since the mock keeps
+ * every record in memory. The figures reported are the medians.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+
+#include "bench.h"
+#include "keylane/embedded.h"
+#include "keylane/producer.h"
+
+#define KL_BP_NAME "produce"
+#define KL_BP_PAYLOAD 100
+#define KL_BP_KEYS 10000
+#define KL_BP_ROUNDS_MAX 50
+#define KL_BP_TOPIC "bench"
+
+typedef struct kl_bp_opts {
+  int64_t events;
+  int64_t rounds;
+  int64_t brokers;
+  int64_t partitions;
+  int json;
+} kl_bp_opts_t;
+
+typedef struct kl_bp_data {
+  char keys[KL_BP_KEYS][16];
+  size_t key_lens[KL_BP_KEYS];
+  unsigned char payload[KL_BP_PAYLOAD];
+  char queue_max[32]; /* queue.buffering.max.messages, the same for both */
+} kl_bp_data_t;
+
+typedef struct kl_bp_count {
+  int64_t delivered;
+  int64_t failed;
+  size_t value_bytes; /* the size of one message value, as sent */
+} kl_bp_count_t;
+
+/* ---- keylane ---- */
+
+static void kl_bp_kl_dr(void *opaque, const kl_delivery_t *d) {
+  kl_bp_count_t *count = opaque;
+  if (d->err)
+    count->failed++;
+  else
+    count->delivered++;
+}
+
+static kl_producer_t *kl_bp_kl_new(const char *bootstrap,
+                                   const kl_bp_data_t *data,
+                                   kl_bp_count_t *count) {
+  kl_conf_t *conf = kl_conf_new();
+  kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0);
+  kl_conf_set(conf, "kafka.queue.buffering.max.messages", data->queue_max, NULL,
+              0);
+  kl_producer_t *producer = NULL;
+  if (kl_producer_new(conf, kl_bp_kl_dr, count, &producer) != KL_OK)
+    fprintf(stderr, "keylane-bench produce: %s\n", kl_err_detail());
+  kl_conf_destroy(conf);
+  return producer;
+}
+
+/* @returns events per second, or a negative value on failure. */
+static double kl_bp_run_keylane(const char *bootstrap, const kl_bp_data_t *data,
+                                int64_t events) {
+  kl_bp_count_t count = {0};
+  kl_producer_t *producer = kl_bp_kl_new(bootstrap, data, &count);
+  if (!producer)
+    return -1;
+  /* The first publish reads metadata; keep it out of the timing. */
+  if (kl_producer_partitions(producer, KL_BP_TOPIC) < 1)
+    return -1;
+  kl_event_t ev = {.type = "credit",
+                   .type_len = 6,
+                   .payload = data->payload,
+                   .payload_len = KL_BP_PAYLOAD};
+  double t0 = kl_bench_now();
+  for (int64_t i = 0; i < events; i++) {
+    ev.key = data->keys[i % KL_BP_KEYS];
+    ev.key_len = data->key_lens[i % KL_BP_KEYS];
+    if (kl_publish(producer, KL_BP_TOPIC, &ev, NULL) != KL_OK) {
+      fprintf(stderr, "keylane-bench produce: kl_publish: %s\n",
+              kl_err_detail());
+      kl_producer_destroy(producer);
+      return -1;
+    }
+  }
+  kl_err_t err = kl_flush(producer, 120000);
+  double secs = kl_bench_now() - t0;
+  kl_producer_destroy(producer);
+  if (err || count.failed || count.delivered != events)
+    return -1;
+  return (double)events / secs;
+}
+
+/* ---- bare librdkafka ---- */
+
+static void kl_bp_raw_dr(rd_kafka_t *rk, const rd_kafka_message_t *m,
+                         void *opaque) {
+  (void)rk;
+  kl_bp_count_t *count = opaque;
+  if (m->err)
+    count->failed++;
+  else
+    count->delivered++;
+}
+
+static rd_kafka_t *kl_bp_raw_new(const char *bootstrap,
+                                 const kl_bp_data_t *data,
+                                 kl_bp_count_t *count) {
+  const char *props[][2] = {
+      {"bootstrap.servers", bootstrap},
+      {"enable.idempotence", "true"},
+      {"acks", "all"},
+      {"partitioner", "murmur2_random"},
+      {"queue.buffering.max.messages", data->queue_max},
+  };
+  char errstr[256];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  for (size_t i = 0; i < sizeof(props) / sizeof(props[0]); i++)
+    if (rd_kafka_conf_set(conf, props[i][0], props[i][1], errstr,
+                          sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+      fprintf(stderr, "keylane-bench produce: %s\n", errstr);
+      rd_kafka_conf_destroy(conf);
+      return NULL;
+    }
+  rd_kafka_conf_set_dr_msg_cb(conf, kl_bp_raw_dr);
+  rd_kafka_conf_set_opaque(conf, count);
+  rd_kafka_t *rk =
+      rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+  if (!rk)
+    rd_kafka_conf_destroy(conf);
+  return rk;
+}
+
+static int kl_bp_raw_produce(rd_kafka_t *rk, rd_kafka_topic_t *rkt,
+                             const kl_bp_data_t *data, int64_t i) {
+  const char *key = data->keys[i % KL_BP_KEYS];
+  size_t key_len = data->key_lens[i % KL_BP_KEYS];
+  while (rd_kafka_produce(rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY,
+                          (void *)data->payload, KL_BP_PAYLOAD, key, key_len,
+                          NULL) != 0) {
+    if (rd_kafka_last_error() != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+      return -1;
+    rd_kafka_poll(rk, 1);
+  }
+  rd_kafka_poll(rk, 0);
+  return 0;
+}
+
+static double kl_bp_run_raw(const char *bootstrap, const kl_bp_data_t *data,
+                            int64_t events) {
+  kl_bp_count_t count = {0};
+  rd_kafka_t *rk = kl_bp_raw_new(bootstrap, data, &count);
+  if (!rk)
+    return -1;
+  rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, KL_BP_TOPIC, NULL);
+  const struct rd_kafka_metadata *md;
+  if (rd_kafka_metadata(rk, 0, rkt, &md, 10000) == RD_KAFKA_RESP_ERR_NO_ERROR)
+    rd_kafka_metadata_destroy(md); /* as kl_publish's first use, untimed */
+  double t0 = kl_bench_now();
+  int64_t i = 0;
+  while (i < events && kl_bp_raw_produce(rk, rkt, data, i) == 0)
+    i++;
+  rd_kafka_resp_err_t err = rd_kafka_flush(rk, 120000);
+  double secs = kl_bench_now() - t0;
+  rd_kafka_topic_destroy(rkt);
+  rd_kafka_destroy(rk);
+  if (i < events || err || count.failed || count.delivered != events)
+    return -1;
+  return (double)events / secs;
+}
+
+/* ---- rounds ---- */
+
+static void kl_bp_data_init(kl_bp_data_t *data) {
+  for (int i = 0; i < KL_BP_KEYS; i++)
+    data->key_lens[i] =
+        (size_t)snprintf(data->keys[i], sizeof(data->keys[i]), "acct-%d", i);
+  for (int i = 0; i < KL_BP_PAYLOAD; i++)
+    data->payload[i] = (unsigned char)('a' + i % 26);
+  /* kl_producer's own default for a budget of 100000: the same for both. */
+  snprintf(data->queue_max, sizeof(data->queue_max), "%d", 100000 + 1000);
+}
+
+/* One round on a fresh cluster: both sides, in the given order. */
+static int kl_bp_round(const kl_bp_opts_t *opts, const kl_bp_data_t *data,
+                       int keylane_first, double *kl_eps, double *raw_eps) {
+  kl_embedded_t *embedded;
+  if (kl_embedded_new((int)opts->brokers, KL_BP_TOPIC,
+                      (int32_t)opts->partitions, &embedded) != KL_OK) {
+    fprintf(stderr, "keylane-bench produce: %s\n", kl_err_detail());
+    return -1;
+  }
+  const char *bootstrap = kl_embedded_bootstrap(embedded);
+  for (int side = 0; side < 2; side++) {
+    if ((side == 0) == (keylane_first != 0))
+      *kl_eps = kl_bp_run_keylane(bootstrap, data, opts->events);
+    else
+      *raw_eps = kl_bp_run_raw(bootstrap, data, opts->events);
+  }
+  kl_embedded_destroy(embedded);
+  return *kl_eps > 0 && *raw_eps > 0 ? 0 : -1;
+}
+
+/* The size of one keylane message value: the envelope of a bench event. */
+static size_t kl_bp_envelope_size(const kl_bp_data_t *data) {
+  char id[37];
+  kl_event_make_id(id);
+  kl_event_t ev = {.key = "acct-0",
+                   .key_len = 6,
+                   .id = id,
+                   .id_len = 36,
+                   .type = "credit",
+                   .type_len = 6,
+                   .ts = 1700000000000,
+                   .payload = data->payload,
+                   .payload_len = KL_BP_PAYLOAD};
+  void *buf;
+  size_t len = 0;
+  if (kl_event_encode(&ev, &buf, &len) == KL_OK)
+    free(buf);
+  return len;
+}
+
+static json_t *kl_bp_array(const double *v, int n) {
+  json_t *a = json_array();
+  for (int i = 0; i < n; i++)
+    json_array_append_new(a, json_real(v[i]));
+  return a;
+}
+
+static void kl_bp_report(const kl_bp_opts_t *opts, const kl_bp_data_t *data,
+                         double *kl_runs, double *raw_runs) {
+  int n = (int)opts->rounds;
+  json_t *kl_list = kl_bp_array(kl_runs, n),
+         *raw_list = kl_bp_array(raw_runs, n);
+  double kl_eps = kl_bench_median(kl_runs, n);
+  double raw_eps = kl_bench_median(raw_runs, n);
+  double ratio = kl_eps / raw_eps;
+  if (opts->json) {
+    json_t *o = json_pack(
+        "{s:s, s:I, s:i, s:i, s:I, s:I, s:I, s:s, s:s, s:f, s:f, s:f, s:o, "
+        "s:o, s:f}",
+        "bench", KL_BP_NAME, "events", (json_int_t)opts->events,
+        "payload_bytes", KL_BP_PAYLOAD, "keylane_value_bytes",
+        (int)kl_bp_envelope_size(data), "brokers", (json_int_t)opts->brokers,
+        "partitions", (json_int_t)opts->partitions, "rounds",
+        (json_int_t)opts->rounds, "statistic", "median", "order", "alternating",
+        "keylane_eps", kl_eps, "raw_eps", raw_eps, "ratio", ratio,
+        "keylane_runs_eps", kl_list, "raw_runs_eps", raw_list, "target_ratio",
+        0.90);
+    json_dumpf(o, stdout, JSON_COMPACT);
+    printf("\n");
+    json_decref(o);
+    return;
+  }
+  printf("produce: %lld events per run, %d-byte payloads (keylane values "
+         "%zu bytes with the envelope), %lld brokers, %lld partitions,\n"
+         "%lld alternating rounds; medians:\n",
+         (long long)opts->events, KL_BP_PAYLOAD, kl_bp_envelope_size(data),
+         (long long)opts->brokers, (long long)opts->partitions,
+         (long long)opts->rounds);
+  printf("  keylane  kl_publish        %12.0f events/s\n", kl_eps);
+  printf("  raw      bare librdkafka   %12.0f events/s\n", raw_eps);
+  printf("  ratio    keylane/raw       %12.3f   (target >= 0.90)\n", ratio);
+  json_decref(kl_list);
+  json_decref(raw_list);
+}
+
+static void kl_bp_help(void) {
+  printf("usage: keylane-bench produce [--events N] [--rounds N] [--brokers N]"
+         "\n                             [--partitions N] [--json]\n\n"
+         "kl_publish against a bare librdkafka producer loop with the same\n"
+         "settings (idempotence, acks=all, default linger and batching), on\n"
+         "the same embedded cluster, 100-byte payloads. Runs alternate and a\n"
+         "fresh cluster serves each round; the medians are reported, with\n"
+         "ratio = keylane / raw (target >= 0.90).\n\n"
+         "flags:\n"
+         "  --events N      events per run (default 1000000)\n"
+         "  --rounds N      runs of each side (default 3)\n"
+         "  --brokers N     embedded brokers (default 3)\n"
+         "  --partitions N  topic partitions (default 8)\n"
+         "  --json          print one JSON object: keylane_eps, raw_eps,\n"
+         "                  ratio and the runs\n");
+}
+
+static int kl_bp_parse(int argc, char **argv, kl_bp_opts_t *opts) {
+  static const struct option longopts[] = {
+      {"events", required_argument, NULL, 'n'},
+      {"rounds", required_argument, NULL, 'r'},
+      {"brokers", required_argument, NULL, 'b'},
+      {"partitions", required_argument, NULL, 'p'},
+      {"json", no_argument, NULL, 'j'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  int c, rc = 0;
+  while (rc == 0 && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    if (c == 'n')
+      rc = kl_bench_count(KL_BP_NAME, "--events", optarg, 100000000,
+                          &opts->events);
+    else if (c == 'r')
+      rc = kl_bench_count(KL_BP_NAME, "--rounds", optarg, KL_BP_ROUNDS_MAX,
+                          &opts->rounds);
+    else if (c == 'b')
+      rc = kl_bench_count(KL_BP_NAME, "--brokers", optarg, 16, &opts->brokers);
+    else if (c == 'p')
+      rc = kl_bench_count(KL_BP_NAME, "--partitions", optarg, 1000,
+                          &opts->partitions);
+    else if (c == 'j')
+      opts->json = 1;
+    else if (c == 'h') {
+      kl_bp_help();
+      return -1;
+    } else
+      rc = 2;
+  }
+  return rc;
+}
+
+int kl_bench_produce(int argc, char **argv) {
+  kl_bp_opts_t opts = {
+      .events = 1000000, .rounds = 3, .brokers = 3, .partitions = 8};
+  int rc = kl_bp_parse(argc, argv, &opts);
+  if (rc)
+    return rc < 0 ? 0 : rc;
+  kl_bp_data_t *data = malloc(sizeof(*data));
+  if (!data)
+    return 1;
+  kl_bp_data_init(data);
+  double kl_runs[KL_BP_ROUNDS_MAX], raw_runs[KL_BP_ROUNDS_MAX];
+  for (int r = 0; r < opts.rounds && rc == 0; r++) {
+    rc =
+        kl_bp_round(&opts, data, r % 2 == 0, &kl_runs[r], &raw_runs[r]) ? 1 : 0;
+    fprintf(stderr, "round %d: keylane %.0f/s, raw %.0f/s\n", r + 1, kl_runs[r],
+            raw_runs[r]);
+  }
+  if (rc == 0)
+    kl_bp_report(&opts, data, kl_runs, raw_runs);
+  else
+    fprintf(stderr, "keylane-bench produce: a run failed (see above)\n");
+  free(data);
+  return rc;
+}

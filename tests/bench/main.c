@@ -1,0 +1,78 @@
+/* keylane-bench SUBCOMMAND [--json] [ARGS]: one table of benchmarks. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+
+static const struct {
+  const char *name;
+  kl_bench_fn *fn;
+  const char *summary;
+} kl_benches[] = {
+    /* {"name", kl_bench_name, "one-line summary"}, one per benchmark */
+    {"produce", kl_bench_produce,
+     "kl_publish against a bare librdkafka loop (target ratio >= 0.90)"},
+};
+#define KL_NBENCHES (sizeof(kl_benches) / sizeof(kl_benches[0]))
+
+double kl_bench_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int kl_bench_cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double kl_bench_median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof(*v), kl_bench_cmp);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+int kl_bench_count(const char *bench, const char *flag, const char *arg,
+                   int64_t max, int64_t *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(arg, &end);
+  if (errno || end == arg || *end || v < 1 || v > (double)max ||
+      v != (double)(int64_t)v) {
+    fprintf(stderr,
+            "keylane-bench %s: %s takes a whole number from 1 to "
+            "%lld, got \"%s\"\n",
+            bench, flag, (long long)max, arg);
+    return 2;
+  }
+  *out = (int64_t)v;
+  return 0;
+}
+
+static void kl_bench_usage(FILE *out) {
+  fprintf(out, "usage: keylane-bench SUBCOMMAND [--json] [ARGS]\n\n"
+               "benchmarks:\n");
+  for (size_t i = 0; i < KL_NBENCHES; i++)
+    fprintf(out, "  %-10s %s\n", kl_benches[i].name, kl_benches[i].summary);
+  fprintf(out, "\n'keylane-bench SUBCOMMAND --help' describes one; --json "
+               "prints one JSON object.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    kl_bench_usage(stderr);
+    return 2;
+  }
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    kl_bench_usage(stdout);
+    return 0;
+  }
+  for (size_t i = 0; i < KL_NBENCHES; i++)
+    if (strcmp(argv[1], kl_benches[i].name) == 0)
+      return kl_benches[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "keylane-bench: unknown benchmark \"%s\"\n", argv[1]);
+  kl_bench_usage(stderr);
+  return 2;
+}
