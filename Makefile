@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps test-deps configure build demo test test-fast test-asan fuzz bench install clean
+.PHONY: all deps test-deps configure build demo test test-kafka test-fault test-asan fuzz bench install clean
 
 all: build
 
@@ -25,12 +25,23 @@ build: configure
 demo: build
 	$(BUILD)/bin/keylane demo
 
-# Unit and mock suites (no external services), then the sanitizer pass,
-# then the fuzzer for a bounded time.
+# The single entry point of the tests, in order:
+#   1. unit, mock (embedded cluster), pg (a throwaway PostgreSQL) and deploy;
+#   2. the kafka suite: the same worker tests and the interop test on a real
+#      single-node Apache Kafka that ctest fixtures start and stop;
+#   3. the fault suite on a real 3-node cluster;
+#   4. the sanitizer pass, then the fuzzer for a bounded time.
+# Labels are anchored: a test has exactly one.
 test: test-deps build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L 'unit|mock'
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L '^(unit|mock|pg|deploy)$$'
+	cd $(BUILD) && ctest --output-on-failure -L '^kafka$$'
+	cd $(BUILD) && ctest --output-on-failure -L '^fault$$'
 	$(MAKE) test-asan
 	$(MAKE) fuzz
+
+# One suite at a time: make test-kafka, make test-fault.
+test-kafka test-fault: test-%: test-deps build
+	cd $(BUILD) && ctest --output-on-failure -L '^$*$$'
 
 test-asan: test-deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKEYLANE_ASAN=ON -DKEYLANE_UBSAN=ON $(CMAKE_FLAGS)

@@ -10,9 +10,13 @@ packages=(
   libpq-dev libjansson-dev libhttp-parser-dev
   clang libclang-rt-14-dev
 )
-# Only the test suites need these.
+# Only the test suites need these: Java and Maven run the real Kafka of the
+# kafka and fault suites (deploy/kafka), kcat and python3-venv the interop
+# test, docker-compose (config only, no engine) and systemd
+# (systemd-analyze) the checks of deploy/.
 if [ "${1:-}" = "--test" ]; then
-  packages+=(kcat lmdb-utils postgresql curl wrk python3 python3-venv iproute2)
+  packages+=(kcat lmdb-utils postgresql curl wrk python3 python3-venv iproute2
+    openjdk-17-jre-headless maven docker-compose systemd util-linux)
 fi
 
 missing=()

@@ -1,6 +1,7 @@
 /*
- * The worker on the embedded cluster: apply once, resume from the store,
- * fencing of a paused owner, per-key order across rebalances.
+ * The worker on the embedded cluster (or KEYLANE_TEST_BOOTSTRAP's): apply
+ * once, resume from the store, fencing of a paused owner, per-key order
+ * across rebalances.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,12 +12,13 @@
 
 #include <cmocka.h>
 
+#include "support/cluster.h"
 #include "support/support.h"
 #include "worker/worker_internal.h"
 
 typedef struct kl_fx {
   char dir[64];
-  kl_embedded_t *cluster;
+  kl_t_cluster_t *cluster;
   kl_store_t *store;
   kl__ledger_gen_t *gen;
   kl_producer_t *producer;
@@ -25,12 +27,12 @@ typedef struct kl_fx {
 
 static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions) {
   memset(fx, 0, sizeof(*fx));
-  fx->topic = topic;
   kl_t_tmpdir(fx->dir);
-  assert_int_equal(kl_embedded_new(1, topic, partitions, &fx->cluster), KL_OK);
+  assert_int_equal(kl_t_cluster_new(1, topic, partitions, &fx->cluster), KL_OK);
+  fx->topic = kl_t_topic(fx->cluster);
   assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
   fx->gen = kl__ledger_gen_new(50, partitions, 42);
-  fx->producer = kl_t_producer(kl_embedded_bootstrap(fx->cluster), fx->gen);
+  fx->producer = kl_t_producer(kl_t_bootstrap(fx->cluster), fx->gen);
   assert_non_null(fx->producer);
 }
 
@@ -38,7 +40,7 @@ static void kl_fx_down(kl_fx_t *fx) {
   kl_producer_destroy(fx->producer);
   kl__ledger_gen_destroy(fx->gen);
   kl_store_destroy(fx->store);
-  kl_embedded_destroy(fx->cluster);
+  kl_t_cluster_destroy(fx->cluster);
   kl_t_rmrf(fx->dir);
 }
 
@@ -72,8 +74,9 @@ static void test_applies_each_event_once(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "once", 4);
   kl_fx_publish(&fx, 2000);
-  kl_t_worker_t *w = kl_t_worker_start(kl_embedded_bootstrap(fx.cluster),
-                                       fx.topic, "g1", fx.store, kl_fast);
+  kl_t_worker_t *w = kl_t_worker_start(kl_t_bootstrap(fx.cluster),
+                                       fx.topic, kl_t_group(fx.cluster, "g1"),
+                                       fx.store, kl_fast);
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000), 0);
   kl_worker_stats_t st;
   kl_worker_stats(w->worker, &st);
@@ -88,7 +91,8 @@ static void test_applies_each_event_once(void **state) {
    * Kafka offsets at all: the worker must resume from the store alone. */
   kl_partition_state_t before;
   assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &before), KL_OK);
-  w = kl_t_worker_start(kl_embedded_bootstrap(fx.cluster), fx.topic, "g2",
+  w = kl_t_worker_start(kl_t_bootstrap(fx.cluster), fx.topic,
+                        kl_t_group(fx.cluster, "g2"),
                         fx.store, kl_fast);
   kl_partition_state_t after = before;
   for (int i = 0; i < 200 && after.epoch == before.epoch; i++) {
@@ -141,13 +145,15 @@ static void test_paused_owner_is_fenced(void **state) {
   static const char *const slow[] = {"worker.session.timeout.ms=3000",
                                      "kafka.max.poll.interval.ms=3000", NULL};
   kl_pause_fx_t pause = {fx.store, 1, 0, 0};
-  kl_t_worker_t *a = kl_t_worker_new(kl_embedded_bootstrap(fx.cluster),
-                                     fx.topic, "g", fx.store, slow);
+  kl_t_worker_t *a = kl_t_worker_new(kl_t_bootstrap(fx.cluster),
+                                     fx.topic, kl_t_group(fx.cluster, "g"),
+                                     fx.store, slow);
   kl__worker_set_before_commit(a->worker, kl_pause_hook, &pause);
   kl_t_worker_go(a);
   kl_t_sleep_ms(500);
-  kl_t_worker_t *b = kl_t_worker_start(kl_embedded_bootstrap(fx.cluster),
-                                       fx.topic, "g", fx.store, kl_fast);
+  kl_t_worker_t *b = kl_t_worker_start(kl_t_bootstrap(fx.cluster),
+                                       fx.topic, kl_t_group(fx.cluster, "g"),
+                                       fx.store, kl_fast);
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000), 0);
   for (int i = 0; i < 200; i++) {
     kl_worker_stats_t st;
@@ -160,7 +166,10 @@ static void test_paused_owner_is_fenced(void **state) {
   kl_worker_stats(a->worker, &sa);
   kl_worker_stats(b->worker, &sb);
   assert_true(pause.saw_new_owner);
-  assert_int_equal(sa.fenced, 1);
+  /* One fenced batch per partition A had buffered when it stalled: one on
+   * the embedded cluster, where B takes half; up to both on Kafka, where A
+   * may hold both partitions when it leaves the group. */
+  assert_true(sa.fenced >= 1);
   /* Nothing of A's fenced batch exists: every event applied exactly once
    * across both workers, and the store agrees. */
   assert_int_equal(sa.applied + sb.applied, 500);
@@ -173,20 +182,23 @@ static void test_paused_owner_is_fenced(void **state) {
 static void test_order_holds_across_rebalances(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "order", 6);
-  const char *boot = kl_embedded_bootstrap(fx.cluster);
-  kl_t_worker_t *a = kl_t_worker_start(boot, fx.topic, "g", fx.store, kl_fast);
+  const char *boot = kl_t_bootstrap(fx.cluster);
+  kl_t_worker_t *a = kl_t_worker_start(
+      boot, fx.topic, kl_t_group(fx.cluster, "g"), fx.store, kl_fast);
   kl_t_worker_t *b = NULL, *c = NULL;
   for (int round = 0; round < 6; round++) {
     kl_fx_publish(&fx, 500);
     kl_t_sleep_ms(700);
     if (round == 1)
-      b = kl_t_worker_start(boot, fx.topic, "g", fx.store, kl_fast);
+      b = kl_t_worker_start(boot, fx.topic, kl_t_group(fx.cluster, "g"),
+                            fx.store, kl_fast);
     if (round == 3) {
       assert_int_equal(kl_t_worker_stop(a), KL_OK); /* drains, revokes */
       a = NULL;
     }
     if (round == 4)
-      c = kl_t_worker_start(boot, fx.topic, "g", fx.store, kl_fast);
+      c = kl_t_worker_start(boot, fx.topic, kl_t_group(fx.cluster, "g"),
+                            fx.store, kl_fast);
   }
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000), 0);
   assert_int_equal(kl_t_worker_stop(b), KL_OK);
@@ -199,8 +211,9 @@ static void test_refuses_partition_mismatch(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "mismatch", 3);
   static const char *const want[] = {"worker.expect.partitions=12", NULL};
-  kl_t_worker_t *w = kl_t_worker_start(kl_embedded_bootstrap(fx.cluster),
-                                       fx.topic, "g", fx.store, want);
+  kl_t_worker_t *w = kl_t_worker_start(kl_t_bootstrap(fx.cluster),
+                                       fx.topic, kl_t_group(fx.cluster, "g"),
+                                       fx.store, want);
   pthread_join(w->thread, NULL);
   assert_int_equal(w->result, KL_EPARTITIONS);
   assert_non_null(strstr(w->detail, "has 3 partitions, the fleet expects 12"));

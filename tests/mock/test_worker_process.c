@@ -3,7 +3,8 @@
  * SIGSTOPped past their session timeout while another takes over, then
  * SIGCONTed. One is frozen inside the window between its handlers and its
  * commit: it must be fenced and apply nothing stale; both must rejoin and
- * drain cleanly, and every balance must verify.
+ * drain cleanly, and every balance must verify. On the embedded cluster,
+ * or on KEYLANE_TEST_BOOTSTRAP's.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,9 +20,12 @@
 
 #include <cmocka.h>
 
+#include "support/cluster.h"
 #include "support/support.h"
 
-#define TOPIC "proc"
+/* The names on the cluster in use (see support/cluster.h). */
+static const char *kl_topic, *kl_group;
+#define TOPIC kl_topic
 #define PARTS 4
 
 static pid_t kl_spawn_worker(const char *boot, const char *dir, int i) {
@@ -33,9 +37,9 @@ static pid_t kl_spawn_worker(const char *boot, const char *dir, int i) {
   int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
   dup2(fd, 1);
   dup2(fd, 2);
-  execl(kl_t_bin(), "keylane", "worker", "-b", boot, "-t", TOPIC, "-g", "pg",
-        "--store", dir, "--handler", "ledger", "--session-timeout-ms", "3000",
-        "--pause-on-sigusr1", (char *)NULL);
+  execl(kl_t_bin(), "keylane", "worker", "-b", boot, "-t", TOPIC, "-g",
+        kl_group, "--store", dir, "--handler", "ledger",
+        "--session-timeout-ms", "3000", "--pause-on-sigusr1", (char *)NULL);
   _exit(127);
 }
 
@@ -79,9 +83,11 @@ static void kl_publish_some(kl__ledger_gen_t *gen, kl_producer_t *producer,
 static void test_sigstop_past_session_timeout(void **state) {
   char dir[64];
   kl_t_tmpdir(dir);
-  kl_embedded_t *cluster;
-  assert_int_equal(kl_embedded_new(1, TOPIC, PARTS, &cluster), KL_OK);
-  const char *boot = kl_embedded_bootstrap(cluster);
+  kl_t_cluster_t *cluster;
+  assert_int_equal(kl_t_cluster_new(1, "proc", PARTS, &cluster), KL_OK);
+  kl_topic = kl_t_topic(cluster);
+  kl_group = kl_t_group(cluster, "pg");
+  const char *boot = kl_t_bootstrap(cluster);
   kl_store_t *store;
   assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
   kl__ledger_gen_t *gen = kl__ledger_gen_new(40, PARTS, 7);
@@ -145,7 +151,7 @@ static void test_sigstop_past_session_timeout(void **state) {
   kl_producer_destroy(producer);
   kl__ledger_gen_destroy(gen);
   kl_store_destroy(store);
-  kl_embedded_destroy(cluster);
+  kl_t_cluster_destroy(cluster);
   kl_t_rmrf(dir);
 }
 
