@@ -873,6 +873,40 @@ static void test_pool_bound(void **state) {
   kl_store_destroy(store);
 }
 
+/* A paused owner's handler SQL holds row locks; the server ends its idle
+ * transaction after store.pg.idle.timeout, so the new owner's handler
+ * waits that long at most, and the zombie applies nothing. */
+static void test_paused_owner_row_locks_end_with_idle_timeout(void **state) {
+  T_NEED_PG();
+  t_state_t *st = *state;
+  t_sql(st->admin, "CREATE TABLE stock (sku text PRIMARY KEY, qty int)");
+  t_sql(st->admin, "INSERT INTO stock VALUES ('s', 10)");
+  kl_store_t *zombie = t_open(st->uri, "store.pg.idle.timeout", "1s", NULL);
+  kl_store_t *owner = t_open(st->uri, NULL);
+  uint64_t old = t_acquire(zombie, 0);
+  kl_txn_t *ztxn = t_begin(zombie, 0, old);
+  t_sql(kl_txn_pg_conn(ztxn), "UPDATE stock SET qty = qty - 1 WHERE sku = 's'");
+  t_mark(ztxn, "z-1", KL_MARK_APPLIED);
+  /* ... and the zombie pauses here. */
+  uint64_t now = t_acquire(owner, 0); /* not blocked by the zombie */
+  kl_txn_t *txn = t_begin(owner, 0, now);
+  int64_t t0 = t_mono_ns();
+  t_sql(kl_txn_pg_conn(txn), "UPDATE stock SET qty = qty - 1 WHERE sku = 's'");
+  int64_t waited_ms = (t_mono_ns() - t0) / 1000000;
+  assert_true(waited_ms >= 500 && waited_ms < 10000);
+  t_mark(txn, "o-1", KL_MARK_APPLIED);
+  t_commit(txn, 1);
+  /* The zombie wakes: its connection is gone, then it is fenced. */
+  kl_err_t err = kl_store_commit(ztxn, 1);
+  assert_true(err == KL_ESTORE_BUSY || err == KL_EFENCED);
+  kl_txn_t *stale = NULL;
+  assert_int_equal(kl_store_begin(zombie, TOPIC, 0, old, &stale), KL_EFENCED);
+  assert_int_equal(t_sql(st->admin, "SELECT qty FROM stock"), 9);
+  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM keylane_ids"), 1);
+  kl_store_destroy(zombie);
+  kl_store_destroy(owner);
+}
+
 static void test_lmdb_has_no_pg_conn(void **state) {
   char dir[] = "/tmp/kl-pg-lmdb-XXXXXX";
   assert_non_null(mkdtemp(dir));
@@ -917,6 +951,7 @@ int main(void) {
       T(test_connection_lost_mid_batch),
       T(test_connection_lost_during_get),
       T(test_pool_bound),
+      T(test_paused_owner_row_locks_end_with_idle_timeout),
       cmocka_unit_test(test_lmdb_has_no_pg_conn),
   };
   return cmocka_run_group_tests(tests, t_group_setup, t_group_teardown);
