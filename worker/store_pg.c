@@ -91,11 +91,13 @@ kl_err_t kl__pg_exec(PGconn *pg, const char *sql, const char *what) {
 static const struct {
   const char *name, *sql, *what;
 } kl_pg_stmts[KL__PG_STMT_COUNT] = {
-    [KL__PG_GET] = {"kl_get", "SELECT value FROM keylane_kv WHERE key = "
-                              "$1::bytea",
+    [KL__PG_GET] = {"kl_get",
+                    "SELECT value FROM keylane_kv WHERE key = "
+                    "$1::bytea",
                     "read a handler key"},
-    [KL__PG_SEEN] = {"kl_seen", "SELECT mark FROM keylane_ids WHERE id = "
-                                "$1::bytea",
+    [KL__PG_SEEN] = {"kl_seen",
+                     "SELECT mark FROM keylane_ids WHERE id = "
+                     "$1::bytea",
                      "look up an idempotency key"},
     [KL__PG_FENCE] =
         {"kl_fence",
@@ -138,9 +140,8 @@ PGresult *kl__pg_run(kl__pg_conn_t *conn, kl__pg_stmt_t stmt, int nparams,
     PQclear(res);
     conn->prepared |= 1u << stmt;
   }
-  PGresult *res =
-      PQexecPrepared(conn->pg, kl_pg_stmts[stmt].name, nparams, values,
-                     lengths, formats, binary_result);
+  PGresult *res = PQexecPrepared(conn->pg, kl_pg_stmts[stmt].name, nparams,
+                                 values, lengths, formats, binary_result);
   if (kl__pg_ok(res))
     return res;
   *err = kl__pg_err(conn->pg, res, kl_pg_stmts[stmt].what);
@@ -165,15 +166,17 @@ static kl_err_t kl_pg_connect(kl__pg_t *pgs, kl_err_t fail,
   conn->pg = PQconnectdb(pgs->uri);
   if (PQstatus(conn->pg) != CONNECTION_OK) {
     const char *msg = PQerrorMessage(conn->pg);
-    kl_err_t err = kl__err(fail, "postgresql: cannot connect: %.*s; check "
-                                 "the URI and that the server runs",
+    kl_err_t err = kl__err(fail,
+                           "postgresql: cannot connect: %.*s; check "
+                           "the URI and that the server runs",
                            kl_pg_trimmed(msg), msg);
     kl_pg_conn_close(conn);
     return err;
   }
   if (pgs->idle_timeout_ms > 0) {
     char sql[96];
-    snprintf(sql, sizeof(sql), "SET idle_in_transaction_session_timeout = %" PRId64,
+    snprintf(sql, sizeof(sql),
+             "SET idle_in_transaction_session_timeout = %" PRId64,
              pgs->idle_timeout_ms);
     kl_err_t err = kl__pg_exec(conn->pg, sql, "set up the session");
     if (err) {
@@ -347,10 +350,10 @@ typedef struct kl_pg_each {
 
 static kl_err_t kl_pg_foreach_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_each_t *each = ctx;
-  PGresult *res = PQexec(conn->pg,
-                         "SELECT topic, partition, epoch, watermark, applied, "
-                         "duplicates, dead_letters FROM keylane_partitions "
-                         "ORDER BY topic, partition");
+  PGresult *res =
+      PQexec(conn->pg, "SELECT topic, partition, epoch, watermark, applied, "
+                       "duplicates, dead_letters FROM keylane_partitions "
+                       "ORDER BY topic, partition");
   if (!kl__pg_ok(res)) {
     kl_err_t err = kl__pg_err(conn->pg, res, "list the partitions");
     PQclear(res);
@@ -473,9 +476,8 @@ static kl_err_t kl_pg_walk_rows(kl__pg_conn_t *conn, kl_pg_walk_t *walk,
 static kl_err_t kl_pg_walk_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_walk_t *walk = ctx;
   const int formats[2] = {1, 1};
-  kl_err_t err = kl__pg_exec(conn->pg,
-                             "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-                             walk->what);
+  kl_err_t err = kl__pg_exec(
+      conn->pg, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", walk->what);
   if (err)
     return err;
   PGresult *res = PQexecParams(conn->pg, walk->declare, walk->nparams, NULL,

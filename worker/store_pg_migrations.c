@@ -108,17 +108,17 @@ static kl_err_t kl_pg_apply(PGconn *pg, int version) {
 static kl_err_t kl_pg_step(PGconn *pg, int *version) {
   kl_err_t err = kl__pg_exec(pg, "BEGIN", "begin a schema migration");
   if (!err)
-    err = kl__pg_exec(pg, "SELECT pg_advisory_xact_lock(" KL_PG_MIGRATE_LOCK
-                          ")",
-                      "lock the schema for a migration");
+    err =
+        kl__pg_exec(pg, "SELECT pg_advisory_xact_lock(" KL_PG_MIGRATE_LOCK ")",
+                    "lock the schema for a migration");
   if (!err)
     err = kl__pg_schema_version(pg, version);
   if (!err && *version > KL__PG_SCHEMA_VERSION)
     err = kl_pg_newer(*version);
   if (!err && *version < KL__PG_SCHEMA_VERSION)
     err = kl_pg_apply(pg, *version + 1);
-  if (!err && (err = kl__pg_exec(pg, "COMMIT", "commit a schema migration")) ==
-                  KL_OK)
+  if (!err &&
+      (err = kl__pg_exec(pg, "COMMIT", "commit a schema migration")) == KL_OK)
     return KL_OK;
   PGresult *res = PQexec(pg, "ROLLBACK");
   PQclear(res);

@@ -174,8 +174,8 @@ static uint64_t kl_pg_current_epoch(kl_pg_txn_t *txn) {
   snprintf(part, sizeof(part), "%" PRId32, txn->partition);
   const char *values[2] = {txn->topic, part};
   kl_err_t err;
-  PGresult *res = kl__pg_run(txn->conn, KL__PG_EPOCH, 2, values, NULL, NULL, 0,
-                             &err);
+  PGresult *res =
+      kl__pg_run(txn->conn, KL__PG_EPOCH, 2, values, NULL, NULL, 0, &err);
   uint64_t epoch = res && PQntuples(res) == 1
                        ? strtoull(PQgetvalue(res, 0, 0), NULL, 10)
                        : 0;
@@ -272,8 +272,8 @@ kl_err_t kl__pg_get(kl_txn_t *base, const void *key, size_t key_len,
   const char *values[1] = {key};
   int lengths[1] = {(int)key_len}, formats[1] = {1};
   kl_err_t err;
-  PGresult *res = kl__pg_run(txn->conn, KL__PG_GET, 1, values, lengths,
-                             formats, 1, &err);
+  PGresult *res =
+      kl__pg_run(txn->conn, KL__PG_GET, 1, values, lengths, formats, 1, &err);
   if (!res)
     return err;
   if (PQntuples(res) != 1) {
@@ -308,8 +308,8 @@ kl_err_t kl__pg_seen(kl_txn_t *base, const char *id, size_t id_len,
   const char *values[1] = {id};
   int lengths[1] = {(int)id_len}, formats[1] = {1};
   kl_err_t err;
-  PGresult *res = kl__pg_run(txn->conn, KL__PG_SEEN, 1, values, lengths,
-                             formats, 0, &err);
+  PGresult *res =
+      kl__pg_run(txn->conn, KL__PG_SEEN, 1, values, lengths, formats, 0, &err);
   if (!res)
     return err;
   *mark = PQntuples(res) == 1 ? (kl_mark_t)atoi(PQgetvalue(res, 0, 0))
@@ -415,8 +415,8 @@ static kl_err_t kl_pg_fence(kl_pg_txn_t *txn, int64_t watermark) {
   snprintf(epoch, sizeof(epoch), "%" PRIu64, txn->epoch);
   const char *values[7] = {txn->topic, part, wm, app, dup, dl, epoch};
   kl_err_t err;
-  PGresult *res = kl__pg_run(txn->conn, KL__PG_FENCE, 7, values, NULL, NULL,
-                             0, &err);
+  PGresult *res =
+      kl__pg_run(txn->conn, KL__PG_FENCE, 7, values, NULL, NULL, 0, &err);
   if (!res)
     return err;
   int matched = PQntuples(res) == 1;
@@ -472,8 +472,10 @@ static kl_err_t kl_pg_commit_end(kl_pg_txn_t *txn) {
   if (!kl__pg_ok(res))
     err = kl__pg_err(txn->conn->pg, res, "commit a batch");
   else if (strcmp(PQcmdStatus(res), "COMMIT") != 0)
-    err = kl__err(KL_ESTORE, "postgresql: commit a batch: the server rolled "
-                             "it back (%s)", PQcmdStatus(res));
+    err = kl__err(KL_ESTORE,
+                  "postgresql: commit a batch: the server rolled "
+                  "it back (%s)",
+                  PQcmdStatus(res));
   PQclear(res);
   return err;
 }

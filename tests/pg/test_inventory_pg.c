@@ -113,8 +113,9 @@ static kl_handler_result_t t_apply(t_state_t *st, kl_txn_t *txn,
     kl_txn_count_duplicate(txn);
     return KL_HANDLER_OK;
   }
-  kl_event_t event = {key, strlen(key), id, strlen(id), type, strlen(type),
-                      0, payload, payload_len, NULL, 0};
+  kl_event_t event = {key,         strlen(key),  id, strlen(id),
+                      type,        strlen(type), 0,  payload,
+                      payload_len, NULL,         0};
   kl_fence_t fence = {TOPIC, 0, st->epoch, st->offset++};
   kl_handler_result_t r = handler(NULL, &event, &fence, txn, why, why_size);
   if (r == KL_HANDLER_OK)
@@ -124,8 +125,7 @@ static kl_handler_result_t t_apply(t_state_t *st, kl_txn_t *txn,
 
 static kl_txn_t *t_begin(t_state_t *st) {
   kl_txn_t *txn = NULL;
-  assert_int_equal(kl_store_begin(st->store, TOPIC, 0, st->epoch, &txn),
-                   KL_OK);
+  assert_int_equal(kl_store_begin(st->store, TOPIC, 0, st->epoch, &txn), KL_OK);
   return txn;
 }
 

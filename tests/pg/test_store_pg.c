@@ -124,8 +124,7 @@ static kl_partition_state_t t_part(kl_store_t *store, int32_t partition) {
   return ps;
 }
 
-static kl_txn_t *t_begin(kl_store_t *store, int32_t partition,
-                         uint64_t epoch) {
+static kl_txn_t *t_begin(kl_store_t *store, int32_t partition, uint64_t epoch) {
   kl_txn_t *txn = NULL;
   kl_err_t err = kl_store_begin(store, TOPIC, partition, epoch, &txn);
   if (err)
@@ -140,8 +139,7 @@ static void t_commit(kl_txn_t *txn, int64_t watermark) {
 }
 
 static void t_put(kl_txn_t *txn, const char *key, const char *val) {
-  assert_int_equal(kl_txn_put(txn, key, strlen(key), val, strlen(val)),
-                   KL_OK);
+  assert_int_equal(kl_txn_put(txn, key, strlen(key), val, strlen(val)), KL_OK);
 }
 
 static const char *t_get(kl_txn_t *txn, const char *key) {
@@ -351,8 +349,8 @@ static void test_fenced_commit_rolls_back_handler_sql(void **state) {
    * no lock before the commit, so this does not wait for the old owner. */
   uint64_t now = t_acquire(store, 2);
   assert_int_equal(kl_store_commit(txn, 50), KL_EFENCED);
-  assert_non_null(strstr(kl_err_detail(),
-                         "fenced partition=2 my_epoch=1 current_epoch=2"));
+  assert_non_null(
+      strstr(kl_err_detail(), "fenced partition=2 my_epoch=1 current_epoch=2"));
 
   assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM effects"), 0);
   kl_partition_state_t ps = t_part(store, 2);
@@ -615,8 +613,7 @@ static void test_sweep_keeps_a_key_for_the_retention(void **state) {
   t_state_t *st = *state;
   t_now_ms = 1700000000000LL;
   kl__store_set_clock(t_clock);
-  kl_store_t *store = t_open(st->uri, "store.dedup.retention", "1000ms",
-                             NULL);
+  kl_store_t *store = t_open(st->uri, "store.dedup.retention", "1000ms", NULL);
   uint64_t epoch = t_acquire(store, 0);
   kl_txn_t *txn = t_begin(store, 0, epoch);
   t_mark(txn, "k", KL_MARK_APPLIED);
@@ -717,8 +714,8 @@ static void test_older_schema_needs_store_migrate(void **state) {
  * its first line of output. */
 static int t_cli_migrate(const char *uri, char *line, size_t size) {
   char cmd[512];
-  snprintf(cmd, sizeof(cmd), "'%s' store migrate --store '%s' 2>&1",
-           kl_t_bin(), uri);
+  snprintf(cmd, sizeof(cmd), "'%s' store migrate --store '%s' 2>&1", kl_t_bin(),
+           uri);
   FILE *p = popen(cmd, "r");
   assert_non_null(p);
   line[0] = '\0';

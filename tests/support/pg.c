@@ -118,8 +118,9 @@ static int kl_t_pg_run(kl_t_pg_t *pg, int durable) {
            "listen_addresses=127.0.0.1 -k %s -c max_connections=60 %s\" start "
            ">/dev/null 2>&1",
            pg->bin, pg->dir, pg->dir, pg->port, pg->dir,
-           durable ? "" : "-c fsync=off -c synchronous_commit=off -c "
-                          "full_page_writes=off");
+           durable ? ""
+                   : "-c fsync=off -c synchronous_commit=off -c "
+                     "full_page_writes=off");
   return kl_t_pg_sh(pg, cmd);
 }
 
@@ -127,16 +128,16 @@ kl_t_pg_t *kl_t_pg_start(int durable, char *why, size_t why_size) {
   kl_t_pg_t *pg = calloc(1, sizeof(*pg));
   snprintf(why, why_size, "%s", "");
   if (kl_t_pg_find_bin(pg->bin, sizeof(pg->bin))) {
-    snprintf(why, why_size, "PostgreSQL is not installed: run "
-                            "deploy/install-deps.sh --test (apt-get install "
-                            "postgresql), or set KEYLANE_PG_BIN");
+    snprintf(why, why_size,
+             "PostgreSQL is not installed: run "
+             "deploy/install-deps.sh --test (apt-get install "
+             "postgresql), or set KEYLANE_PG_BIN");
     free(pg);
     return NULL;
   }
   snprintf(pg->dir, sizeof(pg->dir), "/tmp/keylane-pg-XXXXXX");
   if (!mkdtemp(pg->dir) || kl_t_pg_owner(pg)) {
-    snprintf(why, why_size, "cannot prepare %s for user %s", pg->dir,
-             pg->user);
+    snprintf(why, why_size, "cannot prepare %s for user %s", pg->dir, pg->user);
     kl_t_pg_stop(pg);
     return NULL;
   }

@@ -16,9 +16,9 @@
 #include <stddef.h>
 
 typedef struct kl_t_pg {
-  char dir[64];   /* the temp dir: data/, the socket, the log */
-  char bin[256];  /* where initdb and pg_ctl are */
-  char user[64];  /* who the server runs as; "" for the caller */
+  char dir[64];  /* the temp dir: data/, the socket, the log */
+  char bin[256]; /* where initdb and pg_ctl are */
+  char user[64]; /* who the server runs as; "" for the caller */
   int port;
   int running;
 } kl_t_pg_t;

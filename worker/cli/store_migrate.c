@@ -29,7 +29,8 @@ static int kl_migrate_lmdb(const char *dir) {
                         kl_err_detail());
   kl_store_destroy(store);
   printf("LMDB store %s: its format is this build's; an LMDB store has no "
-         "migrations\n", dir);
+         "migrations\n",
+         dir);
   return KL_EXIT_OK;
 }
 
@@ -55,9 +56,14 @@ int kl__cmd_store_migrate(int argc, char **argv) {
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
-    case 's': location = optarg; break;
-    case 'h': fputs(kl_migrate_usage, stdout); return KL_EXIT_OK;
-    default: return kl__cli_usage(SUB, "unknown option");
+    case 's':
+      location = optarg;
+      break;
+    case 'h':
+      fputs(kl_migrate_usage, stdout);
+      return KL_EXIT_OK;
+    default:
+      return kl__cli_usage(SUB, "unknown option");
     }
   }
   if (optind < argc)

@@ -1,0 +1,443 @@
+/*
+ * keylane-bench store: the store's cost per event, two ways.
+ *
+ * 1. Commits: batches of 1, 100 and 1,000 events through the worker's
+ *    steps (seen, get, put, mark, commit), on the LMDB store with
+ *    store.durability=full and on a PostgreSQL server with fsync and
+ *    synchronous_commit on: events/s and the p99 of kl_store_commit().
+ * 2. Dedup lookups on LMDB as the stored idempotency keys grow from 10
+ *    thousand to 1 million (10 million with --full): kl_txn_seen() rate,
+ *    half hits and half misses, and the bytes each stored key takes.
+ *    Targets: the rate at the largest size >= 0.5 x the rate at 10 k, and
+ *    <= 100 bytes per key.
+ *
+ * The PostgreSQL server is a throwaway one (tests/support/pg.c) unless
+ * --pg URI names one (its database must be empty or keylane's); without
+ * PostgreSQL installed that part is skipped and says so.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "keylane/store.h"
+#include "support/pg.h"
+#include "worker/store_internal.h"
+
+/* Also in bench.h, once its row in main.c's table lands; declared here
+ * too so that this file builds against a bench.h without it. */
+int kl_bench_store(int argc, char **argv);
+
+#define NAME "store"
+#define TOPIC "bench"
+#define KEYS 1000 /* entity keys the commit runs spread over */
+
+static const char kl_store_usage[] =
+    "usage: keylane-bench store [--json] [--full] [--seconds S] [--pg URI]\n\n"
+    "Commit throughput and p99 commit latency, LMDB vs PostgreSQL, for\n"
+    "batches of 1, 100 and 1000 events; then the LMDB dedup lookup rate and\n"
+    "bytes per key as stored keys grow 10k -> 1M (--full: -> 10M).\n\n"
+    "      --json         one JSON object on stdout\n"
+    "      --full         grow the dedup store to 10 million keys\n"
+    "      --seconds S    time per commit run (default 3)\n"
+    "      --pg URI       an existing PostgreSQL database instead of a\n"
+    "                     throwaway server\n"
+    "      --skip-pg      LMDB only\n";
+
+typedef struct kl_bench_opts {
+  int json, full, skip_pg;
+  double seconds;
+  const char *pg_uri;
+} kl_bench_opts_t;
+
+/* ---- ids ------------------------------------------------------------- */
+
+static uint64_t kl_mix(uint64_t x) { /* splitmix64 */
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/* The @p n-th id of a run: a canonical UUIDv7 whose time part grows with
+ * n, like the producer's, so a store fills in roughly key order. */
+static void kl_bench_id(uint64_t run, uint64_t n, char out[37]) {
+  uint64_t ms = 1700000000000ULL + n / 64;
+  uint64_t r = kl_mix(run * 0x100000000ULL + n);
+  char buf[64];
+  snprintf(buf, sizeof(buf),
+           "%08" PRIx64 "-%04" PRIx64 "-7%03" PRIx64 "-%04" PRIx64
+           "-%012" PRIx64,
+           (uint64_t)(ms >> 16) & 0xffffffffu, (uint64_t)(ms & 0xffff),
+           (uint64_t)(r & 0xfff), (uint64_t)(0x8000 | ((r >> 12) & 0x3fff)),
+           (uint64_t)((r >> 26) & 0xffffffffffffULL));
+  memcpy(out, buf, 36);
+  out[36] = '\0';
+}
+
+/* ---- 1. commits ------------------------------------------------------ */
+
+typedef struct kl_commit_run {
+  const char *backend;
+  int batch;
+  uint64_t events, batches;
+  double events_per_s, p50_ms, p99_ms;
+} kl_commit_run_t;
+
+static int kl_cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static kl_err_t kl_bench_event(kl_txn_t *txn, uint64_t run, uint64_t n) {
+  char id[37], key[32];
+  kl_bench_id(run, n, id);
+  snprintf(key, sizeof(key), "acct/%" PRIu64, kl_mix(n) % KEYS);
+  kl_mark_t mark;
+  const void *val;
+  size_t len;
+  int64_t balance = 0;
+  kl_err_t err = kl_txn_seen(txn, id, 36, &mark);
+  if (!err && (err = kl_txn_get(txn, key, strlen(key), &val, &len)) == KL_OK &&
+      len == sizeof(balance))
+    memcpy(&balance, val, sizeof(balance));
+  if (err == KL_ENOTFOUND)
+    err = KL_OK;
+  balance++;
+  if (!err)
+    err = kl_txn_put(txn, key, strlen(key), &balance, sizeof(balance));
+  return err ? err : kl_txn_mark(txn, id, 36, KL_MARK_APPLIED);
+}
+
+/* Batches of @p batch events for @p seconds (at least 20 batches). */
+static kl_err_t kl_bench_commits(kl_store_t *store, const char *backend,
+                                 int batch, double seconds, uint64_t run,
+                                 kl_commit_run_t *out) {
+  kl_partition_state_t ps;
+  kl_err_t err = kl_store_acquire(store, TOPIC, (int32_t)run, &ps);
+  size_t cap = 1024, n = 0;
+  double *lat = malloc(cap * sizeof(*lat));
+  uint64_t events = 0;
+  double start = kl_bench_now();
+  while (!err && (kl_bench_now() - start < seconds || n < 20)) {
+    kl_txn_t *txn;
+    if ((err = kl_store_begin(store, TOPIC, (int32_t)run, ps.epoch, &txn)))
+      break;
+    for (int i = 0; !err && i < batch; i++)
+      err = kl_bench_event(txn, run, events++);
+    if (err) {
+      kl_store_abort(txn);
+      break;
+    }
+    double t0 = kl_bench_now();
+    err = kl_store_commit(txn, (int64_t)events);
+    if (n == cap)
+      lat = realloc(lat, (cap *= 2) * sizeof(*lat));
+    lat[n++] = (kl_bench_now() - t0) * 1e3;
+  }
+  double elapsed = kl_bench_now() - start;
+  if (!err) {
+    qsort(lat, n, sizeof(*lat), kl_cmp_double);
+    *out = (kl_commit_run_t){backend,
+                             batch,
+                             events,
+                             n,
+                             events / elapsed,
+                             lat[n / 2],
+                             lat[(size_t)((double)(n - 1) * 0.99)]};
+  }
+  free(lat);
+  return err;
+}
+
+/* ---- 2. dedup lookups ------------------------------------------------ */
+
+typedef struct kl_dedup_run {
+  uint64_t keys;
+  double random_per_s, recent_per_s, bytes_per_key;
+} kl_dedup_run_t;
+
+static kl_err_t kl_bench_fill(kl_store_t *store, uint64_t epoch, uint64_t from,
+                              uint64_t to) {
+  char id[37];
+  for (uint64_t n = from; n < to;) {
+    kl_txn_t *txn;
+    kl_err_t err = kl_store_begin(store, TOPIC, 0, epoch, &txn);
+    for (int i = 0; !err && i < 10000 && n < to; i++, n++) {
+      kl_bench_id(0, n, id);
+      err = kl_txn_mark(txn, id, 36, KL_MARK_APPLIED);
+    }
+    if (err) {
+      kl_store_abort(txn);
+      return err;
+    }
+    if ((err = kl_store_commit(txn, (int64_t)n)))
+      return err;
+  }
+  return KL_OK;
+}
+
+/* Lookups for about a second over a prepared set of ids, so only
+ * kl_txn_seen() is timed. Half hit a stored key, half miss. Two patterns:
+ * random, over every stored key (the worst case: each lookup may miss the
+ * CPU caches), and recent, as a worker sees them (new events carry ids
+ * newer than any stored, and re-published ones are of the last minutes). */
+#define KL_LOOKUP_SET 65536
+static kl_err_t kl_bench_lookups(kl_store_t *store, uint64_t epoch,
+                                 uint64_t keys, int recent, double *rate) {
+  char(*ids)[37] = malloc(KL_LOOKUP_SET * sizeof(*ids));
+  uint64_t window = keys < 10000 ? keys : 10000;
+  for (uint64_t i = 0; i < KL_LOOKUP_SET; i++) {
+    uint64_t r = kl_mix(i ^ 0xabcdef);
+    if (!recent)
+      kl_bench_id(i & 1, r % keys, ids[i]); /* run 1: never stored */
+    else if (i & 1)
+      kl_bench_id(0, keys + r % 100000, ids[i]); /* newer than any */
+    else
+      kl_bench_id(0, keys - 1 - r % window, ids[i]);
+  }
+  kl_txn_t *txn = NULL;
+  kl_err_t err = kl_store_begin(store, TOPIC, 0, epoch, &txn);
+  uint64_t done = 0, hits = 0;
+  double start = kl_bench_now(), elapsed = 0;
+  while (!err && elapsed < 1.0) {
+    for (uint64_t i = 0; !err && i < KL_LOOKUP_SET; i++, done++) {
+      kl_mark_t mark;
+      err = kl_txn_seen(txn, ids[i], 36, &mark);
+      hits += mark != KL_MARK_NONE;
+    }
+    elapsed = kl_bench_now() - start;
+  }
+  if (txn)
+    kl_store_abort(txn);
+  free(ids);
+  if (!err && hits != done / 2)
+    fprintf(stderr,
+            "keylane-bench store: %" PRIu64 " hits of %" PRIu64
+            " lookups, expected half\n",
+            hits, done);
+  *rate = done / elapsed;
+  return err;
+}
+
+static kl_err_t kl_bench_dedup(const char *dir, int full, kl_dedup_run_t *runs,
+                               int *nruns) {
+  kl_conf_t *conf = kl_conf_new();
+  kl_conf_set(conf, "store.durability", "none", NULL, 0);
+  kl_conf_set(conf, "store.map.size", "1G", NULL, 0);
+  kl_store_t *store;
+  kl_err_t err = kl_store_open(dir, conf, &store);
+  kl_conf_destroy(conf);
+  if (err)
+    return err;
+  kl_partition_state_t ps;
+  err = kl_store_acquire(store, TOPIC, 0, &ps);
+  const uint64_t sizes[] = {10000, 100000, 1000000, 10000000};
+  uint64_t have = 0;
+  *nruns = 0;
+  for (int i = 0; !err && i < (full ? 4 : 3); i++) {
+    fprintf(stderr, "keylane-bench store: dedup: %" PRIu64 " keys\n", sizes[i]);
+    err = kl_bench_fill(store, ps.epoch, have, sizes[i]);
+    have = sizes[i];
+    kl_dedup_run_t *run = &runs[(*nruns)++];
+    run->keys = have;
+    kl__store_usage_t usage;
+    if (!err)
+      err = kl_bench_lookups(store, ps.epoch, have, 0, &run->random_per_s);
+    if (!err)
+      err = kl_bench_lookups(store, ps.epoch, have, 1, &run->recent_per_s);
+    if (!err && !(err = kl__store_lmdb_usage(store, &usage)))
+      run->bytes_per_key = (double)(usage.ids_pages * usage.page_size) /
+                           (double)(usage.ids ? usage.ids : 1);
+  }
+  kl_store_destroy(store);
+  return err;
+}
+
+/* ---- the report ------------------------------------------------------ */
+
+static void kl_report_text(const kl_commit_run_t *c, int nc,
+                           const kl_dedup_run_t *d, int nd, const char *pg) {
+  printf("commits (worker steps per event: seen, get, put, mark)\n");
+  printf("  %-10s %6s %12s %10s %10s\n", "backend", "batch", "events/s",
+         "p50 ms", "p99 ms");
+  for (int i = 0; i < nc; i++)
+    printf("  %-10s %6d %12.0f %10.3f %10.3f\n", c[i].backend, c[i].batch,
+           c[i].events_per_s, c[i].p50_ms, c[i].p99_ms);
+  if (pg)
+    printf("  postgresql: skipped: %s\n", pg);
+  printf("LMDB dedup lookups/s (kl_txn_seen, half hits, half misses)\n");
+  printf("  %10s %12s %8s %12s %8s %10s\n", "keys", "recent", "vs 10k",
+         "random", "vs 10k", "bytes/key");
+  for (int i = 0; i < nd; i++)
+    printf("  %10" PRIu64 " %12.0f %7.2fx %12.0f %7.2fx %10.1f\n", d[i].keys,
+           d[i].recent_per_s, d[i].recent_per_s / d[0].recent_per_s,
+           d[i].random_per_s, d[i].random_per_s / d[0].random_per_s,
+           d[i].bytes_per_key);
+  if (nd) {
+    const kl_dedup_run_t *last = &d[nd - 1];
+    printf("targets at %" PRIu64 " keys: rate >= 0.5 x at 10k: recent %s, "
+           "random %s; bytes per key <= 100: %s\n",
+           last->keys,
+           last->recent_per_s >= 0.5 * d[0].recent_per_s ? "met" : "MISSED",
+           last->random_per_s >= 0.5 * d[0].random_per_s ? "met" : "MISSED",
+           last->bytes_per_key <= 100 ? "met" : "MISSED");
+  }
+}
+
+static void kl_report_json(const kl_commit_run_t *c, int nc,
+                           const kl_dedup_run_t *d, int nd, const char *pg) {
+  json_t *commits = json_array(), *dedup = json_array();
+  for (int i = 0; i < nc; i++)
+    json_array_append_new(
+        commits,
+        json_pack("{sssisIsIsfsfsf}", "backend", c[i].backend, "batch",
+                  c[i].batch, "events", (json_int_t)c[i].events, "batches",
+                  (json_int_t)c[i].batches, "events_per_s", c[i].events_per_s,
+                  "p50_commit_ms", c[i].p50_ms, "p99_commit_ms", c[i].p99_ms));
+  for (int i = 0; i < nd; i++)
+    json_array_append_new(
+        dedup, json_pack("{sIsfsfsfsfsf}", "keys", (json_int_t)d[i].keys,
+                         "recent_per_s", d[i].recent_per_s, "recent_vs_10k",
+                         d[i].recent_per_s / d[0].recent_per_s, "random_per_s",
+                         d[i].random_per_s, "random_vs_10k",
+                         d[i].random_per_s / d[0].random_per_s, "bytes_per_key",
+                         d[i].bytes_per_key));
+  json_t *out = json_pack("{soso}", "commits", commits, "dedup", dedup);
+  if (pg)
+    json_object_set_new(out, "postgresql_skipped", json_string(pg));
+  if (nd) {
+    json_object_set_new(
+        out, "dedup_recent_target_met",
+        json_boolean(d[nd - 1].recent_per_s >= 0.5 * d[0].recent_per_s));
+    json_object_set_new(
+        out, "dedup_random_target_met",
+        json_boolean(d[nd - 1].random_per_s >= 0.5 * d[0].random_per_s));
+    json_object_set_new(out, "bytes_per_key_target_met",
+                        json_boolean(d[nd - 1].bytes_per_key <= 100));
+  }
+  json_dumpf(out, stdout, JSON_COMPACT);
+  putchar('\n');
+  json_decref(out);
+}
+
+/* ---- the runs -------------------------------------------------------- */
+
+static const int kl_batches[] = {1, 100, 1000};
+
+static kl_err_t kl_bench_backend(const char *location, const char *backend,
+                                 double seconds, kl_commit_run_t *runs,
+                                 int *n) {
+  kl_store_t *store;
+  kl_err_t err = kl_store_open(location, NULL, &store);
+  for (int i = 0; !err && i < 3; i++) {
+    fprintf(stderr, "keylane-bench store: %s, batches of %d\n", backend,
+            kl_batches[i]);
+    err = kl_bench_commits(store, backend, kl_batches[i], seconds,
+                           (uint64_t)i + 1, &runs[(*n)++]);
+  }
+  kl_store_destroy(store);
+  if (err)
+    fprintf(stderr, "keylane-bench store: %s: %s: %s\n", backend,
+            kl_err_name(err), kl_err_detail());
+  return err;
+}
+
+static int kl_bench_parse(int argc, char **argv, kl_bench_opts_t *o) {
+  static const struct option opts[] = {
+      {"json", no_argument, NULL, 'j'},
+      {"full", no_argument, NULL, 'f'},
+      {"seconds", required_argument, NULL, 's'},
+      {"pg", required_argument, NULL, 'p'},
+      {"skip-pg", no_argument, NULL, 'k'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  int c;
+  int64_t secs;
+  o->seconds = 3;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'j':
+      o->json = 1;
+      break;
+    case 'f':
+      o->full = 1;
+      break;
+    case 'p':
+      o->pg_uri = optarg;
+      break;
+    case 'k':
+      o->skip_pg = 1;
+      break;
+    case 's':
+      if (kl_bench_count(NAME, "--seconds", optarg, 600, &secs))
+        return 2;
+      o->seconds = (double)secs;
+      break;
+    case 'h':
+      fputs(kl_store_usage, stdout);
+      return -1;
+    default:
+      fputs(kl_store_usage, stderr);
+      return 2;
+    }
+  }
+  return 0;
+}
+
+/* The PostgreSQL half: a throwaway durable server unless one is given.
+ * @returns 0, or -1 with why it was skipped in @p why. */
+static int kl_bench_pg(const kl_bench_opts_t *o, kl_commit_run_t *runs, int *n,
+                       char *why, size_t why_size) {
+  if (o->pg_uri)
+    return kl_bench_backend(o->pg_uri, "postgresql", o->seconds, runs, n) ? -2
+                                                                          : 0;
+  kl_t_pg_t *pg = kl_t_pg_start(1, why, why_size);
+  if (!pg)
+    return -1;
+  char uri[256];
+  int rc = kl_t_pg_createdb(pg, "bench", uri, sizeof(uri)) ? -2 : 0;
+  if (!rc && kl_bench_backend(uri, "postgresql", o->seconds, runs, n))
+    rc = -2;
+  kl_t_pg_stop(pg);
+  return rc;
+}
+
+int kl_bench_store(int argc, char **argv) {
+  kl_bench_opts_t o = {0};
+  int rc = kl_bench_parse(argc, argv, &o);
+  if (rc)
+    return rc < 0 ? 0 : rc;
+  kl_commit_run_t commits[6];
+  kl_dedup_run_t dedup[4];
+  int nc = 0, nd = 0;
+  char dir[] = "/tmp/keylane-bench-XXXXXX", sub[64], why[2048] = "";
+  if (!mkdtemp(dir)) {
+    perror("keylane-bench store: mkdtemp");
+    return 1;
+  }
+  snprintf(sub, sizeof(sub), "%s/commits", dir);
+  kl_err_t err = kl_bench_backend(sub, "lmdb", o.seconds, commits, &nc);
+  int pg =
+      err || o.skip_pg ? -1 : kl_bench_pg(&o, commits, &nc, why, sizeof(why));
+  if (o.skip_pg)
+    snprintf(why, sizeof(why), "--skip-pg");
+  snprintf(sub, sizeof(sub), "%s/dedup", dir);
+  if (!err && pg != -2 && (err = kl_bench_dedup(sub, o.full, dedup, &nd)))
+    fprintf(stderr, "keylane-bench store: dedup: %s: %s\n", kl_err_name(err),
+            kl_err_detail());
+  char cmd[96];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  if (system(cmd) != 0)
+    fprintf(stderr, "keylane-bench store: could not remove %s\n", dir);
+  if (err || pg == -2)
+    return 1;
+  (o.json ? kl_report_json : kl_report_text)(commits, nc, dedup, nd,
+                                             pg == -1 ? why : NULL);
+  return 0;
+}
