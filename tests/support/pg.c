@@ -61,7 +61,10 @@ static int kl_t_pg_free_port(void) {
 static int kl_t_pg_sh(const kl_t_pg_t *pg, const char *cmd) {
   char line[2048];
   if (pg->user[0])
-    snprintf(line, sizeof(line), "runuser -u %s -- %s", pg->user, cmd);
+    snprintf(line, sizeof(line), "%s -u %s -- %s",
+             access("/usr/sbin/runuser", X_OK) == 0 ? "/usr/sbin/runuser"
+                                                    : "runuser",
+             pg->user, cmd);
   else
     snprintf(line, sizeof(line), "%s", cmd);
   return system(line);
