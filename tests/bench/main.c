@@ -15,6 +15,10 @@ static const struct {
     /* {"name", kl_bench_name, "one-line summary"}, one per benchmark */
     {"produce", kl_bench_produce,
      "kl_publish against a bare librdkafka loop (target ratio >= 0.90)"},
+    {"store", kl_bench_store,
+     "store commits LMDB vs PostgreSQL, and LMDB dedup lookups 10k -> 10M"},
+    {"worker", kl_bench_worker,
+     "one ledger worker against a bare consume loop (target ratio >= 0.50)"},
 };
 #define KL_NBENCHES (sizeof(kl_benches) / sizeof(kl_benches[0]))
 

@@ -1,0 +1,206 @@
+/*
+ * keylane-bench worker: what the worker's guarantees cost over a bare
+ * librdkafka consume loop.
+ *
+ * The same ledger events (1,000 keys, 100-ish byte envelopes) are loaded
+ * once into an embedded cluster. The bare side assigns itself every
+ * partition from the beginning (no group join) and polls until it has seen
+ * every event. The keylane side is one kl_worker with the ledger handler
+ * and a durable LMDB store (fsync on every commit) in a fresh directory,
+ * timed from its start, group join included, until every partition's
+ * store watermark reached the end: a conservative ratio. Rounds alternate
+ * (keylane, bare, keylane, ...); medians reported.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+#include "support/support.h"
+
+#define KL_BW_NAME "worker"
+#define KL_BW_TOPIC "bench"
+/* The embedded cluster keeps at most 5 MiB of records per partition (the
+ * mock's retention); 64 partitions hold 1,000,000 ledger events. */
+#define KL_BW_PARTS 64
+#define KL_BW_ROUNDS_MAX 9
+
+typedef struct kl_bw_round {
+  double keylane_s, raw_s;
+  uint64_t commits, applied;
+} kl_bw_round_t;
+
+static double kl_bw_raw(const char *boot, int64_t events, int round) {
+  char group[32], errstr[256];
+  snprintf(group, sizeof(group), "raw-%d", round);
+  rd_kafka_conf_t *c = rd_kafka_conf_new();
+  rd_kafka_conf_set(c, "bootstrap.servers", boot, errstr, sizeof(errstr));
+  rd_kafka_conf_set(c, "group.id", group, errstr, sizeof(errstr));
+  rd_kafka_conf_set(c, "auto.offset.reset", "earliest", errstr, sizeof(errstr));
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
+  rd_kafka_poll_set_consumer(rk);
+  rd_kafka_topic_partition_list_t *t =
+      rd_kafka_topic_partition_list_new(KL_BW_PARTS);
+  for (int p = 0; p < KL_BW_PARTS; p++)
+    rd_kafka_topic_partition_list_add(t, KL_BW_TOPIC, p)->offset =
+        RD_KAFKA_OFFSET_BEGINNING;
+  double t0 = kl_bench_now();
+  rd_kafka_assign(rk, t);
+  rd_kafka_topic_partition_list_destroy(t);
+  int64_t seen = 0;
+  size_t bytes = 0;
+  while (seen < events && kl_bench_now() - t0 < 60) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+    if (!m)
+      continue;
+    if (!m->err) {
+      seen++;
+      bytes += m->len; /* touch the message, as any consumer would */
+    }
+    rd_kafka_message_destroy(m);
+  }
+  double s = kl_bench_now() - t0;
+  if (seen != events)
+    fprintf(stderr, "keylane-bench worker: the bare consumer saw %" PRId64
+            " of %" PRId64 " events in %.0f s\n", seen, events, s);
+  rd_kafka_consumer_close(rk);
+  rd_kafka_destroy(rk);
+  return seen == events && bytes ? s : -1;
+}
+
+static double kl_bw_keylane(const char *boot, kl__ledger_gen_t *gen,
+                            int round, kl_bw_round_t *r) {
+  char dir[64], group[32];
+  kl_t_tmpdir(dir);
+  snprintf(group, sizeof(group), "kl-%d", round);
+  kl_store_t *store;
+  if (kl_store_open(dir, NULL, &store)) {
+    fprintf(stderr, "store: %s\n", kl_err_detail());
+    return -1;
+  }
+  double t0 = kl_bench_now();
+  kl_t_worker_t *w = kl_t_worker_start(boot, KL_BW_TOPIC, group, store, NULL);
+  int done = -1;
+  while (done && kl_bench_now() - t0 < 300)
+    done = kl__ledger_gen_wait(gen, store, KL_BW_TOPIC, 0, 10);
+  double s = kl_bench_now() - t0;
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st);
+  r->commits = st.batches;
+  r->applied = st.applied;
+  kl_t_worker_stop(w);
+  kl__ledger_verdict_t v;
+  kl__ledger_gen_verify(gen, store, KL_BW_TOPIC, &v);
+  kl_store_destroy(store);
+  kl_t_rmrf(dir);
+  return done == 0 && v.ok ? s : -1;
+}
+
+static int kl_bw_load(kl_producer_t *producer, kl__ledger_gen_t *gen,
+                      int64_t events) {
+  for (int64_t i = 0; i < events; i++) {
+    kl_err_t err;
+    while ((err = kl__ledger_gen_publish(gen, producer, KL_BW_TOPIC)) ==
+           KL_EQUEUE_FULL)
+      kl_producer_poll(producer, 10);
+    if (err) {
+      fprintf(stderr, "load: %s\n", kl_err_detail());
+      return -1;
+    }
+  }
+  return kl_flush(producer, 120000) == KL_OK ? 0 : -1;
+}
+
+static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
+                        int json) {
+  double k[KL_BW_ROUNDS_MAX], b[KL_BW_ROUNDS_MAX];
+  uint64_t commits = 0;
+  for (int i = 0; i < n; i++) {
+    k[i] = rounds[i].keylane_s;
+    b[i] = rounds[i].raw_s;
+    commits += rounds[i].commits;
+  }
+  double ks = kl_bench_median(k, n), bs = kl_bench_median(b, n);
+  double keps = (double)events / ks, reps = (double)events / bs;
+  double per_k = (double)commits / n / ((double)events / 1000.0);
+  /* LMDB syncs twice per durable commit: the data pages, then the meta
+   * page (mdb_txn_commit with neither MDB_NOSYNC nor MDB_NOMETASYNC). */
+  if (json) {
+    json_t *o = json_pack("{sIsisfsfsfsfsfsf}", "events", (json_int_t)events,
+                          "rounds", n, "keylane_eps", keps, "raw_eps", reps,
+                          "ratio", keps / reps, "commits_per_1000_events",
+                          per_k, "fsyncs_per_1000_events", 2 * per_k,
+                          "keylane_s", ks);
+    json_dumpf(o, stdout, JSON_COMPACT);
+    putchar('\n');
+    json_decref(o);
+    return;
+  }
+  printf("worker, %" PRId64 " ledger events, %d partitions, median of %d "
+         "rounds\n", events, KL_BW_PARTS, n);
+  printf("  keylane (ledger, durable LMDB): %10.0f events/s\n", keps);
+  printf("  bare librdkafka consume loop:   %10.0f events/s\n", reps);
+  printf("  ratio %.2f (target >= 0.50)\n", keps / reps);
+  printf("  store commits per 1000 events: %.2f (fsyncs: %.2f)\n", per_k,
+         2 * per_k);
+}
+
+int kl_bench_worker(int argc, char **argv) {
+  static const struct option opts[] = {{"events", required_argument, NULL, 'e'},
+                                       {"rounds", required_argument, NULL, 'r'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  int64_t events = 1000000, rounds = 3;
+  int json = 0, c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    if (c == 'e' && kl_bench_count(KL_BW_NAME, "--events", optarg, 10000000,
+                                   &events))
+      return 2;
+    if (c == 'r' && kl_bench_count(KL_BW_NAME, "--rounds", optarg,
+                                   KL_BW_ROUNDS_MAX, &rounds))
+      return 2;
+    if (c == 'j')
+      json = 1;
+    if (c == 'h') {
+      printf("usage: keylane-bench worker [--events N] [--rounds N] [--json]\n\n"
+             "One worker (ledger handler, durable LMDB store) against a bare\n"
+             "librdkafka consume loop over the same events on an embedded\n"
+             "cluster. Default 1000000 events, 3 rounds each, medians.\n");
+      return 0;
+    }
+    if (c == '?')
+      return 2;
+  }
+  kl_embedded_t *cluster;
+  if (kl_embedded_new(1, KL_BW_TOPIC, KL_BW_PARTS, &cluster)) {
+    fprintf(stderr, "cluster: %s\n", kl_err_detail());
+    return 1;
+  }
+  const char *boot = kl_embedded_bootstrap(cluster);
+  kl__ledger_gen_t *gen = kl__ledger_gen_new(1000, KL_BW_PARTS, 1);
+  kl_producer_t *producer = kl_t_producer(boot, gen);
+  int rc = producer && kl_bw_load(producer, gen, events) == 0 ? 0 : 1;
+  kl_bw_round_t r[KL_BW_ROUNDS_MAX];
+  for (int i = 0; rc == 0 && i < rounds; i++) {
+    r[i].keylane_s = kl_bw_keylane(boot, gen, i, &r[i]);
+    r[i].raw_s = kl_bw_raw(boot, events, i);
+    if (r[i].keylane_s < 0 || r[i].raw_s < 0) {
+      fprintf(stderr, "keylane-bench worker: round %d did not complete\n", i);
+      rc = 1;
+    }
+  }
+  if (rc == 0)
+    kl_bw_print(r, (int)rounds, events, json);
+  kl_producer_destroy(producer);
+  kl__ledger_gen_destroy(gen);
+  kl_embedded_destroy(cluster);
+  return rc;
+}
