@@ -1,0 +1,96 @@
+/* The growable byte string; see strbuf.h. */
+#include "common/strbuf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Room for @p extra more bytes plus a NUL; doubles to keep appends O(1). */
+static bool kl_strbuf_reserve(kl__strbuf_t *sb, size_t extra) {
+  if (sb->failed)
+    return false;
+  if (sb->len + extra < sb->cap)
+    return true;
+  size_t cap = sb->cap ? sb->cap : 256;
+  while (cap <= sb->len + extra) {
+    if (cap > ((size_t)-1) / 2) {
+      sb->failed = true;
+      return false;
+    }
+    cap *= 2;
+  }
+  char *data = realloc(sb->data, cap);
+  if (!data) {
+    sb->failed = true;
+    return false;
+  }
+  sb->data = data;
+  sb->cap = cap;
+  return true;
+}
+
+void kl__strbuf_add(kl__strbuf_t *sb, const void *data, size_t len) {
+  if (len == 0 || !kl_strbuf_reserve(sb, len))
+    return;
+  memcpy(sb->data + sb->len, data, len);
+  sb->len += len;
+  sb->data[sb->len] = '\0';
+}
+
+void kl__strbuf_puts(kl__strbuf_t *sb, const char *s) {
+  kl__strbuf_add(sb, s, strlen(s));
+}
+
+void kl__strbuf_printf(kl__strbuf_t *sb, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0 || !kl_strbuf_reserve(sb, (size_t)n))
+    return;
+  va_start(ap, fmt);
+  vsnprintf(sb->data + sb->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  sb->len += (size_t)n;
+}
+
+void kl__strbuf_json_str(kl__strbuf_t *sb, const char *s, size_t len) {
+  kl__strbuf_add(sb, "\"", 1);
+  size_t run = 0; /* bytes copied in one go between escapes */
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 0x20 && c != '"' && c != '\\')
+      continue;
+    kl__strbuf_add(sb, s + run, i - run);
+    if (c == '"' || c == '\\')
+      kl__strbuf_printf(sb, "\\%c", c);
+    else
+      kl__strbuf_printf(sb, "\\u%04x", c);
+    run = i + 1;
+  }
+  kl__strbuf_add(sb, s + run, len - run);
+  kl__strbuf_add(sb, "\"", 1);
+}
+
+bool kl__strbuf_ok(const kl__strbuf_t *sb) {
+  return !sb->failed;
+}
+
+char *kl__strbuf_take(kl__strbuf_t *sb, size_t *len) {
+  if (sb->failed || !kl_strbuf_reserve(sb, 0)) {
+    kl__strbuf_free(sb);
+    return NULL;
+  }
+  char *data = sb->data;
+  data[sb->len] = '\0';
+  if (len)
+    *len = sb->len;
+  *sb = (kl__strbuf_t)KL__STRBUF_INIT;
+  return data;
+}
+
+void kl__strbuf_free(kl__strbuf_t *sb) {
+  free(sb->data);
+  *sb = (kl__strbuf_t)KL__STRBUF_INIT;
+}

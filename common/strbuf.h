@@ -1,0 +1,58 @@
+/*
+ * A growable byte string for building responses and exposition text.
+ *
+ * Ownership: the strbuf owns its bytes; kl__strbuf_free() releases them and
+ * kl__strbuf_take() hands them to the caller. After an allocation failure
+ * the strbuf is "failed": further appends are no-ops and kl__strbuf_ok()
+ * says so, so a builder checks once at the end instead of after each call.
+ *
+ * Caveats:
+ * - Not thread safe; a strbuf is used by one thread at a time.
+ */
+#ifndef KEYLANE_COMMON_STRBUF_H
+#define KEYLANE_COMMON_STRBUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/internal.h"
+
+typedef struct kl__strbuf {
+  char *data; /**< NUL terminated when len > 0 and not failed */
+  size_t len;
+  size_t cap;
+  bool failed;
+} kl__strbuf_t;
+
+#define KL__STRBUF_INIT                                                        \
+  { NULL, 0, 0, false }
+
+/** Appends @p len bytes of @p data. */
+void kl__strbuf_add(kl__strbuf_t *sb, const void *data, size_t len);
+
+/** Appends the NUL-terminated @p s. */
+void kl__strbuf_puts(kl__strbuf_t *sb, const char *s);
+
+/** Appends printf-formatted text. */
+void kl__strbuf_printf(kl__strbuf_t *sb, const char *fmt, ...) KL__PRINTF(2, 3);
+
+/**
+ * Appends @p s as a JSON string literal, quotes included. Control bytes
+ * are escaped as \\u00XX; other bytes are copied as they are, so @p s must
+ * be UTF-8 for the result to be valid JSON.
+ */
+void kl__strbuf_json_str(kl__strbuf_t *sb, const char *s, size_t len);
+
+/** @returns true unless an allocation failed. */
+bool kl__strbuf_ok(const kl__strbuf_t *sb);
+
+/**
+ * @returns the bytes (the caller frees them with free()) and their length
+ *          in *len, leaving @p sb empty; NULL when an allocation failed.
+ */
+char *kl__strbuf_take(kl__strbuf_t *sb, size_t *len);
+
+/** Frees the bytes and empties @p sb. */
+void kl__strbuf_free(kl__strbuf_t *sb);
+
+#endif
