@@ -1,0 +1,158 @@
+/*
+ * Bearer tokens; see token.h.
+ *
+ * Each token is kept zero-padded in a KL_TOKEN_MAX slot with its length, and
+ * the candidate is copied into a slot of its own: comparing whole slots plus
+ * the lengths makes every comparison the same amount of work.
+ */
+#include "common/token.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct kl_token_slot {
+  unsigned char bytes[KL_TOKEN_MAX];
+  size_t len;
+} kl_token_slot_t;
+
+struct kl__tokens {
+  kl_token_slot_t *slots;
+  size_t count;
+};
+
+/* A volatile pointer stops the compiler from dropping the wipe of memory
+ * that is about to be freed. */
+static void kl_wipe(void *p, size_t len) {
+  volatile unsigned char *v = p;
+  while (len--)
+    *v++ = 0;
+}
+
+bool kl__ct_equal(const void *a, const void *b, size_t len) {
+  const volatile unsigned char *x = a, *y = b;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < len; i++)
+    diff |= (unsigned char)(x[i] ^ y[i]);
+  return diff == 0;
+}
+
+static void kl_trim(char **s, size_t *len) {
+  while (*len && strchr(" \t\r\n", (*s)[*len - 1]))
+    (*len)--;
+  while (*len && strchr(" \t", **s)) {
+    (*s)++;
+    (*len)--;
+  }
+}
+
+static bool kl_token_printable(const char *s, size_t len) {
+  for (size_t i = 0; i < len; i++)
+    if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f)
+      return false;
+  return true;
+}
+
+/* Adds the token on @p line (line number @p lineno) unless it is a blank or
+ * comment line. */
+static kl_err_t kl_tokens_add_line(kl__tokens_t *tokens, char *line,
+                                   size_t lineno) {
+  size_t len = strlen(line);
+  kl_trim(&line, &len);
+  if (len == 0 || line[0] == '#')
+    return KL_OK;
+  if (len > KL_TOKEN_MAX || !kl_token_printable(line, len))
+    return kl__err(KL_ECONF,
+                   "tokens file line %zu: a token is 1..%d bytes "
+                   "of visible ASCII without spaces",
+                   lineno, KL_TOKEN_MAX);
+  if (tokens->count == KL_TOKENS_MAX)
+    return kl__err(KL_ECONF, "tokens file has more than %d tokens",
+                   KL_TOKENS_MAX);
+  kl_token_slot_t *slot = &tokens->slots[tokens->count++];
+  memcpy(slot->bytes, line, len);
+  slot->len = len;
+  return KL_OK;
+}
+
+static kl_err_t kl_tokens_read(kl__tokens_t *tokens, FILE *f,
+                               const char *path) {
+  char line[KL_TOKEN_MAX + 64];
+  size_t lineno = 0;
+  kl_err_t err = KL_OK;
+  while (err == KL_OK && fgets(line, sizeof(line), f)) {
+    lineno++;
+    size_t len = strlen(line);
+    if (len == sizeof(line) - 1 && line[len - 1] != '\n' && !feof(f))
+      err = kl__err(KL_ECONF,
+                    "tokens file %s line %zu is longer than %zu "
+                    "bytes",
+                    path, lineno, sizeof(line) - 2);
+    else
+      err = kl_tokens_add_line(tokens, line, lineno);
+  }
+  kl_wipe(line, sizeof(line));
+  if (err == KL_OK && ferror(f))
+    err = kl__err(KL_EIO, "cannot read tokens file %s", path);
+  if (err == KL_OK && tokens->count == 0)
+    err = kl__err(KL_ECONF,
+                  "tokens file %s holds no token: every client "
+                  "would get 401; add one token per line",
+                  path);
+  return err;
+}
+
+kl_err_t kl__tokens_load(const char *path, kl__tokens_t **out) {
+  if (!path || !out)
+    return kl__err(KL_EINVAL, "kl__tokens_load needs a path and out");
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return kl__err(KL_EIO, "cannot open tokens file %s: %s", path,
+                   strerror(errno));
+  kl__tokens_t *tokens = calloc(1, sizeof(*tokens));
+  if (tokens)
+    tokens->slots = calloc(KL_TOKENS_MAX, sizeof(kl_token_slot_t));
+  kl_err_t err =
+      tokens && tokens->slots ? kl_tokens_read(tokens, f, path) : KL_ENOMEM;
+  fclose(f);
+  if (err) {
+    kl__tokens_destroy(tokens);
+    return err;
+  }
+  *out = tokens;
+  return KL_OK;
+}
+
+size_t kl__tokens_count(const kl__tokens_t *tokens) {
+  return tokens ? tokens->count : 0;
+}
+
+bool kl__tokens_check(const kl__tokens_t *tokens, const void *candidate,
+                      size_t len) {
+  if (!tokens || !candidate || len == 0 || len > KL_TOKEN_MAX)
+    return false; /* the candidate's own length is no secret */
+  kl_token_slot_t cand;
+  memset(&cand, 0, sizeof(cand));
+  memcpy(cand.bytes, candidate, len);
+  unsigned match = 0;
+  for (size_t i = 0; i < tokens->count; i++) {
+    const kl_token_slot_t *slot = &tokens->slots[i];
+    unsigned same = kl__ct_equal(slot->bytes, cand.bytes, KL_TOKEN_MAX);
+    same &= kl__ct_equal(&slot->len, &len, sizeof(len));
+    match |= same;
+  }
+  kl_wipe(&cand, sizeof(cand));
+  return match != 0;
+}
+
+void kl__tokens_destroy(kl__tokens_t *tokens) {
+  if (!tokens)
+    return;
+  if (tokens->slots) {
+    kl_wipe(tokens->slots, KL_TOKENS_MAX * sizeof(kl_token_slot_t));
+    free(tokens->slots);
+  }
+  free(tokens);
+}
