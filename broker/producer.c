@@ -28,6 +28,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "broker/producer_internal.h"
 #include "common/internal.h"
 #include "common/kafka.h"
 #include "common/log.h"
@@ -523,4 +524,10 @@ void kl_producer_destroy(kl_producer_t *producer) {
   free(producer->topics);
   rd_kafka_destroy(producer->rk);
   kl_producer_free(producer);
+}
+
+/* For the gateway (broker/producer_internal.h): its loop wakes up on the
+ * main queue's event callback and probes Kafka with metadata requests. */
+rd_kafka_t *kl__producer_rk(kl_producer_t *producer) {
+  return producer->rk;
 }
