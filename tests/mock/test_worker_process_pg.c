@@ -1,0 +1,231 @@
+/*
+ * Fencing across processes on the PostgreSQL store, with the inventory
+ * handler: two `keylane worker` processes share one database; one is
+ * frozen (SIGSTOP) between its handlers and its commit, its transaction
+ * open and holding the row locks of its stock decrements, for longer than
+ * its session timeout. The other takes the partition over: its own
+ * decrements wait for those locks only until the server ends the frozen
+ * transaction (store.pg.idle.timeout). Thawed, the frozen worker is fenced
+ * and applies nothing; every reservation is decided exactly once and every
+ * stock count adds up. Skips, saying why, without PostgreSQL.
+ */
+#include <fcntl.h>
+#include <inttypes.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <libpq-fe.h>
+
+#include "support/cluster.h"
+#include "support/pg.h"
+#include "support/support.h"
+#include "worker/inventory.h"
+
+#define PARTS 4
+#define SKUS 8
+#define STOCK 30
+
+static const char *kl_topic, *kl_group;
+
+static pid_t kl_spawn_worker(const char *boot, const char *uri, const char *dir,
+                             int i) {
+  char log[128];
+  snprintf(log, sizeof(log), "%s/worker-%d.log", dir, i);
+  pid_t pid = fork();
+  if (pid)
+    return pid;
+  int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  dup2(fd, 1);
+  dup2(fd, 2);
+  execl(kl_t_bin(), "keylane", "worker", "-b", boot, "-t", kl_topic, "-g",
+        kl_group, "--store", uri, "--handler", "inventory",
+        "--session-timeout-ms", "3000", "-X", "store.pg.idle.timeout=2s",
+        "--pause-on-sigusr1", (char *)NULL);
+  _exit(127);
+}
+
+static int kl_log_find(const char *dir, int i, const char *needle, char *line,
+                       size_t size) {
+  char path[128];
+  snprintf(path, sizeof(path), "%s/worker-%d.log", dir, i);
+  FILE *f = fopen(path, "r");
+  int found = 0;
+  while (f && !found && fgets(line, (int)size, f))
+    found = strstr(line, needle) != NULL;
+  if (f)
+    fclose(f);
+  return found;
+}
+
+static long long kl_sql(PGconn *pg, const char *sql) {
+  PGresult *res = PQexec(pg, sql);
+  ExecStatusType s = PQresultStatus(res);
+  if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
+    fail_msg("%s: %s", sql, PQresultErrorMessage(res));
+  long long v = s == PGRES_TUPLES_OK && PQntuples(res) > 0
+                    ? strtoll(PQgetvalue(res, 0, 0), NULL, 10)
+                    : 0;
+  PQclear(res);
+  return v;
+}
+
+typedef struct kl_orders {
+  kl_producer_t *producer;
+  int published;     /* distinct ids */
+  int per_sku[SKUS]; /* distinct ids per SKU */
+} kl_orders_t;
+
+/* Publishes @p n reservations round the SKUs, re-publishing every 10th. */
+static void kl_orders_publish(kl_orders_t *o, int n) {
+  for (int i = 0; i < n; i++) {
+    int k = o->published % SKUS;
+    char sku[16], id[32];
+    snprintf(sku, sizeof(sku), "sku-%d", k);
+    snprintf(id, sizeof(id), "order-%d", o->published);
+    kl_event_t event = {sku, strlen(sku), id, strlen(id), "reserve", 7,
+                        0,   "\x80",      1,  NULL,       0};
+    assert_int_equal(kl_publish(o->producer, kl_topic, &event, NULL), KL_OK);
+    if (o->published % 10 == 9)
+      assert_int_equal(kl_publish(o->producer, kl_topic, &event, NULL), KL_OK);
+    o->published++;
+    o->per_sku[k]++;
+  }
+  kl_producer_poll(o->producer, 0);
+}
+
+static int kl_wait_outcomes(PGconn *admin, long long want, int ms) {
+  for (int t = 0; t < ms; t += 100) {
+    if (kl_sql(admin, "SELECT count(*) FROM keylane_inventory_outcomes") >=
+        want)
+      return 0;
+    kl_t_sleep_ms(100);
+  }
+  return -1;
+}
+
+static void kl_assert_stock(PGconn *admin, const kl_orders_t *o) {
+  assert_int_equal(kl_sql(admin, "SELECT count(*) FROM "
+                                 "keylane_inventory_outcomes"),
+                   o->published);
+  for (int k = 0; k < SKUS; k++) {
+    int reserved = o->per_sku[k] < STOCK ? o->per_sku[k] : STOCK;
+    char sql[160];
+    snprintf(sql, sizeof(sql), "SELECT qty FROM stock WHERE sku = 'sku-%d'", k);
+    assert_int_equal(kl_sql(admin, sql), STOCK - reserved);
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM keylane_inventory_outcomes WHERE sku = "
+             "'sku-%d' AND outcome = 'reserved'",
+             k);
+    assert_int_equal(kl_sql(admin, sql), reserved);
+  }
+}
+
+static void test_sigstop_holding_row_locks(void **state) {
+  char why[2048];
+  kl_t_pg_t *pg = kl_t_pg_start(0, why, sizeof(why));
+  if (!pg) {
+    fprintf(stderr, "skipped: %s\n", why);
+    skip();
+  }
+  char uri[256], dir[64];
+  assert_int_equal(kl_t_pg_createdb(pg, "fleet", uri, sizeof(uri)), 0);
+  kl_t_tmpdir(dir);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(uri, NULL, &store), KL_OK);
+  PGconn *admin = PQconnectdb(uri);
+  kl_sql(admin, KL__INVENTORY_STOCK_DDL);
+  char sql[128];
+  snprintf(sql, sizeof(sql),
+           "INSERT INTO stock SELECT 'sku-' || i, %d FROM "
+           "generate_series(0, %d) AS i",
+           STOCK, SKUS - 1);
+  kl_sql(admin, sql);
+
+  kl_t_cluster_t *cluster;
+  assert_int_equal(kl_t_cluster_new(1, "inv", PARTS, &cluster), KL_OK);
+  kl_topic = kl_t_topic(cluster);
+  kl_group = kl_t_group(cluster, "inv");
+  const char *boot = kl_t_bootstrap(cluster);
+  kl_conf_t *conf = kl_conf_new();
+  kl_conf_set(conf, "kafka.bootstrap.servers", boot, NULL, 0);
+  kl_orders_t o = {NULL, 0, {0}};
+  assert_int_equal(kl_producer_new(conf, NULL, NULL, &o.producer), KL_OK);
+  kl_conf_destroy(conf);
+
+  pid_t pids[2] = {kl_spawn_worker(boot, uri, dir, 0),
+                   kl_spawn_worker(boot, uri, dir, 1)};
+  kl_orders_publish(&o, 80);
+  assert_int_equal(kl_flush(o.producer, 30000), KL_OK);
+  assert_int_equal(kl_wait_outcomes(admin, 80, 30000), 0);
+
+  /* Freeze worker 0 with a batch's decrements done and not committed. */
+  kill(pids[0], SIGUSR1);
+  char line[1024];
+  int p = -1;
+  uint64_t epoch = 0;
+  for (int i = 0; i < 300 && p < 0; i++) {
+    kl_orders_publish(&o, 8);
+    kl_t_sleep_ms(50);
+    const char *s;
+    if (kl_log_find(dir, 0, "pausing partition=", line, sizeof(line)) &&
+        (s = strstr(line, "pausing partition=")) &&
+        sscanf(s, "pausing partition=%d epoch=%" SCNu64, &p, &epoch) != 2)
+      p = -1;
+  }
+  assert_true(p >= 0);
+  kill(pids[0], SIGSTOP);
+  kl_partition_state_t at, now;
+  assert_int_equal(kl_store_partition(store, kl_topic, p, &at), KL_OK);
+  now = at;
+  for (int i = 0;
+       i < 400 && !(now.epoch > epoch && now.watermark > at.watermark); i++) {
+    kl_orders_publish(&o, 8);
+    kl_t_sleep_ms(50);
+    kl_store_partition(store, kl_topic, p, &now);
+  }
+  assert_true(now.epoch > epoch); /* the new owner got past the locks */
+  kill(pids[0], SIGCONT);
+
+  kl_orders_publish(&o, 100);
+  assert_int_equal(kl_flush(o.producer, 30000), KL_OK);
+  assert_int_equal(kl_wait_outcomes(admin, o.published, 60000), 0);
+  kl_t_sleep_ms(500); /* nothing more may arrive */
+
+  char fenced[64];
+  snprintf(fenced, sizeof(fenced), "fenced partition=%d my_epoch=%" PRIu64, p,
+           epoch);
+  assert_true(kl_log_find(dir, 0, fenced, line, sizeof(line)));
+  for (int i = 0; i < 2; i++) {
+    int status;
+    kill(pids[i], SIGTERM);
+    assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+  }
+  kl_assert_stock(admin, &o);
+  uint64_t ids;
+  assert_int_equal(kl_store_id_count(store, &ids), KL_OK);
+  assert_int_equal(ids, (uint64_t)o.published);
+
+  kl_producer_destroy(o.producer);
+  kl_t_cluster_destroy(cluster);
+  PQfinish(admin);
+  kl_store_destroy(store);
+  kl_t_pg_stop(pg);
+  kl_t_rmrf(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sigstop_holding_row_locks),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
