@@ -1,0 +1,50 @@
+/*
+ * An event written as a JSON object, the shape every text entry point
+ * shares (the HTTP gateway; `keylane publish` reads the same shape):
+ *
+ *   {"key": STR, "type": STR, "id": STR?, "payload": ANY?,
+ *    "payload_b64": STR?, "headers": {STR: STR}?}
+ *
+ * "payload" is stored as msgpack (common/json_msgpack.h's mapping);
+ * "payload_b64" is the raw payload as base64; not both; neither is an
+ * empty payload. "id" may be omitted (the producer makes one) but not
+ * empty. Unknown fields are refused, so a typo ("paylaod") is an error
+ * rather than an event without its payload.
+ *
+ * Ownership: the event borrows its key, type, id and header strings from
+ * the JSON value (valid while it lives); the payload and the header array
+ * are the jevent's, freed by kl__jevent_clear().
+ */
+#ifndef KEYLANE_BROKER_EVENT_JSON_H
+#define KEYLANE_BROKER_EVENT_JSON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "keylane/event.h"
+
+typedef struct kl__jevent {
+  kl_event_t ev;
+  void *payload;        /**< owned; ev.payload points here */
+  kl_header_t *headers; /**< owned; ev.headers points here */
+} kl__jevent_t;
+
+/**
+ * Reads @p root into @p je (which it zeroes first).
+ *
+ * @param raw_bin  also take a "payload" of exactly {"$base64": STR} as raw
+ *                 bytes: that is how a msgpack bin reads as JSON, so a
+ *                 msgpack body's bin payload stays its bytes.
+ * @param err      receives the problem, naming the field ("\"type\" is
+ *                 missing"), when the call fails.
+ * @returns KL_OK; KL_EINVAL for a bad event (nothing to free); KL_ENOMEM.
+ */
+kl_err_t kl__jevent_parse(kl__jevent_t *je, const json_t *root, bool raw_bin,
+                          char *err, size_t err_size);
+
+/** Frees what @p je owns and zeroes it; accepts a zeroed jevent. */
+void kl__jevent_clear(kl__jevent_t *je);
+
+#endif
