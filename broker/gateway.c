@@ -1,0 +1,512 @@
+/*
+ * The gateway's loop: the listener, connection lifetimes, timeouts, Kafka
+ * wake-ups, the Kafka health probe, and stopping.
+ *
+ * Delivery reports: librdkafka's main queue (where a producer's delivery
+ * reports wait for rd_kafka_poll) calls back on one of its threads when a
+ * report lands in an empty queue; that callback only does uv_async_send(),
+ * which is thread safe, and the loop thread then serves every waiting
+ * report with kl_producer_poll(). A 100 ms tick polls as well, as a floor.
+ *
+ * Health: a metadata request (rd_kafka_metadata, thread safe) runs on the
+ * libuv thread pool every second; /healthz calls Kafka reachable while one
+ * succeeded in the last KL_GW_PROBE_FRESH_MS.
+ *
+ * Stopping: stop listening; answer the requests in flight (each answer now
+ * says Connection: close) until none waits for Kafka or drain_timeout_ms
+ * passed; close every connection; close the loop's handles; return.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "broker/gateway_internal.h"
+#include "broker/producer_internal.h"
+#include "common/log.h"
+
+#define KL_GW_TICK_MS 100
+#define KL_GW_SWEEP_MS 1000
+#define KL_GW_PROBE_TIMEOUT_MS 1000
+#define KL_GW_PROBE_FRESH_MS 3000
+#define KL_GW_LINGER_MS "2"
+
+static const char kl_busy_body[] =
+    "{\"error\":\"the gateway is at its connection limit "
+    "(--max-connections)\"}\n";
+
+void kl__gateway_opts_default(kl_gateway_opts_t *opts) {
+  memset(opts, 0, sizeof(*opts));
+  opts->listen = "127.0.0.1:8080";
+  opts->max_connections = 1024;
+  opts->max_header = 16 * 1024;
+  opts->max_body = 1024 * 1024;
+  opts->max_inflight = 10000;
+  opts->max_inflight_bytes = 64 * 1024 * 1024;
+  opts->max_pipeline = 32;
+  opts->max_output = 1024 * 1024;
+  opts->idle_timeout_ms = 30000;
+  opts->request_timeout_ms = 30000;
+  opts->produce_timeout_ms = 10000;
+  opts->retry_after_s = 1;
+  opts->drain_timeout_ms = 10000;
+  opts->max_topics = 1024;
+}
+
+static kl_err_t kl_opts_check(const kl_gateway_opts_t *o) {
+  if (o->max_connections < 1 || o->max_header < 256 || o->max_body < 1 ||
+      o->max_inflight < 1 || o->max_pipeline < 1 || o->max_output < 1 ||
+      o->max_topics < 1)
+    return kl__err(KL_ECONF, "gateway limits must be positive (the head "
+                             "limit at least 256 bytes)");
+  if (o->max_inflight_bytes < (int64_t)o->max_body)
+    return kl__err(KL_ECONF,
+                   "--max-inflight-bytes (%lld) is below --max-body "
+                   "(%zu): a full-size request could never be "
+                   "taken; raise it or lower --max-body",
+                   (long long)o->max_inflight_bytes, o->max_body);
+  if (o->idle_timeout_ms < 1 || o->request_timeout_ms < 1 ||
+      o->produce_timeout_ms < 1 || o->retry_after_s < 0 ||
+      o->drain_timeout_ms < 0)
+    return kl__err(KL_ECONF, "gateway timeouts must be positive");
+  return KL_OK;
+}
+
+/* "127.0.0.1:8080", "[::1]:8080" or ":8080" (loopback). */
+static kl_err_t kl_parse_listen(const char *listen,
+                                struct sockaddr_storage *addr) {
+  char host[128];
+  const char *colon = listen ? strrchr(listen, ':') : NULL;
+  char *end;
+  long port = colon ? strtol(colon + 1, &end, 10) : -1;
+  size_t hlen = colon ? (size_t)(colon - listen) : 0;
+  if (!colon || *end || colon[1] == '\0' || port < 0 || port > 65535 ||
+      hlen >= sizeof(host))
+    return kl__err(KL_ECONF,
+                   "listen address \"%s\" is not ADDR:PORT, e.g. "
+                   "127.0.0.1:8080 or [::1]:8080",
+                   listen ? listen : "");
+  memcpy(host, listen, hlen);
+  host[hlen] = '\0';
+  if (hlen >= 2 && host[0] == '[' && host[hlen - 1] == ']') {
+    host[hlen - 1] = '\0';
+    if (uv_ip6_addr(host + 1, (int)port, (struct sockaddr_in6 *)addr) == 0)
+      return KL_OK;
+  } else if (uv_ip4_addr(hlen ? host : "127.0.0.1", (int)port,
+                         (struct sockaddr_in *)addr) == 0) {
+    return KL_OK;
+  }
+  return kl__err(KL_ECONF,
+                 "listen address \"%s\": \"%s\" is not a numeric "
+                 "IPv4 or [IPv6] address",
+                 listen, host);
+}
+
+/* ---- connections ---- */
+
+static void kl_on_conn_closed(uv_handle_t *handle) {
+  kl_gw_conn_t *conn = (kl_gw_conn_t *)handle;
+  kl_gateway_t *gw = conn->gw;
+  if (conn->prev)
+    conn->prev->next = conn->next;
+  else
+    gw->conns = conn->next;
+  if (conn->next)
+    conn->next->prev = conn->prev;
+  gw->nconns--;
+  free(conn);
+}
+
+void kl__gw_conn_close(kl_gw_conn_t *conn) {
+  if (conn->closing)
+    return;
+  kl__gw_conn_release(conn);
+  conn->closing = true;
+  uv_close((uv_handle_t *)&conn->tcp, kl_on_conn_closed);
+}
+
+static void kl_on_reject_closed(uv_handle_t *handle) {
+  free(handle);
+}
+
+/* Over the connection cap: a canned 503 (no allocation beyond the handle,
+ * freed on the next loop turn) tells the client why, instead of leaving it
+ * in the kernel's backlog. */
+static void kl_reject_connection(kl_gateway_t *gw) {
+  uv_tcp_t *tcp = malloc(sizeof(*tcp));
+  if (!tcp || uv_tcp_init(&gw->loop, tcp) != 0) {
+    free(tcp);
+    return;
+  }
+  if (uv_accept((uv_stream_t *)&gw->listener, (uv_stream_t *)tcp) == 0) {
+    char head[192];
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
+                     "application/json\r\nContent-Length: %zu\r\n"
+                     "Retry-After: %d\r\nConnection: close\r\n\r\n",
+                     sizeof(kl_busy_body) - 1, gw->opts.retry_after_s);
+    uv_buf_t bufs[2] = {
+        uv_buf_init(head, (unsigned)n),
+        uv_buf_init((char *)kl_busy_body, sizeof(kl_busy_body) - 1)};
+    uv_try_write((uv_stream_t *)tcp, bufs, 2);
+  }
+  kl__gw_reject(gw, KL_GW_LIMIT_CONNECTIONS);
+  uv_close((uv_handle_t *)tcp, kl_on_reject_closed);
+}
+
+static void kl_conn_peer(kl_gw_conn_t *conn) {
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  char ip[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (uv_tcp_getpeername(&conn->tcp, (struct sockaddr *)&ss, &len) == 0) {
+    if (ss.ss_family == AF_INET6) {
+      uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+      port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    } else {
+      uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+      port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    }
+  }
+  snprintf(conn->peer, sizeof(conn->peer), "%s:%d", ip, port);
+}
+
+static void kl_on_connection(uv_stream_t *server, int status) {
+  kl_gateway_t *gw = server->data;
+  if (status < 0 || gw->stopping)
+    return;
+  if (gw->nconns >= gw->opts.max_connections) {
+    kl_reject_connection(gw);
+    return;
+  }
+  kl_gw_conn_t *conn = calloc(1, sizeof(*conn));
+  if (!conn || uv_tcp_init(&gw->loop, &conn->tcp) != 0) {
+    free(conn);
+    kl_reject_connection(gw);
+    return;
+  }
+  conn->gw = gw;
+  conn->next = gw->conns;
+  if (gw->conns)
+    gw->conns->prev = conn;
+  gw->conns = conn;
+  gw->nconns++;
+  kl__series_add(gw->m.accepted, 1);
+  if (uv_accept(server, (uv_stream_t *)&conn->tcp) != 0) {
+    kl__gw_conn_close(conn);
+    return;
+  }
+  uv_tcp_nodelay(&conn->tcp, 1); /* responses are small and latency-bound */
+  kl_conn_peer(conn);
+  kl__gw_conn_start(conn);
+}
+
+/* ---- timeouts ---- */
+
+static void kl_sweep_conn(kl_gateway_t *gw, kl_gw_conn_t *conn, int64_t now) {
+  const kl_gateway_opts_t *o = &gw->opts;
+  int64_t idle_ns = (int64_t)o->idle_timeout_ms * 1000000;
+  size_t unsent = uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp);
+  if (conn->parse.active &&
+      now - conn->parse.start_ns > (int64_t)o->request_timeout_ms * 1000000) {
+    kl__gw_reject(gw, KL_GW_LIMIT_REQUEST_TIMEOUT);
+    kl__gw_conn_timeout(conn); /* 408 */
+  } else if (unsent > 0 && now - conn->last_write_ns > idle_ns) {
+    KL_LOG_D("gateway",
+             "%s: reads nothing for %d ms with %zu bytes unsent; "
+             "closing",
+             conn->peer, o->idle_timeout_ms, unsent);
+    kl__gw_reject(gw, KL_GW_LIMIT_IDLE);
+    kl__gw_conn_close(conn);
+  } else if (!conn->parse.active && !conn->head && conn->writes == 0) {
+    int64_t last = conn->last_read_ns > conn->last_write_ns
+                       ? conn->last_read_ns
+                       : conn->last_write_ns;
+    if (now - last > idle_ns || gw->stopping) {
+      if (!gw->stopping)
+        kl__gw_reject(gw, KL_GW_LIMIT_IDLE);
+      kl__gw_conn_close(conn);
+    }
+  }
+}
+
+static void kl_sweep_conns(kl_gateway_t *gw) {
+  int64_t now = kl__mono_ns();
+  for (kl_gw_conn_t *conn = gw->conns, *next; conn; conn = next) {
+    next = conn->next;
+    if (!conn->closing)
+      kl_sweep_conn(gw, conn, now);
+  }
+}
+
+/* ---- Kafka ---- */
+
+static void kl_kafka_serve(kl_gateway_t *gw) {
+  /* Bounded, so that a flood of reports cannot starve the sockets. */
+  for (int i = 0; i < 64 && kl_producer_poll(gw->producer, 0) > 0; i++)
+    ;
+}
+
+static void kl_on_kafka_async(uv_async_t *async) {
+  kl_kafka_serve(async->data);
+}
+
+/* On a librdkafka thread: nothing but the wake-up. */
+static void kl_on_kafka_event(rd_kafka_t *rk, void *opaque) {
+  (void)rk;
+  kl_gateway_t *gw = opaque;
+  uv_async_send(&gw->kafka_async);
+}
+
+static void kl_probe_work(uv_work_t *work) {
+  kl_gateway_t *gw = work->data;
+  const struct rd_kafka_metadata *md = NULL;
+  rd_kafka_resp_err_t err = rd_kafka_metadata(
+      kl__producer_rk(gw->producer), 0, NULL, &md, KL_GW_PROBE_TIMEOUT_MS);
+  gw->probe_result = err;
+  if (!err) {
+    gw->probe_brokers = md->broker_cnt;
+    rd_kafka_metadata_destroy(md);
+  }
+}
+
+static void kl_probe_done(uv_work_t *work, int status) {
+  kl_gateway_t *gw = work->data;
+  gw->probing = false;
+  bool ok = status == 0 && gw->probe_result == 0 && gw->probe_brokers > 0;
+  if (ok)
+    gw->probe_ok_ns = kl__mono_ns();
+  else
+    snprintf(gw->probe_err, sizeof(gw->probe_err),
+             "no Kafka broker answered "
+             "a metadata request within %d ms: %s",
+             KL_GW_PROBE_TIMEOUT_MS,
+             gw->probe_result ? rd_kafka_err2str(gw->probe_result)
+                              : "no brokers in the answer");
+  if (ok != gw->probe_ok)
+    KL_LOG_I("gateway", "Kafka is %s", ok ? "reachable" : gw->probe_err);
+  gw->probe_ok = ok;
+}
+
+static void kl_probe_start(kl_gateway_t *gw) {
+  if (gw->probing || gw->stopping)
+    return;
+  gw->probe.data = gw;
+  if (uv_queue_work(&gw->loop, &gw->probe, kl_probe_work, kl_probe_done) == 0)
+    gw->probing = true;
+}
+
+bool kl__gw_kafka_up(kl_gateway_t *gw, const char **why) {
+  int64_t age = kl__mono_ns() - gw->probe_ok_ns;
+  if (gw->probe_ok_ns && age <= (int64_t)KL_GW_PROBE_FRESH_MS * 1000000)
+    return true;
+  *why = gw->probe_err[0] ? gw->probe_err : "no Kafka broker has answered yet";
+  return false;
+}
+
+/* ---- stopping ---- */
+
+static void kl_close_handle(uv_handle_t *handle) {
+  if (!uv_is_closing(handle))
+    uv_close(handle, NULL);
+}
+
+static void kl_close_all(kl_gateway_t *gw) {
+  for (kl_gw_conn_t *conn = gw->conns; conn; conn = conn->next)
+    kl__gw_conn_close(conn);
+  if (gw->kafka_queue) {
+    rd_kafka_queue_cb_event_enable(gw->kafka_queue, NULL, NULL);
+    rd_kafka_queue_destroy(gw->kafka_queue);
+    gw->kafka_queue = NULL;
+  }
+  kl_close_handle((uv_handle_t *)&gw->listener);
+  kl_close_handle((uv_handle_t *)&gw->stop_async);
+  kl_close_handle((uv_handle_t *)&gw->kafka_async);
+  kl_close_handle((uv_handle_t *)&gw->tick);
+  kl_close_handle((uv_handle_t *)&gw->sweep);
+}
+
+static void kl_begin_stop(kl_gateway_t *gw) {
+  if (gw->stopping)
+    return;
+  gw->stopping = true;
+  gw->stop_ns = kl__mono_ns();
+  KL_LOG_I("gateway", "stopping: %lld events wait for Kafka, %zu connections",
+           (long long)gw->inflight_events, gw->nconns);
+  kl_close_handle((uv_handle_t *)&gw->listener);
+  kl_sweep_conns(gw); /* closes the idle ones now */
+}
+
+static void kl_on_stop(uv_async_t *async) {
+  kl_begin_stop(async->data);
+}
+
+static void kl_on_tick(uv_timer_t *timer) {
+  kl_gateway_t *gw = timer->data;
+  if (gw->opts.stop_flag && *gw->opts.stop_flag)
+    kl_begin_stop(gw);
+  if (gw->inflight_events > 0)
+    kl_kafka_serve(gw);
+  if (!gw->stopping)
+    return;
+  /* Answered connections close after their Connection: close answer and
+   * idle ones here; what is left at the deadline is cut. */
+  kl_sweep_conns(gw);
+  int64_t waited_ms = (kl__mono_ns() - gw->stop_ns) / 1000000;
+  if (gw->nconns > 0 && waited_ms < gw->opts.drain_timeout_ms)
+    return;
+  if (gw->inflight_events > 0 || gw->nconns > 0)
+    KL_LOG_W("gateway",
+             "after %d ms, %lld events still wait for Kafka and "
+             "%zu connections are open; closing them (clients retry with "
+             "the same ids)",
+             gw->opts.drain_timeout_ms, (long long)gw->inflight_events,
+             gw->nconns);
+  kl_close_all(gw);
+}
+
+static void kl_on_sweep(uv_timer_t *timer) {
+  kl_gateway_t *gw = timer->data;
+  kl_sweep_conns(gw);
+  kl_probe_start(gw);
+}
+
+/* ---- life cycle ---- */
+
+static kl_err_t kl_gw_producer(kl_gateway_t *gw, const kl_conf_t *conf) {
+  kl_conf_t *own = kl_conf_dup(conf);
+  char v[32];
+  kl_err_t err = own ? KL_OK : KL_ENOMEM;
+  /* The gateway's own budget is checked first; the producer must never
+   * wait on the loop thread, so its wait is 0. */
+  snprintf(v, sizeof(v), "%lld", (long long)gw->opts.max_inflight);
+  if (!err)
+    err = kl_conf_set(own, "producer.inflight.max", v, NULL, 0);
+  if (!err)
+    err = kl_conf_set(own, "producer.enqueue.timeout.ms", "0", NULL, 0);
+  snprintf(v, sizeof(v), "%d", gw->opts.produce_timeout_ms);
+  if (!err && !kl_conf_get(own, "kafka.message.timeout.ms"))
+    err = kl_conf_set(own, "kafka.message.timeout.ms", v, NULL, 0);
+  /* Every request waits for its acknowledgement, so a linger is paid in
+   * latency, and with requests in flight the loop thread is the limit; 2 ms
+   * halves librdkafka's 5 ms wait and still batches across connections
+   * (keylane-bench gateway: ~1.8x the events/s of 5 ms). */
+  if (!err && !kl_conf_get(own, "kafka.linger.ms") &&
+      !kl_conf_get(own, "kafka.queue.buffering.max.ms"))
+    err = kl_conf_set(own, "kafka.linger.ms", KL_GW_LINGER_MS, NULL, 0);
+  if (!err)
+    err = kl_producer_new(own, kl__gw_on_delivery, gw, &gw->producer);
+  kl_conf_destroy(own);
+  return err;
+}
+
+static kl_err_t kl_gw_listen(kl_gateway_t *gw) {
+  struct sockaddr_storage addr;
+  kl_err_t err = kl_parse_listen(gw->opts.listen, &addr);
+  if (err)
+    return err;
+  int rc = uv_tcp_bind(&gw->listener, (struct sockaddr *)&addr, 0);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)&gw->listener, 511, kl_on_connection);
+  if (rc != 0)
+    return kl__err(KL_EIO, "cannot listen on %s: %s", gw->opts.listen,
+                   uv_strerror(rc));
+  struct sockaddr_storage bound;
+  int len = sizeof(bound);
+  uv_tcp_getsockname(&gw->listener, (struct sockaddr *)&bound, &len);
+  gw->port = ntohs(bound.ss_family == AF_INET6
+                       ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                       : ((struct sockaddr_in *)&bound)->sin_port);
+  return KL_OK;
+}
+
+static void kl_gw_handles(kl_gateway_t *gw) {
+  uv_tcp_init(&gw->loop, &gw->listener);
+  gw->listener.data = gw;
+  uv_async_init(&gw->loop, &gw->stop_async, kl_on_stop);
+  uv_async_init(&gw->loop, &gw->kafka_async, kl_on_kafka_async);
+  uv_timer_init(&gw->loop, &gw->tick);
+  uv_timer_init(&gw->loop, &gw->sweep);
+  gw->stop_async.data = gw->kafka_async.data = gw;
+  gw->tick.data = gw->sweep.data = gw;
+  gw->kafka_queue = rd_kafka_queue_get_main(kl__producer_rk(gw->producer));
+  rd_kafka_queue_cb_event_enable(gw->kafka_queue, kl_on_kafka_event, gw);
+}
+
+static kl_err_t kl_gw_open(kl_gateway_t *gw, const kl_conf_t *conf) {
+  kl_err_t err = kl_opts_check(&gw->opts);
+  if (!err && gw->opts.tokens_file)
+    err = kl__tokens_load(gw->opts.tokens_file, &gw->tokens);
+  if (!err)
+    err = kl__gw_metrics_init(gw);
+  if (!err)
+    err = kl_gw_producer(gw, conf);
+  if (!err && uv_loop_init(&gw->loop) != 0)
+    err = kl__err(KL_EIO, "cannot create the event loop");
+  if (err)
+    return err;
+  gw->loop_ok = true;
+  kl_gw_handles(gw);
+  return kl_gw_listen(gw);
+}
+
+kl_err_t kl__gateway_new(const kl_conf_t *conf, const kl_gateway_opts_t *opts,
+                         kl_gateway_t **out) {
+  if (!conf || !opts || !out)
+    return kl__err(KL_EINVAL, "kl__gateway_new: conf, opts and out are "
+                              "required");
+  kl_gateway_t *gw = calloc(1, sizeof(*gw));
+  if (!gw)
+    return kl__err(KL_ENOMEM, "out of memory for the gateway");
+  gw->opts = *opts;
+  kl_err_t err = kl_gw_open(gw, conf);
+  if (err) {
+    char detail[1024];
+    snprintf(detail, sizeof(detail), "%s", kl_err_detail());
+    kl__gateway_destroy(gw);
+    return kl__err(err, "%s", detail);
+  }
+  *out = gw;
+  return KL_OK;
+}
+
+int kl__gateway_port(const kl_gateway_t *gateway) {
+  return gateway ? gateway->port : -1;
+}
+
+kl_err_t kl__gateway_run(kl_gateway_t *gw) {
+  if (!gw || gw->ran)
+    return kl__err(KL_EINVAL, "kl__gateway_run: runs once per gateway");
+  gw->ran = true;
+  uv_timer_start(&gw->tick, kl_on_tick, KL_GW_TICK_MS, KL_GW_TICK_MS);
+  uv_timer_start(&gw->sweep, kl_on_sweep, KL_GW_SWEEP_MS, KL_GW_SWEEP_MS);
+  kl_probe_start(gw);
+  KL_LOG_I("gateway", "listening on %s (port %d)", gw->opts.listen, gw->port);
+  uv_run(&gw->loop, UV_RUN_DEFAULT);
+  return KL_OK;
+}
+
+void kl__gateway_stop(kl_gateway_t *gw) {
+  if (gw)
+    uv_async_send(&gw->stop_async);
+}
+
+void kl__gateway_destroy(kl_gateway_t *gw) {
+  if (!gw)
+    return;
+  if (gw->loop_ok) {
+    if (!gw->ran)
+      kl_close_all(gw);
+    uv_run(&gw->loop, UV_RUN_DEFAULT); /* close callbacks, a last probe */
+    uv_loop_close(&gw->loop);
+  }
+  /* Reports served here go to orphaned requests: counted, then freed. */
+  kl_producer_destroy(gw->producer);
+  kl__tokens_destroy(gw->tokens);
+  for (size_t i = 0; i < gw->ntopics; i++)
+    free(gw->topics[i]);
+  free(gw->topics);
+  kl__metrics_destroy(gw->m.registry);
+  free(gw);
+}

@@ -1,0 +1,129 @@
+/*
+ * The publish gateway: HTTP/1.1 in, Kafka (acks=all) out.
+ *
+ * One libuv loop thread runs the HTTP server (http-parser 2.9 parses every
+ * request) and the keylane producer; delivery reports wake the loop through
+ * librdkafka's queue callback and a uv_async. A request is answered only
+ * once Kafka acknowledged every event in it, or once it cannot be.
+ *
+ * Routes:
+ * - POST /v1/topics/{topic}/events: a JSON body (one event object or an
+ *   array of them) or an application/msgpack body of the same shape. Each
+ *   event: "key" (string), "type" (string), optional "id" (string; a
+ *   UUIDv7 is made when absent), "payload" (any value, stored as msgpack)
+ *   or "payload_b64" (base64 of the raw payload bytes), optional "headers"
+ *   (an object of strings). The whole body is validated before anything is
+ *   produced. 200 [{"partition":P,"offset":O,"id":ID}, ...] in request
+ *   order once every event is acknowledged; 400 {"error","index"} naming
+ *   the first bad event (nothing produced); 401 without a valid bearer
+ *   token when tokens are configured; 413 over --max-body; 429 with
+ *   Retry-After when the in-flight budget cannot take the request; 503
+ *   with Retry-After and the events' ids when Kafka did not acknowledge
+ *   every event within --produce-timeout.
+ * - GET /v1/topics/{topic}/route?key=K: {"partition":P,"partitions":N}.
+ * - GET /healthz: 200 when a Kafka broker answered within the last few
+ *   seconds and the in-flight budget is not exhausted, else 503 with why.
+ * - GET /metrics: Prometheus text.
+ * /healthz and /metrics need no token, so that probes and scrapers work.
+ *
+ * Retrying is safe: a client that got a 503, or lost its connection before
+ * the response, resends the same events WITH THE SAME ids (the 503 body
+ * lists the ids the gateway made for events that had none). Some events may
+ * then be in Kafka twice; the workers apply each id once, so nothing
+ * downstream happens twice. A client that sends no ids and retries makes
+ * new ids, so it must not retry blindly.
+ *
+ * Limits (memory is bounded by them whatever clients do; the CLI flag and
+ * its default are in brackets; every limit has a metric):
+ * - connections                [--max-connections, 1024]: beyond it a new
+ *   connection gets 503 and is closed.
+ * - request line plus headers  [--max-header, 16 KiB]: 431 and close.
+ * - body                       [--max-body, 1 MiB]: 413 and close.
+ * - in-flight events and bytes [--max-inflight 10000,
+ *   --max-inflight-bytes 64 MiB]: events produced and not yet acknowledged;
+ *   a request that does not fit gets 429 and Retry-After.
+ * - pipelined requests per connection [--max-pipeline, 32] and unsent
+ *   response bytes per connection [--max-output, 1 MiB]: past either the
+ *   gateway stops reading that connection until its client reads, so a
+ *   client that does not read holds only its own memory.
+ * - idle connections [--idle-timeout, 30 s]: closed; a request whose head
+ *   and body take longer than --request-timeout (30 s) gets 408; a client
+ *   that reads nothing for --idle-timeout while responses wait is closed.
+ * - topics [--max-topics, 1024]: distinct topics the gateway publishes to
+ *   (each costs a librdkafka topic handle); another gets 403.
+ * Worst case memory is about max-connections * (max-header + max-body +
+ * 64 KiB) + max-inflight-bytes, plus librdkafka's own buffers.
+ *
+ * Caveats:
+ * - kl__gateway_run() runs the loop on the calling thread; everything
+ *   else in the gateway runs there too. kl__gateway_stop() may be called
+ *   from any thread or a signal handler.
+ */
+#ifndef KEYLANE_BROKER_GATEWAY_H
+#define KEYLANE_BROKER_GATEWAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keylane/conf.h"
+#include "keylane/error.h"
+
+typedef struct kl_gateway kl_gateway_t;
+
+/** The gateway's limits and settings; kl__gateway_opts_default() fills it. */
+typedef struct kl_gateway_opts {
+  const char *listen;      /**< "ADDR:PORT" or "[V6]:PORT"; port 0 = any */
+  const char *tokens_file; /**< one bearer token per line; NULL: no auth */
+  size_t max_connections;
+  size_t max_header;          /**< request line and headers, bytes */
+  size_t max_body;            /**< bytes */
+  int64_t max_inflight;       /**< events */
+  int64_t max_inflight_bytes; /**< request bytes of unacknowledged events */
+  size_t max_pipeline;        /**< requests queued per connection */
+  size_t max_output;          /**< unsent response bytes per connection */
+  int idle_timeout_ms;
+  int request_timeout_ms;
+  int produce_timeout_ms; /**< Kafka's acknowledgement, per event */
+  int retry_after_s;      /**< the Retry-After of 429 and 503 */
+  int drain_timeout_ms;   /**< how long a stop waits for acknowledgements */
+  size_t max_topics;      /**< distinct topics served */
+  /** When not NULL, the loop stops once *stop_flag is nonzero (checked
+   * every 100 ms), so a CLI can stop it from a plain signal handler. */
+  const volatile int *stop_flag;
+} kl_gateway_opts_t;
+
+/** Fills @p opts with the defaults listed in the file comment. */
+void kl__gateway_opts_default(kl_gateway_opts_t *opts);
+
+/**
+ * Creates the gateway: reads the tokens file, creates the producer from
+ * @p conf (borrowed; "kafka.bootstrap.servers" is required; unless given,
+ * kafka.message.timeout.ms is produce_timeout_ms and kafka.linger.ms is 2,
+ * since every request waits for its acknowledgement) and binds
+ * the listening socket, so the port is known when this returns.
+ *
+ * @param opts  copied; its strings must stay valid until destroy.
+ * @returns KL_OK and *out; KL_ECONF for a bad option; KL_EIO when the
+ *          address cannot be bound; the producer's errors. The detail names
+ *          the problem.
+ */
+kl_err_t kl__gateway_new(const kl_conf_t *conf, const kl_gateway_opts_t *opts,
+                         kl_gateway_t **out);
+
+/** @returns the port the gateway listens on. */
+int kl__gateway_port(const kl_gateway_t *gateway);
+
+/**
+ * Serves until kl__gateway_stop() or the stop flag; then stops accepting,
+ * answers what is in flight (up to drain_timeout_ms), closes every
+ * connection and returns KL_OK.
+ */
+kl_err_t kl__gateway_run(kl_gateway_t *gateway);
+
+/** Asks kl__gateway_run() to drain and return. Any thread; signal safe. */
+void kl__gateway_stop(kl_gateway_t *gateway);
+
+/** Frees @p gateway (after kl__gateway_run() returned); accepts NULL. */
+void kl__gateway_destroy(kl_gateway_t *gateway);
+
+#endif

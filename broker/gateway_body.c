@@ -1,0 +1,138 @@
+/*
+ * A publish request's body to a batch of events, all validated before the
+ * first is produced.
+ *
+ * A msgpack body is read by kl__msgpack_to_json(), which checks every
+ * length against the bytes left before allocating (a 5-byte body cannot
+ * claim a 268M-entry map), and then takes the JSON path: one set of event
+ * rules for both. Its bin values read as {"$base64": ...}; a bin "payload"
+ * is taken as the raw payload bytes.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "broker/gateway_internal.h"
+#include "common/json_msgpack.h"
+
+typedef enum { KL_BODY_JSON, KL_BODY_MSGPACK, KL_BODY_UNKNOWN } kl_body_kind_t;
+
+/* The media type without parameters. A missing type, and curl -d's default
+ * form type, are read as JSON: that is what such clients send. */
+static kl_body_kind_t kl_body_kind(const char *ctype) {
+  size_t len = strcspn(ctype, ";");
+  while (len && (ctype[len - 1] == ' ' || ctype[len - 1] == '\t'))
+    len--;
+  while (len && (*ctype == ' ' || *ctype == '\t')) {
+    ctype++;
+    len--;
+  }
+  static const struct {
+    const char *type;
+    kl_body_kind_t kind;
+  } types[] = {{"", KL_BODY_JSON},
+               {"application/json", KL_BODY_JSON},
+               {"application/x-www-form-urlencoded", KL_BODY_JSON},
+               {"application/msgpack", KL_BODY_MSGPACK},
+               {"application/x-msgpack", KL_BODY_MSGPACK},
+               {"application/vnd.msgpack", KL_BODY_MSGPACK}};
+  for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+    if (strlen(types[i].type) == len &&
+        strncasecmp(types[i].type, ctype, len) == 0)
+      return types[i].kind;
+  return KL_BODY_UNKNOWN;
+}
+
+static int kl_bad(kl_gw_bad_t *bad, int status, long index, const char *fmt,
+                  ...) KL__PRINTF(4, 5);
+static int kl_bad(kl_gw_bad_t *bad, int status, long index, const char *fmt,
+                  ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(bad->msg, sizeof(bad->msg), fmt, ap);
+  va_end(ap);
+  bad->status = status;
+  bad->index = index;
+  return status;
+}
+
+static int kl_body_doc(const char *ctype, const char *body, size_t len,
+                       json_t **doc, kl_gw_bad_t *bad) {
+  kl_body_kind_t kind = kl_body_kind(ctype);
+  if (kind == KL_BODY_UNKNOWN)
+    return kl_bad(bad, 415, -1,
+                  "Content-Type \"%.64s\" is neither "
+                  "application/json nor application/msgpack",
+                  ctype);
+  if (kind == KL_BODY_MSGPACK) {
+    kl_err_t err = kl__msgpack_to_json(body, len, doc);
+    if (err == KL_ENOMEM)
+      return kl_bad(bad, 503, -1, "out of memory reading the body");
+    return err ? kl_bad(bad, 400, -1, "the body is not valid msgpack: %s",
+                        kl_err_detail())
+               : 0;
+  }
+  json_error_t jerr;
+  *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!*doc)
+    return kl_bad(bad, 400, -1,
+                  "the body is not valid JSON: %s (line %d, "
+                  "column %d)",
+                  jerr.text, jerr.line, jerr.column);
+  return 0;
+}
+
+static int kl_batch_events(kl_gw_batch_t *batch, bool raw_bin,
+                           size_t max_events, kl_gw_bad_t *bad) {
+  json_t *doc = batch->doc;
+  bool one = json_is_object(doc);
+  if (!one && !json_is_array(doc))
+    return kl_bad(bad, 400, -1,
+                  "the body must be one event object or an "
+                  "array of them");
+  size_t n = one ? 1 : json_array_size(doc);
+  if (n == 0)
+    return kl_bad(bad, 400, -1, "the array holds no event");
+  if (n > max_events)
+    return kl_bad(bad, 413, -1,
+                  "the request has %zu events; the gateway "
+                  "takes at most %zu at once (--max-inflight)",
+                  n, max_events);
+  if (!(batch->events = calloc(n, sizeof(kl__jevent_t))))
+    return kl_bad(bad, 503, -1, "out of memory for %zu events", n);
+  for (size_t i = 0; i < n; i++) {
+    char err[400];
+    json_t *root = one ? doc : json_array_get(doc, i);
+    kl_err_t e =
+        kl__jevent_parse(&batch->events[i], root, raw_bin, err, sizeof(err));
+    if (e == KL_ENOMEM)
+      return kl_bad(bad, 503, (long)i, "out of memory reading event %zu", i);
+    if (e)
+      return kl_bad(bad, 400, (long)i, "event %zu: %s", i, err);
+    batch->n = i + 1;
+  }
+  return 0;
+}
+
+int kl__gw_batch_decode(kl_gw_batch_t *batch, const char *ctype,
+                        const char *body, size_t len, size_t max_events,
+                        kl_gw_bad_t *bad) {
+  memset(batch, 0, sizeof(*batch));
+  int status = kl_body_doc(ctype, body, len, &batch->doc, bad);
+  if (!status)
+    status = kl_batch_events(batch, kl_body_kind(ctype) == KL_BODY_MSGPACK,
+                             max_events, bad);
+  if (status)
+    kl__gw_batch_free(batch);
+  return status;
+}
+
+void kl__gw_batch_free(kl_gw_batch_t *batch) {
+  for (size_t i = 0; i < batch->n; i++)
+    kl__jevent_clear(&batch->events[i]);
+  free(batch->events);
+  json_decref(batch->doc);
+  memset(batch, 0, sizeof(*batch));
+}

@@ -1,0 +1,646 @@
+/*
+ * One gateway connection: bytes in, http-parser callbacks, a FIFO of
+ * requests, responses out in request order.
+ *
+ * Pipelining: every request is appended to the connection's FIFO when its
+ * head is parsed; responses are written only from the head of the FIFO, so
+ * a fast answer (a 400) waits behind a slow one (a publish waiting for
+ * Kafka) and the client reads them in the order it sent the requests.
+ *
+ * Back-pressure: the parser is paused (http_parser_pause) and reading
+ * stopped while the FIFO holds max_pipeline requests or more than
+ * max_output bytes wait in the socket's write queue. The unparsed rest of
+ * the last read is stashed and parsed when the client catches up. So a
+ * client that sends and never reads holds at most max_pipeline requests,
+ * max_output response bytes and one read chunk.
+ *
+ * Errors that leave the byte stream unusable (a malformed request, a head
+ * or body over its limit) queue one final response with Connection: close;
+ * the connection is shut down once it is written.
+ *
+ * All of this runs on the loop thread.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "broker/gateway_internal.h"
+#include "common/log.h"
+
+enum { KL_HDR_NONE, KL_HDR_AUTH, KL_HDR_CTYPE, KL_HDR_EXPECT };
+
+static const char kl_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+static void kl_conn_flow(kl_gw_conn_t *conn);
+
+/* ---- requests ---- */
+
+static kl_gw_req_t *kl_req_new(kl_gw_conn_t *conn) {
+  kl_gw_req_t *req = calloc(1, sizeof(*req));
+  if (!req)
+    return NULL;
+  req->conn = conn;
+  req->gw = conn->gw;
+  req->route = KL_GW_ROUTE_OTHER;
+  req->start_ns = conn->parse.start_ns ? conn->parse.start_ns : kl__mono_ns();
+  return req;
+}
+
+void kl__gw_req_free(kl_gw_req_t *req) {
+  if (!req)
+    return;
+  for (size_t i = 0; i < req->nslots; i++)
+    free(req->slots[i].id);
+  free(req->slots);
+  free(req->out);
+  free(req);
+}
+
+static void kl_fifo_push(kl_gw_conn_t *conn, kl_gw_req_t *req) {
+  if (conn->tail)
+    conn->tail->next = req;
+  else
+    conn->head = req;
+  conn->tail = req;
+  conn->queued++;
+}
+
+static kl_gw_req_t *kl_fifo_pop(kl_gw_conn_t *conn) {
+  kl_gw_req_t *req = conn->head;
+  conn->head = req->next;
+  if (!conn->head)
+    conn->tail = NULL;
+  req->next = NULL;
+  conn->queued--;
+  return req;
+}
+
+/* Lets go of a request leaving its FIFO unanswered: one waiting for Kafka
+ * is orphaned (its last delivery report frees it), any other is freed. */
+static void kl_req_drop(kl_gw_req_t *req) {
+  if (req->status == 0 && req->outstanding > 0)
+    req->conn = NULL;
+  else
+    kl__gw_req_free(req);
+}
+
+/* Removes the request being parsed (the FIFO's tail) when the client went
+ * away before finishing it. */
+static void kl_fifo_drop_partial(kl_gw_conn_t *conn) {
+  kl_gw_req_t *req = conn->parse.req;
+  conn->parse.req = NULL;
+  if (!req)
+    return;
+  kl_gw_req_t **p = &conn->head;
+  while (*p && *p != req)
+    p = &(*p)->next;
+  if (!*p)
+    return;
+  *p = req->next;
+  if (conn->tail == req) {
+    conn->tail = NULL;
+    for (kl_gw_req_t *r = conn->head; r; r = r->next)
+      conn->tail = r;
+  }
+  conn->queued--;
+  kl_req_drop(req);
+}
+
+/* ---- responses ---- */
+
+const char *kl__gw_reason(int status) {
+  switch (status) {
+  case 200:
+    return "OK";
+  case 400:
+    return "Bad Request";
+  case 401:
+    return "Unauthorized";
+  case 403:
+    return "Forbidden";
+  case 404:
+    return "Not Found";
+  case 405:
+    return "Method Not Allowed";
+  case 408:
+    return "Request Timeout";
+  case 413:
+    return "Content Too Large";
+  case 415:
+    return "Unsupported Media Type";
+  case 429:
+    return "Too Many Requests";
+  case 431:
+    return "Request Header Fields Too Large";
+  case 500:
+    return "Internal Server Error";
+  case 503:
+    return "Service Unavailable";
+  default:
+    return "Unknown";
+  }
+}
+
+static void kl_count_response(kl_gw_req_t *req) {
+  kl_gateway_t *gw = req->gw;
+  static const char *const routes[] = {"events", "route", "healthz", "metrics",
+                                       "other"};
+  char code[8];
+  snprintf(code, sizeof(code), "%d", req->status);
+  const char *route = routes[req->route];
+  kl__metric_add(gw->m.requests, (const char *[]){route, code}, 1);
+  kl__metric_observe(gw->m.latency, (const char *[]){route},
+                     (double)(kl__mono_ns() - req->start_ns) / 1e9);
+}
+
+void kl__gw_respond(kl_gw_req_t *req, int status, const char *ctype,
+                    const char *extra, const char *body, size_t body_len) {
+  if (req->gw->stopping)
+    req->close = true; /* draining: let clients reconnect elsewhere */
+  char date[64];
+  time_t now = time(NULL);
+  struct tm tm;
+  strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT",
+           gmtime_r(&now, &tm));
+  kl__strbuf_t sb = KL__STRBUF_INIT;
+  kl__strbuf_printf(&sb,
+                    "HTTP/1.1 %d %s\r\nServer: keylane\r\nDate: %s\r\n"
+                    "Content-Type: %s\r\nContent-Length: %zu\r\n%s"
+                    "Connection: %s\r\n\r\n",
+                    status, kl__gw_reason(status), date, ctype, body_len,
+                    extra ? extra : "", req->close ? "close" : "keep-alive");
+  kl__strbuf_add(&sb, body, body_len);
+  free(req->out);
+  req->out = kl__strbuf_take(&sb, &req->out_len);
+  req->status = req->out ? status : 500;
+  if (!req->out) { /* no memory for the answer: end the connection */
+    req->close = true;
+    req->out = strdup("HTTP/1.1 500 Internal Server Error\r\n"
+                      "Content-Length: 0\r\nConnection: close\r\n\r\n");
+    req->out_len = req->out ? strlen(req->out) : 0;
+  }
+  kl_count_response(req);
+}
+
+void kl__gw_respond_error(kl_gw_req_t *req, int status, const char *extra,
+                          const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  kl__strbuf_t sb = KL__STRBUF_INIT;
+  kl__strbuf_puts(&sb, "{\"error\":");
+  kl__strbuf_json_str(&sb, msg, strlen(msg));
+  kl__strbuf_puts(&sb, "}\n");
+  size_t len = 0;
+  char *body = kl__strbuf_take(&sb, &len);
+  kl__gw_respond(req, status, "application/json", extra, body ? body : "",
+                 body ? len : 0);
+  free(body);
+}
+
+/* ---- writing ---- */
+
+static void kl_on_shutdown(uv_shutdown_t *shutdown, int status) {
+  kl_gw_conn_t *conn = shutdown->data;
+  (void)status;
+  free(shutdown);
+  kl__gw_conn_close(conn);
+}
+
+/* Once everything is written (libuv's shutdown waits for the write queue),
+ * half-close and then close, so the last response is not cut off. */
+static void kl_conn_finish(kl_gw_conn_t *conn) {
+  if (conn->closing || conn->head || conn->shutting_down)
+    return;
+  uv_shutdown_t *shutdown = malloc(sizeof(*shutdown));
+  if (!shutdown) {
+    kl__gw_conn_close(conn);
+    return;
+  }
+  shutdown->data = conn;
+  conn->shutting_down = true;
+  if (uv_shutdown(shutdown, (uv_stream_t *)&conn->tcp, kl_on_shutdown) != 0) {
+    free(shutdown);
+    kl__gw_conn_close(conn);
+  }
+}
+
+static void kl_on_write(uv_write_t *write, int status) {
+  kl_gw_req_t *req = write->data;
+  kl_gw_conn_t *conn = req->conn;
+  kl__gw_req_free(req);
+  if (!conn || conn->closing)
+    return; /* libuv cancels queued writes when a connection closes */
+  conn->writes--;
+  conn->last_write_ns = kl__mono_ns();
+  if (status < 0) {
+    KL_LOG_D("gateway", "%s: write failed: %s", conn->peer,
+             uv_strerror(status));
+    kl__gw_conn_close(conn);
+    return;
+  }
+  kl_conn_flow(conn);
+}
+
+void kl__gw_conn_flush(kl_gw_conn_t *conn) {
+  uv_stream_t *stream = (uv_stream_t *)&conn->tcp;
+  while (!conn->closing && conn->head && conn->head->status) {
+    kl_gw_req_t *req = kl_fifo_pop(conn);
+    if (req->close) {
+      conn->close_after = true;
+      /* Nothing after a Connection: close response is answered. */
+      while (conn->head)
+        kl_req_drop(kl_fifo_pop(conn));
+    }
+    if (uv_stream_get_write_queue_size(stream) == 0)
+      conn->last_write_ns = kl__mono_ns(); /* a stall is timed from here */
+    uv_buf_t buf = uv_buf_init(req->out, (unsigned)req->out_len);
+    req->write.data = req;
+    if (uv_write(&req->write, stream, &buf, 1, kl_on_write) != 0) {
+      kl__gw_req_free(req);
+      kl__gw_conn_close(conn);
+      return;
+    }
+    conn->writes++;
+  }
+  if (!conn->closing && conn->close_after)
+    kl_conn_finish(conn);
+  kl_conn_flow(conn);
+}
+
+void kl__gw_req_answered(kl_gw_req_t *req) {
+  if (!req->conn) {
+    kl__gw_req_free(req); /* its client left while it waited */
+    return;
+  }
+  kl__gw_conn_flush(req->conn);
+}
+
+/* ---- fatal errors ---- */
+
+/* Queues a final response for the request being parsed (or a new one) and
+ * ends the connection after it. @returns -1, to stop http-parser. */
+static int kl_conn_fatal(kl_gw_conn_t *conn, int status, kl_gw_limit_t limit,
+                         const char *msg) {
+  kl_gw_parse_t *parse = &conn->parse;
+  kl_gw_req_t *req = parse->req;
+  if (!req && (req = kl_req_new(conn)))
+    kl_fifo_push(conn, req);
+  parse->req = NULL;
+  parse->active = false;
+  conn->close_after = true;
+  if (limit != KL_GW_LIMIT__COUNT)
+    kl__gw_reject(conn->gw, limit);
+  if (!req) {
+    kl__gw_conn_close(conn);
+    return -1;
+  }
+  req->close = true;
+  kl__gw_respond_error(req, status, NULL, "%s", msg);
+  kl__gw_conn_flush(conn);
+  return -1;
+}
+
+void kl__gw_conn_timeout(kl_gw_conn_t *conn) {
+  char msg[128];
+  snprintf(msg, sizeof(msg),
+           "the request did not arrive whole within %d ms "
+           "(--request-timeout)",
+           conn->gw->opts.request_timeout_ms);
+  kl_conn_fatal(conn, 408, KL_GW_LIMIT__COUNT, msg);
+}
+
+/* ---- parser callbacks ---- */
+
+static void kl_parse_reset(kl_gw_parse_t *parse) {
+  kl__strbuf_free(&parse->url);
+  kl__strbuf_free(&parse->body);
+  kl_gw_req_t *req = parse->req;
+  memset(parse, 0, sizeof(*parse));
+  parse->req = req;
+}
+
+static int kl_count_head(kl_gw_conn_t *conn, size_t len) {
+  kl_gw_parse_t *parse = &conn->parse;
+  parse->header_bytes += len;
+  if (parse->header_bytes <= conn->gw->opts.max_header)
+    return 0;
+  char msg[160];
+  snprintf(msg, sizeof(msg),
+           "the request line and headers exceed %zu bytes "
+           "(--max-header)",
+           conn->gw->opts.max_header);
+  return kl_conn_fatal(conn, 431, KL_GW_LIMIT_HEADER, msg);
+}
+
+static int kl_on_message_begin(http_parser *p) {
+  kl_gw_conn_t *conn = p->data;
+  kl_parse_reset(&conn->parse);
+  conn->parse.active = true;
+  conn->parse.start_ns = kl__mono_ns();
+  return 0;
+}
+
+static int kl_on_url(http_parser *p, const char *at, size_t len) {
+  kl_gw_conn_t *conn = p->data;
+  if (kl_count_head(conn, len))
+    return -1;
+  kl__strbuf_add(&conn->parse.url, at, len);
+  return 0;
+}
+
+static int kl_header_kind(const kl_gw_parse_t *parse) {
+  static const struct {
+    const char *name;
+    int kind;
+  } names[] = {{"authorization", KL_HDR_AUTH},
+               {"content-type", KL_HDR_CTYPE},
+               {"expect", KL_HDR_EXPECT}};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+    if (parse->field_len == strlen(names[i].name) &&
+        strncasecmp(parse->field, names[i].name, parse->field_len) == 0)
+      return names[i].kind;
+  return KL_HDR_NONE;
+}
+
+static int kl_on_header_field(http_parser *p, const char *at, size_t len) {
+  kl_gw_conn_t *conn = p->data;
+  kl_gw_parse_t *parse = &conn->parse;
+  if (kl_count_head(conn, len))
+    return -1;
+  if (parse->in_value) { /* a new header starts */
+    parse->in_value = false;
+    parse->field_len = 0;
+  }
+  /* Names longer than the buffer are none we care about: keep them
+   * unmatched by counting past the buffer. */
+  size_t room = sizeof(parse->field) - parse->field_len;
+  memcpy(parse->field + parse->field_len, at, len < room ? len : room);
+  parse->field_len += len;
+  return 0;
+}
+
+/* Appends to a fixed buffer; @returns false when it does not fit. */
+static bool kl_append(char *buf, size_t cap, size_t *len, const char *at,
+                      size_t n) {
+  if (*len + n > cap)
+    return false;
+  memcpy(buf + *len, at, n);
+  *len += n;
+  return true;
+}
+
+static int kl_on_header_value(http_parser *p, const char *at, size_t len) {
+  kl_gw_conn_t *conn = p->data;
+  kl_gw_parse_t *parse = &conn->parse;
+  if (kl_count_head(conn, len))
+    return -1;
+  if (!parse->in_value) {
+    parse->in_value = true;
+    parse->header = kl_header_kind(parse);
+    if (parse->header == KL_HDR_AUTH && parse->auth_len)
+      parse->auth_long = true; /* two Authorization headers: no match */
+  }
+  if (parse->header == KL_HDR_AUTH &&
+      !kl_append(parse->auth, sizeof(parse->auth), &parse->auth_len, at, len))
+    parse->auth_long = true;
+  else if (parse->header == KL_HDR_CTYPE)
+    kl_append(parse->ctype, sizeof(parse->ctype) - 1, &parse->ctype_len, at,
+              len);
+  else if (parse->header == KL_HDR_EXPECT)
+    parse->expect_continue =
+        len >= 12 && strncasecmp(at, "100-continue", 12) == 0;
+  return 0;
+}
+
+/* An interim 100 only when nothing is queued before this request: a 1xx
+ * must not overtake the final responses of earlier requests. */
+static void kl_maybe_continue(kl_gw_conn_t *conn) {
+  if (!conn->parse.expect_continue || conn->head != conn->parse.req)
+    return;
+  uv_buf_t buf = uv_buf_init((char *)kl_continue, sizeof(kl_continue) - 1);
+  uv_try_write((uv_stream_t *)&conn->tcp, &buf, 1); /* best effort: the
+    client sends the body anyway after a second */
+}
+
+static int kl_on_headers_complete(http_parser *p) {
+  kl_gw_conn_t *conn = p->data;
+  kl_gw_parse_t *parse = &conn->parse;
+  kl_gw_req_t *req = kl_req_new(conn);
+  if (!req)
+    return kl_conn_fatal(conn, 503, KL_GW_LIMIT__COUNT, "out of memory");
+  parse->req = req;
+  kl_fifo_push(conn, req);
+  req->close = !http_should_keep_alive(p);
+  parse->ctype[parse->ctype_len] = '\0';
+  kl__gw_route_head(conn, req, p->method,
+                    parse->url.data ? parse->url.data : "", parse->url.len);
+  parse->discard_body = req->status != 0;
+  bool known = !(p->flags & F_CHUNKED) && p->content_length != ULLONG_MAX;
+  if (known && p->content_length > conn->gw->opts.max_body) {
+    char msg[160];
+    snprintf(msg, sizeof(msg),
+             "the body is %llu bytes, the limit is %zu "
+             "(--max-body)",
+             (unsigned long long)p->content_length, conn->gw->opts.max_body);
+    return kl_conn_fatal(conn, 413, KL_GW_LIMIT_BODY, msg);
+  }
+  if (!parse->discard_body)
+    kl_maybe_continue(conn);
+  return 0;
+}
+
+static int kl_on_body(http_parser *p, const char *at, size_t len) {
+  kl_gw_conn_t *conn = p->data;
+  kl_gw_parse_t *parse = &conn->parse;
+  parse->body_len += len;
+  if (parse->body_len > conn->gw->opts.max_body) {
+    char msg[160];
+    snprintf(msg, sizeof(msg), "the body exceeds %zu bytes (--max-body)",
+             conn->gw->opts.max_body);
+    return kl_conn_fatal(conn, 413, KL_GW_LIMIT_BODY, msg);
+  }
+  if (!parse->discard_body)
+    kl__strbuf_add(&parse->body, at, len);
+  return 0;
+}
+
+static int kl_on_message_complete(http_parser *p) {
+  kl_gw_conn_t *conn = p->data;
+  kl_gw_parse_t *parse = &conn->parse;
+  kl_gw_req_t *req = parse->req;
+  parse->req = NULL;
+  parse->active = false;
+  if (!kl__strbuf_ok(&parse->body))
+    kl__gw_respond_error(req, 503, NULL, "out of memory for the body");
+  if (!req->status)
+    kl__gw_route_body(conn, req, parse->body.data ? parse->body.data : "",
+                      parse->body.len);
+  if (conn->closing)
+    return -1; /* another answer's failed write closed it; req may be gone */
+  kl_parse_reset(parse); /* the body is not needed any more */
+  if (req->close || p->upgrade)
+    conn->close_after = true;
+  if (conn->close_after || conn->queued >= conn->gw->opts.max_pipeline)
+    http_parser_pause(p, 1); /* the rest of this read waits in the stash */
+  kl__gw_conn_flush(conn);
+  return 0;
+}
+
+static const http_parser_settings kl_settings = {
+    .on_message_begin = kl_on_message_begin,
+    .on_url = kl_on_url,
+    .on_header_field = kl_on_header_field,
+    .on_header_value = kl_on_header_value,
+    .on_headers_complete = kl_on_headers_complete,
+    .on_body = kl_on_body,
+    .on_message_complete = kl_on_message_complete,
+};
+
+/* ---- reading ---- */
+
+static void kl_conn_stash(kl_gw_conn_t *conn, const char *data, size_t len) {
+  char *stash = malloc(len);
+  if (!stash) {
+    kl__gw_conn_close(conn);
+    return;
+  }
+  memcpy(stash, data, len);
+  conn->stash = stash;
+  conn->stash_len = len;
+}
+
+static void kl_conn_parse_error(kl_gw_conn_t *conn) {
+  enum http_errno e = HTTP_PARSER_ERRNO(&conn->parser);
+  char msg[256];
+  snprintf(msg, sizeof(msg), "malformed HTTP request: %s",
+           http_errno_description(e));
+  if (e == HPE_HEADER_OVERFLOW)
+    kl_conn_fatal(conn, 431, KL_GW_LIMIT_HEADER, msg);
+  else
+    kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT, msg);
+}
+
+/* Runs the parser over @p data; keeps what a pause left unparsed. */
+static void kl_conn_feed(kl_gw_conn_t *conn, const char *data, size_t len) {
+  if (HTTP_PARSER_ERRNO(&conn->parser) == HPE_PAUSED)
+    http_parser_pause(&conn->parser, 0);
+  conn->in_parse = true;
+  size_t n = http_parser_execute(&conn->parser, &kl_settings, data, len);
+  conn->in_parse = false;
+  if (conn->closing || conn->close_after) {
+    kl_conn_flow(conn); /* what follows a final response is dropped */
+    return;
+  }
+  enum http_errno e = HTTP_PARSER_ERRNO(&conn->parser);
+  if (e == HPE_PAUSED && n < len)
+    kl_conn_stash(conn, data + n, len - n);
+  else if (e != HPE_OK && e != HPE_PAUSED)
+    kl_conn_parse_error(conn);
+  if (!conn->closing)
+    kl_conn_flow(conn);
+}
+
+static bool kl_conn_hold(const kl_gw_conn_t *conn) {
+  const kl_gateway_opts_t *o = &conn->gw->opts;
+  return conn->queued >= o->max_pipeline ||
+         uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp) >
+             o->max_output;
+}
+
+static void kl_set_paused(kl_gw_conn_t *conn, bool paused) {
+  if (conn->paused == paused)
+    return;
+  conn->paused = paused;
+  if (paused) {
+    conn->gw->npaused++;
+    kl__gw_reject(conn->gw, conn->queued >= conn->gw->opts.max_pipeline
+                                ? KL_GW_LIMIT_PIPELINE
+                                : KL_GW_LIMIT_OUTPUT);
+  } else {
+    conn->gw->npaused--;
+  }
+}
+
+static void kl_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
+  kl_gw_conn_t *conn = (kl_gw_conn_t *)handle;
+  (void)hint;
+  /* Parsing is synchronous in the read callback, so one buffer serves all
+   * connections; a pause copies what is left into the stash. */
+  *buf = uv_buf_init(conn->gw->read_buf, sizeof(conn->gw->read_buf));
+}
+
+static void kl_on_read(uv_stream_t *stream, ssize_t nread,
+                       const uv_buf_t *buf) {
+  kl_gw_conn_t *conn = (kl_gw_conn_t *)stream;
+  if (nread == 0)
+    return;
+  if (nread < 0) {
+    conn->reading = false;
+    uv_read_stop(stream);
+    if (nread != UV_EOF) {
+      kl__gw_conn_close(conn);
+      return;
+    }
+    conn->eof = true; /* answer what was sent, then close */
+    conn->close_after = true;
+    conn->parse.active = false;
+    kl_fifo_drop_partial(conn);
+    kl__gw_conn_flush(conn);
+    return;
+  }
+  conn->last_read_ns = kl__mono_ns();
+  kl_conn_feed(conn, buf->base, (size_t)nread);
+}
+
+/* Reads when the connection may take more, stops when it may not, and
+ * parses the stash once the client caught up. Never inside the parser. */
+static void kl_conn_flow(kl_gw_conn_t *conn) {
+  if (conn->closing || conn->in_parse)
+    return;
+  bool done = conn->close_after || conn->eof;
+  bool hold = done || kl_conn_hold(conn);
+  if (hold) {
+    if (conn->reading)
+      uv_read_stop((uv_stream_t *)&conn->tcp);
+    conn->reading = false;
+    kl_set_paused(conn, !done);
+    return;
+  }
+  kl_set_paused(conn, false);
+  if (conn->stash) {
+    char *stash = conn->stash;
+    size_t len = conn->stash_len;
+    conn->stash = NULL;
+    conn->stash_len = 0;
+    kl_conn_feed(conn, stash, len); /* ends with kl_conn_flow() again */
+    free(stash);
+    return;
+  }
+  if (!conn->reading &&
+      uv_read_start((uv_stream_t *)&conn->tcp, kl_alloc, kl_on_read) == 0)
+    conn->reading = true;
+}
+
+void kl__gw_conn_start(kl_gw_conn_t *conn) {
+  http_parser_init(&conn->parser, HTTP_REQUEST);
+  conn->parser.data = conn;
+  conn->last_read_ns = conn->last_write_ns = kl__mono_ns();
+  kl_conn_flow(conn);
+}
+
+void kl__gw_conn_release(kl_gw_conn_t *conn) {
+  kl_gw_parse_t *parse = &conn->parse;
+  parse->req = NULL; /* it is in the FIFO, dropped below */
+  kl_parse_reset(parse);
+  while (conn->head)
+    kl_req_drop(kl_fifo_pop(conn));
+  free(conn->stash);
+  conn->stash = NULL;
+  kl_set_paused(conn, false);
+}

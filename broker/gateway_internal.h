@@ -1,0 +1,270 @@
+/*
+ * The gateway's parts and what they share. Not installed.
+ *
+ * gateway.c        the loop, the listener, connection lifetimes, timeouts,
+ *                  Kafka wake-ups and the health probe
+ * gateway_http.c   one connection: http-parser callbacks, the request FIFO
+ *                  that keeps pipelined responses in order, writes and
+ *                  back-pressure
+ * gateway_routes.c what each route answers, the publish path included
+ * gateway_body.c   a request body (JSON or msgpack) to a batch of events
+ *
+ * Everything here runs on the loop thread.
+ *
+ * Lifetimes: a connection owns its FIFO of requests. A request waiting for
+ * Kafka when its connection closes is orphaned (conn = NULL) and freed by
+ * its last delivery report; a request whose response is being written is
+ * freed by its write callback, which libuv also calls (with UV_ECANCELED)
+ * when the connection closes first.
+ */
+#ifndef KEYLANE_BROKER_GATEWAY_INTERNAL_H
+#define KEYLANE_BROKER_GATEWAY_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <http_parser.h>
+#include <librdkafka/rdkafka.h>
+#include <uv.h>
+
+#include "broker/event_json.h"
+#include "broker/gateway.h"
+#include "common/metrics.h"
+#include "common/strbuf.h"
+#include "common/token.h"
+#include "keylane/event.h"
+#include "keylane/producer.h"
+
+/** Bytes read from a socket per read callback: one buffer for the loop. */
+#define KL_GW_READ_CHUNK (64 * 1024)
+/** Kafka's longest topic name. */
+#define KL_GW_TOPIC_MAX 249
+
+typedef enum kl_gw_route {
+  KL_GW_ROUTE_EVENTS,
+  KL_GW_ROUTE_ROUTE,
+  KL_GW_ROUTE_HEALTHZ,
+  KL_GW_ROUTE_METRICS,
+  KL_GW_ROUTE_OTHER, /**< 404s, and errors before a route is known */
+  KL_GW_ROUTE__COUNT
+} kl_gw_route_t;
+
+/** Which limit refused something, for keylane_gateway_rejected_total. */
+typedef enum kl_gw_limit {
+  KL_GW_LIMIT_CONNECTIONS,
+  KL_GW_LIMIT_HEADER,
+  KL_GW_LIMIT_BODY,
+  KL_GW_LIMIT_INFLIGHT,
+  KL_GW_LIMIT_PIPELINE,
+  KL_GW_LIMIT_OUTPUT,
+  KL_GW_LIMIT_IDLE,
+  KL_GW_LIMIT_REQUEST_TIMEOUT,
+  KL_GW_LIMIT__COUNT
+} kl_gw_limit_t;
+
+typedef struct kl_gw_conn kl_gw_conn_t;
+typedef struct kl_gw_req kl_gw_req_t;
+
+/** One event of a publish request, and its delivery. */
+typedef struct kl_gw_slot {
+  kl_gw_req_t *req;
+  char *id; /**< the event's id (the client's, or one the gateway made) */
+  int32_t partition;
+  int64_t offset;
+} kl_gw_slot_t;
+
+/** One request, from its parsed head to its written response. */
+struct kl_gw_req {
+  kl_gw_req_t *next;  /**< the connection's FIFO */
+  kl_gw_conn_t *conn; /**< NULL once the connection is gone */
+  kl_gateway_t *gw;
+  uv_write_t write;
+  kl_gw_route_t route;
+  int status; /**< 0 while waiting for Kafka */
+  bool close; /**< answer with Connection: close, then close */
+  char *out;  /**< the whole response once status != 0 */
+  size_t out_len;
+  int64_t start_ns; /**< head parsed, for the request latency */
+  /* publish */
+  char topic[KL_GW_TOPIC_MAX + 1];
+  kl_gw_slot_t *slots;
+  size_t nslots;
+  size_t outstanding;  /**< deliveries to come (+1 while producing) */
+  size_t failed;       /**< events Kafka did not acknowledge */
+  int64_t bytes;       /**< counted in the in-flight byte budget */
+  int64_t produced_ns; /**< when the events were handed to the producer */
+  kl_err_t kafka_err;  /**< the first failure */
+  char kafka_errmsg[256];
+};
+
+/** The request being parsed on a connection. */
+typedef struct kl_gw_parse {
+  kl__strbuf_t url;
+  char field[32]; /**< the header name being read, lowercased */
+  size_t field_len;
+  bool in_value; /**< the last callback was a header value */
+  int header;    /**< which of the headers below is being read */
+  char auth[KL_TOKEN_MAX + 32];
+  size_t auth_len;
+  bool auth_long; /**< longer than any token: not a match */
+  char ctype[64];
+  size_t ctype_len;
+  bool expect_continue;
+  size_t header_bytes;
+  kl__strbuf_t body;
+  size_t body_len;
+  bool discard_body; /**< the answer is known; count the body, keep none */
+  kl_gw_req_t *req;  /**< made at headers complete */
+  int64_t start_ns;  /**< first byte of the request */
+  bool active;       /**< between message begin and complete */
+} kl_gw_parse_t;
+
+struct kl_gw_conn {
+  uv_tcp_t tcp; /**< first, so a handle is its connection */
+  kl_gateway_t *gw;
+  kl_gw_conn_t *prev, *next; /**< the gateway's list */
+  http_parser parser;
+  kl_gw_parse_t parse;
+  kl_gw_req_t *head, *tail; /**< requests whose response is not written */
+  size_t queued;
+  char *stash; /**< bytes read but not parsed while paused */
+  size_t stash_len;
+  size_t writes;      /**< uv_write calls not yet called back */
+  bool in_parse;      /**< inside http_parser_execute() */
+  bool shutting_down; /**< uv_shutdown was called */
+  bool reading;       /**< uv_read_start is on */
+  bool paused;        /**< back-pressure: not reading, parser paused */
+  bool eof;           /**< the client half-closed */
+  bool close_after;   /**< close once the FIFO is written */
+  bool closing;       /**< uv_close was called */
+  int64_t last_read_ns;
+  int64_t last_write_ns;
+  char peer[64];
+};
+
+/** The gateway's metrics. */
+typedef struct kl_gw_metrics {
+  kl__metrics_t *registry;
+  kl__metric_t *requests;     /**< route, code */
+  kl__metric_t *latency;      /**< request latency histogram, by route */
+  kl__metric_t *delivery;     /**< delivery latency histogram */
+  kl__series_t *produced;     /**< events acknowledged */
+  kl__series_t *failed;       /**< events not acknowledged */
+  kl__metric_t *kafka_errors; /**< error */
+  kl__metric_t *rejected;     /**< limit */
+  kl__metric_t *limits;       /**< limit: the configured value */
+  kl__series_t *accepted;     /**< connections accepted */
+} kl_gw_metrics_t;
+
+struct kl_gateway {
+  uv_loop_t loop;
+  uv_tcp_t listener;
+  uv_async_t stop_async;
+  uv_async_t kafka_async;        /**< librdkafka says a delivery report waits */
+  uv_timer_t tick;               /**< 100 ms: stop flag, Kafka poll fallback */
+  uv_timer_t sweep;              /**< 1 s: timeouts */
+  uv_work_t probe;               /**< Kafka reachability, on the thread pool */
+  rd_kafka_queue_t *kafka_queue; /**< the main queue, for its wake-ups */
+  bool loop_ok;                  /**< the loop and its handles exist */
+  bool ran;
+  bool probing;
+  bool probe_ok;
+  rd_kafka_resp_err_t probe_result; /**< written by the pool thread */
+  int probe_brokers;
+  int64_t probe_ok_ns; /**< last time a broker answered */
+  char probe_err[256];
+  kl_gateway_opts_t opts;
+  kl_producer_t *producer;
+  kl__tokens_t *tokens;
+  kl_gw_metrics_t m;
+  char **topics; /**< topics whose partition count was read, <= max_topics */
+  size_t ntopics;
+  kl_gw_conn_t *conns;
+  size_t nconns;
+  size_t npaused;
+  int64_t inflight_events;
+  int64_t inflight_bytes;
+  bool listening;
+  bool stopping;
+  int64_t stop_ns;
+  int port;
+  char read_buf[KL_GW_READ_CHUNK];
+};
+
+/* ---- gateway.c ---- */
+
+/** Closes @p conn now; its waiting requests are orphaned. */
+void kl__gw_conn_close(kl_gw_conn_t *conn);
+/** Counts a refusal by @p limit. */
+void kl__gw_reject(kl_gateway_t *gw, kl_gw_limit_t limit);
+/** @returns whether a Kafka broker answered recently; *why when not. */
+bool kl__gw_kafka_up(kl_gateway_t *gw, const char **why);
+
+/* ---- gateway_http.c ---- */
+
+/** Sets up @p conn's parser and starts reading. */
+void kl__gw_conn_start(kl_gw_conn_t *conn);
+/** Answers the request being read with 408 and closes after it. */
+void kl__gw_conn_timeout(kl_gw_conn_t *conn);
+/** Frees what @p conn holds before it is closed; orphans waiting requests. */
+void kl__gw_conn_release(kl_gw_conn_t *conn);
+/** Writes the answered requests at the head of the FIFO, in order. */
+void kl__gw_conn_flush(kl_gw_conn_t *conn);
+/** Frees a request that is in no FIFO and has no write in flight. */
+void kl__gw_req_free(kl_gw_req_t *req);
+/**
+ * Makes @p req's response: status line, the standard headers, @p extra
+ * (whole header lines, may be NULL) and @p body.
+ */
+void kl__gw_respond(kl_gw_req_t *req, int status, const char *ctype,
+                    const char *extra, const char *body, size_t body_len);
+/** kl__gw_respond() with {"error": @p msg} as JSON, printf-style. */
+void kl__gw_respond_error(kl_gw_req_t *req, int status, const char *extra,
+                          const char *fmt, ...) KL__PRINTF(4, 5);
+/** Called when a waiting request got its answer: writes what it can. */
+void kl__gw_req_answered(kl_gw_req_t *req);
+
+/* ---- gateway_body.c ---- */
+
+/** A decoded publish body: its JSON document and the events borrowing it. */
+typedef struct kl_gw_batch {
+  json_t *doc;
+  kl__jevent_t *events;
+  size_t n;
+} kl_gw_batch_t;
+
+/** Why a body was refused: the HTTP status, the event index (-1: the body
+ * as a whole) and the message. */
+typedef struct kl_gw_bad {
+  int status;
+  long index;
+  char msg[512];
+} kl_gw_bad_t;
+
+/**
+ * Decodes and validates every event of @p body (@p ctype picks JSON or
+ * msgpack).
+ * @returns 0 and @p batch (freed with kl__gw_batch_free), or the status to
+ *          answer (400, 413, 415, 503) with @p bad filled in.
+ */
+int kl__gw_batch_decode(kl_gw_batch_t *batch, const char *ctype,
+                        const char *body, size_t len, size_t max_events,
+                        kl_gw_bad_t *bad);
+void kl__gw_batch_free(kl_gw_batch_t *batch);
+
+/* ---- gateway_routes.c ---- */
+
+/** Picks the route of a parsed head; may answer at once (404, 405, 401). */
+void kl__gw_route_head(kl_gw_conn_t *conn, kl_gw_req_t *req, int method,
+                       const char *url, size_t url_len);
+/** Answers (or starts answering) a request whose body is complete. */
+void kl__gw_route_body(kl_gw_conn_t *conn, kl_gw_req_t *req, const char *body,
+                       size_t body_len);
+/** Registers the gateway's metrics. */
+kl_err_t kl__gw_metrics_init(kl_gateway_t *gw);
+/** The delivery callback for the gateway's producer. */
+void kl__gw_on_delivery(void *opaque, const kl_delivery_t *delivery);
+/** @returns a response's reason phrase ("Too Many Requests"). */
+const char *kl__gw_reason(int status);
+
+#endif

@@ -1,0 +1,600 @@
+/*
+ * What each gateway route answers, and the publish path from a decoded
+ * body to the 200 that says "durably in Kafka".
+ *
+ * Publish: decode and validate the whole body (400 with the first bad
+ * event's index: nothing produced); reserve the request's events and bytes
+ * in the in-flight budget (429 when they do not fit); look up the topic's
+ * partition count (first use only, on this thread, and only while Kafka is
+ * reachable, so a dead cluster costs a 503, not a stalled loop); then
+ * kl_publish() every event with its slot as the opaque. The request waits
+ * in its connection's FIFO until the last delivery report, which answers
+ * it: 200 with every (partition, offset, id) in request order, or 503 with
+ * the ids to retry with.
+ *
+ * req->outstanding counts one extra while the events are being handed to
+ * the producer: kl_publish() serves delivery reports as it goes, and the
+ * request must not be answered before its last event is even queued.
+ *
+ * All of this runs on the loop thread.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "broker/gateway_internal.h"
+#include "common/log.h"
+
+#define KL_GW_PREFIX "/v1/topics/"
+
+/* ---- metrics ---- */
+
+static double kl_m_connections(void *gw) {
+  return (double)((kl_gateway_t *)gw)->nconns;
+}
+static double kl_m_paused(void *gw) {
+  return (double)((kl_gateway_t *)gw)->npaused;
+}
+static double kl_m_inflight(void *gw) {
+  return (double)((kl_gateway_t *)gw)->inflight_events;
+}
+static double kl_m_inflight_bytes(void *gw) {
+  return (double)((kl_gateway_t *)gw)->inflight_bytes;
+}
+static double kl_m_kafka_up(void *gw) {
+  const char *why;
+  return kl__gw_kafka_up(gw, &why) ? 1 : 0;
+}
+
+static const char *const kl_limit_names[KL_GW_LIMIT__COUNT] = {
+    "connections", "header_bytes", "body_bytes",   "inflight",
+    "pipeline",    "output_bytes", "idle_timeout", "request_timeout"};
+
+void kl__gw_reject(kl_gateway_t *gw, kl_gw_limit_t limit) {
+  kl__metric_add(gw->m.rejected, (const char *[]){kl_limit_names[limit]}, 1);
+}
+
+static void kl_metrics_limits(kl_gateway_t *gw) {
+  const kl_gateway_opts_t *o = &gw->opts;
+  const struct {
+    const char *name;
+    double value;
+  } limits[] = {
+      {"connections", (double)o->max_connections},
+      {"header_bytes", (double)o->max_header},
+      {"body_bytes", (double)o->max_body},
+      {"inflight_events", (double)o->max_inflight},
+      {"inflight_bytes", (double)o->max_inflight_bytes},
+      {"pipeline", (double)o->max_pipeline},
+      {"output_bytes", (double)o->max_output},
+      {"idle_timeout_seconds", o->idle_timeout_ms / 1000.0},
+      {"request_timeout_seconds", o->request_timeout_ms / 1000.0},
+      {"produce_timeout_seconds", o->produce_timeout_ms / 1000.0},
+      {"topics", (double)o->max_topics},
+  };
+  for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++)
+    kl__metric_set(gw->m.limits, (const char *[]){limits[i].name},
+                   limits[i].value);
+  for (int i = 0; i < KL_GW_LIMIT__COUNT; i++) /* so that they show as 0 */
+    kl__metric_series(gw->m.rejected, (const char *[]){kl_limit_names[i]});
+}
+
+static kl_err_t kl_metrics_fns(kl_gateway_t *gw) {
+  kl__metrics_t *r = gw->m.registry;
+  bool ok =
+      kl__metrics_gauge_fn(r, "keylane_gateway_connections",
+                           "open client connections", kl_m_connections, gw) &&
+      kl__metrics_gauge_fn(r, "keylane_gateway_connections_paused",
+                           "connections not read because their client does "
+                           "not read its responses",
+                           kl_m_paused, gw) &&
+      kl__metrics_gauge_fn(r, "keylane_gateway_inflight_events",
+                           "events produced and not yet acknowledged by Kafka",
+                           kl_m_inflight, gw) &&
+      kl__metrics_gauge_fn(r, "keylane_gateway_inflight_bytes",
+                           "request bytes of events not yet acknowledged",
+                           kl_m_inflight_bytes, gw) &&
+      kl__metrics_gauge_fn(r, "keylane_gateway_kafka_up",
+                           "1 when a Kafka broker answered recently",
+                           kl_m_kafka_up, gw);
+  return ok ? KL_OK : KL_ENOMEM;
+}
+
+kl_err_t kl__gw_metrics_init(kl_gateway_t *gw) {
+  kl_gw_metrics_t *m = &gw->m;
+  kl__metrics_t *r = m->registry = kl__metrics_new();
+  const double *lb = kl__metrics_latency_buckets;
+  size_t nlb = kl__metrics_latency_buckets_count;
+  if (!r)
+    return KL_ENOMEM;
+  m->requests = kl__metrics_counter(r, "keylane_gateway_requests_total",
+                                    "HTTP requests answered, by route and "
+                                    "status code",
+                                    "route,code");
+  m->latency = kl__metrics_histogram(
+      r, "keylane_gateway_request_duration_seconds",
+      "from a request's first byte to its answer", "route", lb, nlb);
+  m->delivery = kl__metrics_histogram(
+      r, "keylane_gateway_delivery_latency_seconds",
+      "from handing an event to the producer to Kafka's acknowledgement", NULL,
+      lb, nlb);
+  kl__metric_t *produced =
+      kl__metrics_counter(r, "keylane_gateway_events_produced_total",
+                          "events Kafka acknowledged (acks=all)", NULL);
+  kl__metric_t *failed = kl__metrics_counter(
+      r, "keylane_gateway_events_failed_total",
+      "events Kafka did not acknowledge (their request got 503)", NULL);
+  m->kafka_errors =
+      kl__metrics_counter(r, "keylane_gateway_kafka_errors_total",
+                          "failed events by keylane error", "error");
+  m->rejected = kl__metrics_counter(r, "keylane_gateway_rejected_total",
+                                    "times a limit refused or held back a "
+                                    "client",
+                                    "limit");
+  m->limits = kl__metrics_gauge(r, "keylane_gateway_limit",
+                                "the configured limits", "limit");
+  kl__metric_t *accepted =
+      kl__metrics_counter(r, "keylane_gateway_connections_accepted_total",
+                          "client connections accepted", NULL);
+  m->produced = kl__metric_series(produced, NULL);
+  m->failed = kl__metric_series(failed, NULL);
+  m->accepted = kl__metric_series(accepted, NULL);
+  if (!m->requests || !m->latency || !m->delivery || !m->produced ||
+      !m->failed || !m->kafka_errors || !m->rejected || !m->limits ||
+      !m->accepted || kl_metrics_fns(gw))
+    return kl__err(KL_ENOMEM, "cannot register the gateway's metrics");
+  kl_metrics_limits(gw);
+  return KL_OK;
+}
+
+/* ---- heads ---- */
+
+/* Kafka's rule: [a-zA-Z0-9._-]{1,249}, not "." or "..". */
+static bool kl_topic_ok(const char *s, size_t len) {
+  if (len == 0 || len > KL_GW_TOPIC_MAX || (len == 1 && s[0] == '.') ||
+      (len == 2 && s[0] == '.' && s[1] == '.'))
+    return false;
+  for (size_t i = 0; i < len; i++)
+    if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                "0123456789._-",
+                s[i]) ||
+        s[i] == '\0')
+      return false;
+  return true;
+}
+
+/* Sets req->route (and req->topic) from the path; @returns the one method
+ * it takes, or NULL for an unknown path. */
+static const char *kl_route_match(kl_gw_req_t *req, const char *path,
+                                  size_t len, bool *bad_topic) {
+  static const struct {
+    const char *path;
+    kl_gw_route_t route;
+    const char *method;
+  } fixed[] = {{"/healthz", KL_GW_ROUTE_HEALTHZ, "GET"},
+               {"/metrics", KL_GW_ROUTE_METRICS, "GET"}};
+  for (size_t i = 0; i < 2; i++)
+    if (len == strlen(fixed[i].path) && !memcmp(path, fixed[i].path, len)) {
+      req->route = fixed[i].route;
+      return fixed[i].method;
+    }
+  size_t plen = strlen(KL_GW_PREFIX);
+  if (len <= plen || memcmp(path, KL_GW_PREFIX, plen) != 0)
+    return NULL;
+  const char *topic = path + plen;
+  const char *slash = memchr(topic, '/', len - plen);
+  if (!slash)
+    return NULL;
+  size_t tlen = (size_t)(slash - topic), rest = len - plen - tlen - 1;
+  if (rest == 6 && !memcmp(slash + 1, "events", 6))
+    req->route = KL_GW_ROUTE_EVENTS;
+  else if (rest == 5 && !memcmp(slash + 1, "route", 5))
+    req->route = KL_GW_ROUTE_ROUTE;
+  else
+    return NULL;
+  *bad_topic = !kl_topic_ok(topic, tlen);
+  if (!*bad_topic) {
+    memcpy(req->topic, topic, tlen);
+    req->topic[tlen] = '\0';
+  }
+  return req->route == KL_GW_ROUTE_EVENTS ? "POST" : "GET";
+}
+
+/* "Bearer TOKEN", the scheme in any case (RFC 7235). */
+static bool kl_auth_ok(const kl_gw_conn_t *conn) {
+  const kl_gw_parse_t *parse = &conn->parse;
+  const char *a = parse->auth;
+  size_t len = parse->auth_len;
+  if (parse->auth_long || len < 7 || strncasecmp(a, "bearer ", 7) != 0)
+    return false;
+  a += 7;
+  len -= 7;
+  while (len && *a == ' ')
+    a++, len--;
+  while (len && (a[len - 1] == ' ' || a[len - 1] == '\t'))
+    len--;
+  return kl__tokens_check(conn->gw->tokens, a, len);
+}
+
+void kl__gw_route_head(kl_gw_conn_t *conn, kl_gw_req_t *req, int method,
+                       const char *url, size_t url_len) {
+  struct http_parser_url u;
+  http_parser_url_init(&u);
+  if (http_parser_parse_url(url, url_len, method == HTTP_CONNECT, &u) != 0 ||
+      !(u.field_set & (1 << UF_PATH))) {
+    kl__gw_respond_error(req, 400, NULL, "the request target is not a path");
+    return;
+  }
+  bool bad_topic = false;
+  const char *path = url + u.field_data[UF_PATH].off;
+  const char *allow =
+      kl_route_match(req, path, u.field_data[UF_PATH].len, &bad_topic);
+  char extra[64];
+  if (!allow) {
+    kl__gw_respond_error(req, 404, NULL,
+                         "no such route; the routes are POST " KL_GW_PREFIX
+                         "{topic}/events, GET " KL_GW_PREFIX
+                         "{topic}/route?key=K, GET /healthz, GET /metrics");
+  } else if (strcmp(http_method_str(method), allow) != 0) {
+    snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
+    kl__gw_respond_error(req, 405, extra, "this route takes %s", allow);
+  } else if (req->route <= KL_GW_ROUTE_ROUTE && conn->gw->tokens &&
+             !kl_auth_ok(conn)) {
+    kl__gw_respond_error(req, 401, "WWW-Authenticate: Bearer\r\n",
+                         "a valid \"Authorization: Bearer TOKEN\" header is "
+                         "required");
+  } else if (bad_topic) {
+    kl__gw_respond_error(req, 400, NULL,
+                         "the topic name is not 1..249 of "
+                         "[a-zA-Z0-9._-] (Kafka's rule)");
+  }
+}
+
+/* ---- topics ---- */
+
+static bool kl_topic_known(kl_gateway_t *gw, const char *topic) {
+  for (size_t i = 0; i < gw->ntopics; i++)
+    if (strcmp(gw->topics[i], topic) == 0)
+      return true;
+  return false;
+}
+
+static void kl_topic_remember(kl_gateway_t *gw, const char *topic) {
+  char **topics = realloc(gw->topics, (gw->ntopics + 1) * sizeof(char *));
+  if (!topics)
+    return;
+  gw->topics = topics;
+  if ((topics[gw->ntopics] = strdup(topic)))
+    gw->ntopics++;
+}
+
+/* @returns the topic's partition count, or 0 after answering @p req. */
+static int32_t kl_topic_partitions(kl_gateway_t *gw, kl_gw_req_t *req) {
+  const char *why = NULL;
+  bool known = kl_topic_known(gw, req->topic);
+  if (!known && !kl__gw_kafka_up(gw, &why)) {
+    kl__gw_respond_error(req, 503, NULL, "%s", why);
+    return 0;
+  }
+  if (!known && gw->ntopics >= gw->opts.max_topics) {
+    kl__gw_respond_error(req, 403, NULL,
+                         "the gateway serves at most %zu "
+                         "topics (--max-topics)",
+                         gw->opts.max_topics);
+    return 0;
+  }
+  int32_t parts = kl_producer_partitions(gw->producer, req->topic);
+  if (parts > 0) {
+    if (!known)
+      kl_topic_remember(gw, req->topic);
+    return parts;
+  }
+  kl_err_t err = parts < 0 ? (kl_err_t)-parts : KL_EKAFKA;
+  kl__gw_respond_error(req, err == KL_ENOTFOUND ? 404 : 503, NULL, "%s",
+                       kl_err_detail());
+  return 0;
+}
+
+/* ---- publish ---- */
+
+static void kl_respond_bad(kl_gw_req_t *req, const kl_gw_bad_t *bad) {
+  kl__strbuf_t sb = KL__STRBUF_INIT;
+  kl__strbuf_puts(&sb, "{\"error\":");
+  kl__strbuf_json_str(&sb, bad->msg, strlen(bad->msg));
+  if (bad->index >= 0)
+    kl__strbuf_printf(&sb, ",\"index\":%ld", bad->index);
+  kl__strbuf_puts(&sb, "}\n");
+  size_t len = 0;
+  char *body = kl__strbuf_take(&sb, &len);
+  kl__gw_respond(req, bad->status, "application/json", NULL, body ? body : "",
+                 len);
+  free(body);
+}
+
+static void kl_respond_ok(kl_gw_req_t *req) {
+  kl__strbuf_t sb = KL__STRBUF_INIT;
+  kl__strbuf_puts(&sb, "[");
+  for (size_t i = 0; i < req->nslots; i++) {
+    const kl_gw_slot_t *s = &req->slots[i];
+    kl__strbuf_printf(&sb, "%s{\"partition\":%d,\"offset\":%lld,\"id\":",
+                      i ? "," : "", (int)s->partition, (long long)s->offset);
+    kl__strbuf_json_str(&sb, s->id, strlen(s->id));
+    kl__strbuf_puts(&sb, "}");
+  }
+  kl__strbuf_puts(&sb, "]\n");
+  size_t len = 0;
+  char *body = kl__strbuf_take(&sb, &len);
+  if (body)
+    kl__gw_respond(req, 200, "application/json", NULL, body, len);
+  else
+    kl__gw_respond_error(req, 503, NULL, "out of memory for the answer");
+  free(body);
+}
+
+/* Some events were not acknowledged: the client retries all of them with
+ * these ids; the workers apply each id once. */
+static void kl_respond_failed(kl_gw_req_t *req) {
+  kl_gateway_t *gw = req->gw;
+  char extra[48], msg[512];
+  snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", gw->opts.retry_after_s);
+  snprintf(msg, sizeof(msg),
+           "Kafka did not acknowledge %zu of %zu events "
+           "within %d ms (%s); retry the request with the same ids",
+           req->failed, req->nslots, gw->opts.produce_timeout_ms,
+           req->kafka_errmsg);
+  kl__strbuf_t sb = KL__STRBUF_INIT;
+  kl__strbuf_puts(&sb, "{\"error\":");
+  kl__strbuf_json_str(&sb, msg, strlen(msg));
+  kl__strbuf_printf(&sb, ",\"failed\":%zu,\"ids\":[", req->failed);
+  for (size_t i = 0; i < req->nslots; i++) {
+    kl__strbuf_puts(&sb, i ? "," : "");
+    kl__strbuf_json_str(&sb, req->slots[i].id, strlen(req->slots[i].id));
+  }
+  kl__strbuf_puts(&sb, "]}\n");
+  size_t len = 0;
+  char *body = kl__strbuf_take(&sb, &len);
+  kl__gw_respond(req, 503, "application/json", extra, body ? body : "", len);
+  free(body);
+}
+
+static void kl_publish_done(kl_gw_req_t *req) {
+  req->gw->inflight_bytes -= req->bytes;
+  if (req->failed)
+    kl_respond_failed(req);
+  else
+    kl_respond_ok(req);
+  kl__gw_req_answered(req);
+}
+
+static void kl_slot_failed(kl_gw_req_t *req, kl_err_t err, const char *msg) {
+  kl_gateway_t *gw = req->gw;
+  if (!req->failed++) {
+    req->kafka_err = err;
+    snprintf(req->kafka_errmsg, sizeof(req->kafka_errmsg), "%s", msg);
+  }
+  kl__series_add(gw->m.failed, 1);
+  kl__metric_add(gw->m.kafka_errors, (const char *[]){kl_err_name(err)}, 1);
+}
+
+void kl__gw_on_delivery(void *opaque, const kl_delivery_t *d) {
+  kl_gw_slot_t *slot = d->opaque;
+  kl_gw_req_t *req = slot->req;
+  kl_gateway_t *gw = req->gw;
+  gw->inflight_events--;
+  kl__metric_observe(gw->m.delivery, NULL,
+                     (double)(kl__mono_ns() - req->produced_ns) / 1e9);
+  if (d->err) {
+    kl_slot_failed(req, d->err, d->errmsg ? d->errmsg : kl_strerror(d->err));
+  } else {
+    slot->partition = d->partition;
+    slot->offset = d->offset;
+    kl__series_add(gw->m.produced, 1);
+  }
+  if (--req->outstanding == 0)
+    kl_publish_done(req);
+}
+
+/* Gives every event its id now, so that a 503 can list them all. */
+static bool kl_slots_make(kl_gw_req_t *req, kl_gw_batch_t *batch) {
+  if (!(req->slots = calloc(batch->n, sizeof(kl_gw_slot_t))))
+    return false;
+  req->nslots = batch->n;
+  for (size_t i = 0; i < batch->n; i++) {
+    kl_event_t *ev = &batch->events[i].ev;
+    kl_gw_slot_t *slot = &req->slots[i];
+    char made[37];
+    if (ev->id_len == 0)
+      kl_event_make_id(made);
+    slot->req = req;
+    slot->partition = -1;
+    slot->offset = -1;
+    slot->id = ev->id_len ? strndup(ev->id, ev->id_len) : strdup(made);
+    if (!slot->id)
+      return false;
+    ev->id = slot->id;
+    ev->id_len = strlen(slot->id);
+  }
+  return true;
+}
+
+static void kl_produce(kl_gw_req_t *req, kl_gw_batch_t *batch) {
+  kl_gateway_t *gw = req->gw;
+  req->outstanding = 1; /* see the file comment */
+  req->produced_ns = kl__mono_ns();
+  for (size_t i = 0; i < batch->n; i++) {
+    req->outstanding++;
+    kl_err_t err = kl_publish(gw->producer, req->topic, &batch->events[i].ev,
+                              &req->slots[i]);
+    if (err == KL_OK)
+      continue;
+    /* This one and the rest were never queued: fail them now. */
+    req->outstanding--;
+    for (size_t j = i; j < batch->n; j++) {
+      kl_slot_failed(req, err, kl_err_detail());
+      gw->inflight_events--;
+    }
+    break;
+  }
+  if (--req->outstanding == 0)
+    kl_publish_done(req);
+}
+
+static bool kl_budget_fits(kl_gateway_t *gw, size_t events, size_t bytes) {
+  return gw->inflight_events + (int64_t)events <= gw->opts.max_inflight &&
+         gw->inflight_bytes + (int64_t)bytes <= gw->opts.max_inflight_bytes;
+}
+
+static void kl_publish_request(kl_gw_conn_t *conn, kl_gw_req_t *req,
+                               const char *body, size_t len) {
+  kl_gateway_t *gw = req->gw;
+  kl_gw_batch_t batch;
+  kl_gw_bad_t bad;
+  char extra[48];
+  snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", gw->opts.retry_after_s);
+  if (gw->stopping) {
+    kl__gw_respond_error(req, 503, extra, "the gateway is stopping");
+    return;
+  }
+  if (kl__gw_batch_decode(&batch, conn->parse.ctype, body, len,
+                          (size_t)gw->opts.max_inflight, &bad)) {
+    kl_respond_bad(req, &bad);
+    return;
+  }
+  if (!kl_budget_fits(gw, batch.n, len)) {
+    kl__gw_reject(gw, KL_GW_LIMIT_INFLIGHT);
+    kl__gw_respond_error(req, 429, extra,
+                         "the in-flight budget is full "
+                         "(%lld events, %lld bytes wait for Kafka); retry "
+                         "later",
+                         (long long)gw->inflight_events,
+                         (long long)gw->inflight_bytes);
+  } else if (kl_topic_partitions(gw, req) > 0) {
+    if (!kl_slots_make(req, &batch)) {
+      kl__gw_respond_error(req, 503, extra, "out of memory for the events");
+    } else {
+      gw->inflight_events += (int64_t)batch.n;
+      gw->inflight_bytes += req->bytes = (int64_t)len;
+      kl_produce(req, &batch);
+    }
+  }
+  kl__gw_batch_free(&batch);
+}
+
+/* ---- route, healthz, metrics ---- */
+
+static int kl_hex(char c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
+}
+
+/* Percent-decodes @p s ('+' is a space, as in forms) into @p out.
+ * @returns the length, or -1 when malformed or longer than @p cap. */
+static long kl_pct_decode(const char *s, size_t len, char *out, size_t cap) {
+  size_t n = 0;
+  for (size_t i = 0; i < len; i++) {
+    char c = s[i];
+    if (c == '%') {
+      if (len - i < 3 || kl_hex(s[i + 1]) < 0 || kl_hex(s[i + 2]) < 0)
+        return -1;
+      c = (char)(kl_hex(s[i + 1]) * 16 + kl_hex(s[i + 2]));
+      i += 2;
+    } else if (c == '+') {
+      c = ' ';
+    }
+    if (n == cap)
+      return -1;
+    out[n++] = c;
+  }
+  return (long)n;
+}
+
+/* @returns the decoded length of the query's "key", or -1. */
+static long kl_query_key(const char *q, size_t len, char *out, size_t cap) {
+  for (size_t i = 0; i < len;) {
+    size_t end = i;
+    while (end < len && q[end] != '&')
+      end++;
+    if (end - i >= 4 && memcmp(q + i, "key=", 4) == 0)
+      return kl_pct_decode(q + i + 4, end - i - 4, out, cap);
+    i = end + 1;
+  }
+  return -1;
+}
+
+static void kl_route_request(kl_gw_conn_t *conn, kl_gw_req_t *req) {
+  const char *url = conn->parse.url.data ? conn->parse.url.data : "";
+  const char *q = strchr(url, '?');
+  char key[KL_KEY_MAX];
+  long klen = q ? kl_query_key(q + 1, strlen(q + 1), key, sizeof(key)) : -1;
+  if (klen <= 0) {
+    kl__gw_respond_error(req, 400, NULL,
+                         "give the key as ?key=K, "
+                         "percent-encoded, 1..%d bytes",
+                         KL_KEY_MAX);
+    return;
+  }
+  int32_t parts = kl_topic_partitions(req->gw, req);
+  if (parts <= 0)
+    return;
+  char body[96];
+  int n = snprintf(body, sizeof(body), "{\"partition\":%d,\"partitions\":%d}\n",
+                   (int)kl_partition(key, (size_t)klen, parts), (int)parts);
+  kl__gw_respond(req, 200, "application/json", NULL, body, (size_t)n);
+}
+
+static void kl_healthz_request(kl_gw_req_t *req) {
+  kl_gateway_t *gw = req->gw;
+  const char *why = NULL;
+  if (gw->stopping)
+    why = "the gateway is stopping";
+  else if (!kl__gw_kafka_up(gw, &why))
+    ; /* why says what the probe saw */
+  else if (gw->inflight_events >= gw->opts.max_inflight)
+    why = "the in-flight event budget (--max-inflight) is exhausted";
+  else if (gw->inflight_bytes >= gw->opts.max_inflight_bytes)
+    why = "the in-flight byte budget (--max-inflight-bytes) is exhausted";
+  if (why) {
+    kl__gw_respond_error(req, 503, NULL, "%s", why);
+    return;
+  }
+  char body[128];
+  int n = snprintf(body, sizeof(body),
+                   "{\"status\":\"ok\",\"inflight\":%lld,"
+                   "\"connections\":%zu}\n",
+                   (long long)gw->inflight_events, gw->nconns);
+  kl__gw_respond(req, 200, "application/json", NULL, body, (size_t)n);
+}
+
+static void kl_metrics_request(kl_gw_req_t *req) {
+  size_t len = 0;
+  char *text = kl__metrics_render(req->gw->m.registry, &len);
+  if (!text) {
+    kl__gw_respond_error(req, 503, NULL, "out of memory");
+    return;
+  }
+  kl__gw_respond(req, 200, KL_METRICS_CONTENT_TYPE, NULL, text, len);
+  free(text);
+}
+
+void kl__gw_route_body(kl_gw_conn_t *conn, kl_gw_req_t *req, const char *body,
+                       size_t body_len) {
+  switch (req->route) {
+  case KL_GW_ROUTE_EVENTS:
+    kl_publish_request(conn, req, body, body_len);
+    break;
+  case KL_GW_ROUTE_ROUTE:
+    kl_route_request(conn, req);
+    break;
+  case KL_GW_ROUTE_HEALTHZ:
+    kl_healthz_request(req);
+    break;
+  case KL_GW_ROUTE_METRICS:
+    kl_metrics_request(req);
+    break;
+  default:
+    kl__gw_respond_error(req, 404, NULL, "no such route");
+  }
+}
