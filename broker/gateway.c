@@ -54,7 +54,16 @@ void kl__gateway_opts_default(kl_gateway_opts_t *opts) {
   opts->max_topics = 1024;
 }
 
+static kl_err_t kl_parse_listen(const char *listen,
+                                struct sockaddr_storage *addr);
+
+/* Everything checkable before anything starts, so a typo costs no
+ * connection attempts. */
 static kl_err_t kl_opts_check(const kl_gateway_opts_t *o) {
+  struct sockaddr_storage addr;
+  kl_err_t err = kl_parse_listen(o->listen, &addr);
+  if (err)
+    return err;
   if (o->max_connections < 1 || o->max_header < 256 || o->max_body < 1 ||
       o->max_inflight < 1 || o->max_pipeline < 1 || o->max_output < 1 ||
       o->max_topics < 1)
