@@ -4,7 +4,8 @@
  * Modes (one per run):
  * - --embedded: an embedded Kafka-protocol cluster (librdkafka's mock
  *   cluster) in the foreground, for `keylane demo`, tests and laptops.
- * - the HTTP publish gateway (to come): same subcommand, its own flags.
+ * - the HTTP publish gateway (--listen or -b): broker/cli/gateway.c, which
+ *   has its own flags and help; with --embedded too it starts both.
  * Each mode has its own options struct and run function; main() parses
  * flags into kl_broker_opts_t and dispatches.
  */
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "broker/cli/gateway.h"
 #include "common/cli/cli.h"
 #include "common/log.h"
 #include "keylane/embedded.h"
@@ -44,13 +46,17 @@ static void kl_broker_help(void) {
       "until SIGINT or SIGTERM, then exits 0.\n"
       "\n"
       "flags:\n"
-      "  --embedded          run the embedded cluster (the only mode so far)\n"
+      "  --embedded          run the embedded cluster\n"
       "  -t, --topic TOPIC   topic to create (default events)\n"
       "  --partitions N      its partition count, 1..100000 (default 8)\n"
       "  --brokers N         brokers in the cluster, 1..16 (default 3)\n"
       "  --bootstrap-file F  also write the bootstrap= line to F, atomically\n"
       "                      (written whole or not at all); removed at exit\n"
       "  -h, --help          this text\n"
+      "\n"
+      "With --listen ADDR:PORT (and -b BOOTSTRAP or --embedded) it is the\n"
+      "HTTP publish gateway; 'keylane broker --listen 127.0.0.1:8080 --help'\n"
+      "describes it.\n"
       "\n"
       "Other topics are created on first use by a producer, with 4\n"
       "partitions (the mock cluster's default).\n"
@@ -187,13 +193,16 @@ static int kl_broker_parse(int argc, char **argv, kl_broker_opts_t *opts) {
 }
 
 int kl__cmd_broker(int argc, char **argv) {
+  if (kl__broker_gateway_wanted(argc, argv)) /* --listen or -b */
+    return kl__cmd_broker_gateway(argc, argv);
   kl_broker_opts_t opts = {.topic = "events", .partitions = 8, .brokers = 3};
   int rc = kl_broker_parse(argc, argv, &opts);
   if (rc != KL_EXIT_OK)
     return rc < 0 ? KL_EXIT_OK : rc;
   if (!opts.embedded)
     return kl__cli_usage(KL_BROKER_SUB,
-                         "the HTTP publish gateway is not available yet: pass "
-                         "--embedded to run the embedded cluster");
+                         "pass --embedded to run the embedded cluster, or "
+                         "--listen ADDR:PORT -b BOOTSTRAP for the HTTP "
+                         "publish gateway");
   return kl_broker_run_embedded(&opts);
 }
