@@ -1,0 +1,152 @@
+/* The metrics registry: rendering, label escaping, histograms, the series
+ * cap and its overflow series, removal, and updates from many threads. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/metrics.h"
+#include "support/prom.h"
+
+static char *kl_render(kl__metrics_t *m) {
+  size_t len = 0;
+  char *text = kl__metrics_render(m, &len);
+  assert_non_null(text);
+  assert_int_equal(strlen(text), len);
+  char err[256];
+  if (kl_t_prom_check(text, err, sizeof(err)) != 0)
+    fail_msg("%s\n%s", err, text);
+  return text;
+}
+
+static void test_render_counter_gauge_histogram(void **state) {
+  kl__metrics_t *m = kl__metrics_new();
+  kl__metric_t *c =
+      kl__metrics_counter(m, "req_total", "requests\nby code", "route,code");
+  kl__metric_t *g = kl__metrics_gauge(m, "temp", "a gauge", NULL);
+  const double b[] = {0.1, 1, 10};
+  kl__metric_t *h =
+      kl__metrics_histogram(m, "lat_seconds", "latency", NULL, b, 3);
+  kl__metric_add(c, (const char *[]){"events", "200"}, 2);
+  kl__metric_add(c, (const char *[]){"a\"b\\c\nd", "500"}, 1);
+  kl__metric_add(c, (const char *[]){"events", "200"}, -5); /* ignored */
+  kl__metric_set(g, NULL, -2.5);
+  for (double v = 0.05; v < 20; v *= 2)
+    kl__metric_observe(h, NULL, v);
+  char *text = kl_render(m);
+  assert_non_null(strstr(text, "# HELP req_total requests\\nby code\n"));
+  assert_non_null(strstr(text, "req_total{route=\"events\",code=\"200\"} 2\n"));
+  assert_non_null(
+      strstr(text, "req_total{route=\"a\\\"b\\\\c\\nd\",code=\"500\"} 1\n"));
+  assert_non_null(strstr(text, "temp -2.5\n"));
+  assert_non_null(strstr(text, "lat_seconds_bucket{le=\"0.1\"} 2\n"));
+  assert_non_null(strstr(text, "lat_seconds_bucket{le=\"10\"} 8\n"));
+  assert_non_null(strstr(text, "lat_seconds_bucket{le=\"+Inf\"} 9\n"));
+  assert_non_null(strstr(text, "lat_seconds_count 9\n"));
+  free(text);
+  kl__metrics_destroy(m);
+}
+
+static void test_bad_registrations(void **state) {
+  kl__metrics_t *m = kl__metrics_new();
+  const double b[] = {1, 0.5};
+  assert_null(kl__metrics_counter(m, "1bad", "x", NULL));
+  assert_null(kl__metrics_counter(m, "ok", "x", "a,__b"));
+  assert_null(kl__metrics_counter(m, "ok", "x", "a,b-c"));
+  assert_null(kl__metrics_histogram(m, "h", "x", "le", NULL, 0));
+  assert_null(kl__metrics_histogram(m, "h", "x", NULL, b, 2));
+  assert_non_null(kl__metrics_gauge(m, "dup", "x", NULL));
+  assert_null(kl__metrics_gauge(m, "dup", "x", NULL));
+  kl__metric_add(NULL, NULL, 1); /* a failed registration costs nothing */
+  kl__series_observe(NULL, 1);
+  kl__metrics_destroy(m);
+}
+
+static void test_series_cap_and_remove(void **state) {
+  kl__metrics_t *m = kl__metrics_new();
+  kl__metric_t *g = kl__metrics_gauge(m, "lag", "lag", "topic,partition");
+  kl__metric_set_max_series(g, 4);
+  char p[16];
+  for (int i = 0; i < 10; i++) {
+    snprintf(p, sizeof(p), "%d", i);
+    kl__metric_set(g, (const char *[]){"t", p}, i);
+  }
+  char *text = kl_render(m);
+  assert_non_null(strstr(text, "lag{topic=\"t\",partition=\"3\"} 3\n"));
+  assert_null(strstr(text, "partition=\"4\""));
+  assert_non_null(
+      strstr(text, "lag{topic=\"_overflow\",partition=\"_overflow\"} 9\n"));
+  assert_non_null(strstr(text, "keylane_metrics_overflow_total 6\n"));
+  free(text);
+  kl__metric_remove(g, (const char *[]){"t", "0"});
+  kl__metric_set(g, (const char *[]){"t", "42"}, 1); /* room again */
+  text = kl_render(m);
+  assert_null(strstr(text, "partition=\"0\""));
+  assert_non_null(strstr(text, "partition=\"42\"} 1\n"));
+  free(text);
+  kl__metrics_destroy(m);
+}
+
+static double kl_seven(void *opaque) {
+  return *(double *)opaque;
+}
+
+static void test_gauge_fn(void **state) {
+  kl__metrics_t *m = kl__metrics_new();
+  double v = 7;
+  assert_non_null(kl__metrics_gauge_fn(m, "seven", "s", kl_seven, &v));
+  char *text = kl_render(m);
+  assert_non_null(strstr(text, "seven 7\n"));
+  free(text);
+  kl__metrics_destroy(m);
+}
+
+typedef struct kl_tm {
+  kl__metric_t *c;
+  kl__metric_t *h;
+} kl_tm_t;
+
+static void *kl_hammer(void *opaque) {
+  kl_tm_t *t = opaque;
+  for (int i = 0; i < 20000; i++) {
+    kl__metric_add(t->c, (const char *[]){i % 2 ? "a" : "b"}, 1);
+    kl__metric_observe(t->h, NULL, i % 3);
+  }
+  return NULL;
+}
+
+static void test_threads(void **state) {
+  kl__metrics_t *m = kl__metrics_new();
+  const double b[] = {0.5, 1.5};
+  kl_tm_t t = {kl__metrics_counter(m, "n_total", "n", "k"),
+               kl__metrics_histogram(m, "h", "h", NULL, b, 2)};
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++)
+    pthread_create(&th[i], NULL, kl_hammer, &t);
+  for (int i = 0; i < 4; i++) {
+    char *text = kl_render(m); /* rendering while others update */
+    free(text);
+  }
+  for (int i = 0; i < 4; i++)
+    pthread_join(th[i], NULL);
+  assert_true(kl__series_value(kl__metric_series(t.c, (const char *[]){"a"})) ==
+              40000);
+  assert_true(kl__series_value(kl__metric_series(t.h, NULL)) == 80000);
+  kl__metrics_destroy(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_render_counter_gauge_histogram),
+      cmocka_unit_test(test_bad_registrations),
+      cmocka_unit_test(test_series_cap_and_remove),
+      cmocka_unit_test(test_gauge_fn),
+      cmocka_unit_test(test_threads),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

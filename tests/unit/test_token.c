@@ -1,0 +1,71 @@
+/* Bearer tokens: the file format, refusals, and matching. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/token.h"
+
+static kl_err_t kl_load(const char *text, kl__tokens_t **out) {
+  char path[] = "/tmp/keylane-tokens-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  kl_err_t err = kl__tokens_load(path, out);
+  unlink(path);
+  return err;
+}
+
+static void test_match(void **state) {
+  kl__tokens_t *t = NULL;
+  assert_int_equal(kl_load("# ops\n\nalpha\r\n  beta  \n\tgamma\n", &t), KL_OK);
+  assert_int_equal(kl__tokens_count(t), 3);
+  assert_true(kl__tokens_check(t, "alpha", 5));
+  assert_true(kl__tokens_check(t, "beta", 4));
+  assert_true(kl__tokens_check(t, "gamma", 5));
+  assert_false(kl__tokens_check(t, "alph", 4));
+  assert_false(kl__tokens_check(t, "alphaa", 6));
+  assert_false(kl__tokens_check(t, "Alpha", 5));
+  assert_false(kl__tokens_check(t, "", 0));
+  assert_false(kl__tokens_check(t, "# ops", 5));
+  char big[KL_TOKEN_MAX + 2];
+  memset(big, 'a', sizeof(big));
+  assert_false(kl__tokens_check(t, big, sizeof(big)));
+  kl__tokens_destroy(t);
+}
+
+static void test_refused_files(void **state) {
+  kl__tokens_t *t = NULL;
+  assert_int_equal(kl_load("# nothing\n\n", &t), KL_ECONF);
+  assert_int_equal(kl_load("two words\n", &t), KL_ECONF);
+  /* The detail names the line, never the secret. */
+  assert_null(strstr(kl_err_detail(), "words"));
+  char big[KL_TOKEN_MAX + 8];
+  memset(big, 'x', sizeof(big) - 2);
+  big[sizeof(big) - 2] = '\n';
+  big[sizeof(big) - 1] = '\0';
+  assert_int_equal(kl_load(big, &t), KL_ECONF);
+  assert_int_equal(kl__tokens_load("/nonexistent/tokens", &t), KL_EIO);
+  assert_null(t);
+}
+
+static void test_ct_equal(void **state) {
+  assert_true(kl__ct_equal("abc", "abc", 3));
+  assert_false(kl__ct_equal("abc", "abd", 3));
+  assert_true(kl__ct_equal("", "", 0));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_match),
+      cmocka_unit_test(test_refused_files),
+      cmocka_unit_test(test_ct_equal),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
