@@ -1,0 +1,723 @@
+/*
+ * The HTTP publish gateway, in-process, over real TCP on loopback: every
+ * status code it answers, curl as a client, bodies arriving one byte per
+ * read, pipelined requests answered in order, a client that stops reading,
+ * limits and timeouts, and /metrics checked by a strict Prometheus text
+ * parser.
+ *
+ * The cluster is librdkafka's mock cluster created here (not through
+ * kl_embedded) so that tests can take its brokers down and up again.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+#include <msgpack.h>
+
+#include "common/internal.h"
+#include "keylane/producer.h"
+#include "support/http.h"
+#include "support/prom.h"
+#include "support/support.h"
+
+#define KL_T_TOPIC "events"
+#define KL_T_PARTS 8
+#define KL_T_BROKERS 3
+
+static rd_kafka_t *kl_mrk;
+static rd_kafka_mock_cluster_t *kl_mc;
+static char kl_bootstrap[512];
+
+/* Reconnect fast once brokers come back; answer 503 within 2 s. */
+static const char *const kl_fast[] = {"kafka.reconnect.backoff.max.ms=200",
+                                      NULL};
+
+static void kl_quiet_log(const rd_kafka_t *rk, int level, const char *fac,
+                         const char *buf) {
+  (void)rk, (void)level, (void)fac, (void)buf;
+}
+
+static int kl_group_up(void **state) {
+  char errstr[256];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  rd_kafka_conf_set_log_cb(conf, kl_quiet_log);
+  kl_mrk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+  assert_non_null(kl_mrk);
+  kl_mc = rd_kafka_mock_cluster_new(kl_mrk, KL_T_BROKERS);
+  assert_non_null(kl_mc);
+  rd_kafka_mock_topic_create(kl_mc, KL_T_TOPIC, KL_T_PARTS, KL_T_BROKERS);
+  snprintf(kl_bootstrap, sizeof(kl_bootstrap), "%s",
+           rd_kafka_mock_cluster_bootstraps(kl_mc));
+  return 0;
+}
+
+static int kl_group_down(void **state) {
+  rd_kafka_mock_cluster_destroy(kl_mc);
+  rd_kafka_destroy(kl_mrk);
+  return 0;
+}
+
+static void kl_brokers(int up) {
+  for (int id = 1; id <= KL_T_BROKERS; id++)
+    if (up)
+      rd_kafka_mock_broker_set_up(kl_mc, id);
+    else
+      rd_kafka_mock_broker_set_down(kl_mc, id);
+}
+
+static kl_t_gateway_t *kl_gw(const kl_gateway_opts_t *opts) {
+  kl_gateway_opts_t o;
+  if (opts)
+    o = *opts;
+  else
+    kl__gateway_opts_default(&o);
+  if (!opts)
+    o.produce_timeout_ms = 2000;
+  return kl_t_gateway_start(kl_bootstrap, &o, kl_fast);
+}
+
+/* Waits until /healthz says @p want (200 or 503). */
+static void kl_wait_health(int port, int want) {
+  for (int i = 0; i < 200; i++) {
+    kl_t_http_resp_t r;
+    int rc = kl_t_http_once(port, "GET", "/healthz", NULL, NULL, &r);
+    int status = rc == 0 ? r.status : 0;
+    kl_t_http_resp_free(&r);
+    if (status == want)
+      return;
+    kl_t_sleep_ms(50);
+  }
+  fail_msg("/healthz never answered %d", want);
+}
+
+/* A POST of @p body to the topic's events route. */
+static int kl_post(int port, const char *topic, const char *extra,
+                   const char *body, kl_t_http_resp_t *r) {
+  char path[300];
+  snprintf(path, sizeof(path), "/v1/topics/%s/events", topic);
+  return kl_t_http_once(port, "POST", path, extra, body, r);
+}
+
+static json_t *kl_json(const kl_t_http_resp_t *r) {
+  json_error_t err;
+  json_t *v = json_loadb(r->body ? r->body : "", r->body_len, 0, &err);
+  if (!v)
+    fail_msg("not JSON (%s): %.200s", err.text, r->body ? r->body : "");
+  return v;
+}
+
+/* Checks a 200 body: one result per key, on kl_partition()'s partition. */
+static void kl_assert_routed(const kl_t_http_resp_t *r, const char *const *keys,
+                             size_t n) {
+  assert_int_equal(r->status, 200);
+  json_t *arr = kl_json(r);
+  assert_true(json_is_array(arr));
+  assert_int_equal(json_array_size(arr), n);
+  for (size_t i = 0; i < n; i++) {
+    json_t *o = json_array_get(arr, i);
+    int32_t want = kl_partition(keys[i], strlen(keys[i]), KL_T_PARTS);
+    assert_int_equal(json_integer_value(json_object_get(o, "partition")), want);
+    assert_true(json_integer_value(json_object_get(o, "offset")) >= 0);
+    assert_true(json_string_length(json_object_get(o, "id")) > 0);
+  }
+  json_decref(arr);
+}
+
+/* The value of one label-less sample in /metrics. */
+static double kl_metric(int port, const char *sample) {
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_t_http_once(port, "GET", "/metrics", NULL, NULL, &r), 0);
+  double v = -1;
+  size_t n = strlen(sample);
+  for (const char *p = r.body; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : p)
+    if (!strncmp(p, sample, n) && p[n] == ' ')
+      v = strtod(p + n + 1, NULL);
+  kl_t_http_resp_free(&r);
+  return v;
+}
+
+/* ---- 200 ---- */
+
+static void test_publish_one_and_array(void **state) {
+  kl_t_gateway_t *tg = kl_gw(NULL);
+  kl_wait_health(tg->port, 200);
+  kl_t_http_resp_t r;
+  const char *one[] = {"acct-1"};
+  assert_int_equal(kl_post(tg->port, KL_T_TOPIC, NULL,
+                           "{\"key\":\"acct-1\",\"type\":\"credit\","
+                           "\"id\":\"id-one\",\"payload\":{\"amount\":5}}",
+                           &r),
+                   0);
+  kl_assert_routed(&r, one, 1);
+  assert_non_null(strstr(r.body, "\"id\":\"id-one\""));
+  kl_t_http_resp_free(&r);
+  const char *three[] = {"a", "b", "c"};
+  assert_int_equal(
+      kl_post(tg->port, KL_T_TOPIC, "Content-Type: application/json\r\n",
+              "[{\"key\":\"a\",\"type\":\"t\"},{\"key\":\"b\",\"type\":\"t\","
+              "\"payload_b64\":\"AAEC\",\"headers\":{\"h\":\"v\"}},"
+              "{\"key\":\"c\",\"type\":\"t\",\"payload\":[1,2.5,null]}]",
+              &r),
+      0);
+  kl_assert_routed(&r, three, 3);
+  kl_t_http_resp_free(&r);
+  kl_t_gateway_stop(tg);
+}
+
+static void test_publish_msgpack(void **state) {
+  kl_t_gateway_t *tg = kl_gw(NULL);
+  kl_wait_health(tg->port, 200);
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_array(&pk, 2);
+  for (int i = 0; i < 2; i++) {
+    msgpack_pack_map(&pk, 3);
+    msgpack_pack_str_with_body(&pk, "key", 3);
+    msgpack_pack_str_with_body(&pk, i ? "mp-2" : "mp-1", 4);
+    msgpack_pack_str_with_body(&pk, "type", 4);
+    msgpack_pack_str_with_body(&pk, "t", 1);
+    msgpack_pack_str_with_body(&pk, "payload", 7);
+    if (i)
+      msgpack_pack_bin_with_body(&pk, "\x00\x01", 2);
+    else
+      msgpack_pack_int(&pk, 42);
+  }
+  kl_t_http_t *http = kl_t_http_open(tg->port);
+  assert_int_equal(kl_t_http_request(http, "POST", "/v1/topics/events/events",
+                                     "Content-Type: application/msgpack\r\n",
+                                     sb.data, sb.size),
+                   0);
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_t_http_recv(http, &r, 10000), 0);
+  const char *keys[] = {"mp-1", "mp-2"};
+  kl_assert_routed(&r, keys, 2);
+  kl_t_http_resp_free(&r);
+  /* A hostile header: a map claiming 268M entries in 5 bytes. */
+  assert_int_equal(kl_t_http_request(http, "POST", "/v1/topics/events/events",
+                                     "Content-Type: application/msgpack\r\n",
+                                     "\xdf\x0f\xff\xff\xff", 5),
+                   0);
+  assert_int_equal(kl_t_http_recv(http, &r, 10000), 0);
+  assert_int_equal(r.status, 400);
+  kl_t_http_resp_free(&r);
+  kl_t_http_close(http);
+  msgpack_sbuffer_destroy(&sb);
+  kl_t_gateway_stop(tg);
+}
+
+/* curl, with a body big enough that it asks for 100-continue. */
+static void test_curl(void **state) {
+  kl_t_gateway_t *tg = kl_gw(NULL);
+  kl_wait_health(tg->port, 200);
+  char path[] = "/tmp/keylane-gw-body-XXXXXX";
+  int fd = mkstemp(path);
+  FILE *f = fdopen(fd, "w");
+  fputc('[', f);
+  for (int i = 0; i < 300; i++)
+    fprintf(f,
+            "%s{\"key\":\"curl-%d\",\"type\":\"t\",\"payload\":"
+            "{\"n\":%d,\"pad\":\"%040d\"}}",
+            i ? "," : "", i, i, i);
+  fputc(']', f);
+  fclose(f);
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd),
+           "curl -sS -o /dev/null -w '%%{http_code} %%{time_total}' "
+           "-H 'Content-Type: application/json' --data-binary @%s "
+           "http://127.0.0.1:%d/v1/topics/events/events",
+           path, tg->port);
+  FILE *p = popen(cmd, "r");
+  int code = 0;
+  double secs = 99;
+  assert_int_equal(fscanf(p, "%d %lf", &code, &secs), 2);
+  pclose(p);
+  unlink(path);
+  assert_int_equal(code, 200);
+  assert_true(secs < 0.9); /* no 1 s wait for a 100 Continue */
+  snprintf(cmd, sizeof(cmd),
+           "curl -sS 'http://127.0.0.1:%d/v1/topics/events/route?key=acct-1'",
+           tg->port);
+  p = popen(cmd, "r");
+  char out[256] = "";
+  assert_non_null(fgets(out, sizeof(out), p));
+  pclose(p);
+  char want[128];
+  snprintf(want, sizeof(want), "{\"partition\":%d,\"partitions\":%d}",
+           kl_partition("acct-1", 6, KL_T_PARTS), KL_T_PARTS);
+  assert_non_null(strstr(out, want));
+  kl_t_gateway_stop(tg);
+}
+
+/* ---- 400, 404, 405, 413, 431 ---- */
+
+static void test_bad_event_has_index_and_nothing_is_produced(void **state) {
+  kl_t_gateway_t *tg = kl_gw(NULL);
+  kl_wait_health(tg->port, 200);
+  double before = kl_metric(tg->port, "keylane_gateway_events_produced_total");
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_post(tg->port, KL_T_TOPIC, NULL,
+                           "[{\"key\":\"a\",\"type\":\"t\"},"
+                           "{\"key\":\"b\",\"type\":\"t\"},"
+                           "{\"key\":\"c\"},{\"key\":\"\",\"type\":\"t\"}]",
+                           &r),
+                   0);
+  assert_int_equal(r.status, 400);
+  json_t *o = kl_json(&r);
+  assert_int_equal(json_integer_value(json_object_get(o, "index")), 2);
+  assert_non_null(strstr(json_string_value(json_object_get(o, "error")),
+                         "\"type\" is missing"));
+  json_decref(o);
+  kl_t_http_resp_free(&r);
+  const char *bad[] = {"not json", "[]", "42",
+                       "{\"key\":\"a\",\"type\":\"t\","
+                       "\"paylaod\":1}",
+                       "{\"key\":\"a\",\"type\":\"t\","
+                       "\"payload_b64\":\"!!\"}"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    assert_int_equal(kl_post(tg->port, KL_T_TOPIC, NULL, bad[i], &r), 0);
+    assert_int_equal(r.status, 400);
+    kl_t_http_resp_free(&r);
+  }
+  assert_int_equal(kl_post(tg->port, "bad$topic", NULL, "{}", &r), 0);
+  assert_int_equal(r.status, 400);
+  kl_t_http_resp_free(&r);
+  assert_int_equal(
+      kl_post(tg->port, KL_T_TOPIC, "Content-Type: text/csv\r\n", "a,b", &r),
+      0);
+  assert_int_equal(r.status, 415);
+  kl_t_http_resp_free(&r);
+  assert_true(kl_metric(tg->port, "keylane_gateway_events_produced_total") ==
+              before);
+  kl_t_gateway_stop(tg);
+}
+
+static void test_404_405(void **state) {
+  kl_t_gateway_t *tg = kl_gw(NULL);
+  kl_t_http_resp_t r;
+  char allow[64];
+  assert_int_equal(kl_t_http_once(tg->port, "GET", "/nope", NULL, NULL, &r), 0);
+  assert_int_equal(r.status, 404);
+  kl_t_http_resp_free(&r);
+  assert_int_equal(kl_t_http_once(tg->port, "GET", "/v1/topics/events/events",
+                                  NULL, NULL, &r),
+                   0);
+  assert_int_equal(r.status, 405);
+  assert_string_equal(kl_t_http_header(&r, "allow", allow, sizeof(allow)),
+                      "POST");
+  kl_t_http_resp_free(&r);
+  assert_int_equal(
+      kl_t_http_once(tg->port, "DELETE", "/healthz", NULL, NULL, &r), 0);
+  assert_int_equal(r.status, 405);
+  kl_t_http_resp_free(&r);
+  assert_int_equal(kl_t_http_once(tg->port, "GET", "/v1/topics/events/route",
+                                  NULL, NULL, &r),
+                   0);
+  assert_int_equal(r.status, 400); /* no key */
+  kl_t_http_resp_free(&r);
+  kl_t_gateway_stop(tg);
+}
+
+static void test_body_and_header_limits(void **state) {
+  kl_gateway_opts_t o;
+  kl__gateway_opts_default(&o);
+  o.max_body = 1000;
+  o.max_header = 1024;
+  o.max_inflight_bytes = 1 << 20;
+  kl_t_gateway_t *tg = kl_gw(&o);
+  char big[2000];
+  memset(big, 'x', sizeof(big) - 1);
+  big[sizeof(big) - 1] = '\0';
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_post(tg->port, KL_T_TOPIC, NULL, big, &r), 0);
+  assert_int_equal(r.status, 413);
+  assert_false(r.keep_alive);
+  kl_t_http_resp_free(&r);
+  /* Chunked: the size is only known as it arrives. */
+  kl_t_http_t *http = kl_t_http_open(tg->port);
+  const char *head = "POST /v1/topics/events/events HTTP/1.1\r\nHost: x\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n";
+  kl_t_http_send(http, head, strlen(head));
+  for (int i = 0; i < 3; i++) {
+    kl_t_http_send(http, "258\r\n", 5);
+    kl_t_http_send(http, big, 600);
+    kl_t_http_send(http, "\r\n", 2);
+  }
+  assert_int_equal(kl_t_http_recv(http, &r, 5000), 0);
+  assert_int_equal(r.status, 413);
+  kl_t_http_resp_free(&r);
+  kl_t_http_close(http);
+  char extra[1200];
+  snprintf(extra, sizeof(extra), "X-Pad: %.1100s\r\n", big);
+  assert_int_equal(kl_t_http_once(tg->port, "GET", "/healthz", extra, NULL, &r),
+                   0);
+  assert_int_equal(r.status, 431);
+  kl_t_http_resp_free(&r);
+  kl_t_gateway_stop(tg);
+}
+
+/* ---- 401 ---- */
+
+static void test_tokens(void **state) {
+  char path[] = "/tmp/keylane-gw-tokens-XXXXXX";
+  int fd = mkstemp(path);
+  const char *text = "# comment\n\nsecret-one\r\n  secret-two  \n";
+  assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  kl_gateway_opts_t o;
+  kl__gateway_opts_default(&o);
+  o.tokens_file = path;
+  kl_t_gateway_t *tg = kl_gw(&o);
+  kl_wait_health(tg->port, 200); /* no token needed for probes */
+  const char *ev = "{\"key\":\"k\",\"type\":\"t\"}";
+  const char *wrong[] = {NULL, "Authorization: Bearer secret\r\n",
+                         "Authorization: Bearer secret-one2\r\n",
+                         "Authorization: Basic c2VjcmV0LW9uZQ==\r\n"};
+  kl_t_http_resp_t r;
+  char www[64];
+  for (size_t i = 0; i < 4; i++) {
+    assert_int_equal(kl_post(tg->port, KL_T_TOPIC, wrong[i], ev, &r), 0);
+    assert_int_equal(r.status, 401);
+    assert_non_null(kl_t_http_header(&r, "www-authenticate", www, sizeof(www)));
+    assert_true(r.keep_alive); /* the body was read: the connection lives */
+    kl_t_http_resp_free(&r);
+  }
+  const char *right[] = {"Authorization: Bearer secret-one\r\n",
+                         "Authorization: bearer secret-two\r\n"};
+  for (size_t i = 0; i < 2; i++) {
+    assert_int_equal(kl_post(tg->port, KL_T_TOPIC, right[i], ev, &r), 0);
+    assert_int_equal(r.status, 200);
+    kl_t_http_resp_free(&r);
+  }
+  kl_t_gateway_stop(tg);
+  unlink(path);
+}
+
+/* ---- 503 and 429: Kafka away ---- */
+
+static void test_503_then_retry_with_same_ids(void **state) {
+  kl_t_gateway_t *tg = kl_gw(NULL);
+  kl_wait_health(tg->port, 200);
+  const char *ev = "[{\"key\":\"r1\",\"type\":\"t\",\"id\":\"retry-1\"},"
+                   "{\"key\":\"r2\",\"type\":\"t\"}]";
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_post(tg->port, KL_T_TOPIC, NULL, ev, &r), 0);
+  assert_int_equal(r.status, 200); /* the topic is known from here on */
+  kl_t_http_resp_free(&r);
+  kl_brokers(0);
+  assert_int_equal(kl_post(tg->port, KL_T_TOPIC, NULL, ev, &r), 0);
+  assert_int_equal(r.status, 503);
+  char ra[16];
+  assert_non_null(kl_t_http_header(&r, "retry-after", ra, sizeof(ra)));
+  json_t *o = kl_json(&r);
+  json_t *ids = json_object_get(o, "ids");
+  assert_int_equal(json_array_size(ids), 2);
+  assert_string_equal(json_string_value(json_array_get(ids, 0)), "retry-1");
+  char retry[512];
+  snprintf(retry, sizeof(retry),
+           "[{\"key\":\"r1\",\"type\":\"t\",\"id\":"
+           "\"retry-1\"},{\"key\":\"r2\",\"type\":\"t\",\"id\":\"%s\"}]",
+           json_string_value(json_array_get(ids, 1)));
+  json_decref(o);
+  kl_t_http_resp_free(&r);
+  kl_wait_health(tg->port, 503);
+  kl_brokers(1);
+  kl_wait_health(tg->port, 200);
+  assert_int_equal(kl_post(tg->port, KL_T_TOPIC, NULL, retry, &r), 0);
+  assert_int_equal(r.status, 200);
+  kl_t_http_resp_free(&r);
+  assert_true(kl_metric(tg->port, "keylane_gateway_events_failed_total") >= 2);
+  kl_t_gateway_stop(tg);
+}
+
+static void test_429_when_budget_full(void **state) {
+  kl_gateway_opts_t o;
+  kl__gateway_opts_default(&o);
+  o.max_inflight = 3;
+  o.produce_timeout_ms = 8000;
+  kl_t_gateway_t *tg = kl_gw(&o);
+  kl_wait_health(tg->port, 200);
+  const char *three = "[{\"key\":\"a\",\"type\":\"t\"},{\"key\":\"b\","
+                      "\"type\":\"t\"},{\"key\":\"c\",\"type\":\"t\"}]";
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_post(tg->port, KL_T_TOPIC, NULL, three, &r), 0);
+  assert_int_equal(r.status, 200);
+  kl_t_http_resp_free(&r);
+  /* Four events can never fit a budget of three. */
+  assert_int_equal(kl_post(tg->port, KL_T_TOPIC, NULL,
+                           "[{\"key\":\"a\","
+                           "\"type\":\"t\"},{\"key\":\"b\",\"type\":\"t\"},"
+                           "{\"key\":\"c\",\"type\":\"t\"},{\"key\":\"d\","
+                           "\"type\":\"t\"}]",
+                           &r),
+                   0);
+  assert_int_equal(r.status, 413);
+  kl_t_http_resp_free(&r);
+  kl_brokers(0);
+  kl_t_http_t *waiting = kl_t_http_open(tg->port);
+  kl_t_http_request(waiting, "POST", "/v1/topics/events/events", NULL, three,
+                    strlen(three));
+  while (kl_metric(tg->port, "keylane_gateway_inflight_events") < 3)
+    kl_t_sleep_ms(20);
+  assert_int_equal(
+      kl_post(tg->port, KL_T_TOPIC, NULL, "{\"key\":\"z\",\"type\":\"t\"}", &r),
+      0);
+  assert_int_equal(r.status, 429);
+  char ra[16];
+  assert_string_equal(kl_t_http_header(&r, "retry-after", ra, sizeof(ra)), "1");
+  kl_t_http_resp_free(&r);
+  kl_brokers(1);
+  assert_int_equal(kl_t_http_recv(waiting, &r, 15000), 0);
+  assert_int_equal(r.status, 200); /* it waited, and got through */
+  kl_t_http_resp_free(&r);
+  kl_t_http_close(waiting);
+  kl_t_gateway_stop(tg);
+}
+
+/* ---- how bytes arrive ---- */
+
+static void test_body_one_byte_per_write(void **state) {
+  kl_t_gateway_t *tg = kl_gw(NULL);
+  kl_wait_health(tg->port, 200);
+  const char *body = "[{\"key\":\"slow-1\",\"type\":\"t\",\"payload\":"
+                     "{\"a\":[1,2,3]}},{\"key\":\"slow-2\",\"type\":\"t\"}]";
+  size_t len;
+  char *req = kl_t_http_format("POST", "/v1/topics/events/events",
+                               "Content-Type: application/json\r\n", body,
+                               strlen(body), &len);
+  kl_t_http_t *http = kl_t_http_open(tg->port);
+  for (size_t i = 0; i < len; i++) {
+    assert_int_equal(kl_t_http_send(http, req + i, 1), 0);
+    kl_t_sleep_ms(1); /* so that each byte is a read of its own */
+  }
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_t_http_recv(http, &r, 10000), 0);
+  const char *keys[] = {"slow-1", "slow-2"};
+  kl_assert_routed(&r, keys, 2);
+  kl_t_http_resp_free(&r);
+  kl_t_http_close(http);
+  free(req);
+  kl_t_gateway_stop(tg);
+}
+
+static void test_pipelined_in_order(void **state) {
+  kl_t_gateway_t *tg = kl_gw(NULL);
+  kl_wait_health(tg->port, 200);
+  char all[16384] = "";
+  size_t off = 0;
+  for (int i = 0; i < 12; i++) {
+    char body[128], *req;
+    size_t len;
+    snprintf(body, sizeof(body),
+             "{\"key\":\"pipe-%d\",\"type\":\"t\","
+             "\"id\":\"pipe-id-%d\"}",
+             i, i);
+    if (i % 4 == 1)
+      req = kl_t_http_format("GET", "/nope", NULL, NULL, 0, &len);
+    else if (i % 4 == 2)
+      req = kl_t_http_format("POST", "/v1/topics/events/events", NULL,
+                             "{\"key\":1}", 9, &len);
+    else
+      req = kl_t_http_format("POST", "/v1/topics/events/events", NULL, body,
+                             strlen(body), &len);
+    memcpy(all + off, req, len);
+    off += len;
+    free(req);
+  }
+  kl_t_http_t *http = kl_t_http_open(tg->port);
+  assert_int_equal(kl_t_http_send(http, all, off), 0); /* one write */
+  for (int i = 0; i < 12; i++) {
+    kl_t_http_resp_t r;
+    assert_int_equal(kl_t_http_recv(http, &r, 10000), 0);
+    int want = i % 4 == 1 ? 404 : i % 4 == 2 ? 400 : 200;
+    assert_int_equal(r.status, want);
+    if (want == 200) {
+      char id[32];
+      snprintf(id, sizeof(id), "\"pipe-id-%d\"", i);
+      assert_non_null(strstr(r.body, id));
+    }
+    kl_t_http_resp_free(&r);
+  }
+  kl_t_http_close(http);
+  kl_t_gateway_stop(tg);
+}
+
+/* A client that sends and never reads fills its own queue only. */
+static void test_client_that_stops_reading(void **state) {
+  kl_gateway_opts_t o;
+  kl__gateway_opts_default(&o);
+  o.max_pipeline = 8;
+  o.max_output = 64 * 1024;
+  kl_t_gateway_t *tg = kl_gw(&o);
+  kl_wait_health(tg->port, 200);
+  kl_t_http_t *stuck = kl_t_http_open(tg->port);
+  int small = 4096;
+  setsockopt(kl_t_http_fd(stuck), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  size_t len;
+  char *req = kl_t_http_format("GET", "/metrics", NULL, NULL, 0, &len);
+  size_t total = 0;
+  /* Send until the gateway stops reading and our send buffer fills. */
+  for (int i = 0; i < 20000; i++) {
+    ssize_t n =
+        send(kl_t_http_fd(stuck), req, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n <= 0)
+      break;
+    total += (size_t)n;
+  }
+  free(req);
+  assert_true(total > 0);
+  int64_t t0 = kl__mono_ns();
+  for (int i = 0; i < 20; i++) {
+    kl_t_http_resp_t r;
+    assert_int_equal(kl_post(tg->port, KL_T_TOPIC, NULL,
+                             "{\"key\":\"other\",\"type\":\"t\"}", &r),
+                     0);
+    assert_int_equal(r.status, 200);
+    kl_t_http_resp_free(&r);
+  }
+  assert_true((kl__mono_ns() - t0) / 1000000 < 5000);
+  assert_true(kl_metric(tg->port, "keylane_gateway_connections_paused") >= 1);
+  kl_t_http_close(stuck);
+  kl_t_gateway_stop(tg);
+}
+
+/* ---- connections: cap and timeouts ---- */
+
+static void test_connection_cap(void **state) {
+  kl_gateway_opts_t o;
+  kl__gateway_opts_default(&o);
+  o.max_connections = 2;
+  kl_t_gateway_t *tg = kl_gw(&o);
+  kl_t_http_t *a = kl_t_http_open(tg->port), *b = kl_t_http_open(tg->port);
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_t_http_request(a, "GET", "/metrics", NULL, NULL, 0), 0);
+  assert_int_equal(kl_t_http_recv(a, &r, 5000), 0);
+  kl_t_http_resp_free(&r);
+  assert_int_equal(kl_t_http_request(b, "GET", "/metrics", NULL, NULL, 0), 0);
+  assert_int_equal(kl_t_http_recv(b, &r, 5000), 0);
+  kl_t_http_resp_free(&r);
+  kl_t_http_t *c = kl_t_http_open(tg->port);
+  assert_int_equal(kl_t_http_recv(c, &r, 5000), 0);
+  assert_int_equal(r.status, 503);
+  kl_t_http_resp_free(&r);
+  kl_t_http_close(c);
+  kl_t_http_close(a);
+  kl_t_http_close(b);
+  kl_t_gateway_stop(tg);
+}
+
+static void test_idle_and_request_timeouts(void **state) {
+  kl_gateway_opts_t o;
+  kl__gateway_opts_default(&o);
+  o.idle_timeout_ms = 800;
+  o.request_timeout_ms = 800;
+  kl_t_gateway_t *tg = kl_gw(&o);
+  kl_t_http_t *idle = kl_t_http_open(tg->port);
+  kl_t_http_t *half = kl_t_http_open(tg->port);
+  kl_t_http_send(half, "GET /metrics HTTP/1.1\r\nHost:", 28);
+  char byte;
+  int64_t t0 = kl__mono_ns();
+  assert_int_equal(recv(kl_t_http_fd(idle), &byte, 1, 0), 0); /* closed */
+  int64_t waited = (kl__mono_ns() - t0) / 1000000;
+  assert_true(waited >= 700 && waited < 4000);
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_t_http_recv(half, &r, 5000), 0);
+  assert_int_equal(r.status, 408);
+  kl_t_http_resp_free(&r);
+  kl_t_http_close(idle);
+  kl_t_http_close(half);
+  kl_t_gateway_stop(tg);
+}
+
+/* ---- /metrics ---- */
+
+static void test_metrics_parse_as_prometheus(void **state) {
+  kl_t_gateway_t *tg = kl_gw(NULL);
+  kl_wait_health(tg->port, 200);
+  kl_t_http_resp_t r;
+  assert_int_equal(
+      kl_post(tg->port, KL_T_TOPIC, NULL, "{\"key\":\"m\",\"type\":\"t\"}", &r),
+      0);
+  kl_t_http_resp_free(&r);
+  assert_int_equal(kl_t_http_once(tg->port, "GET", "/nope", NULL, NULL, &r), 0);
+  kl_t_http_resp_free(&r);
+  assert_int_equal(kl_t_http_once(tg->port, "GET", "/metrics", NULL, NULL, &r),
+                   0);
+  assert_int_equal(r.status, 200);
+  char ct[128];
+  assert_non_null(strstr(kl_t_http_header(&r, "content-type", ct, sizeof(ct)),
+                         "version=0.0.4"));
+  char err[256];
+  int rc = kl_t_prom_check(r.body, err, sizeof(err));
+  if (rc != 0)
+    fail_msg("metrics do not parse: %s\n%s", err, r.body);
+  const char *want[] = {
+      "keylane_gateway_requests_total{route=\"events\",code=\"200\"}",
+      "keylane_gateway_requests_total{route=\"other\",code=\"404\"}",
+      "keylane_gateway_delivery_latency_seconds_bucket{le=\"+Inf\"}",
+      "keylane_gateway_inflight_events ",
+      "keylane_gateway_kafka_errors_total",
+      "keylane_gateway_limit{limit=\"connections\"} 1024",
+      "keylane_gateway_rejected_total{limit=\"inflight\"}",
+      "keylane_gateway_events_produced_total "};
+  for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+    if (!strstr(r.body, want[i]))
+      fail_msg("no %s in\n%s", want[i], r.body);
+  kl_t_http_resp_free(&r);
+  kl_t_gateway_stop(tg);
+}
+
+/* The checker itself refuses what Prometheus would. */
+static void test_prom_checker_refuses(void **state) {
+  const char *bad[] = {
+      "# TYPE x counter\nx{a=\"1\"} notanumber\n",
+      "# TYPE x counter\n1x 1\n",
+      "# TYPE x counter\nx{a=1} 1\n",
+      "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\n"
+      "h_sum 1\nh_count 1\n",
+      "# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\n"
+      "h_sum 1\nh_count 3\n",
+      "# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n",
+      "x 1\n# TYPE x counter\n",
+  };
+  char err[256];
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    if (kl_t_prom_check(bad[i], err, sizeof(err)) == 0)
+      fail_msg("accepted: %s", bad[i]);
+  assert_int_equal(kl_t_prom_check("# HELP x a \\\\ b\n# TYPE x gauge\n"
+                                   "x{a=\"q\\\"\\n\"} -1.5e3\nx{a=\"b\"} NaN\n",
+                                   err, sizeof(err)),
+                   0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_prom_checker_refuses),
+      cmocka_unit_test(test_publish_one_and_array),
+      cmocka_unit_test(test_publish_msgpack),
+      cmocka_unit_test(test_curl),
+      cmocka_unit_test(test_bad_event_has_index_and_nothing_is_produced),
+      cmocka_unit_test(test_404_405),
+      cmocka_unit_test(test_body_and_header_limits),
+      cmocka_unit_test(test_tokens),
+      cmocka_unit_test(test_503_then_retry_with_same_ids),
+      cmocka_unit_test(test_429_when_budget_full),
+      cmocka_unit_test(test_body_one_byte_per_write),
+      cmocka_unit_test(test_pipelined_in_order),
+      cmocka_unit_test(test_client_that_stops_reading),
+      cmocka_unit_test(test_connection_cap),
+      cmocka_unit_test(test_idle_and_request_timeouts),
+      cmocka_unit_test(test_metrics_parse_as_prometheus),
+  };
+  return cmocka_run_group_tests(tests, kl_group_up, kl_group_down);
+}
