@@ -18,6 +18,7 @@ typedef int(kl_bench_fn)(int argc, char **argv);
 int kl_bench_produce(int argc, char **argv);
 int kl_bench_store(int argc, char **argv);
 int kl_bench_worker(int argc, char **argv);
+int kl_bench_gateway(int argc, char **argv);
 
 /** Monotonic seconds, for timing runs. */
 double kl_bench_now(void);

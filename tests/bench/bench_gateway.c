@@ -285,9 +285,6 @@ static int kl_bg_parse(int argc, char **argv, kl_bg_opts_t *opts) {
   return rc;
 }
 
-/* Until bench.h lists it (its other benchmarks are being written). */
-int kl_bench_gateway(int argc, char **argv);
-
 int kl_bench_gateway(int argc, char **argv) {
   kl_bg_opts_t opts = {.events = 200000, .rounds = 3, .partitions = 8};
   int rc = kl_bg_parse(argc, argv, &opts);

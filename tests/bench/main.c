@@ -19,6 +19,8 @@ static const struct {
      "store commits LMDB vs PostgreSQL, and LMDB dedup lookups 10k -> 10M"},
     {"worker", kl_bench_worker,
      "one ledger worker against a bare consume loop (target ratio >= 0.50)"},
+    {"gateway", kl_bench_gateway,
+     "events/s through the HTTP gateway against direct kl_publish"},
 };
 #define KL_NBENCHES (sizeof(kl_benches) / sizeof(kl_benches[0]))
 
