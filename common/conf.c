@@ -64,6 +64,11 @@ static const kl_conf_key_t kl_keys[] = {
      "attempts before an event is dead-lettered"},
     {"worker.dlq.topic", KL_CT_STR, "", 0, 0, NULL,
      "dead-letter topic (default: <topic>.dlq)"},
+    {"worker.window.max", KL_CT_INT, "10000", 2, 10000000, NULL,
+     "records a partition holds in memory at most; past it it is paused"},
+    {"worker.waiting.max", KL_CT_INT, "1000", 1, 10000000, NULL,
+     "keys in retry backoff per worker at most; past it their partitions "
+     "are paused"},
 };
 #define KL_NKEYS (sizeof(kl_keys) / sizeof(kl_keys[0]))
 

@@ -5,14 +5,15 @@
 
 #include "common/internal.h"
 
-static kl_handler_result_t kl_apply_one(const kl__applier_t *a,
-                                        int32_t partition, uint64_t epoch,
-                                        kl_txn_t *txn,
-                                        const rd_kafka_message_t *m,
-                                        kl__apply_result_t *res) {
-  kl_event_t event;
+kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
+                                    uint64_t epoch, kl_txn_t *txn,
+                                    const rd_kafka_message_t *m,
+                                    kl_event_t *event,
+                                    kl__apply_result_t *res) {
+  res->failed_err = KL_OK;
+  res->store_err = KL_OK;
   kl_err_t err = kl_event_decode(a->decoder, m->key, m->key_len, m->payload,
-                                 m->len, &event);
+                                 m->len, event);
   if (err) {
     res->failed_err = err;
     snprintf(res->why, sizeof(res->why), "decode: %s: %s", kl_err_name(err),
@@ -20,7 +21,8 @@ static kl_handler_result_t kl_apply_one(const kl__applier_t *a,
     return KL_HANDLER_FAIL;
   }
   kl_mark_t mark;
-  if ((err = kl_txn_seen(txn, event.id, event.id_len, &mark))) {
+  if ((err = kl_txn_seen(txn, event->id, event->id_len, &mark))) {
+    res->store_err = err;
     snprintf(res->why, sizeof(res->why), "store: %s", kl_err_detail());
     return KL_HANDLER_RETRY;
   }
@@ -30,11 +32,12 @@ static kl_handler_result_t kl_apply_one(const kl__applier_t *a,
     return KL_HANDLER_OK;
   }
   kl_fence_t fence = {a->topic, partition, epoch, m->offset};
-  kl_handler_result_t r = a->handler(a->handler_opaque, &event, &fence, txn,
+  kl_handler_result_t r = a->handler(a->handler_opaque, event, &fence, txn,
                                      res->why, sizeof(res->why));
   if (r != KL_HANDLER_OK)
-    return r;
-  if ((err = kl_txn_mark(txn, event.id, event.id_len, KL_MARK_APPLIED))) {
+    return r == KL_HANDLER_RETRY ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
+  if ((err = kl_txn_mark(txn, event->id, event->id_len, KL_MARK_APPLIED))) {
+    res->store_err = err;
     snprintf(res->why, sizeof(res->why), "store: %s", kl_err_detail());
     return KL_HANDLER_RETRY;
   }
@@ -52,7 +55,9 @@ static void kl_run_batch(const kl__applier_t *a, int32_t partition,
       res->redelivered++;
       continue;
     }
-    kl_handler_result_t r = kl_apply_one(a, partition, epoch, txn, m, res);
+    kl_event_t event;
+    kl_handler_result_t r =
+        kl__apply_event(a, partition, epoch, txn, m, &event, res);
     if (r != KL_HANDLER_OK) {
       res->verdict = r;
       res->failed_offset = m->offset;

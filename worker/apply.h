@@ -33,8 +33,26 @@ typedef struct kl__apply_result {
   kl_handler_result_t verdict; /* OK, or the first RETRY/FAIL */
   int64_t failed_offset;
   kl_err_t failed_err; /* KL_EDECODE_* when the record did not decode */
+  kl_err_t store_err;  /* the store error behind a RETRY of seen/mark */
   char why[512];
 } kl__apply_result_t;
+
+/**
+ * The step every event takes, in a batch or in a key-parallel lane: decode
+ * @p m; skip it when its id was seen (counted in res->duplicates); else run
+ * the handler on @p txn and mark the id applied (res->applied).
+ * @param event  receives the decoded event; it borrows from @p m and from
+ *               applier->decoder, as kl_event_decode() says.
+ * @returns KL_HANDLER_OK (applied or duplicate); RETRY or FAIL with res->why.
+ *          The cause: res->failed_err is a KL_EDECODE_* code for a record
+ *          that did not decode (FAIL); res->store_err a store error of
+ *          seen/mark (RETRY); both KL_OK when the handler said so.
+ */
+kl_handler_result_t kl__apply_event(const kl__applier_t *applier,
+                                    int32_t partition, uint64_t epoch,
+                                    kl_txn_t *txn, const rd_kafka_message_t *m,
+                                    kl_event_t *event,
+                                    kl__apply_result_t *res);
 
 /**
  * Applies @p msgs (@p count records of @p partition, in offset order) once.

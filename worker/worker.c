@@ -1,13 +1,12 @@
 /*
- * The worker: one consumer, one lane per owned partition, one fenced store
- * commit per batch.
+ * The worker: one consumer, one lane per owned partition (lanes.c), the
+ * executors (pool.c) and the dead-letter producer (dlq.c).
  *
- * Everything runs on the thread that called kl_worker_run(): polling,
- * the rebalance callback, the handlers and the commits. A partition's
- * messages are buffered in its lane until the batch is full, the batch
- * wait elapsed, or the partition is revoked; then the lane is applied.
- * Because the rebalance callback runs inside rd_kafka_consumer_poll() on
- * this same thread, a revoked lane's batch is finished inside the
+ * The thread that called kl_worker_run() is the poll thread: it consumes,
+ * runs the rebalance callback, group-commits the lanes and produces dead
+ * letters; in inline mode (worker.concurrency = 1) it runs the handlers
+ * too. Because the rebalance callback runs inside rd_kafka_consumer_poll()
+ * on this thread, a revoked lane is drained and committed inside the
  * callback, before the partition is given up.
  */
 #include <inttypes.h>
@@ -23,36 +22,22 @@
 #include "common/kafka.h"
 #include "common/log.h"
 #include "worker/apply.h"
-
-typedef enum kl_lane_state {
-  KL_LANE_FREE = 0, /* not owned */
-  KL_LANE_OWNED,    /* owned: consuming and applying */
-  KL_LANE_FENCED,   /* a newer owner exists: apply nothing until revoked */
-  KL_LANE_FAILED,   /* the handler failed: stopped until revoked */
-} kl_lane_state_t;
-
-typedef struct kl_lane {
-  kl_lane_state_t state;
-  uint64_t epoch;
-  int64_t watermark; /* next offset to apply */
-  rd_kafka_message_t **msgs;
-  size_t count;
-  int64_t first_ns; /* when the oldest buffered message arrived */
-} kl_lane_t;
+#include "worker/dlq.h"
+#include "worker/lanes.h"
+#include "worker/pool.h"
 
 struct kl_worker {
   kl_conf_t *conf;
   char *topic;
   kl_store_t *store;
   rd_kafka_t *rk;
-  kl__applier_t applier;
-  kl_lane_t *lanes;
-  int32_t partitions;
-  size_t batch_max;
-  int64_t batch_wait_ns;
+  kl__applier_t applier; /* the poll thread's; the lanes copy it */
+  kl__dlq_t *dlq;
+  kl__lanes_t *lanes;
+  kl__pool_t *pool;
+  int threads; /* executors: 0 in inline mode */
   volatile sig_atomic_t stop;
   int assigned_once; /* a rebalance callback has assigned to this member */
-  _Atomic uint64_t applied, duplicates, redelivered, batches, fenced, failed;
   _Atomic int32_t owned;
 };
 
@@ -60,8 +45,7 @@ struct kl_worker {
 
 void kl__worker_set_before_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
                                   void *opaque) {
-  worker->applier.before_commit = fn;
-  worker->applier.hook_opaque = opaque;
+  kl__lanes_set_before_commit(worker->lanes, fn, opaque);
 }
 
 static void kl_sleep_ms(int ms) {
@@ -69,118 +53,7 @@ static void kl_sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-/* ---- applying a batch -------------------------------------------------- */
-
-static void kl_lane_drop_msgs(kl_lane_t *lane) {
-  for (size_t i = 0; i < lane->count; i++)
-    rd_kafka_message_destroy(lane->msgs[i]);
-  lane->count = 0;
-}
-
-static void kl_commit_kafka(kl_worker_t *worker, int32_t partition,
-                            int64_t next) {
-  rd_kafka_topic_partition_list_t *offsets =
-      rd_kafka_topic_partition_list_new(1);
-  rd_kafka_topic_partition_list_add(offsets, worker->topic, partition)->offset =
-      next;
-  rd_kafka_resp_err_t kerr = rd_kafka_commit(worker->rk, offsets, 1);
-  if (kerr)
-    KL_LOG_D(KL_COMP, "offset commit partition=%" PRId32 ": %s", partition,
-             rd_kafka_err2str(kerr));
-  rd_kafka_topic_partition_list_destroy(offsets);
-}
-
-static void kl_lane_pause(kl_worker_t *worker, int32_t partition) {
-  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-  rd_kafka_topic_partition_list_add(l, worker->topic, partition);
-  rd_kafka_pause_partitions(worker->rk, l);
-  rd_kafka_topic_partition_list_destroy(l);
-}
-
-static void kl_lane_fenced(kl_worker_t *worker, kl_lane_t *lane,
-                           int32_t partition) {
-  kl_partition_state_t now = {0};
-  kl_store_partition(worker->store, worker->topic, partition, &now);
-  KL_LOG_W(KL_COMP,
-           "fenced partition=%" PRId32 " my_epoch=%" PRIu64
-           " current_epoch=%" PRIu64 ": a newer owner holds it; this batch of "
-           "%zu events was rolled back",
-           partition, lane->epoch, now.epoch, lane->count);
-  worker->fenced++;
-  lane->state = KL_LANE_FENCED;
-  kl_lane_pause(worker, partition);
-}
-
-static void kl_lane_failed(kl_worker_t *worker, kl_lane_t *lane,
-                           int32_t partition, const kl__apply_result_t *res) {
-  KL_LOG_E(KL_COMP,
-           "handler failed partition=%" PRId32 " offset=%" PRId64
-           ": %s; partition %" PRId32 " is stopped at offset %" PRId64
-           " (nothing of this batch was applied); fix the handler or the "
-           "event and restart the worker",
-           partition, res->failed_offset, res->why, partition, lane->watermark);
-  worker->failed++;
-  lane->state = KL_LANE_FAILED;
-  kl_lane_pause(worker, partition);
-}
-
-/*
- * Applies a lane's buffered messages as one fenced store transaction,
- * re-running the whole batch after a backoff when the handler or the store
- * asks for a retry. Returns with the lane's buffer empty.
- */
-static void kl_lane_apply(kl_worker_t *worker, int32_t partition) {
-  kl_lane_t *lane = &worker->lanes[partition];
-  int backoff_ms = (int)kl__conf_int(worker->conf, "worker.retry.initial.ms");
-  const int backoff_max = (int)kl__conf_int(worker->conf, "worker.retry.max.ms");
-  while (lane->count > 0 && lane->state == KL_LANE_OWNED) {
-    kl__apply_result_t res;
-    kl_err_t err = kl__apply_batch(&worker->applier, partition, lane->epoch,
-                                   lane->watermark, lane->msgs, lane->count,
-                                   &res);
-    if (!err && res.verdict == KL_HANDLER_OK) {
-      lane->watermark = res.next;
-      worker->applied += res.applied;
-      worker->duplicates += res.duplicates;
-      worker->redelivered += res.redelivered;
-      worker->batches++;
-      kl_lane_drop_msgs(lane);
-      kl_commit_kafka(worker, partition, res.next);
-      return;
-    }
-    if (err == KL_EFENCED) {
-      kl_lane_fenced(worker, lane, partition);
-    } else if (!err && res.verdict == KL_HANDLER_FAIL) {
-      kl_lane_failed(worker, lane, partition, &res);
-    } else {
-      KL_LOG_W(KL_COMP,
-               "batch of partition=%" PRId32 " will be retried in %d ms: %s",
-               partition, backoff_ms,
-               err ? kl_err_detail() : res.why);
-      if (worker->stop)
-        break; /* nothing applied; the next owner resumes from the store */
-      kl_sleep_ms(backoff_ms);
-      backoff_ms = backoff_ms * 2 > backoff_max ? backoff_max : backoff_ms * 2;
-    }
-  }
-  kl_lane_drop_msgs(lane);
-}
-
 /* ---- ownership ------------------------------------------------------- */
-
-static kl_err_t kl_lanes_reserve(kl_worker_t *worker, int32_t partition) {
-  if (partition < worker->partitions)
-    return KL_OK;
-  int32_t n = partition + 1;
-  kl_lane_t *lanes = realloc(worker->lanes, (size_t)n * sizeof(*lanes));
-  if (!lanes)
-    return KL_ENOMEM;
-  memset(lanes + worker->partitions, 0,
-         (size_t)(n - worker->partitions) * sizeof(*lanes));
-  worker->lanes = lanes;
-  worker->partitions = n;
-  return KL_OK;
-}
 
 /* Acquires a new epoch, retrying while the store is unavailable: the group
  * gave us the partition, and nobody else will apply it meanwhile. */
@@ -205,20 +78,14 @@ static void kl_on_assign(kl_worker_t *worker,
   for (int i = 0; i < parts->cnt; i++) {
     rd_kafka_topic_partition_t *tp = &parts->elems[i];
     kl_partition_state_t state;
-    kl_err_t err = kl_lanes_reserve(worker, tp->partition);
-    if (!err)
-      err = kl_lane_acquire(worker, tp->partition, &state);
+    kl_err_t err = kl_lane_acquire(worker, tp->partition, &state);
     if (err) {
       KL_LOG_E(KL_COMP, "cannot take partition=%" PRId32 ": %s", tp->partition,
                kl_err_detail());
       worker->stop = 1;
       continue;
     }
-    kl_lane_t *lane = &worker->lanes[tp->partition];
-    lane->state = KL_LANE_OWNED;
-    lane->epoch = state.epoch;
-    lane->watermark = state.watermark;
-    lane->count = 0;
+    kl__lanes_own(worker->lanes, tp->partition, state.epoch, state.watermark);
     tp->offset = state.watermark > 0 ? state.watermark : RD_KAFKA_OFFSET_BEGINNING;
     worker->owned++;
     KL_LOG_I(KL_COMP,
@@ -228,20 +95,21 @@ static void kl_on_assign(kl_worker_t *worker,
   }
 }
 
+/* A revoked lane stops taking events, lets its running ones finish and
+ * commits what completed, inside the rebalance callback, before the
+ * partition is given up. A lost one commits nothing: a newer owner may
+ * exist already. */
 static void kl_on_revoke(kl_worker_t *worker,
                          rd_kafka_topic_partition_list_t *parts, int lost) {
   for (int i = 0; i < parts->cnt; i++) {
     int32_t p = parts->elems[i].partition;
-    if (p >= worker->partitions || worker->lanes[p].state == KL_LANE_FREE)
+    uint64_t epoch = 0;
+    int64_t watermark = kl__lanes_release(worker->lanes, p, !lost, &epoch);
+    if (watermark < 0)
       continue;
-    kl_lane_t *lane = &worker->lanes[p];
-    if (!lost)
-      kl_lane_apply(worker, p);
-    kl_lane_drop_msgs(lane);
     KL_LOG_I(KL_COMP,
              "%s partition=%" PRId32 " epoch=%" PRIu64 " watermark=%" PRId64,
-             lost ? "lost" : "revoked", p, lane->epoch, lane->watermark);
-    lane->state = KL_LANE_FREE;
+             lost ? "lost" : "revoked", p, epoch, watermark);
     worker->owned--;
   }
 }
@@ -258,8 +126,8 @@ static void kl_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
       rd_kafka_error_destroy(rd_kafka_incremental_assign(rk, parts));
     else
       rd_kafka_assign(rk, parts);
-    /* A partition this worker paused when it was fenced must not stay
-     * paused when the group hands it back. */
+    /* A partition this worker paused (fenced, or over a bound) must not
+     * stay paused when the group hands it back. */
     rd_kafka_resume_partitions(rk, parts);
   } else {
     kl_on_revoke(worker, parts, rd_kafka_assignment_lost(rk));
@@ -307,6 +175,21 @@ static kl_err_t kl_consumer_new(kl_worker_t *worker) {
   return KL_OK;
 }
 
+/* The consumer, the dead-letter producer, the lanes and (unless inline)
+ * the executor threads' pool, which starts in kl_worker_run(). */
+static kl_err_t kl_worker_parts_new(kl_worker_t *worker) {
+  kl_err_t err = kl_consumer_new(worker);
+  if (!err)
+    err = kl__dlq_new(worker->conf, worker->topic, kl__lanes_dlq_ack, NULL,
+                      &worker->dlq);
+  if (!err)
+    err = kl__lanes_new(worker->conf, &worker->applier, worker->rk,
+                        worker->dlq, &worker->lanes);
+  if (!err)
+    kl__dlq_set_opaque(worker->dlq, worker->lanes);
+  return err;
+}
+
 kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                        kl_store_t *store, kl_handler_fn_t *handler,
                        void *handler_opaque, kl_worker_t **out) {
@@ -327,11 +210,11 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                                     .handler = handler,
                                     .handler_opaque = handler_opaque,
                                     .decoder = kl_decoder_new()};
-  worker->batch_max = (size_t)kl__conf_int(conf, "worker.batch.max");
-  worker->batch_wait_ns = kl__conf_int(conf, "worker.batch.wait.ms") * 1000000;
+  int64_t n = kl__conf_int(conf, "worker.concurrency");
+  worker->threads = n > 1 ? (int)n : 0;
   kl_err_t err = KL_ENOMEM;
   if (worker->conf && worker->topic && worker->applier.decoder)
-    err = kl_consumer_new(worker);
+    err = kl_worker_parts_new(worker);
   if (err) {
     kl_worker_destroy(worker);
     return err;
@@ -364,40 +247,13 @@ static kl_err_t kl_check_topic(kl_worker_t *worker) {
                   "pass --partitions %" PRId32,
                   worker->topic, have, want, have);
   rd_kafka_metadata_destroy(md);
-  return err ? err : kl_lanes_reserve(worker, have - 1);
-}
-
-/* Buffers one consumed message in its lane; returns the lane's partition
- * when the batch is full, else -1. */
-static int32_t kl_buffer(kl_worker_t *worker, rd_kafka_message_t *m) {
-  int32_t p = m->partition;
-  if (p >= worker->partitions || worker->lanes[p].state != KL_LANE_OWNED) {
-    rd_kafka_message_destroy(m); /* fenced, failed or no longer ours */
-    return -1;
-  }
-  kl_lane_t *lane = &worker->lanes[p];
-  if (!lane->msgs &&
-      !(lane->msgs = malloc(worker->batch_max * sizeof(*lane->msgs)))) {
-    rd_kafka_message_destroy(m);
-    return -1; /* not consumed past; redelivered after the next rebalance */
-  }
-  if (lane->count == 0)
-    lane->first_ns = kl__mono_ns();
-  lane->msgs[lane->count++] = m;
-  return lane->count >= worker->batch_max ? p : -1;
-}
-
-static void kl_apply_due(kl_worker_t *worker, int force) {
-  int64_t now = kl__mono_ns();
-  for (int32_t p = 0; p < worker->partitions; p++) {
-    kl_lane_t *lane = &worker->lanes[p];
-    if (lane->count &&
-        (force || now - lane->first_ns >= worker->batch_wait_ns))
-      kl_lane_apply(worker, p);
-  }
+  if (!err)
+    kl__lanes_reserve(worker->lanes, have);
+  return err;
 }
 
 static void kl_on_consume_error(kl_worker_t *worker, rd_kafka_message_t *m) {
+  (void)worker;
   if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
     KL_LOG_W(KL_COMP, "consume: %s", rd_kafka_message_errstr(m));
   rd_kafka_message_destroy(m);
@@ -421,8 +277,48 @@ static void kl_await_first_assignment(kl_worker_t *worker) {
   }
 }
 
+/* Takes what the consumer has, up to @p max records, waiting at most
+ * @p timeout_ms for the first. */
+static void kl_consume(kl_worker_t *worker, int timeout_ms, int max) {
+  for (int i = 0; i < max; i++) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(worker->rk,
+                                                   i ? 0 : timeout_ms);
+    if (!m)
+      return;
+    if (m->err)
+      kl_on_consume_error(worker, m);
+    else
+      kl__lanes_push(worker->lanes, m);
+  }
+}
+
+/* The poll thread: consume, run events (inline mode), serve dead-letter
+ * acks, then the lanes' tick (retries, commits, bounds). */
+static void kl_worker_loop(kl_worker_t *worker) {
+  int64_t last_sweep = 0;
+  while (!worker->stop) {
+    int busy = worker->threads == 0 && kl__lanes_has_ready(worker->lanes);
+    kl_consume(worker, busy ? 0 : 5, 1000);
+    if (worker->threads == 0)
+      kl__pool_run_inline(worker->pool, 20);
+    kl__dlq_poll(worker->dlq, 0);
+    kl__lanes_tick(worker->lanes);
+    int64_t now = kl__mono_ns();
+    if (now - last_sweep > 1000000000) {
+      size_t removed = 0;
+      if (kl_store_sweep(worker->store, 1000, &removed))
+        KL_LOG_D(KL_COMP, "sweep: %s", kl_err_detail());
+      last_sweep = now;
+    }
+  }
+}
+
 kl_err_t kl_worker_run(kl_worker_t *worker) {
   kl_err_t err = kl_check_topic(worker);
+  if (!err)
+    err = kl__dlq_check(worker->dlq, worker->topic);
+  if (!err)
+    err = kl__pool_new(worker->lanes, worker->threads, &worker->pool);
   if (err)
     return err;
   rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
@@ -432,30 +328,11 @@ kl_err_t kl_worker_run(kl_worker_t *worker) {
   if (kerr)
     return kl__err(KL_EKAFKA, "subscribe to %s: %s", worker->topic,
                    rd_kafka_err2str(kerr));
-  int64_t last_sweep = 0;
-  while (!worker->stop) {
-    int timeout_ms = (int)(worker->batch_wait_ns / 1000000);
-    rd_kafka_message_t *m = rd_kafka_consumer_poll(worker->rk,
-                                                   timeout_ms > 0 ? timeout_ms : 1);
-    if (m && m->err)
-      kl_on_consume_error(worker, m);
-    else if (m) {
-      int32_t full = kl_buffer(worker, m);
-      if (full >= 0)
-        kl_lane_apply(worker, full);
-    }
-    kl_apply_due(worker, !m);
-    int64_t now = kl__mono_ns();
-    if (now - last_sweep > 1000000000) {
-      size_t removed = 0;
-      if (kl_store_sweep(worker->store, 1000, &removed))
-        KL_LOG_D(KL_COMP, "sweep: %s", kl_err_detail());
-      last_sweep = now;
-    }
-  }
-  kl_apply_due(worker, 1);
+  kl_worker_loop(worker);
   kl_await_first_assignment(worker);
-  rd_kafka_consumer_close(worker->rk); /* revokes, so lanes finish first */
+  rd_kafka_consumer_close(worker->rk); /* revokes: lanes commit first */
+  kl__pool_destroy(worker->pool);
+  worker->pool = NULL;
   return KL_OK;
 }
 
@@ -464,25 +341,19 @@ void kl_worker_stop(kl_worker_t *worker) {
 }
 
 void kl_worker_stats(const kl_worker_t *worker, kl_worker_stats_t *stats) {
-  stats->applied = worker->applied;
-  stats->duplicates = worker->duplicates;
-  stats->redelivered = worker->redelivered;
-  stats->batches = worker->batches;
-  stats->fenced = worker->fenced;
-  stats->failed = worker->failed;
+  memset(stats, 0, sizeof(*stats));
+  kl__lanes_stats(worker->lanes, stats);
   stats->owned = worker->owned;
 }
 
 void kl_worker_destroy(kl_worker_t *worker) {
   if (!worker)
     return;
-  for (int32_t p = 0; p < worker->partitions; p++) {
-    kl_lane_drop_msgs(&worker->lanes[p]);
-    free(worker->lanes[p].msgs);
-  }
-  free(worker->lanes);
+  kl__pool_destroy(worker->pool);
   if (worker->rk)
     rd_kafka_destroy(worker->rk);
+  kl__lanes_destroy(worker->lanes);
+  kl__dlq_destroy(worker->dlq);
   kl_decoder_destroy(worker->applier.decoder);
   kl_conf_destroy(worker->conf);
   free(worker->topic);

@@ -1,22 +1,61 @@
 /**
  * @file worker.h
- * @brief The consume side: partition ownership, fenced batch commits, and
- *        the handler contract.
+ * @brief The consume side: partition ownership, fenced group commits,
+ *        key-parallel lanes, retries, dead letters and the handler contract.
  *
  * A worker joins a consumer group (cooperative-sticky). For each partition
  * it is assigned it acquires a new owner epoch from the store and resumes
  * from the store's watermark, not from the Kafka committed offset: the
- * store is the source of truth. Events are applied in offset order, in
- * batches; each batch is ONE store transaction (handler writes, idempotency
- * keys, watermark) guarded by the epoch. A batch whose epoch is stale is
- * rolled back, the partition is dropped locally and the worker logs
+ * store is the source of truth.
+ *
+ * Inside a partition (a lane) events of one key (the Kafka message key)
+ * run strictly in offset order; events of different keys run concurrently
+ * on "worker.concurrency" threads (default 1: the polling thread runs
+ * them, in offset order unless a key waits). Completed events are
+ * group-committed in ONE store transaction guarded by the epoch: their
+ * writes, their idempotency keys, and the watermark, which is the first
+ * event not yet complete. Events complete beyond it are committed too; a
+ * new owner consumes them again and skips them by their idempotency keys.
+ * A commit whose epoch is stale is rolled back, the partition is dropped
+ * locally and the worker logs
  * `fenced partition=P my_epoch=E current_epoch=E2`. Kafka offsets are
  * committed after the store, for lag monitoring only.
  *
+ * Retries and dead letters: KL_HANDLER_RETRY runs the event again after
+ * an exponential backoff with jitter ("worker.retry.initial.ms", doubling
+ * up to "worker.retry.max.ms"); only its key waits, and the watermark
+ * stops at it. After "worker.max.attempts" runs, at once on
+ * KL_HANDLER_FAIL, and at once for a record whose envelope does not
+ * decode, the original record goes unchanged to the dead-letter topic
+ * (`<topic>.dlq`, or "worker.dlq.topic") with keylane.dlq.* headers
+ * (reason decode|handler_fail|max_attempts, error, attempts, topic,
+ * partition, offset, first_failure_ms, last_failure_ms). Only once Kafka
+ * acknowledged it is its idempotency key recorded as dead-lettered (not
+ * applied) and its key released; an unacknowledged letter is produced
+ * again, never dropped. The dead-letter topic must exist when the worker
+ * starts. A record may reach it twice when its owner changes or crashes
+ * between the acknowledgement and the commit.
+ *
+ * Bounds: a partition holds at most "worker.window.max" records (default
+ * 10000) from its watermark on, and a worker at most "worker.waiting.max"
+ * keys in backoff (default 1000). Past either bound the partition is
+ * paused (Kafka pause) instead of growing, and resumed below half.
+ *
  * Caveats:
- * - kl_worker_run() runs on the calling thread, and so do the handler and
- *   the rebalance work. kl_worker_stop() may be called from any thread and
- *   from a signal handler.
+ * - kl_worker_run() runs on the calling thread, and so do the rebalance
+ *   work, the commits and, at concurrency 1, the handler. At concurrency
+ *   N > 1 the handler runs on N executor threads: it must be thread-safe,
+ *   and it must read and write only its own event key's entity through
+ *   @p txn. Two keys' events run at the same time, each on its own view:
+ *   a write to another key's state is neither seen by that key's running
+ *   events nor ordered with them.
+ * - At concurrency N > 1 each event reads its own store snapshot (a
+ *   kl_store_begin() per event: a PostgreSQL store needs store.pg.pool
+ *   >= N + 1), and kl_txn_pg_conn() returns NULL: a handler's own SQL
+ *   cannot share one transaction with events running concurrently. Use
+ *   the kl_txn_* calls, or concurrency 1.
+ * - kl_worker_stop() may be called from any thread and from a signal
+ *   handler.
  * - The handler must keep to its own partition's entities: writing another
  *   partition's entity breaks the single-writer rule.
  */
@@ -51,9 +90,13 @@ typedef enum kl_handler_result {
  * Applies one event. Reads and writes go through @p txn, which commits
  * atomically with the event's idempotency record; nothing else should be
  * changed except through an external resource that checks @p fence.
+ * On RETRY or FAIL the event's writes to @p txn are discarded.
  *
  * @param event  borrowed; valid for the call only.
- * @param errbuf receives the reason for RETRY or FAIL.
+ * @param txn    borrowed; valid for the call only. It sees the writes of
+ *               the key's earlier events, committed or not.
+ * @param errbuf receives the reason for RETRY or FAIL (it goes into the
+ *               dead letter's keylane.dlq.error header).
  */
 typedef kl_handler_result_t(kl_handler_fn_t)(void *opaque,
                                              const kl_event_t *event,
@@ -70,15 +113,24 @@ KL_EXPORT kl_handler_result_t kl_ledger_handler(void *opaque,
 
 typedef struct kl_worker kl_worker_t;
 
-/** Counters since the worker started. */
+/** Counters since the worker started, and gauges (now). */
 typedef struct kl_worker_stats {
   uint64_t applied;     /**< events whose effects were committed */
-  uint64_t duplicates;  /**< events skipped: idempotency key seen */
+  uint64_t duplicates;  /**< events skipped: idempotency key seen (this
+                             includes events committed beyond the
+                             watermark and consumed again by a new owner) */
   uint64_t redelivered; /**< events skipped: offset below the watermark */
   uint64_t batches;     /**< store commits */
-  uint64_t fenced;      /**< batches rejected by the epoch check */
-  uint64_t failed;      /**< events the handler failed */
+  uint64_t fenced;      /**< group commits rejected by the epoch check */
+  uint64_t failed;      /**< events dead-lettered by the handler's verdict
+                             (FAIL, or RETRY until max.attempts) */
   int32_t owned;        /**< partitions owned now */
+  uint64_t dead_letters;   /**< records written to the dead-letter topic
+                                (acknowledged), decode failures included */
+  uint64_t waiting_keys;   /**< gauge: keys waiting in retry backoff */
+  uint64_t oldest_wait_ms; /**< gauge: how long the longest of them waits */
+  uint64_t window_events;  /**< gauge: records held in the lanes' windows */
+  int32_t paused;          /**< gauge: partitions paused by a bound */
 } kl_worker_stats_t;
 
 /**
@@ -91,17 +143,20 @@ KL_EXPORT kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                                  void *handler_opaque, kl_worker_t **out);
 
 /**
- * Consumes and applies until kl_worker_stop(); then finishes the batch in
- * flight, commits, leaves the group and returns KL_OK.
- * @returns an error when the worker cannot run (topic missing, partition
- *          count differs from worker.expect.partitions, ...).
+ * Consumes and applies until kl_worker_stop(); then lets the running
+ * events finish, commits what completed, leaves the group and returns
+ * KL_OK. Events waiting for a retry are left to the next owner.
+ * @returns an error when the worker cannot run (topic or dead-letter
+ *          topic missing, partition count differs from
+ *          worker.expect.partitions, ...).
  */
 KL_EXPORT kl_err_t kl_worker_run(kl_worker_t *worker);
 
 /** Asks kl_worker_run() to drain and return. Async-signal-safe. */
 KL_EXPORT void kl_worker_stop(kl_worker_t *worker);
 
-/** Copies the counters into @p stats. Safe from any thread. */
+/** Copies the counters into @p stats. Safe from any thread; the gauges
+ *  are refreshed by the worker every few ms. */
 KL_EXPORT void kl_worker_stats(const kl_worker_t *worker,
                                kl_worker_stats_t *stats);
 

@@ -1,0 +1,216 @@
+/*
+ * Dead letters: the original record, unchanged, plus keylane.dlq.* headers,
+ * on an idempotent acks=all producer. The lane keeps the record until the
+ * ack, so a failed delivery is simply produced again from it.
+ */
+#include "worker/dlq.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "common/kafka.h"
+#include "common/log.h"
+
+#define KL_COMP "dlq"
+
+struct kl__dlq {
+  rd_kafka_t *rk;
+  kl__dlq_ack_fn *ack;
+  void *opaque;
+  int inflight; /* poll thread only */
+  char topic[];
+};
+
+const char *kl__dlq_reason_name(kl__dlq_reason_t reason) {
+  switch (reason) {
+  case KL__DLQ_DECODE: return "decode";
+  case KL__DLQ_HANDLER_FAIL: return "handler_fail";
+  case KL__DLQ_MAX_ATTEMPTS: return "max_attempts";
+  }
+  return "unknown";
+}
+
+static void kl_dlq_dr(rd_kafka_t *rk, const rd_kafka_message_t *m,
+                      void *opaque) {
+  (void)rk;
+  kl__dlq_t *dlq = opaque;
+  kl__dlq_ref_t *ref = m->_private;
+  dlq->inflight--;
+  if (ref && dlq->ack)
+    dlq->ack(dlq->opaque, ref, m->err ? KL_EKAFKA_TRANSIENT : KL_OK,
+             m->err ? rd_kafka_err2str(m->err) : "");
+  free(ref);
+}
+
+/* The worker's kafka.* settings are the consumer's: this producer says it
+ * ignores the consumer-only ones, which is no news. */
+static void kl_dlq_log(const rd_kafka_t *rk, int level, const char *fac,
+                       const char *buf) {
+  if (strcmp(fac, "CONFWARN") != 0)
+    kl__kafka_log(rk, level, fac, buf);
+}
+
+kl_err_t kl__dlq_new(const kl_conf_t *conf, const char *topic,
+                     kl__dlq_ack_fn *ack, void *opaque, kl__dlq_t **out) {
+  const char *name = kl_conf_get(conf, "worker.dlq.topic");
+  char fallback[300];
+  if (!name || !*name) {
+    snprintf(fallback, sizeof(fallback), "%s.dlq", topic);
+    name = fallback;
+  }
+  kl__dlq_t *dlq = calloc(1, sizeof(*dlq) + strlen(name) + 1);
+  if (!dlq)
+    return KL_ENOMEM;
+  strcpy(dlq->topic, name);
+  dlq->ack = ack;
+  dlq->opaque = opaque;
+  /* A dead letter must survive a broker loss like any event: idempotent,
+   * acks=all. No topic is created by producing: a missing dead-letter
+   * topic is an operator's decision, reported at start. */
+  static const char *const defaults[] = {
+      "enable.idempotence", "true", "acks", "all",
+      "partitioner", "murmur2_random", "linger.ms", "5",
+      "allow.auto.create.topics", "false", NULL};
+  rd_kafka_conf_t *kconf = rd_kafka_conf_new();
+  kl_err_t err = kl__kafka_conf_apply(kconf, conf, defaults);
+  if (err) {
+    rd_kafka_conf_destroy(kconf);
+    free(dlq);
+    return err;
+  }
+  rd_kafka_conf_set_opaque(kconf, dlq);
+  rd_kafka_conf_set_dr_msg_cb(kconf, kl_dlq_dr);
+  rd_kafka_conf_set_log_cb(kconf, kl_dlq_log);
+  char errstr[512];
+  dlq->rk = rd_kafka_new(RD_KAFKA_PRODUCER, kconf, errstr, sizeof(errstr));
+  if (!dlq->rk) {
+    rd_kafka_conf_destroy(kconf);
+    free(dlq);
+    return kl__err(KL_EKAFKA, "cannot create the dead-letter producer: %s",
+                   errstr);
+  }
+  *out = dlq;
+  return KL_OK;
+}
+
+void kl__dlq_set_opaque(kl__dlq_t *dlq, void *opaque) {
+  dlq->opaque = opaque;
+}
+
+void kl__dlq_destroy(kl__dlq_t *dlq) {
+  if (!dlq)
+    return;
+  /* Letters still in flight belong to lanes that were released: their
+   * records are re-consumed by the next owner and written again. */
+  rd_kafka_flush(dlq->rk, 2000);
+  rd_kafka_purge(dlq->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+  dlq->ack = NULL;
+  rd_kafka_poll(dlq->rk, 0);
+  rd_kafka_destroy(dlq->rk);
+  free(dlq);
+}
+
+const char *kl__dlq_topic(const kl__dlq_t *dlq) {
+  return dlq->topic;
+}
+
+kl_err_t kl__dlq_check(kl__dlq_t *dlq, const char *source_topic) {
+  rd_kafka_topic_t *rkt = rd_kafka_topic_new(dlq->rk, dlq->topic, NULL);
+  const struct rd_kafka_metadata *md = NULL;
+  rd_kafka_resp_err_t kerr = rd_kafka_metadata(dlq->rk, 0, rkt, &md, 10000);
+  rd_kafka_topic_destroy(rkt);
+  if (kerr)
+    return kl__err(KL_EKAFKA_TRANSIENT,
+                   "cannot read the metadata of the dead-letter topic %s: %s",
+                   dlq->topic, rd_kafka_err2str(kerr));
+  int ok = md->topic_cnt == 1 && !md->topics[0].err &&
+           md->topics[0].partition_cnt > 0;
+  rd_kafka_metadata_destroy(md);
+  if (ok)
+    return KL_OK;
+  return kl__err(KL_ENOTFOUND,
+                 "dead-letter topic %s does not exist: create topic %s "
+                 "(e.g. kafka-topics.sh --create --topic %s, with the "
+                 "retention of %s or longer), or name another with "
+                 "--dlq-topic",
+                 dlq->topic, dlq->topic, dlq->topic, source_topic);
+}
+
+static int kl_hdr_add(rd_kafka_headers_t *h, const char *name,
+                      const char *value) {
+  return rd_kafka_header_add(h, name, -1, value, -1) != 0;
+}
+
+static int kl_hdr_add_i64(rd_kafka_headers_t *h, const char *name,
+                          int64_t value) {
+  char buf[24];
+  snprintf(buf, sizeof(buf), "%" PRId64, value);
+  return kl_hdr_add(h, name, buf);
+}
+
+/* The original headers (when the record had any), then ours. */
+static rd_kafka_headers_t *kl_dlq_headers(const char *source_topic,
+                                          const kl__dlq_letter_t *l) {
+  rd_kafka_headers_t *orig = NULL;
+  rd_kafka_headers_t *h;
+  /* rd_kafka_message_headers() parses lazily into the message; it takes
+   * a non-const message, and only the poll thread touches it here. */
+  if (rd_kafka_message_headers((rd_kafka_message_t *)l->msg, &orig) == 0 &&
+      orig)
+    h = rd_kafka_headers_copy(orig);
+  else
+    h = rd_kafka_headers_new(8);
+  int bad = kl_hdr_add(h, "keylane.dlq.reason", kl__dlq_reason_name(l->reason)) |
+            kl_hdr_add(h, "keylane.dlq.error", l->error ? l->error : "") |
+            kl_hdr_add_i64(h, "keylane.dlq.attempts", l->attempts) |
+            kl_hdr_add(h, "keylane.dlq.topic", source_topic) |
+            kl_hdr_add_i64(h, "keylane.dlq.partition", l->msg->partition) |
+            kl_hdr_add_i64(h, "keylane.dlq.offset", l->msg->offset) |
+            kl_hdr_add_i64(h, "keylane.dlq.first_failure_ms",
+                           l->first_failure_ms) |
+            kl_hdr_add_i64(h, "keylane.dlq.last_failure_ms",
+                           l->last_failure_ms);
+  if (bad) {
+    rd_kafka_headers_destroy(h);
+    return NULL;
+  }
+  return h;
+}
+
+kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
+                      const kl__dlq_letter_t *letter,
+                      const kl__dlq_ref_t *ref) {
+  kl__dlq_ref_t *copy = malloc(sizeof(*copy));
+  rd_kafka_headers_t *h = copy ? kl_dlq_headers(source_topic, letter) : NULL;
+  if (!h) {
+    free(copy);
+    return kl__err(KL_ENOMEM, "dead letter: out of memory");
+  }
+  *copy = *ref;
+  const rd_kafka_message_t *m = letter->msg;
+  rd_kafka_resp_err_t kerr = rd_kafka_producev(
+      dlq->rk, RD_KAFKA_V_TOPIC(dlq->topic),
+      RD_KAFKA_V_KEY(m->key, m->key_len),
+      RD_KAFKA_V_VALUE(m->payload, m->len),
+      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
+      RD_KAFKA_V_OPAQUE(copy), RD_KAFKA_V_END);
+  if (kerr) {
+    rd_kafka_headers_destroy(h); /* not taken over on failure */
+    free(copy);
+    return kl__err(KL_EKAFKA_TRANSIENT, "dead letter to %s: %s", dlq->topic,
+                   rd_kafka_err2str(kerr));
+  }
+  dlq->inflight++;
+  return KL_OK;
+}
+
+void kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms) {
+  rd_kafka_poll(dlq->rk, timeout_ms);
+}
+
+int kl__dlq_inflight(const kl__dlq_t *dlq) {
+  return dlq->inflight;
+}

@@ -1,0 +1,101 @@
+/*
+ * The dead-letter topic: the worker's own idempotent producer (acks=all)
+ * that writes a record the worker gives up on, unchanged (key, value,
+ * headers), to `<topic>.dlq` (worker.dlq.topic overrides), with headers
+ * that say why and where it came from:
+ *
+ *   keylane.dlq.reason            decode | handler_fail | max_attempts
+ *   keylane.dlq.error             the decoder's or the handler's text
+ *   keylane.dlq.attempts          handler runs (0 for decode)
+ *   keylane.dlq.topic / .partition / .offset   the origin
+ *   keylane.dlq.first_failure_ms / .last_failure_ms  ms since the epoch
+ *
+ * Delivery reports come back through the ack callback; an error is handed
+ * back too, and the caller produces the letter again: a letter is never
+ * dropped. Records are keyed by their original key, partitioned like
+ * keylane's producer (murmur2, Java-compatible).
+ *
+ * Caveats: kl__dlq_send() and kl__dlq_poll() run on the worker's poll
+ * thread; the ack callback runs inside kl__dlq_poll().
+ */
+#ifndef KEYLANE_WORKER_DLQ_H
+#define KEYLANE_WORKER_DLQ_H
+
+#include <stdint.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "keylane/conf.h"
+#include "keylane/error.h"
+
+typedef enum kl__dlq_reason {
+  KL__DLQ_DECODE = 0,
+  KL__DLQ_HANDLER_FAIL,
+  KL__DLQ_MAX_ATTEMPTS,
+} kl__dlq_reason_t;
+
+/** @returns "decode", "handler_fail" or "max_attempts". */
+const char *kl__dlq_reason_name(kl__dlq_reason_t reason);
+
+typedef struct kl__dlq kl__dlq_t;
+
+/** What identifies a letter in its ack: the lane's generation and origin. */
+typedef struct kl__dlq_ref {
+  int32_t partition;
+  int64_t offset;
+  uint64_t lane_gen;
+} kl__dlq_ref_t;
+
+/**
+ * Delivery report of one letter: @p err is KL_OK once Kafka acknowledged
+ * it with acks=all; else @p errstr says why (produce it again).
+ */
+typedef void(kl__dlq_ack_fn)(void *opaque, const kl__dlq_ref_t *ref,
+                             kl_err_t err, const char *errstr);
+
+typedef struct kl__dlq_letter {
+  const rd_kafka_message_t *msg; /* the original record; borrowed */
+  kl__dlq_reason_t reason;
+  const char *error;
+  int attempts;
+  int64_t first_failure_ms, last_failure_ms;
+} kl__dlq_letter_t;
+
+/**
+ * Creates the producer for the dead letters of @p topic. "kafka.*" keys of
+ * @p conf reach it (consumer-only ones are ignored by librdkafka).
+ */
+kl_err_t kl__dlq_new(const kl_conf_t *conf, const char *topic,
+                     kl__dlq_ack_fn *ack, void *opaque, kl__dlq_t **out);
+
+/** Sets the ack callback's opaque (before the first kl__dlq_send()). */
+void kl__dlq_set_opaque(kl__dlq_t *dlq, void *opaque);
+
+/** Frees @p dlq (letters still in flight are not acked); accepts NULL. */
+void kl__dlq_destroy(kl__dlq_t *dlq);
+
+/** @returns the dead-letter topic's name; valid while @p dlq lives. */
+const char *kl__dlq_topic(const kl__dlq_t *dlq);
+
+/**
+ * Checks that the dead-letter topic exists, so that a missing one fails
+ * the worker at start, not at its first dead letter.
+ * @returns KL_OK, or KL_ENOTFOUND whose detail says how to create it.
+ */
+kl_err_t kl__dlq_check(kl__dlq_t *dlq, const char *source_topic);
+
+/**
+ * Produces @p letter. On KL_OK its ack will come; on an error (a full
+ * queue, ...) nothing was produced: try again later.
+ */
+kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
+                      const kl__dlq_letter_t *letter,
+                      const kl__dlq_ref_t *ref);
+
+/** Serves delivery reports for up to @p timeout_ms. */
+void kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms);
+
+/** @returns letters produced and not yet acked or failed. */
+int kl__dlq_inflight(const kl__dlq_t *dlq);
+
+#endif

@@ -1,0 +1,388 @@
+/*
+ * A lane's group commit and what follows from its outcome: success
+ * (advance the watermark, let stored overlay entries go), fencing (roll
+ * everything back, pause), a failed commit (run the events again after a
+ * backoff); giving a lane up; and dead letters.
+ *
+ * Everything here runs on the poll thread with kl__lanes_t.mu held, except
+ * where it drops the lock around a store or Kafka call that may block.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "common/log.h"
+#include "worker/lanes.h"
+#include "worker/lanes_internal.h"
+#include "worker/txn_child.h"
+
+#define KL_COMP "worker"
+#define KL_DLQ_DRAIN_MS 5000 /* how long a release waits for letters' acks */
+
+/* ---- building the commit ----------------------------------------------- */
+
+typedef struct kl_build {
+  kl_txn_t *txn;
+  uint64_t gen;           /* the overlay generation it holds */
+  kl__ov_entry_t **built; /* the overlay entries put into txn */
+  size_t nbuilt;
+  kl__slots_t slots; /* the final slots it commits */
+  int64_t watermark;
+} kl_build_t;
+
+/* The offset of the first slot that is not final: the new watermark. */
+static int64_t kl_lane_first_open(const kl__lane_t *lane) {
+  for (size_t i = 0; i < lane->ring_count; i++) {
+    const kl__slot_t *s = kl__lane_at(lane, i);
+    if (s->state != KL__SLOT_DONE && s->state != KL__SLOT_DLQ_DONE)
+      return s->offset;
+  }
+  return lane->next_offset;
+}
+
+static kl_err_t kl_build_entry(kl_txn_t *txn, const kl__ov_entry_t *e) {
+  const unsigned char *key = e->key + 1;
+  size_t len = e->key_len - 1;
+  if (e->key[0] == KL__OV_ID)
+    return kl_txn_mark(txn, (const char *)key, len, (kl_mark_t)e->tag);
+  if (e->tag == KL__OV_DEL)
+    return kl_txn_del(txn, key, len);
+  return kl_txn_put(txn, key, len, e->val, e->val_len);
+}
+
+/* Moves the overlay's dirty entries and the final slots into b->txn. */
+static kl_err_t kl_build(kl__lane_t *lane, kl_build_t *b) {
+  size_t n;
+  kl__ov_entry_t *list = kl__ov_take_dirty(&lane->ov, &n);
+  b->gen = lane->ov.gen - 1;
+  b->built = malloc((n ? n : 1) * sizeof(*b->built));
+  if (!b->built)
+    return KL_ENOMEM;
+  kl_err_t err = KL_OK;
+  for (kl__ov_entry_t *e = list; e; e = e->dnext) {
+    b->built[b->nbuilt++] = e;
+    if (!err)
+      err = kl_build_entry(b->txn, e);
+  }
+  b->slots = lane->final;
+  memset(&lane->final, 0, sizeof(lane->final));
+  for (size_t i = 0; i < b->slots.n; i++) {
+    kl__slot_t *s = b->slots.v[i];
+    s->building = 1;
+    if (s->duplicate)
+      kl_txn_count_duplicate(b->txn);
+  }
+  b->watermark = kl_lane_first_open(lane);
+  return err;
+}
+
+/* ---- outcomes ---------------------------------------------------------- */
+
+static void kl_commit_kafka(kl__lanes_t *lanes, int32_t partition,
+                            int64_t next) {
+  if (!lanes->rk)
+    return;
+  rd_kafka_topic_partition_list_t *offsets =
+      rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(offsets, lanes->topic, partition)->offset =
+      next;
+  rd_kafka_resp_err_t kerr = rd_kafka_commit(lanes->rk, offsets, 1);
+  if (kerr)
+    KL_LOG_D(KL_COMP, "offset commit partition=%" PRId32 ": %s", partition,
+             rd_kafka_err2str(kerr));
+  rd_kafka_topic_partition_list_destroy(offsets);
+}
+
+static void kl_committed(kl__lanes_t *lanes, kl__lane_t *lane,
+                         kl_build_t *b) {
+  lane->ov.committed_gen = b->gen;
+  for (size_t i = 0; i < b->slots.n; i++) {
+    kl__slot_t *s = b->slots.v[i];
+    s->building = 0;
+    s->committed = 1;
+    if (s->state == KL__SLOT_DONE && s->duplicate)
+      lanes->duplicates++;
+    else if (s->state == KL__SLOT_DONE)
+      lanes->applied++;
+  }
+  /* An entry may go once stored, if no event of its key runs or waits:
+   * such an event may hold a snapshot older than this commit. */
+  for (size_t i = 0; i < b->nbuilt; i++) {
+    kl__ov_entry_t *e = b->built[i];
+    kl__lkey_t *writer = e->writer;
+    if (!e->dirty && e->gen <= b->gen && !writer->head) {
+      kl__ov_free_entry(&lane->ov, e);
+      kl__key_maybe_free(lane, writer);
+    }
+  }
+  while (lane->ring_count && kl__lane_at(lane, 0)->committed)
+    kl__lane_pop(lane);
+  lane->watermark = b->watermark;
+  lane->commit_backoff_ms = 0;
+  lanes->batches++;
+  kl_commit_kafka(lanes, lane->partition, b->watermark);
+}
+
+/* The store refused or failed: nothing of the build is applied. */
+static void kl_commit_failed(kl__lanes_t *lanes, kl__lane_t *lane,
+                             kl_err_t err, const char *detail) {
+  int ms = lane->commit_backoff_ms ? lane->commit_backoff_ms
+                                   : (int)lanes->retry_initial_ms;
+  KL_LOG_W(KL_COMP, "group commit of partition=%" PRId32 " failed (%s), its "
+           "events run again in %d ms: %s", lane->partition, kl_err_name(err),
+           ms, detail);
+  lane->hold_until_ns = kl__mono_ns() + (int64_t)ms * 1000000;
+  lane->commit_backoff_ms = ms * 2 > lanes->retry_max_ms
+                                ? (int)lanes->retry_max_ms
+                                : ms * 2;
+  kl__lane_rewind(lanes, lane);
+}
+
+void kl__lane_commit(kl__lanes_t *lanes, kl__lane_t *lane) {
+  kl_build_t b = {0};
+  kl_err_t err = KL_OK;
+  char detail[512] = "";
+  b.txn = lane->batch;
+  lane->batch = NULL;
+  if (!b.txn) {
+    pthread_mutex_unlock(&lanes->mu);
+    err = kl_store_begin(lanes->store, lanes->topic, lane->partition,
+                         lane->epoch, &b.txn);
+    snprintf(detail, sizeof(detail), "%s", err ? kl_err_detail() : "");
+    pthread_mutex_lock(&lanes->mu);
+  }
+  if (!err && (err = kl_build(lane, &b)) != KL_OK) {
+    snprintf(detail, sizeof(detail), "%s", kl_err_detail());
+    kl_store_abort(b.txn);
+  } else if (!err) {
+    pthread_mutex_unlock(&lanes->mu);
+    if (lanes->applier.before_commit)
+      lanes->applier.before_commit(lanes->applier.hook_opaque, lanes->topic,
+                                   lane->partition, lane->epoch);
+    err = kl_store_commit(b.txn, b.watermark);
+    snprintf(detail, sizeof(detail), "%s", err ? kl_err_detail() : "");
+    pthread_mutex_lock(&lanes->mu);
+  }
+  if (!err)
+    kl_committed(lanes, lane, &b);
+  else if (err == KL_EFENCED)
+    kl__lane_fenced(lanes, lane);
+  else
+    kl_commit_failed(lanes, lane, err, detail);
+  free(b.built);
+  free(b.slots.v);
+}
+
+kl_err_t kl__lanes_batch(kl__lanes_t *lanes, const kl__job_t *job,
+                         kl_txn_t **txn) {
+  kl__lane_t *lane = job->lane;
+  kl_err_t err = KL_OK;
+  if (!lane->batch)
+    err = kl_store_begin(lanes->store, lanes->topic, job->partition,
+                         job->epoch, &lane->batch);
+  *txn = lane->batch;
+  return err;
+}
+
+/* ---- fencing and rewinding ---------------------------------------------- */
+
+void kl__lane_fenced(kl__lanes_t *lanes, kl__lane_t *lane) {
+  lane->state = KL__LANE_FENCED;
+  kl__lane_wait_idle(lanes, lane);
+  size_t events = lane->ring_count;
+  kl_partition_state_t now = {0};
+  pthread_mutex_unlock(&lanes->mu);
+  kl_store_partition(lanes->store, lanes->topic, lane->partition, &now);
+  pthread_mutex_lock(&lanes->mu);
+  KL_LOG_W(KL_COMP,
+           "fenced partition=%" PRId32 " my_epoch=%" PRIu64
+           " current_epoch=%" PRIu64 ": a newer owner holds it; the %zu "
+           "events of its window were rolled back",
+           lane->partition, lane->epoch, now.epoch, events);
+  lanes->fenced++;
+  kl__lane_drop(lanes, lane);
+  lane->gen++;
+  kl__lane_pause(lanes, lane, KL__PAUSE_FENCED);
+}
+
+/* Puts @p slot, not final, at the end of its key's FIFO. */
+static void kl_fifo_append(kl__slot_t *slot) {
+  kl__lkey_t *key = slot->key;
+  slot->next = NULL;
+  if (key->tail)
+    key->tail->next = slot;
+  else
+    key->head = slot;
+  key->tail = slot;
+}
+
+/*
+ * The overlay can no longer be trusted (a failed commit took the writes
+ * it held, or memory ran out while merging): every completed event that is
+ * not committed is run again, from the store. Dead letters stay written;
+ * their marks go back into the overlay.
+ */
+void kl__lane_rewind(kl__lanes_t *lanes, kl__lane_t *lane) {
+  kl__lane_wait_idle(lanes, lane);
+  lane->rewind = 0;
+  if (lane->batch) {
+    kl_store_abort(lane->batch);
+    lane->batch = NULL;
+  }
+  kl__ov_clear(&lane->ov);
+  for (size_t i = 0; i < lane->ring_count; i++)
+    kl__lane_at(lane, i)->key->head = kl__lane_at(lane, i)->key->tail = NULL;
+  lane->ready.n = lane->final.n = 0;
+  int64_t now = kl__mono_ns();
+  for (size_t i = 0; i < lane->ring_count; i++) {
+    kl__slot_t *s = kl__lane_at(lane, i);
+    s->building = 0;
+    if (s->committed)
+      continue;
+    if (s->state == KL__SLOT_DONE) {
+      s->state = KL__SLOT_QUEUED;
+      s->duplicate = 0;
+    }
+    if (s->state == KL__SLOT_DLQ_DONE) {
+      if (!lane->final.n)
+        lane->first_final_ns = now;
+      kl__slots_push(&lane->final, s);
+      if (s->id)
+        kl__ov_set(&lane->ov, s->key, KL__OV_ID, s->id, s->id_len, NULL, 0,
+                   KL_MARK_DEAD_LETTER);
+      continue;
+    }
+    kl_fifo_append(s);
+    if (s->key->head == s && s->state == KL__SLOT_QUEUED)
+      kl__ready_push(lane, s);
+  }
+}
+
+/* ---- giving a lane up --------------------------------------------------- */
+
+static size_t kl_lane_letters_inflight(const kl__lane_t *lane) {
+  size_t n = 0;
+  for (size_t i = 0; i < lane->dlq.n; i++)
+    n += lane->dlq.v[i]->dlq_inflight;
+  return n;
+}
+
+/* Gives the lane's letters in flight a while to be acknowledged, so that
+ * their slots commit now instead of being dead-lettered again by the next
+ * owner. */
+static void kl_lane_drain_letters(kl__lanes_t *lanes, kl__lane_t *lane) {
+  int64_t deadline = kl__mono_ns() + KL_DLQ_DRAIN_MS * 1000000LL;
+  while (kl_lane_letters_inflight(lane) && kl__mono_ns() < deadline) {
+    pthread_mutex_unlock(&lanes->mu);
+    kl__dlq_poll(lanes->dlq, 50);
+    pthread_mutex_lock(&lanes->mu);
+  }
+}
+
+int64_t kl__lanes_release(kl__lanes_t *lanes, int32_t partition, int commit,
+                          uint64_t *epoch) {
+  pthread_mutex_lock(&lanes->mu);
+  kl__lane_t *lane = partition < lanes->count ? lanes->lanes[partition] : NULL;
+  if (!lane || lane->state == KL__LANE_FREE) {
+    pthread_mutex_unlock(&lanes->mu);
+    return -1;
+  }
+  if (lane->state == KL__LANE_OWNED)
+    lane->state = KL__LANE_DRAINING;
+  kl__lane_wait_idle(lanes, lane);
+  if (commit && lane->state == KL__LANE_DRAINING) {
+    kl_lane_drain_letters(lanes, lane);
+    if (lane->final.n)
+      kl__lane_commit(lanes, lane);
+  }
+  int64_t watermark = lane->watermark;
+  *epoch = lane->epoch;
+  kl__lane_drop(lanes, lane);
+  lane->gen++;
+  lane->state = KL__LANE_FREE;
+  lane->paused = 0;
+  pthread_mutex_unlock(&lanes->mu);
+  return watermark;
+}
+
+/* ---- dead letters ------------------------------------------------------- */
+
+void kl__lane_dead_letter(kl__lanes_t *lanes, kl__lane_t *lane,
+                          kl__slot_t *slot, kl__dlq_reason_t reason,
+                          const char *why) {
+  slot->state = KL__SLOT_DLQ_PENDING;
+  slot->reason = reason;
+  slot->due_ns = 0; /* at once */
+  KL_LOG_W(KL_COMP, "dead letter partition=%" PRId32 " offset=%" PRId64
+           " reason=%s attempts=%d: %s", lane->partition, slot->offset,
+           kl__dlq_reason_name(reason), slot->attempts, why ? why : "");
+  kl__slots_push(&lane->dlq, slot);
+  (void)lanes;
+}
+
+static void kl_lane_send_letters(kl__lanes_t *lanes, kl__lane_t *lane,
+                                 int64_t now) {
+  for (size_t i = 0; i < lane->dlq.n; i++) {
+    kl__slot_t *s = lane->dlq.v[i];
+    if (s->dlq_inflight || now < s->due_ns)
+      continue;
+    kl__dlq_letter_t letter = {s->msg, s->reason, s->why, s->attempts,
+                               s->first_failure_ms, s->last_failure_ms};
+    kl__dlq_ref_t ref = {lane->partition, s->offset, lane->gen};
+    if (kl__dlq_send(lanes->dlq, lanes->topic, &letter, &ref) == KL_OK) {
+      s->dlq_inflight = 1;
+    } else {
+      KL_LOG_W(KL_COMP, "dead letter partition=%" PRId32 " offset=%" PRId64
+               " is produced again in 1 s: %s", lane->partition, s->offset,
+               kl_err_detail());
+      s->due_ns = now + 1000000000LL;
+    }
+  }
+}
+
+void kl__lanes_send_dead_letters(kl__lanes_t *lanes, int64_t now) {
+  for (int32_t p = 0; p < lanes->count; p++) {
+    kl__lane_t *lane = lanes->lanes[p];
+    if (lane && lane->state == KL__LANE_OWNED && lane->dlq.n)
+      kl_lane_send_letters(lanes, lane, now);
+  }
+}
+
+static void kl_letter_acked(kl__lanes_t *lanes, kl__lane_t *lane,
+                            kl__slot_t *slot) {
+  kl__slots_remove(&lane->dlq, slot);
+  if (slot->id &&
+      kl__ov_set(&lane->ov, slot->key, KL__OV_ID, slot->id, slot->id_len,
+                 NULL, 0, KL_MARK_DEAD_LETTER))
+    lane->rewind = 1;
+  lanes->dead_letters++;
+  if (slot->reason != KL__DLQ_DECODE)
+    lanes->failed++;
+  kl__lane_finish(lanes, lane, slot, KL__SLOT_DLQ_DONE, kl__mono_ns());
+}
+
+void kl__lanes_dlq_ack(void *opaque, const kl__dlq_ref_t *ref, kl_err_t err,
+                       const char *errstr) {
+  kl__lanes_t *lanes = opaque;
+  pthread_mutex_lock(&lanes->mu);
+  kl__lane_t *lane =
+      ref->partition < lanes->count ? lanes->lanes[ref->partition] : NULL;
+  kl__slot_t *slot = NULL;
+  if (lane && lane->gen == ref->lane_gen &&
+      (lane->state == KL__LANE_OWNED || lane->state == KL__LANE_DRAINING))
+    slot = kl__lane_find(lane, ref->offset);
+  if (slot && slot->state == KL__SLOT_DLQ_PENDING) {
+    slot->dlq_inflight = 0;
+    if (err) {
+      KL_LOG_W(KL_COMP, "dead letter partition=%" PRId32 " offset=%" PRId64
+               " was not acknowledged, it is produced again: %s",
+               ref->partition, ref->offset, errstr);
+      slot->due_ns = kl__mono_ns() + 1000000000LL;
+    } else {
+      kl_letter_acked(lanes, lane, slot);
+    }
+  }
+  pthread_mutex_unlock(&lanes->mu);
+}

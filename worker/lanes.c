@@ -1,0 +1,756 @@
+/*
+ * The lanes: windows, keys, the ready heap, taking events and handing
+ * results back, backoff, bounds and the periodic tick. The group commit,
+ * fencing, rewinds, releases and dead letters are in lane_commit.c.
+ */
+#include "worker/lanes.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "common/log.h"
+#include "worker/lanes_internal.h"
+#include "worker/txn_child.h"
+
+#define KL_COMP "worker"
+#define KL_REPORT_NS (10LL * 1000000000)
+
+static void *kl_xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size);
+  if (!p) {
+    KL_LOG_E(KL_COMP, "out of memory in the lanes: exiting; a restarted "
+                      "worker resumes from the store");
+    abort();
+  }
+  return p;
+}
+
+/* ---- slot arrays and the ready heap ------------------------------------ */
+
+kl_err_t kl__slots_push(kl__slots_t *s, kl__slot_t *slot) {
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 16;
+    kl__slot_t **v = realloc(s->v, cap * sizeof(*v));
+    if (!v)
+      kl_xcalloc((size_t)-1, (size_t)-1); /* aborts */
+    s->v = v;
+    s->cap = cap;
+  }
+  s->v[s->n++] = slot;
+  return KL_OK;
+}
+
+void kl__slots_remove(kl__slots_t *s, kl__slot_t *slot) {
+  for (size_t i = 0; i < s->n; i++)
+    if (s->v[i] == slot) {
+      s->v[i] = s->v[--s->n];
+      return;
+    }
+}
+
+static void kl_heap_swap(kl__slots_t *h, size_t a, size_t b) {
+  kl__slot_t *t = h->v[a];
+  h->v[a] = h->v[b];
+  h->v[b] = t;
+}
+
+/* Lowest offset first: with one executor and no failures, events run in
+ * offset order, as a partition's events always did. */
+void kl__ready_push(kl__lane_t *lane, kl__slot_t *slot) {
+  kl__slots_t *h = &lane->ready;
+  kl__slots_push(h, slot);
+  for (size_t i = h->n - 1; i > 0;) {
+    size_t up = (i - 1) / 2;
+    if (h->v[up]->offset <= h->v[i]->offset)
+      break;
+    kl_heap_swap(h, up, i);
+    i = up;
+  }
+}
+
+static kl__slot_t *kl_ready_pop(kl__lane_t *lane) {
+  kl__slots_t *h = &lane->ready;
+  kl__slot_t *top = h->v[0];
+  h->v[0] = h->v[--h->n];
+  for (size_t i = 0;;) {
+    size_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < h->n && h->v[l]->offset < h->v[m]->offset)
+      m = l;
+    if (r < h->n && h->v[r]->offset < h->v[m]->offset)
+      m = r;
+    if (m == i)
+      break;
+    kl_heap_swap(h, i, m);
+    i = m;
+  }
+  return top;
+}
+
+/* ---- keys -------------------------------------------------------------- */
+
+static uint64_t kl_key_hash(const void *key, size_t len) {
+  const unsigned char *p = key;
+  uint64_t h = 14695981039346656037ULL;
+  for (size_t i = 0; i < len; i++)
+    h = (h ^ p[i]) * 1099511628211ULL;
+  return h;
+}
+
+static void kl_keys_grow(kl__lane_t *lane) {
+  size_t cap = lane->keys_cap ? lane->keys_cap * 2 : 1024;
+  kl__lkey_t **b = kl_xcalloc(cap, sizeof(*b));
+  for (size_t i = 0; i < lane->keys_cap; i++)
+    for (kl__lkey_t *k = lane->keys[i], *next; k; k = next) {
+      next = k->hnext;
+      k->hnext = b[k->hash & (cap - 1)];
+      b[k->hash & (cap - 1)] = k;
+    }
+  free(lane->keys);
+  lane->keys = b;
+  lane->keys_cap = cap;
+}
+
+static kl__lkey_t *kl_key_get(kl__lane_t *lane, const void *key, size_t len) {
+  uint64_t h = kl_key_hash(key, len);
+  if (lane->keys_cap)
+    for (kl__lkey_t *k = lane->keys[h & (lane->keys_cap - 1)]; k; k = k->hnext)
+      if (k->hash == h && k->len == len && memcmp(k->bytes, key, len) == 0)
+        return k;
+  if (lane->keys_count >= lane->keys_cap)
+    kl_keys_grow(lane);
+  kl__lkey_t *k = kl_xcalloc(1, sizeof(*k) + len);
+  k->hash = h;
+  k->len = len;
+  if (len)
+    memcpy(k->bytes, key, len);
+  kl__lkey_t **b = &lane->keys[h & (lane->keys_cap - 1)];
+  k->hnext = *b;
+  *b = k;
+  lane->keys_count++;
+  return k;
+}
+
+/* Frees @p key once no slot of the window and no overlay entry needs it. */
+void kl__key_maybe_free(kl__lane_t *lane, kl__lkey_t *key) {
+  if (key->refs || key->entries)
+    return;
+  kl__lkey_t **p = &lane->keys[key->hash & (lane->keys_cap - 1)];
+  while (*p != key)
+    p = &(*p)->hnext;
+  *p = key->hnext;
+  lane->keys_count--;
+  free(key);
+}
+
+void kl__key_release(kl__lane_t *lane, kl__lkey_t *key) {
+  kl__ov_release_key(&lane->ov, key);
+  kl__key_maybe_free(lane, key);
+}
+
+/* ---- the window -------------------------------------------------------- */
+
+static void kl_ring_push(kl__lane_t *lane, kl__slot_t *slot) {
+  if (lane->ring_count == lane->ring_cap) {
+    size_t cap = lane->ring_cap ? lane->ring_cap * 2 : 256;
+    kl__slot_t **ring = kl_xcalloc(cap, sizeof(*ring));
+    for (size_t i = 0; i < lane->ring_count; i++)
+      ring[i] = lane->ring[(lane->ring_head + i) % lane->ring_cap];
+    free(lane->ring);
+    lane->ring = ring;
+    lane->ring_cap = cap;
+    lane->ring_head = 0;
+  }
+  lane->ring[(lane->ring_head + lane->ring_count++) % lane->ring_cap] = slot;
+}
+
+kl__slot_t *kl__lane_at(const kl__lane_t *lane, size_t i) {
+  return lane->ring[(lane->ring_head + i) % lane->ring_cap];
+}
+
+kl__slot_t *kl__lane_find(const kl__lane_t *lane, int64_t offset) {
+  size_t lo = 0, hi = lane->ring_count;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    kl__slot_t *s = kl__lane_at(lane, mid);
+    if (s->offset == offset)
+      return s;
+    if (s->offset < offset)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return NULL;
+}
+
+static void kl_slot_free(kl__slot_t *slot) {
+  rd_kafka_message_destroy(slot->msg);
+  free(slot->id);
+  free(slot->why);
+  free(slot);
+}
+
+/* Removes the window's first slot, which must be committed. */
+void kl__lane_pop(kl__lane_t *lane) {
+  kl__slot_t *slot = kl__lane_at(lane, 0);
+  lane->ring_head = (lane->ring_head + 1) % lane->ring_cap;
+  lane->ring_count--;
+  kl__lkey_t *key = slot->key;
+  key->refs--;
+  kl_slot_free(slot);
+  if (!key->head)
+    kl__key_release(lane, key);
+}
+
+void kl__lane_drop(kl__lanes_t *lanes, kl__lane_t *lane) {
+  for (size_t i = 0; i < lane->ring_count; i++)
+    kl_slot_free(kl__lane_at(lane, i));
+  lane->ring_count = lane->ring_head = 0;
+  kl__ov_clear(&lane->ov);
+  for (size_t i = 0; i < lane->keys_cap; i++)
+    for (kl__lkey_t *k = lane->keys[i], *next; k; k = next) {
+      next = k->hnext;
+      free(k);
+    }
+  memset(lane->keys, 0, lane->keys_cap * sizeof(*lane->keys));
+  lane->keys_count = 0;
+  lanes->waiting_keys -= lane->waiting.n;
+  lane->ready.n = lane->final.n = lane->waiting.n = lane->dlq.n = 0;
+  lane->next_due_ns = 0;
+  lane->fence_seen = lane->rewind = 0;
+  if (lane->batch) {
+    kl_store_abort(lane->batch);
+    lane->batch = NULL;
+  }
+}
+
+/* ---- pause and resume --------------------------------------------------- */
+
+static void kl_lane_pause_kafka(kl__lanes_t *lanes, kl__lane_t *lane,
+                                int pause) {
+  if (!lanes->rk)
+    return;
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(l, lanes->topic, lane->partition);
+  if (pause)
+    rd_kafka_pause_partitions(lanes->rk, l);
+  else
+    rd_kafka_resume_partitions(lanes->rk, l);
+  rd_kafka_topic_partition_list_destroy(l);
+}
+
+void kl__lane_pause(kl__lanes_t *lanes, kl__lane_t *lane, unsigned reason) {
+  if (lane->paused & reason)
+    return;
+  if (!lane->paused)
+    kl_lane_pause_kafka(lanes, lane, 1);
+  lane->paused |= reason;
+  if (reason != KL__PAUSE_FENCED)
+    KL_LOG_I(KL_COMP, "paused partition=%" PRId32 ": %s", lane->partition,
+             reason == KL__PAUSE_WINDOW
+                 ? "its window is full (worker.window.max); it resumes below "
+                   "half"
+                 : "too many keys wait in backoff (worker.waiting.max); it "
+                   "resumes below half");
+}
+
+void kl__lane_resume(kl__lanes_t *lanes, kl__lane_t *lane, unsigned reason) {
+  if (!(lane->paused & reason))
+    return;
+  lane->paused &= ~reason;
+  if (!lane->paused) {
+    kl_lane_pause_kafka(lanes, lane, 0);
+    KL_LOG_I(KL_COMP, "resumed partition=%" PRId32, lane->partition);
+  }
+}
+
+void kl__lane_wait_idle(kl__lanes_t *lanes, kl__lane_t *lane) {
+  while (lane->running)
+    pthread_cond_wait(&lanes->idle, &lanes->mu);
+}
+
+/* ---- backoff ----------------------------------------------------------- */
+
+static uint64_t kl_mix(uint64_t x) { /* splitmix64's finalizer */
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/*
+ * Exponential with "equal jitter": half the delay is fixed, half random,
+ * so keys that failed together spread out, yet none retries before half
+ * its delay. The randomness is a hash of the worker's seed and the event,
+ * so a run can be reproduced and no RNG state is shared by threads.
+ */
+int64_t kl__backoff_ms(const kl__lanes_t *lanes, const kl__slot_t *slot,
+                       int attempt) {
+  int64_t d = lanes->retry_initial_ms;
+  for (int i = 1; i < attempt && d < lanes->retry_max_ms; i++)
+    d *= 2;
+  if (d > lanes->retry_max_ms)
+    d = lanes->retry_max_ms;
+  uint64_t h = kl_mix(lanes->seed ^ kl_mix((uint64_t)slot->offset) ^
+                      ((uint64_t)attempt << 48) ^
+                      (uint64_t)slot->msg->partition);
+  return d - d / 2 + (int64_t)(h % (uint64_t)(d / 2 + 1));
+}
+
+/* ---- results ----------------------------------------------------------- */
+
+/* Unlinks @p slot from its key's FIFO. It is the head, except after a
+ * rewind put completed events back in front of a dead letter in flight. */
+static void kl_fifo_unlink(kl__slot_t *slot) {
+  kl__lkey_t *key = slot->key;
+  kl__slot_t *prev = NULL;
+  for (kl__slot_t *s = key->head; s && s != slot; s = s->next)
+    prev = s;
+  if (prev)
+    prev->next = slot->next;
+  else
+    key->head = slot->next;
+  if (key->tail == slot)
+    key->tail = prev;
+  slot->next = NULL;
+}
+
+void kl__lane_finish(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
+                     kl__slot_state_t state, int64_t now_ns) {
+  kl__lkey_t *key = slot->key;
+  int was_head = key->head == slot;
+  slot->state = state;
+  kl_fifo_unlink(slot);
+  if (!lane->final.n)
+    lane->first_final_ns = now_ns;
+  kl__slots_push(&lane->final, slot);
+  if (was_head && key->head && key->head->state == KL__SLOT_QUEUED) {
+    kl__ready_push(lane, key->head);
+    pthread_cond_signal(&lanes->work);
+  } else if (!key->head) {
+    kl__key_release(lane, key); /* idle: stored writes may go */
+  }
+}
+
+static void kl_slot_why(kl__slot_t *slot, const char *why) {
+  free(slot->why);
+  slot->why = strdup(why ? why : "");
+}
+
+static void kl_slot_failed(kl__slot_t *slot, const kl__run_t *run) {
+  int64_t now = kl__now_ms();
+  if (!slot->first_failure_ms)
+    slot->first_failure_ms = now;
+  slot->last_failure_ms = now;
+  kl_slot_why(slot, run->why);
+  if (run->id && !slot->id && (slot->id = malloc(run->id_len)) != NULL) {
+    memcpy(slot->id, run->id, run->id_len);
+    slot->id_len = run->id_len;
+  }
+}
+
+static void kl_slot_wait(kl__lanes_t *lanes, kl__lane_t *lane,
+                         kl__slot_t *slot, int64_t delay_ms, int64_t now) {
+  slot->state = KL__SLOT_WAITING;
+  slot->due_ns = now + delay_ms * 1000000;
+  if (!slot->wait_since_ns)
+    slot->wait_since_ns = now;
+  kl__slots_push(&lane->waiting, slot);
+  lanes->waiting_keys++;
+  if (!lane->next_due_ns || slot->due_ns < lane->next_due_ns)
+    lane->next_due_ns = slot->due_ns;
+}
+
+static void kl_done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
+                       const kl__run_t *run, int64_t now) {
+  int dup = run->outcome == KL__RUN_DUPLICATE;
+  if (!dup) {
+    slot->attempts++;
+    /* The same id completed in another key first: skip this one too. */
+    dup = kl__child_seen_elsewhere(run->child, &lane->ov);
+    if (!dup && kl__child_merge(run->child, &lane->ov, slot->key))
+      kl_xcalloc((size_t)-1, (size_t)-1); /* aborts */
+  }
+  slot->duplicate = dup;
+  kl__lane_finish(lanes, lane, slot, KL__SLOT_DONE, now);
+}
+
+static void kl_done_retry(kl__lanes_t *lanes, kl__lane_t *lane,
+                          kl__slot_t *slot, const kl__run_t *run,
+                          int64_t now) {
+  slot->attempts++;
+  kl_slot_failed(slot, run);
+  if (slot->attempts >= lanes->max_attempts)
+    kl__lane_dead_letter(lanes, lane, slot, KL__DLQ_MAX_ATTEMPTS, run->why);
+  else
+    kl_slot_wait(lanes, lane, slot, kl__backoff_ms(lanes, slot, slot->attempts),
+                 now);
+}
+
+static void kl_done_store(kl__lanes_t *lanes, kl__lane_t *lane,
+                          kl__slot_t *slot, const kl__run_t *run,
+                          int64_t now) {
+  slot->store_errors++;
+  int64_t delay = kl__backoff_ms(lanes, slot, slot->store_errors);
+  KL_LOG_W(KL_COMP, "partition=%" PRId32 " offset=%" PRId64 " runs again in "
+           "%" PRId64 " ms: %s", lane->partition, slot->offset, delay,
+           run->why ? run->why : "");
+  kl_slot_wait(lanes, lane, slot, delay, now);
+}
+
+void kl__lanes_done(kl__lanes_t *lanes, const kl__job_t *job,
+                    const kl__run_t *run) {
+  pthread_mutex_lock(&lanes->mu);
+  kl__lane_t *lane = job->lane;
+  kl__slot_t *slot = job->slot;
+  lane->running--;
+  int64_t now = kl__mono_ns();
+  if (lane->gen != job->lane_gen || lane->state == KL__LANE_FENCED) {
+    slot->state = KL__SLOT_QUEUED; /* rolled back with the lane */
+  } else {
+    switch (run->outcome) {
+    case KL__RUN_APPLIED:
+    case KL__RUN_DUPLICATE: kl_done_ok(lanes, lane, slot, run, now); break;
+    case KL__RUN_RETRY: kl_done_retry(lanes, lane, slot, run, now); break;
+    case KL__RUN_FAIL:
+      slot->attempts++;
+      kl_slot_failed(slot, run);
+      kl__lane_dead_letter(lanes, lane, slot, KL__DLQ_HANDLER_FAIL, run->why);
+      break;
+    case KL__RUN_DECODE:
+      kl_slot_failed(slot, run);
+      kl__lane_dead_letter(lanes, lane, slot, KL__DLQ_DECODE, run->why);
+      break;
+    case KL__RUN_STORE: kl_done_store(lanes, lane, slot, run, now); break;
+    case KL__RUN_FENCED:
+      slot->state = KL__SLOT_QUEUED;
+      kl__ready_push(lane, slot);
+      lane->fence_seen = 1; /* the poll thread rolls the lane back */
+      break;
+    }
+  }
+  if (!lane->running)
+    pthread_cond_broadcast(&lanes->idle);
+  pthread_mutex_unlock(&lanes->mu);
+}
+
+/* ---- taking records and events ----------------------------------------- */
+
+void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m) {
+  pthread_mutex_lock(&lanes->mu);
+  kl__lane_t *lane = m->partition < lanes->count ? lanes->lanes[m->partition]
+                                                 : NULL;
+  if (!lane || lane->state != KL__LANE_OWNED || m->offset < lane->next_offset) {
+    if (lane && lane->state == KL__LANE_OWNED)
+      lanes->redelivered++;
+    pthread_mutex_unlock(&lanes->mu);
+    rd_kafka_message_destroy(m); /* fenced, not ours, or seen */
+    return;
+  }
+  kl__slot_t *slot = kl_xcalloc(1, sizeof(*slot));
+  slot->msg = m;
+  slot->offset = m->offset;
+  slot->key = kl_key_get(lane, m->key, m->key ? m->key_len : 0);
+  slot->key->refs++;
+  kl_ring_push(lane, slot);
+  if (slot->key->tail)
+    slot->key->tail->next = slot;
+  else
+    slot->key->head = slot;
+  slot->key->tail = slot;
+  if (slot->key->head == slot) {
+    kl__ready_push(lane, slot);
+    pthread_cond_signal(&lanes->work);
+  }
+  lane->next_offset = m->offset + 1;
+  if (lane->ring_count >= lanes->window_max)
+    kl__lane_pause(lanes, lane, KL__PAUSE_WINDOW);
+  pthread_mutex_unlock(&lanes->mu);
+}
+
+static int kl_lane_schedulable(const kl__lane_t *lane, int64_t now) {
+  return lane && lane->state == KL__LANE_OWNED && lane->ready.n &&
+         !lane->fence_seen && !lane->rewind && now >= lane->hold_until_ns;
+}
+
+static int kl_take_one(kl__lanes_t *lanes, kl__job_t *job, int64_t now) {
+  for (int32_t i = 0; i < lanes->count; i++) {
+    int32_t p = (lanes->rr + i) % lanes->count;
+    kl__lane_t *lane = lanes->lanes[p];
+    if (!kl_lane_schedulable(lane, now))
+      continue;
+    kl__slot_t *slot = kl_ready_pop(lane);
+    slot->state = KL__SLOT_RUNNING;
+    lane->running++;
+    *job = (kl__job_t){lane, slot, lane->gen, lane->partition, lane->epoch,
+                       slot->msg};
+    lanes->rr = (p + 1) % lanes->count;
+    return 1;
+  }
+  return 0;
+}
+
+int kl__lanes_take(kl__lanes_t *lanes, kl__job_t *job, int wait) {
+  pthread_mutex_lock(&lanes->mu);
+  int got = 0;
+  while (!lanes->stopping && !(got = kl_take_one(lanes, job, kl__mono_ns())) &&
+         wait)
+    pthread_cond_wait(&lanes->work, &lanes->mu);
+  pthread_mutex_unlock(&lanes->mu);
+  return got;
+}
+
+int kl__lanes_has_ready(kl__lanes_t *lanes) {
+  pthread_mutex_lock(&lanes->mu);
+  int64_t now = kl__mono_ns();
+  int any = 0;
+  for (int32_t p = 0; p < lanes->count && !any; p++)
+    any = kl_lane_schedulable(lanes->lanes[p], now);
+  pthread_mutex_unlock(&lanes->mu);
+  return any;
+}
+
+void kl__lanes_stop(kl__lanes_t *lanes) {
+  pthread_mutex_lock(&lanes->mu);
+  lanes->stopping = 1;
+  pthread_cond_broadcast(&lanes->work);
+  pthread_mutex_unlock(&lanes->mu);
+}
+
+/* ---- the tick ----------------------------------------------------------- */
+
+/* Moves WAITING slots that are due back to the ready heap. */
+static int kl_lane_wake(kl__lanes_t *lanes, kl__lane_t *lane, int64_t now) {
+  if (!lane->next_due_ns || now < lane->next_due_ns)
+    return 0;
+  int woke = 0;
+  lane->next_due_ns = 0;
+  for (size_t i = 0; i < lane->waiting.n;) {
+    kl__slot_t *s = lane->waiting.v[i];
+    if (s->due_ns <= now) {
+      lane->waiting.v[i] = lane->waiting.v[--lane->waiting.n];
+      lanes->waiting_keys--;
+      s->state = KL__SLOT_QUEUED;
+      if (s->key->head == s) { /* else it runs when its turn comes */
+        kl__ready_push(lane, s);
+        woke = 1;
+      }
+      continue;
+    }
+    if (!lane->next_due_ns || s->due_ns < lane->next_due_ns)
+      lane->next_due_ns = s->due_ns;
+    i++;
+  }
+  return woke;
+}
+
+static int kl_lane_commit_due(const kl__lanes_t *lanes, const kl__lane_t *lane,
+                              int64_t now) {
+  return lane->final.n && now >= lane->hold_until_ns &&
+         (lane->final.n >= lanes->batch_max ||
+          now - lane->first_final_ns >= lanes->batch_wait_ns);
+}
+
+static int kl_lane_tick(kl__lanes_t *lanes, kl__lane_t *lane, int64_t now) {
+  if (lane->fence_seen) {
+    kl__lane_fenced(lanes, lane);
+    return 0;
+  }
+  if (lane->rewind)
+    kl__lane_rewind(lanes, lane);
+  int woke = kl_lane_wake(lanes, lane, now);
+  if (lane->hold_until_ns && now >= lane->hold_until_ns) {
+    lane->hold_until_ns = 0;
+    woke = 1;
+  }
+  if (kl_lane_commit_due(lanes, lane, now))
+    kl__lane_commit(lanes, lane);
+  if (lane->state != KL__LANE_OWNED)
+    return woke;
+  if (lane->batch && !lane->final.n && !lane->running) {
+    kl_store_abort(lane->batch); /* nothing to commit: let the snapshot go */
+    lane->batch = NULL;
+  }
+  if (lane->ring_count < lanes->window_max / 2 + 1)
+    kl__lane_resume(lanes, lane, KL__PAUSE_WINDOW);
+  return woke;
+}
+
+static void kl_lanes_bound_waiting(kl__lanes_t *lanes) {
+  for (int32_t p = 0; p < lanes->count; p++) {
+    kl__lane_t *lane = lanes->lanes[p];
+    if (!lane || lane->state != KL__LANE_OWNED)
+      continue;
+    if (lanes->waiting_keys >= lanes->waiting_max && lane->waiting.n)
+      kl__lane_pause(lanes, lane, KL__PAUSE_WAITING);
+    else if (lanes->waiting_keys < lanes->waiting_max / 2 + 1)
+      kl__lane_resume(lanes, lane, KL__PAUSE_WAITING);
+  }
+}
+
+static void kl_lanes_gauges(kl__lanes_t *lanes, int64_t now) {
+  uint64_t window = 0, paused = 0;
+  int64_t oldest = 0;
+  for (int32_t p = 0; p < lanes->count; p++) {
+    kl__lane_t *lane = lanes->lanes[p];
+    if (!lane || lane->state != KL__LANE_OWNED)
+      continue;
+    window += lane->ring_count;
+    paused += (lane->paused & (KL__PAUSE_WINDOW | KL__PAUSE_WAITING)) != 0;
+    for (size_t i = 0; i < lane->waiting.n; i++)
+      if (now - lane->waiting.v[i]->wait_since_ns > oldest)
+        oldest = now - lane->waiting.v[i]->wait_since_ns;
+  }
+  lanes->window_events = window;
+  lanes->paused_now = paused;
+  lanes->waiting_now = lanes->waiting_keys;
+  lanes->oldest_wait_ms = (uint64_t)(oldest / 1000000);
+}
+
+static void kl_lanes_report(kl__lanes_t *lanes, int64_t now) {
+  if (now - lanes->last_report_ns < KL_REPORT_NS)
+    return;
+  lanes->last_report_ns = now;
+  uint64_t dead = lanes->dead_letters;
+  if (!lanes->waiting_keys && dead == lanes->reported_dead_letters)
+    return;
+  lanes->reported_dead_letters = dead;
+  KL_LOG_I(KL_COMP, "lanes: waiting_keys=%zu oldest_wait_ms=%" PRIu64
+           " dead_letters=%" PRIu64 " window_events=%" PRIu64
+           " paused_partitions=%" PRIu64, lanes->waiting_keys,
+           (uint64_t)lanes->oldest_wait_ms, dead,
+           (uint64_t)lanes->window_events, (uint64_t)lanes->paused_now);
+}
+
+void kl__lanes_tick(kl__lanes_t *lanes) {
+  pthread_mutex_lock(&lanes->mu);
+  int64_t now = kl__mono_ns();
+  int woke = 0;
+  for (int32_t p = 0; p < lanes->count; p++) {
+    kl__lane_t *lane = lanes->lanes[p];
+    if (lane && lane->state == KL__LANE_OWNED)
+      woke |= kl_lane_tick(lanes, lane, now);
+  }
+  kl__lanes_send_dead_letters(lanes, now);
+  kl_lanes_bound_waiting(lanes);
+  kl_lanes_gauges(lanes, now);
+  kl_lanes_report(lanes, now);
+  if (woke)
+    pthread_cond_broadcast(&lanes->work);
+  pthread_mutex_unlock(&lanes->mu);
+}
+
+/* ---- ownership and setup ------------------------------------------------ */
+
+void kl__lanes_reserve(kl__lanes_t *lanes, int32_t count) {
+  if (count <= lanes->count)
+    return;
+  pthread_mutex_lock(&lanes->mu);
+  kl__lane_t **v = realloc(lanes->lanes, (size_t)count * sizeof(*v));
+  if (!v)
+    kl_xcalloc((size_t)-1, (size_t)-1); /* aborts */
+  for (int32_t p = lanes->count; p < count; p++)
+    v[p] = NULL;
+  lanes->lanes = v;
+  lanes->count = count;
+  pthread_mutex_unlock(&lanes->mu);
+}
+
+void kl__lanes_own(kl__lanes_t *lanes, int32_t partition, uint64_t epoch,
+                   int64_t watermark) {
+  kl__lanes_reserve(lanes, partition + 1);
+  pthread_mutex_lock(&lanes->mu);
+  kl__lane_t *lane = lanes->lanes[partition];
+  if (!lane) {
+    lane = lanes->lanes[partition] = kl_xcalloc(1, sizeof(*lane));
+    lane->partition = partition;
+    kl__ov_init(&lane->ov);
+  }
+  kl__lane_drop(lanes, lane); /* a lane fenced earlier still holds state */
+  lane->state = KL__LANE_OWNED;
+  lane->epoch = epoch;
+  lane->gen++;
+  lane->watermark = lane->next_offset = watermark;
+  lane->paused = 0;
+  lane->hold_until_ns = 0;
+  lane->commit_backoff_ms = 0;
+  pthread_mutex_unlock(&lanes->mu);
+}
+
+int kl__lanes_inline(const kl__lanes_t *lanes) {
+  return lanes->inline_mode;
+}
+
+void kl__lanes_set_before_commit(kl__lanes_t *lanes, kl__worker_hook_fn *fn,
+                                 void *opaque) {
+  lanes->applier.before_commit = fn;
+  lanes->applier.hook_opaque = opaque;
+}
+
+kl_err_t kl__lanes_new(const kl_conf_t *conf, const kl__applier_t *applier,
+                       rd_kafka_t *rk, kl__dlq_t *dlq, kl__lanes_t **out) {
+  kl__lanes_t *lanes = calloc(1, sizeof(*lanes));
+  if (!lanes)
+    return KL_ENOMEM;
+  pthread_mutex_init(&lanes->mu, NULL);
+  pthread_cond_init(&lanes->work, NULL);
+  pthread_cond_init(&lanes->idle, NULL);
+  lanes->applier = *applier;
+  lanes->store = applier->store;
+  lanes->topic = applier->topic;
+  lanes->rk = rk;
+  lanes->dlq = dlq;
+  lanes->inline_mode = kl__conf_int(conf, "worker.concurrency") <= 1;
+  lanes->window_max = (size_t)kl__conf_int(conf, "worker.window.max");
+  lanes->waiting_max = (size_t)kl__conf_int(conf, "worker.waiting.max");
+  lanes->batch_max = (size_t)kl__conf_int(conf, "worker.batch.max");
+  lanes->batch_wait_ns = kl__conf_int(conf, "worker.batch.wait.ms") * 1000000;
+  lanes->retry_initial_ms = kl__conf_int(conf, "worker.retry.initial.ms");
+  lanes->retry_max_ms = kl__conf_int(conf, "worker.retry.max.ms");
+  if (lanes->retry_max_ms < lanes->retry_initial_ms)
+    lanes->retry_max_ms = lanes->retry_initial_ms;
+  lanes->max_attempts = (int)kl__conf_int(conf, "worker.max.attempts");
+  lanes->seed = kl_key_hash(applier->topic, strlen(applier->topic));
+  lanes->last_report_ns = kl__mono_ns();
+  *out = lanes;
+  return KL_OK;
+}
+
+void kl__lanes_destroy(kl__lanes_t *lanes) {
+  if (!lanes)
+    return;
+  for (int32_t p = 0; p < lanes->count; p++) {
+    kl__lane_t *lane = lanes->lanes[p];
+    if (!lane)
+      continue;
+    kl__lane_drop(lanes, lane);
+    free(lane->ring);
+    free(lane->keys);
+    free(lane->ready.v);
+    free(lane->final.v);
+    free(lane->waiting.v);
+    free(lane->dlq.v);
+    free(lane);
+  }
+  free(lanes->lanes);
+  pthread_mutex_destroy(&lanes->mu);
+  pthread_cond_destroy(&lanes->work);
+  pthread_cond_destroy(&lanes->idle);
+  free(lanes);
+}
+
+void kl__lanes_stats(const kl__lanes_t *lanes, kl_worker_stats_t *stats) {
+  stats->applied = lanes->applied;
+  stats->duplicates = lanes->duplicates;
+  stats->redelivered = lanes->redelivered;
+  stats->batches = lanes->batches;
+  stats->fenced = lanes->fenced;
+  stats->failed = lanes->failed;
+  stats->dead_letters = lanes->dead_letters;
+  stats->waiting_keys = lanes->waiting_now;
+  stats->oldest_wait_ms = lanes->oldest_wait_ms;
+  stats->window_events = lanes->window_events;
+  stats->paused = (int32_t)lanes->paused_now;
+}

@@ -1,0 +1,142 @@
+/*
+ * The per-partition engine: one lane per owned partition, used by
+ * worker.c (the poll thread) and pool.c (the executors).
+ *
+ * A lane holds a window of the partition's records from its watermark on,
+ * in offset order; each record is a slot (QUEUED, RUNNING, WAITING in
+ * backoff, DLQ_PENDING, then final: DONE or DLQ_DONE). Per event key the
+ * pending slots form a FIFO; only the head of a key that is not running,
+ * waiting or being dead-lettered is ready. So one key's events run
+ * strictly in order, other keys' run concurrently, and a failing key
+ * holds up only itself.
+ *
+ * The poll thread group-commits a lane's final slots in ONE fenced store
+ * transaction: every completed event's writes and idempotency mark
+ * (applied, or dead-lettered), duplicate counts, and the watermark = the
+ * first slot that is not final. Final slots beyond it are committed too;
+ * after a restart they are consumed again and skipped by their marks.
+ *
+ * Bounds: a lane's window holds at most worker.window.max records and the
+ * worker at most worker.waiting.max keys in backoff; past either the
+ * partition is paused (Kafka pause) and resumed below half.
+ *
+ * Memory: bookkeeping that cannot be allocated aborts the process. The
+ * store is the source of truth, and a restarted worker resumes from it;
+ * a lane that dropped a record instead would commit past it.
+ */
+#ifndef KEYLANE_WORKER_LANES_H
+#define KEYLANE_WORKER_LANES_H
+
+#include <librdkafka/rdkafka.h>
+
+#include "keylane/worker.h"
+#include "worker/apply.h"
+#include "worker/dlq.h"
+
+typedef struct kl__lanes kl__lanes_t;
+typedef struct kl__lane kl__lane_t;
+struct kl__slot;
+struct kl__child;
+
+/** One event handed to an executor. */
+typedef struct kl__job {
+  kl__lane_t *lane;
+  struct kl__slot *slot;
+  uint64_t lane_gen;
+  int32_t partition;
+  uint64_t epoch;
+  const rd_kafka_message_t *msg; /* valid until kl__lanes_done() */
+} kl__job_t;
+
+typedef enum kl__outcome {
+  KL__RUN_APPLIED,   /* the handler said OK; writes in the child */
+  KL__RUN_DUPLICATE, /* its id was seen */
+  KL__RUN_RETRY,     /* the handler said RETRY */
+  KL__RUN_FAIL,      /* the handler said FAIL */
+  KL__RUN_DECODE,    /* the record is not a valid envelope */
+  KL__RUN_STORE,     /* the store failed: run it again, not an attempt */
+  KL__RUN_FENCED,    /* kl_store_begin() said a newer owner holds it */
+} kl__outcome_t;
+
+typedef struct kl__run {
+  kl__outcome_t outcome;
+  const char *why;          /* RETRY, FAIL, DECODE, STORE */
+  const char *id;           /* the decoded idempotency key, or NULL */
+  size_t id_len;
+  struct kl__child *child;  /* APPLIED: merged into the lane's overlay */
+} kl__run_t;
+
+/** Counters and gauges, as kl_worker_stats() reports them. */
+void kl__lanes_stats(const kl__lanes_t *lanes, kl_worker_stats_t *stats);
+
+/**
+ * Creates the engine. @p applier is copied (its decoder stays the
+ * caller's); @p rk (the consumer) and @p dlq are borrowed.
+ * worker.concurrency = 1 selects inline mode: the poll thread runs the
+ * events itself, inside the lane's open group transaction.
+ */
+kl_err_t kl__lanes_new(const kl_conf_t *conf, const kl__applier_t *applier,
+                       rd_kafka_t *rk, kl__dlq_t *dlq, kl__lanes_t **out);
+void kl__lanes_destroy(kl__lanes_t *lanes);
+
+/** @returns nonzero in inline mode. */
+int kl__lanes_inline(const kl__lanes_t *lanes);
+
+/** Makes room for partitions 0..@p count-1. Poll thread. */
+void kl__lanes_reserve(kl__lanes_t *lanes, int32_t count);
+
+/** Takes @p partition, owned with @p epoch, from @p watermark. Poll thread. */
+void kl__lanes_own(kl__lanes_t *lanes, int32_t partition, uint64_t epoch,
+                   int64_t watermark);
+
+/**
+ * Gives @p partition up: stops scheduling it, waits for its running
+ * events, and with @p commit waits a while for its dead letters' acks and
+ * group-commits what is final. Poll thread.
+ * @returns the lane's committed watermark; -1 when it was not owned.
+ */
+int64_t kl__lanes_release(kl__lanes_t *lanes, int32_t partition, int commit,
+                          uint64_t *epoch);
+
+/** Takes @p m (ownership passes) into its lane's window. Poll thread. */
+void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m);
+
+/**
+ * Picks a ready event; with @p wait blocks until there is one or
+ * kl__lanes_stop(). @returns 1 with *job filled, 0 otherwise.
+ */
+int kl__lanes_take(kl__lanes_t *lanes, kl__job_t *job, int wait);
+
+/** Hands back what running @p job gave. Any thread. */
+void kl__lanes_done(kl__lanes_t *lanes, const kl__job_t *job,
+                    const kl__run_t *run);
+
+/**
+ * Inline mode: the lane's open group transaction, begun when there is
+ * none. Poll thread.
+ */
+kl_err_t kl__lanes_batch(kl__lanes_t *lanes, const kl__job_t *job,
+                         kl_txn_t **txn);
+
+/**
+ * The poll thread's periodic work: retries that are due, dead letters to
+ * produce, group commits that are due, fencing, pause and resume, gauges
+ * and the 10 s report line.
+ */
+void kl__lanes_tick(kl__lanes_t *lanes);
+
+/** @returns nonzero when some event is ready to run. */
+int kl__lanes_has_ready(kl__lanes_t *lanes);
+
+/** Wakes the executors blocked in kl__lanes_take() for good. */
+void kl__lanes_stop(kl__lanes_t *lanes);
+
+/** The test hook of worker_internal.h. */
+void kl__lanes_set_before_commit(kl__lanes_t *lanes, kl__worker_hook_fn *fn,
+                                 void *opaque);
+
+/** The dead-letter producer's ack callback (opaque: the lanes). */
+void kl__lanes_dlq_ack(void *opaque, const kl__dlq_ref_t *ref, kl_err_t err,
+                       const char *errstr);
+
+#endif

@@ -1,0 +1,227 @@
+/*
+ * The key-parallel engine's state, shared by lanes.c (window, keys,
+ * scheduling), lane_commit.c (group commit, fencing, rewind, release,
+ * dead letters), txn_child.c (the overlay and the handlers' child txns)
+ * and pool.c (the executors). Not installed.
+ *
+ * Locking: one mutex per worker, kl__lanes_t.mu, guards every lane, key,
+ * slot and overlay. Handlers run without it; an executor takes it to pick
+ * a slot, to read the overlay and to hand its result back. The poll thread
+ * takes it to add records, to build a group commit and to apply its
+ * outcome; it drops it around store and Kafka calls that may block.
+ */
+#ifndef KEYLANE_WORKER_LANES_INTERNAL_H
+#define KEYLANE_WORKER_LANES_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "worker/apply.h"
+#include "worker/dlq.h"
+#include "worker/lanes.h"
+
+typedef struct kl__lkey kl__lkey_t;
+typedef struct kl__slot kl__slot_t;
+
+/* ---- the overlay: writes of completed, not yet committed events ------ */
+
+enum { KL__OV_PUT = 1, KL__OV_DEL = 2 }; /* tags in the data space */
+enum { KL__OV_DATA = 'd', KL__OV_ID = 'i' };
+
+typedef struct kl__ov_entry {
+  struct kl__ov_entry *hnext;        /* hash chain */
+  struct kl__ov_entry *kprev, *knext; /* the writer key's entries */
+  struct kl__ov_entry *dnext;        /* the dirty list */
+  kl__lkey_t *writer;
+  uint64_t hash;
+  uint64_t gen; /* the build generation of the last write */
+  int tag;      /* KL__OV_PUT/DEL, or a kl_mark_t in the id space */
+  int dirty;    /* on the dirty list: written since the last build */
+  unsigned char *val;
+  size_t val_len;
+  size_t key_len; /* the space byte, then the key */
+  unsigned char key[];
+} kl__ov_entry_t;
+
+typedef struct kl__overlay {
+  kl__ov_entry_t **buckets; /* cap a power of two */
+  size_t cap, count;
+  kl__ov_entry_t *dirty;  /* entries written since the last build */
+  uint64_t gen;           /* the generation new writes get */
+  uint64_t committed_gen; /* every write of a generation <= this is stored */
+} kl__overlay_t;
+
+/* ---- keys, slots, lanes ---------------------------------------------- */
+
+/* An event key (the Kafka message key) of one lane: its pending slots in
+ * offset order, and the overlay entries its events wrote. Freed once it
+ * has neither. */
+struct kl__lkey {
+  kl__lkey_t *hnext;
+  uint64_t hash;
+  kl__slot_t *head, *tail; /* pending (not final) slots; head runs first */
+  kl__ov_entry_t *entries;
+  size_t refs; /* slots of the window, final ones included */
+  size_t len;
+  unsigned char bytes[];
+};
+
+typedef enum kl__slot_state {
+  KL__SLOT_QUEUED,      /* waits for its turn */
+  KL__SLOT_RUNNING,     /* an executor runs it */
+  KL__SLOT_WAITING,     /* backoff until due_ns, then QUEUED */
+  KL__SLOT_DLQ_PENDING, /* its dead letter is produced, not yet acked */
+  KL__SLOT_DONE,        /* applied or duplicate: final */
+  KL__SLOT_DLQ_DONE,    /* dead letter acknowledged: final */
+} kl__slot_state_t;
+
+struct kl__slot {
+  rd_kafka_message_t *msg;
+  int64_t offset;
+  kl__lkey_t *key;
+  kl__slot_t *next; /* the key's next pending slot */
+  kl__slot_state_t state;
+  int duplicate;  /* DONE because its id was seen */
+  int building;   /* final, in the group commit being built or in flight */
+  int committed;  /* final and in a committed group commit */
+  int attempts;   /* handler runs */
+  int store_errors; /* failed runs the handler did not cause */
+  int dlq_inflight; /* produced, no delivery report yet */
+  int64_t due_ns;   /* WAITING: when it may run; DLQ_PENDING: resend at */
+  int64_t wait_since_ns;
+  int64_t first_failure_ms, last_failure_ms;
+  kl__dlq_reason_t reason; /* once dead-lettered */
+  char *id;   /* the decoded idempotency key, kept for a dead letter */
+  size_t id_len;
+  char *why; /* the last failure, for the dead letter */
+};
+
+typedef enum kl__lane_state {
+  KL__LANE_FREE = 0, /* not owned */
+  KL__LANE_OWNED,    /* consuming and scheduling */
+  KL__LANE_DRAINING, /* being released: running events finish, no new */
+  KL__LANE_FENCED,   /* a newer owner exists: apply nothing until revoked */
+} kl__lane_state_t;
+
+enum { KL__PAUSE_WINDOW = 1, KL__PAUSE_WAITING = 2, KL__PAUSE_FENCED = 4 };
+
+/* A growable array of slot pointers. */
+typedef struct kl__slots {
+  kl__slot_t **v;
+  size_t n, cap;
+} kl__slots_t;
+
+struct kl__lane {
+  int32_t partition;
+  kl__lane_state_t state;
+  uint64_t epoch;
+  uint64_t gen; /* bumped on every change of ownership: stale acks lose */
+  int64_t watermark;   /* committed: the next offset a new owner applies */
+  int64_t next_offset; /* the offset after the last record taken in */
+  kl__slot_t **ring;   /* the window, in offset order */
+  size_t ring_head, ring_count, ring_cap;
+  kl__lkey_t **keys; /* hash table of keys */
+  size_t keys_cap, keys_count;
+  kl__slots_t ready;   /* min-heap by offset: heads of idle keys */
+  kl__slots_t final;   /* became final since the last build */
+  kl__slots_t waiting; /* WAITING slots */
+  kl__slots_t dlq;     /* DLQ_PENDING slots */
+  kl__overlay_t ov;
+  size_t running;
+  int64_t first_final_ns; /* when the oldest entry of `final` got there */
+  int64_t next_due_ns;    /* the earliest due_ns in `waiting`, or 0 */
+  unsigned paused;        /* KL__PAUSE_* reasons */
+  kl_txn_t *batch;        /* inline mode: the open group transaction */
+  int fence_seen;         /* an executor's begin said KL_EFENCED */
+  int rewind;             /* the overlay is unusable: run events again */
+  int64_t hold_until_ns;  /* after a failed commit */
+  int commit_backoff_ms;
+};
+
+struct kl__lanes {
+  pthread_mutex_t mu;
+  pthread_cond_t work; /* executors: a slot became ready, or stop */
+  pthread_cond_t idle; /* the poll thread: a lane's running count fell */
+  kl_store_t *store;
+  const char *topic;
+  kl__applier_t applier; /* handler, hook; its decoder is the poll thread's */
+  rd_kafka_t *rk;        /* the consumer: pause, resume, offset commits */
+  kl__dlq_t *dlq;
+  kl__lane_t **lanes;
+  int32_t count;
+  int32_t rr; /* where the next take starts looking */
+  int inline_mode;
+  int stopping;
+  size_t window_max, waiting_max, batch_max;
+  int64_t batch_wait_ns;
+  int64_t retry_initial_ms, retry_max_ms;
+  int max_attempts;
+  uint64_t seed;
+  size_t waiting_keys; /* over every lane */
+  int64_t last_report_ns;
+  uint64_t reported_dead_letters;
+  _Atomic uint64_t applied, duplicates, redelivered, batches, fenced, failed,
+      dead_letters, waiting_now, oldest_wait_ms, window_events, paused_now;
+};
+
+/* ---- lanes.c, for lane_commit.c -------------------------------------- */
+
+kl_err_t kl__slots_push(kl__slots_t *slots, kl__slot_t *slot);
+void kl__slots_remove(kl__slots_t *slots, kl__slot_t *slot);
+void kl__ready_push(kl__lane_t *lane, kl__slot_t *slot);
+/* Makes @p slot, its key's head, final and lets the key's next slot run. */
+void kl__lane_finish(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
+                     kl__slot_state_t state, int64_t now_ns);
+/* Frees every slot, key and overlay entry of @p lane; the lane is empty. */
+void kl__lane_drop(kl__lanes_t *lanes, kl__lane_t *lane);
+/* The window's i-th slot; its first, committed, slot removed. */
+kl__slot_t *kl__lane_at(const kl__lane_t *lane, size_t i);
+void kl__lane_pop(kl__lane_t *lane);
+/* @p key went idle: frees its stored overlay entries, and it when unused. */
+void kl__key_release(kl__lane_t *lane, kl__lkey_t *key);
+void kl__key_maybe_free(kl__lane_t *lane, kl__lkey_t *key);
+void kl__lane_pause(kl__lanes_t *lanes, kl__lane_t *lane, unsigned reason);
+void kl__lane_resume(kl__lanes_t *lanes, kl__lane_t *lane, unsigned reason);
+/* Waits, with mu held, until no executor runs an event of @p lane. */
+void kl__lane_wait_idle(kl__lanes_t *lanes, kl__lane_t *lane);
+kl__slot_t *kl__lane_find(const kl__lane_t *lane, int64_t offset);
+int64_t kl__backoff_ms(const kl__lanes_t *lanes, const kl__slot_t *slot,
+                       int attempt);
+
+/* ---- lane_commit.c --------------------------------------------------- */
+
+/* Group-commits @p lane's final slots (mu held; dropped meanwhile). */
+void kl__lane_commit(kl__lanes_t *lanes, kl__lane_t *lane);
+/* A newer owner holds @p lane: roll everything back (mu held). */
+void kl__lane_fenced(kl__lanes_t *lanes, kl__lane_t *lane);
+/* Runs every completed, uncommitted event again (mu held). */
+void kl__lane_rewind(kl__lanes_t *lanes, kl__lane_t *lane);
+/* Dead letters due to be produced, for every lane (mu held). */
+void kl__lanes_send_dead_letters(kl__lanes_t *lanes, int64_t now_ns);
+/* Moves @p slot, its key's head, to DLQ_PENDING (mu held). */
+void kl__lane_dead_letter(kl__lanes_t *lanes, kl__lane_t *lane,
+                          kl__slot_t *slot, kl__dlq_reason_t reason,
+                          const char *why);
+
+/* ---- txn_child.c ----------------------------------------------------- */
+
+void kl__ov_init(kl__overlay_t *ov);
+const kl__ov_entry_t *kl__ov_get(const kl__overlay_t *ov, int space,
+                                 const void *key, size_t key_len);
+kl_err_t kl__ov_set(kl__overlay_t *ov, kl__lkey_t *writer, int space,
+                    const void *key, size_t key_len, const void *val,
+                    size_t val_len, int tag);
+/* Frees @p writer's entries that are stored (gen <= committed_gen). */
+void kl__ov_release_key(kl__overlay_t *ov, kl__lkey_t *writer);
+/* Frees every entry. */
+void kl__ov_clear(kl__overlay_t *ov);
+/* Detaches the dirty list and starts a new generation; @returns the list,
+ * whose entries are in generation ov->gen - 1 or older. */
+kl__ov_entry_t *kl__ov_take_dirty(kl__overlay_t *ov, size_t *count);
+void kl__ov_free_entry(kl__overlay_t *ov, kl__ov_entry_t *entry);
+
+#endif

@@ -1,0 +1,146 @@
+/*
+ * Executors: take a ready event, run the per-event step of apply.c on a
+ * child transaction, hand the outcome back to its lane.
+ */
+#include "worker/pool.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "worker/lanes_internal.h"
+#include "worker/txn_child.h"
+
+typedef struct kl_exec {
+  kl__pool_t *pool;
+  kl__applier_t applier; /* the lanes' one, with this executor's decoder */
+  pthread_t thread;
+  int started;
+} kl_exec_t;
+
+struct kl__pool {
+  kl__lanes_t *lanes;
+  int count;
+  kl_exec_t inline_exec;
+  kl_exec_t execs[];
+};
+
+static kl__outcome_t kl_outcome(kl_handler_result_t r,
+                                const kl__apply_result_t *res) {
+  if (r == KL_HANDLER_OK)
+    return res->duplicates ? KL__RUN_DUPLICATE : KL__RUN_APPLIED;
+  if (r == KL_HANDLER_RETRY)
+    return res->store_err ? KL__RUN_STORE : KL__RUN_RETRY;
+  return res->failed_err ? KL__RUN_DECODE : KL__RUN_FAIL;
+}
+
+/* Runs one event on @p base (a snapshot or the lane's group txn). */
+static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
+  kl__lanes_t *lanes = x->pool->lanes;
+  kl__child_t child;
+  kl__child_init(&child, base, &lanes->mu, &job->lane->ov);
+  kl__apply_result_t res;
+  memset(&res, 0, sizeof(res));
+  kl_event_t event;
+  kl_handler_result_t r = kl__apply_event(&x->applier, job->partition,
+                                          job->epoch, &child.base, job->msg,
+                                          &event, &res);
+  kl__run_t run = {kl_outcome(r, &res), res.why, NULL, 0, &child};
+  if (!res.failed_err) {
+    run.id = event.id;
+    run.id_len = event.id_len;
+  }
+  kl__lanes_done(lanes, job, &run);
+  kl__child_destroy(&child);
+}
+
+static void kl_exec_begin_failed(kl__lanes_t *lanes, const kl__job_t *job,
+                                 kl_err_t err) {
+  kl__run_t run = {err == KL_EFENCED ? KL__RUN_FENCED : KL__RUN_STORE,
+                   kl_err_detail(), NULL, 0, NULL};
+  kl__lanes_done(lanes, job, &run);
+}
+
+/* Key-parallel mode: every event reads its own snapshot, begun after any
+ * commit that holds an earlier event of its key, or with that event's
+ * writes still in the overlay. */
+static void *kl_exec_main(void *opaque) {
+  kl_exec_t *x = opaque;
+  kl__lanes_t *lanes = x->pool->lanes;
+  kl__job_t job;
+  while (kl__lanes_take(lanes, &job, 1)) {
+    kl_txn_t *snap;
+    kl_err_t err = kl_store_begin(lanes->store, lanes->topic, job.partition,
+                                  job.epoch, &snap);
+    if (err) {
+      kl_exec_begin_failed(lanes, &job, err);
+      continue;
+    }
+    kl_exec_step(x, &job, snap);
+    kl_store_abort(snap);
+  }
+  return NULL;
+}
+
+int kl__pool_run_inline(kl__pool_t *pool, int budget_ms) {
+  kl_exec_t *x = &pool->inline_exec;
+  int64_t end = kl__mono_ns() + (int64_t)budget_ms * 1000000;
+  int n = 0;
+  kl__job_t job;
+  while (kl__mono_ns() < end && kl__lanes_take(pool->lanes, &job, 0)) {
+    kl_txn_t *batch;
+    kl_err_t err = kl__lanes_batch(pool->lanes, &job, &batch);
+    if (err)
+      kl_exec_begin_failed(pool->lanes, &job, err);
+    else
+      kl_exec_step(x, &job, batch);
+    n++;
+  }
+  return n;
+}
+
+static kl_err_t kl_exec_init(kl_exec_t *x, kl__pool_t *pool) {
+  x->pool = pool;
+  x->applier = pool->lanes->applier;
+  x->applier.decoder = kl_decoder_new();
+  return x->applier.decoder ? KL_OK : KL_ENOMEM;
+}
+
+kl_err_t kl__pool_new(kl__lanes_t *lanes, int threads, kl__pool_t **out) {
+  kl__pool_t *pool = calloc(1, sizeof(*pool) + (size_t)threads *
+                                                   sizeof(kl_exec_t));
+  if (!pool)
+    return KL_ENOMEM;
+  pool->lanes = lanes;
+  kl_err_t err = kl_exec_init(&pool->inline_exec, pool);
+  for (int i = 0; !err && i < threads; i++) {
+    kl_exec_t *x = &pool->execs[i];
+    pool->count++;
+    if ((err = kl_exec_init(x, pool)))
+      break;
+    if (pthread_create(&x->thread, NULL, kl_exec_main, x))
+      err = kl__err(KL_ENOMEM, "cannot start executor thread %d of %d", i + 1,
+                    threads);
+    else
+      x->started = 1;
+  }
+  if (err) {
+    kl__pool_destroy(pool);
+    return err;
+  }
+  *out = pool;
+  return KL_OK;
+}
+
+void kl__pool_destroy(kl__pool_t *pool) {
+  if (!pool)
+    return;
+  kl__lanes_stop(pool->lanes);
+  for (int i = 0; i < pool->count; i++) {
+    if (pool->execs[i].started)
+      pthread_join(pool->execs[i].thread, NULL);
+    kl_decoder_destroy(pool->execs[i].applier.decoder);
+  }
+  kl_decoder_destroy(pool->inline_exec.applier.decoder);
+  free(pool);
+}

@@ -1,0 +1,327 @@
+/*
+ * The overlay (a chained hash map with removal, which the batch buffer of
+ * txn_buffer.c does not need and so lacks) and the child transaction that
+ * reads through it.
+ */
+#include "worker/txn_child.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "worker/store_backend.h"
+
+/* ---- the overlay ----------------------------------------------------- */
+
+/* FNV-1a over the space byte and the key: the keys are the lane's own. */
+static uint64_t kl_ov_hash(int space, const void *key, size_t len) {
+  const unsigned char *p = key;
+  uint64_t h = 14695981039346656037ULL;
+  h = (h ^ (unsigned char)space) * 1099511628211ULL;
+  for (size_t i = 0; i < len; i++)
+    h = (h ^ p[i]) * 1099511628211ULL;
+  return h;
+}
+
+void kl__ov_init(kl__overlay_t *ov) {
+  memset(ov, 0, sizeof(*ov));
+  ov->gen = 1;
+}
+
+static kl__ov_entry_t **kl_ov_bucket(const kl__overlay_t *ov, uint64_t hash) {
+  return &ov->buckets[hash & (ov->cap - 1)];
+}
+
+static kl__ov_entry_t *kl_ov_find(const kl__overlay_t *ov, uint64_t hash,
+                                  int space, const void *key, size_t len) {
+  if (!ov->cap)
+    return NULL;
+  for (kl__ov_entry_t *e = *kl_ov_bucket(ov, hash); e; e = e->hnext)
+    if (e->hash == hash && e->key_len == len + 1 && e->key[0] == space &&
+        memcmp(e->key + 1, key, len) == 0)
+      return e;
+  return NULL;
+}
+
+const kl__ov_entry_t *kl__ov_get(const kl__overlay_t *ov, int space,
+                                 const void *key, size_t key_len) {
+  return kl_ov_find(ov, kl_ov_hash(space, key, key_len), space, key, key_len);
+}
+
+static kl_err_t kl_ov_grow(kl__overlay_t *ov) {
+  size_t cap = ov->cap ? ov->cap * 2 : 256;
+  kl__ov_entry_t **b = calloc(cap, sizeof(*b));
+  if (!b)
+    return KL_ENOMEM;
+  for (size_t i = 0; i < ov->cap; i++)
+    for (kl__ov_entry_t *e = ov->buckets[i], *next; e; e = next) {
+      next = e->hnext;
+      e->hnext = b[e->hash & (cap - 1)];
+      b[e->hash & (cap - 1)] = e;
+    }
+  free(ov->buckets);
+  ov->buckets = b;
+  ov->cap = cap;
+  return KL_OK;
+}
+
+static void kl_ov_link_writer(kl__ov_entry_t *e, kl__lkey_t *writer) {
+  e->writer = writer;
+  e->kprev = NULL;
+  e->knext = writer->entries;
+  if (writer->entries)
+    writer->entries->kprev = e;
+  writer->entries = e;
+}
+
+static void kl_ov_unlink_writer(kl__ov_entry_t *e) {
+  if (e->kprev)
+    e->kprev->knext = e->knext;
+  else
+    e->writer->entries = e->knext;
+  if (e->knext)
+    e->knext->kprev = e->kprev;
+  e->writer = NULL;
+}
+
+static kl_err_t kl_ov_new_entry(kl__overlay_t *ov, uint64_t hash, int space,
+                                const void *key, size_t key_len,
+                                kl__ov_entry_t **out) {
+  if (ov->count >= ov->cap && kl_ov_grow(ov))
+    return KL_ENOMEM;
+  kl__ov_entry_t *e = calloc(1, sizeof(*e) + key_len + 1);
+  if (!e)
+    return KL_ENOMEM;
+  e->hash = hash;
+  e->key_len = key_len + 1;
+  e->key[0] = (unsigned char)space;
+  memcpy(e->key + 1, key, key_len);
+  kl__ov_entry_t **b = kl_ov_bucket(ov, hash);
+  e->hnext = *b;
+  *b = e;
+  ov->count++;
+  *out = e;
+  return KL_OK;
+}
+
+kl_err_t kl__ov_set(kl__overlay_t *ov, kl__lkey_t *writer, int space,
+                    const void *key, size_t key_len, const void *val,
+                    size_t val_len, int tag) {
+  uint64_t hash = kl_ov_hash(space, key, key_len);
+  kl__ov_entry_t *e = kl_ov_find(ov, hash, space, key, key_len);
+  if (!e && kl_ov_new_entry(ov, hash, space, key, key_len, &e))
+    return KL_ENOMEM;
+  if (val_len || !e->val) {
+    unsigned char *v = realloc(e->val, val_len ? val_len : 1);
+    if (!v)
+      return KL_ENOMEM;
+    e->val = v;
+  }
+  if (val_len)
+    memcpy(e->val, val, val_len);
+  e->val_len = val_len;
+  e->tag = tag;
+  e->gen = ov->gen;
+  if (e->writer != writer) {
+    if (e->writer)
+      kl_ov_unlink_writer(e);
+    kl_ov_link_writer(e, writer);
+  }
+  if (!e->dirty) {
+    e->dirty = 1;
+    e->dnext = ov->dirty;
+    ov->dirty = e;
+  }
+  return KL_OK;
+}
+
+void kl__ov_free_entry(kl__overlay_t *ov, kl__ov_entry_t *entry) {
+  kl__ov_entry_t **p = kl_ov_bucket(ov, entry->hash);
+  while (*p != entry)
+    p = &(*p)->hnext;
+  *p = entry->hnext;
+  if (entry->writer)
+    kl_ov_unlink_writer(entry);
+  ov->count--;
+  free(entry->val);
+  free(entry);
+}
+
+void kl__ov_release_key(kl__overlay_t *ov, kl__lkey_t *writer) {
+  for (kl__ov_entry_t *e = writer->entries, *next; e; e = next) {
+    next = e->knext;
+    if (!e->dirty && e->gen <= ov->committed_gen)
+      kl__ov_free_entry(ov, e);
+  }
+}
+
+void kl__ov_clear(kl__overlay_t *ov) {
+  for (size_t i = 0; i < ov->cap; i++)
+    for (kl__ov_entry_t *e = ov->buckets[i], *next; e; e = next) {
+      next = e->hnext;
+      if (e->writer)
+        kl_ov_unlink_writer(e);
+      free(e->val);
+      free(e);
+    }
+  free(ov->buckets);
+  uint64_t gen = ov->gen;
+  kl__ov_init(ov);
+  ov->gen = gen + 1; /* nothing written before is trusted to be stored */
+  ov->committed_gen = gen;
+}
+
+kl__ov_entry_t *kl__ov_take_dirty(kl__overlay_t *ov, size_t *count) {
+  kl__ov_entry_t *list = ov->dirty;
+  size_t n = 0;
+  for (kl__ov_entry_t *e = list; e; e = e->dnext, n++)
+    e->dirty = 0;
+  ov->dirty = NULL;
+  ov->gen++;
+  *count = n;
+  return list;
+}
+
+/* ---- the child transaction ------------------------------------------- */
+
+static kl_err_t kl_child_lent(kl__child_t *c, const kl__ov_entry_t *e,
+                              const void **val, size_t *val_len) {
+  if (e->val_len > c->rcap) {
+    unsigned char *p = realloc(c->rbuf, e->val_len);
+    if (!p)
+      return kl__err(KL_ENOMEM, "kl_txn_get: out of memory");
+    c->rbuf = p;
+    c->rcap = e->val_len;
+  }
+  if (e->val_len)
+    memcpy(c->rbuf, e->val, e->val_len);
+  *val = c->rbuf;
+  *val_len = e->val_len;
+  return KL_OK;
+}
+
+static kl_err_t kl_child_get(kl_txn_t *txn, const void *key, size_t key_len,
+                             const void **val, size_t *val_len) {
+  kl__child_t *c = (kl__child_t *)txn;
+  const kl__buf_entry_t *own = kl__buf_get(&c->data, key, key_len);
+  if (own) {
+    if (own->tag == KL__OV_DEL)
+      return KL_ENOTFOUND;
+    *val = kl__buf_val(own);
+    *val_len = own->val_len;
+    return KL_OK;
+  }
+  pthread_mutex_lock(c->mu);
+  const kl__ov_entry_t *e = kl__ov_get(c->ov, KL__OV_DATA, key, key_len);
+  kl_err_t err = KL_ENOTFOUND;
+  if (e && e->tag == KL__OV_PUT)
+    err = kl_child_lent(c, e, val, val_len);
+  pthread_mutex_unlock(c->mu);
+  if (e)
+    return err;
+  return kl_txn_get(c->snap, key, key_len, val, val_len);
+}
+
+static kl_err_t kl_child_put(kl_txn_t *txn, const void *key, size_t key_len,
+                             const void *val, size_t val_len) {
+  kl__child_t *c = (kl__child_t *)txn;
+  if (kl__buf_set(&c->data, key, key_len, val, val_len, KL__OV_PUT))
+    return kl__err(KL_ENOMEM, "kl_txn_put: out of memory");
+  return KL_OK;
+}
+
+static kl_err_t kl_child_del(kl_txn_t *txn, const void *key, size_t key_len) {
+  kl__child_t *c = (kl__child_t *)txn;
+  if (kl__buf_set(&c->data, key, key_len, NULL, 0, KL__OV_DEL))
+    return kl__err(KL_ENOMEM, "kl_txn_del: out of memory");
+  return KL_OK;
+}
+
+static kl_err_t kl_child_seen(kl_txn_t *txn, const char *id, size_t id_len,
+                              kl_mark_t *mark) {
+  kl__child_t *c = (kl__child_t *)txn;
+  const kl__buf_entry_t *own = kl__buf_get(&c->ids, id, id_len);
+  if (own) {
+    *mark = (kl_mark_t)own->tag;
+    return KL_OK;
+  }
+  pthread_mutex_lock(c->mu);
+  const kl__ov_entry_t *e = kl__ov_get(c->ov, KL__OV_ID, id, id_len);
+  if (e)
+    *mark = (kl_mark_t)e->tag;
+  pthread_mutex_unlock(c->mu);
+  return e ? KL_OK : kl_txn_seen(c->snap, id, id_len, mark);
+}
+
+static kl_err_t kl_child_mark(kl_txn_t *txn, const char *id, size_t id_len,
+                              kl_mark_t mark) {
+  kl__child_t *c = (kl__child_t *)txn;
+  if (kl__buf_set(&c->ids, id, id_len, NULL, 0, (int)mark))
+    return kl__err(KL_ENOMEM, "kl_txn_mark: out of memory");
+  return KL_OK;
+}
+
+static void kl_child_count_duplicate(kl_txn_t *txn) {
+  ((kl__child_t *)txn)->duplicates++;
+}
+
+/* Only the txn operations: a child is never begun, committed or scanned
+ * through the store API. */
+static const kl__store_ops_t kl_child_ops = {
+    .name = "child",
+    .get = kl_child_get,
+    .put = kl_child_put,
+    .del = kl_child_del,
+    .seen = kl_child_seen,
+    .mark = kl_child_mark,
+    .count_duplicate = kl_child_count_duplicate,
+};
+
+static kl_store_t kl_child_store = {&kl_child_ops};
+
+void kl__child_init(kl__child_t *child, kl_txn_t *snap, pthread_mutex_t *mu,
+                    const kl__overlay_t *ov) {
+  memset(child, 0, sizeof(*child));
+  child->base.store = &kl_child_store;
+  child->snap = snap;
+  child->mu = mu;
+  child->ov = ov;
+  kl__buf_init(&child->data);
+  kl__buf_init(&child->ids);
+}
+
+void kl__child_destroy(kl__child_t *child) {
+  kl__buf_clear(&child->data);
+  kl__buf_clear(&child->ids);
+  free(child->rbuf);
+  child->rbuf = NULL;
+  child->rcap = 0;
+}
+
+int kl__child_seen_elsewhere(const kl__child_t *child,
+                             const kl__overlay_t *ov) {
+  for (size_t i = 0; i < child->ids.cap; i++) {
+    const kl__buf_entry_t *e = child->ids.slots[i];
+    if (e && e->tag == KL_MARK_APPLIED &&
+        kl__ov_get(ov, KL__OV_ID, kl__buf_key(e), e->key_len))
+      return 1;
+  }
+  return 0;
+}
+
+static kl_err_t kl_child_merge_buf(const kl__buf_t *buf, kl__overlay_t *ov,
+                                   kl__lkey_t *writer, int space) {
+  for (size_t i = 0; i < buf->cap; i++) {
+    const kl__buf_entry_t *e = buf->slots[i];
+    if (e && kl__ov_set(ov, writer, space, kl__buf_key(e), e->key_len,
+                        kl__buf_val(e), e->val_len, e->tag))
+      return KL_ENOMEM;
+  }
+  return KL_OK;
+}
+
+kl_err_t kl__child_merge(kl__child_t *child, kl__overlay_t *ov,
+                         kl__lkey_t *writer) {
+  kl_err_t err = kl_child_merge_buf(&child->data, ov, writer, KL__OV_DATA);
+  return err ? err : kl_child_merge_buf(&child->ids, ov, writer, KL__OV_ID);
+}

@@ -1,0 +1,68 @@
+/*
+ * A handler's child transaction in a key-parallel lane. The handler sees a
+ * plain kl_txn_t; behind it, reads go
+ *
+ *   the child's own writes -> the lane's overlay -> the base snapshot
+ *
+ * and writes (puts, deletes, idempotency marks) stay in the child. The
+ * overlay holds what completed events of the lane wrote and the store does
+ * not have yet (or, for a while, has: see lanes_internal.h). When the
+ * event completes with OK, the child is merged into the overlay under the
+ * lane lock; on RETRY or FAIL it is discarded, so an event that is run
+ * again starts from clean state.
+ *
+ * The base is a snapshot the executor opened for this one event with
+ * kl_store_begin() (key-parallel mode), or the lane's open group
+ * transaction (inline mode, one executor: the poll thread).
+ *
+ * kl_txn_pg_conn() on a child returns NULL: a handler's SQL cannot run on
+ * a transaction that other events share concurrently.
+ *
+ * Caveats: a child is used by one thread; the overlay only under @p mu.
+ */
+#ifndef KEYLANE_WORKER_TXN_CHILD_H
+#define KEYLANE_WORKER_TXN_CHILD_H
+
+#include <pthread.h>
+
+#include "keylane/store.h"
+#include "worker/lanes_internal.h"
+#include "worker/store_backend.h"
+#include "worker/txn_buffer.h"
+
+typedef struct kl__child {
+  kl_txn_t base; /* what the handler gets */
+  kl_txn_t *snap;
+  pthread_mutex_t *mu;
+  const kl__overlay_t *ov;
+  kl__buf_t data; /* KL__OV_PUT / KL__OV_DEL */
+  kl__buf_t ids;  /* tag: kl_mark_t */
+  uint64_t duplicates;
+  unsigned char *rbuf; /* a copy of the last value read from the overlay */
+  size_t rcap;
+} kl__child_t;
+
+/** Starts a child over @p snap (borrowed) and the overlay @p ov. */
+void kl__child_init(kl__child_t *child, kl_txn_t *snap, pthread_mutex_t *mu,
+                    const kl__overlay_t *ov);
+
+/** Discards the child's writes and frees what it holds. */
+void kl__child_destroy(kl__child_t *child);
+
+/**
+ * @returns nonzero when an id the child marked applied is in @p ov already:
+ *          an event with the same id, of another key, completed first.
+ * @remark mu held.
+ */
+int kl__child_seen_elsewhere(const kl__child_t *child,
+                             const kl__overlay_t *ov);
+
+/**
+ * Moves the child's writes into @p ov, written by @p writer.
+ * @returns KL_OK or KL_ENOMEM (then the overlay holds part of them: the
+ *          caller rewinds the lane). @remark mu held.
+ */
+kl_err_t kl__child_merge(kl__child_t *child, kl__overlay_t *ov,
+                         kl__lkey_t *writer);
+
+#endif
