@@ -645,6 +645,36 @@ static void test_idle_and_request_timeouts(void **state) {
   kl_t_gateway_stop(tg);
 }
 
+/* Stopping with a request stuck on Kafka: the drain ends at its deadline,
+ * the connection is cut (the client retries with the same ids), and the
+ * orphaned request is freed by its late delivery report. */
+static void test_stop_while_kafka_is_away(void **state) {
+  kl_gateway_opts_t o;
+  kl__gateway_opts_default(&o);
+  o.produce_timeout_ms = 1500;
+  o.drain_timeout_ms = 300;
+  kl_t_gateway_t *tg = kl_gw(&o);
+  kl_wait_health(tg->port, 200);
+  kl_t_http_resp_t r;
+  const char *ev = "{\"key\":\"d\",\"type\":\"t\"}";
+  assert_int_equal(kl_post(tg->port, KL_T_TOPIC, NULL, ev, &r), 0);
+  kl_t_http_resp_free(&r);
+  kl_brokers(0);
+  kl_t_http_t *stuck = kl_t_http_open(tg->port);
+  kl_t_http_request(stuck, "POST", "/v1/topics/events/events", NULL, ev,
+                    strlen(ev));
+  kl_t_http_t *idle = kl_t_http_open(tg->port);
+  kl_t_sleep_ms(200);
+  int64_t t0 = kl__mono_ns();
+  kl_t_gateway_stop(tg);
+  assert_true((kl__mono_ns() - t0) / 1000000 < 8000);
+  assert_int_not_equal(kl_t_http_recv(stuck, &r, 1000), 0); /* cut */
+  assert_int_not_equal(kl_t_http_recv(idle, &r, 1000), 0);  /* closed */
+  kl_t_http_close(stuck);
+  kl_t_http_close(idle);
+  kl_brokers(1);
+}
+
 /* ---- /metrics ---- */
 
 static void test_metrics_parse_as_prometheus(void **state) {
@@ -723,6 +753,7 @@ int main(void) {
       cmocka_unit_test(test_client_that_stops_reading),
       cmocka_unit_test(test_connection_cap),
       cmocka_unit_test(test_idle_and_request_timeouts),
+      cmocka_unit_test(test_stop_while_kafka_is_away),
       cmocka_unit_test(test_metrics_parse_as_prometheus),
   };
   return cmocka_run_group_tests(tests, kl_group_up, kl_group_down);
