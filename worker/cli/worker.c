@@ -30,6 +30,12 @@ static const char kl_worker_usage[] =
     "      --batch-max N           events per store commit (default 1000)\n"
     "      --durability MODE       full | meta | none (default full)\n"
     "      --dedup-retention DUR   keep idempotency keys DUR (default 7d)\n"
+    "      --concurrency N         handler threads; one key's events stay in\n"
+    "                              order (default 1: the polling thread)\n"
+    "      --retry-initial-ms MS   first backoff after RETRY (default 100)\n"
+    "      --retry-max-ms MS       largest backoff (default 10000)\n"
+    "      --max-attempts N        handler runs before a dead letter (5)\n"
+    "      --dlq-topic TOPIC       dead-letter topic (default TOPIC.dlq)\n"
     "  -X, --set NAME=VALUE        keylane or librdkafka (kafka.NAME) setting\n"
     "  -h, --help                  this text\n\n"
     "Testing:\n"
@@ -141,6 +147,11 @@ int kl__cmd_worker(int argc, char **argv) {
       {"batch-max", required_argument, NULL, 'B'},
       {"durability", required_argument, NULL, 'D'},
       {"dedup-retention", required_argument, NULL, 'R'},
+      {"concurrency", required_argument, NULL, 'C'},
+      {"retry-initial-ms", required_argument, NULL, 'I'},
+      {"retry-max-ms", required_argument, NULL, 'M'},
+      {"max-attempts", required_argument, NULL, 'A'},
+      {"dlq-topic", required_argument, NULL, 'Q'},
       {"set", required_argument, NULL, 'X'},
       {"pause-on-sigusr1", no_argument, NULL, 'U'},
       {"help", no_argument, NULL, 'h'},
@@ -154,7 +165,12 @@ int kl__cmd_worker(int argc, char **argv) {
                {'P', "worker.expect.partitions"},
                {'B', "worker.batch.max"},
                {'D', "store.durability"},
-               {'R', "store.dedup.retention"}};
+               {'R', "store.dedup.retention"},
+               {'C', "worker.concurrency"},
+               {'I', "worker.retry.initial.ms"},
+               {'M', "worker.retry.max.ms"},
+               {'A', "worker.max.attempts"},
+               {'Q', "worker.dlq.topic"}};
   kl_conf_t *conf = kl_conf_new();
   const char *topic = NULL, *location = NULL, *handler = NULL;
   int pause = 0, c, rc = -1;
