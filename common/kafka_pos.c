@@ -1,0 +1,312 @@
+#include "common/kafka_pos.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/internal.h"
+
+#define KL_POS_FORMS                                                           \
+  "an offset, beginning, end, watermark, @MS (ms since 1970), "                \
+  "@YYYY-MM-DDTHH:MM:SSZ or @-DURATION (@-15m, @-2h, @-7d)"
+
+static int kl_parse_i64(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < 0)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+/* "2024-05-01T12:00:00Z" or with ".123" before the Z, UTC only. */
+static int kl_parse_iso(const char *s, int64_t *ms) {
+  struct tm tm;
+  memset(&tm, 0, sizeof(tm));
+  int frac = 0, n = 0;
+  if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon,
+             &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &n) != 6)
+    return -1;
+  s += n;
+  if (*s == '.') {
+    int digits = 0;
+    for (s++; *s >= '0' && *s <= '9'; s++, digits++)
+      if (digits < 3)
+        frac = frac * 10 + (*s - '0');
+    for (; digits < 3; digits++)
+      frac *= 10;
+  }
+  if (strcmp(s, "Z") != 0 || tm.tm_mon < 1 || tm.tm_mon > 12)
+    return -1;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  time_t t = timegm(&tm);
+  if (t < 0)
+    return -1;
+  *ms = (int64_t)t * 1000 + frac;
+  return 0;
+}
+
+/* "90s", "15m", "2h", "7d", "500ms" into ms. */
+static int kl_parse_duration(const char *s, int64_t *ms) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || v < 0)
+    return -1;
+  static const struct {
+    const char *unit;
+    int64_t ms;
+  } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000},
+               {"d", 86400000}};
+  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+    if (strcmp(end, units[i].unit) == 0) {
+      *ms = v * units[i].ms;
+      return 0;
+    }
+  return -1;
+}
+
+static kl_err_t kl_parse_time(const char *text, int64_t now_ms, int64_t *ms) {
+  const char *t = text + 1;
+  int64_t d;
+  if (*t == '-' && kl_parse_duration(t + 1, &d) == 0 && d <= now_ms) {
+    *ms = now_ms - d;
+    return KL_OK;
+  }
+  if (kl_parse_i64(t, ms) == 0 || kl_parse_iso(t, ms) == 0)
+    return KL_OK;
+  return kl__err(KL_EINVAL, "position \"%s\" is not a time: use @MS (ms "
+                            "since 1970), @YYYY-MM-DDTHH:MM:SSZ or "
+                            "@-DURATION (@-15m, @-2h, @-7d)",
+                 text);
+}
+
+kl_err_t kl__pos_parse(const char *text, int64_t now_ms, kl__pos_t *pos) {
+  static const struct {
+    const char *name;
+    kl__pos_kind_t kind;
+  } names[] = {{"beginning", KL__POS_BEGINNING}, {"earliest", KL__POS_BEGINNING},
+               {"end", KL__POS_END},             {"latest", KL__POS_END},
+               {"watermark", KL__POS_WATERMARK}};
+  if (!text || !*text)
+    return kl__err(KL_EINVAL, "position is empty: use " KL_POS_FORMS);
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+    if (strcmp(text, names[i].name) == 0) {
+      *pos = (kl__pos_t){names[i].kind, 0};
+      return KL_OK;
+    }
+  if (text[0] == '@') {
+    int64_t ms;
+    kl_err_t err = kl_parse_time(text, now_ms, &ms);
+    if (!err)
+      *pos = (kl__pos_t){KL__POS_TIME, ms};
+    return err;
+  }
+  int64_t off;
+  if (kl_parse_i64(text, &off) != 0)
+    return kl__err(KL_EINVAL, "position \"%s\" is not one of " KL_POS_FORMS,
+                   text);
+  *pos = (kl__pos_t){KL__POS_OFFSET, off};
+  return KL_OK;
+}
+
+const char *kl__pos_format(const kl__pos_t *pos, char *buf, size_t size) {
+  switch (pos->kind) {
+  case KL__POS_BEGINNING: snprintf(buf, size, "beginning"); break;
+  case KL__POS_END: snprintf(buf, size, "end"); break;
+  case KL__POS_WATERMARK: snprintf(buf, size, "watermark"); break;
+  case KL__POS_TIME: snprintf(buf, size, "@%" PRId64, pos->value); break;
+  default: snprintf(buf, size, "%" PRId64, pos->value); break;
+  }
+  return buf;
+}
+
+/* ---- partition lists --------------------------------------------------- */
+
+static int kl_cmp_i32(const void *a, const void *b) {
+  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Parses one "N" or "N-M" item into [*lo, *hi]. */
+static int kl_parse_item(const char *item, size_t len, int64_t *lo,
+                         int64_t *hi) {
+  char buf[32];
+  if (len == 0 || len >= sizeof(buf))
+    return -1;
+  memcpy(buf, item, len);
+  buf[len] = '\0';
+  char *dash = strchr(buf, '-');
+  if (dash)
+    *dash = '\0';
+  if (kl_parse_i64(buf, lo) != 0)
+    return -1;
+  if (!dash)
+    *hi = *lo;
+  else if (kl_parse_i64(dash + 1, hi) != 0 || *hi < *lo)
+    return -1;
+  return 0;
+}
+
+static kl_err_t kl_partitions_all(int32_t partitions, int32_t **out,
+                                  size_t *count) {
+  int32_t *list = malloc((size_t)partitions * sizeof(*list));
+  if (!list)
+    return KL_ENOMEM;
+  for (int32_t i = 0; i < partitions; i++)
+    list[i] = i;
+  *out = list;
+  *count = (size_t)partitions;
+  return KL_OK;
+}
+
+kl_err_t kl__pos_partitions(const char *text, int32_t partitions,
+                            int32_t **out, size_t *count) {
+  if (!text || strcmp(text, "all") == 0)
+    return kl_partitions_all(partitions, out, count);
+  int32_t *list = malloc((size_t)partitions * sizeof(*list));
+  char *seen = calloc((size_t)partitions, 1);
+  size_t n = 0;
+  kl_err_t err = list && seen ? KL_OK : KL_ENOMEM;
+  for (const char *s = text; !err && *s;) {
+    size_t len = strcspn(s, ",");
+    int64_t lo, hi;
+    if (kl_parse_item(s, len, &lo, &hi) != 0)
+      err = kl__err(KL_EINVAL, "partition list \"%s\": \"%.*s\" is not a "
+                               "partition or a range N-M; use 0,2,5-7 or all",
+                    text, (int)len, s);
+    else if (hi >= partitions)
+      err = kl__err(KL_EINVAL, "partition %" PRId64 " does not exist: the "
+                               "topic has partitions 0..%" PRId32,
+                    hi, partitions - 1);
+    for (int64_t p = lo; !err && p <= hi; p++)
+      if (!seen[p]) {
+        seen[p] = 1;
+        list[n++] = (int32_t)p;
+      }
+    s += len;
+    if (*s == ',')
+      s++;
+  }
+  free(seen);
+  if (!err && n == 0)
+    err = kl__err(KL_EINVAL, "partition list \"%s\" is empty", text);
+  if (err) {
+    free(list);
+    return err;
+  }
+  qsort(list, n, sizeof(*list), kl_cmp_i32);
+  *out = list;
+  *count = n;
+  return KL_OK;
+}
+
+/* ---- resolution ------------------------------------------------------- */
+
+kl_err_t kl__kafka_partition_count(rd_kafka_t *rk, const char *topic,
+                                   int timeout_ms, int32_t *count) {
+  rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+  const struct rd_kafka_metadata *md = NULL;
+  rd_kafka_resp_err_t kerr = rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms);
+  rd_kafka_topic_destroy(rkt);
+  if (kerr)
+    return kl__err(KL_EKAFKA_TRANSIENT, "cannot read the metadata of topic "
+                                        "%s: %s; check -b",
+                   topic, rd_kafka_err2str(kerr));
+  kl_err_t err = KL_OK;
+  if (md->topic_cnt != 1 || md->topics[0].err ||
+      md->topics[0].partition_cnt == 0)
+    err = kl__err(KL_ENOTFOUND, "topic %s does not exist: check -t and -b",
+                  topic);
+  else
+    *count = md->topics[0].partition_cnt;
+  rd_kafka_metadata_destroy(md);
+  return err;
+}
+
+/* Looks up the first offset at or after @p ms for every range; -1 (no such
+ * record) becomes the high watermark. */
+static kl_err_t kl_resolve_time(rd_kafka_t *rk, const char *topic,
+                                kl__tp_range_t *ranges, size_t count,
+                                int64_t ms, int for_end, int timeout_ms) {
+  rd_kafka_topic_partition_list_t *l =
+      rd_kafka_topic_partition_list_new((int)count);
+  for (size_t i = 0; i < count; i++)
+    rd_kafka_topic_partition_list_add(l, topic, ranges[i].partition)->offset =
+        ms;
+  rd_kafka_resp_err_t kerr = rd_kafka_offsets_for_times(rk, l, timeout_ms);
+  kl_err_t err = KL_OK;
+  for (int i = 0; !kerr && i < l->cnt; i++) {
+    rd_kafka_topic_partition_t *tp = &l->elems[i];
+    kl__tp_range_t *r = &ranges[i];
+    if (tp->err) {
+      err = kl__err(KL_EKAFKA_TRANSIENT, "offset of time %" PRId64 " in %s "
+                                         "partition %" PRId32 ": %s",
+                    ms, topic, tp->partition, rd_kafka_err2str(tp->err));
+      break;
+    }
+    int64_t off = tp->offset < 0 ? r->high : tp->offset;
+    off = off < r->low ? r->low : off > r->high ? r->high : off;
+    if (for_end)
+      r->end = off;
+    else
+      r->start = off;
+  }
+  if (kerr)
+    err = kl__err(KL_EKAFKA_TRANSIENT, "offsets of time %" PRId64 " in %s: "
+                                       "%s",
+                  ms, topic, rd_kafka_err2str(kerr));
+  rd_kafka_topic_partition_list_destroy(l);
+  return err;
+}
+
+static int64_t kl_clamp(int64_t v, const kl__tp_range_t *r) {
+  return v < r->low ? r->low : v > r->high ? r->high : v;
+}
+
+static void kl_resolve_plain(kl__tp_range_t *r, const kl__pos_t *from,
+                             const kl__pos_t *to) {
+  switch (from->kind) {
+  case KL__POS_BEGINNING: r->start = r->low; break;
+  case KL__POS_END: r->start = r->high; break;
+  case KL__POS_WATERMARK: r->start = -1; break;
+  case KL__POS_OFFSET: r->start = kl_clamp(from->value, r); break;
+  default: break; /* times are looked up together */
+  }
+  switch (to->kind) {
+  case KL__POS_BEGINNING: r->end = r->low; break;
+  case KL__POS_OFFSET: r->end = kl_clamp(to->value, r); break;
+  case KL__POS_TIME: break;
+  default: r->end = r->high; break;
+  }
+}
+
+kl_err_t kl__kafka_resolve(rd_kafka_t *rk, const char *topic,
+                           kl__tp_range_t *ranges, size_t count,
+                           const kl__pos_t *from, const kl__pos_t *to,
+                           int timeout_ms) {
+  if (to->kind == KL__POS_WATERMARK)
+    return kl__err(KL_EINVAL, "--to watermark is not a position to stop at: "
+                              "use an offset, @TIME or end");
+  for (size_t i = 0; i < count; i++) {
+    kl__tp_range_t *r = &ranges[i];
+    rd_kafka_resp_err_t kerr = rd_kafka_query_watermark_offsets(
+        rk, topic, r->partition, &r->low, &r->high, timeout_ms);
+    if (kerr)
+      return kl__err(KL_EKAFKA_TRANSIENT, "cannot read the offsets of %s "
+                                          "partition %" PRId32 ": %s; check -b",
+                     topic, r->partition, rd_kafka_err2str(kerr));
+    kl_resolve_plain(r, from, to);
+  }
+  kl_err_t err = KL_OK;
+  if (from->kind == KL__POS_TIME)
+    err = kl_resolve_time(rk, topic, ranges, count, from->value, 0, timeout_ms);
+  if (!err && to->kind == KL__POS_TIME)
+    err = kl_resolve_time(rk, topic, ranges, count, to->value, 1, timeout_ms);
+  return err;
+}
