@@ -1,0 +1,648 @@
+/*
+ * The replay engine (see replay.h for the rules it keeps): one consumer
+ * with partitions assigned by hand, one buffer per partition, and
+ * kl__apply_batch() for every batch, as a worker's lane does.
+ */
+#include "worker/replay.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/internal.h"
+#include "common/kafka.h"
+#include "common/log.h"
+#include "worker/apply.h"
+
+#define KL_COMP "replay"
+#define KL_KAFKA_TIMEOUT_MS 10000
+/* Attempts of a batch whose handler or store asks for a retry. */
+#define KL_REPLAY_ATTEMPTS 5
+
+typedef struct kl_rpart {
+  kl__replay_part_t *p; /* in kl__replay.pub, the array callers read */
+  rd_kafka_message_t **msgs;
+  size_t count;
+} kl_rpart_t;
+
+struct kl__replay {
+  kl__replay_opts_t opts;
+  rd_kafka_t *rk;
+  kl__replay_part_t *pub;
+  kl_rpart_t *parts;
+  size_t count;
+  int32_t topic_partitions;
+  size_t batch_max;
+  kl__applier_t applier;  /* the store's */
+  kl__applier_t scratch;  /* a dry run's empty store, for epoch-0 parts */
+  char scratch_dir[64];
+};
+
+const char *kl__replay_status_name(kl__replay_status_t status) {
+  static const char *const names[] = {"pending", "running", "done",  "stopped",
+                                      "fenced",  "failed",  "error"};
+  return status <= KL__REPLAY_ERROR ? names[status] : "?";
+}
+
+int kl__replay_gap(int64_t watermark, int64_t low, int64_t start) {
+  if (start <= watermark)
+    return 0;
+  return start == low ? 1 : 2;
+}
+
+static void kl_sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* ---- setup ------------------------------------------------------------ */
+
+static kl_err_t kl_replay_consumer(kl__replay_t *r) {
+  static const char *const defaults[] = {
+      "client.id", "keylane-replay",
+      /* librdkafka polls a consumer through its group handle, so it needs
+       * an id; assign() without subscribe() never joins that group. */
+      "group.id", "keylane-replay",
+      "enable.auto.commit", "false",
+      "enable.auto.offset.store", "false",
+      "enable.partition.eof", "true",
+      /* A start that retention deleted meanwhile must fail, not skip. */
+      "auto.offset.reset", "error",
+      NULL};
+  rd_kafka_conf_t *kconf = rd_kafka_conf_new();
+  kl_err_t err = kl__kafka_conf_apply(kconf, r->opts.conf, defaults);
+  if (err) {
+    rd_kafka_conf_destroy(kconf);
+    return err;
+  }
+  char errstr[512];
+  r->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kconf, errstr, sizeof(errstr));
+  if (!r->rk) {
+    rd_kafka_conf_destroy(kconf);
+    return kl__err(KL_EKAFKA, "cannot create the replay's consumer: %s",
+                   errstr);
+  }
+  rd_kafka_poll_set_consumer(r->rk);
+  return KL_OK;
+}
+
+static kl_err_t kl_replay_topic(kl__replay_t *r) {
+  kl_err_t err = kl__kafka_partition_count(r->rk, r->opts.topic,
+                                           KL_KAFKA_TIMEOUT_MS,
+                                           &r->topic_partitions);
+  if (err)
+    return err;
+  int64_t want = kl__conf_int(r->opts.conf, "worker.expect.partitions");
+  if (want && want != r->topic_partitions)
+    return kl__err(KL_EPARTITIONS,
+                   "topic %s has %" PRId32 " partitions, the fleet expects "
+                   "%" PRId64 ": keys would have moved between owners; "
+                   "recreate the topic or pass --partitions %" PRId32,
+                   r->opts.topic, r->topic_partitions, want,
+                   r->topic_partitions);
+  return KL_OK;
+}
+
+static kl_err_t kl_replay_ranges(kl__replay_t *r) {
+  int32_t *list;
+  size_t n;
+  kl_err_t err = kl__pos_partitions(r->opts.partitions, r->topic_partitions,
+                                    &list, &n);
+  if (err)
+    return err;
+  kl__tp_range_t *ranges = calloc(n, sizeof(*ranges));
+  r->parts = calloc(n, sizeof(*r->parts));
+  r->pub = calloc(n, sizeof(*r->pub));
+  if (!ranges || !r->parts || !r->pub) {
+    free(list);
+    free(ranges);
+    return KL_ENOMEM;
+  }
+  r->count = n;
+  for (size_t i = 0; i < n; i++) {
+    ranges[i].partition = list[i];
+    r->parts[i].p = &r->pub[i];
+  }
+  free(list);
+  err = kl__kafka_resolve(r->rk, r->opts.topic, ranges, n, &r->opts.from,
+                          &r->opts.to, KL_KAFKA_TIMEOUT_MS);
+  for (size_t i = 0; !err && i < n; i++) {
+    kl__replay_part_t *p = r->parts[i].p;
+    p->partition = ranges[i].partition;
+    p->low = ranges[i].low;
+    p->high = ranges[i].high;
+    p->start = ranges[i].start;
+    p->end = ranges[i].end;
+    p->history_from = -1;
+  }
+  free(ranges);
+  return err;
+}
+
+kl_err_t kl__replay_new(const kl__replay_opts_t *opts, kl__replay_t **out) {
+  if (!opts || !opts->topic || !*opts->topic || !opts->store ||
+      !opts->handler || !opts->conf || !out)
+    return kl__err(KL_EINVAL, "kl__replay_new: conf, topic, store and "
+                              "handler are required");
+  if (!kl_conf_get(opts->conf, "kafka.bootstrap.servers"))
+    return kl__err(KL_ECONF, "no bootstrap servers: pass -b HOST:PORT");
+  kl__replay_t *r = calloc(1, sizeof(*r));
+  if (!r)
+    return KL_ENOMEM;
+  r->opts = *opts;
+  r->batch_max = opts->batch_max ? opts->batch_max
+                 : opts->dry_run ? KL__REPLAY_DRY_BATCH
+                                 : KL__REPLAY_BATCH;
+  r->applier = (kl__applier_t){.store = opts->store,
+                               .topic = opts->topic,
+                               .handler = opts->handler,
+                               .handler_opaque = opts->handler_opaque,
+                               .decoder = kl_decoder_new(),
+                               .before_commit = opts->before_commit,
+                               .hook_opaque = opts->hook_opaque,
+                               .dry_run = opts->dry_run};
+  kl_err_t err = r->applier.decoder ? kl_replay_consumer(r) : KL_ENOMEM;
+  if (!err)
+    err = kl_replay_topic(r);
+  if (!err)
+    err = kl_replay_ranges(r);
+  if (err) {
+    kl__replay_destroy(r);
+    return err;
+  }
+  *out = r;
+  return KL_OK;
+}
+
+/* ---- planning: the store's view, checked before anything is taken ----- */
+
+static kl_err_t kl_plan_part(kl__replay_t *r, kl__replay_part_t *p) {
+  kl_partition_state_t st;
+  kl_err_t err = kl_store_partition(r->opts.store, r->opts.topic, p->partition,
+                                    &st);
+  if (err)
+    return err;
+  if (r->opts.rebuild && (st.epoch || st.watermark))
+    return kl__err(KL_EINVAL,
+                   "the store already holds topic %s partition %" PRId32
+                   " (epoch %" PRIu64 ", watermark %" PRId64 "): a rebuild "
+                   "writes into an empty store; point --store at a new "
+                   "location, or use keylane replay to re-apply a range",
+                   r->opts.topic, p->partition, st.epoch, st.watermark);
+  p->epoch = st.epoch;
+  p->watermark_before = p->watermark = st.watermark;
+  if (p->start < 0) /* --from watermark */
+    p->start = st.watermark < p->low    ? p->low
+               : st.watermark > p->high ? p->high
+                                        : st.watermark;
+  p->next = p->position = p->start;
+  int gap = kl__replay_gap(st.watermark, p->low, p->start);
+  if (gap == 2 && !r->opts.allow_gap)
+    return kl__err(KL_EINVAL,
+                   "partition %" PRId32 ": the range starts at offset %" PRId64
+                   ", above the store's watermark %" PRId64 ", and the log "
+                   "still holds the events in between: the watermark would "
+                   "jump over them and no worker would apply them; start at "
+                   "--from watermark (or an offset <= %" PRId64 "), or pass "
+                   "--allow-gap to skip them on purpose",
+                   p->partition, p->start, st.watermark, st.watermark);
+  if (gap) {
+    p->history_from = p->start;
+    p->history_skipped = gap == 2;
+  }
+  return KL_OK;
+}
+
+static kl_err_t kl_replay_plan(kl__replay_t *r) {
+  for (size_t i = 0; i < r->count; i++) {
+    kl_err_t err = kl_plan_part(r, r->parts[i].p);
+    if (err)
+      return err;
+  }
+  return KL_OK;
+}
+
+/* ---- taking the partitions -------------------------------------------- */
+
+static kl_err_t kl_scratch_open(kl__replay_t *r) {
+  if (r->scratch.store)
+    return KL_OK;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(r->scratch_dir, sizeof(r->scratch_dir), "%s/keylane-dry-XXXXXX",
+           tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp");
+  if (!mkdtemp(r->scratch_dir)) {
+    r->scratch_dir[0] = '\0';
+    return kl__err(KL_EIO, "dry run: cannot make a scratch directory in "
+                           "%s; set TMPDIR to a writable directory",
+                   tmp && *tmp ? tmp : "/tmp");
+  }
+  kl_conf_t *conf = kl_conf_new();
+  kl_err_t err = conf ? kl_conf_set(conf, "store.durability", "none", NULL, 0)
+                      : KL_ENOMEM;
+  kl_store_t *store = NULL;
+  if (!err)
+    err = kl_store_open(r->scratch_dir, conf, &store);
+  kl_conf_destroy(conf);
+  if (err)
+    return err;
+  r->scratch = r->applier;
+  r->scratch.store = store;
+  return KL_OK;
+}
+
+/* The store for a partition's batches: the scratch one for a dry run of a
+ * never-owned partition. */
+static const kl__applier_t *kl_applier(const kl__replay_t *r,
+                                       const kl__replay_part_t *p) {
+  return p->scratch ? &r->scratch : &r->applier;
+}
+
+static kl_err_t kl_take_dry(kl__replay_t *r, kl__replay_part_t *p) {
+  if (p->epoch > 0)
+    return KL_OK;
+  kl_partition_state_t st;
+  kl_err_t err = kl_scratch_open(r);
+  if (!err)
+    err = kl_store_acquire(r->scratch.store, r->opts.topic, p->partition, &st);
+  if (!err) {
+    p->scratch = 1;
+    p->epoch = st.epoch;
+  }
+  return err;
+}
+
+static kl_err_t kl_take(kl__replay_t *r, kl__replay_part_t *p) {
+  p->status = KL__REPLAY_RUNNING;
+  p->exact = r->opts.dry_run;
+  if (r->opts.dry_run)
+    return kl_take_dry(r, p);
+  kl_partition_state_t st;
+  kl_err_t err;
+  for (int attempt = 1;; attempt++) {
+    err = kl_store_acquire(r->opts.store, r->opts.topic, p->partition, &st);
+    if (!err || !kl_err_is_retriable(err) || attempt >= KL_REPLAY_ATTEMPTS)
+      break;
+    kl_sleep_ms(100 << attempt);
+  }
+  if (err)
+    return err;
+  p->epoch = st.epoch;
+  p->previous_epoch = st.epoch - 1;
+  /* The owner may have committed since the plan: the watermark only grows,
+   * so the gap checked there only shrank. */
+  p->watermark = st.watermark;
+  KL_LOG_D(KL_COMP, "took partition=%" PRId32 " epoch=%" PRIu64
+           " watermark=%" PRId64 " range=[%" PRId64 ",%" PRId64 ")",
+           p->partition, p->epoch, p->watermark, p->start, p->end);
+  return KL_OK;
+}
+
+/* Takes every partition with something to read and assigns it. */
+static kl_err_t kl_replay_take(kl__replay_t *r) {
+  rd_kafka_topic_partition_list_t *l =
+      rd_kafka_topic_partition_list_new((int)r->count);
+  kl_err_t err = KL_OK;
+  for (size_t i = 0; !err && i < r->count; i++) {
+    kl__replay_part_t *p = r->parts[i].p;
+    if (p->start >= p->end) {
+      p->status = KL__REPLAY_DONE;
+      continue;
+    }
+    if ((err = kl_take(r, p)) != KL_OK) {
+      p->status = KL__REPLAY_ERROR;
+      snprintf(p->why, sizeof(p->why), "%s", kl_err_detail());
+      break;
+    }
+    rd_kafka_topic_partition_list_add(l, r->opts.topic, p->partition)->offset =
+        p->start;
+  }
+  if (!err && l->cnt > 0) {
+    rd_kafka_resp_err_t kerr = rd_kafka_assign(r->rk, l);
+    if (kerr)
+      err = kl__err(KL_EKAFKA, "cannot assign the partitions of %s: %s",
+                    r->opts.topic, rd_kafka_err2str(kerr));
+  }
+  rd_kafka_topic_partition_list_destroy(l);
+  return err;
+}
+
+/* ---- applying ---------------------------------------------------------- */
+
+static void kl_drop_msgs(kl_rpart_t *rp) {
+  for (size_t i = 0; i < rp->count; i++)
+    rd_kafka_message_destroy(rp->msgs[i]);
+  rp->count = 0;
+}
+
+/* Ends a partition: stops fetching it and drops what was not applied. */
+static void kl_part_end(kl__replay_t *r, kl_rpart_t *rp,
+                        kl__replay_status_t status, const char *why) {
+  rp->p->status = status;
+  if (why && !rp->p->why[0])
+    snprintf(rp->p->why, sizeof(rp->p->why), "%s", why);
+  kl_drop_msgs(rp);
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(l, r->opts.topic, rp->p->partition);
+  rd_kafka_pause_partitions(r->rk, l);
+  rd_kafka_topic_partition_list_destroy(l);
+}
+
+static void kl_account(kl__replay_part_t *p, const kl__apply_result_t *res,
+                       size_t count, int64_t last_offset, int dry_run) {
+  if (dry_run && p->batches > 0)
+    p->exact = 0; /* this batch did not see the previous one's keys */
+  p->read += count;
+  p->applied += res->applied;
+  p->skipped_duplicate += res->duplicates;
+  p->skipped_applied += res->redelivered;
+  p->watermark = res->next;
+  p->next = last_offset + 1;
+  p->batches++;
+}
+
+static kl_err_t kl_apply_once(kl__replay_t *r, kl_rpart_t *rp, size_t count,
+                              kl__apply_result_t *res) {
+  kl__replay_part_t *p = rp->p;
+  return kl__apply_batch(kl_applier(r, p), p->partition, p->epoch,
+                         p->watermark, rp->msgs, count, res);
+}
+
+/* A dry run was fenced by a new owner: nothing was written, so it goes on
+ * with that owner's epoch. Returns nonzero when it may retry. */
+static int kl_dry_refence(kl__replay_t *r, kl__replay_part_t *p) {
+  kl_partition_state_t st;
+  if (!r->opts.dry_run || p->scratch ||
+      kl_store_partition(r->opts.store, r->opts.topic, p->partition, &st) ||
+      st.epoch == p->epoch)
+    return 0;
+  p->epoch = st.epoch;
+  return 1;
+}
+
+static size_t kl_index_of(const kl_rpart_t *rp, int64_t offset) {
+  size_t i = 0;
+  while (i < rp->count && rp->msgs[i]->offset < offset)
+    i++;
+  return i;
+}
+
+static void kl_apply(kl__replay_t *r, kl_rpart_t *rp, size_t count);
+
+/* The handler refused the record at res->failed_offset: apply what came
+ * before it, then stop the partition there. */
+static void kl_apply_failed(kl__replay_t *r, kl_rpart_t *rp,
+                            const kl__apply_result_t *res) {
+  size_t k = kl_index_of(rp, res->failed_offset);
+  char why[600];
+  snprintf(why, sizeof(why), "offset %" PRId64 ": %s", res->failed_offset,
+           res->why);
+  if (k > 0)
+    kl_apply(r, rp, k);
+  if (rp->p->status != KL__REPLAY_RUNNING)
+    return; /* the prefix itself did not commit */
+  rp->p->read++;
+  rp->p->failed++;
+  rp->p->next = res->failed_offset;
+  kl_part_end(r, rp, KL__REPLAY_FAILED, why);
+}
+
+/* Applies the first @p count buffered records of a partition as one
+ * batch, and drops them. */
+static void kl_apply(kl__replay_t *r, kl_rpart_t *rp, size_t count) {
+  kl__replay_part_t *p = rp->p;
+  int backoff_ms = 100;
+  for (int attempt = 1; count > 0 && p->status == KL__REPLAY_RUNNING;
+       attempt++) {
+    kl__apply_result_t res;
+    kl_err_t err = kl_apply_once(r, rp, count, &res);
+    if (!err && res.verdict == KL_HANDLER_OK) {
+      kl_account(p, &res, count, rp->msgs[count - 1]->offset, r->opts.dry_run);
+      for (size_t i = 0; i < count; i++)
+        rd_kafka_message_destroy(rp->msgs[i]);
+      memmove(rp->msgs, rp->msgs + count, (rp->count - count) * sizeof(*rp->msgs));
+      rp->count -= count;
+      return;
+    }
+    if (!err && res.verdict == KL_HANDLER_FAIL) {
+      kl_apply_failed(r, rp, &res);
+      return;
+    }
+    if (err == KL_EFENCED && kl_dry_refence(r, p))
+      continue;
+    if (err == KL_EFENCED) {
+      kl_part_end(r, rp, KL__REPLAY_FENCED, kl_err_detail());
+      return;
+    }
+    int retriable = err ? kl_err_is_retriable(err) : 1;
+    const char *why = err ? kl_err_detail() : res.why;
+    if (r->opts.stop && *r->opts.stop) {
+      kl_part_end(r, rp, KL__REPLAY_STOPPED, why);
+      return;
+    }
+    if (!retriable || attempt >= KL_REPLAY_ATTEMPTS) {
+      kl_part_end(r, rp, err ? KL__REPLAY_ERROR : KL__REPLAY_FAILED, why);
+      return;
+    }
+    KL_LOG_W(KL_COMP, "batch of partition=%" PRId32 " at offset %" PRId64
+             " will be retried in %d ms: %s",
+             p->partition, rp->msgs[0]->offset, backoff_ms, why);
+    kl_sleep_ms(backoff_ms);
+    backoff_ms *= 2;
+  }
+}
+
+/* ---- reading ---------------------------------------------------------- */
+
+static kl_rpart_t *kl_find(kl__replay_t *r, int32_t partition) {
+  for (size_t i = 0; i < r->count; i++)
+    if (r->parts[i].p->partition == partition)
+      return &r->parts[i];
+  return NULL;
+}
+
+static void kl_part_flush_done(kl__replay_t *r, kl_rpart_t *rp) {
+  kl_apply(r, rp, rp->count);
+  if (rp->p->status == KL__REPLAY_RUNNING) {
+    rp->p->next = rp->p->end;
+    kl_part_end(r, rp, KL__REPLAY_DONE, NULL);
+  }
+}
+
+static void kl_on_error(kl__replay_t *r, rd_kafka_message_t *m) {
+  kl_rpart_t *rp = m->rkt ? kl_find(r, m->partition) : NULL;
+  if (!rp || rp->p->status != KL__REPLAY_RUNNING) {
+    if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+      KL_LOG_W(KL_COMP, "consume: %s", rd_kafka_message_errstr(m));
+  } else if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+    if (m->offset >= rp->p->end)
+      kl_part_flush_done(r, rp);
+  } else if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
+             m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
+    char why[600];
+    snprintf(why, sizeof(why), "offset %" PRId64 " is no longer in the log "
+             "(retention deleted it while the replay ran): %s",
+             rp->p->position, rd_kafka_message_errstr(m));
+    kl_apply(r, rp, rp->count);
+    kl_part_end(r, rp, KL__REPLAY_ERROR, why);
+  } else {
+    KL_LOG_W(KL_COMP, "consume partition=%" PRId32 ": %s", m->partition,
+             rd_kafka_message_errstr(m));
+  }
+  rd_kafka_message_destroy(m);
+}
+
+static void kl_on_message(kl__replay_t *r, rd_kafka_message_t *m) {
+  kl_rpart_t *rp = kl_find(r, m->partition);
+  if (!rp || rp->p->status != KL__REPLAY_RUNNING || m->offset >= rp->p->end) {
+    rd_kafka_message_destroy(m);
+    if (rp && rp->p->status == KL__REPLAY_RUNNING)
+      kl_part_flush_done(r, rp);
+    return;
+  }
+  if (!rp->msgs && !(rp->msgs = malloc(r->batch_max * sizeof(*rp->msgs)))) {
+    rd_kafka_message_destroy(m);
+    kl_part_end(r, rp, KL__REPLAY_ERROR, "out of memory for a batch");
+    return;
+  }
+  rp->msgs[rp->count++] = m;
+  rp->p->position = m->offset + 1;
+  if (m->offset + 1 >= rp->p->end)
+    kl_part_flush_done(r, rp);
+  else if (rp->count >= r->batch_max)
+    kl_apply(r, rp, rp->count);
+}
+
+static size_t kl_running(const kl__replay_t *r) {
+  size_t n = 0;
+  for (size_t i = 0; i < r->count; i++)
+    n += r->parts[i].p->status == KL__REPLAY_RUNNING;
+  return n;
+}
+
+/* Nothing arrived for a while: apply what is buffered, so that a slow
+ * fetch still commits (and shows) progress. Not in a dry run, whose batch
+ * is the range. */
+static void kl_apply_idle(kl__replay_t *r) {
+  if (r->opts.dry_run)
+    return;
+  for (size_t i = 0; i < r->count; i++)
+    if (r->parts[i].count && r->parts[i].p->status == KL__REPLAY_RUNNING)
+      kl_apply(r, &r->parts[i], r->parts[i].count);
+}
+
+static void kl_progress(kl__replay_t *r) {
+  if (r->opts.on_progress)
+    r->opts.on_progress(r->opts.progress_opaque, r);
+}
+
+static void kl_replay_loop(kl__replay_t *r) {
+  while (kl_running(r) > 0) {
+    if (r->opts.stop && *r->opts.stop)
+      break;
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(r->rk, 100);
+    if (m && m->err)
+      kl_on_error(r, m);
+    else if (m)
+      kl_on_message(r, m);
+    else
+      kl_apply_idle(r);
+    kl_progress(r);
+  }
+  for (size_t i = 0; i < r->count; i++)
+    if (r->parts[i].p->status == KL__REPLAY_RUNNING)
+      kl_part_end(r, &r->parts[i], KL__REPLAY_STOPPED,
+                  "stopped by a signal after the batch in flight");
+}
+
+kl_err_t kl__replay_run(kl__replay_t *r) {
+  kl_err_t err = kl_replay_plan(r);
+  if (!err)
+    err = kl_replay_take(r);
+  if (err) {
+    /* Whatever was taken before the failure is left to the fleet. */
+    for (size_t i = 0; i < r->count; i++)
+      if (r->parts[i].p->status == KL__REPLAY_RUNNING)
+        r->parts[i].p->status = KL__REPLAY_ERROR;
+    return err;
+  }
+  kl_progress(r);
+  kl_replay_loop(r);
+  rd_kafka_assign(r->rk, NULL);
+  kl_progress(r);
+  return KL_OK;
+}
+
+/* ---- results ----------------------------------------------------------- */
+
+const kl__replay_part_t *kl__replay_parts(const kl__replay_t *r,
+                                          size_t *count) {
+  *count = r->count;
+  return r->pub;
+}
+
+void kl__replay_totals(const kl__replay_t *r, kl__replay_part_t *t) {
+  memset(t, 0, sizeof(*t));
+  t->partition = -1;
+  t->history_from = -1;
+  t->exact = r->opts.dry_run;
+  t->status = KL__REPLAY_DONE;
+  for (size_t i = 0; i < r->count; i++) {
+    const kl__replay_part_t *p = r->parts[i].p;
+    t->read += p->read;
+    t->applied += p->applied;
+    t->skipped_applied += p->skipped_applied;
+    t->skipped_duplicate += p->skipped_duplicate;
+    t->failed += p->failed;
+    t->batches += p->batches;
+    if (p->status > t->status)
+      t->status = p->status;
+    if (r->opts.dry_run && p->batches && !p->exact)
+      t->exact = 0;
+  }
+}
+
+void kl__replay_set_progress(kl__replay_t *r,
+                             void (*on_progress)(void *opaque,
+                                                 const kl__replay_t *replay),
+                             void *opaque) {
+  r->opts.on_progress = on_progress;
+  r->opts.progress_opaque = opaque;
+}
+
+const kl__replay_opts_t *kl__replay_opts(const kl__replay_t *r) {
+  return &r->opts;
+}
+
+static void kl_scratch_remove(kl__replay_t *r) {
+  kl_store_destroy(r->scratch.store);
+  if (!r->scratch_dir[0])
+    return;
+  static const char *const files[] = {"data.mdb", "lock.mdb"};
+  char path[128];
+  for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+    snprintf(path, sizeof(path), "%s/%s", r->scratch_dir, files[i]);
+    unlink(path);
+  }
+  if (rmdir(r->scratch_dir) != 0)
+    KL_LOG_W(KL_COMP, "could not remove the dry run's scratch store %s",
+             r->scratch_dir);
+}
+
+void kl__replay_destroy(kl__replay_t *r) {
+  if (!r)
+    return;
+  for (size_t i = 0; i < r->count; i++) {
+    kl_drop_msgs(&r->parts[i]);
+    free(r->parts[i].msgs);
+  }
+  free(r->parts);
+  free(r->pub);
+  if (r->rk)
+    rd_kafka_destroy(r->rk);
+  kl_scratch_remove(r);
+  kl_decoder_destroy(r->applier.decoder);
+  free(r);
+}
