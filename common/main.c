@@ -16,7 +16,9 @@ static const struct {
     {"worker", kl__cmd_worker, "run one worker of the fleet"},
     {"ledger", kl__cmd_ledger, "print the ledger handler's balances"},
     {"demo", kl__cmd_demo, "run the whole system on an embedded cluster"},
-    {"store", kl__cmd_store, "operate on a store: migrate"},
+    {"store", kl__cmd_store, "a store: stats, keys, get, rebuild, migrate"},
+    {"replay", kl__cmd_replay, "re-apply a range of partitions, once"},
+    {"inspect", kl__cmd_inspect, "print a topic's records as JSON lines"},
     {"help", NULL, "this list"},
 };
 

@@ -13,6 +13,11 @@ static const struct {
 } kl_store_actions[] = {
     {"migrate", kl__cmd_store_migrate,
      "create or upgrade a PostgreSQL store's schema"},
+    {"stats", kl__cmd_store_stats,
+     "epochs, watermarks, key counts and ages, size"},
+    {"keys", kl__cmd_store_keys, "list the handlers' keys"},
+    {"get", kl__cmd_store_get, "print one key's record"},
+    {"rebuild", kl__cmd_store_rebuild, "rebuild a lost store from the log"},
 };
 #define KL_NACTIONS (sizeof(kl_store_actions) / sizeof(kl_store_actions[0]))
 

@@ -4,5 +4,9 @@
 
 /* argv[0] is the action's name, as for a subcommand. */
 int kl__cmd_store_migrate(int argc, char **argv);
+int kl__cmd_store_stats(int argc, char **argv);
+int kl__cmd_store_keys(int argc, char **argv);
+int kl__cmd_store_get(int argc, char **argv);
+int kl__cmd_store_rebuild(int argc, char **argv);
 
 #endif
