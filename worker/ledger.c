@@ -74,7 +74,7 @@ kl_handler_result_t kl_ledger_handler(void *opaque, const kl_event_t *event,
                                       char *errbuf, size_t errbuf_size) {
   (void)opaque;
   (void)fence;
-  int64_t amount, seq;
+  int64_t amount = 0, seq = 0;
   int credit = kl_type_is(event, "credit");
   if (!credit && !kl_type_is(event, "debit")) {
     snprintf(errbuf, errbuf_size, "ledger: event type \"%.*s\" is neither "
