@@ -90,8 +90,10 @@ kl_err_t kl__pos_parse(const char *text, int64_t now_ms, kl__pos_t *pos) {
   static const struct {
     const char *name;
     kl__pos_kind_t kind;
-  } names[] = {{"beginning", KL__POS_BEGINNING}, {"earliest", KL__POS_BEGINNING},
-               {"end", KL__POS_END},             {"latest", KL__POS_END},
+  } names[] = {{"beginning", KL__POS_BEGINNING},
+               {"earliest", KL__POS_BEGINNING},
+               {"end", KL__POS_END},
+               {"latest", KL__POS_END},
                {"watermark", KL__POS_WATERMARK}};
   if (!text || !*text)
     return kl__err(KL_EINVAL, "position is empty: use " KL_POS_FORMS);
@@ -175,7 +177,7 @@ kl_err_t kl__pos_partitions(const char *text, int32_t partitions,
   kl_err_t err = list && seen ? KL_OK : KL_ENOMEM;
   for (const char *s = text; !err && *s;) {
     size_t len = strcspn(s, ",");
-    int64_t lo, hi;
+    int64_t lo = 0, hi = -1; /* set by kl_parse_item; -O2 cannot tell */
     if (kl_parse_item(s, len, &lo, &hi) != 0)
       err = kl__err(KL_EINVAL, "partition list \"%s\": \"%.*s\" is not a "
                                "partition or a range N-M; use 0,2,5-7 or all",

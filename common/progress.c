@@ -106,9 +106,9 @@ static void kl_bar_line(kl__progress_t *p, const char *name, uint64_t done,
   double r = kl_rate(p, done);
   kl_rate_text(r, rate, sizeof(rate));
   unsigned pct = total ? (unsigned)(done * 100 / total) : 100;
-  fprintf(p->out, "\r\033[2K%-6s [%s] %3u%%  %" PRIu64 "/%" PRIu64 "  %s  %s%s\n",
-          name, bar, pct, done, total, rate,
-          finished ? "done" : "ETA ",
+  fprintf(p->out,
+          "\r\033[2K%-6s [%s] %3u%%  %" PRIu64 "/%" PRIu64 "  %s  %s%s\n",
+          name, bar, pct, done, total, rate, finished ? "done" : "ETA ",
           finished ? "" : kl__progress_eta(kl_eta(r, done, total), eta,
                                            sizeof(eta)));
 }

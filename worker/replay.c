@@ -422,7 +422,8 @@ static void kl_apply(kl__replay_t *r, kl_rpart_t *rp, size_t count) {
       kl_account(p, &res, count, rp->msgs[count - 1]->offset, r->opts.dry_run);
       for (size_t i = 0; i < count; i++)
         rd_kafka_message_destroy(rp->msgs[i]);
-      memmove(rp->msgs, rp->msgs + count, (rp->count - count) * sizeof(*rp->msgs));
+      memmove(rp->msgs, rp->msgs + count,
+              (rp->count - count) * sizeof(*rp->msgs));
       rp->count -= count;
       return;
     }

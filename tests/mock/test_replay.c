@@ -207,7 +207,8 @@ static void kl_rp_done(kl_rp_t *rp) {
 }
 
 static uint64_t kl_fx_records(kl_fx_t *fx) {
-  return kl__ledger_gen_published(fx->gen) + kl__ledger_gen_republished(fx->gen);
+  return kl__ledger_gen_published(fx->gen) +
+         kl__ledger_gen_republished(fx->gen);
 }
 
 /* ---- rebuild ------------------------------------------------------------ */
@@ -388,7 +389,8 @@ static void test_replay_beside_a_live_worker(void **state) {
   const char *boot = kl_embedded_bootstrap(fx.cluster);
   kl_fx_publish(&fx, 500);
   kl_t_worker_t *w1 = kl_t_worker_start(boot, fx.topic, "g", fx.store, kl_fast);
-  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000), 0);
+  assert_int_equal(
+      kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000), 0);
 
   /* More events while the worker runs; replay races it for them. */
   kl_fx_publish(&fx, 1000);
@@ -422,7 +424,8 @@ static void test_replay_beside_a_live_worker(void **state) {
 
   /* The group hands the partitions to a member again. */
   kl_t_worker_t *w2 = kl_t_worker_start(boot, fx.topic, "g", fx.store, kl_fast);
-  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000), 0);
+  assert_int_equal(
+      kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000), 0);
   kl_worker_stats(w2->worker, &s2);
   assert_int_equal(kl_t_worker_stop(w2), KL_OK);
   assert_int_equal(s1.applied + replay_applied + s2.applied,
