@@ -147,11 +147,30 @@ static kl_err_t kl_t_create(kl_t_cluster_t *cluster, const char *full,
   return err;
 }
 
+/* A worker checks at start that its dead-letter topic, "<topic>.dlq",
+ * exists; the broker creates none (auto.create.topics.enable=false). The
+ * name is the topic's full name plus ".dlq", as the worker derives it. */
+static kl_err_t kl_t_create_dlq(kl_t_cluster_t *cluster, const char *full) {
+  if (cluster->count == KL_T_NAMES_MAX)
+    abort();
+  size_t len = strlen(full) + 5;
+  char *name = malloc(len);
+  if (!name)
+    abort();
+  snprintf(name, len, "%s.dlq", full);
+  cluster->bases[cluster->count] = strdup(name);
+  cluster->names[cluster->count] = name;
+  cluster->created[cluster->count++] = 0;
+  return kl_t_create(cluster, name, 1);
+}
+
 kl_err_t kl_t_cluster_topic_create(kl_t_cluster_t *cluster, const char *topic,
                                    int partitions) {
   if (cluster->embedded)
     return kl_embedded_topic_create(cluster->embedded, topic, partitions);
-  return kl_t_create(cluster, kl_t_name(cluster, topic), partitions);
+  const char *full = kl_t_name(cluster, topic);
+  kl_err_t err = kl_t_create(cluster, full, partitions);
+  return err ? err : kl_t_create_dlq(cluster, full);
 }
 
 static kl_err_t kl_t_real_new(kl_t_cluster_t *cluster, const char *bootstrap) {

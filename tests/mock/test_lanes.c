@@ -1,0 +1,574 @@
+/*
+ * Key-parallel lanes on the embedded cluster: failing keys wait alone,
+ * per-key order holds, dead letters land once with their headers, a
+ * restart in the middle of retries applies nothing twice, a malformed
+ * record is dead-lettered and the lane goes on, and the window bound
+ * pauses a partition and resumes it.
+ *
+ * The handler is the test's own: per key it keeps {last seq, count,
+ * violations} in the store, and it fails the first event of 1 % of the
+ * keys (chosen by key hash) a set number of times.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <librdkafka/rdkafka.h>
+
+#include "keylane/producer.h"
+#include "support/support.h"
+
+#define KEYS 1000
+#define PER_KEY 3
+#define T_PREFIX "t/"
+
+typedef struct t_fx {
+  char dir[64];
+  kl_embedded_t *cluster;
+  kl_store_t *store;
+  kl_producer_t *producer;
+  const char *topic;
+  int fail_times;           /* failures of a failing key's first event */
+  _Atomic int attempts[KEYS]; /* runs of each key's first event */
+  _Atomic int running, max_running;
+  int sleep_us;
+} t_fx_t;
+
+static int t_failing(int k) {
+  char key[16];
+  snprintf(key, sizeof(key), "k-%04d", k);
+  return kl_murmur2(key, strlen(key)) % 100 == 24; /* 10 of the 1000 */
+}
+
+static int t_failing_count(void) {
+  int n = 0;
+  for (int k = 0; k < KEYS; k++)
+    n += t_failing(k);
+  return n;
+}
+
+static void t_be64(unsigned char *p, int64_t v) {
+  for (int i = 7; i >= 0; i--, v >>= 8)
+    p[i] = (unsigned char)v;
+}
+
+static int64_t t_get64(const unsigned char *p) {
+  uint64_t u = 0;
+  for (int i = 0; i < 8; i++)
+    u = u << 8 | p[i];
+  return (int64_t)u;
+}
+
+static void t_note_running(t_fx_t *fx) {
+  int now = ++fx->running;
+  int max = fx->max_running;
+  while (now > max && !atomic_compare_exchange_weak(&fx->max_running, &max, now))
+    ;
+}
+
+/* Payload: key index and seq, 4 bytes each, big-endian. */
+static kl_handler_result_t t_handler(void *opaque, const kl_event_t *event,
+                                     const kl_fence_t *fence, kl_txn_t *txn,
+                                     char *errbuf, size_t errbuf_size) {
+  t_fx_t *fx = opaque;
+  (void)fence;
+  if (event->payload_len != 8)
+    return KL_HANDLER_FAIL;
+  const unsigned char *p = event->payload;
+  int k = (int)(p[0] << 24 | p[1] << 16 | p[2] << 8 | p[3]);
+  int64_t seq = p[4] << 24 | p[5] << 16 | p[6] << 8 | p[7];
+  if (seq == 1 && t_failing(k) && ++fx->attempts[k] <= fx->fail_times) {
+    snprintf(errbuf, errbuf_size, "injected failure %d of key %d",
+             fx->attempts[k], k);
+    return KL_HANDLER_RETRY;
+  }
+  t_note_running(fx);
+  if (fx->sleep_us)
+    kl_t_sleep_ms(fx->sleep_us / 1000);
+  unsigned char key[64], val[24] = {0};
+  size_t klen = (size_t)snprintf((char *)key, sizeof(key), T_PREFIX "%.*s",
+                                 (int)event->key_len, (const char *)event->key);
+  const void *old;
+  size_t olen;
+  if (kl_txn_get(txn, key, klen, &old, &olen) == KL_OK && olen == 24)
+    memcpy(val, old, 24);
+  int64_t last = t_get64(val), count = t_get64(val + 8), bad = t_get64(val + 16);
+  /* A dead-lettered event leaves a gap: order means seq only grows. */
+  t_be64(val, seq);
+  t_be64(val + 8, count + 1);
+  t_be64(val + 16, bad + (seq <= last));
+  fx->running--;
+  return kl_txn_put(txn, key, klen, val, sizeof(val)) ? KL_HANDLER_RETRY
+                                                      : KL_HANDLER_OK;
+}
+
+static void t_fx_up(t_fx_t *fx, const char *topic, int partitions) {
+  memset(fx, 0, sizeof(*fx));
+  fx->topic = topic;
+  kl_t_tmpdir(fx->dir);
+  assert_int_equal(kl_embedded_new(1, topic, partitions, &fx->cluster), KL_OK);
+  assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
+  kl_conf_t *conf = kl_conf_new();
+  kl_conf_set(conf, "kafka.bootstrap.servers",
+              kl_embedded_bootstrap(fx->cluster), NULL, 0);
+  assert_int_equal(kl_producer_new(conf, NULL, NULL, &fx->producer), KL_OK);
+  kl_conf_destroy(conf);
+}
+
+static void t_fx_down(t_fx_t *fx) {
+  kl_producer_destroy(fx->producer);
+  kl_store_destroy(fx->store);
+  kl_embedded_destroy(fx->cluster);
+  kl_t_rmrf(fx->dir);
+}
+
+static void t_publish_one(t_fx_t *fx, int k, int seq) {
+  char key[16], id[32];
+  unsigned char payload[8] = {(unsigned char)(k >> 24), (unsigned char)(k >> 16),
+                              (unsigned char)(k >> 8),  (unsigned char)k,
+                              0, 0, (unsigned char)(seq >> 8),
+                              (unsigned char)seq};
+  snprintf(key, sizeof(key), "k-%04d", k);
+  snprintf(id, sizeof(id), "id-%04d-%d", k, seq);
+  kl_event_t ev = {.key = key, .key_len = strlen(key), .id = id,
+                   .id_len = strlen(id), .type = "t", .type_len = 1,
+                   .payload = payload, .payload_len = sizeof(payload)};
+  assert_int_equal(kl_publish(fx->producer, fx->topic, &ev, NULL), KL_OK);
+}
+
+/* Every key's seq 1, then every key's 2, ...: failing keys' first events
+ * come early, so anything that waited for them would show. */
+static void t_publish(t_fx_t *fx, int keys, int per_key) {
+  for (int seq = 1; seq <= per_key; seq++)
+    for (int k = 0; k < keys; k++)
+      t_publish_one(fx, k, seq);
+  assert_int_equal(kl_flush(fx->producer, 30000), KL_OK);
+}
+
+typedef struct t_worker {
+  kl_worker_t *worker;
+  pthread_t thread;
+  kl_err_t result;
+} t_worker_t;
+
+static void *t_worker_main(void *opaque) {
+  t_worker_t *w = opaque;
+  w->result = kl_worker_run(w->worker);
+  return NULL;
+}
+
+static t_worker_t *t_worker_start(t_fx_t *fx, const char *const *extra) {
+  kl_conf_t *conf = kl_conf_new();
+  kl_conf_set(conf, "kafka.bootstrap.servers",
+              kl_embedded_bootstrap(fx->cluster), NULL, 0);
+  kl_conf_set(conf, "worker.group", "lanes", NULL, 0);
+  kl_conf_set(conf, "worker.session.timeout.ms", "6000", NULL, 0);
+  for (size_t i = 0; extra && extra[i]; i++) {
+    char key[128];
+    const char *eq = strchr(extra[i], '=');
+    snprintf(key, sizeof(key), "%.*s", (int)(eq - extra[i]), extra[i]);
+    assert_int_equal(kl_conf_set(conf, key, eq + 1, NULL, 0), KL_OK);
+  }
+  t_worker_t *w = calloc(1, sizeof(*w));
+  assert_int_equal(kl_worker_new(conf, fx->topic, fx->store, t_handler, fx,
+                                 &w->worker),
+                   KL_OK);
+  kl_conf_destroy(conf);
+  pthread_create(&w->thread, NULL, t_worker_main, w);
+  return w;
+}
+
+static void t_worker_stop(t_worker_t *w) {
+  kl_worker_stop(w->worker);
+  pthread_join(w->thread, NULL);
+  assert_int_equal(w->result, KL_OK);
+  kl_worker_destroy(w->worker);
+  free(w);
+}
+
+/* ---- reading the outcome back ------------------------------------------ */
+
+typedef struct t_tally {
+  int64_t count[KEYS], last[KEYS], bad[KEYS];
+} t_tally_t;
+
+static int t_tally_cb(void *opaque, const void *key, size_t key_len,
+                      const void *val, size_t val_len) {
+  t_tally_t *t = opaque;
+  int k;
+  if (val_len == 24 && key_len > 4 &&
+      sscanf((const char *)key + strlen(T_PREFIX), "k-%4d", &k) == 1 &&
+      k >= 0 && k < KEYS) {
+    t->last[k] = t_get64(val);
+    t->count[k] = t_get64((const unsigned char *)val + 8);
+    t->bad[k] = t_get64((const unsigned char *)val + 16);
+  }
+  return 0;
+}
+
+static void t_tally(t_fx_t *fx, t_tally_t *t) {
+  memset(t, 0, sizeof(*t));
+  assert_int_equal(kl_store_scan(fx->store, T_PREFIX, strlen(T_PREFIX),
+                                 t_tally_cb, t),
+                   KL_OK);
+}
+
+/* Keys (failing ones, or the others) whose count reached @p want. */
+static int t_keys_at(const t_tally_t *t, int failing, int64_t want) {
+  int n = 0;
+  for (int k = 0; k < KEYS; k++)
+    n += t_failing(k) == failing && t->count[k] >= want;
+  return n;
+}
+
+static void t_partitions(t_fx_t *fx, int partitions, kl_partition_state_t *sum) {
+  memset(sum, 0, sizeof(*sum));
+  for (int p = 0; p < partitions; p++) {
+    kl_partition_state_t st;
+    assert_int_equal(kl_store_partition(fx->store, fx->topic, p, &st), KL_OK);
+    sum->applied += st.applied;
+    sum->duplicates += st.duplicates;
+    sum->dead_letters += st.dead_letters;
+  }
+}
+
+/* Waits until @p done(fx) or @p ms passed; returns the ms it took or -1. */
+static int t_wait(t_fx_t *fx, int (*done)(t_fx_t *), int ms) {
+  for (int t = 0; t < ms; t += 20) {
+    if (done(fx))
+      return t;
+    kl_t_sleep_ms(20);
+  }
+  return -1;
+}
+
+static int t_all_done(t_fx_t *fx) {
+  t_tally_t t;
+  t_tally(fx, &t);
+  return t_keys_at(&t, 0, PER_KEY) + t_keys_at(&t, 1, PER_KEY) == KEYS;
+}
+
+static int t_others_done(t_fx_t *fx) {
+  t_tally_t t;
+  t_tally(fx, &t);
+  return t_keys_at(&t, 0, PER_KEY) == KEYS - t_failing_count();
+}
+
+static void t_assert_exactly_once(t_fx_t *fx, int partitions) {
+  t_tally_t t;
+  t_tally(fx, &t);
+  for (int k = 0; k < KEYS; k++) {
+    assert_int_equal(t.count[k], PER_KEY);
+    assert_int_equal(t.last[k], PER_KEY);
+    assert_int_equal(t.bad[k], 0);
+  }
+  kl_partition_state_t sum;
+  t_partitions(fx, partitions, &sum);
+  assert_int_equal(sum.applied, KEYS * PER_KEY);
+  assert_int_equal(sum.dead_letters, 0);
+}
+
+/* ---- the tests ----------------------------------------------------------- */
+
+static void test_failing_keys_wait_alone(void **state) {
+  static t_fx_t fx;
+  t_fx_up(&fx, "alone", 2);
+  fx.fail_times = 3; /* then it succeeds: max.attempts is 5 */
+  fx.sleep_us = 1000;
+  t_publish(&fx, KEYS, PER_KEY);
+  static const char *const conf[] = {
+      "worker.concurrency=8", "worker.retry.initial.ms=2000",
+      "worker.retry.max.ms=4000", NULL};
+  t_worker_t *w = t_worker_start(&fx, conf);
+  assert_true(t_wait(&fx, t_others_done, 30000) >= 0);
+  /* Every other key is done while each failing key's first event still
+   * waits in backoff (>= 1 + 2 + 2 s), its later events queued behind. */
+  t_tally_t t;
+  t_tally(&fx, &t);
+  int failing = t_failing_count();
+  assert_int_equal(failing, 10);
+  assert_int_equal(t_keys_at(&t, 1, 1), 0);
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st);
+  assert_true(st.waiting_keys > 0 && st.waiting_keys <= (uint64_t)failing);
+  assert_true(fx.max_running > 1); /* keys really ran concurrently */
+  assert_true(t_wait(&fx, t_all_done, 30000) >= 0);
+  kl_worker_stats(w->worker, &st);
+  assert_int_equal(st.dead_letters, 0);
+  t_worker_stop(w);
+  for (int k = 0; k < KEYS; k++)
+    assert_int_equal(fx.attempts[k], t_failing(k) ? 4 : 0);
+  t_assert_exactly_once(&fx, 2);
+  t_fx_down(&fx);
+}
+
+static void test_restart_in_retries_applies_nothing_twice(void **state) {
+  static t_fx_t fx;
+  t_fx_up(&fx, "restart", 2);
+  fx.fail_times = 3;
+  t_publish(&fx, KEYS, PER_KEY);
+  static const char *const slow[] = {
+      "worker.concurrency=8", "worker.retry.initial.ms=3000", NULL};
+  t_worker_t *a = t_worker_start(&fx, slow);
+  assert_true(t_wait(&fx, t_others_done, 30000) >= 0);
+  kl_t_sleep_ms(300); /* let a group commit record what completed */
+  t_worker_stop(a);   /* failing keys in backoff; completions beyond the
+                         watermark are committed with their marks */
+  t_tally_t t;
+  t_tally(&fx, &t);
+  assert_int_equal(t_keys_at(&t, 1, 1), 0);
+  static const char *const fast[] = {
+      "worker.concurrency=8", "worker.retry.initial.ms=50", NULL};
+  t_worker_t *b = t_worker_start(&fx, fast);
+  assert_true(t_wait(&fx, t_all_done, 40000) >= 0);
+  kl_worker_stats_t st;
+  kl_worker_stats(b->worker, &st);
+  /* B consumed the completed events again and skipped them by their ids. */
+  assert_true(st.duplicates > 0);
+  kl_t_sleep_ms(300);
+  t_worker_stop(b);
+  t_assert_exactly_once(&fx, 2);
+  t_fx_down(&fx);
+}
+
+/* ---- the dead-letter topic ----------------------------------------------- */
+
+typedef struct t_letter {
+  char key[64];
+  char value[64];
+  size_t value_len;
+  char reason[32], attempts[8], topic[64], origin[32];
+  int64_t partition, offset, first_ms, last_ms;
+} t_letter_t;
+
+static void t_header(rd_kafka_headers_t *h, const char *name, char *out,
+                     size_t size) {
+  const void *v;
+  size_t len;
+  out[0] = '\0';
+  if (h && rd_kafka_header_get_last(h, name, &v, &len) == 0)
+    snprintf(out, size, "%.*s", (int)len, (const char *)v);
+}
+
+static int64_t t_header_i64(rd_kafka_headers_t *h, const char *name) {
+  char buf[32];
+  t_header(h, name, buf, sizeof(buf));
+  return buf[0] ? strtoll(buf, NULL, 10) : -1;
+}
+
+static void t_letter_read(rd_kafka_message_t *m, t_letter_t *l) {
+  rd_kafka_headers_t *h = NULL;
+  rd_kafka_message_headers(m, &h);
+  snprintf(l->key, sizeof(l->key), "%.*s", (int)m->key_len,
+           (const char *)m->key);
+  l->value_len = m->len < sizeof(l->value) ? m->len : sizeof(l->value);
+  memcpy(l->value, m->payload, l->value_len);
+  t_header(h, "keylane.dlq.reason", l->reason, sizeof(l->reason));
+  t_header(h, "keylane.dlq.attempts", l->attempts, sizeof(l->attempts));
+  t_header(h, "keylane.dlq.topic", l->topic, sizeof(l->topic));
+  t_header(h, "x-origin", l->origin, sizeof(l->origin));
+  l->partition = t_header_i64(h, "keylane.dlq.partition");
+  l->offset = t_header_i64(h, "keylane.dlq.offset");
+  l->first_ms = t_header_i64(h, "keylane.dlq.first_failure_ms");
+  l->last_ms = t_header_i64(h, "keylane.dlq.last_failure_ms");
+}
+
+/* Reads the dead-letter topic from the start until it has been quiet for
+ * 2 s after at least @p want letters (or 20 s passed). */
+static int t_read_letters(t_fx_t *fx, t_letter_t *out, int max, int want) {
+  char errstr[256], topic[128];
+  snprintf(topic, sizeof(topic), "%s.dlq", fx->topic);
+  rd_kafka_conf_t *c = rd_kafka_conf_new();
+  rd_kafka_conf_set(c, "bootstrap.servers", kl_embedded_bootstrap(fx->cluster),
+                    errstr, sizeof(errstr));
+  rd_kafka_conf_set(c, "group.id", "dlq-reader", errstr, sizeof(errstr));
+  rd_kafka_conf_set(c, "auto.offset.reset", "earliest", errstr, sizeof(errstr));
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
+  assert_non_null(rk);
+  rd_kafka_poll_set_consumer(rk);
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(l, topic, RD_KAFKA_PARTITION_UA);
+  rd_kafka_subscribe(rk, l);
+  rd_kafka_topic_partition_list_destroy(l);
+  int n = 0, quiet = 0;
+  for (int t = 0; t < 20000 && !(n >= want && quiet >= 2000); t += 100) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+    quiet += 100;
+    if (m && !m->err && n < max) {
+      t_letter_read(m, &out[n++]);
+      quiet = 0;
+    }
+    if (m)
+      rd_kafka_message_destroy(m);
+  }
+  rd_kafka_consumer_close(rk);
+  rd_kafka_destroy(rk);
+  return n;
+}
+
+static int t_dead_lettered(t_fx_t *fx) {
+  kl_partition_state_t sum;
+  t_partitions(fx, 2, &sum);
+  t_tally_t t;
+  t_tally(fx, &t);
+  return sum.dead_letters == (uint64_t)t_failing_count() &&
+         t_keys_at(&t, 0, PER_KEY) + t_keys_at(&t, 1, PER_KEY - 1) == KEYS;
+}
+
+static void test_max_attempts_dead_letters_once(void **state) {
+  static t_fx_t fx;
+  static t_letter_t letters[64];
+  t_fx_up(&fx, "dead", 2);
+  fx.fail_times = 3;
+  t_publish(&fx, KEYS, PER_KEY);
+  static const char *const conf[] = {
+      "worker.concurrency=8", "worker.retry.initial.ms=50",
+      "worker.max.attempts=2", NULL};
+  t_worker_t *w = t_worker_start(&fx, conf);
+  assert_true(t_wait(&fx, t_dead_lettered, 30000) >= 0);
+  /* Re-published with the same id, a dead-lettered event stays skipped. */
+  for (int k = 0; k < KEYS; k++)
+    if (t_failing(k))
+      t_publish_one(&fx, k, 1);
+  assert_int_equal(kl_flush(fx.producer, 10000), KL_OK);
+  kl_t_sleep_ms(1000);
+  int failing = t_failing_count();
+  int n = t_read_letters(&fx, letters, 64, failing);
+  assert_int_equal(n, failing); /* each exactly once */
+  int seen[KEYS] = {0};
+  for (int i = 0; i < n; i++) {
+    int k = -1;
+    assert_int_equal(sscanf(letters[i].key, "k-%4d", &k), 1);
+    assert_true(t_failing(k));
+    assert_int_equal(seen[k]++, 0);
+    assert_string_equal(letters[i].reason, "max_attempts");
+    assert_string_equal(letters[i].attempts, "2");
+    assert_string_equal(letters[i].topic, fx.topic);
+    assert_int_equal(letters[i].partition,
+                     kl_partition(letters[i].key, strlen(letters[i].key), 2));
+    assert_true(letters[i].offset >= 0);
+    assert_true(letters[i].first_ms > 0);
+    assert_true(letters[i].last_ms >= letters[i].first_ms);
+  }
+  t_tally_t t;
+  t_tally(&fx, &t);
+  for (int k = 0; k < KEYS; k++) {
+    assert_int_equal(t.count[k], t_failing(k) ? PER_KEY - 1 : PER_KEY);
+    assert_int_equal(t.bad[k], 0);
+    assert_int_equal(fx.attempts[k], t_failing(k) ? 2 : 0);
+  }
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st);
+  assert_int_equal(st.dead_letters, (uint64_t)failing);
+  assert_int_equal(st.failed, (uint64_t)failing);
+  t_worker_stop(w);
+  t_fx_down(&fx);
+}
+
+/* Produces a record that is no envelope, with a header of its own. */
+static void t_produce_raw(t_fx_t *fx, int32_t partition) {
+  char errstr[256];
+  rd_kafka_conf_t *c = rd_kafka_conf_new();
+  rd_kafka_conf_set(c, "bootstrap.servers", kl_embedded_bootstrap(fx->cluster),
+                    errstr, sizeof(errstr));
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, errstr, sizeof(errstr));
+  assert_non_null(rk);
+  rd_kafka_headers_t *h = rd_kafka_headers_new(1);
+  rd_kafka_header_add(h, "x-origin", -1, "raw", -1);
+  assert_int_equal(
+      rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(fx->topic),
+                        RD_KAFKA_V_PARTITION(partition),
+                        RD_KAFKA_V_KEY("bad-1", 5),
+                        RD_KAFKA_V_VALUE("not msgpack", 11),
+                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                        RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END),
+      0);
+  assert_int_equal(rd_kafka_flush(rk, 10000), 0);
+  rd_kafka_destroy(rk);
+}
+
+static int t_one_dead_letter(t_fx_t *fx) {
+  return t_all_done(fx);
+}
+
+static void test_malformed_record_is_dead_lettered(void **state) {
+  static t_fx_t fx;
+  static t_letter_t letters[4];
+  t_fx_up(&fx, "malformed", 1);
+  t_publish(&fx, KEYS, 1);
+  t_produce_raw(&fx, 0);
+  for (int seq = 2; seq <= PER_KEY; seq++)
+    for (int k = 0; k < KEYS; k++)
+      t_publish_one(&fx, k, seq);
+  assert_int_equal(kl_flush(fx.producer, 30000), KL_OK);
+  static const char *const conf[] = {"worker.concurrency=4", NULL};
+  t_worker_t *w = t_worker_start(&fx, conf);
+  assert_true(t_wait(&fx, t_one_dead_letter, 30000) >= 0);
+  assert_int_equal(t_read_letters(&fx, letters, 4, 1), 1);
+  assert_string_equal(letters[0].key, "bad-1");
+  assert_int_equal(letters[0].value_len, 11);
+  assert_memory_equal(letters[0].value, "not msgpack", 11);
+  assert_string_equal(letters[0].reason, "decode");
+  assert_string_equal(letters[0].attempts, "0");
+  assert_string_equal(letters[0].origin, "raw"); /* its own headers kept */
+  assert_int_equal(letters[0].offset, KEYS);
+  kl_t_sleep_ms(300);
+  kl_partition_state_t st;
+  assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &st), KL_OK);
+  assert_int_equal(st.watermark, KEYS * PER_KEY + 1); /* it went on past it */
+  kl_worker_stats_t ws;
+  kl_worker_stats(w->worker, &ws);
+  assert_int_equal(ws.dead_letters, 1);
+  assert_int_equal(ws.failed, 0);
+  t_worker_stop(w);
+  t_assert_exactly_once(&fx, 1);
+  t_fx_down(&fx);
+}
+
+/* ---- bounds -------------------------------------------------------------- */
+
+static void test_window_bound_pauses_and_resumes(void **state) {
+  static t_fx_t fx;
+  t_fx_up(&fx, "window", 1);
+  fx.fail_times = 1; /* each failing key's first event waits ~1-2 s */
+  t_publish(&fx, KEYS, PER_KEY);
+  static const char *const conf[] = {
+      "worker.concurrency=4", "worker.window.max=200",
+      "worker.retry.initial.ms=2000", NULL};
+  t_worker_t *w = t_worker_start(&fx, conf);
+  uint64_t most = 0;
+  int paused = 0, resumed = 0;
+  for (int t = 0; t < 40000 && !t_all_done(&fx); t += 10) {
+    kl_worker_stats_t st;
+    kl_worker_stats(w->worker, &st);
+    most = st.window_events > most ? st.window_events : most;
+    paused |= st.paused > 0;
+    resumed |= paused && st.paused == 0;
+    kl_t_sleep_ms(10);
+  }
+  assert_true(t_all_done(&fx));
+  assert_true(paused);
+  assert_true(resumed);
+  /* What librdkafka had handed over before the pause may land too. */
+  assert_true(most >= 200 && most <= 400);
+  t_worker_stop(w);
+  t_assert_exactly_once(&fx, 1);
+  t_fx_down(&fx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_failing_keys_wait_alone),
+      cmocka_unit_test(test_restart_in_retries_applies_nothing_twice),
+      cmocka_unit_test(test_max_attempts_dead_letters_once),
+      cmocka_unit_test(test_malformed_record_is_dead_lettered),
+      cmocka_unit_test(test_window_bound_pauses_and_resumes),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
