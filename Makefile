@@ -35,7 +35,7 @@ demo: build
 test: test-deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L '^(unit|mock|pg|deploy)$$'
 	cd $(BUILD) && ctest --output-on-failure -L '^kafka$$'
-	cd $(BUILD) && ctest --output-on-failure -L '^fault$$'
+	cd $(BUILD) && ctest --output-on-failure -V -L '^fault$$'
 	$(MAKE) test-asan
 	$(MAKE) fuzz
 

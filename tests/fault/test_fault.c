@@ -1,0 +1,776 @@
+/*
+ * The fault suite: a fleet of `keylane worker` processes (ledger handler,
+ * one shared LMDB store) while a publisher re-publishes a share of its
+ * events with the same idempotency key, and everything production does to
+ * a fleet happens to it: workers SIGKILLed and restarted, workers SIGSTOPped
+ * past their session timeout (some frozen inside the window between their
+ * handlers and their commit) and SIGCONTed, the leader broker of a
+ * partition killed and restarted, the store directory read-only for a
+ * while, and the store's file system full for a while. Then the fleet
+ * drains and the store must hold every acknowledged event exactly once.
+ *
+ * On KEYLANE_TEST_BOOTSTRAP's cluster (the fault suite: a real 3-node
+ * Kafka, RF 3, min.insync.replicas 2, whose brokers it kills through
+ * deploy/kafka/kafka.sh in KEYLANE_TEST_KAFKA_DIR), or, shorter and
+ * without the broker kill, on the embedded cluster.
+ *
+ * Read-only: tests run as root, and root ignores file modes, so when run
+ * as root the workers run as "nobody" and the store belongs to it. A
+ * running worker keeps its open files writable, so the read-only window
+ * shows as workers (restarted by the kill cadence) that cannot open the
+ * store. Disk full: the store lives on a small tmpfs mounted in a private
+ * mount namespace (gone with the test), filled to ENOSPC for a while
+ * while the test holds a read snapshot open (so LMDB cannot reuse freed
+ * pages), so running workers' commits fail and are retried. Each of the two is
+ * skipped, and says why, when this machine does not allow it.
+ */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/internal.h"
+#include "support/cluster.h"
+#include "support/support.h"
+
+#define KL_F_MAX_WORKERS 8
+#define KL_F_NS 1000000000LL
+#define KL_F_MS 1000000LL
+/* What a worker logs when a commit or an acquire meets a full disk. */
+#define KL_F_FULL "file system holding the store is full"
+
+/* What one run does; the real cluster's plan meets the figures. */
+typedef struct kl_plan {
+  const char *name;
+  int partitions, workers, keys;
+  int session_ms, max_poll_ms;
+  int chaos_s, rate;              /* unique events per second */
+  int kill_every_ms;              /* one SIGKILL of a random worker */
+  int stop_every_ms, stop_ms;     /* one SIGSTOP, held stop_ms */
+  int broker_at_s, broker_down_s; /* broker_at_s < 0: no broker kill */
+  int ro_at_s, ro_s, full_at_s, full_s;
+  int min_kills, min_stops;
+} kl_plan_t;
+
+static const kl_plan_t kl_plan_kafka = {.name = "Kafka 3 nodes",
+                                        .partitions = 12,
+                                        .workers = 4,
+                                        .keys = 400,
+                                        .session_ms = 3000,
+                                        .max_poll_ms = 6000,
+                                        .chaos_s = 150,
+                                        .rate = 200,
+                                        .kill_every_ms = 1150,
+                                        .stop_every_ms = 5500,
+                                        .stop_ms = 4500,
+                                        .broker_at_s = 40,
+                                        .broker_down_s = 12,
+                                        .ro_at_s = 90,
+                                        .ro_s = 15,
+                                        .full_at_s = 8,
+                                        .full_s = 10,
+                                        .min_kills = 100,
+                                        .min_stops = 20};
+/* The embedded cluster's group coordinator needs longer sessions to settle
+ * while members come and go (see keylane/embedded.h). */
+static const kl_plan_t kl_plan_embedded = {.name = "embedded",
+                                           .partitions = 8,
+                                           .workers = 3,
+                                           .keys = 200,
+                                           .session_ms = 6000,
+                                           .max_poll_ms = 7000,
+                                           .chaos_s = 40,
+                                           .rate = 150,
+                                           .kill_every_ms = 6000,
+                                           .stop_every_ms = 15000,
+                                           .stop_ms = 7000,
+                                           .broker_at_s = -1,
+                                           .ro_at_s = 26,
+                                           .ro_s = 8,
+                                           .full_at_s = 6,
+                                           .full_s = 6,
+                                           .min_kills = 5,
+                                           .min_stops = 2};
+
+typedef struct kl_slot {
+  pid_t pid;        /* 0: dead, restarted after a short delay */
+  int64_t dead_ns;  /* when it died */
+  int64_t cont_ns;  /* stopped: SIGCONT at this time; 0 when running */
+  int64_t armed_ns; /* SIGUSR1 sent, SIGSTOP once it pauses; 0 otherwise */
+  int pauses_seen;  /* "pausing" lines in its log so far */
+  int64_t spare_ns; /* not SIGKILLed before: let a zombie meet its fence */
+} kl_slot_t;
+
+/* A read snapshot held open on a thread of the test, as a long scan or a
+ * stopped process holds one in production: while it is open LMDB cannot
+ * reuse the pages commits free, so every commit needs new ones. */
+typedef struct kl_pin {
+  kl_store_t *store;
+  pthread_t thread;
+  atomic_int release, held;
+} kl_pin_t;
+
+typedef struct kl_fault {
+  const kl_plan_t *plan;
+  kl_t_cluster_t *cluster;
+  const char *topic, *group, *kafka_dir;
+  char dir[64], store_dir[96];
+  int unpriv; /* workers run as uid/gid */
+  uid_t uid;
+  gid_t gid;
+  int tmpfs;
+  char no_ro[512], no_full[160], no_broker[160];
+  kl_slot_t slot[KL_F_MAX_WORKERS];
+  uint64_t rnd;
+  /* what happened */
+  int kills, restarts, stops, stops_paused, bad_exits, ro_refused;
+  int broker_state, broker_node, broker_rc;
+  pid_t broker_op;
+  kl_pin_t pin;
+  int ro_on, full_on, full_errors;
+  int64_t full_checked;
+  double ro_secs, full_secs, broker_secs;
+  int64_t ro_start, full_start, broker_down_ns;
+} kl_fault_t;
+
+static uint64_t kl_f_rand(kl_fault_t *f) {
+  uint64_t x = f->rnd;
+  x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+  return f->rnd = x;
+}
+
+static int64_t kl_f_now(void) {
+  return kl__mono_ns();
+}
+
+/* ---- worker processes -------------------------------------------------- */
+
+static void kl_f_log_path(const kl_fault_t *f, int i, char *path, size_t n) {
+  snprintf(path, n, "%s/worker-%d.log", f->dir, i);
+}
+
+static pid_t kl_f_spawn(kl_fault_t *f, int i) {
+  char log[128], sess[16], parts[16], poll[64];
+  kl_f_log_path(f, i, log, sizeof(log));
+  snprintf(sess, sizeof(sess), "%d", f->plan->session_ms);
+  snprintf(parts, sizeof(parts), "%d", f->plan->partitions);
+  snprintf(poll, sizeof(poll), "kafka.max.poll.interval.ms=%d",
+           f->plan->max_poll_ms);
+  pid_t pid = fork();
+  if (pid != 0)
+    return pid;
+  int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  dup2(fd, 1);
+  dup2(fd, 2);
+  close(fd);
+  if (f->unpriv && (setgroups(0, NULL) || setgid(f->gid) || setuid(f->uid)))
+    _exit(126);
+  /* After the uid change, which clears it: a worker dies with the test. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  execl(kl_t_bin(), "keylane", "worker", "-b", kl_t_bootstrap(f->cluster), "-t",
+        f->topic, "-g", f->group, "--store", f->store_dir, "--handler",
+        "ledger", "--session-timeout-ms", sess, "--partitions", parts,
+        "--pause-on-sigusr1", "-X", poll, (char *)NULL);
+  _exit(127);
+}
+
+static int kl_f_count(const kl_fault_t *f, int i, const char *needle) {
+  char path[128], line[2048];
+  kl_f_log_path(f, i, path, sizeof(path));
+  FILE *fp = fopen(path, "r");
+  int n = 0;
+  while (fp && fgets(line, sizeof(line), fp))
+    n += strstr(line, needle) != NULL;
+  if (fp)
+    fclose(fp);
+  return n;
+}
+
+static int kl_f_count_all(const kl_fault_t *f, const char *needle) {
+  int n = 0;
+  for (int i = 0; i < f->plan->workers; i++)
+    n += kl_f_count(f, i, needle);
+  return n;
+}
+
+/* Reaps exited workers; a worker that exits by itself (not our SIGKILL)
+ * while the store is read-only is one that could not open it. */
+static void kl_f_reap(kl_fault_t *f, int64_t now) {
+  for (int i = 0; i < f->plan->workers; i++) {
+    kl_slot_t *s = &f->slot[i];
+    int status;
+    if (s->pid > 0 && waitpid(s->pid, &status, WNOHANG) == s->pid) {
+      int clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!clean && f->ro_on)
+        f->ro_refused++;
+      else if (!clean)
+        f->bad_exits++;
+      s->pid = 0, s->dead_ns = now, s->cont_ns = 0, s->armed_ns = 0;
+      s->spare_ns = 0;
+    }
+  }
+}
+
+static void kl_f_restart(kl_fault_t *f, int64_t now) {
+  for (int i = 0; i < f->plan->workers; i++) {
+    kl_slot_t *s = &f->slot[i];
+    if (s->pid == 0 && now - s->dead_ns >= 300 * KL_F_MS) {
+      s->pid = kl_f_spawn(f, i);
+      s->pauses_seen = kl_f_count(f, i, "pausing partition=");
+      f->restarts += s->dead_ns > 0;
+    }
+  }
+}
+
+/* A random running, not stopped, worker; -1 when there is none. */
+static int kl_f_pick(kl_fault_t *f) {
+  int n = f->plan->workers, start = (int)(kl_f_rand(f) % (uint64_t)n);
+  for (int k = 0; k < n; k++) {
+    int i = (start + k) % n;
+    if (f->slot[i].pid > 0 && !f->slot[i].cont_ns && !f->slot[i].armed_ns &&
+        kl_f_now() >= f->slot[i].spare_ns)
+      return i;
+  }
+  return -1;
+}
+
+static void kl_f_kill(kl_fault_t *f, int64_t now) {
+  int i = kl_f_pick(f);
+  if (i < 0)
+    return;
+  kill(f->slot[i].pid, SIGKILL);
+  waitpid(f->slot[i].pid, NULL, 0);
+  f->slot[i].pid = 0, f->slot[i].dead_ns = now;
+  f->kills++;
+}
+
+static void kl_f_freeze(kl_fault_t *f, int i, int64_t now) {
+  kill(f->slot[i].pid, SIGSTOP);
+  f->slot[i].armed_ns = 0;
+  f->slot[i].cont_ns = now + f->plan->stop_ms * KL_F_MS;
+  f->stops++;
+}
+
+/* Every other stop first arms the pause hook, so that the worker freezes
+ * between its handlers and its commit: the zombie that must be fenced. */
+static void kl_f_stop(kl_fault_t *f, int64_t now) {
+  int i = kl_f_pick(f);
+  if (i < 0)
+    return;
+  if (f->stops % 2 == 0) {
+    kill(f->slot[i].pid, SIGUSR1);
+    f->slot[i].armed_ns = now;
+  } else {
+    kl_f_freeze(f, i, now);
+  }
+}
+
+static void kl_f_tick_stops(kl_fault_t *f, int64_t now) {
+  for (int i = 0; i < f->plan->workers; i++) {
+    kl_slot_t *s = &f->slot[i];
+    if (s->pid > 0 && s->armed_ns) {
+      int seen = kl_f_count(f, i, "pausing partition=");
+      if (seen > s->pauses_seen) {
+        s->pauses_seen = seen;
+        f->stops_paused++;
+        kl_f_freeze(f, i, now);
+        s->spare_ns = s->cont_ns + 10 * KL_F_NS;
+      } else if (now - s->armed_ns > 2 * KL_F_NS) {
+        kl_f_freeze(f, i, now); /* no batch came: a plain freeze */
+      }
+    }
+    if (s->pid > 0 && s->cont_ns && now >= s->cont_ns) {
+      kill(s->pid, SIGCONT);
+      s->cont_ns = 0;
+    }
+  }
+}
+
+/* ---- the store's file system ------------------------------------------- */
+
+static void kl_f_chmod_store(kl_fault_t *f, int writable) {
+  static const char *const files[] = {"data.mdb", "lock.mdb"};
+  for (size_t k = 0; k < 2; k++) {
+    char path[160];
+    snprintf(path, sizeof(path), "%s/%s", f->store_dir, files[k]);
+    chmod(path, writable ? 0644 : 0444);
+  }
+  chmod(f->store_dir, writable ? 0755 : 0555);
+}
+
+static void kl_f_fill(kl_fault_t *f) {
+  char path[160], block[1 << 16];
+  snprintf(path, sizeof(path), "%s/filler", f->store_dir);
+  memset(block, 0xa5, sizeof(block));
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  while (fd >= 0 && write(fd, block, sizeof(block)) > 0)
+    ;
+  if (fd >= 0)
+    close(fd);
+}
+
+static int kl_f_pin_cb(void *opaque, const void *key, size_t key_len,
+                       const void *val, size_t val_len) {
+  kl_pin_t *pin = opaque;
+  pin->held = 1;
+  while (!pin->release)
+    kl_t_sleep_ms(50);
+  return 1;
+}
+
+static void *kl_f_pin_main(void *opaque) {
+  kl_pin_t *pin = opaque;
+  while (!pin->release) {
+    kl_store_scan(pin->store, "ledger/", 7, kl_f_pin_cb, pin);
+    if (!pin->held)
+      kl_t_sleep_ms(100); /* no key yet: nothing to hold the scan on */
+  }
+  return NULL;
+}
+
+static void kl_f_unfill(kl_fault_t *f) {
+  char path[160];
+  snprintf(path, sizeof(path), "%s/filler", f->store_dir);
+  unlink(path);
+  if (f->pin.store) {
+    f->pin.release = 1;
+    pthread_join(f->pin.thread, NULL);
+    f->pin.store = NULL;
+  }
+}
+
+/* Can a worker running as uid/gid run the binary and write the store? */
+static int kl_f_probe_user(kl_fault_t *f) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgroups(0, NULL) || setgid(f->gid) || setuid(f->uid))
+      _exit(1);
+    _exit(access(kl_t_bin(), X_OK) || access(f->store_dir, W_OK) ? 2 : 0);
+  }
+  int status = -1;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 3;
+}
+
+/* The store directory: on a tmpfs of its own when mounts are allowed,
+ * and owned by "nobody" when we are root. */
+static void kl_f_store_setup(kl_fault_t *f) {
+  snprintf(f->store_dir, sizeof(f->store_dir), "%s/store", f->dir);
+  mkdir(f->store_dir, 0755);
+  if (unshare(CLONE_NEWNS) == 0 &&
+      mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+      mount("tmpfs", f->store_dir, "tmpfs", 0, "size=256m,mode=0755") == 0)
+    f->tmpfs = 1;
+  else
+    snprintf(f->no_full, sizeof(f->no_full),
+             "skipped: cannot mount a tmpfs here (%s)", strerror(errno));
+  if (geteuid() != 0)
+    return;
+  struct passwd *pw = getpwnam("nobody");
+  if (!pw) {
+    snprintf(f->no_ro, sizeof(f->no_ro),
+             "skipped: running as root and "
+             "there is no user nobody to run the workers as");
+    return;
+  }
+  f->uid = pw->pw_uid, f->gid = pw->pw_gid;
+  if (chown(f->store_dir, f->uid, f->gid) == 0 && kl_f_probe_user(f) == 0)
+    f->unpriv = 1;
+  else
+    snprintf(f->no_ro, sizeof(f->no_ro),
+             "skipped: as root, and nobody "
+             "cannot run %s or write %s",
+             kl_t_bin(), f->store_dir);
+}
+
+/* The files the test's own kl_store_open() made belong to the workers. */
+static void kl_f_store_own(kl_fault_t *f) {
+  static const char *const files[] = {"data.mdb", "lock.mdb"};
+  for (size_t k = 0; f->unpriv && k < 2; k++) {
+    char path[160];
+    snprintf(path, sizeof(path), "%s/%s", f->store_dir, files[k]);
+    if (chown(path, f->uid, f->gid) != 0)
+      fprintf(stderr, "fault: chown %s: %s\n", path, strerror(errno));
+  }
+}
+
+/* ---- the broker -------------------------------------------------------- */
+
+static pid_t kl_f_kafka_sh(kl_fault_t *f, const char *verb, int node) {
+  char script[512], n[16];
+  const char *src = getenv("KEYLANE_SOURCE_DIR");
+  snprintf(script, sizeof(script), "%s/deploy/kafka/kafka.sh", src ? src : ".");
+  snprintf(n, sizeof(n), "%d", node);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execlp("bash", "bash", script, verb, n, "--dir", f->kafka_dir,
+           (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* kill the leader of partition 0, keep it down, restart it; one step per
+ * call, never blocking. */
+static void kl_f_tick_broker(kl_fault_t *f, int64_t now, int64_t t0) {
+  const kl_plan_t *p = f->plan;
+  int status;
+  switch (f->broker_state) {
+  case 0:
+    if (f->no_broker[0] || now - t0 < p->broker_at_s * KL_F_NS)
+      return;
+    f->broker_node = kl_t_leader(f->cluster, f->topic, 0);
+    if (f->broker_node < 1) {
+      snprintf(f->no_broker, sizeof(f->no_broker),
+               "failed: no leader of "
+               "partition 0 in the metadata");
+      return;
+    }
+    fprintf(stderr, "fault: killing broker %d, the leader of partition 0\n",
+            f->broker_node);
+    f->broker_op = kl_f_kafka_sh(f, "kill-node", f->broker_node);
+    f->broker_state = 1;
+    return;
+  case 1:
+    if (waitpid(f->broker_op, &status, WNOHANG) != f->broker_op)
+      return;
+    f->broker_down_ns = now;
+    f->broker_state = 2;
+    return;
+  case 2:
+    if (now - f->broker_down_ns < p->broker_down_s * KL_F_NS)
+      return;
+    f->broker_op = kl_f_kafka_sh(f, "restart-node", f->broker_node);
+    f->broker_state = 3;
+    return;
+  case 3:
+    if (waitpid(f->broker_op, &status, WNOHANG) != f->broker_op)
+      return;
+    f->broker_rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    f->broker_secs = (double)(now - f->broker_down_ns) / KL_F_NS;
+    fprintf(stderr, "fault: broker %d back after %.1f s (rc %d)\n",
+            f->broker_node, f->broker_secs, f->broker_rc);
+    f->broker_state = 4;
+    return;
+  default:
+    return;
+  }
+}
+
+/* ---- the windows ------------------------------------------------------- */
+
+static void kl_f_tick_windows(kl_fault_t *f, kl_store_t *store, int64_t now,
+                              int64_t t0) {
+  const kl_plan_t *p = f->plan;
+  double t = (double)(now - t0) / KL_F_NS;
+  if (f->unpriv && !f->ro_on && !f->ro_start && t >= p->ro_at_s) {
+    fprintf(stderr, "fault: store read-only for %d s\n", p->ro_s);
+    kl_f_chmod_store(f, 0);
+    f->ro_on = 1, f->ro_start = now;
+  } else if (f->ro_on && t >= p->ro_at_s + p->ro_s) {
+    kl_f_chmod_store(f, 1);
+    f->ro_on = 0, f->ro_secs = (double)(now - f->ro_start) / KL_F_NS;
+  }
+  if (f->tmpfs && !f->full_on && !f->full_start && t >= p->full_at_s) {
+    fprintf(stderr, "fault: store's file system full, for %d to %d s\n",
+            p->full_s, 3 * p->full_s);
+    kl_f_fill(f);
+    f->pin.store = store;
+    f->pin.release = f->pin.held = 0;
+    pthread_create(&f->pin.thread, NULL, kl_f_pin_main, &f->pin);
+    f->full_on = 1, f->full_start = now;
+  } else if (f->full_on && now - f->full_checked > KL_F_NS) {
+    f->full_checked = now;
+    f->full_errors = kl_f_count_all(f, KL_F_FULL);
+  }
+  /* Held until a commit has failed on it, within bounds: LMDB first
+   * reuses the pages it freed, of which it may hold megabytes. */
+  if (f->full_on && t >= p->full_at_s + p->full_s &&
+      (f->full_errors > 0 || t >= p->full_at_s + 3 * p->full_s)) {
+    kl_f_unfill(f);
+    f->full_on = 0, f->full_secs = (double)(now - f->full_start) / KL_F_NS;
+  }
+}
+
+/* ---- the run ----------------------------------------------------------- */
+
+typedef struct kl_pub {
+  kl__ledger_gen_t *gen;
+  kl_producer_t *producer;
+  uint64_t sent, errors;
+} kl_pub_t;
+
+/* Publishes what is due at the plan's rate; one re-publish of an earlier
+ * event, same idempotency key, after every 16th (6.25 %). */
+static void kl_f_publish(kl_fault_t *f, kl_pub_t *pub, int64_t now,
+                         int64_t t0) {
+  uint64_t due = (uint64_t)((double)(now - t0) / KL_F_NS * f->plan->rate);
+  for (int n = 0; pub->sent < due && n < 100; n++) {
+    kl_err_t err = kl__ledger_gen_publish(pub->gen, pub->producer, f->topic);
+    if (!err && pub->sent % 16 == 15)
+      err = kl__ledger_gen_republish(pub->gen, pub->producer, f->topic);
+    pub->errors += err != KL_OK;
+    pub->sent++;
+  }
+  kl_producer_poll(pub->producer, 0);
+}
+
+static void kl_f_chaos(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
+  const kl_plan_t *p = f->plan;
+  int64_t t0 = kl_f_now(), now = t0;
+  int64_t next_kill = t0 + p->kill_every_ms * KL_F_MS;
+  int64_t next_stop = t0 + p->stop_every_ms / 2 * KL_F_MS;
+  int64_t next_note = t0 + 10 * KL_F_NS;
+  while (now - t0 < p->chaos_s * KL_F_NS) {
+    kl_f_publish(f, pub, now, t0);
+    kl_f_reap(f, now);
+    kl_f_restart(f, now);
+    kl_f_tick_stops(f, now);
+    kl_f_tick_windows(f, store, now, t0);
+    if (p->broker_at_s >= 0)
+      kl_f_tick_broker(f, now, t0);
+    if (now >= next_kill)
+      kl_f_kill(f, now), next_kill += p->kill_every_ms * KL_F_MS;
+    if (now >= next_stop)
+      kl_f_stop(f, now), next_stop += p->stop_every_ms * KL_F_MS;
+    if (now >= next_note) {
+      fprintf(stderr,
+              "fault: %.0f s: %" PRIu64 " published, %d SIGKILL, "
+              "%d SIGSTOP\n",
+              (double)(now - t0) / KL_F_NS, kl__ledger_gen_published(pub->gen),
+              f->kills, f->stops);
+      next_note += 10 * KL_F_NS;
+    }
+    kl_t_sleep_ms(10);
+    now = kl_f_now();
+  }
+}
+
+/* Ends every fault, then lets the fleet apply everything; 0 on success. */
+static int kl_f_drain(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
+  if (f->ro_on)
+    kl_f_chmod_store(f, 1), f->ro_on = 0;
+  if (f->full_on)
+    kl_f_unfill(f), f->full_on = 0;
+  for (int i = 0; i < f->plan->workers; i++)
+    if (f->slot[i].pid > 0 && (f->slot[i].cont_ns || f->slot[i].armed_ns)) {
+      kill(f->slot[i].pid, SIGCONT);
+      f->slot[i].cont_ns = f->slot[i].armed_ns = 0;
+    }
+  for (int t = 0; f->broker_state >= 1 && f->broker_state <= 3; t++) {
+    kl_f_tick_broker(f, kl_f_now(), 0);
+    kl_producer_poll(pub->producer, 100);
+    if (t > 1800)
+      break;
+  }
+  if (kl_flush(pub->producer, 120000) != KL_OK)
+    fprintf(stderr, "fault: %" PRId64 " events still unacknowledged\n",
+            kl_producer_inflight(pub->producer));
+  for (int s = 0; s < 240; s++) {
+    int64_t now = kl_f_now();
+    kl_f_reap(f, now);
+    kl_f_restart(f, now);
+    if (kl__ledger_gen_wait(pub->gen, store, f->topic, 0, 1000) == 0)
+      return 0;
+  }
+  return -1;
+}
+
+static int kl_f_stop_fleet(kl_fault_t *f) {
+  int clean = 0;
+  for (int i = 0; i < f->plan->workers; i++)
+    if (f->slot[i].pid > 0)
+      kill(f->slot[i].pid, SIGTERM);
+  for (int i = 0; i < f->plan->workers; i++) {
+    int status = 0;
+    for (int t = 0; f->slot[i].pid > 0 && t < 600; t++) {
+      if (waitpid(f->slot[i].pid, &status, WNOHANG) == f->slot[i].pid) {
+        clean += WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        f->slot[i].pid = 0;
+      } else {
+        kl_t_sleep_ms(50);
+      }
+    }
+    if (f->slot[i].pid > 0) {
+      kill(f->slot[i].pid, SIGKILL);
+      waitpid(f->slot[i].pid, NULL, 0);
+    }
+  }
+  return clean;
+}
+
+static void test_fleet_under_faults(void **state) {
+  kl_fault_t f;
+  memset(&f, 0, sizeof(f));
+  f.rnd = 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid();
+  const char *boot = getenv("KEYLANE_TEST_BOOTSTRAP");
+  f.plan = boot && *boot ? &kl_plan_kafka : &kl_plan_embedded;
+  const kl_plan_t *p = f.plan;
+  f.kafka_dir = getenv("KEYLANE_TEST_KAFKA_DIR");
+  if (p->broker_at_s >= 0 && !(f.kafka_dir && *f.kafka_dir))
+    snprintf(f.no_broker, sizeof(f.no_broker),
+             "skipped: "
+             "KEYLANE_TEST_KAFKA_DIR names no kafka.sh cluster to kill in");
+  else if (p->broker_at_s < 0)
+    snprintf(f.no_broker, sizeof(f.no_broker), "none on the embedded cluster");
+  snprintf(f.dir, sizeof(f.dir), "/tmp/keylane-fault-XXXXXX");
+  assert_non_null(mkdtemp(f.dir));
+  chmod(f.dir, 0755);
+  /* Before any thread exists: the mount namespace is the calling
+   * thread's, and the workers are forked from this one. */
+  kl_f_store_setup(&f);
+  assert_int_equal(kl_t_cluster_new(3, "fault", p->partitions, &f.cluster),
+                   KL_OK);
+  f.topic = kl_t_topic(f.cluster);
+  f.group = kl_t_group(f.cluster, "fault");
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(f.store_dir, NULL, &store), KL_OK);
+  kl_f_store_own(&f);
+  kl_pub_t pub = {kl__ledger_gen_new(p->keys, p->partitions, 0), NULL, 0, 0};
+  pub.producer = kl_t_producer(kl_t_bootstrap(f.cluster), pub.gen);
+  assert_non_null(pub.producer);
+  fprintf(stderr,
+          "fault: %s at %s, topic %s (%d partitions), %d workers%s, "
+          "store %s%s; logs in %s\n",
+          p->name, kl_t_bootstrap(f.cluster), f.topic, p->partitions,
+          p->workers, f.unpriv ? " as nobody" : "", f.store_dir,
+          f.tmpfs ? " (tmpfs)" : "", f.dir);
+
+  int64_t t_start = kl_f_now();
+  kl_f_restart(&f, t_start);
+  assert_int_equal(kl__ledger_gen_wait(pub.gen, store, f.topic, 1, 60000), 0);
+  kl_f_chaos(&f, &pub, store);
+  int64_t t_drain = kl_f_now();
+  int drained = kl_f_drain(&f, &pub, store);
+  double drain_s = (double)(kl_f_now() - t_drain) / KL_F_NS;
+  int clean = kl_f_stop_fleet(&f);
+
+  kl__ledger_verdict_t v;
+  uint64_t ids = 0;
+  assert_int_equal(kl__ledger_gen_verify(pub.gen, store, f.topic, &v), KL_OK);
+  assert_int_equal(kl_store_id_count(store, &ids), KL_OK);
+  uint64_t published = kl__ledger_gen_published(pub.gen);
+  uint64_t republished = kl__ledger_gen_republished(pub.gen);
+  uint64_t acked = kl__ledger_gen_acked(pub.gen);
+  uint64_t failed = kl__ledger_gen_failed(pub.gen);
+  /* Every unique event has one idempotency key. An acknowledged event
+   * whose key the store lacks is lost; applies beyond one per key are
+   * doubles; a fenced owner's commit would show as both a double and a
+   * duplicate the next owner skipped beyond those re-published. */
+  uint64_t lost = published > ids ? published - ids : 0;
+  uint64_t twice = v.applied > ids ? v.applied - ids : 0;
+  uint64_t extra_dups =
+      v.duplicates > republished ? v.duplicates - republished : 0;
+  int fenced = kl_f_count_all(&f, "fenced partition=");
+  int full_retries = kl_f_count_all(&f, KL_F_FULL);
+
+  printf("fault suite on %s: %.0f s of faults, drained in %.1f s%s\n", p->name,
+         (double)p->chaos_s, drain_s, drained ? " (NOT caught up)" : "");
+  printf("  %-34s %" PRIu64 " over %" PRIu64 " keys\n", "published (unique)",
+         published, v.keys);
+  printf("  %-34s %" PRIu64 " (%.1f %%)\n", "re-published, same id",
+         republished,
+         published ? 100.0 * (double)republished / (double)published : 0);
+  printf("  %-34s %" PRIu64 " (not acknowledged: %" PRIu64
+         ", not queued: %" PRIu64 ")\n",
+         "acknowledged by Kafka (acks=all)", acked, failed, pub.errors);
+  printf("  %-34s %" PRIu64 "\n", "applied", v.applied);
+  printf("  %-34s %" PRIu64 "\n", "duplicates suppressed", v.duplicates);
+  printf("  %-34s %" PRIu64 "\n", "idempotency keys in the store", ids);
+  printf("  %-34s %" PRIu64 "\n", "lost", lost);
+  printf("  %-34s %" PRIu64 "\n", "idempotency keys applied twice", twice);
+  printf("  %-34s %" PRIu64 "\n", "per-key order violations", v.violations);
+  printf("  %-34s %" PRIu64 " (fenced batches logged: %d)\n",
+         "commits by a fenced owner", extra_dups + twice, fenced);
+  printf("  %-34s %" PRIu64 " of %" PRIu64 " keys match (wrong: %" PRIu64
+         "), %" PRIu64 " of %d partitions caught up\n",
+         "balances and last seq", v.keys_ok, v.keys, v.keys_bad, v.caught_up,
+         p->partitions);
+  printf("  %-34s %d SIGKILL, each restarted (%d starts after a death, "
+         "refused ones included), %d SIGSTOP past the %d ms session (%d "
+         "frozen between handler and commit)\n",
+         "faults", f.kills, f.restarts, f.stops, p->session_ms, f.stops_paused);
+  if (f.broker_state == 4)
+    printf("  %-34s broker %d, leader of partition 0, killed; back after "
+           "%.1f s (restart rc %d)\n",
+           "broker", f.broker_node, f.broker_secs, f.broker_rc);
+  else
+    printf("  %-34s %s\n", "broker", f.no_broker[0] ? f.no_broker : "not done");
+  if (f.unpriv)
+    printf("  %-34s %.1f s; %d worker starts refused by it\n",
+           "store read-only", f.ro_secs, f.ro_refused);
+  else
+    printf("  %-34s %s\n", "store read-only", f.no_ro);
+  if (f.tmpfs)
+    printf("  %-34s %.1f s; %d commit or acquire errors logged\n",
+           "store file system full", f.full_secs, full_retries);
+  else
+    printf("  %-34s %s\n", "store file system full", f.no_full);
+  printf("  %-34s %d of %d exited 0 on SIGTERM; %d other failed exits\n",
+         "fleet at the end", clean, p->workers, f.bad_exits);
+  fflush(stdout);
+
+  kl_producer_destroy(pub.producer);
+  kl__ledger_gen_destroy(pub.gen);
+  kl_store_destroy(store);
+  kl_t_cluster_destroy(f.cluster);
+  if (f.tmpfs)
+    umount2(f.store_dir, MNT_DETACH);
+  int ok = v.ok && lost == 0 && twice == 0 && extra_dups == 0;
+  if (ok && !getenv("KEYLANE_TEST_KEEP"))
+    kl_t_rmrf(f.dir);
+  else
+    fprintf(stderr, "fault: logs and store kept in %s\n", f.dir);
+
+  assert_int_equal(drained, 0);
+  assert_int_equal(failed, 0);
+  assert_int_equal(acked, published + republished);
+  assert_true(republished * 20 >= published); /* >= 5 % */
+  assert_int_equal(lost, 0);
+  assert_int_equal(twice, 0);
+  assert_int_equal(extra_dups, 0);
+  assert_int_equal(v.violations, 0);
+  assert_int_equal(v.keys_bad, 0);
+  assert_int_equal(v.keys_ok, v.keys);
+  assert_int_equal(v.applied, published);
+  assert_int_equal(v.duplicates, republished);
+  assert_true(v.ok);
+  assert_true(f.kills >= p->min_kills);
+  assert_true(f.stops >= p->min_stops);
+  assert_true(fenced >= 1 || f.stops_paused == 0);
+  if (p->broker_at_s >= 0 && f.kafka_dir && *f.kafka_dir) {
+    assert_int_equal(f.broker_state, 4);
+    assert_int_equal(f.broker_rc, 0);
+  }
+  if (f.unpriv)
+    assert_true(f.ro_refused >= 1);
+  if (f.tmpfs)
+    assert_true(full_retries >= 1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fleet_under_faults),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
