@@ -35,7 +35,7 @@
 typedef struct kl_l_broker {
   pid_t pid;
   FILE *out;
-  char bootstrap[512];
+  char bootstrap[600];
   int port;
 } kl_l_broker_t;
 
