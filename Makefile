@@ -29,15 +29,26 @@ demo: build
 #   1. unit, mock (embedded cluster), pg (a throwaway PostgreSQL) and deploy;
 #   2. the kafka suite: the same worker tests and the interop test on a real
 #      single-node Apache Kafka that ctest fixtures start and stop;
-#   3. the fault suite on a real 3-node cluster;
+#   3. the fault suite on a real 3-node cluster (-V: it prints its figures);
 #   4. the sanitizer pass, then the fuzzer for a bounded time.
-# Labels are anchored: a test has exactly one.
+# Every step runs even when an earlier one failed, so one run shows every
+# failure; the last lines say which steps failed, and the exit status is
+# non-zero if any did. Labels are anchored: a test has exactly one.
+TEST_STEPS = \
+  "suites unit, mock, pg, deploy|cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L '^(unit|mock|pg|deploy)$$'" \
+  "kafka suite|cd $(BUILD) && ctest --output-on-failure -L '^kafka$$'" \
+  "fault suite|cd $(BUILD) && ctest --output-on-failure -V -L '^fault$$'" \
+  "sanitizers|$(MAKE) test-asan" \
+  "fuzz|$(MAKE) fuzz"
+
 test: test-deps build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L '^(unit|mock|pg|deploy)$$'
-	cd $(BUILD) && ctest --output-on-failure -L '^kafka$$'
-	cd $(BUILD) && ctest --output-on-failure -V -L '^fault$$'
-	$(MAKE) test-asan
-	$(MAKE) fuzz
+	@failed=''; for step in $(TEST_STEPS); do \
+	  name=$${step%%|*}; cmd=$${step#*|}; \
+	  echo "==> $$name: $$cmd"; \
+	  ( eval "$$cmd" ) || failed="$$failed, $$name"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$${failed#,}"; exit 1; fi; \
+	echo "make test: every step passed"
 
 # One suite at a time: make test-kafka, make test-fault.
 test-kafka test-fault: test-%: test-deps build
