@@ -486,7 +486,15 @@ static int kl_take_one(kl__lanes_t *lanes, kl__job_t *job, int64_t now) {
     lane->running++;
     *job = (kl__job_t){lane, slot, lane->gen, lane->partition, lane->epoch,
                        slot->msg};
-    lanes->rr = (p + 1) % lanes->count;
+    /* Stay on a lane for up to a batch of events before the next lane's
+     * turn: its group commit then holds a batch, not a sliver of one, and
+     * a worker with many partitions does not fsync per handful. */
+    lanes->turn = p == lanes->rr ? lanes->turn + 1 : 1;
+    lanes->rr = p;
+    if (lanes->turn >= lanes->batch_max) {
+      lanes->rr = (p + 1) % lanes->count;
+      lanes->turn = 0;
+    }
     return 1;
   }
   return 0;

@@ -153,7 +153,8 @@ struct kl__lanes {
   kl__dlq_t *dlq;
   kl__lane_t **lanes;
   int32_t count;
-  int32_t rr; /* where the next take starts looking */
+  int32_t rr;  /* where the next take starts looking */
+  size_t turn; /* events taken from lane rr in a row */
   int inline_mode;
   int stopping;
   size_t window_max, waiting_max, batch_max;
