@@ -21,6 +21,8 @@ static const struct {
      "one ledger worker against a bare consume loop (target ratio >= 0.50)"},
     {"gateway", kl_bench_gateway,
      "events/s through the HTTP gateway against direct kl_publish"},
+    {"lanes", kl_bench_lanes,
+     "key-parallel lanes on a 0-5 ms handler vs the ideal (target >= 0.90)"},
 };
 #define KL_NBENCHES (sizeof(kl_benches) / sizeof(kl_benches[0]))
 
