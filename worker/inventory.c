@@ -49,8 +49,11 @@ kl_handler_result_t kl__inventory_handler(void *opaque, const kl_event_t *event,
   PGconn *pg = kl_txn_pg_conn(txn);
   if (!pg) {
     snprintf(errbuf, errbuf_size,
-             "inventory: this handler runs SQL on the "
-             "batch's PostgreSQL connection: use --store postgresql://...");
+             "inventory: this handler runs SQL on the batch's PostgreSQL "
+             "connection and kl_txn_pg_conn() gave none: the store is not "
+             "PostgreSQL (use --store postgresql://...), or the worker runs "
+             "the handler where no batch transaction is its own (key-"
+             "parallel, worker.concurrency > 1)");
     return KL_HANDLER_FAIL;
   }
   if (event->type_len != 7 || memcmp(event->type, "reserve", 7) != 0) {

@@ -182,7 +182,8 @@ kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
 }
 
 void *kl_txn_pg_conn(kl_txn_t *txn) {
-  return txn ? kl__store_pg_txn_conn(txn) : NULL;
+  return txn && txn->store->ops->pg_conn ? txn->store->ops->pg_conn(txn)
+                                          : NULL;
 }
 
 void kl_txn_count_duplicate(kl_txn_t *txn) {

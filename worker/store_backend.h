@@ -39,6 +39,9 @@ typedef struct kl__store_ops {
   kl_err_t (*id_count)(kl_store_t *store, uint64_t *count);
   /* Optional (NULL: kl__store_ids_walk() says the backend lacks it). */
   kl_err_t (*ids_walk)(kl_store_t *store, kl__store_id_cb_t *cb, void *opaque);
+  /* Optional (NULL: kl_txn_pg_conn() returns NULL): the PGconn a handler
+   * may run its SQL on, in the transaction that commits the txn. */
+  void *(*pg_conn)(kl_txn_t *txn);
 } kl__store_ops_t;
 
 struct kl_store {
@@ -55,7 +58,20 @@ kl_err_t kl__store_lmdb_open(const char *dir, const kl_conf_t *conf,
 kl_err_t kl__store_pg_open(const char *uri, const kl_conf_t *conf,
                            kl_store_t **out);
 
-/* The batch's PGconn when @p txn is a PostgreSQL batch, else NULL. */
-void *kl__store_pg_txn_conn(kl_txn_t *txn);
+/*
+ * A savepoint in a PostgreSQL batch, so that one event's SQL can be undone
+ * without the batch's: SET before the event's handler runs, then RELEASE
+ * when the event's writes are kept or ROLLBACK (to the savepoint) when they
+ * are discarded (RETRY, FAIL), which also recovers a transaction that a
+ * failed statement of the handler aborted. One level: SET again only after
+ * a RELEASE or ROLLBACK. On any other store's txn it does nothing.
+ * @returns KL_OK, or a store error (the batch is then to be aborted).
+ */
+typedef enum kl__savepoint {
+  KL__SAVEPOINT_SET,
+  KL__SAVEPOINT_RELEASE,
+  KL__SAVEPOINT_ROLLBACK,
+} kl__savepoint_t;
+kl_err_t kl__store_savepoint(kl_txn_t *txn, kl__savepoint_t what);
 
 #endif

@@ -633,6 +633,7 @@ const kl__store_ops_t kl__pg_ops = {
     .foreach_partition = kl_pg_foreach_partition,
     .id_count = kl_pg_id_count,
     .ids_walk = kl_pg_ids_walk,
+    .pg_conn = kl__pg_conn,
 };
 
 static kl_err_t kl_pg_new(const char *uri, const kl_conf_t *conf,

@@ -132,5 +132,6 @@ kl_err_t kl__pg_seen(kl_txn_t *txn, const char *id, size_t id_len,
 kl_err_t kl__pg_mark(kl_txn_t *txn, const char *id, size_t id_len,
                      kl_mark_t mark);
 void kl__pg_count_duplicate(kl_txn_t *txn);
+void *kl__pg_conn(kl_txn_t *txn);
 
 #endif

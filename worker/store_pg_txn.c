@@ -248,10 +248,22 @@ void kl__pg_abort(kl_txn_t *base) {
   kl_pg_txn_end((kl_pg_txn_t *)base);
 }
 
-void *kl__store_pg_txn_conn(kl_txn_t *base) {
-  if (base->store->ops != &kl__pg_ops)
-    return NULL;
+void *kl__pg_conn(kl_txn_t *base) {
   return ((kl_pg_txn_t *)base)->conn->pg;
+}
+
+kl_err_t kl__store_savepoint(kl_txn_t *base, kl__savepoint_t what) {
+  static const char *const sql[] = {
+      [KL__SAVEPOINT_SET] = "SAVEPOINT kl_event",
+      [KL__SAVEPOINT_RELEASE] = "RELEASE SAVEPOINT kl_event",
+      [KL__SAVEPOINT_ROLLBACK] = "ROLLBACK TO SAVEPOINT kl_event",
+  };
+  if (!base || base->store->ops != &kl__pg_ops)
+    return KL_OK;
+  if ((unsigned)what > KL__SAVEPOINT_ROLLBACK)
+    return kl__err(KL_EINVAL, "kl__store_savepoint: what is %d", (int)what);
+  return kl__pg_exec(((kl_pg_txn_t *)base)->conn->pg, sql[what],
+                     "an event's savepoint");
 }
 
 /* ---- reads and buffered writes --------------------------------------- */

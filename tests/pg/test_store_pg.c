@@ -24,6 +24,7 @@
 #include "keylane/store.h"
 #include "support/pg.h"
 #include "support/support.h"
+#include "worker/store_backend.h"
 #include "worker/store_internal.h"
 #include "worker/store_pg.h"
 
@@ -391,6 +392,41 @@ static void test_committed_handler_sql_is_visible(void **state) {
   t_commit(txn, 1);
   assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM effects"), 1);
   kl_store_destroy(store);
+}
+
+/* One event's SQL undone, the batch's kept: what a worker running events
+ * one after another in one batch transaction needs for a RETRY. */
+static void test_savepoint_undoes_one_event(void **state) {
+  T_NEED_PG();
+  t_state_t *st = *state;
+  t_sql(st->admin, "CREATE TABLE effects (n integer)");
+  kl_store_t *store = t_open(st->uri, NULL);
+  uint64_t epoch = t_acquire(store, 0);
+  kl_txn_t *txn = t_begin(store, 0, epoch);
+  PGconn *pg = kl_txn_pg_conn(txn);
+  assert_int_equal(kl__store_savepoint(txn, KL__SAVEPOINT_SET), KL_OK);
+  t_sql(pg, "INSERT INTO effects VALUES (1)");
+  assert_int_equal(kl__store_savepoint(txn, KL__SAVEPOINT_RELEASE), KL_OK);
+  assert_int_equal(kl__store_savepoint(txn, KL__SAVEPOINT_SET), KL_OK);
+  t_sql(pg, "INSERT INTO effects VALUES (2)"); /* this event retries */
+  assert_int_equal(kl__store_savepoint(txn, KL__SAVEPOINT_ROLLBACK), KL_OK);
+  assert_int_equal(kl__store_savepoint(txn, KL__SAVEPOINT_SET), KL_OK);
+  PQclear(PQexec(pg, "SELECT * FROM no_such_table")); /* this one fails */
+  assert_int_equal(kl__store_savepoint(txn, KL__SAVEPOINT_ROLLBACK), KL_OK);
+  t_sql(pg, "INSERT INTO effects VALUES (3)");
+  t_commit(txn, 3);
+  assert_int_equal(t_sql(st->admin, "SELECT sum(n) FROM effects"), 4);
+  kl_store_destroy(store);
+  /* On an LMDB batch it does nothing. */
+  char dir[] = "/tmp/kl-pg-sp-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  epoch = t_acquire(store, 0);
+  txn = t_begin(store, 0, epoch);
+  assert_int_equal(kl__store_savepoint(txn, KL__SAVEPOINT_SET), KL_OK);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+  kl_t_rmrf(dir);
 }
 
 static void test_handler_must_not_end_the_txn(void **state) {
@@ -932,6 +968,7 @@ int main(void) {
       T(test_seen_and_mark),
       T(test_fenced_commit_rolls_back_handler_sql),
       T(test_committed_handler_sql_is_visible),
+      T(test_savepoint_undoes_one_event),
       T(test_handler_must_not_end_the_txn),
       T(test_watermark_never_goes_back),
       T(test_counters),
