@@ -7,6 +7,8 @@
  * /usr/lib/postgresql/N/bin (Debian's postgresql package), else PATH.
  * As root (CI), the server runs as the unprivileged user "postgres" (or
  * $KEYLANE_PG_USER), since initdb and postgres refuse to run as root.
+ * The server is a child of the thread that starts it and gets SIGQUIT
+ * when that thread dies: start and stop it from the same thread.
  *
  * No cmocka here: the benchmark links this file too.
  */
@@ -14,13 +16,16 @@
 #define KEYLANE_TESTS_SUPPORT_PG_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 typedef struct kl_t_pg {
   char dir[64];  /* the temp dir: data/, the socket, the log */
-  char bin[256]; /* where initdb and pg_ctl are */
+  char bin[256]; /* where initdb and postgres are */
   char user[64]; /* who the server runs as; "" for the caller */
   int port;
   int running;
+  pid_t pid;        /* the postmaster, a child of the starting thread */
+  char listen[256]; /* listen_addresses */
 } kl_t_pg_t;
 
 /**
@@ -30,6 +35,14 @@ typedef struct kl_t_pg {
  *          start; @p why (size @p why_size) then says which, and the log.
  */
 kl_t_pg_t *kl_t_pg_start(int durable, char *why, size_t why_size);
+
+/**
+ * The same, also listening on @p also_listen (comma-separated addresses,
+ * e.g. the gateways of support/netns.h) and trusting clients of
+ * @p trust_net (CIDR, e.g. "10.213.0.0/16"); either may be NULL.
+ */
+kl_t_pg_t *kl_t_pg_start_on(int durable, const char *also_listen,
+                            const char *trust_net, char *why, size_t why_size);
 
 /** Stops the server (immediate shutdown), removes its dir, frees @p pg. */
 void kl_t_pg_stop(kl_t_pg_t *pg);
