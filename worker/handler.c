@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "worker/handler_exec.h"
 #include "worker/inventory.h"
 
 static kl_err_t kl_handler_so(const char *spec, kl_handler_ref_t *ref) {
@@ -61,11 +62,24 @@ kl_err_t kl__handler_resolve(const char *spec, kl_handler_ref_t *ref) {
   }
   if (strncmp(spec, "so:", 3) == 0 && spec[3])
     return kl_handler_so(spec + 3, ref);
-  return kl__err(KL_ECONF, "unknown handler \"%s\": use ledger or "
-                           "so:PATH[:SYMBOL]", spec);
+  if (strncmp(spec, "exec:", 5) == 0) {
+    kl__exec_t *exec;
+    kl_err_t err = kl__exec_new(spec + 5, &exec);
+    if (err)
+      return err;
+    ref->fn = kl__exec_handler;
+    ref->opaque = exec;
+    ref->dl = NULL;
+    return KL_OK;
+  }
+  return kl__err(KL_ECONF, "unknown handler \"%s\": use ledger, "
+                           "so:PATH[:SYMBOL] or exec:COMMAND", spec);
 }
 
 void kl__handler_release(kl_handler_ref_t *ref) {
+  if (ref->fn == kl__exec_handler)
+    kl__exec_destroy(ref->opaque);
+  ref->opaque = NULL;
   if (ref->dl)
     dlclose(ref->dl);
   ref->dl = NULL;

@@ -11,7 +11,8 @@ typedef struct kl_handler_ref {
 } kl_handler_ref_t;
 
 /**
- * Resolves SPEC: "ledger" (built in) or "so:PATH[:SYMBOL]", a shared object
+ * Resolves SPEC: "ledger" (built in), "exec:COMMAND" (worker/handler_exec.h)
+ * or "so:PATH[:SYMBOL]", a shared object
  * exporting a kl_handler_fn_t named SYMBOL (default "keylane_handler").
  * On failure *ref is untouched and kl_err_detail() says why.
  */

@@ -1,0 +1,204 @@
+/*
+ * The exec handler (worker/handler_exec.h): a child that answers ok, one
+ * that crashes, one that hangs past the timeout, one that answers garbage
+ * or too long a line, driven directly; and a worker on the embedded
+ * cluster whose child crashes mid-stream, with every event applied once.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/internal.h"
+#include "support/cluster.h"
+#include "support/support.h"
+#include "worker/handler_exec.h"
+
+static const kl_event_t kl_event = {
+    .key = "acct-1", .key_len = 6, .id = "id-1", .id_len = 4,
+    .type = "credit", .type_len = 6, .ts = 1700000000000,
+    .payload = "\x81\xa6" "amount" "\x05", .payload_len = 9};
+static const kl_fence_t kl_fence = {"events", 3, 7, 42};
+
+static kl__exec_t *kl_exec(const char *command, int timeout_ms) {
+  kl__exec_t *exec;
+  assert_int_equal(kl__exec_new(command, &exec), KL_OK);
+  kl__exec_set_timeout_ms(exec, timeout_ms);
+  return exec;
+}
+
+static kl_handler_result_t kl_call(kl__exec_t *exec, char *err, size_t size) {
+  err[0] = '\0';
+  return kl__exec_handler(exec, &kl_event, &kl_fence, NULL, err, size);
+}
+
+static void test_ok_and_the_line(void **state) {
+  char dir[64], cmd[256], path[128], err[256];
+  kl_t_tmpdir(dir);
+  snprintf(path, sizeof(path), "%s/lines", dir);
+  snprintf(cmd, sizeof(cmd), "while read -r l; do printf '%%s\\n' \"$l\" >> "
+           "%s; echo '{\"status\":\"ok\"}'; done", path);
+  kl__exec_t *exec = kl_exec(cmd, 5000);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_OK);
+  assert_int_equal(kl__exec_starts(exec), 1);
+  kl__exec_destroy(exec);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char line[1024];
+  assert_non_null(fgets(line, sizeof(line), f));
+  fclose(f);
+  const char *want[] = {"\"key\":\"acct-1\"", "\"id\":\"id-1\"",
+                        "\"type\":\"credit\"", "\"ts\":1700000000000",
+                        "\"partition\":3", "\"offset\":42", "\"epoch\":7",
+                        "\"payload\":{\"amount\":5}", "\"topic\":\"events\""};
+  for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+    if (!strstr(line, want[i]))
+      fail_msg("%s not in %s", want[i], line);
+  kl_t_rmrf(dir);
+}
+
+static void test_fail_and_retry_verdicts(void **state) {
+  char err[256];
+  kl__exec_t *exec = kl_exec(
+      "read -r l; echo '{\"status\":\"fail\",\"error\":\"no such account\"}';"
+      "read -r l; echo '{\"status\":\"retry\",\"error\":\"db busy\"}';"
+      "while read -r l; do echo '{\"status\":\"ok\"}'; done", 5000);
+  assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_FAIL);
+  assert_non_null(strstr(err, "no such account"));
+  assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_RETRY);
+  assert_non_null(strstr(err, "db busy"));
+  assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_OK);
+  assert_int_equal(kl__exec_starts(exec), 1);
+  kl__exec_destroy(exec);
+}
+
+static void test_crash_restarts(void **state) {
+  char err[256];
+  kl__exec_t *exec = kl_exec("read -r l; echo '{\"status\":\"ok\"}'; "
+                             "read -r l; echo dying >&2; exit 3", 5000);
+  assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_OK);
+  assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_RETRY);
+  assert_non_null(strstr(err, "exited"));
+  assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_OK);
+  assert_int_equal(kl__exec_starts(exec), 2);
+  kl__exec_destroy(exec);
+}
+
+static void test_hang_is_killed(void **state) {
+  char err[256];
+  kl__exec_t *exec = kl_exec("read -r l; sleep 30", 300);
+  int64_t t0 = kl__mono_ns();
+  assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_RETRY);
+  int64_t ms = (kl__mono_ns() - t0) / 1000000;
+  assert_true(ms >= 250 && ms < 5000);
+  assert_non_null(strstr(err, "did not answer within 300 ms"));
+  assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_RETRY);
+  assert_int_equal(kl__exec_starts(exec), 2);
+  kl__exec_destroy(exec);
+}
+
+static void test_garbage_and_long_lines(void **state) {
+  char err[256];
+  kl__exec_t *exec = kl_exec("read -r l; echo hello; "
+                             "while read -r l; do echo '{\"status\":\"ok\"}';"
+                             " done", 5000);
+  assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_RETRY);
+  assert_non_null(strstr(err, "garbage"));
+  assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_RETRY);
+  assert_int_equal(kl__exec_starts(exec), 2);
+  kl__exec_destroy(exec);
+  exec = kl_exec("read -r l; head -c 2000000 /dev/zero | tr '\\0' x", 5000);
+  assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_RETRY);
+  assert_non_null(strstr(err, "over 1048576 bytes"));
+  kl__exec_destroy(exec);
+  assert_int_equal(kl__exec_new("", &exec), KL_ECONF);
+}
+
+/* ---- a worker on the embedded cluster ---- */
+
+static kl_worker_t *kl_exec_worker(const char *bootstrap, const char *topic,
+                                   kl_store_t *store, kl__exec_t *exec,
+                                   const char *attempts) {
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap,
+                               NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.session.timeout.ms", "3000",
+                               NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.retry.initial.ms", "10", NULL,
+                               0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.max.attempts", attempts, NULL,
+                               0), KL_OK);
+  kl_worker_t *worker;
+  assert_int_equal(kl_worker_new(conf, topic, store, kl__exec_handler, exec,
+                                 &worker), KL_OK);
+  kl_conf_destroy(conf);
+  return worker;
+}
+
+static void *kl_run(void *opaque) {
+  kl_worker_run(opaque);
+  return NULL;
+}
+
+static void test_worker_child_crash_applies_once(void **state) {
+  char dir[64], sdir[80], cmd[512], ids[128];
+  kl_t_tmpdir(dir);
+  snprintf(sdir, sizeof(sdir), "%s/store", dir);
+  snprintf(ids, sizeof(ids), "%s/ids", dir);
+  kl_t_cluster_t *cluster;
+  assert_int_equal(kl_t_cluster_new(1, "exec", 2, &cluster), KL_OK);
+  const char *topic = kl_t_topic(cluster);
+  assert_int_equal(kl_t_cluster_topic_create(cluster, "exec.dlq", 1), KL_OK);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(sdir, NULL, &store), KL_OK);
+  kl__ledger_gen_t *gen = kl__ledger_gen_new(20, 2, 7);
+  kl_producer_t *producer = kl_t_producer(kl_t_bootstrap(cluster), gen);
+  for (int i = 0; i < 200; i++)
+    assert_int_equal(kl__ledger_gen_publish(gen, producer, topic), KL_OK);
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+  /* The child crashes once, at its 50th event (a marker file says it did). */
+  snprintf(cmd, sizeof(cmd), "n=0; while read -r l; do n=$((n+1)); "
+           "if [ $n -eq 50 ] && [ ! -e %s.crashed ]; then touch %s.crashed; "
+           "exit 1; fi; echo '{\"status\":\"ok\"}'; done", ids, ids);
+  kl__exec_t *exec = kl_exec(cmd, 5000);
+  kl_worker_t *worker = kl_exec_worker(kl_t_bootstrap(cluster), topic, store,
+                                       exec, "5");
+  pthread_t thread;
+  pthread_create(&thread, NULL, kl_run, worker);
+  assert_int_equal(kl__ledger_gen_wait(gen, store, topic, 0, 40000), 0);
+  kl_worker_stats_t st;
+  kl_worker_stats(worker, &st);
+  kl_worker_stop(worker);
+  pthread_join(thread, NULL);
+  assert_int_equal(st.applied, 200);
+  assert_int_equal(st.duplicates, 0);
+  assert_int_equal(st.failed, 0);
+  assert_int_equal(kl__exec_starts(exec), 2);
+  kl__ledger_verdict_t v;
+  assert_int_equal(kl__ledger_gen_verify(gen, store, topic, &v), KL_OK);
+  assert_int_equal(v.applied, 200);
+  kl_worker_destroy(worker);
+  kl__exec_destroy(exec);
+  kl_producer_destroy(producer);
+  kl__ledger_gen_destroy(gen);
+  kl_store_destroy(store);
+  kl_t_cluster_destroy(cluster);
+  kl_t_rmrf(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_ok_and_the_line),
+      cmocka_unit_test(test_fail_and_retry_verdicts),
+      cmocka_unit_test(test_crash_restarts),
+      cmocka_unit_test(test_hang_is_killed),
+      cmocka_unit_test(test_garbage_and_long_lines),
+      cmocka_unit_test(test_worker_child_crash_applies_once),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
