@@ -28,10 +28,6 @@
 #include "support/pg.h"
 #include "worker/store_internal.h"
 
-/* Also in bench.h, once its row in main.c's table lands; declared here
- * too so that this file builds against a bench.h without it. */
-int kl_bench_store(int argc, char **argv);
-
 #define NAME "store"
 #define TOPIC "bench"
 #define KEYS 1000 /* entity keys the commit runs spread over */
