@@ -11,6 +11,8 @@
 #include "common/log.h"
 #include "keylane/worker.h"
 #include "worker/handler.h"
+#include "worker/handler_exec.h"
+#include "worker/metrics_server.h"
 #include "worker/worker_internal.h"
 
 #define SUB "worker"
@@ -24,7 +26,10 @@ static const char kl_worker_usage[] =
     "  -t, --topic TOPIC           topic to consume\n"
     "  -g, --group GROUP           consumer group (default keylane)\n"
     "      --store STORE           LMDB directory or postgresql://... URI\n"
-    "      --handler HANDLER       ledger | so:PATH[:SYMBOL]\n"
+    "      --handler HANDLER       ledger | so:PATH[:SYMBOL] | exec:COMMAND\n"
+    "      --handler-timeout-ms MS exec: answer timeout per event (30000)\n"
+    "      --metrics-listen ADDR:PORT  serve GET /metrics and /healthz there\n"
+    "                              (off by default; e.g. 127.0.0.1:9464)\n"
     "      --session-timeout-ms MS group session timeout (default 10000)\n"
     "      --partitions N          refuse to run unless TOPIC has N partitions\n"
     "      --batch-max N           events per store commit (default 1000)\n"
@@ -89,12 +94,20 @@ static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
            partition, epoch, now.epoch);
 }
 
+typedef struct kl_worker_opts {
+  const char *metrics_listen; /* NULL: no metrics server */
+  int handler_timeout_ms;     /* 0: the exec handler's default */
+  int pause_on_usr1;
+} kl_worker_opts_t;
+
 static int kl_worker_main(kl_conf_t *conf, const char *topic,
                           const char *location, const char *handler_spec,
-                          int pause_on_usr1) {
+                          const kl_worker_opts_t *opts) {
   kl_handler_ref_t handler;
   if (kl__handler_resolve(handler_spec, &handler))
     return kl__cli_usage(SUB, "%s", kl_err_detail());
+  if (handler.fn == kl__exec_handler && opts->handler_timeout_ms)
+    kl__exec_set_timeout_ms(handler.opaque, opts->handler_timeout_ms);
   kl_store_t *store;
   kl_err_t err = kl_store_open(location, conf, &store);
   if (err) {
@@ -109,7 +122,17 @@ static int kl_worker_main(kl_conf_t *conf, const char *topic,
     rc = kl__cli_fail(SUB, "%s", kl_err_detail());
   } else {
     kl_pause_t pause = {store};
-    if (pause_on_usr1) {
+    kl__metrics_server_t *metrics = NULL;
+    if (opts->metrics_listen &&
+        kl__metrics_server_start(opts->metrics_listen, conf, topic, worker,
+                                 store, &metrics) != KL_OK) {
+      rc = kl__cli_fail(SUB, "%s", kl_err_detail());
+      kl_worker_destroy(worker);
+      kl_store_destroy(store);
+      kl__handler_release(&handler);
+      return rc;
+    }
+    if (opts->pause_on_usr1) {
       kl__worker_set_before_commit(worker, kl_pause_hook, &pause);
       signal(SIGUSR1, kl_on_usr1);
     }
@@ -128,6 +151,7 @@ static int kl_worker_main(kl_conf_t *conf, const char *topic,
     if (err)
       rc = kl__cli_fail(SUB, "%s", kl_err_detail());
     kl_the_worker = NULL;
+    kl__metrics_server_stop(metrics);
     kl_worker_destroy(worker);
   }
   kl_store_destroy(store);
@@ -154,6 +178,8 @@ int kl__cmd_worker(int argc, char **argv) {
       {"dlq-topic", required_argument, NULL, 'Q'},
       {"set", required_argument, NULL, 'X'},
       {"pause-on-sigusr1", no_argument, NULL, 'U'},
+      {"metrics-listen", required_argument, NULL, 'L'},
+      {"handler-timeout-ms", required_argument, NULL, 'T'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   static const struct {
@@ -173,7 +199,8 @@ int kl__cmd_worker(int argc, char **argv) {
                {'Q', "worker.dlq.topic"}};
   kl_conf_t *conf = kl_conf_new();
   const char *topic = NULL, *location = NULL, *handler = NULL;
-  int pause = 0, c, rc = -1;
+  kl_worker_opts_t wopts = {NULL, 0, 0};
+  int c, rc = -1;
   optind = 1;
   while (rc < 0 && (c = getopt_long(argc, argv, "b:t:g:X:h", opts, NULL)) != -1) {
     size_t i;
@@ -189,7 +216,14 @@ int kl__cmd_worker(int argc, char **argv) {
     case 't': topic = optarg; break;
     case 's': location = optarg; break;
     case 'H': handler = optarg; break;
-    case 'U': pause = 1; break;
+    case 'U': wopts.pause_on_usr1 = 1; break;
+    case 'L': wopts.metrics_listen = optarg; break;
+    case 'T':
+      wopts.handler_timeout_ms = atoi(optarg);
+      if (wopts.handler_timeout_ms <= 0)
+        rc = kl__cli_usage(SUB, "--handler-timeout-ms %s: expected a "
+                           "positive number of ms, e.g. 30000", optarg);
+      break;
     case 'X': if (kl__cli_conf_x(SUB, conf, optarg)) rc = KL_EXIT_USAGE; break;
     case 'h': fputs(kl_worker_usage, stdout); rc = KL_EXIT_OK; break;
     default: rc = kl__cli_usage(SUB, "unknown option"); break;
@@ -207,7 +241,7 @@ int kl__cmd_worker(int argc, char **argv) {
     else if (!handler)
       rc = kl__cli_usage(SUB, "--handler is required (ledger or so:PATH)");
     else
-      rc = kl_worker_main(conf, topic, location, handler, pause);
+      rc = kl_worker_main(conf, topic, location, handler, &wopts);
   }
   kl_conf_destroy(conf);
   return rc;

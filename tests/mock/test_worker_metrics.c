@@ -1,0 +1,170 @@
+/*
+ * The worker's /metrics and /healthz (worker/metrics_server.h) on the
+ * embedded cluster: the text parses with the strict checker and counts
+ * what the worker applied; /healthz is 200 while it owns partitions and
+ * 503 once the test takes the partitions' epochs and its commit is fenced.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "support/cluster.h"
+#include "support/http.h"
+#include "support/prom.h"
+#include "support/support.h"
+#include "worker/metrics_server.h"
+
+static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};
+
+static int kl_get(int port, const char *path, kl_t_http_resp_t *resp) {
+  memset(resp, 0, sizeof(*resp));
+  return kl_t_http_once(port, "GET", path, NULL, NULL, resp);
+}
+
+static void kl_assert_line(const char *text, const char *line) {
+  if (!strstr(text, line))
+    fail_msg("\"%s\" not in /metrics:\n%s", line, text);
+}
+
+static void test_metrics_and_healthz(void **state) {
+  char dir[64];
+  kl_t_tmpdir(dir);
+  kl_t_cluster_t *cluster;
+  assert_int_equal(kl_t_cluster_new(1, "metrics", 2, &cluster), KL_OK);
+  const char *topic = kl_t_topic(cluster);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  kl__ledger_gen_t *gen = kl__ledger_gen_new(20, 2, 11);
+  kl_producer_t *producer = kl_t_producer(kl_t_bootstrap(cluster), gen);
+  for (int i = 0; i < 100; i++)
+    assert_int_equal(kl__ledger_gen_publish(gen, producer, topic), KL_OK);
+  assert_int_equal(kl__ledger_gen_republish(gen, producer, topic), KL_OK);
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+
+  kl_t_worker_t *w = kl_t_worker_start(kl_t_bootstrap(cluster), topic,
+                                       kl_t_group(cluster, "gm"), store,
+                                       kl_fast);
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
+                               kl_t_bootstrap(cluster), NULL, 0), KL_OK);
+  kl__metrics_server_t *server;
+  assert_int_equal(kl__metrics_server_start("127.0.0.1:0", conf, topic,
+                                            w->worker, store, &server), KL_OK);
+  kl_conf_destroy(conf);
+  int port = kl__metrics_server_port(server);
+  assert_true(port > 0);
+  assert_int_equal(kl__ledger_gen_wait(gen, store, topic, 0, 30000), 0);
+  kl_t_sleep_ms(200); /* the gauges refresh every few ms */
+
+  kl_t_http_resp_t resp;
+  assert_int_equal(kl_get(port, "/metrics", &resp), 0);
+  assert_int_equal(resp.status, 200);
+  char err[256], ctype[128];
+  if (kl_t_prom_check(resp.body, err, sizeof(err)) != 0)
+    fail_msg("/metrics does not parse: %s\n%s", err, resp.body);
+  assert_non_null(kl_t_http_header(&resp, "content-type", ctype,
+                                   sizeof(ctype)));
+  assert_non_null(strstr(ctype, "version=0.0.4"));
+  kl_assert_line(resp.body, "keylane_worker_events_applied_total 100\n");
+  kl_assert_line(resp.body, "keylane_worker_events_suppressed_total 1\n");
+  kl_assert_line(resp.body, "keylane_worker_fenced_batches_total 0\n");
+  kl_assert_line(resp.body, "keylane_worker_owned_partitions 2\n");
+  kl_assert_line(resp.body, "keylane_worker_waiting_keys 0\n");
+  kl_assert_line(resp.body, "keylane_worker_partition_epoch{partition=\"0\"} 1\n");
+  kl_assert_line(resp.body, "keylane_worker_partition_lag{partition=\"1\"} 0\n");
+  char line[128];
+  snprintf(line, sizeof(line),
+           "keylane_worker_partition_watermark{partition=\"0\"} %lld\n",
+           (long long)kl__ledger_gen_end(gen, 0));
+  kl_assert_line(resp.body, line);
+  kl_t_http_resp_free(&resp);
+
+  assert_int_equal(kl_get(port, "/healthz", &resp), 0);
+  assert_int_equal(resp.status, 200);
+  kl_t_http_resp_free(&resp);
+  assert_int_equal(kl_get(port, "/nope", &resp), 0);
+  assert_int_equal(resp.status, 404);
+  kl_t_http_resp_free(&resp);
+
+  /* Another owner takes both partitions: the worker's next commits are
+   * fenced and it drops them. */
+  for (int32_t p = 0; p < 2; p++) {
+    kl_partition_state_t st;
+    assert_int_equal(kl_store_acquire(store, topic, p, &st), KL_OK);
+  }
+  for (int i = 0; i < 20; i++)
+    assert_int_equal(kl__ledger_gen_publish(gen, producer, topic), KL_OK);
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+  int status = 0;
+  for (int i = 0; i < 200 && status != 503; i++) {
+    kl_t_sleep_ms(100);
+    assert_int_equal(kl_get(port, "/healthz", &resp), 0);
+    status = resp.status;
+    if (status == 503)
+      assert_non_null(strstr(resp.body, "fenced"));
+    kl_t_http_resp_free(&resp);
+  }
+  assert_int_equal(status, 503);
+  assert_int_equal(kl_get(port, "/metrics", &resp), 0);
+  assert_int_equal(kl_t_prom_check(resp.body, err, sizeof(err)), 0);
+  assert_null(strstr(resp.body, "keylane_worker_fenced_batches_total 0\n"));
+  kl_t_http_resp_free(&resp);
+
+  kl__metrics_server_stop(server);
+  kl_t_worker_stop(w);
+  kl_producer_destroy(producer);
+  kl__ledger_gen_destroy(gen);
+  kl_store_destroy(store);
+  kl_t_cluster_destroy(cluster);
+  kl_t_rmrf(dir);
+}
+
+/* Connections past the cap are closed; a silent one does not block others. */
+static void test_bounds(void **state) {
+  char dir[64];
+  kl_t_tmpdir(dir);
+  kl_t_cluster_t *cluster;
+  assert_int_equal(kl_t_cluster_new(1, "bounds", 1, &cluster), KL_OK);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  kl_t_worker_t *w = kl_t_worker_new(kl_t_bootstrap(cluster),
+                                     kl_t_topic(cluster),
+                                     kl_t_group(cluster, "gb"), store, kl_fast);
+  kl__metrics_server_t *server;
+  assert_int_equal(kl__metrics_server_start("nohost:1", NULL, "t", w->worker,
+                                            store, &server), KL_ECONF);
+  assert_int_equal(kl__metrics_server_start("127.0.0.1:0", NULL,
+                                            kl_t_topic(cluster), w->worker,
+                                            store, &server), KL_OK);
+  int port = kl__metrics_server_port(server);
+  kl_t_http_t *idle[40];
+  for (int i = 0; i < 40; i++)
+    idle[i] = kl_t_http_open(port);
+  kl_t_sleep_ms(200);
+  for (int i = 0; i < 40; i++)
+    kl_t_http_close(idle[i]);
+  kl_t_sleep_ms(200);
+  kl_t_http_resp_t resp;
+  assert_int_equal(kl_get(port, "/healthz", &resp), 0);
+  assert_int_equal(resp.status, 200); /* never fenced: healthy though idle */
+  kl_t_http_resp_free(&resp);
+  kl__metrics_server_stop(server);
+  kl_worker_destroy(w->worker);
+  free(w);
+  kl_store_destroy(store);
+  kl_t_cluster_destroy(cluster);
+  kl_t_rmrf(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_metrics_and_healthz),
+      cmocka_unit_test(test_bounds),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

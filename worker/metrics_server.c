@@ -1,0 +1,468 @@
+#include "worker/metrics_server.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <http_parser.h>
+#include <librdkafka/rdkafka.h>
+#include <uv.h>
+
+#include "common/internal.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/strbuf.h"
+
+#define COMP "metrics"
+#define KL_MS_CONNS_MAX 32
+#define KL_MS_HEAD_MAX 8192
+#define KL_MS_IDLE_MS 10000
+#define KL_MS_LAG_TIMEOUT_MS 500
+
+struct kl__metrics_server {
+  uv_loop_t loop;
+  uv_tcp_t listener;
+  uv_async_t stop;
+  pthread_t thread;
+  int port;
+  int conns;
+  char *topic;
+  kl_worker_t *worker;
+  kl_store_t *store;
+  rd_kafka_t *rk; /* for the high watermarks; NULL: no lag */
+  uint64_t seen_fenced;      /* stats.fenced when /healthz last looked */
+  uint64_t batches_at_fence; /* stats.batches when it saw fenced grow */
+};
+
+typedef struct kl_ms_conn {
+  uv_tcp_t tcp;
+  uv_timer_t idle;
+  uv_write_t write;
+  http_parser parser;
+  kl__metrics_server_t *server;
+  char url[256];
+  size_t head_bytes;
+  int answered;
+  int closing;
+  char *out;
+} kl_ms_conn_t;
+
+/* ---- the documents (on the loop thread) ---- */
+
+typedef struct kl_ms_scrape {
+  kl__metrics_server_t *server;
+  kl__metric_t *watermark, *epoch, *lag;
+} kl_ms_scrape_t;
+
+static int kl_ms_partition(void *opaque, const char *topic, int32_t partition,
+                           const kl_partition_state_t *state) {
+  kl_ms_scrape_t *scrape = opaque;
+  if (strcmp(topic, scrape->server->topic) != 0)
+    return 0;
+  char p[16];
+  snprintf(p, sizeof(p), "%" PRId32, partition);
+  const char *labels[] = {p};
+  kl__metric_set(scrape->watermark, labels, (double)state->watermark);
+  kl__metric_set(scrape->epoch, labels, (double)state->epoch);
+  int64_t low, high;
+  if (scrape->server->rk &&
+      rd_kafka_query_watermark_offsets(scrape->server->rk, topic, partition,
+                                       &low, &high, KL_MS_LAG_TIMEOUT_MS) ==
+          RD_KAFKA_RESP_ERR_NO_ERROR) {
+    int64_t lag = high - state->watermark;
+    kl__metric_set(scrape->lag, labels, (double)(lag > 0 ? lag : 0));
+  }
+  return 0;
+}
+
+static void kl_ms_counter(kl__metrics_t *m, const char *name, const char *help,
+                          uint64_t v) {
+  kl__metric_add(kl__metrics_counter(m, name, help, NULL), NULL, (double)v);
+}
+
+static void kl_ms_gauge(kl__metrics_t *m, const char *name, const char *help,
+                        double v) {
+  kl__metric_set(kl__metrics_gauge(m, name, help, NULL), NULL, v);
+}
+
+static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
+  kl_worker_stats_t st;
+  kl_worker_stats(server->worker, &st);
+  kl__metrics_t *m = kl__metrics_new();
+  if (!m)
+    return NULL;
+  kl_ms_counter(m, "keylane_worker_events_applied_total",
+                "Events whose effects were committed.", st.applied);
+  kl_ms_counter(m, "keylane_worker_events_suppressed_total",
+                "Events skipped because their idempotency key was seen.",
+                st.duplicates);
+  kl_ms_counter(m, "keylane_worker_events_redelivered_total",
+                "Events skipped because their offset is below the watermark.",
+                st.redelivered);
+  kl_ms_counter(m, "keylane_worker_events_failed_total",
+                "Events dead-lettered by the handler's verdict.", st.failed);
+  kl_ms_counter(m, "keylane_worker_dead_letters_total",
+                "Records acknowledged by the dead-letter topic.",
+                st.dead_letters);
+  kl_ms_counter(m, "keylane_worker_batches_total", "Store commits.",
+                st.batches);
+  kl_ms_counter(m, "keylane_worker_fenced_batches_total",
+                "Group commits rejected by the epoch check.", st.fenced);
+  kl_ms_gauge(m, "keylane_worker_owned_partitions", "Partitions owned now.",
+              st.owned);
+  kl_ms_gauge(m, "keylane_worker_paused_partitions",
+              "Partitions paused by a bound.", st.paused);
+  kl_ms_gauge(m, "keylane_worker_waiting_keys",
+              "Keys waiting in retry backoff.", (double)st.waiting_keys);
+  kl_ms_gauge(m, "keylane_worker_oldest_wait_seconds",
+              "How long the longest-waiting key has waited.",
+              (double)st.oldest_wait_ms / 1000.0);
+  kl_ms_gauge(m, "keylane_worker_window_events",
+              "Records held in the lanes' windows.", (double)st.window_events);
+  kl_ms_scrape_t scrape = {
+      server,
+      kl__metrics_gauge(m, "keylane_worker_partition_watermark",
+                        "The store's watermark: next offset to apply.",
+                        "partition"),
+      kl__metrics_gauge(m, "keylane_worker_partition_epoch",
+                        "The partition's owner epoch in the store.",
+                        "partition"),
+      kl__metrics_gauge(m, "keylane_worker_partition_lag",
+                        "Kafka's high watermark minus the store's watermark.",
+                        "partition")};
+  kl_store_foreach_partition(server->store, kl_ms_partition, &scrape);
+  char *text = kl__metrics_render(m, len);
+  kl__metrics_destroy(m);
+  return text;
+}
+
+/* @returns the HTTP status; @p reason receives the body. */
+static int kl_ms_health(kl__metrics_server_t *server, char *reason,
+                        size_t size) {
+  kl_worker_stats_t st;
+  kl_worker_stats(server->worker, &st);
+  kl_partition_state_t state;
+  if (kl_store_partition(server->store, server->topic, 0, &state) != KL_OK) {
+    snprintf(reason, size, "unhealthy: the store does not answer: %s\n",
+             kl_err_detail());
+    return 503;
+  }
+  /* stats.owned drops only when Kafka revokes a partition, not when a
+   * commit is fenced: a fenced worker that commits nothing afterwards has
+   * lost what it owned, though the count still says otherwise. */
+  if (st.fenced > server->seen_fenced) {
+    server->seen_fenced = st.fenced;
+    server->batches_at_fence = st.batches;
+  }
+  if (st.fenced > 0 && (st.owned == 0 || st.batches == server->batches_at_fence)) {
+    snprintf(reason, size, "unhealthy: fenced: %" PRIu64 " commits rejected "
+             "by a newer owner's epoch and none committed since (owns %"
+             PRId32 " partitions by Kafka's assignment); the group's next "
+             "rebalance gives the partitions to their new owner\n",
+             st.fenced, st.owned);
+    return 503;
+  }
+  snprintf(reason, size, "ok: owns %" PRId32 " partitions\n", st.owned);
+  return 200;
+}
+
+/* ---- connections ---- */
+
+static void kl_ms_conn_freed(uv_handle_t *handle) {
+  kl_ms_conn_t *conn = handle->data;
+  if (++conn->closing == 2) { /* tcp and timer both closed */
+    conn->server->conns--;
+    free(conn->out);
+    free(conn);
+  }
+}
+
+static void kl_ms_conn_close(kl_ms_conn_t *conn) {
+  if (uv_is_closing((uv_handle_t *)&conn->tcp))
+    return;
+  uv_close((uv_handle_t *)&conn->tcp, kl_ms_conn_freed);
+  uv_close((uv_handle_t *)&conn->idle, kl_ms_conn_freed);
+}
+
+static void kl_ms_written(uv_write_t *req, int status) {
+  kl_ms_conn_close(req->data);
+}
+
+static void kl_ms_respond(kl_ms_conn_t *conn, int status, const char *ctype,
+                          const char *body, size_t len) {
+  const char *text = status == 200   ? "OK"
+                     : status == 404 ? "Not Found"
+                     : status == 405 ? "Method Not Allowed"
+                     : status == 400 ? "Bad Request"
+                     : status == 431 ? "Request Header Fields Too Large"
+                                     : "Service Unavailable";
+  char head[256];
+  int n = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
+                   "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                   status, text, ctype, len);
+  conn->answered = 1;
+  conn->out = malloc((size_t)n + len);
+  if (!conn->out) {
+    kl_ms_conn_close(conn);
+    return;
+  }
+  memcpy(conn->out, head, (size_t)n);
+  memcpy(conn->out + n, body, len);
+  uv_buf_t buf = uv_buf_init(conn->out, (unsigned)((size_t)n + len));
+  conn->write.data = conn;
+  uv_read_stop((uv_stream_t *)&conn->tcp);
+  if (uv_write(&conn->write, (uv_stream_t *)&conn->tcp, &buf, 1,
+               kl_ms_written) != 0)
+    kl_ms_conn_close(conn);
+}
+
+static void kl_ms_text(kl_ms_conn_t *conn, int status, const char *body) {
+  kl_ms_respond(conn, status, "text/plain; charset=utf-8", body, strlen(body));
+}
+
+static void kl_ms_route(kl_ms_conn_t *conn) {
+  kl__metrics_server_t *server = conn->server;
+  char *query = strchr(conn->url, '?');
+  if (query)
+    *query = '\0';
+  int is_get = conn->parser.method == HTTP_GET;
+  if (strcmp(conn->url, "/metrics") == 0 && is_get) {
+    size_t len;
+    char *text = kl_ms_metrics(server, &len);
+    if (!text) {
+      kl_ms_text(conn, 503, "out of memory\n");
+      return;
+    }
+    kl_ms_respond(conn, 200, KL_METRICS_CONTENT_TYPE, text, len);
+    free(text);
+  } else if (strcmp(conn->url, "/healthz") == 0 && is_get) {
+    char reason[600];
+    int status = kl_ms_health(server, reason, sizeof(reason));
+    kl_ms_text(conn, status, reason);
+  } else if (strcmp(conn->url, "/metrics") == 0 ||
+             strcmp(conn->url, "/healthz") == 0) {
+    kl_ms_text(conn, 405, "use GET\n");
+  } else {
+    kl_ms_text(conn, 404, "not found: GET /metrics or /healthz\n");
+  }
+}
+
+static int kl_ms_on_url(http_parser *parser, const char *at, size_t len) {
+  kl_ms_conn_t *conn = parser->data;
+  size_t have = strlen(conn->url);
+  if (have + len >= sizeof(conn->url))
+    return -1;
+  memcpy(conn->url + have, at, len);
+  conn->url[have + len] = '\0';
+  return 0;
+}
+
+static int kl_ms_on_complete(http_parser *parser) {
+  kl_ms_route(parser->data);
+  return -1; /* one request per connection: stop parsing */
+}
+
+static const http_parser_settings kl_ms_settings = {
+    .on_url = kl_ms_on_url, .on_message_complete = kl_ms_on_complete};
+
+static void kl_ms_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
+  static __thread char chunk[4096]; /* used before the next read */
+  *buf = uv_buf_init(chunk, sizeof(chunk));
+}
+
+static void kl_ms_read(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf) {
+  kl_ms_conn_t *conn = stream->data;
+  if (n < 0) {
+    kl_ms_conn_close(conn);
+    return;
+  }
+  if (n == 0 || conn->answered)
+    return;
+  conn->head_bytes += (size_t)n;
+  http_parser_execute(&conn->parser, &kl_ms_settings, buf->base, (size_t)n);
+  if (conn->answered)
+    return;
+  if (conn->parser.http_errno != HPE_OK)
+    kl_ms_text(conn, 400, "bad request\n");
+  else if (conn->head_bytes > KL_MS_HEAD_MAX)
+    kl_ms_text(conn, 431, "request over 8 KiB\n");
+}
+
+static void kl_ms_idle(uv_timer_t *timer) { kl_ms_conn_close(timer->data); }
+
+static void kl_ms_accept(uv_stream_t *listener, int status) {
+  kl__metrics_server_t *server = listener->data;
+  if (status < 0)
+    return;
+  kl_ms_conn_t *conn = calloc(1, sizeof(*conn));
+  if (!conn)
+    return;
+  conn->server = server;
+  server->conns++;
+  uv_tcp_init(&server->loop, &conn->tcp);
+  uv_timer_init(&server->loop, &conn->idle);
+  conn->tcp.data = conn->idle.data = conn;
+  if (uv_accept(listener, (uv_stream_t *)&conn->tcp) != 0 ||
+      server->conns > KL_MS_CONNS_MAX) {
+    kl_ms_conn_close(conn);
+    return;
+  }
+  http_parser_init(&conn->parser, HTTP_REQUEST);
+  conn->parser.data = conn;
+  uv_timer_start(&conn->idle, kl_ms_idle, KL_MS_IDLE_MS, 0);
+  uv_read_start((uv_stream_t *)&conn->tcp, kl_ms_alloc, kl_ms_read);
+}
+
+/* ---- the thread ---- */
+
+static void kl_ms_close_any(uv_handle_t *handle, void *arg) {
+  if (uv_is_closing(handle))
+    return;
+  if (handle->type == UV_TCP && handle->data && handle->data != arg) {
+    kl_ms_conn_close(handle->data);
+    return;
+  }
+  if (handle->type != UV_TIMER)
+    uv_close(handle, NULL);
+}
+
+static void kl_ms_on_stop(uv_async_t *async) {
+  kl__metrics_server_t *server = async->data;
+  uv_walk(&server->loop, kl_ms_close_any, server);
+}
+
+static void *kl_ms_main(void *opaque) {
+  kl__metrics_server_t *server = opaque;
+  uv_run(&server->loop, UV_RUN_DEFAULT);
+  return NULL;
+}
+
+static kl_err_t kl_ms_addr(const char *listen, struct sockaddr_storage *addr) {
+  const char *colon = strrchr(listen, ':');
+  char *end;
+  long port = colon ? strtol(colon + 1, &end, 10) : -1;
+  if (!colon || !colon[1] || *end || port < 0 || port > 65535)
+    return kl__err(KL_ECONF, "--metrics-listen %s: expected HOST:PORT, e.g. "
+                   "127.0.0.1:9464", listen);
+  char host[128];
+  size_t hlen = (size_t)(colon - listen);
+  if (hlen >= sizeof(host))
+    return kl__err(KL_ECONF, "--metrics-listen %s: host too long", listen);
+  memcpy(host, listen, hlen);
+  host[hlen] = '\0';
+  if (hlen > 2 && host[0] == '[' && host[hlen - 1] == ']') {
+    host[hlen - 1] = '\0';
+    if (uv_ip6_addr(host + 1, (int)port, (struct sockaddr_in6 *)addr) == 0)
+      return KL_OK;
+  } else if (uv_ip4_addr(hlen ? host : "127.0.0.1", (int)port,
+                         (struct sockaddr_in *)addr) == 0) {
+    return KL_OK;
+  }
+  return kl__err(KL_ECONF, "--metrics-listen %s: \"%s\" is not an IP "
+                 "address (use 127.0.0.1, 0.0.0.0 or [::1])", listen, host);
+}
+
+static rd_kafka_t *kl_ms_kafka(const kl_conf_t *conf) {
+  const char *bootstrap = kl_conf_get(conf, "kafka.bootstrap.servers");
+  if (!bootstrap)
+    return NULL;
+  char errstr[256];
+  rd_kafka_conf_t *kconf = rd_kafka_conf_new();
+  rd_kafka_conf_set(kconf, "log_level", "3", NULL, 0);
+  if (rd_kafka_conf_set(kconf, "bootstrap.servers", bootstrap, errstr,
+                        sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+    rd_kafka_conf_destroy(kconf);
+    return NULL;
+  }
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, kconf, errstr,
+                                sizeof(errstr));
+  if (!rk) {
+    rd_kafka_conf_destroy(kconf);
+    KL_LOG_W(COMP, "no lag metric: %s", errstr);
+  }
+  return rk;
+}
+
+static kl_err_t kl_ms_listen(kl__metrics_server_t *server, const char *listen) {
+  struct sockaddr_storage addr;
+  memset(&addr, 0, sizeof(addr));
+  kl_err_t err = kl_ms_addr(listen, &addr);
+  if (err)
+    return err;
+  if (uv_loop_init(&server->loop) != 0)
+    return kl__err(KL_EIO, "--metrics-listen: cannot start a libuv loop");
+  uv_tcp_init(&server->loop, &server->listener);
+  uv_async_init(&server->loop, &server->stop, kl_ms_on_stop);
+  server->listener.data = server->stop.data = server;
+  int rc = uv_tcp_bind(&server->listener, (struct sockaddr *)&addr, 0);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)&server->listener, 64, kl_ms_accept);
+  if (rc == 0) {
+    struct sockaddr_storage bound;
+    int blen = sizeof(bound);
+    uv_tcp_getsockname(&server->listener, (struct sockaddr *)&bound, &blen);
+    server->port = ntohs(bound.ss_family == AF_INET6
+                             ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                             : ((struct sockaddr_in *)&bound)->sin_port);
+    return KL_OK;
+  }
+  err = kl__err(KL_EIO, "--metrics-listen %s: cannot listen: %s; pick "
+                "another port", listen, uv_strerror(rc));
+  uv_close((uv_handle_t *)&server->listener, NULL);
+  uv_close((uv_handle_t *)&server->stop, NULL);
+  uv_run(&server->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&server->loop);
+  return err;
+}
+
+kl_err_t kl__metrics_server_start(const char *listen, const kl_conf_t *conf,
+                                  const char *topic, kl_worker_t *worker,
+                                  kl_store_t *store,
+                                  kl__metrics_server_t **out) {
+  kl__metrics_server_t *server = calloc(1, sizeof(*server));
+  if (!server || !(server->topic = strdup(topic))) {
+    free(server);
+    return KL_ENOMEM;
+  }
+  server->worker = worker;
+  server->store = store;
+  kl_err_t err = kl_ms_listen(server, listen);
+  if (!err)
+    server->rk = kl_ms_kafka(conf);
+  if (!err && pthread_create(&server->thread, NULL, kl_ms_main, server) != 0) {
+    err = kl__err(KL_EIO, "--metrics-listen: cannot start its thread");
+    uv_close((uv_handle_t *)&server->listener, NULL);
+    uv_close((uv_handle_t *)&server->stop, NULL);
+    uv_run(&server->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&server->loop);
+  }
+  if (err) {
+    if (server->rk)
+      rd_kafka_destroy(server->rk);
+    free(server->topic);
+    free(server);
+    return err;
+  }
+  KL_LOG_I(COMP, "serving /metrics and /healthz on %s (port %d)", listen,
+           server->port);
+  *out = server;
+  return KL_OK;
+}
+
+int kl__metrics_server_port(const kl__metrics_server_t *server) {
+  return server->port;
+}
+
+void kl__metrics_server_stop(kl__metrics_server_t *server) {
+  if (!server)
+    return;
+  uv_async_send(&server->stop);
+  pthread_join(server->thread, NULL);
+  uv_loop_close(&server->loop);
+  if (server->rk)
+    rd_kafka_destroy(server->rk);
+  free(server->topic);
+  free(server);
+}
