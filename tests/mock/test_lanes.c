@@ -2,10 +2,12 @@
  * Key-parallel lanes on the embedded cluster: failing keys wait alone,
  * per-key order holds, dead letters land once with their headers, a
  * restart in the middle of retries applies nothing twice, a malformed
- * record is dead-lettered and the lane goes on, and the window bound
- * pauses a partition and resumes it.
+ * record is dead-lettered and the lane goes on, and the bounds (window,
+ * keys in backoff) pause a partition and resume it.
  *
- * The handler is the test's own: per key it keeps {last seq, count,
+ * On the embedded cluster, or KEYLANE_TEST_BOOTSTRAP's (support/cluster.h:
+ * the ThreadSanitizer build runs it there, since librdkafka's mock cluster
+ * does not start under TSAN). The handler is the test's own: per key it keeps {last seq, count,
  * violations} in the store, and it fails the first event of 1 % of the
  * keys (chosen by key hash) a set number of times.
  */
@@ -22,6 +24,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "keylane/producer.h"
+#include "support/cluster.h"
 #include "support/support.h"
 
 #define KEYS 1000
@@ -30,7 +33,8 @@
 
 typedef struct t_fx {
   char dir[64];
-  kl_embedded_t *cluster;
+  kl_t_cluster_t *cluster;
+  const char *boot, *group, *readers;
   kl_store_t *store;
   kl_producer_t *producer;
   const char *topic;
@@ -110,13 +114,16 @@ static kl_handler_result_t t_handler(void *opaque, const kl_event_t *event,
 
 static void t_fx_up(t_fx_t *fx, const char *topic, int partitions) {
   memset(fx, 0, sizeof(*fx));
-  fx->topic = topic;
   kl_t_tmpdir(fx->dir);
-  assert_int_equal(kl_embedded_new(1, topic, partitions, &fx->cluster), KL_OK);
+  assert_int_equal(kl_t_cluster_new(1, topic, partitions, &fx->cluster), KL_OK);
+  fx->topic = kl_t_topic(fx->cluster);
+  fx->boot = kl_t_bootstrap(fx->cluster);
+  fx->group = kl_t_group(fx->cluster, "lanes");
+  fx->readers = kl_t_group(fx->cluster, "dlq-reader");
   assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
   kl_conf_t *conf = kl_conf_new();
   kl_conf_set(conf, "kafka.bootstrap.servers",
-              kl_embedded_bootstrap(fx->cluster), NULL, 0);
+              fx->boot, NULL, 0);
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &fx->producer), KL_OK);
   kl_conf_destroy(conf);
 }
@@ -124,7 +131,7 @@ static void t_fx_up(t_fx_t *fx, const char *topic, int partitions) {
 static void t_fx_down(t_fx_t *fx) {
   kl_producer_destroy(fx->producer);
   kl_store_destroy(fx->store);
-  kl_embedded_destroy(fx->cluster);
+  kl_t_cluster_destroy(fx->cluster);
   kl_t_rmrf(fx->dir);
 }
 
@@ -166,8 +173,8 @@ static void *t_worker_main(void *opaque) {
 static t_worker_t *t_worker_start(t_fx_t *fx, const char *const *extra) {
   kl_conf_t *conf = kl_conf_new();
   kl_conf_set(conf, "kafka.bootstrap.servers",
-              kl_embedded_bootstrap(fx->cluster), NULL, 0);
-  kl_conf_set(conf, "worker.group", "lanes", NULL, 0);
+              fx->boot, NULL, 0);
+  kl_conf_set(conf, "worker.group", fx->group, NULL, 0);
   kl_conf_set(conf, "worker.session.timeout.ms", "6000", NULL, 0);
   for (size_t i = 0; extra && extra[i]; i++) {
     char key[128];
@@ -385,9 +392,9 @@ static int t_read_letters(t_fx_t *fx, t_letter_t *out, int max, int want) {
   char errstr[256], topic[128];
   snprintf(topic, sizeof(topic), "%s.dlq", fx->topic);
   rd_kafka_conf_t *c = rd_kafka_conf_new();
-  rd_kafka_conf_set(c, "bootstrap.servers", kl_embedded_bootstrap(fx->cluster),
+  rd_kafka_conf_set(c, "bootstrap.servers", fx->boot,
                     errstr, sizeof(errstr));
-  rd_kafka_conf_set(c, "group.id", "dlq-reader", errstr, sizeof(errstr));
+  rd_kafka_conf_set(c, "group.id", fx->readers, errstr, sizeof(errstr));
   rd_kafka_conf_set(c, "auto.offset.reset", "earliest", errstr, sizeof(errstr));
   rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
   assert_non_null(rk);
@@ -475,7 +482,7 @@ static void test_max_attempts_dead_letters_once(void **state) {
 static void t_produce_raw(t_fx_t *fx, int32_t partition) {
   char errstr[256];
   rd_kafka_conf_t *c = rd_kafka_conf_new();
-  rd_kafka_conf_set(c, "bootstrap.servers", kl_embedded_bootstrap(fx->cluster),
+  rd_kafka_conf_set(c, "bootstrap.servers", fx->boot,
                     errstr, sizeof(errstr));
   rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, errstr, sizeof(errstr));
   assert_non_null(rk);
@@ -562,6 +569,34 @@ static void test_window_bound_pauses_and_resumes(void **state) {
   t_fx_down(&fx);
 }
 
+static void test_waiting_bound_pauses_and_resumes(void **state) {
+  static t_fx_t fx;
+  t_fx_up(&fx, "waiting", 2);
+  fx.fail_times = 1;
+  t_publish(&fx, KEYS, PER_KEY);
+  static const char *const conf[] = {
+      "worker.concurrency=4", "worker.waiting.max=4",
+      "worker.retry.initial.ms=1500", NULL};
+  t_worker_t *w = t_worker_start(&fx, conf);
+  int paused = 0;
+  for (int t = 0; t < 40000 && !t_all_done(&fx); t += 10) {
+    kl_worker_stats_t st;
+    kl_worker_stats(w->worker, &st);
+    paused |= st.paused > 0 && st.waiting_keys >= 4;
+    kl_t_sleep_ms(10);
+  }
+  assert_true(t_all_done(&fx));
+  assert_true(paused);
+  kl_t_sleep_ms(100);
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st);
+  assert_int_equal(st.paused, 0);
+  assert_int_equal(st.waiting_keys, 0);
+  t_worker_stop(w);
+  t_assert_exactly_once(&fx, 2);
+  t_fx_down(&fx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_failing_keys_wait_alone),
@@ -569,6 +604,7 @@ int main(void) {
       cmocka_unit_test(test_max_attempts_dead_letters_once),
       cmocka_unit_test(test_malformed_record_is_dead_lettered),
       cmocka_unit_test(test_window_bound_pauses_and_resumes),
+      cmocka_unit_test(test_waiting_bound_pauses_and_resumes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
