@@ -18,11 +18,11 @@
  * as root the workers run as "nobody" and the store belongs to it. A
  * running worker keeps its open files writable, so the read-only window
  * shows as workers (restarted by the kill cadence) that cannot open the
- * store. Disk full: the store lives on a small tmpfs mounted in a private
+ * store. Disk full: the store lives on a tmpfs of its own, mounted in a private
  * mount namespace (gone with the test), filled to ENOSPC for a while
  * while the test holds a read snapshot open (so LMDB cannot reuse freed
- * pages), so running workers' commits fail and are retried. Each of the two is
- * skipped, and says why, when this machine does not allow it.
+ * pages), so running workers' commits fail and are retried. Each of the
+ * two is skipped, and says why, when this machine does not allow it.
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -619,33 +619,159 @@ static int kl_f_stop_fleet(kl_fault_t *f) {
   return clean;
 }
 
-static void test_fleet_under_faults(void **state) {
-  kl_fault_t f;
-  memset(&f, 0, sizeof(f));
-  f.rnd = 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid();
+/* What the run ends with: the publisher's and the store's counts, and
+ * what they imply. */
+typedef struct kl_figures {
+  kl__ledger_verdict_t v;
+  uint64_t published, republished, acked, failed, ids;
+  /* Every unique event has one idempotency key. An acknowledged event
+   * whose key the store lacks is lost; applies beyond one per key are
+   * doubles; a fenced owner's commit would show as both a double and a
+   * duplicate the next owner skipped beyond those re-published. */
+  uint64_t lost, twice, extra_dups;
+  int fenced, full_errors, clean, drained;
+  double drain_s;
+} kl_figures_t;
+
+static void kl_f_figures(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store,
+                         kl_figures_t *g) {
+  assert_int_equal(kl__ledger_gen_verify(pub->gen, store, f->topic, &g->v),
+                   KL_OK);
+  assert_int_equal(kl_store_id_count(store, &g->ids), KL_OK);
+  g->published = kl__ledger_gen_published(pub->gen);
+  g->republished = kl__ledger_gen_republished(pub->gen);
+  g->acked = kl__ledger_gen_acked(pub->gen);
+  g->failed = kl__ledger_gen_failed(pub->gen);
+  g->lost = g->published > g->ids ? g->published - g->ids : 0;
+  g->twice = g->v.applied > g->ids ? g->v.applied - g->ids : 0;
+  g->extra_dups =
+      g->v.duplicates > g->republished ? g->v.duplicates - g->republished : 0;
+  g->fenced = kl_f_count_all(f, "fenced partition=");
+  g->full_errors = kl_f_count_all(f, KL_F_FULL);
+}
+
+#define KL_F_ROW "  %-34s "
+
+static void kl_f_print_faults(const kl_fault_t *f, const kl_figures_t *g) {
+  const kl_plan_t *p = f->plan;
+  printf(KL_F_ROW "%d SIGKILL, each restarted (%d starts after a death, "
+                  "refused ones included), %d SIGSTOP past the %d ms session "
+                  "(%d frozen between handler and commit)\n",
+         "faults", f->kills, f->restarts, f->stops, p->session_ms,
+         f->stops_paused);
+  if (f->broker_state == 4)
+    printf(KL_F_ROW "broker %d, leader of partition 0, killed; back after "
+                    "%.1f s (restart rc %d)\n",
+           "broker", f->broker_node, f->broker_secs, f->broker_rc);
+  else
+    printf(KL_F_ROW "%s\n", "broker",
+           f->no_broker[0] ? f->no_broker : "not done");
+  if (f->unpriv)
+    printf(KL_F_ROW "%.1f s; %d worker starts refused by it\n",
+           "store read-only", f->ro_secs, f->ro_refused);
+  else
+    printf(KL_F_ROW "%s\n", "store read-only", f->no_ro);
+  if (f->tmpfs)
+    printf(KL_F_ROW "%.1f s; %d commit or acquire errors logged\n",
+           "store file system full", f->full_secs, g->full_errors);
+  else
+    printf(KL_F_ROW "%s\n", "store file system full", f->no_full);
+  printf(KL_F_ROW "%d of %d exited 0 on SIGTERM; %d other failed exits\n",
+         "fleet at the end", g->clean, p->workers, f->bad_exits);
+}
+
+static void kl_f_print(const kl_fault_t *f, const kl_pub_t *pub,
+                       const kl_figures_t *g) {
+  const kl_plan_t *p = f->plan;
+  const kl__ledger_verdict_t *v = &g->v;
+  printf("fault suite on %s: %d s of faults, drained in %.1f s%s\n", p->name,
+         p->chaos_s, g->drain_s, g->drained ? " (NOT caught up)" : "");
+  printf(KL_F_ROW "%" PRIu64 " over %" PRIu64 " keys\n", "published (unique)",
+         g->published, v->keys);
+  printf(KL_F_ROW "%" PRIu64 " (%.1f %%)\n", "re-published, same id",
+         g->republished,
+         g->published ? 100.0 * (double)g->republished / (double)g->published
+                      : 0);
+  printf(KL_F_ROW "%" PRIu64 " (not acknowledged: %" PRIu64
+                  ", not queued: %" PRIu64 ")\n",
+         "acknowledged by Kafka (acks=all)", g->acked, g->failed, pub->errors);
+  printf(KL_F_ROW "%" PRIu64 "\n", "applied", v->applied);
+  printf(KL_F_ROW "%" PRIu64 "\n", "duplicates suppressed", v->duplicates);
+  printf(KL_F_ROW "%" PRIu64 "\n", "idempotency keys in the store", g->ids);
+  printf(KL_F_ROW "%" PRIu64 "\n", "lost", g->lost);
+  printf(KL_F_ROW "%" PRIu64 "\n", "idempotency keys applied twice", g->twice);
+  printf(KL_F_ROW "%" PRIu64 "\n", "per-key order violations", v->violations);
+  printf(KL_F_ROW "%" PRIu64 " (fenced batches logged: %d)\n",
+         "commits by a fenced owner", g->extra_dups + g->twice, g->fenced);
+  printf(KL_F_ROW "%" PRIu64 " of %" PRIu64 " keys match (wrong: %" PRIu64
+                  "), %" PRIu64 " of %d partitions caught up\n",
+         "balances and last seq", v->keys_ok, v->keys, v->keys_bad,
+         v->caught_up, p->partitions);
+  kl_f_print_faults(f, g);
+  fflush(stdout);
+}
+
+static void kl_f_assert(const kl_fault_t *f, const kl_figures_t *g) {
+  const kl_plan_t *p = f->plan;
+  assert_int_equal(g->drained, 0);
+  assert_int_equal(g->failed, 0);
+  assert_int_equal(g->acked, g->published + g->republished);
+  assert_true(g->republished * 20 >= g->published); /* >= 5 % */
+  assert_int_equal(g->lost, 0);
+  assert_int_equal(g->twice, 0);
+  assert_int_equal(g->extra_dups, 0);
+  assert_int_equal(g->v.violations, 0);
+  assert_int_equal(g->v.keys_bad, 0);
+  assert_int_equal(g->v.keys_ok, g->v.keys);
+  assert_int_equal(g->v.applied, g->published);
+  assert_int_equal(g->v.duplicates, g->republished);
+  assert_true(g->v.ok);
+  assert_true(f->kills >= p->min_kills);
+  assert_true(f->stops >= p->min_stops);
+  assert_true(g->fenced >= 1 || f->stops_paused == 0);
+  if (p->broker_at_s >= 0 && f->kafka_dir && *f->kafka_dir) {
+    assert_int_equal(f->broker_state, 4);
+    assert_int_equal(f->broker_rc, 0);
+  }
+  if (f->unpriv)
+    assert_true(f->ro_refused >= 1);
+  if (f->tmpfs)
+    assert_true(g->full_errors >= 1);
+}
+
+/* The plan by the cluster, a directory for logs and the store, the store,
+ * the cluster and its topic. */
+static void kl_f_setup(kl_fault_t *f, kl_store_t **store) {
+  memset(f, 0, sizeof(*f));
+  f->rnd = 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid();
   const char *boot = getenv("KEYLANE_TEST_BOOTSTRAP");
-  f.plan = boot && *boot ? &kl_plan_kafka : &kl_plan_embedded;
-  const kl_plan_t *p = f.plan;
-  f.kafka_dir = getenv("KEYLANE_TEST_KAFKA_DIR");
-  if (p->broker_at_s >= 0 && !(f.kafka_dir && *f.kafka_dir))
-    snprintf(f.no_broker, sizeof(f.no_broker),
-             "skipped: "
-             "KEYLANE_TEST_KAFKA_DIR names no kafka.sh cluster to kill in");
-  else if (p->broker_at_s < 0)
-    snprintf(f.no_broker, sizeof(f.no_broker), "none on the embedded cluster");
-  snprintf(f.dir, sizeof(f.dir), "/tmp/keylane-fault-XXXXXX");
-  assert_non_null(mkdtemp(f.dir));
-  chmod(f.dir, 0755);
+  f->plan = boot && *boot ? &kl_plan_kafka : &kl_plan_embedded;
+  f->kafka_dir = getenv("KEYLANE_TEST_KAFKA_DIR");
+  if (f->plan->broker_at_s < 0)
+    snprintf(f->no_broker, sizeof(f->no_broker),
+             "none on the embedded cluster");
+  else if (!(f->kafka_dir && *f->kafka_dir))
+    snprintf(f->no_broker, sizeof(f->no_broker),
+             "skipped: KEYLANE_TEST_KAFKA_DIR names no kafka.sh cluster");
+  snprintf(f->dir, sizeof(f->dir), "/tmp/keylane-fault-XXXXXX");
+  assert_non_null(mkdtemp(f->dir));
+  chmod(f->dir, 0755);
   /* Before any thread exists: the mount namespace is the calling
    * thread's, and the workers are forked from this one. */
-  kl_f_store_setup(&f);
-  assert_int_equal(kl_t_cluster_new(3, "fault", p->partitions, &f.cluster),
-                   KL_OK);
-  f.topic = kl_t_topic(f.cluster);
-  f.group = kl_t_group(f.cluster, "fault");
+  kl_f_store_setup(f);
+  assert_int_equal(
+      kl_t_cluster_new(3, "fault", f->plan->partitions, &f->cluster), KL_OK);
+  f->topic = kl_t_topic(f->cluster);
+  f->group = kl_t_group(f->cluster, "fault");
+  assert_int_equal(kl_store_open(f->store_dir, NULL, store), KL_OK);
+  kl_f_store_own(f);
+}
+
+static void test_fleet_under_faults(void **state) {
+  kl_fault_t f;
   kl_store_t *store;
-  assert_int_equal(kl_store_open(f.store_dir, NULL, &store), KL_OK);
-  kl_f_store_own(&f);
+  kl_f_setup(&f, &store);
+  const kl_plan_t *p = f.plan;
   kl_pub_t pub = {kl__ledger_gen_new(p->keys, p->partitions, 0), NULL, 0, 0};
   pub.producer = kl_t_producer(kl_t_bootstrap(f.cluster), pub.gen);
   assert_non_null(pub.producer);
@@ -656,79 +782,16 @@ static void test_fleet_under_faults(void **state) {
           p->workers, f.unpriv ? " as nobody" : "", f.store_dir,
           f.tmpfs ? " (tmpfs)" : "", f.dir);
 
-  int64_t t_start = kl_f_now();
-  kl_f_restart(&f, t_start);
+  kl_figures_t g = {0};
+  kl_f_restart(&f, kl_f_now());
   assert_int_equal(kl__ledger_gen_wait(pub.gen, store, f.topic, 1, 60000), 0);
   kl_f_chaos(&f, &pub, store);
   int64_t t_drain = kl_f_now();
-  int drained = kl_f_drain(&f, &pub, store);
-  double drain_s = (double)(kl_f_now() - t_drain) / KL_F_NS;
-  int clean = kl_f_stop_fleet(&f);
-
-  kl__ledger_verdict_t v;
-  uint64_t ids = 0;
-  assert_int_equal(kl__ledger_gen_verify(pub.gen, store, f.topic, &v), KL_OK);
-  assert_int_equal(kl_store_id_count(store, &ids), KL_OK);
-  uint64_t published = kl__ledger_gen_published(pub.gen);
-  uint64_t republished = kl__ledger_gen_republished(pub.gen);
-  uint64_t acked = kl__ledger_gen_acked(pub.gen);
-  uint64_t failed = kl__ledger_gen_failed(pub.gen);
-  /* Every unique event has one idempotency key. An acknowledged event
-   * whose key the store lacks is lost; applies beyond one per key are
-   * doubles; a fenced owner's commit would show as both a double and a
-   * duplicate the next owner skipped beyond those re-published. */
-  uint64_t lost = published > ids ? published - ids : 0;
-  uint64_t twice = v.applied > ids ? v.applied - ids : 0;
-  uint64_t extra_dups =
-      v.duplicates > republished ? v.duplicates - republished : 0;
-  int fenced = kl_f_count_all(&f, "fenced partition=");
-  int full_retries = kl_f_count_all(&f, KL_F_FULL);
-
-  printf("fault suite on %s: %.0f s of faults, drained in %.1f s%s\n", p->name,
-         (double)p->chaos_s, drain_s, drained ? " (NOT caught up)" : "");
-  printf("  %-34s %" PRIu64 " over %" PRIu64 " keys\n", "published (unique)",
-         published, v.keys);
-  printf("  %-34s %" PRIu64 " (%.1f %%)\n", "re-published, same id",
-         republished,
-         published ? 100.0 * (double)republished / (double)published : 0);
-  printf("  %-34s %" PRIu64 " (not acknowledged: %" PRIu64
-         ", not queued: %" PRIu64 ")\n",
-         "acknowledged by Kafka (acks=all)", acked, failed, pub.errors);
-  printf("  %-34s %" PRIu64 "\n", "applied", v.applied);
-  printf("  %-34s %" PRIu64 "\n", "duplicates suppressed", v.duplicates);
-  printf("  %-34s %" PRIu64 "\n", "idempotency keys in the store", ids);
-  printf("  %-34s %" PRIu64 "\n", "lost", lost);
-  printf("  %-34s %" PRIu64 "\n", "idempotency keys applied twice", twice);
-  printf("  %-34s %" PRIu64 "\n", "per-key order violations", v.violations);
-  printf("  %-34s %" PRIu64 " (fenced batches logged: %d)\n",
-         "commits by a fenced owner", extra_dups + twice, fenced);
-  printf("  %-34s %" PRIu64 " of %" PRIu64 " keys match (wrong: %" PRIu64
-         "), %" PRIu64 " of %d partitions caught up\n",
-         "balances and last seq", v.keys_ok, v.keys, v.keys_bad, v.caught_up,
-         p->partitions);
-  printf("  %-34s %d SIGKILL, each restarted (%d starts after a death, "
-         "refused ones included), %d SIGSTOP past the %d ms session (%d "
-         "frozen between handler and commit)\n",
-         "faults", f.kills, f.restarts, f.stops, p->session_ms, f.stops_paused);
-  if (f.broker_state == 4)
-    printf("  %-34s broker %d, leader of partition 0, killed; back after "
-           "%.1f s (restart rc %d)\n",
-           "broker", f.broker_node, f.broker_secs, f.broker_rc);
-  else
-    printf("  %-34s %s\n", "broker", f.no_broker[0] ? f.no_broker : "not done");
-  if (f.unpriv)
-    printf("  %-34s %.1f s; %d worker starts refused by it\n",
-           "store read-only", f.ro_secs, f.ro_refused);
-  else
-    printf("  %-34s %s\n", "store read-only", f.no_ro);
-  if (f.tmpfs)
-    printf("  %-34s %.1f s; %d commit or acquire errors logged\n",
-           "store file system full", f.full_secs, full_retries);
-  else
-    printf("  %-34s %s\n", "store file system full", f.no_full);
-  printf("  %-34s %d of %d exited 0 on SIGTERM; %d other failed exits\n",
-         "fleet at the end", clean, p->workers, f.bad_exits);
-  fflush(stdout);
+  g.drained = kl_f_drain(&f, &pub, store);
+  g.drain_s = (double)(kl_f_now() - t_drain) / KL_F_NS;
+  g.clean = kl_f_stop_fleet(&f);
+  kl_f_figures(&f, &pub, store, &g);
+  kl_f_print(&f, &pub, &g);
 
   kl_producer_destroy(pub.producer);
   kl__ledger_gen_destroy(pub.gen);
@@ -736,36 +799,12 @@ static void test_fleet_under_faults(void **state) {
   kl_t_cluster_destroy(f.cluster);
   if (f.tmpfs)
     umount2(f.store_dir, MNT_DETACH);
-  int ok = v.ok && lost == 0 && twice == 0 && extra_dups == 0;
-  if (ok && !getenv("KEYLANE_TEST_KEEP"))
+  if (g.v.ok && g.lost + g.twice + g.extra_dups == 0 &&
+      !getenv("KEYLANE_TEST_KEEP"))
     kl_t_rmrf(f.dir);
   else
-    fprintf(stderr, "fault: logs and store kept in %s\n", f.dir);
-
-  assert_int_equal(drained, 0);
-  assert_int_equal(failed, 0);
-  assert_int_equal(acked, published + republished);
-  assert_true(republished * 20 >= published); /* >= 5 % */
-  assert_int_equal(lost, 0);
-  assert_int_equal(twice, 0);
-  assert_int_equal(extra_dups, 0);
-  assert_int_equal(v.violations, 0);
-  assert_int_equal(v.keys_bad, 0);
-  assert_int_equal(v.keys_ok, v.keys);
-  assert_int_equal(v.applied, published);
-  assert_int_equal(v.duplicates, republished);
-  assert_true(v.ok);
-  assert_true(f.kills >= p->min_kills);
-  assert_true(f.stops >= p->min_stops);
-  assert_true(fenced >= 1 || f.stops_paused == 0);
-  if (p->broker_at_s >= 0 && f.kafka_dir && *f.kafka_dir) {
-    assert_int_equal(f.broker_state, 4);
-    assert_int_equal(f.broker_rc, 0);
-  }
-  if (f.unpriv)
-    assert_true(f.ro_refused >= 1);
-  if (f.tmpfs)
-    assert_true(full_retries >= 1);
+    fprintf(stderr, "fault: worker logs kept in %s\n", f.dir);
+  kl_f_assert(&f, &g);
 }
 
 int main(void) {
