@@ -34,17 +34,33 @@
 #define STOCK 30
 
 static const char *kl_topic, *kl_group;
-static pid_t kl_pids[2]; /* the worker processes, > 0 while running */
 
-/* A failed assertion must not leave worker processes behind (the server
- * goes by itself: see support/pg.h). */
-static int kl_kill_workers(void **state) {
+/* What the test holds, released by the teardown even when an assertion or
+ * a skip leaves the test early: no worker process, no server, no leak. */
+static struct {
+  pid_t pids[2]; /* the worker processes, > 0 while running */
+  kl_t_pg_t *pg;
+  kl_store_t *store;
+  PGconn *admin;
+  kl_t_cluster_t *cluster;
+  kl_producer_t *producer;
+  char dir[64];
+} kl_fx;
+
+static int kl_fx_down(void **state) {
   for (int i = 0; i < 2; i++)
-    if (kl_pids[i] > 0) {
-      kill(kl_pids[i], SIGKILL);
-      waitpid(kl_pids[i], NULL, 0);
-      kl_pids[i] = 0;
+    if (kl_fx.pids[i] > 0) {
+      kill(kl_fx.pids[i], SIGKILL);
+      waitpid(kl_fx.pids[i], NULL, 0);
     }
+  kl_producer_destroy(kl_fx.producer);
+  kl_t_cluster_destroy(kl_fx.cluster);
+  PQfinish(kl_fx.admin);
+  kl_store_destroy(kl_fx.store);
+  kl_t_pg_stop(kl_fx.pg);
+  if (kl_fx.dir[0])
+    kl_t_rmrf(kl_fx.dir);
+  memset(&kl_fx, 0, sizeof(kl_fx));
   return 0;
 }
 
@@ -143,17 +159,17 @@ static void kl_assert_stock(PGconn *admin, const kl_orders_t *o) {
 
 static void test_sigstop_holding_row_locks(void **state) {
   char why[2048];
-  kl_t_pg_t *pg = kl_t_pg_start(0, why, sizeof(why));
+  kl_t_pg_t *pg = kl_fx.pg = kl_t_pg_start(0, why, sizeof(why));
   if (!pg) {
     fprintf(stderr, "skipped: %s\n", why);
     skip();
   }
-  char uri[256], dir[64];
+  char uri[256], *dir = kl_fx.dir;
   assert_int_equal(kl_t_pg_createdb(pg, "fleet", uri, sizeof(uri)), 0);
   kl_t_tmpdir(dir);
-  kl_store_t *store;
-  assert_int_equal(kl_store_open(uri, NULL, &store), KL_OK);
-  PGconn *admin = PQconnectdb(uri);
+  assert_int_equal(kl_store_open(uri, NULL, &kl_fx.store), KL_OK);
+  kl_store_t *store = kl_fx.store;
+  PGconn *admin = kl_fx.admin = PQconnectdb(uri);
   kl_sql(admin, KL__INVENTORY_STOCK_DDL);
   char sql[128];
   snprintf(sql, sizeof(sql),
@@ -162,19 +178,20 @@ static void test_sigstop_holding_row_locks(void **state) {
            STOCK, SKUS - 1);
   kl_sql(admin, sql);
 
-  kl_t_cluster_t *cluster;
-  assert_int_equal(kl_t_cluster_new(1, "inv", PARTS, &cluster), KL_OK);
+  assert_int_equal(kl_t_cluster_new(1, "inv", PARTS, &kl_fx.cluster), KL_OK);
+  kl_t_cluster_t *cluster = kl_fx.cluster;
   kl_topic = kl_t_topic(cluster);
   kl_group = kl_t_group(cluster, "inv");
   const char *boot = kl_t_bootstrap(cluster);
   kl_conf_t *conf = kl_conf_new();
   kl_conf_set(conf, "kafka.bootstrap.servers", boot, NULL, 0);
   kl_orders_t o = {NULL, 0, {0}};
-  assert_int_equal(kl_producer_new(conf, NULL, NULL, &o.producer), KL_OK);
+  assert_int_equal(kl_producer_new(conf, NULL, NULL, &kl_fx.producer), KL_OK);
+  o.producer = kl_fx.producer;
   kl_conf_destroy(conf);
 
   char line[1024];
-  pid_t *pids = kl_pids;
+  pid_t *pids = kl_fx.pids;
   pids[0] = kl_spawn_worker(boot, uri, dir, 0);
   pids[1] = kl_spawn_worker(boot, uri, dir, 1);
   kl_orders_publish(&o, 80);
@@ -246,19 +263,11 @@ static void test_sigstop_holding_row_locks(void **state) {
   uint64_t ids;
   assert_int_equal(kl_store_id_count(store, &ids), KL_OK);
   assert_int_equal(ids, (uint64_t)o.published);
-
-  kl_producer_destroy(o.producer);
-  kl_t_cluster_destroy(cluster);
-  PQfinish(admin);
-  kl_store_destroy(store);
-  kl_t_pg_stop(pg);
-  kl_t_rmrf(dir);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_teardown(test_sigstop_holding_row_locks,
-                                kl_kill_workers),
+      cmocka_unit_test_teardown(test_sigstop_holding_row_locks, kl_fx_down),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
