@@ -268,7 +268,7 @@ static const http_parser_settings kl_ms_settings = {
     .on_url = kl_ms_on_url, .on_message_complete = kl_ms_on_complete};
 
 static void kl_ms_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
-  static __thread char chunk[4096]; /* used before the next read */
+  static _Thread_local char chunk[4096]; /* consumed before the next read */
   *buf = uv_buf_init(chunk, sizeof(chunk));
 }
 
