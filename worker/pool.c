@@ -35,10 +35,12 @@ static kl__outcome_t kl_outcome(kl_handler_result_t r,
 }
 
 /* Runs one event on @p base (a snapshot or the lane's group txn). */
-static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
+static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base,
+                         int sql) {
   kl__lanes_t *lanes = x->pool->lanes;
   kl__child_t child;
   kl__child_init(&child, base, &lanes->mu, &job->lane->ov);
+  child.sql = sql;
   kl__apply_result_t res;
   memset(&res, 0, sizeof(res));
   kl_event_t event;
@@ -49,6 +51,12 @@ static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   if (!res.failed_err) {
     run.id = event.id;
     run.id_len = event.id_len;
+  }
+  /* The event's SQL ends with its verdict. If that fails the group
+   * transaction is lost anyway: its commit fails and the lane rewinds. */
+  if (kl__child_end(&child, r == KL_HANDLER_OK)) {
+    run.outcome = KL__RUN_STORE;
+    run.why = kl_err_detail();
   }
   kl__lanes_done(lanes, job, &run);
   kl__child_destroy(&child);
@@ -76,7 +84,7 @@ static void *kl_exec_main(void *opaque) {
       kl_exec_begin_failed(lanes, &job, err);
       continue;
     }
-    kl_exec_step(x, &job, snap);
+    kl_exec_step(x, &job, snap, 0);
     kl_store_abort(snap);
   }
   return NULL;
@@ -93,7 +101,7 @@ int kl__pool_run_inline(kl__pool_t *pool, int budget_ms) {
     if (err)
       kl_exec_begin_failed(pool->lanes, &job, err);
     else
-      kl_exec_step(x, &job, batch);
+      kl_exec_step(x, &job, batch, 1);
     n++;
   }
   return n;

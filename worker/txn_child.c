@@ -5,6 +5,7 @@
  */
 #include "worker/txn_child.h"
 
+#include <libpq-fe.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -265,6 +266,36 @@ static void kl_child_count_duplicate(kl_txn_t *txn) {
   ((kl__child_t *)txn)->duplicates++;
 }
 
+static void *kl_child_pg_conn(kl_txn_t *txn) {
+  kl__child_t *c = (kl__child_t *)txn;
+  if (!c->sql)
+    return NULL;
+  if (!c->pg && (c->pg = kl_txn_pg_conn(c->snap)) != NULL) {
+    PGresult *res = PQexec(c->pg, "SAVEPOINT keylane_event");
+    c->savepoint = PQresultStatus(res) == PGRES_COMMAND_OK;
+    PQclear(res); /* if not, the handler's statements fail: it retries */
+  }
+  return c->pg;
+}
+
+kl_err_t kl__child_end(kl__child_t *child, int ok) {
+  if (!child->pg)
+    return KL_OK;
+  if (!child->savepoint)
+    return kl__err(KL_ESTORE_BUSY, "postgresql: no savepoint for the "
+                                   "event's SQL");
+  PGresult *res = PQexec(child->pg, ok ? "RELEASE SAVEPOINT keylane_event"
+                                       : "ROLLBACK TO SAVEPOINT keylane_event");
+  int done = PQresultStatus(res) == PGRES_COMMAND_OK;
+  kl_err_t err = done ? KL_OK
+                      : kl__err(KL_ESTORE_BUSY, "postgresql: %s the event's "
+                                "savepoint: %s", ok ? "release" : "roll back to",
+                                PQerrorMessage(child->pg));
+  PQclear(res);
+  child->savepoint = 0;
+  return err;
+}
+
 /* Only the txn operations: a child is never begun, committed or scanned
  * through the store API. */
 static const kl__store_ops_t kl_child_ops = {
@@ -275,6 +306,7 @@ static const kl__store_ops_t kl_child_ops = {
     .seen = kl_child_seen,
     .mark = kl_child_mark,
     .count_duplicate = kl_child_count_duplicate,
+    .pg_conn = kl_child_pg_conn,
 };
 
 static kl_store_t kl_child_store = {&kl_child_ops};

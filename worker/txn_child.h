@@ -15,8 +15,11 @@
  * kl_store_begin() (key-parallel mode), or the lane's open group
  * transaction (inline mode, one executor: the poll thread).
  *
- * kl_txn_pg_conn() on a child returns NULL: a handler's SQL cannot run on
- * a transaction that other events share concurrently.
+ * kl_txn_pg_conn(): in key-parallel mode NULL, since a handler's SQL
+ * cannot run on a transaction that other events share concurrently. In
+ * inline mode the group transaction's connection, inside a SAVEPOINT taken
+ * at the first call, so that RETRY and FAIL roll the event's SQL back as
+ * they discard its kv writes (kl__child_end()).
  *
  * Caveats: a child is used by one thread; the overlay only under @p mu.
  */
@@ -40,11 +43,21 @@ typedef struct kl__child {
   uint64_t duplicates;
   unsigned char *rbuf; /* a copy of the last value read from the overlay */
   size_t rcap;
+  int sql;       /* inline mode: lend snap's PostgreSQL connection */
+  void *pg;      /* the PGconn lent, once asked for */
+  int savepoint; /* SAVEPOINT taken on pg */
 } kl__child_t;
 
 /** Starts a child over @p snap (borrowed) and the overlay @p ov. */
 void kl__child_init(kl__child_t *child, kl_txn_t *snap, pthread_mutex_t *mu,
                     const kl__overlay_t *ov);
+
+/**
+ * Ends the event's SQL, if it ran any: RELEASE its savepoint when @p ok,
+ * else ROLLBACK TO it. @returns KL_OK, or KL_ESTORE_BUSY when that failed
+ * (the group transaction is then unusable: its commit fails).
+ */
+kl_err_t kl__child_end(kl__child_t *child, int ok);
 
 /** Discards the child's writes and frees what it holds. */
 void kl__child_destroy(kl__child_t *child);

@@ -53,7 +53,9 @@
  *   kl_store_begin() per event: a PostgreSQL store needs store.pg.pool
  *   >= N + 1), and kl_txn_pg_conn() returns NULL: a handler's own SQL
  *   cannot share one transaction with events running concurrently. Use
- *   the kl_txn_* calls, or concurrency 1.
+ *   the kl_txn_* calls, or concurrency 1, where the handler's SQL runs on
+ *   the group transaction inside a SAVEPOINT per event (RETRY and FAIL
+ *   roll it back).
  * - kl_worker_stop() may be called from any thread and from a signal
  *   handler.
  * - The handler must keep to its own partition's entities: writing another
