@@ -2,14 +2,22 @@
  * The worker's /metrics and /healthz (worker/metrics_server.h) on the
  * embedded cluster: the text parses with the strict checker and counts
  * what the worker applied; /healthz is 200 while it owns partitions and
- * 503 once the test takes the partitions' epochs and its commit is fenced.
+ * 503 once the test takes the partitions' epochs and its commit is fenced;
+ * bounds on connections; and `keylane worker --handler exec:...
+ * --metrics-listen` as a process (KEYLANE_BIN).
  */
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -161,10 +169,77 @@ static void test_bounds(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* A port nobody listens on now (a race with other programs is possible
+ * but harmless here: the worker would fail to start and the test say so). */
+static int kl_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in addr = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(addr);
+  assert_int_equal(bind(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+  getsockname(fd, (struct sockaddr *)&addr, &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+/* `keylane worker --handler exec:... --metrics-listen` as a process. */
+static void test_process_exec_and_metrics(void **state) {
+  char dir[64], listen[64], log[128];
+  kl_t_tmpdir(dir);
+  kl_t_cluster_t *cluster;
+  assert_int_equal(kl_t_cluster_new(1, "proc", 2, &cluster), KL_OK);
+  const char *topic = kl_t_topic(cluster);
+  assert_int_equal(kl_t_cluster_topic_create(cluster, "proc.dlq", 1), KL_OK);
+  kl__ledger_gen_t *gen = kl__ledger_gen_new(10, 2, 5);
+  kl_producer_t *producer = kl_t_producer(kl_t_bootstrap(cluster), gen);
+  for (int i = 0; i < 30; i++)
+    assert_int_equal(kl__ledger_gen_publish(gen, producer, topic), KL_OK);
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+  int port = kl_free_port();
+  snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+  snprintf(log, sizeof(log), "%s/worker.log", dir);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(kl_t_bin(), "keylane", "worker", "-b", kl_t_bootstrap(cluster),
+          "-t", topic, "-g", kl_t_group(cluster, "gp"), "--store", dir,
+          "--handler", "exec:while read -r l; do echo '{\"status\":\"ok\"}'; "
+          "done", "--handler-timeout-ms", "5000", "--session-timeout-ms",
+          "3000", "--metrics-listen", listen, (char *)NULL);
+    _exit(127);
+  }
+  int applied = 0;
+  kl_t_http_resp_t resp;
+  for (int i = 0; i < 300 && !applied; i++) {
+    kl_t_sleep_ms(100);
+    if (kl_get(port, "/metrics", &resp) != 0)
+      continue;
+    applied = strstr(resp.body, "keylane_worker_events_applied_total 30\n") !=
+              NULL;
+    kl_t_http_resp_free(&resp);
+  }
+  if (!applied)
+    fail_msg("the worker did not apply 30 events; see %s", log);
+  assert_int_equal(kl_get(port, "/healthz", &resp), 0);
+  assert_int_equal(resp.status, 200);
+  kl_t_http_resp_free(&resp);
+  kill(pid, SIGTERM);
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  kl_producer_destroy(producer);
+  kl__ledger_gen_destroy(gen);
+  kl_t_cluster_destroy(cluster);
+  kl_t_rmrf(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_metrics_and_healthz),
       cmocka_unit_test(test_bounds),
+      cmocka_unit_test(test_process_exec_and_metrics),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
