@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +35,8 @@ static pid_t kl_spawn_worker(const char *boot, const char *dir, int i) {
   pid_t pid = fork();
   if (pid)
     return pid;
+  /* A failed assertion must not leave workers running after the test. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
   int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
   dup2(fd, 1);
   dup2(fd, 2);

@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -68,6 +69,8 @@ static pid_t kl_demo_spawn(kl_demo_t *demo, int i) {
   pid_t pid = fork();
   if (pid != 0)
     return pid;
+  /* A worker must not outlive a demo that was interrupted or crashed. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
   int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (fd >= 0) {
     dup2(fd, STDOUT_FILENO);
