@@ -10,7 +10,6 @@
  * callback, before the partition is given up.
  */
 #include <inttypes.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +35,7 @@ struct kl_worker {
   kl__lanes_t *lanes;
   kl__pool_t *pool;
   int threads; /* executors: 0 in inline mode */
-  volatile sig_atomic_t stop;
+  atomic_int stop; /* lock-free: safe from a signal handler and threads */
   int assigned_once; /* a rebalance callback has assigned to this member */
   _Atomic int32_t owned;
 };
@@ -298,7 +297,7 @@ static void kl_worker_loop(kl_worker_t *worker) {
   int64_t last_sweep = 0;
   while (!worker->stop) {
     int busy = worker->threads == 0 && kl__lanes_has_ready(worker->lanes);
-    kl_consume(worker, busy ? 0 : 5, 1000);
+    kl_consume(worker, busy ? 0 : 5, 10000);
     if (worker->threads == 0)
       kl__pool_run_inline(worker->pool, 20);
     kl__dlq_poll(worker->dlq, 0);
