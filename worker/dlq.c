@@ -105,9 +105,9 @@ void kl__dlq_destroy(kl__dlq_t *dlq) {
     return;
   /* Letters still in flight belong to lanes that were released: their
    * records are re-consumed by the next owner and written again. */
+  dlq->ack = NULL; /* the lanes may be gone already */
   rd_kafka_flush(dlq->rk, 2000);
   rd_kafka_purge(dlq->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-  dlq->ack = NULL;
   rd_kafka_poll(dlq->rk, 0);
   rd_kafka_destroy(dlq->rk);
   free(dlq);
