@@ -18,13 +18,18 @@
 #define KL_COMP "worker"
 #define KL_REPORT_NS (10LL * 1000000000)
 
+/* Out of memory mid-lane: nothing half-applied can be committed, so the
+ * process ends and a restarted worker resumes from the store. */
+static void kl_oom(void) {
+  KL_LOG_E(KL_COMP, "out of memory in the lanes: exiting; a restarted "
+                    "worker resumes from the store");
+  abort();
+}
+
 static void *kl_xcalloc(size_t n, size_t size) {
   void *p = calloc(n ? n : 1, size);
-  if (!p) {
-    KL_LOG_E(KL_COMP, "out of memory in the lanes: exiting; a restarted "
-                      "worker resumes from the store");
-    abort();
-  }
+  if (!p)
+    kl_oom();
   return p;
 }
 
@@ -35,7 +40,7 @@ kl_err_t kl__slots_push(kl__slots_t *s, kl__slot_t *slot) {
     size_t cap = s->cap ? s->cap * 2 : 16;
     kl__slot_t **v = realloc(s->v, cap * sizeof(*v));
     if (!v)
-      kl_xcalloc((size_t)-1, (size_t)-1); /* aborts */
+      kl_oom();
     s->v = v;
     s->cap = cap;
   }
@@ -214,7 +219,8 @@ void kl__lane_drop(kl__lanes_t *lanes, kl__lane_t *lane) {
       next = k->hnext;
       free(k);
     }
-  memset(lane->keys, 0, lane->keys_cap * sizeof(*lane->keys));
+  if (lane->keys) /* memset(NULL, 0, 0) is undefined behaviour */
+    memset(lane->keys, 0, lane->keys_cap * sizeof(*lane->keys));
   lane->keys_count = 0;
   lanes->waiting_keys -= lane->waiting.n;
   lane->ready.n = lane->final.n = lane->waiting.n = lane->dlq.n = 0;
@@ -371,7 +377,7 @@ static void kl_done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
     /* The same id completed in another key first: skip this one too. */
     dup = kl__child_seen_elsewhere(run->child, &lane->ov);
     if (!dup && kl__child_merge(run->child, &lane->ov, slot->key))
-      kl_xcalloc((size_t)-1, (size_t)-1); /* aborts */
+      kl_oom();
   }
   slot->duplicate = dup;
   kl__lane_finish(lanes, lane, slot, KL__SLOT_DONE, now);
@@ -658,7 +664,7 @@ void kl__lanes_reserve(kl__lanes_t *lanes, int32_t count) {
   pthread_mutex_lock(&lanes->mu);
   kl__lane_t **v = realloc(lanes->lanes, (size_t)count * sizeof(*v));
   if (!v)
-    kl_xcalloc((size_t)-1, (size_t)-1); /* aborts */
+    kl_oom();
   for (int32_t p = lanes->count; p < count; p++)
     v[p] = NULL;
   lanes->lanes = v;
