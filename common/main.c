@@ -12,7 +12,7 @@ static const struct {
     /* {"name", kl__cmd_name, "one-line summary"}, one per subcommand */
     {"route", kl__cmd_route, "print the partition each key routes to"},
     {"publish", kl__cmd_publish, "publish JSON-line events from stdin"},
-    {"broker", kl__cmd_broker, "run the embedded Kafka-protocol cluster"},
+    {"broker", kl__cmd_broker, "run the HTTP publish gateway or the embedded cluster"},
     {"worker", kl__cmd_worker, "run one worker of the fleet"},
     {"ledger", kl__cmd_ledger, "print the ledger handler's balances"},
     {"demo", kl__cmd_demo, "run the whole system on an embedded cluster"},
