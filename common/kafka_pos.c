@@ -8,6 +8,8 @@
 #include <time.h>
 
 #include "common/internal.h"
+#include "common/kafka.h"
+#include "common/log.h"
 
 #define KL_POS_FORMS                                                           \
   "an offset, beginning, end, watermark, @MS (ms since 1970), "                \
@@ -310,5 +312,101 @@ kl_err_t kl__kafka_resolve(rd_kafka_t *rk, const char *topic,
     err = kl_resolve_time(rk, topic, ranges, count, from->value, 0, timeout_ms);
   if (!err && to->kind == KL__POS_TIME)
     err = kl_resolve_time(rk, topic, ranges, count, to->value, 1, timeout_ms);
+  return err;
+}
+
+/* ---- reading ranges ----------------------------------------------------- */
+
+kl_err_t kl__kafka_reader_new(const kl_conf_t *conf, const char *client_id,
+                              const char *reset, rd_kafka_t **out) {
+  const char *const defaults[] = {"client.id", client_id,
+                                  "group.id", client_id,
+                                  "enable.auto.commit", "false",
+                                  "enable.auto.offset.store", "false",
+                                  "enable.partition.eof", "true",
+                                  "auto.offset.reset", reset,
+                                  NULL};
+  rd_kafka_conf_t *kconf = rd_kafka_conf_new();
+  kl_err_t err = kl__kafka_conf_apply(kconf, conf, defaults);
+  if (err) {
+    rd_kafka_conf_destroy(kconf);
+    return err;
+  }
+  char errstr[512];
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, kconf, errstr,
+                                sizeof(errstr));
+  if (!rk) {
+    rd_kafka_conf_destroy(kconf);
+    return kl__err(KL_EKAFKA, "cannot create a consumer: %s", errstr);
+  }
+  rd_kafka_poll_set_consumer(rk);
+  *out = rk;
+  return KL_OK;
+}
+
+static kl_err_t kl_read_assign(rd_kafka_t *rk, const char *topic,
+                               const kl__tp_range_t *ranges, size_t count,
+                               size_t *open) {
+  rd_kafka_topic_partition_list_t *l =
+      rd_kafka_topic_partition_list_new((int)count);
+  *open = 0;
+  for (size_t i = 0; i < count; i++)
+    if (ranges[i].start < ranges[i].end) {
+      rd_kafka_topic_partition_list_add(l, topic, ranges[i].partition)
+          ->offset = ranges[i].start;
+      (*open)++;
+    }
+  rd_kafka_resp_err_t kerr = *open ? rd_kafka_assign(rk, l) : 0;
+  rd_kafka_topic_partition_list_destroy(l);
+  return kerr ? kl__err(KL_EKAFKA, "cannot assign the partitions of %s: %s",
+                        topic, rd_kafka_err2str(kerr))
+              : KL_OK;
+}
+
+/* The range of @p partition still being read, or NULL. */
+static kl__tp_range_t *kl_read_range(kl__tp_range_t *ranges, size_t count,
+                                     int32_t partition) {
+  for (size_t i = 0; i < count; i++)
+    if (ranges[i].partition == partition && ranges[i].start < ranges[i].end)
+      return &ranges[i];
+  return NULL;
+}
+
+/* One polled message; returns nonzero to stop. The range's start moves
+ * with the reading, up to its end (done). */
+static int kl_read_one(rd_kafka_message_t *m, kl__tp_range_t *r, size_t *open,
+                       kl__kafka_read_fn *cb, void *opaque) {
+  int flags = 0;
+  if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+    if (r && m->offset >= r->end)
+      r->start = r->end;
+  } else if (m->err) {
+    KL_LOG_W("kafka", "consume: %s", rd_kafka_message_errstr(m));
+  } else if (r && m->offset < r->end) {
+    r->start = m->offset + 1;
+    flags = cb(opaque, m);
+  } else if (r) {
+    r->start = r->end;
+  }
+  if (r && r->start >= r->end)
+    (*open)--;
+  if (!(flags & KL__READ_KEEP))
+    rd_kafka_message_destroy(m);
+  return flags & KL__READ_STOP;
+}
+
+kl_err_t kl__kafka_read(rd_kafka_t *rk, const char *topic,
+                        kl__tp_range_t *ranges, size_t count,
+                        kl__kafka_read_fn *cb, void *opaque,
+                        volatile int *stop) {
+  size_t open;
+  kl_err_t err = kl_read_assign(rk, topic, ranges, count, &open);
+  while (!err && open > 0 && !(stop && *stop)) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+    if (m && kl_read_one(m, kl_read_range(ranges, count, m->partition), &open,
+                         cb, opaque))
+      break;
+  }
+  rd_kafka_assign(rk, NULL);
   return err;
 }

@@ -26,6 +26,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "keylane/conf.h"
 #include "keylane/error.h"
 
 typedef enum kl__pos_kind {
@@ -89,5 +90,36 @@ kl_err_t kl__kafka_resolve(rd_kafka_t *rk, const char *topic,
                            kl__tp_range_t *ranges, size_t count,
                            const kl__pos_t *from, const kl__pos_t *to,
                            int timeout_ms);
+
+/**
+ * Creates a consumer for reading ranges by hand: assign() only, so it
+ * never joins a group (librdkafka polls through a group handle, so it gets
+ * the id @p client_id, which it never joins), no commits, partition EOF
+ * events, and @p reset as auto.offset.reset ("error": a start that
+ * retention deleted fails instead of skipping). "kafka.*" keys of @p conf
+ * reach it.
+ * @returns KL_OK and *out (rd_kafka_destroy() it), or KL_ECONF/KL_EKAFKA.
+ */
+kl_err_t kl__kafka_reader_new(const kl_conf_t *conf, const char *client_id,
+                              const char *reset, rd_kafka_t **out);
+
+/* What a kl__kafka_read_fn returns: flags. */
+#define KL__READ_KEEP 1 /* the callback took the message: not destroyed */
+#define KL__READ_STOP 2 /* stop reading */
+
+/** Called for each record of a range, in offset order per partition. */
+typedef int(kl__kafka_read_fn)(void *opaque, rd_kafka_message_t *m);
+
+/**
+ * Reads every record of @p ranges ([start, end) each) with @p rk, a
+ * reader, calling @p cb for each, until every range is read, @p cb says
+ * stop, or *@p stop (may be NULL) is set. Consume errors other than the
+ * end of a partition are logged and skipped.
+ * @returns KL_OK; KL_EKAFKA when the partitions cannot be assigned.
+ */
+kl_err_t kl__kafka_read(rd_kafka_t *rk, const char *topic,
+                        kl__tp_range_t *ranges, size_t count,
+                        kl__kafka_read_fn *cb, void *opaque,
+                        volatile int *stop);
 
 #endif

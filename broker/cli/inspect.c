@@ -16,7 +16,6 @@
 #include "common/cli/cli.h"
 #include "common/internal.h"
 #include "common/json_msgpack.h"
-#include "common/kafka.h"
 #include "common/kafka_pos.h"
 #include "keylane/event.h"
 #include "keylane/producer.h"
@@ -220,31 +219,6 @@ static void kl_print_record(kl_inspect_t *in, const rd_kafka_message_t *m) {
 
 /* ---- reading ---------------------------------------------------------- */
 
-static kl_err_t kl_inspect_consumer(kl_inspect_t *in) {
-  static const char *const defaults[] = {
-      "client.id", "keylane-inspect",
-      "group.id", "keylane-inspect", /* polled through it; never joined */
-      "enable.auto.commit", "false",
-      "enable.auto.offset.store", "false",
-      "enable.partition.eof", "true",
-      "auto.offset.reset", "earliest",
-      NULL};
-  rd_kafka_conf_t *kconf = rd_kafka_conf_new();
-  kl_err_t err = kl__kafka_conf_apply(kconf, in->conf, defaults);
-  if (err) {
-    rd_kafka_conf_destroy(kconf);
-    return err;
-  }
-  char errstr[512];
-  in->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kconf, errstr, sizeof(errstr));
-  if (!in->rk) {
-    rd_kafka_conf_destroy(kconf);
-    return kl__err(KL_EKAFKA, "cannot create a consumer: %s", errstr);
-  }
-  rd_kafka_poll_set_consumer(in->rk);
-  return KL_OK;
-}
-
 /* The partitions to read: -p, else the partition --key routes to, else
  * all. */
 static kl_err_t kl_inspect_ranges(kl_inspect_t *in, kl__tp_range_t **out,
@@ -282,78 +256,26 @@ static kl_err_t kl_inspect_ranges(kl_inspect_t *in, kl__tp_range_t **out,
   return KL_OK;
 }
 
-static kl_err_t kl_inspect_assign(kl_inspect_t *in, kl__tp_range_t *ranges,
-                                  size_t count, size_t *open) {
-  rd_kafka_topic_partition_list_t *l =
-      rd_kafka_topic_partition_list_new((int)count);
-  *open = 0;
-  for (size_t i = 0; i < count; i++)
-    if (ranges[i].start < ranges[i].end) {
-      rd_kafka_topic_partition_list_add(l, in->topic, ranges[i].partition)
-          ->offset = ranges[i].start;
-      (*open)++;
-    }
-  rd_kafka_resp_err_t kerr = *open ? rd_kafka_assign(in->rk, l) : 0;
-  rd_kafka_topic_partition_list_destroy(l);
-  return kerr ? kl__err(KL_EKAFKA, "cannot assign the partitions of %s: %s",
-                        in->topic, rd_kafka_err2str(kerr))
-              : KL_OK;
-}
-
-static kl__tp_range_t *kl_range_of(kl__tp_range_t *ranges, size_t count,
-                                   int32_t partition) {
-  for (size_t i = 0; i < count; i++)
-    if (ranges[i].partition == partition)
-      return &ranges[i];
-  return NULL;
-}
-
-/* Marks a partition read to its end; @returns nonzero the first time. */
-static int kl_range_close(kl__tp_range_t *r) {
-  if (!r || r->start >= r->end)
-    return 0;
-  r->start = r->end;
-  return 1;
-}
-
-static kl_err_t kl_inspect_read(kl_inspect_t *in, kl__tp_range_t *ranges,
-                                size_t count, size_t open) {
-  while (open > 0 && !kl__cli_stop &&
-         (!in->count || in->printed < in->count)) {
-    rd_kafka_message_t *m = rd_kafka_consumer_poll(in->rk, 200);
-    if (!m)
-      continue;
-    kl__tp_range_t *r = kl_range_of(ranges, count, m->partition);
-    if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-      if (r && m->offset >= r->end)
-        open -= (size_t)kl_range_close(r);
-    } else if (m->err) {
-      fprintf(stderr, "keylane %s: %s\n", SUB, rd_kafka_message_errstr(m));
-    } else if (r && r->start < r->end && m->offset < r->end) {
-      kl_print_record(in, m);
-      if (m->offset + 1 >= r->end)
-        open -= (size_t)kl_range_close(r);
-    } else if (r && m->offset >= r->end) {
-      open -= (size_t)kl_range_close(r);
-    }
-    rd_kafka_message_destroy(m);
-  }
-  fflush(stdout);
-  return KL_OK;
+static int kl_inspect_record(void *opaque, rd_kafka_message_t *m) {
+  kl_inspect_t *in = opaque;
+  kl_print_record(in, m);
+  return in->count && in->printed >= in->count ? KL__READ_STOP : 0;
 }
 
 static int kl_inspect_run(kl_inspect_t *in) {
   kl__tp_range_t *ranges = NULL;
-  size_t count = 0, open = 0;
+  size_t count = 0;
   in->decoder = kl_decoder_new();
-  kl_err_t err = in->decoder ? kl_inspect_consumer(in) : KL_ENOMEM;
+  kl_err_t err = in->decoder ? kl__kafka_reader_new(in->conf, "keylane-inspect",
+                                                    "earliest", &in->rk)
+                             : KL_ENOMEM;
   if (!err)
     err = kl_inspect_ranges(in, &ranges, &count);
-  if (!err)
-    err = kl_inspect_assign(in, ranges, count, &open);
   if (!err) {
     kl__cli_on_signals();
-    err = kl_inspect_read(in, ranges, count, open);
+    err = kl__kafka_read(in->rk, in->topic, ranges, count, kl_inspect_record,
+                         in, &kl__cli_stop);
+    fflush(stdout);
   }
   int rc = KL_EXIT_OK;
   if (err)
