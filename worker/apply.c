@@ -26,7 +26,7 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
     snprintf(res->why, sizeof(res->why), "store: %s", kl_err_detail());
     return KL_HANDLER_RETRY;
   }
-  if (mark != KL_MARK_NONE) {
+  if (mark == KL_MARK_APPLIED || (mark != KL_MARK_NONE && !a->redrive)) {
     kl_txn_count_duplicate(txn);
     res->duplicates++;
     return KL_HANDLER_OK;

@@ -25,6 +25,7 @@ typedef struct kl__applier {
   kl__worker_hook_fn *before_commit; /* test hook; may be NULL */
   void *hook_opaque;
   int dry_run; /* run the handlers, then abort instead of committing */
+  int redrive; /* a dead-lettered id runs again (keylane replay --from-dlq) */
 } kl__applier_t;
 
 typedef struct kl__apply_result {

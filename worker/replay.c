@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include "common/internal.h"
-#include "common/kafka.h"
 #include "common/log.h"
 #include "worker/apply.h"
+#include "worker/letters.h"
 
 #define KL_COMP "replay"
 #define KL_KAFKA_TIMEOUT_MS 10000
@@ -39,6 +39,8 @@ struct kl__replay {
   kl__applier_t applier;  /* the store's */
   kl__applier_t scratch;  /* a dry run's empty store, for epoch-0 parts */
   char scratch_dir[64];
+  kl__letters_t letters; /* the fleet's dead letters, once needed */
+  int letters_read;
 };
 
 const char *kl__replay_status_name(kl__replay_status_t status) {
@@ -59,35 +61,6 @@ static void kl_sleep_ms(int ms) {
 }
 
 /* ---- setup ------------------------------------------------------------ */
-
-static kl_err_t kl_replay_consumer(kl__replay_t *r) {
-  static const char *const defaults[] = {
-      "client.id", "keylane-replay",
-      /* librdkafka polls a consumer through its group handle, so it needs
-       * an id; assign() without subscribe() never joins that group. */
-      "group.id", "keylane-replay",
-      "enable.auto.commit", "false",
-      "enable.auto.offset.store", "false",
-      "enable.partition.eof", "true",
-      /* A start that retention deleted meanwhile must fail, not skip. */
-      "auto.offset.reset", "error",
-      NULL};
-  rd_kafka_conf_t *kconf = rd_kafka_conf_new();
-  kl_err_t err = kl__kafka_conf_apply(kconf, r->opts.conf, defaults);
-  if (err) {
-    rd_kafka_conf_destroy(kconf);
-    return err;
-  }
-  char errstr[512];
-  r->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kconf, errstr, sizeof(errstr));
-  if (!r->rk) {
-    rd_kafka_conf_destroy(kconf);
-    return kl__err(KL_EKAFKA, "cannot create the replay's consumer: %s",
-                   errstr);
-  }
-  rd_kafka_poll_set_consumer(r->rk);
-  return KL_OK;
-}
 
 static kl_err_t kl_replay_topic(kl__replay_t *r) {
   kl_err_t err = kl__kafka_partition_count(r->rk, r->opts.topic,
@@ -164,7 +137,11 @@ kl_err_t kl__replay_new(const kl__replay_opts_t *opts, kl__replay_t **out) {
                                .before_commit = opts->before_commit,
                                .hook_opaque = opts->hook_opaque,
                                .dry_run = opts->dry_run};
-  kl_err_t err = r->applier.decoder ? kl_replay_consumer(r) : KL_ENOMEM;
+  /* A start that retention deleted meanwhile must fail, not skip. */
+  kl_err_t err = r->applier.decoder ? kl__kafka_reader_new(opts->conf,
+                                                           "keylane-replay",
+                                                           "error", &r->rk)
+                                    : KL_ENOMEM;
   if (!err)
     err = kl_replay_topic(r);
   if (!err)
@@ -391,22 +368,89 @@ static size_t kl_index_of(const kl_rpart_t *rp, int64_t offset) {
 
 static void kl_apply(kl__replay_t *r, kl_rpart_t *rp, size_t count);
 
-/* The handler refused the record at res->failed_offset: apply what came
- * before it, then stop the partition there. */
-static void kl_apply_failed(kl__replay_t *r, kl_rpart_t *rp,
-                            const kl__apply_result_t *res) {
+/* The fleet's dead letters of the topic, read when a record first fails:
+ * a record the fleet dead-lettered fails here too. */
+static const kl__letters_t *kl_fleet_letters(kl__replay_t *r) {
+  if (r->letters_read)
+    return &r->letters;
+  r->letters_read = 1;
+  const char *name = kl_conf_get(r->opts.conf, "worker.dlq.topic");
+  char fallback[300];
+  if (!name || !*name) {
+    snprintf(fallback, sizeof(fallback), "%s.dlq", r->opts.topic);
+    name = fallback;
+  }
+  kl__pos_t from = {KL__POS_BEGINNING, 0}, to = {KL__POS_END, 0};
+  if (kl__letters_read(r->opts.conf, name, &from, &to, r->opts.stop,
+                       &r->letters) != KL_OK)
+    KL_LOG_D(KL_COMP, "no dead letters from %s: %s", name, kl_err_detail());
+  return &r->letters;
+}
+
+/* Records the first buffered record as dead-lettered, as its fleet did:
+ * its id marked KL_MARK_DEAD_LETTER (when it decodes) and the watermark
+ * past it, in one fenced commit; no handler runs. */
+static kl_err_t kl_record_dead_letter(kl__replay_t *r, kl_rpart_t *rp) {
+  kl__replay_part_t *p = rp->p;
+  const kl__applier_t *a = kl_applier(r, p);
+  rd_kafka_message_t *m = rp->msgs[0];
+  kl_txn_t *txn;
+  kl_err_t err = kl_store_begin(a->store, r->opts.topic, p->partition,
+                                p->epoch, &txn);
+  if (err)
+    return err;
+  kl_event_t ev;
+  kl_mark_t mark = KL_MARK_NONE;
+  if (kl_event_decode(a->decoder, m->key, m->key_len, m->payload, m->len,
+                      &ev) == KL_OK &&
+      (err = kl_txn_seen(txn, ev.id, ev.id_len, &mark)) == KL_OK &&
+      mark == KL_MARK_NONE)
+    err = kl_txn_mark(txn, ev.id, ev.id_len, KL_MARK_DEAD_LETTER);
+  if (err || r->opts.dry_run)
+    kl_store_abort(txn);
+  else
+    err = kl_store_commit(txn, m->offset + 1);
+  if (err)
+    return err;
+  p->read++;
+  p->skipped_dead_letter++;
+  p->watermark = p->next = m->offset + 1;
+  rd_kafka_message_destroy(m);
+  memmove(rp->msgs, rp->msgs + 1, (rp->count - 1) * sizeof(*rp->msgs));
+  rp->count--;
+  return KL_OK;
+}
+
+/* The record at res->failed_offset failed: apply what came before it;
+ * then, when the fleet dead-lettered it, record it so and go on, else
+ * stop the partition there. @returns the records used up (the prefix and
+ * the dead letter), 0 when the partition stopped. */
+static size_t kl_apply_failed(kl__replay_t *r, kl_rpart_t *rp,
+                              const kl__apply_result_t *res) {
+  kl__replay_part_t *p = rp->p;
   size_t k = kl_index_of(rp, res->failed_offset);
   char why[600];
   snprintf(why, sizeof(why), "offset %" PRId64 ": %s", res->failed_offset,
            res->why);
   if (k > 0)
     kl_apply(r, rp, k);
-  if (rp->p->status != KL__REPLAY_RUNNING)
-    return; /* the prefix itself did not commit */
-  rp->p->read++;
-  rp->p->failed++;
-  rp->p->next = res->failed_offset;
+  if (p->status != KL__REPLAY_RUNNING)
+    return 0; /* the prefix itself did not commit */
+  if (kl__letters_find(kl_fleet_letters(r), r->opts.topic, p->partition,
+                       res->failed_offset)) {
+    kl_err_t err = kl_record_dead_letter(r, rp);
+    if (!err)
+      return k + 1;
+    kl_part_end(r, rp,
+                err == KL_EFENCED ? KL__REPLAY_FENCED : KL__REPLAY_ERROR,
+                kl_err_detail());
+    return 0;
+  }
+  p->read++;
+  p->failed++;
+  p->next = res->failed_offset;
   kl_part_end(r, rp, KL__REPLAY_FAILED, why);
+  return 0;
 }
 
 /* Applies the first @p count buffered records of a partition as one
@@ -427,9 +471,13 @@ static void kl_apply(kl__replay_t *r, kl_rpart_t *rp, size_t count) {
       rp->count -= count;
       return;
     }
-    if (!err && res.verdict == KL_HANDLER_FAIL) {
-      kl_apply_failed(r, rp, &res);
-      return;
+    int exhausted = !err && res.verdict == KL_HANDLER_RETRY &&
+                    attempt >= KL_REPLAY_ATTEMPTS;
+    if ((!err && res.verdict == KL_HANDLER_FAIL) || exhausted) {
+      size_t used = kl_apply_failed(r, rp, &res);
+      count = used ? count - used : 0;
+      attempt = 0;
+      continue;
     }
     if (err == KL_EFENCED && kl_dry_refence(r, p))
       continue;
@@ -437,14 +485,13 @@ static void kl_apply(kl__replay_t *r, kl_rpart_t *rp, size_t count) {
       kl_part_end(r, rp, KL__REPLAY_FENCED, kl_err_detail());
       return;
     }
-    int retriable = err ? kl_err_is_retriable(err) : 1;
     const char *why = err ? kl_err_detail() : res.why;
     if (r->opts.stop && *r->opts.stop) {
       kl_part_end(r, rp, KL__REPLAY_STOPPED, why);
       return;
     }
-    if (!retriable || attempt >= KL_REPLAY_ATTEMPTS) {
-      kl_part_end(r, rp, err ? KL__REPLAY_ERROR : KL__REPLAY_FAILED, why);
+    if ((err && !kl_err_is_retriable(err)) || attempt >= KL_REPLAY_ATTEMPTS) {
+      kl_part_end(r, rp, KL__REPLAY_ERROR, why);
       return;
     }
     KL_LOG_W(KL_COMP, "batch of partition=%" PRId32 " at offset %" PRId64
@@ -597,6 +644,7 @@ void kl__replay_totals(const kl__replay_t *r, kl__replay_part_t *t) {
     t->skipped_applied += p->skipped_applied;
     t->skipped_duplicate += p->skipped_duplicate;
     t->failed += p->failed;
+    t->skipped_dead_letter += p->skipped_dead_letter;
     t->batches += p->batches;
     if (p->status > t->status)
       t->status = p->status;
@@ -644,6 +692,7 @@ void kl__replay_destroy(kl__replay_t *r) {
   if (r->rk)
     rd_kafka_destroy(r->rk);
   kl_scratch_remove(r);
+  kl__letters_clear(&r->letters);
   kl_decoder_destroy(r->applier.decoder);
   free(r);
 }

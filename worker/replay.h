@@ -40,6 +40,17 @@
  * a partition can be in the real store but another topic's state. Handlers
  * with effects outside the store (HTTP calls, say) must not be dry-run.
  *
+ * Dead letters: a record the handler or the decoder refuses (FAIL, or
+ * RETRY past its attempts) is looked up in the fleet's dead-letter topic
+ * (worker.dlq.topic, default <topic>.dlq), read once on the first such
+ * record. When the fleet dead-lettered it, the replay records it as the
+ * fleet did (its id marked KL_MARK_DEAD_LETTER, the watermark past it, no
+ * handler: skipped_dead_letter) and goes on, so a rebuild reproduces the
+ * fleet's store; redrive them with `keylane replay --from-dlq`. Otherwise
+ * the records before it are applied and the partition stops there
+ * (failed), to be fixed and resumed. Over a live store such a record is
+ * never run again: its id is recorded already (skipped_duplicate).
+ *
  * History: a partition whose log starts above the store's watermark has
  * lost events to retention; the replay reads what is left and reports it
  * (history_from). A start above the watermark while the log still holds
@@ -96,6 +107,7 @@ typedef struct kl__replay_part {
   uint64_t epoch;      /* the replay's epoch (dry run: the current one) */
   uint64_t previous_epoch; /* the owner it fenced (0: none ever) */
   uint64_t read, applied, skipped_applied, skipped_duplicate, failed;
+  uint64_t skipped_dead_letter; /* failed here, dead-lettered by the fleet */
   uint64_t batches;
   int64_t history_from; /* -1; else events [watermark_before, it) are gone */
   int history_skipped;  /* history_from is --from (allow_gap), not retention */

@@ -134,8 +134,13 @@ static void test_usage_errors_name_the_fix(void **state) {
   kl_assert_usage((const char *[]){"replay", "-b", "127.0.0.1:1", "-t", "e",
                                    "-p", "all", "--from", "yesterday", NULL},
                   "@YYYY-MM-DDTHH:MM:SSZ");
-  kl_assert_usage((const char *[]){"replay", "--from-dlq", "e.dlq", NULL},
-                  "dead-letter");
+  kl_assert_usage((const char *[]){"replay", "-b", "127.0.0.1:1", "-t", "e",
+                                   "-p", "0", "--from", "0", "--reason",
+                                   "decode", NULL},
+                  "need --from-dlq");
+  kl_assert_usage((const char *[]){"replay", "-b", "127.0.0.1:1",
+                                   "--from-dlq", "e.dlq", "-p", "0", NULL},
+                  "its own origin partition");
   kl_assert_usage((const char *[]){"store", "rebuild", "-b", "127.0.0.1:1",
                                    "-t", "e", "--handler", "ledger", NULL},
                   "--store NEW_STORE is required");

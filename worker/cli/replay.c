@@ -16,6 +16,7 @@
 #include "common/internal.h"
 #include "common/progress.h"
 #include "worker/handler.h"
+#include "worker/redrive.h"
 #include "worker/replay.h"
 
 static const char kl_replay_usage[] =
@@ -26,7 +27,10 @@ static const char kl_replay_usage[] =
     "own batch path: events at or above the store's watermark whose\n"
     "idempotency key is new run the handler, once; the others are skipped\n"
     "and counted (below the watermark: skipped_applied; key seen:\n"
-    "skipped_duplicate). Replaying a range that was applied applies 0.\n\n"
+    "skipped_duplicate). Replaying a range that was applied applies 0.\n"
+    "A record the handler refuses is recorded as a dead letter when the\n"
+    "fleet dead-lettered it (it is in TOPIC.dlq: dead_letter), else the\n"
+    "partition stops there (failed) and says where to resume.\n\n"
     "Beside a live fleet: replay takes each partition by epoch, as a new\n"
     "owner does, so the worker that owned it is fenced (it commits nothing\n"
     "more of the partition, and stays idle on it until it restarts or the\n"
@@ -55,8 +59,21 @@ static const char kl_replay_usage[] =
     "      --no-progress           no progress on stderr\n"
     "  -X, --set NAME=VALUE        keylane or librdkafka (kafka.NAME) setting\n"
     "  -h, --help                  this text\n\n"
-    "Not in this build yet:\n"
-    "      --from-dlq TOPIC.dlq [--reason R] [--key K]   redrive dead letters\n\n"
+    "Dead-letter redrive:\n"
+    "  keylane replay -b BOOTSTRAP --from-dlq TOPIC.dlq [--reason R]\n"
+    "                 [--key K] --store STORE --handler H [--dry-run]\n"
+    "      --from-dlq TOPIC.dlq    send the dead letters back through the\n"
+    "                              handler, with their original ids, each\n"
+    "                              into its origin partition (taken by\n"
+    "                              epoch); each applies at most once: its id\n"
+    "                              is then recorded as applied\n"
+    "      --reason R              only letters of reason R (decode,\n"
+    "                              handler_fail, max_attempts)\n"
+    "      --key K                 only letters of entity key K\n"
+    "  With it, -t names the origin topic (default: TOPIC), and --from and\n"
+    "  --to are positions in TOPIC.dlq (default: all of it). Each letter's\n"
+    "  outcome is printed: applied, duplicate (applied before), failed (it\n"
+    "  stays a dead letter), pending (its owner has not passed it yet).\n\n"
     "Progress (events, rate, ETA per partition) is drawn on stderr when it\n"
     "is a terminal, else a line every 5 s (KEYLANE_PROGRESS_INTERVAL_MS).\n"
     "Ctrl-C stops after the batch in flight and prints, per partition, the\n"
@@ -69,14 +86,18 @@ static const char kl_replay_usage[] =
     "      --handler ledger --dry-run\n"
     "  # apply whatever the fleet has not applied yet, all partitions\n"
     "  keylane replay -b kafka:9092 -t events -p all --from watermark \\\n"
-    "      --store /var/lib/keylane --handler ledger --json\n";
+    "      --store /var/lib/keylane --handler ledger --json\n"
+    "  # after fixing the handler: redrive what it failed\n"
+    "  keylane replay -b kafka:9092 --from-dlq events.dlq \\\n"
+    "      --reason handler_fail --store /var/lib/keylane --handler ledger\n";
 
 typedef struct kl_rargs {
   kl_conf_t *conf;
   kl__replay_opts_t opts;
   const char *location, *handler;
-  int json, progress, from_dlq;
+  int json, progress;
   int from_set;
+  const char *dlq, *reason, *key; /* --from-dlq: a redrive */
 } kl_rargs_t;
 
 enum {
@@ -129,7 +150,9 @@ static int kl_replay_opt(const char *sub, const char *usage, int c,
                                              "worker.expect.partitions",
                                              optarg); break;
   case KL_OPT_NOPROG: a->progress = 0; break;
-  case KL_OPT_DLQ: case KL_OPT_REASON: case KL_OPT_KEY: a->from_dlq = 1; break;
+  case KL_OPT_DLQ: a->dlq = optarg; break;
+  case KL_OPT_REASON: a->reason = optarg; break;
+  case KL_OPT_KEY: a->key = optarg; break;
   case 'X': bad = kl__cli_conf_x(sub, a->conf, optarg); break;
   case 'h': fputs(usage, stdout); *rc = KL_EXIT_OK; return -1;
   default: *rc = kl__cli_usage(sub, "unknown option"); return -1;
@@ -142,13 +165,24 @@ static int kl_replay_opt(const char *sub, const char *usage, int c,
 }
 
 static int kl_replay_check(const char *sub, const kl_rargs_t *a, int rebuild) {
-  if (a->from_dlq)
-    return kl__cli_usage(sub, "--from-dlq (dead-letter redrive) needs the "
-                              "worker's dead-letter topic, which this build "
-                              "does not write yet; replay the origin "
-                              "partition's range instead");
+  if (rebuild && a->dlq)
+    return kl__cli_usage(sub, "--from-dlq is keylane replay's: a rebuild "
+                              "reads the topic itself");
+  if ((a->reason || a->key) && !a->dlq)
+    return kl__cli_usage(sub, "--reason and --key select dead letters: they "
+                              "need --from-dlq TOPIC.dlq");
   if (!kl_conf_get(a->conf, "kafka.bootstrap.servers"))
     return kl__cli_usage(sub, "-b BOOTSTRAP is required");
+  if (a->dlq && a->opts.partitions)
+    return kl__cli_usage(sub, "-p does not go with --from-dlq: a dead letter "
+                              "goes back to its own origin partition");
+  if (a->dlq) {
+    if (!a->location)
+      return kl__cli_usage(sub, "--store STORE is required");
+    return a->handler ? -1
+                      : kl__cli_usage(sub, "--handler is required (ledger "
+                                           "or so:PATH)");
+  }
   if (!a->opts.topic)
     return kl__cli_usage(sub, "-t TOPIC is required");
   if (!rebuild && !a->opts.partitions)
@@ -204,6 +238,8 @@ static json_t *kl_part_json(const kl__replay_part_t *p) {
       "read", (json_int_t)p->read, "applied", (json_int_t)p->applied,
       "skipped_applied", (json_int_t)p->skipped_applied, "skipped_duplicate",
       (json_int_t)p->skipped_duplicate, "failed", (json_int_t)p->failed);
+  json_object_set_new(o, "skipped_dead_letter",
+                      json_integer((json_int_t)p->skipped_dead_letter));
   if (p->why[0])
     json_object_set_new(o, "error", json_string(p->why));
   if (p->scratch)
@@ -238,6 +274,8 @@ static void kl_print_json(const kl__replay_t *replay, const char *location) {
       "skipped_duplicate", (json_int_t)t.skipped_duplicate, "failed",
       (json_int_t)t.failed, "status", kl__replay_status_name(t.status),
       "history_truncated", trunc, "partitions", list);
+  json_object_set_new(o, "skipped_dead_letter",
+                      json_integer((json_int_t)t.skipped_dead_letter));
   json_object_set_new(o, "stopped",
                       json_boolean(t.status == KL__REPLAY_STOPPED));
   if (opts->dry_run)
@@ -247,30 +285,33 @@ static void kl_print_json(const kl__replay_t *replay, const char *location) {
   json_decref(o);
 }
 
+static void kl_table_row(const char *name, const char *range, const char *wm,
+                         const kl__replay_part_t *p) {
+  printf("%-9s %-15s %-17s %8" PRIu64 " %8" PRIu64 " %15" PRIu64 " %17" PRIu64
+         " %11" PRIu64 " %6" PRIu64 "  %s\n",
+         name, range, wm, p->read, p->applied, p->skipped_applied,
+         p->skipped_duplicate, p->skipped_dead_letter, p->failed,
+         kl__replay_status_name(p->status));
+}
+
 static void kl_print_table(const kl__replay_t *replay) {
   size_t n;
   const kl__replay_part_t *parts = kl__replay_parts(replay, &n);
-  printf("%-9s %-21s %-23s %8s %8s %15s %17s %6s  %s\n", "partition", "range",
-         "watermark", "read", "applied", "skipped_applied", "skipped_duplicate",
-         "failed", "status");
+  printf("%-9s %-15s %-17s %8s %8s %15s %17s %11s %6s  %s\n", "partition",
+         "range", "watermark", "read", "applied", "skipped_applied",
+         "skipped_duplicate", "dead_letter", "failed", "status");
   for (size_t i = 0; i < n; i++) {
     const kl__replay_part_t *p = &parts[i];
-    char range[48], wm[48];
+    char name[16], range[48], wm[48];
+    snprintf(name, sizeof(name), "%d", (int)p->partition);
     snprintf(range, sizeof(range), "%" PRId64 "..%" PRId64, p->start, p->end);
     snprintf(wm, sizeof(wm), "%" PRId64 " -> %" PRId64, p->watermark_before,
              p->watermark);
-    printf("%-9d %-21s %-23s %8" PRIu64 " %8" PRIu64 " %15" PRIu64
-           " %17" PRIu64 " %6" PRIu64 "  %s\n",
-           (int)p->partition, range, wm, p->read, p->applied,
-           p->skipped_applied, p->skipped_duplicate, p->failed,
-           kl__replay_status_name(p->status));
+    kl_table_row(name, range, wm, p);
   }
   kl__replay_part_t t;
   kl__replay_totals(replay, &t);
-  printf("%-9s %-21s %-23s %8" PRIu64 " %8" PRIu64 " %15" PRIu64 " %17" PRIu64
-         " %6" PRIu64 "  %s\n",
-         "total", "", "", t.read, t.applied, t.skipped_applied,
-         t.skipped_duplicate, t.failed, kl__replay_status_name(t.status));
+  kl_table_row("total", "", "", &t);
 }
 
 /* What an operator must not miss, on stderr: lost history, fenced owners,
@@ -417,7 +458,13 @@ int kl__replay_cli(const char *sub, const char *usage, int argc, char **argv,
     rc = kl__cli_usage(sub, "unexpected argument \"%s\"", argv[optind]);
   if (rc < 0)
     rc = kl_replay_check(sub, &a, rebuild);
-  if (rc < 0) {
+  if (rc < 0 && a.dlq) {
+    kl__redrive_opts_t ro = {.conf = a.conf, .dlq_topic = a.dlq,
+                             .topic = a.opts.topic, .reason = a.reason,
+                             .key = a.key, .from = a.opts.from,
+                             .to = a.opts.to, .dry_run = a.opts.dry_run};
+    rc = kl__redrive_cli(sub, &ro, a.location, a.handler, a.json);
+  } else if (rc < 0) {
     /* A rebuild reads everything; a --from of its own skips the history
      * before it on purpose, and says so. */
     a.opts.allow_gap = a.opts.allow_gap || rebuild;

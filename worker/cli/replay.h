@@ -13,4 +13,15 @@
 int kl__replay_cli(const char *sub, const char *usage, int argc, char **argv,
                    int rebuild);
 
+/**
+ * Redrives the dead letters @p opts selects (its store, handler and stop
+ * are filled in here) and prints each letter's outcome: a table, or one
+ * JSON object with @p json.
+ * @returns the exit code: 0 when every selected letter was applied or had
+ *          been applied before.
+ */
+struct kl__redrive_opts;
+int kl__redrive_cli(const char *sub, struct kl__redrive_opts *opts,
+                    const char *location, const char *handler, int json);
+
 #endif

@@ -1,0 +1,359 @@
+/*
+ * Dead letters after the fact, on the embedded cluster: a worker
+ * dead-letters the events its handler refuses; a rebuild records them as
+ * the fleet did; a redrive with a fixed handler applies each of them once
+ * (again: duplicates), a dry run changes nothing, a letter the owner has
+ * not passed yet stays pending; and keylane replay --from-dlq's JSON.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+#include <msgpack.h>
+
+#include "support/support.h"
+#include "worker/ledger.h"
+#include "worker/redrive.h"
+#include "worker/store_internal.h"
+
+#define KL_KEYS 10
+#define KL_REFUNDS 5 /* acct-0..4 get a refund, which the ledger refuses */
+
+typedef struct kl_fx {
+  char dir[64], dir2[64];
+  kl_embedded_t *cluster;
+  const char *boot;
+  kl_store_t *store;
+  kl_conf_t *conf;
+} kl_fx_t;
+
+static void kl_send(kl_producer_t *producer, const char *key,
+                    const char *type, int64_t amount, int64_t seq) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 2);
+  msgpack_pack_str_with_body(&pk, "amount", 6);
+  msgpack_pack_int64(&pk, amount);
+  msgpack_pack_str_with_body(&pk, "seq", 3);
+  msgpack_pack_int64(&pk, seq);
+  kl_event_t ev = {.key = key, .key_len = strlen(key), .type = type,
+                   .type_len = strlen(type), .payload = sb.data,
+                   .payload_len = sb.size};
+  assert_int_equal(kl_publish(producer, "rd", &ev, NULL), KL_OK);
+  msgpack_sbuffer_destroy(&sb);
+}
+
+/* A raw record, optionally with Kafka headers (name, value, ..., NULL). */
+static void kl_raw(const char *boot, const char *topic, int32_t partition,
+                   const void *value, size_t len, const char *const *hdrs) {
+  char errstr[256];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", boot, errstr, sizeof(errstr));
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr,
+                                sizeof(errstr));
+  assert_non_null(rk);
+  rd_kafka_headers_t *h = rd_kafka_headers_new(8);
+  for (size_t i = 0; hdrs && hdrs[i]; i += 2)
+    rd_kafka_header_add(h, hdrs[i], -1, hdrs[i + 1], -1);
+  assert_int_equal(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic),
+                                     RD_KAFKA_V_PARTITION(partition),
+                                     RD_KAFKA_V_KEY("acct-0", 6),
+                                     RD_KAFKA_V_VALUE((void *)value, len),
+                                     RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                     RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END),
+                   0);
+  assert_int_equal(rd_kafka_flush(rk, 10000), 0);
+  rd_kafka_destroy(rk);
+}
+
+/* Whether the store applied both partitions to their high watermarks. */
+static int kl_caught_up(const char *boot, kl_store_t *store) {
+  char errstr[256];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", boot, errstr, sizeof(errstr));
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr,
+                                sizeof(errstr));
+  int ok = rk != NULL;
+  for (int32_t p = 0; ok && p < 2; p++) {
+    int64_t low, high;
+    kl_partition_state_t st;
+    ok = rd_kafka_query_watermark_offsets(rk, "rd", p, &low, &high, 5000) ==
+             0 &&
+         kl_store_partition(store, "rd", p, &st) == KL_OK &&
+         st.watermark >= high;
+  }
+  if (rk)
+    rd_kafka_destroy(rk);
+  return ok;
+}
+
+static uint64_t kl_sum(kl_store_t *store, int dead) {
+  uint64_t n = 0;
+  for (int32_t p = 0; p < 2; p++) {
+    kl_partition_state_t st;
+    assert_int_equal(kl_store_partition(store, "rd", p, &st), KL_OK);
+    n += dead ? st.dead_letters : st.applied;
+  }
+  return n;
+}
+
+/* Credits, refunds the ledger refuses, more credits, and a record that is
+ * no envelope; a worker runs until it dead-lettered them all. */
+static void kl_fx_up(kl_fx_t *fx) {
+  memset(fx, 0, sizeof(*fx));
+  assert_int_equal(kl_embedded_new(1, "rd", 2, &fx->cluster), KL_OK);
+  assert_int_equal(kl_embedded_topic_create(fx->cluster, "rd.dlq", 2), KL_OK);
+  fx->boot = kl_embedded_bootstrap(fx->cluster);
+  kl_t_tmpdir(fx->dir);
+  kl_t_tmpdir(fx->dir2);
+  assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
+  fx->conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(fx->conf, "kafka.bootstrap.servers", fx->boot,
+                               NULL, 0),
+                   KL_OK);
+  kl_producer_t *producer = NULL;
+  assert_int_equal(kl_producer_new(fx->conf, NULL, NULL, &producer), KL_OK);
+  char key[16];
+  for (int k = 0; k < KL_KEYS; k++) {
+    snprintf(key, sizeof(key), "acct-%d", k);
+    kl_send(producer, key, "credit", 10, 1);
+    if (k < KL_REFUNDS)
+      kl_send(producer, key, "refund", 5, 2);
+    kl_send(producer, key, "credit", 1, k < KL_REFUNDS ? 3 : 2);
+  }
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+  kl_producer_destroy(producer);
+  kl_raw(fx->boot, "rd", 0, "\x92\x01", 2, NULL); /* not a map */
+
+  static const char *const extra[] = {"worker.session.timeout.ms=3000", NULL};
+  kl_t_worker_t *w = kl_t_worker_start(fx->boot, "rd", "g", fx->store, extra);
+  for (int i = 0; i < 300 && !kl_caught_up(fx->boot, fx->store); i++)
+    kl_t_sleep_ms(100);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  assert_int_equal(kl_sum(fx->store, 0), 2 * KL_KEYS);
+  /* The store counts marked ids: the record that is no envelope has none. */
+  assert_int_equal(kl_sum(fx->store, 1), KL_REFUNDS);
+}
+
+static void kl_fx_down(kl_fx_t *fx) {
+  kl_store_destroy(fx->store);
+  kl_conf_destroy(fx->conf);
+  kl_embedded_destroy(fx->cluster);
+  kl_t_rmrf(fx->dir);
+  kl_t_rmrf(fx->dir2);
+}
+
+/* The fixed handler: a refund is a debit. */
+static kl_handler_result_t kl_fixed(void *opaque, const kl_event_t *event,
+                                    const kl_fence_t *fence, kl_txn_t *txn,
+                                    char *errbuf, size_t errbuf_size) {
+  kl_event_t ev = *event;
+  if (ev.type_len == 6 && memcmp(ev.type, "refund", 6) == 0) {
+    ev.type = "debit";
+    ev.type_len = 5;
+  }
+  return kl_ledger_handler(opaque, &ev, fence, txn, errbuf, errbuf_size);
+}
+
+static kl_ledger_entry_t kl_entry(kl_store_t *store, int k) {
+  char key[32];
+  int len = snprintf(key, sizeof(key), KL_LEDGER_PREFIX "acct-%d", k);
+  kl_partition_state_t st;
+  int32_t p = kl_partition(key + 7, (size_t)len - 7, 2);
+  assert_int_equal(kl_store_partition(store, "rd", p, &st), KL_OK);
+  kl_txn_t *txn;
+  assert_int_equal(kl_store_begin(store, "rd", p, st.epoch, &txn), KL_OK);
+  const void *val;
+  size_t vlen;
+  kl_ledger_entry_t e = {0, 0, 0};
+  assert_int_equal(kl_txn_get(txn, key, (size_t)len, &val, &vlen), KL_OK);
+  assert_int_equal(kl__ledger_decode(val, vlen, &e), 0);
+  kl_store_abort(txn);
+  return e;
+}
+
+static kl__redrive_t *kl_redrive(kl_fx_t *fx, const char *reason, int dry) {
+  kl__redrive_opts_t o = {.conf = fx->conf, .dlq_topic = "rd.dlq",
+                          .reason = reason, .store = fx->store,
+                          .handler = kl_fixed, .dry_run = dry,
+                          .from = {KL__POS_BEGINNING, 0},
+                          .to = {KL__POS_END, 0}};
+  kl__redrive_t *r = NULL;
+  assert_int_equal(kl__redrive_run(&o, &r), KL_OK);
+  return r;
+}
+
+static int kl_count_marks(void *opaque, const char *id, size_t id_len,
+                          int64_t time_ms, kl_mark_t mark) {
+  ((uint64_t *)opaque)[mark]++;
+  return 0;
+}
+
+/* The fleet dead-lettered 6 records; a rebuild records the same 6 as dead
+ * letters (it does not stop at them), and its store equals the fleet's. */
+static void test_rebuild_records_the_fleets_dead_letters(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx);
+  kl_store_t *copy;
+  assert_int_equal(kl_store_open(fx.dir2, NULL, &copy), KL_OK);
+  kl__replay_opts_t o = {.conf = fx.conf, .topic = "rd", .store = copy,
+                         .handler = kl_ledger_handler, .rebuild = 1,
+                         .from = {KL__POS_BEGINNING, 0},
+                         .to = {KL__POS_END, 0}};
+  kl__replay_t *r;
+  assert_int_equal(kl__replay_new(&o, &r), KL_OK);
+  assert_int_equal(kl__replay_run(r), KL_OK);
+  kl__replay_part_t t;
+  kl__replay_totals(r, &t);
+  assert_int_equal(t.status, KL__REPLAY_DONE);
+  assert_int_equal(t.applied, 2 * KL_KEYS);
+  assert_int_equal(t.skipped_dead_letter, KL_REFUNDS + 1);
+  assert_int_equal(t.failed, 0);
+  kl__replay_destroy(r);
+  for (int32_t p = 0; p < 2; p++) {
+    kl_partition_state_t a, b;
+    assert_int_equal(kl_store_partition(fx.store, "rd", p, &a), KL_OK);
+    assert_int_equal(kl_store_partition(copy, "rd", p, &b), KL_OK);
+    assert_int_equal(a.watermark, b.watermark);
+    assert_int_equal(a.applied, b.applied);
+    assert_int_equal(a.dead_letters, b.dead_letters);
+  }
+  uint64_t ma[3] = {0}, mb[3] = {0};
+  assert_int_equal(kl__store_ids_walk(fx.store, kl_count_marks, ma), KL_OK);
+  assert_int_equal(kl__store_ids_walk(copy, kl_count_marks, mb), KL_OK);
+  assert_memory_equal(ma, mb, sizeof(ma));
+  assert_int_equal(ma[KL_MARK_DEAD_LETTER], KL_REFUNDS); /* garbage: no id */
+  for (int k = 0; k < KL_KEYS; k++) {
+    kl_ledger_entry_t ea = kl_entry(fx.store, k), eb = kl_entry(copy, k);
+    assert_memory_equal(&ea, &eb, sizeof(ea));
+  }
+  kl_store_destroy(copy);
+  kl_fx_down(&fx);
+}
+
+static void test_redrive_applies_each_letter_once(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx);
+  /* A letter whose origin the owner has not passed yet. */
+  static const char *const ahead[] = {
+      "keylane.dlq.reason", "handler_fail", "keylane.dlq.topic", "rd",
+      "keylane.dlq.partition", "0", "keylane.dlq.offset", "999", NULL};
+  kl_event_t ev = {.key = "acct-0", .key_len = 6, .id = "ahead-1",
+                   .id_len = 7, .type = "credit", .type_len = 6, .ts = 1,
+                   .payload = "\x82\xa6" "amount\x01\xa3seq\x09",
+                   .payload_len = 14};
+  void *env;
+  size_t env_len;
+  assert_int_equal(kl_event_encode(&ev, &env, &env_len), KL_OK);
+  kl_raw(fx.boot, "rd.dlq", 0, env, env_len, ahead);
+  free(env);
+
+  /* Dry run: what would apply; nothing changes. */
+  kl__redrive_t *r = kl_redrive(&fx, NULL, 1);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_APPLIED), KL_REFUNDS);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_FAILED), 1); /* decode */
+  assert_int_equal(kl__redrive_count(r, KL__OUT_PENDING), 1);
+  kl__redrive_destroy(r);
+  kl_ledger_entry_t e = kl_entry(fx.store, 0);
+  assert_int_equal(e.balance, 11);
+  uint64_t marks[3] = {0};
+  assert_int_equal(kl__store_ids_walk(fx.store, kl_count_marks, marks), KL_OK);
+  assert_int_equal(marks[KL_MARK_DEAD_LETTER], KL_REFUNDS);
+
+  /* The redrive, for the handler's failures only. */
+  r = kl_redrive(&fx, "handler_fail", 0);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_APPLIED), KL_REFUNDS);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_PENDING), 1);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_FILTERED), 1); /* decode */
+  size_t n;
+  const kl__redriven_t *res = kl__redrive_results(r, &n);
+  for (size_t i = 0; i < n; i++)
+    if (res[i].outcome == KL__OUT_APPLIED)
+      assert_true(res[i].epoch >= 2); /* taken from the worker */
+  kl__redrive_destroy(r);
+  for (int k = 0; k < KL_KEYS; k++) {
+    e = kl_entry(fx.store, k);
+    /* The fleet saw seq 3 after 1 (the refund was dead-lettered); the
+     * redrive applies seq 2 after 3: two order violations. */
+    assert_int_equal(e.balance, k < KL_REFUNDS ? 6 : 11);
+    assert_int_equal(e.violations, k < KL_REFUNDS ? 2 : 0);
+  }
+  memset(marks, 0, sizeof(marks));
+  assert_int_equal(kl__store_ids_walk(fx.store, kl_count_marks, marks), KL_OK);
+  assert_int_equal(marks[KL_MARK_DEAD_LETTER], 0);
+  assert_int_equal(marks[KL_MARK_APPLIED], 2 * KL_KEYS + KL_REFUNDS);
+
+  /* Again: each letter applied once already. */
+  r = kl_redrive(&fx, "handler_fail", 0);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_APPLIED), 0);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_DUPLICATE), KL_REFUNDS);
+  kl__redrive_destroy(r);
+  assert_int_equal(kl_entry(fx.store, 0).balance, 6);
+  kl_fx_down(&fx);
+}
+
+/* keylane replay --from-dlq through the binary: one JSON object with each
+ * letter's outcome; the shipped ledger refuses refunds again. */
+static void test_redrive_cli_json(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx);
+  kl_store_destroy(fx.store); /* the binary opens it */
+  fx.store = NULL;
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd),
+           "'%s' replay -b %s --from-dlq rd.dlq --store %s --handler ledger "
+           "--json 2>/dev/null",
+           kl_t_bin(), fx.boot, fx.dir);
+  FILE *f = popen(cmd, "r");
+  assert_non_null(f);
+  char out[16384];
+  size_t len = fread(out, 1, sizeof(out) - 1, f);
+  out[len] = '\0';
+  int rc = pclose(f);
+  assert_int_equal(WEXITSTATUS(rc), 1); /* not everything applied */
+  json_error_t je;
+  json_t *o = json_loads(out, 0, &je);
+  if (!o)
+    fail_msg("not JSON: %s", out);
+  assert_string_equal(json_string_value(json_object_get(o, "topic")), "rd");
+  assert_int_equal(json_integer_value(json_object_get(o, "letters")),
+                   KL_REFUNDS + 1);
+  assert_int_equal(json_integer_value(json_object_get(o, "failed")),
+                   KL_REFUNDS + 1);
+  assert_int_equal(json_integer_value(json_object_get(o, "applied")), 0);
+  json_t *results = json_object_get(o, "results");
+  assert_int_equal(json_array_size(results), KL_REFUNDS + 1);
+  size_t i;
+  json_t *x;
+  json_array_foreach(results, i, x) {
+    static const char *const ints[] = {"dlq_partition", "dlq_offset",
+                                       "partition", "offset", "epoch", NULL};
+    for (size_t j = 0; ints[j]; j++)
+      assert_true(json_is_integer(json_object_get(x, ints[j])));
+    assert_string_equal(json_string_value(json_object_get(x, "outcome")),
+                        "failed");
+    assert_true(json_is_string(json_object_get(x, "error")));
+  }
+  json_decref(o);
+  assert_int_equal(kl_store_open(fx.dir, NULL, &fx.store), KL_OK);
+  assert_int_equal(kl_entry(fx.store, 0).balance, 11); /* nothing applied */
+  kl_fx_down(&fx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_rebuild_records_the_fleets_dead_letters),
+      cmocka_unit_test(test_redrive_applies_each_letter_once),
+      cmocka_unit_test(test_redrive_cli_json),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,173 @@
+#include "worker/letters.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+
+#define KL_LETTERS_TIMEOUT_MS 10000
+
+/* Copies header @p name into @p buf; 0 when present. */
+static int kl_header(rd_kafka_headers_t *h, const char *name, char *buf,
+                     size_t size) {
+  const void *val;
+  size_t len;
+  if (!h || rd_kafka_header_get_last(h, name, &val, &len) || !val ||
+      len >= size)
+    return -1;
+  memcpy(buf, val, len);
+  buf[len] = '\0';
+  return 0;
+}
+
+static int kl_header_i64(rd_kafka_headers_t *h, const char *name,
+                         int64_t *out) {
+  char buf[32], *end;
+  if (kl_header(h, name, buf, sizeof(buf)))
+    return -1;
+  errno = 0;
+  long long v = strtoll(buf, &end, 10);
+  if (errno || end == buf || *end || v < 0)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+/* Parses the origin of @p l->msg from its headers. */
+static void kl_letter_parse(kl__letter_t *l) {
+  rd_kafka_headers_t *h = NULL;
+  rd_kafka_message_headers(l->msg, &h);
+  int64_t partition, offset;
+  l->dlq_partition = l->msg->partition;
+  l->dlq_offset = l->msg->offset;
+  l->partition = -1;
+  l->offset = -1;
+  if (kl_header(h, "keylane.dlq.topic", l->topic, sizeof(l->topic)) ||
+      kl_header_i64(h, "keylane.dlq.partition", &partition) ||
+      kl_header_i64(h, "keylane.dlq.offset", &offset) ||
+      partition > INT32_MAX) {
+    l->topic[0] = '\0';
+    return;
+  }
+  l->partition = (int32_t)partition;
+  l->offset = offset;
+  if (kl_header(h, "keylane.dlq.reason", l->reason, sizeof(l->reason)))
+    l->reason[0] = '\0';
+}
+
+static int kl_letters_add(void *opaque, rd_kafka_message_t *m) {
+  kl__letters_t *ls = opaque;
+  if (ls->n == ls->cap) {
+    size_t cap = ls->cap ? ls->cap * 2 : 64;
+    kl__letter_t *v = realloc(ls->v, cap * sizeof(*v));
+    if (!v)
+      return KL__READ_STOP; /* reported by the caller as ENOMEM */
+    ls->v = v;
+    ls->cap = cap;
+  }
+  kl__letter_t *l = &ls->v[ls->n++];
+  memset(l, 0, sizeof(*l));
+  l->msg = m;
+  kl_letter_parse(l);
+  return KL__READ_KEEP;
+}
+
+static int kl_letter_cmp(const void *a, const void *b) {
+  const kl__letter_t *x = a, *y = b;
+  int c = strcmp(x->topic, y->topic);
+  if (c)
+    return c;
+  if (x->partition != y->partition)
+    return x->partition < y->partition ? -1 : 1;
+  if (x->offset != y->offset)
+    return x->offset < y->offset ? -1 : 1;
+  return (x->dlq_offset > y->dlq_offset) - (x->dlq_offset < y->dlq_offset);
+}
+
+static kl_err_t kl_letters_ranges(rd_kafka_t *rk, const char *topic,
+                                  const kl__pos_t *from, const kl__pos_t *to,
+                                  kl__tp_range_t **out, size_t *count) {
+  int32_t n;
+  kl_err_t err = kl__kafka_partition_count(rk, topic, KL_LETTERS_TIMEOUT_MS,
+                                           &n);
+  if (err)
+    return err;
+  kl__tp_range_t *ranges = calloc((size_t)n, sizeof(*ranges));
+  if (!ranges)
+    return KL_ENOMEM;
+  for (int32_t i = 0; i < n; i++)
+    ranges[i].partition = i;
+  err = kl__kafka_resolve(rk, topic, ranges, (size_t)n, from, to,
+                          KL_LETTERS_TIMEOUT_MS);
+  if (err) {
+    free(ranges);
+    return err;
+  }
+  *out = ranges;
+  *count = (size_t)n;
+  return KL_OK;
+}
+
+kl_err_t kl__letters_read(const kl_conf_t *conf, const char *dlq_topic,
+                          const kl__pos_t *from, const kl__pos_t *to,
+                          volatile int *stop, kl__letters_t *out) {
+  memset(out, 0, sizeof(*out));
+  rd_kafka_t *rk;
+  kl_err_t err = kl__kafka_reader_new(conf, "keylane-letters", "earliest", &rk);
+  if (err)
+    return err;
+  kl__tp_range_t *ranges = NULL;
+  size_t count = 0;
+  err = kl_letters_ranges(rk, dlq_topic, from, to, &ranges, &count);
+  if (!err)
+    err = kl__kafka_read(rk, dlq_topic, ranges, count, kl_letters_add, out,
+                         stop);
+  for (size_t i = 0; !err && i < count; i++)
+    if (ranges[i].start < ranges[i].end && !(stop && *stop))
+      err = kl__err(KL_ENOMEM, "out of memory reading the dead letters of %s",
+                    dlq_topic);
+  free(ranges);
+  out->rk = rk;
+  if (err) {
+    kl__letters_clear(out);
+    return err;
+  }
+  if (out->n)
+    qsort(out->v, out->n, sizeof(*out->v), kl_letter_cmp);
+  return KL_OK;
+}
+
+void kl__letters_clear(kl__letters_t *ls) {
+  for (size_t i = 0; i < ls->n; i++)
+    rd_kafka_message_destroy(ls->v[i].msg);
+  free(ls->v);
+  if (ls->rk)
+    rd_kafka_destroy(ls->rk);
+  memset(ls, 0, sizeof(*ls));
+}
+
+const kl__letter_t *kl__letters_find(const kl__letters_t *ls,
+                                     const char *topic, int32_t partition,
+                                     int64_t offset) {
+  kl__letter_t key;
+  memset(&key, 0, sizeof(key));
+  snprintf(key.topic, sizeof(key.topic), "%s", topic);
+  key.partition = partition;
+  key.offset = offset;
+  key.dlq_offset = -1; /* sorts before every letter of that origin */
+  size_t lo = 0, hi = ls->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (kl_letter_cmp(&ls->v[mid], &key) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  const kl__letter_t *l = lo < ls->n ? &ls->v[lo] : NULL;
+  return l && l->partition == partition && l->offset == offset &&
+                 strcmp(l->topic, topic) == 0
+             ? l
+             : NULL;
+}

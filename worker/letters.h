@@ -1,0 +1,60 @@
+/*
+ * A dead-letter topic read back: its records, with the keylane.dlq.*
+ * headers the worker wrote (worker/dlq.h) parsed into the origin (topic,
+ * partition, offset) and the reason. For `keylane replay --from-dlq`
+ * (redrive.h) and for replay, which records as dead letters the events the
+ * fleet dead-lettered instead of stopping at them.
+ *
+ * Ownership: the letters own their messages; kl__letters_clear() frees
+ * them.
+ */
+#ifndef KEYLANE_WORKER_LETTERS_H
+#define KEYLANE_WORKER_LETTERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "common/kafka_pos.h"
+#include "keylane/conf.h"
+
+#define KL__LETTER_TOPIC_MAX 249
+
+typedef struct kl__letter {
+  rd_kafka_message_t *msg; /* the dead letter: original key, value, headers */
+  int32_t dlq_partition;
+  int64_t dlq_offset;
+  char topic[KL__LETTER_TOPIC_MAX + 1]; /* origin; "" when not a letter */
+  int32_t partition; /* origin; -1 when the headers are missing */
+  int64_t offset;
+  char reason[32]; /* decode | handler_fail | max_attempts */
+} kl__letter_t;
+
+typedef struct kl__letters {
+  kl__letter_t *v;
+  size_t n, cap;
+  rd_kafka_t *rk; /* its messages hold it: destroyed after them */
+} kl__letters_t;
+
+/**
+ * Reads the records of every partition of @p dlq_topic in [@p from, @p to)
+ * ("kafka.*" of @p conf reach the consumer), sorted by origin topic,
+ * partition and offset (records that are not letters first).
+ * @param stop  may be NULL; when set, reading stops (what was read stays).
+ * @returns KL_OK; KL_ENOTFOUND when the topic does not exist; a Kafka
+ *          error with the detail.
+ */
+kl_err_t kl__letters_read(const kl_conf_t *conf, const char *dlq_topic,
+                          const kl__pos_t *from, const kl__pos_t *to,
+                          volatile int *stop, kl__letters_t *out);
+
+/** Frees the messages and the array; leaves @p letters empty. */
+void kl__letters_clear(kl__letters_t *letters);
+
+/** @returns the letter of an origin record, or NULL. */
+const kl__letter_t *kl__letters_find(const kl__letters_t *letters,
+                                     const char *topic, int32_t partition,
+                                     int64_t offset);
+
+#endif

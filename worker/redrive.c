@@ -1,0 +1,261 @@
+/* Dead-letter redrive (see redrive.h for the rules it keeps). */
+#include "worker/redrive.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/internal.h"
+#include "worker/apply.h"
+#include "worker/store_internal.h"
+
+#define KL_REDRIVE_ATTEMPTS 5
+
+struct kl__redrive {
+  kl__redrive_opts_t opts;
+  char topic[KL__LETTER_TOPIC_MAX + 1];
+  kl__letters_t letters;
+  kl__redriven_t *results;
+  kl__replay_part_t *taken;
+  size_t ntaken;
+  kl__applier_t applier;
+};
+
+const char *kl__outcome_name(kl__outcome_t outcome) {
+  static const char *const names[] = {"filtered", "applied", "duplicate",
+                                      "failed",   "pending", "fenced",
+                                      "error",    "stopped"};
+  return outcome <= KL__OUT_STOPPED ? names[outcome] : "?";
+}
+
+static void kl_sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static kl_err_t kl_redrive_check(kl__redrive_t *r) {
+  const kl__redrive_opts_t *o = &r->opts;
+  if (!o->conf || !o->dlq_topic || !*o->dlq_topic || !o->store || !o->handler)
+    return kl__err(KL_EINVAL, "kl__redrive_run: conf, dlq_topic, store and "
+                              "handler are required");
+  size_t len = strlen(o->dlq_topic);
+  if (o->topic)
+    snprintf(r->topic, sizeof(r->topic), "%s", o->topic);
+  else if (len > 4 && strcmp(o->dlq_topic + len - 4, ".dlq") == 0)
+    snprintf(r->topic, sizeof(r->topic), "%.*s", (int)(len - 4), o->dlq_topic);
+  else
+    return kl__err(KL_EINVAL, "dead-letter topic %s does not end in .dlq: "
+                              "name the origin topic with -t TOPIC",
+                   o->dlq_topic);
+  kl__store_usage_t usage;
+  if (!o->dry_run && kl__store_lmdb_usage(o->store, &usage) != KL_OK)
+    return kl__err(KL_EINVAL,
+                   "redrive needs a store that records a dead-lettered id "
+                   "as applied once it is redriven; this store keeps the "
+                   "first record of an id, so a second redrive would apply "
+                   "the event again: redrive into an LMDB store (or use "
+                   "--dry-run to see what would apply)");
+  return KL_OK;
+}
+
+/* Which letters were asked for; the others are filtered out. */
+static void kl_redrive_select(kl__redrive_t *r) {
+  kl_decoder_t *decoder = r->applier.decoder;
+  for (size_t i = 0; i < r->letters.n; i++) {
+    const kl__letter_t *l = &r->letters.v[i];
+    kl__redriven_t *out = &r->results[i];
+    out->letter = l;
+    kl_event_t ev;
+    if (kl_event_decode(decoder, l->msg->key, l->msg->key_len,
+                        l->msg->payload, l->msg->len, &ev) == KL_OK)
+      snprintf(out->id, sizeof(out->id), "%.*s", (int)ev.id_len, ev.id);
+    const char *key = r->opts.key;
+    if (!l->topic[0]) {
+      out->outcome = KL__OUT_ERROR;
+      snprintf(out->why, sizeof(out->why),
+               "not a keylane dead letter: it has no keylane.dlq.topic, "
+               ".partition and .offset headers");
+    } else if (strcmp(l->topic, r->topic) != 0 ||
+               (r->opts.reason && strcmp(l->reason, r->opts.reason) != 0) ||
+               (key && (l->msg->key_len != strlen(key) ||
+                        memcmp(l->msg->key, key, l->msg->key_len) != 0))) {
+      out->outcome = KL__OUT_FILTERED;
+    } else {
+      out->outcome = KL__OUT_STOPPED; /* until it is reached */
+    }
+  }
+}
+
+/* Takes @p partition like any owner (a dry run reads its epoch). */
+static kl_err_t kl_redrive_take(kl__redrive_t *r, int32_t partition,
+                                kl__replay_part_t *part) {
+  kl_partition_state_t st;
+  memset(part, 0, sizeof(*part));
+  part->partition = partition;
+  kl_err_t err = r->opts.dry_run
+                     ? kl_store_partition(r->opts.store, r->topic, partition,
+                                          &st)
+                     : kl_store_acquire(r->opts.store, r->topic, partition,
+                                        &st);
+  if (err)
+    return err;
+  part->epoch = st.epoch;
+  part->previous_epoch = r->opts.dry_run ? 0 : st.epoch - 1;
+  part->watermark_before = part->watermark = st.watermark;
+  if (part->previous_epoch > 0) {
+    kl__replay_part_t *taken = realloc(r->taken,
+                                       (r->ntaken + 1) * sizeof(*taken));
+    if (taken) {
+      r->taken = taken;
+      r->taken[r->ntaken++] = *part;
+    }
+  }
+  return KL_OK;
+}
+
+/* One letter, as a batch of its own at its origin offset, so that the
+ * commit leaves the watermark (already past it) where it is. */
+static void kl_redrive_one(kl__redrive_t *r, kl__replay_part_t *part,
+                           kl__redriven_t *out) {
+  const kl__letter_t *l = out->letter;
+  out->epoch = part->epoch;
+  if (part->epoch == 0 || l->offset >= part->watermark) {
+    out->outcome = KL__OUT_PENDING;
+    snprintf(out->why, sizeof(out->why),
+             "origin offset %" PRId64 " is not below partition %" PRId32
+             "'s watermark %" PRId64 ": its owner has not recorded the dead "
+             "letter yet; redrive it once the watermark has passed it",
+             l->offset, l->partition, part->watermark);
+    return;
+  }
+  rd_kafka_message_t *m = l->msg;
+  m->partition = l->partition;
+  m->offset = l->offset;
+  int backoff_ms = 100;
+  for (int attempt = 1;; attempt++) {
+    kl__apply_result_t res;
+    kl_err_t err = kl__apply_batch(&r->applier, l->partition, part->epoch,
+                                   l->offset, &m, 1, &res);
+    kl_partition_state_t st;
+    if (!err && res.verdict == KL_HANDLER_OK) {
+      out->outcome = res.applied ? KL__OUT_APPLIED : KL__OUT_DUPLICATE;
+      return;
+    }
+    if (err == KL_EFENCED && r->opts.dry_run &&
+        kl_store_partition(r->opts.store, r->topic, l->partition, &st) ==
+            KL_OK &&
+        st.epoch != part->epoch) {
+      part->epoch = out->epoch = st.epoch; /* nothing was written: go on */
+      continue;
+    }
+    int retriable = err ? kl_err_is_retriable(err)
+                        : res.verdict == KL_HANDLER_RETRY;
+    if (!retriable || attempt >= KL_REDRIVE_ATTEMPTS) {
+      out->outcome = err == KL_EFENCED ? KL__OUT_FENCED
+                     : err             ? KL__OUT_ERROR
+                                       : KL__OUT_FAILED;
+      snprintf(out->why, sizeof(out->why), "%s",
+               err ? kl_err_detail() : res.why);
+      return;
+    }
+    kl_sleep_ms(backoff_ms);
+    backoff_ms *= 2;
+  }
+}
+
+static void kl_redrive_all(kl__redrive_t *r) {
+  kl__replay_part_t part = {.partition = -1};
+  int have = 0;
+  for (size_t i = 0; i < r->letters.n; i++) {
+    kl__redriven_t *out = &r->results[i];
+    if (out->outcome != KL__OUT_STOPPED)
+      continue;
+    if (r->opts.stop && *r->opts.stop)
+      return;
+    int32_t p = out->letter->partition;
+    if (!have || part.partition != p) {
+      kl_err_t err = kl_redrive_take(r, p, &part);
+      have = 1;
+      if (err) {
+        part.epoch = 0;
+        part.watermark = -1;
+        snprintf(part.why, sizeof(part.why), "%s", kl_err_detail());
+      }
+    }
+    if (part.watermark < 0 || part.status == KL__REPLAY_FENCED) {
+      out->outcome = part.watermark < 0 ? KL__OUT_ERROR : KL__OUT_FENCED;
+      snprintf(out->why, sizeof(out->why), "%s", part.why);
+      continue;
+    }
+    kl_redrive_one(r, &part, out);
+    if (out->outcome == KL__OUT_FENCED) {
+      part.status = KL__REPLAY_FENCED;
+      snprintf(part.why, sizeof(part.why), "%s", out->why);
+    }
+  }
+}
+
+kl_err_t kl__redrive_run(const kl__redrive_opts_t *opts, kl__redrive_t **out) {
+  kl__redrive_t *r = calloc(1, sizeof(*r));
+  if (!r)
+    return KL_ENOMEM;
+  r->opts = *opts;
+  kl_err_t err = kl_redrive_check(r);
+  if (!err)
+    err = kl__letters_read(opts->conf, opts->dlq_topic, &opts->from,
+                           &opts->to, opts->stop, &r->letters);
+  if (!err && r->letters.n &&
+      !(r->results = calloc(r->letters.n, sizeof(*r->results))))
+    err = KL_ENOMEM;
+  r->applier = (kl__applier_t){.store = opts->store,
+                               .topic = r->topic,
+                               .handler = opts->handler,
+                               .handler_opaque = opts->handler_opaque,
+                               .decoder = kl_decoder_new(),
+                               .dry_run = opts->dry_run,
+                               .redrive = 1};
+  if (!err && !r->applier.decoder)
+    err = KL_ENOMEM;
+  if (err) {
+    kl__redrive_destroy(r);
+    return err;
+  }
+  kl_redrive_select(r);
+  kl_redrive_all(r);
+  *out = r;
+  return KL_OK;
+}
+
+const kl__redriven_t *kl__redrive_results(const kl__redrive_t *r,
+                                          size_t *count) {
+  *count = r->letters.n;
+  return r->results;
+}
+
+size_t kl__redrive_count(const kl__redrive_t *r, kl__outcome_t outcome) {
+  size_t n = 0;
+  for (size_t i = 0; i < r->letters.n; i++)
+    n += r->results[i].outcome == outcome;
+  return n;
+}
+
+const kl__replay_part_t *kl__redrive_taken(const kl__redrive_t *r, size_t *n) {
+  *n = r->ntaken;
+  return r->taken;
+}
+
+const char *kl__redrive_topic(const kl__redrive_t *r) {
+  return r->topic;
+}
+
+void kl__redrive_destroy(kl__redrive_t *r) {
+  if (!r)
+    return;
+  kl__letters_clear(&r->letters);
+  free(r->results);
+  free(r->taken);
+  kl_decoder_destroy(r->applier.decoder);
+  free(r);
+}
