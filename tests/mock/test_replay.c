@@ -17,6 +17,7 @@
 #include "common/internal.h"
 #include "common/kafka_pos.h"
 #include "support/history.h"
+#include "support/ledger_checks.h"
 #include "support/support.h"
 #include "worker/ledger.h"
 #include "worker/replay.h"
@@ -54,16 +55,8 @@ static void kl_fx_down(kl_fx_t *fx) {
   kl_t_rmrf(fx->dir);
 }
 
-/* Publishes @p n events, re-publishing an earlier one after every 10th. */
 static void kl_fx_publish(kl_fx_t *fx, int n) {
-  for (int i = 0; i < n; i++) {
-    assert_int_equal(kl__ledger_gen_publish(fx->gen, fx->producer, fx->topic),
-                     KL_OK);
-    if (i % 10 == 9)
-      assert_int_equal(
-          kl__ledger_gen_republish(fx->gen, fx->producer, fx->topic), KL_OK);
-  }
-  assert_int_equal(kl_flush(fx->producer, 30000), KL_OK);
+  kl_t_ledger_publish(fx->gen, fx->producer, fx->topic, n);
 }
 
 /* A fleet of one worker applies everything published so far. */

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "support/cluster.h"
+#include "support/ledger_checks.h"
 #include "support/support.h"
 #include "worker/worker_internal.h"
 
@@ -44,28 +45,12 @@ static void kl_fx_down(kl_fx_t *fx) {
   kl_t_rmrf(fx->dir);
 }
 
-/* Publishes @p n events, re-publishing one after every 10th. */
 static void kl_fx_publish(kl_fx_t *fx, int n) {
-  for (int i = 0; i < n; i++) {
-    assert_int_equal(kl__ledger_gen_publish(fx->gen, fx->producer, fx->topic),
-                     KL_OK);
-    if (i % 10 == 9)
-      assert_int_equal(
-          kl__ledger_gen_republish(fx->gen, fx->producer, fx->topic), KL_OK);
-  }
-  assert_int_equal(kl_flush(fx->producer, 30000), KL_OK);
+  kl_t_ledger_publish(fx->gen, fx->producer, fx->topic, n);
 }
 
 static void kl_fx_assert_verified(kl_fx_t *fx) {
-  kl__ledger_verdict_t v;
-  assert_int_equal(kl__ledger_gen_verify(fx->gen, fx->store, fx->topic, &v),
-                   KL_OK);
-  assert_int_equal(v.keys_bad, 0);
-  assert_int_equal(v.keys_ok, v.keys);
-  assert_int_equal(v.violations, 0);
-  assert_int_equal(v.applied, kl__ledger_gen_published(fx->gen));
-  assert_int_equal(v.duplicates, kl__ledger_gen_republished(fx->gen));
-  assert_true(v.ok);
+  kl_t_ledger_assert_verified(fx->gen, fx->store, fx->topic);
 }
 
 static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "support/pg.h"
+#include "support/ledger_checks.h"
 #include "support/support.h"
 #include "worker/worker_internal.h"
 
@@ -68,26 +69,11 @@ static void kl_fx_down(kl_fx_t *fx) {
 }
 
 static void kl_fx_publish(kl_fx_t *fx, int n) {
-  for (int i = 0; i < n; i++) {
-    assert_int_equal(kl__ledger_gen_publish(fx->gen, fx->producer, fx->topic),
-                     KL_OK);
-    if (i % 10 == 9)
-      assert_int_equal(
-          kl__ledger_gen_republish(fx->gen, fx->producer, fx->topic), KL_OK);
-  }
-  assert_int_equal(kl_flush(fx->producer, 30000), KL_OK);
+  kl_t_ledger_publish(fx->gen, fx->producer, fx->topic, n);
 }
 
 static void kl_fx_assert_verified(kl_fx_t *fx) {
-  kl__ledger_verdict_t v;
-  assert_int_equal(kl__ledger_gen_verify(fx->gen, fx->store, fx->topic, &v),
-                   KL_OK);
-  assert_int_equal(v.keys_bad, 0);
-  assert_int_equal(v.keys_ok, v.keys);
-  assert_int_equal(v.violations, 0);
-  assert_int_equal(v.applied, kl__ledger_gen_published(fx->gen));
-  assert_int_equal(v.duplicates, kl__ledger_gen_republished(fx->gen));
-  assert_true(v.ok);
+  kl_t_ledger_assert_verified(fx->gen, fx->store, fx->topic);
 }
 
 static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};
