@@ -14,13 +14,11 @@
 
 #include <cmocka.h>
 
-#include "support/pg.h"
+#include "support/pg_group.h"
 #include "support/ledger_checks.h"
 #include "support/support.h"
 #include "worker/worker_internal.h"
 
-static kl_t_pg_t *t_pg;
-static char t_why[2048];
 static int t_db_seq;
 
 typedef struct kl_fx {
@@ -32,28 +30,13 @@ typedef struct kl_fx {
   const char *topic;
 } kl_fx_t;
 
-static int t_group_setup(void **state) {
-  t_pg = kl_t_pg_start(0, t_why, sizeof(t_why));
-  if (!t_pg)
-    fprintf(stderr, "pg: skipping: %s\n", t_why);
-  return 0;
-}
-
-static int t_group_teardown(void **state) {
-  kl_t_pg_stop(t_pg);
-  return 0;
-}
-
 static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions) {
-  if (!t_pg) {
-    fprintf(stderr, "skipped: %s\n", t_why);
-    skip();
-  }
+  kl_t_pg_t *pg = kl_t_pg_need();
   memset(fx, 0, sizeof(*fx));
   fx->topic = topic;
   char name[32];
   snprintf(name, sizeof(name), "w%d", ++t_db_seq);
-  assert_int_equal(kl_t_pg_createdb(t_pg, name, fx->uri, sizeof(fx->uri)), 0);
+  assert_int_equal(kl_t_pg_createdb(pg, name, fx->uri, sizeof(fx->uri)), 0);
   assert_int_equal(kl_embedded_new(1, topic, partitions, &fx->cluster), KL_OK);
   assert_int_equal(kl_store_open(fx->uri, NULL, &fx->store), KL_OK);
   fx->gen = kl__ledger_gen_new(50, partitions, 42);
@@ -166,5 +149,6 @@ int main(void) {
       cmocka_unit_test(test_applies_each_event_once_on_pg),
       cmocka_unit_test(test_paused_owner_is_fenced_on_pg),
   };
-  return cmocka_run_group_tests(tests, t_group_setup, t_group_teardown);
+  return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
+                                kl_t_pg_group_teardown);
 }

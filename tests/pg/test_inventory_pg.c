@@ -20,14 +20,12 @@
 
 #include "keylane/store.h"
 #include "keylane/worker.h"
-#include "support/pg.h"
+#include "support/pg_group.h"
 #include "worker/inventory.h"
 #include "worker/ledger.h"
 
 #define TOPIC "orders"
 
-static kl_t_pg_t *t_pg;
-static char t_why[2048];
 static int t_db_seq;
 
 typedef struct t_state {
@@ -37,18 +35,6 @@ typedef struct t_state {
   uint64_t epoch;
   int64_t offset;
 } t_state_t;
-
-static int t_group_setup(void **state) {
-  t_pg = kl_t_pg_start(0, t_why, sizeof(t_why));
-  if (!t_pg)
-    fprintf(stderr, "pg: skipping: %s\n", t_why);
-  return 0;
-}
-
-static int t_group_teardown(void **state) {
-  kl_t_pg_stop(t_pg);
-  return 0;
-}
 
 static long long t_sql(PGconn *pg, const char *sql) {
   PGresult *res = PQexec(pg, sql);
@@ -63,12 +49,12 @@ static long long t_sql(PGconn *pg, const char *sql) {
 }
 
 static int t_setup(void **state) {
-  if (!t_pg)
+  if (!kl_t_pg_group())
     return 0;
   t_state_t *st = calloc(1, sizeof(*st));
   char name[32];
   snprintf(name, sizeof(name), "inv%d", ++t_db_seq);
-  if (kl_t_pg_createdb(t_pg, name, st->uri, sizeof(st->uri)))
+  if (kl_t_pg_createdb(kl_t_pg_group(), name, st->uri, sizeof(st->uri)))
     return -1;
   st->admin = PQconnectdb(st->uri);
   if (PQstatus(st->admin) != CONNECTION_OK ||
@@ -91,14 +77,6 @@ static int t_teardown(void **state) {
   }
   return 0;
 }
-
-#define T_NEED_PG()                                                            \
-  do {                                                                         \
-    if (!t_pg) {                                                               \
-      fprintf(stderr, "skipped: %s\n", t_why);                                 \
-      skip();                                                                  \
-    }                                                                          \
-  } while (0)
 
 /* One event as the worker applies it: skipped when seen, else handled and
  * marked. Returns the handler's verdict (OK for a duplicate). */
@@ -139,7 +117,7 @@ static void t_reserve(t_state_t *st, kl_txn_t *txn, const char *sku,
 }
 
 static void test_inventory_reserves_then_sold_out(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   t_sql(st->admin, KL__INVENTORY_STOCK_DDL);
   t_sql(st->admin, "INSERT INTO stock VALUES ('sku-1', 2), ('sku-2', 0)");
@@ -188,7 +166,7 @@ static void test_inventory_reserves_then_sold_out(void **state) {
 }
 
 static void test_inventory_fenced_takes_nothing(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   t_sql(st->admin, KL__INVENTORY_STOCK_DDL);
   t_sql(st->admin, "INSERT INTO stock VALUES ('sku-1', 3)");
@@ -210,7 +188,7 @@ static void test_inventory_fenced_takes_nothing(void **state) {
 }
 
 static void test_inventory_without_stock_table_fails(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   kl_txn_t *txn = t_begin(st);
   char why[512] = "";
@@ -248,7 +226,7 @@ static int t_ledger_row(void *opaque, const void *key, size_t key_len,
 }
 
 static void test_ledger_on_pg(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   const char *types[] = {"credit", "credit", "debit"};
   const int64_t amounts[] = {100, 20, 30};
@@ -285,5 +263,6 @@ int main(void) {
       T(test_inventory_without_stock_table_fails),
       T(test_ledger_on_pg),
   };
-  return cmocka_run_group_tests(tests, t_group_setup, t_group_teardown);
+  return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
+                                kl_t_pg_group_teardown);
 }

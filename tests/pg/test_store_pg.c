@@ -22,7 +22,7 @@
 #include <libpq-fe.h>
 
 #include "keylane/store.h"
-#include "support/pg.h"
+#include "support/pg_group.h"
 #include "support/support.h"
 #include "worker/store_backend.h"
 #include "worker/store_internal.h"
@@ -30,8 +30,6 @@
 
 #define TOPIC "orders"
 
-static kl_t_pg_t *t_pg;
-static char t_why[2048];
 static int t_db_seq;
 
 typedef struct t_state {
@@ -41,25 +39,13 @@ typedef struct t_state {
 
 /* ---- fixtures -------------------------------------------------------- */
 
-static int t_group_setup(void **state) {
-  t_pg = kl_t_pg_start(0, t_why, sizeof(t_why));
-  if (!t_pg)
-    fprintf(stderr, "pg: skipping: %s\n", t_why);
-  return 0;
-}
-
-static int t_group_teardown(void **state) {
-  kl_t_pg_stop(t_pg);
-  return 0;
-}
-
 static int t_setup(void **state) {
-  if (!t_pg)
+  if (!kl_t_pg_group())
     return 0;
   t_state_t *st = calloc(1, sizeof(*st));
   char name[32];
   snprintf(name, sizeof(name), "t%d", ++t_db_seq);
-  if (kl_t_pg_createdb(t_pg, name, st->uri, sizeof(st->uri)))
+  if (kl_t_pg_createdb(kl_t_pg_group(), name, st->uri, sizeof(st->uri)))
     return -1;
   st->admin = PQconnectdb(st->uri);
   if (PQstatus(st->admin) != CONNECTION_OK)
@@ -77,14 +63,6 @@ static int t_teardown(void **state) {
   }
   return 0;
 }
-
-#define T_NEED_PG()                                                            \
-  do {                                                                         \
-    if (!t_pg) {                                                               \
-      fprintf(stderr, "skipped: %s\n", t_why);                                 \
-      skip();                                                                  \
-    }                                                                          \
-  } while (0)
 
 /* Opens the store with "key", "value", ... NULL settings. */
 static kl_err_t t_try_open_v(const char *uri, kl_store_t **store, va_list ap) {
@@ -188,7 +166,7 @@ static int64_t t_clock(void) {
 /* ---- epochs ---------------------------------------------------------- */
 
 static void test_acquire_increments_and_persists(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   kl_store_t *store = t_open(st->uri, NULL);
   assert_int_equal(t_part(store, 3).epoch, 0);
@@ -221,7 +199,7 @@ static void *t_race_acquire(void *opaque) {
 
 /* Epochs are an atomic increment: concurrent acquirers never share one. */
 static void test_concurrent_acquires_get_distinct_epochs(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   kl_store_t *a = t_open(st->uri, NULL), *b = t_open(st->uri, NULL);
   t_racer_t ra = {a, {0}}, rb = {b, {0}};
@@ -245,7 +223,7 @@ static void test_concurrent_acquires_get_distinct_epochs(void **state) {
 /* ---- batches --------------------------------------------------------- */
 
 static void test_batch_visibility(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   kl_store_t *store = t_open(st->uri, NULL);
   uint64_t epoch = t_acquire(store, 0);
@@ -294,7 +272,7 @@ static void test_batch_visibility(void **state) {
 }
 
 static void test_seen_and_mark(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   kl_store_t *store = t_open(st->uri, NULL);
   uint64_t epoch = t_acquire(store, 0);
@@ -332,7 +310,7 @@ static void test_seen_and_mark(void **state) {
 /* The article's point: the handler's own SQL commits with the fence or
  * not at all. */
 static void test_fenced_commit_rolls_back_handler_sql(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   t_sql(st->admin, "CREATE TABLE effects (n integer)");
   kl_store_t *store = t_open(st->uri, NULL);
@@ -380,7 +358,7 @@ static void test_fenced_commit_rolls_back_handler_sql(void **state) {
 }
 
 static void test_committed_handler_sql_is_visible(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   t_sql(st->admin, "CREATE TABLE effects (n integer)");
   kl_store_t *store = t_open(st->uri, NULL);
@@ -397,7 +375,7 @@ static void test_committed_handler_sql_is_visible(void **state) {
 /* One event's SQL undone, the batch's kept: what a worker running events
  * one after another in one batch transaction needs for a RETRY. */
 static void test_savepoint_undoes_one_event(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   t_sql(st->admin, "CREATE TABLE effects (n integer)");
   kl_store_t *store = t_open(st->uri, NULL);
@@ -430,7 +408,7 @@ static void test_savepoint_undoes_one_event(void **state) {
 }
 
 static void test_handler_must_not_end_the_txn(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   kl_store_t *store = t_open(st->uri, NULL);
   uint64_t epoch = t_acquire(store, 0);
@@ -448,7 +426,7 @@ static void test_handler_must_not_end_the_txn(void **state) {
 }
 
 static void test_watermark_never_goes_back(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   kl_store_t *store = t_open(st->uri, NULL);
   uint64_t epoch = t_acquire(store, 0);
@@ -465,7 +443,7 @@ static void test_watermark_never_goes_back(void **state) {
 }
 
 static void test_counters(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   kl_store_t *store = t_open(st->uri, NULL);
   uint64_t epoch = t_acquire(store, 1);
@@ -508,7 +486,7 @@ static int t_scan_cb(void *opaque, const void *key, size_t key_len,
 }
 
 static void test_scan_order_and_prefix(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   kl_store_t *store = t_open(st->uri, NULL);
   uint64_t epoch = t_acquire(store, 0);
@@ -577,7 +555,7 @@ static int t_parts_cb(void *opaque, const char *topic, int32_t partition,
 }
 
 static void test_foreach_partition_order(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   kl_store_t *store = t_open(st->uri, NULL);
   kl_partition_state_t ps;
@@ -612,7 +590,7 @@ static void t_mark_many(kl_store_t *store, uint64_t epoch, uint64_t from,
 }
 
 static void test_sweep_bounded_and_keeps_young(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   t_now_ms = 1700000000000LL;
   kl__store_set_clock(t_clock);
@@ -645,7 +623,7 @@ static void test_sweep_bounded_and_keeps_young(void **state) {
 }
 
 static void test_sweep_keeps_a_key_for_the_retention(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   t_now_ms = 1700000000000LL;
   kl__store_set_clock(t_clock);
@@ -678,7 +656,7 @@ static int t_ids_cb(void *opaque, const char *id, size_t id_len,
 }
 
 static void test_ids_walk(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   t_now_ms = 1700000000000LL;
   kl__store_set_clock(t_clock);
@@ -700,7 +678,7 @@ static void test_ids_walk(void **state) {
 /* ---- schema ---------------------------------------------------------- */
 
 static void test_open_creates_the_schema(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   kl_store_t *store = t_open(st->uri, NULL);
   assert_int_equal(t_sql(st->admin, "SELECT max(version) FROM "
@@ -714,7 +692,7 @@ static void test_open_creates_the_schema(void **state) {
 }
 
 static void test_newer_schema_is_refused(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   kl_store_destroy(t_open(st->uri, NULL));
   t_sql(st->admin, "INSERT INTO keylane_schema_version (version) VALUES (99)");
@@ -729,7 +707,7 @@ static void test_newer_schema_is_refused(void **state) {
 }
 
 static void test_older_schema_needs_store_migrate(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   kl_store_destroy(t_open(st->uri, NULL));
   /* Back to version 1, as a database an older keylane made. */
@@ -765,7 +743,7 @@ static int t_cli_migrate(const char *uri, char *line, size_t size) {
 }
 
 static void test_cli_store_migrate(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   char line[512];
   assert_int_equal(t_cli_migrate(st->uri, line, sizeof(line)), 0);
@@ -778,7 +756,7 @@ static void test_cli_store_migrate(void **state) {
 }
 
 static void test_unreachable_server(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   kl_store_t *store = NULL;
   kl_err_t err = kl_store_open("postgresql://keylane@127.0.0.1:1/none"
                                "?connect_timeout=2",
@@ -800,7 +778,7 @@ static void t_terminate(PGconn *admin, PGconn *victim) {
 /* A lost connection mid-batch: retriable, nothing applied, and the next
  * begin reconnects. */
 static void test_connection_lost_mid_batch(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   t_sql(st->admin, "CREATE TABLE effects (n integer)");
   kl_store_t *store = t_open(st->uri, NULL);
@@ -843,7 +821,7 @@ static void test_connection_lost_mid_batch(void **state) {
 
 /* A lost link during a handler's read: the call fails retriably. */
 static void test_connection_lost_during_get(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   kl_store_t *store = t_open(st->uri, NULL);
   uint64_t epoch = t_acquire(store, 0);
@@ -884,7 +862,7 @@ static void *t_second_batch(void *opaque) {
 /* The pool's bound: with one connection a second batch waits for the
  * first to end. */
 static void test_pool_bound(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   kl_store_t *store = t_open(st->uri, "store.pg.pool", "1", NULL);
   uint64_t epoch = t_acquire(store, 0);
@@ -910,7 +888,7 @@ static void test_pool_bound(void **state) {
  * transaction after store.pg.idle.timeout, so the new owner's handler
  * waits that long at most, and the zombie applies nothing. */
 static void test_paused_owner_row_locks_end_with_idle_timeout(void **state) {
-  T_NEED_PG();
+  kl_t_pg_need();
   t_state_t *st = *state;
   t_sql(st->admin, "CREATE TABLE stock (sku text PRIMARY KEY, qty int)");
   t_sql(st->admin, "INSERT INTO stock VALUES ('s', 10)");
@@ -988,5 +966,6 @@ int main(void) {
       T(test_paused_owner_row_locks_end_with_idle_timeout),
       cmocka_unit_test(test_lmdb_has_no_pg_conn),
   };
-  return cmocka_run_group_tests(tests, t_group_setup, t_group_teardown);
+  return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
+                                kl_t_pg_group_teardown);
 }

@@ -1,0 +1,21 @@
+/*
+ * One throwaway PostgreSQL server (support/pg.h) per cmocka test program:
+ * pass kl_t_pg_group_setup and kl_t_pg_group_teardown to
+ * cmocka_run_group_tests(). Without PostgreSQL installed the group still
+ * runs, and every test that needs the server skips, saying why.
+ */
+#ifndef KEYLANE_TESTS_SUPPORT_PG_GROUP_H
+#define KEYLANE_TESTS_SUPPORT_PG_GROUP_H
+
+#include "support/pg.h"
+
+int kl_t_pg_group_setup(void **state);
+int kl_t_pg_group_teardown(void **state);
+
+/** The group's server, or NULL when it did not start. */
+kl_t_pg_t *kl_t_pg_group(void);
+
+/** The group's server; skips the running test when it did not start. */
+kl_t_pg_t *kl_t_pg_need(void);
+
+#endif
