@@ -49,14 +49,6 @@ static kl_err_t kl_redrive_check(kl__redrive_t *r) {
     return kl__err(KL_EINVAL, "dead-letter topic %s does not end in .dlq: "
                               "name the origin topic with -t TOPIC",
                    o->dlq_topic);
-  kl__store_usage_t usage;
-  if (!o->dry_run && kl__store_lmdb_usage(o->store, &usage) != KL_OK)
-    return kl__err(KL_EINVAL,
-                   "redrive needs a store that records a dead-lettered id "
-                   "as applied once it is redriven; this store keeps the "
-                   "first record of an id, so a second redrive would apply "
-                   "the event again: redrive into an LMDB store (or use "
-                   "--dry-run to see what would apply)");
   return KL_OK;
 }
 

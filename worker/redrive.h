@@ -15,10 +15,10 @@
  * A redriven event is applied after the later events of its key: that is
  * what a redrive is, and why it is an operator's decision.
  *
- * The store must record a dead-lettered id as applied afterwards. LMDB
- * does; a backend that keeps the first mark (PostgreSQL in this build:
- * ON CONFLICT DO NOTHING) is refused, because a second redrive would apply
- * the event again.
+ * Both stores record a dead-lettered id as applied once it is redriven
+ * (LMDB overwrites the mark; PostgreSQL's ON CONFLICT updates a dead-letter
+ * mark to applied and leaves any other mark alone), which is what makes a
+ * second redrive skip it.
  *
  * Ownership and caveats: as replay.h (opts are borrowed; runs on the
  * calling thread; *opts->stop may be set from a signal handler).

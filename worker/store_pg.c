@@ -118,7 +118,9 @@ static const struct {
     [KL__PG_IDS] = {"kl_ids",
                     "INSERT INTO keylane_ids (id, mark, inserted_ms) SELECT "
                     "i, m, $3::int8 FROM unnest($1::bytea[], $2::int2[]) AS "
-                    "t(i, m) ON CONFLICT (id) DO NOTHING",
+                    "t(i, m) ON CONFLICT (id) DO UPDATE SET mark = "
+                    "EXCLUDED.mark, inserted_ms = EXCLUDED.inserted_ms WHERE "
+                    "keylane_ids.mark = 2 AND EXCLUDED.mark = 1",
                     "record the batch's idempotency keys"},
     [KL__PG_EPOCH] = {"kl_epoch",
                       "SELECT epoch FROM keylane_partitions WHERE topic = "

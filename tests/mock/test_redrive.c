@@ -3,7 +3,9 @@
  * dead-letters the events its handler refuses; a rebuild records them as
  * the fleet did; a redrive with a fixed handler applies each of them once
  * (again: duplicates), a dry run changes nothing, a letter the owner has
- * not passed yet stays pending; and keylane replay --from-dlq's JSON.
+ * not passed yet stays pending, on LMDB and on PostgreSQL (skipped, saying
+ * why, when PostgreSQL is not installed); and keylane replay --from-dlq's
+ * JSON.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +20,7 @@
 #include <librdkafka/rdkafka.h>
 #include <msgpack.h>
 
+#include "support/pg_group.h"
 #include "support/support.h"
 #include "worker/ledger.h"
 #include "worker/redrive.h"
@@ -26,8 +29,10 @@
 #define KL_KEYS 10
 #define KL_REFUNDS 5 /* acct-0..4 get a refund, which the ledger refuses */
 
+
 typedef struct kl_fx {
   char dir[64], dir2[64];
+  char uri[256]; /* the PostgreSQL store's, when the fixture uses one */
   kl_embedded_t *cluster;
   const char *boot;
   kl_store_t *store;
@@ -108,14 +113,20 @@ static uint64_t kl_sum(kl_store_t *store, int dead) {
 
 /* Credits, refunds the ledger refuses, more credits, and a record that is
  * no envelope; a worker runs until it dead-lettered them all. */
-static void kl_fx_up(kl_fx_t *fx) {
+static void kl_fx_up_on(kl_fx_t *fx, int pg) {
   memset(fx, 0, sizeof(*fx));
+  kl_t_pg_t *server = pg ? kl_t_pg_need() : NULL;
   assert_int_equal(kl_embedded_new(1, "rd", 2, &fx->cluster), KL_OK);
   assert_int_equal(kl_embedded_topic_create(fx->cluster, "rd.dlq", 2), KL_OK);
   fx->boot = kl_embedded_bootstrap(fx->cluster);
   kl_t_tmpdir(fx->dir);
   kl_t_tmpdir(fx->dir2);
-  assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
+  if (pg)
+    assert_int_equal(kl_t_pg_createdb(server, "redrive", fx->uri,
+                                      sizeof(fx->uri)),
+                     0);
+  assert_int_equal(kl_store_open(pg ? fx->uri : fx->dir, NULL, &fx->store),
+                   KL_OK);
   fx->conf = kl_conf_new();
   assert_int_equal(kl_conf_set(fx->conf, "kafka.bootstrap.servers", fx->boot,
                                NULL, 0),
@@ -142,6 +153,10 @@ static void kl_fx_up(kl_fx_t *fx) {
   assert_int_equal(kl_sum(fx->store, 0), 2 * KL_KEYS);
   /* The store counts marked ids: the record that is no envelope has none. */
   assert_int_equal(kl_sum(fx->store, 1), KL_REFUNDS);
+}
+
+static void kl_fx_up(kl_fx_t *fx) {
+  kl_fx_up_on(fx, 0);
 }
 
 static void kl_fx_down(kl_fx_t *fx) {
@@ -240,9 +255,9 @@ static void test_rebuild_records_the_fleets_dead_letters(void **state) {
   kl_fx_down(&fx);
 }
 
-static void test_redrive_applies_each_letter_once(void **state) {
+static void kl_redrive_applies_each_letter_once(int pg) {
   kl_fx_t fx;
-  kl_fx_up(&fx);
+  kl_fx_up_on(&fx, pg);
   /* A letter whose origin the owner has not passed yet. */
   static const char *const ahead[] = {
       "keylane.dlq.reason", "handler_fail", "keylane.dlq.topic", "rd",
@@ -301,6 +316,15 @@ static void test_redrive_applies_each_letter_once(void **state) {
   kl_fx_down(&fx);
 }
 
+static void test_redrive_applies_each_letter_once(void **state) {
+  kl_redrive_applies_each_letter_once(0);
+}
+
+/* PostgreSQL keeps an id's mark unless a dead letter becomes applied. */
+static void test_redrive_applies_each_letter_once_on_pg(void **state) {
+  kl_redrive_applies_each_letter_once(1);
+}
+
 /* keylane replay --from-dlq through the binary: one JSON object with each
  * letter's outcome; the shipped ledger refuses refunds again. */
 static void test_redrive_cli_json(void **state) {
@@ -353,7 +377,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rebuild_records_the_fleets_dead_letters),
       cmocka_unit_test(test_redrive_applies_each_letter_once),
+      cmocka_unit_test(test_redrive_applies_each_letter_once_on_pg),
       cmocka_unit_test(test_redrive_cli_json),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
+                                kl_t_pg_group_teardown);
 }
