@@ -15,6 +15,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "broker/envelope_internal.h"
 #include "common/internal.h"
 #include "keylane/event.h"
 
@@ -57,9 +58,9 @@ static const uint8_t *kl_uuid_random(void) {
 }
 
 /* The next (ms << 12 | counter), strictly above every earlier one. */
-static uint64_t kl_uuid_stamp(const uint8_t *rnd) {
+static uint64_t kl_uuid_stamp(const uint8_t *rnd, int64_t now_ms) {
   uint64_t seed = ((uint64_t)(rnd[0] & 0x07) << 8) | rnd[1];
-  uint64_t now = ((uint64_t)kl__now_ms() << 12) | seed;
+  uint64_t now = ((uint64_t)now_ms << 12) | seed;
   uint64_t last = atomic_load_explicit(&kl_uuid_last, memory_order_relaxed);
   uint64_t next;
   do
@@ -70,9 +71,13 @@ static uint64_t kl_uuid_stamp(const uint8_t *rnd) {
 }
 
 void kl_event_make_id(char out[37]) {
+  kl__event_make_id_at(out, kl__now_ms());
+}
+
+void kl__event_make_id_at(char out[37], int64_t now_ms) {
   static const char hex[] = "0123456789abcdef";
   const uint8_t *rnd = kl_uuid_random();
-  uint64_t stamp = kl_uuid_stamp(rnd);
+  uint64_t stamp = kl_uuid_stamp(rnd, now_ms);
   uint8_t b[16];
   for (int i = 0; i < 6; i++)
     b[i] = (uint8_t)(stamp >> (52 - 8 * i));

@@ -695,6 +695,131 @@ static void test_encode_rejects_invalid(void **state) {
   assert_err(kl_event_encode(&ev, NULL, &len), KL_EINVAL);
 }
 
+/* ---- the bytes on the wire ---- */
+
+/* The envelope as msgpack-c's packer writes it, field by field in
+ * kl_event_encode()'s order: the reference the encoder's bytes must equal,
+ * so that envelopes stay byte-identical to those published before it wrote
+ * msgpack itself (and to what other msgpack encoders produce). */
+static void pack_ref_str(msgpack_packer *pk, const char *s, size_t len) {
+  msgpack_pack_str(pk, len);
+  if (len > 0) /* the body would memcpy() from NULL */
+    msgpack_pack_str_body(pk, s, len);
+}
+
+static void pack_ref_bin(msgpack_packer *pk, const void *p, size_t len) {
+  msgpack_pack_bin(pk, len);
+  if (len > 0)
+    msgpack_pack_bin_body(pk, p, len);
+}
+
+static buf_t pack_reference(const kl_event_t *ev) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, ev->header_count > 0 ? 6 : 5);
+  pack_cstr(&pk, "v");
+  msgpack_pack_int(&pk, KL_ENVELOPE_VERSION);
+  pack_cstr(&pk, "id");
+  pack_ref_str(&pk, ev->id, ev->id_len);
+  pack_cstr(&pk, "t");
+  pack_ref_str(&pk, ev->type, ev->type_len);
+  pack_cstr(&pk, "ts");
+  msgpack_pack_int64(&pk, ev->ts);
+  pack_cstr(&pk, "p");
+  pack_ref_bin(&pk, ev->payload, ev->payload_len);
+  if (ev->header_count > 0) {
+    pack_cstr(&pk, "h");
+    msgpack_pack_map(&pk, ev->header_count);
+    for (size_t i = 0; i < ev->header_count; i++) {
+      const kl_header_t *h = &ev->headers[i];
+      pack_ref_str(&pk, h->name, h->name_len);
+      pack_ref_str(&pk, h->value, h->value_len);
+    }
+  }
+  return (buf_t){sb.data, sb.size};
+}
+
+static void assert_bytes_as_msgpack_c(const kl_event_t *ev) {
+  void *buf = NULL;
+  size_t len = 0;
+  assert_err(kl_event_encode(ev, &buf, &len), KL_OK);
+  buf_t want = pack_reference(ev);
+  if (len != want.size || memcmp(buf, want.data, len) != 0)
+    fail_msg("ts %lld, id %zu, type %zu, payload %zu, %zu headers: %zu bytes, "
+             "msgpack-c writes %zu",
+             (long long)ev->ts, ev->id_len, ev->type_len, ev->payload_len,
+             ev->header_count, len, want.size);
+  free(buf);
+  free(want.data);
+}
+
+/* Every width boundary of every form the envelope uses. */
+static void test_encode_bytes_as_msgpack_c(void **state) {
+  static const int64_t ts[] = {0,
+                               1,
+                               127,
+                               128,
+                               255,
+                               256,
+                               65535,
+                               65536,
+                               INT64_C(4294967295),
+                               INT64_C(4294967296),
+                               INT64_C(1700000000123),
+                               INT64_MAX,
+                               -1,
+                               -32,
+                               -33,
+                               -128,
+                               -129,
+                               -32768,
+                               -32769,
+                               INT32_MIN,
+                               (int64_t)INT32_MIN - 1,
+                               INT64_MIN};
+  static const size_t strs[] = {1, 31, 32, 255};
+  static const size_t bins[] = {0, 1, 255, 256, 65535, 65536, KL_PAYLOAD_MAX};
+  static const size_t values[] = {0, 31, 32, 255, 256, 4096};
+  static const size_t counts[] = {0, 1, 15, 16, KL_HEADERS_MAX};
+  static char text[KL_HEADER_VALUE_MAX];
+  static char names[KL_HEADERS_MAX][3];
+  static kl_header_t headers[KL_HEADERS_MAX];
+  uint8_t *payload = malloc(KL_PAYLOAD_MAX);
+  memset(payload, 0x5a, KL_PAYLOAD_MAX);
+  memset(text, 'x', sizeof(text));
+  kl_event_t ev = sample_event();
+  for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++) {
+    ev.ts = ts[i];
+    assert_bytes_as_msgpack_c(&ev);
+  }
+  for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
+    ev = sample_event();
+    ev.id = ev.type = text;
+    ev.id_len = ev.type_len = strs[i];
+    assert_bytes_as_msgpack_c(&ev);
+  }
+  for (size_t i = 0; i < sizeof(bins) / sizeof(bins[0]); i++) {
+    ev = sample_event();
+    ev.payload = bins[i] ? payload : NULL;
+    ev.payload_len = bins[i];
+    assert_bytes_as_msgpack_c(&ev);
+  }
+  for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+    for (size_t v = 0; v < sizeof(values) / sizeof(values[0]); v++) {
+      for (size_t i = 0; i < counts[c]; i++) {
+        snprintf(names[i], sizeof(names[i]), "%02zu", i);
+        headers[i] = (kl_header_t){names[i], 2, text, values[v]};
+      }
+      ev = sample_event();
+      ev.headers = counts[c] ? headers : NULL;
+      ev.header_count = counts[c];
+      assert_bytes_as_msgpack_c(&ev);
+    }
+  free(payload);
+}
+
 /* ---- ids ---- */
 
 static void assert_uuid7(const char *id) {
@@ -802,6 +927,7 @@ int main(void) {
       cmocka_unit_test(test_validate),
       cmocka_unit_test(test_validate_headers),
       cmocka_unit_test(test_encode_rejects_invalid),
+      cmocka_unit_test(test_encode_bytes_as_msgpack_c),
       cmocka_unit_test(test_make_id_format),
       cmocka_unit_test(test_make_id_ordered),
       cmocka_unit_test(test_make_id_threads),

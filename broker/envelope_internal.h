@@ -1,0 +1,35 @@
+/*
+ * What the producer needs of the envelope codec beyond event.h: encoding
+ * into a buffer it owns, and ids stamped from a clock it has read already.
+ * Not installed.
+ */
+#ifndef KEYLANE_BROKER_ENVELOPE_INTERNAL_H
+#define KEYLANE_BROKER_ENVELOPE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keylane/event.h"
+
+/**
+ * @returns how many bytes kl__envelope_write() needs for @p event: the exact
+ *          size, but for ts counted at its widest (9 bytes).
+ */
+size_t kl__envelope_size(const kl_event_t *event);
+
+/**
+ * Writes the envelope of @p event into @p buf, which holds at least
+ * kl__envelope_size(event) bytes: the bytes kl_event_encode() returns.
+ *
+ * @param event  validated (kl_event_validate(event, 0)); nothing is checked.
+ * @returns the envelope's length.
+ */
+size_t kl__envelope_write(const kl_event_t *event, uint8_t *buf);
+
+/**
+ * kl_event_make_id() with the millisecond clock given: @p now_ms, from
+ * kl__now_ms(), so that a caller that stamps ts too reads the clock once.
+ */
+void kl__event_make_id_at(char out[37], int64_t now_ms);
+
+#endif
