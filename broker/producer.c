@@ -3,31 +3,35 @@
  * every event itself with kl_partition(), so that the partition, and the
  * worker that owns the key, never depend on librdkafka's partitioner.
  *
- * Per-event cost, measured (keylane-bench produce, perf): the envelope
- * from kl_event_encode() is produced with RD_KAFKA_MSG_F_COPY and freed at
- * once. Handing the buffer over instead (F_FREE, no copy) cost ~140 ns
- * more per event on the publishing thread with librdkafka 2.0.2, far more
- * than copying 170 bytes into the allocation librdkafka makes anyway; an
- * envelope grown to carry the id as msg_opaque (one block, no F_*) cost a
- * realloc and its copy on top. The caller's opaque is the msg_opaque
- * itself, and the delivery report reads the event's id back from the
- * payload, so a message owns nothing of ours and a report that never
- * comes leaks nothing. Keeping the id in a note of our own instead costs
- * as much as the full decode (~60 ns): with 100,000 events in flight, every
- * heap chunk that lives until the delivery report is a cache miss when it
- * is freed. So the report first tries a byte-checked shortcut to where
- * kl_event_encode() writes the id (~80 ns less per event), and decodes
+ * Per-event cost, measured (keylane-bench produce, perf): the envelope is
+ * written into a buffer on the stack (kl__envelope_write(): the bytes of
+ * kl_event_encode() without its malloc, and without msgpack-c's packer)
+ * and produced with RD_KAFKA_MSG_F_COPY; a missing id and ts come from one
+ * clock read. Handing a heap buffer over instead (F_FREE, no copy) cost
+ * ~140 ns more per event on the publishing thread with librdkafka 2.0.2,
+ * far more than copying 170 bytes into the allocation librdkafka makes
+ * anyway; an envelope grown to carry the id as msg_opaque (one block, no
+ * F_*) cost a realloc and its copy on top. The caller's opaque is the
+ * msg_opaque itself, and the delivery report reads the event's id back
+ * from the payload, so a message owns nothing of ours and a report that
+ * never comes leaks nothing. Keeping the id in a note of our own instead
+ * costs as much as the full decode (~60 ns): with 100,000 events in
+ * flight, every heap chunk that lives until the delivery report is a cache
+ * miss when it is freed. So the report first tries a byte-checked shortcut
+ * to where the encoder writes the id (~80 ns less per event), and decodes
  * only when the bytes do not match.
  *
  * Every function here runs on the caller's thread (the one that uses the
  * producer), including the delivery and error callbacks, which librdkafka
  * serves from rd_kafka_poll()/rd_kafka_flush().
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <librdkafka/rdkafka.h>
 
+#include "broker/envelope_internal.h"
 #include "broker/producer_internal.h"
 #include "common/internal.h"
 #include "common/kafka.h"
@@ -36,6 +40,9 @@
 
 /* How long the first publish to a topic waits for its partition count. */
 #define KL_METADATA_TIMEOUT_MS 10000
+/* Envelopes up to this size are encoded on the stack, larger ones on the
+ * heap: 1 KiB holds a 100-byte payload with room for headers. */
+#define KL_ENVELOPE_STACK 1024
 
 typedef struct kl_topic {
   char *name;
@@ -455,6 +462,20 @@ static kl_err_t kl_msg_produce(kl_producer_t *producer, kl_topic_t *topic,
   return KL_OK;
 }
 
+/* Fills in the id and ts the service left out, from one clock read. */
+static void kl_publish_stamp(kl_event_t *ev, char id[37]) {
+  if (ev->id_len != 0 && ev->ts != 0)
+    return;
+  int64_t now = kl__now_ms();
+  if (ev->id_len == 0) {
+    kl__event_make_id_at(id, now);
+    ev->id = id;
+    ev->id_len = 36;
+  }
+  if (ev->ts == 0)
+    ev->ts = now;
+}
+
 kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
                     const kl_event_t *event, void *opaque) {
   if (!producer || !topic || !event)
@@ -462,26 +483,26 @@ kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
                               "required");
   kl_event_t ev = *event;
   char id[37];
-  if (ev.id_len == 0) {
-    kl_event_make_id(id);
-    ev.id = id;
-    ev.id_len = 36;
-  }
-  if (ev.ts == 0)
-    ev.ts = kl__now_ms();
-  /* Encoding validates the event: a bad one fails before any waiting. */
-  void *envelope = NULL;
-  size_t envelope_len;
-  kl_err_t err = kl_event_encode(&ev, &envelope, &envelope_len);
+  kl_publish_stamp(&ev, id);
+  /* Validating first: a bad event fails before any waiting. */
+  kl_err_t err = kl_event_validate(&ev, 0);
   if (err)
     return err;
+  /* librdkafka copies the envelope, so it only lives for this call. */
+  uint8_t stack[KL_ENVELOPE_STACK];
+  size_t size = kl__envelope_size(&ev);
+  uint8_t *envelope = size <= sizeof(stack) ? stack : malloc(size);
+  if (!envelope)
+    return kl__err(KL_ENOMEM, "cannot allocate a %zu-byte envelope", size);
+  size_t envelope_len = kl__envelope_write(&ev, envelope);
   kl_topic_t *t;
   err = kl_topic_get(producer, topic, &t);
   if (!err)
     err = kl_budget_wait(producer);
   if (!err)
     err = kl_msg_produce(producer, t, &ev, envelope, envelope_len, opaque);
-  free(envelope);
+  if (envelope != stack)
+    free(envelope);
   if (err)
     return err;
   rd_kafka_poll(producer->rk, 0); /* serve delivery reports as we go */
