@@ -23,36 +23,16 @@
 #include "worker/replay.h"
 #include "worker/store_internal.h"
 
-typedef struct kl_fx {
-  char dir[64];
-  kl_embedded_t *cluster;
-  kl_store_t *store;
-  kl__ledger_gen_t *gen;
-  kl_producer_t *producer;
-  const char *topic;
-  int partitions;
-} kl_fx_t;
+typedef kl_t_ledger_fx_t kl_fx_t;
 
 static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};
 
 static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions) {
-  memset(fx, 0, sizeof(*fx));
-  fx->topic = topic;
-  fx->partitions = partitions;
-  kl_t_tmpdir(fx->dir);
-  assert_int_equal(kl_embedded_new(1, topic, partitions, &fx->cluster), KL_OK);
-  assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
-  fx->gen = kl__ledger_gen_new(40, partitions, 7);
-  fx->producer = kl_t_producer(kl_embedded_bootstrap(fx->cluster), fx->gen);
-  assert_non_null(fx->producer);
+  kl_t_ledger_fx_up(fx, topic, partitions, 40, 7, NULL);
 }
 
 static void kl_fx_down(kl_fx_t *fx) {
-  kl_producer_destroy(fx->producer);
-  kl__ledger_gen_destroy(fx->gen);
-  kl_store_destroy(fx->store);
-  kl_embedded_destroy(fx->cluster);
-  kl_t_rmrf(fx->dir);
+  kl_t_ledger_fx_down(fx);
 }
 
 static void kl_fx_publish(kl_fx_t *fx, int n) {
@@ -61,7 +41,7 @@ static void kl_fx_publish(kl_fx_t *fx, int n) {
 
 /* A fleet of one worker applies everything published so far. */
 static void kl_fx_fleet(kl_fx_t *fx, const char *group) {
-  kl_t_worker_t *w = kl_t_worker_start(kl_embedded_bootstrap(fx->cluster),
+  kl_t_worker_t *w = kl_t_worker_start(fx->boot,
                                        fx->topic, group, fx->store, kl_fast);
   assert_int_equal(kl__ledger_gen_wait(fx->gen, fx->store, fx->topic, 0, 30000),
                    0);
@@ -166,7 +146,7 @@ static void kl_rp_init(kl_rp_t *rp, kl_fx_t *fx, kl_store_t *store,
   memset(rp, 0, sizeof(*rp));
   rp->conf = kl_conf_new();
   assert_int_equal(kl_conf_set(rp->conf, "kafka.bootstrap.servers",
-                               kl_embedded_bootstrap(fx->cluster), NULL, 0),
+                               fx->boot, NULL, 0),
                    KL_OK);
   rp->opts.conf = rp->conf;
   rp->opts.topic = fx->topic;
@@ -223,7 +203,8 @@ static void test_rebuild_equals_the_fleets_store(void **state) {
   kl_store_destroy(fx.store);
   kl_t_rmrf(fx.dir);
   kl_t_tmpdir(fx.dir);
-  assert_int_equal(kl_store_open(fx.dir, NULL, &fx.store), KL_OK);
+  snprintf(fx.where, sizeof(fx.where), "%s", fx.dir);
+  assert_int_equal(kl_store_open(fx.where, NULL, &fx.store), KL_OK);
 
   kl_rp_t rp;
   kl_rp_init(&rp, &fx, fx.store, "beginning");
@@ -379,7 +360,7 @@ static void kl_wait_fenced(kl_t_worker_t *w, uint64_t n) {
 static void test_replay_beside_a_live_worker(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "live", 4);
-  const char *boot = kl_embedded_bootstrap(fx.cluster);
+  const char *boot = fx.boot;
   kl_fx_publish(&fx, 500);
   kl_t_worker_t *w1 = kl_t_worker_start(boot, fx.topic, "g", fx.store, kl_fast);
   assert_int_equal(
@@ -551,7 +532,7 @@ static void test_gap_above_the_watermark_is_refused(void **state) {
 static void test_truncated_history_is_reported(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "trunc", 1);
-  int64_t low = kl_t_publish_truncated(kl_embedded_bootstrap(fx.cluster),
+  int64_t low = kl_t_publish_truncated(fx.boot,
                                        fx.topic, "acct-7", 60);
   assert_true(low > 0);
   kl_rp_t rp;

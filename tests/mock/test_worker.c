@@ -17,32 +17,14 @@
 #include "support/support.h"
 #include "worker/worker_internal.h"
 
-typedef struct kl_fx {
-  char dir[64];
-  kl_t_cluster_t *cluster;
-  kl_store_t *store;
-  kl__ledger_gen_t *gen;
-  kl_producer_t *producer;
-  const char *topic;
-} kl_fx_t;
+typedef kl_t_ledger_fx_t kl_fx_t;
 
 static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions) {
-  memset(fx, 0, sizeof(*fx));
-  kl_t_tmpdir(fx->dir);
-  assert_int_equal(kl_t_cluster_new(1, topic, partitions, &fx->cluster), KL_OK);
-  fx->topic = kl_t_topic(fx->cluster);
-  assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
-  fx->gen = kl__ledger_gen_new(50, partitions, 42);
-  fx->producer = kl_t_producer(kl_t_bootstrap(fx->cluster), fx->gen);
-  assert_non_null(fx->producer);
+  kl_t_ledger_fx_up(fx, topic, partitions, 50, 42, NULL);
 }
 
 static void kl_fx_down(kl_fx_t *fx) {
-  kl_producer_destroy(fx->producer);
-  kl__ledger_gen_destroy(fx->gen);
-  kl_store_destroy(fx->store);
-  kl_t_cluster_destroy(fx->cluster);
-  kl_t_rmrf(fx->dir);
+  kl_t_ledger_fx_down(fx);
 }
 
 static void kl_fx_publish(kl_fx_t *fx, int n) {

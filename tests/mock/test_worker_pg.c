@@ -21,34 +21,19 @@
 
 static int t_db_seq;
 
-typedef struct kl_fx {
-  char uri[256];
-  kl_embedded_t *cluster;
-  kl_store_t *store;
-  kl__ledger_gen_t *gen;
-  kl_producer_t *producer;
-  const char *topic;
-} kl_fx_t;
+typedef kl_t_ledger_fx_t kl_fx_t;
 
+/* The ledger fixture on a fresh database of the group's server. */
 static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions) {
   kl_t_pg_t *pg = kl_t_pg_need();
-  memset(fx, 0, sizeof(*fx));
-  fx->topic = topic;
-  char name[32];
+  char name[32], uri[256];
   snprintf(name, sizeof(name), "w%d", ++t_db_seq);
-  assert_int_equal(kl_t_pg_createdb(pg, name, fx->uri, sizeof(fx->uri)), 0);
-  assert_int_equal(kl_embedded_new(1, topic, partitions, &fx->cluster), KL_OK);
-  assert_int_equal(kl_store_open(fx->uri, NULL, &fx->store), KL_OK);
-  fx->gen = kl__ledger_gen_new(50, partitions, 42);
-  fx->producer = kl_t_producer(kl_embedded_bootstrap(fx->cluster), fx->gen);
-  assert_non_null(fx->producer);
+  assert_int_equal(kl_t_pg_createdb(pg, name, uri, sizeof(uri)), 0);
+  kl_t_ledger_fx_up(fx, topic, partitions, 50, 42, uri);
 }
 
 static void kl_fx_down(kl_fx_t *fx) {
-  kl_producer_destroy(fx->producer);
-  kl__ledger_gen_destroy(fx->gen);
-  kl_store_destroy(fx->store);
-  kl_embedded_destroy(fx->cluster);
+  kl_t_ledger_fx_down(fx);
 }
 
 static void kl_fx_publish(kl_fx_t *fx, int n) {
@@ -65,7 +50,7 @@ static void test_applies_each_event_once_on_pg(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "once", 4);
   kl_fx_publish(&fx, 2000);
-  kl_t_worker_t *w = kl_t_worker_start(kl_embedded_bootstrap(fx.cluster),
+  kl_t_worker_t *w = kl_t_worker_start(fx.boot,
                                        fx.topic, "g1", fx.store, kl_fast);
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
                    0);
@@ -113,14 +98,14 @@ static void test_paused_owner_is_fenced_on_pg(void **state) {
                                      "kafka.max.poll.interval.ms=3000", NULL};
   /* Each worker its own store, as two hosts would have. */
   kl_store_t *store_a;
-  assert_int_equal(kl_store_open(fx.uri, NULL, &store_a), KL_OK);
+  assert_int_equal(kl_store_open(fx.where, NULL, &store_a), KL_OK);
   kl_pause_fx_t pause = {store_a, 1, 0};
-  kl_t_worker_t *a = kl_t_worker_new(kl_embedded_bootstrap(fx.cluster),
+  kl_t_worker_t *a = kl_t_worker_new(fx.boot,
                                      fx.topic, "g", store_a, slow);
   kl__worker_set_before_commit(a->worker, kl_pause_hook, &pause);
   kl_t_worker_go(a);
   kl_t_sleep_ms(500);
-  kl_t_worker_t *b = kl_t_worker_start(kl_embedded_bootstrap(fx.cluster),
+  kl_t_worker_t *b = kl_t_worker_start(fx.boot,
                                        fx.topic, "g", fx.store, kl_fast);
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
                    0);

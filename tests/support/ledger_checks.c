@@ -4,8 +4,41 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include <cmocka.h>
+
+#include "support/support.h"
+
+void kl_t_ledger_fx_up(kl_t_ledger_fx_t *fx, const char *topic,
+                       int partitions, int keys, uint64_t seed,
+                       const char *store_uri) {
+  memset(fx, 0, sizeof(*fx));
+  if (store_uri) {
+    snprintf(fx->where, sizeof(fx->where), "%s", store_uri);
+  } else {
+    kl_t_tmpdir(fx->dir);
+    snprintf(fx->where, sizeof(fx->where), "%s", fx->dir);
+  }
+  assert_int_equal(kl_t_cluster_new(1, topic, partitions, &fx->cluster), KL_OK);
+  fx->boot = kl_t_bootstrap(fx->cluster);
+  fx->topic = kl_t_topic(fx->cluster);
+  fx->partitions = partitions;
+  assert_int_equal(kl_store_open(fx->where, NULL, &fx->store), KL_OK);
+  fx->gen = kl__ledger_gen_new(keys, partitions, seed);
+  fx->producer = kl_t_producer(fx->boot, fx->gen);
+  assert_non_null(fx->producer);
+}
+
+void kl_t_ledger_fx_down(kl_t_ledger_fx_t *fx) {
+  kl_producer_destroy(fx->producer);
+  kl__ledger_gen_destroy(fx->gen);
+  kl_store_destroy(fx->store);
+  kl_t_cluster_destroy(fx->cluster);
+  if (fx->dir[0])
+    kl_t_rmrf(fx->dir);
+}
 
 void kl_t_ledger_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,
                          const char *topic, int n) {

@@ -2,9 +2,35 @@
 #ifndef KEYLANE_TESTS_LEDGER_CHECKS_H
 #define KEYLANE_TESTS_LEDGER_CHECKS_H
 
+#include <stdint.h>
+
 #include "keylane/producer.h"
 #include "keylane/store.h"
+#include "support/cluster.h"
 #include "worker/ledger_gen.h"
+
+/* A ledger workload on a test cluster (support/cluster.h: embedded unless
+ * KEYLANE_TEST_BOOTSTRAP names one), a producer for it, and a store. */
+typedef struct kl_t_ledger_fx {
+  char dir[64];    /* the LMDB directory, when the fixture made one */
+  char where[256]; /* the store's location: that directory, or a URI */
+  kl_t_cluster_t *cluster;
+  const char *boot, *topic; /* the cluster's; topic is unique on a real one */
+  int partitions;
+  kl_store_t *store;
+  kl__ledger_gen_t *gen;
+  kl_producer_t *producer;
+} kl_t_ledger_fx_t;
+
+/* Starts @p topic with @p partitions on a one-broker cluster, @p keys
+ * ledger accounts generated from @p seed, and a store: the one at
+ * @p store_uri, or a fresh LMDB directory when it is NULL. */
+void kl_t_ledger_fx_up(kl_t_ledger_fx_t *fx, const char *topic,
+                       int partitions, int keys, uint64_t seed,
+                       const char *store_uri);
+
+/* Stops and removes what kl_t_ledger_fx_up() started. */
+void kl_t_ledger_fx_down(kl_t_ledger_fx_t *fx);
 
 /* Publishes @p n events to @p topic, re-publishing an earlier one with its
  * idempotency key after every 10th, and waits until Kafka acked them all. */
