@@ -1,0 +1,118 @@
+/*
+ * The store contract: what every kl_store_t backend does alike (epochs,
+ * batches and their fence, idempotency keys, counters, scans, expiry),
+ * written once and run by each backend's test program against its own
+ * store (tests/unit/test_store_lmdb.c, tests/pg/test_store_pg.c), and the
+ * helpers those programs' own tests use too.
+ *
+ * A program's test state starts with a kl_t_store_fixture_t: its setup
+ * fills in where the store lives, and it lists the contract in its
+ * CMUnitTest array with KL_T_STORE_CONTRACT_TESTS(setup, teardown). A setup
+ * that cannot make a store (no PostgreSQL server) leaves *state NULL, and
+ * the contract tests skip, saying so. The teardown removes the store and
+ * puts the store's clock back: kl__store_set_clock(NULL).
+ *
+ * Uses cmocka: the helpers fail the running test on an error. The
+ * benchmark, which links support/ but is no cmocka program, must not use
+ * this file.
+ */
+#ifndef KEYLANE_TESTS_SUPPORT_STORE_CONTRACT_H
+#define KEYLANE_TESTS_SUPPORT_STORE_CONTRACT_H
+
+#include <stdint.h>
+
+#include "keylane/store.h"
+
+/** The topic of every helper's partitions. */
+#define KL_T_TOPIC "orders"
+
+/** What the contract tests need of a program's state; first in it. */
+typedef struct kl_t_store_fixture {
+  /** What kl_store_open() takes: an LMDB directory or a postgresql:// URI. */
+  char where[256];
+  /**
+   * 1 when kl_store_sweep()'s max counts the keys it removes, the oldest
+   * first (PostgreSQL); 0 when it counts the keys it visits in key order,
+   * expired or not (LMDB's cursor walk), which takes more calls.
+   */
+  int sweep_max_counts_removed;
+} kl_t_store_fixture_t;
+
+/**
+ * The running test's fixture, from cmocka's @p state; skips the test,
+ * saying so, when the program's setup left none.
+ */
+kl_t_store_fixture_t *kl_t_store_fixture(void **state);
+
+/**
+ * Opens the store at @p where with "key", "value", ..., NULL settings.
+ * @returns what kl_store_open() returned, or KL_ECONF for a bad setting;
+ *          *store is the caller's to kl_store_destroy() on KL_OK.
+ * No cmocka: a forked child may call it.
+ */
+kl_err_t kl_t_store_try_open(const char *where, kl_store_t **store, ...);
+
+/** The same, failing the test on an error. @returns the store. */
+kl_store_t *kl_t_store_open(const char *where, ...);
+
+/** Acquires @p partition of KL_T_TOPIC. @returns the new epoch. */
+uint64_t kl_t_store_acquire(kl_store_t *store, int32_t partition);
+
+/** The state of @p partition of KL_T_TOPIC. */
+kl_partition_state_t kl_t_store_partition(kl_store_t *store, int32_t partition);
+
+/** Begins a batch on @p partition of KL_T_TOPIC as owner @p epoch. */
+kl_txn_t *kl_t_store_begin(kl_store_t *store, int32_t partition,
+                           uint64_t epoch);
+
+/** Commits @p txn, failing the test unless it is applied. */
+void kl_t_store_commit(kl_txn_t *txn, int64_t watermark);
+
+/** Puts the strings @p key and @p val. */
+void kl_t_txn_put(kl_txn_t *txn, const char *key, const char *val);
+
+/**
+ * @returns the value of the string @p key, or NULL when absent.
+ * @remark A static buffer: valid until the next call; copy it out.
+ */
+const char *kl_t_txn_get(kl_txn_t *txn, const char *key);
+
+/** @returns the mark of the string @p id. */
+kl_mark_t kl_t_txn_seen(kl_txn_t *txn, const char *id);
+
+/** Marks the string @p id. */
+void kl_t_txn_mark(kl_txn_t *txn, const char *id, kl_mark_t mark);
+
+/** Makes the store's clock read @p now_ms, until kl__store_set_clock(NULL). */
+void kl_t_store_clock_set(int64_t now_ms);
+
+/** Moves that clock @p ms forward. */
+void kl_t_store_clock_add(int64_t ms);
+
+/* The contract, as X(name, setup, teardown): the test function
+ * kl_t_contract_<name>, run under the name test_<name>. */
+#define KL_T_STORE_CONTRACT(X, setup, teardown)                                \
+  X(acquire_increments_and_persists, setup, teardown)                          \
+  X(batch_visibility, setup, teardown)                                         \
+  X(seen_and_mark, setup, teardown)                                            \
+  X(fenced_commit_applies_nothing, setup, teardown)                            \
+  X(watermark_never_goes_back, setup, teardown)                                \
+  X(counters, setup, teardown)                                                 \
+  X(scan_order_and_prefix, setup, teardown)                                    \
+  X(foreach_partition_order, setup, teardown)                                  \
+  X(sweep_bounded_and_keeps_young, setup, teardown)                            \
+  X(sweep_keeps_a_key_for_the_retention, setup, teardown)
+
+#define KL_T__CONTRACT_DECLARE(name, setup, teardown)                          \
+  void kl_t_contract_##name(void **state);
+KL_T_STORE_CONTRACT(KL_T__CONTRACT_DECLARE, , )
+
+#define KL_T__CONTRACT_ENTRY(name, setup, teardown)                            \
+  {"test_" #name, kl_t_contract_##name, setup, teardown, NULL},
+
+/** The contract's CMUnitTest entries, each run with @p setup and
+ * @p teardown, and each followed by a comma: for a CMUnitTest array. */
+#define KL_T_STORE_CONTRACT_TESTS(setup, teardown)                             \
+  KL_T_STORE_CONTRACT(KL_T__CONTRACT_ENTRY, setup, teardown)
+
+#endif
