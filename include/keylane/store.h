@@ -141,6 +141,12 @@ KL_EXPORT void kl_txn_count_duplicate(kl_txn_t *txn);
 /**
  * Removes up to @p max idempotency keys older than the retention, in one
  * short write transaction. Call it often with a small @p max.
+ * @remark @p max bounds the work of one call, which the backends count
+ *         differently: LMDB walks at most @p max keys from where the last
+ *         call stopped (the cursor is kept in the store) and removes the
+ *         expired ones among them, so a call may remove fewer than @p max
+ *         while expired keys remain; PostgreSQL removes at most @p max of
+ *         the oldest expired keys.
  */
 KL_EXPORT kl_err_t kl_store_sweep(kl_store_t *store, size_t max,
                                   size_t *removed);
