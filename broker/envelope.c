@@ -220,17 +220,17 @@ static uint8_t *kl_put_int(uint8_t *o, int64_t v) {
   if (v >= 0 && v < 128)
     *o++ = (uint8_t)v;
   else if (v >= 0)
-    o = v < 256          ? kl_put_be(o, 0xcc, (uint64_t)v, 1)
-        : v < 65536      ? kl_put_be(o, 0xcd, (uint64_t)v, 2)
+    o = v < 256                   ? kl_put_be(o, 0xcc, (uint64_t)v, 1)
+        : v < 65536               ? kl_put_be(o, 0xcd, (uint64_t)v, 2)
         : v < INT64_C(4294967296) ? kl_put_be(o, 0xce, (uint64_t)v, 4)
-                         : kl_put_be(o, 0xcf, (uint64_t)v, 8);
+                                  : kl_put_be(o, 0xcf, (uint64_t)v, 8);
   else if (v >= -32)
     *o++ = (uint8_t)kl_twos(v);
   else
-    o = v >= -128          ? kl_put_be(o, 0xd0, kl_twos(v), 1)
-        : v >= -32768      ? kl_put_be(o, 0xd1, kl_twos(v), 2)
+    o = v >= -128                   ? kl_put_be(o, 0xd0, kl_twos(v), 1)
+        : v >= -32768               ? kl_put_be(o, 0xd1, kl_twos(v), 2)
         : v >= -INT64_C(2147483648) ? kl_put_be(o, 0xd2, kl_twos(v), 4)
-                           : kl_put_be(o, 0xd3, kl_twos(v), 8);
+                                    : kl_put_be(o, 0xd3, kl_twos(v), 8);
   return o;
 }
 
