@@ -2,12 +2,22 @@
  * The batch write buffer: linear probing over a power-of-two table kept at
  * most half full, so a miss ends after a couple of probes. Entries are
  * never removed one by one (a delete of a handler key is an entry tagged
- * "deleted", which must shadow the snapshot), so no tombstones are needed.
+ * "deleted", which must shadow the snapshot), so no tombstones are needed,
+ * and they are carved from an arena of chunks that goes as a whole.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "worker/txn_buffer.h"
+
+struct kl__buf_chunk {
+  kl__buf_chunk_t *next;
+  size_t used, cap;
+  unsigned char data[]; /* 8-byte aligned: it follows three 8-byte fields */
+};
+
+#define KL_BUF_CHUNK_MIN 4096
+#define KL_BUF_CHUNK_MAX (1024 * 1024)
 
 /* FNV-1a, 64 bit: short keys, no adversary worth a keyed hash (the keys
  * are the batch's own and the table only lives for one batch). */
@@ -25,11 +35,52 @@ void kl__buf_init(kl__buf_t *buf) {
   memset(buf, 0, sizeof(*buf));
 }
 
+static void kl_arena_free(kl__buf_chunk_t *chunk) {
+  while (chunk) {
+    kl__buf_chunk_t *next = chunk->next;
+    free(chunk);
+    chunk = next;
+  }
+}
+
 void kl__buf_clear(kl__buf_t *buf) {
-  for (size_t i = 0; i < buf->cap; i++)
-    free(buf->slots[i]);
+  kl_arena_free(buf->arena);
   free(buf->slots);
+  free(buf->used);
   kl__buf_init(buf);
+}
+
+void kl__buf_reset(kl__buf_t *buf) {
+  for (size_t i = 0; i < buf->count; i++)
+    buf->slots[buf->used[i]] = NULL;
+  buf->count = 0;
+  if (buf->arena) { /* keep the newest chunk, the largest */
+    kl_arena_free(buf->arena->next);
+    buf->arena->next = NULL;
+    buf->arena->used = 0;
+  }
+}
+
+/* @returns @p size bytes from the arena, 8-byte aligned, or NULL. */
+static void *kl_arena_alloc(kl__buf_t *buf, size_t size) {
+  size = (size + 7) & ~(size_t)7;
+  kl__buf_chunk_t *c = buf->arena;
+  if (!c || c->cap - c->used < size) {
+    size_t cap = c ? c->cap * 2 : KL_BUF_CHUNK_MIN;
+    if (cap > KL_BUF_CHUNK_MAX)
+      cap = KL_BUF_CHUNK_MAX;
+    if (cap < size)
+      cap = size;
+    if (!(c = malloc(sizeof(*c) + cap)))
+      return NULL;
+    c->next = buf->arena;
+    c->used = 0;
+    c->cap = cap;
+    buf->arena = c;
+  }
+  void *p = c->data + c->used;
+  c->used += size;
+  return p;
 }
 
 static int kl_buf_match(const kl__buf_entry_t *entry, uint64_t hash,
@@ -47,19 +98,26 @@ static size_t kl_buf_slot(kl__buf_entry_t **slots, size_t cap, uint64_t hash,
   return i;
 }
 
+/* Doubles the table, keeping the insertion order. */
 static kl_err_t kl_buf_grow(kl__buf_t *buf) {
-  size_t cap = buf->cap ? buf->cap * 2 : 64;
+  size_t cap = buf->cap ? buf->cap * 2 : 16;
   kl__buf_entry_t **slots = calloc(cap, sizeof(*slots));
-  if (!slots)
+  size_t *used = malloc(cap / 2 * sizeof(*used)); /* at most half full */
+  if (!slots || !used) {
+    free(slots);
+    free(used);
     return KL_ENOMEM;
-  for (size_t i = 0; i < buf->cap; i++) {
-    kl__buf_entry_t *entry = buf->slots[i];
-    if (entry)
-      slots[kl_buf_slot(slots, cap, entry->hash, entry->bytes,
-                        entry->key_len)] = entry;
+  }
+  for (size_t i = 0; i < buf->count; i++) {
+    kl__buf_entry_t *entry = buf->slots[buf->used[i]];
+    used[i] = kl_buf_slot(slots, cap, entry->hash, entry->bytes,
+                          entry->key_len);
+    slots[used[i]] = entry;
   }
   free(buf->slots);
+  free(buf->used);
   buf->slots = slots;
+  buf->used = used;
   buf->cap = cap;
   return KL_OK;
 }
@@ -68,22 +126,31 @@ kl_err_t kl__buf_set(kl__buf_t *buf, const void *key, size_t key_len,
                      const void *val, size_t val_len, int tag) {
   if ((buf->count + 1) * 2 > buf->cap && kl_buf_grow(buf))
     return KL_ENOMEM;
-  kl__buf_entry_t *entry = malloc(sizeof(*entry) + key_len + val_len);
-  if (!entry)
+  uint64_t hash = kl_buf_hash(key, key_len);
+  size_t i = kl_buf_slot(buf->slots, buf->cap, hash, key, key_len);
+  kl__buf_entry_t *entry = buf->slots[i];
+  if (entry && entry->val_len >= val_len) { /* rewrite in place */
+    if (val_len)
+      memmove(entry->bytes + key_len, val, val_len);
+    entry->val_len = val_len;
+    entry->tag = tag;
+    return KL_OK;
+  }
+  /* A replaced entry stays in the arena, so @p val may point into it. */
+  kl__buf_entry_t *fresh = kl_arena_alloc(buf, sizeof(*fresh) + key_len +
+                                                   val_len);
+  if (!fresh)
     return KL_ENOMEM;
-  entry->hash = kl_buf_hash(key, key_len);
-  entry->key_len = key_len;
-  entry->val_len = val_len;
-  entry->tag = tag;
-  memcpy(entry->bytes, key, key_len);
+  fresh->hash = hash;
+  fresh->key_len = key_len;
+  fresh->val_len = val_len;
+  fresh->tag = tag;
+  memcpy(fresh->bytes, key, key_len);
   if (val_len)
-    memcpy(entry->bytes + key_len, val, val_len);
-  size_t i = kl_buf_slot(buf->slots, buf->cap, entry->hash, key, key_len);
-  if (buf->slots[i])
-    free(buf->slots[i]);
-  else
-    buf->count++;
-  buf->slots[i] = entry;
+    memcpy(fresh->bytes + key_len, val, val_len);
+  if (!entry)
+    buf->used[buf->count++] = i;
+  buf->slots[i] = fresh;
   return KL_OK;
 }
 
@@ -112,11 +179,9 @@ kl_err_t kl__buf_sorted(const kl__buf_t *buf, const kl__buf_entry_t ***out) {
   const kl__buf_entry_t **list = malloc(buf->count * sizeof(*list));
   if (!list)
     return KL_ENOMEM;
-  size_t n = 0;
-  for (size_t i = 0; i < buf->cap; i++)
-    if (buf->slots[i])
-      list[n++] = buf->slots[i];
-  qsort(list, n, sizeof(*list), kl_buf_cmp);
+  for (size_t i = 0; i < buf->count; i++)
+    list[i] = kl__buf_at(buf, i);
+  qsort(list, buf->count, sizeof(*list), kl_buf_cmp);
   *out = list;
   return KL_OK;
 }

@@ -5,6 +5,11 @@
  * mark). Handlers read their own writes through it before the snapshot, and
  * the commit walks it in key order.
  *
+ * Entries live in an arena that the buffer frees (or, reset, reuses) as a
+ * whole, and the buffer lists the slots it used in insertion order: an
+ * event's child buffer holds a handful of keys, and emptying it must not
+ * cost a walk of its whole table or a free() per entry.
+ *
  * Not thread safe: it belongs to one kl_txn_t, used by one thread at a time.
  */
 #ifndef KEYLANE_WORKER_TXN_BUFFER_H
@@ -23,10 +28,14 @@ typedef struct kl__buf_entry {
   unsigned char bytes[]; /* key_len bytes of key, then val_len of value */
 } kl__buf_entry_t;
 
+typedef struct kl__buf_chunk kl__buf_chunk_t;
+
 typedef struct kl__buf {
   kl__buf_entry_t **slots; /* cap slots, NULL when free; cap a power of 2 */
   size_t cap;
   size_t count;
+  size_t *used;  /* the count occupied slots, in insertion order */
+  kl__buf_chunk_t *arena; /* the entries; the newest chunk first */
 } kl__buf_t;
 
 static inline const void *kl__buf_key(const kl__buf_entry_t *entry) {
@@ -37,6 +46,12 @@ static inline const void *kl__buf_val(const kl__buf_entry_t *entry) {
   return entry->bytes + entry->key_len;
 }
 
+/** @returns the @p i-th entry in insertion order, i < buf->count. */
+static inline const kl__buf_entry_t *kl__buf_at(const kl__buf_t *buf,
+                                                size_t i) {
+  return buf->slots[buf->used[i]];
+}
+
 /** Makes an empty buffer; it allocates on the first set. */
 void kl__buf_init(kl__buf_t *buf);
 
@@ -44,8 +59,14 @@ void kl__buf_init(kl__buf_t *buf);
 void kl__buf_clear(kl__buf_t *buf);
 
 /**
+ * Empties the buffer but keeps its table and some of its arena for the
+ * next use; kl__buf_clear() still frees it in the end.
+ */
+void kl__buf_reset(kl__buf_t *buf);
+
+/**
  * Sets @p key to a copy of @p val with @p tag, replacing an earlier entry
- * (which invalidates pointers into it).
+ * (which invalidates pointers into it). @p val may point into the buffer.
  * @returns KL_OK or KL_ENOMEM (the buffer is unchanged then).
  */
 kl_err_t kl__buf_set(kl__buf_t *buf, const void *key, size_t key_len,
