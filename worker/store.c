@@ -106,6 +106,18 @@ kl_err_t kl_store_commit(kl_txn_t *txn, int64_t watermark) {
   return txn->store->ops->commit(txn, watermark);
 }
 
+void kl__store_commit_many(kl__store_commit_t *commits, size_t n) {
+  int one_store = 1;
+  for (size_t i = 1; i < n; i++)
+    one_store &= commits[i].txn->store == commits[0].txn->store;
+  if (n && one_store && commits[0].txn->store->ops->commit_many) {
+    commits[0].txn->store->ops->commit_many(commits, n);
+    return;
+  }
+  for (size_t i = 0; i < n; i++)
+    commits[i].err = kl_store_commit(commits[i].txn, commits[i].watermark);
+}
+
 void kl_store_abort(kl_txn_t *txn) {
   if (txn)
     txn->store->ops->abort(txn);

@@ -20,6 +20,9 @@ typedef struct kl__store_ops {
   kl_err_t (*begin)(kl_store_t *store, const char *topic, int32_t partition,
                     uint64_t epoch, kl_txn_t **txn);
   kl_err_t (*commit)(kl_txn_t *txn, int64_t watermark);
+  /* Optional (NULL: store.c commits them one after another): several txns
+   * of this store at once, as kl__store_commit_many() says. */
+  void (*commit_many)(kl__store_commit_t *commits, size_t n);
   void (*abort)(kl_txn_t *txn);
   kl_err_t (*get)(kl_txn_t *txn, const void *key, size_t key_len,
                   const void **val, size_t *val_len);

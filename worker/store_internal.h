@@ -21,6 +21,23 @@ void kl__store_set_clock(int64_t (*now_ms)(void));
 /** The store's current time in ms: the test clock when one is set. */
 int64_t kl__store_now_ms(void);
 
+/** One batch of kl__store_commit_many(). */
+typedef struct kl__store_commit {
+  kl_txn_t *txn;     /**< freed by the call */
+  int64_t watermark; /**< as kl_store_commit() takes it */
+  kl_err_t err;      /**< the outcome, set by the call */
+} kl__store_commit_t;
+
+/**
+ * Commits @p n batches of one store, each to its watermark and guarded by
+ * its own epoch, as kl_store_commit() does one; where the backend can
+ * (LMDB) in ONE write transaction, so that they share its fsyncs. A fenced
+ * batch writes nothing (err = KL_EFENCED) and does not stop the others;
+ * any other failure fails them all (kl_err_detail() says why). Every txn
+ * is freed. For the worker's group commit of several lanes.
+ */
+void kl__store_commit_many(kl__store_commit_t *commits, size_t n);
+
 /* The LMDB store's format: bumped on any incompatible layout change. */
 #define KL__LMDB_FORMAT 1u
 #define KL__LMDB_META_DB "meta"
@@ -34,6 +51,8 @@ typedef struct kl__store_usage {
   uint64_t ids;        /**< idempotency keys held */
   uint64_t ids_pages;  /**< branch + leaf + overflow pages of "ids" */
   uint64_t data_pages; /**< the same for the handlers' "data" */
+  uint64_t txns;       /**< write transactions since the store was made;
+                            each syncs twice at store.durability=full */
 } kl__store_usage_t;
 
 /**

@@ -476,16 +476,21 @@ kl_err_t kl__store_lmdb_usage(kl_store_t *store, kl__store_usage_t *usage) {
   usage->ids = ids.ms_entries;
   usage->ids_pages = kl_stat_pages(&ids);
   usage->data_pages = kl_stat_pages(&data);
+  usage->txns = (uint64_t)info.me_last_txnid;
   return KL_OK;
 }
 
 /* ---- idempotency keys ------------------------------------------------ */
 
 static int kl_hex(int c) {
-  if (c >= '0' && c <= '9')
+  if ((unsigned)(c - '0') < 10)
     return c - '0';
-  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  return (unsigned)(c - 'a') < 6 ? c - 'a' + 10 : -1;
 }
+
+/* Where the 16 bytes of a UUID's text start: 8-4-4-4-12 digits. */
+static const unsigned char kl_uuid_at[16] = {0,  2,  4,  6,  9,  11, 14, 16,
+                                             19, 21, 24, 26, 28, 30, 32, 34};
 
 /* Packs canonical lowercase UUID text into 16 bytes; -1 when it is not.
  * Uppercase is left raw: it is a different id, and must stay one. */
@@ -493,14 +498,11 @@ static int kl_uuid_pack(const char *id, size_t len, unsigned char *out) {
   if (len != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' ||
       id[23] != '-')
     return -1;
-  for (size_t i = 0, n = 0; i < 36; i++) {
-    if (i == 8 || i == 13 || i == 18 || i == 23)
-      continue;
-    int h = kl_hex(id[i]);
-    if (h < 0)
+  for (size_t i = 0; i < 16; i++) {
+    int hi = kl_hex(id[kl_uuid_at[i]]), lo = kl_hex(id[kl_uuid_at[i] + 1]);
+    if ((hi | lo) < 0)
       return -1;
-    out[n / 2] = (unsigned char)(n % 2 ? out[n / 2] | h : h << 4);
-    n++;
+    out[i] = (unsigned char)(hi << 4 | lo);
   }
   return 0;
 }
@@ -773,6 +775,7 @@ static const kl__store_ops_t kl_lmdb_ops = {
     .partition = kl_lmdb_partition,
     .begin = kl__lmdb_begin,
     .commit = kl__lmdb_commit,
+    .commit_many = kl__lmdb_commit_many,
     .abort = kl__lmdb_abort,
     .get = kl__lmdb_get,
     .put = kl__lmdb_put,

@@ -95,6 +95,7 @@ int kl__lmdb_idval_decode(const MDB_val *val, int64_t *time_ms,
 kl_err_t kl__lmdb_begin(kl_store_t *store, const char *topic,
                         int32_t partition, uint64_t epoch, kl_txn_t **txn);
 kl_err_t kl__lmdb_commit(kl_txn_t *txn, int64_t watermark);
+void kl__lmdb_commit_many(kl__store_commit_t *commits, size_t n);
 void kl__lmdb_abort(kl_txn_t *txn);
 kl_err_t kl__lmdb_get(kl_txn_t *txn, const void *key, size_t key_len,
                       const void **val, size_t *val_len);

@@ -162,7 +162,13 @@ typedef struct kl_commit_ctx {
   const kl__buf_entry_t **data; /* both in key order */
   const kl__buf_entry_t **ids;
   uint64_t applied, dead_letters;
+  kl_err_t fenced; /* KL_EFENCED: left out of the write */
 } kl_commit_ctx_t;
+
+typedef struct kl_commit_set {
+  kl_commit_ctx_t *ctx;
+  size_t n;
+} kl_commit_set_t;
 
 static int kl_commit_data(kl__lmdb_t *lmdb, MDB_txn *mtxn,
                           const kl_commit_ctx_t *ctx) {
@@ -193,10 +199,10 @@ static int kl_commit_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn,
   return 0;
 }
 
-/* The write transaction: the fence check first, then everything. */
-static int kl_commit_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
-                        kl_err_t *stop) {
-  kl_commit_ctx_t *ctx = opaque;
+/* One batch in the write transaction: the fence check first, then
+ * everything; a fenced batch writes nothing. */
+static int kl_commit_one(kl__lmdb_t *lmdb, MDB_txn *mtxn,
+                         kl_commit_ctx_t *ctx) {
   kl_lmdb_txn_t *ltxn = ctx->ltxn;
   kl_partition_state_t state;
   int rc = kl__lmdb_part_get(lmdb, mtxn, ltxn->topic, ltxn->partition,
@@ -204,8 +210,9 @@ static int kl_commit_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   if (rc)
     return rc;
   if (state.epoch != ltxn->epoch) {
-    *stop = kl_fenced(ltxn->topic, ltxn->partition, ltxn->epoch, state.epoch);
-    return KL__LMDB_STOP;
+    ctx->fenced = kl_fenced(ltxn->topic, ltxn->partition, ltxn->epoch,
+                            state.epoch);
+    return 0;
   }
   if ((rc = kl_commit_data(lmdb, mtxn, ctx)) ||
       (rc = kl_commit_ids(lmdb, mtxn, ctx)))
@@ -218,33 +225,75 @@ static int kl_commit_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   return kl__lmdb_part_put(lmdb, mtxn, ltxn->topic, ltxn->partition, &state);
 }
 
-static void kl_commit_count(kl_commit_ctx_t *ctx) {
-  for (size_t i = 0; i < ctx->ltxn->ids.count; i++) {
+/* The write transaction; run again from the start after a map growth. */
+static int kl_commit_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
+                        kl_err_t *stop) {
+  kl_commit_set_t *set = opaque;
+  (void)stop;
+  for (size_t i = 0; i < set->n; i++) {
+    set->ctx[i].fenced = KL_OK;
+    int rc = kl_commit_one(lmdb, mtxn, &set->ctx[i]);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+/* Gives up the snapshot and lists the buffers in key order. */
+static kl_err_t kl_commit_prepare(kl_commit_ctx_t *ctx, kl_txn_t *txn,
+                                  int64_t watermark, int64_t now_ms) {
+  kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
+  /* The snapshot goes first: the write reads current state itself, and a
+   * map growth during the write must not wait for our own snapshot. */
+  kl__lmdb_read_end(kl_txn_lmdb(ltxn), ltxn->snap);
+  ltxn->snap = NULL;
+  *ctx = (kl_commit_ctx_t){.ltxn = ltxn, .watermark = watermark,
+                           .now_ms = now_ms};
+  if (kl__buf_sorted(&ltxn->data, &ctx->data) ||
+      kl__buf_sorted(&ltxn->ids, &ctx->ids))
+    return kl__err(KL_ENOMEM, "kl_store_commit: out of memory");
+  for (size_t i = 0; i < ltxn->ids.count; i++) {
     ctx->applied += ctx->ids[i]->tag == KL_MARK_APPLIED;
     ctx->dead_letters += ctx->ids[i]->tag == KL_MARK_DEAD_LETTER;
   }
+  return KL_OK;
+}
+
+static void kl_commit_free(kl_commit_ctx_t *ctx) {
+  free(ctx->data);
+  free(ctx->ids);
+  kl_lmdb_txn_free(ctx->ltxn);
+}
+
+void kl__lmdb_commit_many(kl__store_commit_t *commits, size_t n) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)commits[0].txn->store;
+  kl_commit_ctx_t one;
+  kl_commit_set_t set = {n == 1 ? &one : calloc(n, sizeof(*set.ctx)), n};
+  kl_err_t err = set.ctx ? KL_OK
+                         : kl__err(KL_ENOMEM, "kl_store_commit: out of memory");
+  int64_t now_ms = kl__store_now_ms();
+  for (size_t i = 0; set.ctx && i < n; i++) {
+    kl_err_t e = kl_commit_prepare(&set.ctx[i], commits[i].txn,
+                                   commits[i].watermark, now_ms);
+    err = err ? err : e;
+  }
+  if (!err)
+    err = kl__lmdb_write(lmdb, "commit", kl_commit_fn, &set);
+  for (size_t i = 0; i < n; i++) {
+    if (set.ctx) {
+      commits[i].err = err ? err : set.ctx[i].fenced;
+      kl_commit_free(&set.ctx[i]);
+    } else {
+      commits[i].err = err;
+      kl__lmdb_abort(commits[i].txn);
+    }
+  }
+  if (set.ctx != &one)
+    free(set.ctx);
 }
 
 kl_err_t kl__lmdb_commit(kl_txn_t *txn, int64_t watermark) {
-  kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
-  kl__lmdb_t *lmdb = kl_txn_lmdb(ltxn);
-  /* The snapshot goes first: the write reads current state itself, and a
-   * map growth during the write must not wait for our own snapshot. */
-  kl__lmdb_read_end(lmdb, ltxn->snap);
-  ltxn->snap = NULL;
-  kl_commit_ctx_t ctx = {.ltxn = ltxn, .watermark = watermark,
-                         .now_ms = kl__store_now_ms()};
-  kl_err_t err = kl__buf_sorted(&ltxn->data, &ctx.data);
-  if (!err)
-    err = kl__buf_sorted(&ltxn->ids, &ctx.ids);
-  if (!err) {
-    kl_commit_count(&ctx);
-    err = kl__lmdb_write(lmdb, "commit", kl_commit_fn, &ctx);
-  } else {
-    err = kl__err(KL_ENOMEM, "kl_store_commit: out of memory");
-  }
-  free(ctx.data);
-  free(ctx.ids);
-  kl_lmdb_txn_free(ltxn);
-  return err;
+  kl__store_commit_t commit = {txn, watermark, KL_OK};
+  kl__lmdb_commit_many(&commit, 1);
+  return commit.err;
 }
