@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "worker/lanes.h"
 #include "worker/lanes_internal.h"
+#include "worker/store_internal.h"
 #include "worker/txn_child.h"
 
 #define KL_COMP "worker"
@@ -24,6 +25,7 @@
 /* ---- building the commit ----------------------------------------------- */
 
 typedef struct kl_build {
+  kl__lane_t *lane;
   kl_txn_t *txn;
   uint64_t gen;           /* the overlay generation it holds */
   kl__ov_entry_t **built; /* the overlay entries put into txn */
@@ -52,7 +54,11 @@ static kl_err_t kl_build_entry(kl_txn_t *txn, const kl__ov_entry_t *e) {
   return kl_txn_put(txn, key, len, e->val, e->val_len);
 }
 
-/* Moves the overlay's dirty entries and the final slots into b->txn. */
+/* Moves the overlay's dirty entries and the final slots into b->txn. In
+ * inline mode b->txn is the group txn, which holds the events' writes
+ * already, and the overlay only dead letters' marks; those go last, as
+ * they came last: an event run after a mark was set saw it, and was a
+ * duplicate. */
 static kl_err_t kl_build(kl__lane_t *lane, kl_build_t *b) {
   size_t n;
   kl__ov_entry_t *list = kl__ov_take_dirty(&lane->ov, &n);
@@ -80,19 +86,16 @@ static kl_err_t kl_build(kl__lane_t *lane, kl_build_t *b) {
 
 /* ---- outcomes ---------------------------------------------------------- */
 
-static void kl_commit_kafka(kl__lanes_t *lanes, int32_t partition,
-                            int64_t next) {
-  if (!lanes->rk)
+/* One offset commit for the lanes of a group commit, for lag monitoring:
+ * the store is the source of truth. */
+static void kl_commit_kafka(kl__lanes_t *lanes,
+                            rd_kafka_topic_partition_list_t *offsets) {
+  if (!lanes->rk || !offsets->cnt)
     return;
-  rd_kafka_topic_partition_list_t *offsets =
-      rd_kafka_topic_partition_list_new(1);
-  rd_kafka_topic_partition_list_add(offsets, lanes->topic, partition)->offset =
-      next;
   rd_kafka_resp_err_t kerr = rd_kafka_commit(lanes->rk, offsets, 1);
   if (kerr)
-    KL_LOG_D(KL_COMP, "offset commit partition=%" PRId32 ": %s", partition,
+    KL_LOG_D(KL_COMP, "offset commit of %d partitions: %s", offsets->cnt,
              rd_kafka_err2str(kerr));
-  rd_kafka_topic_partition_list_destroy(offsets);
 }
 
 static void kl_committed(kl__lanes_t *lanes, kl__lane_t *lane,
@@ -118,11 +121,10 @@ static void kl_committed(kl__lanes_t *lanes, kl__lane_t *lane,
     }
   }
   while (lane->ring_count && kl__lane_at(lane, 0)->committed)
-    kl__lane_pop(lane);
+    kl__lane_pop(lanes, lane);
   lane->watermark = b->watermark;
   lane->commit_backoff_ms = 0;
   lanes->batches++;
-  kl_commit_kafka(lanes, lane->partition, b->watermark);
 }
 
 /* The store refused or failed: nothing of the build is applied. */
@@ -140,39 +142,92 @@ static void kl_commit_failed(kl__lanes_t *lanes, kl__lane_t *lane,
   kl__lane_rewind(lanes, lane);
 }
 
-void kl__lane_commit(kl__lanes_t *lanes, kl__lane_t *lane) {
-  kl_build_t b = {0};
+/* Takes @p lane's open group txn, or begins one, and builds it into @p b.
+ * A lane that cannot is dealt with here. @returns nonzero when built. */
+static int kl_build_lane(kl__lanes_t *lanes, kl__lane_t *lane,
+                         kl_build_t *b) {
   kl_err_t err = KL_OK;
   char detail[512] = "";
-  b.txn = lane->batch;
+  memset(b, 0, sizeof(*b));
+  b->lane = lane;
+  b->txn = lane->batch;
   lane->batch = NULL;
-  if (!b.txn) {
+  if (!b->txn) {
     pthread_mutex_unlock(&lanes->mu);
     err = kl_store_begin(lanes->store, lanes->topic, lane->partition,
-                         lane->epoch, &b.txn);
+                         lane->epoch, &b->txn);
     snprintf(detail, sizeof(detail), "%s", err ? kl_err_detail() : "");
     pthread_mutex_lock(&lanes->mu);
   }
-  if (!err && (err = kl_build(lane, &b)) != KL_OK) {
+  if (!err && (err = kl_build(lane, b)) != KL_OK) {
     snprintf(detail, sizeof(detail), "%s", kl_err_detail());
-    kl_store_abort(b.txn);
-  } else if (!err) {
-    pthread_mutex_unlock(&lanes->mu);
+    kl_store_abort(b->txn);
+  }
+  if (err == KL_EFENCED)
+    kl__lane_fenced(lanes, lane);
+  else if (err)
+    kl_commit_failed(lanes, lane, err, detail);
+  if (err) {
+    free(b->built);
+    free(b->slots.v);
+  }
+  return !err;
+}
+
+/* Commits the builds @p b in one store commit and applies each outcome. */
+static void kl_commit_builds(kl__lanes_t *lanes, kl_build_t *b,
+                             kl__store_commit_t *c, size_t n) {
+  char detail[512] = "";
+  pthread_mutex_unlock(&lanes->mu);
+  for (size_t i = 0; i < n; i++) {
     if (lanes->applier.before_commit)
       lanes->applier.before_commit(lanes->applier.hook_opaque, lanes->topic,
-                                   lane->partition, lane->epoch);
-    err = kl_store_commit(b.txn, b.watermark);
-    snprintf(detail, sizeof(detail), "%s", err ? kl_err_detail() : "");
-    pthread_mutex_lock(&lanes->mu);
+                                   b[i].lane->partition, b[i].lane->epoch);
+    c[i] = (kl__store_commit_t){b[i].txn, b[i].watermark, KL_OK};
   }
-  if (!err)
-    kl_committed(lanes, lane, &b);
-  else if (err == KL_EFENCED)
-    kl__lane_fenced(lanes, lane);
-  else
-    kl_commit_failed(lanes, lane, err, detail);
-  free(b.built);
-  free(b.slots.v);
+  kl__store_commit_many(c, n);
+  snprintf(detail, sizeof(detail), "%s", kl_err_detail());
+  pthread_mutex_lock(&lanes->mu);
+  rd_kafka_topic_partition_list_t *offsets =
+      rd_kafka_topic_partition_list_new((int)n);
+  for (size_t i = 0; i < n; i++) {
+    kl__lane_t *lane = b[i].lane;
+    if (!c[i].err) {
+      kl_committed(lanes, lane, &b[i]);
+      rd_kafka_topic_partition_list_add(offsets, lanes->topic, lane->partition)
+          ->offset = b[i].watermark;
+    } else if (c[i].err == KL_EFENCED) {
+      kl__lane_fenced(lanes, lane);
+    } else {
+      kl_commit_failed(lanes, lane, c[i].err, detail);
+    }
+    free(b[i].built);
+    free(b[i].slots.v);
+  }
+  kl_commit_kafka(lanes, offsets);
+  rd_kafka_topic_partition_list_destroy(offsets);
+}
+
+void kl__lanes_commit(kl__lanes_t *lanes, kl__lane_t *const *due, size_t n) {
+  kl_build_t one_build;
+  kl__store_commit_t one_commit;
+  kl_build_t *b = n > 1 ? malloc(n * sizeof(*b)) : NULL;
+  kl__store_commit_t *c = n > 1 ? malloc(n * sizeof(*c)) : NULL;
+  if (!b || !c) { /* one lane, or no memory for more: one at a time */
+    free(b);
+    free(c);
+    for (size_t i = 0; i < n; i++)
+      if (kl_build_lane(lanes, due[i], &one_build))
+        kl_commit_builds(lanes, &one_build, &one_commit, 1);
+    return;
+  }
+  size_t built = 0;
+  for (size_t i = 0; i < n; i++)
+    built += kl_build_lane(lanes, due[i], &b[built]);
+  if (built)
+    kl_commit_builds(lanes, b, c, built);
+  free(b);
+  free(c);
 }
 
 kl_err_t kl__lanes_batch(kl__lanes_t *lanes, const kl__job_t *job,
@@ -295,7 +350,7 @@ int64_t kl__lanes_release(kl__lanes_t *lanes, int32_t partition, int commit,
   if (commit && lane->state == KL__LANE_DRAINING) {
     kl_lane_drain_letters(lanes, lane);
     if (lane->final.n)
-      kl__lane_commit(lanes, lane);
+      kl__lanes_commit(lanes, &lane, 1);
   }
   int64_t watermark = lane->watermark;
   *epoch = lane->epoch;
@@ -360,7 +415,7 @@ static void kl_letter_acked(kl__lanes_t *lanes, kl__lane_t *lane,
   lanes->dead_letters++;
   if (slot->reason != KL__DLQ_DECODE)
     lanes->failed++;
-  kl__lane_finish(lanes, lane, slot, KL__SLOT_DLQ_DONE, kl__mono_ns());
+  kl__lane_finish(lanes, lane, slot, KL__SLOT_DLQ_DONE);
 }
 
 void kl__lanes_dlq_ack(void *opaque, const kl__dlq_ref_t *ref, kl_err_t err,

@@ -190,28 +190,46 @@ kl__slot_t *kl__lane_find(const kl__lane_t *lane, int64_t offset) {
   return NULL;
 }
 
-static void kl_slot_free(kl__slot_t *slot) {
+/* A slot per record: kept for reuse, up to a window's worth, instead of a
+ * calloc and a free per event. */
+static kl__slot_t *kl_slot_new(kl__lanes_t *lanes) {
+  kl__slot_t *slot = lanes->spare;
+  if (!slot)
+    return kl_xcalloc(1, sizeof(*slot));
+  lanes->spare = slot->next;
+  lanes->nspare--;
+  memset(slot, 0, sizeof(*slot));
+  return slot;
+}
+
+static void kl_slot_free(kl__lanes_t *lanes, kl__slot_t *slot) {
   rd_kafka_message_destroy(slot->msg);
   free(slot->id);
   free(slot->why);
-  free(slot);
+  if (lanes->nspare >= lanes->window_max) {
+    free(slot);
+    return;
+  }
+  slot->next = lanes->spare;
+  lanes->spare = slot;
+  lanes->nspare++;
 }
 
 /* Removes the window's first slot, which must be committed. */
-void kl__lane_pop(kl__lane_t *lane) {
+void kl__lane_pop(kl__lanes_t *lanes, kl__lane_t *lane) {
   kl__slot_t *slot = kl__lane_at(lane, 0);
   lane->ring_head = (lane->ring_head + 1) % lane->ring_cap;
   lane->ring_count--;
   kl__lkey_t *key = slot->key;
   key->refs--;
-  kl_slot_free(slot);
+  kl_slot_free(lanes, slot);
   if (!key->head)
     kl__key_release(lane, key);
 }
 
 void kl__lane_drop(kl__lanes_t *lanes, kl__lane_t *lane) {
   for (size_t i = 0; i < lane->ring_count; i++)
-    kl_slot_free(kl__lane_at(lane, i));
+    kl_slot_free(lanes, kl__lane_at(lane, i));
   lane->ring_count = lane->ring_head = 0;
   kl__ov_clear(&lane->ov);
   for (size_t i = 0; i < lane->keys_cap; i++)
@@ -324,13 +342,13 @@ static void kl_fifo_unlink(kl__slot_t *slot) {
 }
 
 void kl__lane_finish(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
-                     kl__slot_state_t state, int64_t now_ns) {
+                     kl__slot_state_t state) {
   kl__lkey_t *key = slot->key;
   int was_head = key->head == slot;
   slot->state = state;
   kl_fifo_unlink(slot);
   if (!lane->final.n)
-    lane->first_final_ns = now_ns;
+    lane->first_final_ns = kl__mono_ns();
   kl__slots_push(&lane->final, slot);
   if (was_head && key->head && key->head->state == KL__SLOT_QUEUED) {
     kl__ready_push(lane, key->head);
@@ -369,41 +387,47 @@ static void kl_slot_wait(kl__lanes_t *lanes, kl__lane_t *lane,
     lane->next_due_ns = slot->due_ns;
 }
 
+/* Inline mode: the event's writes join the group transaction it ran on;
+ * events run one at a time there, so an id applied earlier in the batch
+ * was already seen through it. Key-parallel mode: they join the overlay,
+ * unless an event of another key, run at the same time, applied the id
+ * first: then this one is a duplicate too. */
 static void kl_done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
-                       const kl__run_t *run, int64_t now) {
-  int dup = run->outcome == KL__RUN_DUPLICATE;
+                       const kl__run_t *run) {
+  int dup = run->outcome == KL__RUN_DUPLICATE, lost = 0;
   if (!dup) {
     slot->attempts++;
-    /* The same id completed in another key first: skip this one too. */
-    dup = kl__child_seen_elsewhere(run->child, &lane->ov);
-    if (!dup && kl__child_merge(run->child, &lane->ov, slot->key))
+    if (lanes->inline_mode)
+      lost = kl__child_apply(run->child) != KL_OK;
+    else if (!(dup = kl__child_seen_elsewhere(run->child, &lane->ov)) &&
+             kl__child_merge(run->child, &lane->ov, slot->key))
       kl_oom();
   }
   slot->duplicate = dup;
-  kl__lane_finish(lanes, lane, slot, KL__SLOT_DONE, now);
+  kl__lane_finish(lanes, lane, slot, KL__SLOT_DONE);
+  if (lost) /* the group txn holds part of the event: run them all again */
+    lane->rewind = 1;
 }
 
 static void kl_done_retry(kl__lanes_t *lanes, kl__lane_t *lane,
-                          kl__slot_t *slot, const kl__run_t *run,
-                          int64_t now) {
+                          kl__slot_t *slot, const kl__run_t *run) {
   slot->attempts++;
   kl_slot_failed(slot, run);
   if (slot->attempts >= lanes->max_attempts)
     kl__lane_dead_letter(lanes, lane, slot, KL__DLQ_MAX_ATTEMPTS, run->why);
   else
     kl_slot_wait(lanes, lane, slot, kl__backoff_ms(lanes, slot, slot->attempts),
-                 now);
+                 kl__mono_ns());
 }
 
 static void kl_done_store(kl__lanes_t *lanes, kl__lane_t *lane,
-                          kl__slot_t *slot, const kl__run_t *run,
-                          int64_t now) {
+                          kl__slot_t *slot, const kl__run_t *run) {
   slot->store_errors++;
   int64_t delay = kl__backoff_ms(lanes, slot, slot->store_errors);
   KL_LOG_W(KL_COMP, "partition=%" PRId32 " offset=%" PRId64 " runs again in "
            "%" PRId64 " ms: %s", lane->partition, slot->offset, delay,
            run->why ? run->why : "");
-  kl_slot_wait(lanes, lane, slot, delay, now);
+  kl_slot_wait(lanes, lane, slot, delay, kl__mono_ns());
 }
 
 void kl__lanes_done(kl__lanes_t *lanes, const kl__job_t *job,
@@ -412,14 +436,13 @@ void kl__lanes_done(kl__lanes_t *lanes, const kl__job_t *job,
   kl__lane_t *lane = job->lane;
   kl__slot_t *slot = job->slot;
   lane->running--;
-  int64_t now = kl__mono_ns();
   if (lane->gen != job->lane_gen || lane->state == KL__LANE_FENCED) {
     slot->state = KL__SLOT_QUEUED; /* rolled back with the lane */
   } else {
     switch (run->outcome) {
     case KL__RUN_APPLIED:
-    case KL__RUN_DUPLICATE: kl_done_ok(lanes, lane, slot, run, now); break;
-    case KL__RUN_RETRY: kl_done_retry(lanes, lane, slot, run, now); break;
+    case KL__RUN_DUPLICATE: kl_done_ok(lanes, lane, slot, run); break;
+    case KL__RUN_RETRY: kl_done_retry(lanes, lane, slot, run); break;
     case KL__RUN_FAIL:
       slot->attempts++;
       kl_slot_failed(slot, run);
@@ -429,7 +452,7 @@ void kl__lanes_done(kl__lanes_t *lanes, const kl__job_t *job,
       kl_slot_failed(slot, run);
       kl__lane_dead_letter(lanes, lane, slot, KL__DLQ_DECODE, run->why);
       break;
-    case KL__RUN_STORE: kl_done_store(lanes, lane, slot, run, now); break;
+    case KL__RUN_STORE: kl_done_store(lanes, lane, slot, run); break;
     case KL__RUN_FENCED:
       slot->state = KL__SLOT_QUEUED;
       kl__ready_push(lane, slot);
@@ -455,7 +478,7 @@ void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m) {
     rd_kafka_message_destroy(m); /* fenced, not ours, or seen */
     return;
   }
-  kl__slot_t *slot = kl_xcalloc(1, sizeof(*slot));
+  kl__slot_t *slot = kl_slot_new(lanes);
   slot->msg = m;
   slot->offset = m->offset;
   slot->key = kl_key_get(lane, m->key, m->key ? m->key_len : 0);
@@ -476,16 +499,18 @@ void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m) {
   pthread_mutex_unlock(&lanes->mu);
 }
 
-static int kl_lane_schedulable(const kl__lane_t *lane, int64_t now) {
+/* The clock is read only for a lane held after a failed commit. */
+static int kl_lane_schedulable(const kl__lane_t *lane) {
   return lane && lane->state == KL__LANE_OWNED && lane->ready.n &&
-         !lane->fence_seen && !lane->rewind && now >= lane->hold_until_ns;
+         !lane->fence_seen && !lane->rewind &&
+         (!lane->hold_until_ns || kl__mono_ns() >= lane->hold_until_ns);
 }
 
-static int kl_take_one(kl__lanes_t *lanes, kl__job_t *job, int64_t now) {
+static int kl_take_one(kl__lanes_t *lanes, kl__job_t *job) {
   for (int32_t i = 0; i < lanes->count; i++) {
     int32_t p = (lanes->rr + i) % lanes->count;
     kl__lane_t *lane = lanes->lanes[p];
-    if (!kl_lane_schedulable(lane, now))
+    if (!kl_lane_schedulable(lane))
       continue;
     kl__slot_t *slot = kl_ready_pop(lane);
     slot->state = KL__SLOT_RUNNING;
@@ -509,7 +534,7 @@ static int kl_take_one(kl__lanes_t *lanes, kl__job_t *job, int64_t now) {
 int kl__lanes_take(kl__lanes_t *lanes, kl__job_t *job, int wait) {
   pthread_mutex_lock(&lanes->mu);
   int got = 0;
-  while (!lanes->stopping && !(got = kl_take_one(lanes, job, kl__mono_ns())) &&
+  while (!lanes->stopping && !(got = kl_take_one(lanes, job)) &&
          wait)
     pthread_cond_wait(&lanes->work, &lanes->mu);
   pthread_mutex_unlock(&lanes->mu);
@@ -518,10 +543,9 @@ int kl__lanes_take(kl__lanes_t *lanes, kl__job_t *job, int wait) {
 
 int kl__lanes_has_ready(kl__lanes_t *lanes) {
   pthread_mutex_lock(&lanes->mu);
-  int64_t now = kl__mono_ns();
   int any = 0;
   for (int32_t p = 0; p < lanes->count && !any; p++)
-    any = kl_lane_schedulable(lanes->lanes[p], now);
+    any = kl_lane_schedulable(lanes->lanes[p]);
   pthread_mutex_unlock(&lanes->mu);
   return any;
 }
@@ -567,6 +591,8 @@ static int kl_lane_commit_due(const kl__lanes_t *lanes, const kl__lane_t *lane,
           now - lane->first_final_ns >= lanes->batch_wait_ns);
 }
 
+/* Before the group commit: fencing, rewinds, retries and holds that are
+ * due. @returns nonzero when it made an event ready. */
 static int kl_lane_tick(kl__lanes_t *lanes, kl__lane_t *lane, int64_t now) {
   if (lane->fence_seen) {
     kl__lane_fenced(lanes, lane);
@@ -579,17 +605,31 @@ static int kl_lane_tick(kl__lanes_t *lanes, kl__lane_t *lane, int64_t now) {
     lane->hold_until_ns = 0;
     woke = 1;
   }
-  if (kl_lane_commit_due(lanes, lane, now))
-    kl__lane_commit(lanes, lane);
-  if (lane->state != KL__LANE_OWNED)
-    return woke;
+  return woke;
+}
+
+/* After the group commit: the snapshot and the window bound. */
+static void kl_lane_settle(kl__lanes_t *lanes, kl__lane_t *lane) {
   if (lane->batch && !lane->final.n && !lane->running) {
     kl_store_abort(lane->batch); /* nothing to commit: let the snapshot go */
     lane->batch = NULL;
   }
   if (lane->ring_count < lanes->window_max / 2 + 1)
     kl__lane_resume(lanes, lane, KL__PAUSE_WINDOW);
-  return woke;
+}
+
+/* Every lane whose commit is due goes into one store commit: with many
+ * partitions, one fsync for all of them instead of one each. */
+static void kl_lanes_commit_due(kl__lanes_t *lanes, int64_t now) {
+  size_t n = 0;
+  for (int32_t p = 0; p < lanes->count; p++) {
+    kl__lane_t *lane = lanes->lanes[p];
+    if (lane && lane->state == KL__LANE_OWNED &&
+        kl_lane_commit_due(lanes, lane, now))
+      lanes->due[n++] = lane;
+  }
+  if (n)
+    kl__lanes_commit(lanes, lanes->due, n);
 }
 
 static void kl_lanes_bound_waiting(kl__lanes_t *lanes) {
@@ -647,6 +687,12 @@ void kl__lanes_tick(kl__lanes_t *lanes) {
     if (lane && lane->state == KL__LANE_OWNED)
       woke |= kl_lane_tick(lanes, lane, now);
   }
+  kl_lanes_commit_due(lanes, now);
+  for (int32_t p = 0; p < lanes->count; p++) {
+    kl__lane_t *lane = lanes->lanes[p];
+    if (lane && lane->state == KL__LANE_OWNED)
+      kl_lane_settle(lanes, lane);
+  }
   kl__lanes_send_dead_letters(lanes, now);
   kl_lanes_bound_waiting(lanes);
   kl_lanes_gauges(lanes, now);
@@ -669,6 +715,9 @@ void kl__lanes_reserve(kl__lanes_t *lanes, int32_t count) {
     v[p] = NULL;
   lanes->lanes = v;
   lanes->count = count;
+  if (!(v = realloc(lanes->due, (size_t)count * sizeof(*v))))
+    kl_oom();
+  lanes->due = v;
   pthread_mutex_unlock(&lanes->mu);
 }
 
@@ -749,6 +798,12 @@ void kl__lanes_destroy(kl__lanes_t *lanes) {
     free(lane);
   }
   free(lanes->lanes);
+  free(lanes->due);
+  while (lanes->spare) {
+    kl__slot_t *next = lanes->spare->next;
+    free(lanes->spare);
+    lanes->spare = next;
+  }
   pthread_mutex_destroy(&lanes->mu);
   pthread_cond_destroy(&lanes->work);
   pthread_cond_destroy(&lanes->idle);

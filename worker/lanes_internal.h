@@ -152,6 +152,9 @@ struct kl__lanes {
   rd_kafka_t *rk;        /* the consumer: pause, resume, offset commits */
   kl__dlq_t *dlq;
   kl__lane_t **lanes;
+  kl__lane_t **due; /* count entries: the tick's lanes to commit */
+  kl__slot_t *spare; /* freed slots for reuse, linked by next */
+  size_t nspare;
   int32_t count;
   int32_t rr;  /* where the next take starts looking */
   size_t turn; /* events taken from lane rr in a row */
@@ -176,12 +179,12 @@ void kl__slots_remove(kl__slots_t *slots, kl__slot_t *slot);
 void kl__ready_push(kl__lane_t *lane, kl__slot_t *slot);
 /* Makes @p slot, its key's head, final and lets the key's next slot run. */
 void kl__lane_finish(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
-                     kl__slot_state_t state, int64_t now_ns);
+                     kl__slot_state_t state);
 /* Frees every slot, key and overlay entry of @p lane; the lane is empty. */
 void kl__lane_drop(kl__lanes_t *lanes, kl__lane_t *lane);
 /* The window's i-th slot; its first, committed, slot removed. */
 kl__slot_t *kl__lane_at(const kl__lane_t *lane, size_t i);
-void kl__lane_pop(kl__lane_t *lane);
+void kl__lane_pop(kl__lanes_t *lanes, kl__lane_t *lane);
 /* @p key went idle: frees its stored overlay entries, and it when unused. */
 void kl__key_release(kl__lane_t *lane, kl__lkey_t *key);
 void kl__key_maybe_free(kl__lane_t *lane, kl__lkey_t *key);
@@ -195,8 +198,11 @@ int64_t kl__backoff_ms(const kl__lanes_t *lanes, const kl__slot_t *slot,
 
 /* ---- lane_commit.c --------------------------------------------------- */
 
-/* Group-commits @p lane's final slots (mu held; dropped meanwhile). */
-void kl__lane_commit(kl__lanes_t *lanes, kl__lane_t *lane);
+/* Group-commits the final slots of the @p n lanes @p due in ONE store
+ * commit, each lane guarded by its own epoch (mu held; dropped meanwhile).
+ * A fenced lane is rolled back, one whose commit failed runs its events
+ * again; the others are committed. */
+void kl__lanes_commit(kl__lanes_t *lanes, kl__lane_t *const *due, size_t n);
 /* A newer owner holds @p lane: roll everything back (mu held). */
 void kl__lane_fenced(kl__lanes_t *lanes, kl__lane_t *lane);
 /* Runs every completed, uncommitted event again (mu held). */

@@ -14,6 +14,7 @@
 typedef struct kl_exec {
   kl__pool_t *pool;
   kl__applier_t applier; /* the lanes' one, with this executor's decoder */
+  kl__child_t child;     /* reused event after event */
   pthread_t thread;
   int started;
 } kl_exec_t;
@@ -34,32 +35,32 @@ static kl__outcome_t kl_outcome(kl_handler_result_t r,
   return res->failed_err ? KL__RUN_DECODE : KL__RUN_FAIL;
 }
 
-/* Runs one event on @p base (a snapshot or the lane's group txn). */
-static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base,
-                         int sql) {
+/* Runs one event on @p base (a snapshot, or in inline mode the lane's
+ * group txn, whose PostgreSQL connection the handler may then use). */
+static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   kl__lanes_t *lanes = x->pool->lanes;
-  kl__child_t child;
-  kl__child_init(&child, base, &lanes->mu, &job->lane->ov);
-  child.sql = sql;
+  kl__child_t *child = &x->child;
+  kl__child_begin(child, base, lanes->inline_mode ? NULL : &lanes->mu,
+                  &job->lane->ov);
+  child->sql = lanes->inline_mode;
   kl__apply_result_t res;
   memset(&res, 0, sizeof(res));
   kl_event_t event;
   kl_handler_result_t r = kl__apply_event(&x->applier, job->partition,
-                                          job->epoch, &child.base, job->msg,
+                                          job->epoch, &child->base, job->msg,
                                           &event, &res);
-  kl__run_t run = {kl_outcome(r, &res), res.why, NULL, 0, &child};
+  kl__run_t run = {kl_outcome(r, &res), res.why, NULL, 0, child};
   if (!res.failed_err) {
     run.id = event.id;
     run.id_len = event.id_len;
   }
   /* The event's SQL ends with its verdict. If that fails the group
    * transaction is lost anyway: its commit fails and the lane rewinds. */
-  if (kl__child_end(&child, r == KL_HANDLER_OK)) {
+  if (kl__child_end(child, r == KL_HANDLER_OK)) {
     run.outcome = KL__RUN_STORE;
     run.why = kl_err_detail();
   }
   kl__lanes_done(lanes, job, &run);
-  kl__child_destroy(&child);
 }
 
 static void kl_exec_begin_failed(kl__lanes_t *lanes, const kl__job_t *job,
@@ -84,7 +85,7 @@ static void *kl_exec_main(void *opaque) {
       kl_exec_begin_failed(lanes, &job, err);
       continue;
     }
-    kl_exec_step(x, &job, snap, 0);
+    kl_exec_step(x, &job, snap);
     kl_store_abort(snap);
   }
   return NULL;
@@ -95,13 +96,16 @@ int kl__pool_run_inline(kl__pool_t *pool, int budget_ms) {
   int64_t end = kl__mono_ns() + (int64_t)budget_ms * 1000000;
   int n = 0;
   kl__job_t job;
-  while (kl__mono_ns() < end && kl__lanes_take(pool->lanes, &job, 0)) {
+  /* The clock is read every 16 events: an event takes a microsecond or
+   * so, a clock read a good part of one. */
+  while ((n % 16 || kl__mono_ns() < end) &&
+         kl__lanes_take(pool->lanes, &job, 0)) {
     kl_txn_t *batch;
     kl_err_t err = kl__lanes_batch(pool->lanes, &job, &batch);
     if (err)
       kl_exec_begin_failed(pool->lanes, &job, err);
     else
-      kl_exec_step(x, &job, batch, 1);
+      kl_exec_step(x, &job, batch);
     n++;
   }
   return n;
@@ -110,6 +114,7 @@ int kl__pool_run_inline(kl__pool_t *pool, int budget_ms) {
 static kl_err_t kl_exec_init(kl_exec_t *x, kl__pool_t *pool) {
   x->pool = pool;
   x->applier = pool->lanes->applier;
+  kl__child_init(&x->child);
   x->applier.decoder = kl_decoder_new();
   return x->applier.decoder ? KL_OK : KL_ENOMEM;
 }
@@ -148,7 +153,9 @@ void kl__pool_destroy(kl__pool_t *pool) {
     if (pool->execs[i].started)
       pthread_join(pool->execs[i].thread, NULL);
     kl_decoder_destroy(pool->execs[i].applier.decoder);
+    kl__child_destroy(&pool->execs[i].child);
   }
   kl_decoder_destroy(pool->inline_exec.applier.decoder);
+  kl__child_destroy(&pool->inline_exec.child);
   free(pool);
 }

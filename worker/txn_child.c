@@ -46,6 +46,8 @@ static kl__ov_entry_t *kl_ov_find(const kl__overlay_t *ov, uint64_t hash,
 
 const kl__ov_entry_t *kl__ov_get(const kl__overlay_t *ov, int space,
                                  const void *key, size_t key_len) {
+  if (!ov->count) /* inline mode: mostly empty, so skip the hash */
+    return NULL;
   return kl_ov_find(ov, kl_ov_hash(space, key, key_len), space, key, key_len);
 }
 
@@ -185,6 +187,17 @@ kl__ov_entry_t *kl__ov_take_dirty(kl__overlay_t *ov, size_t *count) {
 
 /* ---- the child transaction ------------------------------------------- */
 
+/* No lock in inline mode: the poll thread is the only one there. */
+static void kl_child_lock(kl__child_t *c) {
+  if (c->mu)
+    pthread_mutex_lock(c->mu);
+}
+
+static void kl_child_unlock(kl__child_t *c) {
+  if (c->mu)
+    pthread_mutex_unlock(c->mu);
+}
+
 static kl_err_t kl_child_lent(kl__child_t *c, const kl__ov_entry_t *e,
                               const void **val, size_t *val_len) {
   if (e->val_len > c->rcap) {
@@ -212,12 +225,12 @@ static kl_err_t kl_child_get(kl_txn_t *txn, const void *key, size_t key_len,
     *val_len = own->val_len;
     return KL_OK;
   }
-  pthread_mutex_lock(c->mu);
+  kl_child_lock(c);
   const kl__ov_entry_t *e = kl__ov_get(c->ov, KL__OV_DATA, key, key_len);
   kl_err_t err = KL_ENOTFOUND;
   if (e && e->tag == KL__OV_PUT)
     err = kl_child_lent(c, e, val, val_len);
-  pthread_mutex_unlock(c->mu);
+  kl_child_unlock(c);
   if (e)
     return err;
   return kl_txn_get(c->snap, key, key_len, val, val_len);
@@ -246,11 +259,11 @@ static kl_err_t kl_child_seen(kl_txn_t *txn, const char *id, size_t id_len,
     *mark = (kl_mark_t)own->tag;
     return KL_OK;
   }
-  pthread_mutex_lock(c->mu);
+  kl_child_lock(c);
   const kl__ov_entry_t *e = kl__ov_get(c->ov, KL__OV_ID, id, id_len);
   if (e)
     *mark = (kl_mark_t)e->tag;
-  pthread_mutex_unlock(c->mu);
+  kl_child_unlock(c);
   return e ? KL_OK : kl_txn_seen(c->snap, id, id_len, mark);
 }
 
@@ -311,15 +324,23 @@ static const kl__store_ops_t kl_child_ops = {
 
 static kl_store_t kl_child_store = {&kl_child_ops};
 
-void kl__child_init(kl__child_t *child, kl_txn_t *snap, pthread_mutex_t *mu,
-                    const kl__overlay_t *ov) {
+void kl__child_init(kl__child_t *child) {
   memset(child, 0, sizeof(*child));
   child->base.store = &kl_child_store;
+  kl__buf_init(&child->data);
+  kl__buf_init(&child->ids);
+}
+
+void kl__child_begin(kl__child_t *child, kl_txn_t *snap, pthread_mutex_t *mu,
+                     const kl__overlay_t *ov) {
+  kl__buf_reset(&child->data);
+  kl__buf_reset(&child->ids);
   child->snap = snap;
   child->mu = mu;
   child->ov = ov;
-  kl__buf_init(&child->data);
-  kl__buf_init(&child->ids);
+  child->duplicates = 0;
+  child->pg = NULL;
+  child->savepoint = 0;
 }
 
 void kl__child_destroy(kl__child_t *child) {
@@ -332,9 +353,9 @@ void kl__child_destroy(kl__child_t *child) {
 
 int kl__child_seen_elsewhere(const kl__child_t *child,
                              const kl__overlay_t *ov) {
-  for (size_t i = 0; i < child->ids.cap; i++) {
-    const kl__buf_entry_t *e = child->ids.slots[i];
-    if (e && e->tag == KL_MARK_APPLIED &&
+  for (size_t i = 0; i < child->ids.count; i++) {
+    const kl__buf_entry_t *e = kl__buf_at(&child->ids, i);
+    if (e->tag == KL_MARK_APPLIED &&
         kl__ov_get(ov, KL__OV_ID, kl__buf_key(e), e->key_len))
       return 1;
   }
@@ -343,10 +364,10 @@ int kl__child_seen_elsewhere(const kl__child_t *child,
 
 static kl_err_t kl_child_merge_buf(const kl__buf_t *buf, kl__overlay_t *ov,
                                    kl__lkey_t *writer, int space) {
-  for (size_t i = 0; i < buf->cap; i++) {
-    const kl__buf_entry_t *e = buf->slots[i];
-    if (e && kl__ov_set(ov, writer, space, kl__buf_key(e), e->key_len,
-                        kl__buf_val(e), e->val_len, e->tag))
+  for (size_t i = 0; i < buf->count; i++) {
+    const kl__buf_entry_t *e = kl__buf_at(buf, i);
+    if (kl__ov_set(ov, writer, space, kl__buf_key(e), e->key_len,
+                   kl__buf_val(e), e->val_len, e->tag))
       return KL_ENOMEM;
   }
   return KL_OK;
@@ -356,4 +377,21 @@ kl_err_t kl__child_merge(kl__child_t *child, kl__overlay_t *ov,
                          kl__lkey_t *writer) {
   kl_err_t err = kl_child_merge_buf(&child->data, ov, writer, KL__OV_DATA);
   return err ? err : kl_child_merge_buf(&child->ids, ov, writer, KL__OV_ID);
+}
+
+kl_err_t kl__child_apply(kl__child_t *child) {
+  kl_err_t err = KL_OK;
+  for (size_t i = 0; !err && i < child->data.count; i++) {
+    const kl__buf_entry_t *e = kl__buf_at(&child->data, i);
+    err = e->tag == KL__OV_DEL
+              ? kl_txn_del(child->snap, kl__buf_key(e), e->key_len)
+              : kl_txn_put(child->snap, kl__buf_key(e), e->key_len,
+                           kl__buf_val(e), e->val_len);
+  }
+  for (size_t i = 0; !err && i < child->ids.count; i++) {
+    const kl__buf_entry_t *e = kl__buf_at(&child->ids, i);
+    err = kl_txn_mark(child->snap, kl__buf_key(e), e->key_len,
+                      (kl_mark_t)e->tag);
+  }
+  return err;
 }

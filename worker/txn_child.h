@@ -13,7 +13,9 @@
  *
  * The base is a snapshot the executor opened for this one event with
  * kl_store_begin() (key-parallel mode), or the lane's open group
- * transaction (inline mode, one executor: the poll thread).
+ * transaction (inline mode, one executor: the poll thread). In inline
+ * mode a completed event's writes go straight into that transaction
+ * (kl__child_apply()), and the overlay holds only dead letters' marks.
  *
  * kl_txn_pg_conn(): in key-parallel mode NULL, since a handler's SQL
  * cannot run on a transaction that other events share concurrently. In
@@ -21,7 +23,8 @@
  * at the first call, so that RETRY and FAIL roll the event's SQL back as
  * they discard its kv writes (kl__child_end()).
  *
- * Caveats: a child is used by one thread; the overlay only under @p mu.
+ * Caveats: a child is used by one thread, one event after another; the
+ * overlay only under @p mu.
  */
 #ifndef KEYLANE_WORKER_TXN_CHILD_H
 #define KEYLANE_WORKER_TXN_CHILD_H
@@ -48,9 +51,17 @@ typedef struct kl__child {
   int savepoint; /* SAVEPOINT taken on pg */
 } kl__child_t;
 
-/** Starts a child over @p snap (borrowed) and the overlay @p ov. */
-void kl__child_init(kl__child_t *child, kl_txn_t *snap, pthread_mutex_t *mu,
-                    const kl__overlay_t *ov);
+/** Makes an empty child, once per executor; kl__child_destroy() frees it. */
+void kl__child_init(kl__child_t *child);
+
+/**
+ * Starts an event's child over @p snap (borrowed) and the overlay @p ov,
+ * dropping what the last event left (its memory is kept for this one).
+ * @param mu  the lock of @p ov; NULL in inline mode, where the calling
+ *            (poll) thread is the only one that touches the lanes.
+ */
+void kl__child_begin(kl__child_t *child, kl_txn_t *snap, pthread_mutex_t *mu,
+                     const kl__overlay_t *ov);
 
 /**
  * Ends the event's SQL, if it ran any: RELEASE its savepoint when @p ok,
@@ -77,5 +88,14 @@ int kl__child_seen_elsewhere(const kl__child_t *child,
  */
 kl_err_t kl__child_merge(kl__child_t *child, kl__overlay_t *ov,
                          kl__lkey_t *writer);
+
+/**
+ * Inline mode: moves the child's writes into its base, the lane's group
+ * transaction, instead of the overlay. Events there run one at a time on
+ * the poll thread, so the next one reads them through that transaction.
+ * @returns KL_OK or a store error (then the transaction holds part of
+ *          them: the caller rewinds the lane).
+ */
+kl_err_t kl__child_apply(kl__child_t *child);
 
 #endif
