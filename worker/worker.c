@@ -121,13 +121,20 @@ static void kl_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
     worker->assigned_once = 1;
     kl_on_assign(worker, parts);
+    /* A partition this worker paused (fenced, or over a bound) must not
+     * stay paused when the group hands it back. Resumed before the
+     * assign: a resume bumps the partition's fetch version, and one after
+     * it voids the offset lookup the assign started, which librdkafka
+     * retries only 500 ms later. A copy, since resuming marks partitions
+     * it does not know yet with an error. */
+    rd_kafka_topic_partition_list_t *resume =
+        rd_kafka_topic_partition_list_copy(parts);
+    rd_kafka_resume_partitions(rk, resume);
+    rd_kafka_topic_partition_list_destroy(resume);
     if (cooperative)
       rd_kafka_error_destroy(rd_kafka_incremental_assign(rk, parts));
     else
       rd_kafka_assign(rk, parts);
-    /* A partition this worker paused (fenced, or over a bound) must not
-     * stay paused when the group hands it back. */
-    rd_kafka_resume_partitions(rk, parts);
   } else {
     kl_on_revoke(worker, parts, rd_kafka_assignment_lost(rk));
     if (cooperative)
@@ -148,6 +155,12 @@ static kl_err_t kl_consumer_new(kl_worker_t *worker) {
    * rebalance is noticed quickly. */
   snprintf(heartbeat, sizeof(heartbeat), "%" PRId64,
            session_ms / 3 < 1000 ? session_ms / 3 : 1000);
+  /* queued.min.messages: librdkafka (2.0) stops fetching once the
+   * consumer queue holds that many messages (100000 by default) and looks
+   * again only about once a second, so a worker catching up on a backlog
+   * took a burst, worked it off and idled for most of a second.
+   * queued.max.messages.kbytes (64 MiB by default) still bounds the
+   * prefetch; kafka.queued.min.messages overrides this. */
   const char *const defaults[] = {
       "group.id", kl_conf_get(worker->conf, "worker.group"),
       "partition.assignment.strategy", "cooperative-sticky",
@@ -156,6 +169,7 @@ static kl_err_t kl_consumer_new(kl_worker_t *worker) {
       "auto.offset.reset", "earliest",
       "session.timeout.ms", session,
       "heartbeat.interval.ms", heartbeat,
+      "queued.min.messages", "1000000",
       NULL};
   kl_err_t err = kl__kafka_conf_apply(kconf, worker->conf, defaults);
   if (err) {
