@@ -15,6 +15,8 @@
  * (applied, or dead-lettered), duplicate counts, and the watermark = the
  * first slot that is not final. Final slots beyond it are committed too;
  * after a restart they are consumed again and skipped by their marks.
+ * The lanes due at one tick share one store commit (one LMDB write
+ * transaction), each still guarded by its own epoch.
  *
  * Bounds: a lane's window holds at most worker.window.max records and the
  * worker at most worker.waiting.max keys in backoff; past either the

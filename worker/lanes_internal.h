@@ -8,7 +8,9 @@
  * slot and overlay. Handlers run without it; an executor takes it to pick
  * a slot, to read the overlay and to hand its result back. The poll thread
  * takes it to add records, to build a group commit and to apply its
- * outcome; it drops it around store and Kafka calls that may block.
+ * outcome; it drops it around store and Kafka calls that may block. In
+ * inline mode there are no executors, and a child reads the overlay
+ * without it (txn_child.h).
  */
 #ifndef KEYLANE_WORKER_LANES_INTERNAL_H
 #define KEYLANE_WORKER_LANES_INTERNAL_H
