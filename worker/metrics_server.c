@@ -106,8 +106,8 @@ static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
   kl_ms_counter(m, "keylane_worker_dead_letters_total",
                 "Records acknowledged by the dead-letter topic.",
                 st.dead_letters);
-  kl_ms_counter(m, "keylane_worker_batches_total", "Store commits.",
-                st.batches);
+  kl_ms_counter(m, "keylane_worker_batches_total",
+                "Partition batches committed.", st.batches);
   kl_ms_counter(m, "keylane_worker_fenced_batches_total",
                 "Group commits rejected by the epoch check.", st.fenced);
   kl_ms_gauge(m, "keylane_worker_owned_partitions", "Partitions owned now.",

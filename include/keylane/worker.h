@@ -122,7 +122,8 @@ typedef struct kl_worker_stats {
                              includes events committed beyond the
                              watermark and consumed again by a new owner) */
   uint64_t redelivered; /**< events skipped: offset below the watermark */
-  uint64_t batches;     /**< store commits */
+  uint64_t batches;     /**< partition batches committed (one store
+                             write may carry several partitions') */
   uint64_t fenced;      /**< group commits rejected by the epoch check */
   uint64_t failed;      /**< events dead-lettered by the handler's verdict
                              (FAIL, or RETRY until max.attempts) */

@@ -420,7 +420,7 @@ static void kl_t_id(char out[40], uint64_t n) {
     snprintf(out, 40, "%08x-%04x-7%03x-8%03x-%012llx",
              (unsigned)(n * 2654435761u), (unsigned)(n & 0xffff),
              (unsigned)(n % 0xfff), (unsigned)((n >> 12) % 0xfff),
-             (unsigned long long)n);
+             (unsigned long long)(n & 0xffffffffffffULL)); /* 12 digits */
 }
 
 /* Marks ids @p from .. @p from + @p n - 1, 1,000 a batch. */
