@@ -254,7 +254,9 @@ void kl__lane_fenced(kl__lanes_t *lanes, kl__lane_t *lane) {
   KL_LOG_W(KL_COMP,
            "fenced partition=%" PRId32 " my_epoch=%" PRIu64
            " current_epoch=%" PRIu64 ": a newer owner holds it; the %zu "
-           "events of its window were rolled back",
+           "events of its window were rolled back; the partition waits for "
+           "the group to move it, or for that owner to go quiet "
+           "(worker.fenced.retake.ms)",
            lane->partition, lane->epoch, now.epoch, events);
   lanes->fenced++;
   kl__lane_drop(lanes, lane);

@@ -742,6 +742,16 @@ void kl__lanes_own(kl__lanes_t *lanes, int32_t partition, uint64_t epoch,
   pthread_mutex_unlock(&lanes->mu);
 }
 
+size_t kl__lanes_fenced(kl__lanes_t *lanes, int32_t *out, size_t max) {
+  size_t n = 0;
+  pthread_mutex_lock(&lanes->mu);
+  for (int32_t p = 0; p < lanes->count && n < max; p++)
+    if (lanes->lanes[p] && lanes->lanes[p]->state == KL__LANE_FENCED)
+      out[n++] = p;
+  pthread_mutex_unlock(&lanes->mu);
+  return n;
+}
+
 int kl__lanes_inline(const kl__lanes_t *lanes) {
   return lanes->inline_mode;
 }

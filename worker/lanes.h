@@ -92,6 +92,12 @@ void kl__lanes_own(kl__lanes_t *lanes, int32_t partition, uint64_t epoch,
                    int64_t watermark);
 
 /**
+ * The partitions whose lane is fenced (and not yet revoked), at most
+ * @p max of them into @p out. Poll thread. @returns how many.
+ */
+size_t kl__lanes_fenced(kl__lanes_t *lanes, int32_t *out, size_t max);
+
+/**
  * Gives @p partition up: stops scheduling it, waits for its running
  * events, and with @p commit waits a while for its dead letters' acks and
  * group-commits what is final. Poll thread.

@@ -17,15 +17,15 @@
  * reading a partition it calls kl_store_acquire(), like any new owner, and
  * applies from the watermark that call returned. The live owner of the
  * partition is fenced by that: its next commit fails, nothing of that batch
- * is applied, and it stops applying the partition until the group hands the
- * partition to a member again, which acquires a newer epoch and resumes
- * from the store's watermark, past what the replay applied. The other way
- * round is safe as well: a member that acquires the partition while the
- * replay runs fences the replay, which stops that partition and reports
- * where to resume. Either way every event applies once. What a fenced live
- * owner costs is time: with the cooperative-sticky assignor a member keeps
- * its partitions across rebalances, so a fenced worker holds the partition
- * idle until it restarts or the partition moves; the CLI says which
+ * is applied, and it stops applying the partition until the partition's
+ * epoch and watermark have not moved for worker.fenced.retake.ms (the
+ * replay is over), or the group hands the partition to a member again;
+ * either acquires a newer epoch and resumes from the store's watermark,
+ * past what the replay applied. The other way round is safe as well: a
+ * member that acquires the partition while the replay runs fences the
+ * replay, which stops that partition and reports where to resume. Either
+ * way every event applies once. What a fenced live owner costs is time:
+ * the partition waits for that quiet period; the CLI says which
  * partitions had an owner before the replay took them.
  *
  * A dry run (dry_run) takes no epoch and commits nothing: it runs the

@@ -25,6 +25,14 @@
 #include "worker/lanes.h"
 #include "worker/pool.h"
 
+/* What a fenced lane last saw of its partition in the store, and since
+ * when it has not changed (0: not watched). */
+typedef struct kl_quiet {
+  uint64_t epoch;
+  int64_t watermark;
+  int64_t since_ns;
+} kl_quiet_t;
+
 struct kl_worker {
   kl_conf_t *conf;
   char *topic;
@@ -38,6 +46,10 @@ struct kl_worker {
   atomic_int stop; /* lock-free: safe from a signal handler and threads */
   int assigned_once; /* a rebalance callback has assigned to this member */
   _Atomic int32_t owned;
+  int64_t retake_ns; /* worker.fenced.retake.ms; 0: never */
+  int64_t retake_checked_ns;
+  kl_quiet_t *quiet; /* by partition: its state as a fenced lane saw it */
+  int32_t quiet_count;
 };
 
 #define KL_COMP "worker"
@@ -85,6 +97,8 @@ static void kl_on_assign(kl_worker_t *worker,
       continue;
     }
     kl__lanes_own(worker->lanes, tp->partition, state.epoch, state.watermark);
+    if (tp->partition < worker->quiet_count)
+      worker->quiet[tp->partition].since_ns = 0;
     tp->offset = state.watermark > 0 ? state.watermark : RD_KAFKA_OFFSET_BEGINNING;
     worker->owned++;
     KL_LOG_I(KL_COMP,
@@ -141,6 +155,89 @@ static void kl_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
       rd_kafka_error_destroy(rd_kafka_incremental_unassign(rk, parts));
     else
       rd_kafka_assign(rk, NULL);
+  }
+}
+
+/* ---- taking a partition back from a fencer that went quiet ------------ */
+
+/*
+ * A lane is fenced when something took its partition's epoch. A member the
+ * group gave the partition to does that, and the group then revokes the
+ * partition from this one within a session timeout, which ends the lane.
+ * When the group does not, the fencer is outside it: keylane replay or
+ * redrive. Once the partition's epoch and watermark have not moved for
+ * worker.fenced.retake.ms, that fencer is done: the lane acquires a new
+ * epoch, seeks back to the watermark and applies from there. A fencer that
+ * is still at work after so long is fenced in turn; either way the epochs
+ * keep any batch from applying twice.
+ */
+
+static kl_quiet_t *kl_quiet_of(kl_worker_t *worker, int32_t partition) {
+  if (partition >= worker->quiet_count) {
+    kl_quiet_t *q = realloc(worker->quiet, (size_t)(partition + 1) * sizeof(*q));
+    if (!q)
+      return NULL;
+    memset(q + worker->quiet_count, 0,
+           (size_t)(partition + 1 - worker->quiet_count) * sizeof(*q));
+    worker->quiet = q;
+    worker->quiet_count = partition + 1;
+  }
+  return &worker->quiet[partition];
+}
+
+/* Takes @p partition back: a new epoch, the consumer moved back to the
+ * watermark (while the lane still drops what it is given), then the lane
+ * owned and the partition resumed. */
+static void kl_retake(kl_worker_t *worker, int32_t partition, int64_t quiet_ns) {
+  kl_partition_state_t state;
+  kl_err_t err = kl_lane_acquire(worker, partition, &state);
+  if (err) {
+    KL_LOG_W(KL_COMP, "retake partition=%" PRId32 ": %s", partition,
+             kl_err_detail());
+    return;
+  }
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(l, worker->topic, partition)->offset =
+      state.watermark > 0 ? state.watermark : RD_KAFKA_OFFSET_BEGINNING;
+  rd_kafka_error_t *error = rd_kafka_seek_partitions(worker->rk, l, 10000);
+  rd_kafka_resp_err_t kerr = error ? rd_kafka_error_code(error) : l->elems[0].err;
+  if (error)
+    rd_kafka_error_destroy(error);
+  if (kerr) {
+    KL_LOG_W(KL_COMP, "retake partition=%" PRId32 ": cannot seek to %" PRId64
+             ": %s; trying again later", partition, state.watermark,
+             rd_kafka_err2str(kerr));
+  } else {
+    kl__lanes_own(worker->lanes, partition, state.epoch, state.watermark);
+    rd_kafka_resume_partitions(worker->rk, l);
+    KL_LOG_I(KL_COMP, "retook partition=%" PRId32 " epoch=%" PRIu64
+             " resume_offset=%" PRId64 ": its fencer had been quiet for %"
+             PRId64 " ms", partition, state.epoch, state.watermark,
+             quiet_ns / 1000000);
+  }
+  rd_kafka_topic_partition_list_destroy(l);
+}
+
+static void kl_retake_quiet(kl_worker_t *worker) {
+  int64_t now = kl__mono_ns();
+  int64_t every = worker->retake_ns / 4 < 1000000000 ? worker->retake_ns / 4
+                                                       : 1000000000;
+  if (!worker->retake_ns || now - worker->retake_checked_ns < every)
+    return;
+  worker->retake_checked_ns = now;
+  int32_t fenced[64];
+  size_t n = kl__lanes_fenced(worker->lanes, fenced, 64);
+  for (size_t i = 0; i < n && !worker->stop; i++) {
+    kl_partition_state_t st;
+    kl_quiet_t *q = kl_quiet_of(worker, fenced[i]);
+    if (!q || kl_store_partition(worker->store, worker->topic, fenced[i], &st))
+      continue;
+    if (!q->since_ns || st.epoch != q->epoch || st.watermark != q->watermark)
+      *q = (kl_quiet_t){st.epoch, st.watermark, now};
+    else if (now - q->since_ns >= worker->retake_ns) {
+      kl_retake(worker, fenced[i], now - q->since_ns);
+      q->since_ns = 0;
+    }
   }
 }
 
@@ -225,6 +322,7 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                                     .decoder = kl_decoder_new()};
   int64_t n = kl__conf_int(conf, "worker.concurrency");
   worker->threads = n > 1 ? (int)n : 0;
+  worker->retake_ns = kl__conf_int(conf, "worker.fenced.retake.ms") * 1000000;
   kl_err_t err = KL_ENOMEM;
   if (worker->conf && worker->topic && worker->applier.decoder)
     err = kl_worker_parts_new(worker);
@@ -316,6 +414,7 @@ static void kl_worker_loop(kl_worker_t *worker) {
       kl__pool_run_inline(worker->pool, 20);
     kl__dlq_poll(worker->dlq, 0);
     kl__lanes_tick(worker->lanes);
+    kl_retake_quiet(worker);
     int64_t now = kl__mono_ns();
     if (now - last_sweep > 1000000000) {
       size_t removed = 0;
@@ -369,6 +468,7 @@ void kl_worker_destroy(kl_worker_t *worker) {
   kl__dlq_destroy(worker->dlq);
   kl_decoder_destroy(worker->applier.decoder);
   kl_conf_destroy(worker->conf);
+  free(worker->quiet);
   free(worker->topic);
   free(worker);
 }

@@ -408,6 +408,46 @@ static void test_replay_beside_a_live_worker(void **state) {
   kl_fx_down(&fx);
 }
 
+/* After replay, the live owner that it fenced, still assigned the
+ * partitions by the group, takes them back once replay has been quiet for
+ * worker.fenced.retake.ms and applies what was published since, once, with
+ * no restart and no rebalance. */
+static void test_fenced_live_worker_takes_its_partitions_back(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "retake", 2);
+  kl_fx_publish(&fx, 300);
+  static const char *const retake[] = {"worker.session.timeout.ms=3000",
+                                       "worker.fenced.retake.ms=1000", NULL};
+  kl_t_worker_t *w = kl_t_worker_start(fx.boot, fx.topic, "g", fx.store,
+                                       retake);
+  assert_int_equal(
+      kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000), 0);
+  kl_rp_t rp;
+  kl_rp_init(&rp, &fx, fx.store, "beginning");
+  assert_int_equal(kl_rp_run(&rp), KL_OK);
+  assert_int_equal(rp.total.status, KL__REPLAY_DONE);
+  assert_int_equal(rp.total.applied, 0); /* all of it applied already */
+  kl_rp_done(&rp);
+
+  kl_fx_publish(&fx, 300);
+  kl_wait_fenced(w, 2);
+  assert_int_equal(
+      kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000), 0);
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st);
+  assert_int_equal(st.fenced, 2); /* once per partition, then taken back */
+  assert_int_equal(st.owned, 2);
+  assert_int_equal(st.applied, kl__ledger_gen_published(fx.gen));
+  for (int32_t p = 0; p < 2; p++) {
+    kl_partition_state_t ps;
+    assert_int_equal(kl_store_partition(fx.store, fx.topic, p, &ps), KL_OK);
+    assert_int_equal(ps.epoch, 3); /* the worker's, replay's, the retake's */
+  }
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_assert_ledger(&fx, fx.store);
+  kl_fx_down(&fx);
+}
+
 typedef struct kl_hook {
   kl_store_t *store;
   int32_t partition;
@@ -636,6 +676,7 @@ int main(void) {
       cmocka_unit_test(test_dry_run_of_a_rebuild),
       cmocka_unit_test(test_replay_beside_a_live_worker),
       cmocka_unit_test(test_replay_fenced_by_a_new_owner),
+      cmocka_unit_test(test_fenced_live_worker_takes_its_partitions_back),
       cmocka_unit_test(test_stop_reports_where_to_resume),
       cmocka_unit_test(test_gap_above_the_watermark_is_refused),
       cmocka_unit_test(test_truncated_history_is_reported),

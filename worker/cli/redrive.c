@@ -101,8 +101,8 @@ static void kl_redrive_notes(const char *sub, const kl__redrive_t *r) {
     fprintf(stderr,
             "keylane %s: partition %d: took ownership with epoch %" PRIu64
             "; its owner of epoch %" PRIu64 ", if it still runs, is fenced "
-            "and stays idle on partition %d until it restarts or the group "
-            "moves the partition\n",
+            "and takes partition %d back once this redrive has left it alone "
+            "for worker.fenced.retake.ms (default 30 s)\n",
             sub, (int)taken[i].partition, taken[i].epoch,
             taken[i].previous_epoch, (int)taken[i].partition);
   const kl__redriven_t *res = kl__redrive_results(r, &n);

@@ -33,10 +33,11 @@ static const char kl_replay_usage[] =
     "partition stops there (failed) and says where to resume.\n\n"
     "Beside a live fleet: replay takes each partition by epoch, as a new\n"
     "owner does, so the worker that owned it is fenced (it commits nothing\n"
-    "more of the partition, and stays idle on it until it restarts or the\n"
-    "group moves the partition; the next owner resumes from the watermark\n"
-    "replay left). A worker that takes a partition back while replay runs\n"
-    "fences the replay of that partition instead. No event applies twice.\n"
+    "more of the partition until replay has left it alone for\n"
+    "worker.fenced.retake.ms, default 30 s, or the group moves it; then it\n"
+    "resumes from the watermark replay left). A worker that takes a\n"
+    "partition back while replay runs fences the replay of that partition\n"
+    "instead. No event applies twice.\n"
     "--dry-run takes no epoch and commits nothing: it fences nobody and\n"
     "leaves the store byte-identical.\n\n"
     "  -b, --bootstrap HOST:PORT   Kafka bootstrap servers\n"
@@ -343,9 +344,9 @@ static void kl_print_notes(const char *sub, const kl__replay_t *replay) {
       fprintf(stderr,
               "keylane %s: partition %d: took ownership with epoch %" PRIu64
               "; its owner of epoch %" PRIu64 ", if it still runs, is fenced "
-              "and stays idle on partition %d until it restarts or the group "
-              "moves the partition, then resumes from the watermark (%" PRId64
-              ")\n",
+              "and takes partition %d back once this replay has left it alone "
+              "for worker.fenced.retake.ms (default 30 s), resuming from the "
+              "watermark (%" PRId64 ")\n",
               sub, (int)p->partition, p->epoch, p->previous_epoch,
               (int)p->partition, p->watermark);
     if (p->scratch)
