@@ -177,16 +177,14 @@ static int kl_build_lane(kl__lanes_t *lanes, kl__lane_t *lane,
 /* Commits the builds @p b in one store commit and applies each outcome. */
 static void kl_commit_builds(kl__lanes_t *lanes, kl_build_t *b,
                              kl__store_commit_t *c, size_t n) {
-  char detail[512] = "";
   pthread_mutex_unlock(&lanes->mu);
   for (size_t i = 0; i < n; i++) {
     if (lanes->applier.before_commit)
       lanes->applier.before_commit(lanes->applier.hook_opaque, lanes->topic,
                                    b[i].lane->partition, b[i].lane->epoch);
-    c[i] = (kl__store_commit_t){b[i].txn, b[i].watermark, KL_OK};
+    c[i] = (kl__store_commit_t){b[i].txn, b[i].watermark, KL_OK, ""};
   }
   kl__store_commit_many(c, n);
-  snprintf(detail, sizeof(detail), "%s", kl_err_detail());
   pthread_mutex_lock(&lanes->mu);
   rd_kafka_topic_partition_list_t *offsets =
       rd_kafka_topic_partition_list_new((int)n);
@@ -199,7 +197,7 @@ static void kl_commit_builds(kl__lanes_t *lanes, kl_build_t *b,
     } else if (c[i].err == KL_EFENCED) {
       kl__lane_fenced(lanes, lane);
     } else {
-      kl_commit_failed(lanes, lane, c[i].err, detail);
+      kl_commit_failed(lanes, lane, c[i].err, c[i].why);
     }
     free(b[i].built);
     free(b[i].slots.v);

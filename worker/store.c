@@ -3,6 +3,7 @@
  * call to it. Argument checks that hold for every backend live here, once.
  */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/internal.h"
@@ -114,8 +115,11 @@ void kl__store_commit_many(kl__store_commit_t *commits, size_t n) {
     commits[0].txn->store->ops->commit_many(commits, n);
     return;
   }
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++) {
     commits[i].err = kl_store_commit(commits[i].txn, commits[i].watermark);
+    snprintf(commits[i].why, sizeof(commits[i].why), "%s",
+             commits[i].err ? kl_err_detail() : "");
+  }
 }
 
 void kl_store_abort(kl_txn_t *txn) {

@@ -26,6 +26,7 @@ typedef struct kl__store_commit {
   kl_txn_t *txn;     /**< freed by the call */
   int64_t watermark; /**< as kl_store_commit() takes it */
   kl_err_t err;      /**< the outcome, set by the call */
+  char why[512];     /**< kl_err_detail() of this batch's failure */
 } kl__store_commit_t;
 
 /**
@@ -33,7 +34,8 @@ typedef struct kl__store_commit {
  * its own epoch, as kl_store_commit() does one; where the backend can
  * (LMDB) in ONE write transaction, so that they share its fsyncs. A fenced
  * batch writes nothing (err = KL_EFENCED) and does not stop the others;
- * any other failure fails them all (kl_err_detail() says why). Every txn
+ * when the shared write fails otherwise, each batch is tried alone, so
+ * that one batch (too big for the map, say) fails only itself. Every txn
  * is freed. For the worker's group commit of several lanes.
  */
 void kl__store_commit_many(kl__store_commit_t *commits, size_t n);

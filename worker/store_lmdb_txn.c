@@ -3,6 +3,7 @@
  * then one short write transaction that checks the fence and applies it.
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -162,7 +163,8 @@ typedef struct kl_commit_ctx {
   const kl__buf_entry_t **data; /* both in key order */
   const kl__buf_entry_t **ids;
   uint64_t applied, dead_letters;
-  kl_err_t fenced; /* KL_EFENCED: left out of the write */
+  kl_err_t err; /* its own outcome: a failed prepare, or KL_EFENCED */
+  char why[512];
 } kl_commit_ctx_t;
 
 typedef struct kl_commit_set {
@@ -210,8 +212,9 @@ static int kl_commit_one(kl__lmdb_t *lmdb, MDB_txn *mtxn,
   if (rc)
     return rc;
   if (state.epoch != ltxn->epoch) {
-    ctx->fenced = kl_fenced(ltxn->topic, ltxn->partition, ltxn->epoch,
-                            state.epoch);
+    ctx->err = kl_fenced(ltxn->topic, ltxn->partition, ltxn->epoch,
+                         state.epoch);
+    snprintf(ctx->why, sizeof(ctx->why), "%s", kl_err_detail());
     return 0;
   }
   if ((rc = kl_commit_data(lmdb, mtxn, ctx)) ||
@@ -231,7 +234,9 @@ static int kl_commit_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   kl_commit_set_t *set = opaque;
   (void)stop;
   for (size_t i = 0; i < set->n; i++) {
-    set->ctx[i].fenced = KL_OK;
+    if (set->ctx[i].err == KL_ENOMEM)
+      continue; /* its prepare failed: not in the write */
+    set->ctx[i].err = KL_OK;
     int rc = kl_commit_one(lmdb, mtxn, &set->ctx[i]);
     if (rc)
       return rc;
@@ -250,8 +255,11 @@ static kl_err_t kl_commit_prepare(kl_commit_ctx_t *ctx, kl_txn_t *txn,
   *ctx = (kl_commit_ctx_t){.ltxn = ltxn, .watermark = watermark,
                            .now_ms = now_ms};
   if (kl__buf_sorted(&ltxn->data, &ctx->data) ||
-      kl__buf_sorted(&ltxn->ids, &ctx->ids))
-    return kl__err(KL_ENOMEM, "kl_store_commit: out of memory");
+      kl__buf_sorted(&ltxn->ids, &ctx->ids)) {
+    ctx->err = kl__err(KL_ENOMEM, "kl_store_commit: out of memory");
+    snprintf(ctx->why, sizeof(ctx->why), "%s", kl_err_detail());
+    return ctx->err;
+  }
   for (size_t i = 0; i < ltxn->ids.count; i++) {
     ctx->applied += ctx->ids[i]->tag == KL_MARK_APPLIED;
     ctx->dead_letters += ctx->ids[i]->tag == KL_MARK_DEAD_LETTER;
@@ -265,35 +273,55 @@ static void kl_commit_free(kl_commit_ctx_t *ctx) {
   kl_lmdb_txn_free(ctx->ltxn);
 }
 
+/* The shared write; when it fails for another reason than a fence, each
+ * batch again in a write of its own, so that one batch fails only itself. */
+static void kl_commit_write(kl__lmdb_t *lmdb, kl_commit_set_t *set) {
+  kl_err_t err = kl__lmdb_write(lmdb, "commit", kl_commit_fn, set);
+  if (err && set->n > 1) {
+    for (size_t i = 0; i < set->n; i++) {
+      kl_commit_set_t alone = {&set->ctx[i], 1};
+      if (set->ctx[i].err != KL_ENOMEM)
+        kl_commit_write(lmdb, &alone);
+    }
+  } else if (err) {
+    set->ctx[0].err = err;
+    snprintf(set->ctx[0].why, sizeof(set->ctx[0].why), "%s", kl_err_detail());
+  }
+}
+
 void kl__lmdb_commit_many(kl__store_commit_t *commits, size_t n) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)commits[0].txn->store;
   kl_commit_ctx_t one;
   kl_commit_set_t set = {n == 1 ? &one : calloc(n, sizeof(*set.ctx)), n};
-  kl_err_t err = set.ctx ? KL_OK
-                         : kl__err(KL_ENOMEM, "kl_store_commit: out of memory");
-  int64_t now_ms = kl__store_now_ms();
-  for (size_t i = 0; set.ctx && i < n; i++) {
-    kl_err_t e = kl_commit_prepare(&set.ctx[i], commits[i].txn,
-                                   commits[i].watermark, now_ms);
-    err = err ? err : e;
-  }
-  if (!err)
-    err = kl__lmdb_write(lmdb, "commit", kl_commit_fn, &set);
-  for (size_t i = 0; i < n; i++) {
-    if (set.ctx) {
-      commits[i].err = err ? err : set.ctx[i].fenced;
-      kl_commit_free(&set.ctx[i]);
-    } else {
-      commits[i].err = err;
+  if (!set.ctx) {
+    for (size_t i = 0; i < n; i++) {
+      commits[i].err = kl__err(KL_ENOMEM, "kl_store_commit: out of memory");
+      snprintf(commits[i].why, sizeof(commits[i].why), "%s", kl_err_detail());
       kl__lmdb_abort(commits[i].txn);
     }
+    return;
+  }
+  int64_t now_ms = kl__store_now_ms();
+  size_t ready = 0;
+  for (size_t i = 0; i < n; i++)
+    ready += kl_commit_prepare(&set.ctx[i], commits[i].txn,
+                               commits[i].watermark, now_ms) == KL_OK;
+  if (ready)
+    kl_commit_write(lmdb, &set);
+  for (size_t i = 0; i < n; i++) {
+    commits[i].err = set.ctx[i].err;
+    snprintf(commits[i].why, sizeof(commits[i].why), "%s",
+             set.ctx[i].err ? set.ctx[i].why : "");
+    kl_commit_free(&set.ctx[i]);
   }
   if (set.ctx != &one)
     free(set.ctx);
 }
 
 kl_err_t kl__lmdb_commit(kl_txn_t *txn, int64_t watermark) {
-  kl__store_commit_t commit = {txn, watermark, KL_OK};
+  kl__store_commit_t commit = {txn, watermark, KL_OK, ""};
   kl__lmdb_commit_many(&commit, 1);
+  if (commit.err) /* the detail of the caller's thread, as before */
+    kl__err(commit.err, "%s", commit.why);
   return commit.err;
 }

@@ -121,6 +121,49 @@ static void test_map_full_at_max(void **state) {
   kl_store_destroy(store);
 }
 
+/* Several partitions' batches in one write: a fenced one and one too big
+ * for the map fail alone; the others commit. */
+static void test_commit_many_fails_only_the_failing_batch(void **state) {
+  t_state_t *st = *state;
+  kl_store_t *store = kl_t_store_open(st->fx.where, "store.map.size", "1M",
+                                      "store.map.max", "2M", NULL);
+  uint64_t e0 = kl_t_store_acquire(store, 0), e1 = kl_t_store_acquire(store, 1);
+  uint64_t e2 = kl_t_store_acquire(store, 2);
+  kl_txn_t *small = kl_t_store_begin(store, 0, e0);
+  kl_t_txn_put(small, "small", "1");
+  kl_t_txn_mark(small, "id-small", KL_MARK_APPLIED);
+  kl_txn_t *big = kl_t_store_begin(store, 1, e1);
+  char key[32], val[1024];
+  memset(val, 'x', sizeof(val));
+  for (int k = 0; k < 4000; k++) { /* 4 MiB: more than store.map.max */
+    snprintf(key, sizeof(key), "big/%08d", k);
+    assert_int_equal(kl_txn_put(big, key, strlen(key), val, sizeof(val)),
+                     KL_OK);
+  }
+  kl_txn_t *stale = kl_t_store_begin(store, 2, e2);
+  kl_t_txn_put(stale, "stale", "1");
+  kl_t_store_acquire(store, 2); /* a new owner of partition 2 */
+  kl__store_commit_t c[3] = {{small, 7, KL_OK, ""},
+                             {big, 9, KL_OK, ""},
+                             {stale, 11, KL_OK, ""}};
+  kl__store_commit_many(c, 3);
+  assert_int_equal(c[0].err, KL_OK);
+  assert_int_equal(c[1].err, KL_ESTORE_FULL);
+  assert_non_null(strstr(c[1].why, "store.map.max"));
+  assert_int_equal(c[2].err, KL_EFENCED);
+  assert_non_null(strstr(c[2].why, "fenced partition=2"));
+  assert_int_equal(kl_t_store_partition(store, 0).watermark, 7);
+  assert_int_equal(kl_t_store_partition(store, 1).watermark, 0);
+  assert_int_equal(kl_t_store_partition(store, 2).watermark, 0);
+  kl_txn_t *txn = kl_t_store_begin(store, 0, e0);
+  assert_string_equal(kl_t_txn_get(txn, "small"), "1");
+  assert_int_equal(kl_t_txn_seen(txn, "id-small"), KL_MARK_APPLIED);
+  assert_null(kl_t_txn_get(txn, "big/00000000"));
+  assert_null(kl_t_txn_get(txn, "stale"));
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+}
+
 /* A growth in one thread waits for the batches other threads hold. */
 typedef struct t_holder {
   kl_store_t *store;
@@ -491,6 +534,7 @@ int main(void) {
       KL_T_STORE_CONTRACT_TESTS(t_setup, t_teardown) /* then our own: */
       T(test_map_grows),
       T(test_map_full_at_max),
+      T(test_commit_many_fails_only_the_failing_batch),
       T(test_map_growth_waits_for_open_batches),
       T(test_map_growth_with_own_snapshot_is_busy),
       T(test_threads_commit_while_map_grows),
