@@ -50,9 +50,9 @@ static const kl_conf_key_t kl_keys[] = {
      "consumer group session timeout"},
     {"worker.fenced.retake.ms", KL_CT_INT, "30000", 0, 3600000, NULL,
      "a lane fenced by something outside the group (replay, redrive) takes "
-     "its partition back once the partition's epoch and watermark have not "
-     "moved for this long (keep it above the session timeout); 0: never "
-     "(it waits for the group to move it)"},
+     "its partition back once the partition's state in the store has not "
+     "changed for this long (more than worker.session.timeout.ms); 0: "
+     "never (it waits for the group to move it)"},
     {"worker.batch.max", KL_CT_INT, "1000", 1, 100000, NULL,
      "events per store commit at most"},
     {"worker.batch.wait.ms", KL_CT_INT, "20", 0, 10000, NULL,

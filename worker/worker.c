@@ -28,8 +28,7 @@
 /* What a fenced lane last saw of its partition in the store, and since
  * when it has not changed (0: not watched). */
 typedef struct kl_quiet {
-  uint64_t epoch;
-  int64_t watermark;
+  kl_partition_state_t seen;
   int64_t since_ns;
 } kl_quiet_t;
 
@@ -165,11 +164,15 @@ static void kl_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
  * group gave the partition to does that, and the group then revokes the
  * partition from this one within a session timeout, which ends the lane.
  * When the group does not, the fencer is outside it: keylane replay or
- * redrive. Once the partition's epoch and watermark have not moved for
- * worker.fenced.retake.ms, that fencer is done: the lane acquires a new
- * epoch, seeks back to the watermark and applies from there. A fencer that
- * is still at work after so long is fenced in turn; either way the epochs
- * keep any batch from applying twice.
+ * redrive. Once the partition's state (epoch, watermark and the applied,
+ * duplicate and dead-letter counters, which a redrive moves below the
+ * watermark) has not changed for worker.fenced.retake.ms, that fencer is
+ * done: the lane acquires a new epoch, seeks back to the watermark and
+ * applies from there. A fencer that is still at work after so long is
+ * fenced in turn; either way the epochs keep any batch from applying
+ * twice. kl_worker_new() requires the period to exceed the session
+ * timeout, so that a member the group has already replaced learns it
+ * before it could retake.
  */
 
 static kl_quiet_t *kl_quiet_of(kl_worker_t *worker, int32_t partition) {
@@ -187,14 +190,17 @@ static kl_quiet_t *kl_quiet_of(kl_worker_t *worker, int32_t partition) {
 
 /* Takes @p partition back: a new epoch, the consumer moved back to the
  * watermark (while the lane still drops what it is given), then the lane
- * owned and the partition resumed. */
-static void kl_retake(kl_worker_t *worker, int32_t partition, int64_t quiet_ns) {
+ * owned and the partition resumed. @returns 0, or -1 to try again at the
+ * next check (one attempt each: the poll thread must not block on a store
+ * that is down). */
+static int kl_retake(kl_worker_t *worker, int32_t partition, int64_t quiet_ns) {
   kl_partition_state_t state;
-  kl_err_t err = kl_lane_acquire(worker, partition, &state);
+  kl_err_t err = kl_store_acquire(worker->store, worker->topic, partition,
+                                  &state);
   if (err) {
-    KL_LOG_W(KL_COMP, "retake partition=%" PRId32 ": %s", partition,
-             kl_err_detail());
-    return;
+    KL_LOG_W(KL_COMP, "retake partition=%" PRId32 ": %s; trying again",
+             partition, kl_err_detail());
+    return -1;
   }
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
   rd_kafka_topic_partition_list_add(l, worker->topic, partition)->offset =
@@ -205,7 +211,7 @@ static void kl_retake(kl_worker_t *worker, int32_t partition, int64_t quiet_ns) 
     rd_kafka_error_destroy(error);
   if (kerr) {
     KL_LOG_W(KL_COMP, "retake partition=%" PRId32 ": cannot seek to %" PRId64
-             ": %s; trying again later", partition, state.watermark,
+             ": %s; trying again", partition, state.watermark,
              rd_kafka_err2str(kerr));
   } else {
     kl__lanes_own(worker->lanes, partition, state.epoch, state.watermark);
@@ -216,6 +222,14 @@ static void kl_retake(kl_worker_t *worker, int32_t partition, int64_t quiet_ns) 
              quiet_ns / 1000000);
   }
   rd_kafka_topic_partition_list_destroy(l);
+  return kerr ? -1 : 0;
+}
+
+static int kl_state_same(const kl_partition_state_t *a,
+                         const kl_partition_state_t *b) {
+  return a->epoch == b->epoch && a->watermark == b->watermark &&
+         a->applied == b->applied && a->duplicates == b->duplicates &&
+         a->dead_letters == b->dead_letters;
 }
 
 static void kl_retake_quiet(kl_worker_t *worker) {
@@ -232,11 +246,14 @@ static void kl_retake_quiet(kl_worker_t *worker) {
     kl_quiet_t *q = kl_quiet_of(worker, fenced[i]);
     if (!q || kl_store_partition(worker->store, worker->topic, fenced[i], &st))
       continue;
-    if (!q->since_ns || st.epoch != q->epoch || st.watermark != q->watermark)
-      *q = (kl_quiet_t){st.epoch, st.watermark, now};
-    else if (now - q->since_ns >= worker->retake_ns) {
-      kl_retake(worker, fenced[i], now - q->since_ns);
-      q->since_ns = 0;
+    if (!q->since_ns || !kl_state_same(&st, &q->seen)) {
+      *q = (kl_quiet_t){st, now};
+    } else if (now - q->since_ns >= worker->retake_ns) {
+      if (kl_retake(worker, fenced[i], now - q->since_ns) == 0)
+        q->since_ns = 0;
+      else if (!kl_store_partition(worker->store, worker->topic, fenced[i],
+                                   &q->seen))
+        q->since_ns = now - worker->retake_ns; /* our own epoch: still quiet */
     }
   }
 }
@@ -309,6 +326,15 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
   if (!kl_conf_get(conf, "kafka.bootstrap.servers"))
     return kl__err(KL_ECONF, "no bootstrap servers: set "
                              "kafka.bootstrap.servers (-b HOST:PORT)");
+  int64_t retake_ms = kl__conf_int(conf, "worker.fenced.retake.ms");
+  int64_t session_ms = kl__conf_int(conf, "worker.session.timeout.ms");
+  if (retake_ms && retake_ms <= session_ms)
+    return kl__err(KL_ECONF,
+                   "worker.fenced.retake.ms (%" PRId64 ") must exceed "
+                   "worker.session.timeout.ms (%" PRId64 "), so that a member "
+                   "the group replaced learns it before it takes a partition "
+                   "back; raise it, or set 0 to never take one back",
+                   retake_ms, session_ms);
   kl_worker_t *worker = calloc(1, sizeof(*worker));
   if (!worker)
     return KL_ENOMEM;
@@ -322,7 +348,7 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                                     .decoder = kl_decoder_new()};
   int64_t n = kl__conf_int(conf, "worker.concurrency");
   worker->threads = n > 1 ? (int)n : 0;
-  worker->retake_ns = kl__conf_int(conf, "worker.fenced.retake.ms") * 1000000;
+  worker->retake_ns = retake_ms * 1000000;
   kl_err_t err = KL_ENOMEM;
   if (worker->conf && worker->topic && worker->applier.decoder)
     err = kl_worker_parts_new(worker);

@@ -417,7 +417,7 @@ static void test_fenced_live_worker_takes_its_partitions_back(void **state) {
   kl_fx_up(&fx, "retake", 2);
   kl_fx_publish(&fx, 300);
   static const char *const retake[] = {"worker.session.timeout.ms=3000",
-                                       "worker.fenced.retake.ms=1000", NULL};
+                                       "worker.fenced.retake.ms=3500", NULL};
   kl_t_worker_t *w = kl_t_worker_start(fx.boot, fx.topic, "g", fx.store,
                                        retake);
   assert_int_equal(

@@ -15,6 +15,7 @@
 #include "support/cluster.h"
 #include "support/ledger_checks.h"
 #include "support/support.h"
+#include "worker/ledger.h"
 #include "worker/worker_internal.h"
 
 typedef kl_t_ledger_fx_t kl_fx_t;
@@ -189,12 +190,43 @@ static void test_refuses_partition_mismatch(void **state) {
   kl_fx_down(&fx);
 }
 
+/* A retake period within the session timeout could let a member the group
+ * replaced take a partition back before it learns it: refused, saying so. */
+static void test_refuses_retake_within_the_session(void **state) {
+  kl_conf_t *conf = kl_conf_new();
+  const char *const set[][2] = {{"kafka.bootstrap.servers", "127.0.0.1:1"},
+                                {"worker.session.timeout.ms", "10000"},
+                                {"worker.fenced.retake.ms", "10000"}};
+  for (size_t i = 0; i < 3; i++)
+    assert_int_equal(kl_conf_set(conf, set[i][0], set[i][1], NULL, 0), KL_OK);
+  kl_store_t *store;
+  char dir[64];
+  kl_t_tmpdir(dir);
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  kl_worker_t *w = NULL;
+  assert_int_equal(kl_worker_new(conf, "t", store, kl_ledger_handler, NULL, &w),
+                   KL_ECONF);
+  assert_null(w);
+  assert_non_null(strstr(kl_err_detail(), "worker.fenced.retake.ms (10000) "
+                                          "must exceed "
+                                          "worker.session.timeout.ms (10000)"));
+  assert_int_equal(kl_conf_set(conf, "worker.fenced.retake.ms", "0", NULL, 0),
+                   KL_OK); /* never: allowed */
+  assert_int_equal(kl_worker_new(conf, "t", store, kl_ledger_handler, NULL, &w),
+                   KL_OK);
+  kl_worker_destroy(w);
+  kl_store_destroy(store);
+  kl_conf_destroy(conf);
+  kl_t_rmrf(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_applies_each_event_once),
       cmocka_unit_test(test_paused_owner_is_fenced),
       cmocka_unit_test(test_order_holds_across_rebalances),
       cmocka_unit_test(test_refuses_partition_mismatch),
+      cmocka_unit_test(test_refuses_retake_within_the_session),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
