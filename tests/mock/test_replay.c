@@ -31,14 +31,6 @@ static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions) {
   kl_t_ledger_fx_up(fx, topic, partitions, 40, 7, NULL);
 }
 
-static void kl_fx_down(kl_fx_t *fx) {
-  kl_t_ledger_fx_down(fx);
-}
-
-static void kl_fx_publish(kl_fx_t *fx, int n) {
-  kl_t_ledger_publish(fx->gen, fx->producer, fx->topic, n);
-}
-
 /* A fleet of one worker applies everything published so far. */
 static void kl_fx_fleet(kl_fx_t *fx, const char *group) {
   kl_t_worker_t *w = kl_t_worker_start(fx->boot,
@@ -191,7 +183,7 @@ static uint64_t kl_fx_records(kl_fx_t *fx) {
 static void test_rebuild_equals_the_fleets_store(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "rebuild", 4);
-  kl_fx_publish(&fx, 1500);
+  kl_t_ledger_fx_publish(&fx, 1500);
   kl_fx_fleet(&fx, "fleet");
   kl_assert_ledger(&fx, fx.store);
   char *before = kl_dump(fx.store, 0);
@@ -239,13 +231,13 @@ static void test_rebuild_equals_the_fleets_store(void **state) {
   free(before);
   free(after);
   free(again);
-  kl_fx_down(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 static void test_replaying_an_applied_range_applies_nothing(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "applied", 3);
-  kl_fx_publish(&fx, 900);
+  kl_t_ledger_fx_publish(&fx, 900);
   kl_fx_fleet(&fx, "fleet");
   char *before = kl_dump(fx.store, KL_DUMP_TIMES);
   kl_rp_t rp;
@@ -262,7 +254,7 @@ static void test_replaying_an_applied_range_applies_nothing(void **state) {
   kl_assert_ledger(&fx, fx.store);
   free(before);
   free(after);
-  kl_fx_down(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 /* ---- dry run ------------------------------------------------------------ */
@@ -270,11 +262,11 @@ static void test_replaying_an_applied_range_applies_nothing(void **state) {
 static void test_dry_run_changes_nothing(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "dry", 3);
-  kl_fx_publish(&fx, 600);
+  kl_t_ledger_fx_publish(&fx, 600);
   kl_fx_fleet(&fx, "fleet");
   uint64_t published = kl__ledger_gen_published(fx.gen);
   uint64_t republished = kl__ledger_gen_republished(fx.gen);
-  kl_fx_publish(&fx, 400); /* not applied yet; 40 re-publish older events */
+  kl_t_ledger_fx_publish(&fx, 400); /* not applied yet; 40 re-publish older events */
 
   char path[128];
   snprintf(path, sizeof(path), "%s/data.mdb", fx.dir);
@@ -314,7 +306,7 @@ static void test_dry_run_changes_nothing(void **state) {
   free(after);
   free(file_before);
   free(file_after);
-  kl_fx_down(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 /* A never-owned partition has no epoch for a batch: its dry run runs in a
@@ -322,7 +314,7 @@ static void test_dry_run_changes_nothing(void **state) {
 static void test_dry_run_of_a_rebuild(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "dryempty", 2);
-  kl_fx_publish(&fx, 300);
+  kl_t_ledger_fx_publish(&fx, 300);
   kl_rp_t rp;
   kl_rp_init(&rp, &fx, fx.store, "beginning");
   rp.opts.dry_run = 1;
@@ -337,7 +329,7 @@ static void test_dry_run_of_a_rebuild(void **state) {
   char *after = kl_dump(fx.store, KL_DUMP_EPOCHS);
   assert_string_equal(after, "");
   free(after);
-  kl_fx_down(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 /* ---- beside a live fleet ------------------------------------------------ */
@@ -361,13 +353,13 @@ static void test_replay_beside_a_live_worker(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "live", 4);
   const char *boot = fx.boot;
-  kl_fx_publish(&fx, 500);
+  kl_t_ledger_fx_publish(&fx, 500);
   kl_t_worker_t *w1 = kl_t_worker_start(boot, fx.topic, "g", fx.store, kl_fast);
   assert_int_equal(
       kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000), 0);
 
   /* More events while the worker runs; replay races it for them. */
-  kl_fx_publish(&fx, 1000);
+  kl_t_ledger_fx_publish(&fx, 1000);
   kl_rp_t rp;
   kl_rp_init(&rp, &fx, fx.store, "beginning");
   rp.opts.batch_max = 50;
@@ -385,7 +377,7 @@ static void test_replay_beside_a_live_worker(void **state) {
 
   /* The live owner's next batches are rejected: it is fenced, and applies
    * nothing more of its partitions. */
-  kl_fx_publish(&fx, 200);
+  kl_t_ledger_fx_publish(&fx, 200);
   kl_wait_fenced(w1, 4);
   for (int32_t p = 0; p < 4; p++) {
     kl_partition_state_t st;
@@ -405,7 +397,7 @@ static void test_replay_beside_a_live_worker(void **state) {
   assert_int_equal(s1.applied + replay_applied + s2.applied,
                    kl__ledger_gen_published(fx.gen));
   kl_assert_ledger(&fx, fx.store);
-  kl_fx_down(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 /* After replay, the live owner that it fenced, still assigned the
@@ -415,7 +407,7 @@ static void test_replay_beside_a_live_worker(void **state) {
 static void test_fenced_live_worker_takes_its_partitions_back(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "retake", 2);
-  kl_fx_publish(&fx, 300);
+  kl_t_ledger_fx_publish(&fx, 300);
   static const char *const retake[] = {"worker.session.timeout.ms=3000",
                                        "worker.fenced.retake.ms=3500", NULL};
   kl_t_worker_t *w = kl_t_worker_start(fx.boot, fx.topic, "g", fx.store,
@@ -429,7 +421,7 @@ static void test_fenced_live_worker_takes_its_partitions_back(void **state) {
   assert_int_equal(rp.total.applied, 0); /* all of it applied already */
   kl_rp_done(&rp);
 
-  kl_fx_publish(&fx, 300);
+  kl_t_ledger_fx_publish(&fx, 300);
   kl_wait_fenced(w, 2);
   assert_int_equal(
       kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000), 0);
@@ -445,7 +437,7 @@ static void test_fenced_live_worker_takes_its_partitions_back(void **state) {
   }
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   kl_assert_ledger(&fx, fx.store);
-  kl_fx_down(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 typedef struct kl_hook {
@@ -474,7 +466,7 @@ static void kl_hook_fn(void *opaque, const char *topic, int32_t partition,
 static void test_replay_fenced_by_a_new_owner(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "refence", 2);
-  kl_fx_publish(&fx, 800);
+  kl_t_ledger_fx_publish(&fx, 800);
   kl_hook_t hook = {fx.store, 0, 0, 2, NULL};
   kl_rp_t rp;
   kl_rp_init(&rp, &fx, fx.store, "beginning");
@@ -494,7 +486,7 @@ static void test_replay_fenced_by_a_new_owner(void **state) {
   kl_rp_done(&rp);
   kl_fx_fleet(&fx, "fleet");
   kl_assert_ledger(&fx, fx.store);
-  kl_fx_down(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 /* Ctrl-C: the batch in flight commits, the replay stops and each partition
@@ -502,7 +494,7 @@ static void test_replay_fenced_by_a_new_owner(void **state) {
 static void test_stop_reports_where_to_resume(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "stop", 2);
-  kl_fx_publish(&fx, 800);
+  kl_t_ledger_fx_publish(&fx, 800);
   volatile int stop = 0;
   kl_hook_t hook = {fx.store, 1, 0, 1, &stop};
   kl_rp_t rp;
@@ -538,7 +530,7 @@ static void test_stop_reports_where_to_resume(void **state) {
     kl_rp_done(&rp);
   }
   kl_assert_ledger(&fx, fx.store);
-  kl_fx_down(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 /* ---- history ------------------------------------------------------------ */
@@ -546,7 +538,7 @@ static void test_stop_reports_where_to_resume(void **state) {
 static void test_gap_above_the_watermark_is_refused(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "gap", 1);
-  kl_fx_publish(&fx, 200);
+  kl_t_ledger_fx_publish(&fx, 200);
   kl_rp_t rp;
   kl_rp_init(&rp, &fx, fx.store, "50");
   assert_int_equal(kl_rp_run(&rp), KL_EINVAL);
@@ -564,7 +556,7 @@ static void test_gap_above_the_watermark_is_refused(void **state) {
   assert_true(p->history_skipped);
   assert_int_equal(p->read, (uint64_t)(p->end - 50));
   kl_rp_done(&rp);
-  kl_fx_down(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 /* Retention cut the log: a rebuild applies what is left and reports the
@@ -601,7 +593,7 @@ static void test_truncated_history_is_reported(void **state) {
   assert_int_equal(e.last_seq, 60);
   assert_int_equal(e.violations, 1); /* the first event left is seq low+1 */
   kl_store_abort(txn);
-  kl_fx_down(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 /* ---- the parsers -------------------------------------------------------- */

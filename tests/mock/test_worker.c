@@ -24,24 +24,12 @@ static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions) {
   kl_t_ledger_fx_up(fx, topic, partitions, 50, 42, NULL);
 }
 
-static void kl_fx_down(kl_fx_t *fx) {
-  kl_t_ledger_fx_down(fx);
-}
-
-static void kl_fx_publish(kl_fx_t *fx, int n) {
-  kl_t_ledger_publish(fx->gen, fx->producer, fx->topic, n);
-}
-
-static void kl_fx_assert_verified(kl_fx_t *fx) {
-  kl_t_ledger_assert_verified(fx->gen, fx->store, fx->topic);
-}
-
 static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};
 
 static void test_applies_each_event_once(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "once", 4);
-  kl_fx_publish(&fx, 2000);
+  kl_t_ledger_fx_publish(&fx, 2000);
   kl_t_worker_t *w = kl_t_worker_start(kl_t_bootstrap(fx.cluster),
                                        fx.topic, kl_t_group(fx.cluster, "g1"),
                                        fx.store, kl_fast);
@@ -52,7 +40,7 @@ static void test_applies_each_event_once(void **state) {
   assert_int_equal(st.duplicates, 200);
   assert_int_equal(st.fenced, 0);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
-  kl_fx_assert_verified(&fx);
+  kl_t_ledger_fx_assert_verified(&fx);
 
   /* A crash between the store commit and the Kafka commit looks, to the
    * next owner, like Kafka offsets that lag the store. A new group has no
@@ -72,8 +60,8 @@ static void test_applies_each_event_once(void **state) {
   kl_worker_stats(w->worker, &st);
   assert_int_equal(st.applied, 0);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
-  kl_fx_assert_verified(&fx);
-  kl_fx_down(&fx);
+  kl_t_ledger_fx_assert_verified(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 typedef struct kl_pause_fx {
@@ -107,7 +95,7 @@ static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
 static void test_paused_owner_is_fenced(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "fence", 2);
-  kl_fx_publish(&fx, 500);
+  kl_t_ledger_fx_publish(&fx, 500);
   /* A's application thread stalls in the hook; the group notices through
    * the poll interval and gives its partitions to B. */
   static const char *const slow[] = {"worker.session.timeout.ms=3000",
@@ -143,8 +131,8 @@ static void test_paused_owner_is_fenced(void **state) {
   assert_int_equal(sa.applied + sb.applied, 500);
   assert_int_equal(kl_t_worker_stop(a), KL_OK);
   assert_int_equal(kl_t_worker_stop(b), KL_OK);
-  kl_fx_assert_verified(&fx);
-  kl_fx_down(&fx);
+  kl_t_ledger_fx_assert_verified(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 static void test_order_holds_across_rebalances(void **state) {
@@ -155,7 +143,7 @@ static void test_order_holds_across_rebalances(void **state) {
       boot, fx.topic, kl_t_group(fx.cluster, "g"), fx.store, kl_fast);
   kl_t_worker_t *b = NULL, *c = NULL;
   for (int round = 0; round < 6; round++) {
-    kl_fx_publish(&fx, 500);
+    kl_t_ledger_fx_publish(&fx, 500);
     kl_t_sleep_ms(700);
     if (round == 1)
       b = kl_t_worker_start(boot, fx.topic, kl_t_group(fx.cluster, "g"),
@@ -171,8 +159,8 @@ static void test_order_holds_across_rebalances(void **state) {
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000), 0);
   assert_int_equal(kl_t_worker_stop(b), KL_OK);
   assert_int_equal(kl_t_worker_stop(c), KL_OK);
-  kl_fx_assert_verified(&fx);
-  kl_fx_down(&fx);
+  kl_t_ledger_fx_assert_verified(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 static void test_refuses_partition_mismatch(void **state) {
@@ -187,7 +175,7 @@ static void test_refuses_partition_mismatch(void **state) {
   assert_non_null(strstr(w->detail, "has 3 partitions, the fleet expects 12"));
   kl_worker_destroy(w->worker);
   free(w);
-  kl_fx_down(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 /* A retake period within the session timeout could let a member the group

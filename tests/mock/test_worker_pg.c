@@ -32,24 +32,12 @@ static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions) {
   kl_t_ledger_fx_up(fx, topic, partitions, 50, 42, uri);
 }
 
-static void kl_fx_down(kl_fx_t *fx) {
-  kl_t_ledger_fx_down(fx);
-}
-
-static void kl_fx_publish(kl_fx_t *fx, int n) {
-  kl_t_ledger_publish(fx->gen, fx->producer, fx->topic, n);
-}
-
-static void kl_fx_assert_verified(kl_fx_t *fx) {
-  kl_t_ledger_assert_verified(fx->gen, fx->store, fx->topic);
-}
-
 static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};
 
 static void test_applies_each_event_once_on_pg(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "once", 4);
-  kl_fx_publish(&fx, 2000);
+  kl_t_ledger_fx_publish(&fx, 2000);
   kl_t_worker_t *w = kl_t_worker_start(fx.boot,
                                        fx.topic, "g1", fx.store, kl_fast);
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
@@ -60,8 +48,8 @@ static void test_applies_each_event_once_on_pg(void **state) {
   assert_int_equal(st.duplicates, 200);
   assert_int_equal(st.fenced, 0);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
-  kl_fx_assert_verified(&fx);
-  kl_fx_down(&fx);
+  kl_t_ledger_fx_assert_verified(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 typedef struct kl_pause_fx {
@@ -93,7 +81,7 @@ static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
 static void test_paused_owner_is_fenced_on_pg(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "fence", 2);
-  kl_fx_publish(&fx, 500);
+  kl_t_ledger_fx_publish(&fx, 500);
   static const char *const slow[] = {"worker.session.timeout.ms=3000",
                                      "kafka.max.poll.interval.ms=3000", NULL};
   /* Each worker its own store, as two hosts would have. */
@@ -125,8 +113,8 @@ static void test_paused_owner_is_fenced_on_pg(void **state) {
   assert_int_equal(kl_t_worker_stop(a), KL_OK);
   assert_int_equal(kl_t_worker_stop(b), KL_OK);
   kl_store_destroy(store_a);
-  kl_fx_assert_verified(&fx);
-  kl_fx_down(&fx);
+  kl_t_ledger_fx_assert_verified(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 int main(void) {

@@ -61,3 +61,11 @@ void kl_t_ledger_assert_verified(const kl__ledger_gen_t *gen,
   assert_int_equal(v.duplicates, kl__ledger_gen_republished(gen));
   assert_true(v.ok);
 }
+
+void kl_t_ledger_fx_publish(kl_t_ledger_fx_t *fx, int n) {
+  kl_t_ledger_publish(fx->gen, fx->producer, fx->topic, n);
+}
+
+void kl_t_ledger_fx_assert_verified(kl_t_ledger_fx_t *fx) {
+  kl_t_ledger_assert_verified(fx->gen, fx->store, fx->topic);
+}

@@ -32,6 +32,11 @@ void kl_t_ledger_fx_up(kl_t_ledger_fx_t *fx, const char *topic,
 /* Stops and removes what kl_t_ledger_fx_up() started. */
 void kl_t_ledger_fx_down(kl_t_ledger_fx_t *fx);
 
+/* kl_t_ledger_publish() and kl_t_ledger_assert_verified() on the fixture's
+ * generator, producer, topic and store. */
+void kl_t_ledger_fx_publish(kl_t_ledger_fx_t *fx, int n);
+void kl_t_ledger_fx_assert_verified(kl_t_ledger_fx_t *fx);
+
 /* Publishes @p n events to @p topic, re-publishing an earlier one with its
  * idempotency key after every 10th, and waits until Kafka acked them all. */
 void kl_t_ledger_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,
