@@ -321,30 +321,6 @@ static void test_rebuild_replay_and_store_json(void **state) {
   kl_fx_down(&fx);
 }
 
-/* Writes one raw record to partition 0, optionally with Kafka headers
- * (name, value pairs, NULL-terminated). */
-static void kl_raw(const char *boot, const char *topic, const char *key,
-                   const void *value, size_t len, const char *const *hdrs) {
-  char errstr[256];
-  rd_kafka_conf_t *conf = rd_kafka_conf_new();
-  rd_kafka_conf_set(conf, "bootstrap.servers", boot, errstr, sizeof(errstr));
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr,
-                                sizeof(errstr));
-  assert_non_null(rk);
-  rd_kafka_headers_t *h = rd_kafka_headers_new(8);
-  for (size_t i = 0; hdrs && hdrs[i]; i += 2)
-    rd_kafka_header_add(h, hdrs[i], -1, hdrs[i + 1], -1);
-  assert_int_equal(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic),
-                                     RD_KAFKA_V_PARTITION(0),
-                                     RD_KAFKA_V_KEY(key, strlen(key)),
-                                     RD_KAFKA_V_VALUE((void *)value, len),
-                                     RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                     RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END),
-                   0);
-  assert_int_equal(rd_kafka_flush(rk, 10000), 0);
-  rd_kafka_destroy(rk);
-}
-
 /* Runs inspect; @returns its JSON lines as an array. */
 static json_t *kl_inspect(const char *const *args) {
   kl_run_t r;
@@ -363,7 +339,9 @@ static void test_inspect_prints_records(void **state) {
   kl_fx_up(&fx, "ins", 2, 60);
   uint64_t records = kl__ledger_gen_published(fx.gen) +
                      kl__ledger_gen_republished(fx.gen);
-  kl_raw(fx.boot, "ins", "acct-0001", "\x92\x01", 2, NULL); /* not a map */
+  /* not a map */
+  assert_int_equal(
+      kl_t_produce_raw(fx.boot, "ins", 0, "acct-0001", "\x92\x01", 2, NULL), 0);
   kl_event_t ev = {.key = "acct-0002", .key_len = 9, .id = "order-7",
                    .id_len = 7, .type = "debit", .type_len = 5, .ts = 1000,
                    .payload = "\x81\xa1x\x01", .payload_len = 4};
@@ -374,7 +352,9 @@ static void test_inspect_prints_records(void **state) {
       "keylane.dlq.reason", "handler_fail", "keylane.dlq.error", "boom",
       "keylane.dlq.attempts", "5", "keylane.dlq.topic", "ins",
       "keylane.dlq.partition", "1", "keylane.dlq.offset", "7", NULL};
-  kl_raw(fx.boot, "ins.dlq", "acct-0002", env, env_len, dlq);
+  assert_int_equal(
+      kl_t_produce_raw(fx.boot, "ins.dlq", 0, "acct-0002", env, env_len, dlq),
+      0);
   free(env);
 
   json_t *all = kl_inspect((const char *[]){"inspect", "-b", fx.boot, "-t",

@@ -6,6 +6,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <librdkafka/rdkafka.h>
+
 void kl_t_tmpdir(char *dir) {
   snprintf(dir, 64, "/tmp/keylane-test-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -89,4 +91,36 @@ kl_err_t kl_t_worker_stop(kl_t_worker_t *tw) {
 const char *kl_t_bin(void) {
   const char *bin = getenv("KEYLANE_BIN");
   return bin ? bin : "build/bin/keylane";
+}
+
+int kl_t_produce_raw(const char *bootstrap, const char *topic,
+                     int32_t partition, const char *key, const void *value,
+                     size_t len, const char *const *hdrs) {
+  char errstr[256];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr,
+                    sizeof(errstr));
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr,
+                                sizeof(errstr));
+  if (!rk) {
+    fprintf(stderr, "kl_t_produce_raw: %s\n", errstr);
+    return -1;
+  }
+  rd_kafka_headers_t *h = rd_kafka_headers_new(8);
+  for (size_t i = 0; hdrs && hdrs[i]; i += 2)
+    rd_kafka_header_add(h, hdrs[i], -1, hdrs[i + 1], -1);
+  rd_kafka_resp_err_t err = rd_kafka_producev(
+      rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition),
+      RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE((void *)value, len),
+      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
+      RD_KAFKA_V_END);
+  if (err)
+    rd_kafka_headers_destroy(h); /* not taken on failure */
+  else
+    err = rd_kafka_flush(rk, 10000);
+  rd_kafka_destroy(rk);
+  if (err)
+    fprintf(stderr, "kl_t_produce_raw to %s: %s\n", topic,
+            rd_kafka_err2str(err));
+  return err ? -1 : 0;
 }

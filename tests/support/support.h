@@ -19,6 +19,13 @@ void kl_t_sleep_ms(int ms);
 /* A producer whose deliveries feed @p gen. */
 kl_producer_t *kl_t_producer(const char *bootstrap, kl__ledger_gen_t *gen);
 
+/* Produces one raw record (no envelope made) to @p topic's @p partition
+ * with Kafka headers @p hdrs (name, value, ..., NULL; may be NULL) and
+ * waits for its acknowledgement. @returns 0, or -1 (printed to stderr). */
+int kl_t_produce_raw(const char *bootstrap, const char *topic,
+                     int32_t partition, const char *key, const void *value,
+                     size_t len, const char *const *hdrs);
+
 /* A worker running kl_worker_run() on its own thread. */
 typedef struct kl_t_worker {
   kl_worker_t *worker;
