@@ -27,4 +27,8 @@ int64_t kl__conf_int(const kl_conf_t *conf, const char *key);
 int64_t kl__now_ms(void);
 int64_t kl__mono_ns(void);
 
+/** Replaces this host's wall clock (kl__now_ms()); NULL restores it.
+ *  Process wide; for tests of a host whose clock jumps. */
+void kl__set_now_ms(int64_t (*now_ms)(void));
+
 #endif

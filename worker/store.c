@@ -262,3 +262,8 @@ int64_t kl__store_now_ms(void) {
   int64_t (*now_ms)(void) = atomic_load(&kl_store_clock);
   return now_ms ? now_ms() : kl__now_ms();
 }
+
+int64_t kl__store_test_clock_ms(void) {
+  int64_t (*now_ms)(void) = atomic_load(&kl_store_clock);
+  return now_ms ? now_ms() : 0;
+}

@@ -12,14 +12,21 @@
 #include "keylane/store.h"
 
 /**
- * Replaces the wall clock (ms since the Unix epoch) that stamps
+ * Replaces the store's clock (ms since the Unix epoch), which stamps
  * idempotency keys and decides their expiry; NULL restores the real one.
- * Process wide; for tests, which move time instead of sleeping.
+ * The real clock is LMDB's host's, and PostgreSQL's server's
+ * (clock_timestamp()), so that one host whose clock jumps cannot expire
+ * the fleet's keys; a test clock replaces either. Process wide; for
+ * tests, which move time instead of sleeping.
  */
 void kl__store_set_clock(int64_t (*now_ms)(void));
 
-/** The store's current time in ms: the test clock when one is set. */
+/** The store's current time in ms as this host reads it: the test clock
+ *  when one is set, else the host's. */
 int64_t kl__store_now_ms(void);
+
+/** The test clock's time in ms, or 0 when none is set. */
+int64_t kl__store_test_clock_ms(void);
 
 /** One batch of kl__store_commit_many(). */
 typedef struct kl__store_commit {

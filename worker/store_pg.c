@@ -117,7 +117,8 @@ static const struct {
                        "delete the batch's handler keys"},
     [KL__PG_IDS] = {"kl_ids",
                     "INSERT INTO keylane_ids (id, mark, inserted_ms) SELECT "
-                    "i, m, $3::int8 FROM unnest($1::bytea[], $2::int2[]) AS "
+                    "i, m, " KL__PG_NOW_MS(3) " FROM unnest($1::bytea[], "
+                    "$2::int2[]) AS "
                     "t(i, m) ON CONFLICT (id) DO UPDATE SET mark = "
                     "EXCLUDED.mark, inserted_ms = EXCLUDED.inserted_ms WHERE "
                     "keylane_ids.mark = 2 AND EXCLUDED.mark = 1",
@@ -381,26 +382,32 @@ static kl_err_t kl_pg_foreach_partition(kl_store_t *store,
 
 /* ---- idempotency keys ------------------------------------------------- */
 
+void kl__pg_clock_param(char *buf, size_t size) {
+  snprintf(buf, size, "%" PRId64, kl__store_test_clock_ms());
+}
+
 typedef struct kl_pg_sweep {
-  int64_t cutoff_ms;
+  int64_t retention_ms;
   size_t max;
   size_t *removed;
 } kl_pg_sweep_t;
 
 /* One statement, so one short transaction; the index on inserted_ms finds
- * the oldest first, and SKIP LOCKED lets two sweepers share the work. */
+ * the oldest first, and SKIP LOCKED lets two sweepers share the work. The
+ * cutoff is the server's time, as the keys' insert times are. */
 static kl_err_t kl_pg_sweep_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_sweep_t *sw = ctx;
-  char cutoff[24], max[24];
-  snprintf(cutoff, sizeof(cutoff), "%" PRId64, sw->cutoff_ms);
+  char now[24], retention[24], max[24];
+  kl__pg_clock_param(now, sizeof(now));
+  snprintf(retention, sizeof(retention), "%" PRId64, sw->retention_ms);
   snprintf(max, sizeof(max), "%zu", sw->max);
-  const char *values[2] = {cutoff, max};
+  const char *values[3] = {now, retention, max};
   PGresult *res = PQexecParams(
       conn->pg,
       "DELETE FROM keylane_ids WHERE id IN (SELECT id FROM keylane_ids "
-      "WHERE inserted_ms < $1::int8 ORDER BY inserted_ms LIMIT $2::int8 FOR "
-      "UPDATE SKIP LOCKED)",
-      2, NULL, values, NULL, NULL, 0);
+      "WHERE inserted_ms < " KL__PG_NOW_MS(1) " - $2::int8 ORDER BY "
+      "inserted_ms LIMIT $3::int8 FOR UPDATE SKIP LOCKED)",
+      3, NULL, values, NULL, NULL, 0);
   if (!kl__pg_ok(res)) {
     kl_err_t err = kl__pg_err(conn->pg, res, "sweep expired idempotency keys");
     PQclear(res);
@@ -416,7 +423,7 @@ static kl_err_t kl_pg_sweep(kl_store_t *store, size_t max, size_t *removed) {
   *removed = 0;
   if (max == 0)
     return KL_OK;
-  kl_pg_sweep_t sw = {kl__store_now_ms() - pgs->retention_ms, max, removed};
+  kl_pg_sweep_t sw = {pgs->retention_ms, max, removed};
   return kl_pg_call(pgs, kl_pg_sweep_fn, &sw);
 }
 

@@ -56,6 +56,19 @@ typedef struct kl__pg {
 
 extern const kl__store_ops_t kl__pg_ops;
 
+/*
+ * The store's clock in SQL: the server's (clock_timestamp(), in ms) unless
+ * the statement's parameter $N holds a test clock's time (nonzero). Every
+ * host of a fleet stamps and expires idempotency keys by this one clock:
+ * one host whose clock jumps forward must not expire the fleet's keys.
+ */
+#define KL__PG_NOW_MS(n)                                                       \
+  "coalesce(nullif($" #n "::int8, 0), "                                        \
+  "(extract(epoch FROM clock_timestamp()) * 1000)::int8)"
+
+/** Writes the parameter KL__PG_NOW_MS() takes into @p buf (24 bytes). */
+void kl__pg_clock_param(char *buf, size_t size);
+
 /** How long a caller waits for a pooled connection before KL_ESTORE_BUSY. */
 #define KL__PG_POOL_WAIT_MS 10000
 

@@ -403,7 +403,7 @@ static kl_err_t kl_pg_write_ids(kl_pg_txn_t *txn) {
   }
   free(list);
   char now[24];
-  snprintf(now, sizeof(now), "%" PRId64, kl__store_now_ms());
+  kl__pg_clock_param(now, sizeof(now));
   kl_err_t err = kl_pg_run_arrays(txn, KL__PG_IDS, &ids, &marks, now);
   free(ids.p);
   free(marks.p);

@@ -22,6 +22,7 @@
 #include <cmocka.h>
 #include <libpq-fe.h>
 
+#include "common/internal.h"
 #include "keylane/store.h"
 #include "support/pg_group.h"
 #include "support/store_contract.h"
@@ -60,6 +61,7 @@ static int t_setup(void **state) {
 static int t_teardown(void **state) {
   t_state_t *st = *state;
   kl__store_set_clock(NULL);
+  kl__set_now_ms(NULL);
   if (st) {
     PQfinish(st->admin);
     free(st);
@@ -146,7 +148,7 @@ static void test_second_mark_keeps_applied(void **state) {
   uint64_t count;
   assert_int_equal(kl_store_id_count(store, &count), KL_OK);
   assert_int_equal(count, 2);
-  /* The insert time is the store clock's. */
+  /* The insert time is the server clock's. */
   assert_true(t_sql(st->admin, "SELECT min(inserted_ms) FROM keylane_ids") >
               1600000000000LL);
   kl_store_destroy(store);
@@ -281,6 +283,45 @@ static void test_ids_walk(void **state) {
   assert_int_equal(t.n, 2);
   assert_string_equal(t.seen[0], "a@1700000000000/1");
   assert_string_equal(t.seen[1], "b@1700000000000/2");
+  kl_store_destroy(store);
+}
+
+/* A host whose clock jumped ten years ahead. */
+static int64_t t_host_clock_ahead(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + 3650LL * 86400000LL;
+}
+
+/* Ids are stamped and swept by the server's clock: a host whose clock
+ * jumps forward neither sweeps the fleet's young ids nor stamps its own
+ * far in the future. */
+static void test_sweep_uses_the_server_clock(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_store_t *store =
+      kl_t_store_open(st->fx.where, "store.dedup.retention", "1h", NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  kl_t_txn_mark(txn, "young-1", KL_MARK_APPLIED);
+  kl_t_txn_mark(txn, "young-2", KL_MARK_DEAD_LETTER);
+  kl_t_store_commit(txn, 2);
+  kl__set_now_ms(t_host_clock_ahead);
+  txn = kl_t_store_begin(store, 0, epoch);
+  kl_t_txn_mark(txn, "young-3", KL_MARK_APPLIED);
+  kl_t_store_commit(txn, 3);
+  size_t removed = 99;
+  assert_int_equal(kl_store_sweep(store, 1000, &removed), KL_OK);
+  kl__set_now_ms(NULL);
+  assert_int_equal(removed, 0);
+  uint64_t count;
+  assert_int_equal(kl_store_id_count(store, &count), KL_OK);
+  assert_int_equal(count, 3);
+  /* Every insert time is the server's now, not the jumped host's. */
+  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM keylane_ids WHERE "
+                                    "abs(inserted_ms - extract(epoch FROM "
+                                    "clock_timestamp()) * 1000) > 600000"),
+                   0);
   kl_store_destroy(store);
 }
 
@@ -555,6 +596,7 @@ int main(void) {
       T(test_savepoint_undoes_one_event),
       T(test_handler_must_not_end_the_txn),
       T(test_ids_walk),
+      T(test_sweep_uses_the_server_clock),
       T(test_open_creates_the_schema),
       T(test_newer_schema_is_refused),
       T(test_older_schema_needs_store_migrate),
