@@ -40,6 +40,10 @@ static const kl_conf_key_t kl_keys[] = {
      "largest LMDB map size; past it commits fail with KL_ESTORE_FULL"},
     {"store.dedup.retention", KL_CT_DURATION, "7d", 1000, KL_I64_MAX, NULL,
      "how long idempotency keys are kept; at least the topic's retention"},
+    {"worker.retention.check", KL_CT_ENUM, "refuse", 0, 0, "refuse|warn",
+     "refuse: the worker does not run when the topic or its dead-letter "
+     "topic keeps records longer than store.dedup.retention; warn: it runs, "
+     "with a WARN and keylane_worker_retention_override 1"},
     {"store.pg.pool", KL_CT_INT, "4", 1, 64, NULL,
      "PostgreSQL store: connections per process at most, one per open batch"},
     {"store.pg.idle.timeout", KL_CT_DURATION, "60s", 0, KL_I64_MAX, NULL,

@@ -1,5 +1,6 @@
 #include "common/kafka.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -34,4 +35,89 @@ void kl__kafka_log(const rd_kafka_t *rk, int level, const char *fac,
     l = KL_LOG_DEBUG;
   if (kl__log_enabled(l))
     kl__log(l, "rdkafka", "%s: %s", fac, buf);
+}
+
+int kl__kafka_has_controller(rd_kafka_t *rk, int timeout_ms) {
+  const struct rd_kafka_metadata *md = NULL;
+  rd_kafka_resp_err_t kerr = rd_kafka_metadata(rk, 0, NULL, &md, timeout_ms);
+  if (kerr) {
+    kl__err(KL_EKAFKA_TRANSIENT, "cannot read the cluster's metadata: %s",
+            rd_kafka_err2str(kerr));
+    return -1;
+  }
+  int32_t controller = rd_kafka_controllerid(rk, 0);
+  int found = 0;
+  for (int i = 0; i < md->broker_cnt && !found; i++)
+    found = md->brokers[i].id == controller;
+  rd_kafka_metadata_destroy(md);
+  return found;
+}
+
+/* The DescribeConfigs result of one topic into @p values. */
+static kl_err_t kl_kafka_configs_take(rd_kafka_event_t *ev,
+                                      const char *topic,
+                                      const char *const *names, size_t n,
+                                      char **values) {
+  size_t cnt = 0;
+  const rd_kafka_ConfigResource_t **res = rd_kafka_DescribeConfigs_result_resources(
+      rd_kafka_event_DescribeConfigs_result(ev), &cnt);
+  if (cnt != 1)
+    return kl__err(KL_EKAFKA, "describe the configuration of topic %s: the "
+                              "cluster answered %zu resources, not 1",
+                   topic, cnt);
+  rd_kafka_resp_err_t kerr = rd_kafka_ConfigResource_error(res[0]);
+  if (kerr)
+    return kl__err(KL_EKAFKA, "describe the configuration of topic %s: %s",
+                   topic, rd_kafka_ConfigResource_error_string(res[0])
+                              ? rd_kafka_ConfigResource_error_string(res[0])
+                              : rd_kafka_err2str(kerr));
+  size_t centries = 0;
+  const rd_kafka_ConfigEntry_t **entries =
+      rd_kafka_ConfigResource_configs(res[0], &centries);
+  for (size_t i = 0; i < centries; i++)
+    for (size_t j = 0; j < n; j++)
+      if (!values[j] && rd_kafka_ConfigEntry_value(entries[i]) &&
+          strcmp(rd_kafka_ConfigEntry_name(entries[i]), names[j]) == 0 &&
+          !(values[j] = strdup(rd_kafka_ConfigEntry_value(entries[i]))))
+        return KL_ENOMEM;
+  return KL_OK;
+}
+
+kl_err_t kl__kafka_topic_configs(rd_kafka_t *rk, const char *topic,
+                                 const char *const *names, size_t n,
+                                 char **values, int timeout_ms) {
+  memset(values, 0, n * sizeof(*values));
+  char errstr[256];
+  rd_kafka_AdminOptions_t *opts =
+      rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS);
+  rd_kafka_AdminOptions_set_request_timeout(opts, timeout_ms, errstr,
+                                            sizeof(errstr));
+  rd_kafka_ConfigResource_t *res =
+      rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic);
+  rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+  rd_kafka_DescribeConfigs(rk, &res, 1, opts, q);
+  rd_kafka_event_t *ev = rd_kafka_queue_poll(q, timeout_ms + 1000);
+  kl_err_t err;
+  if (!ev)
+    err = kl__err(KL_EKAFKA_TRANSIENT, "describe the configuration of topic "
+                                       "%s: no answer within %d ms",
+                  topic, timeout_ms);
+  else if (rd_kafka_event_error(ev))
+    err = kl__err(rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR__TIMED_OUT
+                      ? KL_EKAFKA_TRANSIENT
+                      : KL_EKAFKA,
+                  "describe the configuration of topic %s: %s", topic,
+                  rd_kafka_event_error_string(ev));
+  else
+    err = kl_kafka_configs_take(ev, topic, names, n, values);
+  for (size_t i = 0; err && i < n; i++) {
+    free(values[i]);
+    values[i] = NULL;
+  }
+  if (ev)
+    rd_kafka_event_destroy(ev);
+  rd_kafka_queue_destroy(q);
+  rd_kafka_ConfigResource_destroy(res);
+  rd_kafka_AdminOptions_destroy(opts);
+  return err;
 }

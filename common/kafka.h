@@ -29,4 +29,28 @@ kl_err_t kl__kafka_conf_apply(rd_kafka_conf_t *rkconf, const kl_conf_t *conf,
 void kl__kafka_log(const rd_kafka_t *rk, int level, const char *fac,
                    const char *buf);
 
+/**
+ * Whether the cluster can answer the Admin API requests that librdkafka
+ * sends to the controller (DescribeConfigs, in 2.0.2): its metadata names
+ * a controller among its brokers. librdkafka's mock cluster (the embedded
+ * one) names broker 0, which is none of its brokers, and a request sent
+ * there would wait for it until its timeout.
+ * @returns 1 or 0; -1 when the metadata could not be read within
+ *          @p timeout_ms (kl_err_detail() says why).
+ */
+int kl__kafka_has_controller(rd_kafka_t *rk, int timeout_ms);
+
+/**
+ * Reads the configuration entries @p names (@p n of them) of @p topic
+ * through the Admin API (DescribeConfigs), on any handle @p rk.
+ * @param values  receives @p n malloc()ed values, the caller's to free;
+ *                NULL for an entry the broker did not list or has no value.
+ * @returns KL_OK; KL_EKAFKA_TRANSIENT when the cluster did not answer in
+ *          @p timeout_ms; KL_EKAFKA when it refused (the detail names the
+ *          topic and the broker's error). On failure every value is NULL.
+ */
+kl_err_t kl__kafka_topic_configs(rd_kafka_t *rk, const char *topic,
+                                 const char *const *names, size_t n,
+                                 char **values, int timeout_ms);
+
 #endif

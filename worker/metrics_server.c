@@ -121,6 +121,13 @@ static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
               (double)st.oldest_wait_ms / 1000.0);
   kl_ms_gauge(m, "keylane_worker_window_events",
               "Records held in the lanes' windows.", (double)st.window_events);
+  kl_ms_gauge(m, "keylane_worker_retention_override",
+              "1: a topic keeps records longer than store.dedup.retention "
+              "and worker.retention.check=warn runs anyway.",
+              st.retention_override);
+  kl_ms_gauge(m, "keylane_worker_retention_unchecked",
+              "1: the cluster could not tell a topic's retention.",
+              st.retention_unchecked);
   kl_ms_scrape_t scrape = {
       server,
       kl__metrics_gauge(m, "keylane_worker_partition_watermark",

@@ -21,6 +21,7 @@
 #include "common/kafka.h"
 #include "common/log.h"
 #include "worker/apply.h"
+#include "worker/checks.h"
 #include "worker/dlq.h"
 #include "worker/lanes.h"
 #include "worker/pool.h"
@@ -49,6 +50,8 @@ struct kl_worker {
   int64_t retake_checked_ns;
   kl_quiet_t *quiet; /* by partition: its state as a fenced lane saw it */
   int32_t quiet_count;
+  int retention_override;  /* runs despite a failed retention check */
+  int retention_unchecked; /* the cluster could not tell the retention */
 };
 
 #define KL_COMP "worker"
@@ -389,6 +392,37 @@ static kl_err_t kl_check_topic(kl_worker_t *worker) {
   return err;
 }
 
+/* Refuses to run when an idempotency key may be swept while a copy of its
+ * event (the record, its dead letter) still exists, unless
+ * worker.retention.check=warn says to run anyway (checks.h). */
+static kl_err_t kl_check_retention(kl_worker_t *worker) {
+  int warn = strcmp(kl_conf_get(worker->conf, "worker.retention.check"),
+                    "warn") == 0;
+  int64_t dedup_ms = kl__conf_int(worker->conf, "store.dedup.retention");
+  const char *const topics[2][2] = {
+      {"topic", worker->topic},
+      {"dead-letter topic", kl__dlq_topic(worker->dlq)}};
+  for (int i = 0; i < 2; i++) {
+    kl__check_t check;
+    kl__check_retention(worker->rk, topics[i][0], topics[i][1], dedup_ms,
+                        10000, &check);
+    if (check.status == KL__CHECK_FAIL && !warn)
+      return kl__err(KL_ECONF, "%s", check.msg);
+    if (check.status == KL__CHECK_WARN)
+      worker->retention_unchecked = 1;
+    else if (check.status == KL__CHECK_FAIL)
+      worker->retention_override = 1;
+    if (check.status == KL__CHECK_OK)
+      KL_LOG_I(KL_COMP, "%s", check.msg);
+    else
+      KL_LOG_W(KL_COMP, "%s%s", check.msg,
+               check.status == KL__CHECK_FAIL
+                   ? " (worker.retention.check=warn: running anyway)"
+                   : "");
+  }
+  return KL_OK;
+}
+
 static void kl_on_consume_error(kl_worker_t *worker, rd_kafka_message_t *m) {
   (void)worker;
   if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
@@ -456,6 +490,8 @@ kl_err_t kl_worker_run(kl_worker_t *worker) {
   if (!err)
     err = kl__dlq_check(worker->dlq, worker->topic);
   if (!err)
+    err = kl_check_retention(worker);
+  if (!err)
     err = kl__pool_new(worker->lanes, worker->threads, &worker->pool);
   if (err)
     return err;
@@ -482,6 +518,8 @@ void kl_worker_stats(const kl_worker_t *worker, kl_worker_stats_t *stats) {
   memset(stats, 0, sizeof(*stats));
   kl__lanes_stats(worker->lanes, stats);
   stats->owned = worker->owned;
+  stats->retention_override = worker->retention_override;
+  stats->retention_unchecked = worker->retention_unchecked;
 }
 
 void kl_worker_destroy(kl_worker_t *worker) {

@@ -134,6 +134,12 @@ typedef struct kl_worker_stats {
   uint64_t oldest_wait_ms; /**< gauge: how long the longest of them waits */
   uint64_t window_events;  /**< gauge: records held in the lanes' windows */
   int32_t paused;          /**< gauge: partitions paused by a bound */
+  int32_t retention_override;  /**< gauge: 1 when a topic's retention
+                                    exceeds store.dedup.retention and
+                                    worker.retention.check=warn runs the
+                                    worker anyway */
+  int32_t retention_unchecked; /**< gauge: 1 when the cluster could not
+                                    tell a topic's retention */
 } kl_worker_stats_t;
 
 /**
@@ -151,7 +157,9 @@ KL_EXPORT kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
  * KL_OK. Events waiting for a retry are left to the next owner.
  * @returns an error when the worker cannot run (topic or dead-letter
  *          topic missing, partition count differs from
- *          worker.expect.partitions, ...).
+ *          worker.expect.partitions, a topic's or the dead-letter topic's
+ *          retention.ms longer than store.dedup.retention unless
+ *          worker.retention.check=warn, ...).
  */
 KL_EXPORT kl_err_t kl_worker_run(kl_worker_t *worker);
 

@@ -15,6 +15,8 @@
 #include "support/cluster.h"
 #include "support/ledger_checks.h"
 #include "support/support.h"
+#include "common/kafka.h"
+#include "worker/checks.h"
 #include "worker/ledger.h"
 #include "worker/worker_internal.h"
 
@@ -208,6 +210,144 @@ static void test_refuses_retake_within_the_session(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* ---- retention against store.dedup.retention ---------------------------- */
+
+/* What the hook answers for the topic and for its dead-letter topic. */
+static const char *t_retention[2][2]; /* [dlq?][retention.ms, cleanup] */
+
+static const char *t_topic_config(const char *topic, const char *name) {
+  size_t len = strlen(topic);
+  int dlq = len > 4 && strcmp(topic + len - 4, ".dlq") == 0;
+  return t_retention[dlq][strcmp(name, "retention.ms") == 0 ? 0 : 1];
+}
+
+/* Runs a worker with @p extra. One that should run (@p runs) is stopped
+ * once it owns a partition, with its stats in @p st; one that should not
+ * is joined. @returns what kl_worker_run() returned, its detail in
+ * @p detail (512 bytes). */
+static kl_err_t t_run_retention(kl_fx_t *fx, const char *const *extra,
+                                int runs, kl_worker_stats_t *st,
+                                char *detail) {
+  static int runs_seq;
+  char group[16];
+  snprintf(group, sizeof(group), "r%d", ++runs_seq);
+  kl_t_worker_t *w = kl_t_worker_start(kl_t_bootstrap(fx->cluster),
+                                       fx->topic, kl_t_group(fx->cluster, group),
+                                       fx->store, extra);
+  memset(st, 0, sizeof(*st));
+  for (int i = 0; runs && i < 600 && st->owned == 0; i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(w->worker, st);
+  }
+  kl_worker_stop(w->worker);
+  pthread_join(w->thread, NULL);
+  kl_err_t err = w->result;
+  snprintf(detail, 512, "%s", w->detail);
+  kl_worker_destroy(w->worker);
+  free(w);
+  return err;
+}
+
+static void test_refuses_retention_longer_than_dedup(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "retention", 2);
+  kl__checks_set_topic_config(t_topic_config);
+  static const char *const dflt[] = {"worker.session.timeout.ms=3000", NULL};
+  static const char *const warn[] = {"worker.session.timeout.ms=3000",
+                                     "worker.retention.check=warn", NULL};
+  kl_worker_stats_t st;
+  char detail[512];
+
+  t_retention[0][0] = "1209600000"; /* 14d, the default dedup is 7d */
+  assert_int_equal(t_run_retention(&fx, dflt, 0, &st, detail), KL_ECONF);
+  assert_non_null(strstr(detail, "topic retention keeps records for 14d "
+                                 "(retention.ms=1209600000) but "
+                                 "store.dedup.retention is 7d"));
+  assert_non_null(strstr(detail, "applied twice"));
+  assert_non_null(strstr(detail, "at least 14d"));
+
+  t_retention[0][0] = "604800000"; /* the topic is fine, its letters not */
+  t_retention[1][0] = "-1";
+  assert_int_equal(t_run_retention(&fx, dflt, 0, &st, detail), KL_ECONF);
+  assert_non_null(strstr(detail, "dead-letter topic retention.dlq keeps "
+                                 "records forever (retention.ms=-1)"));
+
+  t_retention[1][0] = NULL; /* the broker's default: 7d */
+  t_retention[0][1] = "compact";
+  assert_int_equal(t_run_retention(&fx, dflt, 0, &st, detail), KL_ECONF);
+  assert_non_null(strstr(detail, "keeps records forever "
+                                 "(cleanup.policy=compact)"));
+
+  /* The operator's override: it runs, says so, and the gauge shows it. */
+  assert_int_equal(t_run_retention(&fx, warn, 1, &st, detail), KL_OK);
+  assert_true(st.owned > 0);
+  assert_int_equal(st.retention_override, 1);
+  assert_int_equal(st.retention_unchecked, 0);
+
+  t_retention[0][1] = "compact,delete"; /* deleted after 7d: covered */
+  assert_int_equal(t_run_retention(&fx, dflt, 1, &st, detail), KL_OK);
+  assert_true(st.owned > 0);
+  assert_int_equal(st.retention_override, 0);
+  kl__checks_set_topic_config(NULL);
+  memset(t_retention, 0, sizeof(t_retention));
+  kl_t_ledger_fx_down(&fx);
+}
+
+/* Sets retention.ms of @p topic on a real cluster (AlterConfigs). */
+static void t_alter_retention(const char *boot, const char *topic,
+                              const char *ms) {
+  rd_kafka_conf_t *c = rd_kafka_conf_new();
+  assert_int_equal(kl__kafka_set(c, "bootstrap.servers", boot), KL_OK);
+  char errstr[256];
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, errstr, sizeof(errstr));
+  assert_non_null(rk);
+  rd_kafka_ConfigResource_t *res =
+      rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic);
+  rd_kafka_ConfigResource_set_config(res, "retention.ms", ms);
+  rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+  rd_kafka_AlterConfigs(rk, &res, 1, NULL, q);
+  rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
+  assert_non_null(ev);
+  assert_int_equal(rd_kafka_event_error(ev), 0);
+  size_t n;
+  const rd_kafka_ConfigResource_t **r = rd_kafka_AlterConfigs_result_resources(
+      rd_kafka_event_AlterConfigs_result(ev), &n);
+  assert_int_equal(n, 1);
+  assert_int_equal(rd_kafka_ConfigResource_error(r[0]), 0);
+  rd_kafka_event_destroy(ev);
+  rd_kafka_queue_destroy(q);
+  rd_kafka_ConfigResource_destroy(res);
+  rd_kafka_destroy(rk);
+}
+
+/* Without the hook: a real broker answers (a topic that keeps 14d is
+ * refused); the embedded cluster cannot (librdkafka 2.0.2's mock names no
+ * controller), and the worker runs with keylane_worker_retention_unchecked. */
+static void test_retention_read_from_the_cluster(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "retention-read", 2);
+  static const char *const dflt[] = {"worker.session.timeout.ms=3000", NULL};
+  kl_worker_stats_t st;
+  char detail[512];
+  if (kl_t_cluster_is_real(fx.cluster)) {
+    assert_int_equal(t_run_retention(&fx, dflt, 1, &st, detail), KL_OK);
+    assert_int_equal(st.retention_unchecked, 0);
+    t_alter_retention(fx.boot, fx.topic, "1209600000");
+    assert_int_equal(t_run_retention(&fx, dflt, 0, &st, detail), KL_ECONF);
+    assert_non_null(strstr(detail, "keeps records for 14d "
+                                   "(retention.ms=1209600000) but "
+                                   "store.dedup.retention is 7d"));
+  } else {
+    assert_int_equal(t_run_retention(&fx, dflt, 1, &st, detail), KL_OK);
+    assert_true(st.owned > 0);
+    assert_int_equal(st.retention_unchecked, 1);
+    assert_int_equal(st.retention_override, 0);
+  }
+  kl_t_ledger_fx_down(&fx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_applies_each_event_once),
@@ -215,6 +355,8 @@ int main(void) {
       cmocka_unit_test(test_order_holds_across_rebalances),
       cmocka_unit_test(test_refuses_partition_mismatch),
       cmocka_unit_test(test_refuses_retake_within_the_session),
+      cmocka_unit_test(test_refuses_retention_longer_than_dedup),
+      cmocka_unit_test(test_retention_read_from_the_cluster),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,135 @@
+/* Checks of the environment (see checks.h). */
+#include "worker/checks.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/kafka.h"
+
+const char *kl__check_status_name(kl__check_status_t status) {
+  return status == KL__CHECK_OK     ? "OK"
+         : status == KL__CHECK_WARN ? "WARN"
+                                    : "FAIL";
+}
+
+void kl__duration_format(int64_t ms, char *buf, size_t size) {
+  static const struct {
+    const char *unit;
+    int64_t ms;
+  } units[] = {{"d", 86400000}, {"h", 3600000}, {"m", 60000}, {"s", 1000}};
+  for (size_t i = 0; ms > 0 && i < sizeof(units) / sizeof(units[0]); i++)
+    if (ms % units[i].ms == 0) {
+      snprintf(buf, size, "%" PRId64 "%s", ms / units[i].ms, units[i].unit);
+      return;
+    }
+  snprintf(buf, size, "%" PRId64 "ms", ms);
+}
+
+/* ---- retention ---------------------------------------------------------- */
+
+void kl__check_retention_judge(const char *role, const char *topic,
+                               int64_t retention_ms, const char *source,
+                               int64_t dedup_ms, kl__check_t *out) {
+  char keep[32], dedup[32];
+  kl__duration_format(retention_ms, keep, sizeof(keep));
+  kl__duration_format(dedup_ms, dedup, sizeof(dedup));
+  out->status = KL__CHECK_FAIL;
+  if (retention_ms < 0)
+    snprintf(out->msg, sizeof(out->msg),
+             "%s %s keeps records forever (%s) but store.dedup.retention is "
+             "%s: an event read again after its id was swept (a replay, a "
+             "redrive, a re-published event) is applied twice; give the %s "
+             "a finite retention.ms of at most %" PRId64 " (%s), or set "
+             "worker.retention.check=warn to run anyway",
+             role, topic, source, dedup, role, dedup_ms, dedup);
+  else if (dedup_ms < retention_ms)
+    snprintf(out->msg, sizeof(out->msg),
+             "%s %s keeps records for %s (%s) but store.dedup.retention is "
+             "%s: an id swept while its event can still be redelivered or "
+             "re-published is applied twice; set store.dedup.retention "
+             "(--dedup-retention) to at least %s, or lower the %s's "
+             "retention.ms to at most %" PRId64 ", or set "
+             "worker.retention.check=warn to run anyway",
+             role, topic, keep, source, dedup, keep, role, dedup_ms);
+  else {
+    out->status = KL__CHECK_OK;
+    snprintf(out->msg, sizeof(out->msg),
+             "%s %s keeps records for %s (%s), within store.dedup.retention "
+             "%s",
+             role, topic, keep, source, dedup);
+  }
+}
+
+static kl__topic_config_fn *_Atomic kl_config_hook;
+
+void kl__checks_set_topic_config(kl__topic_config_fn *fn) {
+  atomic_store(&kl_config_hook, fn);
+}
+
+/* The configuration entries @p names of @p topic, from the hook or the
+ * cluster. @returns as kl__kafka_topic_configs(); 1 when the cluster can
+ * answer no DescribeConfigs. */
+static int kl_read_configs(rd_kafka_t *rk, const char *topic,
+                           const char *const *names, size_t n, char **values,
+                           int timeout_ms, kl_err_t *err) {
+  kl__topic_config_fn *hook = atomic_load(&kl_config_hook);
+  *err = KL_OK;
+  if (hook) {
+    for (size_t i = 0; i < n; i++) {
+      const char *v = hook(topic, names[i]);
+      values[i] = v ? strdup(v) : NULL;
+    }
+    return 0;
+  }
+  int has = kl__kafka_has_controller(rk, timeout_ms);
+  if (has == 0)
+    return 1;
+  *err = has < 0 ? KL_EKAFKA_TRANSIENT
+                 : kl__kafka_topic_configs(rk, topic, names, n, values,
+                                           timeout_ms);
+  return 0;
+}
+
+void kl__check_retention(rd_kafka_t *rk, const char *role, const char *topic,
+                         int64_t dedup_ms, int timeout_ms, kl__check_t *out) {
+  static const char *const names[] = {"retention.ms", "cleanup.policy"};
+  char *values[2] = {NULL, NULL};
+  char dedup[32];
+  kl__duration_format(dedup_ms, dedup, sizeof(dedup));
+  kl_err_t err;
+  if (kl_read_configs(rk, topic, names, 2, values, timeout_ms, &err)) {
+    out->status = KL__CHECK_WARN;
+    snprintf(out->msg, sizeof(out->msg),
+             "cannot read the retention of %s %s: the cluster names no "
+             "controller to answer DescribeConfigs (librdkafka's mock "
+             "cluster, the embedded one, has none); make sure its "
+             "retention.ms is at most store.dedup.retention (%s)",
+             role, topic, dedup);
+    return;
+  }
+  if (err) {
+    out->status = KL__CHECK_FAIL;
+    snprintf(out->msg, sizeof(out->msg),
+             "cannot read the retention of %s %s: %s; grant DescribeConfigs "
+             "on it (kafka-acls --operation DescribeConfigs), or set "
+             "worker.retention.check=warn to run unchecked",
+             role, topic, kl_err_detail());
+    return;
+  }
+  /* The broker's defaults when it lists none: 7 days, delete. */
+  int64_t retention_ms = values[0] ? strtoll(values[0], NULL, 10) : 604800000;
+  char source[64];
+  snprintf(source, sizeof(source), "retention.ms=%s",
+           values[0] ? values[0] : "604800000");
+  if (values[1] && strstr(values[1], "compact") &&
+      !strstr(values[1], "delete")) {
+    retention_ms = -1; /* compaction keeps each key's last record */
+    snprintf(source, sizeof(source), "cleanup.policy=%s", values[1]);
+  }
+  kl__check_retention_judge(role, topic, retention_ms, source, dedup_ms, out);
+  free(values[0]);
+  free(values[1]);
+}

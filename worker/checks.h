@@ -1,0 +1,80 @@
+/*
+ * Checks of the environment that keylane's guarantees rest on (DESIGN.md,
+ * "Assumptions are checks, not hopes"), each a function the worker runs at
+ * start and `keylane doctor` can run on demand. A check says OK, WARN (it
+ * could not tell) or FAIL, with a message that names the thing, the values
+ * and the fix; what to do about a FAIL is the caller's (the worker refuses
+ * to run unless overridden).
+ *
+ * Not installed. Caveats: the checks block on Kafka for up to their
+ * timeout; call them at start-up, not from a poll loop.
+ */
+#ifndef KEYLANE_WORKER_CHECKS_H
+#define KEYLANE_WORKER_CHECKS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "common/internal.h"
+
+typedef enum kl__check_status {
+  KL__CHECK_OK = 0,
+  KL__CHECK_WARN, /* could not be checked: the message says why */
+  KL__CHECK_FAIL, /* the assumption does not hold */
+} kl__check_status_t;
+
+typedef struct kl__check {
+  kl__check_status_t status;
+  char msg[768]; /* what was found, and for WARN and FAIL the fix */
+} kl__check_t;
+
+/** @returns "OK", "WARN" or "FAIL". */
+const char *kl__check_status_name(kl__check_status_t status);
+
+/**
+ * Writes @p ms as the largest unit that divides it ("7d", "36h", "90s",
+ * "250ms"), the form store.dedup.retention takes.
+ */
+void kl__duration_format(int64_t ms, char *buf, size_t size);
+
+/**
+ * Judges a topic's retention against the idempotency keys' retention.
+ * Every copy of an event (the record in @p topic, its letter in the
+ * dead-letter topic) must be gone before its id is swept: an id swept
+ * while its event can still be redelivered, replayed or re-published is
+ * applied twice. So FAIL when @p dedup_ms is shorter than
+ * @p retention_ms, and when the topic keeps records forever
+ * (@p retention_ms < 0: retention.ms=-1, or a compacted topic), which no
+ * finite dedup retention covers.
+ * @param role    "topic" or "dead-letter topic", for the message
+ * @param source  the setting the retention came from ("retention.ms=-1",
+ *                "cleanup.policy=compact"), for the message
+ */
+void kl__check_retention_judge(const char *role, const char *topic,
+                               int64_t retention_ms, const char *source,
+                               int64_t dedup_ms, kl__check_t *out);
+
+/**
+ * Reads retention.ms and cleanup.policy of @p topic (Admin API
+ * DescribeConfigs) and judges them as kl__check_retention_judge() does.
+ * WARN when the cluster cannot answer DescribeConfigs at all (no
+ * controller: librdkafka's mock cluster, which the embedded cluster is;
+ * it keeps records by size, 5 MiB per partition, never by time); FAIL
+ * when it refuses (an ACL without DescribeConfigs on the topic) or does not
+ * answer within @p timeout_ms: a check that could not pass is no pass.
+ */
+void kl__check_retention(rd_kafka_t *rk, const char *role, const char *topic,
+                         int64_t dedup_ms, int timeout_ms, kl__check_t *out);
+
+/**
+ * Test hook: answers kl__check_retention()'s reads instead of the cluster.
+ * @p fn returns the value of configuration @p name of @p topic (NULL: the
+ * broker's default, 7d and delete). NULL restores the cluster. Process
+ * wide.
+ */
+typedef const char *(kl__topic_config_fn)(const char *topic, const char *name);
+void kl__checks_set_topic_config(kl__topic_config_fn *fn);
+
+#endif
