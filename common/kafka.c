@@ -1,8 +1,10 @@
 #include "common/kafka.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/kafka_pos.h"
 #include "common/log.h"
 
 kl_err_t kl__kafka_set(void *rkconf, const char *name, const char *value) {
@@ -119,5 +121,68 @@ kl_err_t kl__kafka_topic_configs(rd_kafka_t *rk, const char *topic,
   rd_kafka_queue_destroy(q);
   rd_kafka_ConfigResource_destroy(res);
   rd_kafka_AdminOptions_destroy(opts);
+  return err;
+}
+
+/* ---- owner epochs in the commit metadata ------------------------------- */
+
+#define KL_EPOCH_META "keylane.epoch="
+
+void kl__kafka_epoch_set(rd_kafka_topic_partition_t *tp, uint64_t epoch) {
+  char buf[48];
+  int len = snprintf(buf, sizeof(buf), KL_EPOCH_META "%" PRIu64, epoch);
+  void *meta = malloc((size_t)len);
+  if (!meta)
+    return; /* the commit goes without: the next one carries it */
+  memcpy(meta, buf, (size_t)len);
+  free(tp->metadata);
+  tp->metadata = meta;
+  tp->metadata_size = (size_t)len;
+}
+
+uint64_t kl__kafka_epoch_get(const rd_kafka_topic_partition_t *tp) {
+  size_t prefix = sizeof(KL_EPOCH_META) - 1;
+  char buf[48];
+  if (!tp->metadata || tp->metadata_size <= prefix ||
+      tp->metadata_size >= sizeof(buf) ||
+      memcmp(tp->metadata, KL_EPOCH_META, prefix) != 0)
+    return 0;
+  memcpy(buf, tp->metadata, tp->metadata_size);
+  buf[tp->metadata_size] = '\0';
+  return strtoull(buf + prefix, NULL, 10);
+}
+
+kl_err_t kl__kafka_committed_epochs(rd_kafka_t *rk, const char *topic,
+                                    const int32_t *partitions, size_t n,
+                                    uint64_t *epochs, int timeout_ms) {
+  memset(epochs, 0, n * sizeof(*epochs));
+  rd_kafka_topic_partition_list_t *l =
+      rd_kafka_topic_partition_list_new((int)n);
+  for (size_t i = 0; i < n; i++)
+    rd_kafka_topic_partition_list_add(l, topic, partitions[i]);
+  rd_kafka_resp_err_t kerr = rd_kafka_committed(rk, l, timeout_ms);
+  for (int i = 0; !kerr && i < l->cnt; i++)
+    for (size_t j = 0; j < n && !l->elems[i].err; j++)
+      if (partitions[j] == l->elems[i].partition)
+        epochs[j] = kl__kafka_epoch_get(&l->elems[i]);
+  rd_kafka_topic_partition_list_destroy(l);
+  if (kerr)
+    return kl__err(KL_EKAFKA_TRANSIENT,
+                   "read the owner epochs committed for topic %s: %s", topic,
+                   rd_kafka_err2str(kerr));
+  return KL_OK;
+}
+
+kl_err_t kl__kafka_group_epochs(const kl_conf_t *conf, const char *group,
+                                const char *topic, const int32_t *partitions,
+                                size_t n, uint64_t *epochs, int timeout_ms) {
+  memset(epochs, 0, n * sizeof(*epochs));
+  rd_kafka_t *rk;
+  kl_err_t err = kl__kafka_reader_new(conf, group, "earliest", &rk);
+  if (err)
+    return err;
+  err = kl__kafka_committed_epochs(rk, topic, partitions, n, epochs,
+                                   timeout_ms);
+  rd_kafka_destroy(rk);
   return err;
 }

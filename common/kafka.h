@@ -53,4 +53,36 @@ kl_err_t kl__kafka_topic_configs(rd_kafka_t *rk, const char *topic,
                                  const char *const *names, size_t n,
                                  char **values, int timeout_ms);
 
+/*
+ * Owner epochs in Kafka: every offset commit of a worker carries its
+ * partition's epoch in the commit's metadata ("keylane.epoch=E"), so that
+ * the highest epoch the fleet used outlives its store. A new or rebuilt
+ * store starts above it (kl__store_acquire_above()).
+ */
+
+/** Sets @p tp's commit metadata to @p epoch (freed with its list). */
+void kl__kafka_epoch_set(rd_kafka_topic_partition_t *tp, uint64_t epoch);
+
+/** @returns the epoch in @p tp's commit metadata; 0 when it holds none. */
+uint64_t kl__kafka_epoch_get(const rd_kafka_topic_partition_t *tp);
+
+/**
+ * Reads the epochs the consumer group of @p rk committed for @p n
+ * partitions of @p topic (rd_kafka_committed(): one request to the group
+ * coordinator) into @p epochs, 0 for a partition without one.
+ * @returns KL_OK; KL_EKAFKA_TRANSIENT with the detail when the coordinator
+ *          did not answer in @p timeout_ms (every epoch is then 0).
+ */
+kl_err_t kl__kafka_committed_epochs(rd_kafka_t *rk, const char *topic,
+                                    const int32_t *partitions, size_t n,
+                                    uint64_t *epochs, int timeout_ms);
+
+/**
+ * The same for the consumer group @p group, through a consumer of its own
+ * made from the "kafka.*" keys of @p conf; it does not join the group.
+ */
+kl_err_t kl__kafka_group_epochs(const kl_conf_t *conf, const char *group,
+                                const char *topic, const int32_t *partitions,
+                                size_t n, uint64_t *epochs, int timeout_ms);
+
 #endif

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "common/kafka.h"
 #include "common/log.h"
 #include "worker/lanes.h"
 #include "worker/lanes_internal.h"
@@ -87,7 +88,8 @@ static kl_err_t kl_build(kl__lane_t *lane, kl_build_t *b) {
 /* ---- outcomes ---------------------------------------------------------- */
 
 /* One offset commit for the lanes of a group commit, for lag monitoring:
- * the store is the source of truth. */
+ * the store is the source of truth. Each offset carries its lane's epoch
+ * in the metadata (common/kafka.h): epochs outlive the store. */
 static void kl_commit_kafka(kl__lanes_t *lanes,
                             rd_kafka_topic_partition_list_t *offsets) {
   if (!lanes->rk || !offsets->cnt)
@@ -192,8 +194,10 @@ static void kl_commit_builds(kl__lanes_t *lanes, kl_build_t *b,
     kl__lane_t *lane = b[i].lane;
     if (!c[i].err) {
       kl_committed(lanes, lane, &b[i]);
-      rd_kafka_topic_partition_list_add(offsets, lanes->topic, lane->partition)
-          ->offset = b[i].watermark;
+      rd_kafka_topic_partition_t *tp = rd_kafka_topic_partition_list_add(
+          offsets, lanes->topic, lane->partition);
+      tp->offset = b[i].watermark;
+      kl__kafka_epoch_set(tp, lane->epoch);
     } else if (c[i].err == KL_EFENCED) {
       kl__lane_fenced(lanes, lane);
     } else {

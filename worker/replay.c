@@ -13,9 +13,11 @@
 #include <unistd.h>
 
 #include "common/internal.h"
+#include "common/kafka.h"
 #include "common/log.h"
 #include "worker/apply.h"
 #include "worker/letters.h"
+#include "worker/store_internal.h"
 
 #define KL_COMP "replay"
 #define KL_KAFKA_TIMEOUT_MS 10000
@@ -251,15 +253,20 @@ static kl_err_t kl_take_dry(kl__replay_t *r, kl__replay_part_t *p) {
   return err;
 }
 
-static kl_err_t kl_take(kl__replay_t *r, kl__replay_part_t *p) {
+/* Takes @p p with an epoch above @p floor, the fleet's (kl_fleet_epochs). */
+static kl_err_t kl_take(kl__replay_t *r, kl__replay_part_t *p,
+                        uint64_t floor) {
   p->status = KL__REPLAY_RUNNING;
   p->exact = r->opts.dry_run;
   if (r->opts.dry_run)
     return kl_take_dry(r, p);
-  kl_partition_state_t st;
+  kl_partition_state_t st, before = {0};
   kl_err_t err;
+  if (floor) /* for previous_epoch: the acquire's answer hides it */
+    kl_store_partition(r->opts.store, r->opts.topic, p->partition, &before);
   for (int attempt = 1;; attempt++) {
-    err = kl_store_acquire(r->opts.store, r->opts.topic, p->partition, &st);
+    err = kl__store_acquire_above(r->opts.store, r->opts.topic, p->partition,
+                                  floor, &st);
     if (!err || !kl_err_is_retriable(err) || attempt >= KL_REPLAY_ATTEMPTS)
       break;
     kl_sleep_ms(100 << attempt);
@@ -267,7 +274,7 @@ static kl_err_t kl_take(kl__replay_t *r, kl__replay_part_t *p) {
   if (err)
     return err;
   p->epoch = st.epoch;
-  p->previous_epoch = st.epoch - 1;
+  p->previous_epoch = st.epoch - 1 > floor ? st.epoch - 1 : before.epoch;
   /* The owner may have committed since the plan: the watermark only grows,
    * so the gap checked there only shrank. */
   p->watermark = st.watermark;
@@ -277,18 +284,45 @@ static kl_err_t kl_take(kl__replay_t *r, kl__replay_part_t *p) {
   return KL_OK;
 }
 
+/*
+ * The epochs the fleet's group (worker.group) recorded in its offset
+ * commits, one per partition to replay: a rebuilt or new store starts above
+ * them, as a worker does (common/kafka.h). A dry run takes no epoch.
+ * @returns the floors to free(), or NULL with the error in *err.
+ */
+static uint64_t *kl_fleet_epochs(kl__replay_t *r, kl_err_t *err) {
+  uint64_t *floors = calloc(r->count + 1, sizeof(*floors));
+  int32_t *ids = calloc(r->count + 1, sizeof(*ids));
+  *err = floors && ids ? KL_OK : KL_ENOMEM;
+  for (size_t i = 0; !*err && i < r->count; i++)
+    ids[i] = r->parts[i].p->partition;
+  const char *group = kl_conf_get(r->opts.conf, "worker.group");
+  if (!*err && !r->opts.dry_run)
+    *err = kl__kafka_group_epochs(r->opts.conf, group, r->opts.topic, ids,
+                                  r->count, floors, 10000);
+  free(ids);
+  if (*err) {
+    free(floors);
+    return NULL;
+  }
+  return floors;
+}
+
 /* Takes every partition with something to read and assigns it. */
 static kl_err_t kl_replay_take(kl__replay_t *r) {
+  kl_err_t err;
+  uint64_t *floors = kl_fleet_epochs(r, &err);
+  if (!floors)
+    return err;
   rd_kafka_topic_partition_list_t *l =
       rd_kafka_topic_partition_list_new((int)r->count);
-  kl_err_t err = KL_OK;
   for (size_t i = 0; !err && i < r->count; i++) {
     kl__replay_part_t *p = r->parts[i].p;
     if (p->start >= p->end) {
       p->status = KL__REPLAY_DONE;
       continue;
     }
-    if ((err = kl_take(r, p)) != KL_OK) {
+    if ((err = kl_take(r, p, floors[i])) != KL_OK) {
       p->status = KL__REPLAY_ERROR;
       snprintf(p->why, sizeof(p->why), "%s", kl_err_detail());
       break;
@@ -303,6 +337,7 @@ static kl_err_t kl_replay_take(kl__replay_t *r) {
                     r->opts.topic, rd_kafka_err2str(kerr));
   }
   rd_kafka_topic_partition_list_destroy(l);
+  free(floors);
   return err;
 }
 

@@ -69,13 +69,19 @@ static kl_err_t kl_store_check_tp(const char *fn, const char *topic,
   return KL_OK;
 }
 
-kl_err_t kl_store_acquire(kl_store_t *store, const char *topic,
-                          int32_t partition, kl_partition_state_t *state) {
+kl_err_t kl__store_acquire_above(kl_store_t *store, const char *topic,
+                                 int32_t partition, uint64_t floor,
+                                 kl_partition_state_t *state) {
   kl_err_t err = kl_store_check_tp("kl_store_acquire", topic, partition);
   if (err || !store || !state)
     return err ? err : kl__err(KL_EINVAL, "kl_store_acquire: store and state "
                                           "are required");
-  return store->ops->acquire(store, topic, partition, state);
+  return store->ops->acquire(store, topic, partition, floor, state);
+}
+
+kl_err_t kl_store_acquire(kl_store_t *store, const char *topic,
+                          int32_t partition, kl_partition_state_t *state) {
+  return kl__store_acquire_above(store, topic, partition, 0, state);
 }
 
 kl_err_t kl_store_partition(kl_store_t *store, const char *topic,

@@ -13,8 +13,9 @@
 typedef struct kl__store_ops {
   const char *name; /* "lmdb", "postgresql" */
   void (*destroy)(kl_store_t *store);
+  /* The new epoch is above both the current one and @p floor. */
   kl_err_t (*acquire)(kl_store_t *store, const char *topic, int32_t partition,
-                      kl_partition_state_t *state);
+                      uint64_t floor, kl_partition_state_t *state);
   kl_err_t (*partition)(kl_store_t *store, const char *topic,
                         int32_t partition, kl_partition_state_t *state);
   kl_err_t (*begin)(kl_store_t *store, const char *topic, int32_t partition,

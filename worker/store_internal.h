@@ -28,6 +28,16 @@ int64_t kl__store_now_ms(void);
 /** The test clock's time in ms, or 0 when none is set. */
 int64_t kl__store_test_clock_ms(void);
 
+/**
+ * kl_store_acquire(), with the new epoch above @p floor too: the highest
+ * epoch the fleet used that this store may not know (a rebuilt store, a
+ * new store for an existing topic), so that an external resource which
+ * kept that epoch accepts the new owner.
+ */
+kl_err_t kl__store_acquire_above(kl_store_t *store, const char *topic,
+                                 int32_t partition, uint64_t floor,
+                                 kl_partition_state_t *state);
+
 /** One batch of kl__store_commit_many(). */
 typedef struct kl__store_commit {
   kl_txn_t *txn;     /**< freed by the call */

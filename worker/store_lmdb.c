@@ -314,6 +314,7 @@ int kl__lmdb_part_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
 typedef struct kl_acquire_ctx {
   const char *topic;
   int32_t partition;
+  uint64_t floor;
   kl_partition_state_t *state;
 } kl_acquire_ctx_t;
 
@@ -324,16 +325,18 @@ static int kl_acquire_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
                              ctx->state);
   if (rc)
     return rc;
+  if (ctx->state->epoch < ctx->floor)
+    ctx->state->epoch = ctx->floor;
   ctx->state->epoch++;
   return kl__lmdb_part_put(lmdb, mtxn, ctx->topic, ctx->partition,
                            ctx->state);
 }
 
 static kl_err_t kl_lmdb_acquire(kl_store_t *store, const char *topic,
-                                int32_t partition,
+                                int32_t partition, uint64_t floor,
                                 kl_partition_state_t *state) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
-  kl_acquire_ctx_t ctx = {topic, partition, state};
+  kl_acquire_ctx_t ctx = {topic, partition, floor, state};
   kl_err_t err = kl__lmdb_write(lmdb, "acquire", kl_acquire_fn, &ctx);
   if (err)
     return err;

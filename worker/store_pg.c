@@ -284,6 +284,7 @@ typedef struct kl_pg_tp {
   const char *topic;
   int32_t partition;
   kl_partition_state_t *state;
+  uint64_t floor; /* acquire: the new epoch is above it */
 } kl_pg_tp_t;
 
 static void kl_pg_state_row(const PGresult *res, int row, int col,
@@ -295,12 +296,17 @@ static void kl_pg_state_row(const PGresult *res, int row, int col,
   state->dead_letters = strtoull(PQgetvalue(res, row, col + 4), NULL, 10);
 }
 
+/* Runs @p sql with $1 the topic, $2 the partition and, when @p nparams
+ * is 3, $3 the floor. */
 static kl_err_t kl_pg_tp_query(kl__pg_conn_t *conn, const kl_pg_tp_t *tp,
-                               const char *sql, const char *what) {
-  char part[16];
+                               int nparams, const char *sql,
+                               const char *what) {
+  char part[16], floor[24];
   snprintf(part, sizeof(part), "%" PRId32, tp->partition);
-  const char *values[2] = {tp->topic, part};
-  PGresult *res = PQexecParams(conn->pg, sql, 2, NULL, values, NULL, NULL, 0);
+  snprintf(floor, sizeof(floor), "%" PRIu64, tp->floor);
+  const char *values[3] = {tp->topic, part, floor};
+  PGresult *res =
+      PQexecParams(conn->pg, sql, nparams, NULL, values, NULL, NULL, 0);
   if (!kl__pg_ok(res)) {
     kl_err_t err = kl__pg_err(conn->pg, res, what);
     PQclear(res);
@@ -317,22 +323,23 @@ static kl_err_t kl_pg_tp_query(kl__pg_conn_t *conn, const kl_pg_tp_t *tp,
  * gets its own epoch, read from the row as it is after the one before. */
 static kl_err_t kl_pg_acquire_fn(kl__pg_conn_t *conn, void *ctx) {
   return kl_pg_tp_query(
-      conn, ctx,
+      conn, ctx, 3,
       "INSERT INTO keylane_partitions AS p (topic, partition, epoch) VALUES "
-      "($1::text, $2::int4, 1) ON CONFLICT (topic, partition) DO UPDATE SET "
-      "epoch = p.epoch + 1 RETURNING epoch, watermark, applied, duplicates, "
-      "dead_letters",
+      "($1::text, $2::int4, $3::int8 + 1) ON CONFLICT (topic, partition) DO "
+      "UPDATE SET epoch = GREATEST(p.epoch, $3::int8) + 1 RETURNING epoch, "
+      "watermark, applied, duplicates, dead_letters",
       "take the partition (increment its epoch)");
 }
 
 static kl_err_t kl_pg_acquire(kl_store_t *store, const char *topic,
-                              int32_t partition, kl_partition_state_t *state) {
-  kl_pg_tp_t tp = {topic, partition, state};
+                              int32_t partition, uint64_t floor,
+                              kl_partition_state_t *state) {
+  kl_pg_tp_t tp = {topic, partition, state, floor};
   return kl_pg_call((kl__pg_t *)store, kl_pg_acquire_fn, &tp);
 }
 
 static kl_err_t kl_pg_partition_fn(kl__pg_conn_t *conn, void *ctx) {
-  return kl_pg_tp_query(conn, ctx,
+  return kl_pg_tp_query(conn, ctx, 2,
                         "SELECT epoch, watermark, applied, duplicates, "
                         "dead_letters FROM keylane_partitions WHERE topic = "
                         "$1::text AND partition = $2::int4",
@@ -342,7 +349,7 @@ static kl_err_t kl_pg_partition_fn(kl__pg_conn_t *conn, void *ctx) {
 static kl_err_t kl_pg_partition(kl_store_t *store, const char *topic,
                                 int32_t partition,
                                 kl_partition_state_t *state) {
-  kl_pg_tp_t tp = {topic, partition, state};
+  kl_pg_tp_t tp = {topic, partition, state, 0};
   return kl_pg_call((kl__pg_t *)store, kl_pg_partition_fn, &tp);
 }
 

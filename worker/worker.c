@@ -25,6 +25,7 @@
 #include "worker/dlq.h"
 #include "worker/lanes.h"
 #include "worker/pool.h"
+#include "worker/store_internal.h"
 
 /* What a fenced lane last saw of its partition in the store, and since
  * when it has not changed (0: not watched). */
@@ -71,11 +72,11 @@ static void kl_sleep_ms(int ms) {
 /* Acquires a new epoch, retrying while the store is unavailable: the group
  * gave us the partition, and nobody else will apply it meanwhile. */
 static kl_err_t kl_lane_acquire(kl_worker_t *worker, int32_t partition,
-                                kl_partition_state_t *state) {
+                                uint64_t floor, kl_partition_state_t *state) {
   int backoff_ms = 100;
   for (;;) {
-    kl_err_t err = kl_store_acquire(worker->store, worker->topic, partition,
-                                    state);
+    kl_err_t err = kl__store_acquire_above(worker->store, worker->topic,
+                                           partition, floor, state);
     if (!err || !kl_err_is_retriable(err) || worker->stop)
       return err;
     KL_LOG_W(KL_COMP, "acquire partition=%" PRId32 " retry in %d ms: %s",
@@ -86,12 +87,55 @@ static kl_err_t kl_lane_acquire(kl_worker_t *worker, int32_t partition,
   }
 }
 
+/*
+ * Epochs survive the store: the highest epoch the fleet used for each
+ * partition is in the group's committed offsets' metadata, and a new owner
+ * takes an epoch above it, so that a new or rebuilt store does not hand
+ * out epochs an external resource has seen. @returns the floors, one per
+ * element of @p parts (zeroes when the coordinator did not answer: the
+ * store's epochs alone then), to free(); NULL when out of memory.
+ */
+static uint64_t *kl_fleet_epochs(kl_worker_t *worker,
+                                 const rd_kafka_topic_partition_list_t *parts) {
+  uint64_t *floors = calloc((size_t)parts->cnt + 1, sizeof(*floors));
+  int32_t *ids = calloc((size_t)parts->cnt + 1, sizeof(*ids));
+  if (floors && ids) {
+    for (int i = 0; i < parts->cnt; i++)
+      ids[i] = parts->elems[i].partition;
+    if (kl__kafka_committed_epochs(worker->rk, worker->topic, ids,
+                                   (size_t)parts->cnt, floors, 10000))
+      KL_LOG_W(KL_COMP, "%s; the partitions start from the store's epochs",
+               kl_err_detail());
+  }
+  free(ids);
+  return floors;
+}
+
+/* Records the epochs just acquired in the group's commit metadata before
+ * any handler runs with them: a store lost from now on cannot make a later
+ * owner reuse them. The offsets are the store's watermarks, as every
+ * commit's. */
+static void kl_commit_epochs(kl_worker_t *worker,
+                             rd_kafka_topic_partition_list_t *taken) {
+  if (!taken->cnt)
+    return;
+  rd_kafka_resp_err_t kerr = rd_kafka_commit(worker->rk, taken, 0);
+  if (kerr)
+    KL_LOG_W(KL_COMP, "record the epochs of %d partitions in the group's "
+             "offsets: %s; the next offset commit records them",
+             taken->cnt, rd_kafka_err2str(kerr));
+}
+
 static void kl_on_assign(kl_worker_t *worker,
                          rd_kafka_topic_partition_list_t *parts) {
+  uint64_t *floors = kl_fleet_epochs(worker, parts);
+  rd_kafka_topic_partition_list_t *taken =
+      rd_kafka_topic_partition_list_new(parts->cnt);
   for (int i = 0; i < parts->cnt; i++) {
     rd_kafka_topic_partition_t *tp = &parts->elems[i];
     kl_partition_state_t state;
-    kl_err_t err = kl_lane_acquire(worker, tp->partition, &state);
+    kl_err_t err = kl_lane_acquire(worker, tp->partition,
+                                   floors ? floors[i] : 0, &state);
     if (err) {
       KL_LOG_E(KL_COMP, "cannot take partition=%" PRId32 ": %s", tp->partition,
                kl_err_detail());
@@ -102,12 +146,19 @@ static void kl_on_assign(kl_worker_t *worker,
     if (tp->partition < worker->quiet_count)
       worker->quiet[tp->partition].since_ns = 0;
     tp->offset = state.watermark > 0 ? state.watermark : RD_KAFKA_OFFSET_BEGINNING;
+    kl__kafka_epoch_set(rd_kafka_topic_partition_list_add(
+                            taken, worker->topic, tp->partition),
+                        state.epoch);
+    taken->elems[taken->cnt - 1].offset = state.watermark;
     worker->owned++;
     KL_LOG_I(KL_COMP,
              "assigned partition=%" PRId32 " epoch=%" PRIu64
              " resume_offset=%" PRId64,
              tp->partition, state.epoch, state.watermark);
   }
+  kl_commit_epochs(worker, taken);
+  rd_kafka_topic_partition_list_destroy(taken);
+  free(floors);
 }
 
 /* A revoked lane stops taking events, lets its running ones finish and

@@ -19,7 +19,10 @@
  * A commit whose epoch is stale is rolled back, the partition is dropped
  * locally and the worker logs
  * `fenced partition=P my_epoch=E current_epoch=E2`. Kafka offsets are
- * committed after the store, for lag monitoring only.
+ * committed after the store, for lag monitoring, each with its partition's
+ * epoch in the commit metadata ("keylane.epoch=E", also committed as soon
+ * as a partition is taken): a new owner's epoch is above both the store's
+ * and that one, so a new or rebuilt store never reuses an epoch.
  *
  * Retries and dead letters: KL_HANDLER_RETRY runs the event again after
  * an exponential backoff with jitter ("worker.retry.initial.ms", doubling

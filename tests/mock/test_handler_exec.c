@@ -17,6 +17,7 @@
 #include "support/cluster.h"
 #include "support/support.h"
 #include "worker/handler_exec.h"
+#include "worker/replay.h"
 
 static const kl_event_t kl_event = {
     .key = "acct-1", .key_len = 6, .id = "id-1", .id_len = 4,
@@ -257,6 +258,119 @@ static void test_worker_child_garbage_dead_letters(void **state) {
   kl_worker_case(&c);
 }
 
+/* Runs a worker with the exec handler @p command (the SQLite example)
+ * until it has applied or dead-lettered @p events; @returns its stats. */
+static kl_worker_stats_t kl_fence_run(const char *bootstrap, const char *topic,
+                                      kl_store_t *store, const char *command,
+                                      int events) {
+  kl__exec_t *exec = kl_exec(command, 10000);
+  kl_worker_t *worker = kl_exec_worker(bootstrap, topic, store, exec, "2");
+  pthread_t thread;
+  pthread_create(&thread, NULL, kl_run, worker);
+  kl_worker_stats_t st;
+  for (int i = 0; i < 600; i++) {
+    kl_worker_stats(worker, &st);
+    if (st.applied + st.dead_letters >= (uint64_t)events)
+      break;
+    kl_t_sleep_ms(100);
+  }
+  kl_worker_stop(worker);
+  pthread_join(thread, NULL);
+  kl_worker_stats(worker, &st);
+  kl_worker_destroy(worker);
+  kl__exec_destroy(exec);
+  return st;
+}
+
+/* Epochs outlive the store: a fleet whose store is lost starts again on a
+ * new one, and the SQLite fence example, which kept the old owners'
+ * epochs, refuses none of the new owners' events as fenced. */
+static void test_fence_example_accepts_a_new_store(void **state) {
+  if (system("python3 -c 'import sqlite3' 2>/dev/null") != 0)
+    skip();
+  const char *src = getenv("KEYLANE_SOURCE_DIR");
+  char dir[64], old_dir[80], new_dir[80], cmd[512];
+  kl_t_tmpdir(dir);
+  snprintf(old_dir, sizeof(old_dir), "%s/old", dir);
+  snprintf(new_dir, sizeof(new_dir), "%s/new", dir);
+  snprintf(cmd, sizeof(cmd), "exec python3 %s/deploy/examples/"
+           "handler_fence_sqlite.py %s/app.db", src ? src : ".", dir);
+  kl_t_cluster_t *cluster;
+  assert_int_equal(kl_t_cluster_new(1, "epochs", 2, &cluster), KL_OK);
+  const char *topic = kl_t_topic(cluster);
+  assert_int_equal(kl_t_cluster_topic_create(cluster, "epochs.dlq", 1), KL_OK);
+  kl__ledger_gen_t *gen = kl__ledger_gen_new(20, 2, 7);
+  kl_producer_t *producer = kl_t_producer(kl_t_bootstrap(cluster), gen);
+  for (int i = 0; i < 40; i++)
+    assert_int_equal(kl__ledger_gen_publish(gen, producer, topic), KL_OK);
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+
+  /* The old store has seen owners before: its next epochs are 3. */
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(old_dir, NULL, &store), KL_OK);
+  kl_partition_state_t ps;
+  for (int32_t p = 0; p < 2; p++)
+    for (int i = 0; i < 2; i++)
+      assert_int_equal(kl_store_acquire(store, topic, p, &ps), KL_OK);
+  kl_worker_stats_t st =
+      kl_fence_run(kl_t_bootstrap(cluster), topic, store, cmd, 40);
+  assert_int_equal(st.applied, 40);
+  assert_int_equal(st.dead_letters, 0);
+  kl_store_destroy(store);
+
+  /* The store is lost; the fleet starts on a new one, from offset 0. */
+  assert_int_equal(kl_store_open(new_dir, NULL, &store), KL_OK);
+  st = kl_fence_run(kl_t_bootstrap(cluster), topic, store, cmd, 40);
+  assert_int_equal(st.dead_letters, 0); /* none refused as fenced */
+  assert_int_equal(st.applied, 40);
+  for (int32_t p = 0; p < 2; p++) {
+    assert_int_equal(kl_store_partition(store, topic, p, &ps), KL_OK);
+    assert_true(ps.epoch > 3);
+  }
+  kl_store_destroy(store);
+
+  /* Lost again; this time `keylane store rebuild` makes the new store,
+   * running the handler under epochs above the fleet's too. */
+  kl_t_rmrf(new_dir);
+  assert_int_equal(kl_store_open(new_dir, NULL, &store), KL_OK);
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
+                               kl_t_bootstrap(cluster), NULL, 0),
+                   KL_OK);
+  kl__exec_t *exec = kl_exec(cmd, 10000);
+  kl__replay_opts_t opts = {.conf = conf, .topic = topic, .store = store,
+                            .handler = kl__exec_handler,
+                            .handler_opaque = exec, .rebuild = 1,
+                            .from = {KL__POS_BEGINNING, 0},
+                            .to = {KL__POS_END, 0}};
+  kl__replay_t *replay;
+  assert_int_equal(kl__replay_new(&opts, &replay), KL_OK);
+  assert_int_equal(kl__replay_run(replay), KL_OK);
+  kl__replay_part_t total;
+  kl__replay_totals(replay, &total);
+  assert_int_equal(total.status, KL__REPLAY_DONE); /* none fenced */
+  assert_int_equal(total.applied, 40);
+  size_t nparts;
+  const kl__replay_part_t *parts = kl__replay_parts(replay, &nparts);
+  assert_int_equal(nparts, 2);
+  for (size_t i = 0; i < nparts; i++) {
+    assert_int_equal(parts[i].previous_epoch, 0); /* a new store: no owner */
+    assert_true(parts[i].epoch > 4);
+  }
+  kl__replay_destroy(replay);
+  kl__exec_destroy(exec);
+  kl_conf_destroy(conf);
+  kl_store_destroy(store);
+  snprintf(cmd, sizeof(cmd), "python3 -c \"import sqlite3,sys; d=sqlite3."
+           "connect('%s/app.db'); sys.exit(d.execute('select count(*) from "
+           "applied').fetchall() != [(40,)])\"", dir);
+  assert_int_equal(system(cmd), 0); /* each event once in the resource */
+  kl_producer_destroy(producer);
+  kl__ledger_gen_destroy(gen);
+  kl_t_cluster_destroy(cluster);
+  kl_t_rmrf(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ok_and_the_line),
@@ -268,6 +382,7 @@ int main(void) {
       cmocka_unit_test(test_worker_child_crash_applies_once),
       cmocka_unit_test(test_worker_child_hang_applies_once),
       cmocka_unit_test(test_worker_child_garbage_dead_letters),
+      cmocka_unit_test(test_fence_example_accepts_a_new_store),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -152,6 +152,25 @@ void kl_t_contract_acquire_increments_and_persists(void **state) {
   kl_store_destroy(store);
 }
 
+/* A new store for a topic the fleet used starts above the fleet's epochs;
+ * a floor below the store's own epoch changes nothing. */
+void kl_t_contract_acquire_above_a_floor(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  kl_store_t *store = kl_t_store_open(where, NULL);
+  kl_partition_state_t st;
+  assert_int_equal(kl__store_acquire_above(store, KL_T_TOPIC, 5, 41, &st),
+                   KL_OK);
+  assert_int_equal(st.epoch, 42);
+  assert_int_equal(kl__store_acquire_above(store, KL_T_TOPIC, 5, 10, &st),
+                   KL_OK);
+  assert_int_equal(st.epoch, 43);
+  assert_int_equal(kl_t_store_acquire(store, 5), 44);
+  assert_int_equal(kl__store_acquire_above(store, KL_T_TOPIC, 5, 44, &st),
+                   KL_OK);
+  assert_int_equal(st.epoch, 45);
+  kl_store_destroy(store);
+}
+
 /* ---- batches --------------------------------------------------------- */
 
 void kl_t_contract_batch_visibility(void **state) {

@@ -93,6 +93,7 @@ void kl_t_store_clock_add(int64_t ms);
  * kl_t_contract_<name>, run under the name test_<name>. */
 #define KL_T_STORE_CONTRACT(X, setup, teardown)                                \
   X(acquire_increments_and_persists, setup, teardown)                          \
+  X(acquire_above_a_floor, setup, teardown)                                    \
   X(batch_visibility, setup, teardown)                                         \
   X(seen_and_mark, setup, teardown)                                            \
   X(fenced_commit_applies_nothing, setup, teardown)                            \
