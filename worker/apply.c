@@ -21,12 +21,19 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
     return KL_HANDLER_FAIL;
   }
   kl_mark_t mark;
-  if ((err = kl_txn_seen(txn, event->id, event->id_len, &mark))) {
+  const void *done = NULL;
+  size_t done_len;
+  if ((err = kl_txn_seen(txn, event->id, event->id_len, &mark)) ||
+      (a->letter_key &&
+       (err = kl_txn_get(txn, a->letter_key, a->letter_key_len, &done,
+                         &done_len)) &&
+       err != KL_ENOTFOUND)) {
     res->store_err = err;
     snprintf(res->why, sizeof(res->why), "store: %s", kl_err_detail());
     return KL_HANDLER_RETRY;
   }
-  if (mark == KL_MARK_APPLIED || (mark != KL_MARK_NONE && !a->redrive)) {
+  if (done || mark == KL_MARK_APPLIED ||
+      (mark != KL_MARK_NONE && !a->redrive)) {
     kl_txn_count_duplicate(txn);
     res->duplicates++;
     return KL_HANDLER_OK;
@@ -36,7 +43,9 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
                                      res->why, sizeof(res->why));
   if (r != KL_HANDLER_OK)
     return r == KL_HANDLER_RETRY ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
-  if ((err = kl_txn_mark(txn, event->id, event->id_len, KL_MARK_APPLIED))) {
+  if ((err = kl_txn_mark(txn, event->id, event->id_len, KL_MARK_APPLIED)) ||
+      (a->letter_key &&
+       (err = kl_txn_put(txn, a->letter_key, a->letter_key_len, "1", 1)))) {
     res->store_err = err;
     snprintf(res->why, sizeof(res->why), "store: %s", kl_err_detail());
     return KL_HANDLER_RETRY;

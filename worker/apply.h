@@ -26,6 +26,11 @@ typedef struct kl__applier {
   void *hook_opaque;
   int dry_run; /* run the handlers, then abort instead of committing */
   int redrive; /* a dead-lettered id runs again (keylane replay --from-dlq) */
+  /* Redrive: the letter's own record (kl__letter_key()), NULL otherwise.
+   * Set, it makes the event a duplicate, and it is put with the event's
+   * effects; it outlives the id's retention (redrive.h). Borrowed. */
+  const char *letter_key;
+  size_t letter_key_len;
 } kl__applier_t;
 
 typedef struct kl__apply_result {

@@ -1,6 +1,7 @@
 #include "worker/letters.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,4 +171,12 @@ const kl__letter_t *kl__letters_find(const kl__letters_t *ls,
                  strcmp(l->topic, topic) == 0
              ? l
              : NULL;
+}
+
+size_t kl__letter_key(const char *dlq_topic, const kl__letter_t *letter,
+                      char *key) {
+  int len = snprintf(key, KL__LETTER_KEY_MAX,
+                     KL__LETTER_KEY_PREFIX "%s/%" PRId32 "/%" PRId64,
+                     dlq_topic, letter->dlq_partition, letter->dlq_offset);
+  return len < (int)KL__LETTER_KEY_MAX ? (size_t)len : KL__LETTER_KEY_MAX - 1;
 }

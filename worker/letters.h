@@ -49,6 +49,23 @@ kl_err_t kl__letters_read(const kl_conf_t *conf, const char *dlq_topic,
                           const kl__pos_t *from, const kl__pos_t *to,
                           volatile int *stop, kl__letters_t *out);
 
+/*
+ * A redriven letter's record in the store, a handler key of its own:
+ * "keylane.redriven/<dead-letter topic>/<partition>/<offset>", the letter's
+ * position. A redrive puts it in the commit that applies the letter, and
+ * finds it there before running a letter: unlike the letter's idempotency
+ * key, it is never swept, so a letter redriven after its id's retention
+ * passed is still a duplicate. One record per letter ever redriven.
+ */
+#define KL__LETTER_KEY_PREFIX "keylane.redriven/"
+#define KL__LETTER_KEY_MAX (sizeof(KL__LETTER_KEY_PREFIX) + \
+                            KL__LETTER_TOPIC_MAX + 2 + 11 + 20)
+
+/** Writes @p letter's record key into @p key (KL__LETTER_KEY_MAX bytes).
+ *  @returns its length. */
+size_t kl__letter_key(const char *dlq_topic, const kl__letter_t *letter,
+                      char *key);
+
 /** Frees the messages and the array; leaves @p letters empty. */
 void kl__letters_clear(kl__letters_t *letters);
 

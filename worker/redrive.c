@@ -21,6 +21,7 @@ struct kl__redrive {
   kl__replay_part_t *taken;
   size_t ntaken;
   kl__applier_t applier;
+  char letter_key[KL__LETTER_KEY_MAX]; /* the letter being redriven's */
 };
 
 const char *kl__outcome_name(kl__outcome_t outcome) {
@@ -125,6 +126,9 @@ static void kl_redrive_one(kl__redrive_t *r, kl__replay_part_t *part,
   rd_kafka_message_t *m = l->msg;
   m->partition = l->partition;
   m->offset = l->offset;
+  r->applier.letter_key = r->letter_key;
+  r->applier.letter_key_len = kl__letter_key(r->opts.dlq_topic, l,
+                                             r->letter_key);
   int backoff_ms = 100;
   for (int attempt = 1;; attempt++) {
     kl__apply_result_t res;

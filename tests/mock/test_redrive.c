@@ -20,6 +20,7 @@
 #include <librdkafka/rdkafka.h>
 #include <msgpack.h>
 
+#include "common/internal.h"
 #include "support/pg_group.h"
 #include "support/support.h"
 #include "worker/ledger.h"
@@ -234,6 +235,11 @@ static void test_rebuild_records_the_fleets_dead_letters(void **state) {
   kl_fx_down(&fx);
 }
 
+/* The store's clock, eight days on: past the default dedup retention. */
+static int64_t kl_in_8_days(void) {
+  return kl__now_ms() + 8 * 86400000LL;
+}
+
 static void kl_redrive_applies_each_letter_once(int pg) {
   kl_fx_t fx;
   kl_fx_up_on(&fx, pg);
@@ -293,6 +299,23 @@ static void kl_redrive_applies_each_letter_once(int pg) {
   assert_int_equal(kl__redrive_count(r, KL__OUT_DUPLICATE), KL_REFUNDS);
   kl__redrive_destroy(r);
   assert_int_equal(kl_entry(fx.store, 0).balance, 6);
+
+  /* Past the ids' retention (7d): the sweep takes every id, yet the
+   * letters, which the dead-letter topic still holds, stay applied once. */
+  kl__store_set_clock(kl_in_8_days);
+  uint64_t ids = 1;
+  for (int i = 0; i < 10 && ids; i++) {
+    assert_int_equal(kl_store_sweep(fx.store, 1000, NULL), KL_OK);
+    assert_int_equal(kl_store_id_count(fx.store, &ids), KL_OK);
+  }
+  assert_int_equal(ids, 0);
+  r = kl_redrive(&fx, "handler_fail", 0);
+  kl__store_set_clock(NULL);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_APPLIED), 0);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_DUPLICATE), KL_REFUNDS);
+  kl__redrive_destroy(r);
+  for (int k = 0; k < KL_REFUNDS; k++)
+    assert_int_equal(kl_entry(fx.store, k).balance, 6);
   kl_fx_down(&fx);
 }
 
