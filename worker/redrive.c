@@ -161,6 +161,88 @@ static void kl_redrive_one(kl__redrive_t *r, kl__replay_part_t *part,
   }
 }
 
+/* ---- records of letters the dead-letter topic dropped ----------------- */
+
+#define KL_PRUNE_MAX 10000 /* records removed by one redrive at most */
+
+typedef struct kl_prune {
+  kl__redrive_t *r;
+  size_t prefix_len;
+  int32_t partition; /* the dead-letter partition whose low offset is */
+  int64_t low;       /* cached here; -1: unknown, keep its records */
+  char **keys;
+  size_t n;
+} kl_prune_t;
+
+static int64_t kl_dlq_low(kl_prune_t *pr, int32_t partition) {
+  if (partition != pr->partition) {
+    int64_t low = -1, high = -1;
+    if (rd_kafka_query_watermark_offsets(pr->r->letters.rk,
+                                         pr->r->opts.dlq_topic, partition,
+                                         &low, &high, 5000))
+      low = -1;
+    pr->partition = partition;
+    pr->low = low;
+  }
+  return pr->low;
+}
+
+/* Collects the records whose letter is below its partition's log start:
+ * no redrive can read that letter again. Records come in key order, so
+ * one partition's are together and its low offset is asked once. */
+static int kl_prune_cb(void *opaque, const void *key, size_t key_len,
+                       const void *val, size_t val_len) {
+  (void)val;
+  (void)val_len;
+  kl_prune_t *pr = opaque;
+  char buf[KL__LETTER_KEY_MAX];
+  int32_t partition;
+  int64_t offset;
+  if (key_len >= sizeof(buf))
+    return 0;
+  memcpy(buf, key, key_len);
+  buf[key_len] = '\0';
+  if (sscanf(buf + pr->prefix_len, "%" SCNd32 "/%" SCNd64, &partition,
+             &offset) != 2 ||
+      offset >= kl_dlq_low(pr, partition))
+    return 0;
+  char **keys = realloc(pr->keys, (pr->n + 1) * sizeof(*keys));
+  if (!keys || !(keys[pr->n] = strdup(buf))) {
+    pr->keys = keys ? keys : pr->keys;
+    return 1;
+  }
+  pr->keys = keys;
+  return ++pr->n >= KL_PRUNE_MAX;
+}
+
+/* Removes the records of letters the dead-letter topic no longer holds
+ * (letters.h), in a commit of @p part, which this redrive owns; a fenced
+ * or failed prune is left to the next redrive. */
+static void kl_redrive_prune(kl__redrive_t *r, const kl__replay_part_t *part) {
+  if (r->opts.dry_run || part->epoch == 0 || part->watermark < 0 ||
+      part->status == KL__REPLAY_FENCED)
+    return;
+  char prefix[KL__LETTER_KEY_MAX];
+  int len = snprintf(prefix, sizeof(prefix), KL__LETTER_KEY_PREFIX "%s/",
+                     r->opts.dlq_topic);
+  kl_prune_t pr = {r, (size_t)len, -1, -1, NULL, 0};
+  kl_txn_t *txn = NULL;
+  kl_err_t err = kl_store_scan(r->opts.store, prefix, (size_t)len,
+                               kl_prune_cb, &pr);
+  if (!err && pr.n)
+    err = kl_store_begin(r->opts.store, r->topic, part->partition,
+                         part->epoch, &txn);
+  for (size_t i = 0; !err && txn && i < pr.n; i++)
+    err = kl_txn_del(txn, pr.keys[i], strlen(pr.keys[i]));
+  if (txn && !err)
+    err = kl_store_commit(txn, part->watermark);
+  else
+    kl_store_abort(txn);
+  for (size_t i = 0; i < pr.n; i++)
+    free(pr.keys[i]);
+  free(pr.keys);
+}
+
 static void kl_redrive_all(kl__redrive_t *r) {
   kl__replay_part_t part = {.partition = -1};
   int have = 0;
@@ -191,6 +273,8 @@ static void kl_redrive_all(kl__redrive_t *r) {
       snprintf(part.why, sizeof(part.why), "%s", out->why);
     }
   }
+  if (have)
+    kl_redrive_prune(r, &part);
 }
 
 kl_err_t kl__redrive_run(const kl__redrive_opts_t *opts, kl__redrive_t **out) {

@@ -328,6 +328,63 @@ static void test_redrive_applies_each_letter_once_on_pg(void **state) {
   kl_redrive_applies_each_letter_once(1);
 }
 
+static int kl_count_keys(void *opaque, const void *key, size_t key_len,
+                         const void *val, size_t val_len) {
+  ++*(size_t *)opaque;
+  return 0;
+}
+
+/* The letters' own records in the store. */
+static size_t kl_letter_records(kl_store_t *store) {
+  size_t n = 0;
+  const char *prefix = KL__LETTER_KEY_PREFIX "rd.dlq/";
+  assert_int_equal(kl_store_scan(store, prefix, strlen(prefix), kl_count_keys,
+                                 &n),
+                   KL_OK);
+  return n;
+}
+
+/* A letter's record is kept while the dead-letter topic holds the letter,
+ * and goes with the next redrive once retention dropped it (the embedded
+ * cluster keeps 5 MiB per partition). */
+static void test_redrive_forgets_letters_the_topic_dropped(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx);
+  kl__redrive_t *r = kl_redrive(&fx, "handler_fail", 0);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_APPLIED), KL_REFUNDS);
+  kl__redrive_destroy(r);
+  assert_int_equal(kl_letter_records(fx.store), KL_REFUNDS);
+
+  /* 6 MiB more in each dead-letter partition: the letters are gone. */
+  size_t big = 256 * 1024;
+  char *filler = calloc(1, big);
+  for (int32_t p = 0; p < 2; p++)
+    for (int i = 0; i < 24; i++)
+      assert_int_equal(kl_t_produce_raw(fx.boot, "rd.dlq", p, "filler",
+                                        filler, big, NULL),
+                       0);
+  free(filler);
+  /* One new letter, of a record the owner passed (origin offset 0). */
+  static const char *const late[] = {
+      "keylane.dlq.reason", "handler_fail", "keylane.dlq.topic", "rd",
+      "keylane.dlq.partition", "0", "keylane.dlq.offset", "0", NULL};
+  kl_event_t ev = {.key = "acct-9", .key_len = 6, .id = "late-1",
+                   .id_len = 6, .type = "credit", .type_len = 6, .ts = 1,
+                   .payload = "\x82\xa6" "amount\x01\xa3seq\x09",
+                   .payload_len = 14};
+  void *env;
+  size_t env_len;
+  assert_int_equal(kl_event_encode(&ev, &env, &env_len), KL_OK);
+  assert_int_equal(
+      kl_t_produce_raw(fx.boot, "rd.dlq", 0, "acct-9", env, env_len, late), 0);
+  free(env);
+  r = kl_redrive(&fx, "handler_fail", 0);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_APPLIED), 1);
+  kl__redrive_destroy(r);
+  assert_int_equal(kl_letter_records(fx.store), 1); /* the late letter's */
+  kl_fx_down(&fx);
+}
+
 /* keylane replay --from-dlq through the binary: one JSON object with each
  * letter's outcome; the shipped ledger refuses refunds again. */
 static void test_redrive_cli_json(void **state) {
@@ -382,6 +439,7 @@ int main(void) {
       cmocka_unit_test(test_redrive_applies_each_letter_once),
       cmocka_unit_test(test_redrive_applies_each_letter_once_on_pg),
       cmocka_unit_test(test_redrive_cli_json),
+      cmocka_unit_test(test_redrive_forgets_letters_the_topic_dropped),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
                                 kl_t_pg_group_teardown);
