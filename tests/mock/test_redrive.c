@@ -240,23 +240,30 @@ static int64_t kl_in_8_days(void) {
   return kl__now_ms() + 8 * 86400000LL;
 }
 
-static void kl_redrive_applies_each_letter_once(int pg) {
-  kl_fx_t fx;
-  kl_fx_up_on(&fx, pg);
-  /* A letter whose origin the owner has not passed yet. */
-  static const char *const ahead[] = {
+/* Writes a handler_fail letter of a credit of 1 (seq 9) with @p id, for
+ * @p key, from offset @p origin of partition 0 of rd, to rd.dlq. */
+static void kl_send_letter(kl_fx_t *fx, const char *origin, const char *key,
+                           const char *id) {
+  const char *const hdrs[] = {
       "keylane.dlq.reason", "handler_fail", "keylane.dlq.topic", "rd",
-      "keylane.dlq.partition", "0", "keylane.dlq.offset", "999", NULL};
-  kl_event_t ev = {.key = "acct-0", .key_len = 6, .id = "ahead-1",
-                   .id_len = 7, .type = "credit", .type_len = 6, .ts = 1,
-                   .payload = "\x82\xa6" "amount\x01\xa3seq\x09",
+      "keylane.dlq.partition", "0", "keylane.dlq.offset", origin, NULL};
+  kl_event_t ev = {.key = key, .key_len = strlen(key), .id = id,
+                   .id_len = strlen(id), .type = "credit", .type_len = 6,
+                   .ts = 1, .payload = "\x82\xa6" "amount\x01\xa3seq\x09",
                    .payload_len = 14};
   void *env;
   size_t env_len;
   assert_int_equal(kl_event_encode(&ev, &env, &env_len), KL_OK);
   assert_int_equal(
-      kl_t_produce_raw(fx.boot, "rd.dlq", 0, "acct-0", env, env_len, ahead), 0);
+      kl_t_produce_raw(fx->boot, "rd.dlq", 0, key, env, env_len, hdrs), 0);
   free(env);
+}
+
+static void kl_redrive_applies_each_letter_once(int pg) {
+  kl_fx_t fx;
+  kl_fx_up_on(&fx, pg);
+  /* A letter whose origin the owner has not passed yet. */
+  kl_send_letter(&fx, "999", "acct-0", "ahead-1");
 
   /* Dry run: what would apply; nothing changes. */
   kl__redrive_t *r = kl_redrive(&fx, NULL, 1);
@@ -365,19 +372,7 @@ static void test_redrive_forgets_letters_the_topic_dropped(void **state) {
                        0);
   free(filler);
   /* One new letter, of a record the owner passed (origin offset 0). */
-  static const char *const late[] = {
-      "keylane.dlq.reason", "handler_fail", "keylane.dlq.topic", "rd",
-      "keylane.dlq.partition", "0", "keylane.dlq.offset", "0", NULL};
-  kl_event_t ev = {.key = "acct-9", .key_len = 6, .id = "late-1",
-                   .id_len = 6, .type = "credit", .type_len = 6, .ts = 1,
-                   .payload = "\x82\xa6" "amount\x01\xa3seq\x09",
-                   .payload_len = 14};
-  void *env;
-  size_t env_len;
-  assert_int_equal(kl_event_encode(&ev, &env, &env_len), KL_OK);
-  assert_int_equal(
-      kl_t_produce_raw(fx.boot, "rd.dlq", 0, "acct-9", env, env_len, late), 0);
-  free(env);
+  kl_send_letter(&fx, "0", "acct-9", "late-1");
   r = kl_redrive(&fx, "handler_fail", 0);
   assert_int_equal(kl__redrive_count(r, KL__OUT_APPLIED), 1);
   kl__redrive_destroy(r);
