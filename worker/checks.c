@@ -133,3 +133,63 @@ void kl__check_retention(rd_kafka_t *rk, const char *role, const char *topic,
   free(values[0]);
   free(values[1]);
 }
+
+/* ---- epochs ------------------------------------------------------------- */
+
+/* Appends " P (E<G)" for a partition whose store epoch E is below the
+ * group's G; @returns how many were below so far. */
+static int kl_epochs_below(char *list, size_t size, int below, int32_t p,
+                           uint64_t mine, uint64_t fleet) {
+  size_t len = strlen(list);
+  if (len + 48 < size)
+    snprintf(list + len, size - len, "%s%" PRId32 " (%" PRIu64 " < %" PRIu64
+             ")", below ? ", " : "", p, mine, fleet);
+  return below + 1;
+}
+
+void kl__check_epochs(kl_store_t *store, const kl_conf_t *conf,
+                      const char *group, const char *topic,
+                      int32_t partitions, int timeout_ms, kl__check_t *out) {
+  uint64_t *fleet = calloc((size_t)partitions + 1, sizeof(*fleet));
+  int32_t *ids = calloc((size_t)partitions + 1, sizeof(*ids));
+  kl_err_t err = fleet && ids ? KL_OK : KL_ENOMEM;
+  for (int32_t p = 0; p < partitions && ids; p++)
+    ids[p] = p;
+  if (!err)
+    err = kl__kafka_group_epochs(conf, group, topic, ids, (size_t)partitions,
+                                 fleet, timeout_ms);
+  out->status = err ? KL__CHECK_WARN : KL__CHECK_OK;
+  if (err)
+    snprintf(out->msg, sizeof(out->msg),
+             "cannot read the epochs group %s recorded for topic %s: %s",
+             group, topic, kl_err_detail());
+  char list[400] = "";
+  int below = 0;
+  for (int32_t p = 0; !err && p < partitions; p++) {
+    kl_partition_state_t st;
+    if ((err = kl_store_partition(store, topic, p, &st))) {
+      out->status = KL__CHECK_FAIL;
+      snprintf(out->msg, sizeof(out->msg), "cannot read partition %" PRId32
+               " of topic %s in the store: %s", p, topic, kl_err_detail());
+    } else if (st.epoch < fleet[p]) {
+      below = kl_epochs_below(list, sizeof(list), below, p, st.epoch,
+                              fleet[p]);
+    }
+  }
+  if (!err && below) {
+    out->status = KL__CHECK_WARN;
+    snprintf(out->msg, sizeof(out->msg),
+             "the store's epochs of topic %s are below those group %s "
+             "recorded in Kafka on %d partition(s): %s; a new or rebuilt "
+             "store: its next owners take epochs above the group's, which "
+             "external resources that kept the old ones accept",
+             topic, group, below, list);
+  } else if (!err) {
+    snprintf(out->msg, sizeof(out->msg),
+             "the store's epochs of topic %s are at least those group %s "
+             "recorded in Kafka, on all %" PRId32 " partitions",
+             topic, group, partitions);
+  }
+  free(fleet);
+  free(ids);
+}

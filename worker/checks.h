@@ -18,6 +18,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "common/internal.h"
+#include "keylane/store.h"
 
 typedef enum kl__check_status {
   KL__CHECK_OK = 0,
@@ -67,6 +68,20 @@ void kl__check_retention_judge(const char *role, const char *topic,
  */
 void kl__check_retention(rd_kafka_t *rk, const char *role, const char *topic,
                          int64_t dedup_ms, int timeout_ms, kl__check_t *out);
+
+/**
+ * Compares each of @p partitions partitions' epoch in @p store with the
+ * highest epoch the consumer group @p group recorded in Kafka with its
+ * offsets (common/kafka.h; "kafka.*" of @p conf reach the reader). OK when
+ * the store's is at least the group's everywhere; WARN naming the
+ * partitions where it is below (a new or rebuilt store: its next owner,
+ * worker, replay or rebuild, takes an epoch above the group's, so external
+ * resources that kept the old epochs accept it), and when the group's
+ * epochs cannot be read; FAIL when the store cannot be read.
+ */
+void kl__check_epochs(kl_store_t *store, const kl_conf_t *conf,
+                      const char *group, const char *topic,
+                      int32_t partitions, int timeout_ms, kl__check_t *out);
 
 /**
  * Test hook: answers kl__check_retention()'s reads instead of the cluster.

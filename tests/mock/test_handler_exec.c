@@ -16,6 +16,7 @@
 #include "common/internal.h"
 #include "support/cluster.h"
 #include "support/support.h"
+#include "worker/checks.h"
 #include "worker/handler_exec.h"
 #include "worker/replay.h"
 
@@ -316,10 +317,21 @@ static void test_fence_example_accepts_a_new_store(void **state) {
       kl_fence_run(kl_t_bootstrap(cluster), topic, store, cmd, 40);
   assert_int_equal(st.applied, 40);
   assert_int_equal(st.dead_letters, 0);
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
+                               kl_t_bootstrap(cluster), NULL, 0),
+                   KL_OK);
+  kl__check_t check; /* keylane doctor's view */
+  kl__check_epochs(store, conf, "keylane", topic, 2, 10000, &check);
+  assert_int_equal(check.status, KL__CHECK_OK);
   kl_store_destroy(store);
 
   /* The store is lost; the fleet starts on a new one, from offset 0. */
   assert_int_equal(kl_store_open(new_dir, NULL, &store), KL_OK);
+  kl__check_epochs(store, conf, "keylane", topic, 2, 10000, &check);
+  assert_int_equal(check.status, KL__CHECK_WARN);
+  assert_non_null(strstr(check.msg, "on 2 partition(s): 0 (0 < 3), "
+                                    "1 (0 < 3)"));
   st = kl_fence_run(kl_t_bootstrap(cluster), topic, store, cmd, 40);
   assert_int_equal(st.dead_letters, 0); /* none refused as fenced */
   assert_int_equal(st.applied, 40);
@@ -327,16 +339,14 @@ static void test_fence_example_accepts_a_new_store(void **state) {
     assert_int_equal(kl_store_partition(store, topic, p, &ps), KL_OK);
     assert_true(ps.epoch > 3);
   }
+  kl__check_epochs(store, conf, "keylane", topic, 2, 10000, &check);
+  assert_int_equal(check.status, KL__CHECK_OK);
   kl_store_destroy(store);
 
   /* Lost again; this time `keylane store rebuild` makes the new store,
    * running the handler under epochs above the fleet's too. */
   kl_t_rmrf(new_dir);
   assert_int_equal(kl_store_open(new_dir, NULL, &store), KL_OK);
-  kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
-                               kl_t_bootstrap(cluster), NULL, 0),
-                   KL_OK);
   kl__exec_t *exec = kl_exec(cmd, 10000);
   kl__replay_opts_t opts = {.conf = conf, .topic = topic, .store = store,
                             .handler = kl__exec_handler,
