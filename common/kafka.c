@@ -61,8 +61,9 @@ static kl_err_t kl_kafka_configs_take(rd_kafka_event_t *ev,
                                       const char *const *names, size_t n,
                                       char **values) {
   size_t cnt = 0;
-  const rd_kafka_ConfigResource_t **res = rd_kafka_DescribeConfigs_result_resources(
-      rd_kafka_event_DescribeConfigs_result(ev), &cnt);
+  const rd_kafka_ConfigResource_t **res =
+      rd_kafka_DescribeConfigs_result_resources(
+          rd_kafka_event_DescribeConfigs_result(ev), &cnt);
   if (cnt != 1)
     return kl__err(KL_EKAFKA, "describe the configuration of topic %s: the "
                               "cluster answered %zu resources, not 1",

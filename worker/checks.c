@@ -2,6 +2,7 @@
 #include "worker/checks.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,17 @@ void kl__duration_format(int64_t ms, char *buf, size_t size) {
   snprintf(buf, size, "%" PRId64 "ms", ms);
 }
 
+static void kl_check_say(kl__check_t *out, kl__check_status_t status,
+                         const char *fmt, ...) KL__PRINTF(3, 4);
+static void kl_check_say(kl__check_t *out, kl__check_status_t status,
+                         const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  out->status = status;
+  vsnprintf(out->msg, sizeof(out->msg), fmt, ap);
+  va_end(ap);
+}
+
 /* ---- retention ---------------------------------------------------------- */
 
 void kl__check_retention_judge(const char *role, const char *topic,
@@ -36,31 +48,30 @@ void kl__check_retention_judge(const char *role, const char *topic,
   char keep[32], dedup[32];
   kl__duration_format(retention_ms, keep, sizeof(keep));
   kl__duration_format(dedup_ms, dedup, sizeof(dedup));
-  out->status = KL__CHECK_FAIL;
   if (retention_ms < 0)
-    snprintf(out->msg, sizeof(out->msg),
-             "%s %s keeps records forever (%s) but store.dedup.retention is "
-             "%s: an event read again after its id was swept (a replay, a "
-             "redrive, a re-published event) is applied twice; give the %s "
-             "a finite retention.ms of at most %" PRId64 " (%s), or set "
-             "worker.retention.check=warn to run anyway",
-             role, topic, source, dedup, role, dedup_ms, dedup);
+    kl_check_say(out, KL__CHECK_FAIL,
+                 "%s %s keeps records forever (%s) but "
+                 "store.dedup.retention is %s: an event read again after "
+                 "its id was swept (a replay, a redrive, a re-published "
+                 "event) is applied twice; give the %s "
+                 "a finite retention.ms of at most %" PRId64 " (%s), or set "
+                 "worker.retention.check=warn to run anyway",
+                 role, topic, source, dedup, role, dedup_ms, dedup);
   else if (dedup_ms < retention_ms)
-    snprintf(out->msg, sizeof(out->msg),
-             "%s %s keeps records for %s (%s) but store.dedup.retention is "
-             "%s: an id swept while its event can still be redelivered or "
-             "re-published is applied twice; set store.dedup.retention "
-             "(--dedup-retention) to at least %s, or lower the %s's "
-             "retention.ms to at most %" PRId64 ", or set "
-             "worker.retention.check=warn to run anyway",
-             role, topic, keep, source, dedup, keep, role, dedup_ms);
-  else {
-    out->status = KL__CHECK_OK;
-    snprintf(out->msg, sizeof(out->msg),
-             "%s %s keeps records for %s (%s), within store.dedup.retention "
-             "%s",
-             role, topic, keep, source, dedup);
-  }
+    kl_check_say(out, KL__CHECK_FAIL,
+                 "%s %s keeps records for %s (%s) but "
+                 "store.dedup.retention is %s: an id swept while its event "
+                 "can still be redelivered or re-published is applied "
+                 "twice; set store.dedup.retention "
+                 "(--dedup-retention) to at least %s, or lower the %s's "
+                 "retention.ms to at most %" PRId64 ", or set "
+                 "worker.retention.check=warn to run anyway",
+                 role, topic, keep, source, dedup, keep, role, dedup_ms);
+  else
+    kl_check_say(out, KL__CHECK_OK,
+                 "%s %s keeps records for %s (%s), within "
+                 "store.dedup.retention %s",
+                 role, topic, keep, source, dedup);
 }
 
 static kl__topic_config_fn *_Atomic kl_config_hook;
@@ -101,22 +112,21 @@ void kl__check_retention(rd_kafka_t *rk, const char *role, const char *topic,
   kl__duration_format(dedup_ms, dedup, sizeof(dedup));
   kl_err_t err;
   if (kl_read_configs(rk, topic, names, 2, values, timeout_ms, &err)) {
-    out->status = KL__CHECK_WARN;
-    snprintf(out->msg, sizeof(out->msg),
-             "cannot read the retention of %s %s: the cluster names no "
-             "controller to answer DescribeConfigs (librdkafka's mock "
-             "cluster, the embedded one, has none); make sure its "
-             "retention.ms is at most store.dedup.retention (%s)",
-             role, topic, dedup);
+    kl_check_say(out, KL__CHECK_WARN,
+                 "cannot read the retention of %s %s: the cluster names no "
+                 "controller to answer DescribeConfigs (librdkafka's mock "
+                 "cluster, the embedded one, has none); make sure its "
+                 "retention.ms is at most store.dedup.retention (%s)",
+                 role, topic, dedup);
     return;
   }
   if (err) {
-    out->status = KL__CHECK_FAIL;
-    snprintf(out->msg, sizeof(out->msg),
-             "cannot read the retention of %s %s: %s; grant DescribeConfigs "
-             "on it (kafka-acls --operation DescribeConfigs), or set "
-             "worker.retention.check=warn to run unchecked",
-             role, topic, kl_err_detail());
+    kl_check_say(out, KL__CHECK_FAIL,
+                 "cannot read the retention of %s %s: %s; grant "
+                 "DescribeConfigs on it (kafka-acls --operation "
+                 "DescribeConfigs), or set "
+                 "worker.retention.check=warn to run unchecked",
+                 role, topic, kl_err_detail());
     return;
   }
   /* The broker's defaults when it lists none: 7 days, delete. */
@@ -158,38 +168,34 @@ void kl__check_epochs(kl_store_t *store, const kl_conf_t *conf,
   if (!err)
     err = kl__kafka_group_epochs(conf, group, topic, ids, (size_t)partitions,
                                  fleet, timeout_ms);
-  out->status = err ? KL__CHECK_WARN : KL__CHECK_OK;
   if (err)
-    snprintf(out->msg, sizeof(out->msg),
-             "cannot read the epochs group %s recorded for topic %s: %s",
-             group, topic, kl_err_detail());
+    kl_check_say(out, KL__CHECK_WARN,
+                 "cannot read the epochs group %s recorded for topic %s: %s",
+                 group, topic, kl_err_detail());
   char list[400] = "";
   int below = 0;
   for (int32_t p = 0; !err && p < partitions; p++) {
     kl_partition_state_t st;
     if ((err = kl_store_partition(store, topic, p, &st))) {
-      out->status = KL__CHECK_FAIL;
-      snprintf(out->msg, sizeof(out->msg), "cannot read partition %" PRId32
-               " of topic %s in the store: %s", p, topic, kl_err_detail());
+      kl_check_say(out, KL__CHECK_FAIL, "cannot read partition %" PRId32
+                   " of topic %s in the store: %s", p, topic, kl_err_detail());
     } else if (st.epoch < fleet[p]) {
       below = kl_epochs_below(list, sizeof(list), below, p, st.epoch,
                               fleet[p]);
     }
   }
-  if (!err && below) {
-    out->status = KL__CHECK_WARN;
-    snprintf(out->msg, sizeof(out->msg),
-             "the store's epochs of topic %s are below those group %s "
-             "recorded in Kafka on %d partition(s): %s; a new or rebuilt "
-             "store: its next owners take epochs above the group's, which "
-             "external resources that kept the old ones accept",
-             topic, group, below, list);
-  } else if (!err) {
-    snprintf(out->msg, sizeof(out->msg),
-             "the store's epochs of topic %s are at least those group %s "
-             "recorded in Kafka, on all %" PRId32 " partitions",
-             topic, group, partitions);
-  }
+  if (!err && below)
+    kl_check_say(out, KL__CHECK_WARN,
+                 "the store's epochs of topic %s are below those group %s "
+                 "recorded in Kafka on %d partition(s): %s; a new or rebuilt "
+                 "store: its next owners take epochs above the group's, which "
+                 "external resources that kept the old ones accept",
+                 topic, group, below, list);
+  else if (!err)
+    kl_check_say(out, KL__CHECK_OK,
+                 "the store's epochs of topic %s are at least those group %s "
+                 "recorded in Kafka, on all %" PRId32 " partitions",
+                 topic, group, partitions);
   free(fleet);
   free(ids);
 }

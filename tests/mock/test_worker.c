@@ -231,9 +231,9 @@ static kl_err_t t_run_retention(kl_fx_t *fx, const char *const *extra,
   static int runs_seq;
   char group[16];
   snprintf(group, sizeof(group), "r%d", ++runs_seq);
-  kl_t_worker_t *w = kl_t_worker_start(kl_t_bootstrap(fx->cluster),
-                                       fx->topic, kl_t_group(fx->cluster, group),
-                                       fx->store, extra);
+  kl_t_worker_t *w =
+      kl_t_worker_start(kl_t_bootstrap(fx->cluster), fx->topic,
+                        kl_t_group(fx->cluster, group), fx->store, extra);
   memset(st, 0, sizeof(*st));
   for (int i = 0; runs && i < 600 && st->owned == 0; i++) {
     kl_t_sleep_ms(50);
