@@ -126,6 +126,17 @@ static void kl_commit_epochs(kl_worker_t *worker,
              taken->cnt, rd_kafka_err2str(kerr));
 }
 
+/* Adds @p partition, at the store's watermark with its new epoch, to the
+ * list kl_commit_epochs() commits. */
+static void kl_epoch_add(rd_kafka_topic_partition_list_t *taken,
+                         const char *topic, int32_t partition,
+                         const kl_partition_state_t *state) {
+  rd_kafka_topic_partition_t *tp =
+      rd_kafka_topic_partition_list_add(taken, topic, partition);
+  tp->offset = state->watermark;
+  kl__kafka_epoch_set(tp, state->epoch);
+}
+
 static void kl_on_assign(kl_worker_t *worker,
                          rd_kafka_topic_partition_list_t *parts) {
   uint64_t *floors = kl_fleet_epochs(worker, parts);
@@ -146,10 +157,7 @@ static void kl_on_assign(kl_worker_t *worker,
     if (tp->partition < worker->quiet_count)
       worker->quiet[tp->partition].since_ns = 0;
     tp->offset = state.watermark > 0 ? state.watermark : RD_KAFKA_OFFSET_BEGINNING;
-    kl__kafka_epoch_set(rd_kafka_topic_partition_list_add(
-                            taken, worker->topic, tp->partition),
-                        state.epoch);
-    taken->elems[taken->cnt - 1].offset = state.watermark;
+    kl_epoch_add(taken, worker->topic, tp->partition, &state);
     worker->owned++;
     KL_LOG_I(KL_COMP,
              "assigned partition=%" PRId32 " epoch=%" PRIu64
@@ -268,6 +276,11 @@ static int kl_retake(kl_worker_t *worker, int32_t partition, int64_t quiet_ns) {
              ": %s; trying again", partition, state.watermark,
              rd_kafka_err2str(kerr));
   } else {
+    rd_kafka_topic_partition_list_t *taken =
+        rd_kafka_topic_partition_list_new(1);
+    kl_epoch_add(taken, worker->topic, partition, &state);
+    kl_commit_epochs(worker, taken);
+    rd_kafka_topic_partition_list_destroy(taken);
     kl__lanes_own(worker->lanes, partition, state.epoch, state.watermark);
     rd_kafka_resume_partitions(worker->rk, l);
     KL_LOG_I(KL_COMP, "retook partition=%" PRId32 " epoch=%" PRIu64

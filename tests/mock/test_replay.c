@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "common/internal.h"
+#include "common/kafka.h"
 #include "common/kafka_pos.h"
 #include "support/history.h"
 #include "support/ledger_checks.h"
@@ -435,6 +436,18 @@ static void test_fenced_live_worker_takes_its_partitions_back(void **state) {
     assert_int_equal(kl_store_partition(fx.store, fx.topic, p, &ps), KL_OK);
     assert_int_equal(ps.epoch, 3); /* the worker's, replay's, the retake's */
   }
+  /* The group's offsets carry the retaken epochs (common/kafka.h). */
+  const int32_t parts[2] = {0, 1};
+  uint64_t epochs[2];
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
+  assert_int_equal(
+      kl__kafka_group_epochs(conf, "g", fx.topic, parts, 2, epochs, 10000),
+      KL_OK);
+  kl_conf_destroy(conf);
+  assert_int_equal(epochs[0], 3);
+  assert_int_equal(epochs[1], 3);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   kl_assert_ledger(&fx, fx.store);
   kl_t_ledger_fx_down(&fx);
