@@ -203,6 +203,15 @@ kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
   return txn->store->ops->mark(txn, id, id_len, mark);
 }
 
+kl_err_t kl__store_buf_mark(kl__buf_t *ids, const void *key, size_t key_len,
+                            kl_mark_t mark) {
+  const kl__buf_entry_t *have = kl__buf_get(ids, key, key_len);
+  mark = kl__mark_merge(have ? (kl_mark_t)have->tag : KL_MARK_NONE, mark);
+  if (kl__buf_set(ids, key, key_len, NULL, 0, (int)mark))
+    return kl__err(KL_ENOMEM, "kl_txn_mark: out of memory");
+  return KL_OK;
+}
+
 void *kl_txn_pg_conn(kl_txn_t *txn) {
   return txn && txn->store->ops->pg_conn ? txn->store->ops->pg_conn(txn)
                                           : NULL;

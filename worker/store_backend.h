@@ -9,6 +9,7 @@
 
 #include "keylane/store.h"
 #include "worker/store_internal.h"
+#include "worker/txn_buffer.h"
 
 typedef struct kl__store_ops {
   const char *name; /* "lmdb", "postgresql" */
@@ -61,6 +62,15 @@ kl_err_t kl__store_lmdb_open(const char *dir, const kl_conf_t *conf,
                              kl_store_t **out);
 kl_err_t kl__store_pg_open(const char *uri, const kl_conf_t *conf,
                            kl_store_t **out);
+
+/*
+ * Buffers the mark of the idempotency key @p key (as the backend encodes
+ * it) in @p ids, a buffer whose tags are kl_mark_t: kl__mark_merge() with
+ * what the buffer holds, so a dead letter never replaces an applied mark.
+ * For the backends' and the lanes' child txns' kl_txn_mark().
+ */
+kl_err_t kl__store_buf_mark(kl__buf_t *ids, const void *key, size_t key_len,
+                            kl_mark_t mark);
 
 /*
  * A savepoint in a PostgreSQL batch, so that one event's SQL can be undone

@@ -38,6 +38,18 @@ kl_err_t kl__store_acquire_above(kl_store_t *store, const char *topic,
                                  int32_t partition, uint64_t floor,
                                  kl_partition_state_t *state);
 
+/**
+ * The mark an idempotency key keeps when it is marked @p mark over @p have,
+ * in a batch's buffer, a lane's overlay or the store: an applied mark is
+ * never replaced by a dead-letter one. An id reused by two events stays
+ * applied once either applied (the other is a duplicate, or its dead letter
+ * is sent but not recorded over it); a dead letter becomes applied when it
+ * is redriven.
+ */
+static inline kl_mark_t kl__mark_merge(kl_mark_t have, kl_mark_t mark) {
+  return have == KL_MARK_APPLIED ? KL_MARK_APPLIED : mark;
+}
+
 /** One batch of kl__store_commit_many(). */
 typedef struct kl__store_commit {
   kl_txn_t *txn;     /**< freed by the call */

@@ -145,9 +145,7 @@ kl_err_t kl__lmdb_mark(kl_txn_t *txn, const char *id, size_t id_len,
   kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
   unsigned char buf[KL__IDKEY_MAX];
   size_t len = kl__lmdb_id_encode(id, id_len, buf);
-  if (kl__buf_set(&ltxn->ids, buf, len, NULL, 0, (int)mark))
-    return kl__err(KL_ENOMEM, "kl_txn_mark: out of memory");
-  return KL_OK;
+  return kl__store_buf_mark(&ltxn->ids, buf, len, mark);
 }
 
 void kl__lmdb_count_duplicate(kl_txn_t *txn) {
@@ -186,6 +184,23 @@ static int kl_commit_data(kl__lmdb_t *lmdb, MDB_txn *mtxn,
   return 0;
 }
 
+/* A dead-letter mark never replaces a stored applied one (see
+ * kl__mark_merge()); only this rare path reads before it writes. */
+static int kl_commit_dead_letter(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_val *k,
+                                 MDB_val *v) {
+  MDB_val have = *v;
+  int rc = mdb_put(mtxn, lmdb->ids, k, &have, MDB_NOOVERWRITE);
+  if (rc != MDB_KEYEXIST)
+    return rc;
+  int64_t t;
+  kl_mark_t mark;
+  if (kl__lmdb_idval_decode(&have, &t, &mark))
+    return MDB_CORRUPTED;
+  if (kl__mark_merge(mark, KL_MARK_DEAD_LETTER) != KL_MARK_DEAD_LETTER)
+    return 0;
+  return mdb_put(mtxn, lmdb->ids, k, v, 0);
+}
+
 static int kl_commit_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn,
                          const kl_commit_ctx_t *ctx) {
   for (size_t i = 0; i < ctx->ltxn->ids.count; i++) {
@@ -194,7 +209,9 @@ static int kl_commit_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn,
     kl__lmdb_idval_encode(ctx->now_ms, (kl_mark_t)e->tag, val);
     MDB_val k = {e->key_len, (void *)kl__buf_key(e)};
     MDB_val v = {sizeof(val), val};
-    int rc = mdb_put(mtxn, lmdb->ids, &k, &v, 0);
+    int rc = e->tag == KL_MARK_DEAD_LETTER ? kl_commit_dead_letter(lmdb, mtxn,
+                                                                   &k, &v)
+                                           : mdb_put(mtxn, lmdb->ids, &k, &v, 0);
     if (rc)
       return rc;
   }

@@ -334,7 +334,7 @@ kl_err_t kl__pg_seen(kl_txn_t *base, const char *id, size_t id_len,
 kl_err_t kl__pg_mark(kl_txn_t *base, const char *id, size_t id_len,
                      kl_mark_t mark) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  return kl__buf_set(&txn->ids, id, id_len, NULL, 0, (int)mark);
+  return kl__store_buf_mark(&txn->ids, id, id_len, mark);
 }
 
 void kl__pg_count_duplicate(kl_txn_t *base) {

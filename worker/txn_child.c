@@ -123,7 +123,10 @@ kl_err_t kl__ov_set(kl__overlay_t *ov, kl__lkey_t *writer, int space,
   if (val_len)
     memcpy(e->val, val, val_len);
   e->val_len = val_len;
-  e->tag = tag;
+  /* A new entry's tag is 0, KL_MARK_NONE. */
+  e->tag = space == KL__OV_ID ? (int)kl__mark_merge((kl_mark_t)e->tag,
+                                                    (kl_mark_t)tag)
+                              : tag;
   e->gen = ov->gen;
   if (e->writer != writer) {
     if (e->writer)
@@ -270,9 +273,7 @@ static kl_err_t kl_child_seen(kl_txn_t *txn, const char *id, size_t id_len,
 static kl_err_t kl_child_mark(kl_txn_t *txn, const char *id, size_t id_len,
                               kl_mark_t mark) {
   kl__child_t *c = (kl__child_t *)txn;
-  if (kl__buf_set(&c->ids, id, id_len, NULL, 0, (int)mark))
-    return kl__err(KL_ENOMEM, "kl_txn_mark: out of memory");
-  return KL_OK;
+  return kl__store_buf_mark(&c->ids, id, id_len, mark);
 }
 
 static void kl_child_count_duplicate(kl_txn_t *txn) {

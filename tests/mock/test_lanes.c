@@ -26,6 +26,7 @@
 #include "keylane/producer.h"
 #include "support/cluster.h"
 #include "support/support.h"
+#include "worker/lanes_internal.h"
 
 #define KEYS 1000
 #define PER_KEY 3
@@ -597,8 +598,42 @@ static void test_waiting_bound_pauses_and_resumes(void **state) {
   t_fx_down(&fx);
 }
 
+/* An id reused by two keys of a partition: one event applied it, the other
+ * was dead-lettered after it (its letter acknowledged later). The overlay
+ * that builds the commit keeps the id applied. */
+static void test_dead_letter_mark_keeps_applied_in_overlay(void **state) {
+  (void)state;
+  kl__overlay_t ov;
+  kl__lkey_t *applied = calloc(1, sizeof(*applied));
+  kl__lkey_t *failed = calloc(1, sizeof(*failed));
+  assert_non_null(applied);
+  assert_non_null(failed);
+  kl__ov_init(&ov);
+  assert_int_equal(kl__ov_set(&ov, applied, KL__OV_ID, "id-1", 4, NULL, 0,
+                              KL_MARK_APPLIED),
+                   KL_OK);
+  assert_int_equal(kl__ov_set(&ov, failed, KL__OV_ID, "id-1", 4, NULL, 0,
+                              KL_MARK_DEAD_LETTER),
+                   KL_OK);
+  assert_int_equal(kl__ov_get(&ov, KL__OV_ID, "id-1", 4)->tag,
+                   KL_MARK_APPLIED);
+  /* A dead letter redriven and applied does become applied. */
+  assert_int_equal(kl__ov_set(&ov, failed, KL__OV_ID, "id-2", 4, NULL, 0,
+                              KL_MARK_DEAD_LETTER),
+                   KL_OK);
+  assert_int_equal(kl__ov_set(&ov, applied, KL__OV_ID, "id-2", 4, NULL, 0,
+                              KL_MARK_APPLIED),
+                   KL_OK);
+  assert_int_equal(kl__ov_get(&ov, KL__OV_ID, "id-2", 4)->tag,
+                   KL_MARK_APPLIED);
+  kl__ov_clear(&ov);
+  free(applied);
+  free(failed);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_dead_letter_mark_keeps_applied_in_overlay),
       cmocka_unit_test(test_failing_keys_wait_alone),
       cmocka_unit_test(test_restart_in_retries_applies_nothing_twice),
       cmocka_unit_test(test_max_attempts_dead_letters_once),

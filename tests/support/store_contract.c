@@ -250,6 +250,36 @@ void kl_t_contract_seen_and_mark(void **state) {
   kl_store_destroy(store);
 }
 
+/* An id reused by two events of one partition: whichever order its marks
+ * come in, in one batch or in two, an applied mark stays applied; a dead
+ * letter still becomes applied (a redrive). */
+void kl_t_contract_dead_letter_never_replaces_applied(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  kl_store_t *store = kl_t_store_open(where, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  const char *uuid = "0190f5c4-7d2a-7b3e-9f00-1234567890ab";
+
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  kl_t_txn_mark(txn, "same-batch", KL_MARK_APPLIED);
+  kl_t_txn_mark(txn, "same-batch", KL_MARK_DEAD_LETTER);
+  assert_int_equal(kl_t_txn_seen(txn, "same-batch"), KL_MARK_APPLIED);
+  kl_t_txn_mark(txn, uuid, KL_MARK_APPLIED);
+  kl_t_txn_mark(txn, "redriven", KL_MARK_DEAD_LETTER);
+  kl_t_store_commit(txn, 1);
+
+  txn = kl_t_store_begin(store, 0, epoch);
+  kl_t_txn_mark(txn, uuid, KL_MARK_DEAD_LETTER); /* a later batch */
+  kl_t_txn_mark(txn, "redriven", KL_MARK_APPLIED);
+  kl_t_store_commit(txn, 2);
+
+  txn = kl_t_store_begin(store, 0, epoch);
+  assert_int_equal(kl_t_txn_seen(txn, "same-batch"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, uuid), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "redriven"), KL_MARK_APPLIED);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+}
+
 void kl_t_contract_fenced_commit_applies_nothing(void **state) {
   const char *where = kl_t_store_fixture(state)->where;
   kl_store_t *store = kl_t_store_open(where, NULL);
