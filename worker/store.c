@@ -265,6 +265,13 @@ kl_err_t kl__store_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
   return store->ops->ids_walk(store, cb, opaque);
 }
 
+kl_err_t kl__store_version(kl_store_t *store, int *version, int *latest) {
+  if (!store || !version || !latest)
+    return kl__err(KL_EINVAL, "kl__store_version: store, version and latest "
+                              "are required");
+  return store->ops->version(store, version, latest);
+}
+
 /* ---- the store's clock ----------------------------------------------- */
 
 static int64_t (*_Atomic kl_store_clock)(void);

@@ -42,6 +42,7 @@ typedef struct kl__store_ops {
   kl_err_t (*foreach_partition)(kl_store_t *store, kl_store_partition_cb_t *cb,
                                 void *opaque);
   kl_err_t (*id_count)(kl_store_t *store, uint64_t *count);
+  kl_err_t (*version)(kl_store_t *store, int *version, int *latest);
   /* Optional (NULL: kl__store_ids_walk() says the backend lacks it). */
   kl_err_t (*ids_walk)(kl_store_t *store, kl__store_id_cb_t *cb, void *opaque);
   /* Optional (NULL: kl_txn_pg_conn() returns NULL): the PGconn a handler

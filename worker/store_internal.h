@@ -69,10 +69,22 @@ typedef struct kl__store_commit {
  */
 void kl__store_commit_many(kl__store_commit_t *commits, size_t n);
 
-/* The LMDB store's format: bumped on any incompatible layout change. */
-#define KL__LMDB_FORMAT 1u
+/* The LMDB store's format: bumped on any incompatible layout change.
+ * Format 1 kept idempotency keys unscoped in KL__LMDB_IDS_V1_DB, keyed by
+ * the encoded id alone (a tag byte, 0 raw or 1 a packed UUID, then the
+ * bytes); format 2 scopes them by topic. A format-1 store is migrated when
+ * it is opened. */
+#define KL__LMDB_FORMAT 2u
 #define KL__LMDB_META_DB "meta"
 #define KL__LMDB_FORMAT_KEY "format" /* value: uint32_t, host order */
+#define KL__LMDB_IDS_V1_DB "ids"
+
+/**
+ * The store's layout version: the LMDB format or the PostgreSQL schema
+ * version, in @p version, and the one this build writes in @p latest.
+ * For `keylane doctor` and `keylane store`.
+ */
+kl_err_t kl__store_version(kl_store_t *store, int *version, int *latest);
 
 /** Space used by one LMDB named database (or the whole file). */
 typedef struct kl__store_usage {
@@ -94,11 +106,13 @@ kl_err_t kl__store_lmdb_usage(kl_store_t *store, kl__store_usage_t *usage);
 
 /**
  * Called for each idempotency key by kl__store_ids_walk(); return nonzero
- * to stop. @p id is the key as it was marked (borrowed: valid for the call
- * only), @p time_ms when it was recorded.
+ * to stop. @p topic is the topic it is scoped to and @p id the key as it
+ * was marked (both borrowed: valid for the call only), @p time_ms when it
+ * was recorded.
  */
-typedef int(kl__store_id_cb_t)(void *opaque, const char *id, size_t id_len,
-                               int64_t time_ms, kl_mark_t mark);
+typedef int(kl__store_id_cb_t)(void *opaque, const char *topic,
+                               const char *id, size_t id_len, int64_t time_ms,
+                               kl_mark_t mark);
 
 /**
  * Calls @p cb for every idempotency key, in the backend's order, from one

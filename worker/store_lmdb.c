@@ -308,7 +308,10 @@ int kl__lmdb_part_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
                    state->duplicates, state->dead_letters};
   MDB_val key = kl_part_key(buf, topic, partition);
   MDB_val val = {sizeof(v), v};
-  return mdb_put(mtxn, lmdb->parts, &key, &val, 0);
+  /* Every topic with a partition has a number, which scopes its ids. */
+  uint32_t topic_no;
+  int rc = kl__lmdb_topic_no(lmdb, mtxn, topic, 1, &topic_no);
+  return rc ? rc : mdb_put(mtxn, lmdb->parts, &key, &val, 0);
 }
 
 typedef struct kl_acquire_ctx {
@@ -510,15 +513,20 @@ static int kl_uuid_pack(const char *id, size_t len, unsigned char *out) {
   return 0;
 }
 
-size_t kl__lmdb_id_encode(const char *id, size_t id_len,
+size_t kl__lmdb_id_encode(uint32_t topic_no, const char *id, size_t id_len,
                           unsigned char out[KL__IDKEY_MAX]) {
-  if (kl_uuid_pack(id, id_len, out + 1) == 0) {
-    out[0] = 1;
-    return 17;
+  out[0] = (unsigned char)(topic_no >> 24);
+  out[1] = (unsigned char)(topic_no >> 16);
+  out[2] = (unsigned char)(topic_no >> 8);
+  out[3] = (unsigned char)topic_no;
+  unsigned char *tag = out + KL__TOPIC_NO_LEN;
+  if (kl_uuid_pack(id, id_len, tag + 1) == 0) {
+    tag[0] = 1;
+    return KL__TOPIC_NO_LEN + 17;
   }
-  out[0] = 0;
-  memcpy(out + 1, id, id_len); /* <= 255: checked by store.c */
-  return id_len + 1;
+  tag[0] = 0;
+  memcpy(tag + 1, id, id_len); /* <= 255: checked by store.c */
+  return KL__TOPIC_NO_LEN + id_len + 1;
 }
 
 void kl__lmdb_idval_encode(int64_t now_ms, kl_mark_t mark,
@@ -543,9 +551,25 @@ int kl__lmdb_idval_decode(const MDB_val *val, int64_t *time_ms,
   return 0;
 }
 
-/* The inverse of kl__lmdb_id_encode(): the id as it was marked. */
-static int kl_id_decode(const MDB_val *key, char out[KL__IDKEY_MAX],
-                        size_t *len) {
+static uint32_t kl_be32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+         p[3];
+}
+
+/* The inverse of kl__lmdb_id_encode(): the topic's number and the id as
+ * it was marked. */
+static int kl_id_decode(const MDB_val *key, uint32_t *topic_no,
+                        char out[KL__IDKEY_MAX], size_t *len) {
+  if (key->mv_size < KL__TOPIC_NO_LEN)
+    return MDB_CORRUPTED;
+  *topic_no = kl_be32(key->mv_data);
+  MDB_val id = {key->mv_size - KL__TOPIC_NO_LEN,
+                (unsigned char *)key->mv_data + KL__TOPIC_NO_LEN};
+  return kl__lmdb_id_decode_v1(&id, out, len);
+}
+
+int kl__lmdb_id_decode_v1(const MDB_val *key, char out[KL__IDKEY_MAX],
+                          size_t *len) {
   const unsigned char *k = key->mv_data;
   if (key->mv_size == 17 && k[0] == 1) {
     static const char hex[] = "0123456789abcdef";
@@ -560,25 +584,59 @@ static int kl_id_decode(const MDB_val *key, char out[KL__IDKEY_MAX],
     *len = 36;
     return 0;
   }
-  if (key->mv_size < 2 || key->mv_size > KL__IDKEY_MAX || k[0] != 0)
+  if (key->mv_size < 2 || key->mv_size > 256 || k[0] != 0)
     return MDB_CORRUPTED;
   *len = key->mv_size - 1;
   memcpy(out, k + 1, *len);
   return 0;
 }
 
-static int kl_ids_walk_cursor(MDB_cursor *cur, kl__store_id_cb_t *cb,
-                              void *opaque) {
+/* The topics' names by number, for a walk: names[no - 1], borrowed from
+ * the snapshot. Numbers are given 1, 2, ... and never reused. */
+typedef struct kl_topic_names {
+  const char **names;
+  size_t count;
+} kl_topic_names_t;
+
+static int kl_topic_names_load(kl__lmdb_t *lmdb, MDB_txn *snap,
+                               kl_topic_names_t *t) {
+  MDB_stat st;
+  MDB_cursor *cur;
+  MDB_val key, val;
+  int rc = mdb_stat(snap, lmdb->topics, &st);
+  if (rc || (rc = mdb_cursor_open(snap, lmdb->topics, &cur)))
+    return rc;
+  t->count = st.ms_entries;
+  t->names = calloc(t->count ? t->count : 1, sizeof(*t->names));
+  rc = t->names ? mdb_cursor_get(cur, &key, &val, MDB_FIRST) : ENOMEM;
+  for (; rc == 0; rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    uint32_t no = val.mv_size == 4 ? kl_be32(val.mv_data) : 0;
+    const char *name = key.mv_data; /* stored with its NUL */
+    if (no == 0 || no > t->count || name[key.mv_size - 1] != '\0') {
+      rc = MDB_CORRUPTED;
+      break;
+    }
+    t->names[no - 1] = name;
+  }
+  mdb_cursor_close(cur);
+  return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+static int kl_ids_walk_cursor(MDB_cursor *cur, const kl_topic_names_t *t,
+                              kl__store_id_cb_t *cb, void *opaque) {
   MDB_val key, val;
   int rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST);
   for (; rc == 0; rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
     char id[KL__IDKEY_MAX];
     size_t len;
-    int64_t t;
+    uint32_t no;
+    int64_t t_ms;
     kl_mark_t mark;
-    if (kl_id_decode(&key, id, &len) || kl__lmdb_idval_decode(&val, &t, &mark))
+    if (kl_id_decode(&key, &no, id, &len) ||
+        kl__lmdb_idval_decode(&val, &t_ms, &mark) || no == 0 ||
+        no > t->count || !t->names[no - 1])
       return MDB_CORRUPTED;
-    if (cb(opaque, id, len, t, mark))
+    if (cb(opaque, t->names[no - 1], id, len, t_ms, mark))
       return 0;
   }
   return rc == MDB_NOTFOUND ? 0 : rc;
@@ -589,16 +647,45 @@ static kl_err_t kl_lmdb_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   MDB_txn *snap;
   MDB_cursor *cur;
+  kl_topic_names_t names = {NULL, 0};
   kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
   if (err)
     return err;
-  int rc = mdb_cursor_open(snap, lmdb->ids, &cur);
-  if (rc == 0) {
-    rc = kl_ids_walk_cursor(cur, cb, opaque);
+  int rc = kl_topic_names_load(lmdb, snap, &names);
+  if (rc == 0 && (rc = mdb_cursor_open(snap, lmdb->ids, &cur)) == 0) {
+    rc = kl_ids_walk_cursor(cur, &names, cb, opaque);
     mdb_cursor_close(cur);
   }
+  free(names.names);
   kl__lmdb_read_end(lmdb, snap);
   return rc ? kl__lmdb_err(rc, "list idempotency keys") : KL_OK;
+}
+
+/* ---- topics ---------------------------------------------------------- */
+
+int kl__lmdb_topic_no(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
+                      int create, uint32_t *topic_no) {
+  MDB_val key = {strlen(topic) + 1, (void *)topic}, val;
+  int rc = mdb_get(mtxn, lmdb->topics, &key, &val);
+  if (rc == 0) {
+    if (val.mv_size != 4)
+      return MDB_CORRUPTED;
+    *topic_no = kl_be32(val.mv_data);
+    return 0;
+  }
+  if (rc != MDB_NOTFOUND || !create)
+    return rc;
+  MDB_stat st;
+  if ((rc = mdb_stat(mtxn, lmdb->topics, &st)))
+    return rc;
+  uint32_t no = (uint32_t)st.ms_entries + 1;
+  unsigned char be[4] = {(unsigned char)(no >> 24), (unsigned char)(no >> 16),
+                         (unsigned char)(no >> 8), (unsigned char)no};
+  val = (MDB_val){sizeof(be), be};
+  if ((rc = mdb_put(mtxn, lmdb->topics, &key, &val, MDB_NOOVERWRITE)))
+    return rc;
+  *topic_no = no;
+  return 0;
 }
 
 /* ---- expiry ---------------------------------------------------------- */
@@ -771,6 +858,9 @@ static void kl_lmdb_destroy(kl_store_t *store) {
   free(lmdb);
 }
 
+static kl_err_t kl_lmdb_version(kl_store_t *store, int *version,
+                                int *latest);
+
 static const kl__store_ops_t kl_lmdb_ops = {
     .name = "lmdb",
     .destroy = kl_lmdb_destroy,
@@ -791,13 +881,80 @@ static const kl__store_ops_t kl_lmdb_ops = {
     .foreach_partition = kl_lmdb_foreach_partition,
     .id_count = kl_lmdb_id_count,
     .ids_walk = kl_lmdb_ids_walk,
+    .version = kl_lmdb_version,
 };
+
+/* The databases of this format, created when missing. */
+static int kl_open_dbs(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
+  int rc;
+  if ((rc = mdb_dbi_open(mtxn, "parts", MDB_CREATE, &lmdb->parts)) ||
+      (rc = mdb_dbi_open(mtxn, "topics", MDB_CREATE, &lmdb->topics)) ||
+      (rc = mdb_dbi_open(mtxn, "topic_ids", MDB_CREATE, &lmdb->ids)))
+    return rc;
+  return mdb_dbi_open(mtxn, "data", MDB_CREATE, &lmdb->data);
+}
+
+/* Numbers every topic of "parts": the topics a format-1 store's ids may
+ * belong to. */
+static int kl_number_topics(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
+  MDB_cursor *cur;
+  MDB_val key, val;
+  uint32_t no;
+  int rc = mdb_cursor_open(mtxn, lmdb->parts, &cur);
+  if (rc)
+    return rc;
+  rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST);
+  for (; rc == 0; rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    const char *topic = key.mv_data; /* NUL-terminated in the key */
+    if (key.mv_size < 6 || topic[key.mv_size - 5] != '\0') {
+      rc = MDB_CORRUPTED;
+      break;
+    }
+    if ((rc = kl__lmdb_topic_no(lmdb, mtxn, topic, 1, &no)))
+      break;
+  }
+  mdb_cursor_close(cur);
+  return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+static kl_err_t kl_format_refused(kl__lmdb_t *lmdb, uint32_t found) {
+  return kl__err(KL_ESTORE_VERSION,
+                 "store %s has format version %" PRIu32 ", this build "
+                 "supports version %u (and migrates version 1 when it opens "
+                 "it): open it with the keylane release that wrote it, or "
+                 "start a new store in another directory",
+                 lmdb->dir, found, KL__LMDB_FORMAT);
+}
+
+/* Checks the format record, writing this build's in a new store. A
+ * format-1 store gets it too, with its topics numbered: its ids then move
+ * by kl__lmdb_migrate_ids(), and an older keylane refuses it from now on. */
+static int kl_format_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, kl_err_t *stop) {
+  MDB_val key = {sizeof(KL__LMDB_FORMAT_KEY) - 1, KL__LMDB_FORMAT_KEY}, val;
+  uint32_t format = KL__LMDB_FORMAT, found = 0;
+  int rc = mdb_get(mtxn, lmdb->meta, &key, &val);
+  if (rc && rc != MDB_NOTFOUND)
+    return rc;
+  if (rc == 0 && val.mv_size == sizeof(found))
+    memcpy(&found, val.mv_data, sizeof(found));
+  if (rc == 0 && found == KL__LMDB_FORMAT)
+    return 0;
+  if (rc == 0 && found != 1) {
+    *stop = kl_format_refused(lmdb, found);
+    return KL__LMDB_STOP;
+  }
+  if (rc == 0 && (rc = kl_number_topics(lmdb, mtxn)))
+    return rc;
+  val = (MDB_val){sizeof(format), &format};
+  return mdb_put(mtxn, lmdb->meta, &key, &val, 0);
+}
 
 /* Checks the format, creating the databases of a new store. */
 static int kl_init_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
                       kl_err_t *stop) {
   MDB_dbi main;
   MDB_stat st;
+  (void)opaque;
   int rc = mdb_dbi_open(mtxn, KL__LMDB_META_DB, 0, &lmdb->meta);
   if (rc == MDB_NOTFOUND) {
     /* No meta: a new store, unless another program's data is there. */
@@ -813,32 +970,27 @@ static int kl_init_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
     }
     rc = mdb_dbi_open(mtxn, KL__LMDB_META_DB, MDB_CREATE, &lmdb->meta);
   }
-  if (rc)
+  if (rc || (rc = kl_open_dbs(lmdb, mtxn)))
     return rc;
+  return kl_format_fn(lmdb, mtxn, stop);
+}
+
+static kl_err_t kl_lmdb_version(kl_store_t *store, int *version,
+                                int *latest) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   MDB_val key = {sizeof(KL__LMDB_FORMAT_KEY) - 1, KL__LMDB_FORMAT_KEY}, val;
-  uint32_t format = KL__LMDB_FORMAT;
-  rc = mdb_get(mtxn, lmdb->meta, &key, &val);
-  if (rc == MDB_NOTFOUND) {
-    val = (MDB_val){sizeof(format), &format};
-    rc = mdb_put(mtxn, lmdb->meta, &key, &val, 0);
-  } else if (rc == 0) {
-    uint32_t found = 0;
-    if (val.mv_size == sizeof(found))
-      memcpy(&found, val.mv_data, sizeof(found));
-    if (found != KL__LMDB_FORMAT) {
-      *stop = kl__err(KL_ESTORE_VERSION,
-                      "store %s has format version %" PRIu32 ", this build "
-                      "supports version %u: open it with the keylane release "
-                      "that wrote it, or start a new store in another "
-                      "directory",
-                      lmdb->dir, found, KL__LMDB_FORMAT);
-      return KL__LMDB_STOP;
-    }
-  }
-  if (rc || (rc = mdb_dbi_open(mtxn, "parts", MDB_CREATE, &lmdb->parts)) ||
-      (rc = mdb_dbi_open(mtxn, "ids", MDB_CREATE, &lmdb->ids)))
-    return rc;
-  return mdb_dbi_open(mtxn, "data", MDB_CREATE, &lmdb->data);
+  MDB_txn *snap;
+  uint32_t found = 0;
+  *latest = (int)KL__LMDB_FORMAT;
+  kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
+  if (err)
+    return err;
+  int rc = mdb_get(snap, lmdb->meta, &key, &val);
+  if (rc == 0 && val.mv_size == sizeof(found))
+    memcpy(&found, val.mv_data, sizeof(found));
+  kl__lmdb_read_end(lmdb, snap);
+  *version = (int)found;
+  return rc ? kl__lmdb_err(rc, "read the format version") : KL_OK;
 }
 
 static size_t kl_round_pages(int64_t bytes) {
@@ -893,7 +1045,7 @@ static kl_err_t kl_lmdb_env(kl__lmdb_t *lmdb, size_t map_size,
                             unsigned flags) {
   int rc = mdb_env_create(&lmdb->env);
   if (!rc)
-    rc = mdb_env_set_maxdbs(lmdb->env, 4);
+    rc = mdb_env_set_maxdbs(lmdb->env, 8); /* 6 named: room to grow */
   if (!rc)
     rc = mdb_env_set_maxreaders(lmdb->env, KL_LMDB_READERS);
   if (!rc)
@@ -940,6 +1092,8 @@ kl_err_t kl__store_lmdb_open(const char *dir, const kl_conf_t *conf,
     err = kl_lmdb_env(lmdb, map_size, flags);
   if (!err)
     err = kl__lmdb_write(lmdb, "initialise", kl_init_fn, NULL);
+  if (!err)
+    err = kl__lmdb_migrate_ids(lmdb);
   if (err) {
     kl_lmdb_destroy(&lmdb->base);
     return err;

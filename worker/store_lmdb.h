@@ -2,15 +2,24 @@
  * The LMDB store's internals, shared by store_lmdb.c (the environment, its
  * map size, partitions, scans, expiry) and store_lmdb_txn.c (batches).
  *
- * Layout: one environment directory per host, shared by every worker
- * process, with four named databases:
- *   meta   "format" -> uint32 format version; "sweep.cursor" -> an ids key
- *   parts  topic NUL partition(uint32 big-endian) -> 5 x uint64 (epoch,
- *          watermark, applied, duplicates, dead_letters), host order
- *   ids    encoded idempotency key -> 6 bytes: insert ms << 2 | mark
- *   data   the handlers' keys and values, as given
+ * Layout (format 2): one environment directory per host, shared by every
+ * worker process, with five named databases:
+ *   meta       "format" -> uint32 format version; "sweep.cursor" -> an ids key
+ *   parts      topic NUL partition(uint32 big-endian) -> 5 x uint64 (epoch,
+ *              watermark, applied, duplicates, dead_letters), host order
+ *   topics     topic -> uint32 topic number (big-endian), given on the
+ *              topic's first acquire, never reused
+ *   topic_ids  topic number (4 bytes, big-endian) + encoded idempotency key
+ *              -> 6 bytes: insert ms << 2 | mark
+ *   data       the handlers' keys and values, as given
  * ids and data are separate so that expiry walks only idempotency keys and
- * a prefix scan walks only handler state.
+ * a prefix scan walks only handler state. A number rather than the topic's
+ * name scopes an id: 4 bytes per key, whatever the name's length.
+ *
+ * Format 1 kept ids unscoped, in "ids" (the encoded key alone). Opening
+ * such a store migrates it in place (store_lmdb_migrate.c): each old id is
+ * copied to every topic the store knew, so it still suppresses its event
+ * whichever topic that was.
  */
 #ifndef KEYLANE_WORKER_STORE_LMDB_H
 #define KEYLANE_WORKER_STORE_LMDB_H
@@ -24,7 +33,7 @@
 typedef struct kl__lmdb {
   kl_store_t base;
   MDB_env *env;
-  MDB_dbi meta, parts, ids, data;
+  MDB_dbi meta, parts, topics, ids, data; /* ids: "topic_ids" */
   char *dir;
   int durable;          /* store.durability=full: every commit is fsynced */
   size_t map_max;       /* store.map.max, rounded to pages */
@@ -76,20 +85,41 @@ int kl__lmdb_part_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
 int kl__lmdb_part_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
                       int32_t partition, const kl_partition_state_t *state);
 
-/* Idempotency keys: a canonical lowercase UUID (36 bytes of text) is kept
- * as a tag byte and its 16 bytes, anything else as a tag byte and the raw
- * bytes; the tag keeps the two apart. The value packs the insert time and
- * the mark into 6 bytes. Together they keep a stored UUID near 50-70 bytes
- * on disk instead of ~110. */
-#define KL__IDKEY_MAX 256
-size_t kl__lmdb_id_encode(const char *id, size_t id_len,
+/* Idempotency keys: the topic's number (4 bytes), then a canonical
+ * lowercase UUID (36 bytes of text) as a tag byte and its 16 bytes,
+ * anything else as a tag byte and the raw bytes; the tag keeps the two
+ * apart. The value packs the insert time and the mark into 6 bytes.
+ * Together they keep a stored UUID near 50-70 bytes on disk instead of
+ * ~110. */
+#define KL__TOPIC_NO_LEN 4
+#define KL__IDKEY_MAX (KL__TOPIC_NO_LEN + 256)
+size_t kl__lmdb_id_encode(uint32_t topic_no, const char *id, size_t id_len,
                           unsigned char out[KL__IDKEY_MAX]);
 #define KL__IDVAL_LEN 6
 void kl__lmdb_idval_encode(int64_t now_ms, kl_mark_t mark,
                            unsigned char out[KL__IDVAL_LEN]);
+/* The id of an encoded key without its topic number (a format-1 key):
+ * @returns 0, or MDB_CORRUPTED. */
+int kl__lmdb_id_decode_v1(const MDB_val *key, char out[KL__IDKEY_MAX],
+                          size_t *len);
 /* @returns 0, or -1 for a value that is not 6 bytes. */
 int kl__lmdb_idval_decode(const MDB_val *val, int64_t *time_ms,
                           kl_mark_t *mark);
+
+/**
+ * The number of @p topic in @p mtxn: given a new one when @p create (a
+ * write txn) and the topic has none.
+ * @returns 0, MDB_NOTFOUND (none and not @p create), or an LMDB rc.
+ */
+int kl__lmdb_topic_no(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
+                      int create, uint32_t *topic_no);
+
+/**
+ * Moves a format-1 store's unscoped ids into "topic_ids" (see the layout
+ * above); called by the open, once "parts", "topics" and "topic_ids" are
+ * open and the format record says 2. Several processes may run it at once.
+ */
+kl_err_t kl__lmdb_migrate_ids(kl__lmdb_t *lmdb);
 
 /* The txn operations of store_lmdb_txn.c, for the ops table. */
 kl_err_t kl__lmdb_begin(kl_store_t *store, const char *topic,

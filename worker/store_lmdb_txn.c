@@ -18,6 +18,7 @@ typedef struct kl_lmdb_txn {
   kl_txn_t base;
   MDB_txn *snap; /* NULL once the commit gave it up */
   int32_t partition;
+  uint32_t topic_no; /* scopes the batch's idempotency keys */
   uint64_t epoch;
   uint64_t duplicates;
   kl__buf_t data; /* handler keys: KL_BUF_PUT with the value, or KL_BUF_DEL */
@@ -66,6 +67,9 @@ kl_err_t kl__lmdb_begin(kl_store_t *store, const char *topic,
   /* Fail fast: a batch that cannot commit need not run its handlers. */
   kl_partition_state_t state;
   int rc = kl__lmdb_part_get(lmdb, ltxn->snap, topic, partition, &state);
+  /* An owned partition's topic has a number: its row was written with it. */
+  if (!rc && state.epoch == epoch)
+    rc = kl__lmdb_topic_no(lmdb, ltxn->snap, topic, 0, &ltxn->topic_no);
   if (rc)
     err = kl__lmdb_err(rc, "begin");
   else if (state.epoch != epoch)
@@ -123,7 +127,7 @@ kl_err_t kl__lmdb_seen(kl_txn_t *txn, const char *id, size_t id_len,
                        kl_mark_t *mark) {
   kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
   unsigned char buf[KL__IDKEY_MAX];
-  size_t len = kl__lmdb_id_encode(id, id_len, buf);
+  size_t len = kl__lmdb_id_encode(ltxn->topic_no, id, id_len, buf);
   const kl__buf_entry_t *entry = kl__buf_get(&ltxn->ids, buf, len);
   if (entry) {
     *mark = (kl_mark_t)entry->tag;
@@ -144,7 +148,7 @@ kl_err_t kl__lmdb_mark(kl_txn_t *txn, const char *id, size_t id_len,
                        kl_mark_t mark) {
   kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
   unsigned char buf[KL__IDKEY_MAX];
-  size_t len = kl__lmdb_id_encode(id, id_len, buf);
+  size_t len = kl__lmdb_id_encode(ltxn->topic_no, id, id_len, buf);
   return kl__store_buf_mark(&ltxn->ids, buf, len, mark);
 }
 

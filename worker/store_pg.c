@@ -96,8 +96,8 @@ static const struct {
                     "$1::bytea",
                     "read a handler key"},
     [KL__PG_SEEN] = {"kl_seen",
-                     "SELECT mark FROM keylane_ids WHERE id = "
-                     "$1::bytea",
+                     "SELECT mark FROM keylane_ids WHERE topic = $2::text "
+                     "AND id = $1::bytea",
                      "look up an idempotency key"},
     [KL__PG_FENCE] =
         {"kl_fence",
@@ -116,10 +116,10 @@ static const struct {
                        "DELETE FROM keylane_kv WHERE key = ANY($1::bytea[])",
                        "delete the batch's handler keys"},
     [KL__PG_IDS] = {"kl_ids",
-                    "INSERT INTO keylane_ids (id, mark, inserted_ms) SELECT "
-                    "i, m, " KL__PG_NOW_MS(3) " FROM unnest($1::bytea[], "
-                    "$2::int2[]) AS "
-                    "t(i, m) ON CONFLICT (id) DO UPDATE SET mark = "
+                    "INSERT INTO keylane_ids (topic, id, mark, inserted_ms) "
+                    "SELECT $4::text, i, m, " KL__PG_NOW_MS(3) " FROM "
+                    "unnest($1::bytea[], $2::int2[]) AS t(i, m) ON CONFLICT "
+                    "(topic, id) DO UPDATE SET mark = "
                     "EXCLUDED.mark, inserted_ms = EXCLUDED.inserted_ms WHERE "
                     "keylane_ids.mark = 2 AND EXCLUDED.mark = 1",
                     "record the batch's idempotency keys"},
@@ -411,9 +411,9 @@ static kl_err_t kl_pg_sweep_fn(kl__pg_conn_t *conn, void *ctx) {
   const char *values[3] = {now, retention, max};
   PGresult *res = PQexecParams(
       conn->pg,
-      "DELETE FROM keylane_ids WHERE id IN (SELECT id FROM keylane_ids "
-      "WHERE inserted_ms < " KL__PG_NOW_MS(1) " - $2::int8 ORDER BY "
-      "inserted_ms LIMIT $3::int8 FOR UPDATE SKIP LOCKED)",
+      "DELETE FROM keylane_ids WHERE (topic, id) IN (SELECT topic, id FROM "
+      "keylane_ids WHERE inserted_ms < " KL__PG_NOW_MS(1) " - $2::int8 ORDER "
+      "BY inserted_ms LIMIT $3::int8 FOR UPDATE SKIP LOCKED)",
       3, NULL, values, NULL, NULL, 0);
   if (!kl__pg_ok(res)) {
     kl_err_t err = kl__pg_err(conn->pg, res, "sweep expired idempotency keys");
@@ -448,6 +448,15 @@ static kl_err_t kl_pg_id_count_fn(kl__pg_conn_t *conn, void *ctx) {
 
 static kl_err_t kl_pg_id_count(kl_store_t *store, uint64_t *count) {
   return kl_pg_call((kl__pg_t *)store, kl_pg_id_count_fn, count);
+}
+
+static kl_err_t kl_pg_version_fn(kl__pg_conn_t *conn, void *ctx) {
+  return kl__pg_schema_version(conn->pg, ctx);
+}
+
+static kl_err_t kl_pg_version(kl_store_t *store, int *version, int *latest) {
+  *latest = KL__PG_SCHEMA_VERSION;
+  return kl_pg_call((kl__pg_t *)store, kl_pg_version_fn, version);
 }
 
 /* ---- scans ------------------------------------------------------------ */
@@ -572,12 +581,13 @@ static uint64_t kl_pg_be(const char *p, int len) {
   return v;
 }
 
-/* Binary columns: id bytea, inserted_ms int8, mark int2. */
+/* Binary columns: id bytea, inserted_ms int8, mark int2, topic text (its
+ * bytes, with no NUL: libpq adds one to every value it returns). */
 static int kl_pg_ids_row(void *ctx, const PGresult *res, int row) {
   kl_pg_ids_t *ids = ctx;
   int64_t time_ms = (int64_t)kl_pg_be(PQgetvalue(res, row, 1), 8);
   kl_mark_t mark = (kl_mark_t)kl_pg_be(PQgetvalue(res, row, 2), 2);
-  return ids->cb(ids->opaque, PQgetvalue(res, row, 0),
+  return ids->cb(ids->opaque, PQgetvalue(res, row, 3), PQgetvalue(res, row, 0),
                  (size_t)PQgetlength(res, row, 0), time_ms, mark);
 }
 
@@ -585,7 +595,8 @@ static kl_err_t kl_pg_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
                                void *opaque) {
   kl_pg_ids_t ids = {cb, opaque};
   kl_pg_walk_t walk = {"DECLARE kl_walk NO SCROLL CURSOR FOR SELECT id, "
-                       "inserted_ms, mark FROM keylane_ids ORDER BY id",
+                       "inserted_ms, mark, topic FROM keylane_ids ORDER BY "
+                       "topic, id",
                        "list the idempotency keys",
                        0,
                        {NULL, NULL},
@@ -649,6 +660,7 @@ const kl__store_ops_t kl__pg_ops = {
     .foreach_partition = kl_pg_foreach_partition,
     .id_count = kl_pg_id_count,
     .ids_walk = kl_pg_ids_walk,
+    .version = kl_pg_version,
     .pg_conn = kl__pg_conn,
 };
 

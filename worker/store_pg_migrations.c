@@ -52,6 +52,24 @@ static const char *const kl_pg_migrations[KL__PG_SCHEMA_VERSION] = {
     "  epoch bigint NOT NULL,"
     "  event_offset bigint NOT NULL,"
     "  recorded_at timestamptz NOT NULL DEFAULT now());",
+    /* 3: idempotency keys scoped by topic: two topics sharing a store may
+     * use one id. Which topic an older id belonged to was not recorded, so
+     * each is copied to every topic the store knows: it still suppresses
+     * its own event's duplicates (and, as before, the same id on the other
+     * topics, until the sweep removes it). */
+    "CREATE TABLE keylane_topic_ids ("
+    "  topic text COLLATE \"C\" NOT NULL,"
+    "  id bytea NOT NULL,"
+    "  mark smallint NOT NULL,"
+    "  inserted_ms bigint NOT NULL,"
+    "  PRIMARY KEY (topic, id));"
+    "INSERT INTO keylane_topic_ids (topic, id, mark, inserted_ms) "
+    "  SELECT p.topic, i.id, i.mark, i.inserted_ms FROM keylane_ids i "
+    "  CROSS JOIN (SELECT DISTINCT topic FROM keylane_partitions) p;"
+    "DROP TABLE keylane_ids;"
+    "ALTER TABLE keylane_topic_ids RENAME TO keylane_ids;"
+    "ALTER INDEX keylane_topic_ids_pkey RENAME TO keylane_ids_pkey;"
+    "CREATE INDEX keylane_ids_inserted ON keylane_ids (inserted_ms);",
 };
 
 /* pg_advisory_xact_lock key: "keylane" as a number, so that two openers of

@@ -318,11 +318,11 @@ kl_err_t kl__pg_seen(kl_txn_t *base, const char *id, size_t id_len,
     *mark = (kl_mark_t)entry->tag;
     return KL_OK;
   }
-  const char *values[1] = {id};
-  int lengths[1] = {(int)id_len}, formats[1] = {1};
+  const char *values[2] = {id, txn->topic};
+  int lengths[2] = {(int)id_len, 0}, formats[2] = {1, 0};
   kl_err_t err;
   PGresult *res =
-      kl__pg_run(txn->conn, KL__PG_SEEN, 1, values, lengths, formats, 0, &err);
+      kl__pg_run(txn->conn, KL__PG_SEEN, 2, values, lengths, formats, 0, &err);
   if (!res)
     return err;
   *mark = PQntuples(res) == 1 ? (kl_mark_t)atoi(PQgetvalue(res, 0, 0))
@@ -343,18 +343,21 @@ void kl__pg_count_duplicate(kl_txn_t *base) {
 
 /* ---- commit ----------------------------------------------------------- */
 
-/* The statement of @p stmt with one or two binary array parameters. */
+/* The statement of @p stmt with one or two binary array parameters, then
+ * up to two text ones (@p extra, @p extra2). */
 static kl_err_t kl_pg_run_arrays(kl_pg_txn_t *txn, kl__pg_stmt_t stmt,
                                  kl_pg_arr_t *a, kl_pg_arr_t *b,
-                                 const char *extra) {
+                                 const char *extra, const char *extra2) {
   if (kl_pg_arr_end(a) || (b && kl_pg_arr_end(b)))
     return KL_ENOMEM;
-  const char *values[3] = {(char *)a->p, b ? (char *)b->p : NULL, extra};
-  int lengths[3] = {(int)a->len, b ? (int)b->len : 0, 0};
-  int formats[3] = {1, 1, 0};
+  const char *values[4] = {(char *)a->p, b ? (char *)b->p : NULL, extra,
+                           extra2};
+  int lengths[4] = {(int)a->len, b ? (int)b->len : 0, 0, 0};
+  int formats[4] = {1, 1, 0, 0};
+  int n = !b ? 1 : !extra ? 2 : !extra2 ? 3 : 4;
   kl_err_t err;
-  PGresult *res = kl__pg_run(txn->conn, stmt, b ? (extra ? 3 : 2) : 1, values,
-                             lengths, formats, 0, &err);
+  PGresult *res =
+      kl__pg_run(txn->conn, stmt, n, values, lengths, formats, 0, &err);
   PQclear(res);
   return res ? KL_OK : err;
 }
@@ -381,9 +384,9 @@ static kl_err_t kl_pg_write_data(kl_pg_txn_t *txn) {
   free(list);
   kl_err_t err = KL_OK;
   if (keys.n)
-    err = kl_pg_run_arrays(txn, KL__PG_UPSERT, &keys, &vals, NULL);
+    err = kl_pg_run_arrays(txn, KL__PG_UPSERT, &keys, &vals, NULL, NULL);
   if (!err && dels.n)
-    err = kl_pg_run_arrays(txn, KL__PG_DELETE, &dels, NULL, NULL);
+    err = kl_pg_run_arrays(txn, KL__PG_DELETE, &dels, NULL, NULL, NULL);
   free(keys.p);
   free(vals.p);
   free(dels.p);
@@ -404,7 +407,8 @@ static kl_err_t kl_pg_write_ids(kl_pg_txn_t *txn) {
   free(list);
   char now[24];
   kl__pg_clock_param(now, sizeof(now));
-  kl_err_t err = kl_pg_run_arrays(txn, KL__PG_IDS, &ids, &marks, now);
+  kl_err_t err = kl_pg_run_arrays(txn, KL__PG_IDS, &ids, &marks, now,
+                                  txn->topic);
   free(ids.p);
   free(marks.p);
   return err;

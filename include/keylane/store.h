@@ -5,8 +5,10 @@
  *
  * Per (topic, partition) the store keeps the owner epoch (a fencing token
  * that only grows) and the watermark (the next offset to apply: highest
- * applied offset + 1). Idempotency keys are kept, with their insert time,
- * for at least "store.dedup.retention" (default 7d), then swept.
+ * applied offset + 1). Idempotency keys are scoped by topic (two topics
+ * sharing a store may use one id, and each applies it once) and kept, with
+ * their insert time, for at least "store.dedup.retention" (default 7d),
+ * then swept.
  *
  * A batch is one transaction: kl_store_begin() opens a read snapshot and a
  * buffer; handlers read through kl_txn_get() (their own buffered writes
@@ -63,6 +65,8 @@ typedef enum kl_mark {
  * Opens (creating when missing) the store at @p location.
  * Keys read from @p conf (borrowed): store.durability (full|meta|none),
  * store.map.size, store.map.max, store.dedup.retention.
+ * An LMDB store of an older format is migrated in place here; an older
+ * PostgreSQL schema is refused until `keylane store migrate` moved it.
  * @returns KL_OK, KL_ESTORE_VERSION for a store of another format, or
  *          KL_ESTORE with the cause in kl_err_detail().
  */

@@ -187,8 +187,9 @@ static kl__redrive_t *kl_redrive(kl_fx_t *fx, const char *reason, int dry) {
   return r;
 }
 
-static int kl_count_marks(void *opaque, const char *id, size_t id_len,
-                          int64_t time_ms, kl_mark_t mark) {
+static int kl_count_marks(void *opaque, const char *topic, const char *id,
+                          size_t id_len, int64_t time_ms, kl_mark_t mark) {
+  (void)topic;
   ((uint64_t *)opaque)[mark]++;
   return 0;
 }

@@ -259,10 +259,10 @@ typedef struct t_ids {
   int n;
 } t_ids_t;
 
-static int t_ids_cb(void *opaque, const char *id, size_t id_len,
-                    int64_t time_ms, kl_mark_t mark) {
+static int t_ids_cb(void *opaque, const char *topic, const char *id,
+                    size_t id_len, int64_t time_ms, kl_mark_t mark) {
   t_ids_t *t = opaque;
-  snprintf(t->seen[t->n++], 64, "%.*s@%lld/%d", (int)id_len, id,
+  snprintf(t->seen[t->n++], 64, "%s/%.*s@%lld/%d", topic, (int)id_len, id,
            (long long)time_ms, (int)mark);
   return t->n == 2; /* stops after two */
 }
@@ -281,8 +281,8 @@ static void test_ids_walk(void **state) {
   t_ids_t t = {0};
   assert_int_equal(kl__store_ids_walk(store, t_ids_cb, &t), KL_OK);
   assert_int_equal(t.n, 2);
-  assert_string_equal(t.seen[0], "a@1700000000000/1");
-  assert_string_equal(t.seen[1], "b@1700000000000/2");
+  assert_string_equal(t.seen[0], KL_T_TOPIC "/a@1700000000000/1");
+  assert_string_equal(t.seen[1], KL_T_TOPIC "/b@1700000000000/2");
   kl_store_destroy(store);
 }
 
@@ -357,13 +357,88 @@ static void test_newer_schema_is_refused(void **state) {
   assert_int_equal(from, 99);
 }
 
+/* Writes the schema an older keylane made, at @p version (1 or 2), with
+ * that layout directly: idempotency keys unscoped, keyed by id alone. */
+static void t_write_old_schema(PGconn *admin, int version) {
+  t_sql(admin, "CREATE TABLE keylane_schema_version ("
+               "  version integer PRIMARY KEY,"
+               "  applied_at timestamptz NOT NULL DEFAULT now());"
+               "CREATE TABLE keylane_partitions ("
+               "  topic text COLLATE \"C\" NOT NULL,"
+               "  partition integer NOT NULL,"
+               "  epoch bigint NOT NULL DEFAULT 0,"
+               "  watermark bigint NOT NULL DEFAULT 0,"
+               "  applied bigint NOT NULL DEFAULT 0,"
+               "  duplicates bigint NOT NULL DEFAULT 0,"
+               "  dead_letters bigint NOT NULL DEFAULT 0,"
+               "  PRIMARY KEY (topic, partition));"
+               "CREATE TABLE keylane_ids ("
+               "  id bytea PRIMARY KEY,"
+               "  mark smallint NOT NULL,"
+               "  inserted_ms bigint NOT NULL);"
+               "CREATE INDEX keylane_ids_inserted ON keylane_ids (inserted_ms);"
+               "CREATE TABLE keylane_kv ("
+               "  key bytea PRIMARY KEY,"
+               "  value bytea NOT NULL);"
+               "INSERT INTO keylane_schema_version (version) VALUES (1);");
+  if (version < 2)
+    return;
+  t_sql(admin, "CREATE TABLE keylane_inventory_outcomes ("
+               "  id bytea PRIMARY KEY,"
+               "  sku text NOT NULL,"
+               "  outcome text NOT NULL,"
+               "  partition integer NOT NULL,"
+               "  epoch bigint NOT NULL,"
+               "  event_offset bigint NOT NULL,"
+               "  recorded_at timestamptz NOT NULL DEFAULT now());"
+               "INSERT INTO keylane_schema_version (version) VALUES (2);");
+}
+
+/* Version 2 -> 3 scopes ids by topic: an id of the older schema still
+ * suppresses its event's duplicates, on each topic the store knew; new
+ * ids are scoped. */
+static void test_schema2_ids_are_migrated(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  t_write_old_schema(st->admin, 2);
+  t_sql(st->admin, "INSERT INTO keylane_partitions (topic, partition, epoch, "
+                   "watermark) VALUES ('" KL_T_TOPIC "', 0, 1, 10), "
+                   "('payments', 0, 1, 5);"
+                   "INSERT INTO keylane_ids VALUES ('old-1', 1, 1700000000000),"
+                   " ('dead-1', 2, 1700000000000)");
+  kl_store_t *store = NULL;
+  assert_int_equal(kl_store_open(st->fx.where, NULL, &store),
+                   KL_ESTORE_VERSION);
+  int from, to;
+  assert_int_equal(kl__store_pg_migrate(st->fx.where, &from, &to), KL_OK);
+  assert_int_equal(from, 2);
+  assert_int_equal(to, 3);
+  store = kl_t_store_open(st->fx.where, NULL);
+  int version = 0, latest = 0;
+  assert_int_equal(kl__store_version(store, &version, &latest), KL_OK);
+  assert_int_equal(version, 3);
+  assert_int_equal(latest, KL__PG_SCHEMA_VERSION);
+
+  kl_txn_t *txn = kl_t_store_begin(store, 0, 1);
+  assert_int_equal(kl_t_txn_seen(txn, "old-1"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "dead-1"), KL_MARK_DEAD_LETTER);
+  assert_int_equal(kl_t_txn_seen(txn, "new-1"), KL_MARK_NONE);
+  kl_t_txn_mark(txn, "new-1", KL_MARK_APPLIED);
+  kl_t_store_commit(txn, 11);
+  assert_int_equal(kl_store_begin(store, "payments", 0, 1, &txn), KL_OK);
+  assert_int_equal(kl_t_txn_seen(txn, "old-1"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "new-1"), KL_MARK_NONE); /* scoped */
+  kl_store_abort(txn);
+  uint64_t count;
+  assert_int_equal(kl_store_id_count(store, &count), KL_OK);
+  assert_int_equal(count, 2 * 2 + 1);
+  kl_store_destroy(store);
+}
+
 static void test_older_schema_needs_store_migrate(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
-  kl_store_destroy(kl_t_store_open(st->fx.where, NULL));
-  /* Back to version 1, as a database an older keylane made. */
-  t_sql(st->admin, "DROP TABLE keylane_inventory_outcomes");
-  t_sql(st->admin, "DELETE FROM keylane_schema_version WHERE version > 1");
+  t_write_old_schema(st->admin, 1); /* as a database an older keylane made */
   kl_store_t *store = NULL;
   assert_int_equal(kl_store_open(st->fx.where, NULL, &store),
                    KL_ESTORE_VERSION);
@@ -399,7 +474,7 @@ static void test_cli_store_migrate(void **state) {
   t_state_t *st = *state;
   char line[512];
   assert_int_equal(t_cli_migrate(st->fx.where, line, sizeof(line)), 0);
-  assert_non_null(strstr(line, "schema version 0 -> 2"));
+  assert_non_null(strstr(line, "schema version 0 -> 3"));
   assert_int_equal(t_cli_migrate(st->fx.where, line, sizeof(line)), 0);
   assert_non_null(strstr(line, "nothing to do"));
   t_sql(st->admin, "INSERT INTO keylane_schema_version (version) VALUES (7)");
@@ -600,6 +675,7 @@ int main(void) {
       T(test_open_creates_the_schema),
       T(test_newer_schema_is_refused),
       T(test_older_schema_needs_store_migrate),
+      T(test_schema2_ids_are_migrated),
       T(test_cli_store_migrate),
       T(test_unreachable_server),
       T(test_connection_lost_mid_batch),

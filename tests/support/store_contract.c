@@ -280,6 +280,37 @@ void kl_t_contract_dead_letter_never_replaces_applied(void **state) {
   kl_store_destroy(store);
 }
 
+/* Two topics sharing a store may use one id: each applies it once. */
+void kl_t_contract_ids_scoped_by_topic(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  kl_store_t *store = kl_t_store_open(where, NULL);
+  const char *uuid = "0190f5c4-7d2a-7b3e-9f00-1234567890ab";
+  kl_partition_state_t ps;
+  assert_int_equal(kl_store_acquire(store, "payments", 0, &ps), KL_OK);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  kl_t_txn_mark(txn, uuid, KL_MARK_APPLIED);
+  kl_t_txn_mark(txn, "shared-id", KL_MARK_DEAD_LETTER);
+  kl_t_store_commit(txn, 1);
+
+  assert_int_equal(kl_store_begin(store, "payments", 0, ps.epoch, &txn),
+                   KL_OK);
+  assert_int_equal(kl_t_txn_seen(txn, uuid), KL_MARK_NONE);
+  assert_int_equal(kl_t_txn_seen(txn, "shared-id"), KL_MARK_NONE);
+  kl_t_txn_mark(txn, uuid, KL_MARK_APPLIED);
+  kl_t_store_commit(txn, 1);
+
+  txn = kl_t_store_begin(store, 0, epoch);
+  assert_int_equal(kl_t_txn_seen(txn, uuid), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "shared-id"), KL_MARK_DEAD_LETTER);
+  kl_store_abort(txn);
+  uint64_t count;
+  assert_int_equal(kl_store_id_count(store, &count), KL_OK);
+  assert_int_equal(count, 3);
+  kl_store_destroy(store);
+}
+
 void kl_t_contract_fenced_commit_applies_nothing(void **state) {
   const char *where = kl_t_store_fixture(state)->where;
   kl_store_t *store = kl_t_store_open(where, NULL);

@@ -97,6 +97,7 @@ void kl_t_store_clock_add(int64_t ms);
   X(batch_visibility, setup, teardown)                                         \
   X(seen_and_mark, setup, teardown)                                            \
   X(dead_letter_never_replaces_applied, setup, teardown)                       \
+  X(ids_scoped_by_topic, setup, teardown)                                      \
   X(fenced_commit_applies_nothing, setup, teardown)                            \
   X(watermark_never_goes_back, setup, teardown)                                \
   X(counters, setup, teardown)                                                 \

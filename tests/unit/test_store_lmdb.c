@@ -440,9 +440,135 @@ static void test_version_mismatch(void **state) {
                    KL_ESTORE_VERSION);
   assert_null(store);
   assert_non_null(strstr(kl_err_detail(), "format version 7"));
-  assert_non_null(strstr(kl_err_detail(), "supports version 1"));
+  assert_non_null(strstr(kl_err_detail(), "supports version 2"));
   t_set_format(st->fx.where, KL__LMDB_FORMAT);
   kl_store_destroy(kl_t_store_open(st->fx.where, NULL));
+}
+
+/* ---- format 1: unscoped idempotency keys ---------------------------- */
+
+#define T_V1_IDS 25000 /* more than one migration chunk (10,000) */
+
+static void t_v1_put(MDB_txn *mtxn, MDB_dbi dbi, const void *key, size_t len,
+                     const void *val, size_t val_len) {
+  MDB_val k = {len, (void *)key}, v = {val_len, (void *)val};
+  assert_int_equal(mdb_put(mtxn, dbi, &k, &v, 0), 0);
+}
+
+/* A partition row of format 1: topic NUL partition(BE) -> 5 x uint64. */
+static void t_v1_part(MDB_txn *mtxn, MDB_dbi parts, const char *topic,
+                      uint64_t epoch, uint64_t watermark) {
+  unsigned char key[64];
+  size_t len = strlen(topic) + 1;
+  memcpy(key, topic, len);
+  memset(key + len, 0, 4); /* partition 0 */
+  uint64_t val[5] = {epoch, watermark, 0, 0, 0};
+  t_v1_put(mtxn, parts, key, len + 4, val, sizeof(val));
+}
+
+/* An id of format 1: the tag byte (0 raw, 1 a packed UUID), the bytes, and
+ * 6 bytes of (ms << 2 | mark), least significant first. */
+static void t_v1_id(MDB_txn *mtxn, MDB_dbi ids, int tag, const void *id,
+                    size_t len, kl_mark_t mark) {
+  unsigned char key[300], val[6];
+  uint64_t v = (uint64_t)1700000000000LL << 2 | (uint64_t)mark;
+  key[0] = (unsigned char)tag;
+  memcpy(key + 1, id, len);
+  for (int i = 0; i < 6; i++)
+    val[i] = (unsigned char)(v >> (8 * i));
+  t_v1_put(mtxn, ids, key, len + 1, val, sizeof(val));
+}
+
+/* Writes a store of format 1 directly, with that layout: two topics
+ * (orders and payments, partition 0 each, owned at epoch 1), and unscoped
+ * ids: T_V1_IDS raw ones applied, a packed UUID applied, a dead letter. */
+static void t_write_format1(const char *where) {
+  static const unsigned char uuid[16] = {0x01, 0x90, 0xf5, 0xc4, 0x7d, 0x2a,
+                                         0x7b, 0x3e, 0x9f, 0x00, 0x12, 0x34,
+                                         0x56, 0x78, 0x90, 0xab};
+  MDB_env *env;
+  MDB_txn *mtxn;
+  MDB_dbi meta, parts, ids;
+  uint32_t format = 1;
+  assert_int_equal(mkdir(where, 0755), 0);
+  assert_int_equal(mdb_env_create(&env), 0);
+  assert_int_equal(mdb_env_set_maxdbs(env, 4), 0);
+  assert_int_equal(mdb_env_set_mapsize(env, 64 << 20), 0);
+  assert_int_equal(mdb_env_open(env, where, 0, 0644), 0);
+  assert_int_equal(mdb_txn_begin(env, NULL, 0, &mtxn), 0);
+  assert_int_equal(mdb_dbi_open(mtxn, KL__LMDB_META_DB, MDB_CREATE, &meta), 0);
+  assert_int_equal(mdb_dbi_open(mtxn, "parts", MDB_CREATE, &parts), 0);
+  assert_int_equal(mdb_dbi_open(mtxn, KL__LMDB_IDS_V1_DB, MDB_CREATE, &ids),
+                   0);
+  t_v1_put(mtxn, meta, KL__LMDB_FORMAT_KEY, strlen(KL__LMDB_FORMAT_KEY),
+           &format, sizeof(format));
+  t_v1_part(mtxn, parts, KL_T_TOPIC, 1, 10);
+  t_v1_part(mtxn, parts, "payments", 1, 5);
+  for (int i = 0; i < T_V1_IDS; i++) {
+    char id[32];
+    t_v1_id(mtxn, ids, 0, id, (size_t)snprintf(id, sizeof(id), "old-%d", i),
+            KL_MARK_APPLIED);
+  }
+  t_v1_id(mtxn, ids, 1, uuid, sizeof(uuid), KL_MARK_APPLIED);
+  t_v1_id(mtxn, ids, 0, "dead-1", 6, KL_MARK_DEAD_LETTER);
+  assert_int_equal(mdb_txn_commit(mtxn), 0);
+  mdb_env_close(env);
+}
+
+static int t_has_v1_ids(const char *where) {
+  MDB_env *env;
+  MDB_txn *mtxn;
+  MDB_dbi dbi;
+  assert_int_equal(mdb_env_create(&env), 0);
+  assert_int_equal(mdb_env_set_maxdbs(env, 8), 0);
+  assert_int_equal(mdb_env_open(env, where, MDB_RDONLY, 0644), 0);
+  assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &mtxn), 0);
+  int rc = mdb_dbi_open(mtxn, KL__LMDB_IDS_V1_DB, 0, &dbi);
+  mdb_txn_abort(mtxn);
+  mdb_env_close(env);
+  return rc == 0;
+}
+
+/* Opening a format-1 store migrates it: its ids still suppress their
+ * events' duplicates, on each topic the store knew; new ids are scoped. */
+static void test_format1_store_is_migrated(void **state) {
+  t_state_t *st = *state;
+  const char *uuid = "0190f5c4-7d2a-7b3e-9f00-1234567890ab";
+  t_write_format1(st->fx.where);
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  int version = 0, latest = 0;
+  assert_int_equal(kl__store_version(store, &version, &latest), KL_OK);
+  assert_int_equal(version, 2);
+  assert_int_equal(latest, 2);
+  assert_false(t_has_v1_ids(st->fx.where));
+
+  kl_txn_t *txn = kl_t_store_begin(store, 0, 1);
+  assert_int_equal(kl_t_txn_seen(txn, "old-0"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "old-24999"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, uuid), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "dead-1"), KL_MARK_DEAD_LETTER);
+  assert_int_equal(kl_t_txn_seen(txn, "new-1"), KL_MARK_NONE);
+  kl_t_txn_mark(txn, "new-1", KL_MARK_APPLIED);
+  kl_t_store_commit(txn, 11);
+
+  assert_int_equal(kl_store_begin(store, "payments", 0, 1, &txn), KL_OK);
+  assert_int_equal(kl_t_txn_seen(txn, "old-12345"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, uuid), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "new-1"), KL_MARK_NONE); /* scoped */
+  kl_store_abort(txn);
+  uint64_t count;
+  assert_int_equal(kl_store_id_count(store, &count), KL_OK);
+  assert_int_equal(count, 2 * (T_V1_IDS + 2) + 1);
+  kl_store_destroy(store);
+
+  /* Migrated once: a second open finds format 2 and changes nothing. */
+  store = kl_t_store_open(st->fx.where, NULL);
+  assert_int_equal(kl_store_id_count(store, &count), KL_OK);
+  assert_int_equal(count, 2 * (T_V1_IDS + 2) + 1);
+  txn = kl_t_store_begin(store, 0, 1);
+  assert_int_equal(kl_t_txn_seen(txn, "old-0"), KL_MARK_APPLIED);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
 }
 
 static void test_foreign_lmdb_is_refused(void **state) {
@@ -532,6 +658,7 @@ static void test_invalid_arguments(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       KL_T_STORE_CONTRACT_TESTS(t_setup, t_teardown) /* then our own: */
+      T(test_format1_store_is_migrated),
       T(test_map_grows),
       T(test_map_full_at_max),
       T(test_commit_many_fails_only_the_failing_batch),

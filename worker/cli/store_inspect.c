@@ -148,9 +148,13 @@ static int kl_stats_part(void *opaque, const char *topic, int32_t partition,
   return 0;
 }
 
-static int kl_stats_id(void *opaque, const char *id, size_t id_len,
-                       int64_t time_ms, kl_mark_t mark) {
+static int kl_stats_id(void *opaque, const char *topic, const char *id,
+                       size_t id_len, int64_t time_ms, kl_mark_t mark) {
   kl_stats_t *s = opaque;
+  (void)id;
+  (void)id_len;
+  if (s->topic && strcmp(s->topic, topic) != 0)
+    return 0;
   if (s->ids == 0 || time_ms < s->oldest)
     s->oldest = time_ms;
   if (s->ids == 0 || time_ms > s->newest)
@@ -375,14 +379,15 @@ static int kl_get_row(void *opaque, const void *key, size_t key_len,
   return 1; /* the scan starts at the key: the first row decides */
 }
 
-static int kl_get_id_row(void *opaque, const char *id, size_t id_len,
-                         int64_t time_ms, kl_mark_t mark) {
+static int kl_get_id_row(void *opaque, const char *topic, const char *id,
+                         size_t id_len, int64_t time_ms, kl_mark_t mark) {
   kl_get_t *g = opaque;
   if (id_len != g->key_len || memcmp(id, g->key, id_len) != 0)
     return 0;
   char when[32];
   kl_iso(time_ms, when, sizeof(when));
-  g->out = json_pack("{s:s%,s:s,s:I,s:s}", "id", id, id_len, "mark",
+  g->out = json_pack("{s:s,s:s%,s:s,s:I,s:s}", "topic", topic, "id", id,
+                     id_len, "mark",
                      mark == KL_MARK_DEAD_LETTER ? "dead_letter" : "applied",
                      "recorded_ms", (json_int_t)time_ms, "recorded", when);
   return 1;

@@ -7,6 +7,7 @@
 #include "common/cli/cli.h"
 #include "keylane/store.h"
 #include "worker/cli/store.h"
+#include "worker/store_internal.h"
 #include "worker/store_pg.h"
 
 #define SUB "store migrate"
@@ -18,19 +19,25 @@ static const char kl_migrate_usage[] =
     "version. Workers create the schema of an empty database themselves but\n"
     "never upgrade an existing one: stop the workers of the older version,\n"
     "run this, then start the new ones. A schema newer than this build is\n"
-    "refused. An LMDB store has no migrations; it is only checked.\n\n"
+    "refused. An LMDB store is migrated in place when it is opened (by a\n"
+    "worker or by this command): stop the workers of the older version\n"
+    "first, since the migrated store is refused by them.\n\n"
     "      --store STORE   postgresql://... URI (or an LMDB directory)\n"
     "  -h, --help          this text\n";
 
 static int kl_migrate_lmdb(const char *dir) {
   kl_store_t *store;
-  if (kl_store_open(dir, NULL, &store))
+  int version = 0, latest = 0;
+  if (kl_store_open(dir, NULL, &store) ||
+      kl__store_version(store, &version, &latest)) {
+    kl_store_destroy(store);
     return kl__cli_fail(SUB, "cannot open the store %s: %s", dir,
                         kl_err_detail());
+  }
   kl_store_destroy(store);
-  printf("LMDB store %s: its format is this build's; an LMDB store has no "
-         "migrations\n",
-         dir);
+  printf("LMDB store %s: format version %d, the latest this build knows "
+         "(an older format is migrated when the store is opened)\n",
+         dir, version);
   return KL_EXIT_OK;
 }
 
