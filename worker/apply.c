@@ -39,8 +39,11 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
     return KL_HANDLER_OK;
   }
   kl_fence_t fence = {a->topic, partition, epoch, m->offset};
-  kl_handler_result_t r = a->handler(a->handler_opaque, event, &fence, txn,
-                                     res->why, sizeof(res->why));
+  kl_handler_result_t r =
+      a->dry_run && !a->dry_run_handler
+          ? KL_HANDLER_OK /* would run it; still marked, for the range */
+          : a->handler(a->handler_opaque, event, &fence, txn, res->why,
+                       sizeof(res->why));
   if (r != KL_HANDLER_OK)
     return r == KL_HANDLER_RETRY ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
   if ((err = kl_txn_mark(txn, event->id, event->id_len, KL_MARK_APPLIED)) ||

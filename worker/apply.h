@@ -24,7 +24,12 @@ typedef struct kl__applier {
   kl_decoder_t *decoder;          /* one per thread */
   kl__worker_hook_fn *before_commit; /* test hook; may be NULL */
   void *hook_opaque;
-  int dry_run; /* run the handlers, then abort instead of committing */
+  int dry_run; /* abort instead of committing */
+  /* A dry run runs the handler: only for one whose effects are all in the
+   * store (the built-in ledger and inventory). Otherwise (0) a dry run
+   * never calls it, since it may act outside the store, and counts each
+   * event that would run it as applied. */
+  int dry_run_handler;
   int redrive; /* a dead-lettered id runs again (keylane replay --from-dlq) */
   /* Redrive: the letter's own record (kl__letter_key()), NULL otherwise.
    * Set, it makes the event a duplicate, and it is put with the event's

@@ -41,6 +41,7 @@ static kl_err_t kl_handler_so(const char *spec, kl_handler_ref_t *ref) {
   memcpy(&ref->fn, &fn, sizeof(fn));
   ref->opaque = NULL;
   ref->dl = dl;
+  ref->store_only = 0;
   return KL_OK;
 }
 
@@ -52,12 +53,14 @@ kl_err_t kl__handler_resolve(const char *spec, kl_handler_ref_t *ref) {
     ref->fn = kl_ledger_handler;
     ref->opaque = NULL;
     ref->dl = NULL;
+    ref->store_only = 1;
     return KL_OK;
   }
   if (strcmp(spec, "inventory") == 0) {
     ref->fn = kl__inventory_handler;
     ref->opaque = NULL;
     ref->dl = NULL;
+    ref->store_only = 1;
     return KL_OK;
   }
   if (strncmp(spec, "so:", 3) == 0 && spec[3])
@@ -70,6 +73,7 @@ kl_err_t kl__handler_resolve(const char *spec, kl_handler_ref_t *ref) {
     ref->fn = kl__exec_handler;
     ref->opaque = exec;
     ref->dl = NULL;
+    ref->store_only = 0;
     return KL_OK;
   }
   return kl__err(KL_ECONF, "unknown handler \"%s\": use ledger, "

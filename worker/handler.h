@@ -8,6 +8,10 @@ typedef struct kl_handler_ref {
   kl_handler_fn_t *fn;
   void *opaque;
   void *dl; /* dlopen() handle of an "so:" handler, or NULL */
+  /* 1 for the built-in handlers, whose only effects are the store's
+   * writes: a dry run may run them. 0 for exec: and so:, which may act
+   * outside the store: a dry run never calls them. */
+  int store_only;
 } kl_handler_ref_t;
 
 /**

@@ -295,6 +295,7 @@ kl_err_t kl__redrive_run(const kl__redrive_opts_t *opts, kl__redrive_t **out) {
                                .handler_opaque = opts->handler_opaque,
                                .decoder = kl_decoder_new(),
                                .dry_run = opts->dry_run,
+                               .dry_run_handler = opts->dry_run_handler,
                                .redrive = 1};
   if (!err && !r->applier.decoder)
     err = KL_ENOMEM;

@@ -65,6 +65,7 @@ typedef struct kl__redrive_opts {
   kl_handler_fn_t *handler;
   void *handler_opaque;
   int dry_run;
+  int dry_run_handler; /* as kl__replay_opts_t's */
   volatile int *stop;
 } kl__redrive_opts_t;
 

@@ -138,7 +138,8 @@ kl_err_t kl__replay_new(const kl__replay_opts_t *opts, kl__replay_t **out) {
                                .decoder = kl_decoder_new(),
                                .before_commit = opts->before_commit,
                                .hook_opaque = opts->hook_opaque,
-                               .dry_run = opts->dry_run};
+                               .dry_run = opts->dry_run,
+                               .dry_run_handler = opts->dry_run_handler};
   /* A start that retention deleted meanwhile must fail, not skip. */
   kl_err_t err = r->applier.decoder ? kl__kafka_reader_new(opts->conf,
                                                            "keylane-replay",

@@ -37,8 +37,11 @@
  * batch its counts are estimates (`exact` is 0). A never-owned partition
  * (epoch 0) cannot open a batch without an epoch, so its dry run runs
  * against an empty scratch LMDB store, removed afterwards: nothing of such
- * a partition can be in the real store but another topic's state. Handlers
- * with effects outside the store (HTTP calls, say) must not be dry-run.
+ * a partition can be in the real store but another topic's state. The
+ * handler itself runs in a dry run only when opts->dry_run_handler says
+ * its effects are all in the store; any other handler (exec:, so:, which
+ * may call HTTP services, write files, ...) is never called: the events
+ * that would run it are counted as applied.
  *
  * Dead letters: a record the handler or the decoder refuses (FAIL, or
  * RETRY past its attempts) is looked up in the fleet's dead-letter topic
@@ -127,6 +130,11 @@ typedef struct kl__replay_opts {
   kl_handler_fn_t *handler;
   void *handler_opaque;
   int dry_run;
+  /* A dry run runs the handler (one whose effects are all in the store:
+   * the built-in ledger, inventory); 0: it never calls the handler, which
+   * may act outside the store, and counts the events that would run it as
+   * applied (a handler's failure is then not foreseen). */
+  int dry_run_handler;
   int allow_gap; /* start above the watermark on purpose */
   int rebuild;   /* the store must hold nothing of the topic yet */
   size_t batch_max; /* 0: KL__REPLAY_BATCH (dry run: KL__REPLAY_DRY_BATCH) */

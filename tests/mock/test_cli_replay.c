@@ -166,10 +166,9 @@ typedef struct kl_fx {
   char dir[64], store[80];
 } kl_fx_t;
 
-static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions, int n) {
-  assert_int_equal(kl_embedded_new(1, topic, partitions, &fx->cluster), KL_OK);
-  fx->boot = kl_embedded_bootstrap(fx->cluster);
-  fx->gen = kl__ledger_gen_new(20, partitions, 11);
+/* Publishes @p n ledger events (every tenth re-publishing an older
+ * one) to @p topic. */
+static void kl_fx_publish(kl_fx_t *fx, const char *topic, int n) {
   kl_producer_t *producer = kl_t_producer(fx->boot, fx->gen);
   for (int i = 0; i < n; i++) {
     assert_int_equal(kl__ledger_gen_publish(fx->gen, producer, topic), KL_OK);
@@ -179,6 +178,13 @@ static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions, int n) {
   }
   assert_int_equal(kl_flush(producer, 30000), KL_OK);
   kl_producer_destroy(producer);
+}
+
+static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions, int n) {
+  assert_int_equal(kl_embedded_new(1, topic, partitions, &fx->cluster), KL_OK);
+  fx->boot = kl_embedded_bootstrap(fx->cluster);
+  fx->gen = kl__ledger_gen_new(20, partitions, 11);
+  kl_fx_publish(fx, topic, n);
   kl_t_tmpdir(fx->dir);
   snprintf(fx->store, sizeof(fx->store), "%s/store", fx->dir);
 }
@@ -450,6 +456,62 @@ static void test_rebuild_reports_truncated_history(void **state) {
   kl_fx_down(&fx);
 }
 
+/* --dry-run never runs an exec: handler, which may act outside the store:
+ * here its one effect is a file it writes when it starts. The report says
+ * what the replay would apply and skip, and that the handler did not run. */
+static void test_dry_run_never_runs_an_exec_handler(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "dryexec", 2, 100);
+  json_decref(kl_rebuild_json(&fx, "dryexec"));
+  uint64_t published = kl__ledger_gen_published(fx.gen);
+  uint64_t republished = kl__ledger_gen_republished(fx.gen);
+  kl_fx_publish(&fx, "dryexec", 50);
+
+  char marker[128], handler[512];
+  snprintf(marker, sizeof(marker), "%s/handler-ran", fx.dir);
+  snprintf(handler, sizeof(handler),
+           "exec:touch '%s'; while read -r line; do "
+           "echo '{\"status\":\"ok\"}'; done",
+           marker);
+  kl_run_t r;
+  kl_run((const char *[]){"replay", "-b", fx.boot, "-t", "dryexec", "-p",
+                          "all", "--from", "beginning", "--store", fx.store,
+                          "--handler", handler, "--dry-run", "--json",
+                          "--no-progress", NULL},
+         &r);
+  if (r.rc != 0)
+    fail_msg("dry run exited %d: %s", r.rc, r.err);
+  assert_int_equal(access(marker, F_OK), -1); /* never started */
+  json_t *o = kl_json(r.out);
+  assert_true(json_is_true(json_object_get(o, "dry_run")));
+  assert_true(json_is_false(json_object_get(o, "handler_run")));
+  assert_int_equal(kl_int(o, "read"), kl__ledger_gen_published(fx.gen) +
+                                          kl__ledger_gen_republished(fx.gen));
+  assert_int_equal(kl_int(o, "applied"),
+                   kl__ledger_gen_published(fx.gen) - published);
+  assert_int_equal(kl_int(o, "skipped_duplicate"),
+                   kl__ledger_gen_republished(fx.gen) - republished);
+  assert_int_equal(kl_int(o, "skipped_applied"), published + republished);
+  assert_int_equal(kl_int(o, "failed"), 0);
+  assert_non_null(strstr(r.err, "was not run"));
+  json_decref(o);
+  kl_run_free(&r);
+
+  /* The built-in ledger, whose effects are all in the store, does run. */
+  kl_run((const char *[]){"replay", "-b", fx.boot, "-t", "dryexec", "-p",
+                          "all", "--from", "watermark", "--store", fx.store,
+                          "--handler", "ledger", "--dry-run", "--json",
+                          "--no-progress", NULL},
+         &r);
+  assert_int_equal(r.rc, 0);
+  o = kl_json(r.out);
+  assert_true(json_is_true(json_object_get(o, "handler_run")));
+  assert_null(strstr(r.err, "was not run"));
+  json_decref(o);
+  kl_run_free(&r);
+  kl_fx_down(&fx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help),
@@ -457,6 +519,7 @@ int main(void) {
       cmocka_unit_test(test_rebuild_replay_and_store_json),
       cmocka_unit_test(test_inspect_prints_records),
       cmocka_unit_test(test_rebuild_reports_truncated_history),
+      cmocka_unit_test(test_dry_run_never_runs_an_exec_handler),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

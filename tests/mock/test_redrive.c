@@ -147,11 +147,15 @@ static void kl_fx_down(kl_fx_t *fx) {
   kl_t_rmrf(fx->dir2);
 }
 
-/* The fixed handler: a refund is a debit. */
+/* The fixed handler: a refund is a debit. It counts its calls, as an effect
+ * outside the store would show. */
+static int kl_fixed_calls;
+
 static kl_handler_result_t kl_fixed(void *opaque, const kl_event_t *event,
                                     const kl_fence_t *fence, kl_txn_t *txn,
                                     char *errbuf, size_t errbuf_size) {
   kl_event_t ev = *event;
+  kl_fixed_calls++;
   if (ev.type_len == 6 && memcmp(ev.type, "refund", 6) == 0) {
     ev.type = "debit";
     ev.type_len = 5;
@@ -266,8 +270,11 @@ static void kl_redrive_applies_each_letter_once(int pg) {
   /* A letter whose origin the owner has not passed yet. */
   kl_send_letter(&fx, "999", "acct-0", "ahead-1");
 
-  /* Dry run: what would apply; nothing changes. */
+  /* Dry run: what would apply; nothing changes, and the handler (which
+   * may act outside the store) is never called. */
+  kl_fixed_calls = 0;
   kl__redrive_t *r = kl_redrive(&fx, NULL, 1);
+  assert_int_equal(kl_fixed_calls, 0);
   assert_int_equal(kl__redrive_count(r, KL__OUT_APPLIED), KL_REFUNDS);
   assert_int_equal(kl__redrive_count(r, KL__OUT_FAILED), 1); /* decode */
   assert_int_equal(kl__redrive_count(r, KL__OUT_PENDING), 1);

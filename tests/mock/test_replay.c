@@ -278,6 +278,7 @@ static void test_dry_run_changes_nothing(void **state) {
   kl_rp_t rp;
   kl_rp_init(&rp, &fx, fx.store, "beginning");
   rp.opts.dry_run = 1;
+  rp.opts.dry_run_handler = 1; /* the ledger's effects are the store's */
   assert_int_equal(kl_rp_run(&rp), KL_OK);
   kl__replay_part_t dry = rp.total;
   assert_int_equal(dry.status, KL__REPLAY_DONE);
@@ -307,6 +308,56 @@ static void test_dry_run_changes_nothing(void **state) {
   free(after);
   free(file_before);
   free(file_after);
+  kl_t_ledger_fx_down(&fx);
+}
+
+/* A handler with an effect outside the store: it counts its calls. */
+static int kl_outside_calls;
+
+static kl_handler_result_t kl_outside(void *opaque, const kl_event_t *event,
+                                      const kl_fence_t *fence, kl_txn_t *txn,
+                                      char *errbuf, size_t errbuf_size) {
+  kl_outside_calls++;
+  return kl_ledger_handler(opaque, event, fence, txn, errbuf, errbuf_size);
+}
+
+/* A dry run never calls a handler that may act outside the store; it
+ * reports what the replay then applies and skips. */
+static void test_dry_run_never_calls_an_outside_handler(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "dryoutside", 2);
+  kl_t_ledger_fx_publish(&fx, 200);
+  kl_fx_fleet(&fx, "fleet");
+  uint64_t published = kl__ledger_gen_published(fx.gen);
+  uint64_t republished = kl__ledger_gen_republished(fx.gen);
+  kl_t_ledger_fx_publish(&fx, 100); /* 10 of them re-publish older events */
+
+  kl_outside_calls = 0;
+  kl_rp_t rp;
+  kl_rp_init(&rp, &fx, fx.store, "beginning");
+  rp.opts.handler = kl_outside;
+  rp.opts.dry_run = 1;
+  assert_int_equal(kl_rp_run(&rp), KL_OK);
+  kl__replay_part_t dry = rp.total;
+  kl_rp_done(&rp);
+  assert_int_equal(kl_outside_calls, 0);
+  assert_int_equal(dry.status, KL__REPLAY_DONE);
+  assert_int_equal(dry.read, kl_fx_records(&fx));
+  assert_int_equal(dry.applied, kl__ledger_gen_published(fx.gen) - published);
+  assert_int_equal(dry.skipped_duplicate,
+                   kl__ledger_gen_republished(fx.gen) - republished);
+  assert_int_equal(dry.skipped_applied, published + republished);
+
+  /* The replay calls it once per event it applies: as the dry run said. */
+  kl_rp_init(&rp, &fx, fx.store, "beginning");
+  rp.opts.handler = kl_outside;
+  assert_int_equal(kl_rp_run(&rp), KL_OK);
+  assert_int_equal(rp.total.applied, dry.applied);
+  assert_int_equal(rp.total.skipped_duplicate, dry.skipped_duplicate);
+  assert_int_equal(rp.total.skipped_applied, dry.skipped_applied);
+  kl_rp_done(&rp);
+  assert_int_equal(kl_outside_calls, dry.applied);
+  kl_assert_ledger(&fx, fx.store);
   kl_t_ledger_fx_down(&fx);
 }
 
@@ -679,6 +730,7 @@ int main(void) {
       cmocka_unit_test(test_replaying_an_applied_range_applies_nothing),
       cmocka_unit_test(test_dry_run_changes_nothing),
       cmocka_unit_test(test_dry_run_of_a_rebuild),
+      cmocka_unit_test(test_dry_run_never_calls_an_outside_handler),
       cmocka_unit_test(test_replay_beside_a_live_worker),
       cmocka_unit_test(test_replay_fenced_by_a_new_owner),
       cmocka_unit_test(test_fenced_live_worker_takes_its_partitions_back),

@@ -61,6 +61,9 @@ static void kl_redrive_json(const kl__redrive_t *r,
       (json_int_t)kl__redrive_count(r, KL__OUT_FENCED), "errors",
       (json_int_t)kl__redrive_count(r, KL__OUT_ERROR), "filtered",
       (json_int_t)kl__redrive_count(r, KL__OUT_FILTERED), "results", list);
+  if (opts->dry_run)
+    json_object_set_new(o, "handler_run",
+                        json_boolean(opts->dry_run_handler));
   json_dumpf(o, stdout, JSON_COMPACT);
   putchar('\n');
   json_decref(o);
@@ -131,6 +134,7 @@ int kl__redrive_cli(const char *sub, kl__redrive_opts_t *opts,
   opts->store = store;
   opts->handler = handler.fn;
   opts->handler_opaque = handler.opaque;
+  opts->dry_run_handler = handler.store_only;
   opts->stop = &kl__cli_stop;
   kl__cli_on_signals();
   kl__redrive_t *r = NULL;
@@ -143,6 +147,8 @@ int kl__redrive_cli(const char *sub, kl__redrive_opts_t *opts,
   } else {
     json ? kl_redrive_json(r, opts) : kl_redrive_table(r);
     kl_redrive_notes(sub, r);
+    kl__dry_run_note(sub, opts->dry_run, opts->dry_run_handler,
+                     handler_spec);
     size_t n, done = kl__redrive_count(r, KL__OUT_FILTERED) +
                      kl__redrive_count(r, KL__OUT_APPLIED) +
                      kl__redrive_count(r, KL__OUT_DUPLICATE);

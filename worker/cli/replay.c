@@ -39,7 +39,11 @@ static const char kl_replay_usage[] =
     "partition back while replay runs fences the replay of that partition\n"
     "instead. No event applies twice.\n"
     "--dry-run takes no epoch and commits nothing: it fences nobody and\n"
-    "leaves the store byte-identical.\n\n"
+    "leaves the store byte-identical. It never runs an exec: or so: handler\n"
+    "(it may act outside the store: files, HTTP calls, its own database):\n"
+    "events that would run it count as applied, and whether the handler\n"
+    "would accept them is not known (JSON: \"handler_run\": false). The\n"
+    "built-in handlers, whose only effects are in the store, do run.\n\n"
     "  -b, --bootstrap HOST:PORT   Kafka bootstrap servers\n"
     "  -t, --topic TOPIC           topic to replay\n"
     "  -p, --partition LIST        partitions: 0,2,5-7 or all\n"
@@ -48,8 +52,10 @@ static const char kl_replay_usage[] =
     "      --to POS                stop before: N, @TIME, or end (default:\n"
     "                              the high watermark when replay starts)\n"
     "      --store STORE           LMDB directory or postgresql://... URI\n"
-    "      --handler HANDLER       ledger | so:PATH[:SYMBOL]\n"
-    "      --dry-run               report what would apply; change nothing\n"
+    "      --handler HANDLER       ledger | inventory | so:PATH[:SYMBOL] |\n"
+    "                              exec:COMMAND\n"
+    "      --dry-run               report what would apply and be skipped;\n"
+    "                              change nothing, run no exec:/so: handler\n"
     "      --allow-gap             start above the store's watermark on\n"
     "                              purpose (the events between are skipped\n"
     "                              for good); refused without it\n"
@@ -279,8 +285,11 @@ static void kl_print_json(const kl__replay_t *replay, const char *location) {
                       json_integer((json_int_t)t.skipped_dead_letter));
   json_object_set_new(o, "stopped",
                       json_boolean(t.status == KL__REPLAY_STOPPED));
-  if (opts->dry_run)
+  if (opts->dry_run) {
     json_object_set_new(o, "exact", json_boolean(t.exact));
+    json_object_set_new(o, "handler_run",
+                        json_boolean(opts->dry_run_handler));
+  }
   json_dumpf(o, stdout, JSON_COMPACT);
   putchar('\n');
   json_decref(o);
@@ -313,6 +322,16 @@ static void kl_print_table(const kl__replay_t *replay) {
   kl__replay_part_t t;
   kl__replay_totals(replay, &t);
   kl_table_row("total", "", "", &t);
+}
+
+void kl__dry_run_note(const char *sub, int dry_run, int handler_run,
+                      const char *handler) {
+  if (dry_run && !handler_run)
+    fprintf(stderr,
+            "keylane %s: dry run: the handler %s was not run (it may act "
+            "outside the store); \"applied\" counts the events that would "
+            "run it, and whether it would accept them is not known\n",
+            sub, handler);
 }
 
 /* What an operator must not miss, on stderr: lost history, fenced owners,
@@ -386,6 +405,7 @@ static int kl_replay_exec(const char *sub, kl_rargs_t *a) {
   a->opts.store = store;
   a->opts.handler = handler.fn;
   a->opts.handler_opaque = handler.opaque;
+  a->opts.dry_run_handler = handler.store_only;
   a->opts.stop = &kl__cli_stop;
   kl__cli_on_signals();
   kl__replay_t *replay = NULL;
@@ -412,6 +432,8 @@ static int kl_replay_exec(const char *sub, kl_rargs_t *a) {
     } else {
       a->json ? kl_print_json(replay, a->location) : kl_print_table(replay);
       kl_print_notes(sub, replay);
+      kl__dry_run_note(sub, a->opts.dry_run, a->opts.dry_run_handler,
+                       a->handler);
       kl__replay_part_t t;
       kl__replay_totals(replay, &t);
       rc = t.status == KL__REPLAY_DONE ? KL_EXIT_OK : KL_EXIT_FAIL;

@@ -24,4 +24,12 @@ struct kl__redrive_opts;
 int kl__redrive_cli(const char *sub, struct kl__redrive_opts *opts,
                     const char *location, const char *handler, int json);
 
+/**
+ * A dry run's note on stderr, when it did not run @p handler (its effects
+ * may reach outside the store): what "applied" then counts. Nothing when
+ * @p handler_run or not @p dry_run.
+ */
+void kl__dry_run_note(const char *sub, int dry_run, int handler_run,
+                      const char *handler);
+
 #endif
