@@ -515,10 +515,7 @@ static int kl_uuid_pack(const char *id, size_t len, unsigned char *out) {
 
 size_t kl__lmdb_id_encode(uint32_t topic_no, const char *id, size_t id_len,
                           unsigned char out[KL__IDKEY_MAX]) {
-  out[0] = (unsigned char)(topic_no >> 24);
-  out[1] = (unsigned char)(topic_no >> 16);
-  out[2] = (unsigned char)(topic_no >> 8);
-  out[3] = (unsigned char)topic_no;
+  kl__lmdb_put_be32(out, topic_no);
   unsigned char *tag = out + KL__TOPIC_NO_LEN;
   if (kl_uuid_pack(id, id_len, tag + 1) == 0) {
     tag[0] = 1;
@@ -556,20 +553,9 @@ static uint32_t kl_be32(const unsigned char *p) {
          p[3];
 }
 
-/* The inverse of kl__lmdb_id_encode(): the topic's number and the id as
- * it was marked. */
-static int kl_id_decode(const MDB_val *key, uint32_t *topic_no,
-                        char out[KL__IDKEY_MAX], size_t *len) {
-  if (key->mv_size < KL__TOPIC_NO_LEN)
-    return MDB_CORRUPTED;
-  *topic_no = kl_be32(key->mv_data);
-  MDB_val id = {key->mv_size - KL__TOPIC_NO_LEN,
-                (unsigned char *)key->mv_data + KL__TOPIC_NO_LEN};
-  return kl__lmdb_id_decode_v1(&id, out, len);
-}
-
-int kl__lmdb_id_decode_v1(const MDB_val *key, char out[KL__IDKEY_MAX],
-                          size_t *len) {
+/* The id of an encoded key without its topic number (format 1's key). */
+static int kl_id_decode_v1(const MDB_val *key, char out[KL__IDKEY_MAX],
+                           size_t *len) {
   const unsigned char *k = key->mv_data;
   if (key->mv_size == 17 && k[0] == 1) {
     static const char hex[] = "0123456789abcdef";
@@ -589,6 +575,18 @@ int kl__lmdb_id_decode_v1(const MDB_val *key, char out[KL__IDKEY_MAX],
   *len = key->mv_size - 1;
   memcpy(out, k + 1, *len);
   return 0;
+}
+
+/* The inverse of kl__lmdb_id_encode(): the topic's number and the id as
+ * it was marked. */
+static int kl_id_decode(const MDB_val *key, uint32_t *topic_no,
+                        char out[KL__IDKEY_MAX], size_t *len) {
+  if (key->mv_size < KL__TOPIC_NO_LEN)
+    return MDB_CORRUPTED;
+  *topic_no = kl_be32(key->mv_data);
+  MDB_val id = {key->mv_size - KL__TOPIC_NO_LEN,
+                (unsigned char *)key->mv_data + KL__TOPIC_NO_LEN};
+  return kl_id_decode_v1(&id, out, len);
 }
 
 /* The topics' names by number, for a walk: names[no - 1], borrowed from
@@ -679,8 +677,8 @@ int kl__lmdb_topic_no(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
   if ((rc = mdb_stat(mtxn, lmdb->topics, &st)))
     return rc;
   uint32_t no = (uint32_t)st.ms_entries + 1;
-  unsigned char be[4] = {(unsigned char)(no >> 24), (unsigned char)(no >> 16),
-                         (unsigned char)(no >> 8), (unsigned char)no};
+  unsigned char be[4];
+  kl__lmdb_put_be32(be, no);
   val = (MDB_val){sizeof(be), be};
   if ((rc = mdb_put(mtxn, lmdb->topics, &key, &val, MDB_NOOVERWRITE)))
     return rc;

@@ -92,16 +92,20 @@ int kl__lmdb_part_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
  * Together they keep a stored UUID near 50-70 bytes on disk instead of
  * ~110. */
 #define KL__TOPIC_NO_LEN 4
+/* A topic number as keys hold it: big-endian, so a topic's ids sort
+ * together. */
+static inline void kl__lmdb_put_be32(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)(v >> 24);
+  p[1] = (unsigned char)(v >> 16);
+  p[2] = (unsigned char)(v >> 8);
+  p[3] = (unsigned char)v;
+}
 #define KL__IDKEY_MAX (KL__TOPIC_NO_LEN + 256)
 size_t kl__lmdb_id_encode(uint32_t topic_no, const char *id, size_t id_len,
                           unsigned char out[KL__IDKEY_MAX]);
 #define KL__IDVAL_LEN 6
 void kl__lmdb_idval_encode(int64_t now_ms, kl_mark_t mark,
                            unsigned char out[KL__IDVAL_LEN]);
-/* The id of an encoded key without its topic number (a format-1 key):
- * @returns 0, or MDB_CORRUPTED. */
-int kl__lmdb_id_decode_v1(const MDB_val *key, char out[KL__IDKEY_MAX],
-                          size_t *len);
 /* @returns 0, or -1 for a value that is not 6 bytes. */
 int kl__lmdb_idval_decode(const MDB_val *val, int64_t *time_ms,
                           kl_mark_t *mark);

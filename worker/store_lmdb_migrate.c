@@ -45,10 +45,7 @@ static int kl_migrate_one(kl__lmdb_t *lmdb, MDB_txn *mtxn, const MDB_val *key,
     return MDB_CORRUPTED;
   memcpy(buf + KL__TOPIC_NO_LEN, key->mv_data, key->mv_size);
   for (uint32_t no = 1; no <= topics; no++) {
-    buf[0] = (unsigned char)(no >> 24);
-    buf[1] = (unsigned char)(no >> 16);
-    buf[2] = (unsigned char)(no >> 8);
-    buf[3] = (unsigned char)no;
+    kl__lmdb_put_be32(buf, no);
     MDB_val k = {KL__TOPIC_NO_LEN + key->mv_size, buf};
     int rc = mdb_put(mtxn, lmdb->ids, &k, val, 0);
     if (rc)
