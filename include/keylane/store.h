@@ -128,13 +128,16 @@ KL_EXPORT kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
 /**
  * Buffers the record of @p id as @p mark (applied or dead-lettered).
  * @remark An applied mark is never replaced by a dead-letter one, in this
- *         batch or in the store: when one id is reused by two events (two
- *         keys of one partition, say), the event that comes second is a
- *         duplicate: suppressed, counted in `duplicates`, its handler never
- *         run. If the two run at once (key-parallel lanes) and the other
- *         one fails, its dead letter is still sent, but the id stays
- *         applied, so a redrive of that letter is a duplicate too. A
- *         dead-letter mark does become applied (a redrive).
+ *         batch or in the store. When one id is reused by two events of a
+ *         topic (two keys of one partition, say), the event that comes
+ *         second is a duplicate: suppressed, counted in `duplicates`, its
+ *         handler never run; also when the first was dead-lettered (a
+ *         redrive of that letter then applies the id once). If the two run
+ *         at once (key-parallel lanes), one applies and the other is a
+ *         duplicate; if the other failed meanwhile, its dead letter is
+ *         still sent, but the id stays applied, so a redrive of that letter
+ *         is a duplicate too. A dead-letter mark does become applied (a
+ *         redrive).
  */
 KL_EXPORT kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
                                kl_mark_t mark);
