@@ -131,13 +131,13 @@ KL_EXPORT kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
  *         batch or in the store. When one id is reused by two events of a
  *         topic (two keys of one partition, say), the event that comes
  *         second is a duplicate: suppressed, counted in `duplicates`, its
- *         handler never run; also when the first was dead-lettered (a
- *         redrive of that letter then applies the id once). If the two run
- *         at once (key-parallel lanes), one applies and the other is a
- *         duplicate; if the other failed meanwhile, its dead letter is
- *         still sent, but the id stays applied, so a redrive of that letter
- *         is a duplicate too. A dead-letter mark does become applied (a
- *         redrive).
+ *         handler never run; also when the first was dead-lettered before
+ *         it ran (a redrive of that letter then applies the id once). If
+ *         the two run at once (key-parallel lanes), one applies and the
+ *         other is a duplicate; if the other failed meanwhile, its dead
+ *         letter is still sent, but the id stays applied, so a redrive of
+ *         that letter is a duplicate too. A dead-letter mark does become
+ *         applied (a redrive).
  */
 KL_EXPORT kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
                                kl_mark_t mark);
