@@ -15,13 +15,13 @@
  * A redriven event is applied after the later events of its key: that is
  * what a redrive is, and why it is an operator's decision.
  *
- * Both stores record a dead-lettered id as applied once it is redriven
- * (LMDB overwrites the mark; PostgreSQL's ON CONFLICT updates a dead-letter
- * mark to applied and leaves any other mark alone), which is what makes a
- * second redrive skip it. An id is swept after store.dedup.retention while
- * its letter may stay longer, so the same commit also puts the letter's own
- * record (letters.h, kl__letter_key()), which is never swept: a letter
- * found there is a duplicate whatever its id's mark.
+ * Both stores record a dead-lettered id as applied once it is redriven,
+ * and never an applied id as dead-lettered (kl__mark_merge()), which is
+ * what makes a second redrive skip it. An id is swept after
+ * store.dedup.retention while its letter may stay longer, so the same
+ * commit also puts the letter's own record (letters.h, kl__letter_key()),
+ * which is never swept: a letter found there is a duplicate whatever its
+ * id's mark.
  *
  * Ownership and caveats: as replay.h (opts are borrowed; runs on the
  * calling thread; *opts->stop may be set from a signal handler).

@@ -92,7 +92,7 @@ typedef struct kl__store_usage {
   uint64_t file_pages; /**< pages in use in the data file */
   uint64_t page_size;
   uint64_t ids;        /**< idempotency keys held */
-  uint64_t ids_pages;  /**< branch + leaf + overflow pages of "ids" */
+  uint64_t ids_pages;  /**< branch + leaf + overflow pages of "topic_ids" */
   uint64_t data_pages; /**< the same for the handlers' "data" */
   uint64_t txns;       /**< write transactions since the store was made;
                             each syncs twice at store.durability=full */

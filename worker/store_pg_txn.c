@@ -11,7 +11,7 @@
  *     RETURNING epoch                         -- 0 rows: fenced, ROLLBACK
  *   INSERT INTO keylane_kv ... ON CONFLICT (key) DO UPDATE   -- the puts
  *   DELETE FROM keylane_kv WHERE key = ANY(...)              -- the dels
- *   INSERT INTO keylane_ids ... ON CONFLICT (id) DO UPDATE   -- the marks
+ *   INSERT INTO keylane_ids ... ON CONFLICT (topic, id) DO UPDATE -- marks
  *     ... WHERE the stored mark is a dead letter and the new one applied
  *   COMMIT
  *
