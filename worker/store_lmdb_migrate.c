@@ -63,6 +63,15 @@ static int kl_migrate_finish(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_dbi old) {
   return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
+/* Whether "ids" is still there, asked of the main database: a handle this
+ * process opened earlier would outlive another process's drop of it. */
+static int kl_v1_exists(MDB_txn *mtxn) {
+  MDB_dbi main;
+  MDB_val name = {sizeof(KL__LMDB_IDS_V1_DB) - 1, KL__LMDB_IDS_V1_DB}, val;
+  int rc = mdb_dbi_open(mtxn, NULL, 0, &main);
+  return rc ? rc : mdb_get(mtxn, main, &name, &val);
+}
+
 static int kl_migrate_chunk(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
                             kl_err_t *stop) {
   kl_migrate_t *m = opaque;
@@ -72,12 +81,13 @@ static int kl_migrate_chunk(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   MDB_val key, val;
   (void)stop;
   m->moved = 0; /* run again from the start after a map growth */
-  int rc = mdb_dbi_open(mtxn, KL__LMDB_IDS_V1_DB, 0, &old);
+  int rc = kl_v1_exists(mtxn);
   if (rc == MDB_NOTFOUND) {
     m->done = 1;
     return 0;
   }
-  if (rc || (rc = mdb_stat(mtxn, lmdb->topics, &st)) ||
+  if (rc || (rc = mdb_dbi_open(mtxn, KL__LMDB_IDS_V1_DB, 0, &old)) ||
+      (rc = mdb_stat(mtxn, lmdb->topics, &st)) ||
       (rc = mdb_cursor_open(mtxn, old, &cur)))
     return rc;
   m->topics = st.ms_entries;
@@ -106,8 +116,8 @@ kl_err_t kl__lmdb_migrate_ids(kl__lmdb_t *lmdb) {
     total += m.moved;
   }
   if (total && m.topics)
-    KL_LOG_I(KL_COMP, "store %s: format 1 -> %u: %zu idempotency keys scoped "
-             "to each of the store's %zu topics",
+    KL_LOG_I(KL_COMP, "store %s: format 1 -> %u: this process scoped %zu "
+             "idempotency keys to each of the store's %zu topics",
              lmdb->dir, KL__LMDB_FORMAT, total, m.topics);
   else if (total)
     KL_LOG_W(KL_COMP, "store %s: format 1 -> %u: dropped %zu idempotency "

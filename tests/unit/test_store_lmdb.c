@@ -571,6 +571,46 @@ static void test_format1_store_is_migrated(void **state) {
   kl_store_destroy(store);
 }
 
+/* A child opening a format-1 store (no cmocka): 0 when it opened and the
+ * old ids suppress on both topics. */
+static int t_child_open_v1(const char *where) {
+  kl_store_t *store;
+  kl_txn_t *txn;
+  kl_mark_t a = KL_MARK_NONE, b = KL_MARK_NONE;
+  if (kl_t_store_try_open(where, &store, NULL) != KL_OK)
+    return 1;
+  int ok = kl_store_begin(store, KL_T_TOPIC, 0, 1, &txn) == KL_OK &&
+           kl_txn_seen(txn, "old-24999", 9, &a) == KL_OK;
+  kl_store_abort(txn);
+  ok = ok && kl_store_begin(store, "payments", 0, 1, &txn) == KL_OK &&
+       kl_txn_seen(txn, "old-0", 5, &b) == KL_OK;
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+  return ok && a == KL_MARK_APPLIED && b == KL_MARK_APPLIED ? 0 : 2;
+}
+
+/* Processes that open a format-1 store at once share its migration: each
+ * returns the store only once every old id has moved. */
+static void test_format1_store_opened_by_two_processes(void **state) {
+  t_state_t *st = *state;
+  t_write_format1(st->fx.where);
+  pid_t pids[3];
+  for (int i = 0; i < 3; i++) {
+    pids[i] = fork();
+    assert_true(pids[i] >= 0);
+    if (pids[i] == 0)
+      _exit(t_child_open_v1(st->fx.where));
+  }
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(t_wait(pids[i]), 0);
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  uint64_t count;
+  assert_int_equal(kl_store_id_count(store, &count), KL_OK);
+  assert_int_equal(count, 2 * (T_V1_IDS + 2));
+  kl_store_destroy(store);
+  assert_false(t_has_v1_ids(st->fx.where));
+}
+
 static void test_foreign_lmdb_is_refused(void **state) {
   t_state_t *st = *state;
   MDB_env *env;
@@ -659,6 +699,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       KL_T_STORE_CONTRACT_TESTS(t_setup, t_teardown) /* then our own: */
       T(test_format1_store_is_migrated),
+      T(test_format1_store_opened_by_two_processes),
       T(test_map_grows),
       T(test_map_full_at_max),
       T(test_commit_many_fails_only_the_failing_batch),
