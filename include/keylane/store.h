@@ -51,7 +51,8 @@ typedef struct kl_partition_state {
   int64_t watermark;     /**< next offset to apply; 0 when none applied */
   uint64_t applied;      /**< events whose effects were committed */
   uint64_t duplicates;   /**< events skipped because their id was seen */
-  uint64_t dead_letters; /**< events recorded as dead-lettered */
+  uint64_t dead_letters; /**< events recorded as dead-lettered (not one
+                              whose id was applied: kl_txn_mark()) */
 } kl_partition_state_t;
 
 /** How an idempotency key was recorded. */
@@ -136,8 +137,9 @@ KL_EXPORT kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
  *         the two run at once (key-parallel lanes), one applies and the
  *         other is a duplicate; if the other failed meanwhile, its dead
  *         letter is still sent, but the id stays applied, so a redrive of
- *         that letter is a duplicate too. A dead-letter mark does become
- *         applied (a redrive).
+ *         that letter is a duplicate too (and not counted in the
+ *         partition's `dead_letters`, which counts recorded marks). A
+ *         dead-letter mark does become applied (a redrive).
  */
 KL_EXPORT kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
                                kl_mark_t mark);

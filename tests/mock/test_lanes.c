@@ -43,6 +43,9 @@ typedef struct t_fx {
   _Atomic int attempts[KEYS]; /* runs of each key's first event */
   _Atomic int running, max_running;
   int sleep_us;
+  /* Events with this id and key fail (FAIL), once another event with the
+   * id was applied: an id reused on two keys of one partition. */
+  const char *reused_id, *reused_fails;
 } t_fx_t;
 
 static int t_failing(int k) {
@@ -77,6 +80,26 @@ static void t_note_running(t_fx_t *fx) {
     ;
 }
 
+/* For the event of fx->reused_fails with id fx->reused_id: waits until the
+ * other event with that id is applied (its mark shows through this
+ * event's txn), so that this one's dead letter comes after it. */
+static int t_reused_fails(t_fx_t *fx, const kl_event_t *event,
+                          kl_txn_t *txn) {
+  size_t len = strlen(fx->reused_id);
+  if (event->id_len != len || memcmp(event->id, fx->reused_id, len) ||
+      event->key_len != strlen(fx->reused_fails) ||
+      memcmp(event->key, fx->reused_fails, event->key_len))
+    return 0;
+  kl_mark_t mark = KL_MARK_NONE;
+  for (int t = 0; t < 10000 && mark != KL_MARK_APPLIED; t++) {
+    assert_int_equal(kl_txn_seen(txn, fx->reused_id, len, &mark), KL_OK);
+    if (mark != KL_MARK_APPLIED)
+      kl_t_sleep_ms(1);
+  }
+  assert_int_equal(mark, KL_MARK_APPLIED);
+  return 1;
+}
+
 /* Payload: key index and seq, 4 bytes each, big-endian. */
 static kl_handler_result_t t_handler(void *opaque, const kl_event_t *event,
                                      const kl_fence_t *fence, kl_txn_t *txn,
@@ -85,6 +108,11 @@ static kl_handler_result_t t_handler(void *opaque, const kl_event_t *event,
   (void)fence;
   if (event->payload_len != 8)
     return KL_HANDLER_FAIL;
+  if (fx->reused_id && t_reused_fails(fx, event, txn)) {
+    snprintf(errbuf, errbuf_size, "the other event of id %s applied",
+             fx->reused_id);
+    return KL_HANDLER_FAIL;
+  }
   const unsigned char *p = event->payload;
   int k = (int)(p[0] << 24 | p[1] << 16 | p[2] << 8 | p[3]);
   int64_t seq = p[4] << 24 | p[5] << 16 | p[6] << 8 | p[7];
@@ -136,18 +164,23 @@ static void t_fx_down(t_fx_t *fx) {
   kl_t_rmrf(fx->dir);
 }
 
-static void t_publish_one(t_fx_t *fx, int k, int seq) {
-  char key[16], id[32];
+static void t_publish_id(t_fx_t *fx, int k, int seq, const char *id) {
+  char key[16];
   unsigned char payload[8] = {(unsigned char)(k >> 24), (unsigned char)(k >> 16),
                               (unsigned char)(k >> 8),  (unsigned char)k,
                               0, 0, (unsigned char)(seq >> 8),
                               (unsigned char)seq};
   snprintf(key, sizeof(key), "k-%04d", k);
-  snprintf(id, sizeof(id), "id-%04d-%d", k, seq);
   kl_event_t ev = {.key = key, .key_len = strlen(key), .id = id,
                    .id_len = strlen(id), .type = "t", .type_len = 1,
                    .payload = payload, .payload_len = sizeof(payload)};
   assert_int_equal(kl_publish(fx->producer, fx->topic, &ev, NULL), KL_OK);
+}
+
+static void t_publish_one(t_fx_t *fx, int k, int seq) {
+  char id[32];
+  snprintf(id, sizeof(id), "id-%04d-%d", k, seq);
+  t_publish_id(fx, k, seq, id);
 }
 
 /* Every key's seq 1, then every key's 2, ...: failing keys' first events
@@ -479,6 +512,51 @@ static void test_max_attempts_dead_letters_once(void **state) {
   t_fx_down(&fx);
 }
 
+static int t_reused_settled(t_fx_t *fx) {
+  kl_partition_state_t st;
+  assert_int_equal(kl_store_partition(fx->store, fx->topic, 0, &st), KL_OK);
+  return st.watermark == 2;
+}
+
+/* An id reused on two keys of one partition, run at once: one applies, the
+ * other fails after it and is dead-lettered. The id stays applied, so a
+ * redrive of that letter, or a re-publish of either event, is a duplicate;
+ * the letter's mark never replaces the applied one. */
+static void test_reused_id_dead_letter_keeps_applied(void **state) {
+  static t_fx_t fx;
+  t_fx_up(&fx, "reused", 1);
+  fx.reused_id = "reused-1";
+  fx.reused_fails = "k-0001";
+  t_publish_id(&fx, 1, 1, "reused-1"); /* offset 0: fails, after the other */
+  t_publish_id(&fx, 0, 1, "reused-1"); /* offset 1: applies */
+  assert_int_equal(kl_flush(fx.producer, 30000), KL_OK);
+  static const char *const conf[] = {"worker.concurrency=2", NULL};
+  t_worker_t *w = t_worker_start(&fx, conf);
+  assert_true(t_wait(&fx, t_reused_settled, 30000) >= 0);
+  kl_worker_stats_t ws;
+  kl_worker_stats(w->worker, &ws);
+  assert_int_equal(ws.dead_letters, 1); /* the letter was sent */
+  t_worker_stop(w);
+
+  /* The store records the id once, applied: its counters count marks. */
+  kl_partition_state_t st;
+  assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &st), KL_OK);
+  assert_int_equal(st.applied, 1);
+  assert_int_equal(st.dead_letters, 0);
+  t_tally_t t;
+  t_tally(&fx, &t);
+  assert_int_equal(t.count[0], 1);
+  assert_int_equal(t.count[1], 0);
+  kl_txn_t *txn;
+  assert_int_equal(kl_store_begin(fx.store, fx.topic, 0, st.epoch, &txn),
+                   KL_OK);
+  kl_mark_t mark;
+  assert_int_equal(kl_txn_seen(txn, "reused-1", 8, &mark), KL_OK);
+  assert_int_equal(mark, KL_MARK_APPLIED);
+  kl_store_abort(txn);
+  t_fx_down(&fx);
+}
+
 /* Produces a record that is no envelope, with a header of its own. */
 static void t_produce_raw(t_fx_t *fx, int32_t partition) {
   char errstr[256];
@@ -634,6 +712,7 @@ static void test_dead_letter_mark_keeps_applied_in_overlay(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dead_letter_mark_keeps_applied_in_overlay),
+      cmocka_unit_test(test_reused_id_dead_letter_keeps_applied),
       cmocka_unit_test(test_failing_keys_wait_alone),
       cmocka_unit_test(test_restart_in_retries_applies_nothing_twice),
       cmocka_unit_test(test_max_attempts_dead_letters_once),
