@@ -21,7 +21,8 @@ static const char kl_migrate_usage[] =
     "run this, then start the new ones. A schema newer than this build is\n"
     "refused. An LMDB store is migrated in place when it is opened (by a\n"
     "worker or by this command): stop the workers of the older version\n"
-    "first, since the migrated store is refused by them.\n\n"
+    "first; they would go on writing the old layout, and an older keylane\n"
+    "refuses a migrated store.\n\n"
     "      --store STORE   postgresql://... URI (or an LMDB directory)\n"
     "  -h, --help          this text\n";
 
