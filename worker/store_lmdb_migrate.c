@@ -109,8 +109,8 @@ kl_err_t kl__lmdb_migrate_ids(kl__lmdb_t *lmdb) {
   kl_migrate_t m = {0, 0, 0};
   size_t total = 0;
   while (!m.done) {
-    kl_err_t err = kl__lmdb_write(lmdb, "migrate format 1 to 2", kl_migrate_chunk,
-                                  &m);
+    kl_err_t err =
+        kl__lmdb_write(lmdb, "migrate format 1 to 2", kl_migrate_chunk, &m);
     if (err)
       return err;
     total += m.moved;

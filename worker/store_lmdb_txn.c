@@ -213,9 +213,9 @@ static int kl_commit_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn,
     kl__lmdb_idval_encode(ctx->now_ms, (kl_mark_t)e->tag, val);
     MDB_val k = {e->key_len, (void *)kl__buf_key(e)};
     MDB_val v = {sizeof(val), val};
-    int rc = e->tag == KL_MARK_DEAD_LETTER ? kl_commit_dead_letter(lmdb, mtxn,
-                                                                   &k, &v)
-                                           : mdb_put(mtxn, lmdb->ids, &k, &v, 0);
+    int rc = e->tag == KL_MARK_DEAD_LETTER
+                 ? kl_commit_dead_letter(lmdb, mtxn, &k, &v)
+                 : mdb_put(mtxn, lmdb->ids, &k, &v, 0);
     if (rc)
       return rc;
   }
