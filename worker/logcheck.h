@@ -1,0 +1,58 @@
+/*
+ * Is the log still the one the store applied? A partition's retained log
+ * [low, high) compared with the store's watermark (the next offset it
+ * would apply): the one comparison behind the worker's stop of a
+ * partition whose log went backwards or lost records to retention
+ * (log_guard.c), written so that `keylane doctor` can call it too.
+ *
+ * Kafka tells a recreated topic from the old one by its topic ID, but
+ * librdkafka has no public topic-ID API before 2.3.0 (rd_kafka_DescribeTopics;
+ * Debian 12 ships 2.0.2), so keylane binds nothing to a topic's identity:
+ * these offsets are all it checks. A recreated topic that already holds
+ * more records than the store's watermark passes unnoticed.
+ *
+ * Internal, not installed. Pure functions: any thread.
+ */
+#ifndef KEYLANE_WORKER_LOGCHECK_H
+#define KEYLANE_WORKER_LOGCHECK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum kl__log_verdict {
+  KL__LOG_OK = 0,    /**< low <= watermark <= high, or nothing applied */
+  KL__LOG_BACKWARDS, /**< high < watermark: recreated or truncated */
+  KL__LOG_GAP,       /**< watermark < low: retention deleted unapplied records */
+} kl__log_verdict_t;
+
+/** One comparison, as kl__log_classify() made it. */
+typedef struct kl__log_check {
+  kl__log_verdict_t verdict;
+  int64_t low, high; /**< the retained log: [low, high) */
+  int64_t watermark; /**< the offset the store applies next */
+  int64_t lost;      /**< KL__LOG_GAP: records deleted unapplied; else 0 */
+} kl__log_check_t;
+
+/**
+ * Compares the retained log [@p low, @p high) of a partition with the
+ * store's @p watermark. A watermark of 0 (nothing applied: a consumer
+ * starts at the log's beginning) is always KL__LOG_OK.
+ * @returns the verdict, also in @p check (may be NULL) with the figures.
+ */
+kl__log_verdict_t kl__log_classify(int64_t low, int64_t high,
+                                   int64_t watermark, kl__log_check_t *check);
+
+/** @returns "ok", "went_backwards" or "retention_gap" (a metric label). */
+const char *kl__log_verdict_name(kl__log_verdict_t verdict);
+
+/**
+ * Writes what @p check means for partition @p partition of @p topic, for
+ * a person: the figures, the likely cause and the fixes (one line, no
+ * trailing newline). "" for KL__LOG_OK.
+ * @returns @p buf.
+ */
+const char *kl__log_describe(const char *topic, int32_t partition,
+                             const kl__log_check_t *check, char *buf,
+                             size_t size);
+
+#endif
