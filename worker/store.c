@@ -2,6 +2,7 @@
  * The public store API: picks a backend by location and forwards every
  * call to it. Argument checks that hold for every backend live here, once.
  */
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -91,6 +92,21 @@ kl_err_t kl_store_partition(kl_store_t *store, const char *topic,
     return err ? err : kl__err(KL_EINVAL, "kl_store_partition: store and "
                                           "state are required");
   return store->ops->partition(store, topic, partition, state);
+}
+
+kl_err_t kl__store_reset(kl_store_t *store, const char *topic,
+                         int32_t partition, kl_partition_state_t *state) {
+  kl_err_t err = kl_store_check_tp("kl__store_reset", topic, partition);
+  if (err || !store || !state)
+    return err ? err : kl__err(KL_EINVAL, "kl__store_reset: store and state "
+                                          "are required");
+  if ((err = store->ops->reset(store, topic, partition, state)))
+    return err;
+  if (state->epoch == 0)
+    return kl__err(KL_ENOTFOUND, "the store has no state for topic %s "
+                                 "partition %" PRId32 ": nothing to reset",
+                   topic, partition);
+  return KL_OK;
 }
 
 kl_err_t kl_store_begin(kl_store_t *store, const char *topic,

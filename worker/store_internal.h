@@ -50,6 +50,17 @@ static inline kl_mark_t kl__mark_merge(kl_mark_t have, kl_mark_t mark) {
   return have == KL_MARK_APPLIED ? KL_MARK_APPLIED : mark;
 }
 
+/**
+ * Rewinds @p partition of @p topic, for `keylane store reset` after its
+ * log went backwards: takes a new epoch, so that a live owner is fenced,
+ * and sets the watermark to 0, so that the next owner starts at the log's
+ * beginning. Idempotency keys, handler state and counters stay.
+ * @returns KL_OK with the new state in @p state; KL_ENOTFOUND when the
+ *          store has no state for the partition.
+ */
+kl_err_t kl__store_reset(kl_store_t *store, const char *topic,
+                         int32_t partition, kl_partition_state_t *state);
+
 /** One batch of kl__store_commit_many(). */
 typedef struct kl__store_commit {
   kl_txn_t *txn;     /**< freed by the call */

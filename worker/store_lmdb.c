@@ -319,6 +319,7 @@ typedef struct kl_acquire_ctx {
   int32_t partition;
   uint64_t floor;
   kl_partition_state_t *state;
+  int reset; /* kl__store_reset(): watermark 0, and only a known partition */
 } kl_acquire_ctx_t;
 
 static int kl_acquire_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
@@ -326,26 +327,40 @@ static int kl_acquire_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   kl_acquire_ctx_t *ctx = opaque;
   int rc = kl__lmdb_part_get(lmdb, mtxn, ctx->topic, ctx->partition,
                              ctx->state);
-  if (rc)
+  if (rc || (ctx->reset && ctx->state->epoch == 0))
     return rc;
   if (ctx->state->epoch < ctx->floor)
     ctx->state->epoch = ctx->floor;
+  if (ctx->reset)
+    ctx->state->watermark = 0;
   ctx->state->epoch++;
   return kl__lmdb_part_put(lmdb, mtxn, ctx->topic, ctx->partition,
                            ctx->state);
 }
 
-static kl_err_t kl_lmdb_acquire(kl_store_t *store, const char *topic,
-                                int32_t partition, uint64_t floor,
-                                kl_partition_state_t *state) {
+static kl_err_t kl_lmdb_take(kl_store_t *store, const char *topic,
+                             int32_t partition, uint64_t floor,
+                             kl_partition_state_t *state, int reset) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
-  kl_acquire_ctx_t ctx = {topic, partition, floor, state};
-  kl_err_t err = kl__lmdb_write(lmdb, "acquire", kl_acquire_fn, &ctx);
+  kl_acquire_ctx_t ctx = {topic, partition, floor, state, reset};
+  kl_err_t err = kl__lmdb_write(lmdb, reset ? "reset" : "acquire",
+                                kl_acquire_fn, &ctx);
   if (err)
     return err;
   /* Without fsync, an OS crash could hand this epoch out again. */
   int rc = lmdb->durable ? 0 : mdb_env_sync(lmdb->env, 1);
   return rc ? kl__lmdb_err(rc, "sync the acquired epoch") : KL_OK;
+}
+
+static kl_err_t kl_lmdb_acquire(kl_store_t *store, const char *topic,
+                                int32_t partition, uint64_t floor,
+                                kl_partition_state_t *state) {
+  return kl_lmdb_take(store, topic, partition, floor, state, 0);
+}
+
+static kl_err_t kl_lmdb_reset(kl_store_t *store, const char *topic,
+                              int32_t partition, kl_partition_state_t *state) {
+  return kl_lmdb_take(store, topic, partition, 0, state, 1);
 }
 
 static kl_err_t kl_lmdb_partition(kl_store_t *store, const char *topic,
@@ -864,6 +879,7 @@ static const kl__store_ops_t kl_lmdb_ops = {
     .destroy = kl_lmdb_destroy,
     .acquire = kl_lmdb_acquire,
     .partition = kl_lmdb_partition,
+    .reset = kl_lmdb_reset,
     .begin = kl__lmdb_begin,
     .commit = kl__lmdb_commit,
     .commit_many = kl__lmdb_commit_many,

@@ -338,6 +338,22 @@ static kl_err_t kl_pg_acquire(kl_store_t *store, const char *topic,
   return kl_pg_call((kl__pg_t *)store, kl_pg_acquire_fn, &tp);
 }
 
+/* Only a known partition: no row, no state (kl__store_reset() says so). */
+static kl_err_t kl_pg_reset_fn(kl__pg_conn_t *conn, void *ctx) {
+  return kl_pg_tp_query(
+      conn, ctx, 2,
+      "UPDATE keylane_partitions SET epoch = epoch + 1, watermark = 0 WHERE "
+      "topic = $1::text AND partition = $2::int4 RETURNING epoch, watermark, "
+      "applied, duplicates, dead_letters",
+      "reset the partition (new epoch, watermark 0)");
+}
+
+static kl_err_t kl_pg_reset(kl_store_t *store, const char *topic,
+                            int32_t partition, kl_partition_state_t *state) {
+  kl_pg_tp_t tp = {topic, partition, state, 0};
+  return kl_pg_call((kl__pg_t *)store, kl_pg_reset_fn, &tp);
+}
+
 static kl_err_t kl_pg_partition_fn(kl__pg_conn_t *conn, void *ctx) {
   return kl_pg_tp_query(conn, ctx, 2,
                         "SELECT epoch, watermark, applied, duplicates, "
@@ -646,6 +662,7 @@ const kl__store_ops_t kl__pg_ops = {
     .destroy = kl_pg_destroy,
     .acquire = kl_pg_acquire,
     .partition = kl_pg_partition,
+    .reset = kl_pg_reset,
     .begin = kl__pg_begin,
     .commit = kl__pg_commit,
     .abort = kl__pg_abort,

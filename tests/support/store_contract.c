@@ -361,6 +361,35 @@ void kl_t_contract_watermark_never_goes_back(void **state) {
   kl_store_destroy(store);
 }
 
+/* `keylane store reset`: a new epoch fences the owner, the watermark goes
+ * back to 0, the ids and counters stay; an unknown partition is refused
+ * and left unknown. */
+void kl_t_contract_reset_rewinds_and_fences(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  kl_store_t *store = kl_t_store_open(where, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  kl_t_txn_mark(txn, "a", KL_MARK_APPLIED);
+  kl_t_store_commit(txn, 40);
+  kl_partition_state_t ps;
+  assert_int_equal(kl__store_reset(store, KL_T_TOPIC, 0, &ps), KL_OK);
+  assert_int_equal(ps.epoch, epoch + 1);
+  assert_int_equal(ps.watermark, 0);
+  assert_int_equal(ps.applied, 1);
+  assert_int_equal(kl_t_store_partition(store, 0).watermark, 0);
+  kl_err_t err = kl_store_begin(store, KL_T_TOPIC, 0, epoch, &txn);
+  if (!err) /* the owner before: fenced at its begin or its commit */
+    err = kl_store_commit(txn, 41);
+  assert_int_equal(err, KL_EFENCED);
+  txn = kl_t_store_begin(store, 0, kl_t_store_acquire(store, 0));
+  assert_int_equal(kl_t_txn_seen(txn, "a"), KL_MARK_APPLIED);
+  kl_t_store_commit(txn, 3);
+  assert_int_equal(kl_t_store_partition(store, 0).watermark, 3);
+  assert_int_equal(kl__store_reset(store, KL_T_TOPIC, 7, &ps), KL_ENOTFOUND);
+  assert_int_equal(kl_t_store_partition(store, 7).epoch, 0);
+  kl_store_destroy(store);
+}
+
 void kl_t_contract_counters(void **state) {
   const char *where = kl_t_store_fixture(state)->where;
   kl_store_t *store = kl_t_store_open(where, NULL);

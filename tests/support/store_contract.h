@@ -100,6 +100,7 @@ void kl_t_store_clock_add(int64_t ms);
   X(ids_scoped_by_topic, setup, teardown)                                      \
   X(fenced_commit_applies_nothing, setup, teardown)                            \
   X(watermark_never_goes_back, setup, teardown)                                \
+  X(reset_rewinds_and_fences, setup, teardown)                                 \
   X(counters, setup, teardown)                                                 \
   X(scan_order_and_prefix, setup, teardown)                                    \
   X(foreach_partition_order, setup, teardown)                                  \
