@@ -18,6 +18,8 @@ static const struct {
     {"keys", kl__cmd_store_keys, "list the handlers' keys"},
     {"get", kl__cmd_store_get, "print one key's record"},
     {"rebuild", kl__cmd_store_rebuild, "rebuild a lost store from the log"},
+    {"reset", kl__cmd_store_reset,
+     "start partitions again from the log's beginning"},
 };
 #define KL_NACTIONS (sizeof(kl_store_actions) / sizeof(kl_store_actions[0]))
 
