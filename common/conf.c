@@ -73,6 +73,10 @@ static const kl_conf_key_t kl_keys[] = {
      "attempts before an event is dead-lettered"},
     {"worker.dlq.topic", KL_CT_STR, "", 0, 0, NULL,
      "dead-letter topic (default: <topic>.dlq)"},
+    {"worker.on.gap", KL_CT_ENUM, "stop", 0, 0, "stop|skip",
+     "a partition whose log starts above the store's watermark (retention "
+     "deleted records before they were applied): stop it (/healthz 503) or "
+     "skip the lost records, counted in keylane_worker_gap_records_total"},
     {"worker.window.max", KL_CT_INT, "10000", 2, 10000000, NULL,
      "records a partition holds in memory at most; past it it is paused"},
     {"worker.waiting.max", KL_CT_INT, "1000", 1, 10000000, NULL,

@@ -106,6 +106,45 @@ size_t kl__lanes_fenced(kl__lanes_t *lanes, int32_t *out, size_t max);
 int64_t kl__lanes_release(kl__lanes_t *lanes, int32_t partition, int commit,
                           uint64_t *epoch);
 
+/** Where an owned lane stands, for the log checks (log_guard.c). */
+typedef struct kl__lane_pos {
+  uint64_t epoch;
+  int64_t watermark;      /* committed: the store's */
+  int64_t next_offset;    /* the offset the lane takes next */
+  int64_t below;          /* lowest offset delivered below next_offset
+                             since the last kl__lanes_pos(), or -1 */
+  uint64_t below_applied; /* of those records, below the watermark */
+} kl__lane_pos_t;
+
+/**
+ * Fills @p pos for @p partition and clears its record of offsets below
+ * its position. Poll thread. @returns 0, or -1 when it is not owned.
+ */
+int kl__lanes_pos(kl__lanes_t *lanes, int32_t partition, kl__lane_pos_t *pos);
+
+/**
+ * The partitions to which the consumer delivered records below the lane's
+ * position (the lane dropped them, counting nothing), at most @p max of
+ * them into @p out. Poll thread. @returns how many.
+ */
+size_t kl__lanes_below(kl__lanes_t *lanes, int32_t *out, size_t max);
+
+/**
+ * Pauses @p partition (and drops what it is given) while its log is
+ * checked or after the check failed; its window still runs and commits.
+ * Poll thread.
+ */
+void kl__lanes_halt(kl__lanes_t *lanes, int32_t partition);
+
+/**
+ * Ends kl__lanes_halt(): the lane takes records from offset @p from on
+ * (when it is beyond its position) and resumes; @p redelivered records
+ * dropped meanwhile are counted as redelivered. Seek the consumer first.
+ * Poll thread.
+ */
+void kl__lanes_go_on(kl__lanes_t *lanes, int32_t partition, int64_t from,
+                     uint64_t redelivered);
+
 /** Takes @p m (ownership passes) into its lane's window. Poll thread. */
 void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m);
 

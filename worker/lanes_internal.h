@@ -109,7 +109,12 @@ typedef enum kl__lane_state {
   KL__LANE_FENCED,   /* a newer owner exists: apply nothing until revoked */
 } kl__lane_state_t;
 
-enum { KL__PAUSE_WINDOW = 1, KL__PAUSE_WAITING = 2, KL__PAUSE_FENCED = 4 };
+enum {
+  KL__PAUSE_WINDOW = 1,
+  KL__PAUSE_WAITING = 2,
+  KL__PAUSE_FENCED = 4,
+  KL__PAUSE_LOG = 8, /* its log is being checked, or went wrong: log_guard.c */
+};
 
 /* A growable array of slot pointers. */
 typedef struct kl__slots {
@@ -142,6 +147,8 @@ struct kl__lane {
   int rewind;             /* the overlay is unusable: run events again */
   int64_t hold_until_ns;  /* after a failed commit */
   int commit_backoff_ms;
+  int64_t below;          /* lowest offset delivered below next_offset, or -1 */
+  uint64_t below_applied; /* of those, below the committed watermark */
 };
 
 struct kl__lanes {

@@ -14,12 +14,15 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/strbuf.h"
+#include "worker/log_guard.h"
+#include "worker/worker_internal.h"
 
 #define COMP "metrics"
 #define KL_MS_CONNS_MAX 32
 #define KL_MS_HEAD_MAX 8192
 #define KL_MS_IDLE_MS 10000
 #define KL_MS_LAG_TIMEOUT_MS 500
+#define KL_MS_STOPS_MAX 256 /* partitions listed by the log guard's series */
 
 struct kl__metrics_server {
   uv_loop_t loop;
@@ -87,6 +90,34 @@ static void kl_ms_gauge(kl__metrics_t *m, const char *name, const char *help,
   kl__metric_set(kl__metrics_gauge(m, name, help, NULL), NULL, v);
 }
 
+/* Partitions the log guard stopped (the log went backwards or lost
+ * records) and records it skipped by worker.on.gap=skip. */
+static void kl_ms_log_stops(kl__metrics_server_t *server, kl__metrics_t *m) {
+  kl__metric_t *stopped = kl__metrics_gauge(
+      m, "keylane_worker_partition_stopped",
+      "1 for a partition stopped because its log went backwards "
+      "(reason=went_backwards) or lost records (reason=retention_gap).",
+      "topic,partition,reason");
+  kl__metric_t *gap = kl__metrics_counter(
+      m, "keylane_worker_gap_records_total",
+      "Records retention deleted before they were applied, skipped by "
+      "worker.on.gap=skip.",
+      "topic,partition");
+  kl__log_stop_t stops[KL_MS_STOPS_MAX];
+  size_t n = kl__log_guard_stops(kl__worker_log_guard(server->worker), stops,
+                                 KL_MS_STOPS_MAX);
+  for (size_t i = 0; i < n; i++) {
+    char p[16];
+    snprintf(p, sizeof(p), "%" PRId32, stops[i].partition);
+    const char *labels[] = {server->topic, p,
+                            kl__log_verdict_name(stops[i].check.verdict)};
+    if (stops[i].stopped)
+      kl__metric_set(stopped, labels, 1);
+    if (stops[i].gap_records)
+      kl__metric_add(gap, labels, (double)stops[i].gap_records);
+  }
+}
+
 static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
   kl_worker_stats_t st;
   kl_worker_stats(server->worker, &st);
@@ -140,9 +171,32 @@ static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
                         "Kafka's high watermark minus the store's watermark.",
                         "partition")};
   kl_store_foreach_partition(server->store, kl_ms_partition, &scrape);
+  kl_ms_log_stops(server, m);
   char *text = kl__metrics_render(m, len);
   kl__metrics_destroy(m);
   return text;
+}
+
+/* @returns how many partitions the log guard stopped; the first one's
+ * reason into @p reason. */
+static size_t kl_ms_stopped(kl__metrics_server_t *server, char *reason,
+                            size_t size) {
+  kl__log_stop_t stops[KL_MS_STOPS_MAX];
+  size_t n = kl__log_guard_stops(kl__worker_log_guard(server->worker), stops,
+                                 KL_MS_STOPS_MAX);
+  size_t stopped = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!stops[i].stopped || stopped++)
+      continue;
+    int len = snprintf(reason, size, "unhealthy: stopped partition %" PRId32
+                       ": ", stops[i].partition);
+    if (len > 0 && (size_t)len + 1 < size) {
+      kl__log_describe(server->topic, stops[i].partition, &stops[i].check,
+                       reason + len, size - (size_t)len - 1);
+      strcat(reason, "\n");
+    }
+  }
+  return stopped;
 }
 
 /* @returns the HTTP status; @p reason receives the body. */
@@ -171,6 +225,8 @@ static int kl_ms_health(kl__metrics_server_t *server, char *reason,
              st.fenced, st.owned);
     return 503;
   }
+  if (kl_ms_stopped(server, reason, size))
+    return 503;
   snprintf(reason, size, "ok: owns %" PRId32 " partitions\n", st.owned);
   return 200;
 }
@@ -245,7 +301,7 @@ static void kl_ms_route(kl_ms_conn_t *conn) {
     kl_ms_respond(conn, 200, KL_METRICS_CONTENT_TYPE, text, len);
     free(text);
   } else if (strcmp(conn->url, "/healthz") == 0 && is_get) {
-    char reason[600];
+    char reason[1536];
     int status = kl_ms_health(server, reason, sizeof(reason));
     kl_ms_text(conn, status, reason);
   } else if (strcmp(conn->url, "/metrics") == 0 ||

@@ -9,8 +9,14 @@
  * does not answer within 500 ms). A store commit-latency histogram is not
  * exported: the commit happens inside the worker, which has no hook for it.
  *
+ * The log guard's partitions (log_guard.h) are series too:
+ * keylane_worker_partition_stopped{topic,partition,reason} (1 while the
+ * partition is stopped because its log went backwards or lost records)
+ * and keylane_worker_gap_records_total{topic,partition}.
+ *
  * GET /healthz is 200 "ok" while the worker runs and the store answers a
- * read; 503 with the reason when the store fails to answer, or when the
+ * read; 503 with the reason when a partition is stopped by the log guard
+ * (the first one's message), when the store fails to answer, or when the
  * worker was fenced (stats.fenced grew) and has committed nothing since,
  * or owns no partition after a fence: kl_worker_stats_t.owned drops only
  * when Kafka revokes a partition, not when the worker drops a fenced lane,

@@ -24,8 +24,10 @@
 #include "worker/checks.h"
 #include "worker/dlq.h"
 #include "worker/lanes.h"
+#include "worker/log_guard.h"
 #include "worker/pool.h"
 #include "worker/store_internal.h"
+#include "worker/worker_internal.h"
 
 /* What a fenced lane last saw of its partition in the store, and since
  * when it has not changed (0: not watched). */
@@ -42,6 +44,7 @@ struct kl_worker {
   kl__applier_t applier; /* the poll thread's; the lanes copy it */
   kl__dlq_t *dlq;
   kl__lanes_t *lanes;
+  kl__log_guard_t *log_guard;
   kl__pool_t *pool;
   int threads; /* executors: 0 in inline mode */
   atomic_int stop; /* lock-free: safe from a signal handler and threads */
@@ -154,6 +157,7 @@ static void kl_on_assign(kl_worker_t *worker,
       continue;
     }
     kl__lanes_own(worker->lanes, tp->partition, state.epoch, state.watermark);
+    kl__log_guard_forget(worker->log_guard, tp->partition);
     if (tp->partition < worker->quiet_count)
       worker->quiet[tp->partition].since_ns = 0;
     tp->offset = state.watermark > 0 ? state.watermark : RD_KAFKA_OFFSET_BEGINNING;
@@ -179,6 +183,7 @@ static void kl_on_revoke(kl_worker_t *worker,
     int32_t p = parts->elems[i].partition;
     uint64_t epoch = 0;
     int64_t watermark = kl__lanes_release(worker->lanes, p, !lost, &epoch);
+    kl__log_guard_forget(worker->log_guard, p);
     if (watermark < 0)
       continue;
     KL_LOG_I(KL_COMP,
@@ -347,7 +352,7 @@ static kl_err_t kl_consumer_new(kl_worker_t *worker) {
       "partition.assignment.strategy", "cooperative-sticky",
       "enable.auto.commit", "false",
       "enable.auto.offset.store", "false",
-      "auto.offset.reset", "earliest",
+      "auto.offset.reset", "error", /* log_guard.h */
       "session.timeout.ms", session,
       "heartbeat.interval.ms", heartbeat,
       "queued.min.messages", "1000000",
@@ -381,7 +386,31 @@ static kl_err_t kl_worker_parts_new(kl_worker_t *worker) {
                         worker->dlq, &worker->lanes);
   if (!err)
     kl__dlq_set_opaque(worker->dlq, worker->lanes);
+  if (!err)
+    err = kl__log_guard_new(worker->conf, worker->topic, worker->rk,
+                            worker->store, worker->lanes, &worker->log_guard);
   return err;
+}
+
+kl__log_guard_t *kl__worker_log_guard(kl_worker_t *worker) {
+  return worker->log_guard;
+}
+
+/* The store's watermark is trusted only while the log holds it, so the
+ * consumer must say when a position is out of the log (log_guard.h),
+ * never move it silently: earliest would take a recreated topic's records
+ * for applied ones, latest and earliest alike would skip a retention gap. */
+static kl_err_t kl_check_offset_reset(const kl_conf_t *conf) {
+  const char *reset = kl_conf_get(conf, "kafka.auto.offset.reset");
+  if (!reset || strcmp(reset, "error") == 0)
+    return KL_OK;
+  return kl__err(KL_ECONF,
+                 "kafka.auto.offset.reset=%s: the worker resumes from the "
+                 "store's watermark and needs librdkafka to report a position "
+                 "outside the log (a recreated topic, a retention gap) instead "
+                 "of moving it; remove the setting (see worker.on.gap and "
+                 "`keylane store reset`)",
+                 reset);
 }
 
 kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
@@ -393,6 +422,9 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
   if (!kl_conf_get(conf, "kafka.bootstrap.servers"))
     return kl__err(KL_ECONF, "no bootstrap servers: set "
                              "kafka.bootstrap.servers (-b HOST:PORT)");
+  kl_err_t cerr = kl_check_offset_reset(conf);
+  if (cerr)
+    return cerr;
   int64_t retake_ms = kl__conf_int(conf, "worker.fenced.retake.ms");
   int64_t session_ms = kl__conf_int(conf, "worker.session.timeout.ms");
   if (retake_ms && retake_ms <= session_ms)
@@ -488,8 +520,10 @@ static kl_err_t kl_check_retention(kl_worker_t *worker) {
 }
 
 static void kl_on_consume_error(kl_worker_t *worker, rd_kafka_message_t *m) {
-  (void)worker;
-  if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+  if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET && m->rkt &&
+      strcmp(rd_kafka_topic_name(m->rkt), worker->topic) == 0)
+    kl__log_guard_out_of_range(worker->log_guard, m->partition, m->offset);
+  else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
     KL_LOG_W(KL_COMP, "consume: %s", rd_kafka_message_errstr(m));
   rd_kafka_message_destroy(m);
 }
@@ -534,6 +568,7 @@ static void kl_worker_loop(kl_worker_t *worker) {
   while (!worker->stop) {
     int busy = worker->threads == 0 && kl__lanes_has_ready(worker->lanes);
     kl_consume(worker, busy ? 0 : 5, 10000);
+    kl__log_guard_tick(worker->log_guard);
     if (worker->threads == 0)
       kl__pool_run_inline(worker->pool, 20);
     kl__dlq_poll(worker->dlq, 0);
@@ -592,6 +627,7 @@ void kl_worker_destroy(kl_worker_t *worker) {
   kl__pool_destroy(worker->pool);
   if (worker->rk)
     rd_kafka_destroy(worker->rk);
+  kl__log_guard_destroy(worker->log_guard);
   kl__lanes_destroy(worker->lanes);
   kl__dlq_destroy(worker->dlq);
   kl_decoder_destroy(worker->applier.decoder);

@@ -4,6 +4,8 @@
 
 #include "keylane/worker.h"
 
+typedef struct kl__log_guard kl__log_guard_t; /* worker/log_guard.h */
+
 /**
  * Called on the worker's thread after the handlers of a batch ran and
  * before its store commit: the window in which a GC pause or a stalled VM
@@ -15,5 +17,9 @@ typedef void(kl__worker_hook_fn)(void *opaque, const char *topic,
 
 void kl__worker_set_before_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
                                   void *opaque);
+
+/** The worker's log guard, for /metrics, /healthz and tests: borrowed,
+ *  valid until kl_worker_destroy(); read it with kl__log_guard_stops(). */
+kl__log_guard_t *kl__worker_log_guard(kl_worker_t *worker);
 
 #endif

@@ -1,0 +1,308 @@
+/*
+ * A log that went backwards or lost records (worker/log_guard.h) on the
+ * embedded cluster: a store that outlives its topic stops the partition,
+ * counts nothing as redelivered, says so on /healthz and /metrics, and
+ * `keylane store reset` (KEYLANE_BIN) starts it again; a worker that lags
+ * past retention (the embedded cluster keeps 5 MiB per partition) stops
+ * with the count of records lost, or with worker.on.gap=skip goes on and
+ * counts them. Embedded only: it replaces the cluster under the store.
+ */
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <librdkafka/rdkafka.h>
+
+#include "support/cluster.h"
+#include "support/http.h"
+#include "support/ledger_checks.h"
+#include "support/prom.h"
+#include "support/support.h"
+#include "worker/log_guard.h"
+#include "worker/metrics_server.h"
+#include "worker/worker_internal.h"
+
+typedef kl_t_ledger_fx_t kl_fx_t;
+
+static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};
+
+/* Partition 0's entry in the worker's log guard; zeroes when it has none. */
+static kl__log_stop_t kl_stop_of(kl_t_worker_t *w) {
+  kl__log_stop_t stops[4], none = {0};
+  size_t n = kl__log_guard_stops(kl__worker_log_guard(w->worker), stops, 4);
+  for (size_t i = 0; i < n; i++)
+    if (stops[i].partition == 0)
+      return stops[i];
+  return none;
+}
+
+/* Waits up to 30 s until partition 0 is stopped (@p stopped) or not. */
+static kl__log_stop_t kl_wait_stop(kl_t_worker_t *w, int stopped) {
+  kl__log_stop_t s = kl_stop_of(w);
+  for (int i = 0; i < 600 && s.stopped != stopped; i++) {
+    kl_t_sleep_ms(50);
+    s = kl_stop_of(w);
+  }
+  assert_int_equal(s.stopped, stopped);
+  return s;
+}
+
+/* Waits up to 30 s until the store applied partition 0 up to @p end. */
+static void kl_wait_watermark(kl_store_t *store, const char *topic,
+                              int64_t end) {
+  kl_partition_state_t st = {0};
+  for (int i = 0; i < 600 && st.watermark < end; i++) {
+    kl_t_sleep_ms(50);
+    assert_int_equal(kl_store_partition(store, topic, 0, &st), KL_OK);
+  }
+  assert_int_equal(st.watermark, end);
+}
+
+static kl__metrics_server_t *kl_serve(kl_t_worker_t *w, kl_fx_t *fx,
+                                      int *port) {
+  kl__metrics_server_t *server;
+  assert_int_equal(kl__metrics_server_start("127.0.0.1:0", NULL, fx->topic,
+                                            w->worker, fx->store, &server),
+                   KL_OK);
+  *port = kl__metrics_server_port(server);
+  return server;
+}
+
+/* GET @p path: asserts @p status and that the body holds @p text. */
+static void kl_assert_get(int port, const char *path, int status,
+                          const char *text) {
+  kl_t_http_resp_t resp;
+  memset(&resp, 0, sizeof(resp));
+  assert_int_equal(kl_t_http_once(port, "GET", path, NULL, NULL, &resp), 0);
+  char err[256];
+  if (strcmp(path, "/metrics") == 0 &&
+      kl_t_prom_check(resp.body, err, sizeof(err)) != 0)
+    fail_msg("/metrics does not parse: %s\n%s", err, resp.body);
+  if (resp.status != status || !strstr(resp.body, text))
+    fail_msg("GET %s: %d, expected %d with \"%s\":\n%s", path, resp.status,
+             status, text, resp.body);
+  kl_t_http_resp_free(&resp);
+}
+
+/* The cluster is rebuilt under the store: the topic of the same name
+ * starts over at offset 0 and holds 10 new events, all below the store's
+ * watermark of the old topic. */
+static void test_store_outlives_its_topic(void **state) {
+  kl_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "reborn", 1, 20, 5, NULL);
+  kl_t_ledger_fx_publish(&fx, 30); /* 33 records: 3 re-published */
+  kl_t_worker_t *w = kl_t_worker_start(fx.boot, fx.topic, "g", fx.store,
+                                       kl_fast);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000),
+                   0);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_partition_state_t old;
+  assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &old), KL_OK);
+  assert_int_equal(old.watermark, 33);
+
+  kl_producer_destroy(fx.producer);
+  kl__ledger_gen_destroy(fx.gen);
+  kl_t_cluster_destroy(fx.cluster);
+  assert_int_equal(kl_t_cluster_new(1, "reborn", 1, &fx.cluster), KL_OK);
+  fx.boot = kl_t_bootstrap(fx.cluster);
+  fx.gen = kl__ledger_gen_new(20, 1, 6);
+  fx.producer = kl_t_producer(fx.boot, fx.gen);
+  for (int i = 0; i < 10; i++)
+    assert_int_equal(kl__ledger_gen_publish(fx.gen, fx.producer, fx.topic),
+                     KL_OK);
+  assert_int_equal(kl_flush(fx.producer, 30000), KL_OK);
+
+  w = kl_t_worker_start(fx.boot, fx.topic, "g", fx.store, kl_fast);
+  int port;
+  kl__metrics_server_t *server = kl_serve(w, &fx, &port);
+  kl__log_stop_t s = kl_wait_stop(w, 1);
+  assert_int_equal(s.check.verdict, KL__LOG_BACKWARDS);
+  assert_int_equal(s.check.watermark, 33);
+  assert_int_equal(s.check.low, 0);
+  assert_int_equal(s.check.high, 10);
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st);
+  assert_int_equal(st.applied, 0);
+  assert_int_equal(st.redelivered, 0);
+  kl_assert_get(port, "/healthz", 503,
+                "stopped partition 0: topic reborn partition 0 went "
+                "backwards: its log ends at offset 10, below the store's "
+                "watermark 33");
+  kl_assert_get(port, "/metrics", 200,
+                "keylane_worker_partition_stopped{topic=\"reborn\","
+                "partition=\"0\",reason=\"went_backwards\"} 1\n");
+
+  /* The operator's word: the new log is the one to apply. */
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd),
+           "%s store reset -t reborn -p 0 --store %s > %s/reset.out",
+           kl_t_bin(), fx.where, fx.dir);
+  assert_int_equal(system(cmd), 0);
+  snprintf(cmd, sizeof(cmd), "grep -q 'watermark 33 -> 0, epoch %" PRIu64
+           " -> %" PRIu64 "' %s/reset.out", old.epoch + 1, old.epoch + 2,
+           fx.dir);
+  assert_int_equal(system(cmd), 0);
+  kl_wait_stop(w, 0);
+  kl_wait_watermark(fx.store, fx.topic, 10);
+  kl_worker_stats(w->worker, &st);
+  assert_int_equal(st.applied, 10);
+  assert_int_equal(st.redelivered, 0);
+  kl_assert_get(port, "/healthz", 200, "ok");
+  kl__metrics_server_stop(server);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_partition_state_t now;
+  assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &now), KL_OK);
+  assert_int_equal(now.applied, old.applied + 10);
+  kl_t_ledger_fx_down(&fx);
+}
+
+/* A ledger event of @p key and @p seq carrying @p pad bytes of filler the
+ * handler ignores: {"amount": 1, "seq": seq, "pad": bin}. */
+static void kl_publish_padded(kl_producer_t *producer, const char *topic,
+                              const char *key, int64_t seq, size_t pad) {
+  static unsigned char buf[16384];
+  size_t n = 0;
+  buf[n++] = 0x83;
+  const char *names[] = {"amount", "seq"};
+  int64_t values[] = {1, seq};
+  for (int f = 0; f < 2; f++) {
+    size_t len = strlen(names[f]);
+    buf[n++] = (unsigned char)(0xa0 | len);
+    memcpy(buf + n, names[f], len);
+    n += len;
+    buf[n++] = 0xd3;
+    for (int i = 7; i >= 0; i--)
+      buf[n++] = (unsigned char)((uint64_t)values[f] >> (8 * i));
+  }
+  memcpy(buf + n, "\xa3pad\xc5", 5);
+  n += 5;
+  buf[n++] = (unsigned char)(pad >> 8);
+  buf[n++] = (unsigned char)pad;
+  for (size_t i = 0; i < pad; i++) /* incompressible */
+    buf[n++] = (unsigned char)rand();
+  kl_event_t e = {.key = key, .key_len = strlen(key), .type = "credit",
+                  .type_len = 6, .payload = buf, .payload_len = n};
+  assert_int_equal(kl_publish(producer, topic, &e, NULL), KL_OK);
+}
+
+/* The retained log of partition 0 of @p topic: [*low, *high). */
+static void kl_log_range(const char *boot, const char *topic, int64_t *low,
+                         int64_t *high) {
+  char errstr[256];
+  rd_kafka_conf_t *c = rd_kafka_conf_new();
+  rd_kafka_conf_set(c, "bootstrap.servers", boot, errstr, sizeof(errstr));
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, errstr, sizeof(errstr));
+  assert_non_null(rk);
+  assert_int_equal(rd_kafka_query_watermark_offsets(rk, topic, 0, low, high,
+                                                    10000),
+                   RD_KAFKA_RESP_ERR_NO_ERROR);
+  rd_kafka_destroy(rk);
+}
+
+/* A worker stopped while 6 MiB arrive: the embedded cluster keeps 5 MiB
+ * per partition, so the records after the store's watermark are deleted
+ * before any worker applied them. */
+static void test_lag_past_retention(void **state) {
+  kl_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "lagging", 1, 20, 8, NULL);
+  kl_t_ledger_fx_publish(&fx, 20); /* 22 records */
+  kl_t_worker_t *w = kl_t_worker_start(fx.boot, fx.topic, "g", fx.store,
+                                       kl_fast);
+  kl_wait_watermark(fx.store, fx.topic, 22);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL,
+                               0), KL_OK);
+  kl_producer_t *producer;
+  assert_int_equal(kl_producer_new(conf, NULL, NULL, &producer), KL_OK);
+  kl_conf_destroy(conf);
+  for (int i = 0; i < 750; i++)
+    kl_publish_padded(producer, fx.topic, "filler", i + 1, 8192);
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+  kl_producer_destroy(producer);
+  int64_t low, high;
+  kl_log_range(fx.boot, fx.topic, &low, &high);
+  assert_int_equal(high, 22 + 750);
+  assert_true(low > 22);
+
+  /* By default the partition stops, saying how many records were lost. */
+  w = kl_t_worker_start(fx.boot, fx.topic, "g", fx.store, kl_fast);
+  kl__log_stop_t s = kl_wait_stop(w, 1);
+  assert_int_equal(s.check.verdict, KL__LOG_GAP);
+  assert_int_equal(s.check.watermark, 22);
+  assert_int_equal(s.check.lost, low - 22);
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st);
+  assert_int_equal(st.applied, 0);
+  assert_int_equal(st.redelivered, 0);
+  int port;
+  kl__metrics_server_t *server = kl_serve(w, &fx, &port);
+  char text[256];
+  snprintf(text, sizeof(text), "topic lagging partition 0 lost %" PRId64
+           " records: its log starts at offset %" PRId64, low - 22, low);
+  kl_assert_get(port, "/healthz", 503, text);
+  kl_assert_get(port, "/metrics", 200,
+                "keylane_worker_partition_stopped{topic=\"lagging\","
+                "partition=\"0\",reason=\"retention_gap\"} 1\n");
+  kl__metrics_server_stop(server);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+
+  /* worker.on.gap=skip goes on from the log's start and counts them. */
+  static const char *const skip[] = {"worker.session.timeout.ms=3000",
+                                     "worker.on.gap=skip", NULL};
+  w = kl_t_worker_start(fx.boot, fx.topic, "g", fx.store, skip);
+  server = kl_serve(w, &fx, &port);
+  kl_wait_watermark(fx.store, fx.topic, high);
+  s = kl_stop_of(w);
+  assert_int_equal(s.stopped, 0);
+  assert_int_equal(s.gap_records, (uint64_t)(low - 22));
+  kl_worker_stats(w->worker, &st);
+  assert_int_equal(st.applied, (uint64_t)(high - low));
+  assert_int_equal(st.redelivered, 0);
+  kl_assert_get(port, "/healthz", 200, "ok");
+  snprintf(text, sizeof(text), "keylane_worker_gap_records_total{topic="
+           "\"lagging\",partition=\"0\"} %" PRId64 "\n", low - 22);
+  kl_assert_get(port, "/metrics", 200, text);
+  kl__metrics_server_stop(server);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_t_ledger_fx_down(&fx);
+}
+
+/* The worker must hear of a position outside the log: a setting that
+ * would move it silently is refused, naming the fix. */
+static void test_refuses_silent_offset_reset(void **state) {
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1",
+                               NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.auto.offset.reset", "earliest",
+                               NULL, 0), KL_OK);
+  char dir[64];
+  kl_t_tmpdir(dir);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  kl_worker_t *w = NULL;
+  assert_int_equal(kl_worker_new(conf, "t", store, kl_ledger_handler, NULL, &w),
+                   KL_ECONF);
+  assert_null(w);
+  assert_non_null(strstr(kl_err_detail(), "kafka.auto.offset.reset=earliest: "
+                                          "the worker resumes from the store's "
+                                          "watermark"));
+  kl_store_destroy(store);
+  kl_conf_destroy(conf);
+  kl_t_rmrf(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_store_outlives_its_topic),
+      cmocka_unit_test(test_lag_past_retention),
+      cmocka_unit_test(test_refuses_silent_offset_reset),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,296 @@
+/* A log that went backwards or lost records stops its partition:
+ * log_guard.h. */
+#include "worker/log_guard.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "common/log.h"
+
+#define KL_COMP "worker"
+#define KL_QUERY_MS 5000     /* the watermark query's timeout */
+#define KL_SEEK_MS 10000     /* a seek's timeout */
+#define KL_RETRY_NS 1000000000 /* a check that failed, a stop: again in 1 s */
+
+typedef enum kl_guard_state {
+  KL_GUARD_NONE = 0,
+  KL_GUARD_PENDING, /* halted: the log is to be checked */
+  KL_GUARD_STOPPED, /* halted: the log went wrong; waits for a reset */
+} kl_guard_state_t;
+
+typedef struct kl_guarded {
+  kl_guard_state_t state;
+  int64_t due_ns;        /* next check: 1 s after the last one */
+  uint64_t epoch;        /* STOPPED: the lane's epoch then */
+  uint64_t redelivered;  /* PENDING: dropped below the watermark */
+  kl__log_check_t check; /* STOPPED: why */
+  uint64_t gap_records;
+} kl_guarded_t;
+
+struct kl__log_guard {
+  const char *topic;
+  rd_kafka_t *rk;
+  kl_store_t *store;
+  kl__lanes_t *lanes;
+  int skip_gaps; /* worker.on.gap=skip */
+  /* The poll thread alone writes parts and count, under mu, which
+   * /metrics takes to read them; the poll thread reads without it. */
+  pthread_mutex_t mu;
+  kl_guarded_t *parts;
+  int32_t count;
+  int active; /* partitions not NONE: the tick's fast path */
+};
+
+kl_err_t kl__log_guard_new(const kl_conf_t *conf, const char *topic,
+                           rd_kafka_t *rk, kl_store_t *store,
+                           kl__lanes_t *lanes, kl__log_guard_t **out) {
+  kl__log_guard_t *guard = calloc(1, sizeof(*guard));
+  if (!guard)
+    return KL_ENOMEM;
+  *guard = (kl__log_guard_t){.topic = topic, .rk = rk, .store = store,
+                             .lanes = lanes};
+  guard->skip_gaps = strcmp(kl_conf_get(conf, "worker.on.gap"), "skip") == 0;
+  pthread_mutex_init(&guard->mu, NULL);
+  *out = guard;
+  return KL_OK;
+}
+
+void kl__log_guard_destroy(kl__log_guard_t *guard) {
+  if (!guard)
+    return;
+  pthread_mutex_destroy(&guard->mu);
+  free(guard->parts);
+  free(guard);
+}
+
+/* @returns @p partition's entry, made when missing; NULL without memory.
+ * mu held. */
+static kl_guarded_t *kl_guarded(kl__log_guard_t *guard, int32_t partition) {
+  if (partition < 0)
+    return NULL;
+  if (partition >= guard->count) {
+    kl_guarded_t *v = realloc(guard->parts, (size_t)(partition + 1) * sizeof(*v));
+    if (!v)
+      return NULL;
+    memset(v + guard->count, 0,
+           (size_t)(partition + 1 - guard->count) * sizeof(*v));
+    guard->parts = v;
+    guard->count = partition + 1;
+  }
+  return &guard->parts[partition];
+}
+
+/* Sets what /metrics reads: @p g's state, and its check when stopped.
+ * Takes mu unless @p locked. */
+static void kl_set_state(kl__log_guard_t *guard, kl_guarded_t *g,
+                         kl_guard_state_t state, const kl__log_check_t *check,
+                         int locked) {
+  if (!locked)
+    pthread_mutex_lock(&guard->mu);
+  guard->active += (state != KL_GUARD_NONE) - (g->state != KL_GUARD_NONE);
+  g->state = state;
+  if (check)
+    g->check = *check;
+  if (!locked)
+    pthread_mutex_unlock(&guard->mu);
+}
+
+/* Halts @p partition and has its log checked at the next tick. */
+static void kl_halt(kl__log_guard_t *guard, int32_t partition) {
+  pthread_mutex_lock(&guard->mu);
+  kl_guarded_t *g = kl_guarded(guard, partition);
+  if (g && g->state == KL_GUARD_NONE) {
+    kl__lanes_halt(guard->lanes, partition);
+    kl_set_state(guard, g, KL_GUARD_PENDING, NULL, 1);
+    g->redelivered = 0; /* due_ns stays: one check a second at most */
+  }
+  pthread_mutex_unlock(&guard->mu);
+}
+
+void kl__log_guard_out_of_range(kl__log_guard_t *guard, int32_t partition,
+                                int64_t offset) {
+  KL_LOG_W(KL_COMP, "partition=%" PRId32 ": offset %" PRId64 " is out of the "
+           "log; checking the log against the store's watermark", partition,
+           offset);
+  kl_halt(guard, partition);
+}
+
+void kl__log_guard_forget(kl__log_guard_t *guard, int32_t partition) {
+  pthread_mutex_lock(&guard->mu);
+  if (partition < guard->count)
+    kl_set_state(guard, &guard->parts[partition], KL_GUARD_NONE, NULL, 1);
+  pthread_mutex_unlock(&guard->mu);
+}
+
+/* Assigns the partition of @p l again, from its offset: librdkafka (2.0)
+ * leaves a partition whose position was out of range unfetched, and
+ * refuses to seek it (RD_KAFKA_RESP_ERR__STATE) until it is assigned
+ * anew. Only the cooperative protocol (the worker's default) lets one
+ * partition be reassigned. */
+static rd_kafka_resp_err_t kl_reassign(kl__log_guard_t *guard,
+                                       rd_kafka_topic_partition_list_t *l) {
+  if (strcmp(rd_kafka_rebalance_protocol(guard->rk), "COOPERATIVE") != 0)
+    return RD_KAFKA_RESP_ERR__STATE;
+  rd_kafka_error_t *error = rd_kafka_incremental_unassign(guard->rk, l);
+  if (!error)
+    error = rd_kafka_incremental_assign(guard->rk, l);
+  rd_kafka_resp_err_t kerr = error ? rd_kafka_error_code(error) : 0;
+  rd_kafka_error_destroy(error);
+  return kerr;
+}
+
+/* Moves the consumer of @p partition to @p offset (a logical one too).
+ * @returns 0, or -1 (logged) to try again at the next check. */
+static int kl_seek(kl__log_guard_t *guard, int32_t partition, int64_t offset) {
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(l, guard->topic, partition)->offset =
+      offset;
+  rd_kafka_error_t *error = rd_kafka_seek_partitions(guard->rk, l, KL_SEEK_MS);
+  rd_kafka_resp_err_t kerr = error ? rd_kafka_error_code(error)
+                                   : l->elems[0].err;
+  rd_kafka_error_destroy(error);
+  if (kerr == RD_KAFKA_RESP_ERR__STATE) {
+    l->elems[0].err = 0;
+    kerr = kl_reassign(guard, l);
+  }
+  rd_kafka_topic_partition_list_destroy(l);
+  if (kerr)
+    KL_LOG_W(KL_COMP, "partition=%" PRId32 ": cannot move the consumer to "
+             "offset %" PRId64 ": %s; trying again%s", partition, offset,
+             rd_kafka_err2str(kerr),
+             kerr == RD_KAFKA_RESP_ERR__STATE
+                 ? " (an eager partition.assignment.strategy cannot "
+                   "reassign one partition: restart the worker)"
+                 : "");
+  return kerr ? -1 : 0;
+}
+
+/* The log still holds the lane's position, or worker.on.gap=skip lets it
+ * go on from the log's start: the consumer goes there, the lane on. */
+static int kl_go_on(kl__log_guard_t *guard, int32_t partition,
+                    kl_guarded_t *g, const kl__lane_pos_t *pos,
+                    const kl__log_check_t *check) {
+  int64_t from = check->verdict == KL__LOG_GAP ? check->low : pos->next_offset;
+  if (kl_seek(guard, partition, from))
+    return -1;
+  if (check->verdict == KL__LOG_GAP) {
+    pthread_mutex_lock(&guard->mu);
+    g->gap_records += (uint64_t)check->lost;
+    pthread_mutex_unlock(&guard->mu);
+    KL_LOG_W(KL_COMP, "partition=%" PRId32 ": skipped %" PRId64 " records, "
+             "offsets %" PRId64 "..%" PRId64 ", that retention deleted before "
+             "they were applied (worker.on.gap=skip); going on from offset %"
+             PRId64, partition, check->lost, check->watermark, check->low - 1,
+             check->low);
+  } else {
+    KL_LOG_W(KL_COMP, "partition=%" PRId32 ": its log [%" PRId64 ", %" PRId64
+             ") still holds its position %" PRId64 "; the consumer was moved "
+             "back there (records below it were redeliveries)", partition,
+             check->low, check->high, pos->next_offset);
+  }
+  kl__lanes_go_on(guard->lanes, partition, from, g->redelivered);
+  kl_set_state(guard, g, KL_GUARD_NONE, NULL, 0);
+  return 0;
+}
+
+/* Compares the log of halted @p partition with the lane's position, and
+ * goes on or stops. */
+static void kl_check(kl__log_guard_t *guard, int32_t partition,
+                     kl_guarded_t *g) {
+  kl__lane_pos_t pos;
+  if (kl__lanes_pos(guard->lanes, partition, &pos)) {
+    kl_set_state(guard, g, KL_GUARD_NONE, NULL, 0); /* no longer ours */
+    return;
+  }
+  g->redelivered += pos.below_applied;
+  int64_t low, high;
+  rd_kafka_resp_err_t kerr = rd_kafka_query_watermark_offsets(
+      guard->rk, guard->topic, partition, &low, &high, KL_QUERY_MS);
+  if (kerr) {
+    KL_LOG_W(KL_COMP, "partition=%" PRId32 ": cannot read the log's offsets "
+             "to check it: %s; the partition waits, trying again",
+             partition, rd_kafka_err2str(kerr));
+    return;
+  }
+  kl__log_check_t check;
+  kl__log_verdict_t v = kl__log_classify(low, high, pos.next_offset, &check);
+  if (v == KL__LOG_OK || (v == KL__LOG_GAP && guard->skip_gaps)) {
+    kl_go_on(guard, partition, g, &pos, &check);
+    return;
+  }
+  char why[1024];
+  kl__log_describe(guard->topic, partition, &check, why, sizeof(why));
+  KL_LOG_E(KL_COMP, "stopped partition=%" PRId32 " (the store's watermark %"
+           PRId64 ", the lane's position %" PRId64 "): %s", partition,
+           pos.watermark, pos.next_offset, why);
+  g->epoch = pos.epoch;
+  kl_set_state(guard, g, KL_GUARD_STOPPED, &check, 0);
+}
+
+/* A stopped partition starts again once `keylane store reset` took a new
+ * epoch and moved its watermark back: from there, owned anew. */
+static void kl_restart_if_reset(kl__log_guard_t *guard, int32_t partition,
+                                kl_guarded_t *g) {
+  kl_partition_state_t st;
+  if (kl_store_partition(guard->store, guard->topic, partition, &st) ||
+      st.epoch == g->epoch || st.watermark >= g->check.watermark)
+    return;
+  if (kl_store_acquire(guard->store, guard->topic, partition, &st)) {
+    KL_LOG_W(KL_COMP, "partition=%" PRId32 ": cannot take it again after its "
+             "reset: %s; trying again", partition, kl_err_detail());
+    return;
+  }
+  if (kl_seek(guard, partition,
+              st.watermark > 0 ? st.watermark : RD_KAFKA_OFFSET_BEGINNING))
+    return;
+  kl__lanes_own(guard->lanes, partition, st.epoch, st.watermark);
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(l, guard->topic, partition);
+  rd_kafka_resume_partitions(guard->rk, l);
+  rd_kafka_topic_partition_list_destroy(l);
+  kl_set_state(guard, g, KL_GUARD_NONE, NULL, 0);
+  KL_LOG_I(KL_COMP, "partition=%" PRId32 " starts again at offset %" PRId64
+           " with epoch %" PRIu64 ": its store state was reset", partition,
+           st.watermark, st.epoch);
+}
+
+void kl__log_guard_tick(kl__log_guard_t *guard) {
+  int32_t below[64];
+  size_t n = kl__lanes_below(guard->lanes, below, 64);
+  for (size_t i = 0; i < n; i++) {
+    KL_LOG_W(KL_COMP, "partition=%" PRId32 ": the consumer delivered records "
+             "below the lane's position; checking the log against the "
+             "store's watermark", below[i]);
+    kl_halt(guard, below[i]);
+  }
+  if (!guard->active)
+    return;
+  int64_t now = kl__mono_ns();
+  for (int32_t p = 0; p < guard->count; p++) {
+    kl_guarded_t *g = &guard->parts[p];
+    if (g->state == KL_GUARD_NONE || now < g->due_ns)
+      continue;
+    g->due_ns = now + KL_RETRY_NS;
+    if (g->state == KL_GUARD_PENDING)
+      kl_check(guard, p, g);
+    else
+      kl_restart_if_reset(guard, p, g);
+  }
+}
+
+size_t kl__log_guard_stops(kl__log_guard_t *guard, kl__log_stop_t *out,
+                           size_t max) {
+  size_t n = 0;
+  pthread_mutex_lock(&guard->mu);
+  for (int32_t p = 0; p < guard->count && n < max; p++) {
+    const kl_guarded_t *g = &guard->parts[p];
+    int stopped = g->state == KL_GUARD_STOPPED;
+    if (stopped || g->gap_records)
+      out[n++] = (kl__log_stop_t){p, stopped, g->check, g->gap_records};
+  }
+  pthread_mutex_unlock(&guard->mu);
+  return n;
+}
