@@ -39,6 +39,17 @@
  * starts. A record may reach it twice when its owner changes or crashes
  * between the acknowledgement and the commit.
  *
+ * The log is checked, not trusted: the consumer runs with
+ * auto.offset.reset=error (kl_worker_new() refuses another
+ * "kafka.auto.offset.reset"), and a partition whose position is out of its
+ * log, or whose records arrive below its position, has its log's low and
+ * high offsets compared with the store's watermark. A log that ends below
+ * the watermark (recreated or truncated topic) stops the partition (an
+ * ERROR, /healthz 503) until `keylane store reset` rewinds it; a log that
+ * starts above it (retention deleted unapplied records) stops it too,
+ * unless "worker.on.gap" is "skip", which goes on from the log's start and
+ * counts the records lost. Nothing unapplied is counted as redelivered.
+ *
  * Bounds: a partition holds at most "worker.window.max" records (default
  * 10000) from its watermark on, and a worker at most "worker.waiting.max"
  * keys in backoff (default 1000). Past either bound the partition is
@@ -124,7 +135,8 @@ typedef struct kl_worker_stats {
   uint64_t duplicates;  /**< events skipped: idempotency key seen (this
                              includes events committed beyond the
                              watermark and consumed again by a new owner) */
-  uint64_t redelivered; /**< events skipped: offset below the watermark */
+  uint64_t redelivered; /**< events skipped: offset below the watermark of
+                             a log that still holds it */
   uint64_t batches;     /**< partition batches committed (one store
                              write may carry several partitions') */
   uint64_t fenced;      /**< group commits rejected by the epoch check */
@@ -149,6 +161,9 @@ typedef struct kl_worker_stats {
  * Creates a worker for @p topic. @p conf is copied; "kafka.*" keys reach the
  * consumer (kafka.bootstrap.servers is required). @p store is borrowed and
  * must outlive the worker.
+ * @returns KL_OK; KL_ECONF for a missing bootstrap, a retake period within
+ *          the session timeout, or a kafka.auto.offset.reset other than
+ *          "error" (the detail says why).
  */
 KL_EXPORT kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                                  kl_store_t *store, kl_handler_fn_t *handler,
