@@ -5,7 +5,9 @@
  * `keylane store reset` (KEYLANE_BIN) starts it again; a worker that lags
  * past retention (the embedded cluster keeps 5 MiB per partition) stops
  * with the count of records lost, or with worker.on.gap=skip goes on and
- * counts them. Embedded only: it replaces the cluster under the store.
+ * counts them; a lane given records below its position counts none as
+ * redelivered until the log is checked. Embedded only: it replaces the
+ * cluster under the store.
  */
 #include <inttypes.h>
 #include <setjmp.h>
@@ -23,6 +25,7 @@
 #include "support/ledger_checks.h"
 #include "support/prom.h"
 #include "support/support.h"
+#include "worker/lanes.h"
 #include "worker/log_guard.h"
 #include "worker/metrics_server.h"
 #include "worker/worker_internal.h"
@@ -274,6 +277,80 @@ static void test_lag_past_retention(void **state) {
   kl_t_ledger_fx_down(&fx);
 }
 
+/* Reads @p n records of partition 0 of @p topic from offset 0.
+ * @returns the consumer: destroy it once every record is destroyed. */
+static rd_kafka_t *kl_read_records(const char *boot, const char *topic,
+                                   rd_kafka_message_t **out, int n) {
+  char errstr[256];
+  rd_kafka_conf_t *c = rd_kafka_conf_new();
+  rd_kafka_conf_set(c, "bootstrap.servers", boot, errstr, sizeof(errstr));
+  rd_kafka_conf_set(c, "group.id", "reader", errstr, sizeof(errstr));
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
+  assert_non_null(rk);
+  rd_kafka_poll_set_consumer(rk);
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(l, topic, 0)->offset = 0;
+  assert_int_equal(rd_kafka_assign(rk, l), RD_KAFKA_RESP_ERR_NO_ERROR);
+  rd_kafka_topic_partition_list_destroy(l);
+  int got = 0;
+  for (int t = 0; t < 300 && got < n; t++) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+    if (m && !m->err)
+      out[got++] = m;
+    else if (m)
+      rd_kafka_message_destroy(m);
+  }
+  assert_int_equal(got, n);
+  return rk;
+}
+
+/* Records below a lane's position are noted for the log check, never
+ * counted as redelivered before it: they may be a new log's records. */
+static void test_lane_counts_nothing_below_its_position(void **state) {
+  kl_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "below", 1, 20, 9, NULL);
+  for (int i = 0; i < 8; i++)
+    assert_int_equal(kl__ledger_gen_publish(fx.gen, fx.producer, fx.topic),
+                     KL_OK);
+  assert_int_equal(kl_flush(fx.producer, 30000), KL_OK);
+  rd_kafka_message_t *m[8];
+  rd_kafka_t *reader = kl_read_records(fx.boot, fx.topic, m, 8);
+
+  kl_conf_t *conf = kl_conf_new();
+  kl__applier_t applier = {.store = fx.store, .topic = fx.topic,
+                           .handler = kl_ledger_handler};
+  kl__lanes_t *lanes;
+  assert_int_equal(kl__lanes_new(conf, &applier, NULL, NULL, &lanes), KL_OK);
+  kl__lanes_own(lanes, 0, 1, 5); /* the store applied 0..4 */
+  kl__lanes_push(lanes, m[6]);   /* next_offset 7 */
+  for (int i = 0; i < 6; i++)    /* 0..4 below the watermark, 5 in between */
+    kl__lanes_push(lanes, m[i]);
+  kl__lanes_push(lanes, m[7]);
+  kl_worker_stats_t st;
+  kl__lanes_stats(lanes, &st);
+  assert_int_equal(st.redelivered, 0);
+  int32_t below[4];
+  assert_int_equal(kl__lanes_below(lanes, below, 4), 1);
+  assert_int_equal(below[0], 0);
+  kl__lane_pos_t pos;
+  assert_int_equal(kl__lanes_pos(lanes, 0, &pos), 0);
+  assert_int_equal(pos.watermark, 5);
+  assert_int_equal(pos.next_offset, 8);
+  assert_int_equal(pos.below, 0);
+  assert_int_equal(pos.below_applied, 5);
+  assert_int_equal(kl__lanes_below(lanes, below, 4), 0); /* read once */
+  /* Once the log is seen to hold the position, they were redeliveries. */
+  kl__lanes_halt(lanes, 0);
+  kl__lanes_go_on(lanes, 0, pos.next_offset, pos.below_applied);
+  kl__lanes_stats(lanes, &st);
+  assert_int_equal(st.redelivered, 5);
+  kl__lanes_destroy(lanes); /* and the record it held */
+  rd_kafka_consumer_close(reader);
+  rd_kafka_destroy(reader);
+  kl_conf_destroy(conf);
+  kl_t_ledger_fx_down(&fx);
+}
+
 /* The worker must hear of a position outside the log: a setting that
  * would move it silently is refused, naming the fix. */
 static void test_refuses_silent_offset_reset(void **state) {
@@ -302,6 +379,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_store_outlives_its_topic),
       cmocka_unit_test(test_lag_past_retention),
+      cmocka_unit_test(test_lane_counts_nothing_below_its_position),
       cmocka_unit_test(test_refuses_silent_offset_reset),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
