@@ -6,7 +6,8 @@
  * past retention (the embedded cluster keeps 5 MiB per partition) stops
  * with the count of records lost, or with worker.on.gap=skip goes on and
  * counts them; a lane given records below its position counts none as
- * redelivered until the log is checked. Embedded only: it replaces the
+ * redelivered until the log is checked; `keylane store reset` refuses a
+ * partition the store does not know. Embedded only: it replaces the
  * cluster under the store.
  */
 #include <inttypes.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 #include <librdkafka/rdkafka.h>
@@ -351,6 +353,59 @@ static void test_lane_counts_nothing_below_its_position(void **state) {
   kl_t_ledger_fx_down(&fx);
 }
 
+/* Runs `keylane store reset ARGS`; @returns its exit code, its output in
+ * @p out (stdout and stderr). */
+static int kl_reset_cli(const char *args, char *out, size_t size) {
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "%s store reset %s 2>&1", kl_t_bin(), args);
+  FILE *f = popen(cmd, "r");
+  assert_non_null(f);
+  size_t n = fread(out, 1, size - 1, f);
+  out[n] = '\0';
+  int status = pclose(f);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* A partition the store does not know is refused and nothing is reset;
+ * `all` is every partition the store knows; --json says what it did. */
+static void test_store_reset_cli(void **state) {
+  char dir[64], args[256], out[2048];
+  kl_t_tmpdir(dir);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  for (int32_t p = 0; p < 3; p += 2) { /* partitions 0 and 2 */
+    kl_partition_state_t st;
+    kl_txn_t *txn;
+    assert_int_equal(kl_store_acquire(store, "events", p, &st), KL_OK);
+    assert_int_equal(kl_store_begin(store, "events", p, st.epoch, &txn), KL_OK);
+    assert_int_equal(kl_store_commit(txn, 40 + p), KL_OK);
+  }
+  snprintf(args, sizeof(args), "-t events -p 0-2 --store %s", dir);
+  assert_int_equal(kl_reset_cli(args, out, sizeof(out)), 1);
+  assert_non_null(strstr(out, "the store has no state for topic events "
+                              "partition 1: nothing was reset"));
+  kl_partition_state_t st;
+  assert_int_equal(kl_store_partition(store, "events", 0, &st), KL_OK);
+  assert_int_equal(st.watermark, 40);
+  snprintf(args, sizeof(args), "-t other -p all --store %s", dir);
+  assert_int_equal(kl_reset_cli(args, out, sizeof(out)), 1);
+  assert_non_null(strstr(out, "has no partition of topic other"));
+  snprintf(args, sizeof(args), "-t events -p all --store %s --json", dir);
+  assert_int_equal(kl_reset_cli(args, out, sizeof(out)), 0);
+  assert_string_equal(out,
+                      "{\"topic\":\"events\",\"reset\":["
+                      "{\"partition\":0,\"epoch_before\":1,\"epoch\":2,"
+                      "\"watermark_before\":40,\"watermark\":0},"
+                      "{\"partition\":2,\"epoch_before\":1,\"epoch\":2,"
+                      "\"watermark_before\":42,\"watermark\":0}]}\n");
+  assert_int_equal(kl_store_partition(store, "events", 2, &st), KL_OK);
+  assert_int_equal(st.watermark, 0);
+  assert_int_equal(st.epoch, 2);
+  assert_int_equal(kl_reset_cli("-t events", out, sizeof(out)), 2);
+  kl_store_destroy(store);
+  kl_t_rmrf(dir);
+}
+
 /* The worker must hear of a position outside the log: a setting that
  * would move it silently is refused, naming the fix. */
 static void test_refuses_silent_offset_reset(void **state) {
@@ -380,6 +435,7 @@ int main(void) {
       cmocka_unit_test(test_store_outlives_its_topic),
       cmocka_unit_test(test_lag_past_retention),
       cmocka_unit_test(test_lane_counts_nothing_below_its_position),
+      cmocka_unit_test(test_store_reset_cli),
       cmocka_unit_test(test_refuses_silent_offset_reset),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
