@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "common/kafka.h"
 #include "common/log.h"
 
 #define KL_COMP "worker"
@@ -230,6 +231,24 @@ static void kl_check(kl__log_guard_t *guard, int32_t partition,
   kl_set_state(guard, g, KL_GUARD_STOPPED, &check, 0);
 }
 
+/* Records @p state's epoch in the group's commit metadata, as a worker
+ * that takes a partition does (worker.c), before any handler runs with
+ * it: a store lost later cannot hand it out again. */
+static void kl_record_epoch(kl__log_guard_t *guard, int32_t partition,
+                            const kl_partition_state_t *state) {
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_t *tp =
+      rd_kafka_topic_partition_list_add(l, guard->topic, partition);
+  tp->offset = state->watermark;
+  kl__kafka_epoch_set(tp, state->epoch);
+  rd_kafka_resp_err_t kerr = rd_kafka_commit(guard->rk, l, 0);
+  if (kerr)
+    KL_LOG_W(KL_COMP, "partition=%" PRId32 ": record epoch %" PRIu64 " in "
+             "the group's offsets: %s; the next offset commit records it",
+             partition, state->epoch, rd_kafka_err2str(kerr));
+  rd_kafka_topic_partition_list_destroy(l);
+}
+
 /* A stopped partition starts again once `keylane store reset` took a new
  * epoch and moved its watermark back: from there, owned anew. */
 static void kl_restart_if_reset(kl__log_guard_t *guard, int32_t partition,
@@ -246,6 +265,7 @@ static void kl_restart_if_reset(kl__log_guard_t *guard, int32_t partition,
   if (kl_seek(guard, partition,
               st.watermark > 0 ? st.watermark : RD_KAFKA_OFFSET_BEGINNING))
     return;
+  kl_record_epoch(guard, partition, &st);
   kl__lanes_own(guard->lanes, partition, st.epoch, st.watermark);
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
   rd_kafka_topic_partition_list_add(l, guard->topic, partition);
