@@ -11,13 +11,22 @@
  * these offsets are all it checks. A recreated topic that already holds
  * more records than the store's watermark passes unnoticed.
  *
- * Internal, not installed. Pure functions: any thread.
+ * kl__check_log() runs the comparison on every partition of a topic, as
+ * a check of checks.h, for `keylane doctor`.
+ *
+ * Internal, not installed. kl__log_classify() and kl__log_describe() are
+ * pure (any thread); kl__check_log() blocks on Kafka.
  */
 #ifndef KEYLANE_WORKER_LOGCHECK_H
 #define KEYLANE_WORKER_LOGCHECK_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "keylane/store.h"
+#include "worker/checks.h"
 
 typedef enum kl__log_verdict {
   KL__LOG_OK = 0,    /**< low <= watermark <= high, or nothing applied */
@@ -54,5 +63,17 @@ const char *kl__log_verdict_name(kl__log_verdict_t verdict);
 const char *kl__log_describe(const char *topic, int32_t partition,
                              const kl__log_check_t *check, char *buf,
                              size_t size);
+
+/**
+ * For `keylane doctor`: compares the store's watermark of each of the
+ * @p partitions partitions of @p topic with its retained log (low and
+ * high offsets from @p rk, @p timeout_ms each). OK when every log holds
+ * its watermark; FAIL naming the first partition whose log went backwards
+ * or lost records (as kl__log_describe() says it) and how many more did,
+ * or when the store cannot be read; WARN when a log's offsets cannot be
+ * read.
+ */
+void kl__check_log(rd_kafka_t *rk, kl_store_t *store, const char *topic,
+                   int32_t partitions, int timeout_ms, kl__check_t *out);
 
 #endif

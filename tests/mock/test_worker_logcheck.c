@@ -7,7 +7,8 @@
  * with the count of records lost, or with worker.on.gap=skip goes on and
  * counts them; a lane given records below its position counts none as
  * redelivered until the log is checked; `keylane store reset` refuses a
- * partition the store does not know. Embedded only: it replaces the
+ * partition the store does not know; `keylane doctor`'s check of the logs
+ * (kl__check_log()) says the same. Embedded only: it replaces the
  * cluster under the store.
  */
 #include <inttypes.h>
@@ -29,6 +30,7 @@
 #include "support/support.h"
 #include "worker/lanes.h"
 #include "worker/log_guard.h"
+#include "worker/logcheck.h"
 #include "worker/metrics_server.h"
 #include "worker/worker_internal.h"
 
@@ -94,6 +96,30 @@ static void kl_assert_get(int port, const char *path, int status,
   kl_t_http_resp_free(&resp);
 }
 
+/* A client of the cluster at @p boot, for offset queries. */
+static rd_kafka_t *kl_client(const char *boot) {
+  char errstr[256];
+  rd_kafka_conf_t *c = rd_kafka_conf_new();
+  rd_kafka_conf_set(c, "bootstrap.servers", boot, errstr, sizeof(errstr));
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, errstr, sizeof(errstr));
+  assert_non_null(rk);
+  return rk;
+}
+
+/* What `keylane doctor` says of partition 0's log (kl__check_log()):
+ * asserts @p status and that the message holds @p text. */
+static void kl_assert_doctor(kl_fx_t *fx, kl__check_status_t status,
+                             const char *text) {
+  rd_kafka_t *rk = kl_client(fx->boot);
+  kl__check_t check;
+  kl__check_log(rk, fx->store, fx->topic, 1, 10000, &check);
+  rd_kafka_destroy(rk);
+  if (check.status != status || !strstr(check.msg, text))
+    fail_msg("kl__check_log: %s %s, expected %s with \"%s\"",
+             kl__check_status_name(check.status), check.msg,
+             kl__check_status_name(status), text);
+}
+
 /* The cluster is rebuilt under the store: the topic of the same name
  * starts over at offset 0 and holds 10 new events, all below the store's
  * watermark of the old topic. */
@@ -141,6 +167,9 @@ static void test_store_outlives_its_topic(void **state) {
   kl_assert_get(port, "/metrics", 200,
                 "keylane_worker_partition_stopped{topic=\"reborn\","
                 "partition=\"0\",reason=\"went_backwards\"} 1\n");
+  kl_assert_doctor(&fx, KL__CHECK_FAIL,
+                   "topic reborn partition 0 went backwards: its log ends at "
+                   "offset 10, below the store's watermark 33");
 
   /* The operator's word: the new log is the one to apply. */
   char cmd[512];
@@ -158,6 +187,7 @@ static void test_store_outlives_its_topic(void **state) {
   assert_int_equal(st.applied, 10);
   assert_int_equal(st.redelivered, 0);
   kl_assert_get(port, "/healthz", 200, "ok");
+  kl_assert_doctor(&fx, KL__CHECK_OK, "hold the store's watermarks");
   kl__metrics_server_stop(server);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   kl_partition_state_t now;
@@ -198,11 +228,7 @@ static void kl_publish_padded(kl_producer_t *producer, const char *topic,
 /* The retained log of partition 0 of @p topic: [*low, *high). */
 static void kl_log_range(const char *boot, const char *topic, int64_t *low,
                          int64_t *high) {
-  char errstr[256];
-  rd_kafka_conf_t *c = rd_kafka_conf_new();
-  rd_kafka_conf_set(c, "bootstrap.servers", boot, errstr, sizeof(errstr));
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, errstr, sizeof(errstr));
-  assert_non_null(rk);
+  rd_kafka_t *rk = kl_client(boot);
   assert_int_equal(rd_kafka_query_watermark_offsets(rk, topic, 0, low, high,
                                                     10000),
                    RD_KAFKA_RESP_ERR_NO_ERROR);
@@ -252,6 +278,7 @@ static void test_lag_past_retention(void **state) {
   snprintf(text, sizeof(text), "topic lagging partition 0 lost %" PRId64
            " records: its log starts at offset %" PRId64, low - 22, low);
   kl_assert_get(port, "/healthz", 503, text);
+  kl_assert_doctor(&fx, KL__CHECK_FAIL, text);
   kl_assert_get(port, "/metrics", 200,
                 "keylane_worker_partition_stopped{topic=\"lagging\","
                 "partition=\"0\",reason=\"retention_gap\"} 1\n");
