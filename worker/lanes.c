@@ -470,7 +470,9 @@ void kl__lanes_done(kl__lanes_t *lanes, const kl__job_t *job,
 /* A record below the lane's position was either applied already, or the
  * log went backwards under it (a recreated topic, a reset consumer): only
  * the log can tell, so it is noted for log_guard.c, never counted yet. */
-static void kl_lane_below(kl__lane_t *lane, int64_t offset) {
+static void kl_lane_below(kl__lanes_t *lanes, kl__lane_t *lane,
+                          int64_t offset) {
+  lanes->below_seen = 1;
   if (lane->below < 0 || offset < lane->below)
     lane->below = offset;
   if (offset < lane->watermark)
@@ -485,7 +487,7 @@ void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m) {
       (lane->paused & KL__PAUSE_LOG) || m->offset < lane->next_offset) {
     if (lane && lane->state == KL__LANE_OWNED &&
         !(lane->paused & KL__PAUSE_LOG))
-      kl_lane_below(lane, m->offset);
+      kl_lane_below(lanes, lane, m->offset);
     pthread_mutex_unlock(&lanes->mu);
     rd_kafka_message_destroy(m); /* fenced, not ours, halted, or below */
     return;
@@ -780,10 +782,19 @@ int kl__lanes_pos(kl__lanes_t *lanes, int32_t partition, kl__lane_pos_t *pos) {
 
 size_t kl__lanes_below(kl__lanes_t *lanes, int32_t *out, size_t max) {
   size_t n = 0;
+  if (!lanes->below_seen) /* the poll loop's common case: no lock */
+    return 0;
   pthread_mutex_lock(&lanes->mu);
-  for (int32_t p = 0; p < lanes->count && n < max; p++)
-    if (kl_lane_owned(lanes, p) && lanes->lanes[p]->below >= 0)
-      out[n++] = p;
+  lanes->below_seen = 0;
+  for (int32_t p = 0; p < lanes->count; p++) {
+    if (!kl_lane_owned(lanes, p) || lanes->lanes[p]->below < 0)
+      continue;
+    if (n == max) {
+      lanes->below_seen = 1; /* the rest at the next call */
+      break;
+    }
+    out[n++] = p;
+  }
   pthread_mutex_unlock(&lanes->mu);
   return n;
 }

@@ -124,8 +124,9 @@ int kl__lanes_pos(kl__lanes_t *lanes, int32_t partition, kl__lane_pos_t *pos);
 
 /**
  * The partitions to which the consumer delivered records below the lane's
- * position (the lane dropped them, counting nothing), at most @p max of
- * them into @p out. Poll thread. @returns how many.
+ * position (the lane dropped them, counting nothing) since the last call,
+ * at most @p max of them into @p out. Without a lock when there are none:
+ * the poll loop asks every turn. Poll thread. @returns how many.
  */
 size_t kl__lanes_below(kl__lanes_t *lanes, int32_t *out, size_t max);
 

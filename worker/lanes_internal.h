@@ -177,6 +177,7 @@ struct kl__lanes {
   size_t waiting_keys; /* over every lane */
   int64_t last_report_ns;
   uint64_t reported_dead_letters;
+  atomic_int below_seen; /* a lane noted records below its position */
   _Atomic uint64_t applied, duplicates, redelivered, batches, fenced, failed,
       dead_letters, waiting_now, oldest_wait_ms, window_events, paused_now;
 };
