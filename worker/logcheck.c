@@ -108,9 +108,10 @@ void kl__check_log(rd_kafka_t *rk, kl_store_t *store, const char *topic,
     out->status = KL__CHECK_FAIL;
     if (bad == 1)
       memcpy(out->msg, first, sizeof(out->msg));
-    else
-      snprintf(out->msg, sizeof(out->msg), "%d partitions of topic %s went "
-               "backwards or lost records; the first: %s", bad, topic, first);
+    else if (snprintf(out->msg, sizeof(out->msg), "%d partitions of topic %s "
+                      "went backwards or lost records; the first: %s", bad,
+                      topic, first) < 0) /* a long message is cut: fine */
+      out->msg[0] = '\0';
   } else if (unread.status == KL__CHECK_WARN) {
     *out = unread;
   } else {
