@@ -46,6 +46,7 @@ struct kl_worker {
   int threads; /* executors: 0 in inline mode */
   atomic_int stop; /* lock-free: safe from a signal handler and threads */
   int assigned_once; /* a rebalance callback has assigned to this member */
+  int cooperative;   /* the group's rebalance protocol is COOPERATIVE */
   _Atomic int32_t owned;
   int64_t retake_ns; /* worker.fenced.retake.ms; 0: never */
   int64_t retake_checked_ns;
@@ -188,11 +189,27 @@ static void kl_on_revoke(kl_worker_t *worker,
   }
 }
 
+/*
+ * Whether the group rebalances cooperatively (incremental assign and
+ * unassign) or eagerly. librdkafka answers NULL instead of a protocol once
+ * the consumer's group is gone: in the rebalance callbacks that
+ * rd_kafka_consumer_close() serves for a member the group dropped (past
+ * max.poll.interval.ms, say). The protocol last answered holds then, or
+ * the configured assignor's (kl_consumer_new()): a consumer keeps its
+ * assignor for its life.
+ */
+static int kl_cooperative(kl_worker_t *worker, rd_kafka_t *rk) {
+  const char *protocol = rd_kafka_rebalance_protocol(rk);
+  if (protocol)
+    worker->cooperative = strcmp(protocol, "COOPERATIVE") == 0;
+  return worker->cooperative;
+}
+
 static void kl_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                             rd_kafka_topic_partition_list_t *parts,
                             void *opaque) {
   kl_worker_t *worker = opaque;
-  int cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+  int cooperative = kl_cooperative(worker, rk);
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
     worker->assigned_once = 1;
     kl_on_assign(worker, parts);
@@ -357,6 +374,10 @@ static kl_err_t kl_consumer_new(kl_worker_t *worker) {
     rd_kafka_conf_destroy(kconf);
     return err;
   }
+  char strategy[256] = "";
+  size_t size = sizeof(strategy);
+  rd_kafka_conf_get(kconf, "partition.assignment.strategy", strategy, &size);
+  worker->cooperative = strstr(strategy, "cooperative") != NULL;
   rd_kafka_conf_set_opaque(kconf, worker);
   rd_kafka_conf_set_rebalance_cb(kconf, kl_rebalance_cb);
   char errstr[512];
