@@ -147,10 +147,10 @@ static void test_paused_owner_is_fenced(void **state) {
 }
 
 /* Once the group has dropped a member, librdkafka 2.0.2 answers NULL to
- * rd_kafka_rebalance_protocol() in the rebalance callbacks that
- * rd_kafka_consumer_close() serves: the worker must still give its
- * partitions up, and stop cleanly. (It took the NULL for a string, and the
- * process died: the flaky test_worker_kafka.) */
+ * rd_kafka_rebalance_protocol(), or blocks in it for ever, in the
+ * rebalance callbacks that rd_kafka_consumer_close() serves: the worker
+ * must still give its partitions up, and stop cleanly. (It asked, took the
+ * NULL for a string, and the process died: the flaky test_worker_kafka.) */
 static void test_owner_stopped_after_the_group_dropped_it(void **state) {
   kl_paused_owner(1);
 }
