@@ -52,8 +52,9 @@ struct kl_worker {
   int64_t retake_checked_ns;
   kl_quiet_t *quiet; /* by partition: its state as a fenced lane saw it */
   int32_t quiet_count;
-  int retention_override;  /* runs despite a failed retention check */
-  int retention_unchecked; /* the cluster could not tell the retention */
+  /* Set by kl_worker_run()'s thread, read by kl_worker_stats() on any. */
+  atomic_int retention_override;  /* runs despite a failed retention check */
+  atomic_int retention_unchecked; /* the cluster could not tell the retention */
 };
 
 #define KL_COMP "worker"
