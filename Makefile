@@ -31,7 +31,8 @@ demo: build
 #   2. the kafka suite: the same worker tests and the interop test on a real
 #      single-node Apache Kafka that ctest fixtures start and stop;
 #   3. the fault suite on a real 3-node cluster (-V: it prints its figures);
-#   4. the sanitizer pass, then the fuzzer for a bounded time.
+#   4. the sanitizer passes (ASan/UBSan, then TSan), then the fuzzer for a
+#      bounded time.
 # Every step runs even when an earlier one failed, so one run shows every
 # failure; the last lines say which steps failed, and the exit status is
 # non-zero if any did. Labels are anchored: a test has exactly one. Nothing
