@@ -49,13 +49,15 @@ struct kl_worker {
   int threads; /* executors: 0 in inline mode */
   atomic_int stop; /* lock-free: safe from a signal handler and threads */
   int assigned_once; /* a rebalance callback has assigned to this member */
+  int cooperative;   /* the assignor's rebalance protocol is COOPERATIVE */
   _Atomic int32_t owned;
   int64_t retake_ns; /* worker.fenced.retake.ms; 0: never */
   int64_t retake_checked_ns;
   kl_quiet_t *quiet; /* by partition: its state as a fenced lane saw it */
   int32_t quiet_count;
-  int retention_override;  /* runs despite a failed retention check */
-  int retention_unchecked; /* the cluster could not tell the retention */
+  /* Set by kl_worker_run()'s thread, read by kl_worker_stats() on any. */
+  atomic_int retention_override;  /* runs despite a failed retention check */
+  atomic_int retention_unchecked; /* the cluster could not tell the retention */
 };
 
 #define KL_COMP "worker"
@@ -197,7 +199,7 @@ static void kl_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                             rd_kafka_topic_partition_list_t *parts,
                             void *opaque) {
   kl_worker_t *worker = opaque;
-  int cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+  int cooperative = worker->cooperative;
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
     worker->assigned_once = 1;
     kl_on_assign(worker, parts);
@@ -362,6 +364,16 @@ static kl_err_t kl_consumer_new(kl_worker_t *worker) {
     rd_kafka_conf_destroy(kconf);
     return err;
   }
+  /* The rebalance protocol, from the configured assignors (librdkafka
+   * requires them all to have the same one; cooperative-sticky is its only
+   * cooperative assignor), not from rd_kafka_rebalance_protocol() in the
+   * rebalance callback: in the callbacks rd_kafka_consumer_close() serves
+   * for a member the group dropped (past max.poll.interval.ms), librdkafka
+   * 2.0.2 answers NULL there, or never answers at all. */
+  char strategy[256] = "";
+  size_t size = sizeof(strategy);
+  rd_kafka_conf_get(kconf, "partition.assignment.strategy", strategy, &size);
+  worker->cooperative = strstr(strategy, "cooperative") != NULL;
   rd_kafka_conf_set_opaque(kconf, worker);
   rd_kafka_conf_set_rebalance_cb(kconf, kl_rebalance_cb);
   char errstr[512];
@@ -546,6 +558,35 @@ static void kl_await_first_assignment(kl_worker_t *worker) {
   }
 }
 
+/*
+ * Leaves the group before rd_kafka_consumer_close(), serving the
+ * revocations on this thread while the group still answers. A member the
+ * group dropped (past max.poll.interval.ms) can have rebalance events
+ * queued that the group no longer waits for; served inside close, their
+ * callbacks race with the end of the group, and librdkafka 2.0.2 answers
+ * the unassign they make with nothing, or never: the request is purged
+ * with the group's queue, and the worker would hang in it. Unsubscribed,
+ * the member gets its last revocation now, and close has nothing left to
+ * serve. Bounded by the session timeout; messages consumed meanwhile are
+ * not applied (the lanes stop taking them as they are revoked).
+ */
+static void kl_leave_group(kl_worker_t *worker) {
+  rd_kafka_resp_err_t kerr = rd_kafka_unsubscribe(worker->rk);
+  if (kerr)
+    KL_LOG_W(KL_COMP, "unsubscribe from %s: %s; closing anyway",
+             worker->topic, rd_kafka_err2str(kerr));
+  int64_t deadline = kl__mono_ns() +
+                     kl__conf_int(worker->conf, "worker.session.timeout.ms") *
+                         1000000;
+  int quiet = 0;
+  while (!(worker->owned == 0 && quiet) && kl__mono_ns() < deadline) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(worker->rk, 100);
+    quiet = m == NULL;
+    if (m)
+      rd_kafka_message_destroy(m);
+  }
+}
+
 /* Takes what the consumer has, up to @p max records, waiting at most
  * @p timeout_ms for the first. */
 static void kl_consume(kl_worker_t *worker, int timeout_ms, int max) {
@@ -603,7 +644,8 @@ kl_err_t kl_worker_run(kl_worker_t *worker) {
                    rd_kafka_err2str(kerr));
   kl_worker_loop(worker);
   kl_await_first_assignment(worker);
-  rd_kafka_consumer_close(worker->rk); /* revokes: lanes commit first */
+  kl_leave_group(worker); /* revokes: lanes commit first */
+  rd_kafka_consumer_close(worker->rk);
   kl__pool_destroy(worker->pool);
   worker->pool = NULL;
   return KL_OK;

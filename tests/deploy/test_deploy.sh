@@ -59,14 +59,22 @@ for u in "$T"/units/*.service; do
   fi
 done
 
-# ---- k8s, the Dockerfile, flags
+# ---- k8s, the Dockerfile, flags: check_deploy.py's lines count, and so
+# does its exit status, so that a checker that dies early (a missing
+# module, a traceback) fails the test instead of passing with fewer checks.
+status=0
+/usr/bin/python3 "$HERE/check_deploy.py" "$SRC" "$BIN" >"$T/check.out" 2>&1 ||
+  status=$?
 while IFS= read -r line; do
   case $line in
     ok:*) passed=$((passed + 1)) ;;
     FAILED:*) failed=$((failed + 1)) ;;
   esac
   echo "$line"
-done < <(/usr/bin/python3 "$HERE/check_deploy.py" "$SRC" "$BIN" || true)
+done <"$T/check.out"
+if [ "$status" != 0 ]; then
+  bad "check_deploy.py exited with status $status (its output is above)"
+fi
 
 echo "deploy: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -36,9 +36,9 @@ static void test_applies_each_event_once(void **state) {
                                        fx.topic, kl_t_group(fx.cluster, "g1"),
                                        fx.store, kl_fast);
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000), 0);
+  assert_int_equal(kl_t_workers_applied(&w, 1, 2000, 5000), 2000);
   kl_worker_stats_t st;
   kl_worker_stats(w->worker, &st);
-  assert_int_equal(st.applied, 2000);
   assert_int_equal(st.duplicates, 200);
   assert_int_equal(st.fenced, 0);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
@@ -71,6 +71,7 @@ typedef struct kl_pause_fx {
   int armed;
   int saw_new_owner;
   uint64_t paused_epoch;
+  kl_worker_t *stop; /* stopped as the hook returns, if set */
 } kl_pause_fx_t;
 
 /* Blocks the first batch between its handlers and its commit until a newer
@@ -84,28 +85,32 @@ static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
   p->paused_epoch = epoch;
   kl_partition_state_t at, now;
   kl_store_partition(p->store, topic, partition, &at);
-  for (int i = 0; i < 600; i++) {
+  for (int i = 0; i < 600 && !p->saw_new_owner; i++) {
     kl_t_sleep_ms(50);
-    if (kl_store_partition(p->store, topic, partition, &now) == KL_OK &&
-        now.epoch > epoch && now.watermark > at.watermark) {
-      p->saw_new_owner = 1;
-      return;
-    }
+    p->saw_new_owner =
+        kl_store_partition(p->store, topic, partition, &now) == KL_OK &&
+        now.epoch > epoch && now.watermark > at.watermark;
   }
+  if (p->stop)
+    kl_worker_stop(p->stop);
 }
 
-static void test_paused_owner_is_fenced(void **state) {
+/* A's application thread stalls in the hook; the group notices through
+ * the poll interval and gives its partitions to B, which applies them.
+ * With @p stop_a, A is told to stop as it wakes up, before it polls
+ * again: it hears of the partitions it lost inside
+ * rd_kafka_consumer_close(). */
+static void kl_paused_owner(int stop_a) {
   kl_fx_t fx;
   kl_fx_up(&fx, "fence", 2);
   kl_t_ledger_fx_publish(&fx, 500);
-  /* A's application thread stalls in the hook; the group notices through
-   * the poll interval and gives its partitions to B. */
   static const char *const slow[] = {"worker.session.timeout.ms=3000",
                                      "kafka.max.poll.interval.ms=3000", NULL};
-  kl_pause_fx_t pause = {fx.store, 1, 0, 0};
+  kl_pause_fx_t pause = {fx.store, 1, 0, 0, NULL};
   kl_t_worker_t *a = kl_t_worker_new(kl_t_bootstrap(fx.cluster),
                                      fx.topic, kl_t_group(fx.cluster, "g"),
                                      fx.store, slow);
+  pause.stop = stop_a ? a->worker : NULL;
   kl__worker_set_before_commit(a->worker, kl_pause_hook, &pause);
   kl_t_worker_go(a);
   kl_t_sleep_ms(500);
@@ -120,9 +125,8 @@ static void test_paused_owner_is_fenced(void **state) {
       break;
     kl_t_sleep_ms(50);
   }
-  kl_worker_stats_t sa, sb;
+  kl_worker_stats_t sa;
   kl_worker_stats(a->worker, &sa);
-  kl_worker_stats(b->worker, &sb);
   assert_true(pause.saw_new_owner);
   /* One fenced batch per partition A had buffered when it stalled: one on
    * the embedded cluster, where B takes half; up to both on Kafka, where A
@@ -130,11 +134,25 @@ static void test_paused_owner_is_fenced(void **state) {
   assert_true(sa.fenced >= 1);
   /* Nothing of A's fenced batch exists: every event applied exactly once
    * across both workers, and the store agrees. */
-  assert_int_equal(sa.applied + sb.applied, 500);
+  kl_t_worker_t *const both[] = {a, b};
+  assert_int_equal(kl_t_workers_applied(both, 2, 500, 5000), 500);
   assert_int_equal(kl_t_worker_stop(a), KL_OK);
   assert_int_equal(kl_t_worker_stop(b), KL_OK);
   kl_t_ledger_fx_assert_verified(&fx);
   kl_t_ledger_fx_down(&fx);
+}
+
+static void test_paused_owner_is_fenced(void **state) {
+  kl_paused_owner(0);
+}
+
+/* Once the group has dropped a member, librdkafka 2.0.2 answers NULL to
+ * rd_kafka_rebalance_protocol(), or blocks in it for ever, in the
+ * rebalance callbacks that rd_kafka_consumer_close() serves: the worker
+ * must still give its partitions up, and stop cleanly. (It asked, took the
+ * NULL for a string, and the process died: the flaky test_worker_kafka.) */
+static void test_owner_stopped_after_the_group_dropped_it(void **state) {
+  kl_paused_owner(1);
 }
 
 static void test_order_holds_across_rebalances(void **state) {
@@ -361,6 +379,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_applies_each_event_once),
       cmocka_unit_test(test_paused_owner_is_fenced),
+      cmocka_unit_test(test_owner_stopped_after_the_group_dropped_it),
       cmocka_unit_test(test_order_holds_across_rebalances),
       cmocka_unit_test(test_refuses_partition_mismatch),
       cmocka_unit_test(test_refuses_retake_within_the_session),

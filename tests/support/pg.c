@@ -1,5 +1,7 @@
 #include "pg.h"
 
+#include "support/skips.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -209,8 +211,9 @@ static int kl_t_pg_trust(const kl_t_pg_t *pg, const char *net) {
   return fclose(f);
 }
 
-kl_t_pg_t *kl_t_pg_start_on(int durable, const char *also_listen,
-                            const char *trust_net, char *why, size_t why_size) {
+static kl_t_pg_t *kl_t_pg_try(int durable, const char *also_listen,
+                              const char *trust_net, char *why,
+                              size_t why_size) {
   kl_t_pg_t *pg = calloc(1, sizeof(*pg));
   snprintf(pg->listen, sizeof(pg->listen), "127.0.0.1%s%s",
            also_listen ? "," : "", also_listen ? also_listen : "");
@@ -246,6 +249,16 @@ kl_t_pg_t *kl_t_pg_start_on(int durable, const char *also_listen,
     kl_t_pg_stop(pg);
     return NULL;
   }
+  return pg;
+}
+
+/* A server that does not start is missing, for KEYLANE_TEST_REQUIRE
+ * (support/skips.h): make test then fails the tests that need it. */
+kl_t_pg_t *kl_t_pg_start_on(int durable, const char *also_listen,
+                            const char *trust_net, char *why, size_t why_size) {
+  kl_t_pg_t *pg = kl_t_pg_try(durable, also_listen, trust_net, why, why_size);
+  if (!pg)
+    kl_t_missing("postgresql", why);
   return pg;
 }
 

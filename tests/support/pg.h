@@ -32,7 +32,8 @@ typedef struct kl_t_pg {
  * Initializes and starts a server. @p durable keeps fsync on (benchmarks);
  * tests turn it off for speed.
  * @returns the server, or NULL when PostgreSQL is not installed or did not
- *          start; @p why (size @p why_size) then says which, and the log.
+ *          start; @p why (size @p why_size) then says which, and the log,
+ *          and kl_t_missing("postgresql", why) records it (support/skips.h).
  */
 kl_t_pg_t *kl_t_pg_start(int durable, char *why, size_t why_size);
 

@@ -2,7 +2,9 @@
  * One throwaway PostgreSQL server (support/pg.h) per cmocka test program:
  * pass kl_t_pg_group_setup and kl_t_pg_group_teardown to
  * cmocka_run_group_tests(). Without PostgreSQL installed the group still
- * runs, and every test that needs the server skips, saying why.
+ * runs, and every test that needs the server skips, saying why: ctest
+ * reports the program as skipped, and under KEYLANE_TEST_REQUIRE=postgresql
+ * (make test) those tests fail instead (support/skips.h).
  */
 #ifndef KEYLANE_TESTS_SUPPORT_PG_GROUP_H
 #define KEYLANE_TESTS_SUPPORT_PG_GROUP_H

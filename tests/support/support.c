@@ -88,6 +88,22 @@ kl_err_t kl_t_worker_stop(kl_t_worker_t *tw) {
   return err;
 }
 
+uint64_t kl_t_workers_applied(kl_t_worker_t *const *tw, size_t n,
+                              uint64_t want, int ms) {
+  uint64_t sum = 0;
+  for (int t = 0;; t += 10) {
+    sum = 0;
+    for (size_t i = 0; i < n; i++) {
+      kl_worker_stats_t st;
+      kl_worker_stats(tw[i]->worker, &st);
+      sum += st.applied;
+    }
+    if (sum >= want || t >= ms)
+      return sum;
+    kl_t_sleep_ms(10);
+  }
+}
+
 const char *kl_t_bin(void) {
   const char *bin = getenv("KEYLANE_BIN");
   return bin ? bin : "build/bin/keylane";
