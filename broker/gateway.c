@@ -25,6 +25,7 @@
 #include "broker/gateway_internal.h"
 #include "broker/producer_internal.h"
 #include "common/log.h"
+#include "common/units.h"
 
 #define KL_GW_TICK_MS 100
 #define KL_GW_SWEEP_MS 1000
@@ -87,11 +88,10 @@ static kl_err_t kl_parse_listen(const char *listen,
                                 struct sockaddr_storage *addr) {
   char host[128];
   const char *colon = listen ? strrchr(listen, ':') : NULL;
-  char *end;
-  long port = colon ? strtol(colon + 1, &end, 10) : -1;
+  int64_t port = -1;
   size_t hlen = colon ? (size_t)(colon - listen) : 0;
-  if (!colon || *end || colon[1] == '\0' || port < 0 || port > 65535 ||
-      hlen >= sizeof(host))
+  if (!colon || kl__units_digits(colon + 1, strlen(colon + 1), &port) ||
+      port > 65535 || hlen >= sizeof(host))
     return kl__err(KL_ECONF,
                    "listen address \"%s\" is not ADDR:PORT, e.g. "
                    "127.0.0.1:8080 or [::1]:8080",

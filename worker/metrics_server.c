@@ -12,6 +12,7 @@
 
 #include "common/internal.h"
 #include "common/log.h"
+#include "common/units.h"
 #include "common/metrics.h"
 #include "common/strbuf.h"
 
@@ -348,9 +349,9 @@ static void *kl_ms_main(void *opaque) {
 
 static kl_err_t kl_ms_addr(const char *listen, struct sockaddr_storage *addr) {
   const char *colon = strrchr(listen, ':');
-  char *end;
-  long port = colon ? strtol(colon + 1, &end, 10) : -1;
-  if (!colon || !colon[1] || *end || port < 0 || port > 65535)
+  int64_t port = -1;
+  if (!colon || kl__units_digits(colon + 1, strlen(colon + 1), &port) ||
+      port > 65535)
     return kl__err(KL_ECONF, "--metrics-listen %s: expected HOST:PORT, e.g. "
                    "127.0.0.1:9464", listen);
   char host[128];

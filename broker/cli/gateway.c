@@ -88,7 +88,8 @@ static void kl_gw_help(void) {
       "                           acknowledgements before closing (10s)\n"
       "  -X name=value            a keylane key or librdkafka property\n"
       "  -h, --help               this text\n"
-      "SIZE takes K, M or G (powers of 1024); DUR takes ms, s or m.\n"
+      "SIZE is bytes, or takes K, M, G (powers of 1024; KiB... too);\n"
+      "DUR takes a unit: ms, s, m, h or d (at most 1d).\n"
       "\n"
       "examples:\n"
       "  keylane broker --listen 127.0.0.1:8080 -b kafka1:9092,kafka2:9092 \\\n"
@@ -99,55 +100,28 @@ static void kl_gw_help(void) {
       "      http://127.0.0.1:8080/v1/topics/events/events\n");
 }
 
-/* "123", "16K", "1M": bytes. */
+/* Sizes and durations of the gateway; the parser is common/units.h. */
+#define KL_GW_SIZE_MAX (INT64_MAX / 2)
+#define KL_GW_DURATION_MAX 86400000 /* a day */
+
 static int kl_gw_size(const char *flag, const char *arg, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(arg, &end, 10);
-  int64_t mul = *end == 'K'   ? 1024
-                : *end == 'M' ? 1 << 20
-                : *end == 'G' ? 1 << 30
-                : *end        ? 0
-                              : 1;
-  if (errno || end == arg || v < 1 || mul == 0 || (*end && end[1]) ||
-      v > INT64_MAX / mul / 2)
-    return kl__cli_usage(KL_GW_SUB,
-                         "%s takes a size such as 4096, 16K or 1M, "
-                         "got \"%s\"",
-                         flag, arg);
-  *out = v * mul;
-  return KL_EXIT_OK;
+  return kl__cli_units(KL_GW_SUB, flag, arg, KL__UNITS_SIZE, 1,
+                       KL_GW_SIZE_MAX, out);
 }
 
-/* "500ms", "30s", "2m", or a bare number of seconds: milliseconds. */
 static int kl_gw_duration(const char *flag, const char *arg, int *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(arg, &end, 10);
-  long long mul = !*end || !strcmp(end, "s") ? 1000
-                  : !strcmp(end, "ms")       ? 1
-                  : !strcmp(end, "m")        ? 60000
-                                             : 0;
-  if (errno || end == arg || v < 1 || mul == 0 || v * mul > 86400000LL)
-    return kl__cli_usage(KL_GW_SUB,
-                         "%s takes a duration such as 500ms, 30s "
-                         "or 2m (at most a day), got \"%s\"",
-                         flag, arg);
-  *out = (int)(v * mul);
-  return KL_EXIT_OK;
+  int64_t ms = 0;
+  int rc = kl__cli_units(KL_GW_SUB, flag, arg, KL__UNITS_DURATION, 1,
+                         KL_GW_DURATION_MAX, &ms);
+  *out = rc ? *out : (int)ms;
+  return rc;
 }
 
 static int kl_gw_count(const char *flag, const char *arg, long max, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(arg, &end, 10);
-  if (errno || end == arg || *end || v < 1 || v > max)
-    return kl__cli_usage(KL_GW_SUB,
-                         "%s takes a number from 1 to %ld, got "
-                         "\"%s\"",
-                         flag, max, arg);
-  *out = v;
-  return KL_EXIT_OK;
+  int64_t n = 0;
+  int rc = kl__cli_units(KL_GW_SUB, flag, arg, KL__UNITS_COUNT, 1, max, &n);
+  *out = rc ? *out : (long)n;
+  return rc;
 }
 
 enum {

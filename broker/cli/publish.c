@@ -452,14 +452,10 @@ static int kl_pub_run(kl_conf_t *conf, const char *topic) {
 /* ---- flags ---- */
 
 static int kl_pub_partitions(kl_conf_t *conf, const char *arg) {
-  char *end;
-  errno = 0;
-  long v = strtol(arg, &end, 10);
-  if (errno || end == arg || *end || v < 1 || v > 100000)
-    return kl__cli_usage(KL_PUB_SUB,
-                         "--partitions takes a count from 1 to "
-                         "100000, got \"%s\"",
-                         arg);
+  int64_t v;
+  if (kl__cli_units(KL_PUB_SUB, "--partitions", arg, KL__UNITS_COUNT, 1,
+                    100000, &v))
+    return KL_EXIT_USAGE;
   return kl__cli_conf_set(KL_PUB_SUB, conf, "producer.expect.partitions", arg)
              ? KL_EXIT_USAGE
              : KL_EXIT_OK;

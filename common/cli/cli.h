@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 
+#include "common/units.h"
 #include "keylane/conf.h"
 
 #define KL_EXIT_OK 0
@@ -40,6 +41,18 @@ int kl__cli_conf_x(const char *sub, kl_conf_t *conf, const char *arg);
 /* Sets key=value on conf; prints the problem and returns nonzero. */
 int kl__cli_conf_set(const char *sub, kl_conf_t *conf, const char *key,
                      const char *value);
+
+/* Sets key=value on conf for the flag @p flag (the message names both);
+ * prints the problem and returns nonzero. */
+int kl__cli_conf_flag(const char *sub, kl_conf_t *conf, const char *flag,
+                      const char *key, const char *value);
+
+/* Reads @p arg, the value of @p flag, with the one units parser
+ * (common/units.h) into @p out; prints the problem and returns
+ * KL_EXIT_USAGE, or KL_EXIT_OK. */
+int kl__cli_units(const char *sub, const char *flag, const char *arg,
+                  kl__units_kind_t kind, int64_t min, int64_t max,
+                  int64_t *out);
 
 /* Installs SIGINT/SIGTERM handlers that set the flag kl__cli_stop. */
 void kl__cli_on_signals(void);

@@ -25,71 +25,19 @@
 #include "common/json_msgpack.h"
 #include "keylane/embedded.h"
 #include "keylane/producer.h"
+#include "support/run.h"
+#include "support/support.h"
 
 /* ---- running the binary ---- */
 
-typedef struct kl_run {
-  int rc;
-  char *out; /* NUL terminated */
-  char *err;
-} kl_run_t;
+typedef kl_t_run_t kl_run_t;
 
-static const char *kl_bin(void) {
-  const char *bin = getenv("KEYLANE_BIN");
-  if (!bin)
-    fail_msg("KEYLANE_BIN is not set: run this through ctest");
-  return bin;
-}
-
-static int kl_tmpfile(const char *data, size_t len) {
-  char path[] = "/tmp/keylane-cli-XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  unlink(path);
-  if (len)
-    assert_int_equal(write(fd, data, len), (ssize_t)len);
-  lseek(fd, 0, SEEK_SET);
-  return fd;
-}
-
-static char *kl_slurp(int fd) {
-  off_t size = lseek(fd, 0, SEEK_END);
-  char *buf = malloc((size_t)size + 1);
-  assert_non_null(buf);
-  assert_int_equal(pread(fd, buf, (size_t)size, 0), (ssize_t)size);
-  buf[size] = '\0';
-  close(fd);
-  return buf;
-}
-
-/* Runs keylane with @p args (NULL-terminated, without argv[0]); stdin,
- * stdout and stderr are files, so no pipe can fill up and block. */
 static void kl_run(const char *const *args, const char *input, kl_run_t *r) {
-  const char *argv[32] = {kl_bin()};
-  for (size_t i = 0; args[i]; i++)
-    argv[i + 1] = args[i];
-  int in = kl_tmpfile(input, input ? strlen(input) : 0);
-  int out = kl_tmpfile(NULL, 0), err = kl_tmpfile(NULL, 0);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    dup2(in, 0);
-    dup2(out, 1);
-    dup2(err, 2);
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
-  }
-  int status;
-  assert_int_equal(waitpid(pid, &status, 0), pid);
-  close(in);
-  r->rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r->out = kl_slurp(out);
-  r->err = kl_slurp(err);
+  kl_t_run(args, input, input ? strlen(input) : 0, r);
 }
 
 static void kl_run_free(kl_run_t *r) {
-  free(r->out);
-  free(r->err);
+  kl_t_run_free(r);
 }
 
 /* ---- keylane route ---- */
@@ -171,7 +119,7 @@ typedef struct kl_broker {
 
 /* Starts `keylane broker --embedded ARGS...` and reads its first line. */
 static void kl_broker_start(kl_broker_t *b, const char *const *args) {
-  const char *argv[32] = {kl_bin(), "broker", "--embedded"};
+  const char *argv[32] = {kl_t_bin(), "broker", "--embedded"};
   for (size_t i = 0; args && args[i]; i++)
     argv[i + 3] = args[i];
   int fds[2];
@@ -240,7 +188,8 @@ static void test_broker_bad_flags(void **state) {
   kl_run((const char *[]){"broker", "--embedded", "--brokers", "0", NULL}, NULL,
          &r);
   assert_int_equal(r.rc, 2);
-  assert_non_null(strstr(r.err, "--brokers takes a number from 1 to 16"));
+  assert_non_null(strstr(r.err, "--brokers takes a whole number"));
+  assert_non_null(strstr(r.err, "from 1 to 16; got \"0\""));
   kl_run_free(&r);
   kl_run((const char *[]){"broker", "--embedded", "-t", "a b", NULL}, NULL, &r);
   assert_int_equal(r.rc, 2);

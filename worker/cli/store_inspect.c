@@ -454,7 +454,7 @@ static int kl_store_args(const char *sub, const char *usage, int argc,
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   int c;
-  char *end;
+  int64_t limit;
   optind = 1;
   while ((c = getopt_long(argc, argv, "t:h", opts, NULL)) != -1) {
     switch (c) {
@@ -464,10 +464,10 @@ static int kl_store_args(const char *sub, const char *usage, int argc,
     case 'I': a->by_id = 1; break;
     case 'j': a->json = 1; break;
     case 'L':
-      a->limit = strtoull(optarg, &end, 10);
-      if (end == optarg || *end || a->limit == 0)
-        return kl__cli_usage(sub, "--limit takes a count > 0, got \"%s\"",
-                             optarg);
+      if (kl__cli_units(sub, "--limit", optarg, KL__UNITS_COUNT, 1, INT64_MAX,
+                        &limit))
+        return KL_EXIT_USAGE;
+      a->limit = (uint64_t)limit;
       break;
     case 'h': fputs(usage, stdout); return KL_EXIT_OK;
     default: return kl__cli_usage(sub, "unknown option");
