@@ -63,6 +63,8 @@ static kl_err_t kl_parse_listen(const char *listen,
 static kl_err_t kl_opts_check(const kl_gateway_opts_t *o) {
   struct sockaddr_storage addr;
   kl_err_t err = kl_parse_listen(o->listen, &addr);
+  if (!err && o->allow_origins)
+    err = kl__gw_origins_check(o->allow_origins);
   if (err)
     return err;
   if (o->max_connections < 1 || o->max_header < 256 || o->max_body < 1 ||

@@ -51,6 +51,12 @@
  *   that reads nothing for --idle-timeout while responses wait is closed.
  * - topics [--max-topics, 1024]: distinct topics the gateway publishes to
  *   (each costs a librdkafka topic handle); another gets 403.
+ * Browsers (CSRF): a web page can make a browser send a "simple" cross-
+ * origin POST without asking first, but only with a form or text
+ * Content-Type, or none. The events route therefore takes only
+ * application/json and application/msgpack (415 otherwise), and any
+ * request carrying an Origin header not in allow_origins [--allow-origin,
+ * none] gets 403.
  * Worst case memory is about max-connections * (max-header + max-body +
  * 64 KiB) + max-inflight-bytes, plus librdkafka's own buffers.
  *
@@ -87,6 +93,10 @@ typedef struct kl_gateway_opts {
   int retry_after_s;      /**< the Retry-After of 429 and 503 */
   int drain_timeout_ms;   /**< how long a stop waits for acknowledgements */
   size_t max_topics;      /**< distinct topics served */
+  /** Comma-separated origins ("https://app.example.com") whose browser
+   * requests are served; a request with any other Origin header gets 403.
+   * NULL or "": none, so no web page can publish through the gateway. */
+  const char *allow_origins;
   /** When not NULL, the loop stops once *stop_flag is nonzero (checked
    * every 100 ms), so a CLI can stop it from a plain signal handler. */
   const volatile int *stop_flag;

@@ -30,7 +30,7 @@
 #include "broker/gateway_internal.h"
 #include "common/log.h"
 
-enum { KL_HDR_NONE, KL_HDR_AUTH, KL_HDR_CTYPE, KL_HDR_EXPECT };
+enum { KL_HDR_NONE, KL_HDR_AUTH, KL_HDR_CTYPE, KL_HDR_EXPECT, KL_HDR_ORIGIN };
 
 static const char kl_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -360,7 +360,8 @@ static int kl_header_kind(const kl_gw_parse_t *parse) {
     int kind;
   } names[] = {{"authorization", KL_HDR_AUTH},
                {"content-type", KL_HDR_CTYPE},
-               {"expect", KL_HDR_EXPECT}};
+               {"expect", KL_HDR_EXPECT},
+               {"origin", KL_HDR_ORIGIN}};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if (parse->field_len == strlen(names[i].name) &&
         strncasecmp(parse->field, names[i].name, parse->field_len) == 0)
@@ -405,6 +406,9 @@ static int kl_on_header_value(http_parser *p, const char *at, size_t len) {
     parse->header = kl_header_kind(parse);
     if (parse->header == KL_HDR_AUTH && parse->auth_len)
       parse->auth_long = true; /* two Authorization headers: no match */
+    if (parse->header == KL_HDR_ORIGIN)
+      parse->origin_bad |= parse->origin_seen; /* two: not on any list */
+    parse->origin_seen |= parse->header == KL_HDR_ORIGIN;
   }
   if (parse->header == KL_HDR_AUTH &&
       !kl_append(parse->auth, sizeof(parse->auth), &parse->auth_len, at, len))
@@ -412,6 +416,10 @@ static int kl_on_header_value(http_parser *p, const char *at, size_t len) {
   else if (parse->header == KL_HDR_CTYPE)
     kl_append(parse->ctype, sizeof(parse->ctype) - 1, &parse->ctype_len, at,
               len);
+  else if (parse->header == KL_HDR_ORIGIN &&
+           !kl_append(parse->origin, sizeof(parse->origin), &parse->origin_len,
+                      at, len))
+    parse->origin_bad = true;
   else if (parse->header == KL_HDR_EXPECT)
     parse->expect_continue =
         len >= 12 && strncasecmp(at, "100-continue", 12) == 0;

@@ -109,6 +109,10 @@ typedef struct kl_gw_parse {
   bool auth_long; /**< longer than any token: not a match */
   char ctype[64];
   size_t ctype_len;
+  char origin[256]; /**< the Origin header, when there is one */
+  size_t origin_len;
+  bool origin_seen;
+  bool origin_bad; /**< longer than the buffer, or given twice */
   bool expect_continue;
   size_t header_bytes;
   kl__strbuf_t body;
@@ -251,6 +255,19 @@ int kl__gw_batch_decode(kl_gw_batch_t *batch, const char *ctype,
                         const char *body, size_t len, size_t max_events,
                         kl_gw_bad_t *bad);
 void kl__gw_batch_free(kl_gw_batch_t *batch);
+
+/* ---- gateway_policy.c ---- */
+
+/** Checks the --allow-origin list; KL_ECONF naming a malformed entry. */
+kl_err_t kl__gw_origins_check(const char *list);
+/** @returns whether the request being parsed may be served: it has no
+ * Origin header, or one on the allow list. */
+bool kl__gw_origin_ok(const kl_gw_conn_t *conn);
+/** @returns whether @p ctype (the Content-Type, parameters and all) is one
+ * the events route takes: JSON or msgpack. */
+bool kl__gw_ctype_ok(const char *ctype);
+/** @returns 1 for msgpack, 0 for JSON, -1 for any other media type. */
+int kl__gw_ctype_msgpack(const char *ctype);
 
 /* ---- gateway_routes.c ---- */
 

@@ -239,6 +239,15 @@ void kl__gw_route_head(kl_gw_conn_t *conn, kl_gw_req_t *req, int method,
   } else if (strcmp(http_method_str(method), allow) != 0) {
     snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
     kl__gw_respond_error(req, 405, extra, "this route takes %s", allow);
+  } else if (!kl__gw_origin_ok(conn)) {
+    kl__gw_respond_error(req, 403, NULL,
+                         "Origin \"%.*s\" is not allowed: a web page may not "
+                         "publish through this gateway; to let one, start it "
+                         "with --allow-origin ORIGIN",
+                         (int)(conn->parse.origin_len > 200
+                                   ? 200
+                                   : conn->parse.origin_len),
+                         conn->parse.origin);
   } else if (req->route <= KL_GW_ROUTE_ROUTE && conn->gw->tokens &&
              !kl_auth_ok(conn)) {
     kl__gw_respond_error(req, 401, "WWW-Authenticate: Bearer\r\n",
@@ -248,6 +257,13 @@ void kl__gw_route_head(kl_gw_conn_t *conn, kl_gw_req_t *req, int method,
     kl__gw_respond_error(req, 400, NULL,
                          "the topic name is not 1..249 of "
                          "[a-zA-Z0-9._-] (Kafka's rule)");
+  } else if (req->route == KL_GW_ROUTE_EVENTS &&
+             !kl__gw_ctype_ok(conn->parse.ctype)) {
+    kl__gw_respond_error(req, 415, NULL,
+                         "Content-Type \"%.64s\" is neither application/json "
+                         "nor application/msgpack; send -H 'Content-Type: "
+                         "application/json'",
+                         conn->parse.ctype);
   }
 }
 

@@ -43,13 +43,16 @@ static void kl_gw_help(void) {
       "with one HTTP call whose 200 means \"acknowledged by Kafka with\n"
       "acks=all, on the partition kl_partition() names for the key\".\n"
       "\n"
-      "  POST /v1/topics/{topic}/events      JSON (one event or an array) or\n"
+      "  POST /v1/topics/{topic}/events      Content-Type application/json\n"
+      "                                      (one event or an array) or\n"
       "                                      application/msgpack; each event:\n"
       "                                      key, type, id?, payload? or\n"
       "                                      payload_b64?, headers?\n"
       "     200 [{\"partition\",\"offset\",\"id\"}] in request order\n"
       "     400 {\"error\",\"index\"} first bad event; nothing was produced\n"
       "     401 no valid bearer token (with --tokens-file)\n"
+      "     403 an Origin header not in --allow-origin (a web page)\n"
+      "     415 a Content-Type other than JSON or msgpack\n"
       "     413 body over --max-body     429 in-flight budget full "
       "(Retry-After)\n"
       "     503 Kafka did not acknowledge in --produce-timeout: retry with\n"
@@ -86,6 +89,10 @@ static void kl_gw_help(void) {
       "  --produce-timeout DUR    Kafka's acknowledgement (10s); 503\n"
       "  --drain-timeout DUR      at SIGINT/SIGTERM, wait this long for\n"
       "                           acknowledgements before closing (10s)\n"
+      "  --allow-origin LIST      browser origins (scheme://host[:port],\n"
+      "                           comma-separated) whose requests are\n"
+      "                           served; any other Origin header gets\n"
+      "                           403 (default: none)\n"
       "  -X name=value            a keylane key or librdkafka property\n"
       "  -h, --help               this text\n"
       "SIZE is bytes, or takes K, M, G (powers of 1024; KiB... too);\n"
@@ -95,6 +102,7 @@ static void kl_gw_help(void) {
       "  keylane broker --listen 127.0.0.1:8080 -b kafka1:9092,kafka2:9092 \\\n"
       "      --tokens-file /etc/keylane/tokens\n"
       "  curl -H 'Authorization: Bearer $TOKEN' \\\n"
+      "      -H 'Content-Type: application/json' \\\n"
       "      -d '{\"key\":\"acct-1\",\"type\":\"credit\",\"payload\":"
       "{\"amount\":5}}' \\\n"
       "      http://127.0.0.1:8080/v1/topics/events/events\n");
@@ -141,7 +149,8 @@ enum {
   KL_O_IDLE,
   KL_O_REQUEST,
   KL_O_PRODUCE,
-  KL_O_DRAIN
+  KL_O_DRAIN,
+  KL_O_ORIGIN
 };
 
 static const struct option kl_gw_longopts[] = {
@@ -164,6 +173,7 @@ static const struct option kl_gw_longopts[] = {
     {"request-timeout", required_argument, NULL, KL_O_REQUEST},
     {"produce-timeout", required_argument, NULL, KL_O_PRODUCE},
     {"drain-timeout", required_argument, NULL, KL_O_DRAIN},
+    {"allow-origin", required_argument, NULL, KL_O_ORIGIN},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -238,6 +248,9 @@ static int kl_gw_flag(kl_gw_cli_t *cli, int c, const char *arg) {
     break;
   case KL_O_DRAIN:
     rc = kl_gw_duration("--drain-timeout", arg, &o->drain_timeout_ms);
+    break;
+  case KL_O_ORIGIN:
+    o->allow_origins = arg;
     break;
   case 'X':
     rc = kl__cli_conf_x(KL_GW_SUB, cli->conf, arg) ? KL_EXIT_USAGE : 0;

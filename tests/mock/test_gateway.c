@@ -10,10 +10,12 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -99,12 +101,25 @@ static void kl_wait_health(int port, int want) {
   fail_msg("/healthz never answered %d", want);
 }
 
-/* A POST of @p body to the topic's events route. */
+#define KL_JSON_CT "Content-Type: application/json\r\n"
+
+static bool kl_has_ctype(const char *extra) {
+  for (const char *p = extra; p && *p; p++)
+    if (strncasecmp(p, "content-type:", 13) == 0)
+      return true;
+  return false;
+}
+
+/* A POST of @p body to the topic's events route; JSON unless @p extra
+ * gives a Content-Type. */
 static int kl_post(int port, const char *topic, const char *extra,
                    const char *body, kl_t_http_resp_t *r) {
-  char path[300];
+  char path[300], head[2048];
   snprintf(path, sizeof(path), "/v1/topics/%s/events", topic);
-  return kl_t_http_once(port, "POST", path, extra, body, r);
+  snprintf(head, sizeof(head), "%s%s",
+           kl_has_ctype(extra) ? "" : KL_JSON_CT,
+           extra ? extra : "");
+  return kl_t_http_once(port, "POST", path, head, body, r);
 }
 
 static json_t *kl_json(const kl_t_http_resp_t *r) {
@@ -305,6 +320,105 @@ static void test_bad_event_has_index_and_nothing_is_produced(void **state) {
   kl_t_gateway_stop(tg);
 }
 
+/* ---- 403, 415: what a web page could make a browser send ---- */
+
+/* A page can POST a form, text/plain or an untyped body cross-origin
+ * without a preflight: each is 415, and nothing is produced. */
+static void test_csrf_simple_bodies_are_415(void **state) {
+  kl_t_gateway_t *tg = kl_gw(NULL);
+  kl_wait_health(tg->port, 200);
+  double before = kl_metric(tg->port, "keylane_gateway_events_produced_total");
+  const char *ev = "{\"key\":\"csrf\",\"type\":\"t\"}";
+  const char *types[] = {
+      "Content-Type: application/x-www-form-urlencoded\r\n",
+      "Content-Type: text/plain;charset=UTF-8\r\n",
+      "Content-Type: multipart/form-data; boundary=x\r\n",
+      "Content-Type: \r\n", "Content-Type: application/jsonx\r\n"};
+  kl_t_http_resp_t r;
+  for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+    assert_int_equal(kl_post(tg->port, KL_T_TOPIC, types[i], ev, &r), 0);
+    if (r.status != 415)
+      fail_msg("%s: %d %s", types[i], r.status, r.body);
+    kl_t_http_resp_free(&r);
+  }
+  /* No Content-Type at all (a Blob body without a type). */
+  assert_int_equal(kl_t_http_once(tg->port, "POST", "/v1/topics/events/events",
+                                  NULL, ev, &r),
+                   0);
+  assert_int_equal(r.status, 415);
+  assert_non_null(strstr(r.body, "application/json"));
+  kl_t_http_resp_free(&r);
+  assert_true(kl_metric(tg->port, "keylane_gateway_events_produced_total") ==
+              before);
+  assert_int_equal(kl_post(tg->port, KL_T_TOPIC,
+                           "Content-Type: Application/JSON; charset=utf-8\r\n",
+                           ev, &r),
+                   0);
+  assert_int_equal(r.status, 200);
+  kl_t_http_resp_free(&r);
+  kl_t_gateway_stop(tg);
+}
+
+/* Any Origin header not on --allow-origin is refused, on every route. */
+static void test_csrf_origin_allow_list(void **state) {
+  kl_gateway_opts_t o;
+  kl__gateway_opts_default(&o);
+  kl_t_gateway_t *tg = kl_gw(NULL); /* the default: no origin allowed */
+  kl_wait_health(tg->port, 200);
+  const char *ev = "{\"key\":\"origin\",\"type\":\"t\"}";
+  kl_t_http_resp_t r;
+  assert_int_equal(
+      kl_post(tg->port, KL_T_TOPIC, "Origin: https://evil.example\r\n", ev, &r),
+      0);
+  assert_int_equal(r.status, 403);
+  assert_non_null(strstr(r.body, "https://evil.example"));
+  assert_non_null(strstr(r.body, "--allow-origin"));
+  kl_t_http_resp_free(&r);
+  assert_int_equal(kl_t_http_once(tg->port, "GET",
+                                  "/v1/topics/events/route?key=k",
+                                  "Origin: null\r\n", NULL, &r),
+                   0);
+  assert_int_equal(r.status, 403);
+  kl_t_http_resp_free(&r);
+  kl_t_gateway_stop(tg);
+
+  o.allow_origins = "https://app.example.com, http://localhost:3000";
+  tg = kl_gw(&o);
+  kl_wait_health(tg->port, 200);
+  const char *ok[] = {"Origin: https://app.example.com\r\n",
+                      "Origin: HTTPS://APP.EXAMPLE.COM\r\n",
+                      "Origin: http://localhost:3000\r\n", NULL};
+  for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+    assert_int_equal(kl_post(tg->port, KL_T_TOPIC, ok[i], ev, &r), 0);
+    assert_int_equal(r.status, 200);
+    kl_t_http_resp_free(&r);
+  }
+  const char *bad[] = {
+      "Origin: https://app.example.com.evil\r\n",
+      "Origin: http://localhost:30001\r\n",
+      "Origin: http://app.example.com\r\n",
+      "Origin: https://app.example.com\r\nOrigin: https://app.example.com\r\n"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    assert_int_equal(kl_post(tg->port, KL_T_TOPIC, bad[i], ev, &r), 0);
+    if (r.status != 403)
+      fail_msg("%s: %d", bad[i], r.status);
+    kl_t_http_resp_free(&r);
+  }
+  kl_t_gateway_stop(tg);
+
+  /* A malformed entry is refused at start, naming it. */
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", kl_bootstrap,
+                               NULL, 0),
+                   KL_OK);
+  o.listen = "127.0.0.1:0";
+  o.allow_origins = "https://app.example.com/";
+  kl_gateway_t *gw = NULL;
+  assert_int_equal(kl__gateway_new(conf, &o, &gw), KL_ECONF);
+  assert_non_null(strstr(kl_err_detail(), "https://app.example.com/"));
+  kl_conf_destroy(conf);
+}
+
 static void test_404_405(void **state) {
   kl_t_gateway_t *tg = kl_gw(NULL);
   kl_t_http_resp_t r;
@@ -349,7 +463,7 @@ static void test_body_and_header_limits(void **state) {
   /* Chunked: the size is only known as it arrives. */
   kl_t_http_t *http = kl_t_http_open(tg->port);
   const char *head = "POST /v1/topics/events/events HTTP/1.1\r\nHost: x\r\n"
-                     "Transfer-Encoding: chunked\r\n\r\n";
+                     KL_JSON_CT "Transfer-Encoding: chunked\r\n\r\n";
   kl_t_http_send(http, head, strlen(head));
   for (int i = 0; i < 3; i++) {
     kl_t_http_send(http, "258\r\n", 5);
@@ -468,7 +582,8 @@ static void test_429_when_budget_full(void **state) {
   kl_t_http_resp_free(&r);
   kl_brokers(0);
   kl_t_http_t *waiting = kl_t_http_open(tg->port);
-  kl_t_http_request(waiting, "POST", "/v1/topics/events/events", NULL, three,
+  kl_t_http_request(waiting, "POST", "/v1/topics/events/events", KL_JSON_CT,
+                    three,
                     strlen(three));
   for (int i = 0; i < 500; i++) {
     if (kl_metric(tg->port, "keylane_gateway_inflight_events") >= 3)
@@ -531,11 +646,11 @@ static void test_pipelined_in_order(void **state) {
     if (i % 4 == 1)
       req = kl_t_http_format("GET", "/nope", NULL, NULL, 0, &len);
     else if (i % 4 == 2)
-      req = kl_t_http_format("POST", "/v1/topics/events/events", NULL,
+      req = kl_t_http_format("POST", "/v1/topics/events/events", KL_JSON_CT,
                              "{\"key\":1}", 9, &len);
     else
-      req = kl_t_http_format("POST", "/v1/topics/events/events", NULL, body,
-                             strlen(body), &len);
+      req = kl_t_http_format("POST", "/v1/topics/events/events", KL_JSON_CT,
+                             body, strlen(body), &len);
     memcpy(all + off, req, len);
     off += len;
     free(req);
@@ -661,7 +776,7 @@ static void test_stop_while_kafka_is_away(void **state) {
   kl_t_http_resp_free(&r);
   kl_brokers(0);
   kl_t_http_t *stuck = kl_t_http_open(tg->port);
-  kl_t_http_request(stuck, "POST", "/v1/topics/events/events", NULL, ev,
+  kl_t_http_request(stuck, "POST", "/v1/topics/events/events", KL_JSON_CT, ev,
                     strlen(ev));
   kl_t_http_t *idle = kl_t_http_open(tg->port);
   kl_t_sleep_ms(200);
@@ -743,6 +858,8 @@ int main(void) {
       cmocka_unit_test(test_publish_msgpack),
       cmocka_unit_test(test_curl),
       cmocka_unit_test(test_bad_event_has_index_and_nothing_is_produced),
+      cmocka_unit_test(test_csrf_simple_bodies_are_415),
+      cmocka_unit_test(test_csrf_origin_allow_list),
       cmocka_unit_test(test_404_405),
       cmocka_unit_test(test_body_and_header_limits),
       cmocka_unit_test(test_tokens),
