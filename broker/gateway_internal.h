@@ -113,6 +113,13 @@ typedef struct kl_gw_parse {
   size_t origin_len;
   bool origin_seen;
   bool origin_bad; /**< longer than the buffer, or given twice */
+  char te[32];     /**< Transfer-Encoding, every header's value joined */
+  size_t te_len;
+  bool te_seen;
+  bool te_long;
+  const char *mark;   /**< end of the last field or value callback, when
+                           in the buffer being parsed */
+  bool nl_after_mark; /**< a line ended after it, in an earlier buffer */
   bool expect_continue;
   size_t header_bytes;
   kl__strbuf_t body;
@@ -135,6 +142,7 @@ struct kl_gw_conn {
   size_t stash_len;
   size_t writes;      /**< uv_write calls not yet called back */
   bool in_parse;      /**< inside http_parser_execute() */
+  const char *feed;   /**< the buffer being parsed, while in_parse */
   bool shutting_down; /**< uv_shutdown was called */
   bool reading;       /**< uv_read_start is on */
   bool paused;        /**< back-pressure: not reading, parser paused */

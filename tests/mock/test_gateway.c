@@ -419,6 +419,77 @@ static void test_csrf_origin_allow_list(void **state) {
   kl_conf_destroy(conf);
 }
 
+/* ---- 400, 501, 505: framing a proxy in front could read differently ---- */
+
+#define KL_SM_EV "{\"key\":\"sm\",\"type\":\"t\"}" /* 23 bytes */
+#define KL_SM_HEAD "POST /v1/topics/events/events HTTP/1.1\r\nHost: x\r\n" KL_JSON_CT
+#define KL_SM_CHUNKED "17\r\n" KL_SM_EV "\r\n0\r\n\r\n"
+
+/* Sends @p req raw, @p step bytes per write; @returns the status, after
+ * checking that a refusal closes the connection. */
+static int kl_raw_status(int port, const char *req, size_t step) {
+  kl_t_http_t *http = kl_t_http_open(port);
+  assert_non_null(http);
+  size_t len = strlen(req);
+  for (size_t i = 0; i < len; i += step) {
+    if (kl_t_http_send(http, req + i, len - i < step ? len - i : step))
+      break; /* refused and closed before the rest: read the answer */
+    if (step < len)
+      kl_t_sleep_ms(1); /* each piece a read of its own */
+  }
+  kl_t_http_resp_t r;
+  if (kl_t_http_recv(http, &r, 10000) != 0)
+    fail_msg("no answer to (%zu bytes a write):\n%s", step, req);
+  int status = r.status;
+  if (status != 200)
+    assert_false(r.keep_alive);
+  kl_t_http_resp_free(&r);
+  kl_t_http_close(http);
+  return status;
+}
+
+static void test_smuggling_framing_is_refused(void **state) {
+  kl_t_gateway_t *tg = kl_gw(NULL);
+  kl_wait_health(tg->port, 200);
+  static const struct {
+    const char *req;
+    int status;
+  } cases[] = {
+      {KL_SM_HEAD "Content-Length : 23\r\n\r\n" KL_SM_EV, 400},
+      {KL_SM_HEAD "Transfer-Encoding : chunked\r\n\r\n" KL_SM_CHUNKED, 400},
+      {KL_SM_HEAD "X Bad: 1\r\nContent-Length: 23\r\n\r\n" KL_SM_EV, 400},
+      {KL_SM_HEAD "X-A: one\r\n two\r\nContent-Length: 23\r\n\r\n" KL_SM_EV,
+       400},
+      {KL_SM_HEAD "Transfer-Encoding:\r\n chunked\r\n\r\n" KL_SM_CHUNKED, 400},
+      {KL_SM_HEAD "Content-Length: 23\r\n \r\n\r\n" KL_SM_EV, 400},
+      {KL_SM_HEAD "Transfer-Encoding: gzip, chunked\r\n\r\n" KL_SM_CHUNKED,
+       501},
+      {KL_SM_HEAD "Transfer-Encoding: gzip\r\n\r\n" KL_SM_EV, 501},
+      {KL_SM_HEAD "Transfer-Encoding: chunked\r\nTransfer-Encoding: "
+                  "chunked\r\n\r\n" KL_SM_CHUNKED,
+       400},
+      {"POST /v1/topics/events/events HTTP/2.0\r\nHost: x\r\n" KL_JSON_CT
+       "Content-Length: 23\r\n\r\n" KL_SM_EV,
+       505},
+      {"POST /v1/topics/events/events HTTP/9.9\r\nHost: x\r\n" KL_JSON_CT
+       "Content-Length: 23\r\n\r\n" KL_SM_EV,
+       505},
+      /* what stays fine */
+      {KL_SM_HEAD "Content-Length: 23\r\n\r\n" KL_SM_EV, 200},
+      {KL_SM_HEAD "Transfer-Encoding: Chunked \r\nX-B:  two  words\r\n\r\n"
+                  KL_SM_CHUNKED,
+       200},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    for (size_t step = 1000; step; step = step == 1000 ? 1 : 0) {
+      int status = kl_raw_status(tg->port, cases[i].req, step);
+      if (status != cases[i].status)
+        fail_msg("case %zu (%zu bytes a write): %d, expected %d:\n%s", i, step,
+                 status, cases[i].status, cases[i].req);
+    }
+  kl_t_gateway_stop(tg);
+}
+
 static void test_404_405(void **state) {
   kl_t_gateway_t *tg = kl_gw(NULL);
   kl_t_http_resp_t r;
@@ -860,6 +931,7 @@ int main(void) {
       cmocka_unit_test(test_bad_event_has_index_and_nothing_is_produced),
       cmocka_unit_test(test_csrf_simple_bodies_are_415),
       cmocka_unit_test(test_csrf_origin_allow_list),
+      cmocka_unit_test(test_smuggling_framing_is_refused),
       cmocka_unit_test(test_404_405),
       cmocka_unit_test(test_body_and_header_limits),
       cmocka_unit_test(test_tokens),
