@@ -53,6 +53,43 @@ static kl_err_t kl_len_check(const char *field, size_t len, size_t min,
   return KL_OK;
 }
 
+/* @returns the length of the UTF-8 sequence at @p s (at most @p left
+ * bytes), or 0 when it is not one: no overlong forms, no surrogates,
+ * nothing above U+10FFFF (RFC 3629). */
+static size_t kl_utf8_seq(const unsigned char *s, size_t left) {
+  unsigned char c = s[0];
+  size_t n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2
+                        : c >= 0xe0 && c <= 0xef   ? 3
+                        : c >= 0xf0 && c <= 0xf4   ? 4
+                                                   : 0;
+  if (n == 0 || n > left)
+    return 0;
+  for (size_t i = 1; i < n; i++)
+    if ((s[i] & 0xc0) != 0x80)
+      return 0;
+  if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) ||
+      (c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] > 0x8f))
+    return 0;
+  return n;
+}
+
+/* An id is text: the gateway and `keylane publish` take it from JSON, the
+ * stores and the exec handler compare and print it as such, so the
+ * decoder refuses what they could not have sent, not only what they can. */
+static kl_err_t kl_id_text_check(const char *id, size_t len) {
+  const unsigned char *s = (const unsigned char *)id;
+  for (size_t i = 0; i < len;) {
+    size_t n = kl_utf8_seq(s + i, len - i);
+    if (n == 0 || s[i] == 0)
+      return kl__err(KL_EDECODE_TYPE,
+                     "envelope field \"id\" %s at byte %zu: an id is "
+                     "UTF-8 text without NUL, as JSON carries it",
+                     n ? "holds a NUL" : "is not valid UTF-8", i);
+    i += n;
+  }
+  return KL_OK;
+}
+
 /* Writes at most 64 bytes of @p s into @p out with control and non-ASCII
  * bytes shown as '?', so that a hostile name cannot garble a log line. */
 static const char *kl_printable(const char *s, size_t len, char out[68]) {
@@ -123,6 +160,8 @@ kl_err_t kl_event_validate(const kl_event_t *event, int id_optional) {
     err = kl_ptr_check("event id", event->id, event->id_len);
   if (err == KL_OK && !(id_optional && event->id_len == 0))
     err = kl_len_check("id", event->id_len, 1, KL_ID_MAX);
+  if (err == KL_OK)
+    err = kl_id_text_check(event->id, event->id_len);
   if (err == KL_OK)
     err = kl_ptr_check("event type", event->type, event->type_len);
   if (err == KL_OK)
@@ -532,8 +571,10 @@ static kl_err_t kl_value_read(kl_decoder_t *decoder, kl_rd_t *rd, int f,
   switch (f) {
   case KL_F_V:
     return kl_version_read(mp);
-  case KL_F_ID:
-    return kl_str_read(f, mp, KL_ID_MAX, &ev->id, &ev->id_len);
+  case KL_F_ID: {
+    kl_err_t err = kl_str_read(f, mp, KL_ID_MAX, &ev->id, &ev->id_len);
+    return err ? err : kl_id_text_check(ev->id, ev->id_len);
+  }
   case KL_F_T:
     return kl_str_read(f, mp, KL_TYPE_MAX, &ev->type, &ev->type_len);
   case KL_F_TS:

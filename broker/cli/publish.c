@@ -344,7 +344,8 @@ static kl_pub_step_t kl_pub_send(kl_pub_t *pub, long lineno, kl_pub_line_t *l,
 static kl_pub_step_t kl_pub_line(kl_pub_t *pub, long lineno, const char *text,
                                  size_t len, char *err) {
   json_error_t jerr;
-  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  json_t *root =
+      json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
   if (!root) {
     kl_pub_err(err, "invalid JSON at column %d: %s", jerr.column, jerr.text);
     return KL_PUB_BAD_LINE;

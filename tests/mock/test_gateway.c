@@ -231,6 +231,127 @@ static void test_publish_msgpack(void **state) {
   kl_t_gateway_stop(tg);
 }
 
+/* Packs {k0: v0, k1: v1, ...} (strings with lengths, so NULs stay). */
+static void kl_mp_map(msgpack_sbuffer *sb, const char *const *kv,
+                      const size_t *len, size_t pairs) {
+  msgpack_packer pk;
+  msgpack_sbuffer_init(sb);
+  msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, pairs);
+  for (size_t i = 0; i < 2 * pairs; i++)
+    msgpack_pack_str_with_body(&pk, kv[i], len[i]);
+}
+
+static int kl_post_msgpack(int port, const msgpack_sbuffer *sb,
+                           kl_t_http_resp_t *r) {
+  kl_t_http_t *http = kl_t_http_open(port);
+  assert_int_equal(kl_t_http_request(http, "POST", "/v1/topics/events/events",
+                                     "Content-Type: application/msgpack\r\n",
+                                     sb->data, sb->size),
+                   0);
+  int rc = kl_t_http_recv(http, r, 10000);
+  kl_t_http_close(http);
+  return rc;
+}
+
+/* A 400 whose "error" says @p says. */
+static bool kl_refused_with(const kl_t_http_resp_t *r, const char *says) {
+  if (r->status != 400)
+    return false;
+  json_t *o = kl_json(r);
+  const char *e = json_string_value(json_object_get(o, "error"));
+  bool found = e && strstr(e, says);
+  json_decref(o);
+  return found;
+}
+
+/* One validation for both encodings: what JSON refuses, msgpack refuses,
+ * with the same message; nothing is produced. */
+static void test_json_and_msgpack_refuse_alike(void **state) {
+  kl_t_gateway_t *tg = kl_gw(NULL);
+  kl_wait_health(tg->port, 200);
+  double before = kl_metric(tg->port, "keylane_gateway_events_produced_total");
+  static const struct {
+    const char *json;
+    const char *kv[8];
+    size_t len[8];
+    size_t pairs;
+    const char *says;
+  } bodies[] = {
+      {"{\"key\":\"a\\u0000b\",\"type\":\"t\"}",
+       {"key", "a\0b", "type", "t"},
+       {3, 3, 4, 1},
+       2,
+       "\"key\" holds a NUL byte at byte 1"},
+      {"{\"key\":\"a\",\"type\":\"t\\u0000\"}",
+       {"key", "a", "type", "t\0"},
+       {3, 1, 4, 2},
+       2,
+       "\"type\" holds a NUL byte"},
+      {"{\"key\":\"a\",\"type\":\"t\",\"id\":\"\\u0000\"}",
+       {"key", "a", "type", "t", "id", "\0"},
+       {3, 1, 4, 1, 2, 1},
+       3,
+       "\"id\" holds a NUL byte"},
+      {"{\"key\":\"a\",\"key\":\"b\",\"type\":\"t\"}",
+       {"key", "a", "key", "b", "type", "t"},
+       {3, 1, 3, 1, 4, 1},
+       3,
+       "key"},
+      {"{\"key\":\"a\",\"type\":\"t\",\"type\":\"u\"}",
+       {"key", "a", "type", "t", "type", "u"},
+       {3, 1, 4, 1, 4, 1},
+       3,
+       "type"},
+  };
+  kl_t_http_resp_t r;
+  for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+    assert_int_equal(kl_post(tg->port, KL_T_TOPIC, NULL, bodies[i].json, &r),
+                     0);
+    if (!kl_refused_with(&r, bodies[i].says))
+      fail_msg("JSON body %zu: %d %s", i, r.status, r.body);
+    kl_t_http_resp_free(&r);
+    msgpack_sbuffer sb;
+    kl_mp_map(&sb, bodies[i].kv, bodies[i].len, bodies[i].pairs);
+    assert_int_equal(kl_post_msgpack(tg->port, &sb, &r), 0);
+    if (!kl_refused_with(&r, bodies[i].says))
+      fail_msg("msgpack body %zu: %d %s", i, r.status, r.body);
+    kl_t_http_resp_free(&r);
+    msgpack_sbuffer_destroy(&sb);
+  }
+  /* A NUL in a header value, and in a header name (msgpack only). */
+  assert_int_equal(
+      kl_post(tg->port, KL_T_TOPIC, NULL,
+              "{\"key\":\"a\",\"type\":\"t\",\"headers\":{\"h\":\"\\u0000\"}}",
+              &r),
+      0);
+  assert_int_equal(r.status, 400);
+  kl_t_http_resp_free(&r);
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 3);
+  msgpack_pack_str_with_body(&pk, "key", 3);
+  msgpack_pack_str_with_body(&pk, "a", 1);
+  msgpack_pack_str_with_body(&pk, "type", 4);
+  msgpack_pack_str_with_body(&pk, "t", 1);
+  msgpack_pack_str_with_body(&pk, "headers", 7);
+  msgpack_pack_map(&pk, 2);
+  msgpack_pack_str_with_body(&pk, "h\0x", 3);
+  msgpack_pack_str_with_body(&pk, "1", 1);
+  msgpack_pack_str_with_body(&pk, "h", 1);
+  msgpack_pack_str_with_body(&pk, "2", 1);
+  assert_int_equal(kl_post_msgpack(tg->port, &sb, &r), 0);
+  if (!kl_refused_with(&r, "NUL"))
+    fail_msg("msgpack header name with a NUL: %d %s", r.status, r.body);
+  kl_t_http_resp_free(&r);
+  msgpack_sbuffer_destroy(&sb);
+  assert_true(kl_metric(tg->port, "keylane_gateway_events_produced_total") ==
+              before);
+  kl_t_gateway_stop(tg);
+}
+
 /* curl, with Expect: 100-continue as it sends for big bodies. */
 static void test_curl(void **state) {
   kl_t_gateway_t *tg = kl_gw(NULL);
@@ -927,6 +1048,7 @@ int main(void) {
       cmocka_unit_test(test_prom_checker_refuses),
       cmocka_unit_test(test_publish_one_and_array),
       cmocka_unit_test(test_publish_msgpack),
+      cmocka_unit_test(test_json_and_msgpack_refuse_alike),
       cmocka_unit_test(test_curl),
       cmocka_unit_test(test_bad_event_has_index_and_nothing_is_produced),
       cmocka_unit_test(test_csrf_simple_bodies_are_415),
