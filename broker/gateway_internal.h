@@ -154,6 +154,12 @@ struct kl_gw_conn {
   char peer[64];
 };
 
+/** A topic the gateway serves: its name, and when a request last used it. */
+typedef struct kl_gw_topic {
+  char *name;
+  int64_t used_ns;
+} kl_gw_topic_t;
+
 /** The gateway's metrics. */
 typedef struct kl_gw_metrics {
   kl__metrics_t *registry;
@@ -189,7 +195,7 @@ struct kl_gateway {
   kl_producer_t *producer;
   kl__tokens_t *tokens;
   kl_gw_metrics_t m;
-  char **topics; /**< topics whose partition count was read, <= max_topics */
+  kl_gw_topic_t *topics; /**< topics whose count was read, <= max_topics */
   size_t ntopics;
   kl_gw_conn_t *conns;
   size_t nconns;
@@ -276,6 +282,12 @@ bool kl__gw_origin_ok(const kl_gw_conn_t *conn);
 bool kl__gw_ctype_ok(const char *ctype);
 /** @returns 1 for msgpack, 0 for JSON, -1 for any other media type. */
 int kl__gw_ctype_msgpack(const char *ctype);
+/** Checks the --allow-topics list; KL_ECONF naming a malformed entry. */
+kl_err_t kl__gw_topics_check(const char *list);
+/** @returns whether clients may use @p topic; when not, @p why (@p size
+ * bytes) says why and how to allow it. */
+bool kl__gw_topic_allowed(const kl_gateway_opts_t *o, const char *topic,
+                          char *why, size_t size);
 
 /* ---- gateway_routes.c ---- */
 

@@ -1,6 +1,6 @@
 /*
  * Who may publish through the gateway, apart from tokens: which browser
- * origins and which body media types.
+ * origins, which body media types and which topics.
  *
  * A web page a developer visits can make the browser POST to a gateway on
  * their laptop (http://127.0.0.1:8080) without asking first when the body
@@ -12,6 +12,8 @@
  *
  * All of this runs on the loop thread.
  */
+#include <fnmatch.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -97,4 +99,66 @@ int kl__gw_ctype_msgpack(const char *ctype) {
 
 bool kl__gw_ctype_ok(const char *ctype) {
   return kl__gw_ctype_msgpack(ctype) >= 0;
+}
+
+/* ---- topics ----
+ *
+ * A client that may publish to "<topic>.dlq" can forge dead letters that
+ * `keylane replay --from-dlq` would apply, and "__*" are Kafka's own
+ * (__consumer_offsets). Refused unless --allow-internal-topics. With
+ * --allow-topics, only names matching an entry are served. */
+
+kl_err_t kl__gw_topics_check(const char *list) {
+  const char *item;
+  long len;
+  while ((len = kl_list_next(&list, &item)) >= 0)
+    if (len == 0 || len > KL_GW_TOPIC_MAX)
+      return kl__err(KL_ECONF,
+                     "--allow-topics has an empty or overlong entry: give "
+                     "topic names or patterns such as orders-*, separated "
+                     "by commas");
+  return KL_OK;
+}
+
+static bool kl_topic_listed(const char *list, const char *topic) {
+  const char *item;
+  long len;
+  char pattern[KL_GW_TOPIC_MAX + 1];
+  while ((len = kl_list_next(&list, &item)) >= 0) {
+    if (len == 0 || len > KL_GW_TOPIC_MAX)
+      continue;
+    memcpy(pattern, item, (size_t)len);
+    pattern[len] = '\0';
+    if (fnmatch(pattern, topic, 0) == 0)
+      return true;
+  }
+  return false;
+}
+
+static bool kl_topic_internal(const char *topic) {
+  size_t len = strlen(topic);
+  return strncmp(topic, "__", 2) == 0 ||
+         (len > 4 && strcmp(topic + len - 4, ".dlq") == 0);
+}
+
+bool kl__gw_topic_allowed(const kl_gateway_opts_t *o, const char *topic,
+                          char *why, size_t size) {
+  if (!o->allow_internal_topics && kl_topic_internal(topic)) {
+    snprintf(why, size,
+             "topic \"%s\" is %s: clients may not publish to it; start the "
+             "gateway with --allow-internal-topics to let them",
+             topic,
+             topic[0] == '_' ? "internal to Kafka (__*)"
+                             : "a dead-letter topic (*.dlq)");
+    return false;
+  }
+  if (o->allow_topics && *o->allow_topics &&
+      !kl_topic_listed(o->allow_topics, topic)) {
+    snprintf(why, size,
+             "topic \"%s\" is not in --allow-topics (%.200s): add it, or "
+             "a pattern that matches it",
+             topic, o->allow_topics);
+    return false;
+  }
+  return true;
 }

@@ -82,7 +82,14 @@ static void kl_gw_help(void) {
       "                           (32); past it the connection is not read\n"
       "  --max-output SIZE        unsent response bytes per connection (1M);\n"
       "                           past it the connection is not read\n"
-      "  --max-topics N           distinct topics served (1024); 403\n"
+      "  --max-topics N           distinct topics served (1024); 403. Only\n"
+      "                           existing topics count: the gateway does\n"
+      "                           not create topics (-X\n"
+      "                           allow.auto.create.topics=true would)\n"
+      "  --allow-topics LIST      topics clients may use: names or patterns\n"
+      "                           (orders-*), comma-separated; others 403\n"
+      "                           (default: any)\n"
+      "  --allow-internal-topics  also TOPIC.dlq and __* (403 otherwise)\n"
       "  --idle-timeout DUR       close idle or non-reading clients (30s)\n"
       "  --request-timeout DUR    a request must arrive whole in it (30s); "
       "408\n"
@@ -150,7 +157,9 @@ enum {
   KL_O_REQUEST,
   KL_O_PRODUCE,
   KL_O_DRAIN,
-  KL_O_ORIGIN
+  KL_O_ORIGIN,
+  KL_O_TOPICS_ALLOWED,
+  KL_O_INTERNAL
 };
 
 static const struct option kl_gw_longopts[] = {
@@ -174,6 +183,8 @@ static const struct option kl_gw_longopts[] = {
     {"produce-timeout", required_argument, NULL, KL_O_PRODUCE},
     {"drain-timeout", required_argument, NULL, KL_O_DRAIN},
     {"allow-origin", required_argument, NULL, KL_O_ORIGIN},
+    {"allow-topics", required_argument, NULL, KL_O_TOPICS_ALLOWED},
+    {"allow-internal-topics", no_argument, NULL, KL_O_INTERNAL},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -251,6 +262,12 @@ static int kl_gw_flag(kl_gw_cli_t *cli, int c, const char *arg) {
     break;
   case KL_O_ORIGIN:
     o->allow_origins = arg;
+    break;
+  case KL_O_TOPICS_ALLOWED:
+    o->allow_topics = arg;
+    break;
+  case KL_O_INTERNAL:
+    o->allow_internal_topics = true;
     break;
   case 'X':
     rc = kl__cli_conf_x(KL_GW_SUB, cli->conf, arg) ? KL_EXIT_USAGE : 0;

@@ -611,6 +611,92 @@ static void test_smuggling_framing_is_refused(void **state) {
   kl_t_gateway_stop(tg);
 }
 
+/* ---- topics a client may name ---- */
+
+static int kl_post_status(int port, const char *topic) {
+  kl_t_http_resp_t r;
+  assert_int_equal(
+      kl_post(port, topic, NULL, "{\"key\":\"k\",\"type\":\"t\"}", &r), 0);
+  int status = r.status;
+  kl_t_http_resp_free(&r);
+  return status;
+}
+
+/* Dead-letter and internal topics are refused unless allowed: a client
+ * could forge dead letters that a redrive would apply. */
+static void test_topics_internal_refused(void **state) {
+  kl_t_gateway_t *tg = kl_gw(NULL);
+  kl_wait_health(tg->port, 200);
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_post(tg->port, "events.dlq", NULL,
+                           "{\"key\":\"k\",\"type\":\"t\"}", &r),
+                   0);
+  assert_int_equal(r.status, 403);
+  assert_non_null(strstr(r.body, "--allow-internal-topics"));
+  kl_t_http_resp_free(&r);
+  assert_int_equal(kl_post_status(tg->port, "__consumer_offsets"), 403);
+  assert_int_equal(kl_t_http_once(tg->port, "GET",
+                                  "/v1/topics/__transaction_state/route?key=k",
+                                  NULL, NULL, &r),
+                   0);
+  assert_int_equal(r.status, 403);
+  kl_t_http_resp_free(&r);
+  assert_int_equal(kl_post_status(tg->port, KL_T_TOPIC), 200);
+  kl_t_gateway_stop(tg);
+
+  kl_gateway_opts_t o;
+  kl__gateway_opts_default(&o);
+  o.allow_internal_topics = true;
+  o.allow_topics = "events*, orders-?";
+  tg = kl_gw(&o);
+  kl_wait_health(tg->port, 200);
+  /* Allowed (the embedded cluster creates what is named). */
+  assert_int_equal(kl_post_status(tg->port, "events.dlq"), 200);
+  assert_int_equal(kl_post_status(tg->port, "orders-1"), 200);
+  assert_int_equal(kl_post_status(tg->port, KL_T_TOPIC), 200);
+  assert_int_equal(kl_post(tg->port, "orders-12", NULL,
+                           "{\"key\":\"k\",\"type\":\"t\"}", &r),
+                   0);
+  assert_int_equal(r.status, 403);
+  assert_non_null(strstr(r.body, "--allow-topics"));
+  kl_t_http_resp_free(&r);
+  assert_int_equal(kl_post_status(tg->port, "__consumer_offsets"), 403);
+  kl_t_gateway_stop(tg);
+}
+
+/* Names a client made up used to hold --max-topics until a restart. The
+ * embedded cluster creates any topic named (so junk is served here; a real
+ * cluster does not create them for the gateway): once full, a topic no
+ * request used for topic_idle_ms gives its place. */
+static void test_junk_topics_do_not_fill_max_topics(void **state) {
+  kl_gateway_opts_t o;
+  kl__gateway_opts_default(&o);
+  o.max_topics = 2;
+  o.topic_idle_ms = 300;
+  kl_t_gateway_t *tg = kl_gw(&o);
+  kl_wait_health(tg->port, 200);
+  assert_int_equal(kl_post_status(tg->port, "junk-0"), 200);
+  assert_int_equal(kl_post_status(tg->port, "junk-1"), 200);
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_post(tg->port, "junk-2", NULL,
+                           "{\"key\":\"k\",\"type\":\"t\"}", &r),
+                   0);
+  assert_int_equal(r.status, 403); /* both in use just now */
+  assert_non_null(strstr(r.body, "--max-topics"));
+  char ra[16];
+  assert_non_null(kl_t_http_header(&r, "retry-after", ra, sizeof(ra)));
+  kl_t_http_resp_free(&r);
+  int status = 0;
+  for (int i = 0; i < 100 && status != 200; i++) {
+    if (i)
+      kl_t_sleep_ms(100);
+    status = kl_post_status(tg->port, KL_T_TOPIC);
+  }
+  assert_int_equal(status, 200); /* a junk topic went idle and made room */
+  assert_int_equal(kl_post_status(tg->port, KL_T_TOPIC), 200);
+  kl_t_gateway_stop(tg);
+}
+
 static void test_404_405(void **state) {
   kl_t_gateway_t *tg = kl_gw(NULL);
   kl_t_http_resp_t r;
@@ -1054,6 +1140,8 @@ int main(void) {
       cmocka_unit_test(test_csrf_simple_bodies_are_415),
       cmocka_unit_test(test_csrf_origin_allow_list),
       cmocka_unit_test(test_smuggling_framing_is_refused),
+      cmocka_unit_test(test_topics_internal_refused),
+      cmocka_unit_test(test_junk_topics_do_not_fill_max_topics),
       cmocka_unit_test(test_404_405),
       cmocka_unit_test(test_body_and_header_limits),
       cmocka_unit_test(test_tokens),
