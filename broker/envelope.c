@@ -22,6 +22,7 @@
 
 #include "broker/envelope_internal.h"
 #include "common/internal.h"
+#include "common/strbuf.h"
 #include "keylane/event.h"
 
 struct kl_decoder {
@@ -53,33 +54,13 @@ static kl_err_t kl_len_check(const char *field, size_t len, size_t min,
   return KL_OK;
 }
 
-/* @returns the length of the UTF-8 sequence at @p s (at most @p left
- * bytes), or 0 when it is not one: no overlong forms, no surrogates,
- * nothing above U+10FFFF (RFC 3629). */
-static size_t kl_utf8_seq(const unsigned char *s, size_t left) {
-  unsigned char c = s[0];
-  size_t n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2
-                        : c >= 0xe0 && c <= 0xef   ? 3
-                        : c >= 0xf0 && c <= 0xf4   ? 4
-                                                   : 0;
-  if (n == 0 || n > left)
-    return 0;
-  for (size_t i = 1; i < n; i++)
-    if ((s[i] & 0xc0) != 0x80)
-      return 0;
-  if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) ||
-      (c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] > 0x8f))
-    return 0;
-  return n;
-}
-
 /* An id is text: the gateway and `keylane publish` take it from JSON, the
  * stores and the exec handler compare and print it as such, so the
  * decoder refuses what they could not have sent, not only what they can. */
 static kl_err_t kl_id_text_check(const char *id, size_t len) {
   const unsigned char *s = (const unsigned char *)id;
   for (size_t i = 0; i < len;) {
-    size_t n = kl_utf8_seq(s + i, len - i);
+    size_t n = kl__utf8_seq(s + i, len - i);
     if (n == 0 || s[i] == 0)
       return kl__err(KL_EDECODE_TYPE,
                      "envelope field \"id\" %s at byte %zu: an id is "

@@ -54,6 +54,9 @@ static const kl_conf_key_t kl_keys[] = {
      "refuse: the worker does not run when the topic or its dead-letter "
      "topic keeps records longer than store.dedup.retention; warn: it runs, "
      "with a WARN and keylane_worker_retention_override 1"},
+    {"store.create", KL_CT_ENUM, "yes", 0, 0, "yes|no",
+     "no: open an existing store only, never create one (what read-only "
+     "commands use); a missing store is KL_ENOTFOUND"},
     {"store.pg.pool", KL_CT_INT, "4", 1, 64, NULL,
      "PostgreSQL store: connections per process at most, one per open batch"},
     {"store.pg.idle.timeout", KL_CT_DURATION, "60s", 0, KL_I64_MAX, NULL,

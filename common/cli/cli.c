@@ -82,6 +82,20 @@ int kl__cli_units(const char *sub, const char *flag, const char *arg,
   return KL_EXIT_OK;
 }
 
+int kl__cli_store_existing(const char *sub, const char *location,
+                           kl_store_t **store) {
+  kl_conf_t *conf = kl_conf_new();
+  kl_err_t err = conf ? kl_conf_set(conf, "store.create", "no", NULL, 0)
+                      : KL_ENOMEM;
+  if (!err)
+    err = kl_store_open(location, conf, store);
+  kl_conf_destroy(conf);
+  if (err)
+    return kl__cli_fail(sub, "cannot open the store %s: %s", location,
+                        kl_err_detail());
+  return KL_EXIT_OK;
+}
+
 static void kl_cli_signal(int sig) {
   (void)sig;
   kl__cli_stop = 1;

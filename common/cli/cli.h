@@ -9,6 +9,7 @@
 
 #include "common/units.h"
 #include "keylane/conf.h"
+#include "keylane/store.h"
 
 #define KL_EXIT_OK 0
 #define KL_EXIT_FAIL 1
@@ -53,6 +54,12 @@ int kl__cli_conf_flag(const char *sub, kl_conf_t *conf, const char *flag,
 int kl__cli_units(const char *sub, const char *flag, const char *arg,
                   kl__units_kind_t kind, int64_t min, int64_t max,
                   int64_t *out);
+
+/* Opens the store at @p location for a read-only command: never creates
+ * one (store.create=no), so a typo is an error, not an empty store. Prints
+ * the problem and returns KL_EXIT_FAIL, or KL_EXIT_OK and *store. */
+int kl__cli_store_existing(const char *sub, const char *location,
+                           kl_store_t **store);
 
 /* Installs SIGINT/SIGTERM handlers that set the flag kl__cli_stop. */
 void kl__cli_on_signals(void);

@@ -14,12 +14,15 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 #include <librdkafka/rdkafka.h>
+#include <unistd.h>
 
 #include "common/internal.h"
 #include "keylane/producer.h"
 #include "keylane/store.h"
 #include "support/cluster.h"
+#include "support/run.h"
 #include "support/support.h"
 #include "worker/ledger.h"
 #include "worker/ledger_gen.h"
@@ -199,9 +202,92 @@ static void test_amounts_positive_and_checked(void **state) {
   kl_fx_down(&fx);
 }
 
+/* `keylane ledger` prints keys as escaped text: no control byte reaches the
+ * terminal, and keys that differ after a NUL stay apart, in --json too. */
+static void test_ledger_cli_escapes_keys(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "escapes");
+  static const struct {
+    const char *key;
+    size_t len;
+    const char *shown;
+  } keys[] = {
+      {"esc\x1b[2J", 7, "esc\\x1b[2J"},
+      {"nul\0a", 5, "nul\\x00a"},
+      {"nul\0b", 5, "nul\\x00b"},
+      {"nul\\x00a", 8, "nul\\\\x00a"}, /* a backslash: still one-to-one */
+      {"line\nbreak", 10, "line\\x0abreak"},
+      {"caf\xc3\xa9", 5, "caf\xc3\xa9"},
+      {"bad\xff", 4, "bad\\xff"},
+  };
+  size_t n = sizeof(keys) / sizeof(keys[0]);
+  for (size_t i = 0; i < n; i++)
+    kl_send(&fx, keys[i].key, keys[i].len, "credit", (int64_t)i + 1, 1);
+  kl_apply_all(&fx);
+  kl_t_run_t r;
+  kl_t_run((const char *[]){"ledger", "--store", fx.dir, NULL}, NULL, 0, &r);
+  assert_int_equal(r.rc, 0);
+  for (const char *p = r.out; *p; p++)
+    if ((unsigned char)*p < 0x20 && *p != '\t' && *p != '\n')
+      fail_msg("a raw control byte 0x%02x in:\n%s", *p, r.out);
+  for (size_t i = 0; i < n; i++) {
+    char line[64];
+    snprintf(line, sizeof(line), "%s\t%zu\t1\n", keys[i].shown, i + 1);
+    if (!strstr(r.out, line))
+      fail_msg("no line \"%s\" in:\n%s", line, r.out);
+  }
+  assert_non_null(strstr(r.out, "total\tkeys=7\tbalance=28\t"));
+  kl_t_run_free(&r);
+  kl_t_run((const char *[]){"ledger", "--store", fx.dir, "--json", NULL}, NULL,
+           0, &r);
+  assert_int_equal(r.rc, 0);
+  json_error_t jerr;
+  json_t *doc = json_loads(r.out, 0, &jerr);
+  assert_non_null(doc);
+  json_t *balances = json_object_get(doc, "balances");
+  assert_int_equal(json_object_size(balances), n);
+  for (size_t i = 0; i < n; i++) {
+    json_t *b = json_object_get(balances, keys[i].shown);
+    if (!b)
+      fail_msg("no key \"%s\" in %s", keys[i].shown, r.out);
+    assert_int_equal(json_integer_value(json_object_get(b, "balance")),
+                     (json_int_t)i + 1);
+  }
+  json_decref(doc);
+  kl_t_run_free(&r);
+  kl_fx_down(&fx);
+}
+
+/* Read-only commands never create a store: a typo is an error. */
+static void test_read_only_commands_create_nothing(void **state) {
+  (void)state;
+  char dir[64], typo[96], marker[128];
+  kl_t_tmpdir(dir);
+  snprintf(typo, sizeof(typo), "%s/typo", dir);
+  const char *const runs[][5] = {{"ledger", "--store", typo, NULL},
+                                 {"store", "stats", "--store", typo, NULL},
+                                 {"store", "keys", "--store", typo, NULL},
+                                 {"ledger", "--store", dir, NULL}};
+  for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+    kl_t_run_t r;
+    kl_t_run(runs[i], NULL, 0, &r);
+    if (r.rc != 1 || !strstr(r.err, "does not exist"))
+      fail_msg("keylane %s %s: exit %d, stderr: %s", runs[i][0], runs[i][1],
+               r.rc, r.err);
+    kl_t_run_free(&r);
+  }
+  assert_int_not_equal(access(typo, F_OK), 0);
+  snprintf(marker, sizeof(marker), "%s/data.mdb", dir);
+  assert_int_not_equal(access(marker, F_OK), 0); /* an empty directory too */
+  kl_t_rmrf(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_amounts_positive_and_checked),
+      cmocka_unit_test(test_ledger_cli_escapes_keys),
+      cmocka_unit_test(test_read_only_commands_create_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
