@@ -457,6 +457,8 @@ static kl_err_t kl_gw_open(kl_gateway_t *gw, const kl_conf_t *conf) {
   kl_err_t err = kl_opts_check(&gw->opts);
   if (!err && gw->opts.tokens_file)
     err = kl__tokens_load(gw->opts.tokens_file, &gw->tokens);
+  if (!err && kl__tokens_warning(gw->tokens))
+    KL_LOG_W("gateway", "%s", kl__tokens_warning(gw->tokens));
   if (!err)
     err = kl__gw_metrics_init(gw);
   if (!err)

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -195,6 +196,32 @@ static void test_broker_bad_flags(void **state) {
   assert_int_equal(r.rc, 2);
   assert_non_null(strstr(r.err, "topic \"a b\""));
   kl_run_free(&r);
+}
+
+/* A tokens file that never ends (/dev/zero) is refused at once: it used to
+ * be read forever, deaf to SIGTERM. One that blocks (a FIFO nobody writes)
+ * still gives way to SIGTERM. */
+static void test_gateway_tokens_file_bounded(void **state) {
+  (void)state;
+  kl_run_t r;
+  kl_t_run_for((const char *[]){"broker", "--listen", "127.0.0.1:0", "-b",
+                                "127.0.0.1:1", "--tokens-file", "/dev/zero",
+                                NULL},
+               NULL, 0, 10000, &r);
+  if (r.rc != 2 || !strstr(r.err, "/dev/zero"))
+    fail_msg("exit %d, stderr: %s", r.rc, r.err);
+  kl_run_free(&r);
+  char dir[64], fifo[96];
+  kl_t_tmpdir(dir);
+  snprintf(fifo, sizeof(fifo), "%s/tokens", dir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  kl_t_run_term((const char *[]){"broker", "--listen", "127.0.0.1:0", "-b",
+                                 "127.0.0.1:1", "--tokens-file", fifo, NULL},
+                300, 10000, &r);
+  if (r.rc == 137 || r.rc == 0)
+    fail_msg("SIGTERM did not end it: exit %d, stderr: %s", r.rc, r.err);
+  kl_run_free(&r);
+  kl_t_rmrf(dir);
 }
 
 /* ---- keylane publish ---- */
@@ -508,6 +535,7 @@ int main(void) {
       cmocka_unit_test(test_broker_embedded_sigterm),
       cmocka_unit_test(test_broker_embedded_sigint),
       cmocka_unit_test(test_broker_bad_flags),
+      cmocka_unit_test(test_gateway_tokens_file_bounded),
       cmocka_unit_test(test_publish_good_lines_then_bad),
       cmocka_unit_test(test_publish_bad_lines),
       cmocka_unit_test(test_publish_usage),

@@ -1,6 +1,7 @@
 #include "support/run.h"
 
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,27 +35,44 @@ static char *kl_run_slurp(int fd) {
   return buf;
 }
 
-/* waitpid, with SIGKILL once @p timeout_ms (-1: none) has passed. */
-static int kl_run_wait(pid_t pid, int timeout_ms) {
+/* waitpid, with SIGTERM once @p term_ms and SIGKILL once @p timeout_ms
+ * have passed (-1: never). */
+static int kl_run_wait(pid_t pid, int term_ms, int timeout_ms) {
   int status;
+  bool poll = term_ms >= 0 || timeout_ms >= 0;
   for (int waited = 0;; waited++) {
-    pid_t got = waitpid(pid, &status, timeout_ms < 0 ? 0 : WNOHANG);
+    pid_t got = waitpid(pid, &status, poll ? WNOHANG : 0);
     assert_true(got >= 0);
     if (got == pid)
       return status;
+    if (waited == term_ms)
+      kill(pid, SIGTERM);
     if (waited == timeout_ms)
       kill(pid, SIGKILL);
     kl_t_sleep_ms(1);
   }
 }
 
+static void kl_run(const char *const *args, const char *input, size_t len,
+                   int term_ms, int timeout_ms, kl_t_run_t *r);
+
 void kl_t_run(const char *const *args, const char *input, size_t len,
               kl_t_run_t *r) {
-  kl_t_run_for(args, input, len, -1, r);
+  kl_run(args, input, len, -1, -1, r);
 }
 
 void kl_t_run_for(const char *const *args, const char *input, size_t len,
                   int timeout_ms, kl_t_run_t *r) {
+  kl_run(args, input, len, -1, timeout_ms, r);
+}
+
+void kl_t_run_term(const char *const *args, int term_ms, int timeout_ms,
+                   kl_t_run_t *r) {
+  kl_run(args, NULL, 0, term_ms, timeout_ms, r);
+}
+
+static void kl_run(const char *const *args, const char *input, size_t len,
+                   int term_ms, int timeout_ms, kl_t_run_t *r) {
   const char *argv[48] = {kl_t_bin()};
   size_t n = 0;
   for (; args[n]; n++) {
@@ -72,7 +90,7 @@ void kl_t_run_for(const char *const *args, const char *input, size_t len,
     execv(argv[0], (char *const *)argv);
     _exit(127);
   }
-  int status = kl_run_wait(pid, timeout_ms);
+  int status = kl_run_wait(pid, term_ms, timeout_ms);
   close(in);
   r->rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r->out = kl_run_slurp(out);

@@ -21,6 +21,10 @@ void kl_t_run(const char *const *args, const char *input, size_t len,
  * the test. */
 void kl_t_run_for(const char *const *args, const char *input, size_t len,
                   int timeout_ms, kl_t_run_t *r);
+/* The same, sending SIGTERM once @p term_ms have passed (a run still
+ * going after @p timeout_ms is killed: rc 137). */
+void kl_t_run_term(const char *const *args, int term_ms, int timeout_ms,
+                   kl_t_run_t *r);
 void kl_t_run_free(kl_t_run_t *r);
 
 #endif
