@@ -161,6 +161,17 @@ static void test_bounds(void **state) {
   assert_int_equal(kl_get(port, "/healthz", &resp), 0);
   assert_int_equal(resp.status, 200); /* never fenced: healthy though idle */
   kl_t_http_resp_free(&resp);
+  /* 40 idle connections held open must not lock a liveness probe out: a
+   * new connection takes the place of the oldest idle one. */
+  for (int i = 0; i < 40; i++)
+    assert_non_null(idle[i] = kl_t_http_open(port));
+  for (int probe = 0; probe < 3; probe++) {
+    assert_int_equal(kl_get(port, "/healthz", &resp), 0);
+    assert_int_equal(resp.status, 200);
+    kl_t_http_resp_free(&resp);
+  }
+  for (int i = 0; i < 40; i++)
+    kl_t_http_close(idle[i]);
   kl__metrics_server_stop(server);
   kl_worker_destroy(w->worker);
   free(w);
