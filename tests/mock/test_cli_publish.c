@@ -356,15 +356,21 @@ static void test_publish_good_lines_then_bad(void **state) {
   kl_embedded_destroy(embedded);
 }
 
-static void kl_expect_bad(const char *bootstrap, const char *input,
-                          const char *problem) {
+/* @p len bytes of input, so that it may hold a NUL. */
+static void kl_expect_bad_n(const char *bootstrap, const char *input,
+                            size_t len, const char *problem) {
   kl_run_t r;
-  kl_run((const char *[]){"publish", "-b", bootstrap, "-t", "bad", NULL}, input,
-         &r);
+  kl_t_run((const char *[]){"publish", "-b", bootstrap, "-t", "bad", NULL},
+           input, len, &r);
   assert_int_equal(r.rc, 2);
   if (!strstr(r.err, problem))
     fail_msg("expected \"%s\" in: %s", problem, r.err);
   kl_run_free(&r);
+}
+
+static void kl_expect_bad(const char *bootstrap, const char *input,
+                          const char *problem) {
+  kl_expect_bad_n(bootstrap, input, strlen(input), problem);
 }
 
 static void test_publish_bad_lines(void **state) {
@@ -375,7 +381,7 @@ static void test_publish_bad_lines(void **state) {
   kl_expect_bad(bs, "{\"key\":\"a\",\"type\":\"t\"}\nnot json\n",
                 "line 2: invalid JSON");
   kl_expect_bad(bs, "{\"type\":\"t\"}\n", "line 1: \"key\" is missing");
-  kl_expect_bad(bs, "[1]\n", "line 1: a line must be a JSON object");
+  kl_expect_bad(bs, "[1]\n", "line 1: an event must be a JSON object");
   kl_expect_bad(bs,
                 "{\"key\":\"a\",\"type\":\"t\",\"payload\":1,"
                 "\"payload_b64\":\"AA==\"}\n",
@@ -391,6 +397,15 @@ static void test_publish_bad_lines(void **state) {
   kl_expect_bad(bs, "{\"key\":\"a\",\"key\":\"b\",\"type\":\"t\"}\n",
                 "duplicate object key");
   kl_expect_bad(bs, "\n", "line 1: the line is empty");
+  /* A NUL-leading line is not empty: it is not JSON. */
+  static const char nul_line[] = "\0{\"key\":\"a\",\"type\":\"t\"}\n";
+  kl_expect_bad_n(bs, nul_line, sizeof(nul_line) - 1, "line 1: invalid JSON");
+  /* The gateway's rules: a NUL in the key, an id that is not UTF-8. */
+  kl_expect_bad(bs, "{\"key\":\"a\\u0000b\",\"type\":\"t\"}\n",
+                "\"key\" holds a NUL byte");
+  kl_expect_bad(bs,
+                "{\"key\":\"a\",\"type\":\"t\",\"headers\":{\"h\":\"\\u0000\"}}\n",
+                "header \"h\" holds a NUL byte");
 
   char deep[400] = "{\"key\":\"a\",\"type\":\"t\",\"payload\":";
   size_t len = strlen(deep);
