@@ -70,6 +70,10 @@ static const kl_conf_key_t kl_keys[] = {
      "its partition back once the partition's state in the store has not "
      "changed for this long (more than worker.session.timeout.ms); 0: "
      "never (it waits for the group to move it)"},
+    {"worker.kafka.wait", KL_CT_DURATION, "5m", 0, 7 * 86400000LL, NULL,
+     "at start, how long a worker waits, with backoff, for Kafka to answer "
+     "for its topic before it gives up (0: try once); /healthz is 503 "
+     "meanwhile"},
     {"worker.batch.max", KL_CT_INT, "1000", 1, 100000, NULL,
      "events per store commit at most"},
     {"worker.batch.wait.ms", KL_CT_MS, "20", 0, 10000, NULL,

@@ -15,6 +15,7 @@
 #include "common/units.h"
 #include "common/metrics.h"
 #include "common/strbuf.h"
+#include "worker/worker_internal.h"
 
 #define COMP "metrics"
 #define KL_MS_CONNS_MAX 32
@@ -154,6 +155,11 @@ static int kl_ms_health(kl__metrics_server_t *server, char *reason,
                         size_t size) {
   kl_worker_stats_t st;
   kl_worker_stats(server->worker, &st);
+  char why[512];
+  if (kl__worker_waiting(server->worker, why, sizeof(why))) {
+    snprintf(reason, size, "unhealthy: %s\n", why);
+    return 503;
+  }
   kl_partition_state_t state;
   if (kl_store_partition(server->store, server->topic, 0, &state) != KL_OK) {
     snprintf(reason, size, "unhealthy: the store does not answer: %s\n",

@@ -16,4 +16,11 @@ typedef void(kl__worker_hook_fn)(void *opaque, const char *topic,
 void kl__worker_set_before_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
                                   void *opaque);
 
+/**
+ * @returns 1 while kl_worker_run() waits for Kafka to answer for the topic
+ *          at start (worker.kafka.wait), with what it waits for in @p why;
+ *          0 otherwise. Any thread (the metrics server's /healthz).
+ */
+int kl__worker_waiting(kl_worker_t *worker, char *why, size_t size);
+
 #endif

@@ -48,6 +48,9 @@ static const char kl_worker_usage[] =
     "      --retry-max-ms MS       largest backoff (default 10000)\n"
     "      --max-attempts N        handler runs before a dead letter (5)\n"
     "      --dlq-topic TOPIC       dead-letter topic (default TOPIC.dlq)\n"
+    "      --kafka-wait DUR        at start, wait this long, with backoff,\n"
+    "                              for Kafka to answer for TOPIC (5m; 0:\n"
+    "                              try once); /healthz is 503 meanwhile\n"
     "  -X, --set NAME=VALUE        keylane or librdkafka (kafka.NAME) setting\n"
     "  -h, --help                  this text\n\n"
     "Testing:\n"
@@ -195,6 +198,7 @@ int kl__cmd_worker(int argc, char **argv) {
       {"pause-on-sigusr1", no_argument, NULL, 'U'},
       {"metrics-listen", required_argument, NULL, 'L'},
       {"handler-timeout-ms", required_argument, NULL, 'T'},
+      {"kafka-wait", required_argument, NULL, 'K'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   static const struct {
@@ -211,7 +215,8 @@ int kl__cmd_worker(int argc, char **argv) {
                {'I', "worker.retry.initial.ms"},
                {'M', "worker.retry.max.ms"},
                {'A', "worker.max.attempts"},
-               {'Q', "worker.dlq.topic"}};
+               {'Q', "worker.dlq.topic"},
+               {'K', "worker.kafka.wait"}};
   kl_conf_t *conf = kl_conf_new();
   const char *topic = NULL, *location = NULL, *handler = NULL;
   kl_worker_opts_t wopts = {NULL, 0, 0};
