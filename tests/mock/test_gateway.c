@@ -25,6 +25,8 @@
 #include <librdkafka/rdkafka_mock.h>
 #include <msgpack.h>
 
+#include "broker/gateway_internal.h"
+#include "broker/producer_internal.h"
 #include "common/internal.h"
 #include "keylane/producer.h"
 #include "support/http.h"
@@ -697,6 +699,38 @@ static void test_junk_topics_do_not_fill_max_topics(void **state) {
   kl_t_gateway_stop(tg);
 }
 
+/* The gateway's producer does not ask brokers to create a topic a client
+ * names (a real cluster's auto.create.topics.enable would: librdkafka
+ * 2.0's mock cluster creates them whatever is asked, so this is read from
+ * the producer's configuration); -X allow.auto.create.topics=true undoes
+ * it. */
+static void test_producer_creates_no_topics(void **state) {
+  for (int undo = 0; undo < 2; undo++) {
+    kl_conf_t *conf = kl_conf_new();
+    assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", kl_bootstrap,
+                                 NULL, 0),
+                     KL_OK);
+    if (undo)
+      assert_int_equal(kl_conf_set(conf, "kafka.allow.auto.create.topics",
+                                   "true", NULL, 0),
+                       KL_OK);
+    kl_gateway_opts_t o;
+    kl__gateway_opts_default(&o);
+    o.listen = "127.0.0.1:0";
+    kl_gateway_t *gw = NULL;
+    assert_int_equal(kl__gateway_new(conf, &o, &gw), KL_OK);
+    char value[16];
+    size_t size = sizeof(value);
+    assert_int_equal(
+        rd_kafka_conf_get(rd_kafka_conf(kl__producer_rk(gw->producer)),
+                          "allow.auto.create.topics", value, &size),
+        RD_KAFKA_CONF_OK);
+    assert_string_equal(value, undo ? "true" : "false");
+    kl__gateway_destroy(gw);
+    kl_conf_destroy(conf);
+  }
+}
+
 static void test_404_405(void **state) {
   kl_t_gateway_t *tg = kl_gw(NULL);
   kl_t_http_resp_t r;
@@ -1142,6 +1176,7 @@ int main(void) {
       cmocka_unit_test(test_smuggling_framing_is_refused),
       cmocka_unit_test(test_topics_internal_refused),
       cmocka_unit_test(test_junk_topics_do_not_fill_max_topics),
+      cmocka_unit_test(test_producer_creates_no_topics),
       cmocka_unit_test(test_404_405),
       cmocka_unit_test(test_body_and_header_limits),
       cmocka_unit_test(test_tokens),
