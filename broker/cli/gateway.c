@@ -82,10 +82,12 @@ static void kl_gw_help(void) {
       "                           (32); past it the connection is not read\n"
       "  --max-output SIZE        unsent response bytes per connection (1M);\n"
       "                           past it the connection is not read\n"
-      "  --max-topics N           distinct topics served (1024); 403. Only\n"
-      "                           existing topics count: the gateway does\n"
-      "                           not create topics (-X\n"
+      "  --max-topics N           distinct topics served (1024); past it\n"
+      "                           403, unless one was idle --topic-idle.\n"
+      "                           The gateway creates no topic (-X\n"
       "                           allow.auto.create.topics=true would)\n"
+      "  --topic-idle DUR         a topic unused this long gives its place\n"
+      "                           to a new one when full (60s)\n"
       "  --allow-topics LIST      topics clients may use: names or patterns\n"
       "                           (orders-*), comma-separated; others 403\n"
       "                           (default: any)\n"
@@ -159,7 +161,8 @@ enum {
   KL_O_DRAIN,
   KL_O_ORIGIN,
   KL_O_TOPICS_ALLOWED,
-  KL_O_INTERNAL
+  KL_O_INTERNAL,
+  KL_O_TOPIC_IDLE
 };
 
 static const struct option kl_gw_longopts[] = {
@@ -185,6 +188,7 @@ static const struct option kl_gw_longopts[] = {
     {"allow-origin", required_argument, NULL, KL_O_ORIGIN},
     {"allow-topics", required_argument, NULL, KL_O_TOPICS_ALLOWED},
     {"allow-internal-topics", no_argument, NULL, KL_O_INTERNAL},
+    {"topic-idle", required_argument, NULL, KL_O_TOPIC_IDLE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -268,6 +272,9 @@ static int kl_gw_flag(kl_gw_cli_t *cli, int c, const char *arg) {
     break;
   case KL_O_INTERNAL:
     o->allow_internal_topics = true;
+    break;
+  case KL_O_TOPIC_IDLE:
+    rc = kl_gw_duration("--topic-idle", arg, &o->topic_idle_ms);
     break;
   case 'X':
     rc = kl__cli_conf_x(KL_GW_SUB, cli->conf, arg) ? KL_EXIT_USAGE : 0;

@@ -173,6 +173,17 @@ static void test_cli_flags(void **state) {
       {"broker", "--listen", "127.0.0.1:0", "--embedded", "--max-body", "1e3",
        NULL},
   };
+  /* A -ms flag takes a unit: 30s is read (30 s), so the run goes on to
+   * open the store, which does not exist. */
+  kl_t_run_t ok;
+  kl_t_run_for((const char *[]){"worker", "-b", "127.0.0.1:1", "-t", "t",
+                                "--store", "/nonexistent/s", "--handler",
+                                "ledger", "--handler-timeout-ms", "30s",
+                                "--kafka-wait", "0", NULL},
+               NULL, 0, 10000, &ok);
+  if (ok.rc != 1 || !strstr(ok.err, "cannot open the store"))
+    fail_msg("--handler-timeout-ms 30s: exit %d, stderr: %s", ok.rc, ok.err);
+  kl_t_run_free(&ok);
   for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
     kl_t_run_t r;
     kl_t_run_for(runs[i], NULL, 0, 10000, &r); /* today: at once */
