@@ -422,9 +422,12 @@ static int kl_on_header_field(http_parser *p, const char *at, size_t len) {
     parse->field_len = 0;
   }
   /* Names longer than the buffer are none we care about: keep them
-   * unmatched by counting past the buffer. */
-  size_t room = sizeof(parse->field) - parse->field_len;
-  memcpy(parse->field + parse->field_len, at, len < room ? len : room);
+   * unmatched by counting past the buffer (and copying nothing more: a
+   * long name arriving in pieces once wrote past it). */
+  if (parse->field_len < sizeof(parse->field)) {
+    size_t room = sizeof(parse->field) - parse->field_len;
+    memcpy(parse->field + parse->field_len, at, len < room ? len : room);
+  }
   parse->field_len += len;
   return 0;
 }
