@@ -81,12 +81,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct sockaddr_in addr = {.sin_family = AF_INET,
                              .sin_port = htons((uint16_t)kl_port)};
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  CHECK(connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0);
-  struct timeval tv = {5, 0}; /* a hang is a finding */
+  if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+    fprintf(stderr, "connect: %s\n", strerror(errno));
+    CHECK(!"the gateway takes connections");
+  }
+  struct timeval tv = {8, 0}; /* a hang is a finding (-timeout=10) */
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   size_t sent = 0;
   while (sent < size) {
     ssize_t n = send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
     if (n <= 0)
       break; /* refused and closed before the rest */
     sent += (size_t)n;
@@ -96,16 +101,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t len = 0;
   for (;;) {
     ssize_t n = recv(fd, out + len, sizeof(out) - len, 0);
+    if (n < 0 && errno == EINTR)
+      continue; /* libFuzzer's timer signal */
     if (n == 0 || (n < 0 && len > 0 && len == sizeof(out)))
       break;
     if (n < 0) {
-      CHECK(errno == ECONNRESET); /* a timeout (EAGAIN) is a hang */
+      if (errno != ECONNRESET) /* a timeout (EAGAIN) is a hang */
+        fprintf(stderr, "recv after %zu bytes: %s\n", len, strerror(errno));
+      CHECK(errno == ECONNRESET);
       break;
     }
     len += (size_t)n;
     if (len == sizeof(out))
       break;
   }
+  /* Closed by a reset, not a FIN: thousands of connections a second would
+   * otherwise leave as many ports in TIME_WAIT and run out of them. */
+  struct linger hard = {1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
   close(fd);
   kl_check_responses(out, len);
   return 0;
