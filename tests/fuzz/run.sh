@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets (with ASan and UBSan) into build-fuzz/, seeds
 # them, runs each for SECONDS and fails on any crash, leak, timeout or OOM:
 #   envelope      the envelope codec (broker/envelope.c)
-#   units         the one parser of numbers, durations, sizes (common/units.c)
+#   units         the one parser of numbers, durations, sizes (common/units.c),
+#                 and the positions and partition lists built on it
 #   gateway_body  the gateway's body validation, JSON and msgpack
 #   gateway_http  the gateway's request handling, a whole gateway in-process
 #
@@ -41,7 +42,10 @@ envelope_src="$root/broker/envelope.c $root/broker/uuid.c $root/common/error.c
 sources() {
   case $1 in
   envelope) echo "$envelope_src $(pc msgpack)" ;;
-  units) echo "$root/common/units.c $root/common/error.c" ;;
+  units)
+    echo "$root/common/units.c $root/common/error.c $root/common/kafka_pos.c
+      $root/common/kafka.c $root/common/log.c $root/common/clock.c
+      $root/common/conf.c $(pc rdkafka)" ;;
   gateway_body)
     echo "$envelope_src $root/broker/gateway_body.c $root/broker/gateway_policy.c
       $root/broker/event_json.c $root/common/json_msgpack.c
@@ -60,7 +64,8 @@ seed() {
   units)
     i=0
     for s in '\0030' '\00330s' '\001500ms' '\0001M' '\00364KiB' '\0001e3' \
-      '\002 5' '\0039223372036854775807' '\0027d'; do
+      '\002 5' '\0039223372036854775807' '\0027d' '\000@-15m' \
+      '\000@2024-05-01T12:00:00.25Z' '\0000,2,5-7' '\000watermark'; do
       i=$((i + 1))
       printf "$s" >"$dir/s$i"
     done ;;
