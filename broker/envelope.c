@@ -22,6 +22,7 @@
 
 #include "broker/envelope_internal.h"
 #include "common/internal.h"
+#include "common/strbuf.h"
 #include "keylane/event.h"
 
 struct kl_decoder {
@@ -50,6 +51,23 @@ static kl_err_t kl_len_check(const char *field, size_t len, size_t min,
     return kl__err(KL_EDECODE_OVERSIZE,
                    "envelope field \"%s\" is %zu bytes, the limit is %zu",
                    field, len, max);
+  return KL_OK;
+}
+
+/* An id is text: the gateway and `keylane publish` take it from JSON, the
+ * stores and the exec handler compare and print it as such, so the
+ * decoder refuses what they could not have sent, not only what they can. */
+static kl_err_t kl_id_text_check(const char *id, size_t len) {
+  const unsigned char *s = (const unsigned char *)id;
+  for (size_t i = 0; i < len;) {
+    size_t n = kl__utf8_seq(s + i, len - i);
+    if (n == 0 || s[i] == 0)
+      return kl__err(KL_EDECODE_TYPE,
+                     "envelope field \"id\" %s at byte %zu: an id is "
+                     "UTF-8 text without NUL, as JSON carries it",
+                     n ? "holds a NUL" : "is not valid UTF-8", i);
+    i += n;
+  }
   return KL_OK;
 }
 
@@ -123,6 +141,8 @@ kl_err_t kl_event_validate(const kl_event_t *event, int id_optional) {
     err = kl_ptr_check("event id", event->id, event->id_len);
   if (err == KL_OK && !(id_optional && event->id_len == 0))
     err = kl_len_check("id", event->id_len, 1, KL_ID_MAX);
+  if (err == KL_OK)
+    err = kl_id_text_check(event->id, event->id_len);
   if (err == KL_OK)
     err = kl_ptr_check("event type", event->type, event->type_len);
   if (err == KL_OK)
@@ -532,8 +552,10 @@ static kl_err_t kl_value_read(kl_decoder_t *decoder, kl_rd_t *rd, int f,
   switch (f) {
   case KL_F_V:
     return kl_version_read(mp);
-  case KL_F_ID:
-    return kl_str_read(f, mp, KL_ID_MAX, &ev->id, &ev->id_len);
+  case KL_F_ID: {
+    kl_err_t err = kl_str_read(f, mp, KL_ID_MAX, &ev->id, &ev->id_len);
+    return err ? err : kl_id_text_check(ev->id, ev->id_len);
+  }
   case KL_F_T:
     return kl_str_read(f, mp, KL_TYPE_MAX, &ev->type, &ev->type_len);
   case KL_F_TS:

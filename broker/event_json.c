@@ -47,6 +47,12 @@ static kl_err_t kl_jev_str(const json_t *root, const char *name, bool required,
     return kl_jev_fail(err, size, "\"%s\" must be a string", name);
   *s = json_string_value(v);
   *len = json_string_length(v);
+  const char *nul = memchr(*s, '\0', *len);
+  if (nul)
+    return kl_jev_fail(err, size,
+                       "\"%s\" holds a NUL byte at byte %zu: it must be text "
+                       "without NUL",
+                       name, (size_t)(nul - *s));
   if (*len == 0)
     return kl_jev_fail(err, size, "\"%s\" is empty%s", name,
                        required ? "" : "; omit it to have one made");
@@ -79,6 +85,11 @@ static kl_err_t kl_jev_headers(kl__jevent_t *je, const json_t *root, char *err,
   json_object_foreach(h, name, v) {
     if (!json_is_string(v))
       return kl_jev_fail(err, size, "header \"%.64s\" must be a string", name);
+    if (memchr(json_string_value(v), '\0', json_string_length(v)))
+      return kl_jev_fail(err, size,
+                         "header \"%.64s\" holds a NUL byte: it must be text "
+                         "without NUL",
+                         name);
     je->headers[i++] = (kl_header_t){name, strlen(name), json_string_value(v),
                                      json_string_length(v)};
   }

@@ -25,6 +25,7 @@
 #include "broker/gateway_internal.h"
 #include "broker/producer_internal.h"
 #include "common/log.h"
+#include "common/units.h"
 
 #define KL_GW_TICK_MS 100
 #define KL_GW_SWEEP_MS 1000
@@ -52,6 +53,7 @@ void kl__gateway_opts_default(kl_gateway_opts_t *opts) {
   opts->retry_after_s = 1;
   opts->drain_timeout_ms = 10000;
   opts->max_topics = 1024;
+  opts->topic_idle_ms = 60000;
 }
 
 static kl_err_t kl_parse_listen(const char *listen,
@@ -62,6 +64,10 @@ static kl_err_t kl_parse_listen(const char *listen,
 static kl_err_t kl_opts_check(const kl_gateway_opts_t *o) {
   struct sockaddr_storage addr;
   kl_err_t err = kl_parse_listen(o->listen, &addr);
+  if (!err && o->allow_origins)
+    err = kl__gw_origins_check(o->allow_origins);
+  if (!err && o->allow_topics)
+    err = kl__gw_topics_check(o->allow_topics);
   if (err)
     return err;
   if (o->max_connections < 1 || o->max_header < 256 || o->max_body < 1 ||
@@ -77,6 +83,7 @@ static kl_err_t kl_opts_check(const kl_gateway_opts_t *o) {
                    (long long)o->max_inflight_bytes, o->max_body);
   if (o->idle_timeout_ms < 1 || o->request_timeout_ms < 1 ||
       o->produce_timeout_ms < 1 || o->retry_after_s < 0 ||
+      o->topic_idle_ms < 0 ||
       o->drain_timeout_ms < 0)
     return kl__err(KL_ECONF, "gateway timeouts must be positive");
   return KL_OK;
@@ -87,11 +94,10 @@ static kl_err_t kl_parse_listen(const char *listen,
                                 struct sockaddr_storage *addr) {
   char host[128];
   const char *colon = listen ? strrchr(listen, ':') : NULL;
-  char *end;
-  long port = colon ? strtol(colon + 1, &end, 10) : -1;
+  int64_t port = -1;
   size_t hlen = colon ? (size_t)(colon - listen) : 0;
-  if (!colon || *end || colon[1] == '\0' || port < 0 || port > 65535 ||
-      hlen >= sizeof(host))
+  if (!colon || kl__units_digits(colon + 1, strlen(colon + 1), &port) ||
+      port > 65535 || hlen >= sizeof(host))
     return kl__err(KL_ECONF,
                    "listen address \"%s\" is not ADDR:PORT, e.g. "
                    "127.0.0.1:8080 or [::1]:8080",
@@ -404,6 +410,10 @@ static kl_err_t kl_gw_producer(kl_gateway_t *gw, const kl_conf_t *conf) {
   if (!err && !kl_conf_get(own, "kafka.linger.ms") &&
       !kl_conf_get(own, "kafka.queue.buffering.max.ms"))
     err = kl_conf_set(own, "kafka.linger.ms", KL_GW_LINGER_MS, NULL, 0);
+  /* A client naming a topic must not create it: junk names would become
+   * topics, and fill --max-topics until a restart. */
+  if (!err && !kl_conf_get(own, "kafka.allow.auto.create.topics"))
+    err = kl_conf_set(own, "kafka.allow.auto.create.topics", "false", NULL, 0);
   if (!err)
     err = kl_producer_new(own, kl__gw_on_delivery, gw, &gw->producer);
   kl_conf_destroy(own);
@@ -447,6 +457,8 @@ static kl_err_t kl_gw_open(kl_gateway_t *gw, const kl_conf_t *conf) {
   kl_err_t err = kl_opts_check(&gw->opts);
   if (!err && gw->opts.tokens_file)
     err = kl__tokens_load(gw->opts.tokens_file, &gw->tokens);
+  if (!err && kl__tokens_warning(gw->tokens))
+    KL_LOG_W("gateway", "%s", kl__tokens_warning(gw->tokens));
   if (!err)
     err = kl__gw_metrics_init(gw);
   if (!err)
@@ -514,7 +526,7 @@ void kl__gateway_destroy(kl_gateway_t *gw) {
   kl_producer_destroy(gw->producer);
   kl__tokens_destroy(gw->tokens);
   for (size_t i = 0; i < gw->ntopics; i++)
-    free(gw->topics[i]);
+    free(gw->topics[i].name);
   free(gw->topics);
   kl__metrics_destroy(gw->m.registry);
   free(gw);

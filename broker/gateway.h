@@ -50,7 +50,18 @@
  *   and body take longer than --request-timeout (30 s) gets 408; a client
  *   that reads nothing for --idle-timeout while responses wait is closed.
  * - topics [--max-topics, 1024]: distinct topics the gateway publishes to
- *   (each costs a librdkafka topic handle); another gets 403.
+ *   (each costs a librdkafka topic handle); another gets 403. Only topics
+ *   that exist count: the gateway's producer does not create topics
+ *   (allow.auto.create.topics=false unless -X says otherwise), so a name
+ *   that does not exist is 404 and takes no place. Dead-letter topics
+ *   ("<topic>.dlq") and internal ones ("__*") are 403 unless
+ *   allow_internal_topics; with allow_topics, so is any other not listed.
+ * Browsers (CSRF): a web page can make a browser send a "simple" cross-
+ * origin POST without asking first, but only with a form or text
+ * Content-Type, or none. The events route therefore takes only
+ * application/json and application/msgpack (415 otherwise), and any
+ * request carrying an Origin header not in allow_origins [--allow-origin,
+ * none] gets 403.
  * Worst case memory is about max-connections * (max-header + max-body +
  * 64 KiB) + max-inflight-bytes, plus librdkafka's own buffers.
  *
@@ -62,6 +73,7 @@
 #ifndef KEYLANE_BROKER_GATEWAY_H
 #define KEYLANE_BROKER_GATEWAY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -87,6 +99,20 @@ typedef struct kl_gateway_opts {
   int retry_after_s;      /**< the Retry-After of 429 and 503 */
   int drain_timeout_ms;   /**< how long a stop waits for acknowledgements */
   size_t max_topics;      /**< distinct topics served */
+  /** A topic no request used for this long gives its place to a new one
+   * once max_topics are served, so names a client made up do not hold
+   * them until a restart. */
+  int topic_idle_ms;
+  /** Comma-separated origins ("https://app.example.com") whose browser
+   * requests are served; a request with any other Origin header gets 403.
+   * NULL or "": none, so no web page can publish through the gateway. */
+  const char *allow_origins;
+  /** Comma-separated topic names or fnmatch patterns ("orders-*") clients
+   * may publish to and route on; NULL or "": any. */
+  const char *allow_topics;
+  /** Also dead-letter topics ("<topic>.dlq") and Kafka's internal ones
+   * ("__*"), refused (403) otherwise. */
+  bool allow_internal_topics;
   /** When not NULL, the loop stops once *stop_flag is nonzero (checked
    * every 100 ms), so a CLI can stop it from a plain signal handler. */
   const volatile int *stop_flag;

@@ -17,34 +17,6 @@
 #include "broker/gateway_internal.h"
 #include "common/json_msgpack.h"
 
-typedef enum { KL_BODY_JSON, KL_BODY_MSGPACK, KL_BODY_UNKNOWN } kl_body_kind_t;
-
-/* The media type without parameters. A missing type, and curl -d's default
- * form type, are read as JSON: that is what such clients send. */
-static kl_body_kind_t kl_body_kind(const char *ctype) {
-  size_t len = strcspn(ctype, ";");
-  while (len && (ctype[len - 1] == ' ' || ctype[len - 1] == '\t'))
-    len--;
-  while (len && (*ctype == ' ' || *ctype == '\t')) {
-    ctype++;
-    len--;
-  }
-  static const struct {
-    const char *type;
-    kl_body_kind_t kind;
-  } types[] = {{"", KL_BODY_JSON},
-               {"application/json", KL_BODY_JSON},
-               {"application/x-www-form-urlencoded", KL_BODY_JSON},
-               {"application/msgpack", KL_BODY_MSGPACK},
-               {"application/x-msgpack", KL_BODY_MSGPACK},
-               {"application/vnd.msgpack", KL_BODY_MSGPACK}};
-  for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
-    if (strlen(types[i].type) == len &&
-        strncasecmp(types[i].type, ctype, len) == 0)
-      return types[i].kind;
-  return KL_BODY_UNKNOWN;
-}
-
 static int kl_bad(kl_gw_bad_t *bad, int status, long index, const char *fmt,
                   ...) KL__PRINTF(4, 5);
 static int kl_bad(kl_gw_bad_t *bad, int status, long index, const char *fmt,
@@ -60,13 +32,13 @@ static int kl_bad(kl_gw_bad_t *bad, int status, long index, const char *fmt,
 
 static int kl_body_doc(const char *ctype, const char *body, size_t len,
                        json_t **doc, kl_gw_bad_t *bad) {
-  kl_body_kind_t kind = kl_body_kind(ctype);
-  if (kind == KL_BODY_UNKNOWN)
+  int msgpack = kl__gw_ctype_msgpack(ctype);
+  if (msgpack < 0)
     return kl_bad(bad, 415, -1,
                   "Content-Type \"%.64s\" is neither "
                   "application/json nor application/msgpack",
                   ctype);
-  if (kind == KL_BODY_MSGPACK) {
+  if (msgpack) {
     kl_err_t err = kl__msgpack_to_json(body, len, doc);
     if (err == KL_ENOMEM)
       return kl_bad(bad, 503, -1, "out of memory reading the body");
@@ -75,7 +47,9 @@ static int kl_body_doc(const char *ctype, const char *body, size_t len,
                : 0;
   }
   json_error_t jerr;
-  *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+  /* NUL is let through to kl__jevent_parse(), which refuses it in the
+   * fields where msgpack bodies can hold it too: one rule for both. */
+  *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
   if (!*doc)
     return kl_bad(bad, 400, -1,
                   "the body is not valid JSON: %s (line %d, "
@@ -122,7 +96,7 @@ int kl__gw_batch_decode(kl_gw_batch_t *batch, const char *ctype,
   memset(batch, 0, sizeof(*batch));
   int status = kl_body_doc(ctype, body, len, &batch->doc, bad);
   if (!status)
-    status = kl_batch_events(batch, kl_body_kind(ctype) == KL_BODY_MSGPACK,
+    status = kl_batch_events(batch, kl__gw_ctype_msgpack(ctype) == 1,
                              max_events, bad);
   if (status)
     kl__gw_batch_free(batch);

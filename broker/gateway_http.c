@@ -30,7 +30,14 @@
 #include "broker/gateway_internal.h"
 #include "common/log.h"
 
-enum { KL_HDR_NONE, KL_HDR_AUTH, KL_HDR_CTYPE, KL_HDR_EXPECT };
+enum {
+  KL_HDR_NONE,
+  KL_HDR_AUTH,
+  KL_HDR_CTYPE,
+  KL_HDR_EXPECT,
+  KL_HDR_ORIGIN,
+  KL_HDR_TE
+};
 
 static const char kl_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -131,12 +138,16 @@ const char *kl__gw_reason(int status) {
     return "Content Too Large";
   case 415:
     return "Unsupported Media Type";
+  case 505:
+    return "HTTP Version Not Supported";
   case 429:
     return "Too Many Requests";
   case 431:
     return "Request Header Fields Too Large";
   case 500:
     return "Internal Server Error";
+  case 501:
+    return "Not Implemented";
   case 503:
     return "Service Unavailable";
   default:
@@ -360,7 +371,9 @@ static int kl_header_kind(const kl_gw_parse_t *parse) {
     int kind;
   } names[] = {{"authorization", KL_HDR_AUTH},
                {"content-type", KL_HDR_CTYPE},
-               {"expect", KL_HDR_EXPECT}};
+               {"expect", KL_HDR_EXPECT},
+               {"origin", KL_HDR_ORIGIN},
+               {"transfer-encoding", KL_HDR_TE}};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if (parse->field_len == strlen(names[i].name) &&
         strncasecmp(parse->field, names[i].name, parse->field_len) == 0)
@@ -368,19 +381,53 @@ static int kl_header_kind(const kl_gw_parse_t *parse) {
   return KL_HDR_NONE;
 }
 
+/* RFC 9110's tchar: what a field name is made of. http-parser 2.9 also
+ * takes a space ("Content-Length : 5" is read as Content-Length), which a
+ * proxy in front may read differently: a request smuggled past it. */
+static bool kl_tchar(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+/* A value that starts on a line of its own: obs-fold ("X: a\r\n b"), which
+ * http-parser 2.9 joins to the line before. @p at is where the value
+ * callback's bytes start; a line ending between the last field or value
+ * callback and it is a fold. */
+static bool kl_folded(const kl_gw_conn_t *conn, const char *at) {
+  const kl_gw_parse_t *parse = &conn->parse;
+  const char *from = parse->mark ? parse->mark : conn->feed;
+  return parse->nl_after_mark ||
+         (from && at > from && memchr(from, '\n', (size_t)(at - from)));
+}
+
+static void kl_mark(kl_gw_parse_t *parse, const char *end) {
+  parse->mark = end;
+  parse->nl_after_mark = false;
+}
+
 static int kl_on_header_field(http_parser *p, const char *at, size_t len) {
   kl_gw_conn_t *conn = p->data;
   kl_gw_parse_t *parse = &conn->parse;
   if (kl_count_head(conn, len))
     return -1;
+  kl_mark(parse, at + len);
+  for (size_t i = 0; i < len; i++)
+    if (!kl_tchar((unsigned char)at[i]))
+      return kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT,
+                           "a header name holds a space or another "
+                           "character names may not hold (no whitespace "
+                           "before the colon: RFC 9112)");
   if (parse->in_value) { /* a new header starts */
     parse->in_value = false;
     parse->field_len = 0;
   }
   /* Names longer than the buffer are none we care about: keep them
-   * unmatched by counting past the buffer. */
-  size_t room = sizeof(parse->field) - parse->field_len;
-  memcpy(parse->field + parse->field_len, at, len < room ? len : room);
+   * unmatched by counting past the buffer (and copying nothing more: a
+   * long name arriving in pieces once wrote past it). */
+  if (parse->field_len < sizeof(parse->field)) {
+    size_t room = sizeof(parse->field) - parse->field_len;
+    memcpy(parse->field + parse->field_len, at, len < room ? len : room);
+  }
   parse->field_len += len;
   return 0;
 }
@@ -400,11 +447,26 @@ static int kl_on_header_value(http_parser *p, const char *at, size_t len) {
   kl_gw_parse_t *parse = &conn->parse;
   if (kl_count_head(conn, len))
     return -1;
+  if (len == 0)
+    return 0; /* an empty value: http-parser points past its line's end */
+  if (kl_folded(conn, at))
+    return kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT,
+                         "a header value continues on the next line "
+                         "(obs-fold, refused by RFC 9112): send it on one "
+                         "line");
+  kl_mark(parse, at + len);
   if (!parse->in_value) {
     parse->in_value = true;
     parse->header = kl_header_kind(parse);
     if (parse->header == KL_HDR_AUTH && parse->auth_len)
       parse->auth_long = true; /* two Authorization headers: no match */
+    if (parse->header == KL_HDR_ORIGIN)
+      parse->origin_bad |= parse->origin_seen; /* two: not on any list */
+    parse->origin_seen |= parse->header == KL_HDR_ORIGIN;
+    if (parse->header == KL_HDR_TE && parse->te_seen) /* one list */
+      parse->te_long |= !kl_append(parse->te, sizeof(parse->te) - 1,
+                                   &parse->te_len, ",", 1);
+    parse->te_seen |= parse->header == KL_HDR_TE;
   }
   if (parse->header == KL_HDR_AUTH &&
       !kl_append(parse->auth, sizeof(parse->auth), &parse->auth_len, at, len))
@@ -412,6 +474,14 @@ static int kl_on_header_value(http_parser *p, const char *at, size_t len) {
   else if (parse->header == KL_HDR_CTYPE)
     kl_append(parse->ctype, sizeof(parse->ctype) - 1, &parse->ctype_len, at,
               len);
+  else if (parse->header == KL_HDR_ORIGIN &&
+           !kl_append(parse->origin, sizeof(parse->origin), &parse->origin_len,
+                      at, len))
+    parse->origin_bad = true;
+  else if (parse->header == KL_HDR_TE &&
+           !kl_append(parse->te, sizeof(parse->te) - 1, &parse->te_len, at,
+                      len))
+    parse->te_long = true;
   else if (parse->header == KL_HDR_EXPECT)
     parse->expect_continue =
         len >= 12 && strncasecmp(at, "100-continue", 12) == 0;
@@ -428,9 +498,48 @@ static void kl_maybe_continue(kl_gw_conn_t *conn) {
     client sends the body anyway after a second */
 }
 
+/* Transfer-Encoding: only "chunked", once. http-parser 2.9 reads any list
+ * ending in chunked ("gzip, chunked") as chunked, bytes it cannot decode.
+ * @returns 0, or the status to answer (RFC 9112: 501 for a coding it does
+ * not implement, 400 for chunked twice) with @p msg. */
+static int kl_te_check(kl_gw_parse_t *parse, char *msg, size_t size) {
+  if (!parse->te_seen)
+    return 0;
+  parse->te[parse->te_len] = '\0';
+  int chunked = 0, other = parse->te_long;
+  for (const char *s = parse->te; *s;) {
+    size_t n = strcspn(s, ","), skip = n;
+    while (n && (*s == ' ' || *s == '\t'))
+      s++, n--, skip--;
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+      n--;
+    if (n == 7 && strncasecmp(s, "chunked", 7) == 0)
+      chunked++;
+    else
+      other = 1;
+    s += skip;
+    s += *s == ',';
+  }
+  snprintf(msg, size,
+           "Transfer-Encoding \"%s%s\": this server implements chunked "
+           "alone; send the body with Content-Length or chunked",
+           parse->te, parse->te_long ? "..." : "");
+  return other ? 501 : chunked != 1 ? 400 : 0;
+}
+
 static int kl_on_headers_complete(http_parser *p) {
   kl_gw_conn_t *conn = p->data;
   kl_gw_parse_t *parse = &conn->parse;
+  char why[160];
+  int status = kl_te_check(parse, why, sizeof(why));
+  if (status)
+    return kl_conn_fatal(conn, status, KL_GW_LIMIT__COUNT, why);
+  if (p->http_major != 1) {
+    snprintf(why, sizeof(why),
+             "HTTP/%u.%u is not supported: this server speaks HTTP/1.1",
+             p->http_major, p->http_minor);
+    return kl_conn_fatal(conn, 505, KL_GW_LIMIT__COUNT, why);
+  }
   kl_gw_req_t *req = kl_req_new(conn);
   if (!req)
     return kl_conn_fatal(conn, 503, KL_GW_LIMIT__COUNT, "out of memory");
@@ -526,13 +635,26 @@ static void kl_conn_parse_error(kl_gw_conn_t *conn) {
     kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT, msg);
 }
 
+/* The buffer [@p begin, @p end) was parsed: the mark points into it no
+ * more, so remember whether a line ended after the mark. */
+static void kl_feed_done(kl_gw_parse_t *parse, const char *begin,
+                         const char *end) {
+  const char *from = parse->mark ? parse->mark : begin;
+  if (parse->active && end > from && memchr(from, '\n', (size_t)(end - from)))
+    parse->nl_after_mark = true;
+  parse->mark = NULL;
+}
+
 /* Runs the parser over @p data; keeps what a pause left unparsed. */
 static void kl_conn_feed(kl_gw_conn_t *conn, const char *data, size_t len) {
   if (HTTP_PARSER_ERRNO(&conn->parser) == HPE_PAUSED)
     http_parser_pause(&conn->parser, 0);
   conn->in_parse = true;
+  conn->feed = data;
   size_t n = http_parser_execute(&conn->parser, &kl_settings, data, len);
   conn->in_parse = false;
+  kl_feed_done(&conn->parse, conn->feed, data + n);
+  conn->feed = NULL;
   if (conn->closing || conn->close_after) {
     kl_conn_flow(conn); /* what follows a final response is dropped */
     return;

@@ -109,6 +109,17 @@ typedef struct kl_gw_parse {
   bool auth_long; /**< longer than any token: not a match */
   char ctype[64];
   size_t ctype_len;
+  char origin[256]; /**< the Origin header, when there is one */
+  size_t origin_len;
+  bool origin_seen;
+  bool origin_bad; /**< longer than the buffer, or given twice */
+  char te[32];     /**< Transfer-Encoding, every header's value joined */
+  size_t te_len;
+  bool te_seen;
+  bool te_long;
+  const char *mark;   /**< end of the last field or value callback, when
+                           in the buffer being parsed */
+  bool nl_after_mark; /**< a line ended after it, in an earlier buffer */
   bool expect_continue;
   size_t header_bytes;
   kl__strbuf_t body;
@@ -131,6 +142,7 @@ struct kl_gw_conn {
   size_t stash_len;
   size_t writes;      /**< uv_write calls not yet called back */
   bool in_parse;      /**< inside http_parser_execute() */
+  const char *feed;   /**< the buffer being parsed, while in_parse */
   bool shutting_down; /**< uv_shutdown was called */
   bool reading;       /**< uv_read_start is on */
   bool paused;        /**< back-pressure: not reading, parser paused */
@@ -141,6 +153,12 @@ struct kl_gw_conn {
   int64_t last_write_ns;
   char peer[64];
 };
+
+/** A topic the gateway serves: its name, and when a request last used it. */
+typedef struct kl_gw_topic {
+  char *name;
+  int64_t used_ns;
+} kl_gw_topic_t;
 
 /** The gateway's metrics. */
 typedef struct kl_gw_metrics {
@@ -177,7 +195,7 @@ struct kl_gateway {
   kl_producer_t *producer;
   kl__tokens_t *tokens;
   kl_gw_metrics_t m;
-  char **topics; /**< topics whose partition count was read, <= max_topics */
+  kl_gw_topic_t *topics; /**< topics whose count was read, <= max_topics */
   size_t ntopics;
   kl_gw_conn_t *conns;
   size_t nconns;
@@ -251,6 +269,25 @@ int kl__gw_batch_decode(kl_gw_batch_t *batch, const char *ctype,
                         const char *body, size_t len, size_t max_events,
                         kl_gw_bad_t *bad);
 void kl__gw_batch_free(kl_gw_batch_t *batch);
+
+/* ---- gateway_policy.c ---- */
+
+/** Checks the --allow-origin list; KL_ECONF naming a malformed entry. */
+kl_err_t kl__gw_origins_check(const char *list);
+/** @returns whether the request being parsed may be served: it has no
+ * Origin header, or one on the allow list. */
+bool kl__gw_origin_ok(const kl_gw_conn_t *conn);
+/** @returns whether @p ctype (the Content-Type, parameters and all) is one
+ * the events route takes: JSON or msgpack. */
+bool kl__gw_ctype_ok(const char *ctype);
+/** @returns 1 for msgpack, 0 for JSON, -1 for any other media type. */
+int kl__gw_ctype_msgpack(const char *ctype);
+/** Checks the --allow-topics list; KL_ECONF naming a malformed entry. */
+kl_err_t kl__gw_topics_check(const char *list);
+/** @returns whether clients may use @p topic; when not, @p why (@p size
+ * bytes) says why and how to allow it. */
+bool kl__gw_topic_allowed(const kl_gateway_opts_t *o, const char *topic,
+                          char *why, size_t size);
 
 /* ---- gateway_routes.c ---- */
 

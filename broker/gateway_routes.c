@@ -24,6 +24,7 @@
 #include <strings.h>
 
 #include "broker/gateway_internal.h"
+#include "broker/producer_internal.h"
 #include "common/log.h"
 
 #define KL_GW_PREFIX "/v1/topics/"
@@ -230,7 +231,7 @@ void kl__gw_route_head(kl_gw_conn_t *conn, kl_gw_req_t *req, int method,
   const char *path = url + u.field_data[UF_PATH].off;
   const char *allow =
       kl_route_match(req, path, u.field_data[UF_PATH].len, &bad_topic);
-  char extra[64];
+  char extra[64], why[512];
   if (!allow) {
     kl__gw_respond_error(req, 404, NULL,
                          "no such route; the routes are POST " KL_GW_PREFIX
@@ -239,6 +240,15 @@ void kl__gw_route_head(kl_gw_conn_t *conn, kl_gw_req_t *req, int method,
   } else if (strcmp(http_method_str(method), allow) != 0) {
     snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
     kl__gw_respond_error(req, 405, extra, "this route takes %s", allow);
+  } else if (!kl__gw_origin_ok(conn)) {
+    kl__gw_respond_error(req, 403, NULL,
+                         "Origin \"%.*s\" is not allowed: a web page may not "
+                         "publish through this gateway; to let one, start it "
+                         "with --allow-origin ORIGIN",
+                         (int)(conn->parse.origin_len > 200
+                                   ? 200
+                                   : conn->parse.origin_len),
+                         conn->parse.origin);
   } else if (req->route <= KL_GW_ROUTE_ROUTE && conn->gw->tokens &&
              !kl_auth_ok(conn)) {
     kl__gw_respond_error(req, 401, "WWW-Authenticate: Bearer\r\n",
@@ -248,40 +258,82 @@ void kl__gw_route_head(kl_gw_conn_t *conn, kl_gw_req_t *req, int method,
     kl__gw_respond_error(req, 400, NULL,
                          "the topic name is not 1..249 of "
                          "[a-zA-Z0-9._-] (Kafka's rule)");
+  } else if (req->route <= KL_GW_ROUTE_ROUTE &&
+             !kl__gw_topic_allowed(&conn->gw->opts, req->topic, why,
+                                   sizeof(why))) {
+    kl__gw_respond_error(req, 403, NULL, "%s", why);
+  } else if (req->route == KL_GW_ROUTE_EVENTS &&
+             !kl__gw_ctype_ok(conn->parse.ctype)) {
+    kl__gw_respond_error(req, 415, NULL,
+                         "Content-Type \"%.64s\" is neither application/json "
+                         "nor application/msgpack; send -H 'Content-Type: "
+                         "application/json'",
+                         conn->parse.ctype);
   }
 }
 
 /* ---- topics ---- */
 
-static bool kl_topic_known(kl_gateway_t *gw, const char *topic) {
+/* @returns the served topic named @p topic, marked as used now, or NULL. */
+static kl_gw_topic_t *kl_topic_known(kl_gateway_t *gw, const char *topic) {
   for (size_t i = 0; i < gw->ntopics; i++)
-    if (strcmp(gw->topics[i], topic) == 0)
-      return true;
-  return false;
+    if (strcmp(gw->topics[i].name, topic) == 0) {
+      gw->topics[i].used_ns = kl__mono_ns();
+      return &gw->topics[i];
+    }
+  return NULL;
 }
 
 static void kl_topic_remember(kl_gateway_t *gw, const char *topic) {
-  char **topics = realloc(gw->topics, (gw->ntopics + 1) * sizeof(char *));
+  kl_gw_topic_t *topics =
+      realloc(gw->topics, (gw->ntopics + 1) * sizeof(*topics));
   if (!topics)
     return;
   gw->topics = topics;
-  if ((topics[gw->ntopics] = strdup(topic)))
-    gw->ntopics++;
+  if ((topics[gw->ntopics].name = strdup(topic)))
+    topics[gw->ntopics++].used_ns = kl__mono_ns();
+}
+
+/* Makes room for one more topic when max_topics are served: the least
+ * recently used one goes, if no request used it for topic_idle_ms (its
+ * producer handle too). @returns whether there is room. */
+static bool kl_topic_room(kl_gateway_t *gw) {
+  if (gw->ntopics < gw->opts.max_topics)
+    return true;
+  size_t lru = 0;
+  for (size_t i = 1; i < gw->ntopics; i++)
+    if (gw->topics[i].used_ns < gw->topics[lru].used_ns)
+      lru = i;
+  int64_t idle_ns = kl__mono_ns() - gw->topics[lru].used_ns;
+  if (idle_ns < (int64_t)gw->opts.topic_idle_ms * 1000000)
+    return false;
+  KL_LOG_I("gateway", "topic %s was not used for %lld ms: it gives its "
+           "place (--max-topics %zu) to another",
+           gw->topics[lru].name, (long long)(idle_ns / 1000000),
+           gw->opts.max_topics);
+  kl__producer_forget(gw->producer, gw->topics[lru].name);
+  free(gw->topics[lru].name);
+  gw->topics[lru] = gw->topics[--gw->ntopics];
+  return true;
 }
 
 /* @returns the topic's partition count, or 0 after answering @p req. */
 static int32_t kl_topic_partitions(kl_gateway_t *gw, kl_gw_req_t *req) {
   const char *why = NULL;
-  bool known = kl_topic_known(gw, req->topic);
+  bool known = kl_topic_known(gw, req->topic) != NULL;
   if (!known && !kl__gw_kafka_up(gw, &why)) {
     kl__gw_respond_error(req, 503, NULL, "%s", why);
     return 0;
   }
-  if (!known && gw->ntopics >= gw->opts.max_topics) {
-    kl__gw_respond_error(req, 403, NULL,
-                         "the gateway serves at most %zu "
-                         "topics (--max-topics)",
-                         gw->opts.max_topics);
+  if (!known && !kl_topic_room(gw)) {
+    char extra[48];
+    snprintf(extra, sizeof(extra), "Retry-After: %d\r\n",
+             gw->opts.topic_idle_ms / 1000 + 1);
+    kl__gw_respond_error(req, 403, extra,
+                         "the gateway serves at most %zu topics "
+                         "(--max-topics), each used within the last %d ms; "
+                         "retry later or raise --max-topics",
+                         gw->opts.max_topics, gw->opts.topic_idle_ms);
     return 0;
   }
   int32_t parts = kl_producer_partitions(gw->producer, req->topic);

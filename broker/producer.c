@@ -398,6 +398,19 @@ static kl_err_t kl_topic_get(kl_producer_t *producer, const char *name,
   return KL_OK;
 }
 
+void kl__producer_forget(kl_producer_t *producer, const char *name) {
+  for (size_t i = 0; producer && i < producer->topic_cnt; i++) {
+    kl_topic_t *topic = &producer->topics[i];
+    if (strcmp(topic->name, name) != 0)
+      continue;
+    rd_kafka_topic_destroy(topic->rkt);
+    free(topic->name);
+    *topic = producer->topics[--producer->topic_cnt];
+    producer->last = NULL;
+    return;
+  }
+}
+
 int32_t kl_producer_partitions(kl_producer_t *producer, const char *topic) {
   if (!producer || !topic)
     return -(int32_t)kl__err(KL_EINVAL, "kl_producer_partitions: producer and "

@@ -16,4 +16,13 @@
  */
 rd_kafka_t *kl__producer_rk(kl_producer_t *producer);
 
+/**
+ * Drops the producer's cached handle and partition count of @p topic, so
+ * that a long-lived producer fed topic names by clients (the gateway) keeps
+ * only those in use. A later publish reads them again. Events in flight to
+ * the topic are not affected (librdkafka keeps its own reference).
+ * On the producer's thread.
+ */
+void kl__producer_forget(kl_producer_t *producer, const char *topic);
+
 #endif

@@ -10,14 +10,24 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "common/units.h"
 
-typedef enum { KL_CT_INT, KL_CT_DURATION, KL_CT_SIZE, KL_CT_ENUM, KL_CT_STR } kl_conf_type_t;
+/* INT, MS (a duration whose name ends in .ms), DURATION and SIZE are parsed
+ * by common/units.h; their values are those of kl__units_kind_t. */
+typedef enum {
+  KL_CT_INT = KL__UNITS_COUNT,
+  KL_CT_MS = KL__UNITS_MS,
+  KL_CT_DURATION = KL__UNITS_DURATION,
+  KL_CT_SIZE = KL__UNITS_SIZE,
+  KL_CT_ENUM = 100,
+  KL_CT_STR,
+} kl_conf_type_t;
 
 typedef struct kl_conf_key {
   const char *name;
   kl_conf_type_t type;
   const char *def;
-  int64_t min, max;   /* for INT, DURATION (ms) and SIZE (bytes) */
+  int64_t min, max;   /* for INT, MS, DURATION (ms) and SIZE (bytes) */
   const char *values; /* for ENUM: "a|b|c" */
   const char *doc;
 } kl_conf_key_t;
@@ -26,7 +36,7 @@ typedef struct kl_conf_key {
 static const kl_conf_key_t kl_keys[] = {
     {"producer.inflight.max", KL_CT_INT, "100000", 1, 10000000, NULL,
      "events awaiting a delivery report before kl_publish() waits"},
-    {"producer.enqueue.timeout.ms", KL_CT_INT, "5000", 0, 3600000, NULL,
+    {"producer.enqueue.timeout.ms", KL_CT_MS, "5000", 0, 3600000, NULL,
      "how long kl_publish() waits for room in a full budget"},
     {"producer.expect.partitions", KL_CT_INT, "0", 0, 100000, NULL,
      "refuse to publish when a topic's partition count differs (0: no check)"},
@@ -44,30 +54,37 @@ static const kl_conf_key_t kl_keys[] = {
      "refuse: the worker does not run when the topic or its dead-letter "
      "topic keeps records longer than store.dedup.retention; warn: it runs, "
      "with a WARN and keylane_worker_retention_override 1"},
+    {"store.create", KL_CT_ENUM, "yes", 0, 0, "yes|no",
+     "no: open an existing store only, never create one (what read-only "
+     "commands use); a missing store is KL_ENOTFOUND"},
     {"store.pg.pool", KL_CT_INT, "4", 1, 64, NULL,
      "PostgreSQL store: connections per process at most, one per open batch"},
     {"store.pg.idle.timeout", KL_CT_DURATION, "60s", 0, KL_I64_MAX, NULL,
      "PostgreSQL store: the server ends a batch idle this long, releasing the "
      "row locks of a paused owner (0: the server's setting)"},
     {"worker.group", KL_CT_STR, "keylane", 0, 0, NULL, "consumer group id"},
-    {"worker.session.timeout.ms", KL_CT_INT, "10000", 100, 3600000, NULL,
+    {"worker.session.timeout.ms", KL_CT_MS, "10000", 100, 3600000, NULL,
      "consumer group session timeout"},
-    {"worker.fenced.retake.ms", KL_CT_INT, "30000", 0, 3600000, NULL,
+    {"worker.fenced.retake.ms", KL_CT_MS, "30000", 0, 3600000, NULL,
      "a lane fenced by something outside the group (replay, redrive) takes "
      "its partition back once the partition's state in the store has not "
      "changed for this long (more than worker.session.timeout.ms); 0: "
      "never (it waits for the group to move it)"},
+    {"worker.kafka.wait", KL_CT_DURATION, "5m", 0, 7 * 86400000LL, NULL,
+     "at start, how long a worker waits, with backoff, for Kafka to answer "
+     "for its topic before it gives up (0: try once); /healthz is 503 "
+     "meanwhile"},
     {"worker.batch.max", KL_CT_INT, "1000", 1, 100000, NULL,
      "events per store commit at most"},
-    {"worker.batch.wait.ms", KL_CT_INT, "20", 0, 10000, NULL,
+    {"worker.batch.wait.ms", KL_CT_MS, "20", 0, 10000, NULL,
      "how long a batch waits to fill before it is committed"},
     {"worker.expect.partitions", KL_CT_INT, "0", 0, 100000, NULL,
      "refuse to run when the topic's partition count differs (0: no check)"},
     {"worker.concurrency", KL_CT_INT, "1", 1, 1024, NULL,
      "handler threads per worker; events of one key stay in order"},
-    {"worker.retry.initial.ms", KL_CT_INT, "100", 1, 3600000, NULL,
+    {"worker.retry.initial.ms", KL_CT_MS, "100", 1, 3600000, NULL,
      "first retry backoff"},
-    {"worker.retry.max.ms", KL_CT_INT, "10000", 1, 3600000, NULL,
+    {"worker.retry.max.ms", KL_CT_MS, "10000", 1, 3600000, NULL,
      "largest retry backoff"},
     {"worker.max.attempts", KL_CT_INT, "5", 1, 1000, NULL,
      "attempts before an event is dead-lettered"},
@@ -122,39 +139,14 @@ static const kl_conf_key_t *kl_conf_key(const char *name, size_t *idx) {
   return NULL;
 }
 
-/* Parses "123", with a unit suffix for durations (ms s m h d) and sizes
- * (K M G T, powers of 1024). Durations come out in ms. */
-static int kl_conf_parse_num(const kl_conf_key_t *k, const char *s,
-                             int64_t *out) {
-  errno = 0;
-  char *end;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || v < 0)
-    return -1;
-  int64_t mul = 1;
-  if (k->type == KL_CT_DURATION) {
-    const char *units[] = {"ms", "s", "m", "h", "d"};
-    const int64_t muls[] = {1, 1000, 60000, 3600000, 86400000};
-    mul = *end ? 0 : 1000; /* a bare number is seconds */
-    for (int i = 0; i < 5 && *end; i++)
-      if (strcmp(end, units[i]) == 0)
-        mul = muls[i];
-  } else if (k->type == KL_CT_SIZE) {
-    const char *units = "KMGT";
-    if (*end) {
-      const char *u = strchr(units, *end);
-      if (!u || end[1])
-        return -1;
-      for (int i = 0; i <= u - units; i++)
-        mul *= 1024;
-    }
-  } else if (*end) {
-    return -1;
-  }
-  if (mul == 0 || (v > 0 && v > INT64_MAX / mul))
-    return -1;
-  *out = v * mul;
-  return 0;
+static int kl_conf_is_num(const kl_conf_key_t *k) {
+  return k->type != KL_CT_ENUM && k->type != KL_CT_STR;
+}
+
+static kl_err_t kl_conf_parse_num(const kl_conf_key_t *k, const char *s,
+                                  int64_t *out) {
+  return kl__units_parse(k->name, s, (kl__units_kind_t)k->type, k->min,
+                         k->max, out);
 }
 
 static int kl_conf_enum_has(const char *values, const char *v) {
@@ -231,17 +223,11 @@ kl_err_t kl_conf_set(kl_conf_t *conf, const char *key, const char *value,
   if (k->type == KL_CT_ENUM && !kl_conf_enum_has(k->values, value))
     return kl_conf_fail(errstr, errstr_size,
                         "%s=%s is not one of %s", key, value, k->values);
-  if (k->type != KL_CT_ENUM && k->type != KL_CT_STR) {
-    int64_t v;
-    char range[96];
-    snprintf(range, sizeof(range), "%" PRId64 "..%" PRId64, k->min, k->max);
-    if (kl_conf_parse_num(k, value, &v) != 0 || v < k->min || v > k->max)
-      return kl_conf_fail(errstr, errstr_size,
-                          "%s=%s is not a valid value: expected %s",
-                          key, value,
-                          k->type == KL_CT_DURATION ? "a duration such as 500ms, 30s, 7d"
-                          : k->type == KL_CT_SIZE   ? "a size such as 512M or 4G"
-                                                    : range);
+  int64_t num;
+  if (kl_conf_is_num(k) && kl_conf_parse_num(k, value, &num) != KL_OK) {
+    char detail[512];
+    snprintf(detail, sizeof(detail), "%s", kl_err_detail());
+    return kl_conf_fail(errstr, errstr_size, "%s%s%s", detail, "", "");
   }
   char *v = strdup(value);
   if (!v)
@@ -269,7 +255,7 @@ int64_t kl__conf_int(const kl_conf_t *conf, const char *key) {
   size_t idx;
   const kl_conf_key_t *k = kl_conf_key(key, &idx);
   int64_t v = 0;
-  if (k)
+  if (k && kl_conf_is_num(k))
     kl_conf_parse_num(k, kl_conf_get(conf, key), &v);
   return v;
 }

@@ -179,12 +179,29 @@ static kl_err_t kl_mp_array(kl_mprd_t *rd, uint64_t n, int depth,
   return err;
 }
 
-/* JSON keys are strings: anything else is refused before it is read. */
-static kl_err_t kl_mp_key(kl_mprd_t *rd, json_t **key) {
+/* JSON keys are strings: anything else is refused before it is read. A
+ * key the JSON reader would refuse is refused too (a NUL in it, or one
+ * seen before in the map: JSON_REJECT_DUPLICATES), so that one body means
+ * one thing in either encoding. */
+static kl_err_t kl_mp_key(kl_mprd_t *rd, const json_t *obj, json_t **key) {
   uint8_t b = rd->p < rd->end ? *rd->p : 0xa0;
   if (!((b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb)))
     return kl_mprd_fail(rd, "a map key is not a string; JSON keys are");
-  return kl_mp_value(rd, 1, key);
+  const uint8_t *at = rd->p;
+  kl_err_t err = kl_mp_value(rd, 1, key);
+  if (err)
+    return err;
+  const char *s = json_string_value(*key);
+  size_t len = json_string_length(*key);
+  const char *why = memchr(s, '\0', len)        ? "holds a NUL byte"
+                    : json_object_getn(obj, s, len) ? "appears twice"
+                                                    : NULL;
+  if (!why)
+    return KL_OK;
+  err = kl__err(KL_EINVAL, "msgpack at byte %zu: the map key \"%.64s\" %s",
+                (size_t)(at - rd->begin), s, why);
+  json_decref(*key); /* s was borrowed from it */
+  return err;
 }
 
 static kl_err_t kl_mp_map(kl_mprd_t *rd, uint64_t n, int depth, json_t **out) {
@@ -194,7 +211,7 @@ static kl_err_t kl_mp_map(kl_mprd_t *rd, uint64_t n, int depth, json_t **out) {
     err = kl__err(KL_ENOMEM, "out of memory");
   for (uint64_t i = 0; i < n && !err; i++) {
     json_t *key, *item;
-    if ((err = kl_mp_key(rd, &key)))
+    if ((err = kl_mp_key(rd, obj, &key)))
       break;
     if (!(err = kl_mp_value(rd, depth + 1, &item)) &&
         json_object_setn_new(obj, json_string_value(key),

@@ -6,8 +6,9 @@
  * real <-> float64, string <-> str, array <-> array, object <-> map with
  * str keys (in the object's order). msgpack that JSON cannot say is refused
  * with a reason, except bin, which becomes {"$base64": "..."}: ext, a
- * non-str map key, an integer above INT64_MAX, a str that is not UTF-8, a
- * NaN or infinite float.
+ * non-str map key, a map key holding a NUL or given twice in one map (as
+ * jansson's reader with JSON_REJECT_DUPLICATES refuses them), an integer
+ * above INT64_MAX, a str that is not UTF-8, a NaN or infinite float.
  *
  * Limits: nesting depth at most KL_JSON_DEPTH_MAX both ways; the msgpack
  * produced at most @p max_size bytes. A msgpack input is read with every

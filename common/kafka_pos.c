@@ -1,6 +1,5 @@
 #include "common/kafka_pos.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,42 +9,60 @@
 #include "common/internal.h"
 #include "common/kafka.h"
 #include "common/log.h"
+#include "common/units.h"
 
 #define KL_POS_FORMS                                                           \
   "an offset, beginning, end, watermark, @MS (ms since 1970), "                \
   "@YYYY-MM-DDTHH:MM:SSZ or @-DURATION (@-15m, @-2h, @-7d)"
 
 static int kl_parse_i64(const char *s, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < 0)
+  return kl__units_digits(s, strlen(s), out);
+}
+
+/* The fields of "YYYY-MM-DDTHH:MM:SS" at fixed places, digits only (no
+ * signs or spaces, which sscanf's %d would take). */
+static int kl_parse_iso_fields(const char *s, int64_t f[6]) {
+  static const char form[] = "dddd-dd-ddTdd:dd:dd";
+  static const unsigned char at[6] = {0, 5, 8, 11, 14, 17};
+  if (strlen(s) < sizeof(form) - 1)
     return -1;
-  *out = v;
+  for (size_t i = 0; i + 1 < sizeof(form); i++)
+    if (form[i] != 'd' && s[i] != form[i])
+      return -1;
+  for (int i = 0; i < 6; i++)
+    if (kl__units_digits(s + at[i], i ? 2 : 4, &f[i]) != 0)
+      return -1;
   return 0;
 }
 
 /* "2024-05-01T12:00:00Z" or with ".123" before the Z, UTC only. */
 static int kl_parse_iso(const char *s, int64_t *ms) {
-  struct tm tm;
-  memset(&tm, 0, sizeof(tm));
-  int frac = 0, n = 0;
-  if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon,
-             &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &n) != 6)
+  int64_t f[6];
+  int frac = 0;
+  if (kl_parse_iso_fields(s, f) != 0 || f[1] < 1 || f[1] > 12 || f[2] < 1 ||
+      f[2] > 31 || f[3] > 23 || f[4] > 59 || f[5] > 60)
     return -1;
-  s += n;
+  s += 19;
   if (*s == '.') {
     int digits = 0;
     for (s++; *s >= '0' && *s <= '9'; s++, digits++)
       if (digits < 3)
         frac = frac * 10 + (*s - '0');
+    if (digits == 0)
+      return -1;
     for (; digits < 3; digits++)
       frac *= 10;
   }
-  if (strcmp(s, "Z") != 0 || tm.tm_mon < 1 || tm.tm_mon > 12)
+  if (strcmp(s, "Z") != 0)
     return -1;
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
+  struct tm tm;
+  memset(&tm, 0, sizeof(tm));
+  tm.tm_year = (int)f[0] - 1900;
+  tm.tm_mon = (int)f[1] - 1;
+  tm.tm_mday = (int)f[2];
+  tm.tm_hour = (int)f[3];
+  tm.tm_min = (int)f[4];
+  tm.tm_sec = (int)f[5];
   time_t t = timegm(&tm);
   if (t < 0)
     return -1;
@@ -53,24 +70,12 @@ static int kl_parse_iso(const char *s, int64_t *ms) {
   return 0;
 }
 
-/* "90s", "15m", "2h", "7d", "500ms" into ms. */
+/* "90s", "15m", "2h", "7d", "500ms" into ms: common/units.h's rules. */
 static int kl_parse_duration(const char *s, int64_t *ms) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || v < 0)
-    return -1;
-  static const struct {
-    const char *unit;
-    int64_t ms;
-  } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000},
-               {"d", 86400000}};
-  for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-    if (strcmp(end, units[i].unit) == 0) {
-      *ms = v * units[i].ms;
-      return 0;
-    }
-  return -1;
+  return kl__units_parse("@-DURATION", s, KL__UNITS_DURATION, 0, INT64_MAX,
+                         ms) == KL_OK
+             ? 0
+             : -1;
 }
 
 static kl_err_t kl_parse_time(const char *text, int64_t now_ms, int64_t *ms) {

@@ -94,3 +94,39 @@ void kl__strbuf_free(kl__strbuf_t *sb) {
   free(sb->data);
   *sb = (kl__strbuf_t)KL__STRBUF_INIT;
 }
+
+size_t kl__utf8_seq(const unsigned char *s, size_t left) {
+  unsigned char c = s[0];
+  size_t n = c < 0x80                 ? 1
+             : c >= 0xc2 && c <= 0xdf ? 2
+             : c >= 0xe0 && c <= 0xef ? 3
+             : c >= 0xf0 && c <= 0xf4 ? 4
+                                      : 0;
+  if (n == 0 || n > left)
+    return 0;
+  for (size_t i = 1; i < n; i++)
+    if ((s[i] & 0xc0) != 0x80)
+      return 0;
+  if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) ||
+      (c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] > 0x8f))
+    return 0;
+  return n;
+}
+
+void kl__strbuf_escaped(kl__strbuf_t *sb, const void *s, size_t len) {
+  const unsigned char *p = s;
+  for (size_t i = 0; i < len;) {
+    size_t n = kl__utf8_seq(p + i, len - i);
+    bool control = n == 1 ? p[i] < 0x20 || p[i] == 0x7f
+                          : n == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0; /* C1 */
+    if (n == 1 && p[i] == '\\') {
+      kl__strbuf_add(sb, "\\\\", 2);
+    } else if (n && !control) {
+      kl__strbuf_add(sb, p + i, n);
+    } else {
+      for (size_t j = 0; j < (n ? n : 1); j++)
+        kl__strbuf_printf(sb, "\\x%02x", p[i + j]);
+    }
+    i += n ? n : 1;
+  }
+}

@@ -43,6 +43,21 @@ void kl__strbuf_printf(kl__strbuf_t *sb, const char *fmt, ...) KL__PRINTF(2, 3);
  */
 void kl__strbuf_json_str(kl__strbuf_t *sb, const char *s, size_t len);
 
+/**
+ * @returns the length of the UTF-8 sequence at @p s (at most @p left
+ *          bytes), or 0 when it is not one: no overlong forms, no
+ *          surrogates, nothing above U+10FFFF (RFC 3629).
+ */
+size_t kl__utf8_seq(const unsigned char *s, size_t left);
+
+/**
+ * Appends @p len bytes of @p s as text safe for a terminal and a log line,
+ * and one-to-one (two different inputs never read the same): a backslash
+ * as \\, a control byte (C0, DEL, C1), a NUL and any byte that is not
+ * part of valid UTF-8 as \xHH; other UTF-8 as it is.
+ */
+void kl__strbuf_escaped(kl__strbuf_t *sb, const void *s, size_t len);
+
 /** @returns true unless an allocation failed. */
 bool kl__strbuf_ok(const kl__strbuf_t *sb);
 

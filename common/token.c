@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct kl_token_slot {
   unsigned char bytes[KL_TOKEN_MAX];
@@ -21,6 +22,7 @@ typedef struct kl_token_slot {
 struct kl__tokens {
   kl_token_slot_t *slots;
   size_t count;
+  char warning[512]; /* kl__tokens_warning(); "" when none */
 };
 
 /* A volatile pointer stops the compiler from dropping the wipe of memory
@@ -77,31 +79,90 @@ static kl_err_t kl_tokens_add_line(kl__tokens_t *tokens, char *line,
   return KL_OK;
 }
 
+/* Reads at most KL_TOKENS_FILE_MAX bytes (+1, to see that there are more)
+ * into a buffer the caller frees: a tokens file that never ends (/dev/zero,
+ * a device, a stuck pipe's writer) is refused, not read forever. */
+static kl_err_t kl_tokens_slurp(FILE *f, const char *path, char **out,
+                                size_t *len) {
+  char *buf = malloc(KL_TOKENS_FILE_MAX + 1);
+  if (!buf)
+    return KL_ENOMEM;
+  size_t n = fread(buf, 1, KL_TOKENS_FILE_MAX + 1, f);
+  kl_err_t err = KL_OK;
+  if (ferror(f))
+    err = kl__err(KL_EIO, "cannot read tokens file %s: %s", path,
+                  strerror(errno));
+  else if (n > KL_TOKENS_FILE_MAX)
+    err = kl__err(KL_ECONF,
+                  "tokens file %s is larger than %d bytes: is it the "
+                  "right file?",
+                  path, KL_TOKENS_FILE_MAX);
+  if (err) {
+    kl_wipe(buf, n);
+    free(buf);
+    return err;
+  }
+  *out = buf;
+  *len = n;
+  return KL_OK;
+}
+
 static kl_err_t kl_tokens_read(kl__tokens_t *tokens, FILE *f,
                                const char *path) {
-  char line[KL_TOKEN_MAX + 64];
-  size_t lineno = 0;
-  kl_err_t err = KL_OK;
-  while (err == KL_OK && fgets(line, sizeof(line), f)) {
-    lineno++;
-    size_t len = strlen(line);
-    if (len == sizeof(line) - 1 && line[len - 1] != '\n' && !feof(f))
-      err = kl__err(KL_ECONF,
-                    "tokens file %s line %zu is longer than %zu "
-                    "bytes",
-                    path, lineno, sizeof(line) - 2);
-    else
-      err = kl_tokens_add_line(tokens, line, lineno);
+  char line[KL_TOKEN_MAX + 64], *buf = NULL;
+  size_t size = 0, lineno = 0;
+  kl_err_t err = kl_tokens_slurp(f, path, &buf, &size);
+  for (size_t at = 0; err == KL_OK && at < size; lineno++) {
+    const char *nl = memchr(buf + at, '\n', size - at);
+    size_t len = nl ? (size_t)(nl - (buf + at)) : size - at;
+    if (memchr(buf + at, '\0', len))
+      err = kl__err(KL_ECONF, "tokens file %s line %zu holds a NUL byte: "
+                              "is it a text file?",
+                    path, lineno + 1);
+    else if (len >= sizeof(line))
+      err = kl__err(KL_ECONF, "tokens file %s line %zu is longer than %zu "
+                              "bytes",
+                    path, lineno + 1, sizeof(line) - 1);
+    if (err)
+      break;
+    memcpy(line, buf + at, len);
+    line[len] = '\0';
+    err = kl_tokens_add_line(tokens, line, lineno + 1);
+    at += len + 1;
   }
   kl_wipe(line, sizeof(line));
-  if (err == KL_OK && ferror(f))
-    err = kl__err(KL_EIO, "cannot read tokens file %s", path);
+  if (buf) {
+    kl_wipe(buf, size);
+    free(buf);
+  }
   if (err == KL_OK && tokens->count == 0)
     err = kl__err(KL_ECONF,
                   "tokens file %s holds no token: every client "
                   "would get 401; add one token per line",
                   path);
   return err;
+}
+
+/* What a person should hear about a file that loads: readable by every
+ * user of the host, or tokens short enough to guess. Never a token. */
+static void kl_tokens_advise(kl__tokens_t *tokens, FILE *f, const char *path) {
+  struct stat st;
+  size_t n = 0;
+  if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) &&
+      (st.st_mode & S_IROTH))
+    n += (size_t)snprintf(tokens->warning, sizeof(tokens->warning),
+                          "tokens file %s can be read by every user of the "
+                          "host (mode %04o): chmod 600 it; ",
+                          path, (unsigned)(st.st_mode & 07777));
+  size_t shortest = 0;
+  for (size_t i = 0; i < tokens->count; i++)
+    if (!shortest || tokens->slots[i].len < shortest)
+      shortest = tokens->slots[i].len;
+  if (shortest < KL_TOKEN_MIN_ADVISED && n < sizeof(tokens->warning))
+    snprintf(tokens->warning + n, sizeof(tokens->warning) - n,
+             "tokens file %s holds a token of %zu bytes, short enough to "
+             "guess: use %d bytes or more (openssl rand -hex 16)",
+             path, shortest, KL_TOKEN_MIN_ADVISED);
 }
 
 kl_err_t kl__tokens_load(const char *path, kl__tokens_t **out) {
@@ -116,6 +177,8 @@ kl_err_t kl__tokens_load(const char *path, kl__tokens_t **out) {
     tokens->slots = calloc(KL_TOKENS_MAX, sizeof(kl_token_slot_t));
   kl_err_t err =
       tokens && tokens->slots ? kl_tokens_read(tokens, f, path) : KL_ENOMEM;
+  if (!err)
+    kl_tokens_advise(tokens, f, path);
   fclose(f);
   if (err) {
     kl__tokens_destroy(tokens);
@@ -123,6 +186,10 @@ kl_err_t kl__tokens_load(const char *path, kl__tokens_t **out) {
   }
   *out = tokens;
   return KL_OK;
+}
+
+const char *kl__tokens_warning(const kl__tokens_t *tokens) {
+  return tokens && tokens->warning[0] ? tokens->warning : NULL;
 }
 
 size_t kl__tokens_count(const kl__tokens_t *tokens) {

@@ -33,6 +33,11 @@
 #define KL_TOKEN_MAX 256
 /** Most tokens in one file. */
 #define KL_TOKENS_MAX 1024
+/** Largest tokens file read: KL_TOKENS_MAX lines of KL_TOKEN_MAX bytes,
+ * and room for comments. */
+#define KL_TOKENS_FILE_MAX (1024 * 1024)
+/** Tokens shorter than this are accepted, with a warning. */
+#define KL_TOKEN_MIN_ADVISED 16
 
 typedef struct kl__tokens kl__tokens_t;
 
@@ -40,10 +45,20 @@ typedef struct kl__tokens kl__tokens_t;
  * Reads the tokens of @p path.
  * @returns KL_OK and *out (freed with kl__tokens_destroy()); KL_EIO when the
  *          file cannot be read; KL_ECONF for a file with no token, a token
- *          too long or with control bytes, or more than KL_TOKENS_MAX
- *          (the detail names the line, never its text).
+ *          too long or with control bytes, a NUL byte, more than
+ *          KL_TOKENS_MAX tokens, or more than KL_TOKENS_FILE_MAX bytes
+ *          (/dev/zero: refused at once, not read forever) (the detail
+ *          names the line, never its text).
  */
 kl_err_t kl__tokens_load(const char *path, kl__tokens_t **out);
+
+/**
+ * @returns what to warn about a loaded file, or NULL: it is readable by
+ *          every user of the host, or a token is shorter than
+ *          KL_TOKEN_MIN_ADVISED bytes. Names no token. Valid while
+ *          @p tokens lives.
+ */
+const char *kl__tokens_warning(const kl__tokens_t *tokens);
 
 /** @returns how many tokens @p tokens holds. */
 size_t kl__tokens_count(const kl__tokens_t *tokens);

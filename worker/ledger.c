@@ -6,7 +6,12 @@
  * last seq and order violations (three big-endian int64). An event whose
  * seq is not last seq + 1 is still applied, and counted as a violation:
  * with one writer per key and in-order application there must be none.
+ *
+ * An amount is positive (a debit subtracts it), and a balance never wraps:
+ * an event that is not, or that would carry the balance past int64, FAILs
+ * with the reason, so it is dead-lettered and the balance stays as it was.
  */
+#include <inttypes.h>
 #include <msgpack.h>
 #include <stdio.h>
 #include <string.h>
@@ -69,6 +74,30 @@ static int kl_type_is(const kl_event_t *event, const char *name) {
   return event->type_len == n && memcmp(event->type, name, n) == 0;
 }
 
+/* The new balance in *balance; -1 (and errbuf) when @p amount is not
+ * positive or the balance would leave int64. */
+static int kl_ledger_apply(int credit, int64_t amount, int64_t *balance,
+                           char *errbuf, size_t errbuf_size) {
+  int64_t was = *balance;
+  if (amount <= 0) {
+    snprintf(errbuf, errbuf_size,
+             "ledger: amount %" PRId64 " is not positive: a credit adds a "
+             "positive amount and a debit subtracts one",
+             amount);
+    return -1;
+  }
+  if (credit ? __builtin_add_overflow(was, amount, balance)
+             : __builtin_sub_overflow(was, amount, balance)) {
+    *balance = was;
+    snprintf(errbuf, errbuf_size,
+             "ledger: %s %" PRId64 " would take the key's balance %" PRId64
+             " past the int64 range; the event is not applied",
+             credit ? "crediting" : "debiting", amount, was);
+    return -1;
+  }
+  return 0;
+}
+
 kl_handler_result_t kl_ledger_handler(void *opaque, const kl_event_t *event,
                                       const kl_fence_t *fence, kl_txn_t *txn,
                                       char *errbuf, size_t errbuf_size) {
@@ -104,9 +133,10 @@ kl_handler_result_t kl_ledger_handler(void *opaque, const kl_event_t *event,
     snprintf(errbuf, errbuf_size, "ledger: %s", kl_err_detail());
     return KL_HANDLER_RETRY;
   }
+  if (kl_ledger_apply(credit, amount, &e.balance, errbuf, errbuf_size))
+    return KL_HANDLER_FAIL;
   if (seq != e.last_seq + 1)
     e.violations++;
-  e.balance += credit ? amount : -amount;
   e.last_seq = seq;
   unsigned char out[KL_LEDGER_VALUE_LEN];
   kl_be64_put(out, e.balance);

@@ -65,30 +65,39 @@ static int kl_gen_key(char *buf, size_t size, uint32_t key) {
   return snprintf(buf, size, "acct-%04" PRIu32, key);
 }
 
-static kl_err_t kl_gen_send(kl_producer_t *producer, const char *topic,
-                            const kl_gen_event_t *e) {
-  char key[32];
-  int klen = kl_gen_key(key, sizeof(key), e->key);
+kl_err_t kl__ledger_send(kl_producer_t *producer, const char *topic,
+                         const char *key, size_t key_len, const char *id,
+                         const char *type, int64_t amount, int64_t seq,
+                         void *opaque) {
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
   msgpack_packer pk;
   msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
   msgpack_pack_map(&pk, 2);
   msgpack_pack_str_with_body(&pk, "amount", 6);
-  msgpack_pack_int64(&pk, e->amount < 0 ? -e->amount : e->amount);
+  msgpack_pack_int64(&pk, amount);
   msgpack_pack_str_with_body(&pk, "seq", 3);
-  msgpack_pack_int64(&pk, e->seq);
+  msgpack_pack_int64(&pk, seq);
   kl_event_t ev = {.key = key,
-                   .key_len = (size_t)klen,
-                   .id = e->id,
-                   .id_len = strlen(e->id),
-                   .type = e->amount < 0 ? "debit" : "credit",
-                   .type_len = e->amount < 0 ? 5 : 6,
+                   .key_len = key_len,
+                   .id = id,
+                   .id_len = id ? strlen(id) : 0,
+                   .type = type,
+                   .type_len = strlen(type),
                    .payload = sb.data,
                    .payload_len = sb.size};
-  kl_err_t err = kl_publish(producer, topic, &ev, NULL);
+  kl_err_t err = kl_publish(producer, topic, &ev, opaque);
   msgpack_sbuffer_destroy(&sb);
   return err;
+}
+
+static kl_err_t kl_gen_send(kl_producer_t *producer, const char *topic,
+                            const kl_gen_event_t *e) {
+  char key[32];
+  int klen = kl_gen_key(key, sizeof(key), e->key);
+  return kl__ledger_send(producer, topic, key, (size_t)klen, e->id,
+                         e->amount < 0 ? "debit" : "credit",
+                         e->amount < 0 ? -e->amount : e->amount, e->seq, NULL);
 }
 
 kl_err_t kl__ledger_gen_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,

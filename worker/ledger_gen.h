@@ -28,6 +28,14 @@ typedef struct kl__ledger_verdict {
   int ok;              /* all of the above as published */
 } kl__ledger_verdict_t;
 
+/* Publishes one ledger event: @p type ("credit" or "debit") of @p key
+ * (@p key_len bytes) with the payload {"amount": amount, "seq": seq};
+ * @p id may be NULL (the producer makes one). */
+kl_err_t kl__ledger_send(kl_producer_t *producer, const char *topic,
+                         const char *key, size_t key_len, const char *id,
+                         const char *type, int64_t amount, int64_t seq,
+                         void *opaque);
+
 /** A workload over @p keys keys ("acct-0000"...) and @p partitions. */
 kl__ledger_gen_t *kl__ledger_gen_new(int keys, int32_t partitions,
                                      uint64_t seed);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "common/units.h"
 
 #define KL_LETTERS_TIMEOUT_MS 10000
 
@@ -25,15 +26,10 @@ static int kl_header(rd_kafka_headers_t *h, const char *name, char *buf,
 
 static int kl_header_i64(rd_kafka_headers_t *h, const char *name,
                          int64_t *out) {
-  char buf[32], *end;
+  char buf[32];
   if (kl_header(h, name, buf, sizeof(buf)))
     return -1;
-  errno = 0;
-  long long v = strtoll(buf, &end, 10);
-  if (errno || end == buf || *end || v < 0)
-    return -1;
-  *out = v;
-  return 0;
+  return kl__units_digits(buf, strlen(buf), out);
 }
 
 /* Parses the origin of @p l->msg from its headers. */

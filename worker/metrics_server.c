@@ -12,6 +12,7 @@
 
 #include "common/internal.h"
 #include "common/log.h"
+#include "common/units.h"
 #include "common/metrics.h"
 #include "common/strbuf.h"
 #include "worker/log_guard.h"
@@ -30,7 +31,8 @@ struct kl__metrics_server {
   uv_async_t stop;
   pthread_t thread;
   int port;
-  int conns;
+  int conns;                      /* handles not yet freed */
+  struct kl_ms_conn *oldest, *newest; /* open, not answered: evictable */
   char *topic;
   kl_worker_t *worker;
   kl_store_t *store;
@@ -41,6 +43,8 @@ struct kl__metrics_server {
 
 typedef struct kl_ms_conn {
   uv_tcp_t tcp;
+  struct kl_ms_conn *older, *newer; /* the server's list of waiting ones */
+  int listed;
   uv_timer_t idle;
   uv_write_t write;
   http_parser parser;
@@ -204,6 +208,11 @@ static int kl_ms_health(kl__metrics_server_t *server, char *reason,
                         size_t size) {
   kl_worker_stats_t st;
   kl_worker_stats(server->worker, &st);
+  char why[512];
+  if (kl__worker_waiting(server->worker, why, sizeof(why))) {
+    snprintf(reason, size, "unhealthy: %s\n", why);
+    return 503;
+  }
   kl_partition_state_t state;
   if (kl_store_partition(server->store, server->topic, 0, &state) != KL_OK) {
     snprintf(reason, size, "unhealthy: the store does not answer: %s\n",
@@ -242,7 +251,38 @@ static void kl_ms_conn_freed(uv_handle_t *handle) {
   }
 }
 
+/* Waiting connections in accept order: the oldest is evicted when a new
+ * one comes and all places are taken, so idle clients cannot lock a
+ * liveness probe out. */
+static void kl_ms_unlist(kl_ms_conn_t *conn) {
+  kl__metrics_server_t *server = conn->server;
+  if (!conn->listed)
+    return;
+  conn->listed = 0;
+  if (conn->older)
+    conn->older->newer = conn->newer;
+  else
+    server->oldest = conn->newer;
+  if (conn->newer)
+    conn->newer->older = conn->older;
+  else
+    server->newest = conn->older;
+  conn->older = conn->newer = NULL;
+}
+
+static void kl_ms_list(kl_ms_conn_t *conn) {
+  kl__metrics_server_t *server = conn->server;
+  conn->older = server->newest;
+  if (server->newest)
+    server->newest->newer = conn;
+  else
+    server->oldest = conn;
+  server->newest = conn;
+  conn->listed = 1;
+}
+
 static void kl_ms_conn_close(kl_ms_conn_t *conn) {
+  kl_ms_unlist(conn);
   if (uv_is_closing((uv_handle_t *)&conn->tcp))
     return;
   uv_close((uv_handle_t *)&conn->tcp, kl_ms_conn_freed);
@@ -266,6 +306,7 @@ static void kl_ms_respond(kl_ms_conn_t *conn, int status, const char *ctype,
                    "Content-Length: %zu\r\nConnection: close\r\n\r\n",
                    status, text, ctype, len);
   conn->answered = 1;
+  kl_ms_unlist(conn); /* being answered: not evicted */
   conn->out = malloc((size_t)n + len);
   if (!conn->out) {
     kl_ms_conn_close(conn);
@@ -367,11 +408,19 @@ static void kl_ms_accept(uv_stream_t *listener, int status) {
   uv_tcp_init(&server->loop, &conn->tcp);
   uv_timer_init(&server->loop, &conn->idle);
   conn->tcp.data = conn->idle.data = conn;
+  if (server->conns > KL_MS_CONNS_MAX && server->oldest) {
+    KL_LOG_D(COMP, "%d connections: closing the oldest idle one",
+             server->conns);
+    kl_ms_conn_close(server->oldest); /* freed on the next loop turn */
+  }
+  /* Closing ones are freed within a loop turn; answered ones within a
+   * write: twice the cap bounds what a burst can hold. */
   if (uv_accept(listener, (uv_stream_t *)&conn->tcp) != 0 ||
-      server->conns > KL_MS_CONNS_MAX) {
+      server->conns > 2 * KL_MS_CONNS_MAX) {
     kl_ms_conn_close(conn);
     return;
   }
+  kl_ms_list(conn);
   http_parser_init(&conn->parser, HTTP_REQUEST);
   conn->parser.data = conn;
   uv_timer_start(&conn->idle, kl_ms_idle, KL_MS_IDLE_MS, 0);
@@ -404,9 +453,9 @@ static void *kl_ms_main(void *opaque) {
 
 static kl_err_t kl_ms_addr(const char *listen, struct sockaddr_storage *addr) {
   const char *colon = strrchr(listen, ':');
-  char *end;
-  long port = colon ? strtol(colon + 1, &end, 10) : -1;
-  if (!colon || !colon[1] || *end || port < 0 || port > 65535)
+  int64_t port = -1;
+  if (!colon || kl__units_digits(colon + 1, strlen(colon + 1), &port) ||
+      port > 65535)
     return kl__err(KL_ECONF, "--metrics-listen %s: expected HOST:PORT, e.g. "
                    "127.0.0.1:9464", listen);
   char host[128];

@@ -26,8 +26,10 @@
  * a write would need an epoch; an unwritable store shows up as the
  * worker's own commit errors.
  *
- * Bounds: at most 32 connections (more are closed at once), a request head
- * of 8 KiB, 10 s idle timeout; one request per connection
+ * Bounds: 32 connections waiting for their request; a new one past them
+ * closes the oldest waiting one (idle clients cannot lock a liveness probe
+ * out), and at most 64 are held at all, those being answered included; a
+ * request head of 8 KiB, 10 s idle timeout; one request per connection
  * (Connection: close).
  *
  * Caveats: the server reads @p worker and @p store from its own thread;

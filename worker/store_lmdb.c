@@ -1027,6 +1027,7 @@ static kl_err_t kl_lmdb_settings(kl__lmdb_t *lmdb, const kl_conf_t *conf,
   *map_size = kl_round_pages(kl__conf_int(conf, "store.map.size"));
   lmdb->map_max = kl_round_pages(kl__conf_int(conf, "store.map.max"));
   lmdb->retention_ms = kl__conf_int(conf, "store.dedup.retention");
+  lmdb->create = strcmp(kl_conf_get(conf, "store.create"), "no") != 0;
   if (lmdb->map_max < *map_size)
     return kl__err(KL_ECONF, "store.map.max=%s is below store.map.size=%s: "
                              "raise store.map.max",
@@ -1035,10 +1036,17 @@ static kl_err_t kl_lmdb_settings(kl__lmdb_t *lmdb, const kl_conf_t *conf,
   return KL_OK;
 }
 
-/* Creates the directory when missing and records which one it is. */
+/* Creates the directory when missing (unless store.create=no: then a
+ * directory without an environment is no store) and records which one it
+ * is. */
 static kl_err_t kl_lmdb_dir(kl__lmdb_t *lmdb) {
   char what[64 + 4096];
   struct stat st;
+  snprintf(what, sizeof(what), "%s/data.mdb", lmdb->dir);
+  if (!lmdb->create && stat(what, &st) != 0)
+    return kl__err(KL_ENOTFOUND, "store %s does not exist (no %s): this "
+                                 "command does not create one; check --store",
+                   lmdb->dir, what);
   snprintf(what, sizeof(what), "store directory %s", lmdb->dir);
   if (mkdir(lmdb->dir, 0775) != 0 && errno != EEXIST)
     return kl__lmdb_err(errno, what);

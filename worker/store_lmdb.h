@@ -38,6 +38,7 @@ typedef struct kl__lmdb {
   int durable;          /* store.durability=full: every commit is fsynced */
   size_t map_max;       /* store.map.max, rounded to pages */
   int64_t retention_ms; /* store.dedup.retention */
+  int create;           /* store.create: make a missing store */
   dev_t dev;            /* the directory, for the one-open-per-process */
   ino_t ino;            /*   registry */
   int registered;

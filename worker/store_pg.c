@@ -638,11 +638,16 @@ static void kl_pg_destroy(kl_store_t *store) {
 
 /* Creates the schema on a database keylane has not touched; refuses one of
  * another version (see store_pg_migrations.c for why). */
-static kl_err_t kl_pg_check_schema(PGconn *pg) {
+static kl_err_t kl_pg_check_schema(PGconn *pg, int create) {
   int version, to;
   kl_err_t err = kl__pg_schema_version(pg, &version);
   if (err)
     return err;
+  if (version == 0 && !create)
+    return kl__err(KL_ENOTFOUND, "postgresql: database %s holds no keylane "
+                                 "store: this command does not create one; "
+                                 "check --store",
+                   PQdb(pg));
   if (version == 0)
     return kl__pg_migrate(pg, &version, &to);
   if (version > KL__PG_SCHEMA_VERSION)
@@ -689,6 +694,7 @@ static kl_err_t kl_pg_new(const char *uri, const kl_conf_t *conf,
   pgs->base.ops = &kl__pg_ops;
   pgs->retention_ms = kl__conf_int(conf, "store.dedup.retention");
   pgs->idle_timeout_ms = kl__conf_int(conf, "store.pg.idle.timeout");
+  pgs->create = strcmp(kl_conf_get(conf, "store.create"), "no") != 0;
   int64_t pool = kl__conf_int(conf, "store.pg.pool");
   pgs->pool_max = pool > 0 ? (size_t)pool : KL_PG_POOL_DEFAULT;
   pgs->uri = strdup(uri);
@@ -712,7 +718,7 @@ kl_err_t kl__store_pg_open(const char *uri, const kl_conf_t *conf,
   kl__pg_conn_t *conn;
   err = kl_pg_connect(pgs, KL_ESTORE, &conn);
   if (!err) {
-    err = kl_pg_check_schema(conn->pg);
+    err = kl_pg_check_schema(conn->pg, pgs->create);
     pgs->open = 1;
     kl__pg_conn_give(pgs, conn, err != KL_OK);
   }

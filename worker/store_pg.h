@@ -44,6 +44,7 @@ typedef struct kl__pg {
   char *uri;
   int64_t retention_ms;    /* store.dedup.retention */
   int64_t idle_timeout_ms; /* store.pg.idle.timeout; 0: the server's */
+  int create;              /* store.create: make a missing schema */
   /* The pool: at most pool_max connections, `open` of them made, the idle
    * ones stacked in idle[]. A caller that finds none idle and the bound
    * reached waits on cv. Guarded by mu. */

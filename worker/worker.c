@@ -10,7 +10,10 @@
  * callback, before the partition is given up.
  */
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -58,6 +61,9 @@ struct kl_worker {
   /* Set by kl_worker_run()'s thread, read by kl_worker_stats() on any. */
   atomic_int retention_override;  /* runs despite a failed retention check */
   atomic_int retention_unchecked; /* the cluster could not tell the retention */
+  atomic_int waiting;     /* for Kafka, at start: kl__worker_waiting() */
+  pthread_mutex_t why_mu; /* guards why, read by the metrics thread */
+  char why[512];
 };
 
 #define KL_COMP "worker"
@@ -447,6 +453,8 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                    "back; raise it, or set 0 to never take one back",
                    retake_ms, session_ms);
   kl_worker_t *worker = calloc(1, sizeof(*worker));
+  if (worker)
+    pthread_mutex_init(&worker->why_mu, NULL);
   if (!worker)
     return KL_ENOMEM;
   worker->conf = kl_conf_dup(conf);
@@ -473,10 +481,11 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
 
 /* Refuses to run on a topic that is missing or whose partition count is not
  * the one the fleet expects: keys would move between owners. */
-static kl_err_t kl_check_topic(kl_worker_t *worker) {
+static kl_err_t kl_check_topic(kl_worker_t *worker, int timeout_ms) {
   rd_kafka_topic_t *rkt = rd_kafka_topic_new(worker->rk, worker->topic, NULL);
   const struct rd_kafka_metadata *md = NULL;
-  rd_kafka_resp_err_t kerr = rd_kafka_metadata(worker->rk, 0, rkt, &md, 10000);
+  rd_kafka_resp_err_t kerr =
+      rd_kafka_metadata(worker->rk, 0, rkt, &md, timeout_ms);
   rd_kafka_topic_destroy(rkt);
   if (kerr)
     return kl__err(KL_EKAFKA_TRANSIENT,
@@ -625,8 +634,77 @@ static void kl_worker_loop(kl_worker_t *worker) {
   }
 }
 
+int kl__worker_waiting(kl_worker_t *worker, char *why, size_t size) {
+  if (!atomic_load(&worker->waiting))
+    return 0;
+  pthread_mutex_lock(&worker->why_mu);
+  snprintf(why, size, "%s", worker->why);
+  pthread_mutex_unlock(&worker->why_mu);
+  return 1;
+}
+
+static void kl_set_why(kl_worker_t *worker, const char *fmt, ...)
+    KL__PRINTF(2, 3);
+static void kl_set_why(kl_worker_t *worker, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  pthread_mutex_lock(&worker->why_mu);
+  vsnprintf(worker->why, sizeof(worker->why), fmt, ap);
+  pthread_mutex_unlock(&worker->why_mu);
+  va_end(ap);
+  atomic_store(&worker->waiting, 1);
+}
+
+/* A fleet restarting while its brokers restart must not crash-loop: the
+ * topic check is retried with backoff (0.5 s doubling to 30 s) for
+ * worker.kafka.wait, saying what it waits for in the log and in /healthz,
+ * and giving way to kl_worker_stop(). @returns the check's result, or
+ * KL_ESTOPPED when stopped while waiting. */
+static kl_err_t kl_wait_for_kafka(kl_worker_t *worker) {
+  int64_t wait_ms = kl__conf_int(worker->conf, "worker.kafka.wait");
+  int64_t deadline = kl__mono_ns() + wait_ms * 1000000;
+  const char *boot = kl_conf_get(worker->conf, "kafka.bootstrap.servers");
+  kl_err_t err;
+  for (int backoff_ms = 500;; backoff_ms = backoff_ms < 15000 ? backoff_ms * 2
+                                                            : 30000) {
+    /* Short tries while waiting, so that a stop is not held for long. */
+    int64_t left_ms = (deadline - kl__mono_ns()) / 1000000;
+    int try_ms = wait_ms == 0      ? 10000
+                 : left_ms > 5000 ? 5000
+                 : left_ms > 1000 ? (int)left_ms
+                                  : 1000;
+    err = kl_check_topic(worker, try_ms);
+    left_ms = (deadline - kl__mono_ns()) / 1000000;
+    if (err != KL_EKAFKA_TRANSIENT || left_ms <= 0 || atomic_load(&worker->stop))
+      break;
+    char detail[256];
+    snprintf(detail, sizeof(detail), "%s", kl_err_detail());
+    kl_set_why(worker, "waiting for Kafka (%s) to answer for topic %s: %s; "
+               "next try in %d ms, giving up in %" PRId64 " s "
+               "(worker.kafka.wait, --kafka-wait)",
+               boot ? boot : "?", worker->topic, detail, backoff_ms,
+               left_ms / 1000);
+    KL_LOG_W(KL_COMP, "%s", worker->why);
+    for (int slept = 0; slept < backoff_ms && !atomic_load(&worker->stop);
+         slept += 100)
+      kl_sleep_ms(100);
+  }
+  atomic_store(&worker->waiting, 0);
+  if (err == KL_EKAFKA_TRANSIENT && atomic_load(&worker->stop))
+    return KL_ESTOPPED;
+  if (err == KL_EKAFKA_TRANSIENT && wait_ms > 0) {
+    char detail[256];
+    snprintf(detail, sizeof(detail), "%s", kl_err_detail());
+    return kl__err(err, "%s; gave up after waiting %" PRId64 " ms "
+                   "(worker.kafka.wait, --kafka-wait)", detail, wait_ms);
+  }
+  return err;
+}
+
 kl_err_t kl_worker_run(kl_worker_t *worker) {
-  kl_err_t err = kl_check_topic(worker);
+  kl_err_t err = kl_wait_for_kafka(worker);
+  if (err == KL_ESTOPPED)
+    return KL_OK; /* stopped before it began: nothing to finish */
   if (!err)
     err = kl__dlq_check(worker->dlq, worker->topic);
   if (!err)
@@ -676,5 +754,6 @@ void kl_worker_destroy(kl_worker_t *worker) {
   kl_conf_destroy(worker->conf);
   free(worker->quiet);
   free(worker->topic);
+  pthread_mutex_destroy(&worker->why_mu);
   free(worker);
 }

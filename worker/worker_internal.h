@@ -22,4 +22,11 @@ void kl__worker_set_before_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
  *  valid until kl_worker_destroy(); read it with kl__log_guard_stops(). */
 kl__log_guard_t *kl__worker_log_guard(kl_worker_t *worker);
 
+/**
+ * @returns 1 while kl_worker_run() waits for Kafka to answer for the topic
+ *          at start (worker.kafka.wait), with what it waits for in @p why;
+ *          0 otherwise. Any thread (the metrics server's /healthz).
+ */
+int kl__worker_waiting(kl_worker_t *worker, char *why, size_t size);
+
 #endif

@@ -71,16 +71,11 @@ static void kl_broker_help(void) {
 
 static int kl_broker_int(const char *flag, const char *arg, long min, long max,
                          long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(arg, &end, 10);
-  if (errno || end == arg || *end || v < min || v > max)
-    return kl__cli_usage(KL_BROKER_SUB,
-                         "%s takes a number from %ld to %ld, "
-                         "got \"%s\"",
-                         flag, min, max, arg);
-  *out = v;
-  return KL_EXIT_OK;
+  int64_t v = 0;
+  int rc = kl__cli_units(KL_BROKER_SUB, flag, arg, KL__UNITS_COUNT, min, max,
+                         &v);
+  *out = rc ? *out : (long)v;
+  return rc;
 }
 
 /* Write-then-rename, so a reader polling for the file never sees half. */

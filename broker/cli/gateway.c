@@ -43,13 +43,16 @@ static void kl_gw_help(void) {
       "with one HTTP call whose 200 means \"acknowledged by Kafka with\n"
       "acks=all, on the partition kl_partition() names for the key\".\n"
       "\n"
-      "  POST /v1/topics/{topic}/events      JSON (one event or an array) or\n"
+      "  POST /v1/topics/{topic}/events      Content-Type application/json\n"
+      "                                      (one event or an array) or\n"
       "                                      application/msgpack; each event:\n"
       "                                      key, type, id?, payload? or\n"
       "                                      payload_b64?, headers?\n"
       "     200 [{\"partition\",\"offset\",\"id\"}] in request order\n"
       "     400 {\"error\",\"index\"} first bad event; nothing was produced\n"
       "     401 no valid bearer token (with --tokens-file)\n"
+      "     403 an Origin header not in --allow-origin (a web page)\n"
+      "     415 a Content-Type other than JSON or msgpack\n"
       "     413 body over --max-body     429 in-flight budget full "
       "(Retry-After)\n"
       "     503 Kafka did not acknowledge in --produce-timeout: retry with\n"
@@ -79,75 +82,63 @@ static void kl_gw_help(void) {
       "                           (32); past it the connection is not read\n"
       "  --max-output SIZE        unsent response bytes per connection (1M);\n"
       "                           past it the connection is not read\n"
-      "  --max-topics N           distinct topics served (1024); 403\n"
+      "  --max-topics N           distinct topics served (1024); past it\n"
+      "                           403, unless one was idle --topic-idle.\n"
+      "                           The gateway creates no topic (-X\n"
+      "                           allow.auto.create.topics=true would)\n"
+      "  --topic-idle DUR         a topic unused this long gives its place\n"
+      "                           to a new one when full (60s)\n"
+      "  --allow-topics LIST      topics clients may use: names or patterns\n"
+      "                           (orders-*), comma-separated; others 403\n"
+      "                           (default: any)\n"
+      "  --allow-internal-topics  also TOPIC.dlq and __* (403 otherwise)\n"
       "  --idle-timeout DUR       close idle or non-reading clients (30s)\n"
       "  --request-timeout DUR    a request must arrive whole in it (30s); "
       "408\n"
       "  --produce-timeout DUR    Kafka's acknowledgement (10s); 503\n"
       "  --drain-timeout DUR      at SIGINT/SIGTERM, wait this long for\n"
       "                           acknowledgements before closing (10s)\n"
+      "  --allow-origin LIST      browser origins (scheme://host[:port],\n"
+      "                           comma-separated) whose requests are\n"
+      "                           served; any other Origin header gets\n"
+      "                           403 (default: none)\n"
       "  -X name=value            a keylane key or librdkafka property\n"
       "  -h, --help               this text\n"
-      "SIZE takes K, M or G (powers of 1024); DUR takes ms, s or m.\n"
+      "SIZE is bytes, or takes K, M, G (powers of 1024; KiB... too);\n"
+      "DUR takes a unit: ms, s, m, h or d (at most 1d).\n"
       "\n"
       "examples:\n"
       "  keylane broker --listen 127.0.0.1:8080 -b kafka1:9092,kafka2:9092 \\\n"
       "      --tokens-file /etc/keylane/tokens\n"
       "  curl -H 'Authorization: Bearer $TOKEN' \\\n"
+      "      -H 'Content-Type: application/json' \\\n"
       "      -d '{\"key\":\"acct-1\",\"type\":\"credit\",\"payload\":"
       "{\"amount\":5}}' \\\n"
       "      http://127.0.0.1:8080/v1/topics/events/events\n");
 }
 
-/* "123", "16K", "1M": bytes. */
+/* Sizes and durations of the gateway; the parser is common/units.h. */
+#define KL_GW_SIZE_MAX (INT64_MAX / 2)
+#define KL_GW_DURATION_MAX 86400000 /* a day */
+
 static int kl_gw_size(const char *flag, const char *arg, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(arg, &end, 10);
-  int64_t mul = *end == 'K'   ? 1024
-                : *end == 'M' ? 1 << 20
-                : *end == 'G' ? 1 << 30
-                : *end        ? 0
-                              : 1;
-  if (errno || end == arg || v < 1 || mul == 0 || (*end && end[1]) ||
-      v > INT64_MAX / mul / 2)
-    return kl__cli_usage(KL_GW_SUB,
-                         "%s takes a size such as 4096, 16K or 1M, "
-                         "got \"%s\"",
-                         flag, arg);
-  *out = v * mul;
-  return KL_EXIT_OK;
+  return kl__cli_units(KL_GW_SUB, flag, arg, KL__UNITS_SIZE, 1,
+                       KL_GW_SIZE_MAX, out);
 }
 
-/* "500ms", "30s", "2m", or a bare number of seconds: milliseconds. */
 static int kl_gw_duration(const char *flag, const char *arg, int *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(arg, &end, 10);
-  long long mul = !*end || !strcmp(end, "s") ? 1000
-                  : !strcmp(end, "ms")       ? 1
-                  : !strcmp(end, "m")        ? 60000
-                                             : 0;
-  if (errno || end == arg || v < 1 || mul == 0 || v * mul > 86400000LL)
-    return kl__cli_usage(KL_GW_SUB,
-                         "%s takes a duration such as 500ms, 30s "
-                         "or 2m (at most a day), got \"%s\"",
-                         flag, arg);
-  *out = (int)(v * mul);
-  return KL_EXIT_OK;
+  int64_t ms = 0;
+  int rc = kl__cli_units(KL_GW_SUB, flag, arg, KL__UNITS_DURATION, 1,
+                         KL_GW_DURATION_MAX, &ms);
+  *out = rc ? *out : (int)ms;
+  return rc;
 }
 
 static int kl_gw_count(const char *flag, const char *arg, long max, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(arg, &end, 10);
-  if (errno || end == arg || *end || v < 1 || v > max)
-    return kl__cli_usage(KL_GW_SUB,
-                         "%s takes a number from 1 to %ld, got "
-                         "\"%s\"",
-                         flag, max, arg);
-  *out = v;
-  return KL_EXIT_OK;
+  int64_t n = 0;
+  int rc = kl__cli_units(KL_GW_SUB, flag, arg, KL__UNITS_COUNT, 1, max, &n);
+  *out = rc ? *out : (long)n;
+  return rc;
 }
 
 enum {
@@ -167,7 +158,11 @@ enum {
   KL_O_IDLE,
   KL_O_REQUEST,
   KL_O_PRODUCE,
-  KL_O_DRAIN
+  KL_O_DRAIN,
+  KL_O_ORIGIN,
+  KL_O_TOPICS_ALLOWED,
+  KL_O_INTERNAL,
+  KL_O_TOPIC_IDLE
 };
 
 static const struct option kl_gw_longopts[] = {
@@ -190,6 +185,10 @@ static const struct option kl_gw_longopts[] = {
     {"request-timeout", required_argument, NULL, KL_O_REQUEST},
     {"produce-timeout", required_argument, NULL, KL_O_PRODUCE},
     {"drain-timeout", required_argument, NULL, KL_O_DRAIN},
+    {"allow-origin", required_argument, NULL, KL_O_ORIGIN},
+    {"allow-topics", required_argument, NULL, KL_O_TOPICS_ALLOWED},
+    {"allow-internal-topics", no_argument, NULL, KL_O_INTERNAL},
+    {"topic-idle", required_argument, NULL, KL_O_TOPIC_IDLE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -264,6 +263,18 @@ static int kl_gw_flag(kl_gw_cli_t *cli, int c, const char *arg) {
     break;
   case KL_O_DRAIN:
     rc = kl_gw_duration("--drain-timeout", arg, &o->drain_timeout_ms);
+    break;
+  case KL_O_ORIGIN:
+    o->allow_origins = arg;
+    break;
+  case KL_O_TOPICS_ALLOWED:
+    o->allow_topics = arg;
+    break;
+  case KL_O_INTERNAL:
+    o->allow_internal_topics = true;
+    break;
+  case KL_O_TOPIC_IDLE:
+    rc = kl_gw_duration("--topic-idle", arg, &o->topic_idle_ms);
     break;
   case 'X':
     rc = kl__cli_conf_x(KL_GW_SUB, cli->conf, arg) ? KL_EXIT_USAGE : 0;

@@ -116,16 +116,8 @@ static void kl_dlq_field(json_t *dlq, const char *name, const char *value,
   for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
     if (strcmp(name, fields[i].name) != 0)
       continue;
-    char buf[32], *end;
-    long long v = 0;
-    int is_int = 0;
-    if (fields[i].integer && len > 0 && len < sizeof(buf)) {
-      memcpy(buf, value, len);
-      buf[len] = '\0';
-      errno = 0;
-      v = strtoll(buf, &end, 10);
-      is_int = !errno && *end == '\0';
-    }
+    int64_t v = 0;
+    int is_int = fields[i].integer && kl__units_digits(value, len, &v) == 0;
     json_object_set_new(dlq, fields[i].key,
                         is_int ? json_integer(v)
                                : json_stringn(value ? value : "", len));
@@ -290,7 +282,7 @@ static int kl_inspect_run(kl_inspect_t *in) {
 }
 
 static int kl_inspect_opt(kl_inspect_t *in, int c) {
-  char *end;
+  int64_t count;
   switch (c) {
   case 'b':
     return kl__cli_conf_set(SUB, in->conf, "kafka.bootstrap.servers", optarg)
@@ -306,11 +298,10 @@ static int kl_inspect_opt(kl_inspect_t *in, int c) {
                            kl_err_detail());
     return -1;
   case 'n':
-    errno = 0;
-    in->count = strtoull(optarg, &end, 10);
-    if (errno || end == optarg || *end || in->count == 0)
-      return kl__cli_usage(SUB, "--count takes a number > 0, got \"%s\"",
-                           optarg);
+    if (kl__cli_units(SUB, "--count", optarg, KL__UNITS_COUNT, 1, INT64_MAX,
+                      &count))
+      return KL_EXIT_USAGE;
+    in->count = (uint64_t)count;
     return -1;
   case 'h': fputs(kl_inspect_usage, stdout); return KL_EXIT_OK;
   default: return kl__cli_usage(SUB, "unknown option");

@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "broker/event_json.h"
 #include "common/cli/cli.h"
 #include "common/internal.h"
 #include "common/json_msgpack.h"
@@ -195,12 +196,6 @@ static void kl_pub_drain(kl_pub_t *pub) {
 
 /* ---- one line ---- */
 
-typedef struct kl_pub_line {
-  kl_event_t ev;
-  kl_header_t headers[KL_HEADERS_MAX];
-  void *payload; /* malloc()ed msgpack or base64-decoded bytes */
-} kl_pub_line_t;
-
 #define KL_PUB_ERR_MAX 512                   /* a line's problem */
 #define KL_PUB_MSG_MAX (KL_PUB_ERR_MAX + 64) /* "line N: " + the problem */
 
@@ -214,120 +209,26 @@ static int kl_pub_err(char *err, const char *fmt, ...) {
   return -1;
 }
 
-static int kl_pub_str(json_t *root, const char *name, int required,
-                      const char **s, size_t *len, char *err) {
-  json_t *v = json_object_get(root, name);
-  if (!v)
-    return required ? kl_pub_err(err, "\"%s\" is missing", name) : 0;
-  if (!json_is_string(v))
-    return kl_pub_err(err, "\"%s\" must be a string", name);
-  *s = json_string_value(v);
-  *len = json_string_length(v);
-  if (*len == 0)
-    return kl_pub_err(err, "\"%s\" is empty%s", name,
-                      required ? "" : "; omit it to have one made");
-  return 0;
-}
-
-static int kl_pub_headers(json_t *root, kl_pub_line_t *l, char *err) {
-  json_t *h = json_object_get(root, "headers");
-  if (!h)
-    return 0;
-  if (!json_is_object(h))
-    return kl_pub_err(err, "\"headers\" must be an object of strings");
-  if (json_object_size(h) > KL_HEADERS_MAX)
-    return kl_pub_err(err, "\"headers\" has %zu entries, the limit is %d",
-                      json_object_size(h), KL_HEADERS_MAX);
-  const char *name;
-  json_t *v;
-  size_t i = 0;
-  json_object_foreach(h, name, v) {
-    if (!json_is_string(v))
-      return kl_pub_err(err, "header \"%s\" must be a string", name);
-    l->headers[i] = (kl_header_t){name, strlen(name), json_string_value(v),
-                                  json_string_length(v)};
-    i++;
-  }
-  l->ev.headers = i ? l->headers : NULL;
-  l->ev.header_count = i;
-  return 0;
-}
-
-static int kl_pub_payload(json_t *root, kl_pub_line_t *l, char *err) {
-  json_t *p = json_object_get(root, "payload");
-  json_t *b64 = json_object_get(root, "payload_b64");
-  size_t len = 0;
-  kl_err_t e = KL_OK;
-  if (p && b64)
-    return kl_pub_err(err,
-                      "both \"payload\" and \"payload_b64\" are given: pass "
-                      "one");
-  if (p)
-    e = kl__json_to_msgpack(p, KL_PAYLOAD_MAX, &l->payload, &len);
-  else if (b64 && !json_is_string(b64))
-    return kl_pub_err(err, "\"payload_b64\" must be a base64 string");
-  else if (b64)
-    e = kl__base64_decode(json_string_value(b64), json_string_length(b64),
-                          &l->payload, &len);
-  if (e)
-    return kl_pub_err(err, "\"%s\": %s", p ? "payload" : "payload_b64",
-                      kl_err_detail());
-  l->ev.payload = l->payload;
-  l->ev.payload_len = len;
-  return 0;
-}
-
-static int kl_pub_known_fields(json_t *root, char *err) {
-  static const char *const known[] = {"key",     "id",          "type",
-                                      "payload", "payload_b64", "headers"};
-  const char *name;
-  json_t *v;
-  json_object_foreach(root, name, v) {
-    size_t i = 0;
-    while (i < 6 && strcmp(name, known[i]) != 0)
-      i++;
-    if (i == 6)
-      return kl_pub_err(err,
-                        "unknown field \"%s\"; the fields are key, id, type, "
-                        "payload, payload_b64 and headers",
-                        name);
-  }
-  return 0;
-}
-
-static int kl_pub_parse(json_t *root, kl_pub_line_t *l, char *err) {
-  const char *key = NULL;
-  if (!json_is_object(root))
-    return kl_pub_err(err, "a line must be a JSON object");
-  if (kl_pub_known_fields(root, err) ||
-      kl_pub_str(root, "key", 1, &key, &l->ev.key_len, err) ||
-      kl_pub_str(root, "type", 1, &l->ev.type, &l->ev.type_len, err) ||
-      kl_pub_str(root, "id", 0, &l->ev.id, &l->ev.id_len, err) ||
-      kl_pub_headers(root, l, err) || kl_pub_payload(root, l, err))
-    return -1;
-  l->ev.key = key;
-  return 0;
-}
-
 /* ---- the run ---- */
 
 typedef enum { KL_PUB_NEXT, KL_PUB_BAD_LINE, KL_PUB_FAILED } kl_pub_step_t;
 
-static kl_pub_step_t kl_pub_send(kl_pub_t *pub, long lineno, kl_pub_line_t *l,
-                                 char *err) {
+static kl_pub_step_t kl_pub_send(kl_pub_t *pub, long lineno,
+                                 const kl_event_t *ev, char *err) {
   if (pub->tail - pub->head == pub->cap && kl_pub_grow(pub)) {
     kl_pub_err(err, "out of memory");
     return KL_PUB_FAILED;
   }
   kl_pub_entry_t *e = kl_pub_entry(pub, pub->tail);
   e->line = lineno;
-  e->key_len = l->ev.key_len;
-  if (!(e->key = malloc(l->ev.key_len + 1))) {
+  e->key_len = ev->key_len;
+  if (!(e->key = malloc(ev->key_len + 1))) {
     kl_pub_err(err, "out of memory");
     return KL_PUB_FAILED;
   }
-  memcpy(e->key, l->ev.key, l->ev.key_len + 1);
-  kl_err_t rc = kl_publish(pub->producer, pub->topic, &l->ev,
+  memcpy(e->key, ev->key, ev->key_len);
+  e->key[ev->key_len] = '\0';
+  kl_err_t rc = kl_publish(pub->producer, pub->topic, ev,
                            (void *)(uintptr_t)pub->tail);
   if (rc == KL_OK) {
     pub->tail++;
@@ -344,37 +245,41 @@ static kl_pub_step_t kl_pub_send(kl_pub_t *pub, long lineno, kl_pub_line_t *l,
 static kl_pub_step_t kl_pub_line(kl_pub_t *pub, long lineno, const char *text,
                                  size_t len, char *err) {
   json_error_t jerr;
-  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  json_t *root =
+      json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
   if (!root) {
     kl_pub_err(err, "invalid JSON at column %d: %s", jerr.column, jerr.text);
     return KL_PUB_BAD_LINE;
   }
-  kl_pub_line_t *l = calloc(1, sizeof(*l));
-  kl_pub_step_t step = KL_PUB_FAILED;
-  if (!l)
+  /* The gateway's reading of an event: one set of rules for both. */
+  kl__jevent_t je;
+  kl_pub_step_t step = KL_PUB_BAD_LINE;
+  kl_err_t e = kl__jevent_parse(&je, root, false, err, KL_PUB_ERR_MAX);
+  if (e == KL_ENOMEM) {
     kl_pub_err(err, "out of memory");
-  else if (kl_pub_parse(root, l, err))
-    step = KL_PUB_BAD_LINE;
-  else
-    step = kl_pub_send(pub, lineno, l, err);
-  if (l)
-    free(l->payload);
-  free(l);
+    step = KL_PUB_FAILED;
+  } else if (e == KL_OK) {
+    step = kl_pub_send(pub, lineno, &je.ev, err);
+  }
+  kl__jevent_clear(&je);
   json_decref(root);
   return step;
 }
 
-/* Reads lines up to KL_PUB_LINE_MAX into buf (KL_PUB_LINE_MAX + 2 bytes).
+/* Reads lines up to KL_PUB_LINE_MAX into buf (KL_PUB_LINE_MAX + 2 bytes),
+ * counting bytes as they come: a line may hold a NUL (then it is invalid
+ * JSON, not "empty" as strlen() would say).
  * @returns the length without the newline, -1 at the end, -2 too long. */
 static long kl_pub_read(char *buf) {
-  if (!fgets(buf, KL_PUB_LINE_MAX + 2, stdin))
-    return -1;
-  size_t len = strlen(buf);
-  if (len > 0 && buf[len - 1] == '\n')
-    return (long)len - 1;
-  if (len > KL_PUB_LINE_MAX)
-    return -2;
-  return (long)len; /* the last line, without a newline */
+  size_t len = 0;
+  int c;
+  while ((c = getc_unlocked(stdin)) != EOF && c != '\n') {
+    if (len == KL_PUB_LINE_MAX)
+      return -2;
+    buf[len++] = (char)c;
+  }
+  buf[len] = '\0';
+  return c == EOF && len == 0 ? -1 : (long)len;
 }
 
 /* One input line, or why there is none to publish. */
@@ -452,14 +357,10 @@ static int kl_pub_run(kl_conf_t *conf, const char *topic) {
 /* ---- flags ---- */
 
 static int kl_pub_partitions(kl_conf_t *conf, const char *arg) {
-  char *end;
-  errno = 0;
-  long v = strtol(arg, &end, 10);
-  if (errno || end == arg || *end || v < 1 || v > 100000)
-    return kl__cli_usage(KL_PUB_SUB,
-                         "--partitions takes a count from 1 to "
-                         "100000, got \"%s\"",
-                         arg);
+  int64_t v;
+  if (kl__cli_units(KL_PUB_SUB, "--partitions", arg, KL__UNITS_COUNT, 1,
+                    100000, &v))
+    return KL_EXIT_USAGE;
   return kl__cli_conf_set(KL_PUB_SUB, conf, "producer.expect.partitions", arg)
              ? KL_EXIT_USAGE
              : KL_EXIT_OK;

@@ -38,16 +38,11 @@ static void kl_route_help(void) {
 }
 
 static int kl_route_parse_partitions(const char *arg, int32_t *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(arg, &end, 10);
-  if (errno || end == arg || *end || v < 1 || v > 100000)
-    return kl__cli_usage(KL_ROUTE_SUB,
-                         "--partitions takes a count from 1 to 100000, got "
-                         "\"%s\"",
-                         arg);
-  *out = (int32_t)v;
-  return KL_EXIT_OK;
+  int64_t v = 0;
+  int rc = kl__cli_units(KL_ROUTE_SUB, "--partitions", arg, KL__UNITS_COUNT,
+                         1, 100000, &v);
+  *out = rc ? *out : (int32_t)v;
+  return rc;
 }
 
 static void kl_route_print(const char *key, size_t len, int32_t partitions) {

@@ -41,6 +41,16 @@ int kl__cli_conf_set(const char *sub, kl_conf_t *conf, const char *key,
   return 0;
 }
 
+int kl__cli_conf_flag(const char *sub, kl_conf_t *conf, const char *flag,
+                      const char *key, const char *value) {
+  char errstr[512];
+  if (kl_conf_set(conf, key, value, errstr, sizeof(errstr)) != KL_OK) {
+    kl__cli_usage(sub, "%s: %s", flag, errstr);
+    return -1;
+  }
+  return 0;
+}
+
 int kl__cli_conf_x(const char *sub, kl_conf_t *conf, const char *arg) {
   const char *eq = strchr(arg, '=');
   if (!eq || eq == arg) {
@@ -62,6 +72,28 @@ int kl__cli_conf_x(const char *sub, kl_conf_t *conf, const char *arg) {
     return kl__cli_conf_set(sub, conf, full, eq + 1);
   }
   return kl__cli_conf_set(sub, conf, key, eq + 1);
+}
+
+int kl__cli_units(const char *sub, const char *flag, const char *arg,
+                  kl__units_kind_t kind, int64_t min, int64_t max,
+                  int64_t *out) {
+  if (kl__units_parse(flag, arg, kind, min, max, out) != KL_OK)
+    return kl__cli_usage(sub, "%s", kl_err_detail());
+  return KL_EXIT_OK;
+}
+
+int kl__cli_store_existing(const char *sub, const char *location,
+                           kl_store_t **store) {
+  kl_conf_t *conf = kl_conf_new();
+  kl_err_t err = conf ? kl_conf_set(conf, "store.create", "no", NULL, 0)
+                      : KL_ENOMEM;
+  if (!err)
+    err = kl_store_open(location, conf, store);
+  kl_conf_destroy(conf);
+  if (err)
+    return kl__cli_fail(sub, "cannot open the store %s: %s", location,
+                        kl_err_detail());
+  return KL_EXIT_OK;
 }
 
 static void kl_cli_signal(int sig) {

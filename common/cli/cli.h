@@ -7,7 +7,9 @@
 
 #include <stdio.h>
 
+#include "common/units.h"
 #include "keylane/conf.h"
+#include "keylane/store.h"
 
 #define KL_EXIT_OK 0
 #define KL_EXIT_FAIL 1
@@ -40,6 +42,24 @@ int kl__cli_conf_x(const char *sub, kl_conf_t *conf, const char *arg);
 /* Sets key=value on conf; prints the problem and returns nonzero. */
 int kl__cli_conf_set(const char *sub, kl_conf_t *conf, const char *key,
                      const char *value);
+
+/* Sets key=value on conf for the flag @p flag (the message names both);
+ * prints the problem and returns nonzero. */
+int kl__cli_conf_flag(const char *sub, kl_conf_t *conf, const char *flag,
+                      const char *key, const char *value);
+
+/* Reads @p arg, the value of @p flag, with the one units parser
+ * (common/units.h) into @p out; prints the problem and returns
+ * KL_EXIT_USAGE, or KL_EXIT_OK. */
+int kl__cli_units(const char *sub, const char *flag, const char *arg,
+                  kl__units_kind_t kind, int64_t min, int64_t max,
+                  int64_t *out);
+
+/* Opens the store at @p location for a read-only command: never creates
+ * one (store.create=no), so a typo is an error, not an empty store. Prints
+ * the problem and returns KL_EXIT_FAIL, or KL_EXIT_OK and *store. */
+int kl__cli_store_existing(const char *sub, const char *location,
+                           kl_store_t **store);
 
 /* Installs SIGINT/SIGTERM handlers that set the flag kl__cli_stop. */
 void kl__cli_on_signals(void);

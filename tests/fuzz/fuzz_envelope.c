@@ -19,18 +19,8 @@
 
 #include <msgpack.h>
 
+#include "tests/fuzz/fuzz.h"
 #include "keylane/event.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s (%s)\n", __FILE__, __LINE__,    \
-              #cond, kl_err_detail());                                         \
-      abort();                                                                 \
-    }                                                                          \
-  } while (0)
 
 static kl_decoder_t *decoder, *decoder2;
 

@@ -1,17 +1,25 @@
 #!/bin/sh
-# Builds the envelope fuzzer (libFuzzer + ASan + UBSan) into build-fuzz/,
-# seeds it, runs it for SECONDS and fails on any crash, leak, timeout or OOM.
+# Builds the libFuzzer targets (with ASan and UBSan) into build-fuzz/, seeds
+# them, runs each for SECONDS and fails on any crash, leak, timeout or OOM:
+#   envelope      the envelope codec (broker/envelope.c)
+#   units         the one parser of numbers, durations, sizes (common/units.c),
+#                 and the positions and partition lists built on it
+#   gateway_body  the gateway's body validation, JSON and msgpack
+#   gateway_http  the gateway's request handling, a whole gateway in-process
 #
 # Usage: tests/fuzz/run.sh [SECONDS] [libFuzzer flags...]
 #   e.g. tests/fuzz/run.sh 3600 -fork=4
-# The corpus it grows stays in build-fuzz/corpus for the next run; findings go
-# to build-fuzz/artifacts/ (reproduce: build-fuzz/fuzz_envelope FILE).
+#   FUZZERS="units gateway_body" tests/fuzz/run.sh 60   (a subset)
+# Each corpus grows in build-fuzz/corpus-NAME (the envelope's in
+# build-fuzz/corpus) for the next run; findings go to build-fuzz/artifacts/
+# (reproduce: build-fuzz/fuzz_NAME FILE).
 set -eu
 
 seconds=${1:-30}
 [ $# -gt 0 ] && shift
 root=$(CDPATH='' cd -- "$(dirname -- "$0")/../.." && pwd)
 out="$root/build-fuzz"
+fuzzers=${FUZZERS:-envelope units gateway_body gateway_http}
 
 cc=${FUZZ_CC:-}
 for c in clang-14 clang; do
@@ -22,23 +30,66 @@ if [ -z "$cc" ]; then
   exit 2
 fi
 
-mkdir -p "$out/corpus" "$out/seeds" "$out/artifacts"
-msgpack=$(pkg-config --cflags --libs msgpack)
+mkdir -p "$out/seeds" "$out/artifacts"
+pc() { pkg-config --cflags --libs "$@"; }
 flags="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1
   -fno-omit-frame-pointer -Wall -Wextra -Wno-unused-parameter
   -I$root/include -I$root"
-lib="$root/broker/envelope.c $root/broker/uuid.c $root/common/error.c
-  $root/common/clock.c"
+envelope_src="$root/broker/envelope.c $root/broker/uuid.c $root/common/error.c
+  $root/common/clock.c $root/common/strbuf.c"
 
-# shellcheck disable=SC2086 # word splitting of the flag lists is intended
-$cc $flags -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-  $lib "$root/tests/fuzz/fuzz_envelope.c" $msgpack -o "$out/fuzz_envelope"
-# shellcheck disable=SC2086
-$cc $flags $lib "$root/tests/fuzz/make_corpus.c" $msgpack \
-  -o "$out/make_corpus"
-"$out/make_corpus" "$out/seeds"
+# The sources and libraries of each target.
+sources() {
+  case $1 in
+  envelope) echo "$envelope_src $(pc msgpack)" ;;
+  units)
+    echo "$root/common/units.c $root/common/error.c $root/common/kafka_pos.c
+      $root/common/kafka.c $root/common/log.c $root/common/clock.c
+      $root/common/conf.c $(pc rdkafka)" ;;
+  gateway_body)
+    echo "$envelope_src $root/broker/gateway_body.c $root/broker/gateway_policy.c
+      $root/broker/event_json.c $root/common/json_msgpack.c
+      $(pc jansson msgpack)" ;;
+  gateway_http)
+    echo "$(ls "$root"/common/*.c | grep -v '/main\.c$') $root/broker/*.c
+      $(pc rdkafka libuv jansson msgpack) -lhttp_parser -lpthread -lm" ;;
+  esac
+}
 
-# The envelope's field names and format bytes, so mutations speak msgpack.
+# Seeds: the envelope's from make_corpus; the others written here.
+seed() {
+  dir="$out/seeds-$1"
+  mkdir -p "$dir"
+  case $1 in
+  units)
+    i=0
+    for s in '\0030' '\00330s' '\001500ms' '\0001M' '\00364KiB' '\0001e3' \
+      '\002 5' '\0039223372036854775807' '\0027d' '\000@-15m' \
+      '\000@2024-05-01T12:00:00.25Z' '\0000,2,5-7' '\000watermark'; do
+      i=$((i + 1))
+      printf "$s" >"$dir/s$i"
+    done ;;
+  gateway_body)
+    printf '\000{"key":"a","type":"t","payload":{"amount":5,"seq":1}}' >"$dir/one"
+    printf '\000[{"key":"a","type":"t","id":"x","headers":{"h":"v"}},{"key":"b","type":"t","payload_b64":"AAE="}]' >"$dir/two"
+    printf '\001\x83\xa3key\xa1a\xa4type\xa1t\xa7payload\xc4\x02\x00\x01' >"$dir/mp"
+    printf '\001\x91\x82\xa3key\xa1k\xa4type\xa1t' >"$dir/mparr" ;;
+  gateway_http)
+    b='{"key":"a","type":"t"}'
+    printf 'POST /v1/topics/events/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s' \
+      ${#b} "$b" >"$dir/post"
+    printf 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.1\r\n\r\nGET /v1/topics/events/route?key=k%%20x HTTP/1.1\r\nOrigin: https://app.example.com\r\n\r\n' >"$dir/pipelined"
+    printf 'POST /v1/topics/events/events HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Type: application/msgpack\r\nExpect: 100-continue\r\n\r\n3\r\n\x81\xa1k\r\n0\r\n\r\n' >"$dir/chunked"
+    printf 'POST /v1/topics/x.dlq/events HTTP/1.1\r\nContent-Length : 2\r\nX: a\r\n b\r\nTransfer-Encoding: gzip, chunked\r\n\r\n{}' >"$dir/smuggle" ;;
+  esac
+}
+
+build() {
+  # shellcheck disable=SC2046,SC2086 # word splitting of the lists is intended
+  $cc $flags -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+    "$root/tests/fuzz/fuzz_$1.c" $(sources "$1") -o "$out/fuzz_$1"
+}
+
 cat >"$out/envelope.dict" <<'EOF'
 "\xa1v"
 "\xa2id"
@@ -59,20 +110,67 @@ cat >"$out/envelope.dict" <<'EOF'
 "\xcf"
 "\xd3"
 EOF
+cat >"$out/gateway_http.dict" <<'EOF'
+"HTTP/1.1"
+"\x0d\x0a"
+"Content-Length:"
+"Transfer-Encoding:"
+"chunked"
+"Content-Type: application/json"
+"Content-Type: application/msgpack"
+"Origin:"
+"Authorization: Bearer "
+"Expect: 100-continue"
+"POST /v1/topics/events/events "
+"GET /v1/topics/events/route?key="
+"GET /healthz "
+"Connection: close"
+EOF
 
-log="$out/fuzz.log"
-rc=0
-ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
-UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-  "$out/fuzz_envelope" -max_total_time="$seconds" -timeout=10 \
-  -rss_limit_mb=2048 -print_final_stats=1 -dict="$out/envelope.dict" \
-  -artifact_prefix="$out/artifacts/" "$@" "$out/corpus" "$out/seeds" \
-  >"$log" 2>&1 || rc=$?
-
-grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::(number_of_executed_units|average_exec_per_sec)|Done [0-9]+ runs' "$log" || true
-if [ "$rc" -ne 0 ] || grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|SUMMARY: ' "$log"; then
-  echo "run.sh: the fuzzer found a problem (exit $rc); see $log and $out/artifacts/" >&2
-  tail -n 40 "$log" >&2
+failed=''
+for f in $fuzzers; do
+  build "$f"
+  corpus="$out/corpus-$f"
+  dict=''
+  case $f in
+  envelope)
+    corpus="$out/corpus"
+    # shellcheck disable=SC2086
+    $cc $flags $envelope_src "$root/tests/fuzz/make_corpus.c" $(pc msgpack) \
+      -o "$out/make_corpus"
+    "$out/make_corpus" "$out/seeds"
+    seeds="$out/seeds"
+    dict="-dict=$out/envelope.dict" ;;
+  gateway_http)
+    seed "$f"
+    seeds="$out/seeds-$f"
+    dict="-dict=$out/gateway_http.dict" ;;
+  *)
+    seed "$f"
+    seeds="$out/seeds-$f" ;;
+  esac
+  mkdir -p "$corpus"
+  log="$out/fuzz_$f.log"
+  rc=0
+  # shellcheck disable=SC2086
+  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
+  UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+    "$out/fuzz_$f" -max_total_time="$seconds" -timeout=10 \
+    -rss_limit_mb=2048 -print_final_stats=1 $dict \
+    -artifact_prefix="$out/artifacts/$f-" "$@" "$corpus" "$seeds" \
+    >"$log" 2>&1 || rc=$?
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1)
+  if [ "$rc" -ne 0 ] || grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|CHECK failed|SUMMARY: ' "$log"; then
+    echo "run.sh: fuzz_$f found a problem (exit $rc); see $log and $out/artifacts/" >&2
+    tail -n 40 "$log" >&2
+    failed="$failed $f"
+  else
+    echo "run.sh: fuzz_$f: ${execs:-?} execs (${rate:-?}/s), ${cov:-cov: ?} in ${seconds}s; corpus: $(ls "$corpus" | wc -l) units"
+  fi
+done
+if [ -n "$failed" ]; then
+  echo "run.sh: findings in:$failed" >&2
   exit 1
 fi
-echo "run.sh: no findings in ${seconds}s; corpus: $(ls "$out/corpus" | wc -l) units"

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,71 +26,19 @@
 #include "common/json_msgpack.h"
 #include "keylane/embedded.h"
 #include "keylane/producer.h"
+#include "support/run.h"
+#include "support/support.h"
 
 /* ---- running the binary ---- */
 
-typedef struct kl_run {
-  int rc;
-  char *out; /* NUL terminated */
-  char *err;
-} kl_run_t;
+typedef kl_t_run_t kl_run_t;
 
-static const char *kl_bin(void) {
-  const char *bin = getenv("KEYLANE_BIN");
-  if (!bin)
-    fail_msg("KEYLANE_BIN is not set: run this through ctest");
-  return bin;
-}
-
-static int kl_tmpfile(const char *data, size_t len) {
-  char path[] = "/tmp/keylane-cli-XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  unlink(path);
-  if (len)
-    assert_int_equal(write(fd, data, len), (ssize_t)len);
-  lseek(fd, 0, SEEK_SET);
-  return fd;
-}
-
-static char *kl_slurp(int fd) {
-  off_t size = lseek(fd, 0, SEEK_END);
-  char *buf = malloc((size_t)size + 1);
-  assert_non_null(buf);
-  assert_int_equal(pread(fd, buf, (size_t)size, 0), (ssize_t)size);
-  buf[size] = '\0';
-  close(fd);
-  return buf;
-}
-
-/* Runs keylane with @p args (NULL-terminated, without argv[0]); stdin,
- * stdout and stderr are files, so no pipe can fill up and block. */
 static void kl_run(const char *const *args, const char *input, kl_run_t *r) {
-  const char *argv[32] = {kl_bin()};
-  for (size_t i = 0; args[i]; i++)
-    argv[i + 1] = args[i];
-  int in = kl_tmpfile(input, input ? strlen(input) : 0);
-  int out = kl_tmpfile(NULL, 0), err = kl_tmpfile(NULL, 0);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    dup2(in, 0);
-    dup2(out, 1);
-    dup2(err, 2);
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
-  }
-  int status;
-  assert_int_equal(waitpid(pid, &status, 0), pid);
-  close(in);
-  r->rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r->out = kl_slurp(out);
-  r->err = kl_slurp(err);
+  kl_t_run(args, input, input ? strlen(input) : 0, r);
 }
 
 static void kl_run_free(kl_run_t *r) {
-  free(r->out);
-  free(r->err);
+  kl_t_run_free(r);
 }
 
 /* ---- keylane route ---- */
@@ -171,7 +120,7 @@ typedef struct kl_broker {
 
 /* Starts `keylane broker --embedded ARGS...` and reads its first line. */
 static void kl_broker_start(kl_broker_t *b, const char *const *args) {
-  const char *argv[32] = {kl_bin(), "broker", "--embedded"};
+  const char *argv[32] = {kl_t_bin(), "broker", "--embedded"};
   for (size_t i = 0; args && args[i]; i++)
     argv[i + 3] = args[i];
   int fds[2];
@@ -240,12 +189,39 @@ static void test_broker_bad_flags(void **state) {
   kl_run((const char *[]){"broker", "--embedded", "--brokers", "0", NULL}, NULL,
          &r);
   assert_int_equal(r.rc, 2);
-  assert_non_null(strstr(r.err, "--brokers takes a number from 1 to 16"));
+  assert_non_null(strstr(r.err, "--brokers takes a whole number"));
+  assert_non_null(strstr(r.err, "from 1 to 16; got \"0\""));
   kl_run_free(&r);
   kl_run((const char *[]){"broker", "--embedded", "-t", "a b", NULL}, NULL, &r);
   assert_int_equal(r.rc, 2);
   assert_non_null(strstr(r.err, "topic \"a b\""));
   kl_run_free(&r);
+}
+
+/* A tokens file that never ends (/dev/zero) is refused at once: it used to
+ * be read forever, deaf to SIGTERM. One that blocks (a FIFO nobody writes)
+ * still gives way to SIGTERM. */
+static void test_gateway_tokens_file_bounded(void **state) {
+  (void)state;
+  kl_run_t r;
+  kl_t_run_for((const char *[]){"broker", "--listen", "127.0.0.1:0", "-b",
+                                "127.0.0.1:1", "--tokens-file", "/dev/zero",
+                                NULL},
+               NULL, 0, 10000, &r);
+  if (r.rc != 2 || !strstr(r.err, "/dev/zero"))
+    fail_msg("exit %d, stderr: %s", r.rc, r.err);
+  kl_run_free(&r);
+  char dir[64], fifo[96];
+  kl_t_tmpdir(dir);
+  snprintf(fifo, sizeof(fifo), "%s/tokens", dir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  kl_t_run_term((const char *[]){"broker", "--listen", "127.0.0.1:0", "-b",
+                                 "127.0.0.1:1", "--tokens-file", fifo, NULL},
+                300, 10000, &r);
+  if (r.rc == 137 || r.rc == 0)
+    fail_msg("SIGTERM did not end it: exit %d, stderr: %s", r.rc, r.err);
+  kl_run_free(&r);
+  kl_t_rmrf(dir);
 }
 
 /* ---- keylane publish ---- */
@@ -380,15 +356,21 @@ static void test_publish_good_lines_then_bad(void **state) {
   kl_embedded_destroy(embedded);
 }
 
-static void kl_expect_bad(const char *bootstrap, const char *input,
-                          const char *problem) {
+/* @p len bytes of input, so that it may hold a NUL. */
+static void kl_expect_bad_n(const char *bootstrap, const char *input,
+                            size_t len, const char *problem) {
   kl_run_t r;
-  kl_run((const char *[]){"publish", "-b", bootstrap, "-t", "bad", NULL}, input,
-         &r);
+  kl_t_run((const char *[]){"publish", "-b", bootstrap, "-t", "bad", NULL},
+           input, len, &r);
   assert_int_equal(r.rc, 2);
   if (!strstr(r.err, problem))
     fail_msg("expected \"%s\" in: %s", problem, r.err);
   kl_run_free(&r);
+}
+
+static void kl_expect_bad(const char *bootstrap, const char *input,
+                          const char *problem) {
+  kl_expect_bad_n(bootstrap, input, strlen(input), problem);
 }
 
 static void test_publish_bad_lines(void **state) {
@@ -399,7 +381,7 @@ static void test_publish_bad_lines(void **state) {
   kl_expect_bad(bs, "{\"key\":\"a\",\"type\":\"t\"}\nnot json\n",
                 "line 2: invalid JSON");
   kl_expect_bad(bs, "{\"type\":\"t\"}\n", "line 1: \"key\" is missing");
-  kl_expect_bad(bs, "[1]\n", "line 1: a line must be a JSON object");
+  kl_expect_bad(bs, "[1]\n", "line 1: an event must be a JSON object");
   kl_expect_bad(bs,
                 "{\"key\":\"a\",\"type\":\"t\",\"payload\":1,"
                 "\"payload_b64\":\"AA==\"}\n",
@@ -415,6 +397,15 @@ static void test_publish_bad_lines(void **state) {
   kl_expect_bad(bs, "{\"key\":\"a\",\"key\":\"b\",\"type\":\"t\"}\n",
                 "duplicate object key");
   kl_expect_bad(bs, "\n", "line 1: the line is empty");
+  /* A NUL-leading line is not empty: it is not JSON. */
+  static const char nul_line[] = "\0{\"key\":\"a\",\"type\":\"t\"}\n";
+  kl_expect_bad_n(bs, nul_line, sizeof(nul_line) - 1, "line 1: invalid JSON");
+  /* The gateway's rules: a NUL in the key, an id that is not UTF-8. */
+  kl_expect_bad(bs, "{\"key\":\"a\\u0000b\",\"type\":\"t\"}\n",
+                "\"key\" holds a NUL byte");
+  kl_expect_bad(bs,
+                "{\"key\":\"a\",\"type\":\"t\",\"headers\":{\"h\":\"\\u0000\"}}\n",
+                "header \"h\" holds a NUL byte");
 
   char deep[400] = "{\"key\":\"a\",\"type\":\"t\",\"payload\":";
   size_t len = strlen(deep);
@@ -559,6 +550,7 @@ int main(void) {
       cmocka_unit_test(test_broker_embedded_sigterm),
       cmocka_unit_test(test_broker_embedded_sigint),
       cmocka_unit_test(test_broker_bad_flags),
+      cmocka_unit_test(test_gateway_tokens_file_bounded),
       cmocka_unit_test(test_publish_good_lines_then_bad),
       cmocka_unit_test(test_publish_bad_lines),
       cmocka_unit_test(test_publish_usage),

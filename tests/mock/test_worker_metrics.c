@@ -20,6 +20,11 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#include "common/internal.h"
+#include "worker/worker_internal.h"
 
 #include "support/cluster.h"
 #include "support/http.h"
@@ -161,6 +166,17 @@ static void test_bounds(void **state) {
   assert_int_equal(kl_get(port, "/healthz", &resp), 0);
   assert_int_equal(resp.status, 200); /* never fenced: healthy though idle */
   kl_t_http_resp_free(&resp);
+  /* 40 idle connections held open must not lock a liveness probe out: a
+   * new connection takes the place of the oldest idle one. */
+  for (int i = 0; i < 40; i++)
+    assert_non_null(idle[i] = kl_t_http_open(port));
+  for (int probe = 0; probe < 3; probe++) {
+    assert_int_equal(kl_get(port, "/healthz", &resp), 0);
+    assert_int_equal(resp.status, 200);
+    kl_t_http_resp_free(&resp);
+  }
+  for (int i = 0; i < 40; i++)
+    kl_t_http_close(idle[i]);
   kl__metrics_server_stop(server);
   kl_worker_destroy(w->worker);
   free(w);
@@ -180,6 +196,96 @@ static int kl_free_port(void) {
   getsockname(fd, (struct sockaddr *)&addr, &len);
   close(fd);
   return ntohs(addr.sin_port);
+}
+
+/* Polls /healthz until its status is @p want and its body holds @p says
+ * (at most @p ms); @returns 0, or -1. */
+static int kl_await_health(int port, int want, const char *says, int ms) {
+  for (int waited = 0; waited < ms; waited += 100) {
+    kl_t_http_resp_t resp;
+    int ok = kl_get(port, "/healthz", &resp) == 0 && resp.status == want &&
+             resp.body && strstr(resp.body, says);
+    kl_t_http_resp_free(&resp);
+    if (ok)
+      return 0;
+    kl_t_sleep_ms(100);
+  }
+  return -1;
+}
+
+static void kl_quiet(const rd_kafka_t *rk, int level, const char *fac,
+                     const char *buf) {
+  (void)rk, (void)level, (void)fac, (void)buf;
+}
+
+/* A worker started while Kafka is down waits with backoff, 503 in /healthz
+ * saying for what, and runs once Kafka answers: it used to exit after
+ * 10 s, so a fleet restarting with its brokers crash-looped. */
+static void test_waits_for_kafka(void **state) {
+  char dir[64], errstr[256];
+  kl_t_tmpdir(dir);
+  rd_kafka_conf_t *mconf = rd_kafka_conf_new();
+  rd_kafka_conf_set_log_cb(mconf, kl_quiet);
+  rd_kafka_t *mrk =
+      rd_kafka_new(RD_KAFKA_PRODUCER, mconf, errstr, sizeof(errstr));
+  rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(mrk, 1);
+  assert_non_null(mc);
+  rd_kafka_mock_topic_create(mc, "waits", 1, 1);
+  rd_kafka_mock_broker_set_down(mc, 1);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  static const char *const conf[] = {"worker.session.timeout.ms=3000",
+                                     "worker.kafka.wait=60s",
+                                     "kafka.reconnect.backoff.max.ms=200",
+                                     NULL};
+  kl_t_worker_t *w =
+      kl_t_worker_new(rd_kafka_mock_cluster_bootstraps(mc), "waits", "gw",
+                      store, conf);
+  kl__metrics_server_t *server;
+  assert_int_equal(kl__metrics_server_start("127.0.0.1:0", NULL, "waits",
+                                            w->worker, store, &server),
+                   KL_OK);
+  int port = kl__metrics_server_port(server);
+  kl_t_worker_go(w);
+  assert_int_equal(kl_await_health(port, 503, "waiting for Kafka", 30000), 0);
+  kl_t_http_resp_t resp;
+  assert_int_equal(kl_get(port, "/healthz", &resp), 0);
+  assert_non_null(strstr(resp.body, "topic waits"));
+  assert_non_null(strstr(resp.body, "--kafka-wait"));
+  kl_t_http_resp_free(&resp);
+  rd_kafka_mock_broker_set_up(mc, 1);
+  assert_int_equal(kl_await_health(port, 200, "ok", 60000), 0);
+  kl__metrics_server_stop(server);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+
+  /* The bound: past it, the worker gives up and says so. */
+  rd_kafka_mock_broker_set_down(mc, 1);
+  static const char *const brief[] = {"worker.kafka.wait=1s", NULL};
+  w = kl_t_worker_new(rd_kafka_mock_cluster_bootstraps(mc), "waits", "gw2",
+                      store, brief);
+  kl_t_worker_go(w);
+  pthread_join(w->thread, NULL);
+  assert_int_equal(w->result, KL_EKAFKA_TRANSIENT);
+  assert_non_null(strstr(w->detail, "gave up after waiting 1000 ms"));
+  kl_worker_destroy(w->worker);
+  free(w);
+
+  /* A stop while it waits ends it at once, with nothing to finish. */
+  w = kl_t_worker_new(rd_kafka_mock_cluster_bootstraps(mc), "waits", "gw3",
+                      store, conf);
+  kl_t_worker_go(w);
+  char why[512];
+  for (int i = 0; i < 300 && !kl__worker_waiting(w->worker, why, sizeof(why));
+       i++)
+    kl_t_sleep_ms(100);
+  assert_true(kl__worker_waiting(w->worker, why, sizeof(why)));
+  int64_t t0 = kl__mono_ns();
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  assert_true(kl__mono_ns() - t0 < 8000000000LL);
+  kl_store_destroy(store);
+  rd_kafka_mock_cluster_destroy(mc);
+  rd_kafka_destroy(mrk);
+  kl_t_rmrf(dir);
 }
 
 /* `keylane worker --handler exec:... --metrics-listen` as a process. */
@@ -239,6 +345,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_metrics_and_healthz),
       cmocka_unit_test(test_bounds),
+      cmocka_unit_test(test_waits_for_kafka),
       cmocka_unit_test(test_process_exec_and_metrics),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -341,6 +341,26 @@ static void test_open_creates_the_schema(void **state) {
   assert_int_equal(to, KL__PG_SCHEMA_VERSION);
 }
 
+/* store.create=no (read-only commands): a database without the schema is
+ * KL_ENOTFOUND and stays without it. */
+static void test_open_existing_creates_nothing(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "store.create", "no", NULL, 0), KL_OK);
+  kl_store_t *store = NULL;
+  assert_int_equal(kl_store_open(st->fx.where, conf, &store), KL_ENOTFOUND);
+  assert_null(store);
+  assert_non_null(strstr(kl_err_detail(), "holds no keylane store"));
+  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM pg_tables WHERE "
+                                    "tablename LIKE 'keylane%'"),
+                   0);
+  kl_store_destroy(kl_t_store_open(st->fx.where, NULL)); /* creates it */
+  assert_int_equal(kl_store_open(st->fx.where, conf, &store), KL_OK);
+  kl_store_destroy(store);
+  kl_conf_destroy(conf);
+}
+
 static void test_newer_schema_is_refused(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
@@ -673,6 +693,7 @@ int main(void) {
       T(test_ids_walk),
       T(test_sweep_uses_the_server_clock),
       T(test_open_creates_the_schema),
+      T(test_open_existing_creates_nothing),
       T(test_newer_schema_is_refused),
       T(test_older_schema_needs_store_migrate),
       T(test_schema2_ids_are_migrated),

@@ -561,6 +561,51 @@ static void test_empty_fields(void **state) {
              KL_OK);
 }
 
+static const char *g_id; /* what pack_g_id packs, g_len bytes */
+
+static void pack_g_id(msgpack_packer *pk) {
+  msgpack_pack_str(pk, g_len);
+  msgpack_pack_str_body(pk, g_id, g_len);
+}
+
+/* An id is UTF-8 text without NUL, as the gateway takes it from JSON: the
+ * decoder refuses any other, and kl_event_validate() too, so no producer
+ * writes one the workers would dead-letter. */
+static void test_id_must_be_utf8_text(void **state) {
+  static const struct {
+    const char *id;
+    size_t len;
+    kl_err_t want;
+  } ids[] = {
+      {"plain-id", 8, KL_OK},
+      {"caf\xc3\xa9", 5, KL_OK},
+      {"\xe2\x82\xac-\xf0\x9f\x98\x80", 8, KL_OK},
+      {"\xff", 1, KL_EDECODE_TYPE},
+      {"ab\xfe\xfe", 4, KL_EDECODE_TYPE},
+      {"\xc0\x80", 2, KL_EDECODE_TYPE},          /* overlong NUL */
+      {"\xe0\x80\xaf", 3, KL_EDECODE_TYPE},      /* overlong '/' */
+      {"\xed\xa0\x80", 3, KL_EDECODE_TYPE},      /* a surrogate */
+      {"\xf4\x90\x80\x80", 4, KL_EDECODE_TYPE}, /* above U+10FFFF */
+      {"x\xe2\x82", 3, KL_EDECODE_TYPE},          /* cut short */
+      {"a\0b", 3, KL_EDECODE_TYPE},
+  };
+  for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+    g_id = ids[i].id;
+    g_len = ids[i].len;
+    kl_err_t got = decode_spec((spec_t){.over = "id", .fn = pack_g_id});
+    if (got != ids[i].want)
+      fail_msg("id %zu: decode gave %s", i, kl_err_name(got));
+    if (got)
+      assert_detail("\"id\"");
+    kl_event_t ev = sample_event();
+    ev.id = ids[i].id;
+    ev.id_len = ids[i].len;
+    got = kl_event_validate(&ev, 0);
+    if (got != ids[i].want)
+      fail_msg("id %zu: validate gave %s", i, kl_err_name(got));
+  }
+}
+
 static void test_duplicate_fields(void **state) {
   for (int f = 0; f < NFIELDS; f++)
     assert_err(decode_spec((spec_t){.extra = FIELDS[f]}), KL_EDECODE_DUPLICATE);
@@ -918,6 +963,7 @@ int main(void) {
       cmocka_unit_test(test_unknown_version),
       cmocka_unit_test(test_missing_each_field),
       cmocka_unit_test(test_empty_fields),
+      cmocka_unit_test(test_id_must_be_utf8_text),
       cmocka_unit_test(test_duplicate_fields),
       cmocka_unit_test(test_unknown_field),
       cmocka_unit_test(test_trailing_bytes),

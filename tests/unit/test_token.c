@@ -5,21 +5,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "common/token.h"
 
-static kl_err_t kl_load(const char *text, kl__tokens_t **out) {
+static kl_err_t kl_load_n(const char *text, size_t len, kl__tokens_t **out) {
   char path[] = "/tmp/keylane-tokens-XXXXXX";
   int fd = mkstemp(path);
   assert_true(fd >= 0);
-  assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  assert_int_equal(write(fd, text, len), (ssize_t)len);
   close(fd);
   kl_err_t err = kl__tokens_load(path, out);
   unlink(path);
   return err;
+}
+
+static kl_err_t kl_load(const char *text, kl__tokens_t **out) {
+  return kl_load_n(text, strlen(text), out);
 }
 
 static void test_match(void **state) {
@@ -55,6 +60,50 @@ static void test_refused_files(void **state) {
   assert_null(t);
 }
 
+/* A file that never ends is refused at once, not read forever; NUL bytes
+ * and oversize files too. */
+static void test_unbounded_files_refused(void **state) {
+  kl__tokens_t *t = NULL;
+  assert_int_equal(kl__tokens_load("/dev/zero", &t), KL_ECONF);
+  assert_non_null(strstr(kl_err_detail(), "larger than"));
+  assert_null(t);
+  static const char nul[] = "good-token-000001\nbad\0token\n";
+  assert_int_equal(kl_load_n(nul, sizeof(nul) - 1, &t), KL_ECONF);
+  assert_non_null(strstr(kl_err_detail(), "line 2"));
+  char *big = malloc(KL_TOKENS_FILE_MAX + 2);
+  memset(big, '#', KL_TOKENS_FILE_MAX + 1);
+  big[KL_TOKENS_FILE_MAX + 1] = '\0';
+  assert_int_equal(kl_load(big, &t), KL_ECONF);
+  assert_non_null(strstr(kl_err_detail(), "larger than"));
+  free(big);
+}
+
+/* A file every user can read, or a short token, loads with a warning that
+ * says what to do and never shows a token. */
+static void test_warnings(void **state) {
+  kl__tokens_t *t = NULL;
+  char path[] = "/tmp/keylane-tokens-XXXXXX";
+  int fd = mkstemp(path); /* mode 0600 */
+  const char *good = "0123456789abcdef0123\n";
+  assert_int_equal(write(fd, good, strlen(good)), (ssize_t)strlen(good));
+  close(fd);
+  assert_int_equal(kl__tokens_load(path, &t), KL_OK);
+  assert_null(kl__tokens_warning(t));
+  kl__tokens_destroy(t);
+  assert_int_equal(chmod(path, 0644), 0);
+  assert_int_equal(kl__tokens_load(path, &t), KL_OK);
+  assert_non_null(kl__tokens_warning(t));
+  assert_non_null(strstr(kl__tokens_warning(t), "chmod 600"));
+  assert_null(strstr(kl__tokens_warning(t), "0123456789abcdef"));
+  kl__tokens_destroy(t);
+  unlink(path);
+  assert_int_equal(kl_load("0123456789abcdef0123\nshort-secret\n", &t), KL_OK);
+  assert_non_null(kl__tokens_warning(t));
+  assert_non_null(strstr(kl__tokens_warning(t), "12 bytes"));
+  assert_null(strstr(kl__tokens_warning(t), "short-secret"));
+  kl__tokens_destroy(t);
+}
+
 static void test_ct_equal(void **state) {
   assert_true(kl__ct_equal("abc", "abc", 3));
   assert_false(kl__ct_equal("abc", "abd", 3));
@@ -65,6 +114,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_match),
       cmocka_unit_test(test_refused_files),
+      cmocka_unit_test(test_unbounded_files_refused),
+      cmocka_unit_test(test_warnings),
       cmocka_unit_test(test_ct_equal),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

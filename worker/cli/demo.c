@@ -296,21 +296,27 @@ int kl__cmd_demo(int argc, char **argv) {
                                        {NULL, 0, NULL, 0}};
   kl_demo_t demo = {.events = 100000, .keys = 1000};
   int json = 0, keep = 0, c;
+  int64_t n;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
-    case 'e': demo.events = atoi(optarg); break;
-    case 'k': demo.keys = atoi(optarg); break;
+    case 'e':
+      if (kl__cli_units(SUB, "--events", optarg, KL__UNITS_COUNT, 100,
+                        10000000, &n))
+        return KL_EXIT_USAGE;
+      demo.events = (int)n;
+      break;
+    case 'k':
+      if (kl__cli_units(SUB, "--keys", optarg, KL__UNITS_COUNT, 1, 100000, &n))
+        return KL_EXIT_USAGE;
+      demo.keys = (int)n;
+      break;
     case 'j': json = 1; break;
     case 'K': keep = 1; break;
     case 'h': fputs(kl_demo_usage, stdout); return KL_EXIT_OK;
     default: return kl__cli_usage(SUB, "unknown option");
     }
   }
-  if (demo.events < 100 || demo.events > 10000000)
-    return kl__cli_usage(SUB, "--events must be 100..10000000");
-  if (demo.keys < 1 || demo.keys > 100000)
-    return kl__cli_usage(SUB, "--keys must be 1..100000");
   demo.gen = kl__ledger_gen_new(demo.keys, KL_DEMO_PARTITIONS, 0);
   snprintf(demo.dir, sizeof(demo.dir), "/tmp/keylane-demo-XXXXXX");
   int rc = KL_EXIT_FAIL;

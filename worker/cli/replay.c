@@ -14,6 +14,7 @@
 
 #include "common/cli/cli.h"
 #include "common/internal.h"
+#include "common/log.h"
 #include "common/progress.h"
 #include "worker/handler.h"
 #include "worker/redrive.h"
@@ -123,13 +124,10 @@ static int kl_parse_pos(const char *sub, const char *opt, const char *text,
 }
 
 static int kl_parse_batch(const char *sub, const char *text, size_t *out) {
-  char *end;
-  long v = strtol(text, &end, 10);
-  if (end == text || *end || v < 1 || v > 1000000) {
-    kl__cli_usage(sub, "--batch-max takes 1..1000000 events, got \"%s\"",
-                  text);
+  int64_t v;
+  if (kl__cli_units(sub, "--batch-max", text, KL__UNITS_COUNT, 1, 1000000,
+                    &v))
     return -1;
-  }
   *out = (size_t)v;
   return 0;
 }
@@ -227,8 +225,11 @@ static void kl_on_progress(void *opaque, const kl__replay_t *replay) {
 
 static kl__progress_t *kl_progress_new(const char *sub, size_t rows) {
   const char *env = getenv("KEYLANE_PROGRESS_INTERVAL_MS");
-  int interval = env ? atoi(env) : 0;
-  return kl__progress_new(stderr, sub, rows, -1, interval);
+  int64_t interval = 0; /* progress.h's default */
+  if (env && kl__units_parse("KEYLANE_PROGRESS_INTERVAL_MS", env,
+                             KL__UNITS_MS, 1, 3600000, &interval) != KL_OK)
+    KL_LOG_W(sub, "%s; using the default", kl_err_detail());
+  return kl__progress_new(stderr, sub, rows, -1, (int)interval);
 }
 
 /* ---- the report -------------------------------------------------------- */

@@ -72,20 +72,6 @@ static int kl_is_pg(const char *location) {
          strncmp(location, "postgres://", 11) == 0;
 }
 
-/* Opens an existing store: kl_store_open() would create a missing LMDB
- * directory, and a typo must not look like an empty store. */
-static int kl_open_existing(const char *sub, const char *location,
-                            kl_store_t **store) {
-  struct stat st;
-  if (!kl_is_pg(location) && stat(location, &st) != 0)
-    return kl__cli_fail(sub, "store %s does not exist: %s; check --store",
-                        location, strerror(errno));
-  if (kl_store_open(location, NULL, store))
-    return kl__cli_fail(sub, "cannot open the store %s: %s", location,
-                        kl_err_detail());
-  return KL_EXIT_OK;
-}
-
 static void kl_iso(int64_t ms, char *buf, size_t size) {
   time_t t = (time_t)(ms / 1000);
   struct tm tm;
@@ -263,7 +249,7 @@ static kl_err_t kl_stats_collect(kl_store_t *store, kl_stats_t *s) {
 
 static int kl_stats_run(const char *location, const char *topic, int json) {
   kl_store_t *store;
-  int rc = kl_open_existing("store stats", location, &store);
+  int rc = kl__cli_store_existing("store stats", location, &store);
   if (rc)
     return rc;
   kl_stats_t s = {.topic = topic, .parts = json_array()};
@@ -330,7 +316,7 @@ static int kl_keys_row(void *opaque, const void *key, size_t key_len,
 static int kl_keys_run(const char *location, const char *prefix,
                        uint64_t limit, int json) {
   kl_store_t *store;
-  int rc = kl_open_existing("store keys", location, &store);
+  int rc = kl__cli_store_existing("store keys", location, &store);
   if (rc)
     return rc;
   kl_keys_t k = {json, limit, 0};
@@ -406,7 +392,7 @@ static void kl_get_text(const json_t *o) {
 static int kl_get_run(const char *location, const char *key, int by_id,
                       int json) {
   kl_store_t *store;
-  int rc = kl_open_existing("store get", location, &store);
+  int rc = kl__cli_store_existing("store get", location, &store);
   if (rc)
     return rc;
   kl_get_t g = {key, strlen(key), NULL};
@@ -454,7 +440,7 @@ static int kl_store_args(const char *sub, const char *usage, int argc,
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   int c;
-  char *end;
+  int64_t limit;
   optind = 1;
   while ((c = getopt_long(argc, argv, "t:h", opts, NULL)) != -1) {
     switch (c) {
@@ -464,10 +450,10 @@ static int kl_store_args(const char *sub, const char *usage, int argc,
     case 'I': a->by_id = 1; break;
     case 'j': a->json = 1; break;
     case 'L':
-      a->limit = strtoull(optarg, &end, 10);
-      if (end == optarg || *end || a->limit == 0)
-        return kl__cli_usage(sub, "--limit takes a count > 0, got \"%s\"",
-                             optarg);
+      if (kl__cli_units(sub, "--limit", optarg, KL__UNITS_COUNT, 1, INT64_MAX,
+                        &limit))
+        return KL_EXIT_USAGE;
+      a->limit = (uint64_t)limit;
       break;
     case 'h': fputs(usage, stdout); return KL_EXIT_OK;
     default: return kl__cli_usage(sub, "unknown option");

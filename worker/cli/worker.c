@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,6 +17,7 @@
 #include "worker/worker_internal.h"
 
 #define SUB "worker"
+#define KL_HANDLER_TIMEOUT_MAX_MS 86400000 /* a day */
 
 static const char kl_worker_usage[] =
     "usage: keylane worker -b BOOTSTRAP -t TOPIC -g GROUP --store STORE\n"
@@ -27,7 +29,8 @@ static const char kl_worker_usage[] =
     "  -g, --group GROUP           consumer group (default keylane)\n"
     "      --store STORE           LMDB directory or postgresql://... URI\n"
     "      --handler HANDLER       ledger | so:PATH[:SYMBOL] | exec:COMMAND\n"
-    "      --handler-timeout-ms MS exec: answer timeout per event (30000)\n"
+    "      --handler-timeout-ms MS exec: answer timeout per event (30000;\n"
+    "                              30s, 2m: other units; at most 1d)\n"
     "      --metrics-listen ADDR:PORT  serve GET /metrics and /healthz there\n"
     "                              (off by default; e.g. 127.0.0.1:9464)\n"
     "      --session-timeout-ms MS group session timeout (default 10000)\n"
@@ -45,6 +48,9 @@ static const char kl_worker_usage[] =
     "      --retry-max-ms MS       largest backoff (default 10000)\n"
     "      --max-attempts N        handler runs before a dead letter (5)\n"
     "      --dlq-topic TOPIC       dead-letter topic (default TOPIC.dlq)\n"
+    "      --kafka-wait DUR        at start, wait this long, with backoff,\n"
+    "                              for Kafka to answer for TOPIC (5m; 0:\n"
+    "                              try once); /healthz is 503 meanwhile\n"
     "  -X, --set NAME=VALUE        keylane or librdkafka (kafka.NAME) setting\n"
     "  -h, --help                  this text\n\n"
     "Testing:\n"
@@ -168,6 +174,14 @@ static int kl_worker_main(kl_conf_t *conf, const char *topic,
   return rc;
 }
 
+/* The long name of option @p c, for messages. */
+static const char *kl_worker_flag_name(const struct option *opts, int c) {
+  for (; opts->name; opts++)
+    if (opts->val == c)
+      return opts->name;
+  return "?";
+}
+
 int kl__cmd_worker(int argc, char **argv) {
   static const struct option opts[] = {
       {"bootstrap", required_argument, NULL, 'b'},
@@ -189,6 +203,7 @@ int kl__cmd_worker(int argc, char **argv) {
       {"pause-on-sigusr1", no_argument, NULL, 'U'},
       {"metrics-listen", required_argument, NULL, 'L'},
       {"handler-timeout-ms", required_argument, NULL, 'T'},
+      {"kafka-wait", required_argument, NULL, 'K'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   static const struct {
@@ -205,17 +220,21 @@ int kl__cmd_worker(int argc, char **argv) {
                {'I', "worker.retry.initial.ms"},
                {'M', "worker.retry.max.ms"},
                {'A', "worker.max.attempts"},
-               {'Q', "worker.dlq.topic"}};
+               {'Q', "worker.dlq.topic"},
+               {'K', "worker.kafka.wait"}};
   kl_conf_t *conf = kl_conf_new();
   const char *topic = NULL, *location = NULL, *handler = NULL;
   kl_worker_opts_t wopts = {NULL, 0, 0};
   int c, rc = -1;
+  int64_t timeout_ms = 0;
   optind = 1;
   while (rc < 0 && (c = getopt_long(argc, argv, "b:t:g:X:h", opts, NULL)) != -1) {
     size_t i;
     for (i = 0; i < sizeof(keyed) / sizeof(keyed[0]); i++)
       if (keyed[i].opt == c) {
-        if (kl__cli_conf_set(SUB, conf, keyed[i].key, optarg))
+        char flag[64];
+        snprintf(flag, sizeof(flag), "--%s", kl_worker_flag_name(opts, c));
+        if (kl__cli_conf_flag(SUB, conf, flag, keyed[i].key, optarg))
           rc = KL_EXIT_USAGE;
         break;
       }
@@ -228,10 +247,10 @@ int kl__cmd_worker(int argc, char **argv) {
     case 'U': wopts.pause_on_usr1 = 1; break;
     case 'L': wopts.metrics_listen = optarg; break;
     case 'T':
-      wopts.handler_timeout_ms = atoi(optarg);
-      if (wopts.handler_timeout_ms <= 0)
-        rc = kl__cli_usage(SUB, "--handler-timeout-ms %s: expected a "
-                           "positive number of ms, e.g. 30000", optarg);
+      if (kl__cli_units(SUB, "--handler-timeout-ms", optarg, KL__UNITS_MS, 1,
+                        KL_HANDLER_TIMEOUT_MAX_MS, &timeout_ms))
+        rc = KL_EXIT_USAGE;
+      wopts.handler_timeout_ms = (int)timeout_ms;
       break;
     case 'X': if (kl__cli_conf_x(SUB, conf, optarg)) rc = KL_EXIT_USAGE; break;
     case 'h': fputs(kl_worker_usage, stdout); rc = KL_EXIT_OK; break;

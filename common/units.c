@@ -1,0 +1,125 @@
+/* The one parser of numbers, durations and sizes; see units.h. */
+#include "common/units.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/internal.h"
+
+typedef struct kl_unit {
+  const char *name;
+  int64_t mul;
+} kl_unit_t;
+
+/* Largest first: kl__units_format picks the first that divides exactly. */
+static const kl_unit_t kl_durations[] = {
+    {"d", 86400000}, {"h", 3600000}, {"m", 60000}, {"s", 1000}, {"ms", 1}};
+static const kl_unit_t kl_sizes[] = {
+    {"T", 1LL << 40},   {"TiB", 1LL << 40}, {"G", 1LL << 30},
+    {"GiB", 1LL << 30}, {"M", 1LL << 20},   {"MiB", 1LL << 20},
+    {"K", 1LL << 10},   {"KiB", 1LL << 10}};
+#define KL_NUNITS(a) (sizeof(a) / sizeof((a)[0]))
+
+int kl__units_digits(const char *s, size_t len, int64_t *out) {
+  int64_t v = 0;
+  if (!s || len == 0)
+    return -1;
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] < '0' || s[i] > '9')
+      return -1;
+    int64_t d = s[i] - '0';
+    if (v > (INT64_MAX - d) / 10)
+      return -1;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return 0;
+}
+
+static int kl_units_lookup(const kl_unit_t *units, size_t n, const char *name,
+                           int64_t *mul) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(units[i].name, name) == 0) {
+      *mul = units[i].mul;
+      return 0;
+    }
+  return -1;
+}
+
+/* The multiplier of @p unit (what follows the digits), or -1. */
+static int kl_units_mul(kl__units_kind_t kind, const char *unit, int64_t v,
+                        int64_t *mul) {
+  *mul = 1;
+  switch (kind) {
+  case KL__UNITS_COUNT:
+    return *unit ? -1 : 0;
+  case KL__UNITS_MS:
+    return *unit ? kl_units_lookup(kl_durations, KL_NUNITS(kl_durations), unit,
+                                   mul)
+                 : 0;
+  case KL__UNITS_DURATION:
+    if (!*unit)
+      return v == 0 ? 0 : -1;
+    return kl_units_lookup(kl_durations, KL_NUNITS(kl_durations), unit, mul);
+  case KL__UNITS_SIZE:
+    return *unit ? kl_units_lookup(kl_sizes, KL_NUNITS(kl_sizes), unit, mul)
+                 : 0;
+  }
+  return -1;
+}
+
+const char *kl__units_format(kl__units_kind_t kind, int64_t v, char *buf,
+                             size_t size) {
+  const kl_unit_t *units = kind == KL__UNITS_SIZE ? kl_sizes : kl_durations;
+  size_t n = kind == KL__UNITS_SIZE    ? KL_NUNITS(kl_sizes)
+             : kind == KL__UNITS_COUNT ? 0
+                                       : KL_NUNITS(kl_durations);
+  for (size_t i = 0; v > 0 && i < n; i++)
+    if (v % units[i].mul == 0) {
+      snprintf(buf, size, "%" PRId64 "%s", v / units[i].mul, units[i].name);
+      return buf;
+    }
+  snprintf(buf, size, "%" PRId64 "%s", v,
+           kind == KL__UNITS_COUNT || kind == KL__UNITS_SIZE || v == 0 ? ""
+                                                                       : "ms");
+  return buf;
+}
+
+static kl_err_t kl_units_fail(const char *what, const char *text,
+                              kl__units_kind_t kind, int64_t min,
+                              int64_t max) {
+  static const char *const forms[] = {
+      [KL__UNITS_COUNT] = "a whole number such as 100 (digits only)",
+      [KL__UNITS_MS] = "a duration such as 500, 500ms, 30s, 2m, 1h or 1d "
+                       "(a bare number is milliseconds)",
+      [KL__UNITS_DURATION] = "a duration with a unit, ms, s, m, h or d, "
+                             "such as 500ms, 30s or 2m",
+      [KL__UNITS_SIZE] = "a size in bytes, optionally with K, M, G or T "
+                         "(powers of 1024; KiB, MiB... too), such as 4096, "
+                         "16K or 64MiB",
+  };
+  char lo[32], hi[32], range[80];
+  kl__units_format(kind, min, lo, sizeof(lo));
+  kl__units_format(kind, max, hi, sizeof(hi));
+  if (max == INT64_MAX)
+    snprintf(range, sizeof(range), "at least %s", lo);
+  else
+    snprintf(range, sizeof(range), "from %s to %s", lo, hi);
+  return kl__err(KL_EINVAL, "%s takes %s, %s; got \"%.64s%s\"", what,
+                 forms[kind], range, text ? text : "",
+                 text && strlen(text) > 64 ? "..." : "");
+}
+
+kl_err_t kl__units_parse(const char *what, const char *text,
+                         kl__units_kind_t kind, int64_t min, int64_t max,
+                         int64_t *out) {
+  int64_t v, mul;
+  size_t n = text ? strspn(text, "0123456789") : 0;
+  if (!text || kl__units_digits(text, n, &v) != 0 ||
+      kl_units_mul(kind, text + n, v, &mul) != 0 || v > INT64_MAX / mul ||
+      v * mul < min || v * mul > max)
+    return kl_units_fail(what, text, kind, min, max);
+  *out = v * mul;
+  return KL_OK;
+}
