@@ -16,4 +16,12 @@ typedef void(kl__worker_hook_fn)(void *opaque, const char *topic,
 void kl__worker_set_before_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
                                   void *opaque);
 
+/**
+ * Misrouted records seen per partition since the worker started (the
+ * metric keylane_worker_misrouted_total): fills @p by_partition[0..n-1].
+ * Any thread. @returns n, at most @p max.
+ */
+size_t kl__worker_misrouted(kl_worker_t *worker, uint64_t *by_partition,
+                            size_t max);
+
 #endif

@@ -31,7 +31,15 @@ static const char kl_worker_usage[] =
     "      --metrics-listen ADDR:PORT  serve GET /metrics and /healthz there\n"
     "                              (off by default; e.g. 127.0.0.1:9464)\n"
     "      --session-timeout-ms MS group session timeout (default 10000)\n"
-    "      --partitions N          refuse to run unless TOPIC has N partitions\n"
+    "      --partitions N          refuse to run unless TOPIC has N partitions;\n"
+    "                              without it, the count at start; a change\n"
+    "                              while running stops taking the topic\n"
+    "      --misrouted POLICY      a record whose key routes (murmur2) to\n"
+    "                              another partition: dlq (dead-letter it,\n"
+    "                              reason misrouted; default) | forward\n"
+    "                              (re-publish it to its key's partition) |\n"
+    "                              apply (apply it here: producers that all\n"
+    "                              use one custom partitioner)\n"
     "      --batch-max N           events per store commit (default 1000)\n"
     "      --durability MODE       full | meta | none (default full)\n"
     "      --dedup-retention DUR   keep idempotency keys DUR (default 7d);\n"
@@ -180,6 +188,7 @@ int kl__cmd_worker(int argc, char **argv) {
       {"retry-max-ms", required_argument, NULL, 'M'},
       {"max-attempts", required_argument, NULL, 'A'},
       {"dlq-topic", required_argument, NULL, 'Q'},
+      {"misrouted", required_argument, NULL, 'W'},
       {"set", required_argument, NULL, 'X'},
       {"pause-on-sigusr1", no_argument, NULL, 'U'},
       {"metrics-listen", required_argument, NULL, 'L'},
@@ -200,7 +209,8 @@ int kl__cmd_worker(int argc, char **argv) {
                {'I', "worker.retry.initial.ms"},
                {'M', "worker.retry.max.ms"},
                {'A', "worker.max.attempts"},
-               {'Q', "worker.dlq.topic"}};
+               {'Q', "worker.dlq.topic"},
+               {'W', "worker.misrouted"}};
   kl_conf_t *conf = kl_conf_new();
   const char *topic = NULL, *location = NULL, *handler = NULL;
   kl_worker_opts_t wopts = {NULL, 0, 0};
