@@ -24,6 +24,7 @@
 #include <strings.h>
 
 #include "broker/gateway_internal.h"
+#include "broker/producer_internal.h"
 #include "common/log.h"
 
 #define KL_GW_PREFIX "/v1/topics/"
@@ -285,11 +286,17 @@ static int32_t kl_topic_partitions(kl_gateway_t *gw, kl_gw_req_t *req) {
     return 0;
   }
   int32_t parts = kl_producer_partitions(gw->producer, req->topic);
-  if (parts > 0) {
-    if (!known)
-      kl_topic_remember(gw, req->topic);
-    return parts;
+  if (parts > 0 && !known)
+    kl_topic_remember(gw, req->topic);
+  /* Its count is not the fleet's: a partition computed now would send the
+   * key to another owner, so nothing is published or answered. */
+  if (parts > 0 &&
+      kl__producer_topic_check(gw->producer, req->topic) == KL_EPARTITIONS) {
+    kl__gw_respond_error(req, 409, NULL, "%s", kl_err_detail());
+    return 0;
   }
+  if (parts > 0)
+    return parts;
   kl_err_t err = parts < 0 ? (kl_err_t)-parts : KL_EKAFKA;
   kl__gw_respond_error(req, err == KL_ENOTFOUND ? 404 : 503, NULL, "%s",
                        kl_err_detail());
