@@ -94,6 +94,9 @@ static void test_growth_is_refused(void **state) {
   kl_event_t ev = kl_event("acct-1");
   assert_int_equal(kl_publish(producer, topic, &ev, NULL), KL_OK);
   assert_int_equal(kl_flush(producer, 30000), KL_OK);
+  /* The gateway serves a new topic once its Kafka probe answered. */
+  for (int i = 0; i < 300 && kl_health(gw->port) != 200; i++)
+    kl_t_sleep_ms(100);
   kl_t_http_resp_t r;
   assert_int_equal(kl_post(gw->port, topic, &r), 0);
   assert_int_equal(r.status, 200);
