@@ -33,6 +33,7 @@ typedef struct kl_fx {
   kl_embedded_t *cluster;
   const char *boot;
   kl_store_t *store;
+  kl_t_worker_t *w; /* running; stopped by the teardown after a failure */
 } kl_fx_t;
 
 static int kl_setup(void **state) {
@@ -51,6 +52,8 @@ static int kl_setup(void **state) {
 
 static int kl_teardown(void **state) {
   kl_fx_t *fx = *state;
+  if (fx->w)
+    kl_t_worker_stop(fx->w);
   kl_store_destroy(fx->store);
   kl_t_rmrf(fx->dir);
   kl_embedded_destroy(fx->cluster);
@@ -109,7 +112,13 @@ static void kl_await(kl_t_worker_t *w, kl_cond_fn *cond,
 static kl_t_worker_t *kl_start(kl_fx_t *fx, const char *group,
                                const char *setting) {
   const char *extra[] = {"worker.session.timeout.ms=3000", setting, NULL};
-  return kl_t_worker_start(fx->boot, KL_TOPIC, group, fx->store, extra);
+  return fx->w = kl_t_worker_start(fx->boot, KL_TOPIC, group, fx->store, extra);
+}
+
+static kl_err_t kl_stop(kl_fx_t *fx) {
+  kl_t_worker_t *w = fx->w;
+  fx->w = NULL;
+  return kl_t_worker_stop(w);
 }
 
 static uint64_t kl_applied_on(kl_fx_t *fx, int32_t partition) {
@@ -162,7 +171,7 @@ static void test_misrouted_is_dead_lettered(void **state) {
   assert_int_equal(st.misrouted, 1);
   assert_int_equal(st.forwarded, 0);
   assert_int_equal(st.failed, 0);
-  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  assert_int_equal(kl_stop(fx), KL_OK);
   assert_int_equal(kl_applied_on(fx, kl_wrong("acct-1")), 0);
 
   kl__letters_t letters;
@@ -202,7 +211,7 @@ static void test_misrouted_is_forwarded(void **state) {
   kl_credit_to(fx, "acct-3", "id-fwd", 7, kl_wrong("acct-3"));
   kl_await(w, kl_duplicate_one, &st);
   assert_int_equal(st.applied, 1);
-  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  assert_int_equal(kl_stop(fx), KL_OK);
   assert_int_equal(kl_applied_on(fx, kl_right("acct-3")), 1);
   assert_int_equal(kl_applied_on(fx, kl_wrong("acct-3")), 0);
   kl__letters_t letters;
@@ -223,7 +232,7 @@ static void test_misrouted_applied_when_asked(void **state) {
   kl_worker_stats_t st;
   kl_await(w, kl_applied_one, &st);
   assert_int_equal(st.misrouted, 0);
-  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  assert_int_equal(kl_stop(fx), KL_OK);
   assert_int_equal(kl_applied_on(fx, kl_wrong("acct-4")), 1);
 }
 
@@ -236,7 +245,7 @@ static void test_misrouted_key_parallel(void **state) {
   kl_worker_stats_t st;
   kl_await(w, kl_dlq_done, &st);
   assert_int_equal(st.misrouted, 1);
-  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  assert_int_equal(kl_stop(fx), KL_OK);
 }
 
 static int kl_applied_two(const kl_worker_stats_t *st) {
@@ -277,7 +286,7 @@ static void test_redrive_misrouted(void **state) {
 
   kl_await(w, kl_applied_two, &st);
   assert_int_equal(st.misrouted, 1); /* not misrouted any more */
-  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  assert_int_equal(kl_stop(fx), KL_OK);
   assert_int_equal(kl_applied_on(fx, kl_wrong("acct-7")),
                    kl_wrong("acct-7") == kl_right("acct-8") ? 1 : 0);
   assert_true(kl_applied_on(fx, kl_right("acct-7")) >= 1);
