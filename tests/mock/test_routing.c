@@ -21,7 +21,9 @@
 #include <librdkafka/rdkafka.h>
 
 #include "broker/partitioners.h"
+#include "support/http.h"
 #include "support/support.h"
+#include "worker/metrics_server.h"
 #include "worker/letters.h"
 #include "worker/redrive.h"
 
@@ -152,6 +154,24 @@ static void kl_read_letters(kl_fx_t *fx, kl__letters_t *letters) {
   kl_conf_destroy(conf);
 }
 
+/* The worker's /metrics holds the line @p want. */
+static void kl_expect_metric(kl_fx_t *fx, kl_t_worker_t *w, const char *want) {
+  kl_conf_t *conf = kl_conf_new();
+  kl__metrics_server_t *ms;
+  assert_int_equal(kl__metrics_server_start(":0", conf, KL_TOPIC, w->worker,
+                                            fx->store, &ms),
+                   KL_OK);
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_t_http_once(kl__metrics_server_port(ms), "GET",
+                                  "/metrics", NULL, NULL, &r),
+                   0);
+  kl__metrics_server_stop(ms);
+  kl_conf_destroy(conf);
+  if (!strstr(r.body, want))
+    fail_msg("/metrics lacks %s:\n%s", want, r.body);
+  kl_t_http_resp_free(&r);
+}
+
 static int kl_dlq_done(const kl_worker_stats_t *st) {
   return st->applied == 1 && st->dead_letters == 1;
 }
@@ -171,6 +191,8 @@ static void test_misrouted_is_dead_lettered(void **state) {
   assert_int_equal(st.misrouted, 1);
   assert_int_equal(st.forwarded, 0);
   assert_int_equal(st.failed, 0);
+  kl_expect_metric(fx, w, "keylane_worker_misrouted_total{topic=\"rt\","
+                          "partition=\"3\"} 1\n");
   assert_int_equal(kl_stop(fx), KL_OK);
   assert_int_equal(kl_applied_on(fx, kl_wrong("acct-1")), 0);
 
