@@ -4,10 +4,10 @@
  *
  * For each record in offset order: skip it when its offset is below the
  * watermark (redelivered); refuse it when its key routes to another
- * partition (misrouted, with applier->partitions set); decode it; skip it when its idempotency key was
- * seen (re-published); else run the handler. Then ONE store commit holds
- * the handlers' writes, the new idempotency keys and the new watermark,
- * guarded by the owner's epoch.
+ * partition (misrouted, with applier->partitions set); decode it; skip it
+ * when its idempotency key was seen (re-published); else run the handler.
+ * Then ONE store commit holds the handlers' writes, the new idempotency
+ * keys and the new watermark, guarded by the owner's epoch.
  */
 #ifndef KEYLANE_WORKER_APPLY_H
 #define KEYLANE_WORKER_APPLY_H

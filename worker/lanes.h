@@ -104,8 +104,9 @@ size_t kl__lanes_misrouted(kl__lanes_t *lanes, uint64_t *by_partition,
                            size_t max);
 
 /**
- * The topic's partition count changed: every lane is paused for good (the bounds' resumes leave it paused); events
- * already in the windows still run and commit. Poll thread.
+ * The topic's partition count changed: every lane is paused for good (the
+ * bounds' resumes leave it paused); events already in the windows still
+ * run and commit. Poll thread.
  */
 void kl__lanes_stop_taking(kl__lanes_t *lanes);
 

@@ -115,7 +115,8 @@ static void kl_ms_routing(kl__metrics_server_t *server, kl__metrics_t *m,
   kl_ms_gauge(m, "keylane_worker_partition_count_mismatch",
               "1 when the topic's partition count differs from the expected "
               "one: the worker stopped taking it.",
-              st->partitions_live && st->partitions_live != st->partitions_expected);
+              st->partitions_live &&
+                  st->partitions_live != st->partitions_expected);
 }
 
 static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {

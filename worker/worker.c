@@ -221,7 +221,8 @@ static void kl_pause_refused(kl_worker_t *worker,
                              rd_kafka_topic_partition_list_t *parts) {
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
   for (int i = 0; i < parts->cnt; i++)
-    if (worker->topic_stopped || parts->elems[i].partition >= worker->expect.count)
+    if (worker->topic_stopped ||
+        parts->elems[i].partition >= worker->expect.count)
       rd_kafka_topic_partition_list_add(l, worker->topic,
                                         parts->elems[i].partition);
   if (l->cnt)

@@ -28,8 +28,10 @@
 #define KL_GROWN 6
 
 static kl_event_t kl_event(const char *key) {
-  static const unsigned char payload[] = {0x82, 0xa6, 'a', 'm', 'o', 'u', 'n',
-                                          't',  0x01, 0xa3, 's', 'e', 'q', 0x01};
+  /* msgpack {"amount": 1, "seq": 1} */
+  static const unsigned char payload[] = {0x82, 0xa6, 'a', 'm', 'o',
+                                          'u',  'n',  't', 0x01, 0xa3,
+                                          's',  'e',  'q', 0x01};
   return (kl_event_t){.key = key, .key_len = strlen(key), .type = "credit",
                       .type_len = 6, .payload = payload,
                       .payload_len = sizeof(payload)};
