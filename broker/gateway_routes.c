@@ -343,7 +343,7 @@ static void kl_respond_ok(kl_gw_req_t *req) {
  * these ids; the workers apply each id once. */
 static void kl_respond_failed(kl_gw_req_t *req) {
   kl_gateway_t *gw = req->gw;
-  char extra[48], msg[512];
+  char extra[48], msg[768];
   snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", gw->opts.retry_after_s);
   snprintf(msg, sizeof(msg),
            "Kafka did not acknowledge %zu of %zu events "
@@ -367,7 +367,11 @@ static void kl_respond_failed(kl_gw_req_t *req) {
 
 static void kl_publish_done(kl_gw_req_t *req) {
   req->gw->inflight_bytes -= req->bytes;
-  if (req->failed)
+  if (req->failed && req->kafka_err == KL_EPARTITIONS) /* changed meanwhile */
+    kl__gw_respond_error(req, 409, NULL, "%zu of %zu events were not "
+                         "published: %s", req->failed, req->nslots,
+                         req->kafka_errmsg);
+  else if (req->failed)
     kl_respond_failed(req);
   else
     kl_respond_ok(req);
