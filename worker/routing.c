@@ -59,18 +59,21 @@ static void kl_misrouted_warn(kl__lanes_t *lanes, const kl__lane_t *lane,
       kl__partitioners_explaining(m->key, m->key_len,
                                   lanes->applier.partitions, lane->partition),
       fix, sizeof(fix));
+  char more[64] = "";
+  if (lanes->misrouted_unwarned)
+    snprintf(more, sizeof(more), "; %" PRIu64 " more since the last warning",
+             lanes->misrouted_unwarned);
   KL_LOG_W(KL_COMP,
            "misrouted record partition=%" PRId32 " offset=%" PRId64
            ": key \"%s\" routes to partition %" PRId32 " of %" PRId32
-           " (murmur2), so its owner is another worker; %s (policy "
-           "worker.misrouted=%s; %" PRIu64 " more misrouted records since "
-           "the last warning). Its producer does not use the Java default "
-           "partitioner; it is explained by %s",
+           " (murmur2), whose owner is another worker; %s (worker.misrouted="
+           "%s%s). Its producer does not use the Java default partitioner; "
+           "what put it there: %s",
            lane->partition, slot->offset, key, slot->expected_partition,
            lanes->applier.partitions,
            slot->forward ? "re-published to its key's partition"
                          : "dead-lettered with reason misrouted",
-           slot->forward ? "forward" : "dlq", lanes->misrouted_unwarned, fix);
+           slot->forward ? "forward" : "dlq", more, fix);
   lanes->misrouted_warned_ns = now;
   lanes->misrouted_unwarned = 0;
 }
