@@ -314,6 +314,45 @@ static void test_redrive_misrouted(void **state) {
   assert_true(kl_applied_on(fx, kl_right("acct-7")) >= 1);
 }
 
+static int kl_twenty_done(const kl_worker_stats_t *st) {
+  return st->applied + st->dead_letters == 20;
+}
+
+/* The issue's case: a service publishing with confluent-kafka's default
+ * partitioner (librdkafka's consistent_random, CRC32; kl_t_produce_raw()
+ * leaves the partition to it). Every key CRC32 puts elsewhere than murmur2
+ * is dead-lettered, none applied, and each letter is explained by CRC32. */
+static void test_confluent_default_is_caught(void **state) {
+  kl_fx_t *fx = *state;
+  int expect = 0;
+  char key[16], id[16];
+  for (int k = 0; k < 20; k++) {
+    snprintf(key, sizeof(key), "acct-%d", k);
+    snprintf(id, sizeof(id), "crc-%d", k);
+    expect += kl__partition_with(KL__PARTITIONER_CRC32, key, strlen(key),
+                                 KL_PARTS) != kl_right(key);
+    kl_credit_to(fx, key, id, 1, RD_KAFKA_PARTITION_UA);
+  }
+  assert_true(expect > 0);
+  kl_t_worker_t *w = kl_start(fx, "g-crc", NULL);
+  kl_worker_stats_t st;
+  kl_await(w, kl_twenty_done, &st);
+  assert_int_equal(st.misrouted, expect);
+  assert_int_equal(st.dead_letters, expect);
+  assert_int_equal(st.applied, 20 - expect);
+  assert_int_equal(kl_stop(fx), KL_OK);
+  kl__letters_t letters;
+  kl_read_letters(fx, &letters);
+  assert_int_equal(letters.n, expect);
+  for (size_t i = 0; i < letters.n; i++) {
+    rd_kafka_message_t *m = letters.v[i].msg;
+    assert_true(kl__partitioners_explaining(m->key, m->key_len, KL_PARTS,
+                                            letters.v[i].partition) &
+                (1u << KL__PARTITIONER_CRC32));
+  }
+  kl__letters_clear(&letters);
+}
+
 /* The partitioners a misrouted record is explained by. */
 static void test_partitioner_named(void **state) {
   (void)state;
@@ -347,6 +386,8 @@ int main(void) {
                                       kl_teardown),
       cmocka_unit_test_setup_teardown(test_redrive_misrouted, kl_setup,
                                       kl_teardown),
+      cmocka_unit_test_setup_teardown(test_confluent_default_is_caught,
+                                      kl_setup, kl_teardown),
       cmocka_unit_test(test_partitioner_named),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
