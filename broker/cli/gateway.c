@@ -50,6 +50,8 @@ static void kl_gw_help(void) {
       "     200 [{\"partition\",\"offset\",\"id\"}] in request order\n"
       "     400 {\"error\",\"index\"} first bad event; nothing was produced\n"
       "     401 no valid bearer token (with --tokens-file)\n"
+      "     409 the topic's partition count changed since the gateway first\n"
+      "         served it (or differs from producer.expect.partitions)\n"
       "     413 body over --max-body     429 in-flight budget full "
       "(Retry-After)\n"
       "     503 Kafka did not acknowledge in --produce-timeout: retry with\n"
