@@ -24,6 +24,7 @@
 #include "support/http.h"
 #include "support/support.h"
 #include "worker/metrics_server.h"
+#include "worker/checks.h"
 #include "worker/letters.h"
 #include "worker/redrive.h"
 
@@ -353,6 +354,29 @@ static void test_confluent_default_is_caught(void **state) {
   kl__letters_clear(&letters);
 }
 
+/* keylane doctor's partition-count check (worker/checks.h). */
+static void test_check_partitions(void **state) {
+  kl_fx_t *fx = *state;
+  char errstr[256];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", fx->boot, errstr,
+                    sizeof(errstr));
+  rd_kafka_t *rk =
+      rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+  assert_non_null(rk);
+  kl__check_t c;
+  kl__check_partitions(rk, KL_TOPIC, 0, 5000, &c);
+  assert_int_equal(c.status, KL__CHECK_OK);
+  assert_non_null(strstr(c.msg, "has 4 partitions"));
+  kl__check_partitions(rk, KL_TOPIC, KL_PARTS, 5000, &c);
+  assert_int_equal(c.status, KL__CHECK_OK);
+  kl__check_partitions(rk, KL_TOPIC, 6, 5000, &c);
+  assert_int_equal(c.status, KL__CHECK_FAIL);
+  assert_non_null(strstr(c.msg, "topic rt has 4 partitions, the fleet "
+                                "expects 6: keys would move between owners"));
+  rd_kafka_destroy(rk);
+}
+
 /* The partitioners a misrouted record is explained by. */
 static void test_partitioner_named(void **state) {
   (void)state;
@@ -388,6 +412,8 @@ int main(void) {
                                       kl_teardown),
       cmocka_unit_test_setup_teardown(test_confluent_default_is_caught,
                                       kl_setup, kl_teardown),
+      cmocka_unit_test_setup_teardown(test_check_partitions, kl_setup,
+                                      kl_teardown),
       cmocka_unit_test(test_partitioner_named),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
