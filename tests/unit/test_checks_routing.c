@@ -32,22 +32,25 @@ static void kl_sample(kl__partitioner_t which, kl__routed_t *out) {
   }
 }
 
-static void test_routed_sample_is_ok(void **state) {
-  (void)state;
+/* Judges a sample placed by @p which. */
+static kl__check_t kl_judge(kl__partitioner_t which) {
   kl__routed_t sample[KL_N];
-  kl_sample(KL__PARTITIONER_MURMUR2, sample);
+  kl_sample(which, sample);
   kl__check_t c;
   kl__check_routing_judge("events", sample, KL_N, KL_PARTS, &c);
+  return c;
+}
+
+static void test_routed_sample_is_ok(void **state) {
+  (void)state;
+  kl__check_t c = kl_judge(KL__PARTITIONER_MURMUR2);
   assert_int_equal(c.status, KL__CHECK_OK);
   assert_non_null(strstr(c.msg, "all 40 sampled keys"));
 }
 
 static void test_crc32_sample_is_named(void **state) {
   (void)state;
-  kl__routed_t sample[KL_N];
-  kl_sample(KL__PARTITIONER_CRC32, sample);
-  kl__check_t c;
-  kl__check_routing_judge("events", sample, KL_N, KL_PARTS, &c);
+  kl__check_t c = kl_judge(KL__PARTITIONER_CRC32);
   assert_int_equal(c.status, KL__CHECK_FAIL);
   assert_non_null(strstr(c.msg, "CRC32"));
   assert_non_null(strstr(c.msg, "partitioner=murmur2_random"));
@@ -56,10 +59,7 @@ static void test_crc32_sample_is_named(void **state) {
 
 static void test_sarama_sample_is_named(void **state) {
   (void)state;
-  kl__routed_t sample[KL_N];
-  kl_sample(KL__PARTITIONER_FNV1A, sample);
-  kl__check_t c;
-  kl__check_routing_judge("events", sample, KL_N, KL_PARTS, &c);
+  kl__check_t c = kl_judge(KL__PARTITIONER_FNV1A);
   assert_int_equal(c.status, KL__CHECK_FAIL);
   assert_non_null(strstr(c.msg, "Sarama"));
   assert_null(strstr(c.msg, "CRC32"));
