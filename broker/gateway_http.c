@@ -134,6 +134,8 @@ const char *kl__gw_reason(int status) {
     return "Method Not Allowed";
   case 408:
     return "Request Timeout";
+  case 409:
+    return "Conflict";
   case 413:
     return "Content Too Large";
   case 415:

@@ -94,7 +94,7 @@ struct kl_gw_req {
   int64_t bytes;       /**< counted in the in-flight byte budget */
   int64_t produced_ns; /**< when the events were handed to the producer */
   kl_err_t kafka_err;  /**< the first failure */
-  char kafka_errmsg[256];
+  char kafka_errmsg[512];
 };
 
 /** The request being parsed on a connection. */

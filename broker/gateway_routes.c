@@ -337,11 +337,17 @@ static int32_t kl_topic_partitions(kl_gateway_t *gw, kl_gw_req_t *req) {
     return 0;
   }
   int32_t parts = kl_producer_partitions(gw->producer, req->topic);
-  if (parts > 0) {
-    if (!known)
-      kl_topic_remember(gw, req->topic);
-    return parts;
+  if (parts > 0 && !known)
+    kl_topic_remember(gw, req->topic);
+  /* Its count is not the fleet's: a partition computed now would send the
+   * key to another owner, so nothing is published or answered. */
+  if (parts > 0 &&
+      kl__producer_topic_check(gw->producer, req->topic) == KL_EPARTITIONS) {
+    kl__gw_respond_error(req, 409, NULL, "%s", kl_err_detail());
+    return 0;
   }
+  if (parts > 0)
+    return parts;
   kl_err_t err = parts < 0 ? (kl_err_t)-parts : KL_EKAFKA;
   kl__gw_respond_error(req, err == KL_ENOTFOUND ? 404 : 503, NULL, "%s",
                        kl_err_detail());
@@ -388,7 +394,7 @@ static void kl_respond_ok(kl_gw_req_t *req) {
  * these ids; the workers apply each id once. */
 static void kl_respond_failed(kl_gw_req_t *req) {
   kl_gateway_t *gw = req->gw;
-  char extra[48], msg[512];
+  char extra[48], msg[768];
   snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", gw->opts.retry_after_s);
   snprintf(msg, sizeof(msg),
            "Kafka did not acknowledge %zu of %zu events "
@@ -412,7 +418,11 @@ static void kl_respond_failed(kl_gw_req_t *req) {
 
 static void kl_publish_done(kl_gw_req_t *req) {
   req->gw->inflight_bytes -= req->bytes;
-  if (req->failed)
+  if (req->failed && req->kafka_err == KL_EPARTITIONS) /* changed meanwhile */
+    kl__gw_respond_error(req, 409, NULL, "%zu of %zu events were not "
+                         "published: %s", req->failed, req->nslots,
+                         req->kafka_errmsg);
+  else if (req->failed)
     kl_respond_failed(req);
   else
     kl_respond_ok(req);

@@ -23,11 +23,20 @@
  *
  * Every function here runs on the caller's thread (the one that uses the
  * producer), including the delivery and error callbacks, which librdkafka
- * serves from rd_kafka_poll()/rd_kafka_flush().
+ * serves from rd_kafka_poll()/rd_kafka_flush(); except the watch thread,
+ * which reads the partition count of every topic in use every
+ * producer.partitions.check.ms (one metadata request for all of them) and
+ * stores it in the topic's atomic `live`. A publish compares that with the
+ * count the topic had at its first publish (or producer.expect.partitions)
+ * and refuses on a difference: keys would move between owners. The
+ * publishing thread pays one relaxed atomic load for it.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <librdkafka/rdkafka.h>
 
@@ -36,10 +45,13 @@
 #include "common/internal.h"
 #include "common/kafka.h"
 #include "common/log.h"
+#include "common/partitions.h"
 #include "keylane/producer.h"
 
 /* How long the first publish to a topic waits for its partition count. */
 #define KL_METADATA_TIMEOUT_MS 10000
+/* How long the watch thread waits for the counts, each time. */
+#define KL_WATCH_TIMEOUT_MS 5000
 /* Envelopes up to this size are encoded on the stack, larger ones on the
  * heap: 1 KiB holds a 100-byte payload with room for headers. */
 #define KL_ENVELOPE_STACK 1024
@@ -47,9 +59,10 @@
 typedef struct kl_topic {
   char *name;
   rd_kafka_topic_t *rkt;
-  int32_t partitions;
-  kl_err_t err; /* a partition-count mismatch is remembered, not re-read */
-  char detail[256];
+  int32_t partitions; /* routed by: the count at the first publish */
+  kl__partitions_expect_t expect;
+  _Atomic int32_t live; /* as the watch thread last read it */
+  int reported;         /* the watch thread logged the change */
 } kl_topic_t;
 
 struct kl_producer {
@@ -60,11 +73,18 @@ struct kl_producer {
   int64_t inflight_max;
   int64_t enqueue_timeout_ms;
   int32_t expect_partitions;
-  kl_topic_t *topics;
-  size_t topic_cnt;
+  kl_topic_t **topics; /* each stays where it is: the watch thread's too */
+  size_t topic_cnt;    /* written with mu held, on the caller's thread */
+  pthread_mutex_t mu;  /* topics and topic_cnt against the watch thread */
+  pthread_cond_t wake; /* the watch thread's timer; stopping */
+  pthread_t watch;
+  int watching, stopping;
+  int64_t check_ms;
   kl_topic_t *last; /* most publishes go to the topic of the previous one */
   kl_decoder_t *decoder; /* reads ids back in delivery reports */
 };
+
+static kl_err_t kl_watch_start(kl_producer_t *producer);
 
 /* ---- librdkafka errors, mapped once ---- */
 
@@ -235,6 +255,8 @@ static kl_err_t kl_producer_rkconf(const kl_conf_t *conf,
 /* Frees what kl_producer_new() set up before librdkafka's handle. */
 static void kl_producer_free(kl_producer_t *producer) {
   kl_decoder_destroy(producer->decoder);
+  pthread_mutex_destroy(&producer->mu);
+  pthread_cond_destroy(&producer->wake);
   free(producer);
 }
 
@@ -257,6 +279,13 @@ kl_err_t kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
       kl__conf_int(conf, "producer.enqueue.timeout.ms");
   producer->expect_partitions =
       (int32_t)kl__conf_int(conf, "producer.expect.partitions");
+  producer->check_ms = kl__conf_int(conf, "producer.partitions.check.ms");
+  pthread_mutex_init(&producer->mu, NULL);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&producer->wake, &attr);
+  pthread_condattr_destroy(&attr);
   rd_kafka_conf_t *rkconf;
   if ((err = kl_producer_rkconf(conf, producer, &rkconf))) {
     kl_producer_free(producer);
@@ -269,6 +298,10 @@ kl_err_t kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
     rd_kafka_conf_destroy(rkconf);
     kl_producer_free(producer);
     return kl__err(KL_ECONF, "cannot create the Kafka producer: %s", errstr);
+  }
+  if ((err = kl_watch_start(producer))) {
+    kl_producer_destroy(producer);
+    return err;
   }
   *out = producer;
   return KL_OK;
@@ -305,18 +338,15 @@ static int32_t kl_topic_read_count(kl_producer_t *producer, kl_topic_t *topic,
   return count;
 }
 
-static kl_err_t kl_topic_check(kl_producer_t *producer, kl_topic_t *topic) {
-  int32_t expect = producer->expect_partitions;
-  if (expect == 0 || topic->partitions == expect)
+/* The refusal, or KL_OK: one relaxed load on every publish. */
+static kl_err_t kl_topic_check(const kl_topic_t *topic) {
+  int32_t live = atomic_load_explicit(&topic->live, memory_order_relaxed);
+  if (live == topic->expect.count)
     return KL_OK;
-  topic->err = kl__err(KL_EPARTITIONS,
-                       "topic %s has %d partitions, the fleet expects %d: keys "
-                       "would move between owners; recreate the topic or pass "
-                       "--partitions %d (producer.expect.partitions)",
-                       topic->name, (int)topic->partitions, (int)expect,
-                       (int)topic->partitions);
-  snprintf(topic->detail, sizeof(topic->detail), "%s", kl_err_detail());
-  return topic->err;
+  kl__partitions_check(topic->name, live, &topic->expect);
+  char why[512];
+  snprintf(why, sizeof(why), "%s", kl_err_detail());
+  return kl__err(KL_EPARTITIONS, "%s; nothing was published", why);
 }
 
 /* Reads the count, waiting out a topic that is still being created. */
@@ -329,8 +359,13 @@ static kl_err_t kl_topic_load(kl_producer_t *producer, kl_topic_t *topic) {
     if (count < 0)
       return (kl_err_t)-count;
     if (count > 0) {
+      int32_t expect = producer->expect_partitions;
       topic->partitions = count;
-      return kl_topic_check(producer, topic);
+      topic->expect = (kl__partitions_expect_t){
+          expect ? expect : count, expect != 0, "producer",
+          "producer.expect.partitions"};
+      atomic_store(&topic->live, count);
+      return KL_OK;
     }
     if (left_ms <= 0)
       return kl__err(KL_EKAFKA_TRANSIENT,
@@ -346,67 +381,81 @@ static kl_topic_t *kl_topic_find(kl_producer_t *producer, const char *name) {
   if (last && (last->name == name || strcmp(last->name, name) == 0))
     return last;
   for (size_t i = 0; i < producer->topic_cnt; i++)
-    if (strcmp(producer->topics[i].name, name) == 0)
-      return producer->last = &producer->topics[i];
+    if (strcmp(producer->topics[i]->name, name) == 0)
+      return producer->last = producer->topics[i];
   return NULL;
 }
 
-static kl_err_t kl_topic_add(kl_producer_t *producer, const char *name,
+static void kl_topic_free(kl_topic_t *topic) {
+  if (topic->rkt)
+    rd_kafka_topic_destroy(topic->rkt);
+  free(topic->name);
+  free(topic);
+}
+
+static kl_err_t kl_topic_new(kl_producer_t *producer, const char *name,
                              kl_topic_t **out) {
-  kl_topic_t *topics =
-      realloc(producer->topics, (producer->topic_cnt + 1) * sizeof(*topics));
-  if (!topics)
+  kl_topic_t *topic = calloc(1, sizeof(*topic));
+  if (!topic || !(topic->name = strdup(name))) {
+    free(topic);
     return kl__err(KL_ENOMEM, "out of memory adding topic %s", name);
-  producer->topics = topics;
-  producer->last = NULL; /* the array may have moved */
-  kl_topic_t *topic = &topics[producer->topic_cnt];
-  memset(topic, 0, sizeof(*topic));
-  if (!(topic->name = strdup(name)))
-    return kl__err(KL_ENOMEM, "out of memory adding topic %s", name);
+  }
   topic->rkt = rd_kafka_topic_new(producer->rk, name, NULL);
   if (!topic->rkt) {
-    free(topic->name);
+    kl_topic_free(topic);
     return kl__err(KL_EINVAL, "topic %s: %s", name,
                    rd_kafka_err2str(rd_kafka_last_error()));
   }
-  producer->topic_cnt++;
-  *out = producer->last = topic;
-  return KL_OK;
-}
-
-/* The cached topic, its partition count read on first use. A topic whose
- * count could not be read is dropped, so the next call tries again. */
-static kl_err_t kl_topic_get(kl_producer_t *producer, const char *name,
-                             kl_topic_t **out) {
-  kl_topic_t *topic = kl_topic_find(producer, name);
-  if (!topic) {
-    kl_err_t err = kl_topic_add(producer, name, &topic);
-    if (err)
-      return err;
-    err = kl_topic_load(producer, topic);
-    if (err && err != KL_EPARTITIONS) {
-      rd_kafka_topic_destroy(topic->rkt);
-      free(topic->name);
-      producer->topic_cnt--;
-      producer->last = NULL;
-      return err;
-    }
-  }
-  if (topic->err)
-    return kl__err(topic->err, "%s", topic->detail);
   *out = topic;
   return KL_OK;
 }
 
+/* Adds a topic whose count was read, for the publishes and the watch. */
+static kl_err_t kl_topic_add(kl_producer_t *producer, kl_topic_t *topic) {
+  pthread_mutex_lock(&producer->mu);
+  kl_topic_t **topics =
+      realloc(producer->topics, (producer->topic_cnt + 1) * sizeof(*topics));
+  if (topics) {
+    producer->topics = topics;
+    topics[producer->topic_cnt++] = topic;
+  }
+  pthread_mutex_unlock(&producer->mu);
+  if (!topics)
+    return kl__err(KL_ENOMEM, "out of memory adding topic %s", topic->name);
+  producer->last = topic;
+  return KL_OK;
+}
+
+/* The cached topic, its partition count read on first use. A topic whose
+ * count could not be read is not kept, so the next call tries again. */
+static kl_err_t kl_topic_get(kl_producer_t *producer, const char *name,
+                             kl_topic_t **out) {
+  kl_topic_t *topic = kl_topic_find(producer, name);
+  if (!topic) {
+    kl_err_t err = kl_topic_new(producer, name, &topic);
+    if (err)
+      return err;
+    if ((err = kl_topic_load(producer, topic)) == KL_OK)
+      err = kl_topic_add(producer, topic);
+    if (err) {
+      kl_topic_free(topic);
+      return err;
+    }
+  }
+  *out = topic;
+  return kl_topic_check(topic);
+}
+
 void kl__producer_forget(kl_producer_t *producer, const char *name) {
   for (size_t i = 0; producer && i < producer->topic_cnt; i++) {
-    kl_topic_t *topic = &producer->topics[i];
+    kl_topic_t *topic = producer->topics[i];
     if (strcmp(topic->name, name) != 0)
       continue;
-    rd_kafka_topic_destroy(topic->rkt);
-    free(topic->name);
-    *topic = producer->topics[--producer->topic_cnt];
+    pthread_mutex_lock(&producer->mu);
+    producer->topics[i] = producer->topics[--producer->topic_cnt];
+    pthread_mutex_unlock(&producer->mu);
     producer->last = NULL;
+    kl_topic_free(topic);
     return;
   }
 }
@@ -415,13 +464,94 @@ int32_t kl_producer_partitions(kl_producer_t *producer, const char *topic) {
   if (!producer || !topic)
     return -(int32_t)kl__err(KL_EINVAL, "kl_producer_partitions: producer and "
                                         "topic are required");
-  kl_topic_t *t;
+  kl_topic_t *t = NULL;
   kl_err_t err = kl_topic_get(producer, topic, &t);
-  if (err == KL_EPARTITIONS) /* the live count is known, and asked for */
-    t = kl_topic_find(producer, topic);
-  else if (err)
+  if (err && err != KL_EPARTITIONS) /* a mismatch: the live count is known */
     return -(int32_t)err;
-  return t->partitions;
+  return atomic_load(&t->live);
+}
+
+kl_err_t kl__producer_topic_check(kl_producer_t *producer, const char *topic) {
+  kl_topic_t *t;
+  return kl_topic_get(producer, topic, &t);
+}
+
+/* ---- the watch thread ---- */
+
+/* Stores the counts of @p md in the topics (mu held), and says once when
+ * one changed. */
+static void kl_watch_apply(kl_producer_t *producer,
+                           const struct rd_kafka_metadata *md) {
+  for (int i = 0; i < md->topic_cnt; i++) {
+    const rd_kafka_metadata_topic_t *mt = &md->topics[i];
+    if (mt->err || mt->partition_cnt <= 0)
+      continue;
+    for (size_t j = 0; j < producer->topic_cnt; j++) {
+      kl_topic_t *t = producer->topics[j];
+      if (strcmp(t->name, mt->topic) != 0)
+        continue;
+      atomic_store(&t->live, mt->partition_cnt);
+      if (mt->partition_cnt != t->expect.count && !t->reported) {
+        t->reported = 1;
+        kl__partitions_check(t->name, mt->partition_cnt, &t->expect);
+        KL_LOG_E("producer", "%s; publishing to topic %s is refused from now "
+                 "on", kl_err_detail(), t->name);
+      } else if (mt->partition_cnt == t->expect.count) {
+        t->reported = 0;
+      }
+    }
+  }
+}
+
+static void *kl_watch_main(void *opaque) {
+  kl_producer_t *producer = opaque;
+  pthread_mutex_lock(&producer->mu);
+  while (!producer->stopping) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += producer->check_ms / 1000;
+    ts.tv_nsec += (long)(producer->check_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&producer->wake, &producer->mu, &ts);
+    if (producer->stopping || !producer->topic_cnt)
+      continue;
+    pthread_mutex_unlock(&producer->mu);
+    /* No topic named: librdkafka asks for every topic this handle uses. */
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t err = rd_kafka_metadata(producer->rk, 0, NULL, &md,
+                                                KL_WATCH_TIMEOUT_MS);
+    pthread_mutex_lock(&producer->mu);
+    if (err) {
+      KL_LOG_D("producer", "partition counts: %s", rd_kafka_err2str(err));
+      continue;
+    }
+    kl_watch_apply(producer, md);
+    rd_kafka_metadata_destroy(md);
+  }
+  pthread_mutex_unlock(&producer->mu);
+  return NULL;
+}
+
+static kl_err_t kl_watch_start(kl_producer_t *producer) {
+  if (pthread_create(&producer->watch, NULL, kl_watch_main, producer) != 0)
+    return kl__err(KL_ENOMEM, "cannot start the producer's partition-count "
+                              "watch thread");
+  producer->watching = 1;
+  return KL_OK;
+}
+
+static void kl_watch_stop(kl_producer_t *producer) {
+  if (!producer->watching)
+    return;
+  pthread_mutex_lock(&producer->mu);
+  producer->stopping = 1;
+  pthread_cond_signal(&producer->wake);
+  pthread_mutex_unlock(&producer->mu);
+  pthread_join(producer->watch, NULL);
+  producer->watching = 0;
 }
 
 /* ---- publishing ---- */
@@ -544,6 +674,7 @@ int64_t kl_producer_inflight(const kl_producer_t *producer) {
 void kl_producer_destroy(kl_producer_t *producer) {
   if (!producer)
     return;
+  kl_watch_stop(producer);
   if (kl_flush(producer, 10000) != KL_OK) {
     KL_LOG_W("producer", "%s; failing them", kl_err_detail());
     /* Purged events get a delivery report (KL_ESTOPPED). */
@@ -551,10 +682,8 @@ void kl_producer_destroy(kl_producer_t *producer) {
                    RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     rd_kafka_flush(producer->rk, 2000);
   }
-  for (size_t i = 0; i < producer->topic_cnt; i++) {
-    rd_kafka_topic_destroy(producer->topics[i].rkt);
-    free(producer->topics[i].name);
-  }
+  for (size_t i = 0; i < producer->topic_cnt; i++)
+    kl_topic_free(producer->topics[i]);
   free(producer->topics);
   rd_kafka_destroy(producer->rk);
   kl_producer_free(producer);

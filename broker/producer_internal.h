@@ -25,4 +25,13 @@ rd_kafka_t *kl__producer_rk(kl_producer_t *producer);
  */
 void kl__producer_forget(kl_producer_t *producer, const char *topic);
 
+/**
+ * Whether @p topic may be published to: its partition count read on
+ * first use, then watched (producer.partitions.check.ms).
+ * @returns KL_OK; KL_EPARTITIONS when its count is not the expected one
+ *          (the detail names both and the fix); or the error of reading it.
+ *          On the producer's thread.
+ */
+kl_err_t kl__producer_topic_check(kl_producer_t *producer, const char *topic);
+
 #endif

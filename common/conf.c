@@ -39,7 +39,11 @@ static const kl_conf_key_t kl_keys[] = {
     {"producer.enqueue.timeout.ms", KL_CT_MS, "5000", 0, 3600000, NULL,
      "how long kl_publish() waits for room in a full budget"},
     {"producer.expect.partitions", KL_CT_INT, "0", 0, 100000, NULL,
-     "refuse to publish when a topic's partition count differs (0: no check)"},
+     "refuse to publish when a topic's partition count differs (0: the count "
+     "seen at its first publish)"},
+    {"producer.partitions.check.ms", KL_CT_INT, "10000", 100, 3600000, NULL,
+     "how often the producer reads its topics' partition counts; on a change "
+     "it refuses to publish to the topic"},
     {"store.durability", KL_CT_ENUM, "full", 0, 0, "full|meta|none",
      "full: fsync each commit; meta: skip the metadata fsync (an OS crash may "
      "undo the last commit); none: no fsync (an OS crash may undo recent "
@@ -79,7 +83,16 @@ static const kl_conf_key_t kl_keys[] = {
     {"worker.batch.wait.ms", KL_CT_MS, "20", 0, 10000, NULL,
      "how long a batch waits to fill before it is committed"},
     {"worker.expect.partitions", KL_CT_INT, "0", 0, 100000, NULL,
-     "refuse to run when the topic's partition count differs (0: no check)"},
+     "refuse to run when the topic's partition count differs (0: the count "
+     "seen at start)"},
+    {"worker.misrouted", KL_CT_ENUM, "dlq", 0, 0, "dlq|forward|apply",
+     "a record whose key routes (murmur2) to another partition: dlq: "
+     "dead-letter it (reason misrouted); forward: re-publish it to its key's "
+     "partition; apply: apply it here (producers with one custom "
+     "partitioner)"},
+    {"worker.partitions.check.ms", KL_CT_INT, "10000", 100, 3600000, NULL,
+     "how often a running worker reads the topic's partition count; on a "
+     "change it stops taking the topic"},
     {"worker.concurrency", KL_CT_INT, "1", 1, 1024, NULL,
      "handler threads per worker; events of one key stay in order"},
     {"worker.retry.initial.ms", KL_CT_MS, "100", 1, 3600000, NULL,

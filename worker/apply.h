@@ -3,10 +3,11 @@
  * the worker's lanes and `keylane replay` alike.
  *
  * For each record in offset order: skip it when its offset is below the
- * watermark (redelivered); decode it; skip it when its idempotency key was
- * seen (re-published); else run the handler. Then ONE store commit holds
- * the handlers' writes, the new idempotency keys and the new watermark,
- * guarded by the owner's epoch.
+ * watermark (redelivered); refuse it when its key routes to another
+ * partition (misrouted, with applier->partitions set); decode it; skip it
+ * when its idempotency key was seen (re-published); else run the handler.
+ * Then ONE store commit holds the handlers' writes, the new idempotency
+ * keys and the new watermark, guarded by the owner's epoch.
  */
 #ifndef KEYLANE_WORKER_APPLY_H
 #define KEYLANE_WORKER_APPLY_H
@@ -36,6 +37,7 @@ typedef struct kl__applier {
    * effects; it outlives the id's retention (redrive.h). Borrowed. */
   const char *letter_key;
   size_t letter_key_len;
+  int32_t partitions; /* > 0: a key must route (murmur2) to its partition */
 } kl__applier_t;
 
 typedef struct kl__apply_result {
@@ -45,6 +47,8 @@ typedef struct kl__apply_result {
   int64_t failed_offset;
   kl_err_t failed_err; /* KL_EDECODE_* when the record did not decode */
   kl_err_t store_err;  /* the store error behind a RETRY of seen/mark */
+  int misrouted;       /* FAIL: the key routes to expected_partition */
+  int32_t expected_partition;
   char why[512];
 } kl__apply_result_t;
 
@@ -55,7 +59,9 @@ typedef struct kl__apply_result {
  * @param event  receives the decoded event; it borrows from @p m and from
  *               applier->decoder, as kl_event_decode() says.
  * @returns KL_HANDLER_OK (applied or duplicate); RETRY or FAIL with res->why.
- *          The cause: res->failed_err is a KL_EDECODE_* code for a record
+ *          The cause: res->misrouted for a record whose key routes to
+ *          res->expected_partition (FAIL, nothing decoded or run);
+ *          res->failed_err is a KL_EDECODE_* code for a record
  *          that did not decode (FAIL); res->store_err a store error of
  *          seen/mark (RETRY); both KL_OK when the handler said so.
  */

@@ -83,6 +83,36 @@ void kl__check_epochs(kl_store_t *store, const kl_conf_t *conf,
                       const char *group, const char *topic,
                       int32_t partitions, int timeout_ms, kl__check_t *out);
 
+/* ---- routing and the partition count (checks_routing.c) ---- */
+
+/** One record of a sample: its key (borrowed) and the partition it is on. */
+typedef struct kl__routed {
+  const void *key;
+  size_t key_len;
+  int32_t partition;
+} kl__routed_t;
+
+/**
+ * Judges a sample of @p topic's records (keylane doctor: the last ones of
+ * each partition) against a topic of @p partitions partitions: OK when
+ * every key routes (murmur2) to the partition it is on; FAIL saying how
+ * many do not, one of them, and which partitioner explains them all (what
+ * kl__partitioners_explaining() leaves over the misrouted ones,
+ * broker/partitioners.h) with the client setting to fix. Records without
+ * a key are not judged; WARN when no record had one.
+ */
+void kl__check_routing_judge(const char *topic, const kl__routed_t *sample,
+                             size_t n, int32_t partitions, kl__check_t *out);
+
+/**
+ * Reads @p topic's partition count and compares it with @p expected (the
+ * fleet's --partitions; 0: none given, OK with the count). FAIL with
+ * kl__partitions_check()'s message (common/partitions.h); WARN when the
+ * count cannot be read within @p timeout_ms.
+ */
+void kl__check_partitions(rd_kafka_t *rk, const char *topic, int32_t expected,
+                          int timeout_ms, kl__check_t *out);
+
 /**
  * Test hook: answers kl__check_retention()'s reads instead of the cluster.
  * @p fn returns the value of configuration @p name of @p topic (NULL: the

@@ -29,6 +29,7 @@ const char *kl__dlq_reason_name(kl__dlq_reason_t reason) {
   case KL__DLQ_DECODE: return "decode";
   case KL__DLQ_HANDLER_FAIL: return "handler_fail";
   case KL__DLQ_MAX_ATTEMPTS: return "max_attempts";
+  case KL__DLQ_MISROUTED: return "misrouted";
   }
   return "unknown";
 }
@@ -173,6 +174,9 @@ static rd_kafka_headers_t *kl_dlq_headers(const char *source_topic,
                            l->first_failure_ms) |
             kl_hdr_add_i64(h, "keylane.dlq.last_failure_ms",
                            l->last_failure_ms);
+  if (l->expected_partition >= 0)
+    bad |= kl_hdr_add_i64(h, "keylane.dlq.expected_partition",
+                          l->expected_partition);
   if (bad) {
     rd_kafka_headers_destroy(h);
     return NULL;
@@ -180,19 +184,43 @@ static rd_kafka_headers_t *kl_dlq_headers(const char *source_topic,
   return h;
 }
 
-kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
-                      const kl__dlq_letter_t *letter,
-                      const kl__dlq_ref_t *ref) {
-  kl__dlq_ref_t *copy = malloc(sizeof(*copy));
-  rd_kafka_headers_t *h = copy ? kl_dlq_headers(source_topic, letter) : NULL;
-  if (!h) {
-    free(copy);
-    return kl__err(KL_ENOMEM, "dead letter: out of memory");
+/* The record's headers without keylane.dlq.* (a redriven letter's), plus
+ * where a forward came from. */
+static rd_kafka_headers_t *kl_forward_headers(const rd_kafka_message_t *m) {
+  rd_kafka_headers_t *orig = NULL;
+  rd_kafka_headers_t *h = rd_kafka_headers_new(8);
+  if (rd_kafka_message_headers((rd_kafka_message_t *)m, &orig) == 0 && orig) {
+    const char *name;
+    const void *value;
+    size_t size;
+    for (size_t i = 0; !rd_kafka_header_get_all(orig, i, &name, &value, &size);
+         i++)
+      if (strncmp(name, "keylane.dlq.", 12) != 0)
+        rd_kafka_header_add(h, name, -1, value, (ssize_t)size);
+  }
+  if (kl_hdr_add_i64(h, "keylane.forward.partition", m->partition) |
+      kl_hdr_add_i64(h, "keylane.forward.offset", m->offset)) {
+    rd_kafka_headers_destroy(h);
+    return NULL;
+  }
+  return h;
+}
+
+/* Produces @p m's key and value to @p topic (@p partition, or UA) with
+ * @p h, which it takes over, and @p ref's copy as the ack's opaque. */
+static kl_err_t kl_dlq_produce(kl__dlq_t *dlq, const char *topic,
+                               int32_t partition, const rd_kafka_message_t *m,
+                               rd_kafka_headers_t *h,
+                               const kl__dlq_ref_t *ref) {
+  kl__dlq_ref_t *copy = h ? malloc(sizeof(*copy)) : NULL;
+  if (!copy) {
+    if (h)
+      rd_kafka_headers_destroy(h);
+    return kl__err(KL_ENOMEM, "record to %s: out of memory", topic);
   }
   *copy = *ref;
-  const rd_kafka_message_t *m = letter->msg;
   rd_kafka_resp_err_t kerr = rd_kafka_producev(
-      dlq->rk, RD_KAFKA_V_TOPIC(dlq->topic),
+      dlq->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition),
       RD_KAFKA_V_KEY(m->key, m->key_len),
       RD_KAFKA_V_VALUE(m->payload, m->len),
       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
@@ -200,11 +228,28 @@ kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
   if (kerr) {
     rd_kafka_headers_destroy(h); /* not taken over on failure */
     free(copy);
-    return kl__err(KL_EKAFKA_TRANSIENT, "dead letter to %s: %s", dlq->topic,
+    return kl__err(KL_EKAFKA_TRANSIENT, "record to %s: %s", topic,
                    rd_kafka_err2str(kerr));
   }
   dlq->inflight++;
   return KL_OK;
+}
+
+kl_err_t kl__dlq_forward(kl__dlq_t *dlq, const char *topic, int32_t partition,
+                         const rd_kafka_message_t *msg,
+                         const kl__dlq_ref_t *ref) {
+  return kl_dlq_produce(dlq, topic, partition, msg, kl_forward_headers(msg),
+                        ref);
+}
+
+kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
+                      const kl__dlq_letter_t *letter,
+                      const kl__dlq_ref_t *ref) {
+  if (letter->forward)
+    return kl__dlq_forward(dlq, source_topic, letter->expected_partition,
+                           letter->msg, ref);
+  return kl_dlq_produce(dlq, dlq->topic, RD_KAFKA_PARTITION_UA, letter->msg,
+                        kl_dlq_headers(source_topic, letter), ref);
 }
 
 void kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms) {

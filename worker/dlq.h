@@ -4,11 +4,19 @@
  * headers), to `<topic>.dlq` (worker.dlq.topic overrides), with headers
  * that say why and where it came from:
  *
- *   keylane.dlq.reason            decode | handler_fail | max_attempts
+ *   keylane.dlq.reason            decode | handler_fail | max_attempts |
+ *                                 misrouted
  *   keylane.dlq.error             the decoder's or the handler's text
  *   keylane.dlq.attempts          handler runs (0 for decode)
  *   keylane.dlq.topic / .partition / .offset   the origin
  *   keylane.dlq.first_failure_ms / .last_failure_ms  ms since the epoch
+ *   keylane.dlq.expected_partition  misrouted: the partition its key routes
+ *                                 to (.partition is where it arrived)
+ *
+ * The same producer forwards misrouted records (worker.misrouted=forward)
+ * and redrives misrouted letters: the record, unchanged but for its
+ * keylane.dlq.* headers, to its key's partition of the origin topic, with
+ * keylane.forward.partition / .offset naming where it came from.
  *
  * Delivery reports come back through the ack callback; an error is handed
  * back too, and the caller produces the letter again: a letter is never
@@ -32,9 +40,10 @@ typedef enum kl__dlq_reason {
   KL__DLQ_DECODE = 0,
   KL__DLQ_HANDLER_FAIL,
   KL__DLQ_MAX_ATTEMPTS,
+  KL__DLQ_MISROUTED,
 } kl__dlq_reason_t;
 
-/** @returns "decode", "handler_fail" or "max_attempts". */
+/** @returns "decode", "handler_fail", "max_attempts" or "misrouted". */
 const char *kl__dlq_reason_name(kl__dlq_reason_t reason);
 
 typedef struct kl__dlq kl__dlq_t;
@@ -59,6 +68,8 @@ typedef struct kl__dlq_letter {
   const char *error;
   int attempts;
   int64_t first_failure_ms, last_failure_ms;
+  int32_t expected_partition; /* misrouted: its key's partition; else -1 */
+  int forward; /* re-publish to expected_partition of the source topic */
 } kl__dlq_letter_t;
 
 /**
@@ -91,6 +102,15 @@ kl_err_t kl__dlq_check(kl__dlq_t *dlq, const char *source_topic);
 kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
                       const kl__dlq_letter_t *letter,
                       const kl__dlq_ref_t *ref);
+
+/**
+ * Re-publishes @p msg (key, value, and its headers but keylane.dlq.*) to
+ * @p partition of @p topic, acked like a letter: the way a misrouted
+ * record reaches the owner of its key.
+ */
+kl_err_t kl__dlq_forward(kl__dlq_t *dlq, const char *topic, int32_t partition,
+                         const rd_kafka_message_t *msg,
+                         const kl__dlq_ref_t *ref);
 
 /** Serves delivery reports for up to @p timeout_ms. */
 void kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms);

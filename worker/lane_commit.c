@@ -374,9 +374,10 @@ void kl__lane_dead_letter(kl__lanes_t *lanes, kl__lane_t *lane,
   slot->state = KL__SLOT_DLQ_PENDING;
   slot->reason = reason;
   slot->due_ns = 0; /* at once */
-  KL_LOG_W(KL_COMP, "dead letter partition=%" PRId32 " offset=%" PRId64
-           " reason=%s attempts=%d: %s", lane->partition, slot->offset,
-           kl__dlq_reason_name(reason), slot->attempts, why ? why : "");
+  if (reason != KL__DLQ_MISROUTED) /* routing.c warns, rate-limited */
+    KL_LOG_W(KL_COMP, "dead letter partition=%" PRId32 " offset=%" PRId64
+             " reason=%s attempts=%d: %s", lane->partition, slot->offset,
+             kl__dlq_reason_name(reason), slot->attempts, why ? why : "");
   kl__slots_push(&lane->dlq, slot);
   (void)lanes;
 }
@@ -387,8 +388,11 @@ static void kl_lane_send_letters(kl__lanes_t *lanes, kl__lane_t *lane,
     kl__slot_t *s = lane->dlq.v[i];
     if (s->dlq_inflight || now < s->due_ns)
       continue;
+    int misrouted = s->reason == KL__DLQ_MISROUTED;
     kl__dlq_letter_t letter = {s->msg, s->reason, s->why, s->attempts,
-                               s->first_failure_ms, s->last_failure_ms};
+                               s->first_failure_ms, s->last_failure_ms,
+                               misrouted ? s->expected_partition : -1,
+                               misrouted && s->forward};
     kl__dlq_ref_t ref = {lane->partition, s->offset, lane->gen};
     if (kl__dlq_send(lanes->dlq, lanes->topic, &letter, &ref) == KL_OK) {
       s->dlq_inflight = 1;
@@ -416,8 +420,11 @@ static void kl_letter_acked(kl__lanes_t *lanes, kl__lane_t *lane,
       kl__ov_set(&lane->ov, slot->key, KL__OV_ID, slot->id, slot->id_len,
                  NULL, 0, KL_MARK_DEAD_LETTER))
     lane->rewind = 1;
-  lanes->dead_letters++;
-  if (slot->reason != KL__DLQ_DECODE)
+  if (slot->forward)
+    lanes->forwarded++;
+  else
+    lanes->dead_letters++;
+  if (slot->reason != KL__DLQ_DECODE && slot->reason != KL__DLQ_MISROUTED)
     lanes->failed++;
   kl__lane_finish(lanes, lane, slot, KL__SLOT_DLQ_DONE);
 }

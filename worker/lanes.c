@@ -452,6 +452,7 @@ void kl__lanes_done(kl__lanes_t *lanes, const kl__job_t *job,
       kl_slot_failed(slot, run);
       kl__lane_dead_letter(lanes, lane, slot, KL__DLQ_DECODE, run->why);
       break;
+    case KL__RUN_MISROUTED: kl__lane_misrouted(lanes, lane, slot, run); break;
     case KL__RUN_STORE: kl_done_store(lanes, lane, slot, run); break;
     case KL__RUN_FENCED:
       slot->state = KL__SLOT_QUEUED;
@@ -908,6 +909,8 @@ void kl__lanes_stats(const kl__lanes_t *lanes, kl_worker_stats_t *stats) {
   stats->fenced = lanes->fenced;
   stats->failed = lanes->failed;
   stats->dead_letters = lanes->dead_letters;
+  stats->misrouted = lanes->misrouted_total;
+  stats->forwarded = lanes->forwarded;
   stats->waiting_keys = lanes->waiting_now;
   stats->oldest_wait_ms = lanes->oldest_wait_ms;
   stats->window_events = lanes->window_events;

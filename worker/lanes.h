@@ -58,6 +58,7 @@ typedef enum kl__outcome {
   KL__RUN_DECODE,    /* the record is not a valid envelope */
   KL__RUN_STORE,     /* the store failed: run it again, not an attempt */
   KL__RUN_FENCED,    /* kl_store_begin() said a newer owner holds it */
+  KL__RUN_MISROUTED, /* its key routes to another partition: not run */
 } kl__outcome_t;
 
 typedef struct kl__run {
@@ -66,6 +67,7 @@ typedef struct kl__run {
   const char *id;           /* the decoded idempotency key, or NULL */
   size_t id_len;
   struct kl__child *child;  /* APPLIED: merged into the lane's overlay */
+  int32_t expected_partition; /* MISROUTED: where its key routes */
 } kl__run_t;
 
 /** Counters and gauges, as kl_worker_stats() reports them. */
@@ -83,6 +85,30 @@ void kl__lanes_destroy(kl__lanes_t *lanes);
 
 /** @returns nonzero in inline mode. */
 int kl__lanes_inline(const kl__lanes_t *lanes);
+
+/**
+ * Checks every record's routing from now on: its key must route
+ * (kl_partition()) to its partition among @p partitions, else it is
+ * misrouted and, by @p policy (worker.misrouted), dead-lettered ("dlq") or
+ * re-published to its key's partition ("forward"); "apply" checks nothing.
+ * Before the executors start (kl__pool_new() copies the applier).
+ */
+void kl__lanes_route(kl__lanes_t *lanes, int32_t partitions,
+                     const char *policy);
+
+/**
+ * Misrouted records seen per partition since the worker started: fills
+ * @p by_partition[0..n-1]. Any thread. @returns n (at most @p max).
+ */
+size_t kl__lanes_misrouted(kl__lanes_t *lanes, uint64_t *by_partition,
+                           size_t max);
+
+/**
+ * The topic's partition count changed: every lane is paused for good (the
+ * bounds' resumes leave it paused); events already in the windows still
+ * run and commit. Poll thread.
+ */
+void kl__lanes_stop_taking(kl__lanes_t *lanes);
 
 /** Makes room for partitions 0..@p count-1. Poll thread. */
 void kl__lanes_reserve(kl__lanes_t *lanes, int32_t count);

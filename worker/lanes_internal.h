@@ -97,6 +97,8 @@ struct kl__slot {
   int64_t wait_since_ns;
   int64_t first_failure_ms, last_failure_ms;
   kl__dlq_reason_t reason; /* once dead-lettered */
+  int32_t expected_partition; /* MISROUTED: where its key routes */
+  int forward; /* MISROUTED: re-published there, not dead-lettered */
   char *id;   /* the decoded idempotency key, kept for a dead letter */
   size_t id_len;
   char *why; /* the last failure, for the dead letter */
@@ -114,6 +116,7 @@ enum {
   KL__PAUSE_WAITING = 2,
   KL__PAUSE_FENCED = 4,
   KL__PAUSE_LOG = 8, /* its log is being checked, or went wrong: log_guard.c */
+  KL__PAUSE_TOPIC = 16, /* the topic's partition count changed: for good */
 };
 
 /* A growable array of slot pointers. */
@@ -143,6 +146,7 @@ struct kl__lane {
   int64_t next_due_ns;    /* the earliest due_ns in `waiting`, or 0 */
   unsigned paused;        /* KL__PAUSE_* reasons */
   kl_txn_t *batch;        /* inline mode: the open group transaction */
+  uint64_t misrouted;     /* records whose key routes elsewhere, ever */
   int fence_seen;         /* an executor's begin said KL_EFENCED */
   int rewind;             /* the overlay is unusable: run events again */
   int64_t hold_until_ns;  /* after a failed commit */
@@ -178,8 +182,12 @@ struct kl__lanes {
   int64_t last_report_ns;
   uint64_t reported_dead_letters;
   atomic_int below_seen; /* a lane noted records below its position */
+  int forward_misrouted;      /* worker.misrouted=forward */
+  int64_t misrouted_warned_ns; /* the last misrouted WARN */
+  uint64_t misrouted_unwarned; /* misrouted records since then */
   _Atomic uint64_t applied, duplicates, redelivered, batches, fenced, failed,
-      dead_letters, waiting_now, oldest_wait_ms, window_events, paused_now;
+      dead_letters, waiting_now, oldest_wait_ms, window_events, paused_now,
+      misrouted_total, forwarded;
 };
 
 /* ---- lanes.c, for lane_commit.c -------------------------------------- */
@@ -219,6 +227,10 @@ void kl__lane_fenced(kl__lanes_t *lanes, kl__lane_t *lane);
 void kl__lane_rewind(kl__lanes_t *lanes, kl__lane_t *lane);
 /* Dead letters due to be produced, for every lane (mu held). */
 void kl__lanes_send_dead_letters(kl__lanes_t *lanes, int64_t now_ns);
+/* routing.c: @p slot's key routes elsewhere (run->expected_partition):
+ * counts it, warns (rate-limited) and dead-letters or forwards it. */
+void kl__lane_misrouted(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
+                        const kl__run_t *run);
 /* Moves @p slot, its key's head, to DLQ_PENDING (mu held). */
 void kl__lane_dead_letter(kl__lanes_t *lanes, kl__lane_t *lane,
                           kl__slot_t *slot, kl__dlq_reason_t reason,

@@ -122,6 +122,37 @@ static void kl_ms_log_stops(kl__metrics_server_t *server, kl__metrics_t *m) {
   }
 }
 
+/* Misrouted records by partition, forwards, and the partition count. */
+static void kl_ms_routing(kl__metrics_server_t *server, kl__metrics_t *m,
+                          const kl_worker_stats_t *st) {
+  kl__metric_t *misrouted = kl__metrics_counter(
+      m, "keylane_worker_misrouted_total",
+      "Records whose key routes (murmur2) to another partition than the one "
+      "they arrived on: dead-lettered or forwarded, never applied.",
+      "topic,partition");
+  uint64_t by_partition[4096];
+  size_t n = kl__worker_misrouted(server->worker, by_partition, 4096);
+  for (size_t p = 0; p < n; p++) {
+    char part[16];
+    snprintf(part, sizeof(part), "%zu", p);
+    if (by_partition[p])
+      kl__metric_add(misrouted, (const char *[]){server->topic, part},
+                     (double)by_partition[p]);
+  }
+  kl_ms_counter(m, "keylane_worker_misrouted_forwarded_total",
+                "Misrouted records re-published to their key's partition "
+                "(worker.misrouted=forward) and acknowledged.",
+                st->forwarded);
+  kl_ms_gauge(m, "keylane_worker_topic_partitions",
+              "The topic's partition count as last read.",
+              st->partitions_live);
+  kl_ms_gauge(m, "keylane_worker_partition_count_mismatch",
+              "1 when the topic's partition count differs from the expected "
+              "one: the worker stopped taking it.",
+              st->partitions_live &&
+                  st->partitions_live != st->partitions_expected);
+}
+
 static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
   kl_worker_stats_t st;
   kl_worker_stats(server->worker, &st);
@@ -163,6 +194,7 @@ static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
   kl_ms_gauge(m, "keylane_worker_retention_unchecked",
               "1: the cluster could not tell a topic's retention.",
               st.retention_unchecked);
+  kl_ms_routing(server, m, &st);
   kl_ms_scrape_t scrape = {
       server,
       kl__metrics_gauge(m, "keylane_worker_partition_watermark",
@@ -214,6 +246,15 @@ static int kl_ms_health(kl__metrics_server_t *server, char *reason,
     return 503;
   }
   kl_partition_state_t state;
+  if (st.partitions_live && st.partitions_live != st.partitions_expected) {
+    snprintf(reason, size, "unhealthy: topic %s has %" PRId32 " partitions, "
+             "the fleet expects %" PRId32 ": keys moved between owners and "
+             "this worker stopped taking the topic; restart the fleet with "
+             "--partitions %" PRId32 " once its partitions are drained\n",
+             server->topic, st.partitions_live, st.partitions_expected,
+             st.partitions_live);
+    return 503;
+  }
   if (kl_store_partition(server->store, server->topic, 0, &state) != KL_OK) {
     snprintf(reason, size, "unhealthy: the store does not answer: %s\n",
              kl_err_detail());

@@ -16,7 +16,9 @@
  *
  * GET /healthz is 200 "ok" while the worker runs and the store answers a
  * read; 503 with the reason when a partition is stopped by the log guard
- * (the first one's message), when the store fails to answer, or when the
+ * (the first one's message), when the topic's partition count differs
+ * from the expected one (the worker stopped taking it), when the store
+ * fails to answer, or when the
  * worker was fenced (stats.fenced grew) and has committed nothing since,
  * or owns no partition after a fence: kl_worker_stats_t.owned drops only
  * when Kafka revokes a partition, not when the worker drops a fenced lane,

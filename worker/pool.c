@@ -32,6 +32,8 @@ static kl__outcome_t kl_outcome(kl_handler_result_t r,
     return res->duplicates ? KL__RUN_DUPLICATE : KL__RUN_APPLIED;
   if (r == KL_HANDLER_RETRY)
     return res->store_err ? KL__RUN_STORE : KL__RUN_RETRY;
+  if (res->misrouted)
+    return KL__RUN_MISROUTED;
   return res->failed_err ? KL__RUN_DECODE : KL__RUN_FAIL;
 }
 
@@ -49,8 +51,9 @@ static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   kl_handler_result_t r = kl__apply_event(&x->applier, job->partition,
                                           job->epoch, &child->base, job->msg,
                                           &event, &res);
-  kl__run_t run = {kl_outcome(r, &res), res.why, NULL, 0, child};
-  if (!res.failed_err) {
+  kl__run_t run = {kl_outcome(r, &res), res.why, NULL, 0, child,
+                   res.expected_partition};
+  if (!res.failed_err && !res.misrouted) {
     run.id = event.id;
     run.id_len = event.id_len;
   }
@@ -66,7 +69,7 @@ static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
 static void kl_exec_begin_failed(kl__lanes_t *lanes, const kl__job_t *job,
                                  kl_err_t err) {
   kl__run_t run = {err == KL_EFENCED ? KL__RUN_FENCED : KL__RUN_STORE,
-                   kl_err_detail(), NULL, 0, NULL};
+                   kl_err_detail(), NULL, 0, NULL, -1};
   kl__lanes_done(lanes, job, &run);
 }
 

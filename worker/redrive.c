@@ -8,10 +8,14 @@
 #include <time.h>
 
 #include "common/internal.h"
+#include "common/kafka_pos.h"
+#include "keylane/producer.h"
 #include "worker/apply.h"
+#include "worker/dlq.h"
 #include "worker/store_internal.h"
 
 #define KL_REDRIVE_ATTEMPTS 5
+#define KL_REPUBLISH_TIMEOUT_MS 30000
 
 struct kl__redrive {
   kl__redrive_opts_t opts;
@@ -22,13 +26,18 @@ struct kl__redrive {
   size_t ntaken;
   kl__applier_t applier;
   char letter_key[KL__LETTER_KEY_MAX]; /* the letter being redriven's */
+  kl__dlq_t *sender;   /* misrouted letters: re-published with it */
+  int32_t partitions;  /* the origin topic's count; 0: not read yet */
+  int acked;           /* the sender's last ack: 1 ok, -1 failed */
+  char ack_error[256];
 };
 
 const char *kl__outcome_name(kl__outcome_t outcome) {
   static const char *const names[] = {"filtered", "applied", "duplicate",
                                       "failed",   "pending", "fenced",
-                                      "error",    "stopped"};
-  return outcome <= KL__OUT_STOPPED ? names[outcome] : "?";
+                                      "error",    "stopped",
+                                      "republished"};
+  return outcome <= KL__OUT_REPUBLISHED ? names[outcome] : "?";
 }
 
 static void kl_sleep_ms(int ms) {
@@ -243,6 +252,69 @@ static void kl_redrive_prune(kl__redrive_t *r, const kl__replay_part_t *part) {
   free(pr.keys);
 }
 
+/* ---- misrouted letters: re-published to their key's partition ---- */
+
+static void kl_republish_ack(void *opaque, const kl__dlq_ref_t *ref,
+                             kl_err_t err, const char *errstr) {
+  (void)ref;
+  kl__redrive_t *r = opaque;
+  r->acked = err ? -1 : 1;
+  snprintf(r->ack_error, sizeof(r->ack_error), "%s", errstr ? errstr : "");
+}
+
+/* The sender and the topic's partition count, on the first misrouted
+ * letter. */
+static kl_err_t kl_republish_ready(kl__redrive_t *r) {
+  kl_err_t err = KL_OK;
+  if (!r->partitions)
+    err = kl__kafka_partition_count(r->letters.rk, r->topic, 10000,
+                                    &r->partitions);
+  if (!err && !r->sender && !r->opts.dry_run)
+    err = kl__dlq_new(r->opts.conf, r->topic, kl_republish_ack, r,
+                      &r->sender);
+  return err;
+}
+
+/* Produces @p l to @p partition and waits for Kafka's acknowledgement. */
+static kl_err_t kl_republish_send(kl__redrive_t *r, const kl__letter_t *l,
+                                  int32_t partition) {
+  kl__dlq_ref_t ref = {l->partition, l->offset, 0};
+  r->acked = 0;
+  kl_err_t err = kl__dlq_forward(r->sender, r->topic, partition, l->msg, &ref);
+  int64_t deadline = kl__mono_ns() + KL_REPUBLISH_TIMEOUT_MS * 1000000LL;
+  while (!err && !r->acked && kl__mono_ns() < deadline)
+    kl__dlq_poll(r->sender, 100);
+  if (!err && r->acked != 1)
+    err = kl__err(KL_EKAFKA_TRANSIENT,
+                  "Kafka did not acknowledge it within %d ms%s%s; redrive it "
+                  "again (its id makes a second copy harmless)",
+                  KL_REPUBLISH_TIMEOUT_MS, r->acked ? ": " : "",
+                  r->acked ? r->ack_error : "");
+  return err;
+}
+
+static void kl_redrive_republish(kl__redrive_t *r, kl__redriven_t *out) {
+  const kl__letter_t *l = out->letter;
+  rd_kafka_message_t *m = l->msg;
+  kl_err_t err = kl_republish_ready(r);
+  int32_t to = err ? -1 : kl_partition(m->key, m->key_len, r->partitions);
+  if (!err && !r->opts.dry_run) {
+    m->partition = l->partition; /* where it came from, in its headers */
+    m->offset = l->offset;
+    err = kl_republish_send(r, l, to);
+  }
+  out->outcome = err ? KL__OUT_ERROR : KL__OUT_REPUBLISHED;
+  if (err)
+    snprintf(out->why, sizeof(out->why), "cannot re-publish it: %s",
+             kl_err_detail());
+  else
+    snprintf(out->why, sizeof(out->why),
+             "%s to partition %d of %s, its key's (murmur2 of %d "
+             "partitions); its owner applies it once",
+             r->opts.dry_run ? "would be re-published" : "re-published",
+             (int)to, r->topic, (int)r->partitions);
+}
+
 static void kl_redrive_all(kl__redrive_t *r) {
   kl__replay_part_t part = {.partition = -1};
   int have = 0;
@@ -252,6 +324,10 @@ static void kl_redrive_all(kl__redrive_t *r) {
       continue;
     if (r->opts.stop && *r->opts.stop)
       return;
+    if (strcmp(out->letter->reason, "misrouted") == 0) {
+      kl_redrive_republish(r, out);
+      continue;
+    }
     int32_t p = out->letter->partition;
     if (!have || part.partition != p) {
       kl_err_t err = kl_redrive_take(r, p, &part);
@@ -334,6 +410,7 @@ const char *kl__redrive_topic(const kl__redrive_t *r) {
 void kl__redrive_destroy(kl__redrive_t *r) {
   if (!r)
     return;
+  kl__dlq_destroy(r->sender);
   kl__letters_clear(&r->letters);
   free(r->results);
   free(r->taken);

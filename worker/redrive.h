@@ -23,6 +23,15 @@
  * which is never swept: a letter found there is a duplicate whatever its
  * id's mark.
  *
+ * A misrouted letter (reason misrouted: its key routes to another
+ * partition than the one it arrived on) is not applied here: it is
+ * re-published, unchanged but for its keylane.dlq.* headers, to its key's
+ * partition (murmur2, the topic's partition count now), and the owner of
+ * that partition applies it once, in order with the key's other events
+ * from then on (republished). Such a letter has no dead-letter mark (its id
+ * was never read), so the owner treats it as a new event; a second
+ * redrive re-publishes it again, and the owner skips that copy by its id.
+ *
  * Ownership and caveats: as replay.h (opts are borrowed; runs on the
  * calling thread; *opts->stop may be set from a signal handler).
  */
@@ -41,6 +50,7 @@ typedef enum kl__outcome {
   KL__OUT_FENCED,
   KL__OUT_ERROR,    /* not a keylane dead letter, or the store failed */
   KL__OUT_STOPPED,  /* not reached before a stop */
+  KL__OUT_REPUBLISHED, /* misrouted: sent to its key's partition (acked) */
 } kl__outcome_t;
 
 /** @returns "applied", "duplicate", ... */

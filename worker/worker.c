@@ -22,7 +22,9 @@
 
 #include "common/internal.h"
 #include "common/kafka.h"
+#include "common/kafka_pos.h"
 #include "common/log.h"
+#include "common/partitions.h"
 #include "worker/apply.h"
 #include "worker/checks.h"
 #include "worker/dlq.h"
@@ -64,6 +66,10 @@ struct kl_worker {
   atomic_int waiting;     /* for Kafka, at start: kl__worker_waiting() */
   pthread_mutex_t why_mu; /* guards why, read by the metrics thread */
   char why[512];
+  kl__partitions_expect_t expect; /* the topic's count the fleet expects */
+  _Atomic int32_t partitions_live; /* as last read; 0: not yet */
+  int64_t check_ns, checked_ns;    /* worker.partitions.check.ms */
+  atomic_int topic_stopped; /* the count changed: it takes nothing more */
 };
 
 #define KL_COMP "worker"
@@ -71,6 +77,11 @@ struct kl_worker {
 void kl__worker_set_before_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
                                   void *opaque) {
   kl__lanes_set_before_commit(worker->lanes, fn, opaque);
+}
+
+size_t kl__worker_misrouted(kl_worker_t *worker, uint64_t *by_partition,
+                            size_t max) {
+  return kl__lanes_misrouted(worker->lanes, by_partition, max);
 }
 
 static void kl_sleep_ms(int ms) {
@@ -148,6 +159,20 @@ static void kl_epoch_add(rd_kafka_topic_partition_list_t *taken,
   kl__kafka_epoch_set(tp, state->epoch);
 }
 
+/* A partition the worker must not take: the topic's count changed, or it
+ * is one the expected count does not have (the topic grew, and the group
+ * noticed before the timer did: check at once). Left paused, unowned. */
+static int kl_assign_refused(kl_worker_t *worker, int32_t partition) {
+  if (partition >= worker->expect.count)
+    worker->checked_ns = 0;
+  if (!worker->topic_stopped && partition < worker->expect.count)
+    return 0;
+  KL_LOG_W(KL_COMP, "not taking partition=%" PRId32 ": topic %s was expected "
+           "with %" PRId32 " partitions; see the partition-count error",
+           partition, worker->topic, worker->expect.count);
+  return 1;
+}
+
 static void kl_on_assign(kl_worker_t *worker,
                          rd_kafka_topic_partition_list_t *parts) {
   uint64_t *floors = kl_fleet_epochs(worker, parts);
@@ -155,6 +180,8 @@ static void kl_on_assign(kl_worker_t *worker,
       rd_kafka_topic_partition_list_new(parts->cnt);
   for (int i = 0; i < parts->cnt; i++) {
     rd_kafka_topic_partition_t *tp = &parts->elems[i];
+    if (kl_assign_refused(worker, tp->partition))
+      continue;
     kl_partition_state_t state;
     kl_err_t err = kl_lane_acquire(worker, tp->partition,
                                    floors ? floors[i] : 0, &state);
@@ -201,6 +228,21 @@ static void kl_on_revoke(kl_worker_t *worker,
   }
 }
 
+/* After the assign, which would fetch them: the partitions kl_on_assign()
+ * refused stay paused. */
+static void kl_pause_refused(kl_worker_t *worker,
+                             rd_kafka_topic_partition_list_t *parts) {
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  for (int i = 0; i < parts->cnt; i++)
+    if (worker->topic_stopped ||
+        parts->elems[i].partition >= worker->expect.count)
+      rd_kafka_topic_partition_list_add(l, worker->topic,
+                                        parts->elems[i].partition);
+  if (l->cnt)
+    rd_kafka_pause_partitions(worker->rk, l);
+  rd_kafka_topic_partition_list_destroy(l);
+}
+
 static void kl_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                             rd_kafka_topic_partition_list_t *parts,
                             void *opaque) {
@@ -223,6 +265,7 @@ static void kl_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
       rd_kafka_error_destroy(rd_kafka_incremental_assign(rk, parts));
     else
       rd_kafka_assign(rk, parts);
+    kl_pause_refused(worker, parts);
   } else {
     kl_on_revoke(worker, parts, rd_kafka_assignment_lost(rk));
     if (cooperative)
@@ -316,7 +359,8 @@ static void kl_retake_quiet(kl_worker_t *worker) {
   int64_t now = kl__mono_ns();
   int64_t every = worker->retake_ns / 4 < 1000000000 ? worker->retake_ns / 4
                                                        : 1000000000;
-  if (!worker->retake_ns || now - worker->retake_checked_ns < every)
+  if (!worker->retake_ns || now - worker->retake_checked_ns < every ||
+      worker->topic_stopped)
     return;
   worker->retake_checked_ns = now;
   int32_t fenced[64];
@@ -468,6 +512,7 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
   int64_t n = kl__conf_int(conf, "worker.concurrency");
   worker->threads = n > 1 ? (int)n : 0;
   worker->retake_ns = retake_ms * 1000000;
+  worker->check_ns = kl__conf_int(conf, "worker.partitions.check.ms") * 1000000;
   kl_err_t err = KL_ENOMEM;
   if (worker->conf && worker->topic && worker->applier.decoder)
     err = kl_worker_parts_new(worker);
@@ -480,33 +525,63 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
 }
 
 /* Refuses to run on a topic that is missing or whose partition count is not
- * the one the fleet expects: keys would move between owners. */
+ * the one the fleet expects: keys would move between owners. Without
+ * worker.expect.partitions the count seen now is the expected one. Then
+ * every record's routing is checked against that count. */
 static kl_err_t kl_check_topic(kl_worker_t *worker, int timeout_ms) {
-  rd_kafka_topic_t *rkt = rd_kafka_topic_new(worker->rk, worker->topic, NULL);
-  const struct rd_kafka_metadata *md = NULL;
-  rd_kafka_resp_err_t kerr =
-      rd_kafka_metadata(worker->rk, 0, rkt, &md, timeout_ms);
-  rd_kafka_topic_destroy(rkt);
-  if (kerr)
-    return kl__err(KL_EKAFKA_TRANSIENT,
-                   "cannot read the metadata of topic %s: %s; check -b",
-                   worker->topic, rd_kafka_err2str(kerr));
-  kl_err_t err = KL_OK;
-  int32_t have = md->topic_cnt == 1 ? md->topics[0].partition_cnt : 0;
+  int32_t have = 0;
+  kl_err_t err = kl__kafka_partition_count(worker->rk, worker->topic, timeout_ms,
+                                           &have);
+  if (err == KL_ENOTFOUND)
+    return kl__err(KL_ENOTFOUND, "topic %s does not exist: create it first",
+                   worker->topic);
+  if (err)
+    return err;
   int64_t want = kl__conf_int(worker->conf, "worker.expect.partitions");
-  if (md->topic_cnt != 1 || md->topics[0].err || have == 0)
-    err = kl__err(KL_ENOTFOUND, "topic %s does not exist: create it first",
-                  worker->topic);
-  else if (want && have != want)
-    err = kl__err(KL_EPARTITIONS,
-                  "topic %s has %" PRId32 " partitions, the fleet expects %" PRId64
-                  ": keys would move between owners; recreate the topic or "
-                  "pass --partitions %" PRId32,
-                  worker->topic, have, want, have);
-  rd_kafka_metadata_destroy(md);
-  if (!err)
-    kl__lanes_reserve(worker->lanes, have);
-  return err;
+  worker->expect = (kl__partitions_expect_t){
+      want ? (int32_t)want : have, want != 0, "worker",
+      "worker.expect.partitions"};
+  worker->partitions_live = have;
+  if ((err = kl__partitions_check(worker->topic, have, &worker->expect)))
+    return err;
+  kl__lanes_reserve(worker->lanes, have);
+  kl__lanes_route(worker->lanes, have,
+                  kl_conf_get(worker->conf, "worker.misrouted"));
+  worker->checked_ns = kl__mono_ns();
+  return KL_OK;
+}
+
+/* The topic's count changed while running: keys moved between owners, and
+ * this worker stops taking the topic (every partition paused, nothing
+ * acquired) until it is restarted; /healthz says so. */
+static void kl_stop_taking(kl_worker_t *worker) {
+  KL_LOG_E(KL_COMP, "%s; this worker stopped taking topic %s (its partitions "
+           "are paused; events already taken in are applied)",
+           kl_err_detail(), worker->topic);
+  worker->topic_stopped = 1;
+  kl__lanes_stop_taking(worker->lanes);
+  rd_kafka_topic_partition_list_t *assigned = NULL;
+  if (!rd_kafka_assignment(worker->rk, &assigned) && assigned) {
+    rd_kafka_pause_partitions(worker->rk, assigned);
+    rd_kafka_topic_partition_list_destroy(assigned);
+  }
+}
+
+/* Reads the topic's partition count every worker.partitions.check.ms, on
+ * the poll thread between batches (one metadata request, bounded). */
+static void kl_watch_partitions(kl_worker_t *worker) {
+  int64_t now = kl__mono_ns();
+  if (worker->topic_stopped || now - worker->checked_ns < worker->check_ns)
+    return;
+  worker->checked_ns = now;
+  int32_t live = 0;
+  if (kl__kafka_partition_count(worker->rk, worker->topic, 2000, &live)) {
+    KL_LOG_D(KL_COMP, "partition count: %s", kl_err_detail());
+    return;
+  }
+  worker->partitions_live = live;
+  if (kl__partitions_check(worker->topic, live, &worker->expect))
+    kl_stop_taking(worker);
 }
 
 /* Refuses to run when an idempotency key may be swept while a copy of its
@@ -624,6 +699,7 @@ static void kl_worker_loop(kl_worker_t *worker) {
     kl__dlq_poll(worker->dlq, 0);
     kl__lanes_tick(worker->lanes);
     kl_retake_quiet(worker);
+    kl_watch_partitions(worker);
     int64_t now = kl__mono_ns();
     if (now - last_sweep > 1000000000) {
       size_t removed = 0;
@@ -739,6 +815,8 @@ void kl_worker_stats(const kl_worker_t *worker, kl_worker_stats_t *stats) {
   stats->owned = worker->owned;
   stats->retention_override = worker->retention_override;
   stats->retention_unchecked = worker->retention_unchecked;
+  stats->partitions_expected = worker->expect.count;
+  stats->partitions_live = worker->partitions_live;
 }
 
 void kl_worker_destroy(kl_worker_t *worker) {

@@ -29,4 +29,12 @@ kl__log_guard_t *kl__worker_log_guard(kl_worker_t *worker);
  */
 int kl__worker_waiting(kl_worker_t *worker, char *why, size_t size);
 
+/**
+ * Misrouted records seen per partition since the worker started (the
+ * metric keylane_worker_misrouted_total): fills @p by_partition[0..n-1].
+ * Any thread. @returns n, at most @p max.
+ */
+size_t kl__worker_misrouted(kl_worker_t *worker, uint64_t *by_partition,
+                            size_t max);
+
 #endif

@@ -52,6 +52,8 @@ static void kl_gw_help(void) {
       "     400 {\"error\",\"index\"} first bad event; nothing was produced\n"
       "     401 no valid bearer token (with --tokens-file)\n"
       "     403 an Origin header not in --allow-origin (a web page)\n"
+      "     409 the topic's partition count changed since the gateway first\n"
+      "         served it (or differs from producer.expect.partitions)\n"
       "     415 a Content-Type other than JSON or msgpack\n"
       "     413 body over --max-body     429 in-flight budget full "
       "(Retry-After)\n"

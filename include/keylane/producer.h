@@ -17,6 +17,8 @@
  * - A producer is used from one thread at a time. The delivery callback
  *   runs on that thread, from inside kl_publish(), kl_producer_poll() or
  *   kl_flush().
+ * - Each producer runs one thread of its own that reads its topics'
+ *   partition counts on a timer; it calls no callback.
  */
 #ifndef KEYLANE_PRODUCER_H
 #define KEYLANE_PRODUCER_H
@@ -71,7 +73,10 @@ KL_EXPORT kl_err_t kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
  * no id, a UUIDv7 is made and reported in the delivery. The first publish to
  * a topic reads its partition count; when "producer.expect.partitions" is
  * set and differs, it returns KL_EPARTITIONS and the detail says why keys
- * would move.
+ * would move. Without it, that first count is the expected one. The count
+ * is read again every "producer.partitions.check.ms" (on a thread of the
+ * producer's own); once it differs, every publish to the topic returns
+ * KL_EPARTITIONS with both counts and the fix, and nothing is queued.
  *
  * @returns KL_OK once queued (the delivery callback says whether Kafka
  *          acknowledged it), or an error and the event was not queued.
@@ -93,7 +98,8 @@ KL_EXPORT int64_t kl_producer_inflight(const kl_producer_t *producer);
 
 /**
  * @returns the live partition count of @p topic (read from Kafka on first
- *          use, then cached), or a negative kl_err_t.
+ *          use, then every producer.partitions.check.ms), also when it
+ *          differs from the expected one; or a negative kl_err_t.
  */
 KL_EXPORT int32_t kl_producer_partitions(kl_producer_t *producer,
                                          const char *topic);

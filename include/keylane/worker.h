@@ -155,6 +155,17 @@ typedef struct kl_worker_stats {
                                     worker anyway */
   int32_t retention_unchecked; /**< gauge: 1 when the cluster could not
                                     tell a topic's retention */
+  uint64_t misrouted; /**< records whose key routes (murmur2) to another
+                           partition: dead-lettered or forwarded, never
+                           applied (worker.misrouted) */
+  uint64_t forwarded; /**< misrouted records re-published to their key's
+                           partition and acknowledged */
+  int32_t partitions_expected; /**< the topic's partition count the fleet
+                                    expects (worker.expect.partitions, or
+                                    the count at start) */
+  int32_t partitions_live; /**< gauge: its count as last read (every
+                                worker.partitions.check.ms); when it
+                                differs the worker stops taking the topic */
 } kl_worker_stats_t;
 
 /**

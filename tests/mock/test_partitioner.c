@@ -1,7 +1,9 @@
 /*
  * Cross-check: keylane's partition for a key equals the one librdkafka's
  * murmur2_random partitioner picks, on a real produce to the embedded
- * cluster (partition left unassigned, read back from the delivery report).
+ * cluster (partition left unassigned, read back from the delivery report);
+ * and the CRC32 and FNV-1a partitioners that explain misrouted records
+ * (broker/partitioners.h) equal librdkafka's consistent and fnv1a.
  *
  * Empty keys, as found: librdkafka hashes a zero-length key that has a
  * non-NULL pointer (murmur2 of no bytes, 0x106e08d9), exactly as Java
@@ -19,6 +21,7 @@
 #include <cmocka.h>
 #include <librdkafka/rdkafka.h>
 
+#include "broker/partitioners.h"
 #include "keylane/embedded.h"
 #include "keylane/producer.h"
 
@@ -44,7 +47,8 @@ static void kl_cross_dr(rd_kafka_t *rk, const rd_kafka_message_t *msg,
     cross->got[i] = msg->partition;
 }
 
-static rd_kafka_t *kl_cross_producer(const char *bootstrap, void *opaque) {
+static rd_kafka_t *kl_cross_producer_with(const char *bootstrap, void *opaque,
+                                          const char *partitioner) {
   char errstr[256];
   rd_kafka_conf_t *conf = rd_kafka_conf_new();
   /* Sticky partitioning (default: twice linger.ms) keeps NULL-key messages
@@ -52,7 +56,7 @@ static rd_kafka_t *kl_cross_producer(const char *bootstrap, void *opaque) {
    * the NULL-key test below does not depend on how fast it produces. Keyed
    * messages are hashed either way. */
   const char *props[][2] = {{"bootstrap.servers", bootstrap},
-                            {"partitioner", "murmur2_random"},
+                            {"partitioner", partitioner},
                             {"linger.ms", "5"},
                             {"sticky.partitioning.linger.ms", "0"}};
   for (size_t i = 0; i < sizeof(props) / sizeof(props[0]); i++)
@@ -65,6 +69,10 @@ static rd_kafka_t *kl_cross_producer(const char *bootstrap, void *opaque) {
       rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
   assert_non_null(rk);
   return rk;
+}
+
+static rd_kafka_t *kl_cross_producer(const char *bootstrap, void *opaque) {
+  return kl_cross_producer_with(bootstrap, opaque, "murmur2_random");
 }
 
 static void kl_cross_keys(kl_cross_t *cross) {
@@ -92,31 +100,51 @@ static void kl_cross_produce(rd_kafka_t *rk, kl_cross_t *cross, size_t i,
   assert_int_equal(err, RD_KAFKA_RESP_ERR_NO_ERROR);
 }
 
-static void test_murmur2_random_matches(void **state) {
-  (void)state;
+/* keylane's partition for each of the 10,000 keys is the one librdkafka's
+ * @p partitioner picked. Besides murmur2, the partitioners a misrouted
+ * record is explained by (partitioners.h): librdkafka's consistent (CRC32)
+ * and fnv1a (Sarama's default FNV-1a). */
+static void kl_cross_check(const char *partitioner, kl__partitioner_t which) {
   kl_embedded_t *embedded;
   assert_int_equal(kl_embedded_new(3, "cross", KL_PARTITIONS, &embedded),
                    KL_OK);
   kl_cross_t *cross = calloc(1, sizeof(*cross));
   assert_non_null(cross);
   kl_cross_keys(cross);
-  rd_kafka_t *rk = kl_cross_producer(kl_embedded_bootstrap(embedded), cross);
+  rd_kafka_t *rk = kl_cross_producer_with(kl_embedded_bootstrap(embedded),
+                                          cross, partitioner);
   for (size_t i = 0; i < KL_KEYS; i++)
     kl_cross_produce(rk, cross, i, "cross");
   assert_int_equal(rd_kafka_flush(rk, 30000), RD_KAFKA_RESP_ERR_NO_ERROR);
   assert_int_equal(cross->failed, 0);
   size_t empty = 0;
   for (size_t i = 0; i < KL_KEYS; i++) {
-    int32_t want = kl_partition(cross->keys[i], cross->lens[i], KL_PARTITIONS);
+    int32_t want = kl__partition_with(which, cross->keys[i], cross->lens[i],
+                                      KL_PARTITIONS);
     if (cross->got[i] != want)
-      fail_msg("key #%zu (%zu bytes): librdkafka chose %d, keylane %d", i,
-               cross->lens[i], cross->got[i], want);
+      fail_msg("%s, key #%zu (%zu bytes): librdkafka chose %d, keylane %d",
+               partitioner, i, cross->lens[i], cross->got[i], want);
     empty += cross->lens[i] == 0;
   }
   assert_true(empty > 0); /* the empty key was among them */
   rd_kafka_destroy(rk);
   free(cross);
   kl_embedded_destroy(embedded);
+}
+
+static void test_murmur2_random_matches(void **state) {
+  (void)state;
+  kl_cross_check("murmur2_random", KL__PARTITIONER_MURMUR2);
+}
+
+static void test_crc32_matches_consistent(void **state) {
+  (void)state;
+  kl_cross_check("consistent", KL__PARTITIONER_CRC32);
+}
+
+static void test_fnv1a_matches_fnv1a(void **state) {
+  (void)state;
+  kl_cross_check("fnv1a", KL__PARTITIONER_FNV1A);
 }
 
 /* A NULL key is not hashed: murmur2_random spreads it at random (with
@@ -155,6 +183,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_murmur2_random_matches),
       cmocka_unit_test(test_null_key_is_random),
+      cmocka_unit_test(test_crc32_matches_consistent),
+      cmocka_unit_test(test_fnv1a_matches_fnv1a),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

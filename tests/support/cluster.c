@@ -102,6 +102,19 @@ static int32_t kl_t_meta(kl_t_cluster_t *cluster, const char *topic,
   return answer;
 }
 
+/* Waits until @p full has @p partitions partitions, each with a leader. */
+static kl_err_t kl_t_await_leaders(kl_t_cluster_t *cluster, const char *full,
+                                   int partitions) {
+  for (int t = 0; kl_t_meta(cluster, full, partitions, -1) != 1; t += 200) {
+    if (t >= KL_T_ADMIN_MS)
+      return kl_t_fail(KL_ETIMEOUT, full,
+                       "partitions without a leader after 30 s");
+    struct timespec tick = {0, 200000000L};
+    nanosleep(&tick, NULL);
+  }
+  return KL_OK;
+}
+
 static kl_err_t kl_t_create(kl_t_cluster_t *cluster, const char *full,
                             int partitions) {
   char errstr[256];
@@ -134,14 +147,8 @@ static kl_err_t kl_t_create(kl_t_cluster_t *cluster, const char *full,
   if (ev)
     rd_kafka_event_destroy(ev);
   rd_kafka_queue_destroy(queue);
-  for (int t = 0; !err && kl_t_meta(cluster, full, partitions, -1) != 1;
-       t += 200) {
-    if (t >= KL_T_ADMIN_MS)
-      err = kl_t_fail(KL_ETIMEOUT, full,
-                      "partitions without a leader after 30 s");
-    struct timespec tick = {0, 200000000L};
-    nanosleep(&tick, NULL);
-  }
+  if (!err)
+    err = kl_t_await_leaders(cluster, full, partitions);
   if (!err)
     cluster->created[kl_t_index(cluster, full)] = 1;
   return err;
@@ -162,6 +169,42 @@ static kl_err_t kl_t_create_dlq(kl_t_cluster_t *cluster, const char *full) {
   cluster->names[cluster->count] = name;
   cluster->created[cluster->count++] = 0;
   return kl_t_create(cluster, name, 1);
+}
+
+kl_err_t kl_t_cluster_grow(kl_t_cluster_t *cluster, const char *topic,
+                           int partitions) {
+  if (cluster->embedded)
+    return kl_t_fail(KL_EINVAL, topic, "the embedded cluster (librdkafka's "
+                     "mock) cannot add partitions: run on a real cluster");
+  char errstr[256];
+  rd_kafka_NewPartitions_t *np =
+      rd_kafka_NewPartitions_new(topic, (size_t)partitions, errstr,
+                                 sizeof(errstr));
+  if (!np)
+    return kl_t_fail(KL_EINVAL, topic, errstr);
+  rd_kafka_queue_t *queue = rd_kafka_queue_new(cluster->admin);
+  rd_kafka_CreatePartitions(cluster->admin, &np, 1, NULL, queue);
+  rd_kafka_NewPartitions_destroy(np);
+  rd_kafka_event_t *ev =
+      kl_t_admin_wait(queue, RD_KAFKA_EVENT_CREATEPARTITIONS_RESULT);
+  kl_err_t err = KL_OK;
+  if (!ev) {
+    err = kl_t_fail(KL_ETIMEOUT, topic, "CreatePartitions got no answer");
+  } else {
+    size_t n;
+    const rd_kafka_topic_result_t **res =
+        rd_kafka_CreatePartitions_result_topics(
+            rd_kafka_event_CreatePartitions_result(ev), &n);
+    if (rd_kafka_event_error(ev))
+      err = kl_t_fail(KL_EKAFKA, topic, rd_kafka_event_error_string(ev));
+    else if (n == 1 && rd_kafka_topic_result_error(res[0]))
+      err = kl_t_fail(KL_EKAFKA, topic,
+                      rd_kafka_topic_result_error_string(res[0]));
+  }
+  if (ev)
+    rd_kafka_event_destroy(ev);
+  rd_kafka_queue_destroy(queue);
+  return err ? err : kl_t_await_leaders(cluster, topic, partitions);
 }
 
 kl_err_t kl_t_cluster_topic_create(kl_t_cluster_t *cluster, const char *topic,

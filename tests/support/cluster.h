@@ -40,6 +40,14 @@ kl_err_t kl_t_cluster_new(int brokers, const char *topic, int partitions,
 kl_err_t kl_t_cluster_topic_create(kl_t_cluster_t *cluster, const char *topic,
                                    int partitions);
 
+/**
+ * Grows @p topic (a name as on the cluster) to @p partitions partitions
+ * (CreatePartitions) and waits until each has a leader. Real clusters only:
+ * librdkafka 2.0.2's mock cannot add partitions (KL_EINVAL says so).
+ */
+kl_err_t kl_t_cluster_grow(kl_t_cluster_t *cluster, const char *topic,
+                           int partitions);
+
 /** @returns the bootstrap string; borrowed, valid until destroy. */
 const char *kl_t_bootstrap(const kl_t_cluster_t *cluster);
 

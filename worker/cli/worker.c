@@ -34,7 +34,15 @@ static const char kl_worker_usage[] =
     "      --metrics-listen ADDR:PORT  serve GET /metrics and /healthz there\n"
     "                              (off by default; e.g. 127.0.0.1:9464)\n"
     "      --session-timeout-ms MS group session timeout (default 10000)\n"
-    "      --partitions N          refuse to run unless TOPIC has N partitions\n"
+    "      --partitions N          refuse to run unless TOPIC has N\n"
+    "                              partitions (default: the count at start);\n"
+    "                              a change while running stops taking it\n"
+    "      --misrouted POLICY      a record whose key routes (murmur2) to\n"
+    "                              another partition: dlq (dead-letter it,\n"
+    "                              reason misrouted; default) | forward\n"
+    "                              (re-publish it to its key's partition) |\n"
+    "                              apply (apply it here: producers that all\n"
+    "                              use one custom partitioner)\n"
     "      --batch-max N           events per store commit (default 1000)\n"
     "      --durability MODE       full | meta | none (default full)\n"
     "      --dedup-retention DUR   keep idempotency keys DUR (default 7d);\n"
@@ -199,6 +207,7 @@ int kl__cmd_worker(int argc, char **argv) {
       {"retry-max-ms", required_argument, NULL, 'M'},
       {"max-attempts", required_argument, NULL, 'A'},
       {"dlq-topic", required_argument, NULL, 'Q'},
+      {"misrouted", required_argument, NULL, 'W'},
       {"set", required_argument, NULL, 'X'},
       {"pause-on-sigusr1", no_argument, NULL, 'U'},
       {"metrics-listen", required_argument, NULL, 'L'},
@@ -221,7 +230,9 @@ int kl__cmd_worker(int argc, char **argv) {
                {'M', "worker.retry.max.ms"},
                {'A', "worker.max.attempts"},
                {'Q', "worker.dlq.topic"},
-               {'K', "worker.kafka.wait"}};
+               {'K', "worker.kafka.wait"},
+
+               {'W', "worker.misrouted"}};
   kl_conf_t *conf = kl_conf_new();
   const char *topic = NULL, *location = NULL, *handler = NULL;
   kl_worker_opts_t wopts = {NULL, 0, 0};
