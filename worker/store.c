@@ -93,6 +93,22 @@ kl_err_t kl_store_partition(kl_store_t *store, const char *topic,
   return store->ops->partition(store, topic, partition, state);
 }
 
+kl_err_t kl__store_beat(kl_store_t *store, const char *topic,
+                        int32_t partition, uint64_t epoch) {
+  kl_err_t err = kl_store_check_tp("kl__store_beat", topic, partition);
+  if (err || !store || !epoch)
+    return err ? err : kl__err(KL_EINVAL, "kl__store_beat: a store and the "
+                                          "epoch the partition is held with "
+                                          "are required");
+  return store->ops->beat(store, topic, partition, epoch);
+}
+
+int64_t kl__beat_period_ns(const kl_conf_t *conf) {
+  int64_t third_ms = conf ? kl__conf_int(conf, "worker.fenced.retake.ms") / 3
+                          : 0;
+  return (third_ms > 0 && third_ms < 1000 ? third_ms : 1000) * 1000000;
+}
+
 kl_err_t kl_store_begin(kl_store_t *store, const char *topic,
                         int32_t partition, uint64_t epoch, kl_txn_t **txn) {
   kl_err_t err = kl_store_check_tp("kl_store_begin", topic, partition);

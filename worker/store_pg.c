@@ -294,6 +294,7 @@ static void kl_pg_state_row(const PGresult *res, int row, int col,
   state->applied = strtoull(PQgetvalue(res, row, col + 2), NULL, 10);
   state->duplicates = strtoull(PQgetvalue(res, row, col + 3), NULL, 10);
   state->dead_letters = strtoull(PQgetvalue(res, row, col + 4), NULL, 10);
+  state->beats = strtoull(PQgetvalue(res, row, col + 5), NULL, 10);
 }
 
 /* Runs @p sql with $1 the topic, $2 the partition and, when @p nparams
@@ -327,7 +328,7 @@ static kl_err_t kl_pg_acquire_fn(kl__pg_conn_t *conn, void *ctx) {
       "INSERT INTO keylane_partitions AS p (topic, partition, epoch) VALUES "
       "($1::text, $2::int4, $3::int8 + 1) ON CONFLICT (topic, partition) DO "
       "UPDATE SET epoch = GREATEST(p.epoch, $3::int8) + 1 RETURNING epoch, "
-      "watermark, applied, duplicates, dead_letters",
+      "watermark, applied, duplicates, dead_letters, beats",
       "take the partition (increment its epoch)");
 }
 
@@ -341,7 +342,8 @@ static kl_err_t kl_pg_acquire(kl_store_t *store, const char *topic,
 static kl_err_t kl_pg_partition_fn(kl__pg_conn_t *conn, void *ctx) {
   return kl_pg_tp_query(conn, ctx, 2,
                         "SELECT epoch, watermark, applied, duplicates, "
-                        "dead_letters FROM keylane_partitions WHERE topic = "
+                        "dead_letters, beats FROM keylane_partitions WHERE "
+                        "topic = "
                         "$1::text AND partition = $2::int4",
                         "read a partition");
 }
@@ -353,6 +355,40 @@ static kl_err_t kl_pg_partition(kl_store_t *store, const char *topic,
   return kl_pg_call((kl__pg_t *)store, kl_pg_partition_fn, &tp);
 }
 
+typedef struct kl_pg_beat {
+  const char *topic;
+  int32_t partition;
+  uint64_t epoch;
+} kl_pg_beat_t;
+
+static kl_err_t kl_pg_beat_fn(kl__pg_conn_t *conn, void *ctx) {
+  kl_pg_beat_t *b = ctx;
+  char part[16], epoch[24];
+  snprintf(part, sizeof(part), "%" PRId32, b->partition);
+  snprintf(epoch, sizeof(epoch), "%" PRIu64, b->epoch);
+  const char *values[3] = {b->topic, part, epoch};
+  PGresult *res = PQexecParams(
+      conn->pg,
+      "UPDATE keylane_partitions SET beats = beats + 1 WHERE topic = "
+      "$1::text AND partition = $2::int4 AND epoch = $3::int8",
+      3, NULL, values, NULL, NULL, 0);
+  kl_err_t err = KL_OK;
+  if (!kl__pg_ok(res))
+    err = kl__pg_err(conn->pg, res, "record a heartbeat");
+  else if (strcmp(PQcmdTuples(res), "1") != 0)
+    err = kl__err(KL_EFENCED, "partition %" PRId32 " of %s is no longer held "
+                              "with epoch %" PRIu64 ": a newer owner took it",
+                  b->partition, b->topic, b->epoch);
+  PQclear(res);
+  return err;
+}
+
+static kl_err_t kl_pg_beat(kl_store_t *store, const char *topic,
+                           int32_t partition, uint64_t epoch) {
+  kl_pg_beat_t b = {topic, partition, epoch};
+  return kl_pg_call((kl__pg_t *)store, kl_pg_beat_fn, &b);
+}
+
 typedef struct kl_pg_each {
   kl_store_partition_cb_t *cb;
   void *opaque;
@@ -362,8 +398,8 @@ static kl_err_t kl_pg_foreach_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_each_t *each = ctx;
   PGresult *res =
       PQexec(conn->pg, "SELECT topic, partition, epoch, watermark, applied, "
-                       "duplicates, dead_letters FROM keylane_partitions "
-                       "ORDER BY topic, partition");
+                       "duplicates, dead_letters, beats FROM "
+                       "keylane_partitions ORDER BY topic, partition");
   if (!kl__pg_ok(res)) {
     kl_err_t err = kl__pg_err(conn->pg, res, "list the partitions");
     PQclear(res);
@@ -646,6 +682,7 @@ const kl__store_ops_t kl__pg_ops = {
     .destroy = kl_pg_destroy,
     .acquire = kl_pg_acquire,
     .partition = kl_pg_partition,
+    .beat = kl_pg_beat,
     .begin = kl__pg_begin,
     .commit = kl__pg_commit,
     .abort = kl__pg_abort,

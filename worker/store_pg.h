@@ -5,7 +5,8 @@
  *
  * Tables (created by the versioned migrations of store_pg_migrations.c):
  *   keylane_schema_version  one row per migration applied
- *   keylane_partitions      (topic, partition) -> epoch, watermark, counters
+ *   keylane_partitions      (topic, partition) -> epoch, watermark, counters,
+ *                           beats
  *   keylane_ids             (topic, idempotency key) -> mark, insert time
  *                           (ms); scoped by topic since version 3
  *   keylane_kv              the handlers' keys and values (bytea)
@@ -112,7 +113,7 @@ PGresult *kl__pg_run(kl__pg_conn_t *conn, kl__pg_stmt_t stmt, int nparams,
                      const int *formats, int binary_result, kl_err_t *err);
 
 /* Schema versions (store_pg_migrations.c). */
-#define KL__PG_SCHEMA_VERSION 3
+#define KL__PG_SCHEMA_VERSION 4
 
 /** Reads the schema version: 0 when keylane has created nothing yet. */
 kl_err_t kl__pg_schema_version(PGconn *pg, int *version);

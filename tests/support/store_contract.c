@@ -388,6 +388,42 @@ void kl_t_contract_counters(void **state) {
   kl_store_destroy(store);
 }
 
+/* A heartbeat of an owner outside the group counts only while that owner
+ * holds the partition, survives its commits and a new epoch, and shows in
+ * kl_store_partition() and kl_store_foreach_partition() alike. */
+static int kl_t_beats_cb(void *opaque, const char *topic, int32_t partition,
+                         const kl_partition_state_t *state) {
+  if (strcmp(topic, KL_T_TOPIC) == 0 && partition == 3)
+    *(uint64_t *)opaque = state->beats;
+  return 0;
+}
+
+void kl_t_contract_beats_need_the_current_epoch(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  kl_store_t *store = kl_t_store_open(where, NULL);
+  assert_int_equal(kl__store_beat(store, KL_T_TOPIC, 3, 1), KL_EFENCED);
+  uint64_t epoch = kl_t_store_acquire(store, 3);
+  assert_int_equal(kl_t_store_partition(store, 3).beats, 0);
+  assert_int_equal(kl__store_beat(store, KL_T_TOPIC, 3, epoch), KL_OK);
+  assert_int_equal(kl__store_beat(store, KL_T_TOPIC, 3, epoch), KL_OK);
+  kl_t_store_commit(kl_t_store_begin(store, 3, epoch), 10);
+  kl_partition_state_t ps = kl_t_store_partition(store, 3);
+  assert_int_equal(ps.beats, 2);
+  assert_int_equal(ps.watermark, 10);
+
+  uint64_t now = kl_t_store_acquire(store, 3);
+  assert_int_equal(kl__store_beat(store, KL_T_TOPIC, 3, epoch), KL_EFENCED);
+  assert_non_null(strstr(kl_err_detail(), "newer owner"));
+  assert_int_equal(kl_t_store_partition(store, 3).beats, 2);
+  assert_int_equal(kl__store_beat(store, KL_T_TOPIC, 3, now), KL_OK);
+  uint64_t listed = 0;
+  assert_int_equal(kl_store_foreach_partition(store, kl_t_beats_cb, &listed),
+                   KL_OK);
+  assert_int_equal(listed, 3);
+  assert_int_equal(kl_t_store_partition(store, 2).beats, 0);
+  kl_store_destroy(store);
+}
+
 /* ---- scans ----------------------------------------------------------- */
 
 typedef struct kl_t_scan {
