@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/internal.h"
 #include "worker/apply.h"
@@ -22,6 +21,9 @@ struct kl__redrive {
   size_t ntaken;
   kl__applier_t applier;
   char letter_key[KL__LETTER_KEY_MAX]; /* the letter being redriven's */
+  const kl__replay_part_t *holding; /* the partition taken now, or NULL */
+  int64_t beat_period_ns;           /* kl__beat_period_ns() of opts.conf */
+  int64_t beat_ns;                  /* when it last beat */
 };
 
 const char *kl__outcome_name(kl__outcome_t outcome) {
@@ -31,9 +33,19 @@ const char *kl__outcome_name(kl__outcome_t outcome) {
   return outcome <= KL__OUT_STOPPED ? names[outcome] : "?";
 }
 
-static void kl_sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
+/* The applier's tick (see replay.c's): the partition redrive holds beats
+ * once a beat period has passed, so that letters that keep failing, which
+ * commit nothing, do not look like a redrive that went quiet.
+ * @returns KL_EFENCED when a newer owner holds it. */
+static kl_err_t kl_redrive_tick(void *opaque, int32_t partition) {
+  kl__redrive_t *r = opaque;
+  int64_t now = kl__mono_ns();
+  const kl__replay_part_t *part = r->holding;
+  if (r->opts.dry_run || !part || part->partition != partition ||
+      now - r->beat_ns < r->beat_period_ns)
+    return KL_OK;
+  r->beat_ns = now;
+  return kl__store_beat(r->opts.store, r->topic, partition, part->epoch);
 }
 
 static kl_err_t kl_redrive_check(kl__redrive_t *r) {
@@ -156,7 +168,7 @@ static void kl_redrive_one(kl__redrive_t *r, kl__replay_part_t *part,
                err ? kl_err_detail() : res.why);
       return;
     }
-    kl_sleep_ms(backoff_ms);
+    kl__apply_sleep(&r->applier, l->partition, backoff_ms);
     backoff_ms *= 2;
   }
 }
@@ -243,7 +255,7 @@ static void kl_redrive_prune(kl__redrive_t *r, const kl__replay_part_t *part) {
   free(pr.keys);
 }
 
-static void kl_redrive_all(kl__redrive_t *r) {
+static void kl_redrive_walk(kl__redrive_t *r) {
   kl__replay_part_t part = {.partition = -1};
   int have = 0;
   for (size_t i = 0; i < r->letters.n; i++) {
@@ -254,8 +266,11 @@ static void kl_redrive_all(kl__redrive_t *r) {
       return;
     int32_t p = out->letter->partition;
     if (!have || part.partition != p) {
+      r->holding = NULL;
       kl_err_t err = kl_redrive_take(r, p, &part);
       have = 1;
+      r->holding = err ? NULL : &part;
+      r->beat_ns = kl__mono_ns();
       if (err) {
         part.epoch = 0;
         part.watermark = -1;
@@ -269,12 +284,19 @@ static void kl_redrive_all(kl__redrive_t *r) {
     }
     kl_redrive_one(r, &part, out);
     if (out->outcome == KL__OUT_FENCED) {
+      r->holding = NULL;
       part.status = KL__REPLAY_FENCED;
       snprintf(part.why, sizeof(part.why), "%s", out->why);
     }
   }
   if (have)
     kl_redrive_prune(r, &part);
+}
+
+/* Redrives the selected letters, one partition after another. */
+static void kl_redrive_all(kl__redrive_t *r) {
+  kl_redrive_walk(r);
+  r->holding = NULL; /* it pointed into the walk's frame */
 }
 
 kl_err_t kl__redrive_run(const kl__redrive_opts_t *opts, kl__redrive_t **out) {
@@ -296,7 +318,10 @@ kl_err_t kl__redrive_run(const kl__redrive_opts_t *opts, kl__redrive_t **out) {
                                .decoder = kl_decoder_new(),
                                .dry_run = opts->dry_run,
                                .dry_run_handler = opts->dry_run_handler,
-                               .redrive = 1};
+                               .redrive = 1,
+                               .tick = kl_redrive_tick,
+                               .tick_opaque = r};
+  r->beat_period_ns = kl__beat_period_ns(opts->conf);
   if (!err && !r->applier.decoder)
     err = KL_ENOMEM;
   if (err) {

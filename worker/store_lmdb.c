@@ -378,8 +378,8 @@ static int kl_beat_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   int rc = kl__lmdb_part_get(lmdb, mtxn, ctx->topic, ctx->partition, &state);
   if (!rc && state.epoch != ctx->epoch) {
     *stop = kl__err(KL_EFENCED,
-                    "partition %" PRId32 " of %s is held with epoch %" PRIu64
-                    " now, not %" PRIu64 ": a newer owner took it",
+                    "fenced: partition %" PRId32 " of %s is held with epoch "
+                    "%" PRIu64 " now, not %" PRIu64 ": a newer owner took it",
                     ctx->partition, ctx->topic, state.epoch, ctx->epoch);
     return KL__LMDB_STOP;
   }

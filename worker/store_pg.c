@@ -376,8 +376,9 @@ static kl_err_t kl_pg_beat_fn(kl__pg_conn_t *conn, void *ctx) {
   if (!kl__pg_ok(res))
     err = kl__pg_err(conn->pg, res, "record a heartbeat");
   else if (strcmp(PQcmdTuples(res), "1") != 0)
-    err = kl__err(KL_EFENCED, "partition %" PRId32 " of %s is no longer held "
-                              "with epoch %" PRIu64 ": a newer owner took it",
+    err = kl__err(KL_EFENCED, "fenced: partition %" PRId32 " of %s is no "
+                              "longer held with epoch %" PRIu64 ": a newer "
+                              "owner took it",
                   b->partition, b->topic, b->epoch);
   PQclear(res);
   return err;
