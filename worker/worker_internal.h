@@ -16,4 +16,15 @@ typedef void(kl__worker_hook_fn)(void *opaque, const char *topic,
 void kl__worker_set_before_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
                                   void *opaque);
 
+/**
+ * Called on the poll thread before a retake moves the consumer back to the
+ * watermark of @p partition: a nonzero librdkafka error makes that seek
+ * fail as if librdkafka had returned it. Tests use it to see what a failed
+ * retake costs.
+ */
+typedef int(kl__worker_seek_hook_fn)(void *opaque, int32_t partition);
+
+void kl__worker_set_seek_hook(kl_worker_t *worker, kl__worker_seek_hook_fn *fn,
+                              void *opaque);
+
 #endif
