@@ -54,9 +54,10 @@ static const kl_conf_key_t kl_keys[] = {
      "consumer group session timeout"},
     {"worker.fenced.retake.ms", KL_CT_INT, "30000", 0, 3600000, NULL,
      "a lane fenced by something outside the group (replay, redrive) takes "
-     "its partition back once the partition's state in the store has not "
-     "changed for this long (more than worker.session.timeout.ms); 0: "
-     "never (it waits for the group to move it)"},
+     "its partition back once the partition's state in the store (with the "
+     "heartbeats such a fencer writes while it works) has not changed for "
+     "this long (more than worker.session.timeout.ms); 0: never (it waits "
+     "for the group to move it)"},
     {"worker.batch.max", KL_CT_INT, "1000", 1, 100000, NULL,
      "events per store commit at most"},
     {"worker.batch.wait.ms", KL_CT_INT, "20", 0, 10000, NULL,
@@ -65,6 +66,9 @@ static const kl_conf_key_t kl_keys[] = {
      "refuse to run when the topic's partition count differs (0: no check)"},
     {"worker.concurrency", KL_CT_INT, "1", 1, 1024, NULL,
      "handler threads per worker; events of one key stay in order"},
+    {"worker.handler.timeout.ms", KL_CT_INT, "30000", 1, 3600000, NULL,
+     "the longest one handler call takes: the exec handler's answer "
+     "timeout; at most half of kafka.max.poll.interval.ms (300000)"},
     {"worker.retry.initial.ms", KL_CT_INT, "100", 1, 3600000, NULL,
      "first retry backoff"},
     {"worker.retry.max.ms", KL_CT_INT, "10000", 1, 3600000, NULL,

@@ -428,6 +428,41 @@ static kl_err_t kl_worker_parts_new(kl_worker_t *worker) {
   return err;
 }
 
+/* librdkafka's default max.poll.interval.ms. */
+#define KL_MAX_POLL_DEFAULT_MS 300000
+
+/*
+ * The poll thread must poll within kafka.max.poll.interval.ms, or the
+ * group evicts a member that is working. Between two polls it runs events
+ * for at most the inline budget plus ONE handler call (pool.c checks the
+ * budget before each event; at worker.concurrency > 1 it runs none, but a
+ * revoke waits for the running ones), then commits and maybe seeks. So one
+ * handler call may take at most half the interval, the other half being
+ * for the rest.
+ */
+static kl_err_t kl_check_poll_interval(const kl_conf_t *conf) {
+  int64_t handler_ms = kl__conf_int(conf, "worker.handler.timeout.ms");
+  const char *set = kl_conf_get(conf, "kafka.max.poll.interval.ms");
+  char *end = NULL;
+  int64_t poll_ms = set ? strtoll(set, &end, 10) : KL_MAX_POLL_DEFAULT_MS;
+  if (set && (end == set || *end || poll_ms <= 0))
+    return kl__err(KL_ECONF, "kafka.max.poll.interval.ms=%s is not a "
+                             "positive number of ms: set it like "
+                             "-X kafka.max.poll.interval.ms=300000", set);
+  if (handler_ms <= poll_ms / 2)
+    return KL_OK;
+  return kl__err(KL_ECONF,
+                 "worker.handler.timeout.ms (%" PRId64 ") is more than half "
+                 "of kafka.max.poll.interval.ms (%" PRId64 "): a handler call "
+                 "that long keeps the worker from polling, and the group "
+                 "evicts a member that is working; raise "
+                 "kafka.max.poll.interval.ms to at least %" PRId64 " (-X "
+                 "kafka.max.poll.interval.ms=%" PRId64 "), or lower the "
+                 "handler timeout (--handler-timeout-ms) to at most %" PRId64,
+                 handler_ms, poll_ms, handler_ms * 2, handler_ms * 2,
+                 poll_ms / 2);
+}
+
 kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                        kl_store_t *store, kl_handler_fn_t *handler,
                        void *handler_opaque, kl_worker_t **out) {
@@ -446,6 +481,9 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                    "the group replaced learns it before it takes a partition "
                    "back; raise it, or set 0 to never take one back",
                    retake_ms, session_ms);
+  kl_err_t checked = kl_check_poll_interval(conf);
+  if (checked)
+    return checked;
   kl_worker_t *worker = calloc(1, sizeof(*worker));
   if (!worker)
     return KL_ENOMEM;
