@@ -66,9 +66,10 @@ static const kl_conf_key_t kl_keys[] = {
      "refuse to run when the topic's partition count differs (0: no check)"},
     {"worker.concurrency", KL_CT_INT, "1", 1, 1024, NULL,
      "handler threads per worker; events of one key stay in order"},
-    {"worker.handler.timeout.ms", KL_CT_INT, "30000", 1, 3600000, NULL,
-     "the longest one handler call takes: the exec handler's answer "
-     "timeout; at most half of kafka.max.poll.interval.ms (300000)"},
+    {"worker.handler.timeout.ms", KL_CT_INT, "0", 0, 3600000, NULL,
+     "the longest one handler call takes, at most half of "
+     "kafka.max.poll.interval.ms (300000): the exec handler's answer "
+     "timeout (keylane worker sets it, 30000 by default); 0: not declared"},
     {"worker.retry.initial.ms", KL_CT_INT, "100", 1, 3600000, NULL,
      "first retry backoff"},
     {"worker.retry.max.ms", KL_CT_INT, "10000", 1, 3600000, NULL,

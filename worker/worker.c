@@ -438,7 +438,8 @@ static kl_err_t kl_worker_parts_new(kl_worker_t *worker) {
  * budget before each event; at worker.concurrency > 1 it runs none, but a
  * revoke waits for the running ones), then commits and maybe seeks. So one
  * handler call may take at most half the interval, the other half being
- * for the rest.
+ * for the rest. Only a declared bound can be checked: an in-process
+ * handler that sets none (0) must keep to the interval by itself.
  */
 static kl_err_t kl_check_poll_interval(const kl_conf_t *conf) {
   int64_t handler_ms = kl__conf_int(conf, "worker.handler.timeout.ms");
@@ -449,7 +450,7 @@ static kl_err_t kl_check_poll_interval(const kl_conf_t *conf) {
     return kl__err(KL_ECONF, "kafka.max.poll.interval.ms=%s is not a "
                              "positive number of ms: set it like "
                              "-X kafka.max.poll.interval.ms=300000", set);
-  if (handler_ms <= poll_ms / 2)
+  if (handler_ms <= poll_ms / 2) /* 0: a bound the worker cannot know */
     return KL_OK;
   return kl__err(KL_ECONF,
                  "worker.handler.timeout.ms (%" PRId64 ") is more than half "

@@ -405,6 +405,30 @@ static void test_refuses_a_handler_timeout_the_poll_interval_cannot_hold(
   assert_non_null(strstr(kl_err_detail(), "not a positive number of ms"));
 }
 
+/* keylane worker: an exec handler's timeout (30 s unless given) is that
+ * bound, checked before anything starts. */
+static void test_cli_refuses_an_exec_timeout_over_half_the_poll_interval(
+    void **state) {
+  char dir[64], cmd[512];
+  kl_t_tmpdir(dir);
+  snprintf(cmd, sizeof(cmd),
+           "'%s' worker -b 127.0.0.1:1 -t t --store '%s' --handler exec:cat "
+           "-X kafka.max.poll.interval.ms=20000 2>&1",
+           kl_t_bin(), dir);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  char out[4096];
+  size_t len = fread(out, 1, sizeof(out) - 1, p);
+  out[len] = '\0';
+  int status = pclose(p);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+  if (!strstr(out, "worker.handler.timeout.ms (30000) is more than half of "
+                   "kafka.max.poll.interval.ms (20000)") ||
+      !strstr(out, "--handler-timeout-ms) to at most 10000"))
+    fail_msg("keylane worker said: %s", out);
+  kl_t_rmrf(dir);
+}
+
 int main(int argc, char **argv) {
   if (argc == 6 && strcmp(argv[1], "--replay-child") == 0)
     return t_replay_child(argv);
@@ -412,6 +436,8 @@ int main(int argc, char **argv) {
     cmocka_set_test_filter(argv[1]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refuses_a_handler_timeout_the_poll_interval_cannot_hold),
+      cmocka_unit_test(
+          test_cli_refuses_an_exec_timeout_over_half_the_poll_interval),
       cmocka_unit_test(test_slow_handlers_do_not_starve_the_poll_thread),
       cmocka_unit_test(test_failed_seek_takes_no_epoch),
       cmocka_unit_test(test_slow_replay_beside_a_live_worker_finishes),
