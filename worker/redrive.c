@@ -45,7 +45,14 @@ static kl_err_t kl_redrive_tick(void *opaque, int32_t partition) {
       now - r->beat_ns < r->beat_period_ns)
     return KL_OK;
   r->beat_ns = now;
-  return kl__store_beat(r->opts.store, r->topic, partition, part->epoch);
+  kl__beat_t beat = {partition, part->epoch, KL_OK};
+  kl_err_t err = kl__store_beat(r->opts.store, r->topic, &beat, 1);
+  if (err || !beat.err)
+    return KL_OK; /* a store that is down fails the commit as well */
+  return kl__err(KL_EFENCED, "fenced: partition %" PRId32 " of %s has an "
+                             "owner newer than this redrive's epoch %" PRIu64
+                             ", which refused its heartbeat",
+                 partition, r->topic, part->epoch);
 }
 
 static kl_err_t kl_redrive_check(kl__redrive_t *r) {

@@ -45,6 +45,7 @@ struct kl__replay {
   int letters_read;
   int64_t beat_period_ns; /* kl__beat_period_ns() of opts.conf */
   int64_t beat_ns;        /* when the partitions last beat */
+  kl__beat_t *beats;      /* room for one beat per partition */
 };
 
 const char *kl__replay_status_name(kl__replay_status_t status) {
@@ -81,28 +82,24 @@ static kl_err_t kl_replay_tick(void *opaque, int32_t partition) {
   if (r->opts.dry_run || now - r->beat_ns < r->beat_period_ns)
     return KL_OK;
   r->beat_ns = now;
-  const kl__replay_part_t *mine = NULL;
+  size_t n = 0;
   for (size_t i = 0; i < r->count; i++) {
     const kl__replay_part_t *p = r->parts[i].p;
-    if (p->status != KL__REPLAY_RUNNING)
-      continue;
-    if (p->partition == partition) {
-      mine = p; /* last, so that kl_err_detail() is its own */
-      continue;
-    }
-    kl_err_t err = kl__store_beat(r->opts.store, r->opts.topic, p->partition,
-                                  p->epoch);
-    if (err && err != KL_EFENCED) /* fenced: its next commit says so */
-      KL_LOG_W(KL_COMP, "partition=%" PRId32 ": no heartbeat: %s",
-               p->partition, kl_err_detail());
+    if (p->status == KL__REPLAY_RUNNING)
+      r->beats[n++] = (kl__beat_t){p->partition, p->epoch, KL_OK};
   }
-  kl_err_t err = mine ? kl__store_beat(r->opts.store, r->opts.topic,
-                                       partition, mine->epoch)
-                      : KL_OK;
-  if (err && err != KL_EFENCED)
-    KL_LOG_W(KL_COMP, "partition=%" PRId32 ": no heartbeat: %s", partition,
-             kl_err_detail());
-  return err == KL_EFENCED ? err : KL_OK;
+  kl_err_t err = kl__store_beat(r->opts.store, r->opts.topic, r->beats, n);
+  if (err) {
+    KL_LOG_W(KL_COMP, "no heartbeat: %s", kl_err_detail());
+    return KL_OK; /* a store that is down fails the commit as well */
+  }
+  for (size_t i = 0; i < n; i++)
+    if (r->beats[i].partition == partition && r->beats[i].err)
+      return kl__err(KL_EFENCED, "fenced: partition %" PRId32 " of %s has "
+                                 "an owner newer than this replay's epoch %"
+                                 PRIu64 ", which refused its heartbeat",
+                     partition, r->opts.topic, r->beats[i].epoch);
+  return KL_OK; /* another fenced partition: its next commit says so */
 }
 
 /* ---- setup ------------------------------------------------------------ */
@@ -134,7 +131,8 @@ static kl_err_t kl_replay_ranges(kl__replay_t *r) {
   kl__tp_range_t *ranges = calloc(n, sizeof(*ranges));
   r->parts = calloc(n, sizeof(*r->parts));
   r->pub = calloc(n, sizeof(*r->pub));
-  if (!ranges || !r->parts || !r->pub) {
+  r->beats = calloc(n, sizeof(*r->beats));
+  if (!ranges || !r->parts || !r->pub || !r->beats) {
     free(list);
     free(ranges);
     return KL_ENOMEM;
@@ -772,6 +770,7 @@ void kl__replay_destroy(kl__replay_t *r) {
   }
   free(r->parts);
   free(r->pub);
+  free(r->beats);
   if (r->rk)
     rd_kafka_destroy(r->rk);
   kl_scratch_remove(r);

@@ -94,13 +94,20 @@ kl_err_t kl_store_partition(kl_store_t *store, const char *topic,
 }
 
 kl_err_t kl__store_beat(kl_store_t *store, const char *topic,
-                        int32_t partition, uint64_t epoch) {
-  kl_err_t err = kl_store_check_tp("kl__store_beat", topic, partition);
-  if (err || !store || !epoch)
-    return err ? err : kl__err(KL_EINVAL, "kl__store_beat: a store and the "
-                                          "epoch the partition is held with "
-                                          "are required");
-  return store->ops->beat(store, topic, partition, epoch);
+                        kl__beat_t *beats, size_t n) {
+  if (!store || (!beats && n))
+    return kl__err(KL_EINVAL, "kl__store_beat: a store and the beats are "
+                              "required");
+  for (size_t i = 0; i < n; i++) {
+    kl_err_t err = kl_store_check_tp("kl__store_beat", topic,
+                                     beats[i].partition);
+    if (err || !beats[i].epoch)
+      return err ? err : kl__err(KL_EINVAL, "kl__store_beat: partition %d "
+                                            "has epoch 0, which no owner "
+                                            "holds",
+                                 (int)beats[i].partition);
+  }
+  return n ? store->ops->beat(store, topic, beats, n) : KL_OK;
 }
 
 int64_t kl__beat_period_ns(const kl_conf_t *conf) {

@@ -365,34 +365,38 @@ static kl_err_t kl_lmdb_acquire(kl_store_t *store, const char *topic,
 
 typedef struct kl_beat_ctx {
   const char *topic;
-  int32_t partition;
-  uint64_t epoch;
+  kl__beat_t *beats;
+  size_t n;
 } kl_beat_ctx_t;
 
-static int kl_beat_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
-                      kl_err_t *stop) {
-  kl_beat_ctx_t *ctx = opaque;
+/* One partition's beat in @p mtxn: nothing when a newer owner holds it. */
+static int kl_beat_one(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
+                       kl__beat_t *beat) {
   kl_partition_state_t state;
   unsigned char buf[KL_PART_KEY_MAX];
-  MDB_val key = kl_part_key(buf, ctx->topic, ctx->partition);
-  int rc = kl__lmdb_part_get(lmdb, mtxn, ctx->topic, ctx->partition, &state);
-  if (!rc && state.epoch != ctx->epoch) {
-    *stop = kl__err(KL_EFENCED,
-                    "fenced: partition %" PRId32 " of %s is held with epoch "
-                    "%" PRIu64 " now, not %" PRIu64 ": a newer owner took it",
-                    ctx->partition, ctx->topic, state.epoch, ctx->epoch);
-    return KL__LMDB_STOP;
-  }
-  if (rc || (rc = kl_beats_get(lmdb, mtxn, &key, &state)))
+  MDB_val key = kl_part_key(buf, topic, beat->partition);
+  int rc = kl__lmdb_part_get(lmdb, mtxn, topic, beat->partition, &state);
+  beat->err = !rc && state.epoch != beat->epoch ? KL_EFENCED : KL_OK;
+  if (rc || beat->err || (rc = kl_beats_get(lmdb, mtxn, &key, &state)))
     return rc;
   state.beats++;
   MDB_val val = {sizeof(state.beats), &state.beats};
   return mdb_put(mtxn, lmdb->beats, &key, &val, 0);
 }
 
+static int kl_beat_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
+                      kl_err_t *stop) {
+  (void)stop;
+  kl_beat_ctx_t *ctx = opaque;
+  int rc = 0;
+  for (size_t i = 0; !rc && i < ctx->n; i++)
+    rc = kl_beat_one(lmdb, mtxn, ctx->topic, &ctx->beats[i]);
+  return rc;
+}
+
 static kl_err_t kl_lmdb_beat(kl_store_t *store, const char *topic,
-                             int32_t partition, uint64_t epoch) {
-  kl_beat_ctx_t ctx = {topic, partition, epoch};
+                             kl__beat_t *beats, size_t n) {
+  kl_beat_ctx_t ctx = {topic, beats, n};
   return kl__lmdb_write((kl__lmdb_t *)store, "beat", kl_beat_fn, &ctx);
 }
 

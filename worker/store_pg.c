@@ -357,36 +357,62 @@ static kl_err_t kl_pg_partition(kl_store_t *store, const char *topic,
 
 typedef struct kl_pg_beat {
   const char *topic;
-  int32_t partition;
-  uint64_t epoch;
+  kl__beat_t *beats;
+  size_t n;
 } kl_pg_beat_t;
 
+/* "{a,b,...}": the partitions or the epochs of @p b, as an array literal.
+ * @returns a malloc()ed string, or NULL. */
+static char *kl_pg_beat_array(const kl_pg_beat_t *b, int epochs) {
+  size_t size = 3 + b->n * 21, len = 1;
+  char *text = malloc(size);
+  if (!text)
+    return NULL;
+  text[0] = '{';
+  for (size_t i = 0; i < b->n; i++)
+    len += (size_t)snprintf(text + len, size - len, "%s%" PRIu64,
+                            i ? "," : "",
+                            epochs ? b->beats[i].epoch
+                                   : (uint64_t)b->beats[i].partition);
+  snprintf(text + len, size - len, "}");
+  return text;
+}
+
+/* One statement for every partition; those it returns beat, the others
+ * have a newer owner. */
 static kl_err_t kl_pg_beat_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_beat_t *b = ctx;
-  char part[16], epoch[24];
-  snprintf(part, sizeof(part), "%" PRId32, b->partition);
-  snprintf(epoch, sizeof(epoch), "%" PRIu64, b->epoch);
-  const char *values[3] = {b->topic, part, epoch};
-  PGresult *res = PQexecParams(
-      conn->pg,
-      "UPDATE keylane_partitions SET beats = beats + 1 WHERE topic = "
-      "$1::text AND partition = $2::int4 AND epoch = $3::int8",
-      3, NULL, values, NULL, NULL, 0);
+  char *parts = kl_pg_beat_array(b, 0), *epochs = kl_pg_beat_array(b, 1);
+  const char *values[3] = {b->topic, parts, epochs};
+  PGresult *res =
+      parts && epochs
+          ? PQexecParams(conn->pg,
+                         "UPDATE keylane_partitions SET beats = beats + 1 "
+                         "FROM unnest($2::int4[], $3::int8[]) AS b(p, e) "
+                         "WHERE topic = $1::text AND partition = b.p AND "
+                         "epoch = b.e RETURNING partition",
+                         3, NULL, values, NULL, NULL, 0)
+          : NULL;
+  free(parts);
+  free(epochs);
+  if (!res)
+    return KL_ENOMEM;
   kl_err_t err = KL_OK;
   if (!kl__pg_ok(res))
-    err = kl__pg_err(conn->pg, res, "record a heartbeat");
-  else if (strcmp(PQcmdTuples(res), "1") != 0)
-    err = kl__err(KL_EFENCED, "fenced: partition %" PRId32 " of %s is no "
-                              "longer held with epoch %" PRIu64 ": a newer "
-                              "owner took it",
-                  b->partition, b->topic, b->epoch);
+    err = kl__pg_err(conn->pg, res, "record the heartbeats");
+  for (size_t i = 0; !err && i < b->n; i++) {
+    b->beats[i].err = KL_EFENCED;
+    for (int row = 0; row < PQntuples(res); row++)
+      if (strtol(PQgetvalue(res, row, 0), NULL, 10) == b->beats[i].partition)
+        b->beats[i].err = KL_OK;
+  }
   PQclear(res);
   return err;
 }
 
 static kl_err_t kl_pg_beat(kl_store_t *store, const char *topic,
-                           int32_t partition, uint64_t epoch) {
-  kl_pg_beat_t b = {topic, partition, epoch};
+                           kl__beat_t *beats, size_t n) {
+  kl_pg_beat_t b = {topic, beats, n};
   return kl_pg_call((kl__pg_t *)store, kl_pg_beat_fn, &b);
 }
 
