@@ -328,7 +328,9 @@ static kl_err_t kl_pg_acquire_fn(kl__pg_conn_t *conn, void *ctx) {
       "INSERT INTO keylane_partitions AS p (topic, partition, epoch) VALUES "
       "($1::text, $2::int4, $3::int8 + 1) ON CONFLICT (topic, partition) DO "
       "UPDATE SET epoch = GREATEST(p.epoch, $3::int8) + 1 RETURNING epoch, "
-      "watermark, applied, duplicates, dead_letters, beats",
+      "watermark, applied, duplicates, dead_letters, coalesce((SELECT beats "
+      "FROM keylane_beats b WHERE b.topic = p.topic AND b.partition = "
+      "p.partition), 0)",
       "take the partition (increment its epoch)");
 }
 
@@ -342,9 +344,10 @@ static kl_err_t kl_pg_acquire(kl_store_t *store, const char *topic,
 static kl_err_t kl_pg_partition_fn(kl__pg_conn_t *conn, void *ctx) {
   return kl_pg_tp_query(conn, ctx, 2,
                         "SELECT epoch, watermark, applied, duplicates, "
-                        "dead_letters, beats FROM keylane_partitions WHERE "
-                        "topic = "
-                        "$1::text AND partition = $2::int4",
+                        "dead_letters, coalesce(beats, 0) FROM "
+                        "keylane_partitions LEFT JOIN keylane_beats USING "
+                        "(topic, partition) WHERE topic = $1::text AND "
+                        "partition = $2::int4",
                         "read a partition");
 }
 
@@ -379,7 +382,7 @@ static char *kl_pg_beat_array(const kl_pg_beat_t *b, int epochs) {
 }
 
 /* One statement for every partition; those it returns beat, the others
- * have a newer owner. */
+ * have a newer owner. It only reads keylane_partitions: see migration 3. */
 static kl_err_t kl_pg_beat_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_beat_t *b = ctx;
   char *parts = kl_pg_beat_array(b, 0), *epochs = kl_pg_beat_array(b, 1);
@@ -387,10 +390,13 @@ static kl_err_t kl_pg_beat_fn(kl__pg_conn_t *conn, void *ctx) {
   PGresult *res =
       parts && epochs
           ? PQexecParams(conn->pg,
-                         "UPDATE keylane_partitions SET beats = beats + 1 "
-                         "FROM unnest($2::int4[], $3::int8[]) AS b(p, e) "
-                         "WHERE topic = $1::text AND partition = b.p AND "
-                         "epoch = b.e RETURNING partition",
+                         "INSERT INTO keylane_beats AS k (topic, partition, "
+                         "beats) SELECT p.topic, p.partition, 1 FROM "
+                         "keylane_partitions p JOIN unnest($2::int4[], "
+                         "$3::int8[]) AS b(pt, e) ON p.partition = b.pt AND "
+                         "p.epoch = b.e WHERE p.topic = $1::text ON "
+                         "CONFLICT (topic, partition) DO UPDATE SET beats = "
+                         "k.beats + 1 RETURNING partition",
                          3, NULL, values, NULL, NULL, 0)
           : NULL;
   free(parts);
@@ -425,8 +431,9 @@ static kl_err_t kl_pg_foreach_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_each_t *each = ctx;
   PGresult *res =
       PQexec(conn->pg, "SELECT topic, partition, epoch, watermark, applied, "
-                       "duplicates, dead_letters, beats FROM "
-                       "keylane_partitions ORDER BY topic, partition");
+                       "duplicates, dead_letters, coalesce(beats, 0) FROM "
+                       "keylane_partitions LEFT JOIN keylane_beats USING "
+                       "(topic, partition) ORDER BY topic, partition");
   if (!kl__pg_ok(res)) {
     kl_err_t err = kl__pg_err(conn->pg, res, "list the partitions");
     PQclear(res);

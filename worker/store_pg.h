@@ -5,8 +5,8 @@
  *
  * Tables (created by the versioned migrations of store_pg_migrations.c):
  *   keylane_schema_version  one row per migration applied
- *   keylane_partitions      (topic, partition) -> epoch, watermark, counters,
- *                           beats
+ *   keylane_partitions      (topic, partition) -> epoch, watermark, counters
+ *   keylane_beats           (topic, partition) -> beats, kl__store_beat()'s
  *   keylane_ids             (topic, idempotency key) -> mark, insert time
  *                           (ms); scoped by topic since version 3
  *   keylane_kv              the handlers' keys and values (bytea)

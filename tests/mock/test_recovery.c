@@ -1,5 +1,6 @@
 /*
- * Recovery that finishes, on the embedded cluster: a slow replay beside a
+ * Recovery that finishes, on the embedded cluster (and a PostgreSQL store
+ * the program starts, for one test): a slow replay beside a
  * live worker it fenced is not taken back while it works, one stopped past
  * the retake period is, and its late commit refused; a retake whose seek
  * fails costs no epoch and backs off; slow handlers never keep the poll
@@ -30,6 +31,7 @@
 #include "common/internal.h"
 #include "common/kafka_pos.h"
 #include "support/ledger_checks.h"
+#include "support/pg_group.h"
 #include "support/support.h"
 #include "support/cluster.h"
 #include "worker/ledger.h"
@@ -186,9 +188,9 @@ static kl__replay_t *t_replay_run(const char *boot, const char *topic,
  * live worker it fenced leaves them alone: it ends done, having applied
  * everything; then the worker takes its partitions back (each once its
  * batch is done) and goes on. */
-static void test_slow_replay_beside_a_live_worker_finishes(void **state) {
+static void t_slow_replay_beside_a_live_worker(const char *store_uri) {
   t_fx_t fx;
-  kl_t_ledger_fx_up(&fx, "slow", 2, 40, 7, NULL);
+  kl_t_ledger_fx_up(&fx, "slow", 2, 40, 7, store_uri);
   kl_t_worker_t *w = t_live_worker_holding(&fx, 200);
   t_stop_at = 0;
   kl_conf_t *conf;
@@ -211,6 +213,19 @@ static void test_slow_replay_beside_a_live_worker_finishes(void **state) {
   for (int32_t p = 0; p < 2; p++)
     assert_int_equal(t_epoch(&fx, p), 3); /* taken back once it was done */
   kl_t_ledger_fx_down(&fx);
+}
+
+static void test_slow_replay_beside_a_live_worker_finishes(void **state) {
+  t_slow_replay_beside_a_live_worker(NULL);
+}
+
+/* The same on PostgreSQL, whose heartbeat is an UPDATE of the partitions'
+ * row on a connection of its own while the batch holds another. */
+static void test_slow_replay_beside_a_live_worker_finishes_on_pg(void **s) {
+  char uri[256];
+  assert_int_equal(kl_t_pg_createdb(kl_t_pg_need(), "slow", uri, sizeof(uri)),
+                   0);
+  t_slow_replay_beside_a_live_worker(uri);
 }
 
 /* The replay of the SIGSTOP test: argv = --replay-child BOOT TOPIC STORE
@@ -404,8 +419,10 @@ static void test_failed_seek_takes_no_epoch(void **state) {
   kl_partition_state_t fencer;
   assert_int_equal(kl_store_acquire(fx.store, fx.topic, 0, &fencer), KL_OK);
   kl_t_ledger_fx_publish(&fx, 20); /* the worker's commit is refused */
-  t_wait_epochs(&fx, fencer.epoch + 1, 40000);
-  assert_int_equal(atomic_load(&seeks.calls), 4);
+  t_wait_epochs(&fx, fencer.epoch + 1, 60000);
+  /* 3 failed, then one that worked (a loaded machine may add a real
+   * failure: librdkafka timing the seek out, which costs no epoch either). */
+  assert_true(atomic_load(&seeks.calls) >= 4);
   assert_int_equal(t_epoch(&fx, 0), fencer.epoch + 1);
   /* Backoff: one check period, then doubling, up to the retake period. */
   const int64_t ms = 1000000;
@@ -535,8 +552,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_slow_handlers_do_not_starve_the_poll_thread),
       cmocka_unit_test(test_failed_seek_takes_no_epoch),
       cmocka_unit_test(test_slow_replay_beside_a_live_worker_finishes),
+      cmocka_unit_test(test_slow_replay_beside_a_live_worker_finishes_on_pg),
       cmocka_unit_test(test_replay_stopped_past_the_period_is_fenced),
       cmocka_unit_test(test_redrive_of_failing_letters_beside_a_live_worker),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
+                                kl_t_pg_group_teardown);
 }
