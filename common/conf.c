@@ -71,9 +71,10 @@ static const kl_conf_key_t kl_keys[] = {
      "consumer group session timeout"},
     {"worker.fenced.retake.ms", KL_CT_MS, "30000", 0, 3600000, NULL,
      "a lane fenced by something outside the group (replay, redrive) takes "
-     "its partition back once the partition's state in the store has not "
-     "changed for this long (more than worker.session.timeout.ms); 0: "
-     "never (it waits for the group to move it)"},
+     "its partition back once the partition's state in the store (with the "
+     "heartbeats such a fencer writes while it works) has not changed for "
+     "this long (more than worker.session.timeout.ms); 0: never (it waits "
+     "for the group to move it)"},
     {"worker.kafka.wait", KL_CT_DURATION, "5m", 0, 7 * 86400000LL, NULL,
      "at start, how long a worker waits, with backoff, for Kafka to answer "
      "for its topic before it gives up (0: try once); /healthz is 503 "
@@ -95,6 +96,10 @@ static const kl_conf_key_t kl_keys[] = {
      "change it stops taking the topic"},
     {"worker.concurrency", KL_CT_INT, "1", 1, 1024, NULL,
      "handler threads per worker; events of one key stay in order"},
+    {"worker.handler.timeout.ms", KL_CT_MS, "0", 0, 3600000, NULL,
+     "the longest one handler call takes, at most half of "
+     "kafka.max.poll.interval.ms (300000): the exec handler's answer "
+     "timeout (keylane worker sets it, 30000 by default); 0: not declared"},
     {"worker.retry.initial.ms", KL_CT_MS, "100", 1, 3600000, NULL,
      "first retry backoff"},
     {"worker.retry.max.ms", KL_CT_MS, "10000", 1, 3600000, NULL,

@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/internal.h"
 #include "keylane/producer.h"
@@ -78,26 +79,41 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
   return KL_HANDLER_OK;
 }
 
-static void kl_run_batch(const kl__applier_t *a, int32_t partition,
-                         uint64_t epoch, kl_txn_t *txn,
-                         rd_kafka_message_t *const *msgs, size_t count,
-                         kl__apply_result_t *res) {
+void kl__apply_sleep(const kl__applier_t *a, int32_t partition, int ms) {
+  while (ms > 0) {
+    int step = ms < 100 ? ms : 100;
+    struct timespec ts = {0, (long)step * 1000000L};
+    nanosleep(&ts, NULL);
+    ms -= step;
+    if (a->tick)
+      a->tick(a->tick_opaque, partition); /* its verdict: at the next batch */
+  }
+}
+
+static kl_err_t kl_run_batch(const kl__applier_t *a, int32_t partition,
+                             uint64_t epoch, kl_txn_t *txn,
+                             rd_kafka_message_t *const *msgs, size_t count,
+                             kl__apply_result_t *res) {
   for (size_t i = 0; i < count; i++) {
     const rd_kafka_message_t *m = msgs[i];
     if (m->offset < res->next) {
       res->redelivered++;
       continue;
     }
+    kl_err_t err = a->tick ? a->tick(a->tick_opaque, partition) : KL_OK;
+    if (err)
+      return err;
     kl_event_t event;
     kl_handler_result_t r =
         kl__apply_event(a, partition, epoch, txn, m, &event, res);
     if (r != KL_HANDLER_OK) {
       res->verdict = r;
       res->failed_offset = m->offset;
-      return;
+      return KL_OK;
     }
     res->next = m->offset + 1;
   }
+  return KL_OK;
 }
 
 kl_err_t kl__apply_batch(const kl__applier_t *a, int32_t partition,
@@ -111,10 +127,10 @@ kl_err_t kl__apply_batch(const kl__applier_t *a, int32_t partition,
   kl_err_t err = kl_store_begin(a->store, a->topic, partition, epoch, &txn);
   if (err)
     return err;
-  kl_run_batch(a, partition, epoch, txn, msgs, count, res);
-  if (res->verdict != KL_HANDLER_OK || a->dry_run) {
+  err = kl_run_batch(a, partition, epoch, txn, msgs, count, res);
+  if (err || res->verdict != KL_HANDLER_OK || a->dry_run) {
     kl_store_abort(txn);
-    return KL_OK;
+    return err;
   }
   if (a->before_commit)
     a->before_commit(a->hook_opaque, a->topic, partition, epoch);

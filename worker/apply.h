@@ -17,6 +17,11 @@
 #include "keylane/worker.h"
 #include "worker/worker_internal.h"
 
+/* Called between the events of a batch with the batch's partition: an
+ * owner outside the group beats there (replay.c, redrive.c). KL_OK goes
+ * on; another error stops the batch, which applies nothing and returns it. */
+typedef kl_err_t(kl__tick_fn)(void *opaque, int32_t partition);
+
 typedef struct kl__applier {
   kl_store_t *store;
   const char *topic;
@@ -38,6 +43,8 @@ typedef struct kl__applier {
   const char *letter_key;
   size_t letter_key_len;
   int32_t partitions; /* > 0: a key must route (murmur2) to its partition */
+  kl__tick_fn *tick; /* may be NULL */
+  void *tick_opaque;
 } kl__applier_t;
 
 typedef struct kl__apply_result {
@@ -72,11 +79,18 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *applier,
                                     kl__apply_result_t *res);
 
 /**
+ * Sleeps @p ms (a retry's backoff) in short steps, calling applier->tick
+ * between them, so that an owner outside the group goes on beating.
+ */
+void kl__apply_sleep(const kl__applier_t *applier, int32_t partition, int ms);
+
+/**
  * Applies @p msgs (@p count records of @p partition, in offset order) once.
  * @returns KL_OK with res->verdict OK when committed (or, dry run, when it
  *          would have been); KL_OK with verdict RETRY/FAIL when a handler
  *          or the decoder stopped the batch (nothing applied); KL_EFENCED;
- *          or a store error (nothing applied; retriable ones may be re-run).
+ *          what applier->tick returned (nothing applied); or a store error
+ *          (nothing applied; retriable ones may be re-run).
  */
 kl_err_t kl__apply_batch(const kl__applier_t *applier, int32_t partition,
                          uint64_t epoch, int64_t watermark,

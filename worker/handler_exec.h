@@ -11,15 +11,17 @@
  *                             a key that is not UTF-8 goes as "key_b64")
  *   child stdout -> keylane: {"status":"ok"|"retry"|"fail","error":"..."}
  * (partition, epoch, offset) is the fence: a handler passes it to its own
- * database and refuses writes whose epoch is older than the one it stored.
+ * database, which refuses writes whose epoch is older than the one it
+ * stored AND applies each event id once (kl_fence_t says why both).
  *
  * Failures: a child that exits, closes its stdout, answers a line that is
  * not such an object, answers a line over KL_EXEC_LINE_MAX bytes, or does
  * not answer within the timeout (default 30 s) is killed (SIGKILL to its
  * process group) and started again for the next event; the event in flight
  * returns KL_HANDLER_RETRY, so its batch's writes are not committed and
- * keylane never applies it twice (the child may have acted on it: that is
- * what the fence is for). RETRY counts against worker.max.attempts like any
+ * keylane never applies it twice. The child may have acted on it, and a
+ * write it sent may land after the retry's, with the same fence: the
+ * resource's unique event id is what applies it once. RETRY counts against worker.max.attempts like any
  * other. The child's stderr goes to the worker's log, one line per line,
  * prefixed "exec[PID]:".
  *

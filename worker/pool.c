@@ -99,10 +99,12 @@ int kl__pool_run_inline(kl__pool_t *pool, int budget_ms) {
   int64_t end = kl__mono_ns() + (int64_t)budget_ms * 1000000;
   int n = 0;
   kl__job_t job;
-  /* The clock is read every 16 events: an event takes a microsecond or
-   * so, a clock read a good part of one. */
-  while ((n % 16 || kl__mono_ns() < end) &&
-         kl__lanes_take(pool->lanes, &job, 0)) {
+  /* The clock is read before every event, though a fast event takes about
+   * a microsecond and a clock read a few dozen nanoseconds: a handler may
+   * take up to worker.handler.timeout.ms, so one more event past the
+   * budget may already keep the poll thread away for that long, and
+   * kl_worker_new() sizes max.poll.interval.ms for one such event, not 16. */
+  while (kl__mono_ns() < end && kl__lanes_take(pool->lanes, &job, 0)) {
     kl_txn_t *batch;
     kl_err_t err = kl__lanes_batch(pool->lanes, &job, &batch);
     if (err)

@@ -24,8 +24,10 @@ kl_err_t kl__pool_new(kl__lanes_t *lanes, int threads, kl__pool_t **out);
 void kl__pool_destroy(kl__pool_t *pool);
 
 /**
- * Inline mode: runs ready events on the calling (poll) thread for about
- * @p budget_ms. @returns the number run.
+ * Inline mode: runs ready events on the calling (poll) thread while less
+ * than @p budget_ms has passed, checked before each event, so that the
+ * thread is back to polling within @p budget_ms plus one handler call.
+ * @returns the number run.
  */
 int kl__pool_run_inline(kl__pool_t *pool, int budget_ms);
 

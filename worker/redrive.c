@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/internal.h"
 #include "common/kafka_pos.h"
@@ -30,6 +29,9 @@ struct kl__redrive {
   int32_t partitions;  /* the origin topic's count; 0: not read yet */
   int acked;           /* the sender's last ack: 1 ok, -1 failed */
   char ack_error[256];
+  const kl__replay_part_t *holding; /* the partition taken now, or NULL */
+  int64_t beat_period_ns;           /* kl__beat_period_ns() of opts.conf */
+  int64_t beat_ns;                  /* when it last beat */
 };
 
 const char *kl__outcome_name(kl__outcome_t outcome) {
@@ -40,9 +42,26 @@ const char *kl__outcome_name(kl__outcome_t outcome) {
   return outcome <= KL__OUT_REPUBLISHED ? names[outcome] : "?";
 }
 
-static void kl_sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
+/* The applier's tick (see replay.c's): the partition redrive holds beats
+ * once a beat period has passed, so that letters that keep failing, which
+ * commit nothing, do not look like a redrive that went quiet.
+ * @returns KL_EFENCED when a newer owner holds it. */
+static kl_err_t kl_redrive_tick(void *opaque, int32_t partition) {
+  kl__redrive_t *r = opaque;
+  int64_t now = kl__mono_ns();
+  const kl__replay_part_t *part = r->holding;
+  if (r->opts.dry_run || !part || part->partition != partition ||
+      now - r->beat_ns < r->beat_period_ns)
+    return KL_OK;
+  r->beat_ns = now;
+  kl__beat_t beat = {partition, part->epoch, KL_OK};
+  kl_err_t err = kl__store_beat(r->opts.store, r->topic, &beat, 1);
+  if (err || !beat.err)
+    return KL_OK; /* a store that is down fails the commit as well */
+  return kl__err(KL_EFENCED, "fenced: partition %" PRId32 " of %s has an "
+                             "owner newer than this redrive's epoch %" PRIu64
+                             ", which refused its heartbeat",
+                 partition, r->topic, part->epoch);
 }
 
 static kl_err_t kl_redrive_check(kl__redrive_t *r) {
@@ -165,7 +184,7 @@ static void kl_redrive_one(kl__redrive_t *r, kl__replay_part_t *part,
                err ? kl_err_detail() : res.why);
       return;
     }
-    kl_sleep_ms(backoff_ms);
+    kl__apply_sleep(&r->applier, l->partition, backoff_ms);
     backoff_ms *= 2;
   }
 }
@@ -315,7 +334,7 @@ static void kl_redrive_republish(kl__redrive_t *r, kl__redriven_t *out) {
              (int)to, r->topic, (int)r->partitions);
 }
 
-static void kl_redrive_all(kl__redrive_t *r) {
+static void kl_redrive_walk(kl__redrive_t *r) {
   kl__replay_part_t part = {.partition = -1};
   int have = 0;
   for (size_t i = 0; i < r->letters.n; i++) {
@@ -330,8 +349,11 @@ static void kl_redrive_all(kl__redrive_t *r) {
     }
     int32_t p = out->letter->partition;
     if (!have || part.partition != p) {
+      r->holding = NULL;
       kl_err_t err = kl_redrive_take(r, p, &part);
       have = 1;
+      r->holding = err ? NULL : &part;
+      r->beat_ns = kl__mono_ns();
       if (err) {
         part.epoch = 0;
         part.watermark = -1;
@@ -345,12 +367,19 @@ static void kl_redrive_all(kl__redrive_t *r) {
     }
     kl_redrive_one(r, &part, out);
     if (out->outcome == KL__OUT_FENCED) {
+      r->holding = NULL;
       part.status = KL__REPLAY_FENCED;
       snprintf(part.why, sizeof(part.why), "%s", out->why);
     }
   }
   if (have)
     kl_redrive_prune(r, &part);
+}
+
+/* Redrives the selected letters, one partition after another. */
+static void kl_redrive_all(kl__redrive_t *r) {
+  kl_redrive_walk(r);
+  r->holding = NULL; /* it pointed into the walk's frame */
 }
 
 kl_err_t kl__redrive_run(const kl__redrive_opts_t *opts, kl__redrive_t **out) {
@@ -372,7 +401,10 @@ kl_err_t kl__redrive_run(const kl__redrive_opts_t *opts, kl__redrive_t **out) {
                                .decoder = kl_decoder_new(),
                                .dry_run = opts->dry_run,
                                .dry_run_handler = opts->dry_run_handler,
-                               .redrive = 1};
+                               .redrive = 1,
+                               .tick = kl_redrive_tick,
+                               .tick_opaque = r};
+  r->beat_period_ns = kl__beat_period_ns(opts->conf);
   if (!err && !r->applier.decoder)
     err = KL_ENOMEM;
   if (err) {

@@ -43,6 +43,9 @@ struct kl__replay {
   char scratch_dir[64];
   kl__letters_t letters; /* the fleet's dead letters, once needed */
   int letters_read;
+  int64_t beat_period_ns; /* kl__beat_period_ns() of opts.conf */
+  int64_t beat_ns;        /* when the partitions last beat */
+  kl__beat_t *beats;      /* room for one beat per partition */
 };
 
 const char *kl__replay_status_name(kl__replay_status_t status) {
@@ -60,6 +63,43 @@ int kl__replay_gap(int64_t watermark, int64_t low, int64_t start) {
 static void kl_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
+}
+
+/* ---- beating --------------------------------------------------------- */
+
+/*
+ * The applier's tick, between the events of a batch, between the steps of
+ * a backoff and once per read loop: every partition this replay holds
+ * beats once a beat period has passed, so that a live worker it fenced
+ * sees it work and does not take it back (worker.c) however long a batch
+ * takes. A replay that stops being called here (paused, hung in a handler,
+ * dead) stops beating and is taken back. @returns KL_EFENCED when
+ * @p partition (-1: none) has a newer owner, which stops its batch.
+ */
+static kl_err_t kl_replay_tick(void *opaque, int32_t partition) {
+  kl__replay_t *r = opaque;
+  int64_t now = kl__mono_ns();
+  if (r->opts.dry_run || now - r->beat_ns < r->beat_period_ns)
+    return KL_OK;
+  r->beat_ns = now;
+  size_t n = 0;
+  for (size_t i = 0; i < r->count; i++) {
+    const kl__replay_part_t *p = r->parts[i].p;
+    if (p->status == KL__REPLAY_RUNNING)
+      r->beats[n++] = (kl__beat_t){p->partition, p->epoch, KL_OK};
+  }
+  kl_err_t err = kl__store_beat(r->opts.store, r->opts.topic, r->beats, n);
+  if (err) {
+    KL_LOG_W(KL_COMP, "no heartbeat: %s", kl_err_detail());
+    return KL_OK; /* a store that is down fails the commit as well */
+  }
+  for (size_t i = 0; i < n; i++)
+    if (r->beats[i].partition == partition && r->beats[i].err)
+      return kl__err(KL_EFENCED, "fenced: partition %" PRId32 " of %s has "
+                                 "an owner newer than this replay's epoch %"
+                                 PRIu64 ", which refused its heartbeat",
+                     partition, r->opts.topic, r->beats[i].epoch);
+  return KL_OK; /* another fenced partition: its next commit says so */
 }
 
 /* ---- setup ------------------------------------------------------------ */
@@ -91,7 +131,8 @@ static kl_err_t kl_replay_ranges(kl__replay_t *r) {
   kl__tp_range_t *ranges = calloc(n, sizeof(*ranges));
   r->parts = calloc(n, sizeof(*r->parts));
   r->pub = calloc(n, sizeof(*r->pub));
-  if (!ranges || !r->parts || !r->pub) {
+  r->beats = calloc(n, sizeof(*r->beats));
+  if (!ranges || !r->parts || !r->pub || !r->beats) {
     free(list);
     free(ranges);
     return KL_ENOMEM;
@@ -139,7 +180,10 @@ kl_err_t kl__replay_new(const kl__replay_opts_t *opts, kl__replay_t **out) {
                                .before_commit = opts->before_commit,
                                .hook_opaque = opts->hook_opaque,
                                .dry_run = opts->dry_run,
-                               .dry_run_handler = opts->dry_run_handler};
+                               .dry_run_handler = opts->dry_run_handler,
+                               .tick = kl_replay_tick,
+                               .tick_opaque = r};
+  r->beat_period_ns = kl__beat_period_ns(opts->conf);
   /* A start that retention deleted meanwhile must fail, not skip. */
   kl_err_t err = r->applier.decoder ? kl__kafka_reader_new(opts->conf,
                                                            "keylane-replay",
@@ -533,7 +577,7 @@ static void kl_apply(kl__replay_t *r, kl_rpart_t *rp, size_t count) {
     KL_LOG_W(KL_COMP, "batch of partition=%" PRId32 " at offset %" PRId64
              " will be retried in %d ms: %s",
              p->partition, rp->msgs[0]->offset, backoff_ms, why);
-    kl_sleep_ms(backoff_ms);
+    kl__apply_sleep(&r->applier, p->partition, backoff_ms);
     backoff_ms *= 2;
   }
 }
@@ -626,6 +670,7 @@ static void kl_replay_loop(kl__replay_t *r) {
   while (kl_running(r) > 0) {
     if (r->opts.stop && *r->opts.stop)
       break;
+    kl_replay_tick(r, -1);
     rd_kafka_message_t *m = rd_kafka_consumer_poll(r->rk, 100);
     if (m && m->err)
       kl_on_error(r, m);
@@ -725,6 +770,7 @@ void kl__replay_destroy(kl__replay_t *r) {
   }
   free(r->parts);
   free(r->pub);
+  free(r->beats);
   if (r->rk)
     rd_kafka_destroy(r->rk);
   kl_scratch_remove(r);

@@ -18,8 +18,11 @@
  * applies from the watermark that call returned. The live owner of the
  * partition is fenced by that: its next commit fails, nothing of that batch
  * is applied, and it stops applying the partition until the partition's
- * epoch and watermark have not moved for worker.fenced.retake.ms (the
- * replay is over), or the group hands the partition to a member again;
+ * state has not changed for worker.fenced.retake.ms (the replay is over,
+ * paused or dead: a working replay beats every partition it holds at least
+ * every third of its opts->conf's period, between events and during
+ * backoffs, kl__store_beat()), or the group hands the partition to a
+ * member again;
  * either acquires a newer epoch and resumes from the store's watermark,
  * past what the replay applied. The other way round is safe as well: a
  * member that acquires the partition while the replay runs fences the

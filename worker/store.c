@@ -109,6 +109,29 @@ kl_err_t kl__store_reset(kl_store_t *store, const char *topic,
   return KL_OK;
 }
 
+kl_err_t kl__store_beat(kl_store_t *store, const char *topic,
+                        kl__beat_t *beats, size_t n) {
+  if (!store || (!beats && n))
+    return kl__err(KL_EINVAL, "kl__store_beat: a store and the beats are "
+                              "required");
+  for (size_t i = 0; i < n; i++) {
+    kl_err_t err = kl_store_check_tp("kl__store_beat", topic,
+                                     beats[i].partition);
+    if (err || !beats[i].epoch)
+      return err ? err : kl__err(KL_EINVAL, "kl__store_beat: partition %d "
+                                            "has epoch 0, which no owner "
+                                            "holds",
+                                 (int)beats[i].partition);
+  }
+  return n ? store->ops->beat(store, topic, beats, n) : KL_OK;
+}
+
+int64_t kl__beat_period_ns(const kl_conf_t *conf) {
+  int64_t third_ms = conf ? kl__conf_int(conf, "worker.fenced.retake.ms") / 3
+                          : 0;
+  return (third_ms > 0 && third_ms < 1000 ? third_ms : 1000) * 1000000;
+}
+
 kl_err_t kl_store_begin(kl_store_t *store, const char *topic,
                         int32_t partition, uint64_t epoch, kl_txn_t **txn) {
   kl_err_t err = kl_store_check_tp("kl_store_begin", topic, partition);

@@ -23,6 +23,8 @@ typedef struct kl__store_ops {
    * zeroed when the partition is unknown (then nothing is written). */
   kl_err_t (*reset)(kl_store_t *store, const char *topic, int32_t partition,
                     kl_partition_state_t *state);
+  kl_err_t (*beat)(kl_store_t *store, const char *topic, kl__beat_t *beats,
+                   size_t n);
   kl_err_t (*begin)(kl_store_t *store, const char *topic, int32_t partition,
                     uint64_t epoch, kl_txn_t **txn);
   kl_err_t (*commit)(kl_txn_t *txn, int64_t watermark);

@@ -80,6 +80,35 @@ typedef struct kl__store_commit {
  */
 void kl__store_commit_many(kl__store_commit_t *commits, size_t n);
 
+/** One partition's heartbeat, for kl__store_beat(). */
+typedef struct kl__beat {
+  int32_t partition;
+  uint64_t epoch; /**< the epoch it is held with */
+  kl_err_t err;   /**< set by the call: KL_OK, or KL_EFENCED (newer owner) */
+} kl__beat_t;
+
+/**
+ * Heartbeats of an owner that holds @p n partitions of @p topic: adds one
+ * to each partition's `beats` iff its epoch is still beats[i].epoch, all in
+ * ONE short write (one fsync however many partitions it holds). For owners
+ * outside the group (replay, redrive), which may hold a partition long
+ * without a commit: a live worker they fenced takes the partition back
+ * once its state, beats included, has not changed for
+ * worker.fenced.retake.ms (worker.c), so such an owner beats at least
+ * every third of that period while it works (kl__beat_period_ns()).
+ * @returns KL_OK with each beats[i].err set; or a store error, with nothing
+ *          written.
+ */
+kl_err_t kl__store_beat(kl_store_t *store, const char *topic,
+                        kl__beat_t *beats, size_t n);
+
+/**
+ * How often an owner outside the group beats: a third of @p conf's
+ * worker.fenced.retake.ms, and at most once a second, so that a fleet whose
+ * period is shorter than the one the replay was given still sees it work.
+ */
+int64_t kl__beat_period_ns(const kl_conf_t *conf);
+
 /* The LMDB store's format: bumped on any incompatible layout change.
  * Format 1 kept idempotency keys unscoped in KL__LMDB_IDS_V1_DB, keyed by
  * the encoded id alone (a tag byte, 0 raw or 1 a packed UUID, then the

@@ -287,6 +287,7 @@ static int kl_part_decode(const MDB_val *val, kl_partition_state_t *state) {
   state->applied = v[2];
   state->duplicates = v[3];
   state->dead_letters = v[4];
+  state->beats = 0; /* kept apart: kl_beats_get() */
   return 0;
 }
 
@@ -299,6 +300,20 @@ int kl__lmdb_part_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
   if (rc == MDB_NOTFOUND)
     return 0;
   return rc ? rc : kl_part_decode(&val, state);
+}
+
+/* Adds the partition's beats (kept apart: see store_lmdb.h) to @p state. */
+static int kl_beats_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const MDB_val *key,
+                        kl_partition_state_t *state) {
+  MDB_val val;
+  int rc = mdb_get(mtxn, lmdb->beats, (MDB_val *)key, &val);
+  if (rc == MDB_NOTFOUND)
+    return 0;
+  if (rc == 0 && val.mv_size != sizeof(state->beats))
+    rc = MDB_CORRUPTED;
+  if (rc == 0)
+    memcpy(&state->beats, val.mv_data, sizeof(state->beats));
+  return rc;
 }
 
 int kl__lmdb_part_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
@@ -363,6 +378,43 @@ static kl_err_t kl_lmdb_reset(kl_store_t *store, const char *topic,
   return kl_lmdb_take(store, topic, partition, 0, state, 1);
 }
 
+typedef struct kl_beat_ctx {
+  const char *topic;
+  kl__beat_t *beats;
+  size_t n;
+} kl_beat_ctx_t;
+
+/* One partition's beat in @p mtxn: nothing when a newer owner holds it. */
+static int kl_beat_one(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
+                       kl__beat_t *beat) {
+  kl_partition_state_t state;
+  unsigned char buf[KL_PART_KEY_MAX];
+  MDB_val key = kl_part_key(buf, topic, beat->partition);
+  int rc = kl__lmdb_part_get(lmdb, mtxn, topic, beat->partition, &state);
+  beat->err = !rc && state.epoch != beat->epoch ? KL_EFENCED : KL_OK;
+  if (rc || beat->err || (rc = kl_beats_get(lmdb, mtxn, &key, &state)))
+    return rc;
+  state.beats++;
+  MDB_val val = {sizeof(state.beats), &state.beats};
+  return mdb_put(mtxn, lmdb->beats, &key, &val, 0);
+}
+
+static int kl_beat_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
+                      kl_err_t *stop) {
+  (void)stop;
+  kl_beat_ctx_t *ctx = opaque;
+  int rc = 0;
+  for (size_t i = 0; !rc && i < ctx->n; i++)
+    rc = kl_beat_one(lmdb, mtxn, ctx->topic, &ctx->beats[i]);
+  return rc;
+}
+
+static kl_err_t kl_lmdb_beat(kl_store_t *store, const char *topic,
+                             kl__beat_t *beats, size_t n) {
+  kl_beat_ctx_t ctx = {topic, beats, n};
+  return kl__lmdb_write((kl__lmdb_t *)store, "beat", kl_beat_fn, &ctx);
+}
+
 static kl_err_t kl_lmdb_partition(kl_store_t *store, const char *topic,
                                   int32_t partition,
                                   kl_partition_state_t *state) {
@@ -371,15 +423,19 @@ static kl_err_t kl_lmdb_partition(kl_store_t *store, const char *topic,
   kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
   if (err)
     return err;
+  unsigned char buf[KL_PART_KEY_MAX];
+  MDB_val key = kl_part_key(buf, topic, partition);
   int rc = kl__lmdb_part_get(lmdb, snap, topic, partition, state);
+  if (!rc)
+    rc = kl_beats_get(lmdb, snap, &key, state);
   kl__lmdb_read_end(lmdb, snap);
   return rc ? kl__lmdb_err(rc, "read a partition") : KL_OK;
 }
 
 /* ---- scans ----------------------------------------------------------- */
 
-static int kl_scan_parts(MDB_cursor *cur, kl_store_partition_cb_t *cb,
-                         void *opaque) {
+static int kl_scan_parts(kl__lmdb_t *lmdb, MDB_cursor *cur,
+                         kl_store_partition_cb_t *cb, void *opaque) {
   MDB_val key, val;
   int rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST);
   for (; rc == 0; rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
@@ -388,6 +444,8 @@ static int kl_scan_parts(MDB_cursor *cur, kl_store_partition_cb_t *cb,
     if (key.mv_size < 6 || k[key.mv_size - 5] != '\0' ||
         kl_part_decode(&val, &state))
       return MDB_CORRUPTED;
+    if ((rc = kl_beats_get(lmdb, mdb_cursor_txn(cur), &key, &state)))
+      return rc;
     size_t tlen = key.mv_size - 5;
     int32_t partition = (int32_t)((uint32_t)k[tlen + 1] << 24 |
                                   (uint32_t)k[tlen + 2] << 16 |
@@ -433,7 +491,7 @@ static kl_err_t kl_lmdb_cursor_scan(kl__lmdb_t *lmdb, const char *what,
   if (rc == 0) {
     rc = ctx->scan_cb ? kl_scan_data(cur, ctx->prefix, ctx->prefix_len,
                                      ctx->scan_cb, ctx->opaque)
-                      : kl_scan_parts(cur, ctx->part_cb, ctx->opaque);
+                      : kl_scan_parts(lmdb, cur, ctx->part_cb, ctx->opaque);
     mdb_cursor_close(cur);
   }
   kl__lmdb_read_end(lmdb, snap);
@@ -880,6 +938,7 @@ static const kl__store_ops_t kl_lmdb_ops = {
     .acquire = kl_lmdb_acquire,
     .partition = kl_lmdb_partition,
     .reset = kl_lmdb_reset,
+    .beat = kl_lmdb_beat,
     .begin = kl__lmdb_begin,
     .commit = kl__lmdb_commit,
     .commit_many = kl__lmdb_commit_many,
@@ -902,6 +961,7 @@ static const kl__store_ops_t kl_lmdb_ops = {
 static int kl_open_dbs(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
   int rc;
   if ((rc = mdb_dbi_open(mtxn, "parts", MDB_CREATE, &lmdb->parts)) ||
+      (rc = mdb_dbi_open(mtxn, "beats", MDB_CREATE, &lmdb->beats)) ||
       (rc = mdb_dbi_open(mtxn, "topics", MDB_CREATE, &lmdb->topics)) ||
       (rc = mdb_dbi_open(mtxn, "topic_ids", MDB_CREATE, &lmdb->ids)))
     return rc;
@@ -1067,7 +1127,7 @@ static kl_err_t kl_lmdb_env(kl__lmdb_t *lmdb, size_t map_size,
                             unsigned flags) {
   int rc = mdb_env_create(&lmdb->env);
   if (!rc)
-    rc = mdb_env_set_maxdbs(lmdb->env, 8); /* 6 named: room to grow */
+    rc = mdb_env_set_maxdbs(lmdb->env, 8); /* 7 named: room to grow */
   if (!rc)
     rc = mdb_env_set_maxreaders(lmdb->env, KL_LMDB_READERS);
   if (!rc)

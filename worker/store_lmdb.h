@@ -3,10 +3,13 @@
  * map size, partitions, scans, expiry) and store_lmdb_txn.c (batches).
  *
  * Layout (format 2): one environment directory per host, shared by every
- * worker process, with five named databases:
+ * worker process, with six named databases:
  *   meta       "format" -> uint32 format version; "sweep.cursor" -> an ids key
  *   parts      topic NUL partition(uint32 big-endian) -> 5 x uint64 (epoch,
  *              watermark, applied, duplicates, dead_letters), host order
+ *   beats      the parts key -> uint64 beats, host order: kl__store_beat()'s
+ *              counter, apart so that the parts records read the same to
+ *              every build (it is added, not changed: no format step)
  *   topics     topic -> uint32 topic number (big-endian), given on the
  *              topic's first acquire, never reused
  *   topic_ids  topic number (4 bytes, big-endian) + encoded idempotency key
@@ -33,7 +36,7 @@
 typedef struct kl__lmdb {
   kl_store_t base;
   MDB_env *env;
-  MDB_dbi meta, parts, topics, ids, data; /* ids: "topic_ids" */
+  MDB_dbi meta, parts, beats, topics, ids, data; /* ids: "topic_ids" */
   char *dir;
   int durable;          /* store.durability=full: every commit is fsynced */
   size_t map_max;       /* store.map.max, rounded to pages */

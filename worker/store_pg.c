@@ -294,6 +294,7 @@ static void kl_pg_state_row(const PGresult *res, int row, int col,
   state->applied = strtoull(PQgetvalue(res, row, col + 2), NULL, 10);
   state->duplicates = strtoull(PQgetvalue(res, row, col + 3), NULL, 10);
   state->dead_letters = strtoull(PQgetvalue(res, row, col + 4), NULL, 10);
+  state->beats = strtoull(PQgetvalue(res, row, col + 5), NULL, 10);
 }
 
 /* Runs @p sql with $1 the topic, $2 the partition and, when @p nparams
@@ -327,7 +328,9 @@ static kl_err_t kl_pg_acquire_fn(kl__pg_conn_t *conn, void *ctx) {
       "INSERT INTO keylane_partitions AS p (topic, partition, epoch) VALUES "
       "($1::text, $2::int4, $3::int8 + 1) ON CONFLICT (topic, partition) DO "
       "UPDATE SET epoch = GREATEST(p.epoch, $3::int8) + 1 RETURNING epoch, "
-      "watermark, applied, duplicates, dead_letters",
+      "watermark, applied, duplicates, dead_letters, coalesce((SELECT beats "
+      "FROM keylane_beats b WHERE b.topic = p.topic AND b.partition = "
+      "p.partition), 0)",
       "take the partition (increment its epoch)");
 }
 
@@ -357,8 +360,10 @@ static kl_err_t kl_pg_reset(kl_store_t *store, const char *topic,
 static kl_err_t kl_pg_partition_fn(kl__pg_conn_t *conn, void *ctx) {
   return kl_pg_tp_query(conn, ctx, 2,
                         "SELECT epoch, watermark, applied, duplicates, "
-                        "dead_letters FROM keylane_partitions WHERE topic = "
-                        "$1::text AND partition = $2::int4",
+                        "dead_letters, coalesce(beats, 0) FROM "
+                        "keylane_partitions LEFT JOIN keylane_beats USING "
+                        "(topic, partition) WHERE topic = $1::text AND "
+                        "partition = $2::int4",
                         "read a partition");
 }
 
@@ -367,6 +372,70 @@ static kl_err_t kl_pg_partition(kl_store_t *store, const char *topic,
                                 kl_partition_state_t *state) {
   kl_pg_tp_t tp = {topic, partition, state, 0};
   return kl_pg_call((kl__pg_t *)store, kl_pg_partition_fn, &tp);
+}
+
+typedef struct kl_pg_beat {
+  const char *topic;
+  kl__beat_t *beats;
+  size_t n;
+} kl_pg_beat_t;
+
+/* "{a,b,...}": the partitions or the epochs of @p b, as an array literal.
+ * @returns a malloc()ed string, or NULL. */
+static char *kl_pg_beat_array(const kl_pg_beat_t *b, int epochs) {
+  size_t size = 3 + b->n * 21, len = 1;
+  char *text = malloc(size);
+  if (!text)
+    return NULL;
+  text[0] = '{';
+  for (size_t i = 0; i < b->n; i++)
+    len += (size_t)snprintf(text + len, size - len, "%s%" PRIu64,
+                            i ? "," : "",
+                            epochs ? b->beats[i].epoch
+                                   : (uint64_t)b->beats[i].partition);
+  snprintf(text + len, size - len, "}");
+  return text;
+}
+
+/* One statement for every partition; those it returns beat, the others
+ * have a newer owner. It only reads keylane_partitions: see migration 3. */
+static kl_err_t kl_pg_beat_fn(kl__pg_conn_t *conn, void *ctx) {
+  kl_pg_beat_t *b = ctx;
+  char *parts = kl_pg_beat_array(b, 0), *epochs = kl_pg_beat_array(b, 1);
+  const char *values[3] = {b->topic, parts, epochs};
+  PGresult *res =
+      parts && epochs
+          ? PQexecParams(conn->pg,
+                         "INSERT INTO keylane_beats AS k (topic, partition, "
+                         "beats) SELECT p.topic, p.partition, 1 FROM "
+                         "keylane_partitions p JOIN unnest($2::int4[], "
+                         "$3::int8[]) AS b(pt, e) ON p.partition = b.pt AND "
+                         "p.epoch = b.e WHERE p.topic = $1::text ON "
+                         "CONFLICT (topic, partition) DO UPDATE SET beats = "
+                         "k.beats + 1 RETURNING partition",
+                         3, NULL, values, NULL, NULL, 0)
+          : NULL;
+  free(parts);
+  free(epochs);
+  if (!res)
+    return KL_ENOMEM;
+  kl_err_t err = KL_OK;
+  if (!kl__pg_ok(res))
+    err = kl__pg_err(conn->pg, res, "record the heartbeats");
+  for (size_t i = 0; !err && i < b->n; i++) {
+    b->beats[i].err = KL_EFENCED;
+    for (int row = 0; row < PQntuples(res); row++)
+      if (strtol(PQgetvalue(res, row, 0), NULL, 10) == b->beats[i].partition)
+        b->beats[i].err = KL_OK;
+  }
+  PQclear(res);
+  return err;
+}
+
+static kl_err_t kl_pg_beat(kl_store_t *store, const char *topic,
+                           kl__beat_t *beats, size_t n) {
+  kl_pg_beat_t b = {topic, beats, n};
+  return kl_pg_call((kl__pg_t *)store, kl_pg_beat_fn, &b);
 }
 
 typedef struct kl_pg_each {
@@ -378,8 +447,9 @@ static kl_err_t kl_pg_foreach_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_each_t *each = ctx;
   PGresult *res =
       PQexec(conn->pg, "SELECT topic, partition, epoch, watermark, applied, "
-                       "duplicates, dead_letters FROM keylane_partitions "
-                       "ORDER BY topic, partition");
+                       "duplicates, dead_letters, coalesce(beats, 0) FROM "
+                       "keylane_partitions LEFT JOIN keylane_beats USING "
+                       "(topic, partition) ORDER BY topic, partition");
   if (!kl__pg_ok(res)) {
     kl_err_t err = kl__pg_err(conn->pg, res, "list the partitions");
     PQclear(res);
@@ -668,6 +738,7 @@ const kl__store_ops_t kl__pg_ops = {
     .acquire = kl_pg_acquire,
     .partition = kl_pg_partition,
     .reset = kl_pg_reset,
+    .beat = kl_pg_beat,
     .begin = kl__pg_begin,
     .commit = kl__pg_commit,
     .abort = kl__pg_abort,

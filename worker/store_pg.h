@@ -6,6 +6,7 @@
  * Tables (created by the versioned migrations of store_pg_migrations.c):
  *   keylane_schema_version  one row per migration applied
  *   keylane_partitions      (topic, partition) -> epoch, watermark, counters
+ *   keylane_beats           (topic, partition) -> beats, kl__store_beat()'s
  *   keylane_ids             (topic, idempotency key) -> mark, insert time
  *                           (ms); scoped by topic since version 3
  *   keylane_kv              the handlers' keys and values (bytea)
@@ -113,7 +114,7 @@ PGresult *kl__pg_run(kl__pg_conn_t *conn, kl__pg_stmt_t stmt, int nparams,
                      const int *formats, int binary_result, kl_err_t *err);
 
 /* Schema versions (store_pg_migrations.c). */
-#define KL__PG_SCHEMA_VERSION 3
+#define KL__PG_SCHEMA_VERSION 4
 
 /** Reads the schema version: 0 when keylane has created nothing yet. */
 kl_err_t kl__pg_schema_version(PGconn *pg, int *version);

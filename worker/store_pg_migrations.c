@@ -70,6 +70,16 @@ static const char *const kl_pg_migrations[KL__PG_SCHEMA_VERSION] = {
     "ALTER TABLE keylane_topic_ids RENAME TO keylane_ids;"
     "ALTER INDEX keylane_topic_ids_pkey RENAME TO keylane_ids_pkey;"
     "CREATE INDEX keylane_ids_inserted ON keylane_ids (inserted_ms);",
+    /* 4: heartbeats of an owner outside the group (replay, redrive), so
+     * that a live worker it fenced sees it work (kl__store_beat()). A
+     * table apart: a beat that updated the partition's row would make the
+     * batch in flight, whose fence updates that row at commit, fail with
+     * a serialization error. */
+    "CREATE TABLE keylane_beats ("
+    "  topic text COLLATE \"C\" NOT NULL,"
+    "  partition integer NOT NULL,"
+    "  beats bigint NOT NULL DEFAULT 0,"
+    "  PRIMARY KEY (topic, partition));",
 };
 
 /* pg_advisory_xact_lock key: "keylane" as a number, so that two openers of

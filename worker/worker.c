@@ -35,10 +35,13 @@
 #include "worker/worker_internal.h"
 
 /* What a fenced lane last saw of its partition in the store, and since
- * when it has not changed (0: not watched). */
+ * when it has not changed (0: not watched); after a failed retake, the
+ * backoff before the next try and when that try may come. */
 typedef struct kl_quiet {
   kl_partition_state_t seen;
   int64_t since_ns;
+  int64_t backoff_ns;
+  int64_t next_try_ns;
 } kl_quiet_t;
 
 struct kl_worker {
@@ -70,6 +73,8 @@ struct kl_worker {
   _Atomic int32_t partitions_live; /* as last read; 0: not yet */
   int64_t check_ns, checked_ns;    /* worker.partitions.check.ms */
   atomic_int topic_stopped; /* the count changed: it takes nothing more */
+  kl__worker_seek_hook_fn *seek_hook; /* test hook; may be NULL */
+  void *seek_hook_opaque;
 };
 
 #define KL_COMP "worker"
@@ -282,16 +287,29 @@ static void kl_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
  * group gave the partition to does that, and the group then revokes the
  * partition from this one within a session timeout, which ends the lane.
  * When the group does not, the fencer is outside it: keylane replay or
- * redrive. Once the partition's state (epoch, watermark and the applied,
- * duplicate and dead-letter counters, which a redrive moves below the
- * watermark) has not changed for worker.fenced.retake.ms, that fencer is
- * done: the lane acquires a new epoch, seeks back to the watermark and
- * applies from there. A fencer that is still at work after so long is
- * fenced in turn; either way the epochs keep any batch from applying
- * twice. kl_worker_new() requires the period to exceed the session
- * timeout, so that a member the group has already replaced learns it
- * before it could retake.
+ * redrive. Those beat (kl__store_beat()) at least every third of
+ * worker.fenced.retake.ms while they work, even inside a long batch or on
+ * letters that keep failing. Once the partition's state (epoch, watermark,
+ * the applied, duplicate and dead-letter counters, which a redrive moves
+ * below the watermark, and the beats) has not changed for that period, the
+ * fencer is done, paused or dead: the lane moves the consumer back to the
+ * watermark, acquires a new epoch and applies from there. A fencer that
+ * wakes up later is fenced in turn: its next beat or commit is refused.
+ *
+ * The seek comes before the acquire, so that a seek that fails costs no
+ * epoch: a new epoch fences whoever holds the partition, and a retake that
+ * failed after taking one would fence the holder again at every try.
+ * Failed tries back off, from one check period up to the retake period.
+ * kl_worker_new() requires the period to exceed the session timeout, so
+ * that a member the group has already replaced learns it before it could
+ * retake.
  */
+
+void kl__worker_set_seek_hook(kl_worker_t *worker, kl__worker_seek_hook_fn *fn,
+                              void *opaque) {
+  worker->seek_hook = fn;
+  worker->seek_hook_opaque = opaque;
+}
 
 static kl_quiet_t *kl_quiet_of(kl_worker_t *worker, int32_t partition) {
   if (partition >= worker->quiet_count) {
@@ -306,31 +324,48 @@ static kl_quiet_t *kl_quiet_of(kl_worker_t *worker, int32_t partition) {
   return &worker->quiet[partition];
 }
 
-/* Takes @p partition back: a new epoch, the consumer moved back to the
- * watermark (while the lane still drops what it is given), then the lane
- * owned and the partition resumed. @returns 0, or -1 to try again at the
- * next check (one attempt each: the poll thread must not block on a store
- * that is down). */
-static int kl_retake(kl_worker_t *worker, int32_t partition, int64_t quiet_ns) {
-  kl_partition_state_t state;
-  kl_err_t err = kl_store_acquire(worker->store, worker->topic, partition,
-                                  &state);
-  if (err) {
-    KL_LOG_W(KL_COMP, "retake partition=%" PRId32 ": %s; trying again",
-             partition, kl_err_detail());
-    return -1;
+/* Moves the consumer of @p l's partition to its offset. @returns 0 or the
+ * error (logged). */
+static rd_kafka_resp_err_t kl_retake_seek(kl_worker_t *worker,
+                                          rd_kafka_topic_partition_list_t *l) {
+  rd_kafka_topic_partition_t *tp = &l->elems[0];
+  rd_kafka_resp_err_t kerr =
+      worker->seek_hook
+          ? worker->seek_hook(worker->seek_hook_opaque, tp->partition)
+          : RD_KAFKA_RESP_ERR_NO_ERROR;
+  if (!kerr) {
+    rd_kafka_error_t *error = rd_kafka_seek_partitions(worker->rk, l, 10000);
+    kerr = error ? rd_kafka_error_code(error) : tp->err;
+    if (error)
+      rd_kafka_error_destroy(error);
   }
+  if (kerr)
+    KL_LOG_W(KL_COMP, "retake partition=%" PRId32 ": cannot seek to %" PRId64
+             ": %s; no epoch taken, trying again later", tp->partition,
+             tp->offset, rd_kafka_err2str(kerr));
+  return kerr;
+}
+
+/* Takes @p partition back from the fencer whose state @p seen has been
+ * quiet for @p quiet_ns: the consumer moved back to its watermark (while
+ * the lane still drops what it is given), a new epoch, then the lane owned
+ * from the watermark that epoch came with (>= the seek's: what lies
+ * between is skipped as applied) and the partition resumed. @returns 0, or
+ * -1 to try again later (one attempt each: the poll thread must not block
+ * on a store that is down). */
+static int kl_retake(kl_worker_t *worker, int32_t partition,
+                     const kl_partition_state_t *seen, int64_t quiet_ns) {
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
   rd_kafka_topic_partition_list_add(l, worker->topic, partition)->offset =
-      state.watermark > 0 ? state.watermark : RD_KAFKA_OFFSET_BEGINNING;
-  rd_kafka_error_t *error = rd_kafka_seek_partitions(worker->rk, l, 10000);
-  rd_kafka_resp_err_t kerr = error ? rd_kafka_error_code(error) : l->elems[0].err;
-  if (error)
-    rd_kafka_error_destroy(error);
-  if (kerr) {
-    KL_LOG_W(KL_COMP, "retake partition=%" PRId32 ": cannot seek to %" PRId64
-             ": %s; trying again", partition, state.watermark,
-             rd_kafka_err2str(kerr));
+      seen->watermark > 0 ? seen->watermark : RD_KAFKA_OFFSET_BEGINNING;
+  kl_partition_state_t state;
+  kl_err_t err = KL_OK;
+  if (kl_retake_seek(worker, l)) {
+    err = KL_EKAFKA_TRANSIENT;
+  } else if ((err = kl_store_acquire(worker->store, worker->topic, partition,
+                                     &state))) {
+    KL_LOG_W(KL_COMP, "retake partition=%" PRId32 ": %s; trying again later",
+             partition, kl_err_detail());
   } else {
     rd_kafka_topic_partition_list_t *taken =
         rd_kafka_topic_partition_list_new(1);
@@ -345,14 +380,36 @@ static int kl_retake(kl_worker_t *worker, int32_t partition, int64_t quiet_ns) {
              quiet_ns / 1000000);
   }
   rd_kafka_topic_partition_list_destroy(l);
-  return kerr ? -1 : 0;
+  return err ? -1 : 0;
 }
 
 static int kl_state_same(const kl_partition_state_t *a,
                          const kl_partition_state_t *b) {
   return a->epoch == b->epoch && a->watermark == b->watermark &&
          a->applied == b->applied && a->duplicates == b->duplicates &&
-         a->dead_letters == b->dead_letters;
+         a->dead_letters == b->dead_letters && a->beats == b->beats;
+}
+
+/* One fenced partition at a check: watch its state, or take it back once
+ * it has been quiet for the period and no failed try asks to wait. */
+static void kl_retake_check(kl_worker_t *worker, int32_t partition,
+                            int64_t now, int64_t every) {
+  kl_partition_state_t st;
+  kl_quiet_t *q = kl_quiet_of(worker, partition);
+  if (!q || kl_store_partition(worker->store, worker->topic, partition, &st))
+    return;
+  if (!q->since_ns || !kl_state_same(&st, &q->seen)) {
+    *q = (kl_quiet_t){st, now, 0, 0};
+  } else if (now - q->since_ns >= worker->retake_ns && now >= q->next_try_ns) {
+    if (kl_retake(worker, partition, &st, now - q->since_ns) == 0) {
+      q->since_ns = 0;
+      return;
+    }
+    q->backoff_ns = !q->backoff_ns                      ? every
+                    : q->backoff_ns * 2 < worker->retake_ns ? q->backoff_ns * 2
+                                                            : worker->retake_ns;
+    q->next_try_ns = now + q->backoff_ns;
+  }
 }
 
 static void kl_retake_quiet(kl_worker_t *worker) {
@@ -365,21 +422,8 @@ static void kl_retake_quiet(kl_worker_t *worker) {
   worker->retake_checked_ns = now;
   int32_t fenced[64];
   size_t n = kl__lanes_fenced(worker->lanes, fenced, 64);
-  for (size_t i = 0; i < n && !worker->stop; i++) {
-    kl_partition_state_t st;
-    kl_quiet_t *q = kl_quiet_of(worker, fenced[i]);
-    if (!q || kl_store_partition(worker->store, worker->topic, fenced[i], &st))
-      continue;
-    if (!q->since_ns || !kl_state_same(&st, &q->seen)) {
-      *q = (kl_quiet_t){st, now};
-    } else if (now - q->since_ns >= worker->retake_ns) {
-      if (kl_retake(worker, fenced[i], now - q->since_ns) == 0)
-        q->since_ns = 0;
-      else if (!kl_store_partition(worker->store, worker->topic, fenced[i],
-                                   &q->seen))
-        q->since_ns = now - worker->retake_ns; /* our own epoch: still quiet */
-    }
-  }
+  for (size_t i = 0; i < n && !worker->stop; i++)
+    kl_retake_check(worker, fenced[i], now, every);
 }
 
 /* ---- setup --------------------------------------------------------------- */
@@ -475,6 +519,42 @@ static kl_err_t kl_check_offset_reset(const kl_conf_t *conf) {
                  reset);
 }
 
+/* librdkafka's default max.poll.interval.ms. */
+#define KL_MAX_POLL_DEFAULT_MS 300000
+
+/*
+ * The poll thread must poll within kafka.max.poll.interval.ms, or the
+ * group evicts a member that is working. Between two polls it runs events
+ * for at most the inline budget plus ONE handler call (pool.c checks the
+ * budget before each event; at worker.concurrency > 1 it runs none, but a
+ * revoke waits for the running ones), then commits and maybe seeks. So one
+ * handler call may take at most half the interval, the other half being
+ * for the rest. Only a declared bound can be checked: an in-process
+ * handler that sets none (0) must keep to the interval by itself.
+ */
+static kl_err_t kl_check_poll_interval(const kl_conf_t *conf) {
+  int64_t handler_ms = kl__conf_int(conf, "worker.handler.timeout.ms");
+  const char *set = kl_conf_get(conf, "kafka.max.poll.interval.ms");
+  char *end = NULL;
+  int64_t poll_ms = set ? strtoll(set, &end, 10) : KL_MAX_POLL_DEFAULT_MS;
+  if (set && (end == set || *end || poll_ms <= 0))
+    return kl__err(KL_ECONF, "kafka.max.poll.interval.ms=%s is not a "
+                             "positive number of ms: set it like "
+                             "-X kafka.max.poll.interval.ms=300000", set);
+  if (handler_ms <= poll_ms / 2) /* 0: a bound the worker cannot know */
+    return KL_OK;
+  return kl__err(KL_ECONF,
+                 "worker.handler.timeout.ms (%" PRId64 ") is more than half "
+                 "of kafka.max.poll.interval.ms (%" PRId64 "): a handler call "
+                 "that long keeps the worker from polling, and the group "
+                 "evicts a member that is working; raise "
+                 "kafka.max.poll.interval.ms to at least %" PRId64 " (-X "
+                 "kafka.max.poll.interval.ms=%" PRId64 "), or lower the "
+                 "handler timeout (--handler-timeout-ms) to at most %" PRId64,
+                 handler_ms, poll_ms, handler_ms * 2, handler_ms * 2,
+                 poll_ms / 2);
+}
+
 kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                        kl_store_t *store, kl_handler_fn_t *handler,
                        void *handler_opaque, kl_worker_t **out) {
@@ -496,6 +576,9 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                    "the group replaced learns it before it takes a partition "
                    "back; raise it, or set 0 to never take one back",
                    retake_ms, session_ms);
+  kl_err_t checked = kl_check_poll_interval(conf);
+  if (checked)
+    return checked;
   kl_worker_t *worker = calloc(1, sizeof(*worker));
   if (worker)
     pthread_mutex_init(&worker->why_mu, NULL);

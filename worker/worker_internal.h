@@ -37,4 +37,15 @@ int kl__worker_waiting(kl_worker_t *worker, char *why, size_t size);
 size_t kl__worker_misrouted(kl_worker_t *worker, uint64_t *by_partition,
                             size_t max);
 
+/**
+ * Called on the poll thread before a retake moves the consumer back to the
+ * watermark of @p partition: a nonzero librdkafka error makes that seek
+ * fail as if librdkafka had returned it. Tests use it to see what a failed
+ * retake costs.
+ */
+typedef int(kl__worker_seek_hook_fn)(void *opaque, int32_t partition);
+
+void kl__worker_set_seek_hook(kl_worker_t *worker, kl__worker_seek_hook_fn *fn,
+                              void *opaque);
+
 #endif

@@ -53,6 +53,10 @@ typedef struct kl_partition_state {
   uint64_t duplicates;   /**< events skipped because their id was seen */
   uint64_t dead_letters; /**< events recorded as dead-lettered (not one
                               whose id was applied: kl_txn_mark()) */
+  uint64_t beats;        /**< heartbeats of a fencer outside the group
+                              (keylane replay, redrive) while it works: a
+                              fenced worker takes the partition back only
+                              once the whole state stops changing */
 } kl_partition_state_t;
 
 /** How an idempotency key was recorded. */

@@ -74,6 +74,17 @@
  *   handler.
  * - The handler must keep to its own partition's entities: writing another
  *   partition's entity breaks the single-writer rule.
+ * - At concurrency 1 the polling thread checks its time budget before each
+ *   event, so it polls again within that budget plus ONE handler call. A
+ *   call must therefore end well within librdkafka's max.poll.interval.ms
+ *   (300 s), or the group evicts a member that is working: declare the
+ *   bound as "worker.handler.timeout.ms", and kl_worker_new() refuses one
+ *   above half of "kafka.max.poll.interval.ms" (KL_ECONF).
+ * - A partition fenced by an owner outside the group (keylane replay or
+ *   redrive) is taken back once its state in the store, with the
+ *   heartbeats such an owner writes while it works, has not changed for
+ *   "worker.fenced.retake.ms": a replay that works is never taken back, one
+ *   paused or dead for that long is, and its later commit is refused.
  */
 #ifndef KEYLANE_WORKER_H
 #define KEYLANE_WORKER_H
@@ -88,7 +99,22 @@
 extern "C" {
 #endif
 
-/** The owner's fencing token, to pass to any external resource. */
+/**
+ * The owner's fencing token, to pass to any external resource.
+ *
+ * What such a resource must do, both in the transaction of the write:
+ * - refuse a write whose epoch is older than the newest it has stored for
+ *   (topic, partition), and store the newer one: a deposed owner then
+ *   applies nothing there;
+ * - keep each event's write unique, by the event's id (or by topic,
+ *   partition and offset): apply it once, and answer a repeat as done.
+ * The epoch alone is not enough. A handler call that RETRYs, fails or
+ * times out (an exec child killed after "worker.handler.timeout.ms") is
+ * run again with the SAME fence, and a write the first call had already
+ * sent may land after the second call's: same epoch, so only the id
+ * refuses it. deploy/examples/handler_fence_sqlite.py does both (its
+ * `fence` and `applied` tables).
+ */
 typedef struct kl_fence {
   const char *topic;
   int32_t partition;

@@ -149,6 +149,49 @@ static void test_python_fence_example(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* A hung child is killed and its event retried with the same fence
+ * (partition, epoch, offset); a write the killed child had sent still
+ * lands after the retry's. The fence's epoch cannot refuse it (it is the
+ * same), so the example resource answers it "ok", and its `applied` table
+ * (the event's id kept unique) is what applies the credit once. */
+static void test_late_write_of_a_killed_child_applies_once(void **state) {
+  if (system("python3 -c 'import sqlite3' 2>/dev/null") != 0)
+    skip();
+  const char *src = getenv("KEYLANE_SOURCE_DIR");
+  src = src ? src : ".";
+  char dir[64], cmd[768], err[256], path[128];
+  kl_t_tmpdir(dir);
+  snprintf(cmd, sizeof(cmd), "exec python3 %s/tests/support/"
+           "exec_late_write.py %s/deploy/examples/handler_fence_sqlite.py "
+           "%s/app.db %s/marker", src, src, dir, dir);
+  kl__exec_t *exec = kl_exec(cmd, 1000);
+  assert_int_equal(kl__exec_handler(exec, &kl_event, &kl_fence, NULL, err,
+                                    sizeof(err)), KL_HANDLER_RETRY);
+  assert_non_null(strstr(err, "did not answer within 1000 ms"));
+  /* The worker's retry: the same event, the same fence. */
+  assert_int_equal(kl__exec_handler(exec, &kl_event, &kl_fence, NULL, err,
+                                    sizeof(err)), KL_HANDLER_OK);
+  assert_int_equal(kl__exec_starts(exec), 2);
+  kl__exec_destroy(exec);
+  snprintf(path, sizeof(path), "%s/marker.late", dir);
+  FILE *f = NULL;
+  for (int i = 0; i < 300 && !(f = fopen(path, "r")); i++)
+    kl_t_sleep_ms(50);
+  assert_non_null(f); /* the late write landed */
+  char answer[256] = "";
+  assert_non_null(fgets(answer, sizeof(answer), f));
+  fclose(f);
+  if (!strstr(answer, "\"status\": \"ok\""))
+    fail_msg("the late write was answered %s, not ok: the epoch is the "
+             "retry's and cannot refuse it", answer);
+  snprintf(cmd, sizeof(cmd), "python3 -c \"import sqlite3,sys; d=sqlite3."
+           "connect('%s/app.db'); sys.exit(d.execute('select amount from "
+           "balance').fetchall() != [(5,)] or d.execute('select count(*) "
+           "from applied').fetchall() != [(1,)])\"", dir);
+  assert_int_equal(system(cmd), 0); /* credited once, not twice */
+  kl_t_rmrf(dir);
+}
+
 /* ---- a worker on the embedded cluster ---- */
 
 static kl_worker_t *kl_exec_worker(const char *bootstrap, const char *topic,
@@ -389,6 +432,7 @@ int main(void) {
       cmocka_unit_test(test_hang_is_killed),
       cmocka_unit_test(test_garbage_and_long_lines),
       cmocka_unit_test(test_python_fence_example),
+      cmocka_unit_test(test_late_write_of_a_killed_child_applies_once),
       cmocka_unit_test(test_worker_child_crash_applies_once),
       cmocka_unit_test(test_worker_child_hang_applies_once),
       cmocka_unit_test(test_worker_child_garbage_dead_letters),

@@ -432,11 +432,11 @@ static void test_schema2_ids_are_migrated(void **state) {
   int from, to;
   assert_int_equal(kl__store_pg_migrate(st->fx.where, &from, &to), KL_OK);
   assert_int_equal(from, 2);
-  assert_int_equal(to, 3);
+  assert_int_equal(to, KL__PG_SCHEMA_VERSION);
   store = kl_t_store_open(st->fx.where, NULL);
   int version = 0, latest = 0;
   assert_int_equal(kl__store_version(store, &version, &latest), KL_OK);
-  assert_int_equal(version, 3);
+  assert_int_equal(version, KL__PG_SCHEMA_VERSION);
   assert_int_equal(latest, KL__PG_SCHEMA_VERSION);
 
   kl_txn_t *txn = kl_t_store_begin(store, 0, 1);
@@ -494,7 +494,7 @@ static void test_cli_store_migrate(void **state) {
   t_state_t *st = *state;
   char line[512];
   assert_int_equal(t_cli_migrate(st->fx.where, line, sizeof(line)), 0);
-  assert_non_null(strstr(line, "schema version 0 -> 3"));
+  assert_non_null(strstr(line, "schema version 0 -> 4"));
   assert_int_equal(t_cli_migrate(st->fx.where, line, sizeof(line)), 0);
   assert_non_null(strstr(line, "nothing to do"));
   t_sql(st->admin, "INSERT INTO keylane_schema_version (version) VALUES (7)");

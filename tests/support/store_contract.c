@@ -417,6 +417,64 @@ void kl_t_contract_counters(void **state) {
   kl_store_destroy(store);
 }
 
+/* A heartbeat of an owner outside the group counts only while that owner
+ * holds the partition, survives its commits and a new epoch, and shows in
+ * kl_store_partition() and kl_store_foreach_partition() alike. */
+static int kl_t_beats_cb(void *opaque, const char *topic, int32_t partition,
+                         const kl_partition_state_t *state) {
+  if (strcmp(topic, KL_T_TOPIC) == 0 && partition == 3)
+    *(uint64_t *)opaque = state->beats;
+  return 0;
+}
+
+/* Beats @p n partitions (partition, epoch pairs); @returns a bit per
+ * partition that was refused as fenced. */
+static unsigned kl_t_beat(kl_store_t *store, const uint64_t (*pe)[2],
+                          size_t n) {
+  kl__beat_t beats[8];
+  for (size_t i = 0; i < n; i++)
+    beats[i] = (kl__beat_t){(int32_t)pe[i][0], pe[i][1], KL_ESTORE};
+  assert_int_equal(kl__store_beat(store, KL_T_TOPIC, beats, n), KL_OK);
+  unsigned fenced = 0;
+  for (size_t i = 0; i < n; i++) {
+    assert_true(beats[i].err == KL_OK || beats[i].err == KL_EFENCED);
+    fenced |= (beats[i].err == KL_EFENCED) << i;
+  }
+  return fenced;
+}
+
+void kl_t_contract_beats_need_the_current_epoch(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  kl_store_t *store = kl_t_store_open(where, NULL);
+  assert_int_equal(kl_t_beat(store, (const uint64_t[][2]){{3, 1}}, 1), 1);
+  uint64_t epoch = kl_t_store_acquire(store, 3);
+  uint64_t other = kl_t_store_acquire(store, 4);
+  assert_int_equal(kl_t_store_partition(store, 3).beats, 0);
+  assert_int_equal(
+      kl_t_beat(store, (const uint64_t[][2]){{3, epoch}, {4, other}}, 2), 0);
+  assert_int_equal(kl_t_beat(store, (const uint64_t[][2]){{3, epoch}}, 1), 0);
+  kl_t_store_commit(kl_t_store_begin(store, 3, epoch), 10);
+  kl_partition_state_t ps = kl_t_store_partition(store, 3);
+  assert_int_equal(ps.beats, 2);
+  assert_int_equal(ps.watermark, 10);
+  assert_int_equal(kl_t_store_partition(store, 4).beats, 1);
+
+  /* A newer owner of 3: its old holder's beat is refused, 4's is not. */
+  uint64_t now = kl_t_store_acquire(store, 3);
+  assert_int_equal(
+      kl_t_beat(store, (const uint64_t[][2]){{4, other}, {3, epoch}}, 2), 2);
+  assert_int_equal(kl_t_store_partition(store, 3).beats, 2);
+  assert_int_equal(kl_t_store_partition(store, 4).beats, 2);
+  assert_int_equal(kl_t_beat(store, (const uint64_t[][2]){{3, now}}, 1), 0);
+  assert_int_equal(kl__store_beat(store, KL_T_TOPIC, NULL, 0), KL_OK);
+  uint64_t listed = 0;
+  assert_int_equal(kl_store_foreach_partition(store, kl_t_beats_cb, &listed),
+                   KL_OK);
+  assert_int_equal(listed, 3);
+  assert_int_equal(kl_t_store_partition(store, 2).beats, 0);
+  kl_store_destroy(store);
+}
+
 /* ---- scans ----------------------------------------------------------- */
 
 typedef struct kl_t_scan {

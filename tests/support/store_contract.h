@@ -102,6 +102,7 @@ void kl_t_store_clock_add(int64_t ms);
   X(watermark_never_goes_back, setup, teardown)                                \
   X(reset_rewinds_and_fences, setup, teardown)                                 \
   X(counters, setup, teardown)                                                 \
+  X(beats_need_the_current_epoch, setup, teardown)                             \
   X(scan_order_and_prefix, setup, teardown)                                    \
   X(foreach_partition_order, setup, teardown)                                  \
   X(sweep_bounded_and_keeps_young, setup, teardown)                            \

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "common/cli/cli.h"
+#include "common/internal.h"
 #include "common/log.h"
 #include "keylane/worker.h"
 #include "worker/handler.h"
@@ -29,8 +30,10 @@ static const char kl_worker_usage[] =
     "  -g, --group GROUP           consumer group (default keylane)\n"
     "      --store STORE           LMDB directory or postgresql://... URI\n"
     "      --handler HANDLER       ledger | so:PATH[:SYMBOL] | exec:COMMAND\n"
-    "      --handler-timeout-ms MS exec: answer timeout per event (30000;\n"
-    "                              30s, 2m: other units; at most 1d)\n"
+    "      --handler-timeout-ms MS longest handler call, at most half of\n"
+    "                              kafka.max.poll.interval.ms (300000);\n"
+    "                              exec: the answer timeout (30000;\n"
+    "                              30s, 2m: other units)\n"
     "      --metrics-listen ADDR:PORT  serve GET /metrics and /healthz there\n"
     "                              (off by default; e.g. 127.0.0.1:9464)\n"
     "      --session-timeout-ms MS group session timeout (default 10000)\n"
@@ -129,8 +132,21 @@ static int kl_worker_main(kl_conf_t *conf, const char *topic,
   kl_handler_ref_t handler;
   if (kl__handler_resolve(handler_spec, &handler))
     return kl__cli_usage(SUB, "%s", kl_err_detail());
-  if (handler.fn == kl__exec_handler && opts->handler_timeout_ms)
-    kl__exec_set_timeout_ms(handler.opaque, opts->handler_timeout_ms);
+  /* One timeout: the exec child's, and the bound kl_worker_new() checks
+   * against kafka.max.poll.interval.ms (for any handler it is given to). */
+  int64_t timeout_ms = opts->handler_timeout_ms
+                           ? opts->handler_timeout_ms
+                           : kl__conf_int(conf, "worker.handler.timeout.ms");
+  if (!timeout_ms && handler.fn == kl__exec_handler)
+    timeout_ms = KL_EXEC_TIMEOUT_MS;
+  char timeout[24];
+  snprintf(timeout, sizeof(timeout), "%" PRId64, timeout_ms);
+  if (kl__cli_conf_set(SUB, conf, "worker.handler.timeout.ms", timeout)) {
+    kl__handler_release(&handler);
+    return KL_EXIT_USAGE;
+  }
+  if (handler.fn == kl__exec_handler)
+    kl__exec_set_timeout_ms(handler.opaque, (int)timeout_ms);
   kl_store_t *store;
   kl_err_t err = kl_store_open(location, conf, &store);
   if (err) {
