@@ -65,6 +65,10 @@ static const kl_conf_key_t kl_keys[] = {
      "refuse to run when the topic's partition count differs (0: no check)"},
     {"worker.concurrency", KL_CT_INT, "1", 1, 1024, NULL,
      "handler threads per worker; events of one key stay in order"},
+    {"worker.exec.window", KL_CT_INT, "16", 1, 1024, NULL,
+     "exec handler: events in flight to one child at most (pipelining; a "
+     "child gets one at a time until it echoes \"seq\"); the worker runs "
+     "worker.concurrency children"},
     {"worker.retry.initial.ms", KL_CT_INT, "100", 1, 3600000, NULL,
      "first retry backoff"},
     {"worker.retry.max.ms", KL_CT_INT, "10000", 1, 3600000, NULL,
