@@ -76,3 +76,26 @@ if [ "$rc" -ne 0 ] || grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer
   exit 1
 fi
 echo "run.sh: no findings in ${seconds}s; corpus: $(ls "$out/corpus" | wc -l) units"
+
+# The exec handler's answer parser and request builder, as long again.
+mkdir -p "$out/corpus_exec_answer" "$out/seeds_exec_answer"
+jansson=$(pkg-config --cflags --libs jansson)
+# shellcheck disable=SC2086
+$cc $flags -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+  "$root/worker/handler_exec_line.c" "$root/common/json_msgpack.c" \
+  "$root/common/error.c" "$root/tests/fuzz/fuzz_exec_answer.c" $jansson \
+  $msgpack -lm -o "$out/fuzz_exec_answer"
+printf '{"seq":1,"status":"ok"}' >"$out/seeds_exec_answer/ok"
+printf '{"status":"fail","error":{"code":7}}' >"$out/seeds_exec_answer/fail"
+rc=0
+"$out/fuzz_exec_answer" -max_total_time="$seconds" -timeout=10 \
+  -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$out/artifacts/" \
+  "$@" "$out/corpus_exec_answer" "$out/seeds_exec_answer" \
+  >"$out/fuzz_exec_answer.log" 2>&1 || rc=$?
+grep -E '^stat::(number_of_executed_units|average_exec_per_sec)|^#[0-9]+[[:space:]]+DONE' "$out/fuzz_exec_answer.log" || true
+if [ "$rc" -ne 0 ] || grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|SUMMARY: ' "$out/fuzz_exec_answer.log"; then
+  echo "run.sh: fuzz_exec_answer found a problem (exit $rc); see $out/fuzz_exec_answer.log" >&2
+  tail -n 40 "$out/fuzz_exec_answer.log" >&2
+  exit 1
+fi
+echo "run.sh: fuzz_exec_answer: no findings in ${seconds}s"
