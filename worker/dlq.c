@@ -33,6 +33,22 @@ const char *kl__dlq_reason_name(kl__dlq_reason_t reason) {
   return "unknown";
 }
 
+/* Errors about the record itself: producing it again cannot succeed.
+ * Others (timeouts, a lost leader, a missing topic, no authorization) are
+ * retried: they end when the cluster or the operator fixes them. */
+static kl_err_t kl_dlq_err(rd_kafka_resp_err_t kerr) {
+  switch (kerr) {
+  case RD_KAFKA_RESP_ERR_NO_ERROR: return KL_OK;
+  case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+  case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+  case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+  case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+  case RD_KAFKA_RESP_ERR_INVALID_MSG:
+    return KL_EKAFKA;
+  default: return KL_EKAFKA_TRANSIENT;
+  }
+}
+
 static void kl_dlq_dr(rd_kafka_t *rk, const rd_kafka_message_t *m,
                       void *opaque) {
   (void)rk;
@@ -40,7 +56,7 @@ static void kl_dlq_dr(rd_kafka_t *rk, const rd_kafka_message_t *m,
   kl__dlq_ref_t *ref = m->_private;
   dlq->inflight--;
   if (ref && dlq->ack)
-    dlq->ack(dlq->opaque, ref, m->err ? KL_EKAFKA_TRANSIENT : KL_OK,
+    dlq->ack(dlq->opaque, ref, kl_dlq_err(m->err),
              m->err ? rd_kafka_err2str(m->err) : "");
   free(ref);
 }
@@ -144,6 +160,10 @@ static int kl_hdr_add(rd_kafka_headers_t *h, const char *name,
   return rd_kafka_header_add(h, name, -1, value, -1) != 0;
 }
 
+static size_t kl_dlq_cut(size_t len) {
+  return len > KL__DLQ_TRUNCATED_MAX ? KL__DLQ_TRUNCATED_MAX : len;
+}
+
 static int kl_hdr_add_i64(rd_kafka_headers_t *h, const char *name,
                           int64_t value) {
   char buf[24];
@@ -151,20 +171,35 @@ static int kl_hdr_add_i64(rd_kafka_headers_t *h, const char *name,
   return kl_hdr_add(h, name, buf);
 }
 
-/* The original headers (when the record had any), then ours. */
+/* What a truncated letter says about the record it stands for. */
+static int kl_dlq_truncated_headers(rd_kafka_headers_t *h,
+                                    const kl__dlq_letter_t *l) {
+  return kl_hdr_add(h, "keylane.dlq.truncated", l->truncated) |
+         kl_hdr_add_i64(h, "keylane.dlq.original_size", (int64_t)l->msg->len) |
+         kl_hdr_add_i64(h, "keylane.dlq.original_key_size",
+                        (int64_t)l->msg->key_len);
+}
+
+/* The original headers (when the record had any and the letter is whole),
+ * then ours. */
 static rd_kafka_headers_t *kl_dlq_headers(const char *source_topic,
                                           const kl__dlq_letter_t *l) {
   rd_kafka_headers_t *orig = NULL;
   rd_kafka_headers_t *h;
   /* rd_kafka_message_headers() parses lazily into the message; it takes
    * a non-const message, and only the poll thread touches it here. */
-  if (rd_kafka_message_headers((rd_kafka_message_t *)l->msg, &orig) == 0 &&
+  if (!l->truncated &&
+      rd_kafka_message_headers((rd_kafka_message_t *)l->msg, &orig) == 0 &&
       orig)
     h = rd_kafka_headers_copy(orig);
   else
-    h = rd_kafka_headers_new(8);
+    h = rd_kafka_headers_new(12);
+  const char *error = l->error ? l->error : "";
+  size_t error_len = l->truncated ? kl_dlq_cut(strlen(error)) : strlen(error);
   int bad = kl_hdr_add(h, "keylane.dlq.reason", kl__dlq_reason_name(l->reason)) |
-            kl_hdr_add(h, "keylane.dlq.error", l->error ? l->error : "") |
+            (rd_kafka_header_add(h, "keylane.dlq.error", -1, error,
+                                 (ssize_t)error_len) != 0) |
+            (l->truncated && kl_dlq_truncated_headers(h, l)) |
             kl_hdr_add_i64(h, "keylane.dlq.attempts", l->attempts) |
             kl_hdr_add(h, "keylane.dlq.topic", source_topic) |
             kl_hdr_add_i64(h, "keylane.dlq.partition", l->msg->partition) |
@@ -191,16 +226,17 @@ kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
   }
   *copy = *ref;
   const rd_kafka_message_t *m = letter->msg;
+  size_t key_len = letter->truncated ? kl_dlq_cut(m->key_len) : m->key_len;
+  size_t len = letter->truncated ? kl_dlq_cut(m->len) : m->len;
   rd_kafka_resp_err_t kerr = rd_kafka_producev(
-      dlq->rk, RD_KAFKA_V_TOPIC(dlq->topic),
-      RD_KAFKA_V_KEY(m->key, m->key_len),
-      RD_KAFKA_V_VALUE(m->payload, m->len),
+      dlq->rk, RD_KAFKA_V_TOPIC(dlq->topic), RD_KAFKA_V_KEY(m->key, key_len),
+      RD_KAFKA_V_VALUE(m->payload, len),
       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
       RD_KAFKA_V_OPAQUE(copy), RD_KAFKA_V_END);
   if (kerr) {
     rd_kafka_headers_destroy(h); /* not taken over on failure */
     free(copy);
-    return kl__err(KL_EKAFKA_TRANSIENT, "dead letter to %s: %s", dlq->topic,
+    return kl__err(kl_dlq_err(kerr), "dead letter to %s: %s", dlq->topic,
                    rd_kafka_err2str(kerr));
   }
   dlq->inflight++;

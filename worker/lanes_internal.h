@@ -93,6 +93,8 @@ struct kl__slot {
   int attempts;   /* handler runs */
   int store_errors; /* failed runs the handler did not cause */
   int dlq_inflight; /* produced, no delivery report yet */
+  const char *refused; /* static text: why Kafka refused the whole letter,
+                          so a truncated copy is sent; NULL: not refused */
   int64_t due_ns;   /* WAITING: when it may run; DLQ_PENDING: resend at */
   int64_t wait_since_ns;
   int64_t first_failure_ms, last_failure_ms;

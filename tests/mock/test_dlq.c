@@ -1,0 +1,148 @@
+/*
+ * Dead letters Kafka refuses (worker/dlq.h): a record just under the
+ * producer's message.max.bytes fails to decode; its letter, with the
+ * keylane.dlq.* headers, is over the limit and refused for good. A
+ * truncated copy goes instead, saying so, and the partition moves on.
+ * Issue 14 item 1.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <librdkafka/rdkafka.h>
+
+#include "support/cluster.h"
+#include "support/support.h"
+
+static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};
+
+/* librdkafka's default message.max.bytes is 1,000,000: this record fits,
+ * its dead letter (the same bytes plus about 300 bytes of headers) not. */
+#define KL_BIG 999800
+
+typedef struct kl_letter {
+  size_t key_len, len;
+  char truncated[128], reason[32];
+  int64_t offset, original_size, original_key_size;
+} kl_letter_t;
+
+static void kl_header(rd_kafka_headers_t *h, const char *name, char *out,
+                      size_t size) {
+  const void *v;
+  size_t len;
+  out[0] = '\0';
+  if (h && rd_kafka_header_get_last(h, name, &v, &len) == 0)
+    snprintf(out, size, "%.*s", (int)len, (const char *)v);
+}
+
+static int64_t kl_header_i64(rd_kafka_headers_t *h, const char *name) {
+  char buf[32];
+  kl_header(h, name, buf, sizeof(buf));
+  return buf[0] ? strtoll(buf, NULL, 10) : -1;
+}
+
+/* Reads @p want letters from @p topic, 20 s at most, in origin offset
+ * order (they are keyed by the original key: partitions differ). */
+static int kl_read_letters(const char *boot, const char *topic,
+                           const char *group, kl_letter_t *out, int want) {
+  char errstr[256];
+  rd_kafka_conf_t *c = rd_kafka_conf_new();
+  rd_kafka_conf_set(c, "bootstrap.servers", boot, errstr, sizeof(errstr));
+  rd_kafka_conf_set(c, "group.id", group, errstr, sizeof(errstr));
+  rd_kafka_conf_set(c, "auto.offset.reset", "earliest", errstr, sizeof(errstr));
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
+  assert_non_null(rk);
+  rd_kafka_poll_set_consumer(rk);
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(l, topic, RD_KAFKA_PARTITION_UA);
+  rd_kafka_subscribe(rk, l);
+  rd_kafka_topic_partition_list_destroy(l);
+  int n = 0;
+  for (int t = 0; t < 200 && n < want; t++) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+    if (m && !m->err) {
+      rd_kafka_headers_t *h = NULL;
+      rd_kafka_message_headers(m, &h);
+      kl_letter_t *letter = &out[n++];
+      letter->key_len = m->key_len;
+      letter->len = m->len;
+      kl_header(h, "keylane.dlq.truncated", letter->truncated,
+                sizeof(letter->truncated));
+      kl_header(h, "keylane.dlq.reason", letter->reason,
+                sizeof(letter->reason));
+      letter->offset = kl_header_i64(h, "keylane.dlq.offset");
+      letter->original_size = kl_header_i64(h, "keylane.dlq.original_size");
+      letter->original_key_size =
+          kl_header_i64(h, "keylane.dlq.original_key_size");
+    }
+    if (m)
+      rd_kafka_message_destroy(m);
+  }
+  rd_kafka_consumer_close(rk);
+  rd_kafka_destroy(rk);
+  if (n == 2 && out[0].offset > out[1].offset) {
+    kl_letter_t first = out[1];
+    out[1] = out[0];
+    out[0] = first;
+  }
+  return n;
+}
+
+static void test_refused_letter_is_truncated_and_partition_moves_on(
+    void **state) {
+  char dir[64], dlq[160];
+  kl_t_tmpdir(dir);
+  kl_t_cluster_t *cluster;
+  assert_int_equal(kl_t_cluster_new(1, "big", 1, &cluster), KL_OK);
+  const char *topic = kl_t_topic(cluster), *boot = kl_t_bootstrap(cluster);
+  char *big = malloc(KL_BIG);
+  assert_non_null(big);
+  memset(big, 'x', KL_BIG); /* not an envelope: a decode dead letter */
+  assert_int_equal(kl_t_produce_raw(boot, topic, 0, "big-key", big, KL_BIG,
+                                    NULL), 0);
+  free(big);
+  assert_int_equal(kl_t_produce_raw(boot, topic, 0, "small", "junk", 4,
+                                    NULL), 0);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  kl_t_worker_t *w = kl_t_worker_start(boot, topic, kl_t_group(cluster, "g"),
+                                       store, kl_fast);
+  kl_partition_state_t st = {0};
+  for (int i = 0; i < 300 && st.watermark < 2; i++) {
+    kl_t_sleep_ms(100);
+    kl_store_partition(store, topic, 0, &st);
+  }
+  assert_int_equal(st.watermark, 2); /* past both records */
+  kl_worker_stats_t ws;
+  kl_worker_stats(w->worker, &ws);
+  assert_int_equal(ws.dead_letters, 2);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+
+  kl_letter_t letters[2];
+  snprintf(dlq, sizeof(dlq), "%s.dlq", topic);
+  assert_int_equal(kl_read_letters(boot, dlq, kl_t_group(cluster, "reader"),
+                                   letters, 2), 2);
+  assert_int_equal(letters[0].offset, 0);
+  assert_string_equal(letters[0].reason, "decode");
+  assert_non_null(strstr(letters[0].truncated, "too large"));
+  assert_int_equal(letters[0].len, 1024);
+  assert_int_equal(letters[0].original_size, KL_BIG);
+  assert_int_equal(letters[0].original_key_size, 7);
+  assert_int_equal(letters[1].offset, 1); /* whole, as ever */
+  assert_int_equal(letters[1].len, 4);
+  assert_string_equal(letters[1].truncated, "");
+  kl_store_destroy(store);
+  kl_t_cluster_destroy(cluster);
+  kl_t_rmrf(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_refused_letter_is_truncated_and_partition_moves_on),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
