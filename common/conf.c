@@ -69,6 +69,10 @@ static const kl_conf_key_t kl_keys[] = {
      "exec handler: events in flight to one child at most (pipelining; a "
      "child gets one at a time until it echoes \"seq\"); the worker runs "
      "worker.concurrency children"},
+    {"worker.stall.ms", KL_CT_INT, "300000", 0, 86400000, NULL,
+     "a partition that holds records and whose watermark has not moved for "
+     "this long is stalled: /healthz answers 503 and "
+     "keylane_worker_partition_stalled is 1 (0: never)"},
     {"worker.retry.initial.ms", KL_CT_INT, "100", 1, 3600000, NULL,
      "first retry backoff"},
     {"worker.retry.max.ms", KL_CT_INT, "10000", 1, 3600000, NULL,

@@ -144,6 +144,10 @@ struct kl__lane {
   int rewind;             /* the overlay is unusable: run events again */
   int64_t hold_until_ns;  /* after a failed commit */
   int commit_backoff_ms;
+  /* lane_stall.c: the watermark and ownership last seen, since when */
+  int64_t stall_watermark, stall_since_ns;
+  uint64_t stall_gen;
+  int stalled;
 };
 
 struct kl__lanes {

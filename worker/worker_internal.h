@@ -3,6 +3,7 @@
 #define KEYLANE_WORKER_INTERNAL_H
 
 #include "keylane/worker.h"
+#include "worker/lane_stall.h"
 
 /**
  * Called on the worker's thread after the handlers of a batch ran and
@@ -15,5 +16,11 @@ typedef void(kl__worker_hook_fn)(void *opaque, const char *topic,
 
 void kl__worker_set_before_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
                                   void *opaque);
+
+/**
+ * The partitions @p worker owns, stalled or not (worker/lane_stall.h), up
+ * to @p max into @p out. Any thread. @returns how many it owns.
+ */
+size_t kl__worker_stalls(kl_worker_t *worker, kl__stall_t *out, size_t max);
 
 #endif

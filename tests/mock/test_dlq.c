@@ -1,11 +1,14 @@
 /*
- * Dead letters Kafka refuses (worker/dlq.h): a record just under the
- * producer's message.max.bytes fails to decode; its letter, with the
- * keylane.dlq.* headers, is over the limit and refused for good. A
- * truncated copy goes instead, saying so, and the partition moves on.
- * Issue 14 item 1.
+ * Partitions that must move on (issue 14 item 1):
+ * - dead letters Kafka refuses (worker/dlq.h): a record just under the
+ *   producer's message.max.bytes fails to decode; its letter, with the
+ *   keylane.dlq.* headers, is over the limit and refused for good. A
+ *   truncated copy goes instead, saying so, and the partition moves on;
+ * - a partition that does not (worker/lane_stall.h): /healthz answers 503
+ *   naming it, and keylane_worker_partition_stalled is 1.
  */
 #include <setjmp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -16,7 +19,9 @@
 #include <librdkafka/rdkafka.h>
 
 #include "support/cluster.h"
+#include "support/http.h"
 #include "support/support.h"
+#include "worker/metrics_server.h"
 
 static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};
 
@@ -140,9 +145,87 @@ static void test_refused_letter_is_truncated_and_partition_moves_on(
   kl_t_rmrf(dir);
 }
 
+static kl_handler_result_t kl_always_retry(void *opaque,
+                                           const kl_event_t *event,
+                                           const kl_fence_t *fence,
+                                           kl_txn_t *txn, char *errbuf,
+                                           size_t errbuf_size) {
+  snprintf(errbuf, errbuf_size, "the test's handler always says retry");
+  return KL_HANDLER_RETRY;
+}
+
+static void *kl_run(void *opaque) {
+  kl_worker_run(opaque);
+  return NULL;
+}
+
+/* A handler that retries forever holds its partition still: after
+ * worker.stall.ms the partition is stalled, in /healthz and /metrics. */
+static void test_stalled_partition_is_unhealthy(void **state) {
+  char dir[64];
+  kl_t_tmpdir(dir);
+  kl_t_cluster_t *cluster;
+  assert_int_equal(kl_t_cluster_new(1, "stall", 1, &cluster), KL_OK);
+  const char *topic = kl_t_topic(cluster), *boot = kl_t_bootstrap(cluster);
+  kl__ledger_gen_t *gen = kl__ledger_gen_new(4, 1, 3);
+  kl_producer_t *producer = kl_t_producer(boot, gen);
+  assert_int_equal(kl__ledger_gen_publish(gen, producer, topic), KL_OK);
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  kl_conf_t *conf = kl_conf_new();
+  const char *kv[][2] = {{"kafka.bootstrap.servers", boot},
+                         {"worker.group", kl_t_group(cluster, "g")},
+                         {"worker.session.timeout.ms", "3000"},
+                         {"worker.max.attempts", "1000"},
+                         {"worker.retry.initial.ms", "50"},
+                         {"worker.retry.max.ms", "100"},
+                         {"worker.stall.ms", "1500"}};
+  for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+    assert_int_equal(kl_conf_set(conf, kv[i][0], kv[i][1], NULL, 0), KL_OK);
+  kl_worker_t *worker;
+  assert_int_equal(kl_worker_new(conf, topic, store, kl_always_retry, NULL,
+                                 &worker), KL_OK);
+  kl__metrics_server_t *server;
+  assert_int_equal(kl__metrics_server_start("127.0.0.1:0", conf, topic,
+                                            worker, store, &server), KL_OK);
+  kl_conf_destroy(conf);
+  pthread_t thread;
+  pthread_create(&thread, NULL, kl_run, worker);
+  int port = kl__metrics_server_port(server);
+  kl_t_http_resp_t resp = {0};
+  for (int i = 0; i < 300; i++) { /* until the group joined and 1.5 s more */
+    kl_t_http_resp_free(&resp);
+    assert_int_equal(kl_t_http_once(port, "GET", "/healthz", NULL, NULL,
+                                    &resp), 0);
+    if (resp.status == 503)
+      break;
+    kl_t_sleep_ms(100);
+  }
+  assert_int_equal(resp.status, 503);
+  if (!strstr(resp.body, "partition 0 holds 1 records"))
+    fail_msg("/healthz does not name the partition: %s", resp.body);
+  kl_t_http_resp_free(&resp);
+  assert_int_equal(kl_t_http_once(port, "GET", "/metrics", NULL, NULL, &resp),
+                   0);
+  if (!strstr(resp.body, "keylane_worker_partition_stalled{partition=\"0\"} 1"))
+    fail_msg("no stalled gauge in /metrics:\n%s", resp.body);
+  kl_t_http_resp_free(&resp);
+  kl_worker_stop(worker);
+  pthread_join(thread, NULL);
+  kl__metrics_server_stop(server);
+  kl_worker_destroy(worker);
+  kl_producer_destroy(producer);
+  kl__ledger_gen_destroy(gen);
+  kl_store_destroy(store);
+  kl_t_cluster_destroy(cluster);
+  kl_t_rmrf(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refused_letter_is_truncated_and_partition_moves_on),
+      cmocka_unit_test(test_stalled_partition_is_unhealthy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
