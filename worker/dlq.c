@@ -13,6 +13,7 @@
 #include "common/internal.h"
 #include "common/kafka.h"
 #include "common/log.h"
+#include "keylane/event.h"
 
 #define KL_COMP "dlq"
 
@@ -86,10 +87,12 @@ kl_err_t kl__dlq_new(const kl_conf_t *conf, const char *topic,
   /* A dead letter must survive a broker loss like any event: idempotent,
    * acks=all. No topic is created by producing: a missing dead-letter
    * topic is an operator's decision, reported at start. */
-  static const char *const defaults[] = {
+  char max[16];
+  snprintf(max, sizeof(max), "%d", KL_MESSAGE_MAX); /* a broker's default */
+  const char *const defaults[] = {
       "enable.idempotence", "true", "acks", "all",
       "partitioner", "murmur2_random", "linger.ms", "5",
-      "allow.auto.create.topics", "false", NULL};
+      "allow.auto.create.topics", "false", "message.max.bytes", max, NULL};
   rd_kafka_conf_t *kconf = rd_kafka_conf_new();
   kl_err_t err = kl__kafka_conf_apply(kconf, conf, defaults);
   if (err) {

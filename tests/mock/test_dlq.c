@@ -23,11 +23,14 @@
 #include "support/support.h"
 #include "worker/metrics_server.h"
 
-static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};
-
-/* librdkafka's default message.max.bytes is 1,000,000: this record fits,
- * its dead letter (the same bytes plus about 300 bytes of headers) not. */
-#define KL_BIG 999800
+/* The dead-letter producer gets the worker's kafka.* settings: with
+ * message.max.bytes at 100,000 this record fits, its dead letter (the same
+ * bytes plus about 300 bytes of headers) not, as a record just under
+ * KL_RECORD_MAX does not with the default. */
+static const char *const kl_small_max[] = {"worker.session.timeout.ms=3000",
+                                           "kafka.message.max.bytes=100000",
+                                           NULL};
+#define KL_BIG 99800
 
 typedef struct kl_letter {
   size_t key_len, len;
@@ -115,7 +118,7 @@ static void test_refused_letter_is_truncated_and_partition_moves_on(
   kl_store_t *store;
   assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
   kl_t_worker_t *w = kl_t_worker_start(boot, topic, kl_t_group(cluster, "g"),
-                                       store, kl_fast);
+                                       store, kl_small_max);
   kl_partition_state_t st = {0};
   for (int i = 0; i < 300 && st.watermark < 2; i++) {
     kl_t_sleep_ms(100);
@@ -143,6 +146,54 @@ static void test_refused_letter_is_truncated_and_partition_moves_on(
   kl_store_destroy(store);
   kl_t_cluster_destroy(cluster);
   kl_t_rmrf(dir);
+}
+
+static void kl_count_delivered(void *opaque, const kl_delivery_t *d) {
+  if (d->err)
+    fprintf(stderr, "delivery failed: %s\n", d->errmsg);
+  else
+    ++*(int *)opaque;
+}
+
+/* With the defaults, the largest event keylane documents (every field but
+ * the headers at its limit) is published; headers that take it over one
+ * record are refused by kl_publish() saying why, not by Kafka later. */
+static void test_largest_event_is_published(void **state) {
+  kl_t_cluster_t *cluster;
+  assert_int_equal(kl_t_cluster_new(1, "max", 1, &cluster), KL_OK);
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
+                               kl_t_bootstrap(cluster), NULL, 0), KL_OK);
+  kl_producer_t *producer;
+  int delivered = 0;
+  assert_int_equal(kl_producer_new(conf, kl_count_delivered, &delivered,
+                                   &producer), KL_OK);
+  kl_conf_destroy(conf);
+  static char key[KL_KEY_MAX], id[KL_ID_MAX], type[KL_TYPE_MAX];
+  static char value[KL_HEADER_VALUE_MAX];
+  memset(key, 'k', sizeof(key));
+  memset(id, 'i', sizeof(id));
+  memset(type, 't', sizeof(type));
+  memset(value, 'v', sizeof(value));
+  char *payload = malloc(KL_PAYLOAD_MAX);
+  assert_non_null(payload);
+  memset(payload, 'p', KL_PAYLOAD_MAX);
+  kl_event_t ev = {.key = key, .key_len = KL_KEY_MAX, .id = id,
+                   .id_len = KL_ID_MAX, .type = type, .type_len = KL_TYPE_MAX,
+                   .payload = payload, .payload_len = KL_PAYLOAD_MAX};
+  const char *topic = kl_t_topic(cluster);
+  assert_int_equal(kl_publish(producer, topic, &ev, NULL), KL_OK);
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+  assert_int_equal(delivered, 1);
+  kl_header_t h = {"big", 3, value, sizeof(value)};
+  ev.headers = &h;
+  ev.header_count = 1;
+  assert_int_equal(kl_publish(producer, topic, &ev, NULL),
+                   KL_EDECODE_OVERSIZE);
+  assert_non_null(strstr(kl_err_detail(), "as a Kafka record"));
+  free(payload);
+  kl_producer_destroy(producer);
+  kl_t_cluster_destroy(cluster);
 }
 
 static kl_handler_result_t kl_always_retry(void *opaque,
@@ -226,6 +277,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refused_letter_is_truncated_and_partition_moves_on),
       cmocka_unit_test(test_stalled_partition_is_unhealthy),
+      cmocka_unit_test(test_largest_event_is_published),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
