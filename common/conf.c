@@ -65,10 +65,10 @@ static const kl_conf_key_t kl_keys[] = {
      "refuse to run when the topic's partition count differs (0: no check)"},
     {"worker.concurrency", KL_CT_INT, "1", 1, 1024, NULL,
      "handler threads per worker; events of one key stay in order"},
-    {"worker.exec.window", KL_CT_INT, "16", 1, 1024, NULL,
-     "exec handler: events in flight to one child at most (pipelining; a "
-     "child gets one at a time until it echoes \"seq\"); the worker runs "
-     "worker.concurrency children"},
+    {"worker.exec.window", KL_CT_INT, "1", 1, 1024, NULL,
+     "exec handler: events in flight to one child at most (pipelining, for "
+     "children that echo \"seq\"; others get one at a time); the worker "
+     "runs worker.concurrency children and concurrency x window executors"},
     {"worker.stall.ms", KL_CT_INT, "300000", 0, 86400000, NULL,
      "a partition that holds records and whose watermark has not moved for "
      "this long is stalled: /healthz answers 503 and "

@@ -28,6 +28,7 @@ typedef struct kl_exec_call {
   pthread_cond_t cond; /* done, or its turn to read */
   uint64_t seq;
   int done;
+  int waiting; /* asleep on cond in kl_exec_await() */
   kl_handler_result_t result;
   char *errbuf;
   size_t errbuf_size;
@@ -551,10 +552,13 @@ static void kl_exec_read(kl__exec_t *exec, kl_exec_child_t *child,
     kl_exec_dispatch(exec, child, rd);
   free(rd);
   kl_exec_reap_idle(child);
-  /* Whichever caller still waits first takes over the reading (one that
-   * is still writing may not come back soon). */
-  for (kl_exec_call_t *next = call->done ? child->calls : NULL; next;
-       next = next->next)
+  /* One caller asleep in kl_exec_await() takes over the reading; one
+   * that is not there yet reads when it comes, if nobody does by then.
+   * Waking one, not all, spares a herd per read. */
+  kl_exec_call_t *next = call->done ? child->calls : NULL;
+  while (next && !next->waiting)
+    next = next->next;
+  if (next)
     pthread_cond_signal(&next->cond);
 }
 
@@ -573,8 +577,10 @@ static void kl_exec_await(kl__exec_t *exec, kl_exec_child_t *child,
     }
     struct timespec ts;
     kl_exec_timespec(call->deadline_ns, &ts);
-    if (pthread_cond_timedwait(&call->cond, &exec->mu, &ts) == ETIMEDOUT &&
-        !call->done) {
+    call->waiting = 1;
+    int rc = pthread_cond_timedwait(&call->cond, &exec->mu, &ts);
+    call->waiting = 0;
+    if (rc == ETIMEDOUT && !call->done) {
       char why[128];
       snprintf(why, sizeof(why), "did not answer within %d ms",
                exec->timeout_ms);

@@ -7,9 +7,12 @@
  * (json.loads, json.dumps, flush) that answers "ok", run as the CLI runs
  * it (kl__exec_configure()). Runs:
  *   lockstep    the child does not echo "seq": one event at a time, the
- *               old protocol, at --concurrency 1
+ *               old protocol, at --concurrency 1 with window 1 (inline)
+ *   old-child   the same child with the window set: an old handler under
+ *               a worker configured for pipelining
  *   c1          echoes "seq", --concurrency 1 (one child, pipelined)
- *   c4          echoes "seq", --concurrency 4 (four children, pipelined)
+ *   c4          echoes "seq", --concurrency 4: four children, one event
+ *               each (window 1), then pipelined
  * Each is timed from the worker's first assignment until every partition's
  * watermark reached its end (the group's first join is a fixed cost).
  */
@@ -189,7 +192,7 @@ int kl_bench_exec(int argc, char **argv) {
                                        {"json", no_argument, NULL, 'j'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
-  int64_t events = 100000, window = 16;
+  int64_t events = 100000, window = 8;
   int json = 0, c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -206,7 +209,7 @@ int kl_bench_exec(int argc, char **argv) {
              "A worker with a trivial python3 exec handler over N events\n"
              "(default 100000) on an embedded cluster: the old one-at-a-time\n"
              "protocol, then seq-echoing children at --concurrency 1 and 4\n"
-             "(worker.exec.window N each, default 16).\n");
+             "(worker.exec.window N each, default 8).\n");
       return 0;
     }
     if (c == '?')
@@ -224,7 +227,9 @@ int kl_bench_exec(int argc, char **argv) {
   char w[24];
   snprintf(w, sizeof(w), "%" PRId64, window);
   kl_bx_run_t runs[] = {{"lockstep", kl_bx_lockstep, "1", "1", 0},
+                        {"old-child", kl_bx_lockstep, "1", w, 0},
                         {"c1", kl_bx_echo, "1", w, 0},
+                        {"c4", kl_bx_echo, "4", "1", 0},
                         {"c4", kl_bx_echo, "4", w, 0}};
   size_t n = sizeof(runs) / sizeof(runs[0]);
   for (size_t i = 0; rc == 0 && i < n; i++)

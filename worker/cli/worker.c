@@ -42,7 +42,7 @@ static const char kl_worker_usage[] =
     "      --concurrency N         handler threads; one key's events stay in\n"
     "                              order (default 1: the polling thread);\n"
     "                              exec: N children, each with up to\n"
-    "                              worker.exec.window (16) events in flight\n"
+    "                              worker.exec.window (1) events in flight\n"
     "      --retry-initial-ms MS   first backoff after RETRY (default 100)\n"
     "      --retry-max-ms MS       largest backoff (default 10000)\n"
     "      --max-attempts N        handler runs before a dead letter (5)\n"
