@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 #include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
 
 #include "support/cluster.h"
 #include "support/http.h"
@@ -155,6 +156,49 @@ static void kl_count_delivered(void *opaque, const kl_delivery_t *d) {
     ++*(int *)opaque;
 }
 
+/* The broker, not the producer, refuses the letter for good (Kafka's
+ * answer when a topic's max.message.bytes is below the producer's limit):
+ * the copy that follows is truncated and says why. */
+static void test_letter_refused_by_the_broker_is_truncated(void **state) {
+  char dir[64], errstr[256];
+  kl_t_tmpdir(dir);
+  rd_kafka_conf_t *kconf = rd_kafka_conf_new();
+  rd_kafka_conf_set(kconf, "log_level", "0", errstr, sizeof(errstr));
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, kconf, errstr,
+                                sizeof(errstr));
+  assert_non_null(rk);
+  rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(rk, 1);
+  assert_non_null(mc);
+  assert_int_equal(rd_kafka_mock_topic_create(mc, "refused", 1, 1), 0);
+  assert_int_equal(rd_kafka_mock_topic_create(mc, "refused.dlq", 1, 1), 0);
+  const char *boot = rd_kafka_mock_cluster_bootstraps(mc);
+  assert_int_equal(kl_t_produce_raw(boot, "refused", 0, "k", "junk", 4,
+                                    NULL), 0);
+  rd_kafka_mock_push_request_errors(mc, 0 /* Produce */, 1,
+                                    RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  kl_t_worker_t *w = kl_t_worker_start(boot, "refused", "g-refused", store,
+                                       kl_small_max);
+  kl_partition_state_t st = {0};
+  for (int i = 0; i < 300 && st.watermark < 1; i++) {
+    kl_t_sleep_ms(100);
+    kl_store_partition(store, "refused", 0, &st);
+  }
+  assert_int_equal(st.watermark, 1);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_letter_t letter;
+  assert_int_equal(kl_read_letters(boot, "refused.dlq", "g-reader", &letter,
+                                   1), 1);
+  assert_non_null(strstr(letter.truncated, "too large"));
+  assert_int_equal(letter.original_size, 4);
+  assert_int_equal(letter.len, 4);
+  kl_store_destroy(store);
+  rd_kafka_mock_cluster_destroy(mc);
+  rd_kafka_destroy(rk);
+  kl_t_rmrf(dir);
+}
+
 /* With the defaults, the largest event keylane documents (every field but
  * the headers at its limit) is published; headers that take it over one
  * record are refused by kl_publish() saying why, not by Kafka later. */
@@ -278,6 +322,7 @@ int main(void) {
       cmocka_unit_test(test_refused_letter_is_truncated_and_partition_moves_on),
       cmocka_unit_test(test_stalled_partition_is_unhealthy),
       cmocka_unit_test(test_largest_event_is_published),
+      cmocka_unit_test(test_letter_refused_by_the_broker_is_truncated),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
