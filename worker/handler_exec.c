@@ -57,7 +57,8 @@ struct kl__exec {
   int timeout_ms;
   int window;
   pthread_mutex_t mu; /* guards every child but its reader's buffer */
-  pthread_cond_t cond; /* a call completed, a child got room or went idle */
+  pthread_cond_t cond; /* a child's writer finished, or it was killed */
+  pthread_cond_t room; /* a child has room for one more event */
   unsigned starts;
   int nchildren;
   kl_exec_child_t *children;
@@ -118,6 +119,7 @@ kl_err_t kl__exec_new(const char *command, kl__exec_t **out) {
     return KL_ENOMEM;
   exec->command = strdup(command);
   kl_exec_cond_init(&exec->cond);
+  kl_exec_cond_init(&exec->room);
   pthread_mutex_init(&exec->mu, NULL);
   exec->timeout_ms = KL_EXEC_TIMEOUT_MS;
   if (!exec->command || kl__exec_set_children(exec, 1, 1) != KL_OK) {
@@ -142,10 +144,12 @@ unsigned kl__exec_starts(kl__exec_t *exec) {
 
 /* ---- children: start, kill, reap (exec->mu held) --------------------- */
 
-/* Closes a dead child's pipes once nobody reads or writes them. */
-static void kl_exec_reap_idle(kl_exec_child_t *child) {
+/* Closes a dead child's pipes once nobody reads or writes them; callers
+ * waiting for room may then start a new one. */
+static void kl_exec_reap_idle(kl__exec_t *exec, kl_exec_child_t *child) {
   if (!child->dead || child->reading || child->writing)
     return;
+  pthread_cond_broadcast(&exec->room);
   while (waitpid(child->pid, NULL, 0) < 0 && errno == EINTR)
     ;
   close(child->in_fd);
@@ -171,6 +175,12 @@ static void kl_exec_complete(kl_exec_child_t *child, kl_exec_call_t *call,
   pthread_cond_signal(&call->cond);
 }
 
+/* One event less in flight to @p child: one caller waiting for room may
+ * go (waking one, not all, spares a herd per answer). */
+static void kl_exec_room(kl__exec_t *exec) {
+  pthread_cond_signal(&exec->room);
+}
+
 /* Kills @p child's process group: every event in flight to it is retried,
  * and the next event starts a new child. */
 static void kl_exec_kill(kl__exec_t *exec, kl_exec_child_t *child,
@@ -188,7 +198,7 @@ static void kl_exec_kill(kl__exec_t *exec, kl_exec_child_t *child,
            "event is retried", (int)child->pid, why ? why : "stopped");
   while (child->calls)
     kl_exec_complete(child, child->calls, KL_HANDLER_RETRY, error);
-  kl_exec_reap_idle(child);
+  kl_exec_reap_idle(exec, child);
   pthread_cond_broadcast(&exec->cond);
 }
 
@@ -344,7 +354,7 @@ static int kl_exec_check_quiet(kl__exec_t *exec, kl_exec_child_t *child,
     ssize_t n = read(child->out_fd, child->buf, KL_EXEC_LINE_MAX - 1);
     if (n <= 0) { /* it exited while idle: start a new one */
       child->dead = 1;
-      kl_exec_reap_idle(child);
+      kl_exec_reap_idle(exec, child);
       return 0;
     }
     child->buf_len = (size_t)n;
@@ -368,7 +378,7 @@ static kl_exec_child_t *kl_exec_pick(kl__exec_t *exec) {
   kl_exec_child_t *best = NULL;
   for (int i = 0; i < exec->nchildren; i++) {
     kl_exec_child_t *child = &exec->children[i];
-    kl_exec_reap_idle(child);
+    kl_exec_reap_idle(exec, child);
     size_t room = child->echoes ? (size_t)exec->window : 1;
     if (!child->dead && child->inflight < room &&
         (!best || child->inflight < best->inflight))
@@ -382,7 +392,7 @@ static kl_exec_child_t *kl_exec_pick(kl__exec_t *exec) {
 static kl_exec_child_t *kl_exec_enter(kl__exec_t *exec, kl_exec_call_t *call) {
   kl_exec_child_t *child;
   while (!(child = kl_exec_pick(exec)))
-    pthread_cond_wait(&exec->cond, &exec->mu);
+    pthread_cond_wait(&exec->room, &exec->mu);
   if (kl_exec_check_quiet(exec, child, call->errbuf, call->errbuf_size))
     return NULL;
   if (!child->pid && kl_exec_start(exec, child) != KL_OK) {
@@ -416,7 +426,7 @@ static void kl_exec_send(kl__exec_t *exec, kl_exec_child_t *child,
   child->writing = 0;
   if (rc < 0)
     kl_exec_kill(exec, child, why);
-  kl_exec_reap_idle(child);
+  kl_exec_reap_idle(exec, child);
   pthread_cond_broadcast(&exec->cond);
 }
 
@@ -512,6 +522,7 @@ static kl_exec_call_t *kl_exec_match(kl_exec_child_t *child,
 static void kl_exec_dispatch(kl__exec_t *exec, kl_exec_child_t *child,
                              kl_exec_read_t *rd) {
   char why[256];
+  int echoed = child->echoes;
   for (size_t i = 0; i < rd->count; i++) {
     kl__exec_answer_t *answer = &rd->answers[i];
     kl_exec_call_t *call = NULL;
@@ -524,8 +535,10 @@ static void kl_exec_dispatch(kl__exec_t *exec, kl_exec_child_t *child,
       return;
     }
     kl_exec_complete(child, call, answer->result, answer->error);
+    kl_exec_room(exec);
   }
-  pthread_cond_broadcast(&exec->cond); /* room for more */
+  if (!echoed && child->echoes) /* its window opens */
+    pthread_cond_broadcast(&exec->room);
 }
 
 /* Reads answers for everyone in flight to @p child, once, until @p call's
@@ -551,7 +564,7 @@ static void kl_exec_read(kl__exec_t *exec, kl_exec_child_t *child,
   else
     kl_exec_dispatch(exec, child, rd);
   free(rd);
-  kl_exec_reap_idle(child);
+  kl_exec_reap_idle(exec, child);
   /* One caller asleep in kl_exec_await() takes over the reading; one
    * that is not there yet reads when it comes, if nobody does by then.
    * Waking one, not all, spares a herd per read. */
@@ -627,6 +640,7 @@ void kl__exec_destroy(kl__exec_t *exec) {
   pthread_mutex_unlock(&exec->mu);
   free(exec->children);
   pthread_cond_destroy(&exec->cond);
+  pthread_cond_destroy(&exec->room);
   pthread_mutex_destroy(&exec->mu);
   free(exec->command);
   free(exec);
