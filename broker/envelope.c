@@ -156,6 +156,19 @@ kl_err_t kl_event_validate(const kl_event_t *event, int id_optional) {
   return err;
 }
 
+kl_err_t kl__record_check(const kl_event_t *event, size_t envelope_size) {
+  size_t size = event->key_len + envelope_size;
+  if (size <= KL_RECORD_MAX)
+    return KL_OK;
+  return kl__err(KL_EDECODE_OVERSIZE,
+                 "event is %zu bytes as a Kafka record (key %zu + envelope "
+                 "%zu), over the %d one record may carry (Kafka's default "
+                 "message.max.bytes, %d, less the batch framing): make the "
+                 "payload (%zu bytes) or the headers smaller",
+                 size, event->key_len, envelope_size, KL_RECORD_MAX,
+                 KL_MESSAGE_MAX, event->payload_len);
+}
+
 /* ---- encoding ---- */
 
 /* The envelope is written straight into one buffer by the few msgpack forms

@@ -27,6 +27,13 @@ size_t kl__envelope_size(const kl_event_t *event);
 size_t kl__envelope_write(const kl_event_t *event, uint8_t *buf);
 
 /**
+ * Checks that @p event (validated, its id made) fits one Kafka record:
+ * key + @p envelope_size bytes of envelope <= KL_RECORD_MAX.
+ * @returns KL_OK, or KL_EDECODE_OVERSIZE saying by how much it does not.
+ */
+kl_err_t kl__record_check(const kl_event_t *event, size_t envelope_size);
+
+/**
  * kl_event_make_id() with the millisecond clock given: @p now_ms, from
  * kl__now_ms(), so that a caller that stamps ts too reads the clock once.
  */

@@ -235,7 +235,10 @@ static kl_err_t kl_producer_rkconf(const kl_conf_t *conf,
   /* librdkafka's queue must hold the whole budget, so that the budget,
    * with its documented wait, is what a caller meets first. */
   snprintf(n, sizeof(n), "%lld", (long long)producer->inflight_max + 1000);
-  const char *const defaults[] = {"queue.buffering.max.messages", n, NULL};
+  char max[16];
+  snprintf(max, sizeof(max), "%d", KL_MESSAGE_MAX); /* a broker's default */
+  const char *const defaults[] = {"queue.buffering.max.messages", n,
+                                  "message.max.bytes", max, NULL};
   kl_err_t err = kl__kafka_conf_apply(rkconf, conf, defaults);
   if (!err)
     err = kl__kafka_set(rkconf, "enable.idempotence", "true");
@@ -634,6 +637,8 @@ kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
   /* librdkafka copies the envelope, so it only lives for this call. */
   uint8_t stack[KL_ENVELOPE_STACK];
   size_t size = kl__envelope_size(&ev);
+  if ((err = kl__record_check(&ev, size)))
+    return err;
   uint8_t *envelope = size <= sizeof(stack) ? stack : malloc(size);
   if (!envelope)
     return kl__err(KL_ENOMEM, "cannot allocate a %zu-byte envelope", size);

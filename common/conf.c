@@ -100,6 +100,14 @@ static const kl_conf_key_t kl_keys[] = {
      "the longest one handler call takes, at most half of "
      "kafka.max.poll.interval.ms (300000): the exec handler's answer "
      "timeout (keylane worker sets it, 30000 by default); 0: not declared"},
+    {"worker.exec.window", KL_CT_INT, "1", 1, 1024, NULL,
+     "exec handler: events in flight to one child at most (pipelining, for "
+     "children that echo \"seq\"; others get one at a time); the worker "
+     "runs worker.concurrency children and concurrency x window executors"},
+    {"worker.stall.ms", KL_CT_MS, "300000", 0, 86400000, NULL,
+     "a partition that holds records and whose watermark has not moved for "
+     "this long is stalled: /healthz answers 503 and "
+     "keylane_worker_partition_stalled is 1 (0: never)"},
     {"worker.retry.initial.ms", KL_CT_MS, "100", 1, 3600000, NULL,
      "first retry backoff"},
     {"worker.retry.max.ms", KL_CT_MS, "10000", 1, 3600000, NULL,

@@ -13,6 +13,7 @@
 #include "common/internal.h"
 #include "common/kafka.h"
 #include "common/log.h"
+#include "keylane/event.h"
 
 #define KL_COMP "dlq"
 
@@ -34,6 +35,22 @@ const char *kl__dlq_reason_name(kl__dlq_reason_t reason) {
   return "unknown";
 }
 
+/* Errors about the record itself: producing it again cannot succeed.
+ * Others (timeouts, a lost leader, a missing topic, no authorization) are
+ * retried: they end when the cluster or the operator fixes them. */
+static kl_err_t kl_dlq_err(rd_kafka_resp_err_t kerr) {
+  switch (kerr) {
+  case RD_KAFKA_RESP_ERR_NO_ERROR: return KL_OK;
+  case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+  case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+  case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+  case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+  case RD_KAFKA_RESP_ERR_INVALID_MSG:
+    return KL_EKAFKA;
+  default: return KL_EKAFKA_TRANSIENT;
+  }
+}
+
 static void kl_dlq_dr(rd_kafka_t *rk, const rd_kafka_message_t *m,
                       void *opaque) {
   (void)rk;
@@ -41,7 +58,7 @@ static void kl_dlq_dr(rd_kafka_t *rk, const rd_kafka_message_t *m,
   kl__dlq_ref_t *ref = m->_private;
   dlq->inflight--;
   if (ref && dlq->ack)
-    dlq->ack(dlq->opaque, ref, m->err ? KL_EKAFKA_TRANSIENT : KL_OK,
+    dlq->ack(dlq->opaque, ref, kl_dlq_err(m->err),
              m->err ? rd_kafka_err2str(m->err) : "");
   free(ref);
 }
@@ -71,10 +88,12 @@ kl_err_t kl__dlq_new(const kl_conf_t *conf, const char *topic,
   /* A dead letter must survive a broker loss like any event: idempotent,
    * acks=all. No topic is created by producing: a missing dead-letter
    * topic is an operator's decision, reported at start. */
-  static const char *const defaults[] = {
+  char max[16];
+  snprintf(max, sizeof(max), "%d", KL_MESSAGE_MAX); /* a broker's default */
+  const char *const defaults[] = {
       "enable.idempotence", "true", "acks", "all",
       "partitioner", "murmur2_random", "linger.ms", "5",
-      "allow.auto.create.topics", "false", NULL};
+      "allow.auto.create.topics", "false", "message.max.bytes", max, NULL};
   rd_kafka_conf_t *kconf = rd_kafka_conf_new();
   kl_err_t err = kl__kafka_conf_apply(kconf, conf, defaults);
   if (err) {
@@ -145,6 +164,10 @@ static int kl_hdr_add(rd_kafka_headers_t *h, const char *name,
   return rd_kafka_header_add(h, name, -1, value, -1) != 0;
 }
 
+static size_t kl_dlq_cut(size_t len) {
+  return len > KL__DLQ_TRUNCATED_MAX ? KL__DLQ_TRUNCATED_MAX : len;
+}
+
 static int kl_hdr_add_i64(rd_kafka_headers_t *h, const char *name,
                           int64_t value) {
   char buf[24];
@@ -152,20 +175,35 @@ static int kl_hdr_add_i64(rd_kafka_headers_t *h, const char *name,
   return kl_hdr_add(h, name, buf);
 }
 
-/* The original headers (when the record had any), then ours. */
+/* What a truncated letter says about the record it stands for. */
+static int kl_dlq_truncated_headers(rd_kafka_headers_t *h,
+                                    const kl__dlq_letter_t *l) {
+  return kl_hdr_add(h, "keylane.dlq.truncated", l->truncated) |
+         kl_hdr_add_i64(h, "keylane.dlq.original_size", (int64_t)l->msg->len) |
+         kl_hdr_add_i64(h, "keylane.dlq.original_key_size",
+                        (int64_t)l->msg->key_len);
+}
+
+/* The original headers (when the record had any and the letter is whole),
+ * then ours. */
 static rd_kafka_headers_t *kl_dlq_headers(const char *source_topic,
                                           const kl__dlq_letter_t *l) {
   rd_kafka_headers_t *orig = NULL;
   rd_kafka_headers_t *h;
   /* rd_kafka_message_headers() parses lazily into the message; it takes
    * a non-const message, and only the poll thread touches it here. */
-  if (rd_kafka_message_headers((rd_kafka_message_t *)l->msg, &orig) == 0 &&
+  if (!l->truncated &&
+      rd_kafka_message_headers((rd_kafka_message_t *)l->msg, &orig) == 0 &&
       orig)
     h = rd_kafka_headers_copy(orig);
   else
-    h = rd_kafka_headers_new(8);
+    h = rd_kafka_headers_new(12);
+  const char *error = l->error ? l->error : "";
+  size_t error_len = l->truncated ? kl_dlq_cut(strlen(error)) : strlen(error);
   int bad = kl_hdr_add(h, "keylane.dlq.reason", kl__dlq_reason_name(l->reason)) |
-            kl_hdr_add(h, "keylane.dlq.error", l->error ? l->error : "") |
+            (rd_kafka_header_add(h, "keylane.dlq.error", -1, error,
+                                 (ssize_t)error_len) != 0) |
+            (l->truncated && kl_dlq_truncated_headers(h, l)) |
             kl_hdr_add_i64(h, "keylane.dlq.attempts", l->attempts) |
             kl_hdr_add(h, "keylane.dlq.topic", source_topic) |
             kl_hdr_add_i64(h, "keylane.dlq.partition", l->msg->partition) |
@@ -206,10 +244,12 @@ static rd_kafka_headers_t *kl_forward_headers(const rd_kafka_message_t *m) {
   return h;
 }
 
-/* Produces @p m's key and value to @p topic (@p partition, or UA) with
- * @p h, which it takes over, and @p ref's copy as the ack's opaque. */
+/* Produces @p m's key and value, cut to @p key_len and @p len, to @p topic
+ * (@p partition, or UA) with @p h, which it takes over, and @p ref's copy
+ * as the ack's opaque. */
 static kl_err_t kl_dlq_produce(kl__dlq_t *dlq, const char *topic,
                                int32_t partition, const rd_kafka_message_t *m,
+                               size_t key_len, size_t len,
                                rd_kafka_headers_t *h,
                                const kl__dlq_ref_t *ref) {
   kl__dlq_ref_t *copy = h ? malloc(sizeof(*copy)) : NULL;
@@ -221,14 +261,13 @@ static kl_err_t kl_dlq_produce(kl__dlq_t *dlq, const char *topic,
   *copy = *ref;
   rd_kafka_resp_err_t kerr = rd_kafka_producev(
       dlq->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition),
-      RD_KAFKA_V_KEY(m->key, m->key_len),
-      RD_KAFKA_V_VALUE(m->payload, m->len),
+      RD_KAFKA_V_KEY(m->key, key_len), RD_KAFKA_V_VALUE(m->payload, len),
       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
       RD_KAFKA_V_OPAQUE(copy), RD_KAFKA_V_END);
   if (kerr) {
     rd_kafka_headers_destroy(h); /* not taken over on failure */
     free(copy);
-    return kl__err(KL_EKAFKA_TRANSIENT, "record to %s: %s", topic,
+    return kl__err(kl_dlq_err(kerr), "record to %s: %s", topic,
                    rd_kafka_err2str(kerr));
   }
   dlq->inflight++;
@@ -238,8 +277,8 @@ static kl_err_t kl_dlq_produce(kl__dlq_t *dlq, const char *topic,
 kl_err_t kl__dlq_forward(kl__dlq_t *dlq, const char *topic, int32_t partition,
                          const rd_kafka_message_t *msg,
                          const kl__dlq_ref_t *ref) {
-  return kl_dlq_produce(dlq, topic, partition, msg, kl_forward_headers(msg),
-                        ref);
+  return kl_dlq_produce(dlq, topic, partition, msg, msg->key_len, msg->len,
+                        kl_forward_headers(msg), ref);
 }
 
 kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
@@ -248,8 +287,11 @@ kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
   if (letter->forward)
     return kl__dlq_forward(dlq, source_topic, letter->expected_partition,
                            letter->msg, ref);
-  return kl_dlq_produce(dlq, dlq->topic, RD_KAFKA_PARTITION_UA, letter->msg,
-                        kl_dlq_headers(source_topic, letter), ref);
+  const rd_kafka_message_t *m = letter->msg;
+  size_t key_len = letter->truncated ? kl_dlq_cut(m->key_len) : m->key_len;
+  size_t len = letter->truncated ? kl_dlq_cut(m->len) : m->len;
+  return kl_dlq_produce(dlq, dlq->topic, RD_KAFKA_PARTITION_UA, m, key_len,
+                        len, kl_dlq_headers(source_topic, letter), ref);
 }
 
 void kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms) {

@@ -23,6 +23,21 @@
  * dropped. Records are keyed by their original key, partitioned like
  * keylane's producer (murmur2, Java-compatible).
  *
+ * A letter Kafka refuses for good because of the record itself (too large
+ * with the headers for message.max.bytes, or invalid) would be refused
+ * again forever and stall its partition. The caller then sends a truncated
+ * copy instead (kl__dlq_letter_t.truncated): the first
+ * KL__DLQ_TRUNCATED_MAX bytes of the key and of the value, without the
+ * original headers, and
+ *
+ *   keylane.dlq.truncated         why the whole record was refused
+ *   keylane.dlq.original_size     the value's size in bytes
+ *   keylane.dlq.original_key_size the key's size in bytes
+ *
+ * besides the headers above (keylane.dlq.error cut to
+ * KL__DLQ_TRUNCATED_MAX bytes); the whole record stays in its topic at the
+ * origin offset for its retention.
+ *
  * Caveats: kl__dlq_send() and kl__dlq_poll() run on the worker's poll
  * thread; the ack callback runs inside kl__dlq_poll().
  */
@@ -55,9 +70,14 @@ typedef struct kl__dlq_ref {
   uint64_t lane_gen;
 } kl__dlq_ref_t;
 
+/** Bytes of a refused record's key and value a truncated letter keeps. */
+#define KL__DLQ_TRUNCATED_MAX 1024
+
 /**
  * Delivery report of one letter: @p err is KL_OK once Kafka acknowledged
- * it with acks=all; else @p errstr says why (produce it again).
+ * it with acks=all; KL_EKAFKA when Kafka refuses this record for good
+ * (produce a truncated copy); else KL_EKAFKA_TRANSIENT. @p errstr says why;
+ * it is a static string.
  */
 typedef void(kl__dlq_ack_fn)(void *opaque, const kl__dlq_ref_t *ref,
                              kl_err_t err, const char *errstr);
@@ -70,6 +90,8 @@ typedef struct kl__dlq_letter {
   int64_t first_failure_ms, last_failure_ms;
   int32_t expected_partition; /* misrouted: its key's partition; else -1 */
   int forward; /* re-publish to expected_partition of the source topic */
+  const char *truncated; /* NULL: the whole record; else why Kafka refused
+                            it: send a truncated copy */
 } kl__dlq_letter_t;
 
 /**
@@ -96,8 +118,10 @@ const char *kl__dlq_topic(const kl__dlq_t *dlq);
 kl_err_t kl__dlq_check(kl__dlq_t *dlq, const char *source_topic);
 
 /**
- * Produces @p letter. On KL_OK its ack will come; on an error (a full
- * queue, ...) nothing was produced: try again later.
+ * Produces @p letter. On KL_OK its ack will come; on KL_EKAFKA the record
+ * itself is refused (larger than the producer's message.max.bytes): send a
+ * truncated copy; on another error (a full queue, ...) nothing was
+ * produced: try again later.
  */
 kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
                       const kl__dlq_letter_t *letter,

@@ -1,23 +1,33 @@
 /*
- * The exec handler (`--handler exec:COMMAND`): events handled by a
- * long-lived child process in any language, like git's long-running
- * filter processes.
+ * The exec handler (`--handler exec:COMMAND`): events handled by long-lived
+ * child processes in any language, like git's long-running filter
+ * processes.
  *
- * Protocol, one JSON object per line, strictly in turn:
- *   keylane -> child stdin:  {"topic","key","id","type","ts","partition",
- *                             "offset","epoch","payload"} ("payload" is the
- *                             msgpack payload as JSON; a payload that is
- *                             not msgpack JSON can say goes as "payload_b64";
- *                             a key that is not UTF-8 goes as "key_b64")
- *   child stdout -> keylane: {"status":"ok"|"retry"|"fail","error":"..."}
- * (partition, epoch, offset) is the fence: a handler passes it to its own
- * database, which refuses writes whose epoch is older than the one it
- * stored AND applies each event id once (kl_fence_t says why both).
+ * Protocol, one JSON object per line:
+ *   keylane -> child stdin:  {"seq","topic","key","id","type","ts",
+ *                             "partition","offset","epoch","payload"}
+ *                            ("payload" is the msgpack payload as JSON; a
+ *                             payload that is not msgpack JSON can say goes
+ *                             as "payload_b64"; a key that is not UTF-8 goes
+ *                             as "key_b64")
+ *   child stdout -> keylane: {"seq":N,"status":"ok"|"retry"|"fail",
+ *                             "error":"..."}
+ * "seq" is a number keylane gives each request to one child; the answer
+ * echoes it, which ties the answer to its event. A child that echoes "seq"
+ * may get up to `window` events before it answers the first (pipelining),
+ * and may answer them in any order. A child that answers without "seq" is
+ * run one event at a time (old handlers keep working), and must then never
+ * print a line nobody asked for; once a child has echoed "seq" every one of
+ * its answers must. (partition, epoch, offset) is the fence: a handler
+ * passes it to its own database, which refuses writes whose epoch is
+ * older than the one it stored AND applies each event id once (kl_fence_t
+ * says why both).
  *
  * Failures: a child that exits, closes its stdout, answers a line that is
- * not such an object, answers a line over KL_EXEC_LINE_MAX bytes, or does
- * not answer within the timeout (default 30 s) is killed (SIGKILL to its
- * process group) and started again for the next event; the event in flight
+ * not such an object, a "seq" no event in flight has, a line while no event
+ * is in flight, a line over KL_EXEC_LINE_MAX bytes, or does not answer
+ * within the timeout (default 30 s) is killed (SIGKILL to its process
+ * group) and started again for the next event; every event in flight to it
  * returns KL_HANDLER_RETRY, so its batch's writes are not committed and
  * keylane never applies it twice. The child may have acted on it, and a
  * write it sent may land after the retry's, with the same fence: the
@@ -26,15 +36,22 @@
  * prefixed "exec[PID]:".
  *
  * Caveats:
- * - One child per handler: calls from several executor threads
- *   (worker.concurrency > 1) are serialized by a mutex, so the child sees
- *   one event at a time and concurrency buys nothing for exec handlers.
- * - SIGPIPE cannot hit the worker: the child's stdin is a socket written
+ * - Thread safe: the worker's executor threads call the handler at once;
+ *   each call goes to the child with the fewest events in flight, at most
+ *   `window` each (1 for a child that does not echo "seq").
+ *   kl__exec_configure() gives a worker `children` x `window` executors.
+ * - In flight together are only events of different keys (the worker never
+ *   runs two events of one key at once), so a key's events reach the child
+ *   in order; events of different keys may interleave out of offset order.
+ * - SIGPIPE cannot hit the worker: the children's stdin are sockets written
  *   with MSG_NOSIGNAL.
  */
 #ifndef KEYLANE_WORKER_HANDLER_EXEC_H
 #define KEYLANE_WORKER_HANDLER_EXEC_H
 
+#include <stdint.h>
+
+#include "keylane/conf.h"
 #include "keylane/worker.h"
 
 /** The longest answer line accepted, newline included. */
@@ -46,7 +63,8 @@ typedef struct kl__exec kl__exec_t;
 
 /**
  * Creates the handler for @p command (run by /bin/sh -c, started lazily by
- * the first event). @p command is copied.
+ * the first event): one child, one event in flight, until
+ * kl__exec_set_children()/kl__exec_configure(). @p command is copied.
  * @param out  receives the handler, freed with kl__exec_destroy().
  * @returns KL_OK, KL_ECONF for an empty command, KL_ENOMEM.
  */
@@ -55,15 +73,49 @@ kl_err_t kl__exec_new(const char *command, kl__exec_t **out);
 /** Sets the answer timeout (> 0), before the worker runs. */
 void kl__exec_set_timeout_ms(kl__exec_t *exec, int timeout_ms);
 
-/** Times the child was started (a restart counts one more). */
+/**
+ * Sets the number of children (>= 1) and the events in flight to each at
+ * most (>= 1), before the first event.
+ * @returns KL_OK or KL_ENOMEM.
+ */
+kl_err_t kl__exec_set_children(kl__exec_t *exec, int children, int window);
+
+/**
+ * Sizes @p exec for a worker run with @p conf: worker.concurrency children,
+ * worker.exec.window events in flight to each; and raises @p conf's
+ * worker.concurrency to children x window (at most 1024) executor threads,
+ * since each executor waits on the one event it sent. Call before
+ * kl_worker_new().
+ * @returns KL_OK, or an error kl_err_detail() explains.
+ */
+kl_err_t kl__exec_configure(kl__exec_t *exec, kl_conf_t *conf);
+
+/** Times a child was started (a restart counts one more). */
 unsigned kl__exec_starts(kl__exec_t *exec);
 
-/** Kills the child, if any, and frees @p exec; accepts NULL. */
+/** Kills the children, if any, and frees @p exec; accepts NULL. */
 void kl__exec_destroy(kl__exec_t *exec);
 
 /** The kl_handler_fn_t; @p opaque is the kl__exec_t. Thread safe. */
 kl_handler_result_t kl__exec_handler(void *opaque, const kl_event_t *event,
                                      const kl_fence_t *fence, kl_txn_t *txn,
                                      char *errbuf, size_t errbuf_size);
+
+/** One answer line, read. */
+typedef struct kl__exec_answer {
+  kl_handler_result_t result;
+  int has_seq;  /* the line echoed "seq" */
+  uint64_t seq;
+  char error[512]; /* "exec handler: ..." for retry and fail, else "" */
+} kl__exec_answer_t;
+
+/**
+ * Reads the answer line @p line of @p len bytes (no newline).
+ * @returns 0, or -1 when it is not an answer (not a JSON object, no valid
+ *          "status", a "seq" that is not a non-negative integer); then
+ *          @p answer->error says why.
+ */
+int kl__exec_answer_parse(const char *line, size_t len,
+                          kl__exec_answer_t *answer);
 
 #endif

@@ -382,19 +382,43 @@ void kl__lane_dead_letter(kl__lanes_t *lanes, kl__lane_t *lane,
   (void)lanes;
 }
 
+/* Kafka refused @p slot's whole letter for good: a truncated copy goes
+ * instead, at once, or the partition would never move on. */
+static void kl_letter_refused(kl__lane_t *lane, kl__slot_t *slot,
+                              const char *why) {
+  KL_LOG_W(KL_COMP, "dead letter partition=%" PRId32 " offset=%" PRId64
+           " (%zu bytes) was refused for good (%s): a truncated copy is "
+           "sent instead, the record stays at its offset", lane->partition,
+           slot->offset, slot->msg->len, why);
+  slot->refused = why;
+  slot->due_ns = 0;
+}
+
+static kl_err_t kl_letter_send(kl__lanes_t *lanes, kl__lane_t *lane,
+                               kl__slot_t *slot) {
+  int misrouted = slot->reason == KL__DLQ_MISROUTED;
+  kl__dlq_letter_t letter = {slot->msg, slot->reason, slot->why,
+                             slot->attempts, slot->first_failure_ms,
+                             slot->last_failure_ms,
+                             misrouted ? slot->expected_partition : -1,
+                             misrouted && slot->forward, slot->refused};
+  kl__dlq_ref_t ref = {lane->partition, slot->offset, lane->gen};
+  return kl__dlq_send(lanes->dlq, lanes->topic, &letter, &ref);
+}
+
 static void kl_lane_send_letters(kl__lanes_t *lanes, kl__lane_t *lane,
                                  int64_t now) {
   for (size_t i = 0; i < lane->dlq.n; i++) {
     kl__slot_t *s = lane->dlq.v[i];
     if (s->dlq_inflight || now < s->due_ns)
       continue;
-    int misrouted = s->reason == KL__DLQ_MISROUTED;
-    kl__dlq_letter_t letter = {s->msg, s->reason, s->why, s->attempts,
-                               s->first_failure_ms, s->last_failure_ms,
-                               misrouted ? s->expected_partition : -1,
-                               misrouted && s->forward};
-    kl__dlq_ref_t ref = {lane->partition, s->offset, lane->gen};
-    if (kl__dlq_send(lanes->dlq, lanes->topic, &letter, &ref) == KL_OK) {
+    kl_err_t err = kl_letter_send(lanes, lane, s);
+    if (err == KL_EKAFKA && !s->refused) {
+      kl_letter_refused(lane, s, "message size too large for the "
+                                 "dead-letter producer's message.max.bytes");
+      err = kl_letter_send(lanes, lane, s);
+    }
+    if (err == KL_OK) {
       s->dlq_inflight = 1;
     } else {
       KL_LOG_W(KL_COMP, "dead letter partition=%" PRId32 " offset=%" PRId64
@@ -441,7 +465,9 @@ void kl__lanes_dlq_ack(void *opaque, const kl__dlq_ref_t *ref, kl_err_t err,
     slot = kl__lane_find(lane, ref->offset);
   if (slot && slot->state == KL__SLOT_DLQ_PENDING) {
     slot->dlq_inflight = 0;
-    if (err) {
+    if (err == KL_EKAFKA && !slot->refused) {
+      kl_letter_refused(lane, slot, errstr);
+    } else if (err) {
       KL_LOG_W(KL_COMP, "dead letter partition=%" PRId32 " offset=%" PRId64
                " was not acknowledged, it is produced again: %s",
                ref->partition, ref->offset, errstr);

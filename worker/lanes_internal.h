@@ -93,6 +93,8 @@ struct kl__slot {
   int attempts;   /* handler runs */
   int store_errors; /* failed runs the handler did not cause */
   int dlq_inflight; /* produced, no delivery report yet */
+  const char *refused; /* static text: why Kafka refused the whole letter,
+                          so a truncated copy is sent; NULL: not refused */
   int64_t due_ns;   /* WAITING: when it may run; DLQ_PENDING: resend at */
   int64_t wait_since_ns;
   int64_t first_failure_ms, last_failure_ms;
@@ -153,6 +155,10 @@ struct kl__lane {
   int commit_backoff_ms;
   int64_t below;          /* lowest offset delivered below next_offset, or -1 */
   uint64_t below_applied; /* of those, below the committed watermark */
+  /* lane_stall.c: the watermark and ownership last seen, since when */
+  int64_t stall_watermark, stall_since_ns;
+  uint64_t stall_gen;
+  int stalled;
 };
 
 struct kl__lanes {

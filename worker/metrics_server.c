@@ -24,6 +24,7 @@
 #define KL_MS_IDLE_MS 10000
 #define KL_MS_LAG_TIMEOUT_MS 500
 #define KL_MS_STOPS_MAX 256 /* partitions listed by the log guard's series */
+#define KL_MS_STALLS_MAX 4096 /* owned partitions reported, at most */
 
 struct kl__metrics_server {
   uv_loop_t loop;
@@ -153,6 +154,25 @@ static void kl_ms_routing(kl__metrics_server_t *server, kl__metrics_t *m,
                   st->partitions_live != st->partitions_expected);
 }
 
+/* Owned partitions, stalled (1) or not (0). */
+static void kl_ms_stalls(kl__metrics_server_t *server, kl__metrics_t *m) {
+  kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
+  if (!stalls)
+    return;
+  size_t n = kl__worker_stalls(server->worker, stalls, KL_MS_STALLS_MAX);
+  kl__metric_t *gauge = kl__metrics_gauge(
+      m, "keylane_worker_partition_stalled",
+      "1 while an owned partition holds records and its watermark has not "
+      "moved for worker.stall.ms.", "partition");
+  for (size_t i = 0; i < n && i < KL_MS_STALLS_MAX; i++) {
+    char p[16];
+    snprintf(p, sizeof(p), "%" PRId32, stalls[i].partition);
+    const char *labels[] = {p};
+    kl__metric_set(gauge, labels, stalls[i].stalled);
+  }
+  free(stalls);
+}
+
 static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
   kl_worker_stats_t st;
   kl_worker_stats(server->worker, &st);
@@ -208,6 +228,7 @@ static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
                         "partition")};
   kl_store_foreach_partition(server->store, kl_ms_partition, &scrape);
   kl_ms_log_stops(server, m);
+  kl_ms_stalls(server, m);
   char *text = kl__metrics_render(m, len);
   kl__metrics_destroy(m);
   return text;
@@ -233,6 +254,31 @@ static size_t kl_ms_stopped(kl__metrics_server_t *server, char *reason,
     }
   }
   return stopped;
+}
+
+/* @returns 1 with the stalled partitions in @p reason, or 0. */
+static int kl_ms_stalled(kl__metrics_server_t *server, char *reason,
+                         size_t size) {
+  kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
+  size_t n = stalls ? kl__worker_stalls(server->worker, stalls,
+                                        KL_MS_STALLS_MAX) : 0;
+  kl__strbuf_t sb = KL__STRBUF_INIT;
+  size_t stalled = 0;
+  for (size_t i = 0; i < n && i < KL_MS_STALLS_MAX; i++) {
+    const kl__stall_t *st = &stalls[i];
+    if (st->stalled && stalled++ < 8)
+      kl__strbuf_printf(&sb, "; partition %" PRId32 " holds %zu records, "
+                        "watermark %" PRId64 " unmoved for %" PRId64 " ms",
+                        st->partition, st->records, st->watermark, st->for_ms);
+  }
+  free(stalls);
+  if (stalled)
+    snprintf(reason, size, "unhealthy: %zu stalled partitions (no progress "
+             "for worker.stall.ms while holding records)%s; the worker's log "
+             "says what keeps failing\n", stalled,
+             sb.len && !sb.failed ? sb.data : "");
+  kl__strbuf_free(&sb);
+  return stalled > 0;
 }
 
 /* @returns the HTTP status; @p reason receives the body. */
@@ -276,6 +322,8 @@ static int kl_ms_health(kl__metrics_server_t *server, char *reason,
     return 503;
   }
   if (kl_ms_stopped(server, reason, size))
+    return 503;
+  if (kl_ms_stalled(server, reason, size))
     return 503;
   snprintf(reason, size, "ok: owns %" PRId32 " partitions\n", st.owned);
   return 200;

@@ -28,6 +28,7 @@
 #include "worker/apply.h"
 #include "worker/checks.h"
 #include "worker/dlq.h"
+#include "worker/lane_stall.h"
 #include "worker/lanes.h"
 #include "worker/log_guard.h"
 #include "worker/pool.h"
@@ -75,6 +76,7 @@ struct kl_worker {
   atomic_int topic_stopped; /* the count changed: it takes nothing more */
   kl__worker_seek_hook_fn *seek_hook; /* test hook; may be NULL */
   void *seek_hook_opaque;
+  int64_t stall_ms;        /* worker.stall.ms; 0: not watched */
 };
 
 #define KL_COMP "worker"
@@ -596,6 +598,7 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
   worker->threads = n > 1 ? (int)n : 0;
   worker->retake_ns = retake_ms * 1000000;
   worker->check_ns = kl__conf_int(conf, "worker.partitions.check.ms") * 1000000;
+  worker->stall_ms = kl__conf_int(conf, "worker.stall.ms");
   kl_err_t err = KL_ENOMEM;
   if (worker->conf && worker->topic && worker->applier.decoder)
     err = kl_worker_parts_new(worker);
@@ -772,7 +775,7 @@ static void kl_consume(kl_worker_t *worker, int timeout_ms, int max) {
 /* The poll thread: consume, run events (inline mode), serve dead-letter
  * acks, then the lanes' tick (retries, commits, bounds). */
 static void kl_worker_loop(kl_worker_t *worker) {
-  int64_t last_sweep = 0;
+  int64_t last_sweep = 0, last_stall_check = 0;
   while (!worker->stop) {
     int busy = worker->threads == 0 && kl__lanes_has_ready(worker->lanes);
     kl_consume(worker, busy ? 0 : 5, 10000);
@@ -784,6 +787,10 @@ static void kl_worker_loop(kl_worker_t *worker) {
     kl_retake_quiet(worker);
     kl_watch_partitions(worker);
     int64_t now = kl__mono_ns();
+    if (worker->stall_ms && now - last_stall_check > 100000000) {
+      kl__lanes_watch_stalls(worker->lanes, now, worker->stall_ms);
+      last_stall_check = now;
+    }
     if (now - last_sweep > 1000000000) {
       size_t removed = 0;
       if (kl_store_sweep(worker->store, 1000, &removed))
@@ -886,6 +893,10 @@ kl_err_t kl_worker_run(kl_worker_t *worker) {
   kl__pool_destroy(worker->pool);
   worker->pool = NULL;
   return KL_OK;
+}
+
+size_t kl__worker_stalls(kl_worker_t *worker, kl__stall_t *out, size_t max) {
+  return kl__lanes_stalls(worker->lanes, out, max);
 }
 
 void kl_worker_stop(kl_worker_t *worker) {

@@ -3,9 +3,12 @@
 
     keylane worker ... --handler 'exec:python3 handler_fence_sqlite.py /var/lib/app.db'
 
-keylane writes one JSON line per event on stdin (topic, key, id, type, ts,
-partition, offset, epoch, payload or payload_b64) and reads one JSON line
-per event on stdout: {"status": "ok" | "retry" | "fail", "error": "..."}.
+keylane writes one JSON line per event on stdin (seq, topic, key, id, type,
+ts, partition, offset, epoch, payload or payload_b64) and reads one JSON line
+per event on stdout: {"seq": N, "status": "ok" | "retry" | "fail",
+"error": "..."}. Echoing the request's seq ties the answer to its event, and
+lets keylane send the next events before this one is answered (up to
+worker.exec.window); this handler still takes them one by one.
 Logs go to stderr (keylane puts them in its own log). Standard library only.
 
 The effects live in this database, not in keylane's store, so the handler
@@ -83,12 +86,17 @@ def main():
     db.executescript(SCHEMA)
     db.isolation_level = "DEFERRED"
     for line in sys.stdin:
+        seq = None
         try:
-            answer = handle(db, json.loads(line))
+            ev = json.loads(line)
+            seq = ev.get("seq") if isinstance(ev, dict) else None
+            answer = handle(db, ev)
         except sqlite3.Error as e:
             answer = {"status": "retry", "error": "sqlite: %s" % e}
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             answer = {"status": "fail", "error": "bad event: %s" % e}
+        if seq is not None:
+            answer["seq"] = seq
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()
 

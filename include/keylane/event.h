@@ -17,6 +17,13 @@
  * The message key is 1..KL_KEY_MAX bytes. Unknown fields are an error, so
  * that a newer producer's envelope is never half-understood.
  *
+ * Size: a Kafka broker takes a record batch of at most message.max.bytes
+ * (KL_MESSAGE_MAX by default), so kl_publish() refuses an event whose key
+ * and envelope together exceed KL_RECORD_MAX. KL_PAYLOAD_MAX is chosen so
+ * that an event with every field but the headers at its limit still fits;
+ * headers count against the same total. The decoder accepts any envelope
+ * up to KL_ENVELOPE_MAX: a producer elsewhere may be allowed more.
+ *
  * Ownership: a kl_event_t is a view; it owns none of the bytes it points at.
  */
 #ifndef KEYLANE_EVENT_H
@@ -35,7 +42,15 @@ extern "C" {
 #define KL_KEY_MAX 1024
 #define KL_ID_MAX 255
 #define KL_TYPE_MAX 255
-#define KL_PAYLOAD_MAX (1024 * 1024)
+/** Kafka's default message.max.bytes: the largest record batch a broker
+ * (and a topic, as max.message.bytes) accepts. keylane's producers set it
+ * as their own limit unless kafka.message.max.bytes says otherwise. */
+#define KL_MESSAGE_MAX 1048588
+/** The largest key + envelope of one record: KL_MESSAGE_MAX less a record
+ * batch's framing (61 bytes of batch header, under 40 of record header). */
+#define KL_RECORD_MAX (KL_MESSAGE_MAX - 128)
+/** 1022 KiB: with the largest key, id and type, under KL_RECORD_MAX. */
+#define KL_PAYLOAD_MAX (1022 * 1024)
 #define KL_HEADERS_MAX 64
 #define KL_HEADER_NAME_MAX 255
 #define KL_HEADER_VALUE_MAX 4096

@@ -20,6 +20,7 @@ int kl_bench_store(int argc, char **argv);
 int kl_bench_worker(int argc, char **argv);
 int kl_bench_gateway(int argc, char **argv);
 int kl_bench_lanes(int argc, char **argv);
+int kl_bench_exec(int argc, char **argv);
 
 /** Monotonic seconds, for timing runs. */
 double kl_bench_now(void);

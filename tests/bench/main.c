@@ -23,6 +23,8 @@ static const struct {
      "events/s through the HTTP gateway against direct kl_publish"},
     {"lanes", kl_bench_lanes,
      "key-parallel lanes on a 0-5 ms handler vs the ideal (target >= 0.90)"},
+    {"exec", kl_bench_exec,
+     "a python3 exec handler end to end: one at a time vs pipelined, c1, c4"},
 };
 #define KL_NBENCHES (sizeof(kl_benches) / sizeof(kl_benches[0]))
 

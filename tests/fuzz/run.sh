@@ -19,7 +19,7 @@ seconds=${1:-30}
 [ $# -gt 0 ] && shift
 root=$(CDPATH='' cd -- "$(dirname -- "$0")/../.." && pwd)
 out="$root/build-fuzz"
-fuzzers=${FUZZERS:-envelope units gateway_body gateway_http}
+fuzzers=${FUZZERS:-envelope units gateway_body gateway_http exec_answer}
 
 cc=${FUZZ_CC:-}
 for c in clang-14 clang; do
@@ -53,6 +53,9 @@ sources() {
   gateway_http)
     echo "$(ls "$root"/common/*.c | grep -v '/main\.c$') $root/broker/*.c
       $(pc rdkafka libuv jansson msgpack) -lhttp_parser -lpthread -lm" ;;
+  exec_answer)
+    echo "$root/worker/handler_exec_line.c $root/common/json_msgpack.c
+      $root/common/error.c $(pc jansson msgpack) -lm" ;;
   esac
 }
 
@@ -81,6 +84,9 @@ seed() {
     printf 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.1\r\n\r\nGET /v1/topics/events/route?key=k%%20x HTTP/1.1\r\nOrigin: https://app.example.com\r\n\r\n' >"$dir/pipelined"
     printf 'POST /v1/topics/events/events HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Type: application/msgpack\r\nExpect: 100-continue\r\n\r\n3\r\n\x81\xa1k\r\n0\r\n\r\n' >"$dir/chunked"
     printf 'POST /v1/topics/x.dlq/events HTTP/1.1\r\nContent-Length : 2\r\nX: a\r\n b\r\nTransfer-Encoding: gzip, chunked\r\n\r\n{}' >"$dir/smuggle" ;;
+  exec_answer)
+    printf '{"seq":1,"status":"ok"}' >"$dir/ok"
+    printf '{"status":"fail","error":{"code":7}}' >"$dir/fail" ;;
   esac
 }
 

@@ -121,6 +121,130 @@ static void test_garbage_and_long_lines(void **state) {
   assert_int_equal(kl__exec_new("", &exec), KL_ECONF);
 }
 
+static kl_handler_result_t kl_call_id(kl__exec_t *exec, const char *id,
+                                      char *err, size_t size) {
+  kl_event_t event = kl_event;
+  event.id = id;
+  event.id_len = strlen(id);
+  err[0] = '\0';
+  return kl__exec_handler(exec, &event, &kl_fence, NULL, err, size);
+}
+
+/* A handler that prints one line too many must not shift its answers onto
+ * later events: the event it refuses ("bad") is never recorded as applied.
+ * Issue 14 item 2. */
+static void test_extra_line_does_not_shift_answers(void **state) {
+  char err[256];
+  kl__exec_t *exec = kl_exec(
+      "while read -r l; do case \"$l\" in *'\"id\":\"bad\"'*) "
+      "echo '{\"status\":\"fail\",\"error\":\"refused\"}';; *) "
+      "printf '{\"status\":\"ok\"}\\n{\"status\":\"ok\"}\\n';; esac; done",
+      5000);
+  assert_int_equal(kl_call_id(exec, "good", err, sizeof(err)), KL_HANDLER_OK);
+  assert_int_not_equal(kl_call_id(exec, "bad", err, sizeof(err)),
+                       KL_HANDLER_OK);
+  assert_int_equal(kl_call_id(exec, "bad", err, sizeof(err)),
+                   KL_HANDLER_FAIL);
+  assert_non_null(strstr(err, "refused"));
+  kl__exec_destroy(exec);
+}
+
+/* The request carries "seq"; a child that echoes it may answer in any
+ * order, and an answer whose seq no event has kills the child: the event
+ * is retried, never applied. */
+static void test_seq_echo_and_unknown_seq(void **state) {
+  char err[256];
+  kl__exec_t *exec = kl_exec(
+      "while read -r l; do s=${l#*'\"seq\":'}; s=${s%%,*}; "
+      "case \"$l\" in *'\"id\":\"stray\"'*) s=$((s+100));; esac; "
+      "echo \"{\\\"status\\\":\\\"ok\\\",\\\"seq\\\":$s}\"; done", 5000);
+  assert_int_equal(kl_call_id(exec, "a", err, sizeof(err)), KL_HANDLER_OK);
+  assert_int_equal(kl_call_id(exec, "b", err, sizeof(err)), KL_HANDLER_OK);
+  assert_int_equal(kl_call_id(exec, "stray", err, sizeof(err)),
+                   KL_HANDLER_RETRY);
+  assert_non_null(strstr(err, "which no event in flight has"));
+  assert_int_equal(kl_call_id(exec, "c", err, sizeof(err)), KL_HANDLER_OK);
+  assert_int_equal(kl__exec_starts(exec), 2);
+  kl__exec_destroy(exec);
+}
+
+/* A child that has echoed "seq" must keep echoing it: an extra line
+ * without it is caught even when it comes late. */
+static void test_echoing_child_must_echo(void **state) {
+  char err[256];
+  kl__exec_t *exec = kl_exec(
+      "read -r l; s=${l#*'\"seq\":'}; s=${s%%,*}; "
+      "echo \"{\\\"status\\\":\\\"ok\\\",\\\"seq\\\":$s}\"; "
+      "read -r l; echo '{\"status\":\"ok\"}'; sleep 30", 5000);
+  assert_int_equal(kl_call_id(exec, "a", err, sizeof(err)), KL_HANDLER_OK);
+  assert_int_equal(kl_call_id(exec, "b", err, sizeof(err)), KL_HANDLER_RETRY);
+  assert_non_null(strstr(err, "without \"seq\" after echoing it"));
+  kl__exec_destroy(exec);
+}
+
+typedef struct kl_pipe_call {
+  kl__exec_t *exec;
+  char id[16];
+  kl_handler_result_t result;
+  char err[256];
+} kl_pipe_call_t;
+
+static void *kl_pipe_call_main(void *opaque) {
+  kl_pipe_call_t *c = opaque;
+  c->result = kl_call_id(c->exec, c->id, c->err, sizeof(c->err));
+  return NULL;
+}
+
+/* Pipelining: a child that reads 4 requests before it answers any, then
+ * answers them in reverse order, serves 4 callers at once with one
+ * process; each caller gets its own verdict. */
+static void test_pipelined_answers_out_of_order(void **state) {
+  char dir[64], path[128], cmd[256];
+  kl_t_tmpdir(dir);
+  snprintf(path, sizeof(path), "%s/h.py", dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("import json, sys\n"
+        "r = json.loads(sys.stdin.readline())\n"
+        "print(json.dumps({'seq': r['seq'], 'status': 'ok'}), flush=True)\n"
+        "while True:\n"
+        "    reqs = [json.loads(sys.stdin.readline()) for _ in range(4)]\n"
+        "    for r in reversed(reqs):\n"
+        "        st = 'fail' if r['id'].startswith('f') else 'ok'\n"
+        "        print(json.dumps({'seq': r['seq'], 'status': st,\n"
+        "                          'error': 'refused ' + r['id']}),\n"
+        "              flush=True)\n", f);
+  fclose(f);
+  snprintf(cmd, sizeof(cmd), "exec python3 %s", path);
+  kl__exec_t *exec = kl_exec(cmd, 10000);
+  assert_int_equal(kl__exec_set_children(exec, 1, 4), KL_OK);
+  /* The first answer tells keylane the child echoes seq: until then it
+   * gets one event at a time. */
+  char err[256];
+  assert_int_equal(kl_call_id(exec, "warm-up", err, sizeof(err)),
+                   KL_HANDLER_OK);
+  kl_pipe_call_t calls[4];
+  pthread_t threads[4];
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < 4; i++) {
+      calls[i].exec = exec;
+      snprintf(calls[i].id, sizeof(calls[i].id), "%s-%d-%d",
+               i % 2 ? "f" : "ok", round, i);
+      pthread_create(&threads[i], NULL, kl_pipe_call_main, &calls[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+      pthread_join(threads[i], NULL);
+      assert_int_equal(calls[i].result,
+                       i % 2 ? KL_HANDLER_FAIL : KL_HANDLER_OK);
+      if (i % 2)
+        assert_non_null(strstr(calls[i].err, calls[i].id));
+    }
+  }
+  assert_int_equal(kl__exec_starts(exec), 1);
+  kl__exec_destroy(exec);
+  kl_t_rmrf(dir);
+}
+
 /* The example handler (deploy/examples/handler_fence_sqlite.py) refuses an
  * older epoch and applies an event id once. */
 static void test_python_fence_example(void **state) {
@@ -196,7 +320,8 @@ static void test_late_write_of_a_killed_child_applies_once(void **state) {
 
 static kl_worker_t *kl_exec_worker(const char *bootstrap, const char *topic,
                                    kl_store_t *store, kl__exec_t *exec,
-                                   const char *attempts) {
+                                   const char *attempts,
+                                   const char *concurrency) {
   kl_conf_t *conf = kl_conf_new();
   assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap,
                                NULL, 0), KL_OK);
@@ -206,6 +331,13 @@ static kl_worker_t *kl_exec_worker(const char *bootstrap, const char *topic,
                                0), KL_OK);
   assert_int_equal(kl_conf_set(conf, "worker.max.attempts", attempts, NULL,
                                0), KL_OK);
+  if (concurrency) {
+    assert_int_equal(kl_conf_set(conf, "worker.concurrency", concurrency,
+                                 NULL, 0), KL_OK);
+    assert_int_equal(kl_conf_set(conf, "worker.exec.window", "4", NULL, 0),
+                     KL_OK);
+    assert_int_equal(kl__exec_configure(exec, conf), KL_OK);
+  }
   kl_worker_t *worker;
   assert_int_equal(kl_worker_new(conf, topic, store, kl__exec_handler, exec,
                                  &worker), KL_OK);
@@ -224,6 +356,7 @@ typedef struct kl_case {
   const char *attempts;
   int events;
   int dead; /* events expected dead-lettered (all or none) */
+  const char *concurrency; /* NULL: one child, one event at a time */
 } kl_case_t;
 
 /* Runs a worker with the exec handler over @p c->events events until they
@@ -247,7 +380,7 @@ static void kl_worker_case(const kl_case_t *c) {
   snprintf(cmd, sizeof(cmd), c->script, marker);
   kl__exec_t *exec = kl_exec(cmd, c->timeout_ms);
   kl_worker_t *worker = kl_exec_worker(kl_t_bootstrap(cluster), topic, store,
-                                       exec, c->attempts);
+                                       exec, c->attempts, c->concurrency);
   pthread_t thread;
   pthread_create(&thread, NULL, kl_run, worker);
   kl_worker_stats_t st;
@@ -282,7 +415,7 @@ static void kl_worker_case(const kl_case_t *c) {
 static void test_worker_child_crash_applies_once(void **state) {
   kl_case_t c = {"n=0; while read -r l; do n=$((n+1)); if [ $n -eq 50 ] && "
                  "[ ! -e %1$s ]; then touch %1$s; exit 1; fi; "
-                 "echo '{\"status\":\"ok\"}'; done", 5000, "5", 200, 0};
+                 "echo '{\"status\":\"ok\"}'; done", 5000, "5", 200, 0, NULL};
   kl_worker_case(&c);
 }
 
@@ -290,7 +423,19 @@ static void test_worker_child_crash_applies_once(void **state) {
 static void test_worker_child_hang_applies_once(void **state) {
   kl_case_t c = {"n=0; while read -r l; do n=$((n+1)); if [ $n -eq 10 ] && "
                  "[ ! -e %1$s ]; then touch %1$s; sleep 60; fi; "
-                 "echo '{\"status\":\"ok\"}'; done", 500, "5", 50, 0};
+                 "echo '{\"status\":\"ok\"}'; done", 500, "5", 50, 0, NULL};
+  kl_worker_case(&c);
+}
+
+/* Children that echo "seq" get 4 events in flight each, 2 children; one
+ * crashes at its 50th event with several in flight: each is retried and
+ * every event is applied once. */
+static void test_worker_pipelined_children_apply_once(void **state) {
+  kl_case_t c = {"n=0; while read -r l; do n=$((n+1)); if [ $n -eq 50 ] && "
+                 "[ ! -e %1$s ]; then touch %1$s; exit 1; fi; "
+                 "s=${l#*'\"seq\":'}; s=${s%%%%,*}; "
+                 "echo \"{\\\"status\\\":\\\"ok\\\",\\\"seq\\\":$s}\"; "
+                 "done", 5000, "5", 300, 0, "2"};
   kl_worker_case(&c);
 }
 
@@ -298,7 +443,7 @@ static void test_worker_child_hang_applies_once(void **state) {
  * each time, until worker.max.attempts sends it to the dead letters. */
 static void test_worker_child_garbage_dead_letters(void **state) {
   kl_case_t c = {"while read -r l; do echo 'not json %1$s'; done", 5000, "2",
-                 10, 10};
+                 10, 10, NULL};
   kl_worker_case(&c);
 }
 
@@ -308,7 +453,8 @@ static kl_worker_stats_t kl_fence_run(const char *bootstrap, const char *topic,
                                       kl_store_t *store, const char *command,
                                       int events) {
   kl__exec_t *exec = kl_exec(command, 10000);
-  kl_worker_t *worker = kl_exec_worker(bootstrap, topic, store, exec, "2");
+  kl_worker_t *worker =
+      kl_exec_worker(bootstrap, topic, store, exec, "2", NULL);
   pthread_t thread;
   pthread_create(&thread, NULL, kl_run, worker);
   kl_worker_stats_t st;
@@ -431,12 +577,17 @@ int main(void) {
       cmocka_unit_test(test_crash_restarts),
       cmocka_unit_test(test_hang_is_killed),
       cmocka_unit_test(test_garbage_and_long_lines),
+      cmocka_unit_test(test_extra_line_does_not_shift_answers),
+      cmocka_unit_test(test_seq_echo_and_unknown_seq),
+      cmocka_unit_test(test_echoing_child_must_echo),
+      cmocka_unit_test(test_pipelined_answers_out_of_order),
       cmocka_unit_test(test_python_fence_example),
       cmocka_unit_test(test_late_write_of_a_killed_child_applies_once),
       cmocka_unit_test(test_worker_child_crash_applies_once),
       cmocka_unit_test(test_worker_child_hang_applies_once),
       cmocka_unit_test(test_worker_child_garbage_dead_letters),
       cmocka_unit_test(test_fence_example_accepts_a_new_store),
+      cmocka_unit_test(test_worker_pipelined_children_apply_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,7 +54,9 @@ static const char kl_worker_usage[] =
     "                              (retention.ms, read at start); -X\n"
     "                              worker.retention.check=warn runs anyway\n"
     "      --concurrency N         handler threads; one key's events stay in\n"
-    "                              order (default 1: the polling thread)\n"
+    "                              order (default 1: the polling thread);\n"
+    "                              exec: N children, each with up to\n"
+    "                              worker.exec.window (1) events in flight\n"
     "      --retry-initial-ms MS   first backoff after RETRY (default 100)\n"
     "      --retry-max-ms MS       largest backoff (default 10000)\n"
     "      --max-attempts N        handler runs before a dead letter (5)\n"
@@ -145,8 +147,13 @@ static int kl_worker_main(kl_conf_t *conf, const char *topic,
     kl__handler_release(&handler);
     return KL_EXIT_USAGE;
   }
-  if (handler.fn == kl__exec_handler)
+  if (handler.fn == kl__exec_handler) {
     kl__exec_set_timeout_ms(handler.opaque, (int)timeout_ms);
+    if (kl__exec_configure(handler.opaque, conf)) {
+      kl__handler_release(&handler);
+      return kl__cli_fail(SUB, "%s", kl_err_detail());
+    }
+  }
   kl_store_t *store;
   kl_err_t err = kl_store_open(location, conf, &store);
   if (err) {

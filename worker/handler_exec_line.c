@@ -1,0 +1,139 @@
+/*
+ * The exec handler's two line formats (worker/handler_exec.h): the request
+ * keylane writes for an event, and the answer a child writes back. Apart
+ * from the process handling so the answer parser can be fuzzed alone
+ * (tests/fuzz/fuzz_exec_answer.c).
+ */
+#include "worker/handler_exec_line.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "common/json_msgpack.h"
+
+static int kl_exec_set_b64(json_t *obj, const char *name, const void *data,
+                           size_t len) {
+  char *b64 = malloc(kl__base64_encoded_len(len) + 1);
+  if (!b64)
+    return -1;
+  kl__base64_encode(data, len, b64);
+  int rc = json_object_set_new(obj, name, json_string(b64));
+  free(b64);
+  return rc;
+}
+
+static json_t *kl_exec_request_obj(const kl_event_t *event,
+                                   const kl_fence_t *fence) {
+  json_t *obj = json_object();
+  json_t *payload = NULL;
+  if (!obj)
+    return NULL;
+  int bad = 0;
+  json_object_set_new(obj, "topic", json_string(fence->topic));
+  json_t *key = json_stringn(event->key, event->key_len); /* NULL: not UTF-8 */
+  if (key)
+    json_object_set_new(obj, "key", key);
+  else
+    bad |= kl_exec_set_b64(obj, "key_b64", event->key, event->key_len);
+  json_object_set_new(obj, "id", json_stringn(event->id, event->id_len));
+  json_object_set_new(obj, "type", json_stringn(event->type, event->type_len));
+  json_object_set_new(obj, "ts", json_integer(event->ts));
+  json_object_set_new(obj, "partition", json_integer(fence->partition));
+  json_object_set_new(obj, "offset", json_integer(fence->offset));
+  json_object_set_new(obj, "epoch", json_integer((json_int_t)fence->epoch));
+  if (event->payload_len &&
+      kl__msgpack_to_json(event->payload, event->payload_len, &payload) ==
+          KL_OK)
+    json_object_set_new(obj, "payload", payload);
+  else
+    bad |= kl_exec_set_b64(obj, "payload_b64", event->payload,
+                           event->payload_len);
+  if (bad) {
+    json_decref(obj);
+    return NULL;
+  }
+  return obj;
+}
+
+char *kl__exec_request(const kl_event_t *event, const kl_fence_t *fence,
+                       size_t *len) {
+  json_t *obj = kl_exec_request_obj(event, fence);
+  char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+  json_decref(obj);
+  if (!text)
+    return NULL;
+  /* The text without its "{", after room for the seq prefix, then "\n". */
+  size_t n = strlen(text) - 1;
+  char *line = malloc(KL__EXEC_SEQ_ROOM + n + 2);
+  if (line) {
+    memcpy(line + KL__EXEC_SEQ_ROOM, text + 1, n);
+    line[KL__EXEC_SEQ_ROOM + n] = '\n';
+    line[KL__EXEC_SEQ_ROOM + n + 1] = '\0';
+    *len = n + 1;
+  }
+  free(text);
+  return line;
+}
+
+size_t kl__exec_request_seq(char *line, uint64_t seq) {
+  char prefix[KL__EXEC_SEQ_ROOM + 1];
+  int n = snprintf(prefix, sizeof(prefix), "{\"seq\":%llu,",
+                   (unsigned long long)seq);
+  memcpy(line + KL__EXEC_SEQ_ROOM - n, prefix, (size_t)n);
+  return (size_t)n;
+}
+
+static void kl_exec_answer_error(json_t *obj, kl__exec_answer_t *answer) {
+  json_t *error = json_object_get(obj, "error");
+  const char *text = json_string_value(error);
+  char *dumped = text || !error ? NULL : json_dumps(error, JSON_COMPACT);
+  snprintf(answer->error, sizeof(answer->error), "exec handler: %s",
+           text ? text : dumped ? dumped : "no error given");
+  free(dumped);
+}
+
+/* Reads "seq" when present: 0, or -1 when it is not a number >= 0. */
+static int kl_exec_answer_seq(json_t *obj, kl__exec_answer_t *answer) {
+  json_t *seq = json_object_get(obj, "seq");
+  if (!seq)
+    return 0;
+  if (!json_is_integer(seq) || json_integer_value(seq) < 0)
+    return -1;
+  answer->has_seq = 1;
+  answer->seq = (uint64_t)json_integer_value(seq);
+  return 0;
+}
+
+int kl__exec_answer_parse(const char *line, size_t len,
+                          kl__exec_answer_t *answer) {
+  memset(answer, 0, sizeof(*answer));
+  json_error_t jerr;
+  json_t *obj = json_loadb(line, len, 0, &jerr);
+  const char *status = json_string_value(json_object_get(obj, "status"));
+  int rc = 0;
+  if (status && strcmp(status, "ok") == 0)
+    answer->result = KL_HANDLER_OK;
+  else if (status && strcmp(status, "retry") == 0)
+    answer->result = KL_HANDLER_RETRY;
+  else if (status && strcmp(status, "fail") == 0)
+    answer->result = KL_HANDLER_FAIL;
+  else
+    rc = -1;
+  int shown = len > 60 ? 60 : (int)len; /* @p line need not end in NUL */
+  if (rc == 0 && kl_exec_answer_seq(obj, answer) < 0) {
+    snprintf(answer->error, sizeof(answer->error), "answered \"seq\" that is "
+             "not a whole number >= 0: \"%.*s\"", shown, line);
+    rc = -1;
+  } else if (rc < 0) {
+    snprintf(answer->error, sizeof(answer->error), "answered garbage: "
+             "\"%.*s\" is not {\"seq\":N,\"status\":\"ok\"|\"retry\"|"
+             "\"fail\"}", shown, line);
+  } else if (answer->result != KL_HANDLER_OK) {
+    kl_exec_answer_error(obj, answer);
+  }
+  json_decref(obj);
+  return rc;
+}

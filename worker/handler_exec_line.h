@@ -1,0 +1,27 @@
+/* The exec handler's request and answer lines (worker/handler_exec.h). */
+#ifndef KEYLANE_WORKER_HANDLER_EXEC_LINE_H
+#define KEYLANE_WORKER_HANDLER_EXEC_LINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/handler_exec.h"
+
+/** Bytes kept in front of a request for its {"seq":N, prefix. */
+#define KL__EXEC_SEQ_ROOM 32
+
+/**
+ * The request line of @p event without its seq: malloc()ed, the JSON from
+ * offset KL__EXEC_SEQ_ROOM on, without its opening "{", newline-terminated;
+ * @p len receives its length from there. NULL when out of memory.
+ */
+char *kl__exec_request(const kl_event_t *event, const kl_fence_t *fence,
+                       size_t *len);
+
+/**
+ * Writes {"seq":@p seq, just before offset KL__EXEC_SEQ_ROOM of @p line.
+ * @returns its length: the line starts that many bytes before the offset.
+ */
+size_t kl__exec_request_seq(char *line, uint64_t seq);
+
+#endif

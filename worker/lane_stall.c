@@ -1,0 +1,59 @@
+/* Stalled partitions (worker/lane_stall.h). */
+#include "worker/lane_stall.h"
+
+#include <inttypes.h>
+
+#include "common/internal.h"
+#include "common/log.h"
+#include "worker/lanes_internal.h"
+
+#define KL_COMP "worker"
+
+static void kl_lane_watch(kl__lane_t *lane, int64_t now_ns, int64_t stall_ms) {
+  int holding = lane->state == KL__LANE_OWNED && lane->ring_count > 0;
+  if (!holding || lane->watermark != lane->stall_watermark ||
+      lane->gen != lane->stall_gen) {
+    if (lane->stalled)
+      KL_LOG_I(KL_COMP, "partition=%" PRId32 " moves again: watermark=%"
+               PRId64, lane->partition, lane->watermark);
+    lane->stall_watermark = lane->watermark;
+    lane->stall_gen = lane->gen;
+    lane->stall_since_ns = now_ns;
+    lane->stalled = 0;
+    return;
+  }
+  if (!lane->stalled && now_ns - lane->stall_since_ns >= stall_ms * 1000000) {
+    lane->stalled = 1;
+    KL_LOG_E(KL_COMP, "partition=%" PRId32 " is stalled: it holds %zu "
+             "records and its watermark (%" PRId64 ") has not moved for %"
+             PRId64 " ms (worker.stall.ms); the log above says what fails",
+             lane->partition, lane->ring_count, lane->watermark, stall_ms);
+  }
+}
+
+void kl__lanes_watch_stalls(kl__lanes_t *lanes, int64_t now_ns,
+                            int64_t stall_ms) {
+  pthread_mutex_lock(&lanes->mu);
+  for (int32_t p = 0; p < lanes->count; p++)
+    if (lanes->lanes[p])
+      kl_lane_watch(lanes->lanes[p], now_ns, stall_ms);
+  pthread_mutex_unlock(&lanes->mu);
+}
+
+size_t kl__lanes_stalls(kl__lanes_t *lanes, kl__stall_t *out, size_t max) {
+  size_t n = 0;
+  int64_t now = kl__mono_ns();
+  pthread_mutex_lock(&lanes->mu);
+  for (int32_t p = 0; p < lanes->count; p++) {
+    kl__lane_t *lane = lanes->lanes[p];
+    if (!lane || lane->state != KL__LANE_OWNED)
+      continue;
+    if (n < max)
+      out[n] = (kl__stall_t){lane->partition, lane->stalled,
+                             (now - lane->stall_since_ns) / 1000000,
+                             lane->ring_count, lane->watermark};
+    n++;
+  }
+  pthread_mutex_unlock(&lanes->mu);
+  return n;
+}

@@ -1,0 +1,38 @@
+/*
+ * Stalled partitions: an owned lane that holds records but whose
+ * watermark has not moved for worker.stall.ms (a letter Kafka keeps
+ * refusing, a handler that keeps timing out, a store that keeps failing).
+ * The worker's poll thread watches; /healthz and /metrics read
+ * (worker/metrics_server.h).
+ */
+#ifndef KEYLANE_WORKER_LANE_STALL_H
+#define KEYLANE_WORKER_LANE_STALL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kl__lanes kl__lanes_t; /* worker/lanes.h */
+
+/** One owned partition: stalled (1) or not (0), and since when (ms). */
+typedef struct kl__stall {
+  int32_t partition;
+  int stalled;
+  int64_t for_ms;  /* how long its watermark has not moved with records */
+  size_t records;  /* held in its window */
+  int64_t watermark;
+} kl__stall_t;
+
+/**
+ * Notes each owned lane's watermark and marks it stalled once it has held
+ * records for @p stall_ms (> 0) without the watermark moving. Poll thread.
+ */
+void kl__lanes_watch_stalls(kl__lanes_t *lanes, int64_t now_ns,
+                            int64_t stall_ms);
+
+/**
+ * Fills @p out with up to @p max owned partitions. Any thread.
+ * @returns how many there are (may exceed @p max).
+ */
+size_t kl__lanes_stalls(kl__lanes_t *lanes, kl__stall_t *out, size_t max);
+
+#endif
