@@ -345,9 +345,11 @@ static kl_err_t kl_pg_acquire(kl_store_t *store, const char *topic,
 static kl_err_t kl_pg_reset_fn(kl__pg_conn_t *conn, void *ctx) {
   return kl_pg_tp_query(
       conn, ctx, 2,
-      "UPDATE keylane_partitions SET epoch = epoch + 1, watermark = 0 WHERE "
-      "topic = $1::text AND partition = $2::int4 RETURNING epoch, watermark, "
-      "applied, duplicates, dead_letters",
+      "UPDATE keylane_partitions AS p SET epoch = epoch + 1, watermark = 0 "
+      "WHERE topic = $1::text AND partition = $2::int4 RETURNING epoch, "
+      "watermark, applied, duplicates, dead_letters, coalesce((SELECT beats "
+      "FROM keylane_beats b WHERE b.topic = p.topic AND b.partition = "
+      "p.partition), 0)",
       "reset the partition (new epoch, watermark 0)");
 }
 
