@@ -164,7 +164,7 @@ typedef struct kl_commit_ctx {
   int64_t now_ms;
   const kl__buf_entry_t **data; /* both in key order */
   const kl__buf_entry_t **ids;
-  uint64_t applied, dead_letters;
+  uint64_t applied;
   kl_err_t err; /* its own outcome: a failed prepare, or KL_EFENCED */
   char why[512];
 } kl_commit_ctx_t;
@@ -189,24 +189,31 @@ static int kl_commit_data(kl__lmdb_t *lmdb, MDB_txn *mtxn,
 }
 
 /* A dead-letter mark never replaces a stored applied one (see
- * kl__mark_merge()); only this rare path reads before it writes. */
+ * kl__mark_merge()); only this rare path reads before it writes. Counts
+ * the mark in @p *written when it is written. */
 static int kl_commit_dead_letter(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_val *k,
-                                 MDB_val *v) {
+                                 MDB_val *v, uint64_t *written) {
   MDB_val have = *v;
   int rc = mdb_put(mtxn, lmdb->ids, k, &have, MDB_NOOVERWRITE);
-  if (rc != MDB_KEYEXIST)
+  if (rc != MDB_KEYEXIST) {
+    *written += rc == 0;
     return rc;
+  }
   int64_t t;
   kl_mark_t mark;
   if (kl__lmdb_idval_decode(&have, &t, &mark))
     return MDB_CORRUPTED;
   if (kl__mark_merge(mark, KL_MARK_DEAD_LETTER) != KL_MARK_DEAD_LETTER)
     return 0;
+  (*written)++;
   return mdb_put(mtxn, lmdb->ids, k, v, 0);
 }
 
+/* The ids; @p dead_letters counts the dead-letter marks written, not those
+ * an applied mark kept out. */
 static int kl_commit_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn,
-                         const kl_commit_ctx_t *ctx) {
+                         const kl_commit_ctx_t *ctx, uint64_t *dead_letters) {
+  *dead_letters = 0;
   for (size_t i = 0; i < ctx->ltxn->ids.count; i++) {
     const kl__buf_entry_t *e = ctx->ids[i];
     unsigned char val[KL__IDVAL_LEN];
@@ -214,7 +221,7 @@ static int kl_commit_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn,
     MDB_val k = {e->key_len, (void *)kl__buf_key(e)};
     MDB_val v = {sizeof(val), val};
     int rc = e->tag == KL_MARK_DEAD_LETTER
-                 ? kl_commit_dead_letter(lmdb, mtxn, &k, &v)
+                 ? kl_commit_dead_letter(lmdb, mtxn, &k, &v, dead_letters)
                  : mdb_put(mtxn, lmdb->ids, &k, &v, 0);
     if (rc)
       return rc;
@@ -238,13 +245,14 @@ static int kl_commit_one(kl__lmdb_t *lmdb, MDB_txn *mtxn,
     snprintf(ctx->why, sizeof(ctx->why), "%s", kl_err_detail());
     return 0;
   }
+  uint64_t dead_letters;
   if ((rc = kl_commit_data(lmdb, mtxn, ctx)) ||
-      (rc = kl_commit_ids(lmdb, mtxn, ctx)))
+      (rc = kl_commit_ids(lmdb, mtxn, ctx, &dead_letters)))
     return rc;
   if (ctx->watermark > state.watermark)
     state.watermark = ctx->watermark;
   state.applied += ctx->applied;
-  state.dead_letters += ctx->dead_letters;
+  state.dead_letters += dead_letters;
   state.duplicates += ltxn->duplicates;
   return kl__lmdb_part_put(lmdb, mtxn, ltxn->topic, ltxn->partition, &state);
 }
@@ -281,10 +289,8 @@ static kl_err_t kl_commit_prepare(kl_commit_ctx_t *ctx, kl_txn_t *txn,
     snprintf(ctx->why, sizeof(ctx->why), "%s", kl_err_detail());
     return ctx->err;
   }
-  for (size_t i = 0; i < ltxn->ids.count; i++) {
+  for (size_t i = 0; i < ltxn->ids.count; i++)
     ctx->applied += ctx->ids[i]->tag == KL_MARK_APPLIED;
-    ctx->dead_letters += ctx->ids[i]->tag == KL_MARK_DEAD_LETTER;
-  }
   return KL_OK;
 }
 

@@ -123,6 +123,10 @@ static const struct {
                     "EXCLUDED.mark, inserted_ms = EXCLUDED.inserted_ms WHERE "
                     "keylane_ids.mark = 2 AND EXCLUDED.mark = 1",
                     "record the batch's idempotency keys"},
+    [KL__PG_APPLIED] = {"kl_applied",
+                        "SELECT count(*) FROM keylane_ids WHERE topic = "
+                        "$2::text AND id = ANY($1::bytea[]) AND mark = 1",
+                        "count the dead letters an applied mark keeps out"},
     [KL__PG_EPOCH] = {"kl_epoch",
                       "SELECT epoch FROM keylane_partitions WHERE topic = "
                       "$1::text AND partition = $2::int4",

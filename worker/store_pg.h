@@ -31,6 +31,7 @@ typedef enum kl__pg_stmt {
   KL__PG_DELETE, /* the batch's deletes */
   KL__PG_IDS,    /* the batch's idempotency keys */
   KL__PG_EPOCH,  /* the current epoch, for the fenced message */
+  KL__PG_APPLIED, /* how many of some ids are applied already */
   KL__PG_STMT_COUNT
 } kl__pg_stmt_t;
 

@@ -414,6 +414,35 @@ static kl_err_t kl_pg_write_ids(kl_pg_txn_t *txn) {
   return err;
 }
 
+/* Of the batch's @p dead dead-letter marks, takes away from @p *dead those
+ * whose id is applied already: kl_pg_write_ids() keeps them out (the rare
+ * path that reads before it writes, as LMDB's). */
+static kl_err_t kl_pg_dead_written(kl_pg_txn_t *txn, uint64_t *dead) {
+  kl_pg_arr_t ids;
+  kl_pg_arr_init(&ids, KL_PG_OID_BYTEA);
+  for (size_t i = 0; i < txn->ids.cap; i++) {
+    const kl__buf_entry_t *e = txn->ids.slots ? txn->ids.slots[i] : NULL;
+    if (e && e->tag == KL_MARK_DEAD_LETTER)
+      kl_pg_arr_add(&ids, kl__buf_key(e), e->key_len);
+  }
+  if (kl_pg_arr_end(&ids)) {
+    free(ids.p);
+    return KL_ENOMEM;
+  }
+  const char *values[2] = {(char *)ids.p, txn->topic};
+  int lengths[2] = {(int)ids.len, 0}, formats[2] = {1, 0};
+  kl_err_t err;
+  PGresult *res = kl__pg_run(txn->conn, KL__PG_APPLIED, 2, values, lengths,
+                             formats, 0, &err);
+  free(ids.p);
+  if (!res)
+    return err;
+  uint64_t kept = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+  PQclear(res);
+  *dead -= kept < *dead ? kept : *dead;
+  return KL_OK;
+}
+
 /* The fence: the epoch check, the watermark and the counters in one
  * conditional UPDATE, which also takes the partition's row lock. */
 static kl_err_t kl_pg_fence(kl_pg_txn_t *txn, int64_t watermark) {
@@ -423,6 +452,9 @@ static kl_err_t kl_pg_fence(kl_pg_txn_t *txn, int64_t watermark) {
     applied += e && e->tag == KL_MARK_APPLIED;
     dead += e && e->tag == KL_MARK_DEAD_LETTER;
   }
+  kl_err_t derr = dead ? kl_pg_dead_written(txn, &dead) : KL_OK;
+  if (derr)
+    return derr;
   char part[16], wm[24], app[24], dup[24], dl[24], epoch[24];
   snprintf(part, sizeof(part), "%" PRId32, txn->partition);
   snprintf(wm, sizeof(wm), "%" PRId64, watermark);
