@@ -521,7 +521,7 @@ static kl_exec_call_t *kl_exec_match(kl_exec_child_t *child,
 
 static void kl_exec_dispatch(kl__exec_t *exec, kl_exec_child_t *child,
                              kl_exec_read_t *rd) {
-  char why[256];
+  char why[sizeof(rd->answers[0].error)];
   int echoed = child->echoes;
   for (size_t i = 0; i < rd->count; i++) {
     kl__exec_answer_t *answer = &rd->answers[i];

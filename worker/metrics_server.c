@@ -134,7 +134,7 @@ static void kl_ms_routing(kl__metrics_server_t *server, kl__metrics_t *m,
   uint64_t by_partition[4096];
   size_t n = kl__worker_misrouted(server->worker, by_partition, 4096);
   for (size_t p = 0; p < n; p++) {
-    char part[16];
+    char part[24];
     snprintf(part, sizeof(part), "%zu", p);
     if (by_partition[p])
       kl__metric_add(misrouted, (const char *[]){server->topic, part},
