@@ -19,18 +19,22 @@ void kl__check_store_version(kl_store_t *store, const char *location,
   if (kl__store_version(store, &version, &latest)) {
     out->status = KL__CHECK_FAIL;
     snprintf(out->msg, sizeof(out->msg),
-             "cannot read the %s version of "
-             "store %s: %s",
-             what, location, kl_err_detail());
+             "cannot read the %s version of store %s: %s", what, location,
+             kl_err_detail());
     return;
   }
-  out->status = version == latest ? KL__CHECK_OK : KL__CHECK_FAIL;
-  snprintf(out->msg, sizeof(out->msg), "store %s (%s) has %s version %d%s%d",
-           location, store->ops->name, what, version,
-           version == latest ? ", this build's; it writes "
-                             : ", this build "
-                               "writes ",
-           latest);
+  if (version == latest) {
+    out->status = KL__CHECK_OK;
+    snprintf(out->msg, sizeof(out->msg),
+             "store %s (%s) has %s version %d, the one this build writes",
+             location, store->ops->name, what, version);
+    return;
+  }
+  out->status = KL__CHECK_FAIL;
+  snprintf(out->msg, sizeof(out->msg),
+           "store %s (%s) has %s version %d, this build writes %d: run the "
+           "keylane that matches it, or `keylane store migrate --store %s`",
+           location, store->ops->name, what, version, latest, location);
 }
 
 /* The server's clock_timestamp() in ms, read between *@p before and
@@ -61,8 +65,8 @@ int kl__check_clock(kl_store_t *store, int64_t bound_ms, kl__check_t *out) {
   if (kl_server_clock((kl__pg_t *)store, &server, &before, &after)) {
     out->status = KL__CHECK_WARN;
     snprintf(out->msg, sizeof(out->msg),
-             "cannot compare this host's clock "
-             "with the PostgreSQL server's: %s",
+             "cannot compare this host's clock with the PostgreSQL "
+             "server's: %s",
              kl_err_detail());
     return 1;
   }

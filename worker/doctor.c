@@ -54,14 +54,11 @@ static void kl_doctor_partitions(kl_doctor_t *d) {
       d->rk, d->topic, KL_DOCTOR_TIMEOUT_MS, &d->partitions);
   if (err == KL_ENOTFOUND)
     snprintf(c.msg, sizeof(c.msg),
-             "topic %s does not exist: check -t and "
-             "-b, or create it with the partition count the fleet expects",
+             "topic %s does not exist: check -t and -b, or create it with "
+             "the partition count the fleet expects",
              d->topic);
   else if (err)
-    snprintf(c.msg, sizeof(c.msg),
-             "%s; check -b and that the cluster "
-             "runs",
-             kl_err_detail());
+    snprintf(c.msg, sizeof(c.msg), "%s", kl_err_detail());
   else
     kl__check_partitions(
         d->rk, d->topic,
