@@ -19,6 +19,7 @@ static const struct {
     {"store", kl__cmd_store, "a store: stats, keys, get, rebuild, migrate"},
     {"replay", kl__cmd_replay, "re-apply a range of partitions, once"},
     {"inspect", kl__cmd_inspect, "print a topic's records as JSON lines"},
+    {"doctor", kl__cmd_doctor, "check what keylane's guarantees rest on"},
     {"help", NULL, "this list"},
 };
 

@@ -144,6 +144,97 @@ void kl__check_retention(rd_kafka_t *rk, const char *role, const char *topic,
   free(values[1]);
 }
 
+/* ---- replication -------------------------------------------------------- */
+
+void kl__check_replication_judge(const char *role, const char *topic, int rf,
+                                 int min_isr, const char *unknown,
+                                 kl__check_t *out) {
+  static const char fix[] =
+      "give it a replication factor of 3 and min.insync.replicas=2 "
+      "(kafka-configs.sh --alter --entity-type topics --entity-name %s "
+      "--add-config min.insync.replicas=2)";
+  char how[300];
+  snprintf(how, sizeof(how), fix, topic);
+  if (min_isr > rf)
+    kl_check_say(out, KL__CHECK_FAIL,
+                 "%s %s has min.insync.replicas=%d but only %d replicas: "
+                 "every acks=all publish is refused (NOT_ENOUGH_REPLICAS); "
+                 "lower min.insync.replicas to at most %d, or add replicas",
+                 role, topic, min_isr, rf, rf);
+  else if (rf < 2)
+    kl_check_say(out, KL__CHECK_WARN,
+                 "%s %s has replication factor %d: an acknowledged event "
+                 "lives on one broker and is lost with it; %s",
+                 role, topic, rf, how);
+  else if (min_isr < 0)
+    kl_check_say(out, KL__CHECK_WARN,
+                 "%s %s has replication factor %d; cannot tell its "
+                 "min.insync.replicas (%s): acks=all is durable only when "
+                 "it is at least 2; check it with kafka-configs.sh "
+                 "--describe --entity-type topics --entity-name %s",
+                 role, topic, rf, unknown, topic);
+  else if (min_isr < 2)
+    kl_check_say(out, KL__CHECK_WARN,
+                 "%s %s has min.insync.replicas=%d: acks=all then waits for "
+                 "the leader alone, so an acknowledged event can live on one "
+                 "broker and be lost with it; %s",
+                 role, topic, min_isr, how);
+  else
+    kl_check_say(out, KL__CHECK_OK,
+                 "%s %s has replication factor %d and min.insync.replicas=%d: "
+                 "an acknowledged event is on at least %d brokers",
+                 role, topic, rf, min_isr, min_isr);
+}
+
+/* The fewest replicas of any partition of @p topic; -1 (kl_err_detail()
+ * says why) when its metadata cannot be read. */
+static int kl_replication_factor(rd_kafka_t *rk, const char *topic,
+                                 int timeout_ms) {
+  rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+  const struct rd_kafka_metadata *md = NULL;
+  rd_kafka_resp_err_t kerr = rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms);
+  rd_kafka_topic_destroy(rkt);
+  if (!kerr && md->topic_cnt != 1)
+    kerr = RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+  else if (!kerr && md->topics[0].err)
+    kerr = md->topics[0].err;
+  int rf = -1;
+  for (int i = 0; !kerr && i < md->topics[0].partition_cnt; i++)
+    if (rf < 0 || md->topics[0].partitions[i].replica_cnt < rf)
+      rf = md->topics[0].partitions[i].replica_cnt;
+  if (md)
+    rd_kafka_metadata_destroy(md);
+  if (kerr || rf < 0)
+    kl__err(KL_EKAFKA_TRANSIENT, "cannot read the metadata of topic %s: %s",
+            topic, kerr ? rd_kafka_err2str(kerr) : "it has no partitions");
+  return kerr ? -1 : rf;
+}
+
+void kl__check_replication(rd_kafka_t *rk, const char *role, const char *topic,
+                           int timeout_ms, kl__check_t *out) {
+  int rf = kl_replication_factor(rk, topic, timeout_ms);
+  if (rf < 0) {
+    kl_check_say(out, KL__CHECK_WARN, "%s", kl_err_detail());
+    return;
+  }
+  static const char *const names[] = {"min.insync.replicas"};
+  char *value = NULL;
+  kl_err_t err;
+  char unknown[300] = "";
+  int min_isr = -1;
+  if (kl_read_configs(rk, topic, names, 1, &value, timeout_ms, &err))
+    snprintf(unknown, sizeof(unknown),
+             "the cluster names no controller to "
+             "answer DescribeConfigs, as librdkafka's mock cluster, the "
+             "embedded one");
+  else if (err)
+    snprintf(unknown, sizeof(unknown), "%s", kl_err_detail());
+  else /* the broker's default when it lists none: 1 */
+    min_isr = value ? atoi(value) : 1;
+  free(value);
+  kl__check_replication_judge(role, topic, rf, min_isr, unknown, out);
+}
+
 /* ---- epochs ------------------------------------------------------------- */
 
 /* Appends " P (E<G)" for a partition whose store epoch E is below the

@@ -83,6 +83,31 @@ void kl__check_epochs(kl_store_t *store, const kl_conf_t *conf,
                       const char *group, const char *topic,
                       int32_t partitions, int timeout_ms, kl__check_t *out);
 
+/**
+ * Judges how durable an acknowledged event of @p topic is. keylane's
+ * producers publish with acks=all, which waits for min.insync.replicas
+ * copies: FAIL when @p min_isr is above the replication factor @p rf
+ * (every publish is refused with NOT_ENOUGH_REPLICAS); WARN when @p rf or
+ * @p min_isr is below 2 (an acknowledged event may live on one broker
+ * only, and is lost with it), and when @p min_isr is unknown (-1;
+ * @p unknown then says why); else OK.
+ * @param role  "topic" or "dead-letter topic", for the message
+ */
+void kl__check_replication_judge(const char *role, const char *topic, int rf,
+                                 int min_isr, const char *unknown,
+                                 kl__check_t *out);
+
+/**
+ * Reads @p topic's replication factor (the fewest replicas of any of its
+ * partitions, from the metadata) and min.insync.replicas (Admin API
+ * DescribeConfigs; the hook of kl__checks_set_topic_config() answers in
+ * tests) and judges them as kl__check_replication_judge() does. A cluster
+ * that cannot answer DescribeConfigs (the embedded one) or refuses it
+ * leaves min.insync.replicas unknown: WARN, "cannot tell".
+ */
+void kl__check_replication(rd_kafka_t *rk, const char *role, const char *topic,
+                           int timeout_ms, kl__check_t *out);
+
 /* ---- routing and the partition count (checks_routing.c) ---- */
 
 /** One record of a sample: its key (borrowed) and the partition it is on. */
@@ -105,6 +130,17 @@ void kl__check_routing_judge(const char *topic, const kl__routed_t *sample,
                              size_t n, int32_t partitions, kl__check_t *out);
 
 /**
+ * Reads the last @p sample records of each of the @p partitions partitions
+ * of @p topic with @p rk, a reader (kl__kafka_reader_new(); its assignment
+ * is changed), and judges them as kl__check_routing_judge() does. WARN
+ * when the offsets cannot be read within @p timeout_ms. Holds the sampled
+ * keys (not the values) in memory; stops early when *@p stop is set.
+ */
+void kl__check_routing(rd_kafka_t *rk, const char *topic, int32_t partitions,
+                       size_t sample, int timeout_ms, volatile int *stop,
+                       kl__check_t *out);
+
+/**
  * Reads @p topic's partition count and compares it with @p expected (the
  * fleet's --partitions; 0: none given, OK with the count). FAIL with
  * kl__partitions_check()'s message (common/partitions.h); WARN when the
@@ -112,6 +148,35 @@ void kl__check_routing_judge(const char *topic, const kl__routed_t *sample,
  */
 void kl__check_partitions(rd_kafka_t *rk, const char *topic, int32_t expected,
                           int timeout_ms, kl__check_t *out);
+
+/* ---- the store (checks_store.c) ---- */
+
+/**
+ * The store's layout version (kl__store_version()) against this build's:
+ * OK when equal; FAIL when the store cannot be read. (A store of another
+ * version does not open at all: its open error is the check's FAIL.)
+ * @param location  the store's directory or URI, for the message
+ */
+void kl__check_store_version(kl_store_t *store, const char *location,
+                             kl__check_t *out);
+
+/** Above this skew between this host's clock and the PostgreSQL server's,
+ *  kl__check_clock() warns: NTP keeps healthy hosts within milliseconds,
+ *  so a second means a host without time synchronisation. */
+#define KL__CLOCK_SKEW_WARN_MS 1000
+
+/**
+ * Measures the skew between this host's clock (kl__store_now_ms(): the
+ * test clock when one is set) and the PostgreSQL server's
+ * (clock_timestamp()), net of the query's round trip, and WARNs above
+ * @p bound_ms. The store stamps and sweeps idempotency keys by the
+ * server's clock alone, so the skew does not endanger them; it skews what
+ * hosts stamp themselves (an event's ts, logs, `@-2h` positions).
+ * @returns 0 with nothing written for a store without a server clock
+ *          (LMDB: this host's clock is the store's); else 1, with @p out
+ *          (WARN also when the server cannot be asked).
+ */
+int kl__check_clock(kl_store_t *store, int64_t bound_ms, kl__check_t *out);
 
 /**
  * Test hook: answers kl__check_retention()'s reads instead of the cluster.

@@ -5,6 +5,7 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "broker/partitioners.h"
@@ -52,6 +53,59 @@ void kl__check_routing_judge(const char *topic, const kl__routed_t *sample,
              topic, misrouted, keyed, partitions, example->partition,
              kl_partition(example->key, example->key_len, partitions), fix);
   }
+}
+
+/* The keys of a sample, copied out of the records read. */
+typedef struct kl_sample {
+  kl__routed_t *v;
+  size_t n, cap;
+} kl_sample_t;
+
+static int kl_sample_take(void *opaque, rd_kafka_message_t *m) {
+  kl_sample_t *s = opaque;
+  if (s->n == s->cap)
+    return KL__READ_STOP;
+  kl__routed_t *r = &s->v[s->n];
+  void *key = m->key_len ? malloc(m->key_len) : NULL;
+  if (m->key_len && !key)
+    return KL__READ_STOP; /* judged on what was read so far */
+  if (key)
+    memcpy(key, m->key, m->key_len);
+  *r = (kl__routed_t){key, key ? m->key_len : 0, m->partition};
+  s->n++;
+  return 0;
+}
+
+void kl__check_routing(rd_kafka_t *rk, const char *topic, int32_t partitions,
+                       size_t sample, int timeout_ms, volatile int *stop,
+                       kl__check_t *out) {
+  kl__tp_range_t *ranges = calloc((size_t)partitions, sizeof(*ranges));
+  kl_sample_t s = {calloc((size_t)partitions * sample, sizeof(*s.v)), 0,
+                   (size_t)partitions * sample};
+  const kl__pos_t from = {KL__POS_BEGINNING, 0}, to = {KL__POS_END, 0};
+  kl_err_t err = ranges && s.v ? KL_OK : KL_ENOMEM;
+  for (int32_t p = 0; ranges && p < partitions; p++)
+    ranges[p].partition = p;
+  if (!err)
+    err = kl__kafka_resolve(rk, topic, ranges, (size_t)partitions, &from, &to,
+                            timeout_ms);
+  for (int32_t p = 0; !err && p < partitions; p++)
+    if (ranges[p].end - ranges[p].start > (int64_t)sample)
+      ranges[p].start = ranges[p].end - (int64_t)sample;
+  if (!err)
+    err = kl__kafka_read(rk, topic, ranges, (size_t)partitions, kl_sample_take,
+                         &s, stop);
+  if (err) {
+    out->status = KL__CHECK_WARN;
+    snprintf(out->msg, sizeof(out->msg), "cannot read a sample of topic %s: %s",
+             topic, err == KL_ENOMEM ? "out of memory" : kl_err_detail());
+  } else {
+    kl__check_routing_judge(topic, s.v, s.n, partitions, out);
+  }
+  for (size_t i = 0; i < s.n; i++)
+    free((void *)s.v[i].key);
+  free(s.v);
+  free(ranges);
 }
 
 void kl__check_partitions(rd_kafka_t *rk, const char *topic, int32_t expected,

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <lmdb.h>
 
 #include "worker/store_internal.h"
 
@@ -678,4 +679,20 @@ void kl_t_contract_sweep_keeps_a_key_for_the_retention(void **state) {
   assert_int_equal(kl_store_sweep(store, 10, &removed), KL_OK);
   assert_int_equal(removed, 1);
   kl_store_destroy(store);
+}
+
+void kl_t_lmdb_set_format(const char *where, uint32_t format) {
+  MDB_env *env;
+  MDB_txn *mtxn;
+  MDB_dbi dbi;
+  assert_int_equal(mdb_env_create(&env), 0);
+  assert_int_equal(mdb_env_set_maxdbs(env, 8), 0);
+  assert_int_equal(mdb_env_open(env, where, 0, 0644), 0);
+  assert_int_equal(mdb_txn_begin(env, NULL, 0, &mtxn), 0);
+  assert_int_equal(mdb_dbi_open(mtxn, KL__LMDB_META_DB, 0, &dbi), 0);
+  MDB_val key = {strlen(KL__LMDB_FORMAT_KEY), KL__LMDB_FORMAT_KEY};
+  MDB_val val = {sizeof(format), &format};
+  assert_int_equal(mdb_put(mtxn, dbi, &key, &val, 0), 0);
+  assert_int_equal(mdb_txn_commit(mtxn), 0);
+  mdb_env_close(env);
 }

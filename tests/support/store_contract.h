@@ -55,6 +55,10 @@ kl_err_t kl_t_store_try_open(const char *where, kl_store_t **store, ...);
 /** The same, failing the test on an error. @returns the store. */
 kl_store_t *kl_t_store_open(const char *where, ...);
 
+/* Writes format version @p format into the LMDB store in @p where, as a
+ * keylane of another format would have made it. */
+void kl_t_lmdb_set_format(const char *where, uint32_t format);
+
 /** Acquires @p partition of KL_T_TOPIC. @returns the new epoch. */
 uint64_t kl_t_store_acquire(kl_store_t *store, int32_t partition);
 

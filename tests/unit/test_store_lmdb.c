@@ -415,33 +415,17 @@ static void test_readonly_directory(void **state) {
   }
 }
 
-static void t_set_format(const char *where, uint32_t format) {
-  MDB_env *env;
-  MDB_txn *mtxn;
-  MDB_dbi dbi;
-  assert_int_equal(mdb_env_create(&env), 0);
-  assert_int_equal(mdb_env_set_maxdbs(env, 4), 0);
-  assert_int_equal(mdb_env_open(env, where, 0, 0644), 0);
-  assert_int_equal(mdb_txn_begin(env, NULL, 0, &mtxn), 0);
-  assert_int_equal(mdb_dbi_open(mtxn, KL__LMDB_META_DB, 0, &dbi), 0);
-  MDB_val key = {strlen(KL__LMDB_FORMAT_KEY), KL__LMDB_FORMAT_KEY};
-  MDB_val val = {sizeof(format), &format};
-  assert_int_equal(mdb_put(mtxn, dbi, &key, &val, 0), 0);
-  assert_int_equal(mdb_txn_commit(mtxn), 0);
-  mdb_env_close(env);
-}
-
 static void test_version_mismatch(void **state) {
   t_state_t *st = *state;
   kl_store_destroy(kl_t_store_open(st->fx.where, NULL));
-  t_set_format(st->fx.where, 7);
+  kl_t_lmdb_set_format(st->fx.where, 7);
   kl_store_t *store = NULL;
   assert_int_equal(kl_t_store_try_open(st->fx.where, &store, NULL),
                    KL_ESTORE_VERSION);
   assert_null(store);
   assert_non_null(strstr(kl_err_detail(), "format version 7"));
   assert_non_null(strstr(kl_err_detail(), "supports version 2"));
-  t_set_format(st->fx.where, KL__LMDB_FORMAT);
+  kl_t_lmdb_set_format(st->fx.where, KL__LMDB_FORMAT);
   kl_store_destroy(kl_t_store_open(st->fx.where, NULL));
 }
 

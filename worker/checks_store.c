@@ -1,0 +1,95 @@
+/*
+ * The store's checks of checks.h, for keylane doctor: its layout version
+ * and, for PostgreSQL, the skew between this host's clock and the
+ * server's.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "worker/checks.h"
+#include "worker/store_backend.h"
+#include "worker/store_internal.h"
+#include "worker/store_pg.h"
+
+void kl__check_store_version(kl_store_t *store, const char *location,
+                             kl__check_t *out) {
+  int version = 0, latest = 0;
+  const char *what = store->ops == &kl__pg_ops ? "schema" : "format";
+  if (kl__store_version(store, &version, &latest)) {
+    out->status = KL__CHECK_FAIL;
+    snprintf(out->msg, sizeof(out->msg),
+             "cannot read the %s version of store %s: %s", what, location,
+             kl_err_detail());
+    return;
+  }
+  if (version == latest) {
+    out->status = KL__CHECK_OK;
+    snprintf(out->msg, sizeof(out->msg),
+             "store %s (%s) has %s version %d, the one this build writes",
+             location, store->ops->name, what, version);
+    return;
+  }
+  out->status = KL__CHECK_FAIL;
+  snprintf(out->msg, sizeof(out->msg),
+           "store %s (%s) has %s version %d, this build writes %d: run the "
+           "keylane that matches it, or `keylane store migrate --store %s`",
+           location, store->ops->name, what, version, latest, location);
+}
+
+/* The server's clock_timestamp() in ms, read between *@p before and
+ * *@p after on this host's store clock. */
+static kl_err_t kl_server_clock(kl__pg_t *pgs, int64_t *server, int64_t *before,
+                                int64_t *after) {
+  kl__pg_conn_t *conn;
+  kl_err_t err = kl__pg_conn_take(pgs, &conn);
+  if (err)
+    return err;
+  *before = kl__store_now_ms();
+  PGresult *res = PQexec(conn->pg, "SELECT (extract(epoch FROM "
+                                   "clock_timestamp()) * 1000)::int8");
+  *after = kl__store_now_ms();
+  if (kl__pg_ok(res))
+    *server = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+  else
+    err = kl__pg_err(conn->pg, res, "read the server's clock");
+  PQclear(res);
+  kl__pg_conn_give(pgs, conn, err != KL_OK);
+  return err;
+}
+
+int kl__check_clock(kl_store_t *store, int64_t bound_ms, kl__check_t *out) {
+  if (store->ops != &kl__pg_ops)
+    return 0;
+  int64_t server = 0, before = 0, after = 0;
+  if (kl_server_clock((kl__pg_t *)store, &server, &before, &after)) {
+    out->status = KL__CHECK_WARN;
+    snprintf(out->msg, sizeof(out->msg),
+             "cannot compare this host's clock with the PostgreSQL "
+             "server's: %s",
+             kl_err_detail());
+    return 1;
+  }
+  /* The server read its clock somewhere in [before, after]. */
+  int64_t skew = server - (before + after) / 2;
+  int64_t slack = (after - before) / 2 + 1;
+  int64_t off = (skew < 0 ? -skew : skew) - slack;
+  out->status = off > bound_ms ? KL__CHECK_WARN : KL__CHECK_OK;
+  if (out->status == KL__CHECK_OK)
+    snprintf(out->msg, sizeof(out->msg),
+             "this host's clock is within %" PRId64
+             " ms of the PostgreSQL server's (warned above %" PRId64 " ms)",
+             (skew < 0 ? -skew : skew) + slack, bound_ms);
+  else
+    snprintf(out->msg, sizeof(out->msg),
+             "this host's clock is %" PRId64
+             " ms %s the PostgreSQL server's (more than %" PRId64 " ms): "
+             "idempotency keys are stamped and swept by the server's clock "
+             "alone, so the store is safe, but this host's event "
+             "timestamps (ts), logs and @-DURATION positions are off by "
+             "as much; synchronise the clocks of this host and the server "
+             "(chrony, systemd-timesyncd)",
+             skew < 0 ? -skew : skew, skew < 0 ? "ahead of" : "behind",
+             bound_ms);
+  return 1;
+}
