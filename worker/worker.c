@@ -72,6 +72,7 @@ struct kl_worker {
   char why[512];
   kl__partitions_expect_t expect; /* the topic's count the fleet expects */
   _Atomic int32_t partitions_live; /* as last read; 0: not yet */
+  _Atomic int32_t partitions_expected; /* expect.count, for other threads */
   int64_t check_ns, checked_ns;    /* worker.partitions.check.ms */
   atomic_int topic_stopped; /* the count changed: it takes nothing more */
   kl__worker_seek_hook_fn *seek_hook; /* test hook; may be NULL */
@@ -627,6 +628,7 @@ static kl_err_t kl_check_topic(kl_worker_t *worker, int timeout_ms) {
   worker->expect = (kl__partitions_expect_t){
       want ? (int32_t)want : have, want != 0, "worker",
       "worker.expect.partitions"};
+  worker->partitions_expected = worker->expect.count;
   worker->partitions_live = have;
   if ((err = kl__partitions_check(worker->topic, have, &worker->expect)))
     return err;
@@ -909,7 +911,7 @@ void kl_worker_stats(const kl_worker_t *worker, kl_worker_stats_t *stats) {
   stats->owned = worker->owned;
   stats->retention_override = worker->retention_override;
   stats->retention_unchecked = worker->retention_unchecked;
-  stats->partitions_expected = worker->expect.count;
+  stats->partitions_expected = worker->partitions_expected;
   stats->partitions_live = worker->partitions_live;
 }
 
