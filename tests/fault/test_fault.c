@@ -407,7 +407,7 @@ static void kl_f_print_room(const kl_fault_t *f, const char *when) {
           " pages of the data file past its last used page %" PRIu64 "%s\n",
           when, room.reusable, room.highest, room.slack, room.last_pgno,
           room.reusable && room.highest == room.last_pgno
-              ? ": commits that need more are cut short (EIO)"
+              ? ": a commit needing more now is cut short (EIO)"
               : "");
 }
 
