@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,6 +48,11 @@
 #define KL_LMDB_REMAP_WAIT_MS 2000
 /* Bound on grow-and-retry rounds of one write; 1M doubling to 64G is 16. */
 #define KL_LMDB_TRIES 64
+/* A write's EIO with less free space than this is a full file system. */
+#define KL_LMDB_FULL_BYTES (1u << 20)
+/* What a full file system under the store tells the user. */
+#define KL_LMDB_FULL_FIX                                                       \
+  ": the file system holding the store is full; free space there"
 
 /* ---- errors ---------------------------------------------------------- */
 
@@ -63,7 +69,7 @@ static kl_err_t kl_lmdb_code(int rc, const char **fix) {
 #ifdef EDQUOT
   case EDQUOT:
 #endif
-    *fix = ": the file system holding the store is full; free space there";
+    *fix = KL_LMDB_FULL_FIX;
     return KL_ESTORE_FULL;
   case MDB_TXN_FULL:
     *fix = ": the batch is too large for one transaction; lower "
@@ -99,6 +105,27 @@ kl_err_t kl__lmdb_err(int rc, const char *what) {
   const char *fix;
   kl_err_t code = kl_lmdb_code(rc, &fix);
   return kl__err(code, "lmdb: %s: %s%s", what, mdb_strerror(rc), fix);
+}
+
+kl_err_t kl__lmdb_write_err(int rc, const char *what, const char *dir,
+                            uint64_t avail) {
+  if (rc != EIO || avail >= KL_LMDB_FULL_BYTES)
+    return kl__lmdb_err(rc, what);
+  return kl__err(KL_ESTORE_FULL,
+                 "lmdb: %s: %s (a write cut short, %" PRIu64 " bytes left "
+                 "under store %s)" KL_LMDB_FULL_FIX,
+                 what, mdb_strerror(rc), avail, dir);
+}
+
+/* The error of a failed write transaction, with the space left to this
+ * user on the store's file system when LMDB reports EIO. */
+static kl_err_t kl_lmdb_write_failed(kl__lmdb_t *lmdb, int rc,
+                                     const char *what) {
+  struct statvfs vfs;
+  uint64_t avail = UINT64_MAX;
+  if (rc == EIO && statvfs(lmdb->dir, &vfs) == 0)
+    avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+  return kl__lmdb_write_err(rc, what, lmdb->dir, avail);
 }
 
 /* ---- the remap gate -------------------------------------------------- */
@@ -252,7 +279,7 @@ kl_err_t kl__lmdb_write(kl__lmdb_t *lmdb, const char *what,
       return stop;
     int remap = rc == MDB_MAP_FULL || rc == MDB_MAP_RESIZED;
     if (!remap || tries >= KL_LMDB_TRIES)
-      return kl__lmdb_err(rc, what);
+      return kl_lmdb_write_failed(lmdb, rc, what);
     kl_err_t err = kl_lmdb_remap(lmdb, seen, rc == MDB_MAP_FULL);
     if (err)
       return err;

@@ -68,6 +68,17 @@ typedef int(kl__lmdb_write_fn)(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *ctx,
 kl_err_t kl__lmdb_err(int rc, const char *what);
 
 /**
+ * The error of a failed write transaction: kl__lmdb_err(), except that an
+ * EIO while fewer than 1 MiB are left to this user (@p avail bytes) on the
+ * file system of store @p dir is KL_ESTORE_FULL, named as a full disk.
+ * LMDB reports a write that the full file system cut short as EIO, not
+ * ENOSPC (mdb_page_flush: "short write, filesystem full?"), and a disk
+ * that fills up usually meets a write larger than what is left.
+ */
+kl_err_t kl__lmdb_write_err(int rc, const char *what, const char *dir,
+                            uint64_t avail);
+
+/**
  * Opens a read snapshot, counted in the remap gate, adopting a map that
  * another process grew. End it with kl__lmdb_read_end(), on any thread.
  */

@@ -104,7 +104,9 @@ KL_EXPORT kl_err_t kl_store_begin(kl_store_t *store, const char *topic,
  * every put, del and mark, iff the partition's epoch is still the batch's.
  * @returns KL_OK; KL_EFENCED (nothing applied); KL_ESTORE_FULL or
  *          KL_ESTORE_READONLY (nothing applied; the batch may be re-run).
- *          The txn is freed in every case.
+ *          KL_ESTORE_FULL also when the file system holding the store is
+ *          full, including a write it cut short (which LMDB reports as an
+ *          I/O error). The txn is freed in every case.
  */
 KL_EXPORT kl_err_t kl_store_commit(kl_txn_t *txn, int64_t watermark);
 

@@ -20,9 +20,11 @@
  * shows as workers (restarted by the kill cadence) that cannot open the
  * store. Disk full: the store lives on a tmpfs of its own, mounted in a private
  * mount namespace (gone with the test), filled to ENOSPC for a while
- * while the test holds a read snapshot open (so LMDB cannot reuse freed
- * pages), so running workers' commits fail and are retried. Each of the
- * two is skipped, and says why, when this machine does not allow it.
+ * while the test holds a read snapshot open, taken before the fill (so
+ * LMDB cannot reuse pages freed after it), so running workers' commits
+ * fail and are retried, each logged as a full file system whether LMDB
+ * met ENOSPC or a write cut short (its EIO). Each of the two is skipped,
+ * and says why, when this machine does not allow it.
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -33,10 +35,8 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <pwd.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +52,7 @@
 #include "common/internal.h"
 #include "support/cluster.h"
 #include "support/support.h"
+#include "worker/store_lmdb.h"
 
 #define KL_F_MAX_WORKERS 8
 #define KL_F_NS 1000000000LL
@@ -121,14 +122,24 @@ typedef struct kl_slot {
   int64_t spare_ns; /* not SIGKILLed before: let a zombie meet its fence */
 } kl_slot_t;
 
-/* A read snapshot held open on a thread of the test, as a long scan or a
- * stopped process holds one in production: while it is open LMDB cannot
- * reuse the pages commits free, so every commit needs new ones. */
+/* A read snapshot the test holds open, as a long scan or a stopped
+ * process holds one in production: while it is open LMDB cannot reuse the
+ * pages commits free after it, so once the pages freed before it are
+ * used, every commit needs new ones, from the full file system. */
 typedef struct kl_pin {
-  kl_store_t *store;
-  pthread_t thread;
-  atomic_int release, held;
+  kl__lmdb_t *lmdb;
+  MDB_txn *snap;
 } kl_pin_t;
+
+/* What commits can still take without the file system: free pages LMDB
+ * may reuse (freed before the pin; the highest of them) and pages the
+ * data file holds past its last used one (from a write cut short). When
+ * the highest reusable page is the last used one, a commit's new pages
+ * follow it in one write, which the full file system cuts short: LMDB
+ * then says EIO, not ENOSPC. */
+typedef struct kl_room {
+  uint64_t reusable, highest, slack, last_pgno;
+} kl_room_t;
 
 typedef struct kl_fault {
   const kl_plan_t *plan;
@@ -329,33 +340,84 @@ static void kl_f_fill(kl_fault_t *f) {
     close(fd);
 }
 
-static int kl_f_pin_cb(void *opaque, const void *key, size_t key_len,
-                       const void *val, size_t val_len) {
-  kl_pin_t *pin = opaque;
-  pin->held = 1;
-  while (!pin->release)
-    kl_t_sleep_ms(50);
-  return 1;
+/* Holds a read snapshot of @p store until kl_f_unfill(). */
+static void kl_f_pin(kl_fault_t *f, kl_store_t *store) {
+  f->pin.lmdb = (kl__lmdb_t *)store;
+  kl_err_t err = kl__lmdb_read_begin(f->pin.lmdb, &f->pin.snap);
+  if (err)
+    fail_msg("fault: cannot pin a read snapshot: %s", kl_err_detail());
 }
 
-static void *kl_f_pin_main(void *opaque) {
-  kl_pin_t *pin = opaque;
-  while (!pin->release) {
-    kl_store_scan(pin->store, "ledger/", 7, kl_f_pin_cb, pin);
-    if (!pin->held)
-      kl_t_sleep_ms(100); /* no key yet: nothing to hold the scan on */
+/* Adds one record of LMDB's free database (dbi 0): the txn that freed
+ * the pages, then their list (MDB_IDs, the first their count). */
+static void kl_f_room_add(const MDB_val *key, const MDB_val *val, size_t pinned,
+                          kl_room_t *room) {
+  size_t txnid, ids[2];
+  memcpy(&txnid, key->mv_data, sizeof(txnid));
+  if (txnid >= pinned)
+    return; /* freed after the pin: LMDB keeps them */
+  memcpy(ids, val->mv_data, sizeof(ids[0]));
+  room->reusable += ids[0];
+  for (size_t i = 1; i <= ids[0]; i++) {
+    memcpy(&ids[1], (const char *)val->mv_data + i * sizeof(ids[0]),
+           sizeof(ids[1]));
+    room->highest = ids[1] > room->highest ? ids[1] : room->highest;
   }
-  return NULL;
+}
+
+/* The pages freed before the pin, as seen from a snapshot taken now. */
+static void kl_f_reusable(kl__lmdb_t *lmdb, size_t pinned, kl_room_t *room) {
+  MDB_txn *snap;
+  MDB_cursor *cur;
+  MDB_val key, val;
+  if (kl__lmdb_read_begin(lmdb, &snap) != KL_OK)
+    return;
+  int rc = mdb_cursor_open(snap, 0, &cur);
+  for (rc = rc ? rc : mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
+       rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT))
+    kl_f_room_add(&key, &val, pinned, room);
+  if (rc == MDB_NOTFOUND)
+    mdb_cursor_close(cur);
+  kl__lmdb_read_end(lmdb, snap);
+}
+
+static void kl_f_room(const kl_fault_t *f, kl_room_t *room) {
+  MDB_envinfo info;
+  MDB_stat st;
+  struct stat sb;
+  char path[160];
+  snprintf(path, sizeof(path), "%s/data.mdb", f->store_dir);
+  mdb_env_info(f->pin.lmdb->env, &info);
+  mdb_env_stat(f->pin.lmdb->env, &st);
+  uint64_t pages =
+      stat(path, &sb) == 0 ? (uint64_t)sb.st_size / st.ms_psize : 0;
+  memset(room, 0, sizeof(*room));
+  room->last_pgno = info.me_last_pgno;
+  room->slack =
+      pages > info.me_last_pgno + 1 ? pages - info.me_last_pgno - 1 : 0;
+  kl_f_reusable(f->pin.lmdb, mdb_txn_id(f->pin.snap), room);
+}
+
+static void kl_f_print_room(const kl_fault_t *f, const char *when) {
+  kl_room_t room;
+  kl_f_room(f, &room);
+  fprintf(stderr,
+          "fault: %s: %" PRIu64 " reusable free pages (highest %" PRIu64
+          "), %" PRIu64
+          " pages of the data file past its last used page %" PRIu64 "%s\n",
+          when, room.reusable, room.highest, room.slack, room.last_pgno,
+          room.reusable && room.highest == room.last_pgno
+              ? ": a commit needing more now is cut short (EIO)"
+              : "");
 }
 
 static void kl_f_unfill(kl_fault_t *f) {
   char path[160];
   snprintf(path, sizeof(path), "%s/filler", f->store_dir);
   unlink(path);
-  if (f->pin.store) {
-    f->pin.release = 1;
-    pthread_join(f->pin.thread, NULL);
-    f->pin.store = NULL;
+  if (f->pin.snap) {
+    kl__lmdb_read_end(f->pin.lmdb, f->pin.snap);
+    f->pin.snap = NULL;
   }
 }
 
@@ -494,19 +556,20 @@ static void kl_f_tick_windows(kl_fault_t *f, kl_store_t *store, int64_t now,
   if (f->tmpfs && !f->full_on && !f->full_start && t >= p->full_at_s) {
     fprintf(stderr, "fault: store's file system full, for %d to %d s\n",
             p->full_s, 3 * p->full_s);
+    kl_f_pin(f, store); /* first: no page freed after the fill is reused */
     kl_f_fill(f);
-    f->pin.store = store;
-    f->pin.release = f->pin.held = 0;
-    pthread_create(&f->pin.thread, NULL, kl_f_pin_main, &f->pin);
+    kl_f_print_room(f, "pinned, then filled");
     f->full_on = 1, f->full_start = now;
   } else if (f->full_on && now - f->full_checked > KL_F_NS) {
     f->full_checked = now;
     f->full_errors = kl_f_count_all(f, KL_F_FULL);
   }
   /* Held until a commit has failed on it, within bounds: LMDB first
-   * reuses the pages it freed, of which it may hold megabytes. */
+   * reuses the pages freed before the pin. */
   if (f->full_on && t >= p->full_at_s + p->full_s &&
       (f->full_errors > 0 || t >= p->full_at_s + 3 * p->full_s)) {
+    if (f->full_errors == 0)
+      kl_f_print_room(f, "no full-disk error logged");
     kl_f_unfill(f);
     f->full_on = 0, f->full_secs = (double)(now - f->full_start) / KL_F_NS;
   }
@@ -799,8 +862,9 @@ static void test_fleet_under_faults(void **state) {
   kl_t_cluster_destroy(f.cluster);
   if (f.tmpfs)
     umount2(f.store_dir, MNT_DETACH);
+  /* Kept when a check below fails, so that its logs show why. */
   if (g.v.ok && g.lost + g.twice + g.extra_dups == 0 &&
-      !getenv("KEYLANE_TEST_KEEP"))
+      (!f.tmpfs || g.full_errors >= 1) && !getenv("KEYLANE_TEST_KEEP"))
     kl_t_rmrf(f.dir);
   else
     fprintf(stderr, "fault: worker logs kept in %s\n", f.dir);

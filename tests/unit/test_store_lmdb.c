@@ -6,6 +6,7 @@
  * read-only, other format). Each test gets a fresh directory under /tmp,
  * removed afterwards.
  */
+#define _GNU_SOURCE /* unshare() */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,13 +20,18 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <lmdb.h>
 #include <pthread.h>
+#include <sched.h>
+#include <sys/mount.h>
 
 #include "keylane/store.h"
 #include "support/store_contract.h"
 #include "support/support.h"
 #include "worker/store_internal.h"
+#include "worker/store_lmdb.h"
 
 typedef struct t_state {
   kl_t_store_fixture_t fx; /* first, for the contract; where = dir/s */
@@ -415,6 +421,85 @@ static void test_readonly_directory(void **state) {
   }
 }
 
+/* ---- a full file system --------------------------------------------- */
+
+/* LMDB says EIO for a write the full disk cut short: named as full. */
+static void test_short_write_is_full(void **state) {
+  (void)state;
+  assert_int_equal(kl__lmdb_write_err(EIO, "commit", "/s", 4096),
+                   KL_ESTORE_FULL);
+  assert_non_null(strstr(kl_err_detail(), "Input/output error"));
+  assert_non_null(
+      strstr(kl_err_detail(), "file system holding the store is full"));
+  assert_non_null(strstr(kl_err_detail(), "4096 bytes left under store /s"));
+  assert_int_equal(kl__lmdb_write_err(ENOSPC, "commit", "/s", 0),
+                   KL_ESTORE_FULL);
+  assert_non_null(
+      strstr(kl_err_detail(), "file system holding the store is full"));
+  /* With room to spare, EIO is an I/O error. */
+  assert_int_equal(kl__lmdb_write_err(EIO, "commit", "/s", 1u << 30), KL_EIO);
+  assert_null(strstr(kl_err_detail(), "full"));
+}
+
+/* Writes @p path until the file system is full (@p max 0) or @p max bytes. */
+static void t_write_file(const char *path, size_t max) {
+  char block[4096];
+  size_t done = 0;
+  memset(block, 0xa5, sizeof(block));
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  while (fd >= 0 && (!max || done < max) && write(fd, block, sizeof(block)) > 0)
+    done += sizeof(block);
+  if (fd >= 0)
+    close(fd);
+}
+
+/* In a mount namespace of its own, on a small tmpfs: a batch larger than
+ * the few pages left is cut short (EIO from LMDB), and must fail as
+ * KL_ESTORE_FULL naming the full disk; once space is freed it commits. */
+static int t_child_full(const char *where) {
+  char spare[512], filler[512], key[32], val[1024];
+  if (unshare(CLONE_NEWNS) != 0 ||
+      mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+      mount("tmpfs", where, "tmpfs", 0, "size=4m") != 0)
+    return 30;
+  kl_store_t *store = kl_t_store_open(where, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  snprintf(spare, sizeof(spare), "%s/spare", where);
+  snprintf(filler, sizeof(filler), "%s/filler", where);
+  t_write_file(spare, 2 * 4096);
+  t_write_file(filler, 0);
+  unlink(spare); /* two pages left: fewer than the batch needs */
+  memset(val, 'x', sizeof(val));
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  for (int i = 0; i < 100; i++) {
+    snprintf(key, sizeof(key), "big/%08d", i);
+    if (kl_txn_put(txn, key, strlen(key), val, sizeof(val)) != KL_OK)
+      return 31;
+  }
+  kl_err_t err = kl_store_commit(txn, 100);
+  if (err != KL_ESTORE_FULL) {
+    fprintf(stderr, "full: %s: %s\n", kl_err_name(err), kl_err_detail());
+    return 32;
+  }
+  if (!strstr(kl_err_detail(), "file system holding the store is full"))
+    return 33;
+  unlink(filler);
+  if (t_fill(store, epoch, 0, 100, 100) != KL_OK)
+    return 34;
+  kl_store_destroy(store);
+  return 0;
+}
+
+static void test_full_file_system(void **state) {
+  t_state_t *st = *state;
+  assert_int_equal(mkdir(st->fx.where, 0755), 0);
+  pid_t pid = fork(); /* the mount namespace goes with the child */
+  assert_true(pid >= 0);
+  if (pid == 0)
+    _exit(t_child_full(st->fx.where));
+  assert_int_equal(t_wait(pid), 0);
+}
+
 static void test_version_mismatch(void **state) {
   t_state_t *st = *state;
   kl_store_destroy(kl_t_store_open(st->fx.where, NULL));
@@ -693,6 +778,8 @@ int main(void) {
       T(test_two_processes_share_one_env),
       T(test_other_process_fences_us),
       T(test_readonly_directory),
+      T(test_short_write_is_full),
+      T(test_full_file_system),
       T(test_version_mismatch),
       T(test_foreign_lmdb_is_refused),
       T(test_open_twice_in_one_process),
