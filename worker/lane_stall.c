@@ -5,6 +5,7 @@
 
 #include "common/internal.h"
 #include "common/log.h"
+#include "keylane/event.h"
 #include "worker/lanes_internal.h"
 
 #define KL_COMP "worker"
@@ -40,9 +41,28 @@ void kl__lanes_watch_stalls(kl__lanes_t *lanes, int64_t now_ns,
   pthread_mutex_unlock(&lanes->mu);
 }
 
+/* The envelope ts of the lane's first record not yet committed: what
+ * keylane_worker_lag_seconds measures. A record that does not decode has
+ * no ts; the next one that does stands for it. */
+static int64_t kl_lane_oldest_ts(const kl__lane_t *lane,
+                                 kl_decoder_t *decoder) {
+  for (size_t i = 0; decoder && i < lane->ring_count; i++) {
+    const kl__slot_t *slot = kl__lane_at(lane, i);
+    const rd_kafka_message_t *m = slot->msg;
+    kl_event_t event;
+    if (slot->committed || !m ||
+        kl_event_decode(decoder, m->key, m->key ? m->key_len : 0, m->payload,
+                        m->len, &event) != KL_OK)
+      continue;
+    return event.ts;
+  }
+  return 0;
+}
+
 size_t kl__lanes_stalls(kl__lanes_t *lanes, kl__stall_t *out, size_t max) {
   size_t n = 0;
   int64_t now = kl__mono_ns();
+  kl_decoder_t *decoder = kl_decoder_new();
   pthread_mutex_lock(&lanes->mu);
   for (int32_t p = 0; p < lanes->count; p++) {
     kl__lane_t *lane = lanes->lanes[p];
@@ -51,9 +71,12 @@ size_t kl__lanes_stalls(kl__lanes_t *lanes, kl__stall_t *out, size_t max) {
     if (n < max)
       out[n] = (kl__stall_t){lane->partition, lane->stalled,
                              (now - lane->stall_since_ns) / 1000000,
-                             lane->ring_count, lane->watermark};
+                             lane->ring_count, lane->watermark,
+                             kl_lane_oldest_ts(lane, decoder),
+                             lane->waiting.n};
     n++;
   }
   pthread_mutex_unlock(&lanes->mu);
+  kl_decoder_destroy(decoder);
   return n;
 }

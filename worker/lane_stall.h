@@ -20,6 +20,9 @@ typedef struct kl__stall {
   int64_t for_ms;  /* how long its watermark has not moved with records */
   size_t records;  /* held in its window */
   int64_t watermark;
+  int64_t oldest_ts_ms; /* envelope ts of its oldest unapplied record in the
+                           window; 0: none held, or none with a ts */
+  size_t waiting;       /* records in retry backoff */
 } kl__stall_t;
 
 /**
@@ -30,7 +33,8 @@ void kl__lanes_watch_stalls(kl__lanes_t *lanes, int64_t now_ns,
                             int64_t stall_ms);
 
 /**
- * Fills @p out with up to @p max owned partitions. Any thread.
+ * Fills @p out with up to @p max owned partitions. Any thread. Decodes the
+ * envelope of each partition's oldest unapplied record for its ts.
  * @returns how many there are (may exceed @p max).
  */
 size_t kl__lanes_stalls(kl__lanes_t *lanes, kl__stall_t *out, size_t max);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <http_parser.h>
 #include <librdkafka/rdkafka.h>
@@ -15,6 +16,7 @@
 #include "common/units.h"
 #include "common/metrics.h"
 #include "common/strbuf.h"
+#include "worker/health_json.h"
 #include "worker/log_guard.h"
 #include "worker/worker_internal.h"
 
@@ -38,6 +40,8 @@ struct kl__metrics_server {
   kl_worker_t *worker;
   kl_store_t *store;
   rd_kafka_t *rk; /* for the high watermarks; NULL: no lag */
+  char *group;      /* worker.group: kafka_consumergroup_lag's label */
+  int64_t stall_ms; /* worker.stall.ms: /healthz's WARN at half of it */
   uint64_t seen_fenced;      /* stats.fenced when /healthz last looked */
   uint64_t batches_at_fence; /* stats.batches when it saw fenced grow */
 };
@@ -51,6 +55,11 @@ typedef struct kl_ms_conn {
   http_parser parser;
   kl__metrics_server_t *server;
   char url[256];
+  char field[8];    /* the header name being read, "accept" at most */
+  size_t field_len; /* past sizeof(field): another header */
+  int in_value;     /* reading a header's value */
+  int in_accept;    /* ... Accept's */
+  char accept[128]; /* Accept's value, cut at 127 bytes */
   size_t head_bytes;
   int answered;
   int closing;
@@ -62,7 +71,28 @@ typedef struct kl_ms_conn {
 typedef struct kl_ms_scrape {
   kl__metrics_server_t *server;
   kl__metric_t *watermark, *epoch, *lag;
+  kl__metric_t *exporter_lag; /* kafka_consumergroup_lag */
 } kl_ms_scrape_t;
+
+/* kafka_exporter's series, beside keylane's own: dashboards and alerts
+ * built on kafka_exporter (and kafka-lag-exporter) find the group's lag
+ * under the name and labels they already query. keylane commits Kafka
+ * offsets after the store, so the store's watermark is the group's
+ * committed position and the value equals keylane_worker_partition_lag. */
+static kl__metric_t *kl_ms_exporter_lag_family(kl__metrics_t *m) {
+  return kl__metrics_gauge(
+      m, "kafka_consumergroup_lag",
+      "kafka_exporter-compatible: the partition's high watermark minus the "
+      "group's position (the store's watermark).",
+      "consumergroup,topic,partition");
+}
+
+static void kl_ms_exporter_lag(kl_ms_scrape_t *scrape, const char *partition,
+                               int64_t lag) {
+  const char *labels[] = {scrape->server->group, scrape->server->topic,
+                          partition};
+  kl__metric_set(scrape->exporter_lag, labels, (double)lag);
+}
 
 static int kl_ms_partition(void *opaque, const char *topic, int32_t partition,
                            const kl_partition_state_t *state) {
@@ -81,6 +111,7 @@ static int kl_ms_partition(void *opaque, const char *topic, int32_t partition,
           RD_KAFKA_RESP_ERR_NO_ERROR) {
     int64_t lag = high - state->watermark;
     kl__metric_set(scrape->lag, labels, (double)(lag > 0 ? lag : 0));
+    kl_ms_exporter_lag(scrape, p, lag > 0 ? lag : 0);
   }
   return 0;
 }
@@ -154,7 +185,24 @@ static void kl_ms_routing(kl__metrics_server_t *server, kl__metrics_t *m,
                   st->partitions_live != st->partitions_expected);
 }
 
-/* Owned partitions, stalled (1) or not (0). */
+/* keylane_worker_lag_seconds{topic,partition}: from the envelope ts of
+ * each owned partition's oldest unapplied record. */
+static kl__metric_t *kl_ms_lag_seconds_family(kl__metrics_t *m) {
+  return kl__metrics_gauge(
+      m, "keylane_worker_lag_seconds",
+      "Age of the partition's oldest unapplied event taken in (now minus its "
+      "envelope ts); 0 when none waits.",
+      "topic,partition");
+}
+
+static void kl_ms_lag_seconds(kl__metrics_server_t *server,
+                              kl__metric_t *gauge, const char *partition,
+                              const kl__stall_t *stall, int64_t now_ms) {
+  kl__metric_set(gauge, (const char *[]){server->topic, partition},
+                 kl__health_lag_seconds(stall, now_ms));
+}
+
+/* Owned partitions, stalled (1) or not (0), and their lag in seconds. */
 static void kl_ms_stalls(kl__metrics_server_t *server, kl__metrics_t *m) {
   kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
   if (!stalls)
@@ -164,11 +212,14 @@ static void kl_ms_stalls(kl__metrics_server_t *server, kl__metrics_t *m) {
       m, "keylane_worker_partition_stalled",
       "1 while an owned partition holds records and its watermark has not "
       "moved for worker.stall.ms.", "partition");
+  kl__metric_t *lag_seconds = kl_ms_lag_seconds_family(m);
+  int64_t now_ms = kl__now_ms();
   for (size_t i = 0; i < n && i < KL_MS_STALLS_MAX; i++) {
     char p[16];
     snprintf(p, sizeof(p), "%" PRId32, stalls[i].partition);
     const char *labels[] = {p};
     kl__metric_set(gauge, labels, stalls[i].stalled);
+    kl_ms_lag_seconds(server, lag_seconds, p, &stalls[i], now_ms);
   }
   free(stalls);
 }
@@ -225,7 +276,8 @@ static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
                         "partition"),
       kl__metrics_gauge(m, "keylane_worker_partition_lag",
                         "Kafka's high watermark minus the store's watermark.",
-                        "partition")};
+                        "partition"),
+      kl_ms_exporter_lag_family(m)};
   kl_store_foreach_partition(server->store, kl_ms_partition, &scrape);
   kl_ms_log_stops(server, m);
   kl_ms_stalls(server, m);
@@ -415,11 +467,56 @@ static void kl_ms_text(kl_ms_conn_t *conn, int status, const char *body) {
   kl_ms_respond(conn, status, "text/plain; charset=utf-8", body, strlen(body));
 }
 
+/* ---- /healthz as JSON (worker/health_json.h) ---- */
+
+/* @returns 1 for JSON, 0 for text, -1 for a format= it does not know. */
+static int kl_ms_wants_json(const kl_ms_conn_t *conn, const char *query) {
+  for (const char *q = query; q && *q; q = strchr(q, '&'), q = q ? q + 1 : q) {
+    if (strncmp(q, "format=", 7) != 0)
+      continue;
+    size_t n = strcspn(q + 7, "&");
+    if (n == 4 && strncmp(q + 7, "json", 4) == 0)
+      return 1;
+    if (n == 4 && strncmp(q + 7, "text", 4) == 0)
+      return 0;
+    return -1;
+  }
+  return strstr(conn->accept, "application/json") != NULL;
+}
+
+static void kl_ms_health_json(kl_ms_conn_t *conn, int status,
+                              const char *reason) {
+  kl__metrics_server_t *server = conn->server;
+  kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
+  kl__log_stop_t stops[KL_MS_STOPS_MAX];
+  int32_t stopped[KL_MS_STOPS_MAX];
+  size_t nstops = kl__log_guard_stops(kl__worker_log_guard(server->worker),
+                                      stops, KL_MS_STOPS_MAX);
+  size_t nstopped = 0;
+  for (size_t i = 0; i < nstops; i++)
+    if (stops[i].stopped)
+      stopped[nstopped++] = stops[i].partition;
+  size_t n = stalls ? kl__worker_stalls(server->worker, stalls,
+                                        KL_MS_STALLS_MAX) : 0;
+  kl__health_t health = {status, reason, server->topic, server->group,
+                         stalls, n < KL_MS_STALLS_MAX ? n : KL_MS_STALLS_MAX,
+                         stopped, nstopped, server->stall_ms, kl__now_ms()};
+  size_t len = 0;
+  char *json = kl__health_json(&health, &len);
+  free(stalls);
+  if (!json) {
+    kl_ms_text(conn, 503, "out of memory\n");
+    return;
+  }
+  kl_ms_respond(conn, status, "application/json", json, len);
+  free(json);
+}
+
 static void kl_ms_route(kl_ms_conn_t *conn) {
   kl__metrics_server_t *server = conn->server;
   char *query = strchr(conn->url, '?');
   if (query)
-    *query = '\0';
+    *query++ = '\0';
   int is_get = conn->parser.method == HTTP_GET;
   if (strcmp(conn->url, "/metrics") == 0 && is_get) {
     size_t len;
@@ -431,9 +528,18 @@ static void kl_ms_route(kl_ms_conn_t *conn) {
     kl_ms_respond(conn, 200, KL_METRICS_CONTENT_TYPE, text, len);
     free(text);
   } else if (strcmp(conn->url, "/healthz") == 0 && is_get) {
+    int json = kl_ms_wants_json(conn, query);
+    if (json < 0) {
+      kl_ms_text(conn, 400, "/healthz takes format=text (the default) or "
+                 "format=json\n");
+      return;
+    }
     char reason[1536];
     int status = kl_ms_health(server, reason, sizeof(reason));
-    kl_ms_text(conn, status, reason);
+    if (json)
+      kl_ms_health_json(conn, status, reason);
+    else
+      kl_ms_text(conn, status, reason);
   } else if (strcmp(conn->url, "/metrics") == 0 ||
              strcmp(conn->url, "/healthz") == 0) {
     kl_ms_text(conn, 405, "use GET\n");
@@ -452,13 +558,45 @@ static int kl_ms_on_url(http_parser *parser, const char *at, size_t len) {
   return 0;
 }
 
+/* Header names longer than "accept" are another header: only their length
+ * is counted, so a field split across reads is matched whole. */
+static int kl_ms_on_field(http_parser *parser, const char *at, size_t len) {
+  kl_ms_conn_t *conn = parser->data;
+  if (conn->in_value)
+    conn->in_value = conn->in_accept = 0, conn->field_len = 0;
+  for (size_t i = 0; i < len; i++, conn->field_len++)
+    if (conn->field_len < sizeof(conn->field))
+      conn->field[conn->field_len] = at[i];
+  return 0;
+}
+
+static int kl_ms_on_value(http_parser *parser, const char *at, size_t len) {
+  kl_ms_conn_t *conn = parser->data;
+  if (!conn->in_value) {
+    conn->in_value = 1;
+    conn->in_accept = conn->field_len == 6 &&
+                      strncasecmp(conn->field, "accept", 6) == 0;
+  }
+  size_t have = strlen(conn->accept);
+  if (conn->in_accept && have + 1 < sizeof(conn->accept)) {
+    size_t take = sizeof(conn->accept) - have - 1;
+    take = len < take ? len : take;
+    memcpy(conn->accept + have, at, take);
+    conn->accept[have + take] = '\0';
+  }
+  return 0;
+}
+
 static int kl_ms_on_complete(http_parser *parser) {
   kl_ms_route(parser->data);
   return -1; /* one request per connection: stop parsing */
 }
 
 static const http_parser_settings kl_ms_settings = {
-    .on_url = kl_ms_on_url, .on_message_complete = kl_ms_on_complete};
+    .on_url = kl_ms_on_url,
+    .on_header_field = kl_ms_on_field,
+    .on_header_value = kl_ms_on_value,
+    .on_message_complete = kl_ms_on_complete};
 
 static void kl_ms_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
   static _Thread_local char chunk[4096]; /* consumed before the next read */
@@ -629,6 +767,12 @@ kl_err_t kl__metrics_server_start(const char *listen, const kl_conf_t *conf,
   }
   server->worker = worker;
   server->store = store;
+  server->stall_ms = kl__conf_int(conf, "worker.stall.ms");
+  if (!(server->group = strdup(kl_conf_get(conf, "worker.group")))) {
+    free(server->topic);
+    free(server);
+    return KL_ENOMEM;
+  }
   kl_err_t err = kl_ms_listen(server, listen);
   if (!err)
     server->rk = kl_ms_kafka(conf);
@@ -642,6 +786,7 @@ kl_err_t kl__metrics_server_start(const char *listen, const kl_conf_t *conf,
   if (err) {
     if (server->rk)
       rd_kafka_destroy(server->rk);
+    free(server->group);
     free(server->topic);
     free(server);
     return err;
@@ -664,6 +809,7 @@ void kl__metrics_server_stop(kl__metrics_server_t *server) {
   uv_loop_close(&server->loop);
   if (server->rk)
     rd_kafka_destroy(server->rk);
+  free(server->group);
   free(server->topic);
   free(server);
 }

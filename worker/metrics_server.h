@@ -9,6 +9,12 @@
  * does not answer within 500 ms). A store commit-latency histogram is not
  * exported: the commit happens inside the worker, which has no hook for it.
  *
+ * For dashboards built on kafka_exporter, the same lag is also
+ * kafka_consumergroup_lag{consumergroup,topic,partition} (worker.group as
+ * consumergroup), and keylane_worker_lag_seconds{topic,partition} is the
+ * age of each owned partition's oldest unapplied event taken in, from its
+ * envelope ts (0 when none waits).
+ *
  * The log guard's partitions (log_guard.h) are series too:
  * keylane_worker_partition_stopped{topic,partition,reason} (1 while the
  * partition is stopped because its log went backwards or lost records)
@@ -27,6 +33,11 @@
  * healthy. The store probe is a read (kl_store_partition()), not a write:
  * a write would need an epoch; an unwritable store shows up as the
  * worker's own commit errors.
+ *
+ * GET /healthz?format=json, or with an Accept header naming
+ * application/json, answers the same status code with a JSON document and
+ * a Burrow-style status per partition (worker/health_json.h);
+ * ?format=text forces the plain answer, another format= is a 400.
  *
  * Bounds: 32 connections waiting for their request; a new one past them
  * closes the oldest waiting one (idle clients cannot lock a liveness probe

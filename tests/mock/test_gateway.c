@@ -1129,6 +1129,8 @@ static void test_metrics_parse_as_prometheus(void **state) {
   int rc = kl_t_prom_check(r.body, err, sizeof(err));
   if (rc != 0)
     fail_msg("metrics do not parse: %s\n%s", err, r.body);
+  if (kl_t_prom_conventions(r.body, err, sizeof(err)) != 0)
+    fail_msg("%s", err);
   const char *want[] = {
       "keylane_gateway_requests_total{route=\"events\",code=\"200\"}",
       "keylane_gateway_requests_total{route=\"other\",code=\"404\"}",

@@ -15,4 +15,16 @@
  *          @p err. */
 int kl_t_prom_check(const char *text, char *err, size_t size);
 
+/**
+ * Checks the metric names of @p text (rendered exposition text) against
+ * Prometheus' naming conventions: lower snake case with the keylane_
+ * prefix (or a compatibility name other exporters made: kafka_consumergroup_
+ * lag), a HELP line for each, counters ending in _total and nothing else
+ * ending in it, no family named like a histogram's own series (_count,
+ * _sum, _bucket), base units only (seconds, bytes: never ms, minutes or
+ * kilobytes), and a unit, if any, last (before _total).
+ * @returns 0, or -1 with the first offending name and the rule in @p err.
+ */
+int kl_t_prom_conventions(const char *text, char *err, size_t size);
+
 #endif
