@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "broker/envelope_internal.h"
+#include "broker/trace.h"
 #include "common/internal.h"
 #include "common/strbuf.h"
 #include "keylane/event.h"
@@ -153,6 +154,8 @@ kl_err_t kl_event_validate(const kl_event_t *event, int id_optional) {
     err = kl_len_check("p", event->payload_len, 0, KL_PAYLOAD_MAX);
   if (err == KL_OK)
     err = kl_headers_check(event->headers, event->header_count);
+  if (err == KL_OK)
+    err = kl__trace_check(event);
   return err;
 }
 

@@ -17,10 +17,7 @@
 #include "broker/gateway_internal.h"
 #include "common/json_msgpack.h"
 
-static int kl_bad(kl_gw_bad_t *bad, int status, long index, const char *fmt,
-                  ...) KL__PRINTF(4, 5);
-static int kl_bad(kl_gw_bad_t *bad, int status, long index, const char *fmt,
-                  ...) {
+int kl__gw_bad(kl_gw_bad_t *bad, int status, long index, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(bad->msg, sizeof(bad->msg), fmt, ap);
@@ -34,16 +31,16 @@ static int kl_body_doc(const char *ctype, const char *body, size_t len,
                        json_t **doc, kl_gw_bad_t *bad) {
   int msgpack = kl__gw_ctype_msgpack(ctype);
   if (msgpack < 0)
-    return kl_bad(bad, 415, -1,
-                  "Content-Type \"%.64s\" is neither "
-                  "application/json nor application/msgpack",
-                  ctype);
+    return kl__gw_bad(bad, 415, -1,
+                      "Content-Type \"%.64s\" is neither "
+                      "application/json nor application/msgpack",
+                      ctype);
   if (msgpack) {
     kl_err_t err = kl__msgpack_to_json(body, len, doc);
     if (err == KL_ENOMEM)
-      return kl_bad(bad, 503, -1, "out of memory reading the body");
-    return err ? kl_bad(bad, 400, -1, "the body is not valid msgpack: %s",
-                        kl_err_detail())
+      return kl__gw_bad(bad, 503, -1, "out of memory reading the body");
+    return err ? kl__gw_bad(bad, 400, -1, "the body is not valid msgpack: %s",
+                            kl_err_detail())
                : 0;
   }
   json_error_t jerr;
@@ -51,10 +48,10 @@ static int kl_body_doc(const char *ctype, const char *body, size_t len,
    * fields where msgpack bodies can hold it too: one rule for both. */
   *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
   if (!*doc)
-    return kl_bad(bad, 400, -1,
-                  "the body is not valid JSON: %s (line %d, "
-                  "column %d)",
-                  jerr.text, jerr.line, jerr.column);
+    return kl__gw_bad(bad, 400, -1,
+                      "the body is not valid JSON: %s (line %d, "
+                      "column %d)",
+                      jerr.text, jerr.line, jerr.column);
   return 0;
 }
 
@@ -63,28 +60,29 @@ static int kl_batch_events(kl_gw_batch_t *batch, bool raw_bin,
   json_t *doc = batch->doc;
   bool one = json_is_object(doc);
   if (!one && !json_is_array(doc))
-    return kl_bad(bad, 400, -1,
-                  "the body must be one event object or an "
-                  "array of them");
+    return kl__gw_bad(bad, 400, -1,
+                      "the body must be one event object or an "
+                      "array of them");
   size_t n = one ? 1 : json_array_size(doc);
   if (n == 0)
-    return kl_bad(bad, 400, -1, "the array holds no event");
+    return kl__gw_bad(bad, 400, -1, "the array holds no event");
   if (n > max_events)
-    return kl_bad(bad, 413, -1,
-                  "the request has %zu events; the gateway "
-                  "takes at most %zu at once (--max-inflight)",
-                  n, max_events);
+    return kl__gw_bad(bad, 413, -1,
+                      "the request has %zu events; the gateway "
+                      "takes at most %zu at once (--max-inflight)",
+                      n, max_events);
   if (!(batch->events = calloc(n, sizeof(kl__jevent_t))))
-    return kl_bad(bad, 503, -1, "out of memory for %zu events", n);
+    return kl__gw_bad(bad, 503, -1, "out of memory for %zu events", n);
   for (size_t i = 0; i < n; i++) {
     char err[400];
     json_t *root = one ? doc : json_array_get(doc, i);
     kl_err_t e =
         kl__jevent_parse(&batch->events[i], root, raw_bin, err, sizeof(err));
     if (e == KL_ENOMEM)
-      return kl_bad(bad, 503, (long)i, "out of memory reading event %zu", i);
+      return kl__gw_bad(bad, 503, (long)i, "out of memory reading event %zu",
+                        i);
     if (e)
-      return kl_bad(bad, 400, (long)i, "event %zu: %s", i, err);
+      return kl__gw_bad(bad, 400, (long)i, "event %zu: %s", i, err);
     batch->n = i + 1;
   }
   return 0;

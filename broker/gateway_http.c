@@ -36,7 +36,9 @@ enum {
   KL_HDR_CTYPE,
   KL_HDR_EXPECT,
   KL_HDR_ORIGIN,
-  KL_HDR_TE
+  KL_HDR_TE,
+  KL_HDR_TRACEPARENT,
+  KL_HDR_TRACESTATE
 };
 
 static const char kl_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -371,11 +373,11 @@ static int kl_header_kind(const kl_gw_parse_t *parse) {
   static const struct {
     const char *name;
     int kind;
-  } names[] = {{"authorization", KL_HDR_AUTH},
-               {"content-type", KL_HDR_CTYPE},
-               {"expect", KL_HDR_EXPECT},
-               {"origin", KL_HDR_ORIGIN},
-               {"transfer-encoding", KL_HDR_TE}};
+  } names[] = {
+      {"authorization", KL_HDR_AUTH},   {"content-type", KL_HDR_CTYPE},
+      {"expect", KL_HDR_EXPECT},        {"origin", KL_HDR_ORIGIN},
+      {"transfer-encoding", KL_HDR_TE}, {"traceparent", KL_HDR_TRACEPARENT},
+      {"tracestate", KL_HDR_TRACESTATE}};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if (parse->field_len == strlen(names[i].name) &&
         strncasecmp(parse->field, names[i].name, parse->field_len) == 0)
@@ -444,6 +446,28 @@ static bool kl_append(char *buf, size_t cap, size_t *len, const char *at,
   return true;
 }
 
+/* W3C trace context: one traceparent (a second one makes it invalid);
+ * tracestate headers join into one list. */
+static void kl_trace_header_begins(kl_gw_parse_t *parse) {
+  if (parse->header == KL_HDR_TRACEPARENT && parse->traceparent_len)
+    parse->traceparent_bad = true;
+  if (parse->header == KL_HDR_TRACESTATE && parse->tracestate_len)
+    parse->tracestate_long |= !kl_append(parse->tracestate, KL_TRACESTATE_MAX,
+                                         &parse->tracestate_len, ",", 1);
+}
+
+static void kl_trace_header_value(kl_gw_parse_t *parse, const char *at,
+                                  size_t len) {
+  if (parse->header == KL_HDR_TRACEPARENT &&
+      !kl_append(parse->traceparent, sizeof(parse->traceparent),
+                 &parse->traceparent_len, at, len))
+    parse->traceparent_bad = true;
+  else if (parse->header == KL_HDR_TRACESTATE &&
+           !kl_append(parse->tracestate, KL_TRACESTATE_MAX,
+                      &parse->tracestate_len, at, len))
+    parse->tracestate_long = true;
+}
+
 static int kl_on_header_value(http_parser *p, const char *at, size_t len) {
   kl_gw_conn_t *conn = p->data;
   kl_gw_parse_t *parse = &conn->parse;
@@ -469,6 +493,7 @@ static int kl_on_header_value(http_parser *p, const char *at, size_t len) {
       parse->te_long |= !kl_append(parse->te, sizeof(parse->te) - 1,
                                    &parse->te_len, ",", 1);
     parse->te_seen |= parse->header == KL_HDR_TE;
+    kl_trace_header_begins(parse);
   }
   if (parse->header == KL_HDR_AUTH &&
       !kl_append(parse->auth, sizeof(parse->auth), &parse->auth_len, at, len))
@@ -487,6 +512,8 @@ static int kl_on_header_value(http_parser *p, const char *at, size_t len) {
   else if (parse->header == KL_HDR_EXPECT)
     parse->expect_continue =
         len >= 12 && strncasecmp(at, "100-continue", 12) == 0;
+  else
+    kl_trace_header_value(parse, at, len);
   return 0;
 }
 

@@ -117,6 +117,12 @@ typedef struct kl_gw_parse {
   size_t te_len;
   bool te_seen;
   bool te_long;
+  char traceparent[128];  /**< W3C trace context headers, carried into */
+  size_t traceparent_len; /**< every event of the request (gateway_trace.c) */
+  bool traceparent_bad;   /**< too long for the buffer, or given twice */
+  char tracestate[KL_TRACESTATE_MAX + 1];
+  size_t tracestate_len; /**< several headers joined by ',' (W3C) */
+  bool tracestate_long;
   const char *mark;   /**< end of the last field or value callback, when
                            in the buffer being parsed */
   bool nl_after_mark; /**< a line ended after it, in an earlier buffer */
@@ -265,10 +271,24 @@ typedef struct kl_gw_bad {
  * @returns 0 and @p batch (freed with kl__gw_batch_free), or the status to
  *          answer (400, 413, 415, 503) with @p bad filled in.
  */
+/** Fills @p bad; @returns @p status. */
+int kl__gw_bad(kl_gw_bad_t *bad, int status, long index, const char *fmt, ...)
+    KL__PRINTF(4, 5);
 int kl__gw_batch_decode(kl_gw_batch_t *batch, const char *ctype,
                         const char *body, size_t len, size_t max_events,
                         kl_gw_bad_t *bad);
 void kl__gw_batch_free(kl_gw_batch_t *batch);
+
+/* ---- gateway_trace.c ---- */
+
+/**
+ * Carries the request's traceparent and tracestate headers (@p parse) into
+ * every event of @p batch that has no traceparent of its own.
+ * @returns 0, or the HTTP status with @p bad filled: 400 for a malformed
+ *          header, naming it and the format; 503 out of memory.
+ */
+int kl__gw_batch_trace(kl_gw_batch_t *batch, const kl_gw_parse_t *parse,
+                       kl_gw_bad_t *bad);
 
 /* ---- gateway_policy.c ---- */
 

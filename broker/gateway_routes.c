@@ -523,6 +523,11 @@ static void kl_publish_request(kl_gw_conn_t *conn, kl_gw_req_t *req,
     kl_respond_bad(req, &bad);
     return;
   }
+  if (kl__gw_batch_trace(&batch, &conn->parse, &bad)) {
+    kl_respond_bad(req, &bad);
+    kl__gw_batch_free(&batch);
+    return;
+  }
   if (!kl_budget_fits(gw, batch.n, len)) {
     kl__gw_reject(gw, KL_GW_LIMIT_INFLIGHT);
     kl__gw_respond_error(req, 429, extra,

@@ -26,6 +26,18 @@ int kl__log_enabled(kl_log_level_t level) {
   return level <= kl_log_threshold();
 }
 
+/* " trace_id=... span_id=...", or empty. */
+static _Thread_local char kl_log_trace[96];
+
+void kl__log_trace_set(const char *traceparent) {
+  if (!traceparent) {
+    kl_log_trace[0] = '\0';
+    return;
+  }
+  snprintf(kl_log_trace, sizeof(kl_log_trace), " trace_id=%.32s span_id=%.16s",
+           traceparent + 3, traceparent + 36);
+}
+
 void kl__log(kl_log_level_t level, const char *component, const char *fmt,
              ...) {
   if (!kl__log_enabled(level))
@@ -44,6 +56,8 @@ void kl__log(kl_log_level_t level, const char *component, const char *fmt,
   va_start(ap, fmt);
   n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
   va_end(ap);
+  if (kl_log_trace[0] && n < (int)sizeof(line) - 1)
+    n += snprintf(line + n, sizeof(line) - (size_t)n - 1, "%s", kl_log_trace);
   if (n > (int)sizeof(line) - 2)
     n = (int)sizeof(line) - 2;
   line[n++] = '\n';

@@ -1,5 +1,6 @@
 /*
- * Logging: one line per event to stderr, "TIME LEVEL component: message".
+ * Logging: one line per event to stderr, "TIME LEVEL component: message",
+ * and the trace of the event the thread works on, if any.
  * The level comes from KEYLANE_LOG (error|warn|info|debug; default info).
  * Thread safe: each line is written with one write(2).
  */
@@ -18,6 +19,14 @@ typedef enum kl_log_level {
 void kl__log(kl_log_level_t level, const char *component, const char *fmt, ...)
     KL__PRINTF(3, 4);
 int kl__log_enabled(kl_log_level_t level);
+
+/**
+ * Sets this thread's trace context, from a valid W3C @p traceparent (55
+ * characters or more; NULL clears it): until cleared, every line the
+ * thread logs ends with " trace_id=<32 hex> span_id=<16 hex>" (the
+ * OpenTelemetry log fields), so a line about an event joins its trace.
+ */
+void kl__log_trace_set(const char *traceparent);
 
 #define KL_LOG_E(comp, ...) kl__log(KL_LOG_ERROR, comp, __VA_ARGS__)
 #define KL_LOG_W(comp, ...) kl__log(KL_LOG_WARN, comp, __VA_ARGS__)

@@ -4,7 +4,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "broker/trace.h"
 #include "common/internal.h"
+#include "common/log.h"
 #include "keylane/producer.h"
 
 /* One murmur2 of the key per record: ~20 ns for a short key. A record
@@ -42,6 +44,8 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
              kl_err_detail());
     return KL_HANDLER_FAIL;
   }
+  const kl_header_t *trace = kl__trace_parent(event);
+  kl__log_trace_set(trace ? trace->value : NULL); /* cleared by the caller */
   kl_mark_t mark;
   const void *done = NULL;
   size_t done_len;
@@ -106,6 +110,7 @@ static kl_err_t kl_run_batch(const kl__applier_t *a, int32_t partition,
     kl_event_t event;
     kl_handler_result_t r =
         kl__apply_event(a, partition, epoch, txn, m, &event, res);
+    kl__log_trace_set(NULL);
     if (r != KL_HANDLER_OK) {
       res->verdict = r;
       res->failed_offset = m->offset;

@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "broker/trace.h"
 #include "common/json_msgpack.h"
 
 static int kl_exec_set_b64(json_t *obj, const char *name, const void *data,
@@ -23,6 +24,20 @@ static int kl_exec_set_b64(json_t *obj, const char *name, const void *data,
   int rc = json_object_set_new(obj, name, json_string(b64));
   free(b64);
   return rc;
+}
+
+/* The event's W3C trace context, when it has a valid one: the child
+ * starts its span as a child of it (README "Trace context"). */
+static void kl_exec_set_trace(json_t *obj, const kl_event_t *event) {
+  const kl_header_t *parent = kl__trace_parent(event);
+  if (!parent)
+    return;
+  json_object_set_new(obj, KL_TRACEPARENT,
+                      json_stringn(parent->value, parent->value_len));
+  const kl_header_t *state = kl_event_header(event, KL_TRACESTATE);
+  if (state && kl_tracestate_valid(state->value, state->value_len))
+    json_object_set_new(obj, KL_TRACESTATE,
+                        json_stringn(state->value, state->value_len));
 }
 
 static json_t *kl_exec_request_obj(const kl_event_t *event,
@@ -44,6 +59,7 @@ static json_t *kl_exec_request_obj(const kl_event_t *event,
   json_object_set_new(obj, "partition", json_integer(fence->partition));
   json_object_set_new(obj, "offset", json_integer(fence->offset));
   json_object_set_new(obj, "epoch", json_integer((json_int_t)fence->epoch));
+  kl_exec_set_trace(obj, event);
   if (event->payload_len &&
       kl__msgpack_to_json(event->payload, event->payload_len, &payload) ==
           KL_OK)

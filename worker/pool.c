@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "common/log.h"
 #include "worker/lanes_internal.h"
 #include "worker/txn_child.h"
 
@@ -63,7 +64,8 @@ static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
     run.outcome = KL__RUN_STORE;
     run.why = kl_err_detail();
   }
-  kl__lanes_done(lanes, job, &run);
+  kl__lanes_done(lanes, job, &run); /* its log lines carry the trace too */
+  kl__log_trace_set(NULL);
 }
 
 static void kl_exec_begin_failed(kl__lanes_t *lanes, const kl__job_t *job,

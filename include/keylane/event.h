@@ -83,7 +83,12 @@ typedef struct kl_event {
  * Checks every field of @p event against the limits above.
  * @returns KL_OK or the KL_EDECODE_* code naming the first problem, with a
  *          detail in kl_err_detail(). An empty id is accepted here only when
- *          @p id_optional is nonzero (the producer fills it in).
+ *          @p id_optional is nonzero (the producer fills it in). A
+ *          "traceparent" header that is not a valid W3C traceparent, or a
+ *          "tracestate" that kl_tracestate_valid() refuses, is
+ *          KL_EDECODE_TYPE. (The decoder does not check them: a worker
+ *          passes on what another producer wrote and logs no trace for an
+ *          invalid one.)
  */
 KL_EXPORT kl_err_t kl_event_validate(const kl_event_t *event, int id_optional);
 
@@ -118,6 +123,44 @@ KL_EXPORT void kl_decoder_destroy(kl_decoder_t *decoder);
 KL_EXPORT kl_err_t kl_event_decode(kl_decoder_t *decoder, const void *key,
                                    size_t key_len, const void *value,
                                    size_t value_len, kl_event_t *event);
+
+/**
+ * @name Trace context
+ * A W3C trace context (https://www.w3.org/TR/trace-context/) travels in
+ * the event's headers under these names, as it would in HTTP: the
+ * gateway copies the request's headers of the same names there, a caller
+ * of kl_publish() adds them to kl_event_t.headers. A handler reads them
+ * with kl_event_header() and starts its span as a child of the parent id,
+ * with the OpenTelemetry messaging attributes (see README "Trace context").
+ * @{
+ */
+#define KL_TRACEPARENT "traceparent"
+#define KL_TRACESTATE "tracestate"
+/** The longest tracestate accepted (W3C: 32 members, 512 characters). */
+#define KL_TRACESTATE_MAX 512
+/** @} */
+
+/**
+ * @returns 1 when @p value (@p len bytes) is a valid W3C traceparent:
+ *          "VV-<32 hex trace id>-<16 hex parent id>-<2 hex flags>", lower
+ *          case hex, neither id all zeros, version not ff, and version 00
+ *          exactly 55 characters long (a later version may append
+ *          "-..."); else 0.
+ */
+KL_EXPORT int kl_traceparent_valid(const char *value, size_t len);
+
+/**
+ * @returns 1 when @p value is a tracestate keylane carries: at most
+ *          KL_TRACESTATE_MAX printable ASCII characters; else 0.
+ */
+KL_EXPORT int kl_tracestate_valid(const char *value, size_t len);
+
+/**
+ * @returns the header of @p event named exactly @p name (e.g.
+ *          KL_TRACEPARENT), or NULL. Borrowed from @p event.
+ */
+KL_EXPORT const kl_header_t *kl_event_header(const kl_event_t *event,
+                                             const char *name);
 
 /**
  * Writes a new time-ordered idempotency key (UUIDv7 text, 36 chars) and a
