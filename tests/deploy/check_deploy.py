@@ -2,6 +2,7 @@
 
   check_deploy.py SOURCE_DIR KEYLANE_BIN
 
+The Grafana dashboard's checks are check_grafana.py's.
 Prints one "ok: ..." or "FAILED: ..." line per check, then exits 1 if any
 failed.
 Runs with Debian's python3 and python3-yaml.
@@ -14,6 +15,8 @@ import subprocess
 import sys
 
 import yaml
+
+from check_grafana import check_grafana
 
 SRC, BIN = sys.argv[1], sys.argv[2]
 DEPLOY = os.path.join(SRC, "deploy")
@@ -317,6 +320,7 @@ def main():
     cmds += systemd_cmds()
     check_dockerfile()
     check_flags([(w, i, a) for w, i, a in cmds])
+    check_grafana(SRC, ok, bad)
     return 1 if results["failed"] else 0
 
 
