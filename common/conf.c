@@ -67,6 +67,9 @@ static const kl_conf_key_t kl_keys[] = {
      "PostgreSQL store: the server ends a batch idle this long, releasing the "
      "row locks of a paused owner (0: the server's setting)"},
     {"worker.group", KL_CT_STR, "keylane", 0, 0, NULL, "consumer group id"},
+    {"worker.group.protocol", KL_CT_ENUM, "classic", 0, 0, "classic|consumer",
+     "consumer: KIP-848's group protocol (librdkafka 2.12+, Apache Kafka "
+     "4.0+); the broker then sets the session and the assignment"},
     {"worker.session.timeout.ms", KL_CT_MS, "10000", 100, 3600000, NULL,
      "consumer group session timeout"},
     {"worker.fenced.retake.ms", KL_CT_MS, "30000", 0, 3600000, NULL,

@@ -28,6 +28,7 @@
 #include "worker/apply.h"
 #include "worker/checks.h"
 #include "worker/dlq.h"
+#include "common/kafka_features.h"
 #include "worker/lane_stall.h"
 #include "worker/lanes.h"
 #include "worker/log_guard.h"
@@ -431,6 +432,24 @@ static void kl_retake_quiet(kl_worker_t *worker) {
 
 /* ---- setup --------------------------------------------------------------- */
 
+/* Which librdkafka features this worker uses, once at start: what a user
+ * of a newer distribution gains is then visible. */
+static void kl_rdk_log(const kl__rdk_features_t *features,
+                       int consumer_protocol) {
+  char built[32], loaded[32];
+  kl__rdk_version_str(features->built, built, sizeof(built));
+  kl__rdk_version_str(features->loaded, loaded, sizeof(loaded));
+  KL_LOG_I(KL_COMP, "librdkafka %s (built against %s): %s, group.protocol=%s%s",
+           loaded, built,
+           features->fetch_queue_backoff
+               ? "fetch.queue.backoff.ms=10"
+               : "queued.min.messages=1000000 (fetch.queue.backoff.ms needs "
+                 "2.2)",
+           consumer_protocol ? "consumer" : "classic",
+           features->consumer_protocol ? ""
+                                       : " (consumer needs librdkafka 2.12)");
+}
+
 static kl_err_t kl_consumer_new(kl_worker_t *worker) {
   rd_kafka_conf_t *kconf = rd_kafka_conf_new();
   char session[32], heartbeat[32];
@@ -440,23 +459,20 @@ static kl_err_t kl_consumer_new(kl_worker_t *worker) {
    * rebalance is noticed quickly. */
   snprintf(heartbeat, sizeof(heartbeat), "%" PRId64,
            session_ms / 3 < 1000 ? session_ms / 3 : 1000);
-  /* queued.min.messages: librdkafka (2.0) stops fetching once the
-   * consumer queue holds that many messages (100000 by default) and looks
-   * again only about once a second, so a worker catching up on a backlog
-   * took a burst, worked it off and idled for most of a second.
-   * queued.max.messages.kbytes (64 MiB by default) still bounds the
-   * prefetch; kafka.queued.min.messages overrides this. */
-  const char *const defaults[] = {
-      "group.id", kl_conf_get(worker->conf, "worker.group"),
-      "partition.assignment.strategy", "cooperative-sticky",
-      "enable.auto.commit", "false",
-      "enable.auto.offset.store", "false",
-      "auto.offset.reset", "error", /* log_guard.h */
-      "session.timeout.ms", session,
-      "heartbeat.interval.ms", heartbeat,
-      "queued.min.messages", "1000000",
-      NULL};
-  kl_err_t err = kl__kafka_conf_apply(kconf, worker->conf, defaults);
+  const char *defaults[KL__RDK_DEFAULTS_MAX];
+  kl__rdk_features_t features = kl__rdk_features_here();
+  int consumer_protocol =
+      strcmp(kl_conf_get(worker->conf, "worker.group.protocol"), "consumer") ==
+      0;
+  kl_err_t err = kl__rdk_consumer_defaults(
+      &features, consumer_protocol, kl_conf_get(worker->conf, "worker.group"),
+      session, heartbeat, defaults);
+  if (err) {
+    rd_kafka_conf_destroy(kconf);
+    return err;
+  }
+  kl_rdk_log(&features, consumer_protocol);
+  err = kl__kafka_conf_apply(kconf, worker->conf, defaults);
   if (err) {
     rd_kafka_conf_destroy(kconf);
     return err;
@@ -470,7 +486,9 @@ static kl_err_t kl_consumer_new(kl_worker_t *worker) {
   char strategy[256] = "";
   size_t size = sizeof(strategy);
   rd_kafka_conf_get(kconf, "partition.assignment.strategy", strategy, &size);
-  worker->cooperative = strstr(strategy, "cooperative") != NULL;
+  /* KIP-848's protocol is incremental, like cooperative-sticky. */
+  worker->cooperative =
+      consumer_protocol || strstr(strategy, "cooperative") != NULL;
   rd_kafka_conf_set_opaque(kconf, worker);
   rd_kafka_conf_set_rebalance_cb(kconf, kl_rebalance_cb);
   char errstr[512];
