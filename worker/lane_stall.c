@@ -43,10 +43,14 @@ void kl__lanes_watch_stalls(kl__lanes_t *lanes, int64_t now_ns,
 
 /* The envelope ts of the lane's first record not yet committed: what
  * keylane_worker_lag_seconds measures. A record that does not decode has
- * no ts; the next one that does stands for it. */
+ * no ts; the next one that does stands for it, among the first
+ * KL_AGE_SCAN (the lanes' mutex is held: a window of undecodable records
+ * must not make a scrape decode all of it). */
+#define KL_AGE_SCAN 64
 static int64_t kl_lane_oldest_ts(const kl__lane_t *lane,
                                  kl_decoder_t *decoder) {
-  for (size_t i = 0; decoder && i < lane->ring_count; i++) {
+  size_t n = lane->ring_count < KL_AGE_SCAN ? lane->ring_count : KL_AGE_SCAN;
+  for (size_t i = 0; decoder && i < n; i++) {
     const kl__slot_t *slot = kl__lane_at(lane, i);
     const rd_kafka_message_t *m = slot->msg;
     kl_event_t event;
