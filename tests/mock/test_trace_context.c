@@ -135,6 +135,15 @@ static void test_http_traceparent_reaches_exec_handler(void **state) {
   assert_non_null(strstr(r.body, "traceparent"));
   assert_non_null(strstr(r.body, "00-abc"));
   kl_t_http_resp_free(&r);
+  assert_int_equal(kl_t_http_once(tg->port, "POST", path,
+                                  "Content-Type: application/json\r\n"
+                                  "traceparent: " KL_TP "\r\n"
+                                  "traceparent: " KL_OWN_TP "\r\n",
+                                  "{\"key\":\"k3\",\"type\":\"ok\"}", &r),
+                   0);
+  assert_int_equal(r.status, 400); /* which one would it be? */
+  assert_non_null(strstr(r.body, "once"));
+  kl_t_http_resp_free(&r);
 
   pid_t pid = kl_worker(cluster, dir, log);
   const char *lines = kl_wait_for(in, "\"key\":\"k2\"");
