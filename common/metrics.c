@@ -526,13 +526,31 @@ static void kl_render_family(kl__strbuf_t *sb, kl__metric_t *metric) {
   pthread_mutex_unlock(&metric->lock);
 }
 
+/* @p metrics's families but its overflow counter into @p sb. */
+static void kl_render_families(kl__strbuf_t *sb, kl__metrics_t *metrics) {
+  pthread_mutex_lock(&metrics->lock);
+  for (kl__metric_t *m = metrics->families; m; m = m->next)
+    if (m != metrics->overflows)
+      kl_render_family(sb, m);
+  pthread_mutex_unlock(&metrics->lock);
+}
+
 char *kl__metrics_render(kl__metrics_t *metrics, size_t *len) {
+  return kl__metrics_render_with(metrics, NULL, len);
+}
+
+char *kl__metrics_render_with(kl__metrics_t *metrics, kl__metrics_t *more,
+                              size_t *len) {
   kl__strbuf_t sb = KL__STRBUF_INIT;
   if (!metrics)
     return NULL;
-  pthread_mutex_lock(&metrics->lock);
-  for (kl__metric_t *m = metrics->families; m; m = m->next)
-    kl_render_family(&sb, m);
-  pthread_mutex_unlock(&metrics->lock);
+  kl__series_t *overflows = kl__metric_series(metrics->overflows, NULL);
+  if (more)
+    kl__series_add(overflows,
+                   kl__series_value(kl__metric_series(more->overflows, NULL)));
+  kl_render_family(&sb, metrics->overflows);
+  kl_render_families(&sb, metrics);
+  if (more)
+    kl_render_families(&sb, more);
   return kl__strbuf_take(&sb, len);
 }

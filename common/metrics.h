@@ -147,4 +147,14 @@ void kl__metric_remove(kl__metric_t *metric, const char *const *values);
  */
 char *kl__metrics_render(kl__metrics_t *metrics, size_t *len);
 
+/**
+ * Renders @p metrics's families, then @p more's (may be NULL), as one
+ * document: a registry built for one scrape beside one kept across
+ * scrapes. The two have no family name in common; their
+ * keylane_metrics_overflow_total is rendered once, the sum, and @p
+ * metrics's counter keeps it (so render a scrape's registry once).
+ */
+char *kl__metrics_render_with(kl__metrics_t *metrics, kl__metrics_t *more,
+                              size_t *len);
+
 #endif

@@ -15,6 +15,7 @@
 #include "common/internal.h"
 #include "common/kafka.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "worker/lanes.h"
 #include "worker/lanes_internal.h"
 #include "worker/store_internal.h"
@@ -100,17 +101,32 @@ static void kl_commit_kafka(kl__lanes_t *lanes,
              rd_kafka_err2str(kerr));
 }
 
+/* An applied event's latencies: publish (its envelope's ts, a wall clock)
+ * and taken from the consumer (the monotonic clock) to now, its commit. */
+static void kl_observe_applied(kl__lanes_t *lanes, const kl__slot_t *s,
+                               int64_t now_ms, int64_t now_ns) {
+  /* Negative when the producer's clock runs ahead of this host's. */
+  int64_t since_ts = now_ms - s->ts_ms;
+  kl__series_observe(lanes->latency,
+                     since_ts > 0 ? (double)since_ts / 1e3 : 0);
+  kl__series_observe(lanes->commit_latency,
+                     (double)(now_ns - s->taken_ns) / 1e9);
+}
+
 static void kl_committed(kl__lanes_t *lanes, kl__lane_t *lane,
                          kl_build_t *b) {
   lane->ov.committed_gen = b->gen;
+  int64_t now_ms = kl__now_ms(), now_ns = kl__mono_ns();
   for (size_t i = 0; i < b->slots.n; i++) {
     kl__slot_t *s = b->slots.v[i];
     s->building = 0;
     s->committed = 1;
-    if (s->state == KL__SLOT_DONE && s->duplicate)
+    if (s->state == KL__SLOT_DONE && s->duplicate) {
       lanes->duplicates++;
-    else if (s->state == KL__SLOT_DONE)
+    } else if (s->state == KL__SLOT_DONE) {
       lanes->applied++;
+      kl_observe_applied(lanes, s, now_ms, now_ns);
+    }
   }
   /* An entry may go once stored, if no event of its key runs or waits:
    * such an event may hold a snapshot older than this commit. */

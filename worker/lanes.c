@@ -12,6 +12,7 @@
 
 #include "common/internal.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "worker/lanes_internal.h"
 #include "worker/txn_child.h"
 
@@ -404,6 +405,7 @@ static void kl_done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
       kl_oom();
   }
   slot->duplicate = dup;
+  slot->ts_ms = run->ts_ms;
   kl__lane_finish(lanes, lane, slot, KL__SLOT_DONE);
   if (lost) /* the group txn holds part of the event: run them all again */
     lane->rewind = 1;
@@ -496,6 +498,7 @@ void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m) {
   kl__slot_t *slot = kl_slot_new(lanes);
   slot->msg = m;
   slot->offset = m->offset;
+  slot->taken_ns = kl__mono_ns();
   slot->key = kl_key_get(lane, m->key, m->key ? m->key_len : 0);
   slot->key->refs++;
   kl_ring_push(lane, slot);
@@ -843,6 +846,34 @@ void kl__lanes_set_before_commit(kl__lanes_t *lanes, kl__worker_hook_fn *fn,
   lanes->applier.hook_opaque = opaque;
 }
 
+/* The latency histograms: registered once, observed at every commit. */
+static kl_err_t kl_lanes_metrics_new(kl__lanes_t *lanes) {
+  const char *topic[] = {lanes->topic};
+  if (!(lanes->metrics = kl__metrics_new()))
+    return KL_ENOMEM;
+  lanes->latency = kl__metric_series(
+      kl__metrics_histogram(
+          lanes->metrics, "keylane_worker_event_latency_seconds",
+          "From the event's envelope ts (its producer's clock) to the store "
+          "commit that applied it: publish to applied.",
+          "topic", kl__metrics_latency_buckets,
+          kl__metrics_latency_buckets_count),
+      topic);
+  lanes->commit_latency = kl__metric_series(
+      kl__metrics_histogram(
+          lanes->metrics, "keylane_worker_event_commit_latency_seconds",
+          "From the worker taking the event from its Kafka consumer to the "
+          "store commit that applied it: the time spent in keylane.",
+          "topic", kl__metrics_latency_buckets,
+          kl__metrics_latency_buckets_count),
+      topic);
+  return lanes->latency && lanes->commit_latency ? KL_OK : KL_ENOMEM;
+}
+
+struct kl__metrics *kl__lanes_metrics(kl__lanes_t *lanes) {
+  return lanes->metrics;
+}
+
 kl_err_t kl__lanes_new(const kl_conf_t *conf, const kl__applier_t *applier,
                        rd_kafka_t *rk, kl__dlq_t *dlq, kl__lanes_t **out) {
   kl__lanes_t *lanes = calloc(1, sizeof(*lanes));
@@ -868,6 +899,10 @@ kl_err_t kl__lanes_new(const kl_conf_t *conf, const kl__applier_t *applier,
   lanes->max_attempts = (int)kl__conf_int(conf, "worker.max.attempts");
   lanes->seed = kl_key_hash(applier->topic, strlen(applier->topic));
   lanes->last_report_ns = kl__mono_ns();
+  if (kl_lanes_metrics_new(lanes)) {
+    kl__lanes_destroy(lanes);
+    return KL_ENOMEM;
+  }
   *out = lanes;
   return KL_OK;
 }
@@ -895,6 +930,7 @@ void kl__lanes_destroy(kl__lanes_t *lanes) {
     free(lanes->spare);
     lanes->spare = next;
   }
+  kl__metrics_destroy(lanes->metrics);
   pthread_mutex_destroy(&lanes->mu);
   pthread_cond_destroy(&lanes->work);
   pthread_cond_destroy(&lanes->idle);

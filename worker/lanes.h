@@ -68,6 +68,7 @@ typedef struct kl__run {
   size_t id_len;
   struct kl__child *child;  /* APPLIED: merged into the lane's overlay */
   int32_t expected_partition; /* MISROUTED: where its key routes */
+  int64_t ts_ms; /* APPLIED: the envelope's ts, for the latency histogram */
 } kl__run_t;
 
 /** Counters and gauges, as kl_worker_stats() reports them. */
@@ -82,6 +83,15 @@ void kl__lanes_stats(const kl__lanes_t *lanes, kl_worker_stats_t *stats);
 kl_err_t kl__lanes_new(const kl_conf_t *conf, const kl__applier_t *applier,
                        rd_kafka_t *rk, kl__dlq_t *dlq, kl__lanes_t **out);
 void kl__lanes_destroy(kl__lanes_t *lanes);
+
+/**
+ * The lanes' own metrics, kept across scrapes: the latency histograms
+ * keylane_worker_event_latency_seconds (envelope ts to the commit that
+ * applied the event) and keylane_worker_event_commit_latency_seconds
+ * (taken from the consumer to that commit), by topic. Borrowed, valid
+ * until kl__lanes_destroy(); render it from any thread.
+ */
+struct kl__metrics *kl__lanes_metrics(kl__lanes_t *lanes);
 
 /** @returns nonzero in inline mode. */
 int kl__lanes_inline(const kl__lanes_t *lanes);

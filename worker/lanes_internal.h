@@ -104,6 +104,8 @@ struct kl__slot {
   char *id;   /* the decoded idempotency key, kept for a dead letter */
   size_t id_len;
   char *why; /* the last failure, for the dead letter */
+  int64_t taken_ns; /* when kl__lanes_push() took it from the consumer */
+  int64_t ts_ms;    /* applied: its envelope's ts */
 };
 
 typedef enum kl__lane_state {
@@ -191,6 +193,8 @@ struct kl__lanes {
   int forward_misrouted;      /* worker.misrouted=forward */
   int64_t misrouted_warned_ns; /* the last misrouted WARN */
   uint64_t misrouted_unwarned; /* misrouted records since then */
+  struct kl__metrics *metrics; /* the latency histograms, kl__lanes_metrics() */
+  struct kl__series *latency, *commit_latency; /* this topic's series */
   _Atomic uint64_t applied, duplicates, redelivered, batches, fenced, failed,
       dead_letters, waiting_now, oldest_wait_ms, window_events, paused_now,
       misrouted_total, forwarded;

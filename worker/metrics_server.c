@@ -281,7 +281,9 @@ static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
   kl_store_foreach_partition(server->store, kl_ms_partition, &scrape);
   kl_ms_log_stops(server, m);
   kl_ms_stalls(server, m);
-  char *text = kl__metrics_render(m, len);
+  /* The latency histograms are kept across scrapes by the worker. */
+  char *text =
+      kl__metrics_render_with(m, kl__worker_metrics(server->worker), len);
   kl__metrics_destroy(m);
   return text;
 }

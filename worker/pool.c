@@ -53,10 +53,11 @@ static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
                                           job->epoch, &child->base, job->msg,
                                           &event, &res);
   kl__run_t run = {kl_outcome(r, &res), res.why, NULL, 0, child,
-                   res.expected_partition};
+                   res.expected_partition, 0};
   if (!res.failed_err && !res.misrouted) {
     run.id = event.id;
     run.id_len = event.id_len;
+    run.ts_ms = event.ts;
   }
   /* The event's SQL ends with its verdict. If that fails the group
    * transaction is lost anyway: its commit fails and the lane rewinds. */
@@ -71,7 +72,7 @@ static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
 static void kl_exec_begin_failed(kl__lanes_t *lanes, const kl__job_t *job,
                                  kl_err_t err) {
   kl__run_t run = {err == KL_EFENCED ? KL__RUN_FENCED : KL__RUN_STORE,
-                   kl_err_detail(), NULL, 0, NULL, -1};
+                   kl_err_detail(), NULL, 0, NULL, -1, 0};
   kl__lanes_done(lanes, job, &run);
 }
 

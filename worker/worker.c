@@ -915,6 +915,10 @@ kl_err_t kl_worker_run(kl_worker_t *worker) {
   return KL_OK;
 }
 
+struct kl__metrics *kl__worker_metrics(kl_worker_t *worker) {
+  return kl__lanes_metrics(worker->lanes);
+}
+
 size_t kl__worker_stalls(kl_worker_t *worker, kl__stall_t *out, size_t max) {
   return kl__lanes_stalls(worker->lanes, out, max);
 }

@@ -19,6 +19,11 @@ typedef void(kl__worker_hook_fn)(void *opaque, const char *topic,
 void kl__worker_set_before_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
                                   void *opaque);
 
+/** The worker's own metrics registry, kept across scrapes (the latency
+ *  histograms, lanes.h kl__lanes_metrics()): borrowed, valid until
+ *  kl_worker_destroy(); render it from any thread. */
+struct kl__metrics *kl__worker_metrics(kl_worker_t *worker);
+
 /** The worker's log guard, for /metrics, /healthz and tests: borrowed,
  *  valid until kl_worker_destroy(); read it with kl__log_guard_stops(). */
 kl__log_guard_t *kl__worker_log_guard(kl_worker_t *worker);

@@ -44,6 +44,26 @@ static void kl_assert_line(const char *text, const char *line) {
     fail_msg("\"%s\" not in /metrics:\n%s", line, text);
 }
 
+/* Both latency histograms of @p topic counted @p applied events (not the
+ * suppressed duplicate), each within @p within_s of its publish. */
+static void kl_assert_latency(const char *text, const char *topic, int applied,
+                              const char *within_s) {
+  static const char *const names[] = {
+      "keylane_worker_event_latency_seconds",
+      "keylane_worker_event_commit_latency_seconds"};
+  char line[256];
+  for (int i = 0; i < 2; i++) {
+    snprintf(line, sizeof(line), "# TYPE %s histogram\n", names[i]);
+    kl_assert_line(text, line);
+    snprintf(line, sizeof(line), "%s_count{topic=\"%s\"} %d\n", names[i], topic,
+             applied);
+    kl_assert_line(text, line);
+    snprintf(line, sizeof(line), "%s_bucket{topic=\"%s\",le=\"%s\"} %d\n",
+             names[i], topic, within_s, applied);
+    kl_assert_line(text, line);
+  }
+}
+
 static void test_metrics_and_healthz(void **state) {
   char dir[64];
   kl_t_tmpdir(dir);
@@ -85,6 +105,7 @@ static void test_metrics_and_healthz(void **state) {
   assert_non_null(strstr(ctype, "version=0.0.4"));
   kl_assert_line(resp.body, "keylane_worker_events_applied_total 100\n");
   kl_assert_line(resp.body, "keylane_worker_events_suppressed_total 1\n");
+  kl_assert_latency(resp.body, topic, 100, "10");
   kl_assert_line(resp.body, "keylane_worker_fenced_batches_total 0\n");
   kl_assert_line(resp.body, "keylane_worker_owned_partitions 2\n");
   kl_assert_line(resp.body, "keylane_worker_waiting_keys 0\n");

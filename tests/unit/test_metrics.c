@@ -92,6 +92,31 @@ static void test_series_cap_and_remove(void **state) {
   kl__metrics_destroy(m);
 }
 
+/* A scrape's registry and one kept across scrapes render as one document:
+ * both registries' families, the overflow counter once (their sum). */
+static void test_render_with(void **state) {
+  kl__metrics_t *scrape = kl__metrics_new(), *kept = kl__metrics_new();
+  kl__metric_t *g = kl__metrics_gauge(kept, "g", "g", "topic");
+  kl__metric_set_max_series(g, 1);
+  kl__metric_set(g, (const char *[]){"a"}, 1);
+  kl__metric_set(g, (const char *[]){"b"}, 2); /* overflows once */
+  kl__metric_add(kl__metrics_counter(scrape, "c_total", "c", NULL), NULL, 3);
+  size_t len;
+  char *text = kl__metrics_render_with(scrape, kept, &len);
+  assert_int_equal(strlen(text), len);
+  char err[256];
+  if (kl_t_prom_check(text, err, sizeof(err)) != 0)
+    fail_msg("%s\n%s", err, text);
+  assert_non_null(strstr(text, "keylane_metrics_overflow_total 1\n"));
+  char *first = strstr(text, "# TYPE keylane_metrics_overflow_total");
+  assert_null(strstr(first + 1, "# TYPE keylane_metrics_overflow_total"));
+  assert_non_null(strstr(text, "c_total 3\n"));
+  assert_non_null(strstr(text, "g{topic=\"a\"} 1\n"));
+  free(text);
+  kl__metrics_destroy(scrape);
+  kl__metrics_destroy(kept);
+}
+
 static double kl_seven(void *opaque) {
   return *(double *)opaque;
 }
@@ -143,6 +168,7 @@ static void test_threads(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_render_counter_gauge_histogram),
+      cmocka_unit_test(test_render_with),
       cmocka_unit_test(test_bad_registrations),
       cmocka_unit_test(test_series_cap_and_remove),
       cmocka_unit_test(test_gauge_fn),
