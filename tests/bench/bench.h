@@ -21,6 +21,11 @@ int kl_bench_worker(int argc, char **argv);
 int kl_bench_gateway(int argc, char **argv);
 int kl_bench_lanes(int argc, char **argv);
 int kl_bench_exec(int argc, char **argv);
+int kl_bench_latency(int argc, char **argv);
+
+/** A trivial python3 exec handler: answers ok to each event, pipelined
+ *  (bench_exec.c). */
+extern const char kl_bench_echo_py[];
 
 /** Monotonic seconds, for timing runs. */
 double kl_bench_now(void);

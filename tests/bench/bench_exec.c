@@ -33,7 +33,7 @@
 #define KL_BX_TOPIC "bench"
 #define KL_BX_PARTS 16
 
-static const char kl_bx_echo[] =
+const char kl_bench_echo_py[] =
     "import json, sys\n"
     "for line in sys.stdin:\n"
     "    r = json.loads(line)\n"
@@ -228,9 +228,9 @@ int kl_bench_exec(int argc, char **argv) {
   snprintf(w, sizeof(w), "%" PRId64, window);
   kl_bx_run_t runs[] = {{"lockstep", kl_bx_lockstep, "1", "1", 0},
                         {"old-child", kl_bx_lockstep, "1", w, 0},
-                        {"c1", kl_bx_echo, "1", w, 0},
-                        {"c4", kl_bx_echo, "4", "1", 0},
-                        {"c4", kl_bx_echo, "4", w, 0}};
+                        {"c1", kl_bench_echo_py, "1", w, 0},
+                        {"c4", kl_bench_echo_py, "4", "1", 0},
+                        {"c4", kl_bench_echo_py, "4", w, 0}};
   size_t n = sizeof(runs) / sizeof(runs[0]);
   for (size_t i = 0; rc == 0 && i < n; i++)
     if ((runs[i].eps = kl_bx_once(boot, gen, events, &runs[i], (int)i)) < 0)

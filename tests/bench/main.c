@@ -25,6 +25,8 @@ static const struct {
      "key-parallel lanes on a 0-5 ms handler vs the ideal (target >= 0.90)"},
     {"exec", kl_bench_exec,
      "a python3 exec handler end to end: one at a time vs pipelined, c1, c4"},
+    {"latency", kl_bench_latency,
+     "publish -> applied p50/p99/p999 at a fixed rate, on a real broker"},
 };
 #define KL_NBENCHES (sizeof(kl_benches) / sizeof(kl_benches[0]))
 
