@@ -85,7 +85,8 @@ static const kl_conf_key_t kl_keys[] = {
     {"worker.batch.max", KL_CT_INT, "1000", 1, 100000, NULL,
      "events per store commit at most"},
     {"worker.batch.wait.ms", KL_CT_MS, "20", 0, 10000, NULL,
-     "how long a batch waits to fill before it is committed"},
+     "how long a batch waits to fill while other events are still ready or "
+     "running; with none left it is committed at once"},
     {"worker.expect.partitions", KL_CT_INT, "0", 0, 100000, NULL,
      "refuse to run when the topic's partition count differs (0: the count "
      "seen at start)"},

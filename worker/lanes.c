@@ -636,14 +636,29 @@ static void kl_lane_settle(kl__lanes_t *lanes, kl__lane_t *lane) {
     kl__lane_resume(lanes, lane, KL__PAUSE_WINDOW);
 }
 
+/* Nothing can run until more records come: a batch waiting to fill would
+ * only hold its events back, so it commits now. Under load some event is
+ * always ready or running, and batches fill to worker.batch.max or wait
+ * worker.batch.wait.ms, as before. */
+static int kl_lanes_idle(const kl__lanes_t *lanes) {
+  for (int32_t p = 0; p < lanes->count; p++) {
+    const kl__lane_t *lane = lanes->lanes[p];
+    if (lane && (kl_lane_schedulable(lane) || lane->running))
+      return 0;
+  }
+  return 1;
+}
+
 /* Every lane whose commit is due goes into one store commit: with many
  * partitions, one fsync for all of them instead of one each. */
 static void kl_lanes_commit_due(kl__lanes_t *lanes, int64_t now) {
   size_t n = 0;
+  int idle = kl_lanes_idle(lanes);
   for (int32_t p = 0; p < lanes->count; p++) {
     kl__lane_t *lane = lanes->lanes[p];
     if (lane && lane->state == KL__LANE_OWNED &&
-        kl_lane_commit_due(lanes, lane, now))
+        (idle ? lane->final.n && now >= lane->hold_until_ns
+              : kl_lane_commit_due(lanes, lane, now)))
       lanes->due[n++] = lane;
   }
   if (n)

@@ -1,0 +1,77 @@
+/*
+ * How soon the worker applies an event, on the embedded cluster (or
+ * KEYLANE_TEST_BOOTSTRAP's): a batch does not wait worker.batch.wait.ms
+ * to fill when nothing else is left to run; the latency histograms count
+ * what was applied.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/metrics.h"
+#include "support/cluster.h"
+#include "support/support.h"
+#include "worker/worker_internal.h"
+
+/* A batch wait far beyond the test's patience: only the idle commit can
+ * apply the events before the test gives up. */
+static const char *const kl_slow_batches[] = {
+    "worker.session.timeout.ms=3000", "worker.batch.wait.ms=10000", NULL};
+
+static void kl_wait_owned(kl_worker_t *worker, int32_t partitions) {
+  kl_worker_stats_t st = {0};
+  for (int i = 0; i < 3000 && st.owned < partitions; i++) {
+    kl_t_sleep_ms(10);
+    kl_worker_stats(worker, &st);
+  }
+  assert_int_equal(st.owned, partitions);
+}
+
+static void test_idle_worker_commits_without_waiting(void **state) {
+  char dir[64];
+  kl_t_tmpdir(dir);
+  kl_t_cluster_t *cluster;
+  assert_int_equal(kl_t_cluster_new(1, "idle", 2, &cluster), KL_OK);
+  const char *topic = kl_t_topic(cluster);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  kl__ledger_gen_t *gen = kl__ledger_gen_new(10, 2, 7);
+  kl_producer_t *producer = kl_t_producer(kl_t_bootstrap(cluster), gen);
+  kl_t_worker_t *w =
+      kl_t_worker_start(kl_t_bootstrap(cluster), topic,
+                        kl_t_group(cluster, "idle"), store, kl_slow_batches);
+  kl_wait_owned(w->worker, 2);
+  for (int i = 0; i < 5; i++)
+    assert_int_equal(kl__ledger_gen_publish(gen, producer, topic), KL_OK);
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+  /* Committed (the store's watermarks) well before the batch wait. */
+  assert_int_equal(kl__ledger_gen_wait(gen, store, topic, 0, 8000), 0);
+  assert_int_equal(kl_t_workers_applied(&w, 1, 5, 10000), 5);
+  size_t len;
+  char *text = kl__metrics_render(kl__worker_metrics(w->worker), &len);
+  char line[256];
+  snprintf(line, sizeof(line),
+           "keylane_worker_event_latency_seconds_count{topic=\"%s\"} 5\n",
+           topic);
+  if (!strstr(text, line))
+    fail_msg("\"%s\" not in:\n%s", line, text);
+  free(text);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_producer_destroy(producer);
+  kl__ledger_gen_destroy(gen);
+  kl_store_destroy(store);
+  kl_t_cluster_destroy(cluster);
+  kl_t_rmrf(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_idle_worker_commits_without_waiting),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
