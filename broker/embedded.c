@@ -3,6 +3,7 @@
  * that exists only to own it. Its listeners are plain TCP on 127.0.0.1, so
  * other processes (workers, `keylane publish`) reach it like any broker.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,7 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #include "common/internal.h"
+#include "common/kafka.h"
 #include "common/log.h"
 #include "keylane/embedded.h"
 
@@ -22,7 +24,35 @@ struct kl_embedded {
   rd_kafka_mock_cluster_t *mcluster;
   int brokers;
   char *bootstrap;
+  struct kl_embedded *next; /* the process's running clusters */
 };
+
+/* The clusters of this process, for kl__embedded_local(). */
+static pthread_mutex_t kl_running_mu = PTHREAD_MUTEX_INITIALIZER;
+static kl_embedded_t *kl_running;
+
+static void kl_running_link(kl_embedded_t *embedded, int link) {
+  pthread_mutex_lock(&kl_running_mu);
+  kl_embedded_t **p = &kl_running;
+  while (*p && *p != embedded)
+    p = &(*p)->next;
+  if (link && !*p) {
+    embedded->next = kl_running;
+    kl_running = embedded;
+  } else if (!link && *p) {
+    *p = embedded->next;
+  }
+  pthread_mutex_unlock(&kl_running_mu);
+}
+
+int kl__embedded_local(const char *bootstrap) {
+  int found = 0;
+  pthread_mutex_lock(&kl_running_mu);
+  for (kl_embedded_t *e = kl_running; e && bootstrap && !found; e = e->next)
+    found = strcmp(e->bootstrap, bootstrap) == 0;
+  pthread_mutex_unlock(&kl_running_mu);
+  return found;
+}
 
 /* librdkafka's internal threads call this; kl__log writes one line with
  * one write(2), so it is safe from any thread. The owning handle has no
@@ -107,7 +137,10 @@ static kl_err_t kl_embedded_start(kl_embedded_t *embedded, int brokers) {
   embedded->brokers = brokers;
   embedded->bootstrap =
       strdup(rd_kafka_mock_cluster_bootstraps(embedded->mcluster));
-  return embedded->bootstrap ? KL_OK : KL_ENOMEM;
+  if (!embedded->bootstrap)
+    return KL_ENOMEM;
+  kl_running_link(embedded, 1);
+  return KL_OK;
 }
 
 kl_err_t kl_embedded_new(int brokers, const char *topic, int32_t partitions,
@@ -141,6 +174,7 @@ const char *kl_embedded_bootstrap(const kl_embedded_t *embedded) {
 void kl_embedded_destroy(kl_embedded_t *embedded) {
   if (!embedded)
     return;
+  kl_running_link(embedded, 0);
   if (embedded->mcluster)
     rd_kafka_mock_cluster_destroy(embedded->mcluster);
   if (embedded->rk)

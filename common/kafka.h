@@ -20,6 +20,17 @@ kl_err_t kl__kafka_set(void *rkconf, const char *name, const char *value);
 kl_err_t kl__kafka_conf_apply(rd_kafka_conf_t *rkconf, const kl_conf_t *conf,
                               const char *const *defaults);
 
+/** fetch.wait.max.ms of a consumer of an embedded cluster (keylane/
+ *  embedded.h: it holds a fetch that finds nothing for that long). */
+#define KL_EMBEDDED_FETCH_WAIT_MS "10"
+
+/**
+ * @returns 1 when @p bootstrap (may be NULL) is the bootstrap string of an
+ *          embedded cluster running in this process (broker/embedded.c);
+ *          0 otherwise. Any thread.
+ */
+int kl__embedded_local(const char *bootstrap);
+
 /**
  * librdkafka's log callback, into keylane's log as component "rdkafka".
  * Runs on librdkafka's threads. Lost connections (LOG_ERR, retried) become

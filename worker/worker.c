@@ -450,6 +450,25 @@ static void kl_rdk_log(const kl__rdk_features_t *features,
                                        : " (consumer needs librdkafka 2.12)");
 }
 
+/* The embedded cluster holds a fetch that finds no record for all of
+ * fetch.wait.max.ms, records that arrive meanwhile included
+ * (keylane/embedded.h): a worker of one in this process fetches with a
+ * short one. Appends it to @p defaults (room for KL__RDK_DEFAULTS_MAX). */
+static void kl_embedded_fetch(const kl_worker_t *worker,
+                              const char **defaults) {
+  if (!kl__embedded_local(
+          kl_conf_get(worker->conf, "kafka.bootstrap.servers")))
+    return;
+  size_t n = 0;
+  while (defaults[n])
+    n += 2;
+  if (n + 2 < KL__RDK_DEFAULTS_MAX) {
+    defaults[n] = "fetch.wait.max.ms";
+    defaults[n + 1] = KL_EMBEDDED_FETCH_WAIT_MS;
+    defaults[n + 2] = NULL;
+  }
+}
+
 static kl_err_t kl_consumer_new(kl_worker_t *worker) {
   rd_kafka_conf_t *kconf = rd_kafka_conf_new();
   char session[32], heartbeat[32];
@@ -472,6 +491,7 @@ static kl_err_t kl_consumer_new(kl_worker_t *worker) {
     return err;
   }
   kl_rdk_log(&features, consumer_protocol);
+  kl_embedded_fetch(worker, defaults);
   err = kl__kafka_conf_apply(kconf, worker->conf, defaults);
   if (err) {
     rd_kafka_conf_destroy(kconf);
@@ -913,6 +933,10 @@ kl_err_t kl_worker_run(kl_worker_t *worker) {
   kl__pool_destroy(worker->pool);
   worker->pool = NULL;
   return KL_OK;
+}
+
+rd_kafka_t *kl__worker_consumer(kl_worker_t *worker) {
+  return worker->rk;
 }
 
 struct kl__metrics *kl__worker_metrics(kl_worker_t *worker) {

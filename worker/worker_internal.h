@@ -19,6 +19,10 @@ typedef void(kl__worker_hook_fn)(void *opaque, const char *topic,
 void kl__worker_set_before_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
                                   void *opaque);
 
+/** The worker's consumer, for tests that read its settings: borrowed,
+ *  valid until kl_worker_destroy(). */
+struct rd_kafka_s *kl__worker_consumer(kl_worker_t *worker);
+
 /** The worker's own metrics registry, kept across scrapes (the latency
  *  histograms, lanes.h kl__lanes_metrics()): borrowed, valid until
  *  kl_worker_destroy(); render it from any thread. */

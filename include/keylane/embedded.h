@@ -28,6 +28,12 @@
  *   rebalances, so about twice as long. Start a fleet's processes
  *   together.
  * - Idempotent producers work (InitProducerId is served).
+ * - A fetch that finds no record is answered only after the consumer's
+ *   fetch.wait.max.ms (500 ms by default), even when records arrive
+ *   meanwhile; Kafka answers as soon as they do. So a worker in this
+ *   process that fetches from it waits at most 10 ms instead; a worker in
+ *   another process wants -X kafka.fetch.wait.max.ms=10 (`keylane demo`
+ *   passes it), or its events wait about 250 ms on average.
  *
  * Caveats:
  * - The cluster runs on its own threads; the handle may be used from any

@@ -2,7 +2,8 @@
  * How soon the worker applies an event, on the embedded cluster (or
  * KEYLANE_TEST_BOOTSTRAP's): a batch does not wait worker.batch.wait.ms
  * to fill when nothing else is left to run; the latency histograms count
- * what was applied.
+ * what was applied; a worker of an embedded cluster fetches with a short
+ * fetch.wait.max.ms, since that cluster holds an empty fetch for all of it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "common/kafka.h"
 #include "common/metrics.h"
 #include "support/cluster.h"
 #include "support/support.h"
@@ -69,9 +71,57 @@ static void test_idle_worker_commits_without_waiting(void **state) {
   kl_t_rmrf(dir);
 }
 
+static void kl_assert_fetch_wait(kl_worker_t *worker, const char *want) {
+  char have[32] = "";
+  size_t size = sizeof(have);
+  assert_int_equal(rd_kafka_conf_get(rd_kafka_conf(kl__worker_consumer(worker)),
+                                     "fetch.wait.max.ms", have, &size),
+                   RD_KAFKA_CONF_OK);
+  assert_string_equal(have, want);
+}
+
+static void test_embedded_consumer_fetches_promptly(void **state) {
+  char dir[64];
+  kl_t_tmpdir(dir);
+  kl_t_cluster_t *cluster;
+  assert_int_equal(kl_t_cluster_new(1, "fetch", 1, &cluster), KL_OK);
+  char boot[256];
+  snprintf(boot, sizeof(boot), "%s", kl_t_bootstrap(cluster));
+  int real = kl_t_cluster_is_real(cluster);
+  assert_int_equal(kl__embedded_local(boot), !real);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  kl_t_worker_t *w = kl_t_worker_new(boot, kl_t_topic(cluster),
+                                     kl_t_group(cluster, "fetch"), store, NULL);
+  /* Kafka answers a fetch when records come: its default stays. */
+  kl_assert_fetch_wait(w->worker, real ? "500" : KL_EMBEDDED_FETCH_WAIT_MS);
+  kl_worker_destroy(w->worker);
+  free(w);
+  /* Any other cluster: Kafka's default (kl_worker_new() connects to
+   * nothing yet). */
+  w = kl_t_worker_new("127.0.0.1:1", kl_t_topic(cluster),
+                      kl_t_group(cluster, "fetch"), store, NULL);
+  kl_assert_fetch_wait(w->worker, "500");
+  kl_worker_destroy(w->worker);
+  free(w);
+  /* A setting of the user's wins. */
+  const char *const mine[] = {"kafka.fetch.wait.max.ms=77", NULL};
+  w = kl_t_worker_new(boot, kl_t_topic(cluster), kl_t_group(cluster, "fetch"),
+                      store, mine);
+  kl_assert_fetch_wait(w->worker, "77");
+  kl_worker_destroy(w->worker);
+  free(w);
+  kl_store_destroy(store);
+  kl_t_cluster_destroy(cluster);
+  assert_false(kl__embedded_local(boot));
+  assert_false(kl__embedded_local(NULL));
+  kl_t_rmrf(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_idle_worker_commits_without_waiting),
+      cmocka_unit_test(test_embedded_consumer_fetches_promptly),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,6 +25,7 @@
 
 #include "common/cli/cli.h"
 #include "common/internal.h"
+#include "common/kafka.h"
 #include "keylane/embedded.h"
 #include "keylane/producer.h"
 #include "keylane/store.h"
@@ -95,6 +96,9 @@ static pid_t kl_demo_spawn(kl_demo_t *demo, int i) {
   argv[n++] = (char *)"6000";
   argv[n++] = (char *)"--partitions";
   argv[n++] = (char *)"8";
+  /* The embedded cluster holds an empty fetch for all of it (embedded.h) */
+  argv[n++] = (char *)"-X";
+  argv[n++] = (char *)"kafka.fetch.wait.max.ms=" KL_EMBEDDED_FETCH_WAIT_MS;
   if (i == 0) {
     /* Its application thread stalls; the group notices through the
      * poll interval, as it would a GC pause or a frozen VM. */
