@@ -5,8 +5,9 @@
  * --seconds to a topic of --partitions partitions, and one worker (ledger
  * handler, or an exec handler) with a durable LMDB store applies them.
  * Publishing starts once the worker owns every partition, so the group
- * join is not measured. --drain-ms after the last publish it reads the
- * worker's own histograms, the ones /metrics serves:
+ * join is not measured, and the first --warmup seconds are not measured
+ * either: a broker just started runs its JVM cold. --drain-ms after the last
+ * publish it reads the worker's own histograms, the ones /metrics serves:
  *   keylane_worker_event_latency_seconds         envelope ts -> commit
  *   keylane_worker_event_commit_latency_seconds  taken from the consumer
  *                                                -> commit
@@ -47,7 +48,7 @@
 #endif
 
 typedef struct kl_bl_opts {
-  int64_t rate, seconds, partitions, drain_ms, kafka_port;
+  int64_t rate, seconds, warmup, partitions, drain_ms, kafka_port;
   const char *handler, *bootstrap;
   int embedded, json;
   const char *worker_sets[KL_BL_SETS_MAX];   /* -X key=value */
@@ -238,9 +239,10 @@ static kl_producer_t *kl_bl_producer(const kl_bl_opts_t *o, const char *boot,
 
 /* Event i at start + i / rate, on an absolute clock so that a late one
  * does not delay the rest. @returns the events published. */
-static int64_t kl_bl_publish(const kl_bl_opts_t *o, kl_producer_t *producer,
-                             kl__ledger_gen_t *gen, const char *topic) {
-  int64_t total = o->rate * o->seconds;
+static int64_t kl_bl_publish(const kl_bl_opts_t *o, int64_t seconds,
+                             kl_producer_t *producer, kl__ledger_gen_t *gen,
+                             const char *topic) {
+  int64_t total = o->rate * seconds;
   struct timespec start;
   clock_gettime(CLOCK_MONOTONIC, &start);
   for (int64_t i = 0; i < total; i++) {
@@ -284,6 +286,26 @@ static int kl_bl_wait_owned(kl_worker_t *worker, int32_t partitions) {
   return -1;
 }
 
+/* The worker's applied count and histograms so far. */
+static void kl_bl_read(kl_worker_t *worker, kl_bl_result_t *r) {
+  kl_worker_stats_t st;
+  kl_worker_stats(worker, &st);
+  r->applied = st.applied;
+  size_t len;
+  char *text = kl__metrics_render(kl__worker_metrics(worker), &len);
+  kl_bl_hist_parse(text ? text : "", "keylane_worker_event_latency_seconds",
+                   &r->e2e);
+  kl_bl_hist_parse(text ? text : "",
+                   "keylane_worker_event_commit_latency_seconds", &r->local);
+  free(text);
+}
+
+/* Leaves in @p h what was observed after @p before (its earlier copy). */
+static void kl_bl_hist_minus(kl_bl_hist_t *h, const kl_bl_hist_t *before) {
+  for (int i = 0; i < h->n && i < before->n; i++)
+    h->count[i] -= before->count[i];
+}
+
 static int kl_bl_measure(const kl_bl_opts_t *o, const char *boot,
                          kl_t_cluster_t *cluster, kl_bl_result_t *r) {
   char dir[64];
@@ -300,19 +322,20 @@ static int kl_bl_measure(const kl_bl_opts_t *o, const char *boot,
     fprintf(stderr, "keylane-bench latency: %s\n", kl_err_detail());
   if (!rc)
     rc = kl_bl_wait_owned(w.worker, (int32_t)o->partitions);
+  kl_bl_result_t warm = {0};
   if (!rc) {
-    r->published = kl_bl_publish(o, producer, gen, kl_t_topic(cluster));
+    warm.published =
+        kl_bl_publish(o, o->warmup, producer, gen, kl_t_topic(cluster));
     kl_t_sleep_ms((int)o->drain_ms);
-    kl_worker_stats_t st;
-    kl_worker_stats(w.worker, &st);
-    r->applied = st.applied;
-    size_t len;
-    char *text = kl__metrics_render(kl__worker_metrics(w.worker), &len);
-    kl_bl_hist_parse(text ? text : "", "keylane_worker_event_latency_seconds",
-                     &r->e2e);
-    kl_bl_hist_parse(text ? text : "",
-                     "keylane_worker_event_commit_latency_seconds", &r->local);
-    free(text);
+    kl_bl_read(w.worker, &warm);
+  }
+  if (!rc) {
+    r->published = warm.published + kl_bl_publish(o, o->seconds, producer, gen,
+                                                  kl_t_topic(cluster));
+    kl_t_sleep_ms((int)o->drain_ms);
+    kl_bl_read(w.worker, r);
+    kl_bl_hist_minus(&r->e2e, &warm.e2e);
+    kl_bl_hist_minus(&r->local, &warm.local);
     kl_flush(producer, 10000);
   }
   kl_bl_worker_stop(&w);
@@ -360,6 +383,7 @@ static void kl_bl_print(const kl_bl_opts_t *o, const char *where,
         "applied", (json_int_t)r->applied, "backlog",
         (json_int_t)(backlog > 0 ? backlog : 0), "drain_ms",
         (json_int_t)o->drain_ms);
+    json_object_set_new(j, "warmup_s", json_integer(o->warmup));
     json_object_set_new(j, "publish_to_applied", kl_bl_json_hist(&r->e2e));
     json_object_set_new(j, "taken_to_applied", kl_bl_json_hist(&r->local));
     json_dumpf(j, stdout, JSON_COMPACT);
@@ -372,8 +396,8 @@ static void kl_bl_print(const kl_bl_opts_t *o, const char *where,
          where, o->handler, o->rate, o->seconds, o->partitions);
   kl_bl_print_hist("publish (envelope ts) -> applied:", &r->e2e);
   kl_bl_print_hist("taken from the consumer -> applied:", &r->local);
-  printf("  published %" PRId64 ", applied %" PRIu64 ", backlog %" PRId64
-         " events %" PRId64 " ms after the last publish\n",
+  printf("  published %" PRId64 ", applied %" PRIu64 " (warm-up included), "
+         "backlog %" PRId64 " events %" PRId64 " ms after the last publish\n",
          r->published, r->applied, backlog > 0 ? backlog : 0, o->drain_ms);
 }
 
@@ -382,12 +406,14 @@ static void kl_bl_print(const kl_bl_opts_t *o, const char *where,
 static void kl_bl_usage(void) {
   printf(
       "usage: keylane-bench latency [--rate R] [--seconds S] [--partitions N]\n"
-      "         [--handler ledger|exec:trivial|exec:COMMAND]\n"
+      "         [--warmup W] [--handler ledger|exec:trivial|exec:COMMAND]\n"
       "         [--bootstrap B | --embedded | --kafka-port P] [--drain-ms MS]\n"
       "         [-X KEY=VALUE]... [-P KEY=VALUE]... [--json]\n\n"
       "Publishes ledger events with kl_publish at R events/s (default 2000)\n"
       "for S seconds (default 10) to N partitions (default 8); one worker\n"
-      "with a durable LMDB store applies them. Prints p50/p99/p999 of\n"
+      "with a durable LMDB store applies them, after W s (default 3) at the\n"
+      "same rate that are not measured (a fresh broker's JVM is cold).\n"
+      "Prints p50/p99/p999 of\n"
       "publish (envelope ts) -> applied and of taken-from-the-consumer ->\n"
       "applied, from the worker's histograms, and the events not applied\n"
       "MS (default 2000) after the last publish.\n"
@@ -413,6 +439,7 @@ static int kl_bl_opts(int argc, char **argv, kl_bl_opts_t *o) {
   static const struct option opts[] = {
       {"rate", required_argument, NULL, 'r'},
       {"seconds", required_argument, NULL, 's'},
+      {"warmup", required_argument, NULL, 'w'},
       {"partitions", required_argument, NULL, 'n'},
       {"handler", required_argument, NULL, 'H'},
       {"bootstrap", required_argument, NULL, 'b'},
@@ -426,6 +453,7 @@ static int kl_bl_opts(int argc, char **argv, kl_bl_opts_t *o) {
                       .seconds = 10,
                       .partitions = 8,
                       .drain_ms = 2000,
+                      .warmup = 3,
                       .handler = "ledger",
                       .kafka_port = 30000 + 10 * (getpid() % 300)};
   int c, rc = 0;
@@ -437,6 +465,9 @@ static int kl_bl_opts(int argc, char **argv, kl_bl_opts_t *o) {
       break;
     case 's':
       rc = kl_bench_count(KL_BL_NAME, "--seconds", optarg, 3600, &o->seconds);
+      break;
+    case 'w':
+      rc = kl_bench_count(KL_BL_NAME, "--warmup", optarg, 3600, &o->warmup);
       break;
     case 'n':
       rc = kl_bench_count(KL_BL_NAME, "--partitions", optarg, 1024,
