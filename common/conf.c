@@ -66,6 +66,10 @@ static const kl_conf_key_t kl_keys[] = {
     {"store.pg.idle.timeout", KL_CT_DURATION, "60s", 0, KL_I64_MAX, NULL,
      "PostgreSQL store: the server ends a batch idle this long, releasing the "
      "row locks of a paused owner (0: the server's setting)"},
+    {"store.cache.max", KL_CT_SIZE, "64M", 0, KL_I64_MAX, NULL,
+     "PostgreSQL store: bytes of handler keys and values an owner keeps in "
+     "memory between batches (LRU; dropped on a fence, a failed commit, an "
+     "epoch change and a revoke); 0: off"},
     {"worker.group", KL_CT_STR, "keylane", 0, 0, NULL, "consumer group id"},
     {"worker.group.protocol", KL_CT_ENUM, "classic", 0, 0, "classic|consumer",
      "consumer: KIP-848's group protocol (librdkafka 2.12+, Apache Kafka "

@@ -256,6 +256,32 @@ void *kl_txn_pg_conn(kl_txn_t *txn) {
                                           : NULL;
 }
 
+kl_err_t kl_txn_prefetch(kl_txn_t *txn, const char *const *ids,
+                         const size_t *id_lens, size_t n) {
+  if (!txn || (n && (!ids || !id_lens)))
+    return kl__err(KL_EINVAL, "kl_txn_prefetch: txn, ids and id_lens are "
+                              "required");
+  for (size_t i = 0; i < n; i++) {
+    kl_err_t err = kl_store_check_id("kl_txn_prefetch", ids[i], id_lens[i]);
+    if (err)
+      return err;
+  }
+  return n && txn->store->ops->prefetch
+             ? txn->store->ops->prefetch(txn, ids, id_lens, n)
+             : KL_OK;
+}
+
+void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition) {
+  if (store && topic && store->ops->forget)
+    store->ops->forget(store, topic, partition);
+}
+
+void kl__store_cache_stats(kl_store_t *store, kl__cache_stats_t *stats) {
+  memset(stats, 0, sizeof(*stats));
+  if (store && store->ops->cache_stats)
+    store->ops->cache_stats(store, stats);
+}
+
 void kl_txn_count_duplicate(kl_txn_t *txn) {
   if (txn)
     txn->store->ops->count_duplicate(txn);

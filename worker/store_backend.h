@@ -8,6 +8,7 @@
 #define KEYLANE_WORKER_STORE_BACKEND_H
 
 #include "keylane/store.h"
+#include "worker/store_cache.h"
 #include "worker/store_internal.h"
 #include "worker/txn_buffer.h"
 
@@ -54,6 +55,14 @@ typedef struct kl__store_ops {
   /* Optional (NULL: kl_txn_pg_conn() returns NULL): the PGconn a handler
    * may run its SQL on, in the transaction that commits the txn. */
   void *(*pg_conn)(kl_txn_t *txn);
+  /* Optional (NULL: kl_txn_prefetch() does nothing): looks up a batch's
+   * idempotency keys at once, for kl_txn_seen() to answer from memory. */
+  kl_err_t (*prefetch)(kl_txn_t *txn, const char *const *ids,
+                       const size_t *id_lens, size_t n);
+  /* Optional (NULL: no owner cache): kl__store_forget() and
+   * kl__store_cache_stats(). */
+  void (*forget)(kl_store_t *store, const char *topic, int32_t partition);
+  void (*cache_stats)(kl_store_t *store, kl__cache_stats_t *stats);
 } kl__store_ops_t;
 
 struct kl_store {

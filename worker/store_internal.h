@@ -109,6 +109,20 @@ kl_err_t kl__store_beat(kl_store_t *store, const char *topic,
  */
 int64_t kl__beat_period_ns(const kl_conf_t *conf);
 
+/**
+ * Tells the store that this process no longer owns @p partition of
+ * @p topic (a revoke): the owner cache drops what it holds of it
+ * (store_cache.h). Safe to call for any partition, on any backend.
+ */
+void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition);
+
+struct kl__cache_stats;
+/**
+ * The owner cache's size and counters (zeroes when the backend has none or
+ * store.cache.max is 0), for the worker's metrics and the benchmark.
+ */
+void kl__store_cache_stats(kl_store_t *store, struct kl__cache_stats *stats);
+
 /* The LMDB store's format: bumped on any incompatible layout change.
  * Format 1 kept idempotency keys unscoped in KL__LMDB_IDS_V1_DB, keyed by
  * the encoded id alone (a tag byte, 0 raw or 1 a packed UUID, then the

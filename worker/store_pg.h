@@ -21,17 +21,19 @@
 #include <stdint.h>
 
 #include "worker/store_backend.h"
+#include "worker/store_cache.h"
 
 /* The statements a batch runs, prepared once per connection. */
 typedef enum kl__pg_stmt {
-  KL__PG_GET,    /* a handler key's value */
-  KL__PG_SEEN,   /* an idempotency key's mark */
-  KL__PG_FENCE,  /* the commit's epoch check, watermark and counters */
-  KL__PG_UPSERT, /* the batch's puts */
-  KL__PG_DELETE, /* the batch's deletes */
-  KL__PG_IDS,    /* the batch's idempotency keys */
-  KL__PG_EPOCH,  /* the current epoch, for the fenced message */
-  KL__PG_APPLIED, /* how many of some ids are applied already */
+  KL__PG_GET,       /* a handler key's value */
+  KL__PG_SEEN,      /* an idempotency key's mark */
+  KL__PG_SEEN_MANY, /* the marks of a batch's idempotency keys */
+  KL__PG_FENCE,     /* the commit's epoch check, watermark and counters */
+  KL__PG_UPSERT,    /* the batch's puts */
+  KL__PG_DELETE,    /* the batch's deletes */
+  KL__PG_IDS,       /* the batch's idempotency keys */
+  KL__PG_EPOCH,     /* the current epoch, for the fenced message */
+  KL__PG_APPLIED,   /* how many of some ids are applied already */
   KL__PG_STMT_COUNT
 } kl__pg_stmt_t;
 
@@ -56,6 +58,7 @@ typedef struct kl__pg {
   size_t open;
   size_t idle_count;
   kl__pg_conn_t **idle;
+  kl__cache_t *cache; /* store.cache.max; NULL: off */
 } kl__pg_t;
 
 extern const kl__store_ops_t kl__pg_ops;
@@ -114,6 +117,38 @@ PGresult *kl__pg_run(kl__pg_conn_t *conn, kl__pg_stmt_t stmt, int nparams,
                      const char *const *values, const int *lengths,
                      const int *formats, int binary_result, kl_err_t *err);
 
+/** Prepares @p stmt on @p conn unless it is: KL_OK or a kl__pg_err(). */
+kl_err_t kl__pg_prepare(kl__pg_conn_t *conn, kl__pg_stmt_t stmt);
+
+/** One statement of kl__pg_pipeline(): a prepared one, or @p sql. */
+typedef struct kl__pg_call {
+  kl__pg_stmt_t stmt; /* used when sql is NULL */
+  const char *sql;    /* a statement without parameters (COMMIT) */
+  int nparams;
+  const char *values[7];
+  int lengths[7];
+  int formats[7];
+  const char *what; /* for messages; set for prepared ones when NULL */
+  PGresult *res;    /* set by kl__pg_pipeline(); the caller PQclear()s it */
+} kl__pg_call_t;
+
+/**
+ * Sends @p n statements in libpq's pipeline mode and one sync, so that
+ * they cost one network round trip, then collects each one's result into
+ * calls[i].res (PGRES_PIPELINE_ABORTED for those after a failed one; NULL
+ * when the link broke first). Statements are prepared first when needed.
+ * @returns KL_OK when every result arrived; a kl__pg_err() otherwise (the
+ *          connection is then to be dropped).
+ */
+kl_err_t kl__pg_pipeline(kl__pg_conn_t *conn, kl__pg_call_t *calls, int n);
+
+/* What the fence statement fails with when the epoch moved (it divides by
+ * the count of rows it matched): division_by_zero. */
+#define KL__PG_FENCED_STATE "22012"
+
+/** The SQLSTATE of a failed result, or "". */
+const char *kl__pg_state(const PGresult *res);
+
 /* Schema versions (store_pg_migrations.c). */
 #define KL__PG_SCHEMA_VERSION 4
 
@@ -150,5 +185,7 @@ kl_err_t kl__pg_mark(kl_txn_t *txn, const char *id, size_t id_len,
                      kl_mark_t mark);
 void kl__pg_count_duplicate(kl_txn_t *txn);
 void *kl__pg_conn(kl_txn_t *txn);
+kl_err_t kl__pg_prefetch(kl_txn_t *txn, const char *const *ids,
+                         const size_t *id_lens, size_t n);
 
 #endif

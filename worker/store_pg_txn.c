@@ -1,19 +1,26 @@
 /*
  * A batch on the PostgreSQL store: one database transaction on one pooled
  * connection, from kl_store_begin() (BEGIN) to kl_store_commit() (COMMIT)
- * or kl_store_abort() (ROLLBACK). Handlers read through kl_txn_get() and
- * may run their own statements on kl_txn_pg_conn(); kl_txn_put/del/mark
- * are buffered and written by the commit, in one statement each, after the
- * epoch check:
+ * or kl_store_abort() (ROLLBACK). Handlers read through kl_txn_get() (the
+ * owner cache first, store_cache.h) and may run their own statements on
+ * kl_txn_pg_conn(); kl_txn_prefetch() looks a batch's idempotency keys up
+ * in one statement; kl_txn_put/del/mark are buffered and written by the
+ * commit, in one statement each, after the epoch check, all sent in ONE
+ * libpq pipeline with the COMMIT (one network round trip):
  *
- *   UPDATE keylane_partitions SET watermark = GREATEST(watermark, $new),
+ *   WITH f AS (UPDATE keylane_partitions SET watermark = GREATEST(...),
  *     counters += ... WHERE topic = $t AND partition = $p AND epoch = $mine
- *     RETURNING epoch                         -- 0 rows: fenced, ROLLBACK
+ *     RETURNING epoch) SELECT 1 / count(*) FROM f
+ *                       -- 0 rows: division_by_zero, the pipeline aborts
  *   INSERT INTO keylane_kv ... ON CONFLICT (key) DO UPDATE   -- the puts
  *   DELETE FROM keylane_kv WHERE key = ANY(...)              -- the dels
  *   INSERT INTO keylane_ids ... ON CONFLICT (topic, id) DO UPDATE -- marks
  *     ... WHERE the stored mark is a dead letter and the new one applied
  *   COMMIT
+ *
+ * A statement that fails in a pipeline makes the server skip the rest up
+ * to the sync, COMMIT included, and leaves the transaction aborted: a
+ * fenced batch writes nothing, as when the statements went one by one.
  *
  * Where the fence takes its lock. The conditional UPDATE is the check and
  * the row lock at once, taken at commit, not at begin:
@@ -73,7 +80,18 @@ typedef struct kl_pg_txn {
   kl__buf_t ids;       /* idempotency keys: tag = kl_mark_t */
   uint64_t duplicates; /* kl_txn_count_duplicate() */
   PGresult *last;      /* holds the value the last kl_txn_get() lent */
+  kl__buf_t known;     /* kl_txn_prefetch()'s answers: tag = kl_mark_t */
+  kl__cache_seg_t *seg; /* the partition's owner cache; NULL: none */
+  uint64_t ticket;      /* kl__cache_ticket() before the snapshot */
+  int lent;             /* kl_txn_pg_conn() was asked: no cache */
+  int broken;           /* a pipeline failed: drop the connection */
+  unsigned char *vbuf;  /* the value the last cache hit lent */
+  size_t vcap;
 } kl_pg_txn_t;
+
+static kl__cache_t *kl_pg_cache(const kl_pg_txn_t *txn) {
+  return ((kl__pg_t *)txn->base.store)->cache;
+}
 
 /* ---- binary arrays, one parameter for a whole batch ------------------ */
 
@@ -152,6 +170,8 @@ static void kl_pg_txn_free(kl_pg_txn_t *txn) {
   PQclear(txn->last);
   kl__buf_clear(&txn->data);
   kl__buf_clear(&txn->ids);
+  kl__buf_clear(&txn->known);
+  free(txn->vbuf);
   free(txn->topic);
   free(txn);
 }
@@ -162,10 +182,11 @@ static void kl_pg_txn_end(kl_pg_txn_t *txn) {
   kl__pg_t *pgs = (kl__pg_t *)txn->base.store;
   PGconn *pg = txn->conn->pg;
   PGTransactionStatusType st = PQtransactionStatus(pg);
-  if (PQstatus(pg) == CONNECTION_OK &&
+  if (!txn->broken && PQstatus(pg) == CONNECTION_OK &&
       (st == PQTRANS_INTRANS || st == PQTRANS_INERROR))
     PQclear(PQexec(pg, "ROLLBACK"));
-  kl__pg_conn_give(pgs, txn->conn, PQstatus(pg) != CONNECTION_OK);
+  kl__pg_conn_give(pgs, txn->conn,
+                   txn->broken || PQstatus(pg) != CONNECTION_OK);
   kl_pg_txn_free(txn);
 }
 
@@ -225,6 +246,10 @@ kl_err_t kl__pg_begin(kl_store_t *store, const char *topic, int32_t partition,
   txn->epoch = epoch;
   kl__buf_init(&txn->data);
   kl__buf_init(&txn->ids);
+  kl__buf_init(&txn->known);
+  kl__cache_t *cache = ((kl__pg_t *)store)->cache;
+  txn->seg = kl__cache_seg(cache, topic, partition);
+  txn->ticket = kl__cache_ticket(cache, txn->seg); /* before the snapshot */
   /* The first statement takes the snapshot; it also fails fast, as the
    * LMDB store does: a batch that cannot commit need not run handlers. */
   kl_err_t err = kl_pg_txn_open((kl__pg_t *)store, txn);
@@ -233,6 +258,10 @@ kl_err_t kl__pg_begin(kl_store_t *store, const char *topic, int32_t partition,
     err = PQtransactionStatus(txn->conn->pg) == PQTRANS_INTRANS
               ? kl_pg_fenced(txn, current)
               : kl__pg_err(txn->conn->pg, NULL, "begin a batch");
+  if (err == KL_EFENCED)
+    kl__cache_drop(cache, txn->seg);
+  else if (!err)
+    kl__cache_own(cache, txn->seg, epoch);
   if (err && txn->conn) {
     kl_pg_txn_end(txn);
     return err;
@@ -249,8 +278,12 @@ void kl__pg_abort(kl_txn_t *base) {
   kl_pg_txn_end((kl_pg_txn_t *)base);
 }
 
+/* The handler's SQL may read and write keylane_kv inside this transaction,
+ * which the cache cannot see: from here on the batch bypasses it. */
 void *kl__pg_conn(kl_txn_t *base) {
-  return ((kl_pg_txn_t *)base)->conn->pg;
+  kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
+  txn->lent = 1;
+  return txn->conn->pg;
 }
 
 kl_err_t kl__store_savepoint(kl_txn_t *base, kl__savepoint_t what) {
@@ -269,6 +302,25 @@ kl_err_t kl__store_savepoint(kl_txn_t *base, kl__savepoint_t what) {
 
 /* ---- reads and buffered writes --------------------------------------- */
 
+/* @returns 1 when the owner cache answered: *@p err is KL_OK (a value) or
+ * KL_ENOTFOUND (known absent); 0 when it does not know @p key. */
+static int kl_pg_cache_answer(kl_pg_txn_t *txn, const void *key, size_t key_len,
+                              const void **val, size_t *val_len,
+                              kl_err_t *err) {
+  switch (kl__cache_get(kl_pg_cache(txn), txn->seg, txn->epoch, txn->ticket,
+                        key, key_len, &txn->vbuf, &txn->vcap, val_len)) {
+  case KL__CACHE_HIT:
+    *val = txn->vbuf ? (const void *)txn->vbuf : "";
+    *err = KL_OK;
+    return 1;
+  case KL__CACHE_ABSENT:
+    *err = KL_ENOTFOUND;
+    return 1;
+  default:
+    return 0;
+  }
+}
+
 kl_err_t kl__pg_get(kl_txn_t *base, const void *key, size_t key_len,
                     const void **val, size_t *val_len) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
@@ -280,16 +332,23 @@ kl_err_t kl__pg_get(kl_txn_t *base, const void *key, size_t key_len,
     *val_len = entry->val_len;
     return KL_OK;
   }
+  kl_err_t err;
+  if (!txn->lent && kl_pg_cache_answer(txn, key, key_len, val, val_len, &err))
+    return err;
   PQclear(txn->last);
   txn->last = NULL;
   const char *values[1] = {key};
   int lengths[1] = {(int)key_len}, formats[1] = {1};
-  kl_err_t err;
   PGresult *res =
       kl__pg_run(txn->conn, KL__PG_GET, 1, values, lengths, formats, 1, &err);
   if (!res)
     return err;
-  if (PQntuples(res) != 1) {
+  int found = PQntuples(res) == 1;
+  if (!txn->lent)
+    kl__cache_fill(kl_pg_cache(txn), txn->seg, txn->epoch, txn->ticket, key,
+                   key_len, found ? PQgetvalue(res, 0, 0) : NULL,
+                   found ? (size_t)PQgetlength(res, 0, 0) : 0);
+  if (!found) {
     PQclear(res);
     return KL_ENOTFOUND;
   }
@@ -314,6 +373,8 @@ kl_err_t kl__pg_seen(kl_txn_t *base, const char *id, size_t id_len,
                      kl_mark_t *mark) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
   const kl__buf_entry_t *entry = kl__buf_get(&txn->ids, id, id_len);
+  if (!entry)
+    entry = kl__buf_get(&txn->known, id, id_len);
   if (entry) {
     *mark = (kl_mark_t)entry->tag;
     return KL_OK;
@@ -341,81 +402,95 @@ void kl__pg_count_duplicate(kl_txn_t *base) {
   ((kl_pg_txn_t *)base)->duplicates++;
 }
 
-/* ---- commit ----------------------------------------------------------- */
+/* ---- a batch's idempotency keys at once ------------------------------ */
 
-/* The statement of @p stmt with one or two binary array parameters, then
- * up to two text ones (@p extra, @p extra2). */
-static kl_err_t kl_pg_run_arrays(kl_pg_txn_t *txn, kl__pg_stmt_t stmt,
-                                 kl_pg_arr_t *a, kl_pg_arr_t *b,
-                                 const char *extra, const char *extra2) {
-  if (kl_pg_arr_end(a) || (b && kl_pg_arr_end(b)))
-    return KL_ENOMEM;
-  const char *values[4] = {(char *)a->p, b ? (char *)b->p : NULL, extra,
-                           extra2};
-  int lengths[4] = {(int)a->len, b ? (int)b->len : 0, 0, 0};
-  int formats[4] = {1, 1, 0, 0};
-  int n = !b ? 1 : !extra ? 2 : !extra2 ? 3 : 4;
-  kl_err_t err;
-  PGresult *res =
-      kl__pg_run(txn->conn, stmt, n, values, lengths, formats, 0, &err);
-  PQclear(res);
-  return res ? KL_OK : err;
+static uint16_t kl_pg_be16(const char *p) {
+  return (uint16_t)((unsigned char)p[0] << 8 | (unsigned char)p[1]);
 }
 
-/* The puts in one upsert and the deletes in one DELETE, in key order so
- * that two commits touching the same keys lock them in the same order. */
-static kl_err_t kl_pg_write_data(kl_pg_txn_t *txn) {
-  const kl__buf_entry_t **list;
-  if (kl__buf_sorted(&txn->data, &list))
-    return KL_ENOMEM;
-  kl_pg_arr_t keys, vals, dels;
-  kl_pg_arr_init(&keys, KL_PG_OID_BYTEA);
-  kl_pg_arr_init(&vals, KL_PG_OID_BYTEA);
-  kl_pg_arr_init(&dels, KL_PG_OID_BYTEA);
-  for (size_t i = 0; i < txn->data.count; i++) {
-    const kl__buf_entry_t *e = list[i];
-    if (e->tag == KL_PG_DEL) {
-      kl_pg_arr_add(&dels, kl__buf_key(e), e->key_len);
-    } else {
-      kl_pg_arr_add(&keys, kl__buf_key(e), e->key_len);
-      kl_pg_arr_add(&vals, kl__buf_val(e), e->val_len);
-    }
-  }
-  free(list);
+/* Records the answers: every asked id unseen, then the rows found. */
+static kl_err_t kl_pg_known(kl_pg_txn_t *txn, const char *const *ids,
+                            const size_t *id_lens, size_t n,
+                            const PGresult *res) {
+  for (size_t i = 0; i < n; i++)
+    if (!kl__buf_get(&txn->known, ids[i], id_lens[i]) &&
+        kl__buf_set(&txn->known, ids[i], id_lens[i], NULL, 0, KL_MARK_NONE))
+      return KL_ENOMEM;
+  for (int row = 0; row < PQntuples(res); row++)
+    if (kl__buf_set(&txn->known, PQgetvalue(res, row, 0),
+                    (size_t)PQgetlength(res, row, 0), NULL, 0,
+                    (int)kl_pg_be16(PQgetvalue(res, row, 1))))
+      return KL_ENOMEM;
+  return KL_OK;
+}
+
+kl_err_t kl__pg_prefetch(kl_txn_t *base, const char *const *ids,
+                         const size_t *id_lens, size_t n) {
+  kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
+  kl_pg_arr_t arr;
+  kl_pg_arr_init(&arr, KL_PG_OID_BYTEA);
+  for (size_t i = 0; i < n; i++)
+    if (!kl__buf_get(&txn->ids, ids[i], id_lens[i]) &&
+        !kl__buf_get(&txn->known, ids[i], id_lens[i]))
+      kl_pg_arr_add(&arr, ids[i], id_lens[i]);
   kl_err_t err = KL_OK;
-  if (keys.n)
-    err = kl_pg_run_arrays(txn, KL__PG_UPSERT, &keys, &vals, NULL, NULL);
-  if (!err && dels.n)
-    err = kl_pg_run_arrays(txn, KL__PG_DELETE, &dels, NULL, NULL, NULL);
-  free(keys.p);
-  free(vals.p);
-  free(dels.p);
+  if (arr.n && kl_pg_arr_end(&arr))
+    err = KL_ENOMEM;
+  else if (arr.n) {
+    const char *values[2] = {(char *)arr.p, txn->topic};
+    int lengths[2] = {(int)arr.len, 0}, formats[2] = {1, 0};
+    PGresult *res = kl__pg_run(txn->conn, KL__PG_SEEN_MANY, 2, values, lengths,
+                               formats, 1, &err);
+    if (res)
+      err = kl_pg_known(txn, ids, id_lens, n, res);
+    PQclear(res);
+  }
+  free(arr.p);
   return err;
 }
 
-static kl_err_t kl_pg_write_ids(kl_pg_txn_t *txn) {
-  const kl__buf_entry_t **list;
-  if (kl__buf_sorted(&txn->ids, &list))
-    return KL_ENOMEM;
-  kl_pg_arr_t ids, marks;
-  kl_pg_arr_init(&ids, KL_PG_OID_BYTEA);
-  kl_pg_arr_init(&marks, KL_PG_OID_INT2);
-  for (size_t i = 0; i < txn->ids.count; i++) {
-    kl_pg_arr_add(&ids, kl__buf_key(list[i]), list[i]->key_len);
-    kl_pg_arr_add_i16(&marks, list[i]->tag);
+/* ---- commit: one pipeline -------------------------------------------- */
+
+/* What the commit sends: the statements and the bytes they point to. */
+typedef struct kl_pg_commit {
+  kl__pg_call_t calls[5]; /* fence, upsert, delete, ids, COMMIT */
+  int n;
+  kl_pg_arr_t keys, vals, dels, ids, marks;
+  char part[16], wm[24], app[24], dup[24], dl[24], epoch[24], now[24];
+} kl_pg_commit_t;
+
+static void kl_pg_commit_free(kl_pg_commit_t *c) {
+  for (int i = 0; i < c->n; i++)
+    PQclear(c->calls[i].res);
+  free(c->keys.p);
+  free(c->vals.p);
+  free(c->dels.p);
+  free(c->ids.p);
+  free(c->marks.p);
+}
+
+/* Adds prepared statement @p stmt with binary arrays @p a and @p b (or
+ * NULL), then the text parameters @p text (NULL-terminated). */
+static int kl_pg_add(kl_pg_commit_t *c, kl__pg_stmt_t stmt, kl_pg_arr_t *a,
+                     kl_pg_arr_t *b, const char *const *text) {
+  if ((a && kl_pg_arr_end(a)) || (b && kl_pg_arr_end(b)))
+    return -1;
+  kl__pg_call_t *call = &c->calls[c->n++];
+  memset(call, 0, sizeof(*call));
+  call->stmt = stmt;
+  kl_pg_arr_t *arrs[2] = {a, b};
+  for (int i = 0; i < 2 && arrs[i]; i++) {
+    call->values[call->nparams] = (const char *)arrs[i]->p;
+    call->lengths[call->nparams] = (int)arrs[i]->len;
+    call->formats[call->nparams++] = 1;
   }
-  free(list);
-  char now[24];
-  kl__pg_clock_param(now, sizeof(now));
-  kl_err_t err = kl_pg_run_arrays(txn, KL__PG_IDS, &ids, &marks, now,
-                                  txn->topic);
-  free(ids.p);
-  free(marks.p);
-  return err;
+  for (int i = 0; text && text[i]; i++)
+    call->values[call->nparams++] = text[i];
+  return 0;
 }
 
 /* Of the batch's @p dead dead-letter marks, takes away from @p *dead those
- * whose id is applied already: kl_pg_write_ids() keeps them out (the rare
+ * whose id is applied already: the ids statement keeps them out (the rare
  * path that reads before it writes, as LMDB's). */
 static kl_err_t kl_pg_dead_written(kl_pg_txn_t *txn, uint64_t *dead) {
   kl_pg_arr_t ids;
@@ -445,32 +520,68 @@ static kl_err_t kl_pg_dead_written(kl_pg_txn_t *txn, uint64_t *dead) {
 
 /* The fence: the epoch check, the watermark and the counters in one
  * conditional UPDATE, which also takes the partition's row lock. */
-static kl_err_t kl_pg_fence(kl_pg_txn_t *txn, int64_t watermark) {
+static kl_err_t kl_pg_add_fence(kl_pg_txn_t *txn, kl_pg_commit_t *c,
+                                int64_t watermark) {
   uint64_t applied = 0, dead = 0;
-  for (size_t i = 0; i < txn->ids.cap; i++) {
-    const kl__buf_entry_t *e = txn->ids.slots ? txn->ids.slots[i] : NULL;
-    applied += e && e->tag == KL_MARK_APPLIED;
-    dead += e && e->tag == KL_MARK_DEAD_LETTER;
+  for (size_t i = 0; i < txn->ids.count; i++) {
+    int tag = kl__buf_at(&txn->ids, i)->tag;
+    applied += tag == KL_MARK_APPLIED;
+    dead += tag == KL_MARK_DEAD_LETTER;
   }
-  kl_err_t derr = dead ? kl_pg_dead_written(txn, &dead) : KL_OK;
-  if (derr)
-    return derr;
-  char part[16], wm[24], app[24], dup[24], dl[24], epoch[24];
-  snprintf(part, sizeof(part), "%" PRId32, txn->partition);
-  snprintf(wm, sizeof(wm), "%" PRId64, watermark);
-  snprintf(app, sizeof(app), "%" PRIu64, applied);
-  snprintf(dup, sizeof(dup), "%" PRIu64, txn->duplicates);
-  snprintf(dl, sizeof(dl), "%" PRIu64, dead);
-  snprintf(epoch, sizeof(epoch), "%" PRIu64, txn->epoch);
-  const char *values[7] = {txn->topic, part, wm, app, dup, dl, epoch};
-  kl_err_t err;
-  PGresult *res =
-      kl__pg_run(txn->conn, KL__PG_FENCE, 7, values, NULL, NULL, 0, &err);
-  if (!res)
+  kl_err_t err = dead ? kl_pg_dead_written(txn, &dead) : KL_OK;
+  if (err)
     return err;
-  int matched = PQntuples(res) == 1;
-  PQclear(res);
-  return matched ? KL_OK : kl_pg_fenced(txn, kl_pg_current_epoch(txn));
+  snprintf(c->part, sizeof(c->part), "%" PRId32, txn->partition);
+  snprintf(c->wm, sizeof(c->wm), "%" PRId64, watermark);
+  snprintf(c->app, sizeof(c->app), "%" PRIu64, applied);
+  snprintf(c->dup, sizeof(c->dup), "%" PRIu64, txn->duplicates);
+  snprintf(c->dl, sizeof(c->dl), "%" PRIu64, dead);
+  snprintf(c->epoch, sizeof(c->epoch), "%" PRIu64, txn->epoch);
+  const char *text[] = {txn->topic, c->part, c->wm,    c->app,
+                        c->dup,     c->dl,   c->epoch, NULL};
+  kl_pg_add(c, KL__PG_FENCE, NULL, NULL, text);
+  return KL_OK;
+}
+
+/* The puts in one upsert and the deletes in one DELETE, in key order so
+ * that two commits touching the same keys lock them in the same order. */
+static kl_err_t kl_pg_add_data(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
+  const kl__buf_entry_t **list;
+  if (kl__buf_sorted(&txn->data, &list))
+    return KL_ENOMEM;
+  kl_pg_arr_init(&c->keys, KL_PG_OID_BYTEA);
+  kl_pg_arr_init(&c->vals, KL_PG_OID_BYTEA);
+  kl_pg_arr_init(&c->dels, KL_PG_OID_BYTEA);
+  for (size_t i = 0; i < txn->data.count; i++) {
+    const kl__buf_entry_t *e = list[i];
+    if (e->tag == KL_PG_DEL) {
+      kl_pg_arr_add(&c->dels, kl__buf_key(e), e->key_len);
+    } else {
+      kl_pg_arr_add(&c->keys, kl__buf_key(e), e->key_len);
+      kl_pg_arr_add(&c->vals, kl__buf_val(e), e->val_len);
+    }
+  }
+  free(list);
+  if ((c->keys.n && kl_pg_add(c, KL__PG_UPSERT, &c->keys, &c->vals, NULL)) ||
+      (c->dels.n && kl_pg_add(c, KL__PG_DELETE, &c->dels, NULL, NULL)))
+    return KL_ENOMEM;
+  return KL_OK;
+}
+
+static kl_err_t kl_pg_add_ids(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
+  const kl__buf_entry_t **list;
+  if (kl__buf_sorted(&txn->ids, &list))
+    return KL_ENOMEM;
+  kl_pg_arr_init(&c->ids, KL_PG_OID_BYTEA);
+  kl_pg_arr_init(&c->marks, KL_PG_OID_INT2);
+  for (size_t i = 0; i < txn->ids.count; i++) {
+    kl_pg_arr_add(&c->ids, kl__buf_key(list[i]), list[i]->key_len);
+    kl_pg_arr_add_i16(&c->marks, list[i]->tag);
+  }
+  free(list);
+  kl__pg_clock_param(c->now, sizeof(c->now));
+  const char *text[] = {c->now, txn->topic, NULL};
+  return kl_pg_add(c, KL__PG_IDS, &c->ids, &c->marks, text) ? KL_ENOMEM : KL_OK;
 }
 
 /*
@@ -515,31 +626,66 @@ static kl_err_t kl_pg_check_open(kl_pg_txn_t *txn) {
   }
 }
 
-static kl_err_t kl_pg_commit_end(kl_pg_txn_t *txn) {
-  PGresult *res = PQexec(txn->conn->pg, "COMMIT");
-  kl_err_t err = KL_OK;
-  if (!kl__pg_ok(res))
-    err = kl__pg_err(txn->conn->pg, res, "commit a batch");
-  else if (strcmp(PQcmdStatus(res), "COMMIT") != 0)
-    err = kl__err(KL_ESTORE,
-                  "postgresql: commit a batch: the server rolled "
-                  "it back (%s)",
-                  PQcmdStatus(res));
-  PQclear(res);
+/* The outcome of the pipeline's results: the first failure, read as a
+ * fence when it is the fence's; a COMMIT the server turned into a
+ * rollback is a failure too. */
+static kl_err_t kl_pg_outcome(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
+  for (int i = 0; i < c->n; i++) {
+    const PGresult *res = c->calls[i].res;
+    if (kl__pg_ok(res))
+      continue;
+    if (PQresultStatus(res) == PGRES_PIPELINE_ABORTED)
+      continue; /* skipped after the failure that explains it */
+    if (i == 0 && strcmp(kl__pg_state(res), KL__PG_FENCED_STATE) == 0) {
+      PQclear(PQexec(txn->conn->pg, "ROLLBACK"));
+      return kl_pg_fenced(txn, kl_pg_current_epoch(txn));
+    }
+    kl_err_t err = kl__pg_err(txn->conn->pg, res, c->calls[i].what);
+    return i == 0 && err == KL_ESTORE_BUSY ? kl_pg_refence(txn, err) : err;
+  }
+  const char *status = PQcmdStatus(c->calls[c->n - 1].res);
+  if (strcmp(status, "COMMIT") != 0)
+    return kl__err(KL_ESTORE,
+                   "postgresql: commit a batch: the server rolled it back "
+                   "(%s)",
+                   status);
+  return KL_OK;
+}
+
+/* Sends the batch's statements and COMMIT in one pipeline. */
+static kl_err_t kl_pg_commit_send(kl_pg_txn_t *txn, int64_t watermark) {
+  kl_pg_commit_t c;
+  memset(&c, 0, sizeof(c));
+  kl_err_t err = kl_pg_add_fence(txn, &c, watermark);
+  if (!err && txn->data.count)
+    err = kl_pg_add_data(txn, &c);
+  if (!err && txn->ids.count)
+    err = kl_pg_add_ids(txn, &c);
+  if (!err) {
+    kl__pg_call_t *commit = &c.calls[c.n++];
+    memset(commit, 0, sizeof(*commit));
+    commit->sql = "COMMIT";
+    commit->what = "commit a batch";
+    if ((err = kl__pg_pipeline(txn->conn, c.calls, c.n)))
+      txn->broken = 1;
+    else
+      err = kl_pg_outcome(txn, &c);
+  }
+  kl_pg_commit_free(&c);
   return err;
 }
 
+/* The cache learns the outcome: written through when committed (unless
+ * the handler's SQL ran, which the cache cannot follow), else dropped. */
 kl_err_t kl__pg_commit(kl_txn_t *base, int64_t watermark) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
+  kl__cache_t *cache = kl_pg_cache(txn);
+  uint64_t start = kl__cache_commit_start(cache, txn->seg);
   kl_err_t err = kl_pg_check_open(txn);
-  if (!err && (err = kl_pg_fence(txn, watermark)) == KL_ESTORE_BUSY)
-    err = kl_pg_refence(txn, err);
-  if (!err && txn->data.count)
-    err = kl_pg_write_data(txn);
-  if (!err && txn->ids.count)
-    err = kl_pg_write_ids(txn);
   if (!err)
-    err = kl_pg_commit_end(txn);
+    err = kl_pg_commit_send(txn, watermark);
+  kl__cache_commit_end(cache, txn->seg, txn->epoch, start, !err && !txn->lent,
+                       &txn->data, KL_PG_DEL);
   kl_pg_txn_end(txn); /* rolls back unless the COMMIT went through */
   return err;
 }

@@ -21,6 +21,38 @@
  * Backends: a directory path opens LMDB (several processes on one host may
  * share it); "postgresql://..." opens PostgreSQL.
  *
+ * PostgreSQL at speed. A batch costs a fixed number of network round trips,
+ * not one per event:
+ * - kl_txn_prefetch() looks up all of a batch's idempotency keys in one
+ *   statement; kl_txn_seen() then answers them from memory.
+ * - kl_store_commit() sends the epoch check, the puts and deletes (one
+ *   array statement each), the idempotency keys (one array statement) and
+ *   COMMIT in one libpq pipeline: one round trip plus the server's fsync
+ *   (synchronous_commit stays as the server has it). The epoch check is
+ *   the pipeline's first statement, in the commit's transaction, per
+ *   batch: when it fails, the rest of the pipeline is not run.
+ * - The owner cache (store.cache.max bytes, default 64M, LRU; 0 turns it
+ *   off): while a process holds a partition's epoch it is the only writer
+ *   of that partition's keys, so what kl_txn_get() read and what its
+ *   commits wrote stays in memory between batches, and a later
+ *   kl_txn_get() of the same partition needs no round trip. It is dropped
+ *   for the partition on a fence (KL_EFENCED from kl_store_begin() or
+ *   kl_store_commit()), on any other failed commit (whose outcome may be
+ *   unknown), when a batch begins with another epoch, on kl_store_acquire()
+ *   by this store, and when the worker gives the partition up (revoke).
+ *   A key is cached for the partition whose batch read or wrote it: a
+ *   handler that writes another partition's keys breaks the single-writer
+ *   rule (DESIGN.md) and would leave that partition's owner a stale value.
+ *   Metrics: keylane_store_cache_bytes, keylane_store_cache_entries,
+ *   keylane_store_cache_hits_total, keylane_store_cache_misses_total,
+ *   keylane_store_cache_drops_total (hit ratio: hits / (hits + misses)).
+ * - Handler SQL (kl_txn_pg_conn()) bypasses the cache: once a batch has
+ *   lent its connection, its kl_txn_get() calls read the server (so they
+ *   see the handler's own uncommitted SQL), fill nothing, and its commit
+ *   drops the partition's cache instead of writing through, since the SQL
+ *   may have changed keylane_kv. The single-transaction guarantee holds:
+ *   the handler's SQL, the idempotency keys and the fence commit together.
+ *
  * Caveats:
  * - A kl_store_t may be shared by threads; a kl_txn_t is used by one thread
  *   at a time.
@@ -133,6 +165,19 @@ KL_EXPORT kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
                                kl_mark_t *mark);
 
 /**
+ * Looks up @p n idempotency keys at once, so that kl_txn_seen() of any of
+ * them answers from memory: on PostgreSQL one round trip for a batch
+ * instead of one per event; on LMDB, whose lookups are local, nothing.
+ * Call it after kl_store_begin() and before the batch's handlers run;
+ * marks the batch makes afterwards are still seen (kl_txn_mark() wins).
+ * @param ids, id_lens  borrowed for the call; each id 1..255 bytes.
+ * @returns KL_OK, KL_EINVAL (an id of a bad length), or a store error
+ *          (the batch is then to be aborted or re-run).
+ */
+KL_EXPORT kl_err_t kl_txn_prefetch(kl_txn_t *txn, const char *const *ids,
+                                   const size_t *id_lens, size_t n);
+
+/**
  * Buffers the record of @p id as @p mark (applied or dead-lettered).
  * @remark An applied mark is never replaced by a dead-letter one, in this
  *         batch or in the store. When one id is reused by two events of a
@@ -157,6 +202,9 @@ KL_EXPORT kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
  * @remark Statements only: no COMMIT or ROLLBACK (kl_store_commit() and
  *         kl_store_abort() end the transaction). Borrowed: valid until the
  *         txn ends. A failed statement aborts the whole batch.
+ * @remark Asking for it takes the batch off the owner cache (see the top
+ *         of this file): its reads go to the server and its commit drops
+ *         the partition's cached keys.
  */
 KL_EXPORT void *kl_txn_pg_conn(kl_txn_t *txn);
 

@@ -584,6 +584,219 @@ static void test_connection_lost_during_get(void **state) {
   kl_store_destroy(store);
 }
 
+/* ---- the owner cache and the batch's round trips -------------------- */
+
+/* Ends every connection to the test's database but @p admin: what the
+ * stores hold breaks, without asking a txn for its connection (which would
+ * take the txn off the cache). */
+static void t_terminate_others(PGconn *admin) {
+  char sql[200];
+  snprintf(sql, sizeof(sql),
+           "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+           "WHERE datname = current_database() AND pid <> %d",
+           PQbackendPID(admin));
+  t_sql(admin, sql);
+}
+
+static kl__cache_stats_t t_cache(kl_store_t *store) {
+  kl__cache_stats_t stats;
+  kl__store_cache_stats(store, &stats);
+  return stats;
+}
+
+/* A batch's prefetched ids and the values its partition's owner read or
+ * wrote before are answered from memory: with its connection gone, they
+ * still answer; anything else needs the server. */
+static void test_prefetch_and_cache_need_no_round_trip(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  kl_t_txn_put(txn, "acct/1", "100");
+  kl_t_txn_mark(txn, "id-1", KL_MARK_APPLIED);
+  kl_t_store_commit(txn, 1);
+  assert_int_equal(t_cache(store).entries, 1); /* written through */
+
+  txn = kl_t_store_begin(store, 0, epoch);
+  const char *ids[] = {"id-1", "id-2"};
+  size_t lens[] = {4, 4};
+  assert_int_equal(kl_txn_prefetch(txn, ids, lens, 2), KL_OK);
+  t_terminate_others(st->admin);
+  assert_int_equal(kl_t_txn_seen(txn, "id-1"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "id-2"), KL_MARK_NONE);
+  assert_string_equal(kl_t_txn_get(txn, "acct/1"), "100");
+  assert_int_equal(t_cache(store).hits, 1);
+  kl_mark_t mark;
+  assert_int_equal(kl_txn_seen(txn, "id-3", 4, &mark), KL_ESTORE_BUSY);
+  const void *val;
+  size_t len;
+  assert_int_equal(kl_txn_get(txn, "acct/2", 6, &val, &len), KL_ESTORE_BUSY);
+  assert_int_equal(kl_store_commit(txn, 2), KL_ESTORE_BUSY);
+  /* A failed commit's outcome may be unknown: the partition is dropped. */
+  assert_int_equal(t_cache(store).entries, 0);
+  kl_store_destroy(store);
+}
+
+/* The issue's case: a fenced owner whose cache kept its own write regains
+ * the partition after another owner wrote, and must read that owner's
+ * value. The fence itself drops the cache (defence in depth: the regain's
+ * new epoch would too). */
+static void test_fenced_owner_regains_and_sees_the_other_write(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_store_t *mine = kl_t_store_open(st->fx.where, NULL),
+             *other = kl_t_store_open(st->fx.where, NULL);
+  uint64_t e1 = kl_t_store_acquire(mine, 3);
+  kl_txn_t *txn = kl_t_store_begin(mine, 3, e1);
+  kl_t_txn_put(txn, "acct/7", "mine");
+  kl_t_store_commit(txn, 1);
+  txn = kl_t_store_begin(mine, 3, e1);
+  assert_string_equal(kl_t_txn_get(txn, "acct/7"), "mine"); /* a hit */
+  kl_t_store_commit(txn, 1);
+  assert_int_equal(t_cache(mine).hits, 1);
+
+  uint64_t e2 = kl_t_store_acquire(other, 3); /* a new owner writes */
+  txn = kl_t_store_begin(other, 3, e2);
+  assert_string_equal(kl_t_txn_get(txn, "acct/7"), "mine");
+  kl_t_txn_put(txn, "acct/7", "other");
+  kl_t_store_commit(txn, 2);
+
+  kl__cache_stats_t before = t_cache(mine);
+  assert_int_equal(before.entries, 1);
+  assert_int_equal(kl_store_begin(mine, KL_T_TOPIC, 3, e1, &txn), KL_EFENCED);
+  kl__cache_stats_t after = t_cache(mine);
+  assert_int_equal(after.entries, 0);
+  assert_int_equal(after.drops, before.drops + 1);
+
+  /* Fenced at the commit instead of the begin: the same. */
+  uint64_t e3 = kl_t_store_acquire(mine, 3);
+  txn = kl_t_store_begin(mine, 3, e3);
+  assert_string_equal(kl_t_txn_get(txn, "acct/7"), "other");
+  kl_t_store_commit(txn, 3);
+  txn = kl_t_store_begin(mine, 3, e3);
+  assert_string_equal(kl_t_txn_get(txn, "acct/7"), "other"); /* cached */
+  kl_t_txn_put(txn, "acct/7", "lost");
+  uint64_t e4 = kl_t_store_acquire(other, 3);
+  before = t_cache(mine);
+  assert_int_equal(kl_store_commit(txn, 4), KL_EFENCED);
+  assert_int_equal(t_cache(mine).entries, 0);
+  assert_int_equal(t_cache(mine).drops, before.drops + 1);
+  txn = kl_t_store_begin(other, 3, e4);
+  kl_t_txn_put(txn, "acct/7", "other-2");
+  kl_t_store_commit(txn, 5);
+
+  txn = kl_t_store_begin(mine, 3, kl_t_store_acquire(mine, 3));
+  assert_string_equal(kl_t_txn_get(txn, "acct/7"), "other-2");
+  kl_store_abort(txn);
+  kl_store_destroy(other);
+  kl_store_destroy(mine);
+}
+
+/* A batch begun with another epoch than the cache holds (taken by another
+ * handle, say replay's) reads afresh what the owners between wrote. */
+static void test_cache_dropped_on_epoch_change(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_store_t *mine = kl_t_store_open(st->fx.where, NULL),
+             *other = kl_t_store_open(st->fx.where, NULL);
+  uint64_t e1 = kl_t_store_acquire(mine, 1);
+  kl_txn_t *txn = kl_t_store_begin(mine, 1, e1);
+  kl_t_txn_put(txn, "k", "1");
+  kl_t_store_commit(txn, 1);
+  uint64_t e2 = kl_t_store_acquire(other, 1);
+  txn = kl_t_store_begin(other, 1, e2);
+  kl_t_txn_put(txn, "k", "2");
+  kl_t_store_commit(txn, 2);
+  uint64_t e3 = kl_t_store_acquire(other, 1); /* for mine, elsewhere */
+  txn = kl_t_store_begin(mine, 1, e3);
+  assert_int_equal(t_cache(mine).entries, 0);
+  assert_string_equal(kl_t_txn_get(txn, "k"), "2");
+  kl_store_abort(txn);
+  kl_store_destroy(other);
+  kl_store_destroy(mine);
+}
+
+/* A revoke (kl__store_forget()) drops the partition and frees it; other
+ * partitions keep theirs. */
+static void test_cache_dropped_on_revoke(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  for (int32_t p = 0; p < 2; p++) {
+    kl_txn_t *txn = kl_t_store_begin(store, p, kl_t_store_acquire(store, p));
+    kl_t_txn_put(txn, p ? "b" : "a", "v");
+    kl_t_store_commit(txn, 1);
+  }
+  assert_int_equal(t_cache(store).entries, 2);
+  kl__store_forget(store, KL_T_TOPIC, 0);
+  assert_int_equal(t_cache(store).entries, 1);
+  kl__store_forget(store, KL_T_TOPIC, 9); /* never begun: nothing */
+  assert_int_equal(t_cache(store).entries, 1);
+  kl_store_destroy(store);
+}
+
+/* store.cache.max bounds the bytes, least recently used out first; 0
+ * turns the cache off. */
+static void test_cache_bounded_lru(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_store_t *store =
+      kl_t_store_open(st->fx.where, "store.cache.max", "4096", NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  char key[16], val[101];
+  memset(val, 'v', 100);
+  val[100] = '\0';
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  for (int i = 0; i < 100; i++) {
+    snprintf(key, sizeof(key), "k%03d", i);
+    kl_t_txn_put(txn, key, val);
+  }
+  kl_t_store_commit(txn, 1);
+  kl__cache_stats_t stats = t_cache(store);
+  assert_int_equal(stats.max_bytes, 4096);
+  assert_true(stats.bytes <= 4096 && stats.entries > 0);
+  assert_true(stats.evictions >= 100 - stats.entries);
+  txn = kl_t_store_begin(store, 0, epoch);
+  assert_string_equal(kl_t_txn_get(txn, "k000"), val); /* from the server */
+  assert_int_equal(t_cache(store).misses, stats.misses + 1);
+  assert_string_equal(kl_t_txn_get(txn, "k000"), val); /* filled */
+  assert_int_equal(t_cache(store).hits, stats.hits + 1);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+
+  store = kl_t_store_open(st->fx.where, "store.cache.max", "0", NULL);
+  txn = kl_t_store_begin(store, 0, kl_t_store_acquire(store, 0));
+  assert_string_equal(kl_t_txn_get(txn, "k001"), val);
+  assert_int_equal(t_cache(store).entries, 0);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+}
+
+/* Handler SQL bypasses the cache: the batch reads what its SQL wrote, and
+ * its commit drops the partition, since the SQL may have changed any
+ * handler key. */
+static void test_handler_sql_bypasses_the_cache(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  kl_t_txn_put(txn, "k", "1");
+  kl_t_txn_put(txn, "j", "1");
+  kl_t_store_commit(txn, 1);
+  txn = kl_t_store_begin(store, 0, epoch);
+  t_sql(kl_txn_pg_conn(txn),
+        "UPDATE keylane_kv SET value = '\\x39' WHERE key = '\\x6b'");
+  assert_string_equal(kl_t_txn_get(txn, "k"), "9");
+  kl_t_store_commit(txn, 2);
+  assert_int_equal(t_cache(store).entries, 0);
+  txn = kl_t_store_begin(store, 0, epoch);
+  assert_string_equal(kl_t_txn_get(txn, "k"), "9");
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+}
+
 typedef struct t_holder {
   kl_store_t *store;
   uint64_t epoch;
@@ -702,6 +915,12 @@ int main(void) {
       T(test_connection_lost_mid_batch),
       T(test_connection_lost_during_get),
       T(test_pool_bound),
+      T(test_prefetch_and_cache_need_no_round_trip),
+      T(test_fenced_owner_regains_and_sees_the_other_write),
+      T(test_cache_dropped_on_epoch_change),
+      T(test_cache_dropped_on_revoke),
+      T(test_cache_bounded_lru),
+      T(test_handler_sql_bypasses_the_cache),
       T(test_paused_owner_row_locks_end_with_idle_timeout),
       cmocka_unit_test(test_lmdb_has_no_pg_conn),
   };

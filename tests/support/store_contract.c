@@ -251,6 +251,48 @@ void kl_t_contract_seen_and_mark(void **state) {
   kl_store_destroy(store);
 }
 
+/* kl_txn_prefetch(): a batch's ids looked up at once answer kl_txn_seen()
+ * as the store holds them, and a mark made in the batch afterwards still
+ * wins. */
+void kl_t_contract_prefetch_answers_seen(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  kl_store_t *store = kl_t_store_open(where, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  const char *uuid = "0190f5c4-7d2a-7b3e-9f00-1234567890ab";
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  kl_t_txn_mark(txn, uuid, KL_MARK_APPLIED);
+  kl_t_txn_mark(txn, "order-17-created", KL_MARK_DEAD_LETTER);
+  kl_t_store_commit(txn, 2);
+
+  txn = kl_t_store_begin(store, 0, epoch);
+  kl_t_txn_mark(txn, "marked-first", KL_MARK_APPLIED);
+  const char *ids[] = {uuid, "order-17-created", "new-1", uuid, "marked-first"};
+  size_t lens[5];
+  for (int i = 0; i < 5; i++)
+    lens[i] = strlen(ids[i]);
+  assert_int_equal(kl_txn_prefetch(txn, ids, lens, 5), KL_OK);
+  assert_int_equal(kl_txn_prefetch(txn, ids, lens, 0), KL_OK);
+  assert_int_equal(kl_t_txn_seen(txn, uuid), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "order-17-created"), KL_MARK_DEAD_LETTER);
+  assert_int_equal(kl_t_txn_seen(txn, "new-1"), KL_MARK_NONE);
+  assert_int_equal(kl_t_txn_seen(txn, "marked-first"), KL_MARK_APPLIED);
+  kl_t_txn_mark(txn, "new-1", KL_MARK_APPLIED); /* the batch's mark wins */
+  kl_t_txn_mark(txn, "order-17-created", KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "new-1"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "order-17-created"), KL_MARK_APPLIED);
+  size_t bad = 256;
+  assert_int_equal(kl_txn_prefetch(txn, ids, &bad, 1), KL_EINVAL);
+  assert_non_null(strstr(kl_err_detail(), "256 bytes"));
+  assert_int_equal(kl_txn_prefetch(txn, NULL, lens, 1), KL_EINVAL);
+  kl_t_store_commit(txn, 3);
+  txn = kl_t_store_begin(store, 0, epoch);
+  assert_int_equal(kl_txn_prefetch(txn, ids, lens, 3), KL_OK);
+  assert_int_equal(kl_t_txn_seen(txn, "new-1"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "order-17-created"), KL_MARK_APPLIED);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+}
+
 /* An id reused by two events of one partition: whichever order its marks
  * come in, in one batch or in two, an applied mark stays applied and is
  * not counted as a dead letter; a dead letter still becomes applied (a

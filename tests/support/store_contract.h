@@ -100,6 +100,7 @@ void kl_t_store_clock_add(int64_t ms);
   X(acquire_above_a_floor, setup, teardown)                                    \
   X(batch_visibility, setup, teardown)                                         \
   X(seen_and_mark, setup, teardown)                                            \
+  X(prefetch_answers_seen, setup, teardown)                                    \
   X(dead_letter_never_replaces_applied, setup, teardown)                       \
   X(ids_scoped_by_topic, setup, teardown)                                      \
   X(fenced_commit_applies_nothing, setup, teardown)                            \
