@@ -2,9 +2,12 @@
  * keylane-bench store: the store's cost per event, two ways.
  *
  * 1. Commits: batches of 1, 100 and 1,000 events through the worker's
- *    steps (seen, get, put, mark, commit), on the LMDB store with
- *    store.durability=full and on a PostgreSQL server with fsync and
- *    synchronous_commit on: events/s and the p99 of kl_store_commit().
+ *    steps (prefetch the batch's ids; per event seen, get, put, mark;
+ *    commit), on the LMDB store with store.durability=full and on a
+ *    PostgreSQL server with fsync and synchronous_commit on (the server's
+ *    setting is printed): events/s, the p50 and p99 of kl_store_commit(),
+ *    and the owner cache's hit ratio (PostgreSQL). Target: PostgreSQL at
+ *    batch 1000 >= 0.25 x LMDB's rate in the same run.
  * 2. Dedup lookups on LMDB as the stored idempotency keys grow from 10
  *    thousand to 1 million (10 million with --full): kl_txn_seen() rate,
  *    half hits and half misses, and the bytes each stored key takes.
@@ -18,6 +21,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +30,7 @@
 #include "bench.h"
 #include "keylane/store.h"
 #include "support/pg.h"
+#include "worker/store_cache.h"
 #include "worker/store_internal.h"
 
 #define NAME "store"
@@ -82,11 +87,33 @@ typedef struct kl_commit_run {
   int batch;
   uint64_t events, batches;
   double events_per_s, p50_ms, p99_ms;
+  double cache_hit_ratio; /* -1: the backend has no owner cache */
 } kl_commit_run_t;
 
 static int kl_cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
+}
+
+/* One round trip for the batch's ids, as a worker does before its
+ * handlers run. */
+static kl_err_t kl_bench_prefetch(kl_txn_t *txn, uint64_t run, uint64_t from,
+                                  int batch) {
+  char(*ids)[37] = malloc((size_t)batch * sizeof(*ids));
+  const char **ptrs = malloc((size_t)batch * sizeof(*ptrs));
+  size_t *lens = malloc((size_t)batch * sizeof(*lens));
+  kl_err_t err = ids && ptrs && lens ? KL_OK : KL_ENOMEM;
+  for (int i = 0; !err && i < batch; i++) {
+    kl_bench_id(run, from + (uint64_t)i, ids[i]);
+    ptrs[i] = ids[i];
+    lens[i] = 36;
+  }
+  if (!err)
+    err = kl_txn_prefetch(txn, ptrs, lens, (size_t)batch);
+  free(ids);
+  free(ptrs);
+  free(lens);
+  return err;
 }
 
 static kl_err_t kl_bench_event(kl_txn_t *txn, uint64_t run, uint64_t n) {
@@ -115,6 +142,8 @@ static kl_err_t kl_bench_commits(kl_store_t *store, const char *backend,
                                  kl_commit_run_t *out) {
   kl_partition_state_t ps;
   kl_err_t err = kl_store_acquire(store, TOPIC, (int32_t)run, &ps);
+  kl__cache_stats_t c0, c1;
+  kl__store_cache_stats(store, &c0);
   size_t cap = 1024, n = 0;
   double *lat = malloc(cap * sizeof(*lat));
   uint64_t events = 0;
@@ -123,6 +152,7 @@ static kl_err_t kl_bench_commits(kl_store_t *store, const char *backend,
     kl_txn_t *txn;
     if ((err = kl_store_begin(store, TOPIC, (int32_t)run, ps.epoch, &txn)))
       break;
+    err = kl_bench_prefetch(txn, run, events, batch);
     for (int i = 0; !err && i < batch; i++)
       err = kl_bench_event(txn, run, events++);
     if (err) {
@@ -136,6 +166,8 @@ static kl_err_t kl_bench_commits(kl_store_t *store, const char *backend,
     lat[n++] = (kl_bench_now() - t0) * 1e3;
   }
   double elapsed = kl_bench_now() - start;
+  kl__store_cache_stats(store, &c1);
+  double lookups = (double)(c1.hits - c0.hits + c1.misses - c0.misses);
   if (!err) {
     qsort(lat, n, sizeof(*lat), kl_cmp_double);
     *out = (kl_commit_run_t){backend,
@@ -144,7 +176,10 @@ static kl_err_t kl_bench_commits(kl_store_t *store, const char *backend,
                              n,
                              events / elapsed,
                              lat[n / 2],
-                             lat[(size_t)((double)(n - 1) * 0.99)]};
+                             lat[(size_t)((double)(n - 1) * 0.99)],
+                             c1.max_bytes && lookups > 0
+                                 ? (double)(c1.hits - c0.hits) / lookups
+                                 : -1};
   }
   free(lat);
   return err;
@@ -256,16 +291,37 @@ static kl_err_t kl_bench_dedup(const char *dir, int full, kl_dedup_run_t *runs,
 
 /* ---- the report ------------------------------------------------------ */
 
-static void kl_report_text(const kl_commit_run_t *c, int nc,
-                           const kl_dedup_run_t *d, int nd, const char *pg) {
-  printf("commits (worker steps per event: seen, get, put, mark)\n");
-  printf("  %-10s %6s %12s %10s %10s\n", "backend", "batch", "events/s",
-         "p50 ms", "p99 ms");
+/* PostgreSQL's rate over LMDB's at @p batch in the same run; 0 when either
+ * is missing. */
+static double kl_pg_ratio(const kl_commit_run_t *c, int nc, int batch) {
+  double lmdb = 0, pg = 0;
   for (int i = 0; i < nc; i++)
-    printf("  %-10s %6d %12.0f %10.3f %10.3f\n", c[i].backend, c[i].batch,
-           c[i].events_per_s, c[i].p50_ms, c[i].p99_ms);
+    if (c[i].batch == batch)
+      *(strcmp(c[i].backend, "lmdb") == 0 ? &lmdb : &pg) = c[i].events_per_s;
+  return lmdb > 0 ? pg / lmdb : 0;
+}
+
+#define KL_PG_TARGET 0.25 /* PostgreSQL / LMDB at batch 1000 */
+
+static void kl_report_text(const kl_commit_run_t *c, int nc,
+                           const kl_dedup_run_t *d, int nd, const char *pg,
+                           const char *sync_commit) {
+  printf("commits (per batch: prefetch ids; per event: seen, get, put, "
+         "mark)\n");
+  printf("  %-10s %6s %12s %10s %10s %10s\n", "backend", "batch", "events/s",
+         "p50 ms", "p99 ms", "cache hit");
+  for (int i = 0; i < nc; i++)
+    printf("  %-10s %6d %12.0f %10.3f %10.3f %10.3f\n", c[i].backend,
+           c[i].batch, c[i].events_per_s, c[i].p50_ms, c[i].p99_ms,
+           c[i].cache_hit_ratio);
   if (pg)
     printf("  postgresql: skipped: %s\n", pg);
+  else
+    printf("  postgresql synchronous_commit=%s; postgresql/lmdb: batch 100 "
+           "%.3f, batch 1000 %.3f (target >= %.2f: %s)\n",
+           sync_commit, kl_pg_ratio(c, nc, 100), kl_pg_ratio(c, nc, 1000),
+           KL_PG_TARGET,
+           kl_pg_ratio(c, nc, 1000) >= KL_PG_TARGET ? "met" : "MISSED");
   printf("LMDB dedup lookups/s (kl_txn_seen, half hits, half misses)\n");
   printf("  %10s %12s %8s %12s %8s %10s\n", "keys", "recent", "vs 10k",
          "random", "vs 10k", "bytes/key");
@@ -286,15 +342,17 @@ static void kl_report_text(const kl_commit_run_t *c, int nc,
 }
 
 static void kl_report_json(const kl_commit_run_t *c, int nc,
-                           const kl_dedup_run_t *d, int nd, const char *pg) {
+                           const kl_dedup_run_t *d, int nd, const char *pg,
+                           const char *sync_commit) {
   json_t *commits = json_array(), *dedup = json_array();
   for (int i = 0; i < nc; i++)
     json_array_append_new(
         commits,
-        json_pack("{sssisIsIsfsfsf}", "backend", c[i].backend, "batch",
+        json_pack("{sssisIsIsfsfsfsf}", "backend", c[i].backend, "batch",
                   c[i].batch, "events", (json_int_t)c[i].events, "batches",
                   (json_int_t)c[i].batches, "events_per_s", c[i].events_per_s,
-                  "p50_commit_ms", c[i].p50_ms, "p99_commit_ms", c[i].p99_ms));
+                  "p50_commit_ms", c[i].p50_ms, "p99_commit_ms", c[i].p99_ms,
+                  "cache_hit_ratio", c[i].cache_hit_ratio));
   for (int i = 0; i < nd; i++)
     json_array_append_new(
         dedup, json_pack("{sIsfsfsfsfsf}", "keys", (json_int_t)d[i].keys,
@@ -304,8 +362,18 @@ static void kl_report_json(const kl_commit_run_t *c, int nc,
                          d[i].random_per_s / d[0].random_per_s, "bytes_per_key",
                          d[i].bytes_per_key));
   json_t *out = json_pack("{soso}", "commits", commits, "dedup", dedup);
-  if (pg)
+  if (pg) {
     json_object_set_new(out, "postgresql_skipped", json_string(pg));
+  } else {
+    json_object_set_new(out, "postgresql_synchronous_commit",
+                        json_string(sync_commit));
+    json_object_set_new(out, "pg_vs_lmdb_batch_100",
+                        json_real(kl_pg_ratio(c, nc, 100)));
+    json_object_set_new(out, "pg_vs_lmdb_batch_1000",
+                        json_real(kl_pg_ratio(c, nc, 1000)));
+    json_object_set_new(out, "pg_target_met",
+                        json_boolean(kl_pg_ratio(c, nc, 1000) >= KL_PG_TARGET));
+  }
   if (nd) {
     json_object_set_new(
         out, "dedup_recent_target_met",
@@ -325,11 +393,35 @@ static void kl_report_json(const kl_commit_run_t *c, int nc,
 
 static const int kl_batches[] = {1, 100, 1000};
 
+/* The server's synchronous_commit, read on a batch's connection, into
+ * @p out; "" for a store that is not PostgreSQL. */
+static kl_err_t kl_bench_sync_commit(kl_store_t *store, char *out,
+                                     size_t size) {
+  kl_partition_state_t ps;
+  kl_txn_t *txn;
+  kl_err_t err = kl_store_acquire(store, "bench-settings", 0, &ps);
+  if (err || (err = kl_store_begin(store, "bench-settings", 0, ps.epoch, &txn)))
+    return err;
+  PGconn *pg = kl_txn_pg_conn(txn);
+  PGresult *res = pg ? PQexec(pg, "SHOW synchronous_commit") : NULL;
+  snprintf(out, size, "%s",
+           res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res)
+               ? PQgetvalue(res, 0, 0)
+               : "");
+  PQclear(res);
+  kl_store_abort(txn);
+  return KL_OK;
+}
+
+static char kl_sync_commit[32] = "?";
+
 static kl_err_t kl_bench_backend(const char *location, const char *backend,
                                  double seconds, kl_commit_run_t *runs,
                                  int *n) {
   kl_store_t *store;
   kl_err_t err = kl_store_open(location, NULL, &store);
+  if (!err && strcmp(backend, "postgresql") == 0)
+    err = kl_bench_sync_commit(store, kl_sync_commit, sizeof(kl_sync_commit));
   for (int i = 0; !err && i < 3; i++) {
     fprintf(stderr, "keylane-bench store: %s, batches of %d\n", backend,
             kl_batches[i]);
@@ -433,7 +525,7 @@ int kl_bench_store(int argc, char **argv) {
     fprintf(stderr, "keylane-bench store: could not remove %s\n", dir);
   if (err || pg == -2)
     return 1;
-  (o.json ? kl_report_json : kl_report_text)(commits, nc, dedup, nd,
-                                             pg == -1 ? why : NULL);
+  (o.json ? kl_report_json : kl_report_text)(
+      commits, nc, dedup, nd, pg == -1 ? why : NULL, kl_sync_commit);
   return 0;
 }
