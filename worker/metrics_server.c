@@ -18,6 +18,8 @@
 #include "common/strbuf.h"
 #include "worker/health_json.h"
 #include "worker/log_guard.h"
+#include "worker/store_cache.h"
+#include "worker/store_internal.h"
 #include "worker/worker_internal.h"
 
 #define COMP "metrics"
@@ -124,6 +126,25 @@ static void kl_ms_counter(kl__metrics_t *m, const char *name, const char *help,
 static void kl_ms_gauge(kl__metrics_t *m, const char *name, const char *help,
                         double v) {
   kl__metric_set(kl__metrics_gauge(m, name, help, NULL), NULL, v);
+}
+
+/* The store's owner cache (PostgreSQL; zeroes when it has none). */
+static void kl_ms_store_cache(kl__metrics_server_t *server, kl__metrics_t *m) {
+  kl__cache_stats_t c;
+  kl__store_cache_stats(server->store, &c);
+  kl_ms_gauge(m, "keylane_store_cache_bytes",
+              "Bytes the owner cache holds (store.cache.max bounds them).",
+              (double)c.bytes);
+  kl_ms_gauge(m, "keylane_store_cache_entries",
+              "Handler keys the owner cache holds.", (double)c.entries);
+  kl_ms_counter(m, "keylane_store_cache_hits_total",
+                "kl_txn_get() calls the owner cache answered.", c.hits);
+  kl_ms_counter(m, "keylane_store_cache_misses_total",
+                "kl_txn_get() calls that read the server.", c.misses);
+  kl_ms_counter(m, "keylane_store_cache_drops_total",
+                "Partitions dropped from the owner cache (fence, failed "
+                "commit, epoch change, revoke).",
+                c.drops);
 }
 
 /* Partitions the log guard stopped (the log went backwards or lost
@@ -266,6 +287,7 @@ static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
               "1: the cluster could not tell a topic's retention.",
               st.retention_unchecked);
   kl_ms_routing(server, m, &st);
+  kl_ms_store_cache(server, m);
   kl_ms_scrape_t scrape = {
       server,
       kl__metrics_gauge(m, "keylane_worker_partition_watermark",

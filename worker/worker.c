@@ -228,6 +228,7 @@ static void kl_on_revoke(kl_worker_t *worker,
     uint64_t epoch = 0;
     int64_t watermark = kl__lanes_release(worker->lanes, p, !lost, &epoch);
     kl__log_guard_forget(worker->log_guard, p);
+    kl__store_forget(worker->store, worker->topic, p); /* its owner cache */
     if (watermark < 0)
       continue;
     KL_LOG_I(KL_COMP,

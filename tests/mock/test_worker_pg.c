@@ -14,9 +14,13 @@
 
 #include <cmocka.h>
 
+#include "support/http.h"
 #include "support/pg_group.h"
 #include "support/ledger_checks.h"
 #include "support/support.h"
+#include "worker/metrics_server.h"
+#include "worker/store_cache.h"
+#include "worker/store_internal.h"
 #include "worker/worker_internal.h"
 
 static int t_db_seq;
@@ -34,6 +38,23 @@ static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions) {
 
 static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};
 
+/* The value of the label-less series @p name in the worker's /metrics. */
+static double kl_scrape(kl__metrics_server_t *server, const char *name) {
+  kl_t_http_resp_t resp;
+  memset(&resp, 0, sizeof(resp));
+  assert_int_equal(kl_t_http_once(kl__metrics_server_port(server), "GET",
+                                  "/metrics", NULL, NULL, &resp),
+                   0);
+  char line[128];
+  snprintf(line, sizeof(line), "\n%s ", name);
+  const char *at = resp.body ? strstr(resp.body, line) : NULL;
+  if (!at)
+    fail_msg("%s not in /metrics:\n%s", name, resp.body);
+  double v = strtod(at + strlen(line), NULL);
+  kl_t_http_resp_free(&resp);
+  return v;
+}
+
 static void test_applies_each_event_once_on_pg(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "once", 4);
@@ -47,7 +68,24 @@ static void test_applies_each_event_once_on_pg(void **state) {
   kl_worker_stats(w->worker, &st);
   assert_int_equal(st.duplicates, 200);
   assert_int_equal(st.fenced, 0);
+  /* The ledger handler's reads of its accounts come from the owner cache,
+   * which /metrics shows, and the revokes of the worker's stop drop it. */
+  kl__cache_stats_t cache;
+  kl__store_cache_stats(fx.store, &cache);
+  assert_true(cache.hits > 0 && cache.entries > 0);
+  kl__metrics_server_t *server;
+  assert_int_equal(kl__metrics_server_start("127.0.0.1:0", NULL, fx.topic,
+                                            w->worker, fx.store, &server),
+                   KL_OK);
+  assert_true(kl_scrape(server, "keylane_store_cache_hits_total") >=
+              (double)cache.hits);
+  assert_true(kl_scrape(server, "keylane_store_cache_bytes") > 0);
+  kl_scrape(server, "keylane_store_cache_misses_total");
+  kl_scrape(server, "keylane_store_cache_drops_total");
+  kl__metrics_server_stop(server);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl__store_cache_stats(fx.store, &cache);
+  assert_int_equal(cache.entries, 0);
   kl_t_ledger_fx_assert_verified(&fx);
   kl_t_ledger_fx_down(&fx);
 }
