@@ -1,6 +1,7 @@
 #include "worker/apply.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -8,6 +9,7 @@
 #include "common/internal.h"
 #include "common/log.h"
 #include "keylane/producer.h"
+#include "worker/store_internal.h"
 
 /* One murmur2 of the key per record: ~20 ns for a short key. A record
  * without a key is the decoder's to refuse. */
@@ -83,6 +85,46 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
   return KL_HANDLER_OK;
 }
 
+/* The decoded ids of @p msgs, copied into @p arena (KL_ID_BYTES each). */
+#define KL_ID_BYTES 255
+static size_t kl_decode_ids(rd_kafka_message_t *const *msgs, size_t n,
+                            int64_t from, char *arena, const char **ids,
+                            size_t *lens) {
+  kl_decoder_t *decoder = kl_decoder_new();
+  size_t k = 0;
+  for (size_t i = 0; decoder && i < n; i++) {
+    const rd_kafka_message_t *m = msgs[i];
+    kl_event_t ev;
+    if (m->offset < from ||
+        kl_event_decode(decoder, m->key, m->key_len, m->payload, m->len,
+                        &ev) ||
+        !ev.id_len || ev.id_len > KL_ID_BYTES)
+      continue;
+    ids[k] = memcpy(arena + k * KL_ID_BYTES, ev.id, ev.id_len);
+    lens[k++] = ev.id_len;
+  }
+  kl_decoder_destroy(decoder);
+  return k;
+}
+
+kl_err_t kl__apply_prefetch(const kl__applier_t *a, kl_txn_t *txn,
+                            rd_kafka_message_t *const *msgs, size_t n,
+                            int64_t from) {
+  if (!n || !kl__store_has_prefetch(a->store))
+    return KL_OK;
+  char *arena = malloc(n * KL_ID_BYTES);
+  const char **ids = malloc(n * sizeof(*ids));
+  size_t *lens = malloc(n * sizeof(*lens));
+  size_t k = arena && ids && lens
+                 ? kl_decode_ids(msgs, n, from, arena, ids, lens)
+                 : 0; /* no memory: kl_txn_seen() asks one by one */
+  kl_err_t err = k ? kl_txn_prefetch(txn, ids, lens, k) : KL_OK;
+  free(arena);
+  free(ids);
+  free(lens);
+  return err;
+}
+
 void kl__apply_sleep(const kl__applier_t *a, int32_t partition, int ms) {
   while (ms > 0) {
     int step = ms < 100 ? ms : 100;
@@ -132,7 +174,9 @@ kl_err_t kl__apply_batch(const kl__applier_t *a, int32_t partition,
   kl_err_t err = kl_store_begin(a->store, a->topic, partition, epoch, &txn);
   if (err)
     return err;
-  err = kl_run_batch(a, partition, epoch, txn, msgs, count, res);
+  err = kl__apply_prefetch(a, txn, msgs, count, watermark);
+  if (!err)
+    err = kl_run_batch(a, partition, epoch, txn, msgs, count, res);
   if (err || res->verdict != KL_HANDLER_OK || a->dry_run) {
     kl_store_abort(txn);
     return err;

@@ -79,6 +79,19 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *applier,
                                     kl__apply_result_t *res);
 
 /**
+ * Looks up the idempotency keys of @p msgs (@p n records) in one go, so
+ * that kl__apply_event()'s kl_txn_seen() answers from memory
+ * (kl_txn_prefetch()): one round trip for a batch on PostgreSQL. Does
+ * nothing on a store without it. Records below @p from (redelivered) and
+ * records that do not decode are left out; kl__apply_event() deals with
+ * them. Uses a decoder of its own.
+ * @returns KL_OK, or a store error (the batch is to be re-run).
+ */
+kl_err_t kl__apply_prefetch(const kl__applier_t *applier, kl_txn_t *txn,
+                            rd_kafka_message_t *const *msgs, size_t n,
+                            int64_t from);
+
+/**
  * Sleeps @p ms (a retry's backoff) in short steps, calling applier->tick
  * between them, so that an owner outside the group goes on beating.
  */

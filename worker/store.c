@@ -271,6 +271,10 @@ kl_err_t kl_txn_prefetch(kl_txn_t *txn, const char *const *ids,
              : KL_OK;
 }
 
+int kl__store_has_prefetch(kl_store_t *store) {
+  return store && store->ops->prefetch != NULL;
+}
+
 void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition) {
   if (store && topic && store->ops->forget)
     store->ops->forget(store, topic, partition);

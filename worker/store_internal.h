@@ -116,6 +116,10 @@ int64_t kl__beat_period_ns(const kl_conf_t *conf);
  */
 void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition);
 
+/** @returns nonzero when kl_txn_prefetch() saves round trips on @p store
+ *  (PostgreSQL), so that a caller decodes ids for it only then. */
+int kl__store_has_prefetch(kl_store_t *store);
+
 struct kl__cache_stats;
 /**
  * The owner cache's size and counters (zeroes when the backend has none or

@@ -27,6 +27,7 @@
 #include "support/pg_group.h"
 #include "support/store_contract.h"
 #include "support/support.h"
+#include "worker/apply.h"
 #include "worker/store_backend.h"
 #include "worker/store_internal.h"
 #include "worker/store_pg.h"
@@ -717,6 +718,64 @@ static void test_cache_dropped_on_epoch_change(void **state) {
   kl_store_destroy(mine);
 }
 
+typedef struct t_cutter {
+  PGconn *admin;
+  int runs;
+} t_cutter_t;
+
+/* A handler that writes nothing and, at its first event, cuts every store
+ * connection: what the batch still needs of the server after that fails. */
+static kl_handler_result_t t_cut_handler(void *opaque, const kl_event_t *ev,
+                                         const kl_fence_t *fence,
+                                         kl_txn_t *txn, char *why,
+                                         size_t size) {
+  (void)ev, (void)fence, (void)txn, (void)why, (void)size;
+  t_cutter_t *cut = opaque;
+  if (cut->runs++ == 0)
+    t_terminate_others(cut->admin);
+  return KL_HANDLER_OK;
+}
+
+/* A batch's ids are looked up before its handlers run, in one round trip
+ * (kl__apply_batch(), as replay and redrive run it; the worker's group
+ * transaction the same way): with the connection cut by the first event's
+ * handler, the later events' seen still answers, so every handler runs
+ * and only the commit fails. */
+static void test_apply_prefetches_the_batch_ids(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  rd_kafka_message_t msgs[5], *ptrs[5];
+  void *bufs[5];
+  for (int i = 0; i < 5; i++) {
+    char id[16];
+    snprintf(id, sizeof(id), "event-%d", i);
+    kl_event_t ev = {.key = "acct", .key_len = 4, .id = id,
+                     .id_len = strlen(id), .type = "t", .type_len = 1,
+                     .ts = 1, .payload = "p", .payload_len = 1};
+    size_t len;
+    assert_int_equal(kl_event_encode(&ev, &bufs[i], &len), KL_OK);
+    msgs[i] = (rd_kafka_message_t){.partition = 0, .payload = bufs[i],
+                                   .len = len, .key = "acct", .key_len = 4,
+                                   .offset = i};
+    ptrs[i] = &msgs[i];
+  }
+  t_cutter_t cut = {st->admin, 0};
+  kl__applier_t applier = {.store = store, .topic = KL_T_TOPIC,
+                           .handler = t_cut_handler, .handler_opaque = &cut,
+                           .decoder = kl_decoder_new()};
+  kl__apply_result_t res;
+  assert_int_equal(kl__apply_batch(&applier, 0, epoch, 0, ptrs, 5, &res),
+                   KL_ESTORE_BUSY);
+  assert_int_equal(cut.runs, 5);
+  assert_int_equal(res.verdict, KL_HANDLER_OK);
+  kl_decoder_destroy(applier.decoder);
+  for (int i = 0; i < 5; i++)
+    free(bufs[i]);
+  kl_store_destroy(store);
+}
+
 /* A revoke (kl__store_forget()) drops the partition and frees it; other
  * partitions keep theirs. */
 static void test_cache_dropped_on_revoke(void **state) {
@@ -921,6 +980,7 @@ int main(void) {
       T(test_cache_dropped_on_revoke),
       T(test_cache_bounded_lru),
       T(test_handler_sql_bypasses_the_cache),
+      T(test_apply_prefetches_the_batch_ids),
       T(test_paused_owner_row_locks_end_with_idle_timeout),
       cmocka_unit_test(test_lmdb_has_no_pg_conn),
   };
