@@ -373,8 +373,12 @@ void kl__cache_stats(kl__cache_t *cache, kl__cache_stats_t *stats) {
   if (!cache)
     return;
   pthread_mutex_lock(&cache->mu);
-  *stats = (kl__cache_stats_t){cache->max_bytes, cache->bytes,  cache->count,
-                               cache->hits,      cache->misses, cache->drops,
-                               cache->evictions};
+  stats->max_bytes = cache->max_bytes;
+  stats->bytes = cache->bytes;
+  stats->entries = cache->count;
+  stats->hits = cache->hits;
+  stats->misses = cache->misses;
+  stats->drops = cache->drops;
+  stats->evictions = cache->evictions;
   pthread_mutex_unlock(&cache->mu);
 }

@@ -51,6 +51,9 @@ typedef struct kl__cache_stats {
   uint64_t misses;    /**< kl_txn_get() that asked the server */
   uint64_t drops;     /**< partitions dropped (fence, failure, epoch, revoke) */
   uint64_t evictions; /**< entries pushed out by the bound */
+  /** Not the cache's, reported with it: kl_txn_seen() calls that asked the
+   *  server one id at a time (not prefetched with kl_txn_prefetch()). */
+  uint64_t id_queries;
 } kl__cache_stats_t;
 
 /** How kl__cache_get() answered. */

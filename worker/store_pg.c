@@ -15,6 +15,7 @@
  * fail with KL_ESTORE_BUSY and are re-run, and nothing else.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -823,6 +824,7 @@ static void kl_pg_forget(kl_store_t *store, const char *topic,
 
 static void kl_pg_cache_stats(kl_store_t *store, kl__cache_stats_t *stats) {
   kl__cache_stats(((kl__pg_t *)store)->cache, stats);
+  stats->id_queries = atomic_load(&((kl__pg_t *)store)->id_queries);
 }
 
 const kl__store_ops_t kl__pg_ops = {

@@ -56,6 +56,7 @@
  * duplicates) and the watermark never moves back.
  */
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -379,6 +380,7 @@ kl_err_t kl__pg_seen(kl_txn_t *base, const char *id, size_t id_len,
     *mark = (kl_mark_t)entry->tag;
     return KL_OK;
   }
+  atomic_fetch_add(&((kl__pg_t *)base->store)->id_queries, 1);
   const char *values[2] = {id, txn->topic};
   int lengths[2] = {(int)id_len, 0}, formats[2] = {1, 0};
   kl_err_t err;
