@@ -96,8 +96,7 @@ static size_t kl_decode_ids(rd_kafka_message_t *const *msgs, size_t n,
     const rd_kafka_message_t *m = msgs[i];
     kl_event_t ev;
     if (m->offset < from ||
-        kl_event_decode(decoder, m->key, m->key_len, m->payload, m->len,
-                        &ev) ||
+        kl_event_decode(decoder, m->key, m->key_len, m->payload, m->len, &ev) ||
         !ev.id_len || ev.id_len > KL_ID_BYTES)
       continue;
     ids[k] = memcpy(arena + k * KL_ID_BYTES, ev.id, ev.id_len);

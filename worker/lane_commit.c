@@ -251,8 +251,8 @@ void kl__lanes_commit(kl__lanes_t *lanes, kl__lane_t *const *due, size_t n) {
 /* The records of @p lane's window still to run, from the one @p job
  * runs on: what a new group transaction prefetches the ids of. Poll
  * thread. @returns a malloc()ed array of *@p n, or NULL. */
-static rd_kafka_message_t **kl_window_msgs(kl__lanes_t *lanes,
-                                           kl__lane_t *lane, size_t *n) {
+static rd_kafka_message_t **kl_window_msgs(kl__lanes_t *lanes, kl__lane_t *lane,
+                                           size_t *n) {
   pthread_mutex_lock(&lanes->mu);
   rd_kafka_message_t **msgs =
       lane->ring_count ? malloc(lane->ring_count * sizeof(*msgs)) : NULL;

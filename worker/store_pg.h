@@ -58,7 +58,7 @@ typedef struct kl__pg {
   size_t open;
   size_t idle_count;
   kl__pg_conn_t **idle;
-  kl__cache_t *cache; /* store.cache.max; NULL: off */
+  kl__cache_t *cache;          /* store.cache.max; NULL: off */
   _Atomic uint64_t id_queries; /* kl__cache_stats_t's */
 } kl__pg_t;
 

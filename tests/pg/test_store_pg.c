@@ -726,9 +726,8 @@ typedef struct t_cutter {
 /* A handler that writes nothing and, at its first event, cuts every store
  * connection: what the batch still needs of the server after that fails. */
 static kl_handler_result_t t_cut_handler(void *opaque, const kl_event_t *ev,
-                                         const kl_fence_t *fence,
-                                         kl_txn_t *txn, char *why,
-                                         size_t size) {
+                                         const kl_fence_t *fence, kl_txn_t *txn,
+                                         char *why, size_t size) {
   (void)ev, (void)fence, (void)txn, (void)why, (void)size;
   t_cutter_t *cut = opaque;
   if (cut->runs++ == 0)
@@ -751,19 +750,30 @@ static void test_apply_prefetches_the_batch_ids(void **state) {
   for (int i = 0; i < 5; i++) {
     char id[16];
     snprintf(id, sizeof(id), "event-%d", i);
-    kl_event_t ev = {.key = "acct", .key_len = 4, .id = id,
-                     .id_len = strlen(id), .type = "t", .type_len = 1,
-                     .ts = 1, .payload = "p", .payload_len = 1};
+    kl_event_t ev = {.key = "acct",
+                     .key_len = 4,
+                     .id = id,
+                     .id_len = strlen(id),
+                     .type = "t",
+                     .type_len = 1,
+                     .ts = 1,
+                     .payload = "p",
+                     .payload_len = 1};
     size_t len;
     assert_int_equal(kl_event_encode(&ev, &bufs[i], &len), KL_OK);
-    msgs[i] = (rd_kafka_message_t){.partition = 0, .payload = bufs[i],
-                                   .len = len, .key = "acct", .key_len = 4,
+    msgs[i] = (rd_kafka_message_t){.partition = 0,
+                                   .payload = bufs[i],
+                                   .len = len,
+                                   .key = "acct",
+                                   .key_len = 4,
                                    .offset = i};
     ptrs[i] = &msgs[i];
   }
   t_cutter_t cut = {st->admin, 0};
-  kl__applier_t applier = {.store = store, .topic = KL_T_TOPIC,
-                           .handler = t_cut_handler, .handler_opaque = &cut,
+  kl__applier_t applier = {.store = store,
+                           .topic = KL_T_TOPIC,
+                           .handler = t_cut_handler,
+                           .handler_opaque = &cut,
                            .decoder = kl_decoder_new()};
   kl__apply_result_t res;
   assert_int_equal(kl__apply_batch(&applier, 0, epoch, 0, ptrs, 5, &res),
