@@ -14,6 +14,10 @@
  * every partition's store watermark reached the end; the join time and
  * the end-to-end rate, join included, are printed beside it. Rounds
  * alternate (keylane, bare, keylane, ...); medians reported.
+ *
+ * --store pg: the worker's store is a fresh database on a throwaway
+ * PostgreSQL server (fsync and synchronous_commit on) instead of LMDB;
+ * target ratio >= 0.20.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -26,6 +30,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "support/pg.h"
 #include "support/support.h"
 #include "worker/store_internal.h"
 
@@ -34,6 +39,11 @@
 /* The embedded cluster keeps at most 5 MiB of records per partition (the
  * mock's retention); 64 partitions hold 1,000,000 ledger events. */
 #define KL_BW_PARTS 64
+/* PostgreSQL: a lane holds a pooled connection while its group transaction
+ * is open, so the pool (at most 64, and the throwaway server takes 60
+ * connections) has one per partition. 16 partitions hold 250,000 events. */
+#define KL_BW_PARTS_PG 16
+static int32_t kl_bw_parts = KL_BW_PARTS;
 #define KL_BW_ROUNDS_MAX 9
 
 typedef struct kl_bw_round {
@@ -70,7 +80,7 @@ static int kl_bw_wait_caught_up(const kl__ledger_gen_t *gen, kl_store_t *store,
   while (kl_bench_now() - t0 < limit_s) {
     kl_bw_caught_t c = {gen, 0};
     if (kl_store_foreach_partition(store, kl_bw_part, &c) == KL_OK &&
-        c.parts == KL_BW_PARTS)
+        c.parts == kl_bw_parts)
       return 0;
     kl_bw_sleep_ms(2);
   }
@@ -87,8 +97,8 @@ static double kl_bw_raw(const char *boot, int64_t events, int round) {
   rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
   rd_kafka_poll_set_consumer(rk);
   rd_kafka_topic_partition_list_t *t =
-      rd_kafka_topic_partition_list_new(KL_BW_PARTS);
-  for (int p = 0; p < KL_BW_PARTS; p++)
+      rd_kafka_topic_partition_list_new(kl_bw_parts);
+  for (int p = 0; p < kl_bw_parts; p++)
     rd_kafka_topic_partition_list_add(t, KL_BW_TOPIC, p)->offset =
         RD_KAFKA_OFFSET_BEGINNING;
   double t0 = kl_bench_now();
@@ -115,17 +125,34 @@ static double kl_bw_raw(const char *boot, int64_t events, int round) {
   return seen == events && bytes ? s : -1;
 }
 
+/* The round's store: an LMDB directory, or a fresh database of @p pg. */
+static kl_err_t kl_bw_store(kl_t_pg_t *pg, int round, char *where, size_t size,
+                            kl_store_t **store) {
+  char name[32];
+  snprintf(name, sizeof(name), "worker%d", round);
+  if (!pg)
+    kl_t_tmpdir(where);
+  else if (kl_t_pg_createdb(pg, name, where, size))
+    return KL_ESTORE; /* kl_t_pg_createdb() said why */
+  kl_conf_t *conf = kl_conf_new();
+  char pool[16];
+  snprintf(pool, sizeof(pool), "%d", (int)kl_bw_parts);
+  kl_conf_set(conf, "store.pg.pool", pool, NULL, 0);
+  kl_err_t err = kl_store_open(where, conf, store);
+  kl_conf_destroy(conf);
+  return err;
+}
+
 static double kl_bw_keylane(const char *boot, kl__ledger_gen_t *gen,
-                            int round, kl_bw_round_t *r) {
-  char dir[64], group[32];
-  kl_t_tmpdir(dir);
+                            kl_t_pg_t *pg, int round, kl_bw_round_t *r) {
+  char dir[256], group[32];
   snprintf(group, sizeof(group), "kl-%d", round);
   kl_store_t *store;
-  if (kl_store_open(dir, NULL, &store)) {
+  if (kl_bw_store(pg, round, dir, sizeof(dir), &store)) {
     fprintf(stderr, "store: %s\n", kl_err_detail());
     return -1;
   }
-  kl__store_usage_t u0, u1;
+  kl__store_usage_t u0 = {0}, u1 = {0}; /* zeroes on PostgreSQL */
   kl__store_lmdb_usage(store, &u0);
   double t0 = kl_bench_now();
   kl_t_worker_t *w = kl_t_worker_start(boot, KL_BW_TOPIC, group, store, NULL);
@@ -146,7 +173,8 @@ static double kl_bw_keylane(const char *boot, kl__ledger_gen_t *gen,
   kl__ledger_verdict_t v;
   kl__ledger_gen_verify(gen, store, KL_BW_TOPIC, &v);
   kl_store_destroy(store);
-  kl_t_rmrf(dir);
+  if (!pg)
+    kl_t_rmrf(dir);
   return done == 0 && v.ok ? s : -1;
 }
 
@@ -166,7 +194,7 @@ static int kl_bw_load(kl_producer_t *producer, kl__ledger_gen_t *gen,
 }
 
 static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
-                        int json) {
+                        int json, int pg) {
   double k[KL_BW_ROUNDS_MAX], b[KL_BW_ROUNDS_MAX], j[KL_BW_ROUNDS_MAX],
       e[KL_BW_ROUNDS_MAX];
   uint64_t batches = 0, txns = 0;
@@ -197,31 +225,34 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
         2 * per_k, "partition_batches_per_1000_events", batches_k,
         "keylane_s", ks, "join_s", js, "keylane_e2e_eps", e2e, "ratio_e2e",
         e2e / reps);
+    json_object_set_new(o, "store", json_string(pg ? "postgresql" : "lmdb"));
     json_dumpf(o, stdout, JSON_COMPACT);
     putchar('\n');
     json_decref(o);
     return;
   }
   printf("worker, %" PRId64 " ledger events, %d partitions, median of %d "
-         "rounds\n", events, KL_BW_PARTS, n);
-  printf("  keylane (ledger, durable LMDB): %10.0f events/s, from the first "
-         "assignment\n", keps);
+         "rounds\n", events, kl_bw_parts, n);
+  printf("  keylane (ledger, durable %s): %10.0f events/s, from the first "
+         "assignment\n", pg ? "PostgreSQL" : "LMDB", keps);
   printf("  bare librdkafka consume loop:   %10.0f events/s\n", reps);
-  printf("  ratio %.2f (target >= 0.50)\n", keps / reps);
+  printf("  ratio %.2f (target >= %.2f)\n", keps / reps, pg ? 0.20 : 0.50);
   printf("  group join: %.2f s; end to end, join included: %.0f events/s "
          "(ratio %.2f)\n", js, e2e, e2e / reps);
-  printf("  store commits per 1000 events: %.2f (fsyncs: %.2f), holding "
+  if (!pg) /* LMDB's write transactions; PostgreSQL's are not counted */
+    printf("  store commits per 1000 events: %.2f (fsyncs: %.2f), holding "
          "%.2f partition batches\n", per_k, 2 * per_k, batches_k);
 }
 
 int kl_bench_worker(int argc, char **argv) {
   static const struct option opts[] = {{"events", required_argument, NULL, 'e'},
+                                       {"store", required_argument, NULL, 's'},
                                        {"rounds", required_argument, NULL, 'r'},
                                        {"json", no_argument, NULL, 'j'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   int64_t events = 1000000, rounds = 3;
-  int json = 0, c;
+  int json = 0, pg = 0, c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     if (c == 'e' && kl_bench_count(KL_BW_NAME, "--events", optarg, 10000000,
@@ -232,28 +263,44 @@ int kl_bench_worker(int argc, char **argv) {
       return 2;
     if (c == 'j')
       json = 1;
+    if (c == 's' && !(pg = strcmp(optarg, "pg") == 0) &&
+        strcmp(optarg, "lmdb") != 0) {
+      fprintf(stderr, "keylane-bench worker: --store takes lmdb or pg, got "
+                      "\"%s\"\n", optarg);
+      return 2;
+    }
     if (c == 'h') {
-      printf("usage: keylane-bench worker [--events N] [--rounds N] [--json]\n\n"
+      printf("usage: keylane-bench worker [--events N] [--rounds N] "
+             "[--store lmdb|pg] [--json]\n\n"
              "One worker (ledger handler, durable LMDB store) against a bare\n"
              "librdkafka consume loop over the same events on an embedded\n"
-             "cluster. Default 1000000 events, 3 rounds each, medians.\n");
+             "cluster. Default 1000000 events, 3 rounds each, medians.\n"
+             "--store pg: a throwaway durable PostgreSQL server instead\n"
+             "(target ratio >= 0.20).\n");
       return 0;
     }
     if (c == '?')
       return 2;
   }
+  char why[512];
+  kl_t_pg_t *server = pg ? kl_t_pg_start(1, why, sizeof(why)) : NULL;
+  if (pg && !server) {
+    fprintf(stderr, "keylane-bench worker: no PostgreSQL server: %s\n", why);
+    return 1;
+  }
   kl_embedded_t *cluster;
-  if (kl_embedded_new(1, KL_BW_TOPIC, KL_BW_PARTS, &cluster)) {
+  kl_bw_parts = pg ? KL_BW_PARTS_PG : KL_BW_PARTS;
+  if (kl_embedded_new(1, KL_BW_TOPIC, kl_bw_parts, &cluster)) {
     fprintf(stderr, "cluster: %s\n", kl_err_detail());
     return 1;
   }
   const char *boot = kl_embedded_bootstrap(cluster);
-  kl__ledger_gen_t *gen = kl__ledger_gen_new(1000, KL_BW_PARTS, 1);
+  kl__ledger_gen_t *gen = kl__ledger_gen_new(1000, kl_bw_parts, 1);
   kl_producer_t *producer = kl_t_producer(boot, gen);
   int rc = producer && kl_bw_load(producer, gen, events) == 0 ? 0 : 1;
   kl_bw_round_t r[KL_BW_ROUNDS_MAX];
   for (int i = 0; rc == 0 && i < rounds; i++) {
-    r[i].keylane_s = kl_bw_keylane(boot, gen, i, &r[i]);
+    r[i].keylane_s = kl_bw_keylane(boot, gen, server, i, &r[i]);
     r[i].raw_s = kl_bw_raw(boot, events, i);
     if (r[i].keylane_s < 0 || r[i].raw_s < 0) {
       fprintf(stderr, "keylane-bench worker: round %d did not complete\n", i);
@@ -261,9 +308,10 @@ int kl_bench_worker(int argc, char **argv) {
     }
   }
   if (rc == 0)
-    kl_bw_print(r, (int)rounds, events, json);
+    kl_bw_print(r, (int)rounds, events, json, pg);
   kl_producer_destroy(producer);
   kl__ledger_gen_destroy(gen);
   kl_embedded_destroy(cluster);
+  kl_t_pg_stop(server);
   return rc;
 }
