@@ -211,7 +211,8 @@ static int kl_pg_collect(PGconn *pg, kl__pg_call_t *calls, int n) {
   return synced ? 0 : -1;
 }
 
-kl_err_t kl__pg_pipeline(kl__pg_conn_t *conn, kl__pg_call_t *calls, int n) {
+kl_err_t kl__pg_pipeline_send(kl__pg_conn_t *conn, kl__pg_call_t *calls,
+                              int n) {
   kl_err_t err = KL_OK;
   for (int i = 0; i < n; i++) {
     calls[i].res = NULL;
@@ -225,12 +226,24 @@ kl_err_t kl__pg_pipeline(kl__pg_conn_t *conn, kl__pg_call_t *calls, int n) {
   int sent = 0;
   while (sent < n && kl_pg_send(conn, &calls[sent]))
     sent++;
-  if (sent < n || !PQpipelineSync(conn->pg) ||
-      kl_pg_collect(conn->pg, calls, sent))
-    err = kl__pg_err(conn->pg, NULL, "send a batch's statements");
+  if (sent < n || !PQpipelineSync(conn->pg))
+    return kl__pg_err(conn->pg, NULL, "send a batch's statements");
+  return KL_OK;
+}
+
+kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
+                                 int n) {
+  kl_err_t err = KL_OK;
+  if (kl_pg_collect(conn->pg, calls, n))
+    err = kl__pg_err(conn->pg, NULL, "read a batch's results");
   if (!PQexitPipelineMode(conn->pg) && !err)
     err = kl__pg_err(conn->pg, NULL, "leave pipeline mode");
   return err;
+}
+
+kl_err_t kl__pg_pipeline(kl__pg_conn_t *conn, kl__pg_call_t *calls, int n) {
+  kl_err_t err = kl__pg_pipeline_send(conn, calls, n);
+  return err ? err : kl__pg_pipeline_collect(conn, calls, n);
 }
 
 /* ---- the pool --------------------------------------------------------- */
@@ -840,6 +853,7 @@ const kl__store_ops_t kl__pg_ops = {
     .beat = kl_pg_beat,
     .begin = kl__pg_begin,
     .commit = kl__pg_commit,
+    .commit_many = kl__pg_commit_many,
     .abort = kl__pg_abort,
     .get = kl__pg_get,
     .put = kl__pg_put,

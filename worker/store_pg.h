@@ -143,6 +143,17 @@ typedef struct kl__pg_call {
  */
 kl_err_t kl__pg_pipeline(kl__pg_conn_t *conn, kl__pg_call_t *calls, int n);
 
+/**
+ * kl__pg_pipeline() in two halves, so that the pipelines of several
+ * connections are in flight at once: send (the statements and the sync),
+ * then, when the send went well, collect. After a failed half the
+ * connection is to be dropped.
+ */
+kl_err_t kl__pg_pipeline_send(kl__pg_conn_t *conn, kl__pg_call_t *calls,
+                              int n);
+kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
+                                 int n);
+
 /* What the fence statement fails with when the epoch moved (it divides by
  * the count of rows it matched): division_by_zero. */
 #define KL__PG_FENCED_STATE "22012"
@@ -174,6 +185,7 @@ kl_err_t kl__store_pg_migrate(const char *uri, int *from, int *to);
 kl_err_t kl__pg_begin(kl_store_t *store, const char *topic, int32_t partition,
                       uint64_t epoch, kl_txn_t **txn);
 kl_err_t kl__pg_commit(kl_txn_t *txn, int64_t watermark);
+void kl__pg_commit_many(kl__store_commit_t *commits, size_t n);
 void kl__pg_abort(kl_txn_t *txn);
 kl_err_t kl__pg_get(kl_txn_t *txn, const void *key, size_t key_len,
                     const void **val, size_t *val_len);

@@ -654,40 +654,88 @@ static kl_err_t kl_pg_outcome(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
   return KL_OK;
 }
 
-/* Sends the batch's statements and COMMIT in one pipeline. */
-static kl_err_t kl_pg_commit_send(kl_pg_txn_t *txn, int64_t watermark) {
-  kl_pg_commit_t c;
-  memset(&c, 0, sizeof(c));
-  kl_err_t err = kl_pg_add_fence(txn, &c, watermark);
+/* Builds the batch's statements and COMMIT into @p c and sends them in
+ * one pipeline. */
+static kl_err_t kl_pg_commit_send(kl_pg_txn_t *txn, int64_t watermark,
+                                  kl_pg_commit_t *c) {
+  kl_err_t err = kl_pg_check_open(txn);
+  if (!err)
+    err = kl_pg_add_fence(txn, c, watermark);
   if (!err && txn->data.count)
-    err = kl_pg_add_data(txn, &c);
+    err = kl_pg_add_data(txn, c);
   if (!err && txn->ids.count)
-    err = kl_pg_add_ids(txn, &c);
+    err = kl_pg_add_ids(txn, c);
   if (!err) {
-    kl__pg_call_t *commit = &c.calls[c.n++];
+    kl__pg_call_t *commit = &c->calls[c->n++];
     memset(commit, 0, sizeof(*commit));
     commit->sql = "COMMIT";
     commit->what = "commit a batch";
-    if ((err = kl__pg_pipeline(txn->conn, c.calls, c.n)))
+    if ((err = kl__pg_pipeline_send(txn->conn, c->calls, c->n)))
       txn->broken = 1;
-    else
-      err = kl_pg_outcome(txn, &c);
   }
-  kl_pg_commit_free(&c);
   return err;
 }
 
+/* The outcome of what kl_pg_commit_send() sent. */
+static kl_err_t kl_pg_commit_collect(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
+  kl_err_t err = kl__pg_pipeline_collect(txn->conn, c->calls, c->n);
+  if (err)
+    txn->broken = 1;
+  return err ? err : kl_pg_outcome(txn, c);
+}
+
 /* The cache learns the outcome: written through when committed (unless
- * the handler's SQL ran, which the cache cannot follow), else dropped. */
+ * the handler's SQL ran, which the cache cannot follow), else dropped.
+ * Then the txn ends: rolled back unless the COMMIT went through. */
+static kl_err_t kl_pg_commit_end(kl_pg_txn_t *txn, uint64_t start,
+                                 kl_err_t err) {
+  kl__cache_commit_end(kl_pg_cache(txn), txn->seg, txn->epoch, start,
+                       !err && !txn->lent, &txn->data, KL_PG_DEL);
+  kl_pg_txn_end(txn);
+  return err;
+}
+
 kl_err_t kl__pg_commit(kl_txn_t *base, int64_t watermark) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  kl__cache_t *cache = kl_pg_cache(txn);
-  uint64_t start = kl__cache_commit_start(cache, txn->seg);
-  kl_err_t err = kl_pg_check_open(txn);
+  kl_pg_commit_t c;
+  memset(&c, 0, sizeof(c));
+  uint64_t start = kl__cache_commit_start(kl_pg_cache(txn), txn->seg);
+  kl_err_t err = kl_pg_commit_send(txn, watermark, &c);
   if (!err)
-    err = kl_pg_commit_send(txn, watermark);
-  kl__cache_commit_end(cache, txn->seg, txn->epoch, start, !err && !txn->lent,
-                       &txn->data, KL_PG_DEL);
-  kl_pg_txn_end(txn); /* rolls back unless the COMMIT went through */
-  return err;
+    err = kl_pg_commit_collect(txn, &c);
+  kl_pg_commit_free(&c);
+  return kl_pg_commit_end(txn, start, err);
+}
+
+static void kl_pg_commit_failed(kl__store_commit_t *commit, kl_err_t err) {
+  commit->err = err;
+  snprintf(commit->why, sizeof(commit->why), "%s", err ? kl_err_detail() : "");
+}
+
+/* Several lanes' batches, each on its own connection and under its own
+ * fence: every pipeline is sent before any is read, so that together they
+ * cost one round trip (and the server's fsyncs overlap). */
+void kl__pg_commit_many(kl__store_commit_t *commits, size_t n) {
+  kl_pg_commit_t *c = calloc(n, sizeof(*c));
+  uint64_t *start = calloc(n, sizeof(*start));
+  for (size_t i = 0; (!c || !start) && i < n; i++) /* no memory: in turn */
+    kl_pg_commit_failed(&commits[i],
+                        kl__pg_commit(commits[i].txn, commits[i].watermark));
+  for (size_t i = 0; c && start && i < n; i++) {
+    kl_pg_txn_t *txn = (kl_pg_txn_t *)commits[i].txn;
+    start[i] = kl__cache_commit_start(kl_pg_cache(txn), txn->seg);
+    kl_pg_commit_failed(&commits[i],
+                        kl_pg_commit_send(txn, commits[i].watermark, &c[i]));
+  }
+  for (size_t i = 0; c && start && i < n; i++)
+    if (!commits[i].err)
+      kl_pg_commit_failed(
+          &commits[i], kl_pg_commit_collect((kl_pg_txn_t *)commits[i].txn,
+                                            &c[i]));
+  for (size_t i = 0; c && start && i < n; i++) {
+    kl_pg_commit_free(&c[i]);
+    kl_pg_commit_end((kl_pg_txn_t *)commits[i].txn, start[i], commits[i].err);
+  }
+  free(c);
+  free(start);
 }

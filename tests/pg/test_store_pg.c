@@ -786,6 +786,93 @@ static void test_apply_prefetches_the_batch_ids(void **state) {
   kl_store_destroy(store);
 }
 
+/* The worker's group commit of several lanes: each batch's pipeline is
+ * sent on its own connection before any is read, and each keeps its own
+ * fence and outcome: a fenced one and one whose handler SQL failed apply
+ * nothing, the others commit and are written through to the cache. */
+static void test_commit_many_each_under_its_own_fence(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_store_t *store =
+      kl_t_store_open(st->fx.where, "store.pg.pool", "8", NULL);
+  uint64_t e[4];
+  kl_txn_t *txn[4];
+  for (int32_t p = 0; p < 4; p++) {
+    e[p] = kl_t_store_acquire(store, p);
+    txn[p] = kl_t_store_begin(store, p, e[p]);
+    char key[8], id[8];
+    snprintf(key, sizeof(key), "k%d", (int)p);
+    snprintf(id, sizeof(id), "id-%d", (int)p);
+    kl_t_txn_put(txn[p], key, "v");
+    kl_t_txn_mark(txn[p], id, KL_MARK_APPLIED);
+  }
+  PGresult *res = PQexec(kl_txn_pg_conn(txn[1]), "SELECT 1/0");
+  PQclear(res);
+  kl_t_store_acquire(store, 2); /* a new owner of partition 2 */
+  kl__store_commit_t c[4] = {{txn[0], 5, KL_OK, ""},
+                             {txn[1], 6, KL_OK, ""},
+                             {txn[2], 7, KL_OK, ""},
+                             {txn[3], 8, KL_OK, ""}};
+  kl__store_commit_many(c, 4);
+  assert_int_equal(c[0].err, KL_OK);
+  assert_int_equal(c[1].err, KL_ESTORE);
+  assert_non_null(strstr(c[1].why, "aborted by a failed statement"));
+  assert_int_equal(c[2].err, KL_EFENCED);
+  assert_non_null(strstr(c[2].why, "fenced partition=2"));
+  assert_int_equal(c[3].err, KL_OK);
+  int64_t want[4] = {5, 0, 0, 8};
+  for (int32_t p = 0; p < 4; p++)
+    assert_int_equal(kl_t_store_partition(store, p).watermark, want[p]);
+  assert_int_equal(t_cache(store).entries, 2); /* k0 and k3 */
+  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM keylane_ids"), 2);
+  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM keylane_kv"), 2);
+  kl_store_destroy(store);
+}
+
+typedef struct t_many {
+  kl__store_commit_t c[2];
+} t_many_t;
+
+static void *t_commit_many(void *opaque) {
+  kl__store_commit_many(((t_many_t *)opaque)->c, 2);
+  return NULL;
+}
+
+/* The batches of kl__store_commit_many() are in flight at once: with the
+ * first one's partition row locked by someone else, the second commits
+ * all the same. */
+static void test_commit_many_in_flight_at_once(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  t_many_t many;
+  for (int32_t p = 0; p < 2; p++) {
+    kl_txn_t *txn = kl_t_store_begin(store, p, kl_t_store_acquire(store, p));
+    kl_t_txn_put(txn, p ? "b" : "a", "v");
+    many.c[p] = (kl__store_commit_t){txn, 5 + p, KL_OK, ""};
+  }
+  t_sql(st->admin, "BEGIN");
+  t_sql(st->admin, "SELECT epoch FROM keylane_partitions WHERE partition = 0 "
+                   "FOR UPDATE");
+  pthread_t thread;
+  pthread_create(&thread, NULL, t_commit_many, &many);
+  long long second = 0;
+  for (int i = 0; i < 100 && second != 6; i++) {
+    kl_t_sleep_ms(50);
+    PGconn *look = PQconnectdb(st->fx.where);
+    second = t_sql(look, "SELECT watermark FROM keylane_partitions WHERE "
+                         "partition = 1");
+    PQfinish(look);
+  }
+  t_sql(st->admin, "ROLLBACK");
+  pthread_join(thread, NULL);
+  assert_int_equal(second, 6);
+  assert_int_equal(many.c[0].err, KL_OK);
+  assert_int_equal(many.c[1].err, KL_OK);
+  assert_int_equal(kl_t_store_partition(store, 0).watermark, 5);
+  kl_store_destroy(store);
+}
+
 /* A revoke (kl__store_forget()) drops the partition and frees it; other
  * partitions keep theirs. */
 static void test_cache_dropped_on_revoke(void **state) {
@@ -991,6 +1078,8 @@ int main(void) {
       T(test_cache_bounded_lru),
       T(test_handler_sql_bypasses_the_cache),
       T(test_apply_prefetches_the_batch_ids),
+      T(test_commit_many_each_under_its_own_fence),
+      T(test_commit_many_in_flight_at_once),
       T(test_paused_owner_row_locks_end_with_idle_timeout),
       cmocka_unit_test(test_lmdb_has_no_pg_conn),
   };
