@@ -215,16 +215,43 @@ static kl_err_t kl_pg_fenced(const kl_pg_txn_t *txn, uint64_t current) {
                  txn->partition, txn->epoch, current, txn->topic);
 }
 
-/* BEGIN on a pooled connection; a connection that lost its link while
- * idle in the pool is replaced once, since nothing ran on it yet. */
-static kl_err_t kl_pg_txn_open(kl__pg_t *pgs, kl_pg_txn_t *txn) {
+/* BEGIN and the partition's current epoch (0 when unknown) in one
+ * pipeline, one round trip. @returns KL_OK or the first failure. */
+static kl_err_t kl_pg_begin_epoch(kl_pg_txn_t *txn, uint64_t *current) {
+  char part[16];
+  snprintf(part, sizeof(part), "%" PRId32, txn->partition);
+  kl__pg_call_t calls[2];
+  memset(calls, 0, sizeof(calls));
+  calls[0].sql = "BEGIN ISOLATION LEVEL REPEATABLE READ";
+  calls[0].what = "begin a batch";
+  calls[1].stmt = KL__PG_EPOCH;
+  calls[1].nparams = 2;
+  calls[1].values[0] = txn->topic;
+  calls[1].values[1] = part;
+  PGconn *pg = txn->conn->pg;
+  kl_err_t err = kl__pg_pipeline(txn->conn, calls, 2);
+  for (int i = 0; !err && i < 2; i++)
+    if (!kl__pg_ok(calls[i].res))
+      err = kl__pg_err(pg, calls[i].res, calls[i].what);
+  if (!err)
+    *current = PQntuples(calls[1].res) == 1
+                   ? strtoull(PQgetvalue(calls[1].res, 0, 0), NULL, 10)
+                   : 0;
+  PQclear(calls[0].res);
+  PQclear(calls[1].res);
+  return err;
+}
+
+/* The batch's transaction on a pooled connection; a connection that lost
+ * its link while idle in the pool is replaced once, since nothing ran on
+ * it yet. */
+static kl_err_t kl_pg_txn_open(kl__pg_t *pgs, kl_pg_txn_t *txn,
+                               uint64_t *current) {
   kl_err_t err = KL_OK;
   for (int attempt = 0; attempt < 2; attempt++) {
     if ((err = kl__pg_conn_take(pgs, &txn->conn)))
       return err;
-    if (!(err = kl__pg_exec(txn->conn->pg,
-                            "BEGIN ISOLATION LEVEL REPEATABLE READ",
-                            "begin a batch")))
+    if (!(err = kl_pg_begin_epoch(txn, current)))
       return KL_OK;
     int lost = PQstatus(txn->conn->pg) != CONNECTION_OK;
     kl__pg_conn_give(pgs, txn->conn, 1);
@@ -253,12 +280,10 @@ kl_err_t kl__pg_begin(kl_store_t *store, const char *topic, int32_t partition,
   txn->ticket = kl__cache_ticket(cache, txn->seg); /* before the snapshot */
   /* The first statement takes the snapshot; it also fails fast, as the
    * LMDB store does: a batch that cannot commit need not run handlers. */
-  kl_err_t err = kl_pg_txn_open((kl__pg_t *)store, txn);
-  uint64_t current = err ? 0 : kl_pg_current_epoch(txn);
+  uint64_t current = 0;
+  kl_err_t err = kl_pg_txn_open((kl__pg_t *)store, txn, &current);
   if (!err && current != epoch)
-    err = PQtransactionStatus(txn->conn->pg) == PQTRANS_INTRANS
-              ? kl_pg_fenced(txn, current)
-              : kl__pg_err(txn->conn->pg, NULL, "begin a batch");
+    err = kl_pg_fenced(txn, current);
   if (err == KL_EFENCED)
     kl__cache_drop(cache, txn->seg);
   else if (!err)
