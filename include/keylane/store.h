@@ -30,7 +30,11 @@
  *   COMMIT in one libpq pipeline: one round trip plus the server's fsync
  *   (synchronous_commit stays as the server has it). The epoch check is
  *   the pipeline's first statement, in the commit's transaction, per
- *   batch: when it fails, the rest of the pipeline is not run.
+ *   batch: when it fails, the rest of the pipeline is not run. The
+ *   worker's group commit of several partitions sends every batch's
+ *   pipeline, each on its own connection and under its own fence, before
+ *   it reads any. kl_store_begin() sends BEGIN and its epoch check in one
+ *   round trip too.
  * - The owner cache (store.cache.max bytes, default 64M, LRU; 0 turns it
  *   off): while a process holds a partition's epoch it is the only writer
  *   of that partition's keys, so what kl_txn_get() read and what its
