@@ -111,7 +111,8 @@ static const kl_plan_t kl_plan_kafka = {.name = "Kafka 3 nodes",
  * rdkafka_mock_cgrp.c:567 "Assertion `!member->resp' failed". So no worker
  * starts while one is frozen, nor until the resumed one has spoken to the
  * coordinator (a heartbeat interval, 1 s, with room for a loaded machine);
- * kills keep their cadence and their victims start once the hold ends.
+ * kills keep their cadence (one due when no worker can be picked waits
+ * for the hold to end) and their victims start once it ends.
  * Real brokers hand out unique member ids: the Kafka plan has no hold. */
 static const kl_plan_t kl_plan_embedded = {.name = "embedded",
                                            .partitions = 8,
@@ -303,14 +304,16 @@ static int kl_f_pick(kl_fault_t *f) {
   return -1;
 }
 
-static void kl_f_kill(kl_fault_t *f, int64_t now) {
+/* 1 when it killed one; 0 when no worker could be picked. */
+static int kl_f_kill(kl_fault_t *f, int64_t now) {
   int i = kl_f_pick(f);
   if (i < 0)
-    return;
+    return 0;
   kill(f->slot[i].pid, SIGKILL);
   waitpid(f->slot[i].pid, NULL, 0);
   f->slot[i].pid = 0, f->slot[i].dead_ns = now;
   f->kills++;
+  return 1;
 }
 
 static void kl_f_resume(kl_fault_t *f, int i, int64_t now) {
@@ -644,6 +647,7 @@ static void kl_f_chaos(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
   const kl_plan_t *p = f->plan;
   int64_t t0 = kl_f_now(), now = t0;
   int64_t next_kill = t0 + p->kill_every_ms * KL_F_MS;
+  int kill_waits = 0;
   int64_t next_stop = t0 + p->stop_every_ms / 2 * KL_F_MS;
   int64_t next_note = t0 + 10 * KL_F_NS;
   while (now - t0 < p->chaos_s * KL_F_NS) {
@@ -654,8 +658,13 @@ static void kl_f_chaos(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
     kl_f_tick_windows(f, store, now, t0);
     if (p->broker_at_s >= 0)
       kl_f_tick_broker(f, now, t0);
-    if (now >= next_kill)
-      kl_f_kill(f, now), next_kill += p->kill_every_ms * KL_F_MS;
+    if (now >= next_kill && !(kill_waits && kl_f_starts_held(f, now))) {
+      /* One that finds no worker to pick while starts are held waits for
+       * the hold to end: held starts must not cost the run its kills. */
+      kill_waits = !kl_f_kill(f, now) && kl_f_starts_held(f, now);
+      if (!kill_waits)
+        next_kill += p->kill_every_ms * KL_F_MS;
+    }
     if (now >= next_stop)
       kl_f_stop(f, now), next_stop += p->stop_every_ms * KL_F_MS;
     if (now >= next_note) {
