@@ -34,6 +34,14 @@
  *   process that fetches from it waits at most 10 ms instead; a worker in
  *   another process wants -X kafka.fetch.wait.max.ms=10 (`keylane demo`
  *   passes it), or its events wait about 250 ms on average.
+ * - Member ids are reused: the mock names a new member by the address of
+ *   its struct, usually that of the member it dropped last. A process
+ *   frozen (SIGSTOP, a debugger) past session.timeout.ms that resumes
+ *   while its consumer waits for a JoinGroup or SyncGroup response or an
+ *   assign call keeps its old id; when a member that joined meanwhile got
+ *   that id, the mock aborts the process hosting the cluster
+ *   (rdkafka_mock_cgrp.c:567, "Assertion `!member->resp' failed"). Start no
+ *   member while one that the group dropped may come back.
  *
  * Caveats:
  * - The cluster runs on its own threads; the handle may be used from any

@@ -71,6 +71,9 @@ typedef struct kl_plan {
   int broker_at_s, broker_down_s; /* broker_at_s < 0: no broker kill */
   int ro_at_s, ro_s, full_at_s, full_s;
   int min_kills, min_stops;
+  int start_hold_ms; /* > 0: no worker starts while one is frozen, nor for
+                      * start_hold_ms after its SIGCONT (see the embedded
+                      * plan) */
 } kl_plan_t;
 
 static const kl_plan_t kl_plan_kafka = {.name = "Kafka 3 nodes",
@@ -93,7 +96,24 @@ static const kl_plan_t kl_plan_kafka = {.name = "Kafka 3 nodes",
                                         .min_kills = 100,
                                         .min_stops = 20};
 /* The embedded cluster's group coordinator needs longer sessions to settle
- * while members come and go (see keylane/embedded.h). */
+ * while members come and go (see keylane/embedded.h).
+ *
+ * start_hold_ms: librdkafka 2.0.2's mock names a new member by the address
+ * of its struct ("%p", rd_kafka_mock_cgrp_member_add()), and the struct of
+ * the member it freed last is usually the next one allocated: a worker
+ * started (JoinGroup with no member id) after a frozen worker's session ran
+ * out gets the frozen worker's member id. When that one is SIGCONTed in a
+ * join state where librdkafka does not check its own session (waiting for a
+ * JoinGroup/SyncGroup response or for the assign/unassign call) it goes on
+ * with the old id: its Heartbeat, SyncGroup or JoinGroup lands on the new
+ * member, it rejoins with that id while the mock holds the new member's
+ * JoinGroup, and the mock aborts the process hosting it (the test) on
+ * rdkafka_mock_cgrp.c:567 "Assertion `!member->resp' failed". So no worker
+ * starts while one is frozen, nor until the resumed one has spoken to the
+ * coordinator (a heartbeat interval, 1 s, with room for a loaded machine);
+ * kills keep their cadence (one due when no worker can be picked waits
+ * for the hold to end) and their victims start once it ends.
+ * Real brokers hand out unique member ids: the Kafka plan has no hold. */
 static const kl_plan_t kl_plan_embedded = {.name = "embedded",
                                            .partitions = 8,
                                            .workers = 3,
@@ -111,7 +131,8 @@ static const kl_plan_t kl_plan_embedded = {.name = "embedded",
                                            .full_at_s = 6,
                                            .full_s = 6,
                                            .min_kills = 5,
-                                           .min_stops = 2};
+                                           .min_stops = 2,
+                                           .start_hold_ms = 3000};
 
 typedef struct kl_slot {
   pid_t pid;        /* 0: dead, restarted after a short delay */
@@ -120,6 +141,7 @@ typedef struct kl_slot {
   int64_t armed_ns; /* SIGUSR1 sent, SIGSTOP once it pauses; 0 otherwise */
   int pauses_seen;  /* "pausing" lines in its log so far */
   int64_t spare_ns; /* not SIGKILLed before: let a zombie meet its fence */
+  int64_t resumed_ns; /* its last SIGCONT; 0 when never stopped or dead */
 } kl_slot_t;
 
 /* A read snapshot the test holds open, as a long scan or a stopped
@@ -237,12 +259,29 @@ static void kl_f_reap(kl_fault_t *f, int64_t now) {
       else if (!clean)
         f->bad_exits++;
       s->pid = 0, s->dead_ns = now, s->cont_ns = 0, s->armed_ns = 0;
-      s->spare_ns = 0;
+      s->spare_ns = 0, s->resumed_ns = 0;
     }
   }
 }
 
+/* 1 while the plan holds worker starts: a worker is frozen, or was
+ * SIGCONTed less than start_hold_ms ago (see the embedded plan). */
+static int kl_f_starts_held(const kl_fault_t *f, int64_t now) {
+  if (f->plan->start_hold_ms <= 0)
+    return 0;
+  for (int i = 0; i < f->plan->workers; i++) {
+    const kl_slot_t *s = &f->slot[i];
+    if (s->pid > 0 &&
+        (s->cont_ns || (s->resumed_ns && now - s->resumed_ns <
+                                             f->plan->start_hold_ms * KL_F_MS)))
+      return 1;
+  }
+  return 0;
+}
+
 static void kl_f_restart(kl_fault_t *f, int64_t now) {
+  if (kl_f_starts_held(f, now))
+    return;
   for (int i = 0; i < f->plan->workers; i++) {
     kl_slot_t *s = &f->slot[i];
     if (s->pid == 0 && now - s->dead_ns >= 300 * KL_F_MS) {
@@ -265,14 +304,22 @@ static int kl_f_pick(kl_fault_t *f) {
   return -1;
 }
 
-static void kl_f_kill(kl_fault_t *f, int64_t now) {
+/* 1 when it killed one; 0 when no worker could be picked. */
+static int kl_f_kill(kl_fault_t *f, int64_t now) {
   int i = kl_f_pick(f);
   if (i < 0)
-    return;
+    return 0;
   kill(f->slot[i].pid, SIGKILL);
   waitpid(f->slot[i].pid, NULL, 0);
   f->slot[i].pid = 0, f->slot[i].dead_ns = now;
   f->kills++;
+  return 1;
+}
+
+static void kl_f_resume(kl_fault_t *f, int i, int64_t now) {
+  kill(f->slot[i].pid, SIGCONT);
+  f->slot[i].cont_ns = f->slot[i].armed_ns = 0;
+  f->slot[i].resumed_ns = now;
 }
 
 static void kl_f_freeze(kl_fault_t *f, int i, int64_t now) {
@@ -310,10 +357,8 @@ static void kl_f_tick_stops(kl_fault_t *f, int64_t now) {
         kl_f_freeze(f, i, now); /* no batch came: a plain freeze */
       }
     }
-    if (s->pid > 0 && s->cont_ns && now >= s->cont_ns) {
-      kill(s->pid, SIGCONT);
-      s->cont_ns = 0;
-    }
+    if (s->pid > 0 && s->cont_ns && now >= s->cont_ns)
+      kl_f_resume(f, i, now);
   }
 }
 
@@ -602,6 +647,7 @@ static void kl_f_chaos(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
   const kl_plan_t *p = f->plan;
   int64_t t0 = kl_f_now(), now = t0;
   int64_t next_kill = t0 + p->kill_every_ms * KL_F_MS;
+  int kill_waits = 0;
   int64_t next_stop = t0 + p->stop_every_ms / 2 * KL_F_MS;
   int64_t next_note = t0 + 10 * KL_F_NS;
   while (now - t0 < p->chaos_s * KL_F_NS) {
@@ -612,8 +658,13 @@ static void kl_f_chaos(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
     kl_f_tick_windows(f, store, now, t0);
     if (p->broker_at_s >= 0)
       kl_f_tick_broker(f, now, t0);
-    if (now >= next_kill)
-      kl_f_kill(f, now), next_kill += p->kill_every_ms * KL_F_MS;
+    if (now >= next_kill && !(kill_waits && kl_f_starts_held(f, now))) {
+      /* One that finds no worker to pick while starts are held waits for
+       * the hold to end: held starts must not cost the run its kills. */
+      kill_waits = !kl_f_kill(f, now) && kl_f_starts_held(f, now);
+      if (!kill_waits)
+        next_kill += p->kill_every_ms * KL_F_MS;
+    }
     if (now >= next_stop)
       kl_f_stop(f, now), next_stop += p->stop_every_ms * KL_F_MS;
     if (now >= next_note) {
@@ -636,10 +687,8 @@ static int kl_f_drain(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
   if (f->full_on)
     kl_f_unfill(f), f->full_on = 0;
   for (int i = 0; i < f->plan->workers; i++)
-    if (f->slot[i].pid > 0 && (f->slot[i].cont_ns || f->slot[i].armed_ns)) {
-      kill(f->slot[i].pid, SIGCONT);
-      f->slot[i].cont_ns = f->slot[i].armed_ns = 0;
-    }
+    if (f->slot[i].pid > 0 && (f->slot[i].cont_ns || f->slot[i].armed_ns))
+      kl_f_resume(f, i, kl_f_now());
   for (int t = 0; f->broker_state >= 1 && f->broker_state <= 3; t++) {
     kl_f_tick_broker(f, kl_f_now(), 0);
     kl_producer_poll(pub->producer, 100);
