@@ -104,6 +104,7 @@ static rd_kafka_t *kl_embedded_handle(void) {
 
 kl_err_t kl_embedded_topic_create(kl_embedded_t *embedded, const char *topic,
                                   int32_t partitions) {
+  kl__err_clear();
   if (!embedded)
     return kl__err(KL_EINVAL, "kl_embedded_topic_create: embedded is NULL");
   kl_err_t err = kl_embedded_check_topic(topic, partitions);
@@ -145,6 +146,7 @@ static kl_err_t kl_embedded_start(kl_embedded_t *embedded, int brokers) {
 
 kl_err_t kl_embedded_new(int brokers, const char *topic, int32_t partitions,
                          kl_embedded_t **out) {
+  kl__err_clear();
   if (!out)
     return kl__err(KL_EINVAL, "kl_embedded_new: out is NULL");
   if (brokers < 1 || brokers > KL_EMBEDDED_BROKERS_MAX)

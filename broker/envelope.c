@@ -133,6 +133,7 @@ static kl_err_t kl_headers_check(const kl_header_t *headers, size_t count) {
 }
 
 kl_err_t kl_event_validate(const kl_event_t *event, int id_optional) {
+  kl__err_clear();
   if (event == NULL)
     return kl__err(KL_EINVAL, "event is NULL");
   kl_err_t err = kl_key_check(event->key_len);
@@ -296,6 +297,7 @@ size_t kl__envelope_write(const kl_event_t *event, uint8_t *buf) {
 }
 
 kl_err_t kl_event_encode(const kl_event_t *event, void **out, size_t *out_len) {
+  kl__err_clear();
   if (out == NULL || out_len == NULL)
     return kl__err(KL_EINVAL, "kl_event_encode needs out and out_len");
   kl_err_t err = kl_event_validate(event, 0);
@@ -653,6 +655,7 @@ void kl_decoder_destroy(kl_decoder_t *decoder) {
 kl_err_t kl_event_decode(kl_decoder_t *decoder, const void *key, size_t key_len,
                          const void *value, size_t value_len,
                          kl_event_t *event) {
+  kl__err_clear();
   if (decoder == NULL || event == NULL)
     return kl__err(KL_EINVAL, "kl_event_decode needs a decoder and an event");
   kl_err_t err = kl_ptr_check("message key", key, key_len);

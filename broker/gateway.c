@@ -37,7 +37,7 @@ static const char kl_busy_body[] =
     "{\"error\":\"the gateway is at its connection limit "
     "(--max-connections)\"}\n";
 
-void kl__gateway_opts_default(kl_gateway_opts_t *opts) {
+void kl__gateway_opts_default(kl__gateway_opts_t *opts) {
   memset(opts, 0, sizeof(*opts));
   opts->listen = "127.0.0.1:8080";
   opts->max_connections = 1024;
@@ -61,7 +61,7 @@ static kl_err_t kl_parse_listen(const char *listen,
 
 /* Everything checkable before anything starts, so a typo costs no
  * connection attempts. */
-static kl_err_t kl_opts_check(const kl_gateway_opts_t *o) {
+static kl_err_t kl_opts_check(const kl__gateway_opts_t *o) {
   struct sockaddr_storage addr;
   kl_err_t err = kl_parse_listen(o->listen, &addr);
   if (!err && o->allow_origins)
@@ -121,8 +121,8 @@ static kl_err_t kl_parse_listen(const char *listen,
 /* ---- connections ---- */
 
 static void kl_on_conn_closed(uv_handle_t *handle) {
-  kl_gw_conn_t *conn = (kl_gw_conn_t *)handle;
-  kl_gateway_t *gw = conn->gw;
+  kl__gw_conn_t *conn = (kl__gw_conn_t *)handle;
+  kl__gateway_t *gw = conn->gw;
   if (conn->prev)
     conn->prev->next = conn->next;
   else
@@ -133,7 +133,7 @@ static void kl_on_conn_closed(uv_handle_t *handle) {
   free(conn);
 }
 
-void kl__gw_conn_close(kl_gw_conn_t *conn) {
+void kl__gw_conn_close(kl__gw_conn_t *conn) {
   if (conn->closing)
     return;
   kl__gw_conn_release(conn);
@@ -148,7 +148,7 @@ static void kl_on_reject_closed(uv_handle_t *handle) {
 /* Over the connection cap: a canned 503 (no allocation beyond the handle,
  * freed on the next loop turn) tells the client why, instead of leaving it
  * in the kernel's backlog. */
-static void kl_reject_connection(kl_gateway_t *gw) {
+static void kl_reject_connection(kl__gateway_t *gw) {
   uv_tcp_t *tcp = malloc(sizeof(*tcp));
   if (!tcp || uv_tcp_init(&gw->loop, tcp) != 0) {
     free(tcp);
@@ -170,7 +170,7 @@ static void kl_reject_connection(kl_gateway_t *gw) {
   uv_close((uv_handle_t *)tcp, kl_on_reject_closed);
 }
 
-static void kl_conn_peer(kl_gw_conn_t *conn) {
+static void kl_conn_peer(kl__gw_conn_t *conn) {
   struct sockaddr_storage ss;
   int len = sizeof(ss);
   char ip[INET6_ADDRSTRLEN] = "?";
@@ -188,14 +188,14 @@ static void kl_conn_peer(kl_gw_conn_t *conn) {
 }
 
 static void kl_on_connection(uv_stream_t *server, int status) {
-  kl_gateway_t *gw = server->data;
+  kl__gateway_t *gw = server->data;
   if (status < 0 || gw->stopping)
     return;
   if (gw->nconns >= gw->opts.max_connections) {
     kl_reject_connection(gw);
     return;
   }
-  kl_gw_conn_t *conn = calloc(1, sizeof(*conn));
+  kl__gw_conn_t *conn = calloc(1, sizeof(*conn));
   if (!conn || uv_tcp_init(&gw->loop, &conn->tcp) != 0) {
     free(conn);
     kl_reject_connection(gw);
@@ -219,8 +219,8 @@ static void kl_on_connection(uv_stream_t *server, int status) {
 
 /* ---- timeouts ---- */
 
-static void kl_sweep_conn(kl_gateway_t *gw, kl_gw_conn_t *conn, int64_t now) {
-  const kl_gateway_opts_t *o = &gw->opts;
+static void kl_sweep_conn(kl__gateway_t *gw, kl__gw_conn_t *conn, int64_t now) {
+  const kl__gateway_opts_t *o = &gw->opts;
   int64_t idle_ns = (int64_t)o->idle_timeout_ms * 1000000;
   size_t unsent = uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp);
   if (conn->parse.active &&
@@ -246,9 +246,9 @@ static void kl_sweep_conn(kl_gateway_t *gw, kl_gw_conn_t *conn, int64_t now) {
   }
 }
 
-static void kl_sweep_conns(kl_gateway_t *gw) {
+static void kl_sweep_conns(kl__gateway_t *gw) {
   int64_t now = kl__mono_ns();
-  for (kl_gw_conn_t *conn = gw->conns, *next; conn; conn = next) {
+  for (kl__gw_conn_t *conn = gw->conns, *next; conn; conn = next) {
     next = conn->next;
     if (!conn->closing)
       kl_sweep_conn(gw, conn, now);
@@ -257,7 +257,7 @@ static void kl_sweep_conns(kl_gateway_t *gw) {
 
 /* ---- Kafka ---- */
 
-static void kl_kafka_serve(kl_gateway_t *gw) {
+static void kl_kafka_serve(kl__gateway_t *gw) {
   /* Bounded, so that a flood of reports cannot starve the sockets. */
   for (int i = 0; i < 64 && kl_producer_poll(gw->producer, 0) > 0; i++)
     ;
@@ -270,12 +270,12 @@ static void kl_on_kafka_async(uv_async_t *async) {
 /* On a librdkafka thread: nothing but the wake-up. */
 static void kl_on_kafka_event(rd_kafka_t *rk, void *opaque) {
   (void)rk;
-  kl_gateway_t *gw = opaque;
+  kl__gateway_t *gw = opaque;
   uv_async_send(&gw->kafka_async);
 }
 
 static void kl_probe_work(uv_work_t *work) {
-  kl_gateway_t *gw = work->data;
+  kl__gateway_t *gw = work->data;
   const struct rd_kafka_metadata *md = NULL;
   rd_kafka_resp_err_t err = rd_kafka_metadata(
       kl__producer_rk(gw->producer), 0, NULL, &md, KL_GW_PROBE_TIMEOUT_MS);
@@ -287,7 +287,7 @@ static void kl_probe_work(uv_work_t *work) {
 }
 
 static void kl_probe_done(uv_work_t *work, int status) {
-  kl_gateway_t *gw = work->data;
+  kl__gateway_t *gw = work->data;
   gw->probing = false;
   bool ok = status == 0 && gw->probe_result == 0 && gw->probe_brokers > 0;
   if (ok)
@@ -304,7 +304,7 @@ static void kl_probe_done(uv_work_t *work, int status) {
   gw->probe_ok = ok;
 }
 
-static void kl_probe_start(kl_gateway_t *gw) {
+static void kl_probe_start(kl__gateway_t *gw) {
   if (gw->probing || gw->stopping)
     return;
   gw->probe.data = gw;
@@ -312,7 +312,7 @@ static void kl_probe_start(kl_gateway_t *gw) {
     gw->probing = true;
 }
 
-bool kl__gw_kafka_up(kl_gateway_t *gw, const char **why) {
+bool kl__gw_kafka_up(kl__gateway_t *gw, const char **why) {
   int64_t age = kl__mono_ns() - gw->probe_ok_ns;
   if (gw->probe_ok_ns && age <= (int64_t)KL_GW_PROBE_FRESH_MS * 1000000)
     return true;
@@ -327,8 +327,8 @@ static void kl_close_handle(uv_handle_t *handle) {
     uv_close(handle, NULL);
 }
 
-static void kl_close_all(kl_gateway_t *gw) {
-  for (kl_gw_conn_t *conn = gw->conns; conn; conn = conn->next)
+static void kl_close_all(kl__gateway_t *gw) {
+  for (kl__gw_conn_t *conn = gw->conns; conn; conn = conn->next)
     kl__gw_conn_close(conn);
   if (gw->kafka_queue) {
     rd_kafka_queue_cb_event_enable(gw->kafka_queue, NULL, NULL);
@@ -342,7 +342,7 @@ static void kl_close_all(kl_gateway_t *gw) {
   kl_close_handle((uv_handle_t *)&gw->sweep);
 }
 
-static void kl_begin_stop(kl_gateway_t *gw) {
+static void kl_begin_stop(kl__gateway_t *gw) {
   if (gw->stopping)
     return;
   gw->stopping = true;
@@ -358,7 +358,7 @@ static void kl_on_stop(uv_async_t *async) {
 }
 
 static void kl_on_tick(uv_timer_t *timer) {
-  kl_gateway_t *gw = timer->data;
+  kl__gateway_t *gw = timer->data;
   if (gw->opts.stop_flag && *gw->opts.stop_flag)
     kl_begin_stop(gw);
   if (gw->inflight_events > 0)
@@ -382,14 +382,14 @@ static void kl_on_tick(uv_timer_t *timer) {
 }
 
 static void kl_on_sweep(uv_timer_t *timer) {
-  kl_gateway_t *gw = timer->data;
+  kl__gateway_t *gw = timer->data;
   kl_sweep_conns(gw);
   kl_probe_start(gw);
 }
 
 /* ---- life cycle ---- */
 
-static kl_err_t kl_gw_producer(kl_gateway_t *gw, const kl_conf_t *conf) {
+static kl_err_t kl_gw_producer(kl__gateway_t *gw, const kl_conf_t *conf) {
   kl_conf_t *own = kl_conf_dup(conf);
   char v[32];
   kl_err_t err = own ? KL_OK : KL_ENOMEM;
@@ -420,7 +420,7 @@ static kl_err_t kl_gw_producer(kl_gateway_t *gw, const kl_conf_t *conf) {
   return err;
 }
 
-static kl_err_t kl_gw_listen(kl_gateway_t *gw) {
+static kl_err_t kl_gw_listen(kl__gateway_t *gw) {
   struct sockaddr_storage addr;
   kl_err_t err = kl_parse_listen(gw->opts.listen, &addr);
   if (err)
@@ -440,7 +440,7 @@ static kl_err_t kl_gw_listen(kl_gateway_t *gw) {
   return KL_OK;
 }
 
-static void kl_gw_handles(kl_gateway_t *gw) {
+static void kl_gw_handles(kl__gateway_t *gw) {
   uv_tcp_init(&gw->loop, &gw->listener);
   gw->listener.data = gw;
   uv_async_init(&gw->loop, &gw->stop_async, kl_on_stop);
@@ -453,7 +453,7 @@ static void kl_gw_handles(kl_gateway_t *gw) {
   rd_kafka_queue_cb_event_enable(gw->kafka_queue, kl_on_kafka_event, gw);
 }
 
-static kl_err_t kl_gw_open(kl_gateway_t *gw, const kl_conf_t *conf) {
+static kl_err_t kl_gw_open(kl__gateway_t *gw, const kl_conf_t *conf) {
   kl_err_t err = kl_opts_check(&gw->opts);
   if (!err && gw->opts.tokens_file)
     err = kl__tokens_load(gw->opts.tokens_file, &gw->tokens);
@@ -472,12 +472,12 @@ static kl_err_t kl_gw_open(kl_gateway_t *gw, const kl_conf_t *conf) {
   return kl_gw_listen(gw);
 }
 
-kl_err_t kl__gateway_new(const kl_conf_t *conf, const kl_gateway_opts_t *opts,
-                         kl_gateway_t **out) {
+kl_err_t kl__gateway_new(const kl_conf_t *conf, const kl__gateway_opts_t *opts,
+                         kl__gateway_t **out) {
   if (!conf || !opts || !out)
     return kl__err(KL_EINVAL, "kl__gateway_new: conf, opts and out are "
                               "required");
-  kl_gateway_t *gw = calloc(1, sizeof(*gw));
+  kl__gateway_t *gw = calloc(1, sizeof(*gw));
   if (!gw)
     return kl__err(KL_ENOMEM, "out of memory for the gateway");
   gw->opts = *opts;
@@ -492,11 +492,11 @@ kl_err_t kl__gateway_new(const kl_conf_t *conf, const kl_gateway_opts_t *opts,
   return KL_OK;
 }
 
-int kl__gateway_port(const kl_gateway_t *gateway) {
+int kl__gateway_port(const kl__gateway_t *gateway) {
   return gateway ? gateway->port : -1;
 }
 
-kl_err_t kl__gateway_run(kl_gateway_t *gw) {
+kl_err_t kl__gateway_run(kl__gateway_t *gw) {
   if (!gw || gw->ran)
     return kl__err(KL_EINVAL, "kl__gateway_run: runs once per gateway");
   gw->ran = true;
@@ -508,12 +508,12 @@ kl_err_t kl__gateway_run(kl_gateway_t *gw) {
   return KL_OK;
 }
 
-void kl__gateway_stop(kl_gateway_t *gw) {
+void kl__gateway_stop(kl__gateway_t *gw) {
   if (gw)
     uv_async_send(&gw->stop_async);
 }
 
-void kl__gateway_destroy(kl_gateway_t *gw) {
+void kl__gateway_destroy(kl__gateway_t *gw) {
   if (!gw)
     return;
   if (gw->loop_ok) {

@@ -80,10 +80,10 @@
 #include "keylane/conf.h"
 #include "keylane/error.h"
 
-typedef struct kl_gateway kl_gateway_t;
+typedef struct kl__gateway kl__gateway_t;
 
 /** The gateway's limits and settings; kl__gateway_opts_default() fills it. */
-typedef struct kl_gateway_opts {
+typedef struct kl__gateway_opts {
   const char *listen;      /**< "ADDR:PORT" or "[V6]:PORT"; port 0 = any */
   const char *tokens_file; /**< one bearer token per line; NULL: no auth */
   size_t max_connections;
@@ -116,10 +116,10 @@ typedef struct kl_gateway_opts {
   /** When not NULL, the loop stops once *stop_flag is nonzero (checked
    * every 100 ms), so a CLI can stop it from a plain signal handler. */
   const volatile int *stop_flag;
-} kl_gateway_opts_t;
+} kl__gateway_opts_t;
 
 /** Fills @p opts with the defaults listed in the file comment. */
-void kl__gateway_opts_default(kl_gateway_opts_t *opts);
+void kl__gateway_opts_default(kl__gateway_opts_t *opts);
 
 /**
  * Creates the gateway: reads the tokens file, creates the producer from
@@ -133,23 +133,23 @@ void kl__gateway_opts_default(kl_gateway_opts_t *opts);
  *          address cannot be bound; the producer's errors. The detail names
  *          the problem.
  */
-kl_err_t kl__gateway_new(const kl_conf_t *conf, const kl_gateway_opts_t *opts,
-                         kl_gateway_t **out);
+kl_err_t kl__gateway_new(const kl_conf_t *conf, const kl__gateway_opts_t *opts,
+                         kl__gateway_t **out);
 
 /** @returns the port the gateway listens on. */
-int kl__gateway_port(const kl_gateway_t *gateway);
+int kl__gateway_port(const kl__gateway_t *gateway);
 
 /**
  * Serves until kl__gateway_stop() or the stop flag; then stops accepting,
  * answers what is in flight (up to drain_timeout_ms), closes every
  * connection and returns KL_OK.
  */
-kl_err_t kl__gateway_run(kl_gateway_t *gateway);
+kl_err_t kl__gateway_run(kl__gateway_t *gateway);
 
 /** Asks kl__gateway_run() to drain and return. Any thread; signal safe. */
-void kl__gateway_stop(kl_gateway_t *gateway);
+void kl__gateway_stop(kl__gateway_t *gateway);
 
 /** Frees @p gateway (after kl__gateway_run() returned); accepts NULL. */
-void kl__gateway_destroy(kl_gateway_t *gateway);
+void kl__gateway_destroy(kl__gateway_t *gateway);
 
 #endif

@@ -17,7 +17,7 @@
 #include "broker/gateway_internal.h"
 #include "common/json_msgpack.h"
 
-int kl__gw_bad(kl_gw_bad_t *bad, int status, long index, const char *fmt, ...) {
+int kl__gw_bad(kl__gw_bad_t *bad, int status, long index, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(bad->msg, sizeof(bad->msg), fmt, ap);
@@ -28,7 +28,7 @@ int kl__gw_bad(kl_gw_bad_t *bad, int status, long index, const char *fmt, ...) {
 }
 
 static int kl_body_doc(const char *ctype, const char *body, size_t len,
-                       json_t **doc, kl_gw_bad_t *bad) {
+                       json_t **doc, kl__gw_bad_t *bad) {
   int msgpack = kl__gw_ctype_msgpack(ctype);
   if (msgpack < 0)
     return kl__gw_bad(bad, 415, -1,
@@ -55,8 +55,8 @@ static int kl_body_doc(const char *ctype, const char *body, size_t len,
   return 0;
 }
 
-static int kl_batch_events(kl_gw_batch_t *batch, bool raw_bin,
-                           size_t max_events, kl_gw_bad_t *bad) {
+static int kl_batch_events(kl__gw_batch_t *batch, bool raw_bin,
+                           size_t max_events, kl__gw_bad_t *bad) {
   json_t *doc = batch->doc;
   bool one = json_is_object(doc);
   if (!one && !json_is_array(doc))
@@ -88,9 +88,9 @@ static int kl_batch_events(kl_gw_batch_t *batch, bool raw_bin,
   return 0;
 }
 
-int kl__gw_batch_decode(kl_gw_batch_t *batch, const char *ctype,
+int kl__gw_batch_decode(kl__gw_batch_t *batch, const char *ctype,
                         const char *body, size_t len, size_t max_events,
-                        kl_gw_bad_t *bad) {
+                        kl__gw_bad_t *bad) {
   memset(batch, 0, sizeof(*batch));
   int status = kl_body_doc(ctype, body, len, &batch->doc, bad);
   if (!status)
@@ -101,7 +101,7 @@ int kl__gw_batch_decode(kl_gw_batch_t *batch, const char *ctype,
   return status;
 }
 
-void kl__gw_batch_free(kl_gw_batch_t *batch) {
+void kl__gw_batch_free(kl__gw_batch_t *batch) {
   for (size_t i = 0; i < batch->n; i++)
     kl__jevent_clear(&batch->events[i]);
   free(batch->events);

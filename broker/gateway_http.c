@@ -43,12 +43,12 @@ enum {
 
 static const char kl_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
-static void kl_conn_flow(kl_gw_conn_t *conn);
+static void kl_conn_flow(kl__gw_conn_t *conn);
 
 /* ---- requests ---- */
 
-static kl_gw_req_t *kl_req_new(kl_gw_conn_t *conn) {
-  kl_gw_req_t *req = calloc(1, sizeof(*req));
+static kl__gw_req_t *kl_req_new(kl__gw_conn_t *conn) {
+  kl__gw_req_t *req = calloc(1, sizeof(*req));
   if (!req)
     return NULL;
   req->conn = conn;
@@ -58,7 +58,7 @@ static kl_gw_req_t *kl_req_new(kl_gw_conn_t *conn) {
   return req;
 }
 
-void kl__gw_req_free(kl_gw_req_t *req) {
+void kl__gw_req_free(kl__gw_req_t *req) {
   if (!req)
     return;
   for (size_t i = 0; i < req->nslots; i++)
@@ -68,7 +68,7 @@ void kl__gw_req_free(kl_gw_req_t *req) {
   free(req);
 }
 
-static void kl_fifo_push(kl_gw_conn_t *conn, kl_gw_req_t *req) {
+static void kl_fifo_push(kl__gw_conn_t *conn, kl__gw_req_t *req) {
   if (conn->tail)
     conn->tail->next = req;
   else
@@ -77,8 +77,8 @@ static void kl_fifo_push(kl_gw_conn_t *conn, kl_gw_req_t *req) {
   conn->queued++;
 }
 
-static kl_gw_req_t *kl_fifo_pop(kl_gw_conn_t *conn) {
-  kl_gw_req_t *req = conn->head;
+static kl__gw_req_t *kl_fifo_pop(kl__gw_conn_t *conn) {
+  kl__gw_req_t *req = conn->head;
   conn->head = req->next;
   if (!conn->head)
     conn->tail = NULL;
@@ -89,7 +89,7 @@ static kl_gw_req_t *kl_fifo_pop(kl_gw_conn_t *conn) {
 
 /* Lets go of a request leaving its FIFO unanswered: one waiting for Kafka
  * is orphaned (its last delivery report frees it), any other is freed. */
-static void kl_req_drop(kl_gw_req_t *req) {
+static void kl_req_drop(kl__gw_req_t *req) {
   if (req->status == 0 && req->outstanding > 0)
     req->conn = NULL;
   else
@@ -98,12 +98,12 @@ static void kl_req_drop(kl_gw_req_t *req) {
 
 /* Removes the request being parsed (the FIFO's tail) when the client went
  * away before finishing it. */
-static void kl_fifo_drop_partial(kl_gw_conn_t *conn) {
-  kl_gw_req_t *req = conn->parse.req;
+static void kl_fifo_drop_partial(kl__gw_conn_t *conn) {
+  kl__gw_req_t *req = conn->parse.req;
   conn->parse.req = NULL;
   if (!req)
     return;
-  kl_gw_req_t **p = &conn->head;
+  kl__gw_req_t **p = &conn->head;
   while (*p && *p != req)
     p = &(*p)->next;
   if (!*p)
@@ -111,7 +111,7 @@ static void kl_fifo_drop_partial(kl_gw_conn_t *conn) {
   *p = req->next;
   if (conn->tail == req) {
     conn->tail = NULL;
-    for (kl_gw_req_t *r = conn->head; r; r = r->next)
+    for (kl__gw_req_t *r = conn->head; r; r = r->next)
       conn->tail = r;
   }
   conn->queued--;
@@ -159,8 +159,8 @@ const char *kl__gw_reason(int status) {
   }
 }
 
-static void kl_count_response(kl_gw_req_t *req) {
-  kl_gateway_t *gw = req->gw;
+static void kl_count_response(kl__gw_req_t *req) {
+  kl__gateway_t *gw = req->gw;
   static const char *const routes[] = {"events", "route", "healthz", "metrics",
                                        "other"};
   char code[8];
@@ -171,7 +171,7 @@ static void kl_count_response(kl_gw_req_t *req) {
                      (double)(kl__mono_ns() - req->start_ns) / 1e9);
 }
 
-void kl__gw_respond(kl_gw_req_t *req, int status, const char *ctype,
+void kl__gw_respond(kl__gw_req_t *req, int status, const char *ctype,
                     const char *extra, const char *body, size_t body_len) {
   if (req->gw->stopping)
     req->close = true; /* draining: let clients reconnect elsewhere */
@@ -200,7 +200,7 @@ void kl__gw_respond(kl_gw_req_t *req, int status, const char *ctype,
   kl_count_response(req);
 }
 
-void kl__gw_respond_error(kl_gw_req_t *req, int status, const char *extra,
+void kl__gw_respond_error(kl__gw_req_t *req, int status, const char *extra,
                           const char *fmt, ...) {
   char msg[1024];
   va_list ap;
@@ -221,7 +221,7 @@ void kl__gw_respond_error(kl_gw_req_t *req, int status, const char *extra,
 /* ---- writing ---- */
 
 static void kl_on_shutdown(uv_shutdown_t *shutdown, int status) {
-  kl_gw_conn_t *conn = shutdown->data;
+  kl__gw_conn_t *conn = shutdown->data;
   (void)status;
   free(shutdown);
   kl__gw_conn_close(conn);
@@ -229,7 +229,7 @@ static void kl_on_shutdown(uv_shutdown_t *shutdown, int status) {
 
 /* Once everything is written (libuv's shutdown waits for the write queue),
  * half-close and then close, so the last response is not cut off. */
-static void kl_conn_finish(kl_gw_conn_t *conn) {
+static void kl_conn_finish(kl__gw_conn_t *conn) {
   if (conn->closing || conn->head || conn->shutting_down)
     return;
   uv_shutdown_t *shutdown = malloc(sizeof(*shutdown));
@@ -246,8 +246,8 @@ static void kl_conn_finish(kl_gw_conn_t *conn) {
 }
 
 static void kl_on_write(uv_write_t *write, int status) {
-  kl_gw_req_t *req = write->data;
-  kl_gw_conn_t *conn = req->conn;
+  kl__gw_req_t *req = write->data;
+  kl__gw_conn_t *conn = req->conn;
   kl__gw_req_free(req);
   if (!conn || conn->closing)
     return; /* libuv cancels queued writes when a connection closes */
@@ -262,10 +262,10 @@ static void kl_on_write(uv_write_t *write, int status) {
   kl_conn_flow(conn);
 }
 
-void kl__gw_conn_flush(kl_gw_conn_t *conn) {
+void kl__gw_conn_flush(kl__gw_conn_t *conn) {
   uv_stream_t *stream = (uv_stream_t *)&conn->tcp;
   while (!conn->closing && conn->head && conn->head->status) {
-    kl_gw_req_t *req = kl_fifo_pop(conn);
+    kl__gw_req_t *req = kl_fifo_pop(conn);
     if (req->close) {
       conn->close_after = true;
       /* Nothing after a Connection: close response is answered. */
@@ -288,7 +288,7 @@ void kl__gw_conn_flush(kl_gw_conn_t *conn) {
   kl_conn_flow(conn);
 }
 
-void kl__gw_req_answered(kl_gw_req_t *req) {
+void kl__gw_req_answered(kl__gw_req_t *req) {
   if (!req->conn) {
     kl__gw_req_free(req); /* its client left while it waited */
     return;
@@ -300,10 +300,10 @@ void kl__gw_req_answered(kl_gw_req_t *req) {
 
 /* Queues a final response for the request being parsed (or a new one) and
  * ends the connection after it. @returns -1, to stop http-parser. */
-static int kl_conn_fatal(kl_gw_conn_t *conn, int status, kl_gw_limit_t limit,
+static int kl_conn_fatal(kl__gw_conn_t *conn, int status, kl__gw_limit_t limit,
                          const char *msg) {
-  kl_gw_parse_t *parse = &conn->parse;
-  kl_gw_req_t *req = parse->req;
+  kl__gw_parse_t *parse = &conn->parse;
+  kl__gw_req_t *req = parse->req;
   if (!req && (req = kl_req_new(conn)))
     kl_fifo_push(conn, req);
   parse->req = NULL;
@@ -321,7 +321,7 @@ static int kl_conn_fatal(kl_gw_conn_t *conn, int status, kl_gw_limit_t limit,
   return -1;
 }
 
-void kl__gw_conn_timeout(kl_gw_conn_t *conn) {
+void kl__gw_conn_timeout(kl__gw_conn_t *conn) {
   char msg[128];
   snprintf(msg, sizeof(msg),
            "the request did not arrive whole within %d ms "
@@ -332,16 +332,16 @@ void kl__gw_conn_timeout(kl_gw_conn_t *conn) {
 
 /* ---- parser callbacks ---- */
 
-static void kl_parse_reset(kl_gw_parse_t *parse) {
+static void kl_parse_reset(kl__gw_parse_t *parse) {
   kl__strbuf_free(&parse->url);
   kl__strbuf_free(&parse->body);
-  kl_gw_req_t *req = parse->req;
+  kl__gw_req_t *req = parse->req;
   memset(parse, 0, sizeof(*parse));
   parse->req = req;
 }
 
-static int kl_count_head(kl_gw_conn_t *conn, size_t len) {
-  kl_gw_parse_t *parse = &conn->parse;
+static int kl_count_head(kl__gw_conn_t *conn, size_t len) {
+  kl__gw_parse_t *parse = &conn->parse;
   parse->header_bytes += len;
   if (parse->header_bytes <= conn->gw->opts.max_header)
     return 0;
@@ -354,7 +354,7 @@ static int kl_count_head(kl_gw_conn_t *conn, size_t len) {
 }
 
 static int kl_on_message_begin(http_parser *p) {
-  kl_gw_conn_t *conn = p->data;
+  kl__gw_conn_t *conn = p->data;
   kl_parse_reset(&conn->parse);
   conn->parse.active = true;
   conn->parse.start_ns = kl__mono_ns();
@@ -362,14 +362,14 @@ static int kl_on_message_begin(http_parser *p) {
 }
 
 static int kl_on_url(http_parser *p, const char *at, size_t len) {
-  kl_gw_conn_t *conn = p->data;
+  kl__gw_conn_t *conn = p->data;
   if (kl_count_head(conn, len))
     return -1;
   kl__strbuf_add(&conn->parse.url, at, len);
   return 0;
 }
 
-static int kl_header_kind(const kl_gw_parse_t *parse) {
+static int kl_header_kind(const kl__gw_parse_t *parse) {
   static const struct {
     const char *name;
     int kind;
@@ -397,21 +397,21 @@ static bool kl_tchar(unsigned char c) {
  * http-parser 2.9 joins to the line before. @p at is where the value
  * callback's bytes start; a line ending between the last field or value
  * callback and it is a fold. */
-static bool kl_folded(const kl_gw_conn_t *conn, const char *at) {
-  const kl_gw_parse_t *parse = &conn->parse;
+static bool kl_folded(const kl__gw_conn_t *conn, const char *at) {
+  const kl__gw_parse_t *parse = &conn->parse;
   const char *from = parse->mark ? parse->mark : conn->feed;
   return parse->nl_after_mark ||
          (from && at > from && memchr(from, '\n', (size_t)(at - from)));
 }
 
-static void kl_mark(kl_gw_parse_t *parse, const char *end) {
+static void kl_mark(kl__gw_parse_t *parse, const char *end) {
   parse->mark = end;
   parse->nl_after_mark = false;
 }
 
 static int kl_on_header_field(http_parser *p, const char *at, size_t len) {
-  kl_gw_conn_t *conn = p->data;
-  kl_gw_parse_t *parse = &conn->parse;
+  kl__gw_conn_t *conn = p->data;
+  kl__gw_parse_t *parse = &conn->parse;
   if (kl_count_head(conn, len))
     return -1;
   kl_mark(parse, at + len);
@@ -448,7 +448,7 @@ static bool kl_append(char *buf, size_t cap, size_t *len, const char *at,
 
 /* W3C trace context: one traceparent (a second one makes it invalid);
  * tracestate headers join into one list. */
-static void kl_trace_header_begins(kl_gw_parse_t *parse) {
+static void kl_trace_header_begins(kl__gw_parse_t *parse) {
   if (parse->header == KL_HDR_TRACEPARENT && parse->traceparent_len)
     parse->traceparent_bad = true;
   if (parse->header == KL_HDR_TRACESTATE && parse->tracestate_len)
@@ -456,7 +456,7 @@ static void kl_trace_header_begins(kl_gw_parse_t *parse) {
                                          &parse->tracestate_len, ",", 1);
 }
 
-static void kl_trace_header_value(kl_gw_parse_t *parse, const char *at,
+static void kl_trace_header_value(kl__gw_parse_t *parse, const char *at,
                                   size_t len) {
   if (parse->header == KL_HDR_TRACEPARENT &&
       !kl_append(parse->traceparent, sizeof(parse->traceparent),
@@ -469,8 +469,8 @@ static void kl_trace_header_value(kl_gw_parse_t *parse, const char *at,
 }
 
 static int kl_on_header_value(http_parser *p, const char *at, size_t len) {
-  kl_gw_conn_t *conn = p->data;
-  kl_gw_parse_t *parse = &conn->parse;
+  kl__gw_conn_t *conn = p->data;
+  kl__gw_parse_t *parse = &conn->parse;
   if (kl_count_head(conn, len))
     return -1;
   if (len == 0)
@@ -519,7 +519,7 @@ static int kl_on_header_value(http_parser *p, const char *at, size_t len) {
 
 /* An interim 100 only when nothing is queued before this request: a 1xx
  * must not overtake the final responses of earlier requests. */
-static void kl_maybe_continue(kl_gw_conn_t *conn) {
+static void kl_maybe_continue(kl__gw_conn_t *conn) {
   if (!conn->parse.expect_continue || conn->head != conn->parse.req)
     return;
   uv_buf_t buf = uv_buf_init((char *)kl_continue, sizeof(kl_continue) - 1);
@@ -531,7 +531,7 @@ static void kl_maybe_continue(kl_gw_conn_t *conn) {
  * ending in chunked ("gzip, chunked") as chunked, bytes it cannot decode.
  * @returns 0, or the status to answer (RFC 9112: 501 for a coding it does
  * not implement, 400 for chunked twice) with @p msg. */
-static int kl_te_check(kl_gw_parse_t *parse, char *msg, size_t size) {
+static int kl_te_check(kl__gw_parse_t *parse, char *msg, size_t size) {
   if (!parse->te_seen)
     return 0;
   parse->te[parse->te_len] = '\0';
@@ -557,8 +557,8 @@ static int kl_te_check(kl_gw_parse_t *parse, char *msg, size_t size) {
 }
 
 static int kl_on_headers_complete(http_parser *p) {
-  kl_gw_conn_t *conn = p->data;
-  kl_gw_parse_t *parse = &conn->parse;
+  kl__gw_conn_t *conn = p->data;
+  kl__gw_parse_t *parse = &conn->parse;
   char why[160];
   int status = kl_te_check(parse, why, sizeof(why));
   if (status)
@@ -569,7 +569,7 @@ static int kl_on_headers_complete(http_parser *p) {
              p->http_major, p->http_minor);
     return kl_conn_fatal(conn, 505, KL_GW_LIMIT__COUNT, why);
   }
-  kl_gw_req_t *req = kl_req_new(conn);
+  kl__gw_req_t *req = kl_req_new(conn);
   if (!req)
     return kl_conn_fatal(conn, 503, KL_GW_LIMIT__COUNT, "out of memory");
   parse->req = req;
@@ -594,8 +594,8 @@ static int kl_on_headers_complete(http_parser *p) {
 }
 
 static int kl_on_body(http_parser *p, const char *at, size_t len) {
-  kl_gw_conn_t *conn = p->data;
-  kl_gw_parse_t *parse = &conn->parse;
+  kl__gw_conn_t *conn = p->data;
+  kl__gw_parse_t *parse = &conn->parse;
   parse->body_len += len;
   if (parse->body_len > conn->gw->opts.max_body) {
     char msg[160];
@@ -609,9 +609,9 @@ static int kl_on_body(http_parser *p, const char *at, size_t len) {
 }
 
 static int kl_on_message_complete(http_parser *p) {
-  kl_gw_conn_t *conn = p->data;
-  kl_gw_parse_t *parse = &conn->parse;
-  kl_gw_req_t *req = parse->req;
+  kl__gw_conn_t *conn = p->data;
+  kl__gw_parse_t *parse = &conn->parse;
+  kl__gw_req_t *req = parse->req;
   parse->req = NULL;
   parse->active = false;
   if (!kl__strbuf_ok(&parse->body))
@@ -642,7 +642,7 @@ static const http_parser_settings kl_settings = {
 
 /* ---- reading ---- */
 
-static void kl_conn_stash(kl_gw_conn_t *conn, const char *data, size_t len) {
+static void kl_conn_stash(kl__gw_conn_t *conn, const char *data, size_t len) {
   char *stash = malloc(len);
   if (!stash) {
     kl__gw_conn_close(conn);
@@ -653,7 +653,7 @@ static void kl_conn_stash(kl_gw_conn_t *conn, const char *data, size_t len) {
   conn->stash_len = len;
 }
 
-static void kl_conn_parse_error(kl_gw_conn_t *conn) {
+static void kl_conn_parse_error(kl__gw_conn_t *conn) {
   enum http_errno e = HTTP_PARSER_ERRNO(&conn->parser);
   char msg[256];
   snprintf(msg, sizeof(msg), "malformed HTTP request: %s",
@@ -666,7 +666,7 @@ static void kl_conn_parse_error(kl_gw_conn_t *conn) {
 
 /* The buffer [@p begin, @p end) was parsed: the mark points into it no
  * more, so remember whether a line ended after the mark. */
-static void kl_feed_done(kl_gw_parse_t *parse, const char *begin,
+static void kl_feed_done(kl__gw_parse_t *parse, const char *begin,
                          const char *end) {
   const char *from = parse->mark ? parse->mark : begin;
   if (parse->active && end > from && memchr(from, '\n', (size_t)(end - from)))
@@ -675,7 +675,7 @@ static void kl_feed_done(kl_gw_parse_t *parse, const char *begin,
 }
 
 /* Runs the parser over @p data; keeps what a pause left unparsed. */
-static void kl_conn_feed(kl_gw_conn_t *conn, const char *data, size_t len) {
+static void kl_conn_feed(kl__gw_conn_t *conn, const char *data, size_t len) {
   if (HTTP_PARSER_ERRNO(&conn->parser) == HPE_PAUSED)
     http_parser_pause(&conn->parser, 0);
   conn->in_parse = true;
@@ -697,14 +697,14 @@ static void kl_conn_feed(kl_gw_conn_t *conn, const char *data, size_t len) {
     kl_conn_flow(conn);
 }
 
-static bool kl_conn_hold(const kl_gw_conn_t *conn) {
-  const kl_gateway_opts_t *o = &conn->gw->opts;
+static bool kl_conn_hold(const kl__gw_conn_t *conn) {
+  const kl__gateway_opts_t *o = &conn->gw->opts;
   return conn->queued >= o->max_pipeline ||
          uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp) >
              o->max_output;
 }
 
-static void kl_set_paused(kl_gw_conn_t *conn, bool paused) {
+static void kl_set_paused(kl__gw_conn_t *conn, bool paused) {
   if (conn->paused == paused)
     return;
   conn->paused = paused;
@@ -719,7 +719,7 @@ static void kl_set_paused(kl_gw_conn_t *conn, bool paused) {
 }
 
 static void kl_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
-  kl_gw_conn_t *conn = (kl_gw_conn_t *)handle;
+  kl__gw_conn_t *conn = (kl__gw_conn_t *)handle;
   (void)hint;
   /* Parsing is synchronous in the read callback, so one buffer serves all
    * connections; a pause copies what is left into the stash. */
@@ -728,7 +728,7 @@ static void kl_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
 
 static void kl_on_read(uv_stream_t *stream, ssize_t nread,
                        const uv_buf_t *buf) {
-  kl_gw_conn_t *conn = (kl_gw_conn_t *)stream;
+  kl__gw_conn_t *conn = (kl__gw_conn_t *)stream;
   if (nread == 0)
     return;
   if (nread < 0) {
@@ -751,7 +751,7 @@ static void kl_on_read(uv_stream_t *stream, ssize_t nread,
 
 /* Reads when the connection may take more, stops when it may not, and
  * parses the stash once the client caught up. Never inside the parser. */
-static void kl_conn_flow(kl_gw_conn_t *conn) {
+static void kl_conn_flow(kl__gw_conn_t *conn) {
   if (conn->closing || conn->in_parse)
     return;
   bool done = conn->close_after || conn->eof;
@@ -778,15 +778,15 @@ static void kl_conn_flow(kl_gw_conn_t *conn) {
     conn->reading = true;
 }
 
-void kl__gw_conn_start(kl_gw_conn_t *conn) {
+void kl__gw_conn_start(kl__gw_conn_t *conn) {
   http_parser_init(&conn->parser, HTTP_REQUEST);
   conn->parser.data = conn;
   conn->last_read_ns = conn->last_write_ns = kl__mono_ns();
   kl_conn_flow(conn);
 }
 
-void kl__gw_conn_release(kl_gw_conn_t *conn) {
-  kl_gw_parse_t *parse = &conn->parse;
+void kl__gw_conn_release(kl__gw_conn_t *conn) {
+  kl__gw_parse_t *parse = &conn->parse;
   parse->req = NULL; /* it is in the FIFO, dropped below */
   kl_parse_reset(parse);
   while (conn->head)

@@ -47,7 +47,7 @@ typedef enum kl_gw_route {
   KL_GW_ROUTE_METRICS,
   KL_GW_ROUTE_OTHER, /**< 404s, and errors before a route is known */
   KL_GW_ROUTE__COUNT
-} kl_gw_route_t;
+} kl__gw_route_t;
 
 /** Which limit refused something, for keylane_gateway_rejected_total. */
 typedef enum kl_gw_limit {
@@ -60,26 +60,26 @@ typedef enum kl_gw_limit {
   KL_GW_LIMIT_IDLE,
   KL_GW_LIMIT_REQUEST_TIMEOUT,
   KL_GW_LIMIT__COUNT
-} kl_gw_limit_t;
+} kl__gw_limit_t;
 
-typedef struct kl_gw_conn kl_gw_conn_t;
-typedef struct kl_gw_req kl_gw_req_t;
+typedef struct kl__gw_conn kl__gw_conn_t;
+typedef struct kl__gw_req kl__gw_req_t;
 
 /** One event of a publish request, and its delivery. */
-typedef struct kl_gw_slot {
-  kl_gw_req_t *req;
+typedef struct kl__gw_slot {
+  kl__gw_req_t *req;
   char *id; /**< the event's id (the client's, or one the gateway made) */
   int32_t partition;
   int64_t offset;
-} kl_gw_slot_t;
+} kl__gw_slot_t;
 
 /** One request, from its parsed head to its written response. */
-struct kl_gw_req {
-  kl_gw_req_t *next;  /**< the connection's FIFO */
-  kl_gw_conn_t *conn; /**< NULL once the connection is gone */
-  kl_gateway_t *gw;
+struct kl__gw_req {
+  kl__gw_req_t *next;  /**< the connection's FIFO */
+  kl__gw_conn_t *conn; /**< NULL once the connection is gone */
+  kl__gateway_t *gw;
   uv_write_t write;
-  kl_gw_route_t route;
+  kl__gw_route_t route;
   int status; /**< 0 while waiting for Kafka */
   bool close; /**< answer with Connection: close, then close */
   char *out;  /**< the whole response once status != 0 */
@@ -87,7 +87,7 @@ struct kl_gw_req {
   int64_t start_ns; /**< head parsed, for the request latency */
   /* publish */
   char topic[KL_GW_TOPIC_MAX + 1];
-  kl_gw_slot_t *slots;
+  kl__gw_slot_t *slots;
   size_t nslots;
   size_t outstanding;  /**< deliveries to come (+1 while producing) */
   size_t failed;       /**< events Kafka did not acknowledge */
@@ -98,7 +98,7 @@ struct kl_gw_req {
 };
 
 /** The request being parsed on a connection. */
-typedef struct kl_gw_parse {
+typedef struct kl__gw_parse {
   kl__strbuf_t url;
   char field[32]; /**< the header name being read, lowercased */
   size_t field_len;
@@ -131,18 +131,18 @@ typedef struct kl_gw_parse {
   kl__strbuf_t body;
   size_t body_len;
   bool discard_body; /**< the answer is known; count the body, keep none */
-  kl_gw_req_t *req;  /**< made at headers complete */
+  kl__gw_req_t *req;  /**< made at headers complete */
   int64_t start_ns;  /**< first byte of the request */
   bool active;       /**< between message begin and complete */
-} kl_gw_parse_t;
+} kl__gw_parse_t;
 
-struct kl_gw_conn {
+struct kl__gw_conn {
   uv_tcp_t tcp; /**< first, so a handle is its connection */
-  kl_gateway_t *gw;
-  kl_gw_conn_t *prev, *next; /**< the gateway's list */
+  kl__gateway_t *gw;
+  kl__gw_conn_t *prev, *next; /**< the gateway's list */
   http_parser parser;
-  kl_gw_parse_t parse;
-  kl_gw_req_t *head, *tail; /**< requests whose response is not written */
+  kl__gw_parse_t parse;
+  kl__gw_req_t *head, *tail; /**< requests whose response is not written */
   size_t queued;
   char *stash; /**< bytes read but not parsed while paused */
   size_t stash_len;
@@ -161,13 +161,13 @@ struct kl_gw_conn {
 };
 
 /** A topic the gateway serves: its name, and when a request last used it. */
-typedef struct kl_gw_topic {
+typedef struct kl__gw_topic {
   char *name;
   int64_t used_ns;
-} kl_gw_topic_t;
+} kl__gw_topic_t;
 
 /** The gateway's metrics. */
-typedef struct kl_gw_metrics {
+typedef struct kl__gw_metrics {
   kl__metrics_t *registry;
   kl__metric_t *requests;     /**< route, code */
   kl__metric_t *latency;      /**< request latency histogram, by route */
@@ -178,9 +178,9 @@ typedef struct kl_gw_metrics {
   kl__metric_t *rejected;     /**< limit */
   kl__metric_t *limits;       /**< limit: the configured value */
   kl__series_t *accepted;     /**< connections accepted */
-} kl_gw_metrics_t;
+} kl__gw_metrics_t;
 
-struct kl_gateway {
+struct kl__gateway {
   uv_loop_t loop;
   uv_tcp_t listener;
   uv_async_t stop_async;
@@ -197,13 +197,13 @@ struct kl_gateway {
   int probe_brokers;
   int64_t probe_ok_ns; /**< last time a broker answered */
   char probe_err[256];
-  kl_gateway_opts_t opts;
+  kl__gateway_opts_t opts;
   kl_producer_t *producer;
   kl__tokens_t *tokens;
-  kl_gw_metrics_t m;
-  kl_gw_topic_t *topics; /**< topics whose count was read, <= max_topics */
+  kl__gw_metrics_t m;
+  kl__gw_topic_t *topics; /**< topics whose count was read, <= max_topics */
   size_t ntopics;
-  kl_gw_conn_t *conns;
+  kl__gw_conn_t *conns;
   size_t nconns;
   size_t npaused;
   int64_t inflight_events;
@@ -218,52 +218,52 @@ struct kl_gateway {
 /* ---- gateway.c ---- */
 
 /** Closes @p conn now; its waiting requests are orphaned. */
-void kl__gw_conn_close(kl_gw_conn_t *conn);
+void kl__gw_conn_close(kl__gw_conn_t *conn);
 /** Counts a refusal by @p limit. */
-void kl__gw_reject(kl_gateway_t *gw, kl_gw_limit_t limit);
+void kl__gw_reject(kl__gateway_t *gw, kl__gw_limit_t limit);
 /** @returns whether a Kafka broker answered recently; *why when not. */
-bool kl__gw_kafka_up(kl_gateway_t *gw, const char **why);
+bool kl__gw_kafka_up(kl__gateway_t *gw, const char **why);
 
 /* ---- gateway_http.c ---- */
 
 /** Sets up @p conn's parser and starts reading. */
-void kl__gw_conn_start(kl_gw_conn_t *conn);
+void kl__gw_conn_start(kl__gw_conn_t *conn);
 /** Answers the request being read with 408 and closes after it. */
-void kl__gw_conn_timeout(kl_gw_conn_t *conn);
+void kl__gw_conn_timeout(kl__gw_conn_t *conn);
 /** Frees what @p conn holds before it is closed; orphans waiting requests. */
-void kl__gw_conn_release(kl_gw_conn_t *conn);
+void kl__gw_conn_release(kl__gw_conn_t *conn);
 /** Writes the answered requests at the head of the FIFO, in order. */
-void kl__gw_conn_flush(kl_gw_conn_t *conn);
+void kl__gw_conn_flush(kl__gw_conn_t *conn);
 /** Frees a request that is in no FIFO and has no write in flight. */
-void kl__gw_req_free(kl_gw_req_t *req);
+void kl__gw_req_free(kl__gw_req_t *req);
 /**
  * Makes @p req's response: status line, the standard headers, @p extra
  * (whole header lines, may be NULL) and @p body.
  */
-void kl__gw_respond(kl_gw_req_t *req, int status, const char *ctype,
+void kl__gw_respond(kl__gw_req_t *req, int status, const char *ctype,
                     const char *extra, const char *body, size_t body_len);
 /** kl__gw_respond() with {"error": @p msg} as JSON, printf-style. */
-void kl__gw_respond_error(kl_gw_req_t *req, int status, const char *extra,
+void kl__gw_respond_error(kl__gw_req_t *req, int status, const char *extra,
                           const char *fmt, ...) KL__PRINTF(4, 5);
 /** Called when a waiting request got its answer: writes what it can. */
-void kl__gw_req_answered(kl_gw_req_t *req);
+void kl__gw_req_answered(kl__gw_req_t *req);
 
 /* ---- gateway_body.c ---- */
 
 /** A decoded publish body: its JSON document and the events borrowing it. */
-typedef struct kl_gw_batch {
+typedef struct kl__gw_batch {
   json_t *doc;
   kl__jevent_t *events;
   size_t n;
-} kl_gw_batch_t;
+} kl__gw_batch_t;
 
 /** Why a body was refused: the HTTP status, the event index (-1: the body
  * as a whole) and the message. */
-typedef struct kl_gw_bad {
+typedef struct kl__gw_bad {
   int status;
   long index;
   char msg[512];
-} kl_gw_bad_t;
+} kl__gw_bad_t;
 
 /**
  * Decodes and validates every event of @p body (@p ctype picks JSON or
@@ -272,12 +272,12 @@ typedef struct kl_gw_bad {
  *          answer (400, 413, 415, 503) with @p bad filled in.
  */
 /** Fills @p bad; @returns @p status. */
-int kl__gw_bad(kl_gw_bad_t *bad, int status, long index, const char *fmt, ...)
+int kl__gw_bad(kl__gw_bad_t *bad, int status, long index, const char *fmt, ...)
     KL__PRINTF(4, 5);
-int kl__gw_batch_decode(kl_gw_batch_t *batch, const char *ctype,
+int kl__gw_batch_decode(kl__gw_batch_t *batch, const char *ctype,
                         const char *body, size_t len, size_t max_events,
-                        kl_gw_bad_t *bad);
-void kl__gw_batch_free(kl_gw_batch_t *batch);
+                        kl__gw_bad_t *bad);
+void kl__gw_batch_free(kl__gw_batch_t *batch);
 
 /* ---- gateway_trace.c ---- */
 
@@ -287,8 +287,8 @@ void kl__gw_batch_free(kl_gw_batch_t *batch);
  * @returns 0, or the HTTP status with @p bad filled: 400 for a malformed
  *          header, naming it and the format; 503 out of memory.
  */
-int kl__gw_batch_trace(kl_gw_batch_t *batch, const kl_gw_parse_t *parse,
-                       kl_gw_bad_t *bad);
+int kl__gw_batch_trace(kl__gw_batch_t *batch, const kl__gw_parse_t *parse,
+                       kl__gw_bad_t *bad);
 
 /* ---- gateway_policy.c ---- */
 
@@ -296,7 +296,7 @@ int kl__gw_batch_trace(kl_gw_batch_t *batch, const kl_gw_parse_t *parse,
 kl_err_t kl__gw_origins_check(const char *list);
 /** @returns whether the request being parsed may be served: it has no
  * Origin header, or one on the allow list. */
-bool kl__gw_origin_ok(const kl_gw_conn_t *conn);
+bool kl__gw_origin_ok(const kl__gw_conn_t *conn);
 /** @returns whether @p ctype (the Content-Type, parameters and all) is one
  * the events route takes: JSON or msgpack. */
 bool kl__gw_ctype_ok(const char *ctype);
@@ -306,19 +306,19 @@ int kl__gw_ctype_msgpack(const char *ctype);
 kl_err_t kl__gw_topics_check(const char *list);
 /** @returns whether clients may use @p topic; when not, @p why (@p size
  * bytes) says why and how to allow it. */
-bool kl__gw_topic_allowed(const kl_gateway_opts_t *o, const char *topic,
+bool kl__gw_topic_allowed(const kl__gateway_opts_t *o, const char *topic,
                           char *why, size_t size);
 
 /* ---- gateway_routes.c ---- */
 
 /** Picks the route of a parsed head; may answer at once (404, 405, 401). */
-void kl__gw_route_head(kl_gw_conn_t *conn, kl_gw_req_t *req, int method,
+void kl__gw_route_head(kl__gw_conn_t *conn, kl__gw_req_t *req, int method,
                        const char *url, size_t url_len);
 /** Answers (or starts answering) a request whose body is complete. */
-void kl__gw_route_body(kl_gw_conn_t *conn, kl_gw_req_t *req, const char *body,
+void kl__gw_route_body(kl__gw_conn_t *conn, kl__gw_req_t *req, const char *body,
                        size_t body_len);
 /** Registers the gateway's metrics. */
-kl_err_t kl__gw_metrics_init(kl_gateway_t *gw);
+kl_err_t kl__gw_metrics_init(kl__gateway_t *gw);
 /** The delivery callback for the gateway's producer. */
 void kl__gw_on_delivery(void *opaque, const kl_delivery_t *delivery);
 /** @returns a response's reason phrase ("Too Many Requests"). */

@@ -62,8 +62,8 @@ kl_err_t kl__gw_origins_check(const char *list) {
   return KL_OK;
 }
 
-bool kl__gw_origin_ok(const kl_gw_conn_t *conn) {
-  const kl_gw_parse_t *parse = &conn->parse;
+bool kl__gw_origin_ok(const kl__gw_conn_t *conn) {
+  const kl__gw_parse_t *parse = &conn->parse;
   if (!parse->origin_seen)
     return true;
   if (parse->origin_bad)
@@ -141,7 +141,7 @@ static bool kl_topic_internal(const char *topic) {
          (len > 4 && strcmp(topic + len - 4, ".dlq") == 0);
 }
 
-bool kl__gw_topic_allowed(const kl_gateway_opts_t *o, const char *topic,
+bool kl__gw_topic_allowed(const kl__gateway_opts_t *o, const char *topic,
                           char *why, size_t size) {
   if (!o->allow_internal_topics && kl_topic_internal(topic)) {
     snprintf(why, size,

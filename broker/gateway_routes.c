@@ -32,16 +32,16 @@
 /* ---- metrics ---- */
 
 static double kl_m_connections(void *gw) {
-  return (double)((kl_gateway_t *)gw)->nconns;
+  return (double)((kl__gateway_t *)gw)->nconns;
 }
 static double kl_m_paused(void *gw) {
-  return (double)((kl_gateway_t *)gw)->npaused;
+  return (double)((kl__gateway_t *)gw)->npaused;
 }
 static double kl_m_inflight(void *gw) {
-  return (double)((kl_gateway_t *)gw)->inflight_events;
+  return (double)((kl__gateway_t *)gw)->inflight_events;
 }
 static double kl_m_inflight_bytes(void *gw) {
-  return (double)((kl_gateway_t *)gw)->inflight_bytes;
+  return (double)((kl__gateway_t *)gw)->inflight_bytes;
 }
 static double kl_m_kafka_up(void *gw) {
   const char *why;
@@ -52,12 +52,12 @@ static const char *const kl_limit_names[KL_GW_LIMIT__COUNT] = {
     "connections", "header_bytes", "body_bytes",   "inflight",
     "pipeline",    "output_bytes", "idle_timeout", "request_timeout"};
 
-void kl__gw_reject(kl_gateway_t *gw, kl_gw_limit_t limit) {
+void kl__gw_reject(kl__gateway_t *gw, kl__gw_limit_t limit) {
   kl__metric_add(gw->m.rejected, (const char *[]){kl_limit_names[limit]}, 1);
 }
 
-static void kl_metrics_limits(kl_gateway_t *gw) {
-  const kl_gateway_opts_t *o = &gw->opts;
+static void kl_metrics_limits(kl__gateway_t *gw) {
+  const kl__gateway_opts_t *o = &gw->opts;
   const struct {
     const char *name;
     double value;
@@ -81,7 +81,7 @@ static void kl_metrics_limits(kl_gateway_t *gw) {
     kl__metric_series(gw->m.rejected, (const char *[]){kl_limit_names[i]});
 }
 
-static kl_err_t kl_metrics_fns(kl_gateway_t *gw) {
+static kl_err_t kl_metrics_fns(kl__gateway_t *gw) {
   kl__metrics_t *r = gw->m.registry;
   bool ok =
       kl__metrics_gauge_fn(r, "keylane_gateway_connections",
@@ -102,8 +102,8 @@ static kl_err_t kl_metrics_fns(kl_gateway_t *gw) {
   return ok ? KL_OK : KL_ENOMEM;
 }
 
-kl_err_t kl__gw_metrics_init(kl_gateway_t *gw) {
-  kl_gw_metrics_t *m = &gw->m;
+kl_err_t kl__gw_metrics_init(kl__gateway_t *gw) {
+  kl__gw_metrics_t *m = &gw->m;
   kl__metrics_t *r = m->registry = kl__metrics_new();
   const double *lb = kl__metrics_latency_buckets;
   size_t nlb = kl__metrics_latency_buckets_count;
@@ -167,11 +167,11 @@ static bool kl_topic_ok(const char *s, size_t len) {
 
 /* Sets req->route (and req->topic) from the path; @returns the one method
  * it takes, or NULL for an unknown path. */
-static const char *kl_route_match(kl_gw_req_t *req, const char *path,
+static const char *kl_route_match(kl__gw_req_t *req, const char *path,
                                   size_t len, bool *bad_topic) {
   static const struct {
     const char *path;
-    kl_gw_route_t route;
+    kl__gw_route_t route;
     const char *method;
   } fixed[] = {{"/healthz", KL_GW_ROUTE_HEALTHZ, "GET"},
                {"/metrics", KL_GW_ROUTE_METRICS, "GET"}};
@@ -203,8 +203,8 @@ static const char *kl_route_match(kl_gw_req_t *req, const char *path,
 }
 
 /* "Bearer TOKEN", the scheme in any case (RFC 7235). */
-static bool kl_auth_ok(const kl_gw_conn_t *conn) {
-  const kl_gw_parse_t *parse = &conn->parse;
+static bool kl_auth_ok(const kl__gw_conn_t *conn) {
+  const kl__gw_parse_t *parse = &conn->parse;
   const char *a = parse->auth;
   size_t len = parse->auth_len;
   if (parse->auth_long || len < 7 || strncasecmp(a, "bearer ", 7) != 0)
@@ -218,7 +218,7 @@ static bool kl_auth_ok(const kl_gw_conn_t *conn) {
   return kl__tokens_check(conn->gw->tokens, a, len);
 }
 
-void kl__gw_route_head(kl_gw_conn_t *conn, kl_gw_req_t *req, int method,
+void kl__gw_route_head(kl__gw_conn_t *conn, kl__gw_req_t *req, int method,
                        const char *url, size_t url_len) {
   struct http_parser_url u;
   http_parser_url_init(&u);
@@ -275,7 +275,7 @@ void kl__gw_route_head(kl_gw_conn_t *conn, kl_gw_req_t *req, int method,
 /* ---- topics ---- */
 
 /* @returns the served topic named @p topic, marked as used now, or NULL. */
-static kl_gw_topic_t *kl_topic_known(kl_gateway_t *gw, const char *topic) {
+static kl__gw_topic_t *kl_topic_known(kl__gateway_t *gw, const char *topic) {
   for (size_t i = 0; i < gw->ntopics; i++)
     if (strcmp(gw->topics[i].name, topic) == 0) {
       gw->topics[i].used_ns = kl__mono_ns();
@@ -284,8 +284,8 @@ static kl_gw_topic_t *kl_topic_known(kl_gateway_t *gw, const char *topic) {
   return NULL;
 }
 
-static void kl_topic_remember(kl_gateway_t *gw, const char *topic) {
-  kl_gw_topic_t *topics =
+static void kl_topic_remember(kl__gateway_t *gw, const char *topic) {
+  kl__gw_topic_t *topics =
       realloc(gw->topics, (gw->ntopics + 1) * sizeof(*topics));
   if (!topics)
     return;
@@ -297,7 +297,7 @@ static void kl_topic_remember(kl_gateway_t *gw, const char *topic) {
 /* Makes room for one more topic when max_topics are served: the least
  * recently used one goes, if no request used it for topic_idle_ms (its
  * producer handle too). @returns whether there is room. */
-static bool kl_topic_room(kl_gateway_t *gw) {
+static bool kl_topic_room(kl__gateway_t *gw) {
   if (gw->ntopics < gw->opts.max_topics)
     return true;
   size_t lru = 0;
@@ -318,7 +318,7 @@ static bool kl_topic_room(kl_gateway_t *gw) {
 }
 
 /* @returns the topic's partition count, or 0 after answering @p req. */
-static int32_t kl_topic_partitions(kl_gateway_t *gw, kl_gw_req_t *req) {
+static int32_t kl_topic_partitions(kl__gateway_t *gw, kl__gw_req_t *req) {
   const char *why = NULL;
   bool known = kl_topic_known(gw, req->topic) != NULL;
   if (!known && !kl__gw_kafka_up(gw, &why)) {
@@ -336,27 +336,30 @@ static int32_t kl_topic_partitions(kl_gateway_t *gw, kl_gw_req_t *req) {
                          gw->opts.max_topics, gw->opts.topic_idle_ms);
     return 0;
   }
-  int32_t parts = kl_producer_partitions(gw->producer, req->topic);
-  if (parts > 0 && !known)
+  int32_t parts = 0;
+  kl_err_t err = kl_producer_partitions(gw->producer, req->topic, &parts);
+  if (!err && parts < 1)
+    err = kl__err(KL_EKAFKA, "topic %s: Kafka reported no partitions",
+                  req->topic);
+  if (err) {
+    kl__gw_respond_error(req, err == KL_ENOTFOUND ? 404 : 503, NULL, "%s",
+                         kl_err_detail());
+    return 0;
+  }
+  if (!known)
     kl_topic_remember(gw, req->topic);
   /* Its count is not the fleet's: a partition computed now would send the
    * key to another owner, so nothing is published or answered. */
-  if (parts > 0 &&
-      kl__producer_topic_check(gw->producer, req->topic) == KL_EPARTITIONS) {
+  if (kl__producer_topic_check(gw->producer, req->topic) == KL_EPARTITIONS) {
     kl__gw_respond_error(req, 409, NULL, "%s", kl_err_detail());
     return 0;
   }
-  if (parts > 0)
-    return parts;
-  kl_err_t err = parts < 0 ? (kl_err_t)-parts : KL_EKAFKA;
-  kl__gw_respond_error(req, err == KL_ENOTFOUND ? 404 : 503, NULL, "%s",
-                       kl_err_detail());
-  return 0;
+  return parts;
 }
 
 /* ---- publish ---- */
 
-static void kl_respond_bad(kl_gw_req_t *req, const kl_gw_bad_t *bad) {
+static void kl_respond_bad(kl__gw_req_t *req, const kl__gw_bad_t *bad) {
   kl__strbuf_t sb = KL__STRBUF_INIT;
   kl__strbuf_puts(&sb, "{\"error\":");
   kl__strbuf_json_str(&sb, bad->msg, strlen(bad->msg));
@@ -370,11 +373,11 @@ static void kl_respond_bad(kl_gw_req_t *req, const kl_gw_bad_t *bad) {
   free(body);
 }
 
-static void kl_respond_ok(kl_gw_req_t *req) {
+static void kl_respond_ok(kl__gw_req_t *req) {
   kl__strbuf_t sb = KL__STRBUF_INIT;
   kl__strbuf_puts(&sb, "[");
   for (size_t i = 0; i < req->nslots; i++) {
-    const kl_gw_slot_t *s = &req->slots[i];
+    const kl__gw_slot_t *s = &req->slots[i];
     kl__strbuf_printf(&sb, "%s{\"partition\":%d,\"offset\":%lld,\"id\":",
                       i ? "," : "", (int)s->partition, (long long)s->offset);
     kl__strbuf_json_str(&sb, s->id, strlen(s->id));
@@ -392,8 +395,8 @@ static void kl_respond_ok(kl_gw_req_t *req) {
 
 /* Some events were not acknowledged: the client retries all of them with
  * these ids; the workers apply each id once. */
-static void kl_respond_failed(kl_gw_req_t *req) {
-  kl_gateway_t *gw = req->gw;
+static void kl_respond_failed(kl__gw_req_t *req) {
+  kl__gateway_t *gw = req->gw;
   char extra[48], msg[768];
   snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", gw->opts.retry_after_s);
   snprintf(msg, sizeof(msg),
@@ -416,7 +419,7 @@ static void kl_respond_failed(kl_gw_req_t *req) {
   free(body);
 }
 
-static void kl_publish_done(kl_gw_req_t *req) {
+static void kl_publish_done(kl__gw_req_t *req) {
   req->gw->inflight_bytes -= req->bytes;
   if (req->failed && req->kafka_err == KL_EPARTITIONS) /* changed meanwhile */
     kl__gw_respond_error(req, 409, NULL, "%zu of %zu events were not "
@@ -429,8 +432,8 @@ static void kl_publish_done(kl_gw_req_t *req) {
   kl__gw_req_answered(req);
 }
 
-static void kl_slot_failed(kl_gw_req_t *req, kl_err_t err, const char *msg) {
-  kl_gateway_t *gw = req->gw;
+static void kl_slot_failed(kl__gw_req_t *req, kl_err_t err, const char *msg) {
+  kl__gateway_t *gw = req->gw;
   if (!req->failed++) {
     req->kafka_err = err;
     snprintf(req->kafka_errmsg, sizeof(req->kafka_errmsg), "%s", msg);
@@ -440,9 +443,9 @@ static void kl_slot_failed(kl_gw_req_t *req, kl_err_t err, const char *msg) {
 }
 
 void kl__gw_on_delivery(void *opaque, const kl_delivery_t *d) {
-  kl_gw_slot_t *slot = d->opaque;
-  kl_gw_req_t *req = slot->req;
-  kl_gateway_t *gw = req->gw;
+  kl__gw_slot_t *slot = d->opaque;
+  kl__gw_req_t *req = slot->req;
+  kl__gateway_t *gw = req->gw;
   gw->inflight_events--;
   kl__metric_observe(gw->m.delivery, NULL,
                      (double)(kl__mono_ns() - req->produced_ns) / 1e9);
@@ -458,13 +461,13 @@ void kl__gw_on_delivery(void *opaque, const kl_delivery_t *d) {
 }
 
 /* Gives every event its id now, so that a 503 can list them all. */
-static bool kl_slots_make(kl_gw_req_t *req, kl_gw_batch_t *batch) {
-  if (!(req->slots = calloc(batch->n, sizeof(kl_gw_slot_t))))
+static bool kl_slots_make(kl__gw_req_t *req, kl__gw_batch_t *batch) {
+  if (!(req->slots = calloc(batch->n, sizeof(kl__gw_slot_t))))
     return false;
   req->nslots = batch->n;
   for (size_t i = 0; i < batch->n; i++) {
     kl_event_t *ev = &batch->events[i].ev;
-    kl_gw_slot_t *slot = &req->slots[i];
+    kl__gw_slot_t *slot = &req->slots[i];
     char made[37];
     if (ev->id_len == 0)
       kl_event_make_id(made);
@@ -480,8 +483,8 @@ static bool kl_slots_make(kl_gw_req_t *req, kl_gw_batch_t *batch) {
   return true;
 }
 
-static void kl_produce(kl_gw_req_t *req, kl_gw_batch_t *batch) {
-  kl_gateway_t *gw = req->gw;
+static void kl_produce(kl__gw_req_t *req, kl__gw_batch_t *batch) {
+  kl__gateway_t *gw = req->gw;
   req->outstanding = 1; /* see the file comment */
   req->produced_ns = kl__mono_ns();
   for (size_t i = 0; i < batch->n; i++) {
@@ -502,16 +505,16 @@ static void kl_produce(kl_gw_req_t *req, kl_gw_batch_t *batch) {
     kl_publish_done(req);
 }
 
-static bool kl_budget_fits(kl_gateway_t *gw, size_t events, size_t bytes) {
+static bool kl_budget_fits(kl__gateway_t *gw, size_t events, size_t bytes) {
   return gw->inflight_events + (int64_t)events <= gw->opts.max_inflight &&
          gw->inflight_bytes + (int64_t)bytes <= gw->opts.max_inflight_bytes;
 }
 
-static void kl_publish_request(kl_gw_conn_t *conn, kl_gw_req_t *req,
+static void kl_publish_request(kl__gw_conn_t *conn, kl__gw_req_t *req,
                                const char *body, size_t len) {
-  kl_gateway_t *gw = req->gw;
-  kl_gw_batch_t batch;
-  kl_gw_bad_t bad;
+  kl__gateway_t *gw = req->gw;
+  kl__gw_batch_t batch;
+  kl__gw_bad_t bad;
   char extra[48];
   snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", gw->opts.retry_after_s);
   if (gw->stopping) {
@@ -591,7 +594,7 @@ static long kl_query_key(const char *q, size_t len, char *out, size_t cap) {
   return -1;
 }
 
-static void kl_route_request(kl_gw_conn_t *conn, kl_gw_req_t *req) {
+static void kl_route_request(kl__gw_conn_t *conn, kl__gw_req_t *req) {
   const char *url = conn->parse.url.data ? conn->parse.url.data : "";
   const char *q = strchr(url, '?');
   char key[KL_KEY_MAX];
@@ -612,8 +615,8 @@ static void kl_route_request(kl_gw_conn_t *conn, kl_gw_req_t *req) {
   kl__gw_respond(req, 200, "application/json", NULL, body, (size_t)n);
 }
 
-static void kl_healthz_request(kl_gw_req_t *req) {
-  kl_gateway_t *gw = req->gw;
+static void kl_healthz_request(kl__gw_req_t *req) {
+  kl__gateway_t *gw = req->gw;
   const char *why = NULL;
   if (gw->stopping)
     why = "the gateway is stopping";
@@ -635,7 +638,7 @@ static void kl_healthz_request(kl_gw_req_t *req) {
   kl__gw_respond(req, 200, "application/json", NULL, body, (size_t)n);
 }
 
-static void kl_metrics_request(kl_gw_req_t *req) {
+static void kl_metrics_request(kl__gw_req_t *req) {
   size_t len = 0;
   char *text = kl__metrics_render(req->gw->m.registry, &len);
   if (!text) {
@@ -646,7 +649,7 @@ static void kl_metrics_request(kl_gw_req_t *req) {
   free(text);
 }
 
-void kl__gw_route_body(kl_gw_conn_t *conn, kl_gw_req_t *req, const char *body,
+void kl__gw_route_body(kl__gw_conn_t *conn, kl__gw_req_t *req, const char *body,
                        size_t body_len) {
   switch (req->route) {
   case KL_GW_ROUTE_EVENTS:

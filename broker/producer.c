@@ -265,6 +265,7 @@ static void kl_producer_free(kl_producer_t *producer) {
 
 kl_err_t kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
                          void *cb_opaque, kl_producer_t **out) {
+  kl__err_clear();
   if (!conf || !out)
     return kl__err(KL_EINVAL, "kl_producer_new: conf and out are required");
   kl_err_t err = kl_producer_check_forced(conf);
@@ -463,15 +464,21 @@ void kl__producer_forget(kl_producer_t *producer, const char *name) {
   }
 }
 
-int32_t kl_producer_partitions(kl_producer_t *producer, const char *topic) {
-  if (!producer || !topic)
-    return -(int32_t)kl__err(KL_EINVAL, "kl_producer_partitions: producer and "
-                                        "topic are required");
+kl_err_t kl_producer_partitions(kl_producer_t *producer, const char *topic,
+                                int32_t *count) {
+  kl__err_clear();
+  if (!producer || !topic || !count)
+    return kl__err(KL_EINVAL, "kl_producer_partitions: producer, topic and "
+                              "count are required");
+  *count = 0;
   kl_topic_t *t = NULL;
   kl_err_t err = kl_topic_get(producer, topic, &t);
-  if (err && err != KL_EPARTITIONS) /* a mismatch: the live count is known */
-    return -(int32_t)err;
-  return atomic_load(&t->live);
+  if (err && err != KL_EPARTITIONS)
+    return err;
+  /* A mismatch is not this call's failure: the live count is known. */
+  kl__err_clear();
+  *count = atomic_load(&t->live);
+  return KL_OK;
 }
 
 kl_err_t kl__producer_topic_check(kl_producer_t *producer, const char *topic) {
@@ -624,6 +631,7 @@ static void kl_publish_stamp(kl_event_t *ev, char id[37]) {
 
 kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
                     const kl_event_t *event, void *opaque) {
+  kl__err_clear();
   if (!producer || !topic || !event)
     return kl__err(KL_EINVAL, "kl_publish: producer, topic and event are "
                               "required");
@@ -662,6 +670,7 @@ int kl_producer_poll(kl_producer_t *producer, int timeout_ms) {
 }
 
 kl_err_t kl_flush(kl_producer_t *producer, int timeout_ms) {
+  kl__err_clear();
   if (!producer)
     return kl__err(KL_EINVAL, "kl_flush: producer is NULL");
   if (rd_kafka_flush(producer->rk, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR)

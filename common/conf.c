@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,10 +196,15 @@ static int kl_conf_enum_has(const char *values, const char *v) {
   return 0;
 }
 
-static kl_err_t kl_conf_fail(char *errstr, size_t size, const char *fmt,
-                             const char *a, const char *b, const char *c) {
+static kl_err_t kl_conf_fail(char *errstr, size_t size, const char *fmt, ...)
+    KL__PRINTF(3, 4);
+
+static kl_err_t kl_conf_fail(char *errstr, size_t size, const char *fmt, ...) {
   char buf[512];
-  snprintf(buf, sizeof(buf), fmt, a, b, c);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
   if (errstr && size)
     snprintf(errstr, size, "%s", buf);
   return kl__err(KL_ECONF, "%s", buf);
@@ -237,23 +243,24 @@ static kl_err_t kl_conf_set_kafka(kl_conf_t *conf, const char *name,
 
 kl_err_t kl_conf_set(kl_conf_t *conf, const char *key, const char *value,
                      char *errstr, size_t errstr_size) {
+  kl__err_clear();
   if (!conf || !key || !value)
     return kl__err(KL_EINVAL, "kl_conf_set: conf, key and value are required");
   if (strncmp(key, "kafka.", 6) == 0) {
     if (!key[6])
       return kl_conf_fail(errstr, errstr_size,
                           "configuration key \"%s\" names no Kafka property: "
-                          "use kafka.<librdkafka property>%s%s",
-                          key, "", "");
+                          "use kafka.<librdkafka property>",
+                          key);
     return kl_conf_set_kafka(conf, key + 6, value);
   }
   size_t idx;
   const kl_conf_key_t *k = kl_conf_key(key, &idx);
   if (!k)
     return kl_conf_fail(errstr, errstr_size,
-                        "unknown configuration key \"%s\"%s%s: librdkafka "
+                        "unknown configuration key \"%s\": librdkafka "
                         "properties take the prefix kafka.",
-                        key, "", "");
+                        key);
   if (k->type == KL_CT_ENUM && !kl_conf_enum_has(k->values, value))
     return kl_conf_fail(errstr, errstr_size,
                         "%s=%s is not one of %s", key, value, k->values);
@@ -261,7 +268,7 @@ kl_err_t kl_conf_set(kl_conf_t *conf, const char *key, const char *value,
   if (kl_conf_is_num(k) && kl_conf_parse_num(k, value, &num) != KL_OK) {
     char detail[512];
     snprintf(detail, sizeof(detail), "%s", kl_err_detail());
-    return kl_conf_fail(errstr, errstr_size, "%s%s%s", detail, "", "");
+    return kl_conf_fail(errstr, errstr_size, "%s", detail);
   }
   char *v = strdup(value);
   if (!v)
@@ -314,17 +321,11 @@ kl_err_t kl_conf_foreach_kafka(const kl_conf_t *conf,
                                kl_err_t (*fn)(void *, const char *,
                                               const char *),
                                void *opaque) {
+  kl__err_clear();
   for (size_t i = 0; conf && i < conf->kafka_cnt; i++) {
     kl_err_t err = fn(opaque, conf->kafka[i].name, conf->kafka[i].value);
     if (err)
       return err;
   }
   return KL_OK;
-}
-
-void kl__conf_print_keys(FILE *out);
-void kl__conf_print_keys(FILE *out) {
-  for (size_t i = 0; i < KL_NKEYS; i++)
-    fprintf(out, "  %-28s default %-8s %s\n", kl_keys[i].name, kl_keys[i].def,
-            kl_keys[i].doc);
 }

@@ -29,10 +29,10 @@ kl_err_t kl__kafka_conf_apply(rd_kafka_conf_t *rkconf, const kl_conf_t *conf,
 void kl__kafka_log(const rd_kafka_t *rk, int level, const char *fac,
                    const char *buf) {
   (void)rk;
-  kl_log_level_t l = level <= 2   ? KL_LOG_ERROR
-                     : level <= 4 ? KL_LOG_WARN
-                     : level == 5 ? KL_LOG_INFO
-                                  : KL_LOG_DEBUG;
+  kl__log_level_t l = level <= 2   ? KL_LOG_ERROR
+                      : level <= 4 ? KL_LOG_WARN
+                      : level == 5 ? KL_LOG_INFO
+                                   : KL_LOG_DEBUG;
   if (strcmp(fac, "COMMITFAIL") == 0)
     l = KL_LOG_DEBUG;
   if (kl__log_enabled(l))

@@ -10,7 +10,7 @@
 
 static const char *const kl_level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
 
-static kl_log_level_t kl_log_threshold(void) {
+static kl__log_level_t kl_log_threshold(void) {
   static int level = -1;
   if (level < 0) {
     const char *s = getenv("KEYLANE_LOG");
@@ -19,10 +19,10 @@ static kl_log_level_t kl_log_threshold(void) {
       if (strcasecmp(s, kl_level_names[i]) == 0)
         level = i;
   }
-  return (kl_log_level_t)level;
+  return (kl__log_level_t)level;
 }
 
-int kl__log_enabled(kl_log_level_t level) {
+int kl__log_enabled(kl__log_level_t level) {
   return level <= kl_log_threshold();
 }
 
@@ -38,7 +38,7 @@ void kl__log_trace_set(const char *traceparent) {
            traceparent + 3, traceparent + 36);
 }
 
-void kl__log(kl_log_level_t level, const char *component, const char *fmt,
+void kl__log(kl__log_level_t level, const char *component, const char *fmt,
              ...) {
   if (!kl__log_enabled(level))
     return;

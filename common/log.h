@@ -9,16 +9,16 @@
 
 #include "common/internal.h"
 
-typedef enum kl_log_level {
+typedef enum kl__log_level {
   KL_LOG_ERROR,
   KL_LOG_WARN,
   KL_LOG_INFO,
   KL_LOG_DEBUG,
-} kl_log_level_t;
+} kl__log_level_t;
 
-void kl__log(kl_log_level_t level, const char *component, const char *fmt, ...)
+void kl__log(kl__log_level_t level, const char *component, const char *fmt, ...)
     KL__PRINTF(3, 4);
-int kl__log_enabled(kl_log_level_t level);
+int kl__log_enabled(kl__log_level_t level);
 
 /**
  * Sets this thread's trace context, from a valid W3C @p traceparent (55

@@ -297,7 +297,3 @@ kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
 void kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms) {
   rd_kafka_poll(dlq->rk, timeout_ms);
 }
-
-int kl__dlq_inflight(const kl__dlq_t *dlq) {
-  return dlq->inflight;
-}

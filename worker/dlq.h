@@ -139,7 +139,4 @@ kl_err_t kl__dlq_forward(kl__dlq_t *dlq, const char *topic, int32_t partition,
 /** Serves delivery reports for up to @p timeout_ms. */
 void kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms);
 
-/** @returns letters produced and not yet acked or failed. */
-int kl__dlq_inflight(const kl__dlq_t *dlq);
-
 #endif

@@ -851,10 +851,6 @@ size_t kl__lanes_fenced(kl__lanes_t *lanes, int32_t *out, size_t max) {
   return n;
 }
 
-int kl__lanes_inline(const kl__lanes_t *lanes) {
-  return lanes->inline_mode;
-}
-
 void kl__lanes_set_before_commit(kl__lanes_t *lanes, kl__worker_hook_fn *fn,
                                  void *opaque) {
   lanes->applier.before_commit = fn;

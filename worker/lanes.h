@@ -93,9 +93,6 @@ void kl__lanes_destroy(kl__lanes_t *lanes);
  */
 struct kl__metrics *kl__lanes_metrics(kl__lanes_t *lanes);
 
-/** @returns nonzero in inline mode. */
-int kl__lanes_inline(const kl__lanes_t *lanes);
-
 /**
  * Checks every record's routing from now on: its key must route
  * (kl_partition()) to its partition among @p partitions, else it is

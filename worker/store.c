@@ -33,6 +33,7 @@ static int kl_store_is_pg(const char *location) {
 
 kl_err_t kl_store_open(const char *location, const kl_conf_t *conf,
                        kl_store_t **out) {
+  kl__err_clear();
   if (!location || !*location || !out)
     return kl__err(KL_EINVAL, "kl_store_open: location and out are required");
   *out = NULL;
@@ -82,11 +83,13 @@ kl_err_t kl__store_acquire_above(kl_store_t *store, const char *topic,
 
 kl_err_t kl_store_acquire(kl_store_t *store, const char *topic,
                           int32_t partition, kl_partition_state_t *state) {
+  kl__err_clear();
   return kl__store_acquire_above(store, topic, partition, 0, state);
 }
 
 kl_err_t kl_store_partition(kl_store_t *store, const char *topic,
                             int32_t partition, kl_partition_state_t *state) {
+  kl__err_clear();
   kl_err_t err = kl_store_check_tp("kl_store_partition", topic, partition);
   if (err || !store || !state)
     return err ? err : kl__err(KL_EINVAL, "kl_store_partition: store and "
@@ -134,6 +137,7 @@ int64_t kl__beat_period_ns(const kl_conf_t *conf) {
 
 kl_err_t kl_store_begin(kl_store_t *store, const char *topic,
                         int32_t partition, uint64_t epoch, kl_txn_t **txn) {
+  kl__err_clear();
   kl_err_t err = kl_store_check_tp("kl_store_begin", topic, partition);
   if (err)
     return err;
@@ -147,6 +151,7 @@ kl_err_t kl_store_begin(kl_store_t *store, const char *topic,
 }
 
 kl_err_t kl_store_commit(kl_txn_t *txn, int64_t watermark) {
+  kl__err_clear();
   if (!txn)
     return kl__err(KL_EINVAL, "kl_store_commit: txn is required");
   return txn->store->ops->commit(txn, watermark);
@@ -198,6 +203,7 @@ static kl_err_t kl_store_check_id(const char *fn, const char *id,
 
 kl_err_t kl_txn_get(kl_txn_t *txn, const void *key, size_t key_len,
                     const void **val, size_t *val_len) {
+  kl__err_clear();
   kl_err_t err = kl_store_check_key("kl_txn_get", key, key_len);
   if (err || !txn || !val || !val_len)
     return err ? err : kl__err(KL_EINVAL, "kl_txn_get: txn, val and val_len "
@@ -207,6 +213,7 @@ kl_err_t kl_txn_get(kl_txn_t *txn, const void *key, size_t key_len,
 
 kl_err_t kl_txn_put(kl_txn_t *txn, const void *key, size_t key_len,
                     const void *val, size_t val_len) {
+  kl__err_clear();
   kl_err_t err = kl_store_check_key("kl_txn_put", key, key_len);
   if (err || !txn || (!val && val_len))
     return err ? err : kl__err(KL_EINVAL, "kl_txn_put: txn and val are "
@@ -215,6 +222,7 @@ kl_err_t kl_txn_put(kl_txn_t *txn, const void *key, size_t key_len,
 }
 
 kl_err_t kl_txn_del(kl_txn_t *txn, const void *key, size_t key_len) {
+  kl__err_clear();
   kl_err_t err = kl_store_check_key("kl_txn_del", key, key_len);
   if (err || !txn)
     return err ? err : kl__err(KL_EINVAL, "kl_txn_del: txn is required");
@@ -223,6 +231,7 @@ kl_err_t kl_txn_del(kl_txn_t *txn, const void *key, size_t key_len) {
 
 kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
                      kl_mark_t *mark) {
+  kl__err_clear();
   kl_err_t err = kl_store_check_id("kl_txn_seen", id, id_len);
   if (err || !txn || !mark)
     return err ? err : kl__err(KL_EINVAL, "kl_txn_seen: txn and mark are "
@@ -232,6 +241,7 @@ kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
 
 kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
                      kl_mark_t mark) {
+  kl__err_clear();
   kl_err_t err = kl_store_check_id("kl_txn_mark", id, id_len);
   if (err || !txn)
     return err ? err : kl__err(KL_EINVAL, "kl_txn_mark: txn is required");
@@ -292,6 +302,7 @@ void kl_txn_count_duplicate(kl_txn_t *txn) {
 }
 
 kl_err_t kl_store_sweep(kl_store_t *store, size_t max, size_t *removed) {
+  kl__err_clear();
   if (removed)
     *removed = 0;
   if (!store)
@@ -303,6 +314,7 @@ kl_err_t kl_store_sweep(kl_store_t *store, size_t max, size_t *removed) {
 kl_err_t kl_store_scan(kl_store_t *store, const void *prefix,
                        size_t prefix_len, kl_store_scan_cb_t *cb,
                        void *opaque) {
+  kl__err_clear();
   if (!store || !cb || (!prefix && prefix_len))
     return kl__err(KL_EINVAL, "kl_store_scan: store and cb are required");
   return store->ops->scan(store, prefix, prefix_len, cb, opaque);
@@ -311,6 +323,7 @@ kl_err_t kl_store_scan(kl_store_t *store, const void *prefix,
 kl_err_t kl_store_foreach_partition(kl_store_t *store,
                                     kl_store_partition_cb_t *cb,
                                     void *opaque) {
+  kl__err_clear();
   if (!store || !cb)
     return kl__err(KL_EINVAL, "kl_store_foreach_partition: store and cb are "
                               "required");
@@ -318,6 +331,7 @@ kl_err_t kl_store_foreach_partition(kl_store_t *store,
 }
 
 kl_err_t kl_store_id_count(kl_store_t *store, uint64_t *count) {
+  kl__err_clear();
   if (!store || !count)
     return kl__err(KL_EINVAL, "kl_store_id_count: store and count are "
                               "required");

@@ -600,6 +600,7 @@ static kl_err_t kl_check_poll_interval(const kl_conf_t *conf) {
 kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                        kl_store_t *store, kl_handler_fn_t *handler,
                        void *handler_opaque, kl_worker_t **out) {
+  kl__err_clear();
   if (!conf || !topic || !*topic || !store || !handler || !out)
     return kl__err(KL_EINVAL, "kl_worker_new: conf, topic, store and handler "
                               "are required");
@@ -909,6 +910,7 @@ static kl_err_t kl_wait_for_kafka(kl_worker_t *worker) {
 }
 
 kl_err_t kl_worker_run(kl_worker_t *worker) {
+  kl__err_clear();
   kl_err_t err = kl_wait_for_kafka(worker);
   if (err == KL_ESTOPPED)
     return KL_OK; /* stopped before it began: nothing to finish */

@@ -23,15 +23,15 @@
 
 #define KL_GW_SUB "broker"
 
-typedef struct kl_gw_cli {
-  kl_gateway_opts_t opts;
+typedef struct kl__gw_cli {
+  kl__gateway_opts_t opts;
   const char *bootstrap;
   int embedded;
   const char *topic;
   long partitions;
   long brokers;
   kl_conf_t *conf;
-} kl_gw_cli_t;
+} kl__gw_cli_t;
 
 static void kl_gw_help(void) {
   printf(
@@ -198,8 +198,8 @@ static const struct option kl_gw_longopts[] = {
 };
 
 /* One flag's value into cli; @returns a usage exit code, or 0. */
-static int kl_gw_flag(kl_gw_cli_t *cli, int c, const char *arg) {
-  kl_gateway_opts_t *o = &cli->opts;
+static int kl_gw_flag(kl__gw_cli_t *cli, int c, const char *arg) {
+  kl__gateway_opts_t *o = &cli->opts;
   int64_t size = 0;
   long n = 0;
   int rc = 0;
@@ -290,7 +290,7 @@ static int kl_gw_flag(kl_gw_cli_t *cli, int c, const char *arg) {
 }
 
 /* @returns KL_EXIT_OK to run, -1 after --help, or a usage exit code. */
-static int kl_gw_parse(int argc, char **argv, kl_gw_cli_t *cli) {
+static int kl_gw_parse(int argc, char **argv, kl__gw_cli_t *cli) {
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "b:t:X:h", kl_gw_longopts, NULL)) != -1) {
@@ -310,8 +310,8 @@ static int kl_gw_parse(int argc, char **argv, kl_gw_cli_t *cli) {
   return KL_EXIT_OK;
 }
 
-static int kl_gw_serve(kl_gw_cli_t *cli, const char *bootstrap) {
-  kl_gateway_t *gw;
+static int kl_gw_serve(kl__gw_cli_t *cli, const char *bootstrap) {
+  kl__gateway_t *gw;
   if (kl__cli_conf_set(KL_GW_SUB, cli->conf, "kafka.bootstrap.servers",
                        bootstrap))
     return KL_EXIT_USAGE;
@@ -330,7 +330,7 @@ static int kl_gw_serve(kl_gw_cli_t *cli, const char *bootstrap) {
   return err ? KL_EXIT_FAIL : KL_EXIT_OK;
 }
 
-static int kl_gw_run(kl_gw_cli_t *cli) {
+static int kl_gw_run(kl__gw_cli_t *cli) {
   kl__cli_on_signals(); /* before anything starts: no early-signal race */
   if (!cli->embedded)
     return kl_gw_serve(cli, cli->bootstrap);
@@ -359,7 +359,7 @@ bool kl__broker_gateway_wanted(int argc, char **argv) {
 }
 
 int kl__cmd_broker_gateway(int argc, char **argv) {
-  kl_gw_cli_t cli = {.topic = "events", .partitions = 8, .brokers = 3};
+  kl__gw_cli_t cli = {.topic = "events", .partitions = 8, .brokers = 3};
   kl__gateway_opts_default(&cli.opts);
   if (!(cli.conf = kl_conf_new()))
     return kl__cli_fail(KL_GW_SUB, "out of memory");

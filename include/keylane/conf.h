@@ -2,7 +2,7 @@
  * @file conf.h
  * @brief Configuration: string keys and values, validated when set.
  *
- * keylane's own keys are listed by kl_conf_dump() and in README.md.
+ * keylane's own keys are listed in README.md.
  * Keys beginning with "kafka." are passed through to librdkafka with the
  * prefix removed ("kafka.linger.ms" sets librdkafka's "linger.ms"); they
  * are validated by librdkafka when a client is created from the conf.

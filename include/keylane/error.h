@@ -8,8 +8,9 @@
  * original cause is kept as a human-readable detail, kl_err_detail().
  *
  * Caveats:
- * - kl_err_detail() is per thread: it describes the last error set on the
- *   calling thread and is overwritten by the next one.
+ * - kl_err_detail() is per thread. Every exported call that returns a
+ *   kl_err_t clears it when it starts, so after a call that returned KL_OK
+ *   it is "", and after a failure it describes that failure.
  */
 #ifndef KEYLANE_ERROR_H
 #define KEYLANE_ERROR_H
@@ -74,8 +75,9 @@ KL_EXPORT const char *kl_err_name(kl_err_t err);
 KL_EXPORT bool kl_err_is_retriable(kl_err_t err);
 
 /**
- * @returns the detail of the last error set on this thread: what failed,
- *          the value, and the fix. Never NULL ("" when there is none).
+ * @returns the detail of the error that the last kl_err_t call on this
+ *          thread returned: what failed, the value, and the fix. Never NULL:
+ *          "" after a call that returned KL_OK, or when the failure had none.
  * @remark  Valid until the next keylane call on this thread: copy it out.
  */
 KL_EXPORT const char *kl_err_detail(void);

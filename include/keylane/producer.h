@@ -97,12 +97,16 @@ KL_EXPORT kl_err_t kl_flush(kl_producer_t *producer, int timeout_ms);
 KL_EXPORT int64_t kl_producer_inflight(const kl_producer_t *producer);
 
 /**
- * @returns the live partition count of @p topic (read from Kafka on first
- *          use, then every producer.partitions.check.ms), also when it
- *          differs from the expected one; or a negative kl_err_t.
+ * Reads the live partition count of @p topic (from Kafka on first use, then
+ * every producer.partitions.check.ms), also when it differs from the
+ * expected one.
+ * @param count  set to the count on KL_OK, to 0 on failure.
+ * @returns KL_OK, or the failure to read it (KL_ENOTFOUND for a topic that
+ *          does not exist; a retriable code when Kafka did not answer),
+ *          with kl_err_detail() saying which.
  */
-KL_EXPORT int32_t kl_producer_partitions(kl_producer_t *producer,
-                                         const char *topic);
+KL_EXPORT kl_err_t kl_producer_partitions(kl_producer_t *producer,
+                                          const char *topic, int32_t *count);
 
 /** Flushes for up to 10 s, then frees @p producer; accepts NULL. */
 KL_EXPORT void kl_producer_destroy(kl_producer_t *producer);

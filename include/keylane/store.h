@@ -164,7 +164,11 @@ KL_EXPORT kl_err_t kl_txn_put(kl_txn_t *txn, const void *key, size_t key_len,
 /** Buffers a delete of @p key. */
 KL_EXPORT kl_err_t kl_txn_del(kl_txn_t *txn, const void *key, size_t key_len);
 
-/** @returns how @p id was recorded, in the snapshot or by this batch. */
+/**
+ * Looks up how @p id was recorded, in the snapshot or by this batch.
+ * @param mark  set to KL_MARK_NONE, KL_MARK_APPLIED or KL_MARK_DEAD_LETTER.
+ * @returns KL_OK (also for an id never seen), or the store's failure.
+ */
 KL_EXPORT kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
                                kl_mark_t *mark);
 

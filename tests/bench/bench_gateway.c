@@ -63,8 +63,9 @@ static double kl_bg_direct(const char *bootstrap, int64_t events) {
   size_t payload_len = 0;
   kl__json_to_msgpack(pj, KL_PAYLOAD_MAX, &payload, &payload_len);
   json_decref(pj);
+  int32_t parts = 0;
   if (kl_producer_new(conf, kl_bg_dr, &failed, &producer) != KL_OK ||
-      kl_producer_partitions(producer, KL_BG_TOPIC) < 1) {
+      kl_producer_partitions(producer, KL_BG_TOPIC, &parts) != KL_OK) {
     fprintf(stderr, "keylane-bench gateway: %s\n", kl_err_detail());
     kl_producer_destroy(producer);
     kl_conf_destroy(conf);

@@ -100,7 +100,8 @@ static double kl_bp_run_keylane(const char *bootstrap, const kl_bp_data_t *data,
   if (!producer)
     return -1;
   /* The first publish reads metadata; keep it out of the timing. */
-  if (kl_producer_partitions(producer, KL_BP_TOPIC) < 1)
+  int32_t parts = 0;
+  if (kl_producer_partitions(producer, KL_BP_TOPIC, &parts) != KL_OK)
     return -1;
   kl_event_t ev = {.type = "credit",
                    .type_len = 6,

@@ -53,8 +53,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     CHECK((kl_decoder = kl_decoder_new()) != NULL);
   if (size == 0)
     return 0;
-  kl_gw_batch_t batch;
-  kl_gw_bad_t bad;
+  kl__gw_batch_t batch;
+  kl__gw_bad_t bad;
   memset(&bad, 0, sizeof(bad));
   int status = kl__gw_batch_decode(&batch, types[data[0] & 3],
                                    (const char *)data + 1, size - 1, 100, &bad);

@@ -29,7 +29,7 @@
 #include "common/internal.h"
 #include "keylane/conf.h"
 
-static kl_gateway_t *kl_gw;
+static kl__gateway_t *kl_gw;
 static int kl_port;
 
 static void *kl_gw_main(void *opaque) {
@@ -42,7 +42,7 @@ static void kl_gw_start(void) {
   CHECK(kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1", NULL,
                     0) == KL_OK);
   CHECK(kl_conf_set(conf, "kafka.log_level", "0", NULL, 0) == KL_OK);
-  static kl_gateway_opts_t o;
+  static kl__gateway_opts_t o;
   kl__gateway_opts_default(&o);
   o.listen = "127.0.0.1:0";
   o.max_body = 64 * 1024;

@@ -78,8 +78,8 @@ static void kl_brokers(int up) {
       rd_kafka_mock_broker_set_down(kl_mc, id);
 }
 
-static kl_t_gateway_t *kl_gw(const kl_gateway_opts_t *opts) {
-  kl_gateway_opts_t o;
+static kl_t_gateway_t *kl_gw(const kl__gateway_opts_t *opts) {
+  kl__gateway_opts_t o;
   if (opts)
     o = *opts;
   else
@@ -484,7 +484,7 @@ static void test_csrf_simple_bodies_are_415(void **state) {
 
 /* Any Origin header not on --allow-origin is refused, on every route. */
 static void test_csrf_origin_allow_list(void **state) {
-  kl_gateway_opts_t o;
+  kl__gateway_opts_t o;
   kl__gateway_opts_default(&o);
   kl_t_gateway_t *tg = kl_gw(NULL); /* the default: no origin allowed */
   kl_wait_health(tg->port, 200);
@@ -536,7 +536,7 @@ static void test_csrf_origin_allow_list(void **state) {
                    KL_OK);
   o.listen = "127.0.0.1:0";
   o.allow_origins = "https://app.example.com/";
-  kl_gateway_t *gw = NULL;
+  kl__gateway_t *gw = NULL;
   assert_int_equal(kl__gateway_new(conf, &o, &gw), KL_ECONF);
   assert_non_null(strstr(kl_err_detail(), "https://app.example.com/"));
   kl_conf_destroy(conf);
@@ -651,7 +651,7 @@ static void test_topics_internal_refused(void **state) {
   assert_int_equal(kl_post_status(tg->port, KL_T_TOPIC), 200);
   kl_t_gateway_stop(tg);
 
-  kl_gateway_opts_t o;
+  kl__gateway_opts_t o;
   kl__gateway_opts_default(&o);
   o.allow_internal_topics = true;
   o.allow_topics = "events*, orders-?";
@@ -676,7 +676,7 @@ static void test_topics_internal_refused(void **state) {
  * cluster does not create them for the gateway): once full, a topic no
  * request used for topic_idle_ms gives its place. */
 static void test_junk_topics_do_not_fill_max_topics(void **state) {
-  kl_gateway_opts_t o;
+  kl__gateway_opts_t o;
   kl__gateway_opts_default(&o);
   o.max_topics = 2;
   o.topic_idle_ms = 300;
@@ -719,10 +719,10 @@ static void test_producer_creates_no_topics(void **state) {
       assert_int_equal(kl_conf_set(conf, "kafka.allow.auto.create.topics",
                                    "true", NULL, 0),
                        KL_OK);
-    kl_gateway_opts_t o;
+    kl__gateway_opts_t o;
     kl__gateway_opts_default(&o);
     o.listen = "127.0.0.1:0";
-    kl_gateway_t *gw = NULL;
+    kl__gateway_t *gw = NULL;
     assert_int_equal(kl__gateway_new(conf, &o, &gw), KL_OK);
     char value[16];
     size_t size = sizeof(value);
@@ -763,7 +763,7 @@ static void test_404_405(void **state) {
 }
 
 static void test_body_and_header_limits(void **state) {
-  kl_gateway_opts_t o;
+  kl__gateway_opts_t o;
   kl__gateway_opts_default(&o);
   o.max_body = 1000;
   o.max_header = 1024;
@@ -808,7 +808,7 @@ static void test_tokens(void **state) {
   const char *text = "# comment\n\nsecret-one\r\n  secret-two  \n";
   assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
   close(fd);
-  kl_gateway_opts_t o;
+  kl__gateway_opts_t o;
   kl__gateway_opts_default(&o);
   o.tokens_file = path;
   kl_t_gateway_t *tg = kl_gw(&o);
@@ -875,7 +875,7 @@ static void test_503_then_retry_with_same_ids(void **state) {
 }
 
 static void test_429_when_budget_full(void **state) {
-  kl_gateway_opts_t o;
+  kl__gateway_opts_t o;
   kl__gateway_opts_default(&o);
   o.max_inflight = 3;
   o.produce_timeout_ms = 8000;
@@ -992,7 +992,7 @@ static void test_pipelined_in_order(void **state) {
 
 /* A client that sends and never reads fills its own queue only. */
 static void test_client_that_stops_reading(void **state) {
-  kl_gateway_opts_t o;
+  kl__gateway_opts_t o;
   kl__gateway_opts_default(&o);
   o.max_pipeline = 8;
   o.max_output = 64 * 1024;
@@ -1032,7 +1032,7 @@ static void test_client_that_stops_reading(void **state) {
 /* ---- connections: cap and timeouts ---- */
 
 static void test_connection_cap(void **state) {
-  kl_gateway_opts_t o;
+  kl__gateway_opts_t o;
   kl__gateway_opts_default(&o);
   o.max_connections = 2;
   kl_t_gateway_t *tg = kl_gw(&o);
@@ -1055,7 +1055,7 @@ static void test_connection_cap(void **state) {
 }
 
 static void test_idle_and_request_timeouts(void **state) {
-  kl_gateway_opts_t o;
+  kl__gateway_opts_t o;
   kl__gateway_opts_default(&o);
   o.idle_timeout_ms = 800;
   o.request_timeout_ms = 800;
@@ -1081,7 +1081,7 @@ static void test_idle_and_request_timeouts(void **state) {
  * the connection is cut (the client retries with the same ids), and the
  * orphaned request is freed by its late delivery report. */
 static void test_stop_while_kafka_is_away(void **state) {
-  kl_gateway_opts_t o;
+  kl__gateway_opts_t o;
   kl__gateway_opts_default(&o);
   o.produce_timeout_ms = 1500;
   o.drain_timeout_ms = 300;

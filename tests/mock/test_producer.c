@@ -91,6 +91,17 @@ static kl_producer_t *kl_t_producer(const char *bootstrap, kl_recs_t *recs,
   return producer;
 }
 
+/* @returns @p topic's partition count, asserting that it could be read and
+ * that a call that succeeded left no error detail behind. */
+static int32_t kl_t_partitions(kl_producer_t *producer, const char *topic) {
+  int32_t count = -1;
+  kl_err_t err = kl_producer_partitions(producer, topic, &count);
+  if (err)
+    fail_msg("kl_producer_partitions %s: %s", topic, kl_err_detail());
+  assert_string_equal(kl_err_detail(), "");
+  return count;
+}
+
 static kl_event_t kl_t_event(const char *key, const char *type) {
   kl_event_t ev = {.key = key,
                    .key_len = strlen(key),
@@ -335,7 +346,7 @@ static void test_expect_partitions_mismatch(void **state) {
                          "or pass --partitions 6"));
   /* Remembered, not re-read, and nothing was queued. */
   assert_int_equal(kl_publish(producer, "events", &ev, NULL), KL_EPARTITIONS);
-  assert_int_equal(kl_producer_partitions(producer, "events"), 6);
+  assert_int_equal(kl_t_partitions(producer, "events"), 6);
   assert_int_equal(kl_producer_inflight(producer), 0);
   /* Another topic with the expected count is fine. */
   assert_int_equal(kl_embedded_topic_create(embedded, "twelve", 12), KL_OK);
@@ -427,7 +438,7 @@ static void test_delivery_failure_reported(void **state) {
   kl_producer_t *producer = kl_t_producer(
       rd_kafka_mock_cluster_bootstraps(mock.mcluster), recs, extra);
   kl_event_t ev = kl_t_event("k", "t");
-  assert_int_equal(kl_producer_partitions(producer, "fail"), 2);
+  assert_int_equal(kl_t_partitions(producer, "fail"), 2);
   rd_kafka_mock_broker_set_down(mock.mcluster, -1);
   assert_int_equal(kl_publish(producer, "fail", &ev, (void *)(uintptr_t)1),
                    KL_OK);
@@ -455,6 +466,10 @@ static void test_invalid_event_not_queued(void **state) {
   ev = kl_t_event("k", "");
   assert_int_not_equal(kl_publish(producer, "inv", &ev, NULL), KL_OK);
   assert_int_equal(kl_producer_inflight(producer), 0);
+  int32_t count = -1;
+  assert_int_equal(kl_producer_partitions(producer, NULL, &count), KL_EINVAL);
+  assert_int_equal(kl_producer_partitions(producer, "inv", NULL), KL_EINVAL);
+  assert_non_null(strstr(kl_err_detail(), "count are required"));
   kl_producer_destroy(producer);
   kl_recs_destroy(recs);
   kl_embedded_destroy(embedded);
@@ -495,6 +510,9 @@ static void test_embedded_arguments(void **state) {
   assert_int_equal(kl_embedded_topic_create(embedded, "a", 3), KL_OK);
   assert_int_equal(kl_embedded_topic_create(embedded, "a", 3), KL_EINVAL);
   assert_non_null(strstr(kl_err_detail(), "already exists"));
+  /* A success does not leave the last failure's text behind. */
+  assert_int_equal(kl_embedded_topic_create(embedded, "b", 3), KL_OK);
+  assert_string_equal(kl_err_detail(), "");
   kl_embedded_destroy(embedded);
   kl_embedded_destroy(NULL);
 }
@@ -512,8 +530,8 @@ static void test_embedded_auto_creates_topics(void **state) {
   assert_int_equal(kl_publish(producer, "events.dlq", &ev, NULL), KL_OK);
   assert_int_equal(kl_flush(producer, 10000), KL_OK);
   assert_int_equal(recs->rec[0].err, KL_OK);
-  assert_int_equal(kl_producer_partitions(producer, "events.dlq"), 4);
-  assert_int_equal(kl_producer_partitions(producer, "events"), 8);
+  assert_int_equal(kl_t_partitions(producer, "events.dlq"), 4);
+  assert_int_equal(kl_t_partitions(producer, "events"), 8);
   kl_producer_destroy(producer);
   kl_recs_destroy(recs);
   kl_embedded_destroy(embedded);

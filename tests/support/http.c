@@ -255,9 +255,9 @@ static void *kl_t_gateway_main(void *opaque) {
 }
 
 kl_t_gateway_t *kl_t_gateway_start(const char *bootstrap,
-                                   const kl_gateway_opts_t *opts,
+                                   const kl__gateway_opts_t *opts,
                                    const char *const *extra) {
-  kl_gateway_opts_t o;
+  kl__gateway_opts_t o;
   if (opts)
     o = *opts;
   else

@@ -58,7 +58,7 @@ int kl_t_http_once(int port, const char *method, const char *path,
 
 /** A gateway serving on its own thread. */
 typedef struct kl_t_gateway {
-  kl_gateway_t *gateway;
+  kl__gateway_t *gateway;
   pthread_t thread;
   int port;
 } kl_t_gateway_t;
@@ -69,7 +69,7 @@ typedef struct kl_t_gateway {
  * "key=value" conf pairs, NULL-terminated; may be NULL. Aborts on failure.
  */
 kl_t_gateway_t *kl_t_gateway_start(const char *bootstrap,
-                                   const kl_gateway_opts_t *opts,
+                                   const kl__gateway_opts_t *opts,
                                    const char *const *extra);
 
 /** Stops, joins and frees it. */
