@@ -23,6 +23,7 @@
 #include "broker/envelope_internal.h"
 #include "broker/trace.h"
 #include "common/internal.h"
+#include "common/msgpack_read.h"
 #include "common/strbuf.h"
 #include "keylane/event.h"
 
@@ -314,58 +315,7 @@ kl_err_t kl_event_encode(const kl_event_t *event, void **out, size_t *out_len) {
 
 /* ---- decoding ---- */
 
-/* A cursor over the value bytes; every read checks p against end first. */
-typedef struct kl_rd {
-  const uint8_t *p;
-  const uint8_t *end;
-  const uint8_t *begin;
-} kl_rd_t;
-
-typedef enum {
-  KL_MP_INT,
-  KL_MP_STR,
-  KL_MP_BIN,
-  KL_MP_MAP,
-  KL_MP_OTHER, /* nil, bool, float, array, ext: never valid in an envelope */
-  KL_MP_UINT,  /* raw kinds of the 0xc0..0xdf table, turned into KL_MP_INT */
-  KL_MP_SINT
-} kl_mp_kind_t;
-
-/* One msgpack item's header; a str's or bin's body is bounds-checked. */
-typedef struct kl_mp {
-  kl_mp_kind_t kind;
-  const char *what; /* the msgpack type's name, for messages */
-  uint64_t n;       /* str/bin length or map count */
-  int64_t i;        /* int value, when !big */
-  bool big;         /* int above INT64_MAX */
-  const uint8_t *body;
-} kl_mp_t;
-
-/* The formats 0xc0..0xdf: kind, width of the length or value that follows. */
-static const struct {
-  uint8_t kind;
-  uint8_t width;
-  const char *what;
-} kl_mp_formats[32] = {
-    {KL_MP_OTHER, 0, "nil"},   {KL_MP_OTHER, 0, "0xc1 (never used)"},
-    {KL_MP_OTHER, 0, "bool"},  {KL_MP_OTHER, 0, "bool"},
-    {KL_MP_BIN, 1, "bin"},     {KL_MP_BIN, 2, "bin"},
-    {KL_MP_BIN, 4, "bin"},     {KL_MP_OTHER, 0, "ext"},
-    {KL_MP_OTHER, 0, "ext"},   {KL_MP_OTHER, 0, "ext"},
-    {KL_MP_OTHER, 0, "float"}, {KL_MP_OTHER, 0, "float"},
-    {KL_MP_UINT, 1, "int"},    {KL_MP_UINT, 2, "int"},
-    {KL_MP_UINT, 4, "int"},    {KL_MP_UINT, 8, "int"},
-    {KL_MP_SINT, 1, "int"},    {KL_MP_SINT, 2, "int"},
-    {KL_MP_SINT, 4, "int"},    {KL_MP_SINT, 8, "int"},
-    {KL_MP_OTHER, 0, "ext"},   {KL_MP_OTHER, 0, "ext"},
-    {KL_MP_OTHER, 0, "ext"},   {KL_MP_OTHER, 0, "ext"},
-    {KL_MP_OTHER, 0, "ext"},   {KL_MP_STR, 1, "str"},
-    {KL_MP_STR, 2, "str"},     {KL_MP_STR, 4, "str"},
-    {KL_MP_OTHER, 0, "array"}, {KL_MP_OTHER, 0, "array"},
-    {KL_MP_MAP, 2, "map"},     {KL_MP_MAP, 4, "map"},
-};
-
-static kl_err_t kl_truncated(const kl_rd_t *rd, const char *where,
+static kl_err_t kl_truncated(const kl__mp_reader_t *rd, const char *where,
                              uint64_t need) {
   if (rd->end == rd->begin)
     return kl__err(KL_EDECODE_TRUNCATED,
@@ -373,82 +323,17 @@ static kl_err_t kl_truncated(const kl_rd_t *rd, const char *where,
   return kl__err(KL_EDECODE_TRUNCATED,
                  "envelope is truncated in %s at byte %zu: it needs %llu "
                  "bytes, %zu are left",
-                 where, (size_t)(rd->p - rd->begin), (unsigned long long)need,
+                 where, kl__mp_offset(rd), (unsigned long long)need,
                  (size_t)(rd->end - rd->p));
 }
 
-static kl_err_t kl_rd_take(kl_rd_t *rd, uint64_t len, const uint8_t **out,
+/* Reads the next item into @p mp; @p where names it in messages. */
+static kl_err_t kl_mp_next(kl__mp_reader_t *rd, kl__mp_item_t *mp,
                            const char *where) {
-  if (len > (uint64_t)(rd->end - rd->p))
-    return kl_truncated(rd, where, len);
-  *out = rd->p;
-  rd->p += len;
+  uint64_t need = 0;
+  if (kl__mp_next(rd, mp, &need) != KL__MP_OK)
+    return kl_truncated(rd, where, need);
   return KL_OK;
-}
-
-static uint64_t kl_be(const uint8_t *p, unsigned width) {
-  uint64_t v = 0;
-  for (unsigned i = 0; i < width; i++)
-    v = v << 8 | p[i];
-  return v;
-}
-
-static void kl_mp_int(kl_mp_t *mp, int64_t i) {
-  *mp = (kl_mp_t){.kind = KL_MP_INT, .what = "int", .i = i};
-}
-
-/* Two's complement of the low @p width bytes of @p v, without relying on
- * implementation-defined conversions. */
-static int64_t kl_sign_extend(uint64_t v, unsigned width) {
-  uint64_t mask = width == 8 ? UINT64_MAX : ((uint64_t)1 << (8 * width)) - 1;
-  uint64_t sign = (mask >> 1) + 1;
-  return (v & sign) ? -(int64_t)(~v & mask) - 1 : (int64_t)v;
-}
-
-/* The argument (length, count or value) of a 0xc0..0xdf format. */
-static kl_err_t kl_mp_wide(kl_rd_t *rd, kl_mp_t *mp, uint8_t b,
-                           const char *where) {
-  unsigned width = kl_mp_formats[b - 0xc0].width;
-  const uint8_t *arg = NULL;
-  kl_err_t err = kl_rd_take(rd, width, &arg, where);
-  if (err != KL_OK)
-    return err;
-  uint64_t v = kl_be(arg, width);
-  *mp = (kl_mp_t){.kind = kl_mp_formats[b - 0xc0].kind,
-                  .what = kl_mp_formats[b - 0xc0].what,
-                  .n = v};
-  if (mp->kind == KL_MP_SINT)
-    mp->i = kl_sign_extend(v, width);
-  if (mp->kind == KL_MP_UINT) {
-    mp->big = v > INT64_MAX;
-    mp->i = mp->big ? 0 : (int64_t)v;
-  }
-  if (mp->kind == KL_MP_SINT || mp->kind == KL_MP_UINT)
-    mp->kind = KL_MP_INT;
-  return KL_OK;
-}
-
-/* Reads the next item's header into @p mp; @p where names it in messages. */
-static kl_err_t kl_mp_next(kl_rd_t *rd, kl_mp_t *mp, const char *where) {
-  if (rd->p == rd->end)
-    return kl_truncated(rd, where, 1);
-  uint8_t b = *rd->p++;
-  kl_err_t err = KL_OK;
-  if (b < 0x80)
-    kl_mp_int(mp, b);
-  else if (b >= 0xe0)
-    kl_mp_int(mp, (int64_t)b - 256);
-  else if (b < 0x90)
-    *mp = (kl_mp_t){.kind = KL_MP_MAP, .what = "map", .n = b & 0x0f};
-  else if (b < 0xa0)
-    *mp = (kl_mp_t){.kind = KL_MP_OTHER, .what = "array"};
-  else if (b < 0xc0)
-    *mp = (kl_mp_t){.kind = KL_MP_STR, .what = "str", .n = b & 0x1f};
-  else
-    err = kl_mp_wide(rd, mp, b, where);
-  if (err == KL_OK && (mp->kind == KL_MP_STR || mp->kind == KL_MP_BIN))
-    err = kl_rd_take(rd, mp->n, &mp->body, where);
-  return err;
 }
 
 /* Envelope fields; a bit each in the decoder's seen-mask. */
@@ -478,15 +363,15 @@ static int kl_field_lookup(const uint8_t *s, uint64_t n) {
   return -1;
 }
 
-static kl_err_t kl_wrong_type(const char *field, const kl_mp_t *mp,
+static kl_err_t kl_wrong_type(const char *field, const kl__mp_item_t *mp,
                               const char *want) {
   return kl__err(KL_EDECODE_TYPE,
                  "envelope field \"%s\" is a msgpack %s, it must be %s", field,
                  mp->what, want);
 }
 
-static kl_err_t kl_version_read(const kl_mp_t *mp) {
-  if (mp->kind != KL_MP_INT)
+static kl_err_t kl_version_read(const kl__mp_item_t *mp) {
+  if (mp->kind != KL__MP_INT)
     return kl_wrong_type("v", mp, "an int");
   if (mp->big || mp->i != KL_ENVELOPE_VERSION)
     return kl__err(
@@ -497,17 +382,17 @@ static kl_err_t kl_version_read(const kl_mp_t *mp) {
   return KL_OK;
 }
 
-static kl_err_t kl_str_read(int f, const kl_mp_t *mp, size_t max,
+static kl_err_t kl_str_read(int f, const kl__mp_item_t *mp, size_t max,
                             const char **s, size_t *len) {
-  if (mp->kind != KL_MP_STR)
+  if (mp->kind != KL__MP_STR)
     return kl_wrong_type(kl_field_names[f], mp, "a str");
   *s = (const char *)mp->body;
   *len = mp->n;
   return kl_len_check(kl_field_names[f], mp->n, 1, max);
 }
 
-static kl_err_t kl_ts_read(const kl_mp_t *mp, int64_t *ts) {
-  if (mp->kind != KL_MP_INT)
+static kl_err_t kl_ts_read(const kl__mp_item_t *mp, int64_t *ts) {
+  if (mp->kind != KL__MP_INT)
     return kl_wrong_type("ts", mp, "an int (ms since the epoch)");
   if (mp->big)
     return kl__err(KL_EDECODE_OVERSIZE,
@@ -517,21 +402,21 @@ static kl_err_t kl_ts_read(const kl_mp_t *mp, int64_t *ts) {
   return KL_OK;
 }
 
-static kl_err_t kl_payload_read(const kl_mp_t *mp, kl_event_t *ev) {
-  if (mp->kind != KL_MP_BIN)
+static kl_err_t kl_payload_read(const kl__mp_item_t *mp, kl_event_t *ev) {
+  if (mp->kind != KL__MP_BIN)
     return kl_wrong_type("p", mp, "a bin");
   ev->payload = mp->body;
   ev->payload_len = mp->n;
   return kl_len_check("p", mp->n, 0, KL_PAYLOAD_MAX);
 }
 
-static kl_err_t kl_header_str(kl_rd_t *rd, const char *where, const char **s,
-                              size_t *len) {
-  kl_mp_t mp;
+static kl_err_t kl_header_str(kl__mp_reader_t *rd, const char *where,
+                              const char **s, size_t *len) {
+  kl__mp_item_t mp;
   kl_err_t err = kl_mp_next(rd, &mp, where);
   if (err != KL_OK)
     return err;
-  if (mp.kind != KL_MP_STR)
+  if (mp.kind != KL__MP_STR)
     return kl__err(
         KL_EDECODE_TYPE,
         "envelope field \"h\" holds a msgpack %s as a %s, it must be a str",
@@ -541,9 +426,9 @@ static kl_err_t kl_header_str(kl_rd_t *rd, const char *where, const char **s,
   return KL_OK;
 }
 
-static kl_err_t kl_headers_read(kl_decoder_t *decoder, kl_rd_t *rd,
-                                const kl_mp_t *mp, kl_event_t *ev) {
-  if (mp->kind != KL_MP_MAP)
+static kl_err_t kl_headers_read(kl_decoder_t *decoder, kl__mp_reader_t *rd,
+                                const kl__mp_item_t *mp, kl_event_t *ev) {
+  if (mp->kind != KL__MP_MAP)
     return kl_wrong_type("h", mp, "a map of str to str");
   if (mp->n > KL_HEADERS_MAX)
     return kl__err(KL_EDECODE_OVERSIZE,
@@ -565,8 +450,8 @@ static kl_err_t kl_headers_read(kl_decoder_t *decoder, kl_rd_t *rd,
   return err;
 }
 
-static kl_err_t kl_value_read(kl_decoder_t *decoder, kl_rd_t *rd, int f,
-                              const kl_mp_t *mp, kl_event_t *ev) {
+static kl_err_t kl_value_read(kl_decoder_t *decoder, kl__mp_reader_t *rd, int f,
+                              const kl__mp_item_t *mp, kl_event_t *ev) {
   switch (f) {
   case KL_F_V:
     return kl_version_read(mp);
@@ -585,14 +470,14 @@ static kl_err_t kl_value_read(kl_decoder_t *decoder, kl_rd_t *rd, int f,
   }
 }
 
-static kl_err_t kl_field_read(kl_decoder_t *decoder, kl_rd_t *rd,
+static kl_err_t kl_field_read(kl_decoder_t *decoder, kl__mp_reader_t *rd,
                               unsigned *seen, kl_event_t *ev) {
-  kl_mp_t name, value;
+  kl__mp_item_t name, value;
   char shown[68];
   kl_err_t err = kl_mp_next(rd, &name, "a field name");
   if (err != KL_OK)
     return err;
-  if (name.kind != KL_MP_STR)
+  if (name.kind != KL__MP_STR)
     return kl__err(KL_EDECODE_TYPE,
                    "envelope field names must be str, found a msgpack %s",
                    name.what);
@@ -622,13 +507,13 @@ static kl_err_t kl_fields_present(unsigned seen) {
 
 /* Fields are checked in the order they appear; kl_event_encode() writes v
  * first, so a newer producer's envelope fails on its version. */
-static kl_err_t kl_envelope_read(kl_decoder_t *decoder, kl_rd_t *rd,
+static kl_err_t kl_envelope_read(kl_decoder_t *decoder, kl__mp_reader_t *rd,
                                  kl_event_t *ev) {
-  kl_mp_t map;
+  kl__mp_item_t map;
   kl_err_t err = kl_mp_next(rd, &map, "the envelope's first item");
   if (err != KL_OK)
     return err;
-  if (map.kind != KL_MP_MAP)
+  if (map.kind != KL__MP_MAP)
     return kl__err(KL_EDECODE_NOT_MAP,
                    "envelope is a msgpack %s, it must be a map", map.what);
   /* A hostile count costs nothing: by the 7th pair a field repeats or is
@@ -669,9 +554,7 @@ kl_err_t kl_event_decode(kl_decoder_t *decoder, const void *key, size_t key_len,
     return kl__err(KL_EDECODE_OVERSIZE,
                    "envelope is %zu bytes, the limit is %d", value_len,
                    KL_ENVELOPE_MAX);
-  static const uint8_t kl_no_bytes[1];
-  const uint8_t *bytes = value_len > 0 ? value : kl_no_bytes; /* NULL + 0 */
-  kl_rd_t rd = {.p = bytes, .end = bytes + value_len, .begin = bytes};
+  kl__mp_reader_t rd = kl__mp_reader(value, value_len);
   kl_event_t ev = {.key = key, .key_len = key_len};
   err = kl_envelope_read(decoder, &rd, &ev);
   if (err == KL_OK)

@@ -24,6 +24,8 @@
 
 #include "broker/gateway_internal.h"
 #include "broker/producer_internal.h"
+#include "common/kafka.h"
+#include "common/listen.h"
 #include "common/log.h"
 #include "common/units.h"
 
@@ -56,14 +58,11 @@ void kl__gateway_opts_default(kl__gateway_opts_t *opts) {
   opts->topic_idle_ms = 60000;
 }
 
-static kl_err_t kl_parse_listen(const char *listen,
-                                struct sockaddr_storage *addr);
-
 /* Everything checkable before anything starts, so a typo costs no
  * connection attempts. */
 static kl_err_t kl_opts_check(const kl__gateway_opts_t *o) {
   struct sockaddr_storage addr;
-  kl_err_t err = kl_parse_listen(o->listen, &addr);
+  kl_err_t err = kl__listen_addr("--listen", o->listen, &addr);
   if (!err && o->allow_origins)
     err = kl__gw_origins_check(o->allow_origins);
   if (!err && o->allow_topics)
@@ -87,35 +86,6 @@ static kl_err_t kl_opts_check(const kl__gateway_opts_t *o) {
       o->drain_timeout_ms < 0)
     return kl__err(KL_ECONF, "gateway timeouts must be positive");
   return KL_OK;
-}
-
-/* "127.0.0.1:8080", "[::1]:8080" or ":8080" (loopback). */
-static kl_err_t kl_parse_listen(const char *listen,
-                                struct sockaddr_storage *addr) {
-  char host[128];
-  const char *colon = listen ? strrchr(listen, ':') : NULL;
-  int64_t port = -1;
-  size_t hlen = colon ? (size_t)(colon - listen) : 0;
-  if (!colon || kl__units_digits(colon + 1, strlen(colon + 1), &port) ||
-      port > 65535 || hlen >= sizeof(host))
-    return kl__err(KL_ECONF,
-                   "listen address \"%s\" is not ADDR:PORT, e.g. "
-                   "127.0.0.1:8080 or [::1]:8080",
-                   listen ? listen : "");
-  memcpy(host, listen, hlen);
-  host[hlen] = '\0';
-  if (hlen >= 2 && host[0] == '[' && host[hlen - 1] == ']') {
-    host[hlen - 1] = '\0';
-    if (uv_ip6_addr(host + 1, (int)port, (struct sockaddr_in6 *)addr) == 0)
-      return KL_OK;
-  } else if (uv_ip4_addr(hlen ? host : "127.0.0.1", (int)port,
-                         (struct sockaddr_in *)addr) == 0) {
-    return KL_OK;
-  }
-  return kl__err(KL_ECONF,
-                 "listen address \"%s\": \"%s\" is not a numeric "
-                 "IPv4 or [IPv6] address",
-                 listen, host);
 }
 
 /* ---- connections ---- */
@@ -277,9 +247,11 @@ static void kl_on_kafka_event(rd_kafka_t *rk, void *opaque) {
 static void kl_probe_work(uv_work_t *work) {
   kl__gateway_t *gw = work->data;
   const struct rd_kafka_metadata *md = NULL;
-  rd_kafka_resp_err_t err = rd_kafka_metadata(
-      kl__producer_rk(gw->producer), 0, NULL, &md, KL_GW_PROBE_TIMEOUT_MS);
+  kl_err_t err = kl__kafka_metadata(kl__producer_rk(gw->producer), NULL,
+                                    KL_GW_PROBE_TIMEOUT_MS, &md);
   gw->probe_result = err;
+  snprintf(gw->probe_detail, sizeof(gw->probe_detail), "%s",
+           err ? kl_err_detail() : "no brokers in the answer");
   if (!err) {
     gw->probe_brokers = md->broker_cnt;
     rd_kafka_metadata_destroy(md);
@@ -294,11 +266,8 @@ static void kl_probe_done(uv_work_t *work, int status) {
     gw->probe_ok_ns = kl__mono_ns();
   else
     snprintf(gw->probe_err, sizeof(gw->probe_err),
-             "no Kafka broker answered "
-             "a metadata request within %d ms: %s",
-             KL_GW_PROBE_TIMEOUT_MS,
-             gw->probe_result ? rd_kafka_err2str(gw->probe_result)
-                              : "no brokers in the answer");
+             "no Kafka broker answered a metadata request: %s",
+             gw->probe_detail);
   if (ok != gw->probe_ok)
     KL_LOG_I("gateway", "Kafka is %s", ok ? "reachable" : gw->probe_err);
   gw->probe_ok = ok;
@@ -421,23 +390,8 @@ static kl_err_t kl_gw_producer(kl__gateway_t *gw, const kl_conf_t *conf) {
 }
 
 static kl_err_t kl_gw_listen(kl__gateway_t *gw) {
-  struct sockaddr_storage addr;
-  kl_err_t err = kl_parse_listen(gw->opts.listen, &addr);
-  if (err)
-    return err;
-  int rc = uv_tcp_bind(&gw->listener, (struct sockaddr *)&addr, 0);
-  if (rc == 0)
-    rc = uv_listen((uv_stream_t *)&gw->listener, 511, kl_on_connection);
-  if (rc != 0)
-    return kl__err(KL_EIO, "cannot listen on %s: %s", gw->opts.listen,
-                   uv_strerror(rc));
-  struct sockaddr_storage bound;
-  int len = sizeof(bound);
-  uv_tcp_getsockname(&gw->listener, (struct sockaddr *)&bound, &len);
-  gw->port = ntohs(bound.ss_family == AF_INET6
-                       ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                       : ((struct sockaddr_in *)&bound)->sin_port);
-  return KL_OK;
+  return kl__listen_start(&gw->listener, "--listen", gw->opts.listen, 511,
+                          kl_on_connection, &gw->port);
 }
 
 static void kl_gw_handles(kl__gateway_t *gw) {

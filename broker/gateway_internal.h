@@ -193,7 +193,8 @@ struct kl__gateway {
   bool ran;
   bool probing;
   bool probe_ok;
-  rd_kafka_resp_err_t probe_result; /**< written by the pool thread */
+  kl_err_t probe_result; /**< written by the pool thread, as is: */
+  char probe_detail[200];
   int probe_brokers;
   int64_t probe_ok_ns; /**< last time a broker answered */
   char probe_err[256];

@@ -86,43 +86,6 @@ struct kl_producer {
 
 static kl_err_t kl_watch_start(kl_producer_t *producer);
 
-/* ---- librdkafka errors, mapped once ---- */
-
-static kl_err_t kl_kafka_err(rd_kafka_resp_err_t err) {
-  switch (err) {
-  case RD_KAFKA_RESP_ERR_NO_ERROR:
-    return KL_OK;
-  case RD_KAFKA_RESP_ERR__QUEUE_FULL:
-    return KL_EQUEUE_FULL;
-  case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
-  case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
-  case RD_KAFKA_RESP_ERR__DESTROY:
-    return KL_ESTOPPED;
-  case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
-  case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
-    return KL_ENOTFOUND;
-  case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
-  case RD_KAFKA_RESP_ERR__TIMED_OUT:
-  case RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE:
-  case RD_KAFKA_RESP_ERR__TRANSPORT:
-  case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
-  case RD_KAFKA_RESP_ERR__RESOLVE:
-  case RD_KAFKA_RESP_ERR__WAIT_COORD:
-  case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
-  case RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION:
-  case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
-  case RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION:
-  case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS:
-  case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND:
-  case RD_KAFKA_RESP_ERR_KAFKA_STORAGE_ERROR:
-  case RD_KAFKA_RESP_ERR_BROKER_NOT_AVAILABLE:
-  case RD_KAFKA_RESP_ERR_THROTTLING_QUOTA_EXCEEDED:
-    return KL_EKAFKA_TRANSIENT;
-  default:
-    return KL_EKAFKA;
-  }
-}
-
 /* ---- callbacks, served on the producer's thread ---- */
 
 /* Where kl_event_encode() puts the id: {"v": 1, "id": <str>, ...}. A
@@ -168,7 +131,7 @@ static void kl_producer_dr(rd_kafka_t *rk, const rd_kafka_message_t *msg,
     return;
   char id[KL_ID_MAX + 1];
   kl_delivery_t d = {
-      .err = kl_kafka_err(msg->err),
+      .err = kl__kafka_err(msg->err),
       /* not rd_kafka_message_errstr(): on a delivery report it would
        * return the payload, our envelope, as the message */
       .errmsg = msg->err ? rd_kafka_err2str(msg->err) : NULL,
@@ -318,25 +281,21 @@ kl_err_t kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
 static int32_t kl_topic_read_count(kl_producer_t *producer, kl_topic_t *topic,
                                    int timeout_ms) {
   const struct rd_kafka_metadata *md;
-  rd_kafka_resp_err_t rerr =
-      rd_kafka_metadata(producer->rk, 0, topic->rkt, &md, timeout_ms);
-  if (rerr)
-    return -(int32_t)kl__err(kl_kafka_err(rerr),
-                             "cannot read the partition count of topic %s: "
-                             "%s; is the cluster reachable?",
-                             topic->name, rd_kafka_err2str(rerr));
+  kl_err_t err = kl__kafka_metadata(producer->rk, topic->name, timeout_ms, &md);
+  if (err)
+    return -(int32_t)err;
   int32_t count = -(int32_t)kl__err(KL_ENOTFOUND,
                                     "metadata for topic %s "
                                     "came back empty",
                                     topic->name);
   if (md->topic_cnt == 1) {
-    rerr = md->topics[0].err;
+    rd_kafka_resp_err_t rerr = md->topics[0].err;
     count = md->topics[0].partition_cnt;
     if (rerr == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE)
       count = 0;
     else if (rerr)
-      count = -(int32_t)kl__err(kl_kafka_err(rerr), "topic %s: %s", topic->name,
-                                rd_kafka_err2str(rerr));
+      count = -(int32_t)kl__err(kl__kafka_err(rerr), "topic %s: %s",
+                                topic->name, rd_kafka_err2str(rerr));
   }
   rd_kafka_metadata_destroy(md);
   return count;
@@ -531,11 +490,11 @@ static void *kl_watch_main(void *opaque) {
     pthread_mutex_unlock(&producer->mu);
     /* No topic named: librdkafka asks for every topic this handle uses. */
     const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t err = rd_kafka_metadata(producer->rk, 0, NULL, &md,
-                                                KL_WATCH_TIMEOUT_MS);
+    kl_err_t err =
+        kl__kafka_metadata(producer->rk, NULL, KL_WATCH_TIMEOUT_MS, &md);
     pthread_mutex_lock(&producer->mu);
     if (err) {
-      KL_LOG_D("producer", "partition counts: %s", rd_kafka_err2str(err));
+      KL_LOG_D("producer", "partition counts: %s", kl_err_detail());
       continue;
     }
     kl_watch_apply(producer, md);
@@ -605,7 +564,7 @@ static kl_err_t kl_msg_produce(kl_producer_t *producer, kl_topic_t *topic,
     rd_kafka_resp_err_t rerr = rd_kafka_last_error();
     if (rerr != RD_KAFKA_RESP_ERR__QUEUE_FULL ||
         (deadline && kl__mono_ns() > deadline))
-      return kl__err(kl_kafka_err(rerr), "cannot publish to %s [%d]: %s",
+      return kl__err(kl__kafka_err(rerr), "cannot publish to %s [%d]: %s",
                      topic->name, (int)partition, rd_kafka_err2str(rerr));
     if (!deadline)
       deadline = kl__mono_ns() + producer->enqueue_timeout_ms * 1000000;

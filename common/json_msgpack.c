@@ -5,10 +5,12 @@
  * as it reads a container header: a payload comes from the network.
  */
 #include "common/json_msgpack.h"
+#include "common/msgpack_read.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -129,30 +131,15 @@ kl_err_t kl__json_to_msgpack(const json_t *value, size_t max_size, void **out,
 
 /* ---- msgpack -> JSON ---- */
 
-typedef struct kl_mprd {
-  const uint8_t *begin, *p, *end;
-} kl_mprd_t;
-
-static kl_err_t kl_mprd_fail(const kl_mprd_t *rd, const char *what) {
-  return kl__err(KL_EINVAL, "msgpack at byte %zu: %s",
-                 (size_t)(rd->p - rd->begin), what);
+static kl_err_t kl_mprd_fail(const kl__mp_reader_t *rd, const char *what) {
+  return kl__err(KL_EINVAL, "msgpack at byte %zu: %s", kl__mp_offset(rd), what);
 }
 
-/* Reads a big-endian unsigned of @p width bytes. */
-static int kl_mprd_uint(kl_mprd_t *rd, unsigned width, uint64_t *v) {
-  if ((size_t)(rd->end - rd->p) < width)
-    return -1;
-  *v = 0;
-  for (unsigned i = 0; i < width; i++)
-    *v = *v << 8 | *rd->p++;
-  return 0;
-}
-
-static kl_err_t kl_mp_value(kl_mprd_t *rd, int depth, json_t **out);
+static kl_err_t kl_mp_value(kl__mp_reader_t *rd, int depth, json_t **out);
 
 /* Every element takes at least one byte: a count above the bytes left is
  * truncated input, found before anything is allocated. */
-static kl_err_t kl_mp_count_check(const kl_mprd_t *rd, uint64_t n,
+static kl_err_t kl_mp_count_check(const kl__mp_reader_t *rd, uint64_t n,
                                   unsigned per) {
   if (n > (uint64_t)(rd->end - rd->p) / per)
     return kl_mprd_fail(rd, "a container claims more elements than bytes "
@@ -160,7 +147,7 @@ static kl_err_t kl_mp_count_check(const kl_mprd_t *rd, uint64_t n,
   return KL_OK;
 }
 
-static kl_err_t kl_mp_array(kl_mprd_t *rd, uint64_t n, int depth,
+static kl_err_t kl_mp_array(kl__mp_reader_t *rd, uint64_t n, int depth,
                             json_t **out) {
   kl_err_t err = kl_mp_count_check(rd, n, 1);
   json_t *arr = err ? NULL : json_array();
@@ -183,7 +170,8 @@ static kl_err_t kl_mp_array(kl_mprd_t *rd, uint64_t n, int depth,
  * key the JSON reader would refuse is refused too (a NUL in it, or one
  * seen before in the map: JSON_REJECT_DUPLICATES), so that one body means
  * one thing in either encoding. */
-static kl_err_t kl_mp_key(kl_mprd_t *rd, const json_t *obj, json_t **key) {
+static kl_err_t kl_mp_key(kl__mp_reader_t *rd, const json_t *obj,
+                          json_t **key) {
   uint8_t b = rd->p < rd->end ? *rd->p : 0xa0;
   if (!((b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb)))
     return kl_mprd_fail(rd, "a map key is not a string; JSON keys are");
@@ -204,7 +192,8 @@ static kl_err_t kl_mp_key(kl_mprd_t *rd, const json_t *obj, json_t **key) {
   return err;
 }
 
-static kl_err_t kl_mp_map(kl_mprd_t *rd, uint64_t n, int depth, json_t **out) {
+static kl_err_t kl_mp_map(kl__mp_reader_t *rd, uint64_t n, int depth,
+                          json_t **out) {
   kl_err_t err = kl_mp_count_check(rd, n, 2);
   json_t *obj = err ? NULL : json_object();
   if (!err && !obj)
@@ -226,129 +215,83 @@ static kl_err_t kl_mp_map(kl_mprd_t *rd, uint64_t n, int depth, json_t **out) {
   return err;
 }
 
-static kl_err_t kl_mp_str(kl_mprd_t *rd, uint64_t n, json_t **out) {
-  if (n > (uint64_t)(rd->end - rd->p))
-    return kl_mprd_fail(rd, "a string runs past the end (truncated)");
-  json_t *s = json_stringn((const char *)rd->p, (size_t)n);
-  if (!s)
-    return kl_mprd_fail(rd, "a string is not valid UTF-8");
-  rd->p += n;
-  *out = s;
-  return KL_OK;
-}
-
-static kl_err_t kl_mp_bin(kl_mprd_t *rd, uint64_t n, json_t **out) {
-  if (n > (uint64_t)(rd->end - rd->p))
-    return kl_mprd_fail(rd, "a bin runs past the end (truncated)");
-  char *text = malloc(kl__base64_encoded_len((size_t)n) + 1);
+static kl_err_t kl_mp_bin(const kl__mp_item_t *it, json_t **out) {
+  char *text = malloc(kl__base64_encoded_len((size_t)it->n) + 1);
   if (!text)
     return kl__err(KL_ENOMEM, "out of memory");
-  kl__base64_encode(rd->p, (size_t)n, text);
-  rd->p += n;
+  kl__base64_encode(it->body, (size_t)it->n, text);
   *out = json_pack("{s:s}", "$base64", text);
   free(text);
   return *out ? KL_OK : kl__err(KL_ENOMEM, "out of memory");
 }
 
-static kl_err_t kl_mp_real(kl_mprd_t *rd, unsigned width, json_t **out) {
-  uint64_t bits;
-  if (kl_mprd_uint(rd, width, &bits))
-    return kl_mprd_fail(rd, "a float is truncated");
-  double d;
-  if (width == 4) {
-    uint32_t b32 = (uint32_t)bits;
-    float f;
-    memcpy(&f, &b32, sizeof(f));
-    d = f;
-  } else {
-    memcpy(&d, &bits, sizeof(d));
+static kl_err_t kl_mp_short(kl__mp_reader_t *rd, const kl__mp_item_t *it,
+                            kl__mp_status_t status) {
+  char what[64];
+  if (it->kind == KL__MP_NONE)
+    return kl_mprd_fail(rd, "input ends where a value should be (truncated)");
+  snprintf(what, sizeof(what), "a %s %s (truncated)", it->what,
+           status == KL__MP_SHORT_BODY ? "runs past the end"
+                                       : "ends in its header");
+  return kl_mprd_fail(rd, what);
+}
+
+/* The scalars; a container's elements are read by the caller. */
+static kl_err_t kl_mp_scalar(const kl__mp_reader_t *rd, size_t at,
+                             const kl__mp_item_t *it, json_t **out) {
+  kl__mp_reader_t here = *rd;
+  here.p = here.begin + at;
+  switch (it->kind) {
+  case KL__MP_NIL:
+    *out = json_null();
+    return KL_OK;
+  case KL__MP_BOOL:
+    *out = json_boolean(it->b);
+    return KL_OK;
+  case KL__MP_INT:
+    if (it->big)
+      return kl_mprd_fail(&here, "an integer above 2^63-1 has no JSON form "
+                                 "here");
+    *out = json_integer((json_int_t)it->i);
+    break;
+  case KL__MP_FLOAT:
+    if (!isfinite(it->d))
+      return kl_mprd_fail(&here, "NaN or infinity has no JSON form");
+    *out = json_real(it->d);
+    break;
+  case KL__MP_STR:
+    *out = json_stringn((const char *)it->body, (size_t)it->n);
+    return *out ? KL_OK : kl_mprd_fail(&here, "a string is not valid UTF-8");
+  case KL__MP_BIN:
+    return kl_mp_bin(it, out);
+  case KL__MP_EXT:
+    return kl_mprd_fail(&here, "ext values have no JSON form");
+  default:
+    return kl_mprd_fail(&here, "0xc1 is not a msgpack type");
   }
-  if (!isfinite(d))
-    return kl_mprd_fail(rd, "NaN or infinity has no JSON form");
-  *out = json_real(d);
   return *out ? KL_OK : kl__err(KL_ENOMEM, "out of memory");
 }
 
-static kl_err_t kl_mp_int(kl_mprd_t *rd, unsigned width, int is_signed,
-                          json_t **out) {
-  uint64_t u;
-  if (kl_mprd_uint(rd, width, &u))
-    return kl_mprd_fail(rd, "an integer is truncated");
-  int64_t v;
-  if (is_signed) {
-    unsigned shift = 64 - 8 * width; /* sign-extend without UB */
-    v = shift ? (int64_t)(u << shift) >> shift : (int64_t)u;
-  } else if (u > INT64_MAX) {
-    return kl_mprd_fail(rd, "an integer above 2^63-1 has no JSON form here");
-  } else {
-    v = (int64_t)u;
-  }
-  *out = json_integer((json_int_t)v);
-  return *out ? KL_OK : kl__err(KL_ENOMEM, "out of memory");
-}
-
-/* The sized formats 0xc4..0xdf, by their kind and length width. */
-static kl_err_t kl_mp_sized(kl_mprd_t *rd, uint8_t b, int depth, json_t **out) {
-  static const struct {
-    char kind; /* b bin, e ext, f float, u uint, i int, s str, a array, m map */
-    uint8_t width;
-  } fmt[28] = {{'b', 1}, {'b', 2}, {'b', 4}, {'e', 1}, {'e', 2}, {'e', 4},
-               {'f', 4}, {'f', 8}, {'u', 1}, {'u', 2}, {'u', 4}, {'u', 8},
-               {'i', 1}, {'i', 2}, {'i', 4}, {'i', 8}, {'e', 0}, {'e', 0},
-               {'e', 0}, {'e', 0}, {'e', 0}, {'s', 1}, {'s', 2}, {'s', 4},
-               {'a', 2}, {'a', 4}, {'m', 2}, {'m', 4}};
-  char kind = fmt[b - 0xc4].kind;
-  unsigned width = fmt[b - 0xc4].width;
-  if (kind == 'e')
-    return kl_mprd_fail(rd, "ext values have no JSON form");
-  if (kind == 'f' || kind == 'u' || kind == 'i')
-    return kind == 'f' ? kl_mp_real(rd, width, out)
-                       : kl_mp_int(rd, width, kind == 'i', out);
-  uint64_t n;
-  if (kl_mprd_uint(rd, width, &n))
-    return kl_mprd_fail(rd, "a length is truncated");
-  if (kind == 'b')
-    return kl_mp_bin(rd, n, out);
-  if (kind == 's')
-    return kl_mp_str(rd, n, out);
-  return kind == 'a' ? kl_mp_array(rd, n, depth, out)
-                     : kl_mp_map(rd, n, depth, out);
-}
-
-static kl_err_t kl_mp_simple(kl_mprd_t *rd, uint8_t b, json_t **out) {
-  if (b == 0xc1) {
-    rd->p--;
-    return kl_mprd_fail(rd, "0xc1 is not a msgpack type");
-  }
-  *out = b == 0xc0 ? json_null() : b == 0xc3 ? json_true() : json_false();
-  return KL_OK;
-}
-
-static kl_err_t kl_mp_value(kl_mprd_t *rd, int depth, json_t **out) {
+static kl_err_t kl_mp_value(kl__mp_reader_t *rd, int depth, json_t **out) {
   if (depth > KL_JSON_DEPTH_MAX)
     return kl_mprd_fail(rd, "nesting is deeper than the limit");
-  if (rd->p >= rd->end)
-    return kl_mprd_fail(rd, "input ends where a value should be (truncated)");
-  uint8_t b = *rd->p++;
-  if (b <= 0x7f || b >= 0xe0) {
-    *out = json_integer(b <= 0x7f ? (json_int_t)b : (json_int_t)(int8_t)b);
-    return *out ? KL_OK : kl__err(KL_ENOMEM, "out of memory");
-  }
-  if (b <= 0x8f)
-    return kl_mp_map(rd, b & 0x0f, depth, out);
-  if (b <= 0x9f)
-    return kl_mp_array(rd, b & 0x0f, depth, out);
-  if (b <= 0xbf)
-    return kl_mp_str(rd, b & 0x1f, out);
-  if (b <= 0xc3)
-    return kl_mp_simple(rd, b, out);
-  return kl_mp_sized(rd, b, depth, out);
+  size_t at = kl__mp_offset(rd);
+  kl__mp_item_t it;
+  uint64_t need;
+  kl__mp_status_t status = kl__mp_next(rd, &it, &need);
+  if (status != KL__MP_OK)
+    return kl_mp_short(rd, &it, status);
+  if (it.kind == KL__MP_ARRAY)
+    return kl_mp_array(rd, it.n, depth, out);
+  if (it.kind == KL__MP_MAP)
+    return kl_mp_map(rd, it.n, depth, out);
+  return kl_mp_scalar(rd, at, &it, out);
 }
 
 kl_err_t kl__msgpack_to_json(const void *data, size_t len, json_t **out) {
   if ((!data && len) || !out)
     return kl__err(KL_EINVAL, "kl__msgpack_to_json: data and out are required");
-  kl_mprd_t rd = {data, data, (const uint8_t *)data + len};
+  kl__mp_reader_t rd = kl__mp_reader(data, len);
   json_t *value;
   kl_err_t err = kl_mp_value(&rd, 1, &value);
   if (err)

@@ -39,14 +39,76 @@ void kl__kafka_log(const rd_kafka_t *rk, int level, const char *fac,
     kl__log(l, "rdkafka", "%s: %s", fac, buf);
 }
 
+kl_err_t kl__kafka_err(rd_kafka_resp_err_t err) {
+  switch (err) {
+  case RD_KAFKA_RESP_ERR_NO_ERROR:
+    return KL_OK;
+  case RD_KAFKA_RESP_ERR__QUEUE_FULL:
+    return KL_EQUEUE_FULL;
+  case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
+  case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
+  case RD_KAFKA_RESP_ERR__DESTROY:
+    return KL_ESTOPPED;
+  case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+  case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    return KL_ENOTFOUND;
+  case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
+  case RD_KAFKA_RESP_ERR__TIMED_OUT:
+  case RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE:
+  case RD_KAFKA_RESP_ERR__TRANSPORT:
+  case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
+  case RD_KAFKA_RESP_ERR__RESOLVE:
+  case RD_KAFKA_RESP_ERR__WAIT_COORD:
+  case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
+  case RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION:
+  case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
+  case RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION:
+  case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS:
+  case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+  case RD_KAFKA_RESP_ERR_KAFKA_STORAGE_ERROR:
+  case RD_KAFKA_RESP_ERR_BROKER_NOT_AVAILABLE:
+  case RD_KAFKA_RESP_ERR_THROTTLING_QUOTA_EXCEEDED:
+    return KL_EKAFKA_TRANSIENT;
+  default:
+    return KL_EKAFKA;
+  }
+}
+
+bool kl__kafka_record_refused(rd_kafka_resp_err_t err) {
+  switch (err) {
+  case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+  case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+  case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+  case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+  case RD_KAFKA_RESP_ERR_INVALID_MSG:
+    return true;
+  default:
+    return false;
+  }
+}
+
+kl_err_t kl__kafka_metadata(rd_kafka_t *rk, const char *topic, int timeout_ms,
+                            const struct rd_kafka_metadata **md) {
+  rd_kafka_topic_t *rkt = topic ? rd_kafka_topic_new(rk, topic, NULL) : NULL;
+  if (topic && !rkt)
+    return kl__err(KL_EINVAL, "topic %s: %s", topic,
+                   rd_kafka_err2str(rd_kafka_last_error()));
+  rd_kafka_resp_err_t kerr = rd_kafka_metadata(rk, 0, rkt, md, timeout_ms);
+  if (rkt)
+    rd_kafka_topic_destroy(rkt);
+  if (kerr)
+    return kl__err(kl__kafka_err(kerr),
+                   "cannot read the metadata of %s%s within %d ms: %s; is "
+                   "the cluster reachable (-b, kafka.bootstrap.servers)?",
+                   topic ? "topic " : "the cluster", topic ? topic : "",
+                   timeout_ms, rd_kafka_err2str(kerr));
+  return KL_OK;
+}
+
 int kl__kafka_has_controller(rd_kafka_t *rk, int timeout_ms) {
   const struct rd_kafka_metadata *md = NULL;
-  rd_kafka_resp_err_t kerr = rd_kafka_metadata(rk, 0, NULL, &md, timeout_ms);
-  if (kerr) {
-    kl__err(KL_EKAFKA_TRANSIENT, "cannot read the cluster's metadata: %s",
-            rd_kafka_err2str(kerr));
+  if (kl__kafka_metadata(rk, NULL, timeout_ms, &md))
     return -1;
-  }
   int32_t controller = rd_kafka_controllerid(rk, 0);
   int found = 0;
   for (int i = 0; i < md->broker_cnt && !found; i++)

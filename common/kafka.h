@@ -41,6 +41,29 @@ void kl__kafka_log(const rd_kafka_t *rk, int level, const char *fac,
                    const char *buf);
 
 /**
+ * The one mapping of librdkafka's error codes to kl_err_t: queue full,
+ * stopped, unknown topic (KL_ENOTFOUND), the transient ones (timeouts, lost
+ * brokers, no leader yet: KL_EKAFKA_TRANSIENT), and everything else,
+ * authorization and authentication failures among them, KL_EKAFKA.
+ */
+kl_err_t kl__kafka_err(rd_kafka_resp_err_t err);
+
+/** Whether Kafka refused a record for what it is (too large, invalid), so
+ *  that producing it again cannot succeed whatever the cluster does. */
+bool kl__kafka_record_refused(rd_kafka_resp_err_t err);
+
+/**
+ * The one metadata request: of @p topic, or with NULL of every topic the
+ * handle @p rk knows, waiting at most @p timeout_ms.
+ * @param md  on KL_OK, the metadata; the caller rd_kafka_metadata_destroy()s
+ *            it. A topic-level error is in md->topics[i].err.
+ * @returns KL_OK, or the request's failure through kl__kafka_err() with a
+ *          detail naming the topic, the timeout and librdkafka's reason.
+ */
+kl_err_t kl__kafka_metadata(rd_kafka_t *rk, const char *topic, int timeout_ms,
+                            const struct rd_kafka_metadata **md);
+
+/**
  * Whether the cluster can answer the Admin API requests that librdkafka
  * sends to the controller (DescribeConfigs, in 2.0.2): its metadata names
  * a controller among its brokers. librdkafka's mock cluster (the embedded

@@ -219,19 +219,20 @@ kl_err_t kl__pos_partitions(const char *text, int32_t partitions,
 
 kl_err_t kl__kafka_partition_count(rd_kafka_t *rk, const char *topic,
                                    int timeout_ms, int32_t *count) {
-  rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
   const struct rd_kafka_metadata *md = NULL;
-  rd_kafka_resp_err_t kerr = rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms);
-  rd_kafka_topic_destroy(rkt);
-  if (kerr)
-    return kl__err(KL_EKAFKA_TRANSIENT, "cannot read the metadata of topic "
-                                        "%s: %s; check -b",
-                   topic, rd_kafka_err2str(kerr));
-  kl_err_t err = KL_OK;
-  if (md->topic_cnt != 1 || md->topics[0].err ||
-      md->topics[0].partition_cnt == 0)
-    err = kl__err(KL_ENOTFOUND, "topic %s does not exist: check -t and -b",
-                  topic);
+  kl_err_t err = kl__kafka_metadata(rk, topic, timeout_ms, &md);
+  if (err)
+    return err;
+  rd_kafka_resp_err_t kerr = md->topic_cnt == 1
+                                 ? md->topics[0].err
+                                 : RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+  if (!kerr && md->topics[0].partition_cnt == 0)
+    kerr = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+  err = kl__kafka_err(kerr);
+  if (err == KL_ENOTFOUND)
+    kl__err(err, "topic %s does not exist: check -t and -b", topic);
+  else if (err)
+    kl__err(err, "topic %s: %s", topic, rd_kafka_err2str(kerr));
   else
     *count = md->topics[0].partition_cnt;
   rd_kafka_metadata_destroy(md);
@@ -254,8 +255,9 @@ static kl_err_t kl_resolve_time(rd_kafka_t *rk, const char *topic,
     rd_kafka_topic_partition_t *tp = &l->elems[i];
     kl__tp_range_t *r = &ranges[i];
     if (tp->err) {
-      err = kl__err(KL_EKAFKA_TRANSIENT, "offset of time %" PRId64 " in %s "
-                                         "partition %" PRId32 ": %s",
+      err = kl__err(kl__kafka_err(tp->err),
+                    "offset of time %" PRId64 " in %s "
+                    "partition %" PRId32 ": %s",
                     ms, topic, tp->partition, rd_kafka_err2str(tp->err));
       break;
     }
@@ -267,8 +269,9 @@ static kl_err_t kl_resolve_time(rd_kafka_t *rk, const char *topic,
       r->start = off;
   }
   if (kerr)
-    err = kl__err(KL_EKAFKA_TRANSIENT, "offsets of time %" PRId64 " in %s: "
-                                       "%s",
+    err = kl__err(kl__kafka_err(kerr),
+                  "offsets of time %" PRId64 " in %s: "
+                  "%s",
                   ms, topic, rd_kafka_err2str(kerr));
   rd_kafka_topic_partition_list_destroy(l);
   return err;
@@ -307,8 +310,9 @@ kl_err_t kl__kafka_resolve(rd_kafka_t *rk, const char *topic,
     rd_kafka_resp_err_t kerr = rd_kafka_query_watermark_offsets(
         rk, topic, r->partition, &r->low, &r->high, timeout_ms);
     if (kerr)
-      return kl__err(KL_EKAFKA_TRANSIENT, "cannot read the offsets of %s "
-                                          "partition %" PRId32 ": %s; check -b",
+      return kl__err(kl__kafka_err(kerr),
+                     "cannot read the offsets of %s "
+                     "partition %" PRId32 ": %s; check -b",
                      topic, r->partition, rd_kafka_err2str(kerr));
     kl_resolve_plain(r, from, to);
   }
@@ -363,8 +367,9 @@ static kl_err_t kl_read_assign(rd_kafka_t *rk, const char *topic,
     }
   rd_kafka_resp_err_t kerr = *open ? rd_kafka_assign(rk, l) : 0;
   rd_kafka_topic_partition_list_destroy(l);
-  return kerr ? kl__err(KL_EKAFKA, "cannot assign the partitions of %s: %s",
-                        topic, rd_kafka_err2str(kerr))
+  return kerr ? kl__err(kl__kafka_err(kerr),
+                        "cannot assign the partitions of %s: %s", topic,
+                        rd_kafka_err2str(kerr))
               : KL_OK;
 }
 

@@ -71,9 +71,11 @@ typedef struct kl__tp_range {
 } kl__tp_range_t;
 
 /**
- * Reads the partition count of @p topic.
+ * Reads the partition count of @p topic (kl__kafka_metadata()).
  * @returns KL_OK; KL_ENOTFOUND when the topic does not exist;
- *          KL_EKAFKA_TRANSIENT when the metadata cannot be read.
+ *          KL_EKAFKA_TRANSIENT when the metadata cannot be read or the topic
+ *          has no leader yet; KL_EKAFKA when Kafka refused (not authorized,
+ *          say), which waiting does not cure.
  */
 kl_err_t kl__kafka_partition_count(rd_kafka_t *rk, const char *topic,
                                    int timeout_ms, int32_t *count);

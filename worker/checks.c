@@ -190,23 +190,21 @@ void kl__check_replication_judge(const char *role, const char *topic, int rf,
  * says why) when its metadata cannot be read. */
 static int kl_replication_factor(rd_kafka_t *rk, const char *topic,
                                  int timeout_ms) {
-  rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
   const struct rd_kafka_metadata *md = NULL;
-  rd_kafka_resp_err_t kerr = rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms);
-  rd_kafka_topic_destroy(rkt);
-  if (!kerr && md->topic_cnt != 1)
-    kerr = RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
-  else if (!kerr && md->topics[0].err)
-    kerr = md->topics[0].err;
+  if (kl__kafka_metadata(rk, topic, timeout_ms, &md))
+    return -1;
+  rd_kafka_resp_err_t kerr = md->topic_cnt == 1
+                                 ? md->topics[0].err
+                                 : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
   int rf = -1;
   for (int i = 0; !kerr && i < md->topics[0].partition_cnt; i++)
     if (rf < 0 || md->topics[0].partitions[i].replica_cnt < rf)
       rf = md->topics[0].partitions[i].replica_cnt;
-  if (md)
-    rd_kafka_metadata_destroy(md);
+  rd_kafka_metadata_destroy(md);
   if (kerr || rf < 0)
-    kl__err(KL_EKAFKA_TRANSIENT, "cannot read the metadata of topic %s: %s",
-            topic, kerr ? rd_kafka_err2str(kerr) : "it has no partitions");
+    kl__err(kerr ? kl__kafka_err(kerr) : KL_EKAFKA_TRANSIENT,
+            "cannot read the metadata of topic %s: %s", topic,
+            kerr ? rd_kafka_err2str(kerr) : "it has no partitions");
   return kerr ? -1 : rf;
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/internal.h"
 #include "common/kafka.h"
+#include "common/kafka_pos.h"
 #include "common/log.h"
 #include "keylane/event.h"
 
@@ -35,20 +36,14 @@ const char *kl__dlq_reason_name(kl__dlq_reason_t reason) {
   return "unknown";
 }
 
-/* Errors about the record itself: producing it again cannot succeed.
- * Others (timeouts, a lost leader, a missing topic, no authorization) are
- * retried: they end when the cluster or the operator fixes them. */
+/* A letter Kafka refused for what it is: producing it again cannot
+ * succeed. Every other failure (timeouts, a lost leader, a missing topic,
+ * no authorization) is retried: a letter must not be lost, and those end
+ * when the cluster or the operator fixes them. */
 static kl_err_t kl_dlq_err(rd_kafka_resp_err_t kerr) {
-  switch (kerr) {
-  case RD_KAFKA_RESP_ERR_NO_ERROR: return KL_OK;
-  case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-  case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
-  case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-  case RD_KAFKA_RESP_ERR_INVALID_RECORD:
-  case RD_KAFKA_RESP_ERR_INVALID_MSG:
-    return KL_EKAFKA;
-  default: return KL_EKAFKA_TRANSIENT;
-  }
+  if (!kerr)
+    return KL_OK;
+  return kl__kafka_record_refused(kerr) ? KL_EKAFKA : KL_EKAFKA_TRANSIENT;
 }
 
 static void kl_dlq_dr(rd_kafka_t *rk, const rd_kafka_message_t *m,
@@ -138,19 +133,10 @@ const char *kl__dlq_topic(const kl__dlq_t *dlq) {
 }
 
 kl_err_t kl__dlq_check(kl__dlq_t *dlq, const char *source_topic) {
-  rd_kafka_topic_t *rkt = rd_kafka_topic_new(dlq->rk, dlq->topic, NULL);
-  const struct rd_kafka_metadata *md = NULL;
-  rd_kafka_resp_err_t kerr = rd_kafka_metadata(dlq->rk, 0, rkt, &md, 10000);
-  rd_kafka_topic_destroy(rkt);
-  if (kerr)
-    return kl__err(KL_EKAFKA_TRANSIENT,
-                   "cannot read the metadata of the dead-letter topic %s: %s",
-                   dlq->topic, rd_kafka_err2str(kerr));
-  int ok = md->topic_cnt == 1 && !md->topics[0].err &&
-           md->topics[0].partition_cnt > 0;
-  rd_kafka_metadata_destroy(md);
-  if (ok)
-    return KL_OK;
+  int32_t count = 0;
+  kl_err_t err = kl__kafka_partition_count(dlq->rk, dlq->topic, 10000, &count);
+  if (err != KL_ENOTFOUND)
+    return err;
   return kl__err(KL_ENOTFOUND,
                  "dead-letter topic %s does not exist: create topic %s "
                  "(e.g. kafka-topics.sh --create --topic %s, with the "

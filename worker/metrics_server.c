@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "common/internal.h"
+#include "common/listen.h"
 #include "common/log.h"
 #include "common/units.h"
 #include "common/metrics.h"
@@ -702,31 +703,6 @@ static void *kl_ms_main(void *opaque) {
   return NULL;
 }
 
-static kl_err_t kl_ms_addr(const char *listen, struct sockaddr_storage *addr) {
-  const char *colon = strrchr(listen, ':');
-  int64_t port = -1;
-  if (!colon || kl__units_digits(colon + 1, strlen(colon + 1), &port) ||
-      port > 65535)
-    return kl__err(KL_ECONF, "--metrics-listen %s: expected HOST:PORT, e.g. "
-                   "127.0.0.1:9464", listen);
-  char host[128];
-  size_t hlen = (size_t)(colon - listen);
-  if (hlen >= sizeof(host))
-    return kl__err(KL_ECONF, "--metrics-listen %s: host too long", listen);
-  memcpy(host, listen, hlen);
-  host[hlen] = '\0';
-  if (hlen > 2 && host[0] == '[' && host[hlen - 1] == ']') {
-    host[hlen - 1] = '\0';
-    if (uv_ip6_addr(host + 1, (int)port, (struct sockaddr_in6 *)addr) == 0)
-      return KL_OK;
-  } else if (uv_ip4_addr(hlen ? host : "127.0.0.1", (int)port,
-                         (struct sockaddr_in *)addr) == 0) {
-    return KL_OK;
-  }
-  return kl__err(KL_ECONF, "--metrics-listen %s: \"%s\" is not an IP "
-                 "address (use 127.0.0.1, 0.0.0.0 or [::1])", listen, host);
-}
-
 static rd_kafka_t *kl_ms_kafka(const kl_conf_t *conf) {
   const char *bootstrap = kl_conf_get(conf, "kafka.bootstrap.servers");
   if (!bootstrap)
@@ -750,8 +726,7 @@ static rd_kafka_t *kl_ms_kafka(const kl_conf_t *conf) {
 
 static kl_err_t kl_ms_listen(kl__metrics_server_t *server, const char *listen) {
   struct sockaddr_storage addr;
-  memset(&addr, 0, sizeof(addr));
-  kl_err_t err = kl_ms_addr(listen, &addr);
+  kl_err_t err = kl__listen_addr("--metrics-listen", listen, &addr);
   if (err)
     return err;
   if (uv_loop_init(&server->loop) != 0)
@@ -759,20 +734,10 @@ static kl_err_t kl_ms_listen(kl__metrics_server_t *server, const char *listen) {
   uv_tcp_init(&server->loop, &server->listener);
   uv_async_init(&server->loop, &server->stop, kl_ms_on_stop);
   server->listener.data = server->stop.data = server;
-  int rc = uv_tcp_bind(&server->listener, (struct sockaddr *)&addr, 0);
-  if (rc == 0)
-    rc = uv_listen((uv_stream_t *)&server->listener, 64, kl_ms_accept);
-  if (rc == 0) {
-    struct sockaddr_storage bound;
-    int blen = sizeof(bound);
-    uv_tcp_getsockname(&server->listener, (struct sockaddr *)&bound, &blen);
-    server->port = ntohs(bound.ss_family == AF_INET6
-                             ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                             : ((struct sockaddr_in *)&bound)->sin_port);
+  err = kl__listen_start(&server->listener, "--metrics-listen", listen, 64,
+                         kl_ms_accept, &server->port);
+  if (!err)
     return KL_OK;
-  }
-  err = kl__err(KL_EIO, "--metrics-listen %s: cannot listen: %s; pick "
-                "another port", listen, uv_strerror(rc));
   uv_close((uv_handle_t *)&server->listener, NULL);
   uv_close((uv_handle_t *)&server->stop, NULL);
   uv_run(&server->loop, UV_RUN_DEFAULT);

@@ -927,7 +927,7 @@ kl_err_t kl_worker_run(kl_worker_t *worker) {
   rd_kafka_resp_err_t kerr = rd_kafka_subscribe(worker->rk, topics);
   rd_kafka_topic_partition_list_destroy(topics);
   if (kerr)
-    return kl__err(KL_EKAFKA, "subscribe to %s: %s", worker->topic,
+    return kl__err(kl__kafka_err(kerr), "subscribe to %s: %s", worker->topic,
                    rd_kafka_err2str(kerr));
   kl_worker_loop(worker);
   kl_await_first_assignment(worker);

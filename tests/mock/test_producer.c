@@ -73,8 +73,8 @@ static void kl_recs_destroy(kl_recs_t *recs) {
 }
 
 /* A producer for @p bootstrap; @p extra: "key", "value" pairs, NULL-ended. */
-static kl_producer_t *kl_t_producer(const char *bootstrap, kl_recs_t *recs,
-                                    const char *const *extra) {
+static kl_producer_t *kl_rec_producer(const char *bootstrap, kl_recs_t *recs,
+                                      const char *const *extra) {
   kl_conf_t *conf = kl_conf_new();
   char errstr[512];
   assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap,
@@ -262,7 +262,7 @@ static void test_round_trip_group_consumer(void **state) {
   assert_int_equal(kl_embedded_new(3, "rt", 6, &embedded), KL_OK);
   const char *bootstrap = kl_embedded_bootstrap(embedded);
   kl_recs_t *recs = kl_recs_new(KL_RT_EVENTS);
-  kl_producer_t *producer = kl_t_producer(bootstrap, recs, NULL);
+  kl_producer_t *producer = kl_rec_producer(bootstrap, recs, NULL);
   kl_rt_publish(producer, KL_RT_EVENTS);
   assert_int_equal(kl_flush(producer, 30000), KL_OK);
   assert_int_equal(kl_producer_inflight(producer), 0);
@@ -304,7 +304,7 @@ static void test_generated_ids_unique(void **state) {
   assert_int_equal(kl_embedded_new(1, "ids", 4, &embedded), KL_OK);
   kl_recs_t *recs = kl_recs_new(N);
   kl_producer_t *producer =
-      kl_t_producer(kl_embedded_bootstrap(embedded), recs, NULL);
+      kl_rec_producer(kl_embedded_bootstrap(embedded), recs, NULL);
   kl_event_t ev = kl_t_event("same-key", "t");
   for (size_t i = 0; i < N; i++)
     assert_int_equal(kl_publish(producer, "ids", &ev, (void *)(uintptr_t)i),
@@ -337,7 +337,7 @@ static void test_expect_partitions_mismatch(void **state) {
   kl_recs_t *recs = kl_recs_new(4);
   const char *extra[] = {"producer.expect.partitions", "12", NULL};
   kl_producer_t *producer =
-      kl_t_producer(kl_embedded_bootstrap(embedded), recs, extra);
+      kl_rec_producer(kl_embedded_bootstrap(embedded), recs, extra);
   kl_event_t ev = kl_t_event("k", "t");
   assert_int_equal(kl_publish(producer, "events", &ev, NULL), KL_EPARTITIONS);
   assert_non_null(strstr(kl_err_detail(),
@@ -395,7 +395,7 @@ static void test_budget_full_times_out(void **state) {
                          "kafka.reconnect.backoff.max.ms",
                          "200",
                          NULL};
-  kl_producer_t *producer = kl_t_producer(
+  kl_producer_t *producer = kl_rec_producer(
       rd_kafka_mock_cluster_bootstraps(mock.mcluster), recs, extra);
   kl_event_t ev = kl_t_event("k", "t");
   assert_int_equal(kl_publish(producer, "budget", &ev, (void *)(uintptr_t)0),
@@ -435,7 +435,7 @@ static void test_delivery_failure_reported(void **state) {
   kl_mock_start(&mock, "fail");
   kl_recs_t *recs = kl_recs_new(2);
   const char *extra[] = {"kafka.message.timeout.ms", "500", NULL};
-  kl_producer_t *producer = kl_t_producer(
+  kl_producer_t *producer = kl_rec_producer(
       rd_kafka_mock_cluster_bootstraps(mock.mcluster), recs, extra);
   kl_event_t ev = kl_t_event("k", "t");
   assert_int_equal(kl_t_partitions(producer, "fail"), 2);
@@ -460,7 +460,7 @@ static void test_invalid_event_not_queued(void **state) {
   assert_int_equal(kl_embedded_new(1, "inv", 2, &embedded), KL_OK);
   kl_recs_t *recs = kl_recs_new(1);
   kl_producer_t *producer =
-      kl_t_producer(kl_embedded_bootstrap(embedded), recs, NULL);
+      kl_rec_producer(kl_embedded_bootstrap(embedded), recs, NULL);
   kl_event_t ev = kl_t_event("", "t");
   assert_int_equal(kl_publish(producer, "inv", &ev, NULL), KL_EDECODE_KEY);
   ev = kl_t_event("k", "");
@@ -525,7 +525,7 @@ static void test_embedded_auto_creates_topics(void **state) {
   assert_int_equal(kl_embedded_new(3, "events", 8, &embedded), KL_OK);
   kl_recs_t *recs = kl_recs_new(1);
   kl_producer_t *producer =
-      kl_t_producer(kl_embedded_bootstrap(embedded), recs, NULL);
+      kl_rec_producer(kl_embedded_bootstrap(embedded), recs, NULL);
   kl_event_t ev = kl_t_event("k", "t");
   assert_int_equal(kl_publish(producer, "events.dlq", &ev, NULL), KL_OK);
   assert_int_equal(kl_flush(producer, 10000), KL_OK);

@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "support/cluster.h"
+#include "support/spawn.h"
 #include "support/support.h"
 
 /* The names on the cluster in use (see support/cluster.h). */
@@ -30,20 +31,23 @@ static const char *kl_topic, *kl_group;
 #define PARTS 4
 
 static pid_t kl_spawn_worker(const char *boot, const char *dir, int i) {
-  char log[128];
-  snprintf(log, sizeof(log), "%s/worker-%d.log", dir, i);
-  pid_t pid = fork();
-  if (pid)
-    return pid;
-  /* A failed assertion must not leave workers running after the test. */
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-  dup2(fd, 1);
-  dup2(fd, 2);
-  execl(kl_t_bin(), "keylane", "worker", "-b", boot, "-t", TOPIC, "-g",
-        kl_group, "--store", dir, "--handler", "ledger",
-        "--session-timeout-ms", "3000", "--pause-on-sigusr1", (char *)NULL);
-  _exit(127);
+  const char *argv[] = {kl_t_bin(),
+                        "worker",
+                        "-b",
+                        boot,
+                        "-t",
+                        TOPIC,
+                        "-g",
+                        kl_group,
+                        "--store",
+                        dir,
+                        "--handler",
+                        "ledger",
+                        "--session-timeout-ms",
+                        "3000",
+                        "--pause-on-sigusr1",
+                        NULL};
+  return kl_t_spawn_worker(dir, i, argv);
 }
 
 /* Finds "pausing partition=P epoch=E" in a log; returns 1 when found. */

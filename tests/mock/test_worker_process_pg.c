@@ -27,6 +27,8 @@
 
 #include "support/cluster.h"
 #include "support/pg.h"
+#include "support/spawn.h"
+#include "support/sql.h"
 #include "support/support.h"
 #include "worker/inventory.h"
 
@@ -67,44 +69,25 @@ static int kl_fx_down(void **state) {
 
 static pid_t kl_spawn_worker(const char *boot, const char *uri, const char *dir,
                              int i) {
-  char log[128];
-  snprintf(log, sizeof(log), "%s/worker-%d.log", dir, i);
-  pid_t pid = fork();
-  if (pid)
-    return pid;
-  int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-  dup2(fd, 1);
-  dup2(fd, 2);
-  execl(kl_t_bin(), "keylane", "worker", "-b", boot, "-t", kl_topic, "-g",
-        kl_group, "--store", uri, "--handler", "inventory",
-        "--session-timeout-ms", "3000", "-X", "store.pg.idle.timeout=2s",
-        "--pause-on-sigusr1", (char *)NULL);
-  _exit(127);
-}
-
-static int kl_log_find(const char *dir, int i, const char *needle, char *line,
-                       size_t size) {
-  char path[128];
-  snprintf(path, sizeof(path), "%s/worker-%d.log", dir, i);
-  FILE *f = fopen(path, "r");
-  int found = 0;
-  while (f && !found && fgets(line, (int)size, f))
-    found = strstr(line, needle) != NULL;
-  if (f)
-    fclose(f);
-  return found;
-}
-
-static long long kl_sql(PGconn *pg, const char *sql) {
-  PGresult *res = PQexec(pg, sql);
-  ExecStatusType s = PQresultStatus(res);
-  if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
-    fail_msg("%s: %s", sql, PQresultErrorMessage(res));
-  long long v = s == PGRES_TUPLES_OK && PQntuples(res) > 0
-                    ? strtoll(PQgetvalue(res, 0, 0), NULL, 10)
-                    : 0;
-  PQclear(res);
-  return v;
+  const char *argv[] = {kl_t_bin(),
+                        "worker",
+                        "-b",
+                        boot,
+                        "-t",
+                        kl_topic,
+                        "-g",
+                        kl_group,
+                        "--store",
+                        uri,
+                        "--handler",
+                        "inventory",
+                        "--session-timeout-ms",
+                        "3000",
+                        "-X",
+                        "store.pg.idle.timeout=2s",
+                        "--pause-on-sigusr1",
+                        NULL};
+  return kl_t_spawn_worker(dir, i, argv);
 }
 
 typedef struct kl_orders {
@@ -133,7 +116,7 @@ static void kl_orders_publish(kl_orders_t *o, int n) {
 
 static int kl_wait_outcomes(PGconn *admin, long long want, int ms) {
   for (int t = 0; t < ms; t += 100) {
-    if (kl_sql(admin, "SELECT count(*) FROM keylane_inventory_outcomes") >=
+    if (kl_t_sql(admin, "SELECT count(*) FROM keylane_inventory_outcomes") >=
         want)
       return 0;
     kl_t_sleep_ms(100);
@@ -142,19 +125,19 @@ static int kl_wait_outcomes(PGconn *admin, long long want, int ms) {
 }
 
 static void kl_assert_stock(PGconn *admin, const kl_orders_t *o) {
-  assert_int_equal(kl_sql(admin, "SELECT count(*) FROM "
-                                 "keylane_inventory_outcomes"),
+  assert_int_equal(kl_t_sql(admin, "SELECT count(*) FROM "
+                                   "keylane_inventory_outcomes"),
                    o->published);
   for (int k = 0; k < SKUS; k++) {
     int reserved = o->per_sku[k] < STOCK ? o->per_sku[k] : STOCK;
     char sql[160];
     snprintf(sql, sizeof(sql), "SELECT qty FROM stock WHERE sku = 'sku-%d'", k);
-    assert_int_equal(kl_sql(admin, sql), STOCK - reserved);
+    assert_int_equal(kl_t_sql(admin, sql), STOCK - reserved);
     snprintf(sql, sizeof(sql),
              "SELECT count(*) FROM keylane_inventory_outcomes WHERE sku = "
              "'sku-%d' AND outcome = 'reserved'",
              k);
-    assert_int_equal(kl_sql(admin, sql), reserved);
+    assert_int_equal(kl_t_sql(admin, sql), reserved);
   }
 }
 
@@ -171,13 +154,13 @@ static void test_sigstop_holding_row_locks(void **state) {
   assert_int_equal(kl_store_open(uri, NULL, &kl_fx.store), KL_OK);
   kl_store_t *store = kl_fx.store;
   PGconn *admin = kl_fx.admin = PQconnectdb(uri);
-  kl_sql(admin, KL__INVENTORY_STOCK_DDL);
+  kl_t_sql(admin, KL__INVENTORY_STOCK_DDL);
   char sql[128];
   snprintf(sql, sizeof(sql),
            "INSERT INTO stock SELECT 'sku-' || i, %d FROM "
            "generate_series(0, %d) AS i",
            STOCK, SKUS - 1);
-  kl_sql(admin, sql);
+  kl_t_sql(admin, sql);
 
   assert_int_equal(kl_t_cluster_new(1, "inv", PARTS, &kl_fx.cluster), KL_OK);
   kl_t_cluster_t *cluster = kl_fx.cluster;
@@ -200,8 +183,9 @@ static void test_sigstop_holding_row_locks(void **state) {
   /* A worker that runs handlers on a txn without the batch's connection
    * decides nothing: the very bug this test is here to catch. */
   if (kl_wait_outcomes(admin, 80, 30000) &&
-      (kl_log_find(dir, 0, "kl_txn_pg_conn() gave none", line, sizeof(line)) ||
-       kl_log_find(dir, 1, "kl_txn_pg_conn() gave none", line, sizeof(line))))
+      (kl_t_log_find(dir, 0, "kl_txn_pg_conn() gave none", line,
+                     sizeof(line)) ||
+       kl_t_log_find(dir, 1, "kl_txn_pg_conn() gave none", line, sizeof(line))))
     fail_msg("the worker gave the inventory handler no PostgreSQL "
              "connection (kl_txn_pg_conn() on its txn is NULL): %s",
              line);
@@ -215,7 +199,7 @@ static void test_sigstop_holding_row_locks(void **state) {
     kl_orders_publish(&o, 8);
     kl_t_sleep_ms(50);
     const char *s;
-    if (kl_log_find(dir, 0, "pausing partition=", line, sizeof(line)) &&
+    if (kl_t_log_find(dir, 0, "pausing partition=", line, sizeof(line)) &&
         (s = strstr(line, "pausing partition=")) &&
         sscanf(s, "pausing partition=%d epoch=%" SCNu64, &p, &epoch) != 2)
       p = -1;
@@ -246,8 +230,8 @@ static void test_sigstop_holding_row_locks(void **state) {
   snprintf(fenced, sizeof(fenced), "fenced partition=%d my_epoch=%" PRIu64, p,
            epoch);
   snprintf(lost, sizeof(lost), "lost partition=%d epoch=%" PRIu64, p, epoch);
-  assert_true(kl_log_find(dir, 0, fenced, line, sizeof(line)) ||
-              kl_log_find(dir, 0, lost, line, sizeof(line)));
+  assert_true(kl_t_log_find(dir, 0, fenced, line, sizeof(line)) ||
+              kl_t_log_find(dir, 0, lost, line, sizeof(line)));
   for (int i = 0; i < 2; i++) {
     int status;
     kill(pids[i], SIGTERM);

@@ -27,6 +27,7 @@
 
 #include "support/netns.h"
 #include "support/pg.h"
+#include "support/spawn.h"
 #include "support/support.h"
 
 #define TOPIC "fleet"
@@ -53,34 +54,29 @@ static void kl_host_uri(const kl_fleet_t *f, int i, char *uri, size_t size) {
 }
 
 static pid_t kl_spawn_worker(const kl_fleet_t *f, int i) {
-  char log[128], uri[320];
-  snprintf(log, sizeof(log), "%s/worker-%d.log", f->dir, i);
+  char uri[320];
   kl_host_uri(f, i, uri, sizeof(uri));
-  pid_t pid = fork();
-  if (pid)
-    return pid;
-  int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-  dup2(fd, 1);
-  dup2(fd, 2);
-  const char *ip = kl_t_netns_ip(f->ns);
-  execl(ip, ip, "netns", "exec", kl_t_netns_name(f->ns, i), kl_t_bin(),
-        "worker", "-b", kl_embedded_bootstrap(f->cluster), "-t", TOPIC, "-g",
-        "fleet", "--store", uri, "--handler", "ledger", "--session-timeout-ms",
-        "3000", "--pause-on-sigusr1", (char *)NULL);
-  _exit(127);
-}
-
-static int kl_log_find(const char *dir, int i, const char *needle, char *line,
-                       size_t size) {
-  char path[128];
-  snprintf(path, sizeof(path), "%s/worker-%d.log", dir, i);
-  FILE *f = fopen(path, "r");
-  int found = 0;
-  while (f && !found && fgets(line, (int)size, f))
-    found = strstr(line, needle) != NULL;
-  if (f)
-    fclose(f);
-  return found;
+  const char *argv[] = {kl_t_netns_ip(f->ns),
+                        "netns",
+                        "exec",
+                        kl_t_netns_name(f->ns, i),
+                        kl_t_bin(),
+                        "worker",
+                        "-b",
+                        kl_embedded_bootstrap(f->cluster),
+                        "-t",
+                        TOPIC,
+                        "-g",
+                        "fleet",
+                        "--store",
+                        uri,
+                        "--handler",
+                        "ledger",
+                        "--session-timeout-ms",
+                        "3000",
+                        "--pause-on-sigusr1",
+                        NULL};
+  return kl_t_spawn_worker(f->dir, i, argv);
 }
 
 /* Relays every broker port of the embedded cluster into the hosts. */
@@ -151,7 +147,7 @@ static int kl_wait_pause(kl_fleet_t *f, kl__ledger_gen_t *gen,
     kl_t_sleep_ms(50);
     int p;
     const char *s;
-    if (kl_log_find(f->dir, 0, "pausing partition=", line, sizeof(line)) &&
+    if (kl_t_log_find(f->dir, 0, "pausing partition=", line, sizeof(line)) &&
         (s = strstr(line, "pausing partition=")) &&
         sscanf(s, "pausing partition=%d epoch=%" SCNu64, &p, epoch) == 2)
       return p;
@@ -210,9 +206,9 @@ static void test_host_cut_off_is_fenced(void **state) {
   snprintf(fenced, sizeof(fenced), "fenced partition=%d my_epoch=%" PRIu64, p,
            epoch);
   for (int i = 0;
-       i < 300 && !kl_log_find(f->dir, 0, fenced, line, sizeof(line)); i++)
+       i < 300 && !kl_t_log_find(f->dir, 0, fenced, line, sizeof(line)); i++)
     kl_t_sleep_ms(100);
-  assert_true(kl_log_find(f->dir, 0, fenced, line, sizeof(line)));
+  assert_true(kl_t_log_find(f->dir, 0, fenced, line, sizeof(line)));
   for (int i = 0; i < HOSTS; i++) {
     int status;
     kill(f->pids[i], SIGTERM);

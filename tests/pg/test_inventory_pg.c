@@ -21,6 +21,7 @@
 #include "keylane/store.h"
 #include "keylane/worker.h"
 #include "support/pg_group.h"
+#include "support/sql.h"
 #include "worker/inventory.h"
 #include "worker/ledger.h"
 
@@ -35,18 +36,6 @@ typedef struct t_state {
   uint64_t epoch;
   int64_t offset;
 } t_state_t;
-
-static long long t_sql(PGconn *pg, const char *sql) {
-  PGresult *res = PQexec(pg, sql);
-  ExecStatusType s = PQresultStatus(res);
-  if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
-    fail_msg("%s: %s", sql, PQresultErrorMessage(res));
-  long long v = s == PGRES_TUPLES_OK && PQntuples(res) > 0
-                    ? strtoll(PQgetvalue(res, 0, 0), NULL, 10)
-                    : 0;
-  PQclear(res);
-  return v;
-}
 
 static int t_setup(void **state) {
   if (!kl_t_pg_group())
@@ -119,8 +108,8 @@ static void t_reserve(t_state_t *st, kl_txn_t *txn, const char *sku,
 static void test_inventory_reserves_then_sold_out(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
-  t_sql(st->admin, KL__INVENTORY_STOCK_DDL);
-  t_sql(st->admin, "INSERT INTO stock VALUES ('sku-1', 2), ('sku-2', 0)");
+  kl_t_sql(st->admin, KL__INVENTORY_STOCK_DDL);
+  kl_t_sql(st->admin, "INSERT INTO stock VALUES ('sku-1', 2), ('sku-2', 0)");
 
   kl_txn_t *txn = t_begin(st);
   t_reserve(st, txn, "sku-1", "order-1");
@@ -128,36 +117,38 @@ static void test_inventory_reserves_then_sold_out(void **state) {
   t_reserve(st, txn, "sku-1", "order-3"); /* the third: sold out */
   t_reserve(st, txn, "sku-2", "order-4");
   t_reserve(st, txn, "sku-9", "order-5"); /* no stock row: no stock */
-  assert_int_equal(t_sql(st->admin, "SELECT qty FROM stock WHERE sku = "
-                                    "'sku-1'"),
+  assert_int_equal(kl_t_sql(st->admin, "SELECT qty FROM stock WHERE sku = "
+                                       "'sku-1'"),
                    2); /* not committed yet */
   assert_int_equal(kl_store_commit(txn, st->offset), KL_OK);
 
-  assert_int_equal(t_sql(st->admin, "SELECT qty FROM stock WHERE sku = "
-                                    "'sku-1'"),
+  assert_int_equal(kl_t_sql(st->admin, "SELECT qty FROM stock WHERE sku = "
+                                       "'sku-1'"),
                    0);
-  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM "
-                                    "keylane_inventory_outcomes WHERE outcome "
-                                    "= 'reserved'"),
+  assert_int_equal(kl_t_sql(st->admin,
+                            "SELECT count(*) FROM "
+                            "keylane_inventory_outcomes WHERE outcome "
+                            "= 'reserved'"),
                    2);
-  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM "
-                                    "keylane_inventory_outcomes WHERE outcome "
-                                    "= 'sold_out'"),
+  assert_int_equal(kl_t_sql(st->admin,
+                            "SELECT count(*) FROM "
+                            "keylane_inventory_outcomes WHERE outcome "
+                            "= 'sold_out'"),
                    3);
-  assert_int_equal(t_sql(st->admin, "SELECT event_offset FROM "
-                                    "keylane_inventory_outcomes WHERE id = "
-                                    "'order-3'::bytea AND outcome = "
-                                    "'sold_out' AND epoch = 1"),
+  assert_int_equal(kl_t_sql(st->admin, "SELECT event_offset FROM "
+                                       "keylane_inventory_outcomes WHERE id = "
+                                       "'order-3'::bytea AND outcome = "
+                                       "'sold_out' AND epoch = 1"),
                    2);
 
   /* Re-published and redelivered: seen, so nothing is taken again. */
-  t_sql(st->admin, "UPDATE stock SET qty = 5 WHERE sku = 'sku-1'");
+  kl_t_sql(st->admin, "UPDATE stock SET qty = 5 WHERE sku = 'sku-1'");
   txn = t_begin(st);
   t_reserve(st, txn, "sku-1", "order-1");
   t_reserve(st, txn, "sku-1", "order-3");
   assert_int_equal(kl_store_commit(txn, st->offset), KL_OK);
-  assert_int_equal(t_sql(st->admin, "SELECT qty FROM stock WHERE sku = "
-                                    "'sku-1'"),
+  assert_int_equal(kl_t_sql(st->admin, "SELECT qty FROM stock WHERE sku = "
+                                       "'sku-1'"),
                    5);
   kl_partition_state_t ps;
   assert_int_equal(kl_store_partition(st->store, TOPIC, 0, &ps), KL_OK);
@@ -168,23 +159,23 @@ static void test_inventory_reserves_then_sold_out(void **state) {
 static void test_inventory_fenced_takes_nothing(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
-  t_sql(st->admin, KL__INVENTORY_STOCK_DDL);
-  t_sql(st->admin, "INSERT INTO stock VALUES ('sku-1', 3)");
+  kl_t_sql(st->admin, KL__INVENTORY_STOCK_DDL);
+  kl_t_sql(st->admin, "INSERT INTO stock VALUES ('sku-1', 3)");
   kl_txn_t *txn = t_begin(st);
   t_reserve(st, txn, "sku-1", "order-1");
   kl_partition_state_t ps;
   assert_int_equal(kl_store_acquire(st->store, TOPIC, 0, &ps), KL_OK);
   assert_int_equal(kl_store_commit(txn, st->offset), KL_EFENCED);
-  assert_int_equal(t_sql(st->admin, "SELECT qty FROM stock"), 3);
-  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM "
-                                    "keylane_inventory_outcomes"),
+  assert_int_equal(kl_t_sql(st->admin, "SELECT qty FROM stock"), 3);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM "
+                                       "keylane_inventory_outcomes"),
                    0);
   /* The new owner applies it, once. */
   st->epoch = ps.epoch;
   txn = t_begin(st);
   t_reserve(st, txn, "sku-1", "order-1");
   assert_int_equal(kl_store_commit(txn, st->offset), KL_OK);
-  assert_int_equal(t_sql(st->admin, "SELECT qty FROM stock"), 2);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT qty FROM stock"), 2);
 }
 
 static void test_inventory_without_stock_table_fails(void **state) {

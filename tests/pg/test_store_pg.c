@@ -25,6 +25,7 @@
 #include "common/internal.h"
 #include "keylane/store.h"
 #include "support/pg_group.h"
+#include "support/sql.h"
 #include "support/store_contract.h"
 #include "support/support.h"
 #include "worker/apply.h"
@@ -68,19 +69,6 @@ static int t_teardown(void **state) {
     free(st);
   }
   return 0;
-}
-
-/* Runs SQL on @p pg and returns the first value as a number (0 if none). */
-static long long t_sql(PGconn *pg, const char *sql) {
-  PGresult *res = PQexec(pg, sql);
-  ExecStatusType s = PQresultStatus(res);
-  if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
-    fail_msg("%s: %s", sql, PQresultErrorMessage(res));
-  long long v = s == PGRES_TUPLES_OK && PQntuples(res) > 0
-                    ? strtoll(PQgetvalue(res, 0, 0), NULL, 10)
-                    : 0;
-  PQclear(res);
-  return v;
 }
 
 /* ---- epochs ---------------------------------------------------------- */
@@ -150,7 +138,7 @@ static void test_second_mark_keeps_applied(void **state) {
   assert_int_equal(kl_store_id_count(store, &count), KL_OK);
   assert_int_equal(count, 2);
   /* The insert time is the server clock's. */
-  assert_true(t_sql(st->admin, "SELECT min(inserted_ms) FROM keylane_ids") >
+  assert_true(kl_t_sql(st->admin, "SELECT min(inserted_ms) FROM keylane_ids") >
               1600000000000LL);
   kl_store_destroy(store);
 }
@@ -161,26 +149,26 @@ static void test_second_mark_keeps_applied(void **state) {
 static void test_fenced_commit_rolls_back_handler_sql(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
-  t_sql(st->admin, "CREATE TABLE effects (n integer)");
+  kl_t_sql(st->admin, "CREATE TABLE effects (n integer)");
   kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
   uint64_t old = kl_t_store_acquire(store, 2);
   kl_txn_t *txn = kl_t_store_begin(store, 2, old);
   PGconn *pg = kl_txn_pg_conn(txn);
   assert_non_null(pg);
-  t_sql(pg, "INSERT INTO effects VALUES (1)");
-  assert_int_equal(t_sql(pg, "SELECT count(*) FROM effects"), 1);
+  kl_t_sql(pg, "INSERT INTO effects VALUES (1)");
+  assert_int_equal(kl_t_sql(pg, "SELECT count(*) FROM effects"), 1);
   uint64_t now = kl_t_store_acquire(store, 2); /* a new owner takes over */
   assert_int_equal(kl_store_commit(txn, 50), KL_EFENCED);
-  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM effects"), 0);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM effects"), 0);
 
   /* The same with the acquire committed between the fence's snapshot and
    * its commit, from another process's store. */
   kl_store_t *other = kl_t_store_open(st->fx.where, NULL);
   txn = kl_t_store_begin(store, 2, now);
-  t_sql(kl_txn_pg_conn(txn), "INSERT INTO effects VALUES (2)");
+  kl_t_sql(kl_txn_pg_conn(txn), "INSERT INTO effects VALUES (2)");
   assert_int_equal(kl_t_store_acquire(other, 2), now + 1);
   assert_int_equal(kl_store_commit(txn, 60), KL_EFENCED);
-  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM effects"), 0);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM effects"), 0);
   kl_store_destroy(other);
   kl_store_destroy(store);
 }
@@ -188,15 +176,15 @@ static void test_fenced_commit_rolls_back_handler_sql(void **state) {
 static void test_committed_handler_sql_is_visible(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
-  t_sql(st->admin, "CREATE TABLE effects (n integer)");
+  kl_t_sql(st->admin, "CREATE TABLE effects (n integer)");
   kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
   uint64_t epoch = kl_t_store_acquire(store, 0);
   kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
-  t_sql(kl_txn_pg_conn(txn), "INSERT INTO effects VALUES (1)");
+  kl_t_sql(kl_txn_pg_conn(txn), "INSERT INTO effects VALUES (1)");
   kl_t_txn_mark(txn, "id-1", KL_MARK_APPLIED);
-  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM effects"), 0);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM effects"), 0);
   kl_t_store_commit(txn, 1);
-  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM effects"), 1);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM effects"), 1);
   kl_store_destroy(store);
 }
 
@@ -205,23 +193,23 @@ static void test_committed_handler_sql_is_visible(void **state) {
 static void test_savepoint_undoes_one_event(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
-  t_sql(st->admin, "CREATE TABLE effects (n integer)");
+  kl_t_sql(st->admin, "CREATE TABLE effects (n integer)");
   kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
   uint64_t epoch = kl_t_store_acquire(store, 0);
   kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
   PGconn *pg = kl_txn_pg_conn(txn);
   assert_int_equal(kl__store_savepoint(txn, KL__SAVEPOINT_SET), KL_OK);
-  t_sql(pg, "INSERT INTO effects VALUES (1)");
+  kl_t_sql(pg, "INSERT INTO effects VALUES (1)");
   assert_int_equal(kl__store_savepoint(txn, KL__SAVEPOINT_RELEASE), KL_OK);
   assert_int_equal(kl__store_savepoint(txn, KL__SAVEPOINT_SET), KL_OK);
-  t_sql(pg, "INSERT INTO effects VALUES (2)"); /* this event retries */
+  kl_t_sql(pg, "INSERT INTO effects VALUES (2)"); /* this event retries */
   assert_int_equal(kl__store_savepoint(txn, KL__SAVEPOINT_ROLLBACK), KL_OK);
   assert_int_equal(kl__store_savepoint(txn, KL__SAVEPOINT_SET), KL_OK);
   PQclear(PQexec(pg, "SELECT * FROM no_such_table")); /* this one fails */
   assert_int_equal(kl__store_savepoint(txn, KL__SAVEPOINT_ROLLBACK), KL_OK);
-  t_sql(pg, "INSERT INTO effects VALUES (3)");
+  kl_t_sql(pg, "INSERT INTO effects VALUES (3)");
   kl_t_store_commit(txn, 3);
-  assert_int_equal(t_sql(st->admin, "SELECT sum(n) FROM effects"), 4);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT sum(n) FROM effects"), 4);
   kl_store_destroy(store);
   /* On an LMDB batch it does nothing. */
   char dir[64];
@@ -241,7 +229,7 @@ static void test_handler_must_not_end_the_txn(void **state) {
   kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
   uint64_t epoch = kl_t_store_acquire(store, 0);
   kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
-  t_sql(kl_txn_pg_conn(txn), "COMMIT");
+  kl_t_sql(kl_txn_pg_conn(txn), "COMMIT");
   assert_int_equal(kl_store_commit(txn, 5), KL_ESTORE);
   assert_non_null(strstr(kl_err_detail(), "statements only"));
   /* A failed statement aborts the batch: nothing is committed. */
@@ -319,9 +307,9 @@ static void test_sweep_uses_the_server_clock(void **state) {
   assert_int_equal(kl_store_id_count(store, &count), KL_OK);
   assert_int_equal(count, 3);
   /* Every insert time is the server's now, not the jumped host's. */
-  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM keylane_ids WHERE "
-                                    "abs(inserted_ms - extract(epoch FROM "
-                                    "clock_timestamp()) * 1000) > 600000"),
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM keylane_ids WHERE "
+                                       "abs(inserted_ms - extract(epoch FROM "
+                                       "clock_timestamp()) * 1000) > 600000"),
                    0);
   kl_store_destroy(store);
 }
@@ -332,8 +320,8 @@ static void test_open_creates_the_schema(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
   kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
-  assert_int_equal(t_sql(st->admin, "SELECT max(version) FROM "
-                                    "keylane_schema_version"),
+  assert_int_equal(kl_t_sql(st->admin, "SELECT max(version) FROM "
+                                       "keylane_schema_version"),
                    KL__PG_SCHEMA_VERSION);
   kl_store_destroy(store);
   int from, to;
@@ -353,8 +341,8 @@ static void test_open_existing_creates_nothing(void **state) {
   assert_int_equal(kl_store_open(st->fx.where, conf, &store), KL_ENOTFOUND);
   assert_null(store);
   assert_non_null(strstr(kl_err_detail(), "holds no keylane store"));
-  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM pg_tables WHERE "
-                                    "tablename LIKE 'keylane%'"),
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM pg_tables WHERE "
+                                       "tablename LIKE 'keylane%'"),
                    0);
   kl_store_destroy(kl_t_store_open(st->fx.where, NULL)); /* creates it */
   assert_int_equal(kl_store_open(st->fx.where, conf, &store), KL_OK);
@@ -366,7 +354,8 @@ static void test_newer_schema_is_refused(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
   kl_store_destroy(kl_t_store_open(st->fx.where, NULL));
-  t_sql(st->admin, "INSERT INTO keylane_schema_version (version) VALUES (99)");
+  kl_t_sql(st->admin,
+           "INSERT INTO keylane_schema_version (version) VALUES (99)");
   kl_store_t *store = NULL;
   assert_int_equal(kl_store_open(st->fx.where, NULL, &store),
                    KL_ESTORE_VERSION);
@@ -381,38 +370,39 @@ static void test_newer_schema_is_refused(void **state) {
 /* Writes the schema an older keylane made, at @p version (1 or 2), with
  * that layout directly: idempotency keys unscoped, keyed by id alone. */
 static void t_write_old_schema(PGconn *admin, int version) {
-  t_sql(admin, "CREATE TABLE keylane_schema_version ("
-               "  version integer PRIMARY KEY,"
-               "  applied_at timestamptz NOT NULL DEFAULT now());"
-               "CREATE TABLE keylane_partitions ("
-               "  topic text COLLATE \"C\" NOT NULL,"
-               "  partition integer NOT NULL,"
-               "  epoch bigint NOT NULL DEFAULT 0,"
-               "  watermark bigint NOT NULL DEFAULT 0,"
-               "  applied bigint NOT NULL DEFAULT 0,"
-               "  duplicates bigint NOT NULL DEFAULT 0,"
-               "  dead_letters bigint NOT NULL DEFAULT 0,"
-               "  PRIMARY KEY (topic, partition));"
-               "CREATE TABLE keylane_ids ("
-               "  id bytea PRIMARY KEY,"
-               "  mark smallint NOT NULL,"
-               "  inserted_ms bigint NOT NULL);"
-               "CREATE INDEX keylane_ids_inserted ON keylane_ids (inserted_ms);"
-               "CREATE TABLE keylane_kv ("
-               "  key bytea PRIMARY KEY,"
-               "  value bytea NOT NULL);"
-               "INSERT INTO keylane_schema_version (version) VALUES (1);");
+  kl_t_sql(admin,
+           "CREATE TABLE keylane_schema_version ("
+           "  version integer PRIMARY KEY,"
+           "  applied_at timestamptz NOT NULL DEFAULT now());"
+           "CREATE TABLE keylane_partitions ("
+           "  topic text COLLATE \"C\" NOT NULL,"
+           "  partition integer NOT NULL,"
+           "  epoch bigint NOT NULL DEFAULT 0,"
+           "  watermark bigint NOT NULL DEFAULT 0,"
+           "  applied bigint NOT NULL DEFAULT 0,"
+           "  duplicates bigint NOT NULL DEFAULT 0,"
+           "  dead_letters bigint NOT NULL DEFAULT 0,"
+           "  PRIMARY KEY (topic, partition));"
+           "CREATE TABLE keylane_ids ("
+           "  id bytea PRIMARY KEY,"
+           "  mark smallint NOT NULL,"
+           "  inserted_ms bigint NOT NULL);"
+           "CREATE INDEX keylane_ids_inserted ON keylane_ids (inserted_ms);"
+           "CREATE TABLE keylane_kv ("
+           "  key bytea PRIMARY KEY,"
+           "  value bytea NOT NULL);"
+           "INSERT INTO keylane_schema_version (version) VALUES (1);");
   if (version < 2)
     return;
-  t_sql(admin, "CREATE TABLE keylane_inventory_outcomes ("
-               "  id bytea PRIMARY KEY,"
-               "  sku text NOT NULL,"
-               "  outcome text NOT NULL,"
-               "  partition integer NOT NULL,"
-               "  epoch bigint NOT NULL,"
-               "  event_offset bigint NOT NULL,"
-               "  recorded_at timestamptz NOT NULL DEFAULT now());"
-               "INSERT INTO keylane_schema_version (version) VALUES (2);");
+  kl_t_sql(admin, "CREATE TABLE keylane_inventory_outcomes ("
+                  "  id bytea PRIMARY KEY,"
+                  "  sku text NOT NULL,"
+                  "  outcome text NOT NULL,"
+                  "  partition integer NOT NULL,"
+                  "  epoch bigint NOT NULL,"
+                  "  event_offset bigint NOT NULL,"
+                  "  recorded_at timestamptz NOT NULL DEFAULT now());"
+                  "INSERT INTO keylane_schema_version (version) VALUES (2);");
 }
 
 /* Version 2 -> 3 scopes ids by topic: an id of the older schema still
@@ -422,11 +412,12 @@ static void test_schema2_ids_are_migrated(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
   t_write_old_schema(st->admin, 2);
-  t_sql(st->admin, "INSERT INTO keylane_partitions (topic, partition, epoch, "
-                   "watermark) VALUES ('" KL_T_TOPIC "', 0, 1, 10), "
-                   "('payments', 0, 1, 5);"
-                   "INSERT INTO keylane_ids VALUES ('old-1', 1, 1700000000000),"
-                   " ('dead-1', 2, 1700000000000)");
+  kl_t_sql(st->admin,
+           "INSERT INTO keylane_partitions (topic, partition, epoch, "
+           "watermark) VALUES ('" KL_T_TOPIC "', 0, 1, 10), "
+           "('payments', 0, 1, 5);"
+           "INSERT INTO keylane_ids VALUES ('old-1', 1, 1700000000000),"
+           " ('dead-1', 2, 1700000000000)");
   kl_store_t *store = NULL;
   assert_int_equal(kl_store_open(st->fx.where, NULL, &store),
                    KL_ESTORE_VERSION);
@@ -498,7 +489,8 @@ static void test_cli_store_migrate(void **state) {
   assert_non_null(strstr(line, "schema version 0 -> 4"));
   assert_int_equal(t_cli_migrate(st->fx.where, line, sizeof(line)), 0);
   assert_non_null(strstr(line, "nothing to do"));
-  t_sql(st->admin, "INSERT INTO keylane_schema_version (version) VALUES (7)");
+  kl_t_sql(st->admin,
+           "INSERT INTO keylane_schema_version (version) VALUES (7)");
   assert_int_equal(t_cli_migrate(st->fx.where, line, sizeof(line)), 1);
   assert_non_null(strstr(line, "newer than this build"));
 }
@@ -520,7 +512,7 @@ static void t_terminate(PGconn *admin, PGconn *victim) {
   char sql[96];
   snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(%d)::int",
            PQbackendPID(victim));
-  assert_int_equal(t_sql(admin, sql), 1);
+  assert_int_equal(kl_t_sql(admin, sql), 1);
 }
 
 /* A lost connection mid-batch: retriable, nothing applied, and the next
@@ -528,12 +520,12 @@ static void t_terminate(PGconn *admin, PGconn *victim) {
 static void test_connection_lost_mid_batch(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
-  t_sql(st->admin, "CREATE TABLE effects (n integer)");
+  kl_t_sql(st->admin, "CREATE TABLE effects (n integer)");
   kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
   uint64_t epoch = kl_t_store_acquire(store, 0);
   kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
   PGconn *pg = kl_txn_pg_conn(txn);
-  t_sql(pg, "INSERT INTO effects VALUES (1)");
+  kl_t_sql(pg, "INSERT INTO effects VALUES (1)");
   kl_t_txn_put(txn, "acct/1", "5");
   kl_t_txn_mark(txn, "id-1", KL_MARK_APPLIED);
   t_terminate(st->admin, pg);
@@ -541,17 +533,17 @@ static void test_connection_lost_mid_batch(void **state) {
   assert_int_equal(err, KL_ESTORE_BUSY);
   assert_true(kl_err_is_retriable(err));
 
-  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM effects"), 0);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM effects"), 0);
   assert_int_equal(kl_t_store_partition(store, 0).watermark, 0);
   txn = kl_t_store_begin(store, 0, epoch); /* a new connection */
   assert_int_equal(kl_t_txn_seen(txn, "id-1"), KL_MARK_NONE);
   assert_null(kl_t_txn_get(txn, "acct/1"));
   /* The re-run applies once. */
-  t_sql(kl_txn_pg_conn(txn), "INSERT INTO effects VALUES (1)");
+  kl_t_sql(kl_txn_pg_conn(txn), "INSERT INTO effects VALUES (1)");
   kl_t_txn_put(txn, "acct/1", "5");
   kl_t_txn_mark(txn, "id-1", KL_MARK_APPLIED);
   kl_t_store_commit(txn, 10);
-  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM effects"), 1);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM effects"), 1);
   assert_int_equal(kl_t_store_partition(store, 0).watermark, 10);
 
   /* Idle pooled connections lost to a server-side kill are replaced. */
@@ -560,7 +552,7 @@ static void test_connection_lost_mid_batch(void **state) {
            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
            "WHERE datname = current_database() AND pid <> %d",
            PQbackendPID(st->admin));
-  t_sql(st->admin, sql);
+  kl_t_sql(st->admin, sql);
   assert_int_equal(kl_t_store_partition(store, 0).watermark, 10);
   txn = kl_t_store_begin(store, 0, epoch);
   kl_store_abort(txn);
@@ -596,7 +588,7 @@ static void t_terminate_others(PGconn *admin) {
            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
            "WHERE datname = current_database() AND pid <> %d",
            PQbackendPID(admin));
-  t_sql(admin, sql);
+  kl_t_sql(admin, sql);
 }
 
 static kl__cache_stats_t t_cache(kl_store_t *store) {
@@ -824,8 +816,8 @@ static void test_commit_many_each_under_its_own_fence(void **state) {
   for (int32_t p = 0; p < 4; p++)
     assert_int_equal(kl_t_store_partition(store, p).watermark, want[p]);
   assert_int_equal(t_cache(store).entries, 2); /* k0 and k3 */
-  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM keylane_ids"), 2);
-  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM keylane_kv"), 2);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM keylane_ids"), 2);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM keylane_kv"), 2);
   kl_store_destroy(store);
 }
 
@@ -851,8 +843,8 @@ static void test_commit_many_in_flight_at_once(void **state) {
     kl_t_txn_put(txn, p ? "b" : "a", "v");
     many.c[p] = (kl__store_commit_t){txn, 5 + p, KL_OK, ""};
   }
-  t_sql(st->admin, "BEGIN");
-  t_sql(st->admin, "SELECT epoch FROM keylane_partitions WHERE partition = 0 "
+  kl_t_sql(st->admin, "BEGIN");
+  kl_t_sql(st->admin, "SELECT epoch FROM keylane_partitions WHERE partition = 0 "
                    "FOR UPDATE");
   pthread_t thread;
   pthread_create(&thread, NULL, t_commit_many, &many);
@@ -860,11 +852,11 @@ static void test_commit_many_in_flight_at_once(void **state) {
   for (int i = 0; i < 100 && second != 6; i++) {
     kl_t_sleep_ms(50);
     PGconn *look = PQconnectdb(st->fx.where);
-    second = t_sql(look, "SELECT watermark FROM keylane_partitions WHERE "
+    second = kl_t_sql(look, "SELECT watermark FROM keylane_partitions WHERE "
                          "partition = 1");
     PQfinish(look);
   }
-  t_sql(st->admin, "ROLLBACK");
+  kl_t_sql(st->admin, "ROLLBACK");
   pthread_join(thread, NULL);
   assert_int_equal(second, 6);
   assert_int_equal(many.c[0].err, KL_OK);
@@ -942,7 +934,7 @@ static void test_handler_sql_bypasses_the_cache(void **state) {
   kl_t_txn_put(txn, "j", "1");
   kl_t_store_commit(txn, 1);
   txn = kl_t_store_begin(store, 0, epoch);
-  t_sql(kl_txn_pg_conn(txn),
+  kl_t_sql(kl_txn_pg_conn(txn),
         "UPDATE keylane_kv SET value = '\\x39' WHERE key = '\\x6b'");
   assert_string_equal(kl_t_txn_get(txn, "k"), "9");
   kl_t_store_commit(txn, 2);
@@ -994,8 +986,8 @@ static void test_pool_bound(void **state) {
   pthread_join(th, NULL);
   assert_true(h.begun_ns >= ended);
   assert_int_equal(kl_t_store_partition(store, 0).watermark, 2);
-  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM pg_stat_activity "
-                                    "WHERE datname = current_database()"),
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM pg_stat_activity "
+                                       "WHERE datname = current_database()"),
                    2); /* the store's one, and the test's */
   kl_store_destroy(store);
 }
@@ -1006,20 +998,22 @@ static void test_pool_bound(void **state) {
 static void test_paused_owner_row_locks_end_with_idle_timeout(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
-  t_sql(st->admin, "CREATE TABLE stock (sku text PRIMARY KEY, qty int)");
-  t_sql(st->admin, "INSERT INTO stock VALUES ('s', 10)");
+  kl_t_sql(st->admin, "CREATE TABLE stock (sku text PRIMARY KEY, qty int)");
+  kl_t_sql(st->admin, "INSERT INTO stock VALUES ('s', 10)");
   kl_store_t *zombie =
       kl_t_store_open(st->fx.where, "store.pg.idle.timeout", "1s", NULL);
   kl_store_t *owner = kl_t_store_open(st->fx.where, NULL);
   uint64_t old = kl_t_store_acquire(zombie, 0);
   kl_txn_t *ztxn = kl_t_store_begin(zombie, 0, old);
-  t_sql(kl_txn_pg_conn(ztxn), "UPDATE stock SET qty = qty - 1 WHERE sku = 's'");
+  kl_t_sql(kl_txn_pg_conn(ztxn),
+           "UPDATE stock SET qty = qty - 1 WHERE sku = 's'");
   kl_t_txn_mark(ztxn, "z-1", KL_MARK_APPLIED);
   /* ... and the zombie pauses here. */
   uint64_t now = kl_t_store_acquire(owner, 0); /* not blocked by the zombie */
   kl_txn_t *txn = kl_t_store_begin(owner, 0, now);
   int64_t t0 = t_mono_ns();
-  t_sql(kl_txn_pg_conn(txn), "UPDATE stock SET qty = qty - 1 WHERE sku = 's'");
+  kl_t_sql(kl_txn_pg_conn(txn),
+           "UPDATE stock SET qty = qty - 1 WHERE sku = 's'");
   int64_t waited_ms = (t_mono_ns() - t0) / 1000000;
   assert_true(waited_ms >= 500 && waited_ms < 10000);
   kl_t_txn_mark(txn, "o-1", KL_MARK_APPLIED);
@@ -1030,8 +1024,8 @@ static void test_paused_owner_row_locks_end_with_idle_timeout(void **state) {
   kl_txn_t *stale = NULL;
   assert_int_equal(kl_store_begin(zombie, KL_T_TOPIC, 0, old, &stale),
                    KL_EFENCED);
-  assert_int_equal(t_sql(st->admin, "SELECT qty FROM stock"), 9);
-  assert_int_equal(t_sql(st->admin, "SELECT count(*) FROM keylane_ids"), 1);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT qty FROM stock"), 9);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM keylane_ids"), 1);
   kl_store_destroy(zombie);
   kl_store_destroy(owner);
 }

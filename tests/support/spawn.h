@@ -1,0 +1,24 @@
+/* Keylane processes a test starts and reads the logs of. */
+#ifndef KEYLANE_TESTS_SUPPORT_SPAWN_H
+#define KEYLANE_TESTS_SUPPORT_SPAWN_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/**
+ * Starts @p argv (argv[0] the program's path; NULL-terminated), its stdout
+ * and stderr appended to "<dir>/worker-<i>.log". It is killed (SIGKILL)
+ * when the calling thread ends, so a failed assertion leaves no worker
+ * running: start it from the test's own thread.
+ * @returns its pid (the caller waits for it).
+ */
+pid_t kl_t_spawn_worker(const char *dir, int i, const char *const *argv);
+
+/**
+ * Finds the first line of "<dir>/worker-<i>.log" that holds @p needle,
+ * into @p line (@p size bytes). @returns 1 when found, else 0.
+ */
+int kl_t_log_find(const char *dir, int i, const char *needle, char *line,
+                  size_t size);
+
+#endif
