@@ -5,20 +5,29 @@ TSAN_BUILD ?= build-tsan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps test-deps configure build demo test test-kafka test-fault test-asan test-tsan fuzz bench install clean
+.PHONY: all deps build-deps test-deps configure build demo test test-kafka test-fault test-asan test-tsan fuzz bench install format-check clean
 
 all: build
 
+# install-deps.sh asks dpkg and runs apt-get only for a package that is
+# missing; plain `make` checks only what building needs.
 deps:
 	@deploy/install-deps.sh
+
+build-deps:
+	@deploy/install-deps.sh --build
 
 test-deps:
 	@deploy/install-deps.sh --test
 
-$(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
-
-configure: deps $(BUILD)/CMakeCache.txt
+# A first configure, or any CMAKE_FLAGS, runs CMake: flags given to an
+# existing build directory (CI's -DKEYLANE_WERROR=ON) are applied, never
+# ignored because a cache exists.
+configure: build-deps
+	@if [ ! -f $(BUILD)/CMakeCache.txt ] || [ -n "$(CMAKE_FLAGS)" ]; then \
+	  echo cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS); \
+	  cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS); \
+	fi
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -92,6 +101,11 @@ bench: build
 
 install: build
 	cmake --install $(BUILD)
+
+# clang-format-14 --dry-run -Werror over the C sources (FORMAT_FILES, by
+# default every tracked .c and .h): tests/format-check.sh.
+format-check:
+	tests/format-check.sh $(FORMAT_FILES)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-fuzz

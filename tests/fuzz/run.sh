@@ -1,5 +1,6 @@
 #!/bin/sh
-# Builds the libFuzzer targets (with ASan and UBSan) into build-fuzz/, seeds
+# Builds the libFuzzer targets (with ASan and UBSan) into build-fuzz/, with
+# CMake (-DKEYLANE_BUILD_FUZZERS=ON, tests/fuzz/CMakeLists.txt), seeds
 # them, runs each for SECONDS and fails on any crash, leak, timeout or OOM:
 #   envelope      the envelope codec (broker/envelope.c)
 #   units         the one parser of numbers, durations, sizes (common/units.c),
@@ -12,7 +13,7 @@
 #   FUZZERS="units gateway_body" tests/fuzz/run.sh 60   (a subset)
 # Each corpus grows in build-fuzz/corpus-NAME (the envelope's in
 # build-fuzz/corpus) for the next run; findings go to build-fuzz/artifacts/
-# (reproduce: build-fuzz/fuzz_NAME FILE).
+# (reproduce: build-fuzz/bin/fuzz_NAME FILE).
 set -eu
 
 seconds=${1:-30}
@@ -31,33 +32,10 @@ if [ -z "$cc" ]; then
 fi
 
 mkdir -p "$out/seeds" "$out/artifacts"
-pc() { pkg-config --cflags --libs "$@"; }
-flags="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1
-  -fno-omit-frame-pointer -Wall -Wextra -Wno-unused-parameter
-  -I$root/include -I$root"
-envelope_src="$root/broker/envelope.c $root/broker/uuid.c $root/common/error.c
-  $root/common/clock.c $root/common/strbuf.c"
-
-# The sources and libraries of each target.
-sources() {
-  case $1 in
-  envelope) echo "$envelope_src $(pc msgpack)" ;;
-  units)
-    echo "$root/common/units.c $root/common/error.c $root/common/kafka_pos.c
-      $root/common/kafka.c $root/common/log.c $root/common/clock.c
-      $root/common/conf.c $(pc rdkafka)" ;;
-  gateway_body)
-    echo "$envelope_src $root/broker/gateway_body.c $root/broker/gateway_policy.c
-      $root/broker/event_json.c $root/common/json_msgpack.c
-      $(pc jansson msgpack)" ;;
-  gateway_http)
-    echo "$(ls "$root"/common/*.c | grep -v '/main\.c$') $root/broker/*.c
-      $(pc rdkafka libuv jansson msgpack) -lhttp_parser -lpthread -lm" ;;
-  exec_answer)
-    echo "$root/worker/handler_exec_line.c $root/common/json_msgpack.c
-      $root/common/error.c $(pc jansson msgpack) -lm" ;;
-  esac
-}
+cmake -S "$root" -B "$out" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE= \
+  -DKEYLANE_BUILD_FUZZERS=ON -DKEYLANE_BUILD_TESTS=OFF >"$out/cmake.log" 2>&1 ||
+  { cat "$out/cmake.log" >&2; exit 1; }
+bin="$out/bin"
 
 # Seeds: the envelope's from make_corpus; the others written here.
 seed() {
@@ -91,9 +69,8 @@ seed() {
 }
 
 build() {
-  # shellcheck disable=SC2046,SC2086 # word splitting of the lists is intended
-  $cc $flags -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-    "$root/tests/fuzz/fuzz_$1.c" $(sources "$1") -o "$out/fuzz_$1"
+  cmake --build "$out" -j "$(nproc)" --target "$@" >"$out/build.log" 2>&1 ||
+    { tail -n 60 "$out/build.log" >&2; exit 1; }
 }
 
 cat >"$out/envelope.dict" <<'EOF'
@@ -135,16 +112,14 @@ EOF
 
 failed=''
 for f in $fuzzers; do
-  build "$f"
+  build "fuzz_$f"
   corpus="$out/corpus-$f"
   dict=''
   case $f in
   envelope)
     corpus="$out/corpus"
-    # shellcheck disable=SC2086
-    $cc $flags $envelope_src "$root/tests/fuzz/make_corpus.c" $(pc msgpack) \
-      -o "$out/make_corpus"
-    "$out/make_corpus" "$out/seeds"
+    build make_corpus
+    "$bin/make_corpus" "$out/seeds"
     seeds="$out/seeds"
     dict="-dict=$out/envelope.dict" ;;
   gateway_http)
@@ -161,7 +136,7 @@ for f in $fuzzers; do
   # shellcheck disable=SC2086
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-    "$out/fuzz_$f" -max_total_time="$seconds" -timeout=10 \
+    "$bin/fuzz_$f" -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -print_final_stats=1 $dict \
     -artifact_prefix="$out/artifacts/$f-" "$@" "$corpus" "$seeds" \
     >"$log" 2>&1 || rc=$?

@@ -1,23 +1,51 @@
 #!/bin/sh
-# Installs the build into a temporary prefix, then builds a program against
-# it twice: with pkg-config (keylane.pc) and with CMake (keylane::keylane).
+# Builds a program against keylane the three ways a user can: with
+# pkg-config and with find_package (keylane::keylane) against the build
+# installed into a temporary prefix, and with add_subdirectory of this
+# source tree (keylane::keylane in-tree, keylane's tests off).
 # Usage: test_install.sh BUILD_DIR
 set -eu
 build=$1
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
+src=$(CDPATH='' cd -- "$here/../.." && pwd)
 tmp=$(mktemp -d /tmp/keylane-install-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+passed=0 failed=0
+check() { # NAME PROGRAM
+  out=$("$2" 2>&1) || true
+  if [ "$out" = "KL_EFENCED ok" ]; then
+    passed=$((passed + 1))
+  else
+    echo "FAILED: the $1 build printed: $out" >&2
+    failed=$((failed + 1))
+  fi
+}
+
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 lib=$(ls -d "$tmp"/prefix/lib*/ | head -n1)
-export LD_LIBRARY_PATH="$lib"
 
 PKG_CONFIG_PATH="$lib/pkgconfig" cc -std=c11 -o "$tmp/pc" "$here/consumer.c" \
   $(PKG_CONFIG_PATH="$lib/pkgconfig" pkg-config --cflags --libs keylane)
-out=$("$tmp/pc")
-[ "$out" = "KL_EFENCED ok" ] || { echo "pkg-config build printed: $out" >&2; exit 1; }
+LD_LIBRARY_PATH="$lib" check pkg-config "$tmp/pc"
 
 cmake -S "$here" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/cm" >/dev/null
-out=$("$tmp/cm/consumer")
-[ "$out" = "KL_EFENCED ok" ] || { echo "CMake build printed: $out" >&2; exit 1; }
-echo "installed package builds with pkg-config and find_package: 2 passed, 0 failed"
+LD_LIBRARY_PATH="$lib" check find_package "$tmp/cm/consumer"
+
+# In-tree: only the consumer and the library it needs are built.
+if ! cmake -S "$here" -B "$tmp/sub" -DKEYLANE_SOURCE_DIR="$src" \
+  >"$tmp/sub.log" 2>&1 ||
+  ! cmake --build "$tmp/sub" -j "${KEYLANE_TEST_JOBS:-2}" --target consumer \
+    >>"$tmp/sub.log" 2>&1; then
+  tail -n 30 "$tmp/sub.log" >&2
+  echo "FAILED: the add_subdirectory build" >&2
+  failed=$((failed + 1))
+else
+  [ ! -e "$tmp/sub/keylane/tests" ] || {
+    echo "FAILED: add_subdirectory configured keylane's tests" >&2
+    failed=$((failed + 1))
+  }
+  check add_subdirectory "$tmp/sub/consumer"
+fi
+echo "keylane as a dependency (pkg-config, find_package, add_subdirectory): $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
