@@ -22,7 +22,6 @@ struct kl__dlq {
   rd_kafka_t *rk;
   kl__dlq_ack_fn *ack;
   void *opaque;
-  int inflight; /* poll thread only */
   char topic[];
 };
 
@@ -51,7 +50,6 @@ static void kl_dlq_dr(rd_kafka_t *rk, const rd_kafka_message_t *m,
   (void)rk;
   kl__dlq_t *dlq = opaque;
   kl__dlq_ref_t *ref = m->_private;
-  dlq->inflight--;
   if (ref && dlq->ack)
     dlq->ack(dlq->opaque, ref, kl_dlq_err(m->err),
              m->err ? rd_kafka_err2str(m->err) : "");
@@ -256,7 +254,6 @@ static kl_err_t kl_dlq_produce(kl__dlq_t *dlq, const char *topic,
     return kl__err(kl_dlq_err(kerr), "record to %s: %s", topic,
                    rd_kafka_err2str(kerr));
   }
-  dlq->inflight++;
   return KL_OK;
 }
 
