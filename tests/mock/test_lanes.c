@@ -46,6 +46,7 @@ typedef struct t_fx {
   /* Events with this id and key fail (FAIL), once another event with the
    * id was applied: an id reused on two keys of one partition. */
   const char *reused_id, *reused_fails;
+  _Atomic int reused_started; /* the failing event's handler is running */
 } t_fx_t;
 
 static int t_failing(int k) {
@@ -80,16 +81,24 @@ static void t_note_running(t_fx_t *fx) {
     ;
 }
 
-/* For the event of fx->reused_fails with id fx->reused_id: waits until the
- * other event with that id is applied (its mark shows through this
- * event's txn), so that this one's dead letter comes after it. */
+/* For the events with id fx->reused_id. The other key's event waits until
+ * this key's has started (so that both run at once: had the other been
+ * committed first, this one would be a duplicate, never run); this key's
+ * waits until the other is applied (its mark shows through this event's
+ * txn), so that its dead letter comes after it. */
 static int t_reused_fails(t_fx_t *fx, const kl_event_t *event,
                           kl_txn_t *txn) {
   size_t len = strlen(fx->reused_id);
-  if (event->id_len != len || memcmp(event->id, fx->reused_id, len) ||
-      event->key_len != strlen(fx->reused_fails) ||
-      memcmp(event->key, fx->reused_fails, event->key_len))
+  if (event->id_len != len || memcmp(event->id, fx->reused_id, len))
     return 0;
+  if (event->key_len != strlen(fx->reused_fails) ||
+      memcmp(event->key, fx->reused_fails, event->key_len)) {
+    for (int t = 0; t < 10000 && !fx->reused_started; t++)
+      kl_t_sleep_ms(1);
+    assert_true(fx->reused_started);
+    return 0;
+  }
+  fx->reused_started = 1;
   kl_mark_t mark = KL_MARK_NONE;
   for (int t = 0; t < 10000 && mark != KL_MARK_APPLIED; t++) {
     assert_int_equal(kl_txn_seen(txn, fx->reused_id, len, &mark), KL_OK);
