@@ -173,6 +173,7 @@ static void kl_pg_txn_free(kl_pg_txn_t *txn) {
   kl__buf_clear(&txn->ids);
   kl__buf_clear(&txn->known);
   free(txn->vbuf);
+  kl__txn_emits_free(&txn->base);
   free(txn->topic);
   free(txn);
 }

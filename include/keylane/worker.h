@@ -192,6 +192,10 @@ typedef struct kl_worker_stats {
   int32_t partitions_live; /**< gauge: its count as last read (every
                                 worker.partitions.check.ms); when it
                                 differs the worker stops taking the topic */
+  uint64_t outbox_pending;   /**< gauge: follow-up events (kl_txn_emit())
+                                  committed and not yet acknowledged by
+                                  Kafka, of the partitions owned */
+  uint64_t outbox_published; /**< follow-ups published and acknowledged */
 } kl_worker_stats_t;
 
 /**
