@@ -24,6 +24,7 @@
 #include "keylane/worker.h"
 #include "support/cluster.h"
 #include "support/support.h"
+#include "worker/handler_exec.h"
 #include "worker/outbox_rec.h"
 #include "worker/store_internal.h"
 #include "worker/worker_internal.h"
@@ -381,12 +382,96 @@ static void test_next_owner_publishes_leftovers(void **state) {
   kl_fx_down(&fx);
 }
 
+/* ---- exec handlers answer with "emit" --------------------------------- */
+
+static kl_worker_t *kl_exec_worker(kl_fx_t *fx, const char *answer,
+                                   kl__exec_t **exec) {
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "while read -r l; do echo '%s'; done", answer);
+  assert_int_equal(kl__exec_new(cmd, exec), KL_OK);
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
+                               kl_t_bootstrap(fx->cluster), NULL, 0),
+                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "worker.group", kl_t_group(fx->cluster, "x"), NULL, 0),
+      KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.max.attempts", "1", NULL, 0),
+                   KL_OK);
+  assert_int_equal(kl__exec_configure(*exec, conf), KL_OK);
+  kl_worker_t *worker;
+  assert_int_equal(kl_worker_new(conf, fx->topic, fx->store, kl__exec_handler,
+                                 *exec, &worker),
+                   KL_OK);
+  kl_conf_destroy(conf);
+  return worker;
+}
+
+static void test_exec_answer_emits(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "obx", 1);
+  char answer[256];
+  snprintf(answer, sizeof(answer),
+           "{\"status\":\"ok\",\"emit\":[{\"topic\":\"%s\","
+           "\"key\":\"to\",\"type\":\"dst\",\"payload\":\"E\"}]}",
+           fx.out);
+  kl__exec_t *exec;
+  kl_run_t r = {kl_exec_worker(&fx, answer, &exec), 0, KL_OK};
+  kl_go(&r);
+  kl_publish_n(&fx, 0, 5);
+  kl_worker_stats_t st = {0};
+  for (int i = 0; i < 600 && st.outbox_published < 5; i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(r.worker, &st);
+  }
+  assert_int_equal(st.outbox_published, 5);
+  kl_halt(&r);
+  kl__exec_destroy(exec);
+  kl_out_t out;
+  kl_read_out(&fx, 6, 3000, &out);
+  assert_int_equal(out.n, 5);
+  for (int i = 0; i < out.n; i++) {
+    int k = -1;
+    assert_int_equal(sscanf(out.ids[i], "src-%d/0", &k), 1);
+    assert_int_equal(out.who[i], (char)0xa1); /* msgpack str "E" */
+  }
+  kl_out_free(&out);
+  kl_fx_down(&fx);
+}
+
+static void test_exec_bad_emit_is_a_dead_letter(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "oby", 1);
+  kl__exec_t *exec;
+  kl_run_t r = {
+      kl_exec_worker(&fx, "{\"status\":\"ok\",\"emit\":[{\"key\":1}]}", &exec),
+      0, KL_OK};
+  kl_go(&r);
+  kl_publish_n(&fx, 0, 3);
+  kl_worker_stats_t st = {0};
+  for (int i = 0; i < 600 && st.dead_letters < 3; i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(r.worker, &st);
+  }
+  assert_int_equal(st.dead_letters, 3);
+  assert_int_equal(st.applied, 0);
+  assert_int_equal(st.outbox_published, 0);
+  kl_halt(&r);
+  kl__exec_destroy(exec);
+  assert_int_equal(kl_outbox_held(&fx), 0);
+  kl_fx_down(&fx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_published_once_inline),
       cmocka_unit_test(test_published_once_lanes),
       cmocka_unit_test(test_fenced_follow_ups_never_published),
       cmocka_unit_test(test_next_owner_publishes_leftovers),
+      cmocka_unit_test(test_exec_answer_emits),
+      cmocka_unit_test(test_exec_bad_emit_is_a_dead_letter),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
