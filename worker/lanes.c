@@ -691,7 +691,8 @@ static void kl_lanes_gauges(kl__lanes_t *lanes, int64_t now) {
     if (!lane || lane->state != KL__LANE_OWNED)
       continue;
     window += lane->ring_count;
-    paused += (lane->paused & (KL__PAUSE_WINDOW | KL__PAUSE_WAITING)) != 0;
+    paused += (lane->paused &
+               (KL__PAUSE_WINDOW | KL__PAUSE_WAITING | KL__PAUSE_OUTBOX)) != 0;
     for (size_t i = 0; i < lane->waiting.n; i++)
       if (now - lane->waiting.v[i]->wait_since_ns > oldest)
         oldest = now - lane->waiting.v[i]->wait_since_ns;

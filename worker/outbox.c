@@ -282,25 +282,41 @@ static void kl_ob_publish(kl__outbox_t *ob, int32_t partition, int64_t now) {
   }
 }
 
-/* Removes the acknowledged records of @p partition in one write. */
-static void kl_ob_remove(kl__outbox_t *ob, int32_t partition) {
-  kl_ob_part_t *part = &ob->parts[partition];
-  size_t mine = 0;
-  for (size_t i = 0; i < part->nacked; i++) {
-    mine += !(part->acked[i] >> 63);
-    part->acked[i] &= ~(1ULL << 63);
-  }
-  if (kl__store_outbox_del(ob->store, ob->topic, partition, part->acked,
-                           part->nacked)) {
+/* Removes the acknowledged records of every partition in ONE write (one
+ * fsync however many partitions publish); the top bit of an acked seq
+ * marks one listed under an earlier ownership, which the bound no longer
+ * counts. */
+static void kl_ob_remove(kl__outbox_t *ob) {
+  size_t n = 0;
+  for (int32_t p = 0; p < ob->nparts; p++)
+    n += ob->parts[p].nacked;
+  if (!n)
+    return;
+  kl__outbox_ack_t *acks = malloc(n * sizeof(*acks));
+  if (!acks)
+    kl_oom();
+  n = 0;
+  for (int32_t p = 0; p < ob->nparts; p++)
+    for (size_t i = 0; i < ob->parts[p].nacked; i++)
+      acks[n++] = (kl__outbox_ack_t){p, ob->parts[p].acked[i] & ~(1ULL << 63)};
+  kl_err_t err = kl__store_outbox_del(ob->store, ob->topic, acks, n);
+  free(acks);
+  if (err) {
     KL_LOG_W(KL_COMP,
-             "partition=%" PRId32 ": removing %zu published "
-             "follow-ups failed, tried again at the next tick: %s",
-             partition, part->nacked, kl_err_detail());
-    return; /* the flags are gone: they count as this owner's now */
+             "removing %zu published follow-ups failed, tried again "
+             "at the next tick: %s",
+             n, kl_err_detail());
+    return;
   }
-  part->nacked = 0;
-  part->held -= mine < part->held ? mine : part->held;
-  ob->pending -= mine;
+  for (int32_t p = 0; p < ob->nparts; p++) {
+    kl_ob_part_t *part = &ob->parts[p];
+    size_t mine = 0;
+    for (size_t i = 0; i < part->nacked; i++)
+      mine += !(part->acked[i] >> 63);
+    part->nacked = 0;
+    part->held -= mine < part->held ? mine : part->held;
+    ob->pending -= mine;
+  }
 }
 
 void kl__outbox_tick(kl__outbox_t *ob) {
@@ -316,9 +332,7 @@ void kl__outbox_tick(kl__outbox_t *ob) {
   }
   if (ob->producer)
     kl_producer_poll(ob->producer, 0);
-  for (int32_t p = 0; p < ob->nparts; p++)
-    if (ob->parts[p].nacked)
-      kl_ob_remove(ob, p);
+  kl_ob_remove(ob);
 }
 
 void kl__outbox_drain(kl__outbox_t *ob, int32_t partition, int wait_ms) {
@@ -341,9 +355,7 @@ void kl__outbox_destroy(kl__outbox_t *ob, int wait_ms) {
     return;
   if (ob->producer) {
     kl_flush(ob->producer, wait_ms);
-    for (int32_t p = 0; p < ob->nparts; p++)
-      if (ob->parts[p].nacked)
-        kl_ob_remove(ob, p);
+    kl_ob_remove(ob);
     kl_producer_destroy(ob->producer); /* reports what is left as failed */
   }
   for (int32_t p = 0; p < ob->nparts; p++) {

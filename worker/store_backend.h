@@ -71,7 +71,7 @@ typedef struct kl__store_ops {
                           int32_t partition, uint64_t after, size_t max,
                           kl__outbox_cb_t *cb, void *opaque);
   kl_err_t (*outbox_del)(kl_store_t *store, const char *topic,
-                         int32_t partition, const uint64_t *seqs, size_t n);
+                         const kl__outbox_ack_t *acks, size_t n);
 } kl__store_ops_t;
 
 struct kl_store {

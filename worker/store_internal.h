@@ -201,14 +201,20 @@ kl_err_t kl__store_outbox_list(kl_store_t *store, const char *topic,
                                int32_t partition, uint64_t after, size_t max,
                                kl__outbox_cb_t *cb, void *opaque);
 
+/** One follow-up of the outbox, for kl__store_outbox_del(). */
+typedef struct kl__outbox_ack {
+  int32_t partition;
+  uint64_t seq;
+} kl__outbox_ack_t;
+
 /**
- * Removes the follow-ups @p seqs of @p partition (published and
- * acknowledged), in one short write; seqs already gone are skipped. Not
- * fenced: a record Kafka acknowledged may go whoever owns the partition.
+ * Removes the follow-ups @p acks of @p topic (published and acknowledged),
+ * of any partitions, in ONE short write; ones already gone are skipped.
+ * Not fenced: a record Kafka acknowledged may go whoever owns its
+ * partition.
  */
 kl_err_t kl__store_outbox_del(kl_store_t *store, const char *topic,
-                              int32_t partition, const uint64_t *seqs,
-                              size_t n);
+                              const kl__outbox_ack_t *acks, size_t n);
 
 /**
  * Tells @p txn which event its handler runs now: kl_txn_emit() derives the

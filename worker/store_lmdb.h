@@ -168,7 +168,6 @@ kl_err_t kl__lmdb_outbox_list(kl_store_t *store, const char *topic,
                               int32_t partition, uint64_t after, size_t max,
                               kl__outbox_cb_t *cb, void *opaque);
 kl_err_t kl__lmdb_outbox_del(kl_store_t *store, const char *topic,
-                             int32_t partition, const uint64_t *seqs,
-                             size_t n);
+                             const kl__outbox_ack_t *acks, size_t n);
 
 #endif

@@ -93,8 +93,7 @@ kl_err_t kl__lmdb_outbox_list(kl_store_t *store, const char *topic,
 
 typedef struct kl_ob_del {
   const char *topic;
-  int32_t partition;
-  const uint64_t *seqs;
+  const kl__outbox_ack_t *acks;
   size_t n;
 } kl_ob_del_t;
 
@@ -104,7 +103,8 @@ static int kl_ob_del_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   (void)stop;
   for (size_t i = 0; i < d->n; i++) {
     unsigned char kb[KL_OB_KEY_MAX];
-    MDB_val k = {kl_ob_key(kb, d->topic, d->partition, d->seqs[i]), kb};
+    MDB_val k = {kl_ob_key(kb, d->topic, d->acks[i].partition, d->acks[i].seq),
+                 kb};
     int rc = mdb_del(mtxn, lmdb->outbox, &k, NULL);
     if (rc && rc != MDB_NOTFOUND)
       return rc;
@@ -113,9 +113,8 @@ static int kl_ob_del_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
 }
 
 kl_err_t kl__lmdb_outbox_del(kl_store_t *store, const char *topic,
-                             int32_t partition, const uint64_t *seqs,
-                             size_t n) {
-  kl_ob_del_t d = {topic, partition, seqs, n};
+                             const kl__outbox_ack_t *acks, size_t n) {
+  kl_ob_del_t d = {topic, acks, n};
   return kl__lmdb_write((kl__lmdb_t *)store, "remove published follow-ups",
                         kl_ob_del_fn, &d);
 }

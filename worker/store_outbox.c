@@ -114,17 +114,18 @@ kl_err_t kl__store_outbox_list(kl_store_t *store, const char *topic,
 }
 
 kl_err_t kl__store_outbox_del(kl_store_t *store, const char *topic,
-                              int32_t partition, const uint64_t *seqs,
-                              size_t n) {
-  kl_err_t err = kl__store_check_tp("kl__store_outbox_del", topic, partition);
-  if (err || !store || (!seqs && n))
+                              const kl__outbox_ack_t *acks, size_t n) {
+  kl_err_t err = kl__store_check_tp("kl__store_outbox_del", topic, 0);
+  for (size_t i = 0; !err && i < n; i++)
+    err = kl__store_check_tp("kl__store_outbox_del", topic, acks[i].partition);
+  if (err || !store || (!acks && n))
     return err ? err
-               : kl__err(KL_EINVAL, "kl__store_outbox_del: store and "
-                                    "seqs are required");
+               : kl__err(KL_EINVAL, "kl__store_outbox_del: store and acks "
+                                    "are required");
   if (!store->ops->outbox_del)
     return kl__err(KL_EINVAL, "the %s store has no outbox in this build",
                    store->ops->name);
-  return n ? store->ops->outbox_del(store, topic, partition, seqs, n) : KL_OK;
+  return n ? store->ops->outbox_del(store, topic, acks, n) : KL_OK;
 }
 
 /* Follow-ups that a store without an outbox would drop: refused whole. */

@@ -112,33 +112,45 @@ static kl_err_t kl_pg_list_fn(kl__pg_conn_t *conn, void *ctx) {
 
 typedef struct kl_pg_del {
   const char *topic;
-  int32_t partition;
-  const uint64_t *seqs;
+  const kl__outbox_ack_t *acks;
   size_t n;
 } kl_pg_del_t;
 
+/* "{a,b,...}": the partitions or the seqs of @p d, as an array literal.
+ * @returns a malloc()ed string, or NULL. */
+static char *kl_pg_del_array(const kl_pg_del_t *d, int seqs) {
+  size_t size = 3 + d->n * 21, len = 1;
+  char *text = malloc(size);
+  if (!text)
+    return NULL;
+  text[0] = '{';
+  for (size_t i = 0; i < d->n; i++)
+    len += (size_t)snprintf(text + len, size - len, "%s%" PRIu64, i ? "," : "",
+                            seqs ? d->acks[i].seq
+                                 : (uint64_t)d->acks[i].partition);
+  snprintf(text + len, size - len, "}");
+  return text;
+}
+
 static kl_err_t kl_pg_del_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_del_t *d = ctx;
-  size_t size = 3 + d->n * 21, len = 1;
-  char *seqs = malloc(size), part[16];
-  if (!seqs)
-    return kl__err(KL_ENOMEM, "postgresql: out of memory");
-  seqs[0] = '{';
-  for (size_t i = 0; i < d->n; i++)
-    len += (size_t)snprintf(seqs + len, size - len, "%s%" PRIu64, i ? "," : "",
-                            d->seqs[i]);
-  snprintf(seqs + len, size - len, "}");
-  kl_pg_int_param(part, sizeof(part), d->partition);
-  const char *values[3] = {d->topic, part, seqs};
-  PGresult *res = PQexecParams(
-      conn->pg,
-      "DELETE FROM keylane_outbox WHERE topic = $1::text AND partition = "
-      "$2::int4 AND seq = ANY($3::int8[])",
-      3, NULL, values, NULL, NULL, 0);
-  kl_err_t err = kl__pg_ok(res)
-                     ? KL_OK
-                     : kl__pg_err(conn->pg, res, "remove published follow-ups");
-  PQclear(res);
+  char *parts = kl_pg_del_array(d, 0), *seqs = kl_pg_del_array(d, 1);
+  kl_err_t err = KL_OK;
+  if (!parts || !seqs) {
+    err = kl__err(KL_ENOMEM, "postgresql: out of memory");
+  } else {
+    const char *values[3] = {d->topic, parts, seqs};
+    PGresult *res = PQexecParams(
+        conn->pg,
+        "DELETE FROM keylane_outbox o USING unnest($2::int4[], $3::int8[]) "
+        "AS a(partition, seq) WHERE o.topic = $1::text AND o.partition = "
+        "a.partition AND o.seq = a.seq",
+        3, NULL, values, NULL, NULL, 0);
+    if (!kl__pg_ok(res))
+      err = kl__pg_err(conn->pg, res, "remove published follow-ups");
+    PQclear(res);
+  }
+  free(parts);
   free(seqs);
   return err;
 }
@@ -151,7 +163,7 @@ kl_err_t kl__pg_outbox_list(kl_store_t *store, const char *topic,
 }
 
 kl_err_t kl__pg_outbox_del(kl_store_t *store, const char *topic,
-                           int32_t partition, const uint64_t *seqs, size_t n) {
-  kl_pg_del_t d = {topic, partition, seqs, n};
+                           const kl__outbox_ack_t *acks, size_t n) {
+  kl_pg_del_t d = {topic, acks, n};
   return kl__pg_call((kl__pg_t *)store, kl_pg_del_fn, &d);
 }
