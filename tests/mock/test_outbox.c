@@ -464,6 +464,65 @@ static void test_exec_bad_emit_is_a_dead_letter(void **state) {
   kl_fx_down(&fx);
 }
 
+/* ---- the bound ----------------------------------------------------------- */
+
+static kl_worker_t *kl_bound_worker(kl_fx_t *fx, const char *expect) {
+  kl_conf_t *conf = kl_conf_new();
+  const char *kv[][2] = {
+      {"kafka.bootstrap.servers", kl_t_bootstrap(fx->cluster)},
+      {"worker.group", kl_t_group(fx->cluster, "b")},
+      {"worker.outbox.max", "2"},
+      /* The outbox's producer refuses OUT (1 partition) while this says 7:
+       * nothing of it can be published. */
+      {"producer.expect.partitions", expect}};
+  for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+    assert_int_equal(kl_conf_set(conf, kv[i][0], kv[i][1], NULL, 0), KL_OK);
+  kl_worker_t *worker;
+  assert_int_equal(kl_worker_new(conf, fx->topic, fx->store, kl_emit_handler,
+                                 (void *)"W", &worker),
+                   KL_OK);
+  kl_conf_destroy(conf);
+  return worker;
+}
+
+static void test_bound_pauses_until_published(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "obb", 1);
+  kl_run_t r = {kl_bound_worker(&fx, "7"), 0, KL_OK};
+  kl_go(&r);
+  kl_publish_n(&fx, 0, 3);
+  kl_worker_stats_t st = {0};
+  for (int i = 0; i < 600 && !(st.paused == 1 && kl_watermarks(&fx) == 3);
+       i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(r.worker, &st);
+  }
+  /* Held at the bound, unpublished: the partition takes nothing more. */
+  assert_int_equal(st.paused, 1);
+  assert_int_equal(st.outbox_pending, 2);
+  assert_int_equal(st.outbox_published, 0);
+  kl_publish_n(&fx, 3, 3);
+  kl_t_sleep_ms(1500);
+  assert_int_equal(kl_watermarks(&fx), 3);
+  kl_halt(&r);
+  assert_int_equal(kl_outbox_held(&fx), 3);
+  /* An owner that can publish takes it: all go out, nothing is paused. */
+  r = (kl_run_t){kl_bound_worker(&fx, "1"), 0, KL_OK};
+  kl_go(&r);
+  for (int i = 0; i < 600 && !(st.outbox_published == 6 &&
+                               kl_watermarks(&fx) == 6 && st.paused == 0);
+       i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(r.worker, &st);
+  }
+  assert_int_equal(st.outbox_published, 6);
+  assert_int_equal(st.paused, 0);
+  kl_halt(&r);
+  assert_int_equal(kl_outbox_held(&fx), 0);
+  kl_fx_down(&fx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_published_once_inline),
@@ -472,6 +531,7 @@ int main(void) {
       cmocka_unit_test(test_next_owner_publishes_leftovers),
       cmocka_unit_test(test_exec_answer_emits),
       cmocka_unit_test(test_exec_bad_emit_is_a_dead_letter),
+      cmocka_unit_test(test_bound_pauses_until_published),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
