@@ -202,17 +202,21 @@ static void kl_ob_acked(kl__outbox_t *ob, kl_ob_item_t *it) {
   ob->published++;
 }
 
-/* A failed delivery goes back to the front of its queue, so that it is
- * published again before the records committed after it. */
+/* A failed delivery goes back into its queue in seq order, so that it is
+ * published again before the records committed after it, and failures
+ * reported one after another keep their order. */
 static void kl_ob_requeue(kl__outbox_t *ob, kl_ob_item_t *it) {
   kl_ob_part_t *part = &ob->parts[it->partition];
   if (it->gen != part->gen) { /* the new owner listed it again */
     free(it);
     return;
   }
-  it->next = part->head;
-  part->head = it;
-  if (!part->tail)
+  kl_ob_item_t **at = &part->head; /* the queue stays in seq order */
+  while (*at && (*at)->seq < it->seq)
+    at = &(*at)->next;
+  it->next = *at;
+  *at = it;
+  if (!it->next)
     part->tail = it;
 }
 

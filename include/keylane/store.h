@@ -236,7 +236,7 @@ KL_EXPORT void *kl_txn_pg_conn(kl_txn_t *txn);
  * 64-bit hash, then "/<n>". A follow-up published again (after a crash,
  * by the next owner) has the same id, so its consumer applies it once.
  *
- * @param topic  the destination topic; NULL for the event's own topic.
+ * @param topic  the destination topic; NULL (or "") for the event's own.
  * @param key    the destination entity's key (1..KL_KEY_MAX bytes).
  * @param type   the event type (NUL-terminated).
  * @param payload @p payload_len bytes; copied, like @p key and @p type.
@@ -244,7 +244,7 @@ KL_EXPORT void *kl_txn_pg_conn(kl_txn_t *txn);
  *          KL_EDECODE_* for a key, type or payload past the event limits.
  * @remark Follow-ups of one source partition to one destination key are
  *         published in commit order. A store needs the outbox (LMDB and
- *         PostgreSQL; schema 4 or later for PostgreSQL).
+ *         PostgreSQL, whose schema 5 holds it: `keylane store migrate`).
  */
 KL_EXPORT kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic,
                                const void *key, size_t key_len,
