@@ -134,6 +134,9 @@ static const kl_conf_key_t kl_keys[] = {
     {"worker.waiting.max", KL_CT_INT, "1000", 1, 10000000, NULL,
      "keys in retry backoff per worker at most; past it their partitions "
      "are paused"},
+    {"worker.outbox.max", KL_CT_INT, "10000", 1, 10000000, NULL,
+     "follow-up events (kl_txn_emit) a partition holds committed and not "
+     "yet acknowledged by Kafka at most; past it the partition is paused"},
 };
 #define KL_NKEYS (sizeof(kl_keys) / sizeof(kl_keys[0]))
 

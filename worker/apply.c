@@ -9,6 +9,7 @@
 #include "common/internal.h"
 #include "common/log.h"
 #include "keylane/producer.h"
+#include "worker/store_backend.h"
 #include "worker/store_internal.h"
 
 /* One murmur2 of the key per record: ~20 ns for a short key. A record
@@ -67,11 +68,13 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
     return KL_HANDLER_OK;
   }
   kl_fence_t fence = {a->topic, partition, epoch, m->offset};
+  kl__txn_source(txn, event->id, event->id_len); /* its follow-ups' ids */
   kl_handler_result_t r =
       a->dry_run && !a->dry_run_handler
           ? KL_HANDLER_OK /* would run it; still marked, for the range */
           : a->handler(a->handler_opaque, event, &fence, txn, res->why,
                        sizeof(res->why));
+  kl__txn_source(txn, NULL, 0);
   if (r != KL_HANDLER_OK)
     return r == KL_HANDLER_RETRY ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
   if ((err = kl_txn_mark(txn, event->id, event->id_len, KL_MARK_APPLIED)) ||

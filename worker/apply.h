@@ -30,6 +30,10 @@ typedef struct kl__applier {
   kl_decoder_t *decoder;          /* one per thread */
   kl__worker_hook_fn *before_commit; /* test hook; may be NULL */
   void *hook_opaque;
+  /* Test hook: a group commit that wrote follow-ups succeeded, and none
+   * of them is published yet. May be NULL. */
+  kl__worker_hook_fn *after_commit;
+  void *after_opaque;
   int dry_run; /* abort instead of committing */
   /* A dry run runs the handler: only for one whose effects are all in the
    * store (the built-in ledger and inventory). Otherwise (0) a dry run

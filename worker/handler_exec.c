@@ -30,6 +30,7 @@ typedef struct kl_exec_call {
   int done;
   int waiting; /* asleep on cond in kl_exec_await() */
   kl_handler_result_t result;
+  json_t *emit; /* the answer's "emit", for the caller to apply */
   char *errbuf;
   size_t errbuf_size;
   int64_t deadline_ns;
@@ -531,9 +532,12 @@ static void kl_exec_dispatch(kl__exec_t *exec, kl_exec_child_t *child,
     else
       call = kl_exec_match(child, answer, why, sizeof(why));
     if (!call) {
+      for (size_t j = i; j < rd->count; j++)
+        json_decref(rd->answers[j].emit);
       kl_exec_kill(exec, child, why);
       return;
     }
+    call->emit = answer->emit; /* the caller's, on its own thread */
     kl_exec_complete(child, call, answer->result, answer->error);
     kl_exec_room(exec);
   }
@@ -605,7 +609,6 @@ static void kl_exec_await(kl__exec_t *exec, kl_exec_child_t *child,
 kl_handler_result_t kl__exec_handler(void *opaque, const kl_event_t *event,
                                      const kl_fence_t *fence, kl_txn_t *txn,
                                      char *errbuf, size_t errbuf_size) {
-  (void)txn;
   kl__exec_t *exec = opaque;
   size_t len;
   char *line = kl__exec_request(event, fence, &len);
@@ -626,6 +629,9 @@ kl_handler_result_t kl__exec_handler(void *opaque, const kl_event_t *event,
   pthread_mutex_unlock(&exec->mu);
   pthread_cond_destroy(&call.cond);
   free(line);
+  if (call.emit && call.result == KL_HANDLER_OK)
+    call.result = kl__exec_emit(call.emit, txn, errbuf, errbuf_size);
+  json_decref(call.emit);
   return call.result;
 }
 

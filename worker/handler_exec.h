@@ -11,7 +11,13 @@
  *                             as "payload_b64"; a key that is not UTF-8 goes
  *                             as "key_b64")
  *   child stdout -> keylane: {"seq":N,"status":"ok"|"retry"|"fail",
- *                             "error":"..."}
+ *                             "error":"...", "emit":[...]}
+ * "emit" (with "ok" only) lists follow-up events, each
+ * {"topic"?, "key", "type", "payload"} ("payload" any JSON, sent as its
+ * msgpack; "topic" defaults to the event's own): they are kl_txn_emit()ted
+ * into the event's txn, so they are committed with its effects and
+ * published after the commit (store.h). One that is not such an object
+ * fails the event with the reason (a dead letter).
  * "seq" is a number keylane gives each request to one child; the answer
  * echoes it, which ties the answer to its event. A child that echoes "seq"
  * may get up to `window` events before it answers the first (pipelining),
@@ -48,6 +54,8 @@
  */
 #ifndef KEYLANE_WORKER_HANDLER_EXEC_H
 #define KEYLANE_WORKER_HANDLER_EXEC_H
+
+#include <jansson.h>
 
 #include <stdint.h>
 
@@ -107,10 +115,12 @@ typedef struct kl__exec_answer {
   int has_seq;  /* the line echoed "seq" */
   uint64_t seq;
   char error[512]; /* "exec handler: ..." for retry and fail, else "" */
+  json_t *emit; /* "ok": its "emit" array (a reference), or NULL */
 } kl__exec_answer_t;
 
 /**
- * Reads the answer line @p line of @p len bytes (no newline).
+ * Reads the answer line @p line of @p len bytes (no newline). The caller
+ * json_decref()s @p answer->emit.
  * @returns 0, or -1 when it is not an answer (not a JSON object, no valid
  *          "status", a "seq" that is not a non-negative integer); then
  *          @p answer->error says why.

@@ -149,7 +149,55 @@ int kl__exec_answer_parse(const char *line, size_t len,
              "\"fail\"}", shown, line);
   } else if (answer->result != KL_HANDLER_OK) {
     kl_exec_answer_error(obj, answer);
+  } else if (json_object_get(obj, "emit")) {
+    answer->emit = json_incref(json_object_get(obj, "emit"));
   }
   json_decref(obj);
   return rc;
+}
+
+/* One follow-up of "emit": KL_OK, or the reason in @p errbuf. */
+static kl_err_t kl_exec_emit_one(json_t *item, size_t i, kl_txn_t *txn,
+                                 char *errbuf, size_t errbuf_size) {
+  json_t *topic = json_object_get(item, "topic");
+  const char *key = json_string_value(json_object_get(item, "key"));
+  const char *type = json_string_value(json_object_get(item, "type"));
+  if (!json_is_object(item) || !key || !type ||
+      (topic && !json_is_string(topic))) {
+    snprintf(errbuf, errbuf_size, "exec handler: \"emit\"[%zu] is not "
+             "{\"topic\"?: string, \"key\": string, \"type\": string, "
+             "\"payload\": any}", i);
+    return KL_EINVAL;
+  }
+  void *payload = NULL;
+  size_t payload_len = 0;
+  json_t *p = json_object_get(item, "payload");
+  kl_err_t err = p ? kl__json_to_msgpack(p, KL_PAYLOAD_MAX, &payload,
+                                         &payload_len)
+                   : KL_OK;
+  if (!err)
+    err = kl_txn_emit(txn, json_string_value(topic), key,
+                      json_string_length(json_object_get(item, "key")), type,
+                      payload, payload_len);
+  if (err)
+    snprintf(errbuf, errbuf_size, "exec handler: \"emit\"[%zu]: %s", i,
+             kl_err_detail());
+  free(payload);
+  return err;
+}
+
+kl_handler_result_t kl__exec_emit(json_t *emit, kl_txn_t *txn, char *errbuf,
+                                  size_t errbuf_size) {
+  if (!json_is_array(emit)) {
+    snprintf(errbuf, errbuf_size, "exec handler: \"emit\" is not an array "
+             "of follow-up events");
+    return KL_HANDLER_FAIL;
+  }
+  for (size_t i = 0; i < json_array_size(emit); i++) {
+    kl_err_t err = kl_exec_emit_one(json_array_get(emit, i), i, txn, errbuf,
+                                    errbuf_size);
+    if (err)
+      return err == KL_ENOMEM ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
+  }
+  return KL_HANDLER_OK;
 }

@@ -24,4 +24,14 @@ char *kl__exec_request(const kl_event_t *event, const kl_fence_t *fence,
  */
 size_t kl__exec_request_seq(char *line, uint64_t seq);
 
+/**
+ * Emits (kl_txn_emit()) into @p txn each follow-up of an answer's "emit"
+ * array @p emit: {"topic"?, "key", "type", "payload"?}.
+ * @returns KL_HANDLER_OK; KL_HANDLER_FAIL with the reason in @p errbuf for
+ *          one that is not such an object or past the limits;
+ *          KL_HANDLER_RETRY when out of memory.
+ */
+kl_handler_result_t kl__exec_emit(json_t *emit, kl_txn_t *txn, char *errbuf,
+                                  size_t errbuf_size);
+
 #endif

@@ -18,6 +18,8 @@
 #include "common/metrics.h"
 #include "worker/lanes.h"
 #include "worker/lanes_internal.h"
+#include "worker/outbox.h"
+#include "worker/outbox_rec.h"
 #include "worker/store_internal.h"
 #include "worker/txn_child.h"
 
@@ -34,6 +36,7 @@ typedef struct kl_build {
   size_t nbuilt;
   kl__slots_t slots; /* the final slots it commits */
   int64_t watermark;
+  size_t emits; /* follow-ups it commits into the outbox */
 } kl_build_t;
 
 /* The offset of the first slot that is not final: the new watermark. */
@@ -81,6 +84,10 @@ static kl_err_t kl_build(kl__lane_t *lane, kl_build_t *b) {
     s->building = 1;
     if (s->duplicate)
       kl_txn_count_duplicate(b->txn);
+    if (s->emits && !err && (err = kl__txn_add_emits(b->txn, s->emits)) == 0)
+      b->emits += s->emits->count;
+    kl__emits_free(s->emits); /* a rewind runs its event again */
+    s->emits = NULL;
   }
   b->watermark = kl_lane_first_open(lane);
   return err;
@@ -203,6 +210,10 @@ static void kl_commit_builds(kl__lanes_t *lanes, kl_build_t *b,
     c[i] = (kl__store_commit_t){b[i].txn, b[i].watermark, KL_OK, ""};
   }
   kl__store_commit_many(c, n);
+  for (size_t i = 0; i < n; i++)
+    if (!c[i].err && b[i].emits && lanes->applier.after_commit)
+      lanes->applier.after_commit(lanes->applier.after_opaque, lanes->topic,
+                                  b[i].lane->partition, b[i].lane->epoch);
   pthread_mutex_lock(&lanes->mu);
   rd_kafka_topic_partition_list_t *offsets =
       rd_kafka_topic_partition_list_new((int)n);
@@ -210,6 +221,8 @@ static void kl_commit_builds(kl__lanes_t *lanes, kl_build_t *b,
     kl__lane_t *lane = b[i].lane;
     if (!c[i].err) {
       kl_committed(lanes, lane, &b[i]);
+      if (b[i].emits) /* the poll loop publishes them (outbox.c) */
+        kl__outbox_committed(lanes->outbox, lane->partition, lane->gen);
       rd_kafka_topic_partition_t *tp = rd_kafka_topic_partition_list_add(
           offsets, lanes->topic, lane->partition);
       tp->offset = b[i].watermark;
@@ -307,6 +320,7 @@ void kl__lane_fenced(kl__lanes_t *lanes, kl__lane_t *lane) {
            "(worker.fenced.retake.ms)",
            lane->partition, lane->epoch, now.epoch, events);
   lanes->fenced++;
+  kl__outbox_drop(lanes->outbox, lane->partition);
   kl__lane_drop(lanes, lane);
   lane->gen++;
   kl__lane_pause(lanes, lane, KL__PAUSE_FENCED);
@@ -349,6 +363,8 @@ void kl__lane_rewind(kl__lanes_t *lanes, kl__lane_t *lane) {
     if (s->state == KL__SLOT_DONE) {
       s->state = KL__SLOT_QUEUED;
       s->duplicate = 0;
+      kl__emits_free(s->emits); /* it emits them again when it runs */
+      s->emits = NULL;
     }
     if (s->state == KL__SLOT_DLQ_DONE) {
       if (!lane->final.n)
@@ -401,7 +417,11 @@ int64_t kl__lanes_release(kl__lanes_t *lanes, int32_t partition, int commit,
     kl_lane_drain_letters(lanes, lane);
     if (lane->final.n)
       kl__lanes_commit(lanes, &lane, 1);
+    pthread_mutex_unlock(&lanes->mu);
+    kl__outbox_drain(lanes->outbox, partition, KL_DLQ_DRAIN_MS);
+    pthread_mutex_lock(&lanes->mu);
   }
+  kl__outbox_drop(lanes->outbox, partition);
   int64_t watermark = lane->watermark;
   *epoch = lane->epoch;
   kl__lane_drop(lanes, lane);

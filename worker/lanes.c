@@ -14,10 +14,13 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "worker/lanes_internal.h"
+#include "worker/outbox.h"
+#include "worker/outbox_rec.h"
 #include "worker/txn_child.h"
 
 #define KL_COMP "worker"
 #define KL_REPORT_NS (10LL * 1000000000)
+#define KL_OUTBOX_DRAIN_MS 5000 /* for follow-ups' acks at a release */
 
 /* Out of memory mid-lane: nothing half-applied can be committed, so the
  * process ends and a restarted worker resumes from the store. */
@@ -207,6 +210,7 @@ static void kl_slot_free(kl__lanes_t *lanes, kl__slot_t *slot) {
   rd_kafka_message_destroy(slot->msg);
   free(slot->id);
   free(slot->why);
+  kl__emits_free(slot->emits);
   if (lanes->nspare >= lanes->window_max) {
     free(slot);
     return;
@@ -406,6 +410,8 @@ static void kl_done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
   }
   slot->duplicate = dup;
   slot->ts_ms = run->ts_ms;
+  if (!dup) /* its follow-ups go with its writes into the group commit */
+    slot->emits = kl__txn_take_emits(&run->child->base);
   kl__lane_finish(lanes, lane, slot, KL__SLOT_DONE);
   if (lost) /* the group txn holds part of the event: run them all again */
     lane->rewind = 1;
@@ -685,7 +691,8 @@ static void kl_lanes_gauges(kl__lanes_t *lanes, int64_t now) {
     if (!lane || lane->state != KL__LANE_OWNED)
       continue;
     window += lane->ring_count;
-    paused += (lane->paused & (KL__PAUSE_WINDOW | KL__PAUSE_WAITING)) != 0;
+    paused += (lane->paused &
+               (KL__PAUSE_WINDOW | KL__PAUSE_WAITING | KL__PAUSE_OUTBOX)) != 0;
     for (size_t i = 0; i < lane->waiting.n; i++)
       if (now - lane->waiting.v[i]->wait_since_ns > oldest)
         oldest = now - lane->waiting.v[i]->wait_since_ns;
@@ -711,7 +718,22 @@ static void kl_lanes_report(kl__lanes_t *lanes, int64_t now) {
            (uint64_t)lanes->window_events, (uint64_t)lanes->paused_now);
 }
 
+/* A partition whose follow-ups wait for Kafka stops taking events that
+ * would emit more. */
+static void kl_lanes_bound_outbox(kl__lanes_t *lanes) {
+  for (int32_t p = 0; p < lanes->count; p++) {
+    kl__lane_t *lane = lanes->lanes[p];
+    if (!lane || lane->state != KL__LANE_OWNED)
+      continue;
+    if (kl__outbox_full(lanes->outbox, p, 0))
+      kl__lane_pause(lanes, lane, KL__PAUSE_OUTBOX);
+    else if (!kl__outbox_full(lanes->outbox, p, 1))
+      kl__lane_resume(lanes, lane, KL__PAUSE_OUTBOX);
+  }
+}
+
 void kl__lanes_tick(kl__lanes_t *lanes) {
+  kl__outbox_tick(lanes->outbox); /* store and Kafka calls: not under mu */
   pthread_mutex_lock(&lanes->mu);
   int64_t now = kl__mono_ns();
   int woke = 0;
@@ -728,6 +750,7 @@ void kl__lanes_tick(kl__lanes_t *lanes) {
   }
   kl__lanes_send_dead_letters(lanes, now);
   kl_lanes_bound_waiting(lanes);
+  kl_lanes_bound_outbox(lanes);
   kl_lanes_gauges(lanes, now);
   kl_lanes_report(lanes, now);
   if (woke)
@@ -774,6 +797,7 @@ void kl__lanes_own(kl__lanes_t *lanes, int32_t partition, uint64_t epoch,
   lane->commit_backoff_ms = 0;
   lane->below = -1;
   lane->below_applied = 0;
+  kl__outbox_own(lanes->outbox, partition, lane->gen); /* leftovers first */
   pthread_mutex_unlock(&lanes->mu);
 }
 
@@ -892,6 +916,12 @@ struct kl__metrics *kl__lanes_metrics(kl__lanes_t *lanes) {
   return lanes->metrics;
 }
 
+void kl__lanes_set_after_commit(kl__lanes_t *lanes, kl__worker_hook_fn *fn,
+                                void *opaque) {
+  lanes->applier.after_commit = fn;
+  lanes->applier.after_opaque = opaque;
+}
+
 kl_err_t kl__lanes_new(const kl_conf_t *conf, const kl__applier_t *applier,
                        rd_kafka_t *rk, kl__dlq_t *dlq, kl__lanes_t **out) {
   kl__lanes_t *lanes = calloc(1, sizeof(*lanes));
@@ -921,6 +951,12 @@ kl_err_t kl__lanes_new(const kl_conf_t *conf, const kl__applier_t *applier,
     kl__lanes_destroy(lanes);
     return KL_ENOMEM;
   }
+  kl_err_t err = kl__outbox_new(conf, applier->topic, applier->store,
+                                &lanes->outbox);
+  if (err) {
+    kl__lanes_destroy(lanes);
+    return err;
+  }
   *out = lanes;
   return KL_OK;
 }
@@ -943,6 +979,7 @@ void kl__lanes_destroy(kl__lanes_t *lanes) {
   }
   free(lanes->lanes);
   free(lanes->due);
+  kl__outbox_destroy(lanes->outbox, KL_OUTBOX_DRAIN_MS);
   while (lanes->spare) {
     kl__slot_t *next = lanes->spare->next;
     free(lanes->spare);
@@ -969,4 +1006,6 @@ void kl__lanes_stats(const kl__lanes_t *lanes, kl_worker_stats_t *stats) {
   stats->oldest_wait_ms = lanes->oldest_wait_ms;
   stats->window_events = lanes->window_events;
   stats->paused = (int32_t)lanes->paused_now;
+  kl__outbox_stats(lanes->outbox, &stats->outbox_pending,
+                   &stats->outbox_published);
 }

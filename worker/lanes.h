@@ -216,6 +216,10 @@ void kl__lanes_stop(kl__lanes_t *lanes);
 void kl__lanes_set_before_commit(kl__lanes_t *lanes, kl__worker_hook_fn *fn,
                                  void *opaque);
 
+/** The test hook kl__worker_set_after_commit(). */
+void kl__lanes_set_after_commit(kl__lanes_t *lanes, kl__worker_hook_fn *fn,
+                                void *opaque);
+
 /** The dead-letter producer's ack callback (opaque: the lanes). */
 void kl__lanes_dlq_ack(void *opaque, const kl__dlq_ref_t *ref, kl_err_t err,
                        const char *errstr);

@@ -106,6 +106,8 @@ struct kl__slot {
   char *why; /* the last failure, for the dead letter */
   int64_t taken_ns; /* when kl__lanes_push() took it from the consumer */
   int64_t ts_ms;    /* applied: its envelope's ts */
+  struct kl__emits *emits; /* DONE: its follow-ups (outbox_rec.h), until
+                              the group commit is built */
 };
 
 typedef enum kl__lane_state {
@@ -121,6 +123,7 @@ enum {
   KL__PAUSE_FENCED = 4,
   KL__PAUSE_LOG = 8, /* its log is being checked, or went wrong: log_guard.c */
   KL__PAUSE_TOPIC = 16, /* the topic's partition count changed: for good */
+  KL__PAUSE_OUTBOX = 32, /* worker.outbox.max follow-ups unpublished */
 };
 
 /* A growable array of slot pointers. */
@@ -172,6 +175,7 @@ struct kl__lanes {
   kl__applier_t applier; /* handler, hook; its decoder is the poll thread's */
   rd_kafka_t *rk;        /* the consumer: pause, resume, offset commits */
   kl__dlq_t *dlq;
+  struct kl__outbox *outbox; /* the follow-ups' publisher (outbox.h) */
   kl__lane_t **lanes;
   kl__lane_t **due; /* count entries: the tick's lanes to commit */
   kl__slot_t *spare; /* freed slots for reuse, linked by next */

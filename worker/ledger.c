@@ -2,7 +2,11 @@
  * The built-in ledger handler, used by the demo and the tests.
  *
  * Events "credit" and "debit" carry the msgpack map {"amount": int,
- * "seq": int}. Per entity key the store holds "ledger/" KEY => balance,
+ * "seq": int}; a "transfer" {"to": key, "amount": int, "seq": int} debits
+ * its key and emits (kl_txn_emit()) a "credit" {"amount": int, "from":
+ * key} to "to", committed with the debit: money moves between two owners
+ * without a lock. A credit without a seq (a transfer's) is applied with no
+ * order check; a transfer to its own key is refused. Per entity key the store holds "ledger/" KEY => balance,
  * last seq and order violations (three big-endian int64). An event whose
  * seq is not last seq + 1 is still applied, and counted as a violation:
  * with one writer per key and in-order application there must be none.
@@ -41,32 +45,57 @@ int kl__ledger_decode(const void *val, size_t len, kl_ledger_entry_t *entry) {
   return 0;
 }
 
-/* Reads {"amount": int, "seq": int} with msgpack-c; returns 0 on success. */
-static int kl_ledger_payload(const void *buf, size_t len, int64_t *amount,
-                             int64_t *seq) {
-  msgpack_unpacked up;
-  msgpack_unpacked_init(&up);
-  size_t off = 0;
-  int have = 0;
-  if (msgpack_unpack_next(&up, buf, len, &off) == MSGPACK_UNPACK_SUCCESS &&
-      off == len && up.data.type == MSGPACK_OBJECT_MAP) {
-    const msgpack_object_map *map = &up.data.via.map;
-    for (uint32_t i = 0; i < map->size; i++) {
-      const msgpack_object *k = &map->ptr[i].key, *v = &map->ptr[i].val;
-      if (k->type != MSGPACK_OBJECT_STR || (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER &&
-                                            v->type != MSGPACK_OBJECT_NEGATIVE_INTEGER))
-        continue;
-      int64_t x = v->via.i64;
-      if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 > INT64_MAX)
-        continue;
-      if (k->via.str.size == 6 && memcmp(k->via.str.ptr, "amount", 6) == 0)
-        *amount = x, have |= 1;
-      else if (k->via.str.size == 3 && memcmp(k->via.str.ptr, "seq", 3) == 0)
-        *seq = x, have |= 2;
-    }
+/* A ledger event's payload: "amount" always, "seq" for a debit and a
+ * transfer (optional for a credit), "to" for a transfer, "from" in the
+ * credit a transfer emits. */
+typedef struct kl_ledger_args {
+  int64_t amount, seq;
+  int has_amount, has_seq;
+  const char *to;
+  size_t to_len;
+} kl_ledger_args_t;
+
+static int kl_key_is(const msgpack_object *k, const char *name) {
+  size_t n = strlen(name);
+  return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
+         memcmp(k->via.str.ptr, name, n) == 0;
+}
+
+static int kl_int_of(const msgpack_object *v, int64_t *out) {
+  if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER ||
+      (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 <= INT64_MAX)) {
+    *out = v->via.i64;
+    return 1;
   }
-  msgpack_unpacked_destroy(&up);
-  return have == 3 ? 0 : -1;
+  return 0;
+}
+
+static void kl_ledger_field(const msgpack_object *k, const msgpack_object *v,
+                            kl_ledger_args_t *a) {
+  if (kl_key_is(k, "amount"))
+    a->has_amount = kl_int_of(v, &a->amount);
+  else if (kl_key_is(k, "seq"))
+    a->has_seq = kl_int_of(v, &a->seq);
+  else if (kl_key_is(k, "to") && (v->type == MSGPACK_OBJECT_STR ||
+                                   v->type == MSGPACK_OBJECT_BIN)) {
+    a->to = v->via.str.ptr; /* str and bin share the layout */
+    a->to_len = v->via.str.size;
+  }
+}
+
+/* Reads the payload map with msgpack-c; @p up holds what a->to points at
+ * (the caller destroys it). @returns 0 for a map, -1 otherwise. */
+static int kl_ledger_payload(const void *buf, size_t len, msgpack_unpacked *up,
+                             kl_ledger_args_t *a) {
+  size_t off = 0;
+  memset(a, 0, sizeof(*a));
+  if (msgpack_unpack_next(up, buf, len, &off) != MSGPACK_UNPACK_SUCCESS ||
+      off != len || up->data.type != MSGPACK_OBJECT_MAP)
+    return -1;
+  const msgpack_object_map *map = &up->data.via.map;
+  for (uint32_t i = 0; i < map->size; i++)
+    kl_ledger_field(&map->ptr[i].key, &map->ptr[i].val, a);
+  return 0;
 }
 
 static int kl_type_is(const kl_event_t *event, const char *name) {
@@ -98,23 +127,100 @@ static int kl_ledger_apply(int credit, int64_t amount, int64_t *balance,
   return 0;
 }
 
-kl_handler_result_t kl_ledger_handler(void *opaque, const kl_event_t *event,
-                                      const kl_fence_t *fence, kl_txn_t *txn,
-                                      char *errbuf, size_t errbuf_size) {
-  (void)opaque;
-  (void)fence;
-  int64_t amount = 0, seq = 0;
-  int credit = kl_type_is(event, "credit");
-  if (!credit && !kl_type_is(event, "debit")) {
+typedef enum kl_ledger_kind { KL_CREDIT, KL_DEBIT, KL_TRANSFER } kl_ledger_kind_t;
+
+static int kl_ledger_kind(const kl_event_t *event, kl_ledger_kind_t *kind,
+                          char *errbuf, size_t errbuf_size) {
+  if (kl_type_is(event, "credit"))
+    *kind = KL_CREDIT;
+  else if (kl_type_is(event, "debit"))
+    *kind = KL_DEBIT;
+  else if (kl_type_is(event, "transfer"))
+    *kind = KL_TRANSFER;
+  else {
     snprintf(errbuf, errbuf_size, "ledger: event type \"%.*s\" is neither "
-             "credit nor debit", (int)event->type_len, event->type);
-    return KL_HANDLER_FAIL;
+             "credit, debit nor transfer", (int)event->type_len, event->type);
+    return -1;
   }
-  if (kl_ledger_payload(event->payload, event->payload_len, &amount, &seq)) {
-    snprintf(errbuf, errbuf_size, "ledger: payload is not a msgpack map "
-             "{\"amount\": int, \"seq\": int}");
-    return KL_HANDLER_FAIL;
+  return 0;
+}
+
+/* What the payload of @p kind must hold; -1 with the reason otherwise. */
+static int kl_ledger_check(const kl_event_t *event, kl_ledger_kind_t kind,
+                           const kl_ledger_args_t *a, char *errbuf,
+                           size_t errbuf_size) {
+  const char *want =
+      kind == KL_TRANSFER
+          ? "{\"to\": key, \"amount\": int, \"seq\": int}"
+          : kind == KL_DEBIT ? "{\"amount\": int, \"seq\": int}"
+                             : "{\"amount\": int, \"seq\"?: int}";
+  if (!a->has_amount || (kind != KL_CREDIT && !a->has_seq) ||
+      (kind == KL_TRANSFER && (!a->to || !a->to_len))) {
+    snprintf(errbuf, errbuf_size, "ledger: payload is not a msgpack map %s",
+             want);
+    return -1;
   }
+  if (kind == KL_TRANSFER && a->to_len == event->key_len &&
+      memcmp(a->to, event->key, a->to_len) == 0) {
+    snprintf(errbuf, errbuf_size, "ledger: transfer from %.*s to itself: a "
+             "transfer moves an amount between two different keys",
+             (int)(event->key_len > 64 ? 64 : event->key_len),
+             (const char *)event->key);
+    return -1;
+  }
+  return 0;
+}
+
+/* The credit a transfer emits to its destination: {"amount", "from"},
+ * without a seq (the destination's order is its own). */
+static kl_handler_result_t kl_ledger_emit_credit(kl_txn_t *txn,
+                                                 const kl_event_t *event,
+                                                 const kl_ledger_args_t *a,
+                                                 char *errbuf,
+                                                 size_t errbuf_size) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 2);
+  msgpack_pack_str_with_body(&pk, "amount", 6);
+  msgpack_pack_int64(&pk, a->amount);
+  msgpack_pack_str_with_body(&pk, "from", 4);
+  msgpack_pack_str_with_body(&pk, event->key, event->key_len);
+  kl_err_t err = kl_txn_emit(txn, NULL, a->to, a->to_len, "credit", sb.data,
+                             sb.size);
+  msgpack_sbuffer_destroy(&sb);
+  if (!err)
+    return KL_HANDLER_OK;
+  snprintf(errbuf, errbuf_size, "ledger: transfer's credit to its "
+           "destination: %s", kl_err_detail());
+  return err == KL_ENOMEM ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
+}
+
+static kl_handler_result_t kl_ledger_store(kl_txn_t *txn, const void *key,
+                                           size_t klen,
+                                           const kl_ledger_entry_t *e,
+                                           char *errbuf, size_t errbuf_size) {
+  unsigned char out[KL_LEDGER_VALUE_LEN];
+  kl_be64_put(out, e->balance);
+  kl_be64_put(out + 8, e->last_seq);
+  kl_be64_put(out + 16, e->violations);
+  if (kl_txn_put(txn, key, klen, out, sizeof(out))) {
+    snprintf(errbuf, errbuf_size, "ledger: %s", kl_err_detail());
+    return KL_HANDLER_RETRY;
+  }
+  return KL_HANDLER_OK;
+}
+
+/* Applies @p a to the key's entry: a credit adds, a debit and a transfer
+ * subtract; a seq is checked against the last one, a credit without one
+ * (a transfer's) is not. */
+static kl_handler_result_t kl_ledger_apply_event(kl_txn_t *txn,
+                                                 const kl_event_t *event,
+                                                 kl_ledger_kind_t kind,
+                                                 const kl_ledger_args_t *a,
+                                                 char *errbuf,
+                                                 size_t errbuf_size) {
   unsigned char key[sizeof(KL_LEDGER_PREFIX) - 1 + KL_KEY_MAX];
   size_t klen = sizeof(KL_LEDGER_PREFIX) - 1;
   memcpy(key, KL_LEDGER_PREFIX, klen);
@@ -133,18 +239,35 @@ kl_handler_result_t kl_ledger_handler(void *opaque, const kl_event_t *event,
     snprintf(errbuf, errbuf_size, "ledger: %s", kl_err_detail());
     return KL_HANDLER_RETRY;
   }
-  if (kl_ledger_apply(credit, amount, &e.balance, errbuf, errbuf_size))
+  if (kl_ledger_apply(kind == KL_CREDIT, a->amount, &e.balance, errbuf,
+                      errbuf_size))
     return KL_HANDLER_FAIL;
-  if (seq != e.last_seq + 1)
-    e.violations++;
-  e.last_seq = seq;
-  unsigned char out[KL_LEDGER_VALUE_LEN];
-  kl_be64_put(out, e.balance);
-  kl_be64_put(out + 8, e.last_seq);
-  kl_be64_put(out + 16, e.violations);
-  if (kl_txn_put(txn, key, klen, out, sizeof(out))) {
-    snprintf(errbuf, errbuf_size, "ledger: %s", kl_err_detail());
-    return KL_HANDLER_RETRY;
+  if (a->has_seq) {
+    if (a->seq != e.last_seq + 1)
+      e.violations++;
+    e.last_seq = a->seq;
   }
-  return KL_HANDLER_OK;
+  return kl_ledger_store(txn, key, klen, &e, errbuf, errbuf_size);
+}
+
+kl_handler_result_t kl_ledger_handler(void *opaque, const kl_event_t *event,
+                                      const kl_fence_t *fence, kl_txn_t *txn,
+                                      char *errbuf, size_t errbuf_size) {
+  (void)opaque;
+  (void)fence;
+  kl_ledger_kind_t kind;
+  if (kl_ledger_kind(event, &kind, errbuf, errbuf_size))
+    return KL_HANDLER_FAIL;
+  msgpack_unpacked up;
+  msgpack_unpacked_init(&up);
+  kl_ledger_args_t a;
+  kl_handler_result_t r = KL_HANDLER_FAIL;
+  if (kl_ledger_payload(event->payload, event->payload_len, &up, &a))
+    a.has_amount = 0; /* not a map: kl_ledger_check() says what it must be */
+  if (!kl_ledger_check(event, kind, &a, errbuf, errbuf_size))
+    r = kl_ledger_apply_event(txn, event, kind, &a, errbuf, errbuf_size);
+  if (r == KL_HANDLER_OK && kind == KL_TRANSFER)
+    r = kl_ledger_emit_credit(txn, event, &a, errbuf, errbuf_size);
+  msgpack_unpacked_destroy(&up);
+  return r;
 }

@@ -13,6 +13,7 @@
 typedef struct kl_gen_event {
   uint32_t key;
   int64_t seq, amount; /* amount < 0: a debit */
+  int64_t to;          /* a transfer's destination key; -1 otherwise */
   char id[37];
 } kl_gen_event_t;
 
@@ -23,8 +24,9 @@ struct kl__ledger_gen {
   kl_gen_event_t *log;
   size_t count, cap;
   int64_t *balance, *last_seq;
+  unsigned char *touched; /* a key that an event changed */
   int64_t *end;
-  uint64_t republished, acked, failed;
+  uint64_t republished, acked, failed, transfers;
 };
 
 static uint64_t kl_gen_rand(kl__ledger_gen_t *gen) {
@@ -44,7 +46,8 @@ kl__ledger_gen_t *kl__ledger_gen_new(int keys, int32_t partitions,
   gen->balance = calloc((size_t)keys, sizeof(int64_t));
   gen->last_seq = calloc((size_t)keys, sizeof(int64_t));
   gen->end = calloc((size_t)partitions, sizeof(int64_t));
-  if (!gen->balance || !gen->last_seq || !gen->end) {
+  gen->touched = calloc((size_t)keys, 1);
+  if (!gen->balance || !gen->last_seq || !gen->end || !gen->touched) {
     kl__ledger_gen_destroy(gen);
     return NULL;
   }
@@ -57,6 +60,7 @@ void kl__ledger_gen_destroy(kl__ledger_gen_t *gen) {
   free(gen->log);
   free(gen->balance);
   free(gen->last_seq);
+  free(gen->touched);
   free(gen->end);
   free(gen);
 }
@@ -91,40 +95,105 @@ kl_err_t kl__ledger_send(kl_producer_t *producer, const char *topic,
   return err;
 }
 
+kl_err_t kl__ledger_send_transfer(kl_producer_t *producer, const char *topic,
+                                  const char *from, const char *to,
+                                  const char *id, int64_t amount, int64_t seq,
+                                  void *opaque) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 3);
+  msgpack_pack_str_with_body(&pk, "to", 2);
+  msgpack_pack_str_with_body(&pk, to, strlen(to));
+  msgpack_pack_str_with_body(&pk, "amount", 6);
+  msgpack_pack_int64(&pk, amount);
+  msgpack_pack_str_with_body(&pk, "seq", 3);
+  msgpack_pack_int64(&pk, seq);
+  kl_event_t ev = {.key = from, .key_len = strlen(from), .id = id,
+                   .id_len = id ? strlen(id) : 0, .type = "transfer",
+                   .type_len = 8, .payload = sb.data, .payload_len = sb.size};
+  kl_err_t err = kl_publish(producer, topic, &ev, opaque);
+  msgpack_sbuffer_destroy(&sb);
+  return err;
+}
+
 static kl_err_t kl_gen_send(kl_producer_t *producer, const char *topic,
                             const kl_gen_event_t *e) {
   char key[32];
   int klen = kl_gen_key(key, sizeof(key), e->key);
+  if (e->to >= 0) {
+    char to[32];
+    kl_gen_key(to, sizeof(to), (uint32_t)e->to);
+    return kl__ledger_send_transfer(producer, topic, key, to, e->id,
+                                    e->amount, e->seq, NULL);
+  }
   return kl__ledger_send(producer, topic, key, (size_t)klen, e->id,
                          e->amount < 0 ? "debit" : "credit",
                          e->amount < 0 ? -e->amount : e->amount, e->seq, NULL);
 }
 
-kl_err_t kl__ledger_gen_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,
-                                const char *topic) {
+/* The log's next entry, for a new event of a random key. */
+static kl_gen_event_t *kl_gen_next(kl__ledger_gen_t *gen, uint64_t r) {
   if (gen->count == gen->cap) {
     size_t cap = gen->cap ? gen->cap * 2 : 1024;
     kl_gen_event_t *log = realloc(gen->log, cap * sizeof(*log));
     if (!log)
-      return KL_ENOMEM;
+      return NULL;
     gen->log = log;
     gen->cap = cap;
   }
-  uint64_t r = kl_gen_rand(gen);
   kl_gen_event_t *e = &gen->log[gen->count];
   e->key = (uint32_t)(r % (uint64_t)gen->keys);
   e->seq = gen->last_seq[e->key] + 1;
   e->amount = (int64_t)((r >> 20) % 1000) + 1;
-  if ((r >> 40) % 10 < 3)
-    e->amount = -e->amount;
+  e->to = -1;
   kl_event_make_id(e->id);
+  return e;
+}
+
+/* Sends @p e and, once it is queued, books it. */
+static kl_err_t kl_gen_book(kl__ledger_gen_t *gen, kl_producer_t *producer,
+                            const char *topic, kl_gen_event_t *e) {
   kl_err_t err = kl_gen_send(producer, topic, e);
   if (err)
     return err;
   gen->last_seq[e->key] = e->seq;
-  gen->balance[e->key] += e->amount;
+  gen->touched[e->key] = 1;
+  if (e->to >= 0) {
+    gen->balance[e->key] -= e->amount;
+    gen->balance[e->to] += e->amount;
+    gen->touched[e->to] = 1;
+    gen->transfers++;
+  } else {
+    gen->balance[e->key] += e->amount;
+  }
   gen->count++;
   return KL_OK;
+}
+
+kl_err_t kl__ledger_gen_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,
+                                const char *topic) {
+  uint64_t r = kl_gen_rand(gen);
+  kl_gen_event_t *e = kl_gen_next(gen, r);
+  if (!e)
+    return KL_ENOMEM;
+  if ((r >> 40) % 10 < 3)
+    e->amount = -e->amount;
+  return kl_gen_book(gen, producer, topic, e);
+}
+
+kl_err_t kl__ledger_gen_transfer(kl__ledger_gen_t *gen,
+                                 kl_producer_t *producer, const char *topic) {
+  if (gen->keys < 2)
+    return KL_EINVAL;
+  uint64_t r = kl_gen_rand(gen);
+  kl_gen_event_t *e = kl_gen_next(gen, r);
+  if (!e)
+    return KL_ENOMEM;
+  e->to = (int64_t)((e->key + 1 + (r >> 44) % (uint64_t)(gen->keys - 1)) %
+                    (uint64_t)gen->keys);
+  return kl_gen_book(gen, producer, topic, e);
 }
 
 kl_err_t kl__ledger_gen_republish(kl__ledger_gen_t *gen,
@@ -155,6 +224,10 @@ void kl__ledger_gen_on_delivery(void *opaque, const kl_delivery_t *d) {
 uint64_t kl__ledger_gen_published(const kl__ledger_gen_t *gen) {
   return gen->count;
 }
+uint64_t kl__ledger_gen_transfers(const kl__ledger_gen_t *gen) {
+  return gen->transfers;
+}
+
 uint64_t kl__ledger_gen_republished(const kl__ledger_gen_t *gen) {
   return gen->republished;
 }
@@ -203,6 +276,7 @@ static int kl_gen_row(void *opaque, const void *key, size_t key_len,
     return 0;
   }
   w->v->violations += (uint64_t)e.violations;
+  w->v->total += e.balance;
   if (e.balance == w->gen->balance[k] && e.last_seq == w->gen->last_seq[k])
     w->v->keys_ok++;
   else
@@ -228,10 +302,16 @@ kl_err_t kl__ledger_gen_verify(const kl__ledger_gen_t *gen, kl_store_t *store,
   if (!err)
     err = kl_store_scan(store, KL_LEDGER_PREFIX, sizeof(KL_LEDGER_PREFIX) - 1,
                         kl_gen_row, &w);
-  for (int k = 0; k < gen->keys; k++)
-    v->keys += gen->last_seq[k] > 0;
+  for (int k = 0; k < gen->keys; k++) {
+    v->keys += gen->touched[k];
+    v->total_expected += gen->balance[k];
+  }
+  v->transfers = gen->transfers;
+  v->total_ok = !err && v->total == v->total_expected;
+  /* A transfer applies twice: its debit, then its credit (a follow-up). */
   v->ok = !err && v->keys_bad == 0 && v->keys_ok == v->keys &&
-          v->violations == 0 && v->applied == gen->count &&
+          v->total_ok && v->violations == 0 &&
+          v->applied == gen->count + gen->transfers &&
           v->duplicates == gen->republished && gen->failed == 0 &&
           v->caught_up == (uint64_t)gen->partitions;
   return err;
@@ -243,8 +323,12 @@ int kl__ledger_gen_wait(const kl__ledger_gen_t *gen, kl_store_t *store,
   for (int t = 0; t < ms; t += 100) {
     kl__ledger_verdict_t v;
     int32_t owned;
+    /* Caught up with what it published, and with the transfers' credits,
+     * which their owners published after it. */
     if (kl_gen_walk_parts(gen, store, topic, &v, &owned) == KL_OK &&
-        (any_owner ? owned : (int32_t)v.caught_up) == gen->partitions)
+        (any_owner ? owned == gen->partitions
+                   : (int32_t)v.caught_up == gen->partitions &&
+                         v.applied >= gen->count + gen->transfers))
       return 0;
     nanosleep(&tick, NULL);
   }

@@ -25,6 +25,11 @@ typedef struct kl__ledger_verdict {
   uint64_t applied;    /* sum of the partitions' applied counters */
   uint64_t duplicates; /* sum of their duplicate counters */
   uint64_t caught_up;  /* partitions whose watermark reached the end */
+  uint64_t transfers;  /* transfers published (each emits a credit) */
+  int64_t total;          /* the sum of the stored balances */
+  int64_t total_expected; /* credits less debits published: transfers
+                             move money, they never make or lose any */
+  int total_ok;        /* total == total_expected: money is conserved */
   int ok;              /* all of the above as published */
 } kl__ledger_verdict_t;
 
@@ -45,6 +50,20 @@ void kl__ledger_gen_destroy(kl__ledger_gen_t *gen);
 kl_err_t kl__ledger_gen_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,
                                 const char *topic);
 
+/**
+ * Publishes one new transfer {"to", "amount", "seq"} from a random key to
+ * another: the worker debits the first and emits the credit of the second
+ * (kl_txn_emit()). @returns KL_EINVAL with fewer than two keys.
+ */
+kl_err_t kl__ledger_gen_transfer(kl__ledger_gen_t *gen,
+                                 kl_producer_t *producer, const char *topic);
+
+/** Publishes one transfer of @p amount from @p from to @p to. */
+kl_err_t kl__ledger_send_transfer(kl_producer_t *producer, const char *topic,
+                                  const char *from, const char *to,
+                                  const char *id, int64_t amount, int64_t seq,
+                                  void *opaque);
+
 /** Re-publishes a random earlier event unchanged, same idempotency key. */
 kl_err_t kl__ledger_gen_republish(kl__ledger_gen_t *gen,
                                   kl_producer_t *producer, const char *topic);
@@ -54,6 +73,7 @@ void kl__ledger_gen_on_delivery(void *gen, const kl_delivery_t *delivery);
 
 uint64_t kl__ledger_gen_published(const kl__ledger_gen_t *gen);
 uint64_t kl__ledger_gen_republished(const kl__ledger_gen_t *gen);
+uint64_t kl__ledger_gen_transfers(const kl__ledger_gen_t *gen);
 uint64_t kl__ledger_gen_acked(const kl__ledger_gen_t *gen);
 uint64_t kl__ledger_gen_failed(const kl__ledger_gen_t *gen);
 

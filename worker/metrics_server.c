@@ -207,6 +207,17 @@ static void kl_ms_routing(kl__metrics_server_t *server, kl__metrics_t *m,
                   st->partitions_live != st->partitions_expected);
 }
 
+/* Follow-up events (kl_txn_emit()): held in the outbox, and published. */
+static void kl_ms_outbox(kl__metrics_t *m, const kl_worker_stats_t *st) {
+  kl_ms_gauge(m, "keylane_worker_outbox_pending",
+              "Follow-up events committed and not yet acknowledged by Kafka "
+              "(owned partitions); a partition pauses at worker.outbox.max.",
+              (double)st->outbox_pending);
+  kl_ms_counter(m, "keylane_worker_outbox_published_total",
+                "Follow-up events published and acknowledged.",
+                st->outbox_published);
+}
+
 /* keylane_worker_lag_seconds{topic,partition}: from the envelope ts of
  * each owned partition's oldest unapplied record. */
 static kl__metric_t *kl_ms_lag_seconds_family(kl__metrics_t *m) {
@@ -289,6 +300,7 @@ static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
               st.retention_unchecked);
   kl_ms_routing(server, m, &st);
   kl_ms_store_cache(server, m);
+  kl_ms_outbox(m, &st);
   kl_ms_scrape_t scrape = {
       server,
       kl__metrics_gauge(m, "keylane_worker_partition_watermark",

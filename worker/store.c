@@ -54,17 +54,15 @@ void kl_store_destroy(kl_store_t *store) {
     store->ops->destroy(store);
 }
 
-/* Kafka's own limit; the parts key holds the name, so it is enforced. */
-#define KL_TOPIC_MAX 249
 
-static kl_err_t kl_store_check_tp(const char *fn, const char *topic,
-                                  int32_t partition) {
+kl_err_t kl__store_check_tp(const char *fn, const char *topic,
+                            int32_t partition) {
   if (!topic || !*topic)
     return kl__err(KL_EINVAL, "%s: a topic is required", fn);
   size_t len = strlen(topic);
-  if (len > KL_TOPIC_MAX)
+  if (len > KL__TOPIC_MAX)
     return kl__err(KL_EINVAL, "%s: topic is %zu bytes, Kafka allows %d", fn,
-                   len, KL_TOPIC_MAX);
+                   len, KL__TOPIC_MAX);
   if (partition < 0)
     return kl__err(KL_EINVAL, "%s: partition %d is negative", fn,
                    (int)partition);
@@ -74,7 +72,7 @@ static kl_err_t kl_store_check_tp(const char *fn, const char *topic,
 kl_err_t kl__store_acquire_above(kl_store_t *store, const char *topic,
                                  int32_t partition, uint64_t floor,
                                  kl_partition_state_t *state) {
-  kl_err_t err = kl_store_check_tp("kl_store_acquire", topic, partition);
+  kl_err_t err = kl__store_check_tp("kl_store_acquire", topic, partition);
   if (err || !store || !state)
     return err ? err : kl__err(KL_EINVAL, "kl_store_acquire: store and state "
                                           "are required");
@@ -90,7 +88,7 @@ kl_err_t kl_store_acquire(kl_store_t *store, const char *topic,
 kl_err_t kl_store_partition(kl_store_t *store, const char *topic,
                             int32_t partition, kl_partition_state_t *state) {
   kl__err_clear();
-  kl_err_t err = kl_store_check_tp("kl_store_partition", topic, partition);
+  kl_err_t err = kl__store_check_tp("kl_store_partition", topic, partition);
   if (err || !store || !state)
     return err ? err : kl__err(KL_EINVAL, "kl_store_partition: store and "
                                           "state are required");
@@ -99,7 +97,7 @@ kl_err_t kl_store_partition(kl_store_t *store, const char *topic,
 
 kl_err_t kl__store_reset(kl_store_t *store, const char *topic,
                          int32_t partition, kl_partition_state_t *state) {
-  kl_err_t err = kl_store_check_tp("kl__store_reset", topic, partition);
+  kl_err_t err = kl__store_check_tp("kl__store_reset", topic, partition);
   if (err || !store || !state)
     return err ? err : kl__err(KL_EINVAL, "kl__store_reset: store and state "
                                           "are required");
@@ -118,7 +116,7 @@ kl_err_t kl__store_beat(kl_store_t *store, const char *topic,
     return kl__err(KL_EINVAL, "kl__store_beat: a store and the beats are "
                               "required");
   for (size_t i = 0; i < n; i++) {
-    kl_err_t err = kl_store_check_tp("kl__store_beat", topic,
+    kl_err_t err = kl__store_check_tp("kl__store_beat", topic,
                                      beats[i].partition);
     if (err || !beats[i].epoch)
       return err ? err : kl__err(KL_EINVAL, "kl__store_beat: partition %d "
@@ -138,7 +136,7 @@ int64_t kl__beat_period_ns(const kl_conf_t *conf) {
 kl_err_t kl_store_begin(kl_store_t *store, const char *topic,
                         int32_t partition, uint64_t epoch, kl_txn_t **txn) {
   kl__err_clear();
-  kl_err_t err = kl_store_check_tp("kl_store_begin", topic, partition);
+  kl_err_t err = kl__store_check_tp("kl_store_begin", topic, partition);
   if (err)
     return err;
   if (!store || !txn)
@@ -154,7 +152,8 @@ kl_err_t kl_store_commit(kl_txn_t *txn, int64_t watermark) {
   kl__err_clear();
   if (!txn)
     return kl__err(KL_EINVAL, "kl_store_commit: txn is required");
-  return txn->store->ops->commit(txn, watermark);
+  kl_err_t err = kl__store_commit_outboxless(txn);
+  return err ? err : txn->store->ops->commit(txn, watermark);
 }
 
 void kl__store_commit_many(kl__store_commit_t *commits, size_t n) {

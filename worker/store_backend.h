@@ -63,15 +63,48 @@ typedef struct kl__store_ops {
    * kl__store_cache_stats(). */
   void (*forget)(kl_store_t *store, const char *topic, int32_t partition);
   void (*cache_stats)(kl_store_t *store, kl__cache_stats_t *stats);
+  /* Optional (NULL: the store has no outbox, kl_txn_emit()'s commit is
+   * refused): kl__store_outbox_list() and kl__store_outbox_del(). A
+   * backend with them writes txn->emits in its commit, after the fence
+   * check, each under the next seq of the store's outbox counter. */
+  kl_err_t (*outbox_list)(kl_store_t *store, const char *topic,
+                          int32_t partition, uint64_t after, size_t max,
+                          kl__outbox_cb_t *cb, void *opaque);
+  kl_err_t (*outbox_del)(kl_store_t *store, const char *topic,
+                         const kl__outbox_ack_t *acks, size_t n);
 } kl__store_ops_t;
 
 struct kl_store {
   const kl__store_ops_t *ops;
 };
 
+typedef struct kl__emits kl__emits_t; /* outbox_rec.h */
+
+/* The emit fields are the store.c's (kl_txn_emit()); a backend zeroes
+ * them with its txn, writes emits in its commit and frees them with
+ * kl__txn_emits_free() when the txn ends. */
 struct kl_txn {
   kl_store_t *store;
+  kl__emits_t *emits;  /* the batch's follow-ups; NULL until one is emitted */
+  const char *src_id;  /* the event the handler runs (borrowed), or NULL */
+  size_t src_id_len;
+  size_t src_first;    /* emits->count when that event began */
 };
+
+/* Kafka's own limit on a topic's name; the parts key holds the name, so
+ * it is enforced. */
+#define KL__TOPIC_MAX 249
+
+/* Checks a topic and partition given to @p fn (store.c). */
+kl_err_t kl__store_check_tp(const char *fn, const char *topic,
+                            int32_t partition);
+
+/* KL_OK, or (aborting @p txn) KL_EINVAL when it emitted follow-ups and
+ * its store has no outbox: they would be lost. */
+kl_err_t kl__store_commit_outboxless(kl_txn_t *txn);
+
+/* Frees @p txn's emits; for the backends' txn ends. */
+void kl__txn_emits_free(kl_txn_t *txn);
 
 /* Backend constructors, called by kl_store_open(). */
 kl_err_t kl__store_lmdb_open(const char *dir, const kl_conf_t *conf,

@@ -182,4 +182,54 @@ typedef int(kl__store_id_cb_t)(void *opaque, const char *topic,
 kl_err_t kl__store_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
                             void *opaque);
 
+/* ---- the outbox: follow-up events committed with their source ------- */
+
+/**
+ * Called for each outbox record by kl__store_outbox_list(), in seq order;
+ * @p rec (outbox_rec.h) is borrowed for the call. Return nonzero to stop.
+ */
+typedef int(kl__outbox_cb_t)(void *opaque, uint64_t seq, const void *rec,
+                             size_t len);
+
+/**
+ * Lists up to @p max follow-ups that batches of @p partition of @p topic
+ * committed and nobody removed, with a seq above @p after, in seq order
+ * (commit order: seqs come from one counter of the store and only grow).
+ * @returns KL_OK; KL_EINVAL for a store without an outbox.
+ */
+kl_err_t kl__store_outbox_list(kl_store_t *store, const char *topic,
+                               int32_t partition, uint64_t after, size_t max,
+                               kl__outbox_cb_t *cb, void *opaque);
+
+/** One follow-up of the outbox, for kl__store_outbox_del(). */
+typedef struct kl__outbox_ack {
+  int32_t partition;
+  uint64_t seq;
+} kl__outbox_ack_t;
+
+/**
+ * Removes the follow-ups @p acks of @p topic (published and acknowledged),
+ * of any partitions, in ONE short write; ones already gone are skipped.
+ * Not fenced: a record Kafka acknowledged may go whoever owns its
+ * partition.
+ */
+kl_err_t kl__store_outbox_del(kl_store_t *store, const char *topic,
+                              const kl__outbox_ack_t *acks, size_t n);
+
+/**
+ * Tells @p txn which event its handler runs now: kl_txn_emit() derives the
+ * follow-ups' ids from @p id (borrowed until the next call) and counts
+ * their index from 0. NULL ends it (kl_txn_emit() is then refused).
+ */
+void kl__txn_source(kl_txn_t *txn, const char *id, size_t id_len);
+
+typedef struct kl__emits kl__emits_t; /* outbox_rec.h */
+
+/** Moves @p txn's emits out (NULL when none): the caller frees them with
+ *  kl__emits_free(). */
+kl__emits_t *kl__txn_take_emits(kl_txn_t *txn);
+
+/** Appends @p emits to @p txn's, to be written with its commit. */
+kl_err_t kl__txn_add_emits(kl_txn_t *txn, const kl__emits_t *emits);
+
 #endif

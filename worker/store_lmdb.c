@@ -982,6 +982,8 @@ static const kl__store_ops_t kl_lmdb_ops = {
     .id_count = kl_lmdb_id_count,
     .ids_walk = kl_lmdb_ids_walk,
     .version = kl_lmdb_version,
+    .outbox_list = kl__lmdb_outbox_list,
+    .outbox_del = kl__lmdb_outbox_del,
 };
 
 /* The databases of this format, created when missing. */
@@ -991,6 +993,8 @@ static int kl_open_dbs(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
       (rc = mdb_dbi_open(mtxn, "beats", MDB_CREATE, &lmdb->beats)) ||
       (rc = mdb_dbi_open(mtxn, "topics", MDB_CREATE, &lmdb->topics)) ||
       (rc = mdb_dbi_open(mtxn, "topic_ids", MDB_CREATE, &lmdb->ids)))
+    return rc;
+  if ((rc = mdb_dbi_open(mtxn, "outbox", MDB_CREATE, &lmdb->outbox)))
     return rc;
   return mdb_dbi_open(mtxn, "data", MDB_CREATE, &lmdb->data);
 }
@@ -1154,7 +1158,7 @@ static kl_err_t kl_lmdb_env(kl__lmdb_t *lmdb, size_t map_size,
                             unsigned flags) {
   int rc = mdb_env_create(&lmdb->env);
   if (!rc)
-    rc = mdb_env_set_maxdbs(lmdb->env, 8); /* 7 named: room to grow */
+    rc = mdb_env_set_maxdbs(lmdb->env, 12); /* 8 named: room to grow */
   if (!rc)
     rc = mdb_env_set_maxreaders(lmdb->env, KL_LMDB_READERS);
   if (!rc)

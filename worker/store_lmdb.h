@@ -15,6 +15,8 @@
  *   topic_ids  topic number (4 bytes, big-endian) + encoded idempotency key
  *              -> 6 bytes: insert ms << 2 | mark
  *   data       the handlers' keys and values, as given
+ *   outbox     follow-up events committed and not yet published
+ *              (store_lmdb_outbox.c); added, not changed: no format step
  * ids and data are separate so that expiry walks only idempotency keys and
  * a prefix scan walks only handler state. A number rather than the topic's
  * name scopes an id: 4 bytes per key, whatever the name's length.
@@ -37,6 +39,7 @@ typedef struct kl__lmdb {
   kl_store_t base;
   MDB_env *env;
   MDB_dbi meta, parts, beats, topics, ids, data; /* ids: "topic_ids" */
+  MDB_dbi outbox; /* store_lmdb_outbox.c */
   char *dir;
   int durable;          /* store.durability=full: every commit is fsynced */
   size_t map_max;       /* store.map.max, rounded to pages */
@@ -156,5 +159,15 @@ kl_err_t kl__lmdb_seen(kl_txn_t *txn, const char *id, size_t id_len,
 kl_err_t kl__lmdb_mark(kl_txn_t *txn, const char *id, size_t id_len,
                        kl_mark_t mark);
 void kl__lmdb_count_duplicate(kl_txn_t *txn);
+
+/* The outbox of store_lmdb_outbox.c: writes @p emits under the next seqs
+ * in a commit's write transaction (an LMDB rc), lists and removes. */
+int kl__lmdb_outbox_write(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
+                          int32_t partition, const kl__emits_t *emits);
+kl_err_t kl__lmdb_outbox_list(kl_store_t *store, const char *topic,
+                              int32_t partition, uint64_t after, size_t max,
+                              kl__outbox_cb_t *cb, void *opaque);
+kl_err_t kl__lmdb_outbox_del(kl_store_t *store, const char *topic,
+                             const kl__outbox_ack_t *acks, size_t n);
 
 #endif

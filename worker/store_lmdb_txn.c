@@ -34,6 +34,7 @@ static void kl_lmdb_txn_free(kl_lmdb_txn_t *ltxn) {
   kl__lmdb_read_end(kl_txn_lmdb(ltxn), ltxn->snap);
   kl__buf_clear(&ltxn->data);
   kl__buf_clear(&ltxn->ids);
+  kl__txn_emits_free(&ltxn->base);
   free(ltxn);
 }
 
@@ -247,7 +248,10 @@ static int kl_commit_one(kl__lmdb_t *lmdb, MDB_txn *mtxn,
   }
   uint64_t dead_letters;
   if ((rc = kl_commit_data(lmdb, mtxn, ctx)) ||
-      (rc = kl_commit_ids(lmdb, mtxn, ctx, &dead_letters)))
+      (rc = kl_commit_ids(lmdb, mtxn, ctx, &dead_letters)) ||
+      (ltxn->base.emits &&
+       (rc = kl__lmdb_outbox_write(lmdb, mtxn, ltxn->topic, ltxn->partition,
+                                   ltxn->base.emits))))
     return rc;
   if (ctx->watermark > state.watermark)
     state.watermark = ctx->watermark;

@@ -190,8 +190,9 @@ const char *kl__pg_state(const PGresult *res) {
 }
 
 static int kl_pg_send(kl__pg_conn_t *conn, const kl__pg_call_t *c) {
-  if (c->sql)
-    return PQsendQueryParams(conn->pg, c->sql, 0, NULL, NULL, NULL, NULL, 0);
+  if (c->sql) /* parameters only as text: the outbox's insert */
+    return PQsendQueryParams(conn->pg, c->sql, c->nparams, NULL, c->values,
+                             NULL, NULL, 0);
   return PQsendQueryPrepared(conn->pg, kl_pg_stmts[c->stmt].name, c->nparams,
                              c->values, c->lengths, c->formats, 0);
 }
@@ -370,6 +371,11 @@ static kl_err_t kl_pg_call_once(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx,
 
 static kl_err_t kl_pg_call(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx) {
   return kl_pg_call_once(pgs, fn, ctx, NULL);
+}
+
+kl_err_t kl__pg_call(kl__pg_t *pgs, kl_err_t (*fn)(kl__pg_conn_t *, void *),
+                     void *ctx) {
+  return kl_pg_call(pgs, fn, ctx);
 }
 
 /* ---- partitions ------------------------------------------------------- */
@@ -871,6 +877,8 @@ const kl__store_ops_t kl__pg_ops = {
     .prefetch = kl__pg_prefetch,
     .forget = kl_pg_forget,
     .cache_stats = kl_pg_cache_stats,
+    .outbox_list = kl__pg_outbox_list,
+    .outbox_del = kl__pg_outbox_del,
 };
 
 static kl_err_t kl_pg_new(const char *uri, const kl_conf_t *conf,

@@ -162,7 +162,7 @@ kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
 const char *kl__pg_state(const PGresult *res);
 
 /* Schema versions (store_pg_migrations.c). */
-#define KL__PG_SCHEMA_VERSION 4
+#define KL__PG_SCHEMA_VERSION 5
 
 /** Reads the schema version: 0 when keylane has created nothing yet. */
 kl_err_t kl__pg_schema_version(PGconn *pg, int *version);
@@ -200,5 +200,23 @@ void kl__pg_count_duplicate(kl_txn_t *txn);
 void *kl__pg_conn(kl_txn_t *txn);
 kl_err_t kl__pg_prefetch(kl_txn_t *txn, const char *const *ids,
                          const size_t *id_lens, size_t n);
+
+/** Runs @p fn on a pooled connection, once more on a fresh one when the
+ *  link was lost: for statements that may run twice. */
+kl_err_t kl__pg_call(kl__pg_t *pgs, kl_err_t (*fn)(kl__pg_conn_t *, void *),
+                     void *ctx);
+
+/* The outbox of store_pg_outbox.c: fills @p call, a statement of a
+ * commit's pipeline after its fence, with the insert of @p emits (its
+ * parameters in *params, which the caller frees after the pipeline); lists
+ * and removes on pooled connections. */
+kl_err_t kl__pg_outbox_add(kl__pg_call_t *call, char **params,
+                           const char *topic, int32_t partition,
+                           const kl__emits_t *emits);
+kl_err_t kl__pg_outbox_list(kl_store_t *store, const char *topic,
+                            int32_t partition, uint64_t after, size_t max,
+                            kl__outbox_cb_t *cb, void *opaque);
+kl_err_t kl__pg_outbox_del(kl_store_t *store, const char *topic,
+                           const kl__outbox_ack_t *acks, size_t n);
 
 #endif

@@ -80,6 +80,15 @@ static const char *const kl_pg_migrations[KL__PG_SCHEMA_VERSION] = {
     "  partition integer NOT NULL,"
     "  beats bigint NOT NULL DEFAULT 0,"
     "  PRIMARY KEY (topic, partition));",
+    /* 5: the outbox: follow-up events (kl_txn_emit()) committed with their
+     * batch and not yet published (store_pg_outbox.c). */
+    "CREATE SEQUENCE keylane_outbox_seq;"
+    "CREATE TABLE keylane_outbox ("
+    "  topic text COLLATE \"C\" NOT NULL,"
+    "  partition integer NOT NULL,"
+    "  seq bigint NOT NULL,"
+    "  rec bytea NOT NULL,"
+    "  PRIMARY KEY (topic, partition, seq));",
 };
 
 /* pg_advisory_xact_lock key: "keylane" as a number, so that two openers of

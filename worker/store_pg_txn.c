@@ -173,6 +173,7 @@ static void kl_pg_txn_free(kl_pg_txn_t *txn) {
   kl__buf_clear(&txn->ids);
   kl__buf_clear(&txn->known);
   free(txn->vbuf);
+  kl__txn_emits_free(&txn->base);
   free(txn->topic);
   free(txn);
 }
@@ -480,8 +481,9 @@ kl_err_t kl__pg_prefetch(kl_txn_t *base, const char *const *ids,
 
 /* What the commit sends: the statements and the bytes they point to. */
 typedef struct kl_pg_commit {
-  kl__pg_call_t calls[5]; /* fence, upsert, delete, ids, COMMIT */
+  kl__pg_call_t calls[6]; /* fence, upsert, delete, ids, outbox, COMMIT */
   int n;
+  char *outbox; /* the outbox insert's parameters (store_pg_outbox.c) */
   kl_pg_arr_t keys, vals, dels, ids, marks;
   char part[16], wm[24], app[24], dup[24], dl[24], epoch[24], now[24];
 } kl_pg_commit_t;
@@ -494,6 +496,7 @@ static void kl_pg_commit_free(kl_pg_commit_t *c) {
   free(c->dels.p);
   free(c->ids.p);
   free(c->marks.p);
+  free(c->outbox);
 }
 
 /* Adds prepared statement @p stmt with binary arrays @p a and @p b (or
@@ -690,6 +693,9 @@ static kl_err_t kl_pg_commit_send(kl_pg_txn_t *txn, int64_t watermark,
     err = kl_pg_add_data(txn, c);
   if (!err && txn->ids.count)
     err = kl_pg_add_ids(txn, c);
+  if (!err && txn->base.emits) /* after the fence: store_pg_outbox.c */
+    err = kl__pg_outbox_add(&c->calls[c->n++], &c->outbox, txn->topic,
+                            txn->partition, txn->base.emits);
   if (!err) {
     kl__pg_call_t *commit = &c->calls[c->n++];
     memset(commit, 0, sizeof(*commit));

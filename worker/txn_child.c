@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "worker/outbox_rec.h"
 #include "worker/store_backend.h"
+#include "worker/store_internal.h"
 
 /* ---- the overlay ----------------------------------------------------- */
 
@@ -336,6 +338,7 @@ void kl__child_begin(kl__child_t *child, kl_txn_t *snap, pthread_mutex_t *mu,
                      const kl__overlay_t *ov) {
   kl__buf_reset(&child->data);
   kl__buf_reset(&child->ids);
+  kl__emits_reset(child->base.emits); /* the last event's, when not kept */
   child->snap = snap;
   child->mu = mu;
   child->ov = ov;
@@ -347,6 +350,7 @@ void kl__child_begin(kl__child_t *child, kl_txn_t *snap, pthread_mutex_t *mu,
 void kl__child_destroy(kl__child_t *child) {
   kl__buf_clear(&child->data);
   kl__buf_clear(&child->ids);
+  kl__txn_emits_free(&child->base);
   free(child->rbuf);
   child->rbuf = NULL;
   child->rcap = 0;

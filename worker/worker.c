@@ -88,6 +88,11 @@ void kl__worker_set_before_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
   kl__lanes_set_before_commit(worker->lanes, fn, opaque);
 }
 
+void kl__worker_set_after_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
+                                 void *opaque) {
+  kl__lanes_set_after_commit(worker->lanes, fn, opaque);
+}
+
 size_t kl__worker_misrouted(kl_worker_t *worker, uint64_t *by_partition,
                             size_t max) {
   return kl__lanes_misrouted(worker->lanes, by_partition, max);

@@ -28,6 +28,15 @@ struct rd_kafka_s *kl__worker_consumer(kl_worker_t *worker);
  *  kl_worker_destroy(); render it from any thread. */
 struct kl__metrics *kl__worker_metrics(kl_worker_t *worker);
 
+/**
+ * Called on the worker's thread right after a store commit that wrote
+ * follow-up events (kl_txn_emit()) and before any of them is published:
+ * the window a crash between the commit and the publish falls in. Tests
+ * exit the process here.
+ */
+void kl__worker_set_after_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
+                                 void *opaque);
+
 /** The worker's log guard, for /metrics, /healthz and tests: borrowed,
  *  valid until kl_worker_destroy(); read it with kl__log_guard_stops(). */
 kl__log_guard_t *kl__worker_log_guard(kl_worker_t *worker);

@@ -216,6 +216,41 @@ KL_EXPORT kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
  */
 KL_EXPORT void *kl_txn_pg_conn(kl_txn_t *txn);
 
+/**
+ * Emits a follow-up event, committed with the batch: a transactional
+ * outbox. The handler of one key changes another key (a transfer credits
+ * an account that another partition's owner writes) without writing it:
+ * the follow-up goes into the store's outbox in the SAME commit as the
+ * handler's writes, its idempotency mark and the watermark, under the same
+ * fence. It is rolled back with them (RETRY, FAIL, a fenced or failed
+ * commit: a fenced owner's follow-ups are never published) and invisible
+ * until the commit. After the commit the worker publishes it like
+ * kl_publish() (acks=all, idempotent, murmur2 routing of @p key) and
+ * removes it from the outbox once Kafka acknowledged it; a worker that
+ * takes the partition publishes first what its predecessor left there, so
+ * a crash between the commit and the publish loses nothing.
+ *
+ * Its id is deterministic: "<id>/<n>", the id of the event the handler
+ * runs and the emit's index in that run (0, 1, ...); when that would pass
+ * KL_ID_MAX bytes, the id's first bytes, "~", 16 hex digits of its FNV-1a
+ * 64-bit hash, then "/<n>". A follow-up published again (after a crash,
+ * by the next owner) has the same id, so its consumer applies it once.
+ *
+ * @param topic  the destination topic; NULL (or "") for the event's own.
+ * @param key    the destination entity's key (1..KL_KEY_MAX bytes).
+ * @param type   the event type (NUL-terminated).
+ * @param payload @p payload_len bytes; copied, like @p key and @p type.
+ * @returns KL_OK; KL_EINVAL (at most 64 per event, from a handler only);
+ *          KL_EDECODE_* for a key, type or payload past the event limits.
+ * @remark Follow-ups of one source partition to one destination key are
+ *         published in commit order. A store needs the outbox (LMDB and
+ *         PostgreSQL, whose schema 5 holds it: `keylane store migrate`).
+ */
+KL_EXPORT kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic,
+                               const void *key, size_t key_len,
+                               const char *type, const void *payload,
+                               size_t payload_len);
+
 /** Adds to the partition's duplicate counter in this batch's commit. */
 KL_EXPORT void kl_txn_count_duplicate(kl_txn_t *txn);
 

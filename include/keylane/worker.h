@@ -73,7 +73,11 @@
  * - kl_worker_stop() may be called from any thread and from a signal
  *   handler.
  * - The handler must keep to its own partition's entities: writing another
- *   partition's entity breaks the single-writer rule.
+ *   partition's entity breaks the single-writer rule. To change another
+ *   key, emit a follow-up event for it with kl_txn_emit() (store.h): it is
+ *   committed with the handler's writes and published after the commit
+ *   (at most "worker.outbox.max" unpublished per partition; past it the
+ *   partition pauses).
  * - At concurrency 1 the polling thread checks its time budget before each
  *   event, so it polls again within that budget plus ONE handler call. A
  *   call must therefore end well within librdkafka's max.poll.interval.ms
@@ -192,6 +196,10 @@ typedef struct kl_worker_stats {
   int32_t partitions_live; /**< gauge: its count as last read (every
                                 worker.partitions.check.ms); when it
                                 differs the worker stops taking the topic */
+  uint64_t outbox_pending;   /**< gauge: follow-up events (kl_txn_emit())
+                                  committed and not yet acknowledged by
+                                  Kafka, of the partitions owned */
+  uint64_t outbox_published; /**< follow-ups published and acknowledged */
 } kl_worker_stats_t;
 
 /**

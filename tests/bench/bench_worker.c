@@ -62,14 +62,16 @@ static void kl_bw_sleep_ms(int ms) {
 typedef struct kl_bw_caught {
   const kl__ledger_gen_t *gen;
   int32_t parts;
+  uint64_t applied;
 } kl_bw_caught_t;
 
 static int kl_bw_part(void *opaque, const char *topic, int32_t partition,
                       const kl_partition_state_t *state) {
   kl_bw_caught_t *c = opaque;
-  if (strcmp(topic, KL_BW_TOPIC) == 0 &&
-      state->watermark >= kl__ledger_gen_end(c->gen, partition))
-    c->parts++;
+  if (strcmp(topic, KL_BW_TOPIC) != 0)
+    return 0;
+  c->parts += state->watermark >= kl__ledger_gen_end(c->gen, partition);
+  c->applied += state->applied;
   return 0;
 }
 
@@ -78,9 +80,12 @@ static int kl_bw_part(void *opaque, const char *topic, int32_t partition,
 static int kl_bw_wait_caught_up(const kl__ledger_gen_t *gen, kl_store_t *store,
                                 double t0, double limit_s) {
   while (kl_bench_now() - t0 < limit_s) {
-    kl_bw_caught_t c = {gen, 0};
+    kl_bw_caught_t c = {gen, 0, 0};
+    /* Transfers' credits (follow-ups) land after the events it published. */
     if (kl_store_foreach_partition(store, kl_bw_part, &c) == KL_OK &&
-        c.parts == kl_bw_parts)
+        c.parts == kl_bw_parts &&
+        c.applied >= kl__ledger_gen_published(gen) +
+                         kl__ledger_gen_transfers(gen))
       return 0;
     kl_bw_sleep_ms(2);
   }
@@ -178,11 +183,14 @@ static double kl_bw_keylane(const char *boot, kl__ledger_gen_t *gen,
   return done == 0 && v.ok ? s : -1;
 }
 
+/* @p transfers of every 100 events are transfers between accounts. */
 static int kl_bw_load(kl_producer_t *producer, kl__ledger_gen_t *gen,
-                      int64_t events) {
+                      int64_t events, int64_t transfers) {
   for (int64_t i = 0; i < events; i++) {
     kl_err_t err;
-    while ((err = kl__ledger_gen_publish(gen, producer, KL_BW_TOPIC)) ==
+    while ((err = i % 100 < transfers
+                      ? kl__ledger_gen_transfer(gen, producer, KL_BW_TOPIC)
+                      : kl__ledger_gen_publish(gen, producer, KL_BW_TOPIC)) ==
            KL_EQUEUE_FULL)
       kl_producer_poll(producer, 10);
     if (err) {
@@ -194,7 +202,7 @@ static int kl_bw_load(kl_producer_t *producer, kl__ledger_gen_t *gen,
 }
 
 static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
-                        int json, int pg) {
+                        int64_t transfers, int json, int pg) {
   double k[KL_BW_ROUNDS_MAX], b[KL_BW_ROUNDS_MAX], j[KL_BW_ROUNDS_MAX],
       e[KL_BW_ROUNDS_MAX];
   uint64_t batches = 0, txns = 0;
@@ -226,6 +234,7 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
         "keylane_s", ks, "join_s", js, "keylane_e2e_eps", e2e, "ratio_e2e",
         e2e / reps);
     json_object_set_new(o, "store", json_string(pg ? "postgresql" : "lmdb"));
+    json_object_set_new(o, "transfers_percent", json_integer(transfers));
     json_dumpf(o, stdout, JSON_COMPACT);
     putchar('\n');
     json_decref(o);
@@ -233,6 +242,10 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
   }
   printf("worker, %" PRId64 " ledger events, %d partitions, median of %d "
          "rounds\n", events, kl_bw_parts, n);
+  if (transfers)
+    printf("  %" PRId64 " %% of them transfers: each applies twice, its "
+           "debit, then its credit published through the outbox\n",
+           transfers);
   printf("  keylane (ledger, durable %s): %10.0f events/s, from the first "
          "assignment\n", pg ? "PostgreSQL" : "LMDB", keps);
   printf("  bare librdkafka consume loop:   %10.0f events/s\n", reps);
@@ -248,10 +261,12 @@ int kl_bench_worker(int argc, char **argv) {
   static const struct option opts[] = {{"events", required_argument, NULL, 'e'},
                                        {"store", required_argument, NULL, 's'},
                                        {"rounds", required_argument, NULL, 'r'},
+                                       {"transfers", required_argument, NULL,
+                                        't'},
                                        {"json", no_argument, NULL, 'j'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
-  int64_t events = 1000000, rounds = 3;
+  int64_t events = 1000000, rounds = 3, transfers = 0;
   int json = 0, pg = 0, c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -260,6 +275,9 @@ int kl_bench_worker(int argc, char **argv) {
       return 2;
     if (c == 'r' && kl_bench_count(KL_BW_NAME, "--rounds", optarg,
                                    KL_BW_ROUNDS_MAX, &rounds))
+      return 2;
+    if (c == 't' && kl_bench_count(KL_BW_NAME, "--transfers", optarg, 100,
+                                   &transfers))
       return 2;
     if (c == 'j')
       json = 1;
@@ -271,12 +289,15 @@ int kl_bench_worker(int argc, char **argv) {
     }
     if (c == 'h') {
       printf("usage: keylane-bench worker [--events N] [--rounds N] "
-             "[--store lmdb|pg] [--json]\n\n"
+             "[--store lmdb|pg] [--transfers PCT] [--json]\n\n"
              "One worker (ledger handler, durable LMDB store) against a bare\n"
              "librdkafka consume loop over the same events on an embedded\n"
              "cluster. Default 1000000 events, 3 rounds each, medians.\n"
              "--store pg: a throwaway durable PostgreSQL server instead\n"
-             "(target ratio >= 0.20).\n");
+             "(target ratio >= 0.20).\n"
+             "--transfers PCT makes PCT %% of the events transfers, whose\n"
+             "credits go through the outbox; one round then (a second would\n"
+             "read the first's credits).\n");
       return 0;
     }
     if (c == '?')
@@ -297,7 +318,10 @@ int kl_bench_worker(int argc, char **argv) {
   const char *boot = kl_embedded_bootstrap(cluster);
   kl__ledger_gen_t *gen = kl__ledger_gen_new(1000, kl_bw_parts, 1);
   kl_producer_t *producer = kl_t_producer(boot, gen);
-  int rc = producer && kl_bw_load(producer, gen, events) == 0 ? 0 : 1;
+  if (transfers)
+    rounds = 1;
+  int rc = producer && kl_bw_load(producer, gen, events, transfers) == 0 ? 0
+                                                                         : 1;
   kl_bw_round_t r[KL_BW_ROUNDS_MAX];
   for (int i = 0; rc == 0 && i < rounds; i++) {
     r[i].keylane_s = kl_bw_keylane(boot, gen, server, i, &r[i]);
@@ -308,7 +332,7 @@ int kl_bench_worker(int argc, char **argv) {
     }
   }
   if (rc == 0)
-    kl_bw_print(r, (int)rounds, events, json, pg);
+    kl_bw_print(r, (int)rounds, events, transfers, json, pg);
   kl_producer_destroy(producer);
   kl__ledger_gen_destroy(gen);
   kl_embedded_destroy(cluster);

@@ -628,13 +628,18 @@ typedef struct kl_pub {
   uint64_t sent, errors;
 } kl_pub_t;
 
-/* Publishes what is due at the plan's rate; one re-publish of an earlier
- * event, same idempotency key, after every 16th (6.25 %). */
+/* Publishes what is due at the plan's rate, every 5th a transfer between
+ * two accounts (its credit goes through the outbox: the bank test); one
+ * re-publish of an earlier event, same idempotency key, after every 16th
+ * (6.25 %). */
 static void kl_f_publish(kl_fault_t *f, kl_pub_t *pub, int64_t now,
                          int64_t t0) {
   uint64_t due = (uint64_t)((double)(now - t0) / KL_F_NS * f->plan->rate);
   for (int n = 0; pub->sent < due && n < 100; n++) {
-    kl_err_t err = kl__ledger_gen_publish(pub->gen, pub->producer, f->topic);
+    kl_err_t err =
+        pub->sent % 5 == 4
+            ? kl__ledger_gen_transfer(pub->gen, pub->producer, f->topic)
+            : kl__ledger_gen_publish(pub->gen, pub->producer, f->topic);
     if (!err && pub->sent % 16 == 15)
       err = kl__ledger_gen_republish(pub->gen, pub->producer, f->topic);
     pub->errors += err != KL_OK;
@@ -736,8 +741,9 @@ static int kl_f_stop_fleet(kl_fault_t *f) {
 typedef struct kl_figures {
   kl__ledger_verdict_t v;
   uint64_t published, republished, acked, failed, ids;
-  /* Every unique event has one idempotency key. An acknowledged event
-   * whose key the store lacks is lost; applies beyond one per key are
+  /* Every unique event has one idempotency key, and so has each
+   * transfer's credit (a follow-up). An acknowledged event or a transfer's
+   * credit whose key the store lacks is lost; applies beyond one per key are
    * doubles; a fenced owner's commit would show as both a double and a
    * duplicate the next owner skipped beyond those re-published. */
   uint64_t lost, twice, extra_dups;
@@ -754,7 +760,8 @@ static void kl_f_figures(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store,
   g->republished = kl__ledger_gen_republished(pub->gen);
   g->acked = kl__ledger_gen_acked(pub->gen);
   g->failed = kl__ledger_gen_failed(pub->gen);
-  g->lost = g->published > g->ids ? g->published - g->ids : 0;
+  uint64_t keyed = g->published + g->v.transfers;
+  g->lost = keyed > g->ids ? keyed - g->ids : 0;
   g->twice = g->v.applied > g->ids ? g->v.applied - g->ids : 0;
   g->extra_dups =
       g->v.duplicates > g->republished ? g->v.duplicates - g->republished : 0;
@@ -807,6 +814,12 @@ static void kl_f_print(const kl_fault_t *f, const kl_pub_t *pub,
   printf(KL_F_ROW "%" PRIu64 " (not acknowledged: %" PRIu64
                   ", not queued: %" PRIu64 ")\n",
          "acknowledged by Kafka (acks=all)", g->acked, g->failed, pub->errors);
+  printf(KL_F_ROW "%" PRIu64 " (each credits another account through the "
+                  "outbox)\n",
+         "transfers", v->transfers);
+  printf(KL_F_ROW "%s: total %" PRId64 ", credits less debits %" PRId64 "\n",
+         "money conserved", v->total_ok ? "yes" : "NO", v->total,
+         v->total_expected);
   printf(KL_F_ROW "%" PRIu64 "\n", "applied", v->applied);
   printf(KL_F_ROW "%" PRIu64 "\n", "duplicates suppressed", v->duplicates);
   printf(KL_F_ROW "%" PRIu64 "\n", "idempotency keys in the store", g->ids);
@@ -835,8 +848,11 @@ static void kl_f_assert(const kl_fault_t *f, const kl_figures_t *g) {
   assert_int_equal(g->v.violations, 0);
   assert_int_equal(g->v.keys_bad, 0);
   assert_int_equal(g->v.keys_ok, g->v.keys);
-  assert_int_equal(g->v.applied, g->published);
+  assert_int_equal(g->v.applied, g->published + g->v.transfers);
   assert_int_equal(g->v.duplicates, g->republished);
+  assert_true(g->v.transfers > 0);
+  assert_int_equal(g->v.total, g->v.total_expected); /* money conserved */
+  assert_true(g->v.total_ok);
   assert_true(g->v.ok);
   assert_true(f->kills >= p->min_kills);
   assert_true(f->stops >= p->min_stops);

@@ -34,6 +34,11 @@ static void check_answer(const uint8_t *data, size_t size) {
   int rc = kl__exec_answer_parse((const char *)data, size, &a);
   CHECK(memchr(a.error, '\0', sizeof(a.error)) != NULL);
   CHECK(kl__exec_answer_parse((const char *)data, size, &b) == rc);
+  CHECK((a.emit == NULL) == (b.emit == NULL));
+  CHECK(!a.emit || a.result == KL_HANDLER_OK);
+  json_decref(a.emit); /* the caller's reference (handler_exec.h) */
+  json_decref(b.emit);
+  a.emit = b.emit = NULL;
   CHECK(memcmp(&a, &b, sizeof(a)) == 0);
   if (rc < 0) {
     CHECK(a.error[0] != '\0');

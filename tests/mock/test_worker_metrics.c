@@ -109,6 +109,8 @@ static void test_metrics_and_healthz(void **state) {
   kl_assert_line(resp.body, "keylane_worker_fenced_batches_total 0\n");
   kl_assert_line(resp.body, "keylane_worker_owned_partitions 2\n");
   kl_assert_line(resp.body, "keylane_worker_waiting_keys 0\n");
+  kl_assert_line(resp.body, "keylane_worker_outbox_pending 0\n");
+  kl_assert_line(resp.body, "keylane_worker_outbox_published_total 0\n");
   kl_assert_line(resp.body, "keylane_worker_partition_epoch{partition=\"0\"} 1\n");
   kl_assert_line(resp.body, "keylane_worker_partition_lag{partition=\"1\"} 0\n");
   char line[128];

@@ -486,7 +486,7 @@ static void test_cli_store_migrate(void **state) {
   t_state_t *st = *state;
   char line[512];
   assert_int_equal(t_cli_migrate(st->fx.where, line, sizeof(line)), 0);
-  assert_non_null(strstr(line, "schema version 0 -> 4"));
+  assert_non_null(strstr(line, "schema version 0 -> 5"));
   assert_int_equal(t_cli_migrate(st->fx.where, line, sizeof(line)), 0);
   assert_non_null(strstr(line, "nothing to do"));
   kl_t_sql(st->admin,

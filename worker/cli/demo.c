@@ -41,13 +41,16 @@ static const char kl_demo_usage[] =
     "Runs keylane end to end on an embedded Kafka-protocol cluster: 3 worker\n"
     "processes apply a ledger while a publisher injects duplicates, one\n"
     "worker is paused between handler and commit until it is fenced, and\n"
-    "another is killed and restarted. Then every balance is verified.\n\n"
+    "another is killed and restarted. Every 4th event is a transfer between\n"
+    "two accounts, whose credit goes through the outbox. Then every balance\n"
+    "is verified, and that money was conserved (a bank test).\n\n"
     "      --events N   unique events to publish (default 100000)\n"
     "      --keys N     entity keys (default 1000)\n"
     "      --json       print one JSON object with the figures\n"
     "      --keep       keep the temporary directory (store and logs)\n"
     "  -h, --help       this text\n\n"
-    "Exit status 0 only when every balance and seq verifies.\n";
+    "Exit status 0 only when every balance and seq verifies and the total\n"
+    "is conserved.\n";
 
 typedef struct kl_demo {
   char dir[64];
@@ -142,14 +145,18 @@ static int kl_demo_reap(kl_demo_t *demo, int ms) {
   return clean;
 }
 
-/* Publishes the unique events paced over about 25 s, re-publishing one
- * earlier event after every 18th (5.5 %), and fires the two faults. */
+/* Publishes the unique events paced over about 25 s, every 4th a transfer
+ * between two accounts (the bank test: money must be conserved), re-
+ * publishing one earlier event after every 18th (5.5 %), and fires the
+ * two faults. */
 static kl_err_t kl_demo_publish(kl_demo_t *demo, kl_producer_t *producer) {
   const int64_t t0 = kl__mono_ns();
   const int64_t span_ns = 25LL * 1000000000;
   int paused = 0, killed = 0, restarted = 0;
   for (int i = 0; i < demo->events; i++) {
-    kl_err_t err = kl__ledger_gen_publish(demo->gen, producer, KL_DEMO_TOPIC);
+    kl_err_t err =
+        i % 4 == 3 ? kl__ledger_gen_transfer(demo->gen, producer, KL_DEMO_TOPIC)
+                   : kl__ledger_gen_publish(demo->gen, producer, KL_DEMO_TOPIC);
     if (!err && i % 18 == 17)
       err = kl__ledger_gen_republish(demo->gen, producer, KL_DEMO_TOPIC);
     if (err)
@@ -197,14 +204,17 @@ static int kl_demo_report(kl_demo_t *demo, kl_store_t *store, int json,
   int ok = v.ok && fenced > 0 && clean_exits == KL_DEMO_WORKERS;
   if (json) {
     json_t *o = json_pack(
-        "{sIsIsIsIsIsIsIsbsIsIsfsbss}", "published", (json_int_t)published,
+        "{sIsIsIsIsIsIsIsbsIsIsfsbsssIsbsIsI}", "published",
+        (json_int_t)published,
         "duplicates_injected", (json_int_t)dups, "acknowledged",
         (json_int_t)acked, "applied", (json_int_t)v.applied,
         "duplicates_suppressed", (json_int_t)v.duplicates, "fenced_batches",
         (json_int_t)fenced, "order_violations", (json_int_t)v.violations,
         "balances_ok", balances_ok, "keys", (json_int_t)v.keys,
         "workers_killed", (json_int_t)1, "elapsed_s", demo->elapsed_s, "ok",
-        ok, "dir", demo->dir);
+        ok, "dir", demo->dir, "transfers", (json_int_t)v.transfers,
+        "total_ok", v.total_ok, "total", (json_int_t)v.total,
+        "total_expected", (json_int_t)v.total_expected);
     json_dumpf(o, stdout, JSON_COMPACT);
     putchar('\n');
     json_decref(o);
@@ -221,6 +231,11 @@ static int kl_demo_report(kl_demo_t *demo, kl_store_t *store, int json,
          "and exited cleanly\n", clean_exits, KL_DEMO_WORKERS);
   printf("balances: %" PRIu64 " of %" PRIu64 " keys verified, %" PRIu64
          " order violations\n", v.keys_ok, v.keys, v.violations);
+  printf("transfers: %" PRIu64 " between accounts, each credit emitted "
+         "through the outbox; money %s: total %" PRId64 ", credits less "
+         "debits published %" PRId64 "\n", v.transfers,
+         v.total_ok ? "conserved" : "NOT conserved", v.total,
+         v.total_expected);
   printf("%s in %.1f s\n", ok ? "OK: every balance verifies" : "FAILED",
          demo->elapsed_s);
   return ok ? KL_EXIT_OK : KL_EXIT_FAIL;

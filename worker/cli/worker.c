@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/cli/cli.h"
 #include "common/internal.h"
@@ -124,6 +125,18 @@ static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
            partition, epoch, now.epoch);
 }
 
+/* The test hook of KEYLANE_TEST_EXIT_AFTER_COMMIT=CODE: the process ends
+ * with CODE right after its first store commit that wrote follow-ups,
+ * before any is published, as a crash there would end it. */
+static void kl_exit_after_commit(void *opaque, const char *topic,
+                                 int32_t partition, uint64_t epoch) {
+  KL_LOG_W("worker", "exiting after the commit of partition=%" PRId32
+           " epoch=%" PRIu64 " topic=%s, before its follow-ups are "
+           "published (KEYLANE_TEST_EXIT_AFTER_COMMIT)", partition, epoch,
+           topic);
+  _exit(*(const int *)opaque);
+}
+
 typedef struct kl_worker_opts {
   const char *metrics_listen; /* NULL: no metrics server */
   int handler_timeout_ms;     /* 0: the exec handler's default */
@@ -180,6 +193,10 @@ static int kl_worker_main(kl_conf_t *conf, const char *topic,
       kl__handler_release(&handler);
       return rc;
     }
+    static int exit_code;
+    const char *exit_env = getenv("KEYLANE_TEST_EXIT_AFTER_COMMIT");
+    if (exit_env && (exit_code = atoi(exit_env)) > 0)
+      kl__worker_set_after_commit(worker, kl_exit_after_commit, &exit_code);
     if (opts->pause_on_usr1) {
       kl__worker_set_before_commit(worker, kl_pause_hook, &pause);
       signal(SIGUSR1, kl_on_usr1);

@@ -1,0 +1,537 @@
+/*
+ * The transactional outbox on the embedded cluster: follow-ups a handler
+ * emits (kl_txn_emit()) are published once each with their derived id and
+ * removed from the store's outbox, at concurrency 1 and in key-parallel
+ * lanes; a fenced owner's follow-ups are never published; and a worker
+ * that takes a partition first publishes what its predecessor committed
+ * and left in the outbox.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <librdkafka/rdkafka.h>
+
+#include "keylane/producer.h"
+#include "keylane/store.h"
+#include "keylane/worker.h"
+#include "support/cluster.h"
+#include "support/support.h"
+#include "worker/handler_exec.h"
+#include "worker/outbox_rec.h"
+#include "worker/store_internal.h"
+#include "worker/worker_internal.h"
+
+#define OUT "ob-out"
+
+/* Emits one follow-up to OUT, keyed like its event, whose payload names
+ * the worker that ran it (the handler's opaque). */
+static kl_handler_result_t
+kl_emit_handler(void *opaque, const kl_event_t *event, const kl_fence_t *fence,
+                kl_txn_t *txn, char *errbuf, size_t errbuf_size) {
+  (void)fence;
+  const char *who = opaque;
+  kl_err_t err = kl_txn_emit(txn, OUT, event->key, event->key_len, "dst", who,
+                             strlen(who));
+  if (err) {
+    snprintf(errbuf, errbuf_size, "%s", kl_err_detail());
+    return KL_HANDLER_FAIL;
+  }
+  return KL_HANDLER_OK;
+}
+
+typedef struct kl_fx {
+  kl_t_cluster_t *cluster;
+  char dir[64];
+  kl_store_t *store;
+  const char *topic, *out;
+  int partitions;
+} kl_fx_t;
+
+static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions) {
+  memset(fx, 0, sizeof(*fx));
+  assert_int_equal(kl_t_cluster_new(1, topic, partitions, &fx->cluster), KL_OK);
+  assert_int_equal(kl_t_cluster_topic_create(fx->cluster, OUT, 1), KL_OK);
+  fx->topic = kl_t_topic(fx->cluster);
+  fx->out = kl_t_name(fx->cluster, OUT);
+  fx->partitions = partitions;
+  kl_t_tmpdir(fx->dir);
+  assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
+}
+
+static void kl_fx_down(kl_fx_t *fx) {
+  kl_store_destroy(fx->store);
+  kl_t_rmrf(fx->dir);
+  kl_t_cluster_destroy(fx->cluster);
+}
+
+static kl_worker_t *kl_worker(kl_fx_t *fx, const char *group, const char *who,
+                              const char *concurrency) {
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
+                               kl_t_bootstrap(fx->cluster), NULL, 0),
+                   KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.group",
+                               kl_t_group(fx->cluster, group), NULL, 0),
+                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "worker.concurrency", concurrency, NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.fenced.retake.ms", "0", NULL, 0),
+                   KL_OK);
+  kl_worker_t *worker;
+  assert_int_equal(kl_worker_new(conf, fx->topic, fx->store, kl_emit_handler,
+                                 (void *)who, &worker),
+                   KL_OK);
+  kl_conf_destroy(conf);
+  return worker;
+}
+
+typedef struct kl_run {
+  kl_worker_t *worker;
+  pthread_t thread;
+  kl_err_t result;
+} kl_run_t;
+
+static void *kl_run_main(void *opaque) {
+  kl_run_t *r = opaque;
+  r->result = kl_worker_run(r->worker);
+  return NULL;
+}
+
+static void kl_go(kl_run_t *r) {
+  assert_int_equal(pthread_create(&r->thread, NULL, kl_run_main, r), 0);
+}
+
+static void kl_halt(kl_run_t *r) {
+  kl_worker_stop(r->worker);
+  pthread_join(r->thread, NULL);
+  assert_int_equal(r->result, KL_OK);
+  kl_worker_destroy(r->worker);
+}
+
+/* Publishes event i with id "src-i" to key "k-i". */
+static void kl_publish_n(kl_fx_t *fx, int from, int n) {
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
+                               kl_t_bootstrap(fx->cluster), NULL, 0),
+                   KL_OK);
+  kl_producer_t *producer;
+  assert_int_equal(kl_producer_new(conf, NULL, NULL, &producer), KL_OK);
+  kl_conf_destroy(conf);
+  for (int i = from; i < from + n; i++) {
+    char key[32], id[32];
+    snprintf(key, sizeof(key), "k-%d", i);
+    snprintf(id, sizeof(id), "src-%d", i);
+    kl_event_t ev = {.key = key,
+                     .key_len = strlen(key),
+                     .id = id,
+                     .id_len = strlen(id),
+                     .type = "src",
+                     .type_len = 3};
+    assert_int_equal(kl_publish(producer, fx->topic, &ev, NULL), KL_OK);
+  }
+  assert_int_equal(kl_flush(producer, 10000), KL_OK);
+  kl_producer_destroy(producer);
+}
+
+static int kl_count_cb(void *opaque, uint64_t seq, const void *rec,
+                       size_t len) {
+  (void)seq, (void)rec, (void)len;
+  (*(size_t *)opaque)++;
+  return 0;
+}
+
+/* Follow-ups the store's outbox holds over every partition. */
+static size_t kl_outbox_held(kl_fx_t *fx) {
+  size_t n = 0;
+  for (int p = 0; p < fx->partitions; p++)
+    assert_int_equal(kl__store_outbox_list(fx->store, fx->topic, p, 0, SIZE_MAX,
+                                           kl_count_cb, &n),
+                     KL_OK);
+  return n;
+}
+
+static int64_t kl_watermarks(kl_fx_t *fx) {
+  int64_t sum = 0;
+  for (int p = 0; p < fx->partitions; p++) {
+    kl_partition_state_t st;
+    assert_int_equal(kl_store_partition(fx->store, fx->topic, p, &st), KL_OK);
+    sum += st.watermark;
+  }
+  return sum;
+}
+
+/* The records of OUT: their ids (malloc'd) and payloads' first byte. */
+typedef struct kl_out {
+  int n;
+  char *ids[512];
+  char who[512];
+} kl_out_t;
+
+static void kl_read_out(kl_fx_t *fx, int want, int ms, kl_out_t *out) {
+  char errstr[256];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", kl_t_bootstrap(fx->cluster),
+                    errstr, sizeof(errstr));
+  rd_kafka_conf_set(conf, "group.id", "reader", errstr, sizeof(errstr));
+  rd_kafka_t *rk =
+      rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+  assert_non_null(rk);
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(l, fx->out, 0)->offset =
+      RD_KAFKA_OFFSET_BEGINNING;
+  assert_int_equal(rd_kafka_assign(rk, l), 0);
+  rd_kafka_topic_partition_list_destroy(l);
+  kl_decoder_t *dec = kl_decoder_new();
+  memset(out, 0, sizeof(*out));
+  for (int t = 0; t < ms && out->n < want && out->n < 512;) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+    if (!m) {
+      t += 100;
+      continue;
+    }
+    kl_event_t ev;
+    if (!m->err && kl_event_decode(dec, m->key, m->key_len, m->payload, m->len,
+                                   &ev) == KL_OK) {
+      out->ids[out->n] = strndup(ev.id, ev.id_len);
+      out->who[out->n++] = ev.payload_len ? *(const char *)ev.payload : '?';
+    }
+    rd_kafka_message_destroy(m);
+  }
+  kl_decoder_destroy(dec);
+  rd_kafka_consumer_close(rk);
+  rd_kafka_destroy(rk);
+}
+
+static void kl_out_free(kl_out_t *out) {
+  for (int i = 0; i < out->n; i++)
+    free(out->ids[i]);
+}
+
+static void kl_published_once(const char *concurrency) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "ob", 3);
+  kl_run_t r = {kl_worker(&fx, "g", "W", concurrency), 0, KL_OK};
+  kl_go(&r);
+  enum { N = 60 };
+  kl_publish_n(&fx, 0, N);
+  kl_worker_stats_t st = {0};
+  for (int i = 0;
+       i < 600 && !(kl_watermarks(&fx) == N && st.outbox_published == N &&
+                    !kl_outbox_held(&fx));
+       i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(r.worker, &st);
+  }
+  assert_int_equal(kl_watermarks(&fx), N);
+  assert_int_equal(st.outbox_published, N);
+  assert_int_equal(kl_outbox_held(&fx), 0);
+  kl_halt(&r);
+  kl_out_t out;
+  kl_read_out(&fx, N + 1, 3000, &out);
+  assert_int_equal(out.n, N); /* none twice: no crash, no fence here */
+  int seen[N] = {0};
+  for (int i = 0; i < out.n; i++) {
+    int k = -1;
+    assert_int_equal(sscanf(out.ids[i], "src-%d/0", &k), 1);
+    assert_true(k >= 0 && k < N);
+    seen[k]++;
+  }
+  for (int k = 0; k < N; k++)
+    assert_int_equal(seen[k], 1);
+  kl_out_free(&out);
+  kl_fx_down(&fx);
+}
+
+static void test_published_once_inline(void **state) {
+  (void)state;
+  kl_published_once("1");
+}
+
+static void test_published_once_lanes(void **state) {
+  (void)state;
+  kl_published_once("4");
+}
+
+/* ---- a fenced owner ---------------------------------------------------- */
+
+typedef struct kl_gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int entered, open;
+} kl_gate_t;
+
+static kl_gate_t kl_gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                            0, 0};
+
+/* Holds the first commit until the test opens the gate. */
+static void kl_hold_commit(void *opaque, const char *topic, int32_t partition,
+                           uint64_t epoch) {
+  (void)opaque, (void)topic, (void)partition, (void)epoch;
+  pthread_mutex_lock(&kl_gate.mu);
+  kl_gate.entered++;
+  pthread_cond_broadcast(&kl_gate.cv);
+  while (!kl_gate.open)
+    pthread_cond_wait(&kl_gate.cv, &kl_gate.mu);
+  pthread_mutex_unlock(&kl_gate.mu);
+}
+
+static void test_fenced_follow_ups_never_published(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "obf", 1);
+  kl_run_t a = {kl_worker(&fx, "g", "A", "1"), 0, KL_OK};
+  kl__worker_set_before_commit(a.worker, kl_hold_commit, NULL);
+  kl_go(&a);
+  kl_publish_n(&fx, 0, 5);
+  pthread_mutex_lock(&kl_gate.mu);
+  while (!kl_gate.entered)
+    pthread_cond_wait(&kl_gate.cv, &kl_gate.mu);
+  pthread_mutex_unlock(&kl_gate.mu);
+  /* A newer owner takes the partition while A sits before its commit. */
+  kl_partition_state_t taken;
+  assert_int_equal(kl_store_acquire(fx.store, fx.topic, 0, &taken), KL_OK);
+  pthread_mutex_lock(&kl_gate.mu);
+  kl_gate.open = 1;
+  pthread_cond_broadcast(&kl_gate.cv);
+  pthread_mutex_unlock(&kl_gate.mu);
+  kl_worker_stats_t st = {0};
+  for (int i = 0; i < 400 && !st.fenced; i++) {
+    kl_t_sleep_ms(25);
+    kl_worker_stats(a.worker, &st);
+  }
+  assert_true(st.fenced >= 1);
+  assert_int_equal(kl_outbox_held(&fx), 0); /* rolled back with the batch */
+  kl_halt(&a);
+  assert_int_equal(st.outbox_published, 0);
+
+  /* The next owner applies the same events: only its follow-ups exist. */
+  kl_run_t b = {kl_worker(&fx, "g", "B", "1"), 0, KL_OK};
+  kl_go(&b);
+  for (int i = 0;
+       i < 600 && !(kl_watermarks(&fx) == 5 && st.outbox_published == 5); i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(b.worker, &st);
+  }
+  assert_int_equal(st.outbox_published, 5);
+  kl_halt(&b);
+  kl_out_t out;
+  kl_read_out(&fx, 6, 3000, &out);
+  assert_int_equal(out.n, 5);
+  for (int i = 0; i < out.n; i++)
+    assert_int_equal(out.who[i], 'B');
+  kl_out_free(&out);
+  kl_fx_down(&fx);
+}
+
+/* ---- a predecessor's leftovers ---------------------------------------- */
+
+static void test_next_owner_publishes_leftovers(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "obl", 1);
+  /* A predecessor's committed follow-ups, as a crash leaves them: in the
+   * store, not published. */
+  kl_partition_state_t st0;
+  assert_int_equal(kl_store_acquire(fx.store, fx.topic, 0, &st0), KL_OK);
+  kl_txn_t *txn;
+  assert_int_equal(kl_store_begin(fx.store, fx.topic, 0, st0.epoch, &txn),
+                   KL_OK);
+  assert_int_equal(kl_txn_emit(txn, OUT, "x", 1, "dst", "P", 1), KL_EINVAL);
+  kl__txn_source(txn, "old", 3);
+  assert_int_equal(kl_txn_emit(txn, OUT, "x", 1, "dst", "P", 1), KL_OK);
+  assert_int_equal(kl_txn_emit(txn, OUT, "y", 1, "dst", "P", 1), KL_OK);
+  kl__txn_source(txn, NULL, 0);
+  assert_int_equal(kl_store_commit(txn, 0), KL_OK);
+  assert_int_equal(kl_outbox_held(&fx), 2);
+
+  kl_run_t r = {kl_worker(&fx, "g", "W", "1"), 0, KL_OK};
+  kl_go(&r);
+  /* Published on taking the partition, before any event of its own. */
+  kl_worker_stats_t st = {0};
+  for (int i = 0; i < 600 && !(st.outbox_published == 2); i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(r.worker, &st);
+  }
+  assert_int_equal(st.outbox_published, 2);
+  assert_int_equal(kl_watermarks(&fx), 0);
+  kl_publish_n(&fx, 0, 3);
+  for (int i = 0;
+       i < 600 && !(kl_watermarks(&fx) == 3 && st.outbox_published == 5); i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(r.worker, &st);
+  }
+  assert_int_equal(st.outbox_published, 5);
+  kl_halt(&r);
+  assert_int_equal(kl_outbox_held(&fx), 0);
+  kl_out_t out;
+  kl_read_out(&fx, 6, 3000, &out);
+  assert_int_equal(out.n, 5);
+  /* The leftovers first, in commit order, then this owner's. */
+  assert_string_equal(out.ids[0], "old/0");
+  assert_string_equal(out.ids[1], "old/1");
+  assert_int_equal(out.who[2], 'W');
+  kl_out_free(&out);
+  kl_fx_down(&fx);
+}
+
+/* ---- exec handlers answer with "emit" --------------------------------- */
+
+static kl_worker_t *kl_exec_worker(kl_fx_t *fx, const char *answer,
+                                   kl__exec_t **exec) {
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "while read -r l; do echo '%s'; done", answer);
+  assert_int_equal(kl__exec_new(cmd, exec), KL_OK);
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
+                               kl_t_bootstrap(fx->cluster), NULL, 0),
+                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "worker.group", kl_t_group(fx->cluster, "x"), NULL, 0),
+      KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.max.attempts", "1", NULL, 0),
+                   KL_OK);
+  assert_int_equal(kl__exec_configure(*exec, conf), KL_OK);
+  kl_worker_t *worker;
+  assert_int_equal(kl_worker_new(conf, fx->topic, fx->store, kl__exec_handler,
+                                 *exec, &worker),
+                   KL_OK);
+  kl_conf_destroy(conf);
+  return worker;
+}
+
+static void test_exec_answer_emits(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "obx", 1);
+  char answer[256];
+  snprintf(answer, sizeof(answer),
+           "{\"status\":\"ok\",\"emit\":[{\"topic\":\"%s\","
+           "\"key\":\"to\",\"type\":\"dst\",\"payload\":\"E\"}]}",
+           fx.out);
+  kl__exec_t *exec;
+  kl_run_t r = {kl_exec_worker(&fx, answer, &exec), 0, KL_OK};
+  kl_go(&r);
+  kl_publish_n(&fx, 0, 5);
+  kl_worker_stats_t st = {0};
+  for (int i = 0; i < 600 && st.outbox_published < 5; i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(r.worker, &st);
+  }
+  assert_int_equal(st.outbox_published, 5);
+  kl_halt(&r);
+  kl__exec_destroy(exec);
+  kl_out_t out;
+  kl_read_out(&fx, 6, 3000, &out);
+  assert_int_equal(out.n, 5);
+  for (int i = 0; i < out.n; i++) {
+    int k = -1;
+    assert_int_equal(sscanf(out.ids[i], "src-%d/0", &k), 1);
+    assert_int_equal(out.who[i], (char)0xa1); /* msgpack str "E" */
+  }
+  kl_out_free(&out);
+  kl_fx_down(&fx);
+}
+
+static void test_exec_bad_emit_is_a_dead_letter(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "oby", 1);
+  kl__exec_t *exec;
+  kl_run_t r = {
+      kl_exec_worker(&fx, "{\"status\":\"ok\",\"emit\":[{\"key\":1}]}", &exec),
+      0, KL_OK};
+  kl_go(&r);
+  kl_publish_n(&fx, 0, 3);
+  kl_worker_stats_t st = {0};
+  for (int i = 0; i < 600 && st.dead_letters < 3; i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(r.worker, &st);
+  }
+  assert_int_equal(st.dead_letters, 3);
+  assert_int_equal(st.applied, 0);
+  assert_int_equal(st.outbox_published, 0);
+  kl_halt(&r);
+  kl__exec_destroy(exec);
+  assert_int_equal(kl_outbox_held(&fx), 0);
+  kl_fx_down(&fx);
+}
+
+/* ---- the bound ----------------------------------------------------------- */
+
+static kl_worker_t *kl_bound_worker(kl_fx_t *fx, const char *expect) {
+  kl_conf_t *conf = kl_conf_new();
+  const char *kv[][2] = {
+      {"kafka.bootstrap.servers", kl_t_bootstrap(fx->cluster)},
+      {"worker.group", kl_t_group(fx->cluster, "b")},
+      {"worker.outbox.max", "2"},
+      /* The outbox's producer refuses OUT (1 partition) while this says 7:
+       * nothing of it can be published. */
+      {"producer.expect.partitions", expect}};
+  for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+    assert_int_equal(kl_conf_set(conf, kv[i][0], kv[i][1], NULL, 0), KL_OK);
+  kl_worker_t *worker;
+  assert_int_equal(kl_worker_new(conf, fx->topic, fx->store, kl_emit_handler,
+                                 (void *)"W", &worker),
+                   KL_OK);
+  kl_conf_destroy(conf);
+  return worker;
+}
+
+static void test_bound_pauses_until_published(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "obb", 1);
+  kl_run_t r = {kl_bound_worker(&fx, "7"), 0, KL_OK};
+  kl_go(&r);
+  kl_publish_n(&fx, 0, 3);
+  kl_worker_stats_t st = {0};
+  for (int i = 0; i < 600 && !(st.paused == 1 && kl_watermarks(&fx) == 3);
+       i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(r.worker, &st);
+  }
+  /* Held at the bound, unpublished: the partition takes nothing more. */
+  assert_int_equal(st.paused, 1);
+  assert_int_equal(st.outbox_pending, 2);
+  assert_int_equal(st.outbox_published, 0);
+  kl_publish_n(&fx, 3, 3);
+  kl_t_sleep_ms(1500);
+  assert_int_equal(kl_watermarks(&fx), 3);
+  kl_halt(&r);
+  assert_int_equal(kl_outbox_held(&fx), 3);
+  /* An owner that can publish takes it: all go out, nothing is paused. */
+  r = (kl_run_t){kl_bound_worker(&fx, "1"), 0, KL_OK};
+  kl_go(&r);
+  for (int i = 0; i < 600 && !(st.outbox_published == 6 &&
+                               kl_watermarks(&fx) == 6 && st.paused == 0);
+       i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(r.worker, &st);
+  }
+  assert_int_equal(st.outbox_published, 6);
+  assert_int_equal(st.paused, 0);
+  kl_halt(&r);
+  assert_int_equal(kl_outbox_held(&fx), 0);
+  kl_fx_down(&fx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_published_once_inline),
+      cmocka_unit_test(test_published_once_lanes),
+      cmocka_unit_test(test_fenced_follow_ups_never_published),
+      cmocka_unit_test(test_next_owner_publishes_leftovers),
+      cmocka_unit_test(test_exec_answer_emits),
+      cmocka_unit_test(test_exec_bad_emit_is_a_dead_letter),
+      cmocka_unit_test(test_bound_pauses_until_published),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,189 @@
+/*
+ * The bank test on the embedded cluster: the ledger's transfers debit one
+ * account and emit the other's credit through the outbox (kl_txn_emit()),
+ * so money moves between two partitions' owners without a lock. Every
+ * balance verifies and the total is conserved, at concurrency 1 and in
+ * key-parallel lanes; a worker killed right after a commit that wrote
+ * follow-ups, before it published them, loses none and applies none
+ * twice; bad transfers are dead letters with their reason.
+ */
+#include <inttypes.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+#include <cmocka.h>
+
+#include "keylane/producer.h"
+#include "keylane/store.h"
+#include "support/cluster.h"
+#include "support/ledger_checks.h"
+#include "support/support.h"
+#include "worker/ledger_gen.h"
+#include "worker/store_internal.h"
+
+#define PARTS 4
+#define KEYS 20
+
+/* Publishes @p n events: every third a transfer, the others credits and
+ * debits, with a re-published one every tenth. */
+static void kl_publish_bank(kl__ledger_gen_t *gen, kl_producer_t *producer,
+                            const char *topic, int n) {
+  for (int i = 0; i < n; i++) {
+    assert_int_equal(i % 3 == 2 ? kl__ledger_gen_transfer(gen, producer, topic)
+                                : kl__ledger_gen_publish(gen, producer, topic),
+                     KL_OK);
+    if (i % 10 == 9)
+      assert_int_equal(kl__ledger_gen_republish(gen, producer, topic), KL_OK);
+  }
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+}
+
+static void kl_assert_conserved(kl__ledger_gen_t *gen, kl_store_t *store,
+                                const char *topic) {
+  assert_int_equal(kl__ledger_gen_wait(gen, store, topic, 0, 60000), 0);
+  kl__ledger_verdict_t v;
+  assert_int_equal(kl__ledger_gen_verify(gen, store, topic, &v), KL_OK);
+  assert_true(v.transfers > 0);
+  assert_int_equal(v.total, v.total_expected);
+  assert_true(v.total_ok);
+  assert_int_equal(v.keys_bad, 0);
+  assert_int_equal(v.violations, 0);
+  /* Each transfer's credit applied exactly once: no more, no less. */
+  assert_int_equal(v.applied, kl__ledger_gen_published(gen) + v.transfers);
+  assert_int_equal(v.duplicates, kl__ledger_gen_republished(gen));
+  assert_true(v.ok);
+}
+
+static int kl_count_cb(void *opaque, uint64_t seq, const void *rec,
+                       size_t len) {
+  (void)seq, (void)rec, (void)len;
+  (*(size_t *)opaque)++;
+  return 0;
+}
+
+static size_t kl_outbox_held(kl_store_t *store, const char *topic) {
+  size_t n = 0;
+  for (int p = 0; p < PARTS; p++)
+    assert_int_equal(
+        kl__store_outbox_list(store, topic, p, 0, SIZE_MAX, kl_count_cb, &n),
+        KL_OK);
+  return n;
+}
+
+static void kl_bank(const char *concurrency, const char *store_uri) {
+  kl_t_ledger_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "bank", PARTS, KEYS, 11, store_uri);
+  const char *extra[] = {concurrency, NULL};
+  kl_t_worker_t *w[2];
+  for (int i = 0; i < 2; i++)
+    w[i] = kl_t_worker_start(fx.boot, fx.topic, kl_t_group(fx.cluster, "bank"),
+                             fx.store, extra);
+  kl_publish_bank(fx.gen, fx.producer, fx.topic, 300);
+  kl_assert_conserved(fx.gen, fx.store, fx.topic);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(kl_t_worker_stop(w[i]), KL_OK);
+  assert_int_equal(kl_outbox_held(fx.store, fx.topic), 0);
+  kl_t_ledger_fx_down(&fx);
+}
+
+static void test_bank_inline(void **state) {
+  (void)state;
+  kl_bank("worker.concurrency=1", NULL);
+}
+
+static void test_bank_lanes(void **state) {
+  (void)state;
+  kl_bank("worker.concurrency=4", NULL);
+}
+
+/* ---- a crash between the commit and the publish ---------------------- */
+
+static pid_t kl_spawn_crashing(const char *boot, const char *topic,
+                               const char *group, const char *dir) {
+  char log[128];
+  snprintf(log, sizeof(log), "%s/worker.log", dir);
+  pid_t pid = fork();
+  if (pid)
+    return pid;
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  dup2(fd, 1);
+  dup2(fd, 2);
+  setenv("KEYLANE_TEST_EXIT_AFTER_COMMIT", "75", 1);
+  execl(kl_t_bin(), "keylane", "worker", "-b", boot, "-t", topic, "-g", group,
+        "--store", dir, "--handler", "ledger", (char *)NULL);
+  _exit(127);
+}
+
+static void test_crash_between_commit_and_publish(void **state) {
+  (void)state;
+  kl_t_ledger_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "crash", PARTS, KEYS, 13, NULL);
+  kl_publish_bank(fx.gen, fx.producer, fx.topic, 120);
+  const char *group = kl_t_group(fx.cluster, "crash");
+  pid_t pid = kl_spawn_crashing(fx.boot, fx.topic, group, fx.dir);
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 75);
+  /* It died with committed follow-ups that nobody published. */
+  assert_true(kl_outbox_held(fx.store, fx.topic) > 0);
+  kl_t_worker_t *w =
+      kl_t_worker_start(fx.boot, fx.topic, group, fx.store, NULL);
+  kl_assert_conserved(fx.gen, fx.store, fx.topic);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  assert_int_equal(kl_outbox_held(fx.store, fx.topic), 0);
+  kl_t_ledger_fx_down(&fx);
+}
+
+/* ---- bad transfers ------------------------------------------------------ */
+
+static void test_bad_transfers_are_dead_letters(void **state) {
+  (void)state;
+  kl_t_ledger_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "badxfer", 1, 2, 17, NULL);
+  kl_t_worker_t *w = kl_t_worker_start(
+      fx.boot, fx.topic, kl_t_group(fx.cluster, "b"), fx.store, NULL);
+  kl_producer_t *p = fx.producer;
+  assert_int_equal(
+      kl__ledger_send(p, fx.topic, "a", 1, NULL, "credit", 10, 1, NULL), KL_OK);
+  assert_int_equal(
+      kl__ledger_send_transfer(p, fx.topic, "a", "a", NULL, 5, 2, NULL),
+      KL_OK); /* to itself */
+  assert_int_equal(
+      kl__ledger_send_transfer(p, fx.topic, "a", "b", NULL, 0, 2, NULL),
+      KL_OK); /* not positive */
+  assert_int_equal(
+      kl__ledger_send_transfer(p, fx.topic, "a", "b", NULL, 4, 2, NULL),
+      KL_OK); /* fine */
+  assert_int_equal(kl_flush(p, 10000), KL_OK);
+  kl_worker_stats_t st = {0};
+  for (int i = 0; i < 600 && !(st.dead_letters == 2 && st.applied == 3); i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(w->worker, &st);
+  }
+  assert_int_equal(st.dead_letters, 2);
+  assert_int_equal(st.applied, 3); /* the credit, the transfer, its credit */
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_t_ledger_fx_down(&fx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bank_inline),
+      cmocka_unit_test(test_bank_lanes),
+      cmocka_unit_test(test_crash_between_commit_and_publish),
+      cmocka_unit_test(test_bad_transfers_are_dead_letters),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,151 @@
+/* The outbox's record codec and a batch's emit buffer (outbox_rec.h). */
+#include "worker/outbox_rec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void kl_put_be(unsigned char *p, uint64_t v, int n) {
+  for (int i = n - 1; i >= 0; i--, v >>= 8)
+    p[i] = (unsigned char)v;
+}
+
+static uint64_t kl_get_be(const unsigned char *p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; i++)
+    v = v << 8 | p[i];
+  return v;
+}
+
+static size_t kl_rec_len(const kl__outbox_rec_t *rec) {
+  const kl_event_t *e = &rec->event;
+  return KL__OUTBOX_REC_HEAD + rec->topic_len + e->key_len + e->id_len +
+         e->type_len + e->payload_len;
+}
+
+static kl_err_t kl_emits_room(kl__emits_t *emits, size_t more) {
+  if (emits->len + more <= emits->cap)
+    return KL_OK;
+  size_t cap = emits->cap ? emits->cap : 256;
+  while (cap < emits->len + more)
+    cap *= 2;
+  unsigned char *p = realloc(emits->bytes, cap);
+  if (!p)
+    return KL_ENOMEM;
+  emits->bytes = p;
+  emits->cap = cap;
+  return KL_OK;
+}
+
+static unsigned char *kl_copy(unsigned char *p, const void *src, size_t n) {
+  if (n)
+    memcpy(p, src, n);
+  return p + n;
+}
+
+kl_err_t kl__emits_add(kl__emits_t *emits, const kl__outbox_rec_t *rec) {
+  const kl_event_t *e = &rec->event;
+  size_t len = kl_rec_len(rec);
+  if (kl_emits_room(emits, 4 + len))
+    return KL_ENOMEM;
+  unsigned char *p = emits->bytes + emits->len;
+  kl_put_be(p, len, 4);
+  p += 4;
+  p[0] = (unsigned char)rec->topic_len;
+  kl_put_be(p + 1, e->key_len, 2);
+  p[3] = (unsigned char)e->id_len;
+  p[4] = (unsigned char)e->type_len;
+  kl_put_be(p + 5, (uint64_t)e->ts, 8);
+  kl_put_be(p + 13, e->payload_len, 4);
+  p += KL__OUTBOX_REC_HEAD;
+  p = kl_copy(p, rec->topic, rec->topic_len);
+  p = kl_copy(p, e->key, e->key_len);
+  p = kl_copy(p, e->id, e->id_len);
+  p = kl_copy(p, e->type, e->type_len);
+  kl_copy(p, e->payload, e->payload_len);
+  emits->len += 4 + len;
+  emits->count++;
+  return KL_OK;
+}
+
+kl_err_t kl__emits_join(kl__emits_t *to, const kl__emits_t *from) {
+  if (!from || !from->count)
+    return KL_OK;
+  if (kl_emits_room(to, from->len))
+    return KL_ENOMEM;
+  memcpy(to->bytes + to->len, from->bytes, from->len);
+  to->len += from->len;
+  to->count += from->count;
+  return KL_OK;
+}
+
+int kl__emits_next(const kl__emits_t *emits, size_t *off, const void **rec,
+                   size_t *len) {
+  if (!emits || *off + 4 > emits->len)
+    return 0;
+  *len = (size_t)kl_get_be(emits->bytes + *off, 4);
+  *rec = emits->bytes + *off + 4;
+  *off += 4 + *len;
+  return 1;
+}
+
+void kl__emits_reset(kl__emits_t *emits) {
+  if (emits)
+    emits->len = emits->count = 0;
+}
+
+void kl__emits_free(kl__emits_t *emits) {
+  if (emits)
+    free(emits->bytes);
+  free(emits);
+}
+
+int kl__outbox_rec_decode(const void *rec, size_t len, kl__outbox_rec_t *out) {
+  const unsigned char *p = rec;
+  if (len < KL__OUTBOX_REC_HEAD)
+    return -1;
+  memset(out, 0, sizeof(*out));
+  kl_event_t *e = &out->event;
+  out->topic_len = p[0];
+  e->key_len = (size_t)kl_get_be(p + 1, 2);
+  e->id_len = p[3];
+  e->type_len = p[4];
+  e->ts = (int64_t)kl_get_be(p + 5, 8);
+  e->payload_len = (size_t)kl_get_be(p + 13, 4);
+  if (len != KL__OUTBOX_REC_HEAD + out->topic_len + e->key_len + e->id_len +
+                 e->type_len + e->payload_len)
+    return -1;
+  const char *s = (const char *)p + KL__OUTBOX_REC_HEAD;
+  out->topic = s;
+  e->key = s += out->topic_len;
+  e->id = s += e->key_len;
+  e->type = s += e->id_len;
+  e->payload = s + e->type_len;
+  return 0;
+}
+
+static uint64_t kl_fnv1a(const char *p, size_t n) {
+  uint64_t h = 14695981039346656037ULL;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ (unsigned char)p[i]) * 1099511628211ULL;
+  return h;
+}
+
+size_t kl__emit_id(const char *src_id, size_t src_id_len, unsigned index,
+                   char out[KL_ID_MAX + 1]) {
+  char tail[16];
+  int tail_len = snprintf(tail, sizeof(tail), "/%u", index);
+  if (src_id_len + (size_t)tail_len <= KL_ID_MAX) {
+    memcpy(out, src_id, src_id_len);
+    memcpy(out + src_id_len, tail, (size_t)tail_len + 1);
+    return src_id_len + (size_t)tail_len;
+  }
+  size_t keep = KL_ID_MAX - 17 - (size_t)tail_len;
+  memcpy(out, src_id, keep);
+  char hash[18];
+  snprintf(hash, sizeof(hash), "~%016llx",
+           (unsigned long long)kl_fnv1a(src_id, src_id_len));
+  memcpy(out + keep, hash, 17);
+  memcpy(out + keep + 17, tail, (size_t)tail_len + 1);
+  return keep + 17 + (size_t)tail_len;
+}

@@ -1,0 +1,71 @@
+/*
+ * Follow-up events as the outbox keeps them: a batch's emits (kl_txn_emit())
+ * buffered in its txn, then one store record each, encoded the same way in
+ * the buffer, in LMDB and in PostgreSQL:
+ *
+ *   u8 topic_len, u16 key_len, u8 id_len, u8 type_len (big-endian),
+ *   i64 ts (big-endian), u32 payload_len (big-endian),
+ *   then topic, key, id, type, payload.
+ *
+ * An empty topic stands for the source event's topic. Not installed.
+ */
+#ifndef KEYLANE_WORKER_OUTBOX_REC_H
+#define KEYLANE_WORKER_OUTBOX_REC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keylane/error.h"
+#include "keylane/event.h"
+
+/** Follow-ups one event may emit (kl_txn_emit() refuses more). */
+#define KL__EMIT_MAX 64
+#define KL__OUTBOX_REC_HEAD 17
+
+/** A batch's emits in commit order: records, each behind a u32 length. */
+typedef struct kl__emits {
+  unsigned char *bytes;
+  size_t len, cap;
+  size_t count;
+} kl__emits_t;
+
+/** A decoded record; borrows from the bytes it was decoded from. */
+typedef struct kl__outbox_rec {
+  const char *topic; /* "" (topic_len 0): the source's topic */
+  size_t topic_len;
+  kl_event_t event; /* key, id, type, ts, payload; no headers */
+} kl__outbox_rec_t;
+
+/** Appends @p rec. @returns KL_OK or KL_ENOMEM (then unchanged). */
+kl_err_t kl__emits_add(kl__emits_t *emits, const kl__outbox_rec_t *rec);
+
+/** Appends every record of @p from (unchanged) to @p to. */
+kl_err_t kl__emits_join(kl__emits_t *to, const kl__emits_t *from);
+
+/**
+ * Walks the records: start with *off = 0; @returns 1 with the next record's
+ * bytes in @p rec / @p len (borrowed), 0 at the end.
+ */
+int kl__emits_next(const kl__emits_t *emits, size_t *off, const void **rec,
+                   size_t *len);
+
+/** Empties @p emits, keeping its memory. */
+void kl__emits_reset(kl__emits_t *emits);
+
+/** Frees @p emits and what it holds; accepts NULL. */
+void kl__emits_free(kl__emits_t *emits);
+
+/** @returns 0 with @p out filled (borrowing @p rec), or -1 when the bytes
+ *  are not one record. */
+int kl__outbox_rec_decode(const void *rec, size_t len, kl__outbox_rec_t *out);
+
+/**
+ * The id of the @p index-th follow-up of the event @p src_id into @p out:
+ * "<src_id>/<index>" when that fits in KL_ID_MAX bytes; else the first
+ * bytes of @p src_id, "~", 16 hex digits of its FNV-1a 64 hash, then
+ * "/<index>". @returns its length.
+ */
+size_t kl__emit_id(const char *src_id, size_t src_id_len, unsigned index,
+                   char out[KL_ID_MAX + 1]);
+
+#endif

@@ -1,0 +1,169 @@
+/*
+ * The PostgreSQL store's outbox (store_internal.h), schema 5:
+ *
+ *   keylane_outbox (topic, partition, seq, rec), seq from the sequence
+ *   keylane_outbox_seq
+ *
+ * A commit inserts its follow-ups after its fence, whose UPDATE holds the
+ * partition's row lock until COMMIT: two batches of one partition take
+ * their seqs one after the other, so a partition's seqs grow in commit
+ * order (a sequence may leave gaps, which nothing minds).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "worker/outbox_rec.h"
+#include "worker/store_pg.h"
+
+static void kl_pg_int_param(char *buf, size_t size, int64_t v) {
+  snprintf(buf, size, "%" PRId64, v);
+}
+
+/* "{"\\x0a0b...",...}": the records of @p emits as a bytea array literal
+ * (text), in emit order, with 16 bytes to spare after its NUL.
+ * @returns a malloc()ed string, or NULL. */
+static char *kl_pg_recs_array(const kl__emits_t *emits) {
+  static const char hex[] = "0123456789abcdef";
+  size_t size = 3 + emits->len * 2 + emits->count * 6 + 16, len = 0;
+  char *text = malloc(size);
+  if (!text)
+    return NULL;
+  text[len++] = '{';
+  size_t off = 0, n;
+  const void *rec;
+  while (kl__emits_next(emits, &off, &rec, &n)) {
+    if (len > 1)
+      text[len++] = ',';
+    memcpy(text + len, "\"\\\\x", 4);
+    len += 4;
+    for (size_t i = 0; i < n; i++) {
+      unsigned char b = ((const unsigned char *)rec)[i];
+      text[len++] = hex[b >> 4];
+      text[len++] = hex[b & 15];
+    }
+    text[len++] = '"';
+  }
+  text[len++] = '}';
+  text[len] = '\0';
+  return text;
+}
+
+kl_err_t kl__pg_outbox_add(kl__pg_call_t *call, char **params,
+                           const char *topic, int32_t partition,
+                           const kl__emits_t *emits) {
+  char *recs = kl_pg_recs_array(emits); /* room for the partition after */
+  if (!recs)
+    return kl__err(KL_ENOMEM, "postgresql: out of memory for follow-ups");
+  size_t rlen = strlen(recs);
+  snprintf(recs + rlen + 1, 16, "%" PRId32, partition);
+  memset(call, 0, sizeof(*call));
+  call->sql = "INSERT INTO keylane_outbox (topic, partition, seq, rec) "
+              "SELECT $1::text, $2::int4, nextval('keylane_outbox_seq'), r "
+              "FROM unnest($3::bytea[]) WITH ORDINALITY AS u(r, n) ORDER BY n";
+  call->what = "write follow-ups";
+  call->nparams = 3;
+  call->values[0] = topic;
+  call->values[1] = recs + rlen + 1;
+  call->values[2] = recs;
+  *params = recs;
+  return KL_OK;
+}
+
+typedef struct kl_pg_list {
+  const char *topic;
+  int32_t partition;
+  uint64_t after;
+  size_t max;
+  kl__outbox_cb_t *cb;
+  void *opaque;
+} kl_pg_list_t;
+
+static kl_err_t kl_pg_list_fn(kl__pg_conn_t *conn, void *ctx) {
+  kl_pg_list_t *l = ctx;
+  char part[16], after[24], max[24];
+  kl_pg_int_param(part, sizeof(part), l->partition);
+  kl_pg_int_param(after, sizeof(after), (int64_t)l->after);
+  kl_pg_int_param(max, sizeof(max),
+                  l->max > INT64_MAX ? INT64_MAX : (int64_t)l->max);
+  const char *values[4] = {l->topic, part, after, max};
+  PGresult *res = PQexecParams(
+      conn->pg,
+      "SELECT seq::text AS s, rec FROM keylane_outbox WHERE topic = $1::text "
+      "AND partition = $2::int4 AND seq > $3::int8 ORDER BY seq LIMIT "
+      "$4::int8",
+      4, NULL, values, NULL, NULL, 1);
+  if (!kl__pg_ok(res)) {
+    kl_err_t err = kl__pg_err(conn->pg, res, "list the outbox");
+    PQclear(res);
+    return err;
+  }
+  for (int i = 0; i < PQntuples(res); i++) {
+    uint64_t seq = strtoull(PQgetvalue(res, i, 0), NULL, 10);
+    if (l->cb(l->opaque, seq, PQgetvalue(res, i, 1),
+              (size_t)PQgetlength(res, i, 1)))
+      break;
+  }
+  PQclear(res);
+  return KL_OK;
+}
+
+typedef struct kl_pg_del {
+  const char *topic;
+  const kl__outbox_ack_t *acks;
+  size_t n;
+} kl_pg_del_t;
+
+/* "{a,b,...}": the partitions or the seqs of @p d, as an array literal.
+ * @returns a malloc()ed string, or NULL. */
+static char *kl_pg_del_array(const kl_pg_del_t *d, int seqs) {
+  size_t size = 3 + d->n * 21, len = 1;
+  char *text = malloc(size);
+  if (!text)
+    return NULL;
+  text[0] = '{';
+  for (size_t i = 0; i < d->n; i++)
+    len += (size_t)snprintf(text + len, size - len, "%s%" PRIu64, i ? "," : "",
+                            seqs ? d->acks[i].seq
+                                 : (uint64_t)d->acks[i].partition);
+  snprintf(text + len, size - len, "}");
+  return text;
+}
+
+static kl_err_t kl_pg_del_fn(kl__pg_conn_t *conn, void *ctx) {
+  kl_pg_del_t *d = ctx;
+  char *parts = kl_pg_del_array(d, 0), *seqs = kl_pg_del_array(d, 1);
+  kl_err_t err = KL_OK;
+  if (!parts || !seqs) {
+    err = kl__err(KL_ENOMEM, "postgresql: out of memory");
+  } else {
+    const char *values[3] = {d->topic, parts, seqs};
+    PGresult *res = PQexecParams(
+        conn->pg,
+        "DELETE FROM keylane_outbox o USING unnest($2::int4[], $3::int8[]) "
+        "AS a(partition, seq) WHERE o.topic = $1::text AND o.partition = "
+        "a.partition AND o.seq = a.seq",
+        3, NULL, values, NULL, NULL, 0);
+    if (!kl__pg_ok(res))
+      err = kl__pg_err(conn->pg, res, "remove published follow-ups");
+    PQclear(res);
+  }
+  free(parts);
+  free(seqs);
+  return err;
+}
+
+kl_err_t kl__pg_outbox_list(kl_store_t *store, const char *topic,
+                            int32_t partition, uint64_t after, size_t max,
+                            kl__outbox_cb_t *cb, void *opaque) {
+  kl_pg_list_t l = {topic, partition, after, max, cb, opaque};
+  return kl__pg_call((kl__pg_t *)store, kl_pg_list_fn, &l);
+}
+
+kl_err_t kl__pg_outbox_del(kl_store_t *store, const char *topic,
+                           const kl__outbox_ack_t *acks, size_t n) {
+  kl_pg_del_t d = {topic, acks, n};
+  return kl__pg_call((kl__pg_t *)store, kl_pg_del_fn, &d);
+}
