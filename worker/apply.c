@@ -68,7 +68,7 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
     return KL_HANDLER_OK;
   }
   kl_fence_t fence = {a->topic, partition, epoch, m->offset};
-  kl__txn_source(txn, event->id, event->id_len); /* its follow-ups' ids */
+  kl__txn_source_event(txn, event); /* its follow-ups' ids */
   kl_handler_result_t r =
       a->dry_run && !a->dry_run_handler
           ? KL_HANDLER_OK /* would run it; still marked, for the range */

@@ -17,10 +17,19 @@ static uint64_t kl_get_be(const unsigned char *p, int n) {
   return v;
 }
 
+/* The trace section: none, or traceparent and maybe tracestate, the
+ * only headers a follow-up carries (kl_txn_emit()). */
+static size_t kl_trace_len(const kl_event_t *e) {
+  if (!e->header_count)
+    return 0;
+  return 3 + e->headers[0].value_len +
+         (e->header_count > 1 ? e->headers[1].value_len : 0);
+}
+
 static size_t kl_rec_len(const kl__outbox_rec_t *rec) {
   const kl_event_t *e = &rec->event;
   return KL__OUTBOX_REC_HEAD + rec->topic_len + e->key_len + e->id_len +
-         e->type_len + e->payload_len;
+         e->type_len + e->payload_len + kl_trace_len(e);
 }
 
 static kl_err_t kl_emits_room(kl__emits_t *emits, size_t more) {
@@ -62,7 +71,15 @@ kl_err_t kl__emits_add(kl__emits_t *emits, const kl__outbox_rec_t *rec) {
   p = kl_copy(p, e->key, e->key_len);
   p = kl_copy(p, e->id, e->id_len);
   p = kl_copy(p, e->type, e->type_len);
-  kl_copy(p, e->payload, e->payload_len);
+  p = kl_copy(p, e->payload, e->payload_len);
+  if (e->header_count) {
+    const kl_header_t *ts = e->header_count > 1 ? &e->headers[1] : NULL;
+    p[0] = (unsigned char)e->headers[0].value_len;
+    kl_put_be(p + 1, ts ? ts->value_len : 0, 2);
+    p = kl_copy(p + 3, e->headers[0].value, e->headers[0].value_len);
+    if (ts)
+      kl_copy(p, ts->value, ts->value_len);
+  }
   emits->len += 4 + len;
   emits->count++;
   return KL_OK;
@@ -112,15 +129,26 @@ int kl__outbox_rec_decode(const void *rec, size_t len, kl__outbox_rec_t *out) {
   e->type_len = p[4];
   e->ts = (int64_t)kl_get_be(p + 5, 8);
   e->payload_len = (size_t)kl_get_be(p + 13, 4);
-  if (len != KL__OUTBOX_REC_HEAD + out->topic_len + e->key_len + e->id_len +
-                 e->type_len + e->payload_len)
+  size_t base = KL__OUTBOX_REC_HEAD + out->topic_len + e->key_len +
+                e->id_len + e->type_len + e->payload_len;
+  if (len != base && (len < base + 3 || !p[base] ||
+                      len != base + 3 + p[base] + kl_get_be(p + base + 1, 2)))
     return -1;
   const char *s = (const char *)p + KL__OUTBOX_REC_HEAD;
   out->topic = s;
   e->key = s += out->topic_len;
   e->id = s += e->key_len;
   e->type = s += e->id_len;
-  e->payload = s + e->type_len;
+  e->payload = s += e->type_len;
+  if (len == base)
+    return 0;
+  size_t tp = p[base], ts = (size_t)kl_get_be(p + base + 1, 2);
+  s = (const char *)p + base + 3;
+  out->trace[0] = (kl_header_t){KL_TRACEPARENT, strlen(KL_TRACEPARENT), s, tp};
+  out->trace[1] = (kl_header_t){KL_TRACESTATE, strlen(KL_TRACESTATE), s + tp,
+                                ts};
+  e->headers = out->trace;
+  e->header_count = ts ? 2 : 1;
   return 0;
 }
 

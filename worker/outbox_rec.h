@@ -5,7 +5,9 @@
  *
  *   u8 topic_len, u16 key_len, u8 id_len, u8 type_len (big-endian),
  *   i64 ts (big-endian), u32 payload_len (big-endian),
- *   then topic, key, id, type, payload.
+ *   then topic, key, id, type, payload;
+ *   then, when the source event had a W3C trace context: u8 traceparent_len,
+ *   u16 tracestate_len (big-endian), traceparent, tracestate.
  *
  * An empty topic stands for the source event's topic. Not installed.
  */
@@ -33,7 +35,8 @@ typedef struct kl__emits {
 typedef struct kl__outbox_rec {
   const char *topic; /* "" (topic_len 0): the source's topic */
   size_t topic_len;
-  kl_event_t event; /* key, id, type, ts, payload; no headers */
+  kl_event_t event; /* key, id, type, ts, payload; headers: trace only */
+  kl_header_t trace[2]; /* traceparent, then tracestate: event.headers */
 } kl__outbox_rec_t;
 
 /** Appends @p rec. @returns KL_OK or KL_ENOMEM (then unchanged). */

@@ -86,7 +86,8 @@ typedef struct kl__emits kl__emits_t; /* outbox_rec.h */
 struct kl_txn {
   kl_store_t *store;
   kl__emits_t *emits;  /* the batch's follow-ups; NULL until one is emitted */
-  const char *src_id;  /* the event the handler runs (borrowed), or NULL */
+  const struct kl_event *src; /* the event it runs (borrowed), or NULL */
+  const char *src_id;  /* its id */
   size_t src_id_len;
   size_t src_first;    /* emits->count when that event began */
 };

@@ -223,6 +223,11 @@ kl_err_t kl__store_outbox_del(kl_store_t *store, const char *topic,
  */
 void kl__txn_source(kl_txn_t *txn, const char *id, size_t id_len);
 
+struct kl_event; /* keylane/event.h */
+/** kl__txn_source() with @p event's id; its W3C trace context
+ *  (traceparent, tracestate) goes on with the follow-ups. */
+void kl__txn_source_event(kl_txn_t *txn, const struct kl_event *event);
+
 typedef struct kl__emits kl__emits_t; /* outbox_rec.h */
 
 /** Moves @p txn's emits out (NULL when none): the caller frees them with

@@ -11,7 +11,13 @@
 #include "worker/store_backend.h"
 #include "worker/store_internal.h"
 
+void kl__txn_source_event(kl_txn_t *txn, const kl_event_t *event) {
+  kl__txn_source(txn, event ? event->id : NULL, event ? event->id_len : 0);
+  txn->src = event;
+}
+
 void kl__txn_source(kl_txn_t *txn, const char *id, size_t id_len) {
+  txn->src = NULL;
   txn->src_id = id;
   txn->src_id_len = id ? id_len : 0;
   txn->src_first = txn->emits ? txn->emits->count : 0;
@@ -67,6 +73,26 @@ static kl_err_t kl_emit_check(const kl_txn_t *txn, const char *topic) {
   return KL_OK;
 }
 
+/* The source event's W3C trace context goes on with its follow-ups; a
+ * malformed one (another producer's) stays behind, as kl_publish() would
+ * refuse it. */
+static void kl_emit_trace(const kl_event_t *src, kl__outbox_rec_t *rec) {
+  const kl_header_t *tp = src ? kl_event_header(src, KL_TRACEPARENT) : NULL;
+  if (tp && (tp->value_len > 255 ||
+             !kl_traceparent_valid(tp->value, tp->value_len)))
+    tp = NULL;
+  const kl_header_t *ts = tp ? kl_event_header(src, KL_TRACESTATE) : NULL;
+  if (ts && !kl_tracestate_valid(ts->value, ts->value_len))
+    ts = NULL;
+  size_t n = 0;
+  if (tp)
+    rec->trace[n++] = *tp;
+  if (ts)
+    rec->trace[n++] = *ts;
+  rec->event.headers = n ? rec->trace : NULL;
+  rec->event.header_count = n;
+}
+
 kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic, const void *key,
                      size_t key_len, const char *type, const void *payload,
                      size_t payload_len) {
@@ -78,7 +104,8 @@ kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic, const void *key,
   unsigned index =
       (unsigned)(txn->emits ? txn->emits->count - txn->src_first : 0);
   char id[KL_ID_MAX + 1];
-  kl__outbox_rec_t rec = {topic ? topic : "", topic ? strlen(topic) : 0, {0}};
+  kl__outbox_rec_t rec = {.topic = topic ? topic : "",
+                          .topic_len = topic ? strlen(topic) : 0};
   rec.event = (kl_event_t){.key = key,
                            .key_len = key_len,
                            .id = id,
@@ -88,6 +115,7 @@ kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic, const void *key,
                            .payload = payload,
                            .payload_len = payload_len};
   rec.event.id_len = kl__emit_id(txn->src_id, txn->src_id_len, index, id);
+  kl_emit_trace(txn->src, &rec);
   if ((err = kl_event_validate(&rec.event, 0)))
     return kl__err(err, "kl_txn_emit: %s", kl_err_detail());
   kl__emits_t *emits = NULL;

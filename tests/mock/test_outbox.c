@@ -117,6 +117,11 @@ static void kl_halt(kl_run_t *r) {
 }
 
 /* Publishes event i with id "src-i" to key "k-i". */
+/* Source event i's W3C traceparent, which its follow-ups carry on. */
+static void kl_trace_of(int i, char out[56]) {
+  snprintf(out, 56, "00-%032x-%016x-01", (unsigned)i + 1, (unsigned)i + 1);
+}
+
 static void kl_publish_n(kl_fx_t *fx, int from, int n) {
   kl_conf_t *conf = kl_conf_new();
   assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
@@ -129,7 +134,13 @@ static void kl_publish_n(kl_fx_t *fx, int from, int n) {
     char key[32], id[32];
     snprintf(key, sizeof(key), "k-%d", i);
     snprintf(id, sizeof(id), "src-%d", i);
-    kl_event_t ev = {.key = key,
+    char tp[56];
+    kl_trace_of(i, tp);
+    kl_header_t trace = {KL_TRACEPARENT, strlen(KL_TRACEPARENT), tp,
+                         strlen(tp)};
+    kl_event_t ev = {.headers = &trace,
+                     .header_count = 1,
+                     .key = key,
                      .key_len = strlen(key),
                      .id = id,
                      .id_len = strlen(id),
@@ -172,6 +183,7 @@ static int64_t kl_watermarks(kl_fx_t *fx) {
 typedef struct kl_out {
   int n;
   char *ids[512];
+  char *trace[512]; /* traceparent, or NULL */
   char who[512];
 } kl_out_t;
 
@@ -200,6 +212,8 @@ static void kl_read_out(kl_fx_t *fx, int want, int ms, kl_out_t *out) {
     kl_event_t ev;
     if (!m->err && kl_event_decode(dec, m->key, m->key_len, m->payload, m->len,
                                    &ev) == KL_OK) {
+      const kl_header_t *tp = kl_event_header(&ev, KL_TRACEPARENT);
+      out->trace[out->n] = tp ? strndup(tp->value, tp->value_len) : NULL;
       out->ids[out->n] = strndup(ev.id, ev.id_len);
       out->who[out->n++] = ev.payload_len ? *(const char *)ev.payload : '?';
     }
@@ -211,8 +225,10 @@ static void kl_read_out(kl_fx_t *fx, int want, int ms, kl_out_t *out) {
 }
 
 static void kl_out_free(kl_out_t *out) {
-  for (int i = 0; i < out->n; i++)
+  for (int i = 0; i < out->n; i++) {
     free(out->ids[i]);
+    free(out->trace[i]);
+  }
 }
 
 static void kl_published_once(const char *concurrency) {
@@ -242,6 +258,10 @@ static void kl_published_once(const char *concurrency) {
     int k = -1;
     assert_int_equal(sscanf(out.ids[i], "src-%d/0", &k), 1);
     assert_true(k >= 0 && k < N);
+    char tp[56];
+    kl_trace_of(k, tp); /* the source's trace context went on with it */
+    assert_non_null(out.trace[i]);
+    assert_string_equal(out.trace[i], tp);
     seen[k]++;
   }
   for (int k = 0; k < N; k++)
