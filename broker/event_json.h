@@ -9,8 +9,9 @@
  * "payload_b64" is the raw payload as base64; not both; neither is an
  * empty payload. "id" may be omitted (the producer makes one) but not
  * empty. "key", "type", "id" and header values are text: a NUL in one is
- * refused (both encodings come here, so one rule holds for both). Unknown fields are refused, so a typo ("paylaod") is an error
- * rather than an event without its payload.
+ * refused (both encodings come here, so one rule holds for both). Unknown
+ * fields are refused, so a typo ("paylaod") is an error rather than an event
+ * without its payload.
  *
  * Ownership: the event borrows its key, type, id and header strings from
  * the JSON value (valid while it lives); the payload and the header array

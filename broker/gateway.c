@@ -82,8 +82,7 @@ static kl_err_t kl_opts_check(const kl__gateway_opts_t *o) {
                    (long long)o->max_inflight_bytes, o->max_body);
   if (o->idle_timeout_ms < 1 || o->request_timeout_ms < 1 ||
       o->produce_timeout_ms < 1 || o->retry_after_s < 0 ||
-      o->topic_idle_ms < 0 ||
-      o->drain_timeout_ms < 0)
+      o->topic_idle_ms < 0 || o->drain_timeout_ms < 0)
     return kl__err(KL_ECONF, "gateway timeouts must be positive");
   return KL_OK;
 }

@@ -17,7 +17,8 @@
 #include "broker/gateway_internal.h"
 #include "common/json_msgpack.h"
 
-int kl__gw_bad(kl__gw_bad_t *bad, int status, long index, const char *fmt, ...) {
+int kl__gw_bad(kl__gw_bad_t *bad, int status, long index, const char *fmt,
+               ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(bad->msg, sizeof(bad->msg), fmt, ap);

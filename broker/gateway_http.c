@@ -490,8 +490,8 @@ static int kl_on_header_value(http_parser *p, const char *at, size_t len) {
       parse->origin_bad |= parse->origin_seen; /* two: not on any list */
     parse->origin_seen |= parse->header == KL_HDR_ORIGIN;
     if (parse->header == KL_HDR_TE && parse->te_seen) /* one list */
-      parse->te_long |= !kl_append(parse->te, sizeof(parse->te) - 1,
-                                   &parse->te_len, ",", 1);
+      parse->te_long |=
+          !kl_append(parse->te, sizeof(parse->te) - 1, &parse->te_len, ",", 1);
     parse->te_seen |= parse->header == KL_HDR_TE;
     kl_trace_header_begins(parse);
   }

@@ -131,7 +131,7 @@ typedef struct kl__gw_parse {
   kl__strbuf_t body;
   size_t body_len;
   bool discard_body; /**< the answer is known; count the body, keep none */
-  kl__gw_req_t *req;  /**< made at headers complete */
+  kl__gw_req_t *req; /**< made at headers complete */
   int64_t start_ns;  /**< first byte of the request */
   bool active;       /**< between message begin and complete */
 } kl__gw_parse_t;

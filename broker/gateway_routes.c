@@ -241,14 +241,13 @@ void kl__gw_route_head(kl__gw_conn_t *conn, kl__gw_req_t *req, int method,
     snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
     kl__gw_respond_error(req, 405, extra, "this route takes %s", allow);
   } else if (!kl__gw_origin_ok(conn)) {
-    kl__gw_respond_error(req, 403, NULL,
-                         "Origin \"%.*s\" is not allowed: a web page may not "
-                         "publish through this gateway; to let one, start it "
-                         "with --allow-origin ORIGIN",
-                         (int)(conn->parse.origin_len > 200
-                                   ? 200
-                                   : conn->parse.origin_len),
-                         conn->parse.origin);
+    kl__gw_respond_error(
+        req, 403, NULL,
+        "Origin \"%.*s\" is not allowed: a web page may not "
+        "publish through this gateway; to let one, start it "
+        "with --allow-origin ORIGIN",
+        (int)(conn->parse.origin_len > 200 ? 200 : conn->parse.origin_len),
+        conn->parse.origin);
   } else if (req->route <= KL_GW_ROUTE_ROUTE && conn->gw->tokens &&
              !kl_auth_ok(conn)) {
     kl__gw_respond_error(req, 401, "WWW-Authenticate: Bearer\r\n",
@@ -307,7 +306,8 @@ static bool kl_topic_room(kl__gateway_t *gw) {
   int64_t idle_ns = kl__mono_ns() - gw->topics[lru].used_ns;
   if (idle_ns < (int64_t)gw->opts.topic_idle_ms * 1000000)
     return false;
-  KL_LOG_I("gateway", "topic %s was not used for %lld ms: it gives its "
+  KL_LOG_I("gateway",
+           "topic %s was not used for %lld ms: it gives its "
            "place (--max-topics %zu) to another",
            gw->topics[lru].name, (long long)(idle_ns / 1000000),
            gw->opts.max_topics);
@@ -422,9 +422,10 @@ static void kl_respond_failed(kl__gw_req_t *req) {
 static void kl_publish_done(kl__gw_req_t *req) {
   req->gw->inflight_bytes -= req->bytes;
   if (req->failed && req->kafka_err == KL_EPARTITIONS) /* changed meanwhile */
-    kl__gw_respond_error(req, 409, NULL, "%zu of %zu events were not "
-                         "published: %s", req->failed, req->nslots,
-                         req->kafka_errmsg);
+    kl__gw_respond_error(req, 409, NULL,
+                         "%zu of %zu events were not "
+                         "published: %s",
+                         req->failed, req->nslots, req->kafka_errmsg);
   else if (req->failed)
     kl_respond_failed(req);
   else

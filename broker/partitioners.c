@@ -38,8 +38,8 @@ static int32_t kl_sarama_mod(uint32_t h, int32_t n) {
   return (int32_t)(magnitude % (uint32_t)n);
 }
 
-int32_t kl__partition_with(kl__partitioner_t which, const void *key,
-                           size_t len, int32_t partitions) {
+int32_t kl__partition_with(kl__partitioner_t which, const void *key, size_t len,
+                           int32_t partitions) {
   if (partitions < 1)
     return -1;
   const unsigned char *p = key;

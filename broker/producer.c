@@ -324,9 +324,9 @@ static kl_err_t kl_topic_load(kl_producer_t *producer, kl_topic_t *topic) {
     if (count > 0) {
       int32_t expect = producer->expect_partitions;
       topic->partitions = count;
-      topic->expect = (kl__partitions_expect_t){
-          expect ? expect : count, expect != 0, "producer",
-          "producer.expect.partitions"};
+      topic->expect =
+          (kl__partitions_expect_t){expect ? expect : count, expect != 0,
+                                    "producer", "producer.expect.partitions"};
       atomic_store(&topic->live, count);
       return KL_OK;
     }
@@ -463,8 +463,10 @@ static void kl_watch_apply(kl_producer_t *producer,
       if (mt->partition_cnt != t->expect.count && !t->reported) {
         t->reported = 1;
         kl__partitions_check(t->name, mt->partition_cnt, &t->expect);
-        KL_LOG_E("producer", "%s; publishing to topic %s is refused from now "
-                 "on", kl_err_detail(), t->name);
+        KL_LOG_E("producer",
+                 "%s; publishing to topic %s is refused from now "
+                 "on",
+                 kl_err_detail(), t->name);
       } else if (mt->partition_cnt == t->expect.count) {
         t->reported = 0;
       }

@@ -183,8 +183,8 @@ static int kl_conf_is_num(const kl_conf_key_t *k) {
 
 static kl_err_t kl_conf_parse_num(const kl_conf_key_t *k, const char *s,
                                   int64_t *out) {
-  return kl__units_parse(k->name, s, (kl__units_kind_t)k->type, k->min,
-                         k->max, out);
+  return kl__units_parse(k->name, s, (kl__units_kind_t)k->type, k->min, k->max,
+                         out);
 }
 
 static int kl_conf_enum_has(const char *values, const char *v) {
@@ -265,8 +265,8 @@ kl_err_t kl_conf_set(kl_conf_t *conf, const char *key, const char *value,
                         "properties take the prefix kafka.",
                         key);
   if (k->type == KL_CT_ENUM && !kl_conf_enum_has(k->values, value))
-    return kl_conf_fail(errstr, errstr_size,
-                        "%s=%s is not one of %s", key, value, k->values);
+    return kl_conf_fail(errstr, errstr_size, "%s=%s is not one of %s", key,
+                        value, k->values);
   int64_t num;
   if (kl_conf_is_num(k) && kl_conf_parse_num(k, value, &num) != KL_OK) {
     char detail[512];

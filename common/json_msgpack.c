@@ -181,7 +181,7 @@ static kl_err_t kl_mp_key(kl__mp_reader_t *rd, const json_t *obj,
     return err;
   const char *s = json_string_value(*key);
   size_t len = json_string_length(*key);
-  const char *why = memchr(s, '\0', len)        ? "holds a NUL byte"
+  const char *why = memchr(s, '\0', len)            ? "holds a NUL byte"
                     : json_object_getn(obj, s, len) ? "appears twice"
                                                     : NULL;
   if (!why)

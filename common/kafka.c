@@ -118,8 +118,7 @@ int kl__kafka_has_controller(rd_kafka_t *rk, int timeout_ms) {
 }
 
 /* The DescribeConfigs result of one topic into @p values. */
-static kl_err_t kl_kafka_configs_take(rd_kafka_event_t *ev,
-                                      const char *topic,
+static kl_err_t kl_kafka_configs_take(rd_kafka_event_t *ev, const char *topic,
                                       const char *const *names, size_t n,
                                       char **values) {
   size_t cnt = 0;
@@ -127,15 +126,17 @@ static kl_err_t kl_kafka_configs_take(rd_kafka_event_t *ev,
       rd_kafka_DescribeConfigs_result_resources(
           rd_kafka_event_DescribeConfigs_result(ev), &cnt);
   if (cnt != 1)
-    return kl__err(KL_EKAFKA, "describe the configuration of topic %s: the "
-                              "cluster answered %zu resources, not 1",
+    return kl__err(KL_EKAFKA,
+                   "describe the configuration of topic %s: the "
+                   "cluster answered %zu resources, not 1",
                    topic, cnt);
   rd_kafka_resp_err_t kerr = rd_kafka_ConfigResource_error(res[0]);
   if (kerr)
     return kl__err(KL_EKAFKA, "describe the configuration of topic %s: %s",
-                   topic, rd_kafka_ConfigResource_error_string(res[0])
-                              ? rd_kafka_ConfigResource_error_string(res[0])
-                              : rd_kafka_err2str(kerr));
+                   topic,
+                   rd_kafka_ConfigResource_error_string(res[0])
+                       ? rd_kafka_ConfigResource_error_string(res[0])
+                       : rd_kafka_err2str(kerr));
   size_t centries = 0;
   const rd_kafka_ConfigEntry_t **entries =
       rd_kafka_ConfigResource_configs(res[0], &centries);
@@ -164,8 +165,9 @@ kl_err_t kl__kafka_topic_configs(rd_kafka_t *rk, const char *topic,
   rd_kafka_event_t *ev = rd_kafka_queue_poll(q, timeout_ms + 1000);
   kl_err_t err;
   if (!ev)
-    err = kl__err(KL_EKAFKA_TRANSIENT, "describe the configuration of topic "
-                                       "%s: no answer within %d ms",
+    err = kl__err(KL_EKAFKA_TRANSIENT,
+                  "describe the configuration of topic "
+                  "%s: no answer within %d ms",
                   topic, timeout_ms);
   else if (rd_kafka_event_error(ev))
     err = kl__err(rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR__TIMED_OUT
@@ -244,8 +246,8 @@ kl_err_t kl__kafka_group_epochs(const kl_conf_t *conf, const char *group,
   kl_err_t err = kl__kafka_reader_new(conf, group, "earliest", &rk);
   if (err)
     return err;
-  err = kl__kafka_committed_epochs(rk, topic, partitions, n, epochs,
-                                   timeout_ms);
+  err =
+      kl__kafka_committed_epochs(rk, topic, partitions, n, epochs, timeout_ms);
   rd_kafka_destroy(rk);
   return err;
 }

@@ -87,9 +87,10 @@ static kl_err_t kl_parse_time(const char *text, int64_t now_ms, int64_t *ms) {
   }
   if (kl_parse_i64(t, ms) == 0 || kl_parse_iso(t, ms) == 0)
     return KL_OK;
-  return kl__err(KL_EINVAL, "position \"%s\" is not a time: use @MS (ms "
-                            "since 1970), @YYYY-MM-DDTHH:MM:SSZ or "
-                            "@-DURATION (@-15m, @-2h, @-7d)",
+  return kl__err(KL_EINVAL,
+                 "position \"%s\" is not a time: use @MS (ms "
+                 "since 1970), @YYYY-MM-DDTHH:MM:SSZ or "
+                 "@-DURATION (@-15m, @-2h, @-7d)",
                  text);
 }
 
@@ -126,11 +127,21 @@ kl_err_t kl__pos_parse(const char *text, int64_t now_ms, kl__pos_t *pos) {
 
 const char *kl__pos_format(const kl__pos_t *pos, char *buf, size_t size) {
   switch (pos->kind) {
-  case KL__POS_BEGINNING: snprintf(buf, size, "beginning"); break;
-  case KL__POS_END: snprintf(buf, size, "end"); break;
-  case KL__POS_WATERMARK: snprintf(buf, size, "watermark"); break;
-  case KL__POS_TIME: snprintf(buf, size, "@%" PRId64, pos->value); break;
-  default: snprintf(buf, size, "%" PRId64, pos->value); break;
+  case KL__POS_BEGINNING:
+    snprintf(buf, size, "beginning");
+    break;
+  case KL__POS_END:
+    snprintf(buf, size, "end");
+    break;
+  case KL__POS_WATERMARK:
+    snprintf(buf, size, "watermark");
+    break;
+  case KL__POS_TIME:
+    snprintf(buf, size, "@%" PRId64, pos->value);
+    break;
+  default:
+    snprintf(buf, size, "%" PRId64, pos->value);
+    break;
   }
   return buf;
 }
@@ -174,8 +185,8 @@ static kl_err_t kl_partitions_all(int32_t partitions, int32_t **out,
   return KL_OK;
 }
 
-kl_err_t kl__pos_partitions(const char *text, int32_t partitions,
-                            int32_t **out, size_t *count) {
+kl_err_t kl__pos_partitions(const char *text, int32_t partitions, int32_t **out,
+                            size_t *count) {
   if (!text || strcmp(text, "all") == 0)
     return kl_partitions_all(partitions, out, count);
   int32_t *list = malloc((size_t)partitions * sizeof(*list));
@@ -186,12 +197,14 @@ kl_err_t kl__pos_partitions(const char *text, int32_t partitions,
     size_t len = strcspn(s, ",");
     int64_t lo = 0, hi = -1; /* set by kl_parse_item; -O2 cannot tell */
     if (kl_parse_item(s, len, &lo, &hi) != 0)
-      err = kl__err(KL_EINVAL, "partition list \"%s\": \"%.*s\" is not a "
-                               "partition or a range N-M; use 0,2,5-7 or all",
+      err = kl__err(KL_EINVAL,
+                    "partition list \"%s\": \"%.*s\" is not a "
+                    "partition or a range N-M; use 0,2,5-7 or all",
                     text, (int)len, s);
     else if (hi >= partitions)
-      err = kl__err(KL_EINVAL, "partition %" PRId64 " does not exist: the "
-                               "topic has partitions 0..%" PRId32,
+      err = kl__err(KL_EINVAL,
+                    "partition %" PRId64 " does not exist: the "
+                    "topic has partitions 0..%" PRId32,
                     hi, partitions - 1);
     for (int64_t p = lo; !err && p <= hi; p++)
       if (!seen[p]) {
@@ -284,17 +297,33 @@ static int64_t kl_clamp(int64_t v, const kl__tp_range_t *r) {
 static void kl_resolve_plain(kl__tp_range_t *r, const kl__pos_t *from,
                              const kl__pos_t *to) {
   switch (from->kind) {
-  case KL__POS_BEGINNING: r->start = r->low; break;
-  case KL__POS_END: r->start = r->high; break;
-  case KL__POS_WATERMARK: r->start = -1; break;
-  case KL__POS_OFFSET: r->start = kl_clamp(from->value, r); break;
-  default: break; /* times are looked up together */
+  case KL__POS_BEGINNING:
+    r->start = r->low;
+    break;
+  case KL__POS_END:
+    r->start = r->high;
+    break;
+  case KL__POS_WATERMARK:
+    r->start = -1;
+    break;
+  case KL__POS_OFFSET:
+    r->start = kl_clamp(from->value, r);
+    break;
+  default:
+    break; /* times are looked up together */
   }
   switch (to->kind) {
-  case KL__POS_BEGINNING: r->end = r->low; break;
-  case KL__POS_OFFSET: r->end = kl_clamp(to->value, r); break;
-  case KL__POS_TIME: break;
-  default: r->end = r->high; break;
+  case KL__POS_BEGINNING:
+    r->end = r->low;
+    break;
+  case KL__POS_OFFSET:
+    r->end = kl_clamp(to->value, r);
+    break;
+  case KL__POS_TIME:
+    break;
+  default:
+    r->end = r->high;
+    break;
   }
 }
 
@@ -328,12 +357,18 @@ kl_err_t kl__kafka_resolve(rd_kafka_t *rk, const char *topic,
 
 kl_err_t kl__kafka_reader_new(const kl_conf_t *conf, const char *client_id,
                               const char *reset, rd_kafka_t **out) {
-  const char *const defaults[] = {"client.id", client_id,
-                                  "group.id", client_id,
-                                  "enable.auto.commit", "false",
-                                  "enable.auto.offset.store", "false",
-                                  "enable.partition.eof", "true",
-                                  "auto.offset.reset", reset,
+  const char *const defaults[] = {"client.id",
+                                  client_id,
+                                  "group.id",
+                                  client_id,
+                                  "enable.auto.commit",
+                                  "false",
+                                  "enable.auto.offset.store",
+                                  "false",
+                                  "enable.partition.eof",
+                                  "true",
+                                  "auto.offset.reset",
+                                  reset,
                                   NULL};
   rd_kafka_conf_t *kconf = rd_kafka_conf_new();
   kl_err_t err = kl__kafka_conf_apply(kconf, conf, defaults);
@@ -342,8 +377,8 @@ kl_err_t kl__kafka_reader_new(const kl_conf_t *conf, const char *client_id,
     return err;
   }
   char errstr[512];
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, kconf, errstr,
-                                sizeof(errstr));
+  rd_kafka_t *rk =
+      rd_kafka_new(RD_KAFKA_CONSUMER, kconf, errstr, sizeof(errstr));
   if (!rk) {
     rd_kafka_conf_destroy(kconf);
     return kl__err(KL_EKAFKA, "cannot create a consumer: %s", errstr);
@@ -361,8 +396,8 @@ static kl_err_t kl_read_assign(rd_kafka_t *rk, const char *topic,
   *open = 0;
   for (size_t i = 0; i < count; i++)
     if (ranges[i].start < ranges[i].end) {
-      rd_kafka_topic_partition_list_add(l, topic, ranges[i].partition)
-          ->offset = ranges[i].start;
+      rd_kafka_topic_partition_list_add(l, topic, ranges[i].partition)->offset =
+          ranges[i].start;
       (*open)++;
     }
   rd_kafka_resp_err_t kerr = *open ? rd_kafka_assign(rk, l) : 0;

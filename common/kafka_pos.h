@@ -59,8 +59,8 @@ const char *kl__pos_format(const kl__pos_t *pos, char *buf, size_t size);
  * @returns KL_OK; KL_EINVAL naming the bad part (or a partition the topic
  *          does not have).
  */
-kl_err_t kl__pos_partitions(const char *text, int32_t partitions,
-                            int32_t **out, size_t *count);
+kl_err_t kl__pos_partitions(const char *text, int32_t partitions, int32_t **out,
+                            size_t *count);
 
 /** One partition's range, resolved. */
 typedef struct kl__tp_range {

@@ -47,11 +47,11 @@ void kl__log(kl__log_level_t level, const char *component, const char *fmt,
   struct tm tm;
   clock_gettime(CLOCK_REALTIME, &ts);
   gmtime_r(&ts.tv_sec, &tm);
-  int n = snprintf(line, sizeof(line),
-                   "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s [%d] %s: ",
-                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                   tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
-                   kl_level_names[level], (int)getpid(), component);
+  int n = snprintf(
+      line, sizeof(line),
+      "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s [%d] %s: ", tm.tm_year + 1900,
+      tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+      ts.tv_nsec / 1000000, kl_level_names[level], (int)getpid(), component);
   va_list ap;
   va_start(ap, fmt);
   n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);

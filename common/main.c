@@ -12,7 +12,8 @@ static const struct {
     /* {"name", kl__cmd_name, "one-line summary"}, one per subcommand */
     {"route", kl__cmd_route, "print the partition each key routes to"},
     {"publish", kl__cmd_publish, "publish JSON-line events from stdin"},
-    {"broker", kl__cmd_broker, "run the HTTP publish gateway or the embedded cluster"},
+    {"broker", kl__cmd_broker,
+     "run the HTTP publish gateway or the embedded cluster"},
     {"worker", kl__cmd_worker, "run one worker of the fleet"},
     {"ledger", kl__cmd_ledger, "print the ledger handler's balances"},
     {"demo", kl__cmd_demo, "run the whole system on an embedded cluster"},
@@ -24,9 +25,10 @@ static const struct {
 };
 
 static void kl_usage(FILE *out) {
-  fprintf(out, "usage: keylane [--version] [--help] SUBCOMMAND [ARGS]\n\n"
-               "keylane: a single-writer-per-key work queue on Apache Kafka.\n\n"
-               "subcommands:\n");
+  fprintf(out,
+          "usage: keylane [--version] [--help] SUBCOMMAND [ARGS]\n\n"
+          "keylane: a single-writer-per-key work queue on Apache Kafka.\n\n"
+          "subcommands:\n");
   for (size_t i = 0; i < sizeof(kl_cmds) / sizeof(kl_cmds[0]); i++)
     fprintf(out, "  %-10s %s\n", kl_cmds[i].name, kl_cmds[i].summary);
   fprintf(out, "\n'keylane SUBCOMMAND --help' describes one.\n");

@@ -58,8 +58,8 @@ void kl__progress_set(kl__progress_t *p, size_t row, int32_t partition,
                       uint64_t done, uint64_t total, int finished) {
   if (row >= p->count)
     return;
-  p->rows[row] = (kl_row_t){partition, done > total ? total : done, total,
-                            finished};
+  p->rows[row] =
+      (kl_row_t){partition, done > total ? total : done, total, finished};
 }
 
 const char *kl__progress_eta(double seconds, char *buf, size_t size) {
@@ -106,11 +106,11 @@ static void kl_bar_line(kl__progress_t *p, const char *name, uint64_t done,
   double r = kl_rate(p, done);
   kl_rate_text(r, rate, sizeof(rate));
   unsigned pct = total ? (unsigned)(done * 100 / total) : 100;
-  fprintf(p->out,
-          "\r\033[2K%-6s [%s] %3u%%  %" PRIu64 "/%" PRIu64 "  %s  %s%s\n",
-          name, bar, pct, done, total, rate, finished ? "done" : "ETA ",
-          finished ? "" : kl__progress_eta(kl_eta(r, done, total), eta,
-                                           sizeof(eta)));
+  fprintf(
+      p->out, "\r\033[2K%-6s [%s] %3u%%  %" PRIu64 "/%" PRIu64 "  %s  %s%s\n",
+      name, bar, pct, done, total, rate, finished ? "done" : "ETA ",
+      finished ? ""
+               : kl__progress_eta(kl_eta(r, done, total), eta, sizeof(eta)));
 }
 
 static void kl_totals(const kl__progress_t *p, uint64_t *done, uint64_t *total,
@@ -159,8 +159,9 @@ static void kl_draw_plain(kl__progress_t *p, int final) {
   double worst = 0;
   for (size_t i = 0; i < p->count && worst >= 0; i++) {
     const kl_row_t *row = &p->rows[i];
-    double e = row->finished ? 0 : kl_eta(kl_rate(p, row->done), row->done,
-                                          row->total);
+    double e = row->finished
+                   ? 0
+                   : kl_eta(kl_rate(p, row->done), row->done, row->total);
     if (e < 0 || e > worst) {
       worst = e;
       snprintf(slow, sizeof(slow), ", slowest p%d at %" PRIu64 "/%" PRIu64,

@@ -116,12 +116,14 @@ static kl_err_t kl_tokens_read(kl__tokens_t *tokens, FILE *f,
     const char *nl = memchr(buf + at, '\n', size - at);
     size_t len = nl ? (size_t)(nl - (buf + at)) : size - at;
     if (memchr(buf + at, '\0', len))
-      err = kl__err(KL_ECONF, "tokens file %s line %zu holds a NUL byte: "
-                              "is it a text file?",
+      err = kl__err(KL_ECONF,
+                    "tokens file %s line %zu holds a NUL byte: "
+                    "is it a text file?",
                     path, lineno + 1);
     else if (len >= sizeof(line))
-      err = kl__err(KL_ECONF, "tokens file %s line %zu is longer than %zu "
-                              "bytes",
+      err = kl__err(KL_ECONF,
+                    "tokens file %s line %zu is longer than %zu "
+                    "bytes",
                     path, lineno + 1, sizeof(line) - 1);
     if (err)
       break;

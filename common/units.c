@@ -16,9 +16,8 @@ typedef struct kl_unit {
 static const kl_unit_t kl_durations[] = {
     {"d", 86400000}, {"h", 3600000}, {"m", 60000}, {"s", 1000}, {"ms", 1}};
 static const kl_unit_t kl_sizes[] = {
-    {"T", 1LL << 40},   {"TiB", 1LL << 40}, {"G", 1LL << 30},
-    {"GiB", 1LL << 30}, {"M", 1LL << 20},   {"MiB", 1LL << 20},
-    {"K", 1LL << 10},   {"KiB", 1LL << 10}};
+    {"T", 1LL << 40}, {"TiB", 1LL << 40}, {"G", 1LL << 30}, {"GiB", 1LL << 30},
+    {"M", 1LL << 20}, {"MiB", 1LL << 20}, {"K", 1LL << 10}, {"KiB", 1LL << 10}};
 #define KL_NUNITS(a) (sizeof(a) / sizeof((a)[0]))
 
 int kl__units_digits(const char *s, size_t len, int64_t *out) {
@@ -87,8 +86,7 @@ const char *kl__units_format(kl__units_kind_t kind, int64_t v, char *buf,
 }
 
 static kl_err_t kl_units_fail(const char *what, const char *text,
-                              kl__units_kind_t kind, int64_t min,
-                              int64_t max) {
+                              kl__units_kind_t kind, int64_t min, int64_t max) {
   static const char *const forms[] = {
       [KL__UNITS_COUNT] = "a whole number such as 100 (digits only)",
       [KL__UNITS_MS] = "a duration such as 500, 500ms, 30s, 2m, 1h or 1d "

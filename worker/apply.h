@@ -27,7 +27,7 @@ typedef struct kl__applier {
   const char *topic;
   kl_handler_fn_t *handler;
   void *handler_opaque;
-  kl_decoder_t *decoder;          /* one per thread */
+  kl_decoder_t *decoder;             /* one per thread */
   kl__worker_hook_fn *before_commit; /* test hook; may be NULL */
   void *hook_opaque;
   /* Test hook: a group commit that wrote follow-ups succeeded, and none
@@ -47,7 +47,7 @@ typedef struct kl__applier {
   const char *letter_key;
   size_t letter_key_len;
   int32_t partitions; /* > 0: a key must route (murmur2) to its partition */
-  kl__tick_fn *tick; /* may be NULL */
+  kl__tick_fn *tick;  /* may be NULL */
   void *tick_opaque;
 } kl__applier_t;
 
@@ -79,8 +79,7 @@ typedef struct kl__apply_result {
 kl_handler_result_t kl__apply_event(const kl__applier_t *applier,
                                     int32_t partition, uint64_t epoch,
                                     kl_txn_t *txn, const rd_kafka_message_t *m,
-                                    kl_event_t *event,
-                                    kl__apply_result_t *res);
+                                    kl_event_t *event, kl__apply_result_t *res);
 
 /**
  * Looks up the idempotency keys of @p msgs (@p n records) in one go, so

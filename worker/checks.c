@@ -98,9 +98,9 @@ static int kl_read_configs(rd_kafka_t *rk, const char *topic,
   int has = kl__kafka_has_controller(rk, timeout_ms);
   if (has == 0)
     return 1;
-  *err = has < 0 ? KL_EKAFKA_TRANSIENT
-                 : kl__kafka_topic_configs(rk, topic, names, n, values,
-                                           timeout_ms);
+  *err = has < 0
+             ? KL_EKAFKA_TRANSIENT
+             : kl__kafka_topic_configs(rk, topic, names, n, values, timeout_ms);
   return 0;
 }
 
@@ -193,9 +193,8 @@ static int kl_replication_factor(rd_kafka_t *rk, const char *topic,
   const struct rd_kafka_metadata *md = NULL;
   if (kl__kafka_metadata(rk, topic, timeout_ms, &md))
     return -1;
-  rd_kafka_resp_err_t kerr = md->topic_cnt == 1
-                                 ? md->topics[0].err
-                                 : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+  rd_kafka_resp_err_t kerr =
+      md->topic_cnt == 1 ? md->topics[0].err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
   int rf = -1;
   for (int i = 0; !kerr && i < md->topics[0].partition_cnt; i++)
     if (rf < 0 || md->topics[0].partitions[i].replica_cnt < rf)
@@ -241,14 +240,15 @@ static int kl_epochs_below(char *list, size_t size, int below, int32_t p,
                            uint64_t mine, uint64_t fleet) {
   size_t len = strlen(list);
   if (len + 48 < size)
-    snprintf(list + len, size - len, "%s%" PRId32 " (%" PRIu64 " < %" PRIu64
-             ")", below ? ", " : "", p, mine, fleet);
+    snprintf(list + len, size - len,
+             "%s%" PRId32 " (%" PRIu64 " < %" PRIu64 ")", below ? ", " : "", p,
+             mine, fleet);
   return below + 1;
 }
 
 void kl__check_epochs(kl_store_t *store, const kl_conf_t *conf,
-                      const char *group, const char *topic,
-                      int32_t partitions, int timeout_ms, kl__check_t *out) {
+                      const char *group, const char *topic, int32_t partitions,
+                      int timeout_ms, kl__check_t *out) {
   uint64_t *fleet = calloc((size_t)partitions + 1, sizeof(*fleet));
   int32_t *ids = calloc((size_t)partitions + 1, sizeof(*ids));
   kl_err_t err = fleet && ids ? KL_OK : KL_ENOMEM;
@@ -266,11 +266,12 @@ void kl__check_epochs(kl_store_t *store, const kl_conf_t *conf,
   for (int32_t p = 0; !err && p < partitions; p++) {
     kl_partition_state_t st;
     if ((err = kl_store_partition(store, topic, p, &st))) {
-      kl_check_say(out, KL__CHECK_FAIL, "cannot read partition %" PRId32
-                   " of topic %s in the store: %s", p, topic, kl_err_detail());
+      kl_check_say(out, KL__CHECK_FAIL,
+                   "cannot read partition %" PRId32
+                   " of topic %s in the store: %s",
+                   p, topic, kl_err_detail());
     } else if (st.epoch < fleet[p]) {
-      below = kl_epochs_below(list, sizeof(list), below, p, st.epoch,
-                              fleet[p]);
+      below = kl_epochs_below(list, sizeof(list), below, p, st.epoch, fleet[p]);
     }
   }
   if (!err && below)

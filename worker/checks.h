@@ -80,8 +80,8 @@ void kl__check_retention(rd_kafka_t *rk, const char *role, const char *topic,
  * epochs cannot be read; FAIL when the store cannot be read.
  */
 void kl__check_epochs(kl_store_t *store, const kl_conf_t *conf,
-                      const char *group, const char *topic,
-                      int32_t partitions, int timeout_ms, kl__check_t *out);
+                      const char *group, const char *topic, int32_t partitions,
+                      int timeout_ms, kl__check_t *out);
 
 /**
  * Judges how durable an acknowledged event of @p topic is. keylane's

@@ -34,21 +34,26 @@ void kl__check_routing_judge(const char *topic, const kl__routed_t *sample,
   out->status = KL__CHECK_OK;
   if (!keyed) {
     out->status = KL__CHECK_WARN;
-    snprintf(out->msg, sizeof(out->msg), "topic %s: no keyed record in the "
-             "sample of %zu to check the routing of", topic, n);
+    snprintf(out->msg, sizeof(out->msg),
+             "topic %s: no keyed record in the "
+             "sample of %zu to check the routing of",
+             topic, n);
   } else if (!misrouted) {
-    snprintf(out->msg, sizeof(out->msg), "topic %s: all %zu sampled keys "
+    snprintf(out->msg, sizeof(out->msg),
+             "topic %s: all %zu sampled keys "
              "route (murmur2, %" PRId32 " partitions) to the partition they "
-             "are on", topic, keyed, partitions);
+             "are on",
+             topic, keyed, partitions);
   } else {
     char fix[600];
-    kl__partitioners_explain(explains & ~(1u << KL__PARTITIONER_MURMUR2),
-                             fix, sizeof(fix));
+    kl__partitioners_explain(explains & ~(1u << KL__PARTITIONER_MURMUR2), fix,
+                             sizeof(fix));
     out->status = KL__CHECK_FAIL;
-    snprintf(out->msg, sizeof(out->msg), "topic %.100s: %zu of %zu sampled "
+    snprintf(out->msg, sizeof(out->msg),
+             "topic %.100s: %zu of %zu sampled "
              "records are on another partition than their key routes to "
-             "(murmur2, %" PRId32 " partitions; e.g. one on partition %"
-             PRId32 " belongs on %" PRId32 "): their producers do not use "
+             "(murmur2, %" PRId32 " partitions; e.g. one on partition %" PRId32
+             " belongs on %" PRId32 "): their producers do not use "
              "the Java default partitioner; %.380s",
              topic, misrouted, keyed, partitions, example->partition,
              kl_partition(example->key, example->key_len, partitions), fix);
@@ -123,8 +128,8 @@ void kl__check_partitions(rd_kafka_t *rk, const char *topic, int32_t expected,
     out->status = KL__CHECK_FAIL;
     snprintf(out->msg, sizeof(out->msg), "%s", kl_err_detail());
   } else {
-    snprintf(out->msg, sizeof(out->msg), "topic %s has %" PRId32
-             " partitions%s", topic, live,
+    snprintf(out->msg, sizeof(out->msg),
+             "topic %s has %" PRId32 " partitions%s", topic, live,
              expected ? ", as the fleet expects" : "");
   }
 }

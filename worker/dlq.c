@@ -27,10 +27,14 @@ struct kl__dlq {
 
 const char *kl__dlq_reason_name(kl__dlq_reason_t reason) {
   switch (reason) {
-  case KL__DLQ_DECODE: return "decode";
-  case KL__DLQ_HANDLER_FAIL: return "handler_fail";
-  case KL__DLQ_MAX_ATTEMPTS: return "max_attempts";
-  case KL__DLQ_MISROUTED: return "misrouted";
+  case KL__DLQ_DECODE:
+    return "decode";
+  case KL__DLQ_HANDLER_FAIL:
+    return "handler_fail";
+  case KL__DLQ_MAX_ATTEMPTS:
+    return "max_attempts";
+  case KL__DLQ_MISROUTED:
+    return "misrouted";
   }
   return "unknown";
 }
@@ -83,10 +87,19 @@ kl_err_t kl__dlq_new(const kl_conf_t *conf, const char *topic,
    * topic is an operator's decision, reported at start. */
   char max[16];
   snprintf(max, sizeof(max), "%d", KL_MESSAGE_MAX); /* a broker's default */
-  const char *const defaults[] = {
-      "enable.idempotence", "true", "acks", "all",
-      "partitioner", "murmur2_random", "linger.ms", "5",
-      "allow.auto.create.topics", "false", "message.max.bytes", max, NULL};
+  const char *const defaults[] = {"enable.idempotence",
+                                  "true",
+                                  "acks",
+                                  "all",
+                                  "partitioner",
+                                  "murmur2_random",
+                                  "linger.ms",
+                                  "5",
+                                  "allow.auto.create.topics",
+                                  "false",
+                                  "message.max.bytes",
+                                  max,
+                                  NULL};
   rd_kafka_conf_t *kconf = rd_kafka_conf_new();
   kl_err_t err = kl__kafka_conf_apply(kconf, conf, defaults);
   if (err) {
@@ -184,18 +197,17 @@ static rd_kafka_headers_t *kl_dlq_headers(const char *source_topic,
     h = rd_kafka_headers_new(12);
   const char *error = l->error ? l->error : "";
   size_t error_len = l->truncated ? kl_dlq_cut(strlen(error)) : strlen(error);
-  int bad = kl_hdr_add(h, "keylane.dlq.reason", kl__dlq_reason_name(l->reason)) |
-            (rd_kafka_header_add(h, "keylane.dlq.error", -1, error,
-                                 (ssize_t)error_len) != 0) |
-            (l->truncated && kl_dlq_truncated_headers(h, l)) |
-            kl_hdr_add_i64(h, "keylane.dlq.attempts", l->attempts) |
-            kl_hdr_add(h, "keylane.dlq.topic", source_topic) |
-            kl_hdr_add_i64(h, "keylane.dlq.partition", l->msg->partition) |
-            kl_hdr_add_i64(h, "keylane.dlq.offset", l->msg->offset) |
-            kl_hdr_add_i64(h, "keylane.dlq.first_failure_ms",
-                           l->first_failure_ms) |
-            kl_hdr_add_i64(h, "keylane.dlq.last_failure_ms",
-                           l->last_failure_ms);
+  int bad =
+      kl_hdr_add(h, "keylane.dlq.reason", kl__dlq_reason_name(l->reason)) |
+      (rd_kafka_header_add(h, "keylane.dlq.error", -1, error,
+                           (ssize_t)error_len) != 0) |
+      (l->truncated && kl_dlq_truncated_headers(h, l)) |
+      kl_hdr_add_i64(h, "keylane.dlq.attempts", l->attempts) |
+      kl_hdr_add(h, "keylane.dlq.topic", source_topic) |
+      kl_hdr_add_i64(h, "keylane.dlq.partition", l->msg->partition) |
+      kl_hdr_add_i64(h, "keylane.dlq.offset", l->msg->offset) |
+      kl_hdr_add_i64(h, "keylane.dlq.first_failure_ms", l->first_failure_ms) |
+      kl_hdr_add_i64(h, "keylane.dlq.last_failure_ms", l->last_failure_ms);
   if (l->expected_partition >= 0)
     bad |= kl_hdr_add_i64(h, "keylane.dlq.expected_partition",
                           l->expected_partition);
@@ -273,8 +285,8 @@ kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
   const rd_kafka_message_t *m = letter->msg;
   size_t key_len = letter->truncated ? kl_dlq_cut(m->key_len) : m->key_len;
   size_t len = letter->truncated ? kl_dlq_cut(m->len) : m->len;
-  return kl_dlq_produce(dlq, dlq->topic, RD_KAFKA_PARTITION_UA, m, key_len,
-                        len, kl_dlq_headers(source_topic, letter), ref);
+  return kl_dlq_produce(dlq, dlq->topic, RD_KAFKA_PARTITION_UA, m, key_len, len,
+                        kl_dlq_headers(source_topic, letter), ref);
 }
 
 void kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms) {

@@ -124,8 +124,7 @@ kl_err_t kl__dlq_check(kl__dlq_t *dlq, const char *source_topic);
  * produced: try again later.
  */
 kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
-                      const kl__dlq_letter_t *letter,
-                      const kl__dlq_ref_t *ref);
+                      const kl__dlq_letter_t *letter, const kl__dlq_ref_t *ref);
 
 /**
  * Re-publishes @p msg (key, value, and its headers but keylane.dlq.*) to

@@ -76,8 +76,10 @@ kl_err_t kl__handler_resolve(const char *spec, kl_handler_ref_t *ref) {
     ref->store_only = 0;
     return KL_OK;
   }
-  return kl__err(KL_ECONF, "unknown handler \"%s\": use ledger, "
-                           "so:PATH[:SYMBOL] or exec:COMMAND", spec);
+  return kl__err(KL_ECONF,
+                 "unknown handler \"%s\": use ledger, "
+                 "so:PATH[:SYMBOL] or exec:COMMAND",
+                 spec);
 }
 
 void kl__handler_release(kl_handler_ref_t *ref) {

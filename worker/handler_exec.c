@@ -40,12 +40,12 @@ typedef struct kl_exec_call {
  * for everyone (`reading`), another writes its stdin (`writing`); both run
  * without exec->mu, so a killed child is reaped only once neither does. */
 typedef struct kl_exec_child {
-  pid_t pid;   /* 0: not running */
-  int in_fd;   /* socket to the child's stdin */
-  int out_fd;  /* pipe from the child's stdout */
-  int dead;    /* killed, not yet reaped */
+  pid_t pid;  /* 0: not running */
+  int in_fd;  /* socket to the child's stdin */
+  int out_fd; /* pipe from the child's stdout */
+  int dead;   /* killed, not yet reaped */
   int reading, writing;
-  int echoes;  /* has echoed "seq": may have the whole window in flight */
+  int echoes; /* has echoed "seq": may have the whole window in flight */
   size_t inflight;
   kl_exec_call_t *calls; /* in flight */
   uint64_t next_seq;
@@ -57,7 +57,7 @@ struct kl__exec {
   char *command;
   int timeout_ms;
   int window;
-  pthread_mutex_t mu; /* guards every child but its reader's buffer */
+  pthread_mutex_t mu;  /* guards every child but its reader's buffer */
   pthread_cond_t cond; /* a child's writer finished, or it was killed */
   pthread_cond_t room; /* a child has room for one more event */
   unsigned starts;
@@ -100,7 +100,6 @@ static void *kl_exec_errlog_main(void *opaque) {
   free(log);
   return NULL;
 }
-
 
 /* Timed waits count on the monotonic clock, as deadlines do. */
 static void kl_exec_cond_init(pthread_cond_t *cond) {
@@ -189,22 +188,25 @@ static void kl_exec_kill(kl__exec_t *exec, kl_exec_child_t *child,
   if (!child->pid || child->dead)
     return;
   if (why)
-    KL_LOG_W(COMP, "killing exec handler pid=%d (%s); it restarts with the "
-             "next event", (int)child->pid, why);
+    KL_LOG_W(COMP,
+             "killing exec handler pid=%d (%s); it restarts with the "
+             "next event",
+             (int)child->pid, why);
   kill(-child->pid, SIGKILL);
   kill(child->pid, SIGKILL);
   child->dead = 1;
   char error[512];
-  snprintf(error, sizeof(error), "exec handler pid=%d %s; restarted, the "
-           "event is retried", (int)child->pid, why ? why : "stopped");
+  snprintf(error, sizeof(error),
+           "exec handler pid=%d %s; restarted, the "
+           "event is retried",
+           (int)child->pid, why ? why : "stopped");
   while (child->calls)
     kl_exec_complete(child, child->calls, KL_HANDLER_RETRY, error);
   kl_exec_reap_idle(exec, child);
   pthread_cond_broadcast(&exec->cond);
 }
 
-static void kl_exec_child_exec(const char *command, int in, int out,
-                               int err) {
+static void kl_exec_child_exec(const char *command, int in, int out, int err) {
   setpgid(0, 0);
   sigset_t none;
   sigemptyset(&none);
@@ -273,8 +275,8 @@ static kl_err_t kl_exec_start(kl__exec_t *exec, kl_exec_child_t *child) {
 }
 
 kl_err_t kl__exec_set_children(kl__exec_t *exec, int children, int window) {
-  kl_exec_child_t *v = calloc((size_t)(children > 1 ? children : 1),
-                              sizeof(*v));
+  kl_exec_child_t *v =
+      calloc((size_t)(children > 1 ? children : 1), sizeof(*v));
   if (!v)
     return KL_ENOMEM;
   pthread_mutex_lock(&exec->mu);
@@ -362,14 +364,17 @@ static int kl_exec_check_quiet(kl__exec_t *exec, kl_exec_child_t *child,
   }
   char *nl = memchr(child->buf, '\n', child->buf_len);
   int shown = nl ? (int)(nl - child->buf) : (int)child->buf_len;
-  snprintf(why, size, "wrote \"%.*s\" while no event was in flight: every "
+  snprintf(why, size,
+           "wrote \"%.*s\" while no event was in flight: every "
            "answer must belong to an event (echo its \"seq\")",
            shown > 60 ? 60 : shown, child->buf);
   pid_t pid = child->pid;
   kl_exec_kill(exec, child, why);
   char text[384];
-  snprintf(text, sizeof(text), "exec handler pid=%d %s; restarted, the event "
-           "is retried", (int)pid, why);
+  snprintf(text, sizeof(text),
+           "exec handler pid=%d %s; restarted, the event "
+           "is retried",
+           (int)pid, why);
   snprintf(why, size, "%s", text);
   return -1;
 }
@@ -421,8 +426,7 @@ static void kl_exec_send(kl__exec_t *exec, kl_exec_child_t *child,
   pthread_mutex_unlock(&exec->mu);
   char why[256];
   int rc = kl_exec_write(fd, line + KL__EXEC_SEQ_ROOM - n, len + n,
-                         call->deadline_ns, exec->timeout_ms, why,
-                         sizeof(why));
+                         call->deadline_ns, exec->timeout_ms, why, sizeof(why));
   pthread_mutex_lock(&exec->mu);
   child->writing = 0;
   if (rc < 0)
@@ -446,8 +450,10 @@ static int kl_exec_fill(kl__exec_t *exec, kl_exec_child_t *child, int fd,
                         int64_t deadline_ns, kl_exec_read_t *rd) {
   while (!memchr(child->buf, '\n', child->buf_len)) {
     if (child->buf_len == KL_EXEC_LINE_MAX) {
-      snprintf(rd->why, sizeof(rd->why), "answered a line over %d bytes "
-               "(the limit)", KL_EXEC_LINE_MAX);
+      snprintf(rd->why, sizeof(rd->why),
+               "answered a line over %d bytes "
+               "(the limit)",
+               KL_EXEC_LINE_MAX);
       return -1;
     }
     struct pollfd pfd = {fd, POLLIN, 0};
@@ -499,23 +505,28 @@ static kl_exec_call_t *kl_exec_find(kl_exec_child_t *child, uint64_t seq) {
 /* The event @p answer answers, or NULL with the reason in @p why (the
  * child is then killed). */
 static kl_exec_call_t *kl_exec_match(kl_exec_child_t *child,
-                                     const kl__exec_answer_t *answer,
-                                     char *why, size_t size) {
+                                     const kl__exec_answer_t *answer, char *why,
+                                     size_t size) {
   kl_exec_call_t *call = NULL;
   if (answer->has_seq) {
     child->echoes = 1;
     if (!(call = kl_exec_find(child, answer->seq)))
-      snprintf(why, size, "answered \"seq\":%" PRIu64 ", which no event in "
-               "flight has (a line printed twice?)", answer->seq);
+      snprintf(why, size,
+               "answered \"seq\":%" PRIu64 ", which no event in "
+               "flight has (a line printed twice?)",
+               answer->seq);
   } else if (child->echoes) {
-    snprintf(why, size, "answered without \"seq\" after echoing it: once a "
+    snprintf(why, size,
+             "answered without \"seq\" after echoing it: once a "
              "handler echoes \"seq\", every answer must");
   } else if (child->inflight == 1) {
     call = child->calls;
   } else {
-    snprintf(why, size, "answered a line without \"seq\" while %zu events "
+    snprintf(why, size,
+             "answered a line without \"seq\" while %zu events "
              "were in flight: an answer must belong to an event (echo its "
-             "\"seq\")", child->inflight);
+             "\"seq\")",
+             child->inflight);
   }
   return call;
 }
@@ -613,12 +624,13 @@ kl_handler_result_t kl__exec_handler(void *opaque, const kl_event_t *event,
   size_t len;
   char *line = kl__exec_request(event, fence, &len);
   if (!line) {
-    snprintf(errbuf, errbuf_size, "exec handler: out of memory for the "
+    snprintf(errbuf, errbuf_size,
+             "exec handler: out of memory for the "
              "event's JSON line");
     return KL_HANDLER_RETRY;
   }
-  kl_exec_call_t call = {.errbuf = errbuf, .errbuf_size = errbuf_size,
-                         .result = KL_HANDLER_RETRY};
+  kl_exec_call_t call = {
+      .errbuf = errbuf, .errbuf_size = errbuf_size, .result = KL_HANDLER_RETRY};
   kl_exec_cond_init(&call.cond);
   pthread_mutex_lock(&exec->mu);
   kl_exec_child_t *child = kl_exec_enter(exec, &call);

@@ -37,9 +37,9 @@
  * returns KL_HANDLER_RETRY, so its batch's writes are not committed and
  * keylane never applies it twice. The child may have acted on it, and a
  * write it sent may land after the retry's, with the same fence: the
- * resource's unique event id is what applies it once. RETRY counts against worker.max.attempts like any
- * other. The child's stderr goes to the worker's log, one line per line,
- * prefixed "exec[PID]:".
+ * resource's unique event id is what applies it once. RETRY counts against
+ * worker.max.attempts like any other. The child's stderr goes to the worker's
+ * log, one line per line, prefixed "exec[PID]:".
  *
  * Caveats:
  * - Thread safe: the worker's executor threads call the handler at once;
@@ -112,10 +112,10 @@ kl_handler_result_t kl__exec_handler(void *opaque, const kl_event_t *event,
 /** One answer line, read. */
 typedef struct kl__exec_answer {
   kl_handler_result_t result;
-  int has_seq;  /* the line echoed "seq" */
+  int has_seq; /* the line echoed "seq" */
   uint64_t seq;
   char error[512]; /* "exec handler: ..." for retry and fail, else "" */
-  json_t *emit; /* "ok": its "emit" array (a reference), or NULL */
+  json_t *emit;    /* "ok": its "emit" array (a reference), or NULL */
 } kl__exec_answer_t;
 
 /**

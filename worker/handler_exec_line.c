@@ -65,8 +65,8 @@ static json_t *kl_exec_request_obj(const kl_event_t *event,
           KL_OK)
     json_object_set_new(obj, "payload", payload);
   else
-    bad |= kl_exec_set_b64(obj, "payload_b64", event->payload,
-                           event->payload_len);
+    bad |=
+        kl_exec_set_b64(obj, "payload_b64", event->payload, event->payload_len);
   if (bad) {
     json_decref(obj);
     return NULL;
@@ -107,7 +107,9 @@ static void kl_exec_answer_error(json_t *obj, kl__exec_answer_t *answer) {
   const char *text = json_string_value(error);
   char *dumped = text || !error ? NULL : json_dumps(error, JSON_COMPACT);
   snprintf(answer->error, sizeof(answer->error), "exec handler: %s",
-           text ? text : dumped ? dumped : "no error given");
+           text     ? text
+           : dumped ? dumped
+                    : "no error given");
   free(dumped);
 }
 
@@ -140,13 +142,17 @@ int kl__exec_answer_parse(const char *line, size_t len,
     rc = -1;
   int shown = len > 60 ? 60 : (int)len; /* @p line need not end in NUL */
   if (rc == 0 && kl_exec_answer_seq(obj, answer) < 0) {
-    snprintf(answer->error, sizeof(answer->error), "answered \"seq\" that is "
-             "not a whole number >= 0: \"%.*s\"", shown, line);
+    snprintf(answer->error, sizeof(answer->error),
+             "answered \"seq\" that is "
+             "not a whole number >= 0: \"%.*s\"",
+             shown, line);
     rc = -1;
   } else if (rc < 0) {
-    snprintf(answer->error, sizeof(answer->error), "answered garbage: "
+    snprintf(answer->error, sizeof(answer->error),
+             "answered garbage: "
              "\"%.*s\" is not {\"seq\":N,\"status\":\"ok\"|\"retry\"|"
-             "\"fail\"}", shown, line);
+             "\"fail\"}",
+             shown, line);
   } else if (answer->result != KL_HANDLER_OK) {
     kl_exec_answer_error(obj, answer);
   } else if (json_object_get(obj, "emit")) {
@@ -164,17 +170,19 @@ static kl_err_t kl_exec_emit_one(json_t *item, size_t i, kl_txn_t *txn,
   const char *type = json_string_value(json_object_get(item, "type"));
   if (!json_is_object(item) || !key || !type ||
       (topic && !json_is_string(topic))) {
-    snprintf(errbuf, errbuf_size, "exec handler: \"emit\"[%zu] is not "
+    snprintf(errbuf, errbuf_size,
+             "exec handler: \"emit\"[%zu] is not "
              "{\"topic\"?: string, \"key\": string, \"type\": string, "
-             "\"payload\": any}", i);
+             "\"payload\": any}",
+             i);
     return KL_EINVAL;
   }
   void *payload = NULL;
   size_t payload_len = 0;
   json_t *p = json_object_get(item, "payload");
-  kl_err_t err = p ? kl__json_to_msgpack(p, KL_PAYLOAD_MAX, &payload,
-                                         &payload_len)
-                   : KL_OK;
+  kl_err_t err =
+      p ? kl__json_to_msgpack(p, KL_PAYLOAD_MAX, &payload, &payload_len)
+        : KL_OK;
   if (!err)
     err = kl_txn_emit(txn, json_string_value(topic), key,
                       json_string_length(json_object_get(item, "key")), type,
@@ -189,13 +197,14 @@ static kl_err_t kl_exec_emit_one(json_t *item, size_t i, kl_txn_t *txn,
 kl_handler_result_t kl__exec_emit(json_t *emit, kl_txn_t *txn, char *errbuf,
                                   size_t errbuf_size) {
   if (!json_is_array(emit)) {
-    snprintf(errbuf, errbuf_size, "exec handler: \"emit\" is not an array "
+    snprintf(errbuf, errbuf_size,
+             "exec handler: \"emit\" is not an array "
              "of follow-up events");
     return KL_HANDLER_FAIL;
   }
   for (size_t i = 0; i < json_array_size(emit); i++) {
-    kl_err_t err = kl_exec_emit_one(json_array_get(emit, i), i, txn, errbuf,
-                                    errbuf_size);
+    kl_err_t err =
+        kl_exec_emit_one(json_array_get(emit, i), i, txn, errbuf, errbuf_size);
     if (err)
       return err == KL_ENOMEM ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
   }

@@ -114,14 +114,12 @@ static void kl_observe_applied(kl__lanes_t *lanes, const kl__slot_t *s,
                                int64_t now_ms, int64_t now_ns) {
   /* Negative when the producer's clock runs ahead of this host's. */
   int64_t since_ts = now_ms - s->ts_ms;
-  kl__series_observe(lanes->latency,
-                     since_ts > 0 ? (double)since_ts / 1e3 : 0);
+  kl__series_observe(lanes->latency, since_ts > 0 ? (double)since_ts / 1e3 : 0);
   kl__series_observe(lanes->commit_latency,
                      (double)(now_ns - s->taken_ns) / 1e9);
 }
 
-static void kl_committed(kl__lanes_t *lanes, kl__lane_t *lane,
-                         kl_build_t *b) {
+static void kl_committed(kl__lanes_t *lanes, kl__lane_t *lane, kl_build_t *b) {
   lane->ov.committed_gen = b->gen;
   int64_t now_ms = kl__now_ms(), now_ns = kl__mono_ns();
   for (size_t i = 0; i < b->slots.n; i++) {
@@ -153,24 +151,23 @@ static void kl_committed(kl__lanes_t *lanes, kl__lane_t *lane,
 }
 
 /* The store refused or failed: nothing of the build is applied. */
-static void kl_commit_failed(kl__lanes_t *lanes, kl__lane_t *lane,
-                             kl_err_t err, const char *detail) {
+static void kl_commit_failed(kl__lanes_t *lanes, kl__lane_t *lane, kl_err_t err,
+                             const char *detail) {
   int ms = lane->commit_backoff_ms ? lane->commit_backoff_ms
                                    : (int)lanes->retry_initial_ms;
-  KL_LOG_W(KL_COMP, "group commit of partition=%" PRId32 " failed (%s), its "
-           "events run again in %d ms: %s", lane->partition, kl_err_name(err),
-           ms, detail);
+  KL_LOG_W(KL_COMP,
+           "group commit of partition=%" PRId32 " failed (%s), its "
+           "events run again in %d ms: %s",
+           lane->partition, kl_err_name(err), ms, detail);
   lane->hold_until_ns = kl__mono_ns() + (int64_t)ms * 1000000;
-  lane->commit_backoff_ms = ms * 2 > lanes->retry_max_ms
-                                ? (int)lanes->retry_max_ms
-                                : ms * 2;
+  lane->commit_backoff_ms =
+      ms * 2 > lanes->retry_max_ms ? (int)lanes->retry_max_ms : ms * 2;
   kl__lane_rewind(lanes, lane);
 }
 
 /* Takes @p lane's open group txn, or begins one, and builds it into @p b.
  * A lane that cannot is dealt with here. @returns nonzero when built. */
-static int kl_build_lane(kl__lanes_t *lanes, kl__lane_t *lane,
-                         kl_build_t *b) {
+static int kl_build_lane(kl__lanes_t *lanes, kl__lane_t *lane, kl_build_t *b) {
   kl_err_t err = KL_OK;
   char detail[512] = "";
   memset(b, 0, sizeof(*b));
@@ -439,11 +436,13 @@ void kl__lane_dead_letter(kl__lanes_t *lanes, kl__lane_t *lane,
                           const char *why) {
   slot->state = KL__SLOT_DLQ_PENDING;
   slot->reason = reason;
-  slot->due_ns = 0; /* at once */
+  slot->due_ns = 0;                /* at once */
   if (reason != KL__DLQ_MISROUTED) /* routing.c warns, rate-limited */
-    KL_LOG_W(KL_COMP, "dead letter partition=%" PRId32 " offset=%" PRId64
-             " reason=%s attempts=%d: %s", lane->partition, slot->offset,
-             kl__dlq_reason_name(reason), slot->attempts, why ? why : "");
+    KL_LOG_W(KL_COMP,
+             "dead letter partition=%" PRId32 " offset=%" PRId64
+             " reason=%s attempts=%d: %s",
+             lane->partition, slot->offset, kl__dlq_reason_name(reason),
+             slot->attempts, why ? why : "");
   kl__slots_push(&lane->dlq, slot);
   (void)lanes;
 }
@@ -452,10 +451,11 @@ void kl__lane_dead_letter(kl__lanes_t *lanes, kl__lane_t *lane,
  * instead, at once, or the partition would never move on. */
 static void kl_letter_refused(kl__lane_t *lane, kl__slot_t *slot,
                               const char *why) {
-  KL_LOG_W(KL_COMP, "dead letter partition=%" PRId32 " offset=%" PRId64
+  KL_LOG_W(KL_COMP,
+           "dead letter partition=%" PRId32 " offset=%" PRId64
            " (%zu bytes) was refused for good (%s): a truncated copy is "
-           "sent instead, the record stays at its offset", lane->partition,
-           slot->offset, slot->msg->len, why);
+           "sent instead, the record stays at its offset",
+           lane->partition, slot->offset, slot->msg->len, why);
   slot->refused = why;
   slot->due_ns = 0;
 }
@@ -463,11 +463,15 @@ static void kl_letter_refused(kl__lane_t *lane, kl__slot_t *slot,
 static kl_err_t kl_letter_send(kl__lanes_t *lanes, kl__lane_t *lane,
                                kl__slot_t *slot) {
   int misrouted = slot->reason == KL__DLQ_MISROUTED;
-  kl__dlq_letter_t letter = {slot->msg, slot->reason, slot->why,
-                             slot->attempts, slot->first_failure_ms,
+  kl__dlq_letter_t letter = {slot->msg,
+                             slot->reason,
+                             slot->why,
+                             slot->attempts,
+                             slot->first_failure_ms,
                              slot->last_failure_ms,
                              misrouted ? slot->expected_partition : -1,
-                             misrouted && slot->forward, slot->refused};
+                             misrouted && slot->forward,
+                             slot->refused};
   kl__dlq_ref_t ref = {lane->partition, slot->offset, lane->gen};
   return kl__dlq_send(lanes->dlq, lanes->topic, &letter, &ref);
 }
@@ -480,16 +484,18 @@ static void kl_lane_send_letters(kl__lanes_t *lanes, kl__lane_t *lane,
       continue;
     kl_err_t err = kl_letter_send(lanes, lane, s);
     if (err == KL_EKAFKA && !s->refused) {
-      kl_letter_refused(lane, s, "message size too large for the "
-                                 "dead-letter producer's message.max.bytes");
+      kl_letter_refused(lane, s,
+                        "message size too large for the "
+                        "dead-letter producer's message.max.bytes");
       err = kl_letter_send(lanes, lane, s);
     }
     if (err == KL_OK) {
       s->dlq_inflight = 1;
     } else {
-      KL_LOG_W(KL_COMP, "dead letter partition=%" PRId32 " offset=%" PRId64
-               " is produced again in 1 s: %s", lane->partition, s->offset,
-               kl_err_detail());
+      KL_LOG_W(KL_COMP,
+               "dead letter partition=%" PRId32 " offset=%" PRId64
+               " is produced again in 1 s: %s",
+               lane->partition, s->offset, kl_err_detail());
       s->due_ns = now + 1000000000LL;
     }
   }
@@ -506,9 +512,8 @@ void kl__lanes_send_dead_letters(kl__lanes_t *lanes, int64_t now) {
 static void kl_letter_acked(kl__lanes_t *lanes, kl__lane_t *lane,
                             kl__slot_t *slot) {
   kl__slots_remove(&lane->dlq, slot);
-  if (slot->id &&
-      kl__ov_set(&lane->ov, slot->key, KL__OV_ID, slot->id, slot->id_len,
-                 NULL, 0, KL_MARK_DEAD_LETTER))
+  if (slot->id && kl__ov_set(&lane->ov, slot->key, KL__OV_ID, slot->id,
+                             slot->id_len, NULL, 0, KL_MARK_DEAD_LETTER))
     lane->rewind = 1;
   if (slot->forward)
     lanes->forwarded++;
@@ -534,7 +539,8 @@ void kl__lanes_dlq_ack(void *opaque, const kl__dlq_ref_t *ref, kl_err_t err,
     if (err == KL_EKAFKA && !slot->refused) {
       kl_letter_refused(lane, slot, errstr);
     } else if (err) {
-      KL_LOG_W(KL_COMP, "dead letter partition=%" PRId32 " offset=%" PRId64
+      KL_LOG_W(KL_COMP,
+               "dead letter partition=%" PRId32 " offset=%" PRId64
                " was not acknowledged, it is produced again: %s",
                ref->partition, ref->offset, errstr);
       slot->due_ns = kl__mono_ns() + 1000000000LL;

@@ -15,8 +15,8 @@ static void kl_lane_watch(kl__lane_t *lane, int64_t now_ns, int64_t stall_ms) {
   if (!holding || lane->watermark != lane->stall_watermark ||
       lane->gen != lane->stall_gen) {
     if (lane->stalled)
-      KL_LOG_I(KL_COMP, "partition=%" PRId32 " moves again: watermark=%"
-               PRId64, lane->partition, lane->watermark);
+      KL_LOG_I(KL_COMP, "partition=%" PRId32 " moves again: watermark=%" PRId64,
+               lane->partition, lane->watermark);
     lane->stall_watermark = lane->watermark;
     lane->stall_gen = lane->gen;
     lane->stall_since_ns = now_ns;
@@ -25,9 +25,11 @@ static void kl_lane_watch(kl__lane_t *lane, int64_t now_ns, int64_t stall_ms) {
   }
   if (!lane->stalled && now_ns - lane->stall_since_ns >= stall_ms * 1000000) {
     lane->stalled = 1;
-    KL_LOG_E(KL_COMP, "partition=%" PRId32 " is stalled: it holds %zu "
-             "records and its watermark (%" PRId64 ") has not moved for %"
-             PRId64 " ms (worker.stall.ms); the log above says what fails",
+    KL_LOG_E(KL_COMP,
+             "partition=%" PRId32 " is stalled: it holds %zu "
+             "records and its watermark (%" PRId64
+             ") has not moved for %" PRId64
+             " ms (worker.stall.ms); the log above says what fails",
              lane->partition, lane->ring_count, lane->watermark, stall_ms);
   }
 }
@@ -73,9 +75,11 @@ size_t kl__lanes_stalls(kl__lanes_t *lanes, kl__stall_t *out, size_t max) {
     if (!lane || lane->state != KL__LANE_OWNED)
       continue;
     if (n < max)
-      out[n] = (kl__stall_t){lane->partition, lane->stalled,
+      out[n] = (kl__stall_t){lane->partition,
+                             lane->stalled,
                              (now - lane->stall_since_ns) / 1000000,
-                             lane->ring_count, lane->watermark,
+                             lane->ring_count,
+                             lane->watermark,
                              kl_lane_oldest_ts(lane, decoder),
                              lane->waiting.n};
     n++;

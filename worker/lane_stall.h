@@ -17,8 +17,8 @@ typedef struct kl__lanes kl__lanes_t; /* worker/lanes.h */
 typedef struct kl__stall {
   int32_t partition;
   int stalled;
-  int64_t for_ms;  /* how long its watermark has not moved with records */
-  size_t records;  /* held in its window */
+  int64_t for_ms; /* how long its watermark has not moved with records */
+  size_t records; /* held in its window */
   int64_t watermark;
   int64_t oldest_ts_ms; /* envelope ts of its oldest unapplied record in the
                            window; 0: none held, or none with a ts */

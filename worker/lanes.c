@@ -322,9 +322,9 @@ int64_t kl__backoff_ms(const kl__lanes_t *lanes, const kl__slot_t *slot,
     d *= 2;
   if (d > lanes->retry_max_ms)
     d = lanes->retry_max_ms;
-  uint64_t h = kl_mix(lanes->seed ^ kl_mix((uint64_t)slot->offset) ^
-                      ((uint64_t)attempt << 48) ^
-                      (uint64_t)slot->msg->partition);
+  uint64_t h =
+      kl_mix(lanes->seed ^ kl_mix((uint64_t)slot->offset) ^
+             ((uint64_t)attempt << 48) ^ (uint64_t)slot->msg->partition);
   return d - d / 2 + (int64_t)(h % (uint64_t)(d / 2 + 1));
 }
 
@@ -380,8 +380,8 @@ static void kl_slot_failed(kl__slot_t *slot, const kl__run_t *run) {
   }
 }
 
-static void kl_slot_wait(kl__lanes_t *lanes, kl__lane_t *lane,
-                         kl__slot_t *slot, int64_t delay_ms, int64_t now) {
+static void kl_slot_wait(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
+                         int64_t delay_ms, int64_t now) {
   slot->state = KL__SLOT_WAITING;
   slot->due_ns = now + delay_ms * 1000000;
   if (!slot->wait_since_ns)
@@ -432,9 +432,10 @@ static void kl_done_store(kl__lanes_t *lanes, kl__lane_t *lane,
                           kl__slot_t *slot, const kl__run_t *run) {
   slot->store_errors++;
   int64_t delay = kl__backoff_ms(lanes, slot, slot->store_errors);
-  KL_LOG_W(KL_COMP, "partition=%" PRId32 " offset=%" PRId64 " runs again in "
-           "%" PRId64 " ms: %s", lane->partition, slot->offset, delay,
-           run->why ? run->why : "");
+  KL_LOG_W(KL_COMP,
+           "partition=%" PRId32 " offset=%" PRId64 " runs again in "
+           "%" PRId64 " ms: %s",
+           lane->partition, slot->offset, delay, run->why ? run->why : "");
   kl_slot_wait(lanes, lane, slot, delay, kl__mono_ns());
 }
 
@@ -449,8 +450,12 @@ void kl__lanes_done(kl__lanes_t *lanes, const kl__job_t *job,
   } else {
     switch (run->outcome) {
     case KL__RUN_APPLIED:
-    case KL__RUN_DUPLICATE: kl_done_ok(lanes, lane, slot, run); break;
-    case KL__RUN_RETRY: kl_done_retry(lanes, lane, slot, run); break;
+    case KL__RUN_DUPLICATE:
+      kl_done_ok(lanes, lane, slot, run);
+      break;
+    case KL__RUN_RETRY:
+      kl_done_retry(lanes, lane, slot, run);
+      break;
     case KL__RUN_FAIL:
       slot->attempts++;
       kl_slot_failed(slot, run);
@@ -460,8 +465,12 @@ void kl__lanes_done(kl__lanes_t *lanes, const kl__job_t *job,
       kl_slot_failed(slot, run);
       kl__lane_dead_letter(lanes, lane, slot, KL__DLQ_DECODE, run->why);
       break;
-    case KL__RUN_MISROUTED: kl__lane_misrouted(lanes, lane, slot, run); break;
-    case KL__RUN_STORE: kl_done_store(lanes, lane, slot, run); break;
+    case KL__RUN_MISROUTED:
+      kl__lane_misrouted(lanes, lane, slot, run);
+      break;
+    case KL__RUN_STORE:
+      kl_done_store(lanes, lane, slot, run);
+      break;
     case KL__RUN_FENCED:
       slot->state = KL__SLOT_QUEUED;
       kl__ready_push(lane, slot);
@@ -490,8 +499,8 @@ static void kl_lane_below(kl__lanes_t *lanes, kl__lane_t *lane,
 
 void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m) {
   pthread_mutex_lock(&lanes->mu);
-  kl__lane_t *lane = m->partition < lanes->count ? lanes->lanes[m->partition]
-                                                 : NULL;
+  kl__lane_t *lane =
+      m->partition < lanes->count ? lanes->lanes[m->partition] : NULL;
   if (!lane || lane->state != KL__LANE_OWNED ||
       (lane->paused & KL__PAUSE_LOG) || m->offset < lane->next_offset) {
     if (lane && lane->state == KL__LANE_OWNED &&
@@ -539,8 +548,8 @@ static int kl_take_one(kl__lanes_t *lanes, kl__job_t *job) {
     kl__slot_t *slot = kl_ready_pop(lane);
     slot->state = KL__SLOT_RUNNING;
     lane->running++;
-    *job = (kl__job_t){lane, slot, lane->gen, lane->partition, lane->epoch,
-                       slot->msg};
+    *job = (kl__job_t){lane,        slot,     lane->gen, lane->partition,
+                       lane->epoch, slot->msg};
     /* Stay on a lane for up to a batch of events before the next lane's
      * turn: its group commit then holds a batch, not a sliver of one, and
      * a worker with many partitions does not fsync per handful. */
@@ -558,8 +567,7 @@ static int kl_take_one(kl__lanes_t *lanes, kl__job_t *job) {
 int kl__lanes_take(kl__lanes_t *lanes, kl__job_t *job, int wait) {
   pthread_mutex_lock(&lanes->mu);
   int got = 0;
-  while (!lanes->stopping && !(got = kl_take_one(lanes, job)) &&
-         wait)
+  while (!lanes->stopping && !(got = kl_take_one(lanes, job)) && wait)
     pthread_cond_wait(&lanes->work, &lanes->mu);
   pthread_mutex_unlock(&lanes->mu);
   return got;
@@ -711,10 +719,11 @@ static void kl_lanes_report(kl__lanes_t *lanes, int64_t now) {
   if (!lanes->waiting_keys && dead == lanes->reported_dead_letters)
     return;
   lanes->reported_dead_letters = dead;
-  KL_LOG_I(KL_COMP, "lanes: waiting_keys=%zu oldest_wait_ms=%" PRIu64
+  KL_LOG_I(KL_COMP,
+           "lanes: waiting_keys=%zu oldest_wait_ms=%" PRIu64
            " dead_letters=%" PRIu64 " window_events=%" PRIu64
-           " paused_partitions=%" PRIu64, lanes->waiting_keys,
-           (uint64_t)lanes->oldest_wait_ms, dead,
+           " paused_partitions=%" PRIu64,
+           lanes->waiting_keys, (uint64_t)lanes->oldest_wait_ms, dead,
            (uint64_t)lanes->window_events, (uint64_t)lanes->paused_now);
 }
 
@@ -887,7 +896,7 @@ static const double kl_latency_buckets[] = {
     0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02,
     0.03,  0.05,  0.075, 0.1,   0.15,   0.2,  0.3,   0.5,
     0.75,  1,     2.5,   5,     10,     30,   60};
-#define KL_LATENCY_BUCKETS \
+#define KL_LATENCY_BUCKETS                                                     \
   (sizeof(kl_latency_buckets) / sizeof(kl_latency_buckets[0]))
 
 /* The latency histograms: registered once, observed at every commit. */
@@ -951,8 +960,8 @@ kl_err_t kl__lanes_new(const kl_conf_t *conf, const kl__applier_t *applier,
     kl__lanes_destroy(lanes);
     return KL_ENOMEM;
   }
-  kl_err_t err = kl__outbox_new(conf, applier->topic, applier->store,
-                                &lanes->outbox);
+  kl_err_t err =
+      kl__outbox_new(conf, applier->topic, applier->store, &lanes->outbox);
   if (err) {
     kl__lanes_destroy(lanes);
     return err;

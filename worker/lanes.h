@@ -63,10 +63,10 @@ typedef enum kl__outcome {
 
 typedef struct kl__run {
   kl__outcome_t outcome;
-  const char *why;          /* RETRY, FAIL, DECODE, STORE */
-  const char *id;           /* the decoded idempotency key, or NULL */
+  const char *why; /* RETRY, FAIL, DECODE, STORE */
+  const char *id;  /* the decoded idempotency key, or NULL */
   size_t id_len;
-  struct kl__child *child;  /* APPLIED: merged into the lane's overlay */
+  struct kl__child *child;    /* APPLIED: merged into the lane's overlay */
   int32_t expected_partition; /* MISROUTED: where its key routes */
   int64_t ts_ms; /* APPLIED: the envelope's ts, for the latency histogram */
 } kl__run_t;

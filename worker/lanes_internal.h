@@ -35,9 +35,9 @@ enum { KL__OV_PUT = 1, KL__OV_DEL = 2 }; /* tags in the data space */
 enum { KL__OV_DATA = 'd', KL__OV_ID = 'i' };
 
 typedef struct kl__ov_entry {
-  struct kl__ov_entry *hnext;        /* hash chain */
+  struct kl__ov_entry *hnext;         /* hash chain */
   struct kl__ov_entry *kprev, *knext; /* the writer key's entries */
-  struct kl__ov_entry *dnext;        /* the dirty list */
+  struct kl__ov_entry *dnext;         /* the dirty list */
   kl__lkey_t *writer;
   uint64_t hash;
   uint64_t gen; /* the build generation of the last write */
@@ -87,25 +87,25 @@ struct kl__slot {
   kl__lkey_t *key;
   kl__slot_t *next; /* the key's next pending slot */
   kl__slot_state_t state;
-  int duplicate;  /* DONE because its id was seen */
-  int building;   /* final, in the group commit being built or in flight */
-  int committed;  /* final and in a committed group commit */
-  int attempts;   /* handler runs */
-  int store_errors; /* failed runs the handler did not cause */
-  int dlq_inflight; /* produced, no delivery report yet */
+  int duplicate;       /* DONE because its id was seen */
+  int building;        /* final, in the group commit being built or in flight */
+  int committed;       /* final and in a committed group commit */
+  int attempts;        /* handler runs */
+  int store_errors;    /* failed runs the handler did not cause */
+  int dlq_inflight;    /* produced, no delivery report yet */
   const char *refused; /* static text: why Kafka refused the whole letter,
                           so a truncated copy is sent; NULL: not refused */
-  int64_t due_ns;   /* WAITING: when it may run; DLQ_PENDING: resend at */
+  int64_t due_ns;      /* WAITING: when it may run; DLQ_PENDING: resend at */
   int64_t wait_since_ns;
   int64_t first_failure_ms, last_failure_ms;
-  kl__dlq_reason_t reason; /* once dead-lettered */
+  kl__dlq_reason_t reason;    /* once dead-lettered */
   int32_t expected_partition; /* MISROUTED: where its key routes */
   int forward; /* MISROUTED: re-published there, not dead-lettered */
-  char *id;   /* the decoded idempotency key, kept for a dead letter */
+  char *id;    /* the decoded idempotency key, kept for a dead letter */
   size_t id_len;
-  char *why; /* the last failure, for the dead letter */
-  int64_t taken_ns; /* when kl__lanes_push() took it from the consumer */
-  int64_t ts_ms;    /* applied: its envelope's ts */
+  char *why;               /* the last failure, for the dead letter */
+  int64_t taken_ns;        /* when kl__lanes_push() took it from the consumer */
+  int64_t ts_ms;           /* applied: its envelope's ts */
   struct kl__emits *emits; /* DONE: its follow-ups (outbox_rec.h), until
                               the group commit is built */
 };
@@ -122,7 +122,7 @@ enum {
   KL__PAUSE_WAITING = 2,
   KL__PAUSE_FENCED = 4,
   KL__PAUSE_LOG = 8, /* its log is being checked, or went wrong: log_guard.c */
-  KL__PAUSE_TOPIC = 16, /* the topic's partition count changed: for good */
+  KL__PAUSE_TOPIC = 16,  /* the topic's partition count changed: for good */
   KL__PAUSE_OUTBOX = 32, /* worker.outbox.max follow-ups unpublished */
 };
 
@@ -136,8 +136,8 @@ struct kl__lane {
   int32_t partition;
   kl__lane_state_t state;
   uint64_t epoch;
-  uint64_t gen; /* bumped on every change of ownership: stale acks lose */
-  int64_t watermark;   /* committed: the next offset a new owner applies */
+  uint64_t gen;      /* bumped on every change of ownership: stale acks lose */
+  int64_t watermark; /* committed: the next offset a new owner applies */
   int64_t next_offset; /* the offset after the last record taken in */
   kl__slot_t **ring;   /* the window, in offset order */
   size_t ring_head, ring_count, ring_cap;
@@ -177,7 +177,7 @@ struct kl__lanes {
   kl__dlq_t *dlq;
   struct kl__outbox *outbox; /* the follow-ups' publisher (outbox.h) */
   kl__lane_t **lanes;
-  kl__lane_t **due; /* count entries: the tick's lanes to commit */
+  kl__lane_t **due;  /* count entries: the tick's lanes to commit */
   kl__slot_t *spare; /* freed slots for reuse, linked by next */
   size_t nspare;
   int32_t count;
@@ -193,8 +193,8 @@ struct kl__lanes {
   size_t waiting_keys; /* over every lane */
   int64_t last_report_ns;
   uint64_t reported_dead_letters;
-  atomic_int below_seen; /* a lane noted records below its position */
-  int forward_misrouted;      /* worker.misrouted=forward */
+  atomic_int below_seen;       /* a lane noted records below its position */
+  int forward_misrouted;       /* worker.misrouted=forward */
   int64_t misrouted_warned_ns; /* the last misrouted WARN */
   uint64_t misrouted_unwarned; /* misrouted records since then */
   struct kl__metrics *metrics; /* the latency histograms, kl__lanes_metrics() */

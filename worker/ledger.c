@@ -6,10 +6,11 @@
  * its key and emits (kl_txn_emit()) a "credit" {"amount": int, "from":
  * key} to "to", committed with the debit: money moves between two owners
  * without a lock. A credit without a seq (a transfer's) is applied with no
- * order check; a transfer to its own key is refused. Per entity key the store holds "ledger/" KEY => balance,
- * last seq and order violations (three big-endian int64). An event whose
- * seq is not last seq + 1 is still applied, and counted as a violation:
- * with one writer per key and in-order application there must be none.
+ * order check; a transfer to its own key is refused. Per entity key the store
+ * holds "ledger/" KEY => balance, last seq and order violations (three
+ * big-endian int64). An event whose seq is not last seq + 1 is still applied,
+ * and counted as a violation: with one writer per key and in-order application
+ * there must be none.
  *
  * An amount is positive (a debit subtracts it), and a balance never wraps:
  * an event that is not, or that would carry the balance past int64, FAILs
@@ -76,8 +77,8 @@ static void kl_ledger_field(const msgpack_object *k, const msgpack_object *v,
     a->has_amount = kl_int_of(v, &a->amount);
   else if (kl_key_is(k, "seq"))
     a->has_seq = kl_int_of(v, &a->seq);
-  else if (kl_key_is(k, "to") && (v->type == MSGPACK_OBJECT_STR ||
-                                   v->type == MSGPACK_OBJECT_BIN)) {
+  else if (kl_key_is(k, "to") &&
+           (v->type == MSGPACK_OBJECT_STR || v->type == MSGPACK_OBJECT_BIN)) {
     a->to = v->via.str.ptr; /* str and bin share the layout */
     a->to_len = v->via.str.size;
   }
@@ -127,7 +128,11 @@ static int kl_ledger_apply(int credit, int64_t amount, int64_t *balance,
   return 0;
 }
 
-typedef enum kl_ledger_kind { KL_CREDIT, KL_DEBIT, KL_TRANSFER } kl_ledger_kind_t;
+typedef enum kl_ledger_kind {
+  KL_CREDIT,
+  KL_DEBIT,
+  KL_TRANSFER
+} kl_ledger_kind_t;
 
 static int kl_ledger_kind(const kl_event_t *event, kl_ledger_kind_t *kind,
                           char *errbuf, size_t errbuf_size) {
@@ -138,8 +143,10 @@ static int kl_ledger_kind(const kl_event_t *event, kl_ledger_kind_t *kind,
   else if (kl_type_is(event, "transfer"))
     *kind = KL_TRANSFER;
   else {
-    snprintf(errbuf, errbuf_size, "ledger: event type \"%.*s\" is neither "
-             "credit, debit nor transfer", (int)event->type_len, event->type);
+    snprintf(errbuf, errbuf_size,
+             "ledger: event type \"%.*s\" is neither "
+             "credit, debit nor transfer",
+             (int)event->type_len, event->type);
     return -1;
   }
   return 0;
@@ -149,11 +156,10 @@ static int kl_ledger_kind(const kl_event_t *event, kl_ledger_kind_t *kind,
 static int kl_ledger_check(const kl_event_t *event, kl_ledger_kind_t kind,
                            const kl_ledger_args_t *a, char *errbuf,
                            size_t errbuf_size) {
-  const char *want =
-      kind == KL_TRANSFER
-          ? "{\"to\": key, \"amount\": int, \"seq\": int}"
-          : kind == KL_DEBIT ? "{\"amount\": int, \"seq\": int}"
-                             : "{\"amount\": int, \"seq\"?: int}";
+  const char *want = kind == KL_TRANSFER
+                         ? "{\"to\": key, \"amount\": int, \"seq\": int}"
+                     : kind == KL_DEBIT ? "{\"amount\": int, \"seq\": int}"
+                                        : "{\"amount\": int, \"seq\"?: int}";
   if (!a->has_amount || (kind != KL_CREDIT && !a->has_seq) ||
       (kind == KL_TRANSFER && (!a->to || !a->to_len))) {
     snprintf(errbuf, errbuf_size, "ledger: payload is not a msgpack map %s",
@@ -162,7 +168,8 @@ static int kl_ledger_check(const kl_event_t *event, kl_ledger_kind_t kind,
   }
   if (kind == KL_TRANSFER && a->to_len == event->key_len &&
       memcmp(a->to, event->key, a->to_len) == 0) {
-    snprintf(errbuf, errbuf_size, "ledger: transfer from %.*s to itself: a "
+    snprintf(errbuf, errbuf_size,
+             "ledger: transfer from %.*s to itself: a "
              "transfer moves an amount between two different keys",
              (int)(event->key_len > 64 ? 64 : event->key_len),
              (const char *)event->key);
@@ -187,13 +194,15 @@ static kl_handler_result_t kl_ledger_emit_credit(kl_txn_t *txn,
   msgpack_pack_int64(&pk, a->amount);
   msgpack_pack_str_with_body(&pk, "from", 4);
   msgpack_pack_str_with_body(&pk, event->key, event->key_len);
-  kl_err_t err = kl_txn_emit(txn, NULL, a->to, a->to_len, "credit", sb.data,
-                             sb.size);
+  kl_err_t err =
+      kl_txn_emit(txn, NULL, a->to, a->to_len, "credit", sb.data, sb.size);
   msgpack_sbuffer_destroy(&sb);
   if (!err)
     return KL_HANDLER_OK;
-  snprintf(errbuf, errbuf_size, "ledger: transfer's credit to its "
-           "destination: %s", kl_err_detail());
+  snprintf(errbuf, errbuf_size,
+           "ledger: transfer's credit to its "
+           "destination: %s",
+           kl_err_detail());
   return err == KL_ENOMEM ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
 }
 
@@ -215,12 +224,10 @@ static kl_handler_result_t kl_ledger_store(kl_txn_t *txn, const void *key,
 /* Applies @p a to the key's entry: a credit adds, a debit and a transfer
  * subtract; a seq is checked against the last one, a credit without one
  * (a transfer's) is not. */
-static kl_handler_result_t kl_ledger_apply_event(kl_txn_t *txn,
-                                                 const kl_event_t *event,
-                                                 kl_ledger_kind_t kind,
-                                                 const kl_ledger_args_t *a,
-                                                 char *errbuf,
-                                                 size_t errbuf_size) {
+static kl_handler_result_t
+kl_ledger_apply_event(kl_txn_t *txn, const kl_event_t *event,
+                      kl_ledger_kind_t kind, const kl_ledger_args_t *a,
+                      char *errbuf, size_t errbuf_size) {
   unsigned char key[sizeof(KL_LEDGER_PREFIX) - 1 + KL_KEY_MAX];
   size_t klen = sizeof(KL_LEDGER_PREFIX) - 1;
   memcpy(key, KL_LEDGER_PREFIX, klen);
@@ -232,8 +239,10 @@ static kl_handler_result_t kl_ledger_apply_event(kl_txn_t *txn,
   size_t vlen;
   kl_err_t err = kl_txn_get(txn, key, klen, &val, &vlen);
   if (err == KL_OK && kl__ledger_decode(val, vlen, &e) != 0) {
-    snprintf(errbuf, errbuf_size, "ledger: stored entry has %zu bytes, "
-             "expected %d", vlen, KL_LEDGER_VALUE_LEN);
+    snprintf(errbuf, errbuf_size,
+             "ledger: stored entry has %zu bytes, "
+             "expected %d",
+             vlen, KL_LEDGER_VALUE_LEN);
     return KL_HANDLER_FAIL;
   } else if (err != KL_OK && err != KL_ENOTFOUND) {
     snprintf(errbuf, errbuf_size, "ledger: %s", kl_err_detail());

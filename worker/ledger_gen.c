@@ -110,9 +110,14 @@ kl_err_t kl__ledger_send_transfer(kl_producer_t *producer, const char *topic,
   msgpack_pack_int64(&pk, amount);
   msgpack_pack_str_with_body(&pk, "seq", 3);
   msgpack_pack_int64(&pk, seq);
-  kl_event_t ev = {.key = from, .key_len = strlen(from), .id = id,
-                   .id_len = id ? strlen(id) : 0, .type = "transfer",
-                   .type_len = 8, .payload = sb.data, .payload_len = sb.size};
+  kl_event_t ev = {.key = from,
+                   .key_len = strlen(from),
+                   .id = id,
+                   .id_len = id ? strlen(id) : 0,
+                   .type = "transfer",
+                   .type_len = 8,
+                   .payload = sb.data,
+                   .payload_len = sb.size};
   kl_err_t err = kl_publish(producer, topic, &ev, opaque);
   msgpack_sbuffer_destroy(&sb);
   return err;
@@ -125,8 +130,8 @@ static kl_err_t kl_gen_send(kl_producer_t *producer, const char *topic,
   if (e->to >= 0) {
     char to[32];
     kl_gen_key(to, sizeof(to), (uint32_t)e->to);
-    return kl__ledger_send_transfer(producer, topic, key, to, e->id,
-                                    e->amount, e->seq, NULL);
+    return kl__ledger_send_transfer(producer, topic, key, to, e->id, e->amount,
+                                    e->seq, NULL);
   }
   return kl__ledger_send(producer, topic, key, (size_t)klen, e->id,
                          e->amount < 0 ? "debit" : "credit",
@@ -183,8 +188,8 @@ kl_err_t kl__ledger_gen_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,
   return kl_gen_book(gen, producer, topic, e);
 }
 
-kl_err_t kl__ledger_gen_transfer(kl__ledger_gen_t *gen,
-                                 kl_producer_t *producer, const char *topic) {
+kl_err_t kl__ledger_gen_transfer(kl__ledger_gen_t *gen, kl_producer_t *producer,
+                                 const char *topic) {
   if (gen->keys < 2)
     return KL_EINVAL;
   uint64_t r = kl_gen_rand(gen);
@@ -309,9 +314,8 @@ kl_err_t kl__ledger_gen_verify(const kl__ledger_gen_t *gen, kl_store_t *store,
   v->transfers = gen->transfers;
   v->total_ok = !err && v->total == v->total_expected;
   /* A transfer applies twice: its debit, then its credit (a follow-up). */
-  v->ok = !err && v->keys_bad == 0 && v->keys_ok == v->keys &&
-          v->total_ok && v->violations == 0 &&
-          v->applied == gen->count + gen->transfers &&
+  v->ok = !err && v->keys_bad == 0 && v->keys_ok == v->keys && v->total_ok &&
+          v->violations == 0 && v->applied == gen->count + gen->transfers &&
           v->duplicates == gen->republished && gen->failed == 0 &&
           v->caught_up == (uint64_t)gen->partitions;
   return err;

@@ -18,19 +18,19 @@
 typedef struct kl__ledger_gen kl__ledger_gen_t;
 
 typedef struct kl__ledger_verdict {
-  uint64_t keys;       /* keys that were published to */
-  uint64_t keys_ok;    /* stored balance and last seq as published */
-  uint64_t keys_bad;   /* wrong balance, wrong seq, or an unknown key */
-  uint64_t violations; /* order violations the handler counted */
-  uint64_t applied;    /* sum of the partitions' applied counters */
-  uint64_t duplicates; /* sum of their duplicate counters */
-  uint64_t caught_up;  /* partitions whose watermark reached the end */
-  uint64_t transfers;  /* transfers published (each emits a credit) */
+  uint64_t keys;          /* keys that were published to */
+  uint64_t keys_ok;       /* stored balance and last seq as published */
+  uint64_t keys_bad;      /* wrong balance, wrong seq, or an unknown key */
+  uint64_t violations;    /* order violations the handler counted */
+  uint64_t applied;       /* sum of the partitions' applied counters */
+  uint64_t duplicates;    /* sum of their duplicate counters */
+  uint64_t caught_up;     /* partitions whose watermark reached the end */
+  uint64_t transfers;     /* transfers published (each emits a credit) */
   int64_t total;          /* the sum of the stored balances */
   int64_t total_expected; /* credits less debits published: transfers
                              move money, they never make or lose any */
-  int total_ok;        /* total == total_expected: money is conserved */
-  int ok;              /* all of the above as published */
+  int total_ok;           /* total == total_expected: money is conserved */
+  int ok;                 /* all of the above as published */
 } kl__ledger_verdict_t;
 
 /* Publishes one ledger event: @p type ("credit" or "debit") of @p key
@@ -55,8 +55,8 @@ kl_err_t kl__ledger_gen_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,
  * another: the worker debits the first and emits the credit of the second
  * (kl_txn_emit()). @returns KL_EINVAL with fewer than two keys.
  */
-kl_err_t kl__ledger_gen_transfer(kl__ledger_gen_t *gen,
-                                 kl_producer_t *producer, const char *topic);
+kl_err_t kl__ledger_gen_transfer(kl__ledger_gen_t *gen, kl_producer_t *producer,
+                                 const char *topic);
 
 /** Publishes one transfer of @p amount from @p from to @p to. */
 kl_err_t kl__ledger_send_transfer(kl_producer_t *producer, const char *topic,

@@ -87,8 +87,8 @@ static kl_err_t kl_letters_ranges(rd_kafka_t *rk, const char *topic,
                                   const kl__pos_t *from, const kl__pos_t *to,
                                   kl__tp_range_t **out, size_t *count) {
   int32_t n;
-  kl_err_t err = kl__kafka_partition_count(rk, topic, KL_LETTERS_TIMEOUT_MS,
-                                           &n);
+  kl_err_t err =
+      kl__kafka_partition_count(rk, topic, KL_LETTERS_TIMEOUT_MS, &n);
   if (err)
     return err;
   kl__tp_range_t *ranges = calloc((size_t)n, sizeof(*ranges));
@@ -119,8 +119,8 @@ kl_err_t kl__letters_read(const kl_conf_t *conf, const char *dlq_topic,
   size_t count = 0;
   err = kl_letters_ranges(rk, dlq_topic, from, to, &ranges, &count);
   if (!err)
-    err = kl__kafka_read(rk, dlq_topic, ranges, count, kl_letters_add, out,
-                         stop);
+    err =
+        kl__kafka_read(rk, dlq_topic, ranges, count, kl_letters_add, out, stop);
   for (size_t i = 0; !err && i < count; i++)
     if (ranges[i].start < ranges[i].end && !(stop && *stop))
       err = kl__err(KL_ENOMEM, "out of memory reading the dead letters of %s",
@@ -145,9 +145,8 @@ void kl__letters_clear(kl__letters_t *ls) {
   memset(ls, 0, sizeof(*ls));
 }
 
-const kl__letter_t *kl__letters_find(const kl__letters_t *ls,
-                                     const char *topic, int32_t partition,
-                                     int64_t offset) {
+const kl__letter_t *kl__letters_find(const kl__letters_t *ls, const char *topic,
+                                     int32_t partition, int64_t offset) {
   kl__letter_t key;
   memset(&key, 0, sizeof(key));
   snprintf(key.topic, sizeof(key.topic), "%s", topic);
@@ -172,7 +171,7 @@ const kl__letter_t *kl__letters_find(const kl__letters_t *ls,
 size_t kl__letter_key(const char *dlq_topic, const kl__letter_t *letter,
                       char *key) {
   int len = snprintf(key, KL__LETTER_KEY_MAX,
-                     KL__LETTER_KEY_PREFIX "%s/%" PRId32 "/%" PRId64,
-                     dlq_topic, letter->dlq_partition, letter->dlq_offset);
+                     KL__LETTER_KEY_PREFIX "%s/%" PRId32 "/%" PRId64, dlq_topic,
+                     letter->dlq_partition, letter->dlq_offset);
   return len < (int)KL__LETTER_KEY_MAX ? (size_t)len : KL__LETTER_KEY_MAX - 1;
 }

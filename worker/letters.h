@@ -58,8 +58,8 @@ kl_err_t kl__letters_read(const kl_conf_t *conf, const char *dlq_topic,
  * passed is still a duplicate. One record per letter ever redriven.
  */
 #define KL__LETTER_KEY_PREFIX "keylane.redriven/"
-#define KL__LETTER_KEY_MAX (sizeof(KL__LETTER_KEY_PREFIX) + \
-                            KL__LETTER_TOPIC_MAX + 2 + 11 + 20)
+#define KL__LETTER_KEY_MAX                                                     \
+  (sizeof(KL__LETTER_KEY_PREFIX) + KL__LETTER_TOPIC_MAX + 2 + 11 + 20)
 
 /** Writes @p letter's record key into @p key (KL__LETTER_KEY_MAX bytes).
  *  @returns its length. */

@@ -12,8 +12,8 @@
 #include "common/log.h"
 
 #define KL_COMP "worker"
-#define KL_QUERY_MS 5000     /* the watermark query's timeout */
-#define KL_SEEK_MS 10000     /* a seek's timeout */
+#define KL_QUERY_MS 5000       /* the watermark query's timeout */
+#define KL_SEEK_MS 10000       /* a seek's timeout */
 #define KL_RETRY_NS 1000000000 /* a check that failed, a stop: again in 1 s */
 
 typedef enum kl_guard_state {
@@ -51,8 +51,8 @@ kl_err_t kl__log_guard_new(const kl_conf_t *conf, const char *topic,
   kl__log_guard_t *guard = calloc(1, sizeof(*guard));
   if (!guard)
     return KL_ENOMEM;
-  *guard = (kl__log_guard_t){.topic = topic, .rk = rk, .store = store,
-                             .lanes = lanes};
+  *guard = (kl__log_guard_t){
+      .topic = topic, .rk = rk, .store = store, .lanes = lanes};
   guard->skip_gaps = strcmp(kl_conf_get(conf, "worker.on.gap"), "skip") == 0;
   pthread_mutex_init(&guard->mu, NULL);
   *out = guard;
@@ -73,7 +73,8 @@ static kl_guarded_t *kl_guarded(kl__log_guard_t *guard, int32_t partition) {
   if (partition < 0)
     return NULL;
   if (partition >= guard->count) {
-    kl_guarded_t *v = realloc(guard->parts, (size_t)(partition + 1) * sizeof(*v));
+    kl_guarded_t *v =
+        realloc(guard->parts, (size_t)(partition + 1) * sizeof(*v));
     if (!v)
       return NULL;
     memset(v + guard->count, 0,
@@ -113,9 +114,10 @@ static void kl_halt(kl__log_guard_t *guard, int32_t partition) {
 
 void kl__log_guard_out_of_range(kl__log_guard_t *guard, int32_t partition,
                                 int64_t offset) {
-  KL_LOG_W(KL_COMP, "partition=%" PRId32 ": offset %" PRId64 " is out of the "
-           "log; checking the log against the store's watermark", partition,
-           offset);
+  KL_LOG_W(KL_COMP,
+           "partition=%" PRId32 ": offset %" PRId64 " is out of the "
+           "log; checking the log against the store's watermark",
+           partition, offset);
   kl_halt(guard, partition);
 }
 
@@ -150,8 +152,8 @@ static int kl_seek(kl__log_guard_t *guard, int32_t partition, int64_t offset) {
   rd_kafka_topic_partition_list_add(l, guard->topic, partition)->offset =
       offset;
   rd_kafka_error_t *error = rd_kafka_seek_partitions(guard->rk, l, KL_SEEK_MS);
-  rd_kafka_resp_err_t kerr = error ? rd_kafka_error_code(error)
-                                   : l->elems[0].err;
+  rd_kafka_resp_err_t kerr =
+      error ? rd_kafka_error_code(error) : l->elems[0].err;
   rd_kafka_error_destroy(error);
   if (kerr == RD_KAFKA_RESP_ERR__STATE) {
     l->elems[0].err = 0;
@@ -159,9 +161,10 @@ static int kl_seek(kl__log_guard_t *guard, int32_t partition, int64_t offset) {
   }
   rd_kafka_topic_partition_list_destroy(l);
   if (kerr)
-    KL_LOG_W(KL_COMP, "partition=%" PRId32 ": cannot move the consumer to "
-             "offset %" PRId64 ": %s; trying again%s", partition, offset,
-             rd_kafka_err2str(kerr),
+    KL_LOG_W(KL_COMP,
+             "partition=%" PRId32 ": cannot move the consumer to "
+             "offset %" PRId64 ": %s; trying again%s",
+             partition, offset, rd_kafka_err2str(kerr),
              kerr == RD_KAFKA_RESP_ERR__STATE
                  ? " (an eager partition.assignment.strategy cannot "
                    "reassign one partition: restart the worker)"
@@ -171,9 +174,8 @@ static int kl_seek(kl__log_guard_t *guard, int32_t partition, int64_t offset) {
 
 /* The log still holds the lane's position, or worker.on.gap=skip lets it
  * go on from the log's start: the consumer goes there, the lane on. */
-static int kl_go_on(kl__log_guard_t *guard, int32_t partition,
-                    kl_guarded_t *g, const kl__lane_pos_t *pos,
-                    const kl__log_check_t *check) {
+static int kl_go_on(kl__log_guard_t *guard, int32_t partition, kl_guarded_t *g,
+                    const kl__lane_pos_t *pos, const kl__log_check_t *check) {
   int64_t from = check->verdict == KL__LOG_GAP ? check->low : pos->next_offset;
   if (kl_seek(guard, partition, from))
     return -1;
@@ -181,16 +183,18 @@ static int kl_go_on(kl__log_guard_t *guard, int32_t partition,
     pthread_mutex_lock(&guard->mu);
     g->gap_records += (uint64_t)check->lost;
     pthread_mutex_unlock(&guard->mu);
-    KL_LOG_W(KL_COMP, "partition=%" PRId32 ": skipped %" PRId64 " records, "
-             "offsets %" PRId64 "..%" PRId64 ", that retention deleted before "
-             "they were applied (worker.on.gap=skip); going on from offset %"
-             PRId64, partition, check->lost, check->watermark, check->low - 1,
-             check->low);
+    KL_LOG_W(
+        KL_COMP,
+        "partition=%" PRId32 ": skipped %" PRId64 " records, "
+        "offsets %" PRId64 "..%" PRId64 ", that retention deleted before "
+        "they were applied (worker.on.gap=skip); going on from offset %" PRId64,
+        partition, check->lost, check->watermark, check->low - 1, check->low);
   } else {
-    KL_LOG_W(KL_COMP, "partition=%" PRId32 ": its log [%" PRId64 ", %" PRId64
+    KL_LOG_W(KL_COMP,
+             "partition=%" PRId32 ": its log [%" PRId64 ", %" PRId64
              ") still holds its position %" PRId64 "; the consumer was moved "
-             "back there (records below it were redeliveries)", partition,
-             check->low, check->high, pos->next_offset);
+             "back there (records below it were redeliveries)",
+             partition, check->low, check->high, pos->next_offset);
   }
   kl__lanes_go_on(guard->lanes, partition, from, g->redelivered);
   kl_set_state(guard, g, KL_GUARD_NONE, NULL, 0);
@@ -211,7 +215,8 @@ static void kl_check(kl__log_guard_t *guard, int32_t partition,
   rd_kafka_resp_err_t kerr = rd_kafka_query_watermark_offsets(
       guard->rk, guard->topic, partition, &low, &high, KL_QUERY_MS);
   if (kerr) {
-    KL_LOG_W(KL_COMP, "partition=%" PRId32 ": cannot read the log's offsets "
+    KL_LOG_W(KL_COMP,
+             "partition=%" PRId32 ": cannot read the log's offsets "
              "to check it: %s; the partition waits, trying again",
              partition, rd_kafka_err2str(kerr));
     return;
@@ -224,9 +229,10 @@ static void kl_check(kl__log_guard_t *guard, int32_t partition,
   }
   char why[1024];
   kl__log_describe(guard->topic, partition, &check, why, sizeof(why));
-  KL_LOG_E(KL_COMP, "stopped partition=%" PRId32 " (the store's watermark %"
-           PRId64 ", the lane's position %" PRId64 "): %s", partition,
-           pos.watermark, pos.next_offset, why);
+  KL_LOG_E(KL_COMP,
+           "stopped partition=%" PRId32 " (the store's watermark %" PRId64
+           ", the lane's position %" PRId64 "): %s",
+           partition, pos.watermark, pos.next_offset, why);
   g->epoch = pos.epoch;
   kl_set_state(guard, g, KL_GUARD_STOPPED, &check, 0);
 }
@@ -243,7 +249,8 @@ static void kl_record_epoch(kl__log_guard_t *guard, int32_t partition,
   kl__kafka_epoch_set(tp, state->epoch);
   rd_kafka_resp_err_t kerr = rd_kafka_commit(guard->rk, l, 0);
   if (kerr)
-    KL_LOG_W(KL_COMP, "partition=%" PRId32 ": record epoch %" PRIu64 " in "
+    KL_LOG_W(KL_COMP,
+             "partition=%" PRId32 ": record epoch %" PRIu64 " in "
              "the group's offsets: %s; the next offset commit records it",
              partition, state->epoch, rd_kafka_err2str(kerr));
   rd_kafka_topic_partition_list_destroy(l);
@@ -258,8 +265,10 @@ static void kl_restart_if_reset(kl__log_guard_t *guard, int32_t partition,
       st.epoch == g->epoch || st.watermark >= g->check.watermark)
     return;
   if (kl_store_acquire(guard->store, guard->topic, partition, &st)) {
-    KL_LOG_W(KL_COMP, "partition=%" PRId32 ": cannot take it again after its "
-             "reset: %s; trying again", partition, kl_err_detail());
+    KL_LOG_W(KL_COMP,
+             "partition=%" PRId32 ": cannot take it again after its "
+             "reset: %s; trying again",
+             partition, kl_err_detail());
     return;
   }
   if (kl_seek(guard, partition,
@@ -272,18 +281,21 @@ static void kl_restart_if_reset(kl__log_guard_t *guard, int32_t partition,
   rd_kafka_resume_partitions(guard->rk, l);
   rd_kafka_topic_partition_list_destroy(l);
   kl_set_state(guard, g, KL_GUARD_NONE, NULL, 0);
-  KL_LOG_I(KL_COMP, "partition=%" PRId32 " starts again at offset %" PRId64
-           " with epoch %" PRIu64 ": its store state was reset", partition,
-           st.watermark, st.epoch);
+  KL_LOG_I(KL_COMP,
+           "partition=%" PRId32 " starts again at offset %" PRId64
+           " with epoch %" PRIu64 ": its store state was reset",
+           partition, st.watermark, st.epoch);
 }
 
 void kl__log_guard_tick(kl__log_guard_t *guard) {
   int32_t below[64];
   size_t n = kl__lanes_below(guard->lanes, below, 64);
   for (size_t i = 0; i < n; i++) {
-    KL_LOG_W(KL_COMP, "partition=%" PRId32 ": the consumer delivered records "
+    KL_LOG_W(KL_COMP,
+             "partition=%" PRId32 ": the consumer delivered records "
              "below the lane's position; checking the log against the "
-             "store's watermark", below[i]);
+             "store's watermark",
+             below[i]);
     kl_halt(guard, below[i]);
   }
   if (!guard->active)

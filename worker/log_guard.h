@@ -36,9 +36,9 @@ typedef struct kl__log_guard kl__log_guard_t;
 /** One partition as /metrics and /healthz show it. */
 typedef struct kl__log_stop {
   int32_t partition;
-  int stopped;           /**< stopped now; check says why */
+  int stopped; /**< stopped now; check says why */
   kl__log_check_t check;
-  uint64_t gap_records;  /**< skipped by worker.on.gap=skip, in total */
+  uint64_t gap_records; /**< skipped by worker.on.gap=skip, in total */
 } kl__log_stop_t;
 
 /**

@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-kl__log_verdict_t kl__log_classify(int64_t low, int64_t high,
-                                   int64_t watermark, kl__log_check_t *check) {
+kl__log_verdict_t kl__log_classify(int64_t low, int64_t high, int64_t watermark,
+                                   kl__log_check_t *check) {
   kl__log_check_t c = {KL__LOG_OK, low, high, watermark, 0};
   if (watermark > 0 && high < watermark) {
     c.verdict = KL__LOG_BACKWARDS;
@@ -21,9 +21,12 @@ kl__log_verdict_t kl__log_classify(int64_t low, int64_t high,
 
 const char *kl__log_verdict_name(kl__log_verdict_t verdict) {
   switch (verdict) {
-  case KL__LOG_BACKWARDS: return "went_backwards";
-  case KL__LOG_GAP: return "retention_gap";
-  default: return "ok";
+  case KL__LOG_BACKWARDS:
+    return "went_backwards";
+  case KL__LOG_GAP:
+    return "retention_gap";
+  default:
+    return "ok";
   }
 }
 
@@ -41,8 +44,8 @@ const char *kl__log_describe(const char *topic, int32_t partition,
              "%" PRId32 " --store STORE` (it keeps the idempotency keys and "
              "starts the partition again from offset %" PRId64 "), else "
              "give the worker the cluster its store belongs to",
-             topic, partition, check->high, check->watermark, topic,
-             partition, check->low);
+             topic, partition, check->high, check->watermark, topic, partition,
+             check->low);
   else if (check->verdict == KL__LOG_GAP)
     snprintf(buf, size,
              "topic %s partition %" PRId32 " lost %" PRId64 " records: its "
@@ -68,18 +71,20 @@ static kl__check_status_t kl_check_one(rd_kafka_t *rk, kl_store_t *store,
                                        kl__check_t *out) {
   kl_partition_state_t st;
   if (kl_store_partition(store, topic, p, &st)) {
-    snprintf(out->msg, sizeof(out->msg), "cannot read partition %" PRId32
-             " of topic %s in the store: %s", p, topic, kl_err_detail());
+    snprintf(out->msg, sizeof(out->msg),
+             "cannot read partition %" PRId32 " of topic %s in the store: %s",
+             p, topic, kl_err_detail());
     return KL__CHECK_FAIL;
   }
   int64_t low, high;
-  rd_kafka_resp_err_t kerr = rd_kafka_query_watermark_offsets(
-      rk, topic, p, &low, &high, timeout_ms);
+  rd_kafka_resp_err_t kerr =
+      rd_kafka_query_watermark_offsets(rk, topic, p, &low, &high, timeout_ms);
   if (kerr) {
-    snprintf(out->msg, sizeof(out->msg), "cannot read the log offsets of "
+    snprintf(out->msg, sizeof(out->msg),
+             "cannot read the log offsets of "
              "topic %s partition %" PRId32 ": %s; its log is not checked "
-             "against the store's watermark", topic, p,
-             rd_kafka_err2str(kerr));
+             "against the store's watermark",
+             topic, p, rd_kafka_err2str(kerr));
     return KL__CHECK_WARN;
   }
   kl__log_classify(low, high, st.watermark, check);
@@ -93,8 +98,8 @@ void kl__check_log(rd_kafka_t *rk, kl_store_t *store, const char *topic,
   int bad = 0;
   for (int32_t p = 0; p < partitions; p++) {
     kl__log_check_t check;
-    kl__check_status_t s = kl_check_one(rk, store, topic, p, timeout_ms,
-                                        &check, out);
+    kl__check_status_t s =
+        kl_check_one(rk, store, topic, p, timeout_ms, &check, out);
     if (s == KL__CHECK_FAIL) {
       out->status = s;
       return;
@@ -108,15 +113,17 @@ void kl__check_log(rd_kafka_t *rk, kl_store_t *store, const char *topic,
     out->status = KL__CHECK_FAIL;
     if (bad == 1)
       memcpy(out->msg, first, sizeof(out->msg));
-    else if (snprintf(out->msg, sizeof(out->msg), "%d partitions of topic %s "
-                      "went backwards or lost records; the first: %s", bad,
-                      topic, first) < 0) /* a long message is cut: fine */
+    else if (snprintf(out->msg, sizeof(out->msg),
+                      "%d partitions of topic %s "
+                      "went backwards or lost records; the first: %s",
+                      bad, topic, first) < 0) /* a long message is cut: fine */
       out->msg[0] = '\0';
   } else if (unread.status == KL__CHECK_WARN) {
     *out = unread;
   } else {
     out->status = KL__CHECK_OK;
-    snprintf(out->msg, sizeof(out->msg), "the logs of topic %s hold the "
+    snprintf(out->msg, sizeof(out->msg),
+             "the logs of topic %s hold the "
              "store's watermarks on all %" PRId32 " partitions: none went "
              "backwards, none lost records before they were applied",
              topic, partitions);

@@ -31,7 +31,7 @@
 typedef enum kl__log_verdict {
   KL__LOG_OK = 0,    /**< low <= watermark <= high, or nothing applied */
   KL__LOG_BACKWARDS, /**< high < watermark: recreated or truncated */
-  KL__LOG_GAP,       /**< watermark < low: retention deleted unapplied records */
+  KL__LOG_GAP, /**< watermark < low: retention deleted unapplied records */
 } kl__log_verdict_t;
 
 /** One comparison, as kl__log_classify() made it. */
@@ -48,8 +48,8 @@ typedef struct kl__log_check {
  * starts at the log's beginning) is always KL__LOG_OK.
  * @returns the verdict, also in @p check (may be NULL) with the figures.
  */
-kl__log_verdict_t kl__log_classify(int64_t low, int64_t high,
-                                   int64_t watermark, kl__log_check_t *check);
+kl__log_verdict_t kl__log_classify(int64_t low, int64_t high, int64_t watermark,
+                                   kl__log_check_t *check);
 
 /** @returns "ok", "went_backwards" or "retention_gap" (a metric label). */
 const char *kl__log_verdict_name(kl__log_verdict_t verdict);

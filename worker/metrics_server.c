@@ -28,7 +28,7 @@
 #define KL_MS_HEAD_MAX 8192
 #define KL_MS_IDLE_MS 10000
 #define KL_MS_LAG_TIMEOUT_MS 500
-#define KL_MS_STOPS_MAX 256 /* partitions listed by the log guard's series */
+#define KL_MS_STOPS_MAX 256   /* partitions listed by the log guard's series */
 #define KL_MS_STALLS_MAX 4096 /* owned partitions reported, at most */
 
 struct kl__metrics_server {
@@ -37,15 +37,15 @@ struct kl__metrics_server {
   uv_async_t stop;
   pthread_t thread;
   int port;
-  int conns;                      /* handles not yet freed */
+  int conns;                          /* handles not yet freed */
   struct kl_ms_conn *oldest, *newest; /* open, not answered: evictable */
   char *topic;
   kl_worker_t *worker;
   kl_store_t *store;
-  rd_kafka_t *rk; /* for the high watermarks; NULL: no lag */
-  char *group;      /* worker.group: kafka_consumergroup_lag's label */
-  int64_t stall_ms; /* worker.stall.ms: /healthz's WARN at half of it */
-  uint64_t seen_fenced;      /* stats.fenced when /healthz last looked */
+  rd_kafka_t *rk;       /* for the high watermarks; NULL: no lag */
+  char *group;          /* worker.group: kafka_consumergroup_lag's label */
+  int64_t stall_ms;     /* worker.stall.ms: /healthz's WARN at half of it */
+  uint64_t seen_fenced; /* stats.fenced when /healthz last looked */
   uint64_t batches_at_fence; /* stats.batches when it saw fenced grow */
 };
 
@@ -198,8 +198,7 @@ static void kl_ms_routing(kl__metrics_server_t *server, kl__metrics_t *m,
                 "(worker.misrouted=forward) and acknowledged.",
                 st->forwarded);
   kl_ms_gauge(m, "keylane_worker_topic_partitions",
-              "The topic's partition count as last read.",
-              st->partitions_live);
+              "The topic's partition count as last read.", st->partitions_live);
   kl_ms_gauge(m, "keylane_worker_partition_count_mismatch",
               "1 when the topic's partition count differs from the expected "
               "one: the worker stopped taking it.",
@@ -228,9 +227,9 @@ static kl__metric_t *kl_ms_lag_seconds_family(kl__metrics_t *m) {
       "topic,partition");
 }
 
-static void kl_ms_lag_seconds(kl__metrics_server_t *server,
-                              kl__metric_t *gauge, const char *partition,
-                              const kl__stall_t *stall, int64_t now_ms) {
+static void kl_ms_lag_seconds(kl__metrics_server_t *server, kl__metric_t *gauge,
+                              const char *partition, const kl__stall_t *stall,
+                              int64_t now_ms) {
   kl__metric_set(gauge, (const char *[]){server->topic, partition},
                  kl__health_lag_seconds(stall, now_ms));
 }
@@ -244,7 +243,8 @@ static void kl_ms_stalls(kl__metrics_server_t *server, kl__metrics_t *m) {
   kl__metric_t *gauge = kl__metrics_gauge(
       m, "keylane_worker_partition_stalled",
       "1 while an owned partition holds records and its watermark has not "
-      "moved for worker.stall.ms.", "partition");
+      "moved for worker.stall.ms.",
+      "partition");
   kl__metric_t *lag_seconds = kl_ms_lag_seconds_family(m);
   int64_t now_ms = kl__now_ms();
   for (size_t i = 0; i < n && i < KL_MS_STALLS_MAX; i++) {
@@ -334,8 +334,9 @@ static size_t kl_ms_stopped(kl__metrics_server_t *server, char *reason,
   for (size_t i = 0; i < n; i++) {
     if (!stops[i].stopped || stopped++)
       continue;
-    int len = snprintf(reason, size, "unhealthy: stopped partition %" PRId32
-                       ": ", stops[i].partition);
+    int len =
+        snprintf(reason, size, "unhealthy: stopped partition %" PRId32 ": ",
+                 stops[i].partition);
     if (len > 0 && (size_t)len + 1 < size) {
       kl__log_describe(server->topic, stops[i].partition, &stops[i].check,
                        reason + len, size - (size_t)len - 1);
@@ -349,23 +350,25 @@ static size_t kl_ms_stopped(kl__metrics_server_t *server, char *reason,
 static int kl_ms_stalled(kl__metrics_server_t *server, char *reason,
                          size_t size) {
   kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
-  size_t n = stalls ? kl__worker_stalls(server->worker, stalls,
-                                        KL_MS_STALLS_MAX) : 0;
+  size_t n =
+      stalls ? kl__worker_stalls(server->worker, stalls, KL_MS_STALLS_MAX) : 0;
   kl__strbuf_t sb = KL__STRBUF_INIT;
   size_t stalled = 0;
   for (size_t i = 0; i < n && i < KL_MS_STALLS_MAX; i++) {
     const kl__stall_t *st = &stalls[i];
     if (st->stalled && stalled++ < 8)
-      kl__strbuf_printf(&sb, "; partition %" PRId32 " holds %zu records, "
+      kl__strbuf_printf(&sb,
+                        "; partition %" PRId32 " holds %zu records, "
                         "watermark %" PRId64 " unmoved for %" PRId64 " ms",
                         st->partition, st->records, st->watermark, st->for_ms);
   }
   free(stalls);
   if (stalled)
-    snprintf(reason, size, "unhealthy: %zu stalled partitions (no progress "
+    snprintf(reason, size,
+             "unhealthy: %zu stalled partitions (no progress "
              "for worker.stall.ms while holding records)%s; the worker's log "
-             "says what keeps failing\n", stalled,
-             sb.len && !sb.failed ? sb.data : "");
+             "says what keeps failing\n",
+             stalled, sb.len && !sb.failed ? sb.data : "");
   kl__strbuf_free(&sb);
   return stalled > 0;
 }
@@ -382,7 +385,8 @@ static int kl_ms_health(kl__metrics_server_t *server, char *reason,
   }
   kl_partition_state_t state;
   if (st.partitions_live && st.partitions_live != st.partitions_expected) {
-    snprintf(reason, size, "unhealthy: topic %s has %" PRId32 " partitions, "
+    snprintf(reason, size,
+             "unhealthy: topic %s has %" PRId32 " partitions, "
              "the fleet expects %" PRId32 ": keys moved between owners and "
              "this worker stopped taking the topic; restart the fleet with "
              "--partitions %" PRId32 " once its partitions are drained\n",
@@ -402,10 +406,12 @@ static int kl_ms_health(kl__metrics_server_t *server, char *reason,
     server->seen_fenced = st.fenced;
     server->batches_at_fence = st.batches;
   }
-  if (st.fenced > 0 && (st.owned == 0 || st.batches == server->batches_at_fence)) {
-    snprintf(reason, size, "unhealthy: fenced: %" PRIu64 " commits rejected "
-             "by a newer owner's epoch and none committed since (owns %"
-             PRId32 " partitions by Kafka's assignment); the group's next "
+  if (st.fenced > 0 &&
+      (st.owned == 0 || st.batches == server->batches_at_fence)) {
+    snprintf(reason, size,
+             "unhealthy: fenced: %" PRIu64 " commits rejected "
+             "by a newer owner's epoch and none committed since (owns %" PRId32
+             " partitions by Kafka's assignment); the group's next "
              "rebalance gives the partitions to their new owner\n",
              st.fenced, st.owned);
     return 503;
@@ -480,7 +486,8 @@ static void kl_ms_respond(kl_ms_conn_t *conn, int status, const char *ctype,
                      : status == 431 ? "Request Header Fields Too Large"
                                      : "Service Unavailable";
   char head[256];
-  int n = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
+  int n = snprintf(head, sizeof(head),
+                   "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
                    "Content-Length: %zu\r\nConnection: close\r\n\r\n",
                    status, text, ctype, len);
   conn->answered = 1;
@@ -533,11 +540,13 @@ static void kl_ms_health_json(kl_ms_conn_t *conn, int status,
   for (size_t i = 0; i < nstops; i++)
     if (stops[i].stopped)
       stopped[nstopped++] = stops[i].partition;
-  size_t n = stalls ? kl__worker_stalls(server->worker, stalls,
-                                        KL_MS_STALLS_MAX) : 0;
-  kl__health_t health = {status, reason, server->topic, server->group,
-                         stalls, n < KL_MS_STALLS_MAX ? n : KL_MS_STALLS_MAX,
-                         stopped, nstopped, server->stall_ms, kl__now_ms()};
+  size_t n =
+      stalls ? kl__worker_stalls(server->worker, stalls, KL_MS_STALLS_MAX) : 0;
+  kl__health_t health = {
+      status,        reason,   server->topic,
+      server->group, stalls,   n < KL_MS_STALLS_MAX ? n : KL_MS_STALLS_MAX,
+      stopped,       nstopped, server->stall_ms,
+      kl__now_ms()};
   size_t len = 0;
   char *json = kl__health_json(&health, &len);
   free(stalls);
@@ -567,7 +576,8 @@ static void kl_ms_route(kl_ms_conn_t *conn) {
   } else if (strcmp(conn->url, "/healthz") == 0 && is_get) {
     int json = kl_ms_wants_json(conn, query);
     if (json < 0) {
-      kl_ms_text(conn, 400, "/healthz takes format=text (the default) or "
+      kl_ms_text(conn, 400,
+                 "/healthz takes format=text (the default) or "
                  "format=json\n");
       return;
     }
@@ -611,8 +621,8 @@ static int kl_ms_on_value(http_parser *parser, const char *at, size_t len) {
   kl_ms_conn_t *conn = parser->data;
   if (!conn->in_value) {
     conn->in_value = 1;
-    conn->in_accept = conn->field_len == 6 &&
-                      strncasecmp(conn->field, "accept", 6) == 0;
+    conn->in_accept =
+        conn->field_len == 6 && strncasecmp(conn->field, "accept", 6) == 0;
   }
   size_t have = strlen(conn->accept);
   if (conn->in_accept && have + 1 < sizeof(conn->accept)) {
@@ -658,7 +668,9 @@ static void kl_ms_read(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf) {
     kl_ms_text(conn, 431, "request over 8 KiB\n");
 }
 
-static void kl_ms_idle(uv_timer_t *timer) { kl_ms_conn_close(timer->data); }
+static void kl_ms_idle(uv_timer_t *timer) {
+  kl_ms_conn_close(timer->data);
+}
 
 static void kl_ms_accept(uv_stream_t *listener, int status) {
   kl__metrics_server_t *server = listener->data;
@@ -727,8 +739,8 @@ static rd_kafka_t *kl_ms_kafka(const kl_conf_t *conf) {
     rd_kafka_conf_destroy(kconf);
     return NULL;
   }
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, kconf, errstr,
-                                sizeof(errstr));
+  rd_kafka_t *rk =
+      rd_kafka_new(RD_KAFKA_PRODUCER, kconf, errstr, sizeof(errstr));
   if (!rk) {
     rd_kafka_conf_destroy(kconf);
     KL_LOG_W(COMP, "no lag metric: %s", errstr);

@@ -129,8 +129,8 @@ int kl__outbox_rec_decode(const void *rec, size_t len, kl__outbox_rec_t *out) {
   e->type_len = p[4];
   e->ts = (int64_t)kl_get_be(p + 5, 8);
   e->payload_len = (size_t)kl_get_be(p + 13, 4);
-  size_t base = KL__OUTBOX_REC_HEAD + out->topic_len + e->key_len +
-                e->id_len + e->type_len + e->payload_len;
+  size_t base = KL__OUTBOX_REC_HEAD + out->topic_len + e->key_len + e->id_len +
+                e->type_len + e->payload_len;
   if (len != base && (len < base + 3 || !p[base] ||
                       len != base + 3 + p[base] + kl_get_be(p + base + 1, 2)))
     return -1;
@@ -145,8 +145,8 @@ int kl__outbox_rec_decode(const void *rec, size_t len, kl__outbox_rec_t *out) {
   size_t tp = p[base], ts = (size_t)kl_get_be(p + base + 1, 2);
   s = (const char *)p + base + 3;
   out->trace[0] = (kl_header_t){KL_TRACEPARENT, strlen(KL_TRACEPARENT), s, tp};
-  out->trace[1] = (kl_header_t){KL_TRACESTATE, strlen(KL_TRACESTATE), s + tp,
-                                ts};
+  out->trace[1] =
+      (kl_header_t){KL_TRACESTATE, strlen(KL_TRACESTATE), s + tp, ts};
   e->headers = out->trace;
   e->header_count = ts ? 2 : 1;
   return 0;

@@ -35,7 +35,7 @@ typedef struct kl__emits {
 typedef struct kl__outbox_rec {
   const char *topic; /* "" (topic_len 0): the source's topic */
   size_t topic_len;
-  kl_event_t event; /* key, id, type, ts, payload; headers: trace only */
+  kl_event_t event;     /* key, id, type, ts, payload; headers: trace only */
   kl_header_t trace[2]; /* traceparent, then tracestate: event.headers */
 } kl__outbox_rec_t;
 

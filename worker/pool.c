@@ -49,10 +49,10 @@ static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   kl__apply_result_t res;
   memset(&res, 0, sizeof(res));
   kl_event_t event;
-  kl_handler_result_t r = kl__apply_event(&x->applier, job->partition,
-                                          job->epoch, &child->base, job->msg,
-                                          &event, &res);
-  kl__run_t run = {kl_outcome(r, &res), res.why, NULL, 0, child,
+  kl_handler_result_t r =
+      kl__apply_event(&x->applier, job->partition, job->epoch, &child->base,
+                      job->msg, &event, &res);
+  kl__run_t run = {kl_outcome(r, &res),    res.why, NULL, 0, child,
                    res.expected_partition, 0};
   if (!res.failed_err && !res.misrouted) {
     run.id = event.id;
@@ -72,7 +72,12 @@ static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
 static void kl_exec_begin_failed(kl__lanes_t *lanes, const kl__job_t *job,
                                  kl_err_t err) {
   kl__run_t run = {err == KL_EFENCED ? KL__RUN_FENCED : KL__RUN_STORE,
-                   kl_err_detail(), NULL, 0, NULL, -1, 0};
+                   kl_err_detail(),
+                   NULL,
+                   0,
+                   NULL,
+                   -1,
+                   0};
   kl__lanes_done(lanes, job, &run);
 }
 
@@ -128,8 +133,8 @@ static kl_err_t kl_exec_init(kl_exec_t *x, kl__pool_t *pool) {
 }
 
 kl_err_t kl__pool_new(kl__lanes_t *lanes, int threads, kl__pool_t **out) {
-  kl__pool_t *pool = calloc(1, sizeof(*pool) + (size_t)threads *
-                                                   sizeof(kl_exec_t));
+  kl__pool_t *pool =
+      calloc(1, sizeof(*pool) + (size_t)threads * sizeof(kl_exec_t));
   if (!pool)
     return KL_ENOMEM;
   pool->lanes = lanes;

@@ -25,9 +25,9 @@ struct kl__redrive {
   size_t ntaken;
   kl__applier_t applier;
   char letter_key[KL__LETTER_KEY_MAX]; /* the letter being redriven's */
-  kl__dlq_t *sender;   /* misrouted letters: re-published with it */
-  int32_t partitions;  /* the origin topic's count; 0: not read yet */
-  int acked;           /* the sender's last ack: 1 ok, -1 failed */
+  kl__dlq_t *sender;  /* misrouted letters: re-published with it */
+  int32_t partitions; /* the origin topic's count; 0: not read yet */
+  int acked;          /* the sender's last ack: 1 ok, -1 failed */
   char ack_error[256];
   const kl__replay_part_t *holding; /* the partition taken now, or NULL */
   int64_t beat_period_ns;           /* kl__beat_period_ns() of opts.conf */
@@ -37,8 +37,7 @@ struct kl__redrive {
 const char *kl__outcome_name(kl__outcome_t outcome) {
   static const char *const names[] = {"filtered", "applied", "duplicate",
                                       "failed",   "pending", "fenced",
-                                      "error",    "stopped",
-                                      "republished"};
+                                      "error",    "stopped", "republished"};
   return outcome <= KL__OUT_REPUBLISHED ? names[outcome] : "?";
 }
 
@@ -58,9 +57,10 @@ static kl_err_t kl_redrive_tick(void *opaque, int32_t partition) {
   kl_err_t err = kl__store_beat(r->opts.store, r->topic, &beat, 1);
   if (err || !beat.err)
     return KL_OK; /* a store that is down fails the commit as well */
-  return kl__err(KL_EFENCED, "fenced: partition %" PRId32 " of %s has an "
-                             "owner newer than this redrive's epoch %" PRIu64
-                             ", which refused its heartbeat",
+  return kl__err(KL_EFENCED,
+                 "fenced: partition %" PRId32 " of %s has an "
+                 "owner newer than this redrive's epoch %" PRIu64
+                 ", which refused its heartbeat",
                  partition, r->topic, part->epoch);
 }
 
@@ -75,8 +75,9 @@ static kl_err_t kl_redrive_check(kl__redrive_t *r) {
   else if (len > 4 && strcmp(o->dlq_topic + len - 4, ".dlq") == 0)
     snprintf(r->topic, sizeof(r->topic), "%.*s", (int)(len - 4), o->dlq_topic);
   else
-    return kl__err(KL_EINVAL, "dead-letter topic %s does not end in .dlq: "
-                              "name the origin topic with -t TOPIC",
+    return kl__err(KL_EINVAL,
+                   "dead-letter topic %s does not end in .dlq: "
+                   "name the origin topic with -t TOPIC",
                    o->dlq_topic);
   return KL_OK;
 }
@@ -89,8 +90,8 @@ static void kl_redrive_select(kl__redrive_t *r) {
     kl__redriven_t *out = &r->results[i];
     out->letter = l;
     kl_event_t ev;
-    if (kl_event_decode(decoder, l->msg->key, l->msg->key_len,
-                        l->msg->payload, l->msg->len, &ev) == KL_OK)
+    if (kl_event_decode(decoder, l->msg->key, l->msg->key_len, l->msg->payload,
+                        l->msg->len, &ev) == KL_OK)
       snprintf(out->id, sizeof(out->id), "%.*s", (int)ev.id_len, ev.id);
     const char *key = r->opts.key;
     if (!l->topic[0]) {
@@ -115,19 +116,18 @@ static kl_err_t kl_redrive_take(kl__redrive_t *r, int32_t partition,
   kl_partition_state_t st;
   memset(part, 0, sizeof(*part));
   part->partition = partition;
-  kl_err_t err = r->opts.dry_run
-                     ? kl_store_partition(r->opts.store, r->topic, partition,
-                                          &st)
-                     : kl_store_acquire(r->opts.store, r->topic, partition,
-                                        &st);
+  kl_err_t err =
+      r->opts.dry_run
+          ? kl_store_partition(r->opts.store, r->topic, partition, &st)
+          : kl_store_acquire(r->opts.store, r->topic, partition, &st);
   if (err)
     return err;
   part->epoch = st.epoch;
   part->previous_epoch = r->opts.dry_run ? 0 : st.epoch - 1;
   part->watermark_before = part->watermark = st.watermark;
   if (part->previous_epoch > 0) {
-    kl__replay_part_t *taken = realloc(r->taken,
-                                       (r->ntaken + 1) * sizeof(*taken));
+    kl__replay_part_t *taken =
+        realloc(r->taken, (r->ntaken + 1) * sizeof(*taken));
     if (taken) {
       r->taken = taken;
       r->taken[r->ntaken++] = *part;
@@ -155,8 +155,8 @@ static void kl_redrive_one(kl__redrive_t *r, kl__replay_part_t *part,
   m->partition = l->partition;
   m->offset = l->offset;
   r->applier.letter_key = r->letter_key;
-  r->applier.letter_key_len = kl__letter_key(r->opts.dlq_topic, l,
-                                             r->letter_key);
+  r->applier.letter_key_len =
+      kl__letter_key(r->opts.dlq_topic, l, r->letter_key);
   int backoff_ms = 100;
   for (int attempt = 1;; attempt++) {
     kl__apply_result_t res;
@@ -174,8 +174,8 @@ static void kl_redrive_one(kl__redrive_t *r, kl__replay_part_t *part,
       part->epoch = out->epoch = st.epoch; /* nothing was written: go on */
       continue;
     }
-    int retriable = err ? kl_err_is_retriable(err)
-                        : res.verdict == KL_HANDLER_RETRY;
+    int retriable =
+        err ? kl_err_is_retriable(err) : res.verdict == KL_HANDLER_RETRY;
     if (!retriable || attempt >= KL_REDRIVE_ATTEMPTS) {
       out->outcome = err == KL_EFENCED ? KL__OUT_FENCED
                      : err             ? KL__OUT_ERROR
@@ -206,8 +206,8 @@ static int64_t kl_dlq_low(kl_prune_t *pr, int32_t partition) {
   if (partition != pr->partition) {
     int64_t low = -1, high = -1;
     if (rd_kafka_query_watermark_offsets(pr->r->letters.rk,
-                                         pr->r->opts.dlq_topic, partition,
-                                         &low, &high, 5000))
+                                         pr->r->opts.dlq_topic, partition, &low,
+                                         &high, 5000))
       low = -1;
     pr->partition = partition;
     pr->low = low;
@@ -255,11 +255,11 @@ static void kl_redrive_prune(kl__redrive_t *r, const kl__replay_part_t *part) {
                      r->opts.dlq_topic);
   kl_prune_t pr = {r, (size_t)len, -1, -1, NULL, 0};
   kl_txn_t *txn = NULL;
-  kl_err_t err = kl_store_scan(r->opts.store, prefix, (size_t)len,
-                               kl_prune_cb, &pr);
+  kl_err_t err =
+      kl_store_scan(r->opts.store, prefix, (size_t)len, kl_prune_cb, &pr);
   if (!err && pr.n)
-    err = kl_store_begin(r->opts.store, r->topic, part->partition,
-                         part->epoch, &txn);
+    err = kl_store_begin(r->opts.store, r->topic, part->partition, part->epoch,
+                         &txn);
   for (size_t i = 0; !err && txn && i < pr.n; i++)
     err = kl_txn_del(txn, pr.keys[i], strlen(pr.keys[i]));
   if (txn && !err)
@@ -289,8 +289,7 @@ static kl_err_t kl_republish_ready(kl__redrive_t *r) {
     err = kl__kafka_partition_count(r->letters.rk, r->topic, 10000,
                                     &r->partitions);
   if (!err && !r->sender && !r->opts.dry_run)
-    err = kl__dlq_new(r->opts.conf, r->topic, kl_republish_ack, r,
-                      &r->sender);
+    err = kl__dlq_new(r->opts.conf, r->topic, kl_republish_ack, r, &r->sender);
   return err;
 }
 
@@ -389,8 +388,8 @@ kl_err_t kl__redrive_run(const kl__redrive_opts_t *opts, kl__redrive_t **out) {
   r->opts = *opts;
   kl_err_t err = kl_redrive_check(r);
   if (!err)
-    err = kl__letters_read(opts->conf, opts->dlq_topic, &opts->from,
-                           &opts->to, opts->stop, &r->letters);
+    err = kl__letters_read(opts->conf, opts->dlq_topic, &opts->from, &opts->to,
+                           opts->stop, &r->letters);
   if (!err && r->letters.n &&
       !(r->results = calloc(r->letters.n, sizeof(*r->results))))
     err = KL_ENOMEM;

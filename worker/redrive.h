@@ -48,8 +48,8 @@ typedef enum kl__outcome {
   KL__OUT_FAILED,
   KL__OUT_PENDING,
   KL__OUT_FENCED,
-  KL__OUT_ERROR,    /* not a keylane dead letter, or the store failed */
-  KL__OUT_STOPPED,  /* not reached before a stop */
+  KL__OUT_ERROR,       /* not a keylane dead letter, or the store failed */
+  KL__OUT_STOPPED,     /* not reached before a stop */
   KL__OUT_REPUBLISHED, /* misrouted: sent to its key's partition (acked) */
 } kl__outcome_t;
 

@@ -38,8 +38,8 @@ struct kl__replay {
   size_t count;
   int32_t topic_partitions;
   size_t batch_max;
-  kl__applier_t applier;  /* the store's */
-  kl__applier_t scratch;  /* a dry run's empty store, for epoch-0 parts */
+  kl__applier_t applier; /* the store's */
+  kl__applier_t scratch; /* a dry run's empty store, for epoch-0 parts */
   char scratch_dir[64];
   kl__letters_t letters; /* the fleet's dead letters, once needed */
   int letters_read;
@@ -49,7 +49,7 @@ struct kl__replay {
 };
 
 const char *kl__replay_status_name(kl__replay_status_t status) {
-  static const char *const names[] = {"pending", "running", "done",  "stopped",
+  static const char *const names[] = {"pending", "running", "done", "stopped",
                                       "fenced",  "failed",  "error"};
   return status <= KL__REPLAY_ERROR ? names[status] : "?";
 }
@@ -95,9 +95,10 @@ static kl_err_t kl_replay_tick(void *opaque, int32_t partition) {
   }
   for (size_t i = 0; i < n; i++)
     if (r->beats[i].partition == partition && r->beats[i].err)
-      return kl__err(KL_EFENCED, "fenced: partition %" PRId32 " of %s has "
-                                 "an owner newer than this replay's epoch %"
-                                 PRIu64 ", which refused its heartbeat",
+      return kl__err(KL_EFENCED,
+                     "fenced: partition %" PRId32 " of %s has "
+                     "an owner newer than this replay's epoch %" PRIu64
+                     ", which refused its heartbeat",
                      partition, r->opts.topic, r->beats[i].epoch);
   return KL_OK; /* another fenced partition: its next commit says so */
 }
@@ -105,9 +106,8 @@ static kl_err_t kl_replay_tick(void *opaque, int32_t partition) {
 /* ---- setup ------------------------------------------------------------ */
 
 static kl_err_t kl_replay_topic(kl__replay_t *r) {
-  kl_err_t err = kl__kafka_partition_count(r->rk, r->opts.topic,
-                                           KL_KAFKA_TIMEOUT_MS,
-                                           &r->topic_partitions);
+  kl_err_t err = kl__kafka_partition_count(
+      r->rk, r->opts.topic, KL_KAFKA_TIMEOUT_MS, &r->topic_partitions);
   if (err)
     return err;
   int64_t want = kl__conf_int(r->opts.conf, "worker.expect.partitions");
@@ -124,8 +124,8 @@ static kl_err_t kl_replay_topic(kl__replay_t *r) {
 static kl_err_t kl_replay_ranges(kl__replay_t *r) {
   int32_t *list;
   size_t n;
-  kl_err_t err = kl__pos_partitions(r->opts.partitions, r->topic_partitions,
-                                    &list, &n);
+  kl_err_t err =
+      kl__pos_partitions(r->opts.partitions, r->topic_partitions, &list, &n);
   if (err)
     return err;
   kl__tp_range_t *ranges = calloc(n, sizeof(*ranges));
@@ -185,10 +185,10 @@ kl_err_t kl__replay_new(const kl__replay_opts_t *opts, kl__replay_t **out) {
                                .tick_opaque = r};
   r->beat_period_ns = kl__beat_period_ns(opts->conf);
   /* A start that retention deleted meanwhile must fail, not skip. */
-  kl_err_t err = r->applier.decoder ? kl__kafka_reader_new(opts->conf,
-                                                           "keylane-replay",
-                                                           "error", &r->rk)
-                                    : KL_ENOMEM;
+  kl_err_t err =
+      r->applier.decoder
+          ? kl__kafka_reader_new(opts->conf, "keylane-replay", "error", &r->rk)
+          : KL_ENOMEM;
   if (!err)
     err = kl_replay_topic(r);
   if (!err)
@@ -205,8 +205,8 @@ kl_err_t kl__replay_new(const kl__replay_opts_t *opts, kl__replay_t **out) {
 
 static kl_err_t kl_plan_part(kl__replay_t *r, kl__replay_part_t *p) {
   kl_partition_state_t st;
-  kl_err_t err = kl_store_partition(r->opts.store, r->opts.topic, p->partition,
-                                    &st);
+  kl_err_t err =
+      kl_store_partition(r->opts.store, r->opts.topic, p->partition, &st);
   if (err)
     return err;
   if (r->opts.rebuild && (st.epoch || st.watermark))
@@ -259,13 +259,14 @@ static kl_err_t kl_scratch_open(kl__replay_t *r) {
            tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp");
   if (!mkdtemp(r->scratch_dir)) {
     r->scratch_dir[0] = '\0';
-    return kl__err(KL_EIO, "dry run: cannot make a scratch directory in "
-                           "%s; set TMPDIR to a writable directory",
+    return kl__err(KL_EIO,
+                   "dry run: cannot make a scratch directory in "
+                   "%s; set TMPDIR to a writable directory",
                    tmp && *tmp ? tmp : "/tmp");
   }
   kl_conf_t *conf = kl_conf_new();
-  kl_err_t err = conf ? kl_conf_set(conf, "store.durability", "none", NULL, 0)
-                      : KL_ENOMEM;
+  kl_err_t err =
+      conf ? kl_conf_set(conf, "store.durability", "none", NULL, 0) : KL_ENOMEM;
   kl_store_t *store = NULL;
   if (!err)
     err = kl_store_open(r->scratch_dir, conf, &store);
@@ -299,8 +300,7 @@ static kl_err_t kl_take_dry(kl__replay_t *r, kl__replay_part_t *p) {
 }
 
 /* Takes @p p with an epoch above @p floor, the fleet's (kl_fleet_epochs). */
-static kl_err_t kl_take(kl__replay_t *r, kl__replay_part_t *p,
-                        uint64_t floor) {
+static kl_err_t kl_take(kl__replay_t *r, kl__replay_part_t *p, uint64_t floor) {
   p->status = KL__REPLAY_RUNNING;
   p->exact = r->opts.dry_run;
   if (r->opts.dry_run)
@@ -323,8 +323,9 @@ static kl_err_t kl_take(kl__replay_t *r, kl__replay_part_t *p,
   /* The owner may have committed since the plan: the watermark only grows,
    * so the gap checked there only shrank. */
   p->watermark = st.watermark;
-  KL_LOG_D(KL_COMP, "took partition=%" PRId32 " epoch=%" PRIu64
-           " watermark=%" PRId64 " range=[%" PRId64 ",%" PRId64 ")",
+  KL_LOG_D(KL_COMP,
+           "took partition=%" PRId32 " epoch=%" PRIu64 " watermark=%" PRId64
+           " range=[%" PRId64 ",%" PRId64 ")",
            p->partition, p->epoch, p->watermark, p->start, p->end);
   return KL_OK;
 }
@@ -423,8 +424,8 @@ static void kl_account(kl__replay_part_t *p, const kl__apply_result_t *res,
 static kl_err_t kl_apply_once(kl__replay_t *r, kl_rpart_t *rp, size_t count,
                               kl__apply_result_t *res) {
   kl__replay_part_t *p = rp->p;
-  return kl__apply_batch(kl_applier(r, p), p->partition, p->epoch,
-                         p->watermark, rp->msgs, count, res);
+  return kl__apply_batch(kl_applier(r, p), p->partition, p->epoch, p->watermark,
+                         rp->msgs, count, res);
 }
 
 /* A dry run was fenced by a new owner: nothing was written, so it goes on
@@ -475,8 +476,8 @@ static kl_err_t kl_record_dead_letter(kl__replay_t *r, kl_rpart_t *rp) {
   const kl__applier_t *a = kl_applier(r, p);
   rd_kafka_message_t *m = rp->msgs[0];
   kl_txn_t *txn;
-  kl_err_t err = kl_store_begin(a->store, r->opts.topic, p->partition,
-                                p->epoch, &txn);
+  kl_err_t err =
+      kl_store_begin(a->store, r->opts.topic, p->partition, p->epoch, &txn);
   if (err)
     return err;
   kl_event_t ev;
@@ -521,8 +522,7 @@ static size_t kl_apply_failed(kl__replay_t *r, kl_rpart_t *rp,
     kl_err_t err = kl_record_dead_letter(r, rp);
     if (!err)
       return k + 1;
-    kl_part_end(r, rp,
-                err == KL_EFENCED ? KL__REPLAY_FENCED : KL__REPLAY_ERROR,
+    kl_part_end(r, rp, err == KL_EFENCED ? KL__REPLAY_FENCED : KL__REPLAY_ERROR,
                 kl_err_detail());
     return 0;
   }
@@ -574,7 +574,8 @@ static void kl_apply(kl__replay_t *r, kl_rpart_t *rp, size_t count) {
       kl_part_end(r, rp, KL__REPLAY_ERROR, why);
       return;
     }
-    KL_LOG_W(KL_COMP, "batch of partition=%" PRId32 " at offset %" PRId64
+    KL_LOG_W(KL_COMP,
+             "batch of partition=%" PRId32 " at offset %" PRId64
              " will be retried in %d ms: %s",
              p->partition, rp->msgs[0]->offset, backoff_ms, why);
     kl__apply_sleep(&r->applier, p->partition, backoff_ms);
@@ -610,7 +611,8 @@ static void kl_on_error(kl__replay_t *r, rd_kafka_message_t *m) {
   } else if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
              m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
     char why[600];
-    snprintf(why, sizeof(why), "offset %" PRId64 " is no longer in the log "
+    snprintf(why, sizeof(why),
+             "offset %" PRId64 " is no longer in the log "
              "(retention deleted it while the replay ran): %s",
              rp->p->position, rd_kafka_message_errstr(m));
     kl_apply(r, rp, rp->count);

@@ -104,14 +104,14 @@ const char *kl__replay_status_name(kl__replay_status_t status);
 typedef struct kl__replay_part {
   int32_t partition;
   kl__replay_status_t status;
-  int64_t low, high;   /* the retained log when the replay started */
-  int64_t start, end;  /* the range read, [start, end) */
+  int64_t low, high;        /* the retained log when the replay started */
+  int64_t start, end;       /* the range read, [start, end) */
   int64_t watermark_before; /* the store's, before the replay */
-  int64_t watermark;   /* the store's as the replay left it (dry: would) */
-  int64_t next;        /* first offset not yet decided: resume here */
-  int64_t position;    /* next offset to read (progress) */
-  uint64_t epoch;      /* the replay's epoch (dry run: the current one) */
-  uint64_t previous_epoch; /* the owner it fenced (0: none ever) */
+  int64_t watermark;        /* the store's as the replay left it (dry: would) */
+  int64_t next;             /* first offset not yet decided: resume here */
+  int64_t position;         /* next offset to read (progress) */
+  uint64_t epoch;           /* the replay's epoch (dry run: the current one) */
+  uint64_t previous_epoch;  /* the owner it fenced (0: none ever) */
   uint64_t read, applied, skipped_applied, skipped_duplicate, failed;
   uint64_t skipped_dead_letter; /* failed here, dead-lettered by the fleet */
   uint64_t batches;
@@ -138,9 +138,9 @@ typedef struct kl__replay_opts {
    * may act outside the store, and counts the events that would run it as
    * applied (a handler's failure is then not foreseen). */
   int dry_run_handler;
-  int allow_gap; /* start above the watermark on purpose */
-  int rebuild;   /* the store must hold nothing of the topic yet */
-  size_t batch_max; /* 0: KL__REPLAY_BATCH (dry run: KL__REPLAY_DRY_BATCH) */
+  int allow_gap;      /* start above the watermark on purpose */
+  int rebuild;        /* the store must hold nothing of the topic yet */
+  size_t batch_max;   /* 0: KL__REPLAY_BATCH (dry run: KL__REPLAY_DRY_BATCH) */
   volatile int *stop; /* nonzero: stop after the batch in flight */
   void (*on_progress)(void *opaque, const kl__replay_t *replay);
   void *progress_opaque;

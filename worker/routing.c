@@ -56,8 +56,8 @@ static void kl_misrouted_warn(kl__lanes_t *lanes, const kl__lane_t *lane,
   char key[300], fix[1024];
   kl_key_text(m->key, m->key_len, key, sizeof(key));
   kl__partitioners_explain(
-      kl__partitioners_explaining(m->key, m->key_len,
-                                  lanes->applier.partitions, lane->partition),
+      kl__partitioners_explaining(m->key, m->key_len, lanes->applier.partitions,
+                                  lane->partition),
       fix, sizeof(fix));
   char more[64] = "";
   if (lanes->misrouted_unwarned)

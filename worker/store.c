@@ -54,7 +54,6 @@ void kl_store_destroy(kl_store_t *store) {
     store->ops->destroy(store);
 }
 
-
 kl_err_t kl__store_check_tp(const char *fn, const char *topic,
                             int32_t partition) {
   if (!topic || !*topic)
@@ -74,8 +73,9 @@ kl_err_t kl__store_acquire_above(kl_store_t *store, const char *topic,
                                  kl_partition_state_t *state) {
   kl_err_t err = kl__store_check_tp("kl_store_acquire", topic, partition);
   if (err || !store || !state)
-    return err ? err : kl__err(KL_EINVAL, "kl_store_acquire: store and state "
-                                          "are required");
+    return err ? err
+               : kl__err(KL_EINVAL, "kl_store_acquire: store and state "
+                                    "are required");
   return store->ops->acquire(store, topic, partition, floor, state);
 }
 
@@ -90,8 +90,9 @@ kl_err_t kl_store_partition(kl_store_t *store, const char *topic,
   kl__err_clear();
   kl_err_t err = kl__store_check_tp("kl_store_partition", topic, partition);
   if (err || !store || !state)
-    return err ? err : kl__err(KL_EINVAL, "kl_store_partition: store and "
-                                          "state are required");
+    return err ? err
+               : kl__err(KL_EINVAL, "kl_store_partition: store and "
+                                    "state are required");
   return store->ops->partition(store, topic, partition, state);
 }
 
@@ -99,42 +100,46 @@ kl_err_t kl__store_reset(kl_store_t *store, const char *topic,
                          int32_t partition, kl_partition_state_t *state) {
   kl_err_t err = kl__store_check_tp("kl__store_reset", topic, partition);
   if (err || !store || !state)
-    return err ? err : kl__err(KL_EINVAL, "kl__store_reset: store and state "
-                                          "are required");
+    return err ? err
+               : kl__err(KL_EINVAL, "kl__store_reset: store and state "
+                                    "are required");
   if ((err = store->ops->reset(store, topic, partition, state)))
     return err;
   if (state->epoch == 0)
-    return kl__err(KL_ENOTFOUND, "the store has no state for topic %s "
-                                 "partition %" PRId32 ": nothing to reset",
+    return kl__err(KL_ENOTFOUND,
+                   "the store has no state for topic %s "
+                   "partition %" PRId32 ": nothing to reset",
                    topic, partition);
   return KL_OK;
 }
 
-kl_err_t kl__store_beat(kl_store_t *store, const char *topic,
-                        kl__beat_t *beats, size_t n) {
+kl_err_t kl__store_beat(kl_store_t *store, const char *topic, kl__beat_t *beats,
+                        size_t n) {
   if (!store || (!beats && n))
     return kl__err(KL_EINVAL, "kl__store_beat: a store and the beats are "
                               "required");
   for (size_t i = 0; i < n; i++) {
-    kl_err_t err = kl__store_check_tp("kl__store_beat", topic,
-                                     beats[i].partition);
+    kl_err_t err =
+        kl__store_check_tp("kl__store_beat", topic, beats[i].partition);
     if (err || !beats[i].epoch)
-      return err ? err : kl__err(KL_EINVAL, "kl__store_beat: partition %d "
-                                            "has epoch 0, which no owner "
-                                            "holds",
-                                 (int)beats[i].partition);
+      return err ? err
+                 : kl__err(KL_EINVAL,
+                           "kl__store_beat: partition %d "
+                           "has epoch 0, which no owner "
+                           "holds",
+                           (int)beats[i].partition);
   }
   return n ? store->ops->beat(store, topic, beats, n) : KL_OK;
 }
 
 int64_t kl__beat_period_ns(const kl_conf_t *conf) {
-  int64_t third_ms = conf ? kl__conf_int(conf, "worker.fenced.retake.ms") / 3
-                          : 0;
+  int64_t third_ms =
+      conf ? kl__conf_int(conf, "worker.fenced.retake.ms") / 3 : 0;
   return (third_ms > 0 && third_ms < 1000 ? third_ms : 1000) * 1000000;
 }
 
-kl_err_t kl_store_begin(kl_store_t *store, const char *topic,
-                        int32_t partition, uint64_t epoch, kl_txn_t **txn) {
+kl_err_t kl_store_begin(kl_store_t *store, const char *topic, int32_t partition,
+                        uint64_t epoch, kl_txn_t **txn) {
   kl__err_clear();
   kl_err_t err = kl__store_check_tp("kl_store_begin", topic, partition);
   if (err)
@@ -185,8 +190,9 @@ void kl_store_abort(kl_txn_t *txn) {
 static kl_err_t kl_store_check_key(const char *fn, const void *key,
                                    size_t key_len) {
   if (!key || key_len == 0 || key_len > KL_KEY_MAX)
-    return kl__err(KL_EINVAL, "%s: key is %zu bytes, expected 1..%d: hash "
-                              "longer entity keys into the store key",
+    return kl__err(KL_EINVAL,
+                   "%s: key is %zu bytes, expected 1..%d: hash "
+                   "longer entity keys into the store key",
                    fn, key_len, KL_KEY_MAX);
   return KL_OK;
 }
@@ -194,8 +200,9 @@ static kl_err_t kl_store_check_key(const char *fn, const void *key,
 static kl_err_t kl_store_check_id(const char *fn, const char *id,
                                   size_t id_len) {
   if (!id || id_len == 0 || id_len > KL_ID_MAX)
-    return kl__err(KL_EINVAL, "%s: idempotency key is %zu bytes, expected "
-                              "1..%d",
+    return kl__err(KL_EINVAL,
+                   "%s: idempotency key is %zu bytes, expected "
+                   "1..%d",
                    fn, id_len, KL_ID_MAX);
   return KL_OK;
 }
@@ -205,8 +212,9 @@ kl_err_t kl_txn_get(kl_txn_t *txn, const void *key, size_t key_len,
   kl__err_clear();
   kl_err_t err = kl_store_check_key("kl_txn_get", key, key_len);
   if (err || !txn || !val || !val_len)
-    return err ? err : kl__err(KL_EINVAL, "kl_txn_get: txn, val and val_len "
-                                          "are required");
+    return err ? err
+               : kl__err(KL_EINVAL, "kl_txn_get: txn, val and val_len "
+                                    "are required");
   return txn->store->ops->get(txn, key, key_len, val, val_len);
 }
 
@@ -215,8 +223,9 @@ kl_err_t kl_txn_put(kl_txn_t *txn, const void *key, size_t key_len,
   kl__err_clear();
   kl_err_t err = kl_store_check_key("kl_txn_put", key, key_len);
   if (err || !txn || (!val && val_len))
-    return err ? err : kl__err(KL_EINVAL, "kl_txn_put: txn and val are "
-                                          "required");
+    return err ? err
+               : kl__err(KL_EINVAL, "kl_txn_put: txn and val are "
+                                    "required");
   return txn->store->ops->put(txn, key, key_len, val, val_len);
 }
 
@@ -233,8 +242,9 @@ kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
   kl__err_clear();
   kl_err_t err = kl_store_check_id("kl_txn_seen", id, id_len);
   if (err || !txn || !mark)
-    return err ? err : kl__err(KL_EINVAL, "kl_txn_seen: txn and mark are "
-                                          "required");
+    return err ? err
+               : kl__err(KL_EINVAL, "kl_txn_seen: txn and mark are "
+                                    "required");
   return txn->store->ops->seen(txn, id, id_len, mark);
 }
 
@@ -245,8 +255,9 @@ kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
   if (err || !txn)
     return err ? err : kl__err(KL_EINVAL, "kl_txn_mark: txn is required");
   if (mark != KL_MARK_APPLIED && mark != KL_MARK_DEAD_LETTER)
-    return kl__err(KL_EINVAL, "kl_txn_mark: mark %d is neither "
-                              "KL_MARK_APPLIED nor KL_MARK_DEAD_LETTER",
+    return kl__err(KL_EINVAL,
+                   "kl_txn_mark: mark %d is neither "
+                   "KL_MARK_APPLIED nor KL_MARK_DEAD_LETTER",
                    (int)mark);
   return txn->store->ops->mark(txn, id, id_len, mark);
 }
@@ -261,8 +272,7 @@ kl_err_t kl__store_buf_mark(kl__buf_t *ids, const void *key, size_t key_len,
 }
 
 void *kl_txn_pg_conn(kl_txn_t *txn) {
-  return txn && txn->store->ops->pg_conn ? txn->store->ops->pg_conn(txn)
-                                          : NULL;
+  return txn && txn->store->ops->pg_conn ? txn->store->ops->pg_conn(txn) : NULL;
 }
 
 kl_err_t kl_txn_prefetch(kl_txn_t *txn, const char *const *ids,
@@ -310,9 +320,8 @@ kl_err_t kl_store_sweep(kl_store_t *store, size_t max, size_t *removed) {
   return store->ops->sweep(store, max, removed ? removed : &dummy);
 }
 
-kl_err_t kl_store_scan(kl_store_t *store, const void *prefix,
-                       size_t prefix_len, kl_store_scan_cb_t *cb,
-                       void *opaque) {
+kl_err_t kl_store_scan(kl_store_t *store, const void *prefix, size_t prefix_len,
+                       kl_store_scan_cb_t *cb, void *opaque) {
   kl__err_clear();
   if (!store || !cb || (!prefix && prefix_len))
     return kl__err(KL_EINVAL, "kl_store_scan: store and cb are required");
@@ -320,8 +329,7 @@ kl_err_t kl_store_scan(kl_store_t *store, const void *prefix,
 }
 
 kl_err_t kl_store_foreach_partition(kl_store_t *store,
-                                    kl_store_partition_cb_t *cb,
-                                    void *opaque) {
+                                    kl_store_partition_cb_t *cb, void *opaque) {
   kl__err_clear();
   if (!store || !cb)
     return kl__err(KL_EINVAL, "kl_store_foreach_partition: store and cb are "
@@ -342,8 +350,10 @@ kl_err_t kl__store_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
   if (!store || !cb)
     return kl__err(KL_EINVAL, "kl__store_ids_walk: store and cb are required");
   if (!store->ops->ids_walk)
-    return kl__err(KL_EINVAL, "the %s store cannot list its idempotency keys "
-                              "in this build", store->ops->name);
+    return kl__err(KL_EINVAL,
+                   "the %s store cannot list its idempotency keys "
+                   "in this build",
+                   store->ops->name);
   return store->ops->ids_walk(store, cb, opaque);
 }
 

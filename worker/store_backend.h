@@ -18,8 +18,8 @@ typedef struct kl__store_ops {
   /* The new epoch is above both the current one and @p floor. */
   kl_err_t (*acquire)(kl_store_t *store, const char *topic, int32_t partition,
                       uint64_t floor, kl_partition_state_t *state);
-  kl_err_t (*partition)(kl_store_t *store, const char *topic,
-                        int32_t partition, kl_partition_state_t *state);
+  kl_err_t (*partition)(kl_store_t *store, const char *topic, int32_t partition,
+                        kl_partition_state_t *state);
   /* kl__store_reset(): a new epoch and watermark 0, in one write; state
    * zeroed when the partition is unknown (then nothing is written). */
   kl_err_t (*reset)(kl_store_t *store, const char *topic, int32_t partition,
@@ -85,11 +85,11 @@ typedef struct kl__emits kl__emits_t; /* outbox_rec.h */
  * kl__txn_emits_free() when the txn ends. */
 struct kl_txn {
   kl_store_t *store;
-  kl__emits_t *emits;  /* the batch's follow-ups; NULL until one is emitted */
+  kl__emits_t *emits; /* the batch's follow-ups; NULL until one is emitted */
   const struct kl_event *src; /* the event it runs (borrowed), or NULL */
-  const char *src_id;  /* its id */
+  const char *src_id;         /* its id */
   size_t src_id_len;
-  size_t src_first;    /* emits->count when that event began */
+  size_t src_first; /* emits->count when that event began */
 };
 
 /* Kafka's own limit on a topic's name; the parts key holds the name, so

@@ -99,8 +99,8 @@ typedef struct kl__beat {
  * @returns KL_OK with each beats[i].err set; or a store error, with nothing
  *          written.
  */
-kl_err_t kl__store_beat(kl_store_t *store, const char *topic,
-                        kl__beat_t *beats, size_t n);
+kl_err_t kl__store_beat(kl_store_t *store, const char *topic, kl__beat_t *beats,
+                        size_t n);
 
 /**
  * How often an owner outside the group beats: a third of @p conf's
@@ -168,9 +168,8 @@ kl_err_t kl__store_lmdb_usage(kl_store_t *store, kl__store_usage_t *usage);
  * was marked (both borrowed: valid for the call only), @p time_ms when it
  * was recorded.
  */
-typedef int(kl__store_id_cb_t)(void *opaque, const char *topic,
-                               const char *id, size_t id_len, int64_t time_ms,
-                               kl_mark_t mark);
+typedef int(kl__store_id_cb_t)(void *opaque, const char *topic, const char *id,
+                               size_t id_len, int64_t time_ms, kl_mark_t mark);
 
 /**
  * Calls @p cb for every idempotency key, in the backend's order, from one

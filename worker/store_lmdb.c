@@ -367,8 +367,8 @@ typedef struct kl_acquire_ctx {
 static int kl_acquire_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
                          kl_err_t *stop) {
   kl_acquire_ctx_t *ctx = opaque;
-  int rc = kl__lmdb_part_get(lmdb, mtxn, ctx->topic, ctx->partition,
-                             ctx->state);
+  int rc =
+      kl__lmdb_part_get(lmdb, mtxn, ctx->topic, ctx->partition, ctx->state);
   if (rc || (ctx->reset && ctx->state->epoch == 0))
     return rc;
   if (ctx->state->epoch < ctx->floor)
@@ -376,8 +376,7 @@ static int kl_acquire_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   if (ctx->reset)
     ctx->state->watermark = 0;
   ctx->state->epoch++;
-  return kl__lmdb_part_put(lmdb, mtxn, ctx->topic, ctx->partition,
-                           ctx->state);
+  return kl__lmdb_part_put(lmdb, mtxn, ctx->topic, ctx->partition, ctx->state);
 }
 
 static kl_err_t kl_lmdb_take(kl_store_t *store, const char *topic,
@@ -385,8 +384,8 @@ static kl_err_t kl_lmdb_take(kl_store_t *store, const char *topic,
                              kl_partition_state_t *state, int reset) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   kl_acquire_ctx_t ctx = {topic, partition, floor, state, reset};
-  kl_err_t err = kl__lmdb_write(lmdb, reset ? "reset" : "acquire",
-                                kl_acquire_fn, &ctx);
+  kl_err_t err =
+      kl__lmdb_write(lmdb, reset ? "reset" : "acquire", kl_acquire_fn, &ctx);
   if (err)
     return err;
   /* Without fsync, an OS crash could hand this epoch out again. */
@@ -474,9 +473,9 @@ static int kl_scan_parts(kl__lmdb_t *lmdb, MDB_cursor *cur,
     if ((rc = kl_beats_get(lmdb, mdb_cursor_txn(cur), &key, &state)))
       return rc;
     size_t tlen = key.mv_size - 5;
-    int32_t partition = (int32_t)((uint32_t)k[tlen + 1] << 24 |
-                                  (uint32_t)k[tlen + 2] << 16 |
-                                  (uint32_t)k[tlen + 3] << 8 | k[tlen + 4]);
+    int32_t partition =
+        (int32_t)((uint32_t)k[tlen + 1] << 24 | (uint32_t)k[tlen + 2] << 16 |
+                  (uint32_t)k[tlen + 3] << 8 | k[tlen + 4]);
     /* The key holds the topic's NUL, so it is a C string in place. */
     if (cb(opaque, (const char *)k, partition, &state))
       return 0;
@@ -731,8 +730,8 @@ static int kl_ids_walk_cursor(MDB_cursor *cur, const kl_topic_names_t *t,
     int64_t t_ms;
     kl_mark_t mark;
     if (kl_id_decode(&key, &no, id, &len) ||
-        kl__lmdb_idval_decode(&val, &t_ms, &mark) || no == 0 ||
-        no > t->count || !t->names[no - 1])
+        kl__lmdb_idval_decode(&val, &t_ms, &mark) || no == 0 || no > t->count ||
+        !t->names[no - 1])
       return MDB_CORRUPTED;
     if (cb(opaque, t->names[no - 1], id, len, t_ms, mark))
       return 0;
@@ -872,8 +871,7 @@ static int kl_sweep_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   return mdb_put(mtxn, lmdb->meta, &ck, &cv, 0);
 }
 
-static kl_err_t kl_lmdb_sweep(kl_store_t *store, size_t max,
-                              size_t *removed) {
+static kl_err_t kl_lmdb_sweep(kl_store_t *store, size_t max, size_t *removed) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   if (max == 0)
     return KL_OK;
@@ -916,8 +914,9 @@ static kl_err_t kl_open_register(kl__lmdb_t *lmdb) {
   kl_open_entry_t **p = kl_open_find(lmdb->dev, lmdb->ino, getpid());
   kl_open_entry_t *entry = *p ? NULL : malloc(sizeof(*entry));
   if (*p)
-    err = kl__err(KL_EINVAL, "store %s is already open in this process: "
-                             "share that kl_store_t between threads",
+    err = kl__err(KL_EINVAL,
+                  "store %s is already open in this process: "
+                  "share that kl_store_t between threads",
                   lmdb->dir);
   else if (!entry)
     err = KL_ENOMEM;
@@ -943,8 +942,9 @@ static void kl_open_unregister(kl__lmdb_t *lmdb) {
 static void kl_lmdb_destroy(kl_store_t *store) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   if (lmdb->active)
-    KL_LOG_E(KL_COMP, "store %s destroyed with %zu transactions open: their "
-                      "snapshots are invalid now",
+    KL_LOG_E(KL_COMP,
+             "store %s destroyed with %zu transactions open: their "
+             "snapshots are invalid now",
              lmdb->dir, lmdb->active);
   if (lmdb->env)
     mdb_env_close(lmdb->env);
@@ -956,8 +956,7 @@ static void kl_lmdb_destroy(kl_store_t *store) {
   free(lmdb);
 }
 
-static kl_err_t kl_lmdb_version(kl_store_t *store, int *version,
-                                int *latest);
+static kl_err_t kl_lmdb_version(kl_store_t *store, int *version, int *latest);
 
 static const kl__store_ops_t kl_lmdb_ops = {
     .name = "lmdb",
@@ -1063,13 +1062,14 @@ static int kl_init_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   int rc = mdb_dbi_open(mtxn, KL__LMDB_META_DB, 0, &lmdb->meta);
   if (rc == MDB_NOTFOUND) {
     /* No meta: a new store, unless another program's data is there. */
-    if ((rc = mdb_dbi_open(mtxn, NULL, 0, &main)) || (rc = mdb_stat(mtxn, main,
-                                                                    &st)))
+    if ((rc = mdb_dbi_open(mtxn, NULL, 0, &main)) ||
+        (rc = mdb_stat(mtxn, main, &st)))
       return rc;
     if (st.ms_entries > 0) {
-      *stop = kl__err(KL_ESTORE_VERSION, "store %s holds an LMDB database "
-                                         "that keylane did not write: point "
-                                         "the store at another directory",
+      *stop = kl__err(KL_ESTORE_VERSION,
+                      "store %s holds an LMDB database "
+                      "that keylane did not write: point "
+                      "the store at another directory",
                       lmdb->dir);
       return KL__LMDB_STOP;
     }
@@ -1080,8 +1080,7 @@ static int kl_init_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   return kl_format_fn(lmdb, mtxn, stop);
 }
 
-static kl_err_t kl_lmdb_version(kl_store_t *store, int *version,
-                                int *latest) {
+static kl_err_t kl_lmdb_version(kl_store_t *store, int *version, int *latest) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   MDB_val key = {sizeof(KL__LMDB_FORMAT_KEY) - 1, KL__LMDB_FORMAT_KEY}, val;
   MDB_txn *snap;
@@ -1120,8 +1119,9 @@ static kl_err_t kl_lmdb_settings(kl__lmdb_t *lmdb, const kl_conf_t *conf,
   lmdb->retention_ms = kl__conf_int(conf, "store.dedup.retention");
   lmdb->create = strcmp(kl_conf_get(conf, "store.create"), "no") != 0;
   if (lmdb->map_max < *map_size)
-    return kl__err(KL_ECONF, "store.map.max=%s is below store.map.size=%s: "
-                             "raise store.map.max",
+    return kl__err(KL_ECONF,
+                   "store.map.max=%s is below store.map.size=%s: "
+                   "raise store.map.max",
                    kl_conf_get(conf, "store.map.max"),
                    kl_conf_get(conf, "store.map.size"));
   return KL_OK;
@@ -1135,8 +1135,9 @@ static kl_err_t kl_lmdb_dir(kl__lmdb_t *lmdb) {
   struct stat st;
   snprintf(what, sizeof(what), "%s/data.mdb", lmdb->dir);
   if (!lmdb->create && stat(what, &st) != 0)
-    return kl__err(KL_ENOTFOUND, "store %s does not exist (no %s): this "
-                                 "command does not create one; check --store",
+    return kl__err(KL_ENOTFOUND,
+                   "store %s does not exist (no %s): this "
+                   "command does not create one; check --store",
                    lmdb->dir, what);
   snprintf(what, sizeof(what), "store directory %s", lmdb->dir);
   if (mkdir(lmdb->dir, 0775) != 0 && errno != EEXIST)
@@ -1144,8 +1145,9 @@ static kl_err_t kl_lmdb_dir(kl__lmdb_t *lmdb) {
   if (stat(lmdb->dir, &st) != 0)
     return kl__lmdb_err(errno, what);
   if (!S_ISDIR(st.st_mode))
-    return kl__err(KL_EINVAL, "store %s is not a directory: the LMDB store "
-                              "is a directory path",
+    return kl__err(KL_EINVAL,
+                   "store %s is not a directory: the LMDB store "
+                   "is a directory path",
                    lmdb->dir);
   lmdb->dev = st.st_dev;
   lmdb->ino = st.st_ino;
@@ -1154,8 +1156,7 @@ static kl_err_t kl_lmdb_dir(kl__lmdb_t *lmdb) {
 
 /* mdb_env_open plus the map size: ours, or larger when another process
  * already grew the store beyond it. */
-static kl_err_t kl_lmdb_env(kl__lmdb_t *lmdb, size_t map_size,
-                            unsigned flags) {
+static kl_err_t kl_lmdb_env(kl__lmdb_t *lmdb, size_t map_size, unsigned flags) {
   int rc = mdb_env_create(&lmdb->env);
   if (!rc)
     rc = mdb_env_set_maxdbs(lmdb->env, 12); /* 8 named: room to grow */

@@ -39,7 +39,7 @@ typedef struct kl__lmdb {
   kl_store_t base;
   MDB_env *env;
   MDB_dbi meta, parts, beats, topics, ids, data; /* ids: "topic_ids" */
-  MDB_dbi outbox; /* store_lmdb_outbox.c */
+  MDB_dbi outbox;                                /* store_lmdb_outbox.c */
   char *dir;
   int durable;          /* store.durability=full: every commit is fsynced */
   size_t map_max;       /* store.map.max, rounded to pages */
@@ -144,8 +144,8 @@ int kl__lmdb_topic_no(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
 kl_err_t kl__lmdb_migrate_ids(kl__lmdb_t *lmdb);
 
 /* The txn operations of store_lmdb_txn.c, for the ops table. */
-kl_err_t kl__lmdb_begin(kl_store_t *store, const char *topic,
-                        int32_t partition, uint64_t epoch, kl_txn_t **txn);
+kl_err_t kl__lmdb_begin(kl_store_t *store, const char *topic, int32_t partition,
+                        uint64_t epoch, kl_txn_t **txn);
 kl_err_t kl__lmdb_commit(kl_txn_t *txn, int64_t watermark);
 void kl__lmdb_commit_many(kl__store_commit_t *commits, size_t n);
 void kl__lmdb_abort(kl_txn_t *txn);

@@ -31,9 +31,9 @@
 #define KL_SWEEP_CURSOR "sweep.cursor" /* holds a format-1 key: dropped */
 
 typedef struct kl_migrate {
-  size_t moved;   /* old ids moved by this chunk */
-  size_t topics;  /* each copied to this many topics */
-  int done;       /* "ids" is gone */
+  size_t moved;  /* old ids moved by this chunk */
+  size_t topics; /* each copied to this many topics */
+  int done;      /* "ids" is gone */
 } kl_migrate_t;
 
 /* Copies one old id to every topic: numbers 1..topics, as they are given
@@ -116,11 +116,13 @@ kl_err_t kl__lmdb_migrate_ids(kl__lmdb_t *lmdb) {
     total += m.moved;
   }
   if (total && m.topics)
-    KL_LOG_I(KL_COMP, "store %s: format 1 -> %u: this process scoped %zu "
+    KL_LOG_I(KL_COMP,
+             "store %s: format 1 -> %u: this process scoped %zu "
              "idempotency keys to each of the store's %zu topics",
              lmdb->dir, KL__LMDB_FORMAT, total, m.topics);
   else if (total)
-    KL_LOG_W(KL_COMP, "store %s: format 1 -> %u: dropped %zu idempotency "
+    KL_LOG_W(KL_COMP,
+             "store %s: format 1 -> %u: dropped %zu idempotency "
              "keys: the store knew no topic they could belong to",
              lmdb->dir, KL__LMDB_FORMAT, total);
   return KL_OK;

@@ -38,8 +38,8 @@ static void kl_lmdb_txn_free(kl_lmdb_txn_t *ltxn) {
   free(ltxn);
 }
 
-static kl_err_t kl_fenced(const char *topic, int32_t partition,
-                          uint64_t mine, uint64_t current) {
+static kl_err_t kl_fenced(const char *topic, int32_t partition, uint64_t mine,
+                          uint64_t current) {
   return kl__err(KL_EFENCED,
                  "fenced partition=%" PRId32 " my_epoch=%" PRIu64
                  " current_epoch=%" PRIu64 " topic=%s: a newer owner holds "
@@ -47,8 +47,8 @@ static kl_err_t kl_fenced(const char *topic, int32_t partition,
                  partition, mine, current, topic);
 }
 
-kl_err_t kl__lmdb_begin(kl_store_t *store, const char *topic,
-                        int32_t partition, uint64_t epoch, kl_txn_t **txn) {
+kl_err_t kl__lmdb_begin(kl_store_t *store, const char *topic, int32_t partition,
+                        uint64_t epoch, kl_txn_t **txn) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   size_t tlen = strlen(topic);
   kl_lmdb_txn_t *ltxn = calloc(1, sizeof(*ltxn) + tlen + 1);
@@ -236,13 +236,12 @@ static int kl_commit_one(kl__lmdb_t *lmdb, MDB_txn *mtxn,
                          kl_commit_ctx_t *ctx) {
   kl_lmdb_txn_t *ltxn = ctx->ltxn;
   kl_partition_state_t state;
-  int rc = kl__lmdb_part_get(lmdb, mtxn, ltxn->topic, ltxn->partition,
-                             &state);
+  int rc = kl__lmdb_part_get(lmdb, mtxn, ltxn->topic, ltxn->partition, &state);
   if (rc)
     return rc;
   if (state.epoch != ltxn->epoch) {
-    ctx->err = kl_fenced(ltxn->topic, ltxn->partition, ltxn->epoch,
-                         state.epoch);
+    ctx->err =
+        kl_fenced(ltxn->topic, ltxn->partition, ltxn->epoch, state.epoch);
     snprintf(ctx->why, sizeof(ctx->why), "%s", kl_err_detail());
     return 0;
   }
@@ -285,8 +284,8 @@ static kl_err_t kl_commit_prepare(kl_commit_ctx_t *ctx, kl_txn_t *txn,
    * map growth during the write must not wait for our own snapshot. */
   kl__lmdb_read_end(kl_txn_lmdb(ltxn), ltxn->snap);
   ltxn->snap = NULL;
-  *ctx = (kl_commit_ctx_t){.ltxn = ltxn, .watermark = watermark,
-                           .now_ms = now_ms};
+  *ctx =
+      (kl_commit_ctx_t){.ltxn = ltxn, .watermark = watermark, .now_ms = now_ms};
   if (kl__buf_sorted(&ltxn->data, &ctx->data) ||
       kl__buf_sorted(&ltxn->ids, &ctx->ids)) {
     ctx->err = kl__err(KL_ENOMEM, "kl_store_commit: out of memory");

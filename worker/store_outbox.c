@@ -78,8 +78,8 @@ static kl_err_t kl_emit_check(const kl_txn_t *txn, const char *topic) {
  * refuse it. */
 static void kl_emit_trace(const kl_event_t *src, kl__outbox_rec_t *rec) {
   const kl_header_t *tp = src ? kl_event_header(src, KL_TRACEPARENT) : NULL;
-  if (tp && (tp->value_len > 255 ||
-             !kl_traceparent_valid(tp->value, tp->value_len)))
+  if (tp &&
+      (tp->value_len > 255 || !kl_traceparent_valid(tp->value, tp->value_len)))
     tp = NULL;
   const kl_header_t *ts = tp ? kl_event_header(src, KL_TRACESTATE) : NULL;
   if (ts && !kl_tracestate_valid(ts->value, ts->value_len))

@@ -133,14 +133,16 @@ static const struct {
     [KL__PG_DELETE] = {"kl_delete",
                        "DELETE FROM keylane_kv WHERE key = ANY($1::bytea[])",
                        "delete the batch's handler keys"},
-    [KL__PG_IDS] = {"kl_ids",
-                    "INSERT INTO keylane_ids (topic, id, mark, inserted_ms) "
-                    "SELECT $4::text, i, m, " KL__PG_NOW_MS(3) " FROM "
-                    "unnest($1::bytea[], $2::int2[]) AS t(i, m) ON CONFLICT "
-                    "(topic, id) DO UPDATE SET mark = "
-                    "EXCLUDED.mark, inserted_ms = EXCLUDED.inserted_ms WHERE "
-                    "keylane_ids.mark = 2 AND EXCLUDED.mark = 1",
-                    "record the batch's idempotency keys"},
+    [KL__PG_IDS] =
+        {"kl_ids",
+         "INSERT INTO keylane_ids (topic, id, mark, inserted_ms) "
+         "SELECT $4::text, i, m, " KL__PG_NOW_MS(
+             3) " FROM "
+                "unnest($1::bytea[], $2::int2[]) AS t(i, m) ON CONFLICT "
+                "(topic, id) DO UPDATE SET mark = "
+                "EXCLUDED.mark, inserted_ms = EXCLUDED.inserted_ms WHERE "
+                "keylane_ids.mark = 2 AND EXCLUDED.mark = 1",
+         "record the batch's idempotency keys"},
     [KL__PG_APPLIED] = {"kl_applied",
                         "SELECT count(*) FROM keylane_ids WHERE topic = "
                         "$2::text AND id = ANY($1::bytea[]) AND mark = 1",
@@ -400,8 +402,7 @@ static void kl_pg_state_row(const PGresult *res, int row, int col,
 /* Runs @p sql with $1 the topic, $2 the partition and, when @p nparams
  * is 3, $3 the floor. */
 static kl_err_t kl_pg_tp_query(kl__pg_conn_t *conn, const kl_pg_tp_t *tp,
-                               int nparams, const char *sql,
-                               const char *what) {
+                               int nparams, const char *sql, const char *what) {
   char part[16], floor[24];
   snprintf(part, sizeof(part), "%" PRId32, tp->partition);
   snprintf(floor, sizeof(floor), "%" PRIu64, tp->floor);
@@ -496,8 +497,7 @@ static char *kl_pg_beat_array(const kl_pg_beat_t *b, int epochs) {
     return NULL;
   text[0] = '{';
   for (size_t i = 0; i < b->n; i++)
-    len += (size_t)snprintf(text + len, size - len, "%s%" PRIu64,
-                            i ? "," : "",
+    len += (size_t)snprintf(text + len, size - len, "%s%" PRIu64, i ? "," : "",
                             epochs ? b->beats[i].epoch
                                    : (uint64_t)b->beats[i].partition);
   snprintf(text + len, size - len, "}");
@@ -605,8 +605,9 @@ static kl_err_t kl_pg_sweep_fn(kl__pg_conn_t *conn, void *ctx) {
   PGresult *res = PQexecParams(
       conn->pg,
       "DELETE FROM keylane_ids WHERE (topic, id) IN (SELECT topic, id FROM "
-      "keylane_ids WHERE inserted_ms < " KL__PG_NOW_MS(1) " - $2::int8 ORDER "
-      "BY inserted_ms LIMIT $3::int8 FOR UPDATE SKIP LOCKED)",
+      "keylane_ids WHERE inserted_ms < " KL__PG_NOW_MS(
+          1) " - $2::int8 ORDER "
+             "BY inserted_ms LIMIT $3::int8 FOR UPDATE SKIP LOCKED)",
       3, NULL, values, NULL, NULL, 0);
   if (!kl__pg_ok(res)) {
     kl_err_t err = kl__pg_err(conn->pg, res, "sweep expired idempotency keys");
@@ -822,9 +823,10 @@ static kl_err_t kl_pg_check_schema(PGconn *pg, int create) {
   if (err)
     return err;
   if (version == 0 && !create)
-    return kl__err(KL_ENOTFOUND, "postgresql: database %s holds no keylane "
-                                 "store: this command does not create one; "
-                                 "check --store",
+    return kl__err(KL_ENOTFOUND,
+                   "postgresql: database %s holds no keylane "
+                   "store: this command does not create one; "
+                   "check --store",
                    PQdb(pg));
   if (version == 0)
     return kl__pg_migrate(pg, &version, &to);

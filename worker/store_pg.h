@@ -149,8 +149,7 @@ kl_err_t kl__pg_pipeline(kl__pg_conn_t *conn, kl__pg_call_t *calls, int n);
  * then, when the send went well, collect. After a failed half the
  * connection is to be dropped.
  */
-kl_err_t kl__pg_pipeline_send(kl__pg_conn_t *conn, kl__pg_call_t *calls,
-                              int n);
+kl_err_t kl__pg_pipeline_send(kl__pg_conn_t *conn, kl__pg_call_t *calls, int n);
 kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
                                  int n);
 

@@ -77,11 +77,11 @@ typedef struct kl_pg_txn {
   char *topic;
   int32_t partition;
   uint64_t epoch;
-  kl__buf_t data;      /* handler keys: KL_PG_PUT or KL_PG_DEL */
-  kl__buf_t ids;       /* idempotency keys: tag = kl_mark_t */
-  uint64_t duplicates; /* kl_txn_count_duplicate() */
-  PGresult *last;      /* holds the value the last kl_txn_get() lent */
-  kl__buf_t known;     /* kl_txn_prefetch()'s answers: tag = kl_mark_t */
+  kl__buf_t data;       /* handler keys: KL_PG_PUT or KL_PG_DEL */
+  kl__buf_t ids;        /* idempotency keys: tag = kl_mark_t */
+  uint64_t duplicates;  /* kl_txn_count_duplicate() */
+  PGresult *last;       /* holds the value the last kl_txn_get() lent */
+  kl__buf_t known;      /* kl_txn_prefetch()'s answers: tag = kl_mark_t */
   kl__cache_seg_t *seg; /* the partition's owner cache; NULL: none */
   uint64_t ticket;      /* kl__cache_ticket() before the snapshot */
   int lent;             /* kl_txn_pg_conn() was asked: no cache */
@@ -761,8 +761,8 @@ void kl__pg_commit_many(kl__store_commit_t *commits, size_t n) {
   for (size_t i = 0; c && start && i < n; i++)
     if (!commits[i].err)
       kl_pg_commit_failed(
-          &commits[i], kl_pg_commit_collect((kl_pg_txn_t *)commits[i].txn,
-                                            &c[i]));
+          &commits[i],
+          kl_pg_commit_collect((kl_pg_txn_t *)commits[i].txn, &c[i]));
   for (size_t i = 0; c && start && i < n; i++) {
     kl_pg_commit_free(&c[i]);
     kl_pg_commit_end((kl_pg_txn_t *)commits[i].txn, start[i], commits[i].err);

@@ -110,8 +110,8 @@ static kl_err_t kl_buf_grow(kl__buf_t *buf) {
   }
   for (size_t i = 0; i < buf->count; i++) {
     kl__buf_entry_t *entry = buf->slots[buf->used[i]];
-    used[i] = kl_buf_slot(slots, cap, entry->hash, entry->bytes,
-                          entry->key_len);
+    used[i] =
+        kl_buf_slot(slots, cap, entry->hash, entry->bytes, entry->key_len);
     slots[used[i]] = entry;
   }
   free(buf->slots);
@@ -137,8 +137,8 @@ kl_err_t kl__buf_set(kl__buf_t *buf, const void *key, size_t key_len,
     return KL_OK;
   }
   /* A replaced entry stays in the arena, so @p val may point into it. */
-  kl__buf_entry_t *fresh = kl_arena_alloc(buf, sizeof(*fresh) + key_len +
-                                                   val_len);
+  kl__buf_entry_t *fresh =
+      kl_arena_alloc(buf, sizeof(*fresh) + key_len + val_len);
   if (!fresh)
     return KL_ENOMEM;
   fresh->hash = hash;

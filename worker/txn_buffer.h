@@ -34,7 +34,7 @@ typedef struct kl__buf {
   kl__buf_entry_t **slots; /* cap slots, NULL when free; cap a power of 2 */
   size_t cap;
   size_t count;
-  size_t *used;  /* the count occupied slots, in insertion order */
+  size_t *used;           /* the count occupied slots, in insertion order */
   kl__buf_chunk_t *arena; /* the entries; the newest chunk first */
 } kl__buf_t;
 

@@ -126,9 +126,9 @@ kl_err_t kl__ov_set(kl__overlay_t *ov, kl__lkey_t *writer, int space,
     memcpy(e->val, val, val_len);
   e->val_len = val_len;
   /* A new entry's tag is 0, KL_MARK_NONE. */
-  e->tag = space == KL__OV_ID ? (int)kl__mark_merge((kl_mark_t)e->tag,
-                                                    (kl_mark_t)tag)
-                              : tag;
+  e->tag = space == KL__OV_ID
+               ? (int)kl__mark_merge((kl_mark_t)e->tag, (kl_mark_t)tag)
+               : tag;
   e->gen = ov->gen;
   if (e->writer != writer) {
     if (e->writer)
@@ -304,8 +304,10 @@ kl_err_t kl__child_end(kl__child_t *child, int ok) {
                                        : "ROLLBACK TO SAVEPOINT keylane_event");
   int done = PQresultStatus(res) == PGRES_COMMAND_OK;
   kl_err_t err = done ? KL_OK
-                      : kl__err(KL_ESTORE_BUSY, "postgresql: %s the event's "
-                                "savepoint: %s", ok ? "release" : "roll back to",
+                      : kl__err(KL_ESTORE_BUSY,
+                                "postgresql: %s the event's "
+                                "savepoint: %s",
+                                ok ? "release" : "roll back to",
                                 PQerrorMessage(child->pg));
   PQclear(res);
   child->savepoint = 0;
@@ -395,8 +397,8 @@ kl_err_t kl__child_apply(kl__child_t *child) {
   }
   for (size_t i = 0; !err && i < child->ids.count; i++) {
     const kl__buf_entry_t *e = kl__buf_at(&child->ids, i);
-    err = kl_txn_mark(child->snap, kl__buf_key(e), e->key_len,
-                      (kl_mark_t)e->tag);
+    err =
+        kl_txn_mark(child->snap, kl__buf_key(e), e->key_len, (kl_mark_t)e->tag);
   }
   return err;
 }

@@ -78,8 +78,7 @@ void kl__child_destroy(kl__child_t *child);
  *          an event with the same id, of another key, completed first.
  * @remark mu held.
  */
-int kl__child_seen_elsewhere(const kl__child_t *child,
-                             const kl__overlay_t *ov);
+int kl__child_seen_elsewhere(const kl__child_t *child, const kl__overlay_t *ov);
 
 /**
  * Moves the child's writes into @p ov, written by @p writer.

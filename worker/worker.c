@@ -56,8 +56,8 @@ struct kl_worker {
   kl__lanes_t *lanes;
   kl__log_guard_t *log_guard;
   kl__pool_t *pool;
-  int threads; /* executors: 0 in inline mode */
-  atomic_int stop; /* lock-free: safe from a signal handler and threads */
+  int threads;       /* executors: 0 in inline mode */
+  atomic_int stop;   /* lock-free: safe from a signal handler and threads */
   int assigned_once; /* a rebalance callback has assigned to this member */
   int cooperative;   /* the assignor's rebalance protocol is COOPERATIVE */
   _Atomic int32_t owned;
@@ -71,14 +71,14 @@ struct kl_worker {
   atomic_int waiting;     /* for Kafka, at start: kl__worker_waiting() */
   pthread_mutex_t why_mu; /* guards why, read by the metrics thread */
   char why[512];
-  kl__partitions_expect_t expect; /* the topic's count the fleet expects */
-  _Atomic int32_t partitions_live; /* as last read; 0: not yet */
+  kl__partitions_expect_t expect;      /* the topic's count the fleet expects */
+  _Atomic int32_t partitions_live;     /* as last read; 0: not yet */
   _Atomic int32_t partitions_expected; /* expect.count, for other threads */
-  int64_t check_ns, checked_ns;    /* worker.partitions.check.ms */
+  int64_t check_ns, checked_ns;        /* worker.partitions.check.ms */
   atomic_int topic_stopped; /* the count changed: it takes nothing more */
   kl__worker_seek_hook_fn *seek_hook; /* test hook; may be NULL */
   void *seek_hook_opaque;
-  int64_t stall_ms;        /* worker.stall.ms; 0: not watched */
+  int64_t stall_ms; /* worker.stall.ms; 0: not watched */
 };
 
 #define KL_COMP "worker"
@@ -157,7 +157,8 @@ static void kl_commit_epochs(kl_worker_t *worker,
     return;
   rd_kafka_resp_err_t kerr = rd_kafka_commit(worker->rk, taken, 0);
   if (kerr)
-    KL_LOG_W(KL_COMP, "record the epochs of %d partitions in the group's "
+    KL_LOG_W(KL_COMP,
+             "record the epochs of %d partitions in the group's "
              "offsets: %s; the next offset commit records them",
              taken->cnt, rd_kafka_err2str(kerr));
 }
@@ -181,7 +182,8 @@ static int kl_assign_refused(kl_worker_t *worker, int32_t partition) {
     worker->checked_ns = 0;
   if (!worker->topic_stopped && partition < worker->expect.count)
     return 0;
-  KL_LOG_W(KL_COMP, "not taking partition=%" PRId32 ": topic %s was expected "
+  KL_LOG_W(KL_COMP,
+           "not taking partition=%" PRId32 ": topic %s was expected "
            "with %" PRId32 " partitions; see the partition-count error",
            partition, worker->topic, worker->expect.count);
   return 1;
@@ -197,8 +199,8 @@ static void kl_on_assign(kl_worker_t *worker,
     if (kl_assign_refused(worker, tp->partition))
       continue;
     kl_partition_state_t state;
-    kl_err_t err = kl_lane_acquire(worker, tp->partition,
-                                   floors ? floors[i] : 0, &state);
+    kl_err_t err =
+        kl_lane_acquire(worker, tp->partition, floors ? floors[i] : 0, &state);
     if (err) {
       KL_LOG_E(KL_COMP, "cannot take partition=%" PRId32 ": %s", tp->partition,
                kl_err_detail());
@@ -209,7 +211,8 @@ static void kl_on_assign(kl_worker_t *worker,
     kl__log_guard_forget(worker->log_guard, tp->partition);
     if (tp->partition < worker->quiet_count)
       worker->quiet[tp->partition].since_ns = 0;
-    tp->offset = state.watermark > 0 ? state.watermark : RD_KAFKA_OFFSET_BEGINNING;
+    tp->offset =
+        state.watermark > 0 ? state.watermark : RD_KAFKA_OFFSET_BEGINNING;
     kl_epoch_add(taken, worker->topic, tp->partition, &state);
     worker->owned++;
     KL_LOG_I(KL_COMP,
@@ -323,7 +326,8 @@ void kl__worker_set_seek_hook(kl_worker_t *worker, kl__worker_seek_hook_fn *fn,
 
 static kl_quiet_t *kl_quiet_of(kl_worker_t *worker, int32_t partition) {
   if (partition >= worker->quiet_count) {
-    kl_quiet_t *q = realloc(worker->quiet, (size_t)(partition + 1) * sizeof(*q));
+    kl_quiet_t *q =
+        realloc(worker->quiet, (size_t)(partition + 1) * sizeof(*q));
     if (!q)
       return NULL;
     memset(q + worker->quiet_count, 0,
@@ -350,9 +354,10 @@ static rd_kafka_resp_err_t kl_retake_seek(kl_worker_t *worker,
       rd_kafka_error_destroy(error);
   }
   if (kerr)
-    KL_LOG_W(KL_COMP, "retake partition=%" PRId32 ": cannot seek to %" PRId64
-             ": %s; no epoch taken, trying again later", tp->partition,
-             tp->offset, rd_kafka_err2str(kerr));
+    KL_LOG_W(KL_COMP,
+             "retake partition=%" PRId32 ": cannot seek to %" PRId64
+             ": %s; no epoch taken, trying again later",
+             tp->partition, tp->offset, rd_kafka_err2str(kerr));
   return kerr;
 }
 
@@ -384,10 +389,11 @@ static int kl_retake(kl_worker_t *worker, int32_t partition,
     rd_kafka_topic_partition_list_destroy(taken);
     kl__lanes_own(worker->lanes, partition, state.epoch, state.watermark);
     rd_kafka_resume_partitions(worker->rk, l);
-    KL_LOG_I(KL_COMP, "retook partition=%" PRId32 " epoch=%" PRIu64
-             " resume_offset=%" PRId64 ": its fencer had been quiet for %"
-             PRId64 " ms", partition, state.epoch, state.watermark,
-             quiet_ns / 1000000);
+    KL_LOG_I(KL_COMP,
+             "retook partition=%" PRId32 " epoch=%" PRIu64
+             " resume_offset=%" PRId64
+             ": its fencer had been quiet for %" PRId64 " ms",
+             partition, state.epoch, state.watermark, quiet_ns / 1000000);
   }
   rd_kafka_topic_partition_list_destroy(l);
   return err ? -1 : 0;
@@ -402,8 +408,8 @@ static int kl_state_same(const kl_partition_state_t *a,
 
 /* One fenced partition at a check: watch its state, or take it back once
  * it has been quiet for the period and no failed try asks to wait. */
-static void kl_retake_check(kl_worker_t *worker, int32_t partition,
-                            int64_t now, int64_t every) {
+static void kl_retake_check(kl_worker_t *worker, int32_t partition, int64_t now,
+                            int64_t every) {
   kl_partition_state_t st;
   kl_quiet_t *q = kl_quiet_of(worker, partition);
   if (!q || kl_store_partition(worker->store, worker->topic, partition, &st))
@@ -415,7 +421,7 @@ static void kl_retake_check(kl_worker_t *worker, int32_t partition,
       q->since_ns = 0;
       return;
     }
-    q->backoff_ns = !q->backoff_ns                      ? every
+    q->backoff_ns = !q->backoff_ns                          ? every
                     : q->backoff_ns * 2 < worker->retake_ns ? q->backoff_ns * 2
                                                             : worker->retake_ns;
     q->next_try_ns = now + q->backoff_ns;
@@ -424,8 +430,8 @@ static void kl_retake_check(kl_worker_t *worker, int32_t partition,
 
 static void kl_retake_quiet(kl_worker_t *worker) {
   int64_t now = kl__mono_ns();
-  int64_t every = worker->retake_ns / 4 < 1000000000 ? worker->retake_ns / 4
-                                                       : 1000000000;
+  int64_t every =
+      worker->retake_ns / 4 < 1000000000 ? worker->retake_ns / 4 : 1000000000;
   if (!worker->retake_ns || now - worker->retake_checked_ns < every ||
       worker->topic_stopped)
     return;
@@ -462,8 +468,7 @@ static void kl_rdk_log(const kl__rdk_features_t *features,
  * short one. Appends it to @p defaults (room for KL__RDK_DEFAULTS_MAX). */
 static void kl_embedded_fetch(const kl_worker_t *worker,
                               const char **defaults) {
-  if (!kl__embedded_local(
-          kl_conf_get(worker->conf, "kafka.bootstrap.servers")))
+  if (!kl__embedded_local(kl_conf_get(worker->conf, "kafka.bootstrap.servers")))
     return;
   size_t n = 0;
   while (defaults[n])
@@ -535,8 +540,8 @@ static kl_err_t kl_worker_parts_new(kl_worker_t *worker) {
     err = kl__dlq_new(worker->conf, worker->topic, kl__lanes_dlq_ack, NULL,
                       &worker->dlq);
   if (!err)
-    err = kl__lanes_new(worker->conf, &worker->applier, worker->rk,
-                        worker->dlq, &worker->lanes);
+    err = kl__lanes_new(worker->conf, &worker->applier, worker->rk, worker->dlq,
+                        &worker->lanes);
   if (!err)
     kl__dlq_set_opaque(worker->dlq, worker->lanes);
   if (!err)
@@ -585,9 +590,11 @@ static kl_err_t kl_check_poll_interval(const kl_conf_t *conf) {
   char *end = NULL;
   int64_t poll_ms = set ? strtoll(set, &end, 10) : KL_MAX_POLL_DEFAULT_MS;
   if (set && (end == set || *end || poll_ms <= 0))
-    return kl__err(KL_ECONF, "kafka.max.poll.interval.ms=%s is not a "
-                             "positive number of ms: set it like "
-                             "-X kafka.max.poll.interval.ms=300000", set);
+    return kl__err(KL_ECONF,
+                   "kafka.max.poll.interval.ms=%s is not a "
+                   "positive number of ms: set it like "
+                   "-X kafka.max.poll.interval.ms=300000",
+                   set);
   if (handler_ms <= poll_ms / 2) /* 0: a bound the worker cannot know */
     return KL_OK;
   return kl__err(KL_ECONF,
@@ -662,17 +669,17 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
  * every record's routing is checked against that count. */
 static kl_err_t kl_check_topic(kl_worker_t *worker, int timeout_ms) {
   int32_t have = 0;
-  kl_err_t err = kl__kafka_partition_count(worker->rk, worker->topic, timeout_ms,
-                                           &have);
+  kl_err_t err =
+      kl__kafka_partition_count(worker->rk, worker->topic, timeout_ms, &have);
   if (err == KL_ENOTFOUND)
     return kl__err(KL_ENOTFOUND, "topic %s does not exist: create it first",
                    worker->topic);
   if (err)
     return err;
   int64_t want = kl__conf_int(worker->conf, "worker.expect.partitions");
-  worker->expect = (kl__partitions_expect_t){
-      want ? (int32_t)want : have, want != 0, "worker",
-      "worker.expect.partitions"};
+  worker->expect =
+      (kl__partitions_expect_t){want ? (int32_t)want : have, want != 0,
+                                "worker", "worker.expect.partitions"};
   worker->partitions_expected = worker->expect.count;
   worker->partitions_live = have;
   if ((err = kl__partitions_check(worker->topic, have, &worker->expect)))
@@ -688,7 +695,8 @@ static kl_err_t kl_check_topic(kl_worker_t *worker, int timeout_ms) {
  * this worker stops taking the topic (every partition paused, nothing
  * acquired) until it is restarted; /healthz says so. */
 static void kl_stop_taking(kl_worker_t *worker) {
-  KL_LOG_E(KL_COMP, "%s; this worker stopped taking topic %s (its partitions "
+  KL_LOG_E(KL_COMP,
+           "%s; this worker stopped taking topic %s (its partitions "
            "are paused; events already taken in are applied)",
            kl_err_detail(), worker->topic);
   worker->topic_stopped = 1;
@@ -721,16 +729,16 @@ static void kl_watch_partitions(kl_worker_t *worker) {
  * event (the record, its dead letter) still exists, unless
  * worker.retention.check=warn says to run anyway (checks.h). */
 static kl_err_t kl_check_retention(kl_worker_t *worker) {
-  int warn = strcmp(kl_conf_get(worker->conf, "worker.retention.check"),
-                    "warn") == 0;
+  int warn =
+      strcmp(kl_conf_get(worker->conf, "worker.retention.check"), "warn") == 0;
   int64_t dedup_ms = kl__conf_int(worker->conf, "store.dedup.retention");
   const char *const topics[2][2] = {
       {"topic", worker->topic},
       {"dead-letter topic", kl__dlq_topic(worker->dlq)}};
   for (int i = 0; i < 2; i++) {
     kl__check_t check;
-    kl__check_retention(worker->rk, topics[i][0], topics[i][1], dedup_ms,
-                        10000, &check);
+    kl__check_retention(worker->rk, topics[i][0], topics[i][1], dedup_ms, 10000,
+                        &check);
     if (check.status == KL__CHECK_FAIL && !warn)
       return kl__err(KL_ECONF, "%s", check.msg);
     if (check.status == KL__CHECK_WARN)
@@ -765,9 +773,9 @@ static void kl_on_consume_error(kl_worker_t *worker, rd_kafka_message_t *m) {
  * timeout, before closing. Messages consumed meanwhile are not applied.
  */
 static void kl_await_first_assignment(kl_worker_t *worker) {
-  int64_t deadline = kl__mono_ns() +
-                     kl__conf_int(worker->conf, "worker.session.timeout.ms") *
-                         2000000;
+  int64_t deadline =
+      kl__mono_ns() +
+      kl__conf_int(worker->conf, "worker.session.timeout.ms") * 2000000;
   while (!worker->assigned_once && kl__mono_ns() < deadline) {
     rd_kafka_message_t *m = rd_kafka_consumer_poll(worker->rk, 100);
     if (m)
@@ -790,11 +798,11 @@ static void kl_await_first_assignment(kl_worker_t *worker) {
 static void kl_leave_group(kl_worker_t *worker) {
   rd_kafka_resp_err_t kerr = rd_kafka_unsubscribe(worker->rk);
   if (kerr)
-    KL_LOG_W(KL_COMP, "unsubscribe from %s: %s; closing anyway",
-             worker->topic, rd_kafka_err2str(kerr));
-  int64_t deadline = kl__mono_ns() +
-                     kl__conf_int(worker->conf, "worker.session.timeout.ms") *
-                         1000000;
+    KL_LOG_W(KL_COMP, "unsubscribe from %s: %s; closing anyway", worker->topic,
+             rd_kafka_err2str(kerr));
+  int64_t deadline =
+      kl__mono_ns() +
+      kl__conf_int(worker->conf, "worker.session.timeout.ms") * 1000000;
   int quiet = 0;
   while (!(worker->owned == 0 && quiet) && kl__mono_ns() < deadline) {
     rd_kafka_message_t *m = rd_kafka_consumer_poll(worker->rk, 100);
@@ -808,8 +816,8 @@ static void kl_leave_group(kl_worker_t *worker) {
  * @p timeout_ms for the first. */
 static void kl_consume(kl_worker_t *worker, int timeout_ms, int max) {
   for (int i = 0; i < max; i++) {
-    rd_kafka_message_t *m = rd_kafka_consumer_poll(worker->rk,
-                                                   i ? 0 : timeout_ms);
+    rd_kafka_message_t *m =
+        rd_kafka_consumer_poll(worker->rk, i ? 0 : timeout_ms);
     if (!m)
       return;
     if (m->err)
@@ -878,21 +886,23 @@ static kl_err_t kl_wait_for_kafka(kl_worker_t *worker) {
   int64_t deadline = kl__mono_ns() + wait_ms * 1000000;
   const char *boot = kl_conf_get(worker->conf, "kafka.bootstrap.servers");
   kl_err_t err;
-  for (int backoff_ms = 500;; backoff_ms = backoff_ms < 15000 ? backoff_ms * 2
-                                                            : 30000) {
+  for (int backoff_ms = 500;;
+       backoff_ms = backoff_ms < 15000 ? backoff_ms * 2 : 30000) {
     /* Short tries while waiting, so that a stop is not held for long. */
     int64_t left_ms = (deadline - kl__mono_ns()) / 1000000;
-    int try_ms = wait_ms == 0      ? 10000
+    int try_ms = wait_ms == 0     ? 10000
                  : left_ms > 5000 ? 5000
                  : left_ms > 1000 ? (int)left_ms
                                   : 1000;
     err = kl_check_topic(worker, try_ms);
     left_ms = (deadline - kl__mono_ns()) / 1000000;
-    if (err != KL_EKAFKA_TRANSIENT || left_ms <= 0 || atomic_load(&worker->stop))
+    if (err != KL_EKAFKA_TRANSIENT || left_ms <= 0 ||
+        atomic_load(&worker->stop))
       break;
     char detail[256];
     snprintf(detail, sizeof(detail), "%s", kl_err_detail());
-    kl_set_why(worker, "waiting for Kafka (%s) to answer for topic %s: %s; "
+    kl_set_why(worker,
+               "waiting for Kafka (%s) to answer for topic %s: %s; "
                "next try in %d ms, giving up in %" PRId64 " s "
                "(worker.kafka.wait, --kafka-wait)",
                boot ? boot : "?", worker->topic, detail, backoff_ms,
@@ -908,8 +918,10 @@ static kl_err_t kl_wait_for_kafka(kl_worker_t *worker) {
   if (err == KL_EKAFKA_TRANSIENT && wait_ms > 0) {
     char detail[256];
     snprintf(detail, sizeof(detail), "%s", kl_err_detail());
-    return kl__err(err, "%s; gave up after waiting %" PRId64 " ms "
-                   "(worker.kafka.wait, --kafka-wait)", detail, wait_ms);
+    return kl__err(err,
+                   "%s; gave up after waiting %" PRId64 " ms "
+                   "(worker.kafka.wait, --kafka-wait)",
+                   detail, wait_ms);
   }
   return err;
 }
@@ -927,8 +939,10 @@ kl_err_t kl_worker_run(kl_worker_t *worker) {
     err = kl__pool_new(worker->lanes, worker->threads, &worker->pool);
   if (err)
     return err;
-  rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
-  rd_kafka_topic_partition_list_add(topics, worker->topic, RD_KAFKA_PARTITION_UA);
+  rd_kafka_topic_partition_list_t *topics =
+      rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(topics, worker->topic,
+                                    RD_KAFKA_PARTITION_UA);
   rd_kafka_resp_err_t kerr = rd_kafka_subscribe(worker->rk, topics);
   rd_kafka_topic_partition_list_destroy(topics);
   if (kerr)

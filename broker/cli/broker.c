@@ -72,8 +72,8 @@ static void kl_broker_help(void) {
 static int kl_broker_int(const char *flag, const char *arg, long min, long max,
                          long *out) {
   int64_t v = 0;
-  int rc = kl__cli_units(KL_BROKER_SUB, flag, arg, KL__UNITS_COUNT, min, max,
-                         &v);
+  int rc =
+      kl__cli_units(KL_BROKER_SUB, flag, arg, KL__UNITS_COUNT, min, max, &v);
   *out = rc ? *out : (long)v;
   return rc;
 }

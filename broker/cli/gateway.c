@@ -126,8 +126,8 @@ static void kl_gw_help(void) {
 #define KL_GW_DURATION_MAX 86400000 /* a day */
 
 static int kl_gw_size(const char *flag, const char *arg, int64_t *out) {
-  return kl__cli_units(KL_GW_SUB, flag, arg, KL__UNITS_SIZE, 1,
-                       KL_GW_SIZE_MAX, out);
+  return kl__cli_units(KL_GW_SUB, flag, arg, KL__UNITS_SIZE, 1, KL_GW_SIZE_MAX,
+                       out);
 }
 
 static int kl_gw_duration(const char *flag, const char *arg, int *out) {

@@ -164,8 +164,8 @@ static void kl_envelope_json(json_t *o, const kl_event_t *ev) {
     char name[KL_HEADER_NAME_MAX + 1];
     snprintf(name, sizeof(name), "%.*s", (int)ev->headers[i].name_len,
              ev->headers[i].name);
-    json_object_set_new(h, name, json_stringn(ev->headers[i].value,
-                                              ev->headers[i].value_len));
+    json_object_set_new(
+        h, name, json_stringn(ev->headers[i].value, ev->headers[i].value_len));
   }
   json_object_set_new(o, "headers", h);
 }
@@ -174,13 +174,13 @@ static json_t *kl_record_json(kl_inspect_t *in, const rd_kafka_message_t *m) {
   json_t *o = json_pack("{sIsI}", "partition", (json_int_t)m->partition,
                         "offset", (json_int_t)m->offset);
   kl_event_t ev;
-  kl_err_t err = kl_event_decode(in->decoder, m->key, m->key_len, m->payload,
-                                 m->len, &ev);
+  kl_err_t err =
+      kl_event_decode(in->decoder, m->key, m->key_len, m->payload, m->len, &ev);
   if (err) {
     char why[600];
     snprintf(why, sizeof(why), "%s: %s", kl_err_name(err), kl_err_detail());
-    json_object_set_new(o, "key_b64", m->key ? kl_b64_json(m->key, m->key_len)
-                                             : json_null());
+    json_object_set_new(o, "key_b64",
+                        m->key ? kl_b64_json(m->key, m->key_len) : json_null());
     json_object_set_new(o, "value_b64",
                         m->payload ? kl_b64_json(m->payload, m->len)
                                    : json_null());
@@ -216,8 +216,8 @@ static void kl_print_record(kl_inspect_t *in, const rd_kafka_message_t *m) {
 static kl_err_t kl_inspect_ranges(kl_inspect_t *in, kl__tp_range_t **out,
                                   size_t *count) {
   int32_t n;
-  kl_err_t err = kl__kafka_partition_count(in->rk, in->topic,
-                                           KL_INSPECT_TIMEOUT_MS, &n);
+  kl_err_t err =
+      kl__kafka_partition_count(in->rk, in->topic, KL_INSPECT_TIMEOUT_MS, &n);
   if (err)
     return err;
   char routed[16];
@@ -286,11 +286,19 @@ static int kl_inspect_opt(kl_inspect_t *in, int c) {
   switch (c) {
   case 'b':
     return kl__cli_conf_set(SUB, in->conf, "kafka.bootstrap.servers", optarg)
-               ? KL_EXIT_USAGE : -1;
-  case 't': in->topic = optarg; return -1;
-  case 'p': in->partitions = optarg; return -1;
-  case 'k': in->key = optarg; return -1;
-  case 'X': return kl__cli_conf_x(SUB, in->conf, optarg) ? KL_EXIT_USAGE : -1;
+               ? KL_EXIT_USAGE
+               : -1;
+  case 't':
+    in->topic = optarg;
+    return -1;
+  case 'p':
+    in->partitions = optarg;
+    return -1;
+  case 'k':
+    in->key = optarg;
+    return -1;
+  case 'X':
+    return kl__cli_conf_x(SUB, in->conf, optarg) ? KL_EXIT_USAGE : -1;
   case 'f':
   case 'T':
     if (kl__pos_parse(optarg, kl__now_ms(), c == 'f' ? &in->from : &in->to))
@@ -303,8 +311,11 @@ static int kl_inspect_opt(kl_inspect_t *in, int c) {
       return KL_EXIT_USAGE;
     in->count = (uint64_t)count;
     return -1;
-  case 'h': fputs(kl_inspect_usage, stdout); return KL_EXIT_OK;
-  default: return kl__cli_usage(SUB, "unknown option");
+  case 'h':
+    fputs(kl_inspect_usage, stdout);
+    return KL_EXIT_OK;
+  default:
+    return kl__cli_usage(SUB, "unknown option");
   }
 }
 

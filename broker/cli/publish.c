@@ -228,8 +228,8 @@ static kl_pub_step_t kl_pub_send(kl_pub_t *pub, long lineno,
   }
   memcpy(e->key, ev->key, ev->key_len);
   e->key[ev->key_len] = '\0';
-  kl_err_t rc = kl_publish(pub->producer, pub->topic, ev,
-                           (void *)(uintptr_t)pub->tail);
+  kl_err_t rc =
+      kl_publish(pub->producer, pub->topic, ev, (void *)(uintptr_t)pub->tail);
   if (rc == KL_OK) {
     pub->tail++;
     return KL_PUB_NEXT;
@@ -358,8 +358,8 @@ static int kl_pub_run(kl_conf_t *conf, const char *topic) {
 
 static int kl_pub_partitions(kl_conf_t *conf, const char *arg) {
   int64_t v;
-  if (kl__cli_units(KL_PUB_SUB, "--partitions", arg, KL__UNITS_COUNT, 1,
-                    100000, &v))
+  if (kl__cli_units(KL_PUB_SUB, "--partitions", arg, KL__UNITS_COUNT, 1, 100000,
+                    &v))
     return KL_EXIT_USAGE;
   return kl__cli_conf_set(KL_PUB_SUB, conf, "producer.expect.partitions", arg)
              ? KL_EXIT_USAGE

@@ -39,8 +39,8 @@ static void kl_route_help(void) {
 
 static int kl_route_parse_partitions(const char *arg, int32_t *out) {
   int64_t v = 0;
-  int rc = kl__cli_units(KL_ROUTE_SUB, "--partitions", arg, KL__UNITS_COUNT,
-                         1, 100000, &v);
+  int rc = kl__cli_units(KL_ROUTE_SUB, "--partitions", arg, KL__UNITS_COUNT, 1,
+                         100000, &v);
   *out = rc ? *out : (int32_t)v;
   return rc;
 }

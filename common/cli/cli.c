@@ -85,8 +85,8 @@ int kl__cli_units(const char *sub, const char *flag, const char *arg,
 int kl__cli_store_existing(const char *sub, const char *location,
                            kl_store_t **store) {
   kl_conf_t *conf = kl_conf_new();
-  kl_err_t err = conf ? kl_conf_set(conf, "store.create", "no", NULL, 0)
-                      : KL_ENOMEM;
+  kl_err_t err =
+      conf ? kl_conf_set(conf, "store.create", "no", NULL, 0) : KL_ENOMEM;
   if (!err)
     err = kl_store_open(location, conf, store);
   kl_conf_destroy(conf);

@@ -16,7 +16,8 @@
 
 static int delivered, failed;
 
-static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m,
+                        void *opaque) {
   (void)rk, (void)opaque;
   if (m->err) {
     failed++;
@@ -30,14 +31,17 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque) {
   rd_kafka_error_t *error = NULL;
   (void)opaque;
-  fprintf(stderr, "rebalance (%s): %s %d partition(s)\n", rd_kafka_rebalance_protocol(rk),
-          err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS ? "assign" : "revoke", parts->cnt);
+  fprintf(stderr, "rebalance (%s): %s %d partition(s)\n",
+          rd_kafka_rebalance_protocol(rk),
+          err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS ? "assign" : "revoke",
+          parts->cnt);
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS)
     error = rd_kafka_incremental_assign(rk, parts);
   else
     error = rd_kafka_incremental_unassign(rk, parts);
   if (error) {
-    fprintf(stderr, "incremental (un)assign: %s\n", rd_kafka_error_string(error));
+    fprintf(stderr, "incremental (un)assign: %s\n",
+            rd_kafka_error_string(error));
     rd_kafka_error_destroy(error);
   }
 }
@@ -46,7 +50,8 @@ static rd_kafka_conf_t *conf_new(const char *const *kv) {
   char errstr[512];
   rd_kafka_conf_t *conf = rd_kafka_conf_new();
   for (; kv[0]; kv += 2) {
-    if (rd_kafka_conf_set(conf, kv[0], kv[1], errstr, sizeof errstr) != RD_KAFKA_CONF_OK) {
+    if (rd_kafka_conf_set(conf, kv[0], kv[1], errstr, sizeof errstr) !=
+        RD_KAFKA_CONF_OK) {
       fprintf(stderr, "%s=%s: %s\n", kv[0], kv[1], errstr);
       exit(2);
     }
@@ -55,8 +60,15 @@ static rd_kafka_conf_t *conf_new(const char *const *kv) {
 }
 
 static int produce(const char *bootstrap, const char *topic, int count) {
-  const char *kv[] = {"bootstrap.servers", bootstrap, "enable.idempotence", "true",
-                      "acks", "all", "message.timeout.ms", "60000", NULL};
+  const char *kv[] = {"bootstrap.servers",
+                      bootstrap,
+                      "enable.idempotence",
+                      "true",
+                      "acks",
+                      "all",
+                      "message.timeout.ms",
+                      "60000",
+                      NULL};
   char errstr[512], key[32], val[64];
   rd_kafka_conf_t *conf = conf_new(kv);
   rd_kafka_t *rk;
@@ -71,7 +83,8 @@ static int produce(const char *bootstrap, const char *topic, int count) {
     snprintf(val, sizeof val, "v%d", i);
     rd_kafka_resp_err_t err = rd_kafka_producev(
         rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, strlen(key)),
-        RD_KAFKA_V_VALUE(val, strlen(val)), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+        RD_KAFKA_V_VALUE(val, strlen(val)),
+        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
     if (err) {
       fprintf(stderr, "produce: %s\n", rd_kafka_err2str(err));
       failed++;
@@ -81,16 +94,25 @@ static int produce(const char *bootstrap, const char *topic, int count) {
   if (rd_kafka_flush(rk, 70000))
     fprintf(stderr, "flush timed out\n");
   rd_kafka_destroy(rk);
-  printf("produced %d delivered %d failed %d (idempotent, acks=all)\n", count, delivered, failed);
+  printf("produced %d delivered %d failed %d (idempotent, acks=all)\n", count,
+         delivered, failed);
   return delivered == count && failed == 0 ? 0 : 1;
 }
 
 static int consume(const char *bootstrap, const char *topic, int count) {
   char group[64], errstr[512];
   snprintf(group, sizeof group, "rdkafka-check-%ld", (long)time(NULL));
-  const char *kv[] = {"bootstrap.servers", bootstrap, "group.id", group,
-                      "partition.assignment.strategy", "cooperative-sticky",
-                      "auto.offset.reset", "earliest", "enable.auto.commit", "false", NULL};
+  const char *kv[] = {"bootstrap.servers",
+                      bootstrap,
+                      "group.id",
+                      group,
+                      "partition.assignment.strategy",
+                      "cooperative-sticky",
+                      "auto.offset.reset",
+                      "earliest",
+                      "enable.auto.commit",
+                      "false",
+                      NULL};
   rd_kafka_conf_t *conf = conf_new(kv);
   rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
   rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
@@ -124,8 +146,10 @@ static int consume(const char *bootstrap, const char *topic, int count) {
   for (int i = 0; assigned && i < assigned->cnt; i++)
     if (assigned->elems[i].offset > 0)
       committed += assigned->elems[i].offset;
-  printf("consumed %d of %d, group %s (%s), commit: %s, committed offsets sum %lld (%s)\n", got, count,
-         group, rd_kafka_rebalance_protocol(rk), rd_kafka_err2str(cerr), (long long)committed, rd_kafka_err2str(qerr));
+  printf("consumed %d of %d, group %s (%s), commit: %s, committed offsets sum "
+         "%lld (%s)\n",
+         got, count, group, rd_kafka_rebalance_protocol(rk),
+         rd_kafka_err2str(cerr), (long long)committed, rd_kafka_err2str(qerr));
   if (assigned)
     rd_kafka_topic_partition_list_destroy(assigned);
   rd_kafka_consumer_close(rk);

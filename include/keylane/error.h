@@ -62,7 +62,7 @@ typedef enum kl_err {
 #define KL__ERR_ENUM(name, retriable, desc) KL_##name,
   KL_ERR_MAP(KL__ERR_ENUM)
 #undef KL__ERR_ENUM
-  KL_ERR__COUNT
+      KL_ERR__COUNT
 } kl_err_t;
 
 /** @returns a static description of @p err ("invalid argument"). */

@@ -56,7 +56,8 @@ extern "C" {
 #define KL_HEADER_VALUE_MAX 4096
 /** The largest envelope a decoder accepts: all fields at their limits. */
 #define KL_ENVELOPE_MAX                                                        \
-  (KL_PAYLOAD_MAX + KL_HEADERS_MAX * (KL_HEADER_NAME_MAX + KL_HEADER_VALUE_MAX + 10) + 1024)
+  (KL_PAYLOAD_MAX +                                                            \
+   KL_HEADERS_MAX * (KL_HEADER_NAME_MAX + KL_HEADER_VALUE_MAX + 10) + 1024)
 
 typedef struct kl_header {
   const char *name;

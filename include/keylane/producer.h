@@ -39,11 +39,12 @@ extern "C" {
  */
 KL_EXPORT int32_t kl_partition(const void *key, size_t len, int32_t partitions);
 
-/** Kafka's murmur2 (seed 0x9747b28c), as org.apache.kafka.common.utils.Utils. */
+/** Kafka's murmur2 (seed 0x9747b28c), as org.apache.kafka.common.utils.Utils.
+ */
 KL_EXPORT uint32_t kl_murmur2(const void *key, size_t len);
 
 typedef struct kl_delivery {
-  kl_err_t err;      /**< KL_OK when Kafka acknowledged the event */
+  kl_err_t err;       /**< KL_OK when Kafka acknowledged the event */
   const char *errmsg; /**< librdkafka's reason when err != KL_OK */
   const char *topic;
   int32_t partition;

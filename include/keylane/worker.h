@@ -161,28 +161,28 @@ typedef struct kl_worker kl_worker_t;
 
 /** Counters since the worker started, and gauges (now). */
 typedef struct kl_worker_stats {
-  uint64_t applied;     /**< events whose effects were committed */
-  uint64_t duplicates;  /**< events skipped: idempotency key seen (this
-                             includes events committed beyond the
-                             watermark and consumed again by a new owner) */
-  uint64_t redelivered; /**< events skipped: offset below the watermark of
-                             a log that still holds it */
-  uint64_t batches;     /**< partition batches committed (one store
-                             write may carry several partitions') */
-  uint64_t fenced;      /**< group commits rejected by the epoch check */
-  uint64_t failed;      /**< events dead-lettered by the handler's verdict
-                             (FAIL, or RETRY until max.attempts) */
-  int32_t owned;        /**< partitions owned now */
-  uint64_t dead_letters;   /**< records written to the dead-letter topic
-                                (acknowledged), decode failures included */
-  uint64_t waiting_keys;   /**< gauge: keys waiting in retry backoff */
-  uint64_t oldest_wait_ms; /**< gauge: how long the longest of them waits */
-  uint64_t window_events;  /**< gauge: records held in the lanes' windows */
-  int32_t paused;          /**< gauge: partitions paused by a bound */
-  int32_t retention_override;  /**< gauge: 1 when a topic's retention
-                                    exceeds store.dedup.retention and
-                                    worker.retention.check=warn runs the
-                                    worker anyway */
+  uint64_t applied;           /**< events whose effects were committed */
+  uint64_t duplicates;        /**< events skipped: idempotency key seen (this
+                                   includes events committed beyond the
+                                   watermark and consumed again by a new owner) */
+  uint64_t redelivered;       /**< events skipped: offset below the watermark of
+                                   a log that still holds it */
+  uint64_t batches;           /**< partition batches committed (one store
+                                   write may carry several partitions') */
+  uint64_t fenced;            /**< group commits rejected by the epoch check */
+  uint64_t failed;            /**< events dead-lettered by the handler's verdict
+                                   (FAIL, or RETRY until max.attempts) */
+  int32_t owned;              /**< partitions owned now */
+  uint64_t dead_letters;      /**< records written to the dead-letter topic
+                                   (acknowledged), decode failures included */
+  uint64_t waiting_keys;      /**< gauge: keys waiting in retry backoff */
+  uint64_t oldest_wait_ms;    /**< gauge: how long the longest of them waits */
+  uint64_t window_events;     /**< gauge: records held in the lanes' windows */
+  int32_t paused;             /**< gauge: partitions paused by a bound */
+  int32_t retention_override; /**< gauge: 1 when a topic's retention
+                                   exceeds store.dedup.retention and
+                                   worker.retention.check=warn runs the
+                                   worker anyway */
   int32_t retention_unchecked; /**< gauge: 1 when the cluster could not
                                     tell a topic's retention */
   uint64_t misrouted; /**< records whose key routes (murmur2) to another
@@ -193,13 +193,13 @@ typedef struct kl_worker_stats {
   int32_t partitions_expected; /**< the topic's partition count the fleet
                                     expects (worker.expect.partitions, or
                                     the count at start) */
-  int32_t partitions_live; /**< gauge: its count as last read (every
-                                worker.partitions.check.ms); when it
-                                differs the worker stops taking the topic */
-  uint64_t outbox_pending;   /**< gauge: follow-up events (kl_txn_emit())
-                                  committed and not yet acknowledged by
-                                  Kafka, of the partitions owned */
-  uint64_t outbox_published; /**< follow-ups published and acknowledged */
+  int32_t partitions_live;     /**< gauge: its count as last read (every
+                                    worker.partitions.check.ms); when it
+                                    differs the worker stops taking the topic */
+  uint64_t outbox_pending;     /**< gauge: follow-up events (kl_txn_emit())
+                                    committed and not yet acknowledged by
+                                    Kafka, of the partitions owned */
+  uint64_t outbox_published;   /**< follow-ups published and acknowledged */
 } kl_worker_stats_t;
 
 /**

@@ -135,8 +135,10 @@ static double kl_bx_once(const char *boot, kl__ledger_gen_t *gen,
     if (c.parts == KL_BX_PARTS && st.applied == (uint64_t)events)
       eps = (double)events / s;
     else
-      fprintf(stderr, "keylane-bench exec: %s applied %" PRIu64 " of %" PRId64
-              " events\n", run->name, st.applied, events);
+      fprintf(stderr,
+              "keylane-bench exec: %s applied %" PRIu64 " of %" PRId64
+              " events\n",
+              run->name, st.applied, events);
   } else {
     fprintf(stderr, "keylane-bench exec: %s: %s\n", run->name, kl_err_detail());
   }
@@ -179,7 +181,8 @@ static void kl_bx_print(const kl_bx_run_t *runs, size_t n, int64_t events,
     return;
   }
   printf("exec handler (python3, trivial), %" PRId64 " events, %d "
-         "partitions, from the first assignment\n", events, KL_BX_PARTS);
+         "partitions, from the first assignment\n",
+         events, KL_BX_PARTS);
   for (size_t i = 0; i < n; i++)
     printf("  %-9s --concurrency %s, window %4s: %10.0f events/s (x%.1f)\n",
            runs[i].name, runs[i].concurrency, runs[i].window, runs[i].eps,
@@ -196,8 +199,8 @@ int kl_bench_exec(int argc, char **argv) {
   int json = 0, c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (c == 'e' && kl_bench_count(KL_BX_NAME, "--events", optarg, 10000000,
-                                   &events))
+    if (c == 'e' &&
+        kl_bench_count(KL_BX_NAME, "--events", optarg, 10000000, &events))
       return 2;
     if (c == 'w' &&
         kl_bench_count(KL_BX_NAME, "--window", optarg, 1024, &window))

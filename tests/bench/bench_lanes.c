@@ -50,9 +50,8 @@ static int64_t kl_bl_mono_ns(void) {
 
 /* The payload is the sleep, in microseconds (4 bytes, big-endian). */
 static kl_handler_result_t kl_bl_handler(void *opaque, const kl_event_t *event,
-                                         const kl_fence_t *fence,
-                                         kl_txn_t *txn, char *errbuf,
-                                         size_t errbuf_size) {
+                                         const kl_fence_t *fence, kl_txn_t *txn,
+                                         char *errbuf, size_t errbuf_size) {
   (void)fence, (void)txn, (void)errbuf, (void)errbuf_size;
   kl_bl_handler_t *h = opaque;
   int64_t expected = 0;
@@ -92,8 +91,12 @@ static double kl_bl_publish(const char *boot, int64_t events, int keys) {
                                 (unsigned char)(us >> 16),
                                 (unsigned char)(us >> 8), (unsigned char)us};
     snprintf(key, sizeof(key), "k-%04d", (int)(i % keys));
-    kl_event_t ev = {.key = key, .key_len = strlen(key), .type = "sleep",
-                     .type_len = 5, .payload = payload, .payload_len = 4};
+    kl_event_t ev = {.key = key,
+                     .key_len = strlen(key),
+                     .type = "sleep",
+                     .type_len = 5,
+                     .payload = payload,
+                     .payload_len = 4};
     if (kl_publish(producer, KL_BL_TOPIC, &ev, NULL)) {
       kl_producer_destroy(producer);
       return -1;
@@ -154,7 +157,8 @@ static void kl_bl_run(kl_bl_run_t *run, int64_t events) {
     goto out;
   pthread_t thread;
   pthread_create(&thread, NULL, kl_bl_worker_main, &w);
-  int64_t deadline = kl_bl_mono_ns() + (int64_t)(run->ideal_s * 4 + 60) * 1000000000;
+  int64_t deadline =
+      kl_bl_mono_ns() + (int64_t)(run->ideal_s * 4 + 60) * 1000000000;
   kl_worker_stats_t st = {0};
   while (st.applied < (uint64_t)events && kl_bl_mono_ns() < deadline) {
     struct timespec tick = {0, 200000};
@@ -175,7 +179,8 @@ out:
 
 static void kl_bl_print(const kl_bl_run_t *runs, int n, int64_t events) {
   printf("keylane-bench lanes: %" PRId64 " events, 1 partition, handler "
-         "sleeps uniform 0-5 ms (seeded)\n\n", events);
+         "sleeps uniform 0-5 ms (seeded)\n\n",
+         events);
   printf("%-22s %9s %10s %9s %9s %7s %12s\n", "run", "elapsed", "events/s",
          "ideal", "ideal(*)", "ratio", "ratio(*)");
   for (int i = 0; i < n; i++) {
@@ -195,17 +200,17 @@ static void kl_bl_json(const kl_bl_run_t *runs, int n, int64_t events) {
   for (int i = 0; i < n; i++) {
     const kl_bl_run_t *r = &runs[i];
     json_array_append_new(
-        arr, json_pack("{sssisisfsfsfsfsfsfsb}", "name", r->name,
-                       "concurrency", r->concurrency, "keys", r->keys,
-                       "elapsed_s", r->elapsed_s, "events_per_s",
-                       (double)events / r->elapsed_s, "ideal_s", r->ideal_s,
-                       "ideal_actual_s", r->ideal_actual_s, "ratio",
-                       r->ideal_s / r->elapsed_s, "ratio_actual",
-                       r->ideal_actual_s / r->elapsed_s, "ok", r->ok));
+        arr,
+        json_pack("{sssisisfsfsfsfsfsfsb}", "name", r->name, "concurrency",
+                  r->concurrency, "keys", r->keys, "elapsed_s", r->elapsed_s,
+                  "events_per_s", (double)events / r->elapsed_s, "ideal_s",
+                  r->ideal_s, "ideal_actual_s", r->ideal_actual_s, "ratio",
+                  r->ideal_s / r->elapsed_s, "ratio_actual",
+                  r->ideal_actual_s / r->elapsed_s, "ok", r->ok));
   }
-  json_t *o = json_pack("{sssIsfso}", "bench", KL_BL_NAME, "events",
-                        (json_int_t)events, "ratio",
-                        runs[0].ideal_s / runs[0].elapsed_s, "runs", arr);
+  json_t *o =
+      json_pack("{sssIsfso}", "bench", KL_BL_NAME, "events", (json_int_t)events,
+                "ratio", runs[0].ideal_s / runs[0].elapsed_s, "runs", arr);
   char *s = json_dumps(o, JSON_COMPACT);
   puts(s);
   free(s);
@@ -229,8 +234,8 @@ int kl_bench_lanes(int argc, char **argv) {
   int json = 0, c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (c == 'e' && kl_bench_count(KL_BL_NAME, "--events", optarg, 1000000,
-                                   &events))
+    if (c == 'e' &&
+        kl_bench_count(KL_BL_NAME, "--events", optarg, 1000000, &events))
       return 2;
     else if (c == 'j')
       json = 1;

@@ -84,8 +84,8 @@ static int kl_bw_wait_caught_up(const kl__ledger_gen_t *gen, kl_store_t *store,
     /* Transfers' credits (follow-ups) land after the events it published. */
     if (kl_store_foreach_partition(store, kl_bw_part, &c) == KL_OK &&
         c.parts == kl_bw_parts &&
-        c.applied >= kl__ledger_gen_published(gen) +
-                         kl__ledger_gen_transfers(gen))
+        c.applied >=
+            kl__ledger_gen_published(gen) + kl__ledger_gen_transfers(gen))
       return 0;
     kl_bw_sleep_ms(2);
   }
@@ -123,8 +123,10 @@ static double kl_bw_raw(const char *boot, int64_t events, int round) {
   }
   double s = kl_bench_now() - t0;
   if (seen != events)
-    fprintf(stderr, "keylane-bench worker: the bare consumer saw %" PRId64
-            " of %" PRId64 " events in %.0f s\n", seen, events, s);
+    fprintf(stderr,
+            "keylane-bench worker: the bare consumer saw %" PRId64
+            " of %" PRId64 " events in %.0f s\n",
+            seen, events, s);
   rd_kafka_consumer_close(rk);
   rd_kafka_destroy(rk);
   return seen == events && bytes ? s : -1;
@@ -227,12 +229,11 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
    * pages, then the meta page (neither MDB_NOSYNC nor MDB_NOMETASYNC). */
   if (json) {
     json_t *o = json_pack(
-        "{sIsisfsfsfsfsfsfsfsfsfsf}", "events", (json_int_t)events, "rounds",
-        n, "keylane_eps", keps, "raw_eps", reps, "ratio", keps / reps,
-        "commits_per_1000_events", per_k, "fsyncs_per_1000_events",
-        2 * per_k, "partition_batches_per_1000_events", batches_k,
-        "keylane_s", ks, "join_s", js, "keylane_e2e_eps", e2e, "ratio_e2e",
-        e2e / reps);
+        "{sIsisfsfsfsfsfsfsfsfsfsf}", "events", (json_int_t)events, "rounds", n,
+        "keylane_eps", keps, "raw_eps", reps, "ratio", keps / reps,
+        "commits_per_1000_events", per_k, "fsyncs_per_1000_events", 2 * per_k,
+        "partition_batches_per_1000_events", batches_k, "keylane_s", ks,
+        "join_s", js, "keylane_e2e_eps", e2e, "ratio_e2e", e2e / reps);
     json_object_set_new(o, "store", json_string(pg ? "postgresql" : "lmdb"));
     json_object_set_new(o, "transfers_percent", json_integer(transfers));
     json_dumpf(o, stdout, JSON_COMPACT);
@@ -241,50 +242,56 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
     return;
   }
   printf("worker, %" PRId64 " ledger events, %d partitions, median of %d "
-         "rounds\n", events, kl_bw_parts, n);
+         "rounds\n",
+         events, kl_bw_parts, n);
   if (transfers)
     printf("  %" PRId64 " %% of them transfers: each applies twice, its "
            "debit, then its credit published through the outbox\n",
            transfers);
   printf("  keylane (ledger, durable %s): %10.0f events/s, from the first "
-         "assignment\n", pg ? "PostgreSQL" : "LMDB", keps);
+         "assignment\n",
+         pg ? "PostgreSQL" : "LMDB", keps);
   printf("  bare librdkafka consume loop:   %10.0f events/s\n", reps);
   printf("  ratio %.2f (target >= %.2f)\n", keps / reps, pg ? 0.20 : 0.50);
   printf("  group join: %.2f s; end to end, join included: %.0f events/s "
-         "(ratio %.2f)\n", js, e2e, e2e / reps);
+         "(ratio %.2f)\n",
+         js, e2e, e2e / reps);
   if (!pg) /* LMDB's write transactions; PostgreSQL's are not counted */
     printf("  store commits per 1000 events: %.2f (fsyncs: %.2f), holding "
-         "%.2f partition batches\n", per_k, 2 * per_k, batches_k);
+           "%.2f partition batches\n",
+           per_k, 2 * per_k, batches_k);
 }
 
 int kl_bench_worker(int argc, char **argv) {
-  static const struct option opts[] = {{"events", required_argument, NULL, 'e'},
-                                       {"store", required_argument, NULL, 's'},
-                                       {"rounds", required_argument, NULL, 'r'},
-                                       {"transfers", required_argument, NULL,
-                                        't'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {NULL, 0, NULL, 0}};
+  static const struct option opts[] = {
+      {"events", required_argument, NULL, 'e'},
+      {"store", required_argument, NULL, 's'},
+      {"rounds", required_argument, NULL, 'r'},
+      {"transfers", required_argument, NULL, 't'},
+      {"json", no_argument, NULL, 'j'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
   int64_t events = 1000000, rounds = 3, transfers = 0;
   int json = 0, pg = 0, c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (c == 'e' && kl_bench_count(KL_BW_NAME, "--events", optarg, 10000000,
-                                   &events))
+    if (c == 'e' &&
+        kl_bench_count(KL_BW_NAME, "--events", optarg, 10000000, &events))
       return 2;
     if (c == 'r' && kl_bench_count(KL_BW_NAME, "--rounds", optarg,
                                    KL_BW_ROUNDS_MAX, &rounds))
       return 2;
-    if (c == 't' && kl_bench_count(KL_BW_NAME, "--transfers", optarg, 100,
-                                   &transfers))
+    if (c == 't' &&
+        kl_bench_count(KL_BW_NAME, "--transfers", optarg, 100, &transfers))
       return 2;
     if (c == 'j')
       json = 1;
     if (c == 's' && !(pg = strcmp(optarg, "pg") == 0) &&
         strcmp(optarg, "lmdb") != 0) {
-      fprintf(stderr, "keylane-bench worker: --store takes lmdb or pg, got "
-                      "\"%s\"\n", optarg);
+      fprintf(stderr,
+              "keylane-bench worker: --store takes lmdb or pg, got "
+              "\"%s\"\n",
+              optarg);
       return 2;
     }
     if (c == 'h') {
@@ -320,8 +327,8 @@ int kl_bench_worker(int argc, char **argv) {
   kl_producer_t *producer = kl_t_producer(boot, gen);
   if (transfers)
     rounds = 1;
-  int rc = producer && kl_bw_load(producer, gen, events, transfers) == 0 ? 0
-                                                                         : 1;
+  int rc =
+      producer && kl_bw_load(producer, gen, events, transfers) == 0 ? 0 : 1;
   kl_bw_round_t r[KL_BW_ROUNDS_MAX];
   for (int i = 0; rc == 0 && i < rounds; i++) {
     r[i].keylane_s = kl_bw_keylane(boot, gen, server, i, &r[i]);

@@ -135,12 +135,12 @@ static const kl_plan_t kl_plan_embedded = {.name = "embedded",
                                            .start_hold_ms = 3000};
 
 typedef struct kl_slot {
-  pid_t pid;        /* 0: dead, restarted after a short delay */
-  int64_t dead_ns;  /* when it died */
-  int64_t cont_ns;  /* stopped: SIGCONT at this time; 0 when running */
-  int64_t armed_ns; /* SIGUSR1 sent, SIGSTOP once it pauses; 0 otherwise */
-  int pauses_seen;  /* "pausing" lines in its log so far */
-  int64_t spare_ns; /* not SIGKILLed before: let a zombie meet its fence */
+  pid_t pid;          /* 0: dead, restarted after a short delay */
+  int64_t dead_ns;    /* when it died */
+  int64_t cont_ns;    /* stopped: SIGCONT at this time; 0 when running */
+  int64_t armed_ns;   /* SIGUSR1 sent, SIGSTOP once it pauses; 0 otherwise */
+  int pauses_seen;    /* "pausing" lines in its log so far */
+  int64_t spare_ns;   /* not SIGKILLed before: let a zombie meet its fence */
   int64_t resumed_ns; /* its last SIGCONT; 0 when never stopped or dead */
 } kl_slot_t;
 

@@ -23,8 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define CHECK(cond)                                                            \
   do {                                                                         \
     if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__,        \
-              #cond);                                                          \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
       abort();                                                                 \
     }                                                                          \
   } while (0)
@@ -65,9 +64,15 @@ static void check_request(const uint8_t *data, size_t size) {
     }
   if (n == 4) /* the payload is the rest */
     len[3] = size - (size_t)((const uint8_t *)part[3] - data);
-  kl_event_t event = {.key = part[0], .key_len = len[0], .id = part[1],
-                      .id_len = len[1], .type = part[2], .type_len = len[2],
-                      .ts = 1, .payload = part[3], .payload_len = len[3]};
+  kl_event_t event = {.key = part[0],
+                      .key_len = len[0],
+                      .id = part[1],
+                      .id_len = len[1],
+                      .type = part[2],
+                      .type_len = len[2],
+                      .ts = 1,
+                      .payload = part[3],
+                      .payload_len = len[3]};
   kl_fence_t fence = {"events", 1, 2, 3};
   size_t line_len;
   char *line = kl__exec_request(&event, &fence, &line_len);
@@ -79,8 +84,7 @@ static void check_request(const uint8_t *data, size_t size) {
   CHECK(text[pre + line_len - 1] == '\n');
   json_error_t jerr;
   /* A key with a NUL is \u0000 in JSON: valid, but jansson wants a flag. */
-  json_t *obj =
-      json_loadb(text, pre + line_len - 1, JSON_ALLOW_NUL, &jerr);
+  json_t *obj = json_loadb(text, pre + line_len - 1, JSON_ALLOW_NUL, &jerr);
   CHECK(json_is_object(obj));
   CHECK((uint64_t)json_integer_value(json_object_get(obj, "seq")) == seq);
   json_t *id = json_object_get(obj, "id");

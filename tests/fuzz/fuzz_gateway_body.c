@@ -34,8 +34,8 @@ static void kl_check_event(const kl_event_t *ev) {
   size_t len;
   CHECK(kl_event_encode(&full, &buf, &len) == KL_OK);
   kl_event_t back;
-  CHECK(kl_event_decode(kl_decoder, full.key, full.key_len, buf, len,
-                        &back) == KL_OK);
+  CHECK(kl_event_decode(kl_decoder, full.key, full.key_len, buf, len, &back) ==
+        KL_OK);
   CHECK(back.type_len == full.type_len &&
         memcmp(back.type, full.type, full.type_len) == 0);
   CHECK(back.payload_len == full.payload_len &&
@@ -45,8 +45,7 @@ static void kl_check_event(const kl_event_t *ev) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static const char *const types[] = {"application/json",
-                                      "application/msgpack",
+  static const char *const types[] = {"application/json", "application/msgpack",
                                       "application/json; charset=utf-8",
                                       "text/plain"};
   if (!kl_decoder)

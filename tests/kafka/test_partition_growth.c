@@ -29,11 +29,14 @@
 
 static kl_event_t kl_event(const char *key) {
   /* msgpack {"amount": 1, "seq": 1} */
-  static const unsigned char payload[] = {0x82, 0xa6, 'a', 'm', 'o',
+  static const unsigned char payload[] = {0x82, 0xa6, 'a', 'm',  'o',
                                           'u',  'n',  't', 0x01, 0xa3,
                                           's',  'e',  'q', 0x01};
-  return (kl_event_t){.key = key, .key_len = strlen(key), .type = "credit",
-                      .type_len = 6, .payload = payload,
+  return (kl_event_t){.key = key,
+                      .key_len = strlen(key),
+                      .type = "credit",
+                      .type_len = 6,
+                      .payload = payload,
                       .payload_len = sizeof(payload)};
 }
 
@@ -42,8 +45,7 @@ static kl_producer_t *kl_producer(const char *boot) {
   assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", boot, NULL, 0),
                    KL_OK);
   assert_int_equal(
-      kl_conf_set(conf, "producer.partitions.check.ms", "200", NULL, 0),
-      KL_OK);
+      kl_conf_set(conf, "producer.partitions.check.ms", "200", NULL, 0), KL_OK);
   kl_producer_t *producer;
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &producer), KL_OK);
   kl_conf_destroy(conf);
@@ -149,8 +151,7 @@ static void test_growth_is_refused(void **state) {
   kl_worker_stats(w->worker, &st);
   assert_int_equal(st.partitions_expected, KL_PARTS);
   assert_int_equal(st.partitions_live, KL_GROWN);
-  assert_int_equal(kl_t_http_once(mport, "GET", "/metrics", NULL, NULL, &r),
-                   0);
+  assert_int_equal(kl_t_http_once(mport, "GET", "/metrics", NULL, NULL, &r), 0);
   assert_non_null(strstr(r.body, "keylane_worker_partition_count_mismatch 1"));
   kl_t_http_resp_free(&r);
   /* An event published now (raw, routed by the old count) stays unapplied:

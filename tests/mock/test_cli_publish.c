@@ -403,9 +403,9 @@ static void test_publish_bad_lines(void **state) {
   /* The gateway's rules: a NUL in the key, an id that is not UTF-8. */
   kl_expect_bad(bs, "{\"key\":\"a\\u0000b\",\"type\":\"t\"}\n",
                 "\"key\" holds a NUL byte");
-  kl_expect_bad(bs,
-                "{\"key\":\"a\",\"type\":\"t\",\"headers\":{\"h\":\"\\u0000\"}}\n",
-                "header \"h\" holds a NUL byte");
+  kl_expect_bad(
+      bs, "{\"key\":\"a\",\"type\":\"t\",\"headers\":{\"h\":\"\\u0000\"}}\n",
+      "header \"h\" holds a NUL byte");
 
   char deep[400] = "{\"key\":\"a\",\"type\":\"t\",\"payload\":";
   size_t len = strlen(deep);

@@ -96,9 +96,9 @@ static json_int_t kl_int(const json_t *o, const char *name) {
 
 static void test_help(void **state) {
   static const char *const cmds[][3] = {
-      {"replay", "--help", NULL},        {"store", "rebuild", "--help"},
-      {"store", "stats", "--help"},      {"store", "keys", "--help"},
-      {"store", "get", "--help"},        {"inspect", "--help", NULL}};
+      {"replay", "--help", NULL},   {"store", "rebuild", "--help"},
+      {"store", "stats", "--help"}, {"store", "keys", "--help"},
+      {"store", "get", "--help"},   {"inspect", "--help", NULL}};
   for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
     kl_run_t r;
     kl_run((const char *[]){cmds[i][0], cmds[i][1], cmds[i][2], NULL}, &r);
@@ -138,8 +138,8 @@ static void test_usage_errors_name_the_fix(void **state) {
                                    "-p", "0", "--from", "0", "--reason",
                                    "decode", NULL},
                   "need --from-dlq");
-  kl_assert_usage((const char *[]){"replay", "-b", "127.0.0.1:1",
-                                   "--from-dlq", "e.dlq", "-p", "0", NULL},
+  kl_assert_usage((const char *[]){"replay", "-b", "127.0.0.1:1", "--from-dlq",
+                                   "e.dlq", "-p", "0", NULL},
                   "its own origin partition");
   kl_assert_usage((const char *[]){"store", "rebuild", "-b", "127.0.0.1:1",
                                    "-t", "e", "--handler", "ledger", NULL},
@@ -149,8 +149,7 @@ static void test_usage_errors_name_the_fix(void **state) {
   kl_assert_usage((const char *[]){"store", "get", "--store", "/tmp", NULL},
                   "KEY is required");
   kl_run_t r;
-  kl_run((const char *[]){"store", "stats", "--store", "/nonexistent/kl",
-                          NULL},
+  kl_run((const char *[]){"store", "stats", "--store", "/nonexistent/kl", NULL},
          &r);
   assert_int_equal(r.rc, 1);
   assert_non_null(strstr(r.err, "does not exist"));
@@ -195,18 +194,27 @@ static void kl_fx_down(kl_fx_t *fx) {
   kl_t_rmrf(fx->dir);
 }
 
-static const char *const kl_totals[] = {"read", "applied", "skipped_applied",
-                                        "skipped_duplicate", "failed", NULL};
-static const char *const kl_part_ints[] = {
-    "partition", "from", "to", "watermark_before", "watermark_after",
-    "resume_offset", "epoch", "read", "applied", "skipped_applied",
-    "skipped_duplicate", "failed", NULL};
+static const char *const kl_totals[] = {
+    "read", "applied", "skipped_applied", "skipped_duplicate", "failed", NULL};
+static const char *const kl_part_ints[] = {"partition",
+                                           "from",
+                                           "to",
+                                           "watermark_before",
+                                           "watermark_after",
+                                           "resume_offset",
+                                           "epoch",
+                                           "read",
+                                           "applied",
+                                           "skipped_applied",
+                                           "skipped_duplicate",
+                                           "failed",
+                                           NULL};
 
 static json_t *kl_rebuild_json(kl_fx_t *fx, const char *topic) {
   kl_run_t r;
   kl_run((const char *[]){"store", "rebuild", "-b", fx->boot, "-t", topic,
-                          "--store", fx->store, "--handler", "ledger",
-                          "--json", NULL},
+                          "--store", fx->store, "--handler", "ledger", "--json",
+                          NULL},
          &r);
   if (r.rc != 0)
     fail_msg("rebuild exited %d: %s", r.rc, r.err);
@@ -260,9 +268,9 @@ static void test_rebuild_replay_and_store_json(void **state) {
   kl_run_free(&r);
 
   /* stats: epochs and watermarks, key counts and ages, size. */
-  kl_run((const char *[]){"store", "stats", "--store", fx.store, "--json",
-                          NULL},
-         &r);
+  kl_run(
+      (const char *[]){"store", "stats", "--store", fx.store, "--json", NULL},
+      &r);
   assert_int_equal(r.rc, 0);
   o = kl_json(r.out);
   assert_string_equal(json_string_value(json_object_get(o, "backend")), "lmdb");
@@ -343,28 +351,43 @@ static json_t *kl_inspect(const char *const *args) {
 static void test_inspect_prints_records(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "ins", 2, 60);
-  uint64_t records = kl__ledger_gen_published(fx.gen) +
-                     kl__ledger_gen_republished(fx.gen);
+  uint64_t records =
+      kl__ledger_gen_published(fx.gen) + kl__ledger_gen_republished(fx.gen);
   /* not a map */
   assert_int_equal(
       kl_t_produce_raw(fx.boot, "ins", 0, "acct-0001", "\x92\x01", 2, NULL), 0);
-  kl_event_t ev = {.key = "acct-0002", .key_len = 9, .id = "order-7",
-                   .id_len = 7, .type = "debit", .type_len = 5, .ts = 1000,
-                   .payload = "\x81\xa1x\x01", .payload_len = 4};
+  kl_event_t ev = {.key = "acct-0002",
+                   .key_len = 9,
+                   .id = "order-7",
+                   .id_len = 7,
+                   .type = "debit",
+                   .type_len = 5,
+                   .ts = 1000,
+                   .payload = "\x81\xa1x\x01",
+                   .payload_len = 4};
   void *env;
   size_t env_len;
   assert_int_equal(kl_event_encode(&ev, &env, &env_len), KL_OK);
-  static const char *const dlq[] = {
-      "keylane.dlq.reason", "handler_fail", "keylane.dlq.error", "boom",
-      "keylane.dlq.attempts", "5", "keylane.dlq.topic", "ins",
-      "keylane.dlq.partition", "1", "keylane.dlq.offset", "7", NULL};
+  static const char *const dlq[] = {"keylane.dlq.reason",
+                                    "handler_fail",
+                                    "keylane.dlq.error",
+                                    "boom",
+                                    "keylane.dlq.attempts",
+                                    "5",
+                                    "keylane.dlq.topic",
+                                    "ins",
+                                    "keylane.dlq.partition",
+                                    "1",
+                                    "keylane.dlq.offset",
+                                    "7",
+                                    NULL};
   assert_int_equal(
       kl_t_produce_raw(fx.boot, "ins.dlq", 0, "acct-0002", env, env_len, dlq),
       0);
   free(env);
 
-  json_t *all = kl_inspect((const char *[]){"inspect", "-b", fx.boot, "-t",
-                                            "ins", NULL});
+  json_t *all =
+      kl_inspect((const char *[]){"inspect", "-b", fx.boot, "-t", "ins", NULL});
   assert_int_equal(json_array_size(all), records + 1);
   size_t i, bad = 0;
   json_t *line;
@@ -387,17 +410,15 @@ static void test_inspect_prints_records(void **state) {
   assert_int_equal(bad, 1);
   json_decref(all);
 
-  json_t *some = kl_inspect((const char *[]){"inspect", "-b", fx.boot, "-t",
-                                             "ins", "--key", "acct-0003",
-                                             NULL});
+  json_t *some = kl_inspect((const char *[]){
+      "inspect", "-b", fx.boot, "-t", "ins", "--key", "acct-0003", NULL});
   assert_true(json_array_size(some) > 0);
-  json_array_foreach(some, i, line)
-      assert_string_equal(json_string_value(json_object_get(line, "key")),
-                          "acct-0003");
+  json_array_foreach(some, i, line) assert_string_equal(
+      json_string_value(json_object_get(line, "key")), "acct-0003");
   json_decref(some);
-  some = kl_inspect((const char *[]){"inspect", "-b", fx.boot, "-t", "ins",
-                                     "-p", "1", "--from", "2", "--count", "3",
-                                     NULL});
+  some =
+      kl_inspect((const char *[]){"inspect", "-b", fx.boot, "-t", "ins", "-p",
+                                  "1", "--from", "2", "--count", "3", NULL});
   assert_int_equal(json_array_size(some), 3);
   json_array_foreach(some, i, line) {
     assert_int_equal(kl_int(line, "partition"), 1);
@@ -410,8 +431,8 @@ static void test_inspect_prints_records(void **state) {
   json_decref(some);
 
   /* A dead letter: the envelope, and the worker's headers read back. */
-  some = kl_inspect((const char *[]){"inspect", "-b", fx.boot, "-t", "ins.dlq",
-                                     NULL});
+  some = kl_inspect(
+      (const char *[]){"inspect", "-b", fx.boot, "-t", "ins.dlq", NULL});
   assert_int_equal(json_array_size(some), 1);
   line = json_array_get(some, 0);
   assert_string_equal(json_string_value(json_object_get(line, "id")),
@@ -474,8 +495,8 @@ static void test_dry_run_never_runs_an_exec_handler(void **state) {
            "echo '{\"status\":\"ok\"}'; done",
            marker);
   kl_run_t r;
-  kl_run((const char *[]){"replay", "-b", fx.boot, "-t", "dryexec", "-p",
-                          "all", "--from", "beginning", "--store", fx.store,
+  kl_run((const char *[]){"replay", "-b", fx.boot, "-t", "dryexec", "-p", "all",
+                          "--from", "beginning", "--store", fx.store,
                           "--handler", handler, "--dry-run", "--json",
                           "--no-progress", NULL},
          &r);
@@ -498,8 +519,8 @@ static void test_dry_run_never_runs_an_exec_handler(void **state) {
   kl_run_free(&r);
 
   /* The built-in ledger, whose effects are all in the store, does run. */
-  kl_run((const char *[]){"replay", "-b", fx.boot, "-t", "dryexec", "-p",
-                          "all", "--from", "watermark", "--store", fx.store,
+  kl_run((const char *[]){"replay", "-b", fx.boot, "-t", "dryexec", "-p", "all",
+                          "--from", "watermark", "--store", fx.store,
                           "--handler", "ledger", "--dry-run", "--json",
                           "--no-progress", NULL},
          &r);

@@ -28,9 +28,8 @@
  * message.max.bytes at 100,000 this record fits, its dead letter (the same
  * bytes plus about 300 bytes of headers) not, as a record just under
  * KL_RECORD_MAX does not with the default. */
-static const char *const kl_small_max[] = {"worker.session.timeout.ms=3000",
-                                           "kafka.message.max.bytes=100000",
-                                           NULL};
+static const char *const kl_small_max[] = {
+    "worker.session.timeout.ms=3000", "kafka.message.max.bytes=100000", NULL};
 #define KL_BIG 99800
 
 typedef struct kl_letter {
@@ -101,8 +100,8 @@ static int kl_read_letters(const char *boot, const char *topic,
   return n;
 }
 
-static void test_refused_letter_is_truncated_and_partition_moves_on(
-    void **state) {
+static void
+test_refused_letter_is_truncated_and_partition_moves_on(void **state) {
   char dir[64], dlq[160];
   kl_t_tmpdir(dir);
   kl_t_cluster_t *cluster;
@@ -111,11 +110,11 @@ static void test_refused_letter_is_truncated_and_partition_moves_on(
   char *big = malloc(KL_BIG);
   assert_non_null(big);
   memset(big, 'x', KL_BIG); /* not an envelope: a decode dead letter */
-  assert_int_equal(kl_t_produce_raw(boot, topic, 0, "big-key", big, KL_BIG,
-                                    NULL), 0);
+  assert_int_equal(
+      kl_t_produce_raw(boot, topic, 0, "big-key", big, KL_BIG, NULL), 0);
   free(big);
-  assert_int_equal(kl_t_produce_raw(boot, topic, 0, "small", "junk", 4,
-                                    NULL), 0);
+  assert_int_equal(kl_t_produce_raw(boot, topic, 0, "small", "junk", 4, NULL),
+                   0);
   kl_store_t *store;
   assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
   kl_t_worker_t *w = kl_t_worker_start(boot, topic, kl_t_group(cluster, "g"),
@@ -133,8 +132,8 @@ static void test_refused_letter_is_truncated_and_partition_moves_on(
 
   kl_letter_t letters[2];
   snprintf(dlq, sizeof(dlq), "%s.dlq", topic);
-  assert_int_equal(kl_read_letters(boot, dlq, kl_t_group(cluster, "reader"),
-                                   letters, 2), 2);
+  assert_int_equal(
+      kl_read_letters(boot, dlq, kl_t_group(cluster, "reader"), letters, 2), 2);
   assert_int_equal(letters[0].offset, 0);
   assert_string_equal(letters[0].reason, "decode");
   assert_non_null(strstr(letters[0].truncated, "too large"));
@@ -164,22 +163,22 @@ static void test_letter_refused_by_the_broker_is_truncated(void **state) {
   kl_t_tmpdir(dir);
   rd_kafka_conf_t *kconf = rd_kafka_conf_new();
   rd_kafka_conf_set(kconf, "log_level", "0", errstr, sizeof(errstr));
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, kconf, errstr,
-                                sizeof(errstr));
+  rd_kafka_t *rk =
+      rd_kafka_new(RD_KAFKA_PRODUCER, kconf, errstr, sizeof(errstr));
   assert_non_null(rk);
   rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(rk, 1);
   assert_non_null(mc);
   assert_int_equal(rd_kafka_mock_topic_create(mc, "refused", 1, 1), 0);
   assert_int_equal(rd_kafka_mock_topic_create(mc, "refused.dlq", 1, 1), 0);
   const char *boot = rd_kafka_mock_cluster_bootstraps(mc);
-  assert_int_equal(kl_t_produce_raw(boot, "refused", 0, "k", "junk", 4,
-                                    NULL), 0);
+  assert_int_equal(kl_t_produce_raw(boot, "refused", 0, "k", "junk", 4, NULL),
+                   0);
   rd_kafka_mock_push_request_errors(mc, 0 /* Produce */, 1,
                                     RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
   kl_store_t *store;
   assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
-  kl_t_worker_t *w = kl_t_worker_start(boot, "refused", "g-refused", store,
-                                       kl_small_max);
+  kl_t_worker_t *w =
+      kl_t_worker_start(boot, "refused", "g-refused", store, kl_small_max);
   kl_partition_state_t st = {0};
   for (int i = 0; i < 300 && st.watermark < 1; i++) {
     kl_t_sleep_ms(100);
@@ -188,8 +187,8 @@ static void test_letter_refused_by_the_broker_is_truncated(void **state) {
   assert_int_equal(st.watermark, 1);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   kl_letter_t letter;
-  assert_int_equal(kl_read_letters(boot, "refused.dlq", "g-reader", &letter,
-                                   1), 1);
+  assert_int_equal(kl_read_letters(boot, "refused.dlq", "g-reader", &letter, 1),
+                   1);
   assert_non_null(strstr(letter.truncated, "too large"));
   assert_int_equal(letter.original_size, 4);
   assert_int_equal(letter.len, 4);
@@ -207,11 +206,12 @@ static void test_largest_event_is_published(void **state) {
   assert_int_equal(kl_t_cluster_new(1, "max", 1, &cluster), KL_OK);
   kl_conf_t *conf = kl_conf_new();
   assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
-                               kl_t_bootstrap(cluster), NULL, 0), KL_OK);
+                               kl_t_bootstrap(cluster), NULL, 0),
+                   KL_OK);
   kl_producer_t *producer;
   int delivered = 0;
-  assert_int_equal(kl_producer_new(conf, kl_count_delivered, &delivered,
-                                   &producer), KL_OK);
+  assert_int_equal(
+      kl_producer_new(conf, kl_count_delivered, &delivered, &producer), KL_OK);
   kl_conf_destroy(conf);
   static char key[KL_KEY_MAX], id[KL_ID_MAX], type[KL_TYPE_MAX];
   static char value[KL_HEADER_VALUE_MAX];
@@ -222,9 +222,14 @@ static void test_largest_event_is_published(void **state) {
   char *payload = malloc(KL_PAYLOAD_MAX);
   assert_non_null(payload);
   memset(payload, 'p', KL_PAYLOAD_MAX);
-  kl_event_t ev = {.key = key, .key_len = KL_KEY_MAX, .id = id,
-                   .id_len = KL_ID_MAX, .type = type, .type_len = KL_TYPE_MAX,
-                   .payload = payload, .payload_len = KL_PAYLOAD_MAX};
+  kl_event_t ev = {.key = key,
+                   .key_len = KL_KEY_MAX,
+                   .id = id,
+                   .id_len = KL_ID_MAX,
+                   .type = type,
+                   .type_len = KL_TYPE_MAX,
+                   .payload = payload,
+                   .payload_len = KL_PAYLOAD_MAX};
   const char *topic = kl_t_topic(cluster);
   assert_int_equal(kl_publish(producer, topic, &ev, NULL), KL_OK);
   assert_int_equal(kl_flush(producer, 30000), KL_OK);
@@ -232,19 +237,16 @@ static void test_largest_event_is_published(void **state) {
   kl_header_t h = {"big", 3, value, sizeof(value)};
   ev.headers = &h;
   ev.header_count = 1;
-  assert_int_equal(kl_publish(producer, topic, &ev, NULL),
-                   KL_EDECODE_OVERSIZE);
+  assert_int_equal(kl_publish(producer, topic, &ev, NULL), KL_EDECODE_OVERSIZE);
   assert_non_null(strstr(kl_err_detail(), "as a Kafka record"));
   free(payload);
   kl_producer_destroy(producer);
   kl_t_cluster_destroy(cluster);
 }
 
-static kl_handler_result_t kl_always_retry(void *opaque,
-                                           const kl_event_t *event,
-                                           const kl_fence_t *fence,
-                                           kl_txn_t *txn, char *errbuf,
-                                           size_t errbuf_size) {
+static kl_handler_result_t
+kl_always_retry(void *opaque, const kl_event_t *event, const kl_fence_t *fence,
+                kl_txn_t *txn, char *errbuf, size_t errbuf_size) {
   snprintf(errbuf, errbuf_size, "the test's handler always says retry");
   return KL_HANDLER_RETRY;
 }
@@ -279,11 +281,12 @@ static void test_stalled_partition_is_unhealthy(void **state) {
   for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
     assert_int_equal(kl_conf_set(conf, kv[i][0], kv[i][1], NULL, 0), KL_OK);
   kl_worker_t *worker;
-  assert_int_equal(kl_worker_new(conf, topic, store, kl_always_retry, NULL,
-                                 &worker), KL_OK);
+  assert_int_equal(
+      kl_worker_new(conf, topic, store, kl_always_retry, NULL, &worker), KL_OK);
   kl__metrics_server_t *server;
-  assert_int_equal(kl__metrics_server_start("127.0.0.1:0", conf, topic,
-                                            worker, store, &server), KL_OK);
+  assert_int_equal(kl__metrics_server_start("127.0.0.1:0", conf, topic, worker,
+                                            store, &server),
+                   KL_OK);
   kl_conf_destroy(conf);
   pthread_t thread;
   pthread_create(&thread, NULL, kl_run, worker);
@@ -291,8 +294,8 @@ static void test_stalled_partition_is_unhealthy(void **state) {
   kl_t_http_resp_t resp = {0};
   for (int i = 0; i < 300; i++) { /* until the group joined and 1.5 s more */
     kl_t_http_resp_free(&resp);
-    assert_int_equal(kl_t_http_once(port, "GET", "/healthz", NULL, NULL,
-                                    &resp), 0);
+    assert_int_equal(kl_t_http_once(port, "GET", "/healthz", NULL, NULL, &resp),
+                     0);
     if (resp.status == 503)
       break;
     kl_t_sleep_ms(100);

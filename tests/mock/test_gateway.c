@@ -118,8 +118,7 @@ static int kl_post(int port, const char *topic, const char *extra,
                    const char *body, kl_t_http_resp_t *r) {
   char path[300], head[2048];
   snprintf(path, sizeof(path), "/v1/topics/%s/events", topic);
-  snprintf(head, sizeof(head), "%s%s",
-           kl_has_ctype(extra) ? "" : KL_JSON_CT,
+  snprintf(head, sizeof(head), "%s%s", kl_has_ctype(extra) ? "" : KL_JSON_CT,
            extra ? extra : "");
   return kl_t_http_once(port, "POST", path, head, body, r);
 }
@@ -452,11 +451,11 @@ static void test_csrf_simple_bodies_are_415(void **state) {
   kl_wait_health(tg->port, 200);
   double before = kl_metric(tg->port, "keylane_gateway_events_produced_total");
   const char *ev = "{\"key\":\"csrf\",\"type\":\"t\"}";
-  const char *types[] = {
-      "Content-Type: application/x-www-form-urlencoded\r\n",
-      "Content-Type: text/plain;charset=UTF-8\r\n",
-      "Content-Type: multipart/form-data; boundary=x\r\n",
-      "Content-Type: \r\n", "Content-Type: application/jsonx\r\n"};
+  const char *types[] = {"Content-Type: application/x-www-form-urlencoded\r\n",
+                         "Content-Type: text/plain;charset=UTF-8\r\n",
+                         "Content-Type: multipart/form-data; boundary=x\r\n",
+                         "Content-Type: \r\n",
+                         "Content-Type: application/jsonx\r\n"};
   kl_t_http_resp_t r;
   for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
     assert_int_equal(kl_post(tg->port, KL_T_TOPIC, types[i], ev, &r), 0);
@@ -531,9 +530,9 @@ static void test_csrf_origin_allow_list(void **state) {
 
   /* A malformed entry is refused at start, naming it. */
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", kl_bootstrap,
-                               NULL, 0),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", kl_bootstrap, NULL, 0),
+      KL_OK);
   o.listen = "127.0.0.1:0";
   o.allow_origins = "https://app.example.com/";
   kl__gateway_t *gw = NULL;
@@ -545,7 +544,8 @@ static void test_csrf_origin_allow_list(void **state) {
 /* ---- 400, 501, 505: framing a proxy in front could read differently ---- */
 
 #define KL_SM_EV "{\"key\":\"sm\",\"type\":\"t\"}" /* 23 bytes */
-#define KL_SM_HEAD "POST /v1/topics/events/events HTTP/1.1\r\nHost: x\r\n" KL_JSON_CT
+#define KL_SM_HEAD                                                             \
+  "POST /v1/topics/events/events HTTP/1.1\r\nHost: x\r\n" KL_JSON_CT
 #define KL_SM_CHUNKED "17\r\n" KL_SM_EV "\r\n0\r\n\r\n"
 
 /* Sends @p req raw, @p step bytes per write; @returns the status, after
@@ -604,8 +604,8 @@ static void test_smuggling_framing_is_refused(void **state) {
       {KL_SM_HEAD "X-A-Header-Name-Longer-Than-Thirty-Two-Bytes-And-More: v\r\n"
                   "Content-Length: 23\r\n\r\n" KL_SM_EV,
        200},
-      {KL_SM_HEAD "Transfer-Encoding: Chunked \r\nX-B:  two  words\r\n\r\n"
-                  KL_SM_CHUNKED,
+      {KL_SM_HEAD
+       "Transfer-Encoding: Chunked \r\nX-B:  two  words\r\n\r\n" KL_SM_CHUNKED,
        200},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -685,9 +685,9 @@ static void test_junk_topics_do_not_fill_max_topics(void **state) {
   assert_int_equal(kl_post_status(tg->port, "junk-0"), 200);
   assert_int_equal(kl_post_status(tg->port, "junk-1"), 200);
   kl_t_http_resp_t r;
-  assert_int_equal(kl_post(tg->port, "junk-2", NULL,
-                           "{\"key\":\"k\",\"type\":\"t\"}", &r),
-                   0);
+  assert_int_equal(
+      kl_post(tg->port, "junk-2", NULL, "{\"key\":\"k\",\"type\":\"t\"}", &r),
+      0);
   assert_int_equal(r.status, 403); /* both in use just now */
   assert_non_null(strstr(r.body, "--max-topics"));
   char ra[16];
@@ -712,13 +712,13 @@ static void test_junk_topics_do_not_fill_max_topics(void **state) {
 static void test_producer_creates_no_topics(void **state) {
   for (int undo = 0; undo < 2; undo++) {
     kl_conf_t *conf = kl_conf_new();
-    assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", kl_bootstrap,
-                                 NULL, 0),
-                     KL_OK);
+    assert_int_equal(
+        kl_conf_set(conf, "kafka.bootstrap.servers", kl_bootstrap, NULL, 0),
+        KL_OK);
     if (undo)
-      assert_int_equal(kl_conf_set(conf, "kafka.allow.auto.create.topics",
-                                   "true", NULL, 0),
-                       KL_OK);
+      assert_int_equal(
+          kl_conf_set(conf, "kafka.allow.auto.create.topics", "true", NULL, 0),
+          KL_OK);
     kl__gateway_opts_t o;
     kl__gateway_opts_default(&o);
     o.listen = "127.0.0.1:0";
@@ -779,8 +779,9 @@ static void test_body_and_header_limits(void **state) {
   kl_t_http_resp_free(&r);
   /* Chunked: the size is only known as it arrives. */
   kl_t_http_t *http = kl_t_http_open(tg->port);
-  const char *head = "POST /v1/topics/events/events HTTP/1.1\r\nHost: x\r\n"
-                     KL_JSON_CT "Transfer-Encoding: chunked\r\n\r\n";
+  const char *head =
+      "POST /v1/topics/events/events HTTP/1.1\r\nHost: x\r\n" KL_JSON_CT
+      "Transfer-Encoding: chunked\r\n\r\n";
   kl_t_http_send(http, head, strlen(head));
   for (int i = 0; i < 3; i++) {
     kl_t_http_send(http, "258\r\n", 5);
@@ -900,8 +901,7 @@ static void test_429_when_budget_full(void **state) {
   kl_brokers(0);
   kl_t_http_t *waiting = kl_t_http_open(tg->port);
   kl_t_http_request(waiting, "POST", "/v1/topics/events/events", KL_JSON_CT,
-                    three,
-                    strlen(three));
+                    three, strlen(three));
   for (int i = 0; i < 500; i++) {
     if (kl_metric(tg->port, "keylane_gateway_inflight_events") >= 3)
       break;

@@ -20,10 +20,17 @@
 #include "worker/handler_exec.h"
 #include "worker/replay.h"
 
-static const kl_event_t kl_event = {
-    .key = "acct-1", .key_len = 6, .id = "id-1", .id_len = 4,
-    .type = "credit", .type_len = 6, .ts = 1700000000000,
-    .payload = "\x81\xa6" "amount" "\x05", .payload_len = 9};
+static const kl_event_t kl_event = {.key = "acct-1",
+                                    .key_len = 6,
+                                    .id = "id-1",
+                                    .id_len = 4,
+                                    .type = "credit",
+                                    .type_len = 6,
+                                    .ts = 1700000000000,
+                                    .payload = "\x81\xa6"
+                                               "amount"
+                                               "\x05",
+                                    .payload_len = 9};
 static const kl_fence_t kl_fence = {"events", 3, 7, 42};
 
 static kl__exec_t *kl_exec(const char *command, int timeout_ms) {
@@ -42,8 +49,10 @@ static void test_ok_and_the_line(void **state) {
   char dir[64], cmd[256], path[128], err[256];
   kl_t_tmpdir(dir);
   snprintf(path, sizeof(path), "%s/lines", dir);
-  snprintf(cmd, sizeof(cmd), "while read -r l; do printf '%%s\\n' \"$l\" >> "
-           "%s; echo '{\"status\":\"ok\"}'; done", path);
+  snprintf(cmd, sizeof(cmd),
+           "while read -r l; do printf '%%s\\n' \"$l\" >> "
+           "%s; echo '{\"status\":\"ok\"}'; done",
+           path);
   kl__exec_t *exec = kl_exec(cmd, 5000);
   for (int i = 0; i < 3; i++)
     assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_OK);
@@ -54,10 +63,11 @@ static void test_ok_and_the_line(void **state) {
   char line[1024];
   assert_non_null(fgets(line, sizeof(line), f));
   fclose(f);
-  const char *want[] = {"\"key\":\"acct-1\"", "\"id\":\"id-1\"",
+  const char *want[] = {"\"key\":\"acct-1\"",  "\"id\":\"id-1\"",
                         "\"type\":\"credit\"", "\"ts\":1700000000000",
-                        "\"partition\":3", "\"offset\":42", "\"epoch\":7",
-                        "\"payload\":{\"amount\":5}", "\"topic\":\"events\""};
+                        "\"partition\":3",     "\"offset\":42",
+                        "\"epoch\":7",         "\"payload\":{\"amount\":5}",
+                        "\"topic\":\"events\""};
   for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
     if (!strstr(line, want[i]))
       fail_msg("%s not in %s", want[i], line);
@@ -69,7 +79,8 @@ static void test_fail_and_retry_verdicts(void **state) {
   kl__exec_t *exec = kl_exec(
       "read -r l; echo '{\"status\":\"fail\",\"error\":\"no such account\"}';"
       "read -r l; echo '{\"status\":\"retry\",\"error\":\"db busy\"}';"
-      "while read -r l; do echo '{\"status\":\"ok\"}'; done", 5000);
+      "while read -r l; do echo '{\"status\":\"ok\"}'; done",
+      5000);
   assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_FAIL);
   assert_non_null(strstr(err, "no such account"));
   assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_RETRY);
@@ -82,7 +93,8 @@ static void test_fail_and_retry_verdicts(void **state) {
 static void test_crash_restarts(void **state) {
   char err[256];
   kl__exec_t *exec = kl_exec("read -r l; echo '{\"status\":\"ok\"}'; "
-                             "read -r l; echo dying >&2; exit 3", 5000);
+                             "read -r l; echo dying >&2; exit 3",
+                             5000);
   assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_OK);
   assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_RETRY);
   assert_non_null(strstr(err, "exited"));
@@ -108,7 +120,8 @@ static void test_garbage_and_long_lines(void **state) {
   char err[256];
   kl__exec_t *exec = kl_exec("read -r l; echo hello; "
                              "while read -r l; do echo '{\"status\":\"ok\"}';"
-                             " done", 5000);
+                             " done",
+                             5000);
   assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_RETRY);
   assert_non_null(strstr(err, "garbage"));
   assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_RETRY);
@@ -143,8 +156,7 @@ static void test_extra_line_does_not_shift_answers(void **state) {
   assert_int_equal(kl_call_id(exec, "good", err, sizeof(err)), KL_HANDLER_OK);
   assert_int_not_equal(kl_call_id(exec, "bad", err, sizeof(err)),
                        KL_HANDLER_OK);
-  assert_int_equal(kl_call_id(exec, "bad", err, sizeof(err)),
-                   KL_HANDLER_FAIL);
+  assert_int_equal(kl_call_id(exec, "bad", err, sizeof(err)), KL_HANDLER_FAIL);
   assert_non_null(strstr(err, "refused"));
   kl__exec_destroy(exec);
 }
@@ -154,10 +166,11 @@ static void test_extra_line_does_not_shift_answers(void **state) {
  * is retried, never applied. */
 static void test_seq_echo_and_unknown_seq(void **state) {
   char err[256];
-  kl__exec_t *exec = kl_exec(
-      "while read -r l; do s=${l#*'\"seq\":'}; s=${s%%,*}; "
-      "case \"$l\" in *'\"id\":\"stray\"'*) s=$((s+100));; esac; "
-      "echo \"{\\\"status\\\":\\\"ok\\\",\\\"seq\\\":$s}\"; done", 5000);
+  kl__exec_t *exec =
+      kl_exec("while read -r l; do s=${l#*'\"seq\":'}; s=${s%%,*}; "
+              "case \"$l\" in *'\"id\":\"stray\"'*) s=$((s+100));; esac; "
+              "echo \"{\\\"status\\\":\\\"ok\\\",\\\"seq\\\":$s}\"; done",
+              5000);
   assert_int_equal(kl_call_id(exec, "a", err, sizeof(err)), KL_HANDLER_OK);
   assert_int_equal(kl_call_id(exec, "b", err, sizeof(err)), KL_HANDLER_OK);
   assert_int_equal(kl_call_id(exec, "stray", err, sizeof(err)),
@@ -172,10 +185,11 @@ static void test_seq_echo_and_unknown_seq(void **state) {
  * without it is caught even when it comes late. */
 static void test_echoing_child_must_echo(void **state) {
   char err[256];
-  kl__exec_t *exec = kl_exec(
-      "read -r l; s=${l#*'\"seq\":'}; s=${s%%,*}; "
-      "echo \"{\\\"status\\\":\\\"ok\\\",\\\"seq\\\":$s}\"; "
-      "read -r l; echo '{\"status\":\"ok\"}'; sleep 30", 5000);
+  kl__exec_t *exec =
+      kl_exec("read -r l; s=${l#*'\"seq\":'}; s=${s%%,*}; "
+              "echo \"{\\\"status\\\":\\\"ok\\\",\\\"seq\\\":$s}\"; "
+              "read -r l; echo '{\"status\":\"ok\"}'; sleep 30",
+              5000);
   assert_int_equal(kl_call_id(exec, "a", err, sizeof(err)), KL_HANDLER_OK);
   assert_int_equal(kl_call_id(exec, "b", err, sizeof(err)), KL_HANDLER_RETRY);
   assert_non_null(strstr(err, "without \"seq\" after echoing it"));
@@ -213,7 +227,8 @@ static void test_pipelined_answers_out_of_order(void **state) {
         "        st = 'fail' if r['id'].startswith('f') else 'ok'\n"
         "        print(json.dumps({'seq': r['seq'], 'status': st,\n"
         "                          'error': 'refused ' + r['id']}),\n"
-        "              flush=True)\n", f);
+        "              flush=True)\n",
+        f);
   fclose(f);
   snprintf(cmd, sizeof(cmd), "exec python3 %s", path);
   kl__exec_t *exec = kl_exec(cmd, 10000);
@@ -228,8 +243,8 @@ static void test_pipelined_answers_out_of_order(void **state) {
   for (int round = 0; round < 2; round++) {
     for (int i = 0; i < 4; i++) {
       calls[i].exec = exec;
-      snprintf(calls[i].id, sizeof(calls[i].id), "%s-%d-%d",
-               i % 2 ? "f" : "ok", round, i);
+      snprintf(calls[i].id, sizeof(calls[i].id), "%s-%d-%d", i % 2 ? "f" : "ok",
+               round, i);
       pthread_create(&threads[i], NULL, kl_pipe_call_main, &calls[i]);
     }
     for (int i = 0; i < 4; i++) {
@@ -253,22 +268,29 @@ static void test_python_fence_example(void **state) {
   const char *src = getenv("KEYLANE_SOURCE_DIR");
   char dir[64], cmd[512], err[256];
   kl_t_tmpdir(dir);
-  snprintf(cmd, sizeof(cmd), "exec python3 %s/deploy/examples/"
-           "handler_fence_sqlite.py %s/app.db", src ? src : ".", dir);
+  snprintf(cmd, sizeof(cmd),
+           "exec python3 %s/deploy/examples/"
+           "handler_fence_sqlite.py %s/app.db",
+           src ? src : ".", dir);
   kl__exec_t *exec = kl_exec(cmd, 10000);
   kl_fence_t fence = kl_fence;
-  assert_int_equal(kl__exec_handler(exec, &kl_event, &fence, NULL, err,
-                                    sizeof(err)), KL_HANDLER_OK);
-  assert_int_equal(kl__exec_handler(exec, &kl_event, &fence, NULL, err,
-                                    sizeof(err)), KL_HANDLER_OK);
+  assert_int_equal(
+      kl__exec_handler(exec, &kl_event, &fence, NULL, err, sizeof(err)),
+      KL_HANDLER_OK);
+  assert_int_equal(
+      kl__exec_handler(exec, &kl_event, &fence, NULL, err, sizeof(err)),
+      KL_HANDLER_OK);
   fence.epoch = 5; /* a deposed owner */
-  assert_int_equal(kl__exec_handler(exec, &kl_event, &fence, NULL, err,
-                                    sizeof(err)), KL_HANDLER_RETRY);
+  assert_int_equal(
+      kl__exec_handler(exec, &kl_event, &fence, NULL, err, sizeof(err)),
+      KL_HANDLER_RETRY);
   assert_non_null(strstr(err, "fenced"));
   kl__exec_destroy(exec);
-  snprintf(cmd, sizeof(cmd), "python3 -c \"import sqlite3,sys; d=sqlite3."
+  snprintf(cmd, sizeof(cmd),
+           "python3 -c \"import sqlite3,sys; d=sqlite3."
            "connect('%s/app.db'); sys.exit(d.execute('select amount from "
-           "balance').fetchall() != [(5,)])\"", dir);
+           "balance').fetchall() != [(5,)])\"",
+           dir);
   assert_int_equal(system(cmd), 0); /* credited once, not twice */
   kl_t_rmrf(dir);
 }
@@ -285,16 +307,20 @@ static void test_late_write_of_a_killed_child_applies_once(void **state) {
   src = src ? src : ".";
   char dir[64], cmd[768], err[256], path[128];
   kl_t_tmpdir(dir);
-  snprintf(cmd, sizeof(cmd), "exec python3 %s/tests/support/"
+  snprintf(cmd, sizeof(cmd),
+           "exec python3 %s/tests/support/"
            "exec_late_write.py %s/deploy/examples/handler_fence_sqlite.py "
-           "%s/app.db %s/marker", src, src, dir, dir);
+           "%s/app.db %s/marker",
+           src, src, dir, dir);
   kl__exec_t *exec = kl_exec(cmd, 1000);
-  assert_int_equal(kl__exec_handler(exec, &kl_event, &kl_fence, NULL, err,
-                                    sizeof(err)), KL_HANDLER_RETRY);
+  assert_int_equal(
+      kl__exec_handler(exec, &kl_event, &kl_fence, NULL, err, sizeof(err)),
+      KL_HANDLER_RETRY);
   assert_non_null(strstr(err, "did not answer within 1000 ms"));
   /* The worker's retry: the same event, the same fence. */
-  assert_int_equal(kl__exec_handler(exec, &kl_event, &kl_fence, NULL, err,
-                                    sizeof(err)), KL_HANDLER_OK);
+  assert_int_equal(
+      kl__exec_handler(exec, &kl_event, &kl_fence, NULL, err, sizeof(err)),
+      KL_HANDLER_OK);
   assert_int_equal(kl__exec_starts(exec), 2);
   kl__exec_destroy(exec);
   snprintf(path, sizeof(path), "%s/marker.late", dir);
@@ -307,11 +333,14 @@ static void test_late_write_of_a_killed_child_applies_once(void **state) {
   fclose(f);
   if (!strstr(answer, "\"status\": \"ok\""))
     fail_msg("the late write was answered %s, not ok: the epoch is the "
-             "retry's and cannot refuse it", answer);
-  snprintf(cmd, sizeof(cmd), "python3 -c \"import sqlite3,sys; d=sqlite3."
+             "retry's and cannot refuse it",
+             answer);
+  snprintf(cmd, sizeof(cmd),
+           "python3 -c \"import sqlite3,sys; d=sqlite3."
            "connect('%s/app.db'); sys.exit(d.execute('select amount from "
            "balance').fetchall() != [(5,)] or d.execute('select count(*) "
-           "from applied').fetchall() != [(1,)])\"", dir);
+           "from applied').fetchall() != [(1,)])\"",
+           dir);
   assert_int_equal(system(cmd), 0); /* credited once, not twice */
   kl_t_rmrf(dir);
 }
@@ -323,24 +352,25 @@ static kl_worker_t *kl_exec_worker(const char *bootstrap, const char *topic,
                                    const char *attempts,
                                    const char *concurrency) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap,
-                               NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.session.timeout.ms", "3000",
-                               NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.retry.initial.ms", "10", NULL,
-                               0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.max.attempts", attempts, NULL,
-                               0), KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0), KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "worker.session.timeout.ms", "3000", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.retry.initial.ms", "10", NULL, 0),
+                   KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.max.attempts", attempts, NULL, 0),
+                   KL_OK);
   if (concurrency) {
-    assert_int_equal(kl_conf_set(conf, "worker.concurrency", concurrency,
-                                 NULL, 0), KL_OK);
+    assert_int_equal(
+        kl_conf_set(conf, "worker.concurrency", concurrency, NULL, 0), KL_OK);
     assert_int_equal(kl_conf_set(conf, "worker.exec.window", "4", NULL, 0),
                      KL_OK);
     assert_int_equal(kl__exec_configure(exec, conf), KL_OK);
   }
   kl_worker_t *worker;
-  assert_int_equal(kl_worker_new(conf, topic, store, kl__exec_handler, exec,
-                                 &worker), KL_OK);
+  assert_int_equal(
+      kl_worker_new(conf, topic, store, kl__exec_handler, exec, &worker),
+      KL_OK);
   kl_conf_destroy(conf);
   return worker;
 }
@@ -355,7 +385,7 @@ typedef struct kl_case {
   int timeout_ms;
   const char *attempts;
   int events;
-  int dead; /* events expected dead-lettered (all or none) */
+  int dead;                /* events expected dead-lettered (all or none) */
   const char *concurrency; /* NULL: one child, one event at a time */
 } kl_case_t;
 
@@ -415,7 +445,12 @@ static void kl_worker_case(const kl_case_t *c) {
 static void test_worker_child_crash_applies_once(void **state) {
   kl_case_t c = {"n=0; while read -r l; do n=$((n+1)); if [ $n -eq 50 ] && "
                  "[ ! -e %1$s ]; then touch %1$s; exit 1; fi; "
-                 "echo '{\"status\":\"ok\"}'; done", 5000, "5", 200, 0, NULL};
+                 "echo '{\"status\":\"ok\"}'; done",
+                 5000,
+                 "5",
+                 200,
+                 0,
+                 NULL};
   kl_worker_case(&c);
 }
 
@@ -423,7 +458,12 @@ static void test_worker_child_crash_applies_once(void **state) {
 static void test_worker_child_hang_applies_once(void **state) {
   kl_case_t c = {"n=0; while read -r l; do n=$((n+1)); if [ $n -eq 10 ] && "
                  "[ ! -e %1$s ]; then touch %1$s; sleep 60; fi; "
-                 "echo '{\"status\":\"ok\"}'; done", 500, "5", 50, 0, NULL};
+                 "echo '{\"status\":\"ok\"}'; done",
+                 500,
+                 "5",
+                 50,
+                 0,
+                 NULL};
   kl_worker_case(&c);
 }
 
@@ -435,15 +475,24 @@ static void test_worker_pipelined_children_apply_once(void **state) {
                  "[ ! -e %1$s ]; then touch %1$s; exit 1; fi; "
                  "s=${l#*'\"seq\":'}; s=${s%%%%,*}; "
                  "echo \"{\\\"status\\\":\\\"ok\\\",\\\"seq\\\":$s}\"; "
-                 "done", 5000, "5", 300, 0, "2"};
+                 "done",
+                 5000,
+                 "5",
+                 300,
+                 0,
+                 "2"};
   kl_worker_case(&c);
 }
 
 /* A child that only answers garbage: each event is retried, restarted
  * each time, until worker.max.attempts sends it to the dead letters. */
 static void test_worker_child_garbage_dead_letters(void **state) {
-  kl_case_t c = {"while read -r l; do echo 'not json %1$s'; done", 5000, "2",
-                 10, 10, NULL};
+  kl_case_t c = {"while read -r l; do echo 'not json %1$s'; done",
+                 5000,
+                 "2",
+                 10,
+                 10,
+                 NULL};
   kl_worker_case(&c);
 }
 
@@ -483,8 +532,10 @@ static void test_fence_example_accepts_a_new_store(void **state) {
   kl_t_tmpdir(dir);
   snprintf(old_dir, sizeof(old_dir), "%s/old", dir);
   snprintf(new_dir, sizeof(new_dir), "%s/new", dir);
-  snprintf(cmd, sizeof(cmd), "exec python3 %s/deploy/examples/"
-           "handler_fence_sqlite.py %s/app.db", src ? src : ".", dir);
+  snprintf(cmd, sizeof(cmd),
+           "exec python3 %s/deploy/examples/"
+           "handler_fence_sqlite.py %s/app.db",
+           src ? src : ".", dir);
   kl_t_cluster_t *cluster;
   assert_int_equal(kl_t_cluster_new(1, "epochs", 2, &cluster), KL_OK);
   const char *topic = kl_t_topic(cluster);
@@ -537,9 +588,12 @@ static void test_fence_example_accepts_a_new_store(void **state) {
   kl_t_rmrf(new_dir);
   assert_int_equal(kl_store_open(new_dir, NULL, &store), KL_OK);
   kl__exec_t *exec = kl_exec(cmd, 10000);
-  kl__replay_opts_t opts = {.conf = conf, .topic = topic, .store = store,
+  kl__replay_opts_t opts = {.conf = conf,
+                            .topic = topic,
+                            .store = store,
                             .handler = kl__exec_handler,
-                            .handler_opaque = exec, .rebuild = 1,
+                            .handler_opaque = exec,
+                            .rebuild = 1,
                             .from = {KL__POS_BEGINNING, 0},
                             .to = {KL__POS_END, 0}};
   kl__replay_t *replay;
@@ -560,9 +614,11 @@ static void test_fence_example_accepts_a_new_store(void **state) {
   kl__exec_destroy(exec);
   kl_conf_destroy(conf);
   kl_store_destroy(store);
-  snprintf(cmd, sizeof(cmd), "python3 -c \"import sqlite3,sys; d=sqlite3."
+  snprintf(cmd, sizeof(cmd),
+           "python3 -c \"import sqlite3,sys; d=sqlite3."
            "connect('%s/app.db'); sys.exit(d.execute('select count(*) from "
-           "applied').fetchall() != [(40,)])\"", dir);
+           "applied').fetchall() != [(40,)])\"",
+           dir);
   assert_int_equal(system(cmd), 0); /* each event once in the resource */
   kl_producer_destroy(producer);
   kl__ledger_gen_destroy(gen);

@@ -7,9 +7,9 @@
  *
  * On the embedded cluster, or KEYLANE_TEST_BOOTSTRAP's (support/cluster.h:
  * the ThreadSanitizer build runs it there, since librdkafka's mock cluster
- * does not start under TSAN). The handler is the test's own: per key it keeps {last seq, count,
- * violations} in the store, and it fails the first event of 1 % of the
- * keys (chosen by key hash) a set number of times.
+ * does not start under TSAN). The handler is the test's own: per key it keeps
+ * {last seq, count, violations} in the store, and it fails the first event of 1
+ * % of the keys (chosen by key hash) a set number of times.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -39,7 +39,7 @@ typedef struct t_fx {
   kl_store_t *store;
   kl_producer_t *producer;
   const char *topic;
-  int fail_times;           /* failures of a failing key's first event */
+  int fail_times;             /* failures of a failing key's first event */
   _Atomic int attempts[KEYS]; /* runs of each key's first event */
   _Atomic int running, max_running;
   int sleep_us;
@@ -77,7 +77,8 @@ static int64_t t_get64(const unsigned char *p) {
 static void t_note_running(t_fx_t *fx) {
   int now = ++fx->running;
   int max = fx->max_running;
-  while (now > max && !atomic_compare_exchange_weak(&fx->max_running, &max, now))
+  while (now > max &&
+         !atomic_compare_exchange_weak(&fx->max_running, &max, now))
     ;
 }
 
@@ -86,8 +87,7 @@ static void t_note_running(t_fx_t *fx) {
  * committed first, this one would be a duplicate, never run); this key's
  * waits until the other is applied (its mark shows through this event's
  * txn), so that its dead letter comes after it. */
-static int t_reused_fails(t_fx_t *fx, const kl_event_t *event,
-                          kl_txn_t *txn) {
+static int t_reused_fails(t_fx_t *fx, const kl_event_t *event, kl_txn_t *txn) {
   size_t len = strlen(fx->reused_id);
   if (event->id_len != len || memcmp(event->id, fx->reused_id, len))
     return 0;
@@ -140,7 +140,8 @@ static kl_handler_result_t t_handler(void *opaque, const kl_event_t *event,
   size_t olen;
   if (kl_txn_get(txn, key, klen, &old, &olen) == KL_OK && olen == 24)
     memcpy(val, old, 24);
-  int64_t last = t_get64(val), count = t_get64(val + 8), bad = t_get64(val + 16);
+  int64_t last = t_get64(val), count = t_get64(val + 8),
+          bad = t_get64(val + 16);
   /* A dead-lettered event leaves a gap: order means seq only grows. */
   t_be64(val, seq);
   t_be64(val + 8, count + 1);
@@ -160,8 +161,7 @@ static void t_fx_up(t_fx_t *fx, const char *topic, int partitions) {
   fx->readers = kl_t_group(fx->cluster, "dlq-reader");
   assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
   kl_conf_t *conf = kl_conf_new();
-  kl_conf_set(conf, "kafka.bootstrap.servers",
-              fx->boot, NULL, 0);
+  kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0);
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &fx->producer), KL_OK);
   kl_conf_destroy(conf);
 }
@@ -175,14 +175,23 @@ static void t_fx_down(t_fx_t *fx) {
 
 static void t_publish_id(t_fx_t *fx, int k, int seq, const char *id) {
   char key[16];
-  unsigned char payload[8] = {(unsigned char)(k >> 24), (unsigned char)(k >> 16),
-                              (unsigned char)(k >> 8),  (unsigned char)k,
-                              0, 0, (unsigned char)(seq >> 8),
+  unsigned char payload[8] = {(unsigned char)(k >> 24),
+                              (unsigned char)(k >> 16),
+                              (unsigned char)(k >> 8),
+                              (unsigned char)k,
+                              0,
+                              0,
+                              (unsigned char)(seq >> 8),
                               (unsigned char)seq};
   snprintf(key, sizeof(key), "k-%04d", k);
-  kl_event_t ev = {.key = key, .key_len = strlen(key), .id = id,
-                   .id_len = strlen(id), .type = "t", .type_len = 1,
-                   .payload = payload, .payload_len = sizeof(payload)};
+  kl_event_t ev = {.key = key,
+                   .key_len = strlen(key),
+                   .id = id,
+                   .id_len = strlen(id),
+                   .type = "t",
+                   .type_len = 1,
+                   .payload = payload,
+                   .payload_len = sizeof(payload)};
   assert_int_equal(kl_publish(fx->producer, fx->topic, &ev, NULL), KL_OK);
 }
 
@@ -215,8 +224,7 @@ static void *t_worker_main(void *opaque) {
 
 static t_worker_t *t_worker_start(t_fx_t *fx, const char *const *extra) {
   kl_conf_t *conf = kl_conf_new();
-  kl_conf_set(conf, "kafka.bootstrap.servers",
-              fx->boot, NULL, 0);
+  kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0);
   kl_conf_set(conf, "worker.group", fx->group, NULL, 0);
   kl_conf_set(conf, "worker.session.timeout.ms", "6000", NULL, 0);
   for (size_t i = 0; extra && extra[i]; i++) {
@@ -226,9 +234,9 @@ static t_worker_t *t_worker_start(t_fx_t *fx, const char *const *extra) {
     assert_int_equal(kl_conf_set(conf, key, eq + 1, NULL, 0), KL_OK);
   }
   t_worker_t *w = calloc(1, sizeof(*w));
-  assert_int_equal(kl_worker_new(conf, fx->topic, fx->store, t_handler, fx,
-                                 &w->worker),
-                   KL_OK);
+  assert_int_equal(
+      kl_worker_new(conf, fx->topic, fx->store, t_handler, fx, &w->worker),
+      KL_OK);
   kl_conf_destroy(conf);
   pthread_create(&w->thread, NULL, t_worker_main, w);
   return w;
@@ -264,9 +272,9 @@ static int t_tally_cb(void *opaque, const void *key, size_t key_len,
 
 static void t_tally(t_fx_t *fx, t_tally_t *t) {
   memset(t, 0, sizeof(*t));
-  assert_int_equal(kl_store_scan(fx->store, T_PREFIX, strlen(T_PREFIX),
-                                 t_tally_cb, t),
-                   KL_OK);
+  assert_int_equal(
+      kl_store_scan(fx->store, T_PREFIX, strlen(T_PREFIX), t_tally_cb, t),
+      KL_OK);
 }
 
 /* Keys (failing ones, or the others) whose count reached @p want. */
@@ -277,7 +285,8 @@ static int t_keys_at(const t_tally_t *t, int failing, int64_t want) {
   return n;
 }
 
-static void t_partitions(t_fx_t *fx, int partitions, kl_partition_state_t *sum) {
+static void t_partitions(t_fx_t *fx, int partitions,
+                         kl_partition_state_t *sum) {
   memset(sum, 0, sizeof(*sum));
   for (int p = 0; p < partitions; p++) {
     kl_partition_state_t st;
@@ -332,9 +341,9 @@ static void test_failing_keys_wait_alone(void **state) {
   fx.fail_times = 3; /* then it succeeds: max.attempts is 5 */
   fx.sleep_us = 1000;
   t_publish(&fx, KEYS, PER_KEY);
-  static const char *const conf[] = {
-      "worker.concurrency=8", "worker.retry.initial.ms=2000",
-      "worker.retry.max.ms=4000", NULL};
+  static const char *const conf[] = {"worker.concurrency=8",
+                                     "worker.retry.initial.ms=2000",
+                                     "worker.retry.max.ms=4000", NULL};
   t_worker_t *w = t_worker_start(&fx, conf);
   assert_true(t_wait(&fx, t_others_done, 30000) >= 0);
   /* Every other key is done while each failing key's first event still
@@ -363,8 +372,8 @@ static void test_restart_in_retries_applies_nothing_twice(void **state) {
   t_fx_up(&fx, "restart", 2);
   fx.fail_times = 3;
   t_publish(&fx, KEYS, PER_KEY);
-  static const char *const slow[] = {
-      "worker.concurrency=8", "worker.retry.initial.ms=3000", NULL};
+  static const char *const slow[] = {"worker.concurrency=8",
+                                     "worker.retry.initial.ms=3000", NULL};
   t_worker_t *a = t_worker_start(&fx, slow);
   assert_true(t_wait(&fx, t_others_done, 30000) >= 0);
   kl_t_sleep_ms(300); /* let a group commit record what completed */
@@ -373,8 +382,8 @@ static void test_restart_in_retries_applies_nothing_twice(void **state) {
   t_tally_t t;
   t_tally(&fx, &t);
   assert_int_equal(t_keys_at(&t, 1, 1), 0);
-  static const char *const fast[] = {
-      "worker.concurrency=8", "worker.retry.initial.ms=50", NULL};
+  static const char *const fast[] = {"worker.concurrency=8",
+                                     "worker.retry.initial.ms=50", NULL};
   t_worker_t *b = t_worker_start(&fx, fast);
   assert_true(t_wait(&fx, t_all_done, 40000) >= 0);
   kl_worker_stats_t st;
@@ -435,8 +444,7 @@ static int t_read_letters(t_fx_t *fx, t_letter_t *out, int max, int want) {
   char errstr[256], topic[128];
   snprintf(topic, sizeof(topic), "%s.dlq", fx->topic);
   rd_kafka_conf_t *c = rd_kafka_conf_new();
-  rd_kafka_conf_set(c, "bootstrap.servers", fx->boot,
-                    errstr, sizeof(errstr));
+  rd_kafka_conf_set(c, "bootstrap.servers", fx->boot, errstr, sizeof(errstr));
   rd_kafka_conf_set(c, "group.id", fx->readers, errstr, sizeof(errstr));
   rd_kafka_conf_set(c, "auto.offset.reset", "earliest", errstr, sizeof(errstr));
   rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
@@ -477,9 +485,9 @@ static void test_max_attempts_dead_letters_once(void **state) {
   t_fx_up(&fx, "dead", 2);
   fx.fail_times = 3;
   t_publish(&fx, KEYS, PER_KEY);
-  static const char *const conf[] = {
-      "worker.concurrency=8", "worker.retry.initial.ms=50",
-      "worker.max.attempts=2", NULL};
+  static const char *const conf[] = {"worker.concurrency=8",
+                                     "worker.retry.initial.ms=50",
+                                     "worker.max.attempts=2", NULL};
   t_worker_t *w = t_worker_start(&fx, conf);
   assert_true(t_wait(&fx, t_dead_lettered, 30000) >= 0);
   /* Re-published with the same id, a dead-lettered event stays skipped. */
@@ -570,20 +578,18 @@ static void test_reused_id_dead_letter_keeps_applied(void **state) {
 static void t_produce_raw(t_fx_t *fx, int32_t partition) {
   char errstr[256];
   rd_kafka_conf_t *c = rd_kafka_conf_new();
-  rd_kafka_conf_set(c, "bootstrap.servers", fx->boot,
-                    errstr, sizeof(errstr));
+  rd_kafka_conf_set(c, "bootstrap.servers", fx->boot, errstr, sizeof(errstr));
   rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, errstr, sizeof(errstr));
   assert_non_null(rk);
   rd_kafka_headers_t *h = rd_kafka_headers_new(1);
   rd_kafka_header_add(h, "x-origin", -1, "raw", -1);
-  assert_int_equal(
-      rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(fx->topic),
-                        RD_KAFKA_V_PARTITION(partition),
-                        RD_KAFKA_V_KEY("bad-1", 5),
-                        RD_KAFKA_V_VALUE("not msgpack", 11),
-                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                        RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END),
-      0);
+  assert_int_equal(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(fx->topic),
+                                     RD_KAFKA_V_PARTITION(partition),
+                                     RD_KAFKA_V_KEY("bad-1", 5),
+                                     RD_KAFKA_V_VALUE("not msgpack", 11),
+                                     RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                     RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END),
+                   0);
   assert_int_equal(rd_kafka_flush(rk, 10000), 0);
   rd_kafka_destroy(rk);
 }
@@ -633,9 +639,9 @@ static void test_window_bound_pauses_and_resumes(void **state) {
   t_fx_up(&fx, "window", 1);
   fx.fail_times = 1; /* each failing key's first event waits ~1-2 s */
   t_publish(&fx, KEYS, PER_KEY);
-  static const char *const conf[] = {
-      "worker.concurrency=4", "worker.window.max=200",
-      "worker.retry.initial.ms=2000", NULL};
+  static const char *const conf[] = {"worker.concurrency=4",
+                                     "worker.window.max=200",
+                                     "worker.retry.initial.ms=2000", NULL};
   t_worker_t *w = t_worker_start(&fx, conf);
   uint64_t most = 0;
   int paused = 0, resumed = 0;
@@ -662,9 +668,9 @@ static void test_waiting_bound_pauses_and_resumes(void **state) {
   t_fx_up(&fx, "waiting", 2);
   fx.fail_times = 1;
   t_publish(&fx, KEYS, PER_KEY);
-  static const char *const conf[] = {
-      "worker.concurrency=4", "worker.waiting.max=4",
-      "worker.retry.initial.ms=1500", NULL};
+  static const char *const conf[] = {"worker.concurrency=4",
+                                     "worker.waiting.max=4",
+                                     "worker.retry.initial.ms=1500", NULL};
   t_worker_t *w = t_worker_start(&fx, conf);
   int paused = 0;
   for (int t = 0; t < 40000 && !t_all_done(&fx); t += 10) {
@@ -696,23 +702,21 @@ static void test_dead_letter_mark_keeps_applied_in_overlay(void **state) {
   assert_non_null(applied);
   assert_non_null(failed);
   kl__ov_init(&ov);
-  assert_int_equal(kl__ov_set(&ov, applied, KL__OV_ID, "id-1", 4, NULL, 0,
-                              KL_MARK_APPLIED),
-                   KL_OK);
+  assert_int_equal(
+      kl__ov_set(&ov, applied, KL__OV_ID, "id-1", 4, NULL, 0, KL_MARK_APPLIED),
+      KL_OK);
   assert_int_equal(kl__ov_set(&ov, failed, KL__OV_ID, "id-1", 4, NULL, 0,
                               KL_MARK_DEAD_LETTER),
                    KL_OK);
-  assert_int_equal(kl__ov_get(&ov, KL__OV_ID, "id-1", 4)->tag,
-                   KL_MARK_APPLIED);
+  assert_int_equal(kl__ov_get(&ov, KL__OV_ID, "id-1", 4)->tag, KL_MARK_APPLIED);
   /* A dead letter redriven and applied does become applied. */
   assert_int_equal(kl__ov_set(&ov, failed, KL__OV_ID, "id-2", 4, NULL, 0,
                               KL_MARK_DEAD_LETTER),
                    KL_OK);
-  assert_int_equal(kl__ov_set(&ov, applied, KL__OV_ID, "id-2", 4, NULL, 0,
-                              KL_MARK_APPLIED),
-                   KL_OK);
-  assert_int_equal(kl__ov_get(&ov, KL__OV_ID, "id-2", 4)->tag,
-                   KL_MARK_APPLIED);
+  assert_int_equal(
+      kl__ov_set(&ov, applied, KL__OV_ID, "id-2", 4, NULL, 0, KL_MARK_APPLIED),
+      KL_OK);
+  assert_int_equal(kl__ov_get(&ov, KL__OV_ID, "id-2", 4)->tag, KL_MARK_APPLIED);
   kl__ov_clear(&ov);
   free(applied);
   free(failed);

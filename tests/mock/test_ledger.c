@@ -123,12 +123,11 @@ static int kl_read_letters(kl_fx_t *fx, kl_letter_t *out, int want) {
   char errstr[256], topic[160];
   snprintf(topic, sizeof(topic), "%s.dlq", kl_t_topic(fx->cluster));
   rd_kafka_conf_t *c = rd_kafka_conf_new();
-  rd_kafka_conf_set(c, "bootstrap.servers", kl_t_bootstrap(fx->cluster),
-                    errstr, sizeof(errstr));
+  rd_kafka_conf_set(c, "bootstrap.servers", kl_t_bootstrap(fx->cluster), errstr,
+                    sizeof(errstr));
   rd_kafka_conf_set(c, "group.id", kl_t_group(fx->cluster, "letters"), errstr,
                     sizeof(errstr));
-  rd_kafka_conf_set(c, "auto.offset.reset", "earliest", errstr,
-                    sizeof(errstr));
+  rd_kafka_conf_set(c, "auto.offset.reset", "earliest", errstr, sizeof(errstr));
   rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
   assert_non_null(rk);
   rd_kafka_poll_set_consumer(rk);
@@ -165,13 +164,13 @@ static void test_amounts_positive_and_checked(void **state) {
   kl_send(&fx, "big", 3, "credit", INT64_MAX, 1);
   kl_send(&fx, "big", 3, "credit", INT64_MAX, 2); /* overflow */
   kl_send(&fx, "big", 3, "debit", 5, 3);
-  kl_send(&fx, "neg", 3, "credit", -5, 1);        /* not positive */
-  kl_send(&fx, "neg", 3, "debit", 0, 2);          /* not positive */
+  kl_send(&fx, "neg", 3, "credit", -5, 1); /* not positive */
+  kl_send(&fx, "neg", 3, "debit", 0, 2);   /* not positive */
   kl_send(&fx, "neg", 3, "credit", 3, 3);
   kl_send(&fx, "low", 3, "debit", INT64_MAX, 1);
-  kl_send(&fx, "low", 3, "debit", INT64_MAX, 2);  /* overflow */
-  kl_send(&fx, "low", 3, "debit", 1, 3);          /* INT64_MIN: fits */
-  kl_send(&fx, "low", 3, "debit", 1, 4);          /* overflow */
+  kl_send(&fx, "low", 3, "debit", INT64_MAX, 2); /* overflow */
+  kl_send(&fx, "low", 3, "debit", 1, 3);         /* INT64_MIN: fits */
+  kl_send(&fx, "low", 3, "debit", 1, 4);         /* overflow */
   kl_apply_all(&fx);
   assert_int_equal(kl_balance(&fx, "big"), INT64_MAX - 5);
   assert_int_equal(kl_balance(&fx, "neg"), 3);
@@ -194,8 +193,7 @@ static void test_amounts_positive_and_checked(void **state) {
                      !strstr(letters[i].error, want[w][1])))
       i++;
     if (i == 5)
-      fail_msg("no dead letter of key %s says \"%s\"", want[w][0],
-               want[w][1]);
+      fail_msg("no dead letter of key %s says \"%s\"", want[w][0], want[w][1]);
     used[i] = 1;
     assert_string_equal(letters[i].reason, "handler_fail");
   }

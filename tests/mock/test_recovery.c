@@ -55,9 +55,8 @@ static atomic_int t_hold; /* the live worker's handler answers RETRY */
 static atomic_int t_handled;
 
 static kl_handler_result_t t_held_ledger(void *opaque, const kl_event_t *ev,
-                                         const kl_fence_t *fence,
-                                         kl_txn_t *txn, char *errbuf,
-                                         size_t errbuf_size) {
+                                         const kl_fence_t *fence, kl_txn_t *txn,
+                                         char *errbuf, size_t errbuf_size) {
   if (atomic_load(&t_hold)) {
     snprintf(errbuf, errbuf_size, "held by the test");
     return KL_HANDLER_RETRY;
@@ -69,13 +68,15 @@ static kl_handler_result_t t_held_ledger(void *opaque, const kl_event_t *ev,
  * periods; @p extra adds "key=value" settings. Not started: kl_t_worker_go. */
 static kl_t_worker_t *t_worker_new(t_fx_t *fx, kl_handler_fn_t *handler,
                                    const char *const *extra) {
-  static const char *const base[] = {
-      T_SESSION, T_RETAKE, "worker.retry.initial.ms=50",
-      "worker.retry.max.ms=200", "worker.max.attempts=1000", NULL};
+  static const char *const base[] = {T_SESSION,
+                                     T_RETAKE,
+                                     "worker.retry.initial.ms=50",
+                                     "worker.retry.max.ms=200",
+                                     "worker.max.attempts=1000",
+                                     NULL};
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot,
-                               NULL, 0),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0), KL_OK);
   assert_int_equal(kl_conf_set(conf, "worker.group", "g", NULL, 0), KL_OK);
   for (int pass = 0; pass < 2; pass++) {
     const char *const *set = pass ? extra : base;
@@ -149,9 +150,8 @@ static void t_assert_worker_resumes(t_fx_t *fx, kl_t_worker_t *w) {
 static int t_stop_at;
 
 static kl_handler_result_t t_slow_ledger(void *opaque, const kl_event_t *ev,
-                                         const kl_fence_t *fence,
-                                         kl_txn_t *txn, char *errbuf,
-                                         size_t errbuf_size) {
+                                         const kl_fence_t *fence, kl_txn_t *txn,
+                                         char *errbuf, size_t errbuf_size) {
   atomic_store(&t_hold, 0);
   if (atomic_fetch_add(&t_handled, 1) + 1 == t_stop_at)
     raise(SIGSTOP);
@@ -163,19 +163,16 @@ static kl_handler_result_t t_slow_ledger(void *opaque, const kl_event_t *ev,
 static kl__replay_t *t_replay_run(const char *boot, const char *topic,
                                   kl_store_t *store, kl_conf_t **conf) {
   *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(*conf, "kafka.bootstrap.servers", boot, NULL,
-                               0),
+  assert_int_equal(kl_conf_set(*conf, "kafka.bootstrap.servers", boot, NULL, 0),
                    KL_OK);
-  assert_int_equal(kl_conf_set(*conf, "worker.fenced.retake.ms", "3500",
-                               NULL, 0),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(*conf, "worker.fenced.retake.ms", "3500", NULL, 0), KL_OK);
   kl__replay_opts_t opts = {.conf = *conf,
                             .topic = topic,
                             .store = store,
                             .handler = t_slow_ledger,
                             .to = {KL__POS_END, 0}};
-  assert_int_equal(kl__pos_parse("beginning", kl__now_ms(), &opts.from),
-                   KL_OK);
+  assert_int_equal(kl__pos_parse("beginning", kl__now_ms(), &opts.from), KL_OK);
   kl__replay_t *r;
   assert_int_equal(kl__replay_new(&opts, &r), KL_OK);
   assert_int_equal(kl__replay_run(r), KL_OK);
@@ -268,8 +265,8 @@ static void test_replay_stopped_past_the_period_is_fenced(void **state) {
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
-    execl("/proc/self/exe", "test_recovery", "--replay-child", fx.boot, fx.topic, fx.where, "20",
-          (char *)NULL);
+    execl("/proc/self/exe", "test_recovery", "--replay-child", fx.boot,
+          fx.topic, fx.where, "20", (char *)NULL);
     _exit(127);
   }
   t_wait_epochs(&fx, 2, 30000); /* the replay took both */
@@ -280,8 +277,8 @@ static void test_replay_stopped_past_the_period_is_fenced(void **state) {
   int64_t stopped = kl__mono_ns();
   t_wait_epochs(&fx, 3, 30000); /* the worker took both back */
   /* Not before the period, less the beat period (1 s) it last beat in. */
-  assert_true(kl__mono_ns() - stopped >= (int64_t)(T_RETAKE_MS - 1000) *
-                                             1000000);
+  assert_true(kl__mono_ns() - stopped >=
+              (int64_t)(T_RETAKE_MS - 1000) * 1000000);
   kill(pid, SIGCONT);
   assert_int_equal(waitpid(pid, &status, 0), pid);
   assert_true(WIFEXITED(status));
@@ -309,8 +306,13 @@ static kl_handler_result_t t_still_broken(void *opaque, const kl_event_t *ev,
 /* A dead letter of @p topic's partition 0 at @p offset: a credit with an
  * id of its own, the headers a worker gives it. */
 static void t_letter(t_fx_t *fx, const char *dlq, int64_t offset) {
-  kl_event_t ev = {.key = "acct-1", .key_len = 6, .type = "credit",
-                   .type_len = 6, .payload = "\x81\xa6" "amount" "\x05",
+  kl_event_t ev = {.key = "acct-1",
+                   .key_len = 6,
+                   .type = "credit",
+                   .type_len = 6,
+                   .payload = "\x81\xa6"
+                              "amount"
+                              "\x05",
                    .payload_len = 9};
   char id[37], off[24];
   kl_event_make_id(id);
@@ -320,12 +322,16 @@ static void t_letter(t_fx_t *fx, const char *dlq, int64_t offset) {
   size_t len;
   assert_int_equal(kl_event_encode(&ev, &buf, &len), KL_OK);
   snprintf(off, sizeof(off), "%lld", (long long)offset);
-  const char *const hdrs[] = {"keylane.dlq.topic", fx->topic,
-                              "keylane.dlq.partition", "0",
-                              "keylane.dlq.offset", off,
-                              "keylane.dlq.reason", "handler_fail", NULL};
-  assert_int_equal(kl_t_produce_raw(fx->boot, dlq, 0, "acct-1", buf, len,
-                                    hdrs),
+  const char *const hdrs[] = {"keylane.dlq.topic",
+                              fx->topic,
+                              "keylane.dlq.partition",
+                              "0",
+                              "keylane.dlq.offset",
+                              off,
+                              "keylane.dlq.reason",
+                              "handler_fail",
+                              NULL};
+  assert_int_equal(kl_t_produce_raw(fx->boot, dlq, 0, "acct-1", buf, len, hdrs),
                    0);
   free(buf);
 }
@@ -355,14 +361,15 @@ static void test_redrive_of_failing_letters_beside_a_live_worker(void **s) {
   for (int64_t offset = 0; offset < 4; offset++)
     t_letter(&fx, dlq, offset); /* below the watermark: redriven */
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL,
-                               0),
-                   KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.fenced.retake.ms", "3500", NULL,
-                               0),
-                   KL_OK);
-  kl__redrive_opts_t o = {.conf = conf, .dlq_topic = dlq, .topic = fx.topic,
-                          .store = fx.store, .handler = t_still_broken,
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "worker.fenced.retake.ms", "3500", NULL, 0), KL_OK);
+  kl__redrive_opts_t o = {.conf = conf,
+                          .dlq_topic = dlq,
+                          .topic = fx.topic,
+                          .store = fx.store,
+                          .handler = t_still_broken,
                           .from = {KL__POS_BEGINNING, 0},
                           .to = {KL__POS_END, 0}};
   kl__redrive_t *r = NULL;
@@ -473,16 +480,16 @@ static void test_slow_handlers_do_not_starve_the_poll_thread(void **state) {
 
 static kl_err_t t_worker_new_with(const char *handler_ms, const char *poll_ms) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1",
-                               NULL, 0),
-                   KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.handler.timeout.ms", handler_ms,
-                               NULL, 0),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1", NULL, 0),
+      KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "worker.handler.timeout.ms", handler_ms, NULL, 0),
+      KL_OK);
   if (poll_ms)
-    assert_int_equal(kl_conf_set(conf, "kafka.max.poll.interval.ms", poll_ms,
-                                 NULL, 0),
-                     KL_OK);
+    assert_int_equal(
+        kl_conf_set(conf, "kafka.max.poll.interval.ms", poll_ms, NULL, 0),
+        KL_OK);
   char dir[64];
   kl_t_tmpdir(dir);
   kl_store_t *store;
@@ -499,8 +506,8 @@ static kl_err_t t_worker_new_with(const char *handler_ms, const char *poll_ms) {
 
 /* A handler timeout that one call could spend past half the poll interval
  * is refused at start, naming both values and the fix. */
-static void test_refuses_a_handler_timeout_the_poll_interval_cannot_hold(
-    void **state) {
+static void
+test_refuses_a_handler_timeout_the_poll_interval_cannot_hold(void **state) {
   assert_int_equal(t_worker_new_with("200000", NULL), KL_ECONF);
   assert_non_null(strstr(kl_err_detail(),
                          "worker.handler.timeout.ms (200000) is more than "
@@ -518,8 +525,8 @@ static void test_refuses_a_handler_timeout_the_poll_interval_cannot_hold(
 
 /* keylane worker: an exec handler's timeout (30 s unless given) is that
  * bound, checked before anything starts. */
-static void test_cli_refuses_an_exec_timeout_over_half_the_poll_interval(
-    void **state) {
+static void
+test_cli_refuses_an_exec_timeout_over_half_the_poll_interval(void **state) {
   char dir[64], cmd[512];
   kl_t_tmpdir(dir);
   snprintf(cmd, sizeof(cmd),
@@ -546,7 +553,8 @@ int main(int argc, char **argv) {
   if (argc == 2) /* a test name, or a pattern of them ('*', '?') */
     cmocka_set_test_filter(argv[1]);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_refuses_a_handler_timeout_the_poll_interval_cannot_hold),
+      cmocka_unit_test(
+          test_refuses_a_handler_timeout_the_poll_interval_cannot_hold),
       cmocka_unit_test(
           test_cli_refuses_an_exec_timeout_over_half_the_poll_interval),
       cmocka_unit_test(test_slow_handlers_do_not_starve_the_poll_thread),

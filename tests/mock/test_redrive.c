@@ -30,7 +30,6 @@
 #define KL_KEYS 10
 #define KL_REFUNDS 5 /* acct-0..4 get a refund, which the ledger refuses */
 
-
 typedef struct kl_fx {
   char dir[64], dir2[64];
   char uri[256]; /* the PostgreSQL store's, when the fixture uses one */
@@ -40,8 +39,8 @@ typedef struct kl_fx {
   kl_conf_t *conf;
 } kl_fx_t;
 
-static void kl_send(kl_producer_t *producer, const char *key,
-                    const char *type, int64_t amount, int64_t seq) {
+static void kl_send(kl_producer_t *producer, const char *key, const char *type,
+                    int64_t amount, int64_t seq) {
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
   msgpack_packer pk;
@@ -51,8 +50,11 @@ static void kl_send(kl_producer_t *producer, const char *key,
   msgpack_pack_int64(&pk, amount);
   msgpack_pack_str_with_body(&pk, "seq", 3);
   msgpack_pack_int64(&pk, seq);
-  kl_event_t ev = {.key = key, .key_len = strlen(key), .type = type,
-                   .type_len = strlen(type), .payload = sb.data,
+  kl_event_t ev = {.key = key,
+                   .key_len = strlen(key),
+                   .type = type,
+                   .type_len = strlen(type),
+                   .payload = sb.data,
                    .payload_len = sb.size};
   assert_int_equal(kl_publish(producer, "rd", &ev, NULL), KL_OK);
   msgpack_sbuffer_destroy(&sb);
@@ -63,16 +65,16 @@ static int kl_caught_up(const char *boot, kl_store_t *store) {
   char errstr[256];
   rd_kafka_conf_t *conf = rd_kafka_conf_new();
   rd_kafka_conf_set(conf, "bootstrap.servers", boot, errstr, sizeof(errstr));
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr,
-                                sizeof(errstr));
+  rd_kafka_t *rk =
+      rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
   int ok = rk != NULL;
   for (int32_t p = 0; ok && p < 2; p++) {
     int64_t low, high;
     kl_partition_state_t st;
-    ok = rd_kafka_query_watermark_offsets(rk, "rd", p, &low, &high, 5000) ==
-             0 &&
-         kl_store_partition(store, "rd", p, &st) == KL_OK &&
-         st.watermark >= high;
+    ok =
+        rd_kafka_query_watermark_offsets(rk, "rd", p, &low, &high, 5000) == 0 &&
+        kl_store_partition(store, "rd", p, &st) == KL_OK &&
+        st.watermark >= high;
   }
   if (rk)
     rd_kafka_destroy(rk);
@@ -100,15 +102,14 @@ static void kl_fx_up_on(kl_fx_t *fx, int pg) {
   kl_t_tmpdir(fx->dir);
   kl_t_tmpdir(fx->dir2);
   if (pg)
-    assert_int_equal(kl_t_pg_createdb(server, "redrive", fx->uri,
-                                      sizeof(fx->uri)),
-                     0);
+    assert_int_equal(
+        kl_t_pg_createdb(server, "redrive", fx->uri, sizeof(fx->uri)), 0);
   assert_int_equal(kl_store_open(pg ? fx->uri : fx->dir, NULL, &fx->store),
                    KL_OK);
   fx->conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(fx->conf, "kafka.bootstrap.servers", fx->boot,
-                               NULL, 0),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(fx->conf, "kafka.bootstrap.servers", fx->boot, NULL, 0),
+      KL_OK);
   kl_producer_t *producer = NULL;
   assert_int_equal(kl_producer_new(fx->conf, NULL, NULL, &producer), KL_OK);
   char key[16];
@@ -181,9 +182,12 @@ static kl_ledger_entry_t kl_entry(kl_store_t *store, int k) {
 }
 
 static kl__redrive_t *kl_redrive(kl_fx_t *fx, const char *reason, int dry) {
-  kl__redrive_opts_t o = {.conf = fx->conf, .dlq_topic = "rd.dlq",
-                          .reason = reason, .store = fx->store,
-                          .handler = kl_fixed, .dry_run = dry,
+  kl__redrive_opts_t o = {.conf = fx->conf,
+                          .dlq_topic = "rd.dlq",
+                          .reason = reason,
+                          .store = fx->store,
+                          .handler = kl_fixed,
+                          .dry_run = dry,
                           .from = {KL__POS_BEGINNING, 0},
                           .to = {KL__POS_END, 0}};
   kl__redrive_t *r = NULL;
@@ -205,8 +209,11 @@ static void test_rebuild_records_the_fleets_dead_letters(void **state) {
   kl_fx_up(&fx);
   kl_store_t *copy;
   assert_int_equal(kl_store_open(fx.dir2, NULL, &copy), KL_OK);
-  kl__replay_opts_t o = {.conf = fx.conf, .topic = "rd", .store = copy,
-                         .handler = kl_ledger_handler, .rebuild = 1,
+  kl__replay_opts_t o = {.conf = fx.conf,
+                         .topic = "rd",
+                         .store = copy,
+                         .handler = kl_ledger_handler,
+                         .rebuild = 1,
                          .from = {KL__POS_BEGINNING, 0},
                          .to = {KL__POS_END, 0}};
   kl__replay_t *r;
@@ -249,12 +256,24 @@ static int64_t kl_in_8_days(void) {
  * @p key, from offset @p origin of partition 0 of rd, to rd.dlq. */
 static void kl_send_letter(kl_fx_t *fx, const char *origin, const char *key,
                            const char *id) {
-  const char *const hdrs[] = {
-      "keylane.dlq.reason", "handler_fail", "keylane.dlq.topic", "rd",
-      "keylane.dlq.partition", "0", "keylane.dlq.offset", origin, NULL};
-  kl_event_t ev = {.key = key, .key_len = strlen(key), .id = id,
-                   .id_len = strlen(id), .type = "credit", .type_len = 6,
-                   .ts = 1, .payload = "\x82\xa6" "amount\x01\xa3seq\x09",
+  const char *const hdrs[] = {"keylane.dlq.reason",
+                              "handler_fail",
+                              "keylane.dlq.topic",
+                              "rd",
+                              "keylane.dlq.partition",
+                              "0",
+                              "keylane.dlq.offset",
+                              origin,
+                              NULL};
+  kl_event_t ev = {.key = key,
+                   .key_len = strlen(key),
+                   .id = id,
+                   .id_len = strlen(id),
+                   .type = "credit",
+                   .type_len = 6,
+                   .ts = 1,
+                   .payload = "\x82\xa6"
+                              "amount\x01\xa3seq\x09",
                    .payload_len = 14};
   void *env;
   size_t env_len;
@@ -353,9 +372,8 @@ static int kl_count_keys(void *opaque, const void *key, size_t key_len,
 static size_t kl_letter_records(kl_store_t *store) {
   size_t n = 0;
   const char *prefix = KL__LETTER_KEY_PREFIX "rd.dlq/";
-  assert_int_equal(kl_store_scan(store, prefix, strlen(prefix), kl_count_keys,
-                                 &n),
-                   KL_OK);
+  assert_int_equal(
+      kl_store_scan(store, prefix, strlen(prefix), kl_count_keys, &n), KL_OK);
   return n;
 }
 
@@ -375,9 +393,9 @@ static void test_redrive_forgets_letters_the_topic_dropped(void **state) {
   char *filler = calloc(1, big);
   for (int32_t p = 0; p < 2; p++)
     for (int i = 0; i < 24; i++)
-      assert_int_equal(kl_t_produce_raw(fx.boot, "rd.dlq", p, "filler",
-                                        filler, big, NULL),
-                       0);
+      assert_int_equal(
+          kl_t_produce_raw(fx.boot, "rd.dlq", p, "filler", filler, big, NULL),
+          0);
   free(filler);
   /* One new letter, of a record the owner passed (origin offset 0). */
   kl_send_letter(&fx, "0", "acct-9", "late-1");
@@ -422,8 +440,8 @@ static void test_redrive_cli_json(void **state) {
   size_t i;
   json_t *x;
   json_array_foreach(results, i, x) {
-    static const char *const ints[] = {"dlq_partition", "dlq_offset",
-                                       "partition", "offset", "epoch", NULL};
+    static const char *const ints[] = {
+        "dlq_partition", "dlq_offset", "partition", "offset", "epoch", NULL};
     for (size_t j = 0; ints[j]; j++)
       assert_true(json_is_integer(json_object_get(x, ints[j])));
     assert_string_equal(json_string_value(json_object_get(x, "outcome")),

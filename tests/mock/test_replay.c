@@ -34,8 +34,8 @@ static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions) {
 
 /* A fleet of one worker applies everything published so far. */
 static void kl_fx_fleet(kl_fx_t *fx, const char *group) {
-  kl_t_worker_t *w = kl_t_worker_start(fx->boot,
-                                       fx->topic, group, fx->store, kl_fast);
+  kl_t_worker_t *w =
+      kl_t_worker_start(fx->boot, fx->topic, group, fx->store, kl_fast);
   assert_int_equal(kl__ledger_gen_wait(fx->gen, fx->store, fx->topic, 0, 30000),
                    0);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
@@ -68,8 +68,9 @@ static void kl_hex(FILE *f, const void *data, size_t len) {
 static int kl_dump_part(void *opaque, const char *topic, int32_t partition,
                         const kl_partition_state_t *st) {
   kl_dump_t *d = opaque;
-  fprintf(d->f, "part %s/%d watermark=%lld applied=%llu duplicates=%llu "
-                "dead=%llu",
+  fprintf(d->f,
+          "part %s/%d watermark=%lld applied=%llu duplicates=%llu "
+          "dead=%llu",
           topic, (int)partition, (long long)st->watermark,
           (unsigned long long)st->applied, (unsigned long long)st->duplicates,
           (unsigned long long)st->dead_letters);
@@ -138,9 +139,9 @@ static void kl_rp_init(kl_rp_t *rp, kl_fx_t *fx, kl_store_t *store,
                        const char *from) {
   memset(rp, 0, sizeof(*rp));
   rp->conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(rp->conf, "kafka.bootstrap.servers",
-                               fx->boot, NULL, 0),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(rp->conf, "kafka.bootstrap.servers", fx->boot, NULL, 0),
+      KL_OK);
   rp->opts.conf = rp->conf;
   rp->opts.topic = fx->topic;
   rp->opts.store = store;
@@ -267,7 +268,8 @@ static void test_dry_run_changes_nothing(void **state) {
   kl_fx_fleet(&fx, "fleet");
   uint64_t published = kl__ledger_gen_published(fx.gen);
   uint64_t republished = kl__ledger_gen_republished(fx.gen);
-  kl_t_ledger_fx_publish(&fx, 400); /* not applied yet; 40 re-publish older events */
+  kl_t_ledger_fx_publish(&fx,
+                         400); /* not applied yet; 40 re-publish older events */
 
   char path[128];
   snprintf(path, sizeof(path), "%s/data.mdb", fx.dir);
@@ -407,8 +409,8 @@ static void test_replay_beside_a_live_worker(void **state) {
   const char *boot = fx.boot;
   kl_t_ledger_fx_publish(&fx, 500);
   kl_t_worker_t *w1 = kl_t_worker_start(boot, fx.topic, "g", fx.store, kl_fast);
-  assert_int_equal(
-      kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000), 0);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000),
+                   0);
 
   /* More events while the worker runs; replay races it for them. */
   kl_t_ledger_fx_publish(&fx, 1000);
@@ -442,8 +444,8 @@ static void test_replay_beside_a_live_worker(void **state) {
 
   /* The group hands the partitions to a member again. */
   kl_t_worker_t *w2 = kl_t_worker_start(boot, fx.topic, "g", fx.store, kl_fast);
-  assert_int_equal(
-      kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000), 0);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000),
+                   0);
   kl_worker_stats(w2->worker, &s2);
   assert_int_equal(kl_t_worker_stop(w2), KL_OK);
   assert_int_equal(s1.applied + replay_applied + s2.applied,
@@ -462,10 +464,10 @@ static void test_fenced_live_worker_takes_its_partitions_back(void **state) {
   kl_t_ledger_fx_publish(&fx, 300);
   static const char *const retake[] = {"worker.session.timeout.ms=3000",
                                        "worker.fenced.retake.ms=3500", NULL};
-  kl_t_worker_t *w = kl_t_worker_start(fx.boot, fx.topic, "g", fx.store,
-                                       retake);
-  assert_int_equal(
-      kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000), 0);
+  kl_t_worker_t *w =
+      kl_t_worker_start(fx.boot, fx.topic, "g", fx.store, retake);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000),
+                   0);
   kl_rp_t rp;
   kl_rp_init(&rp, &fx, fx.store, "beginning");
   assert_int_equal(kl_rp_run(&rp), KL_OK);
@@ -475,8 +477,8 @@ static void test_fenced_live_worker_takes_its_partitions_back(void **state) {
 
   kl_t_ledger_fx_publish(&fx, 300);
   kl_wait_fenced(w, 2);
-  assert_int_equal(
-      kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000), 0);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000),
+                   0);
   uint64_t published = kl__ledger_gen_published(fx.gen);
   assert_int_equal(kl_t_workers_applied(&w, 1, published, 5000), published);
   kl_worker_stats_t st;
@@ -509,8 +511,8 @@ typedef struct kl_hook {
   kl_store_t *store;
   int32_t partition;
   int calls;
-  int at;               /* act on this call for the partition */
-  volatile int *stop;   /* set it, or else take the partition */
+  int at;             /* act on this call for the partition */
+  volatile int *stop; /* set it, or else take the partition */
 } kl_hook_t;
 
 static void kl_hook_fn(void *opaque, const char *topic, int32_t partition,
@@ -629,8 +631,7 @@ static void test_gap_above_the_watermark_is_refused(void **state) {
 static void test_truncated_history_is_reported(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "trunc", 1);
-  int64_t low = kl_t_publish_truncated(fx.boot,
-                                       fx.topic, "acct-7", 60);
+  int64_t low = kl_t_publish_truncated(fx.boot, fx.topic, "acct-7", 60);
   assert_true(low > 0);
   kl_rp_t rp;
   kl_rp_init(&rp, &fx, fx.store, "beginning");
@@ -665,11 +666,11 @@ static void test_truncated_history_is_reported(void **state) {
 
 static void test_gap_kinds(void **state) {
   assert_int_equal(kl__replay_gap(0, 0, 0), 0);
-  assert_int_equal(kl__replay_gap(100, 0, 40), 0);   /* below: skipped */
+  assert_int_equal(kl__replay_gap(100, 0, 40), 0); /* below: skipped */
   assert_int_equal(kl__replay_gap(100, 0, 100), 0);
-  assert_int_equal(kl__replay_gap(0, 512, 512), 1);  /* retention */
+  assert_int_equal(kl__replay_gap(0, 512, 512), 1); /* retention */
   assert_int_equal(kl__replay_gap(100, 512, 512), 1);
-  assert_int_equal(kl__replay_gap(100, 0, 150), 2);  /* --from skips */
+  assert_int_equal(kl__replay_gap(100, 0, 150), 2); /* --from skips */
   assert_int_equal(kl__replay_gap(0, 512, 600), 2);
 }
 
@@ -697,8 +698,8 @@ static void test_positions(void **state) {
   assert_int_equal(pos.value, 10000000 - 7200000);
   assert_int_equal(kl__pos_parse("@-15m", 10000000, &pos), KL_OK);
   assert_int_equal(pos.value, 10000000 - 900000);
-  static const char *const bad[] = {"", "-1", "12x", "@", "@yesterday",
-                                    "@2024-05-01 12:00", "@-2w", "start"};
+  static const char *const bad[] = {
+      "", "-1", "12x", "@", "@yesterday", "@2024-05-01 12:00", "@-2w", "start"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     assert_int_equal(kl__pos_parse(bad[i], 0, &pos), KL_EINVAL);
     assert_true(strlen(kl_err_detail()) > 0);

@@ -42,8 +42,7 @@ typedef struct kl_fx {
 static int kl_setup(void **state) {
   kl_fx_t *fx = calloc(1, sizeof(*fx));
   assert_non_null(fx);
-  assert_int_equal(kl_embedded_new(1, KL_TOPIC, KL_PARTS, &fx->cluster),
-                   KL_OK);
+  assert_int_equal(kl_embedded_new(1, KL_TOPIC, KL_PARTS, &fx->cluster), KL_OK);
   assert_int_equal(kl_embedded_topic_create(fx->cluster, KL_TOPIC ".dlq", 2),
                    KL_OK);
   fx->boot = kl_embedded_bootstrap(fx->cluster);
@@ -69,12 +68,18 @@ static int kl_teardown(void **state) {
 static void kl_credit_to(kl_fx_t *fx, const char *key, const char *id,
                          int amount, int32_t partition) {
   /* msgpack {"amount": amount, "seq": 1} */
-  const unsigned char payload[] = {0x82, 0xa6, 'a', 'm', 'o', 'u', 'n', 't',
-                                   (unsigned char)amount, 0xa3, 's', 'e', 'q',
-                                   0x01};
-  kl_event_t ev = {.key = key, .key_len = strlen(key), .id = id,
-                   .id_len = strlen(id), .type = "credit", .type_len = 6,
-                   .ts = 1, .payload = payload, .payload_len = sizeof(payload)};
+  const unsigned char payload[] = {
+      0x82, 0xa6, 'a', 'm', 'o', 'u', 'n', 't', (unsigned char)amount,
+      0xa3, 's',  'e', 'q', 0x01};
+  kl_event_t ev = {.key = key,
+                   .key_len = strlen(key),
+                   .id = id,
+                   .id_len = strlen(id),
+                   .type = "credit",
+                   .type_len = 6,
+                   .ts = 1,
+                   .payload = payload,
+                   .payload_len = sizeof(payload)};
   void *env;
   size_t len;
   assert_int_equal(kl_event_encode(&ev, &env, &len), KL_OK);
@@ -131,8 +136,8 @@ static uint64_t kl_applied_on(kl_fx_t *fx, int32_t partition) {
   return st.applied;
 }
 
-static const char *kl_header(rd_kafka_message_t *m, const char *name,
-                             char *buf, size_t size) {
+static const char *kl_header(rd_kafka_message_t *m, const char *name, char *buf,
+                             size_t size) {
   rd_kafka_headers_t *h = NULL;
   const void *v;
   size_t len;
@@ -159,9 +164,9 @@ static void kl_read_letters(kl_fx_t *fx, kl__letters_t *letters) {
 static void kl_expect_metric(kl_fx_t *fx, kl_t_worker_t *w, const char *want) {
   kl_conf_t *conf = kl_conf_new();
   kl__metrics_server_t *ms;
-  assert_int_equal(kl__metrics_server_start(":0", conf, KL_TOPIC, w->worker,
-                                            fx->store, &ms),
-                   KL_OK);
+  assert_int_equal(
+      kl__metrics_server_start(":0", conf, KL_TOPIC, w->worker, fx->store, &ms),
+      KL_OK);
   kl_t_http_resp_t r;
   assert_int_equal(kl_t_http_once(kl__metrics_server_port(ms), "GET",
                                   "/metrics", NULL, NULL, &r),
@@ -192,8 +197,9 @@ static void test_misrouted_is_dead_lettered(void **state) {
   assert_int_equal(st.misrouted, 1);
   assert_int_equal(st.forwarded, 0);
   assert_int_equal(st.failed, 0);
-  kl_expect_metric(fx, w, "keylane_worker_misrouted_total{topic=\"rt\","
-                          "partition=\"3\"} 1\n");
+  kl_expect_metric(fx, w,
+                   "keylane_worker_misrouted_total{topic=\"rt\","
+                   "partition=\"3\"} 1\n");
   assert_int_equal(kl_stop(fx), KL_OK);
   assert_int_equal(kl_applied_on(fx, kl_wrong("acct-1")), 0);
 
@@ -204,8 +210,8 @@ static void test_misrouted_is_dead_lettered(void **state) {
   char buf[512];
   assert_string_equal(l->reason, "misrouted");
   assert_int_equal(l->partition, kl_wrong("acct-1"));
-  assert_non_null(kl_header(l->msg, "keylane.dlq.expected_partition", buf,
-                            sizeof(buf)));
+  assert_non_null(
+      kl_header(l->msg, "keylane.dlq.expected_partition", buf, sizeof(buf)));
   assert_int_equal(atoi(buf), kl_right("acct-1"));
   assert_non_null(kl_header(l->msg, "keylane.dlq.error", buf, sizeof(buf)));
   assert_non_null(strstr(buf, "routes to partition"));
@@ -288,8 +294,10 @@ static void test_redrive_misrouted(void **state) {
   kl_conf_t *conf = kl_conf_new();
   assert_int_equal(
       kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0), KL_OK);
-  kl__redrive_opts_t o = {.conf = conf, .dlq_topic = KL_TOPIC ".dlq",
-                          .store = fx->store, .handler = kl_ledger_handler,
+  kl__redrive_opts_t o = {.conf = conf,
+                          .dlq_topic = KL_TOPIC ".dlq",
+                          .store = fx->store,
+                          .handler = kl_ledger_handler,
                           .dry_run = 1};
   o.from.kind = KL__POS_BEGINNING;
   o.to.kind = KL__POS_END;
@@ -400,8 +408,8 @@ static void test_partitioner_named(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_misrouted_is_dead_lettered,
-                                      kl_setup, kl_teardown),
+      cmocka_unit_test_setup_teardown(test_misrouted_is_dead_lettered, kl_setup,
+                                      kl_teardown),
       cmocka_unit_test_setup_teardown(test_misrouted_is_forwarded, kl_setup,
                                       kl_teardown),
       cmocka_unit_test_setup_teardown(test_misrouted_applied_when_asked,

@@ -32,10 +32,11 @@ static void test_applies_each_event_once(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "once", 4);
   kl_t_ledger_fx_publish(&fx, 2000);
-  kl_t_worker_t *w = kl_t_worker_start(kl_t_bootstrap(fx.cluster),
-                                       fx.topic, kl_t_group(fx.cluster, "g1"),
-                                       fx.store, kl_fast);
-  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000), 0);
+  kl_t_worker_t *w =
+      kl_t_worker_start(kl_t_bootstrap(fx.cluster), fx.topic,
+                        kl_t_group(fx.cluster, "g1"), fx.store, kl_fast);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000),
+                   0);
   assert_int_equal(kl_t_workers_applied(&w, 1, 2000, 5000), 2000);
   kl_worker_stats_t st;
   kl_worker_stats(w->worker, &st);
@@ -50,8 +51,7 @@ static void test_applies_each_event_once(void **state) {
   kl_partition_state_t before;
   assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &before), KL_OK);
   w = kl_t_worker_start(kl_t_bootstrap(fx.cluster), fx.topic,
-                        kl_t_group(fx.cluster, "g2"),
-                        fx.store, kl_fast);
+                        kl_t_group(fx.cluster, "g2"), fx.store, kl_fast);
   kl_partition_state_t after = before;
   for (int i = 0; i < 200 && after.epoch == before.epoch; i++) {
     kl_t_sleep_ms(50);
@@ -107,17 +107,18 @@ static void kl_paused_owner(int stop_a) {
   static const char *const slow[] = {"worker.session.timeout.ms=3000",
                                      "kafka.max.poll.interval.ms=3000", NULL};
   kl_pause_fx_t pause = {fx.store, 1, 0, 0, NULL};
-  kl_t_worker_t *a = kl_t_worker_new(kl_t_bootstrap(fx.cluster),
-                                     fx.topic, kl_t_group(fx.cluster, "g"),
-                                     fx.store, slow);
+  kl_t_worker_t *a =
+      kl_t_worker_new(kl_t_bootstrap(fx.cluster), fx.topic,
+                      kl_t_group(fx.cluster, "g"), fx.store, slow);
   pause.stop = stop_a ? a->worker : NULL;
   kl__worker_set_before_commit(a->worker, kl_pause_hook, &pause);
   kl_t_worker_go(a);
   kl_t_sleep_ms(500);
-  kl_t_worker_t *b = kl_t_worker_start(kl_t_bootstrap(fx.cluster),
-                                       fx.topic, kl_t_group(fx.cluster, "g"),
-                                       fx.store, kl_fast);
-  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000), 0);
+  kl_t_worker_t *b =
+      kl_t_worker_start(kl_t_bootstrap(fx.cluster), fx.topic,
+                        kl_t_group(fx.cluster, "g"), fx.store, kl_fast);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
+                   0);
   for (int i = 0; i < 200; i++) {
     kl_worker_stats_t st;
     kl_worker_stats(a->worker, &st);
@@ -176,7 +177,8 @@ static void test_order_holds_across_rebalances(void **state) {
       c = kl_t_worker_start(boot, fx.topic, kl_t_group(fx.cluster, "g"),
                             fx.store, kl_fast);
   }
-  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000), 0);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
+                   0);
   assert_int_equal(kl_t_worker_stop(b), KL_OK);
   assert_int_equal(kl_t_worker_stop(c), KL_OK);
   kl_t_ledger_fx_assert_verified(&fx);
@@ -187,9 +189,9 @@ static void test_refuses_partition_mismatch(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "mismatch", 3);
   static const char *const want[] = {"worker.expect.partitions=12", NULL};
-  kl_t_worker_t *w = kl_t_worker_start(kl_t_bootstrap(fx.cluster),
-                                       fx.topic, kl_t_group(fx.cluster, "g"),
-                                       fx.store, want);
+  kl_t_worker_t *w =
+      kl_t_worker_start(kl_t_bootstrap(fx.cluster), fx.topic,
+                        kl_t_group(fx.cluster, "g"), fx.store, want);
   pthread_join(w->thread, NULL);
   assert_int_equal(w->result, KL_EPARTITIONS);
   assert_non_null(strstr(w->detail, "has 3 partitions, the fleet expects 12"));
@@ -243,9 +245,8 @@ static const char *t_topic_config(const char *topic, const char *name) {
  * once it owns a partition, with its stats in @p st; one that should not
  * is joined. @returns what kl_worker_run() returned, its detail in
  * @p detail (512 bytes). */
-static kl_err_t t_run_retention(kl_fx_t *fx, const char *const *extra,
-                                int runs, kl_worker_stats_t *st,
-                                char *detail) {
+static kl_err_t t_run_retention(kl_fx_t *fx, const char *const *extra, int runs,
+                                kl_worker_stats_t *st, char *detail) {
   static int runs_seq;
   char group[16];
   snprintf(group, sizeof(group), "r%d", ++runs_seq);
@@ -280,7 +281,8 @@ static void test_refuses_retention_longer_than_dedup(void **state) {
   char want[256];
   t_retention[0][0] = "1209600000"; /* 14d, the default dedup is 7d */
   assert_int_equal(t_run_retention(&fx, dflt, 0, &st, detail), KL_ECONF);
-  snprintf(want, sizeof(want), "topic %s keeps records for 14d "
+  snprintf(want, sizeof(want),
+           "topic %s keeps records for 14d "
            "(retention.ms=1209600000) but store.dedup.retention is 7d",
            fx.topic);
   assert_non_null(strstr(detail, want));
@@ -290,8 +292,10 @@ static void test_refuses_retention_longer_than_dedup(void **state) {
   t_retention[0][0] = "604800000"; /* the topic is fine, its letters not */
   t_retention[1][0] = "-1";
   assert_int_equal(t_run_retention(&fx, dflt, 0, &st, detail), KL_ECONF);
-  snprintf(want, sizeof(want), "dead-letter topic %s.dlq keeps records "
-           "forever (retention.ms=-1)", fx.topic);
+  snprintf(want, sizeof(want),
+           "dead-letter topic %s.dlq keeps records "
+           "forever (retention.ms=-1)",
+           fx.topic);
   assert_non_null(strstr(detail, want));
 
   t_retention[1][0] = NULL; /* the broker's default: 7d */

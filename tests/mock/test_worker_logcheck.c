@@ -127,8 +127,8 @@ static void test_store_outlives_its_topic(void **state) {
   kl_fx_t fx;
   kl_t_ledger_fx_up(&fx, "reborn", 1, 20, 5, NULL);
   kl_t_ledger_fx_publish(&fx, 30); /* 33 records: 3 re-published */
-  kl_t_worker_t *w = kl_t_worker_start(fx.boot, fx.topic, "g", fx.store,
-                                       kl_fast);
+  kl_t_worker_t *w =
+      kl_t_worker_start(fx.boot, fx.topic, "g", fx.store, kl_fast);
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000),
                    0);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
@@ -177,9 +177,10 @@ static void test_store_outlives_its_topic(void **state) {
            "%s store reset -t reborn -p 0 --store %s > %s/reset.out",
            kl_t_bin(), fx.where, fx.dir);
   assert_int_equal(system(cmd), 0);
-  snprintf(cmd, sizeof(cmd), "grep -q 'watermark 33 -> 0, epoch %" PRIu64
-           " -> %" PRIu64 "' %s/reset.out", old.epoch + 1, old.epoch + 2,
-           fx.dir);
+  snprintf(cmd, sizeof(cmd),
+           "grep -q 'watermark 33 -> 0, epoch %" PRIu64 " -> %" PRIu64
+           "' %s/reset.out",
+           old.epoch + 1, old.epoch + 2, fx.dir);
   assert_int_equal(system(cmd), 0);
   kl_wait_stop(w, 0);
   kl_wait_watermark(fx.store, fx.topic, 10);
@@ -220,8 +221,12 @@ static void kl_publish_padded(kl_producer_t *producer, const char *topic,
   buf[n++] = (unsigned char)pad;
   for (size_t i = 0; i < pad; i++) /* incompressible */
     buf[n++] = (unsigned char)rand();
-  kl_event_t e = {.key = key, .key_len = strlen(key), .type = "credit",
-                  .type_len = 6, .payload = buf, .payload_len = n};
+  kl_event_t e = {.key = key,
+                  .key_len = strlen(key),
+                  .type = "credit",
+                  .type_len = 6,
+                  .payload = buf,
+                  .payload_len = n};
   assert_int_equal(kl_publish(producer, topic, &e, NULL), KL_OK);
 }
 
@@ -229,9 +234,9 @@ static void kl_publish_padded(kl_producer_t *producer, const char *topic,
 static void kl_log_range(const char *boot, const char *topic, int64_t *low,
                          int64_t *high) {
   rd_kafka_t *rk = kl_client(boot);
-  assert_int_equal(rd_kafka_query_watermark_offsets(rk, topic, 0, low, high,
-                                                    10000),
-                   RD_KAFKA_RESP_ERR_NO_ERROR);
+  assert_int_equal(
+      rd_kafka_query_watermark_offsets(rk, topic, 0, low, high, 10000),
+      RD_KAFKA_RESP_ERR_NO_ERROR);
   rd_kafka_destroy(rk);
 }
 
@@ -242,14 +247,14 @@ static void test_lag_past_retention(void **state) {
   kl_fx_t fx;
   kl_t_ledger_fx_up(&fx, "lagging", 1, 20, 8, NULL);
   kl_t_ledger_fx_publish(&fx, 20); /* 22 records */
-  kl_t_worker_t *w = kl_t_worker_start(fx.boot, fx.topic, "g", fx.store,
-                                       kl_fast);
+  kl_t_worker_t *w =
+      kl_t_worker_start(fx.boot, fx.topic, "g", fx.store, kl_fast);
   kl_wait_watermark(fx.store, fx.topic, 22);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
 
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL,
-                               0), KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
   kl_producer_t *producer;
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &producer), KL_OK);
   kl_conf_destroy(conf);
@@ -275,8 +280,10 @@ static void test_lag_past_retention(void **state) {
   int port;
   kl__metrics_server_t *server = kl_serve(w, &fx, &port);
   char text[256];
-  snprintf(text, sizeof(text), "topic lagging partition 0 lost %" PRId64
-           " records: its log starts at offset %" PRId64, low - 22, low);
+  snprintf(text, sizeof(text),
+           "topic lagging partition 0 lost %" PRId64
+           " records: its log starts at offset %" PRId64,
+           low - 22, low);
   kl_assert_get(port, "/healthz", 503, text);
   kl_assert_doctor(&fx, KL__CHECK_FAIL, text);
   kl_assert_get(port, "/metrics", 200,
@@ -298,8 +305,10 @@ static void test_lag_past_retention(void **state) {
   assert_int_equal(st.applied, (uint64_t)(high - low));
   assert_int_equal(st.redelivered, 0);
   kl_assert_get(port, "/healthz", 200, "ok");
-  snprintf(text, sizeof(text), "keylane_worker_gap_records_total{topic="
-           "\"lagging\",partition=\"0\"} %" PRId64 "\n", low - 22);
+  snprintf(text, sizeof(text),
+           "keylane_worker_gap_records_total{topic="
+           "\"lagging\",partition=\"0\"} %" PRId64 "\n",
+           low - 22);
   kl_assert_get(port, "/metrics", 200, text);
   kl__metrics_server_stop(server);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
@@ -346,8 +355,8 @@ static void test_lane_counts_nothing_below_its_position(void **state) {
   rd_kafka_t *reader = kl_read_records(fx.boot, fx.topic, m, 8);
 
   kl_conf_t *conf = kl_conf_new();
-  kl__applier_t applier = {.store = fx.store, .topic = fx.topic,
-                           .handler = kl_ledger_handler};
+  kl__applier_t applier = {
+      .store = fx.store, .topic = fx.topic, .handler = kl_ledger_handler};
   kl__lanes_t *lanes;
   assert_int_equal(kl__lanes_new(conf, &applier, NULL, NULL, &lanes), KL_OK);
   kl__lanes_own(lanes, 0, 1, 5); /* the store applied 0..4 */
@@ -419,12 +428,11 @@ static void test_store_reset_cli(void **state) {
   assert_non_null(strstr(out, "has no partition of topic other"));
   snprintf(args, sizeof(args), "-t events -p all --store %s --json", dir);
   assert_int_equal(kl_reset_cli(args, out, sizeof(out)), 0);
-  assert_string_equal(out,
-                      "{\"topic\":\"events\",\"reset\":["
-                      "{\"partition\":0,\"epoch_before\":1,\"epoch\":2,"
-                      "\"watermark_before\":40,\"watermark\":0},"
-                      "{\"partition\":2,\"epoch_before\":1,\"epoch\":2,"
-                      "\"watermark_before\":42,\"watermark\":0}]}\n");
+  assert_string_equal(out, "{\"topic\":\"events\",\"reset\":["
+                           "{\"partition\":0,\"epoch_before\":1,\"epoch\":2,"
+                           "\"watermark_before\":40,\"watermark\":0},"
+                           "{\"partition\":2,\"epoch_before\":1,\"epoch\":2,"
+                           "\"watermark_before\":42,\"watermark\":0}]}\n");
   assert_int_equal(kl_store_partition(store, "events", 2, &st), KL_OK);
   assert_int_equal(st.watermark, 0);
   assert_int_equal(st.epoch, 2);
@@ -437,10 +445,11 @@ static void test_store_reset_cli(void **state) {
  * would move it silently is refused, naming the fix. */
 static void test_refuses_silent_offset_reset(void **state) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1",
-                               NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "kafka.auto.offset.reset", "earliest",
-                               NULL, 0), KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1", NULL, 0),
+      KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.auto.offset.reset", "earliest", NULL, 0), KL_OK);
   char dir[64];
   kl_t_tmpdir(dir);
   kl_store_t *store;

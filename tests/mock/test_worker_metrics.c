@@ -79,15 +79,17 @@ static void test_metrics_and_healthz(void **state) {
   assert_int_equal(kl__ledger_gen_republish(gen, producer, topic), KL_OK);
   assert_int_equal(kl_flush(producer, 30000), KL_OK);
 
-  kl_t_worker_t *w = kl_t_worker_start(kl_t_bootstrap(cluster), topic,
-                                       kl_t_group(cluster, "gm"), store,
-                                       kl_fast);
+  kl_t_worker_t *w =
+      kl_t_worker_start(kl_t_bootstrap(cluster), topic,
+                        kl_t_group(cluster, "gm"), store, kl_fast);
   kl_conf_t *conf = kl_conf_new();
   assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
-                               kl_t_bootstrap(cluster), NULL, 0), KL_OK);
+                               kl_t_bootstrap(cluster), NULL, 0),
+                   KL_OK);
   kl__metrics_server_t *server;
   assert_int_equal(kl__metrics_server_start("127.0.0.1:0", conf, topic,
-                                            w->worker, store, &server), KL_OK);
+                                            w->worker, store, &server),
+                   KL_OK);
   kl_conf_destroy(conf);
   int port = kl__metrics_server_port(server);
   assert_true(port > 0);
@@ -100,8 +102,8 @@ static void test_metrics_and_healthz(void **state) {
   char err[256], ctype[128];
   if (kl_t_prom_check(resp.body, err, sizeof(err)) != 0)
     fail_msg("/metrics does not parse: %s\n%s", err, resp.body);
-  assert_non_null(kl_t_http_header(&resp, "content-type", ctype,
-                                   sizeof(ctype)));
+  assert_non_null(
+      kl_t_http_header(&resp, "content-type", ctype, sizeof(ctype)));
   assert_non_null(strstr(ctype, "version=0.0.4"));
   kl_assert_line(resp.body, "keylane_worker_events_applied_total 100\n");
   kl_assert_line(resp.body, "keylane_worker_events_suppressed_total 1\n");
@@ -111,8 +113,10 @@ static void test_metrics_and_healthz(void **state) {
   kl_assert_line(resp.body, "keylane_worker_waiting_keys 0\n");
   kl_assert_line(resp.body, "keylane_worker_outbox_pending 0\n");
   kl_assert_line(resp.body, "keylane_worker_outbox_published_total 0\n");
-  kl_assert_line(resp.body, "keylane_worker_partition_epoch{partition=\"0\"} 1\n");
-  kl_assert_line(resp.body, "keylane_worker_partition_lag{partition=\"1\"} 0\n");
+  kl_assert_line(resp.body,
+                 "keylane_worker_partition_epoch{partition=\"0\"} 1\n");
+  kl_assert_line(resp.body,
+                 "keylane_worker_partition_lag{partition=\"1\"} 0\n");
   char line[128];
   snprintf(line, sizeof(line),
            "keylane_worker_partition_watermark{partition=\"0\"} %lld\n",
@@ -168,15 +172,17 @@ static void test_bounds(void **state) {
   assert_int_equal(kl_t_cluster_new(1, "bounds", 1, &cluster), KL_OK);
   kl_store_t *store;
   assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
-  kl_t_worker_t *w = kl_t_worker_new(kl_t_bootstrap(cluster),
-                                     kl_t_topic(cluster),
-                                     kl_t_group(cluster, "gb"), store, kl_fast);
+  kl_t_worker_t *w =
+      kl_t_worker_new(kl_t_bootstrap(cluster), kl_t_topic(cluster),
+                      kl_t_group(cluster, "gb"), store, kl_fast);
   kl__metrics_server_t *server;
   assert_int_equal(kl__metrics_server_start("nohost:1", NULL, "t", w->worker,
-                                            store, &server), KL_ECONF);
+                                            store, &server),
+                   KL_ECONF);
   assert_int_equal(kl__metrics_server_start("127.0.0.1:0", NULL,
                                             kl_t_topic(cluster), w->worker,
-                                            store, &server), KL_OK);
+                                            store, &server),
+                   KL_OK);
   int port = kl__metrics_server_port(server);
   kl_t_http_t *idle[40];
   for (int i = 0; i < 40; i++)
@@ -257,13 +263,11 @@ static void test_waits_for_kafka(void **state) {
   rd_kafka_mock_broker_set_down(mc, 1);
   kl_store_t *store;
   assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
-  static const char *const conf[] = {"worker.session.timeout.ms=3000",
-                                     "worker.kafka.wait=60s",
-                                     "kafka.reconnect.backoff.max.ms=200",
-                                     NULL};
-  kl_t_worker_t *w =
-      kl_t_worker_new(rd_kafka_mock_cluster_bootstraps(mc), "waits", "gw",
-                      store, conf);
+  static const char *const conf[] = {
+      "worker.session.timeout.ms=3000", "worker.kafka.wait=60s",
+      "kafka.reconnect.backoff.max.ms=200", NULL};
+  kl_t_worker_t *w = kl_t_worker_new(rd_kafka_mock_cluster_bootstraps(mc),
+                                     "waits", "gw", store, conf);
   kl__metrics_server_t *server;
   assert_int_equal(kl__metrics_server_start("127.0.0.1:0", NULL, "waits",
                                             w->worker, store, &server),
@@ -332,11 +336,12 @@ static void test_process_exec_and_metrics(void **state) {
     int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
-    execl(kl_t_bin(), "keylane", "worker", "-b", kl_t_bootstrap(cluster),
-          "-t", topic, "-g", kl_t_group(cluster, "gp"), "--store", dir,
-          "--handler", "exec:while read -r l; do echo '{\"status\":\"ok\"}'; "
-          "done", "--handler-timeout-ms", "5000", "--session-timeout-ms",
-          "3000", "--metrics-listen", listen, (char *)NULL);
+    execl(kl_t_bin(), "keylane", "worker", "-b", kl_t_bootstrap(cluster), "-t",
+          topic, "-g", kl_t_group(cluster, "gp"), "--store", dir, "--handler",
+          "exec:while read -r l; do echo '{\"status\":\"ok\"}'; "
+          "done",
+          "--handler-timeout-ms", "5000", "--session-timeout-ms", "3000",
+          "--metrics-listen", listen, (char *)NULL);
     _exit(127);
   }
   int applied = 0;
@@ -345,8 +350,8 @@ static void test_process_exec_and_metrics(void **state) {
     kl_t_sleep_ms(100);
     if (kl_get(port, "/metrics", &resp) != 0)
       continue;
-    applied = strstr(resp.body, "keylane_worker_events_applied_total 30\n") !=
-              NULL;
+    applied =
+        strstr(resp.body, "keylane_worker_events_applied_total 30\n") != NULL;
     kl_t_http_resp_free(&resp);
   }
   if (!applied)

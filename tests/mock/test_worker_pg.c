@@ -59,8 +59,8 @@ static void test_applies_each_event_once_on_pg(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "once", 4);
   kl_t_ledger_fx_publish(&fx, 2000);
-  kl_t_worker_t *w = kl_t_worker_start(fx.boot,
-                                       fx.topic, "g1", fx.store, kl_fast);
+  kl_t_worker_t *w =
+      kl_t_worker_start(fx.boot, fx.topic, "g1", fx.store, kl_fast);
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
                    0);
   assert_int_equal(kl_t_workers_applied(&w, 1, 2000, 5000), 2000);
@@ -129,13 +129,12 @@ static void test_paused_owner_is_fenced_on_pg(void **state) {
   kl_store_t *store_a;
   assert_int_equal(kl_store_open(fx.where, NULL, &store_a), KL_OK);
   kl_pause_fx_t pause = {store_a, 1, 0};
-  kl_t_worker_t *a = kl_t_worker_new(fx.boot,
-                                     fx.topic, "g", store_a, slow);
+  kl_t_worker_t *a = kl_t_worker_new(fx.boot, fx.topic, "g", store_a, slow);
   kl__worker_set_before_commit(a->worker, kl_pause_hook, &pause);
   kl_t_worker_go(a);
   kl_t_sleep_ms(500);
-  kl_t_worker_t *b = kl_t_worker_start(fx.boot,
-                                       fx.topic, "g", fx.store, kl_fast);
+  kl_t_worker_t *b =
+      kl_t_worker_start(fx.boot, fx.topic, "g", fx.store, kl_fast);
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
                    0);
   for (int i = 0; i < 200; i++) {

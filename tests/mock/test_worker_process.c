@@ -99,7 +99,8 @@ static void test_sigstop_past_session_timeout(void **state) {
   assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
   kl__ledger_gen_t *gen = kl__ledger_gen_new(40, PARTS, 7);
   kl_producer_t *producer = kl_t_producer(boot, gen);
-  pid_t pids[2] = {kl_spawn_worker(boot, dir, 0), kl_spawn_worker(boot, dir, 1)};
+  pid_t pids[2] = {kl_spawn_worker(boot, dir, 0),
+                   kl_spawn_worker(boot, dir, 1)};
   assert_int_equal(kl__ledger_gen_wait(gen, store, TOPIC, 1, 30000), 0);
 
   /* Freeze worker 0 inside the window between handler and commit. */
@@ -116,8 +117,8 @@ static void test_sigstop_past_session_timeout(void **state) {
   kl_partition_state_t at, now;
   assert_int_equal(kl_store_partition(store, TOPIC, p, &at), KL_OK);
   now = at;
-  for (int i = 0; i < 400 && !(now.epoch > epoch && now.watermark > at.watermark);
-       i++) {
+  for (int i = 0;
+       i < 400 && !(now.epoch > epoch && now.watermark > at.watermark); i++) {
     kl_publish_some(gen, producer, 20);
     kl_t_sleep_ms(50);
     kl_store_partition(store, TOPIC, p, &now);

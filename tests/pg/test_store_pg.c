@@ -785,8 +785,7 @@ static void test_apply_prefetches_the_batch_ids(void **state) {
 static void test_commit_many_each_under_its_own_fence(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
-  kl_store_t *store =
-      kl_t_store_open(st->fx.where, "store.pg.pool", "8", NULL);
+  kl_store_t *store = kl_t_store_open(st->fx.where, "store.pg.pool", "8", NULL);
   uint64_t e[4];
   kl_txn_t *txn[4];
   for (int32_t p = 0; p < 4; p++) {
@@ -844,8 +843,9 @@ static void test_commit_many_in_flight_at_once(void **state) {
     many.c[p] = (kl__store_commit_t){txn, 5 + p, KL_OK, ""};
   }
   kl_t_sql(st->admin, "BEGIN");
-  kl_t_sql(st->admin, "SELECT epoch FROM keylane_partitions WHERE partition = 0 "
-                   "FOR UPDATE");
+  kl_t_sql(st->admin,
+           "SELECT epoch FROM keylane_partitions WHERE partition = 0 "
+           "FOR UPDATE");
   pthread_t thread;
   pthread_create(&thread, NULL, t_commit_many, &many);
   long long second = 0;
@@ -853,7 +853,7 @@ static void test_commit_many_in_flight_at_once(void **state) {
     kl_t_sleep_ms(50);
     PGconn *look = PQconnectdb(st->fx.where);
     second = kl_t_sql(look, "SELECT watermark FROM keylane_partitions WHERE "
-                         "partition = 1");
+                            "partition = 1");
     PQfinish(look);
   }
   kl_t_sql(st->admin, "ROLLBACK");
@@ -935,7 +935,7 @@ static void test_handler_sql_bypasses_the_cache(void **state) {
   kl_t_store_commit(txn, 1);
   txn = kl_t_store_begin(store, 0, epoch);
   kl_t_sql(kl_txn_pg_conn(txn),
-        "UPDATE keylane_kv SET value = '\\x39' WHERE key = '\\x6b'");
+           "UPDATE keylane_kv SET value = '\\x39' WHERE key = '\\x6b'");
   assert_string_equal(kl_t_txn_get(txn, "k"), "9");
   kl_t_store_commit(txn, 2);
   assert_int_equal(t_cache(store).entries, 0);

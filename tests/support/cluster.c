@@ -174,12 +174,12 @@ static kl_err_t kl_t_create_dlq(kl_t_cluster_t *cluster, const char *full) {
 kl_err_t kl_t_cluster_grow(kl_t_cluster_t *cluster, const char *topic,
                            int partitions) {
   if (cluster->embedded)
-    return kl_t_fail(KL_EINVAL, topic, "the embedded cluster (librdkafka's "
+    return kl_t_fail(KL_EINVAL, topic,
+                     "the embedded cluster (librdkafka's "
                      "mock) cannot add partitions: run on a real cluster");
   char errstr[256];
-  rd_kafka_NewPartitions_t *np =
-      rd_kafka_NewPartitions_new(topic, (size_t)partitions, errstr,
-                                 sizeof(errstr));
+  rd_kafka_NewPartitions_t *np = rd_kafka_NewPartitions_new(
+      topic, (size_t)partitions, errstr, sizeof(errstr));
   if (!np)
     return kl_t_fail(KL_EINVAL, topic, errstr);
   rd_kafka_queue_t *queue = rd_kafka_queue_new(cluster->admin);

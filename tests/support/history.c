@@ -57,11 +57,11 @@ static int64_t kl_t_low(const char *bootstrap, const char *topic) {
   rd_kafka_conf_t *conf = rd_kafka_conf_new();
   rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr,
                     sizeof(errstr));
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr,
-                                sizeof(errstr));
+  rd_kafka_t *rk =
+      rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
   int64_t low = -1, high = -1;
-  if (!rk || rd_kafka_query_watermark_offsets(rk, topic, 0, &low, &high,
-                                              10000)) {
+  if (!rk ||
+      rd_kafka_query_watermark_offsets(rk, topic, 0, &low, &high, 10000)) {
     fprintf(stderr, "watermarks of %s: %s\n", topic, errstr);
     abort();
   }

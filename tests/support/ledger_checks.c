@@ -11,9 +11,8 @@
 
 #include "support/support.h"
 
-void kl_t_ledger_fx_up(kl_t_ledger_fx_t *fx, const char *topic,
-                       int partitions, int keys, uint64_t seed,
-                       const char *store_uri) {
+void kl_t_ledger_fx_up(kl_t_ledger_fx_t *fx, const char *topic, int partitions,
+                       int keys, uint64_t seed, const char *store_uri) {
   memset(fx, 0, sizeof(*fx));
   if (store_uri) {
     snprintf(fx->where, sizeof(fx->where), "%s", store_uri);
@@ -50,8 +49,8 @@ void kl_t_ledger_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,
   assert_int_equal(kl_flush(producer, 30000), KL_OK);
 }
 
-void kl_t_ledger_assert_verified(const kl__ledger_gen_t *gen,
-                                 kl_store_t *store, const char *topic) {
+void kl_t_ledger_assert_verified(const kl__ledger_gen_t *gen, kl_store_t *store,
+                                 const char *topic) {
   kl__ledger_verdict_t v;
   assert_int_equal(kl__ledger_gen_verify(gen, store, topic, &v), KL_OK);
   assert_int_equal(v.keys_bad, 0);

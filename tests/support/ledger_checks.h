@@ -25,9 +25,8 @@ typedef struct kl_t_ledger_fx {
 /* Starts @p topic with @p partitions on a one-broker cluster, @p keys
  * ledger accounts generated from @p seed, and a store: the one at
  * @p store_uri, or a fresh LMDB directory when it is NULL. */
-void kl_t_ledger_fx_up(kl_t_ledger_fx_t *fx, const char *topic,
-                       int partitions, int keys, uint64_t seed,
-                       const char *store_uri);
+void kl_t_ledger_fx_up(kl_t_ledger_fx_t *fx, const char *topic, int partitions,
+                       int keys, uint64_t seed, const char *store_uri);
 
 /* Stops and removes what kl_t_ledger_fx_up() started. */
 void kl_t_ledger_fx_down(kl_t_ledger_fx_t *fx);
@@ -45,7 +44,7 @@ void kl_t_ledger_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,
 /* Asserts that @p store holds exactly what @p gen published: every balance
  * and last seq, no order violation, each event applied once, each
  * re-published one suppressed. */
-void kl_t_ledger_assert_verified(const kl__ledger_gen_t *gen,
-                                 kl_store_t *store, const char *topic);
+void kl_t_ledger_assert_verified(const kl__ledger_gen_t *gen, kl_store_t *store,
+                                 const char *topic);
 
 #endif

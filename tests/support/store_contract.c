@@ -343,8 +343,7 @@ void kl_t_contract_ids_scoped_by_topic(void **state) {
   kl_t_txn_mark(txn, "shared-id", KL_MARK_DEAD_LETTER);
   kl_t_store_commit(txn, 1);
 
-  assert_int_equal(kl_store_begin(store, "payments", 0, ps.epoch, &txn),
-                   KL_OK);
+  assert_int_equal(kl_store_begin(store, "payments", 0, ps.epoch, &txn), KL_OK);
   assert_int_equal(kl_t_txn_seen(txn, uuid), KL_MARK_NONE);
   assert_int_equal(kl_t_txn_seen(txn, "shared-id"), KL_MARK_NONE);
   kl_t_txn_mark(txn, uuid, KL_MARK_APPLIED);

@@ -58,8 +58,8 @@ kl_t_worker_t *kl_t_worker_new(const char *bootstrap, const char *topic,
     snprintf(key, sizeof(key), "%.*s", (int)(eq - extra[i]), extra[i]);
     bad = kl_conf_set(conf, key, eq + 1, NULL, 0) != KL_OK;
   }
-  if (bad || kl_worker_new(conf, topic, store, kl_ledger_handler, NULL,
-                           &tw->worker)) {
+  if (bad ||
+      kl_worker_new(conf, topic, store, kl_ledger_handler, NULL, &tw->worker)) {
     fprintf(stderr, "worker: %s\n", kl_err_detail());
     abort();
   }
@@ -88,8 +88,8 @@ kl_err_t kl_t_worker_stop(kl_t_worker_t *tw) {
   return err;
 }
 
-uint64_t kl_t_workers_applied(kl_t_worker_t *const *tw, size_t n,
-                              uint64_t want, int ms) {
+uint64_t kl_t_workers_applied(kl_t_worker_t *const *tw, size_t n, uint64_t want,
+                              int ms) {
   uint64_t sum = 0;
   for (int t = 0;; t += 10) {
     sum = 0;
@@ -116,8 +116,8 @@ int kl_t_produce_raw(const char *bootstrap, const char *topic,
   rd_kafka_conf_t *conf = rd_kafka_conf_new();
   rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr,
                     sizeof(errstr));
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr,
-                                sizeof(errstr));
+  rd_kafka_t *rk =
+      rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
   if (!rk) {
     fprintf(stderr, "kl_t_produce_raw: %s\n", errstr);
     return -1;

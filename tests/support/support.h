@@ -50,8 +50,8 @@ kl_err_t kl_t_worker_stop(kl_t_worker_t *tw);
  * up to @p want, or after @p ms. A worker counts a batch just after its
  * store commit, which a test may see first (kl__ledger_gen_wait()): read
  * at once, the stats can miss the last batch. */
-uint64_t kl_t_workers_applied(kl_t_worker_t *const *tw, size_t n,
-                              uint64_t want, int ms);
+uint64_t kl_t_workers_applied(kl_t_worker_t *const *tw, size_t n, uint64_t want,
+                              int ms);
 
 /* The binary under test (KEYLANE_BIN) */
 const char *kl_t_bin(void);

@@ -582,11 +582,11 @@ static void test_id_must_be_utf8_text(void **state) {
       {"\xe2\x82\xac-\xf0\x9f\x98\x80", 8, KL_OK},
       {"\xff", 1, KL_EDECODE_TYPE},
       {"ab\xfe\xfe", 4, KL_EDECODE_TYPE},
-      {"\xc0\x80", 2, KL_EDECODE_TYPE},          /* overlong NUL */
-      {"\xe0\x80\xaf", 3, KL_EDECODE_TYPE},      /* overlong '/' */
-      {"\xed\xa0\x80", 3, KL_EDECODE_TYPE},      /* a surrogate */
+      {"\xc0\x80", 2, KL_EDECODE_TYPE},         /* overlong NUL */
+      {"\xe0\x80\xaf", 3, KL_EDECODE_TYPE},     /* overlong '/' */
+      {"\xed\xa0\x80", 3, KL_EDECODE_TYPE},     /* a surrogate */
       {"\xf4\x90\x80\x80", 4, KL_EDECODE_TYPE}, /* above U+10FFFF */
-      {"x\xe2\x82", 3, KL_EDECODE_TYPE},          /* cut short */
+      {"x\xe2\x82", 3, KL_EDECODE_TYPE},        /* cut short */
       {"a\0b", 3, KL_EDECODE_TYPE},
   };
   for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {

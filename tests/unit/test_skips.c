@@ -34,7 +34,8 @@ static void child_needs_postgresql(void **state) {
     skip();
   }
   kl_t_pg_stop(pg);
-  fail_msg("PostgreSQL started from KEYLANE_PG_BIN=%s", getenv("KEYLANE_PG_BIN"));
+  fail_msg("PostgreSQL started from KEYLANE_PG_BIN=%s",
+           getenv("KEYLANE_PG_BIN"));
 }
 
 static void child_fails(void **state) {

@@ -149,9 +149,8 @@ static void test_commit_many_fails_only_the_failing_batch(void **state) {
   kl_txn_t *stale = kl_t_store_begin(store, 2, e2);
   kl_t_txn_put(stale, "stale", "1");
   kl_t_store_acquire(store, 2); /* a new owner of partition 2 */
-  kl__store_commit_t c[3] = {{small, 7, KL_OK, ""},
-                             {big, 9, KL_OK, ""},
-                             {stale, 11, KL_OK, ""}};
+  kl__store_commit_t c[3] = {
+      {small, 7, KL_OK, ""}, {big, 9, KL_OK, ""}, {stale, 11, KL_OK, ""}};
   kl__store_commit_many(c, 3);
   assert_int_equal(c[0].err, KL_OK);
   assert_int_equal(c[1].err, KL_ESTORE_FULL);
@@ -567,8 +566,7 @@ static void t_write_format1(const char *where) {
   assert_int_equal(mdb_txn_begin(env, NULL, 0, &mtxn), 0);
   assert_int_equal(mdb_dbi_open(mtxn, KL__LMDB_META_DB, MDB_CREATE, &meta), 0);
   assert_int_equal(mdb_dbi_open(mtxn, "parts", MDB_CREATE, &parts), 0);
-  assert_int_equal(mdb_dbi_open(mtxn, KL__LMDB_IDS_V1_DB, MDB_CREATE, &ids),
-                   0);
+  assert_int_equal(mdb_dbi_open(mtxn, KL__LMDB_IDS_V1_DB, MDB_CREATE, &ids), 0);
   t_v1_put(mtxn, meta, KL__LMDB_FORMAT_KEY, strlen(KL__LMDB_FORMAT_KEY),
            &format, sizeof(format));
   t_v1_part(mtxn, parts, KL_T_TOPIC, 1, 10);

@@ -36,9 +36,21 @@ static void test_counts(void **state) {
   assert_int_equal(kl_ok("0", KL__UNITS_COUNT), 0);
   assert_int_equal(kl_ok("0012", KL__UNITS_COUNT), 12);
   assert_int_equal(kl_ok("9223372036854775807", KL__UNITS_COUNT), INT64_MAX);
-  const char *bad[] = {"",   "1e3", " 5",  "5 ",  "+5",   "-5",  "0x10",
-                       "1.", "1.5", "5k",  "12a", "1 000", "\t1",
-                       "9223372036854775808", "99999999999999999999"};
+  const char *bad[] = {"",
+                       "1e3",
+                       " 5",
+                       "5 ",
+                       "+5",
+                       "-5",
+                       "0x10",
+                       "1.",
+                       "1.5",
+                       "5k",
+                       "12a",
+                       "1 000",
+                       "\t1",
+                       "9223372036854775808",
+                       "99999999999999999999"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     kl_refused(bad[i], KL__UNITS_COUNT);
 }
@@ -53,8 +65,8 @@ static void test_ms_durations(void **state) {
   assert_int_equal(kl_ok("2m", KL__UNITS_MS), 120000);
   assert_int_equal(kl_ok("1h", KL__UNITS_MS), 3600000);
   assert_int_equal(kl_ok("7d", KL__UNITS_MS), 7 * 86400000LL);
-  const char *bad[] = {"1e3", "30 s", "30S", "30sec", "1.5s", "s", "30s ",
-                       "-1", "30ss", "106751991167301d"};
+  const char *bad[] = {"1e3", "30 s", "30S", "30sec", "1.5s",
+                       "s",   "30s ", "-1",  "30ss",  "106751991167301d"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     kl_refused(bad[i], KL__UNITS_MS);
 }
@@ -79,8 +91,8 @@ static void test_sizes(void **state) {
   assert_int_equal(kl_ok("1MiB", KL__UNITS_SIZE), 1 << 20);
   assert_int_equal(kl_ok("4G", KL__UNITS_SIZE), 4LL << 30);
   assert_int_equal(kl_ok("2TiB", KL__UNITS_SIZE), 2LL << 40);
-  const char *bad[] = {"1e3", "16k", "16KB", "16 K", "1.5M", "M", "1MM",
-                       "16Ki", "8388608T", "-1K"};
+  const char *bad[] = {"1e3", "16k", "16KB", "16 K",     "1.5M",
+                       "M",   "1MM", "16Ki", "8388608T", "-1K"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     kl_refused(bad[i], KL__UNITS_SIZE);
 }
@@ -97,9 +109,9 @@ static void test_message(void **state) {
   assert_non_null(strstr(d, "\"1e3\""));
   assert_non_null(strstr(d, "30s"));
   assert_non_null(strstr(d, "from 1ms to 1d"));
-  assert_int_equal(kl__units_parse("--max-body", "0", KL__UNITS_SIZE, 1,
-                                   1 << 30, &v),
-                   KL_EINVAL);
+  assert_int_equal(
+      kl__units_parse("--max-body", "0", KL__UNITS_SIZE, 1, 1 << 30, &v),
+      KL_EINVAL);
   assert_non_null(strstr(kl_err_detail(), "from 1 to 1G"));
   char buf[32];
   assert_string_equal(kl__units_format(KL__UNITS_MS, 90000, buf, sizeof(buf)),
@@ -126,17 +138,16 @@ static void test_conf_keys(void **state) {
   (void)state;
   kl_conf_t *conf = kl_conf_new();
   char err[512];
-  assert_int_equal(kl_conf_set(conf, "worker.session.timeout.ms", "10s", err,
-                               sizeof(err)),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "worker.session.timeout.ms", "10s", err, sizeof(err)),
+      KL_OK);
   assert_int_equal(kl__conf_int(conf, "worker.session.timeout.ms"), 10000);
-  assert_int_equal(kl_conf_set(conf, "worker.retry.max.ms", "2500", err,
-                               sizeof(err)),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "worker.retry.max.ms", "2500", err, sizeof(err)),
+      KL_OK);
   assert_int_equal(kl__conf_int(conf, "worker.retry.max.ms"), 2500);
-  assert_int_equal(kl_conf_set(conf, "store.map.size", "512MiB", err,
-                               sizeof(err)),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "store.map.size", "512MiB", err, sizeof(err)), KL_OK);
   assert_int_equal(kl__conf_int(conf, "store.map.size"), 512LL << 20);
   const char *bad[][2] = {{"worker.batch.max", "1e3"},
                           {"worker.batch.max", " 10"},
@@ -192,8 +203,8 @@ static void test_cli_flags(void **state) {
       if (runs[i][j][0] == '-' && runs[i][j][1] == '-')
         flag = runs[i][j];
     if (r.rc != 2 || !strstr(r.err, flag))
-      fail_msg("keylane %s ... %s: exit %d, stderr: %s", runs[i][0], flag,
-               r.rc, r.err);
+      fail_msg("keylane %s ... %s: exit %d, stderr: %s", runs[i][0], flag, r.rc,
+               r.err);
     kl_t_run_free(&r);
   }
 }

@@ -205,16 +205,15 @@ static int kl_demo_report(kl_demo_t *demo, kl_store_t *store, int json,
   if (json) {
     json_t *o = json_pack(
         "{sIsIsIsIsIsIsIsbsIsIsfsbsssIsbsIsI}", "published",
-        (json_int_t)published,
-        "duplicates_injected", (json_int_t)dups, "acknowledged",
-        (json_int_t)acked, "applied", (json_int_t)v.applied,
+        (json_int_t)published, "duplicates_injected", (json_int_t)dups,
+        "acknowledged", (json_int_t)acked, "applied", (json_int_t)v.applied,
         "duplicates_suppressed", (json_int_t)v.duplicates, "fenced_batches",
         (json_int_t)fenced, "order_violations", (json_int_t)v.violations,
         "balances_ok", balances_ok, "keys", (json_int_t)v.keys,
-        "workers_killed", (json_int_t)1, "elapsed_s", demo->elapsed_s, "ok",
-        ok, "dir", demo->dir, "transfers", (json_int_t)v.transfers,
-        "total_ok", v.total_ok, "total", (json_int_t)v.total,
-        "total_expected", (json_int_t)v.total_expected);
+        "workers_killed", (json_int_t)1, "elapsed_s", demo->elapsed_s, "ok", ok,
+        "dir", demo->dir, "transfers", (json_int_t)v.transfers, "total_ok",
+        v.total_ok, "total", (json_int_t)v.total, "total_expected",
+        (json_int_t)v.total_expected);
     json_dumpf(o, stdout, JSON_COMPACT);
     putchar('\n');
     json_decref(o);
@@ -222,19 +221,23 @@ static int kl_demo_report(kl_demo_t *demo, kl_store_t *store, int json,
   }
   printf("published %" PRIu64 " events over %" PRIu64 " keys, plus %" PRIu64
          " re-published with the same idempotency key; %" PRIu64
-         " acknowledged by Kafka\n", published, v.keys, dups, acked);
-  printf("applied %" PRIu64 " (each once), suppressed %" PRIu64
-         " duplicates\n", v.applied, v.duplicates);
+         " acknowledged by Kafka\n",
+         published, v.keys, dups, acked);
+  printf("applied %" PRIu64 " (each once), suppressed %" PRIu64 " duplicates\n",
+         v.applied, v.duplicates);
   printf("the paused worker woke up late and was fenced: %" PRIu64
-         " batch(es) rejected by the epoch check\n", fenced);
+         " batch(es) rejected by the epoch check\n",
+         fenced);
   printf("one worker was SIGKILLed and restarted; %d of %d workers drained "
-         "and exited cleanly\n", clean_exits, KL_DEMO_WORKERS);
+         "and exited cleanly\n",
+         clean_exits, KL_DEMO_WORKERS);
   printf("balances: %" PRIu64 " of %" PRIu64 " keys verified, %" PRIu64
-         " order violations\n", v.keys_ok, v.keys, v.violations);
+         " order violations\n",
+         v.keys_ok, v.keys, v.violations);
   printf("transfers: %" PRIu64 " between accounts, each credit emitted "
          "through the outbox; money %s: total %" PRId64 ", credits less "
-         "debits published %" PRId64 "\n", v.transfers,
-         v.total_ok ? "conserved" : "NOT conserved", v.total,
+         "debits published %" PRId64 "\n",
+         v.transfers, v.total_ok ? "conserved" : "NOT conserved", v.total,
          v.total_expected);
   printf("%s in %.1f s\n", ok ? "OK: every balance verifies" : "FAILED",
          demo->elapsed_s);
@@ -255,18 +258,20 @@ static int kl_demo_run(kl_demo_t *demo, int json) {
   kl_conf_t *conf = kl_conf_new();
   int rc = KL_EXIT_FAIL;
   const int64_t t0 = kl__mono_ns();
-  kl_err_t err = kl_embedded_new(3, KL_DEMO_TOPIC, KL_DEMO_PARTITIONS, &cluster);
+  kl_err_t err =
+      kl_embedded_new(3, KL_DEMO_TOPIC, KL_DEMO_PARTITIONS, &cluster);
   if (!err)
     demo->bootstrap = kl_embedded_bootstrap(cluster);
   if (!err)
     err = kl_store_open(demo->dir, NULL, &store);
   if (!err)
-    err = kl_conf_set(conf, "kafka.bootstrap.servers", demo->bootstrap, NULL, 0);
+    err =
+        kl_conf_set(conf, "kafka.bootstrap.servers", demo->bootstrap, NULL, 0);
   if (!err)
     err = kl_conf_set(conf, "producer.expect.partitions", "8", NULL, 0);
   if (!err)
-    err = kl_producer_new(conf, kl__ledger_gen_on_delivery, demo->gen,
-                          &producer);
+    err =
+        kl_producer_new(conf, kl__ledger_gen_on_delivery, demo->gen, &producer);
   if (err) {
     rc = kl__cli_fail(SUB, "setup: %s", kl_err_detail());
     goto out;
@@ -277,9 +282,10 @@ static int kl_demo_run(kl_demo_t *demo, int json) {
   for (int i = 0; i < KL_DEMO_WORKERS; i++)
     demo->pids[i] = kl_demo_spawn(demo, i);
   if (kl__ledger_gen_wait(demo->gen, store, KL_DEMO_TOPIC, 1, 60000)) {
-    rc = kl__cli_fail(SUB, "the workers did not take all %d partitions "
-                      "within 60 s; see %s/worker-*.log", KL_DEMO_PARTITIONS,
-                      demo->dir);
+    rc = kl__cli_fail(SUB,
+                      "the workers did not take all %d partitions "
+                      "within 60 s; see %s/worker-*.log",
+                      KL_DEMO_PARTITIONS, demo->dir);
     goto out;
   }
   if (!json)
@@ -320,8 +326,8 @@ int kl__cmd_demo(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
     case 'e':
-      if (kl__cli_units(SUB, "--events", optarg, KL__UNITS_COUNT, 100,
-                        10000000, &n))
+      if (kl__cli_units(SUB, "--events", optarg, KL__UNITS_COUNT, 100, 10000000,
+                        &n))
         return KL_EXIT_USAGE;
       demo.events = (int)n;
       break;
@@ -330,10 +336,17 @@ int kl__cmd_demo(int argc, char **argv) {
         return KL_EXIT_USAGE;
       demo.keys = (int)n;
       break;
-    case 'j': json = 1; break;
-    case 'K': keep = 1; break;
-    case 'h': fputs(kl_demo_usage, stdout); return KL_EXIT_OK;
-    default: return kl__cli_usage(SUB, "unknown option");
+    case 'j':
+      json = 1;
+      break;
+    case 'K':
+      keep = 1;
+      break;
+    case 'h':
+      fputs(kl_demo_usage, stdout);
+      return KL_EXIT_OK;
+    default:
+      return kl__cli_usage(SUB, "unknown option");
     }
   }
   demo.gen = kl__ledger_gen_new(demo.keys, KL_DEMO_PARTITIONS, 0);

@@ -83,17 +83,17 @@ static const char *kl_i128_text(__int128 v, char *buf, size_t size) {
 int kl__ledger_print(kl_store_t *store, int json);
 int kl__ledger_print(kl_store_t *store, int json) {
   kl_ledger_walk_t walk = {json ? json_object() : NULL, 0, 0, 0};
-  kl_err_t err = kl_store_scan(store, KL_LEDGER_PREFIX,
-                               sizeof(KL_LEDGER_PREFIX) - 1, kl_ledger_row,
-                               &walk);
+  kl_err_t err =
+      kl_store_scan(store, KL_LEDGER_PREFIX, sizeof(KL_LEDGER_PREFIX) - 1,
+                    kl_ledger_row, &walk);
   if (err) {
     json_decref(walk.balances);
     return kl__cli_fail(SUB, "cannot read the store: %s", kl_err_detail());
   }
   if (json) {
-    json_t *out = json_pack("{sIsIso}", "keys", (json_int_t)walk.keys,
-                            "order_violations", (json_int_t)walk.violations,
-                            "balances", walk.balances);
+    json_t *out =
+        json_pack("{sIsIso}", "keys", (json_int_t)walk.keys, "order_violations",
+                  (json_int_t)walk.violations, "balances", walk.balances);
     json_dumpf(out, stdout, JSON_COMPACT | JSON_SORT_KEYS);
     putchar('\n');
     json_decref(out);
@@ -117,10 +117,17 @@ int kl__cmd_ledger(int argc, char **argv) {
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
-    case 's': location = optarg; break;
-    case 'j': json = 1; break;
-    case 'h': fputs(kl_ledger_usage, stdout); return KL_EXIT_OK;
-    default: return kl__cli_usage(SUB, "unknown option");
+    case 's':
+      location = optarg;
+      break;
+    case 'j':
+      json = 1;
+      break;
+    case 'h':
+      fputs(kl_ledger_usage, stdout);
+      return KL_EXIT_OK;
+    default:
+      return kl__cli_usage(SUB, "unknown option");
     }
   }
   if (!location)

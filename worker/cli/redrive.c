@@ -22,20 +22,19 @@ static void kl_set_key(json_t *o, const rd_kafka_message_t *m) {
   char *b64 = malloc(kl__base64_encoded_len(m->key_len) + 1);
   if (b64 && m->key)
     kl__base64_encode(m->key, m->key_len, b64);
-  json_object_set_new(o, "key_b64", b64 && m->key ? json_string(b64)
-                                                  : json_null());
+  json_object_set_new(o, "key_b64",
+                      b64 && m->key ? json_string(b64) : json_null());
   free(b64);
 }
 
 static json_t *kl_letter_json(const kl__redriven_t *x) {
   const kl__letter_t *l = x->letter;
-  json_t *o = json_pack("{sIsIsIsIsssssssI}", "dlq_partition",
-                        (json_int_t)l->dlq_partition, "dlq_offset",
-                        (json_int_t)l->dlq_offset, "partition",
-                        (json_int_t)l->partition, "offset",
-                        (json_int_t)l->offset, "id", x->id, "reason",
-                        l->reason, "outcome", kl__outcome_name(x->outcome),
-                        "epoch", (json_int_t)x->epoch);
+  json_t *o = json_pack(
+      "{sIsIsIsIsssssssI}", "dlq_partition", (json_int_t)l->dlq_partition,
+      "dlq_offset", (json_int_t)l->dlq_offset, "partition",
+      (json_int_t)l->partition, "offset", (json_int_t)l->offset, "id", x->id,
+      "reason", l->reason, "outcome", kl__outcome_name(x->outcome), "epoch",
+      (json_int_t)x->epoch);
   kl_set_key(o, l->msg);
   if (x->why[0])
     json_object_set_new(o, "error", json_string(x->why));
@@ -63,8 +62,7 @@ static void kl_redrive_json(const kl__redrive_t *r,
       (json_int_t)kl__redrive_count(r, KL__OUT_ERROR), "filtered",
       (json_int_t)kl__redrive_count(r, KL__OUT_FILTERED), "results", list);
   if (opts->dry_run)
-    json_object_set_new(o, "handler_run",
-                        json_boolean(opts->dry_run_handler));
+    json_object_set_new(o, "handler_run", json_boolean(opts->dry_run_handler));
   json_dumpf(o, stdout, JSON_COMPACT);
   putchar('\n');
   json_decref(o);
@@ -113,17 +111,16 @@ static void kl_redrive_notes(const char *sub, const kl__redrive_t *r) {
   const kl__redriven_t *res = kl__redrive_results(r, &n);
   for (size_t i = 0; i < n; i++)
     if (res[i].why[0])
-      fprintf(stderr, "keylane %s: dead letter %d@%" PRId64 " (origin %d@%"
-                      PRId64 ") %s: %s\n",
-              sub, (int)res[i].letter->dlq_partition,
-              res[i].letter->dlq_offset, (int)res[i].letter->partition,
-              res[i].letter->offset, kl__outcome_name(res[i].outcome),
-              res[i].why);
+      fprintf(stderr,
+              "keylane %s: dead letter %d@%" PRId64 " (origin %d@%" PRId64
+              ") %s: %s\n",
+              sub, (int)res[i].letter->dlq_partition, res[i].letter->dlq_offset,
+              (int)res[i].letter->partition, res[i].letter->offset,
+              kl__outcome_name(res[i].outcome), res[i].why);
 }
 
 int kl__redrive_cli(const char *sub, kl__redrive_opts_t *opts,
-                    const char *location, const char *handler_spec,
-                    int json) {
+                    const char *location, const char *handler_spec, int json) {
   kl_handler_ref_t handler;
   if (kl__handler_resolve(handler_spec, &handler))
     return kl__cli_usage(sub, "%s", kl_err_detail());
@@ -149,8 +146,7 @@ int kl__redrive_cli(const char *sub, kl__redrive_opts_t *opts,
   } else {
     json ? kl_redrive_json(r, opts) : kl_redrive_table(r);
     kl_redrive_notes(sub, r);
-    kl__dry_run_note(sub, opts->dry_run, opts->dry_run_handler,
-                     handler_spec);
+    kl__dry_run_note(sub, opts->dry_run, opts->dry_run_handler, handler_spec);
     size_t n, done = kl__redrive_count(r, KL__OUT_FILTERED) +
                      kl__redrive_count(r, KL__OUT_APPLIED) +
                      kl__redrive_count(r, KL__OUT_REPUBLISHED) +

@@ -113,9 +113,19 @@ typedef struct kl_rargs {
 } kl_rargs_t;
 
 enum {
-  KL_OPT_FROM = 256, KL_OPT_TO, KL_OPT_STORE, KL_OPT_HANDLER, KL_OPT_DRY,
-  KL_OPT_GAP, KL_OPT_JSON, KL_OPT_BATCH, KL_OPT_EXPECT, KL_OPT_NOPROG,
-  KL_OPT_DLQ, KL_OPT_REASON, KL_OPT_KEY,
+  KL_OPT_FROM = 256,
+  KL_OPT_TO,
+  KL_OPT_STORE,
+  KL_OPT_HANDLER,
+  KL_OPT_DRY,
+  KL_OPT_GAP,
+  KL_OPT_JSON,
+  KL_OPT_BATCH,
+  KL_OPT_EXPECT,
+  KL_OPT_NOPROG,
+  KL_OPT_DLQ,
+  KL_OPT_REASON,
+  KL_OPT_KEY,
 };
 
 static int kl_parse_pos(const char *sub, const char *opt, const char *text,
@@ -129,8 +139,7 @@ static int kl_parse_pos(const char *sub, const char *opt, const char *text,
 
 static int kl_parse_batch(const char *sub, const char *text, size_t *out) {
   int64_t v;
-  if (kl__cli_units(sub, "--batch-max", text, KL__UNITS_COUNT, 1, 1000000,
-                    &v))
+  if (kl__cli_units(sub, "--batch-max", text, KL__UNITS_COUNT, 1, 1000000, &v))
     return -1;
   *out = (size_t)v;
   return 0;
@@ -141,30 +150,65 @@ static int kl_replay_opt(const char *sub, const char *usage, int c,
                          kl_rargs_t *a, int *rc) {
   int bad = 0;
   switch (c) {
-  case 'b': bad = kl__cli_conf_set(sub, a->conf, "kafka.bootstrap.servers",
-                                   optarg); break;
-  case 't': a->opts.topic = optarg; break;
-  case 'p': a->opts.partitions = optarg; break;
-  case KL_OPT_FROM: bad = kl_parse_pos(sub, "--from", optarg, &a->opts.from);
-    a->from_set = 1; break;
-  case KL_OPT_TO: bad = kl_parse_pos(sub, "--to", optarg, &a->opts.to); break;
-  case KL_OPT_STORE: a->location = optarg; break;
-  case KL_OPT_HANDLER: a->handler = optarg; break;
-  case KL_OPT_DRY: a->opts.dry_run = 1; break;
-  case KL_OPT_GAP: a->opts.allow_gap = 1; break;
-  case KL_OPT_JSON: a->json = 1; break;
-  case KL_OPT_BATCH: bad = kl_parse_batch(sub, optarg, &a->opts.batch_max);
+  case 'b':
+    bad = kl__cli_conf_set(sub, a->conf, "kafka.bootstrap.servers", optarg);
     break;
-  case KL_OPT_EXPECT: bad = kl__cli_conf_set(sub, a->conf,
-                                             "worker.expect.partitions",
-                                             optarg); break;
-  case KL_OPT_NOPROG: a->progress = 0; break;
-  case KL_OPT_DLQ: a->dlq = optarg; break;
-  case KL_OPT_REASON: a->reason = optarg; break;
-  case KL_OPT_KEY: a->key = optarg; break;
-  case 'X': bad = kl__cli_conf_x(sub, a->conf, optarg); break;
-  case 'h': fputs(usage, stdout); *rc = KL_EXIT_OK; return -1;
-  default: *rc = kl__cli_usage(sub, "unknown option"); return -1;
+  case 't':
+    a->opts.topic = optarg;
+    break;
+  case 'p':
+    a->opts.partitions = optarg;
+    break;
+  case KL_OPT_FROM:
+    bad = kl_parse_pos(sub, "--from", optarg, &a->opts.from);
+    a->from_set = 1;
+    break;
+  case KL_OPT_TO:
+    bad = kl_parse_pos(sub, "--to", optarg, &a->opts.to);
+    break;
+  case KL_OPT_STORE:
+    a->location = optarg;
+    break;
+  case KL_OPT_HANDLER:
+    a->handler = optarg;
+    break;
+  case KL_OPT_DRY:
+    a->opts.dry_run = 1;
+    break;
+  case KL_OPT_GAP:
+    a->opts.allow_gap = 1;
+    break;
+  case KL_OPT_JSON:
+    a->json = 1;
+    break;
+  case KL_OPT_BATCH:
+    bad = kl_parse_batch(sub, optarg, &a->opts.batch_max);
+    break;
+  case KL_OPT_EXPECT:
+    bad = kl__cli_conf_set(sub, a->conf, "worker.expect.partitions", optarg);
+    break;
+  case KL_OPT_NOPROG:
+    a->progress = 0;
+    break;
+  case KL_OPT_DLQ:
+    a->dlq = optarg;
+    break;
+  case KL_OPT_REASON:
+    a->reason = optarg;
+    break;
+  case KL_OPT_KEY:
+    a->key = optarg;
+    break;
+  case 'X':
+    bad = kl__cli_conf_x(sub, a->conf, optarg);
+    break;
+  case 'h':
+    fputs(usage, stdout);
+    *rc = KL_EXIT_OK;
+    return -1;
+  default:
+    *rc = kl__cli_usage(sub, "unknown option");
+    return -1;
   }
   if (bad) {
     *rc = KL_EXIT_USAGE;
@@ -230,8 +274,8 @@ static void kl_on_progress(void *opaque, const kl__replay_t *replay) {
 static kl__progress_t *kl_progress_new(const char *sub, size_t rows) {
   const char *env = getenv("KEYLANE_PROGRESS_INTERVAL_MS");
   int64_t interval = 0; /* progress.h's default */
-  if (env && kl__units_parse("KEYLANE_PROGRESS_INTERVAL_MS", env,
-                             KL__UNITS_MS, 1, 3600000, &interval) != KL_OK)
+  if (env && kl__units_parse("KEYLANE_PROGRESS_INTERVAL_MS", env, KL__UNITS_MS,
+                             1, 3600000, &interval) != KL_OK)
     KL_LOG_W(sub, "%s; using the default", kl_err_detail());
   return kl__progress_new(stderr, sub, rows, -1, (int)interval);
 }
@@ -261,8 +305,8 @@ static json_t *kl_part_json(const kl__replay_part_t *p) {
 
 static json_t *kl_truncated_json(const kl__replay_part_t *p) {
   return json_pack("{sIsIsIsIss}", "partition", (json_int_t)p->partition,
-                   "earliest_offset", (json_int_t)p->history_from,
-                   "watermark", (json_int_t)p->watermark_before, "missing",
+                   "earliest_offset", (json_int_t)p->history_from, "watermark",
+                   (json_int_t)p->watermark_before, "missing",
                    (json_int_t)(p->history_from - p->watermark_before),
                    "reason", p->history_skipped ? "from" : "retention");
 }
@@ -292,8 +336,7 @@ static void kl_print_json(const kl__replay_t *replay, const char *location) {
                       json_boolean(t.status == KL__REPLAY_STOPPED));
   if (opts->dry_run) {
     json_object_set_new(o, "exact", json_boolean(t.exact));
-    json_object_set_new(o, "handler_run",
-                        json_boolean(opts->dry_run_handler));
+    json_object_set_new(o, "handler_run", json_boolean(opts->dry_run_handler));
   }
   json_dumpf(o, stdout, JSON_COMPACT);
   putchar('\n');
@@ -427,8 +470,7 @@ static int kl_replay_exec(const char *sub, kl_rargs_t *a) {
              ? kl__cli_usage(sub, "%s", kl_err_detail())
              : kl__cli_fail(sub, "%s", kl_err_detail());
   } else {
-    kl__replay_set_progress(replay, progress ? kl_on_progress : NULL,
-                            progress);
+    kl__replay_set_progress(replay, progress ? kl_on_progress : NULL, progress);
     err = kl__replay_run(replay);
     if (progress)
       kl__progress_finish(progress);
@@ -487,10 +529,14 @@ int kl__replay_cli(const char *sub, const char *usage, int argc, char **argv,
   if (rc < 0)
     rc = kl_replay_check(sub, &a, rebuild);
   if (rc < 0 && a.dlq) {
-    kl__redrive_opts_t ro = {.conf = a.conf, .dlq_topic = a.dlq,
-                             .topic = a.opts.topic, .reason = a.reason,
-                             .key = a.key, .from = a.opts.from,
-                             .to = a.opts.to, .dry_run = a.opts.dry_run};
+    kl__redrive_opts_t ro = {.conf = a.conf,
+                             .dlq_topic = a.dlq,
+                             .topic = a.opts.topic,
+                             .reason = a.reason,
+                             .key = a.key,
+                             .from = a.opts.from,
+                             .to = a.opts.to,
+                             .dry_run = a.opts.dry_run};
     rc = kl__redrive_cli(sub, &ro, a.location, a.handler, a.json);
   } else if (rc < 0) {
     /* A rebuild reads everything; a --from of its own skips the history

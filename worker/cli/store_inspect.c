@@ -124,13 +124,12 @@ static int kl_stats_part(void *opaque, const char *topic, int32_t partition,
   if (s->topic && strcmp(s->topic, topic) != 0)
     return 0;
   json_array_append_new(
-      s->parts,
-      json_pack("{sssIsIsIsIsIsI}", "topic", topic, "partition",
-                (json_int_t)partition, "epoch", (json_int_t)st->epoch,
-                "watermark", (json_int_t)st->watermark, "applied",
-                (json_int_t)st->applied, "duplicates",
-                (json_int_t)st->duplicates, "dead_letters",
-                (json_int_t)st->dead_letters));
+      s->parts, json_pack("{sssIsIsIsIsIsI}", "topic", topic, "partition",
+                          (json_int_t)partition, "epoch", (json_int_t)st->epoch,
+                          "watermark", (json_int_t)st->watermark, "applied",
+                          (json_int_t)st->applied, "duplicates",
+                          (json_int_t)st->duplicates, "dead_letters",
+                          (json_int_t)st->dead_letters));
   return 0;
 }
 
@@ -177,16 +176,16 @@ static json_t *kl_stats_ids(const kl_stats_t *s) {
     return json_pack("{sIsnsnsnsn}", "count", (json_int_t)s->ids, "applied",
                      "dead_letters", "oldest_ms", "newest_ms");
   int64_t now = kl__now_ms();
-  json_t *o = json_pack("{sIsIsI}", "count", (json_int_t)s->ids, "applied",
-                        (json_int_t)s->applied, "dead_letters",
-                        (json_int_t)s->dead);
-  json_object_set_new(o, "oldest_ms", s->ids ? json_integer(s->oldest)
-                                             : json_null());
-  json_object_set_new(o, "newest_ms", s->ids ? json_integer(s->newest)
-                                             : json_null());
-  json_object_set_new(o, "oldest_age_s", s->ids ? json_integer(
-                                                       (now - s->oldest) / 1000)
-                                                 : json_null());
+  json_t *o =
+      json_pack("{sIsIsI}", "count", (json_int_t)s->ids, "applied",
+                (json_int_t)s->applied, "dead_letters", (json_int_t)s->dead);
+  json_object_set_new(o, "oldest_ms",
+                      s->ids ? json_integer(s->oldest) : json_null());
+  json_object_set_new(o, "newest_ms",
+                      s->ids ? json_integer(s->newest) : json_null());
+  json_object_set_new(o, "oldest_age_s",
+                      s->ids ? json_integer((now - s->oldest) / 1000)
+                             : json_null());
   return o;
 }
 
@@ -313,8 +312,8 @@ static int kl_keys_row(void *opaque, const void *key, size_t key_len,
   return 0;
 }
 
-static int kl_keys_run(const char *location, const char *prefix,
-                       uint64_t limit, int json) {
+static int kl_keys_run(const char *location, const char *prefix, uint64_t limit,
+                       int json) {
   kl_store_t *store;
   int rc = kl__cli_store_existing("store keys", location, &store);
   if (rc)
@@ -338,9 +337,9 @@ typedef struct kl_get {
 
 static json_t *kl_value_json(const void *key, size_t key_len, const void *val,
                              size_t val_len) {
-  json_t *o = json_pack("{sosIso}", "key", json_stringn(key, key_len),
-                        "value_len", (json_int_t)val_len, "value_b64",
-                        kl_b64(val, val_len));
+  json_t *o =
+      json_pack("{sosIso}", "key", json_stringn(key, key_len), "value_len",
+                (json_int_t)val_len, "value_b64", kl_b64(val, val_len));
   size_t plen = sizeof(KL_LEDGER_PREFIX) - 1;
   kl_ledger_entry_t e;
   json_t *decoded = NULL;
@@ -372,10 +371,10 @@ static int kl_get_id_row(void *opaque, const char *topic, const char *id,
     return 0;
   char when[32];
   kl_iso(time_ms, when, sizeof(when));
-  g->out = json_pack("{s:s,s:s%,s:s,s:I,s:s}", "topic", topic, "id", id,
-                     id_len, "mark",
-                     mark == KL_MARK_DEAD_LETTER ? "dead_letter" : "applied",
-                     "recorded_ms", (json_int_t)time_ms, "recorded", when);
+  g->out =
+      json_pack("{s:s,s:s%,s:s,s:I,s:s}", "topic", topic, "id", id, id_len,
+                "mark", mark == KL_MARK_DEAD_LETTER ? "dead_letter" : "applied",
+                "recorded_ms", (json_int_t)time_ms, "recorded", when);
   return 1;
 }
 
@@ -444,19 +443,32 @@ static int kl_store_args(const char *sub, const char *usage, int argc,
   optind = 1;
   while ((c = getopt_long(argc, argv, "t:h", opts, NULL)) != -1) {
     switch (c) {
-    case 's': a->location = optarg; break;
-    case 't': a->topic = optarg; break;
-    case 'P': a->prefix = optarg; break;
-    case 'I': a->by_id = 1; break;
-    case 'j': a->json = 1; break;
+    case 's':
+      a->location = optarg;
+      break;
+    case 't':
+      a->topic = optarg;
+      break;
+    case 'P':
+      a->prefix = optarg;
+      break;
+    case 'I':
+      a->by_id = 1;
+      break;
+    case 'j':
+      a->json = 1;
+      break;
     case 'L':
       if (kl__cli_units(sub, "--limit", optarg, KL__UNITS_COUNT, 1, INT64_MAX,
                         &limit))
         return KL_EXIT_USAGE;
       a->limit = (uint64_t)limit;
       break;
-    case 'h': fputs(usage, stdout); return KL_EXIT_OK;
-    default: return kl__cli_usage(sub, "unknown option");
+    case 'h':
+      fputs(usage, stdout);
+      return KL_EXIT_OK;
+    default:
+      return kl__cli_usage(sub, "unknown option");
     }
   }
   if (!a->location)
@@ -492,9 +504,9 @@ int kl__cmd_store_get(int argc, char **argv) {
   if (rc >= 0)
     return rc;
   if (optind + 1 != argc)
-    return kl__cli_usage("store get", optind < argc
-                                          ? "one KEY only, got \"%s\" too"
-                                          : "KEY is required%s",
+    return kl__cli_usage("store get",
+                         optind < argc ? "one KEY only, got \"%s\" too"
+                                       : "KEY is required%s",
                          optind < argc ? argv[optind + 1] : "");
   if (!*argv[optind])
     return kl__cli_usage("store get", "KEY is empty");

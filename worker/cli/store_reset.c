@@ -62,12 +62,23 @@ static int kl_reset_parse(int argc, char **argv, kl_reset_args_t *a) {
   optind = 1;
   while ((c = getopt_long(argc, argv, "t:p:h", opts, NULL)) != -1) {
     switch (c) {
-    case 't': a->topic = optarg; break;
-    case 'p': a->partitions = optarg; break;
-    case 's': a->location = optarg; break;
-    case 'j': a->json = 1; break;
-    case 'h': fputs(kl_reset_usage, stdout); return -1;
-    default: return kl__cli_usage(SUB, "unknown option; see --help");
+    case 't':
+      a->topic = optarg;
+      break;
+    case 'p':
+      a->partitions = optarg;
+      break;
+    case 's':
+      a->location = optarg;
+      break;
+    case 'j':
+      a->json = 1;
+      break;
+    case 'h':
+      fputs(kl_reset_usage, stdout);
+      return -1;
+    default:
+      return kl__cli_usage(SUB, "unknown option; see --help");
     }
   }
   if (optind < argc)
@@ -116,13 +127,14 @@ static int kl_reset_targets(kl_store_t *store, const kl_reset_args_t *a,
   }
   int rc = 0;
   if (!known.count)
-    rc = kl__cli_fail(SUB, "the store %s has no partition of topic %s: "
+    rc = kl__cli_fail(SUB,
+                      "the store %s has no partition of topic %s: "
                       "nothing to reset; check -t and --store",
                       a->location, a->topic);
   else if (kl__pos_partitions(a->partitions, known.count, parts, n))
-    rc = kl__cli_usage(SUB, "-p %s: %s (the store knows partitions 0..%" PRId32
-                       " of %s)", a->partitions, kl_err_detail(),
-                       known.count - 1, a->topic);
+    rc = kl__cli_usage(
+        SUB, "-p %s: %s (the store knows partitions 0..%" PRId32 " of %s)",
+        a->partitions, kl_err_detail(), known.count - 1, a->topic);
   for (size_t i = 0; !rc && i < *n; i++) {
     if (known.has[(*parts)[i]])
       continue;
@@ -131,8 +143,9 @@ static int kl_reset_targets(kl_store_t *store, const kl_reset_args_t *a,
       (*n)--, i--;
       continue;
     }
-    rc = kl__cli_fail(SUB, "the store has no state for topic %s partition %"
-                      PRId32 ": nothing was reset; leave it out of -p",
+    rc = kl__cli_fail(SUB,
+                      "the store has no state for topic %s partition %" PRId32
+                      ": nothing was reset; leave it out of -p",
                       a->topic, (*parts)[i]);
     free(*parts);
   }
@@ -145,11 +158,11 @@ static void kl_reset_print(const char *topic, int32_t p,
                            const kl_partition_state_t *after, json_t *list) {
   if (list) {
     json_array_append_new(
-        list, json_pack("{sisIsIsIsI}", "partition", (int)p, "epoch_before",
-                        (json_int_t)before->epoch, "epoch",
-                        (json_int_t)after->epoch, "watermark_before",
-                        (json_int_t)before->watermark, "watermark",
-                        (json_int_t)after->watermark));
+        list,
+        json_pack("{sisIsIsIsI}", "partition", (int)p, "epoch_before",
+                  (json_int_t)before->epoch, "epoch", (json_int_t)after->epoch,
+                  "watermark_before", (json_int_t)before->watermark,
+                  "watermark", (json_int_t)after->watermark));
     return;
   }
   printf("topic %s partition %" PRId32 ": watermark %" PRId64 " -> %" PRId64

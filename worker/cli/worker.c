@@ -73,7 +73,8 @@ static const char kl_worker_usage[] =
     "      --pause-on-sigusr1      on SIGUSR1, pause the next batch between\n"
     "                              its handlers and its commit until a newer\n"
     "                              owner has committed the partition (at most\n"
-    "                              60 s): the paused-worker failure, on demand\n\n"
+    "                              60 s): the paused-worker failure, on "
+    "demand\n\n"
     "A partition whose log went backwards (a recreated topic) or lost\n"
     "records to retention before they were applied stops, with an ERROR\n"
     "and /healthz 503; `keylane store reset` starts it again from the log's\n"
@@ -111,8 +112,10 @@ static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
   kl_pause_armed = 0;
   kl_partition_state_t at = {0}, now = {0};
   kl_store_partition(pause->store, topic, partition, &at);
-  KL_LOG_W("worker", "pausing partition=%" PRId32 " epoch=%" PRIu64
-           " between handler and commit", partition, epoch);
+  KL_LOG_W("worker",
+           "pausing partition=%" PRId32 " epoch=%" PRIu64
+           " between handler and commit",
+           partition, epoch);
   struct timespec tick = {0, 100000000};
   for (int i = 0; i < 600; i++) {
     nanosleep(&tick, NULL);
@@ -120,7 +123,8 @@ static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
         now.epoch > epoch && now.watermark > at.watermark)
       break;
   }
-  KL_LOG_W("worker", "resuming partition=%" PRId32 " epoch=%" PRIu64
+  KL_LOG_W("worker",
+           "resuming partition=%" PRId32 " epoch=%" PRIu64
            " after the pause (store epoch is now %" PRIu64 ")",
            partition, epoch, now.epoch);
 }
@@ -130,10 +134,11 @@ static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
  * before any is published, as a crash there would end it. */
 static void kl_exit_after_commit(void *opaque, const char *topic,
                                  int32_t partition, uint64_t epoch) {
-  KL_LOG_W("worker", "exiting after the commit of partition=%" PRId32
-           " epoch=%" PRIu64 " topic=%s, before its follow-ups are "
-           "published (KEYLANE_TEST_EXIT_AFTER_COMMIT)", partition, epoch,
-           topic);
+  KL_LOG_W("worker",
+           "exiting after the commit of partition=%" PRId32 " epoch=%" PRIu64
+           " topic=%s, before its follow-ups are "
+           "published (KEYLANE_TEST_EXIT_AFTER_COMMIT)",
+           partition, epoch, topic);
   _exit(*(const int *)opaque);
 }
 
@@ -210,7 +215,8 @@ static int kl_worker_main(kl_conf_t *conf, const char *topic,
     err = kl_worker_run(worker);
     kl_worker_stats_t st;
     kl_worker_stats(worker, &st);
-    KL_LOG_I("worker", "stopped: applied=%" PRIu64 " duplicates=%" PRIu64
+    KL_LOG_I("worker",
+             "stopped: applied=%" PRIu64 " duplicates=%" PRIu64
              " redelivered=%" PRIu64 " batches=%" PRIu64 " fenced=%" PRIu64,
              st.applied, st.duplicates, st.redelivered, st.batches, st.fenced);
     if (err)
@@ -260,28 +266,24 @@ int kl__cmd_worker(int argc, char **argv) {
   static const struct {
     int opt;
     const char *key;
-  } keyed[] = {{'b', "kafka.bootstrap.servers"},
-               {'g', "worker.group"},
-               {'S', "worker.session.timeout.ms"},
-               {'P', "worker.expect.partitions"},
-               {'B', "worker.batch.max"},
-               {'D', "store.durability"},
-               {'R', "store.dedup.retention"},
-               {'C', "worker.concurrency"},
-               {'I', "worker.retry.initial.ms"},
-               {'M', "worker.retry.max.ms"},
-               {'A', "worker.max.attempts"},
-               {'Q', "worker.dlq.topic"},
-               {'K', "worker.kafka.wait"},
+  } keyed[] = {
+      {'b', "kafka.bootstrap.servers"},   {'g', "worker.group"},
+      {'S', "worker.session.timeout.ms"}, {'P', "worker.expect.partitions"},
+      {'B', "worker.batch.max"},          {'D', "store.durability"},
+      {'R', "store.dedup.retention"},     {'C', "worker.concurrency"},
+      {'I', "worker.retry.initial.ms"},   {'M', "worker.retry.max.ms"},
+      {'A', "worker.max.attempts"},       {'Q', "worker.dlq.topic"},
+      {'K', "worker.kafka.wait"},
 
-               {'W', "worker.misrouted"}};
+      {'W', "worker.misrouted"}};
   kl_conf_t *conf = kl_conf_new();
   const char *topic = NULL, *location = NULL, *handler = NULL;
   kl_worker_opts_t wopts = {NULL, 0, 0};
   int c, rc = -1;
   int64_t timeout_ms = 0;
   optind = 1;
-  while (rc < 0 && (c = getopt_long(argc, argv, "b:t:g:X:h", opts, NULL)) != -1) {
+  while (rc < 0 &&
+         (c = getopt_long(argc, argv, "b:t:g:X:h", opts, NULL)) != -1) {
     size_t i;
     for (i = 0; i < sizeof(keyed) / sizeof(keyed[0]); i++)
       if (keyed[i].opt == c) {
@@ -294,20 +296,38 @@ int kl__cmd_worker(int argc, char **argv) {
     if (i < sizeof(keyed) / sizeof(keyed[0]))
       continue;
     switch (c) {
-    case 't': topic = optarg; break;
-    case 's': location = optarg; break;
-    case 'H': handler = optarg; break;
-    case 'U': wopts.pause_on_usr1 = 1; break;
-    case 'L': wopts.metrics_listen = optarg; break;
+    case 't':
+      topic = optarg;
+      break;
+    case 's':
+      location = optarg;
+      break;
+    case 'H':
+      handler = optarg;
+      break;
+    case 'U':
+      wopts.pause_on_usr1 = 1;
+      break;
+    case 'L':
+      wopts.metrics_listen = optarg;
+      break;
     case 'T':
       if (kl__cli_units(SUB, "--handler-timeout-ms", optarg, KL__UNITS_MS, 1,
                         KL_HANDLER_TIMEOUT_MAX_MS, &timeout_ms))
         rc = KL_EXIT_USAGE;
       wopts.handler_timeout_ms = (int)timeout_ms;
       break;
-    case 'X': if (kl__cli_conf_x(SUB, conf, optarg)) rc = KL_EXIT_USAGE; break;
-    case 'h': fputs(kl_worker_usage, stdout); rc = KL_EXIT_OK; break;
-    default: rc = kl__cli_usage(SUB, "unknown option"); break;
+    case 'X':
+      if (kl__cli_conf_x(SUB, conf, optarg))
+        rc = KL_EXIT_USAGE;
+      break;
+    case 'h':
+      fputs(kl_worker_usage, stdout);
+      rc = KL_EXIT_OK;
+      break;
+    default:
+      rc = kl__cli_usage(SUB, "unknown option");
+      break;
     }
   }
   if (rc < 0) {
