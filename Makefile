@@ -42,6 +42,8 @@ demo: build
 #   3. the fault suite on a real 3-node cluster (-V: it prints its figures);
 #   4. the sanitizer passes (ASan/UBSan, then TSan), then the fuzzer for a
 #      bounded time.
+# Before them all, the format check: every tracked C file as clang-format-14
+# lays it out (tests/format-check.sh; it installs clang-format-14).
 # Every step runs even when an earlier one failed, so one run shows every
 # failure; the last lines say which steps failed, and the exit status is
 # non-zero if any did. Labels are anchored: a test has exactly one. Nothing
@@ -50,6 +52,7 @@ demo: build
 # requires PostgreSQL (KEYLANE_TEST_REQUIRE): a pg test fails without it.
 export KEYLANE_TEST_REQUIRE ?= postgresql
 TEST_STEPS = \
+  "format|$(MAKE) format-check" \
   "suites unit, mock, pg, deploy|cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L '^(unit|mock|pg|deploy)$$'" \
   "kafka suite|cd $(BUILD) && ctest --output-on-failure -L '^kafka$$'" \
   "fault suite|cd $(BUILD) && ctest --output-on-failure -V -L '^fault$$'" \
