@@ -488,27 +488,34 @@ typedef struct kl_pg_beat {
   size_t n;
 } kl_pg_beat_t;
 
-/* "{a,b,...}": the partitions or the epochs of @p b, as an array literal.
- * @returns a malloc()ed string, or NULL. */
-static char *kl_pg_beat_array(const kl_pg_beat_t *b, int epochs) {
-  size_t size = 3 + b->n * 21, len = 1;
+char *kl__pg_array_literal(size_t n, uint64_t (*at)(const void *ctx, size_t i),
+                           const void *ctx) {
+  size_t size = 3 + n * 21, len = 1;
   char *text = malloc(size);
   if (!text)
     return NULL;
   text[0] = '{';
-  for (size_t i = 0; i < b->n; i++)
+  for (size_t i = 0; i < n; i++)
     len += (size_t)snprintf(text + len, size - len, "%s%" PRIu64, i ? "," : "",
-                            epochs ? b->beats[i].epoch
-                                   : (uint64_t)b->beats[i].partition);
+                            at(ctx, i));
   snprintf(text + len, size - len, "}");
   return text;
+}
+
+static uint64_t kl_beat_partition(const void *ctx, size_t i) {
+  return (uint64_t)((const kl_pg_beat_t *)ctx)->beats[i].partition;
+}
+
+static uint64_t kl_beat_epoch(const void *ctx, size_t i) {
+  return ((const kl_pg_beat_t *)ctx)->beats[i].epoch;
 }
 
 /* One statement for every partition; those it returns beat, the others
  * have a newer owner. It only reads keylane_partitions: see migration 3. */
 static kl_err_t kl_pg_beat_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_beat_t *b = ctx;
-  char *parts = kl_pg_beat_array(b, 0), *epochs = kl_pg_beat_array(b, 1);
+  char *parts = kl__pg_array_literal(b->n, kl_beat_partition, b);
+  char *epochs = kl__pg_array_literal(b->n, kl_beat_epoch, b);
   const char *values[3] = {b->topic, parts, epochs};
   PGresult *res =
       parts && epochs

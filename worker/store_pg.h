@@ -77,6 +77,13 @@ extern const kl__store_ops_t kl__pg_ops;
 /** Writes the parameter KL__PG_NOW_MS() takes into @p buf (24 bytes). */
 void kl__pg_clock_param(char *buf, size_t size);
 
+/**
+ * "{a,b,...}": the @p n values at(ctx, 0..n-1) as a PostgreSQL array
+ * literal, for a text parameter. @returns a malloc()ed string, or NULL.
+ */
+char *kl__pg_array_literal(size_t n, uint64_t (*at)(const void *ctx, size_t i),
+                           const void *ctx);
+
 /** How long a caller waits for a pooled connection before KL_ESTORE_BUSY. */
 #define KL__PG_POOL_WAIT_MS 10000
 

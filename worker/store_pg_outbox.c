@@ -116,25 +116,18 @@ typedef struct kl_pg_del {
   size_t n;
 } kl_pg_del_t;
 
-/* "{a,b,...}": the partitions or the seqs of @p d, as an array literal.
- * @returns a malloc()ed string, or NULL. */
-static char *kl_pg_del_array(const kl_pg_del_t *d, int seqs) {
-  size_t size = 3 + d->n * 21, len = 1;
-  char *text = malloc(size);
-  if (!text)
-    return NULL;
-  text[0] = '{';
-  for (size_t i = 0; i < d->n; i++)
-    len += (size_t)snprintf(text + len, size - len, "%s%" PRIu64, i ? "," : "",
-                            seqs ? d->acks[i].seq
-                                 : (uint64_t)d->acks[i].partition);
-  snprintf(text + len, size - len, "}");
-  return text;
+static uint64_t kl_del_partition(const void *ctx, size_t i) {
+  return (uint64_t)((const kl_pg_del_t *)ctx)->acks[i].partition;
+}
+
+static uint64_t kl_del_seq(const void *ctx, size_t i) {
+  return ((const kl_pg_del_t *)ctx)->acks[i].seq;
 }
 
 static kl_err_t kl_pg_del_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_del_t *d = ctx;
-  char *parts = kl_pg_del_array(d, 0), *seqs = kl_pg_del_array(d, 1);
+  char *parts = kl__pg_array_literal(d->n, kl_del_partition, d);
+  char *seqs = kl__pg_array_literal(d->n, kl_del_seq, d);
   kl_err_t err = KL_OK;
   if (!parts || !seqs) {
     err = kl__err(KL_ENOMEM, "postgresql: out of memory");
