@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -59,6 +60,24 @@ static void kl_gw_start(void) {
   pthread_detach(thread);
 }
 
+/* connect(), waiting it out when a signal (libFuzzer's timers) interrupts
+ * it: the connection then goes on in the background. @returns 0 or -1. */
+static int kl_connect(int fd, const struct sockaddr_in *addr) {
+  if (connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0)
+    return 0;
+  if (errno != EINTR)
+    return -1;
+  struct pollfd p = {.fd = fd, .events = POLLOUT};
+  while (poll(&p, 1, 8000) < 0 && errno == EINTR)
+    ;
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+    return -1;
+  errno = err;
+  return err ? -1 : 0;
+}
+
 /* Checks that @p out (@p len bytes) is HTTP/1.1 responses. */
 static void kl_check_responses(const char *out, size_t len) {
   if (len == 0)
@@ -81,7 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct sockaddr_in addr = {.sin_family = AF_INET,
                              .sin_port = htons((uint16_t)kl_port)};
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+  if (kl_connect(fd, &addr) != 0) {
     fprintf(stderr, "connect: %s\n", strerror(errno));
     CHECK(!"the gateway takes connections");
   }
