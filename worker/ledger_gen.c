@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "common/internal.h"
+#include "common/kafka_pos.h"
 #include "worker/ledger.h"
 
 typedef struct kl_gen_event {
@@ -27,6 +28,9 @@ struct kl__ledger_gen {
   unsigned char *touched; /* a key that an event changed */
   int64_t *end;
   uint64_t republished, acked, failed, transfers;
+  /* kl__ledger_gen_read_follow_ups(): follow-up records in the applied
+   * part of the log, and how many distinct ids they carry */
+  uint64_t follow_ups, follow_up_ids;
 };
 
 static uint64_t kl_gen_rand(kl__ledger_gen_t *gen) {
@@ -312,12 +316,15 @@ kl_err_t kl__ledger_gen_verify(const kl__ledger_gen_t *gen, kl_store_t *store,
     v->total_expected += gen->balance[k];
   }
   v->transfers = gen->transfers;
+  v->follow_up_copies = gen->follow_ups - gen->follow_up_ids;
   v->total_ok = !err && v->total == v->total_expected;
-  /* A transfer applies twice: its debit, then its credit (a follow-up). */
+  /* A transfer applies twice: its debit, then its credit (a follow-up).
+   * Duplicates are the re-published events and the outbox's copies. */
   v->ok = !err && v->keys_bad == 0 && v->keys_ok == v->keys && v->total_ok &&
           v->violations == 0 && v->applied == gen->count + gen->transfers &&
-          v->duplicates == gen->republished && gen->failed == 0 &&
-          v->caught_up == (uint64_t)gen->partitions;
+          v->duplicates == gen->republished + v->follow_up_copies &&
+          gen->failed == 0 && v->caught_up == (uint64_t)gen->partitions &&
+          (gen->follow_up_ids == gen->transfers || gen->follow_ups == 0);
   return err;
 }
 
@@ -337,4 +344,91 @@ int kl__ledger_gen_wait(const kl__ledger_gen_t *gen, kl_store_t *store,
     nanosleep(&tick, NULL);
   }
   return -1;
+}
+
+/* ---- the outbox's follow-ups in the log -------------------------------- */
+
+typedef struct kl_gen_ids {
+  kl_decoder_t *decoder;
+  char (*id)[KL_ID_MAX + 1];
+  size_t n, cap;
+  kl_err_t err;
+} kl_gen_ids_t;
+
+/* Keeps the id of a follow-up: ids "<source id>/<n>" (kl_txn_emit()). */
+static int kl_gen_take_id(void *opaque, rd_kafka_message_t *m) {
+  kl_gen_ids_t *ids = opaque;
+  kl_event_t ev;
+  if (kl_event_decode(ids->decoder, m->key, m->key_len, m->payload, m->len,
+                      &ev) != KL_OK ||
+      !memchr(ev.id, '/', ev.id_len))
+    return 0;
+  if (ids->n == ids->cap) {
+    size_t cap = ids->cap ? 2 * ids->cap : 1024;
+    void *grown = realloc(ids->id, cap * sizeof(*ids->id));
+    if (!grown) {
+      ids->err = KL_ENOMEM;
+      return KL__READ_STOP;
+    }
+    ids->id = grown, ids->cap = cap;
+  }
+  snprintf(ids->id[ids->n++], sizeof(*ids->id), "%.*s", (int)ev.id_len, ev.id);
+  return 0;
+}
+
+static int kl_gen_id_cmp(const void *a, const void *b) {
+  return strcmp(a, b);
+}
+
+typedef struct kl_gen_applied {
+  const char *topic;
+  int32_t partitions;
+  kl__tp_range_t *ranges;
+} kl_gen_applied_t;
+
+/* The range a partition's owners applied: [0, watermark). */
+static int kl_gen_applied(void *opaque, const char *topic, int32_t partition,
+                          const kl_partition_state_t *state) {
+  kl_gen_applied_t *a = opaque;
+  if (strcmp(topic, a->topic) == 0 && partition < a->partitions)
+    a->ranges[partition].end = state->watermark;
+  return 0;
+}
+
+kl_err_t kl__ledger_gen_read_follow_ups(kl__ledger_gen_t *gen,
+                                        kl_store_t *store,
+                                        const char *bootstrap,
+                                        const char *topic) {
+  kl__tp_range_t *ranges = calloc((size_t)gen->partitions, sizeof(*ranges));
+  kl_gen_ids_t ids = {kl_decoder_new(), NULL, 0, 0, KL_OK};
+  kl_conf_t *conf = kl_conf_new();
+  rd_kafka_t *rk = NULL;
+  kl_err_t err = ranges && ids.decoder && conf ? KL_OK : KL_ENOMEM;
+  kl_gen_applied_t applied = {topic, gen->partitions, ranges};
+  for (int32_t p = 0; ranges && p < gen->partitions; p++)
+    ranges[p].partition = p;
+  if (!err)
+    err = kl_store_foreach_partition(store, kl_gen_applied, &applied);
+  if (!err)
+    err = kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0);
+  if (!err)
+    err = kl__kafka_reader_new(conf, "keylane-ledger-verify", "earliest", &rk);
+  if (!err)
+    err = kl__kafka_read(rk, topic, ranges, (size_t)gen->partitions,
+                         kl_gen_take_id, &ids, NULL);
+  err = err ? err : ids.err;
+  if (!err) {
+    qsort(ids.id, ids.n, sizeof(*ids.id), kl_gen_id_cmp);
+    gen->follow_ups = ids.n;
+    gen->follow_up_ids = 0;
+    for (size_t i = 0; i < ids.n; i++)
+      gen->follow_up_ids += i == 0 || strcmp(ids.id[i - 1], ids.id[i]) != 0;
+  }
+  if (rk)
+    rd_kafka_destroy(rk);
+  kl_conf_destroy(conf);
+  kl_decoder_destroy(ids.decoder);
+  free(ids.id);
+  free(ranges);
+  return err;
 }

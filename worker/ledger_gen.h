@@ -18,19 +18,21 @@
 typedef struct kl__ledger_gen kl__ledger_gen_t;
 
 typedef struct kl__ledger_verdict {
-  uint64_t keys;          /* keys that were published to */
-  uint64_t keys_ok;       /* stored balance and last seq as published */
-  uint64_t keys_bad;      /* wrong balance, wrong seq, or an unknown key */
-  uint64_t violations;    /* order violations the handler counted */
-  uint64_t applied;       /* sum of the partitions' applied counters */
-  uint64_t duplicates;    /* sum of their duplicate counters */
-  uint64_t caught_up;     /* partitions whose watermark reached the end */
-  uint64_t transfers;     /* transfers published (each emits a credit) */
-  int64_t total;          /* the sum of the stored balances */
-  int64_t total_expected; /* credits less debits published: transfers
-                             move money, they never make or lose any */
-  int total_ok;           /* total == total_expected: money is conserved */
-  int ok;                 /* all of the above as published */
+  uint64_t keys;             /* keys that were published to */
+  uint64_t keys_ok;          /* stored balance and last seq as published */
+  uint64_t keys_bad;         /* wrong balance, wrong seq, or an unknown key */
+  uint64_t violations;       /* order violations the handler counted */
+  uint64_t applied;          /* sum of the partitions' applied counters */
+  uint64_t duplicates;       /* sum of their duplicate counters */
+  uint64_t caught_up;        /* partitions whose watermark reached the end */
+  uint64_t transfers;        /* transfers published (each emits a credit) */
+  uint64_t follow_up_copies; /* follow-ups the outbox published more than
+                                once (kl__ledger_gen_read_follow_ups()) */
+  int64_t total;             /* the sum of the stored balances */
+  int64_t total_expected;    /* credits less debits published: transfers
+                                move money, they never make or lose any */
+  int total_ok;              /* total == total_expected: money is conserved */
+  int ok;                    /* all of the above as published */
 } kl__ledger_verdict_t;
 
 /* Publishes one ledger event: @p type ("credit" or "debit") of @p key
@@ -79,6 +81,20 @@ uint64_t kl__ledger_gen_failed(const kl__ledger_gen_t *gen);
 
 /** Offset after the last acknowledged event of @p partition. */
 int64_t kl__ledger_gen_end(const kl__ledger_gen_t *gen, int32_t partition);
+
+/**
+ * Reads the part of @p topic that @p store applied ([0, watermark) of each
+ * partition, through @p bootstrap) and counts the transfers' credits
+ * there: an outbox publishes a follow-up again when its worker died
+ * between Kafka's acknowledgement and the follow-up's removal, and the
+ * next owner skips the copy as a duplicate. kl__ledger_gen_verify() then
+ * expects those copies among the duplicates, and one distinct credit per
+ * transfer. Without this call it expects no copy.
+ */
+kl_err_t kl__ledger_gen_read_follow_ups(kl__ledger_gen_t *gen,
+                                        kl_store_t *store,
+                                        const char *bootstrap,
+                                        const char *topic);
 
 /**
  * Compares @p store (topic @p topic) with what was published; fills

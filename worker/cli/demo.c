@@ -194,6 +194,10 @@ static uint64_t kl_demo_count_lines(const kl_demo_t *demo, const char *needle) {
 static int kl_demo_report(kl_demo_t *demo, kl_store_t *store, int json,
                           int clean_exits) {
   kl__ledger_verdict_t v;
+  if (kl__ledger_gen_read_follow_ups(demo->gen, store, demo->bootstrap,
+                                     KL_DEMO_TOPIC))
+    return kl__cli_fail(SUB, "cannot read the transfers' credits: %s",
+                        kl_err_detail());
   if (kl__ledger_gen_verify(demo->gen, store, KL_DEMO_TOPIC, &v))
     return kl__cli_fail(SUB, "cannot read the store: %s", kl_err_detail());
   uint64_t fenced = kl_demo_count_lines(demo, "fenced partition=");
