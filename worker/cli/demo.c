@@ -208,16 +208,16 @@ static int kl_demo_report(kl_demo_t *demo, kl_store_t *store, int json,
   int ok = v.ok && fenced > 0 && clean_exits == KL_DEMO_WORKERS;
   if (json) {
     json_t *o = json_pack(
-        "{sIsIsIsIsIsIsIsbsIsIsfsbsssIsbsIsI}", "published",
+        "{sIsIsIsIsIsIsIsIsbsIsIsfsbsssIsbsIsI}", "published",
         (json_int_t)published, "duplicates_injected", (json_int_t)dups,
         "acknowledged", (json_int_t)acked, "applied", (json_int_t)v.applied,
-        "duplicates_suppressed", (json_int_t)v.duplicates, "fenced_batches",
-        (json_int_t)fenced, "order_violations", (json_int_t)v.violations,
-        "balances_ok", balances_ok, "keys", (json_int_t)v.keys,
-        "workers_killed", (json_int_t)1, "elapsed_s", demo->elapsed_s, "ok", ok,
-        "dir", demo->dir, "transfers", (json_int_t)v.transfers, "total_ok",
-        v.total_ok, "total", (json_int_t)v.total, "total_expected",
-        (json_int_t)v.total_expected);
+        "duplicates_suppressed", (json_int_t)v.duplicates, "outbox_copies",
+        (json_int_t)v.follow_up_copies, "fenced_batches", (json_int_t)fenced,
+        "order_violations", (json_int_t)v.violations, "balances_ok",
+        balances_ok, "keys", (json_int_t)v.keys, "workers_killed",
+        (json_int_t)1, "elapsed_s", demo->elapsed_s, "ok", ok, "dir", demo->dir,
+        "transfers", (json_int_t)v.transfers, "total_ok", v.total_ok, "total",
+        (json_int_t)v.total, "total_expected", (json_int_t)v.total_expected);
     json_dumpf(o, stdout, JSON_COMPACT);
     putchar('\n');
     json_decref(o);
@@ -227,8 +227,10 @@ static int kl_demo_report(kl_demo_t *demo, kl_store_t *store, int json,
          " re-published with the same idempotency key; %" PRIu64
          " acknowledged by Kafka\n",
          published, v.keys, dups, acked);
-  printf("applied %" PRIu64 " (each once), suppressed %" PRIu64 " duplicates\n",
-         v.applied, v.duplicates);
+  printf("applied %" PRIu64 " (each once), suppressed %" PRIu64
+         " duplicates (%" PRIu64 " of them credits an outbox published again "
+         "after the kill)\n",
+         v.applied, v.duplicates, v.follow_up_copies);
   printf("the paused worker woke up late and was fenced: %" PRIu64
          " batch(es) rejected by the epoch check\n",
          fenced);
