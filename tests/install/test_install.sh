@@ -11,15 +11,7 @@ src=$(CDPATH='' cd -- "$here/../.." && pwd)
 tmp=$(mktemp -d /tmp/keylane-install-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 passed=0 failed=0
-check() { # NAME PROGRAM
-  out=$("$2" 2>&1) || true
-  if [ "$out" = "KL_EFENCED ok" ]; then
-    passed=$((passed + 1))
-  else
-    echo "FAILED: the $1 build printed: $out" >&2
-    failed=$((failed + 1))
-  fi
-}
+. "$here/check.sh"
 
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 lib=$(ls -d "$tmp"/prefix/lib*/ | head -n1)
