@@ -74,6 +74,35 @@ typedef struct kl__store_ops {
                          const kl__outbox_ack_t *acks, size_t n);
 } kl__store_ops_t;
 
+/*
+ * Declares backend @p b's txn and outbox operations for its ops table:
+ * kl__<b>_begin, _commit, _commit_many, _abort, _get, _put, _del, _seen,
+ * _mark, _count_duplicate, _outbox_list and _outbox_del, with the
+ * signatures of the ops above. Written once, so that the backends cannot
+ * drift apart; each defines them in its own files.
+ */
+#define KL__STORE_BACKEND_DECLARE(b)                                           \
+  kl_err_t kl__##b##_begin(kl_store_t *store, const char *topic,               \
+                           int32_t partition, uint64_t epoch, kl_txn_t **txn); \
+  kl_err_t kl__##b##_commit(kl_txn_t *txn, int64_t watermark);                 \
+  void kl__##b##_commit_many(kl__store_commit_t *commits, size_t n);           \
+  void kl__##b##_abort(kl_txn_t *txn);                                         \
+  kl_err_t kl__##b##_get(kl_txn_t *txn, const void *key, size_t key_len,       \
+                         const void **val, size_t *val_len);                   \
+  kl_err_t kl__##b##_put(kl_txn_t *txn, const void *key, size_t key_len,       \
+                         const void *val, size_t val_len);                     \
+  kl_err_t kl__##b##_del(kl_txn_t *txn, const void *key, size_t key_len);      \
+  kl_err_t kl__##b##_seen(kl_txn_t *txn, const char *id, size_t id_len,        \
+                          kl_mark_t *mark);                                    \
+  kl_err_t kl__##b##_mark(kl_txn_t *txn, const char *id, size_t id_len,        \
+                          kl_mark_t mark);                                     \
+  void kl__##b##_count_duplicate(kl_txn_t *txn);                               \
+  kl_err_t kl__##b##_outbox_list(                                              \
+      kl_store_t *store, const char *topic, int32_t partition, uint64_t after, \
+      size_t max, kl__outbox_cb_t *cb, void *opaque);                          \
+  kl_err_t kl__##b##_outbox_del(kl_store_t *store, const char *topic,          \
+                                const kl__outbox_ack_t *acks, size_t n)
+
 struct kl_store {
   const kl__store_ops_t *ops;
 };

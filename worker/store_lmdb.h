@@ -143,31 +143,13 @@ int kl__lmdb_topic_no(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
  */
 kl_err_t kl__lmdb_migrate_ids(kl__lmdb_t *lmdb);
 
-/* The txn operations of store_lmdb_txn.c, for the ops table. */
-kl_err_t kl__lmdb_begin(kl_store_t *store, const char *topic, int32_t partition,
-                        uint64_t epoch, kl_txn_t **txn);
-kl_err_t kl__lmdb_commit(kl_txn_t *txn, int64_t watermark);
-void kl__lmdb_commit_many(kl__store_commit_t *commits, size_t n);
-void kl__lmdb_abort(kl_txn_t *txn);
-kl_err_t kl__lmdb_get(kl_txn_t *txn, const void *key, size_t key_len,
-                      const void **val, size_t *val_len);
-kl_err_t kl__lmdb_put(kl_txn_t *txn, const void *key, size_t key_len,
-                      const void *val, size_t val_len);
-kl_err_t kl__lmdb_del(kl_txn_t *txn, const void *key, size_t key_len);
-kl_err_t kl__lmdb_seen(kl_txn_t *txn, const char *id, size_t id_len,
-                       kl_mark_t *mark);
-kl_err_t kl__lmdb_mark(kl_txn_t *txn, const char *id, size_t id_len,
-                       kl_mark_t mark);
-void kl__lmdb_count_duplicate(kl_txn_t *txn);
+/* The txn operations of store_lmdb_txn.c and the outbox's list and
+ * remove of store_lmdb_outbox.c, for the ops table. */
+KL__STORE_BACKEND_DECLARE(lmdb);
 
 /* The outbox of store_lmdb_outbox.c: writes @p emits under the next seqs
- * in a commit's write transaction (an LMDB rc), lists and removes. */
+ * in a commit's write transaction (an LMDB rc). */
 int kl__lmdb_outbox_write(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
                           int32_t partition, const kl__emits_t *emits);
-kl_err_t kl__lmdb_outbox_list(kl_store_t *store, const char *topic,
-                              int32_t partition, uint64_t after, size_t max,
-                              kl__outbox_cb_t *cb, void *opaque);
-kl_err_t kl__lmdb_outbox_del(kl_store_t *store, const char *topic,
-                             const kl__outbox_ack_t *acks, size_t n);
 
 #endif

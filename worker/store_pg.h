@@ -187,22 +187,9 @@ kl_err_t kl__pg_migrate(PGconn *pg, int *from, int *to);
  */
 kl_err_t kl__store_pg_migrate(const char *uri, int *from, int *to);
 
-/* The txn operations of store_pg_txn.c, for the ops table. */
-kl_err_t kl__pg_begin(kl_store_t *store, const char *topic, int32_t partition,
-                      uint64_t epoch, kl_txn_t **txn);
-kl_err_t kl__pg_commit(kl_txn_t *txn, int64_t watermark);
-void kl__pg_commit_many(kl__store_commit_t *commits, size_t n);
-void kl__pg_abort(kl_txn_t *txn);
-kl_err_t kl__pg_get(kl_txn_t *txn, const void *key, size_t key_len,
-                    const void **val, size_t *val_len);
-kl_err_t kl__pg_put(kl_txn_t *txn, const void *key, size_t key_len,
-                    const void *val, size_t val_len);
-kl_err_t kl__pg_del(kl_txn_t *txn, const void *key, size_t key_len);
-kl_err_t kl__pg_seen(kl_txn_t *txn, const char *id, size_t id_len,
-                     kl_mark_t *mark);
-kl_err_t kl__pg_mark(kl_txn_t *txn, const char *id, size_t id_len,
-                     kl_mark_t mark);
-void kl__pg_count_duplicate(kl_txn_t *txn);
+/* The txn operations of store_pg_txn.c and the outbox's list and remove
+ * of store_pg_outbox.c, for the ops table. */
+KL__STORE_BACKEND_DECLARE(pg);
 void *kl__pg_conn(kl_txn_t *txn);
 kl_err_t kl__pg_prefetch(kl_txn_t *txn, const char *const *ids,
                          const size_t *id_lens, size_t n);
@@ -214,15 +201,9 @@ kl_err_t kl__pg_call(kl__pg_t *pgs, kl_err_t (*fn)(kl__pg_conn_t *, void *),
 
 /* The outbox of store_pg_outbox.c: fills @p call, a statement of a
  * commit's pipeline after its fence, with the insert of @p emits (its
- * parameters in *params, which the caller frees after the pipeline); lists
- * and removes on pooled connections. */
+ * parameters in *params, which the caller frees after the pipeline). */
 kl_err_t kl__pg_outbox_add(kl__pg_call_t *call, char **params,
                            const char *topic, int32_t partition,
                            const kl__emits_t *emits);
-kl_err_t kl__pg_outbox_list(kl_store_t *store, const char *topic,
-                            int32_t partition, uint64_t after, size_t max,
-                            kl__outbox_cb_t *cb, void *opaque);
-kl_err_t kl__pg_outbox_del(kl_store_t *store, const char *topic,
-                           const kl__outbox_ack_t *acks, size_t n);
 
 #endif
