@@ -1,5 +1,6 @@
 #include "common/cli/cli.h"
 
+#include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -94,6 +95,34 @@ int kl__cli_store_existing(const char *sub, const char *location,
     return kl__cli_fail(sub, "cannot open the store %s: %s", location,
                         kl_err_detail());
   return KL_EXIT_OK;
+}
+
+int kl__cli_store_opts(const char *sub, int argc, char **argv,
+                       const char *usage, const char **location, int *json) {
+  struct option opts[] = {{"store", required_argument, NULL, 's'},
+                          {"help", no_argument, NULL, 'h'},
+                          {"json", no_argument, NULL, 'j'},
+                          {NULL, 0, NULL, 0}};
+  if (!json)
+    opts[2] = opts[3]; /* no --json: getopt calls it unknown */
+  int c;
+  *location = NULL;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    if (c == 's') {
+      *location = optarg;
+    } else if (c == 'j') {
+      *json = 1;
+    } else if (c == 'h') {
+      fputs(usage, stdout);
+      return KL_EXIT_OK;
+    } else {
+      return kl__cli_usage(sub, "unknown option");
+    }
+  }
+  if (!*location || !**location)
+    return kl__cli_usage(sub, "--store STORE is required");
+  return -1;
 }
 
 static void kl_cli_signal(int sig) {

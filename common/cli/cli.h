@@ -62,6 +62,16 @@ int kl__cli_units(const char *sub, const char *flag, const char *arg,
 int kl__cli_store_existing(const char *sub, const char *location,
                            kl_store_t **store);
 
+/* Parses the options of a command whose only ones are --store STORE
+ * (required, into *location), --json (when @p json is not NULL: sets
+ * *json) and -h/--help (prints @p usage). Leaves optind at the first
+ * argument that is not an option.
+ * @returns -1 to go on; otherwise the exit code: KL_EXIT_OK after the
+ *          help, KL_EXIT_USAGE (printed) for an unknown option or a
+ *          missing --store. */
+int kl__cli_store_opts(const char *sub, int argc, char **argv,
+                       const char *usage, const char **location, int *json);
+
 /* Installs SIGINT/SIGTERM handlers that set the flag kl__cli_stop. */
 void kl__cli_on_signals(void);
 extern volatile int kl__cli_stop;

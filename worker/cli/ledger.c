@@ -1,5 +1,4 @@
 /* keylane ledger: the ledger handler's balances, from one store snapshot. */
-#include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -108,34 +107,16 @@ int kl__ledger_print(kl_store_t *store, int json) {
 }
 
 int kl__cmd_ledger(int argc, char **argv) {
-  static const struct option opts[] = {{"store", required_argument, NULL, 's'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {NULL, 0, NULL, 0}};
-  const char *location = NULL;
-  int json = 0, c;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (c) {
-    case 's':
-      location = optarg;
-      break;
-    case 'j':
-      json = 1;
-      break;
-    case 'h':
-      fputs(kl_ledger_usage, stdout);
-      return KL_EXIT_OK;
-    default:
-      return kl__cli_usage(SUB, "unknown option");
-    }
-  }
-  if (!location)
-    return kl__cli_usage(SUB, "--store STORE is required");
+  const char *location;
+  int json = 0;
+  int rc =
+      kl__cli_store_opts(SUB, argc, argv, kl_ledger_usage, &location, &json);
+  if (rc >= 0)
+    return rc;
   kl_store_t *store;
   if (kl__cli_store_existing(SUB, location, &store))
     return KL_EXIT_FAIL;
-  int rc = kl__ledger_print(store, json);
+  rc = kl__ledger_print(store, json);
   kl_store_destroy(store);
   return rc;
 }

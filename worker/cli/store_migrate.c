@@ -56,28 +56,13 @@ static int kl_migrate_pg(const char *uri) {
 }
 
 int kl__cmd_store_migrate(int argc, char **argv) {
-  static const struct option opts[] = {{"store", required_argument, NULL, 's'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {NULL, 0, NULL, 0}};
-  const char *location = NULL;
-  int c;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (c) {
-    case 's':
-      location = optarg;
-      break;
-    case 'h':
-      fputs(kl_migrate_usage, stdout);
-      return KL_EXIT_OK;
-    default:
-      return kl__cli_usage(SUB, "unknown option");
-    }
-  }
+  const char *location;
+  int rc =
+      kl__cli_store_opts(SUB, argc, argv, kl_migrate_usage, &location, NULL);
+  if (rc >= 0)
+    return rc;
   if (optind < argc)
     return kl__cli_usage(SUB, "unexpected argument \"%s\"", argv[optind]);
-  if (!location || !*location)
-    return kl__cli_usage(SUB, "--store STORE is required");
   if (strncmp(location, "postgresql://", 13) == 0 ||
       strncmp(location, "postgres://", 11) == 0)
     return kl_migrate_pg(location);
