@@ -46,15 +46,25 @@ int kl__ledger_decode(const void *val, size_t len, kl_ledger_entry_t *entry) {
   return 0;
 }
 
-/* A ledger event's payload: "amount" always, "seq" for a debit and a
- * transfer (optional for a credit), "to" for a transfer, "from" in the
- * credit a transfer emits. */
-typedef struct kl_ledger_args {
-  int64_t amount, seq;
-  int has_amount, has_seq;
-  const char *to;
-  size_t to_len;
-} kl_ledger_args_t;
+void kl__ledger_encode(msgpack_sbuffer *sb, const kl_ledger_args_t *a) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 1 + !!a->to + !!a->has_seq + !!a->from);
+  if (a->to) {
+    msgpack_pack_str_with_body(&pk, "to", 2);
+    msgpack_pack_str_with_body(&pk, a->to, a->to_len);
+  }
+  msgpack_pack_str_with_body(&pk, "amount", 6);
+  msgpack_pack_int64(&pk, a->amount);
+  if (a->has_seq) {
+    msgpack_pack_str_with_body(&pk, "seq", 3);
+    msgpack_pack_int64(&pk, a->seq);
+  }
+  if (a->from) {
+    msgpack_pack_str_with_body(&pk, "from", 4);
+    msgpack_pack_str_with_body(&pk, a->from, a->from_len);
+  }
+}
 
 static int kl_key_is(const msgpack_object *k, const char *name) {
   size_t n = strlen(name);
@@ -185,15 +195,11 @@ static kl_handler_result_t kl_ledger_emit_credit(kl_txn_t *txn,
                                                  const kl_ledger_args_t *a,
                                                  char *errbuf,
                                                  size_t errbuf_size) {
+  kl_ledger_args_t credit = {
+      .amount = a->amount, .from = event->key, .from_len = event->key_len};
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 2);
-  msgpack_pack_str_with_body(&pk, "amount", 6);
-  msgpack_pack_int64(&pk, a->amount);
-  msgpack_pack_str_with_body(&pk, "from", 4);
-  msgpack_pack_str_with_body(&pk, event->key, event->key_len);
+  kl__ledger_encode(&sb, &credit);
   kl_err_t err =
       kl_txn_emit(txn, NULL, a->to, a->to_len, "credit", sb.data, sb.size);
   msgpack_sbuffer_destroy(&sb);

@@ -73,19 +73,14 @@ static int kl_gen_key(char *buf, size_t size, uint32_t key) {
   return snprintf(buf, size, "acct-%04" PRIu32, key);
 }
 
-kl_err_t kl__ledger_send(kl_producer_t *producer, const char *topic,
-                         const char *key, size_t key_len, const char *id,
-                         const char *type, int64_t amount, int64_t seq,
-                         void *opaque) {
+/* Publishes the event @p type of @p key with the payload @p a. */
+static kl_err_t kl_ledger_publish(kl_producer_t *producer, const char *topic,
+                                  const char *key, size_t key_len,
+                                  const char *id, const char *type,
+                                  const kl_ledger_args_t *a, void *opaque) {
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 2);
-  msgpack_pack_str_with_body(&pk, "amount", 6);
-  msgpack_pack_int64(&pk, amount);
-  msgpack_pack_str_with_body(&pk, "seq", 3);
-  msgpack_pack_int64(&pk, seq);
+  kl__ledger_encode(&sb, a);
   kl_event_t ev = {.key = key,
                    .key_len = key_len,
                    .id = id,
@@ -99,32 +94,25 @@ kl_err_t kl__ledger_send(kl_producer_t *producer, const char *topic,
   return err;
 }
 
+kl_err_t kl__ledger_send(kl_producer_t *producer, const char *topic,
+                         const char *key, size_t key_len, const char *id,
+                         const char *type, int64_t amount, int64_t seq,
+                         void *opaque) {
+  kl_ledger_args_t a = {.amount = amount, .seq = seq, .has_seq = 1};
+  return kl_ledger_publish(producer, topic, key, key_len, id, type, &a, opaque);
+}
+
 kl_err_t kl__ledger_send_transfer(kl_producer_t *producer, const char *topic,
                                   const char *from, const char *to,
                                   const char *id, int64_t amount, int64_t seq,
                                   void *opaque) {
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 3);
-  msgpack_pack_str_with_body(&pk, "to", 2);
-  msgpack_pack_str_with_body(&pk, to, strlen(to));
-  msgpack_pack_str_with_body(&pk, "amount", 6);
-  msgpack_pack_int64(&pk, amount);
-  msgpack_pack_str_with_body(&pk, "seq", 3);
-  msgpack_pack_int64(&pk, seq);
-  kl_event_t ev = {.key = from,
-                   .key_len = strlen(from),
-                   .id = id,
-                   .id_len = id ? strlen(id) : 0,
-                   .type = "transfer",
-                   .type_len = 8,
-                   .payload = sb.data,
-                   .payload_len = sb.size};
-  kl_err_t err = kl_publish(producer, topic, &ev, opaque);
-  msgpack_sbuffer_destroy(&sb);
-  return err;
+  kl_ledger_args_t a = {.amount = amount,
+                        .seq = seq,
+                        .has_seq = 1,
+                        .to = to,
+                        .to_len = strlen(to)};
+  return kl_ledger_publish(producer, topic, from, strlen(from), id, "transfer",
+                           &a, opaque);
 }
 
 static kl_err_t kl_gen_send(kl_producer_t *producer, const char *topic,

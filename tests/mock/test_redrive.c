@@ -18,12 +18,12 @@
 #include <cmocka.h>
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
-#include <msgpack.h>
 
 #include "common/internal.h"
 #include "support/pg_group.h"
 #include "support/support.h"
 #include "worker/ledger.h"
+#include "worker/ledger_gen.h"
 #include "worker/redrive.h"
 #include "worker/store_internal.h"
 
@@ -41,23 +41,9 @@ typedef struct kl_fx {
 
 static void kl_send(kl_producer_t *producer, const char *key, const char *type,
                     int64_t amount, int64_t seq) {
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 2);
-  msgpack_pack_str_with_body(&pk, "amount", 6);
-  msgpack_pack_int64(&pk, amount);
-  msgpack_pack_str_with_body(&pk, "seq", 3);
-  msgpack_pack_int64(&pk, seq);
-  kl_event_t ev = {.key = key,
-                   .key_len = strlen(key),
-                   .type = type,
-                   .type_len = strlen(type),
-                   .payload = sb.data,
-                   .payload_len = sb.size};
-  assert_int_equal(kl_publish(producer, "rd", &ev, NULL), KL_OK);
-  msgpack_sbuffer_destroy(&sb);
+  assert_int_equal(kl__ledger_send(producer, "rd", key, strlen(key), NULL, type,
+                                   amount, seq, NULL),
+                   KL_OK);
 }
 
 /* Whether the store applied both partitions to their high watermarks. */
