@@ -70,10 +70,16 @@ group_lag_zero() { # BOOTSTRAP GROUP
   [ "$lag" = 0 ]
 }
 
+# start_nodes N DIR NAME: starts N nodes in DIR (timed as NAME) and sets
+# the caller's b to their bootstrap string.
+start_nodes() {
+  timed "$3" "$K" start --nodes "$1" --dir "$2" --base-port "$PORT" || return
+  b=$(tail -n 1 "$WORK/last.out")
+}
+
 one_node() {
   local b
-  timed "start 1 node" "$K" start --nodes 1 --dir "$D1" --base-port "$PORT" || return
-  b=$(tail -n 1 "$WORK/last.out")
+  start_nodes 1 "$D1" "start 1 node" || return
   check "bootstrap string is 127.0.0.1:$PORT" [ "$b" = "127.0.0.1:$PORT" ]
   timed "topic create t6 --partitions 6" "$K" topic create t6 --partitions 6 --dir "$D1"
   check "t6 has 6 partitions" bash -c "'$K' topic describe t6 --dir '$D1' | grep -c 'Partition: ' | grep -qx 6"
@@ -140,8 +146,7 @@ wait_isr() { # TOPIC N SECONDS
 
 three_nodes() {
   local b
-  timed "start 3 nodes" "$K" start --nodes 3 --dir "$D3" --base-port "$PORT" || return
-  b=$(tail -n 1 "$WORK/last.out")
+  start_nodes 3 "$D3" "start 3 nodes" || return
   check "bootstrap lists 3 brokers" [ "$b" = "127.0.0.1:$PORT,127.0.0.1:$((PORT + 1)),127.0.0.1:$((PORT + 2))" ]
   timed "topic create f3 --partitions 6 (RF 3 default)" "$K" topic create f3 --partitions 6 --dir "$D3"
   check "f3: every partition has 3 in-sync replicas" wait_isr f3 3 30
