@@ -40,6 +40,22 @@ static void kl_check_say(kl__check_t *out, kl__check_status_t status,
   va_end(ap);
 }
 
+/* kl_check_say() about a topic: "ROLE TOPIC " and then @p fmt. */
+static void kl_topic_say(kl__check_t *out, kl__check_status_t status,
+                         const char *role, const char *topic, const char *fmt,
+                         ...) KL__PRINTF(5, 6);
+static void kl_topic_say(kl__check_t *out, kl__check_status_t status,
+                         const char *role, const char *topic, const char *fmt,
+                         ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  out->status = status;
+  int n = snprintf(out->msg, sizeof(out->msg), "%s %s ", role, topic);
+  if (n >= 0 && (size_t)n < sizeof(out->msg))
+    vsnprintf(out->msg + n, sizeof(out->msg) - (size_t)n, fmt, ap);
+  va_end(ap);
+}
+
 /* ---- retention ---------------------------------------------------------- */
 
 void kl__check_retention_judge(const char *role, const char *topic,
@@ -49,29 +65,29 @@ void kl__check_retention_judge(const char *role, const char *topic,
   kl__duration_format(retention_ms, keep, sizeof(keep));
   kl__duration_format(dedup_ms, dedup, sizeof(dedup));
   if (retention_ms < 0)
-    kl_check_say(out, KL__CHECK_FAIL,
-                 "%s %s keeps records forever (%s) but "
+    kl_topic_say(out, KL__CHECK_FAIL, role, topic,
+                 "keeps records forever (%s) but "
                  "store.dedup.retention is %s: an event read again after "
                  "its id was swept (a replay, a redrive, a re-published "
                  "event) is applied twice; give the %s "
                  "a finite retention.ms of at most %" PRId64 " (%s), or set "
                  "worker.retention.check=warn to run anyway",
-                 role, topic, source, dedup, role, dedup_ms, dedup);
+                 source, dedup, role, dedup_ms, dedup);
   else if (dedup_ms < retention_ms)
-    kl_check_say(out, KL__CHECK_FAIL,
-                 "%s %s keeps records for %s (%s) but "
+    kl_topic_say(out, KL__CHECK_FAIL, role, topic,
+                 "keeps records for %s (%s) but "
                  "store.dedup.retention is %s: an id swept while its event "
                  "can still be redelivered or re-published is applied "
                  "twice; set store.dedup.retention "
                  "(--dedup-retention) to at least %s, or lower the %s's "
                  "retention.ms to at most %" PRId64 ", or set "
                  "worker.retention.check=warn to run anyway",
-                 role, topic, keep, source, dedup, keep, role, dedup_ms);
+                 keep, source, dedup, keep, role, dedup_ms);
   else
-    kl_check_say(out, KL__CHECK_OK,
-                 "%s %s keeps records for %s (%s), within "
+    kl_topic_say(out, KL__CHECK_OK, role, topic,
+                 "keeps records for %s (%s), within "
                  "store.dedup.retention %s",
-                 role, topic, keep, source, dedup);
+                 keep, source, dedup);
 }
 
 static kl__topic_config_fn *_Atomic kl_config_hook;
@@ -146,6 +162,24 @@ void kl__check_retention(rd_kafka_t *rk, const char *role, const char *topic,
 
 /* ---- replication -------------------------------------------------------- */
 
+/* The WARN of a topic where an acks=all publish may rest on one broker:
+ * one replica, or min.insync.replicas below 2; @p how says the fix. */
+static void kl_one_broker(const char *role, const char *topic, int rf,
+                          int min_isr, const char *how, kl__check_t *out) {
+  char why[128];
+  if (rf < 2)
+    snprintf(why, sizeof(why), "replication factor %d:", rf);
+  else
+    snprintf(why, sizeof(why),
+             "min.insync.replicas=%d: acks=all then waits for the leader "
+             "alone, so",
+             min_isr);
+  kl_topic_say(out, KL__CHECK_WARN, role, topic,
+               "has %s an acknowledged event lives on one broker and is lost "
+               "with it; %s",
+               why, how);
+}
+
 void kl__check_replication_judge(const char *role, const char *topic, int rf,
                                  int min_isr, const char *unknown,
                                  kl__check_t *out) {
@@ -156,34 +190,25 @@ void kl__check_replication_judge(const char *role, const char *topic, int rf,
   char how[300];
   snprintf(how, sizeof(how), fix, topic);
   if (min_isr > rf)
-    kl_check_say(out, KL__CHECK_FAIL,
-                 "%s %s has min.insync.replicas=%d but only %d replicas: "
+    kl_topic_say(out, KL__CHECK_FAIL, role, topic,
+                 "has min.insync.replicas=%d but only %d replicas: "
                  "every acks=all publish is refused (NOT_ENOUGH_REPLICAS); "
                  "lower min.insync.replicas to at most %d, or add replicas",
-                 role, topic, min_isr, rf, rf);
-  else if (rf < 2)
-    kl_check_say(out, KL__CHECK_WARN,
-                 "%s %s has replication factor %d: an acknowledged event "
-                 "lives on one broker and is lost with it; %s",
-                 role, topic, rf, how);
+                 min_isr, rf, rf);
+  else if (rf < 2 || (min_isr >= 0 && min_isr < 2))
+    kl_one_broker(role, topic, rf, min_isr, how, out);
   else if (min_isr < 0)
-    kl_check_say(out, KL__CHECK_WARN,
-                 "%s %s has replication factor %d; cannot tell its "
+    kl_topic_say(out, KL__CHECK_WARN, role, topic,
+                 "has replication factor %d; cannot tell its "
                  "min.insync.replicas (%s): acks=all is durable only when "
                  "it is at least 2; check it with kafka-configs.sh "
                  "--describe --entity-type topics --entity-name %s",
-                 role, topic, rf, unknown, topic);
-  else if (min_isr < 2)
-    kl_check_say(out, KL__CHECK_WARN,
-                 "%s %s has min.insync.replicas=%d: acks=all then waits for "
-                 "the leader alone, so an acknowledged event can live on one "
-                 "broker and be lost with it; %s",
-                 role, topic, min_isr, how);
+                 rf, unknown, topic);
   else
-    kl_check_say(out, KL__CHECK_OK,
-                 "%s %s has replication factor %d and min.insync.replicas=%d: "
+    kl_topic_say(out, KL__CHECK_OK, role, topic,
+                 "has replication factor %d and min.insync.replicas=%d: "
                  "an acknowledged event is on at least %d brokers",
-                 role, topic, rf, min_isr, min_isr);
+                 rf, min_isr, min_isr);
 }
 
 /* The fewest replicas of any partition of @p topic; -1 (kl_err_detail()
