@@ -72,6 +72,31 @@ kl_err_t kl__pg_outbox_add(kl__pg_call_t *call, char **params,
   return KL_OK;
 }
 
+static const char kl_list_sql[] =
+    "SELECT seq::text AS s, rec FROM keylane_outbox WHERE topic = $1::text "
+    "AND partition = $2::int4 AND seq > $3::int8 ORDER BY seq LIMIT $4::int8";
+
+static const char kl_del_sql[] =
+    "DELETE FROM keylane_outbox o USING unnest($2::int4[], $3::int8[]) AS "
+    "a(partition, seq) WHERE o.topic = $1::text AND o.partition = "
+    "a.partition AND o.seq = a.seq";
+
+/* Runs @p sql with its @p n text parameters on @p conn, with a binary
+ * result when @p binary. @returns the result (the caller PQclear()s it)
+ * and *err KL_OK, or NULL and *err a kl__pg_err() that names @p what. */
+static PGresult *kl_outbox_query(kl__pg_conn_t *conn, const char *sql, int n,
+                                 const char *const *values, int binary,
+                                 const char *what, kl_err_t *err) {
+  PGresult *res =
+      PQexecParams(conn->pg, sql, n, NULL, values, NULL, NULL, binary);
+  *err = KL_OK;
+  if (kl__pg_ok(res))
+    return res;
+  *err = kl__pg_err(conn->pg, res, what);
+  PQclear(res);
+  return NULL;
+}
+
 typedef struct kl_pg_list {
   const char *topic;
   int32_t partition;
@@ -89,17 +114,11 @@ static kl_err_t kl_pg_list_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_int_param(max, sizeof(max),
                   l->max > INT64_MAX ? INT64_MAX : (int64_t)l->max);
   const char *values[4] = {l->topic, part, after, max};
-  PGresult *res = PQexecParams(
-      conn->pg,
-      "SELECT seq::text AS s, rec FROM keylane_outbox WHERE topic = $1::text "
-      "AND partition = $2::int4 AND seq > $3::int8 ORDER BY seq LIMIT "
-      "$4::int8",
-      4, NULL, values, NULL, NULL, 1);
-  if (!kl__pg_ok(res)) {
-    kl_err_t err = kl__pg_err(conn->pg, res, "list the outbox");
-    PQclear(res);
+  kl_err_t err;
+  PGresult *res =
+      kl_outbox_query(conn, kl_list_sql, 4, values, 1, "list the outbox", &err);
+  if (!res)
     return err;
-  }
   for (int i = 0; i < PQntuples(res); i++) {
     uint64_t seq = strtoull(PQgetvalue(res, i, 0), NULL, 10);
     if (l->cb(l->opaque, seq, PQgetvalue(res, i, 1),
@@ -133,15 +152,8 @@ static kl_err_t kl_pg_del_fn(kl__pg_conn_t *conn, void *ctx) {
     err = kl__err(KL_ENOMEM, "postgresql: out of memory");
   } else {
     const char *values[3] = {d->topic, parts, seqs};
-    PGresult *res = PQexecParams(
-        conn->pg,
-        "DELETE FROM keylane_outbox o USING unnest($2::int4[], $3::int8[]) "
-        "AS a(partition, seq) WHERE o.topic = $1::text AND o.partition = "
-        "a.partition AND o.seq = a.seq",
-        3, NULL, values, NULL, NULL, 0);
-    if (!kl__pg_ok(res))
-      err = kl__pg_err(conn->pg, res, "remove published follow-ups");
-    PQclear(res);
+    PQclear(kl_outbox_query(conn, kl_del_sql, 3, values, 0,
+                            "remove published follow-ups", &err));
   }
   free(parts);
   free(seqs);
