@@ -9,6 +9,7 @@
 #ifndef KEYLANE_TESTS_BENCH_H
 #define KEYLANE_TESTS_BENCH_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 /** A benchmark; argv[0] is its name, argv also holds --json if given. */
@@ -39,5 +40,24 @@ double kl_bench_median(double *v, int n);
  */
 int kl_bench_count(const char *bench, const char *flag, const char *arg,
                    int64_t max, int64_t *out);
+
+/** A count flag of a benchmark: --name N, 1 <= N <= max, into *out. */
+typedef struct kl_bench_flag {
+  const char *name; /* without the dashes; NULL ends a list */
+  int64_t max;
+  int64_t *out;
+} kl_bench_flag_t;
+
+/**
+ * Parses a benchmark's flags (bench_opts.c): the count flags of @p flags
+ * (kl_bench_count() checks each), --json into *json, and -h/--help, which
+ * calls @p help.
+ * @returns 0 to run, -1 after the help, 2 for bad usage (printed).
+ */
+int kl_bench_flags(const char *bench, int argc, char **argv,
+                   const kl_bench_flag_t *flags, int *json, void (*help)(void));
+
+/** Prints @p o as the benchmark's one JSON line on stdout, and frees it. */
+void kl_bench_json(json_t *o);
 
 #endif

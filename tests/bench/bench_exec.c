@@ -16,7 +16,6 @@
  * Each is timed from the worker's first assignment until every partition's
  * watermark reached its end (the group's first join is a fixed cost).
  */
-#include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -175,9 +174,7 @@ static void kl_bx_print(const kl_bx_run_t *runs, size_t n, int64_t events,
       snprintf(name, sizeof(name), "%s_eps", runs[i].name);
       json_object_set_new(o, name, json_real(runs[i].eps));
     }
-    json_dumpf(o, stdout, JSON_COMPACT);
-    putchar('\n');
-    json_decref(o);
+    kl_bench_json(o);
     return;
   }
   printf("exec handler (python3, trivial), %" PRId64 " events, %d "
@@ -189,35 +186,23 @@ static void kl_bx_print(const kl_bx_run_t *runs, size_t n, int64_t events,
            runs[i].eps / base);
 }
 
+static void kl_bx_help(void) {
+  printf("usage: keylane-bench exec [--events N] [--window N] [--json]\n\n"
+         "A worker with a trivial python3 exec handler over N events\n"
+         "(default 100000) on an embedded cluster: the old one-at-a-time\n"
+         "protocol, then seq-echoing children at --concurrency 1 and 4\n"
+         "(worker.exec.window N each, default 8).\n");
+}
+
 int kl_bench_exec(int argc, char **argv) {
-  static const struct option opts[] = {{"events", required_argument, NULL, 'e'},
-                                       {"window", required_argument, NULL, 'w'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {NULL, 0, NULL, 0}};
   int64_t events = 100000, window = 8;
-  int json = 0, c;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (c == 'e' &&
-        kl_bench_count(KL_BX_NAME, "--events", optarg, 10000000, &events))
-      return 2;
-    if (c == 'w' &&
-        kl_bench_count(KL_BX_NAME, "--window", optarg, 1024, &window))
-      return 2;
-    if (c == 'j')
-      json = 1;
-    if (c == 'h') {
-      printf("usage: keylane-bench exec [--events N] [--window N] [--json]\n\n"
-             "A worker with a trivial python3 exec handler over N events\n"
-             "(default 100000) on an embedded cluster: the old one-at-a-time\n"
-             "protocol, then seq-echoing children at --concurrency 1 and 4\n"
-             "(worker.exec.window N each, default 8).\n");
-      return 0;
-    }
-    if (c == '?')
-      return 2;
-  }
+  int json = 0;
+  const kl_bench_flag_t flags[] = {{"events", 10000000, &events},
+                                   {"window", 1024, &window},
+                                   {NULL, 0, NULL}};
+  int parsed = kl_bench_flags(KL_BX_NAME, argc, argv, flags, &json, kl_bx_help);
+  if (parsed)
+    return parsed < 0 ? 0 : parsed;
   kl_embedded_t *cluster;
   if (kl_embedded_new(1, KL_BX_TOPIC, KL_BX_PARTS, &cluster)) {
     fprintf(stderr, "cluster: %s\n", kl_err_detail());

@@ -15,7 +15,6 @@
  * round gets a fresh embedded cluster (the mock keeps every record in
  * memory); the medians are reported.
  */
-#include <getopt.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,9 +226,7 @@ static void kl_bg_report(const kl_bg_opts_t *opts, double *gw_runs,
         (json_int_t)opts->partitions, "rounds", (json_int_t)opts->rounds,
         "statistic", "median", "gateway_eps", gw, "direct_eps", direct, "ratio",
         gw / direct);
-    json_dumpf(o, stdout, JSON_COMPACT);
-    printf("\n");
-    json_decref(o);
+    kl_bench_json(o);
     return;
   }
   printf("gateway: %lld events per run, %d events per request over %d "
@@ -256,34 +253,13 @@ static void kl_bg_help(void) {
 }
 
 static int kl_bg_parse(int argc, char **argv, kl_bg_opts_t *opts) {
-  static const struct option longopts[] = {
-      {"events", required_argument, NULL, 'n'},
-      {"rounds", required_argument, NULL, 'r'},
-      {"partitions", required_argument, NULL, 'p'},
-      {"json", no_argument, NULL, 'j'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0},
+  const kl_bench_flag_t flags[] = {
+      {"events", 100000000, &opts->events},
+      {"rounds", KL_BG_ROUNDS_MAX, &opts->rounds},
+      {"partitions", 1000, &opts->partitions},
+      {NULL, 0, NULL},
   };
-  int c, rc = 0;
-  while (rc == 0 && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-    if (c == 'n')
-      rc = kl_bench_count(KL_BG_NAME, "--events", optarg, 100000000,
-                          &opts->events);
-    else if (c == 'r')
-      rc = kl_bench_count(KL_BG_NAME, "--rounds", optarg, KL_BG_ROUNDS_MAX,
-                          &opts->rounds);
-    else if (c == 'p')
-      rc = kl_bench_count(KL_BG_NAME, "--partitions", optarg, 1000,
-                          &opts->partitions);
-    else if (c == 'j')
-      opts->json = 1;
-    else if (c == 'h') {
-      kl_bg_help();
-      return -1;
-    } else
-      rc = 2;
-  }
-  return rc;
+  return kl_bench_flags(KL_BG_NAME, argc, argv, flags, &opts->json, kl_bg_help);
 }
 
 int kl_bench_gateway(int argc, char **argv) {

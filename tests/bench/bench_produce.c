@@ -26,7 +26,6 @@
  * sends N-byte payloads (170 matches keylane's value), so ratio measures
  * kl_publish's work alone; the default, 100, is the issue's measurement.
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,9 +284,7 @@ static void kl_bp_report(const kl_bp_opts_t *opts, const kl_bp_data_t *data,
         "keylane_eps", kl_eps, "raw_eps", raw_eps, "ratio", ratio,
         "keylane_runs_eps", kl_list, "raw_runs_eps", raw_list, "target_ratio",
         0.90);
-    json_dumpf(o, stdout, JSON_COMPACT);
-    printf("\n");
-    json_decref(o);
+    kl_bench_json(o);
     return;
   }
   printf("produce: %lld events per run, %d-byte payloads (keylane values "
@@ -326,41 +323,15 @@ static void kl_bp_help(void) {
 }
 
 static int kl_bp_parse(int argc, char **argv, kl_bp_opts_t *opts) {
-  static const struct option longopts[] = {
-      {"events", required_argument, NULL, 'n'},
-      {"rounds", required_argument, NULL, 'r'},
-      {"brokers", required_argument, NULL, 'b'},
-      {"partitions", required_argument, NULL, 'p'},
-      {"raw-payload", required_argument, NULL, 'w'},
-      {"json", no_argument, NULL, 'j'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0},
+  const kl_bench_flag_t flags[] = {
+      {"events", 100000000, &opts->events},
+      {"rounds", KL_BP_ROUNDS_MAX, &opts->rounds},
+      {"brokers", 16, &opts->brokers},
+      {"partitions", 1000, &opts->partitions},
+      {"raw-payload", KL_BP_RAW_PAYLOAD_MAX, &opts->raw_payload},
+      {NULL, 0, NULL},
   };
-  int c, rc = 0;
-  while (rc == 0 && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-    if (c == 'n')
-      rc = kl_bench_count(KL_BP_NAME, "--events", optarg, 100000000,
-                          &opts->events);
-    else if (c == 'r')
-      rc = kl_bench_count(KL_BP_NAME, "--rounds", optarg, KL_BP_ROUNDS_MAX,
-                          &opts->rounds);
-    else if (c == 'b')
-      rc = kl_bench_count(KL_BP_NAME, "--brokers", optarg, 16, &opts->brokers);
-    else if (c == 'p')
-      rc = kl_bench_count(KL_BP_NAME, "--partitions", optarg, 1000,
-                          &opts->partitions);
-    else if (c == 'w')
-      rc = kl_bench_count(KL_BP_NAME, "--raw-payload", optarg,
-                          KL_BP_RAW_PAYLOAD_MAX, &opts->raw_payload);
-    else if (c == 'j')
-      opts->json = 1;
-    else if (c == 'h') {
-      kl_bp_help();
-      return -1;
-    } else
-      rc = 2;
-  }
-  return rc;
+  return kl_bench_flags(KL_BP_NAME, argc, argv, flags, &opts->json, kl_bp_help);
 }
 
 int kl_bench_produce(int argc, char **argv) {

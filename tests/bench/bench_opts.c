@@ -1,0 +1,42 @@
+/* What the benchmarks share around their runs: flags and the JSON line. */
+#include <getopt.h>
+#include <stdio.h>
+
+#include "bench.h"
+
+#define KL_BENCH_FLAGS_MAX 16
+
+int kl_bench_flags(const char *bench, int argc, char **argv,
+                   const kl_bench_flag_t *flags, int *json,
+                   void (*help)(void)) {
+  struct option opts[KL_BENCH_FLAGS_MAX + 3];
+  int n = 0;
+  for (; flags[n].name && n < KL_BENCH_FLAGS_MAX; n++)
+    opts[n] = (struct option){flags[n].name, required_argument, NULL, n};
+  opts[n] = (struct option){"json", no_argument, NULL, 'j'};
+  opts[n + 1] = (struct option){"help", no_argument, NULL, 'h'};
+  opts[n + 2] = (struct option){NULL, 0, NULL, 0};
+  int c, rc = 0;
+  optind = 1;
+  while (rc == 0 && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    if (c >= 0 && c < n) {
+      char flag[64];
+      snprintf(flag, sizeof(flag), "--%s", flags[c].name);
+      rc = kl_bench_count(bench, flag, optarg, flags[c].max, flags[c].out);
+    } else if (c == 'j') {
+      *json = 1;
+    } else if (c == 'h') {
+      help();
+      return -1;
+    } else {
+      rc = 2;
+    }
+  }
+  return rc;
+}
+
+void kl_bench_json(json_t *o) {
+  json_dumpf(o, stdout, JSON_COMPACT);
+  putchar('\n');
+  json_decref(o);
+}
