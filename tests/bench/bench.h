@@ -12,6 +12,9 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "keylane/producer.h"
+#include "worker/ledger_gen.h"
+
 /** A benchmark; argv[0] is its name, argv also holds --json if given. */
 typedef int(kl_bench_fn)(int argc, char **argv);
 
@@ -49,13 +52,23 @@ typedef struct kl_bench_flag {
 } kl_bench_flag_t;
 
 /**
- * Parses a benchmark's flags (bench_opts.c): the count flags of @p flags
+ * Parses a benchmark's flags (bench_shared.c): the count flags of @p flags
  * (kl_bench_count() checks each), --json into *json, and -h/--help, which
  * calls @p help.
  * @returns 0 to run, -1 after the help, 2 for bad usage (printed).
  */
 int kl_bench_flags(const char *bench, int argc, char **argv,
                    const kl_bench_flag_t *flags, int *json, void (*help)(void));
+
+/**
+ * Publishes @p events ledger events to @p topic through @p producer,
+ * @p transfers of every 100 transfers between accounts and the rest
+ * credits and debits, waiting for room when the producer is full, then
+ * flushes (2 minutes at most).
+ * @returns 0, or -1 (said on stderr).
+ */
+int kl_bench_load(kl_producer_t *producer, kl__ledger_gen_t *gen,
+                  const char *topic, int64_t events, int64_t transfers);
 
 /** Prints @p o as the benchmark's one JSON line on stdout, and frees it. */
 void kl_bench_json(json_t *o);

@@ -149,21 +149,6 @@ static double kl_bx_once(const char *boot, kl__ledger_gen_t *gen,
   return eps;
 }
 
-static int kl_bx_load(kl_producer_t *producer, kl__ledger_gen_t *gen,
-                      int64_t events) {
-  for (int64_t i = 0; i < events; i++) {
-    kl_err_t err;
-    while ((err = kl__ledger_gen_publish(gen, producer, KL_BX_TOPIC)) ==
-           KL_EQUEUE_FULL)
-      kl_producer_poll(producer, 10);
-    if (err) {
-      fprintf(stderr, "load: %s\n", kl_err_detail());
-      return -1;
-    }
-  }
-  return kl_flush(producer, 120000) == KL_OK ? 0 : -1;
-}
-
 static void kl_bx_print(const kl_bx_run_t *runs, size_t n, int64_t events,
                         int json) {
   double base = runs[0].eps;
@@ -211,7 +196,9 @@ int kl_bench_exec(int argc, char **argv) {
   const char *boot = kl_embedded_bootstrap(cluster);
   kl__ledger_gen_t *gen = kl__ledger_gen_new(1000, KL_BX_PARTS, 1);
   kl_producer_t *producer = kl_t_producer(boot, gen);
-  int rc = producer && kl_bx_load(producer, gen, events) == 0 ? 0 : 1;
+  int rc = producer && kl_bench_load(producer, gen, KL_BX_TOPIC, events, 0) == 0
+               ? 0
+               : 1;
   char w[24];
   snprintf(w, sizeof(w), "%" PRId64, window);
   kl_bx_run_t runs[] = {{"lockstep", kl_bx_lockstep, "1", "1", 0},

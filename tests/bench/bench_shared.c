@@ -1,4 +1,5 @@
-/* What the benchmarks share around their runs: flags and the JSON line. */
+/* What the benchmarks share around their runs: flags, the load, and the
+ * JSON line. */
 #include <getopt.h>
 #include <stdio.h>
 
@@ -39,4 +40,21 @@ void kl_bench_json(json_t *o) {
   json_dumpf(o, stdout, JSON_COMPACT);
   putchar('\n');
   json_decref(o);
+}
+
+int kl_bench_load(kl_producer_t *producer, kl__ledger_gen_t *gen,
+                  const char *topic, int64_t events, int64_t transfers) {
+  for (int64_t i = 0; i < events; i++) {
+    kl_err_t err;
+    while ((err = i % 100 < transfers
+                      ? kl__ledger_gen_transfer(gen, producer, topic)
+                      : kl__ledger_gen_publish(gen, producer, topic)) ==
+           KL_EQUEUE_FULL)
+      kl_producer_poll(producer, 10);
+    if (err) {
+      fprintf(stderr, "load: %s\n", kl_err_detail());
+      return -1;
+    }
+  }
+  return kl_flush(producer, 120000) == KL_OK ? 0 : -1;
 }
