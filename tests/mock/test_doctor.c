@@ -371,6 +371,15 @@ static void test_replication(void **state) {
   assert_int_equal(c.status, KL__CHECK_WARN);
   assert_non_null(strstr(c.msg, "topic thin has replication factor 1: an "
                                 "acknowledged event lives on one broker"));
+  /* The same warning, and fix, for one in-sync replica of three. */
+  kl__check_replication_judge("topic", "lone", 3, 1, "", &c);
+  assert_int_equal(c.status, KL__CHECK_WARN);
+  assert_string_equal(
+      c.msg, "topic lone has min.insync.replicas=1: acks=all then waits for "
+             "the leader alone, so an acknowledged event lives on one broker "
+             "and is lost with it; give it a replication factor of 3 and "
+             "min.insync.replicas=2 (kafka-configs.sh --alter --entity-type "
+             "topics --entity-name lone --add-config min.insync.replicas=2)");
 }
 
 /* ---- the store ------------------------------------------------------- */
