@@ -20,6 +20,7 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #include "support/cluster.h"
+#include "support/kafka_read.h"
 #include "support/http.h"
 #include "support/support.h"
 #include "worker/metrics_server.h"
@@ -38,60 +39,29 @@ typedef struct kl_letter {
   int64_t offset, original_size, original_key_size;
 } kl_letter_t;
 
-static void kl_header(rd_kafka_headers_t *h, const char *name, char *out,
-                      size_t size) {
-  const void *v;
-  size_t len;
-  out[0] = '\0';
-  if (h && rd_kafka_header_get_last(h, name, &v, &len) == 0)
-    snprintf(out, size, "%.*s", (int)len, (const char *)v);
-}
-
-static int64_t kl_header_i64(rd_kafka_headers_t *h, const char *name) {
-  char buf[32];
-  kl_header(h, name, buf, sizeof(buf));
-  return buf[0] ? strtoll(buf, NULL, 10) : -1;
+static void kl_letter_read(void *opaque, const rd_kafka_message_t *m, int i) {
+  kl_letter_t *letter = (kl_letter_t *)opaque + i;
+  rd_kafka_headers_t *h = NULL;
+  rd_kafka_message_headers(m, &h);
+  letter->key_len = m->key_len;
+  letter->len = m->len;
+  kl_t_header(h, "keylane.dlq.truncated", letter->truncated,
+              sizeof(letter->truncated));
+  kl_t_header(h, "keylane.dlq.reason", letter->reason, sizeof(letter->reason));
+  letter->offset = kl_t_header_i64(h, "keylane.dlq.offset");
+  letter->original_size = kl_t_header_i64(h, "keylane.dlq.original_size");
+  letter->original_key_size =
+      kl_t_header_i64(h, "keylane.dlq.original_key_size");
 }
 
 /* Reads @p want letters from @p topic, 20 s at most, in origin offset
  * order (they are keyed by the original key: partitions differ). */
 static int kl_read_letters(const char *boot, const char *topic,
                            const char *group, kl_letter_t *out, int want) {
-  char errstr[256];
-  rd_kafka_conf_t *c = rd_kafka_conf_new();
-  rd_kafka_conf_set(c, "bootstrap.servers", boot, errstr, sizeof(errstr));
-  rd_kafka_conf_set(c, "group.id", group, errstr, sizeof(errstr));
-  rd_kafka_conf_set(c, "auto.offset.reset", "earliest", errstr, sizeof(errstr));
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
+  rd_kafka_t *rk = kl_t_consumer(boot, group, topic);
   assert_non_null(rk);
-  rd_kafka_poll_set_consumer(rk);
-  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-  rd_kafka_topic_partition_list_add(l, topic, RD_KAFKA_PARTITION_UA);
-  rd_kafka_subscribe(rk, l);
-  rd_kafka_topic_partition_list_destroy(l);
-  int n = 0;
-  for (int t = 0; t < 200 && n < want; t++) {
-    rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
-    if (m && !m->err) {
-      rd_kafka_headers_t *h = NULL;
-      rd_kafka_message_headers(m, &h);
-      kl_letter_t *letter = &out[n++];
-      letter->key_len = m->key_len;
-      letter->len = m->len;
-      kl_header(h, "keylane.dlq.truncated", letter->truncated,
-                sizeof(letter->truncated));
-      kl_header(h, "keylane.dlq.reason", letter->reason,
-                sizeof(letter->reason));
-      letter->offset = kl_header_i64(h, "keylane.dlq.offset");
-      letter->original_size = kl_header_i64(h, "keylane.dlq.original_size");
-      letter->original_key_size =
-          kl_header_i64(h, "keylane.dlq.original_key_size");
-    }
-    if (m)
-      rd_kafka_message_destroy(m);
-  }
-  rd_kafka_consumer_close(rk);
-  rd_kafka_destroy(rk);
+  int n = kl_t_consume(rk, want, 20000, kl_letter_read, out);
+  kl_t_consumer_destroy(rk);
   if (n == 2 && out[0].offset > out[1].offset) {
     kl_letter_t first = out[1];
     out[1] = out[0];

@@ -25,6 +25,7 @@
 
 #include "keylane/producer.h"
 #include "support/cluster.h"
+#include "support/kafka_read.h"
 #include "support/support.h"
 #include "worker/lanes_internal.h"
 
@@ -406,21 +407,6 @@ typedef struct t_letter {
   int64_t partition, offset, first_ms, last_ms;
 } t_letter_t;
 
-static void t_header(rd_kafka_headers_t *h, const char *name, char *out,
-                     size_t size) {
-  const void *v;
-  size_t len;
-  out[0] = '\0';
-  if (h && rd_kafka_header_get_last(h, name, &v, &len) == 0)
-    snprintf(out, size, "%.*s", (int)len, (const char *)v);
-}
-
-static int64_t t_header_i64(rd_kafka_headers_t *h, const char *name) {
-  char buf[32];
-  t_header(h, name, buf, sizeof(buf));
-  return buf[0] ? strtoll(buf, NULL, 10) : -1;
-}
-
 static void t_letter_read(rd_kafka_message_t *m, t_letter_t *l) {
   rd_kafka_headers_t *h = NULL;
   rd_kafka_message_headers(m, &h);
@@ -428,32 +414,23 @@ static void t_letter_read(rd_kafka_message_t *m, t_letter_t *l) {
            (const char *)m->key);
   l->value_len = m->len < sizeof(l->value) ? m->len : sizeof(l->value);
   memcpy(l->value, m->payload, l->value_len);
-  t_header(h, "keylane.dlq.reason", l->reason, sizeof(l->reason));
-  t_header(h, "keylane.dlq.attempts", l->attempts, sizeof(l->attempts));
-  t_header(h, "keylane.dlq.topic", l->topic, sizeof(l->topic));
-  t_header(h, "x-origin", l->origin, sizeof(l->origin));
-  l->partition = t_header_i64(h, "keylane.dlq.partition");
-  l->offset = t_header_i64(h, "keylane.dlq.offset");
-  l->first_ms = t_header_i64(h, "keylane.dlq.first_failure_ms");
-  l->last_ms = t_header_i64(h, "keylane.dlq.last_failure_ms");
+  kl_t_header(h, "keylane.dlq.reason", l->reason, sizeof(l->reason));
+  kl_t_header(h, "keylane.dlq.attempts", l->attempts, sizeof(l->attempts));
+  kl_t_header(h, "keylane.dlq.topic", l->topic, sizeof(l->topic));
+  kl_t_header(h, "x-origin", l->origin, sizeof(l->origin));
+  l->partition = kl_t_header_i64(h, "keylane.dlq.partition");
+  l->offset = kl_t_header_i64(h, "keylane.dlq.offset");
+  l->first_ms = kl_t_header_i64(h, "keylane.dlq.first_failure_ms");
+  l->last_ms = kl_t_header_i64(h, "keylane.dlq.last_failure_ms");
 }
 
 /* Reads the dead-letter topic from the start until it has been quiet for
  * 2 s after at least @p want letters (or 20 s passed). */
 static int t_read_letters(t_fx_t *fx, t_letter_t *out, int max, int want) {
-  char errstr[256], topic[128];
+  char topic[128];
   snprintf(topic, sizeof(topic), "%s.dlq", fx->topic);
-  rd_kafka_conf_t *c = rd_kafka_conf_new();
-  rd_kafka_conf_set(c, "bootstrap.servers", fx->boot, errstr, sizeof(errstr));
-  rd_kafka_conf_set(c, "group.id", fx->readers, errstr, sizeof(errstr));
-  rd_kafka_conf_set(c, "auto.offset.reset", "earliest", errstr, sizeof(errstr));
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
+  rd_kafka_t *rk = kl_t_consumer(fx->boot, fx->readers, topic);
   assert_non_null(rk);
-  rd_kafka_poll_set_consumer(rk);
-  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-  rd_kafka_topic_partition_list_add(l, topic, RD_KAFKA_PARTITION_UA);
-  rd_kafka_subscribe(rk, l);
-  rd_kafka_topic_partition_list_destroy(l);
   int n = 0, quiet = 0;
   for (int t = 0; t < 20000 && !(n >= want && quiet >= 2000); t += 100) {
     rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
@@ -465,8 +442,7 @@ static int t_read_letters(t_fx_t *fx, t_letter_t *out, int max, int want) {
     if (m)
       rd_kafka_message_destroy(m);
   }
-  rd_kafka_consumer_close(rk);
-  rd_kafka_destroy(rk);
+  kl_t_consumer_destroy(rk);
   return n;
 }
 

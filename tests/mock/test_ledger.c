@@ -22,6 +22,7 @@
 #include "keylane/producer.h"
 #include "keylane/store.h"
 #include "support/cluster.h"
+#include "support/kafka_read.h"
 #include "support/run.h"
 #include "support/support.h"
 #include "worker/ledger.h"
@@ -109,49 +110,25 @@ typedef struct kl_letter {
   char key[64], reason[64], error[512];
 } kl_letter_t;
 
-static void kl_header(rd_kafka_headers_t *h, const char *name, char *out,
-                      size_t size) {
-  const void *v;
-  size_t n;
-  out[0] = '\0';
-  if (h && rd_kafka_header_get_last(h, name, &v, &n) == 0 && v)
-    snprintf(out, size, "%.*s", (int)n, (const char *)v);
+static void kl_letter_read(void *opaque, const rd_kafka_message_t *m, int i) {
+  kl_letter_t *letter = (kl_letter_t *)opaque + i;
+  rd_kafka_headers_t *h = NULL;
+  rd_kafka_message_headers(m, &h);
+  snprintf(letter->key, sizeof(letter->key), "%.*s", (int)m->key_len,
+           (const char *)m->key);
+  kl_t_header(h, "keylane.dlq.reason", letter->reason, sizeof(letter->reason));
+  kl_t_header(h, "keylane.dlq.error", letter->error, sizeof(letter->error));
 }
 
 /* Reads @p want dead letters from the topic's .dlq (at most 20 s). */
 static int kl_read_letters(kl_fx_t *fx, kl_letter_t *out, int want) {
-  char errstr[256], topic[160];
+  char topic[160];
   snprintf(topic, sizeof(topic), "%s.dlq", kl_t_topic(fx->cluster));
-  rd_kafka_conf_t *c = rd_kafka_conf_new();
-  rd_kafka_conf_set(c, "bootstrap.servers", kl_t_bootstrap(fx->cluster), errstr,
-                    sizeof(errstr));
-  rd_kafka_conf_set(c, "group.id", kl_t_group(fx->cluster, "letters"), errstr,
-                    sizeof(errstr));
-  rd_kafka_conf_set(c, "auto.offset.reset", "earliest", errstr, sizeof(errstr));
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
+  rd_kafka_t *rk = kl_t_consumer(kl_t_bootstrap(fx->cluster),
+                                 kl_t_group(fx->cluster, "letters"), topic);
   assert_non_null(rk);
-  rd_kafka_poll_set_consumer(rk);
-  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-  rd_kafka_topic_partition_list_add(l, topic, RD_KAFKA_PARTITION_UA);
-  rd_kafka_subscribe(rk, l);
-  rd_kafka_topic_partition_list_destroy(l);
-  int n = 0;
-  for (int t = 0; t < 200 && n < want; t++) {
-    rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
-    if (m && !m->err) {
-      rd_kafka_headers_t *h = NULL;
-      rd_kafka_message_headers(m, &h);
-      snprintf(out[n].key, sizeof(out[n].key), "%.*s", (int)m->key_len,
-               (const char *)m->key);
-      kl_header(h, "keylane.dlq.reason", out[n].reason, sizeof(out[n].reason));
-      kl_header(h, "keylane.dlq.error", out[n].error, sizeof(out[n].error));
-      n++;
-    }
-    if (m)
-      rd_kafka_message_destroy(m);
-  }
-  rd_kafka_consumer_close(rk);
-  rd_kafka_destroy(rk);
+  int n = kl_t_consume(rk, want, 20000, kl_letter_read, out);
+  kl_t_consumer_destroy(rk);
   return n;
 }
 

@@ -25,6 +25,7 @@
 
 #include "keylane/embedded.h"
 #include "keylane/producer.h"
+#include "support/kafka_read.h"
 
 #define KL_RT_EVENTS 600
 
@@ -123,22 +124,9 @@ static void kl_child_print(const rd_kafka_message_t *m) {
 
 static int kl_child_consume(const char *bootstrap, const char *topic,
                             const char *group, int want) {
-  char errstr[256];
-  rd_kafka_conf_t *conf = rd_kafka_conf_new();
-  const char *props[][2] = {{"bootstrap.servers", bootstrap},
-                            {"group.id", group},
-                            {"auto.offset.reset", "earliest"}};
-  for (size_t i = 0; i < 3; i++)
-    rd_kafka_conf_set(conf, props[i][0], props[i][1], errstr, sizeof(errstr));
-  rd_kafka_t *rk =
-      rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+  rd_kafka_t *rk = kl_t_consumer(bootstrap, group, topic);
   if (!rk)
     return 3;
-  rd_kafka_poll_set_consumer(rk);
-  rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
-  rd_kafka_topic_partition_list_add(list, topic, RD_KAFKA_PARTITION_UA);
-  rd_kafka_subscribe(rk, list);
-  rd_kafka_topic_partition_list_destroy(list);
   int got = 0;
   time_t deadline = time(NULL) + 40;
   while (got < want && time(NULL) < deadline) {
@@ -151,8 +139,7 @@ static int kl_child_consume(const char *bootstrap, const char *topic,
       rd_kafka_message_destroy(m);
   }
   fflush(stdout);
-  rd_kafka_consumer_close(rk);
-  rd_kafka_destroy(rk);
+  kl_t_consumer_destroy(rk);
   return got == want ? 0 : 4;
 }
 
