@@ -23,6 +23,7 @@
 #include "keylane/store.h"
 #include "keylane/worker.h"
 #include "support/cluster.h"
+#include "support/ledger_checks.h"
 #include "support/support.h"
 #include "worker/handler_exec.h"
 #include "worker/outbox_rec.h"
@@ -152,23 +153,6 @@ static void kl_publish_n(kl_fx_t *fx, int from, int n) {
   kl_producer_destroy(producer);
 }
 
-static int kl_count_cb(void *opaque, uint64_t seq, const void *rec,
-                       size_t len) {
-  (void)seq, (void)rec, (void)len;
-  (*(size_t *)opaque)++;
-  return 0;
-}
-
-/* Follow-ups the store's outbox holds over every partition. */
-static size_t kl_outbox_held(kl_fx_t *fx) {
-  size_t n = 0;
-  for (int p = 0; p < fx->partitions; p++)
-    assert_int_equal(kl__store_outbox_list(fx->store, fx->topic, p, 0, SIZE_MAX,
-                                           kl_count_cb, &n),
-                     KL_OK);
-  return n;
-}
-
 static int64_t kl_watermarks(kl_fx_t *fx) {
   int64_t sum = 0;
   for (int p = 0; p < fx->partitions; p++) {
@@ -241,14 +225,14 @@ static void kl_published_once(const char *concurrency) {
   kl_worker_stats_t st = {0};
   for (int i = 0;
        i < 600 && !(kl_watermarks(&fx) == N && st.outbox_published == N &&
-                    !kl_outbox_held(&fx));
+                    !kl_t_outbox_held(fx.store, fx.topic, fx.partitions));
        i++) {
     kl_t_sleep_ms(50);
     kl_worker_stats(r.worker, &st);
   }
   assert_int_equal(kl_watermarks(&fx), N);
   assert_int_equal(st.outbox_published, N);
-  assert_int_equal(kl_outbox_held(&fx), 0);
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 0);
   kl_halt(&r);
   kl_out_t out;
   kl_read_out(&fx, N + 1, 3000, &out);
@@ -328,7 +312,8 @@ static void test_fenced_follow_ups_never_published(void **state) {
     kl_worker_stats(a.worker, &st);
   }
   assert_true(st.fenced >= 1);
-  assert_int_equal(kl_outbox_held(&fx), 0); /* rolled back with the batch */
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions),
+                   0); /* rolled back with the batch */
   kl_halt(&a);
   assert_int_equal(st.outbox_published, 0);
 
@@ -370,7 +355,7 @@ static void test_next_owner_publishes_leftovers(void **state) {
   assert_int_equal(kl_txn_emit(txn, OUT, "y", 1, "dst", "P", 1), KL_OK);
   kl__txn_source(txn, NULL, 0);
   assert_int_equal(kl_store_commit(txn, 0), KL_OK);
-  assert_int_equal(kl_outbox_held(&fx), 2);
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 2);
 
   kl_run_t r = {kl_worker(&fx, "g", "W", "1"), 0, KL_OK};
   kl_go(&r);
@@ -390,7 +375,7 @@ static void test_next_owner_publishes_leftovers(void **state) {
   }
   assert_int_equal(st.outbox_published, 5);
   kl_halt(&r);
-  assert_int_equal(kl_outbox_held(&fx), 0);
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 0);
   kl_out_t out;
   kl_read_out(&fx, 6, 3000, &out);
   assert_int_equal(out.n, 5);
@@ -480,7 +465,7 @@ static void test_exec_bad_emit_is_a_dead_letter(void **state) {
   assert_int_equal(st.outbox_published, 0);
   kl_halt(&r);
   kl__exec_destroy(exec);
-  assert_int_equal(kl_outbox_held(&fx), 0);
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 0);
   kl_fx_down(&fx);
 }
 
@@ -526,7 +511,7 @@ static void test_bound_pauses_until_published(void **state) {
   kl_t_sleep_ms(1500);
   assert_int_equal(kl_watermarks(&fx), 3);
   kl_halt(&r);
-  assert_int_equal(kl_outbox_held(&fx), 3);
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 3);
   /* An owner that can publish takes it: all go out, nothing is paused. */
   r = (kl_run_t){kl_bound_worker(&fx, "1"), 0, KL_OK};
   kl_go(&r);
@@ -539,7 +524,7 @@ static void test_bound_pauses_until_published(void **state) {
   assert_int_equal(st.outbox_published, 6);
   assert_int_equal(st.paused, 0);
   kl_halt(&r);
-  assert_int_equal(kl_outbox_held(&fx), 0);
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 0);
   kl_fx_down(&fx);
 }
 

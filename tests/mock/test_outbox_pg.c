@@ -32,13 +32,6 @@ static void kl_fx_up(kl_t_ledger_fx_t *fx, const char *topic) {
   kl_t_ledger_fx_up(fx, topic, PARTS, 20, 23, uri);
 }
 
-static int kl_count_cb(void *opaque, uint64_t seq, const void *rec,
-                       size_t len) {
-  (void)seq, (void)rec, (void)len;
-  (*(size_t *)opaque)++;
-  return 0;
-}
-
 typedef struct kl_seqs {
   size_t n;
   uint64_t s[8];
@@ -50,15 +43,6 @@ static int kl_seqs_cb(void *opaque, uint64_t seq, const void *rec, size_t len) {
   if (got->n < 8)
     got->s[got->n++] = seq;
   return 0;
-}
-
-static size_t kl_outbox_held(kl_store_t *store, const char *topic) {
-  size_t n = 0;
-  for (int p = 0; p < PARTS; p++)
-    assert_int_equal(
-        kl__store_outbox_list(store, topic, p, 0, SIZE_MAX, kl_count_cb, &n),
-        KL_OK);
-  return n;
 }
 
 static void kl_bank_pg(const char *topic, const char *concurrency) {
@@ -100,7 +84,7 @@ static void kl_bank_pg(const char *topic, const char *concurrency) {
             (unsigned long long)v.caught_up);
   assert_true(v.ok);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
-  assert_int_equal(kl_outbox_held(fx.store, fx.topic), 0);
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, PARTS), 0);
   kl_t_ledger_fx_down(&fx);
 }
 

@@ -66,22 +66,6 @@ static void kl_assert_conserved(kl__ledger_gen_t *gen, kl_store_t *store,
   assert_true(v.ok);
 }
 
-static int kl_count_cb(void *opaque, uint64_t seq, const void *rec,
-                       size_t len) {
-  (void)seq, (void)rec, (void)len;
-  (*(size_t *)opaque)++;
-  return 0;
-}
-
-static size_t kl_outbox_held(kl_store_t *store, const char *topic) {
-  size_t n = 0;
-  for (int p = 0; p < PARTS; p++)
-    assert_int_equal(
-        kl__store_outbox_list(store, topic, p, 0, SIZE_MAX, kl_count_cb, &n),
-        KL_OK);
-  return n;
-}
-
 static void kl_bank(const char *concurrency, const char *store_uri) {
   kl_t_ledger_fx_t fx;
   kl_t_ledger_fx_up(&fx, "bank", PARTS, KEYS, 11, store_uri);
@@ -94,7 +78,7 @@ static void kl_bank(const char *concurrency, const char *store_uri) {
   kl_assert_conserved(fx.gen, fx.store, fx.topic);
   for (int i = 0; i < 2; i++)
     assert_int_equal(kl_t_worker_stop(w[i]), KL_OK);
-  assert_int_equal(kl_outbox_held(fx.store, fx.topic), 0);
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, PARTS), 0);
   kl_t_ledger_fx_down(&fx);
 }
 
@@ -139,12 +123,12 @@ static void test_crash_between_commit_and_publish(void **state) {
   assert_true(WIFEXITED(status));
   assert_int_equal(WEXITSTATUS(status), 75);
   /* It died with committed follow-ups that nobody published. */
-  assert_true(kl_outbox_held(fx.store, fx.topic) > 0);
+  assert_true(kl_t_outbox_held(fx.store, fx.topic, PARTS) > 0);
   kl_t_worker_t *w =
       kl_t_worker_start(fx.boot, fx.topic, group, fx.store, NULL);
   kl_assert_conserved(fx.gen, fx.store, fx.topic);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
-  assert_int_equal(kl_outbox_held(fx.store, fx.topic), 0);
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, PARTS), 0);
   kl_t_ledger_fx_down(&fx);
 }
 

@@ -14,6 +14,7 @@
 
 #include "support/cluster.h"
 #include "support/ledger_checks.h"
+#include "support/paused_owner.h"
 #include "support/support.h"
 #include "common/kafka.h"
 #include "worker/checks.h"
@@ -35,13 +36,7 @@ static void test_applies_each_event_once(void **state) {
   kl_t_worker_t *w =
       kl_t_worker_start(kl_t_bootstrap(fx.cluster), fx.topic,
                         kl_t_group(fx.cluster, "g1"), fx.store, kl_fast);
-  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000),
-                   0);
-  assert_int_equal(kl_t_workers_applied(&w, 1, 2000, 5000), 2000);
-  kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
-  assert_int_equal(st.duplicates, 200);
-  assert_int_equal(st.fenced, 0);
+  kl_t_ledger_fx_assert_applied_once(&fx, w, 2000, 200, 30000);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   kl_t_ledger_fx_assert_verified(&fx);
 
@@ -59,40 +54,12 @@ static void test_applies_each_event_once(void **state) {
   }
   assert_true(after.epoch > before.epoch);
   kl_t_sleep_ms(1000);
+  kl_worker_stats_t st;
   kl_worker_stats(w->worker, &st);
   assert_int_equal(st.applied, 0);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   kl_t_ledger_fx_assert_verified(&fx);
   kl_t_ledger_fx_down(&fx);
-}
-
-typedef struct kl_pause_fx {
-  kl_store_t *store;
-  int armed;
-  int saw_new_owner;
-  uint64_t paused_epoch;
-  kl_worker_t *stop; /* stopped as the hook returns, if set */
-} kl_pause_fx_t;
-
-/* Blocks the first batch between its handlers and its commit until a newer
- * owner has taken the partition and committed it. */
-static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
-                          uint64_t epoch) {
-  kl_pause_fx_t *p = opaque;
-  if (!p->armed)
-    return;
-  p->armed = 0;
-  p->paused_epoch = epoch;
-  kl_partition_state_t at, now;
-  kl_store_partition(p->store, topic, partition, &at);
-  for (int i = 0; i < 600 && !p->saw_new_owner; i++) {
-    kl_t_sleep_ms(50);
-    p->saw_new_owner =
-        kl_store_partition(p->store, topic, partition, &now) == KL_OK &&
-        now.epoch > epoch && now.watermark > at.watermark;
-  }
-  if (p->stop)
-    kl_worker_stop(p->stop);
 }
 
 /* A's application thread stalls in the hook; the group notices through
@@ -106,12 +73,12 @@ static void kl_paused_owner(int stop_a) {
   kl_t_ledger_fx_publish(&fx, 500);
   static const char *const slow[] = {"worker.session.timeout.ms=3000",
                                      "kafka.max.poll.interval.ms=3000", NULL};
-  kl_pause_fx_t pause = {fx.store, 1, 0, 0, NULL};
+  kl_t_pause_t pause = {.store = fx.store, .armed = 1};
   kl_t_worker_t *a =
       kl_t_worker_new(kl_t_bootstrap(fx.cluster), fx.topic,
                       kl_t_group(fx.cluster, "g"), fx.store, slow);
   pause.stop = stop_a ? a->worker : NULL;
-  kl__worker_set_before_commit(a->worker, kl_pause_hook, &pause);
+  kl__worker_set_before_commit(a->worker, kl_t_pause_hook, &pause);
   kl_t_worker_go(a);
   kl_t_sleep_ms(500);
   kl_t_worker_t *b =
@@ -119,20 +86,12 @@ static void kl_paused_owner(int stop_a) {
                         kl_t_group(fx.cluster, "g"), fx.store, kl_fast);
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
                    0);
-  for (int i = 0; i < 200; i++) {
-    kl_worker_stats_t st;
-    kl_worker_stats(a->worker, &st);
-    if (st.fenced)
-      break;
-    kl_t_sleep_ms(50);
-  }
-  kl_worker_stats_t sa;
-  kl_worker_stats(a->worker, &sa);
+  uint64_t fenced = kl_t_worker_fenced(a, 10000);
   assert_true(pause.saw_new_owner);
   /* One fenced batch per partition A had buffered when it stalled: one on
    * the embedded cluster, where B takes half; up to both on Kafka, where A
    * may hold both partitions when it leaves the group. */
-  assert_true(sa.fenced >= 1);
+  assert_true(fenced >= 1);
   /* Nothing of A's fenced batch exists: every event applied exactly once
    * across both workers, and the store agrees. */
   kl_t_worker_t *const both[] = {a, b};

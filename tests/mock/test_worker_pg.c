@@ -17,6 +17,7 @@
 #include "support/http.h"
 #include "support/pg_group.h"
 #include "support/ledger_checks.h"
+#include "support/paused_owner.h"
 #include "support/support.h"
 #include "worker/metrics_server.h"
 #include "worker/store_cache.h"
@@ -61,13 +62,7 @@ static void test_applies_each_event_once_on_pg(void **state) {
   kl_t_ledger_fx_publish(&fx, 2000);
   kl_t_worker_t *w =
       kl_t_worker_start(fx.boot, fx.topic, "g1", fx.store, kl_fast);
-  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
-                   0);
-  assert_int_equal(kl_t_workers_applied(&w, 1, 2000, 5000), 2000);
-  kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
-  assert_int_equal(st.duplicates, 200);
-  assert_int_equal(st.fenced, 0);
+  kl_t_ledger_fx_assert_applied_once(&fx, w, 2000, 200, 60000);
   /* The ledger handler's reads of its accounts go through the owner
    * cache (hits once a later batch reads an account again), which
    * /metrics shows, and the revokes of the worker's stop drop it. */
@@ -93,32 +88,6 @@ static void test_applies_each_event_once_on_pg(void **state) {
   kl_t_ledger_fx_down(&fx);
 }
 
-typedef struct kl_pause_fx {
-  kl_store_t *store;
-  int armed;
-  int saw_new_owner;
-} kl_pause_fx_t;
-
-/* Blocks the first batch between its handlers and its commit, its
- * database transaction open, until a newer owner has committed. */
-static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
-                          uint64_t epoch) {
-  kl_pause_fx_t *p = opaque;
-  if (!p->armed)
-    return;
-  p->armed = 0;
-  kl_partition_state_t at, now;
-  kl_store_partition(p->store, topic, partition, &at);
-  for (int i = 0; i < 600; i++) {
-    kl_t_sleep_ms(50);
-    if (kl_store_partition(p->store, topic, partition, &now) == KL_OK &&
-        now.epoch > epoch && now.watermark > at.watermark) {
-      p->saw_new_owner = 1;
-      return;
-    }
-  }
-}
-
 static void test_paused_owner_is_fenced_on_pg(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "fence", 2);
@@ -128,26 +97,18 @@ static void test_paused_owner_is_fenced_on_pg(void **state) {
   /* Each worker its own store, as two hosts would have. */
   kl_store_t *store_a;
   assert_int_equal(kl_store_open(fx.where, NULL, &store_a), KL_OK);
-  kl_pause_fx_t pause = {store_a, 1, 0};
+  kl_t_pause_t pause = {.store = store_a, .armed = 1};
   kl_t_worker_t *a = kl_t_worker_new(fx.boot, fx.topic, "g", store_a, slow);
-  kl__worker_set_before_commit(a->worker, kl_pause_hook, &pause);
+  kl__worker_set_before_commit(a->worker, kl_t_pause_hook, &pause);
   kl_t_worker_go(a);
   kl_t_sleep_ms(500);
   kl_t_worker_t *b =
       kl_t_worker_start(fx.boot, fx.topic, "g", fx.store, kl_fast);
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
                    0);
-  for (int i = 0; i < 200; i++) {
-    kl_worker_stats_t st;
-    kl_worker_stats(a->worker, &st);
-    if (st.fenced)
-      break;
-    kl_t_sleep_ms(50);
-  }
-  kl_worker_stats_t sa;
-  kl_worker_stats(a->worker, &sa);
+  uint64_t fenced = kl_t_worker_fenced(a, 10000);
   assert_true(pause.saw_new_owner);
-  assert_int_equal(sa.fenced, 1);
+  assert_int_equal(fenced, 1);
   kl_t_worker_t *const both[] = {a, b};
   assert_int_equal(kl_t_workers_applied(both, 2, 500, 5000), 500);
   assert_int_equal(kl_t_worker_stop(a), KL_OK);

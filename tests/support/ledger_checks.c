@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "support/support.h"
+#include "worker/store_internal.h"
 
 void kl_t_ledger_fx_up(kl_t_ledger_fx_t *fx, const char *topic, int partitions,
                        int keys, uint64_t seed, const char *store_uri) {
@@ -67,4 +68,32 @@ void kl_t_ledger_fx_publish(kl_t_ledger_fx_t *fx, int n) {
 
 void kl_t_ledger_fx_assert_verified(kl_t_ledger_fx_t *fx) {
   kl_t_ledger_assert_verified(fx->gen, fx->store, fx->topic);
+}
+
+void kl_t_ledger_fx_assert_applied_once(kl_t_ledger_fx_t *fx, kl_t_worker_t *w,
+                                        uint64_t events, uint64_t duplicates,
+                                        int ms) {
+  assert_int_equal(kl__ledger_gen_wait(fx->gen, fx->store, fx->topic, 0, ms),
+                   0);
+  assert_int_equal(kl_t_workers_applied(&w, 1, events, 5000), events);
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st);
+  assert_int_equal(st.duplicates, duplicates);
+  assert_int_equal(st.fenced, 0);
+}
+
+static int kl_t_count_cb(void *opaque, uint64_t seq, const void *rec,
+                         size_t len) {
+  (void)seq, (void)rec, (void)len;
+  (*(size_t *)opaque)++;
+  return 0;
+}
+
+size_t kl_t_outbox_held(kl_store_t *store, const char *topic, int partitions) {
+  size_t n = 0;
+  for (int p = 0; p < partitions; p++)
+    assert_int_equal(
+        kl__store_outbox_list(store, topic, p, 0, SIZE_MAX, kl_t_count_cb, &n),
+        KL_OK);
+  return n;
 }

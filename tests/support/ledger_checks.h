@@ -7,6 +7,7 @@
 #include "keylane/producer.h"
 #include "keylane/store.h"
 #include "support/cluster.h"
+#include "support/support.h"
 #include "worker/ledger_gen.h"
 
 /* A ledger workload on a test cluster (support/cluster.h: embedded unless
@@ -36,6 +37,13 @@ void kl_t_ledger_fx_down(kl_t_ledger_fx_t *fx);
 void kl_t_ledger_fx_publish(kl_t_ledger_fx_t *fx, int n);
 void kl_t_ledger_fx_assert_verified(kl_t_ledger_fx_t *fx);
 
+/* Waits up to @p ms for @p w, the fixture's one worker, to apply what
+ * was published, and asserts it applied each event once: @p events
+ * applied, @p duplicates re-published ones skipped, no batch fenced. */
+void kl_t_ledger_fx_assert_applied_once(kl_t_ledger_fx_t *fx, kl_t_worker_t *w,
+                                        uint64_t events, uint64_t duplicates,
+                                        int ms);
+
 /* Publishes @p n events to @p topic, re-publishing an earlier one with its
  * idempotency key after every 10th, and waits until Kafka acked them all. */
 void kl_t_ledger_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,
@@ -46,5 +54,9 @@ void kl_t_ledger_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,
  * re-published one suppressed. */
 void kl_t_ledger_assert_verified(const kl__ledger_gen_t *gen, kl_store_t *store,
                                  const char *topic);
+
+/* The follow-ups (kl_txn_emit()) the outbox of @p store holds for @p topic
+ * over its @p partitions: 0 once all of them are published. */
+size_t kl_t_outbox_held(kl_store_t *store, const char *topic, int partitions);
 
 #endif
