@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "common/strbuf.h"
 #include "common/units.h"
 
 /* INT, MS (a duration whose name ends in .ms), DURATION and SIZE are parsed
@@ -224,14 +225,11 @@ static kl_err_t kl_conf_set_kafka(kl_conf_t *conf, const char *name,
       conf->kafka[i].value = v;
       return KL_OK;
     }
-  if (conf->kafka_cnt == conf->kafka_cap) {
-    size_t cap = conf->kafka_cap ? conf->kafka_cap * 2 : 8;
-    kl_kv_t *kv = realloc(conf->kafka, cap * sizeof(*kv));
-    if (!kv)
-      return KL_ENOMEM;
-    conf->kafka = kv;
-    conf->kafka_cap = cap;
-  }
+  kl_kv_t *grown = kl__grow(conf->kafka, &conf->kafka_cap, conf->kafka_cnt,
+                            sizeof(*grown), 8);
+  if (!grown)
+    return KL_ENOMEM;
+  conf->kafka = grown;
   kl_kv_t *kv = &conf->kafka[conf->kafka_cnt];
   kv->name = strdup(name);
   kv->value = strdup(value);

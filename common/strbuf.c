@@ -1,7 +1,8 @@
-/* The growable byte string; see strbuf.h. */
+/* The growable byte string and kl__grow(); see strbuf.h. */
 #include "common/strbuf.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,4 +130,17 @@ void kl__strbuf_escaped(kl__strbuf_t *sb, const void *s, size_t len) {
     }
     i += n ? n : 1;
   }
+}
+
+void *kl__grow(void *items, size_t *cap, size_t count, size_t size,
+               size_t first) {
+  if (count < *cap)
+    return items;
+  size_t n = *cap ? *cap * 2 : first;
+  if (n <= *cap || n > SIZE_MAX / size) /* doubling wrapped, or too big */
+    return NULL;
+  void *grown = realloc(items, n * size);
+  if (grown)
+    *cap = n;
+  return grown;
 }

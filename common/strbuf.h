@@ -1,5 +1,6 @@
 /*
- * A growable byte string for building responses and exposition text.
+ * A growable byte string for building responses and exposition text, and
+ * kl__grow(), the doubling of any array.
  *
  * Ownership: the strbuf owns its bytes; kl__strbuf_free() releases them and
  * kl__strbuf_take() hands them to the caller. After an allocation failure
@@ -69,5 +70,16 @@ char *kl__strbuf_take(kl__strbuf_t *sb, size_t *len);
 
 /** Frees the bytes and empties @p sb. */
 void kl__strbuf_free(kl__strbuf_t *sb);
+
+/**
+ * Makes room for one more item in @p items, an array of *cap items of
+ * @p size bytes (> 0) that holds @p count: when it is full, reallocates it
+ * to twice *cap (@p first, > 0, when *cap is 0) and sets *cap.
+ * @returns the array to use from now on (@p items when it had room), or
+ *          NULL when out of memory; then @p items and *cap are unchanged
+ *          and still the caller's.
+ */
+void *kl__grow(void *items, size_t *cap, size_t count, size_t size,
+               size_t first);
 
 #endif

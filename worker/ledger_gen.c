@@ -9,6 +9,7 @@
 
 #include "common/internal.h"
 #include "common/kafka_pos.h"
+#include "common/strbuf.h"
 #include "worker/ledger.h"
 
 typedef struct kl_gen_event {
@@ -132,14 +133,11 @@ static kl_err_t kl_gen_send(kl_producer_t *producer, const char *topic,
 
 /* The log's next entry, for a new event of a random key. */
 static kl_gen_event_t *kl_gen_next(kl__ledger_gen_t *gen, uint64_t r) {
-  if (gen->count == gen->cap) {
-    size_t cap = gen->cap ? gen->cap * 2 : 1024;
-    kl_gen_event_t *log = realloc(gen->log, cap * sizeof(*log));
-    if (!log)
-      return NULL;
-    gen->log = log;
-    gen->cap = cap;
-  }
+  kl_gen_event_t *log =
+      kl__grow(gen->log, &gen->cap, gen->count, sizeof(*log), 1024);
+  if (!log)
+    return NULL;
+  gen->log = log;
   kl_gen_event_t *e = &gen->log[gen->count];
   e->key = (uint32_t)(r % (uint64_t)gen->keys);
   e->seq = gen->last_seq[e->key] + 1;
@@ -351,15 +349,12 @@ static int kl_gen_take_id(void *opaque, rd_kafka_message_t *m) {
                       &ev) != KL_OK ||
       !memchr(ev.id, '/', ev.id_len))
     return 0;
-  if (ids->n == ids->cap) {
-    size_t cap = ids->cap ? 2 * ids->cap : 1024;
-    void *grown = realloc(ids->id, cap * sizeof(*ids->id));
-    if (!grown) {
-      ids->err = KL_ENOMEM;
-      return KL__READ_STOP;
-    }
-    ids->id = grown, ids->cap = cap;
+  void *grown = kl__grow(ids->id, &ids->cap, ids->n, sizeof(*ids->id), 1024);
+  if (!grown) {
+    ids->err = KL_ENOMEM;
+    return KL__READ_STOP;
   }
+  ids->id = grown;
   snprintf(ids->id[ids->n++], sizeof(*ids->id), "%.*s", (int)ev.id_len, ev.id);
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "common/strbuf.h"
 #include "common/units.h"
 
 #define KL_LETTERS_TIMEOUT_MS 10000
@@ -56,14 +57,10 @@ static void kl_letter_parse(kl__letter_t *l) {
 
 static int kl_letters_add(void *opaque, rd_kafka_message_t *m) {
   kl__letters_t *ls = opaque;
-  if (ls->n == ls->cap) {
-    size_t cap = ls->cap ? ls->cap * 2 : 64;
-    kl__letter_t *v = realloc(ls->v, cap * sizeof(*v));
-    if (!v)
-      return KL__READ_STOP; /* reported by the caller as ENOMEM */
-    ls->v = v;
-    ls->cap = cap;
-  }
+  kl__letter_t *v = kl__grow(ls->v, &ls->cap, ls->n, sizeof(*v), 64);
+  if (!v)
+    return KL__READ_STOP; /* reported by the caller as ENOMEM */
+  ls->v = v;
   kl__letter_t *l = &ls->v[ls->n++];
   memset(l, 0, sizeof(*l));
   l->msg = m;
