@@ -26,6 +26,7 @@ int kl_bench_gateway(int argc, char **argv);
 int kl_bench_lanes(int argc, char **argv);
 int kl_bench_exec(int argc, char **argv);
 int kl_bench_latency(int argc, char **argv);
+int kl_bench_fsync(int argc, char **argv);
 
 /** A trivial python3 exec handler: answers ok to each event, pipelined
  *  (bench_exec.c). */

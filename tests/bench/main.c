@@ -27,6 +27,8 @@ static const struct {
      "a python3 exec handler end to end: one at a time vs pipelined, c1, c4"},
     {"latency", kl_bench_latency,
      "publish -> applied p50/p99/p999 at a fixed rate, on a real broker"},
+    {"fsync", kl_bench_fsync,
+     "write+fdatasync p50/p99/p999: the floor under a durable store commit"},
 };
 #define KL_NBENCHES (sizeof(kl_benches) / sizeof(kl_benches[0]))
 
