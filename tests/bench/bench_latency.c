@@ -53,7 +53,8 @@ typedef struct kl_bl_opts {
   int embedded, json;
   const char *worker_sets[KL_BL_SETS_MAX];   /* -X key=value */
   const char *producer_sets[KL_BL_SETS_MAX]; /* -P key=value */
-  int nworker_sets, nproducer_sets;
+  const char *store_sets[KL_BL_SETS_MAX];    /* -S key=value */
+  int nworker_sets, nproducer_sets, nstore_sets;
 } kl_bl_opts_t;
 
 /* Percentiles of one histogram, from its rendered buckets. */
@@ -306,6 +307,18 @@ static void kl_bl_hist_minus(kl_bl_hist_t *h, const kl_bl_hist_t *before) {
     h->count[i] -= before->count[i];
 }
 
+/* The LMDB store in @p dir, with the -S settings. */
+static kl_err_t kl_bl_store_open(const kl_bl_opts_t *o, const char *dir,
+                                 kl_store_t **store) {
+  kl_conf_t *conf = kl_conf_new();
+  kl_err_t err =
+      conf ? kl_bl_conf_sets(conf, o->store_sets, o->nstore_sets) : KL_ENOMEM;
+  if (!err)
+    err = kl_store_open(dir, conf, store);
+  kl_conf_destroy(conf);
+  return err;
+}
+
 static int kl_bl_measure(const kl_bl_opts_t *o, const char *boot,
                          kl_t_cluster_t *cluster, kl_bl_result_t *r) {
   char dir[64];
@@ -314,7 +327,7 @@ static int kl_bl_measure(const kl_bl_opts_t *o, const char *boot,
   kl_bl_worker_t w = {0};
   kl__ledger_gen_t *gen = kl__ledger_gen_new(1000, (int32_t)o->partitions, 1);
   kl_producer_t *producer = kl_bl_producer(o, boot, gen);
-  kl_err_t err = kl_store_open(dir, NULL, &store);
+  kl_err_t err = kl_bl_store_open(o, dir, &store);
   if (!err && producer)
     err = kl_bl_worker_start(o, boot, cluster, store, dir, &w);
   int rc = err || !producer ? -1 : 0;
@@ -408,7 +421,8 @@ static void kl_bl_usage(void) {
       "usage: keylane-bench latency [--rate R] [--seconds S] [--partitions N]\n"
       "         [--warmup W] [--handler ledger|exec:trivial|exec:COMMAND]\n"
       "         [--bootstrap B | --embedded | --kafka-port P] [--drain-ms MS]\n"
-      "         [-X KEY=VALUE]... [-P KEY=VALUE]... [--json]\n\n"
+      "         [-X KEY=VALUE]... [-P KEY=VALUE]... [-S KEY=VALUE]...\n"
+      "         [--json]\n\n"
       "Publishes ledger events with kl_publish at R events/s (default 2000)\n"
       "for S seconds (default 10) to N partitions (default 8); one worker\n"
       "with a durable LMDB store applies them, after W s (default 3) at the\n"
@@ -421,7 +435,9 @@ static void kl_bl_usage(void) {
       "with deploy/kafka/kafka.sh (KEYLANE_KAFKA_SH) on port P (default:\n"
       "from the process id) and deletes it at the end.\n"
       "-X sets a worker setting (-X worker.batch.wait.ms=5), -P a producer\n"
-      "one (-P kafka.linger.ms=1).\n");
+      "one (-P kafka.linger.ms=1), -S a store one (-S store.durability=meta;\n"
+      "the default is full, an fsync per commit: keylane-bench fsync\n"
+      "measures that floor).\n");
 }
 
 static int kl_bl_set(const char *flag, const char **sets, int *n,
@@ -458,7 +474,7 @@ static int kl_bl_opts(int argc, char **argv, kl_bl_opts_t *o) {
                       .kafka_port = 30000 + 10 * (getpid() % 300)};
   int c, rc = 0;
   optind = 1;
-  while (!rc && (c = getopt_long(argc, argv, "hX:P:", opts, NULL)) != -1) {
+  while (!rc && (c = getopt_long(argc, argv, "hX:P:S:", opts, NULL)) != -1) {
     switch (c) {
     case 'r':
       rc = kl_bench_count(KL_BL_NAME, "--rate", optarg, 1000000, &o->rate);
@@ -498,6 +514,9 @@ static int kl_bl_opts(int argc, char **argv, kl_bl_opts_t *o) {
       break;
     case 'P':
       rc = kl_bl_set("-P", o->producer_sets, &o->nproducer_sets, optarg);
+      break;
+    case 'S':
+      rc = kl_bl_set("-S", o->store_sets, &o->nstore_sets, optarg);
       break;
     case 'h':
       kl_bl_usage();
