@@ -206,7 +206,10 @@ static void kl_commit_builds(kl__lanes_t *lanes, kl_build_t *b,
                                    b[i].lane->partition, b[i].lane->epoch);
     c[i] = (kl__store_commit_t){b[i].txn, b[i].watermark, KL_OK, ""};
   }
+  int64_t began_ns = kl__mono_ns();
   kl__store_commit_many(c, n);
+  kl__series_observe(lanes->store_commit,
+                     (double)(kl__mono_ns() - began_ns) / 1e9);
   for (size_t i = 0; i < n; i++)
     if (!c[i].err && b[i].emits && lanes->applier.after_commit)
       lanes->applier.after_commit(lanes->applier.after_opaque, lanes->topic,

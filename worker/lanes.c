@@ -899,6 +899,14 @@ static const double kl_latency_buckets[] = {
 #define KL_LATENCY_BUCKETS                                                     \
   (sizeof(kl_latency_buckets) / sizeof(kl_latency_buckets[0]))
 
+/* A store commit: from a tenth of a millisecond (an fsync of a fast disk)
+ * to the seconds a stalled disk can take. */
+static const double kl_commit_buckets[] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015,
+    0.02,   0.03,    0.05,   0.075, 0.1,   0.2,   0.5,   1,      2.5,  10};
+#define KL_COMMIT_BUCKETS                                                      \
+  (sizeof(kl_commit_buckets) / sizeof(kl_commit_buckets[0]))
+
 /* The latency histograms: registered once, observed at every commit. */
 static kl_err_t kl_lanes_metrics_new(kl__lanes_t *lanes) {
   const char *topic[] = {lanes->topic};
@@ -918,7 +926,16 @@ static kl_err_t kl_lanes_metrics_new(kl__lanes_t *lanes) {
           "store commit that applied it: the time spent in keylane.",
           "topic", kl_latency_buckets, KL_LATENCY_BUCKETS),
       topic);
-  return lanes->latency && lanes->commit_latency ? KL_OK : KL_ENOMEM;
+  lanes->store_commit = kl__metric_series(
+      kl__metrics_histogram(
+          lanes->metrics, "keylane_worker_store_commit_seconds",
+          "How long each group commit's store write took (its fsyncs, "
+          "per store.durability): the poll thread takes no record meanwhile.",
+          "topic", kl_commit_buckets, KL_COMMIT_BUCKETS),
+      topic);
+  return lanes->latency && lanes->commit_latency && lanes->store_commit
+             ? KL_OK
+             : KL_ENOMEM;
 }
 
 struct kl__metrics *kl__lanes_metrics(kl__lanes_t *lanes) {

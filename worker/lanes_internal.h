@@ -199,6 +199,7 @@ struct kl__lanes {
   uint64_t misrouted_unwarned; /* misrouted records since then */
   struct kl__metrics *metrics; /* the latency histograms, kl__lanes_metrics() */
   struct kl__series *latency, *commit_latency; /* this topic's series */
+  struct kl__series *store_commit; /* each group commit's duration */
   _Atomic uint64_t applied, duplicates, redelivered, batches, fenced, failed,
       dead_letters, waiting_now, oldest_wait_ms, window_events, paused_now,
       misrouted_total, forwarded;

@@ -3,7 +3,8 @@
  * KEYLANE_TEST_BOOTSTRAP's): a batch does not wait worker.batch.wait.ms
  * to fill when nothing else is left to run; the latency histograms count
  * what was applied; a worker of an embedded cluster fetches with a short
- * fetch.wait.max.ms, since that cluster holds an empty fetch for all of it.
+ * fetch.wait.max.ms, since that cluster holds an empty fetch for all of it;
+ * each group commit's duration has a histogram of its own.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -34,6 +35,25 @@ static void kl_wait_owned(kl_worker_t *worker, int32_t partitions) {
   assert_int_equal(st.owned, partitions);
 }
 
+/* The store commits' own histogram counted at least one commit, and as
+ * many observations as its +Inf bucket holds. */
+static void kl_assert_commits_timed(const char *text, const char *topic) {
+  char name[256];
+  snprintf(name, sizeof(name),
+           "keylane_worker_store_commit_seconds_count{topic=\"%s\"} ", topic);
+  const char *at = strstr(text, name);
+  if (!at)
+    fail_msg("\"%s\" not in:\n%s", name, text);
+  long commits = strtol(at + strlen(name), NULL, 10);
+  assert_true(commits >= 1);
+  snprintf(name, sizeof(name),
+           "keylane_worker_store_commit_seconds_bucket{topic=\"%s\","
+           "le=\"+Inf\"} %ld\n",
+           topic, commits);
+  if (!strstr(text, name))
+    fail_msg("\"%s\" not in:\n%s", name, text);
+}
+
 static void test_idle_worker_commits_without_waiting(void **state) {
   char dir[64];
   kl_t_tmpdir(dir);
@@ -62,6 +82,7 @@ static void test_idle_worker_commits_without_waiting(void **state) {
            topic);
   if (!strstr(text, line))
     fail_msg("\"%s\" not in:\n%s", line, text);
+  kl_assert_commits_timed(text, topic);
   free(text);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   kl_producer_destroy(producer);
