@@ -11,6 +11,8 @@
  *   keylane_worker_event_latency_seconds         envelope ts -> commit
  *   keylane_worker_event_commit_latency_seconds  taken from the consumer
  *                                                -> commit
+ *   keylane_worker_store_commit_seconds          each group commit's store
+ *                                                write (its fsyncs)
  * and prints p50/p99/p999 of each (interpolated within the histogram's
  * buckets; the ts has millisecond resolution) and the backlog: events
  * published but not applied by then.
@@ -269,7 +271,7 @@ static int64_t kl_bl_publish(const kl_bl_opts_t *o, int64_t seconds,
 typedef struct kl_bl_result {
   int64_t published;
   uint64_t applied;
-  kl_bl_hist_t e2e, local;
+  kl_bl_hist_t e2e, local, store; /* store: each group commit's duration */
 } kl_bl_result_t;
 
 static int kl_bl_wait_owned(kl_worker_t *worker, int32_t partitions) {
@@ -298,6 +300,8 @@ static void kl_bl_read(kl_worker_t *worker, kl_bl_result_t *r) {
                    &r->e2e);
   kl_bl_hist_parse(text ? text : "",
                    "keylane_worker_event_commit_latency_seconds", &r->local);
+  kl_bl_hist_parse(text ? text : "", "keylane_worker_store_commit_seconds",
+                   &r->store);
   free(text);
 }
 
@@ -349,6 +353,7 @@ static int kl_bl_measure(const kl_bl_opts_t *o, const char *boot,
     kl_bl_read(w.worker, r);
     kl_bl_hist_minus(&r->e2e, &warm.e2e);
     kl_bl_hist_minus(&r->local, &warm.local);
+    kl_bl_hist_minus(&r->store, &warm.store);
     kl_flush(producer, 10000);
   }
   kl_bl_worker_stop(&w);
@@ -399,6 +404,7 @@ static void kl_bl_print(const kl_bl_opts_t *o, const char *where,
     json_object_set_new(j, "warmup_s", json_integer(o->warmup));
     json_object_set_new(j, "publish_to_applied", kl_bl_json_hist(&r->e2e));
     json_object_set_new(j, "taken_to_applied", kl_bl_json_hist(&r->local));
+    json_object_set_new(j, "store_commit", kl_bl_json_hist(&r->store));
     json_dumpf(j, stdout, JSON_COMPACT);
     putchar('\n');
     json_decref(j);
@@ -409,6 +415,7 @@ static void kl_bl_print(const kl_bl_opts_t *o, const char *where,
          where, o->handler, o->rate, o->seconds, o->partitions);
   kl_bl_print_hist("publish (envelope ts) -> applied:", &r->e2e);
   kl_bl_print_hist("taken from the consumer -> applied:", &r->local);
+  kl_bl_print_hist("each store commit (group commit):", &r->store);
   printf("  published %" PRId64 ", applied %" PRIu64 " (warm-up included), "
          "backlog %" PRId64 " events %" PRId64 " ms after the last publish\n",
          r->published, r->applied, backlog > 0 ? backlog : 0, o->drain_ms);
@@ -429,7 +436,8 @@ static void kl_bl_usage(void) {
       "same rate that are not measured (a fresh broker's JVM is cold).\n"
       "Prints p50/p99/p999 of\n"
       "publish (envelope ts) -> applied and of taken-from-the-consumer ->\n"
-      "applied, from the worker's histograms, and the events not applied\n"
+      "applied and of each store commit, from the worker's histograms, and\n"
+      "the events not applied\n"
       "MS (default 2000) after the last publish.\n"
       "Without --bootstrap or --embedded it starts a real single-node Kafka\n"
       "with deploy/kafka/kafka.sh (KEYLANE_KAFKA_SH) on port P (default:\n"
