@@ -133,16 +133,30 @@ static const struct {
     [KL__PG_DELETE] = {"kl_delete",
                        "DELETE FROM keylane_kv WHERE key = ANY($1::bytea[])",
                        "delete the batch's handler keys"},
+    /* The insert time is taken once per statement (an InitPlan), not per
+     * row: per row it cost 1.6 us of numeric arithmetic in 1000. */
     [KL__PG_IDS] =
         {"kl_ids",
          "INSERT INTO keylane_ids (topic, id, mark, inserted_ms) "
-         "SELECT $4::text, i, m, " KL__PG_NOW_MS(
-             3) " FROM "
-                "unnest($1::bytea[], $2::int2[]) AS t(i, m) ON CONFLICT "
-                "(topic, id) DO UPDATE SET mark = "
-                "EXCLUDED.mark, inserted_ms = EXCLUDED.inserted_ms WHERE "
-                "keylane_ids.mark = 2 AND EXCLUDED.mark = 1",
+         "SELECT $4::text, i, m, (SELECT " KL__PG_NOW_MS(
+             3) ") FROM unnest($1::bytea[], $2::int2[]) AS t(i, m) ON "
+                "CONFLICT (topic, id) DO UPDATE SET mark = EXCLUDED.mark, "
+                "inserted_ms = EXCLUDED.inserted_ms WHERE keylane_ids.mark = "
+                "2 AND EXCLUDED.mark = 1",
          "record the batch's idempotency keys"},
+    /* The ids the batch's prefetch found absent: a plain INSERT, half the
+     * cost of the upsert's speculative insertion (an arbiter probe, a
+     * speculative token and its confirmation record per row). Nobody else
+     * records them meanwhile but an owner of another partition reusing an
+     * id (the fence keeps this partition's other owners out): then it
+     * fails with KL__PG_ID_TAKEN_STATE, as the upsert fails with a
+     * serialization error, and the re-run finds the id a duplicate. */
+    [KL__PG_IDS_NEW] =
+        {"kl_ids_new",
+         "INSERT INTO keylane_ids (topic, id, mark, inserted_ms) "
+         "SELECT $4::text, i, m, (SELECT " KL__PG_NOW_MS(
+             3) ") FROM unnest($1::bytea[], $2::int2[]) AS t(i, m)",
+         "record the batch's new idempotency keys"},
     [KL__PG_APPLIED] = {"kl_applied",
                         "SELECT count(*) FROM keylane_ids WHERE topic = "
                         "$2::text AND id = ANY($1::bytea[]) AND mark = 1",

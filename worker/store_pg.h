@@ -32,6 +32,7 @@ typedef enum kl__pg_stmt {
   KL__PG_UPSERT,    /* the batch's puts */
   KL__PG_DELETE,    /* the batch's deletes */
   KL__PG_IDS,       /* the batch's idempotency keys */
+  KL__PG_IDS_NEW,   /* those the batch looked up and found absent */
   KL__PG_EPOCH,     /* the current epoch, for the fenced message */
   KL__PG_APPLIED,   /* how many of some ids are applied already */
   KL__PG_STMT_COUNT
@@ -163,6 +164,10 @@ kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
 /* What the fence statement fails with when the epoch moved (it divides by
  * the count of rows it matched): division_by_zero. */
 #define KL__PG_FENCED_STATE "22012"
+
+/* What KL__PG_IDS_NEW fails with when one of its ids was recorded since
+ * the batch looked it up: unique_violation. */
+#define KL__PG_ID_TAKEN_STATE "23505"
 
 /** The SQLSTATE of a failed result, or "". */
 const char *kl__pg_state(const PGresult *res);

@@ -16,6 +16,8 @@
  *   DELETE FROM keylane_kv WHERE key = ANY(...)              -- the dels
  *   INSERT INTO keylane_ids ... ON CONFLICT (topic, id) DO UPDATE -- marks
  *     ... WHERE the stored mark is a dead letter and the new one applied
+ *   INSERT INTO keylane_ids ...   -- the marks of ids the prefetch found
+ *                                    absent: no conflict to resolve
  *   COMMIT
  *
  * A statement that fails in a pipeline makes the server skip the rest up
@@ -481,10 +483,11 @@ kl_err_t kl__pg_prefetch(kl_txn_t *base, const char *const *ids,
 
 /* What the commit sends: the statements and the bytes they point to. */
 typedef struct kl_pg_commit {
-  kl__pg_call_t calls[6]; /* fence, upsert, delete, ids, outbox, COMMIT */
+  kl__pg_call_t calls[7]; /* fence, upsert, delete, ids (known, new),
+                             outbox, COMMIT */
   int n;
   char *outbox; /* the outbox insert's parameters (store_pg_outbox.c) */
-  kl_pg_arr_t keys, vals, dels, ids, marks;
+  kl_pg_arr_t keys, vals, dels, ids, marks, new_ids, new_marks;
   char part[16], wm[24], app[24], dup[24], dl[24], epoch[24], now[24];
 } kl_pg_commit_t;
 
@@ -496,6 +499,8 @@ static void kl_pg_commit_free(kl_pg_commit_t *c) {
   free(c->dels.p);
   free(c->ids.p);
   free(c->marks.p);
+  free(c->new_ids.p);
+  free(c->new_marks.p);
   free(c->outbox);
 }
 
@@ -598,20 +603,41 @@ static kl_err_t kl_pg_add_data(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
   return KL_OK;
 }
 
+/* Whether @p id is one the batch's prefetch found absent, so that a plain
+ * INSERT records it (KL__PG_IDS_NEW). Not once the handler's SQL ran: it
+ * might have written keylane_ids itself. */
+static int kl_pg_id_new(const kl_pg_txn_t *txn, const kl__buf_entry_t *id) {
+  if (txn->lent)
+    return 0;
+  const kl__buf_entry_t *known =
+      kl__buf_get(&txn->known, kl__buf_key(id), id->key_len);
+  return known && known->tag == KL_MARK_NONE;
+}
+
+/* The ids in key order, split: those known absent in one plain INSERT,
+ * the rest in the upsert that keeps an applied mark. */
 static kl_err_t kl_pg_add_ids(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
   const kl__buf_entry_t **list;
   if (kl__buf_sorted(&txn->ids, &list))
     return KL_ENOMEM;
   kl_pg_arr_init(&c->ids, KL_PG_OID_BYTEA);
   kl_pg_arr_init(&c->marks, KL_PG_OID_INT2);
+  kl_pg_arr_init(&c->new_ids, KL_PG_OID_BYTEA);
+  kl_pg_arr_init(&c->new_marks, KL_PG_OID_INT2);
   for (size_t i = 0; i < txn->ids.count; i++) {
-    kl_pg_arr_add(&c->ids, kl__buf_key(list[i]), list[i]->key_len);
-    kl_pg_arr_add_i16(&c->marks, list[i]->tag);
+    int fresh = kl_pg_id_new(txn, list[i]);
+    kl_pg_arr_add(fresh ? &c->new_ids : &c->ids, kl__buf_key(list[i]),
+                  list[i]->key_len);
+    kl_pg_arr_add_i16(fresh ? &c->new_marks : &c->marks, list[i]->tag);
   }
   free(list);
   kl__pg_clock_param(c->now, sizeof(c->now));
   const char *text[] = {c->now, txn->topic, NULL};
-  return kl_pg_add(c, KL__PG_IDS, &c->ids, &c->marks, text) ? KL_ENOMEM : KL_OK;
+  if ((c->ids.n && kl_pg_add(c, KL__PG_IDS, &c->ids, &c->marks, text)) ||
+      (c->new_ids.n &&
+       kl_pg_add(c, KL__PG_IDS_NEW, &c->new_ids, &c->new_marks, text)))
+    return KL_ENOMEM;
+  return KL_OK;
 }
 
 /*
@@ -656,6 +682,20 @@ static kl_err_t kl_pg_check_open(kl_pg_txn_t *txn) {
   }
 }
 
+/* An id the batch found absent was recorded since (KL__PG_IDS_NEW): as
+ * retriable as the upsert's serialization failure in that case. */
+static kl_err_t kl_pg_id_taken(const kl_pg_txn_t *txn, const PGresult *res) {
+  const char *detail = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL);
+  return kl__err(KL_ESTORE_BUSY,
+                 "postgresql: record the batch's new idempotency keys of "
+                 "topic %s, partition %" PRId32 ": %s: another transaction "
+                 "recorded it since the batch looked it up (an id reused "
+                 "by an event of another partition's key); nothing of the "
+                 "batch was applied, and run again it finds the id a "
+                 "duplicate",
+                 txn->topic, txn->partition, detail ? detail : "an id");
+}
+
 /* The outcome of the pipeline's results: the first failure, read as a
  * fence when it is the fence's; a COMMIT the server turned into a
  * rollback is a failure too. */
@@ -670,6 +710,9 @@ static kl_err_t kl_pg_outcome(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
       PQclear(PQexec(txn->conn->pg, "ROLLBACK"));
       return kl_pg_fenced(txn, kl_pg_current_epoch(txn));
     }
+    if (!c->calls[i].sql && c->calls[i].stmt == KL__PG_IDS_NEW &&
+        strcmp(kl__pg_state(res), KL__PG_ID_TAKEN_STATE) == 0)
+      return kl_pg_id_taken(txn, res);
     kl_err_t err = kl__pg_err(txn->conn->pg, res, c->calls[i].what);
     return i == 0 && err == KL_ESTORE_BUSY ? kl_pg_refence(txn, err) : err;
   }

@@ -143,6 +143,77 @@ static void test_second_mark_keeps_applied(void **state) {
   kl_store_destroy(store);
 }
 
+static void t_prefetch(kl_txn_t *txn, const char *const *ids, size_t n) {
+  size_t lens[8];
+  for (size_t i = 0; i < n; i++)
+    lens[i] = strlen(ids[i]);
+  assert_int_equal(kl_txn_prefetch(txn, ids, lens, n), KL_OK);
+}
+
+/* Ids the prefetch found absent are written by a plain insert, the others
+ * by the upsert: both kinds in one batch keep the marks' rules. */
+static void test_prefetched_ids_new_and_known(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  kl_t_txn_mark(txn, "was-dead", KL_MARK_DEAD_LETTER);
+  kl_t_txn_mark(txn, "was-applied", KL_MARK_APPLIED);
+  kl_t_store_commit(txn, 1);
+  const char *ids[] = {"was-dead", "was-applied", "new-applied", "new-dead"};
+  txn = kl_t_store_begin(store, 0, epoch);
+  t_prefetch(txn, ids, 4);
+  kl_t_txn_mark(txn, "was-dead", KL_MARK_APPLIED); /* a redrive applied it */
+  kl_t_txn_mark(txn, "was-applied", KL_MARK_DEAD_LETTER); /* it stands */
+  kl_t_txn_mark(txn, "new-applied", KL_MARK_APPLIED);
+  kl_t_txn_mark(txn, "new-dead", KL_MARK_DEAD_LETTER);
+  kl_t_store_commit(txn, 2);
+  txn = kl_t_store_begin(store, 0, epoch);
+  assert_int_equal(kl_t_txn_seen(txn, "was-dead"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "was-applied"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "new-applied"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "new-dead"), KL_MARK_DEAD_LETTER);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+}
+
+/* An id the prefetch found absent, recorded meanwhile by another
+ * partition's batch (one id on two keys): the commit fails retriably,
+ * says why, applies nothing, and the re-run finds the id a duplicate. */
+static void test_prefetched_new_id_taken_meanwhile(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  uint64_t e0 = kl_t_store_acquire(store, 0), e1 = kl_t_store_acquire(store, 1);
+  const char *ids[] = {"shared-id", "own-id"};
+  kl_txn_t *a = kl_t_store_begin(store, 0, e0),
+           *b = kl_t_store_begin(store, 1, e1);
+  t_prefetch(a, ids, 1);
+  t_prefetch(b, ids, 2);
+  assert_int_equal(kl_t_txn_seen(b, "shared-id"), KL_MARK_NONE);
+  kl_t_txn_mark(a, "shared-id", KL_MARK_APPLIED);
+  kl_t_txn_mark(b, "shared-id", KL_MARK_APPLIED);
+  kl_t_txn_mark(b, "own-id", KL_MARK_APPLIED);
+  kl_t_txn_put(b, "acct/1", "b");
+  kl_t_store_commit(a, 1);
+  assert_int_equal(kl_store_commit(b, 1), KL_ESTORE_BUSY);
+  /* The server names the id, in hex: "shared-id". */
+  assert_non_null(strstr(kl_err_detail(), "\\x7368617265642d6964"));
+  assert_non_null(strstr(kl_err_detail(), "since the batch looked it up"));
+  assert_int_equal(kl_t_store_partition(store, 1).watermark, 0);
+
+  b = kl_t_store_begin(store, 1, e1);
+  t_prefetch(b, ids, 2);
+  assert_int_equal(kl_t_txn_seen(b, "shared-id"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(b, "own-id"), KL_MARK_NONE);
+  const void *val;
+  size_t len;
+  assert_int_equal(kl_txn_get(b, "acct/1", 6, &val, &len), KL_ENOTFOUND);
+  kl_store_abort(b);
+  kl_store_destroy(store);
+}
+
 /* The article's point: the handler's own SQL commits with the fence or
  * not at all. (The rest of a fenced batch: the contract's
  * test_fenced_commit_applies_nothing.) */
@@ -1049,6 +1120,8 @@ int main(void) {
       KL_T_STORE_CONTRACT_TESTS(t_setup, t_teardown) /* then our own: */
       T(test_concurrent_acquires_get_distinct_epochs),
       T(test_second_mark_keeps_applied),
+      T(test_prefetched_ids_new_and_known),
+      T(test_prefetched_new_id_taken_meanwhile),
       T(test_fenced_commit_rolls_back_handler_sql),
       T(test_committed_handler_sql_is_visible),
       T(test_savepoint_undoes_one_event),
