@@ -261,42 +261,58 @@ void kl__lanes_commit(kl__lanes_t *lanes, kl__lane_t *const *due, size_t n) {
   free(c);
 }
 
-/* The records of @p lane's window still to run, from the one @p job
- * runs on: what a new group transaction prefetches the ids of. Poll
- * thread. @returns a malloc()ed array of *@p n, or NULL. */
+/* Up to worker.batch.max records of @p lane's window still to run, from
+ * offset @p from: what the group transaction prefetches the ids of next.
+ * A chunk at a time, not the whole window (up to worker.window.max): a
+ * transaction holds about a batch, and the next one would look the rest
+ * up again, each id about window/batch times. Poll thread. @returns a
+ * malloc()ed array of *@p n, or NULL. */
 static rd_kafka_message_t **kl_window_msgs(kl__lanes_t *lanes, kl__lane_t *lane,
-                                           size_t *n) {
+                                           int64_t from, size_t *n) {
   pthread_mutex_lock(&lanes->mu);
-  rd_kafka_message_t **msgs =
-      lane->ring_count ? malloc(lane->ring_count * sizeof(*msgs)) : NULL;
+  size_t max =
+      lane->ring_count < lanes->batch_max ? lane->ring_count : lanes->batch_max;
+  rd_kafka_message_t **msgs = max ? malloc(max * sizeof(*msgs)) : NULL;
   *n = 0;
-  for (size_t i = 0; msgs && i < lane->ring_count; i++) {
+  for (size_t i = 0; msgs && *n < max && i < lane->ring_count; i++) {
     const kl__slot_t *slot = kl__lane_at(lane, i);
-    if (slot->state == KL__SLOT_QUEUED || slot->state == KL__SLOT_RUNNING)
+    if (slot->offset >= from &&
+        (slot->state == KL__SLOT_QUEUED || slot->state == KL__SLOT_RUNNING))
       msgs[(*n)++] = slot->msg;
   }
   pthread_mutex_unlock(&lanes->mu);
   return msgs;
 }
 
-/* A new group transaction looks up the ids of the lane's window at once
- * (kl__apply_prefetch()), before their handlers run. */
+/* The group transaction looks the ids of the lane's window up a chunk at a
+ * time (kl__apply_prefetch()) before their handlers run: when it begins,
+ * and when @p job is past what it looked up. */
+static kl_err_t kl_lanes_prefetch(kl__lanes_t *lanes, const kl__job_t *job) {
+  kl__lane_t *lane = job->lane;
+  if (job->msg->offset < lane->prefetched_to ||
+      !kl__store_has_prefetch(lanes->store))
+    return KL_OK;
+  size_t n;
+  rd_kafka_message_t **msgs = kl_window_msgs(lanes, lane, job->msg->offset, &n);
+  kl_err_t err = kl__apply_prefetch(&lanes->applier, lane->batch, msgs, n, 0);
+  if (n)
+    lane->prefetched_to = msgs[n - 1]->offset + 1;
+  free(msgs);
+  return err;
+}
+
 kl_err_t kl__lanes_batch(kl__lanes_t *lanes, const kl__job_t *job,
                          kl_txn_t **txn) {
   kl__lane_t *lane = job->lane;
   kl_err_t err = KL_OK;
-  if (!lane->batch &&
-      !(err = kl_store_begin(lanes->store, lanes->topic, job->partition,
-                             job->epoch, &lane->batch)) &&
-      kl__store_has_prefetch(lanes->store)) {
-    size_t n;
-    rd_kafka_message_t **msgs = kl_window_msgs(lanes, lane, &n);
-    err = kl__apply_prefetch(&lanes->applier, lane->batch, msgs, n, 0);
-    free(msgs);
-    if (err) {
-      kl_store_abort(lane->batch);
-      lane->batch = NULL;
-    }
+  if (!lane->batch) {
+    err = kl_store_begin(lanes->store, lanes->topic, job->partition, job->epoch,
+                         &lane->batch);
+    lane->prefetched_to = 0;
+  }
+  if (!err && (err = kl_lanes_prefetch(lanes, job))) {
+    kl_store_abort(lane->batch);
+    lane->batch = NULL;
   }
   *txn = lane->batch;
   return err;

@@ -153,6 +153,7 @@ struct kl__lane {
   int64_t next_due_ns;    /* the earliest due_ns in `waiting`, or 0 */
   unsigned paused;        /* KL__PAUSE_* reasons */
   kl_txn_t *batch;        /* inline mode: the open group transaction */
+  int64_t prefetched_to;  /* batch: the window's ids below are prefetched */
   uint64_t misrouted;     /* records whose key routes elsewhere, ever */
   int fence_seen;         /* an executor's begin said KL_EFENCED */
   int rewind;             /* the overlay is unusable: run events again */

@@ -54,6 +54,8 @@ typedef struct kl__cache_stats {
   /** Not the cache's, reported with it: kl_txn_seen() calls that asked the
    *  server one id at a time (not prefetched with kl_txn_prefetch()). */
   uint64_t id_queries;
+  /** Ids kl_txn_prefetch() asked the server about, in all. */
+  uint64_t id_prefetched;
 } kl__cache_stats_t;
 
 /** How kl__cache_get() answered. */

@@ -871,6 +871,7 @@ static void kl_pg_forget(kl_store_t *store, const char *topic,
 static void kl_pg_cache_stats(kl_store_t *store, kl__cache_stats_t *stats) {
   kl__cache_stats(((kl__pg_t *)store)->cache, stats);
   stats->id_queries = atomic_load(&((kl__pg_t *)store)->id_queries);
+  stats->id_prefetched = atomic_load(&((kl__pg_t *)store)->id_prefetched);
 }
 
 const kl__store_ops_t kl__pg_ops = {

@@ -61,6 +61,7 @@ typedef struct kl__pg {
   kl__pg_conn_t **idle;
   kl__cache_t *cache;          /* store.cache.max; NULL: off */
   _Atomic uint64_t id_queries; /* kl__cache_stats_t's */
+  _Atomic uint64_t id_prefetched;
 } kl__pg_t;
 
 extern const kl__store_ops_t kl__pg_ops;

@@ -467,6 +467,7 @@ kl_err_t kl__pg_prefetch(kl_txn_t *base, const char *const *ids,
   if (arr.n && kl_pg_arr_end(&arr))
     err = KL_ENOMEM;
   else if (arr.n) {
+    atomic_fetch_add(&((kl__pg_t *)base->store)->id_prefetched, arr.n);
     const char *values[2] = {(char *)arr.p, txn->topic};
     int lengths[2] = {(int)arr.len, 0}, formats[2] = {1, 0};
     PGresult *res = kl__pg_run(txn->conn, KL__PG_SEEN_MANY, 2, values, lengths,

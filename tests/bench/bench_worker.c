@@ -32,6 +32,7 @@
 #include "bench.h"
 #include "support/pg.h"
 #include "support/support.h"
+#include "worker/store_cache.h"
 #include "worker/store_internal.h"
 
 #define KL_BW_NAME "worker"
@@ -52,6 +53,7 @@ typedef struct kl_bw_round {
   double raw_s;
   uint64_t batches; /* per-partition batches (kl_worker_stats) */
   uint64_t txns;    /* store write transactions: what the fsyncs pay for */
+  kl__cache_stats_t cache; /* PostgreSQL's owner cache and id lookups */
 } kl_bw_round_t;
 
 static void kl_bw_sleep_ms(int ms) {
@@ -176,6 +178,7 @@ static double kl_bw_keylane(const char *boot, kl__ledger_gen_t *gen,
   kl__store_lmdb_usage(store, &u1);
   r->batches = st.batches;
   r->txns = u1.txns - u0.txns;
+  kl__store_cache_stats(store, &r->cache);
   kl_t_worker_stop(w);
   kl__ledger_verdict_t v;
   kl__ledger_gen_verify(gen, store, KL_BW_TOPIC, &v);
@@ -207,8 +210,11 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
                         int64_t transfers, int json, int pg) {
   double k[KL_BW_ROUNDS_MAX], b[KL_BW_ROUNDS_MAX], j[KL_BW_ROUNDS_MAX],
       e[KL_BW_ROUNDS_MAX];
-  uint64_t batches = 0, txns = 0;
+  uint64_t batches = 0, txns = 0, hits = 0, gets = 0, id_queries = 0;
   for (int i = 0; i < n; i++) {
+    hits += rounds[i].cache.hits;
+    gets += rounds[i].cache.hits + rounds[i].cache.misses;
+    id_queries += rounds[i].cache.id_queries;
     k[i] = rounds[i].keylane_s;
     b[i] = rounds[i].raw_s;
     j[i] = rounds[i].join_s;
@@ -235,6 +241,12 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
         "partition_batches_per_1000_events", batches_k, "keylane_s", ks,
         "join_s", js, "keylane_e2e_eps", e2e, "ratio_e2e", e2e / reps);
     json_object_set_new(o, "store", json_string(pg ? "postgresql" : "lmdb"));
+    if (pg) {
+      json_object_set_new(o, "cache_hit_ratio",
+                          json_real(gets ? (double)hits / (double)gets : 0));
+      json_object_set_new(o, "id_queries_per_1000_events",
+                          json_real((double)id_queries / n / thousands));
+    }
     json_object_set_new(o, "transfers_percent", json_integer(transfers));
     json_dumpf(o, stdout, JSON_COMPACT);
     putchar('\n');
@@ -256,6 +268,12 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
   printf("  group join: %.2f s; end to end, join included: %.0f events/s "
          "(ratio %.2f)\n",
          js, e2e, e2e / reps);
+  if (pg) /* a handler's get the cache missed, an id not prefetched: a
+             round trip each */
+    printf("  owner cache hit ratio %.3f; ids looked up one by one per 1000 "
+           "events: %.2f\n",
+           gets ? (double)hits / (double)gets : 0,
+           (double)id_queries / n / thousands);
   if (!pg) /* LMDB's write transactions; PostgreSQL's are not counted */
     printf("  store commits per 1000 events: %.2f (fsyncs: %.2f), holding "
            "%.2f partition batches\n",

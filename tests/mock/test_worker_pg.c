@@ -88,6 +88,52 @@ static void test_applies_each_event_once_on_pg(void **state) {
   kl_t_ledger_fx_down(&fx);
 }
 
+/* The ledger handler, a millisecond slower: a group transaction then holds
+ * the events of one 20 ms turn of the poll thread, a few dozen. */
+static kl_handler_result_t kl_slow_ledger(void *opaque, const kl_event_t *event,
+                                          const kl_fence_t *fence,
+                                          kl_txn_t *txn, char *errbuf,
+                                          size_t errbuf_size) {
+  kl_t_sleep_ms(1);
+  return kl_ledger_handler(opaque, event, fence, txn, errbuf, errbuf_size);
+}
+
+/* A partition's window holds the records of many group transactions (all
+ * 1100 were published before the worker started): each transaction
+ * prefetches the ids of what it runs, a batch at a time, not of the whole
+ * window, which the next one would look up again. */
+static void test_prefetch_covers_one_batch_on_pg(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "prefetch", 1);
+  kl_t_ledger_fx_publish(&fx, 1000); /* 1100 records, 10 % re-published */
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.group", "g1", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.batch.max", "50", NULL, 0), KL_OK);
+  kl_t_worker_t *w = calloc(1, sizeof(*w));
+  assert_int_equal(
+      kl_worker_new(conf, fx.topic, fx.store, kl_slow_ledger, NULL, &w->worker),
+      KL_OK);
+  kl_conf_destroy(conf);
+  kl_t_worker_go(w);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
+                   0);
+  kl__cache_stats_t cache;
+  kl__store_cache_stats(fx.store, &cache);
+  /* Once each, and again after a transaction that ended within a chunk
+   * (at most a batch each); the whole window each time would be about
+   * 1100 x 1100 / 2 / 20. */
+  if (cache.id_prefetched > 3 * 1100)
+    fail_msg("%llu ids prefetched for 1100 records",
+             (unsigned long long)cache.id_prefetched);
+  assert_true(cache.id_prefetched >= 1000);
+  assert_true(cache.id_queries < 1100 / 10);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_t_ledger_fx_assert_verified(&fx);
+  kl_t_ledger_fx_down(&fx);
+}
+
 static void test_paused_owner_is_fenced_on_pg(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "fence", 2);
@@ -121,6 +167,7 @@ static void test_paused_owner_is_fenced_on_pg(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_applies_each_event_once_on_pg),
+      cmocka_unit_test(test_prefetch_covers_one_batch_on_pg),
       cmocka_unit_test(test_paused_owner_is_fenced_on_pg),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
