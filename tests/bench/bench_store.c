@@ -88,6 +88,9 @@ typedef struct kl_commit_run {
   uint64_t events, batches;
   double events_per_s, p50_ms, p99_ms;
   double cache_hit_ratio; /* -1: the backend has no owner cache */
+  /* Where a batch's time goes, mean ms: begin, prefetch, the events'
+   * calls (seen, get, put, mark), commit. */
+  double begin_ms, prefetch_ms, events_ms, commit_ms;
 } kl_commit_run_t;
 
 static int kl_cmp_double(const void *a, const void *b) {
@@ -147,23 +150,30 @@ static kl_err_t kl_bench_commits(kl_store_t *store, const char *backend,
   size_t cap = 1024, n = 0;
   double *lat = malloc(cap * sizeof(*lat));
   uint64_t events = 0;
-  double start = kl_bench_now();
+  double start = kl_bench_now(), stage[4] = {0}; /* seconds, summed */
   while (!err && (kl_bench_now() - start < seconds || n < 20)) {
     kl_txn_t *txn;
+    double t[5];
+    t[0] = kl_bench_now();
     if ((err = kl_store_begin(store, TOPIC, (int32_t)run, ps.epoch, &txn)))
       break;
+    t[1] = kl_bench_now();
     err = kl_bench_prefetch(txn, run, events, batch);
+    t[2] = kl_bench_now();
     for (int i = 0; !err && i < batch; i++)
       err = kl_bench_event(txn, run, events++);
     if (err) {
       kl_store_abort(txn);
       break;
     }
-    double t0 = kl_bench_now();
+    t[3] = kl_bench_now();
     err = kl_store_commit(txn, (int64_t)events);
+    t[4] = kl_bench_now();
     if (n == cap)
       lat = realloc(lat, (cap *= 2) * sizeof(*lat));
-    lat[n++] = (kl_bench_now() - t0) * 1e3;
+    lat[n++] = (t[4] - t[3]) * 1e3;
+    for (int i = 0; i < 4; i++)
+      stage[i] += t[i + 1] - t[i];
   }
   double elapsed = kl_bench_now() - start;
   kl__store_cache_stats(store, &c1);
@@ -179,7 +189,11 @@ static kl_err_t kl_bench_commits(kl_store_t *store, const char *backend,
                              lat[(size_t)((double)(n - 1) * 0.99)],
                              c1.max_bytes && lookups > 0
                                  ? (double)(c1.hits - c0.hits) / lookups
-                                 : -1};
+                                 : -1,
+                             stage[0] * 1e3 / n,
+                             stage[1] * 1e3 / n,
+                             stage[2] * 1e3 / n,
+                             stage[3] * 1e3 / n};
   }
   free(lat);
   return err;
@@ -308,12 +322,14 @@ static void kl_report_text(const kl_commit_run_t *c, int nc,
                            const char *sync_commit) {
   printf("commits (per batch: prefetch ids; per event: seen, get, put, "
          "mark)\n");
-  printf("  %-10s %6s %12s %10s %10s %10s\n", "backend", "batch", "events/s",
-         "p50 ms", "p99 ms", "cache hit");
+  printf("  %-10s %6s %12s %10s %10s %10s  %s\n", "backend", "batch",
+         "events/s", "p50 ms", "p99 ms", "cache hit",
+         "mean ms per batch: begin, prefetch, events, commit");
   for (int i = 0; i < nc; i++)
-    printf("  %-10s %6d %12.0f %10.3f %10.3f %10.3f\n", c[i].backend,
-           c[i].batch, c[i].events_per_s, c[i].p50_ms, c[i].p99_ms,
-           c[i].cache_hit_ratio);
+    printf("  %-10s %6d %12.0f %10.3f %10.3f %10.3f  %.3f %.3f %.3f %.3f\n",
+           c[i].backend, c[i].batch, c[i].events_per_s, c[i].p50_ms,
+           c[i].p99_ms, c[i].cache_hit_ratio, c[i].begin_ms, c[i].prefetch_ms,
+           c[i].events_ms, c[i].commit_ms);
   if (pg)
     printf("  postgresql: skipped: %s\n", pg);
   else
@@ -345,14 +361,18 @@ static void kl_report_json(const kl_commit_run_t *c, int nc,
                            const kl_dedup_run_t *d, int nd, const char *pg,
                            const char *sync_commit) {
   json_t *commits = json_array(), *dedup = json_array();
-  for (int i = 0; i < nc; i++)
-    json_array_append_new(
-        commits,
-        json_pack("{sssisIsIsfsfsfsf}", "backend", c[i].backend, "batch",
-                  c[i].batch, "events", (json_int_t)c[i].events, "batches",
-                  (json_int_t)c[i].batches, "events_per_s", c[i].events_per_s,
-                  "p50_commit_ms", c[i].p50_ms, "p99_commit_ms", c[i].p99_ms,
-                  "cache_hit_ratio", c[i].cache_hit_ratio));
+  for (int i = 0; i < nc; i++) {
+    json_t *run = json_pack(
+        "{sssisIsIsfsfsfsf}", "backend", c[i].backend, "batch", c[i].batch,
+        "events", (json_int_t)c[i].events, "batches", (json_int_t)c[i].batches,
+        "events_per_s", c[i].events_per_s, "p50_commit_ms", c[i].p50_ms,
+        "p99_commit_ms", c[i].p99_ms, "cache_hit_ratio", c[i].cache_hit_ratio);
+    json_object_set_new(run, "mean_ms_per_batch",
+                        json_pack("{sfsfsfsf}", "begin", c[i].begin_ms,
+                                  "prefetch", c[i].prefetch_ms, "events",
+                                  c[i].events_ms, "commit", c[i].commit_ms));
+    json_array_append_new(commits, run);
+  }
   for (int i = 0; i < nd; i++)
     json_array_append_new(
         dedup, json_pack("{sIsfsfsfsfsf}", "keys", (json_int_t)d[i].keys,
