@@ -47,10 +47,11 @@ static const char kl_store_usage[] =
     "      --seconds S    time per commit run (default 3)\n"
     "      --pg URI       an existing PostgreSQL database instead of a\n"
     "                     throwaway server\n"
-    "      --skip-pg      LMDB only\n";
+    "      --skip-pg      LMDB only\n"
+    "      --batch N      only batches of N (1, 100 or 1000), no dedup runs\n";
 
 typedef struct kl_bench_opts {
-  int json, full, skip_pg;
+  int json, full, skip_pg, batch;
   double seconds;
   const char *pg_uri;
 } kl_bench_opts_t;
@@ -338,9 +339,11 @@ static void kl_report_text(const kl_commit_run_t *c, int nc,
            sync_commit, kl_pg_ratio(c, nc, 100), kl_pg_ratio(c, nc, 1000),
            KL_PG_TARGET,
            kl_pg_ratio(c, nc, 1000) >= KL_PG_TARGET ? "met" : "MISSED");
-  printf("LMDB dedup lookups/s (kl_txn_seen, half hits, half misses)\n");
-  printf("  %10s %12s %8s %12s %8s %10s\n", "keys", "recent", "vs 10k",
-         "random", "vs 10k", "bytes/key");
+  if (nd) {
+    printf("LMDB dedup lookups/s (kl_txn_seen, half hits, half misses)\n");
+    printf("  %10s %12s %8s %12s %8s %10s\n", "keys", "recent", "vs 10k",
+           "random", "vs 10k", "bytes/key");
+  }
   for (int i = 0; i < nd; i++)
     printf("  %10" PRIu64 " %12.0f %7.2fx %12.0f %7.2fx %10.1f\n", d[i].keys,
            d[i].recent_per_s, d[i].recent_per_s / d[0].recent_per_s,
@@ -412,6 +415,7 @@ static void kl_report_json(const kl_commit_run_t *c, int nc,
 /* ---- the runs -------------------------------------------------------- */
 
 static const int kl_batches[] = {1, 100, 1000};
+static int kl_only_batch; /* --batch: 0 for all of kl_batches */
 
 /* The server's synchronous_commit, read on a batch's connection, into
  * @p out; "" for a store that is not PostgreSQL. */
@@ -443,6 +447,8 @@ static kl_err_t kl_bench_backend(const char *location, const char *backend,
   if (!err && strcmp(backend, "postgresql") == 0)
     err = kl_bench_sync_commit(store, kl_sync_commit, sizeof(kl_sync_commit));
   for (int i = 0; !err && i < 3; i++) {
+    if (kl_only_batch && kl_batches[i] != kl_only_batch)
+      continue;
     fprintf(stderr, "keylane-bench store: %s, batches of %d\n", backend,
             kl_batches[i]);
     err = kl_bench_commits(store, backend, kl_batches[i], seconds,
@@ -462,6 +468,7 @@ static int kl_bench_parse(int argc, char **argv, kl_bench_opts_t *o) {
       {"seconds", required_argument, NULL, 's'},
       {"pg", required_argument, NULL, 'p'},
       {"skip-pg", no_argument, NULL, 'k'},
+      {"batch", required_argument, NULL, 'b'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int c;
@@ -481,6 +488,18 @@ static int kl_bench_parse(int argc, char **argv, kl_bench_opts_t *o) {
       break;
     case 'k':
       o->skip_pg = 1;
+      break;
+    case 'b':
+      if (kl_bench_count(NAME, "--batch", optarg, 1000, &secs))
+        return 2;
+      if (secs != 1 && secs != 100 && secs != 1000) {
+        fprintf(stderr,
+                "keylane-bench store: --batch takes 1, 100 or 1000, got "
+                "%s\n",
+                optarg);
+        return 2;
+      }
+      kl_only_batch = o->batch = (int)secs;
       break;
     case 's':
       if (kl_bench_count(NAME, "--seconds", optarg, 600, &secs))
@@ -536,7 +555,8 @@ int kl_bench_store(int argc, char **argv) {
   if (o.skip_pg)
     snprintf(why, sizeof(why), "--skip-pg");
   snprintf(sub, sizeof(sub), "%s/dedup", dir);
-  if (!err && pg != -2 && (err = kl_bench_dedup(sub, o.full, dedup, &nd)))
+  if (!err && pg != -2 && !o.batch &&
+      (err = kl_bench_dedup(sub, o.full, dedup, &nd)))
     fprintf(stderr, "keylane-bench store: dedup: %s: %s\n", kl_err_name(err),
             kl_err_detail());
   char cmd[96];
