@@ -289,8 +289,8 @@ static rd_kafka_message_t **kl_window_msgs(kl__lanes_t *lanes, kl__lane_t *lane,
  * and when @p job is past what it looked up. */
 static kl_err_t kl_lanes_prefetch(kl__lanes_t *lanes, const kl__job_t *job) {
   kl__lane_t *lane = job->lane;
-  if (job->msg->offset < lane->prefetched_to ||
-      !kl__store_has_prefetch(lanes->store))
+  if (!kl__store_has_prefetch(lanes->store) ||
+      job->msg->offset < lane->prefetched_to)
     return KL_OK;
   size_t n;
   rd_kafka_message_t **msgs = kl_window_msgs(lanes, lane, job->msg->offset, &n);
