@@ -4,7 +4,7 @@
  * (worker/lanes.c) and `keylane doctor`'s sample can name the client
  * setting that caused it. Not installed.
  *
- * keylane routes with murmur2 (kl_partition(), murmur2.c). The others:
+ * keylane routes with murmur2 (kl_partition(), partition.c). The others:
  *   CRC32      librdkafka `consistent` and `consistent_random`, the default
  *              of confluent-kafka (Python, Go, .NET) and every other
  *              librdkafka-based client; kafka-go's CRC32Balancer.
