@@ -65,6 +65,13 @@ static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
     run.outcome = KL__RUN_STORE;
     run.why = kl_err_detail();
   }
+  /* A handler that failed because the store's link broke under it (a
+   * read on a server that restarted) did not fail for its event: the
+   * event runs again, and no attempt of it is counted, so that a store
+   * outage never dead-letters what it interrupted. */
+  if ((run.outcome == KL__RUN_RETRY || run.outcome == KL__RUN_FAIL) &&
+      kl__txn_lost(base))
+    run.outcome = KL__RUN_STORE;
   kl__lanes_done(lanes, job, &run); /* its log lines carry the trace too */
   kl__log_trace_set(NULL);
 }

@@ -294,6 +294,10 @@ int kl__store_has_prefetch(kl_store_t *store) {
   return store && store->ops->prefetch != NULL;
 }
 
+int kl__txn_lost(kl_txn_t *txn) {
+  return txn && txn->store->ops->lost && txn->store->ops->lost(txn);
+}
+
 void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition) {
   if (store && topic && store->ops->forget)
     store->ops->forget(store, topic, partition);

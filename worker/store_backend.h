@@ -59,6 +59,9 @@ typedef struct kl__store_ops {
    * idempotency keys at once, for kl_txn_seen() to answer from memory. */
   kl_err_t (*prefetch)(kl_txn_t *txn, const char *const *ids,
                        const size_t *id_lens, size_t n);
+  /* Optional (NULL: never): nonzero when the txn can no longer commit
+   * because its link to the store is lost (kl__txn_lost()). */
+  int (*lost)(kl_txn_t *txn);
   /* Optional (NULL: no owner cache): kl__store_forget() and
    * kl__store_cache_stats(). */
   void (*forget)(kl_store_t *store, const char *topic, int32_t partition);

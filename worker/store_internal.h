@@ -120,6 +120,14 @@ void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition);
  *  (PostgreSQL), so that a caller decodes ids for it only then. */
 int kl__store_has_prefetch(kl_store_t *store);
 
+/**
+ * @returns nonzero when @p txn lost its link to the store (a PostgreSQL
+ * server that restarted under it): it cannot commit, and what failed in it
+ * failed for the store, not for the event (the worker runs the event again
+ * without counting an attempt). 0 for LMDB.
+ */
+int kl__txn_lost(kl_txn_t *txn);
+
 struct kl__cache_stats;
 /**
  * The owner cache's size and counters (zeroes when the backend has none or

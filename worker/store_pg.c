@@ -899,6 +899,7 @@ const kl__store_ops_t kl__pg_ops = {
     .version = kl_pg_version,
     .pg_conn = kl__pg_conn,
     .prefetch = kl__pg_prefetch,
+    .lost = kl__pg_lost,
     .forget = kl_pg_forget,
     .cache_stats = kl_pg_cache_stats,
     .outbox_list = kl__pg_outbox_list,

@@ -197,6 +197,7 @@ kl_err_t kl__store_pg_migrate(const char *uri, int *from, int *to);
  * of store_pg_outbox.c, for the ops table. */
 KL__STORE_BACKEND_DECLARE(pg);
 void *kl__pg_conn(kl_txn_t *txn);
+int kl__pg_lost(kl_txn_t *txn);
 kl_err_t kl__pg_prefetch(kl_txn_t *txn, const char *const *ids,
                          const size_t *id_lens, size_t n);
 

@@ -315,6 +315,11 @@ void *kl__pg_conn(kl_txn_t *base) {
   return txn->conn->pg;
 }
 
+int kl__pg_lost(kl_txn_t *base) {
+  kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
+  return txn->broken || PQstatus(txn->conn->pg) != CONNECTION_OK;
+}
+
 kl_err_t kl__store_savepoint(kl_txn_t *base, kl__savepoint_t what) {
   static const char *const sql[] = {
       [KL__SAVEPOINT_SET] = "SAVEPOINT kl_event",

@@ -148,8 +148,13 @@ static void kl_t_pg_exec(const kl_t_pg_t *pg, int durable) {
   char bin[300];
   snprintf(bin, sizeof(bin), "%spostgres", pg->bin);
   const char *fast[] = {"-c", "fsync=off",
-                        "-c", "synchronous_commit=off",
-                        "-c", "full_page_writes=off"};
+                        "-c", "full_page_writes=off",
+                        "-c", "synchronous_commit=off"};
+  /* KL_T_PG_RESTARTABLE: all but the last (see pg.h). */
+  size_t nfast = durable == KL_T_PG_DURABLE ? 0
+                 : durable == KL_T_PG_RESTARTABLE
+                     ? sizeof(fast) / sizeof(fast[0]) - 2
+                     : sizeof(fast) / sizeof(fast[0]);
   const char *argv[24] = {bin,
                           "-D",
                           data,
@@ -162,7 +167,7 @@ static void kl_t_pg_exec(const kl_t_pg_t *pg, int durable) {
                           "-c",
                           "max_connections=60"};
   int argc = 11;
-  for (size_t i = 0; !durable && i < sizeof(fast) / sizeof(fast[0]); i++)
+  for (size_t i = 0; i < nfast; i++)
     argv[argc++] = fast[i];
   argv[argc] = NULL;
   execvp(bin, (char *const *)argv);
@@ -215,6 +220,7 @@ static kl_t_pg_t *kl_t_pg_try(int durable, const char *also_listen,
                               const char *trust_net, char *why,
                               size_t why_size) {
   kl_t_pg_t *pg = calloc(1, sizeof(*pg));
+  pg->durable = durable;
   snprintf(pg->listen, sizeof(pg->listen), "127.0.0.1%s%s",
            also_listen ? "," : "", also_listen ? also_listen : "");
   snprintf(why, why_size, "%s", "");
@@ -260,6 +266,17 @@ kl_t_pg_t *kl_t_pg_start_on(int durable, const char *also_listen,
   if (!pg)
     kl_t_missing("postgresql", why);
   return pg;
+}
+
+int kl_t_pg_restart(kl_t_pg_t *pg, int down_ms) {
+  if (pg->running && kill(pg->pid, SIGQUIT) == 0)
+    waitpid(pg->pid, NULL, 0);
+  usleep((useconds_t)down_ms * 1000);
+  pg->running = kl_t_pg_run(pg, pg->durable) == 0;
+  if (!pg->running)
+    fprintf(stderr, "pg: the server in %s did not come back on port %d\n",
+            pg->dir, pg->port);
+  return pg->running ? 0 : -1;
 }
 
 void kl_t_pg_stop(kl_t_pg_t *pg) {

@@ -26,11 +26,19 @@ typedef struct kl_t_pg {
   int running;
   pid_t pid;        /* the postmaster, a child of the starting thread */
   char listen[256]; /* listen_addresses */
+  int durable;      /* as given to kl_t_pg_start(), for kl_t_pg_restart() */
 } kl_t_pg_t;
 
+/* kl_t_pg_start()'s @p durable: fsync and synchronous_commit on
+ * (benchmarks), or commits that survive an immediate shutdown of the
+ * server (synchronous_commit on; without fsync, which only a crash of the
+ * machine needs), for tests that restart it. 0: neither, fastest. */
+#define KL_T_PG_DURABLE 1
+#define KL_T_PG_RESTARTABLE 2
+
 /**
- * Initializes and starts a server. @p durable keeps fsync on (benchmarks);
- * tests turn it off for speed.
+ * Initializes and starts a server. @p durable: 0, KL_T_PG_DURABLE or
+ * KL_T_PG_RESTARTABLE (below); tests use 0 for speed unless they restart it.
  * @returns the server, or NULL when PostgreSQL is not installed or did not
  *          start; @p why (size @p why_size) then says which, and the log,
  *          and kl_t_missing("postgresql", why) records it (support/skips.h).
@@ -44,6 +52,17 @@ kl_t_pg_t *kl_t_pg_start(int durable, char *why, size_t why_size);
  */
 kl_t_pg_t *kl_t_pg_start_on(int durable, const char *also_listen,
                             const char *trust_net, char *why, size_t why_size);
+
+/**
+ * Restarts the server as `pg_ctl restart -m immediate` does: SIGQUIT to
+ * the postmaster (every backend dies at once, its clients' connections
+ * break), @p down_ms with no server, then the same data directory on the
+ * same port, after crash recovery. From the thread that started it (see
+ * above). Start the server KL_T_PG_RESTARTABLE, or commits acknowledged
+ * just before may be lost.
+ * @returns 0, or -1 when it did not come back (printed to stderr).
+ */
+int kl_t_pg_restart(kl_t_pg_t *pg, int down_ms);
 
 /** Stops the server (immediate shutdown), removes its dir, frees @p pg. */
 void kl_t_pg_stop(kl_t_pg_t *pg);

@@ -10,12 +10,21 @@
 static kl_t_pg_t *t_pg;
 static char t_why[2048];
 
-int kl_t_pg_group_setup(void **state) {
-  (void)state;
-  t_pg = kl_t_pg_start(0, t_why, sizeof(t_why));
+static int kl_t_pg_group_start(int durable) {
+  t_pg = kl_t_pg_start(durable, t_why, sizeof(t_why));
   if (!t_pg)
     fprintf(stderr, "pg: skipping: %s\n", t_why);
   return 0;
+}
+
+int kl_t_pg_group_setup(void **state) {
+  (void)state;
+  return kl_t_pg_group_start(0);
+}
+
+int kl_t_pg_group_setup_restartable(void **state) {
+  (void)state;
+  return kl_t_pg_group_start(KL_T_PG_RESTARTABLE);
 }
 
 int kl_t_pg_group_teardown(void **state) {

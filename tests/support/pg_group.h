@@ -14,6 +14,10 @@
 int kl_t_pg_group_setup(void **state);
 int kl_t_pg_group_teardown(void **state);
 
+/** kl_t_pg_group_setup() with a KL_T_PG_RESTARTABLE server, for programs
+ *  that restart it (kl_t_pg_restart()). */
+int kl_t_pg_group_setup_restartable(void **state);
+
 /** The group's server, or NULL when it did not start. */
 kl_t_pg_t *kl_t_pg_group(void);
 

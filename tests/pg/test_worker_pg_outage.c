@@ -1,0 +1,164 @@
+/*
+ * The worker on the PostgreSQL store when the server goes away and when
+ * its pool is smaller than its partitions: a server restarted (as
+ * `pg_ctl restart -m immediate` does) while a batch is about to commit
+ * costs that batch, which runs again once the worker has reconnected by
+ * itself, and nothing is lost or applied twice; a worker owning more
+ * partitions than store.pg.pool keeps applying instead of waiting for a
+ * connection its own open batches hold. On the embedded cluster, with a
+ * server of its own (one the test restarts). Skips, saying why, when
+ * PostgreSQL is not installed.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/internal.h"
+#include "support/ledger_checks.h"
+#include "support/pg_group.h"
+#include "support/support.h"
+#include "worker/store_cache.h"
+#include "worker/store_internal.h"
+#include "worker/worker_internal.h"
+
+static int t_db_seq;
+
+/* The ledger fixture on a fresh database of the test's server. */
+static void kl_fx_up(kl_t_ledger_fx_t *fx, const char *topic, int partitions,
+                     int keys) {
+  kl_t_pg_t *pg = kl_t_pg_need();
+  char name[32], uri[256];
+  snprintf(name, sizeof(name), "o%d", ++t_db_seq);
+  assert_int_equal(kl_t_pg_createdb(pg, name, uri, sizeof(uri)), 0);
+  kl_t_ledger_fx_up(fx, topic, partitions, keys, 42, uri);
+}
+
+/* ---- a restart under load ---------------------------------------------- */
+
+static uint64_t kl_applied(kl_t_worker_t *w) {
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st);
+  return st.applied;
+}
+
+static void test_worker_survives_a_server_restart(void **state) {
+  (void)state;
+  kl_t_ledger_fx_t fx;
+  kl_fx_up(&fx, "restart", 4, 4000);
+  kl_t_ledger_fx_publish(&fx, 8000);
+  static const char *const conf[] = {"worker.session.timeout.ms=3000", NULL};
+  kl_t_worker_t *w = kl_t_worker_start(fx.boot, fx.topic, "g", fx.store, conf);
+  for (int i = 0; i < 6000 && kl_applied(w) < 1000; i++)
+    kl_t_sleep_ms(10);
+  assert_true(kl_applied(w) >= 1000 && kl_applied(w) < 8000);
+  /* Every connection of the pool breaks: the lanes' open batches' and the
+   * idle ones; for 3 s no connection can be made. */
+  assert_int_equal(kl_t_pg_restart(kl_t_pg_group(), 3000), 0);
+  int64_t t0 = kl__mono_ns();
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
+                   0);
+  double secs = (double)(kl__mono_ns() - t0) / 1e9;
+  fprintf(stderr, "restart: caught up %.1f s after the server came back\n",
+          secs);
+  assert_int_equal(kl_t_workers_applied(&w, 1, 8000, 5000), 8000);
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st);
+  assert_int_equal(st.fenced, 0);
+  assert_int_equal(st.dead_letters, 0);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  /* Lost: an event without its effect; twice: a balance off. */
+  kl_t_ledger_fx_assert_verified(&fx);
+  kl_t_ledger_fx_down(&fx);
+}
+
+/* ---- a restart under a running handler ------------------------------- */
+
+typedef struct kl_hold {
+  atomic_int armed;   /* the next event waits for the restart */
+  atomic_int waiting; /* an event waits */
+  atomic_int restarted;
+} kl_hold_t;
+
+/* The ledger handler; the event that finds the hold armed waits until the
+ * test restarted the server, then reads a key the owner cache cannot
+ * know, through its batch's connection, which the restart broke: a
+ * handler's read that meets the restart, answered as the ledger answers
+ * a failed read (RETRY). */
+static kl_handler_result_t kl_held_ledger(void *opaque, const kl_event_t *event,
+                                          const kl_fence_t *fence,
+                                          kl_txn_t *txn, char *errbuf,
+                                          size_t errbuf_size) {
+  kl_hold_t *h = opaque;
+  int armed = 1;
+  if (atomic_compare_exchange_strong(&h->armed, &armed, 0)) {
+    atomic_store(&h->waiting, 1);
+    for (int i = 0; i < 6000 && !atomic_load(&h->restarted); i++)
+      kl_t_sleep_ms(10);
+    const void *val;
+    size_t len;
+    kl_err_t err = kl_txn_get(txn, "never-written", 13, &val, &len);
+    if (err != KL_OK && err != KL_ENOTFOUND) {
+      snprintf(errbuf, errbuf_size, "held: %s", kl_err_detail());
+      return KL_HANDLER_RETRY;
+    }
+  }
+  return kl_ledger_handler(NULL, event, fence, txn, errbuf, errbuf_size);
+}
+
+/* worker.max.attempts=1: one failed attempt dead-letters an event, so an
+ * event that met the restart must not count it as its handler's. */
+static void test_handler_read_meets_a_server_restart(void **state) {
+  (void)state;
+  kl_t_ledger_fx_t fx;
+  kl_fx_up(&fx, "held", 2, 50);
+  kl_t_ledger_fx_publish(&fx, 500);
+  kl_hold_t hold = {0, 0, 0};
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.group", "g", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.max.attempts", "1", NULL, 0),
+                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "worker.session.timeout.ms", "3000", NULL, 0), KL_OK);
+  kl_t_worker_t *w = calloc(1, sizeof(*w));
+  assert_int_equal(kl_worker_new(conf, fx.topic, fx.store, kl_held_ledger,
+                                 &hold, &w->worker),
+                   KL_OK);
+  kl_conf_destroy(conf);
+  kl_t_worker_go(w);
+  for (int i = 0; i < 6000 && kl_applied(w) < 100; i++)
+    kl_t_sleep_ms(10);
+  atomic_store(&hold.armed, 1);
+  kl_t_ledger_fx_publish(&fx, 500);
+  for (int i = 0; i < 6000 && !atomic_load(&hold.waiting); i++)
+    kl_t_sleep_ms(10);
+  assert_true(atomic_load(&hold.waiting));
+  assert_int_equal(kl_t_pg_restart(kl_t_pg_group(), 500), 0);
+  atomic_store(&hold.restarted, 1);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
+                   0);
+  assert_int_equal(kl_t_workers_applied(&w, 1, 1000, 5000), 1000);
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st);
+  assert_int_equal(st.dead_letters, 0);
+  assert_int_equal(st.fenced, 0);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_t_ledger_fx_assert_verified(&fx);
+  kl_t_ledger_fx_down(&fx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_worker_survives_a_server_restart),
+      cmocka_unit_test(test_handler_read_meets_a_server_restart),
+  };
+  return cmocka_run_group_tests(tests, kl_t_pg_group_setup_restartable,
+                                kl_t_pg_group_teardown);
+}
