@@ -64,7 +64,8 @@ static const kl_conf_key_t kl_keys[] = {
      "no: open an existing store only, never create one (what read-only "
      "commands use); a missing store is KL_ENOTFOUND"},
     {"store.pg.pool", KL_CT_INT, "4", 1, 64, NULL,
-     "PostgreSQL store: connections per process at most, one per open batch"},
+     "PostgreSQL store: connections per process at most, one per open batch; "
+     "a worker keeps pool - 1 batches open and commits early past it"},
     {"store.pg.idle.timeout", KL_CT_DURATION, "60s", 0, KL_I64_MAX, NULL,
      "PostgreSQL store: the server ends a batch idle this long, releasing the "
      "row locks of a paused owner (0: the server's setting)"},

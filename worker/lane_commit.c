@@ -252,9 +252,16 @@ void kl__lanes_commit(kl__lanes_t *lanes, kl__lane_t *const *due, size_t n) {
         kl_commit_builds(lanes, &one_build, &one_commit, 1);
     return;
   }
+  /* Builds begin store txns: at most txn_max held at once, or a begin
+   * would wait for the ones this thread holds. */
   size_t built = 0;
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++) {
+    if (lanes->txn_max && built >= lanes->txn_max) {
+      kl_commit_builds(lanes, b, c, built);
+      built = 0;
+    }
     built += kl_build_lane(lanes, due[i], &b[built]);
+  }
   if (built)
     kl_commit_builds(lanes, b, c, built);
   free(b);
@@ -284,6 +291,32 @@ static rd_kafka_message_t **kl_window_msgs(kl__lanes_t *lanes, kl__lane_t *lane,
   return msgs;
 }
 
+/* Inline mode, before @p lane begins a group transaction: when the other
+ * lanes' open ones are as many as the store allows (txn_max, from
+ * store.pg.pool), they end first, committed when they hold final events
+ * and rolled back when they hold none; otherwise the begin would wait for
+ * connections only this thread can give back. Poll thread, mu not held. */
+static void kl_lanes_make_room(kl__lanes_t *lanes, const kl__lane_t *lane) {
+  pthread_mutex_lock(&lanes->mu);
+  size_t open = 0, n = 0;
+  for (int32_t p = 0; p < lanes->count; p++)
+    open += lanes->lanes[p] && lanes->lanes[p]->batch;
+  for (int32_t p = 0; open >= lanes->txn_max && p < lanes->count; p++) {
+    kl__lane_t *other = lanes->lanes[p];
+    if (!other || other == lane || !other->batch || other->running)
+      continue;
+    if (other->final.n && other->state == KL__LANE_OWNED) {
+      lanes->due[n++] = other;
+    } else if (!other->final.n) {
+      kl_store_abort(other->batch);
+      other->batch = NULL;
+    }
+  }
+  if (n)
+    kl__lanes_commit(lanes, lanes->due, n);
+  pthread_mutex_unlock(&lanes->mu);
+}
+
 /* The group transaction looks the ids of the lane's window up a chunk at a
  * time (kl__apply_prefetch()) before their handlers run: when it begins,
  * and when @p job is past what it looked up. */
@@ -305,6 +338,8 @@ kl_err_t kl__lanes_batch(kl__lanes_t *lanes, const kl__job_t *job,
                          kl_txn_t **txn) {
   kl__lane_t *lane = job->lane;
   kl_err_t err = KL_OK;
+  if (!lane->batch && lanes->txn_max)
+    kl_lanes_make_room(lanes, lane);
   if (!lane->batch) {
     err = kl_store_begin(lanes->store, lanes->topic, job->partition, job->epoch,
                          &lane->batch);

@@ -971,6 +971,8 @@ kl_err_t kl__lanes_new(const kl_conf_t *conf, const kl__applier_t *applier,
   if (lanes->retry_max_ms < lanes->retry_initial_ms)
     lanes->retry_max_ms = lanes->retry_initial_ms;
   lanes->max_attempts = (int)kl__conf_int(conf, "worker.max.attempts");
+  size_t txn_max = kl__store_txn_max(lanes->store);
+  lanes->txn_max = txn_max > 2 ? txn_max - 1 : txn_max ? 1 : 0;
   lanes->seed = kl_key_hash(applier->topic, strlen(applier->topic));
   lanes->last_report_ns = kl__mono_ns();
   if (kl_lanes_metrics_new(lanes)) {

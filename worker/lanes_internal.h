@@ -187,6 +187,9 @@ struct kl__lanes {
   int inline_mode;
   int stopping;
   size_t window_max, waiting_max, batch_max;
+  /* Store txns the poll thread holds at once at most: the store's bound
+   * (store.pg.pool) less one left to its single statements; 0: none. */
+  size_t txn_max;
   int64_t batch_wait_ns;
   int64_t retry_initial_ms, retry_max_ms;
   int max_attempts;

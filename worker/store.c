@@ -298,6 +298,10 @@ int kl__txn_lost(kl_txn_t *txn) {
   return txn && txn->store->ops->lost && txn->store->ops->lost(txn);
 }
 
+size_t kl__store_txn_max(kl_store_t *store) {
+  return store && store->ops->txn_max ? store->ops->txn_max(store) : 0;
+}
+
 void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition) {
   if (store && topic && store->ops->forget)
     store->ops->forget(store, topic, partition);

@@ -62,6 +62,9 @@ typedef struct kl__store_ops {
   /* Optional (NULL: never): nonzero when the txn can no longer commit
    * because its link to the store is lost (kl__txn_lost()). */
   int (*lost)(kl_txn_t *txn);
+  /* Optional (NULL: no bound): how many txns may be open at once
+   * (kl__store_txn_max()). */
+  size_t (*txn_max)(kl_store_t *store);
   /* Optional (NULL: no owner cache): kl__store_forget() and
    * kl__store_cache_stats(). */
   void (*forget)(kl_store_t *store, const char *topic, int32_t partition);

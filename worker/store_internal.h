@@ -128,6 +128,14 @@ int kl__store_has_prefetch(kl_store_t *store);
  */
 int kl__txn_lost(kl_txn_t *txn);
 
+/**
+ * @returns how many txns of @p store may be open at once before a begin
+ * waits for one to end (PostgreSQL: store.pg.pool, one connection each),
+ * or 0 when there is no such bound (LMDB). A caller that holds txns and
+ * begins more must end some first past it, or wait for itself.
+ */
+size_t kl__store_txn_max(kl_store_t *store);
+
 struct kl__cache_stats;
 /**
  * The owner cache's size and counters (zeroes when the backend has none or

@@ -874,6 +874,10 @@ static void kl_pg_cache_stats(kl_store_t *store, kl__cache_stats_t *stats) {
   stats->id_prefetched = atomic_load(&((kl__pg_t *)store)->id_prefetched);
 }
 
+static size_t kl_pg_txn_max(kl_store_t *store) {
+  return ((kl__pg_t *)store)->pool_max;
+}
+
 const kl__store_ops_t kl__pg_ops = {
     .name = "postgresql",
     .destroy = kl_pg_destroy,
@@ -900,6 +904,7 @@ const kl__store_ops_t kl__pg_ops = {
     .pg_conn = kl__pg_conn,
     .prefetch = kl__pg_prefetch,
     .lost = kl__pg_lost,
+    .txn_max = kl_pg_txn_max,
     .forget = kl_pg_forget,
     .cache_stats = kl_pg_cache_stats,
     .outbox_list = kl__pg_outbox_list,

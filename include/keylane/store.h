@@ -57,6 +57,24 @@
  *   may have changed keylane_kv. The single-transaction guarantee holds:
  *   the handler's SQL, the idempotency keys and the fence commit together.
  *
+ * PostgreSQL connections. A store holds at most "store.pg.pool" (default
+ * 4) connections; an open batch holds one from kl_store_begin() to its
+ * commit or abort, and a begin past the bound waits for one to end (10 s
+ * at most, then KL_ESTORE_BUSY). A worker keeps at most store.pg.pool - 1
+ * batches open at once (one connection stays for its single statements):
+ * one owning more partitions commits, or rolls back when they hold nothing
+ * final, the other partitions' open batches before it begins another, so
+ * batches get smaller, and nothing waits. For full batches give a worker
+ * a pool above its partition count (plus worker.concurrency when > 1).
+ * A server restart (even `pg_ctl restart -m immediate`) breaks every
+ * connection: the batches open on them apply nothing and fail with
+ * KL_ESTORE_BUSY, the worker runs their events again (not counted as
+ * attempts, so an outage never dead-letters an event) and the next calls
+ * connect anew, with no operator action; idempotency keys, watermarks and
+ * epochs are the server's committed rows, so dedup and the fence hold
+ * across it, and the owner cache of a partition whose commit failed is
+ * dropped.
+ *
  * Caveats:
  * - A kl_store_t may be shared by threads; a kl_txn_t is used by one thread
  *   at a time.

@@ -64,8 +64,9 @@
  *   a write to another key's state is neither seen by that key's running
  *   events nor ordered with them.
  * - At concurrency N > 1 each event reads its own store snapshot (a
- *   kl_store_begin() per event: a PostgreSQL store needs store.pg.pool
- *   >= N + 1), and kl_txn_pg_conn() returns NULL: a handler's own SQL
+ *   kl_store_begin() per event: with a PostgreSQL store.pg.pool below
+ *   N + 1 executors wait for each other's connections), and
+ *   kl_txn_pg_conn() returns NULL: a handler's own SQL
  *   cannot share one transaction with events running concurrently. Use
  *   the kl_txn_* calls, or concurrency 1, where the handler's SQL runs on
  *   the group transaction inside a SAVEPOINT per event (RETRY and FAIL
