@@ -14,6 +14,13 @@
  * deploy/kafka/kafka.sh in KEYLANE_TEST_KAFKA_DIR), or, shorter and
  * without the broker kill, on the embedded cluster.
  *
+ * With KEYLANE_TEST_STORE=postgresql (test_fault_pg, on the embedded
+ * cluster) the fleet's store is a throwaway PostgreSQL server (support/
+ * pg.h) instead of LMDB, and instead of the store's read-only and full
+ * windows the server is restarted as `pg_ctl restart -m immediate` does,
+ * twice, while the workers apply: they must reconnect by themselves and
+ * lose nothing.
+ *
  * Read-only: tests run as root, and root ignores file modes, so when run
  * as root the workers run as "nobody" and the store belongs to it. A
  * running worker keeps its open files writable, so the read-only window
@@ -51,12 +58,15 @@
 
 #include "common/internal.h"
 #include "support/cluster.h"
+#include "support/pg.h"
 #include "support/support.h"
 #include "worker/store_lmdb.h"
 
 #define KL_F_MAX_WORKERS 8
 #define KL_F_NS 1000000000LL
 #define KL_F_MS 1000000LL
+/* What a worker's connection logs when PostgreSQL shuts down under it. */
+#define KL_F_PG_LOST "terminating connection due to immediate shutdown"
 /* What a worker logs when a commit or an acquire meets a full disk. */
 #define KL_F_FULL "file system holding the store is full"
 
@@ -74,6 +84,7 @@ typedef struct kl_plan {
   int start_hold_ms; /* > 0: no worker starts while one is frozen, nor for
                       * start_hold_ms after its SIGCONT (see the embedded
                       * plan) */
+  int pg_restart_at_s[2], pg_down_ms; /* PostgreSQL: restarts (0: none) */
 } kl_plan_t;
 
 static const kl_plan_t kl_plan_kafka = {.name = "Kafka 3 nodes",
@@ -184,6 +195,13 @@ typedef struct kl_fault {
   int64_t full_checked;
   double ro_secs, full_secs, broker_secs;
   int64_t ro_start, full_start, broker_down_ns;
+
+  /* PostgreSQL (KEYLANE_TEST_STORE=postgresql); store_dir is its URI */
+  kl_t_pg_t *pg;      /* the server, or NULL */
+  int pg_restarts;    /* done so far */
+  int pg_lost;        /* worker connections the restarts broke */
+  int64_t pg_down_ns; /* shut down at; 0: running */
+  int64_t pg_checked_ns, pg_watermarks; /* kl_f_applying()'s */
 } kl_fault_t;
 
 static uint64_t kl_f_rand(kl_fault_t *f) {
@@ -584,12 +602,92 @@ static void kl_f_tick_broker(kl_fault_t *f, int64_t now, int64_t t0) {
   }
 }
 
+/* ---- the PostgreSQL server --------------------------------------------- */
+
+/* The embedded plan with the fleet on PostgreSQL, whose server restarts
+ * twice instead of the store's read-only and full windows (LMDB's), each
+ * once the fleet applies after its time (kl_f_tick_pg()); 15 s longer, as
+ * the embedded group spends much of a run rebalancing. */
+static const kl_plan_t *kl_f_plan_pg(void) {
+  static kl_plan_t plan;
+  plan = kl_plan_embedded;
+  plan.name = "embedded, PostgreSQL store";
+  plan.chaos_s = 55;
+  plan.pg_restart_at_s[0] = 12;
+  plan.pg_restart_at_s[1] = 32;
+  plan.pg_down_ms = 1500;
+  return &plan;
+}
+
+/* The store on a throwaway PostgreSQL (kept across an immediate restart:
+ * KL_T_PG_RESTARTABLE); the test skips when there is none. */
+static void kl_f_pg_setup(kl_fault_t *f) {
+  char why[2048];
+  if (!(f->pg = kl_t_pg_start(KL_T_PG_RESTARTABLE, why, sizeof(why)))) {
+    fprintf(stderr, "skipped: %s\n", why);
+    skip();
+  }
+  assert_int_equal(
+      kl_t_pg_createdb(f->pg, "fault", f->store_dir, sizeof(f->store_dir)), 0);
+  static const char none[] = "none on PostgreSQL: its server restarts instead";
+  snprintf(f->no_ro, sizeof(f->no_ro), "%s", none);
+  snprintf(f->no_full, sizeof(f->no_full), "%s", none);
+}
+
+static int kl_f_sum_watermarks(void *opaque, const char *topic,
+                               int32_t partition,
+                               const kl_partition_state_t *state) {
+  (void)topic, (void)partition;
+  *(int64_t *)opaque += state->watermark;
+  return 0;
+}
+
+/* 1 when the fleet applied something since the last call (every 500 ms at
+ * most): a restart then meets workers inside their batches, not a group
+ * that owns nothing while it rebalances. */
+static int kl_f_applying(kl_fault_t *f, kl_store_t *store, int64_t now) {
+  if (now - f->pg_checked_ns < 500 * KL_F_MS)
+    return 0;
+  int64_t sum = 0;
+  f->pg_checked_ns = now;
+  if (kl_store_foreach_partition(store, kl_f_sum_watermarks, &sum) != KL_OK)
+    return 0;
+  int moved = f->pg_watermarks && sum > f->pg_watermarks;
+  f->pg_watermarks = sum;
+  return moved;
+}
+
+/* Restarts the server at the plan's times, once the fleet is applying
+ * (10 s later at the latest), as `pg_ctl restart -m immediate` does: the
+ * publisher and the faults go on while it is down, and only its start
+ * (crash recovery) blocks the loop. */
+static void kl_f_tick_pg(kl_fault_t *f, kl_store_t *store, int64_t now,
+                         double t) {
+  const kl_plan_t *p = f->plan;
+  int i = f->pg_restarts;
+  if (f->pg_down_ns && now - f->pg_down_ns >= p->pg_down_ms * KL_F_MS) {
+    if (kl_t_pg_resume(f->pg) != 0)
+      fail_msg("fault: the PostgreSQL server did not come back");
+    f->pg_down_ns = 0;
+    f->pg_restarts++;
+  } else if (f->pg && !f->pg_down_ns && i < 2 && p->pg_restart_at_s[i] &&
+             t >= p->pg_restart_at_s[i] &&
+             (kl_f_applying(f, store, now) ||
+              t >= p->pg_restart_at_s[i] + 10)) {
+    fprintf(stderr, "fault: PostgreSQL shut down (immediate), back in %d ms\n",
+            p->pg_down_ms);
+    kl_t_pg_halt(f->pg);
+    f->pg_down_ns = now;
+  }
+}
+
 /* ---- the windows ------------------------------------------------------- */
 
 static void kl_f_tick_windows(kl_fault_t *f, kl_store_t *store, int64_t now,
                               int64_t t0) {
   const kl_plan_t *p = f->plan;
   double t = (double)(now - t0) / KL_F_NS;
+  kl_f_tick_pg(f, store, now, t);
   if (f->unpriv && !f->ro_on && !f->ro_start && t >= p->ro_at_s) {
     fprintf(stderr, "fault: store read-only for %d to %d s\n", p->ro_s,
             3 * p->ro_s);
@@ -787,6 +885,7 @@ static void kl_f_figures(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store,
       g->v.duplicates > expected_dups ? g->v.duplicates - expected_dups : 0;
   g->fenced = kl_f_count_all(f, "fenced partition=");
   g->full_errors = kl_f_count_all(f, KL_F_FULL);
+  f->pg_lost = kl_f_count_all(f, KL_F_PG_LOST);
 }
 
 #define KL_F_ROW "  %-34s "
@@ -815,6 +914,10 @@ static void kl_f_print_faults(const kl_fault_t *f, const kl_figures_t *g) {
            "store file system full", f->full_secs, g->full_errors);
   else
     printf(KL_F_ROW "%s\n", "store file system full", f->no_full);
+  if (f->pg)
+    printf(KL_F_ROW "%d restarts (immediate shutdown, %d ms down each), "
+                    "%d worker connections broken by them\n",
+           "PostgreSQL server", f->pg_restarts, p->pg_down_ms, f->pg_lost);
   printf(KL_F_ROW "%d of %d exited 0 on SIGTERM; %d other failed exits\n",
          "fleet at the end", g->clean, p->workers, f->bad_exits);
 }
@@ -887,6 +990,10 @@ static void kl_f_assert(const kl_fault_t *f, const kl_figures_t *g) {
     assert_true(f->ro_refused >= 1);
   if (f->tmpfs)
     assert_true(g->full_errors >= 1);
+  if (f->pg) {
+    assert_int_equal(f->pg_restarts, 2);
+    assert_true(f->pg_lost >= 1);
+  }
 }
 
 /* The plan by the cluster, a directory for logs and the store, the store,
@@ -895,7 +1002,10 @@ static void kl_f_setup(kl_fault_t *f, kl_store_t **store) {
   memset(f, 0, sizeof(*f));
   f->rnd = 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid();
   const char *boot = getenv("KEYLANE_TEST_BOOTSTRAP");
+  const char *kind = getenv("KEYLANE_TEST_STORE");
   f->plan = boot && *boot ? &kl_plan_kafka : &kl_plan_embedded;
+  if (kind && strcmp(kind, "postgresql") == 0)
+    f->plan = kl_f_plan_pg();
   f->kafka_dir = getenv("KEYLANE_TEST_KAFKA_DIR");
   if (f->plan->broker_at_s < 0)
     snprintf(f->no_broker, sizeof(f->no_broker),
@@ -908,7 +1018,10 @@ static void kl_f_setup(kl_fault_t *f, kl_store_t **store) {
   chmod(f->dir, 0755);
   /* Before any thread exists: the mount namespace is the calling
    * thread's, and the workers are forked from this one. */
-  kl_f_store_setup(f);
+  if (f->plan->pg_down_ms)
+    kl_f_pg_setup(f);
+  else
+    kl_f_store_setup(f);
   assert_int_equal(
       kl_t_cluster_new(3, "fault", f->plan->partitions, &f->cluster), KL_OK);
   f->topic = kl_t_topic(f->cluster);
@@ -947,6 +1060,7 @@ static void test_fleet_under_faults(void **state) {
   kl__ledger_gen_destroy(pub.gen);
   kl_store_destroy(store);
   kl_t_cluster_destroy(f.cluster);
+  kl_t_pg_stop(f.pg);
   if (f.tmpfs)
     umount2(f.store_dir, MNT_DETACH);
   /* Kept when a check below fails, so that its logs show why. */

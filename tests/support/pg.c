@@ -268,10 +268,19 @@ kl_t_pg_t *kl_t_pg_start_on(int durable, const char *also_listen,
   return pg;
 }
 
-int kl_t_pg_restart(kl_t_pg_t *pg, int down_ms) {
+void kl_t_pg_halt(kl_t_pg_t *pg) {
   if (pg->running && kill(pg->pid, SIGQUIT) == 0)
     waitpid(pg->pid, NULL, 0);
+  pg->running = 0;
+}
+
+int kl_t_pg_restart(kl_t_pg_t *pg, int down_ms) {
+  kl_t_pg_halt(pg);
   usleep((useconds_t)down_ms * 1000);
+  return kl_t_pg_resume(pg);
+}
+
+int kl_t_pg_resume(kl_t_pg_t *pg) {
   pg->running = kl_t_pg_run(pg, pg->durable) == 0;
   if (!pg->running)
     fprintf(stderr, "pg: the server in %s did not come back on port %d\n",

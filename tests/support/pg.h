@@ -64,6 +64,12 @@ kl_t_pg_t *kl_t_pg_start_on(int durable, const char *also_listen,
  */
 int kl_t_pg_restart(kl_t_pg_t *pg, int down_ms);
 
+/** kl_t_pg_restart() in two halves, for a caller that goes on working
+ *  while the server is down: the immediate shutdown, then the start
+ *  (which waits until the server accepts connections). */
+void kl_t_pg_halt(kl_t_pg_t *pg);
+int kl_t_pg_resume(kl_t_pg_t *pg);
+
 /** Stops the server (immediate shutdown), removes its dir, frees @p pg. */
 void kl_t_pg_stop(kl_t_pg_t *pg);
 
