@@ -62,6 +62,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/internal.h"
 #include "worker/store_internal.h"
@@ -88,6 +89,7 @@ typedef struct kl_pg_txn {
   uint64_t ticket;      /* kl__cache_ticket() before the snapshot */
   int lent;             /* kl_txn_pg_conn() was asked: no cache */
   int broken;           /* a pipeline failed: drop the connection */
+  char xid[24];         /* its transaction's id: kl_pg_landed() */
   unsigned char *vbuf;  /* the value the last cache hit lent */
   size_t vcap;
 } kl_pg_txn_t;
@@ -218,12 +220,13 @@ static kl_err_t kl_pg_fenced(const kl_pg_txn_t *txn, uint64_t current) {
                  txn->partition, txn->epoch, current, txn->topic);
 }
 
-/* BEGIN and the partition's current epoch (0 when unknown) in one
- * pipeline, one round trip. @returns KL_OK or the first failure. */
+/* BEGIN, the partition's current epoch (0 when unknown) and the
+ * transaction's id in one pipeline, one round trip. @returns KL_OK or the
+ * first failure. */
 static kl_err_t kl_pg_begin_epoch(kl_pg_txn_t *txn, uint64_t *current) {
   char part[16];
   snprintf(part, sizeof(part), "%" PRId32, txn->partition);
-  kl__pg_call_t calls[2];
+  kl__pg_call_t calls[3];
   memset(calls, 0, sizeof(calls));
   calls[0].sql = "BEGIN ISOLATION LEVEL REPEATABLE READ";
   calls[0].what = "begin a batch";
@@ -231,17 +234,21 @@ static kl_err_t kl_pg_begin_epoch(kl_pg_txn_t *txn, uint64_t *current) {
   calls[1].nparams = 2;
   calls[1].values[0] = txn->topic;
   calls[1].values[1] = part;
+  calls[2].sql = "SELECT txid_current()";
+  calls[2].what = "begin a batch";
   PGconn *pg = txn->conn->pg;
-  kl_err_t err = kl__pg_pipeline(txn->conn, calls, 2);
-  for (int i = 0; !err && i < 2; i++)
+  kl_err_t err = kl__pg_pipeline(txn->conn, calls, 3);
+  for (int i = 0; !err && i < 3; i++)
     if (!kl__pg_ok(calls[i].res))
       err = kl__pg_err(pg, calls[i].res, calls[i].what);
-  if (!err)
+  if (!err) {
     *current = PQntuples(calls[1].res) == 1
                    ? strtoull(PQgetvalue(calls[1].res, 0, 0), NULL, 10)
                    : 0;
-  PQclear(calls[0].res);
-  PQclear(calls[1].res);
+    snprintf(txn->xid, sizeof(txn->xid), "%s", PQgetvalue(calls[2].res, 0, 0));
+  }
+  for (int i = 0; i < 3; i++)
+    PQclear(calls[i].res);
   return err;
 }
 
@@ -756,12 +763,66 @@ static kl_err_t kl_pg_commit_send(kl_pg_txn_t *txn, int64_t watermark,
   return err;
 }
 
-/* The outcome of what kl_pg_commit_send() sent. */
+/* How long a commit whose answer was lost asks the server for its outcome
+ * (kl_pg_landed()): a restarted server's recovery, with room. */
+#define KL_PG_LANDED_MS 5000
+
+typedef struct kl_pg_xid {
+  const char *xid;
+  int committed;
+} kl_pg_xid_t;
+
+static kl_err_t kl_pg_xid_status_fn(kl__pg_conn_t *conn, void *ctx) {
+  kl_pg_xid_t *x = ctx;
+  const char *values[1] = {x->xid};
+  PGresult *res =
+      PQexecParams(conn->pg, "SELECT txid_status($1::int8) = 'committed'", 1,
+                   NULL, values, NULL, NULL, 0);
+  kl_err_t err = KL_OK;
+  if (!kl__pg_ok(res) || PQntuples(res) != 1)
+    err = kl__pg_err(conn->pg, res, "read a batch's outcome");
+  else
+    x->committed = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+  PQclear(res);
+  return err;
+}
+
+/*
+ * The link broke after the batch's COMMIT was sent: the server may have
+ * committed it and only the answer be lost (a restart, even an immediate
+ * one, keeps a committed batch). Re-run, its events would then be
+ * duplicates of themselves. The server knows: txid_status() of the
+ * batch's transaction, asked on another connection, again while the
+ * server is unreachable (KL_PG_LANDED_MS at most). @returns KL_OK when the
+ * batch committed, else @p err with its message.
+ */
+static kl_err_t kl_pg_landed(kl_pg_txn_t *txn, kl_err_t err) {
+  kl__pg_t *pgs = (kl__pg_t *)txn->base.store;
+  char detail[1024];
+  snprintf(detail, sizeof(detail), "%s", kl_err_detail());
+  int64_t end = kl__mono_ns() + KL_PG_LANDED_MS * 1000000LL;
+  kl_pg_xid_t x = {txn->xid, 0};
+  for (int ms = 100; txn->xid[0] && kl__mono_ns() < end; ms *= 2) {
+    kl_err_t asked = kl__pg_call(pgs, kl_pg_xid_status_fn, &x);
+    if (asked != KL_ESTORE_BUSY)
+      break;
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  return x.committed ? KL_OK : kl__err(err, "%s", detail);
+}
+
+/* The outcome of what kl_pg_commit_send() sent; a lost link's is asked
+ * for (kl_pg_landed()). */
 static kl_err_t kl_pg_commit_collect(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
   kl_err_t err = kl__pg_pipeline_collect(txn->conn, c->calls, c->n);
   if (err)
     txn->broken = 1;
-  return err ? err : kl_pg_outcome(txn, c);
+  if (!err)
+    err = kl_pg_outcome(txn, c);
+  if (err && err != KL_EFENCED && kl__pg_lost(&txn->base))
+    err = kl_pg_landed(txn, err);
+  return err;
 }
 
 /* The cache learns the outcome: written through when committed (unless

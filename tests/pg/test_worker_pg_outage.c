@@ -12,6 +12,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,8 @@
 #include "common/internal.h"
 #include "support/ledger_checks.h"
 #include "support/pg_group.h"
+#include "support/sql.h"
+#include "support/store_contract.h"
 #include "support/support.h"
 #include "worker/store_cache.h"
 #include "worker/store_internal.h"
@@ -155,6 +158,83 @@ static void test_handler_read_meets_a_server_restart(void **state) {
   kl_t_ledger_fx_down(&fx);
 }
 
+/* ---- a commit whose answer was lost ------------------------------------ */
+
+typedef struct kl_commit_job {
+  kl_txn_t *txn;
+  kl_err_t err;
+} kl_commit_job_t;
+
+static void *kl_commit_main(void *opaque) {
+  kl_commit_job_t *job = opaque;
+  job->err = kl_store_commit(job->txn, 10);
+  return NULL;
+}
+
+/* Runs @p sql on the server's maintenance database, then waits until a
+ * new session sees @p setting at @p value (the server reloaded). */
+static void kl_admin_reload(PGconn *admin, const char *sql, const char *value) {
+  kl_t_sql(admin, sql);
+  kl_t_sql(admin, "SELECT pg_reload_conf()");
+  char q[160];
+  snprintf(q, sizeof(q),
+           "SELECT count(*) FROM pg_settings WHERE name = "
+           "'synchronous_standby_names' AND setting = '%s'",
+           value);
+  for (int i = 0; i < 3000; i++) {
+    char uri[256];
+    kl_t_pg_admin_uri(kl_t_pg_group(), uri, sizeof(uri));
+    PGconn *fresh = PQconnectdb(uri);
+    long long seen = kl_t_sql(fresh, q);
+    PQfinish(fresh);
+    if (seen)
+      return;
+    kl_t_sleep_ms(10);
+  }
+  fail_msg("the server did not reload: %s", sql);
+}
+
+/* The server commits a batch and its connection dies before the answer
+ * reaches the worker (a COMMIT held waiting for a synchronous standby that
+ * never comes, then its backend terminated: committed locally, answer
+ * lost). The commit asks the server and reports the batch committed, so
+ * that the worker does not run it again as duplicates of itself. */
+static void test_commit_whose_answer_was_lost(void **state) {
+  (void)state;
+  kl_t_pg_t *pg = kl_t_pg_need();
+  char uri[256], admin_uri[256];
+  assert_int_equal(kl_t_pg_createdb(pg, "lost_answer", uri, sizeof(uri)), 0);
+  kl_t_pg_admin_uri(pg, admin_uri, sizeof(admin_uri));
+  PGconn *admin = PQconnectdb(admin_uri);
+  kl_store_t *store = kl_t_store_open(uri, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  kl_t_txn_put(txn, "acct/1", "5");
+  kl_t_txn_mark(txn, "id-1", KL_MARK_APPLIED);
+  kl_admin_reload(
+      admin, "ALTER SYSTEM SET synchronous_standby_names = 'nobody'", "nobody");
+  kl_commit_job_t job = {txn, KL_OK};
+  pthread_t thread;
+  pthread_create(&thread, NULL, kl_commit_main, &job);
+  long long killed = 0;
+  for (int i = 0; i < 3000 && !killed; i++) {
+    killed = kl_t_sql(admin, "SELECT count(pg_terminate_backend(pid)) FROM "
+                             "pg_stat_activity WHERE wait_event = 'SyncRep'");
+    if (!killed)
+      kl_t_sleep_ms(10);
+  }
+  kl_admin_reload(admin, "ALTER SYSTEM RESET synchronous_standby_names", "");
+  pthread_join(thread, NULL);
+  assert_true(killed >= 1);
+  assert_int_equal(job.err, KL_OK);
+  assert_int_equal(kl_t_store_partition(store, 0).watermark, 10);
+  txn = kl_t_store_begin(store, 0, epoch);
+  assert_int_equal(kl_t_txn_seen(txn, "id-1"), KL_MARK_APPLIED);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+  PQfinish(admin);
+}
+
 /* ---- more partitions than connections --------------------------------- */
 
 /* A worker owning 8 partitions on a store of 2 connections, with the
@@ -204,6 +284,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_worker_survives_a_server_restart),
       cmocka_unit_test(test_handler_read_meets_a_server_restart),
+      cmocka_unit_test(test_commit_whose_answer_was_lost),
       cmocka_unit_test(test_more_partitions_than_the_pool),
       cmocka_unit_test(test_more_partitions_than_the_pool_key_parallel),
   };
