@@ -137,7 +137,10 @@ typedef enum kl_handler_result {
  * Applies one event. Reads and writes go through @p txn, which commits
  * atomically with the event's idempotency record; nothing else should be
  * changed except through an external resource that checks @p fence.
- * On RETRY or FAIL the event's writes to @p txn are discarded.
+ * On RETRY or FAIL the event's writes to @p txn are discarded. When the
+ * store's connection was lost under the handler (a PostgreSQL restart),
+ * its RETRY or FAIL is taken for the store's failure: the event runs again
+ * and counts no attempt toward worker.max.attempts.
  *
  * @param event  borrowed; valid for the call only.
  * @param txn    borrowed; valid for the call only. It sees the writes of
