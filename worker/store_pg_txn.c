@@ -764,8 +764,13 @@ static kl_err_t kl_pg_commit_send(kl_pg_txn_t *txn, int64_t watermark,
 }
 
 /* How long a commit whose answer was lost asks the server for its outcome
- * (kl_pg_landed()): a restarted server's recovery, with room. */
+ * (kl_pg_landed()): a restarted server's recovery, with room. One group
+ * commit's lanes share it, so that an outage blocks it once, not per lane. */
 #define KL_PG_LANDED_MS 5000
+
+static int64_t kl_pg_landed_end(void) {
+  return kl__mono_ns() + KL_PG_LANDED_MS * 1000000LL;
+}
 
 typedef struct kl_pg_xid {
   const char *xid;
@@ -793,18 +798,17 @@ static kl_err_t kl_pg_xid_status_fn(kl__pg_conn_t *conn, void *ctx) {
  * one, keeps a committed batch). Re-run, its events would then be
  * duplicates of themselves. The server knows: txid_status() of the
  * batch's transaction, asked on another connection, again while the
- * server is unreachable (KL_PG_LANDED_MS at most). @returns KL_OK when the
- * batch committed, else @p err with its message.
+ * server is unreachable (until @p end, kl__mono_ns()). @returns KL_OK when
+ * the batch committed, else @p err with its message.
  */
-static kl_err_t kl_pg_landed(kl_pg_txn_t *txn, kl_err_t err) {
+static kl_err_t kl_pg_landed(kl_pg_txn_t *txn, kl_err_t err, int64_t end) {
   kl__pg_t *pgs = (kl__pg_t *)txn->base.store;
   char detail[1024];
   snprintf(detail, sizeof(detail), "%s", kl_err_detail());
-  int64_t end = kl__mono_ns() + KL_PG_LANDED_MS * 1000000LL;
   kl_pg_xid_t x = {txn->xid, 0};
-  for (int ms = 100; txn->xid[0] && kl__mono_ns() < end; ms *= 2) {
+  for (int ms = 100; txn->xid[0]; ms *= 2) {
     kl_err_t asked = kl__pg_call(pgs, kl_pg_xid_status_fn, &x);
-    if (asked != KL_ESTORE_BUSY)
+    if (asked != KL_ESTORE_BUSY || kl__mono_ns() >= end)
       break;
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -814,14 +818,15 @@ static kl_err_t kl_pg_landed(kl_pg_txn_t *txn, kl_err_t err) {
 
 /* The outcome of what kl_pg_commit_send() sent; a lost link's is asked
  * for (kl_pg_landed()). */
-static kl_err_t kl_pg_commit_collect(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
+static kl_err_t kl_pg_commit_collect(kl_pg_txn_t *txn, kl_pg_commit_t *c,
+                                     int64_t landed_end) {
   kl_err_t err = kl__pg_pipeline_collect(txn->conn, c->calls, c->n);
   if (err)
     txn->broken = 1;
   if (!err)
     err = kl_pg_outcome(txn, c);
   if (err && err != KL_EFENCED && kl__pg_lost(&txn->base))
-    err = kl_pg_landed(txn, err);
+    err = kl_pg_landed(txn, err, landed_end);
   return err;
 }
 
@@ -843,7 +848,7 @@ kl_err_t kl__pg_commit(kl_txn_t *base, int64_t watermark) {
   uint64_t start = kl__cache_commit_start(kl_pg_cache(txn), txn->seg);
   kl_err_t err = kl_pg_commit_send(txn, watermark, &c);
   if (!err)
-    err = kl_pg_commit_collect(txn, &c);
+    err = kl_pg_commit_collect(txn, &c, kl_pg_landed_end());
   kl_pg_commit_free(&c);
   return kl_pg_commit_end(txn, start, err);
 }
@@ -868,11 +873,12 @@ void kl__pg_commit_many(kl__store_commit_t *commits, size_t n) {
     kl_pg_commit_failed(&commits[i],
                         kl_pg_commit_send(txn, commits[i].watermark, &c[i]));
   }
+  int64_t end = kl_pg_landed_end();
   for (size_t i = 0; c && start && i < n; i++)
     if (!commits[i].err)
       kl_pg_commit_failed(
           &commits[i],
-          kl_pg_commit_collect((kl_pg_txn_t *)commits[i].txn, &c[i]));
+          kl_pg_commit_collect((kl_pg_txn_t *)commits[i].txn, &c[i], end));
   for (size_t i = 0; c && start && i < n; i++) {
     kl_pg_commit_free(&c[i]);
     kl_pg_commit_end((kl_pg_txn_t *)commits[i].txn, start[i], commits[i].err);
