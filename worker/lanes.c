@@ -428,15 +428,34 @@ static void kl_done_retry(kl__lanes_t *lanes, kl__lane_t *lane,
                  kl__mono_ns());
 }
 
+/* The store failed, not the event. In inline mode the whole lane waits
+ * (hold_until_ns) with the event back first in line, so that no later
+ * event of the partition commits before it: were the partition to move
+ * then, its next owner would find those later ids applied above the
+ * watermark and count them as duplicates (nothing applies twice, but a
+ * store outage would read as re-publishes). Events run one at a time
+ * there, so the next ones would fail the same way anyway; a group txn
+ * whose link is lost is rolled back with the events it holds. Key-parallel
+ * mode: the event alone waits. */
 static void kl_done_store(kl__lanes_t *lanes, kl__lane_t *lane,
                           kl__slot_t *slot, const kl__run_t *run) {
   slot->store_errors++;
   int64_t delay = kl__backoff_ms(lanes, slot, slot->store_errors);
+  int64_t now = kl__mono_ns();
   KL_LOG_W(KL_COMP,
            "partition=%" PRId32 " offset=%" PRId64 " runs again in "
            "%" PRId64 " ms: %s",
            lane->partition, slot->offset, delay, run->why ? run->why : "");
-  kl_slot_wait(lanes, lane, slot, delay, kl__mono_ns());
+  if (!lanes->inline_mode) {
+    kl_slot_wait(lanes, lane, slot, delay, now);
+    return;
+  }
+  slot->state = KL__SLOT_QUEUED;
+  kl__ready_push(lane, slot);
+  if (now + delay * 1000000 > lane->hold_until_ns)
+    lane->hold_until_ns = now + delay * 1000000;
+  if (lane->batch && kl__txn_lost(lane->batch))
+    lane->rewind = 1; /* it can never commit: a new one, after the hold */
 }
 
 void kl__lanes_done(kl__lanes_t *lanes, const kl__job_t *job,

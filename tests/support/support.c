@@ -48,6 +48,14 @@ static void *kl_t_worker_main(void *opaque) {
 kl_t_worker_t *kl_t_worker_new(const char *bootstrap, const char *topic,
                                const char *group, kl_store_t *store,
                                const char *const *extra) {
+  return kl_t_worker_new_with(bootstrap, topic, group, store, extra,
+                              kl_ledger_handler, NULL);
+}
+
+kl_t_worker_t *kl_t_worker_new_with(const char *bootstrap, const char *topic,
+                                    const char *group, kl_store_t *store,
+                                    const char *const *extra,
+                                    kl_handler_fn_t *handler, void *opaque) {
   kl_conf_t *conf = kl_conf_new();
   kl_t_worker_t *tw = calloc(1, sizeof(*tw));
   int bad = kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0) ||
@@ -58,8 +66,7 @@ kl_t_worker_t *kl_t_worker_new(const char *bootstrap, const char *topic,
     snprintf(key, sizeof(key), "%.*s", (int)(eq - extra[i]), extra[i]);
     bad = kl_conf_set(conf, key, eq + 1, NULL, 0) != KL_OK;
   }
-  if (bad ||
-      kl_worker_new(conf, topic, store, kl_ledger_handler, NULL, &tw->worker)) {
+  if (bad || kl_worker_new(conf, topic, store, handler, opaque, &tw->worker)) {
     fprintf(stderr, "worker: %s\n", kl_err_detail());
     abort();
   }

@@ -42,6 +42,11 @@ kl_t_worker_t *kl_t_worker_start(const char *bootstrap, const char *topic,
 kl_t_worker_t *kl_t_worker_new(const char *bootstrap, const char *topic,
                                const char *group, kl_store_t *store,
                                const char *const *extra);
+/* The same with another handler than the ledger's. */
+kl_t_worker_t *kl_t_worker_new_with(const char *bootstrap, const char *topic,
+                                    const char *group, kl_store_t *store,
+                                    const char *const *extra,
+                                    kl_handler_fn_t *handler, void *opaque);
 void kl_t_worker_go(kl_t_worker_t *tw);
 /* Stops, joins and frees it; returns what kl_worker_run() returned. */
 kl_err_t kl_t_worker_stop(kl_t_worker_t *tw);
