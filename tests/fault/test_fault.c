@@ -85,6 +85,8 @@ typedef struct kl_plan {
                       * start_hold_ms after its SIGCONT (see the embedded
                       * plan) */
   int pg_restart_at_s[2], pg_down_ms; /* PostgreSQL: restarts (0: none) */
+  int spare_s; /* a zombie is not SIGKILLed for this long after its
+                * SIGCONT, to meet its fence (0: 10) */
 } kl_plan_t;
 
 static const kl_plan_t kl_plan_kafka = {.name = "Kafka 3 nodes",
@@ -370,7 +372,8 @@ static void kl_f_tick_stops(kl_fault_t *f, int64_t now) {
         s->pauses_seen = seen;
         f->stops_paused++;
         kl_f_freeze(f, i, now);
-        s->spare_ns = s->cont_ns + 10 * KL_F_NS;
+        s->spare_ns =
+            s->cont_ns + (f->plan->spare_s ? f->plan->spare_s : 10) * KL_F_NS;
       } else if (now - s->armed_ns > 2 * KL_F_NS) {
         kl_f_freeze(f, i, now); /* no batch came: a plain freeze */
       }
@@ -607,12 +610,16 @@ static void kl_f_tick_broker(kl_fault_t *f, int64_t now, int64_t t0) {
 /* The embedded plan with the fleet on PostgreSQL, whose server restarts
  * twice instead of the store's read-only and full windows (LMDB's), each
  * once the fleet applies after its time (kl_f_tick_pg()); 15 s longer, as
- * the embedded group spends much of a run rebalancing. */
+ * the embedded group spends much of a run rebalancing, and with kills
+ * farther apart, so that a frozen owner's partition finds a new owner
+ * before the run ends (the fence the run checks). */
 static const kl_plan_t *kl_f_plan_pg(void) {
   static kl_plan_t plan;
   plan = kl_plan_embedded;
   plan.name = "embedded, PostgreSQL store";
   plan.chaos_s = 55;
+  plan.kill_every_ms = 9000; /* the restarts make the group rebalance too */
+  plan.spare_s = 30;         /* so its partition may take that long to move */
   plan.pg_restart_at_s[0] = 12;
   plan.pg_restart_at_s[1] = 32;
   plan.pg_down_ms = 1500;
@@ -658,9 +665,12 @@ static int kl_f_applying(kl_fault_t *f, kl_store_t *store, int64_t now) {
 }
 
 /* Restarts the server at the plan's times, once the fleet is applying
- * (10 s later at the latest), as `pg_ctl restart -m immediate` does: the
+ * (10 s later at the latest) and no worker is frozen (nor just resumed:
+ * kl_f_starts_held()), as `pg_ctl restart -m immediate` does: the
  * publisher and the faults go on while it is down, and only its start
- * (crash recovery) blocks the loop. */
+ * (crash recovery) blocks the loop. A frozen zombie's connection would
+ * break under it, and its batch fail for that instead of meeting the
+ * fence the run checks. */
 static void kl_f_tick_pg(kl_fault_t *f, kl_store_t *store, int64_t now,
                          double t) {
   const kl_plan_t *p = f->plan;
@@ -671,7 +681,7 @@ static void kl_f_tick_pg(kl_fault_t *f, kl_store_t *store, int64_t now,
     f->pg_down_ns = 0;
     f->pg_restarts++;
   } else if (f->pg && !f->pg_down_ns && i < 2 && p->pg_restart_at_s[i] &&
-             t >= p->pg_restart_at_s[i] &&
+             t >= p->pg_restart_at_s[i] && !kl_f_starts_held(f, now) &&
              (kl_f_applying(f, store, now) ||
               t >= p->pg_restart_at_s[i] + 10)) {
     fprintf(stderr, "fault: PostgreSQL shut down (immediate), back in %d ms\n",
