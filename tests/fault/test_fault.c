@@ -203,6 +203,7 @@ typedef struct kl_fault {
   int pg_restarts;    /* done so far */
   int pg_lost;        /* worker connections the restarts broke */
   int64_t pg_down_ns; /* shut down at; 0: running */
+  int64_t pg_up_ns;   /* back at, the last time */
   int64_t pg_checked_ns, pg_watermarks; /* kl_f_applying()'s */
 } kl_fault_t;
 
@@ -284,11 +285,25 @@ static void kl_f_reap(kl_fault_t *f, int64_t now) {
   }
 }
 
+/* 1 while PostgreSQL is down, and for a session and the start hold after
+ * it is back: a worker whose rebalance callback waited out the outage
+ * (its acquire retries) may have outlived its session in a join state
+ * where it does not check it, as a frozen one does (see the embedded
+ * plan). */
+static int kl_f_pg_held(const kl_fault_t *f, int64_t now) {
+  const kl_plan_t *p = f->plan;
+  return f->pg_down_ns ||
+         (f->pg_up_ns &&
+          now - f->pg_up_ns < (p->start_hold_ms + p->session_ms) * KL_F_MS);
+}
+
 /* 1 while the plan holds worker starts: a worker is frozen, or was
  * SIGCONTed less than start_hold_ms ago (see the embedded plan). */
 static int kl_f_starts_held(const kl_fault_t *f, int64_t now) {
   if (f->plan->start_hold_ms <= 0)
     return 0;
+  if (kl_f_pg_held(f, now))
+    return 1;
   for (int i = 0; i < f->plan->workers; i++) {
     const kl_slot_t *s = &f->slot[i];
     if (s->pid > 0 &&
@@ -679,6 +694,7 @@ static void kl_f_tick_pg(kl_fault_t *f, kl_store_t *store, int64_t now,
     if (kl_t_pg_resume(f->pg) != 0)
       fail_msg("fault: the PostgreSQL server did not come back");
     f->pg_down_ns = 0;
+    f->pg_up_ns = kl_f_now();
     f->pg_restarts++;
   } else if (f->pg && !f->pg_down_ns && i < 2 && p->pg_restart_at_s[i] &&
              t >= p->pg_restart_at_s[i] && !kl_f_starts_held(f, now) &&
