@@ -121,9 +121,16 @@ static kl_handler_result_t kl_held_ledger(void *opaque, const kl_event_t *event,
   return kl_ledger_handler(NULL, event, fence, txn, errbuf, errbuf_size);
 }
 
-/* Arms @p h, publishes @p n more events, waits for the one that waits
- * and restarts the server under it. */
-static void kl_hold_restart(kl_hold_t *h, kl_t_ledger_fx_t *fx, int n) {
+/* A worker with the held ledger handler and @p conf; once it applied 100
+ * events, arms @p h, publishes @p n more, waits for the one that waits and
+ * restarts the server under it. */
+static kl_t_worker_t *kl_held_restart(kl_hold_t *h, kl_t_ledger_fx_t *fx,
+                                      const char *const *conf, int n) {
+  kl_t_worker_t *w = kl_t_worker_new_with(fx->boot, fx->topic, "g", fx->store,
+                                          conf, kl_held_ledger, h);
+  kl_t_worker_go(w);
+  for (int i = 0; i < 6000 && kl_applied(w) < 100; i++)
+    kl_t_sleep_ms(10);
   atomic_store(&h->armed, 1);
   kl_t_ledger_fx_publish(fx, n);
   for (int i = 0; i < 6000 && !atomic_load(&h->waiting); i++)
@@ -131,6 +138,7 @@ static void kl_hold_restart(kl_hold_t *h, kl_t_ledger_fx_t *fx, int n) {
   assert_true(atomic_load(&h->waiting));
   assert_int_equal(kl_t_pg_restart(kl_t_pg_group(), 500), 0);
   atomic_store(&h->restarted, 1);
+  return w;
 }
 
 /* worker.max.attempts=1: one failed attempt dead-letters an event, so an
@@ -143,12 +151,7 @@ static void test_handler_read_meets_a_server_restart(void **state) {
   kl_hold_t hold = {0, 0, 0};
   static const char *const conf[] = {"worker.max.attempts=1",
                                      "worker.session.timeout.ms=3000", NULL};
-  kl_t_worker_t *w = kl_t_worker_new_with(fx.boot, fx.topic, "g", fx.store,
-                                          conf, kl_held_ledger, &hold);
-  kl_t_worker_go(w);
-  for (int i = 0; i < 6000 && kl_applied(w) < 100; i++)
-    kl_t_sleep_ms(10);
-  kl_hold_restart(&hold, &fx, 500);
+  kl_t_worker_t *w = kl_held_restart(&hold, &fx, conf, 500);
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
                    0);
   kl_end_verified(&fx, w, 1000);
@@ -170,12 +173,7 @@ static void test_store_error_holds_the_partition(void **state) {
   kl_hold_t hold = {0, 0, 0};
   static const char *const conf[] = {"worker.retry.initial.ms=3000",
                                      "worker.session.timeout.ms=3000", NULL};
-  kl_t_worker_t *a = kl_t_worker_new_with(fx.boot, fx.topic, "g", fx.store,
-                                          conf, kl_held_ledger, &hold);
-  kl_t_worker_go(a);
-  for (int i = 0; i < 6000 && kl_applied(a) < 100; i++)
-    kl_t_sleep_ms(10);
-  kl_hold_restart(&hold, &fx, 300);
+  kl_t_worker_t *a = kl_held_restart(&hold, &fx, conf, 300);
   /* No condition to wait for: with the partition held, nothing happens;
    * without, the later events commit in this time. */
   kl_t_sleep_ms(1500);
