@@ -89,7 +89,6 @@ typedef struct kl_pg_txn {
   uint64_t ticket;      /* kl__cache_ticket() before the snapshot */
   int lent;             /* kl_txn_pg_conn() was asked: no cache */
   int broken;           /* a pipeline failed: drop the connection */
-  char xid[24];         /* its transaction's id: kl_pg_landed() */
   unsigned char *vbuf;  /* the value the last cache hit lent */
   size_t vcap;
 } kl_pg_txn_t;
@@ -220,13 +219,12 @@ static kl_err_t kl_pg_fenced(const kl_pg_txn_t *txn, uint64_t current) {
                  txn->partition, txn->epoch, current, txn->topic);
 }
 
-/* BEGIN, the partition's current epoch (0 when unknown) and the
- * transaction's id in one pipeline, one round trip. @returns KL_OK or the
- * first failure. */
+/* BEGIN and the partition's current epoch (0 when unknown) in one
+ * pipeline, one round trip. @returns KL_OK or the first failure. */
 static kl_err_t kl_pg_begin_epoch(kl_pg_txn_t *txn, uint64_t *current) {
   char part[16];
   snprintf(part, sizeof(part), "%" PRId32, txn->partition);
-  kl__pg_call_t calls[3];
+  kl__pg_call_t calls[2];
   memset(calls, 0, sizeof(calls));
   calls[0].sql = "BEGIN ISOLATION LEVEL REPEATABLE READ";
   calls[0].what = "begin a batch";
@@ -234,20 +232,16 @@ static kl_err_t kl_pg_begin_epoch(kl_pg_txn_t *txn, uint64_t *current) {
   calls[1].nparams = 2;
   calls[1].values[0] = txn->topic;
   calls[1].values[1] = part;
-  calls[2].sql = "SELECT txid_current()";
-  calls[2].what = "begin a batch";
   PGconn *pg = txn->conn->pg;
-  kl_err_t err = kl__pg_pipeline(txn->conn, calls, 3);
-  for (int i = 0; !err && i < 3; i++)
+  kl_err_t err = kl__pg_pipeline(txn->conn, calls, 2);
+  for (int i = 0; !err && i < 2; i++)
     if (!kl__pg_ok(calls[i].res))
       err = kl__pg_err(pg, calls[i].res, calls[i].what);
-  if (!err) {
+  if (!err)
     *current = PQntuples(calls[1].res) == 1
                    ? strtoull(PQgetvalue(calls[1].res, 0, 0), NULL, 10)
                    : 0;
-    snprintf(txn->xid, sizeof(txn->xid), "%s", PQgetvalue(calls[2].res, 0, 0));
-  }
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 2; i++)
     PQclear(calls[i].res);
   return err;
 }
@@ -502,6 +496,8 @@ typedef struct kl_pg_commit {
   char *outbox; /* the outbox insert's parameters (store_pg_outbox.c) */
   kl_pg_arr_t keys, vals, dels, ids, marks, new_ids, new_marks;
   char part[16], wm[24], app[24], dup[24], dl[24], epoch[24], now[24];
+  const void *probe; /* the first id known absent before the batch, */
+  size_t probe_len;  /* kl_pg_landed()'s proof; the txn's ids own it */
 } kl_pg_commit_t;
 
 static void kl_pg_commit_free(kl_pg_commit_t *c) {
@@ -639,6 +635,8 @@ static kl_err_t kl_pg_add_ids(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
   kl_pg_arr_init(&c->new_marks, KL_PG_OID_INT2);
   for (size_t i = 0; i < txn->ids.count; i++) {
     int fresh = kl_pg_id_new(txn, list[i]);
+    if (fresh && !c->probe)
+      c->probe = kl__buf_key(list[i]), c->probe_len = list[i]->key_len;
     kl_pg_arr_add(fresh ? &c->new_ids : &c->ids, kl__buf_key(list[i]),
                   list[i]->key_len);
     kl_pg_arr_add_i16(fresh ? &c->new_marks : &c->marks, list[i]->tag);
@@ -772,17 +770,23 @@ static int64_t kl_pg_landed_end(void) {
   return kl__mono_ns() + KL_PG_LANDED_MS * 1000000LL;
 }
 
-typedef struct kl_pg_xid {
-  const char *xid;
+typedef struct kl_pg_probe {
+  const kl_pg_txn_t *txn;
+  const kl_pg_commit_t *c;
   int committed;
-} kl_pg_xid_t;
+} kl_pg_probe_t;
 
-static kl_err_t kl_pg_xid_status_fn(kl__pg_conn_t *conn, void *ctx) {
-  kl_pg_xid_t *x = ctx;
-  const char *values[1] = {x->xid};
-  PGresult *res =
-      PQexecParams(conn->pg, "SELECT txid_status($1::int8) = 'committed'", 1,
-                   NULL, values, NULL, NULL, 0);
+static kl_err_t kl_pg_probe_fn(kl__pg_conn_t *conn, void *ctx) {
+  kl_pg_probe_t *x = ctx;
+  const char *values[4] = {x->txn->topic, x->c->part, x->c->epoch, x->c->probe};
+  int lengths[4] = {0, 0, 0, (int)x->c->probe_len};
+  int formats[4] = {0, 0, 0, 1};
+  PGresult *res = PQexecParams(
+      conn->pg,
+      "SELECT coalesce((SELECT epoch FROM keylane_partitions WHERE topic = "
+      "$1::text AND partition = $2::int4) = $3::int8 AND EXISTS (SELECT 1 "
+      "FROM keylane_ids WHERE topic = $1::text AND id = $4::bytea), false)",
+      4, NULL, values, lengths, formats, 0);
   kl_err_t err = KL_OK;
   if (!kl__pg_ok(res) || PQntuples(res) != 1)
     err = kl__pg_err(conn->pg, res, "read a batch's outcome");
@@ -796,18 +800,24 @@ static kl_err_t kl_pg_xid_status_fn(kl__pg_conn_t *conn, void *ctx) {
  * The link broke after the batch's COMMIT was sent: the server may have
  * committed it and only the answer be lost (a restart, even an immediate
  * one, keeps a committed batch). Re-run, its events would then be
- * duplicates of themselves. The server knows: txid_status() of the
- * batch's transaction, asked on another connection, again while the
- * server is unreachable (until @p end, kl__mono_ns()). @returns KL_OK when
- * the batch committed, else @p err with its message.
+ * duplicates of themselves. The batch's own rows tell, read on another
+ * connection, again while the server is unreachable (until @p end,
+ * kl__mono_ns()): it committed when the partition still has its epoch (no
+ * other owner wrote since) and an id it recorded, one that was absent
+ * before it, is there. (Not the transaction's id and txid_status(): a
+ * server that crashed hands out again the ids of transactions whose
+ * records it had not flushed.) A batch with no such id is not asked
+ * for: it is run again. @returns KL_OK when the batch committed, else
+ * @p err with its message.
  */
-static kl_err_t kl_pg_landed(kl_pg_txn_t *txn, kl_err_t err, int64_t end) {
+static kl_err_t kl_pg_landed(kl_pg_txn_t *txn, const kl_pg_commit_t *c,
+                             kl_err_t err, int64_t end) {
   kl__pg_t *pgs = (kl__pg_t *)txn->base.store;
   char detail[1024];
   snprintf(detail, sizeof(detail), "%s", kl_err_detail());
-  kl_pg_xid_t x = {txn->xid, 0};
-  for (int ms = 100; txn->xid[0]; ms *= 2) {
-    kl_err_t asked = kl__pg_call(pgs, kl_pg_xid_status_fn, &x);
+  kl_pg_probe_t x = {txn, c, 0};
+  for (int ms = 100; c->probe; ms *= 2) {
+    kl_err_t asked = kl__pg_call(pgs, kl_pg_probe_fn, &x);
     if (asked != KL_ESTORE_BUSY || kl__mono_ns() >= end)
       break;
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -826,7 +836,7 @@ static kl_err_t kl_pg_commit_collect(kl_pg_txn_t *txn, kl_pg_commit_t *c,
   if (!err)
     err = kl_pg_outcome(txn, c);
   if (err && err != KL_EFENCED && kl__pg_lost(&txn->base))
-    err = kl_pg_landed(txn, err, landed_end);
+    err = kl_pg_landed(txn, c, err, landed_end);
   return err;
 }
 

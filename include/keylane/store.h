@@ -74,9 +74,10 @@
  * epochs are the server's committed rows, so dedup and the fence hold
  * across it, and the owner cache of a partition whose commit failed is
  * dropped. A kl_store_commit() whose link broke after its COMMIT was sent
- * asks the server (txid_status() of the batch's transaction, on another
- * connection, up to 5 s while the server is unreachable) and returns KL_OK
- * when the batch did commit.
+ * asks the server (on another connection, up to 5 s while the server is
+ * unreachable) and returns KL_OK when the batch did commit: the partition
+ * still has its epoch and an idempotency key the batch recorded, absent
+ * before it, is there.
  *
  * Caveats:
  * - A kl_store_t may be shared by threads; a kl_txn_t is used by one thread

@@ -222,6 +222,15 @@ static void kl_admin_reload(PGconn *admin, const char *sql, const char *value) {
   fail_msg("the server did not reload: %s", sql);
 }
 
+/* As the worker does: the batch looks its id up first, so that the
+ * commit knows it was absent before (what kl_pg_landed() asks for). */
+static void kl_prefetch_one(kl_txn_t *txn, const char *id) {
+  const char *ids[1] = {id};
+  size_t lens[1] = {strlen(id)};
+  assert_int_equal(kl_txn_prefetch(txn, ids, lens, 1), KL_OK);
+  assert_int_equal(kl_t_txn_seen(txn, id), KL_MARK_NONE);
+}
+
 /* The server commits a batch and its connection dies before the answer
  * reaches the worker (a COMMIT held waiting for a synchronous standby that
  * never comes, then its backend terminated: committed locally, answer
@@ -238,6 +247,7 @@ static void test_commit_whose_answer_was_lost(void **state) {
   uint64_t epoch = kl_t_store_acquire(store, 0);
   kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
   kl_t_txn_put(txn, "acct/1", "5");
+  kl_prefetch_one(txn, "id-1");
   kl_t_txn_mark(txn, "id-1", KL_MARK_APPLIED);
   kl_admin_reload(
       admin, "ALTER SYSTEM SET synchronous_standby_names = 'nobody'", "nobody");
@@ -260,6 +270,49 @@ static void test_commit_whose_answer_was_lost(void **state) {
   assert_int_equal(kl_t_txn_seen(txn, "id-1"), KL_MARK_APPLIED);
   kl_store_abort(txn);
   kl_store_destroy(store);
+  PQfinish(admin);
+}
+
+/* The connection of a batch dies while its commit waits for a row lock:
+ * the server rolls the batch back. Asked, it says so: the commit fails,
+ * the watermark stays, the id is not recorded, and the batch may run
+ * again. */
+static void test_commit_lost_before_it_landed(void **state) {
+  (void)state;
+  kl_t_pg_t *pg = kl_t_pg_need();
+  char uri[256], admin_uri[256];
+  assert_int_equal(kl_t_pg_createdb(pg, "lost_commit", uri, sizeof(uri)), 0);
+  kl_t_pg_admin_uri(pg, admin_uri, sizeof(admin_uri));
+  PGconn *admin = PQconnectdb(admin_uri), *holder = PQconnectdb(uri);
+  kl_store_t *store = kl_t_store_open(uri, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  kl_t_txn_put(txn, "acct/1", "5");
+  kl_prefetch_one(txn, "id-2");
+  kl_t_txn_mark(txn, "id-2", KL_MARK_APPLIED);
+  kl_t_sql(holder, "BEGIN");
+  kl_t_sql(holder, "SELECT count(*) FROM (SELECT 1 FROM keylane_partitions "
+                   "WHERE partition = 0 FOR UPDATE) l");
+  kl_commit_job_t job = {txn, KL_OK};
+  pthread_t thread;
+  pthread_create(&thread, NULL, kl_commit_main, &job);
+  long long killed = 0;
+  for (int i = 0; i < 3000 && !killed; i++) {
+    killed = kl_t_sql(admin, "SELECT count(pg_terminate_backend(pid)) FROM "
+                             "pg_stat_activity WHERE wait_event_type = 'Lock'");
+    if (!killed)
+      kl_t_sleep_ms(10);
+  }
+  pthread_join(thread, NULL);
+  kl_t_sql(holder, "ROLLBACK");
+  assert_true(killed >= 1);
+  assert_int_not_equal(job.err, KL_OK);
+  assert_int_equal(kl_t_store_partition(store, 0).watermark, 0);
+  txn = kl_t_store_begin(store, 0, epoch);
+  assert_int_equal(kl_t_txn_seen(txn, "id-2"), KL_MARK_NONE);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+  PQfinish(holder);
   PQfinish(admin);
 }
 
@@ -314,6 +367,7 @@ int main(void) {
       cmocka_unit_test(test_handler_read_meets_a_server_restart),
       cmocka_unit_test(test_store_error_holds_the_partition),
       cmocka_unit_test(test_commit_whose_answer_was_lost),
+      cmocka_unit_test(test_commit_lost_before_it_landed),
       cmocka_unit_test(test_more_partitions_than_the_pool),
       cmocka_unit_test(test_more_partitions_than_the_pool_key_parallel),
   };
