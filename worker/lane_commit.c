@@ -348,6 +348,9 @@ kl_err_t kl__lanes_batch(kl__lanes_t *lanes, const kl__job_t *job,
   if (!err && (err = kl_lanes_prefetch(lanes, job))) {
     kl_store_abort(lane->batch);
     lane->batch = NULL;
+    /* What the lane's final events wrote was in it: they run again. */
+    if (lane->final.n)
+      lane->rewind = 1;
   }
   *txn = lane->batch;
   return err;
@@ -466,6 +469,8 @@ int64_t kl__lanes_release(kl__lanes_t *lanes, int32_t partition, int commit,
   kl__lane_wait_idle(lanes, lane);
   if (commit && lane->state == KL__LANE_DRAINING) {
     kl_lane_drain_letters(lanes, lane);
+    if (lane->rewind) /* its txn was lost: only what is final commits */
+      kl__lane_rewind(lanes, lane);
     if (lane->final.n)
       kl__lanes_commit(lanes, &lane, 1);
     pthread_mutex_unlock(&lanes->mu);
