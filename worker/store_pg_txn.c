@@ -816,11 +816,13 @@ static kl_err_t kl_pg_landed(kl_pg_txn_t *txn, const kl_pg_commit_t *c,
   char detail[1024];
   snprintf(detail, sizeof(detail), "%s", kl_err_detail());
   kl_pg_probe_t x = {txn, c, 0};
-  for (int ms = 100; c->probe; ms *= 2) {
+  for (int64_t ms = 100; c->probe; ms *= 2) {
     kl_err_t asked = kl__pg_call(pgs, kl_pg_probe_fn, &x);
-    if (asked != KL_ESTORE_BUSY || kl__mono_ns() >= end)
+    int64_t left = (end - kl__mono_ns()) / 1000000;
+    if (asked != KL_ESTORE_BUSY || left <= 0)
       break;
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    ms = ms < left ? ms : left; /* never past @p end */
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
   }
   return x.committed ? KL_OK : kl__err(err, "%s", detail);
