@@ -435,6 +435,12 @@ static kl_err_t kl_pg_tp_query(kl__pg_conn_t *conn, const kl_pg_tp_t *tp,
   return KL_OK;
 }
 
+/* What acquire and reset return of a partition (kl_pg_state_row()). */
+#define KL_PG_STATE_ROW                                                        \
+  " RETURNING epoch, watermark, applied, duplicates, dead_letters, "           \
+  "coalesce((SELECT beats FROM keylane_beats b WHERE b.topic = p.topic AND "   \
+  "b.partition = p.partition), 0)"
+
 /* An atomic increment: concurrent acquirers queue on the row lock and each
  * gets its own epoch, read from the row as it is after the one before. */
 static kl_err_t kl_pg_acquire_fn(kl__pg_conn_t *conn, void *ctx) {
@@ -442,10 +448,7 @@ static kl_err_t kl_pg_acquire_fn(kl__pg_conn_t *conn, void *ctx) {
       conn, ctx, 3,
       "INSERT INTO keylane_partitions AS p (topic, partition, epoch) VALUES "
       "($1::text, $2::int4, $3::int8 + 1) ON CONFLICT (topic, partition) DO "
-      "UPDATE SET epoch = GREATEST(p.epoch, $3::int8) + 1 RETURNING epoch, "
-      "watermark, applied, duplicates, dead_letters, coalesce((SELECT beats "
-      "FROM keylane_beats b WHERE b.topic = p.topic AND b.partition = "
-      "p.partition), 0)",
+      "UPDATE SET epoch = GREATEST(p.epoch, $3::int8) + 1" KL_PG_STATE_ROW,
       "take the partition (increment its epoch)");
 }
 
@@ -465,10 +468,7 @@ static kl_err_t kl_pg_reset_fn(kl__pg_conn_t *conn, void *ctx) {
   return kl_pg_tp_query(
       conn, ctx, 2,
       "UPDATE keylane_partitions AS p SET epoch = epoch + 1, watermark = 0 "
-      "WHERE topic = $1::text AND partition = $2::int4 RETURNING epoch, "
-      "watermark, applied, duplicates, dead_letters, coalesce((SELECT beats "
-      "FROM keylane_beats b WHERE b.topic = p.topic AND b.partition = "
-      "p.partition), 0)",
+      "WHERE topic = $1::text AND partition = $2::int4" KL_PG_STATE_ROW,
       "reset the partition (new epoch, watermark 0)");
 }
 
