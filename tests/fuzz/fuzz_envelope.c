@@ -139,7 +139,15 @@ static void fuzz_decode(const uint8_t *data, size_t size) {
   kl_err_t err = kl_event_decode(decoder, key, key_len, value, value_len, &ev);
   if (err == KL_OK) {
     check_against_msgpack(value, value_len, &ev);
-    check_roundtrip(&ev);
+    /* The decoder passes on trace headers the encoder refuses (event.h:
+     * a worker forwards what another producer wrote): such an event is
+     * not written again, and the encoder says so. */
+    void *enc = NULL;
+    size_t enc_len = 0;
+    if (kl_event_validate(&ev, 0) == KL_OK)
+      check_roundtrip(&ev);
+    else
+      CHECK(kl_event_encode(&ev, &enc, &enc_len) != KL_OK && !enc);
   } else {
     CHECK(err >= KL_EDECODE_TRUNCATED && err <= KL_EDECODE_KEY);
     CHECK(kl_err_detail()[0] != '\0');
