@@ -231,6 +231,62 @@ static void kl_prefetch_one(kl_txn_t *txn, const char *id) {
   assert_int_equal(kl_t_txn_seen(txn, id), KL_MARK_NONE);
 }
 
+/* A store on a database of its own, its partition 0 taken, and a
+ * connection to the server's maintenance database. */
+typedef struct kl_cut {
+  char uri[256];
+  PGconn *admin;
+  kl_store_t *store;
+  uint64_t epoch;
+} kl_cut_t;
+
+static void kl_cut_up(kl_cut_t *c, const char *db) {
+  kl_t_pg_t *pg = kl_t_pg_need();
+  char admin_uri[256];
+  assert_int_equal(kl_t_pg_createdb(pg, db, c->uri, sizeof(c->uri)), 0);
+  kl_t_pg_admin_uri(pg, admin_uri, sizeof(admin_uri));
+  c->admin = PQconnectdb(admin_uri);
+  c->store = kl_t_store_open(c->uri, NULL);
+  c->epoch = kl_t_store_acquire(c->store, 0);
+}
+
+/* Commits a batch recording @p id (watermark 10) and terminates its
+ * backend once it shows in pg_stat_activity as @p waiting (a condition).
+ * @returns what the commit returned. */
+static kl_err_t kl_cut_commit(kl_cut_t *c, const char *id,
+                              const char *waiting) {
+  kl_txn_t *txn = kl_t_store_begin(c->store, 0, c->epoch);
+  kl_t_txn_put(txn, "acct/1", "5");
+  kl_prefetch_one(txn, id);
+  kl_t_txn_mark(txn, id, KL_MARK_APPLIED);
+  kl_commit_job_t job = {txn, KL_OK};
+  pthread_t thread;
+  pthread_create(&thread, NULL, kl_commit_main, &job);
+  char sql[256];
+  snprintf(sql, sizeof(sql),
+           "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+           "WHERE %s",
+           waiting);
+  long long killed = 0;
+  for (int i = 0; i < 3000 && !killed; i++)
+    if (!(killed = kl_t_sql(c->admin, sql)))
+      kl_t_sleep_ms(10);
+  pthread_join(thread, NULL);
+  assert_true(killed >= 1);
+  return job.err;
+}
+
+/* Asserts partition 0's watermark and @p id's mark, then ends. */
+static void kl_cut_down(kl_cut_t *c, const char *id, int64_t watermark,
+                        kl_mark_t mark) {
+  assert_int_equal(kl_t_store_partition(c->store, 0).watermark, watermark);
+  kl_txn_t *txn = kl_t_store_begin(c->store, 0, c->epoch);
+  assert_int_equal(kl_t_txn_seen(txn, id), mark);
+  kl_store_abort(txn);
+  kl_store_destroy(c->store);
+  PQfinish(c->admin);
+}
+
 /* The server commits a batch and its connection dies before the answer
  * reaches the worker (a COMMIT held waiting for a synchronous standby that
  * never comes, then its backend terminated: committed locally, answer
@@ -238,39 +294,15 @@ static void kl_prefetch_one(kl_txn_t *txn, const char *id) {
  * that the worker does not run it again as duplicates of itself. */
 static void test_commit_whose_answer_was_lost(void **state) {
   (void)state;
-  kl_t_pg_t *pg = kl_t_pg_need();
-  char uri[256], admin_uri[256];
-  assert_int_equal(kl_t_pg_createdb(pg, "lost_answer", uri, sizeof(uri)), 0);
-  kl_t_pg_admin_uri(pg, admin_uri, sizeof(admin_uri));
-  PGconn *admin = PQconnectdb(admin_uri);
-  kl_store_t *store = kl_t_store_open(uri, NULL);
-  uint64_t epoch = kl_t_store_acquire(store, 0);
-  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
-  kl_t_txn_put(txn, "acct/1", "5");
-  kl_prefetch_one(txn, "id-1");
-  kl_t_txn_mark(txn, "id-1", KL_MARK_APPLIED);
-  kl_admin_reload(
-      admin, "ALTER SYSTEM SET synchronous_standby_names = 'nobody'", "nobody");
-  kl_commit_job_t job = {txn, KL_OK};
-  pthread_t thread;
-  pthread_create(&thread, NULL, kl_commit_main, &job);
-  long long killed = 0;
-  for (int i = 0; i < 3000 && !killed; i++) {
-    killed = kl_t_sql(admin, "SELECT count(pg_terminate_backend(pid)) FROM "
-                             "pg_stat_activity WHERE wait_event = 'SyncRep'");
-    if (!killed)
-      kl_t_sleep_ms(10);
-  }
-  kl_admin_reload(admin, "ALTER SYSTEM RESET synchronous_standby_names", "");
-  pthread_join(thread, NULL);
-  assert_true(killed >= 1);
-  assert_int_equal(job.err, KL_OK);
-  assert_int_equal(kl_t_store_partition(store, 0).watermark, 10);
-  txn = kl_t_store_begin(store, 0, epoch);
-  assert_int_equal(kl_t_txn_seen(txn, "id-1"), KL_MARK_APPLIED);
-  kl_store_abort(txn);
-  kl_store_destroy(store);
-  PQfinish(admin);
+  kl_cut_t c;
+  kl_cut_up(&c, "lost_answer");
+  kl_admin_reload(c.admin,
+                  "ALTER SYSTEM SET synchronous_standby_names = 'nobody'",
+                  "nobody");
+  kl_err_t err = kl_cut_commit(&c, "id-1", "wait_event = 'SyncRep'");
+  kl_admin_reload(c.admin, "ALTER SYSTEM RESET synchronous_standby_names", "");
+  assert_int_equal(err, KL_OK);
+  kl_cut_down(&c, "id-1", 10, KL_MARK_APPLIED);
 }
 
 /* The connection of a batch dies while its commit waits for a row lock:
@@ -279,41 +311,17 @@ static void test_commit_whose_answer_was_lost(void **state) {
  * again. */
 static void test_commit_lost_before_it_landed(void **state) {
   (void)state;
-  kl_t_pg_t *pg = kl_t_pg_need();
-  char uri[256], admin_uri[256];
-  assert_int_equal(kl_t_pg_createdb(pg, "lost_commit", uri, sizeof(uri)), 0);
-  kl_t_pg_admin_uri(pg, admin_uri, sizeof(admin_uri));
-  PGconn *admin = PQconnectdb(admin_uri), *holder = PQconnectdb(uri);
-  kl_store_t *store = kl_t_store_open(uri, NULL);
-  uint64_t epoch = kl_t_store_acquire(store, 0);
-  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
-  kl_t_txn_put(txn, "acct/1", "5");
-  kl_prefetch_one(txn, "id-2");
-  kl_t_txn_mark(txn, "id-2", KL_MARK_APPLIED);
+  kl_cut_t c;
+  kl_cut_up(&c, "lost_commit");
+  PGconn *holder = PQconnectdb(c.uri);
   kl_t_sql(holder, "BEGIN");
   kl_t_sql(holder, "SELECT count(*) FROM (SELECT 1 FROM keylane_partitions "
                    "WHERE partition = 0 FOR UPDATE) l");
-  kl_commit_job_t job = {txn, KL_OK};
-  pthread_t thread;
-  pthread_create(&thread, NULL, kl_commit_main, &job);
-  long long killed = 0;
-  for (int i = 0; i < 3000 && !killed; i++) {
-    killed = kl_t_sql(admin, "SELECT count(pg_terminate_backend(pid)) FROM "
-                             "pg_stat_activity WHERE wait_event_type = 'Lock'");
-    if (!killed)
-      kl_t_sleep_ms(10);
-  }
-  pthread_join(thread, NULL);
+  kl_err_t err = kl_cut_commit(&c, "id-2", "wait_event_type = 'Lock'");
   kl_t_sql(holder, "ROLLBACK");
-  assert_true(killed >= 1);
-  assert_int_not_equal(job.err, KL_OK);
-  assert_int_equal(kl_t_store_partition(store, 0).watermark, 0);
-  txn = kl_t_store_begin(store, 0, epoch);
-  assert_int_equal(kl_t_txn_seen(txn, "id-2"), KL_MARK_NONE);
-  kl_store_abort(txn);
-  kl_store_destroy(store);
   PQfinish(holder);
-  PQfinish(admin);
+  assert_int_not_equal(err, KL_OK);
+  kl_cut_down(&c, "id-2", 0, KL_MARK_NONE);
 }
 
 /* ---- more partitions than connections --------------------------------- */
