@@ -341,13 +341,28 @@ typedef struct kl_gen_ids {
   kl_err_t err;
 } kl_gen_ids_t;
 
-/* Keeps the id of a follow-up: ids "<source id>/<n>" (kl_txn_emit()). */
+size_t kl__ledger_decode_follow_up(kl_decoder_t *decoder,
+                                   const rd_kafka_message_t *m,
+                                   kl_event_t *ev) {
+  if (kl_event_decode(decoder, m->key, m->key_len, m->payload, m->len, ev) !=
+      KL_OK)
+    return 0;
+  size_t n = ev->id_len; /* <n> starts after the last '/' */
+  while (n > 0 && ev->id[n - 1] != '/')
+    n--;
+  if (n < 2 || n == ev->id_len)
+    return 0; /* no '/', no source id before it or no <n> after it */
+  for (size_t i = n; i < ev->id_len; i++)
+    if (ev->id[i] < '0' || ev->id[i] > '9')
+      return 0;
+  return n - 1;
+}
+
+/* Keeps the id of a follow-up. */
 static int kl_gen_take_id(void *opaque, rd_kafka_message_t *m) {
   kl_gen_ids_t *ids = opaque;
   kl_event_t ev;
-  if (kl_event_decode(ids->decoder, m->key, m->key_len, m->payload, m->len,
-                      &ev) != KL_OK ||
-      !memchr(ev.id, '/', ev.id_len))
+  if (!kl__ledger_decode_follow_up(ids->decoder, m, &ev))
     return 0;
   void *grown = kl__grow(ids->id, &ids->cap, ids->n, sizeof(*ids->id), 1024);
   if (!grown) {

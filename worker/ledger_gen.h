@@ -10,8 +10,12 @@
 #ifndef KEYLANE_WORKER_LEDGER_GEN_H
 #define KEYLANE_WORKER_LEDGER_GEN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
+#include <librdkafka/rdkafka.h>
+
+#include "keylane/event.h"
 #include "keylane/producer.h"
 #include "keylane/store.h"
 
@@ -95,6 +99,17 @@ kl_err_t kl__ledger_gen_read_follow_ups(kl__ledger_gen_t *gen,
                                         kl_store_t *store,
                                         const char *bootstrap,
                                         const char *topic);
+
+/**
+ * Decodes @p m into @p ev with @p decoder and tells whether it is a
+ * follow-up, an event kl_txn_emit() made: its id reads "<source id>/<n>"
+ * (kl__emit_id()). @p ev borrows from @p m and @p decoder
+ * (kl_event_decode()).
+ * @returns the length of the source id, which starts ev->id; 0 when @p m
+ *          does not decode or its id is no follow-up's.
+ */
+size_t kl__ledger_decode_follow_up(kl_decoder_t *decoder,
+                                   const rd_kafka_message_t *m, kl_event_t *ev);
 
 /**
  * Compares @p store (topic @p topic) with what was published; fills

@@ -140,13 +140,11 @@ typedef struct kl_copy {
   kl_event_t ev;
 } kl_copy_t;
 
-/* Keeps the first follow-up (an id "<source id>/<n>") it is given. */
+/* Keeps the first follow-up it is given. */
 static int kl_take_follow_up(void *opaque, rd_kafka_message_t *m) {
   kl_copy_t *c = opaque;
   kl_event_t ev;
-  if (kl_event_decode(c->decoder, m->key, m->key_len, m->payload, m->len,
-                      &ev) != KL_OK ||
-      !memchr(ev.id, '/', ev.id_len))
+  if (!kl__ledger_decode_follow_up(c->decoder, m, &ev))
     return 0;
   assert_true(ev.payload_len <= sizeof(c->payload));
   memcpy(c->key, ev.key, ev.key_len);
