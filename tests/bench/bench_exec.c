@@ -5,14 +5,17 @@
  * Each run is a fresh kl_worker (LMDB store, durability none: the handler
  * is what is measured) whose handler is a trivial Python child
  * (json.loads, json.dumps, flush) that answers "ok", run as the CLI runs
- * it (kl__exec_configure()). Runs:
- *   lockstep    the child does not echo "seq": one event at a time, the
- *               old protocol, at --concurrency 1 with window 1 (inline)
- *   old-child   the same child with the window set: an old handler under
- *               a worker configured for pipelining
- *   c1          echoes "seq", --concurrency 1 (one child, pipelined)
- *   c4          echoes "seq", --concurrency 4: four children, one event
- *               each (window 1), then pipelined
+ * it (kl__exec_configure()). Runs, each named by its key in --json's
+ * object (NAME_eps), so no two names are alike:
+ *   lockstep      the child does not echo "seq": one event at a time, the
+ *                 old protocol, at --concurrency 1 with window 1 (inline)
+ *   old-child     the same child with the window set: an old handler
+ *                 under a worker configured for pipelining
+ *   c1            echoes "seq", --concurrency 1 (one child, pipelined)
+ *   c4-window1    echoes "seq", --concurrency 4 with window 1: four
+ *                 children, one event each
+ *   c4-pipelined  echoes "seq", --concurrency 4 with the window set: four
+ *                 children, pipelined
  * Each is timed from the worker's first assignment until every partition's
  * watermark reached its end (the group's first join is a fixed cost).
  */
@@ -166,7 +169,7 @@ static void kl_bx_print(const kl_bx_run_t *runs, size_t n, int64_t events,
          "partitions, from the first assignment\n",
          events, KL_BX_PARTS);
   for (size_t i = 0; i < n; i++)
-    printf("  %-9s --concurrency %s, window %4s: %10.0f events/s (x%.1f)\n",
+    printf("  %-12s --concurrency %s, window %4s: %10.0f events/s (x%.1f)\n",
            runs[i].name, runs[i].concurrency, runs[i].window, runs[i].eps,
            runs[i].eps / base);
 }
@@ -204,8 +207,8 @@ int kl_bench_exec(int argc, char **argv) {
   kl_bx_run_t runs[] = {{"lockstep", kl_bx_lockstep, "1", "1", 0},
                         {"old-child", kl_bx_lockstep, "1", w, 0},
                         {"c1", kl_bench_echo_py, "1", w, 0},
-                        {"c4", kl_bench_echo_py, "4", "1", 0},
-                        {"c4", kl_bench_echo_py, "4", w, 0}};
+                        {"c4-window1", kl_bench_echo_py, "4", "1", 0},
+                        {"c4-pipelined", kl_bench_echo_py, "4", w, 0}};
   size_t n = sizeof(runs) / sizeof(runs[0]);
   for (size_t i = 0; rc == 0 && i < n; i++)
     if ((runs[i].eps = kl_bx_once(boot, gen, events, &runs[i], (int)i)) < 0)
