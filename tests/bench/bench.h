@@ -45,17 +45,25 @@ double kl_bench_median(double *v, int n);
 int kl_bench_count(const char *bench, const char *flag, const char *arg,
                    int64_t max, int64_t *out);
 
-/** A count flag of a benchmark: --name N, 1 <= N <= max, into *out. */
+/**
+ * A flag of a benchmark, of the kind its one pointer set says (written
+ * with designated initializers, {0} ends a list):
+ *   out   a count: --name N, 1 <= N <= max, into *out;
+ *   on    a switch: --name sets *on to 1;
+ *   text  --name VALUE points *text at VALUE, which the benchmark checks.
+ */
 typedef struct kl_bench_flag {
   const char *name; /* without the dashes; NULL ends a list */
   int64_t max;
   int64_t *out;
+  int *on;
+  const char **text;
 } kl_bench_flag_t;
 
 /**
- * Parses a benchmark's flags (bench_shared.c): the count flags of @p flags
- * (kl_bench_count() checks each), --json into *json, and -h/--help, which
- * calls @p help.
+ * Parses a benchmark's flags (bench_shared.c): those of @p flags (a
+ * count is checked by kl_bench_count()), --json into *json, and
+ * -h/--help, which calls @p help.
  * @returns 0 to run, -1 after the help, 2 for bad usage (printed).
  */
 int kl_bench_flags(const char *bench, int argc, char **argv,

@@ -185,9 +185,10 @@ static void kl_bx_help(void) {
 int kl_bench_exec(int argc, char **argv) {
   int64_t events = 100000, window = 8;
   int json = 0;
-  const kl_bench_flag_t flags[] = {{"events", 10000000, &events},
-                                   {"window", 1024, &window},
-                                   {NULL, 0, NULL}};
+  const kl_bench_flag_t flags[] = {
+      {.name = "events", .max = 10000000, .out = &events},
+      {.name = "window", .max = 1024, .out = &window},
+      {0}};
   int parsed = kl_bench_flags(KL_BX_NAME, argc, argv, flags, &json, kl_bx_help);
   if (parsed)
     return parsed < 0 ? 0 : parsed;

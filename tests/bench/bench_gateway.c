@@ -254,10 +254,10 @@ static void kl_bg_help(void) {
 
 static int kl_bg_parse(int argc, char **argv, kl_bg_opts_t *opts) {
   const kl_bench_flag_t flags[] = {
-      {"events", 100000000, &opts->events},
-      {"rounds", KL_BG_ROUNDS_MAX, &opts->rounds},
-      {"partitions", 1000, &opts->partitions},
-      {NULL, 0, NULL},
+      {.name = "events", .max = 100000000, .out = &opts->events},
+      {.name = "rounds", .max = KL_BG_ROUNDS_MAX, .out = &opts->rounds},
+      {.name = "partitions", .max = 1000, .out = &opts->partitions},
+      {0},
   };
   return kl_bench_flags(KL_BG_NAME, argc, argv, flags, &opts->json, kl_bg_help);
 }

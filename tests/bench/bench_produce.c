@@ -324,12 +324,14 @@ static void kl_bp_help(void) {
 
 static int kl_bp_parse(int argc, char **argv, kl_bp_opts_t *opts) {
   const kl_bench_flag_t flags[] = {
-      {"events", 100000000, &opts->events},
-      {"rounds", KL_BP_ROUNDS_MAX, &opts->rounds},
-      {"brokers", 16, &opts->brokers},
-      {"partitions", 1000, &opts->partitions},
-      {"raw-payload", KL_BP_RAW_PAYLOAD_MAX, &opts->raw_payload},
-      {NULL, 0, NULL},
+      {.name = "events", .max = 100000000, .out = &opts->events},
+      {.name = "rounds", .max = KL_BP_ROUNDS_MAX, .out = &opts->rounds},
+      {.name = "brokers", .max = 16, .out = &opts->brokers},
+      {.name = "partitions", .max = 1000, .out = &opts->partitions},
+      {.name = "raw-payload",
+       .max = KL_BP_RAW_PAYLOAD_MAX,
+       .out = &opts->raw_payload},
+      {0},
   };
   return kl_bench_flags(KL_BP_NAME, argc, argv, flags, &opts->json, kl_bp_help);
 }

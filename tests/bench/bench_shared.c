@@ -1,11 +1,46 @@
 /* What the benchmarks share around their runs: flags, the load, and the
  * JSON line. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "bench.h"
 
 #define KL_BENCH_FLAGS_MAX 16
+
+int kl_bench_count(const char *bench, const char *flag, const char *arg,
+                   int64_t max, int64_t *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(arg, &end);
+  if (errno || end == arg || *end || v < 1 || v > (double)max ||
+      v != (double)(int64_t)v) {
+    fprintf(stderr,
+            "keylane-bench %s: %s takes a whole number from 1 to "
+            "%lld, got \"%s\"\n",
+            bench, flag, (long long)max, arg);
+    return 2;
+  }
+  *out = (int64_t)v;
+  return 0;
+}
+
+/* Takes --NAME [ARG] of @p flag: @returns 0, or 2 for a bad count. */
+static int kl_bench_flag_take(const char *bench, const kl_bench_flag_t *flag,
+                              const char *arg) {
+  if (flag->on) {
+    *flag->on = 1;
+    return 0;
+  }
+  if (flag->text) {
+    *flag->text = arg;
+    return 0;
+  }
+  char name[64];
+  snprintf(name, sizeof(name), "--%s", flag->name);
+  return kl_bench_count(bench, name, arg, flag->max, flag->out);
+}
 
 int kl_bench_flags(const char *bench, int argc, char **argv,
                    const kl_bench_flag_t *flags, int *json,
@@ -13,7 +48,8 @@ int kl_bench_flags(const char *bench, int argc, char **argv,
   struct option opts[KL_BENCH_FLAGS_MAX + 3];
   int n = 0;
   for (; flags[n].name && n < KL_BENCH_FLAGS_MAX; n++)
-    opts[n] = (struct option){flags[n].name, required_argument, NULL, n};
+    opts[n] = (struct option){
+        flags[n].name, flags[n].on ? no_argument : required_argument, NULL, n};
   opts[n] = (struct option){"json", no_argument, NULL, 'j'};
   opts[n + 1] = (struct option){"help", no_argument, NULL, 'h'};
   opts[n + 2] = (struct option){NULL, 0, NULL, 0};
@@ -21,9 +57,7 @@ int kl_bench_flags(const char *bench, int argc, char **argv,
   optind = 1;
   while (rc == 0 && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     if (c >= 0 && c < n) {
-      char flag[64];
-      snprintf(flag, sizeof(flag), "--%s", flags[c].name);
-      rc = kl_bench_count(bench, flag, optarg, flags[c].max, flags[c].out);
+      rc = kl_bench_flag_take(bench, &flags[c], optarg);
     } else if (c == 'j') {
       *json = 1;
     } else if (c == 'h') {

@@ -1,5 +1,4 @@
 /* keylane-bench SUBCOMMAND [--json] [ARGS]: one table of benchmarks. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,23 +45,6 @@ static int kl_bench_cmp(const void *a, const void *b) {
 double kl_bench_median(double *v, int n) {
   qsort(v, (size_t)n, sizeof(*v), kl_bench_cmp);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-int kl_bench_count(const char *bench, const char *flag, const char *arg,
-                   int64_t max, int64_t *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(arg, &end);
-  if (errno || end == arg || *end || v < 1 || v > (double)max ||
-      v != (double)(int64_t)v) {
-    fprintf(stderr,
-            "keylane-bench %s: %s takes a whole number from 1 to "
-            "%lld, got \"%s\"\n",
-            bench, flag, (long long)max, arg);
-    return 2;
-  }
-  *out = (int64_t)v;
-  return 0;
 }
 
 static void kl_bench_usage(FILE *out) {
