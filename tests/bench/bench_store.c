@@ -18,7 +18,6 @@
  * --pg URI names one (its database must be empty or keylane's); without
  * PostgreSQL installed that part is skipped and says so.
  */
-#include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <libpq-fe.h>
@@ -407,9 +406,7 @@ static void kl_report_json(const kl_commit_run_t *c, int nc,
     json_object_set_new(out, "bytes_per_key_target_met",
                         json_boolean(d[nd - 1].bytes_per_key <= 100));
   }
-  json_dumpf(out, stdout, JSON_COMPACT);
-  putchar('\n');
-  json_decref(out);
+  kl_bench_json(out);
 }
 
 /* ---- the runs -------------------------------------------------------- */
@@ -461,59 +458,33 @@ static kl_err_t kl_bench_backend(const char *location, const char *backend,
   return err;
 }
 
+static void kl_store_help(void) {
+  fputs(kl_store_usage, stdout);
+}
+
 static int kl_bench_parse(int argc, char **argv, kl_bench_opts_t *o) {
-  static const struct option opts[] = {
-      {"json", no_argument, NULL, 'j'},
-      {"full", no_argument, NULL, 'f'},
-      {"seconds", required_argument, NULL, 's'},
-      {"pg", required_argument, NULL, 'p'},
-      {"skip-pg", no_argument, NULL, 'k'},
-      {"batch", required_argument, NULL, 'b'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0}};
-  int c;
-  int64_t secs;
-  o->seconds = 3;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (c) {
-    case 'j':
-      o->json = 1;
-      break;
-    case 'f':
-      o->full = 1;
-      break;
-    case 'p':
-      o->pg_uri = optarg;
-      break;
-    case 'k':
-      o->skip_pg = 1;
-      break;
-    case 'b':
-      if (kl_bench_count(NAME, "--batch", optarg, 1000, &secs))
-        return 2;
-      if (secs != 1 && secs != 100 && secs != 1000) {
-        fprintf(stderr,
-                "keylane-bench store: --batch takes 1, 100 or 1000, got "
-                "%s\n",
-                optarg);
-        return 2;
-      }
-      kl_only_batch = o->batch = (int)secs;
-      break;
-    case 's':
-      if (kl_bench_count(NAME, "--seconds", optarg, 600, &secs))
-        return 2;
-      o->seconds = (double)secs;
-      break;
-    case 'h':
-      fputs(kl_store_usage, stdout);
-      return -1;
-    default:
-      fputs(kl_store_usage, stderr);
-      return 2;
-    }
+  int64_t seconds = 3, batch = 0;
+  const kl_bench_flag_t flags[] = {
+      {.name = "full", .on = &o->full},
+      {.name = "seconds", .max = 600, .out = &seconds},
+      {.name = "pg", .text = &o->pg_uri},
+      {.name = "skip-pg", .on = &o->skip_pg},
+      {.name = "batch", .max = 1000, .out = &batch},
+      {0}};
+  int rc = kl_bench_flags(NAME, argc, argv, flags, &o->json, kl_store_help);
+  if (rc == 2)
+    fputs(kl_store_usage, stderr);
+  if (rc)
+    return rc;
+  if (batch && batch != 1 && batch != 100 && batch != 1000) {
+    fprintf(stderr,
+            "keylane-bench store: --batch takes 1, 100 or 1000, got %" PRId64
+            "\n",
+            batch);
+    return 2;
   }
+  o->seconds = (double)seconds;
+  kl_only_batch = o->batch = (int)batch;
   return 0;
 }
 

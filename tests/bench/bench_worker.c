@@ -19,7 +19,6 @@
  * PostgreSQL server (fsync and synchronous_commit on) instead of LMDB;
  * target ratio >= 0.20.
  */
-#include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
@@ -27,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench.h"
 #include "support/pg.h"
@@ -55,11 +53,6 @@ typedef struct kl_bw_round {
   uint64_t txns;    /* store write transactions: what the fsyncs pay for */
   kl__cache_stats_t cache; /* PostgreSQL's owner cache and id lookups */
 } kl_bw_round_t;
-
-static void kl_bw_sleep_ms(int ms) {
-  struct timespec ts = {0, ms * 1000000L};
-  nanosleep(&ts, NULL);
-}
 
 typedef struct kl_bw_caught {
   const kl__ledger_gen_t *gen;
@@ -89,7 +82,7 @@ static int kl_bw_wait_caught_up(const kl__ledger_gen_t *gen, kl_store_t *store,
         c.applied >=
             kl__ledger_gen_published(gen) + kl__ledger_gen_transfers(gen))
       return 0;
-    kl_bw_sleep_ms(2);
+    kl_t_sleep_ms(2);
   }
   return -1;
 }
@@ -167,7 +160,7 @@ static double kl_bw_keylane(const char *boot, kl__ledger_gen_t *gen,
   kl_t_worker_t *w = kl_t_worker_start(boot, KL_BW_TOPIC, group, store, NULL);
   kl_worker_stats_t st = {0};
   while (st.owned == 0 && kl_bench_now() - t0 < 60) {
-    kl_bw_sleep_ms(1);
+    kl_t_sleep_ms(1);
     kl_worker_stats(w->worker, &st);
   }
   double t1 = kl_bench_now();
@@ -186,24 +179,6 @@ static double kl_bw_keylane(const char *boot, kl__ledger_gen_t *gen,
   if (!pg)
     kl_t_rmrf(dir);
   return done == 0 && v.ok ? s : -1;
-}
-
-/* @p transfers of every 100 events are transfers between accounts. */
-static int kl_bw_load(kl_producer_t *producer, kl__ledger_gen_t *gen,
-                      int64_t events, int64_t transfers) {
-  for (int64_t i = 0; i < events; i++) {
-    kl_err_t err;
-    while ((err = i % 100 < transfers
-                      ? kl__ledger_gen_transfer(gen, producer, KL_BW_TOPIC)
-                      : kl__ledger_gen_publish(gen, producer, KL_BW_TOPIC)) ==
-           KL_EQUEUE_FULL)
-      kl_producer_poll(producer, 10);
-    if (err) {
-      fprintf(stderr, "load: %s\n", kl_err_detail());
-      return -1;
-    }
-  }
-  return kl_flush(producer, 120000) == KL_OK ? 0 : -1;
 }
 
 static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
@@ -248,9 +223,7 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
                           json_real((double)id_queries / n / thousands));
     }
     json_object_set_new(o, "transfers_percent", json_integer(transfers));
-    json_dumpf(o, stdout, JSON_COMPACT);
-    putchar('\n');
-    json_decref(o);
+    kl_bench_json(o);
     return;
   }
   printf("worker, %" PRId64 " ledger events, %d partitions, median of %d "
@@ -280,53 +253,38 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
            per_k, 2 * per_k, batches_k);
 }
 
+static void kl_bw_help(void) {
+  printf("usage: keylane-bench worker [--events N] [--rounds N] "
+         "[--store lmdb|pg] [--transfers PCT] [--json]\n\n"
+         "One worker (ledger handler, durable LMDB store) against a bare\n"
+         "librdkafka consume loop over the same events on an embedded\n"
+         "cluster. Default 1000000 events, 3 rounds each, medians.\n"
+         "--store pg: a throwaway durable PostgreSQL server instead\n"
+         "(target ratio >= 0.20).\n"
+         "--transfers PCT makes PCT %% of the events transfers, whose\n"
+         "credits go through the outbox; one round then (a second would\n"
+         "read the first's credits).\n");
+}
+
 int kl_bench_worker(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"events", required_argument, NULL, 'e'},
-      {"store", required_argument, NULL, 's'},
-      {"rounds", required_argument, NULL, 'r'},
-      {"transfers", required_argument, NULL, 't'},
-      {"json", no_argument, NULL, 'j'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0}};
   int64_t events = 1000000, rounds = 3, transfers = 0;
-  int json = 0, pg = 0, c;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (c == 'e' &&
-        kl_bench_count(KL_BW_NAME, "--events", optarg, 10000000, &events))
-      return 2;
-    if (c == 'r' && kl_bench_count(KL_BW_NAME, "--rounds", optarg,
-                                   KL_BW_ROUNDS_MAX, &rounds))
-      return 2;
-    if (c == 't' &&
-        kl_bench_count(KL_BW_NAME, "--transfers", optarg, 100, &transfers))
-      return 2;
-    if (c == 'j')
-      json = 1;
-    if (c == 's' && !(pg = strcmp(optarg, "pg") == 0) &&
-        strcmp(optarg, "lmdb") != 0) {
-      fprintf(stderr,
-              "keylane-bench worker: --store takes lmdb or pg, got "
-              "\"%s\"\n",
-              optarg);
-      return 2;
-    }
-    if (c == 'h') {
-      printf("usage: keylane-bench worker [--events N] [--rounds N] "
-             "[--store lmdb|pg] [--transfers PCT] [--json]\n\n"
-             "One worker (ledger handler, durable LMDB store) against a bare\n"
-             "librdkafka consume loop over the same events on an embedded\n"
-             "cluster. Default 1000000 events, 3 rounds each, medians.\n"
-             "--store pg: a throwaway durable PostgreSQL server instead\n"
-             "(target ratio >= 0.20).\n"
-             "--transfers PCT makes PCT %% of the events transfers, whose\n"
-             "credits go through the outbox; one round then (a second would\n"
-             "read the first's credits).\n");
-      return 0;
-    }
-    if (c == '?')
-      return 2;
+  const char *backend = "lmdb";
+  int json = 0;
+  const kl_bench_flag_t flags[] = {
+      {.name = "events", .max = 10000000, .out = &events},
+      {.name = "store", .text = &backend},
+      {.name = "rounds", .max = KL_BW_ROUNDS_MAX, .out = &rounds},
+      {.name = "transfers", .max = 100, .out = &transfers},
+      {0}};
+  int parsed = kl_bench_flags(KL_BW_NAME, argc, argv, flags, &json, kl_bw_help);
+  if (parsed)
+    return parsed < 0 ? 0 : parsed;
+  int pg = strcmp(backend, "pg") == 0;
+  if (!pg && strcmp(backend, "lmdb") != 0) {
+    fprintf(stderr,
+            "keylane-bench worker: --store takes lmdb or pg, got \"%s\"\n",
+            backend);
+    return 2;
   }
   char why[512];
   kl_t_pg_t *server = pg ? kl_t_pg_start(1, why, sizeof(why)) : NULL;
@@ -345,8 +303,10 @@ int kl_bench_worker(int argc, char **argv) {
   kl_producer_t *producer = kl_t_producer(boot, gen);
   if (transfers)
     rounds = 1;
-  int rc =
-      producer && kl_bw_load(producer, gen, events, transfers) == 0 ? 0 : 1;
+  int rc = producer && kl_bench_load(producer, gen, KL_BW_TOPIC, events,
+                                     transfers) == 0
+               ? 0
+               : 1;
   kl_bw_round_t r[KL_BW_ROUNDS_MAX];
   for (int i = 0; rc == 0 && i < rounds; i++) {
     r[i].keylane_s = kl_bw_keylane(boot, gen, server, i, &r[i]);
