@@ -3,7 +3,8 @@
  * its pool is smaller than its partitions: a server restarted (as
  * `pg_ctl restart -m immediate` does) while a batch is about to commit
  * costs that batch, which runs again once the worker has reconnected by
- * itself, and nothing is lost or applied twice; a worker owning more
+ * itself, and nothing is lost or applied twice (so does a link lost
+ * between two events of a batch); a worker owning more
  * partitions than store.pg.pool keeps applying instead of waiting for a
  * connection its own open batches hold. On the embedded cluster, with a
  * server of its own (one the test restarts). Skips, saying why, when
@@ -183,6 +184,83 @@ static void test_store_error_holds_the_partition(void **state) {
                    0);
   assert_int_equal(kl_t_worker_stop(b), KL_OK);
   kl_t_ledger_fx_assert_verified(&fx); /* duplicates == re-published */
+  kl_t_ledger_fx_down(&fx);
+}
+
+/* ---- a link lost between a batch's events ---------------------------- */
+
+typedef struct kl_cutter {
+  PGconn *admin;
+  char db[32];
+  atomic_int armed; /* the next event cuts its batch's link */
+  atomic_int cut;
+} kl_cutter_t;
+
+/* The ledger handler; the event that finds the cutter armed, once it has
+ * run, terminates its batch's backend (the database's one transaction
+ * open, idle between events) and waits until it is gone: the group
+ * transaction goes on to its next events, whose writes the owner cache
+ * and the buffer take without a round trip, until its next prefetch
+ * meets the lost link. */
+static kl_handler_result_t kl_cutting_ledger(void *opaque,
+                                             const kl_event_t *event,
+                                             const kl_fence_t *fence,
+                                             kl_txn_t *txn, char *errbuf,
+                                             size_t errbuf_size) {
+  kl_cutter_t *c = opaque;
+  kl_handler_result_t r =
+      kl_ledger_handler(NULL, event, fence, txn, errbuf, errbuf_size);
+  int armed = 1;
+  if (r == KL_HANDLER_OK &&
+      atomic_compare_exchange_strong(&c->armed, &armed, 0)) {
+    char q[256];
+    snprintf(q, sizeof(q),
+             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+             "WHERE datname = '%s' AND state = 'idle in transaction'",
+             c->db);
+    atomic_store(&c->cut, (int)kl_t_sql(c->admin, q));
+    snprintf(q, sizeof(q),
+             "SELECT count(*) FROM pg_stat_activity WHERE datname = '%s' "
+             "AND state = 'idle in transaction'",
+             c->db);
+    for (int i = 0; i < 3000 && kl_t_sql(c->admin, q); i++)
+      kl_t_sleep_ms(1);
+  }
+  return r;
+}
+
+/* The group transaction (inline mode, worker.batch.max 10) runs hundreds
+ * of events between two commits and looks their ids up 10 at a time: the
+ * link cut under one of them fails a later lookup in the same
+ * transaction. The events it had run were final, their writes only in
+ * it: they must run again, not be committed without their writes by the
+ * next group commit (every balance would then miss them). */
+static void test_link_lost_between_a_batchs_events(void **state) {
+  (void)state;
+  kl_t_ledger_fx_t fx;
+  kl_fx_up(&fx, "cut", 1, 20);
+  kl_cutter_t c = {.armed = 0, .cut = 0};
+  snprintf(c.db, sizeof(c.db), "o%d", t_db_seq);
+  char admin_uri[256];
+  kl_t_pg_admin_uri(kl_t_pg_need(), admin_uri, sizeof(admin_uri));
+  c.admin = PQconnectdb(admin_uri);
+  kl_t_ledger_fx_publish(&fx, 200);
+  static const char *const conf[] = {"worker.batch.max=10",
+                                     "worker.retry.initial.ms=50",
+                                     "worker.session.timeout.ms=3000", NULL};
+  kl_t_worker_t *w = kl_t_worker_new_with(fx.boot, fx.topic, "g", fx.store,
+                                          conf, kl_cutting_ledger, &c);
+  kl_t_worker_go(w);
+  /* The cache warm, so that the events after the cut reach the server
+   * only by their lookup. */
+  assert_int_equal(kl_t_workers_applied(&w, 1, 200, 5000), 200);
+  atomic_store(&c.armed, 1);
+  kl_t_ledger_fx_publish(&fx, 600);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
+                   0);
+  assert_int_equal(atomic_load(&c.cut), 1);
+  kl_end_verified(&fx, w, 800);
+  PQfinish(c.admin);
   kl_t_ledger_fx_down(&fx);
 }
 
@@ -374,6 +452,7 @@ int main(void) {
       cmocka_unit_test(test_worker_survives_a_server_restart),
       cmocka_unit_test(test_handler_read_meets_a_server_restart),
       cmocka_unit_test(test_store_error_holds_the_partition),
+      cmocka_unit_test(test_link_lost_between_a_batchs_events),
       cmocka_unit_test(test_commit_whose_answer_was_lost),
       cmocka_unit_test(test_commit_lost_before_it_landed),
       cmocka_unit_test(test_more_partitions_than_the_pool),
