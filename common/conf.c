@@ -69,6 +69,10 @@ static const kl_conf_key_t kl_keys[] = {
     {"store.pg.idle.timeout", KL_CT_DURATION, "60s", 0, KL_I64_MAX, NULL,
      "PostgreSQL store: the server ends a batch idle this long, releasing the "
      "row locks of a paused owner (0: the server's setting)"},
+    {"store.pg.connect.timeout", KL_CT_DURATION, "10s", 0, 3600000, NULL,
+     "PostgreSQL store: how long a connection attempt waits for the server "
+     "(whole seconds, rounded up, at least 2: libpq's unit; 0: no bound but "
+     "the OS's); a connect_timeout in the URI wins"},
     {"store.cache.max", KL_CT_SIZE, "64M", 0, KL_I64_MAX, NULL,
      "PostgreSQL store: bytes of handler keys and values an owner keeps in "
      "memory between batches (LRU; dropped on a fence, a failed commit, an "

@@ -272,19 +272,89 @@ static void kl_pg_conn_close(kl__pg_conn_t *conn) {
   }
 }
 
+int kl__pg_connect_timeout_s(const kl_conf_t *conf) {
+  int64_t ms = kl__conf_int(conf, "store.pg.connect.timeout");
+  if (ms <= 0)
+    return 0;
+  int64_t s = (ms + 999) / 1000;
+  return s < 2 ? 2 : s > INT32_MAX ? INT32_MAX : (int)s;
+}
+
+/* Says which connect timeout libpq used for @p pg, ours or the URI's
+ * (seconds), and how to change it. */
+static const char *kl_pg_timeout_said(PGconn *pg, int ours, char *buf,
+                                      size_t size) {
+  int used = 0;
+  PQconninfoOption *opts = PQconninfo(pg);
+  for (PQconninfoOption *o = opts; o && o->keyword; o++)
+    if (strcmp(o->keyword, "connect_timeout") == 0 && o->val)
+      used = atoi(o->val);
+  PQconninfoFree(opts);
+  if (used <= 0)
+    snprintf(buf, size, "no connect timeout: set store.pg.connect.timeout");
+  else
+    snprintf(buf, size,
+             "connect timeout: %d s, %s; raise it for a server slow to answer",
+             used,
+             used == ours ? "store.pg.connect.timeout"
+                          : "the URI's connect_timeout");
+  return buf;
+}
+
+/*
+ * keylane's connection defaults, placed before the "dbname" entry that
+ * holds the URI: libpq processes the entries in order and the last value
+ * of a keyword wins, so whatever the URI sets overrides them.
+ *
+ * Keepalives: libpq turns them on but leaves their timing to the OS (2 h
+ * of silence on Linux), so a link that dies while a worker waits for a
+ * result would hold its poll thread for hours. 10 s of silence, then a
+ * probe every 5 s, 3 unanswered: a dead link is noticed within 25 s. A
+ * server busy with a long statement still answers probes (the kernel
+ * does), so no slow statement is cut off; the cost is one small packet
+ * per idle connection every 10 s.
+ */
+kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
+                        PGconn **out) {
+  char timeout[16];
+  snprintf(timeout, sizeof(timeout), "%d", connect_timeout_s);
+  const char *keys[] = {"keepalives",
+                        "keepalives_idle",
+                        "keepalives_interval",
+                        "keepalives_count",
+                        "connect_timeout",
+                        "dbname",
+                        NULL};
+  const char *values[] = {
+      "1", "10", "5", "3", connect_timeout_s > 0 ? timeout : NULL, uri, NULL};
+  PGconn *pg = PQconnectdbParams(keys, values, 1);
+  if (!pg)
+    return kl__err(KL_ENOMEM, "postgresql: out of memory for a connection");
+  if (PQstatus(pg) == CONNECTION_OK) {
+    *out = pg;
+    return KL_OK;
+  }
+  const char *msg = PQerrorMessage(pg);
+  char said[128];
+  kl_err_t err =
+      kl__err(fail,
+              "postgresql: cannot connect: %.*s; check the URI, that the "
+              "server runs and that the network reaches it (%s)",
+              kl_pg_trimmed(msg), msg,
+              kl_pg_timeout_said(pg, connect_timeout_s, said, sizeof(said)));
+  PQfinish(pg);
+  return err;
+}
+
 static kl_err_t kl_pg_connect(kl__pg_t *pgs, kl_err_t fail,
                               kl__pg_conn_t **out) {
   kl__pg_conn_t *conn = calloc(1, sizeof(*conn));
   if (!conn)
     return KL_ENOMEM;
-  conn->pg = PQconnectdb(pgs->uri);
-  if (PQstatus(conn->pg) != CONNECTION_OK) {
-    const char *msg = PQerrorMessage(conn->pg);
-    kl_err_t err = kl__err(fail,
-                           "postgresql: cannot connect: %.*s; check "
-                           "the URI and that the server runs",
-                           kl_pg_trimmed(msg), msg);
-    kl_pg_conn_close(conn);
+  kl_err_t err =
+      kl__pg_connect(pgs->uri, pgs->connect_timeout_s, fail, &conn->pg);
+  if (err) {
+    free(conn);
     return err;
   }
   if (pgs->idle_timeout_ms > 0) {
@@ -292,8 +362,7 @@ static kl_err_t kl_pg_connect(kl__pg_t *pgs, kl_err_t fail,
     snprintf(sql, sizeof(sql),
              "SET idle_in_transaction_session_timeout = %" PRId64,
              pgs->idle_timeout_ms);
-    kl_err_t err = kl__pg_exec(conn->pg, sql, "set up the session");
-    if (err) {
+    if ((err = kl__pg_exec(conn->pg, sql, "set up the session"))) {
       kl_pg_conn_close(conn);
       return err;
     }
@@ -919,6 +988,7 @@ static kl_err_t kl_pg_new(const char *uri, const kl_conf_t *conf,
   pgs->base.ops = &kl__pg_ops;
   pgs->retention_ms = kl__conf_int(conf, "store.dedup.retention");
   pgs->idle_timeout_ms = kl__conf_int(conf, "store.pg.idle.timeout");
+  pgs->connect_timeout_s = kl__pg_connect_timeout_s(conf);
   pgs->create = strcmp(kl_conf_get(conf, "store.create"), "no") != 0;
   int64_t pool = kl__conf_int(conf, "store.pg.pool");
   pgs->pool_max = pool > 0 ? (size_t)pool : KL_PG_POOL_DEFAULT;

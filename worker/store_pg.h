@@ -49,6 +49,7 @@ typedef struct kl__pg {
   char *uri;
   int64_t retention_ms;    /* store.dedup.retention */
   int64_t idle_timeout_ms; /* store.pg.idle.timeout; 0: the server's */
+  int connect_timeout_s;   /* kl__pg_connect_timeout_s() of the conf */
   int create;              /* store.create: make a missing schema */
   /* The pool: at most pool_max connections, `open` of them made, the idle
    * ones stacked in idle[]. A caller that finds none idle and the bound
@@ -85,6 +86,27 @@ void kl__pg_clock_param(char *buf, size_t size);
  */
 char *kl__pg_array_literal(size_t n, uint64_t (*at)(const void *ctx, size_t i),
                            const void *ctx);
+
+/**
+ * store.pg.connect.timeout of @p conf (NULL: the default) as libpq takes
+ * it: whole seconds, rounded up, at least 2 (libpq reads 1 as 2); 0: no
+ * bound but the OS's.
+ */
+int kl__pg_connect_timeout_s(const kl_conf_t *conf);
+
+/**
+ * The one way keylane connects to PostgreSQL: @p uri (a postgresql:// URI
+ * or a key=value string) with keylane's defaults under it, TCP keepalives
+ * that notice a dead link within 25 s and @p connect_timeout_s (0: none),
+ * each overridden by the URI when it sets it (keepalives_idle=..,
+ * connect_timeout=..).
+ * @param fail  the code of a failed connection (KL_ESTORE, KL_ESTORE_BUSY)
+ * @returns KL_OK and the connection in @p *out (the caller PQfinish()es
+ *          it), or @p fail with a message naming the URI's problem and the
+ *          connect timeout in use.
+ */
+kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
+                        PGconn **out);
 
 /** How long a caller waits for a pooled connection before KL_ESTORE_BUSY. */
 #define KL__PG_POOL_WAIT_MS 10000

@@ -183,14 +183,12 @@ kl_err_t kl__pg_migrate(PGconn *pg, int *from, int *to) {
 }
 
 kl_err_t kl__store_pg_migrate(const char *uri, int *from, int *to) {
-  PGconn *pg = PQconnectdb(uri);
-  if (PQstatus(pg) != CONNECTION_OK) {
-    kl_err_t err = kl__err(KL_ESTORE, "postgresql: cannot connect: %s",
-                           PQerrorMessage(pg));
-    PQfinish(pg);
+  PGconn *pg;
+  kl_err_t err =
+      kl__pg_connect(uri, kl__pg_connect_timeout_s(NULL), KL_ESTORE, &pg);
+  if (err)
     return err;
-  }
-  kl_err_t err = kl__pg_migrate(pg, from, to);
+  err = kl__pg_migrate(pg, from, to);
   PQfinish(pg);
   return err;
 }

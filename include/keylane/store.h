@@ -78,6 +78,13 @@
  * unreachable) and returns KL_OK when the batch did commit: the partition
  * still has its epoch and an idempotency key the batch recorded, absent
  * before it, is there.
+ * Every connection is made with TCP keepalives (10 s idle, then a probe
+ * every 5 s, 3 unanswered: a dead link is noticed within 25 s) and a
+ * connect timeout of "store.pg.connect.timeout" (default 10s; whole
+ * seconds, rounded up, at least 2), so a server that accepts TCP and never
+ * answers, or a network that drops packets, fails a call instead of
+ * holding its thread for the OS's minutes or hours. The URI's own
+ * connect_timeout, keepalives_idle, ... override these.
  *
  * Caveats:
  * - A kl_store_t may be shared by threads; a kl_txn_t is used by one thread
