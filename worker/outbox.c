@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/internal.h"
 #include "common/log.h"
@@ -13,7 +14,8 @@
 #include "worker/store_internal.h"
 
 #define KL_COMP "outbox"
-#define KL_OB_RETRY_NS 1000000000LL /* a refused publish is tried again */
+/* A refused publish, or a failed store call, is tried again after this. */
+#define KL_OB_RETRY_NS 1000000000LL
 #define KL_TOPIC_NAME_MAX 249
 
 /* Out of memory for the bookkeeping: what is committed stays in the
@@ -54,6 +56,10 @@ struct kl__outbox {
   kl_ob_part_t *parts;
   int32_t nparts;
   size_t max; /* worker.outbox.max */
+  /* A store call failed: none before then. During an outage each call
+   * is a connection attempt (and a warning); made at every tick for every
+   * partition, they flooded the log and the server coming back. */
+  int64_t store_retry_ns;
   _Atomic uint64_t pending, published;
 };
 
@@ -136,6 +142,16 @@ void kl__outbox_stats(const kl__outbox_t *ob, uint64_t *pending,
 
 /* ---- listing --------------------------------------------------------- */
 
+static int kl_ob_store_ready(const kl__outbox_t *ob, int64_t now) {
+  return now >= ob->store_retry_ns;
+}
+
+/* After a failed store call: no other before KL_OB_RETRY_NS. What was
+ * listed stays queued, what is to be removed stays to be removed. */
+static void kl_ob_store_failed(kl__outbox_t *ob, int64_t now) {
+  ob->store_retry_ns = now + KL_OB_RETRY_NS;
+}
+
 typedef struct kl_ob_list {
   kl_ob_part_t *part;
   int32_t partition;
@@ -163,7 +179,7 @@ static int kl_ob_listed(void *opaque, uint64_t seq, const void *rec,
 /* Lists what the store holds beyond the last seq listed, as much as the
  * bound leaves room for; the partition stays dirty while more may be
  * there. */
-static void kl_ob_list(kl__outbox_t *ob, int32_t partition) {
+static void kl_ob_list(kl__outbox_t *ob, int32_t partition, int64_t now) {
   kl_ob_part_t *part = &ob->parts[partition];
   if (part->held >= ob->max)
     return;
@@ -173,9 +189,10 @@ static void kl_ob_list(kl__outbox_t *ob, int32_t partition) {
                                        part->listed, room, kl_ob_listed, &l);
   if (err) {
     KL_LOG_W(KL_COMP,
-             "partition=%" PRId32 ": reading the outbox failed, "
-             "tried again at the next tick: %s",
-             partition, kl_err_detail());
+             "partition=%" PRId32 ": reading the outbox failed; the outbox "
+             "calls the store again in %lld s: %s",
+             partition, KL_OB_RETRY_NS / 1000000000LL, kl_err_detail());
+    kl_ob_store_failed(ob, now);
     return;
   }
   part->held += l.n;
@@ -290,7 +307,7 @@ static void kl_ob_publish(kl__outbox_t *ob, int32_t partition, int64_t now) {
  * fsync however many partitions publish); the top bit of an acked seq
  * marks one listed under an earlier ownership, which the bound no longer
  * counts. */
-static void kl_ob_remove(kl__outbox_t *ob) {
+static void kl_ob_remove(kl__outbox_t *ob, int64_t now) {
   size_t n = 0;
   for (int32_t p = 0; p < ob->nparts; p++)
     n += ob->parts[p].nacked;
@@ -307,9 +324,10 @@ static void kl_ob_remove(kl__outbox_t *ob) {
   free(acks);
   if (err) {
     KL_LOG_W(KL_COMP,
-             "removing %zu published follow-ups failed, tried again "
-             "at the next tick: %s",
-             n, kl_err_detail());
+             "removing %zu published follow-ups failed; the outbox calls the "
+             "store again in %lld s, to remove them then: %s",
+             n, KL_OB_RETRY_NS / 1000000000LL, kl_err_detail());
+    kl_ob_store_failed(ob, now);
     return;
   }
   for (int32_t p = 0; p < ob->nparts; p++) {
@@ -329,14 +347,15 @@ void kl__outbox_tick(kl__outbox_t *ob) {
   int64_t now = kl__mono_ns();
   for (int32_t p = 0; p < ob->nparts; p++) {
     kl_ob_part_t *part = &ob->parts[p];
-    if (part->gen && part->dirty)
-      kl_ob_list(ob, p);
+    if (part->gen && part->dirty && kl_ob_store_ready(ob, now))
+      kl_ob_list(ob, p, now);
     if (part->gen && part->head)
       kl_ob_publish(ob, p, now);
   }
   if (ob->producer)
     kl_producer_poll(ob->producer, 0);
-  kl_ob_remove(ob);
+  if (kl_ob_store_ready(ob, now))
+    kl_ob_remove(ob, now);
 }
 
 void kl__outbox_drain(kl__outbox_t *ob, int32_t partition, int wait_ms) {
@@ -346,8 +365,12 @@ void kl__outbox_drain(kl__outbox_t *ob, int32_t partition, int wait_ms) {
   int64_t end = kl__mono_ns() + (int64_t)wait_ms * 1000000;
   kl__outbox_tick(ob);
   while ((part->held || part->dirty) && kl__mono_ns() < end) {
-    if (ob->producer)
+    if (ob->producer) {
       kl_producer_poll(ob->producer, 20);
+    } else { /* nothing to poll: ticks in the store's backoff would spin */
+      struct timespec ts = {0, 20000000L};
+      nanosleep(&ts, NULL);
+    }
     kl__outbox_tick(ob);
     part = &ob->parts[partition]; /* the array may have moved */
   }
@@ -359,7 +382,7 @@ void kl__outbox_destroy(kl__outbox_t *ob, int wait_ms) {
     return;
   if (ob->producer) {
     kl_flush(ob->producer, wait_ms);
-    kl_ob_remove(ob);
+    kl_ob_remove(ob, kl__mono_ns());   /* the last chance, backoff or not */
     kl_producer_destroy(ob->producer); /* reports what is left as failed */
   }
   for (int32_t p = 0; p < ob->nparts; p++) {

@@ -16,6 +16,11 @@
  * and not removed); the lanes pause the partition while it holds that many
  * (kl__outbox_full()) and resume it below half.
  *
+ * A failed store call (a list or a removal: a server that is down) is
+ * logged once, and the store is called again 1 s later, not at every
+ * tick: what was listed stays queued, what was acknowledged stays to be
+ * removed.
+ *
  * The producer is made on the first record to publish: a worker whose
  * handlers emit nothing runs no second producer.
  *
