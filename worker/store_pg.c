@@ -276,8 +276,8 @@ int kl__pg_connect_timeout_s(const kl_conf_t *conf) {
   int64_t ms = kl__conf_int(conf, "store.pg.connect.timeout");
   if (ms <= 0)
     return 0;
-  int64_t s = (ms + 999) / 1000;
-  return s < 2 ? 2 : s > INT32_MAX ? INT32_MAX : (int)s;
+  int64_t s = (ms + 999) / 1000; /* at most 3600: the key's bound */
+  return s < 2 ? 2 : (int)s;
 }
 
 /* Says which connect timeout libpq used for @p pg, ours or the URI's
@@ -334,8 +334,16 @@ kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
     *out = pg;
     return KL_OK;
   }
-  const char *msg = PQerrorMessage(pg);
-  char said[128];
+  /* libpq's message spans lines ("...refused\n\tIs the server
+   * running..."): a log line is one line. */
+  char msg[512], said[128];
+  size_t n = 0;
+  for (const char *c = PQerrorMessage(pg); *c && n < sizeof(msg) - 1; c++)
+    if (!strchr("\n\t", *c))
+      msg[n++] = *c;
+    else if (n && msg[n - 1] != ' ')
+      msg[n++] = ' ';
+  msg[n] = '\0';
   kl_err_t err =
       kl__err(fail,
               "postgresql: cannot connect: %.*s; check the URI, that the "

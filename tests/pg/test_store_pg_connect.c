@@ -140,6 +140,20 @@ static void test_migrate_gives_up_on_a_silent_server(void **state) {
   assert_non_null(strstr(a.detail, "store.pg.connect.timeout"));
 }
 
+/* libpq's message of a refused connection spans two lines; the error, a
+ * log line, is one. */
+static void test_refused_is_one_line(void **state) {
+  (void)state;
+  kl_store_t *store = NULL;
+  assert_int_equal(
+      kl_store_open("postgresql://keylane@127.0.0.1:1/none", NULL, &store),
+      KL_ESTORE);
+  const char *detail = kl_err_detail();
+  assert_non_null(strstr(detail, "cannot connect"));
+  assert_null(strchr(detail, '\n'));
+  assert_null(strchr(detail, '\t'));
+}
+
 /* ---- what a pooled connection carries -------------------------------- */
 
 /* @p keyword's value on a pooled connection of @p store, into @p buf. */
@@ -207,6 +221,7 @@ int main(void) {
       cmocka_unit_test(test_open_gives_up_on_a_silent_server),
       cmocka_unit_test(test_open_rounds_a_short_timeout_up),
       cmocka_unit_test(test_migrate_gives_up_on_a_silent_server),
+      cmocka_unit_test(test_refused_is_one_line),
       cmocka_unit_test(test_pooled_connection_has_keylane_defaults),
       cmocka_unit_test(test_uri_settings_win),
   };
