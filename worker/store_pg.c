@@ -301,6 +301,26 @@ static const char *kl_pg_timeout_said(PGconn *pg, int ours, char *buf,
   return buf;
 }
 
+/* The error of a connection that failed: libpq's message on one line (it
+ * spans lines: "...refused\n\tIs the server running..."), what to check,
+ * and the connect timeout in use. */
+static kl_err_t kl_pg_connect_failed(PGconn *pg, int connect_timeout_s,
+                                     kl_err_t fail) {
+  char msg[512], said[128];
+  size_t n = 0;
+  for (const char *c = PQerrorMessage(pg); *c && n < sizeof(msg) - 1; c++)
+    if (!strchr("\n\t", *c))
+      msg[n++] = *c;
+    else if (n && msg[n - 1] != ' ')
+      msg[n++] = ' ';
+  msg[n] = '\0';
+  return kl__err(fail,
+                 "postgresql: cannot connect: %.*s; check the URI, that the "
+                 "server runs and that the network reaches it (%s)",
+                 kl_pg_trimmed(msg), msg,
+                 kl_pg_timeout_said(pg, connect_timeout_s, said, sizeof(said)));
+}
+
 /*
  * keylane's connection defaults, placed before the "dbname" entry that
  * holds the URI: libpq processes the entries in order and the last value
@@ -313,20 +333,35 @@ static const char *kl_pg_timeout_said(PGconn *pg, int ours, char *buf,
  * server busy with a long statement still answers probes (the kernel
  * does), so no slow statement is cut off; the cost is one small packet
  * per idle connection every 10 s.
+ *
+ * Keepalives run only while nothing sent is unacknowledged: a statement
+ * sent into a link that just died is retransmitted for the OS's ~15 min
+ * instead. tcp_user_timeout (25 s, the keepalives' bound) ends that. The
+ * server's kernel acknowledges data however busy the server is, and
+ * (Linux 5.10 and later) window probes to a server that reads slowly, so
+ * a slow statement is not cut off by it either.
  */
 kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
                         PGconn **out) {
   char timeout[16];
   snprintf(timeout, sizeof(timeout), "%d", connect_timeout_s);
-  const char *keys[] = {"keepalives",
-                        "keepalives_idle",
-                        "keepalives_interval",
-                        "keepalives_count",
-                        "connect_timeout",
-                        "dbname",
-                        NULL};
-  const char *values[] = {
-      "1", "10", "5", "3", connect_timeout_s > 0 ? timeout : NULL, uri, NULL};
+  const struct {
+    const char *key, *value;
+  } params[] = {
+      {"keepalives", "1"},
+      {"keepalives_idle", "10"},
+      {"keepalives_interval", "5"},
+      {"keepalives_count", "3"},
+      {"tcp_user_timeout", "25000"},
+      {"connect_timeout", connect_timeout_s > 0 ? timeout : NULL},
+      {"dbname", uri}, /* last: what it sets wins */
+  };
+  enum { KL_NPARAMS = sizeof(params) / sizeof(params[0]) };
+  const char *keys[KL_NPARAMS + 1] = {NULL}, *values[KL_NPARAMS + 1] = {NULL};
+  for (int i = 0; i < KL_NPARAMS; i++) {
+    keys[i] = params[i].key;
+    values[i] = params[i].value;
+  }
   PGconn *pg = PQconnectdbParams(keys, values, 1);
   if (!pg)
     return kl__err(KL_ENOMEM, "postgresql: out of memory for a connection");
@@ -334,22 +369,7 @@ kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
     *out = pg;
     return KL_OK;
   }
-  /* libpq's message spans lines ("...refused\n\tIs the server
-   * running..."): a log line is one line. */
-  char msg[512], said[128];
-  size_t n = 0;
-  for (const char *c = PQerrorMessage(pg); *c && n < sizeof(msg) - 1; c++)
-    if (!strchr("\n\t", *c))
-      msg[n++] = *c;
-    else if (n && msg[n - 1] != ' ')
-      msg[n++] = ' ';
-  msg[n] = '\0';
-  kl_err_t err =
-      kl__err(fail,
-              "postgresql: cannot connect: %.*s; check the URI, that the "
-              "server runs and that the network reaches it (%s)",
-              kl_pg_trimmed(msg), msg,
-              kl_pg_timeout_said(pg, connect_timeout_s, said, sizeof(said)));
+  kl_err_t err = kl_pg_connect_failed(pg, connect_timeout_s, fail);
   PQfinish(pg);
   return err;
 }

@@ -96,10 +96,10 @@ int kl__pg_connect_timeout_s(const kl_conf_t *conf);
 
 /**
  * The one way keylane connects to PostgreSQL: @p uri (a postgresql:// URI
- * or a key=value string) with keylane's defaults under it, TCP keepalives
- * that notice a dead link within 25 s and @p connect_timeout_s (0: none),
- * each overridden by the URI when it sets it (keepalives_idle=..,
- * connect_timeout=..).
+ * or a key=value string) with keylane's defaults under it: TCP keepalives
+ * and tcp_user_timeout that notice a dead link within 25 s, and
+ * @p connect_timeout_s (0: none); the URI overrides each one it sets
+ * (keepalives_idle=.., connect_timeout=..).
  * @param fail  the code of a failed connection (KL_ESTORE, KL_ESTORE_BUSY)
  * @returns KL_OK and the connection in @p *out (the caller PQfinish()es
  *          it), or @p fail with a message naming the URI's problem and the

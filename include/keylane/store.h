@@ -79,7 +79,8 @@
  * still has its epoch and an idempotency key the batch recorded, absent
  * before it, is there.
  * Every connection is made with TCP keepalives (10 s idle, then a probe
- * every 5 s, 3 unanswered: a dead link is noticed within 25 s) and a
+ * every 5 s, 3 unanswered) and a TCP user timeout of 25 s (for data sent
+ * and unacknowledged), so a dead link is noticed within 25 s, and with a
  * connect timeout of "store.pg.connect.timeout" (default 10s; whole
  * seconds, rounded up, at least 2), so a server that accepts TCP and never
  * answers, or a network that drops packets, fails a call instead of

@@ -194,6 +194,7 @@ static void test_pooled_connection_has_keylane_defaults(void **state) {
   t_assert_option(store, "keepalives_idle", "10");
   t_assert_option(store, "keepalives_interval", "5");
   t_assert_option(store, "keepalives_count", "3");
+  t_assert_option(store, "tcp_user_timeout", "25000");
   t_assert_option(store, "connect_timeout", "10");
   kl_store_destroy(store);
   store = kl_t_store_open(uri, "store.pg.connect.timeout", "2500ms", NULL);
