@@ -911,12 +911,12 @@ void kl__lanes_set_before_commit(kl__lanes_t *lanes, kl__worker_hook_fn *fn,
 
 /* Seconds, finer than kl__metrics_latency_buckets between 1 ms and 1 s,
  * where a p99 is read, and up to a minute for a worker catching up. */
-static const double kl_latency_buckets[] = {
+const double kl__lanes_latency_buckets[] = {
     0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02,
     0.03,  0.05,  0.075, 0.1,   0.15,   0.2,  0.3,   0.5,
     0.75,  1,     2.5,   5,     10,     30,   60};
-#define KL_LATENCY_BUCKETS                                                     \
-  (sizeof(kl_latency_buckets) / sizeof(kl_latency_buckets[0]))
+const size_t kl__lanes_latency_buckets_count =
+    sizeof(kl__lanes_latency_buckets) / sizeof(kl__lanes_latency_buckets[0]);
 
 /* A store commit: from a tenth of a millisecond (an fsync of a fast disk)
  * to the seconds a stalled disk can take. */
@@ -936,14 +936,14 @@ static kl_err_t kl_lanes_metrics_new(kl__lanes_t *lanes) {
           lanes->metrics, "keylane_worker_event_latency_seconds",
           "From the event's envelope ts (its producer's clock) to the store "
           "commit that applied it: publish to applied.",
-          "topic", kl_latency_buckets, KL_LATENCY_BUCKETS),
+          "topic", kl__lanes_latency_buckets, kl__lanes_latency_buckets_count),
       topic);
   lanes->commit_latency = kl__metric_series(
       kl__metrics_histogram(
           lanes->metrics, "keylane_worker_event_commit_latency_seconds",
           "From the worker taking the event from its Kafka consumer to the "
           "store commit that applied it: the time spent in keylane.",
-          "topic", kl_latency_buckets, KL_LATENCY_BUCKETS),
+          "topic", kl__lanes_latency_buckets, kl__lanes_latency_buckets_count),
       topic);
   lanes->store_commit = kl__metric_series(
       kl__metrics_histogram(

@@ -93,6 +93,11 @@ void kl__lanes_destroy(kl__lanes_t *lanes);
  */
 struct kl__metrics *kl__lanes_metrics(kl__lanes_t *lanes);
 
+/** The bounds (seconds) of those two latency histograms' buckets, for
+ *  whoever measures a latency to compare with them (keylane-bench). */
+extern const double kl__lanes_latency_buckets[];
+extern const size_t kl__lanes_latency_buckets_count;
+
 /**
  * Checks every record's routing from now on: its key must route
  * (kl_partition()) to its partition among @p partitions, else it is

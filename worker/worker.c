@@ -466,9 +466,8 @@ static void kl_rdk_log(const kl__rdk_features_t *features,
  * fetch.wait.max.ms, records that arrive meanwhile included
  * (keylane/embedded.h): a worker of one in this process fetches with a
  * short one. Appends it to @p defaults (room for KL__RDK_DEFAULTS_MAX). */
-static void kl_embedded_fetch(const kl_worker_t *worker,
-                              const char **defaults) {
-  if (!kl__embedded_local(kl_conf_get(worker->conf, "kafka.bootstrap.servers")))
+static void kl_embedded_fetch(const kl_conf_t *conf, const char **defaults) {
+  if (!kl__embedded_local(kl_conf_get(conf, "kafka.bootstrap.servers")))
     return;
   size_t n = 0;
   while (defaults[n])
@@ -480,10 +479,14 @@ static void kl_embedded_fetch(const kl_worker_t *worker,
   }
 }
 
-static kl_err_t kl_consumer_new(kl_worker_t *worker) {
-  rd_kafka_conf_t *kconf = rd_kafka_conf_new();
+/* worker.group.protocol=consumer: KIP-848's. */
+static int kl_consumer_protocol(const kl_conf_t *conf) {
+  return strcmp(kl_conf_get(conf, "worker.group.protocol"), "consumer") == 0;
+}
+
+kl_err_t kl__worker_kafka_conf(const kl_conf_t *conf, rd_kafka_conf_t **out) {
   char session[32], heartbeat[32];
-  int64_t session_ms = kl__conf_int(worker->conf, "worker.session.timeout.ms");
+  int64_t session_ms = kl__conf_int(conf, "worker.session.timeout.ms");
   snprintf(session, sizeof(session), "%" PRId64, session_ms);
   /* A third of the session, as Kafka advises, and at most 1 s so that a
    * rebalance is noticed quickly. */
@@ -491,23 +494,29 @@ static kl_err_t kl_consumer_new(kl_worker_t *worker) {
            session_ms / 3 < 1000 ? session_ms / 3 : 1000);
   const char *defaults[KL__RDK_DEFAULTS_MAX];
   kl__rdk_features_t features = kl__rdk_features_here();
-  int consumer_protocol =
-      strcmp(kl_conf_get(worker->conf, "worker.group.protocol"), "consumer") ==
-      0;
-  kl_err_t err = kl__rdk_consumer_defaults(
-      &features, consumer_protocol, kl_conf_get(worker->conf, "worker.group"),
-      session, heartbeat, defaults);
-  if (err) {
-    rd_kafka_conf_destroy(kconf);
+  int consumer_protocol = kl_consumer_protocol(conf);
+  kl_err_t err = kl__rdk_consumer_defaults(&features, consumer_protocol,
+                                           kl_conf_get(conf, "worker.group"),
+                                           session, heartbeat, defaults);
+  if (err)
     return err;
-  }
   kl_rdk_log(&features, consumer_protocol);
-  kl_embedded_fetch(worker, defaults);
-  err = kl__kafka_conf_apply(kconf, worker->conf, defaults);
+  kl_embedded_fetch(conf, defaults);
+  rd_kafka_conf_t *kconf = rd_kafka_conf_new();
+  err = kl__kafka_conf_apply(kconf, conf, defaults);
   if (err) {
     rd_kafka_conf_destroy(kconf);
     return err;
   }
+  *out = kconf;
+  return KL_OK;
+}
+
+static kl_err_t kl_consumer_new(kl_worker_t *worker) {
+  rd_kafka_conf_t *kconf;
+  kl_err_t err = kl__worker_kafka_conf(worker->conf, &kconf);
+  if (err)
+    return err;
   /* The rebalance protocol, from the configured assignors (librdkafka
    * requires them all to have the same one; cooperative-sticky is its only
    * cooperative assignor), not from rd_kafka_rebalance_protocol() in the
@@ -518,8 +527,8 @@ static kl_err_t kl_consumer_new(kl_worker_t *worker) {
   size_t size = sizeof(strategy);
   rd_kafka_conf_get(kconf, "partition.assignment.strategy", strategy, &size);
   /* KIP-848's protocol is incremental, like cooperative-sticky. */
-  worker->cooperative =
-      consumer_protocol || strstr(strategy, "cooperative") != NULL;
+  worker->cooperative = kl_consumer_protocol(worker->conf) ||
+                        strstr(strategy, "cooperative") != NULL;
   rd_kafka_conf_set_opaque(kconf, worker);
   rd_kafka_conf_set_rebalance_cb(kconf, kl_rebalance_cb);
   char errstr[512];

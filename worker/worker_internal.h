@@ -6,6 +6,7 @@
 #include "worker/lane_stall.h"
 
 typedef struct kl__log_guard kl__log_guard_t; /* worker/log_guard.h */
+struct rd_kafka_conf_s;                       /* librdkafka/rdkafka.h */
 
 /**
  * Called on the worker's thread after the handlers of a batch ran and
@@ -22,6 +23,19 @@ void kl__worker_set_before_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
 /** The worker's consumer, for tests that read its settings: borrowed,
  *  valid until kl_worker_destroy(). */
 struct rd_kafka_s *kl__worker_consumer(kl_worker_t *worker);
+
+/**
+ * The librdkafka configuration of the consumer a worker run with @p conf
+ * makes: keylane's consumer defaults (kl__rdk_consumer_defaults(), the
+ * embedded cluster's short fetch wait), then @p conf's "kafka.*" keys. The
+ * worker adds its rebalance callback; keylane-bench latency --handler none
+ * makes a bare consumer of it, to measure Kafka without keylane.
+ * @param out  on KL_OK, the configuration: the caller's, for rd_kafka_new()
+ *             or rd_kafka_conf_destroy().
+ * @returns KL_OK, or the error of a setting kl_err_detail() names.
+ */
+kl_err_t kl__worker_kafka_conf(const kl_conf_t *conf,
+                               struct rd_kafka_conf_s **out);
 
 /** The worker's own metrics registry, kept across scrapes (the latency
  *  histograms, lanes.h kl__lanes_metrics()): borrowed, valid until

@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "keylane/conf.h"
 #include "keylane/producer.h"
 #include "worker/ledger_gen.h"
 
@@ -78,6 +79,32 @@ int kl_bench_flags(const char *bench, int argc, char **argv,
  */
 int kl_bench_load(kl_producer_t *producer, kl__ledger_gen_t *gen,
                   const char *topic, int64_t events, int64_t transfers);
+
+/* ---- keylane-bench latency --handler none (bench_bare.c) ------------- */
+
+/** A bare librdkafka consumer: Kafka's share of the latency. */
+typedef struct kl_bench_bare kl_bench_bare_t;
+
+/**
+ * Starts a consumer with the settings a worker run with @p conf would use
+ * (kl__worker_kafka_conf()), assigned every one of the @p partitions
+ * partitions of @p topic from the beginning, on a thread of its own that
+ * records each record's envelope ts -> received.
+ * @param out  on KL_OK, the consumer, stopped with kl_bench_bare_stop().
+ * @returns KL_OK, or the error kl_err_detail() explains.
+ */
+kl_err_t kl_bench_bare_start(const kl_conf_t *conf, const char *topic,
+                             int32_t partitions, kl_bench_bare_t **out);
+
+/** Records received so far (decoded ones). Any thread. */
+uint64_t kl_bench_bare_received(kl_bench_bare_t *bare);
+
+/** Its histogram, named like the worker's
+ *  keylane_worker_event_latency_seconds: borrowed until the stop. */
+struct kl__metrics *kl_bench_bare_metrics(kl_bench_bare_t *bare);
+
+/** Stops @p bare's thread and consumer and frees it; accepts NULL. */
+void kl_bench_bare_stop(kl_bench_bare_t *bare);
 
 /** Prints @p o as the benchmark's one JSON line on stdout, and frees it. */
 void kl_bench_json(json_t *o);

@@ -22,6 +22,12 @@
  * deploy/kafka/kafka.sh (KEYLANE_KAFKA_SH overrides the path) in a fresh
  * directory on --kafka-port, and stops and deletes it at the end: the
  * embedded cluster's fetch timing is not Kafka's.
+ *
+ * --handler none runs no worker and no store: a bare librdkafka consumer
+ * with the worker's consumer settings (bench_bare.c) takes the records,
+ * and publish -> applied is then publish -> received, read through the
+ * same histogram buckets: what Kafka and this machine cost without
+ * keylane.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -140,10 +146,12 @@ static void kl_bl_kafka_stop(const char *dir) {
 
 /* ---- the worker ------------------------------------------------------- */
 
+/* The worker, or with --handler none the bare consumer. */
 typedef struct kl_bl_worker {
   kl_worker_t *worker;
   kl__exec_t *exec;
   pthread_t thread;
+  kl_bench_bare_t *bare;
 } kl_bl_worker_t;
 
 static void *kl_bl_worker_main(void *opaque) {
@@ -167,16 +175,11 @@ static kl_err_t kl_bl_conf_sets(kl_conf_t *conf, const char *const *sets,
 }
 
 /* The handler: the ledger, or exec:CMD (exec:trivial writes the trivial
- * python3 one into @p dir). */
+ * python3 one into @p dir); kl_bl_opts() checked the name. */
 static kl_err_t kl_bl_handler(const kl_bl_opts_t *o, kl_conf_t *conf,
                               const char *dir, kl_bl_worker_t *w) {
   if (strcmp(o->handler, "ledger") == 0)
     return KL_OK;
-  if (strncmp(o->handler, "exec:", 5) != 0)
-    return kl__err(KL_ECONF,
-                   "--handler %s: expected ledger, exec:trivial or "
-                   "exec:COMMAND",
-                   o->handler);
   char cmd[1024];
   snprintf(cmd, sizeof(cmd), "%s", o->handler + 5);
   if (strcmp(cmd, "trivial") == 0) {
@@ -191,20 +194,33 @@ static kl_err_t kl_bl_handler(const kl_bl_opts_t *o, kl_conf_t *conf,
   return err ? err : kl__exec_configure(w->exec, conf);
 }
 
-static kl_err_t kl_bl_worker_start(const kl_bl_opts_t *o, const char *boot,
-                                   kl_t_cluster_t *cluster, kl_store_t *store,
-                                   const char *dir, kl_bl_worker_t *w) {
-  kl_conf_t *conf = kl_conf_new();
+/* The worker's configuration, the -X settings included, into @p conf. */
+static kl_err_t kl_bl_worker_conf(const kl_bl_opts_t *o, const char *boot,
+                                  kl_t_cluster_t *cluster, kl_conf_t **conf) {
   const char *kv[][2] = {
       {"kafka.bootstrap.servers", boot},
       {"worker.group", kl_t_group(cluster, "latency")},
       {"worker.dlq.topic", kl_t_name(cluster, "latency-dlq")},
       {"worker.retention.check", "warn"}};
-  kl_err_t err = conf ? KL_OK : KL_ENOMEM;
+  kl_err_t err = (*conf = kl_conf_new()) ? KL_OK : KL_ENOMEM;
   for (size_t i = 0; !err && i < sizeof(kv) / sizeof(kv[0]); i++)
-    err = kl_conf_set(conf, kv[i][0], kv[i][1], NULL, 0);
-  if (!err)
-    err = kl_bl_conf_sets(conf, o->worker_sets, o->nworker_sets);
+    err = kl_conf_set(*conf, kv[i][0], kv[i][1], NULL, 0);
+  return err ? err : kl_bl_conf_sets(*conf, o->worker_sets, o->nworker_sets);
+}
+
+/* The worker, on a thread of its own; with --handler none a bare consumer
+ * with the worker's consumer settings instead. */
+static kl_err_t kl_bl_worker_start(const kl_bl_opts_t *o, const char *boot,
+                                   kl_t_cluster_t *cluster, kl_store_t *store,
+                                   const char *dir, kl_bl_worker_t *w) {
+  kl_conf_t *conf = NULL;
+  kl_err_t err = kl_bl_worker_conf(o, boot, cluster, &conf);
+  if (!err && strcmp(o->handler, "none") == 0) {
+    err = kl_bench_bare_start(conf, kl_t_topic(cluster), (int32_t)o->partitions,
+                              &w->bare);
+    kl_conf_destroy(conf);
+    return err;
+  }
   if (!err)
     err = kl_bl_handler(o, conf, dir, w);
   if (!err)
@@ -218,6 +234,7 @@ static kl_err_t kl_bl_worker_start(const kl_bl_opts_t *o, const char *boot,
 }
 
 static void kl_bl_worker_stop(kl_bl_worker_t *w) {
+  kl_bench_bare_stop(w->bare);
   if (w->worker) {
     kl_worker_stop(w->worker);
     pthread_join(w->thread, NULL);
@@ -274,8 +291,11 @@ typedef struct kl_bl_result {
   kl_bl_hist_t e2e, local, store; /* store: each group commit's duration */
 } kl_bl_result_t;
 
+/* The bare consumer is assigned its partitions when it starts. */
 static int kl_bl_wait_owned(kl_worker_t *worker, int32_t partitions) {
   kl_worker_stats_t st = {0};
+  if (!worker)
+    return 0;
   for (double t0 = kl_bench_now(); kl_bench_now() - t0 < 120;) {
     kl_worker_stats(worker, &st);
     if (st.owned == partitions)
@@ -289,13 +309,21 @@ static int kl_bl_wait_owned(kl_worker_t *worker, int32_t partitions) {
   return -1;
 }
 
-/* The worker's applied count and histograms so far. */
-static void kl_bl_read(kl_worker_t *worker, kl_bl_result_t *r) {
-  kl_worker_stats_t st;
-  kl_worker_stats(worker, &st);
-  r->applied = st.applied;
+/* The worker's applied count and histograms so far; the bare consumer's
+ * received count and its one histogram. */
+static void kl_bl_read(const kl_bl_worker_t *w, kl_bl_result_t *r) {
+  struct kl__metrics *metrics;
+  if (w->bare) {
+    r->applied = kl_bench_bare_received(w->bare);
+    metrics = kl_bench_bare_metrics(w->bare);
+  } else {
+    kl_worker_stats_t st;
+    kl_worker_stats(w->worker, &st);
+    r->applied = st.applied;
+    metrics = kl__worker_metrics(w->worker);
+  }
   size_t len;
-  char *text = kl__metrics_render(kl__worker_metrics(worker), &len);
+  char *text = kl__metrics_render(metrics, &len);
   kl_bl_hist_parse(text ? text : "", "keylane_worker_event_latency_seconds",
                    &r->e2e);
   kl_bl_hist_parse(text ? text : "",
@@ -331,7 +359,8 @@ static int kl_bl_measure(const kl_bl_opts_t *o, const char *boot,
   kl_bl_worker_t w = {0};
   kl__ledger_gen_t *gen = kl__ledger_gen_new(1000, (int32_t)o->partitions, 1);
   kl_producer_t *producer = kl_bl_producer(o, boot, gen);
-  kl_err_t err = kl_bl_store_open(o, dir, &store);
+  kl_err_t err =
+      strcmp(o->handler, "none") ? kl_bl_store_open(o, dir, &store) : KL_OK;
   if (!err && producer)
     err = kl_bl_worker_start(o, boot, cluster, store, dir, &w);
   int rc = err || !producer ? -1 : 0;
@@ -344,13 +373,13 @@ static int kl_bl_measure(const kl_bl_opts_t *o, const char *boot,
     warm.published =
         kl_bl_publish(o, o->warmup, producer, gen, kl_t_topic(cluster));
     kl_t_sleep_ms((int)o->drain_ms);
-    kl_bl_read(w.worker, &warm);
+    kl_bl_read(&w, &warm);
   }
   if (!rc) {
     r->published = warm.published + kl_bl_publish(o, o->seconds, producer, gen,
                                                   kl_t_topic(cluster));
     kl_t_sleep_ms((int)o->drain_ms);
-    kl_bl_read(w.worker, r);
+    kl_bl_read(&w, r);
     kl_bl_hist_minus(&r->e2e, &warm.e2e);
     kl_bl_hist_minus(&r->local, &warm.local);
     kl_bl_hist_minus(&r->store, &warm.store);
@@ -395,7 +424,7 @@ static void kl_bl_print(const kl_bl_opts_t *o, const char *where,
   int64_t backlog = r->published - (int64_t)r->applied;
   if (o->json) {
     json_t *j = json_pack(
-        "{sssssIsIsIsIsIsI}", "cluster", where, "handler", o->handler, "rate",
+        "{sssssIsIsIsIsIsIsI}", "cluster", where, "handler", o->handler, "rate",
         (json_int_t)o->rate, "seconds", (json_int_t)o->seconds, "partitions",
         (json_int_t)o->partitions, "published", (json_int_t)r->published,
         "applied", (json_int_t)r->applied, "backlog",
@@ -413,7 +442,10 @@ static void kl_bl_print(const kl_bl_opts_t *o, const char *where,
   printf("latency, %s, handler %s, %" PRId64 " events/s for %" PRId64
          " s, %" PRId64 " partitions\n",
          where, o->handler, o->rate, o->seconds, o->partitions);
-  kl_bl_print_hist("publish (envelope ts) -> applied:", &r->e2e);
+  kl_bl_print_hist(strcmp(o->handler, "none")
+                       ? "publish (envelope ts) -> applied:"
+                       : "publish (envelope ts) -> received:",
+                   &r->e2e);
   kl_bl_print_hist("taken from the consumer -> applied:", &r->local);
   kl_bl_print_hist("each store commit (group commit):", &r->store);
   printf("  published %" PRId64 ", applied %" PRIu64 " (warm-up included), "
@@ -426,7 +458,8 @@ static void kl_bl_print(const kl_bl_opts_t *o, const char *where,
 static void kl_bl_usage(void) {
   printf(
       "usage: keylane-bench latency [--rate R] [--seconds S] [--partitions N]\n"
-      "         [--warmup W] [--handler ledger|exec:trivial|exec:COMMAND]\n"
+      "         [--warmup W]\n"
+      "         [--handler ledger|exec:trivial|exec:COMMAND|none]\n"
       "         [--bootstrap B | --embedded | --kafka-port P] [--drain-ms MS]\n"
       "         [-X KEY=VALUE]... [-P KEY=VALUE]... [-S KEY=VALUE]...\n"
       "         [--json]\n\n"
@@ -439,6 +472,11 @@ static void kl_bl_usage(void) {
       "applied and of each store commit, from the worker's histograms, and\n"
       "the events not applied\n"
       "MS (default 2000) after the last publish.\n"
+      "--handler none runs no worker: a bare librdkafka consumer with the\n"
+      "worker's consumer settings takes the records, and publish ->\n"
+      "applied is then publish -> received: what Kafka and this machine\n"
+      "cost without keylane (the other two figures are \"-\", null in\n"
+      "JSON).\n"
       "Without --bootstrap or --embedded it starts a real single-node Kafka\n"
       "with deploy/kafka/kafka.sh (KEYLANE_KAFKA_SH) on port P (default:\n"
       "from the process id) and deletes it at the end.\n"
@@ -532,6 +570,14 @@ static int kl_bl_opts(int argc, char **argv, kl_bl_opts_t *o) {
     default:
       rc = 2;
     }
+  }
+  if (!rc && strcmp(o->handler, "none") && strcmp(o->handler, "ledger") &&
+      (strncmp(o->handler, "exec:", 5) || !o->handler[5])) {
+    fprintf(stderr,
+            "keylane-bench latency: --handler %s: expected ledger, "
+            "exec:trivial, exec:COMMAND or none\n",
+            o->handler);
+    rc = 2;
   }
   if (!rc && o->bootstrap && o->embedded) {
     fprintf(stderr, "keylane-bench latency: --bootstrap or --embedded, not "
