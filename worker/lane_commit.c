@@ -95,17 +95,37 @@ static kl_err_t kl_build(kl__lane_t *lane, kl_build_t *b) {
 
 /* ---- outcomes ---------------------------------------------------------- */
 
-/* One offset commit for the lanes of a group commit, for lag monitoring:
+/* One offset commit, for lag monitoring, of what the store committed:
  * the store is the source of truth. Each offset carries its lane's epoch
- * in the metadata (common/kafka.h): epochs outlive the store. */
-static void kl_commit_kafka(kl__lanes_t *lanes,
-                            rd_kafka_topic_partition_list_t *offsets) {
-  if (!lanes->rk || !offsets->cnt)
+ * in the metadata (common/kafka.h): epochs outlive the store. A fenced or
+ * released lane sends nothing: its partition has, or will have, a newer
+ * owner, whose commit must not be overwritten. */
+void kl__lanes_commit_kafka(kl__lanes_t *lanes, int64_t now_ns, int now_too) {
+  if (!lanes->rk || (!now_too && now_ns - lanes->kafka_sent_ns <
+                                     KL__KAFKA_COMMIT_MS * 1000000LL))
     return;
-  rd_kafka_resp_err_t kerr = rd_kafka_commit(lanes->rk, offsets, 1);
-  if (kerr)
-    KL_LOG_D(KL_COMP, "offset commit of %d partitions: %s", offsets->cnt,
-             rd_kafka_err2str(kerr));
+  rd_kafka_topic_partition_list_t *offsets =
+      rd_kafka_topic_partition_list_new(lanes->count);
+  for (int32_t p = 0; p < lanes->count; p++) {
+    kl__lane_t *lane = lanes->lanes[p];
+    if (!lane || lane->watermark == lane->kafka_watermark ||
+        (lane->state != KL__LANE_OWNED && lane->state != KL__LANE_DRAINING))
+      continue;
+    rd_kafka_topic_partition_t *tp =
+        rd_kafka_topic_partition_list_add(offsets, lanes->topic, p);
+    tp->offset = lane->watermark;
+    kl__kafka_epoch_set(tp, lane->epoch);
+    lane->kafka_watermark = lane->watermark;
+  }
+  if (offsets->cnt) {
+    rd_kafka_resp_err_t kerr = rd_kafka_commit(lanes->rk, offsets, 1);
+    if (kerr)
+      KL_LOG_D(KL_COMP, "offset commit of %d partitions: %s", offsets->cnt,
+               rd_kafka_err2str(kerr));
+    lanes->kafka_sent_ns = now_ns;
+    lanes->kafka_commits++;
+  }
+  rd_kafka_topic_partition_list_destroy(offsets);
 }
 
 /* An applied event's latencies: publish (its envelope's ts, a wall clock)
@@ -215,18 +235,12 @@ static void kl_commit_builds(kl__lanes_t *lanes, kl_build_t *b,
       lanes->applier.after_commit(lanes->applier.after_opaque, lanes->topic,
                                   b[i].lane->partition, b[i].lane->epoch);
   pthread_mutex_lock(&lanes->mu);
-  rd_kafka_topic_partition_list_t *offsets =
-      rd_kafka_topic_partition_list_new((int)n);
   for (size_t i = 0; i < n; i++) {
     kl__lane_t *lane = b[i].lane;
     if (!c[i].err) {
       kl_committed(lanes, lane, &b[i]);
       if (b[i].emits) /* the poll loop publishes them (outbox.c) */
         kl__outbox_committed(lanes->outbox, lane->partition, lane->gen);
-      rd_kafka_topic_partition_t *tp = rd_kafka_topic_partition_list_add(
-          offsets, lanes->topic, lane->partition);
-      tp->offset = b[i].watermark;
-      kl__kafka_epoch_set(tp, lane->epoch);
     } else if (c[i].err == KL_EFENCED) {
       kl__lane_fenced(lanes, lane);
     } else {
@@ -235,8 +249,7 @@ static void kl_commit_builds(kl__lanes_t *lanes, kl_build_t *b,
     free(b[i].built);
     free(b[i].slots.v);
   }
-  kl_commit_kafka(lanes, offsets);
-  rd_kafka_topic_partition_list_destroy(offsets);
+  kl__lanes_commit_kafka(lanes, kl__mono_ns(), 0);
 }
 
 void kl__lanes_commit(kl__lanes_t *lanes, kl__lane_t *const *due, size_t n) {
@@ -473,6 +486,7 @@ int64_t kl__lanes_release(kl__lanes_t *lanes, int32_t partition, int commit,
       kl__lane_rewind(lanes, lane);
     if (lane->final.n)
       kl__lanes_commit(lanes, &lane, 1);
+    kl__lanes_commit_kafka(lanes, kl__mono_ns(), 1);
     pthread_mutex_unlock(&lanes->mu);
     kl__outbox_drain(lanes->outbox, partition, KL_DLQ_DRAIN_MS);
     pthread_mutex_lock(&lanes->mu);

@@ -771,6 +771,7 @@ void kl__lanes_tick(kl__lanes_t *lanes) {
       woke |= kl_lane_tick(lanes, lane, now);
   }
   kl_lanes_commit_due(lanes, now);
+  kl__lanes_commit_kafka(lanes, now, 0);
   for (int32_t p = 0; p < lanes->count; p++) {
     kl__lane_t *lane = lanes->lanes[p];
     if (lane && lane->state == KL__LANE_OWNED)
@@ -820,6 +821,7 @@ void kl__lanes_own(kl__lanes_t *lanes, int32_t partition, uint64_t epoch,
   lane->epoch = epoch;
   lane->gen++;
   lane->watermark = lane->next_offset = watermark;
+  lane->kafka_watermark = watermark; /* the worker commits it with the epoch */
   lane->paused = 0;
   lane->hold_until_ns = 0;
   lane->commit_backoff_ms = 0;
@@ -959,6 +961,10 @@ static kl_err_t kl_lanes_metrics_new(kl__lanes_t *lanes) {
 
 struct kl__metrics *kl__lanes_metrics(kl__lanes_t *lanes) {
   return lanes->metrics;
+}
+
+uint64_t kl__lanes_kafka_commits(kl__lanes_t *lanes) {
+  return lanes->kafka_commits;
 }
 
 void kl__lanes_set_after_commit(kl__lanes_t *lanes, kl__worker_hook_fn *fn,

@@ -93,6 +93,10 @@ void kl__lanes_destroy(kl__lanes_t *lanes);
  */
 struct kl__metrics *kl__lanes_metrics(kl__lanes_t *lanes);
 
+/** Offset commits sent to Kafka so far (lanes_internal.h says how
+ *  often at most). Any thread. */
+uint64_t kl__lanes_kafka_commits(kl__lanes_t *lanes);
+
 /** The bounds (seconds) of those two latency histograms' buckets, for
  *  whoever measures a latency to compare with them (keylane-bench). */
 extern const double kl__lanes_latency_buckets[];

@@ -138,8 +138,9 @@ struct kl__lane {
   uint64_t epoch;
   uint64_t gen;      /* bumped on every change of ownership: stale acks lose */
   int64_t watermark; /* committed: the next offset a new owner applies */
-  int64_t next_offset; /* the offset after the last record taken in */
-  kl__slot_t **ring;   /* the window, in offset order */
+  int64_t kafka_watermark; /* the watermark last sent to the group's offsets */
+  int64_t next_offset;     /* the offset after the last record taken in */
+  kl__slot_t **ring;       /* the window, in offset order */
   size_t ring_head, ring_count, ring_cap;
   kl__lkey_t **keys; /* hash table of keys */
   size_t keys_cap, keys_count;
@@ -204,9 +205,10 @@ struct kl__lanes {
   struct kl__metrics *metrics; /* the latency histograms, kl__lanes_metrics() */
   struct kl__series *latency, *commit_latency; /* this topic's series */
   struct kl__series *store_commit; /* each group commit's duration */
+  int64_t kafka_sent_ns;           /* the last offset commit to Kafka */
   _Atomic uint64_t applied, duplicates, redelivered, batches, fenced, failed,
       dead_letters, waiting_now, oldest_wait_ms, window_events, paused_now,
-      misrouted_total, forwarded;
+      misrouted_total, forwarded, kafka_commits;
 };
 
 /* ---- lanes.c, for lane_commit.c -------------------------------------- */
@@ -240,6 +242,16 @@ int64_t kl__backoff_ms(const kl__lanes_t *lanes, const kl__slot_t *slot,
  * A fenced lane is rolled back, one whose commit failed runs its events
  * again; the others are committed. */
 void kl__lanes_commit(kl__lanes_t *lanes, kl__lane_t *const *due, size_t n);
+/* Kafka offset commits, for lag monitoring, at most one per this long:
+ * each is a write to the broker's __consumer_offsets, and one per group
+ * commit (hundreds a second) took broker time from the fetches that
+ * deliver the records. */
+#define KL__KAFKA_COMMIT_MS 100
+/* Sends the committed watermarks Kafka does not have yet, of the owned
+ * and draining lanes, each with its epoch, when KL__KAFKA_COMMIT_MS passed
+ * since the last commit, or at once with @p now_too (a lane given up
+ * sends its last watermark before it goes). mu held. */
+void kl__lanes_commit_kafka(kl__lanes_t *lanes, int64_t now_ns, int now_too);
 /* A newer owner holds @p lane: roll everything back (mu held). */
 void kl__lane_fenced(kl__lanes_t *lanes, kl__lane_t *lane);
 /* Runs every completed, uncommitted event again (mu held). */

@@ -974,6 +974,10 @@ struct kl__metrics *kl__worker_metrics(kl_worker_t *worker) {
   return kl__lanes_metrics(worker->lanes);
 }
 
+uint64_t kl__worker_kafka_commits(kl_worker_t *worker) {
+  return kl__lanes_kafka_commits(worker->lanes);
+}
+
 size_t kl__worker_stalls(kl_worker_t *worker, kl__stall_t *out, size_t max) {
   return kl__lanes_stalls(worker->lanes, out, max);
 }

@@ -24,6 +24,11 @@ void kl__worker_set_before_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
  *  valid until kl_worker_destroy(). */
 struct rd_kafka_s *kl__worker_consumer(kl_worker_t *worker);
 
+/** Offset commits the worker sent to Kafka so far, for lag monitoring
+ *  (at most one per KL__KAFKA_COMMIT_MS, worker/lanes_internal.h). Any
+ *  thread. */
+uint64_t kl__worker_kafka_commits(kl_worker_t *worker);
+
 /**
  * The librdkafka configuration of the consumer a worker run with @p conf
  * makes: keylane's consumer defaults (kl__rdk_consumer_defaults(), the

@@ -4,8 +4,11 @@
  * to fill when nothing else is left to run; the latency histograms count
  * what was applied; a worker of an embedded cluster fetches with a short
  * fetch.wait.max.ms, since that cluster holds an empty fetch for all of it;
- * each group commit's duration has a histogram of its own.
+ * each group commit's duration has a histogram of its own; offsets go to
+ * Kafka at most every KL__KAFKA_COMMIT_MS, not once per group commit, and
+ * the last watermark gets there without another commit.
  */
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +22,7 @@
 #include "common/metrics.h"
 #include "support/cluster.h"
 #include "support/support.h"
+#include "worker/lanes_internal.h"
 #include "worker/worker_internal.h"
 
 /* A batch wait far beyond the test's patience: only the idle commit can
@@ -92,6 +96,69 @@ static void test_idle_worker_commits_without_waiting(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* The offset the group committed for partition 0, or -1. */
+static int64_t kl_group_offset(kl_worker_t *worker, const char *topic) {
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(l, topic, 0);
+  int64_t offset = -1;
+  if (rd_kafka_committed(kl__worker_consumer(worker), l, 5000) == 0 &&
+      !l->elems[0].err)
+    offset = l->elems[0].offset;
+  rd_kafka_topic_partition_list_destroy(l);
+  return offset;
+}
+
+static void test_offsets_go_to_kafka_at_most_every_interval(void **state) {
+  char dir[64];
+  kl_t_tmpdir(dir);
+  kl_t_cluster_t *cluster;
+  assert_int_equal(kl_t_cluster_new(1, "offsets", 1, &cluster), KL_OK);
+  const char *topic = kl_t_topic(cluster);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  kl__ledger_gen_t *gen = kl__ledger_gen_new(10, 1, 7);
+  kl_producer_t *producer = kl_t_producer(kl_t_bootstrap(cluster), gen);
+  const char *const conf[] = {"worker.session.timeout.ms=3000", NULL};
+  kl_t_worker_t *w =
+      kl_t_worker_start(kl_t_bootstrap(cluster), topic,
+                        kl_t_group(cluster, "offsets"), store, conf);
+  kl_wait_owned(w->worker, 1);
+  uint64_t before = kl__worker_kafka_commits(w->worker);
+  /* One event at a time, each applied before the next: a group commit
+   * each. */
+  const int events = 60;
+  int64_t t0 = kl__mono_ns();
+  for (int i = 0; i < events; i++) {
+    assert_int_equal(kl__ledger_gen_publish(gen, producer, topic), KL_OK);
+    assert_int_equal(kl_flush(producer, 30000), KL_OK);
+    assert_int_equal(kl_t_workers_applied(&w, 1, (uint64_t)i + 1, 10000),
+                     (uint64_t)i + 1);
+  }
+  int64_t elapsed_ms = (kl__mono_ns() - t0) / 1000000;
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st);
+  uint64_t sent = kl__worker_kafka_commits(w->worker) - before;
+  assert_true(st.batches >= (uint64_t)events);
+  if (sent > (uint64_t)(elapsed_ms / KL__KAFKA_COMMIT_MS + 2))
+    fail_msg("%" PRIu64 " offset commits for %" PRIu64 " group commits in "
+             "%" PRId64 " ms: more than one per %d ms",
+             sent, st.batches, elapsed_ms, KL__KAFKA_COMMIT_MS);
+  /* The last watermark reaches Kafka though nothing is committed after. */
+  int64_t offset = -1;
+  for (int i = 0; i < 100 && offset != events; i++) {
+    offset = kl_group_offset(w->worker, topic);
+    if (offset != events)
+      kl_t_sleep_ms(50);
+  }
+  assert_int_equal(offset, events);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_producer_destroy(producer);
+  kl__ledger_gen_destroy(gen);
+  kl_store_destroy(store);
+  kl_t_cluster_destroy(cluster);
+  kl_t_rmrf(dir);
+}
+
 static void kl_assert_fetch_wait(kl_worker_t *worker, const char *want) {
   char have[32] = "";
   size_t size = sizeof(have);
@@ -143,6 +210,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_idle_worker_commits_without_waiting),
       cmocka_unit_test(test_embedded_consumer_fetches_promptly),
+      cmocka_unit_test(test_offsets_go_to_kafka_at_most_every_interval),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
