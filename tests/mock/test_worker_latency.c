@@ -39,6 +39,40 @@ static void kl_wait_owned(kl_worker_t *worker, int32_t partitions) {
   assert_int_equal(st.owned, partitions);
 }
 
+/* A worker on @p partitions partitions of a new topic, owning them all,
+ * a durable store, and a ledger publisher. */
+typedef struct kl_fx {
+  char dir[64];
+  kl_t_cluster_t *cluster;
+  const char *topic;
+  kl_store_t *store;
+  kl__ledger_gen_t *gen;
+  kl_producer_t *producer;
+  kl_t_worker_t *w;
+} kl_fx_t;
+
+static void kl_fx_start(kl_fx_t *fx, const char *name, int32_t partitions,
+                        const char *const *conf) {
+  kl_t_tmpdir(fx->dir);
+  assert_int_equal(kl_t_cluster_new(1, name, partitions, &fx->cluster), KL_OK);
+  fx->topic = kl_t_topic(fx->cluster);
+  assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
+  fx->gen = kl__ledger_gen_new(10, partitions, 7);
+  fx->producer = kl_t_producer(kl_t_bootstrap(fx->cluster), fx->gen);
+  fx->w = kl_t_worker_start(kl_t_bootstrap(fx->cluster), fx->topic,
+                            kl_t_group(fx->cluster, name), fx->store, conf);
+  kl_wait_owned(fx->w->worker, partitions);
+}
+
+static void kl_fx_stop(kl_fx_t *fx) {
+  assert_int_equal(kl_t_worker_stop(fx->w), KL_OK);
+  kl_producer_destroy(fx->producer);
+  kl__ledger_gen_destroy(fx->gen);
+  kl_store_destroy(fx->store);
+  kl_t_cluster_destroy(fx->cluster);
+  kl_t_rmrf(fx->dir);
+}
+
 /* The store commits' own histogram counted at least one commit, and as
  * many observations as its +Inf bucket holds. */
 static void kl_assert_commits_timed(const char *text, const char *topic) {
@@ -59,41 +93,26 @@ static void kl_assert_commits_timed(const char *text, const char *topic) {
 }
 
 static void test_idle_worker_commits_without_waiting(void **state) {
-  char dir[64];
-  kl_t_tmpdir(dir);
-  kl_t_cluster_t *cluster;
-  assert_int_equal(kl_t_cluster_new(1, "idle", 2, &cluster), KL_OK);
-  const char *topic = kl_t_topic(cluster);
-  kl_store_t *store;
-  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
-  kl__ledger_gen_t *gen = kl__ledger_gen_new(10, 2, 7);
-  kl_producer_t *producer = kl_t_producer(kl_t_bootstrap(cluster), gen);
-  kl_t_worker_t *w =
-      kl_t_worker_start(kl_t_bootstrap(cluster), topic,
-                        kl_t_group(cluster, "idle"), store, kl_slow_batches);
-  kl_wait_owned(w->worker, 2);
+  kl_fx_t fx;
+  kl_fx_start(&fx, "idle", 2, kl_slow_batches);
   for (int i = 0; i < 5; i++)
-    assert_int_equal(kl__ledger_gen_publish(gen, producer, topic), KL_OK);
-  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+    assert_int_equal(kl__ledger_gen_publish(fx.gen, fx.producer, fx.topic),
+                     KL_OK);
+  assert_int_equal(kl_flush(fx.producer, 30000), KL_OK);
   /* Committed (the store's watermarks) well before the batch wait. */
-  assert_int_equal(kl__ledger_gen_wait(gen, store, topic, 0, 8000), 0);
-  assert_int_equal(kl_t_workers_applied(&w, 1, 5, 10000), 5);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 8000), 0);
+  assert_int_equal(kl_t_workers_applied(&fx.w, 1, 5, 10000), 5);
   size_t len;
-  char *text = kl__metrics_render(kl__worker_metrics(w->worker), &len);
+  char *text = kl__metrics_render(kl__worker_metrics(fx.w->worker), &len);
   char line[256];
   snprintf(line, sizeof(line),
            "keylane_worker_event_latency_seconds_count{topic=\"%s\"} 5\n",
-           topic);
+           fx.topic);
   if (!strstr(text, line))
     fail_msg("\"%s\" not in:\n%s", line, text);
-  kl_assert_commits_timed(text, topic);
+  kl_assert_commits_timed(text, fx.topic);
   free(text);
-  assert_int_equal(kl_t_worker_stop(w), KL_OK);
-  kl_producer_destroy(producer);
-  kl__ledger_gen_destroy(gen);
-  kl_store_destroy(store);
-  kl_t_cluster_destroy(cluster);
-  kl_t_rmrf(dir);
+  kl_fx_stop(&fx);
 }
 
 /* The offset the group committed for partition 0, or -1. */
@@ -109,35 +128,25 @@ static int64_t kl_group_offset(kl_worker_t *worker, const char *topic) {
 }
 
 static void test_offsets_go_to_kafka_at_most_every_interval(void **state) {
-  char dir[64];
-  kl_t_tmpdir(dir);
-  kl_t_cluster_t *cluster;
-  assert_int_equal(kl_t_cluster_new(1, "offsets", 1, &cluster), KL_OK);
-  const char *topic = kl_t_topic(cluster);
-  kl_store_t *store;
-  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
-  kl__ledger_gen_t *gen = kl__ledger_gen_new(10, 1, 7);
-  kl_producer_t *producer = kl_t_producer(kl_t_bootstrap(cluster), gen);
   const char *const conf[] = {"worker.session.timeout.ms=3000", NULL};
-  kl_t_worker_t *w =
-      kl_t_worker_start(kl_t_bootstrap(cluster), topic,
-                        kl_t_group(cluster, "offsets"), store, conf);
-  kl_wait_owned(w->worker, 1);
-  uint64_t before = kl__worker_kafka_commits(w->worker);
+  kl_fx_t fx;
+  kl_fx_start(&fx, "offsets", 1, conf);
+  uint64_t before = kl__worker_kafka_commits(fx.w->worker);
   /* One event at a time, each applied before the next: a group commit
    * each. */
   const int events = 60;
   int64_t t0 = kl__mono_ns();
   for (int i = 0; i < events; i++) {
-    assert_int_equal(kl__ledger_gen_publish(gen, producer, topic), KL_OK);
-    assert_int_equal(kl_flush(producer, 30000), KL_OK);
-    assert_int_equal(kl_t_workers_applied(&w, 1, (uint64_t)i + 1, 10000),
+    assert_int_equal(kl__ledger_gen_publish(fx.gen, fx.producer, fx.topic),
+                     KL_OK);
+    assert_int_equal(kl_flush(fx.producer, 30000), KL_OK);
+    assert_int_equal(kl_t_workers_applied(&fx.w, 1, (uint64_t)i + 1, 10000),
                      (uint64_t)i + 1);
   }
   int64_t elapsed_ms = (kl__mono_ns() - t0) / 1000000;
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
-  uint64_t sent = kl__worker_kafka_commits(w->worker) - before;
+  kl_worker_stats(fx.w->worker, &st);
+  uint64_t sent = kl__worker_kafka_commits(fx.w->worker) - before;
   assert_true(st.batches >= (uint64_t)events);
   if (sent > (uint64_t)(elapsed_ms / KL__KAFKA_COMMIT_MS + 2))
     fail_msg("%" PRIu64 " offset commits for %" PRIu64 " group commits in "
@@ -146,17 +155,12 @@ static void test_offsets_go_to_kafka_at_most_every_interval(void **state) {
   /* The last watermark reaches Kafka though nothing is committed after. */
   int64_t offset = -1;
   for (int i = 0; i < 100 && offset != events; i++) {
-    offset = kl_group_offset(w->worker, topic);
+    offset = kl_group_offset(fx.w->worker, fx.topic);
     if (offset != events)
       kl_t_sleep_ms(50);
   }
   assert_int_equal(offset, events);
-  assert_int_equal(kl_t_worker_stop(w), KL_OK);
-  kl_producer_destroy(producer);
-  kl__ledger_gen_destroy(gen);
-  kl_store_destroy(store);
-  kl_t_cluster_destroy(cluster);
-  kl_t_rmrf(dir);
+  kl_fx_stop(&fx);
 }
 
 static void kl_assert_fetch_wait(kl_worker_t *worker, const char *want) {
