@@ -795,22 +795,37 @@ int kl__lmdb_topic_no(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
  * the end, and removes those older than the retention. A full cycle over N
  * keys thus takes N/max sweeps, and a key lives at least the retention and
  * at most the retention plus one sweep cycle.
+ *
+ * A sweep first walks its keys in a read snapshot: when none has expired
+ * it writes nothing (a worker sweeps every second, and a durable write
+ * transaction is two fsyncs on its poll thread), and only this process
+ * remembers where it stopped; the next sweep that removes something saves
+ * the position in meta with its removals.
  */
 #define KL_SWEEP_CURSOR "sweep.cursor"
 
 typedef struct kl_sweep_ctx {
   size_t max;
   int64_t now_ms;
-  size_t removed;
+  int dry;        /* count what has expired, remove nothing */
+  size_t removed; /* removed, or (dry) expired */
+  unsigned char from[KL__IDKEY_MAX]; /* start after it, when from_len; */
+  size_t from_len;                   /* else after meta's cursor */
   unsigned char last[KL__IDKEY_MAX];
   size_t last_len;
 } kl_sweep_ctx_t;
 
-/* Positions @p cur on the first key after the saved cursor, or the first. */
+/* Positions @p cur on the first key after the sweep's start (the cursor
+ * this process remembers, else meta's), or on the first key. */
 static int kl_sweep_start(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
-                          MDB_val *key, MDB_val *val) {
+                          const kl_sweep_ctx_t *ctx, MDB_val *key,
+                          MDB_val *val) {
   MDB_val ck = {sizeof(KL_SWEEP_CURSOR) - 1, KL_SWEEP_CURSOR}, saved;
-  int rc = mdb_get(mtxn, lmdb->meta, &ck, &saved);
+  int rc = 0;
+  if (ctx->from_len)
+    saved = (MDB_val){ctx->from_len, (void *)ctx->from};
+  else
+    rc = mdb_get(mtxn, lmdb->meta, &ck, &saved);
   if (rc == MDB_NOTFOUND)
     return mdb_cursor_get(cur, key, val, MDB_FIRST);
   if (rc)
@@ -826,7 +841,7 @@ static int kl_sweep_start(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
 static int kl_sweep_walk(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
                          kl_sweep_ctx_t *ctx, size_t budget) {
   MDB_val key, val;
-  int rc = kl_sweep_start(lmdb, mtxn, cur, &key, &val);
+  int rc = kl_sweep_start(lmdb, mtxn, cur, ctx, &key, &val);
   /* budget <= entries, so no key is visited twice in one sweep. */
   for (size_t visited = 0; rc == 0 && visited < budget; visited++) {
     int64_t t;
@@ -836,7 +851,7 @@ static int kl_sweep_walk(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
     memcpy(ctx->last, key.mv_data, key.mv_size);
     ctx->last_len = key.mv_size;
     if (ctx->now_ms - t > lmdb->retention_ms) {
-      if ((rc = mdb_cursor_del(cur, 0)) != 0)
+      if (!ctx->dry && (rc = mdb_cursor_del(cur, 0)) != 0)
         return rc;
       ctx->removed++;
     }
@@ -851,6 +866,7 @@ static int kl_sweep_walk(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
 
 static int kl_sweep_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
                        kl_err_t *stop) {
+  (void)stop;
   kl_sweep_ctx_t *ctx = opaque;
   MDB_stat st;
   MDB_cursor *cur;
@@ -864,15 +880,43 @@ static int kl_sweep_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
     return rc;
   rc = kl_sweep_walk(lmdb, mtxn, cur, ctx, budget);
   mdb_cursor_close(cur);
-  if (rc || ctx->last_len == 0)
+  if (rc || ctx->last_len == 0 || ctx->dry)
     return rc;
   MDB_val ck = {sizeof(KL_SWEEP_CURSOR) - 1, KL_SWEEP_CURSOR};
   MDB_val cv = {ctx->last_len, ctx->last};
   return mdb_put(mtxn, lmdb->meta, &ck, &cv, 0);
 }
 
+/* The walk in a read snapshot: @returns KL_OK with ctx->removed the keys
+ * that have expired, and ctx->last where it stopped. */
+static kl_err_t kl_sweep_dry(kl__lmdb_t *lmdb, kl_sweep_ctx_t *ctx) {
+  MDB_txn *snap;
+  kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
+  if (err)
+    return err;
+  ctx->dry = 1;
+  int rc = kl_sweep_fn(lmdb, snap, ctx, NULL);
+  ctx->dry = 0;
+  kl__lmdb_read_end(lmdb, snap);
+  return rc ? kl__lmdb_err(rc, "sweep expired idempotency keys") : KL_OK;
+}
+
+/* The position this process's last sweep stopped at, in or out. */
+static void kl_sweep_at(kl__lmdb_t *lmdb, kl_sweep_ctx_t *ctx, int save) {
+  pthread_mutex_lock(&lmdb->mu);
+  if (save) {
+    memcpy(lmdb->sweep_at, ctx->last, ctx->last_len);
+    lmdb->sweep_at_len = ctx->last_len;
+  } else {
+    memcpy(ctx->from, lmdb->sweep_at, lmdb->sweep_at_len);
+    ctx->from_len = lmdb->sweep_at_len;
+  }
+  pthread_mutex_unlock(&lmdb->mu);
+}
+
 static kl_err_t kl_lmdb_sweep(kl_store_t *store, size_t max, size_t *removed) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
+  *removed = 0;
   if (max == 0)
     return KL_OK;
   int dead = 0;
@@ -881,9 +925,16 @@ static kl_err_t kl_lmdb_sweep(kl_store_t *store, size_t max, size_t *removed) {
     KL_LOG_W(KL_COMP, "store %s: freed %d read slots of dead processes",
              lmdb->dir, dead);
   kl_sweep_ctx_t ctx = {.max = max, .now_ms = kl__store_now_ms()};
-  kl_err_t err = kl__lmdb_write(lmdb, "sweep", kl_sweep_fn, &ctx);
-  *removed = err ? 0 : ctx.removed;
-  return err;
+  kl_sweep_at(lmdb, &ctx, 0);
+  kl_err_t err = kl_sweep_dry(lmdb, &ctx);
+  if (!err && ctx.removed)
+    err = kl__lmdb_write(lmdb, "sweep", kl_sweep_fn, &ctx);
+  if (err)
+    return err;
+  if (ctx.last_len)
+    kl_sweep_at(lmdb, &ctx, 1);
+  *removed = ctx.removed;
+  return KL_OK;
 }
 
 /* ---- open and close -------------------------------------------------- */

@@ -35,6 +35,15 @@
 
 #include "worker/store_backend.h"
 
+/* Idempotency keys: the topic's number (4 bytes), then a canonical
+ * lowercase UUID (36 bytes of text) as a tag byte and its 16 bytes,
+ * anything else as a tag byte and the raw bytes; the tag keeps the two
+ * apart. The value packs the insert time and the mark into 6 bytes.
+ * Together they keep a stored UUID near 50-70 bytes on disk instead of
+ * ~110. */
+#define KL__TOPIC_NO_LEN 4
+#define KL__IDKEY_MAX (KL__TOPIC_NO_LEN + 256)
+
 typedef struct kl__lmdb {
   kl_store_t base;
   MDB_env *env;
@@ -58,6 +67,10 @@ typedef struct kl__lmdb {
   size_t active;
   int resizing;
   size_t map_size; /* this process's current map size */
+  /* Where this process's last sweep stopped (store_lmdb.c's expiry): a
+   * sweep that removes nothing leaves meta's cursor alone. Guarded by mu. */
+  unsigned char sweep_at[KL__IDKEY_MAX];
+  size_t sweep_at_len;
 } kl__lmdb_t;
 
 /* A write fn returns 0 to commit, an LMDB or errno code to abort and fail,
@@ -103,13 +116,6 @@ int kl__lmdb_part_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
 int kl__lmdb_part_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
                       int32_t partition, const kl_partition_state_t *state);
 
-/* Idempotency keys: the topic's number (4 bytes), then a canonical
- * lowercase UUID (36 bytes of text) as a tag byte and its 16 bytes,
- * anything else as a tag byte and the raw bytes; the tag keeps the two
- * apart. The value packs the insert time and the mark into 6 bytes.
- * Together they keep a stored UUID near 50-70 bytes on disk instead of
- * ~110. */
-#define KL__TOPIC_NO_LEN 4
 /* A topic number as keys hold it: big-endian, so a topic's ids sort
  * together. */
 static inline void kl__lmdb_put_be32(unsigned char *p, uint32_t v) {
@@ -118,7 +124,6 @@ static inline void kl__lmdb_put_be32(unsigned char *p, uint32_t v) {
   p[2] = (unsigned char)(v >> 8);
   p[3] = (unsigned char)v;
 }
-#define KL__IDKEY_MAX (KL__TOPIC_NO_LEN + 256)
 size_t kl__lmdb_id_encode(uint32_t topic_no, const char *id, size_t id_len,
                           unsigned char out[KL__IDKEY_MAX]);
 #define KL__IDVAL_LEN 6

@@ -730,6 +730,50 @@ static void test_durability_modes(void **state) {
   kl_store_destroy(store);
 }
 
+/* The id of the store's last write transaction. */
+static size_t kl_last_txnid(kl_store_t *store) {
+  MDB_envinfo info;
+  assert_int_equal(mdb_env_info(((kl__lmdb_t *)store)->env, &info), 0);
+  return info.me_last_txnid;
+}
+
+static void kl_mark_ids(kl_store_t *store, uint64_t epoch, const char *prefix,
+                        int64_t watermark) {
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  for (int i = 0; i < 3; i++) {
+    char id[8];
+    snprintf(id, sizeof(id), "%s%d", prefix, i);
+    kl_t_txn_mark(txn, id, KL_MARK_APPLIED);
+  }
+  kl_t_store_commit(txn, watermark);
+}
+
+/* A worker sweeps every second: a sweep that finds nothing expired must
+ * not write (a durable write is two fsyncs on the poll thread), and the
+ * next one goes on from where it stopped, not from meta's cursor. Keys
+ * a0-a2 are young and come first, b0-b2 expired. */
+static void test_sweep_without_expired_keys_writes_nothing(void **state) {
+  t_state_t *st = *state;
+  kl_t_store_clock_set(1700000000000LL);
+  kl_store_t *store =
+      kl_t_store_open(st->fx.where, "store.dedup.retention", "1h", NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  kl_mark_ids(store, epoch, "b", 3);
+  kl_t_store_clock_add(3600 * 1000 + 1);
+  kl_mark_ids(store, epoch, "a", 6);
+  size_t before = kl_last_txnid(store), removed = 9;
+  assert_int_equal(kl_store_sweep(store, 3, &removed), KL_OK);
+  assert_int_equal(removed, 0);
+  assert_int_equal(kl_last_txnid(store), before);
+  assert_int_equal(kl_store_sweep(store, 3, &removed), KL_OK);
+  assert_int_equal(removed, 3);
+  assert_int_equal(kl_last_txnid(store), before + 1);
+  uint64_t count = 0;
+  assert_int_equal(kl_store_id_count(store, &count), KL_OK);
+  assert_int_equal(count, 3);
+  kl_store_destroy(store);
+}
+
 static void test_invalid_arguments(void **state) {
   t_state_t *st = *state;
   kl_store_t *store = NULL;
@@ -782,6 +826,7 @@ int main(void) {
       T(test_foreign_lmdb_is_refused),
       T(test_open_twice_in_one_process),
       T(test_durability_modes),
+      T(test_sweep_without_expired_keys_writes_nothing),
       T(test_invalid_arguments),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
