@@ -185,6 +185,10 @@ static void kl_pg_txn_free(kl_pg_txn_t *txn) {
  * (dropping it when its link broke). */
 static void kl_pg_txn_end(kl_pg_txn_t *txn) {
   kl__pg_t *pgs = (kl__pg_t *)txn->base.store;
+  if (!txn->conn) { /* dropped already (kl_pg_landed()) */
+    kl_pg_txn_free(txn);
+    return;
+  }
   PGconn *pg = txn->conn->pg;
   PGTransactionStatusType st = PQtransactionStatus(pg);
   if (!txn->broken && PQstatus(pg) == CONNECTION_OK &&
@@ -807,7 +811,9 @@ static kl_err_t kl_pg_probe_fn(kl__pg_conn_t *conn, void *ctx) {
  * before it, is there. (Not the transaction's id and txid_status(): a
  * server that crashed hands out again the ids of transactions whose
  * records it had not flushed.) A batch with no such id is not asked
- * for: it is run again. @returns KL_OK when the batch committed, else
+ * for: it is run again. The batch's connection, lost, is dropped first:
+ * the question needs a connection of the pool, and with store.pg.pool=1
+ * it held the only one. @returns KL_OK when the batch committed, else
  * @p err with its message.
  */
 static kl_err_t kl_pg_landed(kl_pg_txn_t *txn, const kl_pg_commit_t *c,
@@ -815,6 +821,8 @@ static kl_err_t kl_pg_landed(kl_pg_txn_t *txn, const kl_pg_commit_t *c,
   kl__pg_t *pgs = (kl__pg_t *)txn->base.store;
   char detail[1024];
   snprintf(detail, sizeof(detail), "%s", kl_err_detail());
+  kl__pg_conn_give(pgs, txn->conn, 1);
+  txn->conn = NULL;
   kl_pg_probe_t x = {txn, c, 0};
   for (int64_t ms = 100; c->probe; ms *= 2) {
     kl_err_t asked = kl__pg_call(pgs, kl_pg_probe_fn, &x);

@@ -318,13 +318,13 @@ typedef struct kl_cut {
   uint64_t epoch;
 } kl_cut_t;
 
-static void kl_cut_up(kl_cut_t *c, const char *db) {
+static void kl_cut_up(kl_cut_t *c, const char *db, const char *pool) {
   kl_t_pg_t *pg = kl_t_pg_need();
   char admin_uri[256];
   assert_int_equal(kl_t_pg_createdb(pg, db, c->uri, sizeof(c->uri)), 0);
   kl_t_pg_admin_uri(pg, admin_uri, sizeof(admin_uri));
   c->admin = PQconnectdb(admin_uri);
-  c->store = kl_t_store_open(c->uri, NULL);
+  c->store = kl_t_store_open(c->uri, "store.pg.pool", pool, NULL);
   c->epoch = kl_t_store_acquire(c->store, 0);
 }
 
@@ -370,10 +370,9 @@ static void kl_cut_down(kl_cut_t *c, const char *id, int64_t watermark,
  * never comes, then its backend terminated: committed locally, answer
  * lost). The commit asks the server and reports the batch committed, so
  * that the worker does not run it again as duplicates of itself. */
-static void test_commit_whose_answer_was_lost(void **state) {
-  (void)state;
+static void kl_lost_answer(const char *db, const char *pool) {
   kl_cut_t c;
-  kl_cut_up(&c, "lost_answer");
+  kl_cut_up(&c, db, pool);
   kl_admin_reload(c.admin,
                   "ALTER SYSTEM SET synchronous_standby_names = 'nobody'",
                   "nobody");
@@ -383,6 +382,19 @@ static void test_commit_whose_answer_was_lost(void **state) {
   kl_cut_down(&c, "id-1", 10, KL_MARK_APPLIED);
 }
 
+static void test_commit_whose_answer_was_lost(void **state) {
+  (void)state;
+  kl_lost_answer("lost_answer", "4");
+}
+
+/* With store.pg.pool=1 the batch held the only connection: the question
+ * gets one all the same (it waited the pool's 10 s for it, then ran the
+ * batch again as duplicates of itself). */
+static void test_commit_whose_answer_was_lost_pool_of_one(void **state) {
+  (void)state;
+  kl_lost_answer("lost_answer_1", "1");
+}
+
 /* The connection of a batch dies while its commit waits for a row lock:
  * the server rolls the batch back. Asked, it says so: the commit fails,
  * the watermark stays, the id is not recorded, and the batch may run
@@ -390,7 +402,7 @@ static void test_commit_whose_answer_was_lost(void **state) {
 static void test_commit_lost_before_it_landed(void **state) {
   (void)state;
   kl_cut_t c;
-  kl_cut_up(&c, "lost_commit");
+  kl_cut_up(&c, "lost_commit", "4");
   PGconn *holder = PQconnectdb(c.uri);
   kl_t_sql(holder, "BEGIN");
   kl_t_sql(holder, "SELECT count(*) FROM (SELECT 1 FROM keylane_partitions "
@@ -454,6 +466,7 @@ int main(void) {
       cmocka_unit_test(test_store_error_holds_the_partition),
       cmocka_unit_test(test_link_lost_between_a_batchs_events),
       cmocka_unit_test(test_commit_whose_answer_was_lost),
+      cmocka_unit_test(test_commit_whose_answer_was_lost_pool_of_one),
       cmocka_unit_test(test_commit_lost_before_it_landed),
       cmocka_unit_test(test_more_partitions_than_the_pool),
       cmocka_unit_test(test_more_partitions_than_the_pool_key_parallel),
