@@ -14,7 +14,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -130,30 +129,15 @@ static void kl_bf_usage(void) {
 }
 
 static int kl_bf_opts(int argc, char **argv, kl_bf_opts_t *o) {
-  static const struct option opts[] = {{"dir", required_argument, NULL, 'd'},
-                                       {"count", required_argument, NULL, 'c'},
-                                       {"size", required_argument, NULL, 's'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {NULL, 0, NULL, 0}};
   *o = (kl_bf_opts_t){.dir = "/tmp", .count = 2000, .size = 4096};
-  int c, rc = 0;
-  optind = 1;
-  while (!rc && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (c == 'd')
-      o->dir = optarg;
-    else if (c == 'c')
-      rc = kl_bench_count(KL_BF_NAME, "--count", optarg, 10000000, &o->count);
-    else if (c == 's')
-      rc = kl_bench_count(KL_BF_NAME, "--size", optarg, 1 << 24, &o->size);
-    else if (c == 'j')
-      o->json = 1;
-    else if (c == 'h') {
-      kl_bf_usage();
-      return -1;
-    } else
-      rc = 2;
-  }
+  const kl_bench_flag_t flags[] = {
+      {.name = "dir", .text = &o->dir},
+      {.name = "count", .max = 10000000, .out = &o->count},
+      {.name = "size", .max = 1 << 24, .out = &o->size},
+      {0}};
+  int rc = kl_bench_flags(KL_BF_NAME, argc, argv, flags, &o->json, kl_bf_usage);
+  if (rc < 0)
+    return -1;
   if (!rc && o->count < 2) {
     fprintf(stderr, "keylane-bench fsync: --count takes at least 2\n");
     rc = 2;

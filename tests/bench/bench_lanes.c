@@ -14,7 +14,6 @@
  * Two more runs show the bounds: concurrency 1 and a single key, where
  * per-key order makes the work serial (ideal = the sum of the sleeps).
  */
-#include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -225,25 +224,18 @@ static const char kl_bl_usage[] =
     "      --events N   events per run (default 10000)\n"
     "      --json       one JSON object on stdout\n";
 
+static void kl_bl_help(void) {
+  fputs(kl_bl_usage, stdout);
+}
+
 int kl_bench_lanes(int argc, char **argv) {
-  static const struct option opts[] = {{"events", required_argument, NULL, 'e'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {NULL, 0, NULL, 0}};
   int64_t events = 10000;
-  int json = 0, c;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (c == 'e' &&
-        kl_bench_count(KL_BL_NAME, "--events", optarg, 1000000, &events))
-      return 2;
-    else if (c == 'j')
-      json = 1;
-    else if (c == 'h')
-      return fputs(kl_bl_usage, stdout), 0;
-    else if (c != 'e')
-      return fputs(kl_bl_usage, stderr), 2;
-  }
+  int json = 0;
+  const kl_bench_flag_t flags[] = {
+      {.name = "events", .max = 1000000, .out = &events}, {0}};
+  int parsed = kl_bench_flags(KL_BL_NAME, argc, argv, flags, &json, kl_bl_help);
+  if (parsed)
+    return parsed < 0 ? 0 : parsed;
   kl_bl_run_t runs[] = {{"concurrency 16, 1000 keys", 16, 1000, 0, 0, 0, 0},
                         {"concurrency 1, 1000 keys", 1, 1000, 0, 0, 0, 0},
                         {"concurrency 16, 1 key", 16, 1, 0, 0, 0, 0}};
