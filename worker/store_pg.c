@@ -710,29 +710,52 @@ typedef struct kl_pg_sweep {
   size_t *removed;
 } kl_pg_sweep_t;
 
-/* One statement, so one short transaction; the index on inserted_ms finds
- * the oldest first, and SKIP LOCKED lets two sweepers share the work. The
- * cutoff is the server's time, as the keys' insert times are. */
+/* A sweep of @p max keys visits this many pages of keylane_ids: an 8 KiB
+ * page holds about 100 keys of 36-byte ids (97 in keylane-bench store). */
+#define KL_PG_SWEEP_KEYS_PER_PAGE 100
+
+/* One statement, so one short transaction. It takes the fleet's position
+ * (keylane_sweep; SKIP LOCKED: while another worker sweeps, this call does
+ * nothing), removes at most max expired keys on the next pages (a TID
+ * range scan: no index on insert times for every commit to write), and
+ * moves the position past them, back to page 0 after the table's end. A
+ * call that removed max keys stays on its pages, so no expired key is
+ * left behind for a whole walk. The cutoff is the server's time, as the
+ * keys' insert times are. */
 static kl_err_t kl_pg_sweep_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_sweep_t *sw = ctx;
-  char now[24], retention[24], max[24];
+  char now[24], retention[24], max[24], pages[24];
   kl__pg_clock_param(now, sizeof(now));
   snprintf(retention, sizeof(retention), "%" PRId64, sw->retention_ms);
   snprintf(max, sizeof(max), "%zu", sw->max);
-  const char *values[3] = {now, retention, max};
+  snprintf(pages, sizeof(pages), "%zu",
+           (sw->max + KL_PG_SWEEP_KEYS_PER_PAGE - 1) /
+               KL_PG_SWEEP_KEYS_PER_PAGE);
+  const char *values[4] = {now, retention, max, pages};
   PGresult *res = PQexecParams(
       conn->pg,
-      "DELETE FROM keylane_ids WHERE (topic, id) IN (SELECT topic, id FROM "
-      "keylane_ids WHERE inserted_ms < " KL__PG_NOW_MS(
-          1) " - $2::int8 ORDER "
-             "BY inserted_ms LIMIT $3::int8 FOR UPDATE SKIP LOCKED)",
-      3, NULL, values, NULL, NULL, 0);
-  if (!kl__pg_ok(res)) {
+      "WITH s AS (SELECT CASE WHEN next_page < pg_relation_size("
+      "'keylane_ids') / current_setting('block_size')::int8 THEN next_page "
+      "ELSE 0 END AS page FROM keylane_sweep FOR UPDATE SKIP LOCKED), "
+      "d AS (DELETE FROM keylane_ids WHERE ctid = ANY(ARRAY(SELECT ctid FROM "
+      "keylane_ids WHERE ctid >= (SELECT format('(%s,0)', page)::tid FROM s) "
+      "AND ctid < (SELECT format('(%s,0)', page + $4::int8)::tid FROM s) AND "
+      "inserted_ms < " KL__PG_NOW_MS(
+          1) " - $2::int8 LIMIT $3::int8)) AND "
+             "inserted_ms < " KL__PG_NOW_MS(
+                 1) " - $2::int8 RETURNING 1), "
+                    "n AS (SELECT count(*) AS removed FROM d), "
+                    "u AS (UPDATE keylane_sweep SET next_page = s.page + CASE "
+                    "WHEN "
+                    "n.removed < $3::int8 THEN $4::int8 ELSE 0 END FROM s, n) "
+                    "SELECT removed FROM n",
+      4, NULL, values, NULL, NULL, 0);
+  if (!kl__pg_ok(res) || PQntuples(res) != 1) {
     kl_err_t err = kl__pg_err(conn->pg, res, "sweep expired idempotency keys");
     PQclear(res);
     return err;
   }
-  *sw->removed = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
+  *sw->removed = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
   PQclear(res);
   return KL_OK;
 }
@@ -908,7 +931,7 @@ static kl_err_t kl_pg_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
   kl_pg_ids_t ids = {cb, opaque};
   kl_pg_walk_t walk = {"DECLARE kl_walk NO SCROLL CURSOR FOR SELECT id, "
                        "inserted_ms, mark, topic FROM keylane_ids ORDER BY "
-                       "topic, id",
+                       "id, topic",
                        "list the idempotency keys",
                        0,
                        {NULL, NULL},

@@ -9,6 +9,10 @@
  *   keylane_beats           (topic, partition) -> beats, kl__store_beat()'s
  *   keylane_ids             (topic, idempotency key) -> mark, insert time
  *                           (ms); scoped by topic since version 3
+ *   keylane_outbox          follow-up events committed with their batch,
+ *                           not yet published (store_pg_outbox.c)
+ *   keylane_sweep           one row: the page of keylane_ids where the
+ *                           fleet's next sweep starts (since version 6)
  *   keylane_kv              the handlers' keys and values (bytea)
  * The handlers' own tables (e.g. the inventory example's) live beside them
  * and are written through the batch's connection, kl_txn_pg_conn().
@@ -196,7 +200,7 @@ kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
 const char *kl__pg_state(const PGresult *res);
 
 /* Schema versions (store_pg_migrations.c). */
-#define KL__PG_SCHEMA_VERSION 5
+#define KL__PG_SCHEMA_VERSION 6
 
 /** Reads the schema version: 0 when keylane has created nothing yet. */
 kl_err_t kl__pg_schema_version(PGconn *pg, int *version);

@@ -287,12 +287,15 @@ KL_EXPORT void kl_txn_count_duplicate(kl_txn_t *txn);
 /**
  * Removes up to @p max idempotency keys older than the retention, in one
  * short write transaction. Call it often with a small @p max.
- * @remark @p max bounds the work of one call, which the backends count
- *         differently: LMDB walks at most @p max keys from where the last
- *         call stopped (the cursor is kept in the store) and removes the
- *         expired ones among them, so a call may remove fewer than @p max
- *         while expired keys remain; PostgreSQL removes at most @p max of
- *         the oldest expired keys.
+ * @remark @p max bounds the work of one call: both backends walk their
+ *         keys from where the last call stopped and remove the expired
+ *         ones among those visited, so a call may remove fewer than @p max
+ *         while expired keys remain, and a key lives at least the retention
+ *         and at most the retention plus one walk over all keys. LMDB
+ *         visits at most @p max keys (its cursor is kept in the store).
+ *         PostgreSQL visits max/100 of keylane_ids' pages (about @p max
+ *         keys of 36-byte ids) from a position the fleet's workers share,
+ *         and removes at most @p max keys.
  */
 KL_EXPORT kl_err_t kl_store_sweep(kl_store_t *store, size_t max,
                                   size_t *removed);

@@ -52,7 +52,6 @@ static int t_setup(void **state) {
   if (kl_t_pg_createdb(kl_t_pg_group(), name, st->fx.where,
                        sizeof(st->fx.where)))
     return -1;
-  st->fx.sweep_max_counts_removed = 1;
   st->admin = PQconnectdb(st->fx.where);
   if (PQstatus(st->admin) != CONNECTION_OK)
     return -1;
@@ -385,6 +384,105 @@ static void test_sweep_uses_the_server_clock(void **state) {
   kl_store_destroy(store);
 }
 
+/* Marks @p n ids "<prefix><i>" applied, 1000 a batch. */
+static void t_mark_ids(kl_store_t *store, uint64_t epoch, const char *prefix,
+                       int n) {
+  for (int i = 0; i < n;) {
+    kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+    for (int end = i + 1000; i < n && i < end; i++) {
+      char id[64];
+      snprintf(id, sizeof(id), "%s%05d", prefix, i);
+      kl_t_txn_mark(txn, id, KL_MARK_APPLIED);
+    }
+    kl_t_store_commit(txn, i);
+  }
+}
+
+/* The sweep walks keylane_ids' pages, so a commit writes one index entry
+ * per id (the primary key's, id first), not a second one on insert times;
+ * the
+ * position is the fleet's: a second store goes on where the first one
+ * stopped. A call removes at most max keys and stays on pages that held
+ * more. */
+static void test_sweep_walks_pages_from_a_shared_position(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_t_store_clock_set(1700000000000LL);
+  kl_store_t *a =
+      kl_t_store_open(st->fx.where, "store.dedup.retention", "1h", NULL);
+  kl_store_t *b =
+      kl_t_store_open(st->fx.where, "store.dedup.retention", "1h", NULL);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM pg_indexes "
+                                       "WHERE tablename = 'keylane_ids'"),
+                   1);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM pg_indexes "
+                                       "WHERE tablename = 'keylane_ids' AND "
+                                       "indexdef LIKE '%(id, topic)'"),
+                   1);
+  uint64_t epoch = kl_t_store_acquire(a, 0);
+  /* 36-byte ids, about 97 to a page: 10 pages hold under 1000. */
+  t_mark_ids(a, epoch, "0190f3a2-5b7c-7d4e-8f01-2a3b4c5", 3000);
+  kl_t_store_clock_add(3600 * 1000 + 1);
+  t_mark_ids(a, epoch, "young-", 100);
+
+  size_t removed_a = 0, removed_b = 0;
+  assert_int_equal(kl_store_sweep(a, 1000, &removed_a), KL_OK);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT next_page FROM keylane_sweep"),
+                   10);
+  assert_int_equal(kl_store_sweep(b, 1000, &removed_b), KL_OK);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT next_page FROM keylane_sweep"),
+                   20);
+  assert_true(removed_a > 900 && removed_a < 1000);
+  assert_true(removed_b > 900 && removed_b < 1000);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM keylane_ids "
+                                       "WHERE ctid < '(20,0)'"),
+                   0);
+  size_t total = removed_a + removed_b, removed = 0;
+  for (int calls = 0; total < 3000 && calls < 10; calls++) {
+    assert_int_equal(kl_store_sweep(calls % 2 ? a : b, 1000, &removed), KL_OK);
+    assert_true(removed <= 1000);
+    total += removed;
+  }
+  assert_int_equal(total, 3000);
+  uint64_t count = 0;
+  assert_int_equal(kl_store_id_count(a, &count), KL_OK);
+  assert_int_equal(count, 100);
+
+  /* Short ids, about 150 to a page: a call of 100 removes 100 and stays
+   * on its page; the next one takes the rest of it and moves on. */
+  kl_t_store_clock_add(-(3600 * 1000 + 1));
+  t_mark_ids(a, epoch, "s", 400);
+  kl_t_store_clock_add(3600 * 1000 + 1);
+  const char *fullest = "SELECT (ctid::text::point)[0]::int8 FROM keylane_ids "
+                        "WHERE substr(id, 1, 1) = 's' GROUP BY 1 ORDER BY "
+                        "count(*) DESC LIMIT 1";
+  long long page = kl_t_sql(st->admin, fullest), on_page;
+  char sql[256];
+  snprintf(sql, sizeof(sql),
+           "SELECT count(*) FROM keylane_ids WHERE substr(id, 1, 1) = 's' "
+           "AND (ctid::text::point)[0] = %lld",
+           page);
+  on_page = kl_t_sql(st->admin, sql);
+  assert_true(on_page > 100);
+  snprintf(sql, sizeof(sql), "UPDATE keylane_sweep SET next_page = %lld", page);
+  kl_t_sql(st->admin, sql);
+  assert_int_equal(kl_store_sweep(a, 100, &removed), KL_OK);
+  assert_int_equal(removed, 100);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT next_page FROM keylane_sweep"),
+                   page);
+  assert_int_equal(kl_store_sweep(b, 100, &removed), KL_OK);
+  assert_int_equal(removed, on_page - 100);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT next_page FROM keylane_sweep"),
+                   page + 1);
+  /* Past the table's end the walk starts over at page 0. */
+  kl_t_sql(st->admin, "UPDATE keylane_sweep SET next_page = 100000");
+  assert_int_equal(kl_store_sweep(a, 100, &removed), KL_OK);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT next_page FROM keylane_sweep"),
+                   1);
+  kl_store_destroy(a);
+  kl_store_destroy(b);
+}
+
 /* ---- schema ---------------------------------------------------------- */
 
 static void test_open_creates_the_schema(void **state) {
@@ -515,6 +613,13 @@ static void test_schema2_ids_are_migrated(void **state) {
   uint64_t count;
   assert_int_equal(kl_store_id_count(store, &count), KL_OK);
   assert_int_equal(count, 2 * 2 + 1);
+  /* The migrated ids (of 2023) are past the retention: the page walk of
+   * version 6 finds them without the index it dropped. */
+  size_t removed = 0;
+  assert_int_equal(kl_store_sweep(store, 1000, &removed), KL_OK);
+  assert_int_equal(removed, 2 * 2);
+  assert_int_equal(kl_store_id_count(store, &count), KL_OK);
+  assert_int_equal(count, 1);
   kl_store_destroy(store);
 }
 
@@ -557,11 +662,13 @@ static void test_cli_store_migrate(void **state) {
   t_state_t *st = *state;
   char line[512];
   assert_int_equal(t_cli_migrate(st->fx.where, line, sizeof(line)), 0);
-  assert_non_null(strstr(line, "schema version 0 -> 5"));
+  char want[64];
+  snprintf(want, sizeof(want), "schema version 0 -> %d", KL__PG_SCHEMA_VERSION);
+  assert_non_null(strstr(line, want));
   assert_int_equal(t_cli_migrate(st->fx.where, line, sizeof(line)), 0);
   assert_non_null(strstr(line, "nothing to do"));
   kl_t_sql(st->admin,
-           "INSERT INTO keylane_schema_version (version) VALUES (7)");
+           "INSERT INTO keylane_schema_version (version) VALUES (99)");
   assert_int_equal(t_cli_migrate(st->fx.where, line, sizeof(line)), 1);
   assert_non_null(strstr(line, "newer than this build"));
 }
@@ -1128,6 +1235,7 @@ int main(void) {
       T(test_handler_must_not_end_the_txn),
       T(test_ids_walk),
       T(test_sweep_uses_the_server_clock),
+      T(test_sweep_walks_pages_from_a_shared_position),
       T(test_open_creates_the_schema),
       T(test_open_existing_creates_nothing),
       T(test_newer_schema_is_refused),

@@ -30,12 +30,6 @@
 typedef struct kl_t_store_fixture {
   /** What kl_store_open() takes: an LMDB directory or a postgresql:// URI. */
   char where[256];
-  /**
-   * 1 when kl_store_sweep()'s max counts the keys it removes, the oldest
-   * first (PostgreSQL); 0 when it counts the keys it visits in key order,
-   * expired or not (LMDB's cursor walk), which takes more calls.
-   */
-  int sweep_max_counts_removed;
 } kl_t_store_fixture_t;
 
 /**
