@@ -276,6 +276,15 @@ static int kl_copy_out(const kl_entry_t *e, unsigned char **buf, size_t *cap,
   return 0;
 }
 
+/* @p key's entry, when it is what a batch of @p epoch with @p ticket sees;
+ * under the mutex. */
+static kl_entry_t *kl_known(kl__cache_t *cache, kl__cache_seg_t *seg,
+                            uint64_t epoch, uint64_t ticket, const void *key,
+                            size_t key_len) {
+  kl_entry_t *e = kl_find(cache, key, key_len, kl_hash(key, key_len));
+  return e && e->seg == seg && kl_current(seg, epoch, ticket) ? e : NULL;
+}
+
 kl__cache_answer_t kl__cache_get(kl__cache_t *cache, kl__cache_seg_t *seg,
                                  uint64_t epoch, uint64_t ticket,
                                  const void *key, size_t key_len,
@@ -285,9 +294,8 @@ kl__cache_answer_t kl__cache_get(kl__cache_t *cache, kl__cache_seg_t *seg,
     return KL__CACHE_MISS;
   kl__cache_answer_t answer = KL__CACHE_MISS;
   pthread_mutex_lock(&cache->mu);
-  kl_entry_t *e = kl_find(cache, key, key_len, kl_hash(key, key_len));
-  if (e && e->seg == seg && kl_current(seg, epoch, ticket) &&
-      (!e->present || !kl_copy_out(e, buf, cap, len))) {
+  kl_entry_t *e = kl_known(cache, seg, epoch, ticket, key, key_len);
+  if (e && (!e->present || !kl_copy_out(e, buf, cap, len))) {
     answer = e->present ? KL__CACHE_HIT : KL__CACHE_ABSENT;
     kl_lru_unlink(cache, e);
     kl_lru_front(cache, e);
@@ -298,6 +306,17 @@ kl__cache_answer_t kl__cache_get(kl__cache_t *cache, kl__cache_seg_t *seg,
     cache->misses++;
   pthread_mutex_unlock(&cache->mu);
   return answer;
+}
+
+int kl__cache_stored(kl__cache_t *cache, kl__cache_seg_t *seg, uint64_t epoch,
+                     uint64_t ticket, const void *key, size_t key_len) {
+  if (!cache || !seg)
+    return 0;
+  pthread_mutex_lock(&cache->mu);
+  kl_entry_t *e = kl_known(cache, seg, epoch, ticket, key, key_len);
+  int stored = e && e->present;
+  pthread_mutex_unlock(&cache->mu);
+  return stored;
 }
 
 void kl__cache_fill(kl__cache_t *cache, kl__cache_seg_t *seg, uint64_t epoch,

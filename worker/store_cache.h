@@ -103,6 +103,14 @@ kl__cache_answer_t kl__cache_get(kl__cache_t *cache, kl__cache_seg_t *seg,
                                  unsigned char **buf, size_t *cap, size_t *len);
 
 /**
+ * Whether @p key is known, for a batch of @p epoch and @p ticket, to exist
+ * in the store: its commit may then update the row rather than upsert it.
+ * Copies nothing and counts neither a hit nor a miss.
+ */
+int kl__cache_stored(kl__cache_t *cache, kl__cache_seg_t *seg, uint64_t epoch,
+                     uint64_t ticket, const void *key, size_t key_len);
+
+/**
  * Records what a batch of @p epoch read from its snapshot: @p val (NULL:
  * the key does not exist). Ignored unless the batch may use the cache
  * (see above).

@@ -125,6 +125,17 @@ static const struct {
          "$6::int8 WHERE topic = $1::text AND partition = $2::int4 AND epoch "
          "= $7::int8 RETURNING epoch) SELECT 1 / count(*) FROM f",
          "check the epoch and move the watermark"},
+    /* An UPDATE, half the upsert's work (no conflict check, no row lock
+     * of its own: one WAL record per key, 1.2 against 2.1 ms per 631
+     * keys), for the keys the owner cache knows are stored. Should one be
+     * gone (a writer outside the partition's fence deleted it), the
+     * statement fails (KL__PG_KEY_GONE_STATE) rather than lose the put. */
+    [KL__PG_UPDATE] = {"kl_update",
+                       "WITH u AS (UPDATE keylane_kv SET value = t.v FROM "
+                       "unnest($1::bytea[], $2::bytea[]) AS t(k, v) WHERE "
+                       "key = t.k RETURNING 1) SELECT 1 / (count(*) = "
+                       "$3::int8)::int FROM u",
+                       "write the batch's handler keys"},
     [KL__PG_UPSERT] = {"kl_upsert",
                        "INSERT INTO keylane_kv (key, value) SELECT * FROM "
                        "unnest($1::bytea[], $2::bytea[]) ON CONFLICT (key) DO "

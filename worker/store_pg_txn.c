@@ -69,7 +69,9 @@
 #include "worker/store_pg.h"
 #include "worker/txn_buffer.h"
 
-enum { KL_PG_PUT = 1, KL_PG_DEL = 2 }; /* tags of the data buffer */
+/* Tags of the data buffer: a put, a delete, and a put of a key the owner
+ * cache knew was stored when it was made (the commit updates those). */
+enum { KL_PG_PUT = 1, KL_PG_DEL = 2, KL_PG_PUT_STORED = 3 };
 
 #define KL_PG_OID_BYTEA 17u
 #define KL_PG_OID_INT2 21u
@@ -80,7 +82,7 @@ typedef struct kl_pg_txn {
   char *topic;
   int32_t partition;
   uint64_t epoch;
-  kl__buf_t data;       /* handler keys: KL_PG_PUT or KL_PG_DEL */
+  kl__buf_t data;       /* handler keys: tagged KL_PG_PUT... */
   kl__buf_t ids;        /* idempotency keys: tag = kl_mark_t */
   uint64_t duplicates;  /* kl_txn_count_duplicate() */
   PGresult *last;       /* holds the value the last kl_txn_get() lent */
@@ -400,7 +402,11 @@ kl_err_t kl__pg_get(kl_txn_t *base, const void *key, size_t key_len,
 kl_err_t kl__pg_put(kl_txn_t *base, const void *key, size_t key_len,
                     const void *val, size_t val_len) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  return kl__buf_set(&txn->data, key, key_len, val, val_len, KL_PG_PUT);
+  int stored =
+      !txn->lent && kl__cache_stored(kl_pg_cache(txn), txn->seg, txn->epoch,
+                                     txn->ticket, key, key_len);
+  return kl__buf_set(&txn->data, key, key_len, val, val_len,
+                     stored ? KL_PG_PUT_STORED : KL_PG_PUT);
 }
 
 kl_err_t kl__pg_del(kl_txn_t *base, const void *key, size_t key_len) {
@@ -494,12 +500,14 @@ kl_err_t kl__pg_prefetch(kl_txn_t *base, const char *const *ids,
 
 /* What the commit sends: the statements and the bytes they point to. */
 typedef struct kl_pg_commit {
-  kl__pg_call_t calls[7]; /* fence, upsert, delete, ids (known, new),
-                             outbox, COMMIT */
+  kl__pg_call_t calls[8]; /* fence, update, upsert, delete, ids (known,
+                             new), outbox, COMMIT */
   int n;
   char *outbox; /* the outbox insert's parameters (store_pg_outbox.c) */
-  kl_pg_arr_t keys, vals, dels, ids, marks, new_ids, new_marks;
-  char part[16], wm[24], app[24], dup[24], dl[24], epoch[24], now[24];
+  kl_pg_arr_t keys, vals, stored_keys, stored_vals, dels, ids, marks, new_ids,
+      new_marks;
+  char part[16], wm[24], app[24], dup[24], dl[24], epoch[24], now[24],
+      stored[24];
   const void *probe; /* the first id known absent before the batch, */
   size_t probe_len;  /* kl_pg_landed()'s proof; the txn's ids own it */
 } kl_pg_commit_t;
@@ -509,6 +517,8 @@ static void kl_pg_commit_free(kl_pg_commit_t *c) {
     PQclear(c->calls[i].res);
   free(c->keys.p);
   free(c->vals.p);
+  free(c->stored_keys.p);
+  free(c->stored_vals.p);
   free(c->dels.p);
   free(c->ids.p);
   free(c->marks.p);
@@ -591,26 +601,38 @@ static kl_err_t kl_pg_add_fence(kl_pg_txn_t *txn, kl_pg_commit_t *c,
   return KL_OK;
 }
 
-/* The puts in one upsert and the deletes in one DELETE, in key order so
- * that two commits touching the same keys lock them in the same order. */
+/* The puts of keys known stored in one UPDATE, the other puts in one
+ * upsert and the deletes in one DELETE, each in key order so that two
+ * commits touching the same keys lock them in the same order. Once the
+ * handler's own SQL ran (txn->lent), which may have deleted a row, every
+ * put is upserted. */
 static kl_err_t kl_pg_add_data(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
   const kl__buf_entry_t **list;
   if (kl__buf_sorted(&txn->data, &list))
     return KL_ENOMEM;
   kl_pg_arr_init(&c->keys, KL_PG_OID_BYTEA);
   kl_pg_arr_init(&c->vals, KL_PG_OID_BYTEA);
+  kl_pg_arr_init(&c->stored_keys, KL_PG_OID_BYTEA);
+  kl_pg_arr_init(&c->stored_vals, KL_PG_OID_BYTEA);
   kl_pg_arr_init(&c->dels, KL_PG_OID_BYTEA);
   for (size_t i = 0; i < txn->data.count; i++) {
     const kl__buf_entry_t *e = list[i];
     if (e->tag == KL_PG_DEL) {
       kl_pg_arr_add(&c->dels, kl__buf_key(e), e->key_len);
-    } else {
-      kl_pg_arr_add(&c->keys, kl__buf_key(e), e->key_len);
-      kl_pg_arr_add(&c->vals, kl__buf_val(e), e->val_len);
+      continue;
     }
+    int stored = e->tag == KL_PG_PUT_STORED && !txn->lent;
+    kl_pg_arr_add(stored ? &c->stored_keys : &c->keys, kl__buf_key(e),
+                  e->key_len);
+    kl_pg_arr_add(stored ? &c->stored_vals : &c->vals, kl__buf_val(e),
+                  e->val_len);
   }
   free(list);
-  if ((c->keys.n && kl_pg_add(c, KL__PG_UPSERT, &c->keys, &c->vals, NULL)) ||
+  snprintf(c->stored, sizeof(c->stored), "%" PRIu32, c->stored_keys.n);
+  const char *count[] = {c->stored, NULL};
+  if ((c->stored_keys.n &&
+       kl_pg_add(c, KL__PG_UPDATE, &c->stored_keys, &c->stored_vals, count)) ||
+      (c->keys.n && kl_pg_add(c, KL__PG_UPSERT, &c->keys, &c->vals, NULL)) ||
       (c->dels.n && kl_pg_add(c, KL__PG_DELETE, &c->dels, NULL, NULL)))
     return KL_ENOMEM;
   return KL_OK;
@@ -711,6 +733,20 @@ static kl_err_t kl_pg_id_taken(const kl_pg_txn_t *txn, const PGresult *res) {
                  txn->topic, txn->partition, detail ? detail : "an id");
 }
 
+/* A key the owner cache knew was stored had gone by the commit: only a
+ * writer outside the partition's fence deletes it. The failed commit drops
+ * the cache, so the batch, run again, reads the key afresh. */
+static kl_err_t kl_pg_key_gone(const kl_pg_txn_t *txn) {
+  return kl__err(KL_ESTORE_BUSY,
+                 "postgresql: write the batch's handler keys of topic %s, "
+                 "partition %" PRId32 ": a key this owner had read or "
+                 "written was deleted since by another writer (a handler of "
+                 "another partition, or SQL outside keylane, writing this "
+                 "partition's keys); nothing of the batch was applied, and "
+                 "run again it reads the key afresh",
+                 txn->topic, txn->partition);
+}
+
 /* The outcome of the pipeline's results: the first failure, read as a
  * fence when it is the fence's; a COMMIT the server turned into a
  * rollback is a failure too. */
@@ -728,6 +764,9 @@ static kl_err_t kl_pg_outcome(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
     if (!c->calls[i].sql && c->calls[i].stmt == KL__PG_IDS_NEW &&
         strcmp(kl__pg_state(res), KL__PG_ID_TAKEN_STATE) == 0)
       return kl_pg_id_taken(txn, res);
+    if (!c->calls[i].sql && c->calls[i].stmt == KL__PG_UPDATE &&
+        strcmp(kl__pg_state(res), KL__PG_KEY_GONE_STATE) == 0)
+      return kl_pg_key_gone(txn);
     kl_err_t err = kl__pg_err(txn->conn->pg, res, c->calls[i].what);
     return i == 0 && err == KL_ESTORE_BUSY ? kl_pg_refence(txn, err) : err;
   }

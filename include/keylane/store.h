@@ -50,11 +50,16 @@
  *   Metrics: keylane_store_cache_bytes, keylane_store_cache_entries,
  *   keylane_store_cache_hits_total, keylane_store_cache_misses_total,
  *   keylane_store_cache_drops_total (hit ratio: hits / (hits + misses)).
+ *   A kl_txn_put() of a key the cache knows is stored is committed as an
+ *   UPDATE (half the upsert's cost); if the key was deleted meanwhile by
+ *   a writer breaking that rule, kl_store_commit() fails with
+ *   KL_ESTORE_BUSY, applying nothing, and the cache is dropped.
  * - Handler SQL (kl_txn_pg_conn()) bypasses the cache: once a batch has
  *   lent its connection, its kl_txn_get() calls read the server (so they
  *   see the handler's own uncommitted SQL), fill nothing, and its commit
  *   drops the partition's cache instead of writing through, since the SQL
- *   may have changed keylane_kv. The single-transaction guarantee holds:
+ *   may have changed keylane_kv; its puts are all upserts. The
+ *   single-transaction guarantee holds:
  *   the handler's SQL, the idempotency keys and the fence commit together.
  *
  * PostgreSQL connections. A store holds at most "store.pg.pool" (default

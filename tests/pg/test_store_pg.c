@@ -1123,6 +1123,70 @@ static void test_handler_sql_bypasses_the_cache(void **state) {
   kl_store_destroy(store);
 }
 
+/* A store whose partition 0 holds k = "1", committed by its owner, so
+ * that the owner cache knows k is stored. */
+static kl_store_t *t_store_with_k(t_state_t *st, uint64_t *epoch) {
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  *epoch = kl_t_store_acquire(store, 0);
+  kl_txn_t *txn = kl_t_store_begin(store, 0, *epoch);
+  kl_t_txn_put(txn, "k", "1");
+  kl_t_store_commit(txn, 1);
+  return store;
+}
+
+static long long t_k_is_2(t_state_t *st) {
+  return kl_t_sql(st->admin, "SELECT count(*) FROM keylane_kv WHERE key = "
+                             "'\\x6b' AND value = '\\x32'");
+}
+
+/* A put over a key the owner cache knows is stored is an UPDATE. Should
+ * the key be gone (deleted outside the partition's fence), the commit
+ * fails and applies nothing rather than lose the put; the failed commit
+ * dropped the cache, so the batch run again reads the key afresh and
+ * writes it. */
+static void test_put_over_a_key_deleted_behind_the_owner(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  uint64_t epoch;
+  kl_store_t *store = t_store_with_k(st, &epoch);
+  kl_t_sql(st->admin, "DELETE FROM keylane_kv WHERE key = '\\x6b'");
+  for (int run = 0; run < 2; run++) {
+    kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+    const char *was = kl_t_txn_get(txn, "k");
+    kl_t_txn_put(txn, "k", "2");
+    kl_t_txn_mark(txn, "e1", KL_MARK_APPLIED);
+    if (run == 0) { /* the cache still says "1" */
+      assert_non_null(was);
+      assert_string_equal(was, "1");
+      assert_int_equal(kl_store_commit(txn, 2), KL_ESTORE_BUSY);
+      assert_non_null(strstr(kl_err_detail(), "deleted since by another"));
+      assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM keylane_ids"),
+                       0);
+    } else {
+      assert_null(was);
+      kl_t_store_commit(txn, 2);
+    }
+  }
+  assert_int_equal(t_k_is_2(st), 1);
+  kl_store_destroy(store);
+}
+
+/* Once the handler's own SQL ran, every put is an upsert: that SQL may
+ * have deleted a row the cache knew. */
+static void test_put_after_handler_sql_deleted_the_key(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  uint64_t epoch;
+  kl_store_t *store = t_store_with_k(st, &epoch);
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  assert_string_equal(kl_t_txn_get(txn, "k"), "1");
+  kl_t_txn_put(txn, "k", "2"); /* the cache knows k: an update, so far */
+  kl_t_sql(kl_txn_pg_conn(txn), "DELETE FROM keylane_kv WHERE key = '\\x6b'");
+  kl_t_store_commit(txn, 2);
+  assert_int_equal(t_k_is_2(st), 1);
+  kl_store_destroy(store);
+}
+
 typedef struct t_holder {
   kl_store_t *store;
   uint64_t epoch;
@@ -1252,6 +1316,8 @@ int main(void) {
       T(test_cache_dropped_on_revoke),
       T(test_cache_bounded_lru),
       T(test_handler_sql_bypasses_the_cache),
+      T(test_put_over_a_key_deleted_behind_the_owner),
+      T(test_put_after_handler_sql_deleted_the_key),
       T(test_apply_prefetches_the_batch_ids),
       T(test_commit_many_each_under_its_own_fence),
       T(test_commit_many_in_flight_at_once),
