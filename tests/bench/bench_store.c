@@ -39,11 +39,12 @@
 static const char kl_store_usage[] =
     "usage: keylane-bench store [--json] [--full] [--seconds S] [--pg URI]\n\n"
     "Commit throughput and p99 commit latency, LMDB vs PostgreSQL, for\n"
-    "batches of 1, 100 and 1000 events; then the LMDB dedup lookup rate and\n"
+    "batches of 1, 100 and 1000 events (the two take turns, 8 slices each,\n"
+    "so that both see the same machine); then the LMDB dedup lookup rate and\n"
     "bytes per key as stored keys grow 10k -> 1M (--full: -> 10M).\n\n"
     "      --json         one JSON object on stdout\n"
     "      --full         grow the dedup store to 10 million keys\n"
-    "      --seconds S    time per commit run (default 3)\n"
+    "      --seconds S    time per backend and batch size (default 3)\n"
     "      --pg URI       an existing PostgreSQL database instead of a\n"
     "                     throwaway server\n"
     "      --skip-pg      LMDB only\n"
@@ -139,64 +140,92 @@ static kl_err_t kl_bench_event(kl_txn_t *txn, uint64_t run, uint64_t n) {
   return err ? err : kl_txn_mark(txn, id, 36, KL_MARK_APPLIED);
 }
 
-/* Batches of @p batch events for @p seconds (at least 20 batches). */
-static kl_err_t kl_bench_commits(kl_store_t *store, const char *backend,
-                                 int batch, double seconds, uint64_t run,
-                                 kl_commit_run_t *out) {
+/* One backend's commit run, measured in slices (kl_bench_slice()) that
+ * take turns with the other backend's, so that both see the same machine:
+ * on a shared 2-core VM a few seconds of a neighbour's load moved one
+ * backend's rate by a third between runs. */
+typedef struct kl_commit_acc {
+  kl_store_t *store;
+  uint64_t epoch, run, events;
+  double *lat; /* each commit's ms */
+  size_t n, cap;
+  double elapsed, stage[4]; /* seconds, summed */
+  kl__cache_stats_t c0;
+} kl_commit_acc_t;
+
+static kl_err_t kl_acc_start(kl_commit_acc_t *acc, kl_store_t *store,
+                             uint64_t run) {
+  *acc = (kl_commit_acc_t){.store = store, .run = run, .cap = 1024};
+  kl__store_cache_stats(store, &acc->c0);
   kl_partition_state_t ps;
   kl_err_t err = kl_store_acquire(store, TOPIC, (int32_t)run, &ps);
-  kl__cache_stats_t c0, c1;
-  kl__store_cache_stats(store, &c0);
-  size_t cap = 1024, n = 0;
-  double *lat = malloc(cap * sizeof(*lat));
-  uint64_t events = 0;
-  double start = kl_bench_now(), stage[4] = {0}; /* seconds, summed */
-  while (!err && (kl_bench_now() - start < seconds || n < 20)) {
+  acc->epoch = ps.epoch;
+  if (!err && !(acc->lat = malloc(acc->cap * sizeof(*acc->lat))))
+    err = KL_ENOMEM;
+  return err;
+}
+
+/* Batches of @p batch events for @p seconds (at least 3 batches). */
+static kl_err_t kl_bench_slice(kl_commit_acc_t *acc, int batch,
+                               double seconds) {
+  kl_err_t err = KL_OK;
+  double start = kl_bench_now();
+  for (int done = 0; !err && (kl_bench_now() - start < seconds || done < 3);
+       done++) {
     kl_txn_t *txn;
     double t[5];
     t[0] = kl_bench_now();
-    if ((err = kl_store_begin(store, TOPIC, (int32_t)run, ps.epoch, &txn)))
+    if ((err = kl_store_begin(acc->store, TOPIC, (int32_t)acc->run, acc->epoch,
+                              &txn)))
       break;
     t[1] = kl_bench_now();
-    err = kl_bench_prefetch(txn, run, events, batch);
+    err = kl_bench_prefetch(txn, acc->run, acc->events, batch);
     t[2] = kl_bench_now();
     for (int i = 0; !err && i < batch; i++)
-      err = kl_bench_event(txn, run, events++);
+      err = kl_bench_event(txn, acc->run, acc->events++);
     if (err) {
       kl_store_abort(txn);
       break;
     }
     t[3] = kl_bench_now();
-    err = kl_store_commit(txn, (int64_t)events);
+    err = kl_store_commit(txn, (int64_t)acc->events);
     t[4] = kl_bench_now();
-    if (n == cap)
-      lat = realloc(lat, (cap *= 2) * sizeof(*lat));
-    lat[n++] = (t[4] - t[3]) * 1e3;
+    double *lat = acc->n < acc->cap
+                      ? acc->lat
+                      : realloc(acc->lat, (acc->cap *= 2) * sizeof(*lat));
+    if (!lat)
+      return KL_ENOMEM;
+    acc->lat = lat;
+    lat[acc->n++] = (t[4] - t[3]) * 1e3;
     for (int i = 0; i < 4; i++)
-      stage[i] += t[i + 1] - t[i];
+      acc->stage[i] += t[i + 1] - t[i];
   }
-  double elapsed = kl_bench_now() - start;
-  kl__store_cache_stats(store, &c1);
-  double lookups = (double)(c1.hits - c0.hits + c1.misses - c0.misses);
-  if (!err) {
-    qsort(lat, n, sizeof(*lat), kl_cmp_double);
-    *out = (kl_commit_run_t){backend,
-                             batch,
-                             events,
-                             n,
-                             events / elapsed,
-                             lat[n / 2],
-                             lat[(size_t)((double)(n - 1) * 0.99)],
-                             c1.max_bytes && lookups > 0
-                                 ? (double)(c1.hits - c0.hits) / lookups
-                                 : -1,
-                             stage[0] * 1e3 / n,
-                             stage[1] * 1e3 / n,
-                             stage[2] * 1e3 / n,
-                             stage[3] * 1e3 / n};
-  }
-  free(lat);
+  acc->elapsed += kl_bench_now() - start;
   return err;
+}
+
+static void kl_acc_end(kl_commit_acc_t *acc, const char *backend, int batch,
+                       kl_commit_run_t *out) {
+  kl__cache_stats_t c1;
+  kl__store_cache_stats(acc->store, &c1);
+  double lookups =
+      (double)(c1.hits - acc->c0.hits + c1.misses - acc->c0.misses);
+  size_t n = acc->n;
+  qsort(acc->lat, n, sizeof(*acc->lat), kl_cmp_double);
+  *out = (kl_commit_run_t){backend,
+                           batch,
+                           acc->events,
+                           n,
+                           acc->events / acc->elapsed,
+                           acc->lat[n / 2],
+                           acc->lat[(size_t)((double)(n - 1) * 0.99)],
+                           c1.max_bytes && lookups > 0
+                               ? (double)(c1.hits - acc->c0.hits) / lookups
+                               : -1,
+                           acc->stage[0] * 1e3 / n,
+                           acc->stage[1] * 1e3 / n,
+                           acc->stage[2] * 1e3 / n,
+                           acc->stage[3] * 1e3 / n};
 }
 
 /* ---- 2. dedup lookups ------------------------------------------------ */
@@ -436,25 +465,36 @@ static kl_err_t kl_bench_sync_commit(kl_store_t *store, char *out,
 
 static char kl_sync_commit[32] = "?";
 
-static kl_err_t kl_bench_backend(const char *location, const char *backend,
-                                 double seconds, kl_commit_run_t *runs,
-                                 int *n) {
-  kl_store_t *store;
-  kl_err_t err = kl_store_open(location, NULL, &store);
-  if (!err && strcmp(backend, "postgresql") == 0)
-    err = kl_bench_sync_commit(store, kl_sync_commit, sizeof(kl_sync_commit));
+#define KL_SLICES 8 /* turns each backend takes in a commit run */
+
+/* The commit runs: per batch size, LMDB and (when @p pg is not NULL)
+ * PostgreSQL take KL_SLICES turns each of seconds / KL_SLICES. */
+static kl_err_t kl_bench_commit_runs(kl_store_t *lmdb, kl_store_t *pg,
+                                     double seconds, kl_commit_run_t *runs,
+                                     int *n) {
+  kl_err_t err = KL_OK;
   for (int i = 0; !err && i < 3; i++) {
     if (kl_only_batch && kl_batches[i] != kl_only_batch)
       continue;
-    fprintf(stderr, "keylane-bench store: %s, batches of %d\n", backend,
-            kl_batches[i]);
-    err = kl_bench_commits(store, backend, kl_batches[i], seconds,
-                           (uint64_t)i + 1, &runs[(*n)++]);
+    fprintf(stderr, "keylane-bench store: batches of %d, %s\n", kl_batches[i],
+            pg ? "LMDB and PostgreSQL in turns" : "LMDB");
+    kl_commit_acc_t acc[2] = {0};
+    kl_store_t *stores[2] = {lmdb, pg};
+    int sides = pg ? 2 : 1;
+    for (int b = 0; !err && b < sides; b++)
+      err = kl_acc_start(&acc[b], stores[b], (uint64_t)i + 1);
+    for (int slice = 0; !err && slice < KL_SLICES; slice++)
+      for (int b = 0; !err && b < sides; b++)
+        err = kl_bench_slice(&acc[b], kl_batches[i], seconds / KL_SLICES);
+    for (int b = 0; !err && b < sides; b++)
+      kl_acc_end(&acc[b], b ? "postgresql" : "lmdb", kl_batches[i],
+                 &runs[(*n)++]);
+    for (int b = 0; b < sides; b++)
+      free(acc[b].lat);
   }
-  kl_store_destroy(store);
   if (err)
-    fprintf(stderr, "keylane-bench store: %s: %s: %s\n", backend,
-            kl_err_name(err), kl_err_detail());
+    fprintf(stderr, "keylane-bench store: commits: %s: %s\n", kl_err_name(err),
+            kl_err_detail());
   return err;
 }
 
@@ -488,22 +528,27 @@ static int kl_bench_parse(int argc, char **argv, kl_bench_opts_t *o) {
   return 0;
 }
 
-/* The PostgreSQL half: a throwaway durable server unless one is given.
- * @returns 0, or -1 with why it was skipped in @p why. */
-static int kl_bench_pg(const kl_bench_opts_t *o, kl_commit_run_t *runs, int *n,
-                       char *why, size_t why_size) {
-  if (o->pg_uri)
-    return kl_bench_backend(o->pg_uri, "postgresql", o->seconds, runs, n) ? -2
-                                                                          : 0;
-  kl_t_pg_t *pg = kl_t_pg_start(1, why, why_size);
-  if (!pg)
-    return -1;
+/* The PostgreSQL store: on a throwaway durable server (*@p server) unless
+ * --pg names one. @returns 0; -1 with why it is skipped in @p why; -2 on
+ * an error (printed). */
+static int kl_bench_pg_open(const kl_bench_opts_t *o, kl_t_pg_t **server,
+                            kl_store_t **store, char *why, size_t why_size) {
   char uri[256];
-  int rc = kl_t_pg_createdb(pg, "bench", uri, sizeof(uri)) ? -2 : 0;
-  if (!rc && kl_bench_backend(uri, "postgresql", o->seconds, runs, n))
-    rc = -2;
-  kl_t_pg_stop(pg);
-  return rc;
+  if (o->pg_uri) {
+    snprintf(uri, sizeof(uri), "%s", o->pg_uri);
+  } else {
+    if (!(*server = kl_t_pg_start(1, why, why_size)))
+      return -1;
+    if (kl_t_pg_createdb(*server, "bench", uri, sizeof(uri)))
+      return -2;
+  }
+  kl_err_t err = kl_store_open(uri, NULL, store);
+  if (!err)
+    err = kl_bench_sync_commit(*store, kl_sync_commit, sizeof(kl_sync_commit));
+  if (err)
+    fprintf(stderr, "keylane-bench store: postgresql: %s: %s\n",
+            kl_err_name(err), kl_err_detail());
+  return err ? -2 : 0;
 }
 
 int kl_bench_store(int argc, char **argv) {
@@ -520,11 +565,24 @@ int kl_bench_store(int argc, char **argv) {
     return 1;
   }
   snprintf(sub, sizeof(sub), "%s/commits", dir);
-  kl_err_t err = kl_bench_backend(sub, "lmdb", o.seconds, commits, &nc);
-  int pg =
-      err || o.skip_pg ? -1 : kl_bench_pg(&o, commits, &nc, why, sizeof(why));
+  kl_store_t *lmdb = NULL, *pgs = NULL;
+  kl_t_pg_t *server = NULL;
+  kl_err_t err = kl_store_open(sub, NULL, &lmdb);
+  if (err)
+    fprintf(stderr, "keylane-bench store: lmdb: %s: %s\n", kl_err_name(err),
+            kl_err_detail());
+  int pg = err || o.skip_pg
+               ? -1
+               : kl_bench_pg_open(&o, &server, &pgs, why, sizeof(why));
   if (o.skip_pg)
     snprintf(why, sizeof(why), "--skip-pg");
+  if (!err && pg != -2 &&
+      kl_bench_commit_runs(lmdb, pg ? NULL : pgs, o.seconds, commits, &nc))
+    pg = -2;
+  kl_store_destroy(pgs);
+  kl_store_destroy(lmdb);
+  if (server)
+    kl_t_pg_stop(server);
   snprintf(sub, sizeof(sub), "%s/dedup", dir);
   if (!err && pg != -2 && !o.batch &&
       (err = kl_bench_dedup(sub, o.full, dedup, &nd)))
