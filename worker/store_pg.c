@@ -733,6 +733,21 @@ typedef struct kl_pg_sweep {
  * call that removed max keys stays on its pages, so no expired key is
  * left behind for a whole walk. The cutoff is the server's time, as the
  * keys' insert times are. */
+#define KL_PG_EXPIRED "inserted_ms < " KL__PG_NOW_MS(1) " - $2::int8"
+static const char kl_pg_sweep_sql[] =
+    "WITH s AS (SELECT CASE WHEN next_page < pg_relation_size('keylane_ids') "
+    "/ current_setting('block_size')::int8 THEN next_page ELSE 0 END AS page "
+    "FROM keylane_sweep FOR UPDATE SKIP LOCKED), "
+    "d AS (DELETE FROM keylane_ids WHERE ctid = ANY(ARRAY(SELECT ctid FROM "
+    "keylane_ids WHERE ctid >= (SELECT format('(%s,0)', page)::tid FROM s) "
+    "AND ctid < (SELECT format('(%s,0)', page + $4::int8)::tid FROM s) "
+    "AND " KL_PG_EXPIRED " LIMIT $3::int8)) AND " KL_PG_EXPIRED
+    " RETURNING 1), "
+    "n AS (SELECT count(*) AS removed FROM d), "
+    "u AS (UPDATE keylane_sweep SET next_page = s.page + CASE WHEN n.removed "
+    "< $3::int8 THEN $4::int8 ELSE 0 END FROM s, n) "
+    "SELECT removed FROM n";
+
 static kl_err_t kl_pg_sweep_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_sweep_t *sw = ctx;
   char now[24], retention[24], max[24], pages[24];
@@ -743,24 +758,8 @@ static kl_err_t kl_pg_sweep_fn(kl__pg_conn_t *conn, void *ctx) {
            (sw->max + KL_PG_SWEEP_KEYS_PER_PAGE - 1) /
                KL_PG_SWEEP_KEYS_PER_PAGE);
   const char *values[4] = {now, retention, max, pages};
-  PGresult *res = PQexecParams(
-      conn->pg,
-      "WITH s AS (SELECT CASE WHEN next_page < pg_relation_size("
-      "'keylane_ids') / current_setting('block_size')::int8 THEN next_page "
-      "ELSE 0 END AS page FROM keylane_sweep FOR UPDATE SKIP LOCKED), "
-      "d AS (DELETE FROM keylane_ids WHERE ctid = ANY(ARRAY(SELECT ctid FROM "
-      "keylane_ids WHERE ctid >= (SELECT format('(%s,0)', page)::tid FROM s) "
-      "AND ctid < (SELECT format('(%s,0)', page + $4::int8)::tid FROM s) AND "
-      "inserted_ms < " KL__PG_NOW_MS(
-          1) " - $2::int8 LIMIT $3::int8)) AND "
-             "inserted_ms < " KL__PG_NOW_MS(
-                 1) " - $2::int8 RETURNING 1), "
-                    "n AS (SELECT count(*) AS removed FROM d), "
-                    "u AS (UPDATE keylane_sweep SET next_page = s.page + CASE "
-                    "WHEN "
-                    "n.removed < $3::int8 THEN $4::int8 ELSE 0 END FROM s, n) "
-                    "SELECT removed FROM n",
-      4, NULL, values, NULL, NULL, 0);
+  PGresult *res =
+      PQexecParams(conn->pg, kl_pg_sweep_sql, 4, NULL, values, NULL, NULL, 0);
   if (!kl__pg_ok(res) || PQntuples(res) != 1) {
     kl_err_t err = kl__pg_err(conn->pg, res, "sweep expired idempotency keys");
     PQclear(res);

@@ -82,7 +82,7 @@ typedef struct kl_pg_txn {
   char *topic;
   int32_t partition;
   uint64_t epoch;
-  kl__buf_t data;       /* handler keys: tagged KL_PG_PUT... */
+  kl__buf_t data;       /* handler keys, tagged KL_PG_PUT/DEL/PUT_STORED */
   kl__buf_t ids;        /* idempotency keys: tag = kl_mark_t */
   uint64_t duplicates;  /* kl_txn_count_duplicate() */
   PGresult *last;       /* holds the value the last kl_txn_get() lent */
