@@ -731,8 +731,10 @@ typedef struct kl_pg_sweep {
  * range scan: no index on insert times for every commit to write), and
  * moves the position past them, back to page 0 after the table's end. A
  * call that removed max keys stays on its pages, so no expired key is
- * left behind for a whole walk. The cutoff is the server's time, as the
- * keys' insert times are. */
+ * left behind for a whole walk. Keys a commit holds (re-marking them)
+ * are skipped too, for the next walk: the sweep never waits for a commit
+ * or deadlocks with one. The cutoff is the server's time, as the keys'
+ * insert times are. */
 #define KL_PG_EXPIRED "inserted_ms < " KL__PG_NOW_MS(1) " - $2::int8"
 static const char kl_pg_sweep_sql[] =
     "WITH s AS (SELECT CASE WHEN next_page < pg_relation_size('keylane_ids') "
@@ -741,7 +743,8 @@ static const char kl_pg_sweep_sql[] =
     "d AS (DELETE FROM keylane_ids WHERE ctid = ANY(ARRAY(SELECT ctid FROM "
     "keylane_ids WHERE ctid >= (SELECT format('(%s,0)', page)::tid FROM s) "
     "AND ctid < (SELECT format('(%s,0)', page + $4::int8)::tid FROM s) "
-    "AND " KL_PG_EXPIRED " LIMIT $3::int8)) AND " KL_PG_EXPIRED
+    "AND " KL_PG_EXPIRED
+    " LIMIT $3::int8 FOR UPDATE SKIP LOCKED)) AND " KL_PG_EXPIRED
     " RETURNING 1), "
     "n AS (SELECT count(*) AS removed FROM d), "
     "u AS (UPDATE keylane_sweep SET next_page = s.page + CASE WHEN n.removed "

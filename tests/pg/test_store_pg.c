@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <libpq-fe.h>
@@ -481,6 +483,50 @@ static void test_sweep_walks_pages_from_a_shared_position(void **state) {
                    1);
   kl_store_destroy(a);
   kl_store_destroy(b);
+}
+
+typedef struct t_sweeper {
+  kl_store_t *store;
+  size_t removed;
+  kl_err_t err;
+  atomic_int done;
+} t_sweeper_t;
+
+static void *t_sweep(void *opaque) {
+  t_sweeper_t *sw = opaque;
+  sw->err = kl_store_sweep(sw->store, 1000, &sw->removed);
+  atomic_store(&sw->done, 1);
+  return NULL;
+}
+
+/* A key a commit holds (here an open transaction's row lock) is left for
+ * the next walk: the sweep neither waits for the commit nor can deadlock
+ * with one. */
+static void test_sweep_skips_keys_a_commit_holds(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_t_store_clock_set(1700000000000LL);
+  t_sweeper_t sw = {.store = kl_t_store_open(
+                        st->fx.where, "store.dedup.retention", "1h", NULL)};
+  t_mark_ids(sw.store, kl_t_store_acquire(sw.store, 0), "held-", 10);
+  kl_t_store_clock_add(3600 * 1000 + 1);
+  kl_t_sql(st->admin, "BEGIN");
+  kl_t_sql(st->admin, "SELECT 1 FROM keylane_ids WHERE id = 'held-00003' FOR "
+                      "UPDATE");
+  pthread_t thread;
+  assert_int_equal(pthread_create(&thread, NULL, t_sweep, &sw), 0);
+  for (int i = 0; i < 50 && !atomic_load(&sw.done); i++)
+    usleep(100 * 1000);
+  int waited = !atomic_load(&sw.done);
+  kl_t_sql(st->admin, "ROLLBACK");
+  pthread_join(thread, NULL);
+  assert_false(waited);
+  assert_int_equal(sw.err, KL_OK);
+  assert_int_equal(sw.removed, 9);
+  size_t removed = 0; /* the next walk, from page 0 again */
+  assert_int_equal(kl_store_sweep(sw.store, 1000, &removed), KL_OK);
+  assert_int_equal(removed, 1);
+  kl_store_destroy(sw.store);
 }
 
 /* ---- schema ---------------------------------------------------------- */
@@ -1300,6 +1346,7 @@ int main(void) {
       T(test_ids_walk),
       T(test_sweep_uses_the_server_clock),
       T(test_sweep_walks_pages_from_a_shared_position),
+      T(test_sweep_skips_keys_a_commit_holds),
       T(test_open_creates_the_schema),
       T(test_open_existing_creates_nothing),
       T(test_newer_schema_is_refused),
