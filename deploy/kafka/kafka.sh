@@ -207,7 +207,7 @@ node_pid() {
   [ -f "$nd/kafka.pid" ] || return 0
   pid=$(cat "$nd/kafka.pid")
   [[ $pid =~ ^[0-9]+$ ]] || return 0
-  if tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF "kafka.Kafka $nd/server.properties"; then
+  if grep -qF "kafka.Kafka $nd/server.properties" <(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline"); then
     echo "$pid"
   fi
 }
@@ -360,7 +360,7 @@ since_launch() {
   tail -n +$(($(cat "$nd/kafka.out.mark" 2>/dev/null || echo 0) + 1)) "$nd/kafka.out"
 }
 
-node_started() { since_launch "$1" | grep -q 'Kafka Server started'; }
+node_started() { grep -q 'Kafka Server started' <(since_launch "$1"); }
 
 # Ready means, for every node given: its JVM is alive, it logged "Kafka
 # Server started", its broker port accepts connections, and its metadata
@@ -436,7 +436,7 @@ stop_nodes() {
     if ((C_NODES > 1)) && (($(running_count) * 2 <= C_NODES)); then
       lost_at=${lost_at:-$SECONDS}
       for i in $left; do
-        if since_launch "$i" | grep -q "\[BrokerServer id=$i\] shut down completed"; then
+        if grep -q "\[BrokerServer id=$i\] shut down completed" <(since_launch "$i"); then
           pid=$(node_pid "$i")
           if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null || true; fi
         fi

@@ -30,7 +30,7 @@ else
 fi
 
 # ---- plain make checks the build dependencies only
-if make -n configure BUILD="$b" | grep -q 'install-deps.sh --build'; then
+if grep -q 'install-deps.sh --build' <(make -n configure BUILD="$b"); then
   ok "make configure checks install-deps.sh --build"
 else
   bad "make configure does not use install-deps.sh --build: $(make -n configure BUILD="$b" | head -n 3)"

@@ -77,7 +77,7 @@ else
 fi
 # kafka-python's own acknowledgements say the same.
 cut -f1,2 "$W/py/placed.tsv" | sort -u >"$W/py/acked.tsv"
-if comm -23 "$W/py/acked.tsv" "$W/routed.tsv" | grep -q .; then
+if grep -q . <(comm -23 "$W/py/acked.tsv" "$W/routed.tsv"); then
   bad "kafka-python acknowledged keys on other partitions than keylane route"
 else
   ok "kafka-python's acknowledged partitions agree with keylane route"
