@@ -39,9 +39,10 @@
 static const char kl_store_usage[] =
     "usage: keylane-bench store [--json] [--full] [--seconds S] [--pg URI]\n\n"
     "Commit throughput and p99 commit latency, LMDB vs PostgreSQL, for\n"
-    "batches of 1, 100 and 1000 events (the two take turns, 8 slices each,\n"
-    "so that both see the same machine); then the LMDB dedup lookup rate and\n"
-    "bytes per key as stored keys grow 10k -> 1M (--full: -> 10M).\n\n"
+    "batches of 1, 100 and 1000 events (the two take turns: a warm-up slice\n"
+    "each, printed apart, then 8 counted, so that both see the same\n"
+    "machine); then the LMDB dedup lookup rate and bytes per key as stored\n"
+    "keys grow 10k -> 1M (--full: -> 10M).\n\n"
     "      --json         one JSON object on stdout\n"
     "      --full         grow the dedup store to 10 million keys\n"
     "      --seconds S    time per backend and batch size (default 3)\n"
@@ -89,6 +90,7 @@ typedef struct kl_commit_run {
   uint64_t events, batches;
   double events_per_s, p50_ms, p99_ms;
   double cache_hit_ratio; /* -1: the backend has no owner cache */
+  double warmup_per_s;    /* events/s of the warm-up slice, not counted */
   /* Where a batch's time goes, mean ms: begin, prefetch, the events'
    * calls (seen, get, put, mark), commit. */
   double begin_ms, prefetch_ms, events_ms, commit_ms;
@@ -146,11 +148,14 @@ static kl_err_t kl_bench_event(kl_txn_t *txn, uint64_t run, uint64_t n) {
  * backend's rate by a third between runs. */
 typedef struct kl_commit_acc {
   kl_store_t *store;
-  uint64_t epoch, run, events;
-  double *lat; /* each commit's ms */
+  uint64_t epoch, run;
+  uint64_t next;   /* the next event's number, warm-up included */
+  uint64_t events; /* events measured */
+  double *lat;     /* each commit's ms */
   size_t n, cap;
   double elapsed, stage[4]; /* seconds, summed */
   kl__cache_stats_t c0;
+  double warmup_per_s;
 } kl_commit_acc_t;
 
 static kl_err_t kl_acc_start(kl_commit_acc_t *acc, kl_store_t *store,
@@ -179,16 +184,17 @@ static kl_err_t kl_bench_slice(kl_commit_acc_t *acc, int batch,
                               &txn)))
       break;
     t[1] = kl_bench_now();
-    err = kl_bench_prefetch(txn, acc->run, acc->events, batch);
+    err = kl_bench_prefetch(txn, acc->run, acc->next, batch);
     t[2] = kl_bench_now();
     for (int i = 0; !err && i < batch; i++)
-      err = kl_bench_event(txn, acc->run, acc->events++);
+      err = kl_bench_event(txn, acc->run, acc->next++);
     if (err) {
       kl_store_abort(txn);
       break;
     }
     t[3] = kl_bench_now();
-    err = kl_store_commit(txn, (int64_t)acc->events);
+    err = kl_store_commit(txn, (int64_t)acc->next);
+    acc->events += (uint64_t)batch;
     t[4] = kl_bench_now();
     double *lat = acc->n < acc->cap
                       ? acc->lat
@@ -202,6 +208,16 @@ static kl_err_t kl_bench_slice(kl_commit_acc_t *acc, int batch,
   }
   acc->elapsed += kl_bench_now() - start;
   return err;
+}
+
+/* Ends the warm-up slice: its rate is kept apart and the run starts
+ * counting. */
+static void kl_acc_warmed(kl_commit_acc_t *acc) {
+  acc->warmup_per_s = acc->events / acc->elapsed;
+  acc->events = acc->n = 0;
+  acc->elapsed = 0;
+  memset(acc->stage, 0, sizeof(acc->stage));
+  kl__store_cache_stats(acc->store, &acc->c0);
 }
 
 static void kl_acc_end(kl_commit_acc_t *acc, const char *backend, int batch,
@@ -222,6 +238,7 @@ static void kl_acc_end(kl_commit_acc_t *acc, const char *backend, int batch,
                            c1.max_bytes && lookups > 0
                                ? (double)(c1.hits - acc->c0.hits) / lookups
                                : -1,
+                           acc->warmup_per_s,
                            acc->stage[0] * 1e3 / n,
                            acc->stage[1] * 1e3 / n,
                            acc->stage[2] * 1e3 / n,
@@ -351,14 +368,15 @@ static void kl_report_text(const kl_commit_run_t *c, int nc,
                            const char *sync_commit) {
   printf("commits (per batch: prefetch ids; per event: seen, get, put, "
          "mark)\n");
-  printf("  %-10s %6s %12s %10s %10s %10s  %s\n", "backend", "batch",
-         "events/s", "p50 ms", "p99 ms", "cache hit",
+  printf("  %-10s %6s %12s %12s %10s %10s %10s  %s\n", "backend", "batch",
+         "events/s", "warm-up", "p50 ms", "p99 ms", "cache hit",
          "mean ms per batch: begin, prefetch, events, commit");
   for (int i = 0; i < nc; i++)
-    printf("  %-10s %6d %12.0f %10.3f %10.3f %10.3f  %.3f %.3f %.3f %.3f\n",
-           c[i].backend, c[i].batch, c[i].events_per_s, c[i].p50_ms,
-           c[i].p99_ms, c[i].cache_hit_ratio, c[i].begin_ms, c[i].prefetch_ms,
-           c[i].events_ms, c[i].commit_ms);
+    printf("  %-10s %6d %12.0f %12.0f %10.3f %10.3f %10.3f  %.3f %.3f %.3f "
+           "%.3f\n",
+           c[i].backend, c[i].batch, c[i].events_per_s, c[i].warmup_per_s,
+           c[i].p50_ms, c[i].p99_ms, c[i].cache_hit_ratio, c[i].begin_ms,
+           c[i].prefetch_ms, c[i].events_ms, c[i].commit_ms);
   if (pg)
     printf("  postgresql: skipped: %s\n", pg);
   else
@@ -398,6 +416,8 @@ static void kl_report_json(const kl_commit_run_t *c, int nc,
         "events", (json_int_t)c[i].events, "batches", (json_int_t)c[i].batches,
         "events_per_s", c[i].events_per_s, "p50_commit_ms", c[i].p50_ms,
         "p99_commit_ms", c[i].p99_ms, "cache_hit_ratio", c[i].cache_hit_ratio);
+    json_object_set_new(run, "warmup_events_per_s",
+                        json_real(c[i].warmup_per_s));
     json_object_set_new(run, "mean_ms_per_batch",
                         json_pack("{sfsfsfsf}", "begin", c[i].begin_ms,
                                   "prefetch", c[i].prefetch_ms, "events",
@@ -468,7 +488,9 @@ static char kl_sync_commit[32] = "?";
 #define KL_SLICES 8 /* turns each backend takes in a commit run */
 
 /* The commit runs: per batch size, LMDB and (when @p pg is not NULL)
- * PostgreSQL take KL_SLICES turns each of seconds / KL_SLICES. */
+ * PostgreSQL take turns of seconds / KL_SLICES: one to warm up, whose rate
+ * is printed apart (the owner cache's first read of each key is a round
+ * trip; LMDB's first pages fault in), then KL_SLICES counted. */
 static kl_err_t kl_bench_commit_runs(kl_store_t *lmdb, kl_store_t *pg,
                                      double seconds, kl_commit_run_t *runs,
                                      int *n) {
@@ -483,9 +505,12 @@ static kl_err_t kl_bench_commit_runs(kl_store_t *lmdb, kl_store_t *pg,
     int sides = pg ? 2 : 1;
     for (int b = 0; !err && b < sides; b++)
       err = kl_acc_start(&acc[b], stores[b], (uint64_t)i + 1);
-    for (int slice = 0; !err && slice < KL_SLICES; slice++)
+    for (int slice = 0; !err && slice <= KL_SLICES; slice++)
       for (int b = 0; !err && b < sides; b++)
-        err = kl_bench_slice(&acc[b], kl_batches[i], seconds / KL_SLICES);
+        if (!(err = kl_bench_slice(&acc[b], kl_batches[i],
+                                   seconds / KL_SLICES)) &&
+            slice == 0)
+          kl_acc_warmed(&acc[b]);
     for (int b = 0; !err && b < sides; b++)
       kl_acc_end(&acc[b], b ? "postgresql" : "lmdb", kl_batches[i],
                  &runs[(*n)++]);
