@@ -18,16 +18,6 @@
 #include "support/run.h"
 #include "support/support.h"
 
-/* kl_t_run() runs KEYLANE_BIN: the benchmark instead of keylane. */
-static int kl_use_bench(void **state) {
-  (void)state;
-  const char *build = getenv("KEYLANE_BUILD_DIR");
-  char path[1024];
-  snprintf(path, sizeof(path), "%s/bin/keylane-bench", build ? build : "build");
-  setenv("KEYLANE_BIN", path, 1);
-  return 0;
-}
-
 static void test_unknown_handler_is_refused(void **state) {
   (void)state;
   kl_t_run_t r;
@@ -111,5 +101,5 @@ int main(void) {
       cmocka_unit_test(test_unknown_handler_is_refused),
       cmocka_unit_test(test_bare_consumer_measures_kafka_alone),
   };
-  return cmocka_run_group_tests(tests, kl_use_bench, NULL);
+  return cmocka_run_group_tests(tests, kl_t_use_bench, NULL);
 }

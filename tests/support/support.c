@@ -116,6 +116,15 @@ const char *kl_t_bin(void) {
   return bin ? bin : "build/bin/keylane";
 }
 
+int kl_t_use_bench(void **state) {
+  (void)state;
+  const char *build = getenv("KEYLANE_BUILD_DIR");
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/bin/keylane-bench", build ? build : "build");
+  setenv("KEYLANE_BIN", path, 1);
+  return 0;
+}
+
 int kl_t_produce_raw(const char *bootstrap, const char *topic,
                      int32_t partition, const char *key, const void *value,
                      size_t len, const char *const *hdrs) {

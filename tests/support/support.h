@@ -60,5 +60,8 @@ uint64_t kl_t_workers_applied(kl_t_worker_t *const *tw, size_t n, uint64_t want,
 
 /* The binary under test (KEYLANE_BIN) */
 const char *kl_t_bin(void);
+/* Points KEYLANE_BIN at KEYLANE_BUILD_DIR's bin/keylane-bench, for the
+ * tests that run the benchmark; a cmocka group setup (@p state unused). */
+int kl_t_use_bench(void **state);
 
 #endif

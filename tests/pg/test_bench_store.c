@@ -1,0 +1,79 @@
+/*
+ * keylane-bench store through the real executable (KEYLANE_BUILD_DIR's
+ * bin/keylane-bench), on its own throwaway PostgreSQL: a run of one batch
+ * size (--batch) reports the ratio it measured and leaves the others and
+ * the batch-1000 target unjudged ("not run", JSON null), never "MISSED"
+ * for a run it did not make. The figures themselves are measured, not
+ * tested.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "support/run.h"
+#include "support/skips.h"
+#include "support/support.h"
+
+/* Runs the bench at batch 100 (1 s per slice set); skips, as a missing
+ * PostgreSQL, when it could not start one. */
+static void kl_run_batch_100(int json, kl_t_run_t *r) {
+  const char *args[] = {"store",     "--batch", "100",
+                        "--seconds", "1",       json ? "--json" : NULL,
+                        NULL};
+  kl_t_run_for(args, NULL, 0, 120000, r);
+  if (r->rc != 0)
+    fail_msg("rc %d, stderr: %s", r->rc, r->err);
+  const char *skipped = strstr(r->out, "skipped");
+  if (skipped) {
+    kl_t_missing("postgresql", skipped);
+    kl_t_run_free(r);
+    skip();
+  }
+}
+
+static void test_one_batch_size_judges_no_other(void **state) {
+  (void)state;
+  kl_t_run_t r;
+  kl_run_batch_100(1, &r);
+  json_error_t jerr;
+  json_t *j = json_loads(r.out, 0, &jerr);
+  if (!j)
+    fail_msg("not JSON (%s): %s", jerr.text, r.out);
+  json_t *runs = json_object_get(j, "commits");
+  assert_int_equal(json_array_size(runs), 2); /* lmdb and postgresql */
+  for (size_t i = 0; i < 2; i++)
+    assert_int_equal(
+        json_integer_value(json_object_get(json_array_get(runs, i), "batch")),
+        100);
+  double r100 = json_real_value(json_object_get(j, "pg_vs_lmdb_batch_100"));
+  assert_true(r100 > 0);
+  assert_true(json_is_null(json_object_get(j, "pg_vs_lmdb_batch_1000")));
+  assert_true(json_is_null(json_object_get(j, "pg_target_met")));
+  json_decref(j);
+  kl_t_run_free(&r);
+}
+
+static void test_text_says_not_run(void **state) {
+  (void)state;
+  kl_t_run_t r;
+  kl_run_batch_100(0, &r);
+  if (!strstr(r.out, "batch 1000 not run (target >= 0.25 at batch 1000: "
+                     "not run)"))
+    fail_msg("stdout: %s", r.out);
+  assert_null(strstr(r.out, "MISSED"));
+  kl_t_run_free(&r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_one_batch_size_judges_no_other),
+      cmocka_unit_test(test_text_says_not_run),
+  };
+  return cmocka_run_group_tests(tests, kl_t_use_bench, NULL);
+}
