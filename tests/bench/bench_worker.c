@@ -38,6 +38,7 @@
 /* The embedded cluster keeps at most 5 MiB of records per partition (the
  * mock's retention); 64 partitions hold 1,000,000 ledger events. */
 #define KL_BW_PARTS 64
+#define KL_BW_EVENTS_PER_PART 15625 /* 1,000,000 / 64 */
 /* PostgreSQL: a lane holds a pooled connection while its group transaction
  * is open, so the pool (at most 64, and the throwaway server takes 60
  * connections) has one per partition. 16 partitions hold 250,000 events. */
@@ -269,14 +270,15 @@ static void kl_bw_help(void) {
          "librdkafka consume loop over the same events on an embedded\n"
          "cluster. Default 1000000 events, 3 rounds each, medians.\n"
          "--store pg: a throwaway durable PostgreSQL server instead\n"
-         "(target ratio >= 0.20).\n"
+         "(target ratio >= 0.20); 16 partitions, one per pooled\n"
+         "connection, which hold 250000 events (the default then).\n"
          "--transfers PCT makes PCT %% of the events transfers, whose\n"
          "credits go through the outbox; one round then (a second would\n"
          "read the first's credits).\n");
 }
 
 int kl_bench_worker(int argc, char **argv) {
-  int64_t events = 1000000, rounds = 3, transfers = 0;
+  int64_t events = -1, rounds = 3, transfers = 0;
   const char *backend = "lmdb";
   int json = 0;
   const kl_bench_flag_t flags[] = {
@@ -295,6 +297,21 @@ int kl_bench_worker(int argc, char **argv) {
             backend);
     return 2;
   }
+  kl_bw_parts = pg ? KL_BW_PARTS_PG : KL_BW_PARTS;
+  /* Transfers' credits are records of the topic too. */
+  int64_t room = (int64_t)kl_bw_parts * KL_BW_EVENTS_PER_PART;
+  if (events < 0)
+    events = room * 100 / (100 + transfers);
+  if (events * (100 + transfers) / 100 > room) {
+    fprintf(stderr,
+            "keylane-bench worker: --events %" PRId64 " with --transfers "
+            "%" PRId64 " is more than the embedded cluster's %" PRId32
+            " partitions hold (%" PRId64 " records, the mock's retention); "
+            "give at most --events %" PRId64 "\n",
+            events, transfers, kl_bw_parts, room,
+            room * 100 / (100 + transfers));
+    return 2;
+  }
   char why[512];
   kl_t_pg_t *server = pg ? kl_t_pg_start(1, why, sizeof(why)) : NULL;
   if (pg && !server) {
@@ -302,7 +319,6 @@ int kl_bench_worker(int argc, char **argv) {
     return 1;
   }
   kl_embedded_t *cluster;
-  kl_bw_parts = pg ? KL_BW_PARTS_PG : KL_BW_PARTS;
   if (kl_embedded_new(1, KL_BW_TOPIC, kl_bw_parts, &cluster)) {
     fprintf(stderr, "cluster: %s\n", kl_err_detail());
     return 1;
