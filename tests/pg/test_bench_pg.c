@@ -1,10 +1,12 @@
 /*
- * keylane-bench store through the real executable (KEYLANE_BUILD_DIR's
- * bin/keylane-bench), on its own throwaway PostgreSQL: a run of one batch
- * size (--batch) reports the ratio it measured and leaves the others and
- * the batch-1000 target unjudged ("not run", JSON null), never "MISSED"
- * for a run it did not make. The figures themselves are measured, not
- * tested.
+ * keylane-bench on PostgreSQL, through the real executable
+ * (KEYLANE_BUILD_DIR's bin/keylane-bench), each run on its own throwaway
+ * server; a figure it did not measure is said to be so, never a zero:
+ * - store: a run of one batch size (--batch) reports the ratio it measured
+ *   and leaves the others and the batch-1000 target unjudged ("not run",
+ *   JSON null), never "MISSED" for a run it did not make;
+ * - worker --store pg: LMDB's write-transaction counts are null.
+ * The figures themselves are measured, not tested.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -70,10 +72,37 @@ static void test_text_says_not_run(void **state) {
   kl_t_run_free(&r);
 }
 
+static void test_worker_counts_no_lmdb_commits(void **state) {
+  (void)state;
+  kl_t_run_t r;
+  kl_t_run_for((const char *[]){"worker", "--store", "pg", "--events", "20000",
+                                "--rounds", "1", "--json", NULL},
+               NULL, 0, 120000, &r);
+  if (r.rc == 1 && strstr(r.err, "no PostgreSQL server")) {
+    kl_t_missing("postgresql", r.err);
+    kl_t_run_free(&r);
+    skip();
+  }
+  if (r.rc != 0)
+    fail_msg("rc %d, stderr: %s", r.rc, r.err);
+  json_error_t jerr;
+  json_t *j = json_loads(r.out, 0, &jerr);
+  if (!j)
+    fail_msg("not JSON (%s): %s", jerr.text, r.out);
+  assert_string_equal(json_string_value(json_object_get(j, "store")),
+                      "postgresql");
+  assert_true(json_real_value(json_object_get(j, "ratio")) > 0);
+  assert_true(json_is_null(json_object_get(j, "commits_per_1000_events")));
+  assert_true(json_is_null(json_object_get(j, "fsyncs_per_1000_events")));
+  json_decref(j);
+  kl_t_run_free(&r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_batch_size_judges_no_other),
       cmocka_unit_test(test_text_says_not_run),
+      cmocka_unit_test(test_worker_counts_no_lmdb_commits),
   };
   return cmocka_run_group_tests(tests, kl_t_use_bench, NULL);
 }
