@@ -79,10 +79,7 @@ static void test_bare_consumer_measures_kafka_alone(void **state) {
                NULL, 0, 120000, &r);
   if (r.rc != 0)
     fail_msg("rc %d, stderr: %s", r.rc, r.err);
-  json_error_t jerr;
-  json_t *j = json_loads(r.out, 0, &jerr);
-  if (!j)
-    fail_msg("not JSON (%s): %s", jerr.text, r.out);
+  json_t *j = kl_t_run_json(&r);
   kl_assert_keys(j);
   assert_string_equal(json_string_value(json_object_get(j, "handler")), "none");
   assert_int_equal(json_integer_value(json_object_get(j, "published")), 2000);

@@ -562,10 +562,7 @@ static void test_cli_json(void **state) {
       (const char *[]){"--json", "--store", fx->dir, "--partitions", "8", NULL},
       &r);
   assert_int_equal(r.rc, 1);
-  json_error_t e;
-  json_t *o = json_loads(r.out, 0, &e);
-  if (!o)
-    fail_msg("not JSON (%s): %s", e.text, r.out);
+  json_t *o = kl_t_run_json(&r);
   assert_string_equal(json_string_value(json_object_get(o, "topic")), KL_TOPIC);
   assert_string_equal(json_string_value(json_object_get(o, "status")), "FAIL");
   json_t *checks = json_object_get(o, "checks");

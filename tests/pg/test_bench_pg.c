@@ -43,10 +43,7 @@ static void test_one_batch_size_judges_no_other(void **state) {
   (void)state;
   kl_t_run_t r;
   kl_run_batch_100(1, &r);
-  json_error_t jerr;
-  json_t *j = json_loads(r.out, 0, &jerr);
-  if (!j)
-    fail_msg("not JSON (%s): %s", jerr.text, r.out);
+  json_t *j = kl_t_run_json(&r);
   json_t *runs = json_object_get(j, "commits");
   assert_int_equal(json_array_size(runs), 2); /* lmdb and postgresql */
   for (size_t i = 0; i < 2; i++)
@@ -85,10 +82,7 @@ static void test_worker_counts_no_lmdb_commits(void **state) {
   }
   if (r.rc != 0)
     fail_msg("rc %d, stderr: %s", r.rc, r.err);
-  json_error_t jerr;
-  json_t *j = json_loads(r.out, 0, &jerr);
-  if (!j)
-    fail_msg("not JSON (%s): %s", jerr.text, r.out);
+  json_t *j = kl_t_run_json(&r);
   assert_string_equal(json_string_value(json_object_get(j, "store")),
                       "postgresql");
   assert_true(json_real_value(json_object_get(j, "ratio")) > 0);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "support/support.h"
 
@@ -101,4 +102,12 @@ void kl_t_run_free(kl_t_run_t *r) {
   free(r->out);
   free(r->err);
   r->out = r->err = NULL;
+}
+
+json_t *kl_t_run_json(const kl_t_run_t *r) {
+  json_error_t jerr;
+  json_t *j = json_loads(r->out, 0, &jerr);
+  if (!j)
+    fail_msg("not JSON (%s): %s", jerr.text, r->out);
+  return j;
 }

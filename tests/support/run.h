@@ -26,5 +26,8 @@ void kl_t_run_for(const char *const *args, const char *input, size_t len,
 void kl_t_run_term(const char *const *args, int term_ms, int timeout_ms,
                    kl_t_run_t *r);
 void kl_t_run_free(kl_t_run_t *r);
+/* @p r's stdout parsed as JSON (the caller json_decref()s it); fails the
+ * test, showing the output, when it is not JSON. */
+struct json_t *kl_t_run_json(const kl_t_run_t *r);
 
 #endif
