@@ -109,21 +109,57 @@ static size_t kl_decode_ids(rd_kafka_message_t *const *msgs, size_t n,
   return k;
 }
 
+/* A batch's ids, decoded (kl_decode_ids()). */
+typedef struct kl_ids {
+  char *arena;
+  const char **ids;
+  size_t *lens;
+  size_t n;
+} kl_ids_t;
+
+/* @returns the ids' count (0 also when memory is short: kl_txn_seen() then
+ * asks one by one). */
+static size_t kl_ids_decode(kl_ids_t *d, rd_kafka_message_t *const *msgs,
+                            size_t n, int64_t from) {
+  d->arena = malloc(n * KL_ID_BYTES);
+  d->ids = malloc(n * sizeof(*d->ids));
+  d->lens = malloc(n * sizeof(*d->lens));
+  d->n = d->arena && d->ids && d->lens
+             ? kl_decode_ids(msgs, n, from, d->arena, d->ids, d->lens)
+             : 0;
+  return d->n;
+}
+
+static void kl_ids_free(kl_ids_t *d) {
+  free(d->arena);
+  free(d->ids);
+  free(d->lens);
+}
+
 kl_err_t kl__apply_prefetch(const kl__applier_t *a, kl_txn_t *txn,
                             rd_kafka_message_t *const *msgs, size_t n,
                             int64_t from) {
   if (!n || !kl__store_has_prefetch(a->store))
     return KL_OK;
-  char *arena = malloc(n * KL_ID_BYTES);
-  const char **ids = malloc(n * sizeof(*ids));
-  size_t *lens = malloc(n * sizeof(*lens));
-  size_t k = arena && ids && lens
-                 ? kl_decode_ids(msgs, n, from, arena, ids, lens)
-                 : 0; /* no memory: kl_txn_seen() asks one by one */
-  kl_err_t err = k ? kl_txn_prefetch(txn, ids, lens, k) : KL_OK;
-  free(arena);
-  free(ids);
-  free(lens);
+  kl_ids_t d;
+  kl_err_t err = kl_ids_decode(&d, msgs, n, from)
+                     ? kl_txn_prefetch(txn, d.ids, d.lens, d.n)
+                     : KL_OK;
+  kl_ids_free(&d);
+  return err;
+}
+
+kl_err_t kl__apply_begin_ahead(const kl__applier_t *a, int32_t partition,
+                               uint64_t epoch, rd_kafka_message_t *const *msgs,
+                               size_t n, kl_txn_t **txn) {
+  if (!n || !kl__store_has_prefetch(a->store))
+    return KL_EINVAL;
+  kl_ids_t d;
+  kl_err_t err = kl_ids_decode(&d, msgs, n, 0)
+                     ? kl__store_begin_ahead(a->store, a->topic, partition,
+                                             epoch, d.ids, d.lens, d.n, txn)
+                     : KL_ENOMEM;
+  kl_ids_free(&d);
   return err;
 }
 

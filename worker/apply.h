@@ -95,6 +95,17 @@ kl_err_t kl__apply_prefetch(const kl__applier_t *applier, kl_txn_t *txn,
                             int64_t from);
 
 /**
+ * kl__apply_prefetch() of @p msgs in a txn begun ahead
+ * (kl__store_begin_ahead()): nothing is waited for. PostgreSQL only.
+ * @returns KL_OK with *@p txn pending; else nothing was begun (KL_EINVAL:
+ *          not PostgreSQL or no records; KL_ENOMEM: no id decoded, or no
+ *          memory; KL_ESTORE_BUSY: no idle connection; a send's failure).
+ */
+kl_err_t kl__apply_begin_ahead(const kl__applier_t *applier, int32_t partition,
+                               uint64_t epoch, rd_kafka_message_t *const *msgs,
+                               size_t n, kl_txn_t **txn);
+
+/**
  * Sleeps @p ms (a retry's backoff) in short steps, calling applier->tick
  * between them, so that an owner outside the group goes on beating.
  */

@@ -552,7 +552,7 @@ void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m) {
 }
 
 /* The clock is read only for a lane held after a failed commit. */
-static int kl_lane_schedulable(const kl__lane_t *lane) {
+int kl__lane_schedulable(const kl__lane_t *lane) {
   return lane && lane->state == KL__LANE_OWNED && lane->ready.n &&
          !lane->fence_seen && !lane->rewind &&
          (!lane->hold_until_ns || kl__mono_ns() >= lane->hold_until_ns);
@@ -562,7 +562,7 @@ static int kl_take_one(kl__lanes_t *lanes, kl__job_t *job) {
   for (int32_t i = 0; i < lanes->count; i++) {
     int32_t p = (lanes->rr + i) % lanes->count;
     kl__lane_t *lane = lanes->lanes[p];
-    if (!kl_lane_schedulable(lane))
+    if (!kl__lane_schedulable(lane))
       continue;
     kl__slot_t *slot = kl_ready_pop(lane);
     slot->state = KL__SLOT_RUNNING;
@@ -596,7 +596,7 @@ int kl__lanes_has_ready(kl__lanes_t *lanes) {
   pthread_mutex_lock(&lanes->mu);
   int any = 0;
   for (int32_t p = 0; p < lanes->count && !any; p++)
-    any = kl_lane_schedulable(lanes->lanes[p]);
+    any = kl__lane_schedulable(lanes->lanes[p]);
   pthread_mutex_unlock(&lanes->mu);
   return any;
 }
@@ -661,7 +661,9 @@ static int kl_lane_tick(kl__lanes_t *lanes, kl__lane_t *lane, int64_t now) {
 
 /* After the group commit: the snapshot and the window bound. */
 static void kl_lane_settle(kl__lanes_t *lanes, kl__lane_t *lane) {
-  if (lane->batch && !lane->final.n && !lane->running) {
+  /* A batch begun ahead (lane_commit.c) is kept for the events it is for. */
+  if (lane->batch && !lane->final.n && !lane->running &&
+      !(kl__store_pending(lane->batch) && kl__lane_schedulable(lane))) {
     kl_store_abort(lane->batch); /* nothing to commit: let the snapshot go */
     lane->batch = NULL;
   }
@@ -676,7 +678,7 @@ static void kl_lane_settle(kl__lanes_t *lanes, kl__lane_t *lane) {
 static int kl_lanes_idle(const kl__lanes_t *lanes) {
   for (int32_t p = 0; p < lanes->count; p++) {
     const kl__lane_t *lane = lanes->lanes[p];
-    if (lane && (kl_lane_schedulable(lane) || lane->running))
+    if (lane && (kl__lane_schedulable(lane) || lane->running))
       return 0;
   }
   return 1;
@@ -965,6 +967,10 @@ struct kl__metrics *kl__lanes_metrics(kl__lanes_t *lanes) {
 
 uint64_t kl__lanes_kafka_commits(kl__lanes_t *lanes) {
   return lanes->kafka_commits;
+}
+
+uint64_t kl__lanes_ahead(kl__lanes_t *lanes) {
+  return lanes->ahead;
 }
 
 void kl__lanes_set_after_commit(kl__lanes_t *lanes, kl__worker_hook_fn *fn,

@@ -97,6 +97,10 @@ struct kl__metrics *kl__lanes_metrics(kl__lanes_t *lanes);
  *  often at most). Any thread. */
 uint64_t kl__lanes_kafka_commits(kl__lanes_t *lanes);
 
+/** Group transactions begun ahead, their ids looked up while another
+ *  partition's handlers ran (PostgreSQL, inline mode). Any thread. */
+uint64_t kl__lanes_ahead(kl__lanes_t *lanes);
+
 /** The bounds (seconds) of those two latency histograms' buckets, for
  *  whoever measures a latency to compare with them (keylane-bench). */
 extern const double kl__lanes_latency_buckets[];

@@ -209,6 +209,7 @@ struct kl__lanes {
   _Atomic uint64_t applied, duplicates, redelivered, batches, fenced, failed,
       dead_letters, waiting_now, oldest_wait_ms, window_events, paused_now,
       misrouted_total, forwarded, kafka_commits;
+  _Atomic uint64_t ahead; /* group transactions begun ahead (lane_commit.c) */
 };
 
 /* ---- lanes.c, for lane_commit.c -------------------------------------- */
@@ -216,6 +217,8 @@ struct kl__lanes {
 kl_err_t kl__slots_push(kl__slots_t *slots, kl__slot_t *slot);
 void kl__slots_remove(kl__slots_t *slots, kl__slot_t *slot);
 void kl__ready_push(kl__lane_t *lane, kl__slot_t *slot);
+/* @p lane is owned and has an event ready to run now (mu held). */
+int kl__lane_schedulable(const kl__lane_t *lane);
 /* Makes @p slot, its key's head, final and lets the key's next slot run. */
 void kl__lane_finish(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
                      kl__slot_state_t state);

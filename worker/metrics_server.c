@@ -280,6 +280,10 @@ static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
                 "Partition batches committed.", st.batches);
   kl_ms_counter(m, "keylane_worker_fenced_batches_total",
                 "Group commits rejected by the epoch check.", st.fenced);
+  kl_ms_counter(m, "keylane_worker_batches_begun_ahead_total",
+                "Partition batches begun, their ids looked up, while another "
+                "partition's handlers ran (PostgreSQL, concurrency 1).",
+                kl__worker_ahead(server->worker));
   kl_ms_gauge(m, "keylane_worker_owned_partitions", "Partitions owned now.",
               st.owned);
   kl_ms_gauge(m, "keylane_worker_paused_partitions",

@@ -121,6 +121,33 @@ void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition);
 int kl__store_has_prefetch(kl_store_t *store);
 
 /**
+ * kl_store_begin() and kl_txn_prefetch() of @p ids in one go, without
+ * waiting for either: on PostgreSQL (only) BEGIN, the epoch check and the
+ * ids' lookup leave in one pipeline on an idle pooled connection, and the
+ * caller does other work (another partition's handlers) while the server
+ * answers. kl__store_settle() reads the answers; any call on the txn does
+ * so first, and kl_store_abort() discards them.
+ * @returns KL_OK with *@p out pending; KL_ESTORE_BUSY at once when no
+ *          pooled connection is idle (it never connects or waits);
+ *          KL_EINVAL on LMDB; or the send's failure.
+ */
+kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
+                               int32_t partition, uint64_t epoch,
+                               const char *const *ids, const size_t *id_lens,
+                               size_t n, kl_txn_t **out);
+
+/**
+ * Reads what kl__store_begin_ahead() sent. @returns KL_OK (also for a txn
+ * not begun ahead, and on LMDB), or what kl_store_begin() or
+ * kl_txn_prefetch() would have returned: KL_EFENCED, a store error. The
+ * txn is then to be aborted.
+ */
+kl_err_t kl__store_settle(kl_txn_t *txn);
+
+/** @returns nonzero while @p txn, begun ahead, is not settled. */
+int kl__store_pending(kl_txn_t *txn);
+
+/**
  * @returns nonzero when @p txn lost its link to the store (a PostgreSQL
  * server that restarted under it): it cannot commit, and what failed in it
  * failed for the store, not for the event (the worker runs the event again

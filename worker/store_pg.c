@@ -220,8 +220,12 @@ static int kl_pg_send(kl__pg_conn_t *conn, const kl__pg_call_t *c) {
   if (c->sql) /* parameters only as text: the outbox's insert */
     return PQsendQueryParams(conn->pg, c->sql, c->nparams, NULL, c->values,
                              NULL, NULL, 0);
+  if (kl_pg_stmts[c->stmt].custom)
+    return PQsendQueryParams(conn->pg, kl_pg_stmts[c->stmt].sql, c->nparams,
+                             NULL, c->values, c->lengths, c->formats,
+                             c->binary);
   return PQsendQueryPrepared(conn->pg, kl_pg_stmts[c->stmt].name, c->nparams,
-                             c->values, c->lengths, c->formats, 0);
+                             c->values, c->lengths, c->formats, c->binary);
 }
 
 /* The first result of each statement (a statement's results end with a
@@ -246,7 +250,8 @@ kl_err_t kl__pg_pipeline_send(kl__pg_conn_t *conn, kl__pg_call_t *calls,
     calls[i].res = NULL;
     if (!calls[i].sql && !calls[i].what)
       calls[i].what = kl_pg_stmts[calls[i].stmt].what;
-    if (!calls[i].sql && (err = kl__pg_prepare(conn, calls[i].stmt)))
+    if (!calls[i].sql && !kl_pg_stmts[calls[i].stmt].custom &&
+        (err = kl__pg_prepare(conn, calls[i].stmt)))
       return err;
   }
   if (!PQenterPipelineMode(conn->pg))
@@ -449,6 +454,15 @@ kl_err_t kl__pg_conn_take(kl__pg_t *pgs, kl__pg_conn_t **out) {
     pthread_mutex_unlock(&pgs->mu);
   }
   return err;
+}
+
+kl_err_t kl__pg_conn_take_idle(kl__pg_t *pgs, kl__pg_conn_t **out) {
+  pthread_mutex_lock(&pgs->mu);
+  kl__pg_conn_t *conn = pgs->idle_count ? pgs->idle[--pgs->idle_count] : NULL;
+  pthread_mutex_unlock(&pgs->mu);
+  *out = conn;
+  return conn ? KL_OK
+              : kl__err(KL_ESTORE_BUSY, "postgresql: no idle connection");
 }
 
 void kl__pg_conn_give(kl__pg_t *pgs, kl__pg_conn_t *conn, int broken) {

@@ -123,6 +123,10 @@ kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
  */
 kl_err_t kl__pg_conn_take(kl__pg_t *pgs, kl__pg_conn_t **conn);
 
+/** An idle pooled connection, without connecting or waiting: KL_OK, or
+ *  KL_ESTORE_BUSY when none is idle. */
+kl_err_t kl__pg_conn_take_idle(kl__pg_t *pgs, kl__pg_conn_t **conn);
+
 /**
  * Returns @p conn to the pool, or closes it when @p broken, when the link is
  * down or when a transaction is still open on it (the next take reconnects).
@@ -165,6 +169,7 @@ typedef struct kl__pg_call {
   const char *values[7];
   int lengths[7];
   int formats[7];
+  int binary;       /* results in binary format */
   const char *what; /* for messages; set for prepared ones when NULL */
   PGresult *res;    /* set by kl__pg_pipeline(); the caller PQclear()s it */
 } kl__pg_call_t;

@@ -82,16 +82,18 @@ typedef struct kl_pg_txn {
   char *topic;
   int32_t partition;
   uint64_t epoch;
-  kl__buf_t data;       /* handler keys, tagged KL_PG_PUT/DEL/PUT_STORED */
-  kl__buf_t ids;        /* idempotency keys: tag = kl_mark_t */
-  uint64_t duplicates;  /* kl_txn_count_duplicate() */
-  PGresult *last;       /* holds the value the last kl_txn_get() lent */
-  kl__buf_t known;      /* kl_txn_prefetch()'s answers: tag = kl_mark_t */
-  kl__cache_seg_t *seg; /* the partition's owner cache; NULL: none */
-  uint64_t ticket;      /* kl__cache_ticket() before the snapshot */
-  int lent;             /* kl_txn_pg_conn() was asked: no cache */
-  int broken;           /* a pipeline failed: drop the connection */
-  unsigned char *vbuf;  /* the value the last cache hit lent */
+  kl__buf_t data;        /* handler keys, tagged KL_PG_PUT/DEL/PUT_STORED */
+  kl__buf_t ids;         /* idempotency keys: tag = kl_mark_t */
+  uint64_t duplicates;   /* kl_txn_count_duplicate() */
+  PGresult *last;        /* holds the value the last kl_txn_get() lent */
+  kl__buf_t known;       /* kl_txn_prefetch()'s answers: tag = kl_mark_t */
+  kl__cache_seg_t *seg;  /* the partition's owner cache; NULL: none */
+  uint64_t ticket;       /* kl__cache_ticket() before the snapshot */
+  int lent;              /* kl_txn_pg_conn() was asked: no cache */
+  int broken;            /* a pipeline failed: drop the connection */
+  int pending;           /* begun ahead: pend's results not read yet */
+  kl__pg_call_t pend[3]; /* BEGIN, the epoch, the ids (kl__store_begin_ahead) */
+  unsigned char *vbuf;   /* the value the last cache hit lent */
   size_t vcap;
 } kl_pg_txn_t;
 
@@ -185,9 +187,13 @@ static void kl_pg_txn_free(kl_pg_txn_t *txn) {
 
 /* Ends the txn: rolls back what is open and gives the connection back
  * (dropping it when its link broke). */
+static kl_err_t kl_pg_settle(kl_pg_txn_t *txn);
+
 static void kl_pg_txn_end(kl_pg_txn_t *txn) {
   kl__pg_t *pgs = (kl__pg_t *)txn->base.store;
-  if (!txn->conn) { /* dropped already (kl_pg_landed()) */
+  if (txn->pending)
+    (void)kl_pg_settle(txn); /* reads what was sent; a failure breaks it */
+  if (!txn->conn) {          /* dropped already (kl_pg_landed()) */
     kl_pg_txn_free(txn);
     return;
   }
@@ -225,28 +231,44 @@ static kl_err_t kl_pg_fenced(const kl_pg_txn_t *txn, uint64_t current) {
                  txn->partition, txn->epoch, current, txn->topic);
 }
 
-/* BEGIN and the partition's current epoch (0 when unknown) in one
- * pipeline, one round trip. @returns KL_OK or the first failure. */
-static kl_err_t kl_pg_begin_epoch(kl_pg_txn_t *txn, uint64_t *current) {
-  char part[16];
-  snprintf(part, sizeof(part), "%" PRId32, txn->partition);
-  kl__pg_call_t calls[2];
-  memset(calls, 0, sizeof(calls));
+/* The two statements that start a batch: BEGIN and the partition's
+ * current epoch (@p part receives the partition's number, which
+ * calls[1] points to). */
+static void kl_pg_begin_calls(const kl_pg_txn_t *txn, char part[16],
+                              kl__pg_call_t calls[2]) {
+  snprintf(part, 16, "%" PRId32, txn->partition);
+  memset(calls, 0, 2 * sizeof(*calls));
   calls[0].sql = "BEGIN ISOLATION LEVEL REPEATABLE READ";
   calls[0].what = "begin a batch";
   calls[1].stmt = KL__PG_EPOCH;
   calls[1].nparams = 2;
   calls[1].values[0] = txn->topic;
   calls[1].values[1] = part;
-  PGconn *pg = txn->conn->pg;
-  kl_err_t err = kl__pg_pipeline(txn->conn, calls, 2);
-  for (int i = 0; !err && i < 2; i++)
+}
+
+/* The @p n results of a pipeline that starts with kl_pg_begin_calls():
+ * @returns KL_OK with the current epoch in *@p current (0 when unknown),
+ * or the first failure. */
+static kl_err_t kl_pg_begun(const kl_pg_txn_t *txn, const kl__pg_call_t *calls,
+                            int n, uint64_t *current) {
+  for (int i = 0; i < n; i++)
     if (!kl__pg_ok(calls[i].res))
-      err = kl__pg_err(pg, calls[i].res, calls[i].what);
+      return kl__pg_err(txn->conn->pg, calls[i].res, calls[i].what);
+  *current = PQntuples(calls[1].res) == 1
+                 ? strtoull(PQgetvalue(calls[1].res, 0, 0), NULL, 10)
+                 : 0;
+  return KL_OK;
+}
+
+/* BEGIN and the partition's current epoch in one pipeline, one round
+ * trip. @returns KL_OK or the first failure. */
+static kl_err_t kl_pg_begin_epoch(kl_pg_txn_t *txn, uint64_t *current) {
+  char part[16];
+  kl__pg_call_t calls[2];
+  kl_pg_begin_calls(txn, part, calls);
+  kl_err_t err = kl__pg_pipeline(txn->conn, calls, 2);
   if (!err)
-    *current = PQntuples(calls[1].res) == 1
-                   ? strtoull(PQgetvalue(calls[1].res, 0, 0), NULL, 10)
-                   : 0;
+    err = kl_pg_begun(txn, calls, 2, current);
   for (int i = 0; i < 2; i++)
     PQclear(calls[i].res);
   return err;
@@ -272,12 +294,14 @@ static kl_err_t kl_pg_txn_open(kl__pg_t *pgs, kl_pg_txn_t *txn,
   return err;
 }
 
-kl_err_t kl__pg_begin(kl_store_t *store, const char *topic, int32_t partition,
-                      uint64_t epoch, kl_txn_t **out) {
+/* A txn without a connection yet, its cache ticket taken (before the
+ * snapshot); NULL when memory is short. */
+static kl_pg_txn_t *kl_pg_txn_new(kl_store_t *store, const char *topic,
+                                  int32_t partition, uint64_t epoch) {
   kl_pg_txn_t *txn = calloc(1, sizeof(*txn));
   if (!txn || !(txn->topic = strdup(topic))) {
     free(txn);
-    return KL_ENOMEM;
+    return NULL;
   }
   txn->base.store = store;
   txn->partition = partition;
@@ -287,17 +311,33 @@ kl_err_t kl__pg_begin(kl_store_t *store, const char *topic, int32_t partition,
   kl__buf_init(&txn->known);
   kl__cache_t *cache = ((kl__pg_t *)store)->cache;
   txn->seg = kl__cache_seg(cache, topic, partition);
-  txn->ticket = kl__cache_ticket(cache, txn->seg); /* before the snapshot */
+  txn->ticket = kl__cache_ticket(cache, txn->seg);
+  return txn;
+}
+
+/* The begin's epoch check: KL_EFENCED (the cache dropped) when @p current
+ * is not the txn's epoch; else the cache is the epoch's. */
+static kl_err_t kl_pg_check_epoch(kl_pg_txn_t *txn, uint64_t current) {
+  kl__cache_t *cache = kl_pg_cache(txn);
+  if (current != txn->epoch) {
+    kl__cache_drop(cache, txn->seg);
+    return kl_pg_fenced(txn, current);
+  }
+  kl__cache_own(cache, txn->seg, txn->epoch);
+  return KL_OK;
+}
+
+kl_err_t kl__pg_begin(kl_store_t *store, const char *topic, int32_t partition,
+                      uint64_t epoch, kl_txn_t **out) {
+  kl_pg_txn_t *txn = kl_pg_txn_new(store, topic, partition, epoch);
+  if (!txn)
+    return KL_ENOMEM;
   /* The first statement takes the snapshot; it also fails fast, as the
    * LMDB store does: a batch that cannot commit need not run handlers. */
   uint64_t current = 0;
   kl_err_t err = kl_pg_txn_open((kl__pg_t *)store, txn, &current);
-  if (!err && current != epoch)
-    err = kl_pg_fenced(txn, current);
-  if (err == KL_EFENCED)
-    kl__cache_drop(cache, txn->seg);
-  else if (!err)
-    kl__cache_own(cache, txn->seg, epoch);
+  if (!err)
+    err = kl_pg_check_epoch(txn, current);
   if (err && txn->conn) {
     kl_pg_txn_end(txn);
     return err;
@@ -318,6 +358,8 @@ void kl__pg_abort(kl_txn_t *base) {
  * which the cache cannot see: from here on the batch bypasses it. */
 void *kl__pg_conn(kl_txn_t *base) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
+  if (txn->pending) /* a failure shows in the commit: it broke the txn */
+    (void)kl_pg_settle(txn);
   txn->lent = 1;
   return txn->conn->pg;
 }
@@ -337,8 +379,10 @@ kl_err_t kl__store_savepoint(kl_txn_t *base, kl__savepoint_t what) {
     return KL_OK;
   if ((unsigned)what > KL__SAVEPOINT_ROLLBACK)
     return kl__err(KL_EINVAL, "kl__store_savepoint: what is %d", (int)what);
-  return kl__pg_exec(((kl_pg_txn_t *)base)->conn->pg, sql[what],
-                     "an event's savepoint");
+  kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
+  kl_err_t err = txn->pending ? kl_pg_settle(txn) : KL_OK;
+  return err ? err
+             : kl__pg_exec(txn->conn->pg, sql[what], "an event's savepoint");
 }
 
 /* ---- reads and buffered writes --------------------------------------- */
@@ -365,6 +409,9 @@ static int kl_pg_cache_answer(kl_pg_txn_t *txn, const void *key, size_t key_len,
 kl_err_t kl__pg_get(kl_txn_t *base, const void *key, size_t key_len,
                     const void **val, size_t *val_len) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
+  kl_err_t settled = txn->pending ? kl_pg_settle(txn) : KL_OK;
+  if (settled)
+    return settled;
   const kl__buf_entry_t *entry = kl__buf_get(&txn->data, key, key_len);
   if (entry) {
     if (entry->tag == KL_PG_DEL)
@@ -417,6 +464,9 @@ kl_err_t kl__pg_del(kl_txn_t *base, const void *key, size_t key_len) {
 kl_err_t kl__pg_seen(kl_txn_t *base, const char *id, size_t id_len,
                      kl_mark_t *mark) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
+  kl_err_t settled = txn->pending ? kl_pg_settle(txn) : KL_OK;
+  if (settled)
+    return settled;
   const kl__buf_entry_t *entry = kl__buf_get(&txn->ids, id, id_len);
   if (!entry)
     entry = kl__buf_get(&txn->known, id, id_len);
@@ -454,14 +504,28 @@ static uint16_t kl_pg_be16(const char *p) {
   return (uint16_t)((unsigned char)p[0] << 8 | (unsigned char)p[1]);
 }
 
-/* Records the answers: every asked id unseen, then the rows found. */
-static kl_err_t kl_pg_known(kl_pg_txn_t *txn, const char *const *ids,
-                            const size_t *id_lens, size_t n,
-                            const PGresult *res) {
+/* The ids of @p ids the txn has neither marked nor looked up, as a binary
+ * array in *@p arr (arr->n of them); each is recorded unseen, which the
+ * lookup's rows then correct (kl_pg_found()). @returns KL_OK or KL_ENOMEM
+ * (arr->p is to be freed either way). */
+static kl_err_t kl_pg_ask(kl_pg_txn_t *txn, const char *const *ids,
+                          const size_t *id_lens, size_t n, kl_pg_arr_t *arr) {
+  kl_pg_arr_init(arr, KL_PG_OID_BYTEA);
   for (size_t i = 0; i < n; i++)
-    if (!kl__buf_get(&txn->known, ids[i], id_lens[i]) &&
-        kl__buf_set(&txn->known, ids[i], id_lens[i], NULL, 0, KL_MARK_NONE))
-      return KL_ENOMEM;
+    if (!kl__buf_get(&txn->ids, ids[i], id_lens[i]) &&
+        !kl__buf_get(&txn->known, ids[i], id_lens[i])) {
+      kl_pg_arr_add(arr, ids[i], id_lens[i]);
+      if (kl__buf_set(&txn->known, ids[i], id_lens[i], NULL, 0, KL_MARK_NONE))
+        return KL_ENOMEM;
+    }
+  if (arr->n && kl_pg_arr_end(arr))
+    return KL_ENOMEM;
+  atomic_fetch_add(&((kl__pg_t *)txn->base.store)->id_prefetched, arr->n);
+  return KL_OK;
+}
+
+/* Records the marks of the ids the lookup @p res found. */
+static kl_err_t kl_pg_found(kl_pg_txn_t *txn, const PGresult *res) {
   for (int row = 0; row < PQntuples(res); row++)
     if (kl__buf_set(&txn->known, PQgetvalue(res, row, 0),
                     (size_t)PQgetlength(res, row, 0), NULL, 0,
@@ -470,30 +534,109 @@ static kl_err_t kl_pg_known(kl_pg_txn_t *txn, const char *const *ids,
   return KL_OK;
 }
 
+/* The lookup of @p arr: KL__PG_SEEN_MANY with binary results. */
+static void kl_pg_seen_many_call(kl_pg_txn_t *txn, const kl_pg_arr_t *arr,
+                                 kl__pg_call_t *c) {
+  memset(c, 0, sizeof(*c));
+  c->stmt = KL__PG_SEEN_MANY;
+  c->nparams = 2;
+  c->values[0] = (const char *)arr->p;
+  c->lengths[0] = (int)arr->len;
+  c->formats[0] = 1;
+  c->values[1] = txn->topic;
+  c->binary = 1;
+}
+
 kl_err_t kl__pg_prefetch(kl_txn_t *base, const char *const *ids,
                          const size_t *id_lens, size_t n) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  kl_pg_arr_t arr;
-  kl_pg_arr_init(&arr, KL_PG_OID_BYTEA);
-  for (size_t i = 0; i < n; i++)
-    if (!kl__buf_get(&txn->ids, ids[i], id_lens[i]) &&
-        !kl__buf_get(&txn->known, ids[i], id_lens[i]))
-      kl_pg_arr_add(&arr, ids[i], id_lens[i]);
-  kl_err_t err = KL_OK;
-  if (arr.n && kl_pg_arr_end(&arr))
-    err = KL_ENOMEM;
-  else if (arr.n) {
-    atomic_fetch_add(&((kl__pg_t *)base->store)->id_prefetched, arr.n);
-    const char *values[2] = {(char *)arr.p, txn->topic};
-    int lengths[2] = {(int)arr.len, 0}, formats[2] = {1, 0};
-    PGresult *res = kl__pg_run(txn->conn, KL__PG_SEEN_MANY, 2, values, lengths,
-                               formats, 1, &err);
+  kl_err_t err = txn->pending ? kl_pg_settle(txn) : KL_OK;
+  kl_pg_arr_t arr = {0};
+  if (!err)
+    err = kl_pg_ask(txn, ids, id_lens, n, &arr);
+  if (!err && arr.n) {
+    kl__pg_call_t c;
+    kl_pg_seen_many_call(txn, &arr, &c);
+    PGresult *res = kl__pg_run(txn->conn, c.stmt, c.nparams, c.values,
+                               c.lengths, c.formats, c.binary, &err);
     if (res)
-      err = kl_pg_known(txn, ids, id_lens, n, res);
+      err = kl_pg_found(txn, res);
     PQclear(res);
   }
   free(arr.p);
   return err;
+}
+
+/* ---- begun ahead: BEGIN, the epoch and the ids in one pipeline -------- */
+
+kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
+                               int32_t partition, uint64_t epoch,
+                               const char *const *ids, const size_t *id_lens,
+                               size_t n, kl_txn_t **out) {
+  if (store->ops != &kl__pg_ops)
+    return kl__err(KL_EINVAL, "kl__store_begin_ahead: not PostgreSQL");
+  kl_pg_txn_t *txn = kl_pg_txn_new(store, topic, partition, epoch);
+  if (!txn)
+    return KL_ENOMEM;
+  kl_err_t err = kl__pg_conn_take_idle((kl__pg_t *)store, &txn->conn);
+  if (err) {
+    kl_pg_txn_free(txn);
+    return err;
+  }
+  kl_pg_arr_t arr;
+  char part[16];
+  kl__pg_call_t *c = txn->pend;
+  kl_pg_begin_calls(txn, part, c);
+  err = kl_pg_ask(txn, ids, id_lens, n, &arr);
+  kl_pg_seen_many_call(txn, &arr, &c[2]);
+  /* libpq copies the parameters as it sends them. */
+  if (!err && (err = kl__pg_pipeline_send(txn->conn, c, arr.n ? 3 : 2)))
+    txn->broken = 1;
+  free(arr.p);
+  txn->pending = arr.n ? 3 : 2;
+  if (err) {
+    txn->pending = 0;
+    kl_pg_txn_end(txn);
+    return err;
+  }
+  *out = &txn->base;
+  return KL_OK;
+}
+
+/* Reads what kl__store_begin_ahead() sent: the txn is then as
+ * kl_store_begin() and kl_txn_prefetch() would have left it, or failed as
+ * they would have (KL_EFENCED, a kl__pg_err()). */
+static kl_err_t kl_pg_settle(kl_pg_txn_t *txn) {
+  int n = txn->pending;
+  txn->pending = 0;
+  kl__pg_call_t *c = txn->pend;
+  uint64_t current = 0;
+  kl_err_t err = kl__pg_pipeline_collect(txn->conn, c, n);
+  if (err)
+    txn->broken = 1;
+  if (!err)
+    err = kl_pg_begun(txn, c, n, &current);
+  if (!err)
+    err = kl_pg_check_epoch(txn, current);
+  if (!err && n == 3)
+    err = kl_pg_found(txn, c[2].res);
+  for (int i = 0; i < n; i++) {
+    PQclear(c[i].res);
+    c[i].res = NULL;
+  }
+  return err;
+}
+
+kl_err_t kl__store_settle(kl_txn_t *base) {
+  if (!base || base->store->ops != &kl__pg_ops)
+    return KL_OK;
+  kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
+  return txn->pending ? kl_pg_settle(txn) : KL_OK;
+}
+
+int kl__store_pending(kl_txn_t *base) {
+  return base && base->store->ops == &kl__pg_ops &&
+         ((kl_pg_txn_t *)base)->pending;
 }
 
 /* ---- commit: one pipeline -------------------------------------------- */
@@ -699,6 +842,9 @@ static kl_err_t kl_pg_refence(kl_pg_txn_t *txn, kl_err_t err) {
 /* A handler that ended the batch's transaction itself, or a statement that
  * failed and aborted it, leaves nothing to commit under the fence. */
 static kl_err_t kl_pg_check_open(kl_pg_txn_t *txn) {
+  kl_err_t err = txn->pending ? kl_pg_settle(txn) : KL_OK;
+  if (err)
+    return err;
   PGconn *pg = txn->conn->pg;
   switch (PQtransactionStatus(pg)) {
   case PQTRANS_INTRANS:

@@ -978,6 +978,10 @@ uint64_t kl__worker_kafka_commits(kl_worker_t *worker) {
   return kl__lanes_kafka_commits(worker->lanes);
 }
 
+uint64_t kl__worker_ahead(kl_worker_t *worker) {
+  return kl__lanes_ahead(worker->lanes);
+}
+
 size_t kl__worker_stalls(kl_worker_t *worker, kl__stall_t *out, size_t max) {
   return kl__lanes_stalls(worker->lanes, out, max);
 }

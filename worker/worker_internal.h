@@ -29,6 +29,9 @@ struct rd_kafka_s *kl__worker_consumer(kl_worker_t *worker);
  *  thread. */
 uint64_t kl__worker_kafka_commits(kl_worker_t *worker);
 
+/** kl__lanes_ahead() of the worker. Any thread. */
+uint64_t kl__worker_ahead(kl_worker_t *worker);
+
 /**
  * The librdkafka configuration of the consumer a worker run with @p conf
  * makes: keylane's consumer defaults (kl__rdk_consumer_defaults(), the

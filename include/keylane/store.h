@@ -34,7 +34,9 @@
  *   worker's group commit of several partitions sends every batch's
  *   pipeline, each on its own connection and under its own fence, before
  *   it reads any. kl_store_begin() sends BEGIN and its epoch check in one
- *   round trip too.
+ *   round trip too; the worker begins the next partition's batch with its
+ *   id lookup in the same pipeline, ahead, while a batch's handlers run
+ *   (worker/store_internal.h, kl__store_begin_ahead()).
  * - The owner cache (store.cache.max bytes, default 64M, LRU; 0 turns it
  *   off): while a process holds a partition's epoch it is the only writer
  *   of that partition's keys, so what kl_txn_get() read and what its

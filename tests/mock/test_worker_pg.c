@@ -56,6 +56,15 @@ static double kl_scrape(kl__metrics_server_t *server, const char *name) {
   return v;
 }
 
+/* The worker's /metrics on a port of its own. */
+static kl__metrics_server_t *kl_metrics_up(kl_fx_t *fx, kl_t_worker_t *w) {
+  kl__metrics_server_t *server;
+  assert_int_equal(kl__metrics_server_start("127.0.0.1:0", NULL, fx->topic,
+                                            w->worker, fx->store, &server),
+                   KL_OK);
+  return server;
+}
+
 static void test_applies_each_event_once_on_pg(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "once", 4);
@@ -71,10 +80,7 @@ static void test_applies_each_event_once_on_pg(void **state) {
   assert_true(cache.hits + cache.misses >= 50 && cache.entries >= 50);
   /* The ids were looked up a window at a time, not one by one. */
   assert_true(cache.id_queries < 2200 / 10);
-  kl__metrics_server_t *server;
-  assert_int_equal(kl__metrics_server_start("127.0.0.1:0", NULL, fx.topic,
-                                            w->worker, fx.store, &server),
-                   KL_OK);
+  kl__metrics_server_t *server = kl_metrics_up(&fx, w);
   assert_true(kl_scrape(server, "keylane_store_cache_hits_total") >=
               (double)cache.hits);
   assert_true(kl_scrape(server, "keylane_store_cache_bytes") > 0);
@@ -98,6 +104,24 @@ static kl_handler_result_t kl_slow_ledger(void *opaque, const kl_event_t *event,
   return kl_ledger_handler(opaque, event, fence, txn, errbuf, errbuf_size);
 }
 
+/* A worker of group g1 running kl_slow_ledger, @p batch_max events a
+ * group transaction at most. */
+static kl_t_worker_t *kl_slow_worker(kl_fx_t *fx, const char *batch_max) {
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.group", "g1", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.batch.max", batch_max, NULL, 0),
+                   KL_OK);
+  kl_t_worker_t *w = calloc(1, sizeof(*w));
+  assert_int_equal(kl_worker_new(conf, fx->topic, fx->store, kl_slow_ledger,
+                                 NULL, &w->worker),
+                   KL_OK);
+  kl_conf_destroy(conf);
+  kl_t_worker_go(w);
+  return w;
+}
+
 /* A partition's window holds the records of many group transactions (all
  * 1100 were published before the worker started): each transaction
  * prefetches the ids of what it runs, a batch at a time, not of the whole
@@ -106,17 +130,7 @@ static void test_prefetch_covers_one_batch_on_pg(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "prefetch", 1);
   kl_t_ledger_fx_publish(&fx, 1000); /* 1100 records, 10 % re-published */
-  kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.group", "g1", NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.batch.max", "50", NULL, 0), KL_OK);
-  kl_t_worker_t *w = calloc(1, sizeof(*w));
-  assert_int_equal(
-      kl_worker_new(conf, fx.topic, fx.store, kl_slow_ledger, NULL, &w->worker),
-      KL_OK);
-  kl_conf_destroy(conf);
-  kl_t_worker_go(w);
+  kl_t_worker_t *w = kl_slow_worker(&fx, "50");
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 60000),
                    0);
   kl__cache_stats_t cache;
@@ -129,6 +143,35 @@ static void test_prefetch_covers_one_batch_on_pg(void **state) {
              (unsigned long long)cache.id_prefetched);
   assert_true(cache.id_prefetched >= 1000);
   assert_true(cache.id_queries < 1100 / 10);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_t_ledger_fx_assert_verified(&fx);
+  kl_t_ledger_fx_down(&fx);
+}
+
+/* Four partitions, the handler a millisecond slow, so that a 20 ms turn of
+ * the poll thread holds a few dozen events: as one partition's group
+ * transaction starts, the next one's begins and looks its ids up ahead,
+ * while the first one's handlers run (lane_commit.c). Each event is still
+ * applied once and each re-published one suppressed. */
+static void test_partitions_begin_ahead_on_pg(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "ahead", 4);
+  kl_t_ledger_fx_publish(&fx, 1000); /* 1100 records, 10 % re-published */
+  kl_t_worker_t *w = kl_slow_worker(&fx, "10");
+  kl_t_ledger_fx_assert_applied_once(&fx, w, 1000, 100, 60000);
+  uint64_t ahead = kl__worker_ahead(w->worker);
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st);
+  if (ahead < st.batches / 4 || ahead > st.batches)
+    fail_msg("%llu of %llu batches begun ahead", (unsigned long long)ahead,
+             (unsigned long long)st.batches);
+  kl__cache_stats_t cache;
+  kl__store_cache_stats(fx.store, &cache);
+  assert_true(cache.id_queries < 1100 / 10);
+  kl__metrics_server_t *server = kl_metrics_up(&fx, w);
+  assert_true(kl_scrape(server, "keylane_worker_batches_begun_ahead_total") >=
+              (double)ahead);
+  kl__metrics_server_stop(server);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   kl_t_ledger_fx_assert_verified(&fx);
   kl_t_ledger_fx_down(&fx);
@@ -168,6 +211,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_applies_each_event_once_on_pg),
       cmocka_unit_test(test_prefetch_covers_one_batch_on_pg),
+      cmocka_unit_test(test_partitions_begin_ahead_on_pg),
       cmocka_unit_test(test_paused_owner_is_fenced_on_pg),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,

@@ -1257,6 +1257,113 @@ static void *t_second_batch(void *opaque) {
 
 /* The pool's bound: with one connection a second batch waits for the
  * first to end. */
+/* ---- begun ahead (kl__store_begin_ahead) ----------------------------- */
+
+/* A store of at most @p pool connections, one of them idle, @p epoch its
+ * partition 0's, with acct/1 = 100 and id-1 applied. */
+static kl_store_t *t_store_ahead(t_state_t *st, const char *pool,
+                                 uint64_t *epoch) {
+  kl_store_t *store =
+      kl_t_store_open(st->fx.where, "store.pg.pool", pool, NULL);
+  *epoch = kl_t_store_acquire(store, 0);
+  kl_txn_t *txn = kl_t_store_begin(store, 0, *epoch);
+  kl_t_txn_put(txn, "acct/1", "100");
+  kl_t_txn_mark(txn, "id-1", KL_MARK_APPLIED);
+  kl_t_store_commit(txn, 1);
+  return store;
+}
+
+static const char *const t_ids[] = {"id-1", "id-2"};
+static const size_t t_id_lens[] = {4, 4};
+
+/* BEGIN, the epoch and the lookup leave at once; settled, the txn is what
+ * a begin and a prefetch make: the ids answered from memory, then a
+ * commit. A txn used before it is settled settles first. */
+static void test_begun_ahead_is_a_begin_and_a_prefetch(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  uint64_t epoch;
+  kl_store_t *store = t_store_ahead(st, "2", &epoch);
+  kl_txn_t *txn;
+  assert_int_equal(kl__store_begin_ahead(store, KL_T_TOPIC, 0, epoch, t_ids,
+                                         t_id_lens, 2, &txn),
+                   KL_OK);
+  assert_true(kl__store_pending(txn));
+  assert_int_equal(kl__store_settle(txn), KL_OK);
+  assert_false(kl__store_pending(txn));
+  assert_int_equal(kl_t_txn_seen(txn, "id-1"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "id-2"), KL_MARK_NONE);
+  assert_int_equal(t_cache(store).id_queries, 0);
+  assert_string_equal(kl_t_txn_get(txn, "acct/1"), "100");
+  kl_t_txn_put(txn, "acct/1", "150");
+  kl_t_txn_mark(txn, "id-2", KL_MARK_APPLIED);
+  kl_t_store_commit(txn, 2);
+
+  assert_int_equal(kl__store_begin_ahead(store, KL_T_TOPIC, 0, epoch, t_ids,
+                                         t_id_lens, 2, &txn),
+                   KL_OK);
+  assert_int_equal(kl_t_txn_seen(txn, "id-2"), KL_MARK_APPLIED); /* settles */
+  assert_false(kl__store_pending(txn));
+  assert_string_equal(kl_t_txn_get(txn, "acct/1"), "150");
+  assert_int_equal(t_cache(store).id_queries, 0);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+}
+
+/* The epoch check travels with it: settled under a newer owner it is
+ * KL_EFENCED, and the owner cache is dropped, as a begin's would be. */
+static void test_begun_ahead_is_fenced_when_settled(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  uint64_t epoch;
+  kl_store_t *store = t_store_ahead(st, "1", &epoch),
+             *other = kl_t_store_open(st->fx.where, NULL);
+  kl_t_store_acquire(other, 0);
+  kl_txn_t *txn;
+  assert_int_equal(kl__store_begin_ahead(store, KL_T_TOPIC, 0, epoch, t_ids,
+                                         t_id_lens, 2, &txn),
+                   KL_OK);
+  assert_int_equal(t_cache(store).entries, 1);
+  assert_int_equal(kl__store_settle(txn), KL_EFENCED);
+  assert_int_equal(t_cache(store).entries, 0);
+  kl_store_abort(txn);
+  kl_store_destroy(other);
+  kl_store_destroy(store);
+}
+
+/* It never connects or waits: without an idle pooled connection it says
+ * so at once. Aborted unsettled, it gives its connection back with no
+ * transaction left open on the server. */
+static void test_begun_ahead_only_on_an_idle_connection(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  uint64_t epoch;
+  kl_store_t *store = t_store_ahead(st, "1", &epoch);
+  kl_txn_t *held = kl_t_store_begin(store, 0, epoch), *txn = NULL;
+  int64_t t0 = t_mono_ns();
+  assert_int_equal(kl__store_begin_ahead(store, KL_T_TOPIC, 0, epoch, t_ids,
+                                         t_id_lens, 2, &txn),
+                   KL_ESTORE_BUSY);
+  assert_true(t_mono_ns() - t0 < 1000000000LL);
+  assert_null(txn);
+  kl_store_abort(held);
+
+  assert_int_equal(kl__store_begin_ahead(store, KL_T_TOPIC, 0, epoch, t_ids,
+                                         t_id_lens, 2, &txn),
+                   KL_OK);
+  kl_store_abort(txn);
+  t0 = t_mono_ns();
+  txn = kl_t_store_begin(store, 0, epoch); /* the pool's one connection */
+  assert_true(t_mono_ns() - t0 < 1000000000LL);
+  kl_store_abort(txn);
+  assert_int_equal(kl_t_sql(st->admin,
+                            "SELECT count(*) FROM pg_stat_activity WHERE "
+                            "datname = current_database() AND state LIKE "
+                            "'idle in transaction%'"),
+                   0);
+  kl_store_destroy(store);
+}
+
 static void test_pool_bound(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
@@ -1357,6 +1464,9 @@ int main(void) {
       T(test_connection_lost_mid_batch),
       T(test_connection_lost_during_get),
       T(test_pool_bound),
+      T(test_begun_ahead_is_a_begin_and_a_prefetch),
+      T(test_begun_ahead_is_fenced_when_settled),
+      T(test_begun_ahead_only_on_an_idle_connection),
       T(test_prefetch_and_cache_need_no_round_trip),
       T(test_fenced_owner_regains_and_sees_the_other_write),
       T(test_cache_dropped_on_epoch_change),
