@@ -252,7 +252,26 @@ static void kl_commit_builds(kl__lanes_t *lanes, kl_build_t *b,
   kl__lanes_commit_kafka(lanes, kl__mono_ns(), 0);
 }
 
+/* A due lane without a batch begins one in its build: first the lanes
+ * that are not due let theirs go when they hold nothing to commit (a batch
+ * begun ahead, say), or that begin could wait for connections only this
+ * thread can give back. mu held. */
+static void kl_lanes_room_for_builds(kl__lanes_t *lanes, kl__lane_t *const *due,
+                                     size_t n) {
+  int begins = 0;
+  for (size_t i = 0; i < n; i++)
+    begins |= !due[i]->batch;
+  for (int32_t p = 0; begins && lanes->txn_max && p < lanes->count; p++) {
+    kl__lane_t *l = lanes->lanes[p];
+    if (l && l->batch && !l->final.n && !l->running) {
+      kl_store_abort(l->batch);
+      l->batch = NULL;
+    }
+  }
+}
+
 void kl__lanes_commit(kl__lanes_t *lanes, kl__lane_t *const *due, size_t n) {
+  kl_lanes_room_for_builds(lanes, due, n);
   kl_build_t one_build;
   kl__store_commit_t one_commit;
   kl_build_t *b = n > 1 ? malloc(n * sizeof(*b)) : NULL;
@@ -385,9 +404,10 @@ kl_err_t kl__lanes_batch(kl__lanes_t *lanes, const kl__job_t *job,
                          kl_txn_t **txn) {
   kl__lane_t *lane = job->lane;
   kl_err_t err = KL_OK;
-  int starts = !lane->batch || kl__store_pending(lane->batch);
-  /* Begun ahead: when that failed, the begin below fails the same way, or
-   * succeeds (a connection that lost its link is replaced there). */
+  int starts = lane->batch && kl__store_pending(lane->batch);
+  /* Begun ahead: when that failed (or waited too long), the begin below
+   * fails the same way, or succeeds (a connection that lost its link is
+   * replaced there). */
   if (lane->batch && kl__store_settle(lane->batch)) {
     kl_store_abort(lane->batch);
     lane->batch = NULL;
@@ -398,6 +418,7 @@ kl_err_t kl__lanes_batch(kl__lanes_t *lanes, const kl__job_t *job,
     err = kl_store_begin(lanes->store, lanes->topic, job->partition, job->epoch,
                          &lane->batch);
     lane->prefetched_to = 0;
+    starts = 1;
   }
   if (!err && starts)
     kl_lanes_ahead(lanes, lane);

@@ -128,7 +128,8 @@ int kl__store_has_prefetch(kl_store_t *store);
  * answers. kl__store_settle() reads the answers; any call on the txn does
  * so first, and kl_store_abort() discards them.
  * @returns KL_OK with *@p out pending; KL_ESTORE_BUSY at once when no
- *          pooled connection is idle (it never connects or waits);
+ *          pooled connection is idle (it never connects or waits for
+ *          one; a connection's first use prepares the epoch statement);
  *          KL_EINVAL on LMDB; or the send's failure.
  */
 kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
@@ -136,15 +137,22 @@ kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
                                const char *const *ids, const size_t *id_lens,
                                size_t n, kl_txn_t **out);
 
+/** How long a txn begun ahead may wait to be settled: at most this, and at
+ *  most half of store.pg.idle.timeout (its session is idle in a
+ *  transaction meanwhile). */
+#define KL__STORE_AHEAD_MAX_MS 1000
+
 /**
  * Reads what kl__store_begin_ahead() sent. @returns KL_OK (also for a txn
  * not begun ahead, and on LMDB), or what kl_store_begin() or
- * kl_txn_prefetch() would have returned: KL_EFENCED, a store error. The
- * txn is then to be aborted.
+ * kl_txn_prefetch() would have returned: KL_EFENCED, a store error;
+ * KL_ESTORE_BUSY when it waited longer than KL__STORE_AHEAD_MAX_MS. The
+ * txn is then to be aborted; any other call on it returns the same error.
  */
 kl_err_t kl__store_settle(kl_txn_t *txn);
 
-/** @returns nonzero while @p txn, begun ahead, is not settled. */
+/** @returns nonzero while @p txn, begun ahead, is not settled and has not
+ *  waited longer than KL__STORE_AHEAD_MAX_MS (then it is to be aborted). */
 int kl__store_pending(kl_txn_t *txn);
 
 /**

@@ -92,6 +92,8 @@ typedef struct kl_pg_txn {
   int lent;              /* kl_txn_pg_conn() was asked: no cache */
   int broken;            /* a pipeline failed: drop the connection */
   int pending;           /* begun ahead: pend's results not read yet */
+  int64_t pend_ns;       /* when they were sent (kl__mono_ns()) */
+  kl_err_t pend_err;     /* reading them failed: every later call fails */
   kl__pg_call_t pend[3]; /* BEGIN, the epoch, the ids (kl__store_begin_ahead) */
   unsigned char *vbuf;   /* the value the last cache hit lent */
   size_t vcap;
@@ -188,6 +190,12 @@ static void kl_pg_txn_free(kl_pg_txn_t *txn) {
 /* Ends the txn: rolls back what is open and gives the connection back
  * (dropping it when its link broke). */
 static kl_err_t kl_pg_settle(kl_pg_txn_t *txn);
+
+/* A txn begun ahead reads its answers before anything else; once that
+ * failed, every call on it fails the same way. */
+static kl_err_t kl_pg_ready(kl_pg_txn_t *txn) {
+  return txn->pending ? kl_pg_settle(txn) : txn->pend_err;
+}
 
 static void kl_pg_txn_end(kl_pg_txn_t *txn) {
   kl__pg_t *pgs = (kl__pg_t *)txn->base.store;
@@ -358,8 +366,7 @@ void kl__pg_abort(kl_txn_t *base) {
  * which the cache cannot see: from here on the batch bypasses it. */
 void *kl__pg_conn(kl_txn_t *base) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  if (txn->pending) /* a failure shows in the commit: it broke the txn */
-    (void)kl_pg_settle(txn);
+  (void)kl_pg_ready(txn); /* a failure fails the commit (pend_err) */
   txn->lent = 1;
   return txn->conn->pg;
 }
@@ -380,7 +387,7 @@ kl_err_t kl__store_savepoint(kl_txn_t *base, kl__savepoint_t what) {
   if ((unsigned)what > KL__SAVEPOINT_ROLLBACK)
     return kl__err(KL_EINVAL, "kl__store_savepoint: what is %d", (int)what);
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  kl_err_t err = txn->pending ? kl_pg_settle(txn) : KL_OK;
+  kl_err_t err = kl_pg_ready(txn);
   return err ? err
              : kl__pg_exec(txn->conn->pg, sql[what], "an event's savepoint");
 }
@@ -409,9 +416,9 @@ static int kl_pg_cache_answer(kl_pg_txn_t *txn, const void *key, size_t key_len,
 kl_err_t kl__pg_get(kl_txn_t *base, const void *key, size_t key_len,
                     const void **val, size_t *val_len) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  kl_err_t settled = txn->pending ? kl_pg_settle(txn) : KL_OK;
-  if (settled)
-    return settled;
+  kl_err_t ready = kl_pg_ready(txn);
+  if (ready)
+    return ready;
   const kl__buf_entry_t *entry = kl__buf_get(&txn->data, key, key_len);
   if (entry) {
     if (entry->tag == KL_PG_DEL)
@@ -464,9 +471,9 @@ kl_err_t kl__pg_del(kl_txn_t *base, const void *key, size_t key_len) {
 kl_err_t kl__pg_seen(kl_txn_t *base, const char *id, size_t id_len,
                      kl_mark_t *mark) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  kl_err_t settled = txn->pending ? kl_pg_settle(txn) : KL_OK;
-  if (settled)
-    return settled;
+  kl_err_t ready = kl_pg_ready(txn);
+  if (ready)
+    return ready;
   const kl__buf_entry_t *entry = kl__buf_get(&txn->ids, id, id_len);
   if (!entry)
     entry = kl__buf_get(&txn->known, id, id_len);
@@ -550,7 +557,7 @@ static void kl_pg_seen_many_call(kl_pg_txn_t *txn, const kl_pg_arr_t *arr,
 kl_err_t kl__pg_prefetch(kl_txn_t *base, const char *const *ids,
                          const size_t *id_lens, size_t n) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  kl_err_t err = txn->pending ? kl_pg_settle(txn) : KL_OK;
+  kl_err_t err = kl_pg_ready(txn);
   kl_pg_arr_t arr = {0};
   if (!err)
     err = kl_pg_ask(txn, ids, id_lens, n, &arr);
@@ -594,6 +601,7 @@ kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
     txn->broken = 1;
   free(arr.p);
   txn->pending = arr.n ? 3 : 2;
+  txn->pend_ns = kl__mono_ns();
   if (err) {
     txn->pending = 0;
     kl_pg_txn_end(txn);
@@ -624,19 +632,42 @@ static kl_err_t kl_pg_settle(kl_pg_txn_t *txn) {
     PQclear(c[i].res);
     c[i].res = NULL;
   }
-  return err;
+  return txn->pend_err = err;
+}
+
+/* How long a txn begun ahead may wait for its turn: its session sits idle
+ * in a transaction meanwhile, which the server ends after
+ * store.pg.idle.timeout. */
+static int64_t kl_pg_ahead_max_ns(const kl_pg_txn_t *txn) {
+  int64_t idle_ms = ((kl__pg_t *)txn->base.store)->idle_timeout_ms;
+  int64_t ms = idle_ms > 0 && idle_ms / 2 < KL__STORE_AHEAD_MAX_MS
+                   ? idle_ms / 2
+                   : KL__STORE_AHEAD_MAX_MS;
+  return ms * 1000000;
+}
+
+static int kl_pg_stale(const kl_pg_txn_t *txn) {
+  return kl__mono_ns() - txn->pend_ns > kl_pg_ahead_max_ns(txn);
 }
 
 kl_err_t kl__store_settle(kl_txn_t *base) {
   if (!base || base->store->ops != &kl__pg_ops)
     return KL_OK;
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  return txn->pending ? kl_pg_settle(txn) : KL_OK;
+  if (txn->pending && kl_pg_stale(txn))
+    return kl__err(KL_ESTORE_BUSY,
+                   "postgresql: a batch begun ahead waited %" PRId64
+                   " ms for its turn, more than %" PRId64 " ms",
+                   (kl__mono_ns() - txn->pend_ns) / 1000000,
+                   kl_pg_ahead_max_ns(txn) / 1000000);
+  return kl_pg_ready(txn);
 }
 
 int kl__store_pending(kl_txn_t *base) {
-  return base && base->store->ops == &kl__pg_ops &&
-         ((kl_pg_txn_t *)base)->pending;
+  if (!base || base->store->ops != &kl__pg_ops)
+    return 0;
+  kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
+  return txn->pending && !kl_pg_stale(txn);
 }
 
 /* ---- commit: one pipeline -------------------------------------------- */
@@ -842,7 +873,7 @@ static kl_err_t kl_pg_refence(kl_pg_txn_t *txn, kl_err_t err) {
 /* A handler that ended the batch's transaction itself, or a statement that
  * failed and aborted it, leaves nothing to commit under the fence. */
 static kl_err_t kl_pg_check_open(kl_pg_txn_t *txn) {
-  kl_err_t err = txn->pending ? kl_pg_settle(txn) : KL_OK;
+  kl_err_t err = kl_pg_ready(txn);
   if (err)
     return err;
   PGconn *pg = txn->conn->pg;

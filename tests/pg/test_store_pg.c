@@ -1273,6 +1273,15 @@ static kl_store_t *t_store_ahead(t_state_t *st, const char *pool,
   return store;
 }
 
+/* No session of the test's database is left in a transaction. */
+static void t_assert_no_open_txn(t_state_t *st) {
+  assert_int_equal(kl_t_sql(st->admin,
+                            "SELECT count(*) FROM pg_stat_activity WHERE "
+                            "datname = current_database() AND state LIKE "
+                            "'idle in transaction%'"),
+                   0);
+}
+
 static const char *const t_ids[] = {"id-1", "id-2"};
 static const size_t t_id_lens[] = {4, 4};
 
@@ -1326,8 +1335,40 @@ static void test_begun_ahead_is_fenced_when_settled(void **state) {
   assert_int_equal(t_cache(store).entries, 1);
   assert_int_equal(kl__store_settle(txn), KL_EFENCED);
   assert_int_equal(t_cache(store).entries, 0);
-  kl_store_abort(txn);
+  /* Used anyway, it stays fenced: nothing can run or commit in it. */
+  kl_mark_t mark;
+  assert_int_equal(kl_txn_seen(txn, "id-2", 4, &mark), KL_EFENCED);
+  assert_int_equal(kl_txn_put(txn, "acct/1", 6, "0", 1), KL_OK);
+  assert_int_equal(kl_store_commit(txn, 9), KL_EFENCED);
+  assert_int_equal(kl_t_store_partition(store, 0).watermark, 1);
   kl_store_destroy(other);
+  kl_store_destroy(store);
+}
+
+/* Its session is idle in a transaction until it is settled, which the
+ * server ends after store.pg.idle.timeout: one that waited longer than
+ * half of that (or KL__STORE_AHEAD_MAX_MS) is no longer pending, and
+ * settling it says so; aborted, it leaves nothing open. */
+static void test_begun_ahead_goes_stale(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_store_t *store = kl_t_store_open(st->fx.where, "store.pg.pool", "2",
+                                      "store.pg.idle.timeout", "400ms", NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  kl_t_store_commit(kl_t_store_begin(store, 0, epoch), 1);
+  kl_txn_t *txn;
+  assert_int_equal(kl__store_begin_ahead(store, KL_T_TOPIC, 0, epoch, t_ids,
+                                         t_id_lens, 2, &txn),
+                   KL_OK);
+  assert_true(kl__store_pending(txn));
+  struct timespec pause = {0, 250 * 1000000L};
+  nanosleep(&pause, NULL);
+  assert_false(kl__store_pending(txn));
+  assert_int_equal(kl__store_settle(txn), KL_ESTORE_BUSY);
+  if (!strstr(kl_err_detail(), "begun ahead waited"))
+    fail_msg("detail: %s", kl_err_detail());
+  kl_store_abort(txn);
+  t_assert_no_open_txn(st);
   kl_store_destroy(store);
 }
 
@@ -1356,11 +1397,7 @@ static void test_begun_ahead_only_on_an_idle_connection(void **state) {
   txn = kl_t_store_begin(store, 0, epoch); /* the pool's one connection */
   assert_true(t_mono_ns() - t0 < 1000000000LL);
   kl_store_abort(txn);
-  assert_int_equal(kl_t_sql(st->admin,
-                            "SELECT count(*) FROM pg_stat_activity WHERE "
-                            "datname = current_database() AND state LIKE "
-                            "'idle in transaction%'"),
-                   0);
+  t_assert_no_open_txn(st);
   kl_store_destroy(store);
 }
 
@@ -1467,6 +1504,7 @@ int main(void) {
       T(test_begun_ahead_is_a_begin_and_a_prefetch),
       T(test_begun_ahead_is_fenced_when_settled),
       T(test_begun_ahead_only_on_an_idle_connection),
+      T(test_begun_ahead_goes_stale),
       T(test_prefetch_and_cache_need_no_round_trip),
       T(test_fenced_owner_regains_and_sees_the_other_write),
       T(test_cache_dropped_on_epoch_change),
