@@ -194,6 +194,13 @@ static int kl_build_lane(kl__lanes_t *lanes, kl__lane_t *lane, kl_build_t *b) {
   b->lane = lane;
   b->txn = lane->batch;
   lane->batch = NULL;
+  /* One begun ahead and not yet settled holds no writes (final dead-letter
+   * marks come from the overlay): when it failed or waited too long, the
+   * begin below decides, as in kl__lanes_batch(). */
+  if (b->txn && kl__store_settle(b->txn)) {
+    kl_store_abort(b->txn);
+    b->txn = NULL;
+  }
   if (!b->txn) {
     pthread_mutex_unlock(&lanes->mu);
     err = kl_store_begin(lanes->store, lanes->topic, lane->partition,

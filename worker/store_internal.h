@@ -129,7 +129,8 @@ int kl__store_has_prefetch(kl_store_t *store);
  * so first, and kl_store_abort() discards them.
  * @returns KL_OK with *@p out pending; KL_ESTORE_BUSY at once when no
  *          pooled connection is idle (it never connects or waits for
- *          one; a connection's first use prepares the epoch statement);
+ *          one; a connection's first use prepares the statements it
+ *          sends, as every pipeline does);
  *          KL_EINVAL on LMDB; or the send's failure.
  */
 kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
@@ -147,7 +148,8 @@ kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
  * not begun ahead, and on LMDB), or what kl_store_begin() or
  * kl_txn_prefetch() would have returned: KL_EFENCED, a store error;
  * KL_ESTORE_BUSY when it waited longer than KL__STORE_AHEAD_MAX_MS. The
- * txn is then to be aborted; any other call on it returns the same error.
+ * txn is then to be aborted; after a failure to read them, any other call
+ * on it returns the same error.
  */
 kl_err_t kl__store_settle(kl_txn_t *txn);
 
