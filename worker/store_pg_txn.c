@@ -93,7 +93,8 @@ typedef struct kl_pg_txn {
   int broken;            /* a pipeline failed: drop the connection */
   int pending;           /* begun ahead: pend's results not read yet */
   int64_t pend_ns;       /* when they were sent (kl__mono_ns()) */
-  kl_err_t pend_err;     /* reading them failed: every later call fails */
+  kl_err_t pend_err;     /* reading answers failed (begun ahead, a prefetch):
+                            every later call fails */
   kl__pg_call_t pend[3]; /* BEGIN, the epoch, the ids (kl__store_begin_ahead) */
   unsigned char *vbuf;   /* the value the last cache hit lent */
   size_t vcap;
@@ -191,8 +192,9 @@ static void kl_pg_txn_free(kl_pg_txn_t *txn) {
  * (dropping it when its link broke). */
 static kl_err_t kl_pg_settle(kl_pg_txn_t *txn);
 
-/* A txn begun ahead reads its answers before anything else; once that
- * failed, every call on it fails the same way. */
+/* A txn begun ahead reads its answers before anything else; once reading
+ * answers failed (that, or a prefetch), every call on it fails the same
+ * way. */
 static kl_err_t kl_pg_ready(kl_pg_txn_t *txn) {
   return txn->pending ? kl_pg_settle(txn) : txn->pend_err;
 }
@@ -571,6 +573,10 @@ kl_err_t kl__pg_prefetch(kl_txn_t *base, const char *const *ids,
     PQclear(res);
   }
   free(arr.p);
+  /* The asked ids are recorded unseen before the answer: the txn must not
+   * answer from them after a failure (kl_txn_prefetch(): abort it). */
+  if (err && !txn->pend_err)
+    txn->pend_err = err;
   return err;
 }
 

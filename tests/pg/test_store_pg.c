@@ -1319,6 +1319,23 @@ static void test_begun_ahead_is_a_begin_and_a_prefetch(void **state) {
   kl_store_destroy(store);
 }
 
+/* The ids a prefetch asks about count as unseen only once it answered: a
+ * prefetch that failed (the link lost) leaves the txn failing, never
+ * answering "unseen" for an id it could not look up. */
+static void test_failed_prefetch_answers_nothing(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  uint64_t epoch;
+  kl_store_t *store = t_store_ahead(st, "2", &epoch);
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  t_terminate_others(st->admin);
+  assert_int_equal(kl_txn_prefetch(txn, t_ids, t_id_lens, 2), KL_ESTORE_BUSY);
+  kl_mark_t mark = KL_MARK_NONE;
+  assert_int_equal(kl_txn_seen(txn, "id-1", 4, &mark), KL_ESTORE_BUSY);
+  assert_int_equal(kl_store_commit(txn, 2), KL_ESTORE_BUSY);
+  kl_store_destroy(store);
+}
+
 /* The epoch check travels with it: settled under a newer owner it is
  * KL_EFENCED, and the owner cache is dropped, as a begin's would be. */
 static void test_begun_ahead_is_fenced_when_settled(void **state) {
@@ -1505,6 +1522,7 @@ int main(void) {
       T(test_begun_ahead_is_fenced_when_settled),
       T(test_begun_ahead_only_on_an_idle_connection),
       T(test_begun_ahead_goes_stale),
+      T(test_failed_prefetch_answers_nothing),
       T(test_prefetch_and_cache_need_no_round_trip),
       T(test_fenced_owner_regains_and_sees_the_other_write),
       T(test_cache_dropped_on_epoch_change),
