@@ -29,9 +29,13 @@ bad() { echo "FAILED: $*"; failed=$((failed + 1)); }
 
 W=$(mktemp -d /tmp/keylane-interop-XXXXXX)
 WORKER=''
+# On the way out only, whatever the status: a worker already gone must not
+# stop the rest (set -e), and the script's status is its checks' (an EXIT
+# trap that does not call exit leaves it as it was).
 cleanup() {
-  [ -z "$WORKER" ] || kill "$WORKER" 2>/dev/null || true
-  wait 2>/dev/null || true
+  set +e
+  [ -z "$WORKER" ] || kill "$WORKER" 2>/dev/null
+  wait 2>/dev/null
   if [ "$failed" = 0 ] && [ -z "${KEYLANE_TEST_KEEP:-}" ]; then rm -rf "$W"; else echo "kept $W"; fi
 }
 trap cleanup EXIT
