@@ -424,7 +424,9 @@ static void kl_retake_check(kl_worker_t *worker, int32_t partition, int64_t now,
     q->backoff_ns = !q->backoff_ns                          ? every
                     : q->backoff_ns * 2 < worker->retake_ns ? q->backoff_ns * 2
                                                             : worker->retake_ns;
-    q->next_try_ns = now + q->backoff_ns;
+    /* From after the failed try, not from the check's clock read before
+     * the store read and the seek: tries are a backoff apart at least. */
+    q->next_try_ns = kl__mono_ns() + q->backoff_ns;
   }
 }
 
@@ -435,11 +437,13 @@ static void kl_retake_quiet(kl_worker_t *worker) {
   if (!worker->retake_ns || now - worker->retake_checked_ns < every ||
       worker->topic_stopped)
     return;
-  worker->retake_checked_ns = now;
   int32_t fenced[64];
   size_t n = kl__lanes_fenced(worker->lanes, fenced, 64);
   for (size_t i = 0; i < n && !worker->stop; i++)
     kl_retake_check(worker, fenced[i], now, every);
+  /* The next check is a period after this one ended, so that a try that
+   * failed in it (its backoff counted from after it) is due by then. */
+  worker->retake_checked_ns = kl__mono_ns();
 }
 
 /* ---- setup --------------------------------------------------------------- */
