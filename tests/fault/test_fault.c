@@ -59,6 +59,7 @@
 #include "common/internal.h"
 #include "support/cluster.h"
 #include "support/pg.h"
+#include "support/spawn.h"
 #include "support/support.h"
 #include "worker/store_lmdb.h"
 
@@ -155,6 +156,12 @@ typedef struct kl_slot {
   int pauses_seen;    /* "pausing" lines in its log so far */
   int64_t spare_ns;   /* not SIGKILLed before: let a zombie meet its fence */
   int64_t resumed_ns; /* its last SIGCONT; 0 when never stopped or dead */
+  /* A batch held by the pause hook until SIGUSR2, sent once a newer owner
+   * committed its partition past it (or 30 s after the SIGCONT). */
+  int held;
+  int held_p;
+  uint64_t held_epoch;
+  int64_t held_wm;
 } kl_slot_t;
 
 /* A read snapshot the test holds open, as a long scan or a stopped
@@ -280,7 +287,7 @@ static void kl_f_reap(kl_fault_t *f, int64_t now) {
       else if (!clean)
         f->bad_exits++;
       s->pid = 0, s->dead_ns = now, s->cont_ns = 0, s->armed_ns = 0;
-      s->spare_ns = 0, s->resumed_ns = 0;
+      s->spare_ns = 0, s->resumed_ns = 0, s->held = 0;
     }
   }
 }
@@ -378,13 +385,17 @@ static void kl_f_stop(kl_fault_t *f, int64_t now) {
   }
 }
 
-static void kl_f_tick_stops(kl_fault_t *f, int64_t now) {
+static void kl_f_tick_stops(kl_fault_t *f, kl_store_t *store, int64_t now) {
   for (int i = 0; i < f->plan->workers; i++) {
     kl_slot_t *s = &f->slot[i];
+    kl_partition_state_t st;
     if (s->pid > 0 && s->armed_ns) {
       int seen = kl_f_count(f, i, "pausing partition=");
-      if (seen > s->pauses_seen) {
+      if (seen > s->pauses_seen &&
+          kl_t_find_pause(f->dir, i, &s->held_p, &s->held_epoch) &&
+          kl_store_partition(store, f->topic, s->held_p, &st) == KL_OK) {
         s->pauses_seen = seen;
+        s->held = 1, s->held_wm = st.watermark;
         f->stops_paused++;
         kl_f_freeze(f, i, now);
         s->spare_ns =
@@ -395,6 +406,13 @@ static void kl_f_tick_stops(kl_fault_t *f, int64_t now) {
     }
     if (s->pid > 0 && s->cont_ns && now >= s->cont_ns)
       kl_f_resume(f, i, now);
+    if (s->pid > 0 && s->held && !s->cont_ns &&
+        ((kl_store_partition(store, f->topic, s->held_p, &st) == KL_OK &&
+          st.epoch > s->held_epoch && st.watermark > s->held_wm) ||
+         now - s->resumed_ns > 30 * KL_F_NS)) {
+      kill(s->pid, SIGUSR2);
+      s->held = 0;
+    }
   }
 }
 
@@ -805,7 +823,7 @@ static void kl_f_chaos(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
     kl_f_publish(f, pub, now, t0);
     kl_f_reap(f, now);
     kl_f_restart(f, now);
-    kl_f_tick_stops(f, now);
+    kl_f_tick_stops(f, store, now);
     kl_f_tick_windows(f, store, now, t0);
     if (p->broker_at_s >= 0)
       kl_f_tick_broker(f, now, t0);
@@ -855,7 +873,11 @@ static int kl_f_drain(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
     int64_t now = kl_f_now();
     kl_f_reap(f, now);
     kl_f_restart(f, now);
-    if (kl__ledger_gen_wait(pub->gen, store, f->topic, 0, 1000) == 0)
+    kl_f_tick_stops(f, store, now);
+    int held = 0;
+    for (int i = 0; i < f->plan->workers; i++)
+      held |= f->slot[i].pid > 0 && f->slot[i].held;
+    if (kl__ledger_gen_wait(pub->gen, store, f->topic, 0, 1000) == 0 && !held)
       return 0;
   }
   return -1;

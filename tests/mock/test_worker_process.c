@@ -50,21 +50,6 @@ static pid_t kl_spawn_worker(const char *boot, const char *dir, int i) {
   return kl_t_spawn_worker(dir, i, argv);
 }
 
-/* Finds "pausing partition=P epoch=E" in a log; returns 1 when found. */
-static int kl_find_pause(const char *dir, int i, int *p, uint64_t *e) {
-  char path[128], line[1024];
-  snprintf(path, sizeof(path), "%s/worker-%d.log", dir, i);
-  FILE *f = fopen(path, "r");
-  int found = 0;
-  while (f && !found && fgets(line, sizeof(line), f)) {
-    const char *s = strstr(line, "pausing partition=");
-    found = s && sscanf(s, "pausing partition=%d epoch=%" SCNu64, p, e) == 2;
-  }
-  if (f)
-    fclose(f);
-  return found;
-}
-
 static int kl_log_has(const char *dir, int i, const char *needle) {
   char path[128], line[1024];
   snprintf(path, sizeof(path), "%s/worker-%d.log", dir, i);
@@ -107,7 +92,7 @@ static void test_sigstop_past_session_timeout(void **state) {
   kill(pids[0], SIGUSR1);
   int p = -1;
   uint64_t epoch = 0;
-  for (int i = 0; i < 300 && !kl_find_pause(dir, 0, &p, &epoch); i++) {
+  for (int i = 0; i < 300 && !kl_t_find_pause(dir, 0, &p, &epoch); i++) {
     kl_publish_some(gen, producer, 20);
     kl_t_sleep_ms(50);
   }
@@ -124,7 +109,7 @@ static void test_sigstop_past_session_timeout(void **state) {
     kl_store_partition(store, TOPIC, p, &now);
   }
   assert_true(now.epoch > epoch);
-  kill(pids[0], SIGCONT);
+  kl_t_resume_paused(pids[0]);
 
   /* A plain freeze of the other worker past its session timeout. */
   kl_t_sleep_ms(2000);

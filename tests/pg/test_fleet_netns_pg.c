@@ -141,15 +141,11 @@ static void kl_publish_some(kl__ledger_gen_t *gen, kl_producer_t *producer,
 /* Waits for host 0's "pausing partition=P epoch=E", publishing meanwhile. */
 static int kl_wait_pause(kl_fleet_t *f, kl__ledger_gen_t *gen,
                          kl_producer_t *producer, uint64_t *epoch) {
-  char line[1024];
   for (int i = 0; i < 300; i++) {
     kl_publish_some(gen, producer, 20);
     kl_t_sleep_ms(50);
     int p;
-    const char *s;
-    if (kl_t_log_find(f->dir, 0, "pausing partition=", line, sizeof(line)) &&
-        (s = strstr(line, "pausing partition=")) &&
-        sscanf(s, "pausing partition=%d epoch=%" SCNu64, &p, epoch) == 2)
+    if (kl_t_find_pause(f->dir, 0, &p, epoch))
       return p;
   }
   return -1;
@@ -198,6 +194,7 @@ static void test_host_cut_off_is_fenced(void **state) {
   assert_true(now.epoch > epoch);
   kl_t_sleep_ms(4000); /* well past the session timeout */
   assert_int_equal(kl_t_netns_cut(f->ns, 0, 0), 0);
+  kl_t_resume_paused(f->pids[0]);
 
   kl_publish_some(gen, producer, 400);
   assert_int_equal(kl_flush(producer, 30000), KL_OK);

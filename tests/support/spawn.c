@@ -2,6 +2,7 @@
 #include "support/spawn.h"
 
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -38,4 +39,26 @@ int kl_t_log_find(const char *dir, int i, const char *needle, char *line,
   if (f)
     fclose(f);
   return found;
+}
+
+int kl_t_find_pause(const char *dir, int i, int *partition, uint64_t *epoch) {
+  char path[256], line[1024];
+  snprintf(path, sizeof(path), "%s/worker-%d.log", dir, i);
+  FILE *f = fopen(path, "r");
+  int found = 0;
+  while (f && fgets(line, sizeof(line), f)) {
+    const char *at = strstr(line, "pausing partition=");
+    int p;
+    uint64_t e;
+    if (at && sscanf(at, "pausing partition=%d epoch=%" SCNu64, &p, &e) == 2)
+      *partition = p, *epoch = e, found = 1;
+  }
+  if (f)
+    fclose(f);
+  return found;
+}
+
+void kl_t_resume_paused(pid_t pid) {
+  kill(pid, SIGUSR2);
+  kill(pid, SIGCONT);
 }

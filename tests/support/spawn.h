@@ -3,6 +3,7 @@
 #define KEYLANE_TESTS_SUPPORT_SPAWN_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /**
@@ -20,5 +21,18 @@ pid_t kl_t_spawn_worker(const char *dir, int i, const char *const *argv);
  */
 int kl_t_log_find(const char *dir, int i, const char *needle, char *line,
                   size_t size);
+
+/**
+ * Finds the last "pausing partition=P epoch=E" line of a worker started
+ * with --pause-on-sigusr1 in "<dir>/worker-<i>.log". @returns 1 when found,
+ * with @p partition and @p epoch set.
+ */
+int kl_t_find_pause(const char *dir, int i, int *partition, uint64_t *epoch);
+
+/**
+ * Ends the pause of worker @p pid (started with --pause-on-sigusr1),
+ * stopped or not: SIGUSR2 releases its held batch, SIGCONT continues it.
+ */
+void kl_t_resume_paused(pid_t pid);
 
 #endif

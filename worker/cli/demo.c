@@ -52,6 +52,26 @@ static const char kl_demo_usage[] =
     "Exit status 0 only when every balance and seq verifies and the total\n"
     "is conserved.\n";
 
+/* The paused worker (worker 0), driven from this process: SIGUSR1 arms its
+ * pause, its log says which batch it holds, the store says when a newer
+ * owner has taken and committed that partition, and SIGUSR2 wakes it to
+ * meet its fence. This process holds no snapshot while it reads the
+ * store; the paused one does, which is why it is not asked. */
+typedef enum {
+  KL_PAUSE_IDLE,
+  KL_PAUSE_ARMED, /* SIGUSR1 sent */
+  KL_PAUSE_HELD,  /* its log says "pausing partition=P epoch=E" */
+  KL_PAUSE_WOKEN  /* a newer owner committed P; SIGUSR2 sent */
+} kl_demo_pause_state_t;
+
+typedef struct kl_demo_pause {
+  kl_demo_pause_state_t state;
+  int32_t partition;
+  uint64_t epoch;
+  int64_t watermark; /* P's, when the pause was seen */
+  int64_t next_ns;   /* when to look again */
+} kl_demo_pause_t;
+
 typedef struct kl_demo {
   char dir[64];
   const char *bootstrap;
@@ -59,6 +79,7 @@ typedef struct kl_demo {
   int events, keys;
   kl__ledger_gen_t *gen;
   double elapsed_s;
+  kl_demo_pause_t pause;
 } kl_demo_t;
 
 static void kl_demo_sleep_ms(int ms) {
@@ -145,14 +166,56 @@ static int kl_demo_reap(kl_demo_t *demo, int ms) {
   return clean;
 }
 
+/* Finds "pausing partition=P epoch=E" in worker 0's log. */
+static int kl_demo_find_pause(const kl_demo_t *demo, int32_t *partition,
+                              uint64_t *epoch) {
+  char path[128], line[2048];
+  snprintf(path, sizeof(path), "%s/worker-0.log", demo->dir);
+  FILE *f = fopen(path, "r");
+  int found = 0;
+  while (f && !found && fgets(line, sizeof(line), f)) {
+    const char *at = strstr(line, "pausing partition=");
+    found = at && sscanf(at, "pausing partition=%" SCNd32 " epoch=%" SCNu64,
+                         partition, epoch) == 2;
+  }
+  if (f)
+    fclose(f);
+  return found;
+}
+
+/* One step of the paused worker's life, at most every 100 ms. */
+static void kl_demo_pause_step(kl_demo_t *demo, kl_store_t *store) {
+  kl_demo_pause_t *pause = &demo->pause;
+  int64_t now = kl__mono_ns();
+  if (pause->state == KL_PAUSE_IDLE || pause->state == KL_PAUSE_WOKEN ||
+      now < pause->next_ns)
+    return;
+  pause->next_ns = now + 100000000;
+  kl_partition_state_t st;
+  if (pause->state == KL_PAUSE_ARMED &&
+      kl_demo_find_pause(demo, &pause->partition, &pause->epoch) &&
+      kl_store_partition(store, KL_DEMO_TOPIC, pause->partition, &st) ==
+          KL_OK) {
+    pause->watermark = st.watermark;
+    pause->state = KL_PAUSE_HELD;
+  } else if (pause->state == KL_PAUSE_HELD &&
+             kl_store_partition(store, KL_DEMO_TOPIC, pause->partition, &st) ==
+                 KL_OK &&
+             st.epoch > pause->epoch && st.watermark > pause->watermark) {
+    kill(demo->pids[0], SIGUSR2);
+    pause->state = KL_PAUSE_WOKEN;
+  }
+}
+
 /* Publishes the unique events paced over about 25 s, every 4th a transfer
  * between two accounts (the bank test: money must be conserved), re-
  * publishing one earlier event after every 18th (5.5 %), and fires the
  * two faults. */
-static kl_err_t kl_demo_publish(kl_demo_t *demo, kl_producer_t *producer) {
+static kl_err_t kl_demo_publish(kl_demo_t *demo, kl_producer_t *producer,
+                                kl_store_t *store) {
   const int64_t t0 = kl__mono_ns();
   const int64_t span_ns = 25LL * 1000000000;
-  int paused = 0, killed = 0, restarted = 0;
+  int killed = 0, restarted = 0;
   for (int i = 0; i < demo->events; i++) {
     kl_err_t err =
         i % 4 == 3 ? kl__ledger_gen_transfer(demo->gen, producer, KL_DEMO_TOPIC)
@@ -165,8 +228,10 @@ static kl_err_t kl_demo_publish(kl_demo_t *demo, kl_producer_t *producer) {
     while (kl__mono_ns() < due)
       kl_producer_poll(producer, 1);
     double t = (double)(kl__mono_ns() - t0) / 1e9;
-    if (!paused && t > 6) {
-      kill(demo->pids[0], SIGUSR1), paused = 1;
+    kl_demo_pause_step(demo, store);
+    if (demo->pause.state == KL_PAUSE_IDLE && t > 6) {
+      kill(demo->pids[0], SIGUSR1);
+      demo->pause.state = KL_PAUSE_ARMED;
     } else if (!killed && t > 12) {
       kill(demo->pids[2], SIGKILL), killed = 1;
       waitpid(demo->pids[2], NULL, 0);
@@ -191,6 +256,24 @@ static uint64_t kl_demo_count_lines(const kl_demo_t *demo, const char *needle) {
   return n;
 }
 
+/* Waits, 120 s at most, until every partition caught up, the paused
+ * worker was woken after a newer owner committed its partition, and it met
+ * its fence. @returns 0 when all three happened. */
+static int kl_demo_settle(kl_demo_t *demo, kl_store_t *store) {
+  for (int t = 0; t < 120000; t += 100) {
+    kl_demo_pause_step(demo, store);
+    /* one look at the partitions, and 100 ms when they are not there */
+    int caught_up =
+        kl__ledger_gen_wait(demo->gen, store, KL_DEMO_TOPIC, 0, 100) == 0;
+    if (caught_up && demo->pause.state == KL_PAUSE_WOKEN &&
+        kl_demo_count_lines(demo, "fenced partition=") > 0)
+      return 0;
+    if (caught_up)
+      kl_demo_sleep_ms(100);
+  }
+  return -1;
+}
+
 static int kl_demo_report(kl_demo_t *demo, kl_store_t *store, int json,
                           int clean_exits) {
   kl__ledger_verdict_t v;
@@ -208,15 +291,16 @@ static int kl_demo_report(kl_demo_t *demo, kl_store_t *store, int json,
   int ok = v.ok && fenced > 0 && clean_exits == KL_DEMO_WORKERS;
   if (json) {
     json_t *o = json_pack(
-        "{sIsIsIsIsIsIsIsIsbsIsIsfsbsssIsbsIsI}", "published",
+        "{sIsIsIsIsIsIsIsIsbsIsIsIsfsbsssIsbsIsI}", "published",
         (json_int_t)published, "duplicates_injected", (json_int_t)dups,
         "acknowledged", (json_int_t)acked, "applied", (json_int_t)v.applied,
         "duplicates_suppressed", (json_int_t)v.duplicates, "outbox_copies",
         (json_int_t)v.follow_up_copies, "fenced_batches", (json_int_t)fenced,
         "order_violations", (json_int_t)v.violations, "balances_ok",
         balances_ok, "keys", (json_int_t)v.keys, "workers_killed",
-        (json_int_t)1, "elapsed_s", demo->elapsed_s, "ok", ok, "dir", demo->dir,
-        "transfers", (json_int_t)v.transfers, "total_ok", v.total_ok, "total",
+        (json_int_t)1, "workers_exited_cleanly", (json_int_t)clean_exits,
+        "elapsed_s", demo->elapsed_s, "ok", ok, "dir", demo->dir, "transfers",
+        (json_int_t)v.transfers, "total_ok", v.total_ok, "total",
         (json_int_t)v.total, "total_expected", (json_int_t)v.total_expected);
     json_dumpf(o, stdout, JSON_COMPACT);
     putchar('\n');
@@ -296,14 +380,21 @@ static int kl_demo_run(kl_demo_t *demo, int json) {
   }
   if (!json)
     fprintf(stderr, "workers own all partitions; publishing\n");
-  if ((err = kl_demo_publish(demo, producer))) {
+  if ((err = kl_demo_publish(demo, producer, store))) {
     rc = kl__cli_fail(SUB, "publish: %s", kl_err_detail());
     goto out;
   }
   if (!json)
     fprintf(stderr, "published; waiting for the workers to apply\n");
-  if (kl__ledger_gen_wait(demo->gen, store, KL_DEMO_TOPIC, 0, 120000))
-    fprintf(stderr, "keylane demo: not every partition caught up in 120 s\n");
+  if (kl_demo_settle(demo, store))
+    fprintf(stderr, "keylane demo: %s\n",
+            demo->pause.state != KL_PAUSE_WOKEN
+                ? "no newer owner committed the "
+                  "paused worker's partition in "
+                  "120 s"
+                : "not every partition caught up, "
+                  "or the paused worker was not "
+                  "fenced, in 120 s");
   kl_demo_stop_workers(demo, SIGTERM);
   int clean = kl_demo_reap(demo, 30000);
   demo->elapsed_s = (double)(kl__mono_ns() - t0) / 1e9;

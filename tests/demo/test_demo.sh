@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The README's first command, as a new user runs it: `make demo`, and the
+# same demo with --json as a script reads it. Each run must verify: every
+# balance and the total, at least one batch of the paused worker rejected
+# by the epoch check (the failure the demo exists to show), and all three
+# workers exited cleanly.
+set -euo pipefail
+SRC=${KEYLANE_SOURCE_DIR:?}
+BUILD=${KEYLANE_BUILD_DIR:?}
+BIN=${KEYLANE_BIN:?}
+T=$(mktemp -d /tmp/keylane-test-demo-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+failed=0
+bad() { echo "FAILED: $*" >&2; failed=1; }
+
+# ---- make demo, as the README says (the build is already made: make only
+# checks it)
+if make -s -C "$SRC" demo BUILD="$BUILD" >"$T/make.out" 2>"$T/make.err"; then
+  echo "ok: make demo exited 0"
+else
+  bad "make demo exited $?: $(tail -n 20 "$T/make.err")"
+fi
+text=$(cat "$T/make.out")
+grep -q '^OK: every balance verifies' <<<"$text" ||
+  bad "make demo did not print 'OK: every balance verifies': $text"
+fenced=$(sed -n 's/.*was fenced: \([0-9]*\) batch.*/\1/p' <<<"$text")
+[ "${fenced:-0}" -ge 1 ] ||
+  bad "make demo: the paused worker was not fenced (${fenced:-no figure}): $text"
+grep -q '3 of 3 workers drained and exited cleanly' <<<"$text" ||
+  bad "make demo: not every worker exited cleanly: $text"
+
+# ---- keylane demo --json
+if "$BIN" demo --json >"$T/demo.json" 2>"$T/demo.err"; then
+  echo "ok: keylane demo --json exited 0"
+else
+  bad "keylane demo --json exited $?: $(tail -n 20 "$T/demo.err")"
+fi
+if python3 - "$T/demo.json" <<'PY'; then
+import json, sys
+d = json.load(open(sys.argv[1]))
+want = {
+    "ok": d.get("ok") is True,
+    "fenced_batches >= 1": d.get("fenced_batches", 0) >= 1,
+    "balances_ok": d.get("balances_ok") is True,
+    "total_ok": d.get("total_ok") is True,
+    "3 of 3 workers exited cleanly": d.get("workers_exited_cleanly") == 3,
+}
+missed = [k for k, v in want.items() if not v]
+if missed:
+    print("keylane demo --json: not", ", ".join(missed), ":", json.dumps(d),
+          file=sys.stderr)
+    sys.exit(1)
+print("ok: keylane demo --json verifies:", json.dumps(d))
+PY
+  :
+else
+  failed=1
+fi
+exit $failed
