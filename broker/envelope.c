@@ -161,6 +161,17 @@ kl_err_t kl_event_validate(const kl_event_t *event, int id_optional) {
   return err;
 }
 
+kl_err_t kl__id_client_check(const char *id, size_t id_len) {
+  char shown[68];
+  if (id_len == 0 || id[0] != KL_ID_RESERVED)
+    return KL_OK;
+  return kl__err(KL_EINVAL,
+                 "id \"%s\" begins with '%c', which keylane keeps for the ids "
+                 "it derives for follow-up events: choose an id that does "
+                 "not (or omit it to have one made)",
+                 kl_printable(id, id_len, shown), KL_ID_RESERVED);
+}
+
 kl_err_t kl__record_check(const kl_event_t *event, size_t envelope_size) {
   size_t size = event->key_len + envelope_size;
   if (size <= KL_RECORD_MAX)

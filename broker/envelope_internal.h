@@ -39,4 +39,12 @@ kl_err_t kl__record_check(const kl_event_t *event, size_t envelope_size);
  */
 void kl__event_make_id_at(char out[37], int64_t now_ms);
 
+/**
+ * Checks an id a service gives: one beginning with KL_ID_RESERVED is
+ * keylane's own (the ids it derives for follow-ups, kl_txn_emit()), so a
+ * client may not publish it, or it could take a follow-up's id.
+ * @returns KL_OK, or KL_EINVAL naming the id and the rule.
+ */
+kl_err_t kl__id_client_check(const char *id, size_t id_len);
+
 #endif

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "broker/envelope_internal.h"
 #include "common/internal.h"
 #include "common/json_msgpack.h"
 
@@ -155,6 +156,8 @@ kl_err_t kl__jevent_parse(kl__jevent_t *je, const json_t *root, bool raw_bin,
   if (!e)
     e = kl_jev_str(root, "id", false, KL_ID_MAX, &ev->id, &ev->id_len, err,
                    err_size);
+  if (!e && kl__id_client_check(ev->id, ev->id_len))
+    e = kl_jev_fail(err, err_size, "%s", kl_err_detail());
   if (!e)
     e = kl_jev_headers(je, root, err, err_size);
   if (!e)

@@ -590,8 +590,10 @@ static void kl_publish_stamp(kl_event_t *ev, char id[37]) {
     ev->ts = now;
 }
 
-kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
-                    const kl_event_t *event, void *opaque) {
+/* kl_publish(), and for the outbox an id of keylane's own (@p derived). */
+static kl_err_t kl_publish_any(kl_producer_t *producer, const char *topic,
+                               const kl_event_t *event, void *opaque,
+                               int derived) {
   kl__err_clear();
   if (!producer || !topic || !event)
     return kl__err(KL_EINVAL, "kl_publish: producer, topic and event are "
@@ -601,6 +603,8 @@ kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
   kl_publish_stamp(&ev, id);
   /* Validating first: a bad event fails before any waiting. */
   kl_err_t err = kl_event_validate(&ev, 0);
+  if (!err && !derived)
+    err = kl__id_client_check(ev.id, ev.id_len);
   if (err)
     return err;
   /* librdkafka copies the envelope, so it only lives for this call. */
@@ -624,6 +628,16 @@ kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
     return err;
   rd_kafka_poll(producer->rk, 0); /* serve delivery reports as we go */
   return KL_OK;
+}
+
+kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
+                    const kl_event_t *event, void *opaque) {
+  return kl_publish_any(producer, topic, event, opaque, 0);
+}
+
+kl_err_t kl__publish_follow_up(kl_producer_t *producer, const char *topic,
+                               const kl_event_t *event, void *opaque) {
+  return kl_publish_any(producer, topic, event, opaque, 1);
 }
 
 int kl_producer_poll(kl_producer_t *producer, int timeout_ms) {

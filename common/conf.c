@@ -143,6 +143,10 @@ static const kl_conf_key_t kl_keys[] = {
     {"worker.outbox.max", KL_CT_INT, "10000", 1, 10000000, NULL,
      "follow-up events (kl_txn_emit) a partition holds committed and not "
      "yet acknowledged by Kafka at most; past it the partition is paused"},
+    {"worker.outbox.stall.ms", KL_CT_MS, "300000", 0, 86400000, NULL,
+     "a partition whose outbox holds follow-ups and has had none "
+     "acknowledged for this long is stalled: /healthz answers 503 and "
+     "keylane_worker_outbox_stalled_seconds shows it (0: never)"},
 };
 #define KL_NKEYS (sizeof(kl_keys) / sizeof(kl_keys[0]))
 

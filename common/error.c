@@ -1,6 +1,7 @@
 /* The error table's functions and the per-thread error detail. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/internal.h"
 
@@ -36,11 +37,16 @@ const char *kl_err_detail(void) {
   return kl_detail;
 }
 
+/* Formats into a buffer of its own first: a caller may pass the detail
+ * itself as an argument (kl__err(err, "what: %s", kl_err_detail())), which
+ * vsnprintf() into that same buffer would overwrite as it reads it. */
 kl_err_t kl__err(kl_err_t err, const char *fmt, ...) {
+  char text[sizeof(kl_detail)];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(kl_detail, sizeof(kl_detail), fmt, ap);
+  vsnprintf(text, sizeof(text), fmt, ap);
   va_end(ap);
+  memcpy(kl_detail, text, sizeof(text));
   return err;
 }
 

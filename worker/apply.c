@@ -52,7 +52,8 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
   kl_mark_t mark;
   const void *done = NULL;
   size_t done_len;
-  if ((err = kl_txn_seen(txn, event->id, event->id_len, &mark)) ||
+  if ((err = kl_txn_seen_key(txn, event->key, event->key_len, event->id,
+                             event->id_len, &mark)) ||
       (a->letter_key &&
        (err = kl_txn_get(txn, a->letter_key, a->letter_key_len, &done,
                          &done_len)) &&
@@ -68,16 +69,17 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
     return KL_HANDLER_OK;
   }
   kl_fence_t fence = {a->topic, partition, epoch, m->offset};
-  kl__txn_source_event(txn, event); /* its follow-ups' ids */
+  kl__txn_source_event(txn, event, &fence); /* its follow-ups' ids */
   kl_handler_result_t r =
       a->dry_run && !a->dry_run_handler
           ? KL_HANDLER_OK /* would run it; still marked, for the range */
           : a->handler(a->handler_opaque, event, &fence, txn, res->why,
                        sizeof(res->why));
-  kl__txn_source(txn, NULL, 0);
+  kl__txn_source(txn, NULL, 0, 0);
   if (r != KL_HANDLER_OK)
     return r == KL_HANDLER_RETRY ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
-  if ((err = kl_txn_mark(txn, event->id, event->id_len, KL_MARK_APPLIED)) ||
+  if ((err = kl_txn_mark_key(txn, event->key, event->key_len, event->id,
+                             event->id_len, KL_MARK_APPLIED)) ||
       (a->letter_key &&
        (err = kl_txn_put(txn, a->letter_key, a->letter_key_len, "1", 1)))) {
     res->store_err = err;
@@ -88,52 +90,37 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
   return KL_HANDLER_OK;
 }
 
-/* The decoded ids of @p msgs, copied into @p arena (KL_ID_BYTES each). */
-#define KL_ID_BYTES 255
-static size_t kl_decode_ids(rd_kafka_message_t *const *msgs, size_t n,
-                            int64_t from, char *arena, const char **ids,
-                            size_t *lens) {
+/* The sids of @p msgs from offset @p from on (store_internal.h), with
+ * their unscoped ids while the store may hold such; 0 also when memory is
+ * short: kl_txn_seen_key() then asks one by one. */
+static size_t kl_ids_decode(kl__sids_t *s, const kl_store_t *store,
+                            rd_kafka_message_t *const *msgs, size_t n,
+                            int64_t from) {
   kl_decoder_t *decoder = kl_decoder_new();
+  const void **keys = malloc((n ? n : 1) * sizeof(*keys));
+  const char **ids = malloc((n ? n : 1) * sizeof(*ids));
+  size_t *key_lens = malloc((n ? n : 1) * sizeof(*key_lens));
+  size_t *id_lens = malloc((n ? n : 1) * sizeof(*id_lens));
   size_t k = 0;
-  for (size_t i = 0; decoder && i < n; i++) {
+  memset(s, 0, sizeof(*s));
+  for (size_t i = 0; decoder && keys && ids && key_lens && id_lens && i < n;
+       i++) {
     const rd_kafka_message_t *m = msgs[i];
     kl_event_t ev;
     if (m->offset < from ||
-        kl_event_decode(decoder, m->key, m->key_len, m->payload, m->len, &ev) ||
-        !ev.id_len || ev.id_len > KL_ID_BYTES)
+        kl_event_decode(decoder, m->key, m->key_len, m->payload, m->len, &ev))
       continue;
-    ids[k] = memcpy(arena + k * KL_ID_BYTES, ev.id, ev.id_len);
-    lens[k++] = ev.id_len;
+    keys[k] = ev.key, key_lens[k] = ev.key_len; /* borrowed from m */
+    ids[k] = ev.id, id_lens[k++] = ev.id_len;
   }
+  if (k && kl__sids_build(s, store, keys, key_lens, ids, id_lens, k))
+    memset(s, 0, sizeof(*s));
   kl_decoder_destroy(decoder);
-  return k;
-}
-
-/* A batch's ids, decoded (kl_decode_ids()). */
-typedef struct kl_ids {
-  char *arena;
-  const char **ids;
-  size_t *lens;
-  size_t n;
-} kl_ids_t;
-
-/* @returns the ids' count (0 also when memory is short: kl_txn_seen() then
- * asks one by one). */
-static size_t kl_ids_decode(kl_ids_t *d, rd_kafka_message_t *const *msgs,
-                            size_t n, int64_t from) {
-  d->arena = malloc(n * KL_ID_BYTES);
-  d->ids = malloc(n * sizeof(*d->ids));
-  d->lens = malloc(n * sizeof(*d->lens));
-  d->n = d->arena && d->ids && d->lens
-             ? kl_decode_ids(msgs, n, from, d->arena, d->ids, d->lens)
-             : 0;
-  return d->n;
-}
-
-static void kl_ids_free(kl_ids_t *d) {
-  free(d->arena);
-  free(d->ids);
-  free(d->lens);
+  free(keys);
+  free(ids);
+  free(key_lens);
+  free(id_lens);
+  return s->n;
 }
 
 kl_err_t kl__apply_prefetch(const kl__applier_t *a, kl_txn_t *txn,
@@ -141,11 +128,12 @@ kl_err_t kl__apply_prefetch(const kl__applier_t *a, kl_txn_t *txn,
                             int64_t from) {
   if (!n || !kl__store_has_prefetch(a->store))
     return KL_OK;
-  kl_ids_t d;
-  kl_err_t err = kl_ids_decode(&d, msgs, n, from)
-                     ? kl_txn_prefetch(txn, d.ids, d.lens, d.n)
+  kl__sids_t s;
+  kl_err_t err = kl_ids_decode(&s, a->store, msgs, n, from)
+                     ? txn->store->ops->prefetch(
+                           txn, (const char *const *)s.sids, s.lens, s.n)
                      : KL_OK;
-  kl_ids_free(&d);
+  kl__sids_free(&s);
   return err;
 }
 
@@ -154,12 +142,13 @@ kl_err_t kl__apply_begin_ahead(const kl__applier_t *a, int32_t partition,
                                size_t n, kl_txn_t **txn) {
   if (!n || !kl__store_has_prefetch(a->store))
     return KL_EINVAL;
-  kl_ids_t d;
-  kl_err_t err = kl_ids_decode(&d, msgs, n, 0)
-                     ? kl__store_begin_ahead(a->store, a->topic, partition,
-                                             epoch, d.ids, d.lens, d.n, txn)
-                     : KL_ENOMEM;
-  kl_ids_free(&d);
+  kl__sids_t s;
+  kl_err_t err =
+      kl_ids_decode(&s, a->store, msgs, n, 0)
+          ? kl__store_begin_ahead(a->store, a->topic, partition, epoch,
+                                  (const char *const *)s.sids, s.lens, s.n, txn)
+          : KL_ENOMEM;
+  kl__sids_free(&s);
   return err;
 }
 

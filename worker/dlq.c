@@ -35,6 +35,8 @@ const char *kl__dlq_reason_name(kl__dlq_reason_t reason) {
     return "max_attempts";
   case KL__DLQ_MISROUTED:
     return "misrouted";
+  case KL__DLQ_OUTBOX:
+    return "outbox";
   }
   return "unknown";
 }
@@ -189,7 +191,7 @@ static rd_kafka_headers_t *kl_dlq_headers(const char *source_topic,
   rd_kafka_headers_t *h;
   /* rd_kafka_message_headers() parses lazily into the message; it takes
    * a non-const message, and only the poll thread touches it here. */
-  if (!l->truncated &&
+  if (!l->truncated && !l->destination &&
       rd_kafka_message_headers((rd_kafka_message_t *)l->msg, &orig) == 0 &&
       orig)
     h = rd_kafka_headers_copy(orig);
@@ -211,6 +213,8 @@ static rd_kafka_headers_t *kl_dlq_headers(const char *source_topic,
   if (l->expected_partition >= 0)
     bad |= kl_hdr_add_i64(h, "keylane.dlq.expected_partition",
                           l->expected_partition);
+  if (l->destination)
+    bad |= kl_hdr_add(h, "keylane.dlq.destination", l->destination);
   if (bad) {
     rd_kafka_headers_destroy(h);
     return NULL;

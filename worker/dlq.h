@@ -5,13 +5,24 @@
  * that say why and where it came from:
  *
  *   keylane.dlq.reason            decode | handler_fail | max_attempts |
- *                                 misrouted
+ *                                 misrouted | outbox
  *   keylane.dlq.error             the decoder's or the handler's text
  *   keylane.dlq.attempts          handler runs (0 for decode)
  *   keylane.dlq.topic / .partition / .offset   the origin
  *   keylane.dlq.first_failure_ms / .last_failure_ms  ms since the epoch
  *   keylane.dlq.expected_partition  misrouted: the partition its key routes
  *                                 to (.partition is where it arrived)
+ *
+ * A follow-up (kl_txn_emit()) that Kafka refuses for good is set aside by
+ * the outbox as a letter of reason outbox, so that the follow-ups behind it
+ * go on: its key and value are the follow-up's, keylane.dlq.topic,
+ * .partition and .offset name the event that emitted it (read from the
+ * follow-up's id), and
+ *
+ *   keylane.dlq.destination       the topic the follow-up was for
+ *
+ * `keylane redrive` re-publishes it to its destination, as it re-publishes
+ * a misrouted letter to its key's partition.
  *
  * The same producer forwards misrouted records (worker.misrouted=forward)
  * and redrives misrouted letters: the record, unchanged but for its
@@ -56,19 +67,24 @@ typedef enum kl__dlq_reason {
   KL__DLQ_HANDLER_FAIL,
   KL__DLQ_MAX_ATTEMPTS,
   KL__DLQ_MISROUTED,
+  KL__DLQ_OUTBOX,
 } kl__dlq_reason_t;
 
-/** @returns "decode", "handler_fail", "max_attempts" or "misrouted". */
+/** @returns "decode", "handler_fail", "max_attempts", "misrouted" or
+ *  "outbox". */
 const char *kl__dlq_reason_name(kl__dlq_reason_t reason);
 
 typedef struct kl__dlq kl__dlq_t;
 
-/** What identifies a letter in its ack: the lane's generation and origin. */
+/** What identifies a letter in its ack: the lane's generation and origin;
+ *  for a follow-up set aside, KL__DLQ_OUTBOX_GEN, the source partition and
+ *  the outbox seq. */
 typedef struct kl__dlq_ref {
   int32_t partition;
   int64_t offset;
   uint64_t lane_gen;
 } kl__dlq_ref_t;
+#define KL__DLQ_OUTBOX_GEN UINT64_MAX
 
 /** Bytes of a refused record's key and value a truncated letter keeps. */
 #define KL__DLQ_TRUNCATED_MAX 1024
@@ -90,8 +106,10 @@ typedef struct kl__dlq_letter {
   int64_t first_failure_ms, last_failure_ms;
   int32_t expected_partition; /* misrouted: its key's partition; else -1 */
   int forward; /* re-publish to expected_partition of the source topic */
-  const char *truncated; /* NULL: the whole record; else why Kafka refused
-                            it: send a truncated copy */
+  const char *truncated;   /* NULL: the whole record; else why Kafka refused
+                              it: send a truncated copy */
+  const char *destination; /* KL__DLQ_OUTBOX: the follow-up's topic; msg
+                              is then built, not consumed (no headers) */
 } kl__dlq_letter_t;
 
 /**

@@ -53,7 +53,7 @@ static kl_err_t kl_build_entry(kl_txn_t *txn, const kl__ov_entry_t *e) {
   const unsigned char *key = e->key + 1;
   size_t len = e->key_len - 1;
   if (e->key[0] == KL__OV_ID)
-    return kl_txn_mark(txn, (const char *)key, len, (kl_mark_t)e->tag);
+    return kl__txn_mark_sid(txn, (const char *)key, len, (kl_mark_t)e->tag);
   if (e->tag == KL__OV_DEL)
     return kl_txn_del(txn, key, len);
   return kl_txn_put(txn, key, len, e->val, e->val_len);
@@ -615,7 +615,8 @@ static kl_err_t kl_letter_send(kl__lanes_t *lanes, kl__lane_t *lane,
                              slot->last_failure_ms,
                              misrouted ? slot->expected_partition : -1,
                              misrouted && slot->forward,
-                             slot->refused};
+                             slot->refused,
+                             NULL};
   kl__dlq_ref_t ref = {lane->partition, slot->offset, lane->gen};
   return kl__dlq_send(lanes->dlq, lanes->topic, &letter, &ref);
 }
@@ -671,6 +672,10 @@ static void kl_letter_acked(kl__lanes_t *lanes, kl__lane_t *lane,
 void kl__lanes_dlq_ack(void *opaque, const kl__dlq_ref_t *ref, kl_err_t err,
                        const char *errstr) {
   kl__lanes_t *lanes = opaque;
+  if (ref->lane_gen == KL__DLQ_OUTBOX_GEN) { /* the outbox's, not a lane's */
+    kl__outbox_aside_acked(lanes->outbox, ref, err, errstr);
+    return;
+  }
   pthread_mutex_lock(&lanes->mu);
   kl__lane_t *lane =
       ref->partition < lanes->count ? lanes->lanes[ref->partition] : NULL;

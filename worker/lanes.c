@@ -1011,7 +1011,7 @@ kl_err_t kl__lanes_new(const kl_conf_t *conf, const kl__applier_t *applier,
     return KL_ENOMEM;
   }
   kl_err_t err =
-      kl__outbox_new(conf, applier->topic, applier->store, &lanes->outbox);
+      kl__outbox_new(conf, applier->topic, applier->store, dlq, &lanes->outbox);
   if (err) {
     kl__lanes_destroy(lanes);
     return err;
@@ -1065,6 +1065,10 @@ void kl__lanes_stats(const kl__lanes_t *lanes, kl_worker_stats_t *stats) {
   stats->oldest_wait_ms = lanes->oldest_wait_ms;
   stats->window_events = lanes->window_events;
   stats->paused = (int32_t)lanes->paused_now;
-  kl__outbox_stats(lanes->outbox, &stats->outbox_pending,
-                   &stats->outbox_published);
+  kl__outbox_stats_t ob;
+  kl__outbox_stats(lanes->outbox, &ob);
+  stats->outbox_pending = ob.pending;
+  stats->outbox_published = ob.published;
+  stats->outbox_aside = ob.aside;
+  stats->outbox_stalled_ms = ob.stalled_ms;
 }

@@ -64,7 +64,8 @@ typedef enum kl__outcome {
 typedef struct kl__run {
   kl__outcome_t outcome;
   const char *why; /* RETRY, FAIL, DECODE, STORE */
-  const char *id;  /* the decoded idempotency key, or NULL */
+  const char *id;  /* the decoded idempotency key as a sid (scoped by its
+                      entity key: store_internal.h), or NULL */
   size_t id_len;
   struct kl__child *child;    /* APPLIED: merged into the lane's overlay */
   int32_t expected_partition; /* MISROUTED: where its key routes */

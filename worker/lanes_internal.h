@@ -101,7 +101,7 @@ struct kl__slot {
   kl__dlq_reason_t reason;    /* once dead-lettered */
   int32_t expected_partition; /* MISROUTED: where its key routes */
   int forward; /* MISROUTED: re-published there, not dead-lettered */
-  char *id;    /* the decoded idempotency key, kept for a dead letter */
+  char *id;    /* the idempotency key's sid, kept for a dead letter */
   size_t id_len;
   char *why;               /* the last failure, for the dead letter */
   int64_t taken_ns;        /* when kl__lanes_push() took it from the consumer */

@@ -10,6 +10,7 @@
 #include "common/internal.h"
 #include "common/kafka_pos.h"
 #include "common/strbuf.h"
+#include "worker/outbox_rec.h"
 #include "worker/ledger.h"
 
 typedef struct kl_gen_event {
@@ -341,21 +342,12 @@ typedef struct kl_gen_ids {
   kl_err_t err;
 } kl_gen_ids_t;
 
-size_t kl__ledger_decode_follow_up(kl_decoder_t *decoder,
-                                   const rd_kafka_message_t *m,
-                                   kl_event_t *ev) {
-  if (kl_event_decode(decoder, m->key, m->key_len, m->payload, m->len, ev) !=
-      KL_OK)
-    return 0;
-  size_t n = ev->id_len; /* <n> starts after the last '/' */
-  while (n > 0 && ev->id[n - 1] != '/')
-    n--;
-  if (n < 2 || n == ev->id_len)
-    return 0; /* no '/', no source id before it or no <n> after it */
-  for (size_t i = n; i < ev->id_len; i++)
-    if (ev->id[i] < '0' || ev->id[i] > '9')
-      return 0;
-  return n - 1;
+int kl__ledger_decode_follow_up(kl_decoder_t *decoder,
+                                const rd_kafka_message_t *m, kl_event_t *ev) {
+  kl__emit_src_t src;
+  return kl_event_decode(decoder, m->key, m->key_len, m->payload, m->len, ev) ==
+             KL_OK &&
+         kl__emit_id_parse(ev->id, ev->id_len, &src) == 0;
 }
 
 /* Keeps the id of a follow-up. */

@@ -102,14 +102,13 @@ kl_err_t kl__ledger_gen_read_follow_ups(kl__ledger_gen_t *gen,
 
 /**
  * Decodes @p m into @p ev with @p decoder and tells whether it is a
- * follow-up, an event kl_txn_emit() made: its id reads "<source id>/<n>"
- * (kl__emit_id()). @p ev borrows from @p m and @p decoder
+ * follow-up, an event kl_txn_emit() made: its id is one kl__emit_id()
+ * makes (outbox_rec.h). @p ev borrows from @p m and @p decoder
  * (kl_event_decode()).
- * @returns the length of the source id, which starts ev->id; 0 when @p m
- *          does not decode or its id is no follow-up's.
+ * @returns 1 for a follow-up; 0 when @p m does not decode or is none.
  */
-size_t kl__ledger_decode_follow_up(kl_decoder_t *decoder,
-                                   const rd_kafka_message_t *m, kl_event_t *ev);
+int kl__ledger_decode_follow_up(kl_decoder_t *decoder,
+                                const rd_kafka_message_t *m, kl_event_t *ev);
 
 /**
  * Compares @p store (topic @p topic) with what was published; fills

@@ -53,6 +53,9 @@ static void kl_letter_parse(kl__letter_t *l) {
   l->offset = offset;
   if (kl_header(h, "keylane.dlq.reason", l->reason, sizeof(l->reason)))
     l->reason[0] = '\0';
+  if (kl_header(h, "keylane.dlq.destination", l->destination,
+                sizeof(l->destination)))
+    l->destination[0] = '\0';
 }
 
 static int kl_letters_add(void *opaque, rd_kafka_message_t *m) {

@@ -28,7 +28,10 @@ typedef struct kl__letter {
   char topic[KL__LETTER_TOPIC_MAX + 1]; /* origin; "" when not a letter */
   int32_t partition; /* origin; -1 when the headers are missing */
   int64_t offset;
-  char reason[32]; /* decode | handler_fail | max_attempts | misrouted */
+  char reason[32]; /* decode | handler_fail | max_attempts | misrouted |
+                      outbox */
+  char destination[KL__LETTER_TOPIC_MAX + 1]; /* outbox: the follow-up's
+                                                 topic; "" otherwise */
 } kl__letter_t;
 
 typedef struct kl__letters {

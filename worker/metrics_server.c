@@ -42,10 +42,11 @@ struct kl__metrics_server {
   char *topic;
   kl_worker_t *worker;
   kl_store_t *store;
-  rd_kafka_t *rk;       /* for the high watermarks; NULL: no lag */
-  char *group;          /* worker.group: kafka_consumergroup_lag's label */
-  int64_t stall_ms;     /* worker.stall.ms: /healthz's WARN at half of it */
-  uint64_t seen_fenced; /* stats.fenced when /healthz last looked */
+  rd_kafka_t *rk;          /* for the high watermarks; NULL: no lag */
+  char *group;             /* worker.group: kafka_consumergroup_lag's label */
+  int64_t stall_ms;        /* worker.stall.ms: /healthz's WARN at half of it */
+  int64_t outbox_stall_ms; /* worker.outbox.stall.ms */
+  uint64_t seen_fenced;    /* stats.fenced when /healthz last looked */
   uint64_t batches_at_fence; /* stats.batches when it saw fenced grow */
 };
 
@@ -215,6 +216,15 @@ static void kl_ms_outbox(kl__metrics_t *m, const kl_worker_stats_t *st) {
   kl_ms_counter(m, "keylane_worker_outbox_published_total",
                 "Follow-up events published and acknowledged.",
                 st->outbox_published);
+  kl_ms_counter(m, "keylane_worker_outbox_aside_total",
+                "Follow-up events Kafka refused for good, set aside as dead "
+                "letters of reason outbox.",
+                st->outbox_aside);
+  kl_ms_gauge(m, "keylane_worker_outbox_stalled_seconds",
+              "The longest time an owned partition's outbox has held "
+              "follow-ups without one acknowledged; /healthz fails past "
+              "worker.outbox.stall.ms.",
+              (double)st->outbox_stalled_ms / 1000.0);
 }
 
 /* keylane_worker_lag_seconds{topic,partition}: from the envelope ts of
@@ -424,6 +434,16 @@ static int kl_ms_health(kl__metrics_server_t *server, char *reason,
     return 503;
   if (kl_ms_stalled(server, reason, size))
     return 503;
+  if (server->outbox_stall_ms > 0 &&
+      st.outbox_stalled_ms > (uint64_t)server->outbox_stall_ms) {
+    snprintf(reason, size,
+             "unhealthy: the outbox has held follow-ups for %" PRIu64
+             " ms without one acknowledged by Kafka (worker.outbox.stall.ms "
+             "is %" PRId64 "); the worker's log says what keeps failing "
+             "(keylane store outbox lists them)\n",
+             st.outbox_stalled_ms, server->outbox_stall_ms);
+    return 503;
+  }
   snprintf(reason, size, "ok: owns %" PRId32 " partitions\n", st.owned);
   return 200;
 }
@@ -785,6 +805,7 @@ kl_err_t kl__metrics_server_start(const char *listen, const kl_conf_t *conf,
   server->worker = worker;
   server->store = store;
   server->stall_ms = kl__conf_int(conf, "worker.stall.ms");
+  server->outbox_stall_ms = kl__conf_int(conf, "worker.outbox.stall.ms");
   if (!(server->group = strdup(kl_conf_get(conf, "worker.group")))) {
     free(server->topic);
     free(server);

@@ -8,8 +8,10 @@
 #include <time.h>
 
 #include "common/internal.h"
+#include "broker/producer_internal.h"
 #include "common/log.h"
 #include "keylane/producer.h"
+#include "worker/dlq.h"
 #include "worker/outbox_rec.h"
 #include "worker/store_internal.h"
 
@@ -33,6 +35,9 @@ typedef struct kl_ob_item {
   int32_t partition;
   uint64_t gen; /* the ownership it was listed under */
   uint64_t seq;
+  /* Set aside (Kafka refused it for good): why, and its letter's state. */
+  char *why;
+  int aside_inflight, aside_refused;
   size_t len;
   unsigned char rec[];
 } kl_ob_item_t;
@@ -45,7 +50,10 @@ typedef struct kl_ob_part {
   size_t held;               /* listed and not removed, of this gen */
   uint64_t *acked;           /* seqs acknowledged, to remove */
   size_t nacked, acked_cap;
-  int64_t retry_ns; /* a publish was refused: not before then */
+  int64_t retry_ns;    /* a publish was refused: not before then */
+  kl_ob_item_t *aside; /* to set aside, or their letters in flight */
+  int64_t aside_retry_ns;
+  int64_t progress_ns; /* the last ack, or when it began to hold records */
 } kl_ob_part_t;
 
 struct kl__outbox {
@@ -53,6 +61,7 @@ struct kl__outbox {
   char *topic;
   kl_store_t *store;
   kl_producer_t *producer; /* made on the first publish */
+  kl__dlq_t *dlq;          /* where follow-ups are set aside */
   kl_ob_part_t *parts;
   int32_t nparts;
   size_t max; /* worker.outbox.max */
@@ -60,11 +69,11 @@ struct kl__outbox {
    * is a connection attempt (and a warning); made at every tick for every
    * partition, they flooded the log and the server coming back. */
   int64_t store_retry_ns;
-  _Atomic uint64_t pending, published;
+  _Atomic uint64_t pending, published, aside, stalled_ms;
 };
 
 kl_err_t kl__outbox_new(const kl_conf_t *conf, const char *topic,
-                        kl_store_t *store, kl__outbox_t **out) {
+                        kl_store_t *store, kl__dlq_t *dlq, kl__outbox_t **out) {
   kl__outbox_t *ob = calloc(1, sizeof(*ob));
   if (!ob || !(ob->conf = kl_conf_dup(conf)) || !(ob->topic = strdup(topic))) {
     if (ob)
@@ -73,6 +82,7 @@ kl_err_t kl__outbox_new(const kl_conf_t *conf, const char *topic,
     return kl__err(KL_ENOMEM, "outbox: out of memory");
   }
   ob->store = store;
+  ob->dlq = dlq;
   ob->max = (size_t)kl__conf_int(conf, "worker.outbox.max");
   *out = ob;
   return KL_OK;
@@ -93,11 +103,25 @@ static kl_ob_part_t *kl_ob_part(kl__outbox_t *ob, int32_t partition) {
   return &ob->parts[partition];
 }
 
-static void kl_ob_unqueue(kl__outbox_t *ob, kl_ob_part_t *part) {
-  for (kl_ob_item_t *it = part->head, *next; it; it = next) {
+static void kl_ob_item_free(kl_ob_item_t *it) {
+  if (it)
+    free(it->why);
+  free(it);
+}
+
+static void kl_ob_free_list(kl_ob_item_t *it) {
+  for (kl_ob_item_t *next; it; it = next) {
     next = it->next;
-    free(it);
+    kl_ob_item_free(it);
   }
+}
+
+/* A letter in flight for an item freed here finds nothing at its ack: the
+ * record stays in the store, and its next owner sets it aside again. */
+static void kl_ob_unqueue(kl__outbox_t *ob, kl_ob_part_t *part) {
+  kl_ob_free_list(part->head);
+  kl_ob_free_list(part->aside);
+  part->aside = NULL;
   part->head = part->tail = NULL;
   ob->pending -= part->held;
   part->held = 0;
@@ -134,10 +158,14 @@ int kl__outbox_full(const kl__outbox_t *ob, int32_t partition, int half) {
   return half ? part->held > ob->max / 2 : part->held >= ob->max;
 }
 
-void kl__outbox_stats(const kl__outbox_t *ob, uint64_t *pending,
-                      uint64_t *published) {
-  *pending = ob ? ob->pending : 0;
-  *published = ob ? ob->published : 0;
+void kl__outbox_stats(const kl__outbox_t *ob, kl__outbox_stats_t *stats) {
+  memset(stats, 0, sizeof(*stats));
+  if (!ob)
+    return;
+  stats->pending = ob->pending;
+  stats->published = ob->published;
+  stats->aside = ob->aside;
+  stats->stalled_ms = ob->stalled_ms;
 }
 
 /* ---- listing --------------------------------------------------------- */
@@ -164,7 +192,8 @@ static int kl_ob_listed(void *opaque, uint64_t seq, const void *rec,
   kl_ob_item_t *it = malloc(sizeof(*it) + len);
   if (!it)
     kl_oom();
-  *it = (kl_ob_item_t){NULL, l->partition, l->part->gen, seq, len};
+  *it = (kl_ob_item_t){
+      .partition = l->partition, .gen = l->part->gen, .seq = seq, .len = len};
   memcpy(it->rec, rec, len);
   if (l->part->tail)
     l->part->tail->next = it;
@@ -195,6 +224,8 @@ static void kl_ob_list(kl__outbox_t *ob, int32_t partition, int64_t now) {
     kl_ob_store_failed(ob, now);
     return;
   }
+  if (!part->held && l.n)
+    part->progress_ns = now;
   part->held += l.n;
   ob->pending += l.n;
   part->dirty = l.n == room;
@@ -202,8 +233,10 @@ static void kl_ob_list(kl__outbox_t *ob, int32_t partition, int64_t now) {
 
 /* ---- publishing ------------------------------------------------------ */
 
+/* @p it is in Kafka (published, or set aside): its seq is to be removed. */
 static void kl_ob_acked(kl__outbox_t *ob, kl_ob_item_t *it) {
   kl_ob_part_t *part = &ob->parts[it->partition];
+  part->progress_ns = kl__mono_ns();
   if (part->nacked == part->acked_cap) {
     size_t cap = part->acked_cap ? part->acked_cap * 2 : 64;
     uint64_t *v = realloc(part->acked, cap * sizeof(*v));
@@ -216,7 +249,6 @@ static void kl_ob_acked(kl__outbox_t *ob, kl_ob_item_t *it) {
    * bound until removed only while its ownership lasts. */
   part->acked[part->nacked++] =
       it->seq | (it->gen == part->gen ? 0 : 1ULL << 63);
-  ob->published++;
 }
 
 /* A failed delivery goes back into its queue in seq order, so that it is
@@ -225,7 +257,7 @@ static void kl_ob_acked(kl__outbox_t *ob, kl_ob_item_t *it) {
 static void kl_ob_requeue(kl__outbox_t *ob, kl_ob_item_t *it) {
   kl_ob_part_t *part = &ob->parts[it->partition];
   if (it->gen != part->gen) { /* the new owner listed it again */
-    free(it);
+    kl_ob_item_free(it);
     return;
   }
   kl_ob_item_t **at = &part->head; /* the queue stays in seq order */
@@ -237,19 +269,44 @@ static void kl_ob_requeue(kl__outbox_t *ob, kl_ob_item_t *it) {
     part->tail = it;
 }
 
+/* Kafka refused @p it for good: it goes to the dead-letter topic
+ * (kl_ob_send_aside()), so that the follow-ups behind it go on. */
+static void kl_ob_set_aside(kl__outbox_t *ob, kl_ob_item_t *it,
+                            const char *why) {
+  kl_ob_part_t *part = &ob->parts[it->partition];
+  if (it->gen != part->gen) { /* the new owner listed it again */
+    kl_ob_item_free(it);
+    return;
+  }
+  KL_LOG_E(KL_COMP,
+           "follow-up seq=%" PRIu64 " of partition=%" PRId32
+           " is refused by Kafka for good, so it is set aside as a dead "
+           "letter (reason outbox) and the follow-ups after it go on: %s",
+           it->seq, it->partition, why);
+  free(it->why);
+  it->why = strdup(why);
+  it->next = part->aside;
+  part->aside = it;
+}
+
 static void kl_ob_delivered(void *opaque, const kl_delivery_t *d) {
   kl__outbox_t *ob = opaque;
   kl_ob_item_t *it = d->opaque;
   if (d->err == KL_OK) {
     kl_ob_acked(ob, it);
-    free(it);
+    ob->published++;
+    kl_ob_item_free(it);
+    return;
+  }
+  const char *why = d->errmsg ? d->errmsg : kl_err_name(d->err);
+  if (!kl_err_is_retriable(d->err)) {
+    kl_ob_set_aside(ob, it, why);
     return;
   }
   KL_LOG_W(KL_COMP,
            "follow-up id=%.*s of partition=%" PRId32 " was not "
            "acknowledged (%s), it is published again",
-           (int)d->id_len, d->id, it->partition,
-           d->errmsg ? d->errmsg : kl_err_name(d->err));
+           (int)d->id_len, d->id, it->partition, why);
   kl_ob_requeue(ob, it);
 }
 
@@ -277,7 +334,7 @@ static kl_err_t kl_ob_send(kl__outbox_t *ob, kl_ob_item_t *it) {
     dest = topic;
   }
   kl_err_t err = kl_ob_producer(ob);
-  return err ? err : kl_publish(ob->producer, dest, &rec.event, it);
+  return err ? err : kl__publish_follow_up(ob->producer, dest, &rec.event, it);
 }
 
 static void kl_ob_publish(kl__outbox_t *ob, int32_t partition, int64_t now) {
@@ -293,6 +350,11 @@ static void kl_ob_publish(kl__outbox_t *ob, int32_t partition, int64_t now) {
     kl_err_t err = kl_ob_send(ob, it);
     if (err == KL_OK)
       continue;
+    if (!kl_err_is_retriable(err) && err != KL_ENOMEM &&
+        err != KL_EPARTITIONS) {
+      kl_ob_set_aside(ob, it, kl_err_detail());
+      continue;
+    }
     KL_LOG_W(KL_COMP,
              "partition=%" PRId32 ": publishing follow-up seq=%" PRIu64
              " failed, tried again in 1 s: %s",
@@ -301,6 +363,102 @@ static void kl_ob_publish(kl__outbox_t *ob, int32_t partition, int64_t now) {
     part->retry_ns = now + KL_OB_RETRY_NS;
     return;
   }
+}
+
+/* ---- setting aside --------------------------------------------------- */
+
+/* The dead letter of @p it, whose record is @p rec: the follow-up's key and
+ * envelope, from the place of the event that emitted it (its id says
+ * which; an id of another form is the outbox's own partition). */
+static kl_err_t kl_ob_letter(kl__outbox_t *ob, const kl_ob_item_t *it,
+                             const kl__outbox_rec_t *rec) {
+  char dest[KL_TOPIC_NAME_MAX + 1], src_topic[KL_TOPIC_NAME_MAX + 1];
+  snprintf(dest, sizeof(dest), "%.*s",
+           rec->topic_len ? (int)rec->topic_len : (int)strlen(ob->topic),
+           rec->topic_len ? rec->topic : ob->topic);
+  kl__emit_src_t src = {ob->topic, strlen(ob->topic), it->partition, 0, 0};
+  kl__emit_id_parse(rec->event.id, rec->event.id_len, &src);
+  snprintf(src_topic, sizeof(src_topic), "%.*s", (int)src.topic_len, src.topic);
+  void *value = NULL;
+  size_t len = 0;
+  kl_err_t err = kl_event_encode(&rec->event, &value, &len);
+  if (err)
+    return err;
+  rd_kafka_message_t m = {.key = (void *)rec->event.key,
+                          .key_len = rec->event.key_len,
+                          .payload = value,
+                          .len = len,
+                          .partition = src.partition,
+                          .offset = src.offset};
+  int64_t now_ms = kl__now_ms();
+  kl__dlq_letter_t letter = {&m,
+                             KL__DLQ_OUTBOX,
+                             it->why,
+                             0,
+                             now_ms,
+                             now_ms,
+                             -1,
+                             0,
+                             it->aside_refused ? it->why : NULL,
+                             dest};
+  kl__dlq_ref_t ref = {it->partition, (int64_t)it->seq, KL__DLQ_OUTBOX_GEN};
+  err = kl__dlq_send(ob->dlq, src_topic, &letter, &ref);
+  free(value);
+  return err;
+}
+
+/* Produces the dead letters of @p part's follow-ups set aside. */
+static void kl_ob_send_aside(kl__outbox_t *ob, int32_t partition, int64_t now) {
+  kl_ob_part_t *part = &ob->parts[partition];
+  if (now < part->aside_retry_ns)
+    return;
+  for (kl_ob_item_t *it = part->aside; it; it = it->next) {
+    kl__outbox_rec_t rec;
+    if (it->aside_inflight || kl__outbox_rec_decode(it->rec, it->len, &rec))
+      continue;
+    kl_err_t err = kl_ob_letter(ob, it, &rec);
+    if (err == KL_EKAFKA && !it->aside_refused) {
+      it->aside_refused = 1; /* too large even as a letter: cut it */
+    } else if (err) {
+      KL_LOG_W(KL_COMP,
+               "setting follow-up seq=%" PRIu64 " of partition=%" PRId32
+               " aside failed, tried again in 1 s: %s",
+               it->seq, partition, kl_err_detail());
+      part->aside_retry_ns = now + KL_OB_RETRY_NS;
+      return;
+    } else {
+      it->aside_inflight = 1;
+    }
+  }
+}
+
+void kl__outbox_aside_acked(kl__outbox_t *ob, const kl__dlq_ref_t *ref,
+                            kl_err_t err, const char *errstr) {
+  kl_ob_part_t *part =
+      ob && ref->partition < ob->nparts ? &ob->parts[ref->partition] : NULL;
+  kl_ob_item_t **at = part ? &part->aside : NULL;
+  while (at && *at && (*at)->seq != (uint64_t)ref->offset)
+    at = &(*at)->next;
+  if (!at || !*at)
+    return; /* given up meanwhile: its next owner sets it aside again */
+  kl_ob_item_t *it = *at;
+  it->aside_inflight = 0;
+  if (err == KL_EKAFKA) {
+    it->aside_refused = 1;
+    return;
+  }
+  if (err) {
+    KL_LOG_W(KL_COMP,
+             "the dead letter of follow-up seq=%" PRIu64
+             " of partition=%" PRId32
+             " was not acknowledged, it is produced again: %s",
+             it->seq, ref->partition, errstr);
+    return;
+  }
+  *at = it->next;
+  kl_ob_acked(ob, it);
+  ob->aside++;
+  kl_ob_item_free(it);
 }
 
 /* Removes the acknowledged records of every partition in ONE write (one
@@ -345,13 +503,20 @@ void kl__outbox_tick(kl__outbox_t *ob) {
   if (!ob)
     return;
   int64_t now = kl__mono_ns();
+  uint64_t stalled_ms = 0;
   for (int32_t p = 0; p < ob->nparts; p++) {
     kl_ob_part_t *part = &ob->parts[p];
     if (part->gen && part->dirty && kl_ob_store_ready(ob, now))
       kl_ob_list(ob, p, now);
     if (part->gen && part->head)
       kl_ob_publish(ob, p, now);
+    if (part->gen && part->aside)
+      kl_ob_send_aside(ob, p, now);
+    if (part->gen && part->held && now - part->progress_ns > 0 &&
+        (uint64_t)(now - part->progress_ns) / 1000000 > stalled_ms)
+      stalled_ms = (uint64_t)(now - part->progress_ns) / 1000000;
   }
+  ob->stalled_ms = stalled_ms;
   if (ob->producer)
     kl_producer_poll(ob->producer, 0);
   if (kl_ob_store_ready(ob, now))

@@ -16,6 +16,15 @@
  * and not removed); the lanes pause the partition while it holds that many
  * (kl__outbox_full()) and resume it below half.
  *
+ * A follow-up Kafka refuses for good (kl_err_is_retriable() is false: it
+ * is larger than the destination accepts, the topic is invalid, ...) would
+ * be refused again forever and hold back every follow-up after it: it is
+ * set aside instead, as a dead letter of reason "outbox" (dlq.h), and once
+ * Kafka acknowledged the letter it is removed from the store like a
+ * published one. Other failures are retried every second; while a
+ * partition's outbox holds records and none is acknowledged, its stall
+ * (kl__outbox_stats()) grows: /healthz fails past worker.outbox.stall.ms.
+ *
  * A failed store call (a list or a removal: a server that is down) is
  * logged once, and the store is called again 1 s later, not at every
  * tick: what was listed stays queued, what was acknowledged stays to be
@@ -39,9 +48,12 @@
 typedef struct kl__outbox kl__outbox_t;
 
 /** Creates the publisher of @p topic's follow-ups; @p conf is copied
- *  (its kafka.* keys reach the producer), @p store borrowed. */
+ *  (its kafka.* keys reach the producer), @p store and @p dlq (where
+ *  follow-ups are set aside) borrowed. */
+struct kl__dlq;
 kl_err_t kl__outbox_new(const kl_conf_t *conf, const char *topic,
-                        kl_store_t *store, kl__outbox_t **out);
+                        kl_store_t *store, struct kl__dlq *dlq,
+                        kl__outbox_t **out);
 
 /**
  * Waits up to @p wait_ms for the deliveries in flight, removes what was
@@ -77,9 +89,20 @@ void kl__outbox_tick(kl__outbox_t *ob);
  *  more; with @p half, when it holds more than half of that. */
 int kl__outbox_full(const kl__outbox_t *ob, int32_t partition, int half);
 
-/** Counters for kl_worker_stats(): records held now, over every partition,
- *  and records published and acknowledged since the start. Any thread. */
-void kl__outbox_stats(const kl__outbox_t *ob, uint64_t *pending,
-                      uint64_t *published);
+/** Counters for kl_worker_stats(), over every partition. Any thread. */
+typedef struct kl__outbox_stats {
+  uint64_t pending;    /* records held now (listed or not yet) */
+  uint64_t published;  /* published and acknowledged since the start */
+  uint64_t aside;      /* set aside as dead letters since the start */
+  uint64_t stalled_ms; /* the longest time a partition has held records
+                          without one acknowledged */
+} kl__outbox_stats_t;
+void kl__outbox_stats(const kl__outbox_t *ob, kl__outbox_stats_t *stats);
+
+struct kl__dlq_ref;
+/** The ack of a follow-up set aside (its dead letter's delivery report,
+ *  whose ref names KL__DLQ_OUTBOX_GEN): on the poll thread. */
+void kl__outbox_aside_acked(kl__outbox_t *ob, const struct kl__dlq_ref *ref,
+                            kl_err_t err, const char *errstr);
 
 #endif

@@ -1,6 +1,7 @@
 /* The outbox's record codec and a batch's emit buffer (outbox_rec.h). */
 #include "worker/outbox_rec.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,28 +153,46 @@ int kl__outbox_rec_decode(const void *rec, size_t len, kl__outbox_rec_t *out) {
   return 0;
 }
 
-static uint64_t kl_fnv1a(const char *p, size_t n) {
-  uint64_t h = 14695981039346656037ULL;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ (unsigned char)p[i]) * 1099511628211ULL;
-  return h;
+size_t kl__emit_id(const kl__emit_src_t *src, char out[KL_ID_MAX + 1]) {
+  if (src->topic_len == 0 || src->topic_len > KL__EMIT_TOPIC_MAX)
+    return 0;
+  int n = snprintf(out, KL_ID_MAX + 1, "%c%.*s/%" PRId32 "/%" PRId64 "/%u",
+                   KL_ID_RESERVED, (int)src->topic_len, src->topic,
+                   src->partition, src->offset, src->index);
+  return n > 0 && n <= KL_ID_MAX ? (size_t)n : 0;
 }
 
-size_t kl__emit_id(const char *src_id, size_t src_id_len, unsigned index,
-                   char out[KL_ID_MAX + 1]) {
-  char tail[16];
-  int tail_len = snprintf(tail, sizeof(tail), "/%u", index);
-  if (src_id_len + (size_t)tail_len <= KL_ID_MAX) {
-    memcpy(out, src_id, src_id_len);
-    memcpy(out + src_id_len, tail, (size_t)tail_len + 1);
-    return src_id_len + (size_t)tail_len;
+/* The decimal number of @p len digits at @p s (at most @p max of them, no
+ * leading zero), or -1. */
+static int64_t kl_emit_num(const char *s, size_t len, int max) {
+  if (len == 0 || len > (size_t)max || (len > 1 && s[0] == '0'))
+    return -1;
+  int64_t v = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] < '0' || s[i] > '9')
+      return -1;
+    v = v * 10 + (s[i] - '0');
   }
-  size_t keep = KL_ID_MAX - 17 - (size_t)tail_len;
-  memcpy(out, src_id, keep);
-  char hash[18];
-  snprintf(hash, sizeof(hash), "~%016llx",
-           (unsigned long long)kl_fnv1a(src_id, src_id_len));
-  memcpy(out + keep, hash, 17);
-  memcpy(out + keep + 17, tail, (size_t)tail_len + 1);
-  return keep + 17 + (size_t)tail_len;
+  return v;
+}
+
+int kl__emit_id_parse(const char *id, size_t id_len, kl__emit_src_t *src) {
+  if (id_len < 8 || id[0] != KL_ID_RESERVED)
+    return -1;
+  /* the last three '/' part the numbers from the topic */
+  size_t at[3], n = 0;
+  for (size_t i = id_len; i > 1 && n < 3; i--)
+    if (id[i - 1] == '/')
+      at[n++] = i - 1;
+  if (n < 3 || at[2] < 2)
+    return -1;
+  int64_t index = kl_emit_num(id + at[0] + 1, id_len - at[0] - 1, 2);
+  int64_t offset = kl_emit_num(id + at[1] + 1, at[0] - at[1] - 1, 19);
+  int64_t partition = kl_emit_num(id + at[2] + 1, at[1] - at[2] - 1, 10);
+  if (index < 0 || index >= KL__EMIT_MAX || offset < 0 || partition < 0 ||
+      partition > INT32_MAX || at[2] - 1 > KL__EMIT_TOPIC_MAX)
+    return -1;
+  *src = (kl__emit_src_t){id + 1, at[2] - 1, (int32_t)partition, offset,
+                          (unsigned)index};
+  return 0;
 }

@@ -54,9 +54,11 @@ static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
                       job->msg, &event, &res);
   kl__run_t run = {kl_outcome(r, &res),    res.why, NULL, 0, child,
                    res.expected_partition, 0};
+  char sid[KL__SID_MAX];
   if (!res.failed_err && !res.misrouted) {
-    run.id = event.id;
-    run.id_len = event.id_len;
+    run.id = sid;
+    run.id_len =
+        kl__sid_encode(event.key, event.key_len, event.id, event.id_len, sid);
     run.ts_ms = event.ts;
   }
   /* The event's SQL ends with its verdict. If that fails the group

@@ -271,7 +271,7 @@ static void kl_redrive_prune(kl__redrive_t *r, const kl__replay_part_t *part) {
   free(pr.keys);
 }
 
-/* ---- misrouted letters: re-published to their key's partition ---- */
+/* ---- misrouted and outbox letters: re-published to their key's partition */
 
 static void kl_republish_ack(void *opaque, const kl__dlq_ref_t *ref,
                              kl_err_t err, const char *errstr) {
@@ -295,10 +295,10 @@ static kl_err_t kl_republish_ready(kl__redrive_t *r) {
 
 /* Produces @p l to @p partition and waits for Kafka's acknowledgement. */
 static kl_err_t kl_republish_send(kl__redrive_t *r, const kl__letter_t *l,
-                                  int32_t partition) {
+                                  const char *topic, int32_t partition) {
   kl__dlq_ref_t ref = {l->partition, l->offset, 0};
   r->acked = 0;
-  kl_err_t err = kl__dlq_forward(r->sender, r->topic, partition, l->msg, &ref);
+  kl_err_t err = kl__dlq_forward(r->sender, topic, partition, l->msg, &ref);
   int64_t deadline = kl__mono_ns() + KL_REPUBLISH_TIMEOUT_MS * 1000000LL;
   while (!err && !r->acked && kl__mono_ns() < deadline)
     kl__dlq_poll(r->sender, 100);
@@ -311,15 +311,24 @@ static kl_err_t kl_republish_send(kl__redrive_t *r, const kl__letter_t *l,
   return err;
 }
 
+/* A misrouted letter goes to its key's partition of its topic; an outbox
+ * letter (a follow-up Kafka refused) to its key's partition of its
+ * destination. */
 static void kl_redrive_republish(kl__redrive_t *r, kl__redriven_t *out) {
   const kl__letter_t *l = out->letter;
   rd_kafka_message_t *m = l->msg;
+  const char *dest = l->destination[0] ? l->destination : r->topic;
+  int32_t partitions = 0;
   kl_err_t err = kl_republish_ready(r);
-  int32_t to = err ? -1 : kl_partition(m->key, m->key_len, r->partitions);
+  if (!err && strcmp(dest, r->topic) != 0)
+    err = kl__kafka_partition_count(r->letters.rk, dest, 10000, &partitions);
+  else
+    partitions = r->partitions;
+  int32_t to = err ? -1 : kl_partition(m->key, m->key_len, partitions);
   if (!err && !r->opts.dry_run) {
     m->partition = l->partition; /* where it came from, in its headers */
     m->offset = l->offset;
-    err = kl_republish_send(r, l, to);
+    err = kl_republish_send(r, l, dest, to);
   }
   out->outcome = err ? KL__OUT_ERROR : KL__OUT_REPUBLISHED;
   if (err)
@@ -330,7 +339,7 @@ static void kl_redrive_republish(kl__redrive_t *r, kl__redriven_t *out) {
              "%s to partition %d of %s, its key's (murmur2 of %d "
              "partitions); its owner applies it once",
              r->opts.dry_run ? "would be re-published" : "re-published",
-             (int)to, r->topic, (int)r->partitions);
+             (int)to, dest, (int)partitions);
 }
 
 static void kl_redrive_walk(kl__redrive_t *r) {
@@ -342,7 +351,8 @@ static void kl_redrive_walk(kl__redrive_t *r) {
       continue;
     if (r->opts.stop && *r->opts.stop)
       return;
-    if (strcmp(out->letter->reason, "misrouted") == 0) {
+    if (strcmp(out->letter->reason, "misrouted") == 0 ||
+        strcmp(out->letter->reason, "outbox") == 0) {
       kl_redrive_republish(r, out);
       continue;
     }

@@ -31,6 +31,11 @@
  * from then on (republished). Such a letter has no dead-letter mark (its id
  * was never read), so the owner treats it as a new event; a second
  * redrive re-publishes it again, and the owner skips that copy by its id.
+ * An outbox letter (a follow-up Kafka refused, set aside by the outbox:
+ * outbox.h) is re-published the same way to its key's partition of its
+ * destination topic (keylane.dlq.destination), once the operator has fixed
+ * what made Kafka refuse it; its id, derived from the event that emitted
+ * it, makes a second copy harmless.
  *
  * Ownership and caveats: as replay.h (opts are borrowed; runs on the
  * calling thread; *opts->stop may be set from a signal handler).

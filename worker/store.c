@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/internal.h"
@@ -183,20 +184,19 @@ void kl_store_abort(kl_txn_t *txn) {
 
 /* LMDB's default key limit; PostgreSQL's is larger, but a handler that
  * works on one backend must work on the other. */
-#define KL_KEY_MAX 511
-/* DESIGN.md: an idempotency key is 1..255 bytes. */
-#define KL_ID_MAX 255
+#define KL_STORE_KEY_MAX 511
 
 static kl_err_t kl_store_check_key(const char *fn, const void *key,
                                    size_t key_len) {
-  if (!key || key_len == 0 || key_len > KL_KEY_MAX)
+  if (!key || key_len == 0 || key_len > KL_STORE_KEY_MAX)
     return kl__err(KL_EINVAL,
                    "%s: key is %zu bytes, expected 1..%d: hash "
                    "longer entity keys into the store key",
-                   fn, key_len, KL_KEY_MAX);
+                   fn, key_len, KL_STORE_KEY_MAX);
   return KL_OK;
 }
 
+/* An idempotency key is 1..KL_ID_MAX bytes (event.h). */
 static kl_err_t kl_store_check_id(const char *fn, const char *id,
                                   size_t id_len) {
   if (!id || id_len == 0 || id_len > KL_ID_MAX)
@@ -204,7 +204,51 @@ static kl_err_t kl_store_check_id(const char *fn, const char *id,
                    "%s: idempotency key is %zu bytes, expected "
                    "1..%d",
                    fn, id_len, KL_ID_MAX);
+  if (memchr(id, 0, id_len))
+    return kl__err(KL_EINVAL,
+                   "%s: idempotency key holds a NUL byte; an id is text "
+                   "(event.h)",
+                   fn);
   return KL_OK;
+}
+
+/* An entity key is 1..KL_KEY_MAX bytes (event.h). */
+static kl_err_t kl_store_check_entity(const char *fn, const void *key,
+                                      size_t key_len) {
+  if (!key || key_len == 0 || key_len > KL_KEY_MAX)
+    return kl__err(KL_EINVAL, "%s: entity key is %zu bytes, expected 1..%d", fn,
+                   key_len, KL_KEY_MAX);
+  return KL_OK;
+}
+
+size_t kl__sid_encode(const void *key, size_t key_len, const char *id,
+                      size_t id_len, char out[KL__SID_MAX]) {
+  out[0] = 0;
+  out[1] = (char)(key_len >> 8);
+  out[2] = (char)(key_len & 0xff);
+  memcpy(out + 3, key, key_len);
+  memcpy(out + 3 + key_len, id, id_len);
+  return 3 + key_len + id_len;
+}
+
+int kl__sid_decode(const char *sid, size_t len, const void **key,
+                   size_t *key_len, const char **id, size_t *id_len) {
+  if (len > 0 && sid[0] != 0) { /* unscoped */
+    *key = NULL, *key_len = 0, *id = sid, *id_len = len;
+    return len <= KL_ID_MAX ? 0 : -1;
+  }
+  if (len < 3)
+    return -1;
+  size_t k = (size_t)(unsigned char)sid[1] << 8 | (unsigned char)sid[2];
+  if (k == 0 || k > KL_KEY_MAX || len <= 3 + k || len - 3 - k > KL_ID_MAX)
+    return -1;
+  *key = sid + 3, *key_len = k, *id = sid + 3 + k, *id_len = len - 3 - k;
+  return 0;
+}
+
+int kl__store_legacy_ids(const kl_store_t *store) {
+  return store->legacy_ids_until_ms > 0 &&
+         kl__store_now_ms() < store->legacy_ids_until_ms;
 }
 
 kl_err_t kl_txn_get(kl_txn_t *txn, const void *key, size_t key_len,
@@ -237,6 +281,31 @@ kl_err_t kl_txn_del(kl_txn_t *txn, const void *key, size_t key_len) {
   return txn->store->ops->del(txn, key, key_len);
 }
 
+kl_err_t kl__txn_seen_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
+                          kl_mark_t *mark) {
+  kl_err_t err = txn->store->ops->seen(txn, sid, sid_len, mark);
+  const void *key;
+  size_t key_len, id_len;
+  const char *id;
+  /* Ids recorded before they were scoped by key suppress their events'
+   * copies until they expire (kl__store_legacy_ids()). */
+  if (!err && *mark == KL_MARK_NONE && sid_len && sid[0] == 0 &&
+      kl__store_legacy_ids(txn->store) &&
+      kl__sid_decode(sid, sid_len, &key, &key_len, &id, &id_len) == 0)
+    err = txn->store->ops->seen(txn, id, id_len, mark);
+  return err;
+}
+
+kl_err_t kl__txn_mark_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
+                          kl_mark_t mark) {
+  if (mark != KL_MARK_APPLIED && mark != KL_MARK_DEAD_LETTER)
+    return kl__err(KL_EINVAL,
+                   "kl_txn_mark: mark %d is neither "
+                   "KL_MARK_APPLIED nor KL_MARK_DEAD_LETTER",
+                   (int)mark);
+  return txn->store->ops->mark(txn, sid, sid_len, mark);
+}
+
 kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
                      kl_mark_t *mark) {
   kl__err_clear();
@@ -248,18 +317,41 @@ kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
   return txn->store->ops->seen(txn, id, id_len, mark);
 }
 
+kl_err_t kl_txn_seen_key(kl_txn_t *txn, const void *key, size_t key_len,
+                         const char *id, size_t id_len, kl_mark_t *mark) {
+  kl__err_clear();
+  kl_err_t err = kl_store_check_entity("kl_txn_seen_key", key, key_len);
+  if (!err)
+    err = kl_store_check_id("kl_txn_seen_key", id, id_len);
+  if (err || !txn || !mark)
+    return err ? err
+               : kl__err(KL_EINVAL, "kl_txn_seen_key: txn and mark are "
+                                    "required");
+  char sid[KL__SID_MAX];
+  size_t len = kl__sid_encode(key, key_len, id, id_len, sid);
+  return kl__txn_seen_sid(txn, sid, len, mark);
+}
+
 kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
                      kl_mark_t mark) {
   kl__err_clear();
   kl_err_t err = kl_store_check_id("kl_txn_mark", id, id_len);
   if (err || !txn)
     return err ? err : kl__err(KL_EINVAL, "kl_txn_mark: txn is required");
-  if (mark != KL_MARK_APPLIED && mark != KL_MARK_DEAD_LETTER)
-    return kl__err(KL_EINVAL,
-                   "kl_txn_mark: mark %d is neither "
-                   "KL_MARK_APPLIED nor KL_MARK_DEAD_LETTER",
-                   (int)mark);
-  return txn->store->ops->mark(txn, id, id_len, mark);
+  return kl__txn_mark_sid(txn, id, id_len, mark);
+}
+
+kl_err_t kl_txn_mark_key(kl_txn_t *txn, const void *key, size_t key_len,
+                         const char *id, size_t id_len, kl_mark_t mark) {
+  kl__err_clear();
+  kl_err_t err = kl_store_check_entity("kl_txn_mark_key", key, key_len);
+  if (!err)
+    err = kl_store_check_id("kl_txn_mark_key", id, id_len);
+  if (err || !txn)
+    return err ? err : kl__err(KL_EINVAL, "kl_txn_mark_key: txn is required");
+  char sid[KL__SID_MAX];
+  size_t len = kl__sid_encode(key, key_len, id, id_len, sid);
+  return kl__txn_mark_sid(txn, sid, len, mark);
 }
 
 kl_err_t kl__store_buf_mark(kl__buf_t *ids, const void *key, size_t key_len,
@@ -277,6 +369,7 @@ void *kl_txn_pg_conn(kl_txn_t *txn) {
 
 kl_err_t kl_txn_prefetch(kl_txn_t *txn, const char *const *ids,
                          const size_t *id_lens, size_t n) {
+  kl__err_clear();
   if (!txn || (n && (!ids || !id_lens)))
     return kl__err(KL_EINVAL, "kl_txn_prefetch: txn, ids and id_lens are "
                               "required");
@@ -288,6 +381,72 @@ kl_err_t kl_txn_prefetch(kl_txn_t *txn, const char *const *ids,
   return n && txn->store->ops->prefetch
              ? txn->store->ops->prefetch(txn, ids, id_lens, n)
              : KL_OK;
+}
+
+void kl__sids_free(kl__sids_t *s) {
+  free(s->arena);
+  free(s->sids);
+  free(s->lens);
+  memset(s, 0, sizeof(*s));
+}
+
+kl_err_t kl__sids_build(kl__sids_t *s, const kl_store_t *store,
+                        const void *const *keys, const size_t *key_lens,
+                        const char *const *ids, const size_t *id_lens,
+                        size_t n) {
+  int legacy = kl__store_legacy_ids(store);
+  size_t bytes = 0;
+  memset(s, 0, sizeof(*s));
+  for (size_t i = 0; i < n; i++)
+    bytes += 3 + key_lens[i] + (legacy ? 2 : 1) * id_lens[i];
+  size_t cap = legacy ? 2 * n : n;
+  s->arena = malloc(bytes ? bytes : 1);
+  s->sids = malloc((cap ? cap : 1) * sizeof(*s->sids));
+  s->lens = malloc((cap ? cap : 1) * sizeof(*s->lens));
+  if (!s->arena || !s->sids || !s->lens) {
+    kl__sids_free(s);
+    return kl__err(KL_ENOMEM, "kl_txn_prefetch_keys: out of memory");
+  }
+  char *at = s->arena;
+  for (size_t i = 0; i < n; i++) {
+    s->sids[s->n] = at;
+    s->lens[s->n] =
+        kl__sid_encode(keys[i], key_lens[i], ids[i], id_lens[i], at);
+    at += s->lens[s->n++];
+    if (legacy) { /* kl__txn_seen_sid() may ask for the unscoped id too */
+      s->sids[s->n] = memcpy(at, ids[i], id_lens[i]);
+      s->lens[s->n++] = id_lens[i];
+      at += id_lens[i];
+    }
+  }
+  return KL_OK;
+}
+
+kl_err_t kl_txn_prefetch_keys(kl_txn_t *txn, const void *const *keys,
+                              const size_t *key_lens, const char *const *ids,
+                              const size_t *id_lens, size_t n) {
+  kl__err_clear();
+  if (!txn || (n && (!keys || !key_lens || !ids || !id_lens)))
+    return kl__err(KL_EINVAL, "kl_txn_prefetch_keys: txn, keys, key_lens, "
+                              "ids and id_lens are required");
+  for (size_t i = 0; i < n; i++) {
+    kl_err_t err =
+        kl_store_check_entity("kl_txn_prefetch_keys", keys[i], key_lens[i]);
+    if (!err)
+      err = kl_store_check_id("kl_txn_prefetch_keys", ids[i], id_lens[i]);
+    if (err)
+      return err;
+  }
+  if (!n || !txn->store->ops->prefetch)
+    return KL_OK;
+  kl__sids_t s;
+  kl_err_t err =
+      kl__sids_build(&s, txn->store, keys, key_lens, ids, id_lens, n);
+  if (!err)
+    err = txn->store->ops->prefetch(txn, (const char *const *)s.sids, s.lens,
+                                    s.n);
+  kl__sids_free(&s);
+  return err;
 }
 
 int kl__store_has_prefetch(kl_store_t *store) {
@@ -353,6 +512,23 @@ kl_err_t kl_store_id_count(kl_store_t *store, uint64_t *count) {
   return store->ops->id_count(store, count);
 }
 
+typedef struct kl_ids_walk {
+  kl__store_id_cb_t *cb;
+  void *opaque;
+  int bad; /* a sid that does not decode */
+} kl_ids_walk_t;
+
+static int kl_ids_walk_sid(void *opaque, const char *topic, const char *sid,
+                           size_t sid_len, int64_t time_ms, kl_mark_t mark) {
+  kl_ids_walk_t *w = opaque;
+  const void *key;
+  const char *id;
+  size_t key_len, id_len;
+  if (kl__sid_decode(sid, sid_len, &key, &key_len, &id, &id_len))
+    return w->bad = 1;
+  return w->cb(w->opaque, topic, key, key_len, id, id_len, time_ms, mark);
+}
+
 kl_err_t kl__store_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
                             void *opaque) {
   if (!store || !cb)
@@ -362,7 +538,15 @@ kl_err_t kl__store_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
                    "the %s store cannot list its idempotency keys "
                    "in this build",
                    store->ops->name);
-  return store->ops->ids_walk(store, cb, opaque);
+  kl_ids_walk_t w = {cb, opaque, 0};
+  kl_err_t err = store->ops->ids_walk(store, kl_ids_walk_sid, &w);
+  if (!err && w.bad)
+    err = kl__err(KL_ESTORE,
+                  "the %s store holds an idempotency key that does not "
+                  "decode: the store is damaged or was written by another "
+                  "program",
+                  store->ops->name);
+  return err;
 }
 
 kl_err_t kl__store_version(kl_store_t *store, int *version, int *latest) {

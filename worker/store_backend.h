@@ -51,7 +51,7 @@ typedef struct kl__store_ops {
   kl_err_t (*id_count)(kl_store_t *store, uint64_t *count);
   kl_err_t (*version)(kl_store_t *store, int *version, int *latest);
   /* Optional (NULL: kl__store_ids_walk() says the backend lacks it). */
-  kl_err_t (*ids_walk)(kl_store_t *store, kl__store_id_cb_t *cb, void *opaque);
+  kl_err_t (*ids_walk)(kl_store_t *store, kl__store_sid_cb_t *cb, void *opaque);
   /* Optional (NULL: kl_txn_pg_conn() returns NULL): the PGconn a handler
    * may run its SQL on, in the transaction that commits the txn. */
   void *(*pg_conn)(kl_txn_t *txn);
@@ -111,6 +111,10 @@ typedef struct kl__store_ops {
 
 struct kl_store {
   const kl__store_ops_t *ops;
+  /* kl__store_legacy_ids(): until when (store clock, ms) the store may
+   * hold unexpired ids recorded before ids were scoped by key; 0: none.
+   * Set by the backend's open. */
+  int64_t legacy_ids_until_ms;
 };
 
 typedef struct kl__emits kl__emits_t; /* outbox_rec.h */
@@ -122,8 +126,9 @@ struct kl_txn {
   kl_store_t *store;
   kl__emits_t *emits; /* the batch's follow-ups; NULL until one is emitted */
   const struct kl_event *src; /* the event it runs (borrowed), or NULL */
-  const char *src_id;         /* its id */
-  size_t src_id_len;
+  const char *src_topic;      /* its place in the log (kl__txn_source()) */
+  int32_t src_partition;
+  int64_t src_offset;
   size_t src_first; /* emits->count when that event began */
 };
 

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "keylane/event.h"
 #include "keylane/store.h"
 
 /**
@@ -49,6 +50,63 @@ kl_err_t kl__store_acquire_above(kl_store_t *store, const char *topic,
 static inline kl_mark_t kl__mark_merge(kl_mark_t have, kl_mark_t mark) {
   return have == KL_MARK_APPLIED ? KL_MARK_APPLIED : mark;
 }
+
+/* ---- idempotency keys scoped by entity key ---------------------------- */
+
+/*
+ * An event's idempotency key is scoped by its topic and its entity key: the
+ * same id on two keys names two events, each applied once, and whichever
+ * key's lane runs first cannot take the other's id (so a live worker and
+ * `keylane store rebuild` decide alike). The backends store a scoped id,
+ * a "sid": a NUL byte, the entity key's length (2 bytes, big-endian), the
+ * key, then the id. An id never holds a NUL (event.h), so a sid never
+ * equals an unscoped id: kl_txn_seen() and kl_txn_mark() (no key) keep
+ * their own space, which also holds the ids a store recorded before ids
+ * were scoped (LMDB format 2, PostgreSQL schema 6).
+ */
+#define KL__SID_MAX (3 + KL_KEY_MAX + KL_ID_MAX)
+
+/** Writes the sid of @p id on entity @p key (lengths checked by the
+ *  caller) into @p out. @returns its length. */
+size_t kl__sid_encode(const void *key, size_t key_len, const char *id,
+                      size_t id_len, char out[KL__SID_MAX]);
+
+/** Splits a sid (or an unscoped id: *key NULL, *key_len 0) into its parts,
+ *  borrowed from @p sid. @returns 0, or -1 when it is malformed. */
+int kl__sid_decode(const char *sid, size_t len, const void **key,
+                   size_t *key_len, const char **id, size_t *id_len);
+
+/**
+ * @returns nonzero while @p store may hold ids recorded before ids were
+ * scoped by key that have not expired yet: until the retention has passed
+ * since the store was upgraded. Meanwhile a scoped id that is not found is
+ * looked up unscoped too, so an event applied before the upgrade is still
+ * a duplicate after it.
+ */
+int kl__store_legacy_ids(const kl_store_t *store);
+
+/** kl_txn_seen_key() and kl_txn_mark_key() of an encoded sid: for the
+ *  lanes' child txns, which hold sids and hand them to their batch. */
+kl_err_t kl__txn_seen_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
+                          kl_mark_t *mark);
+kl_err_t kl__txn_mark_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
+                          kl_mark_t mark);
+
+/** A batch's sids, for a prefetch: with their unscoped ids too while
+ *  kl__store_legacy_ids(). */
+typedef struct kl__sids {
+  char *arena;
+  const char **sids;
+  size_t *lens;
+  size_t n;
+} kl__sids_t;
+
+/** Builds @p s from @p n (key, id) pairs; kl__sids_free() frees it. */
+kl_err_t kl__sids_build(kl__sids_t *s, const kl_store_t *store,
+                        const void *const *keys, const size_t *key_lens,
+                        const char *const *ids, const size_t *id_lens,
+                        size_t n);
+void kl__sids_free(kl__sids_t *s);
 
 /**
  * Rewinds @p partition of @p topic, for `keylane store reset` after its
@@ -183,9 +241,12 @@ void kl__store_cache_stats(kl_store_t *store, struct kl__cache_stats *stats);
 /* The LMDB store's format: bumped on any incompatible layout change.
  * Format 1 kept idempotency keys unscoped in KL__LMDB_IDS_V1_DB, keyed by
  * the encoded id alone (a tag byte, 0 raw or 1 a packed UUID, then the
- * bytes); format 2 scopes them by topic. A format-1 store is migrated when
- * it is opened. */
-#define KL__LMDB_FORMAT 2u
+ * bytes); format 2 scopes them by topic; format 3 by topic and entity key
+ * (worker/store_lmdb_ids.c). Older formats are migrated when opened; the
+ * ids they hold stay unscoped, and meta's KL__LMDB_LEGACY_IDS_KEY says
+ * when the upgrade was (int64 store ms, host order). */
+#define KL__LMDB_FORMAT 3u
+#define KL__LMDB_LEGACY_IDS_KEY "legacy_ids_at"
 #define KL__LMDB_META_DB "meta"
 #define KL__LMDB_FORMAT_KEY "format" /* value: uint32_t, host order */
 #define KL__LMDB_IDS_V1_DB "ids"
@@ -217,12 +278,18 @@ kl_err_t kl__store_lmdb_usage(kl_store_t *store, kl__store_usage_t *usage);
 
 /**
  * Called for each idempotency key by kl__store_ids_walk(); return nonzero
- * to stop. @p topic is the topic it is scoped to and @p id the key as it
- * was marked (both borrowed: valid for the call only), @p time_ms when it
- * was recorded.
+ * to stop. @p topic is the topic it is scoped to, @p key the entity key
+ * (NULL for an unscoped id) and @p id the id as it was marked (all
+ * borrowed: valid for the call only), @p time_ms when it was recorded.
  */
-typedef int(kl__store_id_cb_t)(void *opaque, const char *topic, const char *id,
-                               size_t id_len, int64_t time_ms, kl_mark_t mark);
+typedef int(kl__store_id_cb_t)(void *opaque, const char *topic, const void *key,
+                               size_t key_len, const char *id, size_t id_len,
+                               int64_t time_ms, kl_mark_t mark);
+
+/** The backends' form of it: the encoded sid. */
+typedef int(kl__store_sid_cb_t)(void *opaque, const char *topic,
+                                const char *sid, size_t sid_len,
+                                int64_t time_ms, kl_mark_t mark);
 
 /**
  * Calls @p cb for every idempotency key, in the backend's order, from one
@@ -269,16 +336,21 @@ kl_err_t kl__store_outbox_del(kl_store_t *store, const char *topic,
                               const kl__outbox_ack_t *acks, size_t n);
 
 /**
- * Tells @p txn which event its handler runs now: kl_txn_emit() derives the
- * follow-ups' ids from @p id (borrowed until the next call) and counts
- * their index from 0. NULL ends it (kl_txn_emit() is then refused).
+ * Tells @p txn which event its handler runs now, by its place in the log:
+ * kl_txn_emit() derives the follow-ups' ids from @p topic (borrowed until
+ * the next call), @p partition and @p offset, and counts their index from
+ * 0 (outbox_rec.h). A NULL @p topic ends it (kl_txn_emit() is then
+ * refused).
  */
-void kl__txn_source(kl_txn_t *txn, const char *id, size_t id_len);
+void kl__txn_source(kl_txn_t *txn, const char *topic, int32_t partition,
+                    int64_t offset);
 
 struct kl_event; /* keylane/event.h */
-/** kl__txn_source() with @p event's id; its W3C trace context
- *  (traceparent, tracestate) goes on with the follow-ups. */
-void kl__txn_source_event(kl_txn_t *txn, const struct kl_event *event);
+struct kl_fence;
+/** kl__txn_source() of the event @p fence names; @p event's W3C trace
+ *  context (traceparent, tracestate) goes on with its follow-ups. */
+void kl__txn_source_event(kl_txn_t *txn, const struct kl_event *event,
+                          const struct kl_fence *fence);
 
 typedef struct kl__emits kl__emits_t; /* outbox_rec.h */
 

@@ -585,108 +585,12 @@ kl_err_t kl__store_lmdb_usage(kl_store_t *store, kl__store_usage_t *usage) {
   return KL_OK;
 }
 
-/* ---- idempotency keys ------------------------------------------------ */
-
-static int kl_hex(int c) {
-  if ((unsigned)(c - '0') < 10)
-    return c - '0';
-  return (unsigned)(c - 'a') < 6 ? c - 'a' + 10 : -1;
-}
-
-/* Where the 16 bytes of a UUID's text start: 8-4-4-4-12 digits. */
-static const unsigned char kl_uuid_at[16] = {0,  2,  4,  6,  9,  11, 14, 16,
-                                             19, 21, 24, 26, 28, 30, 32, 34};
-
-/* Packs canonical lowercase UUID text into 16 bytes; -1 when it is not.
- * Uppercase is left raw: it is a different id, and must stay one. */
-static int kl_uuid_pack(const char *id, size_t len, unsigned char *out) {
-  if (len != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' ||
-      id[23] != '-')
-    return -1;
-  for (size_t i = 0; i < 16; i++) {
-    int hi = kl_hex(id[kl_uuid_at[i]]), lo = kl_hex(id[kl_uuid_at[i] + 1]);
-    if ((hi | lo) < 0)
-      return -1;
-    out[i] = (unsigned char)(hi << 4 | lo);
-  }
-  return 0;
-}
-
-size_t kl__lmdb_id_encode(uint32_t topic_no, const char *id, size_t id_len,
-                          unsigned char out[KL__IDKEY_MAX]) {
-  kl__lmdb_put_be32(out, topic_no);
-  unsigned char *tag = out + KL__TOPIC_NO_LEN;
-  if (kl_uuid_pack(id, id_len, tag + 1) == 0) {
-    tag[0] = 1;
-    return KL__TOPIC_NO_LEN + 17;
-  }
-  tag[0] = 0;
-  memcpy(tag + 1, id, id_len); /* <= 255: checked by store.c */
-  return KL__TOPIC_NO_LEN + id_len + 1;
-}
-
-void kl__lmdb_idval_encode(int64_t now_ms, kl_mark_t mark,
-                           unsigned char out[KL__IDVAL_LEN]) {
-  /* 46 bits of ms reach the year 4199. */
-  uint64_t t = now_ms < 0 ? 0 : (uint64_t)now_ms & ((1ULL << 46) - 1);
-  uint64_t v = t << 2 | ((uint64_t)mark & 3);
-  for (int i = 0; i < KL__IDVAL_LEN; i++)
-    out[i] = (unsigned char)(v >> (8 * i));
-}
-
-int kl__lmdb_idval_decode(const MDB_val *val, int64_t *time_ms,
-                          kl_mark_t *mark) {
-  if (val->mv_size != KL__IDVAL_LEN)
-    return -1;
-  const unsigned char *p = val->mv_data;
-  uint64_t v = 0;
-  for (int i = KL__IDVAL_LEN - 1; i >= 0; i--)
-    v = v << 8 | p[i];
-  *time_ms = (int64_t)(v >> 2);
-  *mark = (kl_mark_t)(v & 3);
-  return 0;
-}
-
 static uint32_t kl_be32(const unsigned char *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
          p[3];
 }
 
-/* The id of an encoded key without its topic number (format 1's key). */
-static int kl_id_decode_v1(const MDB_val *key, char out[KL__IDKEY_MAX],
-                           size_t *len) {
-  const unsigned char *k = key->mv_data;
-  if (key->mv_size == 17 && k[0] == 1) {
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0, n = 0; i < 36; i++) {
-      if (i == 8 || i == 13 || i == 18 || i == 23) {
-        out[i] = '-';
-        continue;
-      }
-      out[i] = hex[n % 2 ? k[1 + n / 2] & 15 : k[1 + n / 2] >> 4];
-      n++;
-    }
-    *len = 36;
-    return 0;
-  }
-  if (key->mv_size < 2 || key->mv_size > 256 || k[0] != 0)
-    return MDB_CORRUPTED;
-  *len = key->mv_size - 1;
-  memcpy(out, k + 1, *len);
-  return 0;
-}
-
-/* The inverse of kl__lmdb_id_encode(): the topic's number and the id as
- * it was marked. */
-static int kl_id_decode(const MDB_val *key, uint32_t *topic_no,
-                        char out[KL__IDKEY_MAX], size_t *len) {
-  if (key->mv_size < KL__TOPIC_NO_LEN)
-    return MDB_CORRUPTED;
-  *topic_no = kl_be32(key->mv_data);
-  MDB_val id = {key->mv_size - KL__TOPIC_NO_LEN,
-                (unsigned char *)key->mv_data + KL__TOPIC_NO_LEN};
-  return kl_id_decode_v1(&id, out, len);
-}
+/* ---- idempotency keys: store_lmdb_ids.c ------------------------------ */
 
 /* The topics' names by number, for a walk: names[no - 1], borrowed from
  * the snapshot. Numbers are given 1, 2, ... and never reused. */
@@ -720,26 +624,26 @@ static int kl_topic_names_load(kl__lmdb_t *lmdb, MDB_txn *snap,
 }
 
 static int kl_ids_walk_cursor(MDB_cursor *cur, const kl_topic_names_t *t,
-                              kl__store_id_cb_t *cb, void *opaque) {
+                              kl__store_sid_cb_t *cb, void *opaque) {
   MDB_val key, val;
   int rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST);
   for (; rc == 0; rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-    char id[KL__IDKEY_MAX];
+    char sid[KL__SID_MAX];
     size_t len;
     uint32_t no;
     int64_t t_ms;
     kl_mark_t mark;
-    if (kl_id_decode(&key, &no, id, &len) ||
+    if (kl__lmdb_id_decode(&key, &val, &no, sid, &len) ||
         kl__lmdb_idval_decode(&val, &t_ms, &mark) || no == 0 || no > t->count ||
         !t->names[no - 1])
       return MDB_CORRUPTED;
-    if (cb(opaque, t->names[no - 1], id, len, t_ms, mark))
+    if (cb(opaque, t->names[no - 1], sid, len, t_ms, mark))
       return 0;
   }
   return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-static kl_err_t kl_lmdb_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
+static kl_err_t kl_lmdb_ids_walk(kl_store_t *store, kl__store_sid_cb_t *cb,
                                  void *opaque) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   MDB_txn *snap;
@@ -1073,17 +977,34 @@ static int kl_number_topics(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
 }
 
 static kl_err_t kl_format_refused(kl__lmdb_t *lmdb, uint32_t found) {
-  return kl__err(KL_ESTORE_VERSION,
-                 "store %s has format version %" PRIu32 ", this build "
-                 "supports version %u (and migrates version 1 when it opens "
-                 "it): open it with the keylane release that wrote it, or "
-                 "start a new store in another directory",
-                 lmdb->dir, found, KL__LMDB_FORMAT);
+  return kl__err(
+      KL_ESTORE_VERSION,
+      "store %s has format version %" PRIu32 ", this build "
+      "supports version %u (and migrates versions 1 and 2 when it "
+      "opens them): open it with the keylane release that wrote it, or "
+      "start a new store in another directory",
+      lmdb->dir, found, KL__LMDB_FORMAT);
 }
 
-/* Checks the format record, writing this build's in a new store. A
- * format-1 store gets it too, with its topics numbered: its ids then move
- * by kl__lmdb_migrate_ids(), and an older keylane refuses it from now on. */
+/* Formats 1 and 2 kept ids unscoped by entity key. An upgraded store
+ * records when (store clock) in meta, so that lookups also ask for an id
+ * unscoped until those ids have expired (kl__store_legacy_ids()). */
+static int kl_mark_legacy_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn, uint32_t found) {
+  MDB_stat st;
+  int rc = mdb_stat(mtxn, lmdb->ids, &st);
+  if (rc || (found == 2 && st.ms_entries == 0))
+    return rc;
+  int64_t now = kl__store_now_ms();
+  MDB_val key = {sizeof(KL__LMDB_LEGACY_IDS_KEY) - 1, KL__LMDB_LEGACY_IDS_KEY};
+  MDB_val val = {sizeof(now), &now};
+  return mdb_put(mtxn, lmdb->meta, &key, &val, 0);
+}
+
+/* Checks the format record, writing this build's in a new store. Formats
+ * 1 and 2 get it too: format 1's topics are numbered (its ids then move by
+ * kl__lmdb_migrate_ids()), the ids both kept are marked as unscoped
+ * (kl_mark_legacy_ids()), and an older keylane refuses the store from now
+ * on. */
 static int kl_format_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, kl_err_t *stop) {
   MDB_val key = {sizeof(KL__LMDB_FORMAT_KEY) - 1, KL__LMDB_FORMAT_KEY}, val;
   uint32_t format = KL__LMDB_FORMAT, found = 0;
@@ -1094,14 +1015,33 @@ static int kl_format_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, kl_err_t *stop) {
     memcpy(&found, val.mv_data, sizeof(found));
   if (rc == 0 && found == KL__LMDB_FORMAT)
     return 0;
-  if (rc == 0 && found != 1) {
+  if (rc == 0 && found != 1 && found != 2) {
     *stop = kl_format_refused(lmdb, found);
     return KL__LMDB_STOP;
   }
-  if (rc == 0 && (rc = kl_number_topics(lmdb, mtxn)))
+  if (rc == 0 && found == 1 && (rc = kl_number_topics(lmdb, mtxn)))
+    return rc;
+  if (rc == 0 && (rc = kl_mark_legacy_ids(lmdb, mtxn, found)))
     return rc;
   val = (MDB_val){sizeof(format), &format};
   return mdb_put(mtxn, lmdb->meta, &key, &val, 0);
+}
+
+/* Sets the store's legacy window from meta (kl_mark_legacy_ids()). */
+static int kl_legacy_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
+  MDB_val key = {sizeof(KL__LMDB_LEGACY_IDS_KEY) - 1, KL__LMDB_LEGACY_IDS_KEY};
+  MDB_val val;
+  int64_t at;
+  int rc = mdb_get(mtxn, lmdb->meta, &key, &val);
+  if (rc == MDB_NOTFOUND)
+    return 0;
+  if (rc == 0 && val.mv_size != sizeof(at))
+    return MDB_CORRUPTED;
+  if (rc == 0) {
+    memcpy(&at, val.mv_data, sizeof(at));
+    lmdb->base.legacy_ids_until_ms = at + lmdb->retention_ms;
+  }
+  return rc;
 }
 
 /* Checks the format, creating the databases of a new store. */
@@ -1126,9 +1066,10 @@ static int kl_init_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
     }
     rc = mdb_dbi_open(mtxn, KL__LMDB_META_DB, MDB_CREATE, &lmdb->meta);
   }
-  if (rc || (rc = kl_open_dbs(lmdb, mtxn)))
+  if (rc || (rc = kl_open_dbs(lmdb, mtxn)) ||
+      (rc = kl_format_fn(lmdb, mtxn, stop)))
     return rc;
-  return kl_format_fn(lmdb, mtxn, stop);
+  return kl_legacy_fn(lmdb, mtxn);
 }
 
 static kl_err_t kl_lmdb_version(kl_store_t *store, int *version, int *latest) {

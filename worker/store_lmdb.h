@@ -12,7 +12,8 @@
  *              every build (it is added, not changed: no format step)
  *   topics     topic -> uint32 topic number (big-endian), given on the
  *              topic's first acquire, never reused
- *   topic_ids  topic number (4 bytes, big-endian) + encoded idempotency key
+ *   topic_ids  topic number (4 bytes, big-endian) + encoded idempotency key,
+ *              scoped by entity key since format 3 (store_lmdb_ids.c)
  *              -> 6 bytes: insert ms << 2 | mark
  *   data       the handlers' keys and values, as given
  *   outbox     follow-up events committed and not yet published
@@ -35,14 +36,11 @@
 
 #include "worker/store_backend.h"
 
-/* Idempotency keys: the topic's number (4 bytes), then a canonical
- * lowercase UUID (36 bytes of text) as a tag byte and its 16 bytes,
- * anything else as a tag byte and the raw bytes; the tag keeps the two
- * apart. The value packs the insert time and the mark into 6 bytes.
- * Together they keep a stored UUID near 50-70 bytes on disk instead of
- * ~110. */
+/* Idempotency keys (store_lmdb_ids.c): the topic's number (4 bytes), a
+ * tag byte and the id, scoped by entity key or not; KL__IDKEY_MAX bounds
+ * the key a batch buffers, of which LMDB's keys are made. */
 #define KL__TOPIC_NO_LEN 4
-#define KL__IDKEY_MAX (KL__TOPIC_NO_LEN + 256)
+#define KL__IDKEY_MAX (KL__TOPIC_NO_LEN + 1 + KL__SID_MAX)
 
 typedef struct kl__lmdb {
   kl_store_t base;
@@ -124,14 +122,26 @@ static inline void kl__lmdb_put_be32(unsigned char *p, uint32_t v) {
   p[2] = (unsigned char)(v >> 8);
   p[3] = (unsigned char)v;
 }
-size_t kl__lmdb_id_encode(uint32_t topic_no, const char *id, size_t id_len,
+/* The key a batch buffers the mark of @p sid under (store_lmdb_ids.c). */
+size_t kl__lmdb_id_encode(uint32_t topic_no, const char *sid, size_t sid_len,
                           unsigned char out[KL__IDKEY_MAX]);
 #define KL__IDVAL_LEN 6
 void kl__lmdb_idval_encode(int64_t now_ms, kl_mark_t mark,
                            unsigned char out[KL__IDVAL_LEN]);
-/* @returns 0, or -1 for a value that is not 6 bytes. */
+/* @returns 0, or -1 for a value shorter than 6 bytes. */
 int kl__lmdb_idval_decode(const MDB_val *val, int64_t *time_ms,
                           kl_mark_t *mark);
+/* The topic's number and the sid of a "topic_ids" record: an LMDB rc. */
+int kl__lmdb_id_decode(const MDB_val *key, const MDB_val *val,
+                       uint32_t *topic_no, char out[KL__SID_MAX], size_t *len);
+/* Reads the record of a buffered key @p lkey: 0, MDB_NOTFOUND or an rc. */
+int kl__lmdb_id_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
+                    size_t len, int64_t *time_ms, kl_mark_t *mark);
+/* Writes the record of @p lkey as @p mark at @p now_ms, unless it would put
+ * a dead-letter mark over an applied one; *@p written says whether it did.
+ * An LMDB rc. */
+int kl__lmdb_id_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
+                    size_t len, int64_t now_ms, kl_mark_t mark, int *written);
 
 /**
  * The number of @p topic in @p mtxn: given a new one when @p create (a

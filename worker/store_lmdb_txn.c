@@ -134,15 +134,11 @@ kl_err_t kl__lmdb_seen(kl_txn_t *txn, const char *id, size_t id_len,
     *mark = (kl_mark_t)entry->tag;
     return KL_OK;
   }
-  MDB_val k = {len, buf}, v;
   int64_t t;
-  int rc = mdb_get(ltxn->snap, kl_txn_lmdb(ltxn)->ids, &k, &v);
-  *mark = KL_MARK_NONE;
+  int rc = kl__lmdb_id_get(kl_txn_lmdb(ltxn), ltxn->snap, buf, len, &t, mark);
   if (rc == MDB_NOTFOUND)
-    return KL_OK;
-  if (rc == 0 && kl__lmdb_idval_decode(&v, &t, mark))
-    rc = MDB_CORRUPTED;
-  return rc ? kl__lmdb_err(rc, "seen") : KL_OK;
+    *mark = KL_MARK_NONE;
+  return rc && rc != MDB_NOTFOUND ? kl__lmdb_err(rc, "seen") : KL_OK;
 }
 
 kl_err_t kl__lmdb_mark(kl_txn_t *txn, const char *id, size_t id_len,
@@ -189,27 +185,6 @@ static int kl_commit_data(kl__lmdb_t *lmdb, MDB_txn *mtxn,
   return 0;
 }
 
-/* A dead-letter mark never replaces a stored applied one (see
- * kl__mark_merge()); only this rare path reads before it writes. Counts
- * the mark in @p *written when it is written. */
-static int kl_commit_dead_letter(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_val *k,
-                                 MDB_val *v, uint64_t *written) {
-  MDB_val have = *v;
-  int rc = mdb_put(mtxn, lmdb->ids, k, &have, MDB_NOOVERWRITE);
-  if (rc != MDB_KEYEXIST) {
-    *written += rc == 0;
-    return rc;
-  }
-  int64_t t;
-  kl_mark_t mark;
-  if (kl__lmdb_idval_decode(&have, &t, &mark))
-    return MDB_CORRUPTED;
-  if (kl__mark_merge(mark, KL_MARK_DEAD_LETTER) != KL_MARK_DEAD_LETTER)
-    return 0;
-  (*written)++;
-  return mdb_put(mtxn, lmdb->ids, k, v, 0);
-}
-
 /* The ids; @p dead_letters counts the dead-letter marks written, not those
  * an applied mark kept out. */
 static int kl_commit_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn,
@@ -217,15 +192,12 @@ static int kl_commit_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn,
   *dead_letters = 0;
   for (size_t i = 0; i < ctx->ltxn->ids.count; i++) {
     const kl__buf_entry_t *e = ctx->ids[i];
-    unsigned char val[KL__IDVAL_LEN];
-    kl__lmdb_idval_encode(ctx->now_ms, (kl_mark_t)e->tag, val);
-    MDB_val k = {e->key_len, (void *)kl__buf_key(e)};
-    MDB_val v = {sizeof(val), val};
-    int rc = e->tag == KL_MARK_DEAD_LETTER
-                 ? kl_commit_dead_letter(lmdb, mtxn, &k, &v, dead_letters)
-                 : mdb_put(mtxn, lmdb->ids, &k, &v, 0);
+    int written;
+    int rc = kl__lmdb_id_put(lmdb, mtxn, kl__buf_key(e), e->key_len,
+                             ctx->now_ms, (kl_mark_t)e->tag, &written);
     if (rc)
       return rc;
+    *dead_letters += written && e->tag == KL_MARK_DEAD_LETTER;
   }
   return 0;
 }

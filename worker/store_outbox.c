@@ -6,20 +6,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "broker/envelope_internal.h"
 #include "common/internal.h"
+#include "keylane/worker.h"
 #include "worker/outbox_rec.h"
 #include "worker/store_backend.h"
 #include "worker/store_internal.h"
 
-void kl__txn_source_event(kl_txn_t *txn, const kl_event_t *event) {
-  kl__txn_source(txn, event ? event->id : NULL, event ? event->id_len : 0);
+void kl__txn_source_event(kl_txn_t *txn, const kl_event_t *event,
+                          const kl_fence_t *fence) {
+  kl__txn_source(txn, fence->topic, fence->partition, fence->offset);
   txn->src = event;
 }
 
-void kl__txn_source(kl_txn_t *txn, const char *id, size_t id_len) {
+void kl__txn_source(kl_txn_t *txn, const char *topic, int32_t partition,
+                    int64_t offset) {
   txn->src = NULL;
-  txn->src_id = id;
-  txn->src_id_len = id ? id_len : 0;
+  txn->src_topic = topic;
+  txn->src_partition = partition;
+  txn->src_offset = offset;
   txn->src_first = txn->emits ? txn->emits->count : 0;
 }
 
@@ -51,10 +56,10 @@ kl_err_t kl__txn_add_emits(kl_txn_t *txn, const kl__emits_t *emits) {
 }
 
 static kl_err_t kl_emit_check(const kl_txn_t *txn, const char *topic) {
-  if (!txn->src_id)
+  if (!txn->src_topic)
     return kl__err(KL_EINVAL, "kl_txn_emit: the txn runs no event; emit "
-                              "from a handler, whose event's id the "
-                              "follow-up's id derives from");
+                              "from a handler, whose event's place in the "
+                              "log the follow-up's id derives from");
   if (!txn->store->ops->outbox_list && txn->store->ops->commit)
     return kl__err(KL_EINVAL, "kl_txn_emit: the %s store has no outbox",
                    txn->store->ops->name);
@@ -114,9 +119,20 @@ kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic, const void *key,
                            .ts = kl__now_ms(),
                            .payload = payload,
                            .payload_len = payload_len};
-  rec.event.id_len = kl__emit_id(txn->src_id, txn->src_id_len, index, id);
+  kl__emit_src_t at = {txn->src_topic, strlen(txn->src_topic),
+                       txn->src_partition, txn->src_offset, index};
+  if (!(rec.event.id_len = kl__emit_id(&at, id)))
+    return kl__err(KL_EINVAL,
+                   "kl_txn_emit: the source topic's name is %zu bytes; a "
+                   "follow-up's id holds it, so topics whose handlers emit "
+                   "may have at most %d",
+                   at.topic_len, KL__EMIT_TOPIC_MAX);
   kl_emit_trace(txn->src, &rec);
-  if ((err = kl_event_validate(&rec.event, 0)))
+  /* Everything the published record carries, the source's trace context
+   * included: what fits here is never refused by kl_publish() later, where
+   * it would wedge the partition's outbox. */
+  if ((err = kl_event_validate(&rec.event, 0)) ||
+      (err = kl__record_check(&rec.event, kl__envelope_size(&rec.event))))
     return kl__err(err, "kl_txn_emit: %s", kl_err_detail());
   kl__emits_t *emits = NULL;
   if ((err = kl_txn_emits(txn, &emits)))

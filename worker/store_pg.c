@@ -932,7 +932,7 @@ static kl_err_t kl_pg_scan(kl_store_t *store, const void *prefix,
 }
 
 typedef struct kl_pg_ids {
-  kl__store_id_cb_t *cb;
+  kl__store_sid_cb_t *cb;
   void *opaque;
 } kl_pg_ids_t;
 
@@ -953,7 +953,7 @@ static int kl_pg_ids_row(void *ctx, const PGresult *res, int row) {
                  (size_t)PQgetlength(res, row, 0), time_ms, mark);
 }
 
-static kl_err_t kl_pg_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
+static kl_err_t kl_pg_ids_walk(kl_store_t *store, kl__store_sid_cb_t *cb,
                                void *opaque) {
   kl_pg_ids_t ids = {cb, opaque};
   kl_pg_walk_t walk = {"DECLARE kl_walk NO SCROLL CURSOR FOR SELECT id, "
@@ -1007,6 +1007,22 @@ static kl_err_t kl_pg_check_schema(PGconn *pg, int create) {
                    "older version, then run `keylane store migrate --store "
                    "URI`",
                    PQdb(pg), version, KL__PG_SCHEMA_VERSION);
+  return KL_OK;
+}
+
+/* The store's legacy window (schema 7's keylane_meta). */
+static kl_err_t kl_pg_legacy_ids(kl__pg_t *pgs, PGconn *pg) {
+  PGresult *res = PQexec(pg, "SELECT value FROM keylane_meta WHERE name = "
+                             "'legacy_ids_newest_ms'");
+  if (!kl__pg_ok(res)) {
+    kl_err_t err = kl__pg_err(pg, res, "read keylane_meta");
+    PQclear(res);
+    return err;
+  }
+  if (PQntuples(res) == 1)
+    pgs->base.legacy_ids_until_ms =
+        strtoll(PQgetvalue(res, 0, 0), NULL, 10) + pgs->retention_ms;
+  PQclear(res);
   return KL_OK;
 }
 
@@ -1094,6 +1110,8 @@ kl_err_t kl__store_pg_open(const char *uri, const kl_conf_t *conf,
   err = kl_pg_connect(pgs, KL_ESTORE, &conn);
   if (!err) {
     err = kl_pg_check_schema(conn->pg, pgs->create);
+    if (!err)
+      err = kl_pg_legacy_ids(pgs, conn->pg);
     pgs->open = 1;
     kl__pg_conn_give(pgs, conn, err != KL_OK);
   }

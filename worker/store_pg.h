@@ -210,7 +210,7 @@ kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
 const char *kl__pg_state(const PGresult *res);
 
 /* Schema versions (store_pg_migrations.c). */
-#define KL__PG_SCHEMA_VERSION 6
+#define KL__PG_SCHEMA_VERSION 7
 
 /** Reads the schema version: 0 when keylane has created nothing yet. */
 kl_err_t kl__pg_schema_version(PGconn *pg, int *version);

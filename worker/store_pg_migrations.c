@@ -105,6 +105,17 @@ static const char *const kl_pg_migrations[KL__PG_SCHEMA_VERSION] = {
     "  one boolean PRIMARY KEY DEFAULT true CHECK (one),"
     "  next_page bigint NOT NULL);"
     "INSERT INTO keylane_sweep (next_page) VALUES (0);",
+    /* 7: idempotency keys scoped by entity key (worker/store_internal.h):
+     * an event's id is kept as its sid, so one id on two keys names two
+     * events, whichever runs first. The ids kept so far stay unscoped;
+     * keylane_meta records the newest of them, so that lookups ask for an
+     * id unscoped too until those have expired (kl__store_legacy_ids()). */
+    "CREATE TABLE keylane_meta ("
+    "  name text PRIMARY KEY,"
+    "  value bigint NOT NULL);"
+    "INSERT INTO keylane_meta (name, value) "
+    "  SELECT 'legacy_ids_newest_ms', max(inserted_ms) FROM keylane_ids "
+    "  HAVING count(*) > 0;",
 };
 
 /* pg_advisory_xact_lock key: "keylane" as a number, so that two openers of

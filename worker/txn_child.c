@@ -269,7 +269,7 @@ static kl_err_t kl_child_seen(kl_txn_t *txn, const char *id, size_t id_len,
   if (e)
     *mark = (kl_mark_t)e->tag;
   kl_child_unlock(c);
-  return e ? KL_OK : kl_txn_seen(c->snap, id, id_len, mark);
+  return e ? KL_OK : kl__txn_seen_sid(c->snap, id, id_len, mark);
 }
 
 static kl_err_t kl_child_mark(kl_txn_t *txn, const char *id, size_t id_len,
@@ -327,7 +327,7 @@ static const kl__store_ops_t kl_child_ops = {
     .pg_conn = kl_child_pg_conn,
 };
 
-static kl_store_t kl_child_store = {&kl_child_ops};
+static kl_store_t kl_child_store = {&kl_child_ops, 0};
 
 void kl__child_init(kl__child_t *child) {
   memset(child, 0, sizeof(*child));
@@ -397,8 +397,8 @@ kl_err_t kl__child_apply(kl__child_t *child) {
   }
   for (size_t i = 0; !err && i < child->ids.count; i++) {
     const kl__buf_entry_t *e = kl__buf_at(&child->ids, i);
-    err =
-        kl_txn_mark(child->snap, kl__buf_key(e), e->key_len, (kl_mark_t)e->tag);
+    err = kl__txn_mark_sid(child->snap, kl__buf_key(e), e->key_len,
+                           (kl_mark_t)e->tag);
   }
   return err;
 }

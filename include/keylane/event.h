@@ -41,6 +41,11 @@ extern "C" {
 #define KL_ENVELOPE_VERSION 1
 #define KL_KEY_MAX 1024
 #define KL_ID_MAX 255
+/** The first byte of the ids keylane derives for follow-up events
+ *  (kl_txn_emit()): an id a service publishes may not begin with it
+ *  (kl_publish() and the HTTP gateway refuse it), so that no client id can
+ *  take a follow-up's. */
+#define KL_ID_RESERVED '~'
 #define KL_TYPE_MAX 255
 /** Kafka's default message.max.bytes: the largest record batch a broker
  * (and a topic, as max.message.bytes) accepts. keylane's producers set it

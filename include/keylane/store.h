@@ -5,10 +5,11 @@
  *
  * Per (topic, partition) the store keeps the owner epoch (a fencing token
  * that only grows) and the watermark (the next offset to apply: highest
- * applied offset + 1). Idempotency keys are scoped by topic (two topics
- * sharing a store may use one id, and each applies it once) and kept, with
- * their insert time, for at least "store.dedup.retention" (default 7d),
- * then swept.
+ * applied offset + 1). An event's idempotency key is scoped by its topic
+ * and its entity key (kl_txn_seen_key()): one id used by two keys, or two
+ * topics sharing a store, names two events, each applied once. Ids are
+ * kept, with their insert time, for at least "store.dedup.retention"
+ * (default 7d), then swept.
  *
  * A batch is one transaction: kl_store_begin() opens a read snapshot and a
  * buffer; handlers read through kl_txn_get() (their own buffered writes
@@ -210,6 +211,37 @@ KL_EXPORT kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
                                kl_mark_t *mark);
 
 /**
+ * Looks up how the idempotency key @p id of an event of entity @p key was
+ * recorded: ids are scoped by entity key, so the same @p id on another key
+ * is another event. This is the lookup the worker makes for every event.
+ * @param key  the event's entity key, 1..KL_KEY_MAX bytes.
+ * @param mark set to KL_MARK_NONE, KL_MARK_APPLIED or KL_MARK_DEAD_LETTER.
+ * @returns KL_OK (also for an id never seen), KL_EINVAL for a key or id of
+ *          a bad length, or the store's failure.
+ * @remark kl_txn_seen() and kl_txn_mark() without a key name ids outside
+ *         every entity's scope (a space of their own).
+ */
+KL_EXPORT kl_err_t kl_txn_seen_key(kl_txn_t *txn, const void *key,
+                                   size_t key_len, const char *id,
+                                   size_t id_len, kl_mark_t *mark);
+
+/** Buffers the record of the id @p id of entity @p key as @p mark, as
+ *  kl_txn_mark() does for an unscoped id. */
+KL_EXPORT kl_err_t kl_txn_mark_key(kl_txn_t *txn, const void *key,
+                                   size_t key_len, const char *id,
+                                   size_t id_len, kl_mark_t mark);
+
+/**
+ * kl_txn_prefetch() of @p n ids scoped by entity key, so that
+ * kl_txn_seen_key() of any of them answers from memory.
+ * @param keys, key_lens, ids, id_lens  borrowed for the call.
+ */
+KL_EXPORT kl_err_t kl_txn_prefetch_keys(kl_txn_t *txn, const void *const *keys,
+                                        const size_t *key_lens,
+                                        const char *const *ids,
+                                        const size_t *id_lens, size_t n);
+
+/**
  * Looks up @p n idempotency keys at once, so that kl_txn_seen() of any of
  * them answers from memory: on PostgreSQL one round trip for a batch
  * instead of one per event; on LMDB, whose lookups are local, nothing.
@@ -225,16 +257,12 @@ KL_EXPORT kl_err_t kl_txn_prefetch(kl_txn_t *txn, const char *const *ids,
 /**
  * Buffers the record of @p id as @p mark (applied or dead-lettered).
  * @remark An applied mark is never replaced by a dead-letter one, in this
- *         batch or in the store. When one id is reused by two events of a
- *         topic (two keys of one partition, say), the event that comes
- *         second is a duplicate: suppressed, counted in `duplicates`, its
- *         handler never run; also when the first was dead-lettered before
- *         it ran (a redrive of that letter then applies the id once). If
- *         the two run at once (key-parallel lanes), one applies and the
- *         other is a duplicate; if the other failed meanwhile, its dead
- *         letter is still sent, but the id stays applied, so a redrive of
- *         that letter is a duplicate too (and not counted in the
- *         partition's `dead_letters`, which counts recorded marks). A
+ *         batch or in the store. When one id is reused by two events of
+ *         one entity key, the one later in the log is a duplicate:
+ *         suppressed, counted in `duplicates`, its handler never run; also
+ *         when the first was dead-lettered before it ran (a redrive of that
+ *         letter then applies the id once). Events of one key run in log
+ *         order, so which one is first never depends on timing. A
  *         dead-letter mark does become applied (a redrive).
  */
 KL_EXPORT kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,

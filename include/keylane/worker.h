@@ -204,6 +204,11 @@ typedef struct kl_worker_stats {
                                     committed and not yet acknowledged by
                                     Kafka, of the partitions owned */
   uint64_t outbox_published;   /**< follow-ups published and acknowledged */
+  uint64_t outbox_aside;       /**< follow-ups Kafka refused for good, set
+                                    aside as dead letters (reason outbox) */
+  uint64_t outbox_stalled_ms;  /**< gauge: the longest time an owned
+                                    partition's outbox has held follow-ups
+                                    without one acknowledged */
 } kl_worker_stats_t;
 
 /**

@@ -46,7 +46,7 @@ typedef struct t_fx {
   int sleep_us;
   /* Events with this id and key fail (FAIL), once another event with the
    * id was applied: an id reused on two keys of one partition. */
-  const char *reused_id, *reused_fails;
+  const char *reused_id, *reused_fails, *reused_applies;
   _Atomic int reused_started; /* the failing event's handler is running */
 } t_fx_t;
 
@@ -84,10 +84,9 @@ static void t_note_running(t_fx_t *fx) {
 }
 
 /* For the events with id fx->reused_id. The other key's event waits until
- * this key's has started (so that both run at once: had the other been
- * committed first, this one would be a duplicate, never run); this key's
- * waits until the other is applied (its mark shows through this event's
- * txn), so that its dead letter comes after it. */
+ * this key's has started (so that both run at once); this key's waits
+ * until the other is applied (its mark shows through this event's txn),
+ * so that its dead letter comes after it. */
 static int t_reused_fails(t_fx_t *fx, const kl_event_t *event, kl_txn_t *txn) {
   size_t len = strlen(fx->reused_id);
   if (event->id_len != len || memcmp(event->id, fx->reused_id, len))
@@ -102,7 +101,10 @@ static int t_reused_fails(t_fx_t *fx, const kl_event_t *event, kl_txn_t *txn) {
   fx->reused_started = 1;
   kl_mark_t mark = KL_MARK_NONE;
   for (int t = 0; t < 10000 && mark != KL_MARK_APPLIED; t++) {
-    assert_int_equal(kl_txn_seen(txn, fx->reused_id, len, &mark), KL_OK);
+    assert_int_equal(kl_txn_seen_key(txn, fx->reused_applies,
+                                     strlen(fx->reused_applies), fx->reused_id,
+                                     len, &mark),
+                     KL_OK);
     if (mark != KL_MARK_APPLIED)
       kl_t_sleep_ms(1);
   }
@@ -511,15 +513,16 @@ static int t_reused_settled(t_fx_t *fx) {
   return st.watermark == 2;
 }
 
-/* An id reused on two keys of one partition, run at once: one applies, the
- * other fails after it and is dead-lettered. The id stays applied, so a
- * redrive of that letter, or a re-publish of either event, is a duplicate;
- * the letter's mark never replaces the applied one. */
+/* An id reused on two keys of one partition, run at once: each names an
+ * event of its own key. One applies; the other fails after it and is
+ * dead-lettered, and its mark is recorded for its own key, never over the
+ * other key's applied one. */
 static void test_reused_id_dead_letter_keeps_applied(void **state) {
   static t_fx_t fx;
   t_fx_up(&fx, "reused", 1);
   fx.reused_id = "reused-1";
   fx.reused_fails = "k-0001";
+  fx.reused_applies = "k-0000";
   t_publish_id(&fx, 1, 1, "reused-1"); /* offset 0: fails, after the other */
   t_publish_id(&fx, 0, 1, "reused-1"); /* offset 1: applies */
   assert_int_equal(kl_flush(fx.producer, 30000), KL_OK);
@@ -531,11 +534,10 @@ static void test_reused_id_dead_letter_keeps_applied(void **state) {
   assert_int_equal(ws.dead_letters, 1); /* the letter was sent */
   t_worker_stop(w);
 
-  /* The store records the id once, applied: its counters count marks. */
   kl_partition_state_t st;
   assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &st), KL_OK);
   assert_int_equal(st.applied, 1);
-  assert_int_equal(st.dead_letters, 0);
+  assert_int_equal(st.dead_letters, 1);
   t_tally_t t;
   t_tally(&fx, &t);
   assert_int_equal(t.count[0], 1);
@@ -544,8 +546,14 @@ static void test_reused_id_dead_letter_keeps_applied(void **state) {
   assert_int_equal(kl_store_begin(fx.store, fx.topic, 0, st.epoch, &txn),
                    KL_OK);
   kl_mark_t mark;
-  assert_int_equal(kl_txn_seen(txn, "reused-1", 8, &mark), KL_OK);
+  assert_int_equal(kl_txn_seen_key(txn, "k-0000", 6, "reused-1", 8, &mark),
+                   KL_OK);
   assert_int_equal(mark, KL_MARK_APPLIED);
+  assert_int_equal(kl_txn_seen_key(txn, "k-0001", 6, "reused-1", 8, &mark),
+                   KL_OK);
+  assert_int_equal(mark, KL_MARK_DEAD_LETTER);
+  assert_int_equal(kl_txn_seen(txn, "reused-1", 8, &mark), KL_OK);
+  assert_int_equal(mark, KL_MARK_NONE);
   kl_store_abort(txn);
   t_fx_down(&fx);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 #include <librdkafka/rdkafka.h>
 
 #include "keylane/producer.h"
@@ -24,8 +25,10 @@
 #include "keylane/worker.h"
 #include "support/cluster.h"
 #include "support/ledger_checks.h"
+#include "support/run.h"
 #include "support/support.h"
 #include "worker/handler_exec.h"
+#include "worker/letters.h"
 #include "worker/outbox_rec.h"
 #include "worker/store_internal.h"
 #include "worker/worker_internal.h"
@@ -239,12 +242,21 @@ static void kl_published_once(const char *concurrency) {
   assert_int_equal(out.n, N); /* none twice: no crash, no fence here */
   int seen[N] = {0};
   for (int i = 0; i < out.n; i++) {
-    int k = -1;
-    assert_int_equal(sscanf(out.ids[i], "src-%d/0", &k), 1);
+    /* Its id names its source's place; the source's trace context went on
+     * with it, and names the source. */
+    kl__emit_src_t src;
+    assert_int_equal(kl__emit_id_parse(out.ids[i], strlen(out.ids[i]), &src),
+                     0);
+    assert_int_equal(src.index, 0);
+    assert_int_equal(src.topic_len, strlen(fx.topic));
+    assert_memory_equal(src.topic, fx.topic, src.topic_len);
+    unsigned k1 = 0;
+    assert_non_null(out.trace[i]);
+    assert_int_equal(sscanf(out.trace[i], "00-%32x-", &k1), 1);
+    int k = (int)k1 - 1;
     assert_true(k >= 0 && k < N);
     char tp[56];
-    kl_trace_of(k, tp); /* the source's trace context went on with it */
-    assert_non_null(out.trace[i]);
+    kl_trace_of(k, tp);
     assert_string_equal(out.trace[i], tp);
     seen[k]++;
   }
@@ -350,10 +362,10 @@ static void test_next_owner_publishes_leftovers(void **state) {
   assert_int_equal(kl_store_begin(fx.store, fx.topic, 0, st0.epoch, &txn),
                    KL_OK);
   assert_int_equal(kl_txn_emit(txn, OUT, "x", 1, "dst", "P", 1), KL_EINVAL);
-  kl__txn_source(txn, "old", 3);
+  kl__txn_source(txn, fx.topic, 0, 0);
   assert_int_equal(kl_txn_emit(txn, OUT, "x", 1, "dst", "P", 1), KL_OK);
   assert_int_equal(kl_txn_emit(txn, OUT, "y", 1, "dst", "P", 1), KL_OK);
-  kl__txn_source(txn, NULL, 0);
+  kl__txn_source(txn, NULL, 0, 0);
   assert_int_equal(kl_store_commit(txn, 0), KL_OK);
   assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 2);
 
@@ -380,8 +392,11 @@ static void test_next_owner_publishes_leftovers(void **state) {
   kl_read_out(&fx, 6, 3000, &out);
   assert_int_equal(out.n, 5);
   /* The leftovers first, in commit order, then this owner's. */
-  assert_string_equal(out.ids[0], "old/0");
-  assert_string_equal(out.ids[1], "old/1");
+  char want[KL_ID_MAX + 1];
+  snprintf(want, sizeof(want), "~%s/0/0/0", fx.topic);
+  assert_string_equal(out.ids[0], want);
+  snprintf(want, sizeof(want), "~%s/0/0/1", fx.topic);
+  assert_string_equal(out.ids[1], want);
   assert_int_equal(out.who[2], 'W');
   kl_out_free(&out);
   kl_fx_down(&fx);
@@ -437,8 +452,12 @@ static void test_exec_answer_emits(void **state) {
   kl_read_out(&fx, 6, 3000, &out);
   assert_int_equal(out.n, 5);
   for (int i = 0; i < out.n; i++) {
-    int k = -1;
-    assert_int_equal(sscanf(out.ids[i], "src-%d/0", &k), 1);
+    kl__emit_src_t src;
+    assert_int_equal(kl__emit_id_parse(out.ids[i], strlen(out.ids[i]), &src),
+                     0);
+    assert_int_equal(src.index, 0);
+    for (int j = 0; j < i; j++)
+      assert_string_not_equal(out.ids[i], out.ids[j]);
     assert_int_equal(out.who[i], (char)0xa1); /* msgpack str "E" */
   }
   kl_out_free(&out);
@@ -503,13 +522,17 @@ static void test_bound_pauses_until_published(void **state) {
     kl_t_sleep_ms(50);
     kl_worker_stats(r.worker, &st);
   }
-  /* Held at the bound, unpublished: the partition takes nothing more. */
+  /* Held at the bound, unpublished: the partition takes nothing more, and
+   * the outbox's stall grows (/healthz fails past worker.outbox.stall.ms). */
   assert_int_equal(st.paused, 1);
   assert_int_equal(st.outbox_pending, 2);
   assert_int_equal(st.outbox_published, 0);
+  assert_int_equal(st.outbox_aside, 0); /* a wrong count is no record's fault */
   kl_publish_n(&fx, 3, 3);
   kl_t_sleep_ms(1500);
   assert_int_equal(kl_watermarks(&fx), 3);
+  kl_worker_stats(r.worker, &st);
+  assert_true(st.outbox_stalled_ms >= 1400);
   kl_halt(&r);
   assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 3);
   /* An owner that can publish takes it: all go out, nothing is paused. */
@@ -523,8 +546,161 @@ static void test_bound_pauses_until_published(void **state) {
   }
   assert_int_equal(st.outbox_published, 6);
   assert_int_equal(st.paused, 0);
+  assert_int_equal(st.outbox_stalled_ms, 0);
   kl_halt(&r);
   assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 0);
+  kl_fx_down(&fx);
+}
+
+/* ---- keylane store outbox ---------------------------------------------- */
+
+static json_t *kl_cli_outbox(kl_fx_t *fx) {
+  kl_t_run_t r;
+  kl_t_run(
+      (const char *[]){"store", "outbox", "--store", fx->dir, "--json", NULL},
+      NULL, 0, &r);
+  assert_int_equal(r.rc, 0);
+  json_t *o = kl_t_run_json(&r);
+  kl_t_run_free(&r);
+  return o;
+}
+
+/* Lists what the outbox holds, drops one follow-up by partition and seq,
+ * and refuses a drop of one that is not there. */
+static void test_cli_store_outbox(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "obc", 1);
+  kl_partition_state_t st0;
+  assert_int_equal(kl_store_acquire(fx.store, fx.topic, 0, &st0), KL_OK);
+  kl_txn_t *txn;
+  assert_int_equal(kl_store_begin(fx.store, fx.topic, 0, st0.epoch, &txn),
+                   KL_OK);
+  kl__txn_source(txn, fx.topic, 0, 7);
+  assert_int_equal(kl_txn_emit(txn, OUT, "x", 1, "dst", "P", 1), KL_OK);
+  assert_int_equal(kl_txn_emit(txn, OUT, "y", 1, "dst", "Q", 1), KL_OK);
+  kl__txn_source(txn, NULL, 0, 0);
+  assert_int_equal(kl_store_commit(txn, 8), KL_OK);
+
+  json_t *o = kl_cli_outbox(&fx);
+  json_t *rows = json_object_get(o, "follow_ups");
+  assert_int_equal(json_array_size(rows), 2);
+  json_t *first = json_array_get(rows, 0);
+  assert_string_equal(json_string_value(json_object_get(first, "key")), "x");
+  assert_string_equal(json_string_value(json_object_get(first, "destination")),
+                      fx.out);
+  char want[KL_ID_MAX + 1], drop[64];
+  snprintf(want, sizeof(want), "~%s/0/7/0", fx.topic);
+  assert_string_equal(json_string_value(json_object_get(first, "id")), want);
+  snprintf(drop, sizeof(drop), "0:%" JSON_INTEGER_FORMAT,
+           json_integer_value(json_object_get(first, "seq")));
+  json_decref(o);
+
+  kl_t_run_t r;
+  kl_t_run((const char *[]){"store", "outbox", "--store", fx.dir, "-t",
+                            fx.topic, "--drop", drop, NULL},
+           NULL, 0, &r);
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "will not be published"));
+  kl_t_run_free(&r);
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 1);
+  kl_t_run((const char *[]){"store", "outbox", "--store", fx.dir, "-t",
+                            fx.topic, "--drop", drop, NULL},
+           NULL, 0, &r);
+  assert_int_equal(r.rc, 1); /* gone now */
+  assert_non_null(strstr(r.err, "nothing dropped"));
+  kl_t_run_free(&r);
+  kl_t_run((const char *[]){"store", "outbox", "--store", fx.dir, "--drop",
+                            "x:1", NULL},
+           NULL, 0, &r);
+  assert_int_equal(r.rc, 2);
+  kl_t_run_free(&r);
+  o = kl_cli_outbox(&fx);
+  assert_int_equal(json_array_size(json_object_get(o, "follow_ups")), 1);
+  json_decref(o);
+  kl_fx_down(&fx);
+}
+
+/* ---- a follow-up Kafka refuses for good ----------------------------- */
+
+/* Emits to OUT a follow-up too large for the producer's message.max.bytes
+ * for key k-1, and a small one for the others. */
+static kl_handler_result_t kl_big_emit_handler(void *opaque,
+                                               const kl_event_t *event,
+                                               const kl_fence_t *fence,
+                                               kl_txn_t *txn, char *errbuf,
+                                               size_t errbuf_size) {
+  (void)opaque, (void)fence;
+  static char big[3000];
+  memset(big, 'b', sizeof(big));
+  int is_big = event->key_len == 3 && memcmp(event->key, "k-1", 3) == 0;
+  kl_err_t err = kl_txn_emit(txn, OUT, event->key, event->key_len, "dst",
+                             is_big ? big : "s", is_big ? sizeof(big) : 1);
+  if (err) {
+    snprintf(errbuf, errbuf_size, "%s", kl_err_detail());
+    return KL_HANDLER_FAIL;
+  }
+  return KL_HANDLER_OK;
+}
+
+/* The probe that wedged an outbox: one follow-up Kafka refuses held back
+ * every follow-up of its partition behind it, forever. It is set aside as
+ * a dead letter of reason outbox (cut to fit), the others go out, and
+ * nothing is left in the store. */
+static void test_refused_follow_up_is_set_aside(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "oba", 1);
+  kl_conf_t *conf = kl_conf_new();
+  const char *kv[][2] = {
+      {"kafka.bootstrap.servers", kl_t_bootstrap(fx.cluster)},
+      {"worker.group", kl_t_group(fx.cluster, "a")},
+      {"kafka.message.max.bytes", "2000"}};
+  for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+    assert_int_equal(kl_conf_set(conf, kv[i][0], kv[i][1], NULL, 0), KL_OK);
+  kl_worker_t *worker;
+  assert_int_equal(kl_worker_new(conf, fx.topic, fx.store, kl_big_emit_handler,
+                                 NULL, &worker),
+                   KL_OK);
+  kl_run_t r = {worker, 0, KL_OK};
+  kl_go(&r);
+  kl_publish_n(&fx, 0, 4); /* k-1 is the second: two are behind it */
+  kl_worker_stats_t st = {0};
+  for (int i = 0; i < 600 && !(st.outbox_published == 3 &&
+                               st.outbox_aside == 1 && st.outbox_pending == 0);
+       i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(r.worker, &st);
+  }
+  assert_int_equal(st.outbox_published, 3);
+  assert_int_equal(st.outbox_aside, 1);
+  assert_int_equal(st.outbox_pending, 0);
+  kl_halt(&r);
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 0);
+
+  char dlq[300];
+  snprintf(dlq, sizeof(dlq), "%s.dlq", fx.topic);
+  kl__pos_t from = {KL__POS_BEGINNING, 0}, to = {KL__POS_END, 0};
+  kl__letters_t letters = {0};
+  assert_int_equal(kl__letters_read(conf, dlq, &from, &to, NULL, &letters),
+                   KL_OK);
+  assert_int_equal(letters.n, 1);
+  const kl__letter_t *l = &letters.v[0];
+  assert_string_equal(l->reason, "outbox");
+  assert_string_equal(l->destination, fx.out);
+  assert_string_equal(l->topic, fx.topic); /* the source event's place */
+  assert_int_equal(l->partition, 0);
+  assert_int_equal(l->offset, 1);
+  assert_int_equal(l->msg->key_len, 3);
+  assert_memory_equal(l->msg->key, "k-1", 3);
+  rd_kafka_headers_t *h = NULL;
+  const void *v;
+  size_t vlen;
+  assert_int_equal(rd_kafka_message_headers(l->msg, &h), 0);
+  assert_int_equal(
+      rd_kafka_header_get_last(h, "keylane.dlq.truncated", &v, &vlen), 0);
+  kl__letters_clear(&letters);
+  kl_conf_destroy(conf);
   kl_fx_down(&fx);
 }
 
@@ -537,6 +713,8 @@ int main(void) {
       cmocka_unit_test(test_exec_answer_emits),
       cmocka_unit_test(test_exec_bad_emit_is_a_dead_letter),
       cmocka_unit_test(test_bound_pauses_until_published),
+      cmocka_unit_test(test_refused_follow_up_is_set_aside),
+      cmocka_unit_test(test_cli_store_outbox),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -108,12 +108,12 @@ static void test_outbox_fenced_on_pg(void **state) {
   assert_int_equal(kl_store_acquire(fx.store, "t", 0, &st), KL_OK);
   kl_txn_t *a, *b;
   assert_int_equal(kl_store_begin(fx.store, "t", 0, st.epoch, &a), KL_OK);
-  kl__txn_source(a, "a", 1);
+  kl__txn_source(a, "t", 0, 0);
   assert_int_equal(kl_txn_emit(a, NULL, "k", 1, "credit", "x", 1), KL_OK);
   assert_int_equal(kl_txn_emit(a, NULL, "k", 1, "credit", "y", 1), KL_OK);
   assert_int_equal(kl_store_commit(a, 1), KL_OK);
   assert_int_equal(kl_store_begin(fx.store, "t", 0, st.epoch, &b), KL_OK);
-  kl__txn_source(b, "b", 1);
+  kl__txn_source(b, "t", 0, 1);
   assert_int_equal(kl_txn_emit(b, NULL, "k", 1, "credit", "z", 1), KL_OK);
   assert_int_equal(kl_store_acquire(fx.store, "t", 0, &newer), KL_OK);
   assert_int_equal(kl_store_commit(b, 2), KL_EFENCED);

@@ -181,9 +181,10 @@ static kl__redrive_t *kl_redrive(kl_fx_t *fx, const char *reason, int dry) {
   return r;
 }
 
-static int kl_count_marks(void *opaque, const char *topic, const char *id,
-                          size_t id_len, int64_t time_ms, kl_mark_t mark) {
-  (void)topic;
+static int kl_count_marks(void *opaque, const char *topic, const void *key,
+                          size_t key_len, const char *id, size_t id_len,
+                          int64_t time_ms, kl_mark_t mark) {
+  (void)topic, (void)key, (void)key_len;
   ((uint64_t *)opaque)[mark]++;
   return 0;
 }

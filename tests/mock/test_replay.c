@@ -91,10 +91,12 @@ static int kl_dump_row(void *opaque, const void *key, size_t key_len,
   return 0;
 }
 
-static int kl_dump_id(void *opaque, const char *topic, const char *id,
-                      size_t id_len, int64_t time_ms, kl_mark_t mark) {
+static int kl_dump_id(void *opaque, const char *topic, const void *key,
+                      size_t key_len, const char *id, size_t id_len,
+                      int64_t time_ms, kl_mark_t mark) {
   kl_dump_t *d = opaque;
-  fprintf(d->f, "id %s/%.*s mark=%d", topic, (int)id_len, id, (int)mark);
+  fprintf(d->f, "id %s/%.*s/%.*s mark=%d", topic, (int)key_len,
+          key ? (const char *)key : "", (int)id_len, id, (int)mark);
   if (d->flags & KL_DUMP_TIMES)
     fprintf(d->f, " t=%lld", (long long)time_ms);
   fputc('\n', d->f);

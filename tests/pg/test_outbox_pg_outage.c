@@ -115,10 +115,10 @@ static void t_fx_up(t_fx_t *fx, const char *db) {
   kl_txn_t *txn;
   assert_int_equal(kl_store_begin(fx->store, fx->topic, 0, st.epoch, &txn),
                    KL_OK);
-  kl__txn_source(txn, "src", 3);
+  kl__txn_source(txn, fx->topic, 0, 0);
   for (int i = 0; i < NREC; i++)
     assert_int_equal(kl_txn_emit(txn, NULL, "k", 1, "credit", "p", 1), KL_OK);
-  kl__txn_source(txn, NULL, 0);
+  kl__txn_source(txn, NULL, 0, 0);
   assert_int_equal(kl_store_commit(txn, 1), KL_OK);
   t_count_calls(fx->store);
   assert_int_equal(t_stored(fx), NREC);
@@ -126,7 +126,8 @@ static void t_fx_up(t_fx_t *fx, const char *db) {
   assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
                                kl_t_bootstrap(fx->cluster), NULL, 0),
                    KL_OK);
-  assert_int_equal(kl__outbox_new(conf, fx->topic, fx->store, &fx->ob), KL_OK);
+  assert_int_equal(kl__outbox_new(conf, fx->topic, fx->store, NULL, &fx->ob),
+                   KL_OK);
   kl_conf_destroy(conf);
   kl__outbox_own(fx->ob, 0, 1);
 }
@@ -150,17 +151,17 @@ static void t_tick_for(t_fx_t *fx, int ms) {
 /* Ticks until the outbox holds @p pending records and published
  * @p published, for 30 s at most. */
 static void t_tick_until(t_fx_t *fx, uint64_t pending, uint64_t published) {
-  uint64_t p = 0, n = 0;
+  kl__outbox_stats_t st = {0};
   int64_t end = kl__mono_ns() + 30000000000LL;
   while (kl__mono_ns() < end) {
     kl__outbox_tick(fx->ob);
-    kl__outbox_stats(fx->ob, &p, &n);
-    if (p == pending && n == published)
+    kl__outbox_stats(fx->ob, &st);
+    if (st.pending == pending && st.published == published)
       return;
     kl_t_sleep_ms(5);
   }
   fail_msg("the outbox holds %llu and published %llu, not %llu and %llu",
-           (unsigned long long)p, (unsigned long long)n,
+           (unsigned long long)st.pending, (unsigned long long)st.published,
            (unsigned long long)pending, (unsigned long long)published);
 }
 
@@ -201,13 +202,13 @@ static void test_removal_backs_off_while_the_server_is_down(void **state) {
   fprintf(stderr, "server down 1.5 s: %d removals of the outbox\n",
           t_calls.dels);
   int dels = t_calls.dels, lists = t_calls.lists;
-  uint64_t pending, published;
-  kl__outbox_stats(fx.ob, &pending, &published);
+  kl__outbox_stats_t st;
+  kl__outbox_stats(fx.ob, &st);
   assert_int_equal(kl_t_pg_resume(kl_t_pg_group()), 0);
   assert_true(dels >= 1 && dels <= 3);
   assert_int_equal(lists, 0);
-  assert_int_equal(pending, NREC);
-  assert_int_equal(published, NREC);
+  assert_int_equal(st.pending, NREC);
+  assert_int_equal(st.published, NREC);
   t_tick_until(&fx, 0, NREC);
   assert_int_equal(t_calls.nlast, NREC);
   for (int i = 0; i < NREC; i++) { /* the same acks, in any order */

@@ -287,9 +287,11 @@ typedef struct t_ids {
   int n;
 } t_ids_t;
 
-static int t_ids_cb(void *opaque, const char *topic, const char *id,
-                    size_t id_len, int64_t time_ms, kl_mark_t mark) {
+static int t_ids_cb(void *opaque, const char *topic, const void *key,
+                    size_t key_len, const char *id, size_t id_len,
+                    int64_t time_ms, kl_mark_t mark) {
   t_ids_t *t = opaque;
+  (void)key, (void)key_len;
   snprintf(t->seen[t->n++], 64, "%s/%.*s@%lld/%d", topic, (int)id_len, id,
            (long long)time_ms, (int)mark);
   return t->n == 2; /* stops after two */
@@ -613,7 +615,29 @@ static void test_schema2_ids_are_migrated(void **state) {
   assert_int_equal(version, KL__PG_SCHEMA_VERSION);
   assert_int_equal(latest, KL__PG_SCHEMA_VERSION);
 
+  /* Ids kept before they were scoped by entity key still suppress their
+   * events' copies, whatever the key, until the retention has passed since
+   * the newest of them (schema 7); then only the unscoped lookup finds
+   * them. */
+  kl_t_store_clock_set(1700000000000LL + 3600 * 1000);
   kl_txn_t *txn = kl_t_store_begin(store, 0, 1);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-1", "old-1"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-1", "dead-1"),
+                   KL_MARK_DEAD_LETTER);
+  const void *keys[] = {"acct-2"};
+  const char *ids[] = {"old-1"};
+  size_t key_lens[] = {6}, id_lens[] = {5};
+  assert_int_equal(kl_txn_prefetch_keys(txn, keys, key_lens, ids, id_lens, 1),
+                   KL_OK);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-2", "old-1"), KL_MARK_APPLIED);
+  kl_store_abort(txn);
+  kl_t_store_clock_add(8LL * 24 * 3600 * 1000);
+  txn = kl_t_store_begin(store, 0, 1);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-1", "old-1"), KL_MARK_NONE);
+  kl_store_abort(txn);
+  kl__store_set_clock(NULL);
+
+  txn = kl_t_store_begin(store, 0, 1);
   assert_int_equal(kl_t_txn_seen(txn, "old-1"), KL_MARK_APPLIED);
   assert_int_equal(kl_t_txn_seen(txn, "dead-1"), KL_MARK_DEAD_LETTER);
   assert_int_equal(kl_t_txn_seen(txn, "new-1"), KL_MARK_NONE);

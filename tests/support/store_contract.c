@@ -359,6 +359,129 @@ void kl_t_contract_ids_scoped_by_topic(void **state) {
   kl_store_destroy(store);
 }
 
+kl_mark_t kl_t_txn_seen_key(kl_txn_t *txn, const char *key, const char *id) {
+  kl_mark_t mark = KL_MARK_APPLIED;
+  assert_int_equal(
+      kl_txn_seen_key(txn, key, strlen(key), id, strlen(id), &mark), KL_OK);
+  return mark;
+}
+
+void kl_t_txn_mark_key(kl_txn_t *txn, const char *key, const char *id,
+                       kl_mark_t mark) {
+  assert_int_equal(kl_txn_mark_key(txn, key, strlen(key), id, strlen(id), mark),
+                   KL_OK);
+}
+
+/* One id on two entity keys names two events; neither key's mark is the
+ * other's, nor an unscoped id's; a prefetch answers for each key. */
+void kl_t_contract_ids_scoped_by_key(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  kl_store_t *store = kl_t_store_open(where, NULL);
+  const char *uuid = "0190f5c4-7d2a-7b3e-9f00-1234567890ab";
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  kl_t_txn_mark_key(txn, "acct-1", "invoice/42", KL_MARK_APPLIED);
+  kl_t_txn_mark_key(txn, "acct-1", uuid, KL_MARK_DEAD_LETTER);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-2", "invoice/42"),
+                   KL_MARK_NONE);
+  kl_t_store_commit(txn, 1);
+
+  txn = kl_t_store_begin(store, 0, epoch);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-1", "invoice/42"),
+                   KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-1", uuid), KL_MARK_DEAD_LETTER);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-2", "invoice/42"),
+                   KL_MARK_NONE);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-2", uuid), KL_MARK_NONE);
+  assert_int_equal(kl_t_txn_seen(txn, "invoice/42"), KL_MARK_NONE);
+  kl_t_txn_mark_key(txn, "acct-2", "invoice/42", KL_MARK_APPLIED);
+  kl_t_store_commit(txn, 2);
+
+  txn = kl_t_store_begin(store, 0, epoch);
+  const void *keys[] = {"acct-1", "acct-2", "acct-3"};
+  size_t key_lens[] = {6, 6, 6};
+  const char *ids[] = {"invoice/42", "invoice/42", "invoice/42"};
+  size_t id_lens[] = {10, 10, 10};
+  assert_int_equal(kl_txn_prefetch_keys(txn, keys, key_lens, ids, id_lens, 3),
+                   KL_OK);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-1", "invoice/42"),
+                   KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-2", "invoice/42"),
+                   KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-3", "invoice/42"),
+                   KL_MARK_NONE);
+  size_t no_key = 0;
+  assert_int_equal(kl_txn_prefetch_keys(txn, keys, &no_key, ids, id_lens, 1),
+                   KL_EINVAL);
+  assert_int_equal(kl_txn_seen_key(txn, "k", 1, "a\0b", 3, &(kl_mark_t){0}),
+                   KL_EINVAL);
+  kl_store_abort(txn);
+  uint64_t count;
+  assert_int_equal(kl_store_id_count(store, &count), KL_OK);
+  assert_int_equal(count, 3);
+  kl_store_destroy(store);
+}
+
+typedef struct kl_t_walked {
+  int n, long_keys;
+} kl_t_walked_t;
+
+static int kl_t_walk_long(void *opaque, const char *topic, const void *key,
+                          size_t key_len, const char *id, size_t id_len,
+                          int64_t time_ms, kl_mark_t mark) {
+  kl_t_walked_t *w = opaque;
+  (void)topic, (void)key, (void)id, (void)id_len, (void)time_ms, (void)mark;
+  w->n++;
+  w->long_keys += key_len == KL_KEY_MAX;
+  return 0;
+}
+
+/* The longest entity keys with the longest ids (past LMDB's 511-byte
+ * keys): many ids of one key, keys that differ only in their last byte,
+ * the dead-letter rule, and a walk that gives each back whole. */
+void kl_t_contract_long_keys_and_ids(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  kl_store_t *store = kl_t_store_open(where, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  char key[KL_KEY_MAX + 1], other[KL_KEY_MAX + 1], id[KL_ID_MAX + 1];
+  memset(key, 'k', KL_KEY_MAX), key[KL_KEY_MAX] = 0;
+  memcpy(other, key, sizeof(key));
+  other[KL_KEY_MAX - 1] = 'x';
+  memset(id, 'i', KL_ID_MAX), id[KL_ID_MAX] = 0;
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  for (int i = 0; i < 20; i++) {
+    id[0] = (char)('a' + i);
+    kl_t_txn_mark_key(txn, key, id,
+                      i % 2 ? KL_MARK_DEAD_LETTER : KL_MARK_APPLIED);
+  }
+  kl_t_store_commit(txn, 1);
+  txn = kl_t_store_begin(store, 0, epoch);
+  id[0] = 'a';
+  assert_int_equal(kl_t_txn_seen_key(txn, other, id), KL_MARK_NONE);
+  kl_t_txn_mark_key(txn, other, id, KL_MARK_DEAD_LETTER);
+  id[0] = 'b'; /* a dead letter becomes applied; never the other way */
+  kl_t_txn_mark_key(txn, key, id, KL_MARK_APPLIED);
+  id[0] = 'c';
+  kl_t_txn_mark_key(txn, key, id, KL_MARK_DEAD_LETTER);
+  kl_t_store_commit(txn, 2);
+  txn = kl_t_store_begin(store, 0, epoch);
+  for (int i = 0; i < 20; i++) {
+    id[0] = (char)('a' + i);
+    assert_int_equal(kl_t_txn_seen_key(txn, key, id),
+                     i % 2 && i != 1 ? KL_MARK_DEAD_LETTER : KL_MARK_APPLIED);
+  }
+  id[0] = 'a';
+  assert_int_equal(kl_t_txn_seen_key(txn, other, id), KL_MARK_DEAD_LETTER);
+  id[0] = 'z';
+  assert_int_equal(kl_t_txn_seen_key(txn, key, id), KL_MARK_NONE);
+  kl_store_abort(txn);
+  kl_t_walked_t w = {0, 0};
+  assert_int_equal(kl__store_ids_walk(store, kl_t_walk_long, &w), KL_OK);
+  assert_int_equal(w.n, 21);
+  assert_int_equal(w.long_keys, 21);
+  kl_store_destroy(store);
+}
+
 void kl_t_contract_fenced_commit_applies_nothing(void **state) {
   const char *where = kl_t_store_fixture(state)->where;
   kl_store_t *store = kl_t_store_open(where, NULL);

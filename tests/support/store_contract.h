@@ -81,6 +81,11 @@ kl_mark_t kl_t_txn_seen(kl_txn_t *txn, const char *id);
 /** Marks the string @p id. */
 void kl_t_txn_mark(kl_txn_t *txn, const char *id, kl_mark_t mark);
 
+/** kl_t_txn_seen() and kl_t_txn_mark() of @p id on entity @p key. */
+kl_mark_t kl_t_txn_seen_key(kl_txn_t *txn, const char *key, const char *id);
+void kl_t_txn_mark_key(kl_txn_t *txn, const char *key, const char *id,
+                       kl_mark_t mark);
+
 /** Makes the store's clock read @p now_ms, until kl__store_set_clock(NULL). */
 void kl_t_store_clock_set(int64_t now_ms);
 
@@ -97,6 +102,8 @@ void kl_t_store_clock_add(int64_t ms);
   X(prefetch_answers_seen, setup, teardown)                                    \
   X(dead_letter_never_replaces_applied, setup, teardown)                       \
   X(ids_scoped_by_topic, setup, teardown)                                      \
+  X(ids_scoped_by_key, setup, teardown)                                        \
+  X(long_keys_and_ids, setup, teardown)                                        \
   X(fenced_commit_applies_nothing, setup, teardown)                            \
   X(watermark_never_goes_back, setup, teardown)                                \
   X(reset_rewinds_and_fences, setup, teardown)                                 \

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "common/internal.h"
 #include "keylane/conf.h"
 #include "keylane/event.h"
 #include "keylane/store.h"
@@ -99,10 +100,25 @@ static void test_store_calls_clear(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* A detail built from the detail before it, as a caller adds context
+ * (kl_txn_emit did): the old text is read whole, not overwritten while it
+ * is read (it came out "kl_txn_emit: kl_txn_emit: s 1100 bytes"). */
+static void test_detail_wraps_itself(void **state) {
+  (void)state;
+  kl__err(KL_EINVAL, "key is %d bytes", 1100);
+  assert_int_equal(kl__err(KL_EINVAL, "kl_txn_emit: %s", kl_err_detail()),
+                   KL_EINVAL);
+  assert_string_equal(kl_err_detail(), "kl_txn_emit: key is 1100 bytes");
+  kl__err(KL_EINVAL, "%s, then %s", kl_err_detail(), kl_err_detail());
+  assert_string_equal(kl_err_detail(), "kl_txn_emit: key is 1100 bytes, then "
+                                       "kl_txn_emit: key is 1100 bytes");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_event_and_conf_calls_clear),
       cmocka_unit_test(test_store_calls_clear),
+      cmocka_unit_test(test_detail_wraps_itself),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "keylane/store.h"
+#include "keylane/worker.h"
 #include "support/support.h"
 #include "worker/outbox_rec.h"
 #include "worker/store_internal.h"
@@ -41,14 +42,15 @@ static void kl_list(kl_store_t *store, kl_seen_t *s) {
                    KL_OK);
 }
 
+/* A batch whose event at @p offset of "t" [0] emits @p n follow-ups. */
 static kl_txn_t *kl_begin_emit(kl_store_t *store, uint64_t epoch,
-                               const char *src, int n) {
+                               int64_t offset, int n) {
   kl_txn_t *txn;
   assert_int_equal(kl_store_begin(store, "t", 0, epoch, &txn), KL_OK);
-  kl__txn_source(txn, src, strlen(src));
+  kl__txn_source(txn, "t", 0, offset);
   for (int i = 0; i < n; i++)
     assert_int_equal(kl_txn_emit(txn, NULL, "k", 1, "credit", "p", 1), KL_OK);
-  kl__txn_source(txn, NULL, 0);
+  kl__txn_source(txn, NULL, 0, 0);
   return txn;
 }
 
@@ -62,21 +64,21 @@ static void test_emit_is_part_of_the_batch(void **state) {
   assert_int_equal(kl_store_acquire(store, "t", 0, &st), KL_OK);
   kl_seen_t s;
 
-  kl_store_abort(kl_begin_emit(store, st.epoch, "a", 2)); /* rolled back */
+  kl_store_abort(kl_begin_emit(store, st.epoch, 10, 2)); /* rolled back */
   kl_list(store, &s);
   assert_int_equal(s.n, 0);
 
-  assert_int_equal(kl_store_commit(kl_begin_emit(store, st.epoch, "b", 2), 1),
+  assert_int_equal(kl_store_commit(kl_begin_emit(store, st.epoch, 11, 2), 1),
                    KL_OK);
   kl_list(store, &s);
   assert_int_equal(s.n, 2);
-  assert_string_equal(s.ids[0], "b/0");
-  assert_string_equal(s.ids[1], "b/1");
+  assert_string_equal(s.ids[0], "~t/0/11/0");
+  assert_string_equal(s.ids[1], "~t/0/11/1");
   assert_true(s.seqs[0] < s.seqs[1]);
   uint64_t last = s.seqs[1];
 
   /* A fenced commit writes none of its follow-ups. */
-  kl_txn_t *stale = kl_begin_emit(store, st.epoch, "c", 1);
+  kl_txn_t *stale = kl_begin_emit(store, st.epoch, 12, 1);
   kl_partition_state_t newer;
   assert_int_equal(kl_store_acquire(store, "t", 0, &newer), KL_OK);
   assert_int_equal(kl_store_commit(stale, 2), KL_EFENCED);
@@ -88,12 +90,12 @@ static void test_emit_is_part_of_the_batch(void **state) {
   assert_int_equal(kl__store_outbox_del(store, "t", acks, 3), KL_OK);
   kl_list(store, &s);
   assert_int_equal(s.n, 0);
-  assert_int_equal(
-      kl_store_commit(kl_begin_emit(store, newer.epoch, "d", 1), 3), KL_OK);
+  assert_int_equal(kl_store_commit(kl_begin_emit(store, newer.epoch, 13, 1), 3),
+                   KL_OK);
   kl_list(store, &s);
   assert_int_equal(s.n, 1);
   assert_true(s.seqs[0] > last);
-  assert_string_equal(s.ids[0], "d/0");
+  assert_string_equal(s.ids[0], "~t/0/13/0");
   /* Listing from a seq on. */
   memset(&s, 0, sizeof(s));
   assert_int_equal(kl__store_outbox_list(store, "t", 0, s.seqs[0] + 1000, 128,
@@ -114,16 +116,23 @@ static void test_emit_limits(void **state) {
   assert_int_equal(kl_store_acquire(store, "t", 0, &st), KL_OK);
   kl_txn_t *txn;
   assert_int_equal(kl_store_begin(store, "t", 0, st.epoch, &txn), KL_OK);
-  /* Outside a handler there is no source id to derive from. */
+  /* Outside a handler there is no source event to derive an id from. */
   assert_int_equal(kl_txn_emit(txn, NULL, "k", 1, "t", NULL, 0), KL_EINVAL);
-  kl__txn_source(txn, "s", 1);
+  kl__txn_source(txn, "t", 0, 5);
   for (int i = 0; i < KL__EMIT_MAX; i++)
     assert_int_equal(kl_txn_emit(txn, NULL, "k", 1, "t", NULL, 0), KL_OK);
   assert_int_equal(kl_txn_emit(txn, NULL, "k", 1, "t", NULL, 0), KL_EINVAL);
   assert_non_null(strstr(kl_err_detail(), "at most 64"));
   /* The next event counts from 0 again. */
-  kl__txn_source(txn, "s2", 2);
+  kl__txn_source(txn, "t", 0, 6);
   assert_int_equal(kl_txn_emit(txn, NULL, "k", 1, "t", NULL, 0), KL_OK);
+  /* A source topic too long for the id to hold is refused by name. */
+  char topic[KL__EMIT_TOPIC_MAX + 2];
+  memset(topic, 'x', sizeof(topic) - 1), topic[sizeof(topic) - 1] = 0;
+  kl__txn_source(txn, topic, 0, 7);
+  assert_int_equal(kl_txn_emit(txn, NULL, "k", 1, "t", NULL, 0), KL_EINVAL);
+  assert_non_null(strstr(kl_err_detail(), "at most 219"));
+  kl__txn_source(txn, "t", 0, 8);
   assert_int_not_equal(kl_txn_emit(txn, NULL, NULL, 0, "t", NULL, 0), KL_OK);
   assert_int_not_equal(kl_txn_emit(txn, NULL, "k", 1, "", NULL, 0), KL_OK);
   kl_store_abort(txn);
@@ -131,22 +140,90 @@ static void test_emit_limits(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* The probe that wedged an outbox: a follow-up with the longest key, id
+ * and type and a payload at the limit passes the event's own limits, but the
+ * source's trace context it carries on makes the record too large for
+ * Kafka. The emit is refused now, not after its commit. */
+static void test_emit_counts_the_trace_context(void **state) {
+  (void)state;
+  char dir[64];
+  kl_t_tmpdir(dir);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  kl_partition_state_t st;
+  assert_int_equal(kl_store_acquire(store, "t", 0, &st), KL_OK);
+  static char key[KL_KEY_MAX], type[KL_TYPE_MAX + 1], payload[KL_PAYLOAD_MAX];
+  static char state_hdr[513];
+  memset(key, 'k', sizeof(key));
+  memset(type, 't', KL_TYPE_MAX);
+  memset(payload, 'p', sizeof(payload));
+  memset(state_hdr, 'a', 512);
+  memcpy(state_hdr, "vendor=", 7);
+  const char *tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+  kl_header_t trace[2] = {
+      {KL_TRACEPARENT, strlen(KL_TRACEPARENT), tp, strlen(tp)},
+      {KL_TRACESTATE, strlen(KL_TRACESTATE), state_hdr, 512}};
+  kl_event_t src = {.key = "s",
+                    .key_len = 1,
+                    .id = "i",
+                    .id_len = 1,
+                    .type = "x",
+                    .type_len = 1,
+                    .headers = trace,
+                    .header_count = 2};
+  /* A long source topic makes the longest follow-up ids. */
+  static char topic[KL__EMIT_TOPIC_MAX + 1];
+  memset(topic, 'x', KL__EMIT_TOPIC_MAX);
+  kl_fence_t fence = {topic, 0, st.epoch, 4};
+  kl_txn_t *txn;
+  assert_int_equal(kl_store_begin(store, "t", 0, st.epoch, &txn), KL_OK);
+  kl__txn_source_event(txn, &src, &fence);
+  assert_int_equal(
+      kl_txn_emit(txn, NULL, key, sizeof(key), type, payload, sizeof(payload)),
+      KL_EDECODE_OVERSIZE);
+  assert_non_null(strstr(kl_err_detail(), "as a Kafka record"));
+  assert_null(strstr(kl_err_detail(), "kl_txn_emit: kl_txn_emit"));
+  /* Without the trace context it fits. */
+  kl__txn_source(txn, topic, 0, 4);
+  assert_int_equal(
+      kl_txn_emit(txn, NULL, key, sizeof(key), type, payload, sizeof(payload)),
+      KL_OK);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+  kl_t_rmrf(dir);
+}
+
+/* A follow-up's id names its source's place in the log, fits KL_ID_MAX
+ * for the longest topic, partition and offset allowed, and parses back;
+ * nothing a client may publish parses as one. */
 static void test_emit_ids(void **state) {
   (void)state;
-  char out[KL_ID_MAX + 1];
-  assert_int_equal(kl__emit_id("abc", 3, 7, out), 5);
-  assert_string_equal(out, "abc/7");
-  char long_id[KL_ID_MAX];
-  memset(long_id, 'x', sizeof(long_id));
-  size_t n = kl__emit_id(long_id, sizeof(long_id), 12, out);
-  assert_true(n <= KL_ID_MAX);
-  assert_int_equal(strlen(out), n);
-  assert_non_null(strchr(out, '~'));
-  assert_string_equal(out + n - 3, "/12");
-  char other[KL_ID_MAX + 1];
-  long_id[KL_ID_MAX - 1] = 'y'; /* differs past the bytes kept */
-  kl__emit_id(long_id, sizeof(long_id), 12, other);
-  assert_string_not_equal(out, other);
+  char out[KL_ID_MAX + 1], topic[KL__EMIT_TOPIC_MAX + 1];
+  kl__emit_src_t src = {"events", 6, 3, 1042, 7}, back;
+  assert_int_equal(kl__emit_id(&src, out), 16);
+  assert_string_equal(out, "~events/3/1042/7");
+  assert_int_equal(kl__emit_id_parse(out, 16, &back), 0);
+  assert_int_equal(back.topic_len, 6);
+  assert_memory_equal(back.topic, "events", 6);
+  assert_int_equal(back.partition, 3);
+  assert_int_equal(back.offset, 1042);
+  assert_int_equal(back.index, 7);
+  memset(topic, 'a', sizeof(topic));
+  src = (kl__emit_src_t){topic, KL__EMIT_TOPIC_MAX, INT32_MAX, INT64_MAX,
+                         KL__EMIT_MAX - 1};
+  size_t n = kl__emit_id(&src, out);
+  assert_true(n > 0 && n <= KL_ID_MAX);
+  assert_int_equal(kl__emit_id_parse(out, n, &back), 0);
+  assert_int_equal(back.offset, INT64_MAX);
+  src.topic_len++;
+  assert_int_equal(kl__emit_id(&src, out), 0);
+  static const char *const none[] = {
+      "invoice/42/0", "events/3/1042/7", "~events/3/1042",    "~/3/1/0",
+      "~t/03/1/0",    "~t/3/-1/0",       "~t/3/1/64",         "~t/3/1/",
+      "~t/3//0",      "~t/x/1/0",        "~t/99999999999/1/0"};
+  for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++)
+    if (kl__emit_id_parse(none[i], strlen(none[i]), &back) == 0)
+      fail_msg("\"%s\" parsed as a follow-up's id", none[i]);
 }
 
 int main(void) {
@@ -154,6 +231,7 @@ int main(void) {
       cmocka_unit_test(test_emit_is_part_of_the_batch),
       cmocka_unit_test(test_emit_limits),
       cmocka_unit_test(test_emit_ids),
+      cmocka_unit_test(test_emit_counts_the_trace_context),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,6 +20,8 @@ static const struct {
     {"rebuild", kl__cmd_store_rebuild, "rebuild a lost store from the log"},
     {"reset", kl__cmd_store_reset,
      "start partitions again from the log's beginning"},
+    {"outbox", kl__cmd_store_outbox,
+     "list, or drop, follow-ups not yet published"},
 };
 #define KL_NACTIONS (sizeof(kl_store_actions) / sizeof(kl_store_actions[0]))
 

@@ -9,5 +9,6 @@ int kl__cmd_store_keys(int argc, char **argv);
 int kl__cmd_store_get(int argc, char **argv);
 int kl__cmd_store_rebuild(int argc, char **argv);
 int kl__cmd_store_reset(int argc, char **argv);
+int kl__cmd_store_outbox(int argc, char **argv);
 
 #endif

@@ -133,11 +133,11 @@ static int kl_stats_part(void *opaque, const char *topic, int32_t partition,
   return 0;
 }
 
-static int kl_stats_id(void *opaque, const char *topic, const char *id,
-                       size_t id_len, int64_t time_ms, kl_mark_t mark) {
+static int kl_stats_id(void *opaque, const char *topic, const void *key,
+                       size_t key_len, const char *id, size_t id_len,
+                       int64_t time_ms, kl_mark_t mark) {
   kl_stats_t *s = opaque;
-  (void)id;
-  (void)id_len;
+  (void)key, (void)key_len, (void)id, (void)id_len;
   if (s->topic && strcmp(s->topic, topic) != 0)
     return 0;
   if (s->ids == 0 || time_ms < s->oldest)
@@ -332,7 +332,8 @@ static int kl_keys_run(const char *location, const char *prefix, uint64_t limit,
 typedef struct kl_get {
   const char *key;
   size_t key_len;
-  json_t *out; /* the record found */
+  json_t *out;  /* the record found */
+  size_t found; /* --id: the entity keys that hold the id */
 } kl_get_t;
 
 static json_t *kl_value_json(const void *key, size_t key_len, const void *val,
@@ -364,18 +365,23 @@ static int kl_get_row(void *opaque, const void *key, size_t key_len,
   return 1; /* the scan starts at the key: the first row decides */
 }
 
-static int kl_get_id_row(void *opaque, const char *topic, const char *id,
-                         size_t id_len, int64_t time_ms, kl_mark_t mark) {
+/* An id is scoped by entity key: the first record of it is shown, and the
+ * others counted for a note. */
+static int kl_get_id_row(void *opaque, const char *topic, const void *key,
+                         size_t key_len, const char *id, size_t id_len,
+                         int64_t time_ms, kl_mark_t mark) {
   kl_get_t *g = opaque;
-  if (id_len != g->key_len || memcmp(id, g->key, id_len) != 0)
+  if (id_len != g->key_len || memcmp(id, g->key, id_len) != 0 || g->found++ > 0)
     return 0;
   char when[32];
   kl_iso(time_ms, when, sizeof(when));
-  g->out =
-      json_pack("{s:s,s:s%,s:s,s:I,s:s}", "topic", topic, "id", id, id_len,
-                "mark", mark == KL_MARK_DEAD_LETTER ? "dead_letter" : "applied",
-                "recorded_ms", (json_int_t)time_ms, "recorded", when);
-  return 1;
+  json_t *k = key ? kl_text_or_null(key, key_len) : json_null();
+  g->out = json_pack("{s:s,s:o,s:s%,s:s,s:I,s:s}", "topic", topic,
+                     k || !key ? "key" : "key_b64",
+                     k ? k : kl_b64(key, key_len), "id", id, id_len, "mark",
+                     mark == KL_MARK_DEAD_LETTER ? "dead_letter" : "applied",
+                     "recorded_ms", (json_int_t)time_ms, "recorded", when);
+  return 0;
 }
 
 static void kl_get_text(const json_t *o) {
@@ -394,7 +400,7 @@ static int kl_get_run(const char *location, const char *key, int by_id,
   int rc = kl__cli_store_existing("store get", location, &store);
   if (rc)
     return rc;
-  kl_get_t g = {key, strlen(key), NULL};
+  kl_get_t g = {key, strlen(key), NULL, 0};
   kl_err_t err = by_id ? kl__store_ids_walk(store, kl_get_id_row, &g)
                        : kl_store_scan(store, key, g.key_len, kl_get_row, &g);
   if (err)
@@ -409,10 +415,17 @@ static int kl_get_run(const char *location, const char *key, int by_id,
                               "keylane store keys --prefix",
                       key, location);
   else if (json) {
+    if (g.found > 1)
+      json_object_set_new(g.out, "entity_keys",
+                          json_integer((json_int_t)g.found));
     json_dumpf(g.out, stdout, JSON_COMPACT);
     putchar('\n');
   } else {
     kl_get_text(g.out);
+    if (g.found > 1)
+      printf("(ids are scoped by entity key: %zu keys hold this id; the "
+             "first is shown)\n",
+             g.found);
   }
   json_decref(g.out);
   kl_store_destroy(store);
