@@ -983,33 +983,6 @@ static void kl_pg_destroy(kl_store_t *store) {
   free(pgs);
 }
 
-/* Creates the schema on a database keylane has not touched; refuses one of
- * another version (see store_pg_migrations.c for why). */
-static kl_err_t kl_pg_check_schema(PGconn *pg, int create) {
-  int version, to;
-  kl_err_t err = kl__pg_schema_version(pg, &version);
-  if (err)
-    return err;
-  if (version == 0 && !create)
-    return kl__err(KL_ENOTFOUND,
-                   "postgresql: database %s holds no keylane "
-                   "store: this command does not create one; "
-                   "check --store",
-                   PQdb(pg));
-  if (version == 0)
-    return kl__pg_migrate(pg, &version, &to);
-  if (version > KL__PG_SCHEMA_VERSION)
-    return kl__pg_migrate(pg, &version, &to); /* says why it refuses */
-  if (version < KL__PG_SCHEMA_VERSION)
-    return kl__err(KL_ESTORE_VERSION,
-                   "postgresql: the keylane schema of database %s is at "
-                   "version %d, this build needs %d: stop the workers of the "
-                   "older version, then run `keylane store migrate --store "
-                   "URI`",
-                   PQdb(pg), version, KL__PG_SCHEMA_VERSION);
-  return KL_OK;
-}
-
 /* The store's legacy window (schema 7's keylane_meta). */
 static kl_err_t kl_pg_legacy_ids(kl__pg_t *pgs, PGconn *pg) {
   PGresult *res = PQexec(pg, "SELECT value FROM keylane_meta WHERE name = "
@@ -1109,7 +1082,7 @@ kl_err_t kl__store_pg_open(const char *uri, const kl_conf_t *conf,
   kl__pg_conn_t *conn;
   err = kl_pg_connect(pgs, KL_ESTORE, &conn);
   if (!err) {
-    err = kl_pg_check_schema(conn->pg, pgs->create);
+    err = kl__pg_schema_open(conn->pg, pgs->create);
     if (!err)
       err = kl_pg_legacy_ids(pgs, conn->pg);
     pgs->open = 1;

@@ -212,14 +212,39 @@ const char *kl__pg_state(const PGresult *res);
 /* Schema versions (store_pg_migrations.c). */
 #define KL__PG_SCHEMA_VERSION 7
 
+/* The advisory lock (a bigint key) held while the schema is created or
+ * migrated; every keylane version takes this one key. */
+#define KL__PG_SCHEMA_LOCK "7021781985775709797"
+
+/* How long an opener or `keylane store migrate` waits for that lock before
+ * KL_ESTORE_BUSY, naming the session that holds it. */
+#define KL__PG_SCHEMA_WAIT_MS 60000
+
+/** Tests: the wait for the schema lock, in ms (0: KL__PG_SCHEMA_WAIT_MS). */
+void kl__pg_set_schema_wait_ms(int ms);
+
 /** Reads the schema version: 0 when keylane has created nothing yet. */
 kl_err_t kl__pg_schema_version(PGconn *pg, int *version);
 
 /**
+ * kl_store_open()'s schema check: creates the schema in a database where
+ * keylane has created nothing yet (unless @p create is 0), refuses an older
+ * one (that is `keylane store migrate`'s) and a newer one. A schema not at
+ * this build's version is looked at again under the schema lock, so an
+ * opener waits for a creation or a migration in progress.
+ * @returns KL_OK; KL_ENOTFOUND (none, and not @p create);
+ *          KL_ESTORE_VERSION (older or newer); KL_ESTORE_BUSY when the lock
+ *          was held longer than KL__PG_SCHEMA_WAIT_MS. The lock is not held
+ *          on return, unless this fails: then close @p pg.
+ */
+kl_err_t kl__pg_schema_open(PGconn *pg, int create);
+
+/**
  * Applies every migration above the database's version, each in its own
- * transaction, under an advisory lock so that concurrent callers apply each
- * once. @p from and @p to receive the versions before and after.
- * @returns KL_OK, or KL_ESTORE_VERSION for a schema newer than this build.
+ * transaction, all under the schema lock, so that concurrent callers apply
+ * each once. @p from and @p to receive the versions before and after.
+ * @returns KL_OK, KL_ESTORE_VERSION for a schema newer than this build, or
+ *          KL_ESTORE_BUSY as kl__pg_schema_open(); on failure close @p pg.
  */
 kl_err_t kl__pg_migrate(PGconn *pg, int *from, int *to);
 

@@ -12,6 +12,10 @@
  * running against it, and a fleet should not change its store's shape as a
  * side effect of one worker restarting. A schema newer than this build is
  * refused (KL_ESTORE_VERSION) by both.
+ *
+ * Any number of openers and migrators may start at once: the schema is
+ * created or migrated by one of them, under the schema lock (below); the
+ * others wait for it, bounded, then find it done.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,10 +122,6 @@ static const char *const kl_pg_migrations[KL__PG_SCHEMA_VERSION] = {
     "  HAVING count(*) > 0;",
 };
 
-/* pg_advisory_xact_lock key: "keylane" as a number, so that two openers of
- * a fresh database, or two `store migrate`, apply each migration once. */
-#define KL_PG_MIGRATE_LOCK "7021781985775709797"
-
 kl_err_t kl__pg_schema_version(PGconn *pg, int *version) {
   *version = 0;
   PGresult *res = PQexec(pg, "SELECT to_regclass('keylane_schema_version') "
@@ -147,6 +147,109 @@ kl_err_t kl__pg_schema_version(PGconn *pg, int *version) {
   return KL_OK;
 }
 
+/*
+ * The schema lock: creating the schema and every migration run under one
+ * PostgreSQL advisory lock, a session lock taken before the version is read
+ * and released after the last step. Not pg_advisory_xact_lock in each
+ * step's transaction, for two reasons:
+ *  - each migration commits in a transaction of its own, and an xact lock
+ *    ends with it: two migrators could take turns at the steps;
+ *  - a transaction that waited for the lock sees the catalog as its
+ *    backend cached it before the wait: to_regclass() answers from that
+ *    cache, where the version read before the wait left "no such table",
+ *    and PostgreSQL refreshes it when a transaction starts (or locks a
+ *    relation), not when an advisory lock is granted. The version read
+ *    after the wait missed the tables the holder had committed meanwhile,
+ *    and migration 1 ran again: `relation "keylane_schema_version" already
+ *    exists`.
+ * So the lock is taken in a transaction of its own, and the version is
+ * read in the next one, after the wait. The key is the one earlier builds
+ * lock per step: a session lock and an xact lock on one key exclude each
+ * other, so an older keylane and this one never migrate at once.
+ */
+
+static _Atomic int schema_wait_ms;
+
+void kl__pg_set_schema_wait_ms(int ms) {
+  schema_wait_ms = ms;
+}
+
+static int schema_wait(void) {
+  int ms = schema_wait_ms;
+  return ms > 0 ? ms : KL__PG_SCHEMA_WAIT_MS;
+}
+
+/* The session holding the schema lock, for the error of a wait that gave
+ * up, as pg_stat_activity shows it to this user: "pid 42 (user u,
+ * application a, from 10.0.0.5, active: "ALTER ...")", and a way out. */
+static void schema_holder(PGconn *pg, char *buf, size_t size) {
+  PGresult *res = PQexec(
+      pg, "SELECT a.pid, coalesce(' (' || nullif(concat_ws(', ', "
+          "'user ' || a.usename, 'application ' || "
+          "nullif(a.application_name, ''), 'from ' || host(a.client_addr), "
+          "a.state || ': \"' || regexp_replace(left(a.query, 100), '\\s+', "
+          "' ', 'g') || '\"'), '') || ')', '') "
+          "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+          "WHERE l.locktype = 'advisory' AND l.granted AND l.database = "
+          "(SELECT oid FROM pg_database WHERE datname = current_database()) "
+          "AND l.classid::int8 = " KL__PG_SCHEMA_LOCK " >> 32 "
+          "AND l.objid::int8 = " KL__PG_SCHEMA_LOCK " & 4294967295 "
+          "AND l.objsubid = 1");
+  if (!kl__pg_ok(res))
+    snprintf(buf, size, "a session not known (reading pg_locks failed)");
+  else if (PQntuples(res) == 0)
+    snprintf(buf, size, "a session that has released it since: retry");
+  else
+    snprintf(buf, size,
+             "pid %s%s: retry once it is done; if it is stuck, end it with "
+             "SELECT pg_terminate_backend(%s)",
+             PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1),
+             PQgetvalue(res, 0, 0));
+  PQclear(res);
+}
+
+static kl_err_t schema_lock_timeout(PGconn *pg, int wait_ms) {
+  char holder[512];
+  schema_holder(pg, holder, sizeof(holder));
+  return kl__err(KL_ESTORE_BUSY,
+                 "postgresql: waited %d ms for the keylane schema lock of "
+                 "database %s (advisory lock " KL__PG_SCHEMA_LOCK "), held "
+                 "while the schema is created or migrated, by %s",
+                 wait_ms, PQdb(pg), holder);
+}
+
+/* Takes the schema lock, waiting schema_wait() at most. */
+static kl_err_t schema_lock(PGconn *pg) {
+  int wait_ms = schema_wait(), timed_out = 0;
+  char sql[64];
+  snprintf(sql, sizeof(sql), "SET LOCAL lock_timeout = %d", wait_ms);
+  kl_err_t err = kl__pg_exec(pg, "BEGIN", "lock the schema");
+  if (!err)
+    err = kl__pg_exec(pg, sql, "lock the schema");
+  if (!err) {
+    PGresult *res =
+        PQexec(pg, "SELECT pg_advisory_lock(" KL__PG_SCHEMA_LOCK ")");
+    if (!kl__pg_ok(res)) {
+      err = kl__pg_err(pg, res, "lock the schema");
+      timed_out = strcmp(kl__pg_state(res), "55P03") == 0; /* lock_timeout */
+    }
+    PQclear(res);
+  }
+  if (!err)
+    return kl__pg_exec(pg, "COMMIT", "lock the schema");
+  PQclear(PQexec(pg, "ROLLBACK"));
+  return timed_out ? schema_lock_timeout(pg, wait_ms) : err;
+}
+
+/* Releases the schema lock; @returns @p err, or the release's failure
+ * (the caller then drops the connection, which releases it). */
+static kl_err_t schema_unlock(PGconn *pg, kl_err_t err) {
+  kl_err_t unlocked =
+      kl__pg_exec(pg, "SELECT pg_advisory_unlock(" KL__PG_SCHEMA_LOCK ")",
+                  "unlock the schema");
+  return err ? err : unlocked;
+}
+
 static kl_err_t kl_pg_newer(int version) {
   return kl__err(KL_ESTORE_VERSION,
                  "postgresql: the keylane schema is at version %d, newer than "
@@ -155,58 +258,89 @@ static kl_err_t kl_pg_newer(int version) {
                  version, KL__PG_SCHEMA_VERSION);
 }
 
-/* Applies migration @p version in the open transaction. */
+/* Applies migration @p version in a transaction of its own: a failure
+ * leaves the schema at the version before it. Under the schema lock. */
 static kl_err_t kl_pg_apply(PGconn *pg, int version) {
-  kl_err_t err = kl__pg_exec(pg, kl_pg_migrations[version - 1],
-                             "apply a schema migration");
-  if (err)
-    return err;
   char sql[96];
   snprintf(sql, sizeof(sql),
            "INSERT INTO keylane_schema_version (version) VALUES (%d)", version);
-  return kl__pg_exec(pg, sql, "record a schema migration");
-}
-
-/* One migration in one transaction: a failure leaves the schema at the
- * version before it. The version is read again under the lock. */
-static kl_err_t kl_pg_step(PGconn *pg, int *version) {
   kl_err_t err = kl__pg_exec(pg, "BEGIN", "begin a schema migration");
   if (!err)
-    err =
-        kl__pg_exec(pg, "SELECT pg_advisory_xact_lock(" KL_PG_MIGRATE_LOCK ")",
-                    "lock the schema for a migration");
+    err = kl__pg_exec(pg, kl_pg_migrations[version - 1],
+                      "apply a schema migration");
   if (!err)
-    err = kl__pg_schema_version(pg, version);
-  if (!err && *version > KL__PG_SCHEMA_VERSION)
-    err = kl_pg_newer(*version);
-  if (!err && *version < KL__PG_SCHEMA_VERSION)
-    err = kl_pg_apply(pg, *version + 1);
-  if (!err &&
-      (err = kl__pg_exec(pg, "COMMIT", "commit a schema migration")) == KL_OK)
+    err = kl__pg_exec(pg, sql, "record a schema migration");
+  if (!err && !(err = kl__pg_exec(pg, "COMMIT", "commit a schema migration")))
     return KL_OK;
-  PGresult *res = PQexec(pg, "ROLLBACK");
-  PQclear(res);
+  PQclear(PQexec(pg, "ROLLBACK"));
   return err;
 }
 
+/* Applies the migrations above @p version, under the schema lock;
+ * @p to receives the version reached. */
+static kl_err_t migrate_from(PGconn *pg, int version, int *to) {
+  *to = version;
+  if (version > KL__PG_SCHEMA_VERSION)
+    return kl_pg_newer(version);
+  while (version < KL__PG_SCHEMA_VERSION) {
+    kl_err_t err = kl_pg_apply(pg, version + 1);
+    if (err)
+      return err;
+    *to = ++version;
+  }
+  return KL_OK;
+}
+
 kl_err_t kl__pg_migrate(PGconn *pg, int *from, int *to) {
+  *from = *to = 0;
+  kl_err_t err = schema_lock(pg);
+  if (err)
+    return err;
+  err = kl__pg_schema_version(pg, from); /* after the wait: see above */
+  if (!err)
+    err = migrate_from(pg, *from, to);
+  return schema_unlock(pg, err);
+}
+
+/* What an opener does with the version it read under the schema lock. */
+static kl_err_t open_locked(PGconn *pg, int version, int create) {
+  int to;
+  if (version == 0 && !create)
+    return kl__err(KL_ENOTFOUND,
+                   "postgresql: database %s holds no keylane "
+                   "store: this command does not create one; "
+                   "check --store",
+                   PQdb(pg));
+  if (version == 0 || version > KL__PG_SCHEMA_VERSION)
+    return migrate_from(pg, version, &to); /* creates it, or says why not */
+  if (version < KL__PG_SCHEMA_VERSION)
+    return kl__err(KL_ESTORE_VERSION,
+                   "postgresql: the keylane schema of database %s is at "
+                   "version %d, this build needs %d: stop the workers of the "
+                   "older version, then run `keylane store migrate --store "
+                   "URI`",
+                   PQdb(pg), version, KL__PG_SCHEMA_VERSION);
+  return KL_OK;
+}
+
+kl_err_t kl__pg_schema_open(PGconn *pg, int create) {
   int version;
   kl_err_t err = kl__pg_schema_version(pg, &version);
   if (err)
     return err;
-  *from = *to = version;
+  /* Final answers without the lock: a version is recorded in the
+   * transaction of its migration, and versions only go up. */
+  if (version == KL__PG_SCHEMA_VERSION)
+    return KL_OK;
   if (version > KL__PG_SCHEMA_VERSION)
     return kl_pg_newer(version);
-  while (version < KL__PG_SCHEMA_VERSION) {
-    if ((err = kl_pg_step(pg, &version)))
-      return err;
-    /* version is the one found under the lock; the step moved it by one
-     * unless another migrator was there first. */
-    if ((err = kl__pg_schema_version(pg, &version)))
-      return err;
-    *to = version;
-  }
-  return KL_OK;
+  /* Empty or older: another process may be creating or migrating it. */
+  if ((err = schema_lock(pg)))
+    return err;
+  err = kl__pg_schema_version(pg, &version);
+  if (!err)
+    err = open_locked(pg, version, create);
+  return schema_unlock(pg, err);
 }
 
 kl_err_t kl__store_pg_migrate(const char *uri, int *from, int *to) {
