@@ -6,17 +6,22 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/internal.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "worker/handler_exec_line.h"
+
+extern char **environ; /* for posix_spawn() */
 
 #define COMP "exec"
 /* Answers parsed per read, at most; the rest waits in the buffer. */
@@ -127,6 +132,58 @@ kl_err_t kl__exec_new(const char *command, kl__exec_t **out) {
     return KL_ENOMEM;
   }
   *out = exec;
+  return KL_OK;
+}
+
+/* @returns nonzero when `command -v WORD` succeeds in /bin/sh. */
+static int shell_knows(const char *word) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  char *argv[] = {"sh", "-c", "command -v -- \"$1\"", "sh", (char *)word, NULL};
+  pid_t pid;
+  int status = -1;
+  if (posix_spawn(&pid, "/bin/sh", &fa, NULL, argv, environ) == 0)
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+      ;
+  posix_spawn_file_actions_destroy(&fa);
+  /* A shell that could not run at all says nothing of the word. */
+  return status == -1 || (WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+kl_err_t kl__exec_check_command(const char *command) {
+  const char *s = command + strspn(command, " \t\n");
+  size_t n = strcspn(s, " \t\n;&|<>()");
+  char word[4096];
+  if (n == 0 || n >= sizeof(word))
+    return KL_OK;
+  memcpy(word, s, n);
+  word[n] = '\0';
+  if (strpbrk(word, "\"'\\$`=*?[~{}!#"))
+    return KL_OK;
+  struct stat st;
+  if (!strchr(word, '/')) {
+    if (shell_knows(word))
+      return KL_OK;
+    const char *path = getenv("PATH");
+    return kl__err(KL_ECONF,
+                   "--handler exec:%s: the shell knows no command \"%s\" "
+                   "(not on PATH=%s, nor a builtin): install it, or give "
+                   "its path",
+                   command, word, path ? path : "");
+  }
+  if (stat(word, &st) != 0)
+    return kl__err(KL_ECONF,
+                   "--handler exec:%s: %s: %s; give the path of the "
+                   "handler's program",
+                   command, word, strerror(errno));
+  if (!S_ISREG(st.st_mode) || access(word, X_OK) != 0)
+    return kl__err(KL_ECONF,
+                   "--handler exec:%s: %s is not an executable file; "
+                   "chmod +x it, or run it with its interpreter (e.g. "
+                   "exec:'python3 %s')",
+                   command, word, word);
   return KL_OK;
 }
 

@@ -78,6 +78,18 @@ typedef struct kl__exec kl__exec_t;
  */
 kl_err_t kl__exec_new(const char *command, kl__exec_t **out);
 
+/**
+ * Checks that /bin/sh can run @p command's program, so that a worker
+ * refuses to start rather than dead-letter every event: a first word with
+ * a '/' must be an executable file; another must be one the shell knows
+ * (`command -v`: a program on PATH, a builtin, a reserved word such as
+ * `while`). A first word the shell would expand first (quotes, '$', '=')
+ * is left to it.
+ * @returns KL_OK, or KL_ECONF with the reason and the fix in
+ *          kl_err_detail().
+ */
+kl_err_t kl__exec_check_command(const char *command);
+
 /** Sets the answer timeout (> 0), before the worker runs. */
 void kl__exec_set_timeout_ms(kl__exec_t *exec, int timeout_ms);
 
