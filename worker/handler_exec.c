@@ -76,6 +76,14 @@ typedef struct kl_exec_errlog {
   pid_t pid;
 } kl_exec_errlog_t;
 
+/* One line of the child's stderr, escaped: it must not forge lines of
+ * the worker's log nor drive the terminal of whoever reads it. */
+static void errlog_put(pid_t pid, const char *s, size_t len) {
+  char text[KL__ESCAPED_SIZE(480)];
+  KL_LOG_W(COMP, "exec[%d]: %s", (int)pid,
+           kl__escape(text, sizeof(text), s, len));
+}
+
 static void *kl_exec_errlog_main(void *opaque) {
   kl_exec_errlog_t *log = opaque;
   char line[4096];
@@ -89,18 +97,18 @@ static void *kl_exec_errlog_main(void *opaque) {
     len += (size_t)n;
     char *start = line, *nl;
     while ((nl = memchr(start, '\n', len - (size_t)(start - line)))) {
-      KL_LOG_W(COMP, "exec[%d]: %.*s", (int)log->pid, (int)(nl - start), start);
+      errlog_put(log->pid, start, (size_t)(nl - start));
       start = nl + 1;
     }
     len -= (size_t)(start - line);
     memmove(line, start, len);
     if (len == sizeof(line) - 1) { /* a long line goes out in pieces */
-      KL_LOG_W(COMP, "exec[%d]: %.*s", (int)log->pid, (int)len, line);
+      errlog_put(log->pid, line, len);
       len = 0;
     }
   }
   if (len)
-    KL_LOG_W(COMP, "exec[%d]: %.*s", (int)log->pid, (int)len, line);
+    errlog_put(log->pid, line, len);
   close(log->fd);
   free(log);
   return NULL;
@@ -244,11 +252,12 @@ static void kl_exec_kill(kl__exec_t *exec, kl_exec_child_t *child,
                          const char *why) {
   if (!child->pid || child->dead)
     return;
+  char text[KL__ESCAPED_SIZE(256)]; /* @p why may quote the child's line */
   if (why)
     KL_LOG_W(COMP,
              "killing exec handler pid=%d (%s); it restarts with the "
              "next event",
-             (int)child->pid, why);
+             (int)child->pid, kl__escape(text, sizeof(text), why, strlen(why)));
   kill(-child->pid, SIGKILL);
   kill(child->pid, SIGKILL);
   child->dead = 1;

@@ -389,28 +389,55 @@ typedef struct kl_case {
   const char *concurrency; /* NULL: one child, one event at a time */
 } kl_case_t;
 
+/* An embedded cluster with topic @p name of @p partitions and its
+ * dead-letter topic, a store, and @p events ledger events published. */
+typedef struct kl_exec_fx {
+  char dir[64];
+  kl_t_cluster_t *cluster;
+  const char *topic;
+  kl_store_t *store;
+  kl__ledger_gen_t *gen;
+  kl_producer_t *producer;
+} kl_exec_fx_t;
+
+static void kl_exec_fx_up(kl_exec_fx_t *fx, const char *name, int partitions,
+                          int events) {
+  char sdir[80], dlq[64];
+  kl_t_tmpdir(fx->dir);
+  snprintf(sdir, sizeof(sdir), "%s/store", fx->dir);
+  snprintf(dlq, sizeof(dlq), "%s.dlq", name);
+  assert_int_equal(kl_t_cluster_new(1, name, partitions, &fx->cluster), KL_OK);
+  fx->topic = kl_t_topic(fx->cluster);
+  assert_int_equal(kl_t_cluster_topic_create(fx->cluster, dlq, 1), KL_OK);
+  assert_int_equal(kl_store_open(sdir, NULL, &fx->store), KL_OK);
+  fx->gen = kl__ledger_gen_new(20, 2, 7);
+  fx->producer = kl_t_producer(kl_t_bootstrap(fx->cluster), fx->gen);
+  for (int i = 0; i < events; i++)
+    assert_int_equal(kl__ledger_gen_publish(fx->gen, fx->producer, fx->topic),
+                     KL_OK);
+  assert_int_equal(kl_flush(fx->producer, 30000), KL_OK);
+}
+
+static void kl_exec_fx_down(kl_exec_fx_t *fx) {
+  kl_producer_destroy(fx->producer);
+  kl__ledger_gen_destroy(fx->gen);
+  kl_store_destroy(fx->store);
+  kl_t_cluster_destroy(fx->cluster);
+  kl_t_rmrf(fx->dir);
+}
+
 /* Runs a worker with the exec handler over @p c->events events until they
  * are applied (or dead-lettered); checks each was applied at most once. */
 static void kl_worker_case(const kl_case_t *c) {
-  char dir[64], sdir[80], cmd[768], marker[128];
-  kl_t_tmpdir(dir);
-  snprintf(sdir, sizeof(sdir), "%s/store", dir);
-  snprintf(marker, sizeof(marker), "%s/marker", dir);
-  kl_t_cluster_t *cluster;
-  assert_int_equal(kl_t_cluster_new(1, "exec", 2, &cluster), KL_OK);
-  const char *topic = kl_t_topic(cluster);
-  assert_int_equal(kl_t_cluster_topic_create(cluster, "exec.dlq", 1), KL_OK);
-  kl_store_t *store;
-  assert_int_equal(kl_store_open(sdir, NULL, &store), KL_OK);
-  kl__ledger_gen_t *gen = kl__ledger_gen_new(20, 2, 7);
-  kl_producer_t *producer = kl_t_producer(kl_t_bootstrap(cluster), gen);
-  for (int i = 0; i < c->events; i++)
-    assert_int_equal(kl__ledger_gen_publish(gen, producer, topic), KL_OK);
-  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+  kl_exec_fx_t fx;
+  kl_exec_fx_up(&fx, "exec", 2, c->events);
+  char cmd[768], marker[128];
+  snprintf(marker, sizeof(marker), "%s/marker", fx.dir);
   snprintf(cmd, sizeof(cmd), c->script, marker);
   kl__exec_t *exec = kl_exec(cmd, c->timeout_ms);
-  kl_worker_t *worker = kl_exec_worker(kl_t_bootstrap(cluster), topic, store,
-                                       exec, c->attempts, c->concurrency);
+  kl_worker_t *worker =
+      kl_exec_worker(kl_t_bootstrap(fx.cluster), fx.topic, fx.store, exec,
+                     c->attempts, c->concurrency);
   pthread_t thread;
   pthread_create(&thread, NULL, kl_run, worker);
   kl_worker_stats_t st;
@@ -430,15 +457,12 @@ static void kl_worker_case(const kl_case_t *c) {
   assert_int_equal(st.duplicates, 0);
   assert_true(kl__exec_starts(exec) >= 2);
   kl__ledger_verdict_t v;
-  assert_int_equal(kl__ledger_gen_verify(gen, store, topic, &v), KL_OK);
+  assert_int_equal(kl__ledger_gen_verify(fx.gen, fx.store, fx.topic, &v),
+                   KL_OK);
   assert_int_equal(v.applied, c->events - c->dead); /* none twice */
   kl_worker_destroy(worker);
   kl__exec_destroy(exec);
-  kl_producer_destroy(producer);
-  kl__ledger_gen_destroy(gen);
-  kl_store_destroy(store);
-  kl_t_cluster_destroy(cluster);
-  kl_t_rmrf(dir);
+  kl_exec_fx_down(&fx);
 }
 
 /* The child crashes once, at its 50th event (the marker says it did). */
@@ -519,6 +543,32 @@ static kl_worker_stats_t kl_fence_run(const char *bootstrap, const char *topic,
   kl_worker_destroy(worker);
   kl__exec_destroy(exec);
   return st;
+}
+
+/* A handler's error and its child's stderr are client text: a newline or
+ * an ESC in them comes out escaped in the worker's log, so they can
+ * neither forge a log line nor drive the terminal of whoever reads it.
+ * Issue 30 item E. */
+static void test_log_escapes_exec_text(void **state) {
+  kl_exec_fx_t fx;
+  kl_exec_fx_up(&fx, "esc", 1, 2);
+  kl_t_stderr_t log;
+  kl_t_stderr_begin(&log);
+  kl_worker_stats_t st =
+      kl_fence_run(kl_t_bootstrap(fx.cluster), fx.topic, fx.store,
+                   "while read -r l; do printf 'warn\\033[2J\\n' >&2; "
+                   "printf '%s\\n' '{\"status\":\"fail\",\"error\":"
+                   "\"bad\\nFORGED \\u001b[2J\"}'; done",
+                   2);
+  kl_t_sleep_ms(300); /* the stderr reader's last lines */
+  char *text = kl_t_stderr_end(&log);
+  assert_int_equal(st.dead_letters, 2);
+  assert_non_null(strstr(text, "exec handler: bad\\x0aFORGED \\x1b[2J"));
+  assert_non_null(strstr(text, "]: warn\\x1b[2J"));
+  assert_null(memchr(text, 0x1b, strlen(text)));
+  assert_null(strstr(text, "\nFORGED")); /* no line of its own */
+  free(text);
+  kl_exec_fx_down(&fx);
 }
 
 /* Epochs outlive the store: a fleet whose store is lost starts again on a
@@ -642,6 +692,7 @@ int main(void) {
       cmocka_unit_test(test_worker_child_crash_applies_once),
       cmocka_unit_test(test_worker_child_hang_applies_once),
       cmocka_unit_test(test_worker_child_garbage_dead_letters),
+      cmocka_unit_test(test_log_escapes_exec_text),
       cmocka_unit_test(test_fence_example_accepts_a_new_store),
       cmocka_unit_test(test_worker_pipelined_children_apply_once),
   };
