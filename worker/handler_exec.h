@@ -30,7 +30,9 @@
  * says why both).
  *
  * Failures: a child that exits, closes its stdout, answers a line that is
- * not such an object, a "seq" no event in flight has, a line while no event
+ * not such an object (a key given twice is no answer either: JSON's
+ * last-wins would guess which one the child meant), a "seq" no event in
+ * flight has, a line while no event
  * is in flight, a line over KL_EXEC_LINE_MAX bytes, or does not answer
  * within the timeout (default 30 s) is killed (SIGKILL to its process
  * group) and started again for the next event; every event in flight to it
@@ -133,9 +135,9 @@ typedef struct kl__exec_answer {
 /**
  * Reads the answer line @p line of @p len bytes (no newline). The caller
  * json_decref()s @p answer->emit.
- * @returns 0, or -1 when it is not an answer (not a JSON object, no valid
- *          "status", a "seq" that is not a non-negative integer); then
- *          @p answer->error says why.
+ * @returns 0, or -1 when it is not an answer (not a JSON object, a key
+ *          given twice, no valid "status", a "seq" that is not a whole
+ *          number from 1 to 2^63-1); then @p answer->error says why.
  */
 int kl__exec_answer_parse(const char *line, size_t len,
                           kl__exec_answer_t *answer);

@@ -113,12 +113,13 @@ static void kl_exec_answer_error(json_t *obj, kl__exec_answer_t *answer) {
   free(dumped);
 }
 
-/* Reads "seq" when present: 0, or -1 when it is not a number >= 0. */
+/* Reads "seq" when present: 0, or -1 when it is not one keylane gives
+ * (1..2^63-1: jansson's integers; none is 0). */
 static int kl_exec_answer_seq(json_t *obj, kl__exec_answer_t *answer) {
   json_t *seq = json_object_get(obj, "seq");
   if (!seq)
     return 0;
-  if (!json_is_integer(seq) || json_integer_value(seq) < 0)
+  if (!json_is_integer(seq) || json_integer_value(seq) < 1)
     return -1;
   answer->has_seq = 1;
   answer->seq = (uint64_t)json_integer_value(seq);
@@ -129,7 +130,9 @@ int kl__exec_answer_parse(const char *line, size_t len,
                           kl__exec_answer_t *answer) {
   memset(answer, 0, sizeof(*answer));
   json_error_t jerr;
-  json_t *obj = json_loadb(line, len, 0, &jerr);
+  /* A key given twice would be taken last-wins: which "seq", which
+   * "status"? Such a line is no answer. */
+  json_t *obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
   const char *status = json_string_value(json_object_get(obj, "status"));
   int rc = 0;
   if (status && strcmp(status, "ok") == 0)
@@ -141,10 +144,14 @@ int kl__exec_answer_parse(const char *line, size_t len,
   else
     rc = -1;
   int shown = len > 60 ? 60 : (int)len; /* @p line need not end in NUL */
-  if (rc == 0 && kl_exec_answer_seq(obj, answer) < 0) {
+  if (!obj) {
     snprintf(answer->error, sizeof(answer->error),
-             "answered \"seq\" that is "
-             "not a whole number >= 0: \"%.*s\"",
+             "answered garbage, not JSON (%s): \"%.*s\"", jerr.text, shown,
+             line);
+  } else if (rc == 0 && kl_exec_answer_seq(obj, answer) < 0) {
+    snprintf(answer->error, sizeof(answer->error),
+             "answered a \"seq\" that is not a whole number from 1 to "
+             "2^63-1 (echo the request's): \"%.*s\"",
              shown, line);
     rc = -1;
   } else if (rc < 0) {

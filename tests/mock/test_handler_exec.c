@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "common/internal.h"
 #include "support/cluster.h"
@@ -343,6 +344,44 @@ static void test_late_write_of_a_killed_child_applies_once(void **state) {
            dir);
   assert_int_equal(system(cmd), 0); /* credited once, not twice */
   kl_t_rmrf(dir);
+}
+
+/* ---- answers: each key once, "seq" in range ---- */
+
+/* A key given twice would be read last-wins (which "seq", which
+ * "status"?), and a "seq" keylane never gives (0, past 2^63-1) is no
+ * echo: such lines are no answers, and say why. Issue 30 items C, D. */
+static void test_answer_keys_once_and_seq_in_range(void **state) {
+  static const struct {
+    const char *line;
+    const char *says;
+  } bad[] = {
+      {"{\"status\":\"ok\",\"status\":\"fail\"}", "duplicate object key"},
+      {"{\"seq\":1,\"seq\":2,\"status\":\"ok\"}", "duplicate object key"},
+      {"{\"status\":\"fail\",\"error\":\"a\",\"error\":\"b\"}",
+       "duplicate object key"},
+      {"{\"status\":\"ok\",\"emit\":[{\"key\":\"a\",\"key\":\"b\","
+       "\"type\":\"t\"}]}",
+       "duplicate object key"},
+      {"{\"seq\":18446744073709551615,\"status\":\"ok\"}",
+       "too big integer near '18446744073709551615'"},
+      {"{\"seq\":0,\"status\":\"ok\"}", "from 1 to 2^63-1"},
+      {"{\"seq\":-1,\"status\":\"ok\"}", "from 1 to 2^63-1"},
+      {"{\"seq\":1.5,\"status\":\"ok\"}", "from 1 to 2^63-1"},
+  };
+  kl__exec_answer_t a;
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    if (kl__exec_answer_parse(bad[i].line, strlen(bad[i].line), &a) != -1)
+      fail_msg("%s was taken for an answer", bad[i].line);
+    json_decref(a.emit);
+    if (!strstr(a.error, bad[i].says))
+      fail_msg("%s: \"%s\" does not say \"%s\"", bad[i].line, a.error,
+               bad[i].says);
+  }
+  const char *top = "{\"seq\":9223372036854775807,\"status\":\"ok\"}";
+  assert_int_equal(kl__exec_answer_parse(top, strlen(top), &a), 0);
+  assert_true(a.has_seq);
+  assert_true(a.seq == (uint64_t)INT64_MAX);
 }
 
 /* ---- a worker on the embedded cluster ---- */
@@ -683,6 +722,7 @@ int main(void) {
       cmocka_unit_test(test_crash_restarts),
       cmocka_unit_test(test_hang_is_killed),
       cmocka_unit_test(test_garbage_and_long_lines),
+      cmocka_unit_test(test_answer_keys_once_and_seq_in_range),
       cmocka_unit_test(test_extra_line_does_not_shift_answers),
       cmocka_unit_test(test_seq_echo_and_unknown_seq),
       cmocka_unit_test(test_echoing_child_must_echo),
