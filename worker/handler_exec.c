@@ -60,6 +60,7 @@ typedef struct kl_exec_child {
 
 struct kl__exec {
   char *command;
+  char *dlq_topic; /* worker.dlq.topic, or NULL: an emit may not go there */
   int timeout_ms;
   int window;
   pthread_mutex_t mu;  /* guards every child but its reader's buffer */
@@ -361,6 +362,11 @@ kl_err_t kl__exec_set_children(kl__exec_t *exec, int children, int window) {
 }
 
 kl_err_t kl__exec_configure(kl__exec_t *exec, kl_conf_t *conf) {
+  const char *dlq = kl_conf_get(conf, "worker.dlq.topic");
+  free(exec->dlq_topic);
+  exec->dlq_topic = NULL;
+  if (dlq && *dlq && !(exec->dlq_topic = strdup(dlq)))
+    return KL_ENOMEM;
   int64_t children = kl__conf_int(conf, "worker.concurrency");
   int64_t window = kl__conf_int(conf, "worker.exec.window");
   kl_err_t err = kl__exec_set_children(exec, (int)children, (int)window);
@@ -708,7 +714,8 @@ kl_handler_result_t kl__exec_handler(void *opaque, const kl_event_t *event,
   pthread_cond_destroy(&call.cond);
   free(line);
   if (call.emit && call.result == KL_HANDLER_OK)
-    call.result = kl__exec_emit(call.emit, txn, errbuf, errbuf_size);
+    call.result =
+        kl__exec_emit(call.emit, exec->dlq_topic, txn, errbuf, errbuf_size);
   json_decref(call.emit);
   return call.result;
 }
@@ -727,5 +734,6 @@ void kl__exec_destroy(kl__exec_t *exec) {
   pthread_cond_destroy(&exec->room);
   pthread_mutex_destroy(&exec->mu);
   free(exec->command);
+  free(exec->dlq_topic);
   free(exec);
 }

@@ -13,14 +13,21 @@
  *   child stdout -> keylane: {"seq":N,"status":"ok"|"retry"|"fail",
  *                             "error":"...", "emit":[...]}
  * "emit" (with "ok" only) lists follow-up events, each
- * {"topic"?, "key", "type", "payload"} ("payload" any JSON, sent as its
- * msgpack; "topic" defaults to the event's own): they are kl_txn_emit()ted
- * into the event's txn, so they are committed with its effects and
- * published after the commit (store.h). One that is not such an object
- * fails the event with the reason (a dead letter).
- * "seq" is a number keylane gives each request to one child; the answer
- * echoes it, which ties the answer to its event. A child that echoes "seq"
- * may get up to `window` events before it answers the first (pipelining),
+ * {"topic"?, "key", "type", "payload"? | "payload_b64"?}: "key" and "type"
+ * non-empty strings; "payload" any JSON, sent as its msgpack, or
+ * "payload_b64" the raw payload bytes in base64, not both (neither: an
+ * empty payload); "topic" defaults to the event's own, and must be a valid
+ * Kafka name that is neither internal ("__*") nor a dead-letter topic
+ * ("*.dlq", worker.dlq.topic). "id" is refused: a follow-up's id is
+ * derived from its source event's ("<id>/<index>"), so it cannot collide
+ * with a client's; "headers" are refused (not supported yet), and so is
+ * any other field. They are kl_txn_emit()ted into the event's txn, so they
+ * are committed with its effects and published after the commit
+ * (store.h). An "emit" with a refused entry fails the event with the
+ * reason (a dead letter); nothing of it is emitted.
+ * "seq" is a number keylane gives each request to one child (1 to 2^63-1);
+ * the answer echoes it, which ties the answer to its event. A child that echoes
+ * "seq" may get up to `window` events before it answers the first (pipelining),
  * and may answer them in any order. A child that answers without "seq" is
  * run one event at a time (old handlers keep working), and must then never
  * print a line nobody asked for; once a child has echoed "seq" every one of

@@ -19,7 +19,10 @@
 #include "support/support.h"
 #include "worker/checks.h"
 #include "worker/handler_exec.h"
+#include "worker/handler_exec_line.h"
+#include "worker/outbox_rec.h"
 #include "worker/replay.h"
+#include "worker/store_internal.h"
 
 static const kl_event_t kl_event = {.key = "acct-1",
                                     .key_len = 6,
@@ -384,6 +387,143 @@ static void test_answer_keys_once_and_seq_in_range(void **state) {
   assert_true(a.seq == (uint64_t)INT64_MAX);
 }
 
+/* ---- "emit": follow-ups in the event's txn ---- */
+
+typedef struct kl_emit_fx {
+  char dir[64];
+  kl_store_t *store;
+  kl_txn_t *txn;
+} kl_emit_fx_t;
+
+static void kl_emit_fx_up(kl_emit_fx_t *fx) {
+  kl_t_tmpdir(fx->dir);
+  assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
+  kl_partition_state_t st;
+  assert_int_equal(kl_store_acquire(fx->store, "events", 3, &st), KL_OK);
+  assert_int_equal(kl_store_begin(fx->store, "events", 3, st.epoch, &fx->txn),
+                   KL_OK);
+  kl__txn_source_event(fx->txn, &kl_event);
+}
+
+static void kl_emit_fx_down(kl_emit_fx_t *fx) {
+  kl_store_abort(fx->txn);
+  kl_store_destroy(fx->store);
+  kl_t_rmrf(fx->dir);
+}
+
+/* kl__exec_emit() of the "emit" array @p text, with "dead-letters" as the
+ * worker's dead-letter topic; @returns its verdict, and in @p rec the one
+ * follow-up it emitted (its bytes, freed with kl__emits_free(*emits)), or
+ * nothing when it emitted none. */
+static kl_handler_result_t kl_emit(kl_emit_fx_t *fx, const char *text,
+                                   kl__emits_t **emits, kl__outbox_rec_t *rec,
+                                   char *err, size_t size) {
+  json_error_t jerr;
+  json_t *emit = json_loads(text, 0, &jerr);
+  if (!emit)
+    fail_msg("%s: %s", text, jerr.text);
+  err[0] = '\0';
+  kl_handler_result_t r =
+      kl__exec_emit(emit, "dead-letters", fx->txn, err, size);
+  json_decref(emit);
+  *emits = kl__txn_take_emits(fx->txn);
+  kl__txn_source_event(fx->txn, &kl_event); /* the next call's index 0 */
+  size_t off = 0, len;
+  const void *bytes;
+  if (kl__emits_next(*emits, &off, &bytes, &len))
+    assert_int_equal(kl__outbox_rec_decode(bytes, len, rec), 0);
+  assert_int_equal(kl__emits_next(*emits, &off, &bytes, &len), 0);
+  return r;
+}
+
+/* An emit carries "payload_b64" as its raw bytes, and "payload" as its
+ * msgpack, to the topic it names or the event's own. Issue 30 item A. */
+static void test_emit_payload_b64(void **state) {
+  kl_emit_fx_t fx;
+  kl_emit_fx_up(&fx);
+  char err[512];
+  kl__emits_t *emits;
+  kl__outbox_rec_t rec;
+  assert_int_equal(kl_emit(&fx,
+                           "[{\"key\":\"k\",\"type\":\"t\","
+                           "\"payload_b64\":\"AAEC/w==\"}]",
+                           &emits, &rec, err, sizeof(err)),
+                   KL_HANDLER_OK);
+  assert_int_equal(rec.event.payload_len, 4);
+  assert_memory_equal(rec.event.payload, "\x00\x01\x02\xff", 4);
+  assert_int_equal(rec.topic_len, 0); /* the event's own */
+  assert_int_equal(rec.event.id_len, 6);
+  assert_memory_equal(rec.event.id, "id-1/0", 6);
+  kl__emits_free(emits);
+  assert_int_equal(kl_emit(&fx,
+                           "[{\"topic\":\"other-topic\",\"key\":\"k\","
+                           "\"type\":\"t\",\"payload\":{\"a\":1}}]",
+                           &emits, &rec, err, sizeof(err)),
+                   KL_HANDLER_OK);
+  assert_int_equal(rec.event.payload_len, 4);
+  assert_memory_equal(rec.event.payload,
+                      "\x81\xa1"
+                      "a\x01",
+                      4);
+  assert_int_equal(rec.topic_len, 11);
+  assert_memory_equal(rec.topic, "other-topic", 11);
+  kl__emits_free(emits);
+  kl_emit_fx_down(&fx);
+}
+
+/* What an emit may not say is refused, naming it: the event fails (a dead
+ * letter with the reason), nothing is emitted silently wrong. Issue 30
+ * items A (fields) and B (topics). */
+static void test_emit_refusals(void **state) {
+  static const struct {
+    const char *emit;
+    const char *says;
+  } refused[] = {
+      {"{\"key\":\"k\",\"type\":\"t\",\"id\":\"mine\"}",
+       "\"id\" is not allowed"},
+      {"{\"key\":\"k\",\"type\":\"t\",\"headers\":{\"a\":\"b\"}}",
+       "headers on follow-ups are not supported yet"},
+      {"{\"key\":\"k\",\"type\":\"t\",\"paylod\":1}",
+       "unknown field \"paylod\""},
+      {"{\"key\":\"k\",\"type\":\"t\",\"payload\":1,\"payload_b64\":\"AA==\"}",
+       "both \"payload\" and \"payload_b64\""},
+      {"{\"key\":\"k\",\"type\":\"t\",\"payload_b64\":\"A!==\"}",
+       "\"payload_b64\""},
+      {"{\"key\":\"k\"}", "\"type\" is missing"},
+      {"{\"key\":\"\",\"type\":\"t\"}", "\"key\" is empty"},
+      {"7", "not an object"},
+      {"{\"topic\":\"events.dlq\",\"key\":\"k\",\"type\":\"t\"}",
+       "topic \"events.dlq\" is a dead-letter topic"},
+      {"{\"topic\":\"x.dlq\",\"key\":\"k\",\"type\":\"t\"}",
+       "a dead-letter topic"},
+      {"{\"topic\":\"dead-letters\",\"key\":\"k\",\"type\":\"t\"}",
+       "the worker's dead-letter topic"},
+      {"{\"topic\":\"__consumer_offsets\",\"key\":\"k\",\"type\":\"t\"}",
+       "internal to Kafka"},
+      {"{\"topic\":\"no spaces\",\"key\":\"k\",\"type\":\"t\"}",
+       "has the byte 0x20 at 2"},
+      {"{\"topic\":\"..\",\"key\":\"k\",\"type\":\"t\"}", "reserved by Kafka"},
+      {"{\"topic\":\"\",\"key\":\"k\",\"type\":\"t\"}",
+       "omit it to emit to the event's own topic"},
+      {"{\"topic\":7,\"key\":\"k\",\"type\":\"t\"}", "must be a topic name"},
+  };
+  kl_emit_fx_t fx;
+  kl_emit_fx_up(&fx);
+  char text[512], err[512];
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+    kl__emits_t *emits;
+    kl__outbox_rec_t rec;
+    snprintf(text, sizeof(text), "[%s]", refused[i].emit);
+    if (kl_emit(&fx, text, &emits, &rec, err, sizeof(err)) != KL_HANDLER_FAIL)
+      fail_msg("%s was not refused", text);
+    if (!strstr(err, refused[i].says) || !strstr(err, "\"emit\"[0]"))
+      fail_msg("%s: \"%s\" does not say \"%s\"", text, err, refused[i].says);
+    assert_true(!emits || emits->count == 0);
+    kl__emits_free(emits);
+  }
+  kl_emit_fx_down(&fx);
+}
+
 /* ---- a worker on the embedded cluster ---- */
 
 static kl_worker_t *kl_exec_worker(const char *bootstrap, const char *topic,
@@ -723,6 +863,8 @@ int main(void) {
       cmocka_unit_test(test_hang_is_killed),
       cmocka_unit_test(test_garbage_and_long_lines),
       cmocka_unit_test(test_answer_keys_once_and_seq_in_range),
+      cmocka_unit_test(test_emit_payload_b64),
+      cmocka_unit_test(test_emit_refusals),
       cmocka_unit_test(test_extra_line_does_not_shift_answers),
       cmocka_unit_test(test_seq_echo_and_unknown_seq),
       cmocka_unit_test(test_echoing_child_must_echo),
