@@ -13,10 +13,10 @@
 #include "common/internal.h"
 #include "common/kafka.h"
 #include "common/log.h"
+#include "common/topic.h"
 #include "keylane/embedded.h"
 
 #define KL_EMBEDDED_BROKERS_MAX 16
-#define KL_TOPIC_NAME_MAX 249
 #define KL_TOPIC_PARTITIONS_MAX 100000
 
 struct kl_embedded {
@@ -66,22 +66,10 @@ static void kl_embedded_log(const rd_kafka_t *rk, int level, const char *fac,
     KL_LOG_D("embedded", "%s: %s", fac, buf);
 }
 
-/* Kafka's own rule (kafka.common.internals.Topic): [a-zA-Z0-9._-]{1,249},
- * and not "." or "..". */
 static kl_err_t kl_embedded_check_topic(const char *topic, int32_t partitions) {
-  size_t len = topic ? strlen(topic) : 0;
-  if (len == 0 || len > KL_TOPIC_NAME_MAX)
-    return kl__err(KL_EINVAL, "topic name is %zu bytes: Kafka allows 1..%d",
-                   len, KL_TOPIC_NAME_MAX);
-  if (strcmp(topic, ".") == 0 || strcmp(topic, "..") == 0)
-    return kl__err(KL_EINVAL, "topic name \"%s\" is reserved by Kafka", topic);
-  size_t bad = strspn(topic, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRST"
-                             "UVWXYZ0123456789._-");
-  if (bad != len)
-    return kl__err(KL_EINVAL,
-                   "topic \"%s\" has the character '%c' at %zu: Kafka allows "
-                   "letters, digits, '.', '_' and '-'",
-                   topic, topic[bad], bad);
+  kl_err_t err = kl__topic_check(topic, topic ? strlen(topic) : 0);
+  if (err)
+    return err;
   if (partitions < 1 || partitions > KL_TOPIC_PARTITIONS_MAX)
     return kl__err(KL_EINVAL, "topic %s: %d partitions, expected 1..%d", topic,
                    (int)partitions, KL_TOPIC_PARTITIONS_MAX);

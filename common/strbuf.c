@@ -114,22 +114,64 @@ size_t kl__utf8_seq(const unsigned char *s, size_t left) {
   return n;
 }
 
+/* The escaped text of the character at @p p (@p left bytes remain) into
+ * @p out: at most 8 bytes, no NUL. @returns its length; *@p used receives
+ * the bytes of @p p it stands for. */
+static size_t escape_one(const unsigned char *p, size_t left, char out[8],
+                         size_t *used) {
+  size_t n = kl__utf8_seq(p, left);
+  bool control = n == 1 ? p[0] < 0x20 || p[0] == 0x7f
+                        : n == 2 && p[0] == 0xc2 && p[1] < 0xa0; /* C1 */
+  *used = n ? n : 1;
+  if (n == 1 && p[0] == '\\') {
+    memcpy(out, "\\\\", 2);
+    return 2;
+  }
+  if (n && !control) {
+    memcpy(out, p, n);
+    return n;
+  }
+  static const char hex[] = "0123456789abcdef";
+  for (size_t j = 0; j < *used; j++) {
+    char *o = out + 4 * j;
+    o[0] = '\\';
+    o[1] = 'x';
+    o[2] = hex[p[j] >> 4];
+    o[3] = hex[p[j] & 0xf];
+  }
+  return 4 * *used;
+}
+
 void kl__strbuf_escaped(kl__strbuf_t *sb, const void *s, size_t len) {
   const unsigned char *p = s;
-  for (size_t i = 0; i < len;) {
-    size_t n = kl__utf8_seq(p + i, len - i);
-    bool control = n == 1 ? p[i] < 0x20 || p[i] == 0x7f
-                          : n == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0; /* C1 */
-    if (n == 1 && p[i] == '\\') {
-      kl__strbuf_add(sb, "\\\\", 2);
-    } else if (n && !control) {
-      kl__strbuf_add(sb, p + i, n);
-    } else {
-      for (size_t j = 0; j < (n ? n : 1); j++)
-        kl__strbuf_printf(sb, "\\x%02x", p[i + j]);
+  char piece[8];
+  for (size_t i = 0, used; i < len; i += used)
+    kl__strbuf_add(sb, piece, escape_one(p + i, len - i, piece, &used));
+}
+
+const char *kl__escape(char *out, size_t size, const void *s, size_t len) {
+  const unsigned char *p = s;
+  char piece[8];
+  size_t n = 0, keep = 0, used;
+  if (!size)
+    return out;
+  for (size_t i = 0; i < len; i += used) {
+    size_t k = escape_one(p + i, len - i, piece, &used);
+    if (n + k >= size) { /* cut after the last piece that leaves room */
+      n = keep;
+      if (n + 3 < size) {
+        memcpy(out + n, "...", 3);
+        n += 3;
+      }
+      break;
     }
-    i += n ? n : 1;
+    memcpy(out + n, piece, k);
+    n += k;
+    if (n + 3 < size) /* "..." and the NUL still fit after it */
+      keep = n;
   }
+  out[n] = '\0';
+  return out;
 }
 
 void *kl__grow(void *items, size_t *cap, size_t count, size_t size,

@@ -59,6 +59,21 @@ size_t kl__utf8_seq(const unsigned char *s, size_t left);
  */
 void kl__strbuf_escaped(kl__strbuf_t *sb, const void *s, size_t len);
 
+/**
+ * kl__strbuf_escaped() into @p out (@p size bytes, NUL-terminated): for
+ * a log line that carries text a client or a handler wrote (a key, an id,
+ * a type, a handler's error, a child's stderr), which must not start a
+ * line of its own or drive the terminal. Text that does not fit is cut
+ * between two characters and ends with "...".
+ * @returns @p out, for a "%s":
+ *   char k[KL__ESCAPED_SIZE(64)];
+ *   KL_LOG_W(COMP, "key \"%s\" ...", kl__escape(k, sizeof(k), key, len));
+ */
+const char *kl__escape(char *out, size_t size, const void *s, size_t len);
+
+/** The bytes kl__escape() needs for @p n bytes of text, however escaped. */
+#define KL__ESCAPED_SIZE(n) (4 * (size_t)(n) + 1)
+
 /** @returns true unless an allocation failed. */
 bool kl__strbuf_ok(const kl__strbuf_t *sb);
 

@@ -7,6 +7,7 @@
 #include "common/internal.h"
 #include "worker/handler_exec.h"
 #include "worker/inventory.h"
+#include "worker/store_backend.h"
 
 static kl_err_t kl_handler_so(const char *spec, kl_handler_ref_t *ref) {
   char *path = strdup(spec);
@@ -42,6 +43,7 @@ static kl_err_t kl_handler_so(const char *spec, kl_handler_ref_t *ref) {
   ref->opaque = NULL;
   ref->dl = dl;
   ref->store_only = 0;
+  ref->needs_pg = 0;
   return KL_OK;
 }
 
@@ -49,37 +51,44 @@ kl_err_t kl__handler_resolve(const char *spec, kl_handler_ref_t *ref) {
   if (!spec)
     return kl__err(KL_ECONF, "no handler: pass --handler ledger or "
                              "--handler so:PATH[:SYMBOL]");
-  if (strcmp(spec, "ledger") == 0) {
-    ref->fn = kl_ledger_handler;
+  if (strcmp(spec, "ledger") == 0 || strcmp(spec, "inventory") == 0) {
+    int inventory = spec[0] == 'i';
+    ref->fn = inventory ? kl__inventory_handler : kl_ledger_handler;
     ref->opaque = NULL;
     ref->dl = NULL;
     ref->store_only = 1;
-    return KL_OK;
-  }
-  if (strcmp(spec, "inventory") == 0) {
-    ref->fn = kl__inventory_handler;
-    ref->opaque = NULL;
-    ref->dl = NULL;
-    ref->store_only = 1;
+    ref->needs_pg = inventory;
     return KL_OK;
   }
   if (strncmp(spec, "so:", 3) == 0 && spec[3])
     return kl_handler_so(spec + 3, ref);
   if (strncmp(spec, "exec:", 5) == 0) {
     kl__exec_t *exec;
-    kl_err_t err = kl__exec_new(spec + 5, &exec);
-    if (err)
+    kl_err_t err = kl__exec_check_command(spec + 5);
+    if (err || (err = kl__exec_new(spec + 5, &exec)))
       return err;
     ref->fn = kl__exec_handler;
     ref->opaque = exec;
     ref->dl = NULL;
     ref->store_only = 0;
+    ref->needs_pg = 0;
     return KL_OK;
   }
   return kl__err(KL_ECONF,
-                 "unknown handler \"%s\": use ledger, "
+                 "unknown handler \"%s\": use ledger, inventory, "
                  "so:PATH[:SYMBOL] or exec:COMMAND",
                  spec);
+}
+
+kl_err_t kl__handler_check_store(const kl_handler_ref_t *ref, const char *spec,
+                                 kl_store_t *store) {
+  if (ref->needs_pg && !store->ops->pg_conn)
+    return kl__err(KL_ECONF,
+                   "--handler %s runs its SQL on the batch's PostgreSQL "
+                   "connection, and the %s store has none: every event "
+                   "would be dead-lettered; use --store postgresql://...",
+                   spec, store->ops->name);
+  return KL_OK;
 }
 
 void kl__handler_release(kl_handler_ref_t *ref) {

@@ -6,17 +6,22 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/internal.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "worker/handler_exec_line.h"
+
+extern char **environ; /* for posix_spawn() */
 
 #define COMP "exec"
 /* Answers parsed per read, at most; the rest waits in the buffer. */
@@ -55,6 +60,7 @@ typedef struct kl_exec_child {
 
 struct kl__exec {
   char *command;
+  char *dlq_topic; /* worker.dlq.topic, or NULL: an emit may not go there */
   int timeout_ms;
   int window;
   pthread_mutex_t mu;  /* guards every child but its reader's buffer */
@@ -71,6 +77,14 @@ typedef struct kl_exec_errlog {
   pid_t pid;
 } kl_exec_errlog_t;
 
+/* One line of the child's stderr, escaped: it must not forge lines of
+ * the worker's log nor drive the terminal of whoever reads it. */
+static void errlog_put(pid_t pid, const char *s, size_t len) {
+  char text[KL__ESCAPED_SIZE(480)];
+  KL_LOG_W(COMP, "exec[%d]: %s", (int)pid,
+           kl__escape(text, sizeof(text), s, len));
+}
+
 static void *kl_exec_errlog_main(void *opaque) {
   kl_exec_errlog_t *log = opaque;
   char line[4096];
@@ -84,18 +98,18 @@ static void *kl_exec_errlog_main(void *opaque) {
     len += (size_t)n;
     char *start = line, *nl;
     while ((nl = memchr(start, '\n', len - (size_t)(start - line)))) {
-      KL_LOG_W(COMP, "exec[%d]: %.*s", (int)log->pid, (int)(nl - start), start);
+      errlog_put(log->pid, start, (size_t)(nl - start));
       start = nl + 1;
     }
     len -= (size_t)(start - line);
     memmove(line, start, len);
     if (len == sizeof(line) - 1) { /* a long line goes out in pieces */
-      KL_LOG_W(COMP, "exec[%d]: %.*s", (int)log->pid, (int)len, line);
+      errlog_put(log->pid, line, len);
       len = 0;
     }
   }
   if (len)
-    KL_LOG_W(COMP, "exec[%d]: %.*s", (int)log->pid, (int)len, line);
+    errlog_put(log->pid, line, len);
   close(log->fd);
   free(log);
   return NULL;
@@ -127,6 +141,58 @@ kl_err_t kl__exec_new(const char *command, kl__exec_t **out) {
     return KL_ENOMEM;
   }
   *out = exec;
+  return KL_OK;
+}
+
+/* @returns nonzero when `command -v WORD` succeeds in /bin/sh. */
+static int shell_knows(const char *word) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  char *argv[] = {"sh", "-c", "command -v -- \"$1\"", "sh", (char *)word, NULL};
+  pid_t pid;
+  int status = -1;
+  if (posix_spawn(&pid, "/bin/sh", &fa, NULL, argv, environ) == 0)
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+      ;
+  posix_spawn_file_actions_destroy(&fa);
+  /* A shell that could not run at all says nothing of the word. */
+  return status == -1 || (WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+kl_err_t kl__exec_check_command(const char *command) {
+  const char *s = command + strspn(command, " \t\n");
+  size_t n = strcspn(s, " \t\n;&|<>()");
+  char word[4096];
+  if (n == 0 || n >= sizeof(word))
+    return KL_OK;
+  memcpy(word, s, n);
+  word[n] = '\0';
+  if (strpbrk(word, "\"'\\$`=*?[~{}!#"))
+    return KL_OK;
+  struct stat st;
+  if (!strchr(word, '/')) {
+    if (shell_knows(word))
+      return KL_OK;
+    const char *path = getenv("PATH");
+    return kl__err(KL_ECONF,
+                   "--handler exec:%s: the shell knows no command \"%s\" "
+                   "(not on PATH=%s, nor a builtin): install it, or give "
+                   "its path",
+                   command, word, path ? path : "");
+  }
+  if (stat(word, &st) != 0)
+    return kl__err(KL_ECONF,
+                   "--handler exec:%s: %s: %s; give the path of the "
+                   "handler's program",
+                   command, word, strerror(errno));
+  if (!S_ISREG(st.st_mode) || access(word, X_OK) != 0)
+    return kl__err(KL_ECONF,
+                   "--handler exec:%s: %s is not an executable file; "
+                   "chmod +x it, or run it with its interpreter (e.g. "
+                   "exec:'python3 %s')",
+                   command, word, word);
   return KL_OK;
 }
 
@@ -187,11 +253,12 @@ static void kl_exec_kill(kl__exec_t *exec, kl_exec_child_t *child,
                          const char *why) {
   if (!child->pid || child->dead)
     return;
+  char text[KL__ESCAPED_SIZE(256)]; /* @p why may quote the child's line */
   if (why)
     KL_LOG_W(COMP,
              "killing exec handler pid=%d (%s); it restarts with the "
              "next event",
-             (int)child->pid, why);
+             (int)child->pid, kl__escape(text, sizeof(text), why, strlen(why)));
   kill(-child->pid, SIGKILL);
   kill(child->pid, SIGKILL);
   child->dead = 1;
@@ -295,6 +362,11 @@ kl_err_t kl__exec_set_children(kl__exec_t *exec, int children, int window) {
 }
 
 kl_err_t kl__exec_configure(kl__exec_t *exec, kl_conf_t *conf) {
+  const char *dlq = kl_conf_get(conf, "worker.dlq.topic");
+  free(exec->dlq_topic);
+  exec->dlq_topic = NULL;
+  if (dlq && *dlq && !(exec->dlq_topic = strdup(dlq)))
+    return KL_ENOMEM;
   int64_t children = kl__conf_int(conf, "worker.concurrency");
   int64_t window = kl__conf_int(conf, "worker.exec.window");
   kl_err_t err = kl__exec_set_children(exec, (int)children, (int)window);
@@ -642,7 +714,8 @@ kl_handler_result_t kl__exec_handler(void *opaque, const kl_event_t *event,
   pthread_cond_destroy(&call.cond);
   free(line);
   if (call.emit && call.result == KL_HANDLER_OK)
-    call.result = kl__exec_emit(call.emit, txn, errbuf, errbuf_size);
+    call.result =
+        kl__exec_emit(call.emit, exec->dlq_topic, txn, errbuf, errbuf_size);
   json_decref(call.emit);
   return call.result;
 }
@@ -661,5 +734,6 @@ void kl__exec_destroy(kl__exec_t *exec) {
   pthread_cond_destroy(&exec->room);
   pthread_mutex_destroy(&exec->mu);
   free(exec->command);
+  free(exec->dlq_topic);
   free(exec);
 }

@@ -13,14 +13,21 @@
  *   child stdout -> keylane: {"seq":N,"status":"ok"|"retry"|"fail",
  *                             "error":"...", "emit":[...]}
  * "emit" (with "ok" only) lists follow-up events, each
- * {"topic"?, "key", "type", "payload"} ("payload" any JSON, sent as its
- * msgpack; "topic" defaults to the event's own): they are kl_txn_emit()ted
- * into the event's txn, so they are committed with its effects and
- * published after the commit (store.h). One that is not such an object
- * fails the event with the reason (a dead letter).
- * "seq" is a number keylane gives each request to one child; the answer
- * echoes it, which ties the answer to its event. A child that echoes "seq"
- * may get up to `window` events before it answers the first (pipelining),
+ * {"topic"?, "key", "type", "payload"? | "payload_b64"?}: "key" and "type"
+ * non-empty strings; "payload" any JSON, sent as its msgpack, or
+ * "payload_b64" the raw payload bytes in base64, not both (neither: an
+ * empty payload); "topic" defaults to the event's own, and must be a valid
+ * Kafka name that is neither internal ("__*") nor a dead-letter topic
+ * ("*.dlq", worker.dlq.topic). "id" is refused: a follow-up's id is
+ * derived from its source event's ("<id>/<index>"), so it cannot collide
+ * with a client's; "headers" are refused (not supported yet), and so is
+ * any other field. They are kl_txn_emit()ted into the event's txn, so they
+ * are committed with its effects and published after the commit
+ * (store.h). An "emit" with a refused entry fails the event with the
+ * reason (a dead letter); nothing of it is emitted.
+ * "seq" is a number keylane gives each request to one child (1 to 2^63-1);
+ * the answer echoes it, which ties the answer to its event. A child that echoes
+ * "seq" may get up to `window` events before it answers the first (pipelining),
  * and may answer them in any order. A child that answers without "seq" is
  * run one event at a time (old handlers keep working), and must then never
  * print a line nobody asked for; once a child has echoed "seq" every one of
@@ -30,7 +37,9 @@
  * says why both).
  *
  * Failures: a child that exits, closes its stdout, answers a line that is
- * not such an object, a "seq" no event in flight has, a line while no event
+ * not such an object (a key given twice is no answer either: JSON's
+ * last-wins would guess which one the child meant), a "seq" no event in
+ * flight has, a line while no event
  * is in flight, a line over KL_EXEC_LINE_MAX bytes, or does not answer
  * within the timeout (default 30 s) is killed (SIGKILL to its process
  * group) and started again for the next event; every event in flight to it
@@ -78,6 +87,18 @@ typedef struct kl__exec kl__exec_t;
  */
 kl_err_t kl__exec_new(const char *command, kl__exec_t **out);
 
+/**
+ * Checks that /bin/sh can run @p command's program, so that a worker
+ * refuses to start rather than dead-letter every event: a first word with
+ * a '/' must be an executable file; another must be one the shell knows
+ * (`command -v`: a program on PATH, a builtin, a reserved word such as
+ * `while`). A first word the shell would expand first (quotes, '$', '=')
+ * is left to it.
+ * @returns KL_OK, or KL_ECONF with the reason and the fix in
+ *          kl_err_detail().
+ */
+kl_err_t kl__exec_check_command(const char *command);
+
 /** Sets the answer timeout (> 0), before the worker runs. */
 void kl__exec_set_timeout_ms(kl__exec_t *exec, int timeout_ms);
 
@@ -121,9 +142,9 @@ typedef struct kl__exec_answer {
 /**
  * Reads the answer line @p line of @p len bytes (no newline). The caller
  * json_decref()s @p answer->emit.
- * @returns 0, or -1 when it is not an answer (not a JSON object, no valid
- *          "status", a "seq" that is not a non-negative integer); then
- *          @p answer->error says why.
+ * @returns 0, or -1 when it is not an answer (not a JSON object, a key
+ *          given twice, no valid "status", a "seq" that is not a whole
+ *          number from 1 to 2^63-1); then @p answer->error says why.
  */
 int kl__exec_answer_parse(const char *line, size_t len,
                           kl__exec_answer_t *answer);

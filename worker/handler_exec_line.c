@@ -6,14 +6,18 @@
  */
 #include "worker/handler_exec_line.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
+#include "broker/event_json.h"
 #include "broker/trace.h"
+#include "common/internal.h"
 #include "common/json_msgpack.h"
+#include "common/topic.h"
 
 static int kl_exec_set_b64(json_t *obj, const char *name, const void *data,
                            size_t len) {
@@ -113,12 +117,13 @@ static void kl_exec_answer_error(json_t *obj, kl__exec_answer_t *answer) {
   free(dumped);
 }
 
-/* Reads "seq" when present: 0, or -1 when it is not a number >= 0. */
+/* Reads "seq" when present: 0, or -1 when it is not one keylane gives
+ * (1..2^63-1: jansson's integers; none is 0). */
 static int kl_exec_answer_seq(json_t *obj, kl__exec_answer_t *answer) {
   json_t *seq = json_object_get(obj, "seq");
   if (!seq)
     return 0;
-  if (!json_is_integer(seq) || json_integer_value(seq) < 0)
+  if (!json_is_integer(seq) || json_integer_value(seq) < 1)
     return -1;
   answer->has_seq = 1;
   answer->seq = (uint64_t)json_integer_value(seq);
@@ -129,7 +134,9 @@ int kl__exec_answer_parse(const char *line, size_t len,
                           kl__exec_answer_t *answer) {
   memset(answer, 0, sizeof(*answer));
   json_error_t jerr;
-  json_t *obj = json_loadb(line, len, 0, &jerr);
+  /* A key given twice would be taken last-wins: which "seq", which
+   * "status"? Such a line is no answer. */
+  json_t *obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
   const char *status = json_string_value(json_object_get(obj, "status"));
   int rc = 0;
   if (status && strcmp(status, "ok") == 0)
@@ -141,10 +148,14 @@ int kl__exec_answer_parse(const char *line, size_t len,
   else
     rc = -1;
   int shown = len > 60 ? 60 : (int)len; /* @p line need not end in NUL */
-  if (rc == 0 && kl_exec_answer_seq(obj, answer) < 0) {
+  if (!obj) {
     snprintf(answer->error, sizeof(answer->error),
-             "answered \"seq\" that is "
-             "not a whole number >= 0: \"%.*s\"",
+             "answered garbage, not JSON (%s): \"%.*s\"", jerr.text, shown,
+             line);
+  } else if (rc == 0 && kl_exec_answer_seq(obj, answer) < 0) {
+    snprintf(answer->error, sizeof(answer->error),
+             "answered a \"seq\" that is not a whole number from 1 to "
+             "2^63-1 (echo the request's): \"%.*s\"",
              shown, line);
     rc = -1;
   } else if (rc < 0) {
@@ -162,39 +173,110 @@ int kl__exec_answer_parse(const char *line, size_t len,
   return rc;
 }
 
-/* One follow-up of "emit": KL_OK, or the reason in @p errbuf. */
-static kl_err_t kl_exec_emit_one(json_t *item, size_t i, kl_txn_t *txn,
-                                 char *errbuf, size_t errbuf_size) {
-  json_t *topic = json_object_get(item, "topic");
-  const char *key = json_string_value(json_object_get(item, "key"));
-  const char *type = json_string_value(json_object_get(item, "type"));
-  if (!json_is_object(item) || !key || !type ||
-      (topic && !json_is_string(topic))) {
-    snprintf(errbuf, errbuf_size,
-             "exec handler: \"emit\"[%zu] is not "
-             "{\"topic\"?: string, \"key\": string, \"type\": string, "
-             "\"payload\": any}",
-             i);
-    return KL_EINVAL;
+static kl_err_t emit_refuse(char *errbuf, size_t size, size_t i,
+                            const char *fmt, ...) KL__PRINTF(4, 5);
+static kl_err_t emit_refuse(char *errbuf, size_t size, size_t i,
+                            const char *fmt, ...) {
+  int n = snprintf(errbuf, size, "exec handler: \"emit\"[%zu]: ", i);
+  va_list ap;
+  va_start(ap, fmt);
+  if (n >= 0 && (size_t)n < size)
+    vsnprintf(errbuf + n, size - (size_t)n, fmt, ap);
+  va_end(ap);
+  return KL_EINVAL;
+}
+
+/* The fields of an emit entry; "id" and "headers", which an event written
+ * as JSON has, are refused with their reasons. */
+static kl_err_t emit_fields(json_t *item, size_t i, char *errbuf, size_t size) {
+  static const char *const known[] = {"topic", "key", "type", "payload",
+                                      "payload_b64"};
+  static const struct {
+    const char *name, *why;
+  } refused[] = {
+      {"id", "\"id\" is not allowed: keylane derives a follow-up's id from "
+             "its source event's (SOURCE_ID/INDEX), so that it can never "
+             "collide with an id a client chose; drop \"id\""},
+      {"headers", "headers on follow-ups are not supported yet (a "
+                  "follow-up carries only its source's trace context); "
+                  "drop \"headers\" and put the data in the payload"}};
+  const char *name;
+  json_t *v;
+  json_object_foreach(item, name, v) {
+    for (size_t k = 0; k < 2; k++)
+      if (strcmp(name, refused[k].name) == 0)
+        return emit_refuse(errbuf, size, i, "%s", refused[k].why);
+    size_t k = 0;
+    while (k < 5 && strcmp(name, known[k]) != 0)
+      k++;
+    if (k == 5)
+      return emit_refuse(errbuf, size, i,
+                         "unknown field \"%.64s\"; an emit takes topic, key, "
+                         "type, and payload or payload_b64",
+                         name);
   }
-  void *payload = NULL;
-  size_t payload_len = 0;
-  json_t *p = json_object_get(item, "payload");
-  kl_err_t err =
-      p ? kl__json_to_msgpack(p, KL_PAYLOAD_MAX, &payload, &payload_len)
-        : KL_OK;
+  return KL_OK;
+}
+
+/* The emit's "topic" into *@p out, NULL for the event's own: a topic
+ * clients may publish to, which is not the worker's dead-letter topic. */
+static kl_err_t emit_topic(json_t *item, size_t i, const char *dlq_topic,
+                           const char **out, char *errbuf, size_t size) {
+  json_t *topic = json_object_get(item, "topic");
+  *out = json_string_value(topic);
+  if (!topic)
+    return KL_OK;
+  if (!*out || !json_string_length(topic))
+    return emit_refuse(errbuf, size, i,
+                       "\"topic\" must be a topic name; omit it to emit to "
+                       "the event's own topic");
+  if (kl__topic_check(*out, json_string_length(topic)))
+    return emit_refuse(errbuf, size, i, "%s", kl_err_detail());
+  const char *why = kl__topic_reserved(*out);
+  if (!why && dlq_topic && strcmp(*out, dlq_topic) == 0)
+    why = "the worker's dead-letter topic (worker.dlq.topic)";
+  if (why)
+    return emit_refuse(errbuf, size, i,
+                       "topic \"%s\" is %s: a handler may not emit to it", *out,
+                       why);
+  return KL_OK;
+}
+
+/* One follow-up of "emit": KL_OK, or the reason in @p errbuf. Past its
+ * topic, an emit is an event written as JSON (broker/event_json.h) without
+ * "id" and "headers", read by the same code as the gateway's. */
+static kl_err_t emit_one(json_t *item, size_t i, const char *dlq_topic,
+                         kl_txn_t *txn, char *errbuf, size_t size) {
+  if (!json_is_object(item))
+    return emit_refuse(errbuf, size, i,
+                       "not an object {\"topic\"?, \"key\", \"type\", "
+                       "\"payload\" or \"payload_b64\"}");
+  const char *topic;
+  kl_err_t err = emit_fields(item, i, errbuf, size);
   if (!err)
-    err = kl_txn_emit(txn, json_string_value(topic), key,
-                      json_string_length(json_object_get(item, "key")), type,
-                      payload, payload_len);
+    err = emit_topic(item, i, dlq_topic, &topic, errbuf, size);
   if (err)
-    snprintf(errbuf, errbuf_size, "exec handler: \"emit\"[%zu]: %s", i,
-             kl_err_detail());
-  free(payload);
+    return err;
+  json_t *event = json_copy(item); /* shallow: borrows item's values */
+  if (!event)
+    return KL_ENOMEM;
+  json_object_del(event, "topic");
+  kl__jevent_t je;
+  char why[256];
+  err = kl__jevent_parse(&je, event, false, why, sizeof(why));
+  if (err == KL_EINVAL)
+    emit_refuse(errbuf, size, i, "%s", why);
+  else if (!err &&
+           (err = kl_txn_emit(txn, topic, je.ev.key, je.ev.key_len, je.ev.type,
+                              je.ev.payload, je.ev.payload_len)))
+    emit_refuse(errbuf, size, i, "%s", kl_err_detail());
+  kl__jevent_clear(&je);
+  json_decref(event);
   return err;
 }
 
-kl_handler_result_t kl__exec_emit(json_t *emit, kl_txn_t *txn, char *errbuf,
+kl_handler_result_t kl__exec_emit(json_t *emit, const char *dlq_topic,
+                                  kl_txn_t *txn, char *errbuf,
                                   size_t errbuf_size) {
   if (!json_is_array(emit)) {
     snprintf(errbuf, errbuf_size,
@@ -203,8 +285,11 @@ kl_handler_result_t kl__exec_emit(json_t *emit, kl_txn_t *txn, char *errbuf,
     return KL_HANDLER_FAIL;
   }
   for (size_t i = 0; i < json_array_size(emit); i++) {
-    kl_err_t err =
-        kl_exec_emit_one(json_array_get(emit, i), i, txn, errbuf, errbuf_size);
+    kl_err_t err = emit_one(json_array_get(emit, i), i, dlq_topic, txn, errbuf,
+                            errbuf_size);
+    if (err == KL_ENOMEM)
+      snprintf(errbuf, errbuf_size,
+               "exec handler: out of memory for \"emit\"[%zu]", i);
     if (err)
       return err == KL_ENOMEM ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
   }

@@ -26,12 +26,16 @@ size_t kl__exec_request_seq(char *line, uint64_t seq);
 
 /**
  * Emits (kl_txn_emit()) into @p txn each follow-up of an answer's "emit"
- * array @p emit: {"topic"?, "key", "type", "payload"?}.
+ * array @p emit, as handler_exec.h says: {"topic"?, "key", "type",
+ * "payload"? | "payload_b64"?}; "id", "headers" and any other field are
+ * refused, and so is a topic that is not a valid Kafka name, is reserved
+ * (common/topic.h) or is @p dlq_topic (NULL: none configured).
  * @returns KL_HANDLER_OK; KL_HANDLER_FAIL with the reason in @p errbuf for
  *          one that is not such an object or past the limits;
  *          KL_HANDLER_RETRY when out of memory.
  */
-kl_handler_result_t kl__exec_emit(json_t *emit, kl_txn_t *txn, char *errbuf,
+kl_handler_result_t kl__exec_emit(json_t *emit, const char *dlq_topic,
+                                  kl_txn_t *txn, char *errbuf,
                                   size_t errbuf_size);
 
 #endif

@@ -15,6 +15,7 @@
 #include "common/internal.h"
 #include "common/kafka.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "common/metrics.h"
 #include "worker/lanes.h"
 #include "worker/lanes_internal.h"
@@ -175,10 +176,12 @@ static void kl_commit_failed(kl__lanes_t *lanes, kl__lane_t *lane, kl_err_t err,
                              const char *detail) {
   int ms = lane->commit_backoff_ms ? lane->commit_backoff_ms
                                    : (int)lanes->retry_initial_ms;
+  char text[KL__ESCAPED_SIZE(512)]; /* a store's error may quote a key */
   KL_LOG_W(KL_COMP,
            "group commit of partition=%" PRId32 " failed (%s), its "
            "events run again in %d ms: %s",
-           lane->partition, kl_err_name(err), ms, detail);
+           lane->partition, kl_err_name(err), ms,
+           kl__escape(text, sizeof(text), detail, strlen(detail)));
   lane->hold_until_ns = kl__mono_ns() + (int64_t)ms * 1000000;
   lane->commit_backoff_ms =
       ms * 2 > lanes->retry_max_ms ? (int)lanes->retry_max_ms : ms * 2;
@@ -580,13 +583,15 @@ void kl__lane_dead_letter(kl__lanes_t *lanes, kl__lane_t *lane,
                           const char *why) {
   slot->state = KL__SLOT_DLQ_PENDING;
   slot->reason = reason;
-  slot->due_ns = 0;                /* at once */
-  if (reason != KL__DLQ_MISROUTED) /* routing.c warns, rate-limited */
+  slot->due_ns = 0;                 /* at once */
+  char text[KL__ESCAPED_SIZE(512)]; /* the handler's or decoder's text */
+  if (reason != KL__DLQ_MISROUTED)  /* routing.c warns, rate-limited */
     KL_LOG_W(KL_COMP,
              "dead letter partition=%" PRId32 " offset=%" PRId64
              " reason=%s attempts=%d: %s",
              lane->partition, slot->offset, kl__dlq_reason_name(reason),
-             slot->attempts, why ? why : "");
+             slot->attempts,
+             kl__escape(text, sizeof(text), why, why ? strlen(why) : 0));
   kl__slots_push(&lane->dlq, slot);
   (void)lanes;
 }

@@ -12,6 +12,7 @@
 
 #include "common/internal.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "common/metrics.h"
 #include "worker/lanes_internal.h"
 #include "worker/outbox.h"
@@ -442,10 +443,13 @@ static void kl_done_store(kl__lanes_t *lanes, kl__lane_t *lane,
   slot->store_errors++;
   int64_t delay = kl__backoff_ms(lanes, slot, slot->store_errors);
   int64_t now = kl__mono_ns();
+  char text[KL__ESCAPED_SIZE(512)]; /* a store's error may quote a key */
   KL_LOG_W(KL_COMP,
            "partition=%" PRId32 " offset=%" PRId64 " runs again in "
            "%" PRId64 " ms: %s",
-           lane->partition, slot->offset, delay, run->why ? run->why : "");
+           lane->partition, slot->offset, delay,
+           kl__escape(text, sizeof(text), run->why,
+                      run->why ? strlen(run->why) : 0));
   if (!lanes->inline_mode) {
     kl_slot_wait(lanes, lane, slot, delay, now);
     return;

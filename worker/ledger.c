@@ -14,7 +14,8 @@
  *
  * An amount is positive (a debit subtracts it), and a balance never wraps:
  * an event that is not, or that would carry the balance past int64, FAILs
- * with the reason, so it is dead-lettered and the balance stays as it was.
+ * with the reason, so it is dead-lettered and the balance stays as it was;
+ * so does a payload that has one of the fields it reads twice.
  */
 #include <inttypes.h>
 #include <msgpack.h>
@@ -107,6 +108,22 @@ static int kl_ledger_payload(const void *buf, size_t len, msgpack_unpacked *up,
   for (uint32_t i = 0; i < map->size; i++)
     kl_ledger_field(&map->ptr[i].key, &map->ptr[i].val, a);
   return 0;
+}
+
+/* The first field the ledger reads that @p map has twice, or NULL: it
+ * would take the last one over the first, and the producer may have
+ * meant either. */
+static const char *ledger_twice(const msgpack_object_map *map) {
+  static const char *const fields[] = {"amount", "seq", "to"};
+  unsigned seen = 0;
+  for (uint32_t i = 0; i < map->size; i++)
+    for (unsigned f = 0; f < 3; f++)
+      if (kl_key_is(&map->ptr[i].key, fields[f])) {
+        if (seen & 1u << f)
+          return fields[f];
+        seen |= 1u << f;
+      }
+  return NULL;
 }
 
 static int kl_type_is(const kl_event_t *event, const char *name) {
@@ -277,9 +294,17 @@ kl_handler_result_t kl_ledger_handler(void *opaque, const kl_event_t *event,
   msgpack_unpacked_init(&up);
   kl_ledger_args_t a;
   kl_handler_result_t r = KL_HANDLER_FAIL;
+  const char *twice = NULL;
   if (kl_ledger_payload(event->payload, event->payload_len, &up, &a))
     a.has_amount = 0; /* not a map: kl_ledger_check() says what it must be */
-  if (!kl_ledger_check(event, kind, &a, errbuf, errbuf_size))
+  else
+    twice = ledger_twice(&up.data.via.map);
+  if (twice)
+    snprintf(errbuf, errbuf_size,
+             "ledger: the payload has \"%s\" twice: each field must appear "
+             "once (which one was meant?)",
+             twice);
+  else if (!kl_ledger_check(event, kind, &a, errbuf, errbuf_size))
     r = kl_ledger_apply_event(txn, event, kind, &a, errbuf, errbuf_size);
   if (r == KL_HANDLER_OK && kind == KL_TRANSFER)
     r = kl_ledger_emit_credit(txn, event, &a, errbuf, errbuf_size);

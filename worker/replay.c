@@ -15,6 +15,7 @@
 #include "common/internal.h"
 #include "common/kafka.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "worker/apply.h"
 #include "worker/letters.h"
 #include "worker/store_internal.h"
@@ -576,10 +577,12 @@ static void kl_apply(kl__replay_t *r, kl_rpart_t *rp, size_t count) {
       kl_part_end(r, rp, KL__REPLAY_ERROR, why);
       return;
     }
+    char text[KL__ESCAPED_SIZE(512)]; /* may be a handler's text */
     KL_LOG_W(KL_COMP,
              "batch of partition=%" PRId32 " at offset %" PRId64
              " will be retried in %d ms: %s",
-             p->partition, rp->msgs[0]->offset, backoff_ms, why);
+             p->partition, rp->msgs[0]->offset, backoff_ms,
+             kl__escape(text, sizeof(text), why, strlen(why)));
     kl__apply_sleep(&r->applier, p->partition, backoff_ms);
     backoff_ms *= 2;
   }

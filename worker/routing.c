@@ -19,6 +19,7 @@
 #include "broker/partitioners.h"
 #include "common/internal.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "worker/lanes_internal.h"
 
 #define KL_COMP "worker"
@@ -32,18 +33,6 @@ void kl__lanes_route(kl__lanes_t *lanes, int32_t partitions,
   pthread_mutex_unlock(&lanes->mu);
 }
 
-/* The key as text for a log line: printable ASCII kept, the rest \xNN,
- * cut at 64 bytes. */
-static void kl_key_text(const unsigned char *key, size_t len, char *out,
-                        size_t size) {
-  size_t n = 0;
-  for (size_t i = 0; i < len && i < 64 && n + 5 < size; i++)
-    n += (size_t)(key[i] >= 0x20 && key[i] < 0x7f && key[i] != '"'
-                      ? snprintf(out + n, size - n, "%c", key[i])
-                      : snprintf(out + n, size - n, "\\x%02x", key[i]));
-  snprintf(out + n, size - n, "%s", len > 64 ? "..." : "");
-}
-
 static void kl_misrouted_warn(kl__lanes_t *lanes, const kl__lane_t *lane,
                               const kl__slot_t *slot) {
   int64_t now = kl__mono_ns();
@@ -53,8 +42,8 @@ static void kl_misrouted_warn(kl__lanes_t *lanes, const kl__lane_t *lane,
     return;
   }
   const rd_kafka_message_t *m = slot->msg;
-  char key[300], fix[1024];
-  kl_key_text(m->key, m->key_len, key, sizeof(key));
+  char key[KL__ESCAPED_SIZE(64)], fix[1024];
+  kl__escape(key, sizeof(key), m->key, m->key_len);
   kl__partitioners_explain(
       kl__partitioners_explaining(m->key, m->key_len, lanes->applier.partitions,
                                   lane->partition),

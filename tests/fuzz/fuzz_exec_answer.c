@@ -4,7 +4,10 @@
  * 1. The input as an answer line a child wrote: the parser must not crash,
  *    overread or leak; it accepts only ok/retry/fail, an ok carries no
  *    error text, a retry or fail always does, a refused line says why, and
- *    parsing twice gives the same answer.
+ *    parsing twice gives the same answer. A line with a key given twice is
+ *    refused, an echoed "seq" is 1..2^63-1, and an "emit" goes through
+ *    kl__exec_emit() (without a txn, so any entry it accepts fails at
+ *    kl_txn_emit()): a verdict other than ok always says why.
  * 2. The input as event fields (key, id, type, payload, split at the first
  *    three 0xff bytes): the request line, with its seq, must be one JSON
  *    object whose "seq" and "id" are the ones given.
@@ -28,6 +31,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
     }                                                                          \
   } while (0)
 
+/* The emit array @p emit through kl__exec_emit(), with no txn. */
+static void check_emit(json_t *emit) {
+  char err[512];
+  memset(err, 'x', sizeof(err));
+  kl_handler_result_t r = kl__exec_emit(emit, "dead", NULL, err, sizeof(err));
+  CHECK(r == KL_HANDLER_OK || r == KL_HANDLER_FAIL || r == KL_HANDLER_RETRY);
+  CHECK(r != KL_HANDLER_OK || (json_is_array(emit) && !json_array_size(emit)));
+  CHECK(r == KL_HANDLER_OK ||
+        (memchr(err, '\0', sizeof(err)) != NULL && err[0] != '\0'));
+}
+
+/* 1 when the input is JSON whose objects have some key twice. */
+static int has_duplicate_key(const uint8_t *data, size_t size) {
+  json_error_t jerr;
+  json_t *loose = json_loadb((const char *)data, size, 0, &jerr);
+  json_t *strict =
+      json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, &jerr);
+  int twice = loose && !strict;
+  json_decref(loose);
+  json_decref(strict);
+  return twice;
+}
+
 static void check_answer(const uint8_t *data, size_t size) {
   kl__exec_answer_t a, b;
   int rc = kl__exec_answer_parse((const char *)data, size, &a);
@@ -35,6 +61,10 @@ static void check_answer(const uint8_t *data, size_t size) {
   CHECK(kl__exec_answer_parse((const char *)data, size, &b) == rc);
   CHECK((a.emit == NULL) == (b.emit == NULL));
   CHECK(!a.emit || a.result == KL_HANDLER_OK);
+  CHECK(rc < 0 || !has_duplicate_key(data, size));
+  CHECK(!a.has_seq || (a.seq >= 1 && a.seq <= (uint64_t)INT64_MAX));
+  if (a.emit)
+    check_emit(a.emit);
   json_decref(a.emit); /* the caller's reference (handler_exec.h) */
   json_decref(b.emit);
   a.emit = b.emit = NULL;

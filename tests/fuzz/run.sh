@@ -64,7 +64,9 @@ seed() {
     printf 'POST /v1/topics/x.dlq/events HTTP/1.1\r\nContent-Length : 2\r\nX: a\r\n b\r\nTransfer-Encoding: gzip, chunked\r\n\r\n{}' >"$dir/smuggle" ;;
   exec_answer)
     printf '{"seq":1,"status":"ok"}' >"$dir/ok"
-    printf '{"status":"fail","error":{"code":7}}' >"$dir/fail" ;;
+    printf '{"status":"fail","error":{"code":7}}' >"$dir/fail"
+    printf '{"seq":2,"status":"ok","emit":[{"topic":"t2","key":"k","type":"t","payload":{"a":[1,2]}},{"key":"k","type":"t","payload_b64":"AAE="}]}' >"$dir/emit"
+    printf '{"status":"ok","emit":[{"topic":"x.dlq","key":"k","type":"t","id":"i","headers":{"h":"v"}}]}' >"$dir/emit_refused" ;;
   esac
 }
 

@@ -12,13 +12,17 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "common/internal.h"
 #include "support/cluster.h"
 #include "support/support.h"
 #include "worker/checks.h"
 #include "worker/handler_exec.h"
+#include "worker/handler_exec_line.h"
+#include "worker/outbox_rec.h"
 #include "worker/replay.h"
+#include "worker/store_internal.h"
 
 static const kl_event_t kl_event = {.key = "acct-1",
                                     .key_len = 6,
@@ -345,6 +349,181 @@ static void test_late_write_of_a_killed_child_applies_once(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* ---- answers: each key once, "seq" in range ---- */
+
+/* A key given twice would be read last-wins (which "seq", which
+ * "status"?), and a "seq" keylane never gives (0, past 2^63-1) is no
+ * echo: such lines are no answers, and say why. Issue 30 items C, D. */
+static void test_answer_keys_once_and_seq_in_range(void **state) {
+  static const struct {
+    const char *line;
+    const char *says;
+  } bad[] = {
+      {"{\"status\":\"ok\",\"status\":\"fail\"}", "duplicate object key"},
+      {"{\"seq\":1,\"seq\":2,\"status\":\"ok\"}", "duplicate object key"},
+      {"{\"status\":\"fail\",\"error\":\"a\",\"error\":\"b\"}",
+       "duplicate object key"},
+      {"{\"status\":\"ok\",\"emit\":[{\"key\":\"a\",\"key\":\"b\","
+       "\"type\":\"t\"}]}",
+       "duplicate object key"},
+      {"{\"seq\":18446744073709551615,\"status\":\"ok\"}",
+       "too big integer near '18446744073709551615'"},
+      {"{\"seq\":0,\"status\":\"ok\"}", "from 1 to 2^63-1"},
+      {"{\"seq\":-1,\"status\":\"ok\"}", "from 1 to 2^63-1"},
+      {"{\"seq\":1.5,\"status\":\"ok\"}", "from 1 to 2^63-1"},
+  };
+  kl__exec_answer_t a;
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    if (kl__exec_answer_parse(bad[i].line, strlen(bad[i].line), &a) != -1)
+      fail_msg("%s was taken for an answer", bad[i].line);
+    json_decref(a.emit);
+    if (!strstr(a.error, bad[i].says))
+      fail_msg("%s: \"%s\" does not say \"%s\"", bad[i].line, a.error,
+               bad[i].says);
+  }
+  const char *top = "{\"seq\":9223372036854775807,\"status\":\"ok\"}";
+  assert_int_equal(kl__exec_answer_parse(top, strlen(top), &a), 0);
+  assert_true(a.has_seq);
+  assert_true(a.seq == (uint64_t)INT64_MAX);
+}
+
+/* ---- "emit": follow-ups in the event's txn ---- */
+
+typedef struct kl_emit_fx {
+  char dir[64];
+  kl_store_t *store;
+  kl_txn_t *txn;
+} kl_emit_fx_t;
+
+static void kl_emit_fx_up(kl_emit_fx_t *fx) {
+  kl_t_tmpdir(fx->dir);
+  assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
+  kl_partition_state_t st;
+  assert_int_equal(kl_store_acquire(fx->store, "events", 3, &st), KL_OK);
+  assert_int_equal(kl_store_begin(fx->store, "events", 3, st.epoch, &fx->txn),
+                   KL_OK);
+  kl__txn_source_event(fx->txn, &kl_event);
+}
+
+static void kl_emit_fx_down(kl_emit_fx_t *fx) {
+  kl_store_abort(fx->txn);
+  kl_store_destroy(fx->store);
+  kl_t_rmrf(fx->dir);
+}
+
+/* kl__exec_emit() of the "emit" array @p text, with "dead-letters" as the
+ * worker's dead-letter topic; @returns its verdict, and in @p rec the one
+ * follow-up it emitted (its bytes, freed with kl__emits_free(*emits)), or
+ * nothing when it emitted none. */
+static kl_handler_result_t kl_emit(kl_emit_fx_t *fx, const char *text,
+                                   kl__emits_t **emits, kl__outbox_rec_t *rec,
+                                   char *err, size_t size) {
+  json_error_t jerr;
+  json_t *emit = json_loads(text, 0, &jerr);
+  if (!emit)
+    fail_msg("%s: %s", text, jerr.text);
+  err[0] = '\0';
+  kl_handler_result_t r =
+      kl__exec_emit(emit, "dead-letters", fx->txn, err, size);
+  json_decref(emit);
+  *emits = kl__txn_take_emits(fx->txn);
+  kl__txn_source_event(fx->txn, &kl_event); /* the next call's index 0 */
+  size_t off = 0, len;
+  const void *bytes;
+  if (kl__emits_next(*emits, &off, &bytes, &len))
+    assert_int_equal(kl__outbox_rec_decode(bytes, len, rec), 0);
+  assert_int_equal(kl__emits_next(*emits, &off, &bytes, &len), 0);
+  return r;
+}
+
+/* An emit carries "payload_b64" as its raw bytes, and "payload" as its
+ * msgpack, to the topic it names or the event's own. Issue 30 item A. */
+static void test_emit_payload_b64(void **state) {
+  kl_emit_fx_t fx;
+  kl_emit_fx_up(&fx);
+  char err[512];
+  kl__emits_t *emits;
+  kl__outbox_rec_t rec;
+  assert_int_equal(kl_emit(&fx,
+                           "[{\"key\":\"k\",\"type\":\"t\","
+                           "\"payload_b64\":\"AAEC/w==\"}]",
+                           &emits, &rec, err, sizeof(err)),
+                   KL_HANDLER_OK);
+  assert_int_equal(rec.event.payload_len, 4);
+  assert_memory_equal(rec.event.payload, "\x00\x01\x02\xff", 4);
+  assert_int_equal(rec.topic_len, 0); /* the event's own */
+  assert_int_equal(rec.event.id_len, 6);
+  assert_memory_equal(rec.event.id, "id-1/0", 6);
+  kl__emits_free(emits);
+  assert_int_equal(kl_emit(&fx,
+                           "[{\"topic\":\"other-topic\",\"key\":\"k\","
+                           "\"type\":\"t\",\"payload\":{\"a\":1}}]",
+                           &emits, &rec, err, sizeof(err)),
+                   KL_HANDLER_OK);
+  assert_int_equal(rec.event.payload_len, 4);
+  assert_memory_equal(rec.event.payload,
+                      "\x81\xa1"
+                      "a\x01",
+                      4);
+  assert_int_equal(rec.topic_len, 11);
+  assert_memory_equal(rec.topic, "other-topic", 11);
+  kl__emits_free(emits);
+  kl_emit_fx_down(&fx);
+}
+
+/* What an emit may not say is refused, naming it: the event fails (a dead
+ * letter with the reason), nothing is emitted silently wrong. Issue 30
+ * items A (fields) and B (topics). */
+static void test_emit_refusals(void **state) {
+  static const struct {
+    const char *emit;
+    const char *says;
+  } refused[] = {
+      {"{\"key\":\"k\",\"type\":\"t\",\"id\":\"mine\"}",
+       "\"id\" is not allowed"},
+      {"{\"key\":\"k\",\"type\":\"t\",\"headers\":{\"a\":\"b\"}}",
+       "headers on follow-ups are not supported yet"},
+      {"{\"key\":\"k\",\"type\":\"t\",\"paylod\":1}",
+       "unknown field \"paylod\""},
+      {"{\"key\":\"k\",\"type\":\"t\",\"payload\":1,\"payload_b64\":\"AA==\"}",
+       "both \"payload\" and \"payload_b64\""},
+      {"{\"key\":\"k\",\"type\":\"t\",\"payload_b64\":\"A!==\"}",
+       "\"payload_b64\""},
+      {"{\"key\":\"k\"}", "\"type\" is missing"},
+      {"{\"key\":\"\",\"type\":\"t\"}", "\"key\" is empty"},
+      {"7", "not an object"},
+      {"{\"topic\":\"events.dlq\",\"key\":\"k\",\"type\":\"t\"}",
+       "topic \"events.dlq\" is a dead-letter topic"},
+      {"{\"topic\":\"x.dlq\",\"key\":\"k\",\"type\":\"t\"}",
+       "a dead-letter topic"},
+      {"{\"topic\":\"dead-letters\",\"key\":\"k\",\"type\":\"t\"}",
+       "the worker's dead-letter topic"},
+      {"{\"topic\":\"__consumer_offsets\",\"key\":\"k\",\"type\":\"t\"}",
+       "internal to Kafka"},
+      {"{\"topic\":\"no spaces\",\"key\":\"k\",\"type\":\"t\"}",
+       "has the byte 0x20 at 2"},
+      {"{\"topic\":\"..\",\"key\":\"k\",\"type\":\"t\"}", "reserved by Kafka"},
+      {"{\"topic\":\"\",\"key\":\"k\",\"type\":\"t\"}",
+       "omit it to emit to the event's own topic"},
+      {"{\"topic\":7,\"key\":\"k\",\"type\":\"t\"}", "must be a topic name"},
+  };
+  kl_emit_fx_t fx;
+  kl_emit_fx_up(&fx);
+  char text[512], err[512];
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+    kl__emits_t *emits;
+    kl__outbox_rec_t rec;
+    snprintf(text, sizeof(text), "[%s]", refused[i].emit);
+    if (kl_emit(&fx, text, &emits, &rec, err, sizeof(err)) != KL_HANDLER_FAIL)
+      fail_msg("%s was not refused", text);
+    if (!strstr(err, refused[i].says) || !strstr(err, "\"emit\"[0]"))
+      fail_msg("%s: \"%s\" does not say \"%s\"", text, err, refused[i].says);
+    assert_true(!emits || emits->count == 0);
+    kl__emits_free(emits);
+  }
+  kl_emit_fx_down(&fx);
+}
+
 /* ---- a worker on the embedded cluster ---- */
 
 static kl_worker_t *kl_exec_worker(const char *bootstrap, const char *topic,
@@ -389,28 +568,55 @@ typedef struct kl_case {
   const char *concurrency; /* NULL: one child, one event at a time */
 } kl_case_t;
 
+/* An embedded cluster with topic @p name of @p partitions and its
+ * dead-letter topic, a store, and @p events ledger events published. */
+typedef struct kl_exec_fx {
+  char dir[64];
+  kl_t_cluster_t *cluster;
+  const char *topic;
+  kl_store_t *store;
+  kl__ledger_gen_t *gen;
+  kl_producer_t *producer;
+} kl_exec_fx_t;
+
+static void kl_exec_fx_up(kl_exec_fx_t *fx, const char *name, int partitions,
+                          int events) {
+  char sdir[80], dlq[64];
+  kl_t_tmpdir(fx->dir);
+  snprintf(sdir, sizeof(sdir), "%s/store", fx->dir);
+  snprintf(dlq, sizeof(dlq), "%s.dlq", name);
+  assert_int_equal(kl_t_cluster_new(1, name, partitions, &fx->cluster), KL_OK);
+  fx->topic = kl_t_topic(fx->cluster);
+  assert_int_equal(kl_t_cluster_topic_create(fx->cluster, dlq, 1), KL_OK);
+  assert_int_equal(kl_store_open(sdir, NULL, &fx->store), KL_OK);
+  fx->gen = kl__ledger_gen_new(20, 2, 7);
+  fx->producer = kl_t_producer(kl_t_bootstrap(fx->cluster), fx->gen);
+  for (int i = 0; i < events; i++)
+    assert_int_equal(kl__ledger_gen_publish(fx->gen, fx->producer, fx->topic),
+                     KL_OK);
+  assert_int_equal(kl_flush(fx->producer, 30000), KL_OK);
+}
+
+static void kl_exec_fx_down(kl_exec_fx_t *fx) {
+  kl_producer_destroy(fx->producer);
+  kl__ledger_gen_destroy(fx->gen);
+  kl_store_destroy(fx->store);
+  kl_t_cluster_destroy(fx->cluster);
+  kl_t_rmrf(fx->dir);
+}
+
 /* Runs a worker with the exec handler over @p c->events events until they
  * are applied (or dead-lettered); checks each was applied at most once. */
 static void kl_worker_case(const kl_case_t *c) {
-  char dir[64], sdir[80], cmd[768], marker[128];
-  kl_t_tmpdir(dir);
-  snprintf(sdir, sizeof(sdir), "%s/store", dir);
-  snprintf(marker, sizeof(marker), "%s/marker", dir);
-  kl_t_cluster_t *cluster;
-  assert_int_equal(kl_t_cluster_new(1, "exec", 2, &cluster), KL_OK);
-  const char *topic = kl_t_topic(cluster);
-  assert_int_equal(kl_t_cluster_topic_create(cluster, "exec.dlq", 1), KL_OK);
-  kl_store_t *store;
-  assert_int_equal(kl_store_open(sdir, NULL, &store), KL_OK);
-  kl__ledger_gen_t *gen = kl__ledger_gen_new(20, 2, 7);
-  kl_producer_t *producer = kl_t_producer(kl_t_bootstrap(cluster), gen);
-  for (int i = 0; i < c->events; i++)
-    assert_int_equal(kl__ledger_gen_publish(gen, producer, topic), KL_OK);
-  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+  kl_exec_fx_t fx;
+  kl_exec_fx_up(&fx, "exec", 2, c->events);
+  char cmd[768], marker[128];
+  snprintf(marker, sizeof(marker), "%s/marker", fx.dir);
   snprintf(cmd, sizeof(cmd), c->script, marker);
   kl__exec_t *exec = kl_exec(cmd, c->timeout_ms);
-  kl_worker_t *worker = kl_exec_worker(kl_t_bootstrap(cluster), topic, store,
-                                       exec, c->attempts, c->concurrency);
+  kl_worker_t *worker =
+      kl_exec_worker(kl_t_bootstrap(fx.cluster), fx.topic, fx.store, exec,
+                     c->attempts, c->concurrency);
   pthread_t thread;
   pthread_create(&thread, NULL, kl_run, worker);
   kl_worker_stats_t st;
@@ -430,15 +636,12 @@ static void kl_worker_case(const kl_case_t *c) {
   assert_int_equal(st.duplicates, 0);
   assert_true(kl__exec_starts(exec) >= 2);
   kl__ledger_verdict_t v;
-  assert_int_equal(kl__ledger_gen_verify(gen, store, topic, &v), KL_OK);
+  assert_int_equal(kl__ledger_gen_verify(fx.gen, fx.store, fx.topic, &v),
+                   KL_OK);
   assert_int_equal(v.applied, c->events - c->dead); /* none twice */
   kl_worker_destroy(worker);
   kl__exec_destroy(exec);
-  kl_producer_destroy(producer);
-  kl__ledger_gen_destroy(gen);
-  kl_store_destroy(store);
-  kl_t_cluster_destroy(cluster);
-  kl_t_rmrf(dir);
+  kl_exec_fx_down(&fx);
 }
 
 /* The child crashes once, at its 50th event (the marker says it did). */
@@ -519,6 +722,32 @@ static kl_worker_stats_t kl_fence_run(const char *bootstrap, const char *topic,
   kl_worker_destroy(worker);
   kl__exec_destroy(exec);
   return st;
+}
+
+/* A handler's error and its child's stderr are client text: a newline or
+ * an ESC in them comes out escaped in the worker's log, so they can
+ * neither forge a log line nor drive the terminal of whoever reads it.
+ * Issue 30 item E. */
+static void test_log_escapes_exec_text(void **state) {
+  kl_exec_fx_t fx;
+  kl_exec_fx_up(&fx, "esc", 1, 2);
+  kl_t_stderr_t log;
+  kl_t_stderr_begin(&log);
+  kl_worker_stats_t st =
+      kl_fence_run(kl_t_bootstrap(fx.cluster), fx.topic, fx.store,
+                   "while read -r l; do printf 'warn\\033[2J\\n' >&2; "
+                   "printf '%s\\n' '{\"status\":\"fail\",\"error\":"
+                   "\"bad\\nFORGED \\u001b[2J\"}'; done",
+                   2);
+  kl_t_sleep_ms(300); /* the stderr reader's last lines */
+  char *text = kl_t_stderr_end(&log);
+  assert_int_equal(st.dead_letters, 2);
+  assert_non_null(strstr(text, "exec handler: bad\\x0aFORGED \\x1b[2J"));
+  assert_non_null(strstr(text, "]: warn\\x1b[2J"));
+  assert_null(memchr(text, 0x1b, strlen(text)));
+  assert_null(strstr(text, "\nFORGED")); /* no line of its own */
+  free(text);
+  kl_exec_fx_down(&fx);
 }
 
 /* Epochs outlive the store: a fleet whose store is lost starts again on a
@@ -633,6 +862,9 @@ int main(void) {
       cmocka_unit_test(test_crash_restarts),
       cmocka_unit_test(test_hang_is_killed),
       cmocka_unit_test(test_garbage_and_long_lines),
+      cmocka_unit_test(test_answer_keys_once_and_seq_in_range),
+      cmocka_unit_test(test_emit_payload_b64),
+      cmocka_unit_test(test_emit_refusals),
       cmocka_unit_test(test_extra_line_does_not_shift_answers),
       cmocka_unit_test(test_seq_echo_and_unknown_seq),
       cmocka_unit_test(test_echoing_child_must_echo),
@@ -642,6 +874,7 @@ int main(void) {
       cmocka_unit_test(test_worker_child_crash_applies_once),
       cmocka_unit_test(test_worker_child_hang_applies_once),
       cmocka_unit_test(test_worker_child_garbage_dead_letters),
+      cmocka_unit_test(test_log_escapes_exec_text),
       cmocka_unit_test(test_fence_example_accepts_a_new_store),
       cmocka_unit_test(test_worker_pipelined_children_apply_once),
   };

@@ -178,6 +178,52 @@ static void test_amounts_positive_and_checked(void **state) {
   kl_fx_down(&fx);
 }
 
+/* A payload with a field the ledger reads given twice is a dead letter
+ * (msgpack maps take the last one silently: which amount was meant?); and
+ * a key with a newline and an ESC comes out escaped in the log line of the
+ * transfer it refuses. Issue 30 items C and E. */
+static void test_duplicate_fields_and_keys_in_the_log(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "dupes");
+  /* {"amount": 1, "amount": 1000, "seq": 1} */
+  static const char twice[] = "\x83\xa6"
+                              "amount\x01\xa6"
+                              "amount\xcd\x03\xe8\xa3"
+                              "seq\x01";
+  kl_event_t ev = {.key = "dup",
+                   .key_len = 3,
+                   .type = "credit",
+                   .type_len = 6,
+                   .payload = twice,
+                   .payload_len = sizeof(twice) - 1};
+  assert_int_equal(kl_publish(fx.producer, kl_t_topic(fx.cluster), &ev, NULL),
+                   KL_OK);
+  fx.sent++;
+  kl_send(&fx, "dup", 3, "credit", 5, 1);
+  static const char self[] = "self\nFORGED \x1b[2J";
+  assert_int_equal(kl__ledger_send_transfer(fx.producer, kl_t_topic(fx.cluster),
+                                            self, self, NULL, 1, 1, NULL),
+                   KL_OK);
+  fx.sent++;
+  kl_t_stderr_t log;
+  kl_t_stderr_begin(&log);
+  kl_apply_all(&fx);
+  char *text = kl_t_stderr_end(&log);
+  assert_int_equal(kl_balance(&fx, "dup"), 5);
+  kl_letter_t letters[2];
+  assert_int_equal(kl_read_letters(&fx, letters, 2), 2);
+  int i = strcmp(letters[0].key, "dup") == 0 ? 0 : 1;
+  assert_string_equal(letters[i].key, "dup");
+  assert_non_null(strstr(letters[i].error, "\"amount\" twice"));
+  assert_non_null(strstr(letters[1 - i].error, "to itself"));
+  assert_non_null(strstr(text, "transfer from self\\x0aFORGED \\x1b[2J to"));
+  assert_null(memchr(text, 0x1b, strlen(text)));
+  assert_null(strstr(text, "\nFORGED"));
+  free(text);
+  kl_fx_down(&fx);
+}
+
 /* `keylane ledger` prints keys as escaped text: no control byte reaches the
  * terminal, and keys that differ after a NUL stay apart, in --json too. */
 static void test_ledger_cli_escapes_keys(void **state) {
@@ -308,6 +354,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_follow_up_ids),
       cmocka_unit_test(test_amounts_positive_and_checked),
+      cmocka_unit_test(test_duplicate_fields_and_keys_in_the_log),
       cmocka_unit_test(test_ledger_cli_escapes_keys),
       cmocka_unit_test(test_read_only_commands_create_nothing),
   };

@@ -28,6 +28,32 @@ void kl_t_sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
+void kl_t_stderr_begin(kl_t_stderr_t *log) {
+  char path[] = "/tmp/keylane-test-log-XXXXXX";
+  log->fd = mkstemp(path);
+  if (log->fd < 0) {
+    perror("mkstemp");
+    abort();
+  }
+  unlink(path);
+  log->saved = dup(STDERR_FILENO);
+  dup2(log->fd, STDERR_FILENO);
+}
+
+char *kl_t_stderr_end(kl_t_stderr_t *log) {
+  dup2(log->saved, STDERR_FILENO);
+  close(log->saved);
+  off_t len = lseek(log->fd, 0, SEEK_END);
+  char *text = malloc(len > 0 ? (size_t)len + 1 : 1);
+  ssize_t n = text && len > 0 ? pread(log->fd, text, (size_t)len, 0) : 0;
+  close(log->fd);
+  if (!text)
+    abort();
+  text[n > 0 ? n : 0] = '\0';
+  fputs(text, stderr);
+  return text;
+}
+
 kl_producer_t *kl_t_producer(const char *bootstrap, kl__ledger_gen_t *gen) {
   kl_conf_t *conf = kl_conf_new();
   kl_producer_t *producer = NULL;

@@ -58,6 +58,16 @@ kl_err_t kl_t_worker_stop(kl_t_worker_t *tw);
 uint64_t kl_t_workers_applied(kl_t_worker_t *const *tw, size_t n, uint64_t want,
                               int ms);
 
+/* This process's log (its stderr) goes to a file from kl_t_stderr_begin()
+ * until kl_t_stderr_end(), which copies it to the real stderr and returns
+ * it: malloc()ed, NUL-terminated, the caller's to free. Not nested. */
+typedef struct kl_t_stderr {
+  int saved; /* the real stderr */
+  int fd;    /* the file it goes to meanwhile */
+} kl_t_stderr_t;
+void kl_t_stderr_begin(kl_t_stderr_t *log);
+char *kl_t_stderr_end(kl_t_stderr_t *log);
+
 /* The binary under test (KEYLANE_BIN) */
 const char *kl_t_bin(void);
 /* Points KEYLANE_BIN at KEYLANE_BUILD_DIR's bin/keylane-bench, for the

@@ -182,6 +182,12 @@ static int kl_worker_main(kl_conf_t *conf, const char *topic,
     return kl__cli_fail(SUB, "cannot open the store %s: %s", location,
                         kl_err_detail());
   }
+  if (kl__handler_check_store(&handler, handler_spec, store)) {
+    int rc = kl__cli_usage(SUB, "%s", kl_err_detail());
+    kl_store_destroy(store);
+    kl__handler_release(&handler);
+    return rc;
+  }
   kl_worker_t *worker;
   err = kl_worker_new(conf, topic, store, handler.fn, handler.opaque, &worker);
   int rc = KL_EXIT_OK;
