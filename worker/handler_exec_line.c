@@ -17,7 +17,6 @@
 #include "broker/trace.h"
 #include "common/internal.h"
 #include "common/json_msgpack.h"
-#include "common/topic.h"
 
 static int kl_exec_set_b64(json_t *obj, const char *name, const void *data,
                            size_t len) {
@@ -195,8 +194,9 @@ static kl_err_t emit_fields(json_t *item, size_t i, char *errbuf, size_t size) {
     const char *name, *why;
   } refused[] = {
       {"id", "\"id\" is not allowed: keylane derives a follow-up's id from "
-             "its source event's (SOURCE_ID/INDEX), so that it can never "
-             "collide with an id a client chose; drop \"id\""},
+             "its source event's place in the log "
+             "(~TOPIC/PARTITION/OFFSET/INDEX), so that it can never collide "
+             "with an id a client chose; drop \"id\""},
       {"headers", "headers on follow-ups are not supported yet (a "
                   "follow-up carries only its source's trace context); "
                   "drop \"headers\" and put the data in the payload"}};
@@ -230,15 +230,12 @@ static kl_err_t emit_topic(json_t *item, size_t i, const char *dlq_topic,
     return emit_refuse(errbuf, size, i,
                        "\"topic\" must be a topic name; omit it to emit to "
                        "the event's own topic");
-  if (kl__topic_check(*out, json_string_length(topic)))
-    return emit_refuse(errbuf, size, i, "%s", kl_err_detail());
-  const char *why = kl__topic_reserved(*out);
-  if (!why && dlq_topic && strcmp(*out, dlq_topic) == 0)
-    why = "the worker's dead-letter topic (worker.dlq.topic)";
-  if (why)
+  /* kl_txn_emit() refuses names that are invalid or reserved to all */
+  if (dlq_topic && strcmp(*out, dlq_topic) == 0)
     return emit_refuse(errbuf, size, i,
-                       "topic \"%s\" is %s: a handler may not emit to it", *out,
-                       why);
+                       "topic \"%s\" is the worker's dead-letter topic "
+                       "(worker.dlq.topic): a handler may not emit to it",
+                       *out);
   return KL_OK;
 }
 

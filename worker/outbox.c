@@ -10,6 +10,7 @@
 #include "common/internal.h"
 #include "broker/producer_internal.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "keylane/producer.h"
 #include "worker/dlq.h"
 #include "worker/outbox_rec.h"
@@ -303,10 +304,11 @@ static void kl_ob_delivered(void *opaque, const kl_delivery_t *d) {
     kl_ob_set_aside(ob, it, why);
     return;
   }
+  char id[KL__ESCAPED_SIZE(KL_ID_MAX)];
   KL_LOG_W(KL_COMP,
-           "follow-up id=%.*s of partition=%" PRId32 " was not "
+           "follow-up id=%s of partition=%" PRId32 " was not "
            "acknowledged (%s), it is published again",
-           (int)d->id_len, d->id, it->partition, why);
+           kl__escape(id, sizeof(id), d->id, d->id_len), it->partition, why);
   kl_ob_requeue(ob, it);
 }
 

@@ -8,6 +8,7 @@
 
 #include "broker/envelope_internal.h"
 #include "common/internal.h"
+#include "common/topic.h"
 #include "keylane/worker.h"
 #include "worker/outbox_rec.h"
 #include "worker/store_backend.h"
@@ -70,11 +71,16 @@ static kl_err_t kl_emit_check(const kl_txn_t *txn, const char *topic) {
                    "already, at most %d are allowed: split the "
                    "work into more events",
                    have, KL__EMIT_MAX);
-  if (topic && strlen(topic) > KL__TOPIC_MAX)
+  if (!topic || !*topic)
+    return KL_OK; /* the event's own */
+  const char *why = kl__topic_reserved(topic);
+  if (kl__topic_check(topic, strlen(topic)))
+    return kl__err(KL_EINVAL, "kl_txn_emit: %s", kl_err_detail());
+  if (why)
     return kl__err(KL_EINVAL,
-                   "kl_txn_emit: topic is %zu bytes, Kafka allows "
-                   "%d",
-                   strlen(topic), KL__TOPIC_MAX);
+                   "kl_txn_emit: topic \"%s\" is %s: a handler may not emit "
+                   "to it",
+                   topic, why);
   return KL_OK;
 }
 

@@ -402,7 +402,7 @@ static void kl_emit_fx_up(kl_emit_fx_t *fx) {
   assert_int_equal(kl_store_acquire(fx->store, "events", 3, &st), KL_OK);
   assert_int_equal(kl_store_begin(fx->store, "events", 3, st.epoch, &fx->txn),
                    KL_OK);
-  kl__txn_source_event(fx->txn, &kl_event);
+  kl__txn_source_event(fx->txn, &kl_event, &kl_fence);
 }
 
 static void kl_emit_fx_down(kl_emit_fx_t *fx) {
@@ -427,7 +427,8 @@ static kl_handler_result_t kl_emit(kl_emit_fx_t *fx, const char *text,
       kl__exec_emit(emit, "dead-letters", fx->txn, err, size);
   json_decref(emit);
   *emits = kl__txn_take_emits(fx->txn);
-  kl__txn_source_event(fx->txn, &kl_event); /* the next call's index 0 */
+  kl__txn_source_event(fx->txn, &kl_event,
+                       &kl_fence); /* the next call's index 0 */
   size_t off = 0, len;
   const void *bytes;
   if (kl__emits_next(*emits, &off, &bytes, &len))
@@ -452,8 +453,8 @@ static void test_emit_payload_b64(void **state) {
   assert_int_equal(rec.event.payload_len, 4);
   assert_memory_equal(rec.event.payload, "\x00\x01\x02\xff", 4);
   assert_int_equal(rec.topic_len, 0); /* the event's own */
-  assert_int_equal(rec.event.id_len, 6);
-  assert_memory_equal(rec.event.id, "id-1/0", 6);
+  assert_int_equal(rec.event.id_len, 14); /* the source's place: kl_fence */
+  assert_memory_equal(rec.event.id, "~events/3/42/0", 14);
   kl__emits_free(emits);
   assert_int_equal(kl_emit(&fx,
                            "[{\"topic\":\"other-topic\",\"key\":\"k\","

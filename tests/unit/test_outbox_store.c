@@ -134,6 +134,14 @@ static void test_emit_limits(void **state) {
   assert_non_null(strstr(kl_err_detail(), "at most 219"));
   kl__txn_source(txn, "t", 0, 8);
   assert_int_not_equal(kl_txn_emit(txn, NULL, NULL, 0, "t", NULL, 0), KL_OK);
+  /* Topics no client may publish to, and names Kafka refuses. */
+  static const char *const bad[] = {"events.dlq", "__consumer_offsets",
+                                    "bad topic", "..", "caf\xc3\xa9"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    assert_int_equal(kl_txn_emit(txn, bad[i], "k", 1, "t", NULL, 0),
+                     KL_EINVAL);
+    assert_non_null(strstr(kl_err_detail(), "kl_txn_emit: "));
+  }
   assert_int_not_equal(kl_txn_emit(txn, NULL, "k", 1, "", NULL, 0), KL_OK);
   kl_store_abort(txn);
   kl_store_destroy(store);
