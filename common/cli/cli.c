@@ -9,6 +9,9 @@
 
 volatile int kl__cli_stop;
 
+static void kl_cli_vprint(const char *sub, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+
 static void kl_cli_vprint(const char *sub, const char *fmt, va_list ap) {
   fprintf(stderr, "keylane %s: ", sub);
   vfprintf(stderr, fmt, ap);
