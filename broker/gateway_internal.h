@@ -27,7 +27,7 @@
 #include <librdkafka/rdkafka.h>
 #include <uv.h>
 
-#include "broker/event_json.h"
+#include "event/event_json.h"
 #include "broker/gateway.h"
 #include "common/metrics.h"
 #include "common/strbuf.h"

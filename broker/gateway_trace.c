@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "broker/gateway_internal.h"
-#include "broker/trace.h"
+#include "event/trace.h"
 
 /* @returns 0, or 400 naming the header that is not W3C trace context. */
 static int kl_trace_headers_check(const kl__gw_parse_t *parse,

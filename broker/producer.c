@@ -40,7 +40,7 @@
 
 #include <librdkafka/rdkafka.h>
 
-#include "broker/envelope_internal.h"
+#include "event/envelope.h"
 #include "broker/producer_internal.h"
 #include "common/internal.h"
 #include "common/kafka.h"
@@ -73,6 +73,7 @@ struct kl_producer {
   int64_t inflight_max;
   int64_t enqueue_timeout_ms;
   int32_t expect_partitions;
+  int follow_ups;      /* producer.follow_ups: ids beginning with '~' allowed */
   kl_topic_t **topics; /* each stays where it is: the watch thread's too */
   size_t topic_cnt;    /* written with mu held, on the caller's thread */
   pthread_mutex_t mu;  /* topics and topic_cnt against the watch thread */
@@ -247,6 +248,8 @@ kl_err_t kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
   producer->expect_partitions =
       (int32_t)kl__conf_int(conf, "producer.expect.partitions");
   producer->check_ms = kl__conf_int(conf, "producer.partitions.check.ms");
+  producer->follow_ups =
+      strcmp(kl_conf_get(conf, "producer.follow_ups"), "true") == 0;
   pthread_mutex_init(&producer->mu, NULL);
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
@@ -590,10 +593,8 @@ static void kl_publish_stamp(kl_event_t *ev, char id[37]) {
     ev->ts = now;
 }
 
-/* kl_publish(), and for the outbox an id of keylane's own (@p derived). */
-static kl_err_t kl_publish_any(kl_producer_t *producer, const char *topic,
-                               const kl_event_t *event, void *opaque,
-                               int derived) {
+kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
+                    const kl_event_t *event, void *opaque) {
   kl__err_clear();
   if (!producer || !topic || !event)
     return kl__err(KL_EINVAL, "kl_publish: producer, topic and event are "
@@ -603,7 +604,7 @@ static kl_err_t kl_publish_any(kl_producer_t *producer, const char *topic,
   kl_publish_stamp(&ev, id);
   /* Validating first: a bad event fails before any waiting. */
   kl_err_t err = kl_event_validate(&ev, 0);
-  if (!err && !derived)
+  if (!err && !producer->follow_ups) /* the outbox's ids are keylane's */
     err = kl__id_client_check(ev.id, ev.id_len);
   if (err)
     return err;
@@ -628,16 +629,6 @@ static kl_err_t kl_publish_any(kl_producer_t *producer, const char *topic,
     return err;
   rd_kafka_poll(producer->rk, 0); /* serve delivery reports as we go */
   return KL_OK;
-}
-
-kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
-                    const kl_event_t *event, void *opaque) {
-  return kl_publish_any(producer, topic, event, opaque, 0);
-}
-
-kl_err_t kl__publish_follow_up(kl_producer_t *producer, const char *topic,
-                               const kl_event_t *event, void *opaque) {
-  return kl_publish_any(producer, topic, event, opaque, 1);
 }
 
 int kl_producer_poll(kl_producer_t *producer, int timeout_ms) {

@@ -34,12 +34,4 @@ void kl__producer_forget(kl_producer_t *producer, const char *topic);
  */
 kl_err_t kl__producer_topic_check(kl_producer_t *producer, const char *topic);
 
-/**
- * kl_publish() of a follow-up event, whose id keylane derived
- * (kl_txn_emit()): the one publish that may carry an id beginning with
- * KL_ID_RESERVED. For the worker's outbox.
- */
-kl_err_t kl__publish_follow_up(kl_producer_t *producer, const char *topic,
-                               const kl_event_t *event, void *opaque);
-
 #endif

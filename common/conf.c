@@ -46,6 +46,10 @@ static const kl_conf_key_t kl_keys[] = {
     {"producer.partitions.check.ms", KL_CT_INT, "10000", 100, 3600000, NULL,
      "how often the producer reads its topics' partition counts; on a change "
      "it refuses to publish to the topic"},
+    {"producer.follow_ups", KL_CT_ENUM, "false", 0, 0, "false|true",
+     "true only in the worker's outbox, whose producer publishes follow-ups "
+     "with the ids keylane derived for them, which begin with '~'; a service "
+     "leaves it false, and kl_publish() refuses such ids"},
     {"store.durability", KL_CT_ENUM, "full", 0, 0, "full|meta|none",
      "full: fsync each commit; meta: skip the metadata fsync (an OS crash may "
      "undo the last commit); none: no fsync (an OS crash may undo recent "

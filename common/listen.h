@@ -1,7 +1,7 @@
 /*
  * The listening socket of keylane's HTTP servers, the publish gateway
  * (broker/gateway.c) and the worker's metrics server
- * (worker/metrics_server.c): one address syntax, one bind, one way to read
+ * (cli/metrics_server.c): one address syntax, one bind, one way to read
  * the port that port 0 got.
  */
 #ifndef KEYLANE_COMMON_LISTEN_H

@@ -1,7 +1,7 @@
 /*
  * The one msgpack reader: item by item over a byte range, every length
  * checked against the bytes left before it is used, nothing allocated.
- * Used by the envelope decoder (broker/envelope.c) and the msgpack -> JSON
+ * Used by the envelope decoder (event/envelope.c) and the msgpack -> JSON
  * conversion (common/json_msgpack.c), which each say what they accept.
  *
  * Internal, not installed. Thread safe (no shared state).

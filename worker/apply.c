@@ -5,12 +5,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "broker/trace.h"
+#include "event/trace.h"
 #include "common/internal.h"
 #include "common/log.h"
 #include "keylane/producer.h"
-#include "worker/store_backend.h"
-#include "worker/store_internal.h"
+#include "store/backend.h"
+#include "store/store_internal.h"
 
 /* One murmur2 of the key per record: ~20 ns for a short key. A record
  * without a key is the decoder's to refuse. */

@@ -123,7 +123,7 @@ typedef struct kl__routed {
  * every key routes (murmur2) to the partition it is on; FAIL saying how
  * many do not, one of them, and which partitioner explains them all (what
  * kl__partitioners_explaining() leaves over the misrouted ones,
- * broker/partitioners.h) with the client setting to fix. Records without
+ * event/partitioners.h) with the client setting to fix. Records without
  * a key are not judged; WARN when no record had one.
  */
 void kl__check_routing_judge(const char *topic, const kl__routed_t *sample,

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker/partitioners.h"
+#include "event/partitioners.h"
 #include "common/kafka_pos.h"
 #include "common/partitions.h"
 #include "keylane/producer.h"

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 
 #include "worker/checks.h"
-#include "worker/store_backend.h"
-#include "worker/store_internal.h"
-#include "worker/store_pg.h"
+#include "store/backend.h"
+#include "store/store_internal.h"
+#include "store/pg.h"
 
 void kl__check_store_version(kl_store_t *store, const char *location,
                              kl__check_t *out) {

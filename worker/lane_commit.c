@@ -20,8 +20,8 @@
 #include "worker/lanes.h"
 #include "worker/lanes_internal.h"
 #include "worker/outbox.h"
-#include "worker/outbox_rec.h"
-#include "worker/store_internal.h"
+#include "store/outbox_rec.h"
+#include "store/store_internal.h"
 #include "worker/txn_child.h"
 
 #define KL_COMP "worker"

@@ -3,7 +3,7 @@
  * watermark has not moved for worker.stall.ms (a letter Kafka keeps
  * refusing, a handler that keeps timing out, a store that keeps failing).
  * The worker's poll thread watches; /healthz and /metrics read
- * (worker/metrics_server.h).
+ * (cli/metrics_server.h).
  */
 #ifndef KEYLANE_WORKER_LANE_STALL_H
 #define KEYLANE_WORKER_LANE_STALL_H

@@ -16,7 +16,7 @@
 #include "common/metrics.h"
 #include "worker/lanes_internal.h"
 #include "worker/outbox.h"
-#include "worker/outbox_rec.h"
+#include "store/outbox_rec.h"
 #include "worker/txn_child.h"
 
 #define KL_COMP "worker"

@@ -29,7 +29,7 @@
 #include "keylane/conf.h"
 #include "keylane/store.h"
 #include "worker/lanes.h"
-#include "worker/logcheck.h"
+#include "worker/checks_log.h"
 
 typedef struct kl__log_guard kl__log_guard_t;
 

@@ -8,13 +8,12 @@
 #include <time.h>
 
 #include "common/internal.h"
-#include "broker/producer_internal.h"
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "keylane/producer.h"
 #include "worker/dlq.h"
-#include "worker/outbox_rec.h"
-#include "worker/store_internal.h"
+#include "store/outbox_rec.h"
+#include "store/store_internal.h"
 
 #define KL_COMP "outbox"
 /* A refused publish, or a failed store call, is tried again after this. */
@@ -80,6 +79,11 @@ kl_err_t kl__outbox_new(const kl_conf_t *conf, const char *topic,
     if (ob)
       kl_conf_destroy(ob->conf);
     free(ob);
+    return kl__err(KL_ENOMEM, "outbox: out of memory");
+  }
+  /* Its producer publishes the ids keylane derived: they begin with '~'. */
+  if (kl_conf_set(ob->conf, "producer.follow_ups", "true", NULL, 0)) {
+    kl__outbox_destroy(ob, 0);
     return kl__err(KL_ENOMEM, "outbox: out of memory");
   }
   ob->store = store;
@@ -336,7 +340,7 @@ static kl_err_t kl_ob_send(kl__outbox_t *ob, kl_ob_item_t *it) {
     dest = topic;
   }
   kl_err_t err = kl_ob_producer(ob);
-  return err ? err : kl__publish_follow_up(ob->producer, dest, &rec.event, it);
+  return err ? err : kl_publish(ob->producer, dest, &rec.event, it);
 }
 
 static void kl_ob_publish(kl__outbox_t *ob, int32_t partition, int64_t now) {

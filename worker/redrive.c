@@ -11,7 +11,7 @@
 #include "keylane/producer.h"
 #include "worker/apply.h"
 #include "worker/dlq.h"
-#include "worker/store_internal.h"
+#include "store/store_internal.h"
 
 #define KL_REDRIVE_ATTEMPTS 5
 #define KL_REPUBLISH_TIMEOUT_MS 30000

@@ -18,7 +18,7 @@
 #include "common/strbuf.h"
 #include "worker/apply.h"
 #include "worker/letters.h"
-#include "worker/store_internal.h"
+#include "store/store_internal.h"
 
 #define KL_COMP "replay"
 #define KL_KAFKA_TIMEOUT_MS 10000

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker/partitioners.h"
+#include "event/partitioners.h"
 #include "common/internal.h"
 #include "common/log.h"
 #include "common/strbuf.h"

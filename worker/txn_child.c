@@ -10,9 +10,9 @@
 #include <string.h>
 
 #include "common/internal.h"
-#include "worker/outbox_rec.h"
-#include "worker/store_backend.h"
-#include "worker/store_internal.h"
+#include "store/outbox_rec.h"
+#include "store/backend.h"
+#include "store/store_internal.h"
 
 /* ---- the overlay ----------------------------------------------------- */
 

@@ -33,8 +33,8 @@
 
 #include "keylane/store.h"
 #include "worker/lanes_internal.h"
-#include "worker/store_backend.h"
-#include "worker/txn_buffer.h"
+#include "store/backend.h"
+#include "store/txn_buffer.h"
 
 typedef struct kl__child {
   kl_txn_t base; /* what the handler gets */

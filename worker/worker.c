@@ -33,7 +33,7 @@
 #include "worker/lanes.h"
 #include "worker/log_guard.h"
 #include "worker/pool.h"
-#include "worker/store_internal.h"
+#include "store/store_internal.h"
 #include "worker/worker_internal.h"
 
 /* What a fenced lane last saw of its partition in the store, and since

@@ -37,7 +37,7 @@
  *   it reads any. kl_store_begin() sends BEGIN and its epoch check in one
  *   round trip too; the worker begins the next partition's batch with its
  *   id lookup in the same pipeline, ahead, while a batch's handlers run
- *   (worker/store_internal.h, kl__store_begin_ahead()).
+ *   (store/store_internal.h, kl__store_begin_ahead()).
  * - The owner cache (store.cache.max bytes, default 64M, LRU; 0 turns it
  *   off): while a process holds a partition's epoch it is the only writer
  *   of that partition's keys, so what kl_txn_get() read and what its
@@ -183,6 +183,10 @@ KL_EXPORT kl_err_t kl_store_begin(kl_store_t *store, const char *topic,
  *          I/O error). The txn is freed in every case.
  */
 KL_EXPORT kl_err_t kl_store_commit(kl_txn_t *txn, int64_t watermark);
+
+/** @returns the backend of @p store: "lmdb" or "postgresql" (a static
+ *  string). */
+KL_EXPORT const char *kl_store_backend(const kl_store_t *store);
 
 /** Discards the batch and frees @p txn; accepts NULL. */
 KL_EXPORT void kl_store_abort(kl_txn_t *txn);

@@ -14,7 +14,7 @@
 
 #include "keylane/conf.h"
 #include "keylane/producer.h"
-#include "worker/ledger_gen.h"
+#include "cli/ledger_gen.h"
 
 /** A benchmark; argv[0] is its name, argv also holds --json if given. */
 typedef int(kl_bench_fn)(int argc, char **argv);

@@ -29,7 +29,7 @@
 
 #include "bench.h"
 #include "support/support.h"
-#include "worker/handler_exec.h"
+#include "handlers/exec.h"
 
 #define KL_BX_NAME "exec"
 #define KL_BX_TOPIC "bench"

@@ -46,7 +46,7 @@
 #include "common/metrics.h"
 #include "support/cluster.h"
 #include "support/support.h"
-#include "worker/handler_exec.h"
+#include "handlers/exec.h"
 #include "worker/worker_internal.h"
 
 #define KL_BL_NAME "latency"

@@ -29,8 +29,8 @@
 #include "bench.h"
 #include "keylane/store.h"
 #include "support/pg.h"
-#include "worker/store_cache.h"
-#include "worker/store_internal.h"
+#include "store/cache.h"
+#include "store/store_internal.h"
 
 #define NAME "store"
 #define TOPIC "bench"

@@ -30,8 +30,8 @@
 #include "bench.h"
 #include "support/pg.h"
 #include "support/support.h"
-#include "worker/store_cache.h"
-#include "worker/store_internal.h"
+#include "store/cache.h"
+#include "store/store_internal.h"
 
 #define KL_BW_NAME "worker"
 #define KL_BW_TOPIC "bench"

@@ -61,7 +61,7 @@
 #include "support/pg.h"
 #include "support/spawn.h"
 #include "support/support.h"
-#include "worker/store_lmdb.h"
+#include "store/lmdb.h"
 
 #define KL_F_MAX_WORKERS 8
 #define KL_F_NS 1000000000LL

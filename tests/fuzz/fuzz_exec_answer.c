@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the exec handler's lines (worker/handler_exec_line.c).
+ * libFuzzer target for the exec handler's lines (handlers/exec_line.c).
  *
  * 1. The input as an answer line a child wrote: the parser must not crash,
  *    overread or leak; it accepts only ok/retry/fail, an ok carries no
@@ -19,7 +19,7 @@
 
 #include <jansson.h>
 
-#include "worker/handler_exec_line.h"
+#include "handlers/exec_line.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets (with ASan and UBSan) into build-fuzz/, with
 # CMake (-DKEYLANE_BUILD_FUZZERS=ON, tests/fuzz/CMakeLists.txt), seeds
 # them, runs each for SECONDS and fails on any crash, leak, timeout or OOM:
-#   envelope      the envelope codec (broker/envelope.c)
+#   envelope      the envelope codec (event/envelope.c)
 #   units         the one parser of numbers, durations, sizes (common/units.c),
 #                 and the positions and partition lists built on it
 #   gateway_body  the gateway's body validation, JSON and msgpack

@@ -22,7 +22,7 @@
 #include "support/cluster.h"
 #include "support/http.h"
 #include "support/support.h"
-#include "worker/metrics_server.h"
+#include "cli/metrics_server.h"
 
 #define KL_PARTS 4
 #define KL_GROWN 6

@@ -23,7 +23,7 @@
 #include "support/kafka_read.h"
 #include "support/http.h"
 #include "support/support.h"
-#include "worker/metrics_server.h"
+#include "cli/metrics_server.h"
 
 /* The dead-letter producer gets the worker's kafka.* settings: with
  * message.max.bytes at 100,000 this record fits, its dead letter (the same

@@ -1,5 +1,5 @@
 /*
- * keylane doctor (worker/doctor.h, worker/cli/doctor.c) on a mock cluster
+ * keylane doctor (cli/doctor_run.h, cli/doctor.c) on a mock cluster
  * of this process: each check's OK and its FAIL or WARN, the partitioner
  * named for records another client's default put on the wrong partition,
  * the sample being the last records, the store's checks on LMDB, and
@@ -22,7 +22,7 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
-#include "broker/partitioners.h"
+#include "event/partitioners.h"
 #include "common/kafka.h"
 #include "common/kafka_pos.h"
 #include "keylane/producer.h"
@@ -30,8 +30,8 @@
 #include "support/run.h"
 #include "support/store_contract.h"
 #include "support/support.h"
-#include "worker/doctor.h"
-#include "worker/store_internal.h"
+#include "cli/doctor_run.h"
+#include "store/store_internal.h"
 
 #define KL_TOPIC "events"
 #define KL_PARTS 4

@@ -1,5 +1,5 @@
 /*
- * The exec handler (worker/handler_exec.h): a child that answers ok, one
+ * The exec handler (handlers/exec.h): a child that answers ok, one
  * that crashes, one that hangs past the timeout, one that answers garbage
  * or too long a line, driven directly; and a worker on the embedded
  * cluster whose child crashes mid-stream, with every event applied once.
@@ -18,11 +18,11 @@
 #include "support/cluster.h"
 #include "support/support.h"
 #include "worker/checks.h"
-#include "worker/handler_exec.h"
-#include "worker/handler_exec_line.h"
-#include "worker/outbox_rec.h"
+#include "handlers/exec.h"
+#include "handlers/exec_line.h"
+#include "store/outbox_rec.h"
 #include "worker/replay.h"
-#include "worker/store_internal.h"
+#include "store/store_internal.h"
 
 static const kl_event_t kl_event = {.key = "acct-1",
                                     .key_len = 6,

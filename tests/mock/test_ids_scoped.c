@@ -26,8 +26,8 @@
 #include "support/ledger_checks.h"
 #include "support/run.h"
 #include "support/support.h"
-#include "worker/ledger.h"
-#include "worker/ledger_gen.h"
+#include "handlers/ledger.h"
+#include "cli/ledger_gen.h"
 
 typedef struct balance {
   const char *key;

@@ -25,9 +25,9 @@
 #include "support/kafka_read.h"
 #include "support/run.h"
 #include "support/support.h"
-#include "worker/ledger.h"
-#include "worker/ledger_gen.h"
-#include "worker/outbox_rec.h"
+#include "handlers/ledger.h"
+#include "cli/ledger_gen.h"
+#include "store/outbox_rec.h"
 
 typedef struct kl_fx {
   kl_t_cluster_t *cluster;

@@ -27,10 +27,10 @@
 #include "support/ledger_checks.h"
 #include "support/run.h"
 #include "support/support.h"
-#include "worker/handler_exec.h"
+#include "handlers/exec.h"
 #include "worker/letters.h"
-#include "worker/outbox_rec.h"
-#include "worker/store_internal.h"
+#include "store/outbox_rec.h"
+#include "store/store_internal.h"
 #include "worker/worker_internal.h"
 
 #define OUT "ob-out"

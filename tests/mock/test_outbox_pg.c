@@ -18,7 +18,7 @@
 #include "support/ledger_checks.h"
 #include "support/pg_group.h"
 #include "support/support.h"
-#include "worker/store_internal.h"
+#include "store/store_internal.h"
 
 #define PARTS 4
 

@@ -3,7 +3,7 @@
  * murmur2_random partitioner picks, on a real produce to the embedded
  * cluster (partition left unassigned, read back from the delivery report);
  * and the CRC32 and FNV-1a partitioners that explain misrouted records
- * (broker/partitioners.h) equal librdkafka's consistent and fnv1a.
+ * (event/partitioners.h) equal librdkafka's consistent and fnv1a.
  *
  * Empty keys, as found: librdkafka hashes a zero-length key that has a
  * non-NULL pointer (murmur2 of no bytes, 0x106e08d9), exactly as Java
@@ -21,7 +21,7 @@
 #include <cmocka.h>
 #include <librdkafka/rdkafka.h>
 
-#include "broker/partitioners.h"
+#include "event/partitioners.h"
 #include "keylane/embedded.h"
 #include "keylane/producer.h"
 

@@ -34,7 +34,7 @@
 #include "support/pg_group.h"
 #include "support/support.h"
 #include "support/cluster.h"
-#include "worker/ledger.h"
+#include "handlers/ledger.h"
 #include "worker/redrive.h"
 #include "worker/replay.h"
 #include "worker/worker_internal.h"

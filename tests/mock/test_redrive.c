@@ -22,10 +22,10 @@
 #include "common/internal.h"
 #include "support/pg_group.h"
 #include "support/support.h"
-#include "worker/ledger.h"
-#include "worker/ledger_gen.h"
+#include "handlers/ledger.h"
+#include "cli/ledger_gen.h"
 #include "worker/redrive.h"
-#include "worker/store_internal.h"
+#include "store/store_internal.h"
 
 #define KL_KEYS 10
 #define KL_REFUNDS 5 /* acct-0..4 get a refund, which the ledger refuses */

@@ -20,9 +20,9 @@
 #include "support/history.h"
 #include "support/ledger_checks.h"
 #include "support/support.h"
-#include "worker/ledger.h"
+#include "handlers/ledger.h"
 #include "worker/replay.h"
-#include "worker/store_internal.h"
+#include "store/store_internal.h"
 
 typedef kl_t_ledger_fx_t kl_fx_t;
 

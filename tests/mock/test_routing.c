@@ -20,10 +20,10 @@
 #include <cmocka.h>
 #include <librdkafka/rdkafka.h>
 
-#include "broker/partitioners.h"
+#include "event/partitioners.h"
 #include "support/http.h"
 #include "support/support.h"
-#include "worker/metrics_server.h"
+#include "cli/metrics_server.h"
 #include "worker/checks.h"
 #include "worker/letters.h"
 #include "worker/redrive.h"

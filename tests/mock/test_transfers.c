@@ -24,15 +24,14 @@
 
 #include <cmocka.h>
 
-#include "broker/producer_internal.h"
 #include "common/kafka_pos.h"
 #include "keylane/producer.h"
 #include "keylane/store.h"
 #include "support/cluster.h"
 #include "support/ledger_checks.h"
 #include "support/support.h"
-#include "worker/ledger_gen.h"
-#include "worker/store_internal.h"
+#include "cli/ledger_gen.h"
+#include "store/store_internal.h"
 
 #define PARTS 4
 #define KEYS 20
@@ -199,8 +198,17 @@ static void test_outbox_copy_is_a_duplicate(void **state) {
   kl_assert_conserved(fx.gen, fx.store, fx.topic);
   kl_copy_t copy = {0};
   kl_read_follow_up(fx.boot, fx.topic, &copy);
+  kl_conf_t *conf = kl_conf_new(); /* publishes as the outbox does */
   assert_int_equal(
-      kl__publish_follow_up(fx.producer, fx.topic, &copy.ev, fx.gen), KL_OK);
+      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "producer.follow_ups", "true", NULL, 0),
+                   KL_OK);
+  kl_producer_t *outbox;
+  assert_int_equal(kl_producer_new(conf, NULL, NULL, &outbox), KL_OK);
+  kl_conf_destroy(conf);
+  assert_int_equal(kl_publish(outbox, fx.topic, &copy.ev, NULL), KL_OK);
+  assert_int_equal(kl_flush(outbox, 30000), KL_OK);
+  kl_producer_destroy(outbox);
   assert_int_equal(kl_flush(fx.producer, 30000), KL_OK);
   uint64_t dups = kl__ledger_gen_republished(fx.gen) + 1;
   kl__ledger_verdict_t v = {0};

@@ -18,7 +18,7 @@
 #include "support/support.h"
 #include "common/kafka.h"
 #include "worker/checks.h"
-#include "worker/ledger.h"
+#include "handlers/ledger.h"
 #include "worker/worker_internal.h"
 
 typedef kl_t_ledger_fx_t kl_fx_t;

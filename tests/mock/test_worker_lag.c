@@ -1,6 +1,6 @@
 /*
  * What operators' existing dashboards and probes read from a worker's
- * /metrics and /healthz (worker/metrics_server.h), on the embedded
+ * /metrics and /healthz (cli/metrics_server.h), on the embedded
  * cluster: kafka_exporter's kafka_consumergroup_lag{consumergroup,topic,
  * partition}, keylane_worker_lag_seconds from the envelope ts of the
  * oldest unapplied event, /healthz as Burrow-style JSON on ?format=json or
@@ -20,7 +20,7 @@
 
 #include "common/internal.h"
 #include "keylane/producer.h"
-#include "worker/metrics_server.h"
+#include "cli/metrics_server.h"
 
 #include "support/cluster.h"
 #include "support/http.h"

@@ -30,8 +30,8 @@
 #include "support/support.h"
 #include "worker/lanes.h"
 #include "worker/log_guard.h"
-#include "worker/logcheck.h"
-#include "worker/metrics_server.h"
+#include "worker/checks_log.h"
+#include "cli/metrics_server.h"
 #include "worker/worker_internal.h"
 
 typedef kl_t_ledger_fx_t kl_fx_t;

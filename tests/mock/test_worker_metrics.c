@@ -1,5 +1,5 @@
 /*
- * The worker's /metrics and /healthz (worker/metrics_server.h) on the
+ * The worker's /metrics and /healthz (cli/metrics_server.h) on the
  * embedded cluster: the text parses with the strict checker and counts
  * what the worker applied; /healthz is 200 while it owns partitions and
  * 503 once the test takes the partitions' epochs and its commit is fenced;
@@ -30,7 +30,7 @@
 #include "support/http.h"
 #include "support/prom.h"
 #include "support/support.h"
-#include "worker/metrics_server.h"
+#include "cli/metrics_server.h"
 
 static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};
 

@@ -19,9 +19,9 @@
 #include "support/ledger_checks.h"
 #include "support/paused_owner.h"
 #include "support/support.h"
-#include "worker/metrics_server.h"
-#include "worker/store_cache.h"
-#include "worker/store_internal.h"
+#include "cli/metrics_server.h"
+#include "store/cache.h"
+#include "store/store_internal.h"
 #include "worker/worker_internal.h"
 
 static int t_db_seq;

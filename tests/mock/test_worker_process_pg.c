@@ -30,7 +30,7 @@
 #include "support/spawn.h"
 #include "support/sql.h"
 #include "support/support.h"
-#include "worker/inventory.h"
+#include "handlers/inventory.h"
 
 #define PARTS 4
 #define SKUS 8

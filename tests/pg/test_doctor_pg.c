@@ -1,5 +1,5 @@
 /*
- * keylane doctor's PostgreSQL checks (worker/checks.h, worker/doctor.h) on
+ * keylane doctor's PostgreSQL checks (worker/checks.h, cli/doctor_run.h) on
  * a throwaway server: the skew between this host's clock and the server's
  * (OK, and WARN when the host's store clock is moved ahead or behind), no
  * clock check for LMDB, and the doctor's store lines for a PostgreSQL
@@ -22,9 +22,9 @@
 #include "keylane/store.h"
 #include "support/pg_group.h"
 #include "support/support.h"
-#include "worker/doctor.h"
-#include "worker/store_internal.h"
-#include "worker/store_pg.h"
+#include "cli/doctor_run.h"
+#include "store/store_internal.h"
+#include "store/pg.h"
 
 typedef struct t_state {
   char uri[256];

@@ -22,8 +22,8 @@
 #include "keylane/worker.h"
 #include "support/pg_group.h"
 #include "support/sql.h"
-#include "worker/inventory.h"
-#include "worker/ledger.h"
+#include "handlers/inventory.h"
+#include "handlers/ledger.h"
 
 #define TOPIC "orders"
 

@@ -24,8 +24,8 @@
 #include "support/store_contract.h"
 #include "support/support.h"
 #include "worker/outbox.h"
-#include "worker/store_backend.h"
-#include "worker/store_internal.h"
+#include "store/backend.h"
+#include "store/store_internal.h"
 
 #define NREC 3
 

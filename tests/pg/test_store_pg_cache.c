@@ -32,9 +32,9 @@
 #include "support/store_contract.h"
 #include "support/support.h"
 #include "worker/apply.h"
-#include "worker/store_backend.h"
-#include "worker/store_internal.h"
-#include "worker/store_pg.h"
+#include "store/backend.h"
+#include "store/store_internal.h"
+#include "store/pg.h"
 
 typedef kl_t_pg_db_t t_state_t;
 

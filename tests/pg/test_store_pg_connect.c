@@ -25,7 +25,7 @@
 #include "common/internal.h"
 #include "support/pg_group.h"
 #include "support/store_contract.h"
-#include "worker/store_pg.h"
+#include "store/pg.h"
 
 /* ---- a server that never answers ------------------------------------- */
 

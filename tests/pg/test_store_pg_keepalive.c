@@ -31,7 +31,7 @@
 #include "support/pg.h"
 #include "support/sql.h"
 #include "support/support.h"
-#include "worker/store_pg.h"
+#include "store/pg.h"
 
 typedef struct t_host {
   kl_t_netns_t *ns;

@@ -34,7 +34,7 @@
 #include "support/pg_group.h"
 #include "support/sql.h"
 #include "support/support.h"
-#include "worker/store_pg.h"
+#include "store/pg.h"
 
 /* Per round: this many of each, all released by one gate. */
 #define T_MIGRATORS 5

@@ -27,8 +27,8 @@
 #include "support/sql.h"
 #include "support/store_contract.h"
 #include "support/support.h"
-#include "worker/store_cache.h"
-#include "worker/store_internal.h"
+#include "store/cache.h"
+#include "store/store_internal.h"
 #include "worker/worker_internal.h"
 
 static int t_db_seq;

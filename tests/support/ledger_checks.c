@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "support/support.h"
-#include "worker/store_internal.h"
+#include "store/store_internal.h"
 
 void kl_t_ledger_fx_up(kl_t_ledger_fx_t *fx, const char *topic, int partitions,
                        int keys, uint64_t seed, const char *store_uri) {

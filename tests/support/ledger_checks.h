@@ -8,7 +8,7 @@
 #include "keylane/store.h"
 #include "support/cluster.h"
 #include "support/support.h"
-#include "worker/ledger_gen.h"
+#include "cli/ledger_gen.h"
 
 /* A ledger workload on a test cluster (support/cluster.h: embedded unless
  * KEYLANE_TEST_BOOTSTRAP names one), a producer for it, and a store. */

@@ -6,7 +6,7 @@
 #include "common/internal.h"
 #include "support/pg_group.h"
 #include "support/sql.h"
-#include "worker/store_internal.h"
+#include "store/store_internal.h"
 
 static int kl_db_seq;
 

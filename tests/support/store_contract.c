@@ -15,7 +15,7 @@
 #include <cmocka.h>
 #include <lmdb.h>
 
-#include "worker/store_internal.h"
+#include "store/store_internal.h"
 
 /* ---- helpers --------------------------------------------------------- */
 

@@ -9,7 +9,7 @@
 #include "keylane/producer.h"
 #include "keylane/store.h"
 #include "keylane/worker.h"
-#include "worker/ledger_gen.h"
+#include "cli/ledger_gen.h"
 
 /* Makes a fresh directory /tmp/keylane-test-XXXXXX into @p dir (64). */
 void kl_t_tmpdir(char *dir);

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "broker/partitioners.h"
+#include "event/partitioners.h"
 #include "keylane/producer.h"
 #include "worker/checks.h"
 

@@ -1,5 +1,5 @@
 /*
- * `--handler SPEC` (worker/handler.h): a handler that cannot work on this
+ * `--handler SPEC` (handlers/handler.h): a handler that cannot work on this
  * host or store is refused when `keylane worker` starts, with the reason
  * and exit status 2, rather than dead-lettering every event.
  */
@@ -17,7 +17,7 @@
 #include "common/internal.h"
 #include "support/run.h"
 #include "support/support.h"
-#include "worker/handler.h"
+#include "handlers/handler.h"
 
 /* Commands the shell can run: a program on PATH or at a path, and the
  * shell's own words, which a handler written inline uses. */

@@ -1,4 +1,4 @@
-/* /healthz as JSON (worker/health_json.h): the Burrow-style status of a
+/* /healthz as JSON (cli/health_json.h): the Burrow-style status of a
  * partition (OK, WARN, ERR, STALL), the group's status from the HTTP
  * status and its partitions, lag in seconds from the envelope ts, and a
  * document that parses. */
@@ -11,7 +11,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "worker/health_json.h"
+#include "cli/health_json.h"
 
 static kl__stall_t kl_part(int32_t partition) {
   return (kl__stall_t){.partition = partition, .watermark = 10};

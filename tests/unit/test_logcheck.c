@@ -1,5 +1,5 @@
 /*
- * The log against the store's watermark (worker/logcheck.h): the
+ * The log against the store's watermark (worker/checks_log.h): the
  * comparison the worker's log guard and `keylane doctor` share, and the
  * message that names the figures and the fix.
  */
@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "worker/logcheck.h"
+#include "worker/checks_log.h"
 
 static void test_classify(void **state) {
   kl__log_check_t c;

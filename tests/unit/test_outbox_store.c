@@ -16,8 +16,8 @@
 #include "keylane/store.h"
 #include "keylane/worker.h"
 #include "support/support.h"
-#include "worker/outbox_rec.h"
-#include "worker/store_internal.h"
+#include "store/outbox_rec.h"
+#include "store/store_internal.h"
 
 typedef struct kl_seen {
   size_t n;
@@ -138,8 +138,7 @@ static void test_emit_limits(void **state) {
   static const char *const bad[] = {"events.dlq", "__consumer_offsets",
                                     "bad topic", "..", "caf\xc3\xa9"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-    assert_int_equal(kl_txn_emit(txn, bad[i], "k", 1, "t", NULL, 0),
-                     KL_EINVAL);
+    assert_int_equal(kl_txn_emit(txn, bad[i], "k", 1, "t", NULL, 0), KL_EINVAL);
     assert_non_null(strstr(kl_err_detail(), "kl_txn_emit: "));
   }
   assert_int_not_equal(kl_txn_emit(txn, NULL, "k", 1, "", NULL, 0), KL_OK);

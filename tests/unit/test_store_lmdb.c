@@ -31,8 +31,8 @@
 #include "keylane/store.h"
 #include "support/store_contract.h"
 #include "support/support.h"
-#include "worker/store_internal.h"
-#include "worker/store_lmdb.h"
+#include "store/store_internal.h"
+#include "store/lmdb.h"
 
 typedef struct t_state {
   kl_t_store_fixture_t fx; /* first, for the contract; where = dir/s */

@@ -1,4 +1,4 @@
-/* W3C trace context (keylane/event.h "Trace context", broker/trace.h):
+/* W3C trace context (keylane/event.h "Trace context", event/trace.h):
  * which traceparents are valid, kl_event_validate() refusing a malformed
  * one while the decoder passes it on, the exec handler's request line
  * carrying a valid one, and the log lines of a thread working on an event
@@ -15,12 +15,12 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "broker/envelope_internal.h"
-#include "broker/trace.h"
+#include "event/envelope.h"
+#include "event/trace.h"
 #include "common/internal.h"
 #include "common/log.h"
 #include "keylane/event.h"
-#include "worker/handler_exec_line.h"
+#include "handlers/exec_line.h"
 
 #define KL_TP "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

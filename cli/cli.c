@@ -1,0 +1,156 @@
+#include "cli/cli.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+volatile int kl__cli_stop;
+
+static void kl_cli_vprint(const char *sub, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+
+static void kl_cli_vprint(const char *sub, const char *fmt, va_list ap) {
+  fprintf(stderr, "keylane %s: ", sub);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+}
+
+int kl__cli_usage(const char *sub, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  kl_cli_vprint(sub, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "try 'keylane %s --help'\n", sub);
+  return KL_EXIT_USAGE;
+}
+
+int kl__cli_fail(const char *sub, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  kl_cli_vprint(sub, fmt, ap);
+  va_end(ap);
+  return KL_EXIT_FAIL;
+}
+
+int kl__cli_conf_set(const char *sub, kl_conf_t *conf, const char *key,
+                     const char *value) {
+  char errstr[512];
+  if (kl_conf_set(conf, key, value, errstr, sizeof(errstr)) != KL_OK) {
+    kl__cli_usage(sub, "%s", errstr);
+    return -1;
+  }
+  return 0;
+}
+
+int kl__cli_conf_flag(const char *sub, kl_conf_t *conf, const char *flag,
+                      const char *key, const char *value) {
+  char errstr[512];
+  if (kl_conf_set(conf, key, value, errstr, sizeof(errstr)) != KL_OK) {
+    kl__cli_usage(sub, "%s: %s", flag, errstr);
+    return -1;
+  }
+  return 0;
+}
+
+int kl__cli_conf_x(const char *sub, kl_conf_t *conf, const char *arg) {
+  const char *eq = strchr(arg, '=');
+  if (!eq || eq == arg) {
+    kl__cli_usage(sub, "-X takes name=value, got \"%s\"", arg);
+    return -1;
+  }
+  char key[256];
+  size_t n = (size_t)(eq - arg);
+  if (n >= sizeof(key)) {
+    kl__cli_usage(sub, "-X name is longer than %zu bytes", sizeof(key) - 1);
+    return -1;
+  }
+  memcpy(key, arg, n);
+  key[n] = '\0';
+  /* Like kcat, a bare librdkafka property is accepted too. */
+  char full[300];
+  if (strncmp(key, "kafka.", 6) != 0 && !kl_conf_get(conf, key)) {
+    snprintf(full, sizeof(full), "kafka.%s", key);
+    return kl__cli_conf_set(sub, conf, full, eq + 1);
+  }
+  return kl__cli_conf_set(sub, conf, key, eq + 1);
+}
+
+int kl__cli_units(const char *sub, const char *flag, const char *arg,
+                  kl__units_kind_t kind, int64_t min, int64_t max,
+                  int64_t *out) {
+  if (kl__units_parse(flag, arg, kind, min, max, out) != KL_OK)
+    return kl__cli_usage(sub, "%s", kl_err_detail());
+  return KL_EXIT_OK;
+}
+
+int kl__cli_store_existing(const char *sub, const char *location,
+                           kl_store_t **store) {
+  kl_conf_t *conf = kl_conf_new();
+  kl_err_t err =
+      conf ? kl_conf_set(conf, "store.create", "no", NULL, 0) : KL_ENOMEM;
+  if (!err)
+    err = kl_store_open(location, conf, store);
+  kl_conf_destroy(conf);
+  if (err)
+    return kl__cli_fail(sub, "cannot open the store %s: %s", location,
+                        kl_err_detail());
+  return KL_EXIT_OK;
+}
+
+int kl__cli_store_opts(const char *sub, int argc, char **argv,
+                       const char *usage, const char **location, int *json) {
+  struct option opts[] = {{"store", required_argument, NULL, 's'},
+                          {"help", no_argument, NULL, 'h'},
+                          {"json", no_argument, NULL, 'j'},
+                          {NULL, 0, NULL, 0}};
+  if (!json)
+    opts[2] = opts[3]; /* no --json: getopt calls it unknown */
+  int c;
+  *location = NULL;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    if (c == 's') {
+      *location = optarg;
+    } else if (c == 'j') {
+      *json = 1;
+    } else if (c == 'h') {
+      fputs(usage, stdout);
+      return KL_EXIT_OK;
+    } else {
+      return kl__cli_usage(sub, "unknown option");
+    }
+  }
+  if (!*location || !**location)
+    return kl__cli_usage(sub, "--store STORE is required");
+  return -1;
+}
+
+static void kl_cli_signal(int sig) {
+  (void)sig;
+  kl__cli_stop = 1;
+}
+
+void kl__cli_on_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = kl_cli_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+const char *kl__cli_self(void) {
+  static char path[4096];
+  if (!path[0]) {
+    ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+    if (n <= 0)
+      strcpy(path, "keylane");
+    else
+      path[n] = '\0';
+  }
+  return path;
+}

@@ -1,0 +1,181 @@
+/*
+ * keylane doctor's run: every check of checks.h and logcheck.h in turn,
+ * one line each (doctor.h).
+ */
+#include "cli/doctor_run.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "common/internal.h"
+#include "common/kafka_pos.h"
+#include "worker/checks.h"
+#include "worker/dlq.h"
+#include "worker/checks_log.h"
+
+#define KL_DOCTOR_TIMEOUT_MS 10000
+
+typedef struct kl_doctor {
+  const kl_conf_t *conf;
+  const char *topic, *location;
+  FILE *out;
+  rd_kafka_t *rk;     /* a reader: metadata, offsets, the sample */
+  int32_t partitions; /* TOPIC's count; 0 when it cannot be read */
+  char dlq[300];      /* the dead-letter topic; "" when it is missing */
+  json_t *checks;     /* --json: the checks so far */
+  kl__check_status_t worst;
+  size_t sample;
+  volatile int *stop;
+} kl_doctor_t;
+
+/* One check's line, or its entry in the JSON. */
+static void kl_doctor_say(kl_doctor_t *d, const char *name,
+                          const kl__check_t *c) {
+  if (c->status > d->worst)
+    d->worst = c->status;
+  const char *status = kl__check_status_name(c->status);
+  if (d->checks) {
+    json_array_append_new(d->checks,
+                          json_pack("{ssssss}", "check", name, "status", status,
+                                    "message", c->msg));
+    return;
+  }
+  fprintf(d->out, "%s %s: %s\n", status, name, c->msg);
+  fflush(d->out);
+}
+
+/* The partition count, read once for the checks that need it; a topic that
+ * cannot be read is the partitions check's FAIL. */
+static void kl_doctor_partitions(kl_doctor_t *d) {
+  kl__check_t c = {KL__CHECK_FAIL, ""};
+  kl_err_t err = kl__kafka_partition_count(
+      d->rk, d->topic, KL_DOCTOR_TIMEOUT_MS, &d->partitions);
+  if (err == KL_ENOTFOUND)
+    snprintf(c.msg, sizeof(c.msg),
+             "topic %s does not exist: check -t and -b, or create it with "
+             "the partition count the fleet expects",
+             d->topic);
+  else if (err)
+    snprintf(c.msg, sizeof(c.msg), "%s", kl_err_detail());
+  else
+    kl__check_partitions(
+        d->rk, d->topic,
+        (int32_t)kl__conf_int(d->conf, "worker.expect.partitions"),
+        KL_DOCTOR_TIMEOUT_MS, &c);
+  if (err)
+    d->partitions = 0;
+  kl_doctor_say(d, "partitions", &c);
+}
+
+/* The dead-letter topic exists (the worker's own start check). */
+static void kl_doctor_dlq(kl_doctor_t *d) {
+  kl__dlq_t *dlq;
+  kl__check_t c = {KL__CHECK_FAIL, ""};
+  kl_err_t err = kl__dlq_new(d->conf, d->topic, NULL, NULL, &dlq);
+  if (err) {
+    snprintf(c.msg, sizeof(c.msg), "%s", kl_err_detail());
+    kl_doctor_say(d, "dlq", &c);
+    return;
+  }
+  if ((err = kl__dlq_check(dlq, d->topic))) {
+    c.status = err == KL_ENOTFOUND ? KL__CHECK_FAIL : KL__CHECK_WARN;
+    snprintf(c.msg, sizeof(c.msg), "%s", kl_err_detail());
+  } else {
+    c.status = KL__CHECK_OK;
+    snprintf(d->dlq, sizeof(d->dlq), "%s", kl__dlq_topic(dlq));
+    snprintf(c.msg, sizeof(c.msg), "dead-letter topic %s exists", d->dlq);
+  }
+  kl__dlq_destroy(dlq);
+  kl_doctor_say(d, "dlq", &c);
+}
+
+/* The checks that read Kafka only. */
+static void kl_doctor_kafka(kl_doctor_t *d) {
+  kl__check_t c;
+  int64_t dedup_ms = kl__conf_int(d->conf, "store.dedup.retention");
+  kl_doctor_partitions(d);
+  if (d->partitions) {
+    kl__check_routing(d->rk, d->topic, d->partitions, d->sample,
+                      KL_DOCTOR_TIMEOUT_MS, d->stop, &c);
+    kl_doctor_say(d, "routing", &c);
+  }
+  kl_doctor_dlq(d);
+  if (d->partitions) {
+    kl__check_retention(d->rk, "topic", d->topic, dedup_ms,
+                        KL_DOCTOR_TIMEOUT_MS, &c);
+    kl_doctor_say(d, "retention", &c);
+  }
+  if (d->dlq[0]) {
+    kl__check_retention(d->rk, "dead-letter topic", d->dlq, dedup_ms,
+                        KL_DOCTOR_TIMEOUT_MS, &c);
+    kl_doctor_say(d, "dlq-retention", &c);
+  }
+  if (d->partitions) {
+    kl__check_replication(d->rk, "topic", d->topic, KL_DOCTOR_TIMEOUT_MS, &c);
+    kl_doctor_say(d, "replication", &c);
+  }
+  if (d->dlq[0]) {
+    kl__check_replication(d->rk, "dead-letter topic", d->dlq,
+                          KL_DOCTOR_TIMEOUT_MS, &c);
+    kl_doctor_say(d, "dlq-replication", &c);
+  }
+}
+
+/* The checks of a store: one of another version does not open, which is
+ * the store-version check's FAIL; one that does not open otherwise (a
+ * typo: it is never created) the store check's. */
+static void kl_doctor_store(kl_doctor_t *d) {
+  kl__check_t c = {KL__CHECK_FAIL, ""};
+  kl_store_t *store;
+  kl_err_t err = kl_store_open(d->location, d->conf, &store);
+  if (err) {
+    snprintf(c.msg, sizeof(c.msg), "cannot open the store %s: %s", d->location,
+             kl_err_detail());
+    kl_doctor_say(d, err == KL_ESTORE_VERSION ? "store-version" : "store", &c);
+    return;
+  }
+  kl__check_store_version(store, d->location, &c);
+  kl_doctor_say(d, "store-version", &c);
+  if (d->partitions) {
+    kl__check_log(d->rk, store, d->topic, d->partitions, KL_DOCTOR_TIMEOUT_MS,
+                  &c);
+    kl_doctor_say(d, "log", &c);
+    kl__check_epochs(store, d->conf, kl_conf_get(d->conf, "worker.group"),
+                     d->topic, d->partitions, KL_DOCTOR_TIMEOUT_MS, &c);
+    kl_doctor_say(d, "epochs", &c);
+  }
+  if (kl__check_clock(store, KL__CLOCK_SKEW_WARN_MS, &c))
+    kl_doctor_say(d, "clock", &c);
+  kl_store_destroy(store);
+}
+
+kl_err_t kl__doctor_run(const kl__doctor_opts_t *opts, FILE *out,
+                        kl__check_status_t *worst) {
+  kl_doctor_t d = {.conf = opts->conf,
+                   .topic = opts->topic,
+                   .location = opts->location,
+                   .out = out,
+                   .sample = opts->sample ? opts->sample : KL__DOCTOR_SAMPLE,
+                   .stop = opts->stop};
+  kl_err_t err =
+      kl__kafka_reader_new(d.conf, "keylane-doctor", "earliest", &d.rk);
+  if (err)
+    return err;
+  d.checks = opts->json ? json_array() : NULL;
+  kl_doctor_kafka(&d);
+  if (d.location)
+    kl_doctor_store(&d);
+  rd_kafka_destroy(d.rk);
+  if (d.checks) {
+    json_t *o = json_pack("{ssssso}", "topic", d.topic, "status",
+                          kl__check_status_name(d.worst), "checks", d.checks);
+    json_dumpf(o, out, JSON_COMPACT);
+    fputc('\n', out);
+    fflush(out);
+    json_decref(o);
+  }
+  *worst = d.worst;
+  return KL_OK;
+}

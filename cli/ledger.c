@@ -1,0 +1,122 @@
+/* keylane ledger: the ledger handler's balances, from one store snapshot. */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/strbuf.h"
+#include "keylane/store.h"
+#include "handlers/ledger.h"
+
+#define SUB "ledger"
+
+static const char kl_ledger_usage[] =
+    "usage: keylane ledger --store STORE [--json]\n\n"
+    "Prints KEY<TAB>BALANCE<TAB>LAST_SEQ per key of the ledger handler,\n"
+    "sorted by key, then a totals line; read from one consistent snapshot,\n"
+    "also while workers run. A key's backslash, control bytes and bytes\n"
+    "that are not UTF-8 print as \\\\ and \\xHH (in --json too). A store\n"
+    "that does not exist is an error: this command never creates one.\n\n"
+    "      --store STORE   LMDB directory or postgresql://... URI\n"
+    "      --json          one JSON object: keys, order_violations, balances\n"
+    "  -h, --help          this text\n";
+
+typedef struct kl_ledger_walk {
+  json_t *balances; /* NULL: print text */
+  uint64_t keys, violations;
+  __int128 total; /* a sum of int64 balances can leave int64 */
+} kl_ledger_walk_t;
+
+/* A key as text: escaped (common/strbuf.h), so that a key's control bytes
+ * reach no terminal and two keys never print alike, in text or as JSON
+ * object names (a NUL would end a C string: "k\0a" and "k\0b" were one). */
+static char *kl_ledger_key_text(const char *k, size_t len) {
+  kl__strbuf_t sb = KL__STRBUF_INIT;
+  kl__strbuf_escaped(&sb, k, len);
+  kl__strbuf_add(&sb, "", 1);
+  size_t n;
+  return kl__strbuf_take(&sb, &n);
+}
+
+static int kl_ledger_row(void *opaque, const void *key, size_t key_len,
+                         const void *val, size_t val_len) {
+  kl_ledger_walk_t *walk = opaque;
+  kl_ledger_entry_t e;
+  size_t plen = sizeof(KL_LEDGER_PREFIX) - 1;
+  if (kl__ledger_decode(val, val_len, &e) != 0)
+    return 0;
+  char *name = kl_ledger_key_text((const char *)key + plen, key_len - plen);
+  if (!name)
+    return -1;
+  walk->keys++;
+  walk->violations += (uint64_t)e.violations;
+  walk->total += e.balance;
+  if (!walk->balances)
+    printf("%s\t%" PRId64 "\t%" PRId64 "\n", name, e.balance, e.last_seq);
+  else
+    json_object_set_new(walk->balances, name,
+                        json_pack("{sIsI}", "balance", (json_int_t)e.balance,
+                                  "last_seq", (json_int_t)e.last_seq));
+  free(name);
+  return 0;
+}
+
+/* Writes @p v in decimal into @p buf (at least 41 bytes). */
+static const char *kl_i128_text(__int128 v, char *buf, size_t size) {
+  char digits[48];
+  size_t n = 0;
+  unsigned __int128 u = v < 0 ? -(unsigned __int128)v : (unsigned __int128)v;
+  do
+    digits[n++] = (char)('0' + (int)(u % 10));
+  while ((u /= 10) && n < sizeof(digits));
+  size_t o = 0;
+  if (v < 0 && o + 1 < size)
+    buf[o++] = '-';
+  while (n && o + 1 < size)
+    buf[o++] = digits[--n];
+  buf[o] = '\0';
+  return buf;
+}
+
+int kl__ledger_print(kl_store_t *store, int json);
+int kl__ledger_print(kl_store_t *store, int json) {
+  kl_ledger_walk_t walk = {json ? json_object() : NULL, 0, 0, 0};
+  kl_err_t err =
+      kl_store_scan(store, KL_LEDGER_PREFIX, sizeof(KL_LEDGER_PREFIX) - 1,
+                    kl_ledger_row, &walk);
+  if (err) {
+    json_decref(walk.balances);
+    return kl__cli_fail(SUB, "cannot read the store: %s", kl_err_detail());
+  }
+  if (json) {
+    json_t *out =
+        json_pack("{sIsIso}", "keys", (json_int_t)walk.keys, "order_violations",
+                  (json_int_t)walk.violations, "balances", walk.balances);
+    json_dumpf(out, stdout, JSON_COMPACT | JSON_SORT_KEYS);
+    putchar('\n');
+    json_decref(out);
+  } else {
+    char total[48];
+    printf("total\tkeys=%" PRIu64 "\tbalance=%s\torder_violations=%" PRIu64
+           "\n",
+           walk.keys, kl_i128_text(walk.total, total, sizeof(total)),
+           walk.violations);
+  }
+  return KL_EXIT_OK;
+}
+
+int kl__cmd_ledger(int argc, char **argv) {
+  const char *location;
+  int json = 0;
+  int rc =
+      kl__cli_store_opts(SUB, argc, argv, kl_ledger_usage, &location, &json);
+  if (rc >= 0)
+    return rc;
+  kl_store_t *store;
+  if (kl__cli_store_existing(SUB, location, &store))
+    return KL_EXIT_FAIL;
+  rc = kl__ledger_print(store, json);
+  kl_store_destroy(store);
+  return rc;
+}

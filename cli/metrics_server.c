@@ -1,0 +1,853 @@
+#include "cli/metrics_server.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <http_parser.h>
+#include <librdkafka/rdkafka.h>
+#include <uv.h>
+
+#include "common/internal.h"
+#include "common/listen.h"
+#include "common/log.h"
+#include "common/units.h"
+#include "common/metrics.h"
+#include "common/strbuf.h"
+#include "cli/health_json.h"
+#include "worker/log_guard.h"
+#include "store/cache.h"
+#include "store/store_internal.h"
+#include "worker/worker_internal.h"
+
+#define COMP "metrics"
+#define KL_MS_CONNS_MAX 32
+#define KL_MS_HEAD_MAX 8192
+#define KL_MS_IDLE_MS 10000
+#define KL_MS_LAG_TIMEOUT_MS 500
+#define KL_MS_STOPS_MAX 256   /* partitions listed by the log guard's series */
+#define KL_MS_STALLS_MAX 4096 /* owned partitions reported, at most */
+
+struct kl__metrics_server {
+  uv_loop_t loop;
+  uv_tcp_t listener;
+  uv_async_t stop;
+  pthread_t thread;
+  int port;
+  int conns;                          /* handles not yet freed */
+  struct kl_ms_conn *oldest, *newest; /* open, not answered: evictable */
+  char *topic;
+  kl_worker_t *worker;
+  kl_store_t *store;
+  rd_kafka_t *rk;          /* for the high watermarks; NULL: no lag */
+  char *group;             /* worker.group: kafka_consumergroup_lag's label */
+  int64_t stall_ms;        /* worker.stall.ms: /healthz's WARN at half of it */
+  int64_t outbox_stall_ms; /* worker.outbox.stall.ms */
+  uint64_t seen_fenced;    /* stats.fenced when /healthz last looked */
+  uint64_t batches_at_fence; /* stats.batches when it saw fenced grow */
+};
+
+typedef struct kl_ms_conn {
+  uv_tcp_t tcp;
+  struct kl_ms_conn *older, *newer; /* the server's list of waiting ones */
+  int listed;
+  uv_timer_t idle;
+  uv_write_t write;
+  http_parser parser;
+  kl__metrics_server_t *server;
+  char url[256];
+  char field[8];    /* the header name being read, "accept" at most */
+  size_t field_len; /* past sizeof(field): another header */
+  int in_value;     /* reading a header's value */
+  int in_accept;    /* ... Accept's */
+  char accept[128]; /* Accept's value, cut at 127 bytes */
+  size_t head_bytes;
+  int answered;
+  int closing;
+  char *out;
+} kl_ms_conn_t;
+
+/* ---- the documents (on the loop thread) ---- */
+
+typedef struct kl_ms_scrape {
+  kl__metrics_server_t *server;
+  kl__metric_t *watermark, *epoch, *lag;
+  kl__metric_t *exporter_lag; /* kafka_consumergroup_lag */
+} kl_ms_scrape_t;
+
+/* kafka_exporter's series, beside keylane's own: dashboards and alerts
+ * built on kafka_exporter (and kafka-lag-exporter) find the group's lag
+ * under the name and labels they already query. keylane commits Kafka
+ * offsets after the store, so the store's watermark is the group's
+ * committed position and the value equals keylane_worker_partition_lag. */
+static kl__metric_t *kl_ms_exporter_lag_family(kl__metrics_t *m) {
+  return kl__metrics_gauge(
+      m, "kafka_consumergroup_lag",
+      "kafka_exporter-compatible: the partition's high watermark minus the "
+      "group's position (the store's watermark).",
+      "consumergroup,topic,partition");
+}
+
+static void kl_ms_exporter_lag(kl_ms_scrape_t *scrape, const char *partition,
+                               int64_t lag) {
+  const char *labels[] = {scrape->server->group, scrape->server->topic,
+                          partition};
+  kl__metric_set(scrape->exporter_lag, labels, (double)lag);
+}
+
+static int kl_ms_partition(void *opaque, const char *topic, int32_t partition,
+                           const kl_partition_state_t *state) {
+  kl_ms_scrape_t *scrape = opaque;
+  if (strcmp(topic, scrape->server->topic) != 0)
+    return 0;
+  char p[16];
+  snprintf(p, sizeof(p), "%" PRId32, partition);
+  const char *labels[] = {p};
+  kl__metric_set(scrape->watermark, labels, (double)state->watermark);
+  kl__metric_set(scrape->epoch, labels, (double)state->epoch);
+  int64_t low, high;
+  if (scrape->server->rk &&
+      rd_kafka_query_watermark_offsets(scrape->server->rk, topic, partition,
+                                       &low, &high, KL_MS_LAG_TIMEOUT_MS) ==
+          RD_KAFKA_RESP_ERR_NO_ERROR) {
+    int64_t lag = high - state->watermark;
+    kl__metric_set(scrape->lag, labels, (double)(lag > 0 ? lag : 0));
+    kl_ms_exporter_lag(scrape, p, lag > 0 ? lag : 0);
+  }
+  return 0;
+}
+
+static void kl_ms_counter(kl__metrics_t *m, const char *name, const char *help,
+                          uint64_t v) {
+  kl__metric_add(kl__metrics_counter(m, name, help, NULL), NULL, (double)v);
+}
+
+static void kl_ms_gauge(kl__metrics_t *m, const char *name, const char *help,
+                        double v) {
+  kl__metric_set(kl__metrics_gauge(m, name, help, NULL), NULL, v);
+}
+
+/* The store's owner cache (PostgreSQL; zeroes when it has none). */
+static void kl_ms_store_cache(kl__metrics_server_t *server, kl__metrics_t *m) {
+  kl__cache_stats_t c;
+  kl__store_cache_stats(server->store, &c);
+  kl_ms_gauge(m, "keylane_store_cache_bytes",
+              "Bytes the owner cache holds (store.cache.max bounds them).",
+              (double)c.bytes);
+  kl_ms_gauge(m, "keylane_store_cache_entries",
+              "Handler keys the owner cache holds.", (double)c.entries);
+  kl_ms_counter(m, "keylane_store_cache_hits_total",
+                "kl_txn_get() calls the owner cache answered.", c.hits);
+  kl_ms_counter(m, "keylane_store_cache_misses_total",
+                "kl_txn_get() calls that read the server.", c.misses);
+  kl_ms_counter(m, "keylane_store_cache_drops_total",
+                "Partitions dropped from the owner cache (fence, failed "
+                "commit, epoch change, revoke).",
+                c.drops);
+}
+
+/* Partitions the log guard stopped (the log went backwards or lost
+ * records) and records it skipped by worker.on.gap=skip. */
+static void kl_ms_log_stops(kl__metrics_server_t *server, kl__metrics_t *m) {
+  kl__metric_t *stopped = kl__metrics_gauge(
+      m, "keylane_worker_partition_stopped",
+      "1 for a partition stopped because its log went backwards "
+      "(reason=went_backwards) or lost records (reason=retention_gap).",
+      "topic,partition,reason");
+  kl__metric_t *gap = kl__metrics_counter(
+      m, "keylane_worker_gap_records_total",
+      "Records retention deleted before they were applied, skipped by "
+      "worker.on.gap=skip.",
+      "topic,partition");
+  kl__log_stop_t stops[KL_MS_STOPS_MAX];
+  size_t n = kl__log_guard_stops(kl__worker_log_guard(server->worker), stops,
+                                 KL_MS_STOPS_MAX);
+  for (size_t i = 0; i < n; i++) {
+    char p[16];
+    snprintf(p, sizeof(p), "%" PRId32, stops[i].partition);
+    const char *labels[] = {server->topic, p,
+                            kl__log_verdict_name(stops[i].check.verdict)};
+    if (stops[i].stopped)
+      kl__metric_set(stopped, labels, 1);
+    if (stops[i].gap_records)
+      kl__metric_add(gap, labels, (double)stops[i].gap_records);
+  }
+}
+
+/* Misrouted records by partition, forwards, and the partition count. */
+static void kl_ms_routing(kl__metrics_server_t *server, kl__metrics_t *m,
+                          const kl_worker_stats_t *st) {
+  kl__metric_t *misrouted = kl__metrics_counter(
+      m, "keylane_worker_misrouted_total",
+      "Records whose key routes (murmur2) to another partition than the one "
+      "they arrived on: dead-lettered or forwarded, never applied.",
+      "topic,partition");
+  uint64_t by_partition[4096];
+  size_t n = kl__worker_misrouted(server->worker, by_partition, 4096);
+  for (size_t p = 0; p < n; p++) {
+    char part[24];
+    snprintf(part, sizeof(part), "%zu", p);
+    if (by_partition[p])
+      kl__metric_add(misrouted, (const char *[]){server->topic, part},
+                     (double)by_partition[p]);
+  }
+  kl_ms_counter(m, "keylane_worker_misrouted_forwarded_total",
+                "Misrouted records re-published to their key's partition "
+                "(worker.misrouted=forward) and acknowledged.",
+                st->forwarded);
+  kl_ms_gauge(m, "keylane_worker_topic_partitions",
+              "The topic's partition count as last read.", st->partitions_live);
+  kl_ms_gauge(m, "keylane_worker_partition_count_mismatch",
+              "1 when the topic's partition count differs from the expected "
+              "one: the worker stopped taking it.",
+              st->partitions_live &&
+                  st->partitions_live != st->partitions_expected);
+}
+
+/* Follow-up events (kl_txn_emit()): held in the outbox, and published. */
+static void kl_ms_outbox(kl__metrics_t *m, const kl_worker_stats_t *st) {
+  kl_ms_gauge(m, "keylane_worker_outbox_pending",
+              "Follow-up events committed and not yet acknowledged by Kafka "
+              "(owned partitions); a partition pauses at worker.outbox.max.",
+              (double)st->outbox_pending);
+  kl_ms_counter(m, "keylane_worker_outbox_published_total",
+                "Follow-up events published and acknowledged.",
+                st->outbox_published);
+  kl_ms_counter(m, "keylane_worker_outbox_aside_total",
+                "Follow-up events Kafka refused for good, set aside as dead "
+                "letters of reason outbox.",
+                st->outbox_aside);
+  kl_ms_gauge(m, "keylane_worker_outbox_stalled_seconds",
+              "The longest time an owned partition's outbox has held "
+              "follow-ups without one acknowledged; /healthz fails past "
+              "worker.outbox.stall.ms.",
+              (double)st->outbox_stalled_ms / 1000.0);
+}
+
+/* keylane_worker_lag_seconds{topic,partition}: from the envelope ts of
+ * each owned partition's oldest unapplied record. */
+static kl__metric_t *kl_ms_lag_seconds_family(kl__metrics_t *m) {
+  return kl__metrics_gauge(
+      m, "keylane_worker_lag_seconds",
+      "Age of the partition's oldest unapplied event taken in (now minus its "
+      "envelope ts); 0 when none waits.",
+      "topic,partition");
+}
+
+static void kl_ms_lag_seconds(kl__metrics_server_t *server, kl__metric_t *gauge,
+                              const char *partition, const kl__stall_t *stall,
+                              int64_t now_ms) {
+  kl__metric_set(gauge, (const char *[]){server->topic, partition},
+                 kl__health_lag_seconds(stall, now_ms));
+}
+
+/* Owned partitions, stalled (1) or not (0), and their lag in seconds. */
+static void kl_ms_stalls(kl__metrics_server_t *server, kl__metrics_t *m) {
+  kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
+  if (!stalls)
+    return;
+  size_t n = kl__worker_stalls(server->worker, stalls, KL_MS_STALLS_MAX);
+  kl__metric_t *gauge = kl__metrics_gauge(
+      m, "keylane_worker_partition_stalled",
+      "1 while an owned partition holds records and its watermark has not "
+      "moved for worker.stall.ms.",
+      "partition");
+  kl__metric_t *lag_seconds = kl_ms_lag_seconds_family(m);
+  int64_t now_ms = kl__now_ms();
+  for (size_t i = 0; i < n && i < KL_MS_STALLS_MAX; i++) {
+    char p[16];
+    snprintf(p, sizeof(p), "%" PRId32, stalls[i].partition);
+    const char *labels[] = {p};
+    kl__metric_set(gauge, labels, stalls[i].stalled);
+    kl_ms_lag_seconds(server, lag_seconds, p, &stalls[i], now_ms);
+  }
+  free(stalls);
+}
+
+static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
+  kl_worker_stats_t st;
+  kl_worker_stats(server->worker, &st);
+  kl__metrics_t *m = kl__metrics_new();
+  if (!m)
+    return NULL;
+  kl_ms_counter(m, "keylane_worker_events_applied_total",
+                "Events whose effects were committed.", st.applied);
+  kl_ms_counter(m, "keylane_worker_events_suppressed_total",
+                "Events skipped because their idempotency key was seen.",
+                st.duplicates);
+  kl_ms_counter(m, "keylane_worker_events_redelivered_total",
+                "Events skipped because their offset is below the watermark.",
+                st.redelivered);
+  kl_ms_counter(m, "keylane_worker_events_failed_total",
+                "Events dead-lettered by the handler's verdict.", st.failed);
+  kl_ms_counter(m, "keylane_worker_dead_letters_total",
+                "Records acknowledged by the dead-letter topic.",
+                st.dead_letters);
+  kl_ms_counter(m, "keylane_worker_batches_total",
+                "Partition batches committed.", st.batches);
+  kl_ms_counter(m, "keylane_worker_fenced_batches_total",
+                "Group commits rejected by the epoch check.", st.fenced);
+  kl_ms_counter(m, "keylane_worker_batches_begun_ahead_total",
+                "Partition batches begun, their ids looked up, while another "
+                "partition's handlers ran (PostgreSQL, concurrency 1).",
+                kl__worker_ahead(server->worker));
+  kl_ms_gauge(m, "keylane_worker_owned_partitions", "Partitions owned now.",
+              st.owned);
+  kl_ms_gauge(m, "keylane_worker_paused_partitions",
+              "Partitions paused by a bound.", st.paused);
+  kl_ms_gauge(m, "keylane_worker_waiting_keys",
+              "Keys waiting in retry backoff.", (double)st.waiting_keys);
+  kl_ms_gauge(m, "keylane_worker_oldest_wait_seconds",
+              "How long the longest-waiting key has waited.",
+              (double)st.oldest_wait_ms / 1000.0);
+  kl_ms_gauge(m, "keylane_worker_window_events",
+              "Records held in the lanes' windows.", (double)st.window_events);
+  kl_ms_gauge(m, "keylane_worker_retention_override",
+              "1: a topic keeps records longer than store.dedup.retention "
+              "and worker.retention.check=warn runs anyway.",
+              st.retention_override);
+  kl_ms_gauge(m, "keylane_worker_retention_unchecked",
+              "1: the cluster could not tell a topic's retention.",
+              st.retention_unchecked);
+  kl_ms_routing(server, m, &st);
+  kl_ms_store_cache(server, m);
+  kl_ms_outbox(m, &st);
+  kl_ms_scrape_t scrape = {
+      server,
+      kl__metrics_gauge(m, "keylane_worker_partition_watermark",
+                        "The store's watermark: next offset to apply.",
+                        "partition"),
+      kl__metrics_gauge(m, "keylane_worker_partition_epoch",
+                        "The partition's owner epoch in the store.",
+                        "partition"),
+      kl__metrics_gauge(m, "keylane_worker_partition_lag",
+                        "Kafka's high watermark minus the store's watermark.",
+                        "partition"),
+      kl_ms_exporter_lag_family(m)};
+  kl_store_foreach_partition(server->store, kl_ms_partition, &scrape);
+  kl_ms_log_stops(server, m);
+  kl_ms_stalls(server, m);
+  /* The latency histograms are kept across scrapes by the worker. */
+  char *text =
+      kl__metrics_render_with(m, kl__worker_metrics(server->worker), len);
+  kl__metrics_destroy(m);
+  return text;
+}
+
+/* @returns how many partitions the log guard stopped; the first one's
+ * reason into @p reason. */
+static size_t kl_ms_stopped(kl__metrics_server_t *server, char *reason,
+                            size_t size) {
+  kl__log_stop_t stops[KL_MS_STOPS_MAX];
+  size_t n = kl__log_guard_stops(kl__worker_log_guard(server->worker), stops,
+                                 KL_MS_STOPS_MAX);
+  size_t stopped = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!stops[i].stopped || stopped++)
+      continue;
+    int len =
+        snprintf(reason, size, "unhealthy: stopped partition %" PRId32 ": ",
+                 stops[i].partition);
+    if (len > 0 && (size_t)len + 1 < size) {
+      kl__log_describe(server->topic, stops[i].partition, &stops[i].check,
+                       reason + len, size - (size_t)len - 1);
+      strcat(reason, "\n");
+    }
+  }
+  return stopped;
+}
+
+/* @returns 1 with the stalled partitions in @p reason, or 0. */
+static int kl_ms_stalled(kl__metrics_server_t *server, char *reason,
+                         size_t size) {
+  kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
+  size_t n =
+      stalls ? kl__worker_stalls(server->worker, stalls, KL_MS_STALLS_MAX) : 0;
+  kl__strbuf_t sb = KL__STRBUF_INIT;
+  size_t stalled = 0;
+  for (size_t i = 0; i < n && i < KL_MS_STALLS_MAX; i++) {
+    const kl__stall_t *st = &stalls[i];
+    if (st->stalled && stalled++ < 8)
+      kl__strbuf_printf(&sb,
+                        "; partition %" PRId32 " holds %zu records, "
+                        "watermark %" PRId64 " unmoved for %" PRId64 " ms",
+                        st->partition, st->records, st->watermark, st->for_ms);
+  }
+  free(stalls);
+  if (stalled)
+    snprintf(reason, size,
+             "unhealthy: %zu stalled partitions (no progress "
+             "for worker.stall.ms while holding records)%s; the worker's log "
+             "says what keeps failing\n",
+             stalled, sb.len && !sb.failed ? sb.data : "");
+  kl__strbuf_free(&sb);
+  return stalled > 0;
+}
+
+/* @returns the HTTP status; @p reason receives the body. */
+static int kl_ms_health(kl__metrics_server_t *server, char *reason,
+                        size_t size) {
+  kl_worker_stats_t st;
+  kl_worker_stats(server->worker, &st);
+  char why[512];
+  if (kl__worker_waiting(server->worker, why, sizeof(why))) {
+    snprintf(reason, size, "unhealthy: %s\n", why);
+    return 503;
+  }
+  kl_partition_state_t state;
+  if (st.partitions_live && st.partitions_live != st.partitions_expected) {
+    snprintf(reason, size,
+             "unhealthy: topic %s has %" PRId32 " partitions, "
+             "the fleet expects %" PRId32 ": keys moved between owners and "
+             "this worker stopped taking the topic; restart the fleet with "
+             "--partitions %" PRId32 " once its partitions are drained\n",
+             server->topic, st.partitions_live, st.partitions_expected,
+             st.partitions_live);
+    return 503;
+  }
+  if (kl_store_partition(server->store, server->topic, 0, &state) != KL_OK) {
+    snprintf(reason, size, "unhealthy: the store does not answer: %s\n",
+             kl_err_detail());
+    return 503;
+  }
+  /* stats.owned drops only when Kafka revokes a partition, not when a
+   * commit is fenced: a fenced worker that commits nothing afterwards has
+   * lost what it owned, though the count still says otherwise. */
+  if (st.fenced > server->seen_fenced) {
+    server->seen_fenced = st.fenced;
+    server->batches_at_fence = st.batches;
+  }
+  if (st.fenced > 0 &&
+      (st.owned == 0 || st.batches == server->batches_at_fence)) {
+    snprintf(reason, size,
+             "unhealthy: fenced: %" PRIu64 " commits rejected "
+             "by a newer owner's epoch and none committed since (owns %" PRId32
+             " partitions by Kafka's assignment); the group's next "
+             "rebalance gives the partitions to their new owner\n",
+             st.fenced, st.owned);
+    return 503;
+  }
+  if (kl_ms_stopped(server, reason, size))
+    return 503;
+  if (kl_ms_stalled(server, reason, size))
+    return 503;
+  if (server->outbox_stall_ms > 0 &&
+      st.outbox_stalled_ms > (uint64_t)server->outbox_stall_ms) {
+    snprintf(reason, size,
+             "unhealthy: the outbox has held follow-ups for %" PRIu64
+             " ms without one acknowledged by Kafka (worker.outbox.stall.ms "
+             "is %" PRId64 "); the worker's log says what keeps failing "
+             "(keylane store outbox lists them)\n",
+             st.outbox_stalled_ms, server->outbox_stall_ms);
+    return 503;
+  }
+  snprintf(reason, size, "ok: owns %" PRId32 " partitions\n", st.owned);
+  return 200;
+}
+
+/* ---- connections ---- */
+
+static void kl_ms_conn_freed(uv_handle_t *handle) {
+  kl_ms_conn_t *conn = handle->data;
+  if (++conn->closing == 2) { /* tcp and timer both closed */
+    conn->server->conns--;
+    free(conn->out);
+    free(conn);
+  }
+}
+
+/* Waiting connections in accept order: the oldest is evicted when a new
+ * one comes and all places are taken, so idle clients cannot lock a
+ * liveness probe out. */
+static void kl_ms_unlist(kl_ms_conn_t *conn) {
+  kl__metrics_server_t *server = conn->server;
+  if (!conn->listed)
+    return;
+  conn->listed = 0;
+  if (conn->older)
+    conn->older->newer = conn->newer;
+  else
+    server->oldest = conn->newer;
+  if (conn->newer)
+    conn->newer->older = conn->older;
+  else
+    server->newest = conn->older;
+  conn->older = conn->newer = NULL;
+}
+
+static void kl_ms_list(kl_ms_conn_t *conn) {
+  kl__metrics_server_t *server = conn->server;
+  conn->older = server->newest;
+  if (server->newest)
+    server->newest->newer = conn;
+  else
+    server->oldest = conn;
+  server->newest = conn;
+  conn->listed = 1;
+}
+
+static void kl_ms_conn_close(kl_ms_conn_t *conn) {
+  kl_ms_unlist(conn);
+  if (uv_is_closing((uv_handle_t *)&conn->tcp))
+    return;
+  uv_close((uv_handle_t *)&conn->tcp, kl_ms_conn_freed);
+  uv_close((uv_handle_t *)&conn->idle, kl_ms_conn_freed);
+}
+
+static void kl_ms_written(uv_write_t *req, int status) {
+  kl_ms_conn_close(req->data);
+}
+
+static void kl_ms_respond(kl_ms_conn_t *conn, int status, const char *ctype,
+                          const char *body, size_t len) {
+  const char *text = status == 200   ? "OK"
+                     : status == 404 ? "Not Found"
+                     : status == 405 ? "Method Not Allowed"
+                     : status == 400 ? "Bad Request"
+                     : status == 431 ? "Request Header Fields Too Large"
+                                     : "Service Unavailable";
+  char head[256];
+  int n = snprintf(head, sizeof(head),
+                   "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
+                   "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                   status, text, ctype, len);
+  conn->answered = 1;
+  kl_ms_unlist(conn); /* being answered: not evicted */
+  conn->out = malloc((size_t)n + len);
+  if (!conn->out) {
+    kl_ms_conn_close(conn);
+    return;
+  }
+  memcpy(conn->out, head, (size_t)n);
+  memcpy(conn->out + n, body, len);
+  uv_buf_t buf = uv_buf_init(conn->out, (unsigned)((size_t)n + len));
+  conn->write.data = conn;
+  uv_read_stop((uv_stream_t *)&conn->tcp);
+  if (uv_write(&conn->write, (uv_stream_t *)&conn->tcp, &buf, 1,
+               kl_ms_written) != 0)
+    kl_ms_conn_close(conn);
+}
+
+static void kl_ms_text(kl_ms_conn_t *conn, int status, const char *body) {
+  kl_ms_respond(conn, status, "text/plain; charset=utf-8", body, strlen(body));
+}
+
+/* ---- /healthz as JSON (cli/health_json.h) ---- */
+
+/* @returns 1 for JSON, 0 for text, -1 for a format= it does not know. */
+static int kl_ms_wants_json(const kl_ms_conn_t *conn, const char *query) {
+  for (const char *q = query; q && *q; q = strchr(q, '&'), q = q ? q + 1 : q) {
+    if (strncmp(q, "format=", 7) != 0)
+      continue;
+    size_t n = strcspn(q + 7, "&");
+    if (n == 4 && strncmp(q + 7, "json", 4) == 0)
+      return 1;
+    if (n == 4 && strncmp(q + 7, "text", 4) == 0)
+      return 0;
+    return -1;
+  }
+  return strstr(conn->accept, "application/json") != NULL;
+}
+
+static void kl_ms_health_json(kl_ms_conn_t *conn, int status,
+                              const char *reason) {
+  kl__metrics_server_t *server = conn->server;
+  kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
+  kl__log_stop_t stops[KL_MS_STOPS_MAX];
+  int32_t stopped[KL_MS_STOPS_MAX];
+  size_t nstops = kl__log_guard_stops(kl__worker_log_guard(server->worker),
+                                      stops, KL_MS_STOPS_MAX);
+  size_t nstopped = 0;
+  for (size_t i = 0; i < nstops; i++)
+    if (stops[i].stopped)
+      stopped[nstopped++] = stops[i].partition;
+  size_t n =
+      stalls ? kl__worker_stalls(server->worker, stalls, KL_MS_STALLS_MAX) : 0;
+  kl__health_t health = {
+      status,        reason,   server->topic,
+      server->group, stalls,   n < KL_MS_STALLS_MAX ? n : KL_MS_STALLS_MAX,
+      stopped,       nstopped, server->stall_ms,
+      kl__now_ms()};
+  size_t len = 0;
+  char *json = kl__health_json(&health, &len);
+  free(stalls);
+  if (!json) {
+    kl_ms_text(conn, 503, "out of memory\n");
+    return;
+  }
+  kl_ms_respond(conn, status, "application/json", json, len);
+  free(json);
+}
+
+static void kl_ms_route(kl_ms_conn_t *conn) {
+  kl__metrics_server_t *server = conn->server;
+  char *query = strchr(conn->url, '?');
+  if (query)
+    *query++ = '\0';
+  int is_get = conn->parser.method == HTTP_GET;
+  if (strcmp(conn->url, "/metrics") == 0 && is_get) {
+    size_t len;
+    char *text = kl_ms_metrics(server, &len);
+    if (!text) {
+      kl_ms_text(conn, 503, "out of memory\n");
+      return;
+    }
+    kl_ms_respond(conn, 200, KL_METRICS_CONTENT_TYPE, text, len);
+    free(text);
+  } else if (strcmp(conn->url, "/healthz") == 0 && is_get) {
+    int json = kl_ms_wants_json(conn, query);
+    if (json < 0) {
+      kl_ms_text(conn, 400,
+                 "/healthz takes format=text (the default) or "
+                 "format=json\n");
+      return;
+    }
+    char reason[1536];
+    int status = kl_ms_health(server, reason, sizeof(reason));
+    if (json)
+      kl_ms_health_json(conn, status, reason);
+    else
+      kl_ms_text(conn, status, reason);
+  } else if (strcmp(conn->url, "/metrics") == 0 ||
+             strcmp(conn->url, "/healthz") == 0) {
+    kl_ms_text(conn, 405, "use GET\n");
+  } else {
+    kl_ms_text(conn, 404, "not found: GET /metrics or /healthz\n");
+  }
+}
+
+static int kl_ms_on_url(http_parser *parser, const char *at, size_t len) {
+  kl_ms_conn_t *conn = parser->data;
+  size_t have = strlen(conn->url);
+  if (have + len >= sizeof(conn->url))
+    return -1;
+  memcpy(conn->url + have, at, len);
+  conn->url[have + len] = '\0';
+  return 0;
+}
+
+/* Header names longer than "accept" are another header: only their length
+ * is counted, so a field split across reads is matched whole. */
+static int kl_ms_on_field(http_parser *parser, const char *at, size_t len) {
+  kl_ms_conn_t *conn = parser->data;
+  if (conn->in_value)
+    conn->in_value = conn->in_accept = 0, conn->field_len = 0;
+  for (size_t i = 0; i < len; i++, conn->field_len++)
+    if (conn->field_len < sizeof(conn->field))
+      conn->field[conn->field_len] = at[i];
+  return 0;
+}
+
+static int kl_ms_on_value(http_parser *parser, const char *at, size_t len) {
+  kl_ms_conn_t *conn = parser->data;
+  if (!conn->in_value) {
+    conn->in_value = 1;
+    conn->in_accept =
+        conn->field_len == 6 && strncasecmp(conn->field, "accept", 6) == 0;
+  }
+  size_t have = strlen(conn->accept);
+  if (conn->in_accept && have + 1 < sizeof(conn->accept)) {
+    size_t take = sizeof(conn->accept) - have - 1;
+    take = len < take ? len : take;
+    memcpy(conn->accept + have, at, take);
+    conn->accept[have + take] = '\0';
+  }
+  return 0;
+}
+
+static int kl_ms_on_complete(http_parser *parser) {
+  kl_ms_route(parser->data);
+  return -1; /* one request per connection: stop parsing */
+}
+
+static const http_parser_settings kl_ms_settings = {
+    .on_url = kl_ms_on_url,
+    .on_header_field = kl_ms_on_field,
+    .on_header_value = kl_ms_on_value,
+    .on_message_complete = kl_ms_on_complete};
+
+static void kl_ms_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
+  static _Thread_local char chunk[4096]; /* consumed before the next read */
+  *buf = uv_buf_init(chunk, sizeof(chunk));
+}
+
+static void kl_ms_read(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf) {
+  kl_ms_conn_t *conn = stream->data;
+  if (n < 0) {
+    kl_ms_conn_close(conn);
+    return;
+  }
+  if (n == 0 || conn->answered)
+    return;
+  conn->head_bytes += (size_t)n;
+  http_parser_execute(&conn->parser, &kl_ms_settings, buf->base, (size_t)n);
+  if (conn->answered)
+    return;
+  if (conn->parser.http_errno != HPE_OK)
+    kl_ms_text(conn, 400, "bad request\n");
+  else if (conn->head_bytes > KL_MS_HEAD_MAX)
+    kl_ms_text(conn, 431, "request over 8 KiB\n");
+}
+
+static void kl_ms_idle(uv_timer_t *timer) {
+  kl_ms_conn_close(timer->data);
+}
+
+static void kl_ms_accept(uv_stream_t *listener, int status) {
+  kl__metrics_server_t *server = listener->data;
+  if (status < 0)
+    return;
+  kl_ms_conn_t *conn = calloc(1, sizeof(*conn));
+  if (!conn)
+    return;
+  conn->server = server;
+  server->conns++;
+  uv_tcp_init(&server->loop, &conn->tcp);
+  uv_timer_init(&server->loop, &conn->idle);
+  conn->tcp.data = conn->idle.data = conn;
+  if (server->conns > KL_MS_CONNS_MAX && server->oldest) {
+    KL_LOG_D(COMP, "%d connections: closing the oldest idle one",
+             server->conns);
+    kl_ms_conn_close(server->oldest); /* freed on the next loop turn */
+  }
+  /* Closing ones are freed within a loop turn; answered ones within a
+   * write: twice the cap bounds what a burst can hold. */
+  if (uv_accept(listener, (uv_stream_t *)&conn->tcp) != 0 ||
+      server->conns > 2 * KL_MS_CONNS_MAX) {
+    kl_ms_conn_close(conn);
+    return;
+  }
+  kl_ms_list(conn);
+  http_parser_init(&conn->parser, HTTP_REQUEST);
+  conn->parser.data = conn;
+  uv_timer_start(&conn->idle, kl_ms_idle, KL_MS_IDLE_MS, 0);
+  uv_read_start((uv_stream_t *)&conn->tcp, kl_ms_alloc, kl_ms_read);
+}
+
+/* ---- the thread ---- */
+
+static void kl_ms_close_any(uv_handle_t *handle, void *arg) {
+  if (uv_is_closing(handle))
+    return;
+  if (handle->type == UV_TCP && handle->data && handle->data != arg) {
+    kl_ms_conn_close(handle->data);
+    return;
+  }
+  if (handle->type != UV_TIMER)
+    uv_close(handle, NULL);
+}
+
+static void kl_ms_on_stop(uv_async_t *async) {
+  kl__metrics_server_t *server = async->data;
+  uv_walk(&server->loop, kl_ms_close_any, server);
+}
+
+static void *kl_ms_main(void *opaque) {
+  kl__metrics_server_t *server = opaque;
+  uv_run(&server->loop, UV_RUN_DEFAULT);
+  return NULL;
+}
+
+static rd_kafka_t *kl_ms_kafka(const kl_conf_t *conf) {
+  const char *bootstrap = kl_conf_get(conf, "kafka.bootstrap.servers");
+  if (!bootstrap)
+    return NULL;
+  char errstr[256];
+  rd_kafka_conf_t *kconf = rd_kafka_conf_new();
+  rd_kafka_conf_set(kconf, "log_level", "3", NULL, 0);
+  if (rd_kafka_conf_set(kconf, "bootstrap.servers", bootstrap, errstr,
+                        sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+    rd_kafka_conf_destroy(kconf);
+    return NULL;
+  }
+  rd_kafka_t *rk =
+      rd_kafka_new(RD_KAFKA_PRODUCER, kconf, errstr, sizeof(errstr));
+  if (!rk) {
+    rd_kafka_conf_destroy(kconf);
+    KL_LOG_W(COMP, "no lag metric: %s", errstr);
+  }
+  return rk;
+}
+
+static kl_err_t kl_ms_listen(kl__metrics_server_t *server, const char *listen) {
+  struct sockaddr_storage addr;
+  kl_err_t err = kl__listen_addr("--metrics-listen", listen, &addr);
+  if (err)
+    return err;
+  if (uv_loop_init(&server->loop) != 0)
+    return kl__err(KL_EIO, "--metrics-listen: cannot start a libuv loop");
+  uv_tcp_init(&server->loop, &server->listener);
+  uv_async_init(&server->loop, &server->stop, kl_ms_on_stop);
+  server->listener.data = server->stop.data = server;
+  err = kl__listen_start(&server->listener, "--metrics-listen", listen, 64,
+                         kl_ms_accept, &server->port);
+  if (!err)
+    return KL_OK;
+  uv_close((uv_handle_t *)&server->listener, NULL);
+  uv_close((uv_handle_t *)&server->stop, NULL);
+  uv_run(&server->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&server->loop);
+  return err;
+}
+
+kl_err_t kl__metrics_server_start(const char *listen, const kl_conf_t *conf,
+                                  const char *topic, kl_worker_t *worker,
+                                  kl_store_t *store,
+                                  kl__metrics_server_t **out) {
+  kl__metrics_server_t *server = calloc(1, sizeof(*server));
+  if (!server || !(server->topic = strdup(topic))) {
+    free(server);
+    return KL_ENOMEM;
+  }
+  server->worker = worker;
+  server->store = store;
+  server->stall_ms = kl__conf_int(conf, "worker.stall.ms");
+  server->outbox_stall_ms = kl__conf_int(conf, "worker.outbox.stall.ms");
+  if (!(server->group = strdup(kl_conf_get(conf, "worker.group")))) {
+    free(server->topic);
+    free(server);
+    return KL_ENOMEM;
+  }
+  kl_err_t err = kl_ms_listen(server, listen);
+  if (!err)
+    server->rk = kl_ms_kafka(conf);
+  if (!err && pthread_create(&server->thread, NULL, kl_ms_main, server) != 0) {
+    err = kl__err(KL_EIO, "--metrics-listen: cannot start its thread");
+    uv_close((uv_handle_t *)&server->listener, NULL);
+    uv_close((uv_handle_t *)&server->stop, NULL);
+    uv_run(&server->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&server->loop);
+  }
+  if (err) {
+    if (server->rk)
+      rd_kafka_destroy(server->rk);
+    free(server->group);
+    free(server->topic);
+    free(server);
+    return err;
+  }
+  KL_LOG_I(COMP, "serving /metrics and /healthz on %s (port %d)", listen,
+           server->port);
+  *out = server;
+  return KL_OK;
+}
+
+int kl__metrics_server_port(const kl__metrics_server_t *server) {
+  return server->port;
+}
+
+void kl__metrics_server_stop(kl__metrics_server_t *server) {
+  if (!server)
+    return;
+  uv_async_send(&server->stop);
+  pthread_join(server->thread, NULL);
+  uv_loop_close(&server->loop);
+  if (server->rk)
+    rd_kafka_destroy(server->rk);
+  free(server->group);
+  free(server->topic);
+  free(server);
+}

@@ -1,0 +1,78 @@
+/*
+ * The worker's /metrics and /healthz (`keylane worker --metrics-listen`):
+ * a small HTTP/1.1 server on its own thread and libuv loop.
+ *
+ * GET /metrics renders, per scrape, the worker's counters and gauges
+ * (kl_worker_stats()) and, for every partition of the topic the store
+ * knows, its watermark, owner epoch and lag (the partition's high
+ * watermark from Kafka minus the store's watermark; left out when Kafka
+ * does not answer within 500 ms). A store commit-latency histogram is not
+ * exported: the commit happens inside the worker, which has no hook for it.
+ *
+ * For dashboards built on kafka_exporter, the same lag is also
+ * kafka_consumergroup_lag{consumergroup,topic,partition} (worker.group as
+ * consumergroup), and keylane_worker_lag_seconds{topic,partition} is the
+ * age of each owned partition's oldest unapplied event taken in, from its
+ * envelope ts (0 when none waits).
+ *
+ * The log guard's partitions (log_guard.h) are series too:
+ * keylane_worker_partition_stopped{topic,partition,reason} (1 while the
+ * partition is stopped because its log went backwards or lost records)
+ * and keylane_worker_gap_records_total{topic,partition}.
+ *
+ * GET /healthz is 200 "ok" while the worker runs and the store answers a
+ * read; 503 with the reason when a partition is stopped by the log guard
+ * (the first one's message), when the topic's partition count differs
+ * from the expected one (the worker stopped taking it), when the store
+ * fails to answer, or when the
+ * worker was fenced (stats.fenced grew) and has committed nothing since,
+ * or owns no partition after a fence: kl_worker_stats_t.owned drops only
+ * when Kafka revokes a partition, not when the worker drops a fenced lane,
+ * so "no commit since the fence" stands for "owns nothing any more". A
+ * worker fenced on some partitions that keeps committing others is
+ * healthy. The store probe is a read (kl_store_partition()), not a write:
+ * a write would need an epoch; an unwritable store shows up as the
+ * worker's own commit errors.
+ *
+ * GET /healthz?format=json, or with an Accept header naming
+ * application/json, answers the same status code with a JSON document and
+ * a Burrow-style status per partition (cli/health_json.h);
+ * ?format=text forces the plain answer, another format= is a 400.
+ *
+ * Bounds: 32 connections waiting for their request; a new one past them
+ * closes the oldest waiting one (idle clients cannot lock a liveness probe
+ * out), and at most 64 are held at all, those being answered included; a
+ * request head of 8 KiB, 10 s idle timeout; one request per connection
+ * (Connection: close).
+ *
+ * Caveats: the server reads @p worker and @p store from its own thread;
+ * both are borrowed and must outlive kl__metrics_server_stop().
+ */
+#ifndef KEYLANE_WORKER_METRICS_SERVER_H
+#define KEYLANE_WORKER_METRICS_SERVER_H
+
+#include "keylane/conf.h"
+#include "keylane/store.h"
+#include "keylane/worker.h"
+
+typedef struct kl__metrics_server kl__metrics_server_t;
+
+/**
+ * Listens on @p listen ("HOST:PORT", "[V6]:PORT" or ":PORT" for
+ * 127.0.0.1; port 0 picks a free one) and serves on a new thread.
+ * @param conf  read for kafka.bootstrap.servers (the lag query); copied.
+ * @param out   receives the server, stopped with kl__metrics_server_stop().
+ * @returns KL_OK; KL_ECONF for a bad address; KL_EIO when it cannot bind.
+ */
+kl_err_t kl__metrics_server_start(const char *listen, const kl_conf_t *conf,
+                                  const char *topic, kl_worker_t *worker,
+                                  kl_store_t *store,
+                                  kl__metrics_server_t **out);
+
+/** @returns the port it listens on. */
+int kl__metrics_server_port(const kl__metrics_server_t *server);
+
+/** Stops the thread, closes every connection and frees; accepts NULL. */
+void kl__metrics_server_stop(kl__metrics_server_t *server);
+
+#endif

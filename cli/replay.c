@@ -1,0 +1,553 @@
+/*
+ * keylane replay: re-applies a range of partitions through the worker's
+ * batch path; and the command line that `keylane store rebuild` shares.
+ */
+#include "cli/replay.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli/cli.h"
+#include "common/internal.h"
+#include "common/log.h"
+#include "common/progress.h"
+#include "handlers/handler.h"
+#include "worker/redrive.h"
+#include "worker/replay.h"
+
+static const char kl_replay_usage[] =
+    "usage: keylane replay -b BOOTSTRAP -t TOPIC -p P[,P...|all]\n"
+    "                      --from POS [--to POS] --store STORE --handler H\n"
+    "                      [--dry-run] [--json] [options]\n\n"
+    "Reads a range of partitions again and applies it through the worker's\n"
+    "own batch path: events at or above the store's watermark whose\n"
+    "idempotency key is new run the handler, once; the others are skipped\n"
+    "and counted (below the watermark: skipped_applied; key seen:\n"
+    "skipped_duplicate). Replaying a range that was applied applies 0.\n"
+    "A record the handler refuses is recorded as a dead letter when the\n"
+    "fleet dead-lettered it (it is in TOPIC.dlq: dead_letter), else the\n"
+    "partition stops there (failed) and says where to resume.\n\n"
+    "Beside a live fleet: replay takes each partition by epoch, as a new\n"
+    "owner does, so the worker that owned it is fenced (it commits nothing\n"
+    "more of the partition until replay has left it alone for\n"
+    "worker.fenced.retake.ms, default 30 s, or the group moves it; then it\n"
+    "resumes from the watermark replay left). A worker that takes a\n"
+    "partition back while replay runs fences the replay of that partition\n"
+    "instead. While replay works it writes a heartbeat into each partition\n"
+    "it holds, every third of worker.fenced.retake.ms (at most 1 s; pass\n"
+    "the fleet's with -X), so a slow handler is not taken for a replay\n"
+    "that went away; one paused that long is taken back, and its late\n"
+    "commit refused. No event applies twice.\n"
+    "--dry-run takes no epoch and commits nothing: it fences nobody and\n"
+    "leaves the store byte-identical. It never runs an exec: or so: handler\n"
+    "(it may act outside the store: files, HTTP calls, its own database):\n"
+    "events that would run it count as applied, and whether the handler\n"
+    "would accept them is not known (JSON: \"handler_run\": false). The\n"
+    "built-in handlers, whose only effects are in the store, do run.\n\n"
+    "  -b, --bootstrap HOST:PORT   Kafka bootstrap servers\n"
+    "  -t, --topic TOPIC           topic to replay\n"
+    "  -p, --partition LIST        partitions: 0,2,5-7 or all\n"
+    "      --from POS              first offset: N, beginning, watermark (the\n"
+    "                              store's), @MS, @2024-05-01T12:00:00Z, @-2h\n"
+    "      --to POS                stop before: N, @TIME, or end (default:\n"
+    "                              the high watermark when replay starts)\n"
+    "      --store STORE           LMDB directory or postgresql://... URI\n"
+    "      --handler HANDLER       ledger | inventory | so:PATH[:SYMBOL] |\n"
+    "                              exec:COMMAND\n"
+    "      --dry-run               report what would apply and be skipped;\n"
+    "                              change nothing, run no exec:/so: handler\n"
+    "      --allow-gap             start above the store's watermark on\n"
+    "                              purpose (the events between are skipped\n"
+    "                              for good); refused without it\n"
+    "      --json                  print one JSON object\n"
+    "      --batch-max N           events per store commit (default 1000;\n"
+    "                              a dry run's window, default 100000)\n"
+    "      --partitions N          refuse unless TOPIC has N partitions\n"
+    "      --no-progress           no progress on stderr\n"
+    "  -X, --set NAME=VALUE        keylane or librdkafka (kafka.NAME) setting\n"
+    "  -h, --help                  this text\n\n"
+    "Dead-letter redrive:\n"
+    "  keylane replay -b BOOTSTRAP --from-dlq TOPIC.dlq [--reason R]\n"
+    "                 [--key K] --store STORE --handler H [--dry-run]\n"
+    "      --from-dlq TOPIC.dlq    send the dead letters back through the\n"
+    "                              handler, with their original ids, each\n"
+    "                              into its origin partition (taken by\n"
+    "                              epoch); each applies at most once: its id\n"
+    "                              is then recorded as applied\n"
+    "      --reason R              only letters of reason R (decode,\n"
+    "                              handler_fail, max_attempts)\n"
+    "      --key K                 only letters of entity key K\n"
+    "  With it, -t names the origin topic (default: TOPIC), and --from and\n"
+    "  --to are positions in TOPIC.dlq (default: all of it). Each letter's\n"
+    "  outcome is printed: applied, duplicate (applied before), failed (it\n"
+    "  stays a dead letter), pending (its owner has not passed it yet).\n\n"
+    "Progress (events, rate, ETA per partition) is drawn on stderr when it\n"
+    "is a terminal, else a line every 5 s (KEYLANE_PROGRESS_INTERVAL_MS).\n"
+    "Ctrl-C stops after the batch in flight and prints, per partition, the\n"
+    "offset to resume from. Exit 0 when every partition was read to its end,\n"
+    "1 when one stopped, was fenced or failed, 2 for bad usage.\n\n"
+    "examples:\n"
+    "  # what would a re-run of partition 3 since this morning apply?\n"
+    "  keylane replay -b kafka:9092 -t events -p 3 \\\n"
+    "      --from @2024-05-01T06:00:00Z --store /var/lib/keylane \\\n"
+    "      --handler ledger --dry-run\n"
+    "  # apply whatever the fleet has not applied yet, all partitions\n"
+    "  keylane replay -b kafka:9092 -t events -p all --from watermark \\\n"
+    "      --store /var/lib/keylane --handler ledger --json\n"
+    "  # after fixing the handler: redrive what it failed\n"
+    "  keylane replay -b kafka:9092 --from-dlq events.dlq \\\n"
+    "      --reason handler_fail --store /var/lib/keylane --handler ledger\n";
+
+typedef struct kl_rargs {
+  kl_conf_t *conf;
+  kl__replay_opts_t opts;
+  const char *location, *handler;
+  int json, progress;
+  int from_set;
+  const char *dlq, *reason, *key; /* --from-dlq: a redrive */
+} kl_rargs_t;
+
+enum {
+  KL_OPT_FROM = 256,
+  KL_OPT_TO,
+  KL_OPT_STORE,
+  KL_OPT_HANDLER,
+  KL_OPT_DRY,
+  KL_OPT_GAP,
+  KL_OPT_JSON,
+  KL_OPT_BATCH,
+  KL_OPT_EXPECT,
+  KL_OPT_NOPROG,
+  KL_OPT_DLQ,
+  KL_OPT_REASON,
+  KL_OPT_KEY,
+};
+
+static int kl_parse_pos(const char *sub, const char *opt, const char *text,
+                        kl__pos_t *pos) {
+  if (kl__pos_parse(text, kl__now_ms(), pos) != KL_OK) {
+    kl__cli_usage(sub, "%s: %s", opt, kl_err_detail());
+    return -1;
+  }
+  return 0;
+}
+
+static int kl_parse_batch(const char *sub, const char *text, size_t *out) {
+  int64_t v;
+  if (kl__cli_units(sub, "--batch-max", text, KL__UNITS_COUNT, 1, 1000000, &v))
+    return -1;
+  *out = (size_t)v;
+  return 0;
+}
+
+/* One option; returns -1 to stop with rc set, 0 to go on. */
+static int kl_replay_opt(const char *sub, const char *usage, int c,
+                         kl_rargs_t *a, int *rc) {
+  int bad = 0;
+  switch (c) {
+  case 'b':
+    bad = kl__cli_conf_set(sub, a->conf, "kafka.bootstrap.servers", optarg);
+    break;
+  case 't':
+    a->opts.topic = optarg;
+    break;
+  case 'p':
+    a->opts.partitions = optarg;
+    break;
+  case KL_OPT_FROM:
+    bad = kl_parse_pos(sub, "--from", optarg, &a->opts.from);
+    a->from_set = 1;
+    break;
+  case KL_OPT_TO:
+    bad = kl_parse_pos(sub, "--to", optarg, &a->opts.to);
+    break;
+  case KL_OPT_STORE:
+    a->location = optarg;
+    break;
+  case KL_OPT_HANDLER:
+    a->handler = optarg;
+    break;
+  case KL_OPT_DRY:
+    a->opts.dry_run = 1;
+    break;
+  case KL_OPT_GAP:
+    a->opts.allow_gap = 1;
+    break;
+  case KL_OPT_JSON:
+    a->json = 1;
+    break;
+  case KL_OPT_BATCH:
+    bad = kl_parse_batch(sub, optarg, &a->opts.batch_max);
+    break;
+  case KL_OPT_EXPECT:
+    bad = kl__cli_conf_set(sub, a->conf, "worker.expect.partitions", optarg);
+    break;
+  case KL_OPT_NOPROG:
+    a->progress = 0;
+    break;
+  case KL_OPT_DLQ:
+    a->dlq = optarg;
+    break;
+  case KL_OPT_REASON:
+    a->reason = optarg;
+    break;
+  case KL_OPT_KEY:
+    a->key = optarg;
+    break;
+  case 'X':
+    bad = kl__cli_conf_x(sub, a->conf, optarg);
+    break;
+  case 'h':
+    fputs(usage, stdout);
+    *rc = KL_EXIT_OK;
+    return -1;
+  default:
+    *rc = kl__cli_usage(sub, "unknown option");
+    return -1;
+  }
+  if (bad) {
+    *rc = KL_EXIT_USAGE;
+    return -1;
+  }
+  return 0;
+}
+
+static int kl_replay_check(const char *sub, const kl_rargs_t *a, int rebuild) {
+  if (rebuild && a->dlq)
+    return kl__cli_usage(sub, "--from-dlq is keylane replay's: a rebuild "
+                              "reads the topic itself");
+  if ((a->reason || a->key) && !a->dlq)
+    return kl__cli_usage(sub, "--reason and --key select dead letters: they "
+                              "need --from-dlq TOPIC.dlq");
+  if (!kl_conf_get(a->conf, "kafka.bootstrap.servers"))
+    return kl__cli_usage(sub, "-b BOOTSTRAP is required");
+  if (a->dlq && a->opts.partitions)
+    return kl__cli_usage(sub, "-p does not go with --from-dlq: a dead letter "
+                              "goes back to its own origin partition");
+  if (a->dlq) {
+    if (!a->location)
+      return kl__cli_usage(sub, "--store STORE is required");
+    return a->handler ? -1
+                      : kl__cli_usage(sub, "--handler is required (ledger "
+                                           "or so:PATH)");
+  }
+  if (!a->opts.topic)
+    return kl__cli_usage(sub, "-t TOPIC is required");
+  if (!rebuild && !a->opts.partitions)
+    return kl__cli_usage(sub, "-p is required: name the partitions "
+                              "(-p 0,3 or -p all)");
+  if (!rebuild && !a->from_set)
+    return kl__cli_usage(sub, "--from is required: an offset, beginning, "
+                              "watermark or @TIME");
+  if (!a->location)
+    return kl__cli_usage(sub, rebuild ? "--store NEW_STORE is required: the "
+                                        "empty store to rebuild into"
+                                      : "--store STORE is required");
+  if (!a->handler)
+    return kl__cli_usage(sub, "--handler is required (ledger or so:PATH)");
+  return -1;
+}
+
+/* ---- progress ---------------------------------------------------------- */
+
+static void kl_on_progress(void *opaque, const kl__replay_t *replay) {
+  kl__progress_t *progress = opaque;
+  size_t n;
+  const kl__replay_part_t *parts = kl__replay_parts(replay, &n);
+  for (size_t i = 0; i < n; i++) {
+    const kl__replay_part_t *p = &parts[i];
+    uint64_t total = (uint64_t)(p->end > p->start ? p->end - p->start : 0);
+    uint64_t done = (uint64_t)(p->position - p->start);
+    if (p->status == KL__REPLAY_DONE)
+      done = total;
+    kl__progress_set(progress, i, p->partition, done, total,
+                     p->status >= KL__REPLAY_DONE);
+  }
+  kl__progress_draw(progress, 0);
+}
+
+static kl__progress_t *kl_progress_new(const char *sub, size_t rows) {
+  const char *env = getenv("KEYLANE_PROGRESS_INTERVAL_MS");
+  int64_t interval = 0; /* progress.h's default */
+  if (env && kl__units_parse("KEYLANE_PROGRESS_INTERVAL_MS", env, KL__UNITS_MS,
+                             1, 3600000, &interval) != KL_OK)
+    KL_LOG_W(sub, "%s; using the default", kl_err_detail());
+  return kl__progress_new(stderr, sub, rows, -1, (int)interval);
+}
+
+/* ---- the report -------------------------------------------------------- */
+
+static json_t *kl_part_json(const kl__replay_part_t *p) {
+  json_t *o = json_pack(
+      "{sIss sIsIsIsI sIsIsI sIsI sIsIsIsIsI}", "partition",
+      (json_int_t)p->partition, "status", kl__replay_status_name(p->status),
+      "from", (json_int_t)p->start, "to", (json_int_t)p->end, "low",
+      (json_int_t)p->low, "high", (json_int_t)p->high, "watermark_before",
+      (json_int_t)p->watermark_before, "watermark_after",
+      (json_int_t)p->watermark, "resume_offset", (json_int_t)p->next, "epoch",
+      (json_int_t)p->epoch, "previous_epoch", (json_int_t)p->previous_epoch,
+      "read", (json_int_t)p->read, "applied", (json_int_t)p->applied,
+      "skipped_applied", (json_int_t)p->skipped_applied, "skipped_duplicate",
+      (json_int_t)p->skipped_duplicate, "failed", (json_int_t)p->failed);
+  json_object_set_new(o, "skipped_dead_letter",
+                      json_integer((json_int_t)p->skipped_dead_letter));
+  if (p->why[0])
+    json_object_set_new(o, "error", json_string(p->why));
+  if (p->scratch)
+    json_object_set_new(o, "scratch", json_true());
+  return o;
+}
+
+static json_t *kl_truncated_json(const kl__replay_part_t *p) {
+  return json_pack("{sIsIsIsIss}", "partition", (json_int_t)p->partition,
+                   "earliest_offset", (json_int_t)p->history_from, "watermark",
+                   (json_int_t)p->watermark_before, "missing",
+                   (json_int_t)(p->history_from - p->watermark_before),
+                   "reason", p->history_skipped ? "from" : "retention");
+}
+
+static void kl_print_json(const kl__replay_t *replay, const char *location) {
+  const kl__replay_opts_t *opts = kl__replay_opts(replay);
+  kl__replay_part_t t;
+  kl__replay_totals(replay, &t);
+  size_t n;
+  const kl__replay_part_t *parts = kl__replay_parts(replay, &n);
+  json_t *list = json_array(), *trunc = json_array();
+  for (size_t i = 0; i < n; i++) {
+    json_array_append_new(list, kl_part_json(&parts[i]));
+    if (parts[i].history_from >= 0)
+      json_array_append_new(trunc, kl_truncated_json(&parts[i]));
+  }
+  json_t *o = json_pack(
+      "{sssssbsIsIsIsIsIssso so}", "topic", opts->topic, "store", location,
+      "dry_run", opts->dry_run, "read", (json_int_t)t.read, "applied",
+      (json_int_t)t.applied, "skipped_applied", (json_int_t)t.skipped_applied,
+      "skipped_duplicate", (json_int_t)t.skipped_duplicate, "failed",
+      (json_int_t)t.failed, "status", kl__replay_status_name(t.status),
+      "history_truncated", trunc, "partitions", list);
+  json_object_set_new(o, "skipped_dead_letter",
+                      json_integer((json_int_t)t.skipped_dead_letter));
+  json_object_set_new(o, "stopped",
+                      json_boolean(t.status == KL__REPLAY_STOPPED));
+  if (opts->dry_run) {
+    json_object_set_new(o, "exact", json_boolean(t.exact));
+    json_object_set_new(o, "handler_run", json_boolean(opts->dry_run_handler));
+  }
+  json_dumpf(o, stdout, JSON_COMPACT);
+  putchar('\n');
+  json_decref(o);
+}
+
+static void kl_table_row(const char *name, const char *range, const char *wm,
+                         const kl__replay_part_t *p) {
+  printf("%-9s %-15s %-17s %8" PRIu64 " %8" PRIu64 " %15" PRIu64 " %17" PRIu64
+         " %11" PRIu64 " %6" PRIu64 "  %s\n",
+         name, range, wm, p->read, p->applied, p->skipped_applied,
+         p->skipped_duplicate, p->skipped_dead_letter, p->failed,
+         kl__replay_status_name(p->status));
+}
+
+static void kl_print_table(const kl__replay_t *replay) {
+  size_t n;
+  const kl__replay_part_t *parts = kl__replay_parts(replay, &n);
+  printf("%-9s %-15s %-17s %8s %8s %15s %17s %11s %6s  %s\n", "partition",
+         "range", "watermark", "read", "applied", "skipped_applied",
+         "skipped_duplicate", "dead_letter", "failed", "status");
+  for (size_t i = 0; i < n; i++) {
+    const kl__replay_part_t *p = &parts[i];
+    char name[16], range[48], wm[48];
+    snprintf(name, sizeof(name), "%d", (int)p->partition);
+    snprintf(range, sizeof(range), "%" PRId64 "..%" PRId64, p->start, p->end);
+    snprintf(wm, sizeof(wm), "%" PRId64 " -> %" PRId64, p->watermark_before,
+             p->watermark);
+    kl_table_row(name, range, wm, p);
+  }
+  kl__replay_part_t t;
+  kl__replay_totals(replay, &t);
+  kl_table_row("total", "", "", &t);
+}
+
+void kl__dry_run_note(const char *sub, int dry_run, int handler_run,
+                      const char *handler) {
+  if (dry_run && !handler_run)
+    fprintf(stderr,
+            "keylane %s: dry run: the handler %s was not run (it may act "
+            "outside the store); \"applied\" counts the events that would "
+            "run it, and whether it would accept them is not known\n",
+            sub, handler);
+}
+
+/* What an operator must not miss, on stderr: lost history, fenced owners,
+ * and where to resume. */
+static void kl_print_notes(const char *sub, const kl__replay_t *replay) {
+  const kl__replay_opts_t *opts = kl__replay_opts(replay);
+  size_t n;
+  const kl__replay_part_t *parts = kl__replay_parts(replay, &n);
+  for (size_t i = 0; i < n; i++) {
+    const kl__replay_part_t *p = &parts[i];
+    if (p->history_from >= 0 && !p->history_skipped)
+      fprintf(stderr,
+              "keylane %s: WARNING: history truncated: %s partition %d "
+              "begins at offset %" PRId64
+              ", the store had applied up to %" PRId64
+              ": retention deleted %" PRId64
+              " events that were never applied here, and cannot be "
+              "replayed\n",
+              sub, opts->topic, (int)p->partition, p->history_from,
+              p->watermark_before, p->history_from - p->watermark_before);
+    else if (p->history_from >= 0)
+      fprintf(stderr,
+              "keylane %s: WARNING: partition %d starts at offset %" PRId64
+              " as asked (--from), above the store's watermark %" PRId64
+              ": events %" PRId64 "..%" PRId64 " are skipped for good\n",
+              sub, (int)p->partition, p->history_from, p->watermark_before,
+              p->watermark_before, p->history_from - 1);
+    if (p->previous_epoch > 0)
+      fprintf(stderr,
+              "keylane %s: partition %d: took ownership with epoch %" PRIu64
+              "; its owner of epoch %" PRIu64 ", if it still runs, is fenced "
+              "and takes partition %d back once this replay has left it alone "
+              "for worker.fenced.retake.ms (default 30 s), resuming from the "
+              "watermark (%" PRId64 ")\n",
+              sub, (int)p->partition, p->epoch, p->previous_epoch,
+              (int)p->partition, p->watermark);
+    if (p->scratch)
+      fprintf(stderr,
+              "keylane %s: partition %d was never owned: its dry run ran "
+              "against an empty scratch store\n",
+              sub, (int)p->partition);
+    if (p->status > KL__REPLAY_DONE)
+      fprintf(stderr,
+              "keylane %s: partition %d %s at offset %" PRId64 "%s%s; resume "
+              "with -p %d --from %" PRId64 "\n",
+              sub, (int)p->partition, kl__replay_status_name(p->status),
+              p->next, p->why[0] ? ": " : "", p->why, (int)p->partition,
+              p->next);
+  }
+  kl__replay_part_t t;
+  kl__replay_totals(replay, &t);
+  if (opts->dry_run && !t.exact)
+    fprintf(stderr,
+            "keylane %s: dry run: a partition needed more than one window of "
+            "--batch-max events; its counts past the first window are "
+            "estimates (raise --batch-max for exact ones)\n",
+            sub);
+}
+
+static int kl_replay_exec(const char *sub, kl_rargs_t *a) {
+  kl_handler_ref_t handler;
+  if (kl__handler_resolve(a->handler, &handler))
+    return kl__cli_usage(sub, "%s", kl_err_detail());
+  kl_store_t *store;
+  if (kl_store_open(a->location, a->conf, &store)) {
+    kl__handler_release(&handler);
+    return kl__cli_fail(sub, "cannot open the store %s: %s", a->location,
+                        kl_err_detail());
+  }
+  a->opts.conf = a->conf;
+  a->opts.store = store;
+  a->opts.handler = handler.fn;
+  a->opts.handler_opaque = handler.opaque;
+  a->opts.dry_run_handler = handler.store_only;
+  a->opts.stop = &kl__cli_stop;
+  kl__cli_on_signals();
+  kl__replay_t *replay = NULL;
+  kl__progress_t *progress = NULL;
+  int rc = KL_EXIT_OK;
+  kl_err_t err = kl__replay_new(&a->opts, &replay);
+  if (!err && a->progress) {
+    size_t n;
+    kl__replay_parts(replay, &n);
+    progress = kl_progress_new(sub, n);
+  }
+  if (err) {
+    rc = err == KL_EINVAL || err == KL_EPARTITIONS || err == KL_ENOTFOUND
+             ? kl__cli_usage(sub, "%s", kl_err_detail())
+             : kl__cli_fail(sub, "%s", kl_err_detail());
+  } else {
+    kl__replay_set_progress(replay, progress ? kl_on_progress : NULL, progress);
+    err = kl__replay_run(replay);
+    if (progress)
+      kl__progress_finish(progress);
+    if (err) {
+      rc = kl__cli_fail(sub, "%s", kl_err_detail());
+    } else {
+      a->json ? kl_print_json(replay, a->location) : kl_print_table(replay);
+      kl_print_notes(sub, replay);
+      kl__dry_run_note(sub, a->opts.dry_run, a->opts.dry_run_handler,
+                       a->handler);
+      kl__replay_part_t t;
+      kl__replay_totals(replay, &t);
+      rc = t.status == KL__REPLAY_DONE ? KL_EXIT_OK : KL_EXIT_FAIL;
+    }
+  }
+  kl__progress_destroy(progress);
+  kl__replay_destroy(replay);
+  kl_store_destroy(store);
+  kl__handler_release(&handler);
+  return rc;
+}
+
+int kl__replay_cli(const char *sub, const char *usage, int argc, char **argv,
+                   int rebuild) {
+  static const struct option opts[] = {
+      {"bootstrap", required_argument, NULL, 'b'},
+      {"topic", required_argument, NULL, 't'},
+      {"partition", required_argument, NULL, 'p'},
+      {"from", required_argument, NULL, KL_OPT_FROM},
+      {"to", required_argument, NULL, KL_OPT_TO},
+      {"store", required_argument, NULL, KL_OPT_STORE},
+      {"handler", required_argument, NULL, KL_OPT_HANDLER},
+      {"dry-run", no_argument, NULL, KL_OPT_DRY},
+      {"allow-gap", no_argument, NULL, KL_OPT_GAP},
+      {"json", no_argument, NULL, KL_OPT_JSON},
+      {"batch-max", required_argument, NULL, KL_OPT_BATCH},
+      {"partitions", required_argument, NULL, KL_OPT_EXPECT},
+      {"no-progress", no_argument, NULL, KL_OPT_NOPROG},
+      {"from-dlq", required_argument, NULL, KL_OPT_DLQ},
+      {"reason", required_argument, NULL, KL_OPT_REASON},
+      {"key", required_argument, NULL, KL_OPT_KEY},
+      {"set", required_argument, NULL, 'X'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  kl_rargs_t a = {.conf = kl_conf_new(), .progress = 1};
+  a.opts.from = (kl__pos_t){KL__POS_BEGINNING, 0};
+  a.opts.to = (kl__pos_t){KL__POS_END, 0};
+  a.opts.rebuild = rebuild;
+  int c, rc = -1;
+  optind = 1;
+  while (rc < 0 && (c = getopt_long(argc, argv, "b:t:p:X:h", opts, NULL)) != -1)
+    if (kl_replay_opt(sub, usage, c, &a, &rc) < 0)
+      break;
+  if (rc < 0 && optind < argc)
+    rc = kl__cli_usage(sub, "unexpected argument \"%s\"", argv[optind]);
+  if (rc < 0)
+    rc = kl_replay_check(sub, &a, rebuild);
+  if (rc < 0 && a.dlq) {
+    kl__redrive_opts_t ro = {.conf = a.conf,
+                             .dlq_topic = a.dlq,
+                             .topic = a.opts.topic,
+                             .reason = a.reason,
+                             .key = a.key,
+                             .from = a.opts.from,
+                             .to = a.opts.to,
+                             .dry_run = a.opts.dry_run};
+    rc = kl__redrive_cli(sub, &ro, a.location, a.handler, a.json);
+  } else if (rc < 0) {
+    /* A rebuild reads everything; a --from of its own skips the history
+     * before it on purpose, and says so. */
+    a.opts.allow_gap = a.opts.allow_gap || rebuild;
+    rc = kl_replay_exec(sub, &a);
+  }
+  kl_conf_destroy(a.conf);
+  return rc;
+}
+
+int kl__cmd_replay(int argc, char **argv) {
+  return kl__replay_cli("replay", kl_replay_usage, argc, argv, 0);
+}

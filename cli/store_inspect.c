@@ -1,0 +1,527 @@
+/*
+ * keylane store stats | keys | get: what a store holds, read from
+ * consistent snapshots, also while workers commit. Nothing is written.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "cli/cli.h"
+#include "common/internal.h"
+#include "common/json_msgpack.h"
+#include "keylane/store.h"
+#include "cli/store.h"
+#include "handlers/ledger.h"
+#include "store/store_internal.h"
+
+static const char kl_stats_usage[] =
+    "usage: keylane store stats --store STORE [-t TOPIC] [--json]\n\n"
+    "Per partition: owner epoch, watermark (next offset to apply) and the\n"
+    "applied, duplicate and dead-letter counters. Idempotency keys: how\n"
+    "many, by mark, and the oldest and newest (their age tells whether\n"
+    "store.dedup.retention sweeps keep up). Handler keys, and the size on\n"
+    "disk (LMDB: the data file, allocated and in use, and the map size).\n\n"
+    "      --store STORE   LMDB directory or postgresql://... URI\n"
+    "  -t, --topic TOPIC   only this topic's partitions\n"
+    "      --json          one JSON object\n"
+    "  -h, --help          this text\n\n"
+    "examples:\n"
+    "  keylane store stats --store /var/lib/keylane\n"
+    "  keylane store stats --store /var/lib/keylane --json | jq .ids\n";
+
+static const char kl_keys_usage[] =
+    "usage: keylane store keys --store STORE [--prefix P] [--limit N]\n"
+    "                          [--json]\n\n"
+    "Lists the handlers' keys in key order, one per line (a key that is not\n"
+    "printable text is shown as b64:BASE64). With --json, one JSON line per\n"
+    "key: {\"key\": ..., \"value_len\": N} (key_b64 for binary keys).\n\n"
+    "      --store STORE   LMDB directory or postgresql://... URI\n"
+    "      --prefix P      only keys starting with P (ledger/ for balances)\n"
+    "      --limit N       at most N keys\n"
+    "      --json          JSON lines\n"
+    "  -h, --help          this text\n\n"
+    "examples:\n"
+    "  keylane store keys --store /var/lib/keylane --prefix ledger/acct-00\n";
+
+static const char kl_get_usage[] =
+    "usage: keylane store get KEY --store STORE [--json]\n"
+    "       keylane store get --id ID --store STORE [--json]\n\n"
+    "Prints one handler key's record: its value decoded when it can be (a\n"
+    "ledger entry's balance, last seq and order violations; msgpack as\n"
+    "JSON; text), else as base64. With --id, looks up an idempotency key\n"
+    "instead: how it was recorded (applied or dead_letter) and when; that\n"
+    "reads every key, so it is slow on a large store. Exit 1 when absent.\n\n"
+    "      --store STORE   LMDB directory or postgresql://... URI\n"
+    "      --id            KEY is an idempotency key (an event's id)\n"
+    "      --json          one JSON object\n"
+    "  -h, --help          this text\n\n"
+    "examples:\n"
+    "  keylane store get ledger/acct-0042 --store /var/lib/keylane\n"
+    "  keylane store get --id 0190f6a2-8d1c-7c3e-9a4b-2f5e6d7c8b9a \\\n"
+    "      --store /var/lib/keylane --json\n";
+
+static int kl_is_pg(const char *location) {
+  return strncmp(location, "postgresql://", 13) == 0 ||
+         strncmp(location, "postgres://", 11) == 0;
+}
+
+static void kl_iso(int64_t ms, char *buf, size_t size) {
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static void kl_bytes(uint64_t n, char *buf, size_t size) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)n;
+  size_t u = 0;
+  while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0]))
+    v /= 1024, u++;
+  snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+}
+
+/* A JSON string of bytes when they are UTF-8 without control bytes, else
+ * NULL (the caller shows base64). */
+static json_t *kl_text_or_null(const void *data, size_t len) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < len; i++)
+    if (p[i] < 0x20 || p[i] == 0x7f)
+      return NULL;
+  return json_stringn(data, len);
+}
+
+static json_t *kl_b64(const void *data, size_t len) {
+  char *text = malloc(kl__base64_encoded_len(len) + 1);
+  if (!text)
+    return NULL;
+  kl__base64_encode(data, len, text);
+  json_t *s = json_string(text);
+  free(text);
+  return s;
+}
+
+/* ---- stats ------------------------------------------------------------ */
+
+typedef struct kl_stats {
+  const char *topic; /* NULL: all */
+  json_t *parts;
+  uint64_t ids, applied, dead, data_keys;
+  int64_t oldest, newest;
+  int ids_walked;
+} kl_stats_t;
+
+static int kl_stats_part(void *opaque, const char *topic, int32_t partition,
+                         const kl_partition_state_t *st) {
+  kl_stats_t *s = opaque;
+  if (s->topic && strcmp(s->topic, topic) != 0)
+    return 0;
+  json_array_append_new(
+      s->parts, json_pack("{sssIsIsIsIsIsI}", "topic", topic, "partition",
+                          (json_int_t)partition, "epoch", (json_int_t)st->epoch,
+                          "watermark", (json_int_t)st->watermark, "applied",
+                          (json_int_t)st->applied, "duplicates",
+                          (json_int_t)st->duplicates, "dead_letters",
+                          (json_int_t)st->dead_letters));
+  return 0;
+}
+
+static int kl_stats_id(void *opaque, const char *topic, const void *key,
+                       size_t key_len, const char *id, size_t id_len,
+                       int64_t time_ms, kl_mark_t mark) {
+  kl_stats_t *s = opaque;
+  (void)key, (void)key_len, (void)id, (void)id_len;
+  if (s->topic && strcmp(s->topic, topic) != 0)
+    return 0;
+  if (s->ids == 0 || time_ms < s->oldest)
+    s->oldest = time_ms;
+  if (s->ids == 0 || time_ms > s->newest)
+    s->newest = time_ms;
+  s->ids++;
+  s->applied += mark == KL_MARK_APPLIED;
+  s->dead += mark == KL_MARK_DEAD_LETTER;
+  return 0;
+}
+
+static int kl_stats_key(void *opaque, const void *key, size_t key_len,
+                        const void *val, size_t val_len) {
+  ((kl_stats_t *)opaque)->data_keys++;
+  return 0;
+}
+
+static json_t *kl_stats_size(kl_store_t *store, const char *location) {
+  kl__store_usage_t u;
+  if (kl__store_lmdb_usage(store, &u) != KL_OK)
+    return json_null(); /* PostgreSQL: ask the database */
+  char path[4200];
+  struct stat st;
+  snprintf(path, sizeof(path), "%s/data.mdb", location);
+  int have = stat(path, &st) == 0;
+  return json_pack("{sIsIsIsI}", "disk_bytes",
+                   (json_int_t)(have ? (uint64_t)st.st_blocks * 512 : 0),
+                   "file_bytes", (json_int_t)(have ? st.st_size : 0),
+                   "used_bytes", (json_int_t)(u.file_pages * u.page_size),
+                   "map_bytes", (json_int_t)u.map_size);
+}
+
+static json_t *kl_stats_ids(const kl_stats_t *s) {
+  if (!s->ids_walked)
+    return json_pack("{sIsnsnsnsn}", "count", (json_int_t)s->ids, "applied",
+                     "dead_letters", "oldest_ms", "newest_ms");
+  int64_t now = kl__now_ms();
+  json_t *o =
+      json_pack("{sIsIsI}", "count", (json_int_t)s->ids, "applied",
+                (json_int_t)s->applied, "dead_letters", (json_int_t)s->dead);
+  json_object_set_new(o, "oldest_ms",
+                      s->ids ? json_integer(s->oldest) : json_null());
+  json_object_set_new(o, "newest_ms",
+                      s->ids ? json_integer(s->newest) : json_null());
+  json_object_set_new(o, "oldest_age_s",
+                      s->ids ? json_integer((now - s->oldest) / 1000)
+                             : json_null());
+  return o;
+}
+
+static void kl_stats_text(const char *location, const char *backend,
+                          const json_t *size, const kl_stats_t *s) {
+  printf("store %s (%s)\n", location, backend);
+  if (json_is_object(size)) {
+    char disk[32], used[32], map[32];
+    kl_bytes((uint64_t)json_integer_value(json_object_get(size, "disk_bytes")),
+             disk, sizeof(disk));
+    kl_bytes((uint64_t)json_integer_value(json_object_get(size, "used_bytes")),
+             used, sizeof(used));
+    kl_bytes((uint64_t)json_integer_value(json_object_get(size, "map_bytes")),
+             map, sizeof(map));
+    printf("size: %s on disk, %s in use, map %s\n", disk, used, map);
+  }
+  printf("handler keys: %" PRIu64 "\n", s->data_keys);
+  printf("idempotency keys: %" PRIu64, s->ids);
+  if (s->ids_walked && s->ids) {
+    char oldest[32], newest[32];
+    int64_t now = kl__now_ms();
+    kl_iso(s->oldest, oldest, sizeof(oldest));
+    kl_iso(s->newest, newest, sizeof(newest));
+    printf(" (applied %" PRIu64 ", dead letters %" PRIu64
+           "); oldest %s (%" PRId64 " s ago), newest %s (%" PRId64 " s ago)",
+           s->applied, s->dead, oldest, (now - s->oldest) / 1000, newest,
+           (now - s->newest) / 1000);
+  }
+  printf("\n\n%-20s %9s %7s %10s %9s %10s %12s\n", "topic", "partition",
+         "epoch", "watermark", "applied", "duplicates", "dead_letters");
+  size_t i;
+  json_t *p;
+  json_array_foreach(s->parts, i, p) {
+    printf("%-20s %9" JSON_INTEGER_FORMAT " %7" JSON_INTEGER_FORMAT
+           " %10" JSON_INTEGER_FORMAT " %9" JSON_INTEGER_FORMAT
+           " %10" JSON_INTEGER_FORMAT " %12" JSON_INTEGER_FORMAT "\n",
+           json_string_value(json_object_get(p, "topic")),
+           json_integer_value(json_object_get(p, "partition")),
+           json_integer_value(json_object_get(p, "epoch")),
+           json_integer_value(json_object_get(p, "watermark")),
+           json_integer_value(json_object_get(p, "applied")),
+           json_integer_value(json_object_get(p, "duplicates")),
+           json_integer_value(json_object_get(p, "dead_letters")));
+  }
+}
+
+static kl_err_t kl_stats_collect(kl_store_t *store, kl_stats_t *s) {
+  kl_err_t err = kl_store_foreach_partition(store, kl_stats_part, s);
+  if (!err)
+    err = kl_store_scan(store, NULL, 0, kl_stats_key, s);
+  if (err)
+    return err;
+  if (kl__store_ids_walk(store, kl_stats_id, s) == KL_OK) {
+    s->ids_walked = 1;
+    return KL_OK;
+  }
+  s->ids = s->applied = s->dead = 0; /* the backend cannot walk: count */
+  return kl_store_id_count(store, &s->ids);
+}
+
+static int kl_stats_run(const char *location, const char *topic, int json) {
+  kl_store_t *store;
+  int rc = kl__cli_store_existing("store stats", location, &store);
+  if (rc)
+    return rc;
+  kl_stats_t s = {.topic = topic, .parts = json_array()};
+  kl_err_t err = kl_stats_collect(store, &s);
+  if (err) {
+    rc = kl__cli_fail("store stats", "cannot read the store %s: %s", location,
+                      kl_err_detail());
+  } else {
+    const char *backend = kl_is_pg(location) ? "postgresql" : "lmdb";
+    json_t *size = kl_stats_size(store, location);
+    if (json) {
+      json_t *o = json_pack("{sssssOsIsoso}", "store", location, "backend",
+                            backend, "size", size, "handler_keys",
+                            (json_int_t)s.data_keys, "ids", kl_stats_ids(&s),
+                            "partitions", json_incref(s.parts));
+      json_dumpf(o, stdout, JSON_COMPACT);
+      putchar('\n');
+      json_decref(o);
+    } else {
+      kl_stats_text(location, backend, size, &s);
+    }
+    json_decref(size);
+  }
+  json_decref(s.parts);
+  kl_store_destroy(store);
+  return rc;
+}
+
+/* ---- keys ------------------------------------------------------------- */
+
+typedef struct kl_keys {
+  int json;
+  uint64_t limit, shown;
+} kl_keys_t;
+
+static int kl_keys_row(void *opaque, const void *key, size_t key_len,
+                       const void *val, size_t val_len) {
+  kl_keys_t *k = opaque;
+  if (k->limit && k->shown >= k->limit)
+    return 1;
+  k->shown++;
+  json_t *text = kl_text_or_null(key, key_len);
+  if (k->json) {
+    json_t *o = json_pack("{soso}", text ? "key" : "key_b64",
+                          text ? text : kl_b64(key, key_len), "value_len",
+                          json_integer((json_int_t)val_len));
+    json_dumpf(o, stdout, JSON_COMPACT);
+    putchar('\n');
+    json_decref(o);
+    return 0;
+  }
+  if (text) {
+    fwrite(key, 1, key_len, stdout);
+    putchar('\n');
+  } else {
+    json_t *b = kl_b64(key, key_len);
+    printf("b64:%s\n", json_string_value(b));
+    json_decref(b);
+  }
+  json_decref(text);
+  return 0;
+}
+
+static int kl_keys_run(const char *location, const char *prefix, uint64_t limit,
+                       int json) {
+  kl_store_t *store;
+  int rc = kl__cli_store_existing("store keys", location, &store);
+  if (rc)
+    return rc;
+  kl_keys_t k = {json, limit, 0};
+  if (kl_store_scan(store, prefix, prefix ? strlen(prefix) : 0, kl_keys_row,
+                    &k))
+    rc = kl__cli_fail("store keys", "cannot read the store %s: %s", location,
+                      kl_err_detail());
+  kl_store_destroy(store);
+  return rc;
+}
+
+/* ---- get -------------------------------------------------------------- */
+
+typedef struct kl_get {
+  const char *key;
+  size_t key_len;
+  json_t *out;  /* the record found */
+  size_t found; /* --id: the entity keys that hold the id */
+} kl_get_t;
+
+static json_t *kl_value_json(const void *key, size_t key_len, const void *val,
+                             size_t val_len) {
+  json_t *o =
+      json_pack("{sosIso}", "key", json_stringn(key, key_len), "value_len",
+                (json_int_t)val_len, "value_b64", kl_b64(val, val_len));
+  size_t plen = sizeof(KL_LEDGER_PREFIX) - 1;
+  kl_ledger_entry_t e;
+  json_t *decoded = NULL;
+  if (key_len > plen && memcmp(key, KL_LEDGER_PREFIX, plen) == 0 &&
+      kl__ledger_decode(val, val_len, &e) == 0)
+    json_object_set_new(o, "ledger",
+                        json_pack("{sIsIsI}", "balance", (json_int_t)e.balance,
+                                  "last_seq", (json_int_t)e.last_seq,
+                                  "violations", (json_int_t)e.violations));
+  else if (kl__msgpack_to_json(val, val_len, &decoded) == KL_OK)
+    json_object_set_new(o, "value", decoded);
+  else if ((decoded = kl_text_or_null(val, val_len)) != NULL)
+    json_object_set_new(o, "value_text", decoded);
+  return o;
+}
+
+static int kl_get_row(void *opaque, const void *key, size_t key_len,
+                      const void *val, size_t val_len) {
+  kl_get_t *g = opaque;
+  if (key_len == g->key_len && memcmp(key, g->key, key_len) == 0)
+    g->out = kl_value_json(key, key_len, val, val_len);
+  return 1; /* the scan starts at the key: the first row decides */
+}
+
+/* An id is scoped by entity key: the first record of it is shown, and the
+ * others counted for a note. */
+static int kl_get_id_row(void *opaque, const char *topic, const void *key,
+                         size_t key_len, const char *id, size_t id_len,
+                         int64_t time_ms, kl_mark_t mark) {
+  kl_get_t *g = opaque;
+  if (id_len != g->key_len || memcmp(id, g->key, id_len) != 0 || g->found++ > 0)
+    return 0;
+  char when[32];
+  kl_iso(time_ms, when, sizeof(when));
+  json_t *k = key ? kl_text_or_null(key, key_len) : json_null();
+  g->out = json_pack("{s:s,s:o,s:s%,s:s,s:I,s:s}", "topic", topic,
+                     k || !key ? "key" : "key_b64",
+                     k ? k : kl_b64(key, key_len), "id", id, id_len, "mark",
+                     mark == KL_MARK_DEAD_LETTER ? "dead_letter" : "applied",
+                     "recorded_ms", (json_int_t)time_ms, "recorded", when);
+  return 0;
+}
+
+static void kl_get_text(const json_t *o) {
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)o, k, v) {
+    char *text = json_is_string(v) ? NULL : json_dumps(v, JSON_COMPACT);
+    printf("%-12s %s\n", k, text ? text : json_string_value(v));
+    free(text);
+  }
+}
+
+static int kl_get_run(const char *location, const char *key, int by_id,
+                      int json) {
+  kl_store_t *store;
+  int rc = kl__cli_store_existing("store get", location, &store);
+  if (rc)
+    return rc;
+  kl_get_t g = {key, strlen(key), NULL, 0};
+  kl_err_t err = by_id ? kl__store_ids_walk(store, kl_get_id_row, &g)
+                       : kl_store_scan(store, key, g.key_len, kl_get_row, &g);
+  if (err)
+    rc = kl__cli_fail("store get", "cannot read the store %s: %s", location,
+                      kl_err_detail());
+  else if (!g.out)
+    rc = kl__cli_fail("store get",
+                      by_id ? "no idempotency key \"%s\" in %s: no event with "
+                              "this id was applied or dead-lettered (or it "
+                              "expired)"
+                            : "no handler key \"%s\" in %s; list them with "
+                              "keylane store keys --prefix",
+                      key, location);
+  else if (json) {
+    if (g.found > 1)
+      json_object_set_new(g.out, "entity_keys",
+                          json_integer((json_int_t)g.found));
+    json_dumpf(g.out, stdout, JSON_COMPACT);
+    putchar('\n');
+  } else {
+    kl_get_text(g.out);
+    if (g.found > 1)
+      printf("(ids are scoped by entity key: %zu keys hold this id; the "
+             "first is shown)\n",
+             g.found);
+  }
+  json_decref(g.out);
+  kl_store_destroy(store);
+  return rc;
+}
+
+/* ---- the actions' command lines ----------------------------------------- */
+
+typedef struct kl_sargs {
+  const char *location, *topic, *prefix;
+  uint64_t limit;
+  int json, by_id;
+} kl_sargs_t;
+
+/* Parses the options the three actions share; -1 to go on. */
+static int kl_store_args(const char *sub, const char *usage, int argc,
+                         char **argv, kl_sargs_t *a) {
+  static const struct option opts[] = {{"store", required_argument, NULL, 's'},
+                                       {"topic", required_argument, NULL, 't'},
+                                       {"prefix", required_argument, NULL, 'P'},
+                                       {"limit", required_argument, NULL, 'L'},
+                                       {"id", no_argument, NULL, 'I'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  int c;
+  int64_t limit;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "t:h", opts, NULL)) != -1) {
+    switch (c) {
+    case 's':
+      a->location = optarg;
+      break;
+    case 't':
+      a->topic = optarg;
+      break;
+    case 'P':
+      a->prefix = optarg;
+      break;
+    case 'I':
+      a->by_id = 1;
+      break;
+    case 'j':
+      a->json = 1;
+      break;
+    case 'L':
+      if (kl__cli_units(sub, "--limit", optarg, KL__UNITS_COUNT, 1, INT64_MAX,
+                        &limit))
+        return KL_EXIT_USAGE;
+      a->limit = (uint64_t)limit;
+      break;
+    case 'h':
+      fputs(usage, stdout);
+      return KL_EXIT_OK;
+    default:
+      return kl__cli_usage(sub, "unknown option");
+    }
+  }
+  if (!a->location)
+    return kl__cli_usage(sub, "--store STORE is required");
+  return -1;
+}
+
+int kl__cmd_store_stats(int argc, char **argv) {
+  kl_sargs_t a = {0};
+  int rc = kl_store_args("store stats", kl_stats_usage, argc, argv, &a);
+  if (rc >= 0)
+    return rc;
+  if (optind < argc)
+    return kl__cli_usage("store stats", "unexpected argument \"%s\"",
+                         argv[optind]);
+  return kl_stats_run(a.location, a.topic, a.json);
+}
+
+int kl__cmd_store_keys(int argc, char **argv) {
+  kl_sargs_t a = {0};
+  int rc = kl_store_args("store keys", kl_keys_usage, argc, argv, &a);
+  if (rc >= 0)
+    return rc;
+  if (optind < argc)
+    return kl__cli_usage("store keys", "unexpected argument \"%s\"",
+                         argv[optind]);
+  return kl_keys_run(a.location, a.prefix, a.limit, a.json);
+}
+
+int kl__cmd_store_get(int argc, char **argv) {
+  kl_sargs_t a = {0};
+  int rc = kl_store_args("store get", kl_get_usage, argc, argv, &a);
+  if (rc >= 0)
+    return rc;
+  if (optind + 1 != argc)
+    return kl__cli_usage("store get",
+                         optind < argc ? "one KEY only, got \"%s\" too"
+                                       : "KEY is required%s",
+                         optind < argc ? argv[optind + 1] : "");
+  if (!*argv[optind])
+    return kl__cli_usage("store get", "KEY is empty");
+  return kl_get_run(a.location, argv[optind], a.by_id, a.json);
+}

@@ -1,0 +1,70 @@
+/* keylane store migrate: brings a PostgreSQL store's schema to this
+ * build's version (see store/pg_migrations.c for who migrates). */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "keylane/store.h"
+#include "cli/store.h"
+#include "store/store_internal.h"
+#include "store/pg.h"
+
+#define SUB "store migrate"
+
+static const char kl_migrate_usage[] =
+    "usage: keylane store migrate --store STORE\n\n"
+    "Applies the schema migrations a PostgreSQL store lacks, each in its own\n"
+    "transaction; safe to run twice, and beside running workers of the same\n"
+    "version. Workers create the schema of an empty database themselves but\n"
+    "never upgrade an existing one: stop the workers of the older version,\n"
+    "run this, then start the new ones. A schema newer than this build is\n"
+    "refused. An LMDB store is migrated in place when it is opened (by a\n"
+    "worker or by this command): stop the workers of the older version\n"
+    "first; they would go on writing the old layout, and an older keylane\n"
+    "refuses a migrated store.\n\n"
+    "      --store STORE   postgresql://... URI (or an LMDB directory)\n"
+    "  -h, --help          this text\n";
+
+static int kl_migrate_lmdb(const char *dir) {
+  kl_store_t *store;
+  int version = 0, latest = 0;
+  if (kl_store_open(dir, NULL, &store) ||
+      kl__store_version(store, &version, &latest)) {
+    kl_store_destroy(store);
+    return kl__cli_fail(SUB, "cannot open the store %s: %s", dir,
+                        kl_err_detail());
+  }
+  kl_store_destroy(store);
+  printf("LMDB store %s: format version %d, the latest this build knows "
+         "(an older format is migrated when the store is opened)\n",
+         dir, version);
+  return KL_EXIT_OK;
+}
+
+static int kl_migrate_pg(const char *uri) {
+  int from = 0, to = 0;
+  kl_err_t err = kl__store_pg_migrate(uri, &from, &to);
+  if (err)
+    return kl__cli_fail(SUB, "%s", kl_err_detail());
+  if (from == to)
+    printf("schema version %d, the latest this build knows: nothing to do\n",
+           to);
+  else
+    printf("schema version %d -> %d\n", from, to);
+  return KL_EXIT_OK;
+}
+
+int kl__cmd_store_migrate(int argc, char **argv) {
+  const char *location;
+  int rc =
+      kl__cli_store_opts(SUB, argc, argv, kl_migrate_usage, &location, NULL);
+  if (rc >= 0)
+    return rc;
+  if (optind < argc)
+    return kl__cli_usage(SUB, "unexpected argument \"%s\"", argv[optind]);
+  if (strncmp(location, "postgresql://", 13) == 0 ||
+      strncmp(location, "postgres://", 11) == 0)
+    return kl_migrate_pg(location);
+  return kl_migrate_lmdb(location);
+}

@@ -1,0 +1,291 @@
+/* keylane store outbox: the follow-ups a store holds committed and not yet
+ * published (kl_txn_emit()), listed, and dropped by an operator. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli/cli.h"
+#include "common/internal.h"
+#include "keylane/store.h"
+#include "cli/store.h"
+#include "store/outbox_rec.h"
+#include "store/store_internal.h"
+
+#define SUB "store outbox"
+#define KL_DROP_MAX 64
+
+static const char kl_outbox_usage[] =
+    "usage: keylane store outbox --store STORE [-t TOPIC] [--limit N] "
+    "[--json]\n"
+    "       keylane store outbox --store STORE -t TOPIC --drop P:SEQ "
+    "[--drop P:SEQ ...]\n\n"
+    "Lists the follow-up events (kl_txn_emit(), exec \"emit\") the store\n"
+    "holds committed and not yet acknowledged by Kafka: per source topic and\n"
+    "partition, in commit order, with the destination, key, id, type and\n"
+    "size. A running worker publishes them within a second; one that stays\n"
+    "here is waiting for Kafka (the worker's log and\n"
+    "keylane_worker_outbox_stalled_seconds say why). A follow-up Kafka\n"
+    "refuses for good is set aside by the worker as a dead letter (reason\n"
+    "outbox) and leaves the outbox by itself.\n\n"
+    "--drop removes follow-ups by source partition and seq, as listed: they\n"
+    "are never published, so their effect (a transfer's credit) is lost.\n"
+    "For a record the worker cannot even read; anything else is better\n"
+    "fixed where Kafka refuses it. A worker that already listed it may still\n"
+    "publish it: stop the partition's owner first.\n\n"
+    "  -t, --topic TOPIC    the source topic (default: every topic)\n"
+    "      --store STORE    LMDB directory or postgresql://... URI\n"
+    "      --limit N        at most N follow-ups per partition (1000)\n"
+    "      --drop P:SEQ     remove follow-up SEQ of partition P of TOPIC\n"
+    "      --json           one JSON object\n"
+    "  -h, --help           this text\n\n"
+    "Exit 0; 1 when the store fails or a follow-up to drop is not there\n"
+    "(then nothing is dropped).\n\n"
+    "examples:\n"
+    "  keylane store outbox --store /var/lib/keylane\n"
+    "  keylane store outbox --store /var/lib/keylane -t events --drop 3:1042\n";
+
+typedef struct kl_ob_args {
+  const char *location, *topic;
+  uint64_t limit;
+  int json;
+  kl__outbox_ack_t drop[KL_DROP_MAX];
+  size_t ndrop;
+} kl_ob_args_t;
+
+static int kl_ob_drop_arg(kl_ob_args_t *a, const char *arg) {
+  char *end;
+  const char *colon = strchr(arg, ':');
+  if (a->ndrop == KL_DROP_MAX)
+    return kl__cli_usage(SUB, "--drop is given more than %d times",
+                         KL_DROP_MAX);
+  long p = colon ? strtol(arg, &end, 10) : -1;
+  if (!colon || end != colon || p < 0 || p > INT32_MAX || !colon[1] ||
+      colon[1] == '-')
+    return kl__cli_usage(SUB,
+                         "--drop \"%s\": expected PARTITION:SEQ, as `keylane "
+                         "store outbox` lists them (e.g. 3:1042)",
+                         arg);
+  unsigned long long seq = strtoull(colon + 1, &end, 10);
+  if (*end)
+    return kl__cli_usage(SUB, "--drop \"%s\": the seq is not a number", arg);
+  a->drop[a->ndrop++] = (kl__outbox_ack_t){(int32_t)p, (uint64_t)seq};
+  return -1;
+}
+
+static int kl_ob_parse(int argc, char **argv, kl_ob_args_t *a) {
+  static const struct option opts[] = {{"topic", required_argument, NULL, 't'},
+                                       {"store", required_argument, NULL, 's'},
+                                       {"limit", required_argument, NULL, 'L'},
+                                       {"drop", required_argument, NULL, 'D'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  int c, rc;
+  int64_t n;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "t:h", opts, NULL)) != -1) {
+    switch (c) {
+    case 't':
+      a->topic = optarg;
+      break;
+    case 's':
+      a->location = optarg;
+      break;
+    case 'L':
+      if (kl__cli_units(SUB, "--limit", optarg, KL__UNITS_COUNT, 1, 10000000,
+                        &n))
+        return KL_EXIT_USAGE;
+      a->limit = (uint64_t)n;
+      break;
+    case 'D':
+      if ((rc = kl_ob_drop_arg(a, optarg)) >= 0)
+        return rc;
+      break;
+    case 'j':
+      a->json = 1;
+      break;
+    case 'h':
+      fputs(kl_outbox_usage, stdout);
+      return KL_EXIT_OK;
+    default:
+      return kl__cli_usage(SUB, "unknown option; see --help");
+    }
+  }
+  if (optind < argc)
+    return kl__cli_usage(SUB, "unexpected argument \"%s\"", argv[optind]);
+  if (!a->location)
+    return kl__cli_usage(SUB, "--store is required");
+  if (a->ndrop && !a->topic)
+    return kl__cli_usage(SUB, "--drop needs -t TOPIC: seqs are per topic");
+  return -1;
+}
+
+/* ---- listing ----------------------------------------------------------- */
+
+typedef struct kl_ob_list {
+  const char *topic;
+  int32_t partition;
+  json_t *rows;
+  int bad; /* a record that does not decode */
+} kl_ob_list_t;
+
+static json_t *kl_ob_text(const void *s, size_t len) {
+  json_t *t = json_stringn(s, len);
+  return t ? t : json_string("(not UTF-8)");
+}
+
+static int kl_ob_row(void *opaque, uint64_t seq, const void *rec, size_t len) {
+  kl_ob_list_t *l = opaque;
+  kl__outbox_rec_t r;
+  json_t *o;
+  if (kl__outbox_rec_decode(rec, len, &r)) {
+    l->bad = 1;
+    o = json_pack("{sssIsIsssbsI}", "topic", l->topic, "partition",
+                  (json_int_t)l->partition, "seq", (json_int_t)seq, "error",
+                  "not a follow-up record", "damaged", 1, "bytes",
+                  (json_int_t)len);
+  } else {
+    const kl_event_t *e = &r.event;
+    o = json_pack(
+        "{sssIsIsososososIsI}", "topic", l->topic, "partition",
+        (json_int_t)l->partition, "seq", (json_int_t)seq, "destination",
+        r.topic_len ? kl_ob_text(r.topic, r.topic_len) : json_string(l->topic),
+        "key", kl_ob_text(e->key, e->key_len), "id",
+        kl_ob_text(e->id, e->id_len), "type", kl_ob_text(e->type, e->type_len),
+        "payload_bytes", (json_int_t)e->payload_len, "emitted_ms",
+        (json_int_t)e->ts);
+  }
+  json_array_append_new(l->rows, o);
+  return 0;
+}
+
+typedef struct kl_ob_walk {
+  kl_store_t *store;
+  const kl_ob_args_t *args;
+  json_t *rows;
+  int bad;
+  kl_err_t err;
+} kl_ob_walk_t;
+
+static int kl_ob_part(void *opaque, const char *topic, int32_t partition,
+                      const kl_partition_state_t *state) {
+  kl_ob_walk_t *w = opaque;
+  (void)state;
+  if (w->args->topic && strcmp(w->args->topic, topic) != 0)
+    return 0;
+  kl_ob_list_t l = {topic, partition, w->rows, 0};
+  w->err = kl__store_outbox_list(w->store, topic, partition, 0,
+                                 w->args->limit ? w->args->limit : 1000,
+                                 kl_ob_row, &l);
+  w->bad |= l.bad;
+  return w->err != KL_OK;
+}
+
+static void kl_ob_print(json_t *rows) {
+  size_t i;
+  json_t *r;
+  if (!json_array_size(rows)) {
+    printf("the outbox is empty: every follow-up was published\n");
+    return;
+  }
+  printf("%-20s %4s %10s  %-20s %-24s %s\n", "TOPIC", "PART", "SEQ",
+         "DESTINATION", "KEY", "ID");
+  json_array_foreach(rows, i, r) {
+    const char *err = json_string_value(json_object_get(r, "error"));
+    printf("%-20s %4" JSON_INTEGER_FORMAT " %10" JSON_INTEGER_FORMAT "  ",
+           json_string_value(json_object_get(r, "topic")),
+           json_integer_value(json_object_get(r, "partition")),
+           json_integer_value(json_object_get(r, "seq")));
+    if (err)
+      printf("(%s)\n", err);
+    else
+      printf("%-20s %-24s %s\n",
+             json_string_value(json_object_get(r, "destination")),
+             json_string_value(json_object_get(r, "key")),
+             json_string_value(json_object_get(r, "id")));
+  }
+}
+
+static int kl_ob_list_all(kl_store_t *store, const kl_ob_args_t *a) {
+  kl_ob_walk_t w = {store, a, json_array(), 0, KL_OK};
+  kl_err_t err = kl_store_foreach_partition(store, kl_ob_part, &w);
+  if (!err)
+    err = w.err;
+  if (err) {
+    json_decref(w.rows);
+    return kl__cli_fail(SUB, "cannot read the outbox of %s: %s", a->location,
+                        kl_err_detail());
+  }
+  if (a->json) {
+    json_t *o = json_pack("{sssO}", "store", a->location, "follow_ups", w.rows);
+    json_dumpf(o, stdout, JSON_COMPACT);
+    putchar('\n');
+    json_decref(o);
+  } else {
+    kl_ob_print(w.rows);
+  }
+  json_decref(w.rows);
+  return KL_EXIT_OK;
+}
+
+/* ---- dropping ---------------------------------------------------------- */
+
+typedef struct kl_ob_find {
+  uint64_t seq;
+  int found;
+} kl_ob_find_t;
+
+static int kl_ob_found(void *opaque, uint64_t seq, const void *rec,
+                       size_t len) {
+  kl_ob_find_t *f = opaque;
+  (void)rec, (void)len;
+  f->found = seq == f->seq;
+  return 1; /* listed from seq - 1 on: the first decides */
+}
+
+static int kl_ob_drop(kl_store_t *store, const kl_ob_args_t *a) {
+  for (size_t i = 0; i < a->ndrop; i++) {
+    kl_ob_find_t f = {a->drop[i].seq, 0};
+    kl_err_t err =
+        a->drop[i].seq == 0
+            ? KL_OK /* seqs start at 1 */
+            : kl__store_outbox_list(store, a->topic, a->drop[i].partition,
+                                    a->drop[i].seq - 1, 1, kl_ob_found, &f);
+    if (err)
+      return kl__cli_fail(SUB, "cannot read the outbox of %s: %s", a->location,
+                          kl_err_detail());
+    if (!f.found)
+      return kl__cli_fail(SUB,
+                          "no follow-up %" PRId32 ":%" PRIu64
+                          " of topic %s in %s (published meanwhile, or a "
+                          "typo?): nothing dropped; list them with keylane "
+                          "store outbox",
+                          a->drop[i].partition, a->drop[i].seq, a->topic,
+                          a->location);
+  }
+  if (kl__store_outbox_del(store, a->topic, a->drop, a->ndrop))
+    return kl__cli_fail(SUB, "cannot drop from the outbox of %s: %s",
+                        a->location, kl_err_detail());
+  for (size_t i = 0; i < a->ndrop; i++)
+    printf("dropped follow-up %" PRId32 ":%" PRIu64
+           " of topic %s: it will not be published\n",
+           a->drop[i].partition, a->drop[i].seq, a->topic);
+  return KL_EXIT_OK;
+}
+
+int kl__cmd_store_outbox(int argc, char **argv) {
+  kl_ob_args_t a = {0};
+  int rc = kl_ob_parse(argc, argv, &a);
+  if (rc >= 0)
+    return rc;
+  kl_store_t *store;
+  if ((rc = kl__cli_store_existing(SUB, a.location, &store)))
+    return rc;
+  rc = a.ndrop ? kl_ob_drop(store, &a) : kl_ob_list_all(store, &a);
+  kl_store_destroy(store);
+  return rc;
+}

@@ -1,0 +1,217 @@
+/* keylane store reset: a partition whose log went backwards starts again
+ * from the log's beginning (worker/log_guard.h stops it until then). */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli/cli.h"
+#include "common/kafka_pos.h"
+#include "keylane/store.h"
+#include "cli/store.h"
+#include "store/store_internal.h"
+
+#define SUB "store reset"
+
+static const char kl_reset_usage[] =
+    "usage: keylane store reset -t TOPIC -p PARTITIONS --store STORE [--json]\n"
+    "\n"
+    "Starts partitions of TOPIC again from the beginning of their log, for\n"
+    "a log that went backwards: a topic deleted and created again, a\n"
+    "truncated log, a store restored next to another cluster. A worker\n"
+    "stops such a partition (ERROR \"went backwards\", /healthz 503,\n"
+    "keylane_worker_partition_stopped) rather than take the new records\n"
+    "for ones it applied; this is the operator's word that the new log is\n"
+    "the one to apply.\n\n"
+    "Each partition gets a new owner epoch, so a worker that still owns it\n"
+    "is fenced, and its watermark is set to 0: its next owner reads the log\n"
+    "from its earliest retained offset. A running worker that stopped the\n"
+    "partition sees the reset within a second and starts it again itself.\n"
+    "The idempotency keys, the handlers' state and the counters stay: an\n"
+    "event the store applied before is still skipped by its id.\n\n"
+    "  -t, --topic TOPIC          the topic\n"
+    "  -p, --partition LIST       partitions: 0,2,5-7, or all (every\n"
+    "                             partition of TOPIC the store knows)\n"
+    "      --store STORE          LMDB directory or postgresql://... URI\n"
+    "      --json                 one JSON object\n"
+    "  -h, --help                 this text\n\n"
+    "Exit 0 when every partition was reset; 1 when one is unknown to the\n"
+    "store (nothing is reset then) or the store fails.\n\n"
+    "examples:\n"
+    "  keylane store reset -t events -p 3 --store /var/lib/keylane\n"
+    "  keylane store reset -t events -p all --store postgresql://kl@db/kl "
+    "--json\n";
+
+typedef struct kl_reset_args {
+  const char *topic, *partitions, *location;
+  int json;
+} kl_reset_args_t;
+
+static int kl_reset_parse(int argc, char **argv, kl_reset_args_t *a) {
+  static const struct option opts[] = {
+      {"topic", required_argument, NULL, 't'},
+      {"partition", required_argument, NULL, 'p'},
+      {"store", required_argument, NULL, 's'},
+      {"json", no_argument, NULL, 'j'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "t:p:h", opts, NULL)) != -1) {
+    switch (c) {
+    case 't':
+      a->topic = optarg;
+      break;
+    case 'p':
+      a->partitions = optarg;
+      break;
+    case 's':
+      a->location = optarg;
+      break;
+    case 'j':
+      a->json = 1;
+      break;
+    case 'h':
+      fputs(kl_reset_usage, stdout);
+      return -1;
+    default:
+      return kl__cli_usage(SUB, "unknown option; see --help");
+    }
+  }
+  if (optind < argc)
+    return kl__cli_usage(SUB, "unexpected argument \"%s\"", argv[optind]);
+  if (!a->topic || !a->partitions || !a->location)
+    return kl__cli_usage(SUB, "-t TOPIC, -p PARTITIONS and --store STORE are "
+                              "required");
+  return 0;
+}
+
+/* The partitions of one topic the store knows, as a bitmap by number. */
+typedef struct kl_known {
+  const char *topic;
+  unsigned char *has;
+  int32_t count; /* highest known + 1 */
+  int oom;
+} kl_known_t;
+
+static int kl_known_cb(void *opaque, const char *topic, int32_t partition,
+                       const kl_partition_state_t *state) {
+  kl_known_t *k = opaque;
+  (void)state;
+  if (strcmp(topic, k->topic) != 0)
+    return 0;
+  if (partition >= k->count) {
+    unsigned char *has = realloc(k->has, (size_t)partition + 1);
+    if (!has)
+      return k->oom = 1;
+    memset(has + k->count, 0, (size_t)(partition + 1 - k->count));
+    k->has = has;
+    k->count = partition + 1;
+  }
+  k->has[partition] = 1;
+  return 0;
+}
+
+/* Resolves -p against what the store knows; every listed partition must
+ * be known, so that a typo resets nothing. @returns 0, or an exit code. */
+static int kl_reset_targets(kl_store_t *store, const kl_reset_args_t *a,
+                            int32_t **parts, size_t *n) {
+  kl_known_t known = {a->topic, NULL, 0, 0};
+  if (kl_store_foreach_partition(store, kl_known_cb, &known) || known.oom) {
+    free(known.has);
+    return kl__cli_fail(SUB, "cannot list the store's partitions: %s",
+                        known.oom ? "out of memory" : kl_err_detail());
+  }
+  int rc = 0;
+  if (!known.count)
+    rc = kl__cli_fail(SUB,
+                      "the store %s has no partition of topic %s: "
+                      "nothing to reset; check -t and --store",
+                      a->location, a->topic);
+  else if (kl__pos_partitions(a->partitions, known.count, parts, n))
+    rc = kl__cli_usage(
+        SUB, "-p %s: %s (the store knows partitions 0..%" PRId32 " of %s)",
+        a->partitions, kl_err_detail(), known.count - 1, a->topic);
+  for (size_t i = 0; !rc && i < *n; i++) {
+    if (known.has[(*parts)[i]])
+      continue;
+    if (strcmp(a->partitions, "all") == 0) { /* only the known ones */
+      memmove(*parts + i, *parts + i + 1, (*n - i - 1) * sizeof(**parts));
+      (*n)--, i--;
+      continue;
+    }
+    rc = kl__cli_fail(SUB,
+                      "the store has no state for topic %s partition %" PRId32
+                      ": nothing was reset; leave it out of -p",
+                      a->topic, (*parts)[i]);
+    free(*parts);
+  }
+  free(known.has);
+  return rc;
+}
+
+static void kl_reset_print(const char *topic, int32_t p,
+                           const kl_partition_state_t *before,
+                           const kl_partition_state_t *after, json_t *list) {
+  if (list) {
+    json_array_append_new(
+        list,
+        json_pack("{sisIsIsIsI}", "partition", (int)p, "epoch_before",
+                  (json_int_t)before->epoch, "epoch", (json_int_t)after->epoch,
+                  "watermark_before", (json_int_t)before->watermark,
+                  "watermark", (json_int_t)after->watermark));
+    return;
+  }
+  printf("topic %s partition %" PRId32 ": watermark %" PRId64 " -> %" PRId64
+         ", epoch %" PRIu64 " -> %" PRIu64 " (an owner of epoch %" PRIu64
+         " is fenced); its next owner starts at the log's beginning, and the "
+         "%" PRIu64 " events applied so far stay recorded by their ids\n",
+         topic, p, before->watermark, after->watermark, before->epoch,
+         after->epoch, before->epoch, after->applied);
+}
+
+static int kl_reset_run(kl_store_t *store, const kl_reset_args_t *a) {
+  int32_t *parts = NULL;
+  size_t n = 0;
+  int rc = kl_reset_targets(store, a, &parts, &n);
+  if (rc)
+    return rc;
+  json_t *list = a->json ? json_array() : NULL;
+  for (size_t i = 0; i < n && !rc; i++) {
+    kl_partition_state_t before, after;
+    if (kl_store_partition(store, a->topic, parts[i], &before) ||
+        kl__store_reset(store, a->topic, parts[i], &after)) {
+      rc = kl__cli_fail(SUB, "partition %" PRId32 ": %s", parts[i],
+                        kl_err_detail());
+      break;
+    }
+    kl_reset_print(a->topic, parts[i], &before, &after, list);
+  }
+  if (list && !rc) {
+    json_t *out = json_pack("{ssso}", "topic", a->topic, "reset", list);
+    json_dumpf(out, stdout, JSON_COMPACT);
+    putchar('\n');
+    json_decref(out);
+  } else {
+    json_decref(list);
+  }
+  free(parts);
+  return rc;
+}
+
+int kl__cmd_store_reset(int argc, char **argv) {
+  kl_reset_args_t a = {0};
+  int rc = kl_reset_parse(argc, argv, &a);
+  if (rc)
+    return rc < 0 ? KL_EXIT_OK : rc;
+  kl_store_t *store;
+  if (kl_store_open(a.location, NULL, &store))
+    return kl__cli_fail(SUB, "cannot open the store %s: %s", a.location,
+                        kl_err_detail());
+  rc = kl_reset_run(store, &a);
+  kl_store_destroy(store);
+  return rc;
+}

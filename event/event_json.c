@@ -1,0 +1,178 @@
+/* An event as a JSON object; see event_json.h. */
+#include "event/event_json.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "event/envelope.h"
+#include "common/internal.h"
+#include "common/json_msgpack.h"
+
+static kl_err_t kl_jev_fail(char *err, size_t size, const char *fmt, ...)
+    KL__PRINTF(3, 4);
+static kl_err_t kl_jev_fail(char *err, size_t size, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, size, fmt, ap);
+  va_end(ap);
+  return KL_EINVAL;
+}
+
+static kl_err_t kl_jev_known(const json_t *root, char *err, size_t size) {
+  static const char *const known[] = {"key",     "id",          "type",
+                                      "payload", "payload_b64", "headers"};
+  const char *name;
+  json_t *v;
+  json_object_foreach((json_t *)root, name, v) {
+    size_t i = 0;
+    while (i < 6 && strcmp(name, known[i]) != 0)
+      i++;
+    if (i == 6)
+      return kl_jev_fail(err, size,
+                         "unknown field \"%.64s\"; the fields are "
+                         "key, id, type, payload, payload_b64 and headers",
+                         name);
+  }
+  return KL_OK;
+}
+
+static kl_err_t kl_jev_str(const json_t *root, const char *name, bool required,
+                           size_t max, const char **s, size_t *len, char *err,
+                           size_t size) {
+  json_t *v = json_object_get(root, name);
+  if (!v)
+    return required ? kl_jev_fail(err, size, "\"%s\" is missing", name) : KL_OK;
+  if (!json_is_string(v))
+    return kl_jev_fail(err, size, "\"%s\" must be a string", name);
+  *s = json_string_value(v);
+  *len = json_string_length(v);
+  const char *nul = memchr(*s, '\0', *len);
+  if (nul)
+    return kl_jev_fail(err, size,
+                       "\"%s\" holds a NUL byte at byte %zu: it must be text "
+                       "without NUL",
+                       name, (size_t)(nul - *s));
+  if (*len == 0)
+    return kl_jev_fail(err, size, "\"%s\" is empty%s", name,
+                       required ? "" : "; omit it to have one made");
+  if (*len > max)
+    return kl_jev_fail(err, size, "\"%s\" is %zu bytes, the limit is %zu", name,
+                       *len, max);
+  return KL_OK;
+}
+
+static kl_err_t kl_jev_headers(kl__jevent_t *je, const json_t *root, char *err,
+                               size_t size) {
+  json_t *h = json_object_get(root, "headers");
+  if (!h)
+    return KL_OK;
+  if (!json_is_object(h))
+    return kl_jev_fail(err, size, "\"headers\" must be an object of strings");
+  size_t n = json_object_size(h);
+  if (n > KL_HEADERS_MAX)
+    return kl_jev_fail(err, size,
+                       "\"headers\" has %zu entries, the limit is "
+                       "%d",
+                       n, KL_HEADERS_MAX);
+  if (n == 0)
+    return KL_OK;
+  if (!(je->headers = calloc(n, sizeof(kl_header_t))))
+    return KL_ENOMEM;
+  const char *name;
+  json_t *v;
+  size_t i = 0;
+  json_object_foreach(h, name, v) {
+    if (!json_is_string(v))
+      return kl_jev_fail(err, size, "header \"%.64s\" must be a string", name);
+    if (memchr(json_string_value(v), '\0', json_string_length(v)))
+      return kl_jev_fail(err, size,
+                         "header \"%.64s\" holds a NUL byte: it must be text "
+                         "without NUL",
+                         name);
+    je->headers[i++] = (kl_header_t){name, strlen(name), json_string_value(v),
+                                     json_string_length(v)};
+  }
+  je->ev.headers = je->headers;
+  je->ev.header_count = n;
+  return KL_OK;
+}
+
+/* {"$base64": STR}: a msgpack bin as kl__msgpack_to_json() writes it. */
+static const json_t *kl_jev_bin(const json_t *p) {
+  json_t *b64 = json_is_object(p) && json_object_size(p) == 1
+                    ? json_object_get(p, "$base64")
+                    : NULL;
+  return json_is_string(b64) ? b64 : NULL;
+}
+
+static kl_err_t kl_jev_payload(kl__jevent_t *je, const json_t *root,
+                               bool raw_bin, char *err, size_t size) {
+  const json_t *p = json_object_get(root, "payload");
+  const json_t *b64 = json_object_get(root, "payload_b64");
+  size_t len = 0;
+  kl_err_t e = KL_OK;
+  if (p && b64)
+    return kl_jev_fail(err, size,
+                       "both \"payload\" and \"payload_b64\" are "
+                       "given: pass one");
+  if (b64 && !json_is_string(b64))
+    return kl_jev_fail(err, size, "\"payload_b64\" must be a base64 string");
+  if (p && raw_bin && kl_jev_bin(p))
+    b64 = kl_jev_bin(p);
+  if (b64)
+    e = kl__base64_decode(json_string_value(b64), json_string_length(b64),
+                          &je->payload, &len);
+  else if (p)
+    e = kl__json_to_msgpack(p, KL_PAYLOAD_MAX, &je->payload, &len);
+  if (e == KL_ENOMEM)
+    return e;
+  if (e)
+    return kl_jev_fail(err, size, "\"%s\": %s", b64 ? "payload_b64" : "payload",
+                       kl_err_detail());
+  if (len > KL_PAYLOAD_MAX)
+    return kl_jev_fail(err, size, "the payload is %zu bytes, the limit is %d",
+                       len, KL_PAYLOAD_MAX);
+  je->ev.payload = je->payload;
+  je->ev.payload_len = len;
+  return KL_OK;
+}
+
+kl_err_t kl__jevent_parse(kl__jevent_t *je, const json_t *root, bool raw_bin,
+                          char *err, size_t err_size) {
+  memset(je, 0, sizeof(*je));
+  const char *key = NULL;
+  kl_event_t *ev = &je->ev;
+  if (!json_is_object(root))
+    return kl_jev_fail(err, err_size, "an event must be a JSON object");
+  kl_err_t e = kl_jev_known(root, err, err_size);
+  if (!e)
+    e = kl_jev_str(root, "key", true, KL_KEY_MAX, &key, &ev->key_len, err,
+                   err_size);
+  if (!e)
+    e = kl_jev_str(root, "type", true, KL_TYPE_MAX, &ev->type, &ev->type_len,
+                   err, err_size);
+  if (!e)
+    e = kl_jev_str(root, "id", false, KL_ID_MAX, &ev->id, &ev->id_len, err,
+                   err_size);
+  if (!e && kl__id_client_check(ev->id, ev->id_len))
+    e = kl_jev_fail(err, err_size, "%s", kl_err_detail());
+  if (!e)
+    e = kl_jev_headers(je, root, err, err_size);
+  if (!e)
+    e = kl_jev_payload(je, root, raw_bin, err, err_size);
+  ev->key = key;
+  /* The envelope's own rules (header sizes, duplicates) have the last say. */
+  if (!e && kl_event_validate(ev, 1) != KL_OK)
+    e = kl_jev_fail(err, err_size, "%s", kl_err_detail());
+  if (e)
+    kl__jevent_clear(je);
+  return e;
+}
+
+void kl__jevent_clear(kl__jevent_t *je) {
+  free(je->payload);
+  free(je->headers);
+  memset(je, 0, sizeof(*je));
+}

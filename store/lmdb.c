@@ -1,0 +1,1209 @@
+/*
+ * The LMDB store: one environment directory shared by every worker process
+ * on a host (LMDB's own multi-process locking), opened with MDB_NOTLS so a
+ * batch's read snapshot may be ended on any thread.
+ *
+ * Write transactions are kept to the commit itself. LMDB has ONE writer
+ * lock per environment, shared by every process on the host: a process
+ * paused (SIGSTOP, a debugger, a stalled VM) inside a write transaction
+ * stalls every writer on the host until it resumes. So handlers run against
+ * a read snapshot plus an in-memory buffer, and the write transaction only
+ * checks the epoch and applies what the batch buffered.
+ *
+ * Durability (store.durability), with what each mode can lose. A process
+ * crash loses nothing committed in any mode: the pages are in the OS cache.
+ *   full  fsync of data and meta on every commit: an OS crash or power
+ *         loss loses nothing committed.
+ *   meta  MDB_NOMETASYNC: data is fsynced, the meta page is not, so an OS
+ *         crash may undo the LAST commit (the store stays consistent).
+ *   none  MDB_NOSYNC: nothing is fsynced, so an OS crash may undo recent
+ *         commits, and on a file system that reorders writes may corrupt
+ *         the store.
+ * An undone commit undoes its handler writes, idempotency keys and
+ * watermark together, so the events are re-applied once from Kafka; only
+ * effects on outside systems are repeated. kl_store_acquire() always
+ * fsyncs, whatever the mode: an epoch handed out must never be handed out
+ * again, or two owners would hold the same fencing token.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/internal.h"
+#include "common/log.h"
+#include "store/store_internal.h"
+#include "store/lmdb.h"
+
+#define KL_COMP "store"
+/* Read slots for the host: one per open batch or scan of every process. */
+#define KL_LMDB_READERS 1022
+/* How long a remap waits for this process's open transactions to end
+ * before giving up with KL_ESTORE_BUSY (the caller retries the batch). */
+#define KL_LMDB_REMAP_WAIT_MS 2000
+/* Bound on grow-and-retry rounds of one write; 1M doubling to 64G is 16. */
+#define KL_LMDB_TRIES 64
+/* A write's EIO with less free space than this is a full file system. */
+#define KL_LMDB_FULL_BYTES (1u << 20)
+/* What a full file system under the store tells the user. */
+#define KL_LMDB_FULL_FIX                                                       \
+  ": the file system holding the store is full; free space there"
+
+/* ---- errors ---------------------------------------------------------- */
+
+static kl_err_t kl_lmdb_code(int rc, const char **fix) {
+  *fix = "";
+  switch (rc) {
+  case EACCES:
+  case EROFS:
+  case EPERM:
+    *fix = ": the store directory and its files must be writable by this "
+           "user (LMDB writes its lock file even to read)";
+    return KL_ESTORE_READONLY;
+  case ENOSPC:
+#ifdef EDQUOT
+  case EDQUOT:
+#endif
+    *fix = KL_LMDB_FULL_FIX;
+    return KL_ESTORE_FULL;
+  case MDB_TXN_FULL:
+    *fix = ": the batch is too large for one transaction; lower "
+           "worker.batch.max";
+    return KL_ESTORE_FULL;
+  case ENOMEM:
+    return KL_ENOMEM;
+  case EIO:
+    return KL_EIO;
+  case EAGAIN:
+  case EBUSY:
+    return KL_ESTORE_BUSY;
+  case MDB_READERS_FULL:
+    *fix = ": every read slot of this host's store is taken by open batches "
+           "and scans; end some (slots of crashed processes are freed at the "
+           "next sweep or open)";
+    return KL_ESTORE_BUSY;
+  case MDB_VERSION_MISMATCH:
+    *fix = ": the store was created by an incompatible LMDB library";
+    return KL_ESTORE_VERSION;
+  case MDB_INVALID:
+    *fix = ": this is not an LMDB store; point the store at another directory";
+    return KL_ESTORE;
+  case MDB_PANIC:
+    *fix = ": the environment failed fatally; close and reopen the store";
+    return KL_ESTORE;
+  default:
+    return KL_ESTORE;
+  }
+}
+
+kl_err_t kl__lmdb_err(int rc, const char *what) {
+  const char *fix;
+  kl_err_t code = kl_lmdb_code(rc, &fix);
+  return kl__err(code, "lmdb: %s: %s%s", what, mdb_strerror(rc), fix);
+}
+
+kl_err_t kl__lmdb_write_err(int rc, const char *what, const char *dir,
+                            uint64_t avail) {
+  if (rc != EIO || avail >= KL_LMDB_FULL_BYTES)
+    return kl__lmdb_err(rc, what);
+  return kl__err(KL_ESTORE_FULL,
+                 "lmdb: %s: %s (a write cut short, %" PRIu64 " bytes left "
+                 "under store %s)" KL_LMDB_FULL_FIX,
+                 what, mdb_strerror(rc), avail, dir);
+}
+
+/* The error of a failed write transaction, with the space left to this
+ * user on the store's file system when LMDB reports EIO. */
+static kl_err_t kl_lmdb_write_failed(kl__lmdb_t *lmdb, int rc,
+                                     const char *what) {
+  struct statvfs vfs;
+  uint64_t avail = UINT64_MAX;
+  if (rc == EIO && statvfs(lmdb->dir, &vfs) == 0)
+    avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+  return kl__lmdb_write_err(rc, what, lmdb->dir, avail);
+}
+
+/* ---- the remap gate -------------------------------------------------- */
+
+/* Counts a transaction of this process in; returns the map size it runs
+ * with, which a failed transaction hands to kl_lmdb_remap(). */
+static size_t kl_gate_enter(kl__lmdb_t *lmdb) {
+  pthread_mutex_lock(&lmdb->mu);
+  while (lmdb->resizing)
+    pthread_cond_wait(&lmdb->cv, &lmdb->mu);
+  lmdb->active++;
+  size_t map_size = lmdb->map_size;
+  pthread_mutex_unlock(&lmdb->mu);
+  return map_size;
+}
+
+static void kl_gate_leave(kl__lmdb_t *lmdb) {
+  pthread_mutex_lock(&lmdb->mu);
+  if (--lmdb->active == 0 && lmdb->resizing)
+    pthread_cond_broadcast(&lmdb->cv);
+  pthread_mutex_unlock(&lmdb->mu);
+}
+
+/* Waits, with mu held, until no transaction of this process is open. */
+static int kl_gate_drain(kl__lmdb_t *lmdb) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  deadline.tv_sec += KL_LMDB_REMAP_WAIT_MS / 1000;
+  deadline.tv_nsec += (long)(KL_LMDB_REMAP_WAIT_MS % 1000) * 1000000L;
+  if (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec++;
+    deadline.tv_nsec -= 1000000000L;
+  }
+  while (lmdb->active > 0)
+    if (pthread_cond_timedwait(&lmdb->cv, &lmdb->mu, &deadline) == ETIMEDOUT)
+      return lmdb->active > 0 ? -1 : 0;
+  return 0;
+}
+
+static size_t kl_lmdb_current_map(kl__lmdb_t *lmdb) {
+  MDB_envinfo info;
+  mdb_env_info(lmdb->env, &info);
+  return info.me_mapsize;
+}
+
+/* With the gate drained: adopts the size another process recorded, and
+ * when @p grow and that is no larger than @p seen, doubles it up to
+ * store.map.max. */
+static kl_err_t kl_lmdb_resize(kl__lmdb_t *lmdb, size_t seen, int grow) {
+  int rc = mdb_env_set_mapsize(lmdb->env, 0);
+  if (rc)
+    return kl__lmdb_err(rc, "adopt the map size");
+  size_t now = kl_lmdb_current_map(lmdb);
+  if (now > seen || !grow)
+    return KL_OK;
+  if (seen >= lmdb->map_max)
+    return kl__err(KL_ESTORE_FULL,
+                   "lmdb: store %s is full at its map size of %zu bytes "
+                   "(store.map.max=%zu): raise store.map.max, or lower "
+                   "store.dedup.retention so that sweeps free room",
+                   lmdb->dir, seen, lmdb->map_max);
+  size_t want = seen > lmdb->map_max / 2 ? lmdb->map_max : seen * 2;
+  rc = mdb_env_set_mapsize(lmdb->env, want);
+  if (rc)
+    return kl__lmdb_err(rc, "grow the map");
+  KL_LOG_I(KL_COMP, "store %s: map grown from %zu to %zu bytes", lmdb->dir,
+           seen, want);
+  return KL_OK;
+}
+
+/*
+ * Changes the map size after a transaction that ran with @p seen failed
+ * with MDB_MAP_FULL (@p grow) or MDB_MAP_RESIZED. The caller holds no
+ * transaction. If another thread already changed the size, there is
+ * nothing to do but retry. The wait for open snapshots is bounded: a
+ * thread holding a snapshot while it waits here (or a paused handler)
+ * would otherwise deadlock the process.
+ */
+static kl_err_t kl_lmdb_remap(kl__lmdb_t *lmdb, size_t seen, int grow) {
+  pthread_mutex_lock(&lmdb->mu);
+  while (lmdb->resizing)
+    pthread_cond_wait(&lmdb->cv, &lmdb->mu);
+  kl_err_t err = KL_OK;
+  if (lmdb->map_size == seen) {
+    lmdb->resizing = 1;
+    if (kl_gate_drain(lmdb) != 0)
+      err = kl__err(KL_ESTORE_BUSY,
+                    "lmdb: store %s must grow its map beyond %zu bytes, but "
+                    "%zu transactions of this process stayed open for %d ms "
+                    "(a batch held across a pause?); retry",
+                    lmdb->dir, seen, lmdb->active, KL_LMDB_REMAP_WAIT_MS);
+    else
+      err = kl_lmdb_resize(lmdb, seen, grow);
+    lmdb->map_size = kl_lmdb_current_map(lmdb);
+    lmdb->resizing = 0;
+    pthread_cond_broadcast(&lmdb->cv);
+  }
+  pthread_mutex_unlock(&lmdb->mu);
+  return err;
+}
+
+/* ---- transactions ---------------------------------------------------- */
+
+kl_err_t kl__lmdb_read_begin(kl__lmdb_t *lmdb, MDB_txn **snap) {
+  for (int tries = 0;; tries++) {
+    size_t seen = kl_gate_enter(lmdb);
+    int rc = mdb_txn_begin(lmdb->env, NULL, MDB_RDONLY, snap);
+    if (rc == 0)
+      return KL_OK;
+    kl_gate_leave(lmdb);
+    if (rc != MDB_MAP_RESIZED || tries >= KL_LMDB_TRIES)
+      return kl__lmdb_err(rc, "begin a read snapshot");
+    kl_err_t err = kl_lmdb_remap(lmdb, seen, 0);
+    if (err)
+      return err;
+  }
+}
+
+void kl__lmdb_read_end(kl__lmdb_t *lmdb, MDB_txn *snap) {
+  if (!snap)
+    return;
+  mdb_txn_abort(snap);
+  kl_gate_leave(lmdb);
+}
+
+/* One attempt: begin, run fn, commit or abort. */
+static int kl_lmdb_write_once(kl__lmdb_t *lmdb, kl__lmdb_write_fn *fn,
+                              void *ctx, kl_err_t *stop) {
+  MDB_txn *mtxn;
+  int rc = mdb_txn_begin(lmdb->env, NULL, 0, &mtxn);
+  if (rc)
+    return rc;
+  rc = fn(lmdb, mtxn, ctx, stop);
+  if (rc)
+    mdb_txn_abort(mtxn);
+  else
+    rc = mdb_txn_commit(mtxn); /* frees mtxn, also when it fails */
+  return rc;
+}
+
+kl_err_t kl__lmdb_write(kl__lmdb_t *lmdb, const char *what,
+                        kl__lmdb_write_fn *fn, void *ctx) {
+  for (int tries = 0;; tries++) {
+    kl_err_t stop = KL_OK;
+    size_t seen = kl_gate_enter(lmdb);
+    int rc = kl_lmdb_write_once(lmdb, fn, ctx, &stop);
+    kl_gate_leave(lmdb);
+    if (rc == 0)
+      return KL_OK;
+    if (rc == KL__LMDB_STOP)
+      return stop;
+    int remap = rc == MDB_MAP_FULL || rc == MDB_MAP_RESIZED;
+    if (!remap || tries >= KL_LMDB_TRIES)
+      return kl_lmdb_write_failed(lmdb, rc, what);
+    kl_err_t err = kl_lmdb_remap(lmdb, seen, rc == MDB_MAP_FULL);
+    if (err)
+      return err;
+  }
+}
+
+/* ---- partitions ------------------------------------------------------ */
+
+#define KL_PART_KEY_MAX (249 + 1 + 4)
+#define KL_PART_VAL_LEN (5 * 8)
+
+static MDB_val kl_part_key(unsigned char buf[KL_PART_KEY_MAX],
+                           const char *topic, int32_t partition) {
+  size_t len = strlen(topic); /* <= 249: checked by store.c */
+  uint32_t p = (uint32_t)partition;
+  memcpy(buf, topic, len + 1);
+  /* Big-endian, so that the partitions of a topic sort by number. */
+  buf[len + 1] = (unsigned char)(p >> 24);
+  buf[len + 2] = (unsigned char)(p >> 16);
+  buf[len + 3] = (unsigned char)(p >> 8);
+  buf[len + 4] = (unsigned char)p;
+  return (MDB_val){len + 5, buf};
+}
+
+static int kl_part_decode(const MDB_val *val, kl_partition_state_t *state) {
+  uint64_t v[5];
+  if (val->mv_size != KL_PART_VAL_LEN)
+    return MDB_CORRUPTED;
+  memcpy(v, val->mv_data, sizeof(v));
+  state->epoch = v[0];
+  state->watermark = (int64_t)v[1];
+  state->applied = v[2];
+  state->duplicates = v[3];
+  state->dead_letters = v[4];
+  state->beats = 0; /* kept apart: kl_beats_get() */
+  return 0;
+}
+
+int kl__lmdb_part_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
+                      int32_t partition, kl_partition_state_t *state) {
+  unsigned char buf[KL_PART_KEY_MAX];
+  MDB_val key = kl_part_key(buf, topic, partition), val;
+  memset(state, 0, sizeof(*state));
+  int rc = mdb_get(mtxn, lmdb->parts, &key, &val);
+  if (rc == MDB_NOTFOUND)
+    return 0;
+  return rc ? rc : kl_part_decode(&val, state);
+}
+
+/* Adds the partition's beats (kept apart: see store_lmdb.h) to @p state. */
+static int kl_beats_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const MDB_val *key,
+                        kl_partition_state_t *state) {
+  MDB_val val;
+  int rc = mdb_get(mtxn, lmdb->beats, (MDB_val *)key, &val);
+  if (rc == MDB_NOTFOUND)
+    return 0;
+  if (rc == 0 && val.mv_size != sizeof(state->beats))
+    rc = MDB_CORRUPTED;
+  if (rc == 0)
+    memcpy(&state->beats, val.mv_data, sizeof(state->beats));
+  return rc;
+}
+
+int kl__lmdb_part_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
+                      int32_t partition, const kl_partition_state_t *state) {
+  unsigned char buf[KL_PART_KEY_MAX];
+  uint64_t v[5] = {state->epoch, (uint64_t)state->watermark, state->applied,
+                   state->duplicates, state->dead_letters};
+  MDB_val key = kl_part_key(buf, topic, partition);
+  MDB_val val = {sizeof(v), v};
+  /* Every topic with a partition has a number, which scopes its ids. */
+  uint32_t topic_no;
+  int rc = kl__lmdb_topic_no(lmdb, mtxn, topic, 1, &topic_no);
+  return rc ? rc : mdb_put(mtxn, lmdb->parts, &key, &val, 0);
+}
+
+typedef struct kl_acquire_ctx {
+  const char *topic;
+  int32_t partition;
+  uint64_t floor;
+  kl_partition_state_t *state;
+  int reset; /* kl__store_reset(): watermark 0, and only a known partition */
+} kl_acquire_ctx_t;
+
+static int kl_acquire_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
+                         kl_err_t *stop) {
+  kl_acquire_ctx_t *ctx = opaque;
+  int rc =
+      kl__lmdb_part_get(lmdb, mtxn, ctx->topic, ctx->partition, ctx->state);
+  if (rc || (ctx->reset && ctx->state->epoch == 0))
+    return rc;
+  if (ctx->state->epoch < ctx->floor)
+    ctx->state->epoch = ctx->floor;
+  if (ctx->reset)
+    ctx->state->watermark = 0;
+  ctx->state->epoch++;
+  return kl__lmdb_part_put(lmdb, mtxn, ctx->topic, ctx->partition, ctx->state);
+}
+
+static kl_err_t kl_lmdb_take(kl_store_t *store, const char *topic,
+                             int32_t partition, uint64_t floor,
+                             kl_partition_state_t *state, int reset) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
+  kl_acquire_ctx_t ctx = {topic, partition, floor, state, reset};
+  kl_err_t err =
+      kl__lmdb_write(lmdb, reset ? "reset" : "acquire", kl_acquire_fn, &ctx);
+  if (err)
+    return err;
+  /* Without fsync, an OS crash could hand this epoch out again. */
+  int rc = lmdb->durable ? 0 : mdb_env_sync(lmdb->env, 1);
+  return rc ? kl__lmdb_err(rc, "sync the acquired epoch") : KL_OK;
+}
+
+static kl_err_t kl_lmdb_acquire(kl_store_t *store, const char *topic,
+                                int32_t partition, uint64_t floor,
+                                kl_partition_state_t *state) {
+  return kl_lmdb_take(store, topic, partition, floor, state, 0);
+}
+
+static kl_err_t kl_lmdb_reset(kl_store_t *store, const char *topic,
+                              int32_t partition, kl_partition_state_t *state) {
+  return kl_lmdb_take(store, topic, partition, 0, state, 1);
+}
+
+typedef struct kl_beat_ctx {
+  const char *topic;
+  kl__beat_t *beats;
+  size_t n;
+} kl_beat_ctx_t;
+
+/* One partition's beat in @p mtxn: nothing when a newer owner holds it. */
+static int kl_beat_one(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
+                       kl__beat_t *beat) {
+  kl_partition_state_t state;
+  unsigned char buf[KL_PART_KEY_MAX];
+  MDB_val key = kl_part_key(buf, topic, beat->partition);
+  int rc = kl__lmdb_part_get(lmdb, mtxn, topic, beat->partition, &state);
+  beat->err = !rc && state.epoch != beat->epoch ? KL_EFENCED : KL_OK;
+  if (rc || beat->err || (rc = kl_beats_get(lmdb, mtxn, &key, &state)))
+    return rc;
+  state.beats++;
+  MDB_val val = {sizeof(state.beats), &state.beats};
+  return mdb_put(mtxn, lmdb->beats, &key, &val, 0);
+}
+
+static int kl_beat_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
+                      kl_err_t *stop) {
+  (void)stop;
+  kl_beat_ctx_t *ctx = opaque;
+  int rc = 0;
+  for (size_t i = 0; !rc && i < ctx->n; i++)
+    rc = kl_beat_one(lmdb, mtxn, ctx->topic, &ctx->beats[i]);
+  return rc;
+}
+
+static kl_err_t kl_lmdb_beat(kl_store_t *store, const char *topic,
+                             kl__beat_t *beats, size_t n) {
+  kl_beat_ctx_t ctx = {topic, beats, n};
+  return kl__lmdb_write((kl__lmdb_t *)store, "beat", kl_beat_fn, &ctx);
+}
+
+static kl_err_t kl_lmdb_partition(kl_store_t *store, const char *topic,
+                                  int32_t partition,
+                                  kl_partition_state_t *state) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
+  MDB_txn *snap;
+  kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
+  if (err)
+    return err;
+  unsigned char buf[KL_PART_KEY_MAX];
+  MDB_val key = kl_part_key(buf, topic, partition);
+  int rc = kl__lmdb_part_get(lmdb, snap, topic, partition, state);
+  if (!rc)
+    rc = kl_beats_get(lmdb, snap, &key, state);
+  kl__lmdb_read_end(lmdb, snap);
+  return rc ? kl__lmdb_err(rc, "read a partition") : KL_OK;
+}
+
+/* ---- scans ----------------------------------------------------------- */
+
+static int kl_scan_parts(kl__lmdb_t *lmdb, MDB_cursor *cur,
+                         kl_store_partition_cb_t *cb, void *opaque) {
+  MDB_val key, val;
+  int rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST);
+  for (; rc == 0; rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    const unsigned char *k = key.mv_data;
+    kl_partition_state_t state;
+    if (key.mv_size < 6 || k[key.mv_size - 5] != '\0' ||
+        kl_part_decode(&val, &state))
+      return MDB_CORRUPTED;
+    if ((rc = kl_beats_get(lmdb, mdb_cursor_txn(cur), &key, &state)))
+      return rc;
+    size_t tlen = key.mv_size - 5;
+    int32_t partition =
+        (int32_t)((uint32_t)k[tlen + 1] << 24 | (uint32_t)k[tlen + 2] << 16 |
+                  (uint32_t)k[tlen + 3] << 8 | k[tlen + 4]);
+    /* The key holds the topic's NUL, so it is a C string in place. */
+    if (cb(opaque, (const char *)k, partition, &state))
+      return 0;
+  }
+  return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+static int kl_scan_data(MDB_cursor *cur, const void *prefix, size_t plen,
+                        kl_store_scan_cb_t *cb, void *opaque) {
+  MDB_val key = {plen, (void *)prefix}, val;
+  int rc = mdb_cursor_get(cur, &key, &val, plen ? MDB_SET_RANGE : MDB_FIRST);
+  for (; rc == 0; rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    if (plen && (key.mv_size < plen || memcmp(key.mv_data, prefix, plen)))
+      return 0; /* sorted: past the prefix, nothing more matches */
+    if (cb(opaque, key.mv_data, key.mv_size, val.mv_data, val.mv_size))
+      return 0;
+  }
+  return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+typedef struct kl_scan_ctx {
+  MDB_dbi dbi;
+  const void *prefix;
+  size_t prefix_len;
+  kl_store_scan_cb_t *scan_cb;
+  kl_store_partition_cb_t *part_cb;
+  void *opaque;
+} kl_scan_ctx_t;
+
+/* Runs one scan from one read snapshot. */
+static kl_err_t kl_lmdb_cursor_scan(kl__lmdb_t *lmdb, const char *what,
+                                    const kl_scan_ctx_t *ctx) {
+  MDB_txn *snap;
+  MDB_cursor *cur;
+  kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
+  if (err)
+    return err;
+  int rc = mdb_cursor_open(snap, ctx->dbi, &cur);
+  if (rc == 0) {
+    rc = ctx->scan_cb ? kl_scan_data(cur, ctx->prefix, ctx->prefix_len,
+                                     ctx->scan_cb, ctx->opaque)
+                      : kl_scan_parts(lmdb, cur, ctx->part_cb, ctx->opaque);
+    mdb_cursor_close(cur);
+  }
+  kl__lmdb_read_end(lmdb, snap);
+  return rc ? kl__lmdb_err(rc, what) : KL_OK;
+}
+
+static kl_err_t kl_lmdb_scan(kl_store_t *store, const void *prefix,
+                             size_t prefix_len, kl_store_scan_cb_t *cb,
+                             void *opaque) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
+  kl_scan_ctx_t ctx = {lmdb->data, prefix, prefix_len, cb, NULL, opaque};
+  return kl_lmdb_cursor_scan(lmdb, "scan", &ctx);
+}
+
+static kl_err_t kl_lmdb_foreach_partition(kl_store_t *store,
+                                          kl_store_partition_cb_t *cb,
+                                          void *opaque) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
+  kl_scan_ctx_t ctx = {lmdb->parts, NULL, 0, NULL, cb, opaque};
+  return kl_lmdb_cursor_scan(lmdb, "list partitions", &ctx);
+}
+
+static kl_err_t kl_lmdb_stat(kl__lmdb_t *lmdb, MDB_dbi dbi, MDB_stat *st) {
+  MDB_txn *snap;
+  kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
+  if (err)
+    return err;
+  int rc = mdb_stat(snap, dbi, st);
+  kl__lmdb_read_end(lmdb, snap);
+  return rc ? kl__lmdb_err(rc, "stat") : KL_OK;
+}
+
+static kl_err_t kl_lmdb_id_count(kl_store_t *store, uint64_t *count) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
+  MDB_stat st;
+  kl_err_t err = kl_lmdb_stat(lmdb, lmdb->ids, &st);
+  *count = err ? 0 : st.ms_entries;
+  return err;
+}
+
+static uint64_t kl_stat_pages(const MDB_stat *st) {
+  return st->ms_branch_pages + st->ms_leaf_pages + st->ms_overflow_pages;
+}
+
+kl_err_t kl__store_lmdb_usage(kl_store_t *store, kl__store_usage_t *usage) {
+  if (!store || strcmp(store->ops->name, "lmdb") != 0)
+    return kl__err(KL_EINVAL, "kl__store_lmdb_usage: not an LMDB store");
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
+  MDB_stat ids, data, env;
+  MDB_envinfo info;
+  kl_err_t err = kl_lmdb_stat(lmdb, lmdb->ids, &ids);
+  if (!err)
+    err = kl_lmdb_stat(lmdb, lmdb->data, &data);
+  if (err)
+    return err;
+  mdb_env_stat(lmdb->env, &env);
+  mdb_env_info(lmdb->env, &info);
+  usage->map_size = info.me_mapsize;
+  usage->file_pages = info.me_last_pgno + 1;
+  usage->page_size = env.ms_psize;
+  usage->ids = ids.ms_entries;
+  usage->ids_pages = kl_stat_pages(&ids);
+  usage->data_pages = kl_stat_pages(&data);
+  usage->txns = (uint64_t)info.me_last_txnid;
+  return KL_OK;
+}
+
+static uint32_t kl_be32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+         p[3];
+}
+
+/* ---- idempotency keys: store_lmdb_ids.c ------------------------------ */
+
+/* The topics' names by number, for a walk: names[no - 1], borrowed from
+ * the snapshot. Numbers are given 1, 2, ... and never reused. */
+typedef struct kl_topic_names {
+  const char **names;
+  size_t count;
+} kl_topic_names_t;
+
+static int kl_topic_names_load(kl__lmdb_t *lmdb, MDB_txn *snap,
+                               kl_topic_names_t *t) {
+  MDB_stat st;
+  MDB_cursor *cur;
+  MDB_val key, val;
+  int rc = mdb_stat(snap, lmdb->topics, &st);
+  if (rc || (rc = mdb_cursor_open(snap, lmdb->topics, &cur)))
+    return rc;
+  t->count = st.ms_entries;
+  t->names = calloc(t->count ? t->count : 1, sizeof(*t->names));
+  rc = t->names ? mdb_cursor_get(cur, &key, &val, MDB_FIRST) : ENOMEM;
+  for (; rc == 0; rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    uint32_t no = val.mv_size == 4 ? kl_be32(val.mv_data) : 0;
+    const char *name = key.mv_data; /* stored with its NUL */
+    if (no == 0 || no > t->count || name[key.mv_size - 1] != '\0') {
+      rc = MDB_CORRUPTED;
+      break;
+    }
+    t->names[no - 1] = name;
+  }
+  mdb_cursor_close(cur);
+  return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+static int kl_ids_walk_cursor(MDB_cursor *cur, const kl_topic_names_t *t,
+                              kl__store_sid_cb_t *cb, void *opaque) {
+  MDB_val key, val;
+  int rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST);
+  for (; rc == 0; rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    char sid[KL__SID_MAX];
+    size_t len;
+    uint32_t no;
+    int64_t t_ms;
+    kl_mark_t mark;
+    if (kl__lmdb_id_decode(&key, &val, &no, sid, &len) ||
+        kl__lmdb_idval_decode(&val, &t_ms, &mark) || no == 0 || no > t->count ||
+        !t->names[no - 1])
+      return MDB_CORRUPTED;
+    if (cb(opaque, t->names[no - 1], sid, len, t_ms, mark))
+      return 0;
+  }
+  return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+static kl_err_t kl_lmdb_ids_walk(kl_store_t *store, kl__store_sid_cb_t *cb,
+                                 void *opaque) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
+  MDB_txn *snap;
+  MDB_cursor *cur;
+  kl_topic_names_t names = {NULL, 0};
+  kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
+  if (err)
+    return err;
+  int rc = kl_topic_names_load(lmdb, snap, &names);
+  if (rc == 0 && (rc = mdb_cursor_open(snap, lmdb->ids, &cur)) == 0) {
+    rc = kl_ids_walk_cursor(cur, &names, cb, opaque);
+    mdb_cursor_close(cur);
+  }
+  free(names.names);
+  kl__lmdb_read_end(lmdb, snap);
+  return rc ? kl__lmdb_err(rc, "list idempotency keys") : KL_OK;
+}
+
+/* ---- topics ---------------------------------------------------------- */
+
+int kl__lmdb_topic_no(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
+                      int create, uint32_t *topic_no) {
+  MDB_val key = {strlen(topic) + 1, (void *)topic}, val;
+  int rc = mdb_get(mtxn, lmdb->topics, &key, &val);
+  if (rc == 0) {
+    if (val.mv_size != 4)
+      return MDB_CORRUPTED;
+    *topic_no = kl_be32(val.mv_data);
+    return 0;
+  }
+  if (rc != MDB_NOTFOUND || !create)
+    return rc;
+  MDB_stat st;
+  if ((rc = mdb_stat(mtxn, lmdb->topics, &st)))
+    return rc;
+  uint32_t no = (uint32_t)st.ms_entries + 1;
+  unsigned char be[4];
+  kl__lmdb_put_be32(be, no);
+  val = (MDB_val){sizeof(be), be};
+  if ((rc = mdb_put(mtxn, lmdb->topics, &key, &val, MDB_NOOVERWRITE)))
+    return rc;
+  *topic_no = no;
+  return 0;
+}
+
+/* ---- expiry ---------------------------------------------------------- */
+
+/*
+ * Expiry walks the ids database itself, with no index by time (it would
+ * cost another key per id on disk). Each sweep visits up to `max` keys
+ * from where the last one stopped, a cursor kept in meta (so every process
+ * on the host advances one shared position, across restarts), wrapping at
+ * the end, and removes those older than the retention. A full cycle over N
+ * keys thus takes N/max sweeps, and a key lives at least the retention and
+ * at most the retention plus one sweep cycle.
+ *
+ * A sweep first walks its keys in a read snapshot: when none has expired
+ * it writes nothing (a worker sweeps every second, and a durable write
+ * transaction is two fsyncs on its poll thread), and only this process
+ * remembers where it stopped; the next sweep that removes something saves
+ * the position in meta with its removals.
+ */
+#define KL_SWEEP_CURSOR "sweep.cursor"
+
+typedef struct kl_sweep_ctx {
+  size_t max;
+  int64_t now_ms;
+  int dry;        /* count what has expired, remove nothing */
+  size_t removed; /* removed, or (dry) expired */
+  unsigned char from[KL__IDKEY_MAX]; /* start after it, when from_len; */
+  size_t from_len;                   /* else after meta's cursor */
+  unsigned char last[KL__IDKEY_MAX];
+  size_t last_len;
+} kl_sweep_ctx_t;
+
+/* Positions @p cur on the first key after the sweep's start (the cursor
+ * this process remembers, else meta's), or on the first key. */
+static int kl_sweep_start(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
+                          const kl_sweep_ctx_t *ctx, MDB_val *key,
+                          MDB_val *val) {
+  MDB_val ck = {sizeof(KL_SWEEP_CURSOR) - 1, KL_SWEEP_CURSOR}, saved;
+  int rc = 0;
+  if (ctx->from_len)
+    saved = (MDB_val){ctx->from_len, (void *)ctx->from};
+  else
+    rc = mdb_get(mtxn, lmdb->meta, &ck, &saved);
+  if (rc == MDB_NOTFOUND)
+    return mdb_cursor_get(cur, key, val, MDB_FIRST);
+  if (rc)
+    return rc;
+  *key = saved;
+  rc = mdb_cursor_get(cur, key, val, MDB_SET_RANGE);
+  if (rc == 0 && key->mv_size == saved.mv_size &&
+      memcmp(key->mv_data, saved.mv_data, saved.mv_size) == 0)
+    rc = mdb_cursor_get(cur, key, val, MDB_NEXT);
+  return rc == MDB_NOTFOUND ? mdb_cursor_get(cur, key, val, MDB_FIRST) : rc;
+}
+
+static int kl_sweep_walk(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
+                         kl_sweep_ctx_t *ctx, size_t budget) {
+  MDB_val key, val;
+  int rc = kl_sweep_start(lmdb, mtxn, cur, ctx, &key, &val);
+  /* budget <= entries, so no key is visited twice in one sweep. */
+  for (size_t visited = 0; rc == 0 && visited < budget; visited++) {
+    int64_t t;
+    kl_mark_t mark;
+    if (key.mv_size > KL__IDKEY_MAX || kl__lmdb_idval_decode(&val, &t, &mark))
+      return MDB_CORRUPTED;
+    memcpy(ctx->last, key.mv_data, key.mv_size);
+    ctx->last_len = key.mv_size;
+    if (ctx->now_ms - t > lmdb->retention_ms) {
+      if (!ctx->dry && (rc = mdb_cursor_del(cur, 0)) != 0)
+        return rc;
+      ctx->removed++;
+    }
+    /* After a delete the cursor already sits on the next key; MDB_NEXT
+     * knows and returns that one. */
+    rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT);
+    if (rc == MDB_NOTFOUND)
+      rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST);
+  }
+  return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+static int kl_sweep_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
+                       kl_err_t *stop) {
+  (void)stop;
+  kl_sweep_ctx_t *ctx = opaque;
+  MDB_stat st;
+  MDB_cursor *cur;
+  ctx->removed = 0;
+  ctx->last_len = 0;
+  int rc = mdb_stat(mtxn, lmdb->ids, &st);
+  if (rc || st.ms_entries == 0)
+    return rc;
+  size_t budget = st.ms_entries < ctx->max ? st.ms_entries : ctx->max;
+  if ((rc = mdb_cursor_open(mtxn, lmdb->ids, &cur)) != 0)
+    return rc;
+  rc = kl_sweep_walk(lmdb, mtxn, cur, ctx, budget);
+  mdb_cursor_close(cur);
+  if (rc || ctx->last_len == 0 || ctx->dry)
+    return rc;
+  MDB_val ck = {sizeof(KL_SWEEP_CURSOR) - 1, KL_SWEEP_CURSOR};
+  MDB_val cv = {ctx->last_len, ctx->last};
+  return mdb_put(mtxn, lmdb->meta, &ck, &cv, 0);
+}
+
+/* The walk in a read snapshot: @returns KL_OK with ctx->removed the keys
+ * that have expired, and ctx->last where it stopped. */
+static kl_err_t kl_sweep_dry(kl__lmdb_t *lmdb, kl_sweep_ctx_t *ctx) {
+  MDB_txn *snap;
+  kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
+  if (err)
+    return err;
+  ctx->dry = 1;
+  int rc = kl_sweep_fn(lmdb, snap, ctx, NULL);
+  ctx->dry = 0;
+  kl__lmdb_read_end(lmdb, snap);
+  return rc ? kl__lmdb_err(rc, "sweep expired idempotency keys") : KL_OK;
+}
+
+/* The position this process's last sweep stopped at, in or out. */
+static void kl_sweep_at(kl__lmdb_t *lmdb, kl_sweep_ctx_t *ctx, int save) {
+  pthread_mutex_lock(&lmdb->mu);
+  if (save) {
+    memcpy(lmdb->sweep_at, ctx->last, ctx->last_len);
+    lmdb->sweep_at_len = ctx->last_len;
+  } else {
+    memcpy(ctx->from, lmdb->sweep_at, lmdb->sweep_at_len);
+    ctx->from_len = lmdb->sweep_at_len;
+  }
+  pthread_mutex_unlock(&lmdb->mu);
+}
+
+static kl_err_t kl_lmdb_sweep(kl_store_t *store, size_t max, size_t *removed) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
+  *removed = 0;
+  if (max == 0)
+    return KL_OK;
+  int dead = 0;
+  mdb_reader_check(lmdb->env, &dead); /* frees slots of crashed processes */
+  if (dead)
+    KL_LOG_W(KL_COMP, "store %s: freed %d read slots of dead processes",
+             lmdb->dir, dead);
+  kl_sweep_ctx_t ctx = {.max = max, .now_ms = kl__store_now_ms()};
+  kl_sweep_at(lmdb, &ctx, 0);
+  kl_err_t err = kl_sweep_dry(lmdb, &ctx);
+  if (!err && ctx.removed)
+    err = kl__lmdb_write(lmdb, "sweep", kl_sweep_fn, &ctx);
+  if (err)
+    return err;
+  if (ctx.last_len)
+    kl_sweep_at(lmdb, &ctx, 1);
+  *removed = ctx.removed;
+  return KL_OK;
+}
+
+/* ---- open and close -------------------------------------------------- */
+
+/* LMDB forbids opening one environment twice in a process (closing either
+ * drops the other's file locks), so opens are registered by directory. A
+ * forked child has its own pid and may open the store for itself. */
+typedef struct kl_open_entry {
+  dev_t dev;
+  ino_t ino;
+  pid_t pid;
+  struct kl_open_entry *next;
+} kl_open_entry_t;
+
+static pthread_mutex_t kl_open_mu = PTHREAD_MUTEX_INITIALIZER;
+static kl_open_entry_t *kl_open_list;
+
+static kl_open_entry_t **kl_open_find(dev_t dev, ino_t ino, pid_t pid) {
+  kl_open_entry_t **p = &kl_open_list;
+  while (*p && !((*p)->dev == dev && (*p)->ino == ino && (*p)->pid == pid))
+    p = &(*p)->next;
+  return p;
+}
+
+static kl_err_t kl_open_register(kl__lmdb_t *lmdb) {
+  kl_err_t err = KL_OK;
+  pthread_mutex_lock(&kl_open_mu);
+  kl_open_entry_t **p = kl_open_find(lmdb->dev, lmdb->ino, getpid());
+  kl_open_entry_t *entry = *p ? NULL : malloc(sizeof(*entry));
+  if (*p)
+    err = kl__err(KL_EINVAL,
+                  "store %s is already open in this process: "
+                  "share that kl_store_t between threads",
+                  lmdb->dir);
+  else if (!entry)
+    err = KL_ENOMEM;
+  else {
+    *entry = (kl_open_entry_t){lmdb->dev, lmdb->ino, getpid(), kl_open_list};
+    kl_open_list = entry;
+  }
+  pthread_mutex_unlock(&kl_open_mu);
+  return err;
+}
+
+static void kl_open_unregister(kl__lmdb_t *lmdb) {
+  pthread_mutex_lock(&kl_open_mu);
+  kl_open_entry_t **p = kl_open_find(lmdb->dev, lmdb->ino, getpid());
+  if (*p) {
+    kl_open_entry_t *entry = *p;
+    *p = entry->next;
+    free(entry);
+  }
+  pthread_mutex_unlock(&kl_open_mu);
+}
+
+static void kl_lmdb_destroy(kl_store_t *store) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
+  if (lmdb->active)
+    KL_LOG_E(KL_COMP,
+             "store %s destroyed with %zu transactions open: their "
+             "snapshots are invalid now",
+             lmdb->dir, lmdb->active);
+  if (lmdb->env)
+    mdb_env_close(lmdb->env);
+  if (lmdb->registered)
+    kl_open_unregister(lmdb);
+  pthread_cond_destroy(&lmdb->cv);
+  pthread_mutex_destroy(&lmdb->mu);
+  free(lmdb->dir);
+  free(lmdb);
+}
+
+static kl_err_t kl_lmdb_version(kl_store_t *store, int *version, int *latest);
+
+static const kl__store_ops_t kl_lmdb_ops = {
+    .name = "lmdb",
+    .destroy = kl_lmdb_destroy,
+    .acquire = kl_lmdb_acquire,
+    .partition = kl_lmdb_partition,
+    .reset = kl_lmdb_reset,
+    .beat = kl_lmdb_beat,
+    .begin = kl__lmdb_begin,
+    .commit = kl__lmdb_commit,
+    .commit_many = kl__lmdb_commit_many,
+    .abort = kl__lmdb_abort,
+    .get = kl__lmdb_get,
+    .put = kl__lmdb_put,
+    .del = kl__lmdb_del,
+    .seen = kl__lmdb_seen,
+    .mark = kl__lmdb_mark,
+    .count_duplicate = kl__lmdb_count_duplicate,
+    .sweep = kl_lmdb_sweep,
+    .scan = kl_lmdb_scan,
+    .foreach_partition = kl_lmdb_foreach_partition,
+    .id_count = kl_lmdb_id_count,
+    .ids_walk = kl_lmdb_ids_walk,
+    .version = kl_lmdb_version,
+    .outbox_list = kl__lmdb_outbox_list,
+    .outbox_del = kl__lmdb_outbox_del,
+};
+
+/* The databases of this format, created when missing. */
+static int kl_open_dbs(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
+  int rc;
+  if ((rc = mdb_dbi_open(mtxn, "parts", MDB_CREATE, &lmdb->parts)) ||
+      (rc = mdb_dbi_open(mtxn, "beats", MDB_CREATE, &lmdb->beats)) ||
+      (rc = mdb_dbi_open(mtxn, "topics", MDB_CREATE, &lmdb->topics)) ||
+      (rc = mdb_dbi_open(mtxn, "topic_ids", MDB_CREATE, &lmdb->ids)))
+    return rc;
+  if ((rc = mdb_dbi_open(mtxn, "outbox", MDB_CREATE, &lmdb->outbox)))
+    return rc;
+  return mdb_dbi_open(mtxn, "data", MDB_CREATE, &lmdb->data);
+}
+
+/* Numbers every topic of "parts": the topics a format-1 store's ids may
+ * belong to. */
+static int kl_number_topics(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
+  MDB_cursor *cur;
+  MDB_val key, val;
+  uint32_t no;
+  int rc = mdb_cursor_open(mtxn, lmdb->parts, &cur);
+  if (rc)
+    return rc;
+  rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST);
+  for (; rc == 0; rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    const char *topic = key.mv_data; /* NUL-terminated in the key */
+    if (key.mv_size < 6 || topic[key.mv_size - 5] != '\0') {
+      rc = MDB_CORRUPTED;
+      break;
+    }
+    if ((rc = kl__lmdb_topic_no(lmdb, mtxn, topic, 1, &no)))
+      break;
+  }
+  mdb_cursor_close(cur);
+  return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+static kl_err_t kl_format_refused(kl__lmdb_t *lmdb, uint32_t found) {
+  return kl__err(
+      KL_ESTORE_VERSION,
+      "store %s has format version %" PRIu32 ", this build "
+      "supports version %u (and migrates versions 1 and 2 when it "
+      "opens them): open it with the keylane release that wrote it, or "
+      "start a new store in another directory",
+      lmdb->dir, found, KL__LMDB_FORMAT);
+}
+
+/* Formats 1 and 2 kept ids unscoped by entity key. An upgraded store
+ * records when (store clock) in meta, so that lookups also ask for an id
+ * unscoped until those ids have expired (kl__store_legacy_ids()). */
+static int kl_mark_legacy_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn, uint32_t found) {
+  MDB_stat st;
+  int rc = mdb_stat(mtxn, lmdb->ids, &st);
+  if (rc || (found == 2 && st.ms_entries == 0))
+    return rc;
+  int64_t now = kl__store_now_ms();
+  MDB_val key = {sizeof(KL__LMDB_LEGACY_IDS_KEY) - 1, KL__LMDB_LEGACY_IDS_KEY};
+  MDB_val val = {sizeof(now), &now};
+  return mdb_put(mtxn, lmdb->meta, &key, &val, 0);
+}
+
+/* Checks the format record, writing this build's in a new store. Formats
+ * 1 and 2 get it too: format 1's topics are numbered (its ids then move by
+ * kl__lmdb_migrate_ids()), the ids both kept are marked as unscoped
+ * (kl_mark_legacy_ids()), and an older keylane refuses the store from now
+ * on. */
+static int kl_format_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, kl_err_t *stop) {
+  MDB_val key = {sizeof(KL__LMDB_FORMAT_KEY) - 1, KL__LMDB_FORMAT_KEY}, val;
+  uint32_t format = KL__LMDB_FORMAT, found = 0;
+  int rc = mdb_get(mtxn, lmdb->meta, &key, &val);
+  if (rc && rc != MDB_NOTFOUND)
+    return rc;
+  if (rc == 0 && val.mv_size == sizeof(found))
+    memcpy(&found, val.mv_data, sizeof(found));
+  if (rc == 0 && found == KL__LMDB_FORMAT)
+    return 0;
+  if (rc == 0 && found != 1 && found != 2) {
+    *stop = kl_format_refused(lmdb, found);
+    return KL__LMDB_STOP;
+  }
+  if (rc == 0 && found == 1 && (rc = kl_number_topics(lmdb, mtxn)))
+    return rc;
+  if (rc == 0 && (rc = kl_mark_legacy_ids(lmdb, mtxn, found)))
+    return rc;
+  val = (MDB_val){sizeof(format), &format};
+  return mdb_put(mtxn, lmdb->meta, &key, &val, 0);
+}
+
+/* Sets the store's legacy window from meta (kl_mark_legacy_ids()). */
+static int kl_legacy_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
+  MDB_val key = {sizeof(KL__LMDB_LEGACY_IDS_KEY) - 1, KL__LMDB_LEGACY_IDS_KEY};
+  MDB_val val;
+  int64_t at;
+  int rc = mdb_get(mtxn, lmdb->meta, &key, &val);
+  if (rc == MDB_NOTFOUND)
+    return 0;
+  if (rc == 0 && val.mv_size != sizeof(at))
+    return MDB_CORRUPTED;
+  if (rc == 0) {
+    memcpy(&at, val.mv_data, sizeof(at));
+    lmdb->base.legacy_ids_until_ms = at + lmdb->retention_ms;
+  }
+  return rc;
+}
+
+/* Checks the format, creating the databases of a new store. */
+static int kl_init_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
+                      kl_err_t *stop) {
+  MDB_dbi main;
+  MDB_stat st;
+  (void)opaque;
+  int rc = mdb_dbi_open(mtxn, KL__LMDB_META_DB, 0, &lmdb->meta);
+  if (rc == MDB_NOTFOUND) {
+    /* No meta: a new store, unless another program's data is there. */
+    if ((rc = mdb_dbi_open(mtxn, NULL, 0, &main)) ||
+        (rc = mdb_stat(mtxn, main, &st)))
+      return rc;
+    if (st.ms_entries > 0) {
+      *stop = kl__err(KL_ESTORE_VERSION,
+                      "store %s holds an LMDB database "
+                      "that keylane did not write: point "
+                      "the store at another directory",
+                      lmdb->dir);
+      return KL__LMDB_STOP;
+    }
+    rc = mdb_dbi_open(mtxn, KL__LMDB_META_DB, MDB_CREATE, &lmdb->meta);
+  }
+  if (rc || (rc = kl_open_dbs(lmdb, mtxn)) ||
+      (rc = kl_format_fn(lmdb, mtxn, stop)))
+    return rc;
+  return kl_legacy_fn(lmdb, mtxn);
+}
+
+static kl_err_t kl_lmdb_version(kl_store_t *store, int *version, int *latest) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
+  MDB_val key = {sizeof(KL__LMDB_FORMAT_KEY) - 1, KL__LMDB_FORMAT_KEY}, val;
+  MDB_txn *snap;
+  uint32_t found = 0;
+  *latest = (int)KL__LMDB_FORMAT;
+  kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
+  if (err)
+    return err;
+  int rc = mdb_get(snap, lmdb->meta, &key, &val);
+  if (rc == 0 && val.mv_size == sizeof(found))
+    memcpy(&found, val.mv_data, sizeof(found));
+  kl__lmdb_read_end(lmdb, snap);
+  *version = (int)found;
+  return rc ? kl__lmdb_err(rc, "read the format version") : KL_OK;
+}
+
+static size_t kl_round_pages(int64_t bytes) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  uint64_t b = (uint64_t)bytes;
+  if (b > SIZE_MAX - page)
+    b = (SIZE_MAX - page) / 2;
+  return ((size_t)b + page - 1) / page * page;
+}
+
+static kl_err_t kl_lmdb_settings(kl__lmdb_t *lmdb, const kl_conf_t *conf,
+                                 size_t *map_size, unsigned *flags) {
+  const char *durability = kl_conf_get(conf, "store.durability");
+  *flags = MDB_NOTLS;
+  if (strcmp(durability, "meta") == 0)
+    *flags |= MDB_NOMETASYNC;
+  else if (strcmp(durability, "none") == 0)
+    *flags |= MDB_NOSYNC;
+  lmdb->durable = strcmp(durability, "full") == 0;
+  *map_size = kl_round_pages(kl__conf_int(conf, "store.map.size"));
+  lmdb->map_max = kl_round_pages(kl__conf_int(conf, "store.map.max"));
+  lmdb->retention_ms = kl__conf_int(conf, "store.dedup.retention");
+  lmdb->create = strcmp(kl_conf_get(conf, "store.create"), "no") != 0;
+  if (lmdb->map_max < *map_size)
+    return kl__err(KL_ECONF,
+                   "store.map.max=%s is below store.map.size=%s: "
+                   "raise store.map.max",
+                   kl_conf_get(conf, "store.map.max"),
+                   kl_conf_get(conf, "store.map.size"));
+  return KL_OK;
+}
+
+/* Creates the directory when missing (unless store.create=no: then a
+ * directory without an environment is no store) and records which one it
+ * is. */
+static kl_err_t kl_lmdb_dir(kl__lmdb_t *lmdb) {
+  char what[64 + 4096];
+  struct stat st;
+  snprintf(what, sizeof(what), "%s/data.mdb", lmdb->dir);
+  if (!lmdb->create && stat(what, &st) != 0)
+    return kl__err(KL_ENOTFOUND,
+                   "store %s does not exist (no %s): this "
+                   "command does not create one; check --store",
+                   lmdb->dir, what);
+  snprintf(what, sizeof(what), "store directory %s", lmdb->dir);
+  if (mkdir(lmdb->dir, 0775) != 0 && errno != EEXIST)
+    return kl__lmdb_err(errno, what);
+  if (stat(lmdb->dir, &st) != 0)
+    return kl__lmdb_err(errno, what);
+  if (!S_ISDIR(st.st_mode))
+    return kl__err(KL_EINVAL,
+                   "store %s is not a directory: the LMDB store "
+                   "is a directory path",
+                   lmdb->dir);
+  lmdb->dev = st.st_dev;
+  lmdb->ino = st.st_ino;
+  return KL_OK;
+}
+
+/* mdb_env_open plus the map size: ours, or larger when another process
+ * already grew the store beyond it. */
+static kl_err_t kl_lmdb_env(kl__lmdb_t *lmdb, size_t map_size, unsigned flags) {
+  int rc = mdb_env_create(&lmdb->env);
+  if (!rc)
+    rc = mdb_env_set_maxdbs(lmdb->env, 12); /* 8 named: room to grow */
+  if (!rc)
+    rc = mdb_env_set_maxreaders(lmdb->env, KL_LMDB_READERS);
+  if (!rc)
+    rc = mdb_env_set_mapsize(lmdb->env, map_size);
+  if (!rc)
+    rc = mdb_env_open(lmdb->env, lmdb->dir, flags, 0664);
+  if (!rc)
+    rc = mdb_env_set_mapsize(lmdb->env, 0);
+  if (!rc && kl_lmdb_current_map(lmdb) < map_size)
+    rc = mdb_env_set_mapsize(lmdb->env, map_size);
+  if (rc) {
+    char what[64 + 4096];
+    snprintf(what, sizeof(what), "open %s", lmdb->dir);
+    return kl__lmdb_err(rc, what);
+  }
+  lmdb->map_size = kl_lmdb_current_map(lmdb);
+  int dead = 0;
+  mdb_reader_check(lmdb->env, &dead);
+  return KL_OK;
+}
+
+kl_err_t kl__store_lmdb_open(const char *dir, const kl_conf_t *conf,
+                             kl_store_t **out) {
+  kl__lmdb_t *lmdb = calloc(1, sizeof(*lmdb));
+  if (!lmdb || !(lmdb->dir = strdup(dir))) {
+    free(lmdb);
+    return kl__err(KL_ENOMEM, "kl_store_open: out of memory");
+  }
+  lmdb->base.ops = &kl_lmdb_ops;
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&lmdb->cv, &attr);
+  pthread_condattr_destroy(&attr);
+  pthread_mutex_init(&lmdb->mu, NULL);
+  size_t map_size;
+  unsigned flags;
+  kl_err_t err = kl_lmdb_settings(lmdb, conf, &map_size, &flags);
+  if (!err)
+    err = kl_lmdb_dir(lmdb);
+  if (!err && (err = kl_open_register(lmdb)) == KL_OK)
+    lmdb->registered = 1;
+  if (!err)
+    err = kl_lmdb_env(lmdb, map_size, flags);
+  if (!err)
+    err = kl__lmdb_write(lmdb, "initialise", kl_init_fn, NULL);
+  if (!err)
+    err = kl__lmdb_migrate_ids(lmdb);
+  if (err) {
+    kl_lmdb_destroy(&lmdb->base);
+    return err;
+  }
+  *out = &lmdb->base;
+  return KL_OK;
+}

@@ -1,0 +1,286 @@
+/*
+ * The LMDB store's idempotency keys: how an id (a sid, store_internal.h)
+ * becomes a key of "topic_ids", and the reads and writes of one.
+ *
+ * A key is the topic's number (4 bytes, big-endian), a tag byte, then:
+ *   0  an unscoped id, raw                       (format 2's ids)
+ *   1  an unscoped canonical lowercase UUID, packed into 16 bytes
+ *   2  the entity key's length (2 bytes), the key, the id raw
+ *   3  the same, with the id a UUID packed into 16 bytes
+ *   4  a sid too long for LMDB's 511-byte keys (a long entity key and a
+ *      long id): its first KL_LONG_PREFIX bytes, the FNV-1a of all of it
+ *      (8 bytes) and a number (2 bytes) that tells apart sids sharing the
+ *      two; the value holds the whole sid after the time and mark, and a
+ *      lookup compares it, so two such sids never share a record.
+ * The value is 6 bytes: insert ms << 2 | mark (then the sid, for tag 4).
+ * A stored UUID takes 50-70 bytes on disk instead of ~110.
+ *
+ * A batch buffers its marks by "logical" key: the LMDB key for tags 0-3,
+ * and for tag 4 the topic's number, the tag and the whole sid, which the
+ * lookups and the commit turn into the records above.
+ */
+#include <string.h>
+
+#include "common/hash.h"
+#include "store/lmdb.h"
+
+#define KL_LMDB_KEY_MAX 511 /* mdb_env_get_maxkeysize() of Debian's LMDB */
+#define KL_LONG_PREFIX 480
+#define KL_LONG_HEAD (KL__TOPIC_NO_LEN + 1 + KL_LONG_PREFIX + 8)
+
+enum { KL_RAW = 0, KL_UUID = 1, KL_KEY_RAW = 2, KL_KEY_UUID = 3, KL_LONG = 4 };
+
+static int kl_hex(int c) {
+  if ((unsigned)(c - '0') < 10)
+    return c - '0';
+  return (unsigned)(c - 'a') < 6 ? c - 'a' + 10 : -1;
+}
+
+/* Where the 16 bytes of a UUID's text start: 8-4-4-4-12 digits. */
+static const unsigned char kl_uuid_at[16] = {0,  2,  4,  6,  9,  11, 14, 16,
+                                             19, 21, 24, 26, 28, 30, 32, 34};
+
+/* Packs canonical lowercase UUID text into 16 bytes; -1 when it is not.
+ * Uppercase is left raw: it is a different id, and must stay one. */
+static int uuid_pack(const char *id, size_t len, unsigned char *out) {
+  if (len != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' ||
+      id[23] != '-')
+    return -1;
+  for (size_t i = 0; i < 16; i++) {
+    int hi = kl_hex(id[kl_uuid_at[i]]), lo = kl_hex(id[kl_uuid_at[i] + 1]);
+    if ((hi | lo) < 0)
+      return -1;
+    out[i] = (unsigned char)(hi << 4 | lo);
+  }
+  return 0;
+}
+
+static void uuid_unpack(const unsigned char *p, char out[36]) {
+  static const char hex[] = "0123456789abcdef";
+  for (size_t i = 0, n = 0; i < 36; i++) {
+    if (i == 8 || i == 13 || i == 18 || i == 23) {
+      out[i] = '-';
+      continue;
+    }
+    out[i] = hex[n % 2 ? p[n / 2] & 15 : p[n / 2] >> 4];
+    n++;
+  }
+}
+
+/* The id, packed when it is a UUID, at @p out: @returns its length. */
+static size_t id_put(const char *id, size_t id_len, unsigned char *tag,
+                     int raw_tag, unsigned char *out) {
+  if (uuid_pack(id, id_len, out) == 0) {
+    *tag = (unsigned char)(raw_tag + 1);
+    return 16;
+  }
+  *tag = (unsigned char)raw_tag;
+  memcpy(out, id, id_len);
+  return id_len;
+}
+
+size_t kl__lmdb_id_encode(uint32_t topic_no, const char *sid, size_t sid_len,
+                          unsigned char out[KL__IDKEY_MAX]) {
+  kl__lmdb_put_be32(out, topic_no);
+  unsigned char *tag = out + KL__TOPIC_NO_LEN;
+  const void *key;
+  const char *id;
+  size_t key_len, id_len;
+  if (kl__sid_decode(sid, sid_len, &key, &key_len, &id, &id_len) != 0 ||
+      !key) /* unscoped (store.c checked the sid it encoded) */
+    return KL__TOPIC_NO_LEN + 1 + id_put(sid, sid_len, tag, KL_RAW, tag + 1);
+  if (KL__TOPIC_NO_LEN + 3 + key_len + id_len > KL_LMDB_KEY_MAX) {
+    *tag = KL_LONG;
+    memcpy(tag + 1, sid, sid_len);
+    return KL__TOPIC_NO_LEN + 1 + sid_len;
+  }
+  memcpy(tag + 1, (const char *)sid + 1, 2 + key_len);
+  return KL__TOPIC_NO_LEN + 3 + key_len +
+         id_put(id, id_len, tag, KL_KEY_RAW, tag + 3 + key_len);
+}
+
+void kl__lmdb_idval_encode(int64_t now_ms, kl_mark_t mark,
+                           unsigned char out[KL__IDVAL_LEN]) {
+  /* 46 bits of ms reach the year 4199. */
+  uint64_t t = now_ms < 0 ? 0 : (uint64_t)now_ms & ((1ULL << 46) - 1);
+  uint64_t v = t << 2 | ((uint64_t)mark & 3);
+  for (int i = 0; i < KL__IDVAL_LEN; i++)
+    out[i] = (unsigned char)(v >> (8 * i));
+}
+
+int kl__lmdb_idval_decode(const MDB_val *val, int64_t *time_ms,
+                          kl_mark_t *mark) {
+  if (val->mv_size < KL__IDVAL_LEN)
+    return -1;
+  const unsigned char *p = val->mv_data;
+  uint64_t v = 0;
+  for (int i = KL__IDVAL_LEN - 1; i >= 0; i--)
+    v = v << 8 | p[i];
+  *time_ms = (int64_t)(v >> 2);
+  *mark = (kl_mark_t)(v & 3);
+  return 0;
+}
+
+int kl__lmdb_id_decode(const MDB_val *key, const MDB_val *val,
+                       uint32_t *topic_no, char out[KL__SID_MAX], size_t *len) {
+  const unsigned char *k = key->mv_data;
+  if (key->mv_size < KL__TOPIC_NO_LEN + 2)
+    return MDB_CORRUPTED;
+  *topic_no =
+      (uint32_t)k[0] << 24 | (uint32_t)k[1] << 16 | (uint32_t)k[2] << 8 | k[3];
+  const unsigned char *p = k + KL__TOPIC_NO_LEN + 1;
+  size_t n = key->mv_size - KL__TOPIC_NO_LEN - 1, key_len = 0, at = 0;
+  switch (k[KL__TOPIC_NO_LEN]) {
+  case KL_RAW:
+  case KL_UUID:
+    break;
+  case KL_KEY_RAW:
+  case KL_KEY_UUID:
+    key_len = (size_t)p[0] << 8 | p[1];
+    if (n < 3 + key_len)
+      return MDB_CORRUPTED;
+    out[0] = 0;
+    memcpy(out + 1, p, 2 + key_len);
+    at = 3 + key_len, p += 2 + key_len, n -= 2 + key_len;
+    break;
+  case KL_LONG:
+    if (val->mv_size <= KL__IDVAL_LEN ||
+        val->mv_size - KL__IDVAL_LEN > KL__SID_MAX)
+      return MDB_CORRUPTED;
+    *len = val->mv_size - KL__IDVAL_LEN;
+    memcpy(out, (const unsigned char *)val->mv_data + KL__IDVAL_LEN, *len);
+    return 0;
+  default:
+    return MDB_CORRUPTED;
+  }
+  if (k[KL__TOPIC_NO_LEN] == KL_UUID || k[KL__TOPIC_NO_LEN] == KL_KEY_UUID) {
+    if (n != 16)
+      return MDB_CORRUPTED;
+    uuid_unpack(p, out + at);
+    *len = at + 36;
+    return 0;
+  }
+  if (n == 0 || n > KL_ID_MAX)
+    return MDB_CORRUPTED;
+  memcpy(out + at, p, n);
+  *len = at + n;
+  return 0;
+}
+
+/* ---- the records of long sids (tag 4) ------------------------------- */
+
+static int is_long(const unsigned char *lkey, size_t len) {
+  return len > KL__TOPIC_NO_LEN && lkey[KL__TOPIC_NO_LEN] == KL_LONG;
+}
+
+/* The records' common head of the long sid in @p lkey. */
+static void long_head(const unsigned char *lkey, size_t len,
+                      unsigned char head[KL_LONG_HEAD]) {
+  const unsigned char *sid = lkey + KL__TOPIC_NO_LEN + 1;
+  size_t sid_len = len - KL__TOPIC_NO_LEN - 1;
+  memcpy(head, lkey, KL__TOPIC_NO_LEN + 1 + KL_LONG_PREFIX);
+  uint64_t h = kl__fnv1a(sid, sid_len);
+  for (int i = 0; i < 8; i++)
+    head[KL__TOPIC_NO_LEN + 1 + KL_LONG_PREFIX + i] =
+        (unsigned char)(h >> (56 - 8 * i));
+}
+
+/* Finds the record of the long sid in @p lkey: 0 with @p key and @p val
+ * set, or MDB_NOTFOUND with *@p next the number a new record takes (or
+ * -1 when all are taken), or an LMDB rc. */
+static int long_find(const kl__lmdb_t *lmdb, MDB_txn *mtxn,
+                     const unsigned char *lkey, size_t len,
+                     unsigned char rec[KL_LONG_HEAD + 2], MDB_val *val,
+                     long *next) {
+  const void *sid = lkey + KL__TOPIC_NO_LEN + 1;
+  size_t sid_len = len - KL__TOPIC_NO_LEN - 1;
+  MDB_cursor *cur;
+  long want = 0;
+  long_head(lkey, len, rec);
+  rec[KL_LONG_HEAD] = rec[KL_LONG_HEAD + 1] = 0;
+  MDB_val k = {KL_LONG_HEAD + 2, rec};
+  int rc = mdb_cursor_open(mtxn, lmdb->ids, &cur);
+  if (rc)
+    return rc;
+  for (rc = mdb_cursor_get(cur, &k, val, MDB_SET_RANGE); rc == 0;
+       rc = mdb_cursor_get(cur, &k, val, MDB_NEXT)) {
+    if (k.mv_size != KL_LONG_HEAD + 2 || memcmp(k.mv_data, rec, KL_LONG_HEAD))
+      break;
+    const unsigned char *at = k.mv_data;
+    long no = (long)at[KL_LONG_HEAD] << 8 | at[KL_LONG_HEAD + 1];
+    if (val->mv_size == KL__IDVAL_LEN + sid_len &&
+        memcmp((const unsigned char *)val->mv_data + KL__IDVAL_LEN, sid,
+               sid_len) == 0) {
+      memcpy(rec, k.mv_data, KL_LONG_HEAD + 2);
+      mdb_cursor_close(cur);
+      return 0;
+    }
+    if (no == want) /* numbers are taken in order; a gap is reused */
+      want = no + 1;
+  }
+  mdb_cursor_close(cur);
+  if (rc != 0 && rc != MDB_NOTFOUND)
+    return rc;
+  *next = want > 0xffff ? -1 : want;
+  rec[KL_LONG_HEAD] = (unsigned char)(want >> 8);
+  rec[KL_LONG_HEAD + 1] = (unsigned char)want;
+  return MDB_NOTFOUND;
+}
+
+int kl__lmdb_id_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
+                    size_t len, int64_t *time_ms, kl_mark_t *mark) {
+  MDB_val val;
+  int rc;
+  if (is_long(lkey, len)) {
+    unsigned char rec[KL_LONG_HEAD + 2];
+    long next;
+    rc = long_find(lmdb, mtxn, lkey, len, rec, &val, &next);
+  } else {
+    MDB_val k = {len, (void *)lkey};
+    rc = mdb_get(mtxn, lmdb->ids, &k, &val);
+  }
+  if (rc == 0 && kl__lmdb_idval_decode(&val, time_ms, mark))
+    rc = MDB_CORRUPTED;
+  return rc;
+}
+
+int kl__lmdb_id_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
+                    size_t len, int64_t now_ms, kl_mark_t mark, int *written) {
+  unsigned char val[KL__IDVAL_LEN + KL__SID_MAX];
+  unsigned char rec[KL_LONG_HEAD + 2];
+  MDB_val k = {len, (void *)lkey}, v = {KL__IDVAL_LEN, val}, have;
+  kl__lmdb_idval_encode(now_ms, mark, val);
+  int rc, found;
+  *written = 0;
+  if (is_long(lkey, len)) {
+    long next = 0;
+    rc = long_find(lmdb, mtxn, lkey, len, rec, &have, &next);
+    if (rc != 0 && rc != MDB_NOTFOUND)
+      return rc;
+    if (rc == MDB_NOTFOUND && next < 0)
+      return MDB_KEYEXIST; /* 65536 sids of one prefix and hash */
+    found = rc == 0;
+    k = (MDB_val){sizeof(rec), rec};
+    memcpy(val + KL__IDVAL_LEN, lkey + KL__TOPIC_NO_LEN + 1,
+           len - KL__TOPIC_NO_LEN - 1);
+    v.mv_size += len - KL__TOPIC_NO_LEN - 1;
+  } else if (mark == KL_MARK_DEAD_LETTER) {
+    rc = mdb_get(mtxn, lmdb->ids, &k, &have);
+    if (rc != 0 && rc != MDB_NOTFOUND)
+      return rc;
+    found = rc == 0;
+  } else {
+    found = 0; /* an applied mark replaces whatever is there */
+  }
+  if (found) {
+    /* A dead-letter mark never replaces an applied one (kl__mark_merge()). */
+    int64_t t;
+    kl_mark_t old;
+    if (kl__lmdb_idval_decode(&have, &t, &old))
+      return MDB_CORRUPTED;
+    if (kl__mark_merge(old, mark) != mark)
+      return 0;
+  }
+  *written = 1;
+  return mdb_put(mtxn, lmdb->ids, &k, &v, 0);
+}

@@ -1,0 +1,329 @@
+/*
+ * LMDB batches: a read snapshot plus a write buffer while the handlers run,
+ * then one short write transaction that checks the fence and applies it.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "store/store_internal.h"
+#include "store/lmdb.h"
+#include "store/txn_buffer.h"
+
+enum { KL_BUF_PUT = 1, KL_BUF_DEL = 2 };
+
+typedef struct kl_lmdb_txn {
+  kl_txn_t base;
+  MDB_txn *snap; /* NULL once the commit gave it up */
+  int32_t partition;
+  uint32_t topic_no; /* scopes the batch's idempotency keys */
+  uint64_t epoch;
+  uint64_t duplicates;
+  kl__buf_t data; /* handler keys: KL_BUF_PUT with the value, or KL_BUF_DEL */
+  kl__buf_t ids;  /* encoded idempotency keys, tagged with their mark */
+  char topic[];
+} kl_lmdb_txn_t;
+
+static kl__lmdb_t *kl_txn_lmdb(kl_lmdb_txn_t *ltxn) {
+  return (kl__lmdb_t *)ltxn->base.store;
+}
+
+static void kl_lmdb_txn_free(kl_lmdb_txn_t *ltxn) {
+  kl__lmdb_read_end(kl_txn_lmdb(ltxn), ltxn->snap);
+  kl__buf_clear(&ltxn->data);
+  kl__buf_clear(&ltxn->ids);
+  kl__txn_emits_free(&ltxn->base);
+  free(ltxn);
+}
+
+static kl_err_t kl_fenced(const char *topic, int32_t partition, uint64_t mine,
+                          uint64_t current) {
+  return kl__err(KL_EFENCED,
+                 "fenced partition=%" PRId32 " my_epoch=%" PRIu64
+                 " current_epoch=%" PRIu64 " topic=%s: a newer owner holds "
+                 "the partition; nothing of this batch was applied",
+                 partition, mine, current, topic);
+}
+
+kl_err_t kl__lmdb_begin(kl_store_t *store, const char *topic, int32_t partition,
+                        uint64_t epoch, kl_txn_t **txn) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
+  size_t tlen = strlen(topic);
+  kl_lmdb_txn_t *ltxn = calloc(1, sizeof(*ltxn) + tlen + 1);
+  if (!ltxn)
+    return kl__err(KL_ENOMEM, "kl_store_begin: out of memory");
+  ltxn->base.store = store;
+  ltxn->partition = partition;
+  ltxn->epoch = epoch;
+  memcpy(ltxn->topic, topic, tlen + 1);
+  kl__buf_init(&ltxn->data);
+  kl__buf_init(&ltxn->ids);
+  kl_err_t err = kl__lmdb_read_begin(lmdb, &ltxn->snap);
+  if (err) {
+    free(ltxn);
+    return err;
+  }
+  /* Fail fast: a batch that cannot commit need not run its handlers. */
+  kl_partition_state_t state;
+  int rc = kl__lmdb_part_get(lmdb, ltxn->snap, topic, partition, &state);
+  /* An owned partition's topic has a number: its row was written with it. */
+  if (!rc && state.epoch == epoch)
+    rc = kl__lmdb_topic_no(lmdb, ltxn->snap, topic, 0, &ltxn->topic_no);
+  if (rc)
+    err = kl__lmdb_err(rc, "begin");
+  else if (state.epoch != epoch)
+    err = kl_fenced(topic, partition, epoch, state.epoch);
+  if (err) {
+    kl_lmdb_txn_free(ltxn);
+    return err;
+  }
+  *txn = &ltxn->base;
+  return KL_OK;
+}
+
+void kl__lmdb_abort(kl_txn_t *txn) {
+  kl_lmdb_txn_free((kl_lmdb_txn_t *)txn);
+}
+
+kl_err_t kl__lmdb_get(kl_txn_t *txn, const void *key, size_t key_len,
+                      const void **val, size_t *val_len) {
+  kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
+  const kl__buf_entry_t *entry = kl__buf_get(&ltxn->data, key, key_len);
+  if (entry && entry->tag == KL_BUF_DEL)
+    return KL_ENOTFOUND;
+  if (entry) {
+    *val = kl__buf_val(entry);
+    *val_len = entry->val_len;
+    return KL_OK;
+  }
+  MDB_val k = {key_len, (void *)key}, v;
+  int rc = mdb_get(ltxn->snap, kl_txn_lmdb(ltxn)->data, &k, &v);
+  if (rc == MDB_NOTFOUND)
+    return KL_ENOTFOUND;
+  if (rc)
+    return kl__lmdb_err(rc, "get");
+  *val = v.mv_data; /* in the map: valid while the snapshot lives */
+  *val_len = v.mv_size;
+  return KL_OK;
+}
+
+kl_err_t kl__lmdb_put(kl_txn_t *txn, const void *key, size_t key_len,
+                      const void *val, size_t val_len) {
+  kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
+  if (kl__buf_set(&ltxn->data, key, key_len, val, val_len, KL_BUF_PUT))
+    return kl__err(KL_ENOMEM, "kl_txn_put: out of memory");
+  return KL_OK;
+}
+
+kl_err_t kl__lmdb_del(kl_txn_t *txn, const void *key, size_t key_len) {
+  kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
+  if (kl__buf_set(&ltxn->data, key, key_len, NULL, 0, KL_BUF_DEL))
+    return kl__err(KL_ENOMEM, "kl_txn_del: out of memory");
+  return KL_OK;
+}
+
+kl_err_t kl__lmdb_seen(kl_txn_t *txn, const char *id, size_t id_len,
+                       kl_mark_t *mark) {
+  kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
+  unsigned char buf[KL__IDKEY_MAX];
+  size_t len = kl__lmdb_id_encode(ltxn->topic_no, id, id_len, buf);
+  const kl__buf_entry_t *entry = kl__buf_get(&ltxn->ids, buf, len);
+  if (entry) {
+    *mark = (kl_mark_t)entry->tag;
+    return KL_OK;
+  }
+  int64_t t;
+  int rc = kl__lmdb_id_get(kl_txn_lmdb(ltxn), ltxn->snap, buf, len, &t, mark);
+  if (rc == MDB_NOTFOUND)
+    *mark = KL_MARK_NONE;
+  return rc && rc != MDB_NOTFOUND ? kl__lmdb_err(rc, "seen") : KL_OK;
+}
+
+kl_err_t kl__lmdb_mark(kl_txn_t *txn, const char *id, size_t id_len,
+                       kl_mark_t mark) {
+  kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
+  unsigned char buf[KL__IDKEY_MAX];
+  size_t len = kl__lmdb_id_encode(ltxn->topic_no, id, id_len, buf);
+  return kl__store_buf_mark(&ltxn->ids, buf, len, mark);
+}
+
+void kl__lmdb_count_duplicate(kl_txn_t *txn) {
+  ((kl_lmdb_txn_t *)txn)->duplicates++;
+}
+
+/* ---- commit ---------------------------------------------------------- */
+
+typedef struct kl_commit_ctx {
+  kl_lmdb_txn_t *ltxn;
+  int64_t watermark;
+  int64_t now_ms;
+  const kl__buf_entry_t **data; /* both in key order */
+  const kl__buf_entry_t **ids;
+  uint64_t applied;
+  kl_err_t err; /* its own outcome: a failed prepare, or KL_EFENCED */
+  char why[512];
+} kl_commit_ctx_t;
+
+typedef struct kl_commit_set {
+  kl_commit_ctx_t *ctx;
+  size_t n;
+} kl_commit_set_t;
+
+static int kl_commit_data(kl__lmdb_t *lmdb, MDB_txn *mtxn,
+                          const kl_commit_ctx_t *ctx) {
+  for (size_t i = 0; i < ctx->ltxn->data.count; i++) {
+    const kl__buf_entry_t *e = ctx->data[i];
+    MDB_val k = {e->key_len, (void *)kl__buf_key(e)};
+    MDB_val v = {e->val_len, (void *)kl__buf_val(e)};
+    int rc = e->tag == KL_BUF_PUT ? mdb_put(mtxn, lmdb->data, &k, &v, 0)
+                                  : mdb_del(mtxn, lmdb->data, &k, NULL);
+    if (rc && rc != MDB_NOTFOUND)
+      return rc;
+  }
+  return 0;
+}
+
+/* The ids; @p dead_letters counts the dead-letter marks written, not those
+ * an applied mark kept out. */
+static int kl_commit_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn,
+                         const kl_commit_ctx_t *ctx, uint64_t *dead_letters) {
+  *dead_letters = 0;
+  for (size_t i = 0; i < ctx->ltxn->ids.count; i++) {
+    const kl__buf_entry_t *e = ctx->ids[i];
+    int written;
+    int rc = kl__lmdb_id_put(lmdb, mtxn, kl__buf_key(e), e->key_len,
+                             ctx->now_ms, (kl_mark_t)e->tag, &written);
+    if (rc)
+      return rc;
+    *dead_letters += written && e->tag == KL_MARK_DEAD_LETTER;
+  }
+  return 0;
+}
+
+/* One batch in the write transaction: the fence check first, then
+ * everything; a fenced batch writes nothing. */
+static int kl_commit_one(kl__lmdb_t *lmdb, MDB_txn *mtxn,
+                         kl_commit_ctx_t *ctx) {
+  kl_lmdb_txn_t *ltxn = ctx->ltxn;
+  kl_partition_state_t state;
+  int rc = kl__lmdb_part_get(lmdb, mtxn, ltxn->topic, ltxn->partition, &state);
+  if (rc)
+    return rc;
+  if (state.epoch != ltxn->epoch) {
+    ctx->err =
+        kl_fenced(ltxn->topic, ltxn->partition, ltxn->epoch, state.epoch);
+    snprintf(ctx->why, sizeof(ctx->why), "%s", kl_err_detail());
+    return 0;
+  }
+  uint64_t dead_letters;
+  if ((rc = kl_commit_data(lmdb, mtxn, ctx)) ||
+      (rc = kl_commit_ids(lmdb, mtxn, ctx, &dead_letters)) ||
+      (ltxn->base.emits &&
+       (rc = kl__lmdb_outbox_write(lmdb, mtxn, ltxn->topic, ltxn->partition,
+                                   ltxn->base.emits))))
+    return rc;
+  if (ctx->watermark > state.watermark)
+    state.watermark = ctx->watermark;
+  state.applied += ctx->applied;
+  state.dead_letters += dead_letters;
+  state.duplicates += ltxn->duplicates;
+  return kl__lmdb_part_put(lmdb, mtxn, ltxn->topic, ltxn->partition, &state);
+}
+
+/* The write transaction; run again from the start after a map growth. */
+static int kl_commit_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
+                        kl_err_t *stop) {
+  kl_commit_set_t *set = opaque;
+  (void)stop;
+  for (size_t i = 0; i < set->n; i++) {
+    if (set->ctx[i].err == KL_ENOMEM)
+      continue; /* its prepare failed: not in the write */
+    set->ctx[i].err = KL_OK;
+    int rc = kl_commit_one(lmdb, mtxn, &set->ctx[i]);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+/* Gives up the snapshot and lists the buffers in key order. */
+static kl_err_t kl_commit_prepare(kl_commit_ctx_t *ctx, kl_txn_t *txn,
+                                  int64_t watermark, int64_t now_ms) {
+  kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
+  /* The snapshot goes first: the write reads current state itself, and a
+   * map growth during the write must not wait for our own snapshot. */
+  kl__lmdb_read_end(kl_txn_lmdb(ltxn), ltxn->snap);
+  ltxn->snap = NULL;
+  *ctx =
+      (kl_commit_ctx_t){.ltxn = ltxn, .watermark = watermark, .now_ms = now_ms};
+  if (kl__buf_sorted(&ltxn->data, &ctx->data) ||
+      kl__buf_sorted(&ltxn->ids, &ctx->ids)) {
+    ctx->err = kl__err(KL_ENOMEM, "kl_store_commit: out of memory");
+    snprintf(ctx->why, sizeof(ctx->why), "%s", kl_err_detail());
+    return ctx->err;
+  }
+  for (size_t i = 0; i < ltxn->ids.count; i++)
+    ctx->applied += ctx->ids[i]->tag == KL_MARK_APPLIED;
+  return KL_OK;
+}
+
+static void kl_commit_free(kl_commit_ctx_t *ctx) {
+  free(ctx->data);
+  free(ctx->ids);
+  kl_lmdb_txn_free(ctx->ltxn);
+}
+
+/* The shared write; when it fails for another reason than a fence, each
+ * batch again in a write of its own, so that one batch fails only itself. */
+static void kl_commit_write(kl__lmdb_t *lmdb, kl_commit_set_t *set) {
+  kl_err_t err = kl__lmdb_write(lmdb, "commit", kl_commit_fn, set);
+  if (err && set->n > 1) {
+    for (size_t i = 0; i < set->n; i++) {
+      kl_commit_set_t alone = {&set->ctx[i], 1};
+      if (set->ctx[i].err != KL_ENOMEM)
+        kl_commit_write(lmdb, &alone);
+    }
+  } else if (err) {
+    set->ctx[0].err = err;
+    snprintf(set->ctx[0].why, sizeof(set->ctx[0].why), "%s", kl_err_detail());
+  }
+}
+
+void kl__lmdb_commit_many(kl__store_commit_t *commits, size_t n) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)commits[0].txn->store;
+  kl_commit_ctx_t one;
+  kl_commit_set_t set = {n == 1 ? &one : calloc(n, sizeof(*set.ctx)), n};
+  if (!set.ctx) {
+    for (size_t i = 0; i < n; i++) {
+      commits[i].err = kl__err(KL_ENOMEM, "kl_store_commit: out of memory");
+      snprintf(commits[i].why, sizeof(commits[i].why), "%s", kl_err_detail());
+      kl__lmdb_abort(commits[i].txn);
+    }
+    return;
+  }
+  int64_t now_ms = kl__store_now_ms();
+  size_t ready = 0;
+  for (size_t i = 0; i < n; i++)
+    ready += kl_commit_prepare(&set.ctx[i], commits[i].txn,
+                               commits[i].watermark, now_ms) == KL_OK;
+  if (ready)
+    kl_commit_write(lmdb, &set);
+  for (size_t i = 0; i < n; i++) {
+    commits[i].err = set.ctx[i].err;
+    snprintf(commits[i].why, sizeof(commits[i].why), "%s",
+             set.ctx[i].err ? set.ctx[i].why : "");
+    kl_commit_free(&set.ctx[i]);
+  }
+  if (set.ctx != &one)
+    free(set.ctx);
+}
+
+kl_err_t kl__lmdb_commit(kl_txn_t *txn, int64_t watermark) {
+  kl__store_commit_t commit = {txn, watermark, KL_OK, ""};
+  kl__lmdb_commit_many(&commit, 1);
+  if (commit.err) /* the detail of the caller's thread, as before */
+    kl__err(commit.err, "%s", commit.why);
+  return commit.err;
+}

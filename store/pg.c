@@ -1,0 +1,1097 @@
+/*
+ * The PostgreSQL store: the same contract as the LMDB store, on tables in
+ * one database that every worker of a fleet reaches (see store_pg.h for
+ * the tables, store_pg_txn.c for batches and the fence).
+ *
+ * Connections: a kl_store_t holds a small bounded pool, at most
+ * store.pg.pool (default 4) connections, made on demand. A batch holds one
+ * from kl_store_begin() to its commit or abort; every other call borrows
+ * one for its statement. A caller finding every connection busy waits up to
+ * KL__PG_POOL_WAIT_MS, then fails with KL_ESTORE_BUSY: so a thread that
+ * holds a txn must not call the store while the pool is exhausted (with one
+ * connection, a kl_store_partition() inside a batch would wait for itself).
+ * A connection whose link broke is closed when it is given back and the
+ * next take connects anew: a lost server costs the batches in flight, which
+ * fail with KL_ESTORE_BUSY and are re-run, and nothing else.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/internal.h"
+#include "store/store_internal.h"
+#include "store/pg.h"
+
+#define KL_PG_POOL_DEFAULT 4
+
+/* ---- errors and statements ------------------------------------------- */
+
+/* SQLSTATEs after which the same batch may succeed when run again. */
+static int kl_pg_state_retriable(const char *state) {
+  static const char *const states[] = {
+      "40001", /* serialization_failure */
+      "40P01", /* deadlock_detected */
+      "55P03", /* lock_not_available */
+      "57014", /* query_canceled (statement_timeout) */
+      "57P01", /* admin_shutdown (pg_terminate_backend) */
+      "57P02", /* crash_shutdown */
+      "57P03", /* cannot_connect_now */
+      "25P03", /* idle_in_transaction_session_timeout */
+  };
+  if (!state)
+    return 0;
+  if (strncmp(state, "08", 2) == 0 || strncmp(state, "53", 2) == 0)
+    return 1; /* connection exception, insufficient resources */
+  for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
+    if (strcmp(state, states[i]) == 0)
+      return 1;
+  return 0;
+}
+
+/* libpq's messages end with a newline; a detail reads better without. */
+static int kl_pg_trimmed(const char *msg) {
+  size_t n = strlen(msg);
+  while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
+    n--;
+  return (int)n;
+}
+
+kl_err_t kl__pg_err(PGconn *pg, const PGresult *res, const char *what) {
+  const char *msg = res ? PQresultErrorMessage(res) : "";
+  if (!*msg)
+    msg = PQerrorMessage(pg);
+  const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+  int lost = PQstatus(pg) != CONNECTION_OK;
+  kl_err_t err =
+      lost || kl_pg_state_retriable(state) ? KL_ESTORE_BUSY : KL_ESTORE;
+  return kl__err(err, "postgresql: %s: %.*s%s", what, kl_pg_trimmed(msg), msg,
+                 lost ? " (connection lost: it is made anew on the next call; "
+                        "an open batch applied nothing and may be re-run)"
+                      : "");
+}
+
+int kl__pg_ok(const PGresult *res) {
+  ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+  return st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+}
+
+kl_err_t kl__pg_exec(PGconn *pg, const char *sql, const char *what) {
+  PGresult *res = PQexec(pg, sql);
+  kl_err_t err = kl__pg_ok(res) ? KL_OK : kl__pg_err(pg, res, what);
+  PQclear(res);
+  return err;
+}
+
+/* The batch's statements. $n::type casts fix the parameter types, so binary
+ * parameters need no type OIDs. Arrays carry a whole batch in one
+ * statement. */
+static const struct {
+  const char *name, *sql, *what;
+  int custom; /* planned for each call's values, never prepared: see below */
+} kl_pg_stmts[KL__PG_STMT_COUNT] = {
+    [KL__PG_GET] = {"kl_get",
+                    "SELECT value FROM keylane_kv WHERE key = "
+                    "$1::bytea",
+                    "read a handler key"},
+    [KL__PG_SEEN] = {"kl_seen",
+                     "SELECT mark FROM keylane_ids WHERE topic = $2::text "
+                     "AND id = $1::bytea",
+                     "look up an idempotency key"},
+    /* One primary-key probe per id (the LIMIT keeps the planner from
+     * turning the loop into a join): "id = ANY(array)" over 1000 ids was
+     * planned as a sequential scan of a 70k-key table (11 ms against
+     * 2.7 ms). Not prepared: a connection's generic plan, made while
+     * keylane_ids was small, would stay a sequential scan as it grows
+     * (measured: 100 ms and rising per batch). */
+    [KL__PG_SEEN_MANY] = {"kl_seen_many",
+                          "SELECT a.id, i.mark FROM unnest($1::bytea[]) AS "
+                          "a(id) CROSS JOIN LATERAL (SELECT mark FROM "
+                          "keylane_ids WHERE topic = $2::text AND id = a.id "
+                          "LIMIT 1) i",
+                          "look up a batch's idempotency keys", 1},
+    /* Sent in one pipeline with the writes and the COMMIT, the fence must
+     * stop them itself: matching no row (a newer epoch), it fails with
+     * division_by_zero (KL__PG_FENCED_STATE, store_pg.h), which aborts the rest
+     * of the pipeline and the transaction. */
+    [KL__PG_FENCE] =
+        {"kl_fence",
+         "WITH f AS (UPDATE keylane_partitions SET watermark = "
+         "GREATEST(watermark, $3::int8), applied = applied + $4::int8, "
+         "duplicates = duplicates + $5::int8, dead_letters = dead_letters + "
+         "$6::int8 WHERE topic = $1::text AND partition = $2::int4 AND epoch "
+         "= $7::int8 RETURNING epoch) SELECT 1 / count(*) FROM f",
+         "check the epoch and move the watermark"},
+    /* An UPDATE, half the upsert's work (no conflict check, no row lock
+     * of its own: one WAL record per key, 1.2 against 2.1 ms per 631
+     * keys), for the keys the owner cache knows are stored. Should one be
+     * gone (a writer outside the partition's fence deleted it), the
+     * statement fails (KL__PG_KEY_GONE_STATE) rather than lose the put. */
+    [KL__PG_UPDATE] = {"kl_update",
+                       "WITH u AS (UPDATE keylane_kv SET value = t.v FROM "
+                       "unnest($1::bytea[], $2::bytea[]) AS t(k, v) WHERE "
+                       "key = t.k RETURNING 1) SELECT 1 / (count(*) = "
+                       "$3::int8)::int FROM u",
+                       "write the batch's handler keys"},
+    [KL__PG_UPSERT] = {"kl_upsert",
+                       "INSERT INTO keylane_kv (key, value) SELECT * FROM "
+                       "unnest($1::bytea[], $2::bytea[]) ON CONFLICT (key) DO "
+                       "UPDATE SET value = EXCLUDED.value",
+                       "write the batch's handler keys"},
+    [KL__PG_DELETE] = {"kl_delete",
+                       "DELETE FROM keylane_kv WHERE key = ANY($1::bytea[])",
+                       "delete the batch's handler keys"},
+    /* The insert time is taken once per statement (an InitPlan), not per
+     * row: per row it cost 1.6 us of numeric arithmetic in 1000. */
+    [KL__PG_IDS] =
+        {"kl_ids",
+         "INSERT INTO keylane_ids (topic, id, mark, inserted_ms) "
+         "SELECT $4::text, i, m, (SELECT " KL__PG_NOW_MS(
+             3) ") FROM unnest($1::bytea[], $2::int2[]) AS t(i, m) ON "
+                "CONFLICT (topic, id) DO UPDATE SET mark = EXCLUDED.mark, "
+                "inserted_ms = EXCLUDED.inserted_ms WHERE keylane_ids.mark = "
+                "2 AND EXCLUDED.mark = 1",
+         "record the batch's idempotency keys"},
+    /* The ids the batch's prefetch found absent: a plain INSERT, half the
+     * cost of the upsert's speculative insertion (an arbiter probe, a
+     * speculative token and its confirmation record per row). Nobody else
+     * records them meanwhile but an owner of another partition reusing an
+     * id (the fence keeps this partition's other owners out): then it
+     * fails with KL__PG_ID_TAKEN_STATE, as the upsert fails with a
+     * serialization error, and the re-run finds the id a duplicate. */
+    [KL__PG_IDS_NEW] =
+        {"kl_ids_new",
+         "INSERT INTO keylane_ids (topic, id, mark, inserted_ms) "
+         "SELECT $4::text, i, m, (SELECT " KL__PG_NOW_MS(
+             3) ") FROM unnest($1::bytea[], $2::int2[]) AS t(i, m)",
+         "record the batch's new idempotency keys"},
+    [KL__PG_APPLIED] = {"kl_applied",
+                        "SELECT count(*) FROM keylane_ids WHERE topic = "
+                        "$2::text AND id = ANY($1::bytea[]) AND mark = 1",
+                        "count the dead letters an applied mark keeps out"},
+    [KL__PG_EPOCH] = {"kl_epoch",
+                      "SELECT epoch FROM keylane_partitions WHERE topic = "
+                      "$1::text AND partition = $2::int4",
+                      "read the current epoch"},
+};
+
+kl_err_t kl__pg_prepare(kl__pg_conn_t *conn, kl__pg_stmt_t stmt) {
+  if (conn->prepared & (1u << stmt))
+    return KL_OK;
+  PGresult *res = PQprepare(conn->pg, kl_pg_stmts[stmt].name,
+                            kl_pg_stmts[stmt].sql, 0, NULL);
+  kl_err_t err = kl__pg_ok(res)
+                     ? KL_OK
+                     : kl__pg_err(conn->pg, res, kl_pg_stmts[stmt].what);
+  PQclear(res);
+  if (!err)
+    conn->prepared |= 1u << stmt;
+  return err;
+}
+
+PGresult *kl__pg_run(kl__pg_conn_t *conn, kl__pg_stmt_t stmt, int nparams,
+                     const char *const *values, const int *lengths,
+                     const int *formats, int binary_result, kl_err_t *err) {
+  PGresult *res;
+  if (kl_pg_stmts[stmt].custom)
+    res = PQexecParams(conn->pg, kl_pg_stmts[stmt].sql, nparams, NULL, values,
+                       lengths, formats, binary_result);
+  else if ((*err = kl__pg_prepare(conn, stmt)))
+    return NULL;
+  else
+    res = PQexecPrepared(conn->pg, kl_pg_stmts[stmt].name, nparams, values,
+                         lengths, formats, binary_result);
+  if (kl__pg_ok(res))
+    return res;
+  *err = kl__pg_err(conn->pg, res, kl_pg_stmts[stmt].what);
+  PQclear(res);
+  return NULL;
+}
+
+const char *kl__pg_state(const PGresult *res) {
+  const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+  return state ? state : "";
+}
+
+static int kl_pg_send(kl__pg_conn_t *conn, const kl__pg_call_t *c) {
+  if (c->sql) /* parameters only as text: the outbox's insert */
+    return PQsendQueryParams(conn->pg, c->sql, c->nparams, NULL, c->values,
+                             NULL, NULL, 0);
+  if (kl_pg_stmts[c->stmt].custom)
+    return PQsendQueryParams(conn->pg, kl_pg_stmts[c->stmt].sql, c->nparams,
+                             NULL, c->values, c->lengths, c->formats,
+                             c->binary);
+  return PQsendQueryPrepared(conn->pg, kl_pg_stmts[c->stmt].name, c->nparams,
+                             c->values, c->lengths, c->formats, c->binary);
+}
+
+/* The first result of each statement (a statement's results end with a
+ * NULL), then the sync's. @returns 0 when all arrived. */
+static int kl_pg_collect(PGconn *pg, kl__pg_call_t *calls, int n) {
+  for (int i = 0; i < n; i++) {
+    if (!(calls[i].res = PQgetResult(pg)))
+      return -1;
+    for (PGresult *more; (more = PQgetResult(pg));)
+      PQclear(more);
+  }
+  PGresult *sync = PQgetResult(pg);
+  int synced = sync && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
+  PQclear(sync);
+  return synced ? 0 : -1;
+}
+
+kl_err_t kl__pg_pipeline_send(kl__pg_conn_t *conn, kl__pg_call_t *calls,
+                              int n) {
+  kl_err_t err = KL_OK;
+  for (int i = 0; i < n; i++) {
+    calls[i].res = NULL;
+    if (!calls[i].sql && !calls[i].what)
+      calls[i].what = kl_pg_stmts[calls[i].stmt].what;
+    if (!calls[i].sql && !kl_pg_stmts[calls[i].stmt].custom &&
+        (err = kl__pg_prepare(conn, calls[i].stmt)))
+      return err;
+  }
+  if (!PQenterPipelineMode(conn->pg))
+    return kl__pg_err(conn->pg, NULL, "enter pipeline mode");
+  int sent = 0;
+  while (sent < n && kl_pg_send(conn, &calls[sent]))
+    sent++;
+  if (sent < n || !PQpipelineSync(conn->pg))
+    return kl__pg_err(conn->pg, NULL, "send a batch's statements");
+  return KL_OK;
+}
+
+kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
+                                 int n) {
+  kl_err_t err = KL_OK;
+  if (kl_pg_collect(conn->pg, calls, n))
+    err = kl__pg_err(conn->pg, NULL, "read a batch's results");
+  if (!PQexitPipelineMode(conn->pg) && !err)
+    err = kl__pg_err(conn->pg, NULL, "leave pipeline mode");
+  return err;
+}
+
+kl_err_t kl__pg_pipeline(kl__pg_conn_t *conn, kl__pg_call_t *calls, int n) {
+  kl_err_t err = kl__pg_pipeline_send(conn, calls, n);
+  return err ? err : kl__pg_pipeline_collect(conn, calls, n);
+}
+
+/* ---- the pool --------------------------------------------------------- */
+
+static void kl_pg_conn_close(kl__pg_conn_t *conn) {
+  if (conn) {
+    PQfinish(conn->pg);
+    free(conn);
+  }
+}
+
+int kl__pg_connect_timeout_s(const kl_conf_t *conf) {
+  int64_t ms = kl__conf_int(conf, "store.pg.connect.timeout");
+  if (ms <= 0)
+    return 0;
+  int64_t s = (ms + 999) / 1000; /* at most 3600: the key's bound */
+  return s < 2 ? 2 : (int)s;
+}
+
+/* Says which connect timeout libpq used for @p pg, ours or the URI's
+ * (seconds), and how to change it. */
+static const char *kl_pg_timeout_said(PGconn *pg, int ours, char *buf,
+                                      size_t size) {
+  int used = 0;
+  PQconninfoOption *opts = PQconninfo(pg);
+  for (PQconninfoOption *o = opts; o && o->keyword; o++)
+    if (strcmp(o->keyword, "connect_timeout") == 0 && o->val)
+      used = atoi(o->val);
+  PQconninfoFree(opts);
+  if (used <= 0)
+    snprintf(buf, size, "no connect timeout: set store.pg.connect.timeout");
+  else
+    snprintf(buf, size,
+             "connect timeout: %d s, %s; raise it for a server slow to answer",
+             used,
+             used == ours ? "store.pg.connect.timeout"
+                          : "the URI's connect_timeout");
+  return buf;
+}
+
+/* The error of a connection that failed: libpq's message on one line (it
+ * spans lines: "...refused\n\tIs the server running..."), what to check,
+ * and the connect timeout in use. */
+static kl_err_t kl_pg_connect_failed(PGconn *pg, int connect_timeout_s,
+                                     kl_err_t fail) {
+  char msg[512], said[128];
+  size_t n = 0;
+  for (const char *c = PQerrorMessage(pg); *c && n < sizeof(msg) - 1; c++)
+    if (!strchr("\n\t", *c))
+      msg[n++] = *c;
+    else if (n && msg[n - 1] != ' ')
+      msg[n++] = ' ';
+  msg[n] = '\0';
+  return kl__err(fail,
+                 "postgresql: cannot connect: %.*s; check the URI, that the "
+                 "server runs and that the network reaches it (%s)",
+                 kl_pg_trimmed(msg), msg,
+                 kl_pg_timeout_said(pg, connect_timeout_s, said, sizeof(said)));
+}
+
+/*
+ * keylane's connection defaults, placed before the "dbname" entry that
+ * holds the URI: libpq processes the entries in order and the last value
+ * of a keyword wins, so whatever the URI sets overrides them.
+ *
+ * Keepalives: libpq turns them on but leaves their timing to the OS (2 h
+ * of silence on Linux), so a link that dies while a worker waits for a
+ * result would hold its poll thread for hours. 10 s of silence, then a
+ * probe every 5 s, 3 unanswered: a dead link is noticed within 25 s. A
+ * server busy with a long statement still answers probes (the kernel
+ * does), so no slow statement is cut off; the cost is one small packet
+ * per idle connection every 10 s.
+ *
+ * Keepalives run only while nothing sent is unacknowledged: a statement
+ * sent into a link that just died is retransmitted for the OS's ~15 min
+ * instead. tcp_user_timeout (25 s, the keepalives' bound) ends that. The
+ * server's kernel acknowledges data however busy the server is, and
+ * (Linux 5.10 and later) window probes to a server that reads slowly, so
+ * a slow statement is not cut off by it either.
+ */
+kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
+                        PGconn **out) {
+  char timeout[16];
+  snprintf(timeout, sizeof(timeout), "%d", connect_timeout_s);
+  const struct {
+    const char *key, *value;
+  } params[] = {
+      {"keepalives", "1"},
+      {"keepalives_idle", "10"},
+      {"keepalives_interval", "5"},
+      {"keepalives_count", "3"},
+      {"tcp_user_timeout", "25000"},
+      {"connect_timeout", connect_timeout_s > 0 ? timeout : NULL},
+      {"dbname", uri}, /* last: what it sets wins */
+  };
+  enum { KL_NPARAMS = sizeof(params) / sizeof(params[0]) };
+  const char *keys[KL_NPARAMS + 1] = {NULL}, *values[KL_NPARAMS + 1] = {NULL};
+  for (int i = 0; i < KL_NPARAMS; i++) {
+    keys[i] = params[i].key;
+    values[i] = params[i].value;
+  }
+  PGconn *pg = PQconnectdbParams(keys, values, 1);
+  if (!pg)
+    return kl__err(KL_ENOMEM, "postgresql: out of memory for a connection");
+  if (PQstatus(pg) == CONNECTION_OK) {
+    *out = pg;
+    return KL_OK;
+  }
+  kl_err_t err = kl_pg_connect_failed(pg, connect_timeout_s, fail);
+  PQfinish(pg);
+  return err;
+}
+
+static kl_err_t kl_pg_connect(kl__pg_t *pgs, kl_err_t fail,
+                              kl__pg_conn_t **out) {
+  kl__pg_conn_t *conn = calloc(1, sizeof(*conn));
+  if (!conn)
+    return KL_ENOMEM;
+  kl_err_t err =
+      kl__pg_connect(pgs->uri, pgs->connect_timeout_s, fail, &conn->pg);
+  if (err) {
+    free(conn);
+    return err;
+  }
+  if (pgs->idle_timeout_ms > 0) {
+    char sql[96];
+    snprintf(sql, sizeof(sql),
+             "SET idle_in_transaction_session_timeout = %" PRId64,
+             pgs->idle_timeout_ms);
+    if ((err = kl__pg_exec(conn->pg, sql, "set up the session"))) {
+      kl_pg_conn_close(conn);
+      return err;
+    }
+  }
+  *out = conn;
+  return KL_OK;
+}
+
+static void kl_pg_deadline(struct timespec *ts, int ms) {
+  clock_gettime(CLOCK_REALTIME, ts);
+  ts->tv_sec += ms / 1000;
+  ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+}
+
+kl_err_t kl__pg_conn_take(kl__pg_t *pgs, kl__pg_conn_t **out) {
+  struct timespec deadline;
+  kl_pg_deadline(&deadline, KL__PG_POOL_WAIT_MS);
+  pthread_mutex_lock(&pgs->mu);
+  while (!pgs->idle_count && pgs->open >= pgs->pool_max)
+    if (pthread_cond_timedwait(&pgs->cv, &pgs->mu, &deadline) == ETIMEDOUT &&
+        !pgs->idle_count && pgs->open >= pgs->pool_max) {
+      pthread_mutex_unlock(&pgs->mu);
+      return kl__err(KL_ESTORE_BUSY,
+                     "postgresql: all %zu connections of the pool stayed in "
+                     "use for %d ms: raise store.pg.pool, or end the txn "
+                     "before calling the store again from its thread",
+                     pgs->pool_max, KL__PG_POOL_WAIT_MS);
+    }
+  if (pgs->idle_count) {
+    *out = pgs->idle[--pgs->idle_count];
+    pthread_mutex_unlock(&pgs->mu);
+    return KL_OK;
+  }
+  pgs->open++;
+  pthread_mutex_unlock(&pgs->mu);
+  kl_err_t err = kl_pg_connect(pgs, KL_ESTORE_BUSY, out);
+  if (err) {
+    pthread_mutex_lock(&pgs->mu);
+    pgs->open--;
+    pthread_cond_signal(&pgs->cv);
+    pthread_mutex_unlock(&pgs->mu);
+  }
+  return err;
+}
+
+kl_err_t kl__pg_conn_take_idle(kl__pg_t *pgs, kl__pg_conn_t **out) {
+  pthread_mutex_lock(&pgs->mu);
+  kl__pg_conn_t *conn = pgs->idle_count ? pgs->idle[--pgs->idle_count] : NULL;
+  pthread_mutex_unlock(&pgs->mu);
+  *out = conn;
+  return conn ? KL_OK
+              : kl__err(KL_ESTORE_BUSY, "postgresql: no idle connection");
+}
+
+void kl__pg_conn_give(kl__pg_t *pgs, kl__pg_conn_t *conn, int broken) {
+  if (!broken && (PQstatus(conn->pg) != CONNECTION_OK ||
+                  PQtransactionStatus(conn->pg) != PQTRANS_IDLE))
+    broken = 1;
+  pthread_mutex_lock(&pgs->mu);
+  if (broken)
+    pgs->open--;
+  else
+    pgs->idle[pgs->idle_count++] = conn;
+  pthread_cond_signal(&pgs->cv);
+  pthread_mutex_unlock(&pgs->mu);
+  if (broken)
+    kl_pg_conn_close(conn);
+}
+
+/*
+ * Runs @p fn on a pooled connection. An idle connection may have lost its
+ * link unnoticed (a server restart, a terminated backend): when @p fn fails
+ * on a lost link, it runs once more on a new connection. Every fn here is a
+ * single autocommit statement that may run twice (an acquire that ran
+ * twice only skips an epoch number; epochs need to grow, not to be dense),
+ * or a read that sets *@p once when it has called back its caller (a scan
+ * must not hand out its rows twice).
+ */
+typedef kl_err_t(kl_pg_fn)(kl__pg_conn_t *conn, void *ctx);
+
+static kl_err_t kl_pg_call_once(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx,
+                                const int *once) {
+  kl_err_t err = KL_OK;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    kl__pg_conn_t *conn;
+    if ((err = kl__pg_conn_take(pgs, &conn)))
+      return err;
+    err = fn(conn, ctx);
+    int lost = PQstatus(conn->pg) != CONNECTION_OK;
+    kl__pg_conn_give(pgs, conn, lost);
+    if (!err || !lost || (once && *once))
+      break;
+  }
+  return err;
+}
+
+static kl_err_t kl_pg_call(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx) {
+  return kl_pg_call_once(pgs, fn, ctx, NULL);
+}
+
+kl_err_t kl__pg_call(kl__pg_t *pgs, kl_err_t (*fn)(kl__pg_conn_t *, void *),
+                     void *ctx) {
+  return kl_pg_call(pgs, fn, ctx);
+}
+
+/* ---- partitions ------------------------------------------------------- */
+
+typedef struct kl_pg_tp {
+  const char *topic;
+  int32_t partition;
+  kl_partition_state_t *state;
+  uint64_t floor; /* acquire: the new epoch is above it */
+} kl_pg_tp_t;
+
+static void kl_pg_state_row(const PGresult *res, int row, int col,
+                            kl_partition_state_t *state) {
+  state->epoch = strtoull(PQgetvalue(res, row, col), NULL, 10);
+  state->watermark = strtoll(PQgetvalue(res, row, col + 1), NULL, 10);
+  state->applied = strtoull(PQgetvalue(res, row, col + 2), NULL, 10);
+  state->duplicates = strtoull(PQgetvalue(res, row, col + 3), NULL, 10);
+  state->dead_letters = strtoull(PQgetvalue(res, row, col + 4), NULL, 10);
+  state->beats = strtoull(PQgetvalue(res, row, col + 5), NULL, 10);
+}
+
+/* Runs @p sql with $1 the topic, $2 the partition and, when @p nparams
+ * is 3, $3 the floor. */
+static kl_err_t kl_pg_tp_query(kl__pg_conn_t *conn, const kl_pg_tp_t *tp,
+                               int nparams, const char *sql, const char *what) {
+  char part[16], floor[24];
+  snprintf(part, sizeof(part), "%" PRId32, tp->partition);
+  snprintf(floor, sizeof(floor), "%" PRIu64, tp->floor);
+  const char *values[3] = {tp->topic, part, floor};
+  PGresult *res =
+      PQexecParams(conn->pg, sql, nparams, NULL, values, NULL, NULL, 0);
+  if (!kl__pg_ok(res)) {
+    kl_err_t err = kl__pg_err(conn->pg, res, what);
+    PQclear(res);
+    return err;
+  }
+  memset(tp->state, 0, sizeof(*tp->state));
+  if (PQntuples(res) == 1)
+    kl_pg_state_row(res, 0, 0, tp->state);
+  PQclear(res);
+  return KL_OK;
+}
+
+/* What acquire and reset return of a partition (kl_pg_state_row()). */
+#define KL_PG_STATE_ROW                                                        \
+  " RETURNING epoch, watermark, applied, duplicates, dead_letters, "           \
+  "coalesce((SELECT beats FROM keylane_beats b WHERE b.topic = p.topic AND "   \
+  "b.partition = p.partition), 0)"
+
+/* An atomic increment: concurrent acquirers queue on the row lock and each
+ * gets its own epoch, read from the row as it is after the one before. */
+static kl_err_t kl_pg_acquire_fn(kl__pg_conn_t *conn, void *ctx) {
+  return kl_pg_tp_query(
+      conn, ctx, 3,
+      "INSERT INTO keylane_partitions AS p (topic, partition, epoch) VALUES "
+      "($1::text, $2::int4, $3::int8 + 1) ON CONFLICT (topic, partition) DO "
+      "UPDATE SET epoch = GREATEST(p.epoch, $3::int8) + 1" KL_PG_STATE_ROW,
+      "take the partition (increment its epoch)");
+}
+
+/* A new epoch: what this store's cache holds of the partition was an
+ * older owner's (store_cache.h). */
+static kl_err_t kl_pg_acquire(kl_store_t *store, const char *topic,
+                              int32_t partition, uint64_t floor,
+                              kl_partition_state_t *state) {
+  kl_pg_tp_t tp = {topic, partition, state, floor};
+  kl__pg_t *pgs = (kl__pg_t *)store;
+  kl__cache_drop_partition(pgs->cache, topic, partition);
+  return kl_pg_call(pgs, kl_pg_acquire_fn, &tp);
+}
+
+/* Only a known partition: no row, no state (kl__store_reset() says so). */
+static kl_err_t kl_pg_reset_fn(kl__pg_conn_t *conn, void *ctx) {
+  return kl_pg_tp_query(
+      conn, ctx, 2,
+      "UPDATE keylane_partitions AS p SET epoch = epoch + 1, watermark = 0 "
+      "WHERE topic = $1::text AND partition = $2::int4" KL_PG_STATE_ROW,
+      "reset the partition (new epoch, watermark 0)");
+}
+
+static kl_err_t kl_pg_reset(kl_store_t *store, const char *topic,
+                            int32_t partition, kl_partition_state_t *state) {
+  kl_pg_tp_t tp = {topic, partition, state, 0};
+  kl__cache_drop_partition(((kl__pg_t *)store)->cache, topic, partition);
+  return kl_pg_call((kl__pg_t *)store, kl_pg_reset_fn, &tp);
+}
+
+static kl_err_t kl_pg_partition_fn(kl__pg_conn_t *conn, void *ctx) {
+  return kl_pg_tp_query(conn, ctx, 2,
+                        "SELECT epoch, watermark, applied, duplicates, "
+                        "dead_letters, coalesce(beats, 0) FROM "
+                        "keylane_partitions LEFT JOIN keylane_beats USING "
+                        "(topic, partition) WHERE topic = $1::text AND "
+                        "partition = $2::int4",
+                        "read a partition");
+}
+
+static kl_err_t kl_pg_partition(kl_store_t *store, const char *topic,
+                                int32_t partition,
+                                kl_partition_state_t *state) {
+  kl_pg_tp_t tp = {topic, partition, state, 0};
+  return kl_pg_call((kl__pg_t *)store, kl_pg_partition_fn, &tp);
+}
+
+typedef struct kl_pg_beat {
+  const char *topic;
+  kl__beat_t *beats;
+  size_t n;
+} kl_pg_beat_t;
+
+char *kl__pg_array_literal(size_t n, uint64_t (*at)(const void *ctx, size_t i),
+                           const void *ctx) {
+  size_t size = 3 + n * 21, len = 1;
+  char *text = malloc(size);
+  if (!text)
+    return NULL;
+  text[0] = '{';
+  for (size_t i = 0; i < n; i++)
+    len += (size_t)snprintf(text + len, size - len, "%s%" PRIu64, i ? "," : "",
+                            at(ctx, i));
+  snprintf(text + len, size - len, "}");
+  return text;
+}
+
+static uint64_t kl_beat_partition(const void *ctx, size_t i) {
+  return (uint64_t)((const kl_pg_beat_t *)ctx)->beats[i].partition;
+}
+
+static uint64_t kl_beat_epoch(const void *ctx, size_t i) {
+  return ((const kl_pg_beat_t *)ctx)->beats[i].epoch;
+}
+
+/* One statement for every partition; those it returns beat, the others
+ * have a newer owner. It only reads keylane_partitions: see migration 3. */
+static kl_err_t kl_pg_beat_fn(kl__pg_conn_t *conn, void *ctx) {
+  kl_pg_beat_t *b = ctx;
+  char *parts = kl__pg_array_literal(b->n, kl_beat_partition, b);
+  char *epochs = kl__pg_array_literal(b->n, kl_beat_epoch, b);
+  const char *values[3] = {b->topic, parts, epochs};
+  PGresult *res =
+      parts && epochs
+          ? PQexecParams(conn->pg,
+                         "INSERT INTO keylane_beats AS k (topic, partition, "
+                         "beats) SELECT p.topic, p.partition, 1 FROM "
+                         "keylane_partitions p JOIN unnest($2::int4[], "
+                         "$3::int8[]) AS b(pt, e) ON p.partition = b.pt AND "
+                         "p.epoch = b.e WHERE p.topic = $1::text ON "
+                         "CONFLICT (topic, partition) DO UPDATE SET beats = "
+                         "k.beats + 1 RETURNING partition",
+                         3, NULL, values, NULL, NULL, 0)
+          : NULL;
+  free(parts);
+  free(epochs);
+  if (!res)
+    return KL_ENOMEM;
+  kl_err_t err = KL_OK;
+  if (!kl__pg_ok(res))
+    err = kl__pg_err(conn->pg, res, "record the heartbeats");
+  for (size_t i = 0; !err && i < b->n; i++) {
+    b->beats[i].err = KL_EFENCED;
+    for (int row = 0; row < PQntuples(res); row++)
+      if (strtol(PQgetvalue(res, row, 0), NULL, 10) == b->beats[i].partition)
+        b->beats[i].err = KL_OK;
+  }
+  PQclear(res);
+  return err;
+}
+
+static kl_err_t kl_pg_beat(kl_store_t *store, const char *topic,
+                           kl__beat_t *beats, size_t n) {
+  kl_pg_beat_t b = {topic, beats, n};
+  return kl_pg_call((kl__pg_t *)store, kl_pg_beat_fn, &b);
+}
+
+typedef struct kl_pg_each {
+  kl_store_partition_cb_t *cb;
+  void *opaque;
+} kl_pg_each_t;
+
+static kl_err_t kl_pg_foreach_fn(kl__pg_conn_t *conn, void *ctx) {
+  kl_pg_each_t *each = ctx;
+  PGresult *res =
+      PQexec(conn->pg, "SELECT topic, partition, epoch, watermark, applied, "
+                       "duplicates, dead_letters, coalesce(beats, 0) FROM "
+                       "keylane_partitions LEFT JOIN keylane_beats USING "
+                       "(topic, partition) ORDER BY topic, partition");
+  if (!kl__pg_ok(res)) {
+    kl_err_t err = kl__pg_err(conn->pg, res, "list the partitions");
+    PQclear(res);
+    return err;
+  }
+  for (int i = 0; i < PQntuples(res); i++) {
+    kl_partition_state_t state;
+    kl_pg_state_row(res, i, 2, &state);
+    if (each->cb(each->opaque, PQgetvalue(res, i, 0),
+                 (int32_t)strtol(PQgetvalue(res, i, 1), NULL, 10), &state))
+      break;
+  }
+  PQclear(res);
+  return KL_OK;
+}
+
+static kl_err_t kl_pg_foreach_partition(kl_store_t *store,
+                                        kl_store_partition_cb_t *cb,
+                                        void *opaque) {
+  kl_pg_each_t each = {cb, opaque};
+  return kl_pg_call((kl__pg_t *)store, kl_pg_foreach_fn, &each);
+}
+
+/* ---- idempotency keys ------------------------------------------------- */
+
+void kl__pg_clock_param(char *buf, size_t size) {
+  snprintf(buf, size, "%" PRId64, kl__store_test_clock_ms());
+}
+
+typedef struct kl_pg_sweep {
+  int64_t retention_ms;
+  size_t max;
+  size_t *removed;
+} kl_pg_sweep_t;
+
+/* A sweep of @p max keys visits this many pages of keylane_ids: an 8 KiB
+ * page holds about 100 keys of 36-byte ids (97 in keylane-bench store). */
+#define KL_PG_SWEEP_KEYS_PER_PAGE 100
+
+/* One statement, so one short transaction. It takes the fleet's position
+ * (keylane_sweep; SKIP LOCKED: while another worker sweeps, this call does
+ * nothing), removes at most max expired keys on the next pages (a TID
+ * range scan: no index on insert times for every commit to write), and
+ * moves the position past them, back to page 0 after the table's end. A
+ * call that removed max keys stays on its pages, so no expired key is
+ * left behind for a whole walk. Keys a commit holds (re-marking them)
+ * are skipped too, for the next walk: the sweep never waits for a commit
+ * or deadlocks with one. The cutoff is the server's time, as the keys'
+ * insert times are. */
+#define KL_PG_EXPIRED "inserted_ms < " KL__PG_NOW_MS(1) " - $2::int8"
+static const char kl_pg_sweep_sql[] =
+    "WITH s AS (SELECT CASE WHEN next_page < pg_relation_size('keylane_ids') "
+    "/ current_setting('block_size')::int8 THEN next_page ELSE 0 END AS page "
+    "FROM keylane_sweep FOR UPDATE SKIP LOCKED), "
+    "d AS (DELETE FROM keylane_ids WHERE ctid = ANY(ARRAY(SELECT ctid FROM "
+    "keylane_ids WHERE ctid >= (SELECT format('(%s,0)', page)::tid FROM s) "
+    "AND ctid < (SELECT format('(%s,0)', page + $4::int8)::tid FROM s) "
+    "AND " KL_PG_EXPIRED
+    " LIMIT $3::int8 FOR UPDATE SKIP LOCKED)) AND " KL_PG_EXPIRED
+    " RETURNING 1), "
+    "n AS (SELECT count(*) AS removed FROM d), "
+    "u AS (UPDATE keylane_sweep SET next_page = s.page + CASE WHEN n.removed "
+    "< $3::int8 THEN $4::int8 ELSE 0 END FROM s, n) "
+    "SELECT removed FROM n";
+
+static kl_err_t kl_pg_sweep_fn(kl__pg_conn_t *conn, void *ctx) {
+  kl_pg_sweep_t *sw = ctx;
+  char now[24], retention[24], max[24], pages[24];
+  kl__pg_clock_param(now, sizeof(now));
+  snprintf(retention, sizeof(retention), "%" PRId64, sw->retention_ms);
+  snprintf(max, sizeof(max), "%zu", sw->max);
+  snprintf(pages, sizeof(pages), "%zu",
+           (sw->max + KL_PG_SWEEP_KEYS_PER_PAGE - 1) /
+               KL_PG_SWEEP_KEYS_PER_PAGE);
+  const char *values[4] = {now, retention, max, pages};
+  PGresult *res =
+      PQexecParams(conn->pg, kl_pg_sweep_sql, 4, NULL, values, NULL, NULL, 0);
+  if (!kl__pg_ok(res) || PQntuples(res) != 1) {
+    kl_err_t err = kl__pg_err(conn->pg, res, "sweep expired idempotency keys");
+    PQclear(res);
+    return err;
+  }
+  *sw->removed = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+  PQclear(res);
+  return KL_OK;
+}
+
+static kl_err_t kl_pg_sweep(kl_store_t *store, size_t max, size_t *removed) {
+  kl__pg_t *pgs = (kl__pg_t *)store;
+  *removed = 0;
+  if (max == 0)
+    return KL_OK;
+  kl_pg_sweep_t sw = {pgs->retention_ms, max, removed};
+  return kl_pg_call(pgs, kl_pg_sweep_fn, &sw);
+}
+
+static kl_err_t kl_pg_id_count_fn(kl__pg_conn_t *conn, void *ctx) {
+  PGresult *res = PQexec(conn->pg, "SELECT count(*) FROM keylane_ids");
+  if (!kl__pg_ok(res) || PQntuples(res) != 1) {
+    kl_err_t err = kl__pg_err(conn->pg, res, "count the idempotency keys");
+    PQclear(res);
+    return err;
+  }
+  *(uint64_t *)ctx = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+  PQclear(res);
+  return KL_OK;
+}
+
+static kl_err_t kl_pg_id_count(kl_store_t *store, uint64_t *count) {
+  return kl_pg_call((kl__pg_t *)store, kl_pg_id_count_fn, count);
+}
+
+static kl_err_t kl_pg_version_fn(kl__pg_conn_t *conn, void *ctx) {
+  return kl__pg_schema_version(conn->pg, ctx);
+}
+
+static kl_err_t kl_pg_version(kl_store_t *store, int *version, int *latest) {
+  *latest = KL__PG_SCHEMA_VERSION;
+  return kl_pg_call((kl__pg_t *)store, kl_pg_version_fn, version);
+}
+
+/* ---- scans ------------------------------------------------------------ */
+
+/* A walk over the rows of one query, through a cursor in one REPEATABLE
+ * READ transaction: one snapshot, read in chunks, so a walk over a large
+ * store neither holds it all in memory nor sees half a commit. */
+typedef int(kl_pg_row_fn)(void *ctx, const PGresult *res, int row);
+
+typedef struct kl_pg_walk {
+  const char *declare; /* DECLARE kl_walk ... CURSOR FOR ... */
+  const char *what;
+  int nparams;
+  const char *values[2];
+  int lengths[2];
+  kl_pg_row_fn *row;
+  void *ctx;
+  int called; /* rows were handed out: no retry on another connection */
+} kl_pg_walk_t;
+
+#define KL_PG_FETCH 512 /* rows per FETCH; the same number as below */
+
+static kl_err_t kl_pg_walk_rows(kl__pg_conn_t *conn, kl_pg_walk_t *walk,
+                                int *stop) {
+  PGresult *res = PQexecParams(conn->pg, "FETCH 512 FROM kl_walk", 0, NULL,
+                               NULL, NULL, NULL, 1);
+  if (!kl__pg_ok(res)) {
+    kl_err_t err = kl__pg_err(conn->pg, res, walk->what);
+    PQclear(res);
+    return err;
+  }
+  int n = PQntuples(res);
+  walk->called |= n > 0;
+  for (int i = 0; i < n && !*stop; i++)
+    *stop = walk->row(walk->ctx, res, i);
+  if (n < KL_PG_FETCH)
+    *stop = 1;
+  PQclear(res);
+  return KL_OK;
+}
+
+static kl_err_t kl_pg_walk_fn(kl__pg_conn_t *conn, void *ctx) {
+  kl_pg_walk_t *walk = ctx;
+  const int formats[2] = {1, 1};
+  kl_err_t err = kl__pg_exec(
+      conn->pg, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", walk->what);
+  if (err)
+    return err;
+  PGresult *res = PQexecParams(conn->pg, walk->declare, walk->nparams, NULL,
+                               walk->values, walk->lengths, formats, 1);
+  err = kl__pg_ok(res) ? KL_OK : kl__pg_err(conn->pg, res, walk->what);
+  PQclear(res);
+  for (int stop = 0; !err && !stop;)
+    err = kl_pg_walk_rows(conn, walk, &stop);
+  kl_err_t end_err = kl__pg_exec(conn->pg, "COMMIT", walk->what);
+  return err ? err : end_err;
+}
+
+static kl_err_t kl_pg_walk(kl__pg_t *pgs, kl_pg_walk_t *walk) {
+  return kl_pg_call_once(pgs, kl_pg_walk_fn, walk, &walk->called);
+}
+
+typedef struct kl_pg_scan {
+  kl_store_scan_cb_t *cb;
+  void *opaque;
+} kl_pg_scan_t;
+
+static int kl_pg_scan_row(void *ctx, const PGresult *res, int row) {
+  kl_pg_scan_t *scan = ctx;
+  return scan->cb(scan->opaque, PQgetvalue(res, row, 0),
+                  (size_t)PQgetlength(res, row, 0), PQgetvalue(res, row, 1),
+                  (size_t)PQgetlength(res, row, 1));
+}
+
+/* The smallest key above every key starting with the prefix: the prefix
+ * with its last byte below 0xff incremented and the rest dropped. Returns
+ * its length, 0 when there is none (a prefix of 0xff bytes). */
+static size_t kl_pg_prefix_end(const unsigned char *prefix, size_t len,
+                               unsigned char *end) {
+  if (len)
+    memcpy(end, prefix, len);
+  while (len && end[len - 1] == 0xff)
+    len--;
+  if (len)
+    end[len - 1]++;
+  return len;
+}
+
+static kl_err_t kl_pg_scan(kl_store_t *store, const void *prefix,
+                           size_t prefix_len, kl_store_scan_cb_t *cb,
+                           void *opaque) {
+  unsigned char end[512];
+  if (prefix_len > sizeof(end))
+    return KL_OK; /* longer than any key: nothing starts with it */
+  size_t end_len = kl_pg_prefix_end(prefix, prefix_len, end);
+  kl_pg_scan_t scan = {cb, opaque};
+  kl_pg_walk_t walk = {
+      end_len ? "DECLARE kl_walk NO SCROLL CURSOR FOR SELECT key, value FROM "
+                "keylane_kv WHERE key >= $1::bytea AND key < $2::bytea ORDER "
+                "BY key"
+              : "DECLARE kl_walk NO SCROLL CURSOR FOR SELECT key, value FROM "
+                "keylane_kv WHERE key >= $1::bytea ORDER BY key",
+      "scan the handler keys",
+      end_len ? 2 : 1,
+      {prefix ? prefix : "", (const char *)end},
+      {(int)prefix_len, (int)end_len},
+      kl_pg_scan_row,
+      &scan,
+      0};
+  return kl_pg_walk((kl__pg_t *)store, &walk);
+}
+
+typedef struct kl_pg_ids {
+  kl__store_sid_cb_t *cb;
+  void *opaque;
+} kl_pg_ids_t;
+
+static uint64_t kl_pg_be(const char *p, int len) {
+  uint64_t v = 0;
+  for (int i = 0; i < len; i++)
+    v = v << 8 | (unsigned char)p[i];
+  return v;
+}
+
+/* Binary columns: id bytea, inserted_ms int8, mark int2, topic text (its
+ * bytes, with no NUL: libpq adds one to every value it returns). */
+static int kl_pg_ids_row(void *ctx, const PGresult *res, int row) {
+  kl_pg_ids_t *ids = ctx;
+  int64_t time_ms = (int64_t)kl_pg_be(PQgetvalue(res, row, 1), 8);
+  kl_mark_t mark = (kl_mark_t)kl_pg_be(PQgetvalue(res, row, 2), 2);
+  return ids->cb(ids->opaque, PQgetvalue(res, row, 3), PQgetvalue(res, row, 0),
+                 (size_t)PQgetlength(res, row, 0), time_ms, mark);
+}
+
+static kl_err_t kl_pg_ids_walk(kl_store_t *store, kl__store_sid_cb_t *cb,
+                               void *opaque) {
+  kl_pg_ids_t ids = {cb, opaque};
+  kl_pg_walk_t walk = {"DECLARE kl_walk NO SCROLL CURSOR FOR SELECT id, "
+                       "inserted_ms, mark, topic FROM keylane_ids ORDER BY "
+                       "id, topic",
+                       "list the idempotency keys",
+                       0,
+                       {NULL, NULL},
+                       {0, 0},
+                       kl_pg_ids_row,
+                       &ids,
+                       0};
+  return kl_pg_walk((kl__pg_t *)store, &walk);
+}
+
+/* ---- open and close --------------------------------------------------- */
+
+static void kl_pg_destroy(kl_store_t *store) {
+  kl__pg_t *pgs = (kl__pg_t *)store;
+  for (size_t i = 0; i < pgs->idle_count; i++)
+    kl_pg_conn_close(pgs->idle[i]);
+  pthread_mutex_destroy(&pgs->mu);
+  pthread_cond_destroy(&pgs->cv);
+  kl__cache_destroy(pgs->cache);
+  free(pgs->idle);
+  free(pgs->uri);
+  free(pgs);
+}
+
+/* The store's legacy window (schema 7's keylane_meta). */
+static kl_err_t kl_pg_legacy_ids(kl__pg_t *pgs, PGconn *pg) {
+  PGresult *res = PQexec(pg, "SELECT value FROM keylane_meta WHERE name = "
+                             "'legacy_ids_newest_ms'");
+  if (!kl__pg_ok(res)) {
+    kl_err_t err = kl__pg_err(pg, res, "read keylane_meta");
+    PQclear(res);
+    return err;
+  }
+  if (PQntuples(res) == 1)
+    pgs->base.legacy_ids_until_ms =
+        strtoll(PQgetvalue(res, 0, 0), NULL, 10) + pgs->retention_ms;
+  PQclear(res);
+  return KL_OK;
+}
+
+static void kl_pg_forget(kl_store_t *store, const char *topic,
+                         int32_t partition) {
+  kl__cache_drop_partition(((kl__pg_t *)store)->cache, topic, partition);
+}
+
+static void kl_pg_cache_stats(kl_store_t *store, kl__cache_stats_t *stats) {
+  kl__cache_stats(((kl__pg_t *)store)->cache, stats);
+  stats->id_queries = atomic_load(&((kl__pg_t *)store)->id_queries);
+  stats->id_prefetched = atomic_load(&((kl__pg_t *)store)->id_prefetched);
+}
+
+static size_t kl_pg_txn_max(kl_store_t *store) {
+  return ((kl__pg_t *)store)->pool_max;
+}
+
+const kl__store_ops_t kl__pg_ops = {
+    .name = "postgresql",
+    .destroy = kl_pg_destroy,
+    .acquire = kl_pg_acquire,
+    .partition = kl_pg_partition,
+    .reset = kl_pg_reset,
+    .beat = kl_pg_beat,
+    .begin = kl__pg_begin,
+    .commit = kl__pg_commit,
+    .commit_many = kl__pg_commit_many,
+    .abort = kl__pg_abort,
+    .get = kl__pg_get,
+    .put = kl__pg_put,
+    .del = kl__pg_del,
+    .seen = kl__pg_seen,
+    .mark = kl__pg_mark,
+    .count_duplicate = kl__pg_count_duplicate,
+    .sweep = kl_pg_sweep,
+    .scan = kl_pg_scan,
+    .foreach_partition = kl_pg_foreach_partition,
+    .id_count = kl_pg_id_count,
+    .ids_walk = kl_pg_ids_walk,
+    .version = kl_pg_version,
+    .pg_conn = kl__pg_conn,
+    .prefetch = kl__pg_prefetch,
+    .lost = kl__pg_lost,
+    .txn_max = kl_pg_txn_max,
+    .forget = kl_pg_forget,
+    .cache_stats = kl_pg_cache_stats,
+    .outbox_list = kl__pg_outbox_list,
+    .outbox_del = kl__pg_outbox_del,
+};
+
+static kl_err_t kl_pg_new(const char *uri, const kl_conf_t *conf,
+                          kl__pg_t **out) {
+  kl__pg_t *pgs = calloc(1, sizeof(*pgs));
+  if (!pgs)
+    return KL_ENOMEM;
+  pgs->base.ops = &kl__pg_ops;
+  pgs->retention_ms = kl__conf_int(conf, "store.dedup.retention");
+  pgs->idle_timeout_ms = kl__conf_int(conf, "store.pg.idle.timeout");
+  pgs->connect_timeout_s = kl__pg_connect_timeout_s(conf);
+  pgs->create = strcmp(kl_conf_get(conf, "store.create"), "no") != 0;
+  int64_t pool = kl__conf_int(conf, "store.pg.pool");
+  pgs->pool_max = pool > 0 ? (size_t)pool : KL_PG_POOL_DEFAULT;
+  pgs->uri = strdup(uri);
+  pgs->idle = calloc(pgs->pool_max, sizeof(*pgs->idle));
+  int64_t cache_max = kl__conf_int(conf, "store.cache.max");
+  pgs->cache = kl__cache_new(cache_max > 0 ? (size_t)cache_max : 0);
+  pthread_mutex_init(&pgs->mu, NULL);
+  pthread_cond_init(&pgs->cv, NULL);
+  if (!pgs->uri || !pgs->idle) {
+    kl_pg_destroy(&pgs->base);
+    return KL_ENOMEM;
+  }
+  *out = pgs;
+  return KL_OK;
+}
+
+kl_err_t kl__store_pg_open(const char *uri, const kl_conf_t *conf,
+                           kl_store_t **out) {
+  kl__pg_t *pgs;
+  kl_err_t err = kl_pg_new(uri, conf, &pgs);
+  if (err)
+    return err;
+  kl__pg_conn_t *conn;
+  err = kl_pg_connect(pgs, KL_ESTORE, &conn);
+  if (!err) {
+    err = kl__pg_schema_open(conn->pg, pgs->create);
+    if (!err)
+      err = kl_pg_legacy_ids(pgs, conn->pg);
+    pgs->open = 1;
+    kl__pg_conn_give(pgs, conn, err != KL_OK);
+  }
+  if (err) {
+    kl_pg_destroy(&pgs->base);
+    return err;
+  }
+  *out = &pgs->base;
+  return KL_OK;
+}

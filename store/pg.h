@@ -1,0 +1,277 @@
+/*
+ * The PostgreSQL store's internals, shared by store_pg.c (the connection
+ * pool, partitions, scans, expiry), store_pg_txn.c (batches) and
+ * store_pg_migrations.c (the schema). Not installed.
+ *
+ * Tables (created by the versioned migrations of store_pg_migrations.c):
+ *   keylane_schema_version  one row per migration applied
+ *   keylane_partitions      (topic, partition) -> epoch, watermark, counters
+ *   keylane_beats           (topic, partition) -> beats, kl__store_beat()'s
+ *   keylane_ids             (topic, idempotency key) -> mark, insert time
+ *                           (ms); scoped by topic since version 3
+ *   keylane_outbox          follow-up events committed with their batch,
+ *                           not yet published (store_pg_outbox.c)
+ *   keylane_sweep           one row: the page of keylane_ids where the
+ *                           fleet's next sweep starts (since version 6)
+ *   keylane_kv              the handlers' keys and values (bytea)
+ * The handlers' own tables (e.g. the inventory example's) live beside them
+ * and are written through the batch's connection, kl_txn_pg_conn().
+ */
+#ifndef KEYLANE_WORKER_STORE_PG_H
+#define KEYLANE_WORKER_STORE_PG_H
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "store/backend.h"
+#include "store/cache.h"
+
+/* The statements a batch runs, prepared once per connection. */
+typedef enum kl__pg_stmt {
+  KL__PG_GET,       /* a handler key's value */
+  KL__PG_SEEN,      /* an idempotency key's mark */
+  KL__PG_SEEN_MANY, /* the marks of a batch's idempotency keys */
+  KL__PG_FENCE,     /* the commit's epoch check, watermark and counters */
+  KL__PG_UPDATE,    /* the batch's puts of keys known to be stored */
+  KL__PG_UPSERT,    /* the batch's other puts */
+  KL__PG_DELETE,    /* the batch's deletes */
+  KL__PG_IDS,       /* the batch's idempotency keys */
+  KL__PG_IDS_NEW,   /* those the batch looked up and found absent */
+  KL__PG_EPOCH,     /* the current epoch, for the fenced message */
+  KL__PG_APPLIED,   /* how many of some ids are applied already */
+  KL__PG_STMT_COUNT
+} kl__pg_stmt_t;
+
+/* One pooled connection and which statements it has prepared. */
+typedef struct kl__pg_conn {
+  PGconn *pg;
+  unsigned prepared; /* bit i: statement i is prepared on pg */
+} kl__pg_conn_t;
+
+typedef struct kl__pg {
+  kl_store_t base;
+  char *uri;
+  int64_t retention_ms;    /* store.dedup.retention */
+  int64_t idle_timeout_ms; /* store.pg.idle.timeout; 0: the server's */
+  int connect_timeout_s;   /* kl__pg_connect_timeout_s() of the conf */
+  int create;              /* store.create: make a missing schema */
+  /* The pool: at most pool_max connections, `open` of them made, the idle
+   * ones stacked in idle[]. A caller that finds none idle and the bound
+   * reached waits on cv. Guarded by mu. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  size_t pool_max;
+  size_t open;
+  size_t idle_count;
+  kl__pg_conn_t **idle;
+  kl__cache_t *cache;          /* store.cache.max; NULL: off */
+  _Atomic uint64_t id_queries; /* kl__cache_stats_t's */
+  _Atomic uint64_t id_prefetched;
+} kl__pg_t;
+
+extern const kl__store_ops_t kl__pg_ops;
+
+/*
+ * The store's clock in SQL: the server's (clock_timestamp(), in ms) unless
+ * the statement's parameter $N holds a test clock's time (nonzero). Every
+ * host of a fleet stamps and expires idempotency keys by this one clock:
+ * one host whose clock jumps forward must not expire the fleet's keys.
+ */
+#define KL__PG_NOW_MS(n)                                                       \
+  "coalesce(nullif($" #n "::int8, 0), "                                        \
+  "(extract(epoch FROM clock_timestamp()) * 1000)::int8)"
+
+/** Writes the parameter KL__PG_NOW_MS() takes into @p buf (24 bytes). */
+void kl__pg_clock_param(char *buf, size_t size);
+
+/**
+ * "{a,b,...}": the @p n values at(ctx, 0..n-1) as a PostgreSQL array
+ * literal, for a text parameter. @returns a malloc()ed string, or NULL.
+ */
+char *kl__pg_array_literal(size_t n, uint64_t (*at)(const void *ctx, size_t i),
+                           const void *ctx);
+
+/**
+ * store.pg.connect.timeout of @p conf (NULL: the default) as libpq takes
+ * it: whole seconds, rounded up, at least 2 (libpq reads 1 as 2); 0: no
+ * bound but the OS's.
+ */
+int kl__pg_connect_timeout_s(const kl_conf_t *conf);
+
+/**
+ * The one way keylane connects to PostgreSQL: @p uri (a postgresql:// URI
+ * or a key=value string) with keylane's defaults under it: TCP keepalives
+ * and tcp_user_timeout that notice a dead link within 25 s, and
+ * @p connect_timeout_s (0: none); the URI overrides each one it sets
+ * (keepalives_idle=.., connect_timeout=..).
+ * @param fail  the code of a failed connection (KL_ESTORE, KL_ESTORE_BUSY)
+ * @returns KL_OK and the connection in @p *out (the caller PQfinish()es
+ *          it), or @p fail with a message naming the URI's problem and the
+ *          connect timeout in use.
+ */
+kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
+                        PGconn **out);
+
+/** How long a caller waits for a pooled connection before KL_ESTORE_BUSY. */
+#define KL__PG_POOL_WAIT_MS 10000
+
+/**
+ * Takes a connection from the pool, connecting when none is idle and the
+ * bound allows; waits up to KL__PG_POOL_WAIT_MS otherwise.
+ * @returns KL_OK, or KL_ESTORE_BUSY (server unreachable, pool exhausted).
+ */
+kl_err_t kl__pg_conn_take(kl__pg_t *pgs, kl__pg_conn_t **conn);
+
+/** An idle pooled connection, without connecting or waiting: KL_OK, or
+ *  KL_ESTORE_BUSY when none is idle. */
+kl_err_t kl__pg_conn_take_idle(kl__pg_t *pgs, kl__pg_conn_t **conn);
+
+/**
+ * Returns @p conn to the pool, or closes it when @p broken, when the link is
+ * down or when a transaction is still open on it (the next take reconnects).
+ */
+void kl__pg_conn_give(kl__pg_t *pgs, kl__pg_conn_t *conn, int broken);
+
+/**
+ * Maps a failed libpq call: "postgresql: <what>: <server message>".
+ * A lost link, a serialization failure, a deadlock, a lock or statement
+ * timeout and an administrator's termination are KL_ESTORE_BUSY (the batch
+ * may be re-run); the rest KL_ESTORE.
+ * @param res  the failed result, or NULL when there is none.
+ */
+kl_err_t kl__pg_err(PGconn *pg, const PGresult *res, const char *what);
+
+/** @returns nonzero when @p res of a statement is a success. */
+int kl__pg_ok(const PGresult *res);
+
+/** Runs an SQL text without parameters: KL_OK or a kl__pg_err(). */
+kl_err_t kl__pg_exec(PGconn *pg, const char *sql, const char *what);
+
+/**
+ * Runs prepared statement @p stmt on @p conn, preparing it first when this
+ * connection has not. Parameters are binary when @p formats says so.
+ * @returns the result (the caller PQclear()s it), or NULL with the error
+ *          mapped by kl__pg_err() into *err.
+ */
+PGresult *kl__pg_run(kl__pg_conn_t *conn, kl__pg_stmt_t stmt, int nparams,
+                     const char *const *values, const int *lengths,
+                     const int *formats, int binary_result, kl_err_t *err);
+
+/** Prepares @p stmt on @p conn unless it is: KL_OK or a kl__pg_err(). */
+kl_err_t kl__pg_prepare(kl__pg_conn_t *conn, kl__pg_stmt_t stmt);
+
+/** One statement of kl__pg_pipeline(): a prepared one, or @p sql. */
+typedef struct kl__pg_call {
+  kl__pg_stmt_t stmt; /* used when sql is NULL */
+  const char *sql;    /* a statement without parameters (COMMIT) */
+  int nparams;
+  const char *values[7];
+  int lengths[7];
+  int formats[7];
+  int binary;       /* results in binary format */
+  const char *what; /* for messages; set for prepared ones when NULL */
+  PGresult *res;    /* set by kl__pg_pipeline(); the caller PQclear()s it */
+} kl__pg_call_t;
+
+/**
+ * Sends @p n statements in libpq's pipeline mode and one sync, so that
+ * they cost one network round trip, then collects each one's result into
+ * calls[i].res (PGRES_PIPELINE_ABORTED for those after a failed one; NULL
+ * when the link broke first). Statements are prepared first when needed.
+ * @returns KL_OK when every result arrived; a kl__pg_err() otherwise (the
+ *          connection is then to be dropped).
+ */
+kl_err_t kl__pg_pipeline(kl__pg_conn_t *conn, kl__pg_call_t *calls, int n);
+
+/**
+ * kl__pg_pipeline() in two halves, so that the pipelines of several
+ * connections are in flight at once: send (the statements and the sync),
+ * then, when the send went well, collect. After a failed half the
+ * connection is to be dropped.
+ */
+kl_err_t kl__pg_pipeline_send(kl__pg_conn_t *conn, kl__pg_call_t *calls, int n);
+kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
+                                 int n);
+
+/* What the fence statement fails with when the epoch moved (it divides by
+ * the count of rows it matched): division_by_zero. */
+#define KL__PG_FENCED_STATE "22012"
+
+/* What KL__PG_UPDATE fails with when a key known stored was not (it
+ * divides by whether it updated them all): division_by_zero too. */
+#define KL__PG_KEY_GONE_STATE "22012"
+
+/* What KL__PG_IDS_NEW fails with when one of its ids was recorded since
+ * the batch looked it up: unique_violation. */
+#define KL__PG_ID_TAKEN_STATE "23505"
+
+/** The SQLSTATE of a failed result, or "". */
+const char *kl__pg_state(const PGresult *res);
+
+/* Schema versions (store_pg_migrations.c). */
+#define KL__PG_SCHEMA_VERSION 7
+
+/* The advisory lock (a bigint key) held while the schema is created or
+ * migrated; every keylane version takes this one key. */
+#define KL__PG_SCHEMA_LOCK "7021781985775709797"
+
+/* How long an opener or `keylane store migrate` waits for that lock before
+ * KL_ESTORE_BUSY, naming the session that holds it. */
+#define KL__PG_SCHEMA_WAIT_MS 60000
+
+/** Tests: the wait for the schema lock, in ms (0: KL__PG_SCHEMA_WAIT_MS). */
+void kl__pg_set_schema_wait_ms(int ms);
+
+/** Reads the schema version: 0 when keylane has created nothing yet. */
+kl_err_t kl__pg_schema_version(PGconn *pg, int *version);
+
+/**
+ * kl_store_open()'s schema check: creates the schema in a database where
+ * keylane has created nothing yet (unless @p create is 0), refuses an older
+ * one (that is `keylane store migrate`'s) and a newer one. A schema not at
+ * this build's version is looked at again under the schema lock, so an
+ * opener waits for a creation or a migration in progress.
+ * @returns KL_OK; KL_ENOTFOUND (none, and not @p create);
+ *          KL_ESTORE_VERSION (older or newer); KL_ESTORE_BUSY when the lock
+ *          was held longer than KL__PG_SCHEMA_WAIT_MS. The lock is not held
+ *          on return, unless this fails: then close @p pg.
+ */
+kl_err_t kl__pg_schema_open(PGconn *pg, int create);
+
+/**
+ * Applies every migration above the database's version, each in its own
+ * transaction, all under the schema lock, so that concurrent callers apply
+ * each once. @p from and @p to receive the versions before and after.
+ * @returns KL_OK, KL_ESTORE_VERSION for a schema newer than this build, or
+ *          KL_ESTORE_BUSY as kl__pg_schema_open(); on failure close @p pg.
+ */
+kl_err_t kl__pg_migrate(PGconn *pg, int *from, int *to);
+
+/**
+ * `keylane store migrate`: connects to @p uri and migrates.
+ * @returns as kl__pg_migrate(), or KL_ESTORE when the server is unreachable.
+ */
+kl_err_t kl__store_pg_migrate(const char *uri, int *from, int *to);
+
+/* The txn operations of store_pg_txn.c and the outbox's list and remove
+ * of store_pg_outbox.c, for the ops table. */
+KL__STORE_BACKEND_DECLARE(pg);
+void *kl__pg_conn(kl_txn_t *txn);
+int kl__pg_lost(kl_txn_t *txn);
+kl_err_t kl__pg_prefetch(kl_txn_t *txn, const char *const *ids,
+                         const size_t *id_lens, size_t n);
+
+/** Runs @p fn on a pooled connection, once more on a fresh one when the
+ *  link was lost: for statements that may run twice. */
+kl_err_t kl__pg_call(kl__pg_t *pgs, kl_err_t (*fn)(kl__pg_conn_t *, void *),
+                     void *ctx);
+
+/* The outbox of store_pg_outbox.c: fills @p call, a statement of a
+ * commit's pipeline after its fence, with the insert of @p emits (its
+ * parameters in *params, which the caller frees after the pipeline). */
+kl_err_t kl__pg_outbox_add(kl__pg_call_t *call, char **params,
+                           const char *topic, int32_t partition,
+                           const kl__emits_t *emits);
+
+#endif

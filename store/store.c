@@ -1,0 +1,557 @@
+/*
+ * The public store API: picks a backend by location and forwards every
+ * call to it. Argument checks that hold for every backend live here, once.
+ */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "store/backend.h"
+#include "store/store_internal.h"
+
+static int kl_store_is_pg(const char *location) {
+  return strncmp(location, "postgresql://", 13) == 0 ||
+         strncmp(location, "postgres://", 11) == 0;
+}
+
+kl_err_t kl_store_open(const char *location, const kl_conf_t *conf,
+                       kl_store_t **out) {
+  kl__err_clear();
+  if (!location || !*location || !out)
+    return kl__err(KL_EINVAL, "kl_store_open: location and out are required");
+  *out = NULL;
+  if (!kl_store_is_pg(location))
+    return kl__store_lmdb_open(location, conf, out);
+  return kl__store_pg_open(location, conf, out);
+}
+
+void kl_store_destroy(kl_store_t *store) {
+  if (store)
+    store->ops->destroy(store);
+}
+
+kl_err_t kl__store_check_tp(const char *fn, const char *topic,
+                            int32_t partition) {
+  if (!topic || !*topic)
+    return kl__err(KL_EINVAL, "%s: a topic is required", fn);
+  size_t len = strlen(topic);
+  if (len > KL__TOPIC_MAX)
+    return kl__err(KL_EINVAL, "%s: topic is %zu bytes, Kafka allows %d", fn,
+                   len, KL__TOPIC_MAX);
+  if (partition < 0)
+    return kl__err(KL_EINVAL, "%s: partition %d is negative", fn,
+                   (int)partition);
+  return KL_OK;
+}
+
+kl_err_t kl__store_acquire_above(kl_store_t *store, const char *topic,
+                                 int32_t partition, uint64_t floor,
+                                 kl_partition_state_t *state) {
+  kl_err_t err = kl__store_check_tp("kl_store_acquire", topic, partition);
+  if (err || !store || !state)
+    return err ? err
+               : kl__err(KL_EINVAL, "kl_store_acquire: store and state "
+                                    "are required");
+  return store->ops->acquire(store, topic, partition, floor, state);
+}
+
+kl_err_t kl_store_acquire(kl_store_t *store, const char *topic,
+                          int32_t partition, kl_partition_state_t *state) {
+  kl__err_clear();
+  return kl__store_acquire_above(store, topic, partition, 0, state);
+}
+
+kl_err_t kl_store_partition(kl_store_t *store, const char *topic,
+                            int32_t partition, kl_partition_state_t *state) {
+  kl__err_clear();
+  kl_err_t err = kl__store_check_tp("kl_store_partition", topic, partition);
+  if (err || !store || !state)
+    return err ? err
+               : kl__err(KL_EINVAL, "kl_store_partition: store and "
+                                    "state are required");
+  return store->ops->partition(store, topic, partition, state);
+}
+
+kl_err_t kl__store_reset(kl_store_t *store, const char *topic,
+                         int32_t partition, kl_partition_state_t *state) {
+  kl_err_t err = kl__store_check_tp("kl__store_reset", topic, partition);
+  if (err || !store || !state)
+    return err ? err
+               : kl__err(KL_EINVAL, "kl__store_reset: store and state "
+                                    "are required");
+  if ((err = store->ops->reset(store, topic, partition, state)))
+    return err;
+  if (state->epoch == 0)
+    return kl__err(KL_ENOTFOUND,
+                   "the store has no state for topic %s "
+                   "partition %" PRId32 ": nothing to reset",
+                   topic, partition);
+  return KL_OK;
+}
+
+kl_err_t kl__store_beat(kl_store_t *store, const char *topic, kl__beat_t *beats,
+                        size_t n) {
+  if (!store || (!beats && n))
+    return kl__err(KL_EINVAL, "kl__store_beat: a store and the beats are "
+                              "required");
+  for (size_t i = 0; i < n; i++) {
+    kl_err_t err =
+        kl__store_check_tp("kl__store_beat", topic, beats[i].partition);
+    if (err || !beats[i].epoch)
+      return err ? err
+                 : kl__err(KL_EINVAL,
+                           "kl__store_beat: partition %d "
+                           "has epoch 0, which no owner "
+                           "holds",
+                           (int)beats[i].partition);
+  }
+  return n ? store->ops->beat(store, topic, beats, n) : KL_OK;
+}
+
+int64_t kl__beat_period_ns(const kl_conf_t *conf) {
+  int64_t third_ms =
+      conf ? kl__conf_int(conf, "worker.fenced.retake.ms") / 3 : 0;
+  return (third_ms > 0 && third_ms < 1000 ? third_ms : 1000) * 1000000;
+}
+
+kl_err_t kl_store_begin(kl_store_t *store, const char *topic, int32_t partition,
+                        uint64_t epoch, kl_txn_t **txn) {
+  kl__err_clear();
+  kl_err_t err = kl__store_check_tp("kl_store_begin", topic, partition);
+  if (err)
+    return err;
+  if (!store || !txn)
+    return kl__err(KL_EINVAL, "kl_store_begin: store and txn are required");
+  *txn = NULL;
+  if (epoch == 0)
+    return kl__err(KL_EINVAL, "kl_store_begin: epoch 0 belongs to no owner: "
+                              "take the partition with kl_store_acquire()");
+  return store->ops->begin(store, topic, partition, epoch, txn);
+}
+
+kl_err_t kl_store_commit(kl_txn_t *txn, int64_t watermark) {
+  kl__err_clear();
+  if (!txn)
+    return kl__err(KL_EINVAL, "kl_store_commit: txn is required");
+  kl_err_t err = kl__store_commit_outboxless(txn);
+  return err ? err : txn->store->ops->commit(txn, watermark);
+}
+
+void kl__store_commit_many(kl__store_commit_t *commits, size_t n) {
+  int one_store = 1;
+  for (size_t i = 1; i < n; i++)
+    one_store &= commits[i].txn->store == commits[0].txn->store;
+  if (n && one_store && commits[0].txn->store->ops->commit_many) {
+    commits[0].txn->store->ops->commit_many(commits, n);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    commits[i].err = kl_store_commit(commits[i].txn, commits[i].watermark);
+    snprintf(commits[i].why, sizeof(commits[i].why), "%s",
+             commits[i].err ? kl_err_detail() : "");
+  }
+}
+
+const char *kl_store_backend(const kl_store_t *store) {
+  return store ? store->ops->name : "";
+}
+
+void kl_store_abort(kl_txn_t *txn) {
+  if (txn)
+    txn->store->ops->abort(txn);
+}
+
+/* LMDB's default key limit; PostgreSQL's is larger, but a handler that
+ * works on one backend must work on the other. */
+#define KL_STORE_KEY_MAX 511
+
+static kl_err_t kl_store_check_key(const char *fn, const void *key,
+                                   size_t key_len) {
+  if (!key || key_len == 0 || key_len > KL_STORE_KEY_MAX)
+    return kl__err(KL_EINVAL,
+                   "%s: key is %zu bytes, expected 1..%d: hash "
+                   "longer entity keys into the store key",
+                   fn, key_len, KL_STORE_KEY_MAX);
+  return KL_OK;
+}
+
+/* An idempotency key is 1..KL_ID_MAX bytes (event.h). */
+static kl_err_t kl_store_check_id(const char *fn, const char *id,
+                                  size_t id_len) {
+  if (!id || id_len == 0 || id_len > KL_ID_MAX)
+    return kl__err(KL_EINVAL,
+                   "%s: idempotency key is %zu bytes, expected "
+                   "1..%d",
+                   fn, id_len, KL_ID_MAX);
+  if (memchr(id, 0, id_len))
+    return kl__err(KL_EINVAL,
+                   "%s: idempotency key holds a NUL byte; an id is text "
+                   "(event.h)",
+                   fn);
+  return KL_OK;
+}
+
+/* An entity key is 1..KL_KEY_MAX bytes (event.h). */
+static kl_err_t kl_store_check_entity(const char *fn, const void *key,
+                                      size_t key_len) {
+  if (!key || key_len == 0 || key_len > KL_KEY_MAX)
+    return kl__err(KL_EINVAL, "%s: entity key is %zu bytes, expected 1..%d", fn,
+                   key_len, KL_KEY_MAX);
+  return KL_OK;
+}
+
+size_t kl__sid_encode(const void *key, size_t key_len, const char *id,
+                      size_t id_len, char out[KL__SID_MAX]) {
+  out[0] = 0;
+  out[1] = (char)(key_len >> 8);
+  out[2] = (char)(key_len & 0xff);
+  memcpy(out + 3, key, key_len);
+  memcpy(out + 3 + key_len, id, id_len);
+  return 3 + key_len + id_len;
+}
+
+int kl__sid_decode(const char *sid, size_t len, const void **key,
+                   size_t *key_len, const char **id, size_t *id_len) {
+  if (len > 0 && sid[0] != 0) { /* unscoped */
+    *key = NULL, *key_len = 0, *id = sid, *id_len = len;
+    return len <= KL_ID_MAX ? 0 : -1;
+  }
+  if (len < 3)
+    return -1;
+  size_t k = (size_t)(unsigned char)sid[1] << 8 | (unsigned char)sid[2];
+  if (k == 0 || k > KL_KEY_MAX || len <= 3 + k || len - 3 - k > KL_ID_MAX)
+    return -1;
+  *key = sid + 3, *key_len = k, *id = sid + 3 + k, *id_len = len - 3 - k;
+  return 0;
+}
+
+int kl__store_legacy_ids(const kl_store_t *store) {
+  return store->legacy_ids_until_ms > 0 &&
+         kl__store_now_ms() < store->legacy_ids_until_ms;
+}
+
+kl_err_t kl_txn_get(kl_txn_t *txn, const void *key, size_t key_len,
+                    const void **val, size_t *val_len) {
+  kl__err_clear();
+  kl_err_t err = kl_store_check_key("kl_txn_get", key, key_len);
+  if (err || !txn || !val || !val_len)
+    return err ? err
+               : kl__err(KL_EINVAL, "kl_txn_get: txn, val and val_len "
+                                    "are required");
+  return txn->store->ops->get(txn, key, key_len, val, val_len);
+}
+
+kl_err_t kl_txn_put(kl_txn_t *txn, const void *key, size_t key_len,
+                    const void *val, size_t val_len) {
+  kl__err_clear();
+  kl_err_t err = kl_store_check_key("kl_txn_put", key, key_len);
+  if (err || !txn || (!val && val_len))
+    return err ? err
+               : kl__err(KL_EINVAL, "kl_txn_put: txn and val are "
+                                    "required");
+  return txn->store->ops->put(txn, key, key_len, val, val_len);
+}
+
+kl_err_t kl_txn_del(kl_txn_t *txn, const void *key, size_t key_len) {
+  kl__err_clear();
+  kl_err_t err = kl_store_check_key("kl_txn_del", key, key_len);
+  if (err || !txn)
+    return err ? err : kl__err(KL_EINVAL, "kl_txn_del: txn is required");
+  return txn->store->ops->del(txn, key, key_len);
+}
+
+kl_err_t kl__txn_seen_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
+                          kl_mark_t *mark) {
+  kl_err_t err = txn->store->ops->seen(txn, sid, sid_len, mark);
+  const void *key;
+  size_t key_len, id_len;
+  const char *id;
+  /* Ids recorded before they were scoped by key suppress their events'
+   * copies until they expire (kl__store_legacy_ids()). */
+  if (!err && *mark == KL_MARK_NONE && sid_len && sid[0] == 0 &&
+      kl__store_legacy_ids(txn->store) &&
+      kl__sid_decode(sid, sid_len, &key, &key_len, &id, &id_len) == 0)
+    err = txn->store->ops->seen(txn, id, id_len, mark);
+  return err;
+}
+
+kl_err_t kl__txn_mark_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
+                          kl_mark_t mark) {
+  if (mark != KL_MARK_APPLIED && mark != KL_MARK_DEAD_LETTER)
+    return kl__err(KL_EINVAL,
+                   "kl_txn_mark: mark %d is neither "
+                   "KL_MARK_APPLIED nor KL_MARK_DEAD_LETTER",
+                   (int)mark);
+  return txn->store->ops->mark(txn, sid, sid_len, mark);
+}
+
+kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
+                     kl_mark_t *mark) {
+  kl__err_clear();
+  kl_err_t err = kl_store_check_id("kl_txn_seen", id, id_len);
+  if (err || !txn || !mark)
+    return err ? err
+               : kl__err(KL_EINVAL, "kl_txn_seen: txn and mark are "
+                                    "required");
+  return txn->store->ops->seen(txn, id, id_len, mark);
+}
+
+kl_err_t kl_txn_seen_key(kl_txn_t *txn, const void *key, size_t key_len,
+                         const char *id, size_t id_len, kl_mark_t *mark) {
+  kl__err_clear();
+  kl_err_t err = kl_store_check_entity("kl_txn_seen_key", key, key_len);
+  if (!err)
+    err = kl_store_check_id("kl_txn_seen_key", id, id_len);
+  if (err || !txn || !mark)
+    return err ? err
+               : kl__err(KL_EINVAL, "kl_txn_seen_key: txn and mark are "
+                                    "required");
+  char sid[KL__SID_MAX];
+  size_t len = kl__sid_encode(key, key_len, id, id_len, sid);
+  return kl__txn_seen_sid(txn, sid, len, mark);
+}
+
+kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
+                     kl_mark_t mark) {
+  kl__err_clear();
+  kl_err_t err = kl_store_check_id("kl_txn_mark", id, id_len);
+  if (err || !txn)
+    return err ? err : kl__err(KL_EINVAL, "kl_txn_mark: txn is required");
+  return kl__txn_mark_sid(txn, id, id_len, mark);
+}
+
+kl_err_t kl_txn_mark_key(kl_txn_t *txn, const void *key, size_t key_len,
+                         const char *id, size_t id_len, kl_mark_t mark) {
+  kl__err_clear();
+  kl_err_t err = kl_store_check_entity("kl_txn_mark_key", key, key_len);
+  if (!err)
+    err = kl_store_check_id("kl_txn_mark_key", id, id_len);
+  if (err || !txn)
+    return err ? err : kl__err(KL_EINVAL, "kl_txn_mark_key: txn is required");
+  char sid[KL__SID_MAX];
+  size_t len = kl__sid_encode(key, key_len, id, id_len, sid);
+  return kl__txn_mark_sid(txn, sid, len, mark);
+}
+
+kl_err_t kl__store_buf_mark(kl__buf_t *ids, const void *key, size_t key_len,
+                            kl_mark_t mark) {
+  const kl__buf_entry_t *have = kl__buf_get(ids, key, key_len);
+  mark = kl__mark_merge(have ? (kl_mark_t)have->tag : KL_MARK_NONE, mark);
+  if (kl__buf_set(ids, key, key_len, NULL, 0, (int)mark))
+    return kl__err(KL_ENOMEM, "kl_txn_mark: out of memory");
+  return KL_OK;
+}
+
+void *kl_txn_pg_conn(kl_txn_t *txn) {
+  return txn && txn->store->ops->pg_conn ? txn->store->ops->pg_conn(txn) : NULL;
+}
+
+kl_err_t kl_txn_prefetch(kl_txn_t *txn, const char *const *ids,
+                         const size_t *id_lens, size_t n) {
+  kl__err_clear();
+  if (!txn || (n && (!ids || !id_lens)))
+    return kl__err(KL_EINVAL, "kl_txn_prefetch: txn, ids and id_lens are "
+                              "required");
+  for (size_t i = 0; i < n; i++) {
+    kl_err_t err = kl_store_check_id("kl_txn_prefetch", ids[i], id_lens[i]);
+    if (err)
+      return err;
+  }
+  return n && txn->store->ops->prefetch
+             ? txn->store->ops->prefetch(txn, ids, id_lens, n)
+             : KL_OK;
+}
+
+void kl__sids_free(kl__sids_t *s) {
+  free(s->arena);
+  free(s->sids);
+  free(s->lens);
+  memset(s, 0, sizeof(*s));
+}
+
+kl_err_t kl__sids_build(kl__sids_t *s, const kl_store_t *store,
+                        const void *const *keys, const size_t *key_lens,
+                        const char *const *ids, const size_t *id_lens,
+                        size_t n) {
+  int legacy = kl__store_legacy_ids(store);
+  size_t bytes = 0;
+  memset(s, 0, sizeof(*s));
+  for (size_t i = 0; i < n; i++)
+    bytes += 3 + key_lens[i] + (legacy ? 2 : 1) * id_lens[i];
+  size_t cap = legacy ? 2 * n : n;
+  s->arena = malloc(bytes ? bytes : 1);
+  s->sids = malloc((cap ? cap : 1) * sizeof(*s->sids));
+  s->lens = malloc((cap ? cap : 1) * sizeof(*s->lens));
+  if (!s->arena || !s->sids || !s->lens) {
+    kl__sids_free(s);
+    return kl__err(KL_ENOMEM, "kl_txn_prefetch_keys: out of memory");
+  }
+  char *at = s->arena;
+  for (size_t i = 0; i < n; i++) {
+    s->sids[s->n] = at;
+    s->lens[s->n] =
+        kl__sid_encode(keys[i], key_lens[i], ids[i], id_lens[i], at);
+    at += s->lens[s->n++];
+    if (legacy) { /* kl__txn_seen_sid() may ask for the unscoped id too */
+      s->sids[s->n] = memcpy(at, ids[i], id_lens[i]);
+      s->lens[s->n++] = id_lens[i];
+      at += id_lens[i];
+    }
+  }
+  return KL_OK;
+}
+
+kl_err_t kl_txn_prefetch_keys(kl_txn_t *txn, const void *const *keys,
+                              const size_t *key_lens, const char *const *ids,
+                              const size_t *id_lens, size_t n) {
+  kl__err_clear();
+  if (!txn || (n && (!keys || !key_lens || !ids || !id_lens)))
+    return kl__err(KL_EINVAL, "kl_txn_prefetch_keys: txn, keys, key_lens, "
+                              "ids and id_lens are required");
+  for (size_t i = 0; i < n; i++) {
+    kl_err_t err =
+        kl_store_check_entity("kl_txn_prefetch_keys", keys[i], key_lens[i]);
+    if (!err)
+      err = kl_store_check_id("kl_txn_prefetch_keys", ids[i], id_lens[i]);
+    if (err)
+      return err;
+  }
+  if (!n || !txn->store->ops->prefetch)
+    return KL_OK;
+  kl__sids_t s;
+  kl_err_t err =
+      kl__sids_build(&s, txn->store, keys, key_lens, ids, id_lens, n);
+  if (!err)
+    err = txn->store->ops->prefetch(txn, (const char *const *)s.sids, s.lens,
+                                    s.n);
+  kl__sids_free(&s);
+  return err;
+}
+
+int kl__store_has_prefetch(kl_store_t *store) {
+  return store && store->ops->prefetch != NULL;
+}
+
+int kl__txn_lost(kl_txn_t *txn) {
+  return txn && txn->store->ops->lost && txn->store->ops->lost(txn);
+}
+
+size_t kl__store_txn_max(kl_store_t *store) {
+  return store && store->ops->txn_max ? store->ops->txn_max(store) : 0;
+}
+
+void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition) {
+  if (store && topic && store->ops->forget)
+    store->ops->forget(store, topic, partition);
+}
+
+void kl__store_cache_stats(kl_store_t *store, kl__cache_stats_t *stats) {
+  memset(stats, 0, sizeof(*stats));
+  if (store && store->ops->cache_stats)
+    store->ops->cache_stats(store, stats);
+}
+
+void kl_txn_count_duplicate(kl_txn_t *txn) {
+  if (txn)
+    txn->store->ops->count_duplicate(txn);
+}
+
+kl_err_t kl_store_sweep(kl_store_t *store, size_t max, size_t *removed) {
+  kl__err_clear();
+  if (removed)
+    *removed = 0;
+  if (!store)
+    return kl__err(KL_EINVAL, "kl_store_sweep: store is required");
+  size_t dummy;
+  return store->ops->sweep(store, max, removed ? removed : &dummy);
+}
+
+kl_err_t kl_store_scan(kl_store_t *store, const void *prefix, size_t prefix_len,
+                       kl_store_scan_cb_t *cb, void *opaque) {
+  kl__err_clear();
+  if (!store || !cb || (!prefix && prefix_len))
+    return kl__err(KL_EINVAL, "kl_store_scan: store and cb are required");
+  return store->ops->scan(store, prefix, prefix_len, cb, opaque);
+}
+
+kl_err_t kl_store_foreach_partition(kl_store_t *store,
+                                    kl_store_partition_cb_t *cb, void *opaque) {
+  kl__err_clear();
+  if (!store || !cb)
+    return kl__err(KL_EINVAL, "kl_store_foreach_partition: store and cb are "
+                              "required");
+  return store->ops->foreach_partition(store, cb, opaque);
+}
+
+kl_err_t kl_store_id_count(kl_store_t *store, uint64_t *count) {
+  kl__err_clear();
+  if (!store || !count)
+    return kl__err(KL_EINVAL, "kl_store_id_count: store and count are "
+                              "required");
+  return store->ops->id_count(store, count);
+}
+
+typedef struct kl_ids_walk {
+  kl__store_id_cb_t *cb;
+  void *opaque;
+  int bad; /* a sid that does not decode */
+} kl_ids_walk_t;
+
+static int kl_ids_walk_sid(void *opaque, const char *topic, const char *sid,
+                           size_t sid_len, int64_t time_ms, kl_mark_t mark) {
+  kl_ids_walk_t *w = opaque;
+  const void *key;
+  const char *id;
+  size_t key_len, id_len;
+  if (kl__sid_decode(sid, sid_len, &key, &key_len, &id, &id_len))
+    return w->bad = 1;
+  return w->cb(w->opaque, topic, key, key_len, id, id_len, time_ms, mark);
+}
+
+kl_err_t kl__store_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
+                            void *opaque) {
+  if (!store || !cb)
+    return kl__err(KL_EINVAL, "kl__store_ids_walk: store and cb are required");
+  if (!store->ops->ids_walk)
+    return kl__err(KL_EINVAL,
+                   "the %s store cannot list its idempotency keys "
+                   "in this build",
+                   store->ops->name);
+  kl_ids_walk_t w = {cb, opaque, 0};
+  kl_err_t err = store->ops->ids_walk(store, kl_ids_walk_sid, &w);
+  if (!err && w.bad)
+    err = kl__err(KL_ESTORE,
+                  "the %s store holds an idempotency key that does not "
+                  "decode: the store is damaged or was written by another "
+                  "program",
+                  store->ops->name);
+  return err;
+}
+
+kl_err_t kl__store_version(kl_store_t *store, int *version, int *latest) {
+  if (!store || !version || !latest)
+    return kl__err(KL_EINVAL, "kl__store_version: store, version and latest "
+                              "are required");
+  return store->ops->version(store, version, latest);
+}
+
+/* ---- the store's clock ----------------------------------------------- */
+
+static int64_t (*_Atomic kl_store_clock)(void);
+
+void kl__store_set_clock(int64_t (*now_ms)(void)) {
+  atomic_store(&kl_store_clock, now_ms);
+}
+
+int64_t kl__store_now_ms(void) {
+  int64_t (*now_ms)(void) = atomic_load(&kl_store_clock);
+  return now_ms ? now_ms() : kl__now_ms();
+}
+
+int64_t kl__store_test_clock_ms(void) {
+  int64_t (*now_ms)(void) = atomic_load(&kl_store_clock);
+  return now_ms ? now_ms() : 0;
+}

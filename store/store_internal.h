@@ -1,0 +1,364 @@
+/*
+ * Internal store interfaces for tests, benchmarks and `keylane store`: the
+ * clock the store stamps idempotency keys with, and the LMDB layout facts a
+ * test needs to build a store of another format. Not installed.
+ */
+#ifndef KEYLANE_WORKER_STORE_INTERNAL_H
+#define KEYLANE_WORKER_STORE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keylane/event.h"
+#include "keylane/store.h"
+
+/**
+ * Replaces the store's clock (ms since the Unix epoch), which stamps
+ * idempotency keys and decides their expiry; NULL restores the real one.
+ * The real clock is LMDB's host's, and PostgreSQL's server's
+ * (clock_timestamp()), so that one host whose clock jumps cannot expire
+ * the fleet's keys; a test clock replaces either. Process wide; for
+ * tests, which move time instead of sleeping.
+ */
+void kl__store_set_clock(int64_t (*now_ms)(void));
+
+/** The store's current time in ms as this host reads it: the test clock
+ *  when one is set, else the host's. */
+int64_t kl__store_now_ms(void);
+
+/** The test clock's time in ms, or 0 when none is set. */
+int64_t kl__store_test_clock_ms(void);
+
+/**
+ * kl_store_acquire(), with the new epoch above @p floor too: the highest
+ * epoch the fleet used that this store may not know (a rebuilt store, a
+ * new store for an existing topic), so that an external resource which
+ * kept that epoch accepts the new owner.
+ */
+kl_err_t kl__store_acquire_above(kl_store_t *store, const char *topic,
+                                 int32_t partition, uint64_t floor,
+                                 kl_partition_state_t *state);
+
+/**
+ * The mark an idempotency key keeps when it is marked @p mark over @p have,
+ * in a batch's buffer, a lane's overlay or the store: an applied mark is
+ * never replaced by a dead-letter one. An id reused by two events stays
+ * applied once either applied (the other is a duplicate, or its dead letter
+ * is sent but not recorded over it); a dead letter becomes applied when it
+ * is redriven.
+ */
+static inline kl_mark_t kl__mark_merge(kl_mark_t have, kl_mark_t mark) {
+  return have == KL_MARK_APPLIED ? KL_MARK_APPLIED : mark;
+}
+
+/* ---- idempotency keys scoped by entity key ---------------------------- */
+
+/*
+ * An event's idempotency key is scoped by its topic and its entity key: the
+ * same id on two keys names two events, each applied once, and whichever
+ * key's lane runs first cannot take the other's id (so a live worker and
+ * `keylane store rebuild` decide alike). The backends store a scoped id,
+ * a "sid": a NUL byte, the entity key's length (2 bytes, big-endian), the
+ * key, then the id. An id never holds a NUL (event.h), so a sid never
+ * equals an unscoped id: kl_txn_seen() and kl_txn_mark() (no key) keep
+ * their own space, which also holds the ids a store recorded before ids
+ * were scoped (LMDB format 2, PostgreSQL schema 6).
+ */
+#define KL__SID_MAX (3 + KL_KEY_MAX + KL_ID_MAX)
+
+/** Writes the sid of @p id on entity @p key (lengths checked by the
+ *  caller) into @p out. @returns its length. */
+size_t kl__sid_encode(const void *key, size_t key_len, const char *id,
+                      size_t id_len, char out[KL__SID_MAX]);
+
+/** Splits a sid (or an unscoped id: *key NULL, *key_len 0) into its parts,
+ *  borrowed from @p sid. @returns 0, or -1 when it is malformed. */
+int kl__sid_decode(const char *sid, size_t len, const void **key,
+                   size_t *key_len, const char **id, size_t *id_len);
+
+/**
+ * @returns nonzero while @p store may hold ids recorded before ids were
+ * scoped by key that have not expired yet: until the retention has passed
+ * since the store was upgraded. Meanwhile a scoped id that is not found is
+ * looked up unscoped too, so an event applied before the upgrade is still
+ * a duplicate after it.
+ */
+int kl__store_legacy_ids(const kl_store_t *store);
+
+/** kl_txn_seen_key() and kl_txn_mark_key() of an encoded sid: for the
+ *  lanes' child txns, which hold sids and hand them to their batch. */
+kl_err_t kl__txn_seen_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
+                          kl_mark_t *mark);
+kl_err_t kl__txn_mark_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
+                          kl_mark_t mark);
+
+/** A batch's sids, for a prefetch: with their unscoped ids too while
+ *  kl__store_legacy_ids(). */
+typedef struct kl__sids {
+  char *arena;
+  const char **sids;
+  size_t *lens;
+  size_t n;
+} kl__sids_t;
+
+/** Builds @p s from @p n (key, id) pairs; kl__sids_free() frees it. */
+kl_err_t kl__sids_build(kl__sids_t *s, const kl_store_t *store,
+                        const void *const *keys, const size_t *key_lens,
+                        const char *const *ids, const size_t *id_lens,
+                        size_t n);
+void kl__sids_free(kl__sids_t *s);
+
+/**
+ * Rewinds @p partition of @p topic, for `keylane store reset` after its
+ * log went backwards: takes a new epoch, so that a live owner is fenced,
+ * and sets the watermark to 0, so that the next owner starts at the log's
+ * beginning. Idempotency keys, handler state and counters stay.
+ * @returns KL_OK with the new state in @p state; KL_ENOTFOUND when the
+ *          store has no state for the partition.
+ */
+kl_err_t kl__store_reset(kl_store_t *store, const char *topic,
+                         int32_t partition, kl_partition_state_t *state);
+
+/** One batch of kl__store_commit_many(). */
+typedef struct kl__store_commit {
+  kl_txn_t *txn;     /**< freed by the call */
+  int64_t watermark; /**< as kl_store_commit() takes it */
+  kl_err_t err;      /**< the outcome, set by the call */
+  char why[512];     /**< kl_err_detail() of this batch's failure */
+} kl__store_commit_t;
+
+/**
+ * Commits @p n batches of one store, each to its watermark and guarded by
+ * its own epoch, as kl_store_commit() does one; where the backend can
+ * (LMDB) in ONE write transaction, so that they share its fsyncs. A fenced
+ * batch writes nothing (err = KL_EFENCED) and does not stop the others;
+ * when the shared write fails otherwise, each batch is tried alone, so
+ * that one batch (too big for the map, say) fails only itself. Every txn
+ * is freed. For the worker's group commit of several lanes.
+ */
+void kl__store_commit_many(kl__store_commit_t *commits, size_t n);
+
+/** One partition's heartbeat, for kl__store_beat(). */
+typedef struct kl__beat {
+  int32_t partition;
+  uint64_t epoch; /**< the epoch it is held with */
+  kl_err_t err;   /**< set by the call: KL_OK, or KL_EFENCED (newer owner) */
+} kl__beat_t;
+
+/**
+ * Heartbeats of an owner that holds @p n partitions of @p topic: adds one
+ * to each partition's `beats` iff its epoch is still beats[i].epoch, all in
+ * ONE short write (one fsync however many partitions it holds). For owners
+ * outside the group (replay, redrive), which may hold a partition long
+ * without a commit: a live worker they fenced takes the partition back
+ * once its state, beats included, has not changed for
+ * worker.fenced.retake.ms (worker.c), so such an owner beats at least
+ * every third of that period while it works (kl__beat_period_ns()).
+ * @returns KL_OK with each beats[i].err set; or a store error, with nothing
+ *          written.
+ */
+kl_err_t kl__store_beat(kl_store_t *store, const char *topic, kl__beat_t *beats,
+                        size_t n);
+
+/**
+ * How often an owner outside the group beats: a third of @p conf's
+ * worker.fenced.retake.ms, and at most once a second, so that a fleet whose
+ * period is shorter than the one the replay was given still sees it work.
+ */
+int64_t kl__beat_period_ns(const kl_conf_t *conf);
+
+/**
+ * Tells the store that this process no longer owns @p partition of
+ * @p topic (a revoke): the owner cache drops what it holds of it
+ * (store_cache.h). Safe to call for any partition, on any backend.
+ */
+void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition);
+
+/** @returns nonzero when kl_txn_prefetch() saves round trips on @p store
+ *  (PostgreSQL), so that a caller decodes ids for it only then. */
+int kl__store_has_prefetch(kl_store_t *store);
+
+/**
+ * kl_store_begin() and kl_txn_prefetch() of @p ids in one go, without
+ * waiting for either: on PostgreSQL (only) BEGIN, the epoch check and the
+ * ids' lookup leave in one pipeline on an idle pooled connection, and the
+ * caller does other work (another partition's handlers) while the server
+ * answers. kl__store_settle() reads the answers; any call on the txn does
+ * so first, and kl_store_abort() discards them.
+ * @returns KL_OK with *@p out pending; KL_ESTORE_BUSY at once when no
+ *          pooled connection is idle (it never connects or waits for
+ *          one; a connection's first use prepares the statements it
+ *          sends, as every pipeline does);
+ *          KL_EINVAL on LMDB; or the send's failure.
+ */
+kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
+                               int32_t partition, uint64_t epoch,
+                               const char *const *ids, const size_t *id_lens,
+                               size_t n, kl_txn_t **out);
+
+/** How long a txn begun ahead may wait to be settled: at most this, and at
+ *  most half of store.pg.idle.timeout (its session is idle in a
+ *  transaction meanwhile). */
+#define KL__STORE_AHEAD_MAX_MS 1000
+
+/**
+ * Reads what kl__store_begin_ahead() sent. @returns KL_OK (also for a txn
+ * not begun ahead, and on LMDB), or what kl_store_begin() or
+ * kl_txn_prefetch() would have returned: KL_EFENCED, a store error;
+ * KL_ESTORE_BUSY when it waited longer than KL__STORE_AHEAD_MAX_MS. The
+ * txn is then to be aborted; after a failure to read them, any other call
+ * on it returns the same error.
+ */
+kl_err_t kl__store_settle(kl_txn_t *txn);
+
+/** @returns nonzero while @p txn, begun ahead, is not settled and has not
+ *  waited longer than KL__STORE_AHEAD_MAX_MS (then it is to be aborted). */
+int kl__store_pending(kl_txn_t *txn);
+
+/**
+ * @returns nonzero when @p txn lost its link to the store (a PostgreSQL
+ * server that restarted under it): it cannot commit, and what failed in it
+ * failed for the store, not for the event (the worker runs the event again
+ * without counting an attempt). 0 for LMDB.
+ */
+int kl__txn_lost(kl_txn_t *txn);
+
+/**
+ * @returns how many txns of @p store may be open at once before a begin
+ * waits for one to end (PostgreSQL: store.pg.pool, one connection each),
+ * or 0 when there is no such bound (LMDB). A caller that holds txns and
+ * begins more must end some first past it, or wait for itself.
+ */
+size_t kl__store_txn_max(kl_store_t *store);
+
+struct kl__cache_stats;
+/**
+ * The owner cache's size and counters (zeroes when the backend has none or
+ * store.cache.max is 0), for the worker's metrics and the benchmark.
+ */
+void kl__store_cache_stats(kl_store_t *store, struct kl__cache_stats *stats);
+
+/* The LMDB store's format: bumped on any incompatible layout change.
+ * Format 1 kept idempotency keys unscoped in KL__LMDB_IDS_V1_DB, keyed by
+ * the encoded id alone (a tag byte, 0 raw or 1 a packed UUID, then the
+ * bytes); format 2 scopes them by topic; format 3 by topic and entity key
+ * (store/lmdb_ids.c). Older formats are migrated when opened; the
+ * ids they hold stay unscoped, and meta's KL__LMDB_LEGACY_IDS_KEY says
+ * when the upgrade was (int64 store ms, host order). */
+#define KL__LMDB_FORMAT 3u
+#define KL__LMDB_LEGACY_IDS_KEY "legacy_ids_at"
+#define KL__LMDB_META_DB "meta"
+#define KL__LMDB_FORMAT_KEY "format" /* value: uint32_t, host order */
+#define KL__LMDB_IDS_V1_DB "ids"
+
+/**
+ * The store's layout version: the LMDB format or the PostgreSQL schema
+ * version, in @p version, and the one this build writes in @p latest.
+ * For `keylane doctor` and `keylane store`.
+ */
+kl_err_t kl__store_version(kl_store_t *store, int *version, int *latest);
+
+/** Space used by one LMDB named database (or the whole file). */
+typedef struct kl__store_usage {
+  uint64_t map_size;   /**< this process's current map size, bytes */
+  uint64_t file_pages; /**< pages in use in the data file */
+  uint64_t page_size;
+  uint64_t ids;        /**< idempotency keys held */
+  uint64_t ids_pages;  /**< branch + leaf + overflow pages of "topic_ids" */
+  uint64_t data_pages; /**< the same for the handlers' "data" */
+  uint64_t txns;       /**< write transactions since the store was made;
+                            each syncs twice at store.durability=full */
+} kl__store_usage_t;
+
+/**
+ * Fills @p usage from mdb_env_info/mdb_stat.
+ * @returns KL_OK, or KL_EINVAL when @p store is not an LMDB store.
+ */
+kl_err_t kl__store_lmdb_usage(kl_store_t *store, kl__store_usage_t *usage);
+
+/**
+ * Called for each idempotency key by kl__store_ids_walk(); return nonzero
+ * to stop. @p topic is the topic it is scoped to, @p key the entity key
+ * (NULL for an unscoped id) and @p id the id as it was marked (all
+ * borrowed: valid for the call only), @p time_ms when it was recorded.
+ */
+typedef int(kl__store_id_cb_t)(void *opaque, const char *topic, const void *key,
+                               size_t key_len, const char *id, size_t id_len,
+                               int64_t time_ms, kl_mark_t mark);
+
+/** The backends' form of it: the encoded sid. */
+typedef int(kl__store_sid_cb_t)(void *opaque, const char *topic,
+                                const char *sid, size_t sid_len,
+                                int64_t time_ms, kl_mark_t mark);
+
+/**
+ * Calls @p cb for every idempotency key, in the backend's order, from one
+ * consistent snapshot (safe while workers commit). For `keylane store`
+ * (key counts and ages) and tests; it reads every key, so it is not for a
+ * worker's path.
+ * @returns KL_OK; KL_EINVAL when the backend has no such walk yet.
+ */
+kl_err_t kl__store_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
+                            void *opaque);
+
+/* ---- the outbox: follow-up events committed with their source ------- */
+
+/**
+ * Called for each outbox record by kl__store_outbox_list(), in seq order;
+ * @p rec (outbox_rec.h) is borrowed for the call. Return nonzero to stop.
+ */
+typedef int(kl__outbox_cb_t)(void *opaque, uint64_t seq, const void *rec,
+                             size_t len);
+
+/**
+ * Lists up to @p max follow-ups that batches of @p partition of @p topic
+ * committed and nobody removed, with a seq above @p after, in seq order
+ * (commit order: seqs come from one counter of the store and only grow).
+ * @returns KL_OK; KL_EINVAL for a store without an outbox.
+ */
+kl_err_t kl__store_outbox_list(kl_store_t *store, const char *topic,
+                               int32_t partition, uint64_t after, size_t max,
+                               kl__outbox_cb_t *cb, void *opaque);
+
+/** One follow-up of the outbox, for kl__store_outbox_del(). */
+typedef struct kl__outbox_ack {
+  int32_t partition;
+  uint64_t seq;
+} kl__outbox_ack_t;
+
+/**
+ * Removes the follow-ups @p acks of @p topic (published and acknowledged),
+ * of any partitions, in ONE short write; ones already gone are skipped.
+ * Not fenced: a record Kafka acknowledged may go whoever owns its
+ * partition.
+ */
+kl_err_t kl__store_outbox_del(kl_store_t *store, const char *topic,
+                              const kl__outbox_ack_t *acks, size_t n);
+
+/**
+ * Tells @p txn which event its handler runs now, by its place in the log:
+ * kl_txn_emit() derives the follow-ups' ids from @p topic (borrowed until
+ * the next call), @p partition and @p offset, and counts their index from
+ * 0 (outbox_rec.h). A NULL @p topic ends it (kl_txn_emit() is then
+ * refused).
+ */
+void kl__txn_source(kl_txn_t *txn, const char *topic, int32_t partition,
+                    int64_t offset);
+
+struct kl_event; /* keylane/event.h */
+struct kl_fence;
+/** kl__txn_source() of the event @p fence names; @p event's W3C trace
+ *  context (traceparent, tracestate) goes on with its follow-ups. */
+void kl__txn_source_event(kl_txn_t *txn, const struct kl_event *event,
+                          const struct kl_fence *fence);
+
+typedef struct kl__emits kl__emits_t; /* outbox_rec.h */
+
+/** Moves @p txn's emits out (NULL when none): the caller frees them with
+ *  kl__emits_free(). */
+kl__emits_t *kl__txn_take_emits(kl_txn_t *txn);
+
+/** Appends @p emits to @p txn's, to be written with its commit. */
+kl_err_t kl__txn_add_emits(kl_txn_t *txn, const kl__emits_t *emits);
+
+#endif
