@@ -451,6 +451,59 @@ static void test_inspect_prints_records(void **state) {
   kl_fx_down(&fx);
 }
 
+/* store get prints numbers as numbers: "recorded_ms (null)" and
+ * "value_len (null)" were integers handed to %s; the JSON form agrees. */
+static void test_store_get_prints_numbers(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "getnum", 1, 10);
+  json_decref(kl_rebuild_json(&fx, "getnum"));
+  json_t *lines = kl_inspect((const char *[]){"inspect", "-b", fx.boot, "-t",
+                                              "getnum", "--count", "1", NULL});
+  assert_int_equal(json_array_size(lines), 1);
+  char id[128];
+  snprintf(id, sizeof(id), "%s",
+           json_string_value(json_object_get(json_array_get(lines, 0), "id")));
+  json_decref(lines);
+
+  kl_run_t r;
+  kl_run((const char *[]){"store", "get", "--id", id, "--store", fx.store,
+                          "--json", NULL},
+         &r);
+  assert_int_equal(r.rc, 0);
+  json_t *o = kl_json(r.out);
+  kl_run_free(&r);
+  assert_string_equal(json_string_value(json_object_get(o, "id")), id);
+  assert_string_equal(json_string_value(json_object_get(o, "mark")), "applied");
+  json_int_t recorded = kl_int(o, "recorded_ms");
+  assert_true(recorded > 1600000000000LL); /* a time, in ms */
+  json_decref(o);
+
+  kl_run(
+      (const char *[]){"store", "get", "--id", id, "--store", fx.store, NULL},
+      &r);
+  assert_int_equal(r.rc, 0);
+  char want[64];
+  snprintf(want, sizeof(want), "recorded_ms  %lld\n", (long long)recorded);
+  if (strstr(r.out, "(null)") || !strstr(r.out, want))
+    fail_msg("no \"%s\" in:\n%s", want, r.out);
+  kl_run_free(&r);
+
+  kl_run((const char *[]){"store", "keys", "--store", fx.store, "--limit", "1",
+                          NULL},
+         &r);
+  assert_int_equal(r.rc, 0);
+  char key[128];
+  snprintf(key, sizeof(key), "%.*s", (int)strcspn(r.out, "\n"), r.out);
+  kl_run_free(&r);
+  kl_run((const char *[]){"store", "get", key, "--store", fx.store, NULL}, &r);
+  if (r.rc != 0)
+    fail_msg("store get %s: exit %d, stderr: %s", key, r.rc, r.err);
+  if (strstr(r.out, "(null)") || !strstr(r.out, "value_len    "))
+    fail_msg("store get KEY printed:\n%s", r.out);
+  kl_run_free(&r);
+  kl_fx_down(&fx);
+}
+
 static void test_rebuild_reports_truncated_history(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "trunc", 1, 0);
@@ -539,6 +592,7 @@ int main(void) {
       cmocka_unit_test(test_usage_errors_name_the_fix),
       cmocka_unit_test(test_rebuild_replay_and_store_json),
       cmocka_unit_test(test_inspect_prints_records),
+      cmocka_unit_test(test_store_get_prints_numbers),
       cmocka_unit_test(test_rebuild_reports_truncated_history),
       cmocka_unit_test(test_dry_run_never_runs_an_exec_handler),
   };
