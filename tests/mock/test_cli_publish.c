@@ -224,6 +224,28 @@ static void test_gateway_tokens_file_bounded(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* An empty --allow-topics used to allow every topic (fail open): it is a
+ * usage error naming the flag, the value and the fix, as a list of empty
+ * entries was. */
+static void test_gateway_empty_allow_topics_refused(void **state) {
+  (void)state;
+  static const char *const lists[] = {"", ",", " , "};
+  for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+    kl_run_t r;
+    kl_t_run_for((const char *[]){"broker", "--listen", "127.0.0.1:0", "-b",
+                                  "127.0.0.1:1", "--allow-topics", lists[i],
+                                  NULL},
+                 NULL, 0, 10000, &r);
+    char value[16];
+    snprintf(value, sizeof(value), "\"%s\"", lists[i]);
+    if (r.rc != 2 || !strstr(r.err, "--allow-topics") ||
+        !strstr(r.err, value) || !strstr(r.err, "leave the flag out"))
+      fail_msg("--allow-topics '%s': exit %d, stderr: %s", lists[i], r.rc,
+               r.err);
+    kl_run_free(&r);
+  }
+}
+
 /* ---- keylane publish ---- */
 
 typedef struct kl_msg {
@@ -551,6 +573,7 @@ int main(void) {
       cmocka_unit_test(test_broker_embedded_sigint),
       cmocka_unit_test(test_broker_bad_flags),
       cmocka_unit_test(test_gateway_tokens_file_bounded),
+      cmocka_unit_test(test_gateway_empty_allow_topics_refused),
       cmocka_unit_test(test_publish_good_lines_then_bad),
       cmocka_unit_test(test_publish_bad_lines),
       cmocka_unit_test(test_publish_usage),
