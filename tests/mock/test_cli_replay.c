@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -154,6 +155,53 @@ static void test_usage_errors_name_the_fix(void **state) {
   assert_int_equal(r.rc, 1);
   assert_non_null(strstr(r.err, "does not exist"));
   kl_run_free(&r);
+}
+
+/* Commands that read or change a store refuse a path holding none, and
+ * create nothing there: no directory, no data.mdb. They open the store
+ * before they talk to Kafka, so none is needed here. Only the commands
+ * that start a store create one (worker, and store rebuild when it writes:
+ * test_rebuild_replay_and_store_json). */
+static void test_no_store_is_created_at_a_typo(void **state) {
+  char dir[64], typo[96], empty[96];
+  kl_t_tmpdir(dir);
+  snprintf(typo, sizeof(typo), "%s/typo", dir);
+  snprintf(empty, sizeof(empty), "%s/empty", dir);
+  assert_int_equal(mkdir(empty, 0700), 0);
+  const char *const at[] = {typo, empty};
+  for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+    const char *const runs[][16] = {
+        {"replay", "-b", "127.0.0.1:1", "-t", "e", "-p", "0", "--from", "0",
+         "--store", at[i], "--handler", "ledger", "--dry-run", NULL},
+        {"replay", "-b", "127.0.0.1:1", "-t", "e", "-p", "0", "--from", "0",
+         "--store", at[i], "--handler", "ledger", NULL},
+        {"replay", "-b", "127.0.0.1:1", "--from-dlq", "e.dlq", "--store", at[i],
+         "--handler", "ledger", "--dry-run", NULL},
+        {"store", "rebuild", "-b", "127.0.0.1:1", "-t", "e", "--store", at[i],
+         "--handler", "ledger", "--dry-run", NULL},
+        {"store", "reset", "-t", "e", "-p", "0", "--store", at[i], NULL},
+        {"store", "migrate", "--store", at[i], NULL},
+        {"store", "stats", "--store", at[i], NULL},
+    };
+    for (size_t j = 0; j < sizeof(runs) / sizeof(runs[0]); j++) {
+      kl_run_t r;
+      kl_run(runs[j], &r);
+      char want[128];
+      snprintf(want, sizeof(want), "no keylane store at %s (", at[i]);
+      if (r.rc != 1 || !strstr(r.err, want) ||
+          !strstr(r.err, "`keylane worker` creates one, or check the path"))
+        fail_msg("keylane %s %s --store %s: exit %d, stderr: %s", runs[j][0],
+                 runs[j][1], at[i], r.rc, r.err);
+      kl_run_free(&r);
+      if (i == 0 && access(typo, F_OK) == 0)
+        fail_msg("keylane %s %s created %s", runs[j][0], runs[j][1], typo);
+      char file[128];
+      snprintf(file, sizeof(file), "%s/data.mdb", empty);
+      if (i == 1 && access(file, F_OK) == 0)
+        fail_msg("keylane %s %s created %s", runs[j][0], runs[j][1], file);
+    }
+  }
+  kl_t_rmrf(dir);
 }
 
 /* ---- against a cluster -------------------------------------------------- */
@@ -590,6 +638,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help),
       cmocka_unit_test(test_usage_errors_name_the_fix),
+      cmocka_unit_test(test_no_store_is_created_at_a_typo),
       cmocka_unit_test(test_rebuild_replay_and_store_json),
       cmocka_unit_test(test_inspect_prints_records),
       cmocka_unit_test(test_store_get_prints_numbers),
