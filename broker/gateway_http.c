@@ -265,13 +265,23 @@ static void kl_on_write(uv_write_t *write, int status) {
 
 void kl__gw_conn_flush(kl__gw_conn_t *conn) {
   uv_stream_t *stream = (uv_stream_t *)&conn->tcp;
-  while (!conn->closing && conn->head && conn->head->status) {
+  /* Not the request being parsed, answered at its head or not: the parser
+   * holds it until its body was read (a written request is freed). */
+  while (!conn->closing && conn->head && conn->head->status &&
+         conn->head != conn->parse.req) {
     kl__gw_req_t *req = kl_fifo_pop(conn);
     if (req->close) {
       conn->close_after = true;
-      /* Nothing after a Connection: close response is answered. */
-      while (conn->head)
-        kl_req_drop(kl_fifo_pop(conn));
+      /* Nothing after a Connection: close response is answered, nor
+       * read: the request being parsed is let go of too. */
+      while (conn->head) {
+        kl__gw_req_t *rest = kl_fifo_pop(conn);
+        if (rest == conn->parse.req) {
+          conn->parse.req = NULL;
+          conn->parse.active = false;
+        }
+        kl_req_drop(rest);
+      }
     }
     if (uv_stream_get_write_queue_size(stream) == 0)
       conn->last_write_ns = kl__mono_ns(); /* a stall is timed from here */

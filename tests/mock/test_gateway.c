@@ -1062,6 +1062,44 @@ static void test_pipelined_in_order(void **state) {
   kl_t_gateway_stop(tg);
 }
 
+/* A request answered at its head (404 here) whose body is still coming
+ * stays in the FIFO until the body was read: an earlier request answered
+ * by Kafka meanwhile used to write and free it while the parser still
+ * held it, so the rest of its body, or an error in it (a body over
+ * --max-body, malformed chunked framing), wrote into freed memory. */
+static void test_answer_waits_for_its_body(void **state) {
+  kl__gateway_opts_t o;
+  kl__gateway_opts_default(&o);
+  o.max_body = 1024;
+  kl_t_gateway_t *tg = kl_gw(&o);
+  kl_wait_health(tg->port, 200);
+  char *a = NULL, big[2048 + 16];
+  size_t a_len;
+  a = kl_t_http_format("POST", "/v1/topics/events/events", KL_JSON_CT, KL_SM_EV,
+                       strlen(KL_SM_EV), &a_len);
+  static const char b[] = "POST /nope HTTP/1.1\r\nHost: x\r\n"
+                          "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n";
+  kl_t_http_t *http = kl_t_http_open(tg->port);
+  assert_int_equal(kl_t_http_send(http, a, a_len), 0);
+  assert_int_equal(kl_t_http_send(http, b, sizeof(b) - 1), 0);
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_t_http_recv(http, &r, 10000), 0);
+  assert_int_equal(r.status, 200); /* Kafka answered the publish */
+  kl_t_http_resp_free(&r);
+  if (kl_t_http_recv(http, &r, 500) == 0)
+    fail_msg("the 404 went out before its body was read: %d", r.status);
+  memcpy(big, "800\r\n", 5); /* 2048 bytes: over --max-body */
+  memset(big + 5, 'x', 2048);
+  assert_int_equal(kl_t_http_send(http, big, 5 + 2048), 0);
+  assert_int_equal(kl_t_http_recv(http, &r, 10000), 0);
+  assert_int_equal(r.status, 413);
+  assert_false(r.keep_alive);
+  kl_t_http_resp_free(&r);
+  kl_t_http_close(http);
+  free(a);
+  kl_t_gateway_stop(tg);
+}
+
 /* A client that sends and never reads fills its own queue only. */
 static void test_client_that_stops_reading(void **state) {
   kl__gateway_opts_t o;
@@ -1264,6 +1302,7 @@ int main(void) {
       cmocka_unit_test(test_429_when_budget_full),
       cmocka_unit_test(test_body_one_byte_per_write),
       cmocka_unit_test(test_pipelined_in_order),
+      cmocka_unit_test(test_answer_waits_for_its_body),
       cmocka_unit_test(test_client_that_stops_reading),
       cmocka_unit_test(test_connection_cap),
       cmocka_unit_test(test_idle_and_request_timeouts),
