@@ -745,12 +745,11 @@ static void kl_feed_done(kl__gw_parse_t *parse, const char *begin,
  * acted on. @returns false once it refused the request. */
 static bool kl_framing(kl__gw_conn_t *conn, const char *at, size_t len) {
   kl__gw_parse_t *parse = &conn->parse;
-  const char *why;
-  if (!parse->chunked ||
-      kl__gw_chunked_scan(&parse->framing, at, len, &why) == 0)
+  if (!parse->chunked || kl__gw_chunked_scan(&parse->framing, at, len) == 0)
     return true;
   char msg[256];
-  snprintf(msg, sizeof(msg), "malformed chunked body: %s (RFC 9112)", why);
+  snprintf(msg, sizeof(msg), "malformed chunked body: %s (RFC 9112)",
+           parse->framing.why);
   kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT, msg);
   return false;
 }
@@ -769,7 +768,7 @@ static bool kl_head_end(kl__gw_conn_t *conn, const char *at, const char *end) {
     return false;
   }
   kl__gw_chunked_init(&parse->framing);
-  return kl_framing(conn, at, (size_t)(end - at));
+  return kl_framing(conn, at + 1, (size_t)(end - at - 1));
 }
 
 /* Runs the parser over @p data; keeps what a pause left unparsed. */

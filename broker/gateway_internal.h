@@ -102,8 +102,9 @@ struct kl__gw_req {
  * http-parser (gateway_chunked.c says why). */
 typedef struct kl__gw_chunked {
   uint8_t state;
-  uint64_t size; /**< the size being read, then the data bytes to come */
-  size_t line;   /**< bytes of the chunk-size line so far */
+  uint64_t size;   /**< the size being read, then the data bytes to come */
+  size_t line;     /**< bytes of the chunk-size line so far */
+  const char *why; /**< once malformed: how (a static string) */
 } kl__gw_chunked_t;
 
 /** The request being parsed on a connection. */
@@ -269,16 +270,15 @@ bool kl__gw_tchar(unsigned char c);
 
 /* ---- gateway_chunked.c ---- */
 
-/** Starts checking a chunked body at the LF that ends the head. */
+/** Starts checking a chunked body, at its first byte. */
 void kl__gw_chunked_init(kl__gw_chunked_t *c);
 /**
  * Reads the next @p len bytes of the body, up to its end at most (bytes
  * after it belong to the next request: they are not looked at).
- * @returns 0, or -1 once the framing is malformed, @p why (static) saying
- *          how; every later call returns -1 too.
+ * @returns 0, or -1 once the framing is malformed, c->why saying how;
+ *          every later call returns -1 too.
  */
-int kl__gw_chunked_scan(kl__gw_chunked_t *c, const char *buf, size_t len,
-                        const char **why);
+int kl__gw_chunked_scan(kl__gw_chunked_t *c, const char *buf, size_t len);
 /** Whether the body's last CRLF was read. */
 bool kl__gw_chunked_done(const kl__gw_chunked_t *c);
 

@@ -571,13 +571,28 @@ static int kl_raw_status(int port, const char *req, size_t step) {
   return status;
 }
 
-static void test_smuggling_framing_is_refused(void **state) {
+typedef struct kl_raw_case {
+  const char *req;
+  int status;
+} kl_raw_case_t;
+
+/* Sends each case to a gateway raw, whole and then one byte per write;
+ * checks the status it gets. */
+static void kl_raw_cases(const kl_raw_case_t *cases, size_t n) {
   kl_t_gateway_t *tg = kl_gw(NULL);
   kl_wait_health(tg->port, 200);
-  static const struct {
-    const char *req;
-    int status;
-  } cases[] = {
+  for (size_t i = 0; i < n; i++)
+    for (size_t step = 1000; step; step = step == 1000 ? 1 : 0) {
+      int status = kl_raw_status(tg->port, cases[i].req, step);
+      if (status != cases[i].status)
+        fail_msg("case %zu (%zu bytes a write): %d, expected %d:\n%s", i, step,
+                 status, cases[i].status, cases[i].req);
+    }
+  kl_t_gateway_stop(tg);
+}
+
+static void test_smuggling_framing_is_refused(void **state) {
+  static const kl_raw_case_t cases[] = {
       {KL_SM_HEAD "Content-Length : 23\r\n\r\n" KL_SM_EV, 400},
       {KL_SM_HEAD "Transfer-Encoding : chunked\r\n\r\n" KL_SM_CHUNKED, 400},
       {KL_SM_HEAD "X Bad: 1\r\nContent-Length: 23\r\n\r\n" KL_SM_EV, 400},
@@ -608,14 +623,7 @@ static void test_smuggling_framing_is_refused(void **state) {
        "Transfer-Encoding: Chunked \r\nX-B:  two  words\r\n\r\n" KL_SM_CHUNKED,
        200},
   };
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-    for (size_t step = 1000; step; step = step == 1000 ? 1 : 0) {
-      int status = kl_raw_status(tg->port, cases[i].req, step);
-      if (status != cases[i].status)
-        fail_msg("case %zu (%zu bytes a write): %d, expected %d:\n%s", i, step,
-                 status, cases[i].status, cases[i].req);
-    }
-  kl_t_gateway_stop(tg);
+  kl_raw_cases(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 /* Chunked framing and Host as RFC 9112 has them, which http-parser 2.9
@@ -629,12 +637,7 @@ static void test_smuggling_framing_is_refused(void **state) {
 #define KL_SF_CL "Content-Length: 23\r\n\r\n" KL_SM_EV
 
 static void test_strict_framing(void **state) {
-  kl_t_gateway_t *tg = kl_gw(NULL);
-  kl_wait_health(tg->port, 200);
-  static const struct {
-    const char *req;
-    int status;
-  } cases[] = {
+  static const kl_raw_case_t cases[] = {
       /* after chunk data: exactly CRLF */
       {KL_SF_TE "17\r\n" KL_SM_EV "XY0\r\n\r\n", 400},
       {KL_SF_TE "17\r\n" KL_SM_EV "\n0\r\n\r\n", 400},
@@ -655,6 +658,11 @@ static void test_strict_framing(void **state) {
       {KL_SF_TE "17\r\n" KL_SM_EV "\r\n0\r\n\n", 400},
       {KL_SF_TE "17\r\n" KL_SM_EV "\r\n0\r\nX-T: 1\n\r\n", 400},
       {KL_SF_TE "17\r\n" KL_SM_EV "\r\n0\r\nX-T: 1\r\n\rX", 400},
+      /* the blank line that ends the head: CRLF (or a bare LF) */
+      {KL_SF_HEAD "Host: x\r\nContent-Length: 23\r\n\rX" KL_SM_EV, 400},
+      {KL_SM_HEAD "Transfer-Encoding: chunked\r\n\rX17\r\n" KL_SM_EV
+                  "\r\n0\r\n\r\n",
+       400},
       /* Host: one, for HTTP/1.1, of host[:port] characters */
       {KL_SF_HEAD KL_SF_CL, 400},
       {KL_SF_HEAD "Host: a\r\nHost: a\r\n" KL_SF_CL, 400},
@@ -672,14 +680,7 @@ static void test_strict_framing(void **state) {
       {KL_SF_HEAD "X-Empty:\r\nHost: x\r\n" KL_SF_CL, 200},
       {"POST /v1/topics/events/events HTTP/1.0\r\n" KL_JSON_CT KL_SF_CL, 200},
   };
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-    for (size_t step = 1000; step; step = step == 1000 ? 1 : 0) {
-      int status = kl_raw_status(tg->port, cases[i].req, step);
-      if (status != cases[i].status)
-        fail_msg("case %zu (%zu bytes a write): %d, expected %d:\n%s", i, step,
-                 status, cases[i].status, cases[i].req);
-    }
-  kl_t_gateway_stop(tg);
+  kl_raw_cases(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 /* ---- topics a client may name ---- */
