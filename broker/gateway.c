@@ -406,12 +406,29 @@ static void kl_gw_handles(kl__gateway_t *gw) {
   rd_kafka_queue_cb_event_enable(gw->kafka_queue, kl_on_kafka_event, gw);
 }
 
+/* Without tokens anyone who reaches the port publishes: the default
+ * (loopback) keeps that to this host; any other address is said once. */
+static void kl_gw_warn_open(const kl__gateway_opts_t *o) {
+  struct sockaddr_storage addr;
+  if (o->tokens_file || kl__listen_addr("--listen", o->listen, &addr) ||
+      kl__listen_loopback(&addr))
+    return;
+  KL_LOG_W("gateway",
+           "--listen %s is not a loopback address and no bearer tokens are "
+           "set: anyone who can reach it may publish; give --tokens-file "
+           "FILE (one token per line; clients send Authorization: Bearer "
+           "TOKEN), or listen on 127.0.0.1",
+           o->listen);
+}
+
 static kl_err_t kl_gw_open(kl__gateway_t *gw, const kl_conf_t *conf) {
   kl_err_t err = kl_opts_check(&gw->opts);
   if (!err && gw->opts.tokens_file)
     err = kl__tokens_load(gw->opts.tokens_file, &gw->tokens);
   if (!err && kl__tokens_warning(gw->tokens))
     KL_LOG_W("gateway", "%s", kl__tokens_warning(gw->tokens));
+  if (!err)
+    kl_gw_warn_open(&gw->opts);
   if (!err)
     err = kl__gw_metrics_init(gw);
   if (!err)

@@ -108,7 +108,8 @@ typedef struct kl__gateway_opts {
    * NULL or "": none, so no web page can publish through the gateway. */
   const char *allow_origins;
   /** Comma-separated topic names or fnmatch patterns ("orders-*") clients
-   * may publish to and route on; NULL or "": any. */
+   * may publish to and route on; NULL: any. A list without an entry ("",
+   * ",") is refused by kl__gateway_new(), not read as "any". */
   const char *allow_topics;
   /** Also dead-letter topics ("<topic>.dlq") and Kafka's internal ones
    * ("__*"), refused (403) otherwise. */

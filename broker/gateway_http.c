@@ -35,6 +35,7 @@ enum {
   KL_HDR_AUTH,
   KL_HDR_CTYPE,
   KL_HDR_EXPECT,
+  KL_HDR_HOST,
   KL_HDR_ORIGIN,
   KL_HDR_TE,
   KL_HDR_TRACEPARENT,
@@ -264,13 +265,23 @@ static void kl_on_write(uv_write_t *write, int status) {
 
 void kl__gw_conn_flush(kl__gw_conn_t *conn) {
   uv_stream_t *stream = (uv_stream_t *)&conn->tcp;
-  while (!conn->closing && conn->head && conn->head->status) {
+  /* Not the request being parsed, answered at its head or not: the parser
+   * holds it until its body was read (a written request is freed). */
+  while (!conn->closing && conn->head && conn->head->status &&
+         conn->head != conn->parse.req) {
     kl__gw_req_t *req = kl_fifo_pop(conn);
     if (req->close) {
       conn->close_after = true;
-      /* Nothing after a Connection: close response is answered. */
-      while (conn->head)
-        kl_req_drop(kl_fifo_pop(conn));
+      /* Nothing after a Connection: close response is answered, nor
+       * read: the request being parsed is let go of too. */
+      while (conn->head) {
+        kl__gw_req_t *rest = kl_fifo_pop(conn);
+        if (rest == conn->parse.req) {
+          conn->parse.req = NULL;
+          conn->parse.active = false;
+        }
+        kl_req_drop(rest);
+      }
     }
     if (uv_stream_get_write_queue_size(stream) == 0)
       conn->last_write_ns = kl__mono_ns(); /* a stall is timed from here */
@@ -374,10 +385,10 @@ static int kl_header_kind(const kl__gw_parse_t *parse) {
     const char *name;
     int kind;
   } names[] = {
-      {"authorization", KL_HDR_AUTH},   {"content-type", KL_HDR_CTYPE},
-      {"expect", KL_HDR_EXPECT},        {"origin", KL_HDR_ORIGIN},
-      {"transfer-encoding", KL_HDR_TE}, {"traceparent", KL_HDR_TRACEPARENT},
-      {"tracestate", KL_HDR_TRACESTATE}};
+      {"authorization", KL_HDR_AUTH},      {"content-type", KL_HDR_CTYPE},
+      {"expect", KL_HDR_EXPECT},           {"host", KL_HDR_HOST},
+      {"origin", KL_HDR_ORIGIN},           {"transfer-encoding", KL_HDR_TE},
+      {"traceparent", KL_HDR_TRACEPARENT}, {"tracestate", KL_HDR_TRACESTATE}};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if (parse->field_len == strlen(names[i].name) &&
         strncasecmp(parse->field, names[i].name, parse->field_len) == 0)
@@ -388,7 +399,7 @@ static int kl_header_kind(const kl__gw_parse_t *parse) {
 /* RFC 9110's tchar: what a field name is made of. http-parser 2.9 also
  * takes a space ("Content-Length : 5" is read as Content-Length), which a
  * proxy in front may read differently: a request smuggled past it. */
-static bool kl_tchar(unsigned char c) {
+bool kl__gw_tchar(unsigned char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
          (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
 }
@@ -416,7 +427,7 @@ static int kl_on_header_field(http_parser *p, const char *at, size_t len) {
     return -1;
   kl_mark(parse, at + len);
   for (size_t i = 0; i < len; i++)
-    if (!kl_tchar((unsigned char)at[i]))
+    if (!kl__gw_tchar((unsigned char)at[i]))
       return kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT,
                            "a header name holds a space or another "
                            "character names may not hold (no whitespace "
@@ -468,33 +479,60 @@ static void kl_trace_header_value(kl__gw_parse_t *parse, const char *at,
     parse->tracestate_long = true;
 }
 
+/* A header's first value callback: which header it is, and what a second
+ * one of a kind means. */
+static void kl_header_begins(kl__gw_parse_t *parse) {
+  parse->in_value = true;
+  parse->header = kl_header_kind(parse);
+  if (parse->header == KL_HDR_AUTH) /* two (one empty, say): no match */
+    parse->auth_long |= parse->auth_seen;
+  parse->auth_seen |= parse->header == KL_HDR_AUTH;
+  if (parse->header == KL_HDR_ORIGIN)
+    parse->origin_bad |= parse->origin_seen; /* two: not on any list */
+  parse->origin_seen |= parse->header == KL_HDR_ORIGIN;
+  if (parse->header == KL_HDR_TE && parse->te_seen) /* one list */
+    parse->te_long |=
+        !kl_append(parse->te, sizeof(parse->te) - 1, &parse->te_len, ",", 1);
+  parse->te_seen |= parse->header == KL_HDR_TE;
+  parse->hosts += parse->header == KL_HDR_HOST;
+  kl_trace_header_begins(parse);
+}
+
+/* Host is uri-host [":" port] (RFC 9112 3.2): reg-name, IPv4 or an IP
+ * literal in brackets; http-parser leaves trailing whitespace in a value. */
+static void kl_host_value(kl__gw_parse_t *parse, const char *at, size_t len) {
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)at[i];
+    bool ws = c == ' ' || c == '\t';
+    if (parse->host_ws
+            ? !ws
+            : !ws && !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                       (c >= '0' && c <= '9') ||
+                       (c && strchr("-._~%!$&'()*+,;=:[]", c))))
+      parse->host_bad = true;
+    parse->host_ws |= ws;
+  }
+}
+
 static int kl_on_header_value(http_parser *p, const char *at, size_t len) {
   kl__gw_conn_t *conn = p->data;
   kl__gw_parse_t *parse = &conn->parse;
   if (kl_count_head(conn, len))
     return -1;
-  if (len == 0)
-    return 0; /* an empty value: http-parser points past its line's end */
+  if (len == 0) { /* an empty value (http-parser points past its line's
+                     end), or a piece at the edge of a read */
+    if (!parse->in_value)
+      kl_header_begins(parse); /* else the next name joins this one's */
+    return 0;
+  }
   if (kl_folded(conn, at))
     return kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT,
                          "a header value continues on the next line "
                          "(obs-fold, refused by RFC 9112): send it on one "
                          "line");
   kl_mark(parse, at + len);
-  if (!parse->in_value) {
-    parse->in_value = true;
-    parse->header = kl_header_kind(parse);
-    if (parse->header == KL_HDR_AUTH && parse->auth_len)
-      parse->auth_long = true; /* two Authorization headers: no match */
-    if (parse->header == KL_HDR_ORIGIN)
-      parse->origin_bad |= parse->origin_seen; /* two: not on any list */
-    parse->origin_seen |= parse->header == KL_HDR_ORIGIN;
-    if (parse->header == KL_HDR_TE && parse->te_seen) /* one list */
-      parse->te_long |=
-          !kl_append(parse->te, sizeof(parse->te) - 1, &parse->te_len, ",", 1);
-    parse->te_seen |= parse->header == KL_HDR_TE;
-    kl_trace_header_begins(parse);
-  }
+  if (!parse->in_value)
+    kl_header_begins(parse);
   if (parse->header == KL_HDR_AUTH &&
       !kl_append(parse->auth, sizeof(parse->auth), &parse->auth_len, at, len))
     parse->auth_long = true;
@@ -512,6 +550,8 @@ static int kl_on_header_value(http_parser *p, const char *at, size_t len) {
   else if (parse->header == KL_HDR_EXPECT)
     parse->expect_continue =
         len >= 12 && strncasecmp(at, "100-continue", 12) == 0;
+  else if (parse->header == KL_HDR_HOST)
+    kl_host_value(parse, at, len);
   else
     kl_trace_header_value(parse, at, len);
   return 0;
@@ -556,6 +596,19 @@ static int kl_te_check(kl__gw_parse_t *parse, char *msg, size_t size) {
   return other ? 501 : chunked != 1 ? 400 : 0;
 }
 
+/* One Host header, of host[:port] bytes; none only before HTTP/1.1 (RFC
+ * 9112 3.2). @returns NULL, or why not. */
+static const char *kl_host_check(const kl__gw_parse_t *parse,
+                                 const http_parser *p) {
+  if (parse->hosts > 1)
+    return "more than one Host header: a request carries one (RFC 9112)";
+  if (parse->hosts == 0 && p->http_minor >= 1)
+    return "no Host header: an HTTP/1.1 request carries one (RFC 9112)";
+  if (parse->host_bad)
+    return "the Host header is not host[:port] (RFC 9112)";
+  return NULL;
+}
+
 static int kl_on_headers_complete(http_parser *p) {
   kl__gw_conn_t *conn = p->data;
   kl__gw_parse_t *parse = &conn->parse;
@@ -569,6 +622,9 @@ static int kl_on_headers_complete(http_parser *p) {
              p->http_major, p->http_minor);
     return kl_conn_fatal(conn, 505, KL_GW_LIMIT__COUNT, why);
   }
+  const char *host = kl_host_check(parse, p);
+  if (host)
+    return kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT, host);
   kl__gw_req_t *req = kl_req_new(conn);
   if (!req)
     return kl_conn_fatal(conn, 503, KL_GW_LIMIT__COUNT, "out of memory");
@@ -590,6 +646,12 @@ static int kl_on_headers_complete(http_parser *p) {
   }
   if (!parse->discard_body)
     kl_maybe_continue(conn);
+  /* kl_conn_feed() learns where the head ends (the parser stops on its
+   * last byte), checks that byte and a chunked body's framing, and goes
+   * on. */
+  parse->chunked = p->flags & F_CHUNKED;
+  parse->head_end = true;
+  http_parser_pause(p, 1);
   return 0;
 }
 
@@ -611,6 +673,10 @@ static int kl_on_body(http_parser *p, const char *at, size_t len) {
 static int kl_on_message_complete(http_parser *p) {
   kl__gw_conn_t *conn = p->data;
   kl__gw_parse_t *parse = &conn->parse;
+  if (parse->chunked && !kl__gw_chunked_done(&parse->framing))
+    return kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT,
+                         "malformed chunked body: it ends before its last "
+                         "chunk and CRLF (RFC 9112)");
   kl__gw_req_t *req = parse->req;
   parse->req = NULL;
   parse->active = false;
@@ -674,13 +740,52 @@ static void kl_feed_done(kl__gw_parse_t *parse, const char *begin,
   parse->mark = NULL;
 }
 
+/* Checks the next @p len bytes of a chunked body being read, ahead of
+ * http-parser, so that malformed framing is refused before the request is
+ * acted on. @returns false once it refused the request. */
+static bool kl_framing(kl__gw_conn_t *conn, const char *at, size_t len) {
+  kl__gw_parse_t *parse = &conn->parse;
+  if (!parse->chunked || kl__gw_chunked_scan(&parse->framing, at, len) == 0)
+    return true;
+  char msg[256];
+  snprintf(msg, sizeof(msg), "malformed chunked body: %s (RFC 9112)",
+           parse->framing.why);
+  kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT, msg);
+  return false;
+}
+
+/* The parser stopped on the last byte of a head, at @p at (before
+ * @p end): http-parser takes any byte after the blank line's CR for its
+ * LF. A chunked body is checked from there on. @returns false once it
+ * refused the request. */
+static bool kl_head_end(kl__gw_conn_t *conn, const char *at, const char *end) {
+  kl__gw_parse_t *parse = &conn->parse;
+  parse->head_end = false;
+  if (at >= end || *at != '\n') {
+    kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT,
+                  "malformed HTTP request: the blank line that ends the "
+                  "head is not CRLF");
+    return false;
+  }
+  kl__gw_chunked_init(&parse->framing);
+  return kl_framing(conn, at + 1, (size_t)(end - at - 1));
+}
+
 /* Runs the parser over @p data; keeps what a pause left unparsed. */
 static void kl_conn_feed(kl__gw_conn_t *conn, const char *data, size_t len) {
   if (HTTP_PARSER_ERRNO(&conn->parser) == HPE_PAUSED)
     http_parser_pause(&conn->parser, 0);
   conn->in_parse = true;
   conn->feed = data;
-  size_t n = http_parser_execute(&conn->parser, &kl_settings, data, len);
+  size_t n = 0;
+  bool go = kl_framing(conn, data, len); /* a body begun in a past read */
+  while (go) {
+    n += http_parser_execute(&conn->parser, &kl_settings, data + n, len - n);
+    if (!conn->parse.head_end)
+      break;
+    if ((go = kl_head_end(conn, data + n, data + len)))
+      http_parser_pause(&conn->parser, 0);
+  }
   conn->in_parse = false;
   kl_feed_done(&conn->parse, conn->feed, data + n);
   conn->feed = NULL;

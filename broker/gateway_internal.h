@@ -8,6 +8,7 @@
  *                  back-pressure
  * gateway_routes.c what each route answers, the publish path included
  * gateway_body.c   a request body (JSON or msgpack) to a batch of events
+ * gateway_chunked.c  RFC 9112's chunked framing, checked beside http-parser
  *
  * Everything here runs on the loop thread.
  *
@@ -97,6 +98,15 @@ struct kl__gw_req {
   char kafka_errmsg[512];
 };
 
+/** A chunked body's framing as RFC 9112 has it, checked beside
+ * http-parser (gateway_chunked.c says why). */
+typedef struct kl__gw_chunked {
+  uint8_t state;
+  uint64_t size;   /**< the size being read, then the data bytes to come */
+  size_t line;     /**< bytes of the chunk-size line so far */
+  const char *why; /**< once malformed: how (a static string) */
+} kl__gw_chunked_t;
+
 /** The request being parsed on a connection. */
 typedef struct kl__gw_parse {
   kl__strbuf_t url;
@@ -106,7 +116,8 @@ typedef struct kl__gw_parse {
   int header;    /**< which of the headers below is being read */
   char auth[KL_TOKEN_MAX + 32];
   size_t auth_len;
-  bool auth_long; /**< longer than any token: not a match */
+  bool auth_long; /**< longer than any token, or given twice: no match */
+  bool auth_seen;
   char ctype[64];
   size_t ctype_len;
   char origin[256]; /**< the Origin header, when there is one */
@@ -123,6 +134,12 @@ typedef struct kl__gw_parse {
   char tracestate[KL_TRACESTATE_MAX + 1];
   size_t tracestate_len; /**< several headers joined by ',' (W3C) */
   bool tracestate_long;
+  int hosts;     /**< Host headers: RFC 9112 wants one (HTTP/1.1) */
+  bool host_bad; /**< a byte no host[:port] holds */
+  bool host_ws;  /**< whitespace seen in it: only more may follow */
+  bool head_end; /**< headers_complete paused the parser there */
+  bool chunked;  /**< the body is chunked: its framing is checked */
+  kl__gw_chunked_t framing;
   const char *mark;   /**< end of the last field or value callback, when
                            in the buffer being parsed */
   bool nl_after_mark; /**< a line ended after it, in an earlier buffer */
@@ -248,6 +265,22 @@ void kl__gw_respond_error(kl__gw_req_t *req, int status, const char *extra,
                           const char *fmt, ...) KL__PRINTF(4, 5);
 /** Called when a waiting request got its answer: writes what it can. */
 void kl__gw_req_answered(kl__gw_req_t *req);
+/** RFC 9110's tchar: whether @p c may be in a token (a field name). */
+bool kl__gw_tchar(unsigned char c);
+
+/* ---- gateway_chunked.c ---- */
+
+/** Starts checking a chunked body, at its first byte. */
+void kl__gw_chunked_init(kl__gw_chunked_t *c);
+/**
+ * Reads the next @p len bytes of the body, up to its end at most (bytes
+ * after it belong to the next request: they are not looked at).
+ * @returns 0, or -1 once the framing is malformed, c->why saying how;
+ *          every later call returns -1 too.
+ */
+int kl__gw_chunked_scan(kl__gw_chunked_t *c, const char *buf, size_t len);
+/** Whether the body's last CRLF was read. */
+bool kl__gw_chunked_done(const kl__gw_chunked_t *c);
 
 /* ---- gateway_body.c ---- */
 

@@ -108,16 +108,28 @@ bool kl__gw_ctype_ok(const char *ctype) {
  * (__consumer_offsets). Refused unless --allow-internal-topics. With
  * --allow-topics, only names matching an entry are served. */
 
+/* An allow-list that lists nothing must not mean "any topic": an empty
+ * value (a variable that expanded to nothing) is refused like an empty
+ * entry, never read as the default. */
 kl_err_t kl__gw_topics_check(const char *list) {
-  const char *item;
+  const char *item, *rest = list;
   long len;
-  while ((len = kl_list_next(&list, &item)) >= 0)
-    if (len == 0 || len > KL_GW_TOPIC_MAX)
-      return kl__err(KL_ECONF,
-                     "--allow-topics has an empty or overlong entry: give "
-                     "topic names or patterns such as orders-*, separated "
-                     "by commas");
-  return KL_OK;
+  while ((len = kl_list_next(&rest, &item)) > 0 && len <= KL_GW_TOPIC_MAX)
+    ;
+  if (len < 0 && *list)
+    return KL_OK;
+  if (len > KL_GW_TOPIC_MAX)
+    return kl__err(KL_ECONF,
+                   "--allow-topics entry \"%.40s...\" is %ld bytes, longer "
+                   "than a topic name may be (%d): give topic names or "
+                   "patterns such as orders-*, separated by commas",
+                   item, len, KL_GW_TOPIC_MAX);
+  bool blank = strspn(list, ", \t") == strlen(list);
+  return kl__err(KL_ECONF,
+                 "--allow-topics \"%.200s\" %s: give topic names or patterns "
+                 "such as orders-*, separated by commas, or leave the flag "
+                 "out to allow any topic",
+                 list, blank ? "names no topic" : "has an empty entry");
 }
 
 static bool kl_topic_listed(const char *list, const char *topic) {
@@ -152,8 +164,7 @@ bool kl__gw_topic_allowed(const kl__gateway_opts_t *o, const char *topic,
                              : "a dead-letter topic (*.dlq)");
     return false;
   }
-  if (o->allow_topics && *o->allow_topics &&
-      !kl_topic_listed(o->allow_topics, topic)) {
+  if (o->allow_topics && !kl_topic_listed(o->allow_topics, topic)) {
     snprintf(why, size,
              "topic \"%s\" is not in --allow-topics (%.200s): add it, or "
              "a pattern that matches it",

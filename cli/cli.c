@@ -86,18 +86,26 @@ int kl__cli_units(const char *sub, const char *flag, const char *arg,
   return KL_EXIT_OK;
 }
 
-int kl__cli_store_existing(const char *sub, const char *location,
-                           kl_store_t **store) {
-  kl_conf_t *conf = kl_conf_new();
+int kl__cli_store_open(const char *sub, const char *location,
+                       const kl_conf_t *conf, bool create, kl_store_t **store) {
+  kl_conf_t *own = conf ? kl_conf_dup(conf) : kl_conf_new();
   kl_err_t err =
-      conf ? kl_conf_set(conf, "store.create", "no", NULL, 0) : KL_ENOMEM;
+      own ? kl_conf_set(own, "store.create", create ? "yes" : "no", NULL, 0)
+          : KL_ENOMEM;
   if (!err)
-    err = kl_store_open(location, conf, store);
-  kl_conf_destroy(conf);
+    err = kl_store_open(location, own, store);
+  kl_conf_destroy(own);
+  if (err == KL_ENOTFOUND) /* the detail names the location and the fix */
+    return kl__cli_fail(sub, "%s", kl_err_detail());
   if (err)
     return kl__cli_fail(sub, "cannot open the store %s: %s", location,
                         kl_err_detail());
   return KL_EXIT_OK;
+}
+
+int kl__cli_store_existing(const char *sub, const char *location,
+                           kl_store_t **store) {
+  return kl__cli_store_open(sub, location, NULL, false, store);
 }
 
 int kl__cli_store_opts(const char *sub, int argc, char **argv,

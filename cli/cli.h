@@ -5,6 +5,7 @@
 #ifndef KEYLANE_CLI_H
 #define KEYLANE_CLI_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "common/units.h"
@@ -56,9 +57,18 @@ int kl__cli_units(const char *sub, const char *flag, const char *arg,
                   kl__units_kind_t kind, int64_t min, int64_t max,
                   int64_t *out);
 
-/* Opens the store at @p location for a read-only command: never creates
- * one (store.create=no), so a typo is an error, not an empty store. Prints
- * the problem and returns KL_EXIT_FAIL, or KL_EXIT_OK and *store. */
+/* Opens the store at @p location with @p conf (NULL: the defaults). Unless
+ * @p create, a location holding no store (an LMDB directory without
+ * data.mdb, a PostgreSQL database without keylane's schema) is refused and
+ * nothing is created there (store.create=no), so a typo is an error, not
+ * an empty store: only commands that start a store (worker, store rebuild)
+ * pass @p create. Prints the problem and returns KL_EXIT_FAIL, or
+ * KL_EXIT_OK and *store. */
+int kl__cli_store_open(const char *sub, const char *location,
+                       const kl_conf_t *conf, bool create, kl_store_t **store);
+
+/* kl__cli_store_open() of an existing store with the defaults, for the
+ * commands that only read one. */
 int kl__cli_store_existing(const char *sub, const char *location,
                            kl_store_t **store);
 

@@ -124,11 +124,10 @@ int kl__redrive_cli(const char *sub, kl__redrive_opts_t *opts,
   kl_handler_ref_t handler;
   if (kl__handler_resolve(handler_spec, &handler))
     return kl__cli_usage(sub, "%s", kl_err_detail());
-  kl_store_t *store;
-  if (kl_store_open(location, opts->conf, &store)) {
+  kl_store_t *store; /* a redrive changes a store: it never starts one */
+  if (kl__cli_store_open(sub, location, opts->conf, false, &store)) {
     kl__handler_release(&handler);
-    return kl__cli_fail(sub, "cannot open the store %s: %s", location,
-                        kl_err_detail());
+    return KL_EXIT_FAIL;
   }
   opts->store = store;
   opts->handler = handler.fn;

@@ -57,6 +57,7 @@ static const char kl_replay_usage[] =
     "      --to POS                stop before: N, @TIME, or end (default:\n"
     "                              the high watermark when replay starts)\n"
     "      --store STORE           LMDB directory or postgresql://... URI\n"
+    "                              of an existing store (none is created)\n"
     "      --handler HANDLER       ledger | inventory | so:PATH[:SYMBOL] |\n"
     "                              exec:COMMAND\n"
     "      --dry-run               report what would apply and be skipped;\n"
@@ -443,11 +444,14 @@ static int kl_replay_exec(const char *sub, kl_rargs_t *a) {
   kl_handler_ref_t handler;
   if (kl__handler_resolve(a->handler, &handler))
     return kl__cli_usage(sub, "%s", kl_err_detail());
+  /* Only a rebuild that writes starts a store: a replay or a dry run at a
+   * mistyped path must create nothing there. */
   kl_store_t *store;
-  if (kl_store_open(a->location, a->conf, &store)) {
+  int rc = kl__cli_store_open(sub, a->location, a->conf,
+                              a->opts.rebuild && !a->opts.dry_run, &store);
+  if (rc) {
     kl__handler_release(&handler);
-    return kl__cli_fail(sub, "cannot open the store %s: %s", a->location,
-                        kl_err_detail());
+    return rc;
   }
   a->opts.conf = a->conf;
   a->opts.store = store;
@@ -458,7 +462,6 @@ static int kl_replay_exec(const char *sub, kl_rargs_t *a) {
   kl__cli_on_signals();
   kl__replay_t *replay = NULL;
   kl__progress_t *progress = NULL;
-  int rc = KL_EXIT_OK;
   kl_err_t err = kl__replay_new(&a->opts, &replay);
   if (!err && a->progress) {
     size_t n;

@@ -384,11 +384,15 @@ static int kl_get_id_row(void *opaque, const char *topic, const void *key,
   return 0;
 }
 
+/* One "name value" line per member; a number or an object as JSON (jansson
+ * dumps anything but an array or object only with JSON_ENCODE_ANY). */
 static void kl_get_text(const json_t *o) {
   const char *k;
   json_t *v;
   json_object_foreach((json_t *)o, k, v) {
-    char *text = json_is_string(v) ? NULL : json_dumps(v, JSON_COMPACT);
+    char *text = json_is_string(v)
+                     ? NULL
+                     : json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
     printf("%-12s %s\n", k, text ? text : json_string_value(v));
     free(text);
   }

@@ -19,20 +19,26 @@ static const char kl_migrate_usage[] =
     "version. Workers create the schema of an empty database themselves but\n"
     "never upgrade an existing one: stop the workers of the older version,\n"
     "run this, then start the new ones. A schema newer than this build is\n"
-    "refused. An LMDB store is migrated in place when it is opened (by a\n"
-    "worker or by this command): stop the workers of the older version\n"
-    "first; they would go on writing the old layout, and an older keylane\n"
-    "refuses a migrated store.\n\n"
+    "refused. On a database without keylane's schema it creates the schema.\n"
+    "An LMDB store is migrated in place when it is opened (by a worker or\n"
+    "by this command): stop the workers of the older version first; they\n"
+    "would go on writing the old layout, and an older keylane refuses a\n"
+    "migrated store. A directory holding no store is refused: this command\n"
+    "creates none there.\n\n"
     "      --store STORE   postgresql://... URI (or an LMDB directory)\n"
     "  -h, --help          this text\n";
 
+/* An LMDB store migrates when opened: this opens an existing one, and
+ * never starts one at a mistyped path. */
 static int kl_migrate_lmdb(const char *dir) {
   kl_store_t *store;
   int version = 0, latest = 0;
-  if (kl_store_open(dir, NULL, &store) ||
-      kl__store_version(store, &version, &latest)) {
+  int rc = kl__cli_store_existing(SUB, dir, &store);
+  if (rc)
+    return rc;
+  if (kl__store_version(store, &version, &latest)) {
     kl_store_destroy(store);
-    return kl__cli_fail(SUB, "cannot open the store %s: %s", dir,
+    return kl__cli_fail(SUB, "cannot read the store %s's version: %s", dir,
                         kl_err_detail());
   }
   kl_store_destroy(store);

@@ -34,6 +34,8 @@ static const char kl_rebuild_usage[] =
     "                              reported like truncated history\n"
     "      --to POS                stop before (default end)\n"
     "      --dry-run               report what would apply; write nothing\n"
+    "                              (NEW_STORE must exist: a dry run\n"
+    "                              creates no store)\n"
     "      --json                  print one JSON object\n"
     "      --batch-max N           events per store commit (default 1000)\n"
     "      --partitions N          refuse unless TOPIC has N partitions\n"

@@ -36,6 +36,7 @@ static const char kl_reset_usage[] =
     "  -p, --partition LIST       partitions: 0,2,5-7, or all (every\n"
     "                             partition of TOPIC the store knows)\n"
     "      --store STORE          LMDB directory or postgresql://... URI\n"
+    "                             of an existing store (none is created)\n"
     "      --json                 one JSON object\n"
     "  -h, --help                 this text\n\n"
     "Exit 0 when every partition was reset; 1 when one is unknown to the\n"
@@ -207,10 +208,9 @@ int kl__cmd_store_reset(int argc, char **argv) {
   int rc = kl_reset_parse(argc, argv, &a);
   if (rc)
     return rc < 0 ? KL_EXIT_OK : rc;
-  kl_store_t *store;
-  if (kl_store_open(a.location, NULL, &store))
-    return kl__cli_fail(SUB, "cannot open the store %s: %s", a.location,
-                        kl_err_detail());
+  kl_store_t *store; /* a reset changes a store: it never starts one */
+  if ((rc = kl__cli_store_existing(SUB, a.location, &store)))
+    return rc;
   rc = kl_reset_run(store, &a);
   kl_store_destroy(store);
   return rc;

@@ -43,7 +43,7 @@ static const kl_conf_key_t kl_keys[] = {
     {"producer.expect.partitions", KL_CT_INT, "0", 0, 100000, NULL,
      "refuse to publish when a topic's partition count differs (0: the count "
      "seen at its first publish)"},
-    {"producer.partitions.check.ms", KL_CT_INT, "10000", 100, 3600000, NULL,
+    {"producer.partitions.check.ms", KL_CT_MS, "10000", 100, 3600000, NULL,
      "how often the producer reads its topics' partition counts; on a change "
      "it refuses to publish to the topic"},
     {"producer.follow_ups", KL_CT_ENUM, "false", 0, 0, "false|true",
@@ -110,7 +110,7 @@ static const kl_conf_key_t kl_keys[] = {
      "dead-letter it (reason misrouted); forward: re-publish it to its key's "
      "partition; apply: apply it here (producers with one custom "
      "partitioner)"},
-    {"worker.partitions.check.ms", KL_CT_INT, "10000", 100, 3600000, NULL,
+    {"worker.partitions.check.ms", KL_CT_MS, "10000", 100, 3600000, NULL,
      "how often a running worker reads the topic's partition count; on a "
      "change it stops taking the topic"},
     {"worker.concurrency", KL_CT_INT, "1", 1, 1024, NULL,

@@ -39,6 +39,17 @@ kl_err_t kl__listen_addr(const char *flag, const char *listen,
                  flag, listen, (int)hlen, listen);
 }
 
+bool kl__listen_loopback(const struct sockaddr_storage *addr) {
+  if (addr->ss_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) ==
+           127;
+  if (addr->ss_family != AF_INET6)
+    return false;
+  const struct in6_addr *a6 = &((const struct sockaddr_in6 *)addr)->sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(a6) ||
+         (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+}
+
 kl_err_t kl__listen_start(uv_tcp_t *tcp, const char *flag, const char *listen,
                           int backlog, uv_connection_cb on_conn, int *port) {
   struct sockaddr_storage addr;

@@ -7,6 +7,7 @@
 #ifndef KEYLANE_COMMON_LISTEN_H
 #define KEYLANE_COMMON_LISTEN_H
 
+#include <stdbool.h>
 #include <sys/socket.h>
 
 #include <uv.h>
@@ -21,6 +22,13 @@
  */
 kl_err_t kl__listen_addr(const char *flag, const char *listen,
                          struct sockaddr_storage *addr);
+
+/**
+ * @returns true when @p addr (from kl__listen_addr()) is a loopback
+ *          address (127.0.0.0/8, ::1, or ::ffff:127.x.y.z), which only
+ *          this host reaches; false for any other, 0.0.0.0 and :: too.
+ */
+bool kl__listen_loopback(const struct sockaddr_storage *addr);
 
 /**
  * Binds @p tcp (initialised on its loop) to @p listen and listens with

@@ -1128,8 +1128,9 @@ static kl_err_t kl_lmdb_dir(kl__lmdb_t *lmdb) {
   snprintf(what, sizeof(what), "%s/data.mdb", lmdb->dir);
   if (!lmdb->create && stat(what, &st) != 0)
     return kl__err(KL_ENOTFOUND,
-                   "store %s does not exist (no %s): this "
-                   "command does not create one; check --store",
+                   "no keylane store at %s (%s does not exist): this "
+                   "command creates none; `keylane worker` creates one, or "
+                   "check the path",
                    lmdb->dir, what);
   snprintf(what, sizeof(what), "store directory %s", lmdb->dir);
   if (mkdir(lmdb->dir, 0775) != 0 && errno != EEXIST)

@@ -224,6 +224,79 @@ static void test_gateway_tokens_file_bounded(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* An empty --allow-topics used to allow every topic (fail open): it is a
+ * usage error naming the flag, the value and the fix, as a list of empty
+ * entries was. */
+static void test_gateway_empty_allow_topics_refused(void **state) {
+  (void)state;
+  static const char *const lists[] = {"", ",", " , "};
+  for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+    kl_run_t r;
+    kl_t_run_for((const char *[]){"broker", "--listen", "127.0.0.1:0", "-b",
+                                  "127.0.0.1:1", "--allow-topics", lists[i],
+                                  NULL},
+                 NULL, 0, 10000, &r);
+    char value[16];
+    snprintf(value, sizeof(value), "\"%s\"", lists[i]);
+    if (r.rc != 2 || !strstr(r.err, "--allow-topics") ||
+        !strstr(r.err, value) || !strstr(r.err, "leave the flag out"))
+      fail_msg("--allow-topics '%s': exit %d, stderr: %s", lists[i], r.rc,
+               r.err);
+    kl_run_free(&r);
+  }
+}
+
+/* A gateway any host can reach that asks for no token says so at start,
+ * once, naming the address and the flag that sets tokens; on loopback, or
+ * with tokens, it does not. */
+static void test_gateway_warns_off_loopback_without_tokens(void **state) {
+  (void)state;
+  char dir[64], tokens[96];
+  kl_t_tmpdir(dir);
+  snprintf(tokens, sizeof(tokens), "%s/tokens", dir);
+  FILE *f = fopen(tokens, "w");
+  assert_non_null(f);
+  fputs("0123456789abcdef0123456789abcdef\n", f);
+  assert_int_equal(fclose(f), 0);
+  static const struct {
+    const char *listen;
+    int tokens, warns;
+  } runs[] = {{"0.0.0.0:0", 0, 1},
+              {"127.0.0.1:0", 0, 0},
+              {"127.0.0.2:0", 0, 0}, /* 127/8 is loopback */
+              {"0.0.0.0:0", 1, 0}};
+  for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+    kl_run_t r;
+    const char *args[] = {"broker",      "--listen",      runs[i].listen, "-b",
+                          "127.0.0.1:1", "--tokens-file", tokens,         NULL};
+    if (!runs[i].tokens)
+      args[5] = NULL;
+    kl_t_run_term(args, 500, 10000, &r);
+    /* "TIME WARN [pid] gateway: --listen ADDR is not a loopback..." */
+    const char *warn = strstr(r.err, "gateway: --listen ");
+    if (warn) {
+      const char *line = warn;
+      while (line > r.err && line[-1] != '\n')
+        line--;
+      char head[256];
+      snprintf(head, sizeof(head), "%.*s", (int)(warn - line), line);
+      assert_non_null(strstr(head, " WARN "));
+    }
+    if (r.rc != 0 || !strstr(r.out, "listening=") || !warn != !runs[i].warns)
+      fail_msg("--listen %s%s: exit %d, stderr: %s", runs[i].listen,
+               runs[i].tokens ? " --tokens-file" : "", r.rc, r.err);
+    if (warn) {
+      char want[64];
+      snprintf(want, sizeof(want), "--listen %s ", runs[i].listen);
+      assert_non_null(strstr(warn, want));
+      assert_non_null(strstr(warn, "--tokens-file"));
+      assert_null(strstr(warn + 1, "gateway: --listen ")); /* once */
+    }
+    kl_run_free(&r);
+  }
+  kl_t_rmrf(dir);
+}
+
 /* ---- keylane publish ---- */
 
 typedef struct kl_msg {
@@ -551,6 +624,8 @@ int main(void) {
       cmocka_unit_test(test_broker_embedded_sigint),
       cmocka_unit_test(test_broker_bad_flags),
       cmocka_unit_test(test_gateway_tokens_file_bounded),
+      cmocka_unit_test(test_gateway_empty_allow_topics_refused),
+      cmocka_unit_test(test_gateway_warns_off_loopback_without_tokens),
       cmocka_unit_test(test_publish_good_lines_then_bad),
       cmocka_unit_test(test_publish_bad_lines),
       cmocka_unit_test(test_publish_usage),

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -154,6 +155,53 @@ static void test_usage_errors_name_the_fix(void **state) {
   assert_int_equal(r.rc, 1);
   assert_non_null(strstr(r.err, "does not exist"));
   kl_run_free(&r);
+}
+
+/* Commands that read or change a store refuse a path holding none, and
+ * create nothing there: no directory, no data.mdb. They open the store
+ * before they talk to Kafka, so none is needed here. Only the commands
+ * that start a store create one (worker, and store rebuild when it writes:
+ * test_rebuild_replay_and_store_json). */
+static void test_no_store_is_created_at_a_typo(void **state) {
+  char dir[64], typo[96], empty[96];
+  kl_t_tmpdir(dir);
+  snprintf(typo, sizeof(typo), "%s/typo", dir);
+  snprintf(empty, sizeof(empty), "%s/empty", dir);
+  assert_int_equal(mkdir(empty, 0700), 0);
+  const char *const at[] = {typo, empty};
+  for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+    const char *const runs[][16] = {
+        {"replay", "-b", "127.0.0.1:1", "-t", "e", "-p", "0", "--from", "0",
+         "--store", at[i], "--handler", "ledger", "--dry-run", NULL},
+        {"replay", "-b", "127.0.0.1:1", "-t", "e", "-p", "0", "--from", "0",
+         "--store", at[i], "--handler", "ledger", NULL},
+        {"replay", "-b", "127.0.0.1:1", "--from-dlq", "e.dlq", "--store", at[i],
+         "--handler", "ledger", "--dry-run", NULL},
+        {"store", "rebuild", "-b", "127.0.0.1:1", "-t", "e", "--store", at[i],
+         "--handler", "ledger", "--dry-run", NULL},
+        {"store", "reset", "-t", "e", "-p", "0", "--store", at[i], NULL},
+        {"store", "migrate", "--store", at[i], NULL},
+        {"store", "stats", "--store", at[i], NULL},
+    };
+    for (size_t j = 0; j < sizeof(runs) / sizeof(runs[0]); j++) {
+      kl_run_t r;
+      kl_run(runs[j], &r);
+      char want[128];
+      snprintf(want, sizeof(want), "no keylane store at %s (", at[i]);
+      if (r.rc != 1 || !strstr(r.err, want) ||
+          !strstr(r.err, "`keylane worker` creates one, or check the path"))
+        fail_msg("keylane %s %s --store %s: exit %d, stderr: %s", runs[j][0],
+                 runs[j][1], at[i], r.rc, r.err);
+      kl_run_free(&r);
+      if (i == 0 && access(typo, F_OK) == 0)
+        fail_msg("keylane %s %s created %s", runs[j][0], runs[j][1], typo);
+      char file[128];
+      snprintf(file, sizeof(file), "%s/data.mdb", empty);
+      if (i == 1 && access(file, F_OK) == 0)
+        fail_msg("keylane %s %s created %s", runs[j][0], runs[j][1], file);
+    }
+  }
+  kl_t_rmrf(dir);
 }
 
 /* ---- against a cluster -------------------------------------------------- */
@@ -451,6 +499,59 @@ static void test_inspect_prints_records(void **state) {
   kl_fx_down(&fx);
 }
 
+/* store get prints numbers as numbers: "recorded_ms (null)" and
+ * "value_len (null)" were integers handed to %s; the JSON form agrees. */
+static void test_store_get_prints_numbers(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "getnum", 1, 10);
+  json_decref(kl_rebuild_json(&fx, "getnum"));
+  json_t *lines = kl_inspect((const char *[]){"inspect", "-b", fx.boot, "-t",
+                                              "getnum", "--count", "1", NULL});
+  assert_int_equal(json_array_size(lines), 1);
+  char id[128];
+  snprintf(id, sizeof(id), "%s",
+           json_string_value(json_object_get(json_array_get(lines, 0), "id")));
+  json_decref(lines);
+
+  kl_run_t r;
+  kl_run((const char *[]){"store", "get", "--id", id, "--store", fx.store,
+                          "--json", NULL},
+         &r);
+  assert_int_equal(r.rc, 0);
+  json_t *o = kl_json(r.out);
+  kl_run_free(&r);
+  assert_string_equal(json_string_value(json_object_get(o, "id")), id);
+  assert_string_equal(json_string_value(json_object_get(o, "mark")), "applied");
+  json_int_t recorded = kl_int(o, "recorded_ms");
+  assert_true(recorded > 1600000000000LL); /* a time, in ms */
+  json_decref(o);
+
+  kl_run(
+      (const char *[]){"store", "get", "--id", id, "--store", fx.store, NULL},
+      &r);
+  assert_int_equal(r.rc, 0);
+  char want[64];
+  snprintf(want, sizeof(want), "recorded_ms  %lld\n", (long long)recorded);
+  if (strstr(r.out, "(null)") || !strstr(r.out, want))
+    fail_msg("no \"%s\" in:\n%s", want, r.out);
+  kl_run_free(&r);
+
+  kl_run((const char *[]){"store", "keys", "--store", fx.store, "--limit", "1",
+                          NULL},
+         &r);
+  assert_int_equal(r.rc, 0);
+  char key[128];
+  snprintf(key, sizeof(key), "%.*s", (int)strcspn(r.out, "\n"), r.out);
+  kl_run_free(&r);
+  kl_run((const char *[]){"store", "get", key, "--store", fx.store, NULL}, &r);
+  if (r.rc != 0)
+    fail_msg("store get %s: exit %d, stderr: %s", key, r.rc, r.err);
+  if (strstr(r.out, "(null)") || !strstr(r.out, "value_len    "))
+    fail_msg("store get KEY printed:\n%s", r.out);
+  kl_run_free(&r);
+  kl_fx_down(&fx);
+}
+
 static void test_rebuild_reports_truncated_history(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "trunc", 1, 0);
@@ -537,8 +638,10 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help),
       cmocka_unit_test(test_usage_errors_name_the_fix),
+      cmocka_unit_test(test_no_store_is_created_at_a_typo),
       cmocka_unit_test(test_rebuild_replay_and_store_json),
       cmocka_unit_test(test_inspect_prints_records),
+      cmocka_unit_test(test_store_get_prints_numbers),
       cmocka_unit_test(test_rebuild_reports_truncated_history),
       cmocka_unit_test(test_dry_run_never_runs_an_exec_handler),
   };

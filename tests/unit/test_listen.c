@@ -5,6 +5,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -55,6 +56,32 @@ static void test_addresses_refused(void **state) {
   kl_t_refused(longhost, "is not ADDR:PORT");
 }
 
+/* What the gateway warns about without tokens: any address but loopback. */
+static void test_loopback(void **state) {
+  (void)state;
+  static const struct {
+    const char *listen;
+    bool loopback;
+  } cases[] = {{"127.0.0.1:80", true},
+               {"127.9.8.7:80", true},
+               {":80", true},
+               {"[::1]:80", true},
+               {"[::ffff:127.0.0.1]:80", true},
+               {"0.0.0.0:80", false},
+               {"10.0.0.1:80", false},
+               {"128.0.0.1:80", false},
+               {"[::]:80", false},
+               {"[fe80::1]:80", false},
+               {"[::ffff:10.0.0.1]:80", false}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    struct sockaddr_storage addr;
+    assert_int_equal(kl__listen_addr("--listen", cases[i].listen, &addr),
+                     KL_OK);
+    if (kl__listen_loopback(&addr) != cases[i].loopback)
+      fail_msg("%s: loopback is %d", cases[i].listen, !cases[i].loopback);
+  }
+}
+
 static void kl_t_on_conn(uv_stream_t *server, int status) {
   (void)server, (void)status;
 }
@@ -90,6 +117,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_addresses_accepted),
       cmocka_unit_test(test_addresses_refused),
+      cmocka_unit_test(test_loopback),
       cmocka_unit_test(test_bound_port_read_back),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

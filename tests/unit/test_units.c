@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -166,6 +167,87 @@ static void test_conf_keys(void **state) {
   kl_conf_destroy(conf);
 }
 
+/* One *.ms key takes a bare number of milliseconds, 500ms and 1s; junk and
+ * out-of-range values are refused naming the key, the value and the forms
+ * accepted. */
+static void kl_ms_key(kl_conf_t *conf, const char *key) {
+  static const struct {
+    const char *text;
+    int64_t ms;
+  } ok[] = {{"1000", 1000}, {"500ms", 500}, {"1s", 1000}};
+  static const char *const bad[] = {"10x", "1e3", "-1s", "100000h"};
+  char err[512];
+  for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+    if (kl_conf_set(conf, key, ok[i].text, err, sizeof(err)) != KL_OK)
+      fail_msg("%s=%s refused: %s", key, ok[i].text, err);
+    assert_int_equal(kl__conf_int(conf, key), ok[i].ms);
+  }
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    err[0] = '\0';
+    if (kl_conf_set(conf, key, bad[i], err, sizeof(err)) != KL_ECONF)
+      fail_msg("%s=%s accepted", key, bad[i]);
+    if (!strstr(err, key) || !strstr(err, bad[i]) ||
+        !strstr(err, "30s, 2m, 1h"))
+      fail_msg("%s=%s: \"%s\" names not the key, the value and the forms", key,
+               bad[i], err);
+  }
+}
+
+/* Every key whose name ends in ".ms" takes what the README promises: a
+ * bare number of milliseconds, or 500ms, 10s, 2m, 1h. Two of them
+ * (*.partitions.check.ms) took digits only. The keys: the conf table's,
+ * and any the README's configuration table lists (a key documented there
+ * later is checked too). */
+static void test_every_ms_key_takes_units(void **state) {
+  (void)state;
+  static const char *const table[] = {
+      "producer.enqueue.timeout.ms", "producer.partitions.check.ms",
+      "worker.session.timeout.ms",   "worker.fenced.retake.ms",
+      "worker.batch.wait.ms",        "worker.partitions.check.ms",
+      "worker.handler.timeout.ms",   "worker.stall.ms",
+      "worker.retry.initial.ms",     "worker.retry.max.ms"};
+  kl_conf_t *conf = kl_conf_new();
+  for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+    kl_ms_key(conf, table[i]);
+  const char *src = getenv("KEYLANE_SOURCE_DIR");
+  char path[4096], line[4096], key[128];
+  snprintf(path, sizeof(path), "%s/README.md", src ? src : ".");
+  FILE *f = fopen(path, "r");
+  if (!f)
+    fail_msg("cannot read %s (KEYLANE_SOURCE_DIR)", path);
+  size_t documented = 0;
+  while (fgets(line, sizeof(line), f)) {
+    /* "| `name.ms` | default | meaning |"; kafka.* ones are librdkafka's */
+    size_t len;
+    if (sscanf(line, "| `%127[a-z0-9.]` |", key) != 1 ||
+        (len = strlen(key)) < 4 || strcmp(key + len - 3, ".ms") != 0 ||
+        !kl_conf_get(conf, key))
+      continue;
+    kl_ms_key(conf, key);
+    documented++;
+  }
+  fclose(f);
+  kl_conf_destroy(conf);
+  assert_true(documented >= 5); /* the README's table was found and read */
+  /* The two that took digits only, through -X as a user types them: read,
+   * so the run goes on to open the store, which does not exist. */
+  const char *const runs[][14] = {
+      {"worker", "-b", "127.0.0.1:1", "-t", "t", "--store", "/nonexistent/s",
+       "--handler", "ledger", "-X", "worker.partitions.check.ms=10s",
+       "--kafka-wait", "0", NULL},
+      {"worker", "-b", "127.0.0.1:1", "-t", "t", "--store", "/nonexistent/s",
+       "--handler", "ledger", "-X", "producer.partitions.check.ms=2m",
+       "--kafka-wait", "0", NULL},
+  };
+  for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+    kl_t_run_t r;
+    kl_t_run_for(runs[i], NULL, 0, 10000, &r);
+    if (r.rc != 1 || !strstr(r.err, "cannot open the store"))
+      fail_msg("%s: exit %d, stderr: %s", runs[i][10], r.rc, r.err);
+    kl_t_run_free(&r);
+  }
+}
+
 /* Flags of the executable: "1e3", signs, spaces and trailing characters
  * are a usage error (exit 2) that names the flag, before anything starts
  * (a run that starts instead is killed after 10 s). */
@@ -218,6 +300,7 @@ int main(void) {
       cmocka_unit_test(test_message),
       cmocka_unit_test(test_digits),
       cmocka_unit_test(test_conf_keys),
+      cmocka_unit_test(test_every_ms_key_takes_units),
       cmocka_unit_test(test_cli_flags),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
