@@ -20,7 +20,7 @@
 #include "support/pg_group.h"
 #include "support/run.h"
 #include "support/sql.h"
-#include "worker/store_pg.h"
+#include "store/pg.h"
 
 static long long t_keylane_tables(const char *uri) {
   PGconn *pg = PQconnectdb(uri);
