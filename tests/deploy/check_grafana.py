@@ -3,7 +3,7 @@ metrics keylane exports.
 
 What keylane exports is read from its code: every name registered with
 kl__metrics_counter/gauge/gauge_fn/histogram, or a helper named like them
-(metrics_server.c's kl_ms_counter), in broker/, worker/ and common/
+(cli/metrics_server.c's kl_ms_counter), in every source folder
 (a histogram also exports NAME_bucket, NAME_sum and NAME_count). A query is
 PromQL: once its strings, label matchers, ranges, grouping clauses and
 Grafana variables are removed, every identifier left is a PromQL function
@@ -44,7 +44,7 @@ PROMQL_WORDS = {
 
 def exported_metrics(src):
     names = set()
-    for part in ("broker", "worker", "common"):
+    for part in ("common", "event", "store", "broker", "worker", "handlers", "cli"):
         for path in glob.glob(os.path.join(src, part, "**", "*.c"), recursive=True):
             with open(path) as f:
                 text = f.read()
