@@ -16,7 +16,7 @@ import sys
 
 import yaml
 
-from check_grafana import check_grafana
+from check_grafana import check_alerts, check_grafana
 
 SRC, BIN = sys.argv[1], sys.argv[2]
 DEPLOY = os.path.join(SRC, "deploy")
@@ -321,6 +321,7 @@ def main():
     check_dockerfile()
     check_flags([(w, i, a) for w, i, a in cmds])
     check_grafana(SRC, ok, bad)
+    check_alerts(SRC, ok, bad)
     return 1 if results["failed"] else 0
 
 
