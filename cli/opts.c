@@ -10,7 +10,6 @@
 #include "common/internal.h"
 #include "common/units.h"
 
-#define HELP_WIDTH 79      /* columns of the help text */
 #define HELP_COLUMN_MAX 30 /* where an option's description starts, at most */
 
 static const kl__opt_t help_opt = {
@@ -377,15 +376,13 @@ int kl__opts_parse(const kl__cmd_t *cmd, int argc, char **argv, void *args,
 
 /* ---- the help ----------------------------------------------------------- */
 
-/* Writes @p text from column @p col, breaking lines at spaces (not inside
- * [...]) before HELP_WIDTH; a new line begins with @p indent spaces. */
-static void wrap(FILE *out, const char *text, size_t col, size_t indent) {
+void kl__opts_wrap(FILE *out, const char *text, size_t col, size_t indent) {
   bool first = true;
   for (const char *s = text; *s;) {
     size_t len = 0;
     for (int depth = 0; s[len] && (s[len] != ' ' || depth > 0); len++)
       depth += s[len] == '[' ? 1 : s[len] == ']' && depth ? -1 : 0;
-    if (!first && col + 1 + len > HELP_WIDTH) {
+    if (!first && col + 1 + len > KL__OPTS_WIDTH) {
       fprintf(out, "\n%*s", (int)indent, "");
       col = indent;
     } else if (!first) {
@@ -424,7 +421,7 @@ static void help_usage(const kl__cmd_t *cmd, FILE *out) {
     char text[1024];
     snprintf(text, sizeof(text), "%.*s", (int)len, forms);
     fprintf(out, "%s%s", line ? "       " : "usage: ", prefix);
-    wrap(out, text, (size_t)n + 7, (size_t)n + 7);
+    kl__opts_wrap(out, text, (size_t)n + 7, (size_t)n + 7);
     forms += len + (forms[len] == '\n');
   }
 }
@@ -466,7 +463,7 @@ static void help_option(const kl__opt_t *o, size_t col, FILE *out) {
   resolved_t r = resolve(o);
   help_suffix(o, &r, suffix, sizeof(suffix));
   snprintf(text, sizeof(text), "%s%s", r.help ? r.help : "", suffix);
-  wrap(out, text, col, col);
+  kl__opts_wrap(out, text, col, col);
 }
 
 static void help_options(const kl__cmd_t *cmd, FILE *out) {
@@ -500,7 +497,7 @@ static void help_units(const kl__cmd_t *cmd, FILE *out) {
       [KL__OPT_DURATION] = "DUR is a duration with a unit, ms, s, m, h or "
                            "d (500ms, 30s, 2m).",
       [KL__OPT_SIZE] = "SIZE is bytes, or with K, M, G or T, powers of 1024 "
-                       "(16K, 64M; KiB, MiB... too)."};
+                       "(16K, 64M, 1GiB)."};
   bool used[KL__OPT_TEXT + 1] = {false};
   const kl__opt_t *o;
   for (size_t i = 0; (o = opt_at(cmd, i)); i++)

@@ -113,6 +113,14 @@ typedef struct kl__cmd {
 int kl__opts_parse(const kl__cmd_t *cmd, int argc, char **argv, void *args,
                    kl_conf_t *conf, int *first);
 
+/** Columns of the help text. */
+#define KL__OPTS_WIDTH 79
+
+/** Writes @p text from column @p col, breaking lines at spaces (not inside
+ *  [...]) before KL__OPTS_WIDTH, then a newline; a new line begins with
+ *  @p indent spaces. */
+void kl__opts_wrap(FILE *out, const char *text, size_t col, size_t indent);
+
 /** Writes @p cmd's --help text to @p out. */
 void kl__opts_help(const kl__cmd_t *cmd, FILE *out);
 
