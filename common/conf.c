@@ -16,7 +16,6 @@
 #include "common/units.h"
 
 #define KL_I64_MAX INT64_MAX
-#define KL_GW_SIZE_MAX (INT64_MAX / 2)
 #define KL_GW_DURATION_MAX 86400000 /* a day */
 static const kl__conf_key_t kl_keys[] = {
     {"producer.inflight.max", KL__CONF_INT, "100000", 1, 10000000, NULL,
@@ -138,76 +137,75 @@ static const kl__conf_key_t kl_keys[] = {
     /* The HTTP publish gateway (keylane broker --listen); each has a flag
      * of its own there. Its limits bound memory whatever clients do. */
     {"gateway.listen", KL__CONF_STR, "127.0.0.1:8080", 0, 0, NULL,
-     "gateway: the address it serves, ADDR:PORT or [V6]:PORT (loopback by "
+     "the address it serves, ADDR:PORT or [V6]:PORT (loopback by "
      "default; port 0 picks a free one)"},
     {"gateway.tokens.file", KL__CONF_STR, "", 0, 0, NULL,
-     "gateway: a file of bearer tokens, one per line, one of which a client "
+     "a file of bearer tokens, one per line, one of which a client "
      "must send (401 otherwise); empty: no token is asked for. Tokens are "
      "never logged"},
     {"gateway.max.connections", KL__CONF_INT, "1024", 1, 1000000, NULL,
-     "gateway: open client connections at most; past it a new one gets 503 "
+     "open client connections at most; past it a new one gets 503 "
      "and is closed"},
-    {"gateway.max.header", KL__CONF_SIZE, "16K", 1, KL_GW_SIZE_MAX, NULL,
-     "gateway: bytes of a request line and its headers at most (at least "
+    {"gateway.max.header", KL__CONF_SIZE, "16K", 1, KL_I64_MAX, NULL,
+     "bytes of a request line and its headers at most (at least "
      "256); past it the request gets 431 and the connection is closed"},
-    {"gateway.max.body", KL__CONF_SIZE, "1M", 1, KL_GW_SIZE_MAX, NULL,
-     "gateway: bytes of a request body at most; past it the request gets 413 "
+    {"gateway.max.body", KL__CONF_SIZE, "1M", 1, KL_I64_MAX, NULL,
+     "bytes of a request body at most; past it the request gets 413 "
      "and the connection is closed"},
     {"gateway.max.inflight", KL__CONF_INT, "10000", 1, 10000000, NULL,
-     "gateway: events produced and not yet acknowledged by Kafka at most; a "
+     "events produced and not yet acknowledged by Kafka at most; a "
      "request that does not fit gets 429 with Retry-After"},
-    {"gateway.max.inflight.bytes", KL__CONF_SIZE, "64M", 1, KL_GW_SIZE_MAX,
-     NULL,
-     "gateway: request bytes of the events in flight at most (at least "
+    {"gateway.max.inflight.bytes", KL__CONF_SIZE, "64M", 1, KL_I64_MAX, NULL,
+     "request bytes of the events in flight at most (at least "
      "gateway.max.body); a request that does not fit gets 429 with "
      "Retry-After"},
     {"gateway.max.pipeline", KL__CONF_INT, "32", 1, 100000, NULL,
-     "gateway: pipelined requests queued per connection at most; past it "
+     "pipelined requests queued per connection at most; past it "
      "the connection is not read until its client reads"},
-    {"gateway.max.output", KL__CONF_SIZE, "1M", 1, KL_GW_SIZE_MAX, NULL,
-     "gateway: unsent response bytes per connection at most; past it the "
+    {"gateway.max.output", KL__CONF_SIZE, "1M", 1, KL_I64_MAX, NULL,
+     "unsent response bytes per connection at most; past it the "
      "connection is not read until its client reads"},
     {"gateway.max.topics", KL__CONF_INT, "1024", 1, 100000, NULL,
-     "gateway: distinct topics served at most (each holds a librdkafka topic "
+     "distinct topics served at most (each holds a librdkafka topic "
      "handle); another gets 403 unless one was unused for "
      "gateway.topic.idle. The gateway creates no topic: one that does not "
      "exist is 404 and takes no place"},
     {"gateway.topic.idle", KL__CONF_DURATION, "60s", 1, KL_GW_DURATION_MAX,
      NULL,
-     "gateway: a topic no request used for this long gives its place to a "
+     "a topic no request used for this long gives its place to a "
      "new one once gateway.max.topics are served"},
     {"gateway.idle.timeout", KL__CONF_DURATION, "30s", 1, KL_GW_DURATION_MAX,
      NULL,
-     "gateway: a connection idle this long, or whose client reads nothing "
+     "a connection idle this long, or whose client reads nothing "
      "this long while responses wait, is closed"},
     {"gateway.request.timeout", KL__CONF_DURATION, "30s", 1, KL_GW_DURATION_MAX,
      NULL,
-     "gateway: a request whose line, headers and body take longer than this "
+     "a request whose line, headers and body take longer than this "
      "to arrive gets 408"},
     {"gateway.produce.timeout", KL__CONF_DURATION, "10s", 1, KL_GW_DURATION_MAX,
      NULL,
-     "gateway: how long Kafka has to acknowledge an event; past it the "
+     "how long Kafka has to acknowledge an event; past it the "
      "request gets 503 with the events' ids, to send again with the same "
      "ids (kafka.message.timeout.ms, unless set)"},
     {"gateway.drain.timeout", KL__CONF_DURATION, "10s", 1, KL_GW_DURATION_MAX,
      NULL,
-     "gateway: at SIGINT or SIGTERM, how long it waits for the "
+     "at SIGINT or SIGTERM, how long it waits for the "
      "acknowledgements of the requests in flight before it closes every "
      "connection"},
     {"gateway.retry.after", KL__CONF_DURATION, "1s", 0, 3600000, NULL,
-     "gateway: the Retry-After of its 429 and 503 answers (whole seconds, "
+     "the Retry-After of its 429 and 503 answers (whole seconds, "
      "rounded up)"},
     {"gateway.allow.origins", KL__CONF_STR, "", 0, 0, NULL,
-     "gateway: browser origins, scheme://host[:port], comma-separated, whose "
+     "browser origins, scheme://host[:port], comma-separated, whose "
      "requests are served; a request with any other Origin header gets 403 "
      "(empty: none, so no web page can publish)"},
     {"gateway.allow.topics", KL__CONF_STR, "*", 0, 0, NULL,
-     "gateway: topics clients may publish to and route on: names or fnmatch "
+     "topics clients may publish to and route on: names or fnmatch "
      "patterns (orders-*), comma-separated; any other gets 403 (*: any "
      "topic). A list that names none is refused"},
     {"gateway.allow.internal.topics", KL__CONF_ENUM, "false", 0, 0,
      "false|true",
-     "gateway: true lets clients use dead-letter topics (*.dlq) and Kafka's "
+     "true lets clients use dead-letter topics (*.dlq) and Kafka's "
      "internal ones (__*), which get 403 otherwise"},
 };
 #define KL_NKEYS (sizeof(kl_keys) / sizeof(kl_keys[0]))
