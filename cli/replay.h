@@ -21,10 +21,23 @@ typedef struct kl__replay_args {
 
 /* The options both commands take, with the same meaning. */
 #define KL__REPLAY_OPTS_SHARED                                                 \
-  {.name = "json",                                                             \
-   .kind = KL__OPT_FLAG,                                                       \
-   .off = offsetof(kl__replay_args_t, json),                                   \
-   .help = "print one JSON object"},                                           \
+  {.name = "to",                                                               \
+   .meta = "POS",                                                              \
+   .parse = kl__cli_pos_parse,                                                 \
+   .off = offsetof(kl__replay_args_t, to),                                     \
+   .shown = "end, the high watermark at the start",                            \
+   .help = "stop before: N, @TIME or end"},                                    \
+      {.name = "batch-max",                                                    \
+       .kind = KL__OPT_COUNT,                                                  \
+       .min = 1,                                                               \
+       .max = 1000000,                                                         \
+       .off = offsetof(kl__replay_args_t, batch_max),                          \
+       .shown = "1000; a dry run's window: 100000",                            \
+       .help = "events per store commit"},                                     \
+      {.name = "json",                                                         \
+       .kind = KL__OPT_FLAG,                                                   \
+       .off = offsetof(kl__replay_args_t, json),                               \
+       .help = "print one JSON object"},                                       \
       {.name = "partitions",                                                   \
        .key = "worker.expect.partitions",                                      \
        .shown = "",                                                            \

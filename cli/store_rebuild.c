@@ -35,24 +35,11 @@ static const kl__opt_t rebuild_opts[] = {
      .off = offsetof(kl__replay_args_t, from),
      .help = "start there instead of the earliest retained offset; the "
              "history before is reported like truncated history"},
-    {.name = "to",
-     .meta = "POS",
-     .parse = kl__cli_pos_parse,
-     .off = offsetof(kl__replay_args_t, to),
-     .shown = "end",
-     .help = "stop before"},
     {.name = "dry-run",
      .kind = KL__OPT_FLAG,
      .off = offsetof(kl__replay_args_t, opts.dry_run),
      .help = "report what would apply; write nothing (NEW_STORE must exist: "
              "a dry run creates no store)"},
-    {.name = "batch-max",
-     .kind = KL__OPT_COUNT,
-     .min = 1,
-     .max = 1000000,
-     .off = offsetof(kl__replay_args_t, batch_max),
-     .shown = "1000",
-     .help = "events per store commit"},
     KL__REPLAY_OPTS_SHARED,
     {0}};
 
