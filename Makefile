@@ -36,8 +36,9 @@ demo: build
 	$(BUILD)/bin/keylane demo
 
 # The single entry point of the tests, in order:
-#   1. unit, mock (embedded cluster), pg (a throwaway PostgreSQL), deploy
-#      and demo (the README's `make demo`, run as a user runs it);
+#   1. unit, mock (embedded cluster), pg (a throwaway PostgreSQL), deploy,
+#      demo (the README's `make demo`, run as a user runs it) and docs (the
+#      shell blocks of README.md and docs/*.md);
 #   2. the kafka suite: the same worker tests and the interop test on a real
 #      single-node Apache Kafka that ctest fixtures start and stop;
 #   3. the fault suite on a real 3-node cluster (-V: it prints its figures);
@@ -54,7 +55,7 @@ demo: build
 export KEYLANE_TEST_REQUIRE ?= postgresql
 TEST_STEPS = \
   "format|$(MAKE) format-check" \
-  "suites unit, mock, pg, deploy, demo|cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L '^(unit|mock|pg|deploy|demo)$$'" \
+  "suites unit, mock, pg, deploy, demo, docs|cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L '^(unit|mock|pg|deploy|demo|docs)$$'" \
   "kafka suite|cd $(BUILD) && ctest --output-on-failure -L '^kafka$$'" \
   "fault suite|cd $(BUILD) && ctest --output-on-failure -V -L '^fault$$'" \
   "sanitizers|$(MAKE) test-asan" \
