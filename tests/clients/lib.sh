@@ -83,3 +83,41 @@ clients_summary() {
   echo "$1: $passed passed, $failed failed"
   [ "$failed" = 0 ]
 }
+
+# handler_case NAME COMMAND: a `keylane worker` with `--handler
+# exec:COMMAND LOG MARKERS CRASH_AT` (2 children, 8 events in flight each)
+# over the events of handlers.py on a cluster of its own; the child is
+# killed once, at its 150th event, with events in flight. handlers.py
+# verify says what must come out.
+handler_case() {
+  local name=$1 cmd=$2 dir=$W/handler-$1
+  mkdir -p "$dir/markers"
+  embedded "h$name" hevents 4
+  local boot_var=BOOT_h$name
+  local boot=${!boot_var}
+  "$PY" "$HERE/interop_python.py" topic "$boot" hevents.dlq
+  "$PY" "$HERE/handlers.py" publish "$boot" hevents "$dir/expected.json"
+  "$BIN" worker -b "$boot" -t hevents -g "h$name" --store "$dir/store" \
+    --handler "exec:$cmd $dir/effects.jsonl $dir/markers 150" \
+    --concurrency 2 -X worker.exec.window=8 --max-attempts 5 \
+    --retry-initial-ms 10 --retry-max-ms 200 --handler-timeout-ms 10000 \
+    --partitions 4 --session-timeout-ms 6000 >"$dir/worker.log" 2>&1 &
+  local worker=$!
+  PIDS+=($worker)
+  local verdict=''
+  for _ in $(seq 1 90); do
+    sleep 1
+    [ -s "$dir/effects.jsonl" ] || continue
+    if verdict=$("$PY" "$HERE/handlers.py" verify "$dir/expected.json" "$dir/effects.jsonl" \
+      "$boot" hevents.dlq 2>&1); then
+      break
+    fi
+  done
+  if [ -e "$dir/markers/crash" ] && echo "$verdict" | grep -q "applied once"; then
+    ok "$name handler under keylane worker, killed once mid-batch: $verdict"
+  else
+    bad "$name handler: ${verdict:-no effects} (crashed: $([ -e "$dir/markers/crash" ] && echo yes || echo no)); see $dir/worker.log"
+  fi
+  kill "$worker"
+  if wait "$worker"; then ok "$name handler: the worker drained and exited 0"; else bad "$name handler: the worker exited $?"; fi
+}

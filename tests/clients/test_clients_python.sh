@@ -8,7 +8,10 @@
 #  - keylane.envelope writes the very bytes `keylane publish` wrote for the
 #    same events (msgpack width boundaries, UTF-8, headers, raw payloads);
 #  - a `keylane worker` (ledger handler) applies what the Publisher
-#    published, re-published ids once: balances and seqs exactly.
+#    published, re-published ids once: balances and seqs exactly;
+#  - a handler on keylane.handler (handler_py.py) under a `keylane worker`
+#    with pipelined children: answers, retries, failures (dead letters
+#    with the reason), follow-ups through emit, a child killed mid-batch.
 # confluent-kafka, msgpack and pytest come from PyPI into a venv under the
 # build directory, made once (tests/clients/requirements.txt).
 set -euo pipefail
@@ -64,5 +67,8 @@ check "a keylane worker applied the Publisher's 600 events (60 re-published ids 
   ledger_wait "$W/store" "$W/expected.json"
 kill "$WORKER"
 if wait "$WORKER"; then ok "the worker drained and exited 0"; else bad "the worker exited $?; see $W/worker.log"; fi
+
+# ---- 5. a handler on keylane.handler, under a worker
+handler_case python "$PY $HERE/handler_py.py"
 
 clients_summary clients-python
