@@ -330,23 +330,26 @@ class Handler:
     def _serve(self, fd_in: int, fd_out: int) -> None:
         pending = b""
         line = self._line
+        # One buffer for every read: os.read(fd, n) allocates n bytes each
+        # call, and a large n is an mmap and a munmap per event when the
+        # worker sends them one or two at a time.
+        buf = bytearray(1 << 16)
         while True:
-            try:
-                chunk = os.read(fd_in, 1 << 20)
-            except InterruptedError:  # pragma: no cover - PEP 475 retries
-                continue
-            if not chunk:
+            n = os.readv(fd_in, [buf])
+            if not n:
                 return
+            chunk = bytes(buf[:n])
             pending += chunk
             if b"\n" not in chunk:
                 continue
             lines = pending.split(b"\n")
             pending = lines.pop()
-            out = b"".join([line(raw) for raw in lines if raw.strip()])
-            view = memoryview(out)
-            while view:
-                n = os.write(fd_out, view)
-                view = view[n:]
+            for raw in lines:
+                if raw.strip():
+                    view = memoryview(line(raw))
+                    while view:
+                        n = os.write(fd_out, view)
+                        view = view[n:]
 
 
 def _answer(seq: Optional[int], status: str, error: str) -> Dict[str, Any]:
