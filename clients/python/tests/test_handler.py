@@ -165,3 +165,30 @@ def test_the_loop_answers_pipelined_lines_in_order():
     assert answers[20]["status"] == "fail"
     assert b"a print goes to stderr id-1" in err and b"a child process too" in err
     assert child.returncode == 0
+
+
+def test_a_traced_event_runs_in_a_child_of_its_publishers_span():
+    trace = pytest.importorskip("opentelemetry.trace")
+    seen = []
+
+    @handler
+    def apply(event, tx):
+        seen.append(trace.get_current_span().get_span_context().trace_id)
+
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    assert apply.answer(dict(REQ, traceparent=tp, tracestate="a=b"))["status"] == "ok"
+    assert apply.answer(REQ)["status"] == "ok"
+    assert seen[0] == 0x4BF92F3577B34DA6A3CE929D0E0E4736 and seen[1] == 0
+
+
+def test_run_echoes_seq_on_plain_oks(tmp_path):
+    @handler
+    def apply(event, tx):
+        pass
+
+    requests = tmp_path / "in"
+    requests.write_text("".join(json.dumps(dict(REQ, seq=i)) + "\n" for i in range(1, 6)) + "\n")
+    answers = tmp_path / "out"
+    with open(requests, "rb") as fin, open(answers, "wb") as fout:
+        apply.run(stdin=fin.fileno(), stdout=fout.fileno())
+    assert answers.read_text() == "".join('{"seq":%d,"status":"ok"}\n' % i for i in range(1, 6))

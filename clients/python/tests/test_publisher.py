@@ -122,3 +122,23 @@ def test_the_watch_thread_rereads_the_count():
         time.sleep(0.05)
     assert topic.live == topic.count
     pub.close()
+
+
+def test_the_current_spans_trace_context_goes_in_the_headers():
+    trace = pytest.importorskip("opentelemetry.trace")
+    pub = mock_publisher()
+    sent = []
+    pub._produce = lambda topic, value, key, part, **kw: sent.append(value)
+    ctx = trace.SpanContext(
+        trace_id=0x4BF92F3577B34DA6A3CE929D0E0E4736, span_id=0x00F067AA0BA902B7, is_remote=False,
+        trace_flags=trace.TraceFlags(1),
+    )
+    pub.publish("events", "k", "t")  # no current span: no headers
+    with trace.use_span(trace.NonRecordingSpan(ctx)):
+        pub.publish("events", "k", "t")
+        pub.publish("events", "k", "t", headers={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-00"})
+    from keylane import decode
+
+    assert decode("k", sent[0]).headers == {}
+    assert decode("k", sent[1]).headers == {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+    assert decode("k", sent[2]).headers["traceparent"].startswith("00-111")  # the event's own wins
