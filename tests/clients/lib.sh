@@ -6,6 +6,8 @@ BIN=${KEYLANE_BIN:-$SRC/build/bin/keylane}
 BUILD=${KEYLANE_BUILD_DIR:-$SRC/build}
 passed=0 failed=0
 PIDS=()
+# Go's default install, for a shell whose PATH lacks it
+command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
 
 ok() { echo "ok: $*"; passed=$((passed + 1)); }
 bad() { echo "FAILED: $*"; failed=$((failed + 1)); }

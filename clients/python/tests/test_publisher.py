@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("confluent_kafka")
 
-from keylane import ConfigError, EventError, PartitionsChanged, Publisher  # noqa: E402
+from keylane import ConfigError, DeliveryError, EventError, PartitionsChanged, Publisher  # noqa: E402
 from keylane.routing import partition  # noqa: E402
 
 
@@ -142,3 +142,29 @@ def test_the_current_spans_trace_context_goes_in_the_headers():
     assert decode("k", sent[0]).headers == {}
     assert decode("k", sent[1]).headers == {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
     assert decode("k", sent[2]).headers["traceparent"].startswith("00-111")  # the event's own wins
+
+
+def test_payloads_raw_and_packed():
+    pub = mock_publisher()
+    sent = []
+    pub._produce = lambda topic, value, key, part, **kw: sent.append(value)
+    for payload in (b"\x01", bytearray(b"\x01"), memoryview(b"\x01"), {"a": 1}, "s", None, [1, 2.5]):
+        pub.publish("events", "k", "t", payload)
+    from keylane import decode
+
+    got = [decode("k", v).payload for v in sent]
+    assert got == [b"\x01"] * 3 + [b"\x81\xa1a\x01", b"\xa1s", b"\xc0", b"\x92\x01\xcb\x40\x04\x00\x00\x00\x00\x00\x00"]
+    with pytest.raises(EventError, match="the payload cannot be packed as msgpack"):
+        pub.publish("events", "k", "t", object())
+    with pytest.raises(EventError, match='envelope field "p" is 1046529 bytes'):
+        pub.publish("events", "k", "t", bytearray(1046529))
+
+
+def test_a_failure_is_raised_by_flush():
+    # a message.timeout.ms that has passed before the cluster answers
+    pub = Publisher("127.0.0.1:1", message_timeout_ms=1, socket_connection_setup_timeout_ms=1000)
+    pub._topics["events"] = __import__("keylane.publisher").publisher._Topic("events", 4, None)
+    pub.publish("events", "k", "t", b"", "id-9")
+    with pytest.raises(DeliveryError) as e:
+        pub.flush(30)
+    assert "id-9" in str(e.value) and e.value.failed[0].id == "id-9" and e.value.failed[0].offset == -1

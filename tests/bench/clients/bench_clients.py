@@ -1,9 +1,11 @@
 """Throughput of the keylane Python package (tests/bench/clients/bench_clients.sh).
 
-  bench_clients.py publish BOOTSTRAP TOPIC EVENTS ROUNDS
+  bench_clients.py publish KEYLANE_BIN EVENTS ROUNDS
       events/s of the Publisher against bare confluent-kafka producing the
       same bytes (the same keys, envelopes and partitions), each run with a
-      producer of its own, the runs interleaved ROUNDS times (median)
+      producer and an embedded cluster of its own (the mock cluster keeps
+      every record in memory, and slows down as it fills), the runs
+      interleaved ROUNDS times (median)
   bench_clients.py load BOOTSTRAP TOPIC EVENTS
       publishes EVENTS ledger events (1,000 keys) for the handler runs
   bench_clients.py requests EVENTS OUT
@@ -16,6 +18,7 @@
 """
 import json
 import statistics
+import subprocess
 import sys
 import time
 
@@ -92,10 +95,28 @@ def run_publisher(bootstrap, topic, evs, ts, with_ids):
         for key, kind, payload, _ in evs:
             publish(topic, key, kind, payload)
     pub.flush(120)
-    return time.perf_counter() - t
+    took = time.perf_counter() - t
+    pub.close()
+    return took
 
 
-def cmd_publish(bootstrap, topic, events, rounds):
+def on_fresh_cluster(bin_path, run):
+    """Runs run(bootstrap, topic) on a new embedded cluster with topic
+    "bench" of 16 partitions."""
+    broker = subprocess.Popen(
+        [bin_path, "broker", "--embedded", "-t", "bench", "--partitions", "16", "--brokers", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        line = broker.stdout.readline().decode()
+        return run(line.strip().split("=", 1)[1], "bench")
+    finally:
+        broker.kill()
+        broker.wait()
+
+
+def cmd_publish(bin_path, events, rounds):
     import keylane
 
     n = int(events)
@@ -108,21 +129,27 @@ def cmd_publish(bootstrap, topic, events, rounds):
     assert values[0] == msgpack.packb({"v": 1, "id": evs[0][3], "t": evs[0][1], "ts": ts, "p": msgpack.packb(evs[0][2])})
     evs = [(k.encode(), t, p, i) for k, t, p, i in evs]
     runs = {
-        "bare confluent-kafka, envelopes prebuilt": lambda: run_bare_prebuilt(bootstrap, topic, evs, values),
-        "bare confluent-kafka, msgpack per event": lambda: run_bare_encoding(bootstrap, topic, evs, ts),
-        "Publisher.publish(..., id)": lambda: run_publisher(bootstrap, topic, evs, ts, True),
-        "Publisher.publish() making ids": lambda: run_publisher(bootstrap, topic, evs, ts, False),
+        "bare confluent-kafka, envelopes prebuilt": lambda b, t: run_bare_prebuilt(b, t, evs, values),
+        "bare confluent-kafka, msgpack per event": lambda b, t: run_bare_encoding(b, t, evs, ts),
+        "Publisher.publish(..., id)": lambda b, t: run_publisher(b, t, evs, ts, True),
+        "Publisher.publish() making ids": lambda b, t: run_publisher(b, t, evs, ts, False),
     }
     times = {name: [] for name in runs}
-    runs[list(runs)[0]]()  # a warm-up: the cluster's first batches
     for _ in range(int(rounds)):
         for name, run in runs.items():
-            times[name].append(run())
+            times[name].append(on_fresh_cluster(bin_path, run))
     eps = {name: n / statistics.median(t) for name, t in times.items()}
     names = list(runs)
-    print("publish: %d ledger events (%d keys, ~%d-byte envelopes), median of %s rounds, embedded cluster" % (n, KEYS, len(values[0]), rounds))
+    try:
+        import opentelemetry.trace  # noqa: F401
+
+        otel = "opentelemetry-api installed (the publisher looks up the current span)"
+    except ImportError:
+        otel = "no opentelemetry-api"
+    print("publish: %d ledger events (%d keys, ~%d-byte envelopes), median of %s rounds, embedded cluster, %s"
+          % (n, KEYS, len(values[0]), rounds, otel))
     for name in names:
-        print("  %-42s %9.0f events/s" % (name, eps[name]))
+        print("  %-50s %9.0f events/s" % (name, eps[name]))
     print("  ratio Publisher (ids given) / bare, msgpack per event: %.2f" % (eps[names[2]] / eps[names[1]]))
     print("  ratio Publisher (ids given) / bare, envelopes prebuilt: %.2f" % (eps[names[2]] / eps[names[0]]))
     print("  ratio Publisher (making ids) / bare, envelopes prebuilt: %.2f" % (eps[names[3]] / eps[names[0]]))

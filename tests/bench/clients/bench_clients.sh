@@ -22,8 +22,7 @@ clients_venv
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 
 if has publish; then
-  embedded pub bench 16
-  "$PY" "$BENCH" publish "$BOOT_pub" bench "$PUB_N" "$ROUNDS"
+  "$PY" "$BENCH" publish "$BIN" "$PUB_N" "$ROUNDS"
 fi
 
 has alone || has worker || exit 0

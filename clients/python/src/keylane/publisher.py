@@ -24,16 +24,18 @@ from typing import Any, Callable, Dict, Mapping, Optional
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from keylane import envelope as _env
+from keylane.envelope import ID_MAX, KEY_MAX, PAYLOAD_MAX, RECORD_MAX, TYPE_MAX
 from keylane.errors import ConfigError, DeliveryError, PartitionsChanged, PublishError
 from keylane.routing import murmur2
 
 try:  # trace context from the current span, when OpenTelemetry is there
-    from opentelemetry import trace as _otel_trace
+    from opentelemetry.trace import get_current_span as _current_span
 except ImportError:  # pragma: no cover - depends on what is installed
-    _otel_trace = None
+    _current_span = None
 
 #: confluent-kafka's own conf keys that take Python objects: kept as given.
 _PY_KEYS = frozenset(("error_cb", "throttle_cb", "stats_cb", "oauth_cb", "logger", "on_delivery", "partitioner_cb"))
+_packb = _env._packb
 #: How long the first publish to a topic waits for its partition count.
 _METADATA_TIMEOUT = 10.0
 #: How many keys' partitions each topic remembers.
@@ -331,30 +333,45 @@ class Publisher:
         if self._fatal is not None:
             raise PublishError("the producer failed: %s; no further event can be published by it" % self._fatal)
         # The checks kl_publish() makes, fast paths first.
-        if key.__class__ is bytes and 0 < len(key) <= _env.KEY_MAX:
+        if key.__class__ is bytes and 0 < len(key) <= KEY_MAX:
             k = key
         else:
             k = _env.key_bytes(key)
-        if not (type.__class__ is str and 0 < len(type) <= _env.TYPE_MAX and type.isascii()):
+        if not (type.__class__ is str and 0 < len(type) <= TYPE_MAX and type.isascii()):
             type = _env.check_type(type)
-        now = time.time_ns() // 1000000
+        if ts is None:  # one clock read for both, as kl_publish()
+            ts = time.time_ns() // 1000000
+            if id is None:
+                id = _env._ids.make(ts)
+        elif ts.__class__ is not int or not -(1 << 63) <= ts < (1 << 63):
+            ts = _ts(ts)
         if id is None:
-            id = _env._ids.make(now)
+            id = _env._ids.make()
         elif not (
-            id.__class__ is str and 0 < len(id) <= _env.ID_MAX and id.isascii() and id[0] != "~" and "\0" not in id
+            id.__class__ is str and 0 < len(id) <= ID_MAX and id.isascii() and id[0] != "~" and "\0" not in id
         ):
             id = _env.check_id(id)
         if payload.__class__ is not bytes:
-            payload = _env.pack_payload(payload)
-        elif len(payload) > _env.PAYLOAD_MAX:
+            if isinstance(payload, (bytearray, memoryview)):
+                payload = bytes(payload)
+            else:
+                try:
+                    payload = _packb(payload)
+                except Exception:
+                    payload = _env.pack_payload(payload)  # raises, saying why
+        if len(payload) > PAYLOAD_MAX:
             _env.pack_payload(payload)  # raises, naming the limit
-        if headers or _otel_trace is not None:
+        if headers:
             headers = self._headers(headers)
-        env = {"v": 1, "id": id, "t": type, "ts": now if ts is None else _ts(ts), "p": payload}
+        elif _current_span is not None:
+            span = _current_span().get_span_context()
+            if span.is_valid:
+                headers = _trace_headers(None, span)
+        env = {"v": 1, "id": id, "t": type, "ts": ts, "p": payload}
         if headers:
             env["h"] = headers
-        value = _env._packb(env)
-        if len(k) + len(value) > _env.RECORD_MAX:
+        value = _packb(env)
+        if len(k) + len(value) > RECORD_MAX:
             _env.record_check(k, value, len(payload))
         route = t.route
         part = route.get(k)
@@ -399,16 +416,12 @@ class Publisher:
         box.append(DeliveryFuture(self, event_id))
         return box[0]
 
-    def _headers(self, headers: Optional[Mapping[str, str]]) -> Optional[Dict[str, str]]:
-        h = _env.check_headers(headers) if headers else None
-        if _otel_trace is not None and not (h and _env.TRACEPARENT in h):
-            ctx = _otel_trace.get_current_span().get_span_context()
-            if ctx.is_valid:
-                h = dict(h or {})
-                h[_env.TRACEPARENT] = "00-%032x-%016x-%02x" % (ctx.trace_id, ctx.span_id, ctx.trace_flags)
-                state = ctx.trace_state.to_header() if ctx.trace_state else ""
-                if state and _env.tracestate_valid(state):
-                    h[_env.TRACESTATE] = state
+    def _headers(self, headers: Mapping[str, str]) -> Optional[Dict[str, str]]:
+        h = _env.check_headers(headers)
+        if _current_span is not None and not (h and _env.TRACEPARENT in h):
+            span = _current_span().get_span_context()
+            if span.is_valid:
+                h = _trace_headers(h, span)
         return h
 
     def _enqueue_wait(self, topic: str, value: bytes, key: bytes, part: int, cb: Any) -> None:
@@ -470,6 +483,16 @@ class Publisher:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _trace_headers(headers: Optional[Dict[str, str]], span: Any) -> Dict[str, str]:
+    """``headers`` with the W3C trace context of the span context ``span``."""
+    h = dict(headers or {})
+    h[_env.TRACEPARENT] = "00-%032x-%016x-%02x" % (span.trace_id, span.span_id, span.trace_flags)
+    state = span.trace_state.to_header() if span.trace_state else ""
+    if state and _env.tracestate_valid(state):
+        h[_env.TRACESTATE] = state
+    return h
 
 
 def _ts(ts: Any) -> int:
