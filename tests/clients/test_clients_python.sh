@@ -20,7 +20,7 @@ clients_venv
 IO="$PY $HERE/interop_python.py"
 
 # ---- 1. the package's own tests
-if (cd "$SRC/clients/python" && KEYLANE_BIN=$BIN "$PY" -m pytest -q -p no:cacheprovider tests) >"$W/pytest.log" 2>&1; then
+if (cd "$SRC/clients/python" && KEYLANE_BIN=$BIN KEYLANE_REQUIRE_SPEEDUPS=1 "$PY" -m pytest -q -p no:cacheprovider tests) >"$W/pytest.log" 2>&1; then
   ok "pytest clients/python: $(tail -1 "$W/pytest.log")"
 else
   tail -40 "$W/pytest.log"

@@ -156,3 +156,19 @@ def test_ids_keep_growing_when_the_clock_steps_back():
 def test_encode_event_makes_an_id_and_returns_it():
     key, value, event_id = env.encode_event(b"k", "t", {"a": 1})
     assert key == b"k" and env.decode(key, value).id == event_id and len(event_id) == 36
+
+
+def test_a_forked_child_makes_ids_of_its_own():
+    import os
+
+    env.make_id()  # the parent's pool is filled
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(w, env.make_id().encode())
+        os._exit(0)
+    mine = env.make_id()
+    os.waitpid(pid, 0)
+    theirs = os.read(r, 64).decode()
+    # the same ms is likely; the random tails must differ
+    assert mine[-12:] != theirs[-12:]

@@ -294,6 +294,10 @@ class _Ids:
         self._ms = -1
         self._prefix = ""
 
+    def forget(self) -> None:
+        """Drops the random pool (in a child after fork())."""
+        self._i = self._BATCH
+
     def _refill(self) -> None:
         raw = os.urandom(11 * self._BATCH)
         b = self._BATCH
@@ -328,6 +332,26 @@ class _Ids:
 
 
 _ids = _Ids()
+os.register_at_fork(after_in_child=_ids.forget)
+
+try:  # the same ids, made in C (keylane/_speedups.c), when it was built
+    from keylane._speedups import forget_ids as _forget_ids
+    from keylane._speedups import make_id as _make_id_c
+except ImportError:  # pragma: no cover - depends on the build
+    _make_id_c = None
+else:
+
+    class _CIds:
+        """_Ids' interface on the C maker; the GIL guards its state."""
+
+        @staticmethod
+        def make(now_ms: Optional[int] = None) -> str:
+            return _make_id_c(time.time_ns() // 1000000 if now_ms is None else now_ms)
+
+    _ids = _CIds()  # type: ignore[assignment]
+    # A child after fork() must not reuse the parent's random bytes: its
+    # ids in the same ms would be the parent's.
+    os.register_at_fork(after_in_child=_forget_ids)
 
 
 def make_id() -> str:

@@ -19,14 +19,19 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from keylane import envelope as _env
-from keylane.envelope import ID_MAX, KEY_MAX, PAYLOAD_MAX, RECORD_MAX, TYPE_MAX
+from keylane.envelope import PAYLOAD_MAX, RECORD_MAX
 from keylane.errors import ConfigError, DeliveryError, PartitionsChanged, PublishError
 from keylane.routing import murmur2
+
+try:  # the publish path in C (keylane/_speedups.c), when it was built
+    from keylane._speedups import encode as _encode
+except ImportError:  # pragma: no cover - depends on the build
+    _encode = None
 
 try:  # trace context from the current span, when OpenTelemetry is there
     from opentelemetry.trace import get_current_span as _current_span
@@ -332,25 +337,13 @@ class Publisher:
             raise PartitionsChanged(t.refusal())
         if self._fatal is not None:
             raise PublishError("the producer failed: %s; no further event can be published by it" % self._fatal)
-        # The checks kl_publish() makes, fast paths first.
-        if key.__class__ is bytes and 0 < len(key) <= KEY_MAX:
-            k = key
-        else:
-            k = _env.key_bytes(key)
-        if not (type.__class__ is str and 0 < len(type) <= TYPE_MAX and type.isascii()):
-            type = _env.check_type(type)
+        k = key if key.__class__ is bytes else _env.key_bytes(key)
         if ts is None:  # one clock read for both, as kl_publish()
             ts = time.time_ns() // 1000000
             if id is None:
                 id = _env._ids.make(ts)
-        elif ts.__class__ is not int or not -(1 << 63) <= ts < (1 << 63):
-            ts = _ts(ts)
-        if id is None:
+        elif id is None:
             id = _env._ids.make()
-        elif not (
-            id.__class__ is str and 0 < len(id) <= ID_MAX and id.isascii() and id[0] != "~" and "\0" not in id
-        ):
-            id = _env.check_id(id)
         if payload.__class__ is not bytes:
             if isinstance(payload, (bytearray, memoryview)):
                 payload = bytes(payload)
@@ -359,14 +352,38 @@ class Publisher:
                     payload = _packb(payload)
                 except Exception:
                     payload = _env.pack_payload(payload)  # raises, saying why
-        if len(payload) > PAYLOAD_MAX:
-            _env.pack_payload(payload)  # raises, naming the limit
         if headers:
             headers = self._headers(headers)
         elif _current_span is not None:
             span = _current_span().get_span_context()
             if span.is_valid:
                 headers = _trace_headers(None, span)
+        encoded = None if headers or _encode is None else _encode(k, type, id, ts, payload, t.count)
+        if encoded is None:  # the rules in Python: raises what C refused
+            id, value, part = self._encode(t, k, type, id, ts, payload, headers)
+        else:
+            value, part = encoded
+        try:
+            if on_delivery is None:
+                self._produce(topic, value, k, part)
+            else:
+                self._produce(topic, value, k, part, on_delivery=_callback(on_delivery, id))
+        except BufferError:
+            self._enqueue_wait(topic, value, k, part, on_delivery and _callback(on_delivery, id))
+        return id
+
+    def _encode(
+        self, t: _Topic, k: bytes, type: Any, id: Any, ts: Any, payload: bytes, headers: Optional[Dict[str, str]]
+    ) -> Tuple[str, bytes, int]:
+        """The checks kl_publish() makes, the envelope and the partition,
+        in Python: (id, envelope, partition)."""
+        k = _env.key_bytes(k)
+        type = _env.check_type(type)
+        id = _env.check_id(id)
+        if ts.__class__ is not int or not -(1 << 63) <= ts < (1 << 63):
+            ts = _ts(ts)
+        if len(payload) > PAYLOAD_MAX:
+            _env.pack_payload(payload)  # raises, naming the limit
         env = {"v": 1, "id": id, "t": type, "ts": ts, "p": payload}
         if headers:
             env["h"] = headers
@@ -380,14 +397,7 @@ class Publisher:
             if len(route) >= _ROUTE_CACHE:
                 route.clear()
             route[k] = part
-        try:
-            if on_delivery is None:
-                self._produce(topic, value, k, part)
-            else:
-                self._produce(topic, value, k, part, on_delivery=_callback(on_delivery, id))
-        except BufferError:
-            self._enqueue_wait(topic, value, k, part, on_delivery and _callback(on_delivery, id))
-        return id
+        return id, value, part
 
     def send(
         self,
