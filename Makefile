@@ -37,8 +37,9 @@ demo: build
 
 # The single entry point of the tests, in order:
 #   1. unit, mock (embedded cluster), pg (a throwaway PostgreSQL), deploy,
-#      demo (the README's `make demo`, run as a user runs it) and docs (the
-#      shell blocks of README.md and docs/*.md);
+#      demo (the README's `make demo`, run as a user runs it), docs (the
+#      shell blocks of README.md and docs/*.md) and clients (the Python
+#      and Go packages, against the worker);
 #   2. the kafka suite: the same worker tests and the interop test on a real
 #      single-node Apache Kafka that ctest fixtures start and stop;
 #   3. the fault suite on a real 3-node cluster (-V: it prints its figures);
@@ -55,7 +56,7 @@ demo: build
 export KEYLANE_TEST_REQUIRE ?= postgresql
 TEST_STEPS = \
   "format|$(MAKE) format-check" \
-  "suites unit, mock, pg, deploy, demo, docs|cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L '^(unit|mock|pg|deploy|demo|docs)$$'" \
+  "suites unit, mock, pg, deploy, demo, docs, clients|cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L '^(unit|mock|pg|deploy|demo|docs|clients)$$'" \
   "kafka suite|cd $(BUILD) && ctest --output-on-failure -L '^kafka$$'" \
   "fault suite|cd $(BUILD) && ctest --output-on-failure -V -L '^fault$$'" \
   "sanitizers|$(MAKE) test-asan" \
