@@ -226,6 +226,11 @@ static int kl_commit_one(kl__lmdb_t *lmdb, MDB_txn *mtxn,
     return rc;
   if (ctx->watermark > state.watermark)
     state.watermark = ctx->watermark;
+  if (ltxn->base.last_len && state.watermark == ctx->watermark &&
+      (rc = kl__lmdb_last_put(lmdb, mtxn, ltxn->topic, ltxn->partition,
+                              ctx->watermark, ltxn->base.last,
+                              ltxn->base.last_len)))
+    return rc;
   state.applied += ctx->applied;
   state.dead_letters += dead_letters;
   state.duplicates += ltxn->duplicates;
