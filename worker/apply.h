@@ -106,6 +106,24 @@ kl_err_t kl__apply_begin_ahead(const kl__applier_t *applier, int32_t partition,
                                size_t n, kl_txn_t **txn);
 
 /**
+ * The identity of record @p m that the store keeps for the record at its
+ * watermark - 1 (kl__txn_set_last()) and a new owner compares with the log:
+ * its sid (store_internal.h) when it decodes, else a tag byte 1 and the
+ * FNV-1a of its key and of its value (8 bytes each). @p out holds
+ * KL__SID_MAX bytes. @returns the length.
+ */
+size_t kl__apply_ident(kl_decoder_t *decoder, const rd_kafka_message_t *m,
+                       char *out);
+
+/**
+ * Writes @p ident (kl__apply_ident()) for a log line: "key=K id=I" for a
+ * sid, "a record that is no keylane event" otherwise, escaped.
+ * @returns @p out.
+ */
+const char *kl__apply_ident_text(const char *ident, size_t len, char *out,
+                                 size_t size);
+
+/**
  * Sleeps @p ms (a retry's backoff) in short steps, calling applier->tick
  * between them, so that an owner outside the group goes on beating.
  */

@@ -189,6 +189,23 @@ static int kl_assign_refused(kl_worker_t *worker, int32_t partition) {
   return 1;
 }
 
+/* When the store kept the record at the watermark - 1 (a replaced log is
+ * told by it: log_guard.h), the partition resumes one record early, to
+ * read that record and compare. */
+static void verify_last(kl_worker_t *worker, rd_kafka_topic_partition_t *tp,
+                        const kl_partition_state_t *state) {
+  char ident[KL__SID_MAX];
+  size_t len;
+  int64_t wm;
+  if (state->watermark <= 0 ||
+      kl__store_last(worker->store, worker->topic, tp->partition, &wm, ident,
+                     &len) != KL_OK ||
+      !len || wm != state->watermark)
+    return;
+  kl__lanes_verify(worker->lanes, tp->partition, wm - 1, ident, len);
+  tp->offset = wm - 1;
+}
+
 static void kl_on_assign(kl_worker_t *worker,
                          rd_kafka_topic_partition_list_t *parts) {
   uint64_t *floors = kl_fleet_epochs(worker, parts);
@@ -213,6 +230,7 @@ static void kl_on_assign(kl_worker_t *worker,
       worker->quiet[tp->partition].since_ns = 0;
     tp->offset =
         state.watermark > 0 ? state.watermark : RD_KAFKA_OFFSET_BEGINNING;
+    verify_last(worker, tp, &state);
     kl_epoch_add(taken, worker->topic, tp->partition, &state);
     worker->owned++;
     KL_LOG_I(KL_COMP,

@@ -340,7 +340,7 @@ static int kl_f_pick(kl_fault_t *f) {
   for (int k = 0; k < n; k++) {
     int i = (start + k) % n;
     if (f->slot[i].pid > 0 && !f->slot[i].cont_ns && !f->slot[i].armed_ns &&
-        kl_f_now() >= f->slot[i].spare_ns)
+        !f->slot[i].held && kl_f_now() >= f->slot[i].spare_ns)
       return i;
   }
   return -1;
@@ -412,6 +412,9 @@ static void kl_f_tick_stops(kl_fault_t *f, kl_store_t *store, int64_t now) {
          now - s->resumed_ns > 30 * KL_F_NS)) {
       kill(s->pid, SIGUSR2);
       s->held = 0;
+      /* spared a little longer: the commit it now makes meets the fence */
+      int64_t meet = now + 5 * KL_F_NS;
+      s->spare_ns = s->spare_ns > meet ? s->spare_ns : meet;
     }
   }
 }
@@ -697,11 +700,12 @@ static int kl_f_applying(kl_fault_t *f, kl_store_t *store, int64_t now) {
   return moved;
 }
 
-/* 1 while a resumed zombie may still be waiting to meet its fence (its
- * spare time): a restart would break its batch's connection first. */
+/* 1 while a resumed zombie may still be waiting to meet its fence (held
+ * until SIGUSR2, then its spare time): a restart would break its batch's
+ * connection first. */
 static int kl_f_zombie(const kl_fault_t *f, int64_t now) {
   for (int i = 0; i < f->plan->workers; i++)
-    if (f->slot[i].pid > 0 && now < f->slot[i].spare_ns)
+    if (f->slot[i].pid > 0 && (f->slot[i].held || now < f->slot[i].spare_ns))
       return 1;
   return 0;
 }
