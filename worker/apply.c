@@ -210,5 +210,17 @@ kl_err_t kl__apply_batch(const kl__applier_t *a, int32_t partition,
   }
   if (a->before_commit)
     a->before_commit(a->hook_opaque, a->topic, partition, epoch);
-  return kl_store_commit(txn, res->next);
+  kl__commit_fate_t fate =
+      a->commit_fate ? a->commit_fate(a->hook_opaque, partition, epoch)
+                     : KL__COMMIT_GO;
+  if (fate == KL__COMMIT_ABORT) {
+    kl_store_abort(txn);
+    return kl__err(KL_ESTORE_BUSY, "test seam: the commit was aborted");
+  }
+  err = kl_store_commit(txn, res->next);
+  res->committed = err == KL_OK;
+  return fate == KL__COMMIT_LOST
+             ? kl__err(KL_ESTORE_BUSY,
+                       "test seam: the commit's answer was lost")
+             : err;
 }
