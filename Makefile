@@ -5,7 +5,7 @@ TSAN_BUILD ?= build-tsan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build-deps test-deps configure build demo test test-kafka test-fault test-asan test-tsan fuzz bench install format-check clean
+.PHONY: all deps build-deps test-deps configure build demo test test-kafka test-fault test-asan test-tsan fuzz bench soak install format-check clean
 
 all: build
 
@@ -102,6 +102,12 @@ fuzz: test-deps
 
 bench: build
 	$(BUILD)/bin/keylane-bench produce
+
+# The simulator (tests/sim/sim.c) on random schedules for SECONDS, LMDB and
+# a throwaway PostgreSQL; it stops at the first failure and shrinks it.
+SECONDS ?= 600
+soak: build
+	$(BUILD)/bin/keylane-sim --seconds $(SECONDS)
 
 install: build
 	cmake --install $(BUILD)
