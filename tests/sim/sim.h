@@ -98,6 +98,8 @@ typedef struct sim_view {
   int64_t credits, debits, transfers, followups; /* applied amounts */
   uint64_t epoch[SIM_MAXP]; /* the store's current epochs */
   int64_t watermark[SIM_MAXP];
+  /* the partitions' counters (kl_partition_state_t) */
+  uint64_t applied[SIM_MAXP], duplicates[SIM_MAXP], dead[SIM_MAXP];
 } sim_view_t;
 
 /* A dead letter: a record of the simulated dead-letter topic. */
@@ -286,7 +288,9 @@ kl_err_t sim_dead_letter(kl_store_t *store, sim_view_t *v, int32_t part,
                          uint64_t epoch, int64_t offset,
                          kl__commit_fate_t fate);
 void sim_replay(int32_t part);
-void sim_redrive(size_t letter);
+/** @returns 0 when the letter is pending (not below its partition's
+ *  watermark yet): nothing was done. */
+int sim_redrive(size_t letter);
 /** Rebuilds the store from the whole log into @p store, which holds
  *  nothing of the topic: @p v receives its decisions. @p adopt as
  *  sim_view_acquired() says. A violation says when it could not. */

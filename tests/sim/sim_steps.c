@@ -233,10 +233,7 @@ static int step_run(uint64_t w) {
     W->now_ms += 1 + (int64_t)((w >> 16) % 1000);
     return 1;
   case ST_REDRIVE:
-    if (!W->nletters)
-      return 0;
-    sim_redrive((size_t)((w >> 16) % W->nletters));
-    return 1;
+    return W->nletters && sim_redrive((size_t)((w >> 16) % W->nletters));
   case ST_REPLAY:
     sim_replay(p);
     return 1;

@@ -137,17 +137,16 @@ void sim_replay(int32_t part) {
           (int)part, st.epoch, st.watermark, to - 1);
 }
 
-void sim_redrive(size_t i) {
+int sim_redrive(size_t i) {
   sim_letter_t l = W->letters[i];
   kl_partition_state_t st;
   if (kl_store_partition(W->store, W->topic, l.part, &st) ||
       st.watermark <= l.offset) {
     sim_say("a redrive of letter %zu is pending", i);
-    W->stats.noops++;
-    return;
+    return 0;
   }
   if (tool_acquire(W->store, &W->live, l.part, &st, 1))
-    return;
+    return 1;
   kl__letter_t letter;
   memset(&letter, 0, sizeof(letter));
   letter.dlq_offset = (int64_t)i;
@@ -165,6 +164,7 @@ void sim_redrive(size_t i) {
           : tool.res.applied                  ? "applied"
           : tool.res.verdict != KL_HANDLER_OK ? "failed again"
                                               : "a duplicate");
+  return 1;
 }
 
 void sim_rebuild(kl_store_t *store, sim_view_t *v, int adopt) {

@@ -294,6 +294,8 @@ static void apply_one(sim_view_t *v, uint32_t e, int64_t offset, int redrive) {
 
 void sim_view_commit(sim_batch_t *b) {
   sim_view_committed(b->view, b->part, b->epoch, b->res.next);
+  b->view->applied[b->part] += b->napps;
+  b->view->duplicates[b->part] += b->res.duplicates;
   for (size_t i = 0; i < b->napps; i++)
     apply_one(b->view, b->apps[i].event, b->apps[i].offset, b->redrive);
 }
@@ -301,6 +303,7 @@ void sim_view_commit(sim_batch_t *b) {
 void sim_view_dead(sim_view_t *v, uint32_t e, int32_t part, uint64_t epoch,
                    int64_t watermark) {
   sim_view_committed(v, part, epoch, watermark);
+  v->dead[part]++;
   v->marks[e].dead = 1;
   resolve(v, W->events[e].key);
 }
@@ -395,10 +398,16 @@ void sim_view_check_store(const sim_view_t *v, kl_store_t *store,
     if (err)
       sim_fail("store-error", "reading partition %d: %s", (int)p,
                kl_err_detail());
-    else if (st.epoch != v->epoch[p] || st.watermark != v->watermark[p])
+    else if (st.epoch != v->epoch[p] || st.watermark != v->watermark[p] ||
+             st.applied != v->applied[p] || st.duplicates != v->duplicates[p] ||
+             st.dead_letters != v->dead[p])
       sim_fail("partition",
-               "partition %d has epoch %" PRIu64 " and watermark %" PRId64
-               " in the store, %" PRIu64 " and %" PRId64 " in the model",
-               (int)p, st.epoch, st.watermark, v->epoch[p], v->watermark[p]);
+               "partition %d has epoch %" PRIu64 ", watermark %" PRId64
+               ", %" PRIu64 " applied, %" PRIu64 " duplicates, %" PRIu64
+               " dead letters in the store, %" PRIu64 ", %" PRId64 ", %" PRIu64
+               ", %" PRIu64 ", %" PRIu64 " in the model",
+               (int)p, st.epoch, st.watermark, st.applied, st.duplicates,
+               st.dead_letters, v->epoch[p], v->watermark[p], v->applied[p],
+               v->duplicates[p], v->dead[p]);
   }
 }
