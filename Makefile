@@ -5,7 +5,7 @@ TSAN_BUILD ?= build-tsan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build-deps test-deps configure build demo test test-kafka test-fault test-asan test-tsan fuzz bench install format-check clean
+.PHONY: all deps build-deps test-deps configure build demo test test-kafka test-fault test-asan test-tsan fuzz bench soak install format-check clean
 
 all: build
 
@@ -56,7 +56,7 @@ demo: build
 export KEYLANE_TEST_REQUIRE ?= postgresql
 TEST_STEPS = \
   "format|$(MAKE) format-check" \
-  "suites unit, mock, pg, deploy, demo, docs, clients|cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L '^(unit|mock|pg|deploy|demo|docs|clients)$$'" \
+  "suites unit, mock, pg, sim, deploy, demo, docs, clients|cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L '^(unit|mock|pg|sim|deploy|demo|docs|clients)$$'" \
   "kafka suite|cd $(BUILD) && ctest --output-on-failure -L '^kafka$$'" \
   "fault suite|cd $(BUILD) && ctest --output-on-failure -V -L '^fault$$'" \
   "sanitizers|$(MAKE) test-asan" \
@@ -104,6 +104,12 @@ fuzz: test-deps
 
 bench: build
 	$(BUILD)/bin/keylane-bench produce
+
+# The simulator (tests/sim/sim.c) on random schedules for SECONDS, LMDB and
+# a throwaway PostgreSQL; it stops at the first failure and shrinks it.
+SECONDS ?= 600
+soak: build
+	$(BUILD)/bin/keylane-sim --seconds $(SECONDS)
 
 install: build
 	cmake --install $(BUILD)

@@ -9,6 +9,7 @@
 #include "common/hash.h"
 #include "common/internal.h"
 #include "common/log.h"
+#include "common/mutant.h"
 #include "common/strbuf.h"
 #include "keylane/producer.h"
 #include "store/backend.h"
@@ -64,6 +65,8 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
     snprintf(res->why, sizeof(res->why), "store: %s", kl_err_detail());
     return KL_HANDLER_RETRY;
   }
+  if (kl__sim_mutant == KL__MUTANT_SEEN) /* test only: common/mutant.h */
+    mark = KL_MARK_NONE, done = NULL;
   if (done || mark == KL_MARK_APPLIED ||
       (mark != KL_MARK_NONE && !a->redrive)) {
     kl_txn_count_duplicate(txn);
@@ -229,6 +232,10 @@ static kl_err_t kl_run_batch(const kl__applier_t *a, int32_t partition,
     kl_handler_result_t r =
         kl__apply_event(a, partition, epoch, txn, m, &event, res);
     kl__log_trace_set(NULL);
+    if (r == KL_HANDLER_RETRY && kl__sim_mutant == KL__MUTANT_WATERMARK) {
+      res->next = m->offset + 1; /* test only: common/mutant.h */
+      continue;
+    }
     if (r != KL_HANDLER_OK) {
       res->verdict = r;
       res->failed_offset = m->offset;
@@ -264,5 +271,17 @@ kl_err_t kl__apply_batch(const kl__applier_t *a, int32_t partition,
   }
   if (a->before_commit)
     a->before_commit(a->hook_opaque, a->topic, partition, epoch);
-  return kl_store_commit(txn, res->next);
+  kl__commit_fate_t fate =
+      a->commit_fate ? a->commit_fate(a->hook_opaque, partition, epoch)
+                     : KL__COMMIT_GO;
+  if (fate == KL__COMMIT_ABORT) {
+    kl_store_abort(txn);
+    return kl__err(KL_ESTORE_BUSY, "test seam: the commit was aborted");
+  }
+  err = kl_store_commit(txn, res->next);
+  res->committed = err == KL_OK;
+  return fate == KL__COMMIT_LOST
+             ? kl__err(KL_ESTORE_BUSY,
+                       "test seam: the commit's answer was lost")
+             : err;
 }

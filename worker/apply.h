@@ -22,6 +22,18 @@
  * on; another error stops the batch, which applies nothing and returns it. */
 typedef kl_err_t(kl__tick_fn)(void *opaque, int32_t partition);
 
+/* A test seam (tests/sim/sim.c): what kl__apply_batch() does where it
+ * would commit, after applier->before_commit. */
+typedef enum kl__commit_fate {
+  KL__COMMIT_GO = 0, /* commit */
+  KL__COMMIT_ABORT,  /* abort and return KL_ESTORE_BUSY: a failed commit,
+                        or the owner dying there */
+  KL__COMMIT_LOST,   /* commit, then return KL_ESTORE_BUSY whatever the
+                        outcome: an answer lost on its way back */
+} kl__commit_fate_t;
+typedef kl__commit_fate_t(kl__commit_fate_fn)(void *opaque, int32_t partition,
+                                              uint64_t epoch);
+
 typedef struct kl__applier {
   kl_store_t *store;
   const char *topic;
@@ -49,6 +61,7 @@ typedef struct kl__applier {
   int32_t partitions; /* > 0: a key must route (murmur2) to its partition */
   kl__tick_fn *tick;  /* may be NULL */
   void *tick_opaque;
+  kl__commit_fate_fn *commit_fate; /* test seam; NULL: commit. hook_opaque */
 } kl__applier_t;
 
 typedef struct kl__apply_result {
@@ -59,6 +72,8 @@ typedef struct kl__apply_result {
   kl_err_t failed_err; /* KL_EDECODE_* when the record did not decode */
   kl_err_t store_err;  /* the store error behind a RETRY of seen/mark */
   int misrouted;       /* FAIL: the key routes to expected_partition */
+  int committed;       /* the store commit succeeded (for the test seam's
+                          lost answers: even when KL_ESTORE_BUSY says not) */
   int32_t expected_partition;
   char why[512];
 } kl__apply_result_t;
