@@ -41,7 +41,7 @@ echo '{"key":"acct-1","type":"credit","id":"docs-1","payload":{"amount":1,"seq":
   "$BIN" publish -b "$B" -t events >/dev/null
 "$BIN" worker -b "$B" -t events -g docs --store "$STORE" --handler ledger >"$W/worker.log" 2>&1 &
 WP=$!
-for _ in $(seq 150); do "$BIN" ledger --store "$STORE" 2>/dev/null | grep -q acct-1 && break; sleep 0.2; done
+for _ in $(seq 150); do "$BIN" ledger --store "$STORE" 2>/dev/null | grep acct-1 >/dev/null && break; sleep 0.2; done
 kill -TERM "$WP"; wait "$WP" || { echo "FAILED: the docs' worker: $(tail "$W/worker.log")"; exit 1; }
 cat >"$W/env.sh" <<ENV
 export PATH='$PATH' B='$B' STORE='$STORE'

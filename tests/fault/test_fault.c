@@ -199,6 +199,7 @@ typedef struct kl_fault {
   uint64_t rnd;
   /* what happened */
   int kills, restarts, stops, stops_paused, bad_exits, ro_refused;
+  double chaos_secs; /* how long the faults ran (kl_f_chaos_on()) */
   int broker_state, broker_node, broker_rc;
   pid_t broker_op;
   kl_pin_t pin;
@@ -846,14 +847,25 @@ static void kl_f_publish(kl_fault_t *f, kl_pub_t *pub, int64_t now,
   kl_producer_poll(pub->producer, 0);
 }
 
+/* 1 while the chaos phase goes on: its planned length, and up to as long
+ * again while the plan's kills or stops are short (a run whose workers
+ * were refused or frozen much of the time must still make its counts). */
+static int kl_f_chaos_on(const kl_fault_t *f, int64_t elapsed) {
+  const kl_plan_t *p = f->plan;
+  if (elapsed < p->chaos_s * KL_F_NS)
+    return 1;
+  return elapsed < 2 * p->chaos_s * KL_F_NS &&
+         (f->kills < p->min_kills || f->stops < p->min_stops);
+}
+
 static void kl_f_chaos(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
   const kl_plan_t *p = f->plan;
   int64_t t0 = kl_f_now(), now = t0;
-  int64_t next_kill = t0 + p->kill_every_ms * KL_F_MS;
-  int kill_waits = 0;
+  int64_t period = p->kill_every_ms * KL_F_MS;
+  int64_t next_kill = t0 + period;
   int64_t next_stop = t0 + p->stop_every_ms / 2 * KL_F_MS;
   int64_t next_note = t0 + 10 * KL_F_NS;
-  while (now - t0 < p->chaos_s * KL_F_NS) {
+  while (kl_f_chaos_on(f, now - t0)) {
     kl_f_publish(f, pub, now, t0);
     kl_f_reap(f, now);
     kl_f_restart(f, now);
@@ -861,12 +873,15 @@ static void kl_f_chaos(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
     kl_f_tick_windows(f, store, now, t0);
     if (p->broker_at_s >= 0)
       kl_f_tick_broker(f, now, t0);
-    if (now >= next_kill && !(kill_waits && kl_f_starts_held(f, now))) {
-      /* One that finds no worker to pick while starts are held waits for
-       * the hold to end: held starts must not cost the run its kills. */
-      kill_waits = !kl_f_kill(f, now) && kl_f_starts_held(f, now);
-      if (!kill_waits)
-        next_kill += p->kill_every_ms * KL_F_MS;
+    /* A kill due when no worker can be picked (all dead, frozen, held or
+     * spared) is tried again on every tick until one is: refused starts
+     * and frozen workers must not cost the run its kills. One late by
+     * more than half a period is followed by the next half a period
+     * later, not at once. */
+    if (now >= next_kill && kl_f_kill(f, now)) {
+      next_kill += period;
+      if (next_kill < now + period / 2)
+        next_kill = now + period / 2;
     }
     if (now >= next_stop)
       kl_f_stop(f, now), next_stop += p->stop_every_ms * KL_F_MS;
@@ -881,6 +896,7 @@ static void kl_f_chaos(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
     kl_t_sleep_ms(10);
     now = kl_f_now();
   }
+  f->chaos_secs = (double)(now - t0) / KL_F_NS;
 }
 
 /* Ends every fault, then lets the fleet apply everything; 0 on success. */
@@ -1018,8 +1034,8 @@ static void kl_f_print(const kl_fault_t *f, const kl_pub_t *pub,
                        const kl_figures_t *g) {
   const kl_plan_t *p = f->plan;
   const kl__ledger_verdict_t *v = &g->v;
-  printf("fault suite on %s: %d s of faults, drained in %.1f s%s\n", p->name,
-         p->chaos_s, g->drain_s, g->drained ? " (NOT caught up)" : "");
+  printf("fault suite on %s: %.0f s of faults, drained in %.1f s%s\n", p->name,
+         f->chaos_secs, g->drain_s, g->drained ? " (NOT caught up)" : "");
   printf(KL_F_ROW "%" PRIu64 " over %" PRIu64 " keys\n", "published (unique)",
          g->published, v->keys);
   printf(KL_F_ROW "%" PRIu64 " (%.1f %%)\n", "re-published, same id",
