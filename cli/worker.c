@@ -242,8 +242,9 @@ static const kl__opt_t worker_opts[] = {
      .shown = "none: dynamic membership",
      .help = "static group membership (KIP-345): a name unique in the "
              "group and kept across restarts (a StatefulSet's pod name, "
-             "systemd's %H-%i); restarted within the session timeout, the "
-             "worker gets its partitions back without a rebalance"},
+             "worker-%i in a systemd unit); restarted within the session "
+             "timeout, the worker gets its partitions back without a "
+             "rebalance"},
     {.name = "shutdown-timeout",
      .meta = "DUR",
      .key = "worker.shutdown.timeout",

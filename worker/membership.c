@@ -52,14 +52,15 @@ kl_err_t kl__membership_fatal(rd_kafka_t *rk, const char *group,
   rd_kafka_resp_err_t cause = rd_kafka_fatal_error(rk, why, sizeof(why));
   kl_err_t err;
   if (cause == RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID)
-    err = kl__err(KL_EFENCED,
-                  "worker.instance.id=%s is used by another live worker of "
-                  "group %s: Kafka gave the id to the one that joined last "
-                  "and fenced this one (FENCED_INSTANCE_ID), which stopped "
-                  "without committing more; give each worker an instance id "
-                  "of its own (a StatefulSet's pod name, systemd's %%H-%%i), "
-                  "or stop the other process",
-                  *instance_id ? instance_id : "?", group);
+    err = kl__err(
+        KL_EFENCED,
+        "worker.instance.id=%s is used by another live worker of "
+        "group %s: Kafka gave the id to the one that joined last "
+        "and fenced this one (FENCED_INSTANCE_ID), which stopped "
+        "without committing more; give each worker an instance id "
+        "of its own (a StatefulSet's pod name, worker-%%i in a systemd unit), "
+        "or stop the other process",
+        *instance_id ? instance_id : "?", group);
   else
     err = kl__err(KL_EKAFKA,
                   "the consumer of group %s raised a fatal error (%s: %s); "
