@@ -123,8 +123,10 @@ static const kl_plan_t kl_plan_kafka = {.name = "Kafka 3 nodes",
  * member, it rejoins with that id while the mock holds the new member's
  * JoinGroup, and the mock aborts the process hosting it (the test) on
  * rdkafka_mock_cgrp.c:567 "Assertion `!member->resp' failed". So no worker
- * starts while one is frozen, nor until the resumed one has spoken to the
- * coordinator (a heartbeat interval, 1 s, with room for a loaded machine);
+ * starts while one is frozen or held in its pause hook (it polls no
+ * rebalance there, so its consumer waits in such a join state), nor until
+ * the resumed or released one has spoken to the coordinator (a heartbeat
+ * interval, 1 s, with room for a loaded machine);
  * kills keep their cadence (one due when no worker can be picked waits
  * for the hold to end) and their victims start once it ends.
  * Real brokers hand out unique member ids: the Kafka plan has no hold. */
@@ -313,8 +315,8 @@ static int kl_f_starts_held(const kl_fault_t *f, int64_t now) {
     return 1;
   for (int i = 0; i < f->plan->workers; i++) {
     const kl_slot_t *s = &f->slot[i];
-    if (s->pid > 0 &&
-        (s->cont_ns || (s->resumed_ns && now - s->resumed_ns <
+    if (s->pid > 0 && (s->cont_ns || s->held ||
+                       (s->resumed_ns && now - s->resumed_ns <
                                              f->plan->start_hold_ms * KL_F_MS)))
       return 1;
   }
@@ -346,10 +348,26 @@ static int kl_f_pick(kl_fault_t *f) {
   return -1;
 }
 
+/* 1 when a kill now could leave a held zombie without a worker to take
+ * its partition over and commit (its fence): where starts are held (the
+ * embedded plan) none starts until the zombie is released, so one worker
+ * besides the victim must stay running. */
+static int kl_f_kill_strands(const kl_fault_t *f) {
+  int zombie = 0, running = 0;
+  for (int i = 0; i < f->plan->workers; i++) {
+    const kl_slot_t *s = &f->slot[i];
+    if (s->pid > 0 && (s->held || s->armed_ns))
+      zombie = 1;
+    else if (s->pid > 0 && !s->cont_ns)
+      running++;
+  }
+  return f->plan->start_hold_ms > 0 && zombie && running < 2;
+}
+
 /* 1 when it killed one; 0 when no worker could be picked. */
 static int kl_f_kill(kl_fault_t *f, int64_t now) {
   int i = kl_f_pick(f);
-  if (i < 0)
+  if (i < 0 || kl_f_kill_strands(f))
     return 0;
   kill(f->slot[i].pid, SIGKILL);
   waitpid(f->slot[i].pid, NULL, 0);
@@ -371,13 +389,24 @@ static void kl_f_freeze(kl_fault_t *f, int i, int64_t now) {
   f->stops++;
 }
 
+/* 1 when every worker runs: none dead, none frozen. */
+static int kl_f_fleet_whole(const kl_fault_t *f) {
+  for (int i = 0; i < f->plan->workers; i++)
+    if (f->slot[i].pid <= 0 || f->slot[i].cont_ns)
+      return 0;
+  return 1;
+}
+
 /* Every other stop first arms the pause hook, so that the worker freezes
- * between its handlers and its commit: the zombie that must be fenced. */
+ * between its handlers and its commit: the zombie that must be fenced. It
+ * arms one only while the rest of the fleet runs, so that another worker
+ * is there to take the zombie's partition over (where starts are held, a
+ * dead one would not start until the zombie is released). */
 static void kl_f_stop(kl_fault_t *f, int64_t now) {
   int i = kl_f_pick(f);
   if (i < 0)
     return;
-  if (f->stops % 2 == 0) {
+  if (f->stops % 2 == 0 && kl_f_fleet_whole(f)) {
     kill(f->slot[i].pid, SIGUSR1);
     f->slot[i].armed_ns = now;
   } else {
@@ -412,6 +441,7 @@ static void kl_f_tick_stops(kl_fault_t *f, kl_store_t *store, int64_t now) {
          now - s->resumed_ns > 30 * KL_F_NS)) {
       kill(s->pid, SIGUSR2);
       s->held = 0;
+      s->resumed_ns = now; /* it polls its consumer again from now */
       /* spared a little longer: the commit it now makes meets the fence */
       int64_t meet = now + 5 * KL_F_NS;
       s->spare_ns = s->spare_ns > meet ? s->spare_ns : meet;
@@ -1127,7 +1157,8 @@ static void test_fleet_under_faults(void **state) {
     umount2(f.store_dir, MNT_DETACH);
   /* Kept when a check below fails, so that its logs show why. */
   if (g.v.ok && g.lost + g.twice + g.extra_dups == 0 &&
-      (!f.tmpfs || g.full_errors >= 1) && !getenv("KEYLANE_TEST_KEEP"))
+      (!f.tmpfs || g.full_errors >= 1) &&
+      (g.fenced >= 1 || f.stops_paused == 0) && !getenv("KEYLANE_TEST_KEEP"))
     kl_t_rmrf(f.dir);
   else
     fprintf(stderr, "fault: worker logs kept in %s\n", f.dir);
