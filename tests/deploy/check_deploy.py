@@ -91,11 +91,12 @@ def default_shutdown_ms():
     out = subprocess.run([BIN, "config", "--markdown"], capture_output=True,
                          text=True, check=True).stdout
     m = re.search(r"^\| `worker\.shutdown\.timeout` \| duration \| `([^`]+)`", out, re.M)
-    return duration_ms(m.group(1))
+    return duration_ms(m.group(1)) if m else None
 
 
 def shutdown_ms(argv):
-    """The worker.shutdown.timeout a keylane worker command line sets."""
+    """The worker.shutdown.timeout a keylane worker command line sets; None
+    when the binary has no such key."""
     for i, a in enumerate(argv):
         if a == "--shutdown-timeout":
             return duration_ms(argv[i + 1])
@@ -210,9 +211,9 @@ def check_k8s_workers(w, docs):
     probes = [c.get(p, {}).get("httpGet", {}).get("path") for p in ("readinessProbe", "livenessProbe")]
     grace_ms = pod.get("terminationGracePeriodSeconds", 30) * 1000
     stop_ms = shutdown_ms(c.get("args", []))
-    check(grace_ms > stop_ms and probes == ["/healthz", "/healthz"],
-          "deploy/k8s: the workers' grace period (%d s) is above their --shutdown-timeout (%d s), and they are probed on /healthz"
-          % (grace_ms // 1000, stop_ms // 1000))
+    check(stop_ms is not None and grace_ms > stop_ms and probes == ["/healthz", "/healthz"],
+          "deploy/k8s: the workers' grace period (%d s) is above their --shutdown-timeout (%s ms), and they are probed on /healthz"
+          % (grace_ms // 1000, stop_ms))
     env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c.get("env", [])}
     iid = instance_id(c.get("args", []))
     var = re.fullmatch(r"\$\((\w+)\)", iid or "")
@@ -253,7 +254,8 @@ def check_compose():
     slow = []
     for n, w in sorted(workers.items()):
         grace = duration_ms(w.get("stop_grace_period", "10s"))
-        if w.get("stop_signal", "SIGTERM") != "SIGTERM" or grace <= shutdown_ms(w["command"]):
+        stop_ms = shutdown_ms(w["command"])
+        if w.get("stop_signal", "SIGTERM") != "SIGTERM" or stop_ms is None or grace <= stop_ms:
             slow.append("%s: %s after %s" % (n, w.get("stop_signal", "SIGTERM"), w.get("stop_grace_period", "10s")))
     check(workers and not slow,
           "compose: the workers are stopped with SIGTERM and a stop_grace_period above their --shutdown-timeout", "; ".join(slow))
@@ -290,7 +292,8 @@ def check_systemd_worker():
             keys[k] = v
     argv = shlex.split(keys.get("ExecStart", ""))
     stop_s = keys.get("TimeoutStopSec", "90")
-    check("%i" in (instance_id(argv) or "") and duration_ms(stop_s) > shutdown_ms(argv),
+    stop_ms = shutdown_ms(argv)
+    check("%i" in (instance_id(argv) or "") and stop_ms is not None and duration_ms(stop_s) > stop_ms,
           "systemd: keylane-worker@.service takes its --instance-id from the unit instance (%%i) and a TimeoutStopSec (%s) above its --shutdown-timeout" % stop_s,
           "--instance-id %r, TimeoutStopSec %s" % (instance_id(argv), stop_s))
 
