@@ -17,18 +17,30 @@
 #include "handlers/handler.h"
 #include "handlers/exec.h"
 #include "cli/metrics_server.h"
+#include "cli/stop_guard.h"
 #include "worker/worker_internal.h"
 
 #define SUB "worker"
 #define KL_HANDLER_TIMEOUT_MAX_MS 86400000 /* a day */
 
 static kl_worker_t *kl_the_worker;
+static kl__stop_guard_t *the_guard;
 static volatile sig_atomic_t kl_pause_armed, kl_pause_resume;
 
 static void kl_on_stop(int sig) {
-  (void)sig;
   if (kl_the_worker)
     kl_worker_stop(kl_the_worker);
+  if (the_guard)
+    kl__stop_guard_signal(the_guard, sig);
+}
+
+/* SIGINT and SIGTERM: @p fn, or ignored once the run is over. */
+static void on_stop_signals(void (*fn)(int)) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = fn ? fn : SIG_IGN;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
 }
 
 static void kl_on_usr1(int sig) {
@@ -153,11 +165,10 @@ static int kl_worker_main(kl_conf_t *conf, const worker_args_t *opts) {
       signal(SIGUSR2, kl_on_usr2);
     }
     kl_the_worker = worker;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = kl_on_stop;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    if (kl__stop_guard_new(
+            worker, kl__conf_int(conf, "worker.shutdown.timeout"), &the_guard))
+      KL_LOG_W("worker", "%s; a stop is not bounded", kl_err_detail());
+    on_stop_signals(kl_on_stop);
     err = kl_worker_run(worker);
     kl_worker_stats_t st;
     kl_worker_stats(worker, &st);
@@ -167,9 +178,12 @@ static int kl_worker_main(kl_conf_t *conf, const worker_args_t *opts) {
              st.applied, st.duplicates, st.redelivered, st.batches, st.fenced);
     if (err)
       rc = kl__cli_fail(SUB, "%s", kl_err_detail());
-    kl_the_worker = NULL;
     kl__metrics_server_stop(metrics);
+    on_stop_signals(NULL);
+    kl_the_worker = NULL;
     kl_worker_destroy(worker);
+    kl__stop_guard_destroy(the_guard);
+    the_guard = NULL;
   }
   kl_store_destroy(store);
   kl__handler_release(&handler);
@@ -222,6 +236,20 @@ static const kl__opt_t worker_opts[] = {
              "127.0.0.1:9464); /healthz?format=json: Burrow-style status per "
              "partition"},
     KEYED("session-timeout-ms", "worker.session.timeout.ms"),
+    {.name = "instance-id",
+     .meta = "ID",
+     .key = "worker.instance.id",
+     .shown = "none: dynamic membership",
+     .help = "static group membership (KIP-345): a name unique in the "
+             "group and kept across restarts (a StatefulSet's pod name, "
+             "worker-%i in a systemd unit); restarted within the session "
+             "timeout, the worker gets its partitions back without a "
+             "rebalance"},
+    {.name = "shutdown-timeout",
+     .meta = "DUR",
+     .key = "worker.shutdown.timeout",
+     .help = "at SIGTERM, finish and commit the events in flight within "
+             "DUR, else (or at a second SIGTERM) abort them and exit 1"},
     {.name = "partitions",
      .key = "worker.expect.partitions",
      .shown = "the count at start",
@@ -283,7 +311,14 @@ static const kl__cmd_t worker_cmd = {
         "log's\n"
         "beginning, and -X worker.on.gap=skip goes on past a retention gap,\n"
         "counting the records lost.\n\n"
-        "SIGINT or SIGTERM finish the batch in flight, commit and exit 0.\n",
+        "SIGINT or SIGTERM stop taking records, finish the batch in "
+        "flight,\n"
+        "commit it with the final offsets and leave the group (a static\n"
+        "member, --instance-id, stays, for its restart to take its "
+        "partitions\n"
+        "back), then exit 0; a second signal or --shutdown-timeout aborts "
+        "the\n"
+        "batch uncommitted (its next owner applies it) and exits 1.\n",
     .examples = "  keylane worker -b 127.0.0.1:9092 -t events -g ledger \\\n"
                 "      --store /var/lib/keylane --handler ledger\n",
     .conf = true};

@@ -70,6 +70,18 @@ static const kl__conf_key_t kl_keys[] = {
      "4.0+); the broker then sets the session and the assignment"},
     {"worker.session.timeout.ms", KL__CONF_MS, "10000", 100, 3600000, NULL,
      "consumer group session timeout"},
+    {"worker.instance.id", KL__CONF_STR, "", 0, 0, NULL,
+     "static group membership (KIP-345, librdkafka group.instance.id): a "
+     "name unique in the group and kept across restarts (a StatefulSet's pod "
+     "name, a systemd unit's instance); a worker restarted within "
+     "worker.session.timeout.ms gets its partitions back without a "
+     "rebalance, and does not leave the group at SIGTERM (empty: dynamic "
+     "membership)"},
+    {"worker.shutdown.timeout", KL__CONF_DURATION, "30s", 1000, 3600000, NULL,
+     "at SIGTERM or SIGINT, how long keylane worker may take to finish and "
+     "commit the events in flight and hand its partitions over; past it, or "
+     "at a second signal, it aborts them uncommitted and exits 1 (the next "
+     "owner applies them); give the supervisor's grace period more"},
     {"worker.fenced.retake.ms", KL__CONF_MS, "30000", 0, 3600000, NULL,
      "a lane fenced by something outside the group (replay, redrive) takes "
      "its partition back once the partition's state in the store (with the "
