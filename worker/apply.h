@@ -34,6 +34,9 @@ typedef enum kl__commit_fate {
 typedef kl__commit_fate_t(kl__commit_fate_fn)(void *opaque, int32_t partition,
                                               uint64_t epoch);
 
+/* Test seam of the lanes' executors (kl__worker_set_run_fault()). */
+typedef int(kl__run_fault_fn)(void *opaque, int32_t partition, int64_t offset);
+
 typedef struct kl__applier {
   kl_store_t *store;
   const char *topic;
@@ -62,6 +65,11 @@ typedef struct kl__applier {
   kl__tick_fn *tick;  /* may be NULL */
   void *tick_opaque;
   kl__commit_fate_fn *commit_fate; /* test seam; NULL: commit. hook_opaque */
+  /* Test seam of the lanes' executors: nonzero makes the run of the record
+   * at @p offset of @p partition a store failure, its handler not called,
+   * as when the store's link breaks under an event. NULL: none. */
+  kl__run_fault_fn *run_fault;
+  void *fault_opaque;
 } kl__applier_t;
 
 typedef struct kl__apply_result {

@@ -573,7 +573,9 @@ int64_t kl__lanes_release(kl__lanes_t *lanes, int32_t partition, int commit,
     kl_lane_drain_letters(lanes, lane);
     if (lane->rewind) /* its txn was lost: only what is final commits */
       kl__lane_rewind(lanes, lane);
-    if (lane->final.n)
+    /* One waiting on a store error holds the rest: its next owner runs
+     * them all (a failed commit's backoff does not hold: it is over). */
+    if (lane->final.n && !lane->store_held)
       kl__lanes_commit(lanes, &lane, 1);
     kl__lanes_commit_kafka(lanes, kl__mono_ns(), 1);
     pthread_mutex_unlock(&lanes->mu);

@@ -250,6 +250,7 @@ void kl__lane_drop(kl__lanes_t *lanes, kl__lane_t *lane) {
   lane->ready.n = lane->final.n = lane->waiting.n = lane->dlq.n = 0;
   lane->next_due_ns = 0;
   lane->fence_seen = lane->rewind = 0;
+  lane->store_held = 0;
   if (lane->batch) {
     kl_store_abort(lane->batch);
     lane->batch = NULL;
@@ -437,10 +438,14 @@ static void kl_done_retry(kl__lanes_t *lanes, kl__lane_t *lane,
  * store outage would read as re-publishes). Events run one at a time
  * there, so the next ones would fail the same way anyway; a group txn
  * whose link is lost is rolled back with the events it holds. Key-parallel
- * mode: the event alone waits. */
+ * mode: the event alone waits, and later events of other keys run, but the
+ * lane commits none of them until it ran (store_held): that one rule in
+ * both modes keeps a partition that moves meanwhile exact. */
 static void kl_done_store(kl__lanes_t *lanes, kl__lane_t *lane,
                           kl__slot_t *slot, const kl__run_t *run) {
   slot->store_errors++;
+  slot->store_wait = 1;
+  lane->store_held++;
   int64_t delay = kl__backoff_ms(lanes, slot, slot->store_errors);
   int64_t now = kl__mono_ns();
   char text[KL__ESCAPED_SIZE(512)]; /* a store's error may quote a key */
@@ -471,6 +476,8 @@ void kl__lanes_done(kl__lanes_t *lanes, const kl__job_t *job,
   if (lane->gen != job->lane_gen || lane->state == KL__LANE_FENCED) {
     slot->state = KL__SLOT_QUEUED; /* rolled back with the lane */
   } else {
+    if (slot->store_wait) /* it ran again: what it held may commit */
+      slot->store_wait = 0, lane->store_held--;
     switch (run->outcome) {
     case KL__RUN_APPLIED:
     case KL__RUN_DUPLICATE:
@@ -655,9 +662,13 @@ static int kl_lane_wake(kl__lanes_t *lanes, kl__lane_t *lane, int64_t now) {
   return woke;
 }
 
+int kl__lane_may_commit(const kl__lane_t *lane, int64_t now_ns) {
+  return lane->final.n && now_ns >= lane->hold_until_ns && !lane->store_held;
+}
+
 static int kl_lane_commit_due(const kl__lanes_t *lanes, const kl__lane_t *lane,
                               int64_t now) {
-  return lane->final.n && now >= lane->hold_until_ns &&
+  return kl__lane_may_commit(lane, now) &&
          (lane->final.n >= lanes->batch_max ||
           now - lane->first_final_ns >= lanes->batch_wait_ns);
 }
@@ -712,7 +723,7 @@ static void kl_lanes_commit_due(kl__lanes_t *lanes, int64_t now) {
   for (int32_t p = 0; p < lanes->count; p++) {
     kl__lane_t *lane = lanes->lanes[p];
     if (lane && lane->state == KL__LANE_OWNED &&
-        (idle ? lane->final.n && now >= lane->hold_until_ns
+        (idle ? kl__lane_may_commit(lane, now)
               : kl_lane_commit_due(lanes, lane, now)))
       lanes->due[n++] = lane;
   }
@@ -984,6 +995,12 @@ size_t kl__lanes_fenced(kl__lanes_t *lanes, int32_t *out, size_t max) {
       out[n++] = p;
   pthread_mutex_unlock(&lanes->mu);
   return n;
+}
+
+void kl__lanes_set_run_fault(kl__lanes_t *lanes, kl__run_fault_fn *fn,
+                             void *opaque) {
+  lanes->applier.run_fault = fn;
+  lanes->applier.fault_opaque = opaque;
 }
 
 void kl__lanes_set_before_commit(kl__lanes_t *lanes, kl__worker_hook_fn *fn,

@@ -231,6 +231,10 @@ void kl__lanes_stop(kl__lanes_t *lanes);
 void kl__lanes_set_before_commit(kl__lanes_t *lanes, kl__worker_hook_fn *fn,
                                  void *opaque);
 
+/** The test seam kl__worker_set_run_fault(). */
+void kl__lanes_set_run_fault(kl__lanes_t *lanes, kl__run_fault_fn *fn,
+                             void *opaque);
+
 /** The test hook kl__worker_set_after_commit(). */
 void kl__lanes_set_after_commit(kl__lanes_t *lanes, kl__worker_hook_fn *fn,
                                 void *opaque);

@@ -92,6 +92,8 @@ struct kl__slot {
   int committed;       /* final and in a committed group commit */
   int attempts;        /* handler runs */
   int store_errors;    /* failed runs the handler did not cause */
+  int store_wait;      /* its last run failed in the store: it holds the
+                          lane's commits (kl__lane_t.store_held) */
   int dlq_inflight;    /* produced, no delivery report yet */
   const char *refused; /* static text: why Kafka refused the whole letter,
                           so a truncated copy is sent; NULL: not refused */
@@ -159,6 +161,10 @@ struct kl__lane {
   int fence_seen;         /* an executor's begin said KL_EFENCED */
   int rewind;             /* the overlay is unusable: run events again */
   int64_t hold_until_ns;  /* after a failed commit */
+  /* Slots whose last run failed in the store (store_wait): while any
+   * waits, the lane commits nothing, so that no later event counts as
+   * applied before it (kl__lane_may_commit()). */
+  size_t store_held;
   int commit_backoff_ms;
   int64_t below;          /* lowest offset delivered below next_offset, or -1 */
   uint64_t below_applied; /* of those, below the committed watermark */
@@ -224,6 +230,9 @@ struct kl__lanes {
 kl_err_t kl__slots_push(kl__slots_t *slots, kl__slot_t *slot);
 void kl__slots_remove(kl__slots_t *slots, kl__slot_t *slot);
 void kl__ready_push(kl__lane_t *lane, kl__slot_t *slot);
+/* @p lane has final events to commit and nothing holds them back: a
+ * failed commit's backoff, an event waiting on a store error (mu held). */
+int kl__lane_may_commit(const kl__lane_t *lane, int64_t now_ns);
 /* @p lane is owned and has an event ready to run now (mu held). */
 int kl__lane_schedulable(const kl__lane_t *lane);
 /* Makes @p slot, its key's head, final and lets the key's next slot run. */

@@ -42,6 +42,14 @@ static kl__outcome_t kl_outcome(kl_handler_result_t r,
  * group txn, whose PostgreSQL connection the handler may then use). */
 static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   kl__lanes_t *lanes = x->pool->lanes;
+  if (lanes->applier.run_fault &&
+      lanes->applier.run_fault(lanes->applier.fault_opaque, job->partition,
+                               job->msg->offset)) {
+    kl__run_t run = {
+        KL__RUN_STORE, "the store failed (test seam)", NULL, 0, NULL, -1, 0};
+    kl__lanes_done(lanes, job, &run);
+    return;
+  }
   kl__child_t *child = &x->child;
   kl__child_begin(child, base, lanes->inline_mode ? NULL : &lanes->mu,
                   &job->lane->ov);

@@ -97,6 +97,13 @@ void kl__worker_set_after_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
   kl__lanes_set_after_commit(worker->lanes, fn, opaque);
 }
 
+void kl__worker_set_run_fault(kl_worker_t *worker,
+                              int (*fn)(void *opaque, int32_t partition,
+                                        int64_t offset),
+                              void *opaque) {
+  kl__lanes_set_run_fault(worker->lanes, fn, opaque);
+}
+
 size_t kl__worker_misrouted(kl_worker_t *worker, uint64_t *by_partition,
                             size_t max) {
   return kl__lanes_misrouted(worker->lanes, by_partition, max);

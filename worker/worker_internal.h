@@ -59,6 +59,16 @@ struct kl__metrics *kl__worker_metrics(kl_worker_t *worker);
 void kl__worker_set_after_commit(kl_worker_t *worker, kl__worker_hook_fn *fn,
                                  void *opaque);
 
+/**
+ * Key-parallel executors ask @p fn before each event's run; nonzero makes
+ * that run a store failure (the handler not called), as when the store's
+ * link breaks under it. Set before kl_worker_run(). Tests only.
+ */
+void kl__worker_set_run_fault(kl_worker_t *worker,
+                              int (*fn)(void *opaque, int32_t partition,
+                                        int64_t offset),
+                              void *opaque);
+
 /** The worker's log guard, for /metrics, /healthz and tests: borrowed,
  *  valid until kl_worker_destroy(); read it with kl__log_guard_stops(). */
 kl__log_guard_t *kl__worker_log_guard(kl_worker_t *worker);

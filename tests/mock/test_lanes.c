@@ -28,6 +28,7 @@
 #include "support/kafka_read.h"
 #include "support/support.h"
 #include "worker/lanes_internal.h"
+#include "worker/worker_internal.h"
 
 #define KEYS 1000
 #define PER_KEY 3
@@ -48,6 +49,10 @@ typedef struct t_fx {
    * id was applied: an id reused on two keys of one partition. */
   const char *reused_id, *reused_fails, *reused_applies;
   _Atomic int reused_started; /* the failing event's handler is running */
+  /* While set, the store fails under the first event of each failing key
+   * (t_store_fault(), a topic of one partition); runs failed so far. */
+  _Atomic int store_down, store_faults;
+  _Atomic int ran; /* handler runs that said OK */
 } t_fx_t;
 
 static int t_failing(int k) {
@@ -150,8 +155,10 @@ static kl_handler_result_t t_handler(void *opaque, const kl_event_t *event,
   t_be64(val + 8, count + 1);
   t_be64(val + 16, bad + (seq <= last));
   fx->running--;
-  return kl_txn_put(txn, key, klen, val, sizeof(val)) ? KL_HANDLER_RETRY
-                                                      : KL_HANDLER_OK;
+  if (kl_txn_put(txn, key, klen, val, sizeof(val)))
+    return KL_HANDLER_RETRY;
+  fx->ran++;
+  return KL_HANDLER_OK;
 }
 
 static void t_fx_up(t_fx_t *fx, const char *topic, int partitions) {
@@ -225,7 +232,8 @@ static void *t_worker_main(void *opaque) {
   return NULL;
 }
 
-static t_worker_t *t_worker_start(t_fx_t *fx, const char *const *extra) {
+static t_worker_t *t_worker_start_faulty(t_fx_t *fx, const char *const *extra,
+                                         kl__run_fault_fn *fault) {
   kl_conf_t *conf = kl_conf_new();
   kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0);
   kl_conf_set(conf, "worker.group", fx->group, NULL, 0);
@@ -241,8 +249,14 @@ static t_worker_t *t_worker_start(t_fx_t *fx, const char *const *extra) {
       kl_worker_new(conf, fx->topic, fx->store, t_handler, fx, &w->worker),
       KL_OK);
   kl_conf_destroy(conf);
+  if (fault)
+    kl__worker_set_run_fault(w->worker, fault, fx);
   pthread_create(&w->thread, NULL, t_worker_main, w);
   return w;
+}
+
+static t_worker_t *t_worker_start(t_fx_t *fx, const char *const *extra) {
+  return t_worker_start_faulty(fx, extra, NULL);
 }
 
 static void t_worker_stop(t_worker_t *w) {
@@ -396,6 +410,63 @@ static void test_restart_in_retries_applies_nothing_twice(void **state) {
   kl_t_sleep_ms(300);
   t_worker_stop(b);
   t_assert_exactly_once(&fx, 2);
+  t_fx_down(&fx);
+}
+
+/* Key k's first event is at offset k of a one-partition topic
+ * (t_publish()). */
+static int t_store_fault(void *opaque, int32_t partition, int64_t offset) {
+  t_fx_t *fx = opaque;
+  (void)partition;
+  if (!fx->store_down || offset >= KEYS || !t_failing((int)offset))
+    return 0;
+  fx->store_faults++;
+  return 1;
+}
+
+/* Each failing key's first event failed three times, and every event of
+ * the other keys ran (the failing keys' later ones wait behind their
+ * first). */
+static int t_held_while_others_ran(t_fx_t *fx) {
+  return fx->store_faults >= 3 * t_failing_count() &&
+         fx->ran == (KEYS - t_failing_count()) * PER_KEY;
+}
+
+/* Events of other keys run while a key's event waits on a store error,
+ * but none of them commits before it: a partition that moves meanwhile
+ * finds nothing applied past its watermark, and its next owner applies
+ * every event once and counts no duplicate (before, the later events
+ * committed ahead and came back as duplicates of themselves). */
+static void test_store_error_holds_later_commits(void **state) {
+  static t_fx_t fx;
+  t_fx_up(&fx, "held", 1);
+  t_publish(&fx, KEYS, PER_KEY);
+  int first = 0;
+  while (!t_failing(first))
+    first++;
+  fx.store_down = 1;
+  static const char *const conf[] = {"worker.concurrency=8",
+                                     "worker.retry.initial.ms=300",
+                                     "worker.retry.max.ms=600", NULL};
+  t_worker_t *a = t_worker_start_faulty(&fx, conf, t_store_fault);
+  assert_true(t_wait(&fx, t_held_while_others_ran, 30000) >= 0);
+  t_worker_stop(a);
+  kl_partition_state_t ps;
+  assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &ps), KL_OK);
+  assert_true(ps.watermark <= first);
+  assert_int_equal(ps.applied, (uint64_t)ps.watermark);
+  fx.store_down = 0;
+  t_worker_t *b = t_worker_start(&fx, conf);
+  assert_true(t_wait(&fx, t_all_done, 40000) >= 0);
+  kl_t_sleep_ms(300);
+  kl_worker_stats_t st;
+  kl_worker_stats(b->worker, &st);
+  assert_int_equal(st.duplicates, 0);
+  t_worker_stop(b);
+  t_assert_exactly_once(&fx, 1);
+  kl_partition_state_t sum;
+  t_partitions(&fx, 1, &sum);
+  assert_int_equal(sum.duplicates, 0);
   t_fx_down(&fx);
 }
 
@@ -712,6 +783,7 @@ int main(void) {
       cmocka_unit_test(test_reused_id_dead_letter_keeps_applied),
       cmocka_unit_test(test_failing_keys_wait_alone),
       cmocka_unit_test(test_restart_in_retries_applies_nothing_twice),
+      cmocka_unit_test(test_store_error_holds_later_commits),
       cmocka_unit_test(test_max_attempts_dead_letters_once),
       cmocka_unit_test(test_malformed_record_is_dead_lettered),
       cmocka_unit_test(test_window_bound_pauses_and_resumes),
