@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
+
 typedef struct kl_entry {
   struct kl_entry *chain; /* the hash bucket's next */
   struct kl_entry *lru_prev, *lru_next;
@@ -43,14 +45,6 @@ struct kl__cache {
 };
 
 #define KL_CACHE_BUCKETS_MIN 1024u
-
-static uint64_t kl_hash(const void *key, size_t len) { /* FNV-1a */
-  const unsigned char *p = key;
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (size_t i = 0; i < len; i++)
-    h = (h ^ p[i]) * 0x100000001b3ULL;
-  return h;
-}
 
 static size_t kl_entry_size(const kl_entry_t *e) {
   return sizeof(*e) + e->key_len + e->val_len;
@@ -154,7 +148,7 @@ static void kl_grow(kl__cache_t *cache) {
  * any segment held for it, then evicts down to the bound. */
 static void kl_put(kl__cache_t *cache, kl__cache_seg_t *seg, const void *key,
                    size_t key_len, const void *val, size_t val_len) {
-  uint64_t hash = kl_hash(key, key_len);
+  uint64_t hash = kl__fnv1a(key, key_len);
   kl_entry_t *old = kl_find(cache, key, key_len, hash);
   if (old)
     kl_remove(cache, old);
@@ -188,7 +182,7 @@ static void kl_put(kl__cache_t *cache, kl__cache_seg_t *seg, const void *key,
 }
 
 static void kl_forget_key(kl__cache_t *cache, const void *key, size_t len) {
-  kl_entry_t *e = kl_find(cache, key, len, kl_hash(key, len));
+  kl_entry_t *e = kl_find(cache, key, len, kl__fnv1a(key, len));
   if (e)
     kl_remove(cache, e);
 }
@@ -281,7 +275,7 @@ static int kl_copy_out(const kl_entry_t *e, unsigned char **buf, size_t *cap,
 static kl_entry_t *kl_known(kl__cache_t *cache, kl__cache_seg_t *seg,
                             uint64_t epoch, uint64_t ticket, const void *key,
                             size_t key_len) {
-  kl_entry_t *e = kl_find(cache, key, key_len, kl_hash(key, key_len));
+  kl_entry_t *e = kl_find(cache, key, key_len, kl__fnv1a(key, key_len));
   return e && e->seg == seg && kl_current(seg, epoch, ticket) ? e : NULL;
 }
 

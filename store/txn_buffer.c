@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "store/txn_buffer.h"
 
 struct kl__buf_chunk {
@@ -18,18 +19,6 @@ struct kl__buf_chunk {
 
 #define KL_BUF_CHUNK_MIN 4096
 #define KL_BUF_CHUNK_MAX (1024 * 1024)
-
-/* FNV-1a, 64 bit: short keys, no adversary worth a keyed hash (the keys
- * are the batch's own and the table only lives for one batch). */
-static uint64_t kl_buf_hash(const void *key, size_t len) {
-  const unsigned char *p = key;
-  uint64_t h = 14695981039346656037ULL;
-  for (size_t i = 0; i < len; i++) {
-    h ^= p[i];
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
 
 void kl__buf_init(kl__buf_t *buf) {
   memset(buf, 0, sizeof(*buf));
@@ -126,7 +115,7 @@ kl_err_t kl__buf_set(kl__buf_t *buf, const void *key, size_t key_len,
                      const void *val, size_t val_len, int tag) {
   if ((buf->count + 1) * 2 > buf->cap && kl_buf_grow(buf))
     return KL_ENOMEM;
-  uint64_t hash = kl_buf_hash(key, key_len);
+  uint64_t hash = kl__fnv1a(key, key_len);
   size_t i = kl_buf_slot(buf->slots, buf->cap, hash, key, key_len);
   kl__buf_entry_t *entry = buf->slots[i];
   if (entry && entry->val_len >= val_len) { /* rewrite in place */
@@ -158,7 +147,7 @@ const kl__buf_entry_t *kl__buf_get(const kl__buf_t *buf, const void *key,
                                    size_t key_len) {
   if (!buf->count)
     return NULL;
-  uint64_t hash = kl_buf_hash(key, key_len);
+  uint64_t hash = kl__fnv1a(key, key_len);
   return buf->slots[kl_buf_slot(buf->slots, buf->cap, hash, key, key_len)];
 }
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "common/internal.h"
 #include "common/log.h"
 #include "common/strbuf.h"
@@ -101,14 +102,6 @@ static kl__slot_t *kl_ready_pop(kl__lane_t *lane) {
 
 /* ---- keys -------------------------------------------------------------- */
 
-static uint64_t kl_key_hash(const void *key, size_t len) {
-  const unsigned char *p = key;
-  uint64_t h = 14695981039346656037ULL;
-  for (size_t i = 0; i < len; i++)
-    h = (h ^ p[i]) * 1099511628211ULL;
-  return h;
-}
-
 static void kl_keys_grow(kl__lane_t *lane) {
   size_t cap = lane->keys_cap ? lane->keys_cap * 2 : 1024;
   kl__lkey_t **b = kl_xcalloc(cap, sizeof(*b));
@@ -124,7 +117,7 @@ static void kl_keys_grow(kl__lane_t *lane) {
 }
 
 static kl__lkey_t *kl_key_get(kl__lane_t *lane, const void *key, size_t len) {
-  uint64_t h = kl_key_hash(key, len);
+  uint64_t h = kl__fnv1a(key, len);
   if (lane->keys_cap)
     for (kl__lkey_t *k = lane->keys[h & (lane->keys_cap - 1)]; k; k = k->hnext)
       if (k->hash == h && k->len == len && memcmp(k->bytes, key, len) == 0)
@@ -1008,7 +1001,7 @@ kl_err_t kl__lanes_new(const kl_conf_t *conf, const kl__applier_t *applier,
   lanes->max_attempts = (int)kl__conf_int(conf, "worker.max.attempts");
   size_t txn_max = kl__store_txn_max(lanes->store);
   lanes->txn_max = txn_max > 2 ? txn_max - 1 : txn_max ? 1 : 0;
-  lanes->seed = kl_key_hash(applier->topic, strlen(applier->topic));
+  lanes->seed = kl__fnv1a(applier->topic, strlen(applier->topic));
   lanes->last_report_ns = kl__mono_ns();
   if (kl_lanes_metrics_new(lanes)) {
     kl__lanes_destroy(lanes);

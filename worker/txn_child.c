@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "common/internal.h"
 #include "store/outbox_rec.h"
 #include "store/backend.h"
@@ -18,12 +19,8 @@
 
 /* FNV-1a over the space byte and the key: the keys are the lane's own. */
 static uint64_t kl_ov_hash(int space, const void *key, size_t len) {
-  const unsigned char *p = key;
-  uint64_t h = 14695981039346656037ULL;
-  h = (h ^ (unsigned char)space) * 1099511628211ULL;
-  for (size_t i = 0; i < len; i++)
-    h = (h ^ p[i]) * 1099511628211ULL;
-  return h;
+  unsigned char s = (unsigned char)space;
+  return kl__fnv1a_more(kl__fnv1a(&s, 1), key, len);
 }
 
 void kl__ov_init(kl__overlay_t *ov) {
