@@ -12,13 +12,13 @@
 #include <string.h>
 
 #include "common/hash.h"
+#include "common/hmap.h"
 
 typedef struct kl_entry {
-  struct kl_entry *chain; /* the hash bucket's next */
+  kl__hnode_t node; /* in the cache's map */
   struct kl_entry *lru_prev, *lru_next;
   struct kl_entry *seg_prev, *seg_next;
   kl__cache_seg_t *seg;
-  uint64_t hash;
   size_t key_len, val_len;
   int present;           /* 0: the key is known not to exist */
   unsigned char bytes[]; /* the key, then the value */
@@ -36,9 +36,8 @@ struct kl__cache_seg {
 
 struct kl__cache {
   pthread_mutex_t mu;
-  size_t max_bytes, bytes, count;
-  kl_entry_t **table; /* cap buckets, a power of 2 */
-  size_t cap;
+  size_t max_bytes, bytes;
+  kl__hmap_t map;                  /* of kl_entry_t */
   kl_entry_t *lru_head, *lru_tail; /* most recently used first */
   kl__cache_seg_t *segs;
   uint64_t hits, misses, drops, evictions;
@@ -56,9 +55,7 @@ kl__cache_t *kl__cache_new(size_t max_bytes) {
   kl__cache_t *cache = calloc(1, sizeof(*cache));
   if (!cache)
     return NULL;
-  cache->cap = KL_CACHE_BUCKETS_MIN;
-  cache->table = calloc(cache->cap, sizeof(*cache->table));
-  if (!cache->table) {
+  if (kl__hmap_reserve(&cache->map, KL_CACHE_BUCKETS_MIN)) {
     free(cache);
     return NULL;
   }
@@ -80,21 +77,20 @@ void kl__cache_destroy(kl__cache_t *cache) {
     free(s);
   }
   pthread_mutex_destroy(&cache->mu);
-  free(cache->table);
+  kl__hmap_free(&cache->map);
   free(cache);
 }
 
 /* ---- entries (under mu) ---------------------------------------------- */
 
-static kl_entry_t **kl_bucket(kl__cache_t *cache, uint64_t hash) {
-  return &cache->table[hash & (cache->cap - 1)];
-}
-
 static kl_entry_t *kl_find(kl__cache_t *cache, const void *key, size_t len,
                            uint64_t hash) {
-  for (kl_entry_t *e = *kl_bucket(cache, hash); e; e = e->chain)
-    if (e->hash == hash && e->key_len == len && !memcmp(e->bytes, key, len))
+  for (kl__hnode_t *n = kl__hmap_first(&cache->map, hash); n;
+       n = kl__hmap_next(n, hash)) {
+    kl_entry_t *e = KL__HMAP_ENTRY(n, kl_entry_t, node);
+    if (e->key_len == len && !memcmp(e->bytes, key, len))
       return e;
+  }
   return NULL;
 }
 
@@ -111,37 +107,13 @@ static void kl_lru_front(kl__cache_t *cache, kl_entry_t *e) {
 }
 
 static void kl_remove(kl__cache_t *cache, kl_entry_t *e) {
-  kl_entry_t **link = kl_bucket(cache, e->hash);
-  while (*link != e)
-    link = &(*link)->chain;
-  *link = e->chain;
+  kl__hmap_unlink(&cache->map, &e->node);
   kl_lru_unlink(cache, e);
   *(e->seg_prev ? &e->seg_prev->seg_next : &e->seg->entries) = e->seg_next;
   if (e->seg_next)
     e->seg_next->seg_prev = e->seg_prev;
   cache->bytes -= kl_entry_size(e);
-  cache->count--;
   free(e);
-}
-
-/* Doubles the table when entries outnumber buckets; on no memory the
- * chains only grow longer. */
-static void kl_grow(kl__cache_t *cache) {
-  if (cache->count < cache->cap)
-    return;
-  size_t cap = cache->cap * 2;
-  kl_entry_t **table = calloc(cap, sizeof(*table));
-  if (!table)
-    return;
-  for (size_t i = 0; i < cache->cap; i++)
-    for (kl_entry_t *e = cache->table[i], *next; e; e = next) {
-      next = e->chain;
-      e->chain = table[e->hash & (cap - 1)];
-      table[e->hash & (cap - 1)] = e;
-    }
-  free(cache->table);
-  cache->table = table;
-  cache->cap = cap;
 }
 
 /* Puts @p key's value (@p val NULL: absent) into @p seg, replacing what
@@ -157,28 +129,26 @@ static void kl_put(kl__cache_t *cache, kl__cache_seg_t *seg, const void *key,
   if (!e)
     return;
   *e = (kl_entry_t){.seg = seg,
-                    .hash = hash,
                     .key_len = key_len,
                     .val_len = val ? val_len : 0,
                     .present = val != NULL};
   memcpy(e->bytes, key, key_len);
   if (val && val_len)
     memcpy(e->bytes + key_len, val, val_len);
-  kl_entry_t **bucket = kl_bucket(cache, hash);
-  e->chain = *bucket;
-  *bucket = e;
+  kl__hmap_link(&cache->map, &e->node, hash);
   kl_lru_front(cache, e);
   e->seg_next = seg->entries;
   if (seg->entries)
     seg->entries->seg_prev = e;
   seg->entries = e;
   cache->bytes += size;
-  cache->count++;
   while (cache->bytes > cache->max_bytes && cache->lru_tail) {
     kl_remove(cache, cache->lru_tail);
     cache->evictions++;
   }
-  kl_grow(cache);
+  /* Doubles the buckets when the entries reach them; on no memory the
+   * chains only grow longer. */
+  (void)kl__hmap_reserve(&cache->map, KL_CACHE_BUCKETS_MIN);
 }
 
 static void kl_forget_key(kl__cache_t *cache, const void *key, size_t len) {
@@ -388,7 +358,7 @@ void kl__cache_stats(kl__cache_t *cache, kl__cache_stats_t *stats) {
   pthread_mutex_lock(&cache->mu);
   stats->max_bytes = cache->max_bytes;
   stats->bytes = cache->bytes;
-  stats->entries = cache->count;
+  stats->entries = cache->map.count;
   stats->hits = cache->hits;
   stats->misses = cache->misses;
   stats->drops = cache->drops;

@@ -102,37 +102,21 @@ static kl__slot_t *kl_ready_pop(kl__lane_t *lane) {
 
 /* ---- keys -------------------------------------------------------------- */
 
-static void kl_keys_grow(kl__lane_t *lane) {
-  size_t cap = lane->keys_cap ? lane->keys_cap * 2 : 1024;
-  kl__lkey_t **b = kl_xcalloc(cap, sizeof(*b));
-  for (size_t i = 0; i < lane->keys_cap; i++)
-    for (kl__lkey_t *k = lane->keys[i], *next; k; k = next) {
-      next = k->hnext;
-      k->hnext = b[k->hash & (cap - 1)];
-      b[k->hash & (cap - 1)] = k;
-    }
-  free(lane->keys);
-  lane->keys = b;
-  lane->keys_cap = cap;
-}
-
 static kl__lkey_t *kl_key_get(kl__lane_t *lane, const void *key, size_t len) {
   uint64_t h = kl__fnv1a(key, len);
-  if (lane->keys_cap)
-    for (kl__lkey_t *k = lane->keys[h & (lane->keys_cap - 1)]; k; k = k->hnext)
-      if (k->hash == h && k->len == len && memcmp(k->bytes, key, len) == 0)
-        return k;
-  if (lane->keys_count >= lane->keys_cap)
-    kl_keys_grow(lane);
+  for (kl__hnode_t *n = kl__hmap_first(&lane->keys, h); n;
+       n = kl__hmap_next(n, h)) {
+    kl__lkey_t *k = KL__HMAP_ENTRY(n, kl__lkey_t, node);
+    if (k->len == len && memcmp(k->bytes, key, len) == 0)
+      return k;
+  }
+  if (kl__hmap_reserve(&lane->keys, 1024))
+    kl_oom();
   kl__lkey_t *k = kl_xcalloc(1, sizeof(*k) + len);
-  k->hash = h;
   k->len = len;
   if (len)
     memcpy(k->bytes, key, len);
-  kl__lkey_t **b = &lane->keys[h & (lane->keys_cap - 1)];
-  k->hnext = *b;
-  *b = k;
-  lane->keys_count++;
+  kl__hmap_link(&lane->keys, &k->node, h);
   return k;
 }
 
@@ -140,11 +124,7 @@ static kl__lkey_t *kl_key_get(kl__lane_t *lane, const void *key, size_t len) {
 void kl__key_maybe_free(kl__lane_t *lane, kl__lkey_t *key) {
   if (key->refs || key->entries)
     return;
-  kl__lkey_t **p = &lane->keys[key->hash & (lane->keys_cap - 1)];
-  while (*p != key)
-    p = &(*p)->hnext;
-  *p = key->hnext;
-  lane->keys_count--;
+  kl__hmap_unlink(&lane->keys, &key->node);
   free(key);
 }
 
@@ -231,14 +211,10 @@ void kl__lane_drop(kl__lanes_t *lanes, kl__lane_t *lane) {
     kl_slot_free(lanes, kl__lane_at(lane, i));
   lane->ring_count = lane->ring_head = 0;
   kl__ov_clear(&lane->ov);
-  for (size_t i = 0; i < lane->keys_cap; i++)
-    for (kl__lkey_t *k = lane->keys[i], *next; k; k = next) {
-      next = k->hnext;
-      free(k);
-    }
-  if (lane->keys) /* memset(NULL, 0, 0) is undefined behaviour */
-    memset(lane->keys, 0, lane->keys_cap * sizeof(*lane->keys));
-  lane->keys_count = 0;
+  kl__hmap_iter_t it = KL__HMAP_ITER(&lane->keys);
+  for (kl__hnode_t *n; (n = kl__hmap_iter_next(&it));)
+    free(KL__HMAP_ENTRY(n, kl__lkey_t, node));
+  kl__hmap_empty(&lane->keys);
   lanes->waiting_keys -= lane->waiting.n;
   lane->ready.n = lane->final.n = lane->waiting.n = lane->dlq.n = 0;
   lane->next_due_ns = 0;
@@ -1026,7 +1002,7 @@ void kl__lanes_destroy(kl__lanes_t *lanes) {
       continue;
     kl__lane_drop(lanes, lane);
     free(lane->ring);
-    free(lane->keys);
+    kl__hmap_free(&lane->keys);
     free(lane->ready.v);
     free(lane->final.v);
     free(lane->waiting.v);

@@ -22,6 +22,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "common/hmap.h"
 #include "worker/apply.h"
 #include "worker/dlq.h"
 #include "worker/lanes.h"
@@ -35,11 +36,10 @@ enum { KL__OV_PUT = 1, KL__OV_DEL = 2 }; /* tags in the data space */
 enum { KL__OV_DATA = 'd', KL__OV_ID = 'i' };
 
 typedef struct kl__ov_entry {
-  struct kl__ov_entry *hnext;         /* hash chain */
+  kl__hnode_t node;                   /* in the overlay's map */
   struct kl__ov_entry *kprev, *knext; /* the writer key's entries */
   struct kl__ov_entry *dnext;         /* the dirty list */
   kl__lkey_t *writer;
-  uint64_t hash;
   uint64_t gen; /* the build generation of the last write */
   int tag;      /* KL__OV_PUT/DEL, or a kl_mark_t in the id space */
   int dirty;    /* on the dirty list: written since the last build */
@@ -50,8 +50,7 @@ typedef struct kl__ov_entry {
 } kl__ov_entry_t;
 
 typedef struct kl__overlay {
-  kl__ov_entry_t **buckets; /* cap a power of two */
-  size_t cap, count;
+  kl__hmap_t map;         /* of kl__ov_entry_t */
   kl__ov_entry_t *dirty;  /* entries written since the last build */
   uint64_t gen;           /* the generation new writes get */
   uint64_t committed_gen; /* every write of a generation <= this is stored */
@@ -63,8 +62,7 @@ typedef struct kl__overlay {
  * offset order, and the overlay entries its events wrote. Freed once it
  * has neither. */
 struct kl__lkey {
-  kl__lkey_t *hnext;
-  uint64_t hash;
+  kl__hnode_t node;        /* in the lane's keys */
   kl__slot_t *head, *tail; /* pending (not final) slots; head runs first */
   kl__ov_entry_t *entries;
   size_t refs; /* slots of the window, final ones included */
@@ -142,8 +140,7 @@ struct kl__lane {
   int64_t next_offset;     /* the offset after the last record taken in */
   kl__slot_t **ring;       /* the window, in offset order */
   size_t ring_head, ring_count, ring_cap;
-  kl__lkey_t **keys; /* hash table of keys */
-  size_t keys_cap, keys_count;
+  kl__hmap_t keys;     /* of kl__lkey_t */
   kl__slots_t ready;   /* min-heap by offset: heads of idle keys */
   kl__slots_t final;   /* became final since the last build */
   kl__slots_t waiting; /* WAITING slots */

@@ -1,7 +1,7 @@
 /*
- * The overlay (a chained hash map with removal, which the batch buffer of
- * txn_buffer.c does not need and so lacks) and the child transaction that
- * reads through it.
+ * The overlay (common/hmap.h's chained map, for the removal that the batch
+ * buffer of txn_buffer.c does not need and so lacks) and the child
+ * transaction that reads through it.
  */
 #include "worker/txn_child.h"
 
@@ -28,43 +28,23 @@ void kl__ov_init(kl__overlay_t *ov) {
   ov->gen = 1;
 }
 
-static kl__ov_entry_t **kl_ov_bucket(const kl__overlay_t *ov, uint64_t hash) {
-  return &ov->buckets[hash & (ov->cap - 1)];
-}
-
 static kl__ov_entry_t *kl_ov_find(const kl__overlay_t *ov, uint64_t hash,
                                   int space, const void *key, size_t len) {
-  if (!ov->cap)
-    return NULL;
-  for (kl__ov_entry_t *e = *kl_ov_bucket(ov, hash); e; e = e->hnext)
-    if (e->hash == hash && e->key_len == len + 1 && e->key[0] == space &&
+  for (kl__hnode_t *n = kl__hmap_first(&ov->map, hash); n;
+       n = kl__hmap_next(n, hash)) {
+    kl__ov_entry_t *e = KL__HMAP_ENTRY(n, kl__ov_entry_t, node);
+    if (e->key_len == len + 1 && e->key[0] == space &&
         memcmp(e->key + 1, key, len) == 0)
       return e;
+  }
   return NULL;
 }
 
 const kl__ov_entry_t *kl__ov_get(const kl__overlay_t *ov, int space,
                                  const void *key, size_t key_len) {
-  if (!ov->count) /* inline mode: mostly empty, so skip the hash */
+  if (!ov->map.count) /* inline mode: mostly empty, so skip the hash */
     return NULL;
   return kl_ov_find(ov, kl_ov_hash(space, key, key_len), space, key, key_len);
-}
-
-static kl_err_t kl_ov_grow(kl__overlay_t *ov) {
-  size_t cap = ov->cap ? ov->cap * 2 : 256;
-  kl__ov_entry_t **b = calloc(cap, sizeof(*b));
-  if (!b)
-    return KL_ENOMEM;
-  for (size_t i = 0; i < ov->cap; i++)
-    for (kl__ov_entry_t *e = ov->buckets[i], *next; e; e = next) {
-      next = e->hnext;
-      e->hnext = b[e->hash & (cap - 1)];
-      b[e->hash & (cap - 1)] = e;
-    }
-  free(ov->buckets);
-  ov->buckets = b;
-  ov->cap = cap;
-  return KL_OK;
 }
 
 static void kl_ov_link_writer(kl__ov_entry_t *e, kl__lkey_t *writer) {
@@ -89,19 +69,15 @@ static void kl_ov_unlink_writer(kl__ov_entry_t *e) {
 static kl_err_t kl_ov_new_entry(kl__overlay_t *ov, uint64_t hash, int space,
                                 const void *key, size_t key_len,
                                 kl__ov_entry_t **out) {
-  if (ov->count >= ov->cap && kl_ov_grow(ov))
+  if (kl__hmap_reserve(&ov->map, 256))
     return KL_ENOMEM;
   kl__ov_entry_t *e = calloc(1, sizeof(*e) + key_len + 1);
   if (!e)
     return KL_ENOMEM;
-  e->hash = hash;
   e->key_len = key_len + 1;
   e->key[0] = (unsigned char)space;
   memcpy(e->key + 1, key, key_len);
-  kl__ov_entry_t **b = kl_ov_bucket(ov, hash);
-  e->hnext = *b;
-  *b = e;
-  ov->count++;
+  kl__hmap_link(&ov->map, &e->node, hash);
   *out = e;
   return KL_OK;
 }
@@ -141,13 +117,9 @@ kl_err_t kl__ov_set(kl__overlay_t *ov, kl__lkey_t *writer, int space,
 }
 
 void kl__ov_free_entry(kl__overlay_t *ov, kl__ov_entry_t *entry) {
-  kl__ov_entry_t **p = kl_ov_bucket(ov, entry->hash);
-  while (*p != entry)
-    p = &(*p)->hnext;
-  *p = entry->hnext;
+  kl__hmap_unlink(&ov->map, &entry->node);
   if (entry->writer)
     kl_ov_unlink_writer(entry);
-  ov->count--;
   free(entry->val);
   free(entry);
 }
@@ -161,15 +133,15 @@ void kl__ov_release_key(kl__overlay_t *ov, kl__lkey_t *writer) {
 }
 
 void kl__ov_clear(kl__overlay_t *ov) {
-  for (size_t i = 0; i < ov->cap; i++)
-    for (kl__ov_entry_t *e = ov->buckets[i], *next; e; e = next) {
-      next = e->hnext;
-      if (e->writer)
-        kl_ov_unlink_writer(e);
-      free(e->val);
-      free(e);
-    }
-  free(ov->buckets);
+  kl__hmap_iter_t it = KL__HMAP_ITER(&ov->map);
+  for (kl__hnode_t *n; (n = kl__hmap_iter_next(&it));) {
+    kl__ov_entry_t *e = KL__HMAP_ENTRY(n, kl__ov_entry_t, node);
+    if (e->writer)
+      kl_ov_unlink_writer(e);
+    free(e->val);
+    free(e);
+  }
+  kl__hmap_free(&ov->map);
   uint64_t gen = ov->gen;
   kl__ov_init(ov);
   ov->gen = gen + 1; /* nothing written before is trusted to be stored */
