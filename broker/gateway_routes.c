@@ -26,6 +26,7 @@
 #include "broker/gateway_internal.h"
 #include "broker/producer_internal.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 
 #define KL_GW_PREFIX "/v1/topics/"
 
@@ -285,7 +286,7 @@ static kl__gw_topic_t *kl_topic_known(kl__gateway_t *gw, const char *topic) {
 
 static void kl_topic_remember(kl__gateway_t *gw, const char *topic) {
   kl__gw_topic_t *topics =
-      realloc(gw->topics, (gw->ntopics + 1) * sizeof(*topics));
+      kl__grow(gw->topics, &gw->topics_cap, gw->ntopics, sizeof(*topics), 8);
   if (!topics)
     return;
   gw->topics = topics;

@@ -46,6 +46,7 @@
 #include "common/kafka.h"
 #include "common/log.h"
 #include "common/partitions.h"
+#include "common/strbuf.h"
 #include "keylane/producer.h"
 
 /* How long the first publish to a topic waits for its partition count. */
@@ -76,6 +77,7 @@ struct kl_producer {
   int follow_ups;      /* producer.follow_ups: ids beginning with '~' allowed */
   kl_topic_t **topics; /* each stays where it is: the watch thread's too */
   size_t topic_cnt;    /* written with mu held, on the caller's thread */
+  size_t topic_cap;
   pthread_mutex_t mu;  /* topics and topic_cnt against the watch thread */
   pthread_cond_t wake; /* the watch thread's timer; stopping */
   pthread_t watch;
@@ -379,8 +381,8 @@ static kl_err_t kl_topic_new(kl_producer_t *producer, const char *name,
 /* Adds a topic whose count was read, for the publishes and the watch. */
 static kl_err_t kl_topic_add(kl_producer_t *producer, kl_topic_t *topic) {
   pthread_mutex_lock(&producer->mu);
-  kl_topic_t **topics =
-      realloc(producer->topics, (producer->topic_cnt + 1) * sizeof(*topics));
+  kl_topic_t **topics = kl__grow(producer->topics, &producer->topic_cap,
+                                 producer->topic_cnt, sizeof(*topics), 8);
   if (topics) {
     producer->topics = topics;
     topics[producer->topic_cnt++] = topic;

@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "common/kafka_pos.h"
+#include "common/strbuf.h"
 #include "keylane/store.h"
 #include "cli/store.h"
 #include "store/store_internal.h"
@@ -105,10 +106,10 @@ static int kl_known_cb(void *opaque, const char *topic, int32_t partition,
   if (strcmp(topic, k->topic) != 0)
     return 0;
   if (partition >= k->count) {
-    unsigned char *has = realloc(k->has, (size_t)partition + 1);
+    unsigned char *has =
+        kl__grow_zeroed(k->has, (size_t)k->count, (size_t)partition + 1, 1);
     if (!has)
       return k->oom = 1;
-    memset(has + k->count, 0, (size_t)(partition + 1 - k->count));
     k->has = has;
     k->count = partition + 1;
   }

@@ -17,6 +17,7 @@
 #include <msgpack.h>
 
 #include "common/internal.h"
+#include "common/strbuf.h"
 
 /* ---- JSON -> msgpack ---- */
 
@@ -33,18 +34,10 @@ static int kl_mpbuf_write(void *opaque, const char *buf, size_t len) {
     b->over = 1;
     return -1;
   }
-  if (b->len + len > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + len)
-      cap *= 2;
-    if (cap > b->max)
-      cap = b->max;
-    char *data = realloc(b->data, cap ? cap : 1);
-    if (!data)
-      return -1;
-    b->data = data;
-    b->cap = cap;
-  }
+  char *data = kl__reserve(b->data, &b->cap, b->len + len, 1, 256);
+  if (!data)
+    return -1;
+  b->data = data;
   memcpy(b->data + b->len, buf, len);
   b->len += len;
   return 0;

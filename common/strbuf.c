@@ -1,4 +1,4 @@
-/* The growable byte string and kl__grow(); see strbuf.h. */
+/* The growable byte string and kl__reserve(); see strbuf.h. */
 #include "common/strbuf.h"
 
 #include <stdarg.h>
@@ -13,21 +13,15 @@ static bool kl_strbuf_reserve(kl__strbuf_t *sb, size_t extra) {
     return false;
   if (sb->len + extra < sb->cap)
     return true;
-  size_t cap = sb->cap ? sb->cap : 256;
-  while (cap <= sb->len + extra) {
-    if (cap > ((size_t)-1) / 2) {
-      sb->failed = true;
-      return false;
-    }
-    cap *= 2;
-  }
-  char *data = realloc(sb->data, cap);
+  char *data =
+      extra < SIZE_MAX - sb->len
+          ? kl__reserve(sb->data, &sb->cap, sb->len + extra + 1, 1, 256)
+          : NULL;
   if (!data) {
     sb->failed = true;
     return false;
   }
   sb->data = data;
-  sb->cap = cap;
   return true;
 }
 
@@ -174,15 +168,31 @@ const char *kl__escape(char *out, size_t size, const void *s, size_t len) {
   return out;
 }
 
-void *kl__grow(void *items, size_t *cap, size_t count, size_t size,
-               size_t first) {
-  if (count < *cap)
+void *kl__reserve(void *items, size_t *cap, size_t need, size_t size,
+                  size_t first) {
+  if (need <= *cap)
     return items;
-  size_t n = *cap ? *cap * 2 : first;
-  if (n <= *cap || n > SIZE_MAX / size) /* doubling wrapped, or too big */
+  size_t n = *cap ? *cap : first;
+  if (!n)
+    return NULL;
+  while (n < need) {
+    if (n > SIZE_MAX / 2) /* doubling would wrap */
+      return NULL;
+    n *= 2;
+  }
+  if (n > SIZE_MAX / size)
     return NULL;
   void *grown = realloc(items, n * size);
   if (grown)
     *cap = n;
+  return grown;
+}
+
+void *kl__grow_zeroed(void *items, size_t count, size_t need, size_t size) {
+  if (need > SIZE_MAX / size)
+    return NULL;
+  unsigned char *grown = realloc(items, need * size);
+  if (grown)
+    memset(grown + count * size, 0, (need - count) * size);
   return grown;
 }

@@ -13,6 +13,7 @@
 
 #include "common/hash.h"
 #include "common/hmap.h"
+#include "common/strbuf.h"
 
 typedef struct kl_entry {
   kl__hnode_t node; /* in the cache's map */
@@ -227,13 +228,10 @@ static int kl_current(const kl__cache_seg_t *seg, uint64_t epoch,
 
 static int kl_copy_out(const kl_entry_t *e, unsigned char **buf, size_t *cap,
                        size_t *len) {
-  if (e->val_len > *cap) {
-    unsigned char *p = realloc(*buf, e->val_len);
-    if (!p)
-      return -1;
-    *buf = p;
-    *cap = e->val_len;
-  }
+  unsigned char *p = kl__reserve(*buf, cap, e->val_len, 1, e->val_len);
+  if (!p)
+    return -1;
+  *buf = p;
   if (e->val_len)
     memcpy(*buf, e->bytes + e->key_len, e->val_len);
   *len = e->val_len;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/strbuf.h"
+
 static void kl_put_be(unsigned char *p, uint64_t v, int n) {
   for (int i = n - 1; i >= 0; i--, v >>= 8)
     p[i] = (unsigned char)v;
@@ -34,16 +36,11 @@ static size_t kl_rec_len(const kl__outbox_rec_t *rec) {
 }
 
 static kl_err_t kl_emits_room(kl__emits_t *emits, size_t more) {
-  if (emits->len + more <= emits->cap)
-    return KL_OK;
-  size_t cap = emits->cap ? emits->cap : 256;
-  while (cap < emits->len + more)
-    cap *= 2;
-  unsigned char *p = realloc(emits->bytes, cap);
+  unsigned char *p =
+      kl__reserve(emits->bytes, &emits->cap, emits->len + more, 1, 256);
   if (!p)
     return KL_ENOMEM;
   emits->bytes = p;
-  emits->cap = cap;
   return KL_OK;
 }
 

@@ -65,6 +65,7 @@
 #include <time.h>
 
 #include "common/internal.h"
+#include "common/strbuf.h"
 #include "store/store_internal.h"
 #include "store/pg.h"
 #include "store/txn_buffer.h"
@@ -119,18 +120,12 @@ typedef struct kl_pg_arr {
 static void kl_pg_arr_bytes(kl_pg_arr_t *a, const void *b, size_t len) {
   if (a->oom)
     return;
-  if (a->len + len > a->cap) {
-    size_t cap = a->cap ? a->cap * 2 : 1024;
-    while (cap < a->len + len)
-      cap *= 2;
-    unsigned char *p = realloc(a->p, cap);
-    if (!p) {
-      a->oom = 1;
-      return;
-    }
-    a->p = p;
-    a->cap = cap;
+  unsigned char *p = kl__reserve(a->p, &a->cap, a->len + len, 1, 1024);
+  if (!p) {
+    a->oom = 1;
+    return;
   }
+  a->p = p;
   if (len)
     memcpy(a->p + a->len, b, len);
   a->len += len;

@@ -42,14 +42,10 @@ static void *kl_xcalloc(size_t n, size_t size) {
 /* ---- slot arrays and the ready heap ------------------------------------ */
 
 kl_err_t kl__slots_push(kl__slots_t *s, kl__slot_t *slot) {
-  if (s->n == s->cap) {
-    size_t cap = s->cap ? s->cap * 2 : 16;
-    kl__slot_t **v = realloc(s->v, cap * sizeof(*v));
-    if (!v)
-      kl_oom();
-    s->v = v;
-    s->cap = cap;
-  }
+  kl__slot_t **v = kl__grow(s->v, &s->cap, s->n, sizeof(*v), 16);
+  if (!v)
+    kl_oom();
+  s->v = v;
   s->v[s->n++] = slot;
   return KL_OK;
 }
@@ -137,14 +133,15 @@ void kl__key_release(kl__lane_t *lane, kl__lkey_t *key) {
 
 static void kl_ring_push(kl__lane_t *lane, kl__slot_t *slot) {
   if (lane->ring_count == lane->ring_cap) {
-    size_t cap = lane->ring_cap ? lane->ring_cap * 2 : 256;
-    kl__slot_t **ring = kl_xcalloc(cap, sizeof(*ring));
-    for (size_t i = 0; i < lane->ring_count; i++)
-      ring[i] = lane->ring[(lane->ring_head + i) % lane->ring_cap];
-    free(lane->ring);
+    size_t old = lane->ring_cap;
+    kl__slot_t **ring = kl__grow(lane->ring, &lane->ring_cap, lane->ring_count,
+                                 sizeof(*ring), 256);
+    if (!ring)
+      kl_oom();
+    /* Full, it ran from ring_head to the end, then from 0: the part from 0
+     * moves after the old end, so the slots run on from ring_head. */
+    memcpy(ring + old, ring, lane->ring_head * sizeof(*ring));
     lane->ring = ring;
-    lane->ring_cap = cap;
-    lane->ring_head = 0;
   }
   lane->ring[(lane->ring_head + lane->ring_count++) % lane->ring_cap] = slot;
 }
@@ -768,16 +765,16 @@ void kl__lanes_reserve(kl__lanes_t *lanes, int32_t count) {
   if (count <= lanes->count)
     return;
   pthread_mutex_lock(&lanes->mu);
-  kl__lane_t **v = realloc(lanes->lanes, (size_t)count * sizeof(*v));
+  kl__lane_t **v = kl__grow_zeroed(lanes->lanes, (size_t)lanes->count,
+                                   (size_t)count, sizeof(*v));
   if (!v)
     kl_oom();
-  for (int32_t p = lanes->count; p < count; p++)
-    v[p] = NULL;
   lanes->lanes = v;
-  lanes->count = count;
-  if (!(v = realloc(lanes->due, (size_t)count * sizeof(*v))))
+  if (!(v = kl__grow_zeroed(lanes->due, (size_t)lanes->count, (size_t)count,
+                            sizeof(*v))))
     kl_oom();
   lanes->due = v;
+  lanes->count = count;
   pthread_mutex_unlock(&lanes->mu);
 }
 

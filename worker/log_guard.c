@@ -10,6 +10,7 @@
 #include "common/internal.h"
 #include "common/kafka.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 
 #define KL_COMP "worker"
 #define KL_QUERY_MS 5000       /* the watermark query's timeout */
@@ -73,12 +74,10 @@ static kl_guarded_t *kl_guarded(kl__log_guard_t *guard, int32_t partition) {
   if (partition < 0)
     return NULL;
   if (partition >= guard->count) {
-    kl_guarded_t *v =
-        realloc(guard->parts, (size_t)(partition + 1) * sizeof(*v));
+    kl_guarded_t *v = kl__grow_zeroed(guard->parts, (size_t)guard->count,
+                                      (size_t)partition + 1, sizeof(*v));
     if (!v)
       return NULL;
-    memset(v + guard->count, 0,
-           (size_t)(partition + 1 - guard->count) * sizeof(*v));
     guard->parts = v;
     guard->count = partition + 1;
   }

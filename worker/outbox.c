@@ -97,13 +97,12 @@ static kl_ob_part_t *kl_ob_part(kl__outbox_t *ob, int32_t partition) {
   if (partition < 0)
     return NULL;
   if (partition >= ob->nparts) {
-    int32_t n = partition + 1;
-    kl_ob_part_t *p = realloc(ob->parts, (size_t)n * sizeof(*p));
+    kl_ob_part_t *p = kl__grow_zeroed(ob->parts, (size_t)ob->nparts,
+                                      (size_t)partition + 1, sizeof(*p));
     if (!p)
       kl_oom();
-    memset(p + ob->nparts, 0, (size_t)(n - ob->nparts) * sizeof(*p));
     ob->parts = p;
-    ob->nparts = n;
+    ob->nparts = partition + 1;
   }
   return &ob->parts[partition];
 }
@@ -242,14 +241,11 @@ static void kl_ob_list(kl__outbox_t *ob, int32_t partition, int64_t now) {
 static void kl_ob_acked(kl__outbox_t *ob, kl_ob_item_t *it) {
   kl_ob_part_t *part = &ob->parts[it->partition];
   part->progress_ns = kl__mono_ns();
-  if (part->nacked == part->acked_cap) {
-    size_t cap = part->acked_cap ? part->acked_cap * 2 : 64;
-    uint64_t *v = realloc(part->acked, cap * sizeof(*v));
-    if (!v)
-      kl_oom();
-    part->acked = v;
-    part->acked_cap = cap;
-  }
+  uint64_t *v =
+      kl__grow(part->acked, &part->acked_cap, part->nacked, sizeof(*v), 64);
+  if (!v)
+    kl_oom();
+  part->acked = v;
   /* Removed whoever owns it now: Kafka has it. It counts against the
    * bound until removed only while its ownership lasts. */
   part->acked[part->nacked++] =

@@ -8,6 +8,7 @@
 
 #include "common/internal.h"
 #include "common/kafka_pos.h"
+#include "common/strbuf.h"
 #include "keylane/producer.h"
 #include "worker/apply.h"
 #include "worker/dlq.h"
@@ -22,7 +23,7 @@ struct kl__redrive {
   kl__letters_t letters;
   kl__redriven_t *results;
   kl__replay_part_t *taken;
-  size_t ntaken;
+  size_t ntaken, taken_cap;
   kl__applier_t applier;
   char letter_key[KL__LETTER_KEY_MAX]; /* the letter being redriven's */
   kl__dlq_t *sender;  /* misrouted letters: re-published with it */
@@ -127,7 +128,7 @@ static kl_err_t kl_redrive_take(kl__redrive_t *r, int32_t partition,
   part->watermark_before = part->watermark = st.watermark;
   if (part->previous_epoch > 0) {
     kl__replay_part_t *taken =
-        realloc(r->taken, (r->ntaken + 1) * sizeof(*taken));
+        kl__grow(r->taken, &r->taken_cap, r->ntaken, sizeof(*taken), 8);
     if (taken) {
       r->taken = taken;
       r->taken[r->ntaken++] = *part;
@@ -199,7 +200,7 @@ typedef struct kl_prune {
   int32_t partition; /* the dead-letter partition whose low offset is */
   int64_t low;       /* cached here; -1: unknown, keep its records */
   char **keys;
-  size_t n;
+  size_t n, cap;
 } kl_prune_t;
 
 static int64_t kl_dlq_low(kl_prune_t *pr, int32_t partition) {
@@ -234,7 +235,7 @@ static int kl_prune_cb(void *opaque, const void *key, size_t key_len,
              &offset) != 2 ||
       offset >= kl_dlq_low(pr, partition))
     return 0;
-  char **keys = realloc(pr->keys, (pr->n + 1) * sizeof(*keys));
+  char **keys = kl__grow(pr->keys, &pr->cap, pr->n, sizeof(*keys), 64);
   if (!keys || !(keys[pr->n] = strdup(buf))) {
     pr->keys = keys ? keys : pr->keys;
     return 1;
@@ -253,7 +254,7 @@ static void kl_redrive_prune(kl__redrive_t *r, const kl__replay_part_t *part) {
   char prefix[KL__LETTER_KEY_MAX];
   int len = snprintf(prefix, sizeof(prefix), KL__LETTER_KEY_PREFIX "%s/",
                      r->opts.dlq_topic);
-  kl_prune_t pr = {r, (size_t)len, -1, -1, NULL, 0};
+  kl_prune_t pr = {r, (size_t)len, -1, -1, NULL, 0, 0};
   kl_txn_t *txn = NULL;
   kl_err_t err =
       kl_store_scan(r->opts.store, prefix, (size_t)len, kl_prune_cb, &pr);

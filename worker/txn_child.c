@@ -11,6 +11,7 @@
 
 #include "common/hash.h"
 #include "common/internal.h"
+#include "common/strbuf.h"
 #include "store/outbox_rec.h"
 #include "store/backend.h"
 #include "store/store_internal.h"
@@ -174,13 +175,10 @@ static void kl_child_unlock(kl__child_t *c) {
 
 static kl_err_t kl_child_lent(kl__child_t *c, const kl__ov_entry_t *e,
                               const void **val, size_t *val_len) {
-  if (e->val_len > c->rcap) {
-    unsigned char *p = realloc(c->rbuf, e->val_len);
-    if (!p)
-      return kl__err(KL_ENOMEM, "kl_txn_get: out of memory");
-    c->rbuf = p;
-    c->rcap = e->val_len;
-  }
+  unsigned char *p = kl__reserve(c->rbuf, &c->rcap, e->val_len, 1, e->val_len);
+  if (!p)
+    return kl__err(KL_ENOMEM, "kl_txn_get: out of memory");
+  c->rbuf = p;
   if (e->val_len)
     memcpy(c->rbuf, e->val, e->val_len);
   *val = c->rbuf;

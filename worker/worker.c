@@ -29,6 +29,7 @@
 #include "worker/checks.h"
 #include "worker/dlq.h"
 #include "common/kafka_features.h"
+#include "common/strbuf.h"
 #include "worker/lane_stall.h"
 #include "worker/lanes.h"
 #include "worker/log_guard.h"
@@ -326,12 +327,10 @@ void kl__worker_set_seek_hook(kl_worker_t *worker, kl__worker_seek_hook_fn *fn,
 
 static kl_quiet_t *kl_quiet_of(kl_worker_t *worker, int32_t partition) {
   if (partition >= worker->quiet_count) {
-    kl_quiet_t *q =
-        realloc(worker->quiet, (size_t)(partition + 1) * sizeof(*q));
+    kl_quiet_t *q = kl__grow_zeroed(worker->quiet, (size_t)worker->quiet_count,
+                                    (size_t)partition + 1, sizeof(*q));
     if (!q)
       return NULL;
-    memset(q + worker->quiet_count, 0,
-           (size_t)(partition + 1 - worker->quiet_count) * sizeof(*q));
     worker->quiet = q;
     worker->quiet_count = partition + 1;
   }
