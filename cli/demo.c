@@ -20,7 +20,6 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -81,11 +80,6 @@ typedef struct kl_demo {
   double elapsed_s;
   kl_demo_pause_t pause;
 } kl_demo_t;
-
-static void kl_demo_sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
 
 static pid_t kl_demo_spawn(kl_demo_t *demo, int i) {
   char log[128], group_arg[] = "demo", name[16];
@@ -159,7 +153,7 @@ static int kl_demo_reap(kl_demo_t *demo, int ms) {
     }
     if (!left)
       return clean;
-    kl_demo_sleep_ms(50);
+    kl__sleep_ms(50);
   }
   kl_demo_stop_workers(demo, SIGKILL);
   kl_demo_reap(demo, 5000);
@@ -269,7 +263,7 @@ static int kl_demo_settle(kl_demo_t *demo, kl_store_t *store) {
         kl_demo_count_lines(demo, "fenced partition=") > 0)
       return 0;
     if (caught_up)
-      kl_demo_sleep_ms(100);
+      kl__sleep_ms(100);
   }
   return -1;
 }

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/internal.h"
 #include "common/kafka_pos.h"
@@ -317,7 +316,6 @@ kl_err_t kl__ledger_gen_verify(const kl__ledger_gen_t *gen, kl_store_t *store,
 
 int kl__ledger_gen_wait(const kl__ledger_gen_t *gen, kl_store_t *store,
                         const char *topic, int any_owner, int ms) {
-  struct timespec tick = {0, 100 * 1000000L};
   for (int t = 0; t < ms; t += 100) {
     kl__ledger_verdict_t v;
     int32_t owned;
@@ -328,7 +326,7 @@ int kl__ledger_gen_wait(const kl__ledger_gen_t *gen, kl_store_t *store,
                    : (int32_t)v.caught_up == gen->partitions &&
                          v.applied >= gen->count + gen->transfers))
       return 0;
-    nanosleep(&tick, NULL);
+    kl__sleep_ms(100);
   }
   return -1;
 }

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -122,9 +121,8 @@ static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
            "pausing partition=%" PRId32 " epoch=%" PRIu64
            " between handler and commit, until SIGUSR2 (60 s at most)",
            partition, epoch);
-  struct timespec tick = {0, 100000000};
   for (int i = 0; i < 600 && !kl_pause_resume; i++)
-    nanosleep(&tick, NULL);
+    kl__sleep_ms(100);
   KL_LOG_W("worker",
            "resuming partition=%" PRId32 " epoch=%" PRIu64 " after the pause%s",
            partition, epoch, kl_pause_resume ? "" : " (60 s without SIGUSR2)");

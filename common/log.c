@@ -64,3 +64,17 @@ void kl__log(kl__log_level_t level, const char *component, const char *fmt,
   ssize_t w = write(STDERR_FILENO, line, (size_t)n);
   (void)w;
 }
+
+void kl__oom(const char *comp) {
+  kl__log(KL_LOG_ERROR, comp,
+          "out of memory: exiting; a restarted worker resumes from what the "
+          "store holds");
+  abort();
+}
+
+void *kl__xcalloc(size_t n, size_t size, const char *comp) {
+  void *p = calloc(n ? n : 1, size);
+  if (!p)
+    kl__oom(comp);
+  return p;
+}

@@ -1,6 +1,7 @@
 /* The one msgpack reader (msgpack_read.h). */
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/msgpack_read.h"
 
 /* The formats 0xc0..0xdf: kind, width of the length or value that follows
@@ -50,13 +51,6 @@ static bool kl_take(kl__mp_reader_t *rd, uint64_t len, const uint8_t **out,
   return true;
 }
 
-static uint64_t kl_be(const uint8_t *p, unsigned width) {
-  uint64_t v = 0;
-  for (unsigned i = 0; i < width; i++)
-    v = v << 8 | p[i];
-  return v;
-}
-
 /* Two's complement of the low @p width bytes of @p v, without relying on
  * implementation-defined conversions. */
 static int64_t kl_sign_extend(uint64_t v, unsigned width) {
@@ -103,7 +97,7 @@ static bool kl_wide(kl__mp_reader_t *rd, kl__mp_item_t *item, uint8_t b,
   if (!kl_take(rd, width, &arg, need))
     return false;
   bool is_signed = item->kind == KL__MP_INT && fixed;
-  kl_argument(item, kl_be(arg, width), width, is_signed);
+  kl_argument(item, kl__get_be(arg, width), width, is_signed);
   if (item->kind != KL__MP_EXT)
     return true;
   if (fixed)

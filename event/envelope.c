@@ -22,6 +22,7 @@
 
 #include "event/envelope.h"
 #include "event/trace.h"
+#include "common/bytes.h"
 #include "common/internal.h"
 #include "common/msgpack_read.h"
 #include "common/strbuf.h"
@@ -217,9 +218,8 @@ size_t kl__envelope_size(const kl_event_t *event) {
 static uint8_t *kl_put_be(uint8_t *o, uint8_t format, uint64_t v,
                           unsigned width) {
   *o++ = format;
-  for (unsigned i = width; i-- > 0;)
-    *o++ = (uint8_t)(v >> (8 * i));
-  return o;
+  kl__put_be(o, v, width);
+  return o + width;
 }
 
 /* A str's or bin's bytes; memcpy() must not see NULL, even for 0 bytes. */

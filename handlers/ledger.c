@@ -22,28 +22,16 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "keylane/worker.h"
 #include "handlers/ledger.h"
-
-static void kl_be64_put(unsigned char *p, int64_t v) {
-  uint64_t u = (uint64_t)v;
-  for (int i = 7; i >= 0; i--, u >>= 8)
-    p[i] = (unsigned char)u;
-}
-
-static int64_t kl_be64_get(const unsigned char *p) {
-  uint64_t u = 0;
-  for (int i = 0; i < 8; i++)
-    u = u << 8 | p[i];
-  return (int64_t)u;
-}
 
 int kl__ledger_decode(const void *val, size_t len, kl_ledger_entry_t *entry) {
   if (len != KL_LEDGER_VALUE_LEN)
     return -1;
-  entry->balance = kl_be64_get(val);
-  entry->last_seq = kl_be64_get((const unsigned char *)val + 8);
-  entry->violations = kl_be64_get((const unsigned char *)val + 16);
+  entry->balance = (int64_t)kl__get_be(val, 8);
+  entry->last_seq = (int64_t)kl__get_be((const unsigned char *)val + 8, 8);
+  entry->violations = (int64_t)kl__get_be((const unsigned char *)val + 16, 8);
   return 0;
 }
 
@@ -234,9 +222,9 @@ static kl_handler_result_t kl_ledger_store(kl_txn_t *txn, const void *key,
                                            const kl_ledger_entry_t *e,
                                            char *errbuf, size_t errbuf_size) {
   unsigned char out[KL_LEDGER_VALUE_LEN];
-  kl_be64_put(out, e->balance);
-  kl_be64_put(out + 8, e->last_seq);
-  kl_be64_put(out + 16, e->violations);
+  kl__put_be(out, (uint64_t)e->balance, 8);
+  kl__put_be(out + 8, (uint64_t)e->last_seq, 8);
+  kl__put_be(out + 16, (uint64_t)e->violations, 8);
   if (kl_txn_put(txn, key, klen, out, sizeof(out))) {
     snprintf(errbuf, errbuf_size, "ledger: %s", kl_err_detail());
     return KL_HANDLER_RETRY;

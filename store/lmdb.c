@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/bytes.h"
 #include "common/internal.h"
 #include "common/log.h"
 #include "store/store_internal.h"
@@ -294,13 +295,9 @@ kl_err_t kl__lmdb_write(kl__lmdb_t *lmdb, const char *what,
 static MDB_val kl_part_key(unsigned char buf[KL_PART_KEY_MAX],
                            const char *topic, int32_t partition) {
   size_t len = strlen(topic); /* <= 249: checked by store.c */
-  uint32_t p = (uint32_t)partition;
   memcpy(buf, topic, len + 1);
   /* Big-endian, so that the partitions of a topic sort by number. */
-  buf[len + 1] = (unsigned char)(p >> 24);
-  buf[len + 2] = (unsigned char)(p >> 16);
-  buf[len + 3] = (unsigned char)(p >> 8);
-  buf[len + 4] = (unsigned char)p;
+  kl__put_be32(buf + len + 1, (uint32_t)partition);
   return (MDB_val){len + 5, buf};
 }
 
@@ -473,9 +470,7 @@ static int kl_scan_parts(kl__lmdb_t *lmdb, MDB_cursor *cur,
     if ((rc = kl_beats_get(lmdb, mdb_cursor_txn(cur), &key, &state)))
       return rc;
     size_t tlen = key.mv_size - 5;
-    int32_t partition =
-        (int32_t)((uint32_t)k[tlen + 1] << 24 | (uint32_t)k[tlen + 2] << 16 |
-                  (uint32_t)k[tlen + 3] << 8 | k[tlen + 4]);
+    int32_t partition = (int32_t)kl__get_be32(k + tlen + 1);
     /* The key holds the topic's NUL, so it is a C string in place. */
     if (cb(opaque, (const char *)k, partition, &state))
       return 0;
@@ -585,11 +580,6 @@ kl_err_t kl__store_lmdb_usage(kl_store_t *store, kl__store_usage_t *usage) {
   return KL_OK;
 }
 
-static uint32_t kl_be32(const unsigned char *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
-         p[3];
-}
-
 /* ---- idempotency keys: store_lmdb_ids.c ------------------------------ */
 
 /* The topics' names by number, for a walk: names[no - 1], borrowed from
@@ -611,7 +601,7 @@ static int kl_topic_names_load(kl__lmdb_t *lmdb, MDB_txn *snap,
   t->names = calloc(t->count ? t->count : 1, sizeof(*t->names));
   rc = t->names ? mdb_cursor_get(cur, &key, &val, MDB_FIRST) : ENOMEM;
   for (; rc == 0; rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-    uint32_t no = val.mv_size == 4 ? kl_be32(val.mv_data) : 0;
+    uint32_t no = val.mv_size == 4 ? kl__get_be32(val.mv_data) : 0;
     const char *name = key.mv_data; /* stored with its NUL */
     if (no == 0 || no > t->count || name[key.mv_size - 1] != '\0') {
       rc = MDB_CORRUPTED;
@@ -671,7 +661,7 @@ int kl__lmdb_topic_no(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
   if (rc == 0) {
     if (val.mv_size != 4)
       return MDB_CORRUPTED;
-    *topic_no = kl_be32(val.mv_data);
+    *topic_no = kl__get_be32(val.mv_data);
     return 0;
   }
   if (rc != MDB_NOTFOUND || !create)
@@ -681,7 +671,7 @@ int kl__lmdb_topic_no(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
     return rc;
   uint32_t no = (uint32_t)st.ms_entries + 1;
   unsigned char be[4];
-  kl__lmdb_put_be32(be, no);
+  kl__put_be32(be, no);
   val = (MDB_val){sizeof(be), be};
   if ((rc = mdb_put(mtxn, lmdb->topics, &key, &val, MDB_NOOVERWRITE)))
     return rc;

@@ -21,6 +21,7 @@
  */
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/hash.h"
 #include "store/lmdb.h"
 
@@ -81,7 +82,7 @@ static size_t id_put(const char *id, size_t id_len, unsigned char *tag,
 
 size_t kl__lmdb_id_encode(uint32_t topic_no, const char *sid, size_t sid_len,
                           unsigned char out[KL__IDKEY_MAX]) {
-  kl__lmdb_put_be32(out, topic_no);
+  kl__put_be32(out, topic_no);
   unsigned char *tag = out + KL__TOPIC_NO_LEN;
   const void *key;
   const char *id;
@@ -126,8 +127,7 @@ int kl__lmdb_id_decode(const MDB_val *key, const MDB_val *val,
   const unsigned char *k = key->mv_data;
   if (key->mv_size < KL__TOPIC_NO_LEN + 2)
     return MDB_CORRUPTED;
-  *topic_no =
-      (uint32_t)k[0] << 24 | (uint32_t)k[1] << 16 | (uint32_t)k[2] << 8 | k[3];
+  *topic_no = kl__get_be32(k);
   const unsigned char *p = k + KL__TOPIC_NO_LEN + 1;
   size_t n = key->mv_size - KL__TOPIC_NO_LEN - 1, key_len = 0, at = 0;
   switch (k[KL__TOPIC_NO_LEN]) {
@@ -136,7 +136,7 @@ int kl__lmdb_id_decode(const MDB_val *key, const MDB_val *val,
     break;
   case KL_KEY_RAW:
   case KL_KEY_UUID:
-    key_len = (size_t)p[0] << 8 | p[1];
+    key_len = (size_t)kl__get_be(p, 2);
     if (n < 3 + key_len)
       return MDB_CORRUPTED;
     out[0] = 0;
@@ -207,7 +207,7 @@ static int long_find(const kl__lmdb_t *lmdb, MDB_txn *mtxn,
     if (k.mv_size != KL_LONG_HEAD + 2 || memcmp(k.mv_data, rec, KL_LONG_HEAD))
       break;
     const unsigned char *at = k.mv_data;
-    long no = (long)at[KL_LONG_HEAD] << 8 | at[KL_LONG_HEAD + 1];
+    long no = (long)kl__get_be(at + KL_LONG_HEAD, 2);
     if (val->mv_size == KL__IDVAL_LEN + sid_len &&
         memcmp((const unsigned char *)val->mv_data + KL__IDVAL_LEN, sid,
                sid_len) == 0) {
@@ -222,8 +222,7 @@ static int long_find(const kl__lmdb_t *lmdb, MDB_txn *mtxn,
   if (rc != 0 && rc != MDB_NOTFOUND)
     return rc;
   *next = want > 0xffff ? -1 : want;
-  rec[KL_LONG_HEAD] = (unsigned char)(want >> 8);
-  rec[KL_LONG_HEAD + 1] = (unsigned char)want;
+  kl__put_be(rec + KL_LONG_HEAD, (uint64_t)want, 2);
   return MDB_NOTFOUND;
 }
 

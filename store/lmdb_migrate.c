@@ -20,6 +20,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/internal.h"
 #include "common/log.h"
 #include "store/store_internal.h"
@@ -45,7 +46,7 @@ static int kl_migrate_one(kl__lmdb_t *lmdb, MDB_txn *mtxn, const MDB_val *key,
     return MDB_CORRUPTED;
   memcpy(buf + KL__TOPIC_NO_LEN, key->mv_data, key->mv_size);
   for (uint32_t no = 1; no <= topics; no++) {
-    kl__lmdb_put_be32(buf, no);
+    kl__put_be32(buf, no);
     MDB_val k = {KL__TOPIC_NO_LEN + key->mv_size, buf};
     int rc = mdb_put(mtxn, lmdb->ids, &k, val, 0);
     if (rc)

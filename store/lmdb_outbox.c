@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/internal.h"
 #include "store/outbox_rec.h"
 #include "store/lmdb.h"
@@ -25,17 +26,10 @@ static size_t kl_ob_key(unsigned char *buf, const char *topic,
                         int32_t partition, uint64_t seq) {
   size_t len = strlen(topic) + 1;
   memcpy(buf, topic, len);
-  kl__lmdb_put_be32(buf + len, (uint32_t)partition);
-  kl__lmdb_put_be32(buf + len + 4, (uint32_t)(seq >> 32));
-  kl__lmdb_put_be32(buf + len + 8, (uint32_t)seq);
+  kl__put_be32(buf + len, (uint32_t)partition);
+  kl__put_be32(buf + len + 4, (uint32_t)(seq >> 32));
+  kl__put_be32(buf + len + 8, (uint32_t)seq);
   return len + 12;
-}
-
-static uint64_t kl_ob_seq(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++)
-    v = v << 8 | p[i];
-  return v;
 }
 
 int kl__lmdb_outbox_write(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
@@ -80,7 +74,7 @@ kl_err_t kl__lmdb_outbox_list(kl_store_t *store, const char *topic,
   for (size_t n = 0; !rc && n < max; n++) {
     if (k.mv_size != plen + 8 || memcmp(k.mv_data, kb, plen) != 0)
       break;
-    if (cb(opaque, kl_ob_seq((const unsigned char *)k.mv_data + plen),
+    if (cb(opaque, kl__get_be((const unsigned char *)k.mv_data + plen, 8),
            v.mv_data, v.mv_size))
       break;
     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);

@@ -6,19 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/strbuf.h"
-
-static void kl_put_be(unsigned char *p, uint64_t v, int n) {
-  for (int i = n - 1; i >= 0; i--, v >>= 8)
-    p[i] = (unsigned char)v;
-}
-
-static uint64_t kl_get_be(const unsigned char *p, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; i++)
-    v = v << 8 | p[i];
-  return v;
-}
 
 /* The trace section: none, or traceparent and maybe tracestate, the
  * only headers a follow-up carries (kl_txn_emit()). */
@@ -56,14 +45,14 @@ kl_err_t kl__emits_add(kl__emits_t *emits, const kl__outbox_rec_t *rec) {
   if (kl_emits_room(emits, 4 + len))
     return KL_ENOMEM;
   unsigned char *p = emits->bytes + emits->len;
-  kl_put_be(p, len, 4);
+  kl__put_be(p, len, 4);
   p += 4;
   p[0] = (unsigned char)rec->topic_len;
-  kl_put_be(p + 1, e->key_len, 2);
+  kl__put_be(p + 1, e->key_len, 2);
   p[3] = (unsigned char)e->id_len;
   p[4] = (unsigned char)e->type_len;
-  kl_put_be(p + 5, (uint64_t)e->ts, 8);
-  kl_put_be(p + 13, e->payload_len, 4);
+  kl__put_be(p + 5, (uint64_t)e->ts, 8);
+  kl__put_be(p + 13, e->payload_len, 4);
   p += KL__OUTBOX_REC_HEAD;
   p = kl_copy(p, rec->topic, rec->topic_len);
   p = kl_copy(p, e->key, e->key_len);
@@ -73,7 +62,7 @@ kl_err_t kl__emits_add(kl__emits_t *emits, const kl__outbox_rec_t *rec) {
   if (e->header_count) {
     const kl_header_t *ts = e->header_count > 1 ? &e->headers[1] : NULL;
     p[0] = (unsigned char)e->headers[0].value_len;
-    kl_put_be(p + 1, ts ? ts->value_len : 0, 2);
+    kl__put_be(p + 1, ts ? ts->value_len : 0, 2);
     p = kl_copy(p + 3, e->headers[0].value, e->headers[0].value_len);
     if (ts)
       kl_copy(p, ts->value, ts->value_len);
@@ -98,7 +87,7 @@ int kl__emits_next(const kl__emits_t *emits, size_t *off, const void **rec,
                    size_t *len) {
   if (!emits || *off + 4 > emits->len)
     return 0;
-  *len = (size_t)kl_get_be(emits->bytes + *off, 4);
+  *len = (size_t)kl__get_be(emits->bytes + *off, 4);
   *rec = emits->bytes + *off + 4;
   *off += 4 + *len;
   return 1;
@@ -122,15 +111,15 @@ int kl__outbox_rec_decode(const void *rec, size_t len, kl__outbox_rec_t *out) {
   memset(out, 0, sizeof(*out));
   kl_event_t *e = &out->event;
   out->topic_len = p[0];
-  e->key_len = (size_t)kl_get_be(p + 1, 2);
+  e->key_len = (size_t)kl__get_be(p + 1, 2);
   e->id_len = p[3];
   e->type_len = p[4];
-  e->ts = (int64_t)kl_get_be(p + 5, 8);
-  e->payload_len = (size_t)kl_get_be(p + 13, 4);
+  e->ts = (int64_t)kl__get_be(p + 5, 8);
+  e->payload_len = (size_t)kl__get_be(p + 13, 4);
   size_t base = KL__OUTBOX_REC_HEAD + out->topic_len + e->key_len + e->id_len +
                 e->type_len + e->payload_len;
   if (len != base && (len < base + 3 || !p[base] ||
-                      len != base + 3 + p[base] + kl_get_be(p + base + 1, 2)))
+                      len != base + 3 + p[base] + kl__get_be(p + base + 1, 2)))
     return -1;
   const char *s = (const char *)p + KL__OUTBOX_REC_HEAD;
   out->topic = s;
@@ -140,7 +129,7 @@ int kl__outbox_rec_decode(const void *rec, size_t len, kl__outbox_rec_t *out) {
   e->payload = s += e->type_len;
   if (len == base)
     return 0;
-  size_t tp = p[base], ts = (size_t)kl_get_be(p + base + 1, 2);
+  size_t tp = p[base], ts = (size_t)kl__get_be(p + base + 1, 2);
   s = (const char *)p + base + 3;
   out->trace[0] = (kl_header_t){KL_TRACEPARENT, strlen(KL_TRACEPARENT), s, tp};
   out->trace[1] =

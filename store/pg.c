@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/bytes.h"
 #include "common/internal.h"
 #include "store/store_internal.h"
 #include "store/pg.h"
@@ -936,19 +937,12 @@ typedef struct kl_pg_ids {
   void *opaque;
 } kl_pg_ids_t;
 
-static uint64_t kl_pg_be(const char *p, int len) {
-  uint64_t v = 0;
-  for (int i = 0; i < len; i++)
-    v = v << 8 | (unsigned char)p[i];
-  return v;
-}
-
 /* Binary columns: id bytea, inserted_ms int8, mark int2, topic text (its
  * bytes, with no NUL: libpq adds one to every value it returns). */
 static int kl_pg_ids_row(void *ctx, const PGresult *res, int row) {
   kl_pg_ids_t *ids = ctx;
-  int64_t time_ms = (int64_t)kl_pg_be(PQgetvalue(res, row, 1), 8);
-  kl_mark_t mark = (kl_mark_t)kl_pg_be(PQgetvalue(res, row, 2), 2);
+  int64_t time_ms = (int64_t)kl__get_be(PQgetvalue(res, row, 1), 8);
+  kl_mark_t mark = (kl_mark_t)kl__get_be(PQgetvalue(res, row, 2), 2);
   return ids->cb(ids->opaque, PQgetvalue(res, row, 3), PQgetvalue(res, row, 0),
                  (size_t)PQgetlength(res, row, 0), time_ms, mark);
 }

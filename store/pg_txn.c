@@ -62,8 +62,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/bytes.h"
 #include "common/internal.h"
 #include "common/strbuf.h"
 #include "store/store_internal.h"
@@ -132,8 +132,8 @@ static void kl_pg_arr_bytes(kl_pg_arr_t *a, const void *b, size_t len) {
 }
 
 static void kl_pg_arr_u32(kl_pg_arr_t *a, uint32_t v) {
-  unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
-                        (unsigned char)(v >> 8), (unsigned char)v};
+  unsigned char b[4];
+  kl__put_be32(b, v);
   kl_pg_arr_bytes(a, b, 4);
 }
 
@@ -153,7 +153,8 @@ static void kl_pg_arr_add(kl_pg_arr_t *a, const void *b, size_t len) {
 }
 
 static void kl_pg_arr_add_i16(kl_pg_arr_t *a, int v) {
-  unsigned char b[2] = {(unsigned char)((unsigned)v >> 8), (unsigned char)v};
+  unsigned char b[2];
+  kl__put_be(b, (unsigned)v, 2);
   kl_pg_arr_add(a, b, 2);
 }
 
@@ -161,12 +162,7 @@ static void kl_pg_arr_add_i16(kl_pg_arr_t *a, int v) {
 static int kl_pg_arr_end(kl_pg_arr_t *a) {
   if (a->oom)
     return -1;
-  uint32_t n = a->n;
-  unsigned char *size = a->p + 12;
-  size[0] = (unsigned char)(n >> 24);
-  size[1] = (unsigned char)(n >> 16);
-  size[2] = (unsigned char)(n >> 8);
-  size[3] = (unsigned char)n;
+  kl__put_be32(a->p + 12, a->n); /* the size */
   return 0;
 }
 
@@ -504,10 +500,6 @@ void kl__pg_count_duplicate(kl_txn_t *base) {
 
 /* ---- a batch's idempotency keys at once ------------------------------ */
 
-static uint16_t kl_pg_be16(const char *p) {
-  return (uint16_t)((unsigned char)p[0] << 8 | (unsigned char)p[1]);
-}
-
 /* The ids of @p ids the txn has neither marked nor looked up, as a binary
  * array in *@p arr (arr->n of them); each is recorded unseen, which the
  * lookup's rows then correct (kl_pg_found()). @returns KL_OK or KL_ENOMEM
@@ -533,7 +525,7 @@ static kl_err_t kl_pg_found(kl_pg_txn_t *txn, const PGresult *res) {
   for (int row = 0; row < PQntuples(res); row++)
     if (kl__buf_set(&txn->known, PQgetvalue(res, row, 0),
                     (size_t)PQgetlength(res, row, 0), NULL, 0,
-                    (int)kl_pg_be16(PQgetvalue(res, row, 1))))
+                    (int)kl__get_be(PQgetvalue(res, row, 1), 2)))
       return KL_ENOMEM;
   return KL_OK;
 }
@@ -1047,8 +1039,7 @@ static kl_err_t kl_pg_landed(kl_pg_txn_t *txn, const kl_pg_commit_t *c,
     if (asked != KL_ESTORE_BUSY || left <= 0)
       break;
     ms = ms < left ? ms : left; /* never past @p end */
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    kl__sleep_ms(ms);
   }
   return x.committed ? KL_OK : kl__err(err, "%s", detail);
 }

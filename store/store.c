@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/internal.h"
 #include "store/backend.h"
 #include "store/store_internal.h"
@@ -206,8 +207,7 @@ static kl_err_t kl_store_check_entity(const char *fn, const void *key,
 size_t kl__sid_encode(const void *key, size_t key_len, const char *id,
                       size_t id_len, char out[KL__SID_MAX]) {
   out[0] = 0;
-  out[1] = (char)(key_len >> 8);
-  out[2] = (char)(key_len & 0xff);
+  kl__put_be(out + 1, key_len, 2);
   memcpy(out + 3, key, key_len);
   memcpy(out + 3 + key_len, id, id_len);
   return 3 + key_len + id_len;
@@ -221,7 +221,7 @@ int kl__sid_decode(const char *sid, size_t len, const void **key,
   }
   if (len < 3)
     return -1;
-  size_t k = (size_t)(unsigned char)sid[1] << 8 | (unsigned char)sid[2];
+  size_t k = (size_t)kl__get_be(sid + 1, 2);
   if (k == 0 || k > KL_KEY_MAX || len <= 3 + k || len - 3 - k > KL_ID_MAX)
     return -1;
   *key = sid + 3, *key_len = k, *id = sid + 3 + k, *id_len = len - 3 - k;

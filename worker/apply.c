@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "event/trace.h"
 #include "common/internal.h"
@@ -155,8 +154,7 @@ kl_err_t kl__apply_begin_ahead(const kl__applier_t *a, int32_t partition,
 void kl__apply_sleep(const kl__applier_t *a, int32_t partition, int ms) {
   while (ms > 0) {
     int step = ms < 100 ? ms : 100;
-    struct timespec ts = {0, (long)step * 1000000L};
-    nanosleep(&ts, NULL);
+    kl__sleep_ms(step);
     ms -= step;
     if (a->tick)
       a->tick(a->tick_opaque, partition); /* its verdict: at the next batch */

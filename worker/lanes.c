@@ -24,27 +24,16 @@
 #define KL_REPORT_NS (10LL * 1000000000)
 #define KL_OUTBOX_DRAIN_MS 5000 /* for follow-ups' acks at a release */
 
-/* Out of memory mid-lane: nothing half-applied can be committed, so the
- * process ends and a restarted worker resumes from the store. */
-static void kl_oom(void) {
-  KL_LOG_E(KL_COMP, "out of memory in the lanes: exiting; a restarted "
-                    "worker resumes from the store");
-  abort();
-}
-
-static void *kl_xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p)
-    kl_oom();
-  return p;
-}
+/* Out of memory mid-lane (kl__oom()): nothing half-applied can be
+ * committed, so the process ends and a restarted worker resumes from the
+ * store. */
 
 /* ---- slot arrays and the ready heap ------------------------------------ */
 
 kl_err_t kl__slots_push(kl__slots_t *s, kl__slot_t *slot) {
   kl__slot_t **v = kl__grow(s->v, &s->cap, s->n, sizeof(*v), 16);
   if (!v)
-    kl_oom();
+    kl__oom(KL_COMP);
   s->v = v;
   s->v[s->n++] = slot;
   return KL_OK;
@@ -107,8 +96,8 @@ static kl__lkey_t *kl_key_get(kl__lane_t *lane, const void *key, size_t len) {
       return k;
   }
   if (kl__hmap_reserve(&lane->keys, 1024))
-    kl_oom();
-  kl__lkey_t *k = kl_xcalloc(1, sizeof(*k) + len);
+    kl__oom(KL_COMP);
+  kl__lkey_t *k = kl__xcalloc(1, sizeof(*k) + len, KL_COMP);
   k->len = len;
   if (len)
     memcpy(k->bytes, key, len);
@@ -137,7 +126,7 @@ static void kl_ring_push(kl__lane_t *lane, kl__slot_t *slot) {
     kl__slot_t **ring = kl__grow(lane->ring, &lane->ring_cap, lane->ring_count,
                                  sizeof(*ring), 256);
     if (!ring)
-      kl_oom();
+      kl__oom(KL_COMP);
     /* Full, it ran from ring_head to the end, then from 0: the part from 0
      * moves after the old end, so the slots run on from ring_head. */
     memcpy(ring + old, ring, lane->ring_head * sizeof(*ring));
@@ -170,7 +159,7 @@ kl__slot_t *kl__lane_find(const kl__lane_t *lane, int64_t offset) {
 static kl__slot_t *kl_slot_new(kl__lanes_t *lanes) {
   kl__slot_t *slot = lanes->spare;
   if (!slot)
-    return kl_xcalloc(1, sizeof(*slot));
+    return kl__xcalloc(1, sizeof(*slot), KL_COMP);
   lanes->spare = slot->next;
   lanes->nspare--;
   memset(slot, 0, sizeof(*slot));
@@ -373,7 +362,7 @@ static void kl_done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
       lost = kl__child_apply(run->child) != KL_OK;
     else if (!(dup = kl__child_seen_elsewhere(run->child, &lane->ov)) &&
              kl__child_merge(run->child, &lane->ov, slot->key))
-      kl_oom();
+      kl__oom(KL_COMP);
   }
   slot->duplicate = dup;
   slot->ts_ms = run->ts_ms;
@@ -768,11 +757,11 @@ void kl__lanes_reserve(kl__lanes_t *lanes, int32_t count) {
   kl__lane_t **v = kl__grow_zeroed(lanes->lanes, (size_t)lanes->count,
                                    (size_t)count, sizeof(*v));
   if (!v)
-    kl_oom();
+    kl__oom(KL_COMP);
   lanes->lanes = v;
   if (!(v = kl__grow_zeroed(lanes->due, (size_t)lanes->count, (size_t)count,
                             sizeof(*v))))
-    kl_oom();
+    kl__oom(KL_COMP);
   lanes->due = v;
   lanes->count = count;
   pthread_mutex_unlock(&lanes->mu);
@@ -784,7 +773,7 @@ void kl__lanes_own(kl__lanes_t *lanes, int32_t partition, uint64_t epoch,
   pthread_mutex_lock(&lanes->mu);
   kl__lane_t *lane = lanes->lanes[partition];
   if (!lane) {
-    lane = lanes->lanes[partition] = kl_xcalloc(1, sizeof(*lane));
+    lane = lanes->lanes[partition] = kl__xcalloc(1, sizeof(*lane), KL_COMP);
     lane->partition = partition;
     kl__ov_init(&lane->ov);
   }

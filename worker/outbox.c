@@ -5,7 +5,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/internal.h"
 #include "common/log.h"
@@ -19,14 +18,6 @@
 /* A refused publish, or a failed store call, is tried again after this. */
 #define KL_OB_RETRY_NS 1000000000LL
 #define KL_TOPIC_NAME_MAX 249
-
-/* Out of memory for the bookkeeping: what is committed stays in the
- * store, and a restarted worker publishes it (the lanes do the same). */
-static void kl_oom(void) {
-  KL_LOG_E(KL_COMP, "out of memory in the outbox: exiting; a restarted "
-                    "worker publishes what the store holds");
-  abort();
-}
 
 /* One record listed from the store: queued, then in flight until its
  * delivery report, then (acknowledged) its seq waits for removal. */
@@ -100,7 +91,7 @@ static kl_ob_part_t *kl_ob_part(kl__outbox_t *ob, int32_t partition) {
     kl_ob_part_t *p = kl__grow_zeroed(ob->parts, (size_t)ob->nparts,
                                       (size_t)partition + 1, sizeof(*p));
     if (!p)
-      kl_oom();
+      kl__oom(KL_COMP);
     ob->parts = p;
     ob->nparts = partition + 1;
   }
@@ -195,7 +186,7 @@ static int kl_ob_listed(void *opaque, uint64_t seq, const void *rec,
   kl_ob_list_t *l = opaque;
   kl_ob_item_t *it = malloc(sizeof(*it) + len);
   if (!it)
-    kl_oom();
+    kl__oom(KL_COMP);
   *it = (kl_ob_item_t){
       .partition = l->partition, .gen = l->part->gen, .seq = seq, .len = len};
   memcpy(it->rec, rec, len);
@@ -244,7 +235,7 @@ static void kl_ob_acked(kl__outbox_t *ob, kl_ob_item_t *it) {
   uint64_t *v =
       kl__grow(part->acked, &part->acked_cap, part->nacked, sizeof(*v), 64);
   if (!v)
-    kl_oom();
+    kl__oom(KL_COMP);
   part->acked = v;
   /* Removed whoever owns it now: Kafka has it. It counts against the
    * bound until removed only while its ownership lasts. */
@@ -475,7 +466,7 @@ static void kl_ob_remove(kl__outbox_t *ob, int64_t now) {
     return;
   kl__outbox_ack_t *acks = malloc(n * sizeof(*acks));
   if (!acks)
-    kl_oom();
+    kl__oom(KL_COMP);
   n = 0;
   for (int32_t p = 0; p < ob->nparts; p++)
     for (size_t i = 0; i < ob->parts[p].nacked; i++)
@@ -535,8 +526,7 @@ void kl__outbox_drain(kl__outbox_t *ob, int32_t partition, int wait_ms) {
     if (ob->producer) {
       kl_producer_poll(ob->producer, 20);
     } else { /* nothing to poll: ticks in the store's backoff would spin */
-      struct timespec ts = {0, 20000000L};
-      nanosleep(&ts, NULL);
+      kl__sleep_ms(20);
     }
     kl__outbox_tick(ob);
     part = &ob->parts[partition]; /* the array may have moved */

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/internal.h"
@@ -59,11 +58,6 @@ int kl__replay_gap(int64_t watermark, int64_t low, int64_t start) {
   if (start <= watermark)
     return 0;
   return start == low ? 1 : 2;
-}
-
-static void kl_sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
 }
 
 /* ---- beating --------------------------------------------------------- */
@@ -315,7 +309,7 @@ static kl_err_t kl_take(kl__replay_t *r, kl__replay_part_t *p, uint64_t floor) {
                                   floor, &st);
     if (!err || !kl_err_is_retriable(err) || attempt >= KL_REPLAY_ATTEMPTS)
       break;
-    kl_sleep_ms(100 << attempt);
+    kl__sleep_ms(100 << attempt);
   }
   if (err)
     return err;

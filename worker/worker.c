@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <librdkafka/rdkafka.h>
 
@@ -99,11 +98,6 @@ size_t kl__worker_misrouted(kl_worker_t *worker, uint64_t *by_partition,
   return kl__lanes_misrouted(worker->lanes, by_partition, max);
 }
 
-static void kl_sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 /* ---- ownership ------------------------------------------------------- */
 
 /* Acquires a new epoch, retrying while the store is unavailable: the group
@@ -118,7 +112,7 @@ static kl_err_t kl_lane_acquire(kl_worker_t *worker, int32_t partition,
       return err;
     KL_LOG_W(KL_COMP, "acquire partition=%" PRId32 " retry in %d ms: %s",
              partition, backoff_ms, kl_err_detail());
-    kl_sleep_ms(backoff_ms);
+    kl__sleep_ms(backoff_ms);
     if (backoff_ms < 5000)
       backoff_ms *= 2;
   }
@@ -922,7 +916,7 @@ static kl_err_t kl_wait_for_kafka(kl_worker_t *worker) {
     KL_LOG_W(KL_COMP, "%s", worker->why);
     for (int slept = 0; slept < backoff_ms && !atomic_load(&worker->stop);
          slept += 100)
-      kl_sleep_ms(100);
+      kl__sleep_ms(100);
   }
   atomic_store(&worker->waiting, 0);
   if (err == KL_EKAFKA_TRANSIENT && atomic_load(&worker->stop))
