@@ -10,7 +10,7 @@
 
 static const char *const kl_level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
 
-static kl__log_level_t kl_log_threshold(void) {
+static kl__log_level_t log_threshold(void) {
   static int level = -1;
   if (level < 0) {
     const char *s = getenv("KEYLANE_LOG");
@@ -23,7 +23,7 @@ static kl__log_level_t kl_log_threshold(void) {
 }
 
 int kl__log_enabled(kl__log_level_t level) {
-  return level <= kl_log_threshold();
+  return level <= log_threshold();
 }
 
 /* " trace_id=... span_id=...", or empty. */

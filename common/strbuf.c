@@ -8,7 +8,7 @@
 #include <string.h>
 
 /* Room for @p extra more bytes plus a NUL; doubles to keep appends O(1). */
-static bool kl_strbuf_reserve(kl__strbuf_t *sb, size_t extra) {
+static bool strbuf_reserve(kl__strbuf_t *sb, size_t extra) {
   if (sb->failed)
     return false;
   if (sb->len + extra < sb->cap)
@@ -26,7 +26,7 @@ static bool kl_strbuf_reserve(kl__strbuf_t *sb, size_t extra) {
 }
 
 void kl__strbuf_add(kl__strbuf_t *sb, const void *data, size_t len) {
-  if (len == 0 || !kl_strbuf_reserve(sb, len))
+  if (len == 0 || !strbuf_reserve(sb, len))
     return;
   memcpy(sb->data + sb->len, data, len);
   sb->len += len;
@@ -42,7 +42,7 @@ void kl__strbuf_printf(kl__strbuf_t *sb, const char *fmt, ...) {
   va_start(ap, fmt);
   int n = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
-  if (n < 0 || !kl_strbuf_reserve(sb, (size_t)n))
+  if (n < 0 || !strbuf_reserve(sb, (size_t)n))
     return;
   va_start(ap, fmt);
   vsnprintf(sb->data + sb->len, (size_t)n + 1, fmt, ap);
@@ -73,7 +73,7 @@ bool kl__strbuf_ok(const kl__strbuf_t *sb) {
 }
 
 char *kl__strbuf_take(kl__strbuf_t *sb, size_t *len) {
-  if (sb->failed || !kl_strbuf_reserve(sb, 0)) {
+  if (sb->failed || !strbuf_reserve(sb, 0)) {
     kl__strbuf_free(sb);
     return NULL;
   }
