@@ -28,7 +28,7 @@ static _Atomic uint64_t kl_uuid_last;
 /* Falls back to splitmix64 when getrandom() fails (no such syscall): ids
  * stay unique within the process by the counter, and across processes as
  * far as the clock and pid differ. */
-static void kl_uuid_fallback(uint8_t *out, size_t n) {
+static void uuid_fallback(uint8_t *out, size_t n) {
   static _Thread_local uint64_t state;
   if (state == 0)
     state = (uint64_t)kl__mono_ns() ^ ((uint64_t)getpid() << 32);
@@ -41,7 +41,7 @@ static void kl_uuid_fallback(uint8_t *out, size_t n) {
 }
 
 /* Random bytes for one id, from a per-thread pool refilled by getrandom(). */
-static const uint8_t *kl_uuid_random(void) {
+static const uint8_t *uuid_random(void) {
   static _Thread_local uint8_t pool[KL_UUID_RANDOM * KL_UUID_BATCH];
   static _Thread_local size_t used = sizeof(pool);
   if (used == sizeof(pool)) {
@@ -50,7 +50,7 @@ static const uint8_t *kl_uuid_random(void) {
       n = getrandom(pool, sizeof(pool), 0);
     while (n < 0 && errno == EINTR);
     if (n != (ssize_t)sizeof(pool))
-      kl_uuid_fallback(pool, sizeof(pool));
+      uuid_fallback(pool, sizeof(pool));
     used = 0;
   }
   used += KL_UUID_RANDOM;
@@ -58,7 +58,7 @@ static const uint8_t *kl_uuid_random(void) {
 }
 
 /* The next (ms << 12 | counter), strictly above every earlier one. */
-static uint64_t kl_uuid_stamp(const uint8_t *rnd, int64_t now_ms) {
+static uint64_t uuid_stamp(const uint8_t *rnd, int64_t now_ms) {
   uint64_t seed = ((uint64_t)(rnd[0] & 0x07) << 8) | rnd[1];
   uint64_t now = ((uint64_t)now_ms << 12) | seed;
   uint64_t last = atomic_load_explicit(&kl_uuid_last, memory_order_relaxed);
@@ -81,8 +81,8 @@ static const uint8_t kl_uuid_text_at[16] = {0,  2,  4,  6,  9,  11, 14, 16,
 
 void kl__event_make_id_at(char out[37], int64_t now_ms) {
   static const char hex[] = "0123456789abcdef";
-  const uint8_t *rnd = kl_uuid_random();
-  uint64_t stamp = kl_uuid_stamp(rnd, now_ms);
+  const uint8_t *rnd = uuid_random();
+  uint64_t stamp = uuid_stamp(rnd, now_ms);
   uint8_t b[16];
   for (int i = 0; i < 6; i++)
     b[i] = (uint8_t)(stamp >> (52 - 8 * i));
