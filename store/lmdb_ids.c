@@ -31,7 +31,7 @@
 
 enum { KL_RAW = 0, KL_UUID = 1, KL_KEY_RAW = 2, KL_KEY_UUID = 3, KL_LONG = 4 };
 
-static int kl_hex(int c) {
+static int ids_hex(int c) {
   if ((unsigned)(c - '0') < 10)
     return c - '0';
   return (unsigned)(c - 'a') < 6 ? c - 'a' + 10 : -1;
@@ -48,7 +48,7 @@ static int uuid_pack(const char *id, size_t len, unsigned char *out) {
       id[23] != '-')
     return -1;
   for (size_t i = 0; i < 16; i++) {
-    int hi = kl_hex(id[kl_uuid_at[i]]), lo = kl_hex(id[kl_uuid_at[i] + 1]);
+    int hi = ids_hex(id[kl_uuid_at[i]]), lo = ids_hex(id[kl_uuid_at[i] + 1]);
     if ((hi | lo) < 0)
       return -1;
     out[i] = (unsigned char)(hi << 4 | lo);

@@ -11,20 +11,20 @@
 
 /* The trace section: none, or traceparent and maybe tracestate, the
  * only headers a follow-up carries (kl_txn_emit()). */
-static size_t kl_trace_len(const kl_event_t *e) {
+static size_t trace_len(const kl_event_t *e) {
   if (!e->header_count)
     return 0;
   return 3 + e->headers[0].value_len +
          (e->header_count > 1 ? e->headers[1].value_len : 0);
 }
 
-static size_t kl_rec_len(const kl__outbox_rec_t *rec) {
+static size_t rec_len(const kl__outbox_rec_t *rec) {
   const kl_event_t *e = &rec->event;
   return KL__OUTBOX_REC_HEAD + rec->topic_len + e->key_len + e->id_len +
-         e->type_len + e->payload_len + kl_trace_len(e);
+         e->type_len + e->payload_len + trace_len(e);
 }
 
-static kl_err_t kl_emits_room(kl__emits_t *emits, size_t more) {
+static kl_err_t emits_room(kl__emits_t *emits, size_t more) {
   unsigned char *p =
       kl__reserve(emits->bytes, &emits->cap, emits->len + more, 1, 256);
   if (!p)
@@ -33,7 +33,7 @@ static kl_err_t kl_emits_room(kl__emits_t *emits, size_t more) {
   return KL_OK;
 }
 
-static unsigned char *kl_copy(unsigned char *p, const void *src, size_t n) {
+static unsigned char *rec_copy(unsigned char *p, const void *src, size_t n) {
   if (n)
     memcpy(p, src, n);
   return p + n;
@@ -41,8 +41,8 @@ static unsigned char *kl_copy(unsigned char *p, const void *src, size_t n) {
 
 kl_err_t kl__emits_add(kl__emits_t *emits, const kl__outbox_rec_t *rec) {
   const kl_event_t *e = &rec->event;
-  size_t len = kl_rec_len(rec);
-  if (kl_emits_room(emits, 4 + len))
+  size_t len = rec_len(rec);
+  if (emits_room(emits, 4 + len))
     return KL_ENOMEM;
   unsigned char *p = emits->bytes + emits->len;
   kl__put_be(p, len, 4);
@@ -54,18 +54,18 @@ kl_err_t kl__emits_add(kl__emits_t *emits, const kl__outbox_rec_t *rec) {
   kl__put_be(p + 5, (uint64_t)e->ts, 8);
   kl__put_be(p + 13, e->payload_len, 4);
   p += KL__OUTBOX_REC_HEAD;
-  p = kl_copy(p, rec->topic, rec->topic_len);
-  p = kl_copy(p, e->key, e->key_len);
-  p = kl_copy(p, e->id, e->id_len);
-  p = kl_copy(p, e->type, e->type_len);
-  p = kl_copy(p, e->payload, e->payload_len);
+  p = rec_copy(p, rec->topic, rec->topic_len);
+  p = rec_copy(p, e->key, e->key_len);
+  p = rec_copy(p, e->id, e->id_len);
+  p = rec_copy(p, e->type, e->type_len);
+  p = rec_copy(p, e->payload, e->payload_len);
   if (e->header_count) {
     const kl_header_t *ts = e->header_count > 1 ? &e->headers[1] : NULL;
     p[0] = (unsigned char)e->headers[0].value_len;
     kl__put_be(p + 1, ts ? ts->value_len : 0, 2);
-    p = kl_copy(p + 3, e->headers[0].value, e->headers[0].value_len);
+    p = rec_copy(p + 3, e->headers[0].value, e->headers[0].value_len);
     if (ts)
-      kl_copy(p, ts->value, ts->value_len);
+      rec_copy(p, ts->value, ts->value_len);
   }
   emits->len += 4 + len;
   emits->count++;
@@ -75,7 +75,7 @@ kl_err_t kl__emits_add(kl__emits_t *emits, const kl__outbox_rec_t *rec) {
 kl_err_t kl__emits_join(kl__emits_t *to, const kl__emits_t *from) {
   if (!from || !from->count)
     return KL_OK;
-  if (kl_emits_room(to, from->len))
+  if (emits_room(to, from->len))
     return KL_ENOMEM;
   memcpy(to->bytes + to->len, from->bytes, from->len);
   to->len += from->len;
@@ -150,7 +150,7 @@ size_t kl__emit_id(const kl__emit_src_t *src, char out[KL_ID_MAX + 1]) {
 
 /* The decimal number of @p len digits at @p s (at most @p max of them, no
  * leading zero), or -1. */
-static int64_t kl_emit_num(const char *s, size_t len, int max) {
+static int64_t emit_num(const char *s, size_t len, int max) {
   if (len == 0 || len > (size_t)max || (len > 1 && s[0] == '0'))
     return -1;
   int64_t v = 0;
@@ -172,9 +172,9 @@ int kl__emit_id_parse(const char *id, size_t id_len, kl__emit_src_t *src) {
       at[n++] = i - 1;
   if (n < 3 || at[2] < 2)
     return -1;
-  int64_t index = kl_emit_num(id + at[0] + 1, id_len - at[0] - 1, 2);
-  int64_t offset = kl_emit_num(id + at[1] + 1, at[0] - at[1] - 1, 19);
-  int64_t partition = kl_emit_num(id + at[2] + 1, at[1] - at[2] - 1, 10);
+  int64_t index = emit_num(id + at[0] + 1, id_len - at[0] - 1, 2);
+  int64_t offset = emit_num(id + at[1] + 1, at[0] - at[1] - 1, 19);
+  int64_t partition = emit_num(id + at[2] + 1, at[1] - at[2] - 1, 10);
   if (index < 0 || index >= KL__EMIT_MAX || offset < 0 || partition < 0 ||
       partition > INT32_MAX || at[2] - 1 > KL__EMIT_TOPIC_MAX)
     return -1;
