@@ -19,7 +19,7 @@
 /* ---- the overlay ----------------------------------------------------- */
 
 /* FNV-1a over the space byte and the key: the keys are the lane's own. */
-static uint64_t kl_ov_hash(int space, const void *key, size_t len) {
+static uint64_t ov_hash(int space, const void *key, size_t len) {
   unsigned char s = (unsigned char)space;
   return kl__fnv1a_more(kl__fnv1a(&s, 1), key, len);
 }
@@ -29,8 +29,8 @@ void kl__ov_init(kl__overlay_t *ov) {
   ov->gen = 1;
 }
 
-static kl__ov_entry_t *kl_ov_find(const kl__overlay_t *ov, uint64_t hash,
-                                  int space, const void *key, size_t len) {
+static kl__ov_entry_t *ov_find(const kl__overlay_t *ov, uint64_t hash,
+                               int space, const void *key, size_t len) {
   for (kl__hnode_t *n = kl__hmap_first(&ov->map, hash); n;
        n = kl__hmap_next(n, hash)) {
     kl__ov_entry_t *e = KL__HMAP_ENTRY(n, kl__ov_entry_t, node);
@@ -45,10 +45,10 @@ const kl__ov_entry_t *kl__ov_get(const kl__overlay_t *ov, int space,
                                  const void *key, size_t key_len) {
   if (!ov->map.count) /* inline mode: mostly empty, so skip the hash */
     return NULL;
-  return kl_ov_find(ov, kl_ov_hash(space, key, key_len), space, key, key_len);
+  return ov_find(ov, ov_hash(space, key, key_len), space, key, key_len);
 }
 
-static void kl_ov_link_writer(kl__ov_entry_t *e, kl__lkey_t *writer) {
+static void ov_link_writer(kl__ov_entry_t *e, kl__lkey_t *writer) {
   e->writer = writer;
   e->kprev = NULL;
   e->knext = writer->entries;
@@ -57,7 +57,7 @@ static void kl_ov_link_writer(kl__ov_entry_t *e, kl__lkey_t *writer) {
   writer->entries = e;
 }
 
-static void kl_ov_unlink_writer(kl__ov_entry_t *e) {
+static void ov_unlink_writer(kl__ov_entry_t *e) {
   if (e->kprev)
     e->kprev->knext = e->knext;
   else
@@ -67,9 +67,9 @@ static void kl_ov_unlink_writer(kl__ov_entry_t *e) {
   e->writer = NULL;
 }
 
-static kl_err_t kl_ov_new_entry(kl__overlay_t *ov, uint64_t hash, int space,
-                                const void *key, size_t key_len,
-                                kl__ov_entry_t **out) {
+static kl_err_t ov_new_entry(kl__overlay_t *ov, uint64_t hash, int space,
+                             const void *key, size_t key_len,
+                             kl__ov_entry_t **out) {
   if (kl__hmap_reserve(&ov->map, 256))
     return KL_ENOMEM;
   kl__ov_entry_t *e = calloc(1, sizeof(*e) + key_len + 1);
@@ -86,9 +86,9 @@ static kl_err_t kl_ov_new_entry(kl__overlay_t *ov, uint64_t hash, int space,
 kl_err_t kl__ov_set(kl__overlay_t *ov, kl__lkey_t *writer, int space,
                     const void *key, size_t key_len, const void *val,
                     size_t val_len, int tag) {
-  uint64_t hash = kl_ov_hash(space, key, key_len);
-  kl__ov_entry_t *e = kl_ov_find(ov, hash, space, key, key_len);
-  if (!e && kl_ov_new_entry(ov, hash, space, key, key_len, &e))
+  uint64_t hash = ov_hash(space, key, key_len);
+  kl__ov_entry_t *e = ov_find(ov, hash, space, key, key_len);
+  if (!e && ov_new_entry(ov, hash, space, key, key_len, &e))
     return KL_ENOMEM;
   if (val_len || !e->val) {
     unsigned char *v = realloc(e->val, val_len ? val_len : 1);
@@ -106,8 +106,8 @@ kl_err_t kl__ov_set(kl__overlay_t *ov, kl__lkey_t *writer, int space,
   e->gen = ov->gen;
   if (e->writer != writer) {
     if (e->writer)
-      kl_ov_unlink_writer(e);
-    kl_ov_link_writer(e, writer);
+      ov_unlink_writer(e);
+    ov_link_writer(e, writer);
   }
   if (!e->dirty) {
     e->dirty = 1;
@@ -120,7 +120,7 @@ kl_err_t kl__ov_set(kl__overlay_t *ov, kl__lkey_t *writer, int space,
 void kl__ov_free_entry(kl__overlay_t *ov, kl__ov_entry_t *entry) {
   kl__hmap_unlink(&ov->map, &entry->node);
   if (entry->writer)
-    kl_ov_unlink_writer(entry);
+    ov_unlink_writer(entry);
   free(entry->val);
   free(entry);
 }
@@ -138,7 +138,7 @@ void kl__ov_clear(kl__overlay_t *ov) {
   for (kl__hnode_t *n; (n = kl__hmap_iter_next(&it));) {
     kl__ov_entry_t *e = KL__HMAP_ENTRY(n, kl__ov_entry_t, node);
     if (e->writer)
-      kl_ov_unlink_writer(e);
+      ov_unlink_writer(e);
     free(e->val);
     free(e);
   }
@@ -163,18 +163,18 @@ kl__ov_entry_t *kl__ov_take_dirty(kl__overlay_t *ov, size_t *count) {
 /* ---- the child transaction ------------------------------------------- */
 
 /* No lock in inline mode: the poll thread is the only one there. */
-static void kl_child_lock(kl__child_t *c) {
+static void child_lock(kl__child_t *c) {
   if (c->mu)
     pthread_mutex_lock(c->mu);
 }
 
-static void kl_child_unlock(kl__child_t *c) {
+static void child_unlock(kl__child_t *c) {
   if (c->mu)
     pthread_mutex_unlock(c->mu);
 }
 
-static kl_err_t kl_child_lent(kl__child_t *c, const kl__ov_entry_t *e,
-                              const void **val, size_t *val_len) {
+static kl_err_t child_lent(kl__child_t *c, const kl__ov_entry_t *e,
+                           const void **val, size_t *val_len) {
   unsigned char *p = kl__reserve(c->rbuf, &c->rcap, e->val_len, 1, e->val_len);
   if (!p)
     return kl__err(KL_ENOMEM, "kl_txn_get: out of memory");
@@ -186,8 +186,8 @@ static kl_err_t kl_child_lent(kl__child_t *c, const kl__ov_entry_t *e,
   return KL_OK;
 }
 
-static kl_err_t kl_child_get(kl_txn_t *txn, const void *key, size_t key_len,
-                             const void **val, size_t *val_len) {
+static kl_err_t child_get(kl_txn_t *txn, const void *key, size_t key_len,
+                          const void **val, size_t *val_len) {
   kl__child_t *c = (kl__child_t *)txn;
   const kl__buf_entry_t *own = kl__buf_get(&c->data, key, key_len);
   if (own) {
@@ -197,59 +197,59 @@ static kl_err_t kl_child_get(kl_txn_t *txn, const void *key, size_t key_len,
     *val_len = own->val_len;
     return KL_OK;
   }
-  kl_child_lock(c);
+  child_lock(c);
   const kl__ov_entry_t *e = kl__ov_get(c->ov, KL__OV_DATA, key, key_len);
   kl_err_t err = KL_ENOTFOUND;
   if (e && e->tag == KL__OV_PUT)
-    err = kl_child_lent(c, e, val, val_len);
-  kl_child_unlock(c);
+    err = child_lent(c, e, val, val_len);
+  child_unlock(c);
   if (e)
     return err;
   return kl_txn_get(c->snap, key, key_len, val, val_len);
 }
 
-static kl_err_t kl_child_put(kl_txn_t *txn, const void *key, size_t key_len,
-                             const void *val, size_t val_len) {
+static kl_err_t child_put(kl_txn_t *txn, const void *key, size_t key_len,
+                          const void *val, size_t val_len) {
   kl__child_t *c = (kl__child_t *)txn;
   if (kl__buf_set(&c->data, key, key_len, val, val_len, KL__OV_PUT))
     return kl__err(KL_ENOMEM, "kl_txn_put: out of memory");
   return KL_OK;
 }
 
-static kl_err_t kl_child_del(kl_txn_t *txn, const void *key, size_t key_len) {
+static kl_err_t child_del(kl_txn_t *txn, const void *key, size_t key_len) {
   kl__child_t *c = (kl__child_t *)txn;
   if (kl__buf_set(&c->data, key, key_len, NULL, 0, KL__OV_DEL))
     return kl__err(KL_ENOMEM, "kl_txn_del: out of memory");
   return KL_OK;
 }
 
-static kl_err_t kl_child_seen(kl_txn_t *txn, const char *id, size_t id_len,
-                              kl_mark_t *mark) {
+static kl_err_t child_seen(kl_txn_t *txn, const char *id, size_t id_len,
+                           kl_mark_t *mark) {
   kl__child_t *c = (kl__child_t *)txn;
   const kl__buf_entry_t *own = kl__buf_get(&c->ids, id, id_len);
   if (own) {
     *mark = (kl_mark_t)own->tag;
     return KL_OK;
   }
-  kl_child_lock(c);
+  child_lock(c);
   const kl__ov_entry_t *e = kl__ov_get(c->ov, KL__OV_ID, id, id_len);
   if (e)
     *mark = (kl_mark_t)e->tag;
-  kl_child_unlock(c);
+  child_unlock(c);
   return e ? KL_OK : kl__txn_seen_sid(c->snap, id, id_len, mark);
 }
 
-static kl_err_t kl_child_mark(kl_txn_t *txn, const char *id, size_t id_len,
-                              kl_mark_t mark) {
+static kl_err_t child_mark(kl_txn_t *txn, const char *id, size_t id_len,
+                           kl_mark_t mark) {
   kl__child_t *c = (kl__child_t *)txn;
   return kl__store_buf_mark(&c->ids, id, id_len, mark);
 }
 
-static void kl_child_count_duplicate(kl_txn_t *txn) {
+static void child_count_duplicate(kl_txn_t *txn) {
   ((kl__child_t *)txn)->duplicates++;
 }
 
-static void *kl_child_pg_conn(kl_txn_t *txn) {
+static void *child_pg_conn(kl_txn_t *txn) {
   kl__child_t *c = (kl__child_t *)txn;
   if (!c->sql)
     return NULL;
@@ -285,13 +285,13 @@ kl_err_t kl__child_end(kl__child_t *child, int ok) {
  * through the store API. */
 static const kl__store_ops_t kl_child_ops = {
     .name = "child",
-    .get = kl_child_get,
-    .put = kl_child_put,
-    .del = kl_child_del,
-    .seen = kl_child_seen,
-    .mark = kl_child_mark,
-    .count_duplicate = kl_child_count_duplicate,
-    .pg_conn = kl_child_pg_conn,
+    .get = child_get,
+    .put = child_put,
+    .del = child_del,
+    .seen = child_seen,
+    .mark = child_mark,
+    .count_duplicate = child_count_duplicate,
+    .pg_conn = child_pg_conn,
 };
 
 static kl_store_t kl_child_store = {&kl_child_ops, 0};
@@ -336,8 +336,8 @@ int kl__child_seen_elsewhere(const kl__child_t *child,
   return 0;
 }
 
-static kl_err_t kl_child_merge_buf(const kl__buf_t *buf, kl__overlay_t *ov,
-                                   kl__lkey_t *writer, int space) {
+static kl_err_t child_merge_buf(const kl__buf_t *buf, kl__overlay_t *ov,
+                                kl__lkey_t *writer, int space) {
   for (size_t i = 0; i < buf->count; i++) {
     const kl__buf_entry_t *e = kl__buf_at(buf, i);
     if (kl__ov_set(ov, writer, space, kl__buf_key(e), e->key_len,
@@ -349,8 +349,8 @@ static kl_err_t kl_child_merge_buf(const kl__buf_t *buf, kl__overlay_t *ov,
 
 kl_err_t kl__child_merge(kl__child_t *child, kl__overlay_t *ov,
                          kl__lkey_t *writer) {
-  kl_err_t err = kl_child_merge_buf(&child->data, ov, writer, KL__OV_DATA);
-  return err ? err : kl_child_merge_buf(&child->ids, ov, writer, KL__OV_ID);
+  kl_err_t err = child_merge_buf(&child->data, ov, writer, KL__OV_DATA);
+  return err ? err : child_merge_buf(&child->ids, ov, writer, KL__OV_ID);
 }
 
 kl_err_t kl__child_apply(kl__child_t *child) {
