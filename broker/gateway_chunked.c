@@ -25,6 +25,7 @@
  */
 #include <string.h>
 
+#include "common/bytes.h"
 #include "broker/gateway_internal.h"
 
 #define KL_CHUNK_LINE_MAX 4096
@@ -53,13 +54,6 @@ enum {
   KL_CH_BAD,
 };
 
-static int chunked_hex(unsigned char c) {
-  return c >= '0' && c <= '9'   ? c - '0'
-         : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                : -1;
-}
-
 void kl__gw_chunked_init(kl__gw_chunked_t *c) {
   memset(c, 0, sizeof(*c));
   c->state = KL_CH_SIZE0;
@@ -81,10 +75,10 @@ static int ext_next(kl__gw_chunked_t *c, unsigned char ch, int state) {
   bool ws = ch == ' ' || ch == '\t';
   switch (state) {
   case KL_CH_SIZE:
-    if (chunked_hex(ch) >= 0) {
+    if (kl__hex_value(ch) >= 0) {
       if (c->size >> 60)
         return chunked_bad(c, "a chunk size is over 2^64");
-      c->size = c->size << 4 | (uint64_t)chunked_hex(ch);
+      c->size = c->size << 4 | (uint64_t)kl__hex_value(ch);
       return KL_CH_SIZE;
     }
     return ch == ';'    ? KL_CH_NAME0
@@ -177,10 +171,10 @@ static int chunked_step(kl__gw_chunked_t *c, unsigned char ch) {
   switch (c->state) {
   case KL_CH_SIZE0:
     c->line = 1;
-    if (chunked_hex(ch) < 0)
+    if (kl__hex_value(ch) < 0)
       return chunked_bad(c, "a chunk-size line does not start with a hex "
                             "digit");
-    c->size = (uint64_t)chunked_hex(ch);
+    c->size = (uint64_t)kl__hex_value(ch);
     return KL_CH_SIZE;
   case KL_CH_SIZE_LF:
     if (ch != '\n')

@@ -25,6 +25,7 @@
 
 #include "broker/gateway_internal.h"
 #include "broker/producer_internal.h"
+#include "common/bytes.h"
 #include "common/log.h"
 #include "common/strbuf.h"
 
@@ -555,13 +556,6 @@ static void publish_request(kl__gw_conn_t *conn, kl__gw_req_t *req,
 
 /* ---- route, healthz, metrics ---- */
 
-static int routes_hex(char c) {
-  return c >= '0' && c <= '9'   ? c - '0'
-         : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                : -1;
-}
-
 /* Percent-decodes @p s ('+' is a space, as in forms) into @p out.
  * @returns the length, or -1 when malformed or longer than @p cap. */
 static long pct_decode(const char *s, size_t len, char *out, size_t cap) {
@@ -569,9 +563,10 @@ static long pct_decode(const char *s, size_t len, char *out, size_t cap) {
   for (size_t i = 0; i < len; i++) {
     char c = s[i];
     if (c == '%') {
-      if (len - i < 3 || routes_hex(s[i + 1]) < 0 || routes_hex(s[i + 2]) < 0)
+      if (len - i < 3 || kl__hex_value(s[i + 1]) < 0 ||
+          kl__hex_value(s[i + 2]) < 0)
         return -1;
-      c = (char)(routes_hex(s[i + 1]) * 16 + routes_hex(s[i + 2]));
+      c = (char)(kl__hex_value(s[i + 1]) * 16 + kl__hex_value(s[i + 2]));
       i += 2;
     } else if (c == '+') {
       c = ' ';

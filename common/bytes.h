@@ -2,7 +2,7 @@
  * Big-endian integers in byte buffers, at any alignment: the order of the
  * store's keys and records (so that numbers sort as bytes), of msgpack
  * and of PostgreSQL's binary values. Compilers turn the loops into one
- * load or store and a byte swap.
+ * load or store and a byte swap. And the value of a hex digit.
  */
 #ifndef KEYLANE_COMMON_BYTES_H
 #define KEYLANE_COMMON_BYTES_H
@@ -24,6 +24,14 @@ static inline uint64_t kl__get_be(const void *p, size_t n) {
   for (size_t i = 0; i < n; i++)
     v = v << 8 | s[i];
   return v;
+}
+
+/** @returns the value of the hex digit @p c (either case), or -1. */
+static inline int kl__hex_value(int c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
 }
 
 static inline void kl__put_be32(void *p, uint32_t v) {

@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "event/envelope.h"
+#include "event/uuid.h"
+#include "common/bytes.h"
 #include "common/internal.h"
 #include "keylane/event.h"
 
@@ -79,8 +81,35 @@ void kl_event_make_id(char out[37]) {
 static const uint8_t kl_uuid_text_at[16] = {0,  2,  4,  6,  9,  11, 14, 16,
                                             19, 21, 24, 26, 28, 30, 32, 34};
 
-void kl__event_make_id_at(char out[37], int64_t now_ms) {
+void kl__uuid_format(const uint8_t b[16], char out[36]) {
   static const char hex[] = "0123456789abcdef";
+  for (int i = 0; i < 16; i++) {
+    out[kl_uuid_text_at[i]] = hex[b[i] >> 4];
+    out[kl_uuid_text_at[i] + 1] = hex[b[i] & 0x0f];
+  }
+  out[8] = out[13] = out[18] = out[23] = '-';
+}
+
+/* A lowercase hex digit's value, or -1 (uppercase included). */
+static int uuid_hex(int c) {
+  return c >= 'A' && c <= 'F' ? -1 : kl__hex_value(c);
+}
+
+int kl__uuid_parse(const char *text, size_t len, uint8_t out[16]) {
+  if (len != 36 || text[8] != '-' || text[13] != '-' || text[18] != '-' ||
+      text[23] != '-')
+    return -1;
+  for (size_t i = 0; i < 16; i++) {
+    int hi = uuid_hex(text[kl_uuid_text_at[i]]);
+    int lo = uuid_hex(text[kl_uuid_text_at[i] + 1]);
+    if ((hi | lo) < 0)
+      return -1;
+    out[i] = (uint8_t)(hi << 4 | lo);
+  }
+  return 0;
+}
+
+void kl__event_make_id_at(char out[37], int64_t now_ms) {
   const uint8_t *rnd = uuid_random();
   uint64_t stamp = uuid_stamp(rnd, now_ms);
   uint8_t b[16];
@@ -91,10 +120,6 @@ void kl__event_make_id_at(char out[37], int64_t now_ms) {
   b[8] = (uint8_t)(0x80 | (rnd[2] & 0x3f));
   for (int i = 9; i < 16; i++)
     b[i] = rnd[i - 6];
-  for (int i = 0; i < 16; i++) {
-    out[kl_uuid_text_at[i]] = hex[b[i] >> 4];
-    out[kl_uuid_text_at[i] + 1] = hex[b[i] & 0x0f];
-  }
-  out[8] = out[13] = out[18] = out[23] = '-';
+  kl__uuid_format(b, out);
   out[36] = '\0';
 }

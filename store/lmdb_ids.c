@@ -23,6 +23,7 @@
 
 #include "common/bytes.h"
 #include "common/hash.h"
+#include "event/uuid.h"
 #include "store/lmdb.h"
 
 #define KL_LMDB_KEY_MAX 511 /* mdb_env_get_maxkeysize() of Debian's LMDB */
@@ -31,47 +32,10 @@
 
 enum { KL_RAW = 0, KL_UUID = 1, KL_KEY_RAW = 2, KL_KEY_UUID = 3, KL_LONG = 4 };
 
-static int ids_hex(int c) {
-  if ((unsigned)(c - '0') < 10)
-    return c - '0';
-  return (unsigned)(c - 'a') < 6 ? c - 'a' + 10 : -1;
-}
-
-/* Where the 16 bytes of a UUID's text start: 8-4-4-4-12 digits. */
-static const unsigned char kl_uuid_at[16] = {0,  2,  4,  6,  9,  11, 14, 16,
-                                             19, 21, 24, 26, 28, 30, 32, 34};
-
-/* Packs canonical lowercase UUID text into 16 bytes; -1 when it is not.
- * Uppercase is left raw: it is a different id, and must stay one. */
-static int uuid_pack(const char *id, size_t len, unsigned char *out) {
-  if (len != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' ||
-      id[23] != '-')
-    return -1;
-  for (size_t i = 0; i < 16; i++) {
-    int hi = ids_hex(id[kl_uuid_at[i]]), lo = ids_hex(id[kl_uuid_at[i] + 1]);
-    if ((hi | lo) < 0)
-      return -1;
-    out[i] = (unsigned char)(hi << 4 | lo);
-  }
-  return 0;
-}
-
-static void uuid_unpack(const unsigned char *p, char out[36]) {
-  static const char hex[] = "0123456789abcdef";
-  for (size_t i = 0, n = 0; i < 36; i++) {
-    if (i == 8 || i == 13 || i == 18 || i == 23) {
-      out[i] = '-';
-      continue;
-    }
-    out[i] = hex[n % 2 ? p[n / 2] & 15 : p[n / 2] >> 4];
-    n++;
-  }
-}
-
 /* The id, packed when it is a UUID, at @p out: @returns its length. */
 static size_t id_put(const char *id, size_t id_len, unsigned char *tag,
                      int raw_tag, unsigned char *out) {
-  if (uuid_pack(id, id_len, out) == 0) {
+  if (kl__uuid_parse(id, id_len, out) == 0) {
     *tag = (unsigned char)(raw_tag + 1);
     return 16;
   }
@@ -156,7 +120,7 @@ int kl__lmdb_id_decode(const MDB_val *key, const MDB_val *val,
   if (k[KL__TOPIC_NO_LEN] == KL_UUID || k[KL__TOPIC_NO_LEN] == KL_KEY_UUID) {
     if (n != 16)
       return MDB_CORRUPTED;
-    uuid_unpack(p, out + at);
+    kl__uuid_format(p, out + at);
     *len = at + 36;
     return 0;
   }

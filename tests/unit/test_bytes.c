@@ -1,5 +1,5 @@
 /*
- * The one-of-each primitives of common/: big-endian bytes
+ * The one-of-each primitives of common/: big-endian bytes and hex digits
  * (common/bytes.h), kl__sleep_ms() and the out-of-memory exit kl__oom().
  */
 #include <setjmp.h>
@@ -35,6 +35,17 @@ static void test_big_endian_round_trip(void **state) {
   assert_int_equal(b[3], 0xef);
   assert_int_equal(kl__get_be32(b), 0xdeadbeef);
   assert_int_equal(kl__get_be(b, 0), 0);
+}
+
+static void test_hex_value(void **state) {
+  (void)state;
+  assert_int_equal(kl__hex_value('0'), 0);
+  assert_int_equal(kl__hex_value('9'), 9);
+  assert_int_equal(kl__hex_value('a'), 10);
+  assert_int_equal(kl__hex_value('F'), 15);
+  assert_int_equal(kl__hex_value('g'), -1);
+  assert_int_equal(kl__hex_value('/'), -1);
+  assert_int_equal(kl__hex_value((char)0xe9), -1);
 }
 
 static void test_sleep_ms(void **state) {
@@ -78,6 +89,7 @@ static void test_oom_logs_and_aborts(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_big_endian_round_trip),
+      cmocka_unit_test(test_hex_value),
       cmocka_unit_test(test_sleep_ms),
       cmocka_unit_test(test_oom_logs_and_aborts),
   };
