@@ -1,7 +1,7 @@
 /*
  * The lanes: windows, keys, the ready heap, taking events and handing
  * results back, backoff, bounds and the periodic tick. The group commit,
- * fencing, rewinds, releases and dead letters are in lane_commit.c.
+ * fencing, rewinds, releases and dead letters are in lanes_commit.c.
  */
 #include "worker/lanes.h"
 
@@ -618,7 +618,7 @@ static int lane_tick(kl__lanes_t *lanes, kl__lane_t *lane, int64_t now) {
 
 /* After the group commit: the snapshot and the window bound. */
 static void lane_settle(kl__lanes_t *lanes, kl__lane_t *lane) {
-  /* A batch begun ahead (lane_commit.c) is kept for the events it is for. */
+  /* A batch begun ahead (lanes_commit.c) is kept for the events it is for. */
   if (lane->batch && !lane->final.n && !lane->running &&
       !(kl__store_pending(lane->batch) && kl__lane_schedulable(lane))) {
     kl_store_abort(lane->batch); /* nothing to commit: let the snapshot go */

@@ -1,6 +1,6 @@
 /*
  * The key-parallel engine's state, shared by lanes.c (window, keys,
- * scheduling), lane_commit.c (group commit, fencing, rewind, release,
+ * scheduling), lanes_commit.c (group commit, fencing, rewind, release,
  * dead letters), txn_child.c (the overlay and the handlers' child txns)
  * and pool.c (the executors). Not installed.
  *
@@ -159,7 +159,7 @@ struct kl__lane {
   int commit_backoff_ms;
   int64_t below;          /* lowest offset delivered below next_offset, or -1 */
   uint64_t below_applied; /* of those, below the committed watermark */
-  /* lane_stall.c: the watermark and ownership last seen, since when */
+  /* lanes_stall.c: the watermark and ownership last seen, since when */
   int64_t stall_watermark, stall_since_ns;
   uint64_t stall_gen;
   int stalled;
@@ -206,10 +206,10 @@ struct kl__lanes {
   _Atomic uint64_t applied, duplicates, redelivered, batches, fenced, failed,
       dead_letters, waiting_now, oldest_wait_ms, window_events, paused_now,
       misrouted_total, forwarded, kafka_commits;
-  _Atomic uint64_t ahead; /* group transactions begun ahead (lane_commit.c) */
+  _Atomic uint64_t ahead; /* group transactions begun ahead (lanes_commit.c) */
 };
 
-/* ---- lanes.c, for lane_commit.c -------------------------------------- */
+/* ---- lanes.c, for lanes_commit.c -------------------------------------- */
 
 kl_err_t kl__slots_push(kl__slots_t *slots, kl__slot_t *slot);
 void kl__slots_remove(kl__slots_t *slots, kl__slot_t *slot);
@@ -235,7 +235,7 @@ kl__slot_t *kl__lane_find(const kl__lane_t *lane, int64_t offset);
 int64_t kl__backoff_ms(const kl__lanes_t *lanes, const kl__slot_t *slot,
                        int attempt);
 
-/* ---- lane_commit.c --------------------------------------------------- */
+/* ---- lanes_commit.c --------------------------------------------------- */
 
 /* Group-commits the final slots of the @p n lanes @p due in ONE store
  * commit, each lane guarded by its own epoch (mu held; dropped meanwhile).
@@ -258,7 +258,7 @@ void kl__lane_fenced(kl__lanes_t *lanes, kl__lane_t *lane);
 void kl__lane_rewind(kl__lanes_t *lanes, kl__lane_t *lane);
 /* Dead letters due to be produced, for every lane (mu held). */
 void kl__lanes_send_dead_letters(kl__lanes_t *lanes, int64_t now_ns);
-/* routing.c: @p slot's key routes elsewhere (run->expected_partition):
+/* lanes_route.c: @p slot's key routes elsewhere (run->expected_partition):
  * counts it, warns (rate-limited) and dead-letters or forwards it. */
 void kl__lane_misrouted(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
                         const kl__run_t *run);

@@ -29,7 +29,7 @@
 #include "worker/dlq.h"
 #include "common/kafka_features.h"
 #include "common/strbuf.h"
-#include "worker/lane_stall.h"
+#include "worker/lanes_stall.h"
 #include "worker/lanes.h"
 #include "worker/log_guard.h"
 #include "worker/pool.h"

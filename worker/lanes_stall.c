@@ -1,5 +1,5 @@
-/* Stalled partitions (worker/lane_stall.h). */
-#include "worker/lane_stall.h"
+/* Stalled partitions (worker/lanes_stall.h). */
+#include "worker/lanes_stall.h"
 
 #include <inttypes.h>
 

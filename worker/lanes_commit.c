@@ -586,7 +586,7 @@ void kl__lane_dead_letter(kl__lanes_t *lanes, kl__lane_t *lane,
   slot->reason = reason;
   slot->due_ns = 0;                 /* at once */
   char text[KL__ESCAPED_SIZE(512)]; /* the handler's or decoder's text */
-  if (reason != KL__DLQ_MISROUTED)  /* routing.c warns, rate-limited */
+  if (reason != KL__DLQ_MISROUTED)  /* lanes_route.c warns, rate-limited */
     KL_LOG_W(KL_COMP,
              "dead letter partition=%" PRId32 " offset=%" PRId64
              " reason=%s attempts=%d: %s",
