@@ -79,6 +79,17 @@ int kl__pg_ok(const PGresult *res) {
   return st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
 }
 
+kl_err_t kl__pg_u64(PGconn *pg, PGresult *res, const char *what,
+                    uint64_t *out) {
+  kl_err_t err = KL_OK;
+  if (!kl__pg_ok(res) || PQntuples(res) != 1)
+    err = kl__pg_err(pg, res, what);
+  else
+    *out = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+  PQclear(res);
+  return err;
+}
+
 kl_err_t kl__pg_exec(PGconn *pg, const char *sql, const char *what) {
   PGresult *res = PQexec(pg, sql);
   kl_err_t err = kl__pg_ok(res) ? KL_OK : kl__pg_err(pg, res, what);
@@ -775,14 +786,11 @@ static kl_err_t pg_sweep_fn(kl__pg_conn_t *conn, void *ctx) {
   const char *values[4] = {now, retention, max, pages};
   PGresult *res =
       PQexecParams(conn->pg, kl_pg_sweep_sql, 4, NULL, values, NULL, NULL, 0);
-  if (!kl__pg_ok(res) || PQntuples(res) != 1) {
-    kl_err_t err = kl__pg_err(conn->pg, res, "sweep expired idempotency keys");
-    PQclear(res);
-    return err;
-  }
-  *sw->removed = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-  PQclear(res);
-  return KL_OK;
+  uint64_t removed = 0;
+  kl_err_t err =
+      kl__pg_u64(conn->pg, res, "sweep expired idempotency keys", &removed);
+  *sw->removed = (size_t)removed;
+  return err;
 }
 
 static kl_err_t pg_sweep(kl_store_t *store, size_t max, size_t *removed) {
@@ -795,15 +803,9 @@ static kl_err_t pg_sweep(kl_store_t *store, size_t max, size_t *removed) {
 }
 
 static kl_err_t pg_id_count_fn(kl__pg_conn_t *conn, void *ctx) {
-  PGresult *res = PQexec(conn->pg, "SELECT count(*) FROM keylane_ids");
-  if (!kl__pg_ok(res) || PQntuples(res) != 1) {
-    kl_err_t err = kl__pg_err(conn->pg, res, "count the idempotency keys");
-    PQclear(res);
-    return err;
-  }
-  *(uint64_t *)ctx = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-  PQclear(res);
-  return KL_OK;
+  return kl__pg_u64(conn->pg,
+                    PQexec(conn->pg, "SELECT count(*) FROM keylane_ids"),
+                    "count the idempotency keys", ctx);
 }
 
 static kl_err_t pg_id_count(kl_store_t *store, uint64_t *count) {

@@ -135,16 +135,14 @@ kl_err_t kl__pg_schema_version(PGconn *pg, int *version) {
   PQclear(res);
   if (!exists)
     return KL_OK;
-  res = PQexec(pg, "SELECT coalesce(max(version), 0) FROM "
-                   "keylane_schema_version");
-  if (!kl__pg_ok(res) || PQntuples(res) != 1) {
-    kl_err_t err = kl__pg_err(pg, res, "read the schema version");
-    PQclear(res);
-    return err;
-  }
-  *version = atoi(PQgetvalue(res, 0, 0));
-  PQclear(res);
-  return KL_OK;
+  uint64_t v = 0;
+  kl_err_t err = kl__pg_u64(
+      pg,
+      PQexec(pg,
+             "SELECT coalesce(max(version), 0) FROM keylane_schema_version"),
+      "read the schema version", &v);
+  *version = (int)v;
+  return err;
 }
 
 /*
