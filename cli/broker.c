@@ -32,7 +32,7 @@ typedef struct kl_broker_opts {
   const char *bootstrap_file; /* --bootstrap-file */
 } kl_broker_opts_t;
 
-static void kl_broker_help(void) {
+static void broker_help(void) {
   printf(
       "usage: keylane broker --embedded [-t TOPIC] [--partitions N]\n"
       "                      [--brokers N] [--bootstrap-file F]\n"
@@ -69,8 +69,8 @@ static void kl_broker_help(void) {
       " -t orders\n");
 }
 
-static int kl_broker_int(const char *flag, const char *arg, long min, long max,
-                         long *out) {
+static int broker_int(const char *flag, const char *arg, long min, long max,
+                      long *out) {
   int64_t v = 0;
   int rc =
       kl__cli_units(KL_BROKER_SUB, flag, arg, KL__UNITS_COUNT, min, max, &v);
@@ -79,7 +79,7 @@ static int kl_broker_int(const char *flag, const char *arg, long min, long max,
 }
 
 /* Write-then-rename, so a reader polling for the file never sees half. */
-static int kl_broker_write_file(const char *path, const char *line) {
+static int broker_write_file(const char *path, const char *line) {
   char tmp[4096];
   if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >=
       (int)sizeof(tmp))
@@ -101,12 +101,12 @@ static int kl_broker_write_file(const char *path, const char *line) {
   return KL_EXIT_OK;
 }
 
-static void kl_broker_wait_for_signal(void) {
+static void broker_wait_for_signal(void) {
   while (!kl__cli_stop)
     poll(NULL, 0, 200); /* a signal cuts the wait short */
 }
 
-static int kl_broker_run_embedded(const kl_broker_opts_t *opts) {
+static int broker_run_embedded(const kl_broker_opts_t *opts) {
   kl_embedded_t *embedded;
   kl__cli_on_signals(); /* before the cluster exists: no early-signal race */
   kl_err_t err =
@@ -123,7 +123,7 @@ static int kl_broker_run_embedded(const kl_broker_opts_t *opts) {
            kl_embedded_bootstrap(embedded));
   int rc = KL_EXIT_OK;
   if (opts->bootstrap_file)
-    rc = kl_broker_write_file(opts->bootstrap_file, line);
+    rc = broker_write_file(opts->bootstrap_file, line);
   if (rc == KL_EXIT_OK) {
     fputs(line, stdout);
     fflush(stdout);
@@ -131,7 +131,7 @@ static int kl_broker_run_embedded(const kl_broker_opts_t *opts) {
              "embedded cluster up: %d brokers, topic %s with %d "
              "partitions; stop with SIGINT or SIGTERM",
              opts->brokers, opts->topic, (int)opts->partitions);
-    kl_broker_wait_for_signal();
+    broker_wait_for_signal();
     KL_LOG_I("broker", "stopping the embedded cluster");
     if (opts->bootstrap_file)
       unlink(opts->bootstrap_file);
@@ -141,7 +141,7 @@ static int kl_broker_run_embedded(const kl_broker_opts_t *opts) {
 }
 
 /* Returns KL_EXIT_OK to run, -1 after --help, or a usage exit code. */
-static int kl_broker_parse(int argc, char **argv, kl_broker_opts_t *opts) {
+static int broker_parse(int argc, char **argv, kl_broker_opts_t *opts) {
   static const struct option longopts[] = {
       {"embedded", no_argument, NULL, 'E'},
       {"topic", required_argument, NULL, 't'},
@@ -156,7 +156,7 @@ static int kl_broker_parse(int argc, char **argv, kl_broker_opts_t *opts) {
   while ((c = getopt_long(argc, argv, "t:h", longopts, NULL)) != -1) {
     switch (c) {
     case 'h':
-      kl_broker_help();
+      broker_help();
       return -1;
     case 'E':
       opts->embedded = 1;
@@ -165,12 +165,12 @@ static int kl_broker_parse(int argc, char **argv, kl_broker_opts_t *opts) {
       opts->topic = optarg;
       break;
     case 'P':
-      if (kl_broker_int("--partitions", optarg, 1, 100000, &v))
+      if (broker_int("--partitions", optarg, 1, 100000, &v))
         return KL_EXIT_USAGE;
       opts->partitions = (int32_t)v;
       break;
     case 'B':
-      if (kl_broker_int("--brokers", optarg, 1, 16, &v))
+      if (broker_int("--brokers", optarg, 1, 16, &v))
         return KL_EXIT_USAGE;
       opts->brokers = (int)v;
       break;
@@ -191,7 +191,7 @@ int kl__cmd_broker(int argc, char **argv) {
   if (kl__broker_gateway_wanted(argc, argv)) /* --listen or -b */
     return kl__cmd_broker_gateway(argc, argv);
   kl_broker_opts_t opts = {.topic = "events", .partitions = 8, .brokers = 3};
-  int rc = kl_broker_parse(argc, argv, &opts);
+  int rc = broker_parse(argc, argv, &opts);
   if (rc != KL_EXIT_OK)
     return rc < 0 ? KL_EXIT_OK : rc;
   if (!opts.embedded)
@@ -199,5 +199,5 @@ int kl__cmd_broker(int argc, char **argv) {
                          "pass --embedded to run the embedded cluster, or "
                          "--listen ADDR:PORT -b BOOTSTRAP for the HTTP "
                          "publish gateway");
-  return kl_broker_run_embedded(&opts);
+  return broker_run_embedded(&opts);
 }

@@ -69,7 +69,7 @@ typedef struct kl_doctor_cli {
 } kl_doctor_cli_t;
 
 /* One option; @returns -1 to go on, else the exit code. */
-static int kl_doctor_opt(kl_doctor_cli_t *d, int c) {
+static int doctor_opt(kl_doctor_cli_t *d, int c) {
   static const struct {
     int opt;
     const char *flag, *key;
@@ -109,7 +109,7 @@ static int kl_doctor_opt(kl_doctor_cli_t *d, int c) {
   }
 }
 
-static int kl_doctor_main(kl_doctor_cli_t *d) {
+static int doctor_main(kl_doctor_cli_t *d) {
   kl__check_status_t worst;
   d->opts.conf = d->conf;
   d->opts.sample = (size_t)d->sample;
@@ -138,7 +138,7 @@ int kl__cmd_doctor(int argc, char **argv) {
   int c, rc = d.conf ? -1 : kl__cli_fail(SUB, "out of memory");
   optind = 1;
   while (rc < 0 && (c = getopt_long(argc, argv, "b:t:g:X:h", opts, NULL)) != -1)
-    rc = kl_doctor_opt(&d, c);
+    rc = doctor_opt(&d, c);
   if (rc < 0 && kl__cli_conf_set(SUB, d.conf, "store.create", "no"))
     rc = KL_EXIT_FAIL;
   if (rc < 0) {
@@ -149,7 +149,7 @@ int kl__cmd_doctor(int argc, char **argv) {
     else if (!d.opts.topic)
       rc = kl__cli_usage(SUB, "-t TOPIC is required");
     else
-      rc = kl_doctor_main(&d);
+      rc = doctor_main(&d);
   }
   kl_conf_destroy(d.conf);
   return rc;

@@ -33,7 +33,7 @@ typedef struct kl__gw_cli {
   kl_conf_t *conf;
 } kl__gw_cli_t;
 
-static void kl_gw_help(void) {
+static void gw_help(void) {
   printf(
       "usage: keylane broker --listen ADDR:PORT -b BOOTSTRAP [flags]\n"
       "       keylane broker --listen ADDR:PORT --embedded [-t TOPIC]\n"
@@ -125,12 +125,12 @@ static void kl_gw_help(void) {
 #define KL_GW_SIZE_MAX (INT64_MAX / 2)
 #define KL_GW_DURATION_MAX 86400000 /* a day */
 
-static int kl_gw_size(const char *flag, const char *arg, int64_t *out) {
+static int gw_size(const char *flag, const char *arg, int64_t *out) {
   return kl__cli_units(KL_GW_SUB, flag, arg, KL__UNITS_SIZE, 1, KL_GW_SIZE_MAX,
                        out);
 }
 
-static int kl_gw_duration(const char *flag, const char *arg, int *out) {
+static int gw_duration(const char *flag, const char *arg, int *out) {
   int64_t ms = 0;
   int rc = kl__cli_units(KL_GW_SUB, flag, arg, KL__UNITS_DURATION, 1,
                          KL_GW_DURATION_MAX, &ms);
@@ -138,7 +138,7 @@ static int kl_gw_duration(const char *flag, const char *arg, int *out) {
   return rc;
 }
 
-static int kl_gw_count(const char *flag, const char *arg, long max, long *out) {
+static int gw_count(const char *flag, const char *arg, long max, long *out) {
   int64_t n = 0;
   int rc = kl__cli_units(KL_GW_SUB, flag, arg, KL__UNITS_COUNT, 1, max, &n);
   *out = rc ? *out : (long)n;
@@ -198,7 +198,7 @@ static const struct option kl_gw_longopts[] = {
 };
 
 /* One flag's value into cli; @returns a usage exit code, or 0. */
-static int kl_gw_flag(kl__gw_cli_t *cli, int c, const char *arg) {
+static int gw_flag(kl__gw_cli_t *cli, int c, const char *arg) {
   kl__gateway_opts_t *o = &cli->opts;
   int64_t size = 0;
   long n = 0;
@@ -217,56 +217,56 @@ static int kl_gw_flag(kl__gw_cli_t *cli, int c, const char *arg) {
     cli->topic = arg;
     break;
   case KL_O_PARTITIONS:
-    rc = kl_gw_count("--partitions", arg, 100000, &cli->partitions);
+    rc = gw_count("--partitions", arg, 100000, &cli->partitions);
     break;
   case KL_O_BROKERS:
-    rc = kl_gw_count("--brokers", arg, 16, &cli->brokers);
+    rc = gw_count("--brokers", arg, 16, &cli->brokers);
     break;
   case KL_O_TOKENS:
     o->tokens_file = arg;
     break;
   case KL_O_CONNS:
-    rc = kl_gw_count("--max-connections", arg, 1000000, &n);
+    rc = gw_count("--max-connections", arg, 1000000, &n);
     o->max_connections = (size_t)n;
     break;
   case KL_O_HEADER:
-    rc = kl_gw_size("--max-header", arg, &size);
+    rc = gw_size("--max-header", arg, &size);
     o->max_header = (size_t)size;
     break;
   case KL_O_BODY:
-    rc = kl_gw_size("--max-body", arg, &size);
+    rc = gw_size("--max-body", arg, &size);
     o->max_body = (size_t)size;
     break;
   case KL_O_INFLIGHT:
-    rc = kl_gw_count("--max-inflight", arg, 10000000, &n);
+    rc = gw_count("--max-inflight", arg, 10000000, &n);
     o->max_inflight = n;
     break;
   case KL_O_INFLIGHT_BYTES:
-    rc = kl_gw_size("--max-inflight-bytes", arg, &o->max_inflight_bytes);
+    rc = gw_size("--max-inflight-bytes", arg, &o->max_inflight_bytes);
     break;
   case KL_O_PIPELINE:
-    rc = kl_gw_count("--max-pipeline", arg, 100000, &n);
+    rc = gw_count("--max-pipeline", arg, 100000, &n);
     o->max_pipeline = (size_t)n;
     break;
   case KL_O_OUTPUT:
-    rc = kl_gw_size("--max-output", arg, &size);
+    rc = gw_size("--max-output", arg, &size);
     o->max_output = (size_t)size;
     break;
   case KL_O_TOPICS:
-    rc = kl_gw_count("--max-topics", arg, 100000, &n);
+    rc = gw_count("--max-topics", arg, 100000, &n);
     o->max_topics = (size_t)n;
     break;
   case KL_O_IDLE:
-    rc = kl_gw_duration("--idle-timeout", arg, &o->idle_timeout_ms);
+    rc = gw_duration("--idle-timeout", arg, &o->idle_timeout_ms);
     break;
   case KL_O_REQUEST:
-    rc = kl_gw_duration("--request-timeout", arg, &o->request_timeout_ms);
+    rc = gw_duration("--request-timeout", arg, &o->request_timeout_ms);
     break;
   case KL_O_PRODUCE:
-    rc = kl_gw_duration("--produce-timeout", arg, &o->produce_timeout_ms);
+    rc = gw_duration("--produce-timeout", arg, &o->produce_timeout_ms);
     break;
   case KL_O_DRAIN:
-    rc = kl_gw_duration("--drain-timeout", arg, &o->drain_timeout_ms);
+    rc = gw_duration("--drain-timeout", arg, &o->drain_timeout_ms);
     break;
   case KL_O_ORIGIN:
     o->allow_origins = arg;
@@ -278,7 +278,7 @@ static int kl_gw_flag(kl__gw_cli_t *cli, int c, const char *arg) {
     o->allow_internal_topics = true;
     break;
   case KL_O_TOPIC_IDLE:
-    rc = kl_gw_duration("--topic-idle", arg, &o->topic_idle_ms);
+    rc = gw_duration("--topic-idle", arg, &o->topic_idle_ms);
     break;
   case 'X':
     rc = kl__cli_conf_x(KL_GW_SUB, cli->conf, arg) ? KL_EXIT_USAGE : 0;
@@ -290,15 +290,15 @@ static int kl_gw_flag(kl__gw_cli_t *cli, int c, const char *arg) {
 }
 
 /* @returns KL_EXIT_OK to run, -1 after --help, or a usage exit code. */
-static int kl_gw_parse(int argc, char **argv, kl__gw_cli_t *cli) {
+static int gw_parse(int argc, char **argv, kl__gw_cli_t *cli) {
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "b:t:X:h", kl_gw_longopts, NULL)) != -1) {
     if (c == 'h') {
-      kl_gw_help();
+      gw_help();
       return -1;
     }
-    int rc = kl_gw_flag(cli, c, optarg);
+    int rc = gw_flag(cli, c, optarg);
     if (rc)
       return rc;
   }
@@ -310,7 +310,7 @@ static int kl_gw_parse(int argc, char **argv, kl__gw_cli_t *cli) {
   return KL_EXIT_OK;
 }
 
-static int kl_gw_serve(kl__gw_cli_t *cli, const char *bootstrap) {
+static int gw_serve(kl__gw_cli_t *cli, const char *bootstrap) {
   kl__gateway_t *gw;
   if (kl__cli_conf_set(KL_GW_SUB, cli->conf, "kafka.bootstrap.servers",
                        bootstrap))
@@ -330,17 +330,17 @@ static int kl_gw_serve(kl__gw_cli_t *cli, const char *bootstrap) {
   return err ? KL_EXIT_FAIL : KL_EXIT_OK;
 }
 
-static int kl_gw_run(kl__gw_cli_t *cli) {
+static int gw_run(kl__gw_cli_t *cli) {
   kl__cli_on_signals(); /* before anything starts: no early-signal race */
   if (!cli->embedded)
-    return kl_gw_serve(cli, cli->bootstrap);
+    return gw_serve(cli, cli->bootstrap);
   kl_embedded_t *embedded;
   if (kl_embedded_new((int)cli->brokers, cli->topic, (int32_t)cli->partitions,
                       &embedded))
     return kl__cli_fail(KL_GW_SUB, "cannot start the embedded cluster: %s",
                         kl_err_detail());
   printf("bootstrap=%s\n", kl_embedded_bootstrap(embedded));
-  int rc = kl_gw_serve(cli, kl_embedded_bootstrap(embedded));
+  int rc = gw_serve(cli, kl_embedded_bootstrap(embedded));
   kl_embedded_destroy(embedded);
   return rc;
 }
@@ -363,9 +363,9 @@ int kl__cmd_broker_gateway(int argc, char **argv) {
   kl__gateway_opts_default(&cli.opts);
   if (!(cli.conf = kl_conf_new()))
     return kl__cli_fail(KL_GW_SUB, "out of memory");
-  int rc = kl_gw_parse(argc, argv, &cli);
+  int rc = gw_parse(argc, argv, &cli);
   if (rc == KL_EXIT_OK)
-    rc = kl_gw_run(&cli);
+    rc = gw_run(&cli);
   kl_conf_destroy(cli.conf);
   return rc < 0 ? KL_EXIT_OK : rc;
 }

@@ -129,8 +129,8 @@ enum {
   KL_OPT_KEY,
 };
 
-static int kl_parse_pos(const char *sub, const char *opt, const char *text,
-                        kl__pos_t *pos) {
+static int parse_pos(const char *sub, const char *opt, const char *text,
+                     kl__pos_t *pos) {
   if (kl__pos_parse(text, kl__now_ms(), pos) != KL_OK) {
     kl__cli_usage(sub, "%s: %s", opt, kl_err_detail());
     return -1;
@@ -138,7 +138,7 @@ static int kl_parse_pos(const char *sub, const char *opt, const char *text,
   return 0;
 }
 
-static int kl_parse_batch(const char *sub, const char *text, size_t *out) {
+static int parse_batch(const char *sub, const char *text, size_t *out) {
   int64_t v;
   if (kl__cli_units(sub, "--batch-max", text, KL__UNITS_COUNT, 1, 1000000, &v))
     return -1;
@@ -147,8 +147,8 @@ static int kl_parse_batch(const char *sub, const char *text, size_t *out) {
 }
 
 /* One option; returns -1 to stop with rc set, 0 to go on. */
-static int kl_replay_opt(const char *sub, const char *usage, int c,
-                         kl_rargs_t *a, int *rc) {
+static int replay_opt(const char *sub, const char *usage, int c, kl_rargs_t *a,
+                      int *rc) {
   int bad = 0;
   switch (c) {
   case 'b':
@@ -161,11 +161,11 @@ static int kl_replay_opt(const char *sub, const char *usage, int c,
     a->opts.partitions = optarg;
     break;
   case KL_OPT_FROM:
-    bad = kl_parse_pos(sub, "--from", optarg, &a->opts.from);
+    bad = parse_pos(sub, "--from", optarg, &a->opts.from);
     a->from_set = 1;
     break;
   case KL_OPT_TO:
-    bad = kl_parse_pos(sub, "--to", optarg, &a->opts.to);
+    bad = parse_pos(sub, "--to", optarg, &a->opts.to);
     break;
   case KL_OPT_STORE:
     a->location = optarg;
@@ -183,7 +183,7 @@ static int kl_replay_opt(const char *sub, const char *usage, int c,
     a->json = 1;
     break;
   case KL_OPT_BATCH:
-    bad = kl_parse_batch(sub, optarg, &a->opts.batch_max);
+    bad = parse_batch(sub, optarg, &a->opts.batch_max);
     break;
   case KL_OPT_EXPECT:
     bad = kl__cli_conf_set(sub, a->conf, "worker.expect.partitions", optarg);
@@ -218,7 +218,7 @@ static int kl_replay_opt(const char *sub, const char *usage, int c,
   return 0;
 }
 
-static int kl_replay_check(const char *sub, const kl_rargs_t *a, int rebuild) {
+static int replay_check(const char *sub, const kl_rargs_t *a, int rebuild) {
   if (rebuild && a->dlq)
     return kl__cli_usage(sub, "--from-dlq is keylane replay's: a rebuild "
                               "reads the topic itself");
@@ -256,7 +256,7 @@ static int kl_replay_check(const char *sub, const kl_rargs_t *a, int rebuild) {
 
 /* ---- progress ---------------------------------------------------------- */
 
-static void kl_on_progress(void *opaque, const kl__replay_t *replay) {
+static void replay_on_progress(void *opaque, const kl__replay_t *replay) {
   kl__progress_t *progress = opaque;
   size_t n;
   const kl__replay_part_t *parts = kl__replay_parts(replay, &n);
@@ -272,7 +272,7 @@ static void kl_on_progress(void *opaque, const kl__replay_t *replay) {
   kl__progress_draw(progress, 0);
 }
 
-static kl__progress_t *kl_progress_new(const char *sub, size_t rows) {
+static kl__progress_t *progress_new(const char *sub, size_t rows) {
   const char *env = getenv("KEYLANE_PROGRESS_INTERVAL_MS");
   int64_t interval = 0; /* progress.h's default */
   if (env && kl__units_parse("KEYLANE_PROGRESS_INTERVAL_MS", env, KL__UNITS_MS,
@@ -283,7 +283,7 @@ static kl__progress_t *kl_progress_new(const char *sub, size_t rows) {
 
 /* ---- the report -------------------------------------------------------- */
 
-static json_t *kl_part_json(const kl__replay_part_t *p) {
+static json_t *part_json(const kl__replay_part_t *p) {
   json_t *o = json_pack(
       "{sIss sIsIsIsI sIsIsI sIsI sIsIsIsIsI}", "partition",
       (json_int_t)p->partition, "status", kl__replay_status_name(p->status),
@@ -304,7 +304,7 @@ static json_t *kl_part_json(const kl__replay_part_t *p) {
   return o;
 }
 
-static json_t *kl_truncated_json(const kl__replay_part_t *p) {
+static json_t *truncated_json(const kl__replay_part_t *p) {
   return json_pack("{sIsIsIsIss}", "partition", (json_int_t)p->partition,
                    "earliest_offset", (json_int_t)p->history_from, "watermark",
                    (json_int_t)p->watermark_before, "missing",
@@ -312,7 +312,7 @@ static json_t *kl_truncated_json(const kl__replay_part_t *p) {
                    "reason", p->history_skipped ? "from" : "retention");
 }
 
-static void kl_print_json(const kl__replay_t *replay, const char *location) {
+static void print_json(const kl__replay_t *replay, const char *location) {
   const kl__replay_opts_t *opts = kl__replay_opts(replay);
   kl__replay_part_t t;
   kl__replay_totals(replay, &t);
@@ -320,9 +320,9 @@ static void kl_print_json(const kl__replay_t *replay, const char *location) {
   const kl__replay_part_t *parts = kl__replay_parts(replay, &n);
   json_t *list = json_array(), *trunc = json_array();
   for (size_t i = 0; i < n; i++) {
-    json_array_append_new(list, kl_part_json(&parts[i]));
+    json_array_append_new(list, part_json(&parts[i]));
     if (parts[i].history_from >= 0)
-      json_array_append_new(trunc, kl_truncated_json(&parts[i]));
+      json_array_append_new(trunc, truncated_json(&parts[i]));
   }
   json_t *o = json_pack(
       "{sssssbsIsIsIsIsIssso so}", "topic", opts->topic, "store", location,
@@ -344,8 +344,8 @@ static void kl_print_json(const kl__replay_t *replay, const char *location) {
   json_decref(o);
 }
 
-static void kl_table_row(const char *name, const char *range, const char *wm,
-                         const kl__replay_part_t *p) {
+static void table_row(const char *name, const char *range, const char *wm,
+                      const kl__replay_part_t *p) {
   printf("%-9s %-15s %-17s %8" PRIu64 " %8" PRIu64 " %15" PRIu64 " %17" PRIu64
          " %11" PRIu64 " %6" PRIu64 "  %s\n",
          name, range, wm, p->read, p->applied, p->skipped_applied,
@@ -353,7 +353,7 @@ static void kl_table_row(const char *name, const char *range, const char *wm,
          kl__replay_status_name(p->status));
 }
 
-static void kl_print_table(const kl__replay_t *replay) {
+static void print_table(const kl__replay_t *replay) {
   size_t n;
   const kl__replay_part_t *parts = kl__replay_parts(replay, &n);
   printf("%-9s %-15s %-17s %8s %8s %15s %17s %11s %6s  %s\n", "partition",
@@ -366,11 +366,11 @@ static void kl_print_table(const kl__replay_t *replay) {
     snprintf(range, sizeof(range), "%" PRId64 "..%" PRId64, p->start, p->end);
     snprintf(wm, sizeof(wm), "%" PRId64 " -> %" PRId64, p->watermark_before,
              p->watermark);
-    kl_table_row(name, range, wm, p);
+    table_row(name, range, wm, p);
   }
   kl__replay_part_t t;
   kl__replay_totals(replay, &t);
-  kl_table_row("total", "", "", &t);
+  table_row("total", "", "", &t);
 }
 
 void kl__dry_run_note(const char *sub, int dry_run, int handler_run,
@@ -385,7 +385,7 @@ void kl__dry_run_note(const char *sub, int dry_run, int handler_run,
 
 /* What an operator must not miss, on stderr: lost history, fenced owners,
  * and where to resume. */
-static void kl_print_notes(const char *sub, const kl__replay_t *replay) {
+static void print_notes(const char *sub, const kl__replay_t *replay) {
   const kl__replay_opts_t *opts = kl__replay_opts(replay);
   size_t n;
   const kl__replay_part_t *parts = kl__replay_parts(replay, &n);
@@ -440,7 +440,7 @@ static void kl_print_notes(const char *sub, const kl__replay_t *replay) {
             sub);
 }
 
-static int kl_replay_exec(const char *sub, kl_rargs_t *a) {
+static int replay_exec(const char *sub, kl_rargs_t *a) {
   kl_handler_ref_t handler;
   if (kl__handler_resolve(a->handler, &handler))
     return kl__cli_usage(sub, "%s", kl_err_detail());
@@ -466,22 +466,23 @@ static int kl_replay_exec(const char *sub, kl_rargs_t *a) {
   if (!err && a->progress) {
     size_t n;
     kl__replay_parts(replay, &n);
-    progress = kl_progress_new(sub, n);
+    progress = progress_new(sub, n);
   }
   if (err) {
     rc = err == KL_EINVAL || err == KL_EPARTITIONS || err == KL_ENOTFOUND
              ? kl__cli_usage(sub, "%s", kl_err_detail())
              : kl__cli_fail(sub, "%s", kl_err_detail());
   } else {
-    kl__replay_set_progress(replay, progress ? kl_on_progress : NULL, progress);
+    kl__replay_set_progress(replay, progress ? replay_on_progress : NULL,
+                            progress);
     err = kl__replay_run(replay);
     if (progress)
       kl__progress_finish(progress);
     if (err) {
       rc = kl__cli_fail(sub, "%s", kl_err_detail());
     } else {
-      a->json ? kl_print_json(replay, a->location) : kl_print_table(replay);
-      kl_print_notes(sub, replay);
+      a->json ? print_json(replay, a->location) : print_table(replay);
+      print_notes(sub, replay);
       kl__dry_run_note(sub, a->opts.dry_run, a->opts.dry_run_handler,
                        a->handler);
       kl__replay_part_t t;
@@ -525,12 +526,12 @@ int kl__replay_cli(const char *sub, const char *usage, int argc, char **argv,
   int c, rc = -1;
   optind = 1;
   while (rc < 0 && (c = getopt_long(argc, argv, "b:t:p:X:h", opts, NULL)) != -1)
-    if (kl_replay_opt(sub, usage, c, &a, &rc) < 0)
+    if (replay_opt(sub, usage, c, &a, &rc) < 0)
       break;
   if (rc < 0 && optind < argc)
     rc = kl__cli_usage(sub, "unexpected argument \"%s\"", argv[optind]);
   if (rc < 0)
-    rc = kl_replay_check(sub, &a, rebuild);
+    rc = replay_check(sub, &a, rebuild);
   if (rc < 0 && a.dlq) {
     kl__redrive_opts_t ro = {.conf = a.conf,
                              .dlq_topic = a.dlq,
@@ -545,7 +546,7 @@ int kl__replay_cli(const char *sub, const char *usage, int argc, char **argv,
     /* A rebuild reads everything; a --from of its own skips the history
      * before it on purpose, and says so. */
     a.opts.allow_gap = a.opts.allow_gap || rebuild;
-    rc = kl_replay_exec(sub, &a);
+    rc = replay_exec(sub, &a);
   }
   kl_conf_destroy(a.conf);
   return rc;

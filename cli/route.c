@@ -14,7 +14,7 @@
 
 #define KL_ROUTE_SUB "route"
 
-static void kl_route_help(void) {
+static void route_help(void) {
   printf(
       "usage: keylane route --partitions N [KEY...]\n"
       "\n"
@@ -37,7 +37,7 @@ static void kl_route_help(void) {
       KL_KEY_MAX);
 }
 
-static int kl_route_parse_partitions(const char *arg, int32_t *out) {
+static int route_parse_partitions(const char *arg, int32_t *out) {
   int64_t v = 0;
   int rc = kl__cli_units(KL_ROUTE_SUB, "--partitions", arg, KL__UNITS_COUNT, 1,
                          100000, &v);
@@ -45,12 +45,12 @@ static int kl_route_parse_partitions(const char *arg, int32_t *out) {
   return rc;
 }
 
-static void kl_route_print(const char *key, size_t len, int32_t partitions) {
+static void route_print(const char *key, size_t len, int32_t partitions) {
   fwrite(key, 1, len, stdout);
   printf("\t%d\n", (int)kl_partition(key, len, partitions));
 }
 
-static int kl_route_check(const char *where, size_t len) {
+static int route_check(const char *where, size_t len) {
   if (len == 0)
     return kl__cli_usage(KL_ROUTE_SUB,
                          "%s: the key is empty; a key is 1..%d "
@@ -63,19 +63,19 @@ static int kl_route_check(const char *where, size_t len) {
   return KL_EXIT_OK;
 }
 
-static int kl_route_args(char **keys, int count, int32_t partitions) {
+static int route_args(char **keys, int count, int32_t partitions) {
   for (int i = 0; i < count; i++) {
     char where[48];
     snprintf(where, sizeof(where), "argument %d", i + 1);
     size_t len = strlen(keys[i]);
-    if (kl_route_check(where, len) != KL_EXIT_OK)
+    if (route_check(where, len) != KL_EXIT_OK)
       return KL_EXIT_USAGE;
-    kl_route_print(keys[i], len, partitions);
+    route_print(keys[i], len, partitions);
   }
   return KL_EXIT_OK;
 }
 
-static int kl_route_stdin(int32_t partitions) {
+static int route_stdin(int32_t partitions) {
   char *line = NULL;
   size_t cap = 0;
   ssize_t n;
@@ -87,9 +87,9 @@ static int kl_route_stdin(int32_t partitions) {
     char where[48];
     snprintf(where, sizeof(where), "stdin line %ld", lineno);
     fflush(stdout); /* earlier keys come out before the error */
-    if ((rc = kl_route_check(where, len)) != KL_EXIT_OK)
+    if ((rc = route_check(where, len)) != KL_EXIT_OK)
       break;
-    kl_route_print(line, len, partitions);
+    route_print(line, len, partitions);
   }
   if (rc == KL_EXIT_OK && ferror(stdin))
     rc = kl__cli_fail(KL_ROUTE_SUB, "reading stdin: %s", strerror(errno));
@@ -107,20 +107,19 @@ int kl__cmd_route(int argc, char **argv) {
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     if (c == 'h') {
-      kl_route_help();
+      route_help();
       return KL_EXIT_OK;
     }
     if (c != 'n')
       return kl__cli_usage(KL_ROUTE_SUB, "unknown flag");
-    if (kl_route_parse_partitions(optarg, &partitions) != KL_EXIT_OK)
+    if (route_parse_partitions(optarg, &partitions) != KL_EXIT_OK)
       return KL_EXIT_USAGE;
   }
   if (partitions == 0)
     return kl__cli_usage(KL_ROUTE_SUB, "--partitions N is required: pass the "
                                        "topic's partition count");
-  int rc = optind < argc
-               ? kl_route_args(argv + optind, argc - optind, partitions)
-               : kl_route_stdin(partitions);
+  int rc = optind < argc ? route_args(argv + optind, argc - optind, partitions)
+                         : route_stdin(partitions);
   if (fflush(stdout) != 0 && rc == KL_EXIT_OK)
     rc = kl__cli_fail(KL_ROUTE_SUB, "writing stdout: %s", strerror(errno));
   return rc;

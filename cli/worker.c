@@ -86,18 +86,18 @@ static const char kl_worker_usage[] =
 static kl_worker_t *kl_the_worker;
 static volatile sig_atomic_t kl_pause_armed, kl_pause_resume;
 
-static void kl_on_stop(int sig) {
+static void worker_on_stop(int sig) {
   (void)sig;
   if (kl_the_worker)
     kl_worker_stop(kl_the_worker);
 }
 
-static void kl_on_usr1(int sig) {
+static void on_usr1(int sig) {
   (void)sig;
   kl_pause_armed = 1;
 }
 
-static void kl_on_usr2(int sig) {
+static void on_usr2(int sig) {
   (void)sig;
   kl_pause_resume = 1;
 }
@@ -110,8 +110,8 @@ static void kl_on_usr2(int sig) {
  * be unable to open another store transaction (LMDB cannot adopt a map that
  * another process grew while a snapshot of this one is open), and a paused
  * process learns nothing anyway. */
-static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
-                          uint64_t epoch) {
+static void pause_hook(void *opaque, const char *topic, int32_t partition,
+                       uint64_t epoch) {
   (void)opaque, (void)topic;
   if (!kl_pause_armed)
     return;
@@ -131,8 +131,8 @@ static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
 /* The test hook of KEYLANE_TEST_EXIT_AFTER_COMMIT=CODE: the process ends
  * with CODE right after its first store commit that wrote follow-ups,
  * before any is published, as a crash there would end it. */
-static void kl_exit_after_commit(void *opaque, const char *topic,
-                                 int32_t partition, uint64_t epoch) {
+static void exit_after_commit(void *opaque, const char *topic,
+                              int32_t partition, uint64_t epoch) {
   KL_LOG_W("worker",
            "exiting after the commit of partition=%" PRId32 " epoch=%" PRIu64
            " topic=%s, before its follow-ups are "
@@ -147,9 +147,8 @@ typedef struct kl_worker_opts {
   int pause_on_usr1;
 } kl_worker_opts_t;
 
-static int kl_worker_main(kl_conf_t *conf, const char *topic,
-                          const char *location, const char *handler_spec,
-                          const kl_worker_opts_t *opts) {
+static int worker_main(kl_conf_t *conf, const char *topic, const char *location,
+                       const char *handler_spec, const kl_worker_opts_t *opts) {
   kl_handler_ref_t handler;
   if (kl__handler_resolve(handler_spec, &handler))
     return kl__cli_usage(SUB, "%s", kl_err_detail());
@@ -205,16 +204,16 @@ static int kl_worker_main(kl_conf_t *conf, const char *topic,
     static int exit_code;
     const char *exit_env = getenv("KEYLANE_TEST_EXIT_AFTER_COMMIT");
     if (exit_env && (exit_code = atoi(exit_env)) > 0)
-      kl__worker_set_after_commit(worker, kl_exit_after_commit, &exit_code);
+      kl__worker_set_after_commit(worker, exit_after_commit, &exit_code);
     if (opts->pause_on_usr1) {
-      kl__worker_set_before_commit(worker, kl_pause_hook, NULL);
-      signal(SIGUSR1, kl_on_usr1);
-      signal(SIGUSR2, kl_on_usr2);
+      kl__worker_set_before_commit(worker, pause_hook, NULL);
+      signal(SIGUSR1, on_usr1);
+      signal(SIGUSR2, on_usr2);
     }
     kl_the_worker = worker;
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = kl_on_stop;
+    sa.sa_handler = worker_on_stop;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     err = kl_worker_run(worker);
@@ -236,7 +235,7 @@ static int kl_worker_main(kl_conf_t *conf, const char *topic,
 }
 
 /* The long name of option @p c, for messages. */
-static const char *kl_worker_flag_name(const struct option *opts, int c) {
+static const char *worker_flag_name(const struct option *opts, int c) {
   for (; opts->name; opts++)
     if (opts->val == c)
       return opts->name;
@@ -293,7 +292,7 @@ int kl__cmd_worker(int argc, char **argv) {
     for (i = 0; i < sizeof(keyed) / sizeof(keyed[0]); i++)
       if (keyed[i].opt == c) {
         char flag[64];
-        snprintf(flag, sizeof(flag), "--%s", kl_worker_flag_name(opts, c));
+        snprintf(flag, sizeof(flag), "--%s", worker_flag_name(opts, c));
         if (kl__cli_conf_flag(SUB, conf, flag, keyed[i].key, optarg))
           rc = KL_EXIT_USAGE;
         break;
@@ -347,7 +346,7 @@ int kl__cmd_worker(int argc, char **argv) {
     else if (!handler)
       rc = kl__cli_usage(SUB, "--handler is required (ledger or so:PATH)");
     else
-      rc = kl_worker_main(conf, topic, location, handler, &wopts);
+      rc = worker_main(conf, topic, location, handler, &wopts);
   }
   kl_conf_destroy(conf);
   return rc;
