@@ -5,7 +5,7 @@ TSAN_BUILD ?= build-tsan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build-deps test-deps configure build demo test test-kafka test-fault test-asan test-tsan fuzz bench install format-check clean
+.PHONY: all deps build-deps test-deps configure build demo test test-kafka test-fault test-asan test-tsan fuzz bench soak install format-check clean
 
 all: build
 
@@ -36,8 +36,10 @@ demo: build
 	$(BUILD)/bin/keylane demo
 
 # The single entry point of the tests, in order:
-#   1. unit, mock (embedded cluster), pg (a throwaway PostgreSQL), deploy
-#      and demo (the README's `make demo`, run as a user runs it);
+#   1. unit, mock (embedded cluster), pg (a throwaway PostgreSQL), deploy,
+#      demo (the README's `make demo`, run as a user runs it), docs (the
+#      shell blocks of README.md and docs/*.md) and clients (the Python
+#      and Go packages, against the worker);
 #   2. the kafka suite: the same worker tests and the interop test on a real
 #      single-node Apache Kafka that ctest fixtures start and stop;
 #   3. the fault suite on a real 3-node cluster (-V: it prints its figures);
@@ -54,7 +56,7 @@ demo: build
 export KEYLANE_TEST_REQUIRE ?= postgresql
 TEST_STEPS = \
   "format|$(MAKE) format-check" \
-  "suites unit, mock, pg, deploy, demo|cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L '^(unit|mock|pg|deploy|demo)$$'" \
+  "suites unit, mock, pg, sim, deploy, demo, docs, clients|cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L '^(unit|mock|pg|sim|deploy|demo|docs|clients)$$'" \
   "kafka suite|cd $(BUILD) && ctest --output-on-failure -L '^kafka$$'" \
   "fault suite|cd $(BUILD) && ctest --output-on-failure -V -L '^fault$$'" \
   "sanitizers|$(MAKE) test-asan" \
@@ -102,6 +104,12 @@ fuzz: test-deps
 
 bench: build
 	$(BUILD)/bin/keylane-bench produce
+
+# The simulator (tests/sim/sim.c) on random schedules for SECONDS, LMDB and
+# a throwaway PostgreSQL; it stops at the first failure and shrinks it.
+SECONDS ?= 600
+soak: build
+	$(BUILD)/bin/keylane-sim --seconds $(SECONDS)
 
 install: build
 	cmake --install $(BUILD)

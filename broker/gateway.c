@@ -24,6 +24,7 @@
 
 #include "broker/gateway_internal.h"
 #include "broker/producer_internal.h"
+#include "common/internal.h"
 #include "common/kafka.h"
 #include "common/listen.h"
 #include "common/log.h"
@@ -39,23 +40,39 @@ static const char kl_busy_body[] =
     "{\"error\":\"the gateway is at its connection limit "
     "(--max-connections)\"}\n";
 
+/* A string key; "" is NULL, the option's "none". */
+static const char *kl_opt_text(const kl_conf_t *conf, const char *key) {
+  const char *v = kl_conf_get(conf, key);
+  return v && *v ? v : NULL;
+}
+
+void kl__gateway_opts_from_conf(kl__gateway_opts_t *o, const kl_conf_t *conf) {
+  memset(o, 0, sizeof(*o));
+  o->listen = kl_conf_get(conf, "gateway.listen");
+  o->tokens_file = kl_opt_text(conf, "gateway.tokens.file");
+  o->max_connections = (size_t)kl__conf_int(conf, "gateway.max.connections");
+  o->max_header = (size_t)kl__conf_int(conf, "gateway.max.header");
+  o->max_body = (size_t)kl__conf_int(conf, "gateway.max.body");
+  o->max_inflight = kl__conf_int(conf, "gateway.max.inflight");
+  o->max_inflight_bytes = kl__conf_int(conf, "gateway.max.inflight.bytes");
+  o->max_pipeline = (size_t)kl__conf_int(conf, "gateway.max.pipeline");
+  o->max_output = (size_t)kl__conf_int(conf, "gateway.max.output");
+  o->idle_timeout_ms = (int)kl__conf_int(conf, "gateway.idle.timeout");
+  o->request_timeout_ms = (int)kl__conf_int(conf, "gateway.request.timeout");
+  o->produce_timeout_ms = (int)kl__conf_int(conf, "gateway.produce.timeout");
+  o->retry_after_s =
+      (int)((kl__conf_int(conf, "gateway.retry.after") + 999) / 1000);
+  o->drain_timeout_ms = (int)kl__conf_int(conf, "gateway.drain.timeout");
+  o->max_topics = (size_t)kl__conf_int(conf, "gateway.max.topics");
+  o->topic_idle_ms = (int)kl__conf_int(conf, "gateway.topic.idle");
+  o->allow_origins = kl_opt_text(conf, "gateway.allow.origins");
+  o->allow_topics = kl_conf_get(conf, "gateway.allow.topics");
+  o->allow_internal_topics =
+      strcmp(kl_conf_get(conf, "gateway.allow.internal.topics"), "true") == 0;
+}
+
 void kl__gateway_opts_default(kl__gateway_opts_t *opts) {
-  memset(opts, 0, sizeof(*opts));
-  opts->listen = "127.0.0.1:8080";
-  opts->max_connections = 1024;
-  opts->max_header = 16 * 1024;
-  opts->max_body = 1024 * 1024;
-  opts->max_inflight = 10000;
-  opts->max_inflight_bytes = 64 * 1024 * 1024;
-  opts->max_pipeline = 32;
-  opts->max_output = 1024 * 1024;
-  opts->idle_timeout_ms = 30000;
-  opts->request_timeout_ms = 30000;
-  opts->produce_timeout_ms = 10000;
-  opts->retry_after_s = 1;
-  opts->drain_timeout_ms = 10000;
-  opts->max_topics = 1024;
-  opts->topic_idle_ms = 60000;
+  kl__gateway_opts_from_conf(opts, NULL);
 }
 
 /* Everything checkable before anything starts, so a typo costs no

@@ -34,7 +34,8 @@
  * new ids, so it must not retry blindly.
  *
  * Limits (memory is bounded by them whatever clients do; the CLI flag and
- * its default are in brackets; every limit has a metric):
+ * its default are in brackets; each is a gateway.* key of the conf table,
+ * which `keylane config` lists; every limit has a metric):
  * - connections                [--max-connections, 1024]: beyond it a new
  *   connection gets 503 and is closed.
  * - request line plus headers  [--max-header, 16 KiB]: 431 and close.
@@ -119,7 +120,16 @@ typedef struct kl__gateway_opts {
   const volatile int *stop_flag;
 } kl__gateway_opts_t;
 
-/** Fills @p opts with the defaults listed in the file comment. */
+/**
+ * Fills @p opts from the gateway.* keys of @p conf (common/conf.c's table,
+ * where their defaults are; `keylane config` lists them). Its strings are
+ * @p conf's: valid until a key is set again or the conf destroyed.
+ * stop_flag is NULL.
+ */
+void kl__gateway_opts_from_conf(kl__gateway_opts_t *opts,
+                                const kl_conf_t *conf);
+
+/** kl__gateway_opts_from_conf() of the defaults. */
 void kl__gateway_opts_default(kl__gateway_opts_t *opts);
 
 /**

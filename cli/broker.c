@@ -10,8 +10,8 @@
  * flags into kl_broker_opts_t and dispatches.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,64 +19,56 @@
 
 #include "cli/gateway.h"
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "common/log.h"
 #include "keylane/embedded.h"
 
 #define KL_BROKER_SUB "broker"
 
 typedef struct kl_broker_opts {
-  int embedded;               /* --embedded: run the mock cluster */
-  const char *topic;          /* -t */
-  int32_t partitions;         /* --partitions */
-  int brokers;                /* --brokers */
+  kl__broker_embedded_t e;    /* --embedded, -t, --partitions, --brokers */
   const char *bootstrap_file; /* --bootstrap-file */
 } kl_broker_opts_t;
 
-static void broker_help(void) {
-  printf(
-      "usage: keylane broker --embedded [-t TOPIC] [--partitions N]\n"
-      "                      [--brokers N] [--bootstrap-file F]\n"
-      "\n"
-      "--embedded runs an embedded Kafka-protocol cluster (librdkafka's mock\n"
-      "cluster) in the foreground: TCP listeners on 127.0.0.1 that any Kafka\n"
-      "client can use, with topics, consumer groups and offsets in memory.\n"
-      "Nothing survives the process. Not for production.\n"
-      "\n"
-      "The first stdout line is bootstrap=HOST:PORT[,HOST:PORT...]; it serves\n"
-      "until SIGINT or SIGTERM, then exits 0.\n"
-      "\n"
-      "flags:\n"
-      "  --embedded          run the embedded cluster\n"
-      "  -t, --topic TOPIC   topic to create (default events)\n"
-      "  --partitions N      its partition count, 1..100000 (default 8)\n"
-      "  --brokers N         brokers in the cluster, 1..16 (default 3)\n"
-      "  --bootstrap-file F  also write the bootstrap= line to F, atomically\n"
-      "                      (written whole or not at all); removed at exit\n"
-      "  -h, --help          this text\n"
-      "\n"
-      "With --listen ADDR:PORT (and -b BOOTSTRAP or --embedded) it is the\n"
-      "HTTP publish gateway; 'keylane broker --listen 127.0.0.1:8080 --help'\n"
-      "describes it.\n"
-      "\n"
-      "Other topics are created on first use by a producer, with 4\n"
-      "partitions (the mock cluster's default).\n"
-      "\n"
-      "examples:\n"
-      "  keylane broker --embedded\n"
-      "  keylane broker --embedded -t orders --partitions 12 \\\n"
-      "      --bootstrap-file /tmp/keylane.bootstrap &\n"
-      "  keylane publish -b \"$(sed 's/^bootstrap=//' /tmp/keylane.bootstrap)\""
-      " -t orders\n");
-}
+static const kl__opt_t broker_opts[] = {
+    KL__BROKER_EMBEDDED_OPTS(kl_broker_opts_t, e, ""),
+    {.name = "bootstrap-file",
+     .kind = KL__OPT_STRING,
+     .meta = "F",
+     .off = offsetof(kl_broker_opts_t, bootstrap_file),
+     .help = "also write the bootstrap= line to F, atomically (written "
+             "whole or not at all); removed at exit"},
+    {0}};
 
-static int broker_int(const char *flag, const char *arg, long min, long max,
-                      long *out) {
-  int64_t v = 0;
-  int rc =
-      kl__cli_units(KL_BROKER_SUB, flag, arg, KL__UNITS_COUNT, min, max, &v);
-  *out = rc ? *out : (long)v;
-  return rc;
-}
+static const kl__cmd_t broker_cmd = {
+    .name = KL_BROKER_SUB,
+    .usage = "--embedded [-t TOPIC] [--partitions N] [--brokers N] "
+             "[--bootstrap-file F]",
+    .about = "--embedded runs an embedded Kafka-protocol cluster (librdkafka's "
+             "mock\n"
+             "cluster) in the foreground: TCP listeners on 127.0.0.1 that any "
+             "Kafka\n"
+             "client can use, with topics, consumer groups and offsets in "
+             "memory.\n"
+             "Nothing survives the process. Not for production.\n"
+             "\n"
+             "The first stdout line is bootstrap=HOST:PORT[,HOST:PORT...]; it "
+             "serves\n"
+             "until SIGINT or SIGTERM, then exits 0.\n",
+    .opts = broker_opts,
+    .notes =
+        "With --listen ADDR:PORT (and -b BOOTSTRAP or --embedded) it is the\n"
+        "HTTP publish gateway; 'keylane broker --listen 127.0.0.1:8080 "
+        "--help'\n"
+        "describes it.\n"
+        "\n"
+        "Other topics are created on first use by a producer, with 4\n"
+        "partitions (the mock cluster's default).\n",
+    .examples = "  keylane broker --embedded\n"
+                "  keylane broker --embedded -t orders --partitions 12 \\\n"
+                "      --bootstrap-file /tmp/keylane.bootstrap &\n"
+                "  keylane publish -b \"$(sed 's/^bootstrap=//' "
+                "/tmp/keylane.bootstrap)\" -t orders\n"};
 
 /* Write-then-rename, so a reader polling for the file never sees half. */
 static int broker_write_file(const char *path, const char *line) {
@@ -109,8 +101,8 @@ static void broker_wait_for_signal(void) {
 static int broker_run_embedded(const kl_broker_opts_t *opts) {
   kl_embedded_t *embedded;
   kl__cli_on_signals(); /* before the cluster exists: no early-signal race */
-  kl_err_t err =
-      kl_embedded_new(opts->brokers, opts->topic, opts->partitions, &embedded);
+  kl_err_t err = kl_embedded_new((int)opts->e.brokers, opts->e.topic,
+                                 (int32_t)opts->e.partitions, &embedded);
   if (err == KL_EINVAL) /* a flag's value: say so as a usage error */
     return kl__cli_usage(KL_BROKER_SUB, "%s", kl_err_detail());
   if (err)
@@ -130,7 +122,7 @@ static int broker_run_embedded(const kl_broker_opts_t *opts) {
     KL_LOG_I("broker",
              "embedded cluster up: %d brokers, topic %s with %d "
              "partitions; stop with SIGINT or SIGTERM",
-             opts->brokers, opts->topic, (int)opts->partitions);
+             (int)opts->e.brokers, opts->e.topic, (int)opts->e.partitions);
     broker_wait_for_signal();
     KL_LOG_I("broker", "stopping the embedded cluster");
     if (opts->bootstrap_file)
@@ -140,61 +132,15 @@ static int broker_run_embedded(const kl_broker_opts_t *opts) {
   return rc;
 }
 
-/* Returns KL_EXIT_OK to run, -1 after --help, or a usage exit code. */
-static int broker_parse(int argc, char **argv, kl_broker_opts_t *opts) {
-  static const struct option longopts[] = {
-      {"embedded", no_argument, NULL, 'E'},
-      {"topic", required_argument, NULL, 't'},
-      {"partitions", required_argument, NULL, 'P'},
-      {"brokers", required_argument, NULL, 'B'},
-      {"bootstrap-file", required_argument, NULL, 'F'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0},
-  };
-  long v;
-  int c;
-  while ((c = getopt_long(argc, argv, "t:h", longopts, NULL)) != -1) {
-    switch (c) {
-    case 'h':
-      broker_help();
-      return -1;
-    case 'E':
-      opts->embedded = 1;
-      break;
-    case 't':
-      opts->topic = optarg;
-      break;
-    case 'P':
-      if (broker_int("--partitions", optarg, 1, 100000, &v))
-        return KL_EXIT_USAGE;
-      opts->partitions = (int32_t)v;
-      break;
-    case 'B':
-      if (broker_int("--brokers", optarg, 1, 16, &v))
-        return KL_EXIT_USAGE;
-      opts->brokers = (int)v;
-      break;
-    case 'F':
-      opts->bootstrap_file = optarg;
-      break;
-    default:
-      return kl__cli_usage(KL_BROKER_SUB, "unknown flag");
-    }
-  }
-  if (optind < argc)
-    return kl__cli_usage(KL_BROKER_SUB, "unexpected argument \"%s\"",
-                         argv[optind]);
-  return KL_EXIT_OK;
-}
-
 int kl__cmd_broker(int argc, char **argv) {
   if (kl__broker_gateway_wanted(argc, argv)) /* --listen or -b */
     return kl__cmd_broker_gateway(argc, argv);
-  kl_broker_opts_t opts = {.topic = "events", .partitions = 8, .brokers = 3};
-  int rc = broker_parse(argc, argv, &opts);
-  if (rc != KL_EXIT_OK)
-    return rc < 0 ? KL_EXIT_OK : rc;
-  if (!opts.embedded)
+  kl_broker_opts_t opts = {0};
+  int first;
+  int rc = kl__opts_parse(&broker_cmd, argc, argv, &opts, NULL, &first);
+  if (rc >= 0)
+    return rc;
+  if (!opts.e.embedded)
     return kl__cli_usage(KL_BROKER_SUB,
                          "pass --embedded to run the embedded cluster, or "
                          "--listen ADDR:PORT -b BOOTSTRAP for the HTTP "

@@ -1,11 +1,12 @@
 #include "cli/cli.h"
 
-#include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "common/internal.h"
 
 volatile int kl__cli_stop;
 
@@ -45,16 +46,6 @@ int kl__cli_conf_set(const char *sub, kl_conf_t *conf, const char *key,
   return 0;
 }
 
-int kl__cli_conf_flag(const char *sub, kl_conf_t *conf, const char *flag,
-                      const char *key, const char *value) {
-  char errstr[512];
-  if (kl_conf_set(conf, key, value, errstr, sizeof(errstr)) != KL_OK) {
-    kl__cli_usage(sub, "%s: %s", flag, errstr);
-    return -1;
-  }
-  return 0;
-}
-
 int kl__cli_conf_x(const char *sub, kl_conf_t *conf, const char *arg) {
   const char *eq = strchr(arg, '=');
   if (!eq || eq == arg) {
@@ -78,12 +69,16 @@ int kl__cli_conf_x(const char *sub, kl_conf_t *conf, const char *arg) {
   return kl__cli_conf_set(sub, conf, key, eq + 1);
 }
 
-int kl__cli_units(const char *sub, const char *flag, const char *arg,
-                  kl__units_kind_t kind, int64_t min, int64_t max,
-                  int64_t *out) {
-  if (kl__units_parse(flag, arg, kind, min, max, out) != KL_OK)
-    return kl__cli_usage(sub, "%s", kl_err_detail());
-  return KL_EXIT_OK;
+kl_err_t kl__cli_pos_parse(const kl__opt_t *opt, const char *text,
+                           void *field) {
+  kl__cli_pos_t *pos = field;
+  if (kl__pos_parse(text, kl__now_ms(), &pos->pos) != KL_OK) {
+    char detail[512];
+    snprintf(detail, sizeof(detail), "%s", kl_err_detail());
+    return kl__err(KL_EINVAL, "--%s: %s", opt->name, detail);
+  }
+  pos->given = 1;
+  return KL_OK;
 }
 
 int kl__cli_store_open(const char *sub, const char *location,
@@ -106,34 +101,6 @@ int kl__cli_store_open(const char *sub, const char *location,
 int kl__cli_store_existing(const char *sub, const char *location,
                            kl_store_t **store) {
   return kl__cli_store_open(sub, location, NULL, false, store);
-}
-
-int kl__cli_store_opts(const char *sub, int argc, char **argv,
-                       const char *usage, const char **location, int *json) {
-  struct option opts[] = {{"store", required_argument, NULL, 's'},
-                          {"help", no_argument, NULL, 'h'},
-                          {"json", no_argument, NULL, 'j'},
-                          {NULL, 0, NULL, 0}};
-  if (!json)
-    opts[2] = opts[3]; /* no --json: getopt calls it unknown */
-  int c;
-  *location = NULL;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (c == 's') {
-      *location = optarg;
-    } else if (c == 'j') {
-      *json = 1;
-    } else if (c == 'h') {
-      fputs(usage, stdout);
-      return KL_EXIT_OK;
-    } else {
-      return kl__cli_usage(sub, "unknown option");
-    }
-  }
-  if (!*location || !**location)
-    return kl__cli_usage(sub, "--store STORE is required");
-  return -1;
 }
 
 static void cli_signal(int sig) {

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "cli/opts.h"
+#include "common/kafka_pos.h"
 #include "common/units.h"
 #include "keylane/conf.h"
 #include "keylane/store.h"
@@ -29,6 +31,7 @@ int kl__cmd_store(int argc, char **argv);
 int kl__cmd_replay(int argc, char **argv);
 int kl__cmd_inspect(int argc, char **argv);
 int kl__cmd_doctor(int argc, char **argv);
+int kl__cmd_config(int argc, char **argv);
 
 /* Prints "keylane SUB: message" to stderr and returns KL_EXIT_USAGE. */
 int kl__cli_usage(const char *sub, const char *fmt, ...)
@@ -45,17 +48,14 @@ int kl__cli_conf_x(const char *sub, kl_conf_t *conf, const char *arg);
 int kl__cli_conf_set(const char *sub, kl_conf_t *conf, const char *key,
                      const char *value);
 
-/* Sets key=value on conf for the flag @p flag (the message names both);
- * prints the problem and returns nonzero. */
-int kl__cli_conf_flag(const char *sub, kl_conf_t *conf, const char *flag,
-                      const char *key, const char *value);
+/* The value of a log position option (--from, --to: common/kafka_pos.h),
+ * read by kl__cli_pos_parse() as an option's .parse. */
+typedef struct kl__cli_pos {
+  kl__pos_t pos;
+  int given; /* set by the parse: 0 while the option was not given */
+} kl__cli_pos_t;
 
-/* Reads @p arg, the value of @p flag, with the one units parser
- * (common/units.h) into @p out; prints the problem and returns
- * KL_EXIT_USAGE, or KL_EXIT_OK. */
-int kl__cli_units(const char *sub, const char *flag, const char *arg,
-                  kl__units_kind_t kind, int64_t min, int64_t max,
-                  int64_t *out);
+kl__opt_parse_fn kl__cli_pos_parse;
 
 /* Opens the store at @p location with @p conf (NULL: the defaults). Unless
  * @p create, a location holding no store (an LMDB directory without
@@ -71,16 +71,6 @@ int kl__cli_store_open(const char *sub, const char *location,
  * commands that only read one. */
 int kl__cli_store_existing(const char *sub, const char *location,
                            kl_store_t **store);
-
-/* Parses the options of a command whose only ones are --store STORE
- * (required, into *location), --json (when @p json is not NULL: sets
- * *json) and -h/--help (prints @p usage). Leaves optind at the first
- * argument that is not an option.
- * @returns -1 to go on; otherwise the exit code: KL_EXIT_OK after the
- *          help, KL_EXIT_USAGE (printed) for an unknown option or a
- *          missing --store. */
-int kl__cli_store_opts(const char *sub, int argc, char **argv,
-                       const char *usage, const char **location, int *json);
 
 /* Installs SIGINT/SIGTERM handlers that set the flag kl__cli_stop. */
 void kl__cli_on_signals(void);

@@ -11,7 +11,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <signal.h>
@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "common/internal.h"
 #include "common/kafka.h"
 #include "keylane/embedded.h"
@@ -34,22 +35,6 @@
 #define KL_DEMO_WORKERS 3
 #define KL_DEMO_PARTITIONS 8
 #define KL_DEMO_TOPIC "events"
-
-static const char kl_demo_usage[] =
-    "usage: keylane demo [--events N] [--keys N] [--json] [--keep]\n\n"
-    "Runs keylane end to end on an embedded Kafka-protocol cluster: 3 worker\n"
-    "processes apply a ledger while a publisher injects duplicates, one\n"
-    "worker is paused between handler and commit until it is fenced, and\n"
-    "another is killed and restarted. Every 4th event is a transfer between\n"
-    "two accounts, whose credit goes through the outbox. Then every balance\n"
-    "is verified, and that money was conserved (a bank test).\n\n"
-    "      --events N   unique events to publish (default 100000)\n"
-    "      --keys N     entity keys (default 1000)\n"
-    "      --json       print one JSON object with the figures\n"
-    "      --keep       keep the temporary directory (store and logs)\n"
-    "  -h, --help       this text\n\n"
-    "Exit status 0 only when every balance and seq verifies and the total\n"
-    "is conserved.\n";
 
 /* The paused worker (worker 0), driven from this process: SIGUSR1 arms its
  * pause, its log says which batch it holds, the store says when a newer
@@ -403,46 +388,66 @@ out:
   return rc;
 }
 
+typedef struct demo_args {
+  int64_t events, keys;
+  int json, keep;
+} demo_args_t;
+
+static const kl__opt_t demo_opts[] = {
+    {.name = "events",
+     .kind = KL__OPT_COUNT,
+     .min = 100,
+     .max = 10000000,
+     .def = "100000",
+     .off = offsetof(demo_args_t, events),
+     .help = "unique events to publish"},
+    {.name = "keys",
+     .kind = KL__OPT_COUNT,
+     .min = 1,
+     .max = 100000,
+     .def = "1000",
+     .off = offsetof(demo_args_t, keys),
+     .help = "entity keys"},
+    {.name = "json",
+     .kind = KL__OPT_FLAG,
+     .off = offsetof(demo_args_t, json),
+     .help = "print one JSON object with the figures"},
+    {.name = "keep",
+     .kind = KL__OPT_FLAG,
+     .off = offsetof(demo_args_t, keep),
+     .help = "keep the temporary directory (store and logs)"},
+    {0}};
+
+static const kl__cmd_t demo_cmd = {
+    .name = SUB,
+    .usage = "[--events N] [--keys N] [--json] [--keep]",
+    .about =
+        "Runs keylane end to end on an embedded Kafka-protocol cluster: 3 "
+        "worker\n"
+        "processes apply a ledger while a publisher injects duplicates, one\n"
+        "worker is paused between handler and commit until it is fenced, and\n"
+        "another is killed and restarted. Every 4th event is a transfer "
+        "between\n"
+        "two accounts, whose credit goes through the outbox. Then every "
+        "balance\n"
+        "is verified, and that money was conserved (a bank test).\n",
+    .opts = demo_opts,
+    .notes = "Exit status 0 only when every balance and seq verifies and the "
+             "total\nis conserved.\n",
+    .examples = "  keylane demo\n"
+                "  keylane demo --events 20000 --json\n"};
+
 int kl__cmd_demo(int argc, char **argv) {
-  static const struct option opts[] = {{"events", required_argument, NULL, 'e'},
-                                       {"keys", required_argument, NULL, 'k'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {"keep", no_argument, NULL, 'K'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {NULL, 0, NULL, 0}};
-  kl_demo_t demo = {.events = 100000, .keys = 1000};
-  int json = 0, keep = 0, c;
-  int64_t n;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (c) {
-    case 'e':
-      if (kl__cli_units(SUB, "--events", optarg, KL__UNITS_COUNT, 100, 10000000,
-                        &n))
-        return KL_EXIT_USAGE;
-      demo.events = (int)n;
-      break;
-    case 'k':
-      if (kl__cli_units(SUB, "--keys", optarg, KL__UNITS_COUNT, 1, 100000, &n))
-        return KL_EXIT_USAGE;
-      demo.keys = (int)n;
-      break;
-    case 'j':
-      json = 1;
-      break;
-    case 'K':
-      keep = 1;
-      break;
-    case 'h':
-      fputs(kl_demo_usage, stdout);
-      return KL_EXIT_OK;
-    default:
-      return kl__cli_usage(SUB, "unknown option");
-    }
-  }
+  demo_args_t a = {0};
+  int first;
+  int rc = kl__opts_parse(&demo_cmd, argc, argv, &a, NULL, &first);
+  if (rc >= 0)
+    return rc;
+  kl_demo_t demo = {.events = (int)a.events, .keys = (int)a.keys};
+  int json = a.json, keep = a.keep;
   demo.gen = kl__ledger_gen_new(demo.keys, KL_DEMO_PARTITIONS, 0);
   snprintf(demo.dir, sizeof(demo.dir), "/tmp/keylane-demo-XXXXXX");
-  int rc = KL_EXIT_FAIL;
+  rc = KL_EXIT_FAIL;
   if (!demo.gen)
     fprintf(stderr, "keylane demo: out of memory\n");
   else if (!mkdtemp(demo.dir))

@@ -4,7 +4,7 @@
  * dead letter, a key's history). It only reads: no group, no commits.
  */
 #include <errno.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +14,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "common/internal.h"
 #include "common/json_msgpack.h"
 #include "common/kafka_pos.h"
@@ -23,42 +24,11 @@
 #define SUB "inspect"
 #define KL_INSPECT_TIMEOUT_MS 10000
 
-static const char kl_inspect_usage[] =
-    "usage: keylane inspect -b BOOTSTRAP -t TOPIC [-p P[,P...|all]]\n"
-    "                       [--from POS] [--to POS] [--count N] [--key K]\n\n"
-    "Prints the records of TOPIC as JSON lines, one per record:\n"
-    "  {\"partition\", \"offset\", \"key\", \"id\", \"type\", \"ts\",\n"
-    "   \"payload\" (JSON when it is msgpack, else \"payload_b64\"),\n"
-    "   \"headers\" (the envelope's), \"kafka_headers\" (the record's),\n"
-    "   \"dead_letter\" {reason, error, attempts, origin_topic,\n"
-    "                  origin_partition, origin_offset, first_failure_ms,\n"
-    "                  last_failure_ms}: the worker's keylane.dlq.* headers,\n"
-    "                  on records of the dead-letter topic}\n"
-    "A record that is not a valid envelope prints its raw key and value as\n"
-    "\"key_b64\" and \"value_b64\" with the decoder's \"error\". A key that\n"
-    "is not text is printed as \"key_b64\". Reads up to the high watermark\n"
-    "at the start; it joins no group and commits nothing.\n\n"
-    "  -b, --bootstrap HOST:PORT   Kafka bootstrap servers\n"
-    "  -t, --topic TOPIC           topic to read (TOPIC.dlq: dead letters)\n"
-    "  -p, --partition LIST        0,2,5-7 or all (default: all, or the\n"
-    "                              partition of --key)\n"
-    "      --from POS              N, beginning (default), end, @MS,\n"
-    "                              @2024-05-01T12:00:00Z or @-2h\n"
-    "      --to POS                stop before: N, @TIME or end (default)\n"
-    "      --count N               print at most N records\n"
-    "      --key K                 only records of entity key K\n"
-    "  -X, --set NAME=VALUE        librdkafka setting (kafka.NAME)\n"
-    "  -h, --help                  this text\n\n"
-    "examples:\n"
-    "  keylane inspect -b kafka:9092 -t events --key acct-42\n"
-    "  keylane inspect -b kafka:9092 -t events -p 3 --from 1200 --count 5\n"
-    "  keylane inspect -b kafka:9092 -t events.dlq | jq .dead_letter\n";
-
 typedef struct kl_inspect {
   kl_conf_t *conf;
   const char *topic, *partitions, *key;
-  kl__pos_t from, to;
-  uint64_t count; /* 0: no limit */
+  kl__cli_pos_t from, to;
+  int64_t count; /* 0: no limit */
   uint64_t printed;
   rd_kafka_t *rk;
   kl_decoder_t *decoder;
@@ -237,8 +207,8 @@ static kl_err_t inspect_ranges(kl_inspect_t *in, kl__tp_range_t **out,
   free(parts);
   if (!ranges)
     return KL_ENOMEM;
-  err = kl__kafka_resolve(in->rk, in->topic, ranges, cnt, &in->from, &in->to,
-                          KL_INSPECT_TIMEOUT_MS);
+  err = kl__kafka_resolve(in->rk, in->topic, ranges, cnt, &in->from.pos,
+                          &in->to.pos, KL_INSPECT_TIMEOUT_MS);
   if (err) {
     free(ranges);
     return err;
@@ -251,7 +221,7 @@ static kl_err_t inspect_ranges(kl_inspect_t *in, kl__tp_range_t **out,
 static int inspect_record(void *opaque, rd_kafka_message_t *m) {
   kl_inspect_t *in = opaque;
   print_record(in, m);
-  return in->count && in->printed >= in->count ? KL__READ_STOP : 0;
+  return in->count && in->printed >= (uint64_t)in->count ? KL__READ_STOP : 0;
 }
 
 static int inspect_run(kl_inspect_t *in) {
@@ -281,71 +251,85 @@ static int inspect_run(kl_inspect_t *in) {
   return rc;
 }
 
-static int inspect_opt(kl_inspect_t *in, int c) {
-  int64_t count;
-  switch (c) {
-  case 'b':
-    return kl__cli_conf_set(SUB, in->conf, "kafka.bootstrap.servers", optarg)
-               ? KL_EXIT_USAGE
-               : -1;
-  case 't':
-    in->topic = optarg;
-    return -1;
-  case 'p':
-    in->partitions = optarg;
-    return -1;
-  case 'k':
-    in->key = optarg;
-    return -1;
-  case 'X':
-    return kl__cli_conf_x(SUB, in->conf, optarg) ? KL_EXIT_USAGE : -1;
-  case 'f':
-  case 'T':
-    if (kl__pos_parse(optarg, kl__now_ms(), c == 'f' ? &in->from : &in->to))
-      return kl__cli_usage(SUB, "%s: %s", c == 'f' ? "--from" : "--to",
-                           kl_err_detail());
-    return -1;
-  case 'n':
-    if (kl__cli_units(SUB, "--count", optarg, KL__UNITS_COUNT, 1, INT64_MAX,
-                      &count))
-      return KL_EXIT_USAGE;
-    in->count = (uint64_t)count;
-    return -1;
-  case 'h':
-    fputs(kl_inspect_usage, stdout);
-    return KL_EXIT_OK;
-  default:
-    return kl__cli_usage(SUB, "unknown option");
-  }
-}
+static const kl__opt_t inspect_opts[] = {
+    KL__OPT_BOOTSTRAP(""),
+    {.name = "topic",
+     .letter = 't',
+     .kind = KL__OPT_STRING,
+     .meta = "TOPIC",
+     .off = offsetof(kl_inspect_t, topic),
+     .required = "",
+     .help = "topic to read (TOPIC.dlq: dead letters)"},
+    {.name = "partition",
+     .letter = 'p',
+     .kind = KL__OPT_LIST,
+     .off = offsetof(kl_inspect_t, partitions),
+     .shown = "all, or the partition of --key",
+     .help = "0,2,5-7 or all"},
+    {.name = "from",
+     .meta = "POS",
+     .parse = kl__cli_pos_parse,
+     .off = offsetof(kl_inspect_t, from),
+     .def = "beginning",
+     .help = "N, beginning, end, @MS, @2024-05-01T12:00:00Z or @-2h"},
+    {.name = "to",
+     .meta = "POS",
+     .parse = kl__cli_pos_parse,
+     .off = offsetof(kl_inspect_t, to),
+     .def = "end",
+     .help = "stop before: N, @TIME or end"},
+    {.name = "count",
+     .kind = KL__OPT_COUNT,
+     .min = 1,
+     .max = INT64_MAX,
+     .off = offsetof(kl_inspect_t, count),
+     .help = "print at most N records"},
+    {.name = "key",
+     .kind = KL__OPT_STRING,
+     .meta = "K",
+     .off = offsetof(kl_inspect_t, key),
+     .help = "only records of entity key K"},
+    {0}};
+
+static const kl__cmd_t inspect_cmd = {
+    .name = SUB,
+    .usage = "-b BOOTSTRAP -t TOPIC [-p P[,P...|all]] [--from POS] [--to POS] "
+             "[--count N] [--key K]",
+    .about =
+        "Prints the records of TOPIC as JSON lines, one per record:\n"
+        "  {\"partition\", \"offset\", \"key\", \"id\", \"type\", "
+        "\"ts\",\n"
+        "   \"payload\" (JSON when it is msgpack, else \"payload_b64\"),\n"
+        "   \"headers\" (the envelope's), \"kafka_headers\" (the record's),\n"
+        "   \"dead_letter\" {reason, error, attempts, origin_topic,\n"
+        "                  origin_partition, origin_offset, "
+        "first_failure_ms,\n"
+        "                  last_failure_ms}: the worker's keylane.dlq.* "
+        "headers,\n"
+        "                  on records of the dead-letter topic}\n"
+        "A record that is not a valid envelope prints its raw key and value "
+        "as\n"
+        "\"key_b64\" and \"value_b64\" with the decoder's \"error\". A key "
+        "that\n"
+        "is not text is printed as \"key_b64\". Reads up to the high "
+        "watermark\n"
+        "at the start; it joins no group and commits nothing.\n",
+    .opts = inspect_opts,
+    .examples =
+        "  keylane inspect -b kafka:9092 -t events --key acct-42\n"
+        "  keylane inspect -b kafka:9092 -t events -p 3 --from 1200 --count "
+        "5\n"
+        "  keylane inspect -b kafka:9092 -t events.dlq | jq .dead_letter\n",
+    .conf = true};
 
 int kl__cmd_inspect(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"bootstrap", required_argument, NULL, 'b'},
-      {"topic", required_argument, NULL, 't'},
-      {"partition", required_argument, NULL, 'p'},
-      {"from", required_argument, NULL, 'f'},
-      {"to", required_argument, NULL, 'T'},
-      {"count", required_argument, NULL, 'n'},
-      {"key", required_argument, NULL, 'k'},
-      {"set", required_argument, NULL, 'X'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0}};
-  kl_inspect_t in = {.conf = kl_conf_new(),
-                     .from = {KL__POS_BEGINNING, 0},
-                     .to = {KL__POS_END, 0}};
-  int c, rc = -1;
-  optind = 1;
-  while (rc < 0 && (c = getopt_long(argc, argv, "b:t:p:X:h", opts, NULL)) != -1)
-    rc = inspect_opt(&in, c);
+  kl_inspect_t in = {.conf = kl_conf_new()};
+  int first;
+  int rc = in.conf
+               ? kl__opts_parse(&inspect_cmd, argc, argv, &in, in.conf, &first)
+               : kl__cli_fail(SUB, "out of memory");
   if (rc < 0) {
-    if (optind < argc)
-      rc = kl__cli_usage(SUB, "unexpected argument \"%s\"", argv[optind]);
-    else if (!kl_conf_get(in.conf, "kafka.bootstrap.servers"))
-      rc = kl__cli_usage(SUB, "-b BOOTSTRAP is required");
-    else if (!in.topic)
-      rc = kl__cli_usage(SUB, "-t TOPIC is required");
-    else if (in.from.kind == KL__POS_WATERMARK)
+    if (in.from.pos.kind == KL__POS_WATERMARK)
       rc = kl__cli_usage(SUB, "--from watermark needs a store; inspect reads "
                               "only the log: use an offset or @TIME");
     else if (in.key && (!*in.key || strlen(in.key) > KL_KEY_MAX))

@@ -1,26 +1,17 @@
 /* keylane ledger: the ledger handler's balances, from one store snapshot. */
 #include <inttypes.h>
 #include <jansson.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "common/strbuf.h"
 #include "keylane/store.h"
 #include "handlers/ledger.h"
 
 #define SUB "ledger"
-
-static const char kl_ledger_usage[] =
-    "usage: keylane ledger --store STORE [--json]\n\n"
-    "Prints KEY<TAB>BALANCE<TAB>LAST_SEQ per key of the ledger handler,\n"
-    "sorted by key, then a totals line; read from one consistent snapshot,\n"
-    "also while workers run. A key's backslash, control bytes and bytes\n"
-    "that are not UTF-8 print as \\\\ and \\xHH (in --json too). A store\n"
-    "that does not exist is an error: this command never creates one.\n\n"
-    "      --store STORE   LMDB directory or postgresql://... URI\n"
-    "      --json          one JSON object: keys, order_violations, balances\n"
-    "  -h, --help          this text\n";
 
 typedef struct kl_ledger_walk {
   json_t *balances; /* NULL: print text */
@@ -105,17 +96,50 @@ int kl__ledger_print(kl_store_t *store, int json) {
   return KL_EXIT_OK;
 }
 
-int kl__cmd_ledger(int argc, char **argv) {
+typedef struct ledger_args {
   const char *location;
-  int json = 0;
-  int rc =
-      kl__cli_store_opts(SUB, argc, argv, kl_ledger_usage, &location, &json);
+  int json;
+} ledger_args_t;
+
+static const kl__opt_t ledger_opts[] = {
+    {.name = "store",
+     .kind = KL__OPT_STRING,
+     .meta = "STORE",
+     .off = offsetof(ledger_args_t, location),
+     .required = "",
+     .help = "LMDB directory or postgresql://... URI"},
+    {.name = "json",
+     .kind = KL__OPT_FLAG,
+     .off = offsetof(ledger_args_t, json),
+     .help = "one JSON object: keys, order_violations, balances"},
+    {0}};
+
+static const kl__cmd_t ledger_cmd = {
+    .name = SUB,
+    .usage = "--store STORE [--json]",
+    .about =
+        "Prints KEY<TAB>BALANCE<TAB>LAST_SEQ per key of the ledger handler,\n"
+        "sorted by key, then a totals line; read from one consistent "
+        "snapshot,\n"
+        "also while workers run. A key's backslash, control bytes and bytes\n"
+        "that are not UTF-8 print as \\\\ and \\xHH (in --json too). A "
+        "store\n"
+        "that does not exist is an error: this command never creates one.\n",
+    .opts = ledger_opts,
+    .examples = "  keylane ledger --store /var/lib/keylane\n"
+                "  keylane ledger --store /var/lib/keylane --json | jq "
+                ".order_violations\n"};
+
+int kl__cmd_ledger(int argc, char **argv) {
+  ledger_args_t a = {0};
+  int first;
+  int rc = kl__opts_parse(&ledger_cmd, argc, argv, &a, NULL, &first);
   if (rc >= 0)
     return rc;
   kl_store_t *store;
-  if (kl__cli_store_existing(SUB, location, &store))
+  if (kl__cli_store_existing(SUB, a.location, &store))
     return KL_EXIT_FAIL;
-  rc = kl__ledger_print(store, json);
+  rc = kl__ledger_print(store, a.json);
   kl_store_destroy(store);
   return rc;
 }

@@ -21,6 +21,8 @@ static const struct {
     {"replay", kl__cmd_replay, "re-apply a range of partitions, once"},
     {"inspect", kl__cmd_inspect, "print a topic's records as JSON lines"},
     {"doctor", kl__cmd_doctor, "check what keylane's guarantees rest on"},
+    {"config", kl__cmd_config,
+     "the configuration keys: type, default, range, what each does"},
     {"help", NULL, "this list"},
 };
 

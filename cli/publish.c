@@ -10,7 +10,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +20,7 @@
 
 #include "event/event_json.h"
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "common/internal.h"
 #include "common/json_msgpack.h"
 #include "keylane/producer.h"
@@ -51,55 +52,6 @@ typedef struct kl_pub {
   long failed;
   int64_t flushed_ns;
 } kl_pub_t;
-
-static void pub_help(void) {
-  printf(
-      "usage: keylane publish -b BOOTSTRAP -t TOPIC [-X prop=value ...]\n"
-      "                       [-p N | --partitions N]\n"
-      "\n"
-      "Reads one JSON object per line from stdin and publishes each as an\n"
-      "event, routed by its key (acks=all, idempotent producer):\n"
-      "\n"
-      "  {\"key\": \"acct-42\", \"type\": \"credit\", \"id\": \"optional\",\n"
-      "   \"payload\": <any JSON>, \"headers\": {\"name\": \"value\"}}\n"
-      "\n"
-      "  key      required, 1..1024 bytes: the entity; decides the partition\n"
-      "  type     required, 1..255 bytes\n"
-      "  id       optional idempotency key, 1..255 bytes; one is made\n"
-      "           (UUIDv7) when it is absent\n"
-      "  payload  any JSON value, stored as its msgpack encoding; or\n"
-      "  payload_b64  raw bytes as base64 (not both; neither: empty)\n"
-      "  headers  optional object of string values, at most 64\n"
-      "\n"
-      "Prints {\"key\",\"id\",\"partition\",\"offset\"} per delivered event, "
-      "in\n"
-      "input order. A bad line (invalid JSON, a missing or unknown field, a\n"
-      "limit exceeded, a line over 2 MiB) stops the run with exit 2 and a\n"
-      "message naming the line, after every line before it was delivered\n"
-      "and printed. An event Kafka did not acknowledge is reported on stderr\n"
-      "and the run exits 1; stdout lists exactly what was delivered.\n"
-      "\n"
-      "flags:\n"
-      "  -b, --bootstrap HOST:PORT[,...]  Kafka brokers (required)\n"
-      "  -t, --topic TOPIC                topic (required)\n"
-      "  -p, --partitions N               refuse to publish unless TOPIC has\n"
-      "                                   N partitions (unlike kcat's -p, not\n"
-      "                                   a partition to write to: keylane\n"
-      "                                   always routes by key)\n"
-      "  -X name=value                    a keylane key (producer.*) or a\n"
-      "                                   librdkafka property, with or "
-      "without\n"
-      "                                   the kafka. prefix; repeatable\n"
-      "  -h, --help                       this text\n"
-      "\n"
-      "examples:\n"
-      "  echo "
-      "'{\"key\":\"acct-1\",\"type\":\"credit\",\"payload\":{\"amount\":5}}' "
-      "|\n"
-      "    keylane publish -b 127.0.0.1:9092 -t events -p 12\n"
-      "  keylane publish -b \"$BOOTSTRAP\" -t events -X linger.ms=20 "
-      "< events.jsonl\n");
-}
 
 /* ---- the ring of entries ---- */
 
@@ -355,71 +307,80 @@ static int pub_run(kl_conf_t *conf, const char *topic) {
 
 /* ---- flags ---- */
 
-static int pub_partitions(kl_conf_t *conf, const char *arg) {
-  int64_t v;
-  if (kl__cli_units(KL_PUB_SUB, "--partitions", arg, KL__UNITS_COUNT, 1, 100000,
-                    &v))
-    return KL_EXIT_USAGE;
-  return kl__cli_conf_set(KL_PUB_SUB, conf, "producer.expect.partitions", arg)
-             ? KL_EXIT_USAGE
-             : KL_EXIT_OK;
-}
+typedef struct pub_args {
+  const char *topic;
+} pub_args_t;
 
-/* @returns KL_EXIT_OK to run, -1 after --help, or a usage exit code. */
-static int pub_parse_flags(int argc, char **argv, kl_conf_t *conf,
-                           const char **topic) {
-  static const struct option opts[] = {
-      {"bootstrap", required_argument, NULL, 'b'},
-      {"topic", required_argument, NULL, 't'},
-      {"partitions", required_argument, NULL, 'p'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0},
-  };
-  int c, bootstrap = 0;
-  while ((c = getopt_long(argc, argv, "b:t:p:X:h", opts, NULL)) != -1) {
-    int bad = 0;
-    if (c == 'h') {
-      pub_help();
-      return -1;
-    } else if (c == 'b') {
-      bad =
-          kl__cli_conf_set(KL_PUB_SUB, conf, "kafka.bootstrap.servers", optarg);
-      bootstrap = 1;
-    } else if (c == 't') {
-      *topic = optarg;
-    } else if (c == 'p') {
-      bad = pub_partitions(conf, optarg);
-    } else if (c == 'X') {
-      bad = kl__cli_conf_x(KL_PUB_SUB, conf, optarg);
-    } else {
-      return kl__cli_usage(KL_PUB_SUB, "unknown flag");
-    }
-    if (bad)
-      return KL_EXIT_USAGE;
-  }
-  if (optind < argc)
-    return kl__cli_usage(KL_PUB_SUB,
-                         "unexpected argument \"%s\": events are "
-                         "read from stdin",
-                         argv[optind]);
-  if (!bootstrap && !kl_conf_get(conf, "kafka.bootstrap.servers"))
-    return kl__cli_usage(KL_PUB_SUB, "-b BOOTSTRAP is required: the Kafka "
-                                     "brokers, HOST:PORT[,HOST:PORT]");
-  if (!*topic || !**topic)
-    return kl__cli_usage(KL_PUB_SUB, "-t TOPIC is required");
-  return KL_EXIT_OK;
-}
+static const kl__opt_t pub_opts[] = {
+    KL__OPT_BOOTSTRAP("the Kafka brokers, HOST:PORT[,HOST:PORT]"),
+    {.name = "topic",
+     .letter = 't',
+     .kind = KL__OPT_STRING,
+     .meta = "TOPIC",
+     .off = offsetof(pub_args_t, topic),
+     .required = "",
+     .help = "the topic"},
+    {.name = "partitions",
+     .letter = 'p',
+     .kind = KL__OPT_COUNT,
+     .min = 1,
+     .max = 100000,
+     .key = "producer.expect.partitions",
+     .shown = "",
+     .help = "refuse to publish unless TOPIC has N partitions (unlike "
+             "kcat's -p, not a partition to write to: keylane always routes "
+             "by key)"},
+    {0}};
+
+static const kl__cmd_t pub_cmd = {
+    .name = KL_PUB_SUB,
+    .usage = "-b BOOTSTRAP -t TOPIC [-X NAME=VALUE ...] [-p N]",
+    .no_args = "events are read from stdin",
+    .about =
+        "Reads one JSON object per line from stdin and publishes each as an\n"
+        "event, routed by its key (acks=all, idempotent producer):\n"
+        "\n"
+        "  {\"key\": \"acct-42\", \"type\": \"credit\", \"id\": "
+        "\"optional\",\n"
+        "   \"payload\": <any JSON>, \"headers\": {\"name\": \"value\"}}\n"
+        "\n"
+        "  key      required, 1..1024 bytes: the entity; decides the "
+        "partition\n"
+        "  type     required, 1..255 bytes\n"
+        "  id       optional idempotency key, 1..255 bytes; one is made\n"
+        "           (UUIDv7) when it is absent\n"
+        "  payload  any JSON value, stored as its msgpack encoding; or\n"
+        "  payload_b64  raw bytes as base64 (not both; neither: empty)\n"
+        "  headers  optional object of string values, at most 64\n"
+        "\n"
+        "Prints {\"key\",\"id\",\"partition\",\"offset\"} per delivered "
+        "event, in\n"
+        "input order. A bad line (invalid JSON, a missing or unknown field, "
+        "a\n"
+        "limit exceeded, a line over 2 MiB) stops the run with exit 2 and a\n"
+        "message naming the line, after every line before it was delivered\n"
+        "and printed. An event Kafka did not acknowledge is reported on "
+        "stderr\n"
+        "and the run exits 1; stdout lists exactly what was delivered.\n",
+    .opts = pub_opts,
+    .examples =
+        "  echo "
+        "'{\"key\":\"acct-1\",\"type\":\"credit\",\"payload\":{\"amount\":5}}' "
+        "|\n"
+        "    keylane publish -b 127.0.0.1:9092 -t events -p 12\n"
+        "  keylane publish -b \"$BOOTSTRAP\" -t events -X linger.ms=20 "
+        "< events.jsonl\n",
+    .conf = true};
 
 int kl__cmd_publish(int argc, char **argv) {
   kl_conf_t *conf = kl_conf_new();
   if (!conf)
     return kl__cli_fail(KL_PUB_SUB, "out of memory");
-  const char *topic = NULL;
-  int rc = pub_parse_flags(argc, argv, conf, &topic);
-  if (rc == KL_EXIT_OK)
-    rc = pub_run(conf, topic);
-  else if (rc < 0)
-    rc = KL_EXIT_OK;
+  pub_args_t a = {0};
+  int first;
+  int rc = kl__opts_parse(&pub_cmd, argc, argv, &a, conf, &first);
+  if (rc < 0)
+    rc = pub_run(conf, a.topic);
   kl_conf_destroy(conf);
   return rc;
 }

@@ -4,7 +4,7 @@
  */
 #include "cli/replay.h"
 
-#include <getopt.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "common/internal.h"
 #include "common/log.h"
 #include "common/progress.h"
@@ -20,208 +21,144 @@
 #include "worker/redrive.h"
 #include "worker/replay.h"
 
-static const char kl_replay_usage[] =
-    "usage: keylane replay -b BOOTSTRAP -t TOPIC -p P[,P...|all]\n"
-    "                      --from POS [--to POS] --store STORE --handler H\n"
-    "                      [--dry-run] [--json] [options]\n\n"
-    "Reads a range of partitions again and applies it through the worker's\n"
-    "own batch path: events at or above the store's watermark whose\n"
-    "idempotency key is new run the handler, once; the others are skipped\n"
-    "and counted (below the watermark: skipped_applied; key seen:\n"
-    "skipped_duplicate). Replaying a range that was applied applies 0.\n"
-    "A record the handler refuses is recorded as a dead letter when the\n"
-    "fleet dead-lettered it (it is in TOPIC.dlq: dead_letter), else the\n"
-    "partition stops there (failed) and says where to resume.\n\n"
-    "Beside a live fleet: replay takes each partition by epoch, as a new\n"
-    "owner does, so the worker that owned it is fenced (it commits nothing\n"
-    "more of the partition until replay has left it alone for\n"
-    "worker.fenced.retake.ms, default 30 s, or the group moves it; then it\n"
-    "resumes from the watermark replay left). A worker that takes a\n"
-    "partition back while replay runs fences the replay of that partition\n"
-    "instead. While replay works it writes a heartbeat into each partition\n"
-    "it holds, every third of worker.fenced.retake.ms (at most 1 s; pass\n"
-    "the fleet's with -X), so a slow handler is not taken for a replay\n"
-    "that went away; one paused that long is taken back, and its late\n"
-    "commit refused. No event applies twice.\n"
-    "--dry-run takes no epoch and commits nothing: it fences nobody and\n"
-    "leaves the store byte-identical. It never runs an exec: or so: handler\n"
-    "(it may act outside the store: files, HTTP calls, its own database):\n"
-    "events that would run it count as applied, and whether the handler\n"
-    "would accept them is not known (JSON: \"handler_run\": false). The\n"
-    "built-in handlers, whose only effects are in the store, do run.\n\n"
-    "  -b, --bootstrap HOST:PORT   Kafka bootstrap servers\n"
-    "  -t, --topic TOPIC           topic to replay\n"
-    "  -p, --partition LIST        partitions: 0,2,5-7 or all\n"
-    "      --from POS              first offset: N, beginning, watermark (the\n"
-    "                              store's), @MS, @2024-05-01T12:00:00Z, @-2h\n"
-    "      --to POS                stop before: N, @TIME, or end (default:\n"
-    "                              the high watermark when replay starts)\n"
-    "      --store STORE           LMDB directory or postgresql://... URI\n"
-    "                              of an existing store (none is created)\n"
-    "      --handler HANDLER       ledger | inventory | so:PATH[:SYMBOL] |\n"
-    "                              exec:COMMAND\n"
-    "      --dry-run               report what would apply and be skipped;\n"
-    "                              change nothing, run no exec:/so: handler\n"
-    "      --allow-gap             start above the store's watermark on\n"
-    "                              purpose (the events between are skipped\n"
-    "                              for good); refused without it\n"
-    "      --json                  print one JSON object\n"
-    "      --batch-max N           events per store commit (default 1000;\n"
-    "                              a dry run's window, default 100000)\n"
-    "      --partitions N          refuse unless TOPIC has N partitions\n"
-    "      --no-progress           no progress on stderr\n"
-    "  -X, --set NAME=VALUE        keylane or librdkafka (kafka.NAME) setting\n"
-    "  -h, --help                  this text\n\n"
-    "Dead-letter redrive:\n"
-    "  keylane replay -b BOOTSTRAP --from-dlq TOPIC.dlq [--reason R]\n"
-    "                 [--key K] --store STORE --handler H [--dry-run]\n"
-    "      --from-dlq TOPIC.dlq    send the dead letters back through the\n"
-    "                              handler, with their original ids, each\n"
-    "                              into its origin partition (taken by\n"
-    "                              epoch); each applies at most once: its id\n"
-    "                              is then recorded as applied\n"
-    "      --reason R              only letters of reason R (decode,\n"
-    "                              handler_fail, max_attempts)\n"
-    "      --key K                 only letters of entity key K\n"
-    "  With it, -t names the origin topic (default: TOPIC), and --from and\n"
-    "  --to are positions in TOPIC.dlq (default: all of it). Each letter's\n"
-    "  outcome is printed: applied, duplicate (applied before), failed (it\n"
-    "  stays a dead letter), pending (its owner has not passed it yet).\n\n"
-    "Progress (events, rate, ETA per partition) is drawn on stderr when it\n"
-    "is a terminal, else a line every 5 s (KEYLANE_PROGRESS_INTERVAL_MS).\n"
-    "Ctrl-C stops after the batch in flight and prints, per partition, the\n"
-    "offset to resume from. Exit 0 when every partition was read to its end,\n"
-    "1 when one stopped, was fenced or failed, 2 for bad usage.\n\n"
-    "examples:\n"
-    "  # what would a re-run of partition 3 since this morning apply?\n"
-    "  keylane replay -b kafka:9092 -t events -p 3 \\\n"
-    "      --from @2024-05-01T06:00:00Z --store /var/lib/keylane \\\n"
-    "      --handler ledger --dry-run\n"
-    "  # apply whatever the fleet has not applied yet, all partitions\n"
-    "  keylane replay -b kafka:9092 -t events -p all --from watermark \\\n"
-    "      --store /var/lib/keylane --handler ledger --json\n"
-    "  # after fixing the handler: redrive what it failed\n"
-    "  keylane replay -b kafka:9092 --from-dlq events.dlq \\\n"
-    "      --reason handler_fail --store /var/lib/keylane --handler ledger\n";
+static const kl__opt_t replay_opts[] = {
+    KL__OPT_BOOTSTRAP(NULL),
+    {.name = "topic",
+     .letter = 't',
+     .kind = KL__OPT_STRING,
+     .meta = "TOPIC",
+     .off = offsetof(kl__replay_args_t, opts.topic),
+     .help = "topic to replay"},
+    {.name = "partition",
+     .letter = 'p',
+     .kind = KL__OPT_LIST,
+     .off = offsetof(kl__replay_args_t, opts.partitions),
+     .help = "partitions: 0,2,5-7 or all"},
+    {.name = "from",
+     .meta = "POS",
+     .parse = kl__cli_pos_parse,
+     .off = offsetof(kl__replay_args_t, from),
+     .help = "first offset: N, beginning, watermark (the store's), @MS, "
+             "@2024-05-01T12:00:00Z, @-2h"},
+    {.name = "store",
+     .kind = KL__OPT_STRING,
+     .meta = "STORE",
+     .off = offsetof(kl__replay_args_t, location),
+     .help = "LMDB directory or postgresql://... URI of an existing store "
+             "(none is created)"},
+    {.name = "handler",
+     .kind = KL__OPT_STRING,
+     .meta = "HANDLER",
+     .off = offsetof(kl__replay_args_t, handler),
+     .help = "ledger | inventory | so:PATH[:SYMBOL] | exec:COMMAND"},
+    {.name = "dry-run",
+     .kind = KL__OPT_FLAG,
+     .off = offsetof(kl__replay_args_t, opts.dry_run),
+     .help = "report what would apply and be skipped; change nothing, run "
+             "no exec:/so: handler"},
+    {.name = "allow-gap",
+     .kind = KL__OPT_FLAG,
+     .off = offsetof(kl__replay_args_t, opts.allow_gap),
+     .help = "start above the store's watermark on purpose (the events "
+             "between are skipped for good); refused without it"},
+    KL__REPLAY_OPTS_SHARED,
+    {.kind = KL__OPT_TEXT, .help = "Dead-letter redrive (the second usage):\n"},
+    {.name = "from-dlq",
+     .kind = KL__OPT_STRING,
+     .meta = "TOPIC.dlq",
+     .off = offsetof(kl__replay_args_t, dlq),
+     .help = "send the dead letters back through the handler, with their "
+             "original ids, each into its origin partition (taken by "
+             "epoch); each applies at most once: its id is then recorded as "
+             "applied"},
+    {.name = "reason",
+     .kind = KL__OPT_STRING,
+     .meta = "R",
+     .off = offsetof(kl__replay_args_t, reason),
+     .help = "only letters of reason R (decode, handler_fail, "
+             "max_attempts)"},
+    {.name = "key",
+     .kind = KL__OPT_STRING,
+     .meta = "K",
+     .off = offsetof(kl__replay_args_t, key),
+     .help = "only letters of entity key K"},
+    {.kind = KL__OPT_TEXT,
+     .help = "With it, -t names the origin topic (default: TOPIC), and "
+             "--from and\n"
+             "--to are positions in TOPIC.dlq (default: all of it). Each "
+             "letter's\n"
+             "outcome is printed: applied, duplicate (applied before), "
+             "failed (it\n"
+             "stays a dead letter), pending (its owner has not passed it "
+             "yet).\n"},
+    {0}};
 
-typedef struct kl_rargs {
-  kl_conf_t *conf;
-  kl__replay_opts_t opts;
-  const char *location, *handler;
-  int json, progress;
-  int from_set;
-  const char *dlq, *reason, *key; /* --from-dlq: a redrive */
-} kl_rargs_t;
+static const kl__cmd_t replay_cmd = {
+    .name = "replay",
+    .usage = "-b BOOTSTRAP -t TOPIC -p P[,P...|all] --from POS [--to POS] "
+             "--store STORE --handler H [--dry-run] [--json] [options]\n"
+             "-b BOOTSTRAP --from-dlq TOPIC.dlq [--reason R] [--key K] "
+             "--store STORE --handler H [--dry-run]",
+    .about =
+        "Reads a range of partitions again and applies it through the "
+        "worker's\n"
+        "own batch path: events at or above the store's watermark whose\n"
+        "idempotency key is new run the handler, once; the others are "
+        "skipped\n"
+        "and counted (below the watermark: skipped_applied; key seen:\n"
+        "skipped_duplicate). Replaying a range that was applied applies 0.\n"
+        "A record the handler refuses is recorded as a dead letter when the\n"
+        "fleet dead-lettered it (it is in TOPIC.dlq: dead_letter), else the\n"
+        "partition stops there (failed) and says where to resume.\n\n"
+        "Beside a live fleet: replay takes each partition by epoch, as a new\n"
+        "owner does, so the worker that owned it is fenced (it commits "
+        "nothing\n"
+        "more of the partition until replay has left it alone for\n"
+        "worker.fenced.retake.ms, default 30 s, or the group moves it; then "
+        "it\n"
+        "resumes from the watermark replay left). A worker that takes a\n"
+        "partition back while replay runs fences the replay of that "
+        "partition\n"
+        "instead. While replay works it writes a heartbeat into each "
+        "partition\n"
+        "it holds, every third of worker.fenced.retake.ms (at most 1 s; pass\n"
+        "the fleet's with -X), so a slow handler is not taken for a replay\n"
+        "that went away; one paused that long is taken back, and its late\n"
+        "commit refused. No event applies twice.\n"
+        "--dry-run takes no epoch and commits nothing: it fences nobody and\n"
+        "leaves the store byte-identical. It never runs an exec: or so: "
+        "handler\n"
+        "(it may act outside the store: files, HTTP calls, its own "
+        "database):\n"
+        "events that would run it count as applied, and whether the handler\n"
+        "would accept them is not known (JSON: \"handler_run\": false). The\n"
+        "built-in handlers, whose only effects are in the store, do run.\n",
+    .opts = replay_opts,
+    .notes =
+        "Progress (events, rate, ETA per partition) is drawn on stderr when "
+        "it\n"
+        "is a terminal, else a line every 5 s (KEYLANE_PROGRESS_INTERVAL_MS).\n"
+        "Ctrl-C stops after the batch in flight and prints, per partition, "
+        "the\n"
+        "offset to resume from. Exit 0 when every partition was read to its "
+        "end,\n"
+        "1 when one stopped, was fenced or failed, 2 for bad usage.\n",
+    .examples =
+        "  # what would a re-run of partition 3 since this morning apply?\n"
+        "  keylane replay -b kafka:9092 -t events -p 3 \\\n"
+        "      --from @2024-05-01T06:00:00Z --store /var/lib/keylane \\\n"
+        "      --handler ledger --dry-run\n"
+        "  # apply whatever the fleet has not applied yet, all partitions\n"
+        "  keylane replay -b kafka:9092 -t events -p all --from watermark \\\n"
+        "      --store /var/lib/keylane --handler ledger --json\n"
+        "  # after fixing the handler: redrive what it failed\n"
+        "  keylane replay -b kafka:9092 --from-dlq events.dlq \\\n"
+        "      --reason handler_fail --store /var/lib/keylane --handler "
+        "ledger\n",
+    .conf = true};
 
-enum {
-  KL_OPT_FROM = 256,
-  KL_OPT_TO,
-  KL_OPT_STORE,
-  KL_OPT_HANDLER,
-  KL_OPT_DRY,
-  KL_OPT_GAP,
-  KL_OPT_JSON,
-  KL_OPT_BATCH,
-  KL_OPT_EXPECT,
-  KL_OPT_NOPROG,
-  KL_OPT_DLQ,
-  KL_OPT_REASON,
-  KL_OPT_KEY,
-};
-
-static int parse_pos(const char *sub, const char *opt, const char *text,
-                     kl__pos_t *pos) {
-  if (kl__pos_parse(text, kl__now_ms(), pos) != KL_OK) {
-    kl__cli_usage(sub, "%s: %s", opt, kl_err_detail());
-    return -1;
-  }
-  return 0;
-}
-
-static int parse_batch(const char *sub, const char *text, size_t *out) {
-  int64_t v;
-  if (kl__cli_units(sub, "--batch-max", text, KL__UNITS_COUNT, 1, 1000000, &v))
-    return -1;
-  *out = (size_t)v;
-  return 0;
-}
-
-/* One option; returns -1 to stop with rc set, 0 to go on. */
-static int replay_opt(const char *sub, const char *usage, int c, kl_rargs_t *a,
-                      int *rc) {
-  int bad = 0;
-  switch (c) {
-  case 'b':
-    bad = kl__cli_conf_set(sub, a->conf, "kafka.bootstrap.servers", optarg);
-    break;
-  case 't':
-    a->opts.topic = optarg;
-    break;
-  case 'p':
-    a->opts.partitions = optarg;
-    break;
-  case KL_OPT_FROM:
-    bad = parse_pos(sub, "--from", optarg, &a->opts.from);
-    a->from_set = 1;
-    break;
-  case KL_OPT_TO:
-    bad = parse_pos(sub, "--to", optarg, &a->opts.to);
-    break;
-  case KL_OPT_STORE:
-    a->location = optarg;
-    break;
-  case KL_OPT_HANDLER:
-    a->handler = optarg;
-    break;
-  case KL_OPT_DRY:
-    a->opts.dry_run = 1;
-    break;
-  case KL_OPT_GAP:
-    a->opts.allow_gap = 1;
-    break;
-  case KL_OPT_JSON:
-    a->json = 1;
-    break;
-  case KL_OPT_BATCH:
-    bad = parse_batch(sub, optarg, &a->opts.batch_max);
-    break;
-  case KL_OPT_EXPECT:
-    bad = kl__cli_conf_set(sub, a->conf, "worker.expect.partitions", optarg);
-    break;
-  case KL_OPT_NOPROG:
-    a->progress = 0;
-    break;
-  case KL_OPT_DLQ:
-    a->dlq = optarg;
-    break;
-  case KL_OPT_REASON:
-    a->reason = optarg;
-    break;
-  case KL_OPT_KEY:
-    a->key = optarg;
-    break;
-  case 'X':
-    bad = kl__cli_conf_x(sub, a->conf, optarg);
-    break;
-  case 'h':
-    fputs(usage, stdout);
-    *rc = KL_EXIT_OK;
-    return -1;
-  default:
-    *rc = kl__cli_usage(sub, "unknown option");
-    return -1;
-  }
-  if (bad) {
-    *rc = KL_EXIT_USAGE;
-    return -1;
-  }
-  return 0;
-}
-
-static int replay_check(const char *sub, const kl_rargs_t *a, int rebuild) {
-  if (rebuild && a->dlq)
-    return kl__cli_usage(sub, "--from-dlq is keylane replay's: a rebuild "
-                              "reads the topic itself");
+static int replay_check(const char *sub, const kl__replay_args_t *a,
+                        int rebuild) {
   if ((a->reason || a->key) && !a->dlq)
     return kl__cli_usage(sub, "--reason and --key select dead letters: they "
                               "need --from-dlq TOPIC.dlq");
@@ -242,7 +179,7 @@ static int replay_check(const char *sub, const kl_rargs_t *a, int rebuild) {
   if (!rebuild && !a->opts.partitions)
     return kl__cli_usage(sub, "-p is required: name the partitions "
                               "(-p 0,3 or -p all)");
-  if (!rebuild && !a->from_set)
+  if (!rebuild && !a->from.given)
     return kl__cli_usage(sub, "--from is required: an offset, beginning, "
                               "watermark or @TIME");
   if (!a->location)
@@ -440,7 +377,7 @@ static void print_notes(const char *sub, const kl__replay_t *replay) {
             sub);
 }
 
-static int replay_exec(const char *sub, kl_rargs_t *a) {
+static int replay_exec(const char *sub, kl__replay_args_t *a) {
   kl_handler_ref_t handler;
   if (kl__handler_resolve(a->handler, &handler))
     return kl__cli_usage(sub, "%s", kl_err_detail());
@@ -463,7 +400,7 @@ static int replay_exec(const char *sub, kl_rargs_t *a) {
   kl__replay_t *replay = NULL;
   kl__progress_t *progress = NULL;
   kl_err_t err = kl__replay_new(&a->opts, &replay);
-  if (!err && a->progress) {
+  if (!err && !a->no_progress) {
     size_t n;
     kl__replay_parts(replay, &n);
     progress = progress_new(sub, n);
@@ -497,39 +434,17 @@ static int replay_exec(const char *sub, kl_rargs_t *a) {
   return rc;
 }
 
-int kl__replay_cli(const char *sub, const char *usage, int argc, char **argv,
-                   int rebuild) {
-  static const struct option opts[] = {
-      {"bootstrap", required_argument, NULL, 'b'},
-      {"topic", required_argument, NULL, 't'},
-      {"partition", required_argument, NULL, 'p'},
-      {"from", required_argument, NULL, KL_OPT_FROM},
-      {"to", required_argument, NULL, KL_OPT_TO},
-      {"store", required_argument, NULL, KL_OPT_STORE},
-      {"handler", required_argument, NULL, KL_OPT_HANDLER},
-      {"dry-run", no_argument, NULL, KL_OPT_DRY},
-      {"allow-gap", no_argument, NULL, KL_OPT_GAP},
-      {"json", no_argument, NULL, KL_OPT_JSON},
-      {"batch-max", required_argument, NULL, KL_OPT_BATCH},
-      {"partitions", required_argument, NULL, KL_OPT_EXPECT},
-      {"no-progress", no_argument, NULL, KL_OPT_NOPROG},
-      {"from-dlq", required_argument, NULL, KL_OPT_DLQ},
-      {"reason", required_argument, NULL, KL_OPT_REASON},
-      {"key", required_argument, NULL, KL_OPT_KEY},
-      {"set", required_argument, NULL, 'X'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0}};
-  kl_rargs_t a = {.conf = kl_conf_new(), .progress = 1};
-  a.opts.from = (kl__pos_t){KL__POS_BEGINNING, 0};
-  a.opts.to = (kl__pos_t){KL__POS_END, 0};
+int kl__replay_cli(const kl__cmd_t *cmd, int argc, char **argv, int rebuild) {
+  const char *sub = cmd->name;
+  kl__replay_args_t a = {.conf = kl_conf_new()};
+  int first;
+  int rc = a.conf ? kl__opts_parse(cmd, argc, argv, &a, a.conf, &first)
+                  : kl__cli_fail(sub, "out of memory");
+  a.opts.from = a.from.given ? a.from.pos : (kl__pos_t){KL__POS_BEGINNING, 0};
+  a.opts.to = a.to.given ? a.to.pos : (kl__pos_t){KL__POS_END, 0};
+  a.opts.batch_max = (size_t)a.batch_max;
   a.opts.rebuild = rebuild;
-  int c, rc = -1;
-  optind = 1;
-  while (rc < 0 && (c = getopt_long(argc, argv, "b:t:p:X:h", opts, NULL)) != -1)
-    if (replay_opt(sub, usage, c, &a, &rc) < 0)
-      break;
-  if (rc < 0 && optind < argc)
-    rc = kl__cli_usage(sub, "unexpected argument \"%s\"", argv[optind]);
+
   if (rc < 0)
     rc = replay_check(sub, &a, rebuild);
   if (rc < 0 && a.dlq) {
@@ -553,5 +468,5 @@ int kl__replay_cli(const char *sub, const char *usage, int argc, char **argv,
 }
 
 int kl__cmd_replay(int argc, char **argv) {
-  return kl__replay_cli("replay", kl_replay_usage, argc, argv, 0);
+  return kl__replay_cli(&replay_cmd, argc, argv, 0);
 }

@@ -3,15 +3,60 @@
 #ifndef KEYLANE_WORKER_CLI_REPLAY_H
 #define KEYLANE_WORKER_CLI_REPLAY_H
 
+#include <stddef.h>
+
+#include "cli/cli.h"
+#include "worker/replay.h"
+
+/** The options of `keylane replay` and `keylane store rebuild`. */
+typedef struct kl__replay_args {
+  kl_conf_t *conf;
+  kl__replay_opts_t opts; /* topic, partitions, dry_run, allow_gap */
+  const char *location, *handler;
+  kl__cli_pos_t from, to;
+  int64_t batch_max; /* 0: the engine's */
+  int json, no_progress;
+  const char *dlq, *reason, *key; /* --from-dlq: a redrive */
+} kl__replay_args_t;
+
+/* The options both commands take, with the same meaning. */
+#define KL__REPLAY_OPTS_SHARED                                                 \
+  {.name = "to",                                                               \
+   .meta = "POS",                                                              \
+   .parse = kl__cli_pos_parse,                                                 \
+   .off = offsetof(kl__replay_args_t, to),                                     \
+   .shown = "end, the high watermark at the start",                            \
+   .help = "stop before: N, @TIME or end"},                                    \
+      {.name = "batch-max",                                                    \
+       .kind = KL__OPT_COUNT,                                                  \
+       .min = 1,                                                               \
+       .max = 1000000,                                                         \
+       .off = offsetof(kl__replay_args_t, batch_max),                          \
+       .shown = "1000; a dry run's window: 100000",                            \
+       .help = "events per store commit"},                                     \
+      {.name = "json",                                                         \
+       .kind = KL__OPT_FLAG,                                                   \
+       .off = offsetof(kl__replay_args_t, json),                               \
+       .help = "print one JSON object"},                                       \
+      {.name = "partitions",                                                   \
+       .key = "worker.expect.partitions",                                      \
+       .shown = "",                                                            \
+       .help = "refuse unless TOPIC has N partitions"},                        \
+  {                                                                            \
+    .name = "no-progress", .kind = KL__OPT_FLAG,                               \
+    .off = offsetof(kl__replay_args_t, no_progress),                           \
+    .help = "no progress on stderr"                                            \
+  }
+
 /**
  * Parses the options of a replay (@p rebuild 0) or a rebuild (1: every
- * partition from its earliest retained offset into an empty store), runs
- * it with a progress bar on stderr, and prints the report: a table, or one
- * JSON object with --json. @p usage is printed for --help.
+ * partition from its earliest retained offset into an empty store) by
+ * @p cmd, whose options fill a kl__replay_args_t, runs it with a progress
+ * bar on stderr, and prints the report: a table, or one JSON object with
+ * --json.
  * @returns the exit code: 0 when every partition was read to its end.
  */
-int kl__replay_cli(const char *sub, const char *usage, int argc, char **argv,
-                   int rebuild);
+int kl__replay_cli(const kl__cmd_t *cmd, int argc, char **argv, int rebuild);
 
 /**
  * Redrives the dead letters @p opts selects (its store, handler and stop

@@ -4,46 +4,46 @@
  * worker owns account 42?" without publishing anything.
  */
 #include <errno.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "keylane/event.h"
 #include "keylane/producer.h"
 
 #define KL_ROUTE_SUB "route"
 
-static void route_help(void) {
-  printf(
-      "usage: keylane route --partitions N [KEY...]\n"
-      "\n"
-      "Prints KEY<TAB>PARTITION for each key, in input order: the partition\n"
-      "keylane's producer and the Java client's default partitioner pick,\n"
-      "(murmur2(key) & 0x7fffffff) %% N.\n"
-      "With no KEY arguments, reads keys from stdin, one per line (the\n"
-      "newline is not part of the key; a carriage return is).\n"
-      "\n"
-      "flags:\n"
-      "  --partitions N   the topic's partition count (1..100000), required\n"
-      "  -h, --help       this text\n"
-      "\n"
-      "A key is 1..%d bytes; an empty or longer key stops the run with\n"
-      "exit 2 after the keys before it were printed.\n"
-      "\n"
-      "examples:\n"
-      "  keylane route --partitions 12 account-42 account-43\n"
-      "  cut -f1 accounts.tsv | keylane route --partitions 12\n",
-      KL_KEY_MAX);
-}
+typedef struct route_args {
+  int64_t partitions;
+} route_args_t;
 
-static int route_parse_partitions(const char *arg, int32_t *out) {
-  int64_t v = 0;
-  int rc = kl__cli_units(KL_ROUTE_SUB, "--partitions", arg, KL__UNITS_COUNT, 1,
-                         100000, &v);
-  *out = rc ? *out : (int32_t)v;
-  return rc;
-}
+static const kl__opt_t route_opts[] = {
+    {.name = "partitions",
+     .kind = KL__OPT_COUNT,
+     .min = 1,
+     .max = 100000,
+     .off = offsetof(route_args_t, partitions),
+     .required = "pass the topic's partition count",
+     .help = "the topic's partition count"},
+    {0}};
+
+_Static_assert(KL_KEY_MAX == 1024, "route_cmd's notes give the key limit");
+static const kl__cmd_t route_cmd = {
+    .name = KL_ROUTE_SUB,
+    .args = "[KEY...]",
+    .about =
+        "Prints KEY<TAB>PARTITION for each key, in input order: the partition\n"
+        "keylane's producer and the Java client's default partitioner pick,\n"
+        "(murmur2(key) & 0x7fffffff) % N.\n"
+        "With no KEY arguments, reads keys from stdin, one per line (the\n"
+        "newline is not part of the key; a carriage return is).\n",
+    .opts = route_opts,
+    .notes = "A key is 1..1024 bytes; an empty or longer key stops the run "
+             "with\nexit 2 after the keys before it were printed.\n",
+    .examples = "  keylane route --partitions 12 account-42 account-43\n"
+                "  cut -f1 accounts.tsv | keylane route --partitions 12\n"};
 
 static void route_print(const char *key, size_t len, int32_t partitions) {
   fwrite(key, 1, len, stdout);
@@ -98,28 +98,14 @@ static int route_stdin(int32_t partitions) {
 }
 
 int kl__cmd_route(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"partitions", required_argument, NULL, 'n'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0},
-  };
-  int32_t partitions = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (c == 'h') {
-      route_help();
-      return KL_EXIT_OK;
-    }
-    if (c != 'n')
-      return kl__cli_usage(KL_ROUTE_SUB, "unknown flag");
-    if (route_parse_partitions(optarg, &partitions) != KL_EXIT_OK)
-      return KL_EXIT_USAGE;
-  }
-  if (partitions == 0)
-    return kl__cli_usage(KL_ROUTE_SUB, "--partitions N is required: pass the "
-                                       "topic's partition count");
-  int rc = optind < argc ? route_args(argv + optind, argc - optind, partitions)
-                         : route_stdin(partitions);
+  route_args_t a = {0};
+  int first;
+  int rc = kl__opts_parse(&route_cmd, argc, argv, &a, NULL, &first);
+  if (rc >= 0)
+    return rc;
+  int32_t partitions = (int32_t)a.partitions;
+  rc = first < argc ? route_args(argv + first, argc - first, partitions)
+                    : route_stdin(partitions);
   if (fflush(stdout) != 0 && rc == KL_EXIT_OK)
     rc = kl__cli_fail(KL_ROUTE_SUB, "writing stdout: %s", strerror(errno));
   return rc;

@@ -3,7 +3,7 @@
  * consistent snapshots, also while workers commit. Nothing is written.
  */
 #include <errno.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,58 +14,13 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "common/internal.h"
 #include "common/json_msgpack.h"
 #include "keylane/store.h"
 #include "cli/store.h"
 #include "handlers/ledger.h"
 #include "store/store_internal.h"
-
-static const char kl_stats_usage[] =
-    "usage: keylane store stats --store STORE [-t TOPIC] [--json]\n\n"
-    "Per partition: owner epoch, watermark (next offset to apply) and the\n"
-    "applied, duplicate and dead-letter counters. Idempotency keys: how\n"
-    "many, by mark, and the oldest and newest (their age tells whether\n"
-    "store.dedup.retention sweeps keep up). Handler keys, and the size on\n"
-    "disk (LMDB: the data file, allocated and in use, and the map size).\n\n"
-    "      --store STORE   LMDB directory or postgresql://... URI\n"
-    "  -t, --topic TOPIC   only this topic's partitions\n"
-    "      --json          one JSON object\n"
-    "  -h, --help          this text\n\n"
-    "examples:\n"
-    "  keylane store stats --store /var/lib/keylane\n"
-    "  keylane store stats --store /var/lib/keylane --json | jq .ids\n";
-
-static const char kl_keys_usage[] =
-    "usage: keylane store keys --store STORE [--prefix P] [--limit N]\n"
-    "                          [--json]\n\n"
-    "Lists the handlers' keys in key order, one per line (a key that is not\n"
-    "printable text is shown as b64:BASE64). With --json, one JSON line per\n"
-    "key: {\"key\": ..., \"value_len\": N} (key_b64 for binary keys).\n\n"
-    "      --store STORE   LMDB directory or postgresql://... URI\n"
-    "      --prefix P      only keys starting with P (ledger/ for balances)\n"
-    "      --limit N       at most N keys\n"
-    "      --json          JSON lines\n"
-    "  -h, --help          this text\n\n"
-    "examples:\n"
-    "  keylane store keys --store /var/lib/keylane --prefix ledger/acct-00\n";
-
-static const char kl_get_usage[] =
-    "usage: keylane store get KEY --store STORE [--json]\n"
-    "       keylane store get --id ID --store STORE [--json]\n\n"
-    "Prints one handler key's record: its value decoded when it can be (a\n"
-    "ledger entry's balance, last seq and order violations; msgpack as\n"
-    "JSON; text), else as base64. With --id, looks up an idempotency key\n"
-    "instead: how it was recorded (applied or dead_letter) and when; that\n"
-    "reads every key, so it is slow on a large store. Exit 1 when absent.\n\n"
-    "      --store STORE   LMDB directory or postgresql://... URI\n"
-    "      --id            KEY is an idempotency key (an event's id)\n"
-    "      --json          one JSON object\n"
-    "  -h, --help          this text\n\n"
-    "examples:\n"
-    "  keylane store get ledger/acct-0042 --store /var/lib/keylane\n"
-    "  keylane store get --id 0190f6a2-8d1c-7c3e-9a4b-2f5e6d7c8b9a \\\n"
-    "      --store /var/lib/keylane --json\n";
 
 static int is_pg(const char *location) {
   return strncmp(location, "postgresql://", 13) == 0 ||
@@ -442,92 +397,133 @@ static int get_run(const char *location, const char *key, int by_id, int json) {
 
 typedef struct kl_sargs {
   const char *location, *topic, *prefix;
-  uint64_t limit;
+  int64_t limit;
   int json, by_id;
 } kl_sargs_t;
 
-/* Parses the options the three actions share; -1 to go on. */
-static int store_args(const char *sub, const char *usage, int argc, char **argv,
-                      kl_sargs_t *a) {
-  static const struct option opts[] = {{"store", required_argument, NULL, 's'},
-                                       {"topic", required_argument, NULL, 't'},
-                                       {"prefix", required_argument, NULL, 'P'},
-                                       {"limit", required_argument, NULL, 'L'},
-                                       {"id", no_argument, NULL, 'I'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {NULL, 0, NULL, 0}};
-  int c;
-  int64_t limit;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "t:h", opts, NULL)) != -1) {
-    switch (c) {
-    case 's':
-      a->location = optarg;
-      break;
-    case 't':
-      a->topic = optarg;
-      break;
-    case 'P':
-      a->prefix = optarg;
-      break;
-    case 'I':
-      a->by_id = 1;
-      break;
-    case 'j':
-      a->json = 1;
-      break;
-    case 'L':
-      if (kl__cli_units(sub, "--limit", optarg, KL__UNITS_COUNT, 1, INT64_MAX,
-                        &limit))
-        return KL_EXIT_USAGE;
-      a->limit = (uint64_t)limit;
-      break;
-    case 'h':
-      fputs(usage, stdout);
-      return KL_EXIT_OK;
-    default:
-      return kl__cli_usage(sub, "unknown option");
-    }
+#define KL_STORE_OPT                                                           \
+  {                                                                            \
+    .name = "store", .kind = KL__OPT_STRING, .meta = "STORE",                  \
+    .off = offsetof(kl_sargs_t, location), .required = "",                     \
+    .help = "LMDB directory or postgresql://... URI"                           \
   }
-  if (!a->location)
-    return kl__cli_usage(sub, "--store STORE is required");
-  return -1;
-}
+#define KL_JSON_OPT(what)                                                      \
+  {                                                                            \
+    .name = "json", .kind = KL__OPT_FLAG, .off = offsetof(kl_sargs_t, json),   \
+    .help = (what)                                                             \
+  }
+
+static const kl__opt_t stats_opts[] = {KL_STORE_OPT,
+                                       {.name = "topic",
+                                        .letter = 't',
+                                        .kind = KL__OPT_STRING,
+                                        .meta = "TOPIC",
+                                        .off = offsetof(kl_sargs_t, topic),
+                                        .help = "only this topic's partitions"},
+                                       KL_JSON_OPT("one JSON object"),
+                                       {0}};
+
+static const kl__cmd_t stats_cmd = {
+    .name = "store stats",
+    .usage = "--store STORE [-t TOPIC] [--json]",
+    .about =
+        "Per partition: owner epoch, watermark (next offset to apply) and "
+        "the\n"
+        "applied, duplicate and dead-letter counters. Idempotency keys: how\n"
+        "many, by mark, and the oldest and newest (their age tells whether\n"
+        "store.dedup.retention sweeps keep up). Handler keys, and the size "
+        "on\n"
+        "disk (LMDB: the data file, allocated and in use, and the map "
+        "size).\n",
+    .opts = stats_opts,
+    .examples =
+        "  keylane store stats --store /var/lib/keylane\n"
+        "  keylane store stats --store /var/lib/keylane --json | jq .ids\n"};
+
+static const kl__opt_t keys_opts[] = {
+    KL_STORE_OPT,
+    {.name = "prefix",
+     .kind = KL__OPT_STRING,
+     .meta = "P",
+     .off = offsetof(kl_sargs_t, prefix),
+     .help = "only keys starting with P (ledger/ for balances)"},
+    {.name = "limit",
+     .kind = KL__OPT_COUNT,
+     .min = 1,
+     .max = INT64_MAX,
+     .off = offsetof(kl_sargs_t, limit),
+     .help = "at most N keys"},
+    KL_JSON_OPT("JSON lines"),
+    {0}};
+
+static const kl__cmd_t keys_cmd = {
+    .name = "store keys",
+    .usage = "--store STORE [--prefix P] [--limit N] [--json]",
+    .about =
+        "Lists the handlers' keys in key order, one per line (a key that is "
+        "not\n"
+        "printable text is shown as b64:BASE64). With --json, one JSON line "
+        "per\n"
+        "key: {\"key\": ..., \"value_len\": N} (key_b64 for binary keys).\n",
+    .opts = keys_opts,
+    .examples = "  keylane store keys --store /var/lib/keylane --prefix "
+                "ledger/acct-00\n"};
+
+static const kl__opt_t get_opts[] = {
+    KL_STORE_OPT,
+    {.name = "id",
+     .kind = KL__OPT_FLAG,
+     .off = offsetof(kl_sargs_t, by_id),
+     .help = "KEY is an idempotency key (an event's id)"},
+    KL_JSON_OPT("one JSON object"),
+    {0}};
+
+static const kl__cmd_t get_cmd = {
+    .name = "store get",
+    .usage = "KEY --store STORE [--json]\n--id ID --store STORE [--json]",
+    .args = "KEY",
+    .about =
+        "Prints one handler key's record: its value decoded when it can be "
+        "(a\n"
+        "ledger entry's balance, last seq and order violations; msgpack as\n"
+        "JSON; text), else as base64. With --id, looks up an idempotency key\n"
+        "instead: how it was recorded (applied or dead_letter) and when; "
+        "that\n"
+        "reads every key, so it is slow on a large store. Exit 1 when "
+        "absent.\n",
+    .opts = get_opts,
+    .examples =
+        "  keylane store get ledger/acct-0042 --store /var/lib/keylane\n"
+        "  keylane store get --id 0190f6a2-8d1c-7c3e-9a4b-2f5e6d7c8b9a \\\n"
+        "      --store /var/lib/keylane --json\n"};
 
 int kl__cmd_store_stats(int argc, char **argv) {
   kl_sargs_t a = {0};
-  int rc = store_args("store stats", kl_stats_usage, argc, argv, &a);
-  if (rc >= 0)
-    return rc;
-  if (optind < argc)
-    return kl__cli_usage("store stats", "unexpected argument \"%s\"",
-                         argv[optind]);
-  return stats_run(a.location, a.topic, a.json);
+  int first;
+  int rc = kl__opts_parse(&stats_cmd, argc, argv, &a, NULL, &first);
+  return rc >= 0 ? rc : stats_run(a.location, a.topic, a.json);
 }
 
 int kl__cmd_store_keys(int argc, char **argv) {
   kl_sargs_t a = {0};
-  int rc = store_args("store keys", kl_keys_usage, argc, argv, &a);
-  if (rc >= 0)
-    return rc;
-  if (optind < argc)
-    return kl__cli_usage("store keys", "unexpected argument \"%s\"",
-                         argv[optind]);
-  return keys_run(a.location, a.prefix, a.limit, a.json);
+  int first;
+  int rc = kl__opts_parse(&keys_cmd, argc, argv, &a, NULL, &first);
+  return rc >= 0 ? rc
+                 : keys_run(a.location, a.prefix, (uint64_t)a.limit, a.json);
 }
 
 int kl__cmd_store_get(int argc, char **argv) {
   kl_sargs_t a = {0};
-  int rc = store_args("store get", kl_get_usage, argc, argv, &a);
+  int first;
+  int rc = kl__opts_parse(&get_cmd, argc, argv, &a, NULL, &first);
   if (rc >= 0)
     return rc;
-  if (optind + 1 != argc)
+  if (first + 1 != argc)
     return kl__cli_usage("store get",
-                         optind < argc ? "one KEY only, got \"%s\" too"
-                                       : "KEY is required%s",
-                         optind < argc ? argv[optind + 1] : "");
-  if (!*argv[optind])
+                         first < argc ? "one KEY only, got \"%s\" too"
+                                      : "KEY is required%s",
+                         first < argc ? argv[first + 1] : "");
+  if (!*argv[first])
     return kl__cli_usage("store get", "KEY is empty");
-  return get_run(a.location, argv[optind], a.by_id, a.json);
+  return get_run(a.location, argv[first], a.by_id, a.json);
 }

@@ -1,10 +1,11 @@
 /* keylane store migrate: brings a PostgreSQL store's schema to this
  * build's version (see store/pg_migrations.c for who migrates). */
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "keylane/store.h"
 #include "cli/store.h"
 #include "store/store_internal.h"
@@ -12,21 +13,44 @@
 
 #define SUB "store migrate"
 
-static const char kl_migrate_usage[] =
-    "usage: keylane store migrate --store STORE\n\n"
-    "Applies the schema migrations a PostgreSQL store lacks, each in its own\n"
-    "transaction; safe to run twice, and beside running workers of the same\n"
-    "version. Workers create the schema of an empty database themselves but\n"
-    "never upgrade an existing one: stop the workers of the older version,\n"
-    "run this, then start the new ones. A schema newer than this build is\n"
-    "refused. On a database without keylane's schema it creates the schema.\n"
-    "An LMDB store is migrated in place when it is opened (by a worker or\n"
-    "by this command): stop the workers of the older version first; they\n"
-    "would go on writing the old layout, and an older keylane refuses a\n"
-    "migrated store. A directory holding no store is refused: this command\n"
-    "creates none there.\n\n"
-    "      --store STORE   postgresql://... URI (or an LMDB directory)\n"
-    "  -h, --help          this text\n";
+typedef struct migrate_args {
+  const char *location;
+} migrate_args_t;
+
+static const kl__opt_t migrate_opts[] = {
+    {.name = "store",
+     .kind = KL__OPT_STRING,
+     .meta = "STORE",
+     .off = offsetof(migrate_args_t, location),
+     .required = "",
+     .help = "postgresql://... URI (or an LMDB directory)"},
+    {0}};
+
+static const kl__cmd_t migrate_cmd = {
+    .name = SUB,
+    .usage = "--store STORE",
+    .about =
+        "Applies the schema migrations a PostgreSQL store lacks, each in its "
+        "own\n"
+        "transaction; safe to run twice, and beside running workers of the "
+        "same\n"
+        "version. Workers create the schema of an empty database themselves "
+        "but\n"
+        "never upgrade an existing one: stop the workers of the older "
+        "version,\n"
+        "run this, then start the new ones. A schema newer than this build "
+        "is\n"
+        "refused. On a database without keylane's schema it creates the "
+        "schema.\n"
+        "An LMDB store is migrated in place when it is opened (by a worker "
+        "or\n"
+        "by this command): stop the workers of the older version first; they\n"
+        "would go on writing the old layout, and an older keylane refuses a\n"
+        "migrated store. A directory holding no store is refused: this "
+        "command\n"
+        "creates none there.\n",
+    .opts = migrate_opts,
+    .examples = "  keylane store migrate --store postgresql://kl@db/kl\n"};
 
 /* An LMDB store migrates when opened: this opens an existing one, and
  * never starts one at a mistyped path. */
@@ -62,13 +86,12 @@ static int migrate_pg(const char *uri) {
 }
 
 int kl__cmd_store_migrate(int argc, char **argv) {
-  const char *location;
-  int rc =
-      kl__cli_store_opts(SUB, argc, argv, kl_migrate_usage, &location, NULL);
+  migrate_args_t a = {0};
+  int first;
+  int rc = kl__opts_parse(&migrate_cmd, argc, argv, &a, NULL, &first);
   if (rc >= 0)
     return rc;
-  if (optind < argc)
-    return kl__cli_usage(SUB, "unexpected argument \"%s\"", argv[optind]);
+  const char *location = a.location;
   if (strncmp(location, "postgresql://", 13) == 0 ||
       strncmp(location, "postgres://", 11) == 0)
     return migrate_pg(location);

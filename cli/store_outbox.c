@@ -1,6 +1,6 @@
 /* keylane store outbox: the follow-ups a store holds committed and not yet
  * published (kl_txn_emit()), listed, and dropped by an operator. */
-#include <getopt.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "common/internal.h"
 #include "keylane/store.h"
 #include "cli/store.h"
@@ -18,110 +19,107 @@
 #define SUB "store outbox"
 #define KL_DROP_MAX 64
 
-static const char kl_outbox_usage[] =
-    "usage: keylane store outbox --store STORE [-t TOPIC] [--limit N] "
-    "[--json]\n"
-    "       keylane store outbox --store STORE -t TOPIC --drop P:SEQ "
-    "[--drop P:SEQ ...]\n\n"
-    "Lists the follow-up events (kl_txn_emit(), exec \"emit\") the store\n"
-    "holds committed and not yet acknowledged by Kafka: per source topic and\n"
-    "partition, in commit order, with the destination, key, id, type and\n"
-    "size. A running worker publishes them within a second; one that stays\n"
-    "here is waiting for Kafka (the worker's log and\n"
-    "keylane_worker_outbox_stalled_seconds say why). A follow-up Kafka\n"
-    "refuses for good is set aside by the worker as a dead letter (reason\n"
-    "outbox) and leaves the outbox by itself.\n\n"
-    "--drop removes follow-ups by source partition and seq, as listed: they\n"
-    "are never published, so their effect (a transfer's credit) is lost.\n"
-    "For a record the worker cannot even read; anything else is better\n"
-    "fixed where Kafka refuses it. A worker that already listed it may still\n"
-    "publish it: stop the partition's owner first.\n\n"
-    "  -t, --topic TOPIC    the source topic (default: every topic)\n"
-    "      --store STORE    LMDB directory or postgresql://... URI\n"
-    "      --limit N        at most N follow-ups per partition (1000)\n"
-    "      --drop P:SEQ     remove follow-up SEQ of partition P of TOPIC\n"
-    "      --json           one JSON object\n"
-    "  -h, --help           this text\n\n"
-    "Exit 0; 1 when the store fails or a follow-up to drop is not there\n"
-    "(then nothing is dropped).\n\n"
-    "examples:\n"
-    "  keylane store outbox --store /var/lib/keylane\n"
-    "  keylane store outbox --store /var/lib/keylane -t events --drop 3:1042\n";
-
 typedef struct kl_ob_args {
   const char *location, *topic;
-  uint64_t limit;
+  int64_t limit;
   int json;
   kl__outbox_ack_t drop[KL_DROP_MAX];
   size_t ndrop;
 } kl_ob_args_t;
 
-static int ob_drop_arg(kl_ob_args_t *a, const char *arg) {
+/* --drop P:SEQ, once per follow-up; the field is the whole kl_ob_args_t. */
+static kl_err_t ob_drop_arg(const kl__opt_t *opt, const char *arg,
+                            void *field) {
+  kl_ob_args_t *a = field;
   char *end;
   const char *colon = strchr(arg, ':');
+  (void)opt;
   if (a->ndrop == KL_DROP_MAX)
-    return kl__cli_usage(SUB, "--drop is given more than %d times",
-                         KL_DROP_MAX);
+    return kl__err(KL_EINVAL, "--drop is given more than %d times",
+                   KL_DROP_MAX);
   long p = colon ? strtol(arg, &end, 10) : -1;
   if (!colon || end != colon || p < 0 || p > INT32_MAX || !colon[1] ||
       colon[1] == '-')
-    return kl__cli_usage(SUB,
-                         "--drop \"%s\": expected PARTITION:SEQ, as `keylane "
-                         "store outbox` lists them (e.g. 3:1042)",
-                         arg);
+    return kl__err(KL_EINVAL,
+                   "--drop \"%s\": expected PARTITION:SEQ, as `keylane "
+                   "store outbox` lists them (e.g. 3:1042)",
+                   arg);
   unsigned long long seq = strtoull(colon + 1, &end, 10);
   if (*end)
-    return kl__cli_usage(SUB, "--drop \"%s\": the seq is not a number", arg);
+    return kl__err(KL_EINVAL, "--drop \"%s\": the seq is not a number", arg);
   a->drop[a->ndrop++] = (kl__outbox_ack_t){(int32_t)p, (uint64_t)seq};
-  return -1;
+  return KL_OK;
 }
 
+static const kl__opt_t outbox_opts[] = {
+    {.name = "topic",
+     .letter = 't',
+     .kind = KL__OPT_STRING,
+     .meta = "TOPIC",
+     .off = offsetof(kl_ob_args_t, topic),
+     .shown = "every topic",
+     .help = "the source topic"},
+    {.name = "store",
+     .kind = KL__OPT_STRING,
+     .meta = "STORE",
+     .off = offsetof(kl_ob_args_t, location),
+     .required = "",
+     .help = "LMDB directory or postgresql://... URI"},
+    {.name = "limit",
+     .kind = KL__OPT_COUNT,
+     .min = 1,
+     .max = 10000000,
+     .def = "1000",
+     .off = offsetof(kl_ob_args_t, limit),
+     .help = "at most N follow-ups per partition"},
+    {.name = "drop",
+     .meta = "P:SEQ",
+     .parse = ob_drop_arg,
+     .help = "remove follow-up SEQ of partition P of TOPIC; repeatable"},
+    {.name = "json",
+     .kind = KL__OPT_FLAG,
+     .off = offsetof(kl_ob_args_t, json),
+     .help = "one JSON object"},
+    {0}};
+
+static const kl__cmd_t outbox_cmd = {
+    .name = SUB,
+    .usage = "--store STORE [-t TOPIC] [--limit N] [--json]\n"
+             "--store STORE -t TOPIC --drop P:SEQ [--drop P:SEQ ...]",
+    .about =
+        "Lists the follow-up events (kl_txn_emit(), exec \"emit\") the store\n"
+        "holds committed and not yet acknowledged by Kafka: per source topic "
+        "and\n"
+        "partition, in commit order, with the destination, key, id, type and\n"
+        "size. A running worker publishes them within a second; one that "
+        "stays\n"
+        "here is waiting for Kafka (the worker's log and\n"
+        "keylane_worker_outbox_stalled_seconds say why). A follow-up Kafka\n"
+        "refuses for good is set aside by the worker as a dead letter "
+        "(reason\n"
+        "outbox) and leaves the outbox by itself.\n\n"
+        "--drop removes follow-ups by source partition and seq, as listed: "
+        "they\n"
+        "are never published, so their effect (a transfer's credit) is "
+        "lost.\n"
+        "For a record the worker cannot even read; anything else is better\n"
+        "fixed where Kafka refuses it. A worker that already listed it may "
+        "still\n"
+        "publish it: stop the partition's owner first.\n",
+    .opts = outbox_opts,
+    .notes = "Exit 0; 1 when the store fails or a follow-up to drop is not "
+             "there\n(then nothing is dropped).\n",
+    .examples =
+        "  keylane store outbox --store /var/lib/keylane\n"
+        "  keylane store outbox --store /var/lib/keylane -t events --drop "
+        "3:1042\n"};
+
 static int ob_parse(int argc, char **argv, kl_ob_args_t *a) {
-  static const struct option opts[] = {{"topic", required_argument, NULL, 't'},
-                                       {"store", required_argument, NULL, 's'},
-                                       {"limit", required_argument, NULL, 'L'},
-                                       {"drop", required_argument, NULL, 'D'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {NULL, 0, NULL, 0}};
-  int c, rc;
-  int64_t n;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "t:h", opts, NULL)) != -1) {
-    switch (c) {
-    case 't':
-      a->topic = optarg;
-      break;
-    case 's':
-      a->location = optarg;
-      break;
-    case 'L':
-      if (kl__cli_units(SUB, "--limit", optarg, KL__UNITS_COUNT, 1, 10000000,
-                        &n))
-        return KL_EXIT_USAGE;
-      a->limit = (uint64_t)n;
-      break;
-    case 'D':
-      if ((rc = ob_drop_arg(a, optarg)) >= 0)
-        return rc;
-      break;
-    case 'j':
-      a->json = 1;
-      break;
-    case 'h':
-      fputs(kl_outbox_usage, stdout);
-      return KL_EXIT_OK;
-    default:
-      return kl__cli_usage(SUB, "unknown option; see --help");
-    }
-  }
-  if (optind < argc)
-    return kl__cli_usage(SUB, "unexpected argument \"%s\"", argv[optind]);
-  if (!a->location)
-    return kl__cli_usage(SUB, "--store is required");
-  if (a->ndrop && !a->topic)
+  int first;
+  int rc = kl__opts_parse(&outbox_cmd, argc, argv, a, NULL, &first);
+  if (rc < 0 && a->ndrop && !a->topic)
     return kl__cli_usage(SUB, "--drop needs -t TOPIC: seqs are per topic");
-  return -1;
+  return rc;
 }
 
 /* ---- listing ----------------------------------------------------------- */
@@ -177,9 +175,8 @@ static int sob_ob_part(void *opaque, const char *topic, int32_t partition,
   if (w->args->topic && strcmp(w->args->topic, topic) != 0)
     return 0;
   kl_ob_list_t l = {topic, partition, w->rows, 0};
-  w->err =
-      kl__store_outbox_list(w->store, topic, partition, 0,
-                            w->args->limit ? w->args->limit : 1000, ob_row, &l);
+  w->err = kl__store_outbox_list(w->store, topic, partition, 0,
+                                 (uint64_t)w->args->limit, ob_row, &l);
   w->bad |= l.bad;
   return w->err != KL_OK;
 }

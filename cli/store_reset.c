@@ -1,6 +1,6 @@
 /* keylane store reset: a partition whose log went backwards starts again
  * from the log's beginning (worker/log_guard.h stops it until then). */
-#include <getopt.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "common/kafka_pos.h"
 #include "common/strbuf.h"
 #include "keylane/store.h"
@@ -17,79 +18,71 @@
 
 #define SUB "store reset"
 
-static const char kl_reset_usage[] =
-    "usage: keylane store reset -t TOPIC -p PARTITIONS --store STORE [--json]\n"
-    "\n"
-    "Starts partitions of TOPIC again from the beginning of their log, for\n"
-    "a log that went backwards: a topic deleted and created again, a\n"
-    "truncated log, a store restored next to another cluster. A worker\n"
-    "stops such a partition (ERROR \"went backwards\", /healthz 503,\n"
-    "keylane_worker_partition_stopped) rather than take the new records\n"
-    "for ones it applied; this is the operator's word that the new log is\n"
-    "the one to apply.\n\n"
-    "Each partition gets a new owner epoch, so a worker that still owns it\n"
-    "is fenced, and its watermark is set to 0: its next owner reads the log\n"
-    "from its earliest retained offset. A running worker that stopped the\n"
-    "partition sees the reset within a second and starts it again itself.\n"
-    "The idempotency keys, the handlers' state and the counters stay: an\n"
-    "event the store applied before is still skipped by its id.\n\n"
-    "  -t, --topic TOPIC          the topic\n"
-    "  -p, --partition LIST       partitions: 0,2,5-7, or all (every\n"
-    "                             partition of TOPIC the store knows)\n"
-    "      --store STORE          LMDB directory or postgresql://... URI\n"
-    "                             of an existing store (none is created)\n"
-    "      --json                 one JSON object\n"
-    "  -h, --help                 this text\n\n"
-    "Exit 0 when every partition was reset; 1 when one is unknown to the\n"
-    "store (nothing is reset then) or the store fails.\n\n"
-    "examples:\n"
-    "  keylane store reset -t events -p 3 --store /var/lib/keylane\n"
-    "  keylane store reset -t events -p all --store postgresql://kl@db/kl "
-    "--json\n";
-
 typedef struct kl_reset_args {
   const char *topic, *partitions, *location;
   int json;
 } kl_reset_args_t;
 
-static int reset_parse(int argc, char **argv, kl_reset_args_t *a) {
-  static const struct option opts[] = {
-      {"topic", required_argument, NULL, 't'},
-      {"partition", required_argument, NULL, 'p'},
-      {"store", required_argument, NULL, 's'},
-      {"json", no_argument, NULL, 'j'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0}};
-  int c;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "t:p:h", opts, NULL)) != -1) {
-    switch (c) {
-    case 't':
-      a->topic = optarg;
-      break;
-    case 'p':
-      a->partitions = optarg;
-      break;
-    case 's':
-      a->location = optarg;
-      break;
-    case 'j':
-      a->json = 1;
-      break;
-    case 'h':
-      fputs(kl_reset_usage, stdout);
-      return -1;
-    default:
-      return kl__cli_usage(SUB, "unknown option; see --help");
-    }
-  }
-  if (optind < argc)
-    return kl__cli_usage(SUB, "unexpected argument \"%s\"", argv[optind]);
-  if (!a->topic || !a->partitions || !a->location)
-    return kl__cli_usage(SUB, "-t TOPIC, -p PARTITIONS and --store STORE are "
-                              "required");
-  return 0;
-}
+static const kl__opt_t reset_opts[] = {
+    {.name = "topic",
+     .letter = 't',
+     .kind = KL__OPT_STRING,
+     .meta = "TOPIC",
+     .off = offsetof(kl_reset_args_t, topic),
+     .required = "",
+     .help = "the topic"},
+    {.name = "partition",
+     .letter = 'p',
+     .kind = KL__OPT_LIST,
+     .meta = "PARTITIONS",
+     .off = offsetof(kl_reset_args_t, partitions),
+     .required = "0,2,5-7, or all",
+     .help = "partitions: 0,2,5-7, or all (every partition of TOPIC the "
+             "store knows)"},
+    {.name = "store",
+     .kind = KL__OPT_STRING,
+     .meta = "STORE",
+     .off = offsetof(kl_reset_args_t, location),
+     .required = "",
+     .help = "LMDB directory or postgresql://... URI of an existing store "
+             "(none is created)"},
+    {.name = "json",
+     .kind = KL__OPT_FLAG,
+     .off = offsetof(kl_reset_args_t, json),
+     .help = "one JSON object"},
+    {0}};
+
+static const kl__cmd_t reset_cmd = {
+    .name = SUB,
+    .about =
+        "Starts partitions of TOPIC again from the beginning of their log, "
+        "for\n"
+        "a log that went backwards: a topic deleted and created again, a\n"
+        "truncated log, a store restored next to another cluster. A worker\n"
+        "stops such a partition (ERROR \"went backwards\", /healthz 503,\n"
+        "keylane_worker_partition_stopped) rather than take the new records\n"
+        "for ones it applied; this is the operator's word that the new log "
+        "is\n"
+        "the one to apply.\n\n"
+        "Each partition gets a new owner epoch, so a worker that still owns "
+        "it\n"
+        "is fenced, and its watermark is set to 0: its next owner reads the "
+        "log\n"
+        "from its earliest retained offset. A running worker that stopped "
+        "the\n"
+        "partition sees the reset within a second and starts it again "
+        "itself.\n"
+        "The idempotency keys, the handlers' state and the counters stay: "
+        "an\n"
+        "event the store applied before is still skipped by its id.\n",
+    .opts = reset_opts,
+    .notes =
+        "Exit 0 when every partition was reset; 1 when one is unknown to the\n"
+        "store (nothing is reset then) or the store fails.\n",
+    .examples =
+        "  keylane store reset -t events -p 3 --store /var/lib/keylane\n"
+        "  keylane store reset -t events -p all --store "
+        "postgresql://kl@db/kl --json\n"};
 
 /* The partitions of one topic the store knows, as a bitmap by number. */
 typedef struct kl_known {
@@ -206,9 +199,10 @@ static int reset_run(kl_store_t *store, const kl_reset_args_t *a) {
 
 int kl__cmd_store_reset(int argc, char **argv) {
   kl_reset_args_t a = {0};
-  int rc = reset_parse(argc, argv, &a);
-  if (rc)
-    return rc < 0 ? KL_EXIT_OK : rc;
+  int first;
+  int rc = kl__opts_parse(&reset_cmd, argc, argv, &a, NULL, &first);
+  if (rc >= 0)
+    return rc;
   kl_store_t *store; /* a reset changes a store: it never starts one */
   if ((rc = kl__cli_store_existing(SUB, a.location, &store)))
     return rc;

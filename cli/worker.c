@@ -1,5 +1,5 @@
 /* keylane worker: one worker process of the fleet. */
-#include <getopt.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -9,87 +9,37 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "common/internal.h"
 #include "common/log.h"
 #include "keylane/worker.h"
 #include "handlers/handler.h"
 #include "handlers/exec.h"
 #include "cli/metrics_server.h"
+#include "cli/stop_guard.h"
 #include "worker/worker_internal.h"
 
 #define SUB "worker"
 #define KL_HANDLER_TIMEOUT_MAX_MS 86400000 /* a day */
 
-static const char kl_worker_usage[] =
-    "usage: keylane worker -b BOOTSTRAP -t TOPIC -g GROUP --store STORE\n"
-    "                      --handler HANDLER [options]\n\n"
-    "Runs one worker of the fleet: owns the partitions the group gives it,\n"
-    "applies their events once each, fenced by an owner epoch.\n\n"
-    "  -b, --bootstrap HOST:PORT   Kafka bootstrap servers\n"
-    "  -t, --topic TOPIC           topic to consume\n"
-    "  -g, --group GROUP           consumer group (default keylane)\n"
-    "      --store STORE           LMDB directory or postgresql://... URI\n"
-    "      --handler HANDLER       ledger | so:PATH[:SYMBOL] | exec:COMMAND\n"
-    "      --handler-timeout-ms MS longest handler call, at most half of\n"
-    "                              kafka.max.poll.interval.ms (300000);\n"
-    "                              exec: the answer timeout (30000;\n"
-    "                              30s, 2m: other units)\n"
-    "      --metrics-listen ADDR:PORT  serve GET /metrics and /healthz there\n"
-    "                              (off by default; e.g. 127.0.0.1:9464);\n"
-    "                              /healthz?format=json: Burrow-style\n"
-    "                              status per partition\n"
-    "      --session-timeout-ms MS group session timeout (default 10000)\n"
-    "      --partitions N          refuse to run unless TOPIC has N\n"
-    "                              partitions (default: the count at start);\n"
-    "                              a change while running stops taking it\n"
-    "      --misrouted POLICY      a record whose key routes (murmur2) to\n"
-    "                              another partition: dlq (dead-letter it,\n"
-    "                              reason misrouted; default) | forward\n"
-    "                              (re-publish it to its key's partition) |\n"
-    "                              apply (apply it here: producers that all\n"
-    "                              use one custom partitioner)\n"
-    "      --batch-max N           events per store commit (default 1000)\n"
-    "      --durability MODE       full | meta | none (default full)\n"
-    "      --dedup-retention DUR   keep idempotency keys DUR (default 7d);\n"
-    "                              the worker refuses to run when TOPIC or\n"
-    "                              its dead-letter topic keeps records longer\n"
-    "                              (retention.ms, read at start); -X\n"
-    "                              worker.retention.check=warn runs anyway\n"
-    "      --concurrency N         handler threads; one key's events stay in\n"
-    "                              order (default 1: the polling thread);\n"
-    "                              exec: N children, each with up to\n"
-    "                              worker.exec.window (1) events in flight\n"
-    "      --retry-initial-ms MS   first backoff after RETRY (default 100)\n"
-    "      --retry-max-ms MS       largest backoff (default 10000)\n"
-    "      --max-attempts N        handler runs before a dead letter (5)\n"
-    "      --dlq-topic TOPIC       dead-letter topic (default TOPIC.dlq)\n"
-    "      --kafka-wait DUR        at start, wait this long, with backoff,\n"
-    "                              for Kafka to answer for TOPIC (5m; 0:\n"
-    "                              try once); /healthz is 503 meanwhile\n"
-    "  -X, --set NAME=VALUE        keylane or librdkafka (kafka.NAME) setting\n"
-    "  -h, --help                  this text\n\n"
-    "Testing:\n"
-    "      --pause-on-sigusr1      on SIGUSR1, hold the next batch between\n"
-    "                              its handlers and its commit until SIGUSR2\n"
-    "                              (at most 60 s): the paused-worker failure,\n"
-    "                              on demand\n\n"
-    "A partition whose log went backwards (a recreated topic) or lost\n"
-    "records to retention before they were applied stops, with an ERROR\n"
-    "and /healthz 503; `keylane store reset` starts it again from the log's\n"
-    "beginning, and -X worker.on.gap=skip goes on past a retention gap,\n"
-    "counting the records lost.\n\n"
-    "SIGINT or SIGTERM finish the batch in flight, commit and exit 0.\n\n"
-    "example:\n"
-    "  keylane worker -b 127.0.0.1:9092 -t events -g ledger \\\n"
-    "      --store /var/lib/keylane --handler ledger\n";
-
 static kl_worker_t *kl_the_worker;
+static kl__stop_guard_t *the_guard;
 static volatile sig_atomic_t kl_pause_armed, kl_pause_resume;
 
 static void worker_on_stop(int sig) {
-  (void)sig;
   if (kl_the_worker)
     kl_worker_stop(kl_the_worker);
+  if (the_guard)
+    kl__stop_guard_signal(the_guard, sig);
+}
+
+/* SIGINT and SIGTERM: @p fn, or ignored once the run is over. */
+static void on_stop_signals(void (*fn)(int)) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = fn ? fn : SIG_IGN;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
 }
 
 static void on_usr1(int sig) {
@@ -141,14 +91,16 @@ static void exit_after_commit(void *opaque, const char *topic,
   _exit(*(const int *)opaque);
 }
 
-typedef struct kl_worker_opts {
+typedef struct worker_args {
+  const char *topic, *location, *handler;
   const char *metrics_listen; /* NULL: no metrics server */
-  int handler_timeout_ms;     /* 0: the exec handler's default */
+  int64_t handler_timeout_ms; /* 0: the exec handler's default */
   int pause_on_usr1;
-} kl_worker_opts_t;
+} worker_args_t;
 
-static int worker_main(kl_conf_t *conf, const char *topic, const char *location,
-                       const char *handler_spec, const kl_worker_opts_t *opts) {
+static int worker_main(kl_conf_t *conf, const worker_args_t *opts) {
+  const char *topic = opts->topic, *location = opts->location;
+  const char *handler_spec = opts->handler;
   kl_handler_ref_t handler;
   if (kl__handler_resolve(handler_spec, &handler))
     return kl__cli_usage(SUB, "%s", kl_err_detail());
@@ -211,11 +163,10 @@ static int worker_main(kl_conf_t *conf, const char *topic, const char *location,
       signal(SIGUSR2, on_usr2);
     }
     kl_the_worker = worker;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = worker_on_stop;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    if (kl__stop_guard_new(
+            worker, kl__conf_int(conf, "worker.shutdown.timeout"), &the_guard))
+      KL_LOG_W("worker", "%s; a stop is not bounded", kl_err_detail());
+    on_stop_signals(worker_on_stop);
     err = kl_worker_run(worker);
     kl_worker_stats_t st;
     kl_worker_stats(worker, &st);
@@ -225,129 +176,160 @@ static int worker_main(kl_conf_t *conf, const char *topic, const char *location,
              st.applied, st.duplicates, st.redelivered, st.batches, st.fenced);
     if (err)
       rc = kl__cli_fail(SUB, "%s", kl_err_detail());
-    kl_the_worker = NULL;
     kl__metrics_server_stop(metrics);
+    on_stop_signals(NULL);
+    kl_the_worker = NULL;
     kl_worker_destroy(worker);
+    kl__stop_guard_destroy(the_guard);
+    the_guard = NULL;
   }
   kl_store_destroy(store);
   kl__handler_release(&handler);
   return rc;
 }
 
-/* The long name of option @p c, for messages. */
-static const char *worker_flag_name(const struct option *opts, int c) {
-  for (; opts->name; opts++)
-    if (opts->val == c)
-      return opts->name;
-  return "?";
-}
+#define KEYED(flag, conf_key)                                                  \
+  { .name = (flag), .key = (conf_key) }
+
+static const kl__opt_t worker_opts[] = {
+    KL__OPT_BOOTSTRAP(""),
+    {.name = "topic",
+     .letter = 't',
+     .kind = KL__OPT_STRING,
+     .meta = "TOPIC",
+     .off = offsetof(worker_args_t, topic),
+     .required = "",
+     .help = "topic to consume"},
+    {.name = "group",
+     .letter = 'g',
+     .meta = "GROUP",
+     .key = "worker.group",
+     .help = "consumer group"},
+    {.name = "store",
+     .kind = KL__OPT_STRING,
+     .meta = "STORE",
+     .off = offsetof(worker_args_t, location),
+     .required = "",
+     .help = "LMDB directory or postgresql://... URI"},
+    {.name = "handler",
+     .kind = KL__OPT_STRING,
+     .meta = "HANDLER",
+     .off = offsetof(worker_args_t, handler),
+     .required = "ledger, inventory, so:PATH[:SYMBOL] or exec:COMMAND",
+     .help = "ledger | inventory | so:PATH[:SYMBOL] | exec:COMMAND"},
+    {.name = "handler-timeout-ms",
+     .kind = KL__OPT_MS,
+     .min = 1,
+     .max = KL_HANDLER_TIMEOUT_MAX_MS,
+     .off = offsetof(worker_args_t, handler_timeout_ms),
+     .shown = "",
+     .help = "longest handler call, at most half of "
+             "kafka.max.poll.interval.ms (300000); exec: the answer timeout "
+             "(default 30000)"},
+    {.name = "metrics-listen",
+     .kind = KL__OPT_STRING,
+     .meta = "ADDR:PORT",
+     .off = offsetof(worker_args_t, metrics_listen),
+     .help = "serve GET /metrics and /healthz there (off by default; e.g. "
+             "127.0.0.1:9464); /healthz?format=json: Burrow-style status per "
+             "partition"},
+    KEYED("session-timeout-ms", "worker.session.timeout.ms"),
+    {.name = "instance-id",
+     .meta = "ID",
+     .key = "worker.instance.id",
+     .shown = "none: dynamic membership",
+     .help = "static group membership (KIP-345): a name unique in the "
+             "group and kept across restarts (a StatefulSet's pod name, "
+             "worker-%i in a systemd unit); restarted within the session "
+             "timeout, the worker gets its partitions back without a "
+             "rebalance"},
+    {.name = "shutdown-timeout",
+     .meta = "DUR",
+     .key = "worker.shutdown.timeout",
+     .help = "at SIGTERM, finish and commit the events in flight within "
+             "DUR, else (or at a second SIGTERM) abort them and exit 1"},
+    {.name = "partitions",
+     .key = "worker.expect.partitions",
+     .shown = "the count at start",
+     .help = "refuse to run unless TOPIC has N partitions; a change while "
+             "running stops taking it"},
+    {.name = "misrouted",
+     .meta = "POLICY",
+     .key = "worker.misrouted",
+     .help = "a record whose key routes (murmur2) to another partition: dlq "
+             "(dead-letter it, reason misrouted) | forward (re-publish it to "
+             "its key's partition) | apply (apply it here: producers that "
+             "all use one custom partitioner)"},
+    KEYED("batch-max", "worker.batch.max"),
+    KEYED("durability", "store.durability"),
+    {.name = "dedup-retention",
+     .key = "store.dedup.retention",
+     .help = "keep idempotency keys DUR; the worker refuses to run when "
+             "TOPIC or its dead-letter topic keeps records longer "
+             "(retention.ms, read at start); -X "
+             "worker.retention.check=warn runs anyway"},
+    {.name = "concurrency",
+     .key = "worker.concurrency",
+     .help = "handler threads; one key's events stay in order (1: the "
+             "polling thread); exec: N children, each with up to "
+             "worker.exec.window events in flight"},
+    {.name = "retry-initial-ms",
+     .key = "worker.retry.initial.ms",
+     .help = "first backoff after RETRY"},
+    KEYED("retry-max-ms", "worker.retry.max.ms"),
+    {.name = "max-attempts",
+     .key = "worker.max.attempts",
+     .help = "handler runs before a dead letter"},
+    {.name = "dlq-topic",
+     .meta = "TOPIC",
+     .key = "worker.dlq.topic",
+     .shown = "TOPIC.dlq",
+     .help = "dead-letter topic"},
+    {.name = "kafka-wait", .key = "worker.kafka.wait"},
+    {.kind = KL__OPT_TEXT, .help = "Testing:\n"},
+    {.name = "pause-on-sigusr1",
+     .kind = KL__OPT_FLAG,
+     .off = offsetof(worker_args_t, pause_on_usr1),
+     .help = "on SIGUSR1, hold the next batch between its handlers and its "
+             "commit until SIGUSR2 (60s at most): the paused-worker "
+             "failure, on demand"},
+    {0}};
+
+static const kl__cmd_t worker_cmd = {
+    .name = SUB,
+    .about =
+        "Runs one worker of the fleet: owns the partitions the group gives "
+        "it,\n"
+        "applies their events once each, fenced by an owner epoch.\n",
+    .opts = worker_opts,
+    .notes =
+        "A partition whose log went backwards (a recreated topic) or lost\n"
+        "records to retention before they were applied stops, with an ERROR\n"
+        "and /healthz 503; `keylane store reset` starts it again from the "
+        "log's\n"
+        "beginning, and -X worker.on.gap=skip goes on past a retention gap,\n"
+        "counting the records lost.\n\n"
+        "SIGINT or SIGTERM stop taking records, finish the batch in "
+        "flight,\n"
+        "commit it with the final offsets and leave the group (a static\n"
+        "member, --instance-id, stays, for its restart to take its "
+        "partitions\n"
+        "back), then exit 0; a second signal or --shutdown-timeout aborts "
+        "the\n"
+        "batch uncommitted (its next owner applies it) and exits 1.\n",
+    .examples = "  keylane worker -b 127.0.0.1:9092 -t events -g ledger \\\n"
+                "      --store /var/lib/keylane --handler ledger\n",
+    .conf = true};
 
 int kl__cmd_worker(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"bootstrap", required_argument, NULL, 'b'},
-      {"topic", required_argument, NULL, 't'},
-      {"group", required_argument, NULL, 'g'},
-      {"store", required_argument, NULL, 's'},
-      {"handler", required_argument, NULL, 'H'},
-      {"session-timeout-ms", required_argument, NULL, 'S'},
-      {"partitions", required_argument, NULL, 'P'},
-      {"batch-max", required_argument, NULL, 'B'},
-      {"durability", required_argument, NULL, 'D'},
-      {"dedup-retention", required_argument, NULL, 'R'},
-      {"concurrency", required_argument, NULL, 'C'},
-      {"retry-initial-ms", required_argument, NULL, 'I'},
-      {"retry-max-ms", required_argument, NULL, 'M'},
-      {"max-attempts", required_argument, NULL, 'A'},
-      {"dlq-topic", required_argument, NULL, 'Q'},
-      {"misrouted", required_argument, NULL, 'W'},
-      {"set", required_argument, NULL, 'X'},
-      {"pause-on-sigusr1", no_argument, NULL, 'U'},
-      {"metrics-listen", required_argument, NULL, 'L'},
-      {"handler-timeout-ms", required_argument, NULL, 'T'},
-      {"kafka-wait", required_argument, NULL, 'K'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0}};
-  static const struct {
-    int opt;
-    const char *key;
-  } keyed[] = {
-      {'b', "kafka.bootstrap.servers"},   {'g', "worker.group"},
-      {'S', "worker.session.timeout.ms"}, {'P', "worker.expect.partitions"},
-      {'B', "worker.batch.max"},          {'D', "store.durability"},
-      {'R', "store.dedup.retention"},     {'C', "worker.concurrency"},
-      {'I', "worker.retry.initial.ms"},   {'M', "worker.retry.max.ms"},
-      {'A', "worker.max.attempts"},       {'Q', "worker.dlq.topic"},
-      {'K', "worker.kafka.wait"},
-
-      {'W', "worker.misrouted"}};
   kl_conf_t *conf = kl_conf_new();
-  const char *topic = NULL, *location = NULL, *handler = NULL;
-  kl_worker_opts_t wopts = {NULL, 0, 0};
-  int c, rc = -1;
-  int64_t timeout_ms = 0;
-  optind = 1;
-  while (rc < 0 &&
-         (c = getopt_long(argc, argv, "b:t:g:X:h", opts, NULL)) != -1) {
-    size_t i;
-    for (i = 0; i < sizeof(keyed) / sizeof(keyed[0]); i++)
-      if (keyed[i].opt == c) {
-        char flag[64];
-        snprintf(flag, sizeof(flag), "--%s", worker_flag_name(opts, c));
-        if (kl__cli_conf_flag(SUB, conf, flag, keyed[i].key, optarg))
-          rc = KL_EXIT_USAGE;
-        break;
-      }
-    if (i < sizeof(keyed) / sizeof(keyed[0]))
-      continue;
-    switch (c) {
-    case 't':
-      topic = optarg;
-      break;
-    case 's':
-      location = optarg;
-      break;
-    case 'H':
-      handler = optarg;
-      break;
-    case 'U':
-      wopts.pause_on_usr1 = 1;
-      break;
-    case 'L':
-      wopts.metrics_listen = optarg;
-      break;
-    case 'T':
-      if (kl__cli_units(SUB, "--handler-timeout-ms", optarg, KL__UNITS_MS, 1,
-                        KL_HANDLER_TIMEOUT_MAX_MS, &timeout_ms))
-        rc = KL_EXIT_USAGE;
-      wopts.handler_timeout_ms = (int)timeout_ms;
-      break;
-    case 'X':
-      if (kl__cli_conf_x(SUB, conf, optarg))
-        rc = KL_EXIT_USAGE;
-      break;
-    case 'h':
-      fputs(kl_worker_usage, stdout);
-      rc = KL_EXIT_OK;
-      break;
-    default:
-      rc = kl__cli_usage(SUB, "unknown option");
-      break;
-    }
-  }
-  if (rc < 0) {
-    if (optind < argc)
-      rc = kl__cli_usage(SUB, "unexpected argument \"%s\"", argv[optind]);
-    else if (!kl_conf_get(conf, "kafka.bootstrap.servers"))
-      rc = kl__cli_usage(SUB, "-b BOOTSTRAP is required");
-    else if (!topic)
-      rc = kl__cli_usage(SUB, "-t TOPIC is required");
-    else if (!location)
-      rc = kl__cli_usage(SUB, "--store STORE is required");
-    else if (!handler)
-      rc = kl__cli_usage(SUB, "--handler is required (ledger or so:PATH)");
-    else
-      rc = worker_main(conf, topic, location, handler, &wopts);
-  }
+  if (!conf)
+    return kl__cli_fail(SUB, "out of memory");
+  worker_args_t a = {0};
+  int first;
+  int rc = kl__opts_parse(&worker_cmd, argc, argv, &a, conf, &first);
+  if (rc < 0)
+    rc = worker_main(conf, &a);
   kl_conf_destroy(conf);
   return rc;
 }

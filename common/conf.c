@@ -10,147 +10,215 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/conf.h"
 #include "common/internal.h"
 #include "common/strbuf.h"
 #include "common/units.h"
 
-/* INT, MS (a duration whose name ends in .ms), DURATION and SIZE are parsed
- * by common/units.h; their values are those of kl__units_kind_t. */
-typedef enum {
-  KL_CT_INT = KL__UNITS_COUNT,
-  KL_CT_MS = KL__UNITS_MS,
-  KL_CT_DURATION = KL__UNITS_DURATION,
-  KL_CT_SIZE = KL__UNITS_SIZE,
-  KL_CT_ENUM = 100,
-  KL_CT_STR,
-} kl_conf_type_t;
-
-typedef struct kl_conf_key {
-  const char *name;
-  kl_conf_type_t type;
-  const char *def;
-  int64_t min, max;   /* for INT, MS, DURATION (ms) and SIZE (bytes) */
-  const char *values; /* for ENUM: "a|b|c" */
-  const char *doc;
-} kl_conf_key_t;
-
 #define KL_I64_MAX INT64_MAX
-static const kl_conf_key_t kl_keys[] = {
-    {"producer.inflight.max", KL_CT_INT, "100000", 1, 10000000, NULL,
+#define KL_GW_DURATION_MAX 86400000 /* a day */
+static const kl__conf_key_t kl_keys[] = {
+    {"producer.inflight.max", KL__CONF_INT, "100000", 1, 10000000, NULL,
      "events awaiting a delivery report before kl_publish() waits"},
-    {"producer.enqueue.timeout.ms", KL_CT_MS, "5000", 0, 3600000, NULL,
+    {"producer.enqueue.timeout.ms", KL__CONF_MS, "5000", 0, 3600000, NULL,
      "how long kl_publish() waits for room in a full budget"},
-    {"producer.expect.partitions", KL_CT_INT, "0", 0, 100000, NULL,
+    {"producer.expect.partitions", KL__CONF_INT, "0", 0, 100000, NULL,
      "refuse to publish when a topic's partition count differs (0: the count "
      "seen at its first publish)"},
-    {"producer.partitions.check.ms", KL_CT_MS, "10000", 100, 3600000, NULL,
+    {"producer.partitions.check.ms", KL__CONF_MS, "10000", 100, 3600000, NULL,
      "how often the producer reads its topics' partition counts; on a change "
      "it refuses to publish to the topic"},
-    {"producer.follow_ups", KL_CT_ENUM, "false", 0, 0, "false|true",
+    {"producer.follow_ups", KL__CONF_ENUM, "false", 0, 0, "false|true",
      "true only in the worker's outbox, whose producer publishes follow-ups "
      "with the ids keylane derived for them, which begin with '~'; a service "
      "leaves it false, and kl_publish() refuses such ids"},
-    {"store.durability", KL_CT_ENUM, "full", 0, 0, "full|meta|none",
+    {"store.durability", KL__CONF_ENUM, "full", 0, 0, "full|meta|none",
      "full: fsync each commit; meta: skip the metadata fsync (an OS crash may "
      "undo the last commit); none: no fsync (an OS crash may undo recent "
      "commits)"},
-    {"store.map.size", KL_CT_SIZE, "256M", 1 << 20, KL_I64_MAX, NULL,
+    {"store.map.size", KL__CONF_SIZE, "256M", 1 << 20, KL_I64_MAX, NULL,
      "initial LMDB map size; it grows as needed up to store.map.max"},
-    {"store.map.max", KL_CT_SIZE, "64G", 1 << 20, KL_I64_MAX, NULL,
+    {"store.map.max", KL__CONF_SIZE, "64G", 1 << 20, KL_I64_MAX, NULL,
      "largest LMDB map size; past it commits fail with KL_ESTORE_FULL"},
-    {"store.dedup.retention", KL_CT_DURATION, "7d", 1000, KL_I64_MAX, NULL,
+    {"store.dedup.retention", KL__CONF_DURATION, "7d", 1000, KL_I64_MAX, NULL,
      "how long idempotency keys are kept; at least the topic's retention"},
-    {"worker.retention.check", KL_CT_ENUM, "refuse", 0, 0, "refuse|warn",
+    {"worker.retention.check", KL__CONF_ENUM, "refuse", 0, 0, "refuse|warn",
      "refuse: the worker does not run when the topic or its dead-letter "
      "topic keeps records longer than store.dedup.retention; warn: it runs, "
      "with a WARN and keylane_worker_retention_override 1"},
-    {"store.create", KL_CT_ENUM, "yes", 0, 0, "yes|no",
+    {"store.create", KL__CONF_ENUM, "yes", 0, 0, "yes|no",
      "no: open an existing store only, never create one (what read-only "
      "commands use); a missing store is KL_ENOTFOUND"},
-    {"store.pg.pool", KL_CT_INT, "4", 1, 64, NULL,
+    {"store.pg.pool", KL__CONF_INT, "4", 1, 64, NULL,
      "PostgreSQL store: connections per process at most, one per open batch; "
      "a worker keeps pool - 1 batches open and commits early past it"},
-    {"store.pg.idle.timeout", KL_CT_DURATION, "60s", 0, KL_I64_MAX, NULL,
+    {"store.pg.idle.timeout", KL__CONF_DURATION, "60s", 0, KL_I64_MAX, NULL,
      "PostgreSQL store: the server ends a batch idle this long, releasing the "
      "row locks of a paused owner (0: the server's setting)"},
-    {"store.pg.connect.timeout", KL_CT_DURATION, "10s", 0, 3600000, NULL,
+    {"store.pg.connect.timeout", KL__CONF_DURATION, "10s", 0, 3600000, NULL,
      "PostgreSQL store: how long a connection attempt waits for the server "
      "(whole seconds, rounded up, at least 2: libpq's unit; 0: no bound but "
      "the OS's); a connect_timeout in the URI wins"},
-    {"store.cache.max", KL_CT_SIZE, "64M", 0, KL_I64_MAX, NULL,
+    {"store.cache.max", KL__CONF_SIZE, "64M", 0, KL_I64_MAX, NULL,
      "PostgreSQL store: bytes of handler keys and values an owner keeps in "
      "memory between batches (LRU; dropped on a fence, a failed commit, an "
      "epoch change and a revoke); 0: off"},
-    {"worker.group", KL_CT_STR, "keylane", 0, 0, NULL, "consumer group id"},
-    {"worker.group.protocol", KL_CT_ENUM, "classic", 0, 0, "classic|consumer",
+    {"worker.group", KL__CONF_STR, "keylane", 0, 0, NULL, "consumer group id"},
+    {"worker.group.protocol", KL__CONF_ENUM, "classic", 0, 0,
+     "classic|consumer",
      "consumer: KIP-848's group protocol (librdkafka 2.12+, Apache Kafka "
      "4.0+); the broker then sets the session and the assignment"},
-    {"worker.session.timeout.ms", KL_CT_MS, "10000", 100, 3600000, NULL,
+    {"worker.session.timeout.ms", KL__CONF_MS, "10000", 100, 3600000, NULL,
      "consumer group session timeout"},
-    {"worker.fenced.retake.ms", KL_CT_MS, "30000", 0, 3600000, NULL,
+    {"worker.instance.id", KL__CONF_STR, "", 0, 0, NULL,
+     "static group membership (KIP-345, librdkafka group.instance.id): a "
+     "name unique in the group and kept across restarts (a StatefulSet's pod "
+     "name, a systemd unit's instance); a worker restarted within "
+     "worker.session.timeout.ms gets its partitions back without a "
+     "rebalance, and does not leave the group at SIGTERM (empty: dynamic "
+     "membership)"},
+    {"worker.shutdown.timeout", KL__CONF_DURATION, "30s", 1000, 3600000, NULL,
+     "at SIGTERM or SIGINT, how long keylane worker may take to finish and "
+     "commit the events in flight and hand its partitions over; past it, or "
+     "at a second signal, it aborts them uncommitted and exits 1 (the next "
+     "owner applies them); give the supervisor's grace period more"},
+    {"worker.fenced.retake.ms", KL__CONF_MS, "30000", 0, 3600000, NULL,
      "a lane fenced by something outside the group (replay, redrive) takes "
      "its partition back once the partition's state in the store (with the "
      "heartbeats such a fencer writes while it works) has not changed for "
      "this long (more than worker.session.timeout.ms); 0: never (it waits "
      "for the group to move it)"},
-    {"worker.kafka.wait", KL_CT_DURATION, "5m", 0, 7 * 86400000LL, NULL,
+    {"worker.kafka.wait", KL__CONF_DURATION, "5m", 0, 7 * 86400000LL, NULL,
      "at start, how long a worker waits, with backoff, for Kafka to answer "
      "for its topic before it gives up (0: try once); /healthz is 503 "
      "meanwhile"},
-    {"worker.batch.max", KL_CT_INT, "1000", 1, 100000, NULL,
+    {"worker.batch.max", KL__CONF_INT, "1000", 1, 100000, NULL,
      "events per store commit at most"},
-    {"worker.batch.wait.ms", KL_CT_MS, "20", 0, 10000, NULL,
+    {"worker.batch.wait.ms", KL__CONF_MS, "20", 0, 10000, NULL,
      "how long a batch waits to fill while other events are still ready or "
      "running; with none left it is committed at once"},
-    {"worker.expect.partitions", KL_CT_INT, "0", 0, 100000, NULL,
+    {"worker.expect.partitions", KL__CONF_INT, "0", 0, 100000, NULL,
      "refuse to run when the topic's partition count differs (0: the count "
      "seen at start)"},
-    {"worker.misrouted", KL_CT_ENUM, "dlq", 0, 0, "dlq|forward|apply",
+    {"worker.misrouted", KL__CONF_ENUM, "dlq", 0, 0, "dlq|forward|apply",
      "a record whose key routes (murmur2) to another partition: dlq: "
      "dead-letter it (reason misrouted); forward: re-publish it to its key's "
      "partition; apply: apply it here (producers with one custom "
      "partitioner)"},
-    {"worker.partitions.check.ms", KL_CT_MS, "10000", 100, 3600000, NULL,
+    {"worker.partitions.check.ms", KL__CONF_MS, "10000", 100, 3600000, NULL,
      "how often a running worker reads the topic's partition count; on a "
      "change it stops taking the topic"},
-    {"worker.concurrency", KL_CT_INT, "1", 1, 1024, NULL,
+    {"worker.concurrency", KL__CONF_INT, "1", 1, 1024, NULL,
      "handler threads per worker; events of one key stay in order"},
-    {"worker.handler.timeout.ms", KL_CT_MS, "0", 0, 3600000, NULL,
+    {"worker.handler.timeout.ms", KL__CONF_MS, "0", 0, 3600000, NULL,
      "the longest one handler call takes, at most half of "
      "kafka.max.poll.interval.ms (300000): the exec handler's answer "
      "timeout (keylane worker sets it, 30000 by default); 0: not declared"},
-    {"worker.exec.window", KL_CT_INT, "1", 1, 1024, NULL,
+    {"worker.exec.window", KL__CONF_INT, "1", 1, 1024, NULL,
      "exec handler: events in flight to one child at most (pipelining, for "
      "children that echo \"seq\"; others get one at a time); the worker "
      "runs worker.concurrency children and concurrency x window executors"},
-    {"worker.stall.ms", KL_CT_MS, "300000", 0, 86400000, NULL,
+    {"worker.stall.ms", KL__CONF_MS, "300000", 0, 86400000, NULL,
      "a partition that holds records and whose watermark has not moved for "
      "this long is stalled: /healthz answers 503 and "
      "keylane_worker_partition_stalled is 1 (0: never)"},
-    {"worker.retry.initial.ms", KL_CT_MS, "100", 1, 3600000, NULL,
+    {"worker.retry.initial.ms", KL__CONF_MS, "100", 1, 3600000, NULL,
      "first retry backoff"},
-    {"worker.retry.max.ms", KL_CT_MS, "10000", 1, 3600000, NULL,
+    {"worker.retry.max.ms", KL__CONF_MS, "10000", 1, 3600000, NULL,
      "largest retry backoff"},
-    {"worker.max.attempts", KL_CT_INT, "5", 1, 1000, NULL,
+    {"worker.max.attempts", KL__CONF_INT, "5", 1, 1000, NULL,
      "attempts before an event is dead-lettered"},
-    {"worker.dlq.topic", KL_CT_STR, "", 0, 0, NULL,
+    {"worker.dlq.topic", KL__CONF_STR, "", 0, 0, NULL,
      "dead-letter topic (default: <topic>.dlq)"},
-    {"worker.on.gap", KL_CT_ENUM, "stop", 0, 0, "stop|skip",
+    {"worker.on.gap", KL__CONF_ENUM, "stop", 0, 0, "stop|skip",
      "a partition whose log starts above the store's watermark (retention "
      "deleted records before they were applied): stop it (/healthz 503) or "
      "skip the lost records, counted in keylane_worker_gap_records_total"},
-    {"worker.window.max", KL_CT_INT, "10000", 2, 10000000, NULL,
+    {"worker.window.max", KL__CONF_INT, "10000", 2, 10000000, NULL,
      "records a partition holds in memory at most; past it it is paused"},
-    {"worker.waiting.max", KL_CT_INT, "1000", 1, 10000000, NULL,
+    {"worker.waiting.max", KL__CONF_INT, "1000", 1, 10000000, NULL,
      "keys in retry backoff per worker at most; past it their partitions "
      "are paused"},
-    {"worker.outbox.max", KL_CT_INT, "10000", 1, 10000000, NULL,
+    {"worker.outbox.max", KL__CONF_INT, "10000", 1, 10000000, NULL,
      "follow-up events (kl_txn_emit) a partition holds committed and not "
      "yet acknowledged by Kafka at most; past it the partition is paused"},
-    {"worker.outbox.stall.ms", KL_CT_MS, "300000", 0, 86400000, NULL,
+    {"worker.outbox.stall.ms", KL__CONF_MS, "300000", 0, 86400000, NULL,
      "a partition whose outbox holds follow-ups and has had none "
      "acknowledged for this long is stalled: /healthz answers 503 and "
      "keylane_worker_outbox_stalled_seconds shows it (0: never)"},
+    /* The HTTP publish gateway (keylane broker --listen); each has a flag
+     * of its own there. Its limits bound memory whatever clients do. */
+    {"gateway.listen", KL__CONF_STR, "127.0.0.1:8080", 0, 0, NULL,
+     "the address it serves, ADDR:PORT or [V6]:PORT (loopback by "
+     "default; port 0 picks a free one)"},
+    {"gateway.tokens.file", KL__CONF_STR, "", 0, 0, NULL,
+     "a file of bearer tokens, one per line, one of which a client "
+     "must send (401 otherwise); empty: no token is asked for. Tokens are "
+     "never logged"},
+    {"gateway.max.connections", KL__CONF_INT, "1024", 1, 1000000, NULL,
+     "open client connections at most; past it a new one gets 503 "
+     "and is closed"},
+    {"gateway.max.header", KL__CONF_SIZE, "16K", 1, KL_I64_MAX, NULL,
+     "bytes of a request line and its headers at most (at least "
+     "256); past it the request gets 431 and the connection is closed"},
+    {"gateway.max.body", KL__CONF_SIZE, "1M", 1, KL_I64_MAX, NULL,
+     "bytes of a request body at most; past it the request gets 413 "
+     "and the connection is closed"},
+    {"gateway.max.inflight", KL__CONF_INT, "10000", 1, 10000000, NULL,
+     "events produced and not yet acknowledged by Kafka at most; a "
+     "request that does not fit gets 429 with Retry-After"},
+    {"gateway.max.inflight.bytes", KL__CONF_SIZE, "64M", 1, KL_I64_MAX, NULL,
+     "request bytes of the events in flight at most (at least "
+     "gateway.max.body); a request that does not fit gets 429 with "
+     "Retry-After"},
+    {"gateway.max.pipeline", KL__CONF_INT, "32", 1, 100000, NULL,
+     "pipelined requests queued per connection at most; past it "
+     "the connection is not read until its client reads"},
+    {"gateway.max.output", KL__CONF_SIZE, "1M", 1, KL_I64_MAX, NULL,
+     "unsent response bytes per connection at most; past it the "
+     "connection is not read until its client reads"},
+    {"gateway.max.topics", KL__CONF_INT, "1024", 1, 100000, NULL,
+     "distinct topics served at most (each holds a librdkafka topic "
+     "handle); another gets 403 unless one was unused for "
+     "gateway.topic.idle. The gateway creates no topic: one that does not "
+     "exist is 404 and takes no place"},
+    {"gateway.topic.idle", KL__CONF_DURATION, "60s", 1, KL_GW_DURATION_MAX,
+     NULL,
+     "a topic no request used for this long gives its place to a "
+     "new one once gateway.max.topics are served"},
+    {"gateway.idle.timeout", KL__CONF_DURATION, "30s", 1, KL_GW_DURATION_MAX,
+     NULL,
+     "a connection idle this long, or whose client reads nothing "
+     "this long while responses wait, is closed"},
+    {"gateway.request.timeout", KL__CONF_DURATION, "30s", 1, KL_GW_DURATION_MAX,
+     NULL,
+     "a request whose line, headers and body take longer than this "
+     "to arrive gets 408"},
+    {"gateway.produce.timeout", KL__CONF_DURATION, "10s", 1, KL_GW_DURATION_MAX,
+     NULL,
+     "how long Kafka has to acknowledge an event; past it the "
+     "request gets 503 with the events' ids, to send again with the same "
+     "ids (kafka.message.timeout.ms, unless set)"},
+    {"gateway.drain.timeout", KL__CONF_DURATION, "10s", 1, KL_GW_DURATION_MAX,
+     NULL,
+     "at SIGINT or SIGTERM, how long it waits for the "
+     "acknowledgements of the requests in flight before it closes every "
+     "connection"},
+    {"gateway.retry.after", KL__CONF_DURATION, "1s", 0, 3600000, NULL,
+     "the Retry-After of its 429 and 503 answers (whole seconds, "
+     "rounded up)"},
+    {"gateway.allow.origins", KL__CONF_STR, "", 0, 0, NULL,
+     "browser origins, scheme://host[:port], comma-separated, whose "
+     "requests are served; a request with any other Origin header gets 403 "
+     "(empty: none, so no web page can publish)"},
+    {"gateway.allow.topics", KL__CONF_STR, "*", 0, 0, NULL,
+     "topics clients may publish to and route on: names or fnmatch "
+     "patterns (orders-*), comma-separated; any other gets 403 (*: any "
+     "topic). A list that names none is refused"},
+    {"gateway.allow.internal.topics", KL__CONF_ENUM, "false", 0, 0,
+     "false|true",
+     "true lets clients use dead-letter topics (*.dlq) and Kafka's "
+     "internal ones (__*), which get 403 otherwise"},
 };
 #define KL_NKEYS (sizeof(kl_keys) / sizeof(kl_keys[0]))
 
@@ -182,7 +250,7 @@ void kl_conf_destroy(kl_conf_t *conf) {
   free(conf);
 }
 
-static const kl_conf_key_t *conf_key(const char *name, size_t *idx) {
+static const kl__conf_key_t *conf_key(const char *name, size_t *idx) {
   for (size_t i = 0; i < KL_NKEYS; i++)
     if (strcmp(kl_keys[i].name, name) == 0) {
       *idx = i;
@@ -191,17 +259,26 @@ static const kl_conf_key_t *conf_key(const char *name, size_t *idx) {
   return NULL;
 }
 
-static int conf_is_num(const kl_conf_key_t *k) {
-  return k->type != KL_CT_ENUM && k->type != KL_CT_STR;
+static int conf_is_num(const kl__conf_key_t *k) {
+  return k->type != KL__CONF_ENUM && k->type != KL__CONF_STR;
 }
 
-static kl_err_t conf_parse_num(const kl_conf_key_t *k, const char *s,
+const kl__conf_key_t *kl__conf_key_at(size_t i) {
+  return i < KL_NKEYS ? &kl_keys[i] : NULL;
+}
+
+const kl__conf_key_t *kl__conf_key_find(const char *name) {
+  size_t idx;
+  return conf_key(name, &idx);
+}
+
+static kl_err_t conf_parse_num(const kl__conf_key_t *k, const char *s,
                                int64_t *out) {
   return kl__units_parse(k->name, s, (kl__units_kind_t)k->type, k->min, k->max,
                          out);
 }
 
-static int conf_enum_has(const char *values, const char *v) {
+bool kl__conf_enum_has(const char *values, const char *v) {
   size_t n = strlen(v);
   for (const char *p = values; p;) {
     const char *bar = strchr(p, '|');
@@ -269,13 +346,13 @@ kl_err_t kl_conf_set(kl_conf_t *conf, const char *key, const char *value,
     return conf_set_kafka(conf, key + 6, value);
   }
   size_t idx;
-  const kl_conf_key_t *k = conf_key(key, &idx);
+  const kl__conf_key_t *k = conf_key(key, &idx);
   if (!k)
     return conf_fail(errstr, errstr_size,
                      "unknown configuration key \"%s\": librdkafka "
                      "properties take the prefix kafka.",
                      key);
-  if (k->type == KL_CT_ENUM && !conf_enum_has(k->values, value))
+  if (k->type == KL__CONF_ENUM && !kl__conf_enum_has(k->values, value))
     return conf_fail(errstr, errstr_size, "%s=%s is not one of %s", key, value,
                      k->values);
   int64_t num;
@@ -300,7 +377,7 @@ const char *kl_conf_get(const kl_conf_t *conf, const char *key) {
     return NULL;
   }
   size_t idx;
-  const kl_conf_key_t *k = conf_key(key, &idx);
+  const kl__conf_key_t *k = conf_key(key, &idx);
   if (!k)
     return NULL;
   return conf && conf->values[idx] ? conf->values[idx] : k->def;
@@ -308,7 +385,7 @@ const char *kl_conf_get(const kl_conf_t *conf, const char *key) {
 
 int64_t kl__conf_int(const kl_conf_t *conf, const char *key) {
   size_t idx;
-  const kl_conf_key_t *k = conf_key(key, &idx);
+  const kl__conf_key_t *k = conf_key(key, &idx);
   int64_t v = 0;
   if (k && conf_is_num(k))
     conf_parse_num(k, kl_conf_get(conf, key), &v);

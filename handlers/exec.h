@@ -19,8 +19,9 @@
  * empty payload); "topic" defaults to the event's own, and must be a valid
  * Kafka name that is neither internal ("__*") nor a dead-letter topic
  * ("*.dlq", worker.dlq.topic). "id" is refused: a follow-up's id is
- * derived from its source event's ("<id>/<index>"), so it cannot collide
- * with a client's; "headers" are refused (not supported yet), and so is
+ * derived from its source event's place in the log
+ * ("~<topic>/<partition>/<offset>/<index>"), so it cannot collide with a
+ * client's; "headers" are refused (not supported yet), and so is
  * any other field. They are kl_txn_emit()ted into the event's txn, so they
  * are committed with its effects and published after the commit
  * (store.h). An "emit" with a refused entry fails the event with the

@@ -78,6 +78,11 @@ typedef struct kl__store_ops {
                           kl__outbox_cb_t *cb, void *opaque);
   kl_err_t (*outbox_del)(kl_store_t *store, const char *topic,
                          const kl__outbox_ack_t *acks, size_t n);
+  /* Optional (NULL: none kept): kl__store_last(). A backend with it keeps
+   * txn->last with the commit's watermark, when that becomes the
+   * partition's. */
+  kl_err_t (*last)(kl_store_t *store, const char *topic, int32_t partition,
+                   int64_t *watermark, void *ident, size_t *len);
 } kl__store_ops_t;
 
 /*
@@ -130,6 +135,9 @@ struct kl_txn {
   int32_t src_partition;
   int64_t src_offset;
   size_t src_first; /* emits->count when that event began */
+  char *last;       /* kl__txn_set_last(): the ident of the record at the
+                       commit's watermark - 1; NULL: keep the stored one */
+  size_t last_len;
 };
 
 /* Kafka's own limit on a topic's name; the parts key holds the name, so
@@ -144,7 +152,8 @@ kl_err_t kl__store_check_tp(const char *fn, const char *topic,
  * its store has no outbox: they would be lost. */
 kl_err_t kl__store_commit_outboxless(kl_txn_t *txn);
 
-/* Frees @p txn's emits; for the backends' txn ends. */
+/* Frees what store.c keeps in @p txn (its emits, its last record's
+ * ident); for the backends' txn ends. */
 void kl__txn_emits_free(kl_txn_t *txn);
 
 /* Backend constructors, called by kl_store_open(). */

@@ -32,6 +32,9 @@ void kl__txn_source(kl_txn_t *txn, const char *topic, int32_t partition,
 void kl__txn_emits_free(kl_txn_t *txn) {
   kl__emits_free(txn->emits);
   txn->emits = NULL;
+  free(txn->last);
+  txn->last = NULL;
+  txn->last_len = 0;
 }
 
 kl__emits_t *kl__txn_take_emits(kl_txn_t *txn) {

@@ -437,6 +437,42 @@ static kl_err_t lmdb_beat(kl_store_t *store, const char *topic,
   return kl__lmdb_write((kl__lmdb_t *)store, "beat", beat_fn, &ctx);
 }
 
+int kl__lmdb_last_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
+                      int32_t partition, int64_t watermark, const void *ident,
+                      size_t len) {
+  unsigned char buf[KL_PART_KEY_MAX], val[sizeof(int64_t) + KL__SID_MAX];
+  MDB_val key = part_key(buf, topic, partition);
+  memcpy(val, &watermark, sizeof(watermark));
+  memcpy(val + sizeof(watermark), ident, len);
+  MDB_val v = {sizeof(watermark) + len, val};
+  return mdb_put(mtxn, lmdb->lasts, &key, &v, 0);
+}
+
+static kl_err_t lmdb_last(kl_store_t *store, const char *topic,
+                          int32_t partition, int64_t *watermark, void *ident,
+                          size_t *len) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
+  MDB_txn *snap;
+  kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
+  if (err)
+    return err;
+  unsigned char buf[KL_PART_KEY_MAX];
+  MDB_val key = part_key(buf, topic, partition), val;
+  int rc = mdb_get(snap, lmdb->lasts, &key, &val);
+  if (rc == 0 && (val.mv_size <= sizeof(*watermark) ||
+                  val.mv_size - sizeof(*watermark) > KL__SID_MAX))
+    rc = MDB_CORRUPTED;
+  if (rc == 0) {
+    memcpy(watermark, val.mv_data, sizeof(*watermark));
+    *len = val.mv_size - sizeof(*watermark);
+    memcpy(ident, (const unsigned char *)val.mv_data + sizeof(*watermark),
+           *len);
+  }
+  kl__lmdb_read_end(lmdb, snap);
+  return rc && rc != MDB_NOTFOUND ? kl__lmdb_err(rc, "read the last record")
+                                  : KL_OK;
+}
+
 static kl_err_t lmdb_partition(kl_store_t *store, const char *topic,
                                int32_t partition, kl_partition_state_t *state) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
@@ -925,6 +961,7 @@ static const kl__store_ops_t kl_lmdb_ops = {
     .version = lmdb_version,
     .outbox_list = kl__lmdb_outbox_list,
     .outbox_del = kl__lmdb_outbox_del,
+    .last = lmdb_last,
 };
 
 /* The databases of this format, created when missing. */
@@ -935,7 +972,8 @@ static int open_dbs(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
       (rc = mdb_dbi_open(mtxn, "topics", MDB_CREATE, &lmdb->topics)) ||
       (rc = mdb_dbi_open(mtxn, "topic_ids", MDB_CREATE, &lmdb->ids)))
     return rc;
-  if ((rc = mdb_dbi_open(mtxn, "outbox", MDB_CREATE, &lmdb->outbox)))
+  if ((rc = mdb_dbi_open(mtxn, "outbox", MDB_CREATE, &lmdb->outbox)) ||
+      (rc = mdb_dbi_open(mtxn, "lasts", MDB_CREATE, &lmdb->lasts)))
     return rc;
   return mdb_dbi_open(mtxn, "data", MDB_CREATE, &lmdb->data);
 }

@@ -18,6 +18,8 @@
  *   data       the handlers' keys and values, as given
  *   outbox     follow-up events committed and not yet published
  *              (store_lmdb_outbox.c); added, not changed: no format step
+ *   lasts      the parts key -> the watermark and the ident of the record
+ *              at watermark - 1 (kl__store_last()); added likewise
  * ids and data are separate so that expiry walks only idempotency keys and
  * a prefix scan walks only handler state. A number rather than the topic's
  * name scopes an id: 4 bytes per key, whatever the name's length.
@@ -47,6 +49,11 @@ typedef struct kl__lmdb {
   MDB_env *env;
   MDB_dbi meta, parts, beats, topics, ids, data; /* ids: "topic_ids" */
   MDB_dbi outbox;                                /* store_lmdb_outbox.c */
+  MDB_dbi lasts; /* "lasts": the parts key -> int64 watermark (host order)
+                    + the ident of the record at watermark - 1
+                    (kl__txn_set_last()); added, not changed: no format
+                    step, and a build without it leaves it stale, which its
+                    watermark tells */
   char *dir;
   int durable;          /* store.durability=full: every commit is fsynced */
   size_t map_max;       /* store.map.max, rounded to pages */
@@ -153,6 +160,12 @@ kl_err_t kl__lmdb_migrate_ids(kl__lmdb_t *lmdb);
 /* The txn operations of store_lmdb_txn.c and the outbox's list and
  * remove of store_lmdb_outbox.c, for the ops table. */
 KL__STORE_BACKEND_DECLARE(lmdb);
+
+/* Keeps @p ident as the record at @p watermark - 1 of @p partition, in a
+ * commit's write transaction ("lasts"): an LMDB rc. */
+int kl__lmdb_last_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
+                      int32_t partition, int64_t watermark, const void *ident,
+                      size_t len);
 
 /* The outbox of store_lmdb_outbox.c: writes @p emits under the next seqs
  * in a commit's write transaction (an LMDB rc). */

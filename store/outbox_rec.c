@@ -8,6 +8,7 @@
 
 #include "common/bytes.h"
 #include "common/strbuf.h"
+#include "common/topic.h"
 
 /* The trace section: none, or traceparent and maybe tracestate, the
  * only headers a follow-up carries (kl_txn_emit()). */
@@ -176,7 +177,8 @@ int kl__emit_id_parse(const char *id, size_t id_len, kl__emit_src_t *src) {
   int64_t offset = emit_num(id + at[1] + 1, at[0] - at[1] - 1, 19);
   int64_t partition = emit_num(id + at[2] + 1, at[1] - at[2] - 1, 10);
   if (index < 0 || index >= KL__EMIT_MAX || offset < 0 || partition < 0 ||
-      partition > INT32_MAX || at[2] - 1 > KL__EMIT_TOPIC_MAX)
+      partition > INT32_MAX || at[2] - 1 > KL__EMIT_TOPIC_MAX ||
+      kl__topic_check(id + 1, at[2] - 1) != KL_OK)
     return -1;
   *src = (kl__emit_src_t){id + 1, at[2] - 1, (int32_t)partition, offset,
                           (unsigned)index};

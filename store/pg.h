@@ -173,9 +173,9 @@ typedef struct kl__pg_call {
   kl__pg_stmt_t stmt; /* used when sql is NULL */
   const char *sql;    /* a statement without parameters (COMMIT) */
   int nparams;
-  const char *values[7];
-  int lengths[7];
-  int formats[7];
+  const char *values[8];
+  int lengths[8];
+  int formats[8];
   int binary;       /* results in binary format */
   const char *what; /* for messages; set for prepared ones when NULL */
   PGresult *res;    /* set by kl__pg_pipeline(); the caller PQclear()s it */
@@ -217,7 +217,7 @@ kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
 const char *kl__pg_state(const PGresult *res);
 
 /* Schema versions (store_pg_migrations.c). */
-#define KL__PG_SCHEMA_VERSION 7
+#define KL__PG_SCHEMA_VERSION 8
 
 /* The advisory lock (a bigint key) held while the schema is created or
  * migrated; every keylane version takes this one key. */

@@ -120,6 +120,11 @@ static const char *const kl_pg_migrations[KL__PG_SCHEMA_VERSION] = {
     "INSERT INTO keylane_meta (name, value) "
     "  SELECT 'legacy_ids_newest_ms', max(inserted_ms) FROM keylane_ids "
     "  HAVING count(*) > 0;",
+    /* 8: the identity of the record at watermark - 1 and the watermark it
+     * belongs to (kl__store_last()), written by each commit's fence: a new
+     * owner compares it with the log, which a recreated topic replaced. */
+    "ALTER TABLE keylane_partitions ADD COLUMN last_ident bytea, "
+    "  ADD COLUMN last_ident_wm bigint;",
 };
 
 kl_err_t kl__pg_schema_version(PGconn *pg, int *version) {

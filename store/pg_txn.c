@@ -674,6 +674,7 @@ typedef struct kl_pg_commit {
       new_marks;
   char part[16], wm[24], app[24], dup[24], dl[24], epoch[24], now[24],
       stored[24];
+  char last[2 * KL__SID_MAX + 1]; /* hex of txn->last, or "" */
   const void *probe; /* the first id known absent before the batch, */
   size_t probe_len;  /* pg_landed()'s proof; the txn's ids own it */
 } kl_pg_commit_t;
@@ -761,8 +762,15 @@ static kl_err_t pg_add_fence(kl_pg_txn_t *txn, kl_pg_commit_t *c,
   snprintf(c->dup, sizeof(c->dup), "%" PRIu64, txn->duplicates);
   snprintf(c->dl, sizeof(c->dl), "%" PRIu64, dead);
   snprintf(c->epoch, sizeof(c->epoch), "%" PRIu64, txn->epoch);
-  const char *text[] = {txn->topic, c->part, c->wm,    c->app,
-                        c->dup,     c->dl,   c->epoch, NULL};
+  static const char hex[] = "0123456789abcdef";
+  const unsigned char *last = (const unsigned char *)txn->base.last;
+  for (size_t i = 0; i < txn->base.last_len; i++) {
+    c->last[2 * i] = hex[last[i] >> 4];
+    c->last[2 * i + 1] = hex[last[i] & 15];
+  }
+  c->last[2 * txn->base.last_len] = '\0';
+  const char *text[] = {txn->topic, c->part,  c->wm,   c->app, c->dup,
+                        c->dl,      c->epoch, c->last, NULL};
   pg_add(c, KL__PG_FENCE, NULL, NULL, text);
   return KL_OK;
 }

@@ -430,6 +430,32 @@ kl_err_t kl_txn_prefetch_keys(kl_txn_t *txn, const void *const *keys,
   return err;
 }
 
+kl_err_t kl__txn_set_last(kl_txn_t *txn, const void *ident, size_t len) {
+  if (!txn || !ident || len == 0 || len > KL__SID_MAX)
+    return kl__err(KL_EINVAL,
+                   "kl__txn_set_last: an ident of 1..%d bytes is "
+                   "required",
+                   KL__SID_MAX);
+  char *copy = malloc(len);
+  if (!copy)
+    return kl__err(KL_ENOMEM, "kl__txn_set_last: out of memory");
+  memcpy(copy, ident, len);
+  free(txn->last);
+  txn->last = copy;
+  txn->last_len = len;
+  return KL_OK;
+}
+
+kl_err_t kl__store_last(kl_store_t *store, const char *topic, int32_t partition,
+                        int64_t *watermark, void *ident, size_t *len) {
+  kl_err_t err = kl__store_check_tp("kl__store_last", topic, partition);
+  *watermark = 0;
+  *len = 0;
+  if (err || !store->ops->last)
+    return err;
+  return store->ops->last(store, topic, partition, watermark, ident, len);
+}
+
 int kl__store_has_prefetch(kl_store_t *store) {
   return store && store->ops->prefetch != NULL;
 }

@@ -301,6 +301,29 @@ typedef int(kl__store_sid_cb_t)(void *opaque, const char *topic,
 kl_err_t kl__store_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
                             void *opaque);
 
+/* ---- the log a partition's watermark belongs to ------------------------ */
+
+/**
+ * Sets the identity of the record at the commit's watermark - 1 (as the
+ * worker computes it: kl__apply_ident(), worker/apply.h), which the store
+ * keeps with that watermark. A new owner reads the record at watermark - 1
+ * from the log and compares: another record there means the log was
+ * replaced (a topic deleted and created again with more records than the
+ * watermark), whose records would otherwise be skipped as applied. @p ident
+ * (at most KL__SID_MAX bytes) is copied. Call before the commit.
+ */
+kl_err_t kl__txn_set_last(kl_txn_t *txn, const void *ident, size_t len);
+
+/**
+ * The identity the store keeps for @p partition (kl__txn_set_last()) and
+ * the watermark it belongs to: *@p len 0 when none is kept (a store written
+ * by an older release, or a backend without it). It identifies the record
+ * at watermark - 1 only while *@p watermark is the partition's watermark.
+ * @p ident holds KL__SID_MAX bytes.
+ */
+kl_err_t kl__store_last(kl_store_t *store, const char *topic, int32_t partition,
+                        int64_t *watermark, void *ident, size_t *len);
+
 /* ---- the outbox: follow-up events committed with their source ------- */
 
 /**

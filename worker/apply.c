@@ -5,8 +5,11 @@
 #include <string.h>
 
 #include "event/trace.h"
+#include "common/hash.h"
 #include "common/internal.h"
 #include "common/log.h"
+#include "common/mutant.h"
+#include "common/strbuf.h"
 #include "keylane/producer.h"
 #include "store/backend.h"
 #include "store/store_internal.h"
@@ -62,6 +65,8 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
     snprintf(res->why, sizeof(res->why), "store: %s", kl_err_detail());
     return KL_HANDLER_RETRY;
   }
+  if (kl__sim_mutant == KL__MUTANT_SEEN) /* test only: common/mutant.h */
+    mark = KL_MARK_NONE, done = NULL;
   if (done || mark == KL_MARK_APPLIED ||
       (mark != KL_MARK_NONE && !a->redrive)) {
     kl_txn_count_duplicate(txn);
@@ -152,6 +157,53 @@ kl_err_t kl__apply_begin_ahead(const kl__applier_t *a, int32_t partition,
   return err;
 }
 
+size_t kl__apply_ident(kl_decoder_t *decoder, const rd_kafka_message_t *m,
+                       char *out) {
+  kl_event_t ev;
+  if (kl_event_decode(decoder, m->key, m->key_len, m->payload, m->len, &ev) ==
+      KL_OK)
+    return kl__sid_encode(ev.key, ev.key_len, ev.id, ev.id_len, out);
+  uint64_t k = kl__fnv1a(m->key, m->key ? m->key_len : 0);
+  uint64_t v = kl__fnv1a(m->payload, m->payload ? m->len : 0);
+  out[0] = 1;
+  for (int i = 0; i < 8; i++) {
+    out[1 + i] = (char)(k >> (56 - 8 * i));
+    out[9 + i] = (char)(v >> (56 - 8 * i));
+  }
+  return 17;
+}
+
+const char *kl__apply_ident_text(const char *ident, size_t len, char *out,
+                                 size_t size) {
+  const void *key;
+  const char *id;
+  size_t key_len, id_len;
+  char k[KL__ESCAPED_SIZE(64)], i[KL__ESCAPED_SIZE(64)];
+  if (len && ident[0] == 0 &&
+      kl__sid_decode(ident, len, &key, &key_len, &id, &id_len) == 0 && key)
+    snprintf(out, size, "key=%s id=%s",
+             kl__escape(k, sizeof(k), key, key_len < 64 ? key_len : 64),
+             kl__escape(i, sizeof(i), id, id_len < 64 ? id_len : 64));
+  else
+    snprintf(out, size, "a record that is no keylane event");
+  return out;
+}
+
+/* The identity of the record at @p watermark - 1, when it is among
+ * @p msgs, into @p txn: what a new owner compares with the log. */
+static kl_err_t set_last(const kl__applier_t *a, kl_txn_t *txn,
+                         rd_kafka_message_t *const *msgs, size_t count,
+                         int64_t watermark) {
+  for (size_t i = count; i-- > 0;) {
+    if (msgs[i]->offset != watermark - 1)
+      continue;
+    char ident[KL__SID_MAX];
+    size_t len = kl__apply_ident(a->decoder, msgs[i], ident);
+    return kl__txn_set_last(txn, ident, len);
+  }
+  return KL_OK;
+}
+
 void kl__apply_sleep(const kl__applier_t *a, int32_t partition, int ms) {
   while (ms > 0) {
     int step = ms < 100 ? ms : 100;
@@ -179,6 +231,10 @@ static kl_err_t run_batch(const kl__applier_t *a, int32_t partition,
     kl_handler_result_t r =
         kl__apply_event(a, partition, epoch, txn, m, &event, res);
     kl__log_trace_set(NULL);
+    if (r == KL_HANDLER_RETRY && kl__sim_mutant == KL__MUTANT_WATERMARK) {
+      res->next = m->offset + 1; /* test only: common/mutant.h */
+      continue;
+    }
     if (r != KL_HANDLER_OK) {
       res->verdict = r;
       res->failed_offset = m->offset;
@@ -207,7 +263,24 @@ kl_err_t kl__apply_batch(const kl__applier_t *a, int32_t partition,
     kl_store_abort(txn);
     return err;
   }
+  if (res->next > watermark &&
+      (err = set_last(a, txn, msgs, count, res->next))) {
+    kl_store_abort(txn);
+    return err;
+  }
   if (a->before_commit)
     a->before_commit(a->hook_opaque, a->topic, partition, epoch);
-  return kl_store_commit(txn, res->next);
+  kl__commit_fate_t fate =
+      a->commit_fate ? a->commit_fate(a->hook_opaque, partition, epoch)
+                     : KL__COMMIT_GO;
+  if (fate == KL__COMMIT_ABORT) {
+    kl_store_abort(txn);
+    return kl__err(KL_ESTORE_BUSY, "test seam: the commit was aborted");
+  }
+  err = kl_store_commit(txn, res->next);
+  res->committed = err == KL_OK;
+  return fate == KL__COMMIT_LOST
+             ? kl__err(KL_ESTORE_BUSY,
+                       "test seam: the commit's answer was lost")
+             : err;
 }

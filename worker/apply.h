@@ -22,6 +22,18 @@
  * on; another error stops the batch, which applies nothing and returns it. */
 typedef kl_err_t(kl__tick_fn)(void *opaque, int32_t partition);
 
+/* A test seam (tests/sim/sim.c): what kl__apply_batch() does where it
+ * would commit, after applier->before_commit. */
+typedef enum kl__commit_fate {
+  KL__COMMIT_GO = 0, /* commit */
+  KL__COMMIT_ABORT,  /* abort and return KL_ESTORE_BUSY: a failed commit,
+                        or the owner dying there */
+  KL__COMMIT_LOST,   /* commit, then return KL_ESTORE_BUSY whatever the
+                        outcome: an answer lost on its way back */
+} kl__commit_fate_t;
+typedef kl__commit_fate_t(kl__commit_fate_fn)(void *opaque, int32_t partition,
+                                              uint64_t epoch);
+
 typedef struct kl__applier {
   kl_store_t *store;
   const char *topic;
@@ -49,6 +61,7 @@ typedef struct kl__applier {
   int32_t partitions; /* > 0: a key must route (murmur2) to its partition */
   kl__tick_fn *tick;  /* may be NULL */
   void *tick_opaque;
+  kl__commit_fate_fn *commit_fate; /* test seam; NULL: commit. hook_opaque */
 } kl__applier_t;
 
 typedef struct kl__apply_result {
@@ -59,6 +72,8 @@ typedef struct kl__apply_result {
   kl_err_t failed_err; /* KL_EDECODE_* when the record did not decode */
   kl_err_t store_err;  /* the store error behind a RETRY of seen/mark */
   int misrouted;       /* FAIL: the key routes to expected_partition */
+  int committed;       /* the store commit succeeded (for the test seam's
+                          lost answers: even when KL_ESTORE_BUSY says not) */
   int32_t expected_partition;
   char why[512];
 } kl__apply_result_t;
@@ -104,6 +119,24 @@ kl_err_t kl__apply_prefetch(const kl__applier_t *applier, kl_txn_t *txn,
 kl_err_t kl__apply_begin_ahead(const kl__applier_t *applier, int32_t partition,
                                uint64_t epoch, rd_kafka_message_t *const *msgs,
                                size_t n, kl_txn_t **txn);
+
+/**
+ * The identity of record @p m that the store keeps for the record at its
+ * watermark - 1 (kl__txn_set_last()) and a new owner compares with the log:
+ * its sid (store_internal.h) when it decodes, else a tag byte 1 and the
+ * FNV-1a of its key and of its value (8 bytes each). @p out holds
+ * KL__SID_MAX bytes. @returns the length.
+ */
+size_t kl__apply_ident(kl_decoder_t *decoder, const rd_kafka_message_t *m,
+                       char *out);
+
+/**
+ * Writes @p ident (kl__apply_ident()) for a log line: "key=K id=I" for a
+ * sid, "a record that is no keylane event" otherwise, escaped.
+ * @returns @p out.
+ */
+const char *kl__apply_ident_text(const char *ident, size_t len, char *out,
+                                 size_t size);
 
 /**
  * Sleeps @p ms (a retry's backoff) in short steps, calling applier->tick

@@ -1,6 +1,6 @@
 /*
- * Checks of the environment that keylane's guarantees rest on (DESIGN.md,
- * "Assumptions are checks, not hopes"), each a function the worker runs at
+ * Checks of the environment that keylane's guarantees rest on (docs/design.md,
+ * "Assumptions are checks"), each a function the worker runs at
  * start and `keylane doctor` can run on demand. A check says OK, WARN (it
  * could not tell) or FAIL, with a message that names the thing, the values
  * and the fix; what to do about a FAIL is the caller's (the worker refuses

@@ -5,9 +5,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/kafka_pos.h"
+#include "store/store_internal.h"
+#include "worker/apply.h"
+
 kl__log_verdict_t kl__log_classify(int64_t low, int64_t high, int64_t watermark,
                                    kl__log_check_t *check) {
-  kl__log_check_t c = {KL__LOG_OK, low, high, watermark, 0};
+  kl__log_check_t c = {KL__LOG_OK, low, high, watermark, 0, "", ""};
   if (watermark > 0 && high < watermark) {
     c.verdict = KL__LOG_BACKWARDS;
   } else if (watermark > 0 && low > watermark) {
@@ -25,6 +29,8 @@ const char *kl__log_verdict_name(kl__log_verdict_t verdict) {
     return "went_backwards";
   case KL__LOG_GAP:
     return "retention_gap";
+  case KL__LOG_REPLACED:
+    return "log_replaced";
   default:
     return "ok";
   }
@@ -57,9 +63,61 @@ const char *kl__log_describe(const char *topic, int32_t partition,
              "retention.ms above the longest time a worker may lag",
              topic, partition, check->lost, check->low, check->watermark,
              check->watermark, check->low - 1);
+  else if (check->verdict == KL__LOG_REPLACED)
+    snprintf(buf, size,
+             "topic %s partition %" PRId32 " holds another log than the one "
+             "the store applied: the record at offset %" PRId64 " (the "
+             "store's watermark - 1) is %s, the store applied %s there: the "
+             "topic was deleted and created again with as many records, or "
+             "this store belongs to another cluster, and its records would "
+             "be taken for ones already applied; if the new log is meant to "
+             "be applied, run `keylane store reset -t %s -p %" PRId32
+             " --store STORE` (it keeps the idempotency keys and starts the "
+             "partition again from its first record), else give the worker "
+             "the cluster its store belongs to",
+             topic, partition, check->watermark - 1, check->found,
+             check->applied, topic, partition);
   else if (size)
     buf[0] = '\0';
   return buf;
+}
+
+typedef struct last_read {
+  kl_decoder_t *decoder;
+  int64_t offset;
+  char ident[KL__SID_MAX];
+  size_t len; /* 0: the log no longer holds the record */
+} last_read_t;
+
+static int last_take(void *opaque, rd_kafka_message_t *m) {
+  last_read_t *r = opaque;
+  if (m->offset == r->offset)
+    r->len = kl__apply_ident(r->decoder, m, r->ident);
+  return KL__READ_STOP;
+}
+
+/* Compares the record at the watermark - 1 of partition @p p with the
+ * one the store applied there, when it kept it: KL__LOG_REPLACED in
+ * @p check when they differ. */
+static void check_last(rd_kafka_t *rk, kl_store_t *store, const char *topic,
+                       int32_t p, kl__log_check_t *check) {
+  char ident[KL__SID_MAX];
+  size_t len;
+  int64_t wm;
+  if (check->watermark <= 0 ||
+      kl__store_last(store, topic, p, &wm, ident, &len) || !len ||
+      wm != check->watermark)
+    return;
+  last_read_t r = {kl_decoder_new(), wm - 1, "", 0};
+  kl__tp_range_t range = {.partition = p, .start = wm - 1, .end = wm};
+  if (r.decoder &&
+      kl__kafka_read(rk, topic, &range, 1, last_take, &r, NULL) == KL_OK &&
+      r.len && (r.len != len || memcmp(r.ident, ident, len) != 0)) {
+    check->verdict = KL__LOG_REPLACED;
+    kl__apply_ident_text(r.ident, r.len, check->found, sizeof(check->found));
+    kl__apply_ident_text(ident, len, check->applied, sizeof(check->applied));
+  }
+  kl_decoder_destroy(r.decoder);
 }
 
 /* Reads partition @p p's log and watermark into @p check. @returns the
@@ -87,7 +145,8 @@ static kl__check_status_t check_one(rd_kafka_t *rk, kl_store_t *store,
              topic, p, rd_kafka_err2str(kerr));
     return KL__CHECK_WARN;
   }
-  kl__log_classify(low, high, st.watermark, check);
+  if (kl__log_classify(low, high, st.watermark, check) == KL__LOG_OK)
+    check_last(rk, store, topic, p, check);
   return KL__CHECK_OK;
 }
 
@@ -114,8 +173,8 @@ void kl__check_log(rd_kafka_t *rk, kl_store_t *store, const char *topic,
     if (bad == 1)
       memcpy(out->msg, first, sizeof(out->msg));
     else if (snprintf(out->msg, sizeof(out->msg),
-                      "%d partitions of topic %s "
-                      "went backwards or lost records; the first: %s",
+                      "%d partitions of topic %s went backwards, lost "
+                      "records or hold another log; the first: %s",
                       bad, topic, first) < 0) /* a long message is cut: fine */
       out->msg[0] = '\0';
   } else if (unread.status == KL__CHECK_WARN) {
@@ -125,7 +184,8 @@ void kl__check_log(rd_kafka_t *rk, kl_store_t *store, const char *topic,
     snprintf(out->msg, sizeof(out->msg),
              "the logs of topic %s hold the "
              "store's watermarks on all %" PRId32 " partitions: none went "
-             "backwards, none lost records before they were applied",
+             "backwards, none lost records before they were applied, none "
+             "holds another record where the store applied one",
              topic, partitions);
   }
 }

@@ -7,9 +7,11 @@
  *
  * Kafka tells a recreated topic from the old one by its topic ID, but
  * librdkafka has no public topic-ID API before 2.3.0 (rd_kafka_DescribeTopics;
- * Debian 12 ships 2.0.2), so keylane binds nothing to a topic's identity:
- * these offsets are all it checks. A recreated topic that already holds
- * more records than the store's watermark passes unnoticed.
+ * Debian 12 ships 2.0.2). So the store keeps, with each watermark, the
+ * identity of the record at watermark - 1 (kl__store_last()): a recreated
+ * topic that already holds more records than the watermark has another
+ * record there (KL__LOG_REPLACED), which the worker finds when it takes the
+ * partition (lanes.h, kl__lanes_verify()) and doctor when it runs.
  *
  * kl__check_log() runs the comparison on every partition of a topic, as
  * a check of checks.h, for `keylane doctor`.
@@ -31,7 +33,9 @@
 typedef enum kl__log_verdict {
   KL__LOG_OK = 0,    /**< low <= watermark <= high, or nothing applied */
   KL__LOG_BACKWARDS, /**< high < watermark: recreated or truncated */
-  KL__LOG_GAP, /**< watermark < low: retention deleted unapplied records */
+  KL__LOG_GAP,      /**< watermark < low: retention deleted unapplied records */
+  KL__LOG_REPLACED, /**< the record at watermark - 1 is not the one the
+                         store applied there: a replaced log */
 } kl__log_verdict_t;
 
 /** One comparison, as kl__log_classify() made it. */
@@ -40,6 +44,8 @@ typedef struct kl__log_check {
   int64_t low, high; /**< the retained log: [low, high) */
   int64_t watermark; /**< the offset the store applies next */
   int64_t lost;      /**< KL__LOG_GAP: records deleted unapplied; else 0 */
+  char found[160];   /**< KL__LOG_REPLACED: the two records, as */
+  char applied[160]; /**< kl__apply_ident_text() says them */
 } kl__log_check_t;
 
 /**
@@ -51,7 +57,8 @@ typedef struct kl__log_check {
 kl__log_verdict_t kl__log_classify(int64_t low, int64_t high, int64_t watermark,
                                    kl__log_check_t *check);
 
-/** @returns "ok", "went_backwards" or "retention_gap" (a metric label). */
+/** @returns "ok", "went_backwards", "retention_gap" or "log_replaced" (a
+ *  metric label). */
 const char *kl__log_verdict_name(kl__log_verdict_t verdict);
 
 /**

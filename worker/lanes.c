@@ -473,10 +473,26 @@ static void lane_below(kl__lanes_t *lanes, kl__lane_t *lane, int64_t offset) {
     lane->below_applied++;
 }
 
+static void lane_verify(kl__lanes_t *lanes, kl__lane_t *lane,
+                        const rd_kafka_message_t *m);
+
 void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m) {
   pthread_mutex_lock(&lanes->mu);
   kl__lane_t *lane =
       m->partition < lanes->count ? lanes->lanes[m->partition] : NULL;
+  if (lane && lane->verify_offset >= 0 && lane->state == KL__LANE_OWNED &&
+      !(lane->paused & KL__PAUSE_LOG) && m->offset <= lane->verify_offset) {
+    /* The record before the watermark, read to compare; or none (the log
+     * no longer holds it: nothing to compare, and what comes next is
+     * checked as any record is). */
+    if (m->offset == lane->verify_offset)
+      lane_verify(lanes, lane, m);
+    pthread_mutex_unlock(&lanes->mu);
+    rd_kafka_message_destroy(m);
+    return;
+  }
+  if (lane && m->offset > lane->verify_offset)
+    lane->verify_offset = -1;
   if (!lane || lane->state != KL__LANE_OWNED ||
       (lane->paused & KL__PAUSE_LOG) || m->offset < lane->next_offset) {
     if (lane && lane->state == KL__LANE_OWNED &&
@@ -786,8 +802,67 @@ void kl__lanes_own(kl__lanes_t *lanes, int32_t partition, uint64_t epoch,
   lane->commit_backoff_ms = 0;
   lane->below = -1;
   lane->below_applied = 0;
+  lane->verify_offset = -1;
+  lane->replaced = 0;
   kl__outbox_own(lanes->outbox, partition, lane->gen); /* leftovers first */
   pthread_mutex_unlock(&lanes->mu);
+}
+
+void kl__lanes_verify(kl__lanes_t *lanes, int32_t partition, int64_t offset,
+                      const char *ident, size_t len) {
+  pthread_mutex_lock(&lanes->mu);
+  kl__lane_t *lane = partition < lanes->count ? lanes->lanes[partition] : NULL;
+  char *copy = lane ? malloc(len) : NULL;
+  if (copy) { /* without memory: not compared, as with an older store */
+    memcpy(copy, ident, len);
+    free(lane->verify_ident);
+    lane->verify_ident = copy;
+    lane->verify_len = len;
+    lane->verify_offset = offset;
+  }
+  pthread_mutex_unlock(&lanes->mu);
+}
+
+int kl__lanes_replaced(kl__lanes_t *lanes, kl__lane_replaced_t *out) {
+  int found = 0;
+  pthread_mutex_lock(&lanes->mu);
+  for (int32_t p = 0; !found && p < lanes->count; p++) {
+    kl__lane_t *lane = lanes->lanes[p];
+    if (!lane || !lane->replaced || lane->state != KL__LANE_OWNED)
+      continue;
+    lane->replaced = 0;
+    *out = (kl__lane_replaced_t){.partition = p,
+                                 .epoch = lane->epoch,
+                                 .offset = lane->verify_offset,
+                                 .expected_len = lane->verify_len,
+                                 .found_len = lane->found_len};
+    memcpy(out->expected, lane->verify_ident, lane->verify_len);
+    memcpy(out->found, lane->found_ident, lane->found_len);
+    lane->verify_offset = -1;
+    found = 1;
+  }
+  pthread_mutex_unlock(&lanes->mu);
+  return found;
+}
+
+/* The record at the lane's verify_offset: the one the store applied there,
+ * or the log was replaced, and the lane halts. mu held. */
+static void lane_verify(kl__lanes_t *lanes, kl__lane_t *lane,
+                        const rd_kafka_message_t *m) {
+  char ident[KL__SID_MAX];
+  size_t len = kl__apply_ident(lanes->applier.decoder, m, ident);
+  if (len == lane->verify_len && memcmp(ident, lane->verify_ident, len) == 0) {
+    lane->verify_offset = -1; /* the log the store applied */
+    return;
+  }
+  char *copy = malloc(len);
+  if (copy)
+    memcpy(copy, ident, len);
+  free(lane->found_ident);
+  lane->found_ident = copy;
+  lane->found_len = copy ? len : 0;
+  lane->replaced = 1;
+  kl__lane_pause(lanes, lane, KL__PAUSE_LOG);
 }
 
 /* ---- the log checks' part (log_guard.c) ------------------------------ */
@@ -987,6 +1062,8 @@ void kl__lanes_destroy(kl__lanes_t *lanes) {
     kl__lane_drop(lanes, lane);
     free(lane->ring);
     kl__hmap_free(&lane->keys);
+    free(lane->verify_ident);
+    free(lane->found_ident);
     free(lane->ready.v);
     free(lane->final.v);
     free(lane->waiting.v);

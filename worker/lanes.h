@@ -33,6 +33,7 @@
 
 #include "keylane/worker.h"
 #include "worker/apply.h"
+#include "store/store_internal.h"
 #include "worker/dlq.h"
 
 typedef struct kl__lanes kl__lanes_t;
@@ -237,5 +238,32 @@ void kl__lanes_set_after_commit(kl__lanes_t *lanes, kl__worker_hook_fn *fn,
 /** The dead-letter producer's ack callback (opaque: the lanes). */
 void kl__lanes_dlq_ack(void *opaque, const kl__dlq_ref_t *ref, kl_err_t err,
                        const char *errstr);
+
+/**
+ * The store keeps @p ident as the record at @p offset, the watermark - 1
+ * of @p partition, which its owner now resumes at @p offset instead of the
+ * watermark: that record, when it arrives, is compared with @p ident
+ * (kl__apply_ident()) and dropped as applied. Another record there means
+ * the log was replaced (kl__lanes_replaced()). @p ident is copied. Poll
+ * thread, after kl__lanes_own().
+ */
+void kl__lanes_verify(kl__lanes_t *lanes, int32_t partition, int64_t offset,
+                      const char *ident, size_t len);
+
+/** What kl__lanes_replaced() reports of one partition. */
+typedef struct kl__lane_replaced {
+  int32_t partition;
+  uint64_t epoch;
+  int64_t offset; /* the record compared: the watermark - 1 */
+  char expected[KL__SID_MAX], found[KL__SID_MAX];
+  size_t expected_len, found_len;
+} kl__lane_replaced_t;
+
+/**
+ * Takes one owned partition whose log was replaced (its record at the
+ * watermark - 1 is another than the store applied), now halted, into
+ * @p out. @returns 1, or 0 when there is none. Poll thread.
+ */
+int kl__lanes_replaced(kl__lanes_t *lanes, kl__lane_replaced_t *out);
 
 #endif

@@ -65,7 +65,23 @@ static kl_err_t build_entry(kl_txn_t *txn, const kl__ov_entry_t *e) {
  * already, and the overlay only dead letters' marks; those go last, as
  * they came last: an event run after a mark was set saw it, and was a
  * duplicate. */
-static kl_err_t commit_build(kl__lane_t *lane, kl_build_t *b) {
+/* The identity of the record at the new watermark - 1, which the store
+ * keeps with it (kl__txn_set_last()); a build that does not move the
+ * watermark leaves the stored one. */
+static kl_err_t build_last(kl__lanes_t *lanes, kl__lane_t *lane,
+                           kl_build_t *b) {
+  if (b->watermark <= lane->watermark)
+    return KL_OK;
+  kl__slot_t *s = kl__lane_find(lane, b->watermark - 1);
+  if (!s || !s->msg)
+    return KL_OK;
+  char ident[KL__SID_MAX];
+  size_t len = kl__apply_ident(lanes->applier.decoder, s->msg, ident);
+  return kl__txn_set_last(b->txn, ident, len);
+}
+
+static kl_err_t commit_build(kl__lanes_t *lanes, kl__lane_t *lane,
+                             kl_build_t *b) {
   size_t n;
   kl__ov_entry_t *list = kl__ov_take_dirty(&lane->ov, &n);
   b->gen = lane->ov.gen - 1;
@@ -91,7 +107,7 @@ static kl_err_t commit_build(kl__lane_t *lane, kl_build_t *b) {
     s->emits = NULL;
   }
   b->watermark = lane_first_open(lane);
-  return err;
+  return err ? err : build_last(lanes, lane, b);
 }
 
 /* ---- outcomes ---------------------------------------------------------- */
@@ -212,7 +228,7 @@ static int build_lane(kl__lanes_t *lanes, kl__lane_t *lane, kl_build_t *b) {
     snprintf(detail, sizeof(detail), "%s", err ? kl_err_detail() : "");
     pthread_mutex_lock(&lanes->mu);
   }
-  if (!err && (err = commit_build(lane, b)) != KL_OK) {
+  if (!err && (err = commit_build(lanes, lane, b)) != KL_OK) {
     snprintf(detail, sizeof(detail), "%s", kl_err_detail());
     kl_store_abort(b->txn);
   }

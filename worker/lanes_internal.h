@@ -163,6 +163,13 @@ struct kl__lane {
   int64_t stall_watermark, stall_since_ns;
   uint64_t stall_gen;
   int stalled;
+  /* The record at the watermark - 1 the store applied (kl__lanes_verify()),
+   * compared with the log's when it arrives; replaced: they differ, found
+   * is the log's (log_guard.c stops the partition). */
+  int64_t verify_offset; /* -1: nothing to compare */
+  char *verify_ident, *found_ident;
+  size_t verify_len, found_len;
+  int replaced;
 };
 
 struct kl__lanes {

@@ -11,6 +11,7 @@
 #include "common/kafka.h"
 #include "common/log.h"
 #include "common/strbuf.h"
+#include "worker/apply.h"
 
 #define KL_COMP "worker"
 #define KL_QUERY_MS 5000       /* the watermark query's timeout */
@@ -287,7 +288,38 @@ static void restart_if_reset(kl__log_guard_t *guard, int32_t partition,
            partition, st.watermark, st.epoch);
 }
 
+/* A lane found another record at its watermark - 1 than the store
+ * applied there: stopped as a log that went backwards is, until
+ * `keylane store reset`. */
+static void stop_replaced(kl__log_guard_t *guard,
+                          const kl__lane_replaced_t *r) {
+  kl_partition_state_t st;
+  int64_t watermark = r->offset + 1;
+  if (kl_store_partition(guard->store, guard->topic, r->partition, &st) ==
+      KL_OK)
+    watermark = st.watermark;
+  kl__log_check_t check = {KL__LOG_REPLACED, -1, -1, watermark, 0, "", ""};
+  kl__apply_ident_text(r->found, r->found_len, check.found,
+                       sizeof(check.found));
+  kl__apply_ident_text(r->expected, r->expected_len, check.applied,
+                       sizeof(check.applied));
+  char why[1024];
+  kl__log_describe(guard->topic, r->partition, &check, why, sizeof(why));
+  KL_LOG_E(KL_COMP, "stopped partition=%" PRId32 " reason=log_replaced: %s",
+           r->partition, why);
+  pthread_mutex_lock(&guard->mu);
+  kl_guarded_t *g = guarded_of(guard, r->partition);
+  if (g) {
+    g->epoch = r->epoch;
+    set_state(guard, g, KL_GUARD_STOPPED, &check, 1);
+  }
+  pthread_mutex_unlock(&guard->mu);
+}
+
 void kl__log_guard_tick(kl__log_guard_t *guard) {
+  kl__lane_replaced_t replaced;
+  while (kl__lanes_replaced(guard->lanes, &replaced))
+    stop_replaced(guard, &replaced);
   int32_t below[64];
   size_t n = kl__lanes_below(guard->lanes, below, 64);
   for (size_t i = 0; i < n; i++) {

@@ -1,6 +1,6 @@
 /*
  * The worker's guard against a log that went backwards or lost records
- * (DESIGN.md, "Assumptions are checks"). The store's watermark says which
+ * (docs/design.md, "Assumptions are checks"). The store's watermark says which
  * offsets were applied; that holds only while the partition's log is the
  * one they were applied from. So the worker's consumer runs with
  * auto.offset.reset=error, and when librdkafka says a position is out of

@@ -32,6 +32,7 @@
 #include "worker/lanes_stall.h"
 #include "worker/lanes.h"
 #include "worker/log_guard.h"
+#include "worker/membership.h"
 #include "worker/pool.h"
 #include "store/store_internal.h"
 #include "worker/worker_internal.h"
@@ -78,7 +79,10 @@ struct kl_worker {
   atomic_int topic_stopped; /* the count changed: it takes nothing more */
   kl__worker_seek_hook_fn *seek_hook; /* test hook; may be NULL */
   void *seek_hook_opaque;
-  int64_t stall_ms; /* worker.stall.ms; 0: not watched */
+  int64_t stall_ms;                      /* worker.stall.ms; 0: not watched */
+  char instance_id[KL__INSTANCE_ID_MAX]; /* group.instance.id; "": dynamic */
+  kl_err_t fatal; /* the consumer raised a fatal error (membership.h) */
+  char fatal_why[1024];
 };
 
 #define KL_COMP "worker"
@@ -184,6 +188,23 @@ static int assign_refused(kl_worker_t *worker, int32_t partition) {
   return 1;
 }
 
+/* When the store kept the record at the watermark - 1 (a replaced log is
+ * told by it: log_guard.h), the partition resumes one record early, to
+ * read that record and compare. */
+static void verify_last(kl_worker_t *worker, rd_kafka_topic_partition_t *tp,
+                        const kl_partition_state_t *state) {
+  char ident[KL__SID_MAX];
+  size_t len;
+  int64_t wm;
+  if (state->watermark <= 0 ||
+      kl__store_last(worker->store, worker->topic, tp->partition, &wm, ident,
+                     &len) != KL_OK ||
+      !len || wm != state->watermark)
+    return;
+  kl__lanes_verify(worker->lanes, tp->partition, wm - 1, ident, len);
+  tp->offset = wm - 1;
+}
+
 static void on_assign(kl_worker_t *worker,
                       rd_kafka_topic_partition_list_t *parts) {
   uint64_t *floors = worker_fleet_epochs(worker, parts);
@@ -208,6 +229,7 @@ static void on_assign(kl_worker_t *worker,
       worker->quiet[tp->partition].since_ns = 0;
     tp->offset =
         state.watermark > 0 ? state.watermark : RD_KAFKA_OFFSET_BEGINNING;
+    verify_last(worker, tp, &state);
     epoch_add(taken, worker->topic, tp->partition, &state);
     worker->owned++;
     KL_LOG_I(KL_COMP,
@@ -497,6 +519,7 @@ kl_err_t kl__worker_kafka_conf(const kl_conf_t *conf, rd_kafka_conf_t **out) {
     return err;
   rdk_log(&features, consumer_protocol);
   embedded_fetch(conf, defaults);
+  kl__membership_defaults(conf, defaults);
   rd_kafka_conf_t *kconf = rd_kafka_conf_new();
   err = kl__kafka_conf_apply(kconf, conf, defaults);
   if (err) {
@@ -524,6 +547,8 @@ static kl_err_t consumer_new(kl_worker_t *worker) {
   /* KIP-848's protocol is incremental, like cooperative-sticky. */
   worker->cooperative = worker_consumer_protocol(worker->conf) ||
                         strstr(strategy, "cooperative") != NULL;
+  kl__membership_instance(kconf, worker->instance_id,
+                          sizeof(worker->instance_id));
   rd_kafka_conf_set_opaque(kconf, worker);
   rd_kafka_conf_set_rebalance_cb(kconf, rebalance_cb);
   char errstr[512];
@@ -636,6 +661,8 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                    "back; raise it, or set 0 to never take one back",
                    retake_ms, session_ms);
   kl_err_t checked = check_poll_interval(conf);
+  if (!checked)
+    checked = kl__membership_check(conf);
   if (checked)
     return checked;
   kl_worker_t *worker = calloc(1, sizeof(*worker));
@@ -761,8 +788,15 @@ static kl_err_t check_retention(kl_worker_t *worker) {
 }
 
 static void on_consume_error(kl_worker_t *worker, rd_kafka_message_t *m) {
-  if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET && m->rkt &&
-      strcmp(rd_kafka_topic_name(m->rkt), worker->topic) == 0)
+  if (m->err == RD_KAFKA_RESP_ERR__FATAL && !worker->fatal) {
+    worker->fatal = kl__membership_fatal(
+        worker->rk, kl_conf_get(worker->conf, "worker.group"),
+        worker->instance_id);
+    snprintf(worker->fatal_why, sizeof(worker->fatal_why), "%s",
+             kl_err_detail());
+    worker->stop = 1;
+  } else if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET && m->rkt &&
+             strcmp(rd_kafka_topic_name(m->rkt), worker->topic) == 0)
     kl__log_guard_out_of_range(worker->log_guard, m->partition, m->offset);
   else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
     KL_LOG_W(KL_COMP, "consume: %s", rd_kafka_message_errstr(m));
@@ -814,6 +848,30 @@ static void leave_group(kl_worker_t *worker) {
     if (m)
       rd_kafka_message_destroy(m);
   }
+}
+
+/*
+ * A static member does not leave the group (KIP-345): librdkafka sends no
+ * LeaveGroup when it closes, and Kafka keeps the member's partitions for
+ * it for the session timeout, for the same instance to take back without
+ * a rebalance. So no unsubscribe: each lane stops taking records, lets
+ * its running ones finish and commits them, with the final offsets,
+ * before the close; the revocation the close then serves finds nothing
+ * left to commit.
+ */
+static void stay_in_group(kl_worker_t *worker) {
+  rd_kafka_topic_partition_list_t *assigned = NULL;
+  if (!rd_kafka_assignment(worker->rk, &assigned) && assigned) {
+    on_revoke(worker, assigned, 0);
+    rd_kafka_topic_partition_list_destroy(assigned);
+  }
+  KL_LOG_I(KL_COMP,
+           "staying in group %s as static member %s: a worker started with "
+           "worker.instance.id=%s within worker.session.timeout.ms "
+           "(%" PRId64 " ms) takes its partitions back without a rebalance",
+           kl_conf_get(worker->conf, "worker.group"), worker->instance_id,
+           worker->instance_id,
+           kl__conf_int(worker->conf, "worker.session.timeout.ms"));
 }
 
 /* Takes what the consumer has, up to @p max records, waiting at most
@@ -952,12 +1010,19 @@ kl_err_t kl_worker_run(kl_worker_t *worker) {
     return kl__err(kl__kafka_err(kerr), "subscribe to %s: %s", worker->topic,
                    rd_kafka_err2str(kerr));
   worker_loop(worker);
-  await_first_assignment(worker);
-  leave_group(worker); /* revokes: lanes commit first */
+  if (!worker->fatal)
+    await_first_assignment(worker);
+  if (worker->fatal)
+    KL_LOG_W(KL_COMP, "closing the consumer: nothing more is committed");
+  else if (*worker->instance_id)
+    stay_in_group(worker);
+  else
+    leave_group(worker); /* revokes: lanes commit first */
   rd_kafka_consumer_close(worker->rk);
   kl__pool_destroy(worker->pool);
   worker->pool = NULL;
-  return KL_OK;
+  return worker->fatal ? kl__err(worker->fatal, "%s", worker->fatal_why)
+                       : KL_OK;
 }
 
 rd_kafka_t *kl__worker_consumer(kl_worker_t *worker) {

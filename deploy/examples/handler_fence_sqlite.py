@@ -3,13 +3,12 @@
 
     keylane worker ... --handler 'exec:python3 handler_fence_sqlite.py /var/lib/app.db'
 
-keylane writes one JSON line per event on stdin (seq, topic, key, id, type,
-ts, partition, offset, epoch, payload or payload_b64) and reads one JSON line
-per event on stdout: {"seq": N, "status": "ok" | "retry" | "fail",
-"error": "..."}. Echoing the request's seq ties the answer to its event, and
-lets keylane send the next events before this one is answered (up to
-worker.exec.window); this handler still takes them one by one.
-Logs go to stderr (keylane puts them in its own log). Standard library only.
+Written on the keylane package's handler helper (clients/python,
+docs/clients-python.md): `apply(event, tx)` is called once per event, and
+its outcome is the answer: returning is "ok", raising Retry "retry",
+raising Fail "fail" (a dead letter); any other exception is "retry". The
+JSON-lines protocol, the "seq" echo and pipelining are the helper's. Runs
+from a checkout without installing anything (standard library only).
 
 The effects live in this database, not in keylane's store, so the handler
 must itself refuse what a deposed owner sends. Each event runs in ONE
@@ -28,14 +27,23 @@ SQLite transaction that:
    event again after a crash or a restart of this process: answered "ok",
    not applied twice);
 4. applies the effect: a "credit"/"debit" with payload {"amount": N} moves
-   the key's balance; any other type is answered "fail" (dead letter).
+   the key's balance; a "transfer" {"to": KEY, "amount": N} debits the key
+   and emits a "credit" {"amount": N, "from": KEY} to KEY "to", which
+   keylane publishes after this event is committed (its outbox); any other
+   type is answered "fail" (dead letter).
 
-A malformed line is answered "fail"; a database error (locked, I/O)
-"retry". The database path is argv[1] (default handler.db).
+A database error (locked, I/O) is "retry". The database path is argv[1]
+(default handler.db).
 """
-import json
+import os
 import sqlite3
 import sys
+
+try:
+    from keylane.handler import Fail, Retry, handler
+except ImportError:  # a checkout without `pip install ./clients/python`
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python", "src"))
+    from keylane.handler import Fail, Retry, handler
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS fence (
@@ -47,58 +55,66 @@ CREATE TABLE IF NOT EXISTS balance (key TEXT PRIMARY KEY,
   amount INTEGER NOT NULL);
 """
 
+db = None  # the connection main() opens
 
-def handle(db, ev):
-    topic, part, epoch = ev["topic"], int(ev["partition"]), int(ev["epoch"])
-    with db:  # one transaction: commit on return, roll back on exception
-        row = db.execute("SELECT epoch FROM fence WHERE topic=? AND partition=?",
-                         (topic, part)).fetchone()
-        if row and epoch < row[0]:
-            return {"status": "retry",
-                    "error": "fenced: epoch %d is older than %d stored for "
-                             "partition %d" % (epoch, row[0], part)}
-        db.execute("INSERT INTO fence VALUES (?,?,?,?) ON CONFLICT(topic, "
-                   "partition) DO UPDATE SET epoch=excluded.epoch, "
-                   "last_offset=excluded.last_offset",
-                   (topic, part, epoch, int(ev["offset"])))
-        if db.execute("SELECT 1 FROM applied WHERE id=?",
-                      (ev["id"],)).fetchone():
-            return {"status": "ok"}
-        kind = ev.get("type")
-        payload = ev.get("payload")
-        if kind not in ("credit", "debit") or not isinstance(payload, dict):
-            raise ValueError("unknown event type %r (credit or debit with "
-                             "{\"amount\": N})" % kind)
-        amount = int(payload.get("amount", 0))
-        if kind == "debit":
-            amount = -amount
-        db.execute("INSERT INTO balance VALUES (?,?) ON CONFLICT(key) DO "
-                   "UPDATE SET amount=amount+excluded.amount",
-                   (ev["key"], amount))
-        db.execute("INSERT INTO applied VALUES (?,?,?,?)",
-                   (ev["id"], epoch, part, int(ev["offset"])))
-    return {"status": "ok"}
+
+def connect(path):
+    conn = sqlite3.connect(path, isolation_level=None, timeout=5)
+    conn.executescript(SCHEMA)
+    conn.isolation_level = "DEFERRED"
+    return conn
+
+
+def amount_of(event):
+    payload = event.payload
+    if not isinstance(payload, dict) or not isinstance(payload.get("amount"), int):
+        raise Fail('%s needs a payload {"amount": N}, got %r' % (event.type, payload))
+    return payload["amount"]
+
+
+def move(key, amount):
+    db.execute(
+        "INSERT INTO balance VALUES (?,?) ON CONFLICT(key) DO UPDATE SET amount=amount+excluded.amount",
+        (key, amount),
+    )
+
+
+@handler
+def apply(event, tx):
+    topic, part, epoch, offset = tx.fence
+    try:
+        with db:  # one transaction: commit on return, roll back on exception
+            row = db.execute("SELECT epoch FROM fence WHERE topic=? AND partition=?", (topic, part)).fetchone()
+            if row and epoch < row[0]:
+                raise Retry("fenced: epoch %d is older than %d stored for partition %d" % (epoch, row[0], part))
+            db.execute(
+                "INSERT INTO fence VALUES (?,?,?,?) ON CONFLICT(topic, partition) DO UPDATE SET "
+                "epoch=excluded.epoch, last_offset=excluded.last_offset",
+                (topic, part, epoch, offset),
+            )
+            if db.execute("SELECT 1 FROM applied WHERE id=?", (event.id,)).fetchone():
+                return
+            if event.type == "credit":
+                move(event.key, amount_of(event))
+            elif event.type == "debit":
+                move(event.key, -amount_of(event))
+            elif event.type == "transfer":
+                to = event.payload.get("to") if isinstance(event.payload, dict) else None
+                if not isinstance(to, str) or to == event.key:
+                    raise Fail('transfer needs {"to": another key, "amount": N}, got %r' % (event.payload,))
+                move(event.key, -amount_of(event))
+                tx.emit(to, "credit", {"amount": amount_of(event), "from": event.key})
+            else:
+                raise Fail('unknown event type %r (credit, debit with {"amount": N}, or transfer)' % event.type)
+            db.execute("INSERT INTO applied VALUES (?,?,?,?)", (event.id, epoch, part, offset))
+    except sqlite3.Error as e:
+        raise Retry("sqlite: %s" % e) from None
 
 
 def main():
-    db = sqlite3.connect(sys.argv[1] if len(sys.argv) > 1 else "handler.db",
-                         isolation_level=None, timeout=5)
-    db.executescript(SCHEMA)
-    db.isolation_level = "DEFERRED"
-    for line in sys.stdin:
-        seq = None
-        try:
-            ev = json.loads(line)
-            seq = ev.get("seq") if isinstance(ev, dict) else None
-            answer = handle(db, ev)
-        except sqlite3.Error as e:
-            answer = {"status": "retry", "error": "sqlite: %s" % e}
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            answer = {"status": "fail", "error": "bad event: %s" % e}
-        if seq is not None:
-            answer["seq"] = seq
-        sys.stdout.write(json.dumps(answer) + "\n")
-        sys.stdout.flush()
+    global db
+    db = connect(sys.argv[1] if len(sys.argv) > 1 else "handler.db")
+    apply.run()
 
 
 if __name__ == "__main__":

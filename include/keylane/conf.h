@@ -2,7 +2,8 @@
  * @file conf.h
  * @brief Configuration: string keys and values, validated when set.
  *
- * keylane's own keys are listed in README.md.
+ * keylane's own keys are listed in docs/configuration.md, which
+ * `keylane config` prints.
  * Keys beginning with "kafka." are passed through to librdkafka with the
  * prefix removed ("kafka.linger.ms" sets librdkafka's "linger.ms"); they
  * are validated by librdkafka when a client is created from the conf.

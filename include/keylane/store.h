@@ -49,7 +49,7 @@
  *   by this store, and when the worker gives the partition up (revoke).
  *   A key is cached for the partition whose batch read or wrote it: a
  *   handler that writes another partition's keys breaks the single-writer
- *   rule (DESIGN.md) and would leave that partition's owner a stale value.
+ *   rule (docs/design.md) and would leave that partition's owner a stale value.
  *   Metrics: keylane_store_cache_bytes, keylane_store_cache_entries,
  *   keylane_store_cache_hits_total, keylane_store_cache_misses_total,
  *   keylane_store_cache_drops_total (hit ratio: hits / (hits + misses)).

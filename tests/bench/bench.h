@@ -28,6 +28,7 @@ int kl_bench_lanes(int argc, char **argv);
 int kl_bench_exec(int argc, char **argv);
 int kl_bench_latency(int argc, char **argv);
 int kl_bench_fsync(int argc, char **argv);
+int kl_bench_failover(int argc, char **argv);
 
 /** A trivial python3 exec handler: answers ok to each event, pipelined
  *  (bench_exec.c). */
@@ -105,6 +106,19 @@ struct kl__metrics *kl_bench_bare_metrics(kl_bench_bare_t *bare);
 
 /** Stops @p bare's thread and consumer and frees it; accepts NULL. */
 void kl_bench_bare_stop(kl_bench_bare_t *bare);
+
+/**
+ * Starts a real single-node Apache Kafka with deploy/kafka/kafka.sh
+ * (KEYLANE_KAFKA_SH overrides the path) in @p dir on @p port, with the
+ * broker settings @p configs ("KEY=VALUE", NULL-terminated; may be NULL).
+ * @returns its bootstrap string (malloc()ed), or NULL (said on stderr,
+ *          naming @p bench).
+ */
+char *kl_bench_kafka_start(const char *bench, const char *dir, int64_t port,
+                           const char *const *configs);
+
+/** Stops the Kafka of kl_bench_kafka_start() and deletes @p dir's data. */
+void kl_bench_kafka_stop(const char *bench, const char *dir);
 
 /** Prints @p o as the benchmark's one JSON line on stdout, and frees it. */
 void kl_bench_json(json_t *o);

@@ -53,10 +53,6 @@
 #define KL_BL_SETS_MAX 32
 #define KL_BL_BUCKETS_MAX 64
 
-#ifndef KL_KAFKA_SH
-#define KL_KAFKA_SH "deploy/kafka/kafka.sh"
-#endif
-
 typedef struct kl_bl_opts {
   int64_t rate, seconds, warmup, partitions, drain_ms, kafka_port;
   const char *handler, *bootstrap;
@@ -110,40 +106,6 @@ static double kl_bl_quantile(const kl_bl_hist_t *h, double q) {
     return lo + (h->le[i] - lo) * (in > 0 ? (rank - below) / in : 1);
   }
   return INFINITY;
-}
-
-/* ---- the cluster ------------------------------------------------------ */
-
-/* Starts a real single node; @returns its bootstrap (malloc) or NULL. */
-static char *kl_bl_kafka_start(const char *dir, int64_t port) {
-  const char *sh = getenv("KEYLANE_KAFKA_SH");
-  char cmd[1024], line[512], last[512] = "";
-  snprintf(cmd, sizeof(cmd),
-           "'%s' start --nodes 1 --dir '%s' --base-port %" PRId64,
-           sh && *sh ? sh : KL_KAFKA_SH, dir, port);
-  FILE *out = popen(cmd, "r");
-  if (!out)
-    return NULL;
-  while (fgets(line, sizeof(line), out))
-    snprintf(last, sizeof(last), "%s", line);
-  if (pclose(out) != 0 || !*last) {
-    fprintf(stderr,
-            "keylane-bench latency: %s failed; pass --bootstrap or "
-            "--embedded to measure elsewhere\n",
-            cmd);
-    return NULL;
-  }
-  last[strcspn(last, "\r\n")] = '\0';
-  return strdup(last);
-}
-
-static void kl_bl_kafka_stop(const char *dir) {
-  const char *sh = getenv("KEYLANE_KAFKA_SH");
-  char cmd[1024];
-  snprintf(cmd, sizeof(cmd), "'%s' clean --dir '%s' >&2",
-           sh && *sh ? sh : KL_KAFKA_SH, dir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "keylane-bench latency: %s failed\n", cmd);
 }
 
 /* ---- the worker ------------------------------------------------------- */
@@ -606,7 +568,8 @@ int kl_bench_latency(int argc, char **argv) {
   const char *boot = o.bootstrap, *where = "given cluster";
   if (!boot && !o.embedded) {
     kl_t_tmpdir(kdir);
-    if (!(started = kl_bl_kafka_start(kdir, o.kafka_port))) {
+    if (!(started =
+              kl_bench_kafka_start(KL_BL_NAME, kdir, o.kafka_port, NULL))) {
       kl_t_rmrf(kdir);
       return 1;
     }
@@ -630,7 +593,7 @@ int kl_bench_latency(int argc, char **argv) {
   }
   kl_t_cluster_destroy(cluster);
   if (started) {
-    kl_bl_kafka_stop(kdir);
+    kl_bench_kafka_stop(KL_BL_NAME, kdir);
     kl_t_rmrf(kdir);
     free(started);
   }

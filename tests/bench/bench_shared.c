@@ -1,13 +1,19 @@
-/* What the benchmarks share around their runs: flags, the load, and the
- * JSON line. */
+/* What the benchmarks share around their runs: flags, the load, the JSON
+ * line, and a real Kafka to run on. */
 #include <errno.h>
+#include <inttypes.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench.h"
 
 #define KL_BENCH_FLAGS_MAX 16
+
+#ifndef KL_KAFKA_SH
+#define KL_KAFKA_SH "deploy/kafka/kafka.sh"
+#endif
 
 int kl_bench_count(const char *bench, const char *flag, const char *arg,
                    int64_t max, int64_t *out) {
@@ -91,4 +97,39 @@ int kl_bench_load(kl_producer_t *producer, kl__ledger_gen_t *gen,
     }
   }
   return kl_flush(producer, 120000) == KL_OK ? 0 : -1;
+}
+
+char *kl_bench_kafka_start(const char *bench, const char *dir, int64_t port,
+                           const char *const *configs) {
+  const char *sh = getenv("KEYLANE_KAFKA_SH");
+  char cmd[2048], line[512], last[512] = "";
+  int n = snprintf(cmd, sizeof(cmd),
+                   "'%s' start --nodes 1 --dir '%s' --base-port %" PRId64,
+                   sh && *sh ? sh : KL_KAFKA_SH, dir, port);
+  for (int i = 0; configs && configs[i] && n < (int)sizeof(cmd); i++)
+    n += snprintf(cmd + n, sizeof(cmd) - (size_t)n, " --config '%s'",
+                  configs[i]);
+  FILE *out = popen(cmd, "r");
+  if (!out)
+    return NULL;
+  while (fgets(line, sizeof(line), out))
+    snprintf(last, sizeof(last), "%s", line);
+  if (pclose(out) != 0 || !*last) {
+    fprintf(stderr,
+            "keylane-bench %s: %s failed; pass --bootstrap to measure "
+            "elsewhere\n",
+            bench, cmd);
+    return NULL;
+  }
+  last[strcspn(last, "\r\n")] = '\0';
+  return strdup(last);
+}
+
+void kl_bench_kafka_stop(const char *bench, const char *dir) {
+  const char *sh = getenv("KEYLANE_KAFKA_SH");
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd), "'%s' clean --dir '%s' >&2",
+           sh && *sh ? sh : KL_KAFKA_SH, dir);
+  if (system(cmd) != 0)
+    fprintf(stderr, "keylane-bench %s: %s failed\n", bench, cmd);
 }

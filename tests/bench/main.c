@@ -28,6 +28,8 @@ static const struct {
      "publish -> applied p50/p99/p999 at a fixed rate, on a real broker"},
     {"fsync", kl_bench_fsync,
      "write+fdatasync p50/p99/p999: the floor under a durable store commit"},
+    {"failover", kl_bench_failover,
+     "key waits while workers restart, die or freeze, dynamic vs static"},
 };
 #define KL_NBENCHES (sizeof(kl_benches) / sizeof(kl_benches[0]))
 

@@ -16,7 +16,7 @@ import sys
 
 import yaml
 
-from check_grafana import check_grafana
+from check_grafana import check_alerts, check_grafana
 
 SRC, BIN = sys.argv[1], sys.argv[2]
 DEPLOY = os.path.join(SRC, "deploy")
@@ -60,6 +60,12 @@ KINDS = {
     ("apps/v1", "Deployment"): {"replicas", "selector", "template", "strategy",
                                 "minReadySeconds", "revisionHistoryLimit",
                                 "progressDeadlineSeconds"},
+    ("apps/v1", "StatefulSet"): {"replicas", "selector", "template",
+                                 "serviceName", "podManagementPolicy",
+                                 "updateStrategy", "minReadySeconds",
+                                 "revisionHistoryLimit", "ordinals",
+                                 "volumeClaimTemplates",
+                                 "persistentVolumeClaimRetentionPolicy"},
     ("policy/v1", "PodDisruptionBudget"): {"minAvailable", "maxUnavailable",
                                            "selector",
                                            "unhealthyPodEvictionPolicy"},
@@ -67,6 +73,45 @@ KINDS = {
     ("v1", "ConfigMap"): None,
 }
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+WORKLOADS = ("Deployment", "StatefulSet")
+
+
+# ---- the stop's bounds -----------------------------------------------------
+
+def duration_ms(text):
+    """A keylane duration ("30s", "500ms", "2m") or a bare count of unit_ms."""
+    m = re.fullmatch(r"(\d+)(ms|s|m|h|d)?", str(text).strip())
+    if not m:
+        raise ValueError("not a duration: %r" % text)
+    scale = {"ms": 1, "s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
+    return int(m.group(1)) * scale[m.group(2) or "s"]
+
+
+def default_shutdown_ms():
+    out = subprocess.run([BIN, "config", "--markdown"], capture_output=True,
+                         text=True, check=True).stdout
+    m = re.search(r"^\| `worker\.shutdown\.timeout` \| duration \| `([^`]+)`", out, re.M)
+    return duration_ms(m.group(1)) if m else None
+
+
+def shutdown_ms(argv):
+    """The worker.shutdown.timeout a keylane worker command line sets; None
+    when the binary has no such key."""
+    for i, a in enumerate(argv):
+        if a == "--shutdown-timeout":
+            return duration_ms(argv[i + 1])
+        if a.startswith("--shutdown-timeout="):
+            return duration_ms(a.split("=", 1)[1])
+        if a.startswith("worker.shutdown.timeout="):
+            return duration_ms(a.split("=", 1)[1])
+    return default_shutdown_ms()
+
+
+def instance_id(argv):
+    for i, a in enumerate(argv):
+        if a == "--instance-id":
+            return argv[i + 1]
+    return None
 
 
 def k8s_docs():
@@ -115,7 +160,7 @@ def check_k8s():
         return []
     errs = []
     config_maps = {d["metadata"]["name"] for _, d in docs if d.get("kind") == "ConfigMap"}
-    deployments = {}
+    workloads = {}
     for res, d in docs:
         key = (d.get("apiVersion"), d.get("kind"))
         name = d.get("metadata", {}).get("name", "")
@@ -129,7 +174,7 @@ def check_k8s():
         spec = d.get("spec", {})
         if allowed is not None and set(spec) - allowed:
             errs.append("%s: unknown spec fields %s" % (where, sorted(set(spec) - allowed)))
-        if key[1] == "Deployment":
+        if key[1] in WORKLOADS:
             labels = spec["template"]["metadata"]["labels"]
             match = spec["selector"]["matchLabels"]
             if any(labels.get(k) != v for k, v in match.items()):
@@ -139,27 +184,45 @@ def check_k8s():
                 errs.append("%s: unknown pod spec fields %s" % (where, sorted(set(pod) - POD_SPEC_FIELDS)))
             for c in pod.get("initContainers", []) + pod["containers"]:
                 check_container("%s container %s" % (where, c.get("name")), c, config_maps, errs)
-            deployments[name] = (labels, pod)
+            workloads[name] = (labels, pod, d)
         if key[1] in ("PodDisruptionBudget", "Service"):
             sel = spec["selector"].get("matchLabels", spec["selector"])
-            if not any(all(l.get(k) == v for k, v in sel.items()) for l, _ in deployments.values()):
-                errs.append("%s: selector %s matches no Deployment's pods" % (where, sel))
+            if not any(all(l.get(k) == v for k, v in sel.items()) for l, _, _ in workloads.values()):
+                errs.append("%s: selector %s matches no Deployment's or StatefulSet's pods" % (where, sel))
         if key[1] == "PodDisruptionBudget" and ("minAvailable" in spec) == ("maxUnavailable" in spec):
             errs.append("%s: wants exactly one of minAvailable and maxUnavailable" % where)
     check(not errs, "deploy/k8s: %d objects with the fields their kinds require, selectors, probe ports and ConfigMap references that resolve" % len(docs), "; ".join(errs))
-    w = deployments.get("keylane-worker")
+    w = workloads.get("keylane-worker")
     if w:
-        pod = w[1]
-        c = pod["containers"][0]
-        probes = [c.get(p, {}).get("httpGet", {}).get("path") for p in ("readinessProbe", "livenessProbe")]
-        check(pod.get("terminationGracePeriodSeconds", 30) >= 60 and probes == ["/healthz", "/healthz"],
-              "deploy/k8s: workers drain for 60 s at SIGTERM and are probed on /healthz")
+        check_k8s_workers(w, docs)
     pdbs = [d for _, d in docs if d.get("kind") == "PodDisruptionBudget"
             and d["spec"]["selector"]["matchLabels"].get("app.kubernetes.io/name") == "keylane-worker"]
     check(len(pdbs) == 1, "deploy/k8s: a PodDisruptionBudget covers the workers")
     return [(d["metadata"]["name"], c.get("image", ""), c.get("args", []))
-            for _, d in docs if d.get("kind") == "Deployment"
+            for _, d in docs if d.get("kind") in WORKLOADS
             for c in d["spec"]["template"]["spec"].get("initContainers", []) + d["spec"]["template"]["spec"]["containers"]]
+
+
+def check_k8s_workers(w, docs):
+    """The workers: a StatefulSet whose pods are static group members under
+    their pod names, with a grace period above their shutdown timeout."""
+    _, pod, d = w
+    c = pod["containers"][0]
+    probes = [c.get(p, {}).get("httpGet", {}).get("path") for p in ("readinessProbe", "livenessProbe")]
+    grace_ms = pod.get("terminationGracePeriodSeconds", 30) * 1000
+    stop_ms = shutdown_ms(c.get("args", []))
+    check(stop_ms is not None and grace_ms > stop_ms and probes == ["/healthz", "/healthz"],
+          "deploy/k8s: the workers' grace period (%d s) is above their --shutdown-timeout (%s ms), and they are probed on /healthz"
+          % (grace_ms // 1000, stop_ms))
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c.get("env", [])}
+    iid = instance_id(c.get("args", []))
+    var = re.fullmatch(r"\$\((\w+)\)", iid or "")
+    services = {x["metadata"]["name"]: x for _, x in docs if x.get("kind") == "Service"}
+    gov = services.get(d["spec"].get("serviceName"), {}).get("spec", {})
+    check(d["kind"] == "StatefulSet" and var and env.get(var.group(1)) == "metadata.name"
+          and gov.get("clusterIP") == "None",
+          "deploy/k8s: the workers are a StatefulSet with a headless Service, each a static group member under its pod name (--instance-id from metadata.name)",
+          "kind %s, --instance-id %r, serviceName %r" % (d["kind"], iid, d["spec"].get("serviceName")))
 
 
 # ---- compose ---------------------------------------------------------------
@@ -177,11 +240,25 @@ def check_compose():
           "compose: Apache Kafka (apache/kafka) in KRaft mode, no ZooKeeper")
     gateways = [n for n, s in services.items() if s.get("command", [None])[:1] == ["broker"]]
     check(len(gateways) == 1, "compose: one keylane broker service", str(gateways))
-    w = services["worker"]
-    store = w["command"][w["command"].index("--store") + 1]
-    mounts = {v.split(":")[1]: v.split(":")[0] for v in w.get("volumes", [])}
-    check(w.get("deploy", {}).get("replicas") == 3 and mounts.get(store) in doc.get("volumes", {}),
-          "compose: the worker service is scaled to 3, its --store %s on the named volume %s" % (store, mounts.get(store)))
+    workers = {n: s for n, s in services.items() if s.get("command", [None])[:1] == ["worker"]}
+    vols = set()
+    for w in workers.values():
+        store = w["command"][w["command"].index("--store") + 1]
+        mounts = {v.split(":")[1]: v.split(":")[0] for v in w.get("volumes", [])}
+        vols.add(mounts.get(store) if mounts.get(store) in doc.get("volumes", {}) else None)
+    check(len(workers) == 3 and vols == {"keylane-store"},
+          "compose: three worker services, their --store on the named volume keylane-store", str(sorted(workers)))
+    ids = [instance_id(w["command"]) for w in workers.values()]
+    check(None not in ids and len(set(ids)) == len(ids),
+          "compose: each worker is a static group member under an --instance-id of its own", str(ids))
+    slow = []
+    for n, w in sorted(workers.items()):
+        grace = duration_ms(w.get("stop_grace_period", "10s"))
+        stop_ms = shutdown_ms(w["command"])
+        if w.get("stop_signal", "SIGTERM") != "SIGTERM" or stop_ms is None or grace <= stop_ms:
+            slow.append("%s: %s after %s" % (n, w.get("stop_signal", "SIGTERM"), w.get("stop_grace_period", "10s")))
+    check(workers and not slow,
+          "compose: the workers are stopped with SIGTERM and a stop_grace_period above their --shutdown-timeout", "; ".join(slow))
     cmds = []
     for name, s in services.items():
         if str(s.get("image", "")).startswith("keylane") and s.get("command"):
@@ -202,6 +279,23 @@ def systemd_cmds():
                 argv = shlex.split(line.split("=", 1)[1])
                 cmds.append((unit, "", argv[1:]))
     return cmds
+
+
+def check_systemd_worker():
+    """The worker unit: a static member per unit instance, and a stop
+    timeout above its --shutdown-timeout."""
+    path = os.path.join(DEPLOY, "systemd", "keylane-worker@.service")
+    keys = {}
+    for line in open(path):
+        if "=" in line and not line.startswith("#"):
+            k, v = line.rstrip("\n").split("=", 1)
+            keys[k] = v
+    argv = shlex.split(keys.get("ExecStart", ""))
+    stop_s = keys.get("TimeoutStopSec", "90")
+    stop_ms = shutdown_ms(argv)
+    check("%i" in (instance_id(argv) or "") and stop_ms is not None and duration_ms(stop_s) > stop_ms,
+          "systemd: keylane-worker@.service takes its --instance-id from the unit instance (%%i) and a TimeoutStopSec (%s) above its --shutdown-timeout" % stop_s,
+          "--instance-id %r, TimeoutStopSec %s" % (instance_id(argv), stop_s))
 
 
 # ---- Dockerfile ------------------------------------------------------------
@@ -318,9 +412,11 @@ def main():
     cmds = check_compose()
     cmds += check_k8s()
     cmds += systemd_cmds()
+    check_systemd_worker()
     check_dockerfile()
     check_flags([(w, i, a) for w, i, a in cmds])
     check_grafana(SRC, ok, bad)
+    check_alerts(SRC, ok, bad)
     return 1 if results["failed"] else 0
 
 

@@ -158,3 +158,44 @@ def check_grafana(src, ok, bad):
         ok("grafana: the check refuses a query naming a metric keylane does not export")
     else:
         bad("grafana: the check let keylane_worker_nope_total through: %s" % caught)
+
+
+def check_alerts(src, ok, bad):
+    """deploy/prometheus/alerts.yml: it parses, every rule has an alert name,
+    an expression and a summary, every expression names only metrics keylane
+    exports, and docs/operations.md says what to do about each alert."""
+    import yaml
+
+    path = os.path.join(src, "deploy", "prometheus", "alerts.yml")
+    try:
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+        rules = [r for g in doc["groups"] for r in g["rules"]]
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as e:
+        bad("deploy/prometheus/alerts.yml parses as alerting rules: %s" % e)
+        return
+    exported = exported_metrics(src)
+    with open(os.path.join(src, "docs", "operations.md")) as f:
+        ops = f.read()
+    errs = []
+    for r in rules:
+        name = r.get("alert")
+        expr = r.get("expr", "")
+        if not name or not expr or not r.get("annotations", {}).get("summary"):
+            errs.append("rule %r lacks alert, expr or summary" % r)
+            continue
+        names = query_metrics(expr)
+        if not names:
+            errs.append("%s: %r names no metric" % (name, expr))
+        errs += ["%s: %s is not a metric keylane exports" % (name, n)
+                 for n in names if n not in exported]
+        if "`%s`" % name not in ops:
+            errs.append("%s: docs/operations.md does not say what to do "
+                        "about it" % name)
+    if errs:
+        bad("alerts: %d rules name only exported metrics and are in "
+            "docs/operations.md: %s" % (len(rules), "; ".join(errs)))
+    else:
+        ok("alerts: %d rules name only metrics keylane exports, each "
+           "explained in docs/operations.md" % len(rules))
+

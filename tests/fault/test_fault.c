@@ -123,8 +123,10 @@ static const kl_plan_t kl_plan_kafka = {.name = "Kafka 3 nodes",
  * member, it rejoins with that id while the mock holds the new member's
  * JoinGroup, and the mock aborts the process hosting it (the test) on
  * rdkafka_mock_cgrp.c:567 "Assertion `!member->resp' failed". So no worker
- * starts while one is frozen, nor until the resumed one has spoken to the
- * coordinator (a heartbeat interval, 1 s, with room for a loaded machine);
+ * starts while one is frozen or held in its pause hook (it polls no
+ * rebalance there, so its consumer waits in such a join state), nor until
+ * the resumed or released one has spoken to the coordinator (a heartbeat
+ * interval, 1 s, with room for a loaded machine);
  * kills keep their cadence (one due when no worker can be picked waits
  * for the hold to end) and their victims start once it ends.
  * Real brokers hand out unique member ids: the Kafka plan has no hold. */
@@ -197,6 +199,7 @@ typedef struct kl_fault {
   uint64_t rnd;
   /* what happened */
   int kills, restarts, stops, stops_paused, bad_exits, ro_refused;
+  double chaos_secs; /* how long the faults ran (kl_f_chaos_on()) */
   int broker_state, broker_node, broker_rc;
   pid_t broker_op;
   kl_pin_t pin;
@@ -313,8 +316,8 @@ static int kl_f_starts_held(const kl_fault_t *f, int64_t now) {
     return 1;
   for (int i = 0; i < f->plan->workers; i++) {
     const kl_slot_t *s = &f->slot[i];
-    if (s->pid > 0 &&
-        (s->cont_ns || (s->resumed_ns && now - s->resumed_ns <
+    if (s->pid > 0 && (s->cont_ns || s->held ||
+                       (s->resumed_ns && now - s->resumed_ns <
                                              f->plan->start_hold_ms * KL_F_MS)))
       return 1;
   }
@@ -340,16 +343,32 @@ static int kl_f_pick(kl_fault_t *f) {
   for (int k = 0; k < n; k++) {
     int i = (start + k) % n;
     if (f->slot[i].pid > 0 && !f->slot[i].cont_ns && !f->slot[i].armed_ns &&
-        kl_f_now() >= f->slot[i].spare_ns)
+        !f->slot[i].held && kl_f_now() >= f->slot[i].spare_ns)
       return i;
   }
   return -1;
 }
 
+/* 1 when a kill now could leave a held zombie without a worker to take
+ * its partition over and commit (its fence): where starts are held (the
+ * embedded plan) none starts until the zombie is released, so one worker
+ * besides the victim must stay running. */
+static int kl_f_kill_strands(const kl_fault_t *f) {
+  int zombie = 0, running = 0;
+  for (int i = 0; i < f->plan->workers; i++) {
+    const kl_slot_t *s = &f->slot[i];
+    if (s->pid > 0 && (s->held || s->armed_ns))
+      zombie = 1;
+    else if (s->pid > 0 && !s->cont_ns)
+      running++;
+  }
+  return f->plan->start_hold_ms > 0 && zombie && running < 2;
+}
+
 /* 1 when it killed one; 0 when no worker could be picked. */
 static int kl_f_kill(kl_fault_t *f, int64_t now) {
   int i = kl_f_pick(f);
-  if (i < 0)
+  if (i < 0 || kl_f_kill_strands(f))
     return 0;
   kill(f->slot[i].pid, SIGKILL);
   waitpid(f->slot[i].pid, NULL, 0);
@@ -371,13 +390,24 @@ static void kl_f_freeze(kl_fault_t *f, int i, int64_t now) {
   f->stops++;
 }
 
+/* 1 when every worker runs: none dead, none frozen. */
+static int kl_f_fleet_whole(const kl_fault_t *f) {
+  for (int i = 0; i < f->plan->workers; i++)
+    if (f->slot[i].pid <= 0 || f->slot[i].cont_ns)
+      return 0;
+  return 1;
+}
+
 /* Every other stop first arms the pause hook, so that the worker freezes
- * between its handlers and its commit: the zombie that must be fenced. */
+ * between its handlers and its commit: the zombie that must be fenced. It
+ * arms one only while the rest of the fleet runs, so that another worker
+ * is there to take the zombie's partition over (where starts are held, a
+ * dead one would not start until the zombie is released). */
 static void kl_f_stop(kl_fault_t *f, int64_t now) {
   int i = kl_f_pick(f);
   if (i < 0)
     return;
-  if (f->stops % 2 == 0) {
+  if (f->stops % 2 == 0 && kl_f_fleet_whole(f)) {
     kill(f->slot[i].pid, SIGUSR1);
     f->slot[i].armed_ns = now;
   } else {
@@ -412,6 +442,10 @@ static void kl_f_tick_stops(kl_fault_t *f, kl_store_t *store, int64_t now) {
          now - s->resumed_ns > 30 * KL_F_NS)) {
       kill(s->pid, SIGUSR2);
       s->held = 0;
+      s->resumed_ns = now; /* it polls its consumer again from now */
+      /* spared a little longer: the commit it now makes meets the fence */
+      int64_t meet = now + 5 * KL_F_NS;
+      s->spare_ns = s->spare_ns > meet ? s->spare_ns : meet;
     }
   }
 }
@@ -697,11 +731,12 @@ static int kl_f_applying(kl_fault_t *f, kl_store_t *store, int64_t now) {
   return moved;
 }
 
-/* 1 while a resumed zombie may still be waiting to meet its fence (its
- * spare time): a restart would break its batch's connection first. */
+/* 1 while a resumed zombie may still be waiting to meet its fence (held
+ * until SIGUSR2, then its spare time): a restart would break its batch's
+ * connection first. */
 static int kl_f_zombie(const kl_fault_t *f, int64_t now) {
   for (int i = 0; i < f->plan->workers; i++)
-    if (f->slot[i].pid > 0 && now < f->slot[i].spare_ns)
+    if (f->slot[i].pid > 0 && (f->slot[i].held || now < f->slot[i].spare_ns))
       return 1;
   return 0;
 }
@@ -812,14 +847,25 @@ static void kl_f_publish(kl_fault_t *f, kl_pub_t *pub, int64_t now,
   kl_producer_poll(pub->producer, 0);
 }
 
+/* 1 while the chaos phase goes on: its planned length, and up to as long
+ * again while the plan's kills or stops are short (a run whose workers
+ * were refused or frozen much of the time must still make its counts). */
+static int kl_f_chaos_on(const kl_fault_t *f, int64_t elapsed) {
+  const kl_plan_t *p = f->plan;
+  if (elapsed < p->chaos_s * KL_F_NS)
+    return 1;
+  return elapsed < 2 * p->chaos_s * KL_F_NS &&
+         (f->kills < p->min_kills || f->stops < p->min_stops);
+}
+
 static void kl_f_chaos(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
   const kl_plan_t *p = f->plan;
   int64_t t0 = kl_f_now(), now = t0;
-  int64_t next_kill = t0 + p->kill_every_ms * KL_F_MS;
-  int kill_waits = 0;
+  int64_t period = p->kill_every_ms * KL_F_MS;
+  int64_t next_kill = t0 + period;
   int64_t next_stop = t0 + p->stop_every_ms / 2 * KL_F_MS;
   int64_t next_note = t0 + 10 * KL_F_NS;
-  while (now - t0 < p->chaos_s * KL_F_NS) {
+  while (kl_f_chaos_on(f, now - t0)) {
     kl_f_publish(f, pub, now, t0);
     kl_f_reap(f, now);
     kl_f_restart(f, now);
@@ -827,12 +873,15 @@ static void kl_f_chaos(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
     kl_f_tick_windows(f, store, now, t0);
     if (p->broker_at_s >= 0)
       kl_f_tick_broker(f, now, t0);
-    if (now >= next_kill && !(kill_waits && kl_f_starts_held(f, now))) {
-      /* One that finds no worker to pick while starts are held waits for
-       * the hold to end: held starts must not cost the run its kills. */
-      kill_waits = !kl_f_kill(f, now) && kl_f_starts_held(f, now);
-      if (!kill_waits)
-        next_kill += p->kill_every_ms * KL_F_MS;
+    /* A kill due when no worker can be picked (all dead, frozen, held or
+     * spared) is tried again on every tick until one is: refused starts
+     * and frozen workers must not cost the run its kills. One late by
+     * more than half a period is followed by the next half a period
+     * later, not at once. */
+    if (now >= next_kill && kl_f_kill(f, now)) {
+      next_kill += period;
+      if (next_kill < now + period / 2)
+        next_kill = now + period / 2;
     }
     if (now >= next_stop)
       kl_f_stop(f, now), next_stop += p->stop_every_ms * KL_F_MS;
@@ -847,6 +896,7 @@ static void kl_f_chaos(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
     kl_t_sleep_ms(10);
     now = kl_f_now();
   }
+  f->chaos_secs = (double)(now - t0) / KL_F_NS;
 }
 
 /* Ends every fault, then lets the fleet apply everything; 0 on success. */
@@ -984,8 +1034,8 @@ static void kl_f_print(const kl_fault_t *f, const kl_pub_t *pub,
                        const kl_figures_t *g) {
   const kl_plan_t *p = f->plan;
   const kl__ledger_verdict_t *v = &g->v;
-  printf("fault suite on %s: %d s of faults, drained in %.1f s%s\n", p->name,
-         p->chaos_s, g->drain_s, g->drained ? " (NOT caught up)" : "");
+  printf("fault suite on %s: %.0f s of faults, drained in %.1f s%s\n", p->name,
+         f->chaos_secs, g->drain_s, g->drained ? " (NOT caught up)" : "");
   printf(KL_F_ROW "%" PRIu64 " over %" PRIu64 " keys\n", "published (unique)",
          g->published, v->keys);
   printf(KL_F_ROW "%" PRIu64 " (%.1f %%)\n", "re-published, same id",
@@ -1123,7 +1173,8 @@ static void test_fleet_under_faults(void **state) {
     umount2(f.store_dir, MNT_DETACH);
   /* Kept when a check below fails, so that its logs show why. */
   if (g.v.ok && g.lost + g.twice + g.extra_dups == 0 &&
-      (!f.tmpfs || g.full_errors >= 1) && !getenv("KEYLANE_TEST_KEEP"))
+      (!f.tmpfs || g.full_errors >= 1) &&
+      (g.fenced >= 1 || f.stops_paused == 0) && !getenv("KEYLANE_TEST_KEEP"))
     kl_t_rmrf(f.dir);
   else
     fprintf(stderr, "fault: worker logs kept in %s\n", f.dir);

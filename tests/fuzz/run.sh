@@ -7,7 +7,9 @@
 #                 and the positions and partition lists built on it
 #   gateway_body  the gateway's body validation, JSON and msgpack
 #   gateway_http  the gateway's request handling, a whole gateway in-process
-#
+#   exec_answer   the exec handler's answer lines
+#   ids           idempotency keys as the stores keep them (sids, LMDB's
+#                 records) and follow-ups' ids
 # Usage: tests/fuzz/run.sh [SECONDS] [libFuzzer flags...]
 #   e.g. tests/fuzz/run.sh 3600 -fork=4
 #   FUZZERS="units gateway_body" tests/fuzz/run.sh 60   (a subset)
@@ -20,7 +22,7 @@ seconds=${1:-30}
 [ $# -gt 0 ] && shift
 root=$(CDPATH='' cd -- "$(dirname -- "$0")/../.." && pwd)
 out="$root/build-fuzz"
-fuzzers=${FUZZERS:-envelope units gateway_body gateway_http exec_answer}
+fuzzers=${FUZZERS:-envelope units gateway_body gateway_http exec_answer ids}
 
 cc=${FUZZ_CC:-}
 for c in clang-14 clang; do
@@ -50,6 +52,13 @@ seed() {
       i=$((i + 1))
       printf "$s" >"$dir/s$i"
     done ;;
+  ids)
+    printf '\000\000\000\006acct-7order-17' >"$dir/sid"
+    printf '\000order-17' >"$dir/unscoped"
+    printf '\001acct-7\377order-17' >"$dir/pair"
+    printf '\001k\3770190f5c4-7d2a-7b3e-9f00-1234567890ab' >"$dir/uuid"
+    printf '\002~events/3/1042/0' >"$dir/emit"
+    printf '\002~t/0/0/63' >"$dir/emit63" ;;
   gateway_body)
     printf '\000{"key":"a","type":"t","payload":{"amount":5,"seq":1}}' >"$dir/one"
     printf '\000[{"key":"a","type":"t","id":"x","headers":{"h":"v"}},{"key":"b","type":"t","payload_b64":"AAE="}]' >"$dir/two"

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -316,16 +317,32 @@ static void test_late_write_of_a_killed_child_applies_once(void **state) {
            "exec_late_write.py %s/deploy/examples/handler_fence_sqlite.py "
            "%s/app.db %s/marker",
            src, src, dir, dir);
+  /* The child hangs once it has started its late writer; keylane kills it
+   * at the timeout. Under load a child may be killed before it even read
+   * the event (python's start alone can pass 1 s), so no late writer
+   * exists and the next child would be the one to hang: the test failed
+   * that way under load. Each such call doubles the timeout, until the
+   * late writer is on its way (the marker). */
+  snprintf(path, sizeof(path), "%s/marker", dir);
   kl__exec_t *exec = kl_exec(cmd, 1000);
-  assert_int_equal(
-      kl__exec_handler(exec, &kl_event, &kl_fence, NULL, err, sizeof(err)),
-      KL_HANDLER_RETRY);
-  assert_non_null(strstr(err, "did not answer within 1000 ms"));
-  /* The worker's retry: the same event, the same fence. */
+  int timeout = 1000, calls = 0;
+  do {
+    kl__exec_set_timeout_ms(exec, timeout);
+    assert_int_equal(
+        kl__exec_handler(exec, &kl_event, &kl_fence, NULL, err, sizeof(err)),
+        KL_HANDLER_RETRY);
+    assert_non_null(strstr(err, "did not answer within"));
+    calls++;
+    timeout *= 2;
+  } while (access(path, F_OK) != 0 && timeout <= 32000);
+  assert_int_equal(access(path, F_OK), 0);
+  /* The worker's retry: the same event, the same fence; its child may
+   * take its time to start. */
+  kl__exec_set_timeout_ms(exec, KL_EXEC_TIMEOUT_MS);
   assert_int_equal(
       kl__exec_handler(exec, &kl_event, &kl_fence, NULL, err, sizeof(err)),
       KL_HANDLER_OK);
-  assert_int_equal(kl__exec_starts(exec), 2);
+  assert_int_equal(kl__exec_starts(exec), calls + 1);
   kl__exec_destroy(exec);
   snprintf(path, sizeof(path), "%s/marker.late", dir);
   FILE *f = NULL;

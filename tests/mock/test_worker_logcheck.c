@@ -8,8 +8,10 @@
  * counts them; a lane given records below its position counts none as
  * redelivered until the log is checked; `keylane store reset` refuses a
  * partition the store does not know; `keylane doctor`'s check of the logs
- * (kl__check_log()) says the same. Embedded only: it replaces the
- * cluster under the store.
+ * (kl__check_log()) says the same. The two tests of a topic deleted and
+ * created again under the store run in the kafka suite too, where the
+ * broker deletes it (kl_t_cluster_topic_recreate()); the others need the
+ * embedded cluster's small retention.
  */
 #include <inttypes.h>
 #include <setjmp.h>
@@ -23,6 +25,7 @@
 #include <cmocka.h>
 #include <librdkafka/rdkafka.h>
 
+#include "common/kafka_pos.h"
 #include "support/cluster.h"
 #include "support/http.h"
 #include "support/ledger_checks.h"
@@ -120,6 +123,29 @@ static void kl_assert_doctor(kl_fx_t *fx, kl__check_status_t status,
              kl__check_status_name(status), text);
 }
 
+/* A worker of group "g" on the fixture's topic. */
+static kl_t_worker_t *kl_start(kl_fx_t *fx) {
+  return kl_t_worker_start(fx->boot, fx->topic, kl_t_group(fx->cluster, "g"),
+                           fx->store, kl_fast);
+}
+
+/* Deletes the fixture's topic @p base, creates it again and publishes
+ * @p events events of another generator to it: a new log under the
+ * store of the old one. */
+static void kl_replace_log(kl_fx_t *fx, const char *base, int events) {
+  kl_producer_destroy(fx->producer);
+  kl__ledger_gen_destroy(fx->gen);
+  assert_int_equal(kl_t_cluster_topic_recreate(&fx->cluster, base, 1), KL_OK);
+  fx->boot = kl_t_bootstrap(fx->cluster);
+  fx->topic = kl_t_topic(fx->cluster);
+  fx->gen = kl__ledger_gen_new(20, 1, 6);
+  fx->producer = kl_t_producer(fx->boot, fx->gen);
+  for (int i = 0; i < events; i++)
+    assert_int_equal(kl__ledger_gen_publish(fx->gen, fx->producer, fx->topic),
+                     KL_OK);
+  assert_int_equal(kl_flush(fx->producer, 30000), KL_OK);
+}
+
 /* The cluster is rebuilt under the store: the topic of the same name
  * starts over at offset 0 and holds 10 new events, all below the store's
  * watermark of the old topic. */
@@ -127,8 +153,7 @@ static void test_store_outlives_its_topic(void **state) {
   kl_fx_t fx;
   kl_t_ledger_fx_up(&fx, "reborn", 1, 20, 5, NULL);
   kl_t_ledger_fx_publish(&fx, 30); /* 33 records: 3 re-published */
-  kl_t_worker_t *w =
-      kl_t_worker_start(fx.boot, fx.topic, "g", fx.store, kl_fast);
+  kl_t_worker_t *w = kl_start(&fx);
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000),
                    0);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
@@ -136,19 +161,9 @@ static void test_store_outlives_its_topic(void **state) {
   assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &old), KL_OK);
   assert_int_equal(old.watermark, 33);
 
-  kl_producer_destroy(fx.producer);
-  kl__ledger_gen_destroy(fx.gen);
-  kl_t_cluster_destroy(fx.cluster);
-  assert_int_equal(kl_t_cluster_new(1, "reborn", 1, &fx.cluster), KL_OK);
-  fx.boot = kl_t_bootstrap(fx.cluster);
-  fx.gen = kl__ledger_gen_new(20, 1, 6);
-  fx.producer = kl_t_producer(fx.boot, fx.gen);
-  for (int i = 0; i < 10; i++)
-    assert_int_equal(kl__ledger_gen_publish(fx.gen, fx.producer, fx.topic),
-                     KL_OK);
-  assert_int_equal(kl_flush(fx.producer, 30000), KL_OK);
+  kl_replace_log(&fx, "reborn", 10);
 
-  w = kl_t_worker_start(fx.boot, fx.topic, "g", fx.store, kl_fast);
+  w = kl_start(&fx);
   int port;
   kl__metrics_server_t *server = kl_serve(w, &fx, &port);
   kl__log_stop_t s = kl_wait_stop(w, 1);
@@ -160,22 +175,24 @@ static void test_store_outlives_its_topic(void **state) {
   kl_worker_stats(w->worker, &st);
   assert_int_equal(st.applied, 0);
   assert_int_equal(st.redelivered, 0);
-  kl_assert_get(port, "/healthz", 503,
-                "stopped partition 0: topic reborn partition 0 went "
-                "backwards: its log ends at offset 10, below the store's "
-                "watermark 33");
-  kl_assert_get(port, "/metrics", 200,
-                "keylane_worker_partition_stopped{topic=\"reborn\","
-                "partition=\"0\",reason=\"went_backwards\"} 1\n");
-  kl_assert_doctor(&fx, KL__CHECK_FAIL,
-                   "topic reborn partition 0 went backwards: its log ends at "
-                   "offset 10, below the store's watermark 33");
+  char text[512];
+  snprintf(text, sizeof(text),
+           "stopped partition 0: topic %s partition 0 went backwards: its "
+           "log ends at offset 10, below the store's watermark 33",
+           fx.topic);
+  kl_assert_get(port, "/healthz", 503, text);
+  kl_assert_doctor(&fx, KL__CHECK_FAIL, strstr(text, "topic "));
+  snprintf(text, sizeof(text),
+           "keylane_worker_partition_stopped{topic=\"%s\",partition=\"0\","
+           "reason=\"went_backwards\"} 1\n",
+           fx.topic);
+  kl_assert_get(port, "/metrics", 200, text);
 
   /* The operator's word: the new log is the one to apply. */
   char cmd[512];
   snprintf(cmd, sizeof(cmd),
-           "%s store reset -t reborn -p 0 --store %s > %s/reset.out",
-           kl_t_bin(), fx.where, fx.dir);
+           "%s store reset -t %s -p 0 --store %s > %s/reset.out", kl_t_bin(),
+           fx.topic, fx.where, fx.dir);
   assert_int_equal(system(cmd), 0);
   snprintf(cmd, sizeof(cmd),
            "grep -q 'watermark 33 -> 0, epoch %" PRIu64 " -> %" PRIu64
@@ -194,6 +211,81 @@ static void test_store_outlives_its_topic(void **state) {
   kl_partition_state_t now;
   assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &now), KL_OK);
   assert_int_equal(now.applied, old.applied + 10);
+  kl_t_ledger_fx_down(&fx);
+}
+
+/* The cluster is rebuilt under the store, and the topic of the same name
+ * holds MORE records than the store's watermark: no offset tells, but the
+ * record at the watermark - 1 is another one than the store applied there
+ * (issue 27). The partition stops (reason log_replaced), nothing of the
+ * new log is skipped as applied, and `keylane store reset` starts it. */
+static void test_store_outlives_a_longer_topic(void **state) {
+  kl_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "replaced", 1, 20, 5, NULL);
+  kl_t_ledger_fx_publish(&fx, 30); /* 33 records: 3 re-published */
+  kl_t_worker_t *w = kl_start(&fx);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000),
+                   0);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  /* A worker that takes it again on the same log reads the record before
+   * the watermark, finds the one the store applied, and goes on. */
+  kl_t_ledger_fx_publish(&fx, 5);
+  w = kl_start(&fx);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000),
+                   0);
+  assert_int_equal(kl_stop_of(w).stopped, 0);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_partition_state_t old;
+  assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &old), KL_OK);
+  assert_true(old.watermark >= 38);
+
+  kl_replace_log(&fx, "replaced", 60);
+
+  w = kl_start(&fx);
+  int port;
+  kl__metrics_server_t *server = kl_serve(w, &fx, &port);
+  kl__log_stop_t s = kl_wait_stop(w, 1);
+  assert_int_equal(s.check.verdict, KL__LOG_REPLACED);
+  assert_int_equal(s.check.watermark, old.watermark);
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st);
+  assert_int_equal(st.applied, 0);
+  char text[512];
+  snprintf(text, sizeof(text),
+           "topic %s partition 0 holds another log than the one the store "
+           "applied",
+           fx.topic);
+  kl_assert_get(port, "/healthz", 503, text);
+  snprintf(text, sizeof(text),
+           "keylane_worker_partition_stopped{topic=\"%s\",partition=\"0\","
+           "reason=\"log_replaced\"} 1\n",
+           fx.topic);
+  kl_assert_get(port, "/metrics", 200, text);
+  /* doctor reads that record too */
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
+  rd_kafka_t *rk;
+  assert_int_equal(kl__kafka_reader_new(conf, "doctor", "earliest", &rk),
+                   KL_OK);
+  kl_conf_destroy(conf);
+  kl__check_t check;
+  kl__check_log(rk, fx.store, fx.topic, 1, 10000, &check);
+  rd_kafka_destroy(rk);
+  if (check.status != KL__CHECK_FAIL || !strstr(check.msg, "another log"))
+    fail_msg("kl__check_log: %s %s", kl__check_status_name(check.status),
+             check.msg);
+
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "%s store reset -t %s -p 0 --store %s", kl_t_bin(),
+           fx.topic, fx.where);
+  assert_int_equal(system(cmd), 0);
+  kl_wait_stop(w, 0);
+  kl_wait_watermark(fx.store, fx.topic, 60);
+  kl_worker_stats(w->worker, &st);
+  assert_int_equal(st.applied, 60); /* none taken for one already applied */
+  kl__metrics_server_stop(server);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
   kl_t_ledger_fx_down(&fx);
 }
 
@@ -247,8 +339,7 @@ static void test_lag_past_retention(void **state) {
   kl_fx_t fx;
   kl_t_ledger_fx_up(&fx, "lagging", 1, 20, 8, NULL);
   kl_t_ledger_fx_publish(&fx, 20); /* 22 records */
-  kl_t_worker_t *w =
-      kl_t_worker_start(fx.boot, fx.topic, "g", fx.store, kl_fast);
+  kl_t_worker_t *w = kl_start(&fx);
   kl_wait_watermark(fx.store, fx.topic, 22);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
 
@@ -268,7 +359,7 @@ static void test_lag_past_retention(void **state) {
   assert_true(low > 22);
 
   /* By default the partition stops, saying how many records were lost. */
-  w = kl_t_worker_start(fx.boot, fx.topic, "g", fx.store, kl_fast);
+  w = kl_start(&fx);
   kl__log_stop_t s = kl_wait_stop(w, 1);
   assert_int_equal(s.check.verdict, KL__LOG_GAP);
   assert_int_equal(s.check.watermark, 22);
@@ -295,7 +386,8 @@ static void test_lag_past_retention(void **state) {
   /* worker.on.gap=skip goes on from the log's start and counts them. */
   static const char *const skip[] = {"worker.session.timeout.ms=3000",
                                      "worker.on.gap=skip", NULL};
-  w = kl_t_worker_start(fx.boot, fx.topic, "g", fx.store, skip);
+  w = kl_t_worker_start(fx.boot, fx.topic, kl_t_group(fx.cluster, "g"),
+                        fx.store, skip);
   server = kl_serve(w, &fx, &port);
   kl_wait_watermark(fx.store, fx.topic, high);
   s = kl_stop_of(w);
@@ -467,8 +559,16 @@ static void test_refuses_silent_offset_reset(void **state) {
 }
 
 int main(void) {
+  const struct CMUnitTest recreated[] = {
+      cmocka_unit_test(test_store_outlives_its_topic),
+      cmocka_unit_test(test_store_outlives_a_longer_topic),
+  };
+  const char *real = getenv("KEYLANE_TEST_BOOTSTRAP");
+  if (real && *real) /* the kafka suite: DeleteTopics on a real broker */
+    return cmocka_run_group_tests(recreated, NULL, NULL);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_store_outlives_its_topic),
+      cmocka_unit_test(test_store_outlives_a_longer_topic),
       cmocka_unit_test(test_lag_past_retention),
       cmocka_unit_test(test_lane_counts_nothing_below_its_position),
       cmocka_unit_test(test_store_reset_cli),

@@ -285,14 +285,16 @@ int32_t kl_t_leader(kl_t_cluster_t *cluster, const char *topic,
   return cluster->admin ? kl_t_meta(cluster, topic, 0, partition) : -1;
 }
 
-static void kl_t_delete_topics(kl_t_cluster_t *cluster) {
+/* Deletes the topics this run created, or only @p only when not NULL;
+ * 0 when the broker answered. */
+static int kl_t_delete_topics(kl_t_cluster_t *cluster, const char *only) {
   rd_kafka_DeleteTopic_t *del[KL_T_NAMES_MAX];
   size_t n = 0;
   for (int i = 0; i < cluster->count; i++)
-    if (cluster->created[i])
+    if (cluster->created[i] && (!only || strcmp(only, cluster->names[i]) == 0))
       del[n++] = rd_kafka_DeleteTopic_new(cluster->names[i]);
   if (n == 0)
-    return;
+    return 0;
   rd_kafka_queue_t *queue = rd_kafka_queue_new(cluster->admin);
   rd_kafka_DeleteTopics(cluster->admin, del, n, NULL, queue);
   rd_kafka_event_t *ev =
@@ -306,6 +308,31 @@ static void kl_t_delete_topics(kl_t_cluster_t *cluster) {
             cluster->run, cluster->bootstrap);
   rd_kafka_queue_destroy(queue);
   rd_kafka_DeleteTopic_destroy_array(del, n);
+  return ev ? 0 : -1;
+}
+
+kl_err_t kl_t_cluster_topic_recreate(kl_t_cluster_t **cluster,
+                                     const char *topic, int partitions) {
+  kl_t_cluster_t *c = *cluster;
+  if (c->embedded) {
+    kl_t_cluster_destroy(c);
+    *cluster = NULL;
+    return kl_t_cluster_new(1, topic, partitions, cluster);
+  }
+  const char *full = kl_t_name(c, topic);
+  if (kl_t_delete_topics(c, full) != 0)
+    return kl_t_fail(KL_ETIMEOUT, full, "DeleteTopics got no answer in 30 s");
+  /* The broker answers before every node forgot the topic; until then a
+   * CreateTopics of the name fails with TOPIC_ALREADY_EXISTS. */
+  for (int t = 0; kl_t_meta(c, full, 0, -1) >= 0; t += 200) {
+    if (t >= KL_T_ADMIN_MS)
+      return kl_t_fail(KL_ETIMEOUT, full,
+                       "still in the metadata 30 s after "
+                       "DeleteTopics");
+    struct timespec tick = {0, 200000000L};
+    nanosleep(&tick, NULL);
+  }
+  return kl_t_create(c, full, partitions);
 }
 
 void kl_t_cluster_destroy(kl_t_cluster_t *cluster) {
@@ -313,7 +340,7 @@ void kl_t_cluster_destroy(kl_t_cluster_t *cluster) {
     return;
   if (cluster->admin) {
     if (!getenv("KEYLANE_TEST_KEEP"))
-      kl_t_delete_topics(cluster);
+      kl_t_delete_topics(cluster, NULL);
     rd_kafka_destroy(cluster->admin);
   }
   kl_embedded_destroy(cluster->embedded);

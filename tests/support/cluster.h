@@ -41,6 +41,17 @@ kl_err_t kl_t_cluster_topic_create(kl_t_cluster_t *cluster, const char *topic,
                                    int partitions);
 
 /**
+ * Deletes @p topic (a name as passed to kl_t_cluster_new()) and creates it
+ * again, empty, under the same name, with @p partitions partitions: a log
+ * that starts over at offset 0 under a store that remembers the old one.
+ * librdkafka's mock cluster cannot delete a topic, so an embedded cluster
+ * is replaced by a new one holding only @p topic: read kl_t_bootstrap()
+ * again after.
+ */
+kl_err_t kl_t_cluster_topic_recreate(kl_t_cluster_t **cluster,
+                                     const char *topic, int partitions);
+
+/**
  * Grows @p topic (a name as on the cluster) to @p partitions partitions
  * (CreatePartitions) and waits until each has a leader. Real clusters only:
  * librdkafka 2.0.2's mock cannot add partitions (KL_EINVAL says so).

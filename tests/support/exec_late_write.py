@@ -15,7 +15,6 @@ resource answered it.
 import importlib.util
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -28,16 +27,9 @@ def load(example):
     return module
 
 
-def connect(example_module, path):
-    db = sqlite3.connect(path, isolation_level=None, timeout=5)
-    db.executescript(example_module.SCHEMA)
-    db.isolation_level = "DEFERRED"
-    return db
-
-
 def late(example, path, marker, line):
     module = load(example)
-    db = connect(module, path)
+    db = module.db = module.connect(path)
     ev = json.loads(line)
     for _ in range(400):  # the retry applies it within a few seconds
         if db.execute("SELECT 1 FROM applied WHERE id=?",
@@ -46,7 +38,7 @@ def late(example, path, marker, line):
         time.sleep(0.05)
     else:
         sys.exit("the retry never applied %s" % ev["id"])
-    answer = module.handle(db, ev)
+    answer = module.apply.answer(ev)
     with open(marker + ".late.tmp", "w") as f:
         json.dump(answer, f)
     os.rename(marker + ".late.tmp", marker + ".late")
@@ -58,14 +50,14 @@ def main():
         return
     example, path, marker = sys.argv[1:4]
     module = load(example)
-    db = connect(module, path)
+    module.db = module.connect(path)
     for line in sys.stdin:
         if not os.path.exists(marker):
             open(marker, "w").close()
             subprocess.Popen([sys.executable, __file__, "--late", example,
                               path, marker, line], start_new_session=True)
             time.sleep(60)  # hangs: keylane kills it and retries the event
-        answer = module.handle(db, json.loads(line))
+        answer = module.apply.answer(json.loads(line))
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()
 

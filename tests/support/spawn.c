@@ -41,6 +41,33 @@ int kl_t_log_find(const char *dir, int i, const char *needle, char *line,
   return found;
 }
 
+int kl_t_log_owned(const char *dir, int i, uint64_t *epochs, int n) {
+  char path[256], line[1024];
+  snprintf(path, sizeof(path), "%s/worker-%d.log", dir, i);
+  for (int p = 0; p < n; p++)
+    epochs[p] = 0;
+  FILE *f = fopen(path, "r");
+  int changes = 0;
+  while (f && fgets(line, sizeof(line), f)) {
+    static const char *const verbs[] = {
+        "] worker: assigned partition=", "] worker: revoked partition=",
+        "] worker: lost partition="};
+    for (int v = 0; v < 3; v++) {
+      const char *at = strstr(line, verbs[v]);
+      int p;
+      uint64_t e = 0;
+      if (!at || sscanf(at + strlen(verbs[v]), "%d epoch=%" SCNu64, &p, &e) < 1)
+        continue;
+      if (p >= 0 && p < n)
+        epochs[p] = v == 0 ? e : 0;
+      changes++;
+    }
+  }
+  if (f)
+    fclose(f);
+  return changes;
+}
+
 int kl_t_find_pause(const char *dir, int i, int *partition, uint64_t *epoch) {
   char path[256], line[1024];
   snprintf(path, sizeof(path), "%s/worker-%d.log", dir, i);

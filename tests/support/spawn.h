@@ -23,6 +23,15 @@ int kl_t_log_find(const char *dir, int i, const char *needle, char *line,
                   size_t size);
 
 /**
+ * Replays the "assigned partition=P epoch=E", "revoked partition=P" and
+ * "lost partition=P" lines of "<dir>/worker-<i>.log": @p epochs[P]
+ * receives the epoch with which worker @p i owns partition P now, 0 when
+ * it does not own it (@p n partitions). @returns how many such lines the
+ * log holds: a count that grows with each change of its assignment.
+ */
+int kl_t_log_owned(const char *dir, int i, uint64_t *epochs, int n);
+
+/**
  * Finds the last "pausing partition=P epoch=E" line of a worker started
  * with --pause-on-sigusr1 in "<dir>/worker-<i>.log". @returns 1 when found,
  * with @p partition and @p epoch set.

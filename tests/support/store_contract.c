@@ -482,6 +482,54 @@ void kl_t_contract_long_keys_and_ids(void **state) {
   kl_store_destroy(store);
 }
 
+/* The identity of the record at watermark - 1 is kept with the watermark
+ * it belongs to: by a commit that sets it, not by one that does not (the
+ * watermark then tells it is stale), never by a fenced one. */
+void kl_t_contract_last_record_kept_with_its_watermark(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  kl_store_t *store = kl_t_store_open(where, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 1);
+  char ident[KL__SID_MAX];
+  size_t len = 1;
+  int64_t wm = -1;
+  assert_int_equal(kl__store_last(store, KL_T_TOPIC, 1, &wm, ident, &len),
+                   KL_OK);
+  assert_int_equal(len, 0); /* none yet */
+  kl_txn_t *txn = kl_t_store_begin(store, 1, epoch);
+  assert_int_equal(kl__txn_set_last(txn, "\0\0\1k-9", 6), KL_OK);
+  kl_t_store_commit(txn, 10);
+  assert_int_equal(kl__store_last(store, KL_T_TOPIC, 1, &wm, ident, &len),
+                   KL_OK);
+  assert_int_equal(wm, 10);
+  assert_int_equal(len, 6);
+  assert_memory_equal(ident, "\0\0\1k-9", 6);
+  txn = kl_t_store_begin(store, 1, epoch); /* no last: the old one stays */
+  kl_t_store_commit(txn, 12);
+  assert_int_equal(kl__store_last(store, KL_T_TOPIC, 1, &wm, ident, &len),
+                   KL_OK);
+  assert_int_equal(wm, 10);
+  assert_int_equal(kl_t_store_partition(store, 1).watermark, 12);
+  txn = kl_t_store_begin(store, 1, epoch);
+  assert_int_equal(kl__txn_set_last(txn, "other", 5), KL_OK);
+  uint64_t newer = kl_t_store_acquire(store, 1);
+  assert_int_equal(kl_store_commit(txn, 20), KL_EFENCED);
+  assert_int_equal(kl__store_last(store, KL_T_TOPIC, 1, &wm, ident, &len),
+                   KL_OK);
+  assert_int_equal(wm, 10); /* the fenced batch wrote nothing */
+  txn = kl_t_store_begin(store, 1, newer);
+  assert_int_equal(kl__txn_set_last(txn, "\1abc", 4), KL_OK);
+  kl_t_store_commit(txn, 21);
+  assert_int_equal(kl__store_last(store, KL_T_TOPIC, 1, &wm, ident, &len),
+                   KL_OK);
+  assert_int_equal(wm, 21);
+  assert_memory_equal(ident, "\1abc", 4);
+  assert_int_equal(
+      kl__txn_set_last(txn = kl_t_store_begin(store, 1, newer), "", 0),
+      KL_EINVAL);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+}
+
 void kl_t_contract_fenced_commit_applies_nothing(void **state) {
   const char *where = kl_t_store_fixture(state)->where;
   kl_store_t *store = kl_t_store_open(where, NULL);

@@ -104,6 +104,7 @@ void kl_t_store_clock_add(int64_t ms);
   X(ids_scoped_by_topic, setup, teardown)                                      \
   X(ids_scoped_by_key, setup, teardown)                                        \
   X(long_keys_and_ids, setup, teardown)                                        \
+  X(last_record_kept_with_its_watermark, setup, teardown)                      \
   X(fenced_commit_applies_nothing, setup, teardown)                            \
   X(watermark_never_goes_back, setup, teardown)                                \
   X(reset_rewinds_and_fences, setup, teardown)                                 \

@@ -224,10 +224,19 @@ static void test_emit_ids(void **state) {
   assert_int_equal(back.offset, INT64_MAX);
   src.topic_len++;
   assert_int_equal(kl__emit_id(&src, out), 0);
-  static const char *const none[] = {
-      "invoice/42/0", "events/3/1042/7", "~events/3/1042",    "~/3/1/0",
-      "~t/03/1/0",    "~t/3/-1/0",       "~t/3/1/64",         "~t/3/1/",
-      "~t/3//0",      "~t/x/1/0",        "~t/99999999999/1/0"};
+  static const char *const none[] = {"invoice/42/0",
+                                     "events/3/1042/7",
+                                     "~events/3/1042",
+                                     "~/3/1/0",
+                                     "~t/03/1/0",
+                                     "~t/3/-1/0",
+                                     "~t/3/1/64",
+                                     "~t/3/1/",
+                                     "~t/3//0",
+                                     "~t/x/1/0",
+                                     "~t/99999999999/1/0",
+                                     "~ev\xffnt/0/1/0",
+                                     "~a b/0/1/0"}; /* no topic Kafka allows */
   for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++)
     if (kl__emit_id_parse(none[i], strlen(none[i]), &back) == 0)
       fail_msg("\"%s\" parsed as a follow-up's id", none[i]);

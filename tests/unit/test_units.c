@@ -193,10 +193,10 @@ static void kl_ms_key(kl_conf_t *conf, const char *key) {
   }
 }
 
-/* Every key whose name ends in ".ms" takes what the README promises: a
- * bare number of milliseconds, or 500ms, 10s, 2m, 1h. Two of them
- * (*.partitions.check.ms) took digits only. The keys: the conf table's,
- * and any the README's configuration table lists (a key documented there
+/* Every key whose name ends in ".ms" takes what the configuration
+ * reference promises: a bare number of milliseconds, or 500ms, 10s, 2m, 1h.
+ * Two of them (*.partitions.check.ms) took digits only. The keys: the conf
+ * table's, and any docs/configuration.md lists (a key documented there
  * later is checked too). */
 static void test_every_ms_key_takes_units(void **state) {
   (void)state;
@@ -211,13 +211,13 @@ static void test_every_ms_key_takes_units(void **state) {
     kl_ms_key(conf, table[i]);
   const char *src = getenv("KEYLANE_SOURCE_DIR");
   char path[4096], line[4096], key[128];
-  snprintf(path, sizeof(path), "%s/README.md", src ? src : ".");
+  snprintf(path, sizeof(path), "%s/docs/configuration.md", src ? src : ".");
   FILE *f = fopen(path, "r");
   if (!f)
     fail_msg("cannot read %s (KEYLANE_SOURCE_DIR)", path);
   size_t documented = 0;
   while (fgets(line, sizeof(line), f)) {
-    /* "| `name.ms` | default | meaning |"; kafka.* ones are librdkafka's */
+    /* "| `name.ms` | type | default | range | meaning |" */
     size_t len;
     if (sscanf(line, "| `%127[a-z0-9.]` |", key) != 1 ||
         (len = strlen(key)) < 4 || strcmp(key + len - 3, ".ms") != 0 ||
@@ -228,7 +228,7 @@ static void test_every_ms_key_takes_units(void **state) {
   }
   fclose(f);
   kl_conf_destroy(conf);
-  assert_true(documented >= 5); /* the README's table was found and read */
+  assert_true(documented >= 5); /* the reference was found and read */
   /* The two that took digits only, through -X as a user types them: read,
    * so the run goes on to open the store, which does not exist. */
   const char *const runs[][14] = {

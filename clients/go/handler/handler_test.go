@@ -1,0 +1,132 @@
+package handler
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+const req = `{"seq":7,"topic":"events","key":"acct-1","id":"id-1","type":"credit","ts":1700000000000,"partition":3,"offset":42,"epoch":5,"payload":{"amount":5}}`
+
+func answerOf(t *testing.T, fn Func, line string) map[string]any {
+	var a map[string]any
+	if err := json.Unmarshal(Answer(context.Background(), fn, []byte(line)), &a); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestTheEventAndItsFence(t *testing.T) {
+	var got *Event
+	a := answerOf(t, func(ctx context.Context, ev *Event, tx *Tx) error {
+		got = ev
+		if tx.Fence != (Fence{"events", 3, 5, 42}) {
+			t.Errorf("fence %+v", tx.Fence)
+		}
+		return nil
+	}, req)
+	if fmt.Sprint(a) != "map[seq:7 status:ok]" {
+		t.Fatal(a)
+	}
+	var p struct{ Amount int }
+	if err := got.Decode(&p); err != nil || p.Amount != 5 || got.Key != "acct-1" || got.ID != "id-1" || got.TS != 1700000000000 {
+		t.Fatal(got, err)
+	}
+	b64 := strings.Replace(strings.Replace(req, `"key":"acct-1"`, `"key_b64":"/w=="`, 1), `"payload":{"amount":5}`, `"payload_b64":"AAE="`, 1)
+	answerOf(t, func(ctx context.Context, ev *Event, tx *Tx) error {
+		got = ev
+		return nil
+	}, b64)
+	if !bytes.Equal(got.KeyBytes, []byte{0xff}) || !bytes.Equal(got.PayloadBytes, []byte{0, 1}) || got.Payload != nil {
+		t.Fatal(got)
+	}
+}
+
+func TestErrorsAreTheOutcome(t *testing.T) {
+	cases := []struct {
+		fn     Func
+		status string
+		err    string
+	}{
+		{func(ctx context.Context, ev *Event, tx *Tx) error { return Failf("no such account") }, "fail", "no such account"},
+		{func(ctx context.Context, ev *Event, tx *Tx) error { return errors.New("db busy") }, "retry", "db busy"},
+		{func(ctx context.Context, ev *Event, tx *Tx) error { panic("boom") }, "retry", "panic: boom"},
+		{func(ctx context.Context, ev *Event, tx *Tx) error {
+			_ = tx.EmitTo("events.dlq", "k", "t", nil) // dropped, still fails
+			return nil
+		}, "fail", "is a dead-letter topic (*.dlq)"},
+	}
+	for _, c := range cases {
+		a := answerOf(t, c.fn, req)
+		if a["status"] != c.status || !strings.Contains(fmt.Sprint(a["error"]), c.err) || a["emit"] != nil || a["seq"] != 7.0 {
+			t.Errorf("got %v, want %s %q", a, c.status, c.err)
+		}
+	}
+}
+
+func TestEmitsGoWithOK(t *testing.T) {
+	line := Answer(context.Background(), func(ctx context.Context, ev *Event, tx *Tx) error {
+		if err := tx.Emit("acct-2", "credit", map[string]any{"amount": 5, "from": ev.Key}); err != nil {
+			return err
+		}
+		_ = tx.EmitTo("other", "acct-3", "raw", []byte{0, 0xff})
+		return tx.Emit("acct-4", "empty", nil)
+	}, []byte(req))
+	want := `{"seq":7,"status":"ok","emit":[{"key":"acct-2","payload":{"amount":5,"from":"acct-1"},"type":"credit"},{"key":"acct-3","payload_b64":"AP8=","topic":"other","type":"raw"},{"key":"acct-4","type":"empty"}]}` + "\n"
+	if string(line) != want {
+		t.Fatalf("got  %s\nwant %s", line, want)
+	}
+	for _, bad := range []struct{ topic, key, typ, says string }{
+		{"", "", "t", `"key" must be a non-empty string`},
+		{"", "k", strings.Repeat("t", 256), `"type" is 256 bytes, the limit is 255`},
+		{"__consumer_offsets", "k", "t", "internal to Kafka"},
+		{"a b", "k", "t", "a character Kafka does not allow"},
+	} {
+		tx := &Tx{}
+		if err := tx.EmitTo(bad.topic, bad.key, bad.typ, nil); err == nil || !strings.Contains(err.Error(), bad.says) {
+			t.Errorf("%+v: %v", bad, err)
+		}
+	}
+}
+
+func TestServeAnswersPipelinedLinesInOrder(t *testing.T) {
+	var in bytes.Buffer
+	for i := 1; i <= 20; i++ {
+		typ := "credit"
+		if i%5 == 0 {
+			typ = "bad"
+		}
+		fmt.Fprintf(&in, `{"seq":%d,"topic":"t","key":"k","id":"id-%d","type":"%s","partition":0,"offset":%d,"epoch":1}`+"\n", i, i, typ, i)
+	}
+	in.WriteString(`{"seq":21,"topic":` + "\n")
+	var out bytes.Buffer
+	err := Serve(context.Background(), &in, &out, func(ctx context.Context, ev *Event, tx *Tx) error {
+		if ev.Type == "bad" {
+			return Failf("refused %s", ev.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 21 {
+		t.Fatalf("%d answers: %s", len(lines), out.String())
+	}
+	for i, line := range lines[:20] {
+		want := fmt.Sprintf(`{"seq":%d,"status":"ok"}`, i+1)
+		if (i+1)%5 == 0 {
+			want = fmt.Sprintf(`{"seq":%d,"status":"fail","error":"refused id-%d"}`, i+1, i+1)
+		}
+		if line != want {
+			t.Errorf("got %s, want %s", line, want)
+		}
+	}
+	if !strings.HasPrefix(lines[20], `{"seq":21,"status":"fail"`) {
+		t.Error(lines[20])
+	}
+}

@@ -1,0 +1,46 @@
+/*
+ * The conf table's keys, for what lists or reads them by name: the command
+ * line's option parser (a flag that sets a key takes the key's type and
+ * range) and `keylane config`, which prints the configuration reference.
+ * kl_conf_set() (keylane/conf.h) is the way to set them.
+ */
+#ifndef KEYLANE_COMMON_CONF_H
+#define KEYLANE_COMMON_CONF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/units.h"
+
+/* INT, MS (a duration whose name ends in .ms), DURATION and SIZE are parsed
+ * by common/units.h; their values are those of kl__units_kind_t. */
+typedef enum {
+  KL__CONF_INT = KL__UNITS_COUNT,
+  KL__CONF_MS = KL__UNITS_MS,
+  KL__CONF_DURATION = KL__UNITS_DURATION,
+  KL__CONF_SIZE = KL__UNITS_SIZE,
+  KL__CONF_ENUM = 100,
+  KL__CONF_STR,
+} kl__conf_type_t;
+
+typedef struct kl__conf_key {
+  const char *name;
+  kl__conf_type_t type;
+  const char *def;
+  int64_t min, max;   /**< INT, MS, DURATION (ms) and SIZE (bytes) */
+  const char *values; /**< ENUM: "a|b|c" */
+  const char *doc;    /**< what it does, for the reference */
+} kl__conf_key_t;
+
+/** @returns the key at @p i in the table's order, or NULL past the last.
+ *  Static: valid for the life of the process. */
+const kl__conf_key_t *kl__conf_key_at(size_t i);
+
+/** @returns the key named @p name, or NULL (also for every kafka.* name). */
+const kl__conf_key_t *kl__conf_key_find(const char *name);
+
+/** @returns whether @p value is one of @p values ("a|b|c"). */
+bool kl__conf_enum_has(const char *values, const char *value);
+
+#endif

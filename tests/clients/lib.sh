@@ -1,0 +1,125 @@
+# Shared by the tests/clients drivers (sourced): paths, ok/bad, the venv
+# with the Python packages from PyPI, and embedded clusters.
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SRC=${KEYLANE_SOURCE_DIR:-$(cd "$HERE/../.." && pwd)}
+BIN=${KEYLANE_BIN:-$SRC/build/bin/keylane}
+BUILD=${KEYLANE_BUILD_DIR:-$SRC/build}
+passed=0 failed=0
+PIDS=()
+# Go's default install, for a shell whose PATH lacks it
+command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
+
+ok() { echo "ok: $*"; passed=$((passed + 1)); }
+bad() { echo "FAILED: $*"; failed=$((failed + 1)); }
+# check DESCRIPTION COMMAND...: ok when COMMAND exits 0, else FAILED with
+# its stderr.
+check() {
+  local what=$1 err
+  shift
+  if err=$("$@" 2>&1 >/dev/null); then ok "$what"; else bad "$what: $(echo "$err" | tail -c 600)"; fi
+}
+
+W=$(mktemp -d /tmp/keylane-clients-XXXXXX)
+# On the way out only, whatever the status (see tests/kafka/test_interop.sh).
+clients_cleanup() {
+  set +e
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
+  wait 2>/dev/null
+  if [ "$failed" = 0 ] && [ -z "${KEYLANE_TEST_KEEP:-}" ]; then rm -rf "$W"; else echo "kept $W"; fi
+}
+trap clients_cleanup EXIT
+
+# The venv: PyPI's packages (tests/clients/requirements.txt), made once per
+# build directory; the keylane package (clients/python) installed into it
+# anew each run, as a user installs it (pip install ./clients/python).
+clients_venv() {
+  VENV=$BUILD/venv-clients
+  local req=$HERE/requirements.txt
+  if ! cmp -s "$req" "$VENV/requirements.txt" 2>/dev/null; then
+    rm -rf "$VENV"
+    python3 -m venv "$VENV"
+    timeout 600 "$VENV/bin/pip" install -q --disable-pip-version-check -r "$req"
+    cp "$req" "$VENV/requirements.txt"
+  fi
+  # from a copy: setuptools builds in the tree it is given
+  cp -r "$SRC/clients/python" "$W/python-src"
+  rm -rf "$W/python-src/build" "$W/python-src/src/"*.egg-info
+  timeout 300 "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation \
+    --force-reinstall "$W/python-src" >"$W/pip.log" 2>&1 || {
+    cat "$W/pip.log"
+    return 1
+  }
+  PY=$VENV/bin/python
+}
+
+# embedded NAME TOPIC PARTITIONS: a `keylane broker --embedded` in the
+# background with TOPIC of PARTITIONS (other topics are made on first use
+# with 4); sets BOOT_<NAME> to its bootstrap.
+embedded() {
+  local file=$W/$1.bootstrap
+  "$BIN" broker --embedded -t "$2" --partitions "$3" --brokers 1 \
+    --bootstrap-file "$file" >"$W/$1.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 100); do
+    [ -s "$file" ] && break
+    sleep 0.1
+  done
+  printf -v "BOOT_$1" '%s' "$(sed 's/^bootstrap=//' "$file")"
+}
+
+# ledger_wait STORE EXPECTED: waits (60 s at most) until `keylane ledger
+# --json` shows EXPECTED's balances and seqs (tests/kafka/interop.py compare).
+ledger_wait() {
+  for _ in $(seq 1 120); do
+    if "$BIN" ledger --store "$1" --json >"$W/ledger.json" 2>/dev/null &&
+      "$PY" "$SRC/tests/kafka/interop.py" compare "$2" "$W/ledger.json" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  "$PY" "$SRC/tests/kafka/interop.py" compare "$2" "$W/ledger.json"
+  return 1
+}
+
+clients_summary() {
+  echo "$1: $passed passed, $failed failed"
+  [ "$failed" = 0 ]
+}
+
+# handler_case NAME COMMAND: a `keylane worker` with `--handler
+# exec:COMMAND LOG MARKERS CRASH_AT` (2 children, 8 events in flight each)
+# over the events of handlers.py on a cluster of its own; the child is
+# killed once, at its 150th event, with events in flight. handlers.py
+# verify says what must come out.
+handler_case() {
+  local name=$1 cmd=$2 dir=$W/handler-$1
+  mkdir -p "$dir/markers"
+  embedded "h$name" hevents 4
+  local boot_var=BOOT_h$name
+  local boot=${!boot_var}
+  "$PY" "$HERE/interop_python.py" topic "$boot" hevents.dlq
+  "$PY" "$HERE/handlers.py" publish "$boot" hevents "$dir/expected.json"
+  "$BIN" worker -b "$boot" -t hevents -g "h$name" --store "$dir/store" \
+    --handler "exec:$cmd $dir/effects.jsonl $dir/markers 150" \
+    --concurrency 2 -X worker.exec.window=8 --max-attempts 5 \
+    --retry-initial-ms 10 --retry-max-ms 200 --handler-timeout-ms 10000 \
+    --partitions 4 --session-timeout-ms 6000 >"$dir/worker.log" 2>&1 &
+  local worker=$!
+  PIDS+=($worker)
+  local verdict=''
+  for _ in $(seq 1 90); do
+    sleep 1
+    [ -s "$dir/effects.jsonl" ] || continue
+    if verdict=$("$PY" "$HERE/handlers.py" verify "$dir/expected.json" "$dir/effects.jsonl" \
+      "$boot" hevents.dlq 2>&1); then
+      break
+    fi
+  done
+  if [ -e "$dir/markers/crash" ] && echo "$verdict" | grep -q "applied once"; then
+    ok "$name handler under keylane worker, killed once mid-batch: $verdict"
+  else
+    bad "$name handler: ${verdict:-no effects} (crashed: $([ -e "$dir/markers/crash" ] && echo yes || echo no)); see $dir/worker.log"
+  fi
+  kill "$worker"
+  if wait "$worker"; then ok "$name handler: the worker drained and exited 0"; else bad "$name handler: the worker exited $?"; fi
+}

@@ -1,0 +1,315 @@
+/*
+ * keylane-sim's parts (sim.c says what is simulated and why): the world of
+ * one schedule (sim_world.c: stores, keys, the log, the model and its
+ * invariants), its owners (sim_owner.c: batches, dead letters, the outbox
+ * publisher, pauses and crashes), the temporary owners (sim_tools.c:
+ * replay, redrive, rebuild) and the steps (sim_steps.c: decoding a choice
+ * into a step, the client, the drain and the final checks).
+ *
+ * One schedule runs at a time in a process, on its one thread: the world
+ * is a global (W). An owner paused between its handlers and its commit
+ * keeps its own stack (ucontext) while other steps run.
+ */
+#ifndef KEYLANE_TESTS_SIM_H
+#define KEYLANE_TESTS_SIM_H
+
+#include <librdkafka/rdkafka.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <ucontext.h>
+
+#include "keylane/store.h"
+#include "store/store_internal.h"
+#include "worker/apply.h"
+
+#define SIM_MAXP 4   /* partitions */
+#define SIM_MAXO 4   /* owners */
+#define SIM_MAXK 8   /* entity keys */
+#define SIM_BATCH 64 /* records of one batch at most (drain, rebuild) */
+#define SIM_NONE UINT32_MAX
+#define SIM_ATTEMPTS 3 /* runs of an event that says RETRY, then a letter */
+/* LMDB environments: the live store, the one a rebuild moves the fleet
+ * to, and the rebuild the end compares */
+#define SIM_ENVS 3
+
+typedef enum sim_backend { SIM_LMDB = 0, SIM_PG = 1 } sim_backend_t;
+
+/* What a schedule is made of, from its seed (not from its choices, so
+ * that a shrunk schedule keeps it). */
+typedef struct sim_cfg {
+  int partitions, owners, keys, batch_max;
+} sim_cfg_t;
+
+typedef enum sim_kind {
+  SIM_CREDIT,
+  SIM_DEBIT,
+  SIM_TRANSFER,
+  SIM_FOLLOWUP, /* the credit a transfer emits */
+} sim_kind_t;
+
+/* What a store (the live one, or a rebuild) decided about one event. */
+typedef struct sim_mark {
+  uint8_t applied;  /* committed applications: 0 or 1, 2 is a violation */
+  uint8_t dead;     /* a dead-letter mark committed over no mark */
+  uint8_t redriven; /* applied by a redrive (after later events, by design) */
+} sim_mark_t;
+
+/* One event: a (key, id) and where it first occurs in the log. */
+typedef struct sim_event {
+  char id[112];
+  uint8_t id_len;
+  uint8_t key, to; /* indexes in W->keys; to: a transfer's destination */
+  uint8_t kind;    /* sim_kind_t */
+  uint8_t valid;   /* the ledger handler accepts it */
+  int64_t amount;
+  int32_t part;
+  int64_t first;     /* offset of its first record in W->log[part] */
+  uint32_t key_pos;  /* index in its key's list of events */
+  uint32_t followup; /* a transfer's follow-up event, SIM_NONE until seen */
+  uint32_t next;     /* hash chain */
+} sim_event_t;
+
+/* One record of the simulated log: a message filled by hand. */
+typedef struct sim_rec {
+  rd_kafka_message_t msg;
+  uint32_t event;
+} sim_rec_t;
+
+typedef struct sim_log {
+  sim_rec_t **v; /* pointers: a paused batch's records must not move */
+  size_t n, cap;
+} sim_log_t;
+
+typedef struct sim_key {
+  char name[64];
+  size_t name_len;
+  int32_t part;
+  uint32_t *events; /* in log order */
+  size_t n, cap;
+} sim_key_t;
+
+/* A store's decisions as the model knows them: the live store's, or a
+ * rebuild's. */
+typedef struct sim_view {
+  sim_mark_t *marks; /* per event */
+  size_t cap;
+  size_t resolved[SIM_MAXK]; /* per key: its first events applied or dead */
+  int64_t balance[SIM_MAXK];
+  int64_t credits, debits, transfers, followups; /* applied amounts */
+  uint64_t epoch[SIM_MAXP]; /* the store's current epochs */
+  int64_t watermark[SIM_MAXP];
+  /* the partitions' counters (kl_partition_state_t) */
+  uint64_t applied[SIM_MAXP], duplicates[SIM_MAXP], dead[SIM_MAXP];
+} sim_view_t;
+
+/* A dead letter: a record of the simulated dead-letter topic. */
+typedef struct sim_letter {
+  int32_t part;
+  int64_t offset;
+  uint32_t event;
+} sim_letter_t;
+
+/* What an owner believes of a partition. */
+typedef struct sim_hold {
+  uint64_t epoch; /* 0: not held */
+  int64_t wm;     /* the next offset it applies */
+  int64_t retry_at;
+  int64_t fail_off; /* -1, or where its last batch stopped */
+  int fail_kind;    /* KL_HANDLER_RETRY or KL_HANDLER_FAIL */
+  int attempts;
+  uint64_t after; /* outbox seq listed last */
+} sim_hold_t;
+
+struct sim_owner;
+
+/* One batch in flight (an owner's, or a temporary owner's). */
+typedef struct sim_batch {
+  struct sim_owner *owner; /* NULL for replay, redrive, rebuild */
+  sim_view_t *view;        /* what its commit changes */
+  kl_store_t *store;
+  int32_t part;
+  uint64_t epoch;
+  int64_t from;
+  size_t count;
+  int inject_at, inject; /* the handler call that says inject (RETRY/FAIL) */
+  int calls;
+  int pause;
+  kl__commit_fate_t fate;
+  int crash; /* the owner dies at the commit */
+  int redrive, rebuild;
+  const char *letter_key;
+  size_t letter_key_len;
+  struct {
+    uint32_t event;
+    int64_t offset;
+  } apps[SIM_BATCH];
+  size_t napps;
+  rd_kafka_message_t *msgs[SIM_BATCH];
+  kl__apply_result_t res;
+  kl_err_t err;
+} sim_batch_t;
+
+typedef struct sim_owner {
+  int no;
+  kl_store_t *store; /* LMDB: the world's; PostgreSQL: its own */
+  sim_hold_t hold[SIM_MAXP];
+  kl__outbox_ack_t *acks; /* published, not yet removed */
+  size_t nacks, acks_cap;
+  ucontext_t ctx;
+  char *stack;
+  int running, paused;
+  sim_batch_t batch;
+} sim_owner_t;
+
+/* Counts for the report. */
+typedef struct sim_stats {
+  uint64_t steps, noops, schedules, commits, applied, duplicates, fenced;
+  uint64_t pauses, crashes, lost, aborted, letters, redriven, replays;
+  uint64_t rebuilds, published, drain_batches;
+} sim_stats_t;
+
+typedef struct sim_world {
+  sim_cfg_t cfg;
+  sim_backend_t backend;
+  uint64_t seed;
+  int verbose;
+  char tag[48];   /* makes topic and keys unique on a shared PostgreSQL */
+  char topic[96]; /* the topic's name */
+  char dlq[112];  /* its dead-letter topic's */
+  int env;        /* the live store's LMDB environment (sim_lmdb_env()) */
+  const char *pg_uri;
+  kl_conf_t *conf;
+  kl_store_t *store; /* the world's: LMDB's only one; PostgreSQL's tools' */
+  sim_key_t keys[SIM_MAXK];
+  sim_log_t log[SIM_MAXP];
+  sim_event_t *events;
+  uint32_t nevents, events_cap;
+  uint32_t *hash;
+  size_t hash_cap;
+  sim_letter_t *letters;
+  size_t nletters, letters_cap;
+  sim_owner_t owners[SIM_MAXO];
+  sim_view_t live;
+  uint64_t max_epoch[SIM_MAXP]; /* ever acquired, across rebuilds */
+  int64_t now_ms;
+  uint64_t next_id;
+  int64_t seq[SIM_MAXK]; /* the client's per key */
+  int calm;              /* the drain: no injected faults */
+  int gen;               /* store generation: rebuilds so far */
+  size_t step;
+  int dirty; /* the step committed or acquired: check the store */
+  int failed;
+  char fail_code[32];
+  char fail_msg[1024];
+  size_t fail_step;
+  sim_stats_t stats;
+  ucontext_t sched;  /* the scheduler's context */
+  sim_owner_t *coro; /* the owner a coroutine starts for */
+} sim_world_t;
+
+extern sim_world_t *W;
+
+/* ---- sim_world.c -------------------------------------------------------- */
+
+/** Records the first violation of a schedule (the rest is noise). */
+void sim_fail(const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/** Prints a step's line when verbose. */
+void sim_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/** Opens the store at @p where (a directory, or a PostgreSQL URI). */
+kl_store_t *sim_store_open(const char *where);
+/** The process's LMDB environment @p slot (0 to SIM_ENVS - 1), opened when
+ *  first asked; shared by the schedules, whose topics are their own. */
+kl_store_t *sim_lmdb_env(int slot);
+/** Closes and removes them all; sim_lmdb_envs_tick() every so many
+ *  schedules, so that they do not grow without bound. */
+void sim_lmdb_envs_close(void);
+void sim_lmdb_envs_tick(void);
+
+uint32_t sim_event_find(uint8_t key, const char *id, size_t id_len);
+uint32_t sim_event_add(uint8_t key, const char *id, size_t id_len);
+/** Appends a record of event @p e (its envelope in @p bytes, taken) to its
+ *  key's partition. @returns its offset. */
+int64_t sim_log_append(uint32_t e, void *bytes, size_t len);
+int sim_key_by_name(const void *name, size_t len);
+
+void sim_view_init(sim_view_t *v);
+void sim_view_free(sim_view_t *v);
+/** A commit of @p epoch to @p part succeeded, to @p watermark: its epoch
+ *  must be the store's. */
+void sim_view_committed(sim_view_t *v, int32_t part, uint64_t epoch,
+                        int64_t watermark);
+/** A batch of @p b committed (truly: maybe its owner thinks not). */
+void sim_view_commit(sim_batch_t *b);
+/** Event @p e was recorded a dead letter by a commit of @p epoch. */
+void sim_view_dead(sim_view_t *v, uint32_t e, int32_t part, uint64_t epoch,
+                   int64_t watermark);
+/** Checks what the store said of @p e's mark against @p v. */
+void sim_view_check_mark(const sim_view_t *v, uint32_t e, kl_mark_t mark,
+                         const char *who);
+/** An acquire of @p part answered @p st: epochs only grow. @p adopt: the
+ *  fleet goes on with this store (not a rebuild made to compare). */
+void sim_view_acquired(sim_view_t *v, int32_t part,
+                       const kl_partition_state_t *st, int adopt);
+/** Balances, epochs and watermarks of @p store against @p v. */
+void sim_view_check_store(const sim_view_t *v, kl_store_t *store,
+                          int conserved);
+/** Reads the balances of @p store into @p out. @returns 0, or -1. */
+int sim_balances(kl_store_t *store, int64_t out[SIM_MAXK]);
+
+/* ---- sim_owner.c -------------------------------------------------------- */
+
+void sim_owner_init(sim_owner_t *o, int no);
+void sim_owner_free(sim_owner_t *o);
+/** The owner starts afresh: its memory is lost, and on PostgreSQL its
+ *  connections and its owner cache with it. */
+void sim_owner_restart(sim_owner_t *o);
+/** The owner dies (and restarts): its memory and its open txn are lost. */
+void sim_owner_crash(sim_owner_t *o);
+void sim_owner_acquire(sim_owner_t *o, int32_t part);
+/** Runs one batch of @p part; @p w is the step's choice. */
+void sim_owner_batch(sim_owner_t *o, int32_t part, uint64_t w);
+/** Resumes a paused owner with the commit fate and death @p w says. */
+void sim_owner_resume(sim_owner_t *o, uint64_t w);
+void sim_owner_publish(sim_owner_t *o, int32_t part, size_t max);
+void sim_owner_ack(sim_owner_t *o);
+/** Nonzero when the owner has work on @p part it may do now. */
+int sim_owner_can_work(const sim_owner_t *o, int32_t part);
+/** Runs batch @p b through kl__apply_batch() (the applier its fields say). */
+void sim_batch_apply(sim_batch_t *b);
+
+/* ---- sim_tools.c -------------------------------------------------------- */
+
+/** Dead-letters @p offset of @p part as an owner of @p epoch does after
+ *  the letter is sent: its mark and the watermark past it, in one commit.
+ *  @returns the commit's outcome. */
+kl_err_t sim_dead_letter(kl_store_t *store, sim_view_t *v, int32_t part,
+                         uint64_t epoch, int64_t offset,
+                         kl__commit_fate_t fate);
+void sim_replay(int32_t part);
+/** @returns 0 when the letter is pending (not below its partition's
+ *  watermark yet): nothing was done. */
+int sim_redrive(size_t letter);
+/** Rebuilds the store from the whole log into @p store, which holds
+ *  nothing of the topic: @p v receives its decisions. @p adopt as
+ *  sim_view_acquired() says. A violation says when it could not. */
+void sim_rebuild(kl_store_t *store, sim_view_t *v, int adopt);
+/** A rebuild that the fleet moves to: the store is replaced by it. */
+void sim_rebuild_switch(void);
+
+/* ---- sim_steps.c -------------------------------------------------------- */
+
+sim_cfg_t sim_cfg_of(uint64_t seed);
+/** Runs one schedule: its steps @p words, the drain, the final checks.
+ *  @returns 0, or -1 with W->fail_* set. */
+int sim_run(uint64_t seed, sim_backend_t backend, const uint64_t *words,
+            size_t n, int verbose, sim_stats_t *stats, char *code,
+            size_t code_size, char *msg, size_t msg_size);
+/** The @p n choices of schedule @p seed. */
+void sim_words(uint64_t seed, uint64_t *words, size_t n);
+uint64_t sim_mix(uint64_t x);
+/** The PostgreSQL database the PostgreSQL schedules share. */
+extern const char *sim_pg_uri;
+
+#endif

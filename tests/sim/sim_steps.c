@@ -1,0 +1,554 @@
+/*
+ * One schedule: its choices decoded into steps (the client's publishes,
+ * the owners' work, faults, the tools), the drain without faults that
+ * follows them, and the checks at the end.
+ */
+#include <inttypes.h>
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/internal.h"
+#include "handlers/ledger.h"
+#include "keylane/conf.h"
+#include "keylane/producer.h"
+#include "sim/sim.h"
+
+#define CLOCK_BASE 1700000000000LL
+
+const char *sim_pg_uri;
+
+uint64_t sim_mix(uint64_t x) { /* splitmix64 */
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+sim_cfg_t sim_cfg_of(uint64_t seed) {
+  uint64_t r = sim_mix(seed ^ 0x5eedc0f1ULL);
+  sim_cfg_t cfg = {.partitions = 2 + (int)(r % 3),
+                   .owners = 2 + (int)((r >> 8) % 3),
+                   .keys = 4 + (int)((r >> 16) % 5),
+                   .batch_max = 1 + (int)((r >> 24) % 8)};
+  return cfg;
+}
+
+void sim_words(uint64_t seed, uint64_t *words, size_t n) {
+  uint64_t s = sim_mix(seed);
+  for (size_t i = 0; i < n; i++)
+    words[i] = sim_mix(s + i * 0x9e3779b97f4a7c15ULL);
+}
+
+/* ---- the client ---------------------------------------------------------- */
+
+static void republish(uint32_t e) {
+  const sim_event_t *ev = &W->events[e];
+  const rd_kafka_message_t *m = &W->log[ev->part].v[ev->first]->msg;
+  void *copy = malloc(m->len);
+  memcpy(copy, m->payload, m->len);
+  int64_t off = sim_log_append(e, copy, m->len);
+  sim_say("the client publishes %.*s of key %s again: offset %" PRId64,
+          (int)ev->id_len, ev->id, W->keys[ev->key].name, off);
+}
+
+/* An id for a new event of key @p k: a fresh one, or sometimes one that
+ * another key's event has (ids are scoped by key: two events). */
+static size_t new_id(int k, uint64_t w, char *id, size_t size) {
+  if (((w >> 48) & 0xff) < 25 && W->nevents) {
+    const sim_event_t *o = &W->events[(w >> 56) % W->nevents];
+    if (o->kind != SIM_FOLLOWUP && o->key != k &&
+        sim_event_find((uint8_t)k, o->id, o->id_len) == SIM_NONE) {
+      memcpy(id, o->id, o->id_len);
+      return o->id_len;
+    }
+  }
+  return (size_t)snprintf(id, size, "e%" PRIu64, W->next_id++);
+}
+
+static void client_publish(uint64_t w) {
+  if (((w >> 16) & 0xff) < 38 && W->nevents) {
+    uint32_t e = (uint32_t)((w >> 24) % W->nevents);
+    if (W->events[e].kind != SIM_FOLLOWUP) {
+      republish(e);
+      return;
+    }
+  }
+  int k = (int)((w >> 24) % (uint64_t)W->cfg.keys);
+  unsigned r = (w >> 32) & 0xff;
+  kl_ledger_args_t a = {.amount = 1 + (int64_t)((w >> 40) % 100)};
+  int kind = r < 90 ? SIM_CREDIT : r < 165 ? SIM_DEBIT : SIM_TRANSFER;
+  int to =
+      (k + 1 + (int)((w >> 56) % (uint64_t)(W->cfg.keys - 1))) % W->cfg.keys;
+  int valid = r < 245;
+  if (!valid && (r & 1)) /* the ledger refuses these: dead letters */
+    kind = SIM_CREDIT, a.amount = 0;
+  else if (!valid)
+    to = k; /* a transfer to itself */
+  if (kind != SIM_CREDIT)
+    a.has_seq = 1, a.seq = ++W->seq[k];
+  if (kind == SIM_TRANSFER)
+    a.to = W->keys[to].name, a.to_len = W->keys[to].name_len;
+  char id[32];
+  size_t id_len = new_id(k, w, id, sizeof(id));
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  kl__ledger_encode(&sb, &a);
+  static const char *const types[] = {"credit", "debit", "transfer"};
+  kl_event_t ev = {.key = W->keys[k].name,
+                   .key_len = W->keys[k].name_len,
+                   .id = id,
+                   .id_len = id_len,
+                   .type = types[kind],
+                   .type_len = strlen(types[kind]),
+                   .ts = CLOCK_BASE + W->now_ms,
+                   .payload = sb.data,
+                   .payload_len = sb.size};
+  void *bytes;
+  size_t len;
+  kl_err_t err = kl_event_encode(&ev, &bytes, &len);
+  msgpack_sbuffer_destroy(&sb);
+  if (err) {
+    sim_fail("client", "an event does not encode: %s", kl_err_detail());
+    return;
+  }
+  uint32_t e = sim_event_add((uint8_t)k, id, id_len);
+  sim_event_t *sev = &W->events[e];
+  sev->kind = (uint8_t)kind;
+  sev->amount = a.amount;
+  sev->to = (uint8_t)to;
+  sev->valid = (uint8_t)valid;
+  int64_t off = sim_log_append(e, bytes, len);
+  sim_say("the client publishes %s %.*s of %" PRId64 " on key %s%s%s: "
+          "partition %d, offset %" PRId64,
+          types[kind], (int)id_len, id, a.amount, W->keys[k].name,
+          kind == SIM_TRANSFER ? " to " : "",
+          kind == SIM_TRANSFER ? W->keys[to].name : "", (int)sev->part, off);
+}
+
+/* ---- steps --------------------------------------------------------------- */
+
+enum {
+  ST_PUBLISH,
+  ST_BATCH,
+  ST_ACQUIRE,
+  ST_OUTBOX,
+  ST_ACK,
+  ST_RESUME,
+  ST_CRASH,
+  ST_TICK,
+  ST_REDRIVE,
+  ST_REPLAY,
+  ST_REBUILD,
+  ST_N
+};
+/* Out of 8800 (sim.c lists them); a rebuild in about one schedule of
+ * four. */
+static const unsigned weights[ST_N] = {2000, 3300, 500, 800, 500, 700,
+                                       250,  500,  150, 97,  3};
+
+static int step_kind(uint64_t w) {
+  unsigned total = 0, r;
+  for (int i = 0; i < ST_N; i++)
+    total += weights[i];
+  r = (unsigned)(w & 0xffff) % total;
+  for (int i = 0; i < ST_N; i++) {
+    if (r < weights[i])
+      return i;
+    r -= weights[i];
+  }
+  return ST_TICK;
+}
+
+static int can_publish(const sim_owner_t *o, int32_t p) {
+  return o->hold[p].epoch && !o->paused;
+}
+
+/* The (@p sel mod n)-th pair of owner and partition that @p ok accepts. */
+static sim_owner_t *pick_pair(uint64_t sel,
+                              int (*ok)(const sim_owner_t *, int32_t),
+                              int32_t *part) {
+  int n = 0;
+  for (int o = 0; o < W->cfg.owners; o++)
+    for (int32_t p = 0; p < W->cfg.partitions; p++)
+      n += ok(&W->owners[o], p) != 0;
+  int want = n ? (int)(sel % (uint64_t)n) : -1;
+  for (int o = 0; o < W->cfg.owners; o++)
+    for (int32_t p = 0; p < W->cfg.partitions; p++)
+      if (ok(&W->owners[o], p) && want-- == 0) {
+        *part = p;
+        return &W->owners[o];
+      }
+  return NULL;
+}
+
+/* The (@p sel mod n)-th owner with @p paused (and, for 1, acks to send). */
+static sim_owner_t *pick_owner(uint64_t sel, int paused, int acks) {
+  int n = 0, idx[SIM_MAXO];
+  for (int o = 0; o < W->cfg.owners; o++)
+    if (W->owners[o].paused == paused && (!acks || W->owners[o].nacks))
+      idx[n++] = o;
+  return n ? &W->owners[idx[sel % (uint64_t)n]] : NULL;
+}
+
+static int step_run(uint64_t w) {
+  uint64_t sel = w >> 56;
+  int32_t p = (int32_t)(((w >> 16) & 0xff) % (uint64_t)W->cfg.partitions);
+  sim_owner_t *o;
+  switch (step_kind(w)) {
+  case ST_PUBLISH:
+    client_publish(w);
+    return 1;
+  case ST_BATCH:
+    if (!(o = pick_pair(sel, sim_owner_can_work, &p)))
+      return 0;
+    sim_owner_batch(o, p, w);
+    return 1;
+  case ST_ACQUIRE:
+    if (!(o = pick_owner(sel, 0, 0)))
+      return 0;
+    sim_owner_acquire(o, p);
+    return 1;
+  case ST_OUTBOX:
+    if (!(o = pick_pair(sel, can_publish, &p)))
+      return 0;
+    sim_owner_publish(o, p, 1 + ((w >> 16) & 7));
+    return 1;
+  case ST_ACK:
+    if (!(o = pick_owner(sel, 0, 1)))
+      return 0;
+    sim_owner_ack(o);
+    return 1;
+  case ST_RESUME:
+    if (!(o = pick_owner(sel, 1, 0)))
+      return 0;
+    sim_owner_resume(o, w);
+    return 1;
+  case ST_CRASH:
+    sim_owner_crash(&W->owners[sel % (uint64_t)W->cfg.owners]);
+    return 1;
+  case ST_TICK:
+    W->now_ms += 1 + (int64_t)((w >> 16) % 1000);
+    return 1;
+  case ST_REDRIVE:
+    return W->nletters && sim_redrive((size_t)((w >> 16) % W->nletters));
+  case ST_REPLAY:
+    sim_replay(p);
+    return 1;
+  default:
+    if (W->backend != SIM_LMDB || W->gen > 0)
+      return 0;
+    sim_rebuild_switch();
+    return 1;
+  }
+}
+
+/* A choice that finds nothing to do runs a batch instead, or when no
+ * owner has work, a publish: every step does something. */
+static void step(uint64_t w) {
+  W->now_ms++;
+  W->dirty = 0;
+  if (!step_run(w)) {
+    int32_t p;
+    sim_owner_t *o = pick_pair(w >> 56, sim_owner_can_work, &p);
+    W->stats.noops++;
+    if (o)
+      sim_owner_batch(o, p, w);
+    else
+      client_publish(w);
+  }
+  W->stats.steps++;
+  if (W->dirty && !W->failed)
+    sim_view_check_store(&W->live, W->store, 0);
+}
+
+/* ---- the drain and the checks at the end --------------------------------- */
+
+static size_t log_total(void) {
+  size_t n = 0;
+  for (int32_t p = 0; p < W->cfg.partitions; p++)
+    n += W->log[p].n;
+  return n;
+}
+
+/* No more faults: the paused resume, then one owner takes every partition
+ * and works until every record is applied and every follow-up published
+ * and applied. */
+static void drain(void) {
+  W->calm = 1;
+  sim_say("the drain: no more faults");
+  for (int i = 0; i < W->cfg.owners; i++)
+    sim_owner_resume(&W->owners[i], 0);
+  sim_owner_t *o = &W->owners[0];
+  sim_owner_restart(o);
+  for (int32_t p = 0; p < W->cfg.partitions; p++)
+    sim_owner_acquire(o, p);
+  for (int round = 0; round < 1000 && !W->failed; round++) {
+    size_t before = log_total();
+    int worked = 0;
+    W->now_ms += 1000;
+    for (int32_t p = 0; p < W->cfg.partitions && !W->failed; p++)
+      for (int i = 0; i < 100000 && sim_owner_can_work(o, p); i++) {
+        sim_owner_batch(o, p, 0);
+        W->stats.drain_batches++;
+        worked = 1;
+        if (!o->hold[p].epoch)
+          sim_fail("drain", "the drain's owner was fenced on partition %d",
+                   (int)p);
+      }
+    for (int32_t p = 0; p < W->cfg.partitions && !W->failed; p++) {
+      size_t n;
+      do {
+        n = log_total();
+        sim_owner_publish(o, p, 256);
+      } while (log_total() != n && !W->failed);
+    }
+    sim_owner_ack(o);
+    if (!worked && log_total() == before)
+      return;
+  }
+  sim_fail("drain", "the drain did not settle in 1000 rounds");
+}
+
+static int count_cb(void *opaque, uint64_t seq, const void *rec, size_t len) {
+  ++*(size_t *)opaque;
+  return 1;
+}
+
+/* Every event's mark in @p store, as @p v says it must be. */
+static void check_marks(kl_store_t *store, const sim_view_t *v,
+                        const char *who) {
+  for (int32_t p = 0; p < W->cfg.partitions && !W->failed; p++) {
+    kl_txn_t *txn;
+    if (kl_store_begin(store, W->topic, p, v->epoch[p], &txn)) {
+      sim_fail("store-error", "%s: begin on partition %d: %s", who, (int)p,
+               kl_err_detail());
+      return;
+    }
+    for (int k = 0; k < W->cfg.keys && !W->failed; k++) {
+      const sim_key_t *key = &W->keys[k];
+      for (size_t i = 0; key->part == p && i < key->n; i++) {
+        const sim_event_t *ev = &W->events[key->events[i]];
+        kl_mark_t mark;
+        if (kl_txn_seen_key(txn, key->name, key->name_len, ev->id, ev->id_len,
+                            &mark))
+          sim_fail("store-error", "%s: %s", who, kl_err_detail());
+        else
+          sim_view_check_mark(v, key->events[i], mark, who);
+      }
+    }
+    kl_store_abort(txn);
+  }
+}
+
+static int dead_only(const sim_mark_t *m) {
+  return m->dead && !m->applied;
+}
+
+static void check_rebuild(void) {
+  sim_view_t rv;
+  kl_store_t *store = sim_lmdb_env(W->env == 0 ? 1 : 2);
+  sim_rebuild(store, &rv, 0);
+  const sim_view_t *v = &W->live;
+  for (uint32_t e = 0; store && e < W->nevents && !W->failed; e++)
+    if (rv.marks[e].applied != v->marks[e].applied ||
+        dead_only(&rv.marks[e]) != dead_only(&v->marks[e]))
+      sim_fail("rebuild",
+               "the rebuilt store %s event %.*s of key %s, the "
+               "fleet %s it",
+               rv.marks[e].applied ? "applied" : "dead-lettered",
+               (int)W->events[e].id_len, W->events[e].id,
+               W->keys[W->events[e].key].name,
+               v->marks[e].applied ? "applied" : "dead-lettered");
+  int64_t rebuilt[SIM_MAXK], live[SIM_MAXK];
+  if (store && !W->failed && !sim_balances(store, rebuilt) &&
+      !sim_balances(W->store, live))
+    for (int k = 0; k < W->cfg.keys; k++)
+      if (rebuilt[k] != live[k])
+        sim_fail("rebuild",
+                 "key %s's balance is %" PRId64 " in the rebuilt "
+                 "store, %" PRId64 " in the live one",
+                 W->keys[k].name, rebuilt[k], live[k]);
+  if (store && !W->failed) {
+    sim_view_check_store(&rv, store, 0);
+    check_marks(store, &rv, "the rebuilt store");
+  }
+  sim_view_free(&rv);
+}
+
+/* After a drain: nothing left to apply or publish, every event applied
+ * or dead-lettered, the store as the model says. @p all: after the
+ * letters were redriven too: every valid event applied once, every
+ * transfer's credit applied, money conserved. */
+static void settled_checks(int all) {
+  const sim_view_t *v = &W->live;
+  sim_view_check_store(v, W->store, all);
+  for (int32_t p = 0; p < W->cfg.partitions && !W->failed; p++) {
+    size_t left = 0;
+    if (kl__store_outbox_list(W->store, W->topic, p, 0, 1, count_cb, &left) ||
+        left)
+      sim_fail("outbox-left",
+               "partition %d's outbox is not empty after the "
+               "drain",
+               (int)p);
+    if (v->watermark[p] != (int64_t)W->log[p].n)
+      sim_fail("watermark",
+               "partition %d's watermark is %" PRId64
+               " after the drain, its log holds %zu records",
+               (int)p, v->watermark[p], W->log[p].n);
+  }
+  for (uint32_t e = 0; e < W->nevents && !W->failed; e++) {
+    const sim_event_t *ev = &W->events[e];
+    const sim_mark_t *m = &v->marks[e];
+    if (!m->applied && (!m->dead || (all && ev->valid)))
+      sim_fail("lost",
+               "event %.*s of key %s (partition %d, offset %" PRId64 ") was %s",
+               (int)ev->id_len, ev->id, W->keys[ev->key].name, (int)ev->part,
+               ev->first,
+               m->dead ? "dead-lettered, and not applied by its redrive"
+                       : "neither applied nor dead-lettered");
+    if (m->applied && ev->kind == SIM_TRANSFER &&
+        (ev->followup == SIM_NONE || (all && !v->marks[ev->followup].applied)))
+      sim_fail("lost-followup",
+               "transfer %.*s of key %s was applied, its "
+               "credit %s",
+               (int)ev->id_len, ev->id, W->keys[ev->key].name,
+               ev->followup == SIM_NONE ? "never published" : "not applied");
+  }
+  if (!W->failed)
+    check_marks(W->store, v, "the live store");
+}
+
+static void final_checks(void) {
+  settled_checks(0);
+  if (!W->failed)
+    check_rebuild();
+  if (W->failed)
+    return;
+  sim_say("an operator redrives every dead letter");
+  W->calm = 1;
+  for (size_t i = 0; i < W->nletters && !W->failed; i++)
+    sim_redrive(i);
+  if (!W->failed)
+    drain();
+  if (!W->failed)
+    settled_checks(1);
+}
+
+/* ---- a schedule ---------------------------------------------------------- */
+
+static int64_t sim_clock(void) {
+  return CLOCK_BASE + W->now_ms;
+}
+
+/* Key names that route (murmur2) where the schedule's seed says, so that
+ * a run on a shared PostgreSQL, whose names carry a tag, decides as the
+ * same schedule on LMDB. */
+static void name_keys(uint64_t seed) {
+  for (int k = 0; k < W->cfg.keys; k++) {
+    sim_key_t *key = &W->keys[k];
+    int32_t want = k < W->cfg.partitions
+                       ? k
+                       : (int32_t)(sim_mix(seed + (uint64_t)k) %
+                                   (uint64_t)W->cfg.partitions);
+    for (int n = 0;; n++) {
+      key->name_len = (size_t)snprintf(key->name, sizeof(key->name), "%sk%d_%d",
+                                       W->tag, k, n);
+      if (kl_partition(key->name, key->name_len, W->cfg.partitions) == want)
+        break;
+    }
+    key->part = want;
+  }
+}
+
+static kl_conf_t *sim_conf(void) {
+  kl_conf_t *conf = kl_conf_new();
+  char why[256];
+  static const char *const kv[][2] = {{"store.durability", "none"},
+                                      {"store.map.size", "64M"},
+                                      {"store.pg.pool", "2"}};
+  for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+    if (kl_conf_set(conf, kv[i][0], kv[i][1], why, sizeof(why)))
+      fprintf(stderr, "keylane-sim: %s\n", why);
+  return conf;
+}
+
+static void world_free(void) {
+  for (int o = 0; o < W->cfg.owners; o++)
+    sim_owner_free(&W->owners[o]);
+  if (W->backend == SIM_PG)
+    kl_store_destroy(W->store);
+  for (int p = 0; p < SIM_MAXP; p++) {
+    for (size_t i = 0; i < W->log[p].n; i++) {
+      free(W->log[p].v[i]->msg.payload);
+      free(W->log[p].v[i]);
+    }
+    free(W->log[p].v);
+  }
+  for (int k = 0; k < SIM_MAXK; k++)
+    free(W->keys[k].events);
+  free(W->events);
+  free(W->hash);
+  free(W->letters);
+  sim_view_free(&W->live);
+  kl_conf_destroy(W->conf);
+}
+
+int sim_run(uint64_t seed, sim_backend_t backend, const uint64_t *words,
+            size_t n, int verbose, sim_stats_t *stats, char *code,
+            size_t code_size, char *msg, size_t msg_size) {
+  static unsigned runs;
+  sim_world_t world;
+  memset(&world, 0, sizeof(world));
+  W = &world;
+  W->cfg = sim_cfg_of(seed);
+  W->backend = backend;
+  W->seed = seed;
+  W->verbose = verbose;
+  W->pg_uri = sim_pg_uri;
+  W->conf = sim_conf();
+  snprintf(W->tag, sizeof(W->tag), "r%u_", runs++);
+  snprintf(W->topic, sizeof(W->topic), "sim%s", W->tag);
+  snprintf(W->dlq, sizeof(W->dlq), "%s.dlq", W->topic);
+  name_keys(seed);
+  kl__store_set_clock(sim_clock);
+  kl__set_now_ms(sim_clock);
+  sim_view_init(&W->live);
+  sim_lmdb_envs_tick();
+  W->store = backend == SIM_LMDB ? sim_lmdb_env(0) : sim_store_open(W->pg_uri);
+  for (int o = 0; o < W->cfg.owners && !W->failed; o++)
+    sim_owner_init(&W->owners[o], o);
+  if (verbose)
+    printf("schedule %" PRIu64 " on %s: %d partitions, %d owners, %d keys, "
+           "batches of at most %d\n",
+           seed, backend == SIM_PG ? "postgresql" : "lmdb", W->cfg.partitions,
+           W->cfg.owners, W->cfg.keys, W->cfg.batch_max);
+  for (size_t i = 0; i < n && !W->failed; i++) {
+    W->step = i;
+    step(words[i]);
+  }
+  W->step = n;
+  if (!W->failed)
+    drain();
+  if (!W->failed)
+    final_checks();
+  W->stats.schedules = 1;
+  int failed = W->failed;
+  snprintf(code, code_size, "%s", W->fail_code);
+  snprintf(msg, msg_size, "%s", W->fail_msg);
+  if (failed && verbose)
+    printf("  FAILED at step %zu: %s: %s\n", W->fail_step + 1, W->fail_code,
+           W->fail_msg);
+  world_free();
+  kl__store_set_clock(NULL);
+  kl__set_now_ms(NULL);
+  if (stats) {
+    uint64_t *to = (uint64_t *)stats, *from = (uint64_t *)&W->stats;
+    for (size_t i = 0; i < sizeof(*stats) / sizeof(uint64_t); i++)
+      to[i] += from[i];
+  }
+  W = NULL;
+  return failed ? -1 : 0;
+}

@@ -1,0 +1,207 @@
+/*
+ * Owners outside the group, as the CLI runs them, through the same
+ * kl__apply_batch(): replay beside a live owner, redrive of a dead letter,
+ * and `store rebuild` from the whole log into a fresh store. Each takes
+ * its partition with a new epoch, so a live owner it fenced finds out at
+ * its next commit. And the dead-letter commit that owners and tools share.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/sim.h"
+#include "worker/letters.h"
+
+static sim_batch_t tool; /* the batch of the tool at work */
+
+static void tool_batch(kl_store_t *store, sim_view_t *v, int32_t part,
+                       uint64_t epoch, int64_t from, size_t count) {
+  memset(&tool, 0, sizeof(tool));
+  tool.view = v;
+  tool.store = store;
+  tool.part = part;
+  tool.epoch = epoch;
+  tool.from = from;
+  tool.count = count;
+  for (size_t i = 0; i < count; i++)
+    tool.msgs[i] = &W->log[part].v[from + (int64_t)i]->msg;
+}
+
+kl_err_t sim_dead_letter(kl_store_t *store, sim_view_t *v, int32_t part,
+                         uint64_t epoch, int64_t offset,
+                         kl__commit_fate_t fate) {
+  kl_txn_t *txn;
+  kl_err_t err = kl_store_begin(store, W->topic, part, epoch, &txn);
+  if (err)
+    return err;
+  uint32_t e = W->log[part].v[offset]->event;
+  const sim_event_t *ev = &W->events[e];
+  const sim_key_t *k = &W->keys[ev->key];
+  kl_mark_t mark = KL_MARK_NONE;
+  err = kl_txn_seen_key(txn, k->name, k->name_len, ev->id, ev->id_len, &mark);
+  if (!err && mark == KL_MARK_NONE)
+    err = kl_txn_mark_key(txn, k->name, k->name_len, ev->id, ev->id_len,
+                          KL_MARK_DEAD_LETTER);
+  if (err) {
+    kl_store_abort(txn);
+    return err;
+  }
+  sim_view_check_mark(v, e, mark, "the dead letter's lookup");
+  if (fate == KL__COMMIT_ABORT) {
+    kl_store_abort(txn);
+    return KL_ESTORE_BUSY;
+  }
+  err = kl_store_commit(txn, offset + 1);
+  if (!err) {
+    W->dirty = 1;
+    W->stats.commits++;
+    if (mark == KL_MARK_NONE)
+      sim_view_dead(v, e, part, epoch, offset + 1);
+    else
+      sim_view_committed(v, part, epoch, offset + 1);
+  }
+  return fate == KL__COMMIT_LOST ? KL_ESTORE_BUSY : err;
+}
+
+/* Applies [from, log end) of @p part as an owner of @p epoch, in batches;
+ * at a record that fails: the records before it, then, when
+ * @p letter_ok says the fleet dead-lettered it, its dead letter; else it
+ * stops there. @returns the offset it reached. */
+static int64_t apply_range(kl_store_t *store, sim_view_t *v, int32_t part,
+                           uint64_t epoch, int64_t from, int rebuild,
+                           int (*letter_ok)(int32_t, int64_t)) {
+  int64_t end = (int64_t)W->log[part].n, stop = -1;
+  while (from < end && !W->failed) {
+    if (from == stop) {
+      if (sim_dead_letter(store, v, part, epoch, from, KL__COMMIT_GO))
+        return from;
+      stop = -1;
+      from++;
+      continue;
+    }
+    int64_t count = end - from < SIM_BATCH ? end - from : SIM_BATCH;
+    if (stop > from && stop - from < count)
+      count = stop - from;
+    tool_batch(store, v, part, epoch, from, (size_t)count);
+    tool.rebuild = rebuild;
+    sim_batch_apply(&tool);
+    if (tool.err)
+      return from;
+    if (tool.res.verdict == KL_HANDLER_OK) {
+      from = tool.res.next;
+      continue;
+    }
+    if (tool.res.verdict != KL_HANDLER_FAIL ||
+        !letter_ok(part, tool.res.failed_offset))
+      return from;
+    stop = tool.res.failed_offset;
+  }
+  return from;
+}
+
+static int fleet_letter(int32_t part, int64_t offset) {
+  for (size_t i = 0; i < W->nletters; i++)
+    if (W->letters[i].part == part && W->letters[i].offset == offset)
+      return 1;
+  return 0;
+}
+
+static int any_letter(int32_t part, int64_t offset) {
+  return 1;
+}
+
+static int tool_acquire(kl_store_t *store, sim_view_t *v, int32_t part,
+                        kl_partition_state_t *st, int adopt) {
+  kl_err_t err = kl__store_acquire_above(
+      store, W->topic, part, v == &W->live ? 0 : W->max_epoch[part], st);
+  if (err) {
+    sim_fail("store-error", "a tool cannot acquire partition %d: %s", (int)part,
+             kl_err_detail());
+    return -1;
+  }
+  sim_view_acquired(v, part, st, adopt);
+  W->dirty = 1;
+  return 0;
+}
+
+void sim_replay(int32_t part) {
+  kl_partition_state_t st;
+  if (tool_acquire(W->store, &W->live, part, &st, 1))
+    return;
+  W->stats.replays++;
+  int64_t to = apply_range(W->store, &W->live, part, st.epoch, st.watermark, 0,
+                           fleet_letter);
+  sim_say("a replay of partition %d with epoch %" PRIu64
+          " applies offsets %" PRId64 "..%" PRId64,
+          (int)part, st.epoch, st.watermark, to - 1);
+}
+
+int sim_redrive(size_t i) {
+  sim_letter_t l = W->letters[i];
+  kl_partition_state_t st;
+  if (kl_store_partition(W->store, W->topic, l.part, &st) ||
+      st.watermark <= l.offset) {
+    sim_say("a redrive of letter %zu is pending", i);
+    return 0;
+  }
+  if (tool_acquire(W->store, &W->live, l.part, &st, 1))
+    return 1;
+  kl__letter_t letter;
+  memset(&letter, 0, sizeof(letter));
+  letter.dlq_offset = (int64_t)i;
+  char key[KL__LETTER_KEY_MAX];
+  tool_batch(W->store, &W->live, l.part, st.epoch, l.offset, 1);
+  tool.redrive = 1;
+  tool.letter_key = key;
+  tool.letter_key_len = kl__letter_key(W->dlq, &letter, key);
+  sim_batch_apply(&tool);
+  W->stats.redriven += tool.res.applied;
+  sim_say("a redrive of letter %zu (partition %d, offset %" PRId64
+          ") with epoch %" PRIu64 ": %s",
+          i, (int)l.part, l.offset, st.epoch,
+          tool.err                            ? kl_err_name(tool.err)
+          : tool.res.applied                  ? "applied"
+          : tool.res.verdict != KL_HANDLER_OK ? "failed again"
+                                              : "a duplicate");
+  return 1;
+}
+
+void sim_rebuild(kl_store_t *store, sim_view_t *v, int adopt) {
+  sim_view_init(v);
+  if (!store)
+    return;
+  for (int32_t p = 0; p < W->cfg.partitions && !W->failed; p++) {
+    kl_partition_state_t st;
+    if (tool_acquire(store, v, p, &st, adopt))
+      break;
+    int64_t to = apply_range(store, v, p, st.epoch, 0, 1, any_letter);
+    if (to != (int64_t)W->log[p].n)
+      sim_fail("rebuild",
+               "the rebuild of partition %d stopped at offset "
+               "%" PRId64 " of %zu: %s",
+               (int)p, to, W->log[p].n,
+               tool.err ? kl_err_detail() : tool.res.why);
+  }
+}
+
+void sim_rebuild_switch(void) {
+  sim_say("the fleet stops, and the store is rebuilt from the log");
+  for (int o = 0; o < W->cfg.owners; o++)
+    sim_owner_crash(&W->owners[o]);
+  sim_view_t v;
+  kl_store_t *store = sim_lmdb_env(1);
+  sim_rebuild(store, &v, 1);
+  if (W->failed) {
+    sim_view_free(&v);
+    return;
+  }
+  W->env = 1;
+  W->store = store;
+  for (int o = 0; o < W->cfg.owners; o++)
+    W->owners[o].store = store;
+  sim_view_free(&W->live);
+  W->live = v;
+  W->gen++;
+  W->stats.rebuilds++;
+}

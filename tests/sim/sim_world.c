@@ -1,0 +1,413 @@
+/*
+ * The world of one schedule: its stores, keys, log and events, and the
+ * model (sim_view_t) whose invariants every commit and every step are
+ * checked against (sim.c lists them and says where each is checked).
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "handlers/ledger.h"
+#include "keylane/conf.h"
+#include "sim/sim.h"
+
+sim_world_t *W;
+
+void sim_fail(const char *code, const char *fmt, ...) {
+  if (W->failed)
+    return;
+  W->failed = 1;
+  W->fail_step = W->step;
+  snprintf(W->fail_code, sizeof(W->fail_code), "%s", code);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(W->fail_msg, sizeof(W->fail_msg), fmt, ap);
+  va_end(ap);
+}
+
+void sim_say(const char *fmt, ...) {
+  if (!W->verbose)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  printf("  step %5zu t=%6" PRId64 "ms  ", W->step + 1, W->now_ms);
+  vprintf(fmt, ap);
+  printf("\n");
+  va_end(ap);
+}
+
+/* ---- stores -------------------------------------------------------------- */
+
+kl_store_t *sim_store_open(const char *where) {
+  kl_store_t *store = NULL;
+  kl_err_t err = kl_store_open(where, W->conf, &store);
+  if (err) {
+    sim_fail("store-error", "cannot open the store %s: %s: %s", where,
+             kl_err_name(err), kl_err_detail());
+    return NULL;
+  }
+  return store;
+}
+
+/* The process's LMDB environments on /dev/shm, kept open across
+ * schedules (each schedule's topic and keys are its own): opening one
+ * costs as much as a few hundred steps. */
+#define ENV_REUSE 64 /* schedules, then they are made afresh */
+
+static struct {
+  char dir[160];
+  kl_store_t *store;
+} envs[SIM_ENVS];
+static unsigned env_runs;
+
+kl_store_t *sim_lmdb_env(int slot) {
+  if (!envs[slot].store) {
+    snprintf(envs[slot].dir, sizeof(envs[slot].dir),
+             "/dev/shm/keylane-sim-%d-%d", (int)getpid(), slot);
+    envs[slot].store = sim_store_open(envs[slot].dir);
+  }
+  return envs[slot].store;
+}
+
+void sim_lmdb_envs_close(void) {
+  for (int i = 0; i < SIM_ENVS; i++) {
+    if (!envs[i].store)
+      continue;
+    kl_store_destroy(envs[i].store);
+    envs[i].store = NULL;
+    char path[256];
+    snprintf(path, sizeof(path), "%.200s/data.mdb", envs[i].dir);
+    unlink(path);
+    snprintf(path, sizeof(path), "%.200s/lock.mdb", envs[i].dir);
+    unlink(path);
+    rmdir(envs[i].dir);
+  }
+  env_runs = 0;
+}
+
+void sim_lmdb_envs_tick(void) {
+  if (++env_runs > ENV_REUSE)
+    sim_lmdb_envs_close();
+}
+
+/* ---- events and the log -------------------------------------------------- */
+
+static uint64_t event_hash(uint8_t key, const char *id, size_t id_len) {
+  uint64_t h = 14695981039346656037ULL ^ key;
+  for (size_t i = 0; i < id_len; i++)
+    h = (h ^ (unsigned char)id[i]) * 1099511628211ULL;
+  return h;
+}
+
+uint32_t sim_event_find(uint8_t key, const char *id, size_t id_len) {
+  if (!W->hash_cap)
+    return SIM_NONE;
+  uint32_t e = W->hash[event_hash(key, id, id_len) & (W->hash_cap - 1)];
+  for (; e != SIM_NONE; e = W->events[e].next)
+    if (W->events[e].key == key && W->events[e].id_len == id_len &&
+        memcmp(W->events[e].id, id, id_len) == 0)
+      return e;
+  return SIM_NONE;
+}
+
+static void hash_grow(void) {
+  free(W->hash);
+  W->hash_cap = W->hash_cap ? W->hash_cap * 2 : 1024;
+  W->hash = malloc(W->hash_cap * sizeof(*W->hash));
+  memset(W->hash, 0xff, W->hash_cap * sizeof(*W->hash));
+  for (uint32_t e = 0; e < W->nevents; e++) {
+    sim_event_t *ev = &W->events[e];
+    uint32_t *slot =
+        &W->hash[event_hash(ev->key, ev->id, ev->id_len) & (W->hash_cap - 1)];
+    ev->next = *slot;
+    *slot = e;
+  }
+}
+
+static void view_grow(sim_view_t *v, size_t n) {
+  if (n <= v->cap)
+    return;
+  size_t cap = v->cap ? v->cap * 2 : 1024;
+  while (cap < n)
+    cap *= 2;
+  v->marks = realloc(v->marks, cap * sizeof(*v->marks));
+  memset(v->marks + v->cap, 0, (cap - v->cap) * sizeof(*v->marks));
+  v->cap = cap;
+}
+
+uint32_t sim_event_add(uint8_t key, const char *id, size_t id_len) {
+  if (W->nevents == W->events_cap) {
+    W->events_cap = W->events_cap ? W->events_cap * 2 : 1024;
+    W->events = realloc(W->events, W->events_cap * sizeof(*W->events));
+  }
+  uint32_t e = W->nevents++;
+  sim_event_t *ev = &W->events[e];
+  memset(ev, 0, sizeof(*ev));
+  memcpy(ev->id, id, id_len);
+  ev->id_len = (uint8_t)id_len;
+  ev->key = key;
+  ev->part = W->keys[key].part;
+  ev->first = -1;
+  ev->followup = SIM_NONE;
+  if (W->nevents * 2 > W->hash_cap)
+    hash_grow();
+  else {
+    uint32_t *slot = &W->hash[event_hash(key, id, id_len) & (W->hash_cap - 1)];
+    ev->next = *slot;
+    *slot = e;
+  }
+  view_grow(&W->live, W->nevents);
+  return e;
+}
+
+int64_t sim_log_append(uint32_t e, void *bytes, size_t len) {
+  sim_event_t *ev = &W->events[e];
+  sim_key_t *k = &W->keys[ev->key];
+  sim_log_t *log = &W->log[ev->part];
+  if (log->n == log->cap) {
+    log->cap = log->cap ? log->cap * 2 : 256;
+    log->v = realloc(log->v, log->cap * sizeof(*log->v));
+  }
+  sim_rec_t *rec = calloc(1, sizeof(*rec));
+  rec->event = e;
+  rec->msg.partition = ev->part;
+  rec->msg.offset = (int64_t)log->n;
+  rec->msg.key = k->name;
+  rec->msg.key_len = k->name_len;
+  rec->msg.payload = bytes;
+  rec->msg.len = len;
+  log->v[log->n++] = rec;
+  if (ev->first < 0) {
+    ev->first = rec->msg.offset;
+    if (k->n == k->cap) {
+      k->cap = k->cap ? k->cap * 2 : 64;
+      k->events = realloc(k->events, k->cap * sizeof(*k->events));
+    }
+    ev->key_pos = (uint32_t)k->n;
+    k->events[k->n++] = e;
+  }
+  return rec->msg.offset;
+}
+
+int sim_key_by_name(const void *name, size_t len) {
+  for (int k = 0; k < W->cfg.keys; k++)
+    if (W->keys[k].name_len == len && memcmp(W->keys[k].name, name, len) == 0)
+      return k;
+  return -1;
+}
+
+/* ---- the model ----------------------------------------------------------- */
+
+void sim_view_init(sim_view_t *v) {
+  memset(v, 0, sizeof(*v));
+  view_grow(v, W->nevents ? W->nevents : 1);
+}
+
+void sim_view_free(sim_view_t *v) {
+  free(v->marks);
+  memset(v, 0, sizeof(*v));
+}
+
+static const char *kind_name(int kind) {
+  static const char *const names[] = {"credit", "debit", "transfer",
+                                      "follow-up credit"};
+  return names[kind];
+}
+
+/* "credit e12 of key k3 (partition 1, offset 40)" */
+static const char *event_name(uint32_t e, char *buf, size_t size) {
+  const sim_event_t *ev = &W->events[e];
+  snprintf(buf, size, "%s %.*s of key %s (partition %d, offset %" PRId64 ")",
+           kind_name(ev->kind), (int)ev->id_len, ev->id, W->keys[ev->key].name,
+           (int)ev->part, ev->first);
+  return buf;
+}
+
+static void resolve(sim_view_t *v, int key) {
+  const sim_key_t *k = &W->keys[key];
+  while (v->resolved[key] < k->n) {
+    const sim_mark_t *m = &v->marks[k->events[v->resolved[key]]];
+    if (!m->applied && !m->dead)
+      break;
+    v->resolved[key]++;
+  }
+}
+
+void sim_view_committed(sim_view_t *v, int32_t part, uint64_t epoch,
+                        int64_t watermark) {
+  if (epoch != v->epoch[part])
+    sim_fail("stale-epoch",
+             "a commit to partition %d with epoch %" PRIu64
+             " succeeded while the store's epoch was %" PRIu64,
+             (int)part, epoch, v->epoch[part]);
+  if (watermark > v->watermark[part])
+    v->watermark[part] = watermark;
+}
+
+static void apply_money(sim_view_t *v, const sim_event_t *ev) {
+  switch (ev->kind) {
+  case SIM_CREDIT:
+    v->credits += ev->amount, v->balance[ev->key] += ev->amount;
+    break;
+  case SIM_DEBIT:
+    v->debits += ev->amount, v->balance[ev->key] -= ev->amount;
+    break;
+  case SIM_TRANSFER:
+    v->transfers += ev->amount, v->balance[ev->key] -= ev->amount;
+    break;
+  default:
+    v->followups += ev->amount, v->balance[ev->key] += ev->amount;
+  }
+}
+
+static void apply_one(sim_view_t *v, uint32_t e, int64_t offset, int redrive) {
+  sim_event_t *ev = &W->events[e];
+  sim_mark_t *m = &v->marks[e];
+  char a[256], b[256];
+  if (m->applied)
+    sim_fail("twice", "%s was applied twice: again at offset %" PRId64 "%s",
+             event_name(e, a, sizeof(a)), offset,
+             redrive ? " by a redrive" : "");
+  if (redrive && !m->dead)
+    sim_fail("redrive", "a redrive applied %s, which is no dead letter",
+             event_name(e, a, sizeof(a)));
+  if (!redrive && m->dead)
+    sim_fail("dead-applied",
+             "%s was applied after it was recorded a dead letter, and not "
+             "by a redrive",
+             event_name(e, a, sizeof(a)));
+  if (!redrive && v->resolved[ev->key] < ev->key_pos)
+    sim_fail("order",
+             "%s was applied before %s, which is earlier in the log and "
+             "was neither applied nor dead-lettered",
+             event_name(e, a, sizeof(a)),
+             event_name(W->keys[ev->key].events[v->resolved[ev->key]], b,
+                        sizeof(b)));
+  m->applied++;
+  m->redriven |= (uint8_t)redrive;
+  apply_money(v, ev);
+  resolve(v, ev->key);
+}
+
+void sim_view_commit(sim_batch_t *b) {
+  sim_view_committed(b->view, b->part, b->epoch, b->res.next);
+  b->view->applied[b->part] += b->napps;
+  b->view->duplicates[b->part] += b->res.duplicates;
+  for (size_t i = 0; i < b->napps; i++)
+    apply_one(b->view, b->apps[i].event, b->apps[i].offset, b->redrive);
+}
+
+void sim_view_dead(sim_view_t *v, uint32_t e, int32_t part, uint64_t epoch,
+                   int64_t watermark) {
+  sim_view_committed(v, part, epoch, watermark);
+  v->dead[part]++;
+  v->marks[e].dead = 1;
+  resolve(v, W->events[e].key);
+}
+
+void sim_view_check_mark(const sim_view_t *v, uint32_t e, kl_mark_t mark,
+                         const char *who) {
+  const sim_mark_t *m = &v->marks[e];
+  kl_mark_t want = m->applied ? KL_MARK_APPLIED
+                   : m->dead  ? KL_MARK_DEAD_LETTER
+                              : KL_MARK_NONE;
+  char a[256];
+  if (mark != want)
+    sim_fail("mark", "%s: the store's mark of %s is %d, the model's %d", who,
+             event_name(e, a, sizeof(a)), (int)mark, (int)want);
+}
+
+void sim_view_acquired(sim_view_t *v, int32_t part,
+                       const kl_partition_state_t *st, int adopt) {
+  if (st->epoch <= W->max_epoch[part])
+    sim_fail("epoch-back",
+             "an acquire of partition %d gave epoch %" PRIu64
+             ", not above %" PRIu64 ", the highest taken before",
+             (int)part, st->epoch, W->max_epoch[part]);
+  if (st->watermark != v->watermark[part])
+    sim_fail("watermark",
+             "partition %d's watermark is %" PRId64 ", the model's %" PRId64,
+             (int)part, st->watermark, v->watermark[part]);
+  v->epoch[part] = st->epoch;
+  if (adopt)
+    W->max_epoch[part] = st->epoch;
+}
+
+typedef struct scan_ctx {
+  int64_t *out;
+  size_t prefix_len;
+  int bad;
+} scan_ctx_t;
+
+static int scan_cb(void *opaque, const void *key, size_t key_len,
+                   const void *val, size_t val_len) {
+  scan_ctx_t *c = opaque;
+  kl_ledger_entry_t entry;
+  int k = sim_key_by_name((const char *)key + c->prefix_len,
+                          key_len - c->prefix_len);
+  if (k < 0 || kl__ledger_decode(val, val_len, &entry)) {
+    c->bad = 1;
+    return 1;
+  }
+  c->out[k] = entry.balance;
+  return 0;
+}
+
+int sim_balances(kl_store_t *store, int64_t out[SIM_MAXK]) {
+  char prefix[128];
+  int n = snprintf(prefix, sizeof(prefix), KL_LEDGER_PREFIX "%s", W->tag);
+  scan_ctx_t c = {out, sizeof(KL_LEDGER_PREFIX) - 1, 0};
+  memset(out, 0, SIM_MAXK * sizeof(*out));
+  kl_err_t err = kl_store_scan(store, prefix, (size_t)n, scan_cb, &c);
+  if (err || c.bad) {
+    sim_fail("store-error", "reading the balances: %s",
+             err ? kl_err_detail() : "a ledger entry of no known key");
+    return -1;
+  }
+  return 0;
+}
+
+void sim_view_check_store(const sim_view_t *v, kl_store_t *store,
+                          int conserved) {
+  int64_t bal[SIM_MAXK], sum = 0;
+  if (sim_balances(store, bal))
+    return;
+  for (int k = 0; k < W->cfg.keys; k++) {
+    sum += bal[k];
+    if (bal[k] != v->balance[k])
+      sim_fail("balance",
+               "key %s's balance is %" PRId64 " in the store, %" PRId64
+               " by the events the model saw committed",
+               W->keys[k].name, bal[k], v->balance[k]);
+  }
+  /* Money moves only by transfers, whose credits not yet applied are in
+   * flight; once all are, it is conserved. */
+  int64_t flight = v->transfers - v->followups;
+  if (sum != v->credits - v->debits - flight || (conserved && flight != 0))
+    sim_fail(
+        "money",
+        "the balances sum to %" PRId64 "; applied client credits %" PRId64
+        " - debits %" PRId64 " - transfers in flight %" PRId64 " make %" PRId64,
+        sum, v->credits, v->debits, flight, v->credits - v->debits - flight);
+  for (int32_t p = 0; p < W->cfg.partitions; p++) {
+    kl_partition_state_t st;
+    kl_err_t err = kl_store_partition(store, W->topic, p, &st);
+    if (err)
+      sim_fail("store-error", "reading partition %d: %s", (int)p,
+               kl_err_detail());
+    else if (st.epoch != v->epoch[p] || st.watermark != v->watermark[p] ||
+             st.applied != v->applied[p] || st.duplicates != v->duplicates[p] ||
+             st.dead_letters != v->dead[p])
+      sim_fail("partition",
+               "partition %d has epoch %" PRIu64 ", watermark %" PRId64
+               ", %" PRIu64 " applied, %" PRIu64 " duplicates, %" PRIu64
+               " dead letters in the store, %" PRIu64 ", %" PRId64 ", %" PRIu64
+               ", %" PRIu64 ", %" PRIu64 " in the model",
+               (int)p, st.epoch, st.watermark, st.applied, st.duplicates,
+               st.dead_letters, v->epoch[p], v->watermark[p], v->applied[p],
+               v->duplicates[p], v->dead[p]);
+  }
+}
