@@ -41,7 +41,7 @@ static const char kl_busy_body[] =
     "(--max-connections)\"}\n";
 
 /* A string key; "" is NULL, the option's "none". */
-static const char *kl_opt_text(const kl_conf_t *conf, const char *key) {
+static const char *opt_text(const kl_conf_t *conf, const char *key) {
   const char *v = kl_conf_get(conf, key);
   return v && *v ? v : NULL;
 }
@@ -49,7 +49,7 @@ static const char *kl_opt_text(const kl_conf_t *conf, const char *key) {
 void kl__gateway_opts_from_conf(kl__gateway_opts_t *o, const kl_conf_t *conf) {
   memset(o, 0, sizeof(*o));
   o->listen = kl_conf_get(conf, "gateway.listen");
-  o->tokens_file = kl_opt_text(conf, "gateway.tokens.file");
+  o->tokens_file = opt_text(conf, "gateway.tokens.file");
   o->max_connections = (size_t)kl__conf_int(conf, "gateway.max.connections");
   o->max_header = (size_t)kl__conf_int(conf, "gateway.max.header");
   o->max_body = (size_t)kl__conf_int(conf, "gateway.max.body");
@@ -65,7 +65,7 @@ void kl__gateway_opts_from_conf(kl__gateway_opts_t *o, const kl_conf_t *conf) {
   o->drain_timeout_ms = (int)kl__conf_int(conf, "gateway.drain.timeout");
   o->max_topics = (size_t)kl__conf_int(conf, "gateway.max.topics");
   o->topic_idle_ms = (int)kl__conf_int(conf, "gateway.topic.idle");
-  o->allow_origins = kl_opt_text(conf, "gateway.allow.origins");
+  o->allow_origins = opt_text(conf, "gateway.allow.origins");
   o->allow_topics = kl_conf_get(conf, "gateway.allow.topics");
   o->allow_internal_topics =
       strcmp(kl_conf_get(conf, "gateway.allow.internal.topics"), "true") == 0;
