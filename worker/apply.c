@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "event/trace.h"
+#include "common/bytes.h"
 #include "common/hash.h"
 #include "common/internal.h"
 #include "common/log.h"
@@ -166,10 +167,8 @@ size_t kl__apply_ident(kl_decoder_t *decoder, const rd_kafka_message_t *m,
   uint64_t k = kl__fnv1a(m->key, m->key ? m->key_len : 0);
   uint64_t v = kl__fnv1a(m->payload, m->payload ? m->len : 0);
   out[0] = 1;
-  for (int i = 0; i < 8; i++) {
-    out[1 + i] = (char)(k >> (56 - 8 * i));
-    out[9 + i] = (char)(v >> (56 - 8 * i));
-  }
+  kl__put_be(out + 1, k, 8);
+  kl__put_be(out + 9, v, 8);
   return 17;
 }
 
