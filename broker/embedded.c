@@ -31,7 +31,7 @@ struct kl_embedded {
 static pthread_mutex_t kl_running_mu = PTHREAD_MUTEX_INITIALIZER;
 static kl_embedded_t *kl_running;
 
-static void kl_running_link(kl_embedded_t *embedded, int link) {
+static void running_link(kl_embedded_t *embedded, int link) {
   pthread_mutex_lock(&kl_running_mu);
   kl_embedded_t **p = &kl_running;
   while (*p && *p != embedded)
@@ -57,8 +57,8 @@ int kl__embedded_local(const char *bootstrap) {
 /* librdkafka's internal threads call this; kl__log writes one line with
  * one write(2), so it is safe from any thread. The owning handle has no
  * bootstrap servers and says so at WARN: that is expected, keep it quiet. */
-static void kl_embedded_log(const rd_kafka_t *rk, int level, const char *fac,
-                            const char *buf) {
+static void embedded_log(const rd_kafka_t *rk, int level, const char *fac,
+                         const char *buf) {
   (void)rk;
   if (level <= 3)
     KL_LOG_E("embedded", "%s: %s", fac, buf);
@@ -66,7 +66,7 @@ static void kl_embedded_log(const rd_kafka_t *rk, int level, const char *fac,
     KL_LOG_D("embedded", "%s: %s", fac, buf);
 }
 
-static kl_err_t kl_embedded_check_topic(const char *topic, int32_t partitions) {
+static kl_err_t embedded_check_topic(const char *topic, int32_t partitions) {
   kl_err_t err = kl__topic_check(topic, topic ? strlen(topic) : 0);
   if (err)
     return err;
@@ -76,10 +76,10 @@ static kl_err_t kl_embedded_check_topic(const char *topic, int32_t partitions) {
   return KL_OK;
 }
 
-static rd_kafka_t *kl_embedded_handle(void) {
+static rd_kafka_t *embedded_handle(void) {
   char errstr[256];
   rd_kafka_conf_t *conf = rd_kafka_conf_new();
-  rd_kafka_conf_set_log_cb(conf, kl_embedded_log);
+  rd_kafka_conf_set_log_cb(conf, embedded_log);
   rd_kafka_t *rk =
       rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
   if (!rk) {
@@ -95,7 +95,7 @@ kl_err_t kl_embedded_topic_create(kl_embedded_t *embedded, const char *topic,
   kl__err_clear();
   if (!embedded)
     return kl__err(KL_EINVAL, "kl_embedded_topic_create: embedded is NULL");
-  kl_err_t err = kl_embedded_check_topic(topic, partitions);
+  kl_err_t err = embedded_check_topic(topic, partitions);
   if (err)
     return err;
   int replicas = embedded->brokers < 3 ? embedded->brokers : 3;
@@ -114,8 +114,8 @@ kl_err_t kl_embedded_topic_create(kl_embedded_t *embedded, const char *topic,
   return KL_OK;
 }
 
-static kl_err_t kl_embedded_start(kl_embedded_t *embedded, int brokers) {
-  if (!(embedded->rk = kl_embedded_handle()))
+static kl_err_t embedded_start(kl_embedded_t *embedded, int brokers) {
+  if (!(embedded->rk = embedded_handle()))
     return KL_EKAFKA;
   embedded->mcluster = rd_kafka_mock_cluster_new(embedded->rk, brokers);
   if (!embedded->mcluster)
@@ -128,7 +128,7 @@ static kl_err_t kl_embedded_start(kl_embedded_t *embedded, int brokers) {
       strdup(rd_kafka_mock_cluster_bootstraps(embedded->mcluster));
   if (!embedded->bootstrap)
     return KL_ENOMEM;
-  kl_running_link(embedded, 1);
+  running_link(embedded, 1);
   return KL_OK;
 }
 
@@ -140,13 +140,13 @@ kl_err_t kl_embedded_new(int brokers, const char *topic, int32_t partitions,
   if (brokers < 1 || brokers > KL_EMBEDDED_BROKERS_MAX)
     return kl__err(KL_EINVAL, "embedded cluster: %d brokers, expected 1..%d",
                    brokers, KL_EMBEDDED_BROKERS_MAX);
-  kl_err_t err = topic ? kl_embedded_check_topic(topic, partitions) : KL_OK;
+  kl_err_t err = topic ? embedded_check_topic(topic, partitions) : KL_OK;
   if (err)
     return err;
   kl_embedded_t *embedded = calloc(1, sizeof(*embedded));
   if (!embedded)
     return KL_ENOMEM;
-  err = kl_embedded_start(embedded, brokers);
+  err = embedded_start(embedded, brokers);
   if (!err && topic)
     err = kl_embedded_topic_create(embedded, topic, partitions);
   if (err) {
@@ -164,7 +164,7 @@ const char *kl_embedded_bootstrap(const kl_embedded_t *embedded) {
 void kl_embedded_destroy(kl_embedded_t *embedded) {
   if (!embedded)
     return;
-  kl_running_link(embedded, 0);
+  running_link(embedded, 0);
   if (embedded->mcluster)
     rd_kafka_mock_cluster_destroy(embedded->mcluster);
   if (embedded->rk)

@@ -41,7 +41,7 @@ static const char kl_busy_body[] =
     "(--max-connections)\"}\n";
 
 /* A string key; "" is NULL, the option's "none". */
-static const char *kl_opt_text(const kl_conf_t *conf, const char *key) {
+static const char *opt_text(const kl_conf_t *conf, const char *key) {
   const char *v = kl_conf_get(conf, key);
   return v && *v ? v : NULL;
 }
@@ -49,7 +49,7 @@ static const char *kl_opt_text(const kl_conf_t *conf, const char *key) {
 void kl__gateway_opts_from_conf(kl__gateway_opts_t *o, const kl_conf_t *conf) {
   memset(o, 0, sizeof(*o));
   o->listen = kl_conf_get(conf, "gateway.listen");
-  o->tokens_file = kl_opt_text(conf, "gateway.tokens.file");
+  o->tokens_file = opt_text(conf, "gateway.tokens.file");
   o->max_connections = (size_t)kl__conf_int(conf, "gateway.max.connections");
   o->max_header = (size_t)kl__conf_int(conf, "gateway.max.header");
   o->max_body = (size_t)kl__conf_int(conf, "gateway.max.body");
@@ -65,7 +65,7 @@ void kl__gateway_opts_from_conf(kl__gateway_opts_t *o, const kl_conf_t *conf) {
   o->drain_timeout_ms = (int)kl__conf_int(conf, "gateway.drain.timeout");
   o->max_topics = (size_t)kl__conf_int(conf, "gateway.max.topics");
   o->topic_idle_ms = (int)kl__conf_int(conf, "gateway.topic.idle");
-  o->allow_origins = kl_opt_text(conf, "gateway.allow.origins");
+  o->allow_origins = opt_text(conf, "gateway.allow.origins");
   o->allow_topics = kl_conf_get(conf, "gateway.allow.topics");
   o->allow_internal_topics =
       strcmp(kl_conf_get(conf, "gateway.allow.internal.topics"), "true") == 0;
@@ -77,7 +77,7 @@ void kl__gateway_opts_default(kl__gateway_opts_t *opts) {
 
 /* Everything checkable before anything starts, so a typo costs no
  * connection attempts. */
-static kl_err_t kl_opts_check(const kl__gateway_opts_t *o) {
+static kl_err_t opts_check(const kl__gateway_opts_t *o) {
   struct sockaddr_storage addr;
   kl_err_t err = kl__listen_addr("--listen", o->listen, &addr);
   if (!err && o->allow_origins)
@@ -106,7 +106,7 @@ static kl_err_t kl_opts_check(const kl__gateway_opts_t *o) {
 
 /* ---- connections ---- */
 
-static void kl_on_conn_closed(uv_handle_t *handle) {
+static void on_conn_closed(uv_handle_t *handle) {
   kl__gw_conn_t *conn = (kl__gw_conn_t *)handle;
   kl__gateway_t *gw = conn->gw;
   if (conn->prev)
@@ -124,17 +124,17 @@ void kl__gw_conn_close(kl__gw_conn_t *conn) {
     return;
   kl__gw_conn_release(conn);
   conn->closing = true;
-  uv_close((uv_handle_t *)&conn->tcp, kl_on_conn_closed);
+  uv_close((uv_handle_t *)&conn->tcp, on_conn_closed);
 }
 
-static void kl_on_reject_closed(uv_handle_t *handle) {
+static void on_reject_closed(uv_handle_t *handle) {
   free(handle);
 }
 
 /* Over the connection cap: a canned 503 (no allocation beyond the handle,
  * freed on the next loop turn) tells the client why, instead of leaving it
  * in the kernel's backlog. */
-static void kl_reject_connection(kl__gateway_t *gw) {
+static void reject_connection(kl__gateway_t *gw) {
   uv_tcp_t *tcp = malloc(sizeof(*tcp));
   if (!tcp || uv_tcp_init(&gw->loop, tcp) != 0) {
     free(tcp);
@@ -153,10 +153,10 @@ static void kl_reject_connection(kl__gateway_t *gw) {
     uv_try_write((uv_stream_t *)tcp, bufs, 2);
   }
   kl__gw_reject(gw, KL_GW_LIMIT_CONNECTIONS);
-  uv_close((uv_handle_t *)tcp, kl_on_reject_closed);
+  uv_close((uv_handle_t *)tcp, on_reject_closed);
 }
 
-static void kl_conn_peer(kl__gw_conn_t *conn) {
+static void conn_peer(kl__gw_conn_t *conn) {
   struct sockaddr_storage ss;
   int len = sizeof(ss);
   char ip[INET6_ADDRSTRLEN] = "?";
@@ -173,18 +173,18 @@ static void kl_conn_peer(kl__gw_conn_t *conn) {
   snprintf(conn->peer, sizeof(conn->peer), "%s:%d", ip, port);
 }
 
-static void kl_on_connection(uv_stream_t *server, int status) {
+static void on_connection(uv_stream_t *server, int status) {
   kl__gateway_t *gw = server->data;
   if (status < 0 || gw->stopping)
     return;
   if (gw->nconns >= gw->opts.max_connections) {
-    kl_reject_connection(gw);
+    reject_connection(gw);
     return;
   }
   kl__gw_conn_t *conn = calloc(1, sizeof(*conn));
   if (!conn || uv_tcp_init(&gw->loop, &conn->tcp) != 0) {
     free(conn);
-    kl_reject_connection(gw);
+    reject_connection(gw);
     return;
   }
   conn->gw = gw;
@@ -199,13 +199,13 @@ static void kl_on_connection(uv_stream_t *server, int status) {
     return;
   }
   uv_tcp_nodelay(&conn->tcp, 1); /* responses are small and latency-bound */
-  kl_conn_peer(conn);
+  conn_peer(conn);
   kl__gw_conn_start(conn);
 }
 
 /* ---- timeouts ---- */
 
-static void kl_sweep_conn(kl__gateway_t *gw, kl__gw_conn_t *conn, int64_t now) {
+static void sweep_conn(kl__gateway_t *gw, kl__gw_conn_t *conn, int64_t now) {
   const kl__gateway_opts_t *o = &gw->opts;
   int64_t idle_ns = (int64_t)o->idle_timeout_ms * 1000000;
   size_t unsent = uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp);
@@ -232,35 +232,35 @@ static void kl_sweep_conn(kl__gateway_t *gw, kl__gw_conn_t *conn, int64_t now) {
   }
 }
 
-static void kl_sweep_conns(kl__gateway_t *gw) {
+static void sweep_conns(kl__gateway_t *gw) {
   int64_t now = kl__mono_ns();
   for (kl__gw_conn_t *conn = gw->conns, *next; conn; conn = next) {
     next = conn->next;
     if (!conn->closing)
-      kl_sweep_conn(gw, conn, now);
+      sweep_conn(gw, conn, now);
   }
 }
 
 /* ---- Kafka ---- */
 
-static void kl_kafka_serve(kl__gateway_t *gw) {
+static void kafka_serve(kl__gateway_t *gw) {
   /* Bounded, so that a flood of reports cannot starve the sockets. */
   for (int i = 0; i < 64 && kl_producer_poll(gw->producer, 0) > 0; i++)
     ;
 }
 
-static void kl_on_kafka_async(uv_async_t *async) {
-  kl_kafka_serve(async->data);
+static void on_kafka_async(uv_async_t *async) {
+  kafka_serve(async->data);
 }
 
 /* On a librdkafka thread: nothing but the wake-up. */
-static void kl_on_kafka_event(rd_kafka_t *rk, void *opaque) {
+static void on_kafka_event(rd_kafka_t *rk, void *opaque) {
   (void)rk;
   kl__gateway_t *gw = opaque;
   uv_async_send(&gw->kafka_async);
 }
 
-static void kl_probe_work(uv_work_t *work) {
+static void probe_work(uv_work_t *work) {
   kl__gateway_t *gw = work->data;
   const struct rd_kafka_metadata *md = NULL;
   kl_err_t err = kl__kafka_metadata(kl__producer_rk(gw->producer), NULL,
@@ -274,7 +274,7 @@ static void kl_probe_work(uv_work_t *work) {
   }
 }
 
-static void kl_probe_done(uv_work_t *work, int status) {
+static void probe_done(uv_work_t *work, int status) {
   kl__gateway_t *gw = work->data;
   gw->probing = false;
   bool ok = status == 0 && gw->probe_result == 0 && gw->probe_brokers > 0;
@@ -289,11 +289,11 @@ static void kl_probe_done(uv_work_t *work, int status) {
   gw->probe_ok = ok;
 }
 
-static void kl_probe_start(kl__gateway_t *gw) {
+static void probe_start(kl__gateway_t *gw) {
   if (gw->probing || gw->stopping)
     return;
   gw->probe.data = gw;
-  if (uv_queue_work(&gw->loop, &gw->probe, kl_probe_work, kl_probe_done) == 0)
+  if (uv_queue_work(&gw->loop, &gw->probe, probe_work, probe_done) == 0)
     gw->probing = true;
 }
 
@@ -307,12 +307,12 @@ bool kl__gw_kafka_up(kl__gateway_t *gw, const char **why) {
 
 /* ---- stopping ---- */
 
-static void kl_close_handle(uv_handle_t *handle) {
+static void close_handle(uv_handle_t *handle) {
   if (!uv_is_closing(handle))
     uv_close(handle, NULL);
 }
 
-static void kl_close_all(kl__gateway_t *gw) {
+static void close_all(kl__gateway_t *gw) {
   for (kl__gw_conn_t *conn = gw->conns; conn; conn = conn->next)
     kl__gw_conn_close(conn);
   if (gw->kafka_queue) {
@@ -320,39 +320,39 @@ static void kl_close_all(kl__gateway_t *gw) {
     rd_kafka_queue_destroy(gw->kafka_queue);
     gw->kafka_queue = NULL;
   }
-  kl_close_handle((uv_handle_t *)&gw->listener);
-  kl_close_handle((uv_handle_t *)&gw->stop_async);
-  kl_close_handle((uv_handle_t *)&gw->kafka_async);
-  kl_close_handle((uv_handle_t *)&gw->tick);
-  kl_close_handle((uv_handle_t *)&gw->sweep);
+  close_handle((uv_handle_t *)&gw->listener);
+  close_handle((uv_handle_t *)&gw->stop_async);
+  close_handle((uv_handle_t *)&gw->kafka_async);
+  close_handle((uv_handle_t *)&gw->tick);
+  close_handle((uv_handle_t *)&gw->sweep);
 }
 
-static void kl_begin_stop(kl__gateway_t *gw) {
+static void begin_stop(kl__gateway_t *gw) {
   if (gw->stopping)
     return;
   gw->stopping = true;
   gw->stop_ns = kl__mono_ns();
   KL_LOG_I("gateway", "stopping: %lld events wait for Kafka, %zu connections",
            (long long)gw->inflight_events, gw->nconns);
-  kl_close_handle((uv_handle_t *)&gw->listener);
-  kl_sweep_conns(gw); /* closes the idle ones now */
+  close_handle((uv_handle_t *)&gw->listener);
+  sweep_conns(gw); /* closes the idle ones now */
 }
 
-static void kl_on_stop(uv_async_t *async) {
-  kl_begin_stop(async->data);
+static void on_stop(uv_async_t *async) {
+  begin_stop(async->data);
 }
 
-static void kl_on_tick(uv_timer_t *timer) {
+static void on_tick(uv_timer_t *timer) {
   kl__gateway_t *gw = timer->data;
   if (gw->opts.stop_flag && *gw->opts.stop_flag)
-    kl_begin_stop(gw);
+    begin_stop(gw);
   if (gw->inflight_events > 0)
-    kl_kafka_serve(gw);
+    kafka_serve(gw);
   if (!gw->stopping)
     return;
   /* Answered connections close after their Connection: close answer and
    * idle ones here; what is left at the deadline is cut. */
-  kl_sweep_conns(gw);
+  sweep_conns(gw);
   int64_t waited_ms = (kl__mono_ns() - gw->stop_ns) / 1000000;
   if (gw->nconns > 0 && waited_ms < gw->opts.drain_timeout_ms)
     return;
@@ -363,18 +363,18 @@ static void kl_on_tick(uv_timer_t *timer) {
              "the same ids)",
              gw->opts.drain_timeout_ms, (long long)gw->inflight_events,
              gw->nconns);
-  kl_close_all(gw);
+  close_all(gw);
 }
 
-static void kl_on_sweep(uv_timer_t *timer) {
+static void on_sweep(uv_timer_t *timer) {
   kl__gateway_t *gw = timer->data;
-  kl_sweep_conns(gw);
-  kl_probe_start(gw);
+  sweep_conns(gw);
+  probe_start(gw);
 }
 
 /* ---- life cycle ---- */
 
-static kl_err_t kl_gw_producer(kl__gateway_t *gw, const kl_conf_t *conf) {
+static kl_err_t gw_producer(kl__gateway_t *gw, const kl_conf_t *conf) {
   kl_conf_t *own = kl_conf_dup(conf);
   char v[32];
   kl_err_t err = own ? KL_OK : KL_ENOMEM;
@@ -405,27 +405,27 @@ static kl_err_t kl_gw_producer(kl__gateway_t *gw, const kl_conf_t *conf) {
   return err;
 }
 
-static kl_err_t kl_gw_listen(kl__gateway_t *gw) {
+static kl_err_t gw_listen(kl__gateway_t *gw) {
   return kl__listen_start(&gw->listener, "--listen", gw->opts.listen, 511,
-                          kl_on_connection, &gw->port);
+                          on_connection, &gw->port);
 }
 
-static void kl_gw_handles(kl__gateway_t *gw) {
+static void gw_handles(kl__gateway_t *gw) {
   uv_tcp_init(&gw->loop, &gw->listener);
   gw->listener.data = gw;
-  uv_async_init(&gw->loop, &gw->stop_async, kl_on_stop);
-  uv_async_init(&gw->loop, &gw->kafka_async, kl_on_kafka_async);
+  uv_async_init(&gw->loop, &gw->stop_async, on_stop);
+  uv_async_init(&gw->loop, &gw->kafka_async, on_kafka_async);
   uv_timer_init(&gw->loop, &gw->tick);
   uv_timer_init(&gw->loop, &gw->sweep);
   gw->stop_async.data = gw->kafka_async.data = gw;
   gw->tick.data = gw->sweep.data = gw;
   gw->kafka_queue = rd_kafka_queue_get_main(kl__producer_rk(gw->producer));
-  rd_kafka_queue_cb_event_enable(gw->kafka_queue, kl_on_kafka_event, gw);
+  rd_kafka_queue_cb_event_enable(gw->kafka_queue, on_kafka_event, gw);
 }
 
 /* Without tokens anyone who reaches the port publishes: the default
  * (loopback) keeps that to this host; any other address is said once. */
-static void kl_gw_warn_open(const kl__gateway_opts_t *o) {
+static void gw_warn_open(const kl__gateway_opts_t *o) {
   struct sockaddr_storage addr;
   if (o->tokens_file || kl__listen_addr("--listen", o->listen, &addr) ||
       kl__listen_loopback(&addr))
@@ -438,25 +438,25 @@ static void kl_gw_warn_open(const kl__gateway_opts_t *o) {
            o->listen);
 }
 
-static kl_err_t kl_gw_open(kl__gateway_t *gw, const kl_conf_t *conf) {
-  kl_err_t err = kl_opts_check(&gw->opts);
+static kl_err_t gw_open(kl__gateway_t *gw, const kl_conf_t *conf) {
+  kl_err_t err = opts_check(&gw->opts);
   if (!err && gw->opts.tokens_file)
     err = kl__tokens_load(gw->opts.tokens_file, &gw->tokens);
   if (!err && kl__tokens_warning(gw->tokens))
     KL_LOG_W("gateway", "%s", kl__tokens_warning(gw->tokens));
   if (!err)
-    kl_gw_warn_open(&gw->opts);
+    gw_warn_open(&gw->opts);
   if (!err)
     err = kl__gw_metrics_init(gw);
   if (!err)
-    err = kl_gw_producer(gw, conf);
+    err = gw_producer(gw, conf);
   if (!err && uv_loop_init(&gw->loop) != 0)
     err = kl__err(KL_EIO, "cannot create the event loop");
   if (err)
     return err;
   gw->loop_ok = true;
-  kl_gw_handles(gw);
-  return kl_gw_listen(gw);
+  gw_handles(gw);
+  return gw_listen(gw);
 }
 
 kl_err_t kl__gateway_new(const kl_conf_t *conf, const kl__gateway_opts_t *opts,
@@ -468,7 +468,7 @@ kl_err_t kl__gateway_new(const kl_conf_t *conf, const kl__gateway_opts_t *opts,
   if (!gw)
     return kl__err(KL_ENOMEM, "out of memory for the gateway");
   gw->opts = *opts;
-  kl_err_t err = kl_gw_open(gw, conf);
+  kl_err_t err = gw_open(gw, conf);
   if (err) {
     char detail[1024];
     snprintf(detail, sizeof(detail), "%s", kl_err_detail());
@@ -487,9 +487,9 @@ kl_err_t kl__gateway_run(kl__gateway_t *gw) {
   if (!gw || gw->ran)
     return kl__err(KL_EINVAL, "kl__gateway_run: runs once per gateway");
   gw->ran = true;
-  uv_timer_start(&gw->tick, kl_on_tick, KL_GW_TICK_MS, KL_GW_TICK_MS);
-  uv_timer_start(&gw->sweep, kl_on_sweep, KL_GW_SWEEP_MS, KL_GW_SWEEP_MS);
-  kl_probe_start(gw);
+  uv_timer_start(&gw->tick, on_tick, KL_GW_TICK_MS, KL_GW_TICK_MS);
+  uv_timer_start(&gw->sweep, on_sweep, KL_GW_SWEEP_MS, KL_GW_SWEEP_MS);
+  probe_start(gw);
   KL_LOG_I("gateway", "listening on %s (port %d)", gw->opts.listen, gw->port);
   uv_run(&gw->loop, UV_RUN_DEFAULT);
   return KL_OK;
@@ -505,7 +505,7 @@ void kl__gateway_destroy(kl__gateway_t *gw) {
     return;
   if (gw->loop_ok) {
     if (!gw->ran)
-      kl_close_all(gw);
+      close_all(gw);
     uv_run(&gw->loop, UV_RUN_DEFAULT); /* close callbacks, a last probe */
     uv_loop_close(&gw->loop);
   }

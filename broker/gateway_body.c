@@ -28,8 +28,8 @@ int kl__gw_bad(kl__gw_bad_t *bad, int status, long index, const char *fmt,
   return status;
 }
 
-static int kl_body_doc(const char *ctype, const char *body, size_t len,
-                       json_t **doc, kl__gw_bad_t *bad) {
+static int body_doc(const char *ctype, const char *body, size_t len,
+                    json_t **doc, kl__gw_bad_t *bad) {
   int msgpack = kl__gw_ctype_msgpack(ctype);
   if (msgpack < 0)
     return kl__gw_bad(bad, 415, -1,
@@ -56,8 +56,8 @@ static int kl_body_doc(const char *ctype, const char *body, size_t len,
   return 0;
 }
 
-static int kl_batch_events(kl__gw_batch_t *batch, bool raw_bin,
-                           size_t max_events, kl__gw_bad_t *bad) {
+static int batch_events(kl__gw_batch_t *batch, bool raw_bin, size_t max_events,
+                        kl__gw_bad_t *bad) {
   json_t *doc = batch->doc;
   bool one = json_is_object(doc);
   if (!one && !json_is_array(doc))
@@ -93,10 +93,10 @@ int kl__gw_batch_decode(kl__gw_batch_t *batch, const char *ctype,
                         const char *body, size_t len, size_t max_events,
                         kl__gw_bad_t *bad) {
   memset(batch, 0, sizeof(*batch));
-  int status = kl_body_doc(ctype, body, len, &batch->doc, bad);
+  int status = body_doc(ctype, body, len, &batch->doc, bad);
   if (!status)
-    status = kl_batch_events(batch, kl__gw_ctype_msgpack(ctype) == 1,
-                             max_events, bad);
+    status =
+        batch_events(batch, kl__gw_ctype_msgpack(ctype) == 1, max_events, bad);
   if (status)
     kl__gw_batch_free(batch);
   return status;

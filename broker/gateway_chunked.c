@@ -25,6 +25,7 @@
  */
 #include <string.h>
 
+#include "common/bytes.h"
 #include "broker/gateway_internal.h"
 
 #define KL_CHUNK_LINE_MAX 4096
@@ -53,13 +54,6 @@ enum {
   KL_CH_BAD,
 };
 
-static int kl_hex(unsigned char c) {
-  return c >= '0' && c <= '9'   ? c - '0'
-         : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                : -1;
-}
-
 void kl__gw_chunked_init(kl__gw_chunked_t *c) {
   memset(c, 0, sizeof(*c));
   c->state = KL_CH_SIZE0;
@@ -69,7 +63,7 @@ bool kl__gw_chunked_done(const kl__gw_chunked_t *c) {
   return c->state == KL_CH_DONE;
 }
 
-static int kl_bad(kl__gw_chunked_t *c, const char *why) {
+static int chunked_bad(kl__gw_chunked_t *c, const char *why) {
   c->state = KL_CH_BAD;
   c->why = why;
   return KL_CH_BAD;
@@ -77,77 +71,77 @@ static int kl_bad(kl__gw_chunked_t *c, const char *why) {
 
 /* Where a byte of the size line goes: an extension follows ';', the line
  * ends at CR; whitespace only before a ';' or around '='. */
-static int kl_ext_next(kl__gw_chunked_t *c, unsigned char ch, int state) {
+static int ext_next(kl__gw_chunked_t *c, unsigned char ch, int state) {
   bool ws = ch == ' ' || ch == '\t';
   switch (state) {
   case KL_CH_SIZE:
-    if (kl_hex(ch) >= 0) {
+    if (kl__hex_value(ch) >= 0) {
       if (c->size >> 60)
-        return kl_bad(c, "a chunk size is over 2^64");
-      c->size = c->size << 4 | (uint64_t)kl_hex(ch);
+        return chunked_bad(c, "a chunk size is over 2^64");
+      c->size = c->size << 4 | (uint64_t)kl__hex_value(ch);
       return KL_CH_SIZE;
     }
     return ch == ';'    ? KL_CH_NAME0
            : ch == '\r' ? KL_CH_SIZE_LF
            : ws         ? KL_CH_BWS
-                        : kl_bad(c, "a chunk size holds a byte "
-                                            "that is not a hex digit");
+                        : chunked_bad(c, "a chunk size holds a byte "
+                                                 "that is not a hex digit");
   case KL_CH_BWS:
     return ws ? KL_CH_BWS
            : ch == ';'
                ? KL_CH_NAME0
-               : kl_bad(c, "whitespace ends a chunk-size line (only a ';' "
-                           "and a chunk extension may follow it)");
+               : chunked_bad(c, "whitespace ends a chunk-size line (only a ';' "
+                                "and a chunk extension may follow it)");
   case KL_CH_NAME0:
     return ws                 ? KL_CH_NAME0
            : kl__gw_tchar(ch) ? KL_CH_NAME
-                              : kl_bad(c, "a chunk extension has no name");
+                              : chunked_bad(c, "a chunk extension has no name");
   case KL_CH_NAME:
     return kl__gw_tchar(ch) ? KL_CH_NAME
            : ch == '='      ? KL_CH_VALUE0
            : ch == ';'      ? KL_CH_NAME0
            : ch == '\r'     ? KL_CH_SIZE_LF
            : ws             ? KL_CH_NAME_BWS
-                            : kl_bad(c, "a chunk extension's name holds a "
-                                                    "byte names may not hold");
+                            : chunked_bad(c, "a chunk extension's name holds a "
+                                                         "byte names may not hold");
   case KL_CH_NAME_BWS:
     return ws          ? KL_CH_NAME_BWS
            : ch == '=' ? KL_CH_VALUE0
            : ch == ';'
                ? KL_CH_NAME0
-               : kl_bad(c, "whitespace ends a chunk-size line (only "
-                           "'=' or ';' may follow an extension's name)");
+               : chunked_bad(c, "whitespace ends a chunk-size line (only "
+                                "'=' or ';' may follow an extension's name)");
   case KL_CH_VALUE0:
     return ws                 ? KL_CH_VALUE0
            : ch == '"'        ? KL_CH_QUOTED
            : kl__gw_tchar(ch) ? KL_CH_TOKEN
-                              : kl_bad(c, "a chunk extension's value is "
-                                          "neither a token nor quoted");
+                              : chunked_bad(c, "a chunk extension's value is "
+                                               "neither a token nor quoted");
   case KL_CH_TOKEN:
     return kl__gw_tchar(ch) ? KL_CH_TOKEN
            : ch == ';'      ? KL_CH_NAME0
            : ch == '\r'     ? KL_CH_SIZE_LF
            : ws             ? KL_CH_BWS
-                            : kl_bad(c, "a chunk extension's value holds "
-                                                    "a byte tokens may not hold");
+                            : chunked_bad(c, "a chunk extension's value holds "
+                                                         "a byte tokens may not hold");
   case KL_CH_QUOTED: /* qdtext: HTAB, SP, VCHAR but '"' and '\', obs-text */
     return ch == '"'    ? KL_CH_QUOTED_END
            : ch == '\\' ? KL_CH_QUOTED_ESC
            : ws || (ch >= 0x21 && ch != 0x7f)
                ? KL_CH_QUOTED
-               : kl_bad(c, "a chunk extension's quoted value holds a "
-                           "control byte or is not closed");
+               : chunked_bad(c, "a chunk extension's quoted value holds a "
+                                "control byte or is not closed");
   case KL_CH_QUOTED_ESC:
     return ws || (ch >= 0x21 && ch != 0x7f)
                ? KL_CH_QUOTED
-               : kl_bad(c, "a chunk extension's quoted value escapes "
-                           "a control byte");
+               : chunked_bad(c, "a chunk extension's quoted value escapes "
+                                "a control byte");
   default: /* KL_CH_QUOTED_END */
     return ch == ';'    ? KL_CH_NAME0
            : ch == '\r' ? KL_CH_SIZE_LF
            : ws         ? KL_CH_BWS
-                        : kl_bad(c, "a byte follows a chunk extension's "
-                                            "quoted value");
+                        : chunked_bad(c, "a byte follows a chunk extension's "
+                                                 "quoted value");
   }
 }
 
@@ -168,37 +162,37 @@ static const struct {
 };
 
 /* One byte outside chunk data; @returns the next state. */
-static int kl_step(kl__gw_chunked_t *c, unsigned char ch) {
+static int chunked_step(kl__gw_chunked_t *c, unsigned char ch) {
   for (size_t i = 0; i < sizeof(kl_one_byte) / sizeof(kl_one_byte[0]); i++)
     if (kl_one_byte[i].state == c->state)
       return ch == (unsigned char)kl_one_byte[i].want
                  ? kl_one_byte[i].next
-                 : kl_bad(c, kl_one_byte[i].why);
+                 : chunked_bad(c, kl_one_byte[i].why);
   switch (c->state) {
   case KL_CH_SIZE0:
     c->line = 1;
-    if (kl_hex(ch) < 0)
-      return kl_bad(c, "a chunk-size line does not start with a hex "
-                       "digit");
-    c->size = (uint64_t)kl_hex(ch);
+    if (kl__hex_value(ch) < 0)
+      return chunked_bad(c, "a chunk-size line does not start with a hex "
+                            "digit");
+    c->size = (uint64_t)kl__hex_value(ch);
     return KL_CH_SIZE;
   case KL_CH_SIZE_LF:
     if (ch != '\n')
-      return kl_bad(c, "a chunk-size line does not end in CRLF");
+      return chunked_bad(c, "a chunk-size line does not end in CRLF");
     return c->size ? KL_CH_DATA : KL_CH_TRAILER0;
   case KL_CH_TRAILER0: /* a CR here ends the section, else begins a line */
   case KL_CH_TRAILER:
     if (ch == '\n')
-      return kl_bad(c, "a trailer line, or the trailer section, ends "
-                       "in a bare LF, not CRLF");
+      return chunked_bad(c, "a trailer line, or the trailer section, ends "
+                            "in a bare LF, not CRLF");
     return ch != '\r'                   ? KL_CH_TRAILER
            : c->state == KL_CH_TRAILER0 ? KL_CH_END_LF
                                         : KL_CH_TRAILER_LF;
   default: /* the size line after its first digit */
     if (++c->line > KL_CHUNK_LINE_MAX)
-      return kl_bad(c, "a chunk-size line (size and extensions) is "
-                       "longer than 4096 bytes");
-    return kl_ext_next(c, ch, c->state);
+      return chunked_bad(c, "a chunk-size line (size and extensions) is "
+                            "longer than 4096 bytes");
+    return ext_next(c, ch, c->state);
   }
 }
 
@@ -213,7 +207,7 @@ int kl__gw_chunked_scan(kl__gw_chunked_t *c, const char *buf, size_t len) {
         c->state = KL_CH_DATA_CR;
       continue;
     }
-    c->state = (uint8_t)kl_step(c, (unsigned char)buf[i++]);
+    c->state = (uint8_t)chunked_step(c, (unsigned char)buf[i++]);
   }
   return c->state == KL_CH_BAD ? -1 : 0;
 }

@@ -44,11 +44,11 @@ enum {
 
 static const char kl_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
-static void kl_conn_flow(kl__gw_conn_t *conn);
+static void conn_flow(kl__gw_conn_t *conn);
 
 /* ---- requests ---- */
 
-static kl__gw_req_t *kl_req_new(kl__gw_conn_t *conn) {
+static kl__gw_req_t *req_new(kl__gw_conn_t *conn) {
   kl__gw_req_t *req = calloc(1, sizeof(*req));
   if (!req)
     return NULL;
@@ -69,7 +69,7 @@ void kl__gw_req_free(kl__gw_req_t *req) {
   free(req);
 }
 
-static void kl_fifo_push(kl__gw_conn_t *conn, kl__gw_req_t *req) {
+static void fifo_push(kl__gw_conn_t *conn, kl__gw_req_t *req) {
   if (conn->tail)
     conn->tail->next = req;
   else
@@ -78,7 +78,7 @@ static void kl_fifo_push(kl__gw_conn_t *conn, kl__gw_req_t *req) {
   conn->queued++;
 }
 
-static kl__gw_req_t *kl_fifo_pop(kl__gw_conn_t *conn) {
+static kl__gw_req_t *fifo_pop(kl__gw_conn_t *conn) {
   kl__gw_req_t *req = conn->head;
   conn->head = req->next;
   if (!conn->head)
@@ -90,7 +90,7 @@ static kl__gw_req_t *kl_fifo_pop(kl__gw_conn_t *conn) {
 
 /* Lets go of a request leaving its FIFO unanswered: one waiting for Kafka
  * is orphaned (its last delivery report frees it), any other is freed. */
-static void kl_req_drop(kl__gw_req_t *req) {
+static void req_drop(kl__gw_req_t *req) {
   if (req->status == 0 && req->outstanding > 0)
     req->conn = NULL;
   else
@@ -99,7 +99,7 @@ static void kl_req_drop(kl__gw_req_t *req) {
 
 /* Removes the request being parsed (the FIFO's tail) when the client went
  * away before finishing it. */
-static void kl_fifo_drop_partial(kl__gw_conn_t *conn) {
+static void fifo_drop_partial(kl__gw_conn_t *conn) {
   kl__gw_req_t *req = conn->parse.req;
   conn->parse.req = NULL;
   if (!req)
@@ -116,7 +116,7 @@ static void kl_fifo_drop_partial(kl__gw_conn_t *conn) {
       conn->tail = r;
   }
   conn->queued--;
-  kl_req_drop(req);
+  req_drop(req);
 }
 
 /* ---- responses ---- */
@@ -160,7 +160,7 @@ const char *kl__gw_reason(int status) {
   }
 }
 
-static void kl_count_response(kl__gw_req_t *req) {
+static void count_response(kl__gw_req_t *req) {
   kl__gateway_t *gw = req->gw;
   static const char *const routes[] = {"events", "route", "healthz", "metrics",
                                        "other"};
@@ -198,7 +198,7 @@ void kl__gw_respond(kl__gw_req_t *req, int status, const char *ctype,
                       "Content-Length: 0\r\nConnection: close\r\n\r\n");
     req->out_len = req->out ? strlen(req->out) : 0;
   }
-  kl_count_response(req);
+  count_response(req);
 }
 
 void kl__gw_respond_error(kl__gw_req_t *req, int status, const char *extra,
@@ -221,7 +221,7 @@ void kl__gw_respond_error(kl__gw_req_t *req, int status, const char *extra,
 
 /* ---- writing ---- */
 
-static void kl_on_shutdown(uv_shutdown_t *shutdown, int status) {
+static void on_shutdown(uv_shutdown_t *shutdown, int status) {
   kl__gw_conn_t *conn = shutdown->data;
   (void)status;
   free(shutdown);
@@ -230,7 +230,7 @@ static void kl_on_shutdown(uv_shutdown_t *shutdown, int status) {
 
 /* Once everything is written (libuv's shutdown waits for the write queue),
  * half-close and then close, so the last response is not cut off. */
-static void kl_conn_finish(kl__gw_conn_t *conn) {
+static void conn_finish(kl__gw_conn_t *conn) {
   if (conn->closing || conn->head || conn->shutting_down)
     return;
   uv_shutdown_t *shutdown = malloc(sizeof(*shutdown));
@@ -240,13 +240,13 @@ static void kl_conn_finish(kl__gw_conn_t *conn) {
   }
   shutdown->data = conn;
   conn->shutting_down = true;
-  if (uv_shutdown(shutdown, (uv_stream_t *)&conn->tcp, kl_on_shutdown) != 0) {
+  if (uv_shutdown(shutdown, (uv_stream_t *)&conn->tcp, on_shutdown) != 0) {
     free(shutdown);
     kl__gw_conn_close(conn);
   }
 }
 
-static void kl_on_write(uv_write_t *write, int status) {
+static void on_write(uv_write_t *write, int status) {
   kl__gw_req_t *req = write->data;
   kl__gw_conn_t *conn = req->conn;
   kl__gw_req_free(req);
@@ -260,7 +260,7 @@ static void kl_on_write(uv_write_t *write, int status) {
     kl__gw_conn_close(conn);
     return;
   }
-  kl_conn_flow(conn);
+  conn_flow(conn);
 }
 
 void kl__gw_conn_flush(kl__gw_conn_t *conn) {
@@ -269,25 +269,25 @@ void kl__gw_conn_flush(kl__gw_conn_t *conn) {
    * holds it until its body was read (a written request is freed). */
   while (!conn->closing && conn->head && conn->head->status &&
          conn->head != conn->parse.req) {
-    kl__gw_req_t *req = kl_fifo_pop(conn);
+    kl__gw_req_t *req = fifo_pop(conn);
     if (req->close) {
       conn->close_after = true;
       /* Nothing after a Connection: close response is answered, nor
        * read: the request being parsed is let go of too. */
       while (conn->head) {
-        kl__gw_req_t *rest = kl_fifo_pop(conn);
+        kl__gw_req_t *rest = fifo_pop(conn);
         if (rest == conn->parse.req) {
           conn->parse.req = NULL;
           conn->parse.active = false;
         }
-        kl_req_drop(rest);
+        req_drop(rest);
       }
     }
     if (uv_stream_get_write_queue_size(stream) == 0)
       conn->last_write_ns = kl__mono_ns(); /* a stall is timed from here */
     uv_buf_t buf = uv_buf_init(req->out, (unsigned)req->out_len);
     req->write.data = req;
-    if (uv_write(&req->write, stream, &buf, 1, kl_on_write) != 0) {
+    if (uv_write(&req->write, stream, &buf, 1, on_write) != 0) {
       kl__gw_req_free(req);
       kl__gw_conn_close(conn);
       return;
@@ -295,8 +295,8 @@ void kl__gw_conn_flush(kl__gw_conn_t *conn) {
     conn->writes++;
   }
   if (!conn->closing && conn->close_after)
-    kl_conn_finish(conn);
-  kl_conn_flow(conn);
+    conn_finish(conn);
+  conn_flow(conn);
 }
 
 void kl__gw_req_answered(kl__gw_req_t *req) {
@@ -311,12 +311,12 @@ void kl__gw_req_answered(kl__gw_req_t *req) {
 
 /* Queues a final response for the request being parsed (or a new one) and
  * ends the connection after it. @returns -1, to stop http-parser. */
-static int kl_conn_fatal(kl__gw_conn_t *conn, int status, kl__gw_limit_t limit,
-                         const char *msg) {
+static int conn_fatal(kl__gw_conn_t *conn, int status, kl__gw_limit_t limit,
+                      const char *msg) {
   kl__gw_parse_t *parse = &conn->parse;
   kl__gw_req_t *req = parse->req;
-  if (!req && (req = kl_req_new(conn)))
-    kl_fifo_push(conn, req);
+  if (!req && (req = req_new(conn)))
+    fifo_push(conn, req);
   parse->req = NULL;
   parse->active = false;
   conn->close_after = true;
@@ -338,12 +338,12 @@ void kl__gw_conn_timeout(kl__gw_conn_t *conn) {
            "the request did not arrive whole within %d ms "
            "(--request-timeout)",
            conn->gw->opts.request_timeout_ms);
-  kl_conn_fatal(conn, 408, KL_GW_LIMIT__COUNT, msg);
+  conn_fatal(conn, 408, KL_GW_LIMIT__COUNT, msg);
 }
 
 /* ---- parser callbacks ---- */
 
-static void kl_parse_reset(kl__gw_parse_t *parse) {
+static void parse_reset(kl__gw_parse_t *parse) {
   kl__strbuf_free(&parse->url);
   kl__strbuf_free(&parse->body);
   kl__gw_req_t *req = parse->req;
@@ -351,7 +351,7 @@ static void kl_parse_reset(kl__gw_parse_t *parse) {
   parse->req = req;
 }
 
-static int kl_count_head(kl__gw_conn_t *conn, size_t len) {
+static int count_head(kl__gw_conn_t *conn, size_t len) {
   kl__gw_parse_t *parse = &conn->parse;
   parse->header_bytes += len;
   if (parse->header_bytes <= conn->gw->opts.max_header)
@@ -361,26 +361,26 @@ static int kl_count_head(kl__gw_conn_t *conn, size_t len) {
            "the request line and headers exceed %zu bytes "
            "(--max-header)",
            conn->gw->opts.max_header);
-  return kl_conn_fatal(conn, 431, KL_GW_LIMIT_HEADER, msg);
+  return conn_fatal(conn, 431, KL_GW_LIMIT_HEADER, msg);
 }
 
-static int kl_on_message_begin(http_parser *p) {
+static int http_on_message_begin(http_parser *p) {
   kl__gw_conn_t *conn = p->data;
-  kl_parse_reset(&conn->parse);
+  parse_reset(&conn->parse);
   conn->parse.active = true;
   conn->parse.start_ns = kl__mono_ns();
   return 0;
 }
 
-static int kl_on_url(http_parser *p, const char *at, size_t len) {
+static int http_on_url(http_parser *p, const char *at, size_t len) {
   kl__gw_conn_t *conn = p->data;
-  if (kl_count_head(conn, len))
+  if (count_head(conn, len))
     return -1;
   kl__strbuf_add(&conn->parse.url, at, len);
   return 0;
 }
 
-static int kl_header_kind(const kl__gw_parse_t *parse) {
+static int header_kind(const kl__gw_parse_t *parse) {
   static const struct {
     const char *name;
     int kind;
@@ -408,30 +408,30 @@ bool kl__gw_tchar(unsigned char c) {
  * http-parser 2.9 joins to the line before. @p at is where the value
  * callback's bytes start; a line ending between the last field or value
  * callback and it is a fold. */
-static bool kl_folded(const kl__gw_conn_t *conn, const char *at) {
+static bool http_folded(const kl__gw_conn_t *conn, const char *at) {
   const kl__gw_parse_t *parse = &conn->parse;
   const char *from = parse->mark ? parse->mark : conn->feed;
   return parse->nl_after_mark ||
          (from && at > from && memchr(from, '\n', (size_t)(at - from)));
 }
 
-static void kl_mark(kl__gw_parse_t *parse, const char *end) {
+static void http_mark(kl__gw_parse_t *parse, const char *end) {
   parse->mark = end;
   parse->nl_after_mark = false;
 }
 
-static int kl_on_header_field(http_parser *p, const char *at, size_t len) {
+static int http_on_header_field(http_parser *p, const char *at, size_t len) {
   kl__gw_conn_t *conn = p->data;
   kl__gw_parse_t *parse = &conn->parse;
-  if (kl_count_head(conn, len))
+  if (count_head(conn, len))
     return -1;
-  kl_mark(parse, at + len);
+  http_mark(parse, at + len);
   for (size_t i = 0; i < len; i++)
     if (!kl__gw_tchar((unsigned char)at[i]))
-      return kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT,
-                           "a header name holds a space or another "
-                           "character names may not hold (no whitespace "
-                           "before the colon: RFC 9112)");
+      return conn_fatal(conn, 400, KL_GW_LIMIT__COUNT,
+                        "a header name holds a space or another "
+                        "character names may not hold (no whitespace "
+                        "before the colon: RFC 9112)");
   if (parse->in_value) { /* a new header starts */
     parse->in_value = false;
     parse->field_len = 0;
@@ -448,8 +448,8 @@ static int kl_on_header_field(http_parser *p, const char *at, size_t len) {
 }
 
 /* Appends to a fixed buffer; @returns false when it does not fit. */
-static bool kl_append(char *buf, size_t cap, size_t *len, const char *at,
-                      size_t n) {
+static bool http_append(char *buf, size_t cap, size_t *len, const char *at,
+                        size_t n) {
   if (*len + n > cap)
     return false;
   memcpy(buf + *len, at, n);
@@ -459,31 +459,31 @@ static bool kl_append(char *buf, size_t cap, size_t *len, const char *at,
 
 /* W3C trace context: one traceparent (a second one makes it invalid);
  * tracestate headers join into one list. */
-static void kl_trace_header_begins(kl__gw_parse_t *parse) {
+static void trace_header_begins(kl__gw_parse_t *parse) {
   if (parse->header == KL_HDR_TRACEPARENT && parse->traceparent_len)
     parse->traceparent_bad = true;
   if (parse->header == KL_HDR_TRACESTATE && parse->tracestate_len)
-    parse->tracestate_long |= !kl_append(parse->tracestate, KL_TRACESTATE_MAX,
-                                         &parse->tracestate_len, ",", 1);
+    parse->tracestate_long |= !http_append(parse->tracestate, KL_TRACESTATE_MAX,
+                                           &parse->tracestate_len, ",", 1);
 }
 
-static void kl_trace_header_value(kl__gw_parse_t *parse, const char *at,
-                                  size_t len) {
+static void trace_header_value(kl__gw_parse_t *parse, const char *at,
+                               size_t len) {
   if (parse->header == KL_HDR_TRACEPARENT &&
-      !kl_append(parse->traceparent, sizeof(parse->traceparent),
-                 &parse->traceparent_len, at, len))
+      !http_append(parse->traceparent, sizeof(parse->traceparent),
+                   &parse->traceparent_len, at, len))
     parse->traceparent_bad = true;
   else if (parse->header == KL_HDR_TRACESTATE &&
-           !kl_append(parse->tracestate, KL_TRACESTATE_MAX,
-                      &parse->tracestate_len, at, len))
+           !http_append(parse->tracestate, KL_TRACESTATE_MAX,
+                        &parse->tracestate_len, at, len))
     parse->tracestate_long = true;
 }
 
 /* A header's first value callback: which header it is, and what a second
  * one of a kind means. */
-static void kl_header_begins(kl__gw_parse_t *parse) {
+static void header_begins(kl__gw_parse_t *parse) {
   parse->in_value = true;
-  parse->header = kl_header_kind(parse);
+  parse->header = header_kind(parse);
   if (parse->header == KL_HDR_AUTH) /* two (one empty, say): no match */
     parse->auth_long |= parse->auth_seen;
   parse->auth_seen |= parse->header == KL_HDR_AUTH;
@@ -492,15 +492,15 @@ static void kl_header_begins(kl__gw_parse_t *parse) {
   parse->origin_seen |= parse->header == KL_HDR_ORIGIN;
   if (parse->header == KL_HDR_TE && parse->te_seen) /* one list */
     parse->te_long |=
-        !kl_append(parse->te, sizeof(parse->te) - 1, &parse->te_len, ",", 1);
+        !http_append(parse->te, sizeof(parse->te) - 1, &parse->te_len, ",", 1);
   parse->te_seen |= parse->header == KL_HDR_TE;
   parse->hosts += parse->header == KL_HDR_HOST;
-  kl_trace_header_begins(parse);
+  trace_header_begins(parse);
 }
 
 /* Host is uri-host [":" port] (RFC 9112 3.2): reg-name, IPv4 or an IP
  * literal in brackets; http-parser leaves trailing whitespace in a value. */
-static void kl_host_value(kl__gw_parse_t *parse, const char *at, size_t len) {
+static void host_value(kl__gw_parse_t *parse, const char *at, size_t len) {
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)at[i];
     bool ws = c == ' ' || c == '\t';
@@ -514,52 +514,52 @@ static void kl_host_value(kl__gw_parse_t *parse, const char *at, size_t len) {
   }
 }
 
-static int kl_on_header_value(http_parser *p, const char *at, size_t len) {
+static int http_on_header_value(http_parser *p, const char *at, size_t len) {
   kl__gw_conn_t *conn = p->data;
   kl__gw_parse_t *parse = &conn->parse;
-  if (kl_count_head(conn, len))
+  if (count_head(conn, len))
     return -1;
   if (len == 0) { /* an empty value (http-parser points past its line's
                      end), or a piece at the edge of a read */
     if (!parse->in_value)
-      kl_header_begins(parse); /* else the next name joins this one's */
+      header_begins(parse); /* else the next name joins this one's */
     return 0;
   }
-  if (kl_folded(conn, at))
-    return kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT,
-                         "a header value continues on the next line "
-                         "(obs-fold, refused by RFC 9112): send it on one "
-                         "line");
-  kl_mark(parse, at + len);
+  if (http_folded(conn, at))
+    return conn_fatal(conn, 400, KL_GW_LIMIT__COUNT,
+                      "a header value continues on the next line "
+                      "(obs-fold, refused by RFC 9112): send it on one "
+                      "line");
+  http_mark(parse, at + len);
   if (!parse->in_value)
-    kl_header_begins(parse);
+    header_begins(parse);
   if (parse->header == KL_HDR_AUTH &&
-      !kl_append(parse->auth, sizeof(parse->auth), &parse->auth_len, at, len))
+      !http_append(parse->auth, sizeof(parse->auth), &parse->auth_len, at, len))
     parse->auth_long = true;
   else if (parse->header == KL_HDR_CTYPE)
-    kl_append(parse->ctype, sizeof(parse->ctype) - 1, &parse->ctype_len, at,
-              len);
+    http_append(parse->ctype, sizeof(parse->ctype) - 1, &parse->ctype_len, at,
+                len);
   else if (parse->header == KL_HDR_ORIGIN &&
-           !kl_append(parse->origin, sizeof(parse->origin), &parse->origin_len,
-                      at, len))
+           !http_append(parse->origin, sizeof(parse->origin),
+                        &parse->origin_len, at, len))
     parse->origin_bad = true;
   else if (parse->header == KL_HDR_TE &&
-           !kl_append(parse->te, sizeof(parse->te) - 1, &parse->te_len, at,
-                      len))
+           !http_append(parse->te, sizeof(parse->te) - 1, &parse->te_len, at,
+                        len))
     parse->te_long = true;
   else if (parse->header == KL_HDR_EXPECT)
     parse->expect_continue =
         len >= 12 && strncasecmp(at, "100-continue", 12) == 0;
   else if (parse->header == KL_HDR_HOST)
-    kl_host_value(parse, at, len);
+    host_value(parse, at, len);
   else
-    kl_trace_header_value(parse, at, len);
+    trace_header_value(parse, at, len);
   return 0;
 }
 
 /* An interim 100 only when nothing is queued before this request: a 1xx
  * must not overtake the final responses of earlier requests. */
-static void kl_maybe_continue(kl__gw_conn_t *conn) {
+static void maybe_continue(kl__gw_conn_t *conn) {
   if (!conn->parse.expect_continue || conn->head != conn->parse.req)
     return;
   uv_buf_t buf = uv_buf_init((char *)kl_continue, sizeof(kl_continue) - 1);
@@ -571,7 +571,7 @@ static void kl_maybe_continue(kl__gw_conn_t *conn) {
  * ending in chunked ("gzip, chunked") as chunked, bytes it cannot decode.
  * @returns 0, or the status to answer (RFC 9112: 501 for a coding it does
  * not implement, 400 for chunked twice) with @p msg. */
-static int kl_te_check(kl__gw_parse_t *parse, char *msg, size_t size) {
+static int te_check(kl__gw_parse_t *parse, char *msg, size_t size) {
   if (!parse->te_seen)
     return 0;
   parse->te[parse->te_len] = '\0';
@@ -598,8 +598,8 @@ static int kl_te_check(kl__gw_parse_t *parse, char *msg, size_t size) {
 
 /* One Host header, of host[:port] bytes; none only before HTTP/1.1 (RFC
  * 9112 3.2). @returns NULL, or why not. */
-static const char *kl_host_check(const kl__gw_parse_t *parse,
-                                 const http_parser *p) {
+static const char *host_check(const kl__gw_parse_t *parse,
+                              const http_parser *p) {
   if (parse->hosts > 1)
     return "more than one Host header: a request carries one (RFC 9112)";
   if (parse->hosts == 0 && p->http_minor >= 1)
@@ -609,27 +609,27 @@ static const char *kl_host_check(const kl__gw_parse_t *parse,
   return NULL;
 }
 
-static int kl_on_headers_complete(http_parser *p) {
+static int http_on_headers_complete(http_parser *p) {
   kl__gw_conn_t *conn = p->data;
   kl__gw_parse_t *parse = &conn->parse;
   char why[160];
-  int status = kl_te_check(parse, why, sizeof(why));
+  int status = te_check(parse, why, sizeof(why));
   if (status)
-    return kl_conn_fatal(conn, status, KL_GW_LIMIT__COUNT, why);
+    return conn_fatal(conn, status, KL_GW_LIMIT__COUNT, why);
   if (p->http_major != 1) {
     snprintf(why, sizeof(why),
              "HTTP/%u.%u is not supported: this server speaks HTTP/1.1",
              p->http_major, p->http_minor);
-    return kl_conn_fatal(conn, 505, KL_GW_LIMIT__COUNT, why);
+    return conn_fatal(conn, 505, KL_GW_LIMIT__COUNT, why);
   }
-  const char *host = kl_host_check(parse, p);
+  const char *host = host_check(parse, p);
   if (host)
-    return kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT, host);
-  kl__gw_req_t *req = kl_req_new(conn);
+    return conn_fatal(conn, 400, KL_GW_LIMIT__COUNT, host);
+  kl__gw_req_t *req = req_new(conn);
   if (!req)
-    return kl_conn_fatal(conn, 503, KL_GW_LIMIT__COUNT, "out of memory");
+    return conn_fatal(conn, 503, KL_GW_LIMIT__COUNT, "out of memory");
   parse->req = req;
-  kl_fifo_push(conn, req);
+  fifo_push(conn, req);
   req->close = !http_should_keep_alive(p);
   parse->ctype[parse->ctype_len] = '\0';
   kl__gw_route_head(conn, req, p->method,
@@ -642,11 +642,11 @@ static int kl_on_headers_complete(http_parser *p) {
              "the body is %llu bytes, the limit is %zu "
              "(--max-body)",
              (unsigned long long)p->content_length, conn->gw->opts.max_body);
-    return kl_conn_fatal(conn, 413, KL_GW_LIMIT_BODY, msg);
+    return conn_fatal(conn, 413, KL_GW_LIMIT_BODY, msg);
   }
   if (!parse->discard_body)
-    kl_maybe_continue(conn);
-  /* kl_conn_feed() learns where the head ends (the parser stops on its
+    maybe_continue(conn);
+  /* conn_feed() learns where the head ends (the parser stops on its
    * last byte), checks that byte and a chunked body's framing, and goes
    * on. */
   parse->chunked = p->flags & F_CHUNKED;
@@ -655,7 +655,7 @@ static int kl_on_headers_complete(http_parser *p) {
   return 0;
 }
 
-static int kl_on_body(http_parser *p, const char *at, size_t len) {
+static int http_on_body(http_parser *p, const char *at, size_t len) {
   kl__gw_conn_t *conn = p->data;
   kl__gw_parse_t *parse = &conn->parse;
   parse->body_len += len;
@@ -663,20 +663,20 @@ static int kl_on_body(http_parser *p, const char *at, size_t len) {
     char msg[160];
     snprintf(msg, sizeof(msg), "the body exceeds %zu bytes (--max-body)",
              conn->gw->opts.max_body);
-    return kl_conn_fatal(conn, 413, KL_GW_LIMIT_BODY, msg);
+    return conn_fatal(conn, 413, KL_GW_LIMIT_BODY, msg);
   }
   if (!parse->discard_body)
     kl__strbuf_add(&parse->body, at, len);
   return 0;
 }
 
-static int kl_on_message_complete(http_parser *p) {
+static int http_on_message_complete(http_parser *p) {
   kl__gw_conn_t *conn = p->data;
   kl__gw_parse_t *parse = &conn->parse;
   if (parse->chunked && !kl__gw_chunked_done(&parse->framing))
-    return kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT,
-                         "malformed chunked body: it ends before its last "
-                         "chunk and CRLF (RFC 9112)");
+    return conn_fatal(conn, 400, KL_GW_LIMIT__COUNT,
+                      "malformed chunked body: it ends before its last "
+                      "chunk and CRLF (RFC 9112)");
   kl__gw_req_t *req = parse->req;
   parse->req = NULL;
   parse->active = false;
@@ -687,7 +687,7 @@ static int kl_on_message_complete(http_parser *p) {
                       parse->body.len);
   if (conn->closing)
     return -1; /* another answer's failed write closed it; req may be gone */
-  kl_parse_reset(parse); /* the body is not needed any more */
+  parse_reset(parse); /* the body is not needed any more */
   if (req->close || p->upgrade)
     conn->close_after = true;
   if (conn->close_after || conn->queued >= conn->gw->opts.max_pipeline)
@@ -697,18 +697,18 @@ static int kl_on_message_complete(http_parser *p) {
 }
 
 static const http_parser_settings kl_settings = {
-    .on_message_begin = kl_on_message_begin,
-    .on_url = kl_on_url,
-    .on_header_field = kl_on_header_field,
-    .on_header_value = kl_on_header_value,
-    .on_headers_complete = kl_on_headers_complete,
-    .on_body = kl_on_body,
-    .on_message_complete = kl_on_message_complete,
+    .on_message_begin = http_on_message_begin,
+    .on_url = http_on_url,
+    .on_header_field = http_on_header_field,
+    .on_header_value = http_on_header_value,
+    .on_headers_complete = http_on_headers_complete,
+    .on_body = http_on_body,
+    .on_message_complete = http_on_message_complete,
 };
 
 /* ---- reading ---- */
 
-static void kl_conn_stash(kl__gw_conn_t *conn, const char *data, size_t len) {
+static void conn_stash(kl__gw_conn_t *conn, const char *data, size_t len) {
   char *stash = malloc(len);
   if (!stash) {
     kl__gw_conn_close(conn);
@@ -719,21 +719,21 @@ static void kl_conn_stash(kl__gw_conn_t *conn, const char *data, size_t len) {
   conn->stash_len = len;
 }
 
-static void kl_conn_parse_error(kl__gw_conn_t *conn) {
+static void conn_parse_error(kl__gw_conn_t *conn) {
   enum http_errno e = HTTP_PARSER_ERRNO(&conn->parser);
   char msg[256];
   snprintf(msg, sizeof(msg), "malformed HTTP request: %s",
            http_errno_description(e));
   if (e == HPE_HEADER_OVERFLOW)
-    kl_conn_fatal(conn, 431, KL_GW_LIMIT_HEADER, msg);
+    conn_fatal(conn, 431, KL_GW_LIMIT_HEADER, msg);
   else
-    kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT, msg);
+    conn_fatal(conn, 400, KL_GW_LIMIT__COUNT, msg);
 }
 
 /* The buffer [@p begin, @p end) was parsed: the mark points into it no
  * more, so remember whether a line ended after the mark. */
-static void kl_feed_done(kl__gw_parse_t *parse, const char *begin,
-                         const char *end) {
+static void feed_done(kl__gw_parse_t *parse, const char *begin,
+                      const char *end) {
   const char *from = parse->mark ? parse->mark : begin;
   if (parse->active && end > from && memchr(from, '\n', (size_t)(end - from)))
     parse->nl_after_mark = true;
@@ -743,14 +743,14 @@ static void kl_feed_done(kl__gw_parse_t *parse, const char *begin,
 /* Checks the next @p len bytes of a chunked body being read, ahead of
  * http-parser, so that malformed framing is refused before the request is
  * acted on. @returns false once it refused the request. */
-static bool kl_framing(kl__gw_conn_t *conn, const char *at, size_t len) {
+static bool http_framing(kl__gw_conn_t *conn, const char *at, size_t len) {
   kl__gw_parse_t *parse = &conn->parse;
   if (!parse->chunked || kl__gw_chunked_scan(&parse->framing, at, len) == 0)
     return true;
   char msg[256];
   snprintf(msg, sizeof(msg), "malformed chunked body: %s (RFC 9112)",
            parse->framing.why);
-  kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT, msg);
+  conn_fatal(conn, 400, KL_GW_LIMIT__COUNT, msg);
   return false;
 }
 
@@ -758,58 +758,59 @@ static bool kl_framing(kl__gw_conn_t *conn, const char *at, size_t len) {
  * @p end): http-parser takes any byte after the blank line's CR for its
  * LF. A chunked body is checked from there on. @returns false once it
  * refused the request. */
-static bool kl_head_end(kl__gw_conn_t *conn, const char *at, const char *end) {
+static bool http_head_end(kl__gw_conn_t *conn, const char *at,
+                          const char *end) {
   kl__gw_parse_t *parse = &conn->parse;
   parse->head_end = false;
   if (at >= end || *at != '\n') {
-    kl_conn_fatal(conn, 400, KL_GW_LIMIT__COUNT,
-                  "malformed HTTP request: the blank line that ends the "
-                  "head is not CRLF");
+    conn_fatal(conn, 400, KL_GW_LIMIT__COUNT,
+               "malformed HTTP request: the blank line that ends the "
+               "head is not CRLF");
     return false;
   }
   kl__gw_chunked_init(&parse->framing);
-  return kl_framing(conn, at + 1, (size_t)(end - at - 1));
+  return http_framing(conn, at + 1, (size_t)(end - at - 1));
 }
 
 /* Runs the parser over @p data; keeps what a pause left unparsed. */
-static void kl_conn_feed(kl__gw_conn_t *conn, const char *data, size_t len) {
+static void conn_feed(kl__gw_conn_t *conn, const char *data, size_t len) {
   if (HTTP_PARSER_ERRNO(&conn->parser) == HPE_PAUSED)
     http_parser_pause(&conn->parser, 0);
   conn->in_parse = true;
   conn->feed = data;
   size_t n = 0;
-  bool go = kl_framing(conn, data, len); /* a body begun in a past read */
+  bool go = http_framing(conn, data, len); /* a body begun in a past read */
   while (go) {
     n += http_parser_execute(&conn->parser, &kl_settings, data + n, len - n);
     if (!conn->parse.head_end)
       break;
-    if ((go = kl_head_end(conn, data + n, data + len)))
+    if ((go = http_head_end(conn, data + n, data + len)))
       http_parser_pause(&conn->parser, 0);
   }
   conn->in_parse = false;
-  kl_feed_done(&conn->parse, conn->feed, data + n);
+  feed_done(&conn->parse, conn->feed, data + n);
   conn->feed = NULL;
   if (conn->closing || conn->close_after) {
-    kl_conn_flow(conn); /* what follows a final response is dropped */
+    conn_flow(conn); /* what follows a final response is dropped */
     return;
   }
   enum http_errno e = HTTP_PARSER_ERRNO(&conn->parser);
   if (e == HPE_PAUSED && n < len)
-    kl_conn_stash(conn, data + n, len - n);
+    conn_stash(conn, data + n, len - n);
   else if (e != HPE_OK && e != HPE_PAUSED)
-    kl_conn_parse_error(conn);
+    conn_parse_error(conn);
   if (!conn->closing)
-    kl_conn_flow(conn);
+    conn_flow(conn);
 }
 
-static bool kl_conn_hold(const kl__gw_conn_t *conn) {
+static bool conn_hold(const kl__gw_conn_t *conn) {
   const kl__gateway_opts_t *o = &conn->gw->opts;
   return conn->queued >= o->max_pipeline ||
          uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp) >
              o->max_output;
 }
 
-static void kl_set_paused(kl__gw_conn_t *conn, bool paused) {
+static void set_paused(kl__gw_conn_t *conn, bool paused) {
   if (conn->paused == paused)
     return;
   conn->paused = paused;
@@ -823,7 +824,7 @@ static void kl_set_paused(kl__gw_conn_t *conn, bool paused) {
   }
 }
 
-static void kl_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
+static void http_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
   kl__gw_conn_t *conn = (kl__gw_conn_t *)handle;
   (void)hint;
   /* Parsing is synchronous in the read callback, so one buffer serves all
@@ -831,8 +832,7 @@ static void kl_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
   *buf = uv_buf_init(conn->gw->read_buf, sizeof(conn->gw->read_buf));
 }
 
-static void kl_on_read(uv_stream_t *stream, ssize_t nread,
-                       const uv_buf_t *buf) {
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   kl__gw_conn_t *conn = (kl__gw_conn_t *)stream;
   if (nread == 0)
     return;
@@ -846,40 +846,40 @@ static void kl_on_read(uv_stream_t *stream, ssize_t nread,
     conn->eof = true; /* answer what was sent, then close */
     conn->close_after = true;
     conn->parse.active = false;
-    kl_fifo_drop_partial(conn);
+    fifo_drop_partial(conn);
     kl__gw_conn_flush(conn);
     return;
   }
   conn->last_read_ns = kl__mono_ns();
-  kl_conn_feed(conn, buf->base, (size_t)nread);
+  conn_feed(conn, buf->base, (size_t)nread);
 }
 
 /* Reads when the connection may take more, stops when it may not, and
  * parses the stash once the client caught up. Never inside the parser. */
-static void kl_conn_flow(kl__gw_conn_t *conn) {
+static void conn_flow(kl__gw_conn_t *conn) {
   if (conn->closing || conn->in_parse)
     return;
   bool done = conn->close_after || conn->eof;
-  bool hold = done || kl_conn_hold(conn);
+  bool hold = done || conn_hold(conn);
   if (hold) {
     if (conn->reading)
       uv_read_stop((uv_stream_t *)&conn->tcp);
     conn->reading = false;
-    kl_set_paused(conn, !done);
+    set_paused(conn, !done);
     return;
   }
-  kl_set_paused(conn, false);
+  set_paused(conn, false);
   if (conn->stash) {
     char *stash = conn->stash;
     size_t len = conn->stash_len;
     conn->stash = NULL;
     conn->stash_len = 0;
-    kl_conn_feed(conn, stash, len); /* ends with kl_conn_flow() again */
+    conn_feed(conn, stash, len); /* ends with conn_flow() again */
     free(stash);
     return;
   }
   if (!conn->reading &&
-      uv_read_start((uv_stream_t *)&conn->tcp, kl_alloc, kl_on_read) == 0)
+      uv_read_start((uv_stream_t *)&conn->tcp, http_alloc, on_read) == 0)
     conn->reading = true;
 }
 
@@ -887,16 +887,16 @@ void kl__gw_conn_start(kl__gw_conn_t *conn) {
   http_parser_init(&conn->parser, HTTP_REQUEST);
   conn->parser.data = conn;
   conn->last_read_ns = conn->last_write_ns = kl__mono_ns();
-  kl_conn_flow(conn);
+  conn_flow(conn);
 }
 
 void kl__gw_conn_release(kl__gw_conn_t *conn) {
   kl__gw_parse_t *parse = &conn->parse;
   parse->req = NULL; /* it is in the FIFO, dropped below */
-  kl_parse_reset(parse);
+  parse_reset(parse);
   while (conn->head)
-    kl_req_drop(kl_fifo_pop(conn));
+    req_drop(fifo_pop(conn));
   free(conn->stash);
   conn->stash = NULL;
-  kl_set_paused(conn, false);
+  set_paused(conn, false);
 }

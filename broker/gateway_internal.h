@@ -220,7 +220,7 @@ struct kl__gateway {
   kl__tokens_t *tokens;
   kl__gw_metrics_t m;
   kl__gw_topic_t *topics; /**< topics whose count was read, <= max_topics */
-  size_t ntopics;
+  size_t ntopics, topics_cap;
   kl__gw_conn_t *conns;
   size_t nconns;
   size_t npaused;

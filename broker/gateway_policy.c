@@ -21,7 +21,7 @@
 
 /* The next comma-separated item of @p *list, trimmed; @returns its length
  * (0 for an empty one) and moves *list past it, or -1 at the end. */
-static long kl_list_next(const char **list, const char **item) {
+static long list_next(const char **list, const char **item) {
   const char *s = *list;
   if (!s || !*s)
     return -1;
@@ -36,7 +36,7 @@ static long kl_list_next(const char **list, const char **item) {
 }
 
 /* "scheme://host[:port]": what a browser sends, no path, no slash. */
-static bool kl_origin_form(const char *s, size_t len) {
+static bool origin_form(const char *s, size_t len) {
   size_t scheme = 0;
   while (scheme < len && s[scheme] != ':' && s[scheme] != '/')
     scheme++;
@@ -51,8 +51,8 @@ static bool kl_origin_form(const char *s, size_t len) {
 kl_err_t kl__gw_origins_check(const char *list) {
   const char *item;
   long len;
-  while ((len = kl_list_next(&list, &item)) >= 0)
-    if (!kl_origin_form(item, (size_t)len))
+  while ((len = list_next(&list, &item)) >= 0)
+    if (!origin_form(item, (size_t)len))
       return kl__err(KL_ECONF,
                      "--allow-origin entry \"%.*s\" is not an origin: give "
                      "scheme://host[:port] as a browser sends it, e.g. "
@@ -70,7 +70,7 @@ bool kl__gw_origin_ok(const kl__gw_conn_t *conn) {
     return false;
   const char *list = conn->gw->opts.allow_origins, *item;
   long len;
-  while ((len = kl_list_next(&list, &item)) >= 0)
+  while ((len = list_next(&list, &item)) >= 0)
     if ((size_t)len == parse->origin_len &&
         strncasecmp(item, parse->origin, (size_t)len) == 0)
       return true;
@@ -114,7 +114,7 @@ bool kl__gw_ctype_ok(const char *ctype) {
 kl_err_t kl__gw_topics_check(const char *list) {
   const char *item, *rest = list;
   long len;
-  while ((len = kl_list_next(&rest, &item)) > 0 && len <= KL_GW_TOPIC_MAX)
+  while ((len = list_next(&rest, &item)) > 0 && len <= KL_GW_TOPIC_MAX)
     ;
   if (len < 0 && *list)
     return KL_OK;
@@ -132,11 +132,11 @@ kl_err_t kl__gw_topics_check(const char *list) {
                  list, blank ? "names no topic" : "has an empty entry");
 }
 
-static bool kl_topic_listed(const char *list, const char *topic) {
+static bool topic_listed(const char *list, const char *topic) {
   const char *item;
   long len;
   char pattern[KL_GW_TOPIC_MAX + 1];
-  while ((len = kl_list_next(&list, &item)) >= 0) {
+  while ((len = list_next(&list, &item)) >= 0) {
     if (len == 0 || len > KL_GW_TOPIC_MAX)
       continue;
     memcpy(pattern, item, (size_t)len);
@@ -147,7 +147,7 @@ static bool kl_topic_listed(const char *list, const char *topic) {
   return false;
 }
 
-static bool kl_topic_internal(const char *topic) {
+static bool topic_internal(const char *topic) {
   size_t len = strlen(topic);
   return strncmp(topic, "__", 2) == 0 ||
          (len > 4 && strcmp(topic + len - 4, ".dlq") == 0);
@@ -155,7 +155,7 @@ static bool kl_topic_internal(const char *topic) {
 
 bool kl__gw_topic_allowed(const kl__gateway_opts_t *o, const char *topic,
                           char *why, size_t size) {
-  if (!o->allow_internal_topics && kl_topic_internal(topic)) {
+  if (!o->allow_internal_topics && topic_internal(topic)) {
     snprintf(why, size,
              "topic \"%s\" is %s: clients may not publish to it; start the "
              "gateway with --allow-internal-topics to let them",
@@ -164,7 +164,7 @@ bool kl__gw_topic_allowed(const kl__gateway_opts_t *o, const char *topic,
                              : "a dead-letter topic (*.dlq)");
     return false;
   }
-  if (o->allow_topics && !kl_topic_listed(o->allow_topics, topic)) {
+  if (o->allow_topics && !topic_listed(o->allow_topics, topic)) {
     snprintf(why, size,
              "topic \"%s\" is not in --allow-topics (%.200s): add it, or "
              "a pattern that matches it",

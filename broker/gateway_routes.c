@@ -25,25 +25,27 @@
 
 #include "broker/gateway_internal.h"
 #include "broker/producer_internal.h"
+#include "common/bytes.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 
 #define KL_GW_PREFIX "/v1/topics/"
 
 /* ---- metrics ---- */
 
-static double kl_m_connections(void *gw) {
+static double m_connections(void *gw) {
   return (double)((kl__gateway_t *)gw)->nconns;
 }
-static double kl_m_paused(void *gw) {
+static double m_paused(void *gw) {
   return (double)((kl__gateway_t *)gw)->npaused;
 }
-static double kl_m_inflight(void *gw) {
+static double m_inflight(void *gw) {
   return (double)((kl__gateway_t *)gw)->inflight_events;
 }
-static double kl_m_inflight_bytes(void *gw) {
+static double m_inflight_bytes(void *gw) {
   return (double)((kl__gateway_t *)gw)->inflight_bytes;
 }
-static double kl_m_kafka_up(void *gw) {
+static double m_kafka_up(void *gw) {
   const char *why;
   return kl__gw_kafka_up(gw, &why) ? 1 : 0;
 }
@@ -56,7 +58,7 @@ void kl__gw_reject(kl__gateway_t *gw, kl__gw_limit_t limit) {
   kl__metric_add(gw->m.rejected, (const char *[]){kl_limit_names[limit]}, 1);
 }
 
-static void kl_metrics_limits(kl__gateway_t *gw) {
+static void metrics_limits(kl__gateway_t *gw) {
   const kl__gateway_opts_t *o = &gw->opts;
   const struct {
     const char *name;
@@ -81,24 +83,24 @@ static void kl_metrics_limits(kl__gateway_t *gw) {
     kl__metric_series(gw->m.rejected, (const char *[]){kl_limit_names[i]});
 }
 
-static kl_err_t kl_metrics_fns(kl__gateway_t *gw) {
+static kl_err_t metrics_fns(kl__gateway_t *gw) {
   kl__metrics_t *r = gw->m.registry;
   bool ok =
       kl__metrics_gauge_fn(r, "keylane_gateway_connections",
-                           "open client connections", kl_m_connections, gw) &&
+                           "open client connections", m_connections, gw) &&
       kl__metrics_gauge_fn(r, "keylane_gateway_connections_paused",
                            "connections not read because their client does "
                            "not read its responses",
-                           kl_m_paused, gw) &&
+                           m_paused, gw) &&
       kl__metrics_gauge_fn(r, "keylane_gateway_inflight_events",
                            "events produced and not yet acknowledged by Kafka",
-                           kl_m_inflight, gw) &&
+                           m_inflight, gw) &&
       kl__metrics_gauge_fn(r, "keylane_gateway_inflight_bytes",
                            "request bytes of events not yet acknowledged",
-                           kl_m_inflight_bytes, gw) &&
+                           m_inflight_bytes, gw) &&
       kl__metrics_gauge_fn(r, "keylane_gateway_kafka_up",
                            "1 when a Kafka broker answered recently",
-                           kl_m_kafka_up, gw);
+                           m_kafka_up, gw);
   return ok ? KL_OK : KL_ENOMEM;
 }
 
@@ -143,16 +145,16 @@ kl_err_t kl__gw_metrics_init(kl__gateway_t *gw) {
   m->accepted = kl__metric_series(accepted, NULL);
   if (!m->requests || !m->latency || !m->delivery || !m->produced ||
       !m->failed || !m->kafka_errors || !m->rejected || !m->limits ||
-      !m->accepted || kl_metrics_fns(gw))
+      !m->accepted || metrics_fns(gw))
     return kl__err(KL_ENOMEM, "cannot register the gateway's metrics");
-  kl_metrics_limits(gw);
+  metrics_limits(gw);
   return KL_OK;
 }
 
 /* ---- heads ---- */
 
 /* Kafka's rule: [a-zA-Z0-9._-]{1,249}, not "." or "..". */
-static bool kl_topic_ok(const char *s, size_t len) {
+static bool topic_ok(const char *s, size_t len) {
   if (len == 0 || len > KL_GW_TOPIC_MAX || (len == 1 && s[0] == '.') ||
       (len == 2 && s[0] == '.' && s[1] == '.'))
     return false;
@@ -167,8 +169,8 @@ static bool kl_topic_ok(const char *s, size_t len) {
 
 /* Sets req->route (and req->topic) from the path; @returns the one method
  * it takes, or NULL for an unknown path. */
-static const char *kl_route_match(kl__gw_req_t *req, const char *path,
-                                  size_t len, bool *bad_topic) {
+static const char *route_match(kl__gw_req_t *req, const char *path, size_t len,
+                               bool *bad_topic) {
   static const struct {
     const char *path;
     kl__gw_route_t route;
@@ -194,7 +196,7 @@ static const char *kl_route_match(kl__gw_req_t *req, const char *path,
     req->route = KL_GW_ROUTE_ROUTE;
   else
     return NULL;
-  *bad_topic = !kl_topic_ok(topic, tlen);
+  *bad_topic = !topic_ok(topic, tlen);
   if (!*bad_topic) {
     memcpy(req->topic, topic, tlen);
     req->topic[tlen] = '\0';
@@ -203,7 +205,7 @@ static const char *kl_route_match(kl__gw_req_t *req, const char *path,
 }
 
 /* "Bearer TOKEN", the scheme in any case (RFC 7235). */
-static bool kl_auth_ok(const kl__gw_conn_t *conn) {
+static bool auth_ok(const kl__gw_conn_t *conn) {
   const kl__gw_parse_t *parse = &conn->parse;
   const char *a = parse->auth;
   size_t len = parse->auth_len;
@@ -230,7 +232,7 @@ void kl__gw_route_head(kl__gw_conn_t *conn, kl__gw_req_t *req, int method,
   bool bad_topic = false;
   const char *path = url + u.field_data[UF_PATH].off;
   const char *allow =
-      kl_route_match(req, path, u.field_data[UF_PATH].len, &bad_topic);
+      route_match(req, path, u.field_data[UF_PATH].len, &bad_topic);
   char extra[64], why[512];
   if (!allow) {
     kl__gw_respond_error(req, 404, NULL,
@@ -249,7 +251,7 @@ void kl__gw_route_head(kl__gw_conn_t *conn, kl__gw_req_t *req, int method,
         (int)(conn->parse.origin_len > 200 ? 200 : conn->parse.origin_len),
         conn->parse.origin);
   } else if (req->route <= KL_GW_ROUTE_ROUTE && conn->gw->tokens &&
-             !kl_auth_ok(conn)) {
+             !auth_ok(conn)) {
     kl__gw_respond_error(req, 401, "WWW-Authenticate: Bearer\r\n",
                          "a valid \"Authorization: Bearer TOKEN\" header is "
                          "required");
@@ -274,7 +276,7 @@ void kl__gw_route_head(kl__gw_conn_t *conn, kl__gw_req_t *req, int method,
 /* ---- topics ---- */
 
 /* @returns the served topic named @p topic, marked as used now, or NULL. */
-static kl__gw_topic_t *kl_topic_known(kl__gateway_t *gw, const char *topic) {
+static kl__gw_topic_t *topic_known(kl__gateway_t *gw, const char *topic) {
   for (size_t i = 0; i < gw->ntopics; i++)
     if (strcmp(gw->topics[i].name, topic) == 0) {
       gw->topics[i].used_ns = kl__mono_ns();
@@ -283,9 +285,9 @@ static kl__gw_topic_t *kl_topic_known(kl__gateway_t *gw, const char *topic) {
   return NULL;
 }
 
-static void kl_topic_remember(kl__gateway_t *gw, const char *topic) {
+static void topic_remember(kl__gateway_t *gw, const char *topic) {
   kl__gw_topic_t *topics =
-      realloc(gw->topics, (gw->ntopics + 1) * sizeof(*topics));
+      kl__grow(gw->topics, &gw->topics_cap, gw->ntopics, sizeof(*topics), 8);
   if (!topics)
     return;
   gw->topics = topics;
@@ -296,7 +298,7 @@ static void kl_topic_remember(kl__gateway_t *gw, const char *topic) {
 /* Makes room for one more topic when max_topics are served: the least
  * recently used one goes, if no request used it for topic_idle_ms (its
  * producer handle too). @returns whether there is room. */
-static bool kl_topic_room(kl__gateway_t *gw) {
+static bool topic_room(kl__gateway_t *gw) {
   if (gw->ntopics < gw->opts.max_topics)
     return true;
   size_t lru = 0;
@@ -318,14 +320,14 @@ static bool kl_topic_room(kl__gateway_t *gw) {
 }
 
 /* @returns the topic's partition count, or 0 after answering @p req. */
-static int32_t kl_topic_partitions(kl__gateway_t *gw, kl__gw_req_t *req) {
+static int32_t topic_partitions(kl__gateway_t *gw, kl__gw_req_t *req) {
   const char *why = NULL;
-  bool known = kl_topic_known(gw, req->topic) != NULL;
+  bool known = topic_known(gw, req->topic) != NULL;
   if (!known && !kl__gw_kafka_up(gw, &why)) {
     kl__gw_respond_error(req, 503, NULL, "%s", why);
     return 0;
   }
-  if (!known && !kl_topic_room(gw)) {
+  if (!known && !topic_room(gw)) {
     char extra[48];
     snprintf(extra, sizeof(extra), "Retry-After: %d\r\n",
              gw->opts.topic_idle_ms / 1000 + 1);
@@ -347,7 +349,7 @@ static int32_t kl_topic_partitions(kl__gateway_t *gw, kl__gw_req_t *req) {
     return 0;
   }
   if (!known)
-    kl_topic_remember(gw, req->topic);
+    topic_remember(gw, req->topic);
   /* Its count is not the fleet's: a partition computed now would send the
    * key to another owner, so nothing is published or answered. */
   if (kl__producer_topic_check(gw->producer, req->topic) == KL_EPARTITIONS) {
@@ -359,7 +361,7 @@ static int32_t kl_topic_partitions(kl__gateway_t *gw, kl__gw_req_t *req) {
 
 /* ---- publish ---- */
 
-static void kl_respond_bad(kl__gw_req_t *req, const kl__gw_bad_t *bad) {
+static void respond_bad(kl__gw_req_t *req, const kl__gw_bad_t *bad) {
   kl__strbuf_t sb = KL__STRBUF_INIT;
   kl__strbuf_puts(&sb, "{\"error\":");
   kl__strbuf_json_str(&sb, bad->msg, strlen(bad->msg));
@@ -373,7 +375,7 @@ static void kl_respond_bad(kl__gw_req_t *req, const kl__gw_bad_t *bad) {
   free(body);
 }
 
-static void kl_respond_ok(kl__gw_req_t *req) {
+static void respond_ok(kl__gw_req_t *req) {
   kl__strbuf_t sb = KL__STRBUF_INIT;
   kl__strbuf_puts(&sb, "[");
   for (size_t i = 0; i < req->nslots; i++) {
@@ -395,7 +397,7 @@ static void kl_respond_ok(kl__gw_req_t *req) {
 
 /* Some events were not acknowledged: the client retries all of them with
  * these ids; the workers apply each id once. */
-static void kl_respond_failed(kl__gw_req_t *req) {
+static void respond_failed(kl__gw_req_t *req) {
   kl__gateway_t *gw = req->gw;
   char extra[48], msg[768];
   snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", gw->opts.retry_after_s);
@@ -419,7 +421,7 @@ static void kl_respond_failed(kl__gw_req_t *req) {
   free(body);
 }
 
-static void kl_publish_done(kl__gw_req_t *req) {
+static void publish_done(kl__gw_req_t *req) {
   req->gw->inflight_bytes -= req->bytes;
   if (req->failed && req->kafka_err == KL_EPARTITIONS) /* changed meanwhile */
     kl__gw_respond_error(req, 409, NULL,
@@ -427,13 +429,13 @@ static void kl_publish_done(kl__gw_req_t *req) {
                          "published: %s",
                          req->failed, req->nslots, req->kafka_errmsg);
   else if (req->failed)
-    kl_respond_failed(req);
+    respond_failed(req);
   else
-    kl_respond_ok(req);
+    respond_ok(req);
   kl__gw_req_answered(req);
 }
 
-static void kl_slot_failed(kl__gw_req_t *req, kl_err_t err, const char *msg) {
+static void slot_failed(kl__gw_req_t *req, kl_err_t err, const char *msg) {
   kl__gateway_t *gw = req->gw;
   if (!req->failed++) {
     req->kafka_err = err;
@@ -451,18 +453,18 @@ void kl__gw_on_delivery(void *opaque, const kl_delivery_t *d) {
   kl__metric_observe(gw->m.delivery, NULL,
                      (double)(kl__mono_ns() - req->produced_ns) / 1e9);
   if (d->err) {
-    kl_slot_failed(req, d->err, d->errmsg ? d->errmsg : kl_strerror(d->err));
+    slot_failed(req, d->err, d->errmsg ? d->errmsg : kl_strerror(d->err));
   } else {
     slot->partition = d->partition;
     slot->offset = d->offset;
     kl__series_add(gw->m.produced, 1);
   }
   if (--req->outstanding == 0)
-    kl_publish_done(req);
+    publish_done(req);
 }
 
 /* Gives every event its id now, so that a 503 can list them all. */
-static bool kl_slots_make(kl__gw_req_t *req, kl__gw_batch_t *batch) {
+static bool slots_make(kl__gw_req_t *req, kl__gw_batch_t *batch) {
   if (!(req->slots = calloc(batch->n, sizeof(kl__gw_slot_t))))
     return false;
   req->nslots = batch->n;
@@ -484,7 +486,7 @@ static bool kl_slots_make(kl__gw_req_t *req, kl__gw_batch_t *batch) {
   return true;
 }
 
-static void kl_produce(kl__gw_req_t *req, kl__gw_batch_t *batch) {
+static void routes_produce(kl__gw_req_t *req, kl__gw_batch_t *batch) {
   kl__gateway_t *gw = req->gw;
   req->outstanding = 1; /* see the file comment */
   req->produced_ns = kl__mono_ns();
@@ -497,22 +499,22 @@ static void kl_produce(kl__gw_req_t *req, kl__gw_batch_t *batch) {
     /* This one and the rest were never queued: fail them now. */
     req->outstanding--;
     for (size_t j = i; j < batch->n; j++) {
-      kl_slot_failed(req, err, kl_err_detail());
+      slot_failed(req, err, kl_err_detail());
       gw->inflight_events--;
     }
     break;
   }
   if (--req->outstanding == 0)
-    kl_publish_done(req);
+    publish_done(req);
 }
 
-static bool kl_budget_fits(kl__gateway_t *gw, size_t events, size_t bytes) {
+static bool budget_fits(kl__gateway_t *gw, size_t events, size_t bytes) {
   return gw->inflight_events + (int64_t)events <= gw->opts.max_inflight &&
          gw->inflight_bytes + (int64_t)bytes <= gw->opts.max_inflight_bytes;
 }
 
-static void kl_publish_request(kl__gw_conn_t *conn, kl__gw_req_t *req,
-                               const char *body, size_t len) {
+static void publish_request(kl__gw_conn_t *conn, kl__gw_req_t *req,
+                            const char *body, size_t len) {
   kl__gateway_t *gw = req->gw;
   kl__gw_batch_t batch;
   kl__gw_bad_t bad;
@@ -524,15 +526,15 @@ static void kl_publish_request(kl__gw_conn_t *conn, kl__gw_req_t *req,
   }
   if (kl__gw_batch_decode(&batch, conn->parse.ctype, body, len,
                           (size_t)gw->opts.max_inflight, &bad)) {
-    kl_respond_bad(req, &bad);
+    respond_bad(req, &bad);
     return;
   }
   if (kl__gw_batch_trace(&batch, &conn->parse, &bad)) {
-    kl_respond_bad(req, &bad);
+    respond_bad(req, &bad);
     kl__gw_batch_free(&batch);
     return;
   }
-  if (!kl_budget_fits(gw, batch.n, len)) {
+  if (!budget_fits(gw, batch.n, len)) {
     kl__gw_reject(gw, KL_GW_LIMIT_INFLIGHT);
     kl__gw_respond_error(req, 429, extra,
                          "the in-flight budget is full "
@@ -540,13 +542,13 @@ static void kl_publish_request(kl__gw_conn_t *conn, kl__gw_req_t *req,
                          "later",
                          (long long)gw->inflight_events,
                          (long long)gw->inflight_bytes);
-  } else if (kl_topic_partitions(gw, req) > 0) {
-    if (!kl_slots_make(req, &batch)) {
+  } else if (topic_partitions(gw, req) > 0) {
+    if (!slots_make(req, &batch)) {
       kl__gw_respond_error(req, 503, extra, "out of memory for the events");
     } else {
       gw->inflight_events += (int64_t)batch.n;
       gw->inflight_bytes += req->bytes = (int64_t)len;
-      kl_produce(req, &batch);
+      routes_produce(req, &batch);
     }
   }
   kl__gw_batch_free(&batch);
@@ -554,23 +556,17 @@ static void kl_publish_request(kl__gw_conn_t *conn, kl__gw_req_t *req,
 
 /* ---- route, healthz, metrics ---- */
 
-static int kl_hex(char c) {
-  return c >= '0' && c <= '9'   ? c - '0'
-         : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                : -1;
-}
-
 /* Percent-decodes @p s ('+' is a space, as in forms) into @p out.
  * @returns the length, or -1 when malformed or longer than @p cap. */
-static long kl_pct_decode(const char *s, size_t len, char *out, size_t cap) {
+static long pct_decode(const char *s, size_t len, char *out, size_t cap) {
   size_t n = 0;
   for (size_t i = 0; i < len; i++) {
     char c = s[i];
     if (c == '%') {
-      if (len - i < 3 || kl_hex(s[i + 1]) < 0 || kl_hex(s[i + 2]) < 0)
+      if (len - i < 3 || kl__hex_value(s[i + 1]) < 0 ||
+          kl__hex_value(s[i + 2]) < 0)
         return -1;
-      c = (char)(kl_hex(s[i + 1]) * 16 + kl_hex(s[i + 2]));
+      c = (char)(kl__hex_value(s[i + 1]) * 16 + kl__hex_value(s[i + 2]));
       i += 2;
     } else if (c == '+') {
       c = ' ';
@@ -583,23 +579,23 @@ static long kl_pct_decode(const char *s, size_t len, char *out, size_t cap) {
 }
 
 /* @returns the decoded length of the query's "key", or -1. */
-static long kl_query_key(const char *q, size_t len, char *out, size_t cap) {
+static long query_key(const char *q, size_t len, char *out, size_t cap) {
   for (size_t i = 0; i < len;) {
     size_t end = i;
     while (end < len && q[end] != '&')
       end++;
     if (end - i >= 4 && memcmp(q + i, "key=", 4) == 0)
-      return kl_pct_decode(q + i + 4, end - i - 4, out, cap);
+      return pct_decode(q + i + 4, end - i - 4, out, cap);
     i = end + 1;
   }
   return -1;
 }
 
-static void kl_route_request(kl__gw_conn_t *conn, kl__gw_req_t *req) {
+static void route_request(kl__gw_conn_t *conn, kl__gw_req_t *req) {
   const char *url = conn->parse.url.data ? conn->parse.url.data : "";
   const char *q = strchr(url, '?');
   char key[KL_KEY_MAX];
-  long klen = q ? kl_query_key(q + 1, strlen(q + 1), key, sizeof(key)) : -1;
+  long klen = q ? query_key(q + 1, strlen(q + 1), key, sizeof(key)) : -1;
   if (klen <= 0) {
     kl__gw_respond_error(req, 400, NULL,
                          "give the key as ?key=K, "
@@ -607,7 +603,7 @@ static void kl_route_request(kl__gw_conn_t *conn, kl__gw_req_t *req) {
                          KL_KEY_MAX);
     return;
   }
-  int32_t parts = kl_topic_partitions(req->gw, req);
+  int32_t parts = topic_partitions(req->gw, req);
   if (parts <= 0)
     return;
   char body[96];
@@ -616,7 +612,7 @@ static void kl_route_request(kl__gw_conn_t *conn, kl__gw_req_t *req) {
   kl__gw_respond(req, 200, "application/json", NULL, body, (size_t)n);
 }
 
-static void kl_healthz_request(kl__gw_req_t *req) {
+static void healthz_request(kl__gw_req_t *req) {
   kl__gateway_t *gw = req->gw;
   const char *why = NULL;
   if (gw->stopping)
@@ -639,7 +635,7 @@ static void kl_healthz_request(kl__gw_req_t *req) {
   kl__gw_respond(req, 200, "application/json", NULL, body, (size_t)n);
 }
 
-static void kl_metrics_request(kl__gw_req_t *req) {
+static void metrics_request(kl__gw_req_t *req) {
   size_t len = 0;
   char *text = kl__metrics_render(req->gw->m.registry, &len);
   if (!text) {
@@ -654,16 +650,16 @@ void kl__gw_route_body(kl__gw_conn_t *conn, kl__gw_req_t *req, const char *body,
                        size_t body_len) {
   switch (req->route) {
   case KL_GW_ROUTE_EVENTS:
-    kl_publish_request(conn, req, body, body_len);
+    publish_request(conn, req, body, body_len);
     break;
   case KL_GW_ROUTE_ROUTE:
-    kl_route_request(conn, req);
+    route_request(conn, req);
     break;
   case KL_GW_ROUTE_HEALTHZ:
-    kl_healthz_request(req);
+    healthz_request(req);
     break;
   case KL_GW_ROUTE_METRICS:
-    kl_metrics_request(req);
+    metrics_request(req);
     break;
   default:
     kl__gw_respond_error(req, 404, NULL, "no such route");

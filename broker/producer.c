@@ -46,6 +46,7 @@
 #include "common/kafka.h"
 #include "common/log.h"
 #include "common/partitions.h"
+#include "common/strbuf.h"
 #include "keylane/producer.h"
 
 /* How long the first publish to a topic waits for its partition count. */
@@ -76,6 +77,7 @@ struct kl_producer {
   int follow_ups;      /* producer.follow_ups: ids beginning with '~' allowed */
   kl_topic_t **topics; /* each stays where it is: the watch thread's too */
   size_t topic_cnt;    /* written with mu held, on the caller's thread */
+  size_t topic_cap;
   pthread_mutex_t mu;  /* topics and topic_cnt against the watch thread */
   pthread_cond_t wake; /* the watch thread's timer; stopping */
   pthread_t watch;
@@ -85,15 +87,15 @@ struct kl_producer {
   kl_decoder_t *decoder; /* reads ids back in delivery reports */
 };
 
-static kl_err_t kl_watch_start(kl_producer_t *producer);
+static kl_err_t watch_start(kl_producer_t *producer);
 
 /* ---- callbacks, served on the producer's thread ---- */
 
 /* Where kl_event_encode() puts the id: {"v": 1, "id": <str>, ...}. A
  * shortcut for the delivery report, checked byte by byte; anything else
  * (another encoder version) takes the decoder. */
-static int kl_producer_id_peek(const uint8_t *p, size_t len, const char **id,
-                               size_t *id_len) {
+static int producer_id_peek(const uint8_t *p, size_t len, const char **id,
+                            size_t *id_len) {
   static const uint8_t head[] = {0xa1, 'v', 0x01, 0xa2, 'i', 'd'};
   if (len < 9 || (p[0] != 0x85 && p[0] != 0x86) ||
       memcmp(p + 1, head, sizeof(head)) != 0)
@@ -109,11 +111,11 @@ static int kl_producer_id_peek(const uint8_t *p, size_t len, const char **id,
 
 /* The id of the event in a message we produced, copied out to be NUL
  * terminated. */
-static size_t kl_producer_dr_id(kl_producer_t *producer,
-                                const rd_kafka_message_t *msg,
-                                char id[KL_ID_MAX + 1]) {
+static size_t producer_dr_id(kl_producer_t *producer,
+                             const rd_kafka_message_t *msg,
+                             char id[KL_ID_MAX + 1]) {
   kl_event_t ev = {0};
-  if (kl_producer_id_peek(msg->payload, msg->len, &ev.id, &ev.id_len) != 0 &&
+  if (producer_id_peek(msg->payload, msg->len, &ev.id, &ev.id_len) != 0 &&
       kl_event_decode(producer->decoder, msg->key, msg->key_len, msg->payload,
                       msg->len, &ev) != KL_OK)
     ev.id_len = 0;
@@ -123,8 +125,8 @@ static size_t kl_producer_dr_id(kl_producer_t *producer,
   return ev.id_len;
 }
 
-static void kl_producer_dr(rd_kafka_t *rk, const rd_kafka_message_t *msg,
-                           void *opaque) {
+static void producer_dr(rd_kafka_t *rk, const rd_kafka_message_t *msg,
+                        void *opaque) {
   (void)rk;
   kl_producer_t *producer = opaque;
   producer->inflight--;
@@ -140,14 +142,14 @@ static void kl_producer_dr(rd_kafka_t *rk, const rd_kafka_message_t *msg,
       .partition = msg->partition,
       .offset = msg->err ? -1 : msg->offset,
       .id = id,
-      .id_len = kl_producer_dr_id(producer, msg, id),
+      .id_len = producer_dr_id(producer, msg, id),
       .opaque = msg->_private,
   };
   producer->cb(producer->cb_opaque, &d);
 }
 
-static void kl_producer_error(rd_kafka_t *rk, int err, const char *reason,
-                              void *opaque) {
+static void producer_error(rd_kafka_t *rk, int err, const char *reason,
+                           void *opaque) {
   (void)rk;
   (void)opaque;
   if (err == RD_KAFKA_RESP_ERR__FATAL)
@@ -166,7 +168,7 @@ static void kl_producer_error(rd_kafka_t *rk, int err, const char *reason,
 
 /* keylane's guarantees rest on these; a conflicting value is refused
  * rather than silently replaced. */
-static kl_err_t kl_producer_check_forced(const kl_conf_t *conf) {
+static kl_err_t producer_check_forced(const kl_conf_t *conf) {
   static const char *const acks[] = {"kafka.acks",
                                      "kafka.request.required.acks"};
   for (size_t i = 0; i < 2; i++) {
@@ -191,9 +193,8 @@ static kl_err_t kl_producer_check_forced(const kl_conf_t *conf) {
   return KL_OK;
 }
 
-static kl_err_t kl_producer_rkconf(const kl_conf_t *conf,
-                                   kl_producer_t *producer,
-                                   rd_kafka_conf_t **out) {
+static kl_err_t producer_rkconf(const kl_conf_t *conf, kl_producer_t *producer,
+                                rd_kafka_conf_t **out) {
   rd_kafka_conf_t *rkconf = rd_kafka_conf_new();
   char n[32];
   /* librdkafka's queue must hold the whole budget, so that the budget,
@@ -212,15 +213,15 @@ static kl_err_t kl_producer_rkconf(const kl_conf_t *conf,
     rd_kafka_conf_destroy(rkconf);
     return err;
   }
-  rd_kafka_conf_set_dr_msg_cb(rkconf, kl_producer_dr);
-  rd_kafka_conf_set_error_cb(rkconf, kl_producer_error);
+  rd_kafka_conf_set_dr_msg_cb(rkconf, producer_dr);
+  rd_kafka_conf_set_error_cb(rkconf, producer_error);
   rd_kafka_conf_set_opaque(rkconf, producer);
   *out = rkconf;
   return KL_OK;
 }
 
 /* Frees what kl_producer_new() set up before librdkafka's handle. */
-static void kl_producer_free(kl_producer_t *producer) {
+static void producer_free(kl_producer_t *producer) {
   kl_decoder_destroy(producer->decoder);
   pthread_mutex_destroy(&producer->mu);
   pthread_cond_destroy(&producer->wake);
@@ -232,7 +233,7 @@ kl_err_t kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
   kl__err_clear();
   if (!conf || !out)
     return kl__err(KL_EINVAL, "kl_producer_new: conf and out are required");
-  kl_err_t err = kl_producer_check_forced(conf);
+  kl_err_t err = producer_check_forced(conf);
   if (err)
     return err;
   kl_producer_t *producer = calloc(1, sizeof(*producer));
@@ -257,8 +258,8 @@ kl_err_t kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
   pthread_cond_init(&producer->wake, &attr);
   pthread_condattr_destroy(&attr);
   rd_kafka_conf_t *rkconf;
-  if ((err = kl_producer_rkconf(conf, producer, &rkconf))) {
-    kl_producer_free(producer);
+  if ((err = producer_rkconf(conf, producer, &rkconf))) {
+    producer_free(producer);
     return err;
   }
   char errstr[512];
@@ -266,10 +267,10 @@ kl_err_t kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
       rd_kafka_new(RD_KAFKA_PRODUCER, rkconf, errstr, sizeof(errstr));
   if (!producer->rk) {
     rd_kafka_conf_destroy(rkconf);
-    kl_producer_free(producer);
+    producer_free(producer);
     return kl__err(KL_ECONF, "cannot create the Kafka producer: %s", errstr);
   }
-  if ((err = kl_watch_start(producer))) {
+  if ((err = watch_start(producer))) {
     kl_producer_destroy(producer);
     return err;
   }
@@ -281,8 +282,8 @@ kl_err_t kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
 
 /* One metadata request for @p topic: the count, 0 while the topic has no
  * leaders yet (just created), or a negative kl_err_t with the detail. */
-static int32_t kl_topic_read_count(kl_producer_t *producer, kl_topic_t *topic,
-                                   int timeout_ms) {
+static int32_t topic_read_count(kl_producer_t *producer, kl_topic_t *topic,
+                                int timeout_ms) {
   const struct rd_kafka_metadata *md;
   kl_err_t err = kl__kafka_metadata(producer->rk, topic->name, timeout_ms, &md);
   if (err)
@@ -305,7 +306,7 @@ static int32_t kl_topic_read_count(kl_producer_t *producer, kl_topic_t *topic,
 }
 
 /* The refusal, or KL_OK: one relaxed load on every publish. */
-static kl_err_t kl_topic_check(const kl_topic_t *topic) {
+static kl_err_t topic_check(const kl_topic_t *topic) {
   int32_t live = atomic_load_explicit(&topic->live, memory_order_relaxed);
   if (live == topic->expect.count)
     return KL_OK;
@@ -316,12 +317,12 @@ static kl_err_t kl_topic_check(const kl_topic_t *topic) {
 }
 
 /* Reads the count, waiting out a topic that is still being created. */
-static kl_err_t kl_topic_load(kl_producer_t *producer, kl_topic_t *topic) {
+static kl_err_t topic_load(kl_producer_t *producer, kl_topic_t *topic) {
   int64_t deadline = kl__mono_ns() + (int64_t)KL_METADATA_TIMEOUT_MS * 1000000;
   for (;;) {
     int64_t left_ms = (deadline - kl__mono_ns()) / 1000000;
     int32_t count =
-        kl_topic_read_count(producer, topic, left_ms > 0 ? (int)left_ms : 1);
+        topic_read_count(producer, topic, left_ms > 0 ? (int)left_ms : 1);
     if (count < 0)
       return (kl_err_t)-count;
     if (count > 0) {
@@ -342,7 +343,7 @@ static kl_err_t kl_topic_load(kl_producer_t *producer, kl_topic_t *topic) {
   }
 }
 
-static kl_topic_t *kl_topic_find(kl_producer_t *producer, const char *name) {
+static kl_topic_t *topic_find(kl_producer_t *producer, const char *name) {
   kl_topic_t *last = producer->last;
   if (last && (last->name == name || strcmp(last->name, name) == 0))
     return last;
@@ -352,15 +353,15 @@ static kl_topic_t *kl_topic_find(kl_producer_t *producer, const char *name) {
   return NULL;
 }
 
-static void kl_topic_free(kl_topic_t *topic) {
+static void topic_free(kl_topic_t *topic) {
   if (topic->rkt)
     rd_kafka_topic_destroy(topic->rkt);
   free(topic->name);
   free(topic);
 }
 
-static kl_err_t kl_topic_new(kl_producer_t *producer, const char *name,
-                             kl_topic_t **out) {
+static kl_err_t topic_new(kl_producer_t *producer, const char *name,
+                          kl_topic_t **out) {
   kl_topic_t *topic = calloc(1, sizeof(*topic));
   if (!topic || !(topic->name = strdup(name))) {
     free(topic);
@@ -368,7 +369,7 @@ static kl_err_t kl_topic_new(kl_producer_t *producer, const char *name,
   }
   topic->rkt = rd_kafka_topic_new(producer->rk, name, NULL);
   if (!topic->rkt) {
-    kl_topic_free(topic);
+    topic_free(topic);
     return kl__err(KL_EINVAL, "topic %s: %s", name,
                    rd_kafka_err2str(rd_kafka_last_error()));
   }
@@ -377,10 +378,10 @@ static kl_err_t kl_topic_new(kl_producer_t *producer, const char *name,
 }
 
 /* Adds a topic whose count was read, for the publishes and the watch. */
-static kl_err_t kl_topic_add(kl_producer_t *producer, kl_topic_t *topic) {
+static kl_err_t topic_add(kl_producer_t *producer, kl_topic_t *topic) {
   pthread_mutex_lock(&producer->mu);
-  kl_topic_t **topics =
-      realloc(producer->topics, (producer->topic_cnt + 1) * sizeof(*topics));
+  kl_topic_t **topics = kl__grow(producer->topics, &producer->topic_cap,
+                                 producer->topic_cnt, sizeof(*topics), 8);
   if (topics) {
     producer->topics = topics;
     topics[producer->topic_cnt++] = topic;
@@ -394,22 +395,22 @@ static kl_err_t kl_topic_add(kl_producer_t *producer, kl_topic_t *topic) {
 
 /* The cached topic, its partition count read on first use. A topic whose
  * count could not be read is not kept, so the next call tries again. */
-static kl_err_t kl_topic_get(kl_producer_t *producer, const char *name,
-                             kl_topic_t **out) {
-  kl_topic_t *topic = kl_topic_find(producer, name);
+static kl_err_t topic_get(kl_producer_t *producer, const char *name,
+                          kl_topic_t **out) {
+  kl_topic_t *topic = topic_find(producer, name);
   if (!topic) {
-    kl_err_t err = kl_topic_new(producer, name, &topic);
+    kl_err_t err = topic_new(producer, name, &topic);
     if (err)
       return err;
-    if ((err = kl_topic_load(producer, topic)) == KL_OK)
-      err = kl_topic_add(producer, topic);
+    if ((err = topic_load(producer, topic)) == KL_OK)
+      err = topic_add(producer, topic);
     if (err) {
-      kl_topic_free(topic);
+      topic_free(topic);
       return err;
     }
   }
   *out = topic;
-  return kl_topic_check(topic);
+  return topic_check(topic);
 }
 
 void kl__producer_forget(kl_producer_t *producer, const char *name) {
@@ -421,7 +422,7 @@ void kl__producer_forget(kl_producer_t *producer, const char *name) {
     producer->topics[i] = producer->topics[--producer->topic_cnt];
     pthread_mutex_unlock(&producer->mu);
     producer->last = NULL;
-    kl_topic_free(topic);
+    topic_free(topic);
     return;
   }
 }
@@ -434,7 +435,7 @@ kl_err_t kl_producer_partitions(kl_producer_t *producer, const char *topic,
                               "count are required");
   *count = 0;
   kl_topic_t *t = NULL;
-  kl_err_t err = kl_topic_get(producer, topic, &t);
+  kl_err_t err = topic_get(producer, topic, &t);
   if (err && err != KL_EPARTITIONS)
     return err;
   /* A mismatch is not this call's failure: the live count is known. */
@@ -445,15 +446,15 @@ kl_err_t kl_producer_partitions(kl_producer_t *producer, const char *topic,
 
 kl_err_t kl__producer_topic_check(kl_producer_t *producer, const char *topic) {
   kl_topic_t *t;
-  return kl_topic_get(producer, topic, &t);
+  return topic_get(producer, topic, &t);
 }
 
 /* ---- the watch thread ---- */
 
 /* Stores the counts of @p md in the topics (mu held), and says once when
  * one changed. */
-static void kl_watch_apply(kl_producer_t *producer,
-                           const struct rd_kafka_metadata *md) {
+static void watch_apply(kl_producer_t *producer,
+                        const struct rd_kafka_metadata *md) {
   for (int i = 0; i < md->topic_cnt; i++) {
     const rd_kafka_metadata_topic_t *mt = &md->topics[i];
     if (mt->err || mt->partition_cnt <= 0)
@@ -477,7 +478,7 @@ static void kl_watch_apply(kl_producer_t *producer,
   }
 }
 
-static void *kl_watch_main(void *opaque) {
+static void *watch_main(void *opaque) {
   kl_producer_t *producer = opaque;
   pthread_mutex_lock(&producer->mu);
   while (!producer->stopping) {
@@ -502,22 +503,22 @@ static void *kl_watch_main(void *opaque) {
       KL_LOG_D("producer", "partition counts: %s", kl_err_detail());
       continue;
     }
-    kl_watch_apply(producer, md);
+    watch_apply(producer, md);
     rd_kafka_metadata_destroy(md);
   }
   pthread_mutex_unlock(&producer->mu);
   return NULL;
 }
 
-static kl_err_t kl_watch_start(kl_producer_t *producer) {
-  if (pthread_create(&producer->watch, NULL, kl_watch_main, producer) != 0)
+static kl_err_t watch_start(kl_producer_t *producer) {
+  if (pthread_create(&producer->watch, NULL, watch_main, producer) != 0)
     return kl__err(KL_ENOMEM, "cannot start the producer's partition-count "
                               "watch thread");
   producer->watching = 1;
   return KL_OK;
 }
 
-static void kl_watch_stop(kl_producer_t *producer) {
+static void watch_stop(kl_producer_t *producer) {
   if (!producer->watching)
     return;
   pthread_mutex_lock(&producer->mu);
@@ -531,7 +532,7 @@ static void kl_watch_stop(kl_producer_t *producer) {
 /* ---- publishing ---- */
 
 /* Waits, serving delivery reports, until the budget has room. */
-static kl_err_t kl_budget_wait(kl_producer_t *producer) {
+static kl_err_t budget_wait(kl_producer_t *producer) {
   if (producer->inflight < producer->inflight_max)
     return KL_OK;
   int64_t start = kl__mono_ns();
@@ -557,9 +558,9 @@ static kl_err_t kl_budget_wait(kl_producer_t *producer) {
 /* Hands the envelope to librdkafka, which copies it (the file comment says
  * why). __QUEUE_FULL (librdkafka's byte limit, queue.buffering.max.kbytes)
  * gets the same wait as the budget. */
-static kl_err_t kl_msg_produce(kl_producer_t *producer, kl_topic_t *topic,
-                               const kl_event_t *event, const void *envelope,
-                               size_t envelope_len, void *opaque) {
+static kl_err_t msg_produce(kl_producer_t *producer, kl_topic_t *topic,
+                            const kl_event_t *event, const void *envelope,
+                            size_t envelope_len, void *opaque) {
   int32_t partition =
       kl_partition(event->key, event->key_len, topic->partitions);
   int64_t deadline = 0;
@@ -580,7 +581,7 @@ static kl_err_t kl_msg_produce(kl_producer_t *producer, kl_topic_t *topic,
 }
 
 /* Fills in the id and ts the service left out, from one clock read. */
-static void kl_publish_stamp(kl_event_t *ev, char id[37]) {
+static void publish_stamp(kl_event_t *ev, char id[37]) {
   if (ev->id_len != 0 && ev->ts != 0)
     return;
   int64_t now = kl__now_ms();
@@ -601,7 +602,7 @@ kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
                               "required");
   kl_event_t ev = *event;
   char id[37];
-  kl_publish_stamp(&ev, id);
+  publish_stamp(&ev, id);
   /* Validating first: a bad event fails before any waiting. */
   kl_err_t err = kl_event_validate(&ev, 0);
   if (!err && !producer->follow_ups) /* the outbox's ids are keylane's */
@@ -618,11 +619,11 @@ kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
     return kl__err(KL_ENOMEM, "cannot allocate a %zu-byte envelope", size);
   size_t envelope_len = kl__envelope_write(&ev, envelope);
   kl_topic_t *t;
-  err = kl_topic_get(producer, topic, &t);
+  err = topic_get(producer, topic, &t);
   if (!err)
-    err = kl_budget_wait(producer);
+    err = budget_wait(producer);
   if (!err)
-    err = kl_msg_produce(producer, t, &ev, envelope, envelope_len, opaque);
+    err = msg_produce(producer, t, &ev, envelope, envelope_len, opaque);
   if (envelope != stack)
     free(envelope);
   if (err)
@@ -654,7 +655,7 @@ int64_t kl_producer_inflight(const kl_producer_t *producer) {
 void kl_producer_destroy(kl_producer_t *producer) {
   if (!producer)
     return;
-  kl_watch_stop(producer);
+  watch_stop(producer);
   if (kl_flush(producer, 10000) != KL_OK) {
     KL_LOG_W("producer", "%s; failing them", kl_err_detail());
     /* Purged events get a delivery report (KL_ESTOPPED). */
@@ -663,10 +664,10 @@ void kl_producer_destroy(kl_producer_t *producer) {
     rd_kafka_flush(producer->rk, 2000);
   }
   for (size_t i = 0; i < producer->topic_cnt; i++)
-    kl_topic_free(producer->topics[i]);
+    topic_free(producer->topics[i]);
   free(producer->topics);
   rd_kafka_destroy(producer->rk);
-  kl_producer_free(producer);
+  producer_free(producer);
 }
 
 /* For the gateway (broker/producer_internal.h): its loop wakes up on the

@@ -71,7 +71,7 @@ static const kl__cmd_t broker_cmd = {
                 "/tmp/keylane.bootstrap)\" -t orders\n"};
 
 /* Write-then-rename, so a reader polling for the file never sees half. */
-static int kl_broker_write_file(const char *path, const char *line) {
+static int broker_write_file(const char *path, const char *line) {
   char tmp[4096];
   if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >=
       (int)sizeof(tmp))
@@ -93,12 +93,12 @@ static int kl_broker_write_file(const char *path, const char *line) {
   return KL_EXIT_OK;
 }
 
-static void kl_broker_wait_for_signal(void) {
+static void broker_wait_for_signal(void) {
   while (!kl__cli_stop)
     poll(NULL, 0, 200); /* a signal cuts the wait short */
 }
 
-static int kl_broker_run_embedded(const kl_broker_opts_t *opts) {
+static int broker_run_embedded(const kl_broker_opts_t *opts) {
   kl_embedded_t *embedded;
   kl__cli_on_signals(); /* before the cluster exists: no early-signal race */
   kl_err_t err = kl_embedded_new((int)opts->e.brokers, opts->e.topic,
@@ -115,7 +115,7 @@ static int kl_broker_run_embedded(const kl_broker_opts_t *opts) {
            kl_embedded_bootstrap(embedded));
   int rc = KL_EXIT_OK;
   if (opts->bootstrap_file)
-    rc = kl_broker_write_file(opts->bootstrap_file, line);
+    rc = broker_write_file(opts->bootstrap_file, line);
   if (rc == KL_EXIT_OK) {
     fputs(line, stdout);
     fflush(stdout);
@@ -123,7 +123,7 @@ static int kl_broker_run_embedded(const kl_broker_opts_t *opts) {
              "embedded cluster up: %d brokers, topic %s with %d "
              "partitions; stop with SIGINT or SIGTERM",
              (int)opts->e.brokers, opts->e.topic, (int)opts->e.partitions);
-    kl_broker_wait_for_signal();
+    broker_wait_for_signal();
     KL_LOG_I("broker", "stopping the embedded cluster");
     if (opts->bootstrap_file)
       unlink(opts->bootstrap_file);
@@ -145,5 +145,5 @@ int kl__cmd_broker(int argc, char **argv) {
                          "pass --embedded to run the embedded cluster, or "
                          "--listen ADDR:PORT -b BOOTSTRAP for the HTTP "
                          "publish gateway");
-  return kl_broker_run_embedded(&opts);
+  return broker_run_embedded(&opts);
 }

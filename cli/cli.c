@@ -10,10 +10,10 @@
 
 volatile int kl__cli_stop;
 
-static void kl_cli_vprint(const char *sub, const char *fmt, va_list ap)
+static void cli_vprint(const char *sub, const char *fmt, va_list ap)
     __attribute__((format(printf, 2, 0)));
 
-static void kl_cli_vprint(const char *sub, const char *fmt, va_list ap) {
+static void cli_vprint(const char *sub, const char *fmt, va_list ap) {
   fprintf(stderr, "keylane %s: ", sub);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
@@ -22,7 +22,7 @@ static void kl_cli_vprint(const char *sub, const char *fmt, va_list ap) {
 int kl__cli_usage(const char *sub, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  kl_cli_vprint(sub, fmt, ap);
+  cli_vprint(sub, fmt, ap);
   va_end(ap);
   fprintf(stderr, "try 'keylane %s --help'\n", sub);
   return KL_EXIT_USAGE;
@@ -31,7 +31,7 @@ int kl__cli_usage(const char *sub, const char *fmt, ...) {
 int kl__cli_fail(const char *sub, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  kl_cli_vprint(sub, fmt, ap);
+  cli_vprint(sub, fmt, ap);
   va_end(ap);
   return KL_EXIT_FAIL;
 }
@@ -103,7 +103,7 @@ int kl__cli_store_existing(const char *sub, const char *location,
   return kl__cli_store_open(sub, location, NULL, false, store);
 }
 
-static void kl_cli_signal(int sig) {
+static void cli_signal(int sig) {
   (void)sig;
   kl__cli_stop = 1;
 }
@@ -111,7 +111,7 @@ static void kl_cli_signal(int sig) {
 void kl__cli_on_signals(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = kl_cli_signal;
+  sa.sa_handler = cli_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);

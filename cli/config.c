@@ -197,7 +197,7 @@ static json_t *key_json(const kl__conf_key_t *k) {
   return o;
 }
 
-static int print_json(FILE *out) {
+static int config_print_json(FILE *out) {
   json_t *keys = json_array();
   const kl__conf_key_t *k;
   for (size_t i = 0; (k = kl__conf_key_at(i)); i++)
@@ -251,7 +251,7 @@ int kl__cmd_config(int argc, char **argv) {
     return kl__cli_usage(SUB, "--json and --markdown do not go together: "
                               "pick one");
   if (a.json)
-    return print_json(stdout);
+    return config_print_json(stdout);
   a.markdown ? print_markdown(stdout) : print_text(stdout);
   return KL_EXIT_OK;
 }

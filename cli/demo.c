@@ -20,7 +20,6 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -67,12 +66,7 @@ typedef struct kl_demo {
   kl_demo_pause_t pause;
 } kl_demo_t;
 
-static void kl_demo_sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
-static pid_t kl_demo_spawn(kl_demo_t *demo, int i) {
+static pid_t demo_spawn(kl_demo_t *demo, int i) {
   char log[128], group_arg[] = "demo", name[16];
   snprintf(log, sizeof(log), "%s/worker-%d.log", demo->dir, i);
   snprintf(name, sizeof(name), "%d", i);
@@ -120,14 +114,14 @@ static pid_t kl_demo_spawn(kl_demo_t *demo, int i) {
   _exit(127);
 }
 
-static void kl_demo_stop_workers(kl_demo_t *demo, int sig) {
+static void demo_stop_workers(kl_demo_t *demo, int sig) {
   for (int i = 0; i < KL_DEMO_WORKERS; i++)
     if (demo->pids[i] > 0)
       kill(demo->pids[i], sig);
 }
 
 /* Waits for every worker to exit, at most @p ms; returns how many exited 0. */
-static int kl_demo_reap(kl_demo_t *demo, int ms) {
+static int demo_reap(kl_demo_t *demo, int ms) {
   int clean = 0;
   for (int t = 0; t < ms; t += 50) {
     int left = 0;
@@ -144,16 +138,16 @@ static int kl_demo_reap(kl_demo_t *demo, int ms) {
     }
     if (!left)
       return clean;
-    kl_demo_sleep_ms(50);
+    kl__sleep_ms(50);
   }
-  kl_demo_stop_workers(demo, SIGKILL);
-  kl_demo_reap(demo, 5000);
+  demo_stop_workers(demo, SIGKILL);
+  demo_reap(demo, 5000);
   return clean;
 }
 
 /* Finds "pausing partition=P epoch=E" in worker 0's log. */
-static int kl_demo_find_pause(const kl_demo_t *demo, int32_t *partition,
-                              uint64_t *epoch) {
+static int demo_find_pause(const kl_demo_t *demo, int32_t *partition,
+                           uint64_t *epoch) {
   char path[128], line[2048];
   snprintf(path, sizeof(path), "%s/worker-0.log", demo->dir);
   FILE *f = fopen(path, "r");
@@ -169,7 +163,7 @@ static int kl_demo_find_pause(const kl_demo_t *demo, int32_t *partition,
 }
 
 /* One step of the paused worker's life, at most every 100 ms. */
-static void kl_demo_pause_step(kl_demo_t *demo, kl_store_t *store) {
+static void demo_pause_step(kl_demo_t *demo, kl_store_t *store) {
   kl_demo_pause_t *pause = &demo->pause;
   int64_t now = kl__mono_ns();
   if (pause->state == KL_PAUSE_IDLE || pause->state == KL_PAUSE_WOKEN ||
@@ -178,7 +172,7 @@ static void kl_demo_pause_step(kl_demo_t *demo, kl_store_t *store) {
   pause->next_ns = now + 100000000;
   kl_partition_state_t st;
   if (pause->state == KL_PAUSE_ARMED &&
-      kl_demo_find_pause(demo, &pause->partition, &pause->epoch) &&
+      demo_find_pause(demo, &pause->partition, &pause->epoch) &&
       kl_store_partition(store, KL_DEMO_TOPIC, pause->partition, &st) ==
           KL_OK) {
     pause->watermark = st.watermark;
@@ -196,8 +190,8 @@ static void kl_demo_pause_step(kl_demo_t *demo, kl_store_t *store) {
  * between two accounts (the bank test: money must be conserved), re-
  * publishing one earlier event after every 18th (5.5 %), and fires the
  * two faults. */
-static kl_err_t kl_demo_publish(kl_demo_t *demo, kl_producer_t *producer,
-                                kl_store_t *store) {
+static kl_err_t demo_publish(kl_demo_t *demo, kl_producer_t *producer,
+                             kl_store_t *store) {
   const int64_t t0 = kl__mono_ns();
   const int64_t span_ns = 25LL * 1000000000;
   int killed = 0, restarted = 0;
@@ -213,7 +207,7 @@ static kl_err_t kl_demo_publish(kl_demo_t *demo, kl_producer_t *producer,
     while (kl__mono_ns() < due)
       kl_producer_poll(producer, 1);
     double t = (double)(kl__mono_ns() - t0) / 1e9;
-    kl_demo_pause_step(demo, store);
+    demo_pause_step(demo, store);
     if (demo->pause.state == KL_PAUSE_IDLE && t > 6) {
       kill(demo->pids[0], SIGUSR1);
       demo->pause.state = KL_PAUSE_ARMED;
@@ -221,13 +215,13 @@ static kl_err_t kl_demo_publish(kl_demo_t *demo, kl_producer_t *producer,
       kill(demo->pids[2], SIGKILL), killed = 1;
       waitpid(demo->pids[2], NULL, 0);
     } else if (killed && !restarted && t > 14) {
-      demo->pids[2] = kl_demo_spawn(demo, 2), restarted = 1;
+      demo->pids[2] = demo_spawn(demo, 2), restarted = 1;
     }
   }
   return kl_flush(producer, 60000);
 }
 
-static uint64_t kl_demo_count_lines(const kl_demo_t *demo, const char *needle) {
+static uint64_t demo_count_lines(const kl_demo_t *demo, const char *needle) {
   uint64_t n = 0;
   char path[128], line[2048];
   for (int i = 0; i < KL_DEMO_WORKERS; i++) {
@@ -244,23 +238,23 @@ static uint64_t kl_demo_count_lines(const kl_demo_t *demo, const char *needle) {
 /* Waits, 120 s at most, until every partition caught up, the paused
  * worker was woken after a newer owner committed its partition, and it met
  * its fence. @returns 0 when all three happened. */
-static int kl_demo_settle(kl_demo_t *demo, kl_store_t *store) {
+static int demo_settle(kl_demo_t *demo, kl_store_t *store) {
   for (int t = 0; t < 120000; t += 100) {
-    kl_demo_pause_step(demo, store);
+    demo_pause_step(demo, store);
     /* one look at the partitions, and 100 ms when they are not there */
     int caught_up =
         kl__ledger_gen_wait(demo->gen, store, KL_DEMO_TOPIC, 0, 100) == 0;
     if (caught_up && demo->pause.state == KL_PAUSE_WOKEN &&
-        kl_demo_count_lines(demo, "fenced partition=") > 0)
+        demo_count_lines(demo, "fenced partition=") > 0)
       return 0;
     if (caught_up)
-      kl_demo_sleep_ms(100);
+      kl__sleep_ms(100);
   }
   return -1;
 }
 
-static int kl_demo_report(kl_demo_t *demo, kl_store_t *store, int json,
-                          int clean_exits) {
+static int demo_report(kl_demo_t *demo, kl_store_t *store, int json,
+                       int clean_exits) {
   kl__ledger_verdict_t v;
   if (kl__ledger_gen_read_follow_ups(demo->gen, store, demo->bootstrap,
                                      KL_DEMO_TOPIC))
@@ -268,7 +262,7 @@ static int kl_demo_report(kl_demo_t *demo, kl_store_t *store, int json,
                         kl_err_detail());
   if (kl__ledger_gen_verify(demo->gen, store, KL_DEMO_TOPIC, &v))
     return kl__cli_fail(SUB, "cannot read the store: %s", kl_err_detail());
-  uint64_t fenced = kl_demo_count_lines(demo, "fenced partition=");
+  uint64_t fenced = demo_count_lines(demo, "fenced partition=");
   uint64_t published = kl__ledger_gen_published(demo->gen);
   uint64_t dups = kl__ledger_gen_republished(demo->gen);
   uint64_t acked = kl__ledger_gen_acked(demo->gen);
@@ -319,14 +313,14 @@ static int kl_demo_report(kl_demo_t *demo, kl_store_t *store, int json,
   return ok ? KL_EXIT_OK : KL_EXIT_FAIL;
 }
 
-static void kl_demo_rmdir(const char *dir) {
+static void demo_rmdir(const char *dir) {
   char cmd[128];
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
   if (system(cmd) != 0)
     fprintf(stderr, "keylane demo: could not remove %s\n", dir);
 }
 
-static int kl_demo_run(kl_demo_t *demo, int json) {
+static int demo_run(kl_demo_t *demo, int json) {
   kl_embedded_t *cluster = NULL;
   kl_producer_t *producer = NULL;
   kl_store_t *store = NULL;
@@ -355,7 +349,7 @@ static int kl_demo_run(kl_demo_t *demo, int json) {
     fprintf(stderr, "embedded cluster at %s; store and logs in %s\n",
             demo->bootstrap, demo->dir);
   for (int i = 0; i < KL_DEMO_WORKERS; i++)
-    demo->pids[i] = kl_demo_spawn(demo, i);
+    demo->pids[i] = demo_spawn(demo, i);
   if (kl__ledger_gen_wait(demo->gen, store, KL_DEMO_TOPIC, 1, 60000)) {
     rc = kl__cli_fail(SUB,
                       "the workers did not take all %d partitions "
@@ -365,13 +359,13 @@ static int kl_demo_run(kl_demo_t *demo, int json) {
   }
   if (!json)
     fprintf(stderr, "workers own all partitions; publishing\n");
-  if ((err = kl_demo_publish(demo, producer, store))) {
+  if ((err = demo_publish(demo, producer, store))) {
     rc = kl__cli_fail(SUB, "publish: %s", kl_err_detail());
     goto out;
   }
   if (!json)
     fprintf(stderr, "published; waiting for the workers to apply\n");
-  if (kl_demo_settle(demo, store))
+  if (demo_settle(demo, store))
     fprintf(stderr, "keylane demo: %s\n",
             demo->pause.state != KL_PAUSE_WOKEN
                 ? "no newer owner committed the "
@@ -380,13 +374,13 @@ static int kl_demo_run(kl_demo_t *demo, int json) {
                 : "not every partition caught up, "
                   "or the paused worker was not "
                   "fenced, in 120 s");
-  kl_demo_stop_workers(demo, SIGTERM);
-  int clean = kl_demo_reap(demo, 30000);
+  demo_stop_workers(demo, SIGTERM);
+  int clean = demo_reap(demo, 30000);
   demo->elapsed_s = (double)(kl__mono_ns() - t0) / 1e9;
-  rc = kl_demo_report(demo, store, json, clean);
+  rc = demo_report(demo, store, json, clean);
 out:
-  kl_demo_stop_workers(demo, SIGKILL);
-  kl_demo_reap(demo, 5000);
+  demo_stop_workers(demo, SIGKILL);
+  demo_reap(demo, 5000);
   kl_producer_destroy(producer);
   kl_store_destroy(store);
   kl_embedded_destroy(cluster);
@@ -460,9 +454,9 @@ int kl__cmd_demo(int argc, char **argv) {
     fprintf(stderr, "keylane demo: mkdtemp: %s\n", strerror(errno));
   else {
     signal(SIGPIPE, SIG_IGN);
-    rc = kl_demo_run(&demo, json);
+    rc = demo_run(&demo, json);
     if (!keep && rc == KL_EXIT_OK)
-      kl_demo_rmdir(demo.dir);
+      demo_rmdir(demo.dir);
     else
       fprintf(stderr, "store and logs kept in %s\n", demo.dir);
   }

@@ -111,7 +111,7 @@ static const kl__cmd_t doctor_cmd = {
         "      --store postgresql://kl@db/kl --json\n",
     .conf = true};
 
-static int kl_doctor_main(kl_doctor_cli_t *d) {
+static int doctor_main(kl_doctor_cli_t *d) {
   kl__check_status_t worst;
   d->opts.conf = d->conf;
   d->opts.sample = (size_t)d->sample;
@@ -130,7 +130,7 @@ int kl__cmd_doctor(int argc, char **argv) {
   if (rc < 0 && kl__cli_conf_set(SUB, d.conf, "store.create", "no"))
     rc = KL_EXIT_FAIL;
   if (rc < 0)
-    rc = kl_doctor_main(&d);
+    rc = doctor_main(&d);
   kl_conf_destroy(d.conf);
   return rc;
 }

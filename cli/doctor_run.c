@@ -31,8 +31,7 @@ typedef struct kl_doctor {
 } kl_doctor_t;
 
 /* One check's line, or its entry in the JSON. */
-static void kl_doctor_say(kl_doctor_t *d, const char *name,
-                          const kl__check_t *c) {
+static void doctor_say(kl_doctor_t *d, const char *name, const kl__check_t *c) {
   if (c->status > d->worst)
     d->worst = c->status;
   const char *status = kl__check_status_name(c->status);
@@ -48,7 +47,7 @@ static void kl_doctor_say(kl_doctor_t *d, const char *name,
 
 /* The partition count, read once for the checks that need it; a topic that
  * cannot be read is the partitions check's FAIL. */
-static void kl_doctor_partitions(kl_doctor_t *d) {
+static void doctor_partitions(kl_doctor_t *d) {
   kl__check_t c = {KL__CHECK_FAIL, ""};
   kl_err_t err = kl__kafka_partition_count(
       d->rk, d->topic, KL_DOCTOR_TIMEOUT_MS, &d->partitions);
@@ -66,17 +65,17 @@ static void kl_doctor_partitions(kl_doctor_t *d) {
         KL_DOCTOR_TIMEOUT_MS, &c);
   if (err)
     d->partitions = 0;
-  kl_doctor_say(d, "partitions", &c);
+  doctor_say(d, "partitions", &c);
 }
 
 /* The dead-letter topic exists (the worker's own start check). */
-static void kl_doctor_dlq(kl_doctor_t *d) {
+static void doctor_dlq(kl_doctor_t *d) {
   kl__dlq_t *dlq;
   kl__check_t c = {KL__CHECK_FAIL, ""};
   kl_err_t err = kl__dlq_new(d->conf, d->topic, NULL, NULL, &dlq);
   if (err) {
     snprintf(c.msg, sizeof(c.msg), "%s", kl_err_detail());
-    kl_doctor_say(d, "dlq", &c);
+    doctor_say(d, "dlq", &c);
     return;
   }
   if ((err = kl__dlq_check(dlq, d->topic))) {
@@ -88,66 +87,66 @@ static void kl_doctor_dlq(kl_doctor_t *d) {
     snprintf(c.msg, sizeof(c.msg), "dead-letter topic %s exists", d->dlq);
   }
   kl__dlq_destroy(dlq);
-  kl_doctor_say(d, "dlq", &c);
+  doctor_say(d, "dlq", &c);
 }
 
 /* The checks that read Kafka only. */
-static void kl_doctor_kafka(kl_doctor_t *d) {
+static void doctor_kafka(kl_doctor_t *d) {
   kl__check_t c;
   int64_t dedup_ms = kl__conf_int(d->conf, "store.dedup.retention");
-  kl_doctor_partitions(d);
+  doctor_partitions(d);
   if (d->partitions) {
     kl__check_routing(d->rk, d->topic, d->partitions, d->sample,
                       KL_DOCTOR_TIMEOUT_MS, d->stop, &c);
-    kl_doctor_say(d, "routing", &c);
+    doctor_say(d, "routing", &c);
   }
-  kl_doctor_dlq(d);
+  doctor_dlq(d);
   if (d->partitions) {
     kl__check_retention(d->rk, "topic", d->topic, dedup_ms,
                         KL_DOCTOR_TIMEOUT_MS, &c);
-    kl_doctor_say(d, "retention", &c);
+    doctor_say(d, "retention", &c);
   }
   if (d->dlq[0]) {
     kl__check_retention(d->rk, "dead-letter topic", d->dlq, dedup_ms,
                         KL_DOCTOR_TIMEOUT_MS, &c);
-    kl_doctor_say(d, "dlq-retention", &c);
+    doctor_say(d, "dlq-retention", &c);
   }
   if (d->partitions) {
     kl__check_replication(d->rk, "topic", d->topic, KL_DOCTOR_TIMEOUT_MS, &c);
-    kl_doctor_say(d, "replication", &c);
+    doctor_say(d, "replication", &c);
   }
   if (d->dlq[0]) {
     kl__check_replication(d->rk, "dead-letter topic", d->dlq,
                           KL_DOCTOR_TIMEOUT_MS, &c);
-    kl_doctor_say(d, "dlq-replication", &c);
+    doctor_say(d, "dlq-replication", &c);
   }
 }
 
 /* The checks of a store: one of another version does not open, which is
  * the store-version check's FAIL; one that does not open otherwise (a
  * typo: it is never created) the store check's. */
-static void kl_doctor_store(kl_doctor_t *d) {
+static void doctor_store(kl_doctor_t *d) {
   kl__check_t c = {KL__CHECK_FAIL, ""};
   kl_store_t *store;
   kl_err_t err = kl_store_open(d->location, d->conf, &store);
   if (err) {
     snprintf(c.msg, sizeof(c.msg), "cannot open the store %s: %s", d->location,
              kl_err_detail());
-    kl_doctor_say(d, err == KL_ESTORE_VERSION ? "store-version" : "store", &c);
+    doctor_say(d, err == KL_ESTORE_VERSION ? "store-version" : "store", &c);
     return;
   }
   kl__check_store_version(store, d->location, &c);
-  kl_doctor_say(d, "store-version", &c);
+  doctor_say(d, "store-version", &c);
   if (d->partitions) {
     kl__check_log(d->rk, store, d->topic, d->partitions, KL_DOCTOR_TIMEOUT_MS,
                   &c);
-    kl_doctor_say(d, "log", &c);
+    doctor_say(d, "log", &c);
     kl__check_epochs(store, d->conf, kl_conf_get(d->conf, "worker.group"),
                      d->topic, d->partitions, KL_DOCTOR_TIMEOUT_MS, &c);
-    kl_doctor_say(d, "epochs", &c);
+    doctor_say(d, "epochs", &c);
   }
   if (kl__check_clock(store, KL__CLOCK_SKEW_WARN_MS, &c))
-    kl_doctor_say(d, "clock", &c);
+    doctor_say(d, "clock", &c);
   kl_store_destroy(store);
 }
 
@@ -164,9 +163,9 @@ kl_err_t kl__doctor_run(const kl__doctor_opts_t *opts, FILE *out,
   if (err)
     return err;
   d.checks = opts->json ? json_array() : NULL;
-  kl_doctor_kafka(&d);
+  doctor_kafka(&d);
   if (d.location)
-    kl_doctor_store(&d);
+    doctor_store(&d);
   rd_kafka_destroy(d.rk);
   if (d.checks) {
     json_t *o = json_pack("{ssssso}", "topic", d.topic, "status",

@@ -124,7 +124,7 @@ static const kl__cmd_t gw_cmd = {
         "      http://127.0.0.1:8080/v1/topics/events/events\n",
     .conf = true};
 
-static int kl_gw_serve(kl__gw_cli_t *cli, const char *bootstrap) {
+static int gw_serve(kl__gw_cli_t *cli, const char *bootstrap) {
   kl__gateway_t *gw;
   if (kl__cli_conf_set(KL_GW_SUB, cli->conf, "kafka.bootstrap.servers",
                        bootstrap))
@@ -145,17 +145,17 @@ static int kl_gw_serve(kl__gw_cli_t *cli, const char *bootstrap) {
   return err ? KL_EXIT_FAIL : KL_EXIT_OK;
 }
 
-static int kl_gw_run(kl__gw_cli_t *cli) {
+static int gw_run(kl__gw_cli_t *cli) {
   kl__cli_on_signals(); /* before anything starts: no early-signal race */
   if (!cli->e.embedded)
-    return kl_gw_serve(cli, kl_conf_get(cli->conf, "kafka.bootstrap.servers"));
+    return gw_serve(cli, kl_conf_get(cli->conf, "kafka.bootstrap.servers"));
   kl_embedded_t *embedded;
   if (kl_embedded_new((int)cli->e.brokers, cli->e.topic,
                       (int32_t)cli->e.partitions, &embedded))
     return kl__cli_fail(KL_GW_SUB, "cannot start the embedded cluster: %s",
                         kl_err_detail());
   printf("bootstrap=%s\n", kl_embedded_bootstrap(embedded));
-  int rc = kl_gw_serve(cli, kl_embedded_bootstrap(embedded));
+  int rc = gw_serve(cli, kl_embedded_bootstrap(embedded));
   kl_embedded_destroy(embedded);
   return rc;
 }
@@ -184,7 +184,7 @@ int kl__cmd_broker_gateway(int argc, char **argv) {
     rc = kl__cli_usage(KL_GW_SUB, "give the Kafka cluster: -b HOST:PORT "
                                   "or --embedded (not both)");
   if (rc < 0)
-    rc = kl_gw_run(&cli);
+    rc = gw_run(&cli);
   kl_conf_destroy(cli.conf);
   return rc;
 }

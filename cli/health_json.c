@@ -6,7 +6,7 @@
 
 #include <jansson.h>
 
-static int kl_is_stopped(const kl__health_t *health, int32_t partition) {
+static int is_stopped(const kl__health_t *health, int32_t partition) {
   for (size_t i = 0; i < health->stopped_count; i++)
     if (health->stopped[i] == partition)
       return 1;
@@ -30,8 +30,8 @@ double kl__health_lag_seconds(const kl__stall_t *stall, int64_t now_ms) {
   return (double)(now_ms - stall->oldest_ts_ms) / 1000.0;
 }
 
-static json_t *kl_partition_json(const kl__health_t *health,
-                                 const kl__stall_t *stall, const char *status) {
+static json_t *partition_json(const kl__health_t *health,
+                              const kl__stall_t *stall, const char *status) {
   return json_pack(
       "{s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:f}", "topic", health->topic,
       "partition", (int)stall->partition, "status", status, "watermark",
@@ -42,12 +42,12 @@ static json_t *kl_partition_json(const kl__health_t *health,
 }
 
 /* A stopped partition the worker no longer lists as owned: ERR still. */
-static json_t *kl_stopped_json(const kl__health_t *health, int32_t partition) {
+static json_t *stopped_json(const kl__health_t *health, int32_t partition) {
   return json_pack("{s:s, s:i, s:s}", "topic", health->topic, "partition",
                    (int)partition, "status", "ERR");
 }
 
-static int kl_is_owned(const kl__health_t *health, int32_t partition) {
+static int is_owned(const kl__health_t *health, int32_t partition) {
   for (size_t i = 0; i < health->stall_count; i++)
     if (health->stalls[i].partition == partition)
       return 1;
@@ -55,23 +55,23 @@ static int kl_is_owned(const kl__health_t *health, int32_t partition) {
 }
 
 /* Fills @p parts; @returns 1 when a partition is not OK. */
-static int kl_partitions(const kl__health_t *health, json_t *parts,
-                         double *maxlag) {
+static int health_partitions(const kl__health_t *health, json_t *parts,
+                             double *maxlag) {
   int not_ok = 0;
   for (size_t i = 0; i < health->stall_count; i++) {
     const kl__stall_t *stall = &health->stalls[i];
     const char *status = kl__health_partition_status(
-        stall, kl_is_stopped(health, stall->partition), health->stall_ms);
+        stall, is_stopped(health, stall->partition), health->stall_ms);
     not_ok |= strcmp(status, "OK") != 0;
     double lag = kl__health_lag_seconds(stall, health->now_ms);
     if (lag > *maxlag)
       *maxlag = lag;
-    json_array_append_new(parts, kl_partition_json(health, stall, status));
+    json_array_append_new(parts, partition_json(health, stall, status));
   }
   for (size_t i = 0; i < health->stopped_count; i++)
-    if (!kl_is_owned(health, health->stopped[i])) {
+    if (!is_owned(health, health->stopped[i])) {
       not_ok = 1;
-      json_array_append_new(parts, kl_stopped_json(health, health->stopped[i]));
+      json_array_append_new(parts, stopped_json(health, health->stopped[i]));
     }
   return not_ok;
 }
@@ -79,7 +79,7 @@ static int kl_partitions(const kl__health_t *health, json_t *parts,
 char *kl__health_json(const kl__health_t *health, size_t *len) {
   json_t *parts = json_array();
   double maxlag = 0;
-  int not_ok = parts ? kl_partitions(health, parts, &maxlag) : 0;
+  int not_ok = parts ? health_partitions(health, parts, &maxlag) : 0;
   const char *status = health->http_status != 200 ? "ERR"
                        : not_ok                   ? "WARN"
                                                   : "OK";

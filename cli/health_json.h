@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/lane_stall.h"
+#include "worker/lanes_stall.h"
 
 /** What /healthz knows; every pointer borrowed for the call. */
 typedef struct kl__health {

@@ -36,7 +36,7 @@ typedef struct kl_inspect {
 
 /* ---- one record ---------------------------------------------------------- */
 
-static json_t *kl_b64_json(const void *data, size_t len) {
+static json_t *b64_json(const void *data, size_t len) {
   char *text = malloc(kl__base64_encoded_len(len) + 1);
   if (!text)
     return json_null();
@@ -47,8 +47,8 @@ static json_t *kl_b64_json(const void *data, size_t len) {
 }
 
 /* Sets "name" to the bytes as text, or "name_b64" when they are not. */
-static void kl_set_bytes(json_t *o, const char *name, const void *data,
-                         size_t len) {
+static void set_bytes(json_t *o, const char *name, const void *data,
+                      size_t len) {
   const unsigned char *p = data;
   int text = data != NULL;
   for (size_t i = 0; text && i < len; i++)
@@ -60,14 +60,14 @@ static void kl_set_bytes(json_t *o, const char *name, const void *data,
   }
   char b64name[64];
   snprintf(b64name, sizeof(b64name), "%s_b64", name);
-  json_object_set_new(o, b64name, data ? kl_b64_json(data, len) : json_null());
+  json_object_set_new(o, b64name, data ? b64_json(data, len) : json_null());
 }
 
 /* The worker's dead-letter headers (worker/dlq.h): "keylane.dlq.NAME". */
 #define KL_DLQ_PREFIX "keylane.dlq."
 
-static void kl_dlq_field(json_t *dlq, const char *name, const char *value,
-                         size_t len) {
+static void dlq_field(json_t *dlq, const char *name, const char *value,
+                      size_t len) {
   static const struct {
     const char *name, *key;
     int integer;
@@ -95,7 +95,7 @@ static void kl_dlq_field(json_t *dlq, const char *name, const char *value,
   }
 }
 
-static void kl_kafka_headers(json_t *o, const rd_kafka_message_t *m) {
+static void kafka_headers(json_t *o, const rd_kafka_message_t *m) {
   rd_kafka_headers_t *hdrs;
   if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR)
     return;
@@ -107,9 +107,9 @@ static void kl_kafka_headers(json_t *o, const rd_kafka_message_t *m) {
        i++) {
     json_t *s = val ? json_stringn(val, size) : json_null();
     if (!s)
-      s = json_pack("{so}", "$base64", kl_b64_json(val, size));
+      s = json_pack("{so}", "$base64", b64_json(val, size));
     json_object_set_new(all, name, s);
-    kl_dlq_field(dlq, name, val, val ? size : 0);
+    dlq_field(dlq, name, val, val ? size : 0);
   }
   json_object_set_new(o, "kafka_headers", all);
   if (json_object_size(dlq))
@@ -118,8 +118,8 @@ static void kl_kafka_headers(json_t *o, const rd_kafka_message_t *m) {
     json_decref(dlq);
 }
 
-static void kl_envelope_json(json_t *o, const kl_event_t *ev) {
-  kl_set_bytes(o, "key", ev->key, ev->key_len);
+static void envelope_json(json_t *o, const kl_event_t *ev) {
+  set_bytes(o, "key", ev->key, ev->key_len);
   json_object_set_new(o, "id", json_stringn(ev->id, ev->id_len));
   json_object_set_new(o, "type", json_stringn(ev->type, ev->type_len));
   json_object_set_new(o, "ts", json_integer(ev->ts));
@@ -128,7 +128,7 @@ static void kl_envelope_json(json_t *o, const kl_event_t *ev) {
     json_object_set_new(o, "payload", payload);
   else
     json_object_set_new(o, "payload_b64",
-                        kl_b64_json(ev->payload, ev->payload_len));
+                        b64_json(ev->payload, ev->payload_len));
   json_t *h = json_object();
   for (size_t i = 0; i < ev->header_count; i++) {
     char name[KL_HEADER_NAME_MAX + 1];
@@ -140,7 +140,7 @@ static void kl_envelope_json(json_t *o, const kl_event_t *ev) {
   json_object_set_new(o, "headers", h);
 }
 
-static json_t *kl_record_json(kl_inspect_t *in, const rd_kafka_message_t *m) {
+static json_t *record_json(kl_inspect_t *in, const rd_kafka_message_t *m) {
   json_t *o = json_pack("{sIsI}", "partition", (json_int_t)m->partition,
                         "offset", (json_int_t)m->offset);
   kl_event_t ev;
@@ -150,29 +150,29 @@ static json_t *kl_record_json(kl_inspect_t *in, const rd_kafka_message_t *m) {
     char why[600];
     snprintf(why, sizeof(why), "%s: %s", kl_err_name(err), kl_err_detail());
     json_object_set_new(o, "key_b64",
-                        m->key ? kl_b64_json(m->key, m->key_len) : json_null());
+                        m->key ? b64_json(m->key, m->key_len) : json_null());
     json_object_set_new(o, "value_b64",
-                        m->payload ? kl_b64_json(m->payload, m->len)
+                        m->payload ? b64_json(m->payload, m->len)
                                    : json_null());
     json_object_set_new(o, "error", json_string(why));
   } else {
-    kl_envelope_json(o, &ev);
+    envelope_json(o, &ev);
   }
-  kl_kafka_headers(o, m);
+  kafka_headers(o, m);
   return o;
 }
 
-static int kl_key_matches(const kl_inspect_t *in, const rd_kafka_message_t *m) {
+static int key_matches(const kl_inspect_t *in, const rd_kafka_message_t *m) {
   if (!in->key)
     return 1;
   size_t len = strlen(in->key);
   return m->key_len == len && memcmp(m->key, in->key, len) == 0;
 }
 
-static void kl_print_record(kl_inspect_t *in, const rd_kafka_message_t *m) {
-  if (!kl_key_matches(in, m))
+static void print_record(kl_inspect_t *in, const rd_kafka_message_t *m) {
+  if (!key_matches(in, m))
     return;
-  json_t *o = kl_record_json(in, m);
+  json_t *o = record_json(in, m);
   json_dumpf(o, stdout, JSON_COMPACT);
   putchar('\n');
   json_decref(o);
@@ -183,8 +183,8 @@ static void kl_print_record(kl_inspect_t *in, const rd_kafka_message_t *m) {
 
 /* The partitions to read: -p, else the partition --key routes to, else
  * all. */
-static kl_err_t kl_inspect_ranges(kl_inspect_t *in, kl__tp_range_t **out,
-                                  size_t *count) {
+static kl_err_t inspect_ranges(kl_inspect_t *in, kl__tp_range_t **out,
+                               size_t *count) {
   int32_t n;
   kl_err_t err =
       kl__kafka_partition_count(in->rk, in->topic, KL_INSPECT_TIMEOUT_MS, &n);
@@ -218,13 +218,13 @@ static kl_err_t kl_inspect_ranges(kl_inspect_t *in, kl__tp_range_t **out,
   return KL_OK;
 }
 
-static int kl_inspect_record(void *opaque, rd_kafka_message_t *m) {
+static int inspect_record(void *opaque, rd_kafka_message_t *m) {
   kl_inspect_t *in = opaque;
-  kl_print_record(in, m);
+  print_record(in, m);
   return in->count && in->printed >= (uint64_t)in->count ? KL__READ_STOP : 0;
 }
 
-static int kl_inspect_run(kl_inspect_t *in) {
+static int inspect_run(kl_inspect_t *in) {
   kl__tp_range_t *ranges = NULL;
   size_t count = 0;
   in->decoder = kl_decoder_new();
@@ -232,11 +232,11 @@ static int kl_inspect_run(kl_inspect_t *in) {
                                                     "earliest", &in->rk)
                              : KL_ENOMEM;
   if (!err)
-    err = kl_inspect_ranges(in, &ranges, &count);
+    err = inspect_ranges(in, &ranges, &count);
   if (!err) {
     kl__cli_on_signals();
-    err = kl__kafka_read(in->rk, in->topic, ranges, count, kl_inspect_record,
-                         in, &kl__cli_stop);
+    err = kl__kafka_read(in->rk, in->topic, ranges, count, inspect_record, in,
+                         &kl__cli_stop);
     fflush(stdout);
   }
   int rc = KL_EXIT_OK;
@@ -335,7 +335,7 @@ int kl__cmd_inspect(int argc, char **argv) {
     else if (in.key && (!*in.key || strlen(in.key) > KL_KEY_MAX))
       rc = kl__cli_usage(SUB, "--key is 1..%d bytes", KL_KEY_MAX);
     else
-      rc = kl_inspect_run(&in);
+      rc = inspect_run(&in);
   }
   kl_conf_destroy(in.conf);
   return rc;

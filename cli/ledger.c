@@ -22,7 +22,7 @@ typedef struct kl_ledger_walk {
 /* A key as text: escaped (common/strbuf.h), so that a key's control bytes
  * reach no terminal and two keys never print alike, in text or as JSON
  * object names (a NUL would end a C string: "k\0a" and "k\0b" were one). */
-static char *kl_ledger_key_text(const char *k, size_t len) {
+static char *ledger_key_text(const char *k, size_t len) {
   kl__strbuf_t sb = KL__STRBUF_INIT;
   kl__strbuf_escaped(&sb, k, len);
   kl__strbuf_add(&sb, "", 1);
@@ -30,14 +30,14 @@ static char *kl_ledger_key_text(const char *k, size_t len) {
   return kl__strbuf_take(&sb, &n);
 }
 
-static int kl_ledger_row(void *opaque, const void *key, size_t key_len,
-                         const void *val, size_t val_len) {
+static int ledger_row(void *opaque, const void *key, size_t key_len,
+                      const void *val, size_t val_len) {
   kl_ledger_walk_t *walk = opaque;
   kl_ledger_entry_t e;
   size_t plen = sizeof(KL_LEDGER_PREFIX) - 1;
   if (kl__ledger_decode(val, val_len, &e) != 0)
     return 0;
-  char *name = kl_ledger_key_text((const char *)key + plen, key_len - plen);
+  char *name = ledger_key_text((const char *)key + plen, key_len - plen);
   if (!name)
     return -1;
   walk->keys++;
@@ -54,7 +54,7 @@ static int kl_ledger_row(void *opaque, const void *key, size_t key_len,
 }
 
 /* Writes @p v in decimal into @p buf (at least 41 bytes). */
-static const char *kl_i128_text(__int128 v, char *buf, size_t size) {
+static const char *i128_text(__int128 v, char *buf, size_t size) {
   char digits[48];
   size_t n = 0;
   unsigned __int128 u = v < 0 ? -(unsigned __int128)v : (unsigned __int128)v;
@@ -73,9 +73,8 @@ static const char *kl_i128_text(__int128 v, char *buf, size_t size) {
 int kl__ledger_print(kl_store_t *store, int json);
 int kl__ledger_print(kl_store_t *store, int json) {
   kl_ledger_walk_t walk = {json ? json_object() : NULL, 0, 0, 0};
-  kl_err_t err =
-      kl_store_scan(store, KL_LEDGER_PREFIX, sizeof(KL_LEDGER_PREFIX) - 1,
-                    kl_ledger_row, &walk);
+  kl_err_t err = kl_store_scan(store, KL_LEDGER_PREFIX,
+                               sizeof(KL_LEDGER_PREFIX) - 1, ledger_row, &walk);
   if (err) {
     json_decref(walk.balances);
     return kl__cli_fail(SUB, "cannot read the store: %s", kl_err_detail());
@@ -91,7 +90,7 @@ int kl__ledger_print(kl_store_t *store, int json) {
     char total[48];
     printf("total\tkeys=%" PRIu64 "\tbalance=%s\torder_violations=%" PRIu64
            "\n",
-           walk.keys, kl_i128_text(walk.total, total, sizeof(total)),
+           walk.keys, i128_text(walk.total, total, sizeof(total)),
            walk.violations);
   }
   return KL_EXIT_OK;

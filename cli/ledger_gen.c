@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/internal.h"
 #include "common/kafka_pos.h"
@@ -35,7 +34,7 @@ struct kl__ledger_gen {
   uint64_t follow_ups, follow_up_ids;
 };
 
-static uint64_t kl_gen_rand(kl__ledger_gen_t *gen) {
+static uint64_t gen_rand(kl__ledger_gen_t *gen) {
   uint64_t x = gen->rnd; /* xorshift64 */
   x ^= x << 13, x ^= x >> 7, x ^= x << 17;
   return gen->rnd = x;
@@ -71,15 +70,15 @@ void kl__ledger_gen_destroy(kl__ledger_gen_t *gen) {
   free(gen);
 }
 
-static int kl_gen_key(char *buf, size_t size, uint32_t key) {
+static int gen_key(char *buf, size_t size, uint32_t key) {
   return snprintf(buf, size, "acct-%04" PRIu32, key);
 }
 
 /* Publishes the event @p type of @p key with the payload @p a. */
-static kl_err_t kl_ledger_publish(kl_producer_t *producer, const char *topic,
-                                  const char *key, size_t key_len,
-                                  const char *id, const char *type,
-                                  const kl_ledger_args_t *a, void *opaque) {
+static kl_err_t ledger_publish(kl_producer_t *producer, const char *topic,
+                               const char *key, size_t key_len, const char *id,
+                               const char *type, const kl_ledger_args_t *a,
+                               void *opaque) {
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
   kl__ledger_encode(&sb, a);
@@ -101,7 +100,7 @@ kl_err_t kl__ledger_send(kl_producer_t *producer, const char *topic,
                          const char *type, int64_t amount, int64_t seq,
                          void *opaque) {
   kl_ledger_args_t a = {.amount = amount, .seq = seq, .has_seq = 1};
-  return kl_ledger_publish(producer, topic, key, key_len, id, type, &a, opaque);
+  return ledger_publish(producer, topic, key, key_len, id, type, &a, opaque);
 }
 
 kl_err_t kl__ledger_send_transfer(kl_producer_t *producer, const char *topic,
@@ -113,17 +112,17 @@ kl_err_t kl__ledger_send_transfer(kl_producer_t *producer, const char *topic,
                         .has_seq = 1,
                         .to = to,
                         .to_len = strlen(to)};
-  return kl_ledger_publish(producer, topic, from, strlen(from), id, "transfer",
-                           &a, opaque);
+  return ledger_publish(producer, topic, from, strlen(from), id, "transfer", &a,
+                        opaque);
 }
 
-static kl_err_t kl_gen_send(kl_producer_t *producer, const char *topic,
-                            const kl_gen_event_t *e) {
+static kl_err_t gen_send(kl_producer_t *producer, const char *topic,
+                         const kl_gen_event_t *e) {
   char key[32];
-  int klen = kl_gen_key(key, sizeof(key), e->key);
+  int klen = gen_key(key, sizeof(key), e->key);
   if (e->to >= 0) {
     char to[32];
-    kl_gen_key(to, sizeof(to), (uint32_t)e->to);
+    gen_key(to, sizeof(to), (uint32_t)e->to);
     return kl__ledger_send_transfer(producer, topic, key, to, e->id, e->amount,
                                     e->seq, NULL);
   }
@@ -133,7 +132,7 @@ static kl_err_t kl_gen_send(kl_producer_t *producer, const char *topic,
 }
 
 /* The log's next entry, for a new event of a random key. */
-static kl_gen_event_t *kl_gen_next(kl__ledger_gen_t *gen, uint64_t r) {
+static kl_gen_event_t *gen_next(kl__ledger_gen_t *gen, uint64_t r) {
   kl_gen_event_t *log =
       kl__grow(gen->log, &gen->cap, gen->count, sizeof(*log), 1024);
   if (!log)
@@ -149,9 +148,9 @@ static kl_gen_event_t *kl_gen_next(kl__ledger_gen_t *gen, uint64_t r) {
 }
 
 /* Sends @p e and, once it is queued, books it. */
-static kl_err_t kl_gen_book(kl__ledger_gen_t *gen, kl_producer_t *producer,
-                            const char *topic, kl_gen_event_t *e) {
-  kl_err_t err = kl_gen_send(producer, topic, e);
+static kl_err_t gen_book(kl__ledger_gen_t *gen, kl_producer_t *producer,
+                         const char *topic, kl_gen_event_t *e) {
+  kl_err_t err = gen_send(producer, topic, e);
   if (err)
     return err;
   gen->last_seq[e->key] = e->seq;
@@ -170,34 +169,34 @@ static kl_err_t kl_gen_book(kl__ledger_gen_t *gen, kl_producer_t *producer,
 
 kl_err_t kl__ledger_gen_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,
                                 const char *topic) {
-  uint64_t r = kl_gen_rand(gen);
-  kl_gen_event_t *e = kl_gen_next(gen, r);
+  uint64_t r = gen_rand(gen);
+  kl_gen_event_t *e = gen_next(gen, r);
   if (!e)
     return KL_ENOMEM;
   if ((r >> 40) % 10 < 3)
     e->amount = -e->amount;
-  return kl_gen_book(gen, producer, topic, e);
+  return gen_book(gen, producer, topic, e);
 }
 
 kl_err_t kl__ledger_gen_transfer(kl__ledger_gen_t *gen, kl_producer_t *producer,
                                  const char *topic) {
   if (gen->keys < 2)
     return KL_EINVAL;
-  uint64_t r = kl_gen_rand(gen);
-  kl_gen_event_t *e = kl_gen_next(gen, r);
+  uint64_t r = gen_rand(gen);
+  kl_gen_event_t *e = gen_next(gen, r);
   if (!e)
     return KL_ENOMEM;
   e->to = (int64_t)((e->key + 1 + (r >> 44) % (uint64_t)(gen->keys - 1)) %
                     (uint64_t)gen->keys);
-  return kl_gen_book(gen, producer, topic, e);
+  return gen_book(gen, producer, topic, e);
 }
 
 kl_err_t kl__ledger_gen_republish(kl__ledger_gen_t *gen,
                                   kl_producer_t *producer, const char *topic) {
   if (gen->count == 0)
     return KL_OK;
-  const kl_gen_event_t *e = &gen->log[kl_gen_rand(gen) % gen->count];
-  kl_err_t err = kl_gen_send(producer, topic, e);
+  const kl_gen_event_t *e = &gen->log[gen_rand(gen) % gen->count];
+  kl_err_t err = gen_send(producer, topic, e);
   if (!err)
     gen->republished++;
   return err;
@@ -245,8 +244,8 @@ typedef struct kl_gen_walk {
   int32_t owned;
 } kl_gen_walk_t;
 
-static int kl_gen_part(void *opaque, const char *topic, int32_t partition,
-                       const kl_partition_state_t *state) {
+static int gen_part(void *opaque, const char *topic, int32_t partition,
+                    const kl_partition_state_t *state) {
   kl_gen_walk_t *w = opaque;
   if (strcmp(topic, w->topic) != 0 || partition >= w->gen->partitions)
     return 0;
@@ -257,8 +256,8 @@ static int kl_gen_part(void *opaque, const char *topic, int32_t partition,
   return 0;
 }
 
-static int kl_gen_row(void *opaque, const void *key, size_t key_len,
-                      const void *val, size_t val_len) {
+static int gen_row(void *opaque, const void *key, size_t key_len,
+                   const void *val, size_t val_len) {
   kl_gen_walk_t *w = opaque;
   size_t plen = sizeof(KL_LEDGER_PREFIX) - 1;
   kl_ledger_entry_t e;
@@ -280,12 +279,12 @@ static int kl_gen_row(void *opaque, const void *key, size_t key_len,
   return 0;
 }
 
-static kl_err_t kl_gen_walk_parts(const kl__ledger_gen_t *gen,
-                                  kl_store_t *store, const char *topic,
-                                  kl__ledger_verdict_t *v, int32_t *owned) {
+static kl_err_t gen_walk_parts(const kl__ledger_gen_t *gen, kl_store_t *store,
+                               const char *topic, kl__ledger_verdict_t *v,
+                               int32_t *owned) {
   memset(v, 0, sizeof(*v));
   kl_gen_walk_t w = {gen, topic, v, 0};
-  kl_err_t err = kl_store_foreach_partition(store, kl_gen_part, &w);
+  kl_err_t err = kl_store_foreach_partition(store, gen_part, &w);
   *owned = w.owned;
   return err;
 }
@@ -293,11 +292,11 @@ static kl_err_t kl_gen_walk_parts(const kl__ledger_gen_t *gen,
 kl_err_t kl__ledger_gen_verify(const kl__ledger_gen_t *gen, kl_store_t *store,
                                const char *topic, kl__ledger_verdict_t *v) {
   int32_t owned;
-  kl_err_t err = kl_gen_walk_parts(gen, store, topic, v, &owned);
+  kl_err_t err = gen_walk_parts(gen, store, topic, v, &owned);
   kl_gen_walk_t w = {gen, topic, v, 0};
   if (!err)
     err = kl_store_scan(store, KL_LEDGER_PREFIX, sizeof(KL_LEDGER_PREFIX) - 1,
-                        kl_gen_row, &w);
+                        gen_row, &w);
   for (int k = 0; k < gen->keys; k++) {
     v->keys += gen->touched[k];
     v->total_expected += gen->balance[k];
@@ -317,18 +316,17 @@ kl_err_t kl__ledger_gen_verify(const kl__ledger_gen_t *gen, kl_store_t *store,
 
 int kl__ledger_gen_wait(const kl__ledger_gen_t *gen, kl_store_t *store,
                         const char *topic, int any_owner, int ms) {
-  struct timespec tick = {0, 100 * 1000000L};
   for (int t = 0; t < ms; t += 100) {
     kl__ledger_verdict_t v;
     int32_t owned;
     /* Caught up with what it published, and with the transfers' credits,
      * which their owners published after it. */
-    if (kl_gen_walk_parts(gen, store, topic, &v, &owned) == KL_OK &&
+    if (gen_walk_parts(gen, store, topic, &v, &owned) == KL_OK &&
         (any_owner ? owned == gen->partitions
                    : (int32_t)v.caught_up == gen->partitions &&
                          v.applied >= gen->count + gen->transfers))
       return 0;
-    nanosleep(&tick, NULL);
+    kl__sleep_ms(100);
   }
   return -1;
 }
@@ -351,7 +349,7 @@ int kl__ledger_decode_follow_up(kl_decoder_t *decoder,
 }
 
 /* Keeps the id of a follow-up. */
-static int kl_gen_take_id(void *opaque, rd_kafka_message_t *m) {
+static int gen_take_id(void *opaque, rd_kafka_message_t *m) {
   kl_gen_ids_t *ids = opaque;
   kl_event_t ev;
   if (!kl__ledger_decode_follow_up(ids->decoder, m, &ev))
@@ -366,7 +364,7 @@ static int kl_gen_take_id(void *opaque, rd_kafka_message_t *m) {
   return 0;
 }
 
-static int kl_gen_id_cmp(const void *a, const void *b) {
+static int gen_id_cmp(const void *a, const void *b) {
   return strcmp(a, b);
 }
 
@@ -377,8 +375,8 @@ typedef struct kl_gen_applied {
 } kl_gen_applied_t;
 
 /* The range a partition's owners applied: [0, watermark). */
-static int kl_gen_applied(void *opaque, const char *topic, int32_t partition,
-                          const kl_partition_state_t *state) {
+static int gen_applied(void *opaque, const char *topic, int32_t partition,
+                       const kl_partition_state_t *state) {
   kl_gen_applied_t *a = opaque;
   if (strcmp(topic, a->topic) == 0 && partition < a->partitions)
     a->ranges[partition].end = state->watermark;
@@ -398,17 +396,17 @@ kl_err_t kl__ledger_gen_read_follow_ups(kl__ledger_gen_t *gen,
   for (int32_t p = 0; ranges && p < gen->partitions; p++)
     ranges[p].partition = p;
   if (!err)
-    err = kl_store_foreach_partition(store, kl_gen_applied, &applied);
+    err = kl_store_foreach_partition(store, gen_applied, &applied);
   if (!err)
     err = kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0);
   if (!err)
     err = kl__kafka_reader_new(conf, "keylane-ledger-verify", "earliest", &rk);
   if (!err)
     err = kl__kafka_read(rk, topic, ranges, (size_t)gen->partitions,
-                         kl_gen_take_id, &ids, NULL);
+                         gen_take_id, &ids, NULL);
   err = err ? err : ids.err;
   if (!err) {
-    qsort(ids.id, ids.n, sizeof(*ids.id), kl_gen_id_cmp);
+    qsort(ids.id, ids.n, sizeof(*ids.id), gen_id_cmp);
     gen->follow_ups = ids.n;
     gen->follow_up_ids = 0;
     for (size_t i = 0; i < ids.n; i++)

@@ -26,7 +26,7 @@ static const struct {
     {"help", NULL, "this list"},
 };
 
-static void kl_usage(FILE *out) {
+static void main_usage(FILE *out) {
   fprintf(out,
           "usage: keylane [--version] [--help] SUBCOMMAND [ARGS]\n\n"
           "keylane: a single-writer-per-key work queue on Apache Kafka.\n\n"
@@ -38,7 +38,7 @@ static void kl_usage(FILE *out) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    kl_usage(stderr);
+    main_usage(stderr);
     return KL_EXIT_USAGE;
   }
   if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
@@ -47,13 +47,13 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
       strcmp(argv[1], "help") == 0) {
-    kl_usage(stdout);
+    main_usage(stdout);
     return KL_EXIT_OK;
   }
   for (size_t i = 0; i < sizeof(kl_cmds) / sizeof(kl_cmds[0]); i++)
     if (kl_cmds[i].fn && strcmp(argv[1], kl_cmds[i].name) == 0)
       return kl_cmds[i].fn(argc - 1, argv + 1);
   fprintf(stderr, "keylane: unknown subcommand \"%s\"\n", argv[1]);
-  kl_usage(stderr);
+  main_usage(stderr);
   return KL_EXIT_USAGE;
 }

@@ -83,7 +83,7 @@ typedef struct kl_ms_scrape {
  * under the name and labels they already query. keylane commits Kafka
  * offsets after the store, so the store's watermark is the group's
  * committed position and the value equals keylane_worker_partition_lag. */
-static kl__metric_t *kl_ms_exporter_lag_family(kl__metrics_t *m) {
+static kl__metric_t *ms_exporter_lag_family(kl__metrics_t *m) {
   return kl__metrics_gauge(
       m, "kafka_consumergroup_lag",
       "kafka_exporter-compatible: the partition's high watermark minus the "
@@ -91,15 +91,15 @@ static kl__metric_t *kl_ms_exporter_lag_family(kl__metrics_t *m) {
       "consumergroup,topic,partition");
 }
 
-static void kl_ms_exporter_lag(kl_ms_scrape_t *scrape, const char *partition,
-                               int64_t lag) {
+static void ms_exporter_lag(kl_ms_scrape_t *scrape, const char *partition,
+                            int64_t lag) {
   const char *labels[] = {scrape->server->group, scrape->server->topic,
                           partition};
   kl__metric_set(scrape->exporter_lag, labels, (double)lag);
 }
 
-static int kl_ms_partition(void *opaque, const char *topic, int32_t partition,
-                           const kl_partition_state_t *state) {
+static int ms_partition(void *opaque, const char *topic, int32_t partition,
+                        const kl_partition_state_t *state) {
   kl_ms_scrape_t *scrape = opaque;
   if (strcmp(topic, scrape->server->topic) != 0)
     return 0;
@@ -115,43 +115,43 @@ static int kl_ms_partition(void *opaque, const char *topic, int32_t partition,
           RD_KAFKA_RESP_ERR_NO_ERROR) {
     int64_t lag = high - state->watermark;
     kl__metric_set(scrape->lag, labels, (double)(lag > 0 ? lag : 0));
-    kl_ms_exporter_lag(scrape, p, lag > 0 ? lag : 0);
+    ms_exporter_lag(scrape, p, lag > 0 ? lag : 0);
   }
   return 0;
 }
 
-static void kl_ms_counter(kl__metrics_t *m, const char *name, const char *help,
-                          uint64_t v) {
+static void ms_counter(kl__metrics_t *m, const char *name, const char *help,
+                       uint64_t v) {
   kl__metric_add(kl__metrics_counter(m, name, help, NULL), NULL, (double)v);
 }
 
-static void kl_ms_gauge(kl__metrics_t *m, const char *name, const char *help,
-                        double v) {
+static void ms_gauge(kl__metrics_t *m, const char *name, const char *help,
+                     double v) {
   kl__metric_set(kl__metrics_gauge(m, name, help, NULL), NULL, v);
 }
 
 /* The store's owner cache (PostgreSQL; zeroes when it has none). */
-static void kl_ms_store_cache(kl__metrics_server_t *server, kl__metrics_t *m) {
+static void ms_store_cache(kl__metrics_server_t *server, kl__metrics_t *m) {
   kl__cache_stats_t c;
   kl__store_cache_stats(server->store, &c);
-  kl_ms_gauge(m, "keylane_store_cache_bytes",
-              "Bytes the owner cache holds (store.cache.max bounds them).",
-              (double)c.bytes);
-  kl_ms_gauge(m, "keylane_store_cache_entries",
-              "Handler keys the owner cache holds.", (double)c.entries);
-  kl_ms_counter(m, "keylane_store_cache_hits_total",
-                "kl_txn_get() calls the owner cache answered.", c.hits);
-  kl_ms_counter(m, "keylane_store_cache_misses_total",
-                "kl_txn_get() calls that read the server.", c.misses);
-  kl_ms_counter(m, "keylane_store_cache_drops_total",
-                "Partitions dropped from the owner cache (fence, failed "
-                "commit, epoch change, revoke).",
-                c.drops);
+  ms_gauge(m, "keylane_store_cache_bytes",
+           "Bytes the owner cache holds (store.cache.max bounds them).",
+           (double)c.bytes);
+  ms_gauge(m, "keylane_store_cache_entries",
+           "Handler keys the owner cache holds.", (double)c.entries);
+  ms_counter(m, "keylane_store_cache_hits_total",
+             "kl_txn_get() calls the owner cache answered.", c.hits);
+  ms_counter(m, "keylane_store_cache_misses_total",
+             "kl_txn_get() calls that read the server.", c.misses);
+  ms_counter(m, "keylane_store_cache_drops_total",
+             "Partitions dropped from the owner cache (fence, failed "
+             "commit, epoch change, revoke).",
+             c.drops);
 }
 
 /* Partitions the log guard stopped (the log went backwards or lost
  * records) and records it skipped by worker.on.gap=skip. */
-static void kl_ms_log_stops(kl__metrics_server_t *server, kl__metrics_t *m) {
+static void ms_log_stops(kl__metrics_server_t *server, kl__metrics_t *m) {
   kl__metric_t *stopped = kl__metrics_gauge(
       m, "keylane_worker_partition_stopped",
       "1 for a partition stopped because its log went backwards "
@@ -178,8 +178,8 @@ static void kl_ms_log_stops(kl__metrics_server_t *server, kl__metrics_t *m) {
 }
 
 /* Misrouted records by partition, forwards, and the partition count. */
-static void kl_ms_routing(kl__metrics_server_t *server, kl__metrics_t *m,
-                          const kl_worker_stats_t *st) {
+static void ms_routing(kl__metrics_server_t *server, kl__metrics_t *m,
+                       const kl_worker_stats_t *st) {
   kl__metric_t *misrouted = kl__metrics_counter(
       m, "keylane_worker_misrouted_total",
       "Records whose key routes (murmur2) to another partition than the one "
@@ -194,42 +194,42 @@ static void kl_ms_routing(kl__metrics_server_t *server, kl__metrics_t *m,
       kl__metric_add(misrouted, (const char *[]){server->topic, part},
                      (double)by_partition[p]);
   }
-  kl_ms_counter(m, "keylane_worker_misrouted_forwarded_total",
-                "Misrouted records re-published to their key's partition "
-                "(worker.misrouted=forward) and acknowledged.",
-                st->forwarded);
-  kl_ms_gauge(m, "keylane_worker_topic_partitions",
-              "The topic's partition count as last read.", st->partitions_live);
-  kl_ms_gauge(m, "keylane_worker_partition_count_mismatch",
-              "1 when the topic's partition count differs from the expected "
-              "one: the worker stopped taking it.",
-              st->partitions_live &&
-                  st->partitions_live != st->partitions_expected);
+  ms_counter(m, "keylane_worker_misrouted_forwarded_total",
+             "Misrouted records re-published to their key's partition "
+             "(worker.misrouted=forward) and acknowledged.",
+             st->forwarded);
+  ms_gauge(m, "keylane_worker_topic_partitions",
+           "The topic's partition count as last read.", st->partitions_live);
+  ms_gauge(m, "keylane_worker_partition_count_mismatch",
+           "1 when the topic's partition count differs from the expected "
+           "one: the worker stopped taking it.",
+           st->partitions_live &&
+               st->partitions_live != st->partitions_expected);
 }
 
 /* Follow-up events (kl_txn_emit()): held in the outbox, and published. */
-static void kl_ms_outbox(kl__metrics_t *m, const kl_worker_stats_t *st) {
-  kl_ms_gauge(m, "keylane_worker_outbox_pending",
-              "Follow-up events committed and not yet acknowledged by Kafka "
-              "(owned partitions); a partition pauses at worker.outbox.max.",
-              (double)st->outbox_pending);
-  kl_ms_counter(m, "keylane_worker_outbox_published_total",
-                "Follow-up events published and acknowledged.",
-                st->outbox_published);
-  kl_ms_counter(m, "keylane_worker_outbox_aside_total",
-                "Follow-up events Kafka refused for good, set aside as dead "
-                "letters of reason outbox.",
-                st->outbox_aside);
-  kl_ms_gauge(m, "keylane_worker_outbox_stalled_seconds",
-              "The longest time an owned partition's outbox has held "
-              "follow-ups without one acknowledged; /healthz fails past "
-              "worker.outbox.stall.ms.",
-              (double)st->outbox_stalled_ms / 1000.0);
+static void ms_outbox(kl__metrics_t *m, const kl_worker_stats_t *st) {
+  ms_gauge(m, "keylane_worker_outbox_pending",
+           "Follow-up events committed and not yet acknowledged by Kafka "
+           "(owned partitions); a partition pauses at worker.outbox.max.",
+           (double)st->outbox_pending);
+  ms_counter(m, "keylane_worker_outbox_published_total",
+             "Follow-up events published and acknowledged.",
+             st->outbox_published);
+  ms_counter(m, "keylane_worker_outbox_aside_total",
+             "Follow-up events Kafka refused for good, set aside as dead "
+             "letters of reason outbox.",
+             st->outbox_aside);
+  ms_gauge(m, "keylane_worker_outbox_stalled_seconds",
+           "The longest time an owned partition's outbox has held "
+           "follow-ups without one acknowledged; /healthz fails past "
+           "worker.outbox.stall.ms.",
+           (double)st->outbox_stalled_ms / 1000.0);
 }
 
 /* keylane_worker_lag_seconds{topic,partition}: from the envelope ts of
  * each owned partition's oldest unapplied record. */
-static kl__metric_t *kl_ms_lag_seconds_family(kl__metrics_t *m) {
+static kl__metric_t *ms_lag_seconds_family(kl__metrics_t *m) {
   return kl__metrics_gauge(
       m, "keylane_worker_lag_seconds",
       "Age of the partition's oldest unapplied event taken in (now minus its "
@@ -237,15 +237,15 @@ static kl__metric_t *kl_ms_lag_seconds_family(kl__metrics_t *m) {
       "topic,partition");
 }
 
-static void kl_ms_lag_seconds(kl__metrics_server_t *server, kl__metric_t *gauge,
-                              const char *partition, const kl__stall_t *stall,
-                              int64_t now_ms) {
+static void ms_lag_seconds(kl__metrics_server_t *server, kl__metric_t *gauge,
+                           const char *partition, const kl__stall_t *stall,
+                           int64_t now_ms) {
   kl__metric_set(gauge, (const char *[]){server->topic, partition},
                  kl__health_lag_seconds(stall, now_ms));
 }
 
 /* Owned partitions, stalled (1) or not (0), and their lag in seconds. */
-static void kl_ms_stalls(kl__metrics_server_t *server, kl__metrics_t *m) {
+static void ms_stalls(kl__metrics_server_t *server, kl__metrics_t *m) {
   kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
   if (!stalls)
     return;
@@ -255,66 +255,65 @@ static void kl_ms_stalls(kl__metrics_server_t *server, kl__metrics_t *m) {
       "1 while an owned partition holds records and its watermark has not "
       "moved for worker.stall.ms.",
       "partition");
-  kl__metric_t *lag_seconds = kl_ms_lag_seconds_family(m);
+  kl__metric_t *lag_seconds = ms_lag_seconds_family(m);
   int64_t now_ms = kl__now_ms();
   for (size_t i = 0; i < n && i < KL_MS_STALLS_MAX; i++) {
     char p[16];
     snprintf(p, sizeof(p), "%" PRId32, stalls[i].partition);
     const char *labels[] = {p};
     kl__metric_set(gauge, labels, stalls[i].stalled);
-    kl_ms_lag_seconds(server, lag_seconds, p, &stalls[i], now_ms);
+    ms_lag_seconds(server, lag_seconds, p, &stalls[i], now_ms);
   }
   free(stalls);
 }
 
-static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
+static char *ms_metrics(kl__metrics_server_t *server, size_t *len) {
   kl_worker_stats_t st;
   kl_worker_stats(server->worker, &st);
   kl__metrics_t *m = kl__metrics_new();
   if (!m)
     return NULL;
-  kl_ms_counter(m, "keylane_worker_events_applied_total",
-                "Events whose effects were committed.", st.applied);
-  kl_ms_counter(m, "keylane_worker_events_suppressed_total",
-                "Events skipped because their idempotency key was seen.",
-                st.duplicates);
-  kl_ms_counter(m, "keylane_worker_events_redelivered_total",
-                "Events skipped because their offset is below the watermark.",
-                st.redelivered);
-  kl_ms_counter(m, "keylane_worker_events_failed_total",
-                "Events dead-lettered by the handler's verdict.", st.failed);
-  kl_ms_counter(m, "keylane_worker_dead_letters_total",
-                "Records acknowledged by the dead-letter topic.",
-                st.dead_letters);
-  kl_ms_counter(m, "keylane_worker_batches_total",
-                "Partition batches committed.", st.batches);
-  kl_ms_counter(m, "keylane_worker_fenced_batches_total",
-                "Group commits rejected by the epoch check.", st.fenced);
-  kl_ms_counter(m, "keylane_worker_batches_begun_ahead_total",
-                "Partition batches begun, their ids looked up, while another "
-                "partition's handlers ran (PostgreSQL, concurrency 1).",
-                kl__worker_ahead(server->worker));
-  kl_ms_gauge(m, "keylane_worker_owned_partitions", "Partitions owned now.",
-              st.owned);
-  kl_ms_gauge(m, "keylane_worker_paused_partitions",
-              "Partitions paused by a bound.", st.paused);
-  kl_ms_gauge(m, "keylane_worker_waiting_keys",
-              "Keys waiting in retry backoff.", (double)st.waiting_keys);
-  kl_ms_gauge(m, "keylane_worker_oldest_wait_seconds",
-              "How long the longest-waiting key has waited.",
-              (double)st.oldest_wait_ms / 1000.0);
-  kl_ms_gauge(m, "keylane_worker_window_events",
-              "Records held in the lanes' windows.", (double)st.window_events);
-  kl_ms_gauge(m, "keylane_worker_retention_override",
-              "1: a topic keeps records longer than store.dedup.retention "
-              "and worker.retention.check=warn runs anyway.",
-              st.retention_override);
-  kl_ms_gauge(m, "keylane_worker_retention_unchecked",
-              "1: the cluster could not tell a topic's retention.",
-              st.retention_unchecked);
-  kl_ms_routing(server, m, &st);
-  kl_ms_store_cache(server, m);
-  kl_ms_outbox(m, &st);
+  ms_counter(m, "keylane_worker_events_applied_total",
+             "Events whose effects were committed.", st.applied);
+  ms_counter(m, "keylane_worker_events_suppressed_total",
+             "Events skipped because their idempotency key was seen.",
+             st.duplicates);
+  ms_counter(m, "keylane_worker_events_redelivered_total",
+             "Events skipped because their offset is below the watermark.",
+             st.redelivered);
+  ms_counter(m, "keylane_worker_events_failed_total",
+             "Events dead-lettered by the handler's verdict.", st.failed);
+  ms_counter(m, "keylane_worker_dead_letters_total",
+             "Records acknowledged by the dead-letter topic.", st.dead_letters);
+  ms_counter(m, "keylane_worker_batches_total", "Partition batches committed.",
+             st.batches);
+  ms_counter(m, "keylane_worker_fenced_batches_total",
+             "Group commits rejected by the epoch check.", st.fenced);
+  ms_counter(m, "keylane_worker_batches_begun_ahead_total",
+             "Partition batches begun, their ids looked up, while another "
+             "partition's handlers ran (PostgreSQL, concurrency 1).",
+             kl__worker_ahead(server->worker));
+  ms_gauge(m, "keylane_worker_owned_partitions", "Partitions owned now.",
+           st.owned);
+  ms_gauge(m, "keylane_worker_paused_partitions",
+           "Partitions paused by a bound.", st.paused);
+  ms_gauge(m, "keylane_worker_waiting_keys", "Keys waiting in retry backoff.",
+           (double)st.waiting_keys);
+  ms_gauge(m, "keylane_worker_oldest_wait_seconds",
+           "How long the longest-waiting key has waited.",
+           (double)st.oldest_wait_ms / 1000.0);
+  ms_gauge(m, "keylane_worker_window_events",
+           "Records held in the lanes' windows.", (double)st.window_events);
+  ms_gauge(m, "keylane_worker_retention_override",
+           "1: a topic keeps records longer than store.dedup.retention "
+           "and worker.retention.check=warn runs anyway.",
+           st.retention_override);
+  ms_gauge(m, "keylane_worker_retention_unchecked",
+           "1: the cluster could not tell a topic's retention.",
+           st.retention_unchecked);
+  ms_routing(server, m, &st);
+  ms_store_cache(server, m);
+  ms_outbox(m, &st);
   kl_ms_scrape_t scrape = {
       server,
       kl__metrics_gauge(m, "keylane_worker_partition_watermark",
@@ -326,10 +325,10 @@ static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
       kl__metrics_gauge(m, "keylane_worker_partition_lag",
                         "Kafka's high watermark minus the store's watermark.",
                         "partition"),
-      kl_ms_exporter_lag_family(m)};
-  kl_store_foreach_partition(server->store, kl_ms_partition, &scrape);
-  kl_ms_log_stops(server, m);
-  kl_ms_stalls(server, m);
+      ms_exporter_lag_family(m)};
+  kl_store_foreach_partition(server->store, ms_partition, &scrape);
+  ms_log_stops(server, m);
+  ms_stalls(server, m);
   /* The latency histograms are kept across scrapes by the worker. */
   char *text =
       kl__metrics_render_with(m, kl__worker_metrics(server->worker), len);
@@ -339,8 +338,8 @@ static char *kl_ms_metrics(kl__metrics_server_t *server, size_t *len) {
 
 /* @returns how many partitions the log guard stopped; the first one's
  * reason into @p reason. */
-static size_t kl_ms_stopped(kl__metrics_server_t *server, char *reason,
-                            size_t size) {
+static size_t ms_stopped(kl__metrics_server_t *server, char *reason,
+                         size_t size) {
   kl__log_stop_t stops[KL_MS_STOPS_MAX];
   size_t n = kl__log_guard_stops(kl__worker_log_guard(server->worker), stops,
                                  KL_MS_STOPS_MAX);
@@ -361,8 +360,7 @@ static size_t kl_ms_stopped(kl__metrics_server_t *server, char *reason,
 }
 
 /* @returns 1 with the stalled partitions in @p reason, or 0. */
-static int kl_ms_stalled(kl__metrics_server_t *server, char *reason,
-                         size_t size) {
+static int ms_stalled(kl__metrics_server_t *server, char *reason, size_t size) {
   kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
   size_t n =
       stalls ? kl__worker_stalls(server->worker, stalls, KL_MS_STALLS_MAX) : 0;
@@ -388,8 +386,7 @@ static int kl_ms_stalled(kl__metrics_server_t *server, char *reason,
 }
 
 /* @returns the HTTP status; @p reason receives the body. */
-static int kl_ms_health(kl__metrics_server_t *server, char *reason,
-                        size_t size) {
+static int ms_health(kl__metrics_server_t *server, char *reason, size_t size) {
   kl_worker_stats_t st;
   kl_worker_stats(server->worker, &st);
   char why[512];
@@ -430,9 +427,9 @@ static int kl_ms_health(kl__metrics_server_t *server, char *reason,
              st.fenced, st.owned);
     return 503;
   }
-  if (kl_ms_stopped(server, reason, size))
+  if (ms_stopped(server, reason, size))
     return 503;
-  if (kl_ms_stalled(server, reason, size))
+  if (ms_stalled(server, reason, size))
     return 503;
   if (server->outbox_stall_ms > 0 &&
       st.outbox_stalled_ms > (uint64_t)server->outbox_stall_ms) {
@@ -450,7 +447,7 @@ static int kl_ms_health(kl__metrics_server_t *server, char *reason,
 
 /* ---- connections ---- */
 
-static void kl_ms_conn_freed(uv_handle_t *handle) {
+static void ms_conn_freed(uv_handle_t *handle) {
   kl_ms_conn_t *conn = handle->data;
   if (++conn->closing == 2) { /* tcp and timer both closed */
     conn->server->conns--;
@@ -462,7 +459,7 @@ static void kl_ms_conn_freed(uv_handle_t *handle) {
 /* Waiting connections in accept order: the oldest is evicted when a new
  * one comes and all places are taken, so idle clients cannot lock a
  * liveness probe out. */
-static void kl_ms_unlist(kl_ms_conn_t *conn) {
+static void ms_unlist(kl_ms_conn_t *conn) {
   kl__metrics_server_t *server = conn->server;
   if (!conn->listed)
     return;
@@ -478,7 +475,7 @@ static void kl_ms_unlist(kl_ms_conn_t *conn) {
   conn->older = conn->newer = NULL;
 }
 
-static void kl_ms_list(kl_ms_conn_t *conn) {
+static void ms_list(kl_ms_conn_t *conn) {
   kl__metrics_server_t *server = conn->server;
   conn->older = server->newest;
   if (server->newest)
@@ -489,20 +486,20 @@ static void kl_ms_list(kl_ms_conn_t *conn) {
   conn->listed = 1;
 }
 
-static void kl_ms_conn_close(kl_ms_conn_t *conn) {
-  kl_ms_unlist(conn);
+static void ms_conn_close(kl_ms_conn_t *conn) {
+  ms_unlist(conn);
   if (uv_is_closing((uv_handle_t *)&conn->tcp))
     return;
-  uv_close((uv_handle_t *)&conn->tcp, kl_ms_conn_freed);
-  uv_close((uv_handle_t *)&conn->idle, kl_ms_conn_freed);
+  uv_close((uv_handle_t *)&conn->tcp, ms_conn_freed);
+  uv_close((uv_handle_t *)&conn->idle, ms_conn_freed);
 }
 
-static void kl_ms_written(uv_write_t *req, int status) {
-  kl_ms_conn_close(req->data);
+static void ms_written(uv_write_t *req, int status) {
+  ms_conn_close(req->data);
 }
 
-static void kl_ms_respond(kl_ms_conn_t *conn, int status, const char *ctype,
-                          const char *body, size_t len) {
+static void ms_respond(kl_ms_conn_t *conn, int status, const char *ctype,
+                       const char *body, size_t len) {
   const char *text = status == 200   ? "OK"
                      : status == 404 ? "Not Found"
                      : status == 405 ? "Method Not Allowed"
@@ -515,10 +512,10 @@ static void kl_ms_respond(kl_ms_conn_t *conn, int status, const char *ctype,
                    "Content-Length: %zu\r\nConnection: close\r\n\r\n",
                    status, text, ctype, len);
   conn->answered = 1;
-  kl_ms_unlist(conn); /* being answered: not evicted */
+  ms_unlist(conn); /* being answered: not evicted */
   conn->out = malloc((size_t)n + len);
   if (!conn->out) {
-    kl_ms_conn_close(conn);
+    ms_conn_close(conn);
     return;
   }
   memcpy(conn->out, head, (size_t)n);
@@ -526,19 +523,19 @@ static void kl_ms_respond(kl_ms_conn_t *conn, int status, const char *ctype,
   uv_buf_t buf = uv_buf_init(conn->out, (unsigned)((size_t)n + len));
   conn->write.data = conn;
   uv_read_stop((uv_stream_t *)&conn->tcp);
-  if (uv_write(&conn->write, (uv_stream_t *)&conn->tcp, &buf, 1,
-               kl_ms_written) != 0)
-    kl_ms_conn_close(conn);
+  if (uv_write(&conn->write, (uv_stream_t *)&conn->tcp, &buf, 1, ms_written) !=
+      0)
+    ms_conn_close(conn);
 }
 
-static void kl_ms_text(kl_ms_conn_t *conn, int status, const char *body) {
-  kl_ms_respond(conn, status, "text/plain; charset=utf-8", body, strlen(body));
+static void ms_text(kl_ms_conn_t *conn, int status, const char *body) {
+  ms_respond(conn, status, "text/plain; charset=utf-8", body, strlen(body));
 }
 
 /* ---- /healthz as JSON (cli/health_json.h) ---- */
 
 /* @returns 1 for JSON, 0 for text, -1 for a format= it does not know. */
-static int kl_ms_wants_json(const kl_ms_conn_t *conn, const char *query) {
+static int ms_wants_json(const kl_ms_conn_t *conn, const char *query) {
   for (const char *q = query; q && *q; q = strchr(q, '&'), q = q ? q + 1 : q) {
     if (strncmp(q, "format=", 7) != 0)
       continue;
@@ -552,8 +549,7 @@ static int kl_ms_wants_json(const kl_ms_conn_t *conn, const char *query) {
   return strstr(conn->accept, "application/json") != NULL;
 }
 
-static void kl_ms_health_json(kl_ms_conn_t *conn, int status,
-                              const char *reason) {
+static void ms_health_json(kl_ms_conn_t *conn, int status, const char *reason) {
   kl__metrics_server_t *server = conn->server;
   kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
   kl__log_stop_t stops[KL_MS_STOPS_MAX];
@@ -575,14 +571,14 @@ static void kl_ms_health_json(kl_ms_conn_t *conn, int status,
   char *json = kl__health_json(&health, &len);
   free(stalls);
   if (!json) {
-    kl_ms_text(conn, 503, "out of memory\n");
+    ms_text(conn, 503, "out of memory\n");
     return;
   }
-  kl_ms_respond(conn, status, "application/json", json, len);
+  ms_respond(conn, status, "application/json", json, len);
   free(json);
 }
 
-static void kl_ms_route(kl_ms_conn_t *conn) {
+static void ms_route(kl_ms_conn_t *conn) {
   kl__metrics_server_t *server = conn->server;
   char *query = strchr(conn->url, '?');
   if (query)
@@ -590,36 +586,36 @@ static void kl_ms_route(kl_ms_conn_t *conn) {
   int is_get = conn->parser.method == HTTP_GET;
   if (strcmp(conn->url, "/metrics") == 0 && is_get) {
     size_t len;
-    char *text = kl_ms_metrics(server, &len);
+    char *text = ms_metrics(server, &len);
     if (!text) {
-      kl_ms_text(conn, 503, "out of memory\n");
+      ms_text(conn, 503, "out of memory\n");
       return;
     }
-    kl_ms_respond(conn, 200, KL_METRICS_CONTENT_TYPE, text, len);
+    ms_respond(conn, 200, KL_METRICS_CONTENT_TYPE, text, len);
     free(text);
   } else if (strcmp(conn->url, "/healthz") == 0 && is_get) {
-    int json = kl_ms_wants_json(conn, query);
+    int json = ms_wants_json(conn, query);
     if (json < 0) {
-      kl_ms_text(conn, 400,
-                 "/healthz takes format=text (the default) or "
-                 "format=json\n");
+      ms_text(conn, 400,
+              "/healthz takes format=text (the default) or "
+              "format=json\n");
       return;
     }
     char reason[1536];
-    int status = kl_ms_health(server, reason, sizeof(reason));
+    int status = ms_health(server, reason, sizeof(reason));
     if (json)
-      kl_ms_health_json(conn, status, reason);
+      ms_health_json(conn, status, reason);
     else
-      kl_ms_text(conn, status, reason);
+      ms_text(conn, status, reason);
   } else if (strcmp(conn->url, "/metrics") == 0 ||
              strcmp(conn->url, "/healthz") == 0) {
-    kl_ms_text(conn, 405, "use GET\n");
+    ms_text(conn, 405, "use GET\n");
   } else {
-    kl_ms_text(conn, 404, "not found: GET /metrics or /healthz\n");
+    ms_text(conn, 404, "not found: GET /metrics or /healthz\n");
   }
 }
 
-static int kl_ms_on_url(http_parser *parser, const char *at, size_t len) {
+static int ms_on_url(http_parser *parser, const char *at, size_t len) {
   kl_ms_conn_t *conn = parser->data;
   size_t have = strlen(conn->url);
   if (have + len >= sizeof(conn->url))
@@ -631,7 +627,7 @@ static int kl_ms_on_url(http_parser *parser, const char *at, size_t len) {
 
 /* Header names longer than "accept" are another header: only their length
  * is counted, so a field split across reads is matched whole. */
-static int kl_ms_on_field(http_parser *parser, const char *at, size_t len) {
+static int ms_on_field(http_parser *parser, const char *at, size_t len) {
   kl_ms_conn_t *conn = parser->data;
   if (conn->in_value)
     conn->in_value = conn->in_accept = 0, conn->field_len = 0;
@@ -641,7 +637,7 @@ static int kl_ms_on_field(http_parser *parser, const char *at, size_t len) {
   return 0;
 }
 
-static int kl_ms_on_value(http_parser *parser, const char *at, size_t len) {
+static int ms_on_value(http_parser *parser, const char *at, size_t len) {
   kl_ms_conn_t *conn = parser->data;
   if (!conn->in_value) {
     conn->in_value = 1;
@@ -658,26 +654,26 @@ static int kl_ms_on_value(http_parser *parser, const char *at, size_t len) {
   return 0;
 }
 
-static int kl_ms_on_complete(http_parser *parser) {
-  kl_ms_route(parser->data);
+static int ms_on_complete(http_parser *parser) {
+  ms_route(parser->data);
   return -1; /* one request per connection: stop parsing */
 }
 
 static const http_parser_settings kl_ms_settings = {
-    .on_url = kl_ms_on_url,
-    .on_header_field = kl_ms_on_field,
-    .on_header_value = kl_ms_on_value,
-    .on_message_complete = kl_ms_on_complete};
+    .on_url = ms_on_url,
+    .on_header_field = ms_on_field,
+    .on_header_value = ms_on_value,
+    .on_message_complete = ms_on_complete};
 
-static void kl_ms_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
+static void ms_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
   static _Thread_local char chunk[4096]; /* consumed before the next read */
   *buf = uv_buf_init(chunk, sizeof(chunk));
 }
 
-static void kl_ms_read(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf) {
+static void ms_read(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf) {
   kl_ms_conn_t *conn = stream->data;
   if (n < 0) {
-    kl_ms_conn_close(conn);
+    ms_conn_close(conn);
     return;
   }
   if (n == 0 || conn->answered)
@@ -687,16 +683,16 @@ static void kl_ms_read(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf) {
   if (conn->answered)
     return;
   if (conn->parser.http_errno != HPE_OK)
-    kl_ms_text(conn, 400, "bad request\n");
+    ms_text(conn, 400, "bad request\n");
   else if (conn->head_bytes > KL_MS_HEAD_MAX)
-    kl_ms_text(conn, 431, "request over 8 KiB\n");
+    ms_text(conn, 431, "request over 8 KiB\n");
 }
 
-static void kl_ms_idle(uv_timer_t *timer) {
-  kl_ms_conn_close(timer->data);
+static void ms_idle(uv_timer_t *timer) {
+  ms_conn_close(timer->data);
 }
 
-static void kl_ms_accept(uv_stream_t *listener, int status) {
+static void ms_accept(uv_stream_t *listener, int status) {
   kl__metrics_server_t *server = listener->data;
   if (status < 0)
     return;
@@ -711,47 +707,47 @@ static void kl_ms_accept(uv_stream_t *listener, int status) {
   if (server->conns > KL_MS_CONNS_MAX && server->oldest) {
     KL_LOG_D(COMP, "%d connections: closing the oldest idle one",
              server->conns);
-    kl_ms_conn_close(server->oldest); /* freed on the next loop turn */
+    ms_conn_close(server->oldest); /* freed on the next loop turn */
   }
   /* Closing ones are freed within a loop turn; answered ones within a
    * write: twice the cap bounds what a burst can hold. */
   if (uv_accept(listener, (uv_stream_t *)&conn->tcp) != 0 ||
       server->conns > 2 * KL_MS_CONNS_MAX) {
-    kl_ms_conn_close(conn);
+    ms_conn_close(conn);
     return;
   }
-  kl_ms_list(conn);
+  ms_list(conn);
   http_parser_init(&conn->parser, HTTP_REQUEST);
   conn->parser.data = conn;
-  uv_timer_start(&conn->idle, kl_ms_idle, KL_MS_IDLE_MS, 0);
-  uv_read_start((uv_stream_t *)&conn->tcp, kl_ms_alloc, kl_ms_read);
+  uv_timer_start(&conn->idle, ms_idle, KL_MS_IDLE_MS, 0);
+  uv_read_start((uv_stream_t *)&conn->tcp, ms_alloc, ms_read);
 }
 
 /* ---- the thread ---- */
 
-static void kl_ms_close_any(uv_handle_t *handle, void *arg) {
+static void ms_close_any(uv_handle_t *handle, void *arg) {
   if (uv_is_closing(handle))
     return;
   if (handle->type == UV_TCP && handle->data && handle->data != arg) {
-    kl_ms_conn_close(handle->data);
+    ms_conn_close(handle->data);
     return;
   }
   if (handle->type != UV_TIMER)
     uv_close(handle, NULL);
 }
 
-static void kl_ms_on_stop(uv_async_t *async) {
+static void ms_on_stop(uv_async_t *async) {
   kl__metrics_server_t *server = async->data;
-  uv_walk(&server->loop, kl_ms_close_any, server);
+  uv_walk(&server->loop, ms_close_any, server);
 }
 
-static void *kl_ms_main(void *opaque) {
+static void *ms_main(void *opaque) {
   kl__metrics_server_t *server = opaque;
   uv_run(&server->loop, UV_RUN_DEFAULT);
   return NULL;
 }
 
-static rd_kafka_t *kl_ms_kafka(const kl_conf_t *conf) {
+static rd_kafka_t *ms_kafka(const kl_conf_t *conf) {
   const char *bootstrap = kl_conf_get(conf, "kafka.bootstrap.servers");
   if (!bootstrap)
     return NULL;
@@ -772,7 +768,7 @@ static rd_kafka_t *kl_ms_kafka(const kl_conf_t *conf) {
   return rk;
 }
 
-static kl_err_t kl_ms_listen(kl__metrics_server_t *server, const char *listen) {
+static kl_err_t ms_listen(kl__metrics_server_t *server, const char *listen) {
   struct sockaddr_storage addr;
   kl_err_t err = kl__listen_addr("--metrics-listen", listen, &addr);
   if (err)
@@ -780,10 +776,10 @@ static kl_err_t kl_ms_listen(kl__metrics_server_t *server, const char *listen) {
   if (uv_loop_init(&server->loop) != 0)
     return kl__err(KL_EIO, "--metrics-listen: cannot start a libuv loop");
   uv_tcp_init(&server->loop, &server->listener);
-  uv_async_init(&server->loop, &server->stop, kl_ms_on_stop);
+  uv_async_init(&server->loop, &server->stop, ms_on_stop);
   server->listener.data = server->stop.data = server;
   err = kl__listen_start(&server->listener, "--metrics-listen", listen, 64,
-                         kl_ms_accept, &server->port);
+                         ms_accept, &server->port);
   if (!err)
     return KL_OK;
   uv_close((uv_handle_t *)&server->listener, NULL);
@@ -811,10 +807,10 @@ kl_err_t kl__metrics_server_start(const char *listen, const kl_conf_t *conf,
     free(server);
     return KL_ENOMEM;
   }
-  kl_err_t err = kl_ms_listen(server, listen);
+  kl_err_t err = ms_listen(server, listen);
   if (!err)
-    server->rk = kl_ms_kafka(conf);
-  if (!err && pthread_create(&server->thread, NULL, kl_ms_main, server) != 0) {
+    server->rk = ms_kafka(conf);
+  if (!err && pthread_create(&server->thread, NULL, ms_main, server) != 0) {
     err = kl__err(KL_EIO, "--metrics-listen: cannot start its thread");
     uv_close((uv_handle_t *)&server->listener, NULL);
     uv_close((uv_handle_t *)&server->stop, NULL);

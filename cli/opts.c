@@ -195,7 +195,8 @@ static int missing_value(const parser_t *p, const kl__opt_t *o) {
                        o->name, r.meta, lo, hi);
 }
 
-static int set_key(const parser_t *p, const kl__opt_t *o, const char *value) {
+static int opt_set_key(const parser_t *p, const kl__opt_t *o,
+                       const char *value) {
   char errstr[512];
   if (kl_conf_set(p->conf, o->key, value, errstr, sizeof(errstr)) == KL_OK)
     return -1;
@@ -222,7 +223,7 @@ static int take(const parser_t *p, const kl__opt_t *o, const char *text) {
   int64_t v = 0;
   if (r.kind == KL__OPT_FLAG) {
     if (o->key)
-      return set_key(p, o, "true");
+      return opt_set_key(p, o, "true");
     *(int *)field = 1;
     return -1;
   }
@@ -233,7 +234,7 @@ static int take(const parser_t *p, const kl__opt_t *o, const char *text) {
       kl__units_parse(flag, text, units_of(r.kind), r.min, r.max, &v) != KL_OK)
     return kl__cli_usage(p->cmd->name, "%s", kl_err_detail());
   if (o->key)
-    return set_key(p, o, text);
+    return opt_set_key(p, o, text);
   if (kind_is_num(r.kind))
     *(int64_t *)field = v;
   else

@@ -55,24 +55,24 @@ typedef struct kl_pub {
 
 /* ---- the ring of entries ---- */
 
-static kl_pub_entry_t *kl_pub_entry(kl_pub_t *pub, uint64_t seq) {
+static kl_pub_entry_t *pub_entry(kl_pub_t *pub, uint64_t seq) {
   return &pub->ring[seq % pub->cap];
 }
 
-static int kl_pub_grow(kl_pub_t *pub) {
+static int pub_grow(kl_pub_t *pub) {
   size_t cap = pub->cap ? pub->cap * 2 : 1024;
   kl_pub_entry_t *ring = calloc(cap, sizeof(*ring));
   if (!ring)
     return -1;
   for (uint64_t seq = pub->head; seq < pub->tail; seq++)
-    ring[seq % cap] = *kl_pub_entry(pub, seq);
+    ring[seq % cap] = *pub_entry(pub, seq);
   free(pub->ring);
   pub->ring = ring;
   pub->cap = cap;
   return 0;
 }
 
-static void kl_pub_entry_free(kl_pub_entry_t *e) {
+static void pub_entry_free(kl_pub_entry_t *e) {
   free(e->key);
   free(e->id);
   free(e->reason);
@@ -82,9 +82,9 @@ static void kl_pub_entry_free(kl_pub_entry_t *e) {
 /* ---- delivery and output ---- */
 
 /* Runs on the publishing thread, from inside the producer's calls. */
-static void kl_pub_dr(void *opaque, const kl_delivery_t *d) {
+static void pub_dr(void *opaque, const kl_delivery_t *d) {
   kl_pub_t *pub = opaque;
-  kl_pub_entry_t *e = kl_pub_entry(pub, (uint64_t)(uintptr_t)d->opaque);
+  kl_pub_entry_t *e = pub_entry(pub, (uint64_t)(uintptr_t)d->opaque);
   e->id = malloc(d->id_len + 1);
   if (e->id) {
     memcpy(e->id, d->id, d->id_len + 1);
@@ -97,7 +97,7 @@ static void kl_pub_dr(void *opaque, const kl_delivery_t *d) {
     e->reason = strdup(d->errmsg ? d->errmsg : kl_strerror(d->err));
 }
 
-static void kl_pub_print(const kl_pub_entry_t *e) {
+static void pub_print(const kl_pub_entry_t *e) {
   json_t *o = json_pack("{s:s%,s:s%,s:i,s:I}", "key", e->key, e->key_len, "id",
                         e->id, e->id_len, "partition", (int)e->partition,
                         "offset", (json_int_t)e->offset);
@@ -108,14 +108,14 @@ static void kl_pub_print(const kl_pub_entry_t *e) {
 }
 
 /* Prints the delivered prefix, in input order; failures go to stderr. */
-static void kl_pub_print_ready(kl_pub_t *pub, int force_flush) {
+static void pub_print_ready(kl_pub_t *pub, int force_flush) {
   int printed = 0;
   while (pub->head < pub->tail) {
-    kl_pub_entry_t *e = kl_pub_entry(pub, pub->head);
+    kl_pub_entry_t *e = pub_entry(pub, pub->head);
     if (e->state == 0)
       break;
     if (e->state == 1) {
-      kl_pub_print(e);
+      pub_print(e);
       printed = 1;
     } else {
       pub->failed++;
@@ -125,7 +125,7 @@ static void kl_pub_print_ready(kl_pub_t *pub, int force_flush) {
               e->line, (int)e->key_len, e->key,
               e->reason ? e->reason : "out of memory");
     }
-    kl_pub_entry_free(e);
+    pub_entry_free(e);
     pub->head++;
   }
   int64_t now = kl__mono_ns();
@@ -138,12 +138,12 @@ static void kl_pub_print_ready(kl_pub_t *pub, int force_flush) {
 
 /* Waits for every delivery report, printing as they come. Bounded by
  * librdkafka's message.timeout.ms, after which an event is failed. */
-static void kl_pub_drain(kl_pub_t *pub) {
+static void pub_drain(kl_pub_t *pub) {
   while (kl_producer_inflight(pub->producer) > 0) {
     kl_producer_poll(pub->producer, 100);
-    kl_pub_print_ready(pub, 0);
+    pub_print_ready(pub, 0);
   }
-  kl_pub_print_ready(pub, 1);
+  pub_print_ready(pub, 1);
 }
 
 /* ---- one line ---- */
@@ -152,8 +152,8 @@ static void kl_pub_drain(kl_pub_t *pub) {
 #define KL_PUB_MSG_MAX (KL_PUB_ERR_MAX + 64) /* "line N: " + the problem */
 
 /* Writes a line's problem into err (KL_PUB_ERR_MAX bytes); returns -1. */
-static int kl_pub_err(char *err, const char *fmt, ...) KL__PRINTF(2, 3);
-static int kl_pub_err(char *err, const char *fmt, ...) {
+static int pub_err(char *err, const char *fmt, ...) KL__PRINTF(2, 3);
+static int pub_err(char *err, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(err, KL_PUB_ERR_MAX, fmt, ap);
@@ -165,17 +165,17 @@ static int kl_pub_err(char *err, const char *fmt, ...) {
 
 typedef enum { KL_PUB_NEXT, KL_PUB_BAD_LINE, KL_PUB_FAILED } kl_pub_step_t;
 
-static kl_pub_step_t kl_pub_send(kl_pub_t *pub, long lineno,
-                                 const kl_event_t *ev, char *err) {
-  if (pub->tail - pub->head == pub->cap && kl_pub_grow(pub)) {
-    kl_pub_err(err, "out of memory");
+static kl_pub_step_t pub_send(kl_pub_t *pub, long lineno, const kl_event_t *ev,
+                              char *err) {
+  if (pub->tail - pub->head == pub->cap && pub_grow(pub)) {
+    pub_err(err, "out of memory");
     return KL_PUB_FAILED;
   }
-  kl_pub_entry_t *e = kl_pub_entry(pub, pub->tail);
+  kl_pub_entry_t *e = pub_entry(pub, pub->tail);
   e->line = lineno;
   e->key_len = ev->key_len;
   if (!(e->key = malloc(ev->key_len + 1))) {
-    kl_pub_err(err, "out of memory");
+    pub_err(err, "out of memory");
     return KL_PUB_FAILED;
   }
   memcpy(e->key, ev->key, ev->key_len);
@@ -186,21 +186,21 @@ static kl_pub_step_t kl_pub_send(kl_pub_t *pub, long lineno,
     pub->tail++;
     return KL_PUB_NEXT;
   }
-  kl_pub_err(err, "%s", kl_err_detail());
-  kl_pub_entry_free(e);
+  pub_err(err, "%s", kl_err_detail());
+  pub_entry_free(e);
   /* The event's own fault is the line's; anything else is the run's. */
   return rc == KL_EINVAL || (rc >= KL_EDECODE_TRUNCATED && rc <= KL_EDECODE_KEY)
              ? KL_PUB_BAD_LINE
              : KL_PUB_FAILED;
 }
 
-static kl_pub_step_t kl_pub_line(kl_pub_t *pub, long lineno, const char *text,
-                                 size_t len, char *err) {
+static kl_pub_step_t pub_line(kl_pub_t *pub, long lineno, const char *text,
+                              size_t len, char *err) {
   json_error_t jerr;
   json_t *root =
       json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
   if (!root) {
-    kl_pub_err(err, "invalid JSON at column %d: %s", jerr.column, jerr.text);
+    pub_err(err, "invalid JSON at column %d: %s", jerr.column, jerr.text);
     return KL_PUB_BAD_LINE;
   }
   /* The gateway's reading of an event: one set of rules for both. */
@@ -208,10 +208,10 @@ static kl_pub_step_t kl_pub_line(kl_pub_t *pub, long lineno, const char *text,
   kl_pub_step_t step = KL_PUB_BAD_LINE;
   kl_err_t e = kl__jevent_parse(&je, root, false, err, KL_PUB_ERR_MAX);
   if (e == KL_ENOMEM) {
-    kl_pub_err(err, "out of memory");
+    pub_err(err, "out of memory");
     step = KL_PUB_FAILED;
   } else if (e == KL_OK) {
-    step = kl_pub_send(pub, lineno, &je.ev, err);
+    step = pub_send(pub, lineno, &je.ev, err);
   }
   kl__jevent_clear(&je);
   json_decref(root);
@@ -222,7 +222,7 @@ static kl_pub_step_t kl_pub_line(kl_pub_t *pub, long lineno, const char *text,
  * counting bytes as they come: a line may hold a NUL (then it is invalid
  * JSON, not "empty" as strlen() would say).
  * @returns the length without the newline, -1 at the end, -2 too long. */
-static long kl_pub_read(char *buf) {
+static long pub_read(char *buf) {
   size_t len = 0;
   int c;
   while ((c = getc_unlocked(stdin)) != EOF && c != '\n') {
@@ -235,21 +235,20 @@ static long kl_pub_read(char *buf) {
 }
 
 /* One input line, or why there is none to publish. */
-static kl_pub_step_t kl_pub_next(kl_pub_t *pub, long lineno, char *buf,
-                                 long len, char *err) {
+static kl_pub_step_t pub_next(kl_pub_t *pub, long lineno, char *buf, long len,
+                              char *err) {
   if (len == -2)
-    kl_pub_err(err, "the line is longer than %d bytes (2 MiB)",
-               KL_PUB_LINE_MAX);
+    pub_err(err, "the line is longer than %d bytes (2 MiB)", KL_PUB_LINE_MAX);
   else if (len == 0)
-    kl_pub_err(err, "the line is empty");
+    pub_err(err, "the line is empty");
   else
-    return kl_pub_line(pub, lineno, buf, (size_t)len, err);
+    return pub_line(pub, lineno, buf, (size_t)len, err);
   return KL_PUB_BAD_LINE;
 }
 
 /* Publishes stdin; @returns the exit code, with msg (KL_PUB_MSG_MAX) set
  * when it is nonzero. */
-static int kl_pub_loop(kl_pub_t *pub, char *msg) {
+static int pub_loop(kl_pub_t *pub, char *msg) {
   char *buf = malloc(KL_PUB_LINE_MAX + 2);
   if (!buf) {
     snprintf(msg, KL_PUB_MSG_MAX, "out of memory");
@@ -257,16 +256,16 @@ static int kl_pub_loop(kl_pub_t *pub, char *msg) {
   }
   int rc = KL_EXIT_OK;
   long len;
-  for (long lineno = 1; !kl__cli_stop && (len = kl_pub_read(buf)) != -1;
+  for (long lineno = 1; !kl__cli_stop && (len = pub_read(buf)) != -1;
        lineno++) {
     char problem[KL_PUB_ERR_MAX];
-    kl_pub_step_t step = kl_pub_next(pub, lineno, buf, len, problem);
+    kl_pub_step_t step = pub_next(pub, lineno, buf, len, problem);
     if (step != KL_PUB_NEXT) {
       snprintf(msg, KL_PUB_MSG_MAX, "line %ld: %s", lineno, problem);
       rc = step == KL_PUB_BAD_LINE ? KL_EXIT_USAGE : KL_EXIT_FAIL;
       break;
     }
-    kl_pub_print_ready(pub, 0);
+    pub_print_ready(pub, 0);
   }
   if (rc == KL_EXIT_OK && kl__cli_stop) {
     snprintf(msg, KL_PUB_MSG_MAX,
@@ -281,14 +280,14 @@ static int kl_pub_loop(kl_pub_t *pub, char *msg) {
   return rc;
 }
 
-static int kl_pub_run(kl_conf_t *conf, const char *topic) {
+static int pub_run(kl_conf_t *conf, const char *topic) {
   kl_pub_t pub = {.topic = topic};
-  if (kl_producer_new(conf, kl_pub_dr, &pub, &pub.producer) != KL_OK)
+  if (kl_producer_new(conf, pub_dr, &pub, &pub.producer) != KL_OK)
     return kl__cli_fail(KL_PUB_SUB, "%s", kl_err_detail());
   kl__cli_on_signals();
   char err[KL_PUB_MSG_MAX] = "";
-  int rc = kl_pub_loop(&pub, err);
-  kl_pub_drain(&pub); /* every good line before a bad one is delivered */
+  int rc = pub_loop(&pub, err);
+  pub_drain(&pub); /* every good line before a bad one is delivered */
   kl_producer_destroy(pub.producer);
   free(pub.ring);
   if (pub.failed) {
@@ -381,7 +380,7 @@ int kl__cmd_publish(int argc, char **argv) {
   int first;
   int rc = kl__opts_parse(&pub_cmd, argc, argv, &a, conf, &first);
   if (rc < 0)
-    rc = kl_pub_run(conf, a.topic);
+    rc = pub_run(conf, a.topic);
   kl_conf_destroy(conf);
   return rc;
 }

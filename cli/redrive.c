@@ -13,7 +13,7 @@
 #include "handlers/handler.h"
 #include "worker/redrive.h"
 
-static void kl_set_key(json_t *o, const rd_kafka_message_t *m) {
+static void set_key(json_t *o, const rd_kafka_message_t *m) {
   json_t *s = m->key ? json_stringn(m->key, m->key_len) : NULL;
   if (s) {
     json_object_set_new(o, "key", s);
@@ -27,7 +27,7 @@ static void kl_set_key(json_t *o, const rd_kafka_message_t *m) {
   free(b64);
 }
 
-static json_t *kl_letter_json(const kl__redriven_t *x) {
+static json_t *letter_json(const kl__redriven_t *x) {
   const kl__letter_t *l = x->letter;
   json_t *o = json_pack(
       "{sIsIsIsIsssssssI}", "dlq_partition", (json_int_t)l->dlq_partition,
@@ -35,20 +35,20 @@ static json_t *kl_letter_json(const kl__redriven_t *x) {
       (json_int_t)l->partition, "offset", (json_int_t)l->offset, "id", x->id,
       "reason", l->reason, "outcome", kl__outcome_name(x->outcome), "epoch",
       (json_int_t)x->epoch);
-  kl_set_key(o, l->msg);
+  set_key(o, l->msg);
   if (x->why[0])
     json_object_set_new(o, "error", json_string(x->why));
   return o;
 }
 
-static void kl_redrive_json(const kl__redrive_t *r,
-                            const kl__redrive_opts_t *opts) {
+static void redrive_json(const kl__redrive_t *r,
+                         const kl__redrive_opts_t *opts) {
   size_t n;
   const kl__redriven_t *res = kl__redrive_results(r, &n);
   json_t *list = json_array();
   for (size_t i = 0; i < n; i++)
     if (res[i].outcome != KL__OUT_FILTERED)
-      json_array_append_new(list, kl_letter_json(&res[i]));
+      json_array_append_new(list, letter_json(&res[i]));
   json_t *o = json_pack(
       "{sssssbsIsIsIsIsIsIsIsIsIsIso}", "dlq_topic", opts->dlq_topic, "topic",
       kl__redrive_topic(r), "dry_run", opts->dry_run, "read", (json_int_t)n,
@@ -68,7 +68,7 @@ static void kl_redrive_json(const kl__redrive_t *r,
   json_decref(o);
 }
 
-static void kl_redrive_table(const kl__redrive_t *r) {
+static void redrive_table(const kl__redrive_t *r) {
   size_t n;
   const kl__redriven_t *res = kl__redrive_results(r, &n);
   printf("%-14s %-22s %-36s %-13s %s\n", "dead letter", "origin", "id",
@@ -97,7 +97,7 @@ static void kl_redrive_table(const kl__redrive_t *r) {
          kl__redrive_count(r, KL__OUT_FILTERED));
 }
 
-static void kl_redrive_notes(const char *sub, const kl__redrive_t *r) {
+static void redrive_notes(const char *sub, const kl__redrive_t *r) {
   size_t n;
   const kl__replay_part_t *taken = kl__redrive_taken(r, &n);
   for (size_t i = 0; i < n; i++)
@@ -143,8 +143,8 @@ int kl__redrive_cli(const char *sub, kl__redrive_opts_t *opts,
              ? kl__cli_usage(sub, "%s", kl_err_detail())
              : kl__cli_fail(sub, "%s", kl_err_detail());
   } else {
-    json ? kl_redrive_json(r, opts) : kl_redrive_table(r);
-    kl_redrive_notes(sub, r);
+    json ? redrive_json(r, opts) : redrive_table(r);
+    redrive_notes(sub, r);
     kl__dry_run_note(sub, opts->dry_run, opts->dry_run_handler, handler_spec);
     size_t n, done = kl__redrive_count(r, KL__OUT_FILTERED) +
                      kl__redrive_count(r, KL__OUT_APPLIED) +

@@ -157,8 +157,8 @@ static const kl__cmd_t replay_cmd = {
         "ledger\n",
     .conf = true};
 
-static int kl_replay_check(const char *sub, const kl__replay_args_t *a,
-                           int rebuild) {
+static int replay_check(const char *sub, const kl__replay_args_t *a,
+                        int rebuild) {
   if ((a->reason || a->key) && !a->dlq)
     return kl__cli_usage(sub, "--reason and --key select dead letters: they "
                               "need --from-dlq TOPIC.dlq");
@@ -193,7 +193,7 @@ static int kl_replay_check(const char *sub, const kl__replay_args_t *a,
 
 /* ---- progress ---------------------------------------------------------- */
 
-static void kl_on_progress(void *opaque, const kl__replay_t *replay) {
+static void replay_on_progress(void *opaque, const kl__replay_t *replay) {
   kl__progress_t *progress = opaque;
   size_t n;
   const kl__replay_part_t *parts = kl__replay_parts(replay, &n);
@@ -209,7 +209,7 @@ static void kl_on_progress(void *opaque, const kl__replay_t *replay) {
   kl__progress_draw(progress, 0);
 }
 
-static kl__progress_t *kl_progress_new(const char *sub, size_t rows) {
+static kl__progress_t *progress_new(const char *sub, size_t rows) {
   const char *env = getenv("KEYLANE_PROGRESS_INTERVAL_MS");
   int64_t interval = 0; /* progress.h's default */
   if (env && kl__units_parse("KEYLANE_PROGRESS_INTERVAL_MS", env, KL__UNITS_MS,
@@ -220,7 +220,7 @@ static kl__progress_t *kl_progress_new(const char *sub, size_t rows) {
 
 /* ---- the report -------------------------------------------------------- */
 
-static json_t *kl_part_json(const kl__replay_part_t *p) {
+static json_t *part_json(const kl__replay_part_t *p) {
   json_t *o = json_pack(
       "{sIss sIsIsIsI sIsIsI sIsI sIsIsIsIsI}", "partition",
       (json_int_t)p->partition, "status", kl__replay_status_name(p->status),
@@ -241,7 +241,7 @@ static json_t *kl_part_json(const kl__replay_part_t *p) {
   return o;
 }
 
-static json_t *kl_truncated_json(const kl__replay_part_t *p) {
+static json_t *truncated_json(const kl__replay_part_t *p) {
   return json_pack("{sIsIsIsIss}", "partition", (json_int_t)p->partition,
                    "earliest_offset", (json_int_t)p->history_from, "watermark",
                    (json_int_t)p->watermark_before, "missing",
@@ -249,7 +249,7 @@ static json_t *kl_truncated_json(const kl__replay_part_t *p) {
                    "reason", p->history_skipped ? "from" : "retention");
 }
 
-static void kl_print_json(const kl__replay_t *replay, const char *location) {
+static void print_json(const kl__replay_t *replay, const char *location) {
   const kl__replay_opts_t *opts = kl__replay_opts(replay);
   kl__replay_part_t t;
   kl__replay_totals(replay, &t);
@@ -257,9 +257,9 @@ static void kl_print_json(const kl__replay_t *replay, const char *location) {
   const kl__replay_part_t *parts = kl__replay_parts(replay, &n);
   json_t *list = json_array(), *trunc = json_array();
   for (size_t i = 0; i < n; i++) {
-    json_array_append_new(list, kl_part_json(&parts[i]));
+    json_array_append_new(list, part_json(&parts[i]));
     if (parts[i].history_from >= 0)
-      json_array_append_new(trunc, kl_truncated_json(&parts[i]));
+      json_array_append_new(trunc, truncated_json(&parts[i]));
   }
   json_t *o = json_pack(
       "{sssssbsIsIsIsIsIssso so}", "topic", opts->topic, "store", location,
@@ -281,8 +281,8 @@ static void kl_print_json(const kl__replay_t *replay, const char *location) {
   json_decref(o);
 }
 
-static void kl_table_row(const char *name, const char *range, const char *wm,
-                         const kl__replay_part_t *p) {
+static void table_row(const char *name, const char *range, const char *wm,
+                      const kl__replay_part_t *p) {
   printf("%-9s %-15s %-17s %8" PRIu64 " %8" PRIu64 " %15" PRIu64 " %17" PRIu64
          " %11" PRIu64 " %6" PRIu64 "  %s\n",
          name, range, wm, p->read, p->applied, p->skipped_applied,
@@ -290,7 +290,7 @@ static void kl_table_row(const char *name, const char *range, const char *wm,
          kl__replay_status_name(p->status));
 }
 
-static void kl_print_table(const kl__replay_t *replay) {
+static void print_table(const kl__replay_t *replay) {
   size_t n;
   const kl__replay_part_t *parts = kl__replay_parts(replay, &n);
   printf("%-9s %-15s %-17s %8s %8s %15s %17s %11s %6s  %s\n", "partition",
@@ -303,11 +303,11 @@ static void kl_print_table(const kl__replay_t *replay) {
     snprintf(range, sizeof(range), "%" PRId64 "..%" PRId64, p->start, p->end);
     snprintf(wm, sizeof(wm), "%" PRId64 " -> %" PRId64, p->watermark_before,
              p->watermark);
-    kl_table_row(name, range, wm, p);
+    table_row(name, range, wm, p);
   }
   kl__replay_part_t t;
   kl__replay_totals(replay, &t);
-  kl_table_row("total", "", "", &t);
+  table_row("total", "", "", &t);
 }
 
 void kl__dry_run_note(const char *sub, int dry_run, int handler_run,
@@ -322,7 +322,7 @@ void kl__dry_run_note(const char *sub, int dry_run, int handler_run,
 
 /* What an operator must not miss, on stderr: lost history, fenced owners,
  * and where to resume. */
-static void kl_print_notes(const char *sub, const kl__replay_t *replay) {
+static void print_notes(const char *sub, const kl__replay_t *replay) {
   const kl__replay_opts_t *opts = kl__replay_opts(replay);
   size_t n;
   const kl__replay_part_t *parts = kl__replay_parts(replay, &n);
@@ -377,7 +377,7 @@ static void kl_print_notes(const char *sub, const kl__replay_t *replay) {
             sub);
 }
 
-static int kl_replay_exec(const char *sub, kl__replay_args_t *a) {
+static int replay_exec(const char *sub, kl__replay_args_t *a) {
   kl_handler_ref_t handler;
   if (kl__handler_resolve(a->handler, &handler))
     return kl__cli_usage(sub, "%s", kl_err_detail());
@@ -403,22 +403,23 @@ static int kl_replay_exec(const char *sub, kl__replay_args_t *a) {
   if (!err && !a->no_progress) {
     size_t n;
     kl__replay_parts(replay, &n);
-    progress = kl_progress_new(sub, n);
+    progress = progress_new(sub, n);
   }
   if (err) {
     rc = err == KL_EINVAL || err == KL_EPARTITIONS || err == KL_ENOTFOUND
              ? kl__cli_usage(sub, "%s", kl_err_detail())
              : kl__cli_fail(sub, "%s", kl_err_detail());
   } else {
-    kl__replay_set_progress(replay, progress ? kl_on_progress : NULL, progress);
+    kl__replay_set_progress(replay, progress ? replay_on_progress : NULL,
+                            progress);
     err = kl__replay_run(replay);
     if (progress)
       kl__progress_finish(progress);
     if (err) {
       rc = kl__cli_fail(sub, "%s", kl_err_detail());
     } else {
-      a->json ? kl_print_json(replay, a->location) : kl_print_table(replay);
-      kl_print_notes(sub, replay);
+      a->json ? print_json(replay, a->location) : print_table(replay);
+      print_notes(sub, replay);
       kl__dry_run_note(sub, a->opts.dry_run, a->opts.dry_run_handler,
                        a->handler);
       kl__replay_part_t t;
@@ -443,8 +444,9 @@ int kl__replay_cli(const kl__cmd_t *cmd, int argc, char **argv, int rebuild) {
   a.opts.to = a.to.given ? a.to.pos : (kl__pos_t){KL__POS_END, 0};
   a.opts.batch_max = (size_t)a.batch_max;
   a.opts.rebuild = rebuild;
+
   if (rc < 0)
-    rc = kl_replay_check(sub, &a, rebuild);
+    rc = replay_check(sub, &a, rebuild);
   if (rc < 0 && a.dlq) {
     kl__redrive_opts_t ro = {.conf = a.conf,
                              .dlq_topic = a.dlq,
@@ -459,7 +461,7 @@ int kl__replay_cli(const kl__cmd_t *cmd, int argc, char **argv, int rebuild) {
     /* A rebuild reads everything; a --from of its own skips the history
      * before it on purpose, and says so. */
     a.opts.allow_gap = a.opts.allow_gap || rebuild;
-    rc = kl_replay_exec(sub, &a);
+    rc = replay_exec(sub, &a);
   }
   kl_conf_destroy(a.conf);
   return rc;

@@ -45,12 +45,12 @@ static const kl__cmd_t route_cmd = {
     .examples = "  keylane route --partitions 12 account-42 account-43\n"
                 "  cut -f1 accounts.tsv | keylane route --partitions 12\n"};
 
-static void kl_route_print(const char *key, size_t len, int32_t partitions) {
+static void route_print(const char *key, size_t len, int32_t partitions) {
   fwrite(key, 1, len, stdout);
   printf("\t%d\n", (int)kl_partition(key, len, partitions));
 }
 
-static int kl_route_check(const char *where, size_t len) {
+static int route_check(const char *where, size_t len) {
   if (len == 0)
     return kl__cli_usage(KL_ROUTE_SUB,
                          "%s: the key is empty; a key is 1..%d "
@@ -63,19 +63,19 @@ static int kl_route_check(const char *where, size_t len) {
   return KL_EXIT_OK;
 }
 
-static int kl_route_args(char **keys, int count, int32_t partitions) {
+static int route_args(char **keys, int count, int32_t partitions) {
   for (int i = 0; i < count; i++) {
     char where[48];
     snprintf(where, sizeof(where), "argument %d", i + 1);
     size_t len = strlen(keys[i]);
-    if (kl_route_check(where, len) != KL_EXIT_OK)
+    if (route_check(where, len) != KL_EXIT_OK)
       return KL_EXIT_USAGE;
-    kl_route_print(keys[i], len, partitions);
+    route_print(keys[i], len, partitions);
   }
   return KL_EXIT_OK;
 }
 
-static int kl_route_stdin(int32_t partitions) {
+static int route_stdin(int32_t partitions) {
   char *line = NULL;
   size_t cap = 0;
   ssize_t n;
@@ -87,9 +87,9 @@ static int kl_route_stdin(int32_t partitions) {
     char where[48];
     snprintf(where, sizeof(where), "stdin line %ld", lineno);
     fflush(stdout); /* earlier keys come out before the error */
-    if ((rc = kl_route_check(where, len)) != KL_EXIT_OK)
+    if ((rc = route_check(where, len)) != KL_EXIT_OK)
       break;
-    kl_route_print(line, len, partitions);
+    route_print(line, len, partitions);
   }
   if (rc == KL_EXIT_OK && ferror(stdin))
     rc = kl__cli_fail(KL_ROUTE_SUB, "reading stdin: %s", strerror(errno));
@@ -104,8 +104,8 @@ int kl__cmd_route(int argc, char **argv) {
   if (rc >= 0)
     return rc;
   int32_t partitions = (int32_t)a.partitions;
-  rc = first < argc ? kl_route_args(argv + first, argc - first, partitions)
-                    : kl_route_stdin(partitions);
+  rc = first < argc ? route_args(argv + first, argc - first, partitions)
+                    : route_stdin(partitions);
   if (fflush(stdout) != 0 && rc == KL_EXIT_OK)
     rc = kl__cli_fail(KL_ROUTE_SUB, "writing stdout: %s", strerror(errno));
   return rc;

@@ -25,7 +25,7 @@ static const struct {
 };
 #define KL_NACTIONS (sizeof(kl_store_actions) / sizeof(kl_store_actions[0]))
 
-static void kl_store_usage(FILE *out) {
+static void store_usage(FILE *out) {
   fprintf(out, "usage: keylane store ACTION [ARGS]\n\nactions:\n");
   for (size_t i = 0; i < KL_NACTIONS; i++)
     fprintf(out, "  %-10s %s\n", kl_store_actions[i].name,
@@ -35,12 +35,12 @@ static void kl_store_usage(FILE *out) {
 
 int kl__cmd_store(int argc, char **argv) {
   if (argc < 2) {
-    kl_store_usage(stderr);
+    store_usage(stderr);
     return KL_EXIT_USAGE;
   }
   if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
       strcmp(argv[1], "help") == 0) {
-    kl_store_usage(stdout);
+    store_usage(stdout);
     return KL_EXIT_OK;
   }
   for (size_t i = 0; i < KL_NACTIONS; i++)

@@ -22,19 +22,19 @@
 #include "handlers/ledger.h"
 #include "store/store_internal.h"
 
-static int kl_is_pg(const char *location) {
+static int is_pg(const char *location) {
   return strncmp(location, "postgresql://", 13) == 0 ||
          strncmp(location, "postgres://", 11) == 0;
 }
 
-static void kl_iso(int64_t ms, char *buf, size_t size) {
+static void inspect_iso(int64_t ms, char *buf, size_t size) {
   time_t t = (time_t)(ms / 1000);
   struct tm tm;
   gmtime_r(&t, &tm);
   strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-static void kl_bytes(uint64_t n, char *buf, size_t size) {
+static void inspect_bytes(uint64_t n, char *buf, size_t size) {
   static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = (double)n;
   size_t u = 0;
@@ -45,7 +45,7 @@ static void kl_bytes(uint64_t n, char *buf, size_t size) {
 
 /* A JSON string of bytes when they are UTF-8 without control bytes, else
  * NULL (the caller shows base64). */
-static json_t *kl_text_or_null(const void *data, size_t len) {
+static json_t *text_or_null(const void *data, size_t len) {
   const unsigned char *p = data;
   for (size_t i = 0; i < len; i++)
     if (p[i] < 0x20 || p[i] == 0x7f)
@@ -53,7 +53,7 @@ static json_t *kl_text_or_null(const void *data, size_t len) {
   return json_stringn(data, len);
 }
 
-static json_t *kl_b64(const void *data, size_t len) {
+static json_t *inspect_b64(const void *data, size_t len) {
   char *text = malloc(kl__base64_encoded_len(len) + 1);
   if (!text)
     return NULL;
@@ -73,8 +73,8 @@ typedef struct kl_stats {
   int ids_walked;
 } kl_stats_t;
 
-static int kl_stats_part(void *opaque, const char *topic, int32_t partition,
-                         const kl_partition_state_t *st) {
+static int stats_part(void *opaque, const char *topic, int32_t partition,
+                      const kl_partition_state_t *st) {
   kl_stats_t *s = opaque;
   if (s->topic && strcmp(s->topic, topic) != 0)
     return 0;
@@ -88,9 +88,9 @@ static int kl_stats_part(void *opaque, const char *topic, int32_t partition,
   return 0;
 }
 
-static int kl_stats_id(void *opaque, const char *topic, const void *key,
-                       size_t key_len, const char *id, size_t id_len,
-                       int64_t time_ms, kl_mark_t mark) {
+static int stats_id(void *opaque, const char *topic, const void *key,
+                    size_t key_len, const char *id, size_t id_len,
+                    int64_t time_ms, kl_mark_t mark) {
   kl_stats_t *s = opaque;
   (void)key, (void)key_len, (void)id, (void)id_len;
   if (s->topic && strcmp(s->topic, topic) != 0)
@@ -105,13 +105,13 @@ static int kl_stats_id(void *opaque, const char *topic, const void *key,
   return 0;
 }
 
-static int kl_stats_key(void *opaque, const void *key, size_t key_len,
-                        const void *val, size_t val_len) {
+static int stats_key(void *opaque, const void *key, size_t key_len,
+                     const void *val, size_t val_len) {
   ((kl_stats_t *)opaque)->data_keys++;
   return 0;
 }
 
-static json_t *kl_stats_size(kl_store_t *store, const char *location) {
+static json_t *stats_size(kl_store_t *store, const char *location) {
   kl__store_usage_t u;
   if (kl__store_lmdb_usage(store, &u) != KL_OK)
     return json_null(); /* PostgreSQL: ask the database */
@@ -126,7 +126,7 @@ static json_t *kl_stats_size(kl_store_t *store, const char *location) {
                    "map_bytes", (json_int_t)u.map_size);
 }
 
-static json_t *kl_stats_ids(const kl_stats_t *s) {
+static json_t *stats_ids(const kl_stats_t *s) {
   if (!s->ids_walked)
     return json_pack("{sIsnsnsnsn}", "count", (json_int_t)s->ids, "applied",
                      "dead_letters", "oldest_ms", "newest_ms");
@@ -144,17 +144,20 @@ static json_t *kl_stats_ids(const kl_stats_t *s) {
   return o;
 }
 
-static void kl_stats_text(const char *location, const char *backend,
-                          const json_t *size, const kl_stats_t *s) {
+static void stats_text(const char *location, const char *backend,
+                       const json_t *size, const kl_stats_t *s) {
   printf("store %s (%s)\n", location, backend);
   if (json_is_object(size)) {
     char disk[32], used[32], map[32];
-    kl_bytes((uint64_t)json_integer_value(json_object_get(size, "disk_bytes")),
-             disk, sizeof(disk));
-    kl_bytes((uint64_t)json_integer_value(json_object_get(size, "used_bytes")),
-             used, sizeof(used));
-    kl_bytes((uint64_t)json_integer_value(json_object_get(size, "map_bytes")),
-             map, sizeof(map));
+    inspect_bytes(
+        (uint64_t)json_integer_value(json_object_get(size, "disk_bytes")), disk,
+        sizeof(disk));
+    inspect_bytes(
+        (uint64_t)json_integer_value(json_object_get(size, "used_bytes")), used,
+        sizeof(used));
+    inspect_bytes(
+        (uint64_t)json_integer_value(json_object_get(size, "map_bytes")), map,
+        sizeof(map));
     printf("size: %s on disk, %s in use, map %s\n", disk, used, map);
   }
   printf("handler keys: %" PRIu64 "\n", s->data_keys);
@@ -162,8 +165,8 @@ static void kl_stats_text(const char *location, const char *backend,
   if (s->ids_walked && s->ids) {
     char oldest[32], newest[32];
     int64_t now = kl__now_ms();
-    kl_iso(s->oldest, oldest, sizeof(oldest));
-    kl_iso(s->newest, newest, sizeof(newest));
+    inspect_iso(s->oldest, oldest, sizeof(oldest));
+    inspect_iso(s->newest, newest, sizeof(newest));
     printf(" (applied %" PRIu64 ", dead letters %" PRIu64
            "); oldest %s (%" PRId64 " s ago), newest %s (%" PRId64 " s ago)",
            s->applied, s->dead, oldest, (now - s->oldest) / 1000, newest,
@@ -187,13 +190,13 @@ static void kl_stats_text(const char *location, const char *backend,
   }
 }
 
-static kl_err_t kl_stats_collect(kl_store_t *store, kl_stats_t *s) {
-  kl_err_t err = kl_store_foreach_partition(store, kl_stats_part, s);
+static kl_err_t stats_collect(kl_store_t *store, kl_stats_t *s) {
+  kl_err_t err = kl_store_foreach_partition(store, stats_part, s);
   if (!err)
-    err = kl_store_scan(store, NULL, 0, kl_stats_key, s);
+    err = kl_store_scan(store, NULL, 0, stats_key, s);
   if (err)
     return err;
-  if (kl__store_ids_walk(store, kl_stats_id, s) == KL_OK) {
+  if (kl__store_ids_walk(store, stats_id, s) == KL_OK) {
     s->ids_walked = 1;
     return KL_OK;
   }
@@ -201,29 +204,29 @@ static kl_err_t kl_stats_collect(kl_store_t *store, kl_stats_t *s) {
   return kl_store_id_count(store, &s->ids);
 }
 
-static int kl_stats_run(const char *location, const char *topic, int json) {
+static int stats_run(const char *location, const char *topic, int json) {
   kl_store_t *store;
   int rc = kl__cli_store_existing("store stats", location, &store);
   if (rc)
     return rc;
   kl_stats_t s = {.topic = topic, .parts = json_array()};
-  kl_err_t err = kl_stats_collect(store, &s);
+  kl_err_t err = stats_collect(store, &s);
   if (err) {
     rc = kl__cli_fail("store stats", "cannot read the store %s: %s", location,
                       kl_err_detail());
   } else {
-    const char *backend = kl_is_pg(location) ? "postgresql" : "lmdb";
-    json_t *size = kl_stats_size(store, location);
+    const char *backend = is_pg(location) ? "postgresql" : "lmdb";
+    json_t *size = stats_size(store, location);
     if (json) {
-      json_t *o = json_pack("{sssssOsIsoso}", "store", location, "backend",
-                            backend, "size", size, "handler_keys",
-                            (json_int_t)s.data_keys, "ids", kl_stats_ids(&s),
-                            "partitions", json_incref(s.parts));
+      json_t *o =
+          json_pack("{sssssOsIsoso}", "store", location, "backend", backend,
+                    "size", size, "handler_keys", (json_int_t)s.data_keys,
+                    "ids", stats_ids(&s), "partitions", json_incref(s.parts));
       json_dumpf(o, stdout, JSON_COMPACT);
       putchar('\n');
       json_decref(o);
     } else {
-      kl_stats_text(location, backend, size, &s);
+      stats_text(location, backend, size, &s);
     }
     json_decref(size);
   }
@@ -239,16 +242,16 @@ typedef struct kl_keys {
   uint64_t limit, shown;
 } kl_keys_t;
 
-static int kl_keys_row(void *opaque, const void *key, size_t key_len,
-                       const void *val, size_t val_len) {
+static int keys_row(void *opaque, const void *key, size_t key_len,
+                    const void *val, size_t val_len) {
   kl_keys_t *k = opaque;
   if (k->limit && k->shown >= k->limit)
     return 1;
   k->shown++;
-  json_t *text = kl_text_or_null(key, key_len);
+  json_t *text = text_or_null(key, key_len);
   if (k->json) {
     json_t *o = json_pack("{soso}", text ? "key" : "key_b64",
-                          text ? text : kl_b64(key, key_len), "value_len",
+                          text ? text : inspect_b64(key, key_len), "value_len",
                           json_integer((json_int_t)val_len));
     json_dumpf(o, stdout, JSON_COMPACT);
     putchar('\n');
@@ -259,7 +262,7 @@ static int kl_keys_row(void *opaque, const void *key, size_t key_len,
     fwrite(key, 1, key_len, stdout);
     putchar('\n');
   } else {
-    json_t *b = kl_b64(key, key_len);
+    json_t *b = inspect_b64(key, key_len);
     printf("b64:%s\n", json_string_value(b));
     json_decref(b);
   }
@@ -267,15 +270,14 @@ static int kl_keys_row(void *opaque, const void *key, size_t key_len,
   return 0;
 }
 
-static int kl_keys_run(const char *location, const char *prefix, uint64_t limit,
-                       int json) {
+static int keys_run(const char *location, const char *prefix, uint64_t limit,
+                    int json) {
   kl_store_t *store;
   int rc = kl__cli_store_existing("store keys", location, &store);
   if (rc)
     return rc;
   kl_keys_t k = {json, limit, 0};
-  if (kl_store_scan(store, prefix, prefix ? strlen(prefix) : 0, kl_keys_row,
-                    &k))
+  if (kl_store_scan(store, prefix, prefix ? strlen(prefix) : 0, keys_row, &k))
     rc = kl__cli_fail("store keys", "cannot read the store %s: %s", location,
                       kl_err_detail());
   kl_store_destroy(store);
@@ -291,11 +293,11 @@ typedef struct kl_get {
   size_t found; /* --id: the entity keys that hold the id */
 } kl_get_t;
 
-static json_t *kl_value_json(const void *key, size_t key_len, const void *val,
-                             size_t val_len) {
+static json_t *value_json(const void *key, size_t key_len, const void *val,
+                          size_t val_len) {
   json_t *o =
       json_pack("{sosIso}", "key", json_stringn(key, key_len), "value_len",
-                (json_int_t)val_len, "value_b64", kl_b64(val, val_len));
+                (json_int_t)val_len, "value_b64", inspect_b64(val, val_len));
   size_t plen = sizeof(KL_LEDGER_PREFIX) - 1;
   kl_ledger_entry_t e;
   json_t *decoded = NULL;
@@ -307,41 +309,42 @@ static json_t *kl_value_json(const void *key, size_t key_len, const void *val,
                                   "violations", (json_int_t)e.violations));
   else if (kl__msgpack_to_json(val, val_len, &decoded) == KL_OK)
     json_object_set_new(o, "value", decoded);
-  else if ((decoded = kl_text_or_null(val, val_len)) != NULL)
+  else if ((decoded = text_or_null(val, val_len)) != NULL)
     json_object_set_new(o, "value_text", decoded);
   return o;
 }
 
-static int kl_get_row(void *opaque, const void *key, size_t key_len,
-                      const void *val, size_t val_len) {
+static int get_row(void *opaque, const void *key, size_t key_len,
+                   const void *val, size_t val_len) {
   kl_get_t *g = opaque;
   if (key_len == g->key_len && memcmp(key, g->key, key_len) == 0)
-    g->out = kl_value_json(key, key_len, val, val_len);
+    g->out = value_json(key, key_len, val, val_len);
   return 1; /* the scan starts at the key: the first row decides */
 }
 
 /* An id is scoped by entity key: the first record of it is shown, and the
  * others counted for a note. */
-static int kl_get_id_row(void *opaque, const char *topic, const void *key,
-                         size_t key_len, const char *id, size_t id_len,
-                         int64_t time_ms, kl_mark_t mark) {
+static int get_id_row(void *opaque, const char *topic, const void *key,
+                      size_t key_len, const char *id, size_t id_len,
+                      int64_t time_ms, kl_mark_t mark) {
   kl_get_t *g = opaque;
   if (id_len != g->key_len || memcmp(id, g->key, id_len) != 0 || g->found++ > 0)
     return 0;
   char when[32];
-  kl_iso(time_ms, when, sizeof(when));
-  json_t *k = key ? kl_text_or_null(key, key_len) : json_null();
-  g->out = json_pack("{s:s,s:o,s:s%,s:s,s:I,s:s}", "topic", topic,
-                     k || !key ? "key" : "key_b64",
-                     k ? k : kl_b64(key, key_len), "id", id, id_len, "mark",
-                     mark == KL_MARK_DEAD_LETTER ? "dead_letter" : "applied",
-                     "recorded_ms", (json_int_t)time_ms, "recorded", when);
+  inspect_iso(time_ms, when, sizeof(when));
+  json_t *k = key ? text_or_null(key, key_len) : json_null();
+  g->out =
+      json_pack("{s:s,s:o,s:s%,s:s,s:I,s:s}", "topic", topic,
+                k || !key ? "key" : "key_b64",
+                k ? k : inspect_b64(key, key_len), "id", id, id_len, "mark",
+                mark == KL_MARK_DEAD_LETTER ? "dead_letter" : "applied",
+                "recorded_ms", (json_int_t)time_ms, "recorded", when);
   return 0;
 }
 
 /* One "name value" line per member; a number or an object as JSON (jansson
  * dumps anything but an array or object only with JSON_ENCODE_ANY). */
-static void kl_get_text(const json_t *o) {
+static void get_text(const json_t *o) {
   const char *k;
   json_t *v;
   json_object_foreach((json_t *)o, k, v) {
@@ -353,15 +356,14 @@ static void kl_get_text(const json_t *o) {
   }
 }
 
-static int kl_get_run(const char *location, const char *key, int by_id,
-                      int json) {
+static int get_run(const char *location, const char *key, int by_id, int json) {
   kl_store_t *store;
   int rc = kl__cli_store_existing("store get", location, &store);
   if (rc)
     return rc;
   kl_get_t g = {key, strlen(key), NULL, 0};
-  kl_err_t err = by_id ? kl__store_ids_walk(store, kl_get_id_row, &g)
-                       : kl_store_scan(store, key, g.key_len, kl_get_row, &g);
+  kl_err_t err = by_id ? kl__store_ids_walk(store, get_id_row, &g)
+                       : kl_store_scan(store, key, g.key_len, get_row, &g);
   if (err)
     rc = kl__cli_fail("store get", "cannot read the store %s: %s", location,
                       kl_err_detail());
@@ -380,7 +382,7 @@ static int kl_get_run(const char *location, const char *key, int by_id,
     json_dumpf(g.out, stdout, JSON_COMPACT);
     putchar('\n');
   } else {
-    kl_get_text(g.out);
+    get_text(g.out);
     if (g.found > 1)
       printf("(ids are scoped by entity key: %zu keys hold this id; the "
              "first is shown)\n",
@@ -499,7 +501,7 @@ int kl__cmd_store_stats(int argc, char **argv) {
   kl_sargs_t a = {0};
   int first;
   int rc = kl__opts_parse(&stats_cmd, argc, argv, &a, NULL, &first);
-  return rc >= 0 ? rc : kl_stats_run(a.location, a.topic, a.json);
+  return rc >= 0 ? rc : stats_run(a.location, a.topic, a.json);
 }
 
 int kl__cmd_store_keys(int argc, char **argv) {
@@ -507,7 +509,7 @@ int kl__cmd_store_keys(int argc, char **argv) {
   int first;
   int rc = kl__opts_parse(&keys_cmd, argc, argv, &a, NULL, &first);
   return rc >= 0 ? rc
-                 : kl_keys_run(a.location, a.prefix, (uint64_t)a.limit, a.json);
+                 : keys_run(a.location, a.prefix, (uint64_t)a.limit, a.json);
 }
 
 int kl__cmd_store_get(int argc, char **argv) {
@@ -523,5 +525,5 @@ int kl__cmd_store_get(int argc, char **argv) {
                          first < argc ? argv[first + 1] : "");
   if (!*argv[first])
     return kl__cli_usage("store get", "KEY is empty");
-  return kl_get_run(a.location, argv[first], a.by_id, a.json);
+  return get_run(a.location, argv[first], a.by_id, a.json);
 }

@@ -54,7 +54,7 @@ static const kl__cmd_t migrate_cmd = {
 
 /* An LMDB store migrates when opened: this opens an existing one, and
  * never starts one at a mistyped path. */
-static int kl_migrate_lmdb(const char *dir) {
+static int migrate_lmdb(const char *dir) {
   kl_store_t *store;
   int version = 0, latest = 0;
   int rc = kl__cli_store_existing(SUB, dir, &store);
@@ -72,7 +72,7 @@ static int kl_migrate_lmdb(const char *dir) {
   return KL_EXIT_OK;
 }
 
-static int kl_migrate_pg(const char *uri) {
+static int migrate_pg(const char *uri) {
   int from = 0, to = 0;
   kl_err_t err = kl__store_pg_migrate(uri, &from, &to);
   if (err)
@@ -94,6 +94,6 @@ int kl__cmd_store_migrate(int argc, char **argv) {
   const char *location = a.location;
   if (strncmp(location, "postgresql://", 13) == 0 ||
       strncmp(location, "postgres://", 11) == 0)
-    return kl_migrate_pg(location);
-  return kl_migrate_lmdb(location);
+    return migrate_pg(location);
+  return migrate_lmdb(location);
 }

@@ -28,8 +28,8 @@ typedef struct kl_ob_args {
 } kl_ob_args_t;
 
 /* --drop P:SEQ, once per follow-up; the field is the whole kl_ob_args_t. */
-static kl_err_t kl_ob_drop_arg(const kl__opt_t *opt, const char *arg,
-                               void *field) {
+static kl_err_t ob_drop_arg(const kl__opt_t *opt, const char *arg,
+                            void *field) {
   kl_ob_args_t *a = field;
   char *end;
   const char *colon = strchr(arg, ':');
@@ -74,7 +74,7 @@ static const kl__opt_t outbox_opts[] = {
      .help = "at most N follow-ups per partition"},
     {.name = "drop",
      .meta = "P:SEQ",
-     .parse = kl_ob_drop_arg,
+     .parse = ob_drop_arg,
      .help = "remove follow-up SEQ of partition P of TOPIC; repeatable"},
     {.name = "json",
      .kind = KL__OPT_FLAG,
@@ -114,7 +114,7 @@ static const kl__cmd_t outbox_cmd = {
         "  keylane store outbox --store /var/lib/keylane -t events --drop "
         "3:1042\n"};
 
-static int kl_ob_parse(int argc, char **argv, kl_ob_args_t *a) {
+static int ob_parse(int argc, char **argv, kl_ob_args_t *a) {
   int first;
   int rc = kl__opts_parse(&outbox_cmd, argc, argv, a, NULL, &first);
   if (rc < 0 && a->ndrop && !a->topic)
@@ -131,12 +131,12 @@ typedef struct kl_ob_list {
   int bad; /* a record that does not decode */
 } kl_ob_list_t;
 
-static json_t *kl_ob_text(const void *s, size_t len) {
+static json_t *ob_text(const void *s, size_t len) {
   json_t *t = json_stringn(s, len);
   return t ? t : json_string("(not UTF-8)");
 }
 
-static int kl_ob_row(void *opaque, uint64_t seq, const void *rec, size_t len) {
+static int ob_row(void *opaque, uint64_t seq, const void *rec, size_t len) {
   kl_ob_list_t *l = opaque;
   kl__outbox_rec_t r;
   json_t *o;
@@ -151,11 +151,10 @@ static int kl_ob_row(void *opaque, uint64_t seq, const void *rec, size_t len) {
     o = json_pack(
         "{sssIsIsososososIsI}", "topic", l->topic, "partition",
         (json_int_t)l->partition, "seq", (json_int_t)seq, "destination",
-        r.topic_len ? kl_ob_text(r.topic, r.topic_len) : json_string(l->topic),
-        "key", kl_ob_text(e->key, e->key_len), "id",
-        kl_ob_text(e->id, e->id_len), "type", kl_ob_text(e->type, e->type_len),
-        "payload_bytes", (json_int_t)e->payload_len, "emitted_ms",
-        (json_int_t)e->ts);
+        r.topic_len ? ob_text(r.topic, r.topic_len) : json_string(l->topic),
+        "key", ob_text(e->key, e->key_len), "id", ob_text(e->id, e->id_len),
+        "type", ob_text(e->type, e->type_len), "payload_bytes",
+        (json_int_t)e->payload_len, "emitted_ms", (json_int_t)e->ts);
   }
   json_array_append_new(l->rows, o);
   return 0;
@@ -169,20 +168,20 @@ typedef struct kl_ob_walk {
   kl_err_t err;
 } kl_ob_walk_t;
 
-static int kl_ob_part(void *opaque, const char *topic, int32_t partition,
-                      const kl_partition_state_t *state) {
+static int sob_ob_part(void *opaque, const char *topic, int32_t partition,
+                       const kl_partition_state_t *state) {
   kl_ob_walk_t *w = opaque;
   (void)state;
   if (w->args->topic && strcmp(w->args->topic, topic) != 0)
     return 0;
   kl_ob_list_t l = {topic, partition, w->rows, 0};
   w->err = kl__store_outbox_list(w->store, topic, partition, 0,
-                                 (uint64_t)w->args->limit, kl_ob_row, &l);
+                                 (uint64_t)w->args->limit, ob_row, &l);
   w->bad |= l.bad;
   return w->err != KL_OK;
 }
 
-static void kl_ob_print(json_t *rows) {
+static void ob_print(json_t *rows) {
   size_t i;
   json_t *r;
   if (!json_array_size(rows)) {
@@ -207,9 +206,9 @@ static void kl_ob_print(json_t *rows) {
   }
 }
 
-static int kl_ob_list_all(kl_store_t *store, const kl_ob_args_t *a) {
+static int ob_list_all(kl_store_t *store, const kl_ob_args_t *a) {
   kl_ob_walk_t w = {store, a, json_array(), 0, KL_OK};
-  kl_err_t err = kl_store_foreach_partition(store, kl_ob_part, &w);
+  kl_err_t err = kl_store_foreach_partition(store, sob_ob_part, &w);
   if (!err)
     err = w.err;
   if (err) {
@@ -223,7 +222,7 @@ static int kl_ob_list_all(kl_store_t *store, const kl_ob_args_t *a) {
     putchar('\n');
     json_decref(o);
   } else {
-    kl_ob_print(w.rows);
+    ob_print(w.rows);
   }
   json_decref(w.rows);
   return KL_EXIT_OK;
@@ -236,22 +235,21 @@ typedef struct kl_ob_find {
   int found;
 } kl_ob_find_t;
 
-static int kl_ob_found(void *opaque, uint64_t seq, const void *rec,
-                       size_t len) {
+static int ob_found(void *opaque, uint64_t seq, const void *rec, size_t len) {
   kl_ob_find_t *f = opaque;
   (void)rec, (void)len;
   f->found = seq == f->seq;
   return 1; /* listed from seq - 1 on: the first decides */
 }
 
-static int kl_ob_drop(kl_store_t *store, const kl_ob_args_t *a) {
+static int ob_drop(kl_store_t *store, const kl_ob_args_t *a) {
   for (size_t i = 0; i < a->ndrop; i++) {
     kl_ob_find_t f = {a->drop[i].seq, 0};
     kl_err_t err =
         a->drop[i].seq == 0
             ? KL_OK /* seqs start at 1 */
             : kl__store_outbox_list(store, a->topic, a->drop[i].partition,
-                                    a->drop[i].seq - 1, 1, kl_ob_found, &f);
+                                    a->drop[i].seq - 1, 1, ob_found, &f);
     if (err)
       return kl__cli_fail(SUB, "cannot read the outbox of %s: %s", a->location,
                           kl_err_detail());
@@ -276,13 +274,13 @@ static int kl_ob_drop(kl_store_t *store, const kl_ob_args_t *a) {
 
 int kl__cmd_store_outbox(int argc, char **argv) {
   kl_ob_args_t a = {0};
-  int rc = kl_ob_parse(argc, argv, &a);
+  int rc = ob_parse(argc, argv, &a);
   if (rc >= 0)
     return rc;
   kl_store_t *store;
   if ((rc = kl__cli_store_existing(SUB, a.location, &store)))
     return rc;
-  rc = a.ndrop ? kl_ob_drop(store, &a) : kl_ob_list_all(store, &a);
+  rc = a.ndrop ? ob_drop(store, &a) : ob_list_all(store, &a);
   kl_store_destroy(store);
   return rc;
 }

@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "cli/opts.h"
 #include "common/kafka_pos.h"
+#include "common/strbuf.h"
 #include "keylane/store.h"
 #include "cli/store.h"
 #include "store/store_internal.h"
@@ -91,17 +92,17 @@ typedef struct kl_known {
   int oom;
 } kl_known_t;
 
-static int kl_known_cb(void *opaque, const char *topic, int32_t partition,
-                       const kl_partition_state_t *state) {
+static int known_cb(void *opaque, const char *topic, int32_t partition,
+                    const kl_partition_state_t *state) {
   kl_known_t *k = opaque;
   (void)state;
   if (strcmp(topic, k->topic) != 0)
     return 0;
   if (partition >= k->count) {
-    unsigned char *has = realloc(k->has, (size_t)partition + 1);
+    unsigned char *has =
+        kl__grow_zeroed(k->has, (size_t)k->count, (size_t)partition + 1, 1);
     if (!has)
       return k->oom = 1;
-    memset(has + k->count, 0, (size_t)(partition + 1 - k->count));
     k->has = has;
     k->count = partition + 1;
   }
@@ -111,10 +112,10 @@ static int kl_known_cb(void *opaque, const char *topic, int32_t partition,
 
 /* Resolves -p against what the store knows; every listed partition must
  * be known, so that a typo resets nothing. @returns 0, or an exit code. */
-static int kl_reset_targets(kl_store_t *store, const kl_reset_args_t *a,
-                            int32_t **parts, size_t *n) {
+static int reset_targets(kl_store_t *store, const kl_reset_args_t *a,
+                         int32_t **parts, size_t *n) {
   kl_known_t known = {a->topic, NULL, 0, 0};
-  if (kl_store_foreach_partition(store, kl_known_cb, &known) || known.oom) {
+  if (kl_store_foreach_partition(store, known_cb, &known) || known.oom) {
     free(known.has);
     return kl__cli_fail(SUB, "cannot list the store's partitions: %s",
                         known.oom ? "out of memory" : kl_err_detail());
@@ -147,9 +148,9 @@ static int kl_reset_targets(kl_store_t *store, const kl_reset_args_t *a,
   return rc;
 }
 
-static void kl_reset_print(const char *topic, int32_t p,
-                           const kl_partition_state_t *before,
-                           const kl_partition_state_t *after, json_t *list) {
+static void reset_print(const char *topic, int32_t p,
+                        const kl_partition_state_t *before,
+                        const kl_partition_state_t *after, json_t *list) {
   if (list) {
     json_array_append_new(
         list,
@@ -167,10 +168,10 @@ static void kl_reset_print(const char *topic, int32_t p,
          after->epoch, before->epoch, after->applied);
 }
 
-static int kl_reset_run(kl_store_t *store, const kl_reset_args_t *a) {
+static int reset_run(kl_store_t *store, const kl_reset_args_t *a) {
   int32_t *parts = NULL;
   size_t n = 0;
-  int rc = kl_reset_targets(store, a, &parts, &n);
+  int rc = reset_targets(store, a, &parts, &n);
   if (rc)
     return rc;
   json_t *list = a->json ? json_array() : NULL;
@@ -182,7 +183,7 @@ static int kl_reset_run(kl_store_t *store, const kl_reset_args_t *a) {
                         kl_err_detail());
       break;
     }
-    kl_reset_print(a->topic, parts[i], &before, &after, list);
+    reset_print(a->topic, parts[i], &before, &after, list);
   }
   if (list && !rc) {
     json_t *out = json_pack("{ssso}", "topic", a->topic, "reset", list);
@@ -205,7 +206,7 @@ int kl__cmd_store_reset(int argc, char **argv) {
   kl_store_t *store; /* a reset changes a store: it never starts one */
   if ((rc = kl__cli_store_existing(SUB, a.location, &store)))
     return rc;
-  rc = kl_reset_run(store, &a);
+  rc = reset_run(store, &a);
   kl_store_destroy(store);
   return rc;
 }

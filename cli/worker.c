@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -27,7 +26,7 @@ static kl_worker_t *kl_the_worker;
 static kl__stop_guard_t *the_guard;
 static volatile sig_atomic_t kl_pause_armed, kl_pause_resume;
 
-static void kl_on_stop(int sig) {
+static void worker_on_stop(int sig) {
   if (kl_the_worker)
     kl_worker_stop(kl_the_worker);
   if (the_guard)
@@ -43,12 +42,12 @@ static void on_stop_signals(void (*fn)(int)) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
-static void kl_on_usr1(int sig) {
+static void on_usr1(int sig) {
   (void)sig;
   kl_pause_armed = 1;
 }
 
-static void kl_on_usr2(int sig) {
+static void on_usr2(int sig) {
   (void)sig;
   kl_pause_resume = 1;
 }
@@ -61,8 +60,8 @@ static void kl_on_usr2(int sig) {
  * be unable to open another store transaction (LMDB cannot adopt a map that
  * another process grew while a snapshot of this one is open), and a paused
  * process learns nothing anyway. */
-static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
-                          uint64_t epoch) {
+static void pause_hook(void *opaque, const char *topic, int32_t partition,
+                       uint64_t epoch) {
   (void)opaque, (void)topic;
   if (!kl_pause_armed)
     return;
@@ -72,9 +71,8 @@ static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
            "pausing partition=%" PRId32 " epoch=%" PRIu64
            " between handler and commit, until SIGUSR2 (60 s at most)",
            partition, epoch);
-  struct timespec tick = {0, 100000000};
   for (int i = 0; i < 600 && !kl_pause_resume; i++)
-    nanosleep(&tick, NULL);
+    kl__sleep_ms(100);
   KL_LOG_W("worker",
            "resuming partition=%" PRId32 " epoch=%" PRIu64 " after the pause%s",
            partition, epoch, kl_pause_resume ? "" : " (60 s without SIGUSR2)");
@@ -83,8 +81,8 @@ static void kl_pause_hook(void *opaque, const char *topic, int32_t partition,
 /* The test hook of KEYLANE_TEST_EXIT_AFTER_COMMIT=CODE: the process ends
  * with CODE right after its first store commit that wrote follow-ups,
  * before any is published, as a crash there would end it. */
-static void kl_exit_after_commit(void *opaque, const char *topic,
-                                 int32_t partition, uint64_t epoch) {
+static void exit_after_commit(void *opaque, const char *topic,
+                              int32_t partition, uint64_t epoch) {
   KL_LOG_W("worker",
            "exiting after the commit of partition=%" PRId32 " epoch=%" PRIu64
            " topic=%s, before its follow-ups are "
@@ -100,7 +98,7 @@ typedef struct worker_args {
   int pause_on_usr1;
 } worker_args_t;
 
-static int kl_worker_main(kl_conf_t *conf, const worker_args_t *opts) {
+static int worker_main(kl_conf_t *conf, const worker_args_t *opts) {
   const char *topic = opts->topic, *location = opts->location;
   const char *handler_spec = opts->handler;
   kl_handler_ref_t handler;
@@ -158,17 +156,17 @@ static int kl_worker_main(kl_conf_t *conf, const worker_args_t *opts) {
     static int exit_code;
     const char *exit_env = getenv("KEYLANE_TEST_EXIT_AFTER_COMMIT");
     if (exit_env && (exit_code = atoi(exit_env)) > 0)
-      kl__worker_set_after_commit(worker, kl_exit_after_commit, &exit_code);
+      kl__worker_set_after_commit(worker, exit_after_commit, &exit_code);
     if (opts->pause_on_usr1) {
-      kl__worker_set_before_commit(worker, kl_pause_hook, NULL);
-      signal(SIGUSR1, kl_on_usr1);
-      signal(SIGUSR2, kl_on_usr2);
+      kl__worker_set_before_commit(worker, pause_hook, NULL);
+      signal(SIGUSR1, on_usr1);
+      signal(SIGUSR2, on_usr2);
     }
     kl_the_worker = worker;
     if (kl__stop_guard_new(
             worker, kl__conf_int(conf, "worker.shutdown.timeout"), &the_guard))
       KL_LOG_W("worker", "%s; a stop is not bounded", kl_err_detail());
-    on_stop_signals(kl_on_stop);
+    on_stop_signals(worker_on_stop);
     err = kl_worker_run(worker);
     kl_worker_stats_t st;
     kl_worker_stats(worker, &st);
@@ -331,7 +329,7 @@ int kl__cmd_worker(int argc, char **argv) {
   int first;
   int rc = kl__opts_parse(&worker_cmd, argc, argv, &a, conf, &first);
   if (rc < 0)
-    rc = kl_worker_main(conf, &a);
+    rc = worker_main(conf, &a);
   kl_conf_destroy(conf);
   return rc;
 }

@@ -23,3 +23,10 @@ int64_t kl__mono_ns(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
+
+void kl__sleep_ms(int64_t ms) {
+  if (ms <= 0)
+    return;
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}

@@ -250,7 +250,7 @@ void kl_conf_destroy(kl_conf_t *conf) {
   free(conf);
 }
 
-static const kl__conf_key_t *kl_conf_key(const char *name, size_t *idx) {
+static const kl__conf_key_t *conf_key(const char *name, size_t *idx) {
   for (size_t i = 0; i < KL_NKEYS; i++)
     if (strcmp(kl_keys[i].name, name) == 0) {
       *idx = i;
@@ -259,7 +259,7 @@ static const kl__conf_key_t *kl_conf_key(const char *name, size_t *idx) {
   return NULL;
 }
 
-static int kl_conf_is_num(const kl__conf_key_t *k) {
+static int conf_is_num(const kl__conf_key_t *k) {
   return k->type != KL__CONF_ENUM && k->type != KL__CONF_STR;
 }
 
@@ -269,11 +269,11 @@ const kl__conf_key_t *kl__conf_key_at(size_t i) {
 
 const kl__conf_key_t *kl__conf_key_find(const char *name) {
   size_t idx;
-  return kl_conf_key(name, &idx);
+  return conf_key(name, &idx);
 }
 
-static kl_err_t kl_conf_parse_num(const kl__conf_key_t *k, const char *s,
-                                  int64_t *out) {
+static kl_err_t conf_parse_num(const kl__conf_key_t *k, const char *s,
+                               int64_t *out) {
   return kl__units_parse(k->name, s, (kl__units_kind_t)k->type, k->min, k->max,
                          out);
 }
@@ -290,10 +290,10 @@ bool kl__conf_enum_has(const char *values, const char *v) {
   return 0;
 }
 
-static kl_err_t kl_conf_fail(char *errstr, size_t size, const char *fmt, ...)
+static kl_err_t conf_fail(char *errstr, size_t size, const char *fmt, ...)
     KL__PRINTF(3, 4);
 
-static kl_err_t kl_conf_fail(char *errstr, size_t size, const char *fmt, ...) {
+static kl_err_t conf_fail(char *errstr, size_t size, const char *fmt, ...) {
   char buf[512];
   va_list ap;
   va_start(ap, fmt);
@@ -304,8 +304,8 @@ static kl_err_t kl_conf_fail(char *errstr, size_t size, const char *fmt, ...) {
   return kl__err(KL_ECONF, "%s", buf);
 }
 
-static kl_err_t kl_conf_set_kafka(kl_conf_t *conf, const char *name,
-                                  const char *value) {
+static kl_err_t conf_set_kafka(kl_conf_t *conf, const char *name,
+                               const char *value) {
   for (size_t i = 0; i < conf->kafka_cnt; i++)
     if (strcmp(conf->kafka[i].name, name) == 0) {
       char *v = strdup(value);
@@ -339,27 +339,27 @@ kl_err_t kl_conf_set(kl_conf_t *conf, const char *key, const char *value,
     return kl__err(KL_EINVAL, "kl_conf_set: conf, key and value are required");
   if (strncmp(key, "kafka.", 6) == 0) {
     if (!key[6])
-      return kl_conf_fail(errstr, errstr_size,
-                          "configuration key \"%s\" names no Kafka property: "
-                          "use kafka.<librdkafka property>",
-                          key);
-    return kl_conf_set_kafka(conf, key + 6, value);
+      return conf_fail(errstr, errstr_size,
+                       "configuration key \"%s\" names no Kafka property: "
+                       "use kafka.<librdkafka property>",
+                       key);
+    return conf_set_kafka(conf, key + 6, value);
   }
   size_t idx;
-  const kl__conf_key_t *k = kl_conf_key(key, &idx);
+  const kl__conf_key_t *k = conf_key(key, &idx);
   if (!k)
-    return kl_conf_fail(errstr, errstr_size,
-                        "unknown configuration key \"%s\": librdkafka "
-                        "properties take the prefix kafka.",
-                        key);
+    return conf_fail(errstr, errstr_size,
+                     "unknown configuration key \"%s\": librdkafka "
+                     "properties take the prefix kafka.",
+                     key);
   if (k->type == KL__CONF_ENUM && !kl__conf_enum_has(k->values, value))
-    return kl_conf_fail(errstr, errstr_size, "%s=%s is not one of %s", key,
-                        value, k->values);
+    return conf_fail(errstr, errstr_size, "%s=%s is not one of %s", key, value,
+                     k->values);
   int64_t num;
-  if (kl_conf_is_num(k) && kl_conf_parse_num(k, value, &num) != KL_OK) {
+  if (conf_is_num(k) && conf_parse_num(k, value, &num) != KL_OK) {
     char detail[512];
     snprintf(detail, sizeof(detail), "%s", kl_err_detail());
-    return kl_conf_fail(errstr, errstr_size, "%s", detail);
+    return conf_fail(errstr, errstr_size, "%s", detail);
   }
   char *v = strdup(value);
   if (!v)
@@ -377,7 +377,7 @@ const char *kl_conf_get(const kl_conf_t *conf, const char *key) {
     return NULL;
   }
   size_t idx;
-  const kl__conf_key_t *k = kl_conf_key(key, &idx);
+  const kl__conf_key_t *k = conf_key(key, &idx);
   if (!k)
     return NULL;
   return conf && conf->values[idx] ? conf->values[idx] : k->def;
@@ -385,10 +385,10 @@ const char *kl_conf_get(const kl_conf_t *conf, const char *key) {
 
 int64_t kl__conf_int(const kl_conf_t *conf, const char *key) {
   size_t idx;
-  const kl__conf_key_t *k = kl_conf_key(key, &idx);
+  const kl__conf_key_t *k = conf_key(key, &idx);
   int64_t v = 0;
-  if (k && kl_conf_is_num(k))
-    kl_conf_parse_num(k, kl_conf_get(conf, key), &v);
+  if (k && conf_is_num(k))
+    conf_parse_num(k, kl_conf_get(conf, key), &v);
   return v;
 }
 
@@ -400,7 +400,7 @@ kl_conf_t *kl_conf_dup(const kl_conf_t *conf) {
     if (conf->values[i] && !(dup->values[i] = strdup(conf->values[i])))
       goto fail;
   for (size_t i = 0; i < conf->kafka_cnt; i++)
-    if (kl_conf_set_kafka(dup, conf->kafka[i].name, conf->kafka[i].value))
+    if (conf_set_kafka(dup, conf->kafka[i].name, conf->kafka[i].value))
       goto fail;
   return dup;
 fail:

@@ -17,20 +17,20 @@ static const struct {
 
 static _Thread_local char kl_detail[1024];
 
-static bool kl_err_known(kl_err_t err) {
+static bool err_known(kl_err_t err) {
   return (int)err >= 0 && err < KL_ERR__COUNT;
 }
 
 const char *kl_strerror(kl_err_t err) {
-  return kl_err_known(err) ? kl_errs[err].desc : "unknown error";
+  return err_known(err) ? kl_errs[err].desc : "unknown error";
 }
 
 const char *kl_err_name(kl_err_t err) {
-  return kl_err_known(err) ? kl_errs[err].name : "KL_EUNKNOWN";
+  return err_known(err) ? kl_errs[err].name : "KL_EUNKNOWN";
 }
 
 bool kl_err_is_retriable(kl_err_t err) {
-  return kl_err_known(err) && kl_errs[err].retriable;
+  return err_known(err) && kl_errs[err].retriable;
 }
 
 const char *kl_err_detail(void) {

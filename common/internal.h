@@ -27,6 +27,12 @@ int64_t kl__conf_int(const kl_conf_t *conf, const char *key);
 int64_t kl__now_ms(void);
 int64_t kl__mono_ns(void);
 
+/**
+ * Sleeps @p ms milliseconds (nothing when <= 0), or less when a signal
+ * arrives: a loop that sleeps in steps checks its stop flag sooner.
+ */
+void kl__sleep_ms(int64_t ms);
+
 /** Replaces this host's wall clock (kl__now_ms()); NULL restores it.
  *  Process wide; for tests of a host whose clock jumps. */
 void kl__set_now_ms(int64_t (*now_ms)(void));

@@ -17,6 +17,7 @@
 #include <msgpack.h>
 
 #include "common/internal.h"
+#include "common/strbuf.h"
 
 /* ---- JSON -> msgpack ---- */
 
@@ -27,68 +28,60 @@ typedef struct kl_mpbuf {
   int over;
 } kl_mpbuf_t;
 
-static int kl_mpbuf_write(void *opaque, const char *buf, size_t len) {
+static int mpbuf_write(void *opaque, const char *buf, size_t len) {
   kl_mpbuf_t *b = opaque;
   if (len > b->max - b->len) {
     b->over = 1;
     return -1;
   }
-  if (b->len + len > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + len)
-      cap *= 2;
-    if (cap > b->max)
-      cap = b->max;
-    char *data = realloc(b->data, cap ? cap : 1);
-    if (!data)
-      return -1;
-    b->data = data;
-    b->cap = cap;
-  }
+  char *data = kl__reserve(b->data, &b->cap, b->len + len, 1, 256);
+  if (!data)
+    return -1;
+  b->data = data;
   memcpy(b->data + b->len, buf, len);
   b->len += len;
   return 0;
 }
 
-static int kl_pack_json(msgpack_packer *pk, const json_t *v, int depth);
+static int pack_json(msgpack_packer *pk, const json_t *v, int depth);
 
-static int kl_pack_str(msgpack_packer *pk, const char *s, size_t len) {
+static int pack_str(msgpack_packer *pk, const char *s, size_t len) {
   int rc = msgpack_pack_str(pk, len);
   return len ? rc | msgpack_pack_str_body(pk, s, len) : rc;
 }
 
-static int kl_pack_object(msgpack_packer *pk, const json_t *v, int depth) {
+static int pack_object(msgpack_packer *pk, const json_t *v, int depth) {
   const char *key;
   json_t *item;
   int rc = msgpack_pack_map(pk, json_object_size(v));
   json_object_foreach((json_t *)v, key, item) {
     if (rc)
       break;
-    rc = kl_pack_str(pk, key, strlen(key));
-    rc = rc ? rc : kl_pack_json(pk, item, depth + 1);
+    rc = pack_str(pk, key, strlen(key));
+    rc = rc ? rc : pack_json(pk, item, depth + 1);
   }
   return rc;
 }
 
-static int kl_pack_array(msgpack_packer *pk, const json_t *v, int depth) {
+static int pack_array(msgpack_packer *pk, const json_t *v, int depth) {
   size_t n = json_array_size(v);
   int rc = msgpack_pack_array(pk, n);
   for (size_t i = 0; i < n && !rc; i++)
-    rc = kl_pack_json(pk, json_array_get(v, i), depth + 1);
+    rc = pack_json(pk, json_array_get(v, i), depth + 1);
   return rc;
 }
 
 /* @returns 0, -1 (write refused), or -2 (too deep). */
-static int kl_pack_json(msgpack_packer *pk, const json_t *v, int depth) {
+static int pack_json(msgpack_packer *pk, const json_t *v, int depth) {
   if (depth > KL_JSON_DEPTH_MAX)
     return -2;
   switch (json_typeof(v)) {
   case JSON_OBJECT:
-    return kl_pack_object(pk, v, depth);
+    return pack_object(pk, v, depth);
   case JSON_ARRAY:
-    return kl_pack_array(pk, v, depth);
+    return pack_array(pk, v, depth);
   case JSON_STRING:
-    return kl_pack_str(pk, json_string_value(v), json_string_length(v));
+    return pack_str(pk, json_string_value(v), json_string_length(v));
   case JSON_INTEGER:
     return msgpack_pack_int64(pk, (int64_t)json_integer_value(v));
   case JSON_REAL:
@@ -110,8 +103,8 @@ kl_err_t kl__json_to_msgpack(const json_t *value, size_t max_size, void **out,
                               "are required");
   kl_mpbuf_t b = {.max = max_size};
   msgpack_packer pk;
-  msgpack_packer_init(&pk, &b, kl_mpbuf_write);
-  int rc = kl_pack_json(&pk, value, 1);
+  msgpack_packer_init(&pk, &b, mpbuf_write);
+  int rc = pack_json(&pk, value, 1);
   if (rc == 0) {
     *out = b.data ? b.data : malloc(1);
     *out_len = b.len;
@@ -131,31 +124,31 @@ kl_err_t kl__json_to_msgpack(const json_t *value, size_t max_size, void **out,
 
 /* ---- msgpack -> JSON ---- */
 
-static kl_err_t kl_mprd_fail(const kl__mp_reader_t *rd, const char *what) {
+static kl_err_t mprd_fail(const kl__mp_reader_t *rd, const char *what) {
   return kl__err(KL_EINVAL, "msgpack at byte %zu: %s", kl__mp_offset(rd), what);
 }
 
-static kl_err_t kl_mp_value(kl__mp_reader_t *rd, int depth, json_t **out);
+static kl_err_t mp_value(kl__mp_reader_t *rd, int depth, json_t **out);
 
 /* Every element takes at least one byte: a count above the bytes left is
  * truncated input, found before anything is allocated. */
-static kl_err_t kl_mp_count_check(const kl__mp_reader_t *rd, uint64_t n,
-                                  unsigned per) {
+static kl_err_t mp_count_check(const kl__mp_reader_t *rd, uint64_t n,
+                               unsigned per) {
   if (n > (uint64_t)(rd->end - rd->p) / per)
-    return kl_mprd_fail(rd, "a container claims more elements than bytes "
-                            "remain (truncated)");
+    return mprd_fail(rd, "a container claims more elements than bytes "
+                         "remain (truncated)");
   return KL_OK;
 }
 
-static kl_err_t kl_mp_array(kl__mp_reader_t *rd, uint64_t n, int depth,
-                            json_t **out) {
-  kl_err_t err = kl_mp_count_check(rd, n, 1);
+static kl_err_t mp_array(kl__mp_reader_t *rd, uint64_t n, int depth,
+                         json_t **out) {
+  kl_err_t err = mp_count_check(rd, n, 1);
   json_t *arr = err ? NULL : json_array();
   if (!err && !arr)
     err = kl__err(KL_ENOMEM, "out of memory");
   for (uint64_t i = 0; i < n && !err; i++) {
     json_t *item;
-    if (!(err = kl_mp_value(rd, depth + 1, &item)) &&
+    if (!(err = mp_value(rd, depth + 1, &item)) &&
         json_array_append_new(arr, item))
       err = kl__err(KL_ENOMEM, "out of memory");
   }
@@ -170,13 +163,12 @@ static kl_err_t kl_mp_array(kl__mp_reader_t *rd, uint64_t n, int depth,
  * key the JSON reader would refuse is refused too (a NUL in it, or one
  * seen before in the map: JSON_REJECT_DUPLICATES), so that one body means
  * one thing in either encoding. */
-static kl_err_t kl_mp_key(kl__mp_reader_t *rd, const json_t *obj,
-                          json_t **key) {
+static kl_err_t mp_key(kl__mp_reader_t *rd, const json_t *obj, json_t **key) {
   uint8_t b = rd->p < rd->end ? *rd->p : 0xa0;
   if (!((b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb)))
-    return kl_mprd_fail(rd, "a map key is not a string; JSON keys are");
+    return mprd_fail(rd, "a map key is not a string; JSON keys are");
   const uint8_t *at = rd->p;
-  kl_err_t err = kl_mp_value(rd, 1, key);
+  kl_err_t err = mp_value(rd, 1, key);
   if (err)
     return err;
   const char *s = json_string_value(*key);
@@ -192,17 +184,17 @@ static kl_err_t kl_mp_key(kl__mp_reader_t *rd, const json_t *obj,
   return err;
 }
 
-static kl_err_t kl_mp_map(kl__mp_reader_t *rd, uint64_t n, int depth,
-                          json_t **out) {
-  kl_err_t err = kl_mp_count_check(rd, n, 2);
+static kl_err_t mp_map(kl__mp_reader_t *rd, uint64_t n, int depth,
+                       json_t **out) {
+  kl_err_t err = mp_count_check(rd, n, 2);
   json_t *obj = err ? NULL : json_object();
   if (!err && !obj)
     err = kl__err(KL_ENOMEM, "out of memory");
   for (uint64_t i = 0; i < n && !err; i++) {
     json_t *key, *item;
-    if ((err = kl_mp_key(rd, obj, &key)))
+    if ((err = mp_key(rd, obj, &key)))
       break;
-    if (!(err = kl_mp_value(rd, depth + 1, &item)) &&
+    if (!(err = mp_value(rd, depth + 1, &item)) &&
         json_object_setn_new(obj, json_string_value(key),
                              json_string_length(key), item))
       err = kl__err(KL_ENOMEM, "out of memory");
@@ -215,7 +207,7 @@ static kl_err_t kl_mp_map(kl__mp_reader_t *rd, uint64_t n, int depth,
   return err;
 }
 
-static kl_err_t kl_mp_bin(const kl__mp_item_t *it, json_t **out) {
+static kl_err_t mp_bin(const kl__mp_item_t *it, json_t **out) {
   char *text = malloc(kl__base64_encoded_len((size_t)it->n) + 1);
   if (!text)
     return kl__err(KL_ENOMEM, "out of memory");
@@ -225,20 +217,20 @@ static kl_err_t kl_mp_bin(const kl__mp_item_t *it, json_t **out) {
   return *out ? KL_OK : kl__err(KL_ENOMEM, "out of memory");
 }
 
-static kl_err_t kl_mp_short(kl__mp_reader_t *rd, const kl__mp_item_t *it,
-                            kl__mp_status_t status) {
+static kl_err_t mp_short(kl__mp_reader_t *rd, const kl__mp_item_t *it,
+                         kl__mp_status_t status) {
   char what[64];
   if (it->kind == KL__MP_NONE)
-    return kl_mprd_fail(rd, "input ends where a value should be (truncated)");
+    return mprd_fail(rd, "input ends where a value should be (truncated)");
   snprintf(what, sizeof(what), "a %s %s (truncated)", it->what,
            status == KL__MP_SHORT_BODY ? "runs past the end"
                                        : "ends in its header");
-  return kl_mprd_fail(rd, what);
+  return mprd_fail(rd, what);
 }
 
 /* The scalars; a container's elements are read by the caller. */
-static kl_err_t kl_mp_scalar(const kl__mp_reader_t *rd, size_t at,
-                             const kl__mp_item_t *it, json_t **out) {
+static kl_err_t mp_scalar(const kl__mp_reader_t *rd, size_t at,
+                          const kl__mp_item_t *it, json_t **out) {
   kl__mp_reader_t here = *rd;
   here.p = here.begin + at;
   switch (it->kind) {
@@ -250,42 +242,42 @@ static kl_err_t kl_mp_scalar(const kl__mp_reader_t *rd, size_t at,
     return KL_OK;
   case KL__MP_INT:
     if (it->big)
-      return kl_mprd_fail(&here, "an integer above 2^63-1 has no JSON form "
-                                 "here");
+      return mprd_fail(&here, "an integer above 2^63-1 has no JSON form "
+                              "here");
     *out = json_integer((json_int_t)it->i);
     break;
   case KL__MP_FLOAT:
     if (!isfinite(it->d))
-      return kl_mprd_fail(&here, "NaN or infinity has no JSON form");
+      return mprd_fail(&here, "NaN or infinity has no JSON form");
     *out = json_real(it->d);
     break;
   case KL__MP_STR:
     *out = json_stringn((const char *)it->body, (size_t)it->n);
-    return *out ? KL_OK : kl_mprd_fail(&here, "a string is not valid UTF-8");
+    return *out ? KL_OK : mprd_fail(&here, "a string is not valid UTF-8");
   case KL__MP_BIN:
-    return kl_mp_bin(it, out);
+    return mp_bin(it, out);
   case KL__MP_EXT:
-    return kl_mprd_fail(&here, "ext values have no JSON form");
+    return mprd_fail(&here, "ext values have no JSON form");
   default:
-    return kl_mprd_fail(&here, "0xc1 is not a msgpack type");
+    return mprd_fail(&here, "0xc1 is not a msgpack type");
   }
   return *out ? KL_OK : kl__err(KL_ENOMEM, "out of memory");
 }
 
-static kl_err_t kl_mp_value(kl__mp_reader_t *rd, int depth, json_t **out) {
+static kl_err_t mp_value(kl__mp_reader_t *rd, int depth, json_t **out) {
   if (depth > KL_JSON_DEPTH_MAX)
-    return kl_mprd_fail(rd, "nesting is deeper than the limit");
+    return mprd_fail(rd, "nesting is deeper than the limit");
   size_t at = kl__mp_offset(rd);
   kl__mp_item_t it;
   uint64_t need;
   kl__mp_status_t status = kl__mp_next(rd, &it, &need);
   if (status != KL__MP_OK)
-    return kl_mp_short(rd, &it, status);
+    return mp_short(rd, &it, status);
   if (it.kind == KL__MP_ARRAY)
-    return kl_mp_array(rd, it.n, depth, out);
+    return mp_array(rd, it.n, depth, out);
   if (it.kind == KL__MP_MAP)
-    return kl_mp_map(rd, it.n, depth, out);
-  return kl_mp_scalar(rd, at, &it, out);
+    return mp_map(rd, it.n, depth, out);
+  return mp_scalar(rd, at, &it, out);
 }
 
 kl_err_t kl__msgpack_to_json(const void *data, size_t len, json_t **out) {
@@ -293,12 +285,12 @@ kl_err_t kl__msgpack_to_json(const void *data, size_t len, json_t **out) {
     return kl__err(KL_EINVAL, "kl__msgpack_to_json: data and out are required");
   kl__mp_reader_t rd = kl__mp_reader(data, len);
   json_t *value;
-  kl_err_t err = kl_mp_value(&rd, 1, &value);
+  kl_err_t err = mp_value(&rd, 1, &value);
   if (err)
     return err;
   if (rd.p != rd.end) {
     json_decref(value);
-    return kl_mprd_fail(&rd, "trailing bytes after the value");
+    return mprd_fail(&rd, "trailing bytes after the value");
   }
   *out = value;
   return KL_OK;
@@ -334,17 +326,17 @@ void kl__base64_encode(const void *data, size_t len, char *out) {
   *out = '\0';
 }
 
-static int kl_b64_value(char c) {
+static int b64_value(char c) {
   const char *at = c ? strchr(kl_b64, c) : NULL;
   return at ? (int)(at - kl_b64) : -1;
 }
 
 /* Decodes one 4-character group; @p last allows its padding. */
-static int kl_b64_group(const char *s, int last, uint8_t *out, size_t *n) {
+static int b64_group(const char *s, int last, uint8_t *out, size_t *n) {
   int v[4];
   int pad = last ? (s[3] == '=') + (s[2] == '=' && s[3] == '=') : 0;
   for (int i = 0; i < 4 - pad; i++)
-    if ((v[i] = kl_b64_value(s[i])) < 0)
+    if ((v[i] = b64_value(s[i])) < 0)
       return i;
   for (int i = 4 - pad; i < 4; i++)
     v[i] = 0;
@@ -370,7 +362,7 @@ kl_err_t kl__base64_decode(const char *text, size_t len, void **out,
   size_t n = 0;
   for (size_t i = 0; i < len; i += 4) {
     size_t got;
-    int bad = kl_b64_group(text + i, i + 4 == len, buf + n, &got);
+    int bad = b64_group(text + i, i + 4 == len, buf + n, &got);
     if (bad >= 0) {
       free(buf);
       return kl__err(KL_EINVAL,

@@ -118,9 +118,9 @@ int kl__kafka_has_controller(rd_kafka_t *rk, int timeout_ms) {
 }
 
 /* The DescribeConfigs result of one topic into @p values. */
-static kl_err_t kl_kafka_configs_take(rd_kafka_event_t *ev, const char *topic,
-                                      const char *const *names, size_t n,
-                                      char **values) {
+static kl_err_t kafka_configs_take(rd_kafka_event_t *ev, const char *topic,
+                                   const char *const *names, size_t n,
+                                   char **values) {
   size_t cnt = 0;
   const rd_kafka_ConfigResource_t **res =
       rd_kafka_DescribeConfigs_result_resources(
@@ -176,7 +176,7 @@ kl_err_t kl__kafka_topic_configs(rd_kafka_t *rk, const char *topic,
                   "describe the configuration of topic %s: %s", topic,
                   rd_kafka_event_error_string(ev));
   else
-    err = kl_kafka_configs_take(ev, topic, names, n, values);
+    err = kafka_configs_take(ev, topic, names, n, values);
   for (size_t i = 0; err && i < n; i++) {
     free(values[i]);
     values[i] = NULL;

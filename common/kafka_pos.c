@@ -15,13 +15,13 @@
   "an offset, beginning, end, watermark, @MS (ms since 1970), "                \
   "@YYYY-MM-DDTHH:MM:SSZ or @-DURATION (@-15m, @-2h, @-7d)"
 
-static int kl_parse_i64(const char *s, int64_t *out) {
+static int parse_i64(const char *s, int64_t *out) {
   return kl__units_digits(s, strlen(s), out);
 }
 
 /* The fields of "YYYY-MM-DDTHH:MM:SS" at fixed places, digits only (no
  * signs or spaces, which sscanf's %d would take). */
-static int kl_parse_iso_fields(const char *s, int64_t f[6]) {
+static int parse_iso_fields(const char *s, int64_t f[6]) {
   static const char form[] = "dddd-dd-ddTdd:dd:dd";
   static const unsigned char at[6] = {0, 5, 8, 11, 14, 17};
   if (strlen(s) < sizeof(form) - 1)
@@ -36,10 +36,10 @@ static int kl_parse_iso_fields(const char *s, int64_t f[6]) {
 }
 
 /* "2024-05-01T12:00:00Z" or with ".123" before the Z, UTC only. */
-static int kl_parse_iso(const char *s, int64_t *ms) {
+static int parse_iso(const char *s, int64_t *ms) {
   int64_t f[6];
   int frac = 0;
-  if (kl_parse_iso_fields(s, f) != 0 || f[1] < 1 || f[1] > 12 || f[2] < 1 ||
+  if (parse_iso_fields(s, f) != 0 || f[1] < 1 || f[1] > 12 || f[2] < 1 ||
       f[2] > 31 || f[3] > 23 || f[4] > 59 || f[5] > 60)
     return -1;
   s += 19;
@@ -71,21 +71,21 @@ static int kl_parse_iso(const char *s, int64_t *ms) {
 }
 
 /* "90s", "15m", "2h", "7d", "500ms" into ms: common/units.h's rules. */
-static int kl_parse_duration(const char *s, int64_t *ms) {
+static int parse_duration(const char *s, int64_t *ms) {
   return kl__units_parse("@-DURATION", s, KL__UNITS_DURATION, 0, INT64_MAX,
                          ms) == KL_OK
              ? 0
              : -1;
 }
 
-static kl_err_t kl_parse_time(const char *text, int64_t now_ms, int64_t *ms) {
+static kl_err_t parse_time(const char *text, int64_t now_ms, int64_t *ms) {
   const char *t = text + 1;
   int64_t d;
-  if (*t == '-' && kl_parse_duration(t + 1, &d) == 0 && d <= now_ms) {
+  if (*t == '-' && parse_duration(t + 1, &d) == 0 && d <= now_ms) {
     *ms = now_ms - d;
     return KL_OK;
   }
-  if (kl_parse_i64(t, ms) == 0 || kl_parse_iso(t, ms) == 0)
+  if (parse_i64(t, ms) == 0 || parse_iso(t, ms) == 0)
     return KL_OK;
   return kl__err(KL_EINVAL,
                  "position \"%s\" is not a time: use @MS (ms "
@@ -112,13 +112,13 @@ kl_err_t kl__pos_parse(const char *text, int64_t now_ms, kl__pos_t *pos) {
     }
   if (text[0] == '@') {
     int64_t ms;
-    kl_err_t err = kl_parse_time(text, now_ms, &ms);
+    kl_err_t err = parse_time(text, now_ms, &ms);
     if (!err)
       *pos = (kl__pos_t){KL__POS_TIME, ms};
     return err;
   }
   int64_t off;
-  if (kl_parse_i64(text, &off) != 0)
+  if (parse_i64(text, &off) != 0)
     return kl__err(KL_EINVAL, "position \"%s\" is not one of " KL_POS_FORMS,
                    text);
   *pos = (kl__pos_t){KL__POS_OFFSET, off};
@@ -148,14 +148,13 @@ const char *kl__pos_format(const kl__pos_t *pos, char *buf, size_t size) {
 
 /* ---- partition lists --------------------------------------------------- */
 
-static int kl_cmp_i32(const void *a, const void *b) {
+static int cmp_i32(const void *a, const void *b) {
   int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
   return (x > y) - (x < y);
 }
 
 /* Parses one "N" or "N-M" item into [*lo, *hi]. */
-static int kl_parse_item(const char *item, size_t len, int64_t *lo,
-                         int64_t *hi) {
+static int parse_item(const char *item, size_t len, int64_t *lo, int64_t *hi) {
   char buf[32];
   if (len == 0 || len >= sizeof(buf))
     return -1;
@@ -164,17 +163,17 @@ static int kl_parse_item(const char *item, size_t len, int64_t *lo,
   char *dash = strchr(buf, '-');
   if (dash)
     *dash = '\0';
-  if (kl_parse_i64(buf, lo) != 0)
+  if (parse_i64(buf, lo) != 0)
     return -1;
   if (!dash)
     *hi = *lo;
-  else if (kl_parse_i64(dash + 1, hi) != 0 || *hi < *lo)
+  else if (parse_i64(dash + 1, hi) != 0 || *hi < *lo)
     return -1;
   return 0;
 }
 
-static kl_err_t kl_partitions_all(int32_t partitions, int32_t **out,
-                                  size_t *count) {
+static kl_err_t partitions_all(int32_t partitions, int32_t **out,
+                               size_t *count) {
   int32_t *list = malloc((size_t)partitions * sizeof(*list));
   if (!list)
     return KL_ENOMEM;
@@ -188,15 +187,15 @@ static kl_err_t kl_partitions_all(int32_t partitions, int32_t **out,
 kl_err_t kl__pos_partitions(const char *text, int32_t partitions, int32_t **out,
                             size_t *count) {
   if (!text || strcmp(text, "all") == 0)
-    return kl_partitions_all(partitions, out, count);
+    return partitions_all(partitions, out, count);
   int32_t *list = malloc((size_t)partitions * sizeof(*list));
   char *seen = calloc((size_t)partitions, 1);
   size_t n = 0;
   kl_err_t err = list && seen ? KL_OK : KL_ENOMEM;
   for (const char *s = text; !err && *s;) {
     size_t len = strcspn(s, ",");
-    int64_t lo = 0, hi = -1; /* set by kl_parse_item; -O2 cannot tell */
-    if (kl_parse_item(s, len, &lo, &hi) != 0)
+    int64_t lo = 0, hi = -1; /* set by parse_item; -O2 cannot tell */
+    if (parse_item(s, len, &lo, &hi) != 0)
       err = kl__err(KL_EINVAL,
                     "partition list \"%s\": \"%.*s\" is not a "
                     "partition or a range N-M; use 0,2,5-7 or all",
@@ -222,7 +221,7 @@ kl_err_t kl__pos_partitions(const char *text, int32_t partitions, int32_t **out,
     free(list);
     return err;
   }
-  qsort(list, n, sizeof(*list), kl_cmp_i32);
+  qsort(list, n, sizeof(*list), cmp_i32);
   *out = list;
   *count = n;
   return KL_OK;
@@ -254,9 +253,9 @@ kl_err_t kl__kafka_partition_count(rd_kafka_t *rk, const char *topic,
 
 /* Looks up the first offset at or after @p ms for every range; -1 (no such
  * record) becomes the high watermark. */
-static kl_err_t kl_resolve_time(rd_kafka_t *rk, const char *topic,
-                                kl__tp_range_t *ranges, size_t count,
-                                int64_t ms, int for_end, int timeout_ms) {
+static kl_err_t resolve_time(rd_kafka_t *rk, const char *topic,
+                             kl__tp_range_t *ranges, size_t count, int64_t ms,
+                             int for_end, int timeout_ms) {
   rd_kafka_topic_partition_list_t *l =
       rd_kafka_topic_partition_list_new((int)count);
   for (size_t i = 0; i < count; i++)
@@ -290,12 +289,12 @@ static kl_err_t kl_resolve_time(rd_kafka_t *rk, const char *topic,
   return err;
 }
 
-static int64_t kl_clamp(int64_t v, const kl__tp_range_t *r) {
+static int64_t pos_clamp(int64_t v, const kl__tp_range_t *r) {
   return v < r->low ? r->low : v > r->high ? r->high : v;
 }
 
-static void kl_resolve_plain(kl__tp_range_t *r, const kl__pos_t *from,
-                             const kl__pos_t *to) {
+static void resolve_plain(kl__tp_range_t *r, const kl__pos_t *from,
+                          const kl__pos_t *to) {
   switch (from->kind) {
   case KL__POS_BEGINNING:
     r->start = r->low;
@@ -307,7 +306,7 @@ static void kl_resolve_plain(kl__tp_range_t *r, const kl__pos_t *from,
     r->start = -1;
     break;
   case KL__POS_OFFSET:
-    r->start = kl_clamp(from->value, r);
+    r->start = pos_clamp(from->value, r);
     break;
   default:
     break; /* times are looked up together */
@@ -317,7 +316,7 @@ static void kl_resolve_plain(kl__tp_range_t *r, const kl__pos_t *from,
     r->end = r->low;
     break;
   case KL__POS_OFFSET:
-    r->end = kl_clamp(to->value, r);
+    r->end = pos_clamp(to->value, r);
     break;
   case KL__POS_TIME:
     break;
@@ -343,13 +342,13 @@ kl_err_t kl__kafka_resolve(rd_kafka_t *rk, const char *topic,
                      "cannot read the offsets of %s "
                      "partition %" PRId32 ": %s; check -b",
                      topic, r->partition, rd_kafka_err2str(kerr));
-    kl_resolve_plain(r, from, to);
+    resolve_plain(r, from, to);
   }
   kl_err_t err = KL_OK;
   if (from->kind == KL__POS_TIME)
-    err = kl_resolve_time(rk, topic, ranges, count, from->value, 0, timeout_ms);
+    err = resolve_time(rk, topic, ranges, count, from->value, 0, timeout_ms);
   if (!err && to->kind == KL__POS_TIME)
-    err = kl_resolve_time(rk, topic, ranges, count, to->value, 1, timeout_ms);
+    err = resolve_time(rk, topic, ranges, count, to->value, 1, timeout_ms);
   return err;
 }
 
@@ -388,9 +387,9 @@ kl_err_t kl__kafka_reader_new(const kl_conf_t *conf, const char *client_id,
   return KL_OK;
 }
 
-static kl_err_t kl_read_assign(rd_kafka_t *rk, const char *topic,
-                               const kl__tp_range_t *ranges, size_t count,
-                               size_t *open) {
+static kl_err_t read_assign(rd_kafka_t *rk, const char *topic,
+                            const kl__tp_range_t *ranges, size_t count,
+                            size_t *open) {
   rd_kafka_topic_partition_list_t *l =
       rd_kafka_topic_partition_list_new((int)count);
   *open = 0;
@@ -409,8 +408,8 @@ static kl_err_t kl_read_assign(rd_kafka_t *rk, const char *topic,
 }
 
 /* The range of @p partition still being read, or NULL. */
-static kl__tp_range_t *kl_read_range(kl__tp_range_t *ranges, size_t count,
-                                     int32_t partition) {
+static kl__tp_range_t *read_range(kl__tp_range_t *ranges, size_t count,
+                                  int32_t partition) {
   for (size_t i = 0; i < count; i++)
     if (ranges[i].partition == partition && ranges[i].start < ranges[i].end)
       return &ranges[i];
@@ -419,8 +418,8 @@ static kl__tp_range_t *kl_read_range(kl__tp_range_t *ranges, size_t count,
 
 /* One polled message; returns nonzero to stop. The range's start moves
  * with the reading, up to its end (done). */
-static int kl_read_one(rd_kafka_message_t *m, kl__tp_range_t *r, size_t *open,
-                       kl__kafka_read_fn *cb, void *opaque) {
+static int read_one(rd_kafka_message_t *m, kl__tp_range_t *r, size_t *open,
+                    kl__kafka_read_fn *cb, void *opaque) {
   int flags = 0;
   if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
     if (r && m->offset >= r->end)
@@ -445,11 +444,11 @@ kl_err_t kl__kafka_read(rd_kafka_t *rk, const char *topic,
                         kl__kafka_read_fn *cb, void *opaque,
                         volatile int *stop) {
   size_t open;
-  kl_err_t err = kl_read_assign(rk, topic, ranges, count, &open);
+  kl_err_t err = read_assign(rk, topic, ranges, count, &open);
   while (!err && open > 0 && !(stop && *stop)) {
     rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
-    if (m && kl_read_one(m, kl_read_range(ranges, count, m->partition), &open,
-                         cb, opaque))
+    if (m &&
+        read_one(m, read_range(ranges, count, m->partition), &open, cb, opaque))
       break;
   }
   rd_kafka_assign(rk, NULL);

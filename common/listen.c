@@ -6,7 +6,7 @@
 #include "common/listen.h"
 #include "common/units.h"
 
-static kl_err_t kl_listen_bad(const char *flag, const char *listen) {
+static kl_err_t listen_bad(const char *flag, const char *listen) {
   return kl__err(KL_ECONF,
                  "%s \"%s\" is not ADDR:PORT: give a numeric address and a "
                  "port of 0-65535, e.g. 127.0.0.1:8080, [::1]:8080 or :8080",
@@ -21,7 +21,7 @@ kl_err_t kl__listen_addr(const char *flag, const char *listen,
   size_t hlen = colon ? (size_t)(colon - listen) : 0;
   if (!colon || kl__units_digits(colon + 1, strlen(colon + 1), &port) ||
       port > 65535 || hlen >= sizeof(host))
-    return kl_listen_bad(flag, listen);
+    return listen_bad(flag, listen);
   memset(addr, 0, sizeof(*addr));
   memcpy(host, listen, hlen);
   host[hlen] = '\0';

@@ -10,7 +10,7 @@
 
 static const char *const kl_level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
 
-static kl__log_level_t kl_log_threshold(void) {
+static kl__log_level_t log_threshold(void) {
   static int level = -1;
   if (level < 0) {
     const char *s = getenv("KEYLANE_LOG");
@@ -23,7 +23,7 @@ static kl__log_level_t kl_log_threshold(void) {
 }
 
 int kl__log_enabled(kl__log_level_t level) {
-  return level <= kl_log_threshold();
+  return level <= log_threshold();
 }
 
 /* " trace_id=... span_id=...", or empty. */
@@ -63,4 +63,18 @@ void kl__log(kl__log_level_t level, const char *component, const char *fmt,
   line[n++] = '\n';
   ssize_t w = write(STDERR_FILENO, line, (size_t)n);
   (void)w;
+}
+
+void kl__oom(const char *comp) {
+  kl__log(KL_LOG_ERROR, comp,
+          "out of memory: exiting; a restarted worker resumes from what the "
+          "store holds");
+  abort();
+}
+
+void *kl__xcalloc(size_t n, size_t size, const char *comp) {
+  void *p = calloc(n ? n : 1, size);
+  if (!p)
+    kl__oom(comp);
+  return p;
 }

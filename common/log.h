@@ -7,6 +7,8 @@
 #ifndef KEYLANE_COMMON_LOG_H
 #define KEYLANE_COMMON_LOG_H
 
+#include <stddef.h>
+
 #include "common/internal.h"
 
 typedef enum kl__log_level {
@@ -27,6 +29,17 @@ int kl__log_enabled(kl__log_level_t level);
  * OpenTelemetry log fields), so a line about an event joins its trace.
  */
 void kl__log_trace_set(const char *traceparent);
+
+/**
+ * Ends the process when memory runs out where no caller could take an
+ * error back (the worker's bookkeeping of the events in flight): logs
+ * "out of memory: exiting; a restarted worker resumes from what the store
+ * holds" as @p comp, then aborts. What was committed is in the store.
+ */
+_Noreturn void kl__oom(const char *comp);
+
+/** calloc(@p n, @p size) (one item at least), or kl__oom(@p comp). */
+void *kl__xcalloc(size_t n, size_t size, const char *comp);
 
 #define KL_LOG_E(comp, ...) kl__log(KL_LOG_ERROR, comp, __VA_ARGS__)
 #define KL_LOG_W(comp, ...) kl__log(KL_LOG_WARN, comp, __VA_ARGS__)

@@ -65,7 +65,7 @@ const size_t kl__metrics_latency_buckets_count =
 
 /* ---- names ---- */
 
-static bool kl_name_ok(const char *s, bool colon) {
+static bool name_ok(const char *s, bool colon) {
   if (!s || !*s || (*s >= '0' && *s <= '9'))
     return false;
   for (; *s; s++)
@@ -76,7 +76,7 @@ static bool kl_name_ok(const char *s, bool colon) {
 }
 
 /* Splits "a,b" into metric->labels; false for a bad or reserved name. */
-static bool kl_labels_parse(kl__metric_t *metric, const char *labels) {
+static bool labels_parse(kl__metric_t *metric, const char *labels) {
   for (const char *p = labels; p && *p;) {
     const char *comma = strchr(p, ',');
     size_t len = comma ? (size_t)(comma - p) : strlen(p);
@@ -88,7 +88,7 @@ static bool kl_labels_parse(kl__metric_t *metric, const char *labels) {
     metric->labels[metric->nlabels++] = label;
     bool reserved = strncmp(label, "__", 2) == 0 ||
                     (metric->type == KL_MT_HISTOGRAM && !strcmp(label, "le"));
-    if (!kl_name_ok(label, false) || reserved)
+    if (!name_ok(label, false) || reserved)
       return false;
     p = comma ? comma + 1 : NULL;
   }
@@ -97,7 +97,7 @@ static bool kl_labels_parse(kl__metric_t *metric, const char *labels) {
 
 /* ---- families ---- */
 
-static void kl_series_free(kl__series_t *series, size_t nlabels) {
+static void series_free(kl__series_t *series, size_t nlabels) {
   if (!series)
     return;
   for (size_t i = 0; series->values && i < nlabels; i++)
@@ -106,14 +106,14 @@ static void kl_series_free(kl__series_t *series, size_t nlabels) {
   free(series);
 }
 
-static void kl_metric_free(kl__metric_t *metric) {
+static void metric_free(kl__metric_t *metric) {
   if (!metric)
     return;
   for (kl__series_t *s = metric->series, *next; s; s = next) {
     next = s->next;
-    kl_series_free(s, metric->nlabels);
+    series_free(s, metric->nlabels);
   }
-  kl_series_free(metric->overflow, metric->nlabels);
+  series_free(metric->overflow, metric->nlabels);
   for (size_t i = 0; i < metric->nlabels; i++)
     free(metric->labels[i]);
   free(metric->name);
@@ -122,15 +122,15 @@ static void kl_metric_free(kl__metric_t *metric) {
   free(metric);
 }
 
-static kl__metric_t *kl_metric_find(kl__metrics_t *metrics, const char *name) {
+static kl__metric_t *metric_find(kl__metrics_t *metrics, const char *name) {
   for (kl__metric_t *m = metrics->families; m; m = m->next)
     if (strcmp(m->name, name) == 0)
       return m;
   return NULL;
 }
 
-static kl__metric_t *kl_metric_alloc(kl_mtype_t type, const char *name,
-                                     const char *help) {
+static kl__metric_t *metric_alloc(kl_mtype_t type, const char *name,
+                                  const char *help) {
   kl__metric_t *metric = calloc(1, sizeof(*metric));
   if (!metric)
     return NULL;
@@ -140,17 +140,16 @@ static kl__metric_t *kl_metric_alloc(kl_mtype_t type, const char *name,
   metric->name = strdup(name);
   metric->help = strdup(help ? help : "");
   if (!metric->name || !metric->help) {
-    kl_metric_free(metric);
+    metric_free(metric);
     return NULL;
   }
   return metric;
 }
 
 /* Links @p metric into the registry, or frees it when its name is taken. */
-static kl__metric_t *kl_metric_link(kl__metrics_t *metrics,
-                                    kl__metric_t *metric) {
+static kl__metric_t *metric_link(kl__metrics_t *metrics, kl__metric_t *metric) {
   pthread_mutex_lock(&metrics->lock);
-  bool taken = kl_metric_find(metrics, metric->name) != NULL;
+  bool taken = metric_find(metrics, metric->name) != NULL;
   if (!taken) {
     *metrics->tail = metric;
     metrics->tail = &metric->next;
@@ -158,7 +157,7 @@ static kl__metric_t *kl_metric_link(kl__metrics_t *metrics,
   pthread_mutex_unlock(&metrics->lock);
   if (taken) {
     kl__err(KL_EINVAL, "metric %s is registered twice", metric->name);
-    kl_metric_free(metric);
+    metric_free(metric);
     return NULL;
   }
   metric->metrics = metrics;
@@ -175,7 +174,7 @@ typedef struct kl_spec {
   size_t nbounds;
 } kl_spec_t;
 
-static bool kl_bounds_ok(const double *bounds, size_t nbounds) {
+static bool bounds_ok(const double *bounds, size_t nbounds) {
   if (nbounds > KL_METRICS_BUCKETS_MAX || (nbounds > 0 && !bounds))
     return false;
   for (size_t i = 0; i < nbounds; i++)
@@ -184,40 +183,40 @@ static bool kl_bounds_ok(const double *bounds, size_t nbounds) {
   return true;
 }
 
-static kl__metric_t *kl_metric_register(kl__metrics_t *metrics,
-                                        const kl_spec_t *spec) {
+static kl__metric_t *metric_register(kl__metrics_t *metrics,
+                                     const kl_spec_t *spec) {
   const char *name = spec->name ? spec->name : "(null)";
-  if (!metrics || !kl_name_ok(spec->name, true)) {
+  if (!metrics || !name_ok(spec->name, true)) {
     kl__err(KL_EINVAL, "metric name \"%s\" is not [a-zA-Z_:][a-zA-Z0-9_:]*",
             name);
     return NULL;
   }
-  if (!kl_bounds_ok(spec->bounds, spec->nbounds)) {
+  if (!bounds_ok(spec->bounds, spec->nbounds)) {
     kl__err(KL_EINVAL,
             "histogram %s: bounds must be finite, increasing and "
             "at most %d",
             name, KL_METRICS_BUCKETS_MAX);
     return NULL;
   }
-  kl__metric_t *metric = kl_metric_alloc(spec->type, spec->name, spec->help);
+  kl__metric_t *metric = metric_alloc(spec->type, spec->name, spec->help);
   if (!metric)
     return NULL;
   metric->nbounds = spec->nbounds;
   if (spec->nbounds)
     memcpy(metric->bounds, spec->bounds, spec->nbounds * sizeof(double));
-  if (!kl_labels_parse(metric, spec->labels)) {
+  if (!labels_parse(metric, spec->labels)) {
     kl__err(KL_EINVAL, "metric %s: bad label names \"%s\"", name,
             spec->labels ? spec->labels : "");
-    kl_metric_free(metric);
+    metric_free(metric);
     return NULL;
   }
   /* A label-less family has exactly one series: make it now so that it
    * renders as 0 before its first update. */
   if (metric->nlabels == 0 && !kl__metric_series(metric, NULL)) {
-    kl_metric_free(metric);
+    metric_free(metric);
     return NULL;
   }
-  return kl_metric_link(metrics, metric);
+  return metric_link(metrics, metric);
 }
 
 kl__metrics_t *kl__metrics_new(void) {
@@ -243,7 +242,7 @@ void kl__metrics_destroy(kl__metrics_t *metrics) {
     return;
   for (kl__metric_t *m = metrics->families, *next; m; m = next) {
     next = m->next;
-    kl_metric_free(m);
+    metric_free(m);
   }
   pthread_mutex_destroy(&metrics->lock);
   free(metrics);
@@ -252,20 +251,20 @@ void kl__metrics_destroy(kl__metrics_t *metrics) {
 kl__metric_t *kl__metrics_counter(kl__metrics_t *metrics, const char *name,
                                   const char *help, const char *labels) {
   kl_spec_t spec = {KL_MT_COUNTER, name, help, labels, NULL, 0};
-  return kl_metric_register(metrics, &spec);
+  return metric_register(metrics, &spec);
 }
 
 kl__metric_t *kl__metrics_gauge(kl__metrics_t *metrics, const char *name,
                                 const char *help, const char *labels) {
   kl_spec_t spec = {KL_MT_GAUGE, name, help, labels, NULL, 0};
-  return kl_metric_register(metrics, &spec);
+  return metric_register(metrics, &spec);
 }
 
 kl__metric_t *kl__metrics_histogram(kl__metrics_t *metrics, const char *name,
                                     const char *help, const char *labels,
                                     const double *bounds, size_t nbounds) {
   kl_spec_t spec = {KL_MT_HISTOGRAM, name, help, labels, bounds, nbounds};
-  return kl_metric_register(metrics, &spec);
+  return metric_register(metrics, &spec);
 }
 
 kl__metric_t *kl__metrics_gauge_fn(kl__metrics_t *metrics, const char *name,
@@ -291,8 +290,8 @@ void kl__metric_set_max_series(kl__metric_t *metric, size_t max_series) {
 
 /* ---- series ---- */
 
-static bool kl_values_equal(const kl__series_t *s, const char *const *values,
-                            size_t n) {
+static bool values_equal(const kl__series_t *s, const char *const *values,
+                         size_t n) {
   for (size_t i = 0; i < n; i++)
     if (strcmp(s->values[i], values[i] ? values[i] : "") != 0)
       return false;
@@ -300,8 +299,8 @@ static bool kl_values_equal(const kl__series_t *s, const char *const *values,
 }
 
 /* Makes a series; @p values NULL fills every label with "_overflow". */
-static kl__series_t *kl_series_new(kl__metric_t *metric,
-                                   const char *const *values) {
+static kl__series_t *series_new(kl__metric_t *metric,
+                                const char *const *values) {
   size_t nb = metric->type == KL_MT_HISTOGRAM ? metric->nbounds + 1 : 0;
   kl__series_t *s = calloc(1, sizeof(*s) + nb * sizeof(uint64_t));
   if (!s)
@@ -315,7 +314,7 @@ static kl__series_t *kl_series_new(kl__metric_t *metric,
   for (size_t i = 0; i < metric->nlabels; i++) {
     const char *v = values ? (values[i] ? values[i] : "") : "_overflow";
     if (!(s->values[i] = strdup(v))) {
-      kl_series_free(s, metric->nlabels);
+      series_free(s, metric->nlabels);
       return NULL;
     }
   }
@@ -323,21 +322,21 @@ static kl__series_t *kl_series_new(kl__metric_t *metric,
 }
 
 /* Under metric->lock. */
-static kl__series_t *kl_series_find(kl__metric_t *metric,
-                                    const char *const *values,
-                                    kl__series_t ***link) {
+static kl__series_t *series_find(kl__metric_t *metric,
+                                 const char *const *values,
+                                 kl__series_t ***link) {
   kl__series_t **p = &metric->series;
   for (; *p; p = &(*p)->next)
-    if (kl_values_equal(*p, values, metric->nlabels))
+    if (values_equal(*p, values, metric->nlabels))
       break;
   *link = p;
   return *p;
 }
 
 /* Under metric->lock. */
-static kl__series_t *kl_series_overflow(kl__metric_t *metric, bool *counted) {
+static kl__series_t *series_overflow(kl__metric_t *metric, bool *counted) {
   if (!metric->overflow)
-    metric->overflow = kl_series_new(metric, NULL);
+    metric->overflow = series_new(metric, NULL);
   *counted = true;
   return metric->overflow;
 }
@@ -349,10 +348,10 @@ kl__series_t *kl__metric_series(kl__metric_t *metric,
   bool overflowed = false;
   kl__series_t **link;
   pthread_mutex_lock(&metric->lock);
-  kl__series_t *s = kl_series_find(metric, values, &link);
+  kl__series_t *s = series_find(metric, values, &link);
   if (!s && metric->nseries >= metric->max_series && metric->nlabels) {
-    s = kl_series_overflow(metric, &overflowed);
-  } else if (!s && (s = kl_series_new(metric, values))) {
+    s = series_overflow(metric, &overflowed);
+  } else if (!s && (s = series_new(metric, values))) {
     *link = s;
     metric->nseries++;
   }
@@ -421,20 +420,20 @@ void kl__metric_remove(kl__metric_t *metric, const char *const *values) {
     return;
   kl__series_t **link;
   pthread_mutex_lock(&metric->lock);
-  kl__series_t *s = kl_series_find(metric, values, &link);
+  kl__series_t *s = series_find(metric, values, &link);
   if (s) {
     *link = s->next;
     metric->nseries--;
   }
   pthread_mutex_unlock(&metric->lock);
-  kl_series_free(s, metric->nlabels);
+  series_free(s, metric->nlabels);
 }
 
 /* ---- rendering ---- */
 
 /* The shortest text that reads back as @p v; Prometheus spells infinities
  * and NaN as +Inf, -Inf and NaN. */
-static const char *kl_num(double v, char buf[40]) {
+static const char *metrics_num(double v, char buf[40]) {
   if (isnan(v))
     return "NaN";
   if (isinf(v))
@@ -451,7 +450,7 @@ static const char *kl_num(double v, char buf[40]) {
   return buf;
 }
 
-static void kl_escaped(kl__strbuf_t *sb, const char *s, bool quote) {
+static void metrics_escaped(kl__strbuf_t *sb, const char *s, bool quote) {
   for (; *s; s++) {
     if (*s == '\\')
       kl__strbuf_puts(sb, "\\\\");
@@ -465,16 +464,16 @@ static void kl_escaped(kl__strbuf_t *sb, const char *s, bool quote) {
 }
 
 /* name{a="x",le="0.5"} for one sample; @p le may be NULL. */
-static void kl_sample_head(kl__strbuf_t *sb, const kl__metric_t *metric,
-                           const char *suffix, const kl__series_t *s,
-                           const char *le) {
+static void sample_head(kl__strbuf_t *sb, const kl__metric_t *metric,
+                        const char *suffix, const kl__series_t *s,
+                        const char *le) {
   kl__strbuf_printf(sb, "%s%s", metric->name, suffix);
   if (metric->nlabels == 0 && !le)
     return;
   kl__strbuf_puts(sb, "{");
   for (size_t i = 0; i < metric->nlabels; i++) {
     kl__strbuf_printf(sb, "%s%s=\"", i ? "," : "", metric->labels[i]);
-    kl_escaped(sb, s->values[i], true);
+    metrics_escaped(sb, s->values[i], true);
     kl__strbuf_puts(sb, "\"");
   }
   if (le)
@@ -482,56 +481,56 @@ static void kl_sample_head(kl__strbuf_t *sb, const kl__metric_t *metric,
   kl__strbuf_puts(sb, "}");
 }
 
-static void kl_sample(kl__strbuf_t *sb, const kl__metric_t *metric,
-                      const char *suffix, const kl__series_t *s, const char *le,
-                      double v) {
+static void metrics_sample(kl__strbuf_t *sb, const kl__metric_t *metric,
+                           const char *suffix, const kl__series_t *s,
+                           const char *le, double v) {
   char num[40];
-  kl_sample_head(sb, metric, suffix, s, le);
-  kl__strbuf_printf(sb, " %s\n", kl_num(v, num));
+  sample_head(sb, metric, suffix, s, le);
+  kl__strbuf_printf(sb, " %s\n", metrics_num(v, num));
 }
 
-static void kl_render_histogram(kl__strbuf_t *sb, const kl__metric_t *metric,
-                                const kl__series_t *s) {
+static void render_histogram(kl__strbuf_t *sb, const kl__metric_t *metric,
+                             const kl__series_t *s) {
   char le[40];
   uint64_t cumulative = 0;
   for (size_t i = 0; i <= metric->nbounds; i++) {
     cumulative += s->buckets[i];
     const char *bound =
-        i < metric->nbounds ? kl_num(metric->bounds[i], le) : "+Inf";
-    kl_sample(sb, metric, "_bucket", s, bound, (double)cumulative);
+        i < metric->nbounds ? metrics_num(metric->bounds[i], le) : "+Inf";
+    metrics_sample(sb, metric, "_bucket", s, bound, (double)cumulative);
   }
-  kl_sample(sb, metric, "_sum", s, NULL, s->sum);
-  kl_sample(sb, metric, "_count", s, NULL, (double)s->count);
+  metrics_sample(sb, metric, "_sum", s, NULL, s->sum);
+  metrics_sample(sb, metric, "_count", s, NULL, (double)s->count);
 }
 
-static void kl_render_series(kl__strbuf_t *sb, kl__metric_t *metric,
-                             const kl__series_t *s) {
+static void render_series(kl__strbuf_t *sb, kl__metric_t *metric,
+                          const kl__series_t *s) {
   if (metric->type == KL_MT_HISTOGRAM)
-    kl_render_histogram(sb, metric, s);
+    render_histogram(sb, metric, s);
   else
-    kl_sample(sb, metric, "", s, NULL,
-              metric->fn ? metric->fn(metric->opaque) : s->value);
+    metrics_sample(sb, metric, "", s, NULL,
+                   metric->fn ? metric->fn(metric->opaque) : s->value);
 }
 
-static void kl_render_family(kl__strbuf_t *sb, kl__metric_t *metric) {
+static void render_family(kl__strbuf_t *sb, kl__metric_t *metric) {
   kl__strbuf_printf(sb, "# HELP %s ", metric->name);
-  kl_escaped(sb, metric->help, false);
+  metrics_escaped(sb, metric->help, false);
   kl__strbuf_printf(sb, "\n# TYPE %s %s\n", metric->name,
                     kl_mtype_names[metric->type]);
   pthread_mutex_lock(&metric->lock);
   for (const kl__series_t *s = metric->series; s; s = s->next)
-    kl_render_series(sb, metric, s);
+    render_series(sb, metric, s);
   if (metric->overflow)
-    kl_render_series(sb, metric, metric->overflow);
+    render_series(sb, metric, metric->overflow);
   pthread_mutex_unlock(&metric->lock);
 }
 
 /* @p metrics's families but its overflow counter into @p sb. */
-static void kl_render_families(kl__strbuf_t *sb, kl__metrics_t *metrics) {
+static void render_families(kl__strbuf_t *sb, kl__metrics_t *metrics) {
   pthread_mutex_lock(&metrics->lock);
   for (kl__metric_t *m = metrics->families; m; m = m->next)
     if (m != metrics->overflows)
-      kl_render_family(sb, m);
+      render_family(sb, m);
   pthread_mutex_unlock(&metrics->lock);
 }
 
@@ -548,9 +547,9 @@ char *kl__metrics_render_with(kl__metrics_t *metrics, kl__metrics_t *more,
   if (more)
     kl__series_add(overflows,
                    kl__series_value(kl__metric_series(more->overflows, NULL)));
-  kl_render_family(&sb, metrics->overflows);
-  kl_render_families(&sb, metrics);
+  render_family(&sb, metrics->overflows);
+  render_families(&sb, metrics);
   if (more)
-    kl_render_families(&sb, more);
+    render_families(&sb, more);
   return kl__strbuf_take(&sb, len);
 }

@@ -1,6 +1,7 @@
 /* The one msgpack reader (msgpack_read.h). */
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/msgpack_read.h"
 
 /* The formats 0xc0..0xdf: kind, width of the length or value that follows
@@ -39,8 +40,8 @@ size_t kl__mp_offset(const kl__mp_reader_t *rd) {
   return (size_t)(rd->p - rd->begin);
 }
 
-static bool kl_take(kl__mp_reader_t *rd, uint64_t len, const uint8_t **out,
-                    uint64_t *need) {
+static bool mpr_take(kl__mp_reader_t *rd, uint64_t len, const uint8_t **out,
+                     uint64_t *need) {
   if (len > (uint64_t)(rd->end - rd->p)) {
     *need = len;
     return false;
@@ -50,22 +51,15 @@ static bool kl_take(kl__mp_reader_t *rd, uint64_t len, const uint8_t **out,
   return true;
 }
 
-static uint64_t kl_be(const uint8_t *p, unsigned width) {
-  uint64_t v = 0;
-  for (unsigned i = 0; i < width; i++)
-    v = v << 8 | p[i];
-  return v;
-}
-
 /* Two's complement of the low @p width bytes of @p v, without relying on
  * implementation-defined conversions. */
-static int64_t kl_sign_extend(uint64_t v, unsigned width) {
+static int64_t sign_extend(uint64_t v, unsigned width) {
   uint64_t mask = width == 8 ? UINT64_MAX : ((uint64_t)1 << (8 * width)) - 1;
   uint64_t sign = (mask >> 1) + 1;
   return (v & sign) ? -(int64_t)(~v & mask) - 1 : (int64_t)v;
 }
 
-static double kl_float(uint64_t bits, unsigned width) {
+static double mpr_float(uint64_t bits, unsigned width) {
   if (width == 4) {
     uint32_t b32 = (uint32_t)bits;
     float f;
@@ -78,13 +72,13 @@ static double kl_float(uint64_t bits, unsigned width) {
 }
 
 /* The value of an int or float, or the length or count of the others. */
-static void kl_argument(kl__mp_item_t *item, uint64_t v, unsigned width,
-                        bool is_signed) {
+static void mpr_argument(kl__mp_item_t *item, uint64_t v, unsigned width,
+                         bool is_signed) {
   item->n = v;
   if (item->kind == KL__MP_FLOAT) {
-    item->d = kl_float(v, width);
+    item->d = mpr_float(v, width);
   } else if (item->kind == KL__MP_INT && is_signed) {
-    item->i = kl_sign_extend(v, width);
+    item->i = sign_extend(v, width);
   } else if (item->kind == KL__MP_INT) {
     item->big = v > INT64_MAX;
     item->i = item->big ? 0 : (int64_t)v;
@@ -92,28 +86,28 @@ static void kl_argument(kl__mp_item_t *item, uint64_t v, unsigned width,
 }
 
 /* A 0xc0..0xdf format: its argument, then an ext's type byte. */
-static bool kl_wide(kl__mp_reader_t *rd, kl__mp_item_t *item, uint8_t b,
-                    uint64_t *need) {
+static bool mpr_wide(kl__mp_reader_t *rd, kl__mp_item_t *item, uint8_t b,
+                     uint64_t *need) {
   unsigned width = kl_formats[b - 0xc0].width;
   unsigned fixed = kl_formats[b - 0xc0].fixed;
   item->kind = kl_formats[b - 0xc0].kind;
   item->what = kl_formats[b - 0xc0].what;
   item->b = b == 0xc3;
   const uint8_t *arg = NULL;
-  if (!kl_take(rd, width, &arg, need))
+  if (!mpr_take(rd, width, &arg, need))
     return false;
   bool is_signed = item->kind == KL__MP_INT && fixed;
-  kl_argument(item, kl_be(arg, width), width, is_signed);
+  mpr_argument(item, kl__get_be(arg, width), width, is_signed);
   if (item->kind != KL__MP_EXT)
     return true;
   if (fixed)
     item->n = fixed;
   const uint8_t *type = NULL;
-  return kl_take(rd, 1, &type, need);
+  return mpr_take(rd, 1, &type, need);
 }
 
-static void kl_fix(kl__mp_item_t *item, kl__mp_kind_t kind, const char *what,
-                   uint64_t n) {
+static void mpr_fix(kl__mp_item_t *item, kl__mp_kind_t kind, const char *what,
+                    uint64_t n) {
   item->kind = kind;
   item->what = what;
   item->n = n;
@@ -128,20 +122,20 @@ kl__mp_status_t kl__mp_next(kl__mp_reader_t *rd, kl__mp_item_t *item,
   }
   uint8_t b = *rd->p++;
   if (b < 0x80 || b >= 0xe0) {
-    kl_fix(item, KL__MP_INT, "int", b);
+    mpr_fix(item, KL__MP_INT, "int", b);
     item->i = b < 0x80 ? b : (int64_t)b - 256;
   } else if (b < 0x90) {
-    kl_fix(item, KL__MP_MAP, "map", b & 0x0f);
+    mpr_fix(item, KL__MP_MAP, "map", b & 0x0f);
   } else if (b < 0xa0) {
-    kl_fix(item, KL__MP_ARRAY, "array", b & 0x0f);
+    mpr_fix(item, KL__MP_ARRAY, "array", b & 0x0f);
   } else if (b < 0xc0) {
-    kl_fix(item, KL__MP_STR, "str", b & 0x1f);
-  } else if (!kl_wide(rd, item, b, need)) {
+    mpr_fix(item, KL__MP_STR, "str", b & 0x1f);
+  } else if (!mpr_wide(rd, item, b, need)) {
     return KL__MP_SHORT_HEAD;
   }
   if (item->kind == KL__MP_STR || item->kind == KL__MP_BIN ||
       item->kind == KL__MP_EXT)
-    return kl_take(rd, item->n, &item->body, need) ? KL__MP_OK
-                                                   : KL__MP_SHORT_BODY;
+    return mpr_take(rd, item->n, &item->body, need) ? KL__MP_OK
+                                                    : KL__MP_SHORT_BODY;
   return KL__MP_OK;
 }

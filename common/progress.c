@@ -78,43 +78,44 @@ const char *kl__progress_eta(double seconds, char *buf, size_t size) {
 }
 
 /* Events per second since the start, and the seconds left at that rate. */
-static double kl_rate(const kl__progress_t *p, uint64_t done) {
+static double progress_rate(const kl__progress_t *p, uint64_t done) {
   double elapsed = (double)(kl__mono_ns() - p->start_ns) / 1e9;
   return elapsed > 0 ? (double)done / elapsed : 0;
 }
 
-static double kl_eta(double rate, uint64_t done, uint64_t total) {
+static double progress_eta(double rate, uint64_t done, uint64_t total) {
   if (done >= total)
     return 0;
   return rate > 0 ? (double)(total - done) / rate : -1;
 }
 
-static void kl_rate_text(double rate, char *buf, size_t size) {
+static void rate_text(double rate, char *buf, size_t size) {
   if (rate >= 10000)
     snprintf(buf, size, "%.1fk/s", rate / 1000);
   else
     snprintf(buf, size, "%.0f/s", rate);
 }
 
-static void kl_bar_line(kl__progress_t *p, const char *name, uint64_t done,
-                        uint64_t total, int finished) {
+static void bar_line(kl__progress_t *p, const char *name, uint64_t done,
+                     uint64_t total, int finished) {
   char bar[KL_BAR_WIDTH + 1], eta[32], rate[32];
   size_t fill = total ? (size_t)(done * KL_BAR_WIDTH / total) : KL_BAR_WIDTH;
   for (size_t i = 0; i < KL_BAR_WIDTH; i++)
     bar[i] = i < fill ? '#' : '-';
   bar[KL_BAR_WIDTH] = '\0';
-  double r = kl_rate(p, done);
-  kl_rate_text(r, rate, sizeof(rate));
+  double r = progress_rate(p, done);
+  rate_text(r, rate, sizeof(rate));
   unsigned pct = total ? (unsigned)(done * 100 / total) : 100;
-  fprintf(
-      p->out, "\r\033[2K%-6s [%s] %3u%%  %" PRIu64 "/%" PRIu64 "  %s  %s%s\n",
-      name, bar, pct, done, total, rate, finished ? "done" : "ETA ",
-      finished ? ""
-               : kl__progress_eta(kl_eta(r, done, total), eta, sizeof(eta)));
+  fprintf(p->out,
+          "\r\033[2K%-6s [%s] %3u%%  %" PRIu64 "/%" PRIu64 "  %s  %s%s\n", name,
+          bar, pct, done, total, rate, finished ? "done" : "ETA ",
+          finished ? ""
+                   : kl__progress_eta(progress_eta(r, done, total), eta,
+                                      sizeof(eta)));
 }
 
-static void kl_totals(const kl__progress_t *p, uint64_t *done, uint64_t *total,
-                      size_t *finished) {
+static void progress_totals(const kl__progress_t *p, uint64_t *done,
+                            uint64_t *total, size_t *finished) {
   *done = *total = 0;
   *finished = 0;
   for (size_t i = 0; i < p->count; i++) {
@@ -124,7 +125,7 @@ static void kl_totals(const kl__progress_t *p, uint64_t *done, uint64_t *total,
   }
 }
 
-static void kl_draw_tty(kl__progress_t *p) {
+static void draw_tty(kl__progress_t *p) {
   if (p->drawn)
     fprintf(p->out, "\033[%zuA", p->drawn);
   size_t shown = 0;
@@ -136,32 +137,32 @@ static void kl_draw_tty(kl__progress_t *p) {
         continue;
       char name[16];
       snprintf(name, sizeof(name), "p%d", (int)r->partition);
-      kl_bar_line(p, name, r->done, r->total, r->finished);
+      bar_line(p, name, r->done, r->total, r->finished);
       shown++;
     }
   uint64_t done, total;
   size_t finished;
-  kl_totals(p, &done, &total, &finished);
-  kl_bar_line(p, "total", done, total, finished == p->count);
+  progress_totals(p, &done, &total, &finished);
+  bar_line(p, "total", done, total, finished == p->count);
   p->drawn = shown + 1;
   fflush(p->out);
 }
 
-static void kl_draw_plain(kl__progress_t *p, int final) {
+static void draw_plain(kl__progress_t *p, int final) {
   uint64_t done, total;
   size_t finished;
-  kl_totals(p, &done, &total, &finished);
-  double r = kl_rate(p, done);
+  progress_totals(p, &done, &total, &finished);
+  double r = progress_rate(p, done);
   char rate[32], eta[32], slow[96] = "";
-  kl_rate_text(r, rate, sizeof(rate));
+  rate_text(r, rate, sizeof(rate));
   /* The partition that finishes last decides when the work ends; one
    * with no rate yet (ETA -1) is the slowest of all. */
   double worst = 0;
   for (size_t i = 0; i < p->count && worst >= 0; i++) {
     const kl_row_t *row = &p->rows[i];
-    double e = row->finished
-                   ? 0
-                   : kl_eta(kl_rate(p, row->done), row->done, row->total);
+    double e = row->finished ? 0
+                             : progress_eta(progress_rate(p, row->done),
+                                            row->done, row->total);
     if (e < 0 || e > worst) {
       worst = e;
       snprintf(slow, sizeof(slow), ", slowest p%d at %" PRIu64 "/%" PRIu64,
@@ -194,14 +195,14 @@ void kl__progress_draw(kl__progress_t *p, int force) {
     return;
   p->last_ns = now;
   if (p->tty)
-    kl_draw_tty(p);
+    draw_tty(p);
   else
-    kl_draw_plain(p, 0);
+    draw_plain(p, 0);
 }
 
 void kl__progress_finish(kl__progress_t *p) {
   if (p->tty)
-    kl_draw_tty(p);
+    draw_tty(p);
   else
-    kl_draw_plain(p, 1);
+    draw_plain(p, 1);
 }

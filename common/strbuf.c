@@ -1,4 +1,4 @@
-/* The growable byte string and kl__grow(); see strbuf.h. */
+/* The growable byte string and kl__reserve(); see strbuf.h. */
 #include "common/strbuf.h"
 
 #include <stdarg.h>
@@ -8,31 +8,25 @@
 #include <string.h>
 
 /* Room for @p extra more bytes plus a NUL; doubles to keep appends O(1). */
-static bool kl_strbuf_reserve(kl__strbuf_t *sb, size_t extra) {
+static bool strbuf_reserve(kl__strbuf_t *sb, size_t extra) {
   if (sb->failed)
     return false;
   if (sb->len + extra < sb->cap)
     return true;
-  size_t cap = sb->cap ? sb->cap : 256;
-  while (cap <= sb->len + extra) {
-    if (cap > ((size_t)-1) / 2) {
-      sb->failed = true;
-      return false;
-    }
-    cap *= 2;
-  }
-  char *data = realloc(sb->data, cap);
+  char *data =
+      extra < SIZE_MAX - sb->len
+          ? kl__reserve(sb->data, &sb->cap, sb->len + extra + 1, 1, 256)
+          : NULL;
   if (!data) {
     sb->failed = true;
     return false;
   }
   sb->data = data;
-  sb->cap = cap;
   return true;
 }
 
 void kl__strbuf_add(kl__strbuf_t *sb, const void *data, size_t len) {
-  if (len == 0 || !kl_strbuf_reserve(sb, len))
+  if (len == 0 || !strbuf_reserve(sb, len))
     return;
   memcpy(sb->data + sb->len, data, len);
   sb->len += len;
@@ -48,7 +42,7 @@ void kl__strbuf_printf(kl__strbuf_t *sb, const char *fmt, ...) {
   va_start(ap, fmt);
   int n = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
-  if (n < 0 || !kl_strbuf_reserve(sb, (size_t)n))
+  if (n < 0 || !strbuf_reserve(sb, (size_t)n))
     return;
   va_start(ap, fmt);
   vsnprintf(sb->data + sb->len, (size_t)n + 1, fmt, ap);
@@ -79,7 +73,7 @@ bool kl__strbuf_ok(const kl__strbuf_t *sb) {
 }
 
 char *kl__strbuf_take(kl__strbuf_t *sb, size_t *len) {
-  if (sb->failed || !kl_strbuf_reserve(sb, 0)) {
+  if (sb->failed || !strbuf_reserve(sb, 0)) {
     kl__strbuf_free(sb);
     return NULL;
   }
@@ -174,15 +168,31 @@ const char *kl__escape(char *out, size_t size, const void *s, size_t len) {
   return out;
 }
 
-void *kl__grow(void *items, size_t *cap, size_t count, size_t size,
-               size_t first) {
-  if (count < *cap)
+void *kl__reserve(void *items, size_t *cap, size_t need, size_t size,
+                  size_t first) {
+  if (need <= *cap)
     return items;
-  size_t n = *cap ? *cap * 2 : first;
-  if (n <= *cap || n > SIZE_MAX / size) /* doubling wrapped, or too big */
+  size_t n = *cap ? *cap : first;
+  if (!n)
+    return NULL;
+  while (n < need) {
+    if (n > SIZE_MAX / 2) /* doubling would wrap */
+      return NULL;
+    n *= 2;
+  }
+  if (n > SIZE_MAX / size)
     return NULL;
   void *grown = realloc(items, n * size);
   if (grown)
     *cap = n;
+  return grown;
+}
+
+void *kl__grow_zeroed(void *items, size_t count, size_t need, size_t size) {
+  if (need > SIZE_MAX / size)
+    return NULL;
+  unsigned char *grown = realloc(items, need * size);
+  if (grown)
+    memset(grown + count * size, 0, (need - count) * size);
   return grown;
 }

@@ -1,6 +1,7 @@
 /*
  * A growable byte string for building responses and exposition text, and
- * kl__grow(), the doubling of any array.
+ * kl__grow()/kl__reserve(), the doubling of any array, and
+ * kl__grow_zeroed() for an array indexed by partition.
  *
  * Ownership: the strbuf owns its bytes; kl__strbuf_free() releases them and
  * kl__strbuf_take() hands them to the caller. After an allocation failure
@@ -87,6 +88,17 @@ char *kl__strbuf_take(kl__strbuf_t *sb, size_t *len);
 void kl__strbuf_free(kl__strbuf_t *sb);
 
 /**
+ * Makes room for @p need items in @p items, an array of *cap items of
+ * @p size bytes (> 0): when *cap is less, doubles it (from @p first, > 0,
+ * when 0) until it holds them, reallocates @p items and sets *cap.
+ * @returns the array to use from now on, or NULL when out of memory or
+ *          too big; then @p items and *cap are unchanged and still the
+ *          caller's.
+ */
+void *kl__reserve(void *items, size_t *cap, size_t need, size_t size,
+                  size_t first);
+
+/**
  * Makes room for one more item in @p items, an array of *cap items of
  * @p size bytes (> 0) that holds @p count: when it is full, reallocates it
  * to twice *cap (@p first, > 0, when *cap is 0) and sets *cap.
@@ -94,7 +106,18 @@ void kl__strbuf_free(kl__strbuf_t *sb);
  *          NULL when out of memory; then @p items and *cap are unchanged
  *          and still the caller's.
  */
-void *kl__grow(void *items, size_t *cap, size_t count, size_t size,
-               size_t first);
+static inline void *kl__grow(void *items, size_t *cap, size_t count,
+                             size_t size, size_t first) {
+  return count < *cap ? items : kl__reserve(items, cap, count + 1, size, first);
+}
+
+/**
+ * Lengthens @p items, an array of @p count items of @p size bytes (> 0),
+ * to @p need items (> @p count) exactly, the new ones zeroed: for an
+ * array indexed by partition, whose length is the partitions seen.
+ * @returns the array to use from now on, or NULL when out of memory or
+ *          too big; then @p items is unchanged and still the caller's.
+ */
+void *kl__grow_zeroed(void *items, size_t count, size_t need, size_t size);
 
 #endif

@@ -27,7 +27,7 @@ struct kl__tokens {
 
 /* A volatile pointer stops the compiler from dropping the wipe of memory
  * that is about to be freed. */
-static void kl_wipe(void *p, size_t len) {
+static void token_wipe(void *p, size_t len) {
   volatile unsigned char *v = p;
   while (len--)
     *v++ = 0;
@@ -41,7 +41,7 @@ bool kl__ct_equal(const void *a, const void *b, size_t len) {
   return diff == 0;
 }
 
-static void kl_trim(char **s, size_t *len) {
+static void token_trim(char **s, size_t *len) {
   while (*len && strchr(" \t\r\n", (*s)[*len - 1]))
     (*len)--;
   while (*len && strchr(" \t", **s)) {
@@ -50,7 +50,7 @@ static void kl_trim(char **s, size_t *len) {
   }
 }
 
-static bool kl_token_printable(const char *s, size_t len) {
+static bool token_printable(const char *s, size_t len) {
   for (size_t i = 0; i < len; i++)
     if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f)
       return false;
@@ -59,13 +59,13 @@ static bool kl_token_printable(const char *s, size_t len) {
 
 /* Adds the token on @p line (line number @p lineno) unless it is a blank or
  * comment line. */
-static kl_err_t kl_tokens_add_line(kl__tokens_t *tokens, char *line,
-                                   size_t lineno) {
+static kl_err_t tokens_add_line(kl__tokens_t *tokens, char *line,
+                                size_t lineno) {
   size_t len = strlen(line);
-  kl_trim(&line, &len);
+  token_trim(&line, &len);
   if (len == 0 || line[0] == '#')
     return KL_OK;
-  if (len > KL_TOKEN_MAX || !kl_token_printable(line, len))
+  if (len > KL_TOKEN_MAX || !token_printable(line, len))
     return kl__err(KL_ECONF,
                    "tokens file line %zu: a token is 1..%d bytes "
                    "of visible ASCII without spaces",
@@ -82,8 +82,8 @@ static kl_err_t kl_tokens_add_line(kl__tokens_t *tokens, char *line,
 /* Reads at most KL_TOKENS_FILE_MAX bytes (+1, to see that there are more)
  * into a buffer the caller frees: a tokens file that never ends (/dev/zero,
  * a device, a stuck pipe's writer) is refused, not read forever. */
-static kl_err_t kl_tokens_slurp(FILE *f, const char *path, char **out,
-                                size_t *len) {
+static kl_err_t tokens_slurp(FILE *f, const char *path, char **out,
+                             size_t *len) {
   char *buf = malloc(KL_TOKENS_FILE_MAX + 1);
   if (!buf)
     return KL_ENOMEM;
@@ -98,7 +98,7 @@ static kl_err_t kl_tokens_slurp(FILE *f, const char *path, char **out,
                   "right file?",
                   path, KL_TOKENS_FILE_MAX);
   if (err) {
-    kl_wipe(buf, n);
+    token_wipe(buf, n);
     free(buf);
     return err;
   }
@@ -107,11 +107,10 @@ static kl_err_t kl_tokens_slurp(FILE *f, const char *path, char **out,
   return KL_OK;
 }
 
-static kl_err_t kl_tokens_read(kl__tokens_t *tokens, FILE *f,
-                               const char *path) {
+static kl_err_t tokens_read(kl__tokens_t *tokens, FILE *f, const char *path) {
   char line[KL_TOKEN_MAX + 64], *buf = NULL;
   size_t size = 0, lineno = 0;
-  kl_err_t err = kl_tokens_slurp(f, path, &buf, &size);
+  kl_err_t err = tokens_slurp(f, path, &buf, &size);
   for (size_t at = 0; err == KL_OK && at < size; lineno++) {
     const char *nl = memchr(buf + at, '\n', size - at);
     size_t len = nl ? (size_t)(nl - (buf + at)) : size - at;
@@ -129,12 +128,12 @@ static kl_err_t kl_tokens_read(kl__tokens_t *tokens, FILE *f,
       break;
     memcpy(line, buf + at, len);
     line[len] = '\0';
-    err = kl_tokens_add_line(tokens, line, lineno + 1);
+    err = tokens_add_line(tokens, line, lineno + 1);
     at += len + 1;
   }
-  kl_wipe(line, sizeof(line));
+  token_wipe(line, sizeof(line));
   if (buf) {
-    kl_wipe(buf, size);
+    token_wipe(buf, size);
     free(buf);
   }
   if (err == KL_OK && tokens->count == 0)
@@ -147,7 +146,7 @@ static kl_err_t kl_tokens_read(kl__tokens_t *tokens, FILE *f,
 
 /* What a person should hear about a file that loads: readable by every
  * user of the host, or tokens short enough to guess. Never a token. */
-static void kl_tokens_advise(kl__tokens_t *tokens, FILE *f, const char *path) {
+static void tokens_advise(kl__tokens_t *tokens, FILE *f, const char *path) {
   struct stat st;
   size_t n = 0;
   if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) &&
@@ -178,9 +177,9 @@ kl_err_t kl__tokens_load(const char *path, kl__tokens_t **out) {
   if (tokens)
     tokens->slots = calloc(KL_TOKENS_MAX, sizeof(kl_token_slot_t));
   kl_err_t err =
-      tokens && tokens->slots ? kl_tokens_read(tokens, f, path) : KL_ENOMEM;
+      tokens && tokens->slots ? tokens_read(tokens, f, path) : KL_ENOMEM;
   if (!err)
-    kl_tokens_advise(tokens, f, path);
+    tokens_advise(tokens, f, path);
   fclose(f);
   if (err) {
     kl__tokens_destroy(tokens);
@@ -212,7 +211,7 @@ bool kl__tokens_check(const kl__tokens_t *tokens, const void *candidate,
     same &= kl__ct_equal(&slot->len, &len, sizeof(len));
     match |= same;
   }
-  kl_wipe(&cand, sizeof(cand));
+  token_wipe(&cand, sizeof(cand));
   return match != 0;
 }
 
@@ -220,7 +219,7 @@ void kl__tokens_destroy(kl__tokens_t *tokens) {
   if (!tokens)
     return;
   if (tokens->slots) {
-    kl_wipe(tokens->slots, KL_TOKENS_MAX * sizeof(kl_token_slot_t));
+    token_wipe(tokens->slots, KL_TOKENS_MAX * sizeof(kl_token_slot_t));
     free(tokens->slots);
   }
   free(tokens);

@@ -36,8 +36,8 @@ int kl__units_digits(const char *s, size_t len, int64_t *out) {
   return 0;
 }
 
-static int kl_units_lookup(const kl_unit_t *units, size_t n, const char *name,
-                           int64_t *mul) {
+static int units_lookup(const kl_unit_t *units, size_t n, const char *name,
+                        int64_t *mul) {
   for (size_t i = 0; i < n; i++)
     if (strcmp(units[i].name, name) == 0) {
       *mul = units[i].mul;
@@ -47,23 +47,22 @@ static int kl_units_lookup(const kl_unit_t *units, size_t n, const char *name,
 }
 
 /* The multiplier of @p unit (what follows the digits), or -1. */
-static int kl_units_mul(kl__units_kind_t kind, const char *unit, int64_t v,
-                        int64_t *mul) {
+static int units_mul(kl__units_kind_t kind, const char *unit, int64_t v,
+                     int64_t *mul) {
   *mul = 1;
   switch (kind) {
   case KL__UNITS_COUNT:
     return *unit ? -1 : 0;
   case KL__UNITS_MS:
-    return *unit ? kl_units_lookup(kl_durations, KL_NUNITS(kl_durations), unit,
-                                   mul)
-                 : 0;
+    return *unit
+               ? units_lookup(kl_durations, KL_NUNITS(kl_durations), unit, mul)
+               : 0;
   case KL__UNITS_DURATION:
     if (!*unit)
       return v == 0 ? 0 : -1;
-    return kl_units_lookup(kl_durations, KL_NUNITS(kl_durations), unit, mul);
+    return units_lookup(kl_durations, KL_NUNITS(kl_durations), unit, mul);
   case KL__UNITS_SIZE:
-    return *unit ? kl_units_lookup(kl_sizes, KL_NUNITS(kl_sizes), unit, mul)
-                 : 0;
+    return *unit ? units_lookup(kl_sizes, KL_NUNITS(kl_sizes), unit, mul) : 0;
   }
   return -1;
 }
@@ -85,8 +84,8 @@ const char *kl__units_format(kl__units_kind_t kind, int64_t v, char *buf,
   return buf;
 }
 
-static kl_err_t kl_units_fail(const char *what, const char *text,
-                              kl__units_kind_t kind, int64_t min, int64_t max) {
+static kl_err_t units_fail(const char *what, const char *text,
+                           kl__units_kind_t kind, int64_t min, int64_t max) {
   static const char *const forms[] = {
       [KL__UNITS_COUNT] = "a whole number such as 100 (digits only)",
       [KL__UNITS_MS] = "a duration such as 500, 500ms, 30s, 2m, 1h or 1d "
@@ -115,9 +114,9 @@ kl_err_t kl__units_parse(const char *what, const char *text,
   int64_t v, mul;
   size_t n = text ? strspn(text, "0123456789") : 0;
   if (!text || kl__units_digits(text, n, &v) != 0 ||
-      kl_units_mul(kind, text + n, v, &mul) != 0 || v > INT64_MAX / mul ||
+      units_mul(kind, text + n, v, &mul) != 0 || v > INT64_MAX / mul ||
       v * mul < min || v * mul > max)
-    return kl_units_fail(what, text, kind, min, max);
+    return units_fail(what, text, kind, min, max);
   *out = v * mul;
   return KL_OK;
 }

@@ -22,6 +22,7 @@
 
 #include "event/envelope.h"
 #include "event/trace.h"
+#include "common/bytes.h"
 #include "common/internal.h"
 #include "common/msgpack_read.h"
 #include "common/strbuf.h"
@@ -33,7 +34,7 @@ struct kl_decoder {
 
 /* ---- limits, shared by kl_event_validate() and the decoder ---- */
 
-static kl_err_t kl_key_check(size_t key_len) {
+static kl_err_t key_check(size_t key_len) {
   if (key_len == 0)
     return kl__err(
         KL_EDECODE_KEY,
@@ -45,8 +46,8 @@ static kl_err_t kl_key_check(size_t key_len) {
   return KL_OK;
 }
 
-static kl_err_t kl_len_check(const char *field, size_t len, size_t min,
-                             size_t max) {
+static kl_err_t len_check(const char *field, size_t len, size_t min,
+                          size_t max) {
   if (len < min)
     return kl__err(KL_EDECODE_EMPTY, "envelope field \"%s\" is empty", field);
   if (len > max)
@@ -59,7 +60,7 @@ static kl_err_t kl_len_check(const char *field, size_t len, size_t min,
 /* An id is text: the gateway and `keylane publish` take it from JSON, the
  * stores and the exec handler compare and print it as such, so the
  * decoder refuses what they could not have sent, not only what they can. */
-static kl_err_t kl_id_text_check(const char *id, size_t len) {
+static kl_err_t id_text_check(const char *id, size_t len) {
   const unsigned char *s = (const unsigned char *)id;
   for (size_t i = 0; i < len;) {
     size_t n = kl__utf8_seq(s + i, len - i);
@@ -75,7 +76,7 @@ static kl_err_t kl_id_text_check(const char *id, size_t len) {
 
 /* Writes at most 64 bytes of @p s into @p out with control and non-ASCII
  * bytes shown as '?', so that a hostile name cannot garble a log line. */
-static const char *kl_printable(const char *s, size_t len, char out[68]) {
+static const char *envelope_printable(const char *s, size_t len, char out[68]) {
   size_t n = len < 64 ? len : 64;
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
@@ -87,7 +88,7 @@ static const char *kl_printable(const char *s, size_t len, char out[68]) {
 
 /* Checks headers[i] against the limits and against headers[0..i-1]: a msgpack
  * map with two equal keys means different things to different readers. */
-static kl_err_t kl_header_check(const kl_header_t *headers, size_t i) {
+static kl_err_t header_check(const kl_header_t *headers, size_t i) {
   const kl_header_t *h = &headers[i];
   char name[68];
   if (h->name_len == 0)
@@ -99,36 +100,35 @@ static kl_err_t kl_header_check(const kl_header_t *headers, size_t i) {
   if (h->value_len > KL_HEADER_VALUE_MAX)
     return kl__err(KL_EDECODE_OVERSIZE,
                    "header \"%s\" value is %zu bytes, the limit is %d",
-                   kl_printable(h->name, h->name_len, name), h->value_len,
+                   envelope_printable(h->name, h->name_len, name), h->value_len,
                    KL_HEADER_VALUE_MAX);
   for (size_t j = 0; j < i; j++)
     if (headers[j].name_len == h->name_len &&
         memcmp(headers[j].name, h->name, h->name_len) == 0)
       return kl__err(KL_EDECODE_DUPLICATE, "header \"%s\" appears twice",
-                     kl_printable(h->name, h->name_len, name));
+                     envelope_printable(h->name, h->name_len, name));
   return KL_OK;
 }
 
 /* A NULL pointer with a nonzero length is a caller bug, not bad input. */
-static kl_err_t kl_ptr_check(const char *what, const void *p, size_t len) {
+static kl_err_t ptr_check(const char *what, const void *p, size_t len) {
   if (p == NULL && len > 0)
     return kl__err(KL_EINVAL, "%s is NULL but its length is %zu", what, len);
   return KL_OK;
 }
 
-static kl_err_t kl_headers_check(const kl_header_t *headers, size_t count) {
-  kl_err_t err = kl_ptr_check("event headers", headers, count);
+static kl_err_t headers_check(const kl_header_t *headers, size_t count) {
+  kl_err_t err = ptr_check("event headers", headers, count);
   if (count > KL_HEADERS_MAX)
     return kl__err(KL_EDECODE_OVERSIZE,
                    "envelope field \"h\" has %zu headers, the limit is %d",
                    count, KL_HEADERS_MAX);
   for (size_t i = 0; err == KL_OK && i < count; i++) {
-    err = kl_ptr_check("a header name", headers[i].name, headers[i].name_len);
+    err = ptr_check("a header name", headers[i].name, headers[i].name_len);
     if (err == KL_OK)
-      err = kl_ptr_check("a header value", headers[i].value,
-                         headers[i].value_len);
+      err = ptr_check("a header value", headers[i].value, headers[i].value_len);
     if (err == KL_OK)
-      err = kl_header_check(headers, i);
+      err = header_check(headers, i);
   }
   return err;
 }
@@ -137,25 +137,25 @@ kl_err_t kl_event_validate(const kl_event_t *event, int id_optional) {
   kl__err_clear();
   if (event == NULL)
     return kl__err(KL_EINVAL, "event is NULL");
-  kl_err_t err = kl_key_check(event->key_len);
+  kl_err_t err = key_check(event->key_len);
   if (err == KL_OK)
-    err = kl_ptr_check("event key", event->key, event->key_len);
+    err = ptr_check("event key", event->key, event->key_len);
   if (err == KL_OK)
-    err = kl_ptr_check("event id", event->id, event->id_len);
+    err = ptr_check("event id", event->id, event->id_len);
   if (err == KL_OK && !(id_optional && event->id_len == 0))
-    err = kl_len_check("id", event->id_len, 1, KL_ID_MAX);
+    err = len_check("id", event->id_len, 1, KL_ID_MAX);
   if (err == KL_OK)
-    err = kl_id_text_check(event->id, event->id_len);
+    err = id_text_check(event->id, event->id_len);
   if (err == KL_OK)
-    err = kl_ptr_check("event type", event->type, event->type_len);
+    err = ptr_check("event type", event->type, event->type_len);
   if (err == KL_OK)
-    err = kl_len_check("t", event->type_len, 1, KL_TYPE_MAX);
+    err = len_check("t", event->type_len, 1, KL_TYPE_MAX);
   if (err == KL_OK)
-    err = kl_ptr_check("event payload", event->payload, event->payload_len);
+    err = ptr_check("event payload", event->payload, event->payload_len);
   if (err == KL_OK)
-    err = kl_len_check("p", event->payload_len, 0, KL_PAYLOAD_MAX);
+    err = len_check("p", event->payload_len, 0, KL_PAYLOAD_MAX);
   if (err == KL_OK)
-    err = kl_headers_check(event->headers, event->header_count);
+    err = headers_check(event->headers, event->header_count);
   if (err == KL_OK)
     err = kl__trace_check(event);
   return err;
@@ -169,7 +169,7 @@ kl_err_t kl__id_client_check(const char *id, size_t id_len) {
                  "id \"%s\" begins with '%c', which keylane keeps for the ids "
                  "it derives for follow-up events: choose an id that does "
                  "not (or omit it to have one made)",
-                 kl_printable(id, id_len, shown), KL_ID_RESERVED);
+                 envelope_printable(id, id_len, shown), KL_ID_RESERVED);
 }
 
 kl_err_t kl__record_check(const kl_event_t *event, size_t envelope_size) {
@@ -193,37 +193,35 @@ kl_err_t kl__record_check(const kl_event_t *event, size_t envelope_size) {
  * compares the two at every width boundary). Going through the packer cost
  * an indirect call and a bounds check per item, a third of kl_publish. */
 
-static size_t kl_str_size(size_t len) {
+static size_t str_size(size_t len) {
   return len + (len < 32 ? 1 : len < 256 ? 2 : len < 65536 ? 3 : 5);
 }
 
-static size_t kl_bin_size(size_t len) {
+static size_t bin_size(size_t len) {
   return len + (len < 256 ? 2 : len < 65536 ? 3 : 5);
 }
 
 size_t kl__envelope_size(const kl_event_t *event) {
-  size_t n = 1 + 2 + 1 + 3 + kl_str_size(event->id_len) + 2 +
-             kl_str_size(event->type_len) + 3 + 9 + 2 +
-             kl_bin_size(event->payload_len);
+  size_t n = 1 + 2 + 1 + 3 + str_size(event->id_len) + 2 +
+             str_size(event->type_len) + 3 + 9 + 2 +
+             bin_size(event->payload_len);
   if (event->header_count > 0)
     n += 2 + 3;
   for (size_t i = 0; i < event->header_count; i++)
-    n += kl_str_size(event->headers[i].name_len) +
-         kl_str_size(event->headers[i].value_len);
+    n += str_size(event->headers[i].name_len) +
+         str_size(event->headers[i].value_len);
   return n;
 }
 
 /* A format byte followed by @p v big-endian in @p width bytes. */
-static uint8_t *kl_put_be(uint8_t *o, uint8_t format, uint64_t v,
-                          unsigned width) {
+static uint8_t *put_be(uint8_t *o, uint8_t format, uint64_t v, unsigned width) {
   *o++ = format;
-  for (unsigned i = width; i-- > 0;)
-    *o++ = (uint8_t)(v >> (8 * i));
-  return o;
+  kl__put_be(o, v, width);
+  return o + width;
 }
 
 /* A str's or bin's bytes; memcpy() must not see NULL, even for 0 bytes. */
-static uint8_t *kl_put_bytes(uint8_t *o, const void *p, size_t len) {
+static uint8_t *put_bytes(uint8_t *o, const void *p, size_t len) {
   if (len > 0)
     memcpy(o, p, len);
   return o + len;
@@ -231,78 +229,78 @@ static uint8_t *kl_put_bytes(uint8_t *o, const void *p, size_t len) {
 
 /* A str's or bin's length: the 8-, 16- and 32-bit forms are consecutive
  * format bytes from @p format8 (0xd9 for str, 0xc4 for bin). */
-static uint8_t *kl_put_len(uint8_t *o, uint8_t format8, size_t len) {
+static uint8_t *put_len(uint8_t *o, uint8_t format8, size_t len) {
   if (len < 256)
-    return kl_put_be(o, format8, len, 1);
+    return put_be(o, format8, len, 1);
   if (len < 65536)
-    return kl_put_be(o, (uint8_t)(format8 + 1), len, 2);
-  return kl_put_be(o, (uint8_t)(format8 + 2), len, 4);
+    return put_be(o, (uint8_t)(format8 + 1), len, 2);
+  return put_be(o, (uint8_t)(format8 + 2), len, 4);
 }
 
-static uint8_t *kl_put_str(uint8_t *o, const char *s, size_t len) {
+static uint8_t *put_str(uint8_t *o, const char *s, size_t len) {
   if (len < 32)
     *o++ = (uint8_t)(0xa0 | len);
   else
-    o = kl_put_len(o, 0xd9, len);
-  return kl_put_bytes(o, s, len);
+    o = put_len(o, 0xd9, len);
+  return put_bytes(o, s, len);
 }
 
-static uint8_t *kl_put_bin(uint8_t *o, const void *p, size_t len) {
-  return kl_put_bytes(kl_put_len(o, 0xc4, len), p, len);
+static uint8_t *put_bin(uint8_t *o, const void *p, size_t len) {
+  return put_bytes(put_len(o, 0xc4, len), p, len);
 }
 
-static uint8_t *kl_put_map(uint8_t *o, size_t count) {
+static uint8_t *put_map(uint8_t *o, size_t count) {
   if (count < 16)
     *o++ = (uint8_t)(0x80 | count);
   else
-    o = kl_put_be(o, 0xde, count, 2); /* at most KL_HEADERS_MAX pairs */
+    o = put_be(o, 0xde, count, 2); /* at most KL_HEADERS_MAX pairs */
   return o;
 }
 
 /* The two's complement bits of @p v, without an implementation-defined
  * conversion. */
-static uint64_t kl_twos(int64_t v) {
+static uint64_t envelope_twos(int64_t v) {
   return v < 0 ? ~(uint64_t)(-(v + 1)) : (uint64_t)v;
 }
 
-static uint8_t *kl_put_int(uint8_t *o, int64_t v) {
+static uint8_t *put_int(uint8_t *o, int64_t v) {
   if (v >= 0 && v < 128)
     *o++ = (uint8_t)v;
   else if (v >= 0)
-    o = v < 256                   ? kl_put_be(o, 0xcc, (uint64_t)v, 1)
-        : v < 65536               ? kl_put_be(o, 0xcd, (uint64_t)v, 2)
-        : v < INT64_C(4294967296) ? kl_put_be(o, 0xce, (uint64_t)v, 4)
-                                  : kl_put_be(o, 0xcf, (uint64_t)v, 8);
+    o = v < 256                   ? put_be(o, 0xcc, (uint64_t)v, 1)
+        : v < 65536               ? put_be(o, 0xcd, (uint64_t)v, 2)
+        : v < INT64_C(4294967296) ? put_be(o, 0xce, (uint64_t)v, 4)
+                                  : put_be(o, 0xcf, (uint64_t)v, 8);
   else if (v >= -32)
-    *o++ = (uint8_t)kl_twos(v);
+    *o++ = (uint8_t)envelope_twos(v);
   else
-    o = v >= -128                   ? kl_put_be(o, 0xd0, kl_twos(v), 1)
-        : v >= -32768               ? kl_put_be(o, 0xd1, kl_twos(v), 2)
-        : v >= -INT64_C(2147483648) ? kl_put_be(o, 0xd2, kl_twos(v), 4)
-                                    : kl_put_be(o, 0xd3, kl_twos(v), 8);
+    o = v >= -128                   ? put_be(o, 0xd0, envelope_twos(v), 1)
+        : v >= -32768               ? put_be(o, 0xd1, envelope_twos(v), 2)
+        : v >= -INT64_C(2147483648) ? put_be(o, 0xd2, envelope_twos(v), 4)
+                                    : put_be(o, 0xd3, envelope_twos(v), 8);
   return o;
 }
 
 /* A field name: one of the envelope's fixstr names, "\xa1v" to "\xa2ts". */
-static uint8_t *kl_put_name(uint8_t *o, const char *name, size_t len) {
+static uint8_t *put_name(uint8_t *o, const char *name, size_t len) {
   *o++ = (uint8_t)(0xa0 | len);
   memcpy(o, name, len);
   return o + len;
 }
 
 size_t kl__envelope_write(const kl_event_t *event, uint8_t *buf) {
-  uint8_t *o = kl_put_map(buf, event->header_count > 0 ? 6 : 5);
-  o = kl_put_int(kl_put_name(o, "v", 1), KL_ENVELOPE_VERSION);
-  o = kl_put_str(kl_put_name(o, "id", 2), event->id, event->id_len);
-  o = kl_put_str(kl_put_name(o, "t", 1), event->type, event->type_len);
-  o = kl_put_int(kl_put_name(o, "ts", 2), event->ts);
-  o = kl_put_bin(kl_put_name(o, "p", 1), event->payload, event->payload_len);
+  uint8_t *o = put_map(buf, event->header_count > 0 ? 6 : 5);
+  o = put_int(put_name(o, "v", 1), KL_ENVELOPE_VERSION);
+  o = put_str(put_name(o, "id", 2), event->id, event->id_len);
+  o = put_str(put_name(o, "t", 1), event->type, event->type_len);
+  o = put_int(put_name(o, "ts", 2), event->ts);
+  o = put_bin(put_name(o, "p", 1), event->payload, event->payload_len);
   if (event->header_count > 0) {
-    o = kl_put_map(kl_put_name(o, "h", 1), event->header_count);
+    o = put_map(put_name(o, "h", 1), event->header_count);
     for (size_t i = 0; i < event->header_count; i++) {
       const kl_header_t *h = &event->headers[i];
-      o = kl_put_str(o, h->name, h->name_len);
-      o = kl_put_str(o, h->value, h->value_len);
+      o = put_str(o, h->name, h->name_len);
+      o = put_str(o, h->value, h->value_len);
     }
   }
   return (size_t)(o - buf);
@@ -326,8 +324,8 @@ kl_err_t kl_event_encode(const kl_event_t *event, void **out, size_t *out_len) {
 
 /* ---- decoding ---- */
 
-static kl_err_t kl_truncated(const kl__mp_reader_t *rd, const char *where,
-                             uint64_t need) {
+static kl_err_t envelope_truncated(const kl__mp_reader_t *rd, const char *where,
+                                   uint64_t need) {
   if (rd->end == rd->begin)
     return kl__err(KL_EDECODE_TRUNCATED,
                    "message value is empty: no envelope (a tombstone?)");
@@ -339,11 +337,11 @@ static kl_err_t kl_truncated(const kl__mp_reader_t *rd, const char *where,
 }
 
 /* Reads the next item into @p mp; @p where names it in messages. */
-static kl_err_t kl_mp_next(kl__mp_reader_t *rd, kl__mp_item_t *mp,
-                           const char *where) {
+static kl_err_t mp_next(kl__mp_reader_t *rd, kl__mp_item_t *mp,
+                        const char *where) {
   uint64_t need = 0;
   if (kl__mp_next(rd, mp, &need) != KL__MP_OK)
-    return kl_truncated(rd, where, need);
+    return envelope_truncated(rd, where, need);
   return KL_OK;
 }
 
@@ -355,7 +353,7 @@ static const char *const kl_field_where[KL_F__COUNT] = {
     "field \"v\"",  "field \"id\"", "field \"t\"",
     "field \"ts\"", "field \"p\"",  "field \"h\""};
 
-static int kl_field_lookup(const uint8_t *s, uint64_t n) {
+static int field_lookup(const uint8_t *s, uint64_t n) {
   if (n == 1)
     switch (s[0]) {
     case 'v':
@@ -374,16 +372,16 @@ static int kl_field_lookup(const uint8_t *s, uint64_t n) {
   return -1;
 }
 
-static kl_err_t kl_wrong_type(const char *field, const kl__mp_item_t *mp,
-                              const char *want) {
+static kl_err_t wrong_type(const char *field, const kl__mp_item_t *mp,
+                           const char *want) {
   return kl__err(KL_EDECODE_TYPE,
                  "envelope field \"%s\" is a msgpack %s, it must be %s", field,
                  mp->what, want);
 }
 
-static kl_err_t kl_version_read(const kl__mp_item_t *mp) {
+static kl_err_t version_read(const kl__mp_item_t *mp) {
   if (mp->kind != KL__MP_INT)
-    return kl_wrong_type("v", mp, "an int");
+    return wrong_type("v", mp, "an int");
   if (mp->big || mp->i != KL_ENVELOPE_VERSION)
     return kl__err(
         KL_EDECODE_VERSION,
@@ -393,18 +391,18 @@ static kl_err_t kl_version_read(const kl__mp_item_t *mp) {
   return KL_OK;
 }
 
-static kl_err_t kl_str_read(int f, const kl__mp_item_t *mp, size_t max,
-                            const char **s, size_t *len) {
+static kl_err_t str_read(int f, const kl__mp_item_t *mp, size_t max,
+                         const char **s, size_t *len) {
   if (mp->kind != KL__MP_STR)
-    return kl_wrong_type(kl_field_names[f], mp, "a str");
+    return wrong_type(kl_field_names[f], mp, "a str");
   *s = (const char *)mp->body;
   *len = mp->n;
-  return kl_len_check(kl_field_names[f], mp->n, 1, max);
+  return len_check(kl_field_names[f], mp->n, 1, max);
 }
 
-static kl_err_t kl_ts_read(const kl__mp_item_t *mp, int64_t *ts) {
+static kl_err_t ts_read(const kl__mp_item_t *mp, int64_t *ts) {
   if (mp->kind != KL__MP_INT)
-    return kl_wrong_type("ts", mp, "an int (ms since the epoch)");
+    return wrong_type("ts", mp, "an int (ms since the epoch)");
   if (mp->big)
     return kl__err(KL_EDECODE_OVERSIZE,
                    "envelope field \"ts\" is %llu, the limit is %lld",
@@ -413,18 +411,18 @@ static kl_err_t kl_ts_read(const kl__mp_item_t *mp, int64_t *ts) {
   return KL_OK;
 }
 
-static kl_err_t kl_payload_read(const kl__mp_item_t *mp, kl_event_t *ev) {
+static kl_err_t payload_read(const kl__mp_item_t *mp, kl_event_t *ev) {
   if (mp->kind != KL__MP_BIN)
-    return kl_wrong_type("p", mp, "a bin");
+    return wrong_type("p", mp, "a bin");
   ev->payload = mp->body;
   ev->payload_len = mp->n;
-  return kl_len_check("p", mp->n, 0, KL_PAYLOAD_MAX);
+  return len_check("p", mp->n, 0, KL_PAYLOAD_MAX);
 }
 
-static kl_err_t kl_header_str(kl__mp_reader_t *rd, const char *where,
-                              const char **s, size_t *len) {
+static kl_err_t header_str(kl__mp_reader_t *rd, const char *where,
+                           const char **s, size_t *len) {
   kl__mp_item_t mp;
-  kl_err_t err = kl_mp_next(rd, &mp, where);
+  kl_err_t err = mp_next(rd, &mp, where);
   if (err != KL_OK)
     return err;
   if (mp.kind != KL__MP_STR)
@@ -437,10 +435,10 @@ static kl_err_t kl_header_str(kl__mp_reader_t *rd, const char *where,
   return KL_OK;
 }
 
-static kl_err_t kl_headers_read(kl_decoder_t *decoder, kl__mp_reader_t *rd,
-                                const kl__mp_item_t *mp, kl_event_t *ev) {
+static kl_err_t headers_read(kl_decoder_t *decoder, kl__mp_reader_t *rd,
+                             const kl__mp_item_t *mp, kl_event_t *ev) {
   if (mp->kind != KL__MP_MAP)
-    return kl_wrong_type("h", mp, "a map of str to str");
+    return wrong_type("h", mp, "a map of str to str");
   if (mp->n > KL_HEADERS_MAX)
     return kl__err(KL_EDECODE_OVERSIZE,
                    "envelope field \"h\" has %llu headers, the limit is %d",
@@ -448,66 +446,65 @@ static kl_err_t kl_headers_read(kl_decoder_t *decoder, kl__mp_reader_t *rd,
   kl_header_t *headers = decoder->headers;
   kl_err_t err = KL_OK;
   for (size_t i = 0; err == KL_OK && i < mp->n; i++) {
-    err = kl_header_str(rd, "header name", &headers[i].name,
-                        &headers[i].name_len);
+    err = header_str(rd, "header name", &headers[i].name, &headers[i].name_len);
     if (err == KL_OK)
-      err = kl_header_str(rd, "header value", &headers[i].value,
-                          &headers[i].value_len);
+      err = header_str(rd, "header value", &headers[i].value,
+                       &headers[i].value_len);
     if (err == KL_OK)
-      err = kl_header_check(headers, i);
+      err = header_check(headers, i);
   }
   ev->headers = mp->n > 0 ? headers : NULL;
   ev->header_count = mp->n;
   return err;
 }
 
-static kl_err_t kl_value_read(kl_decoder_t *decoder, kl__mp_reader_t *rd, int f,
-                              const kl__mp_item_t *mp, kl_event_t *ev) {
+static kl_err_t value_read(kl_decoder_t *decoder, kl__mp_reader_t *rd, int f,
+                           const kl__mp_item_t *mp, kl_event_t *ev) {
   switch (f) {
   case KL_F_V:
-    return kl_version_read(mp);
+    return version_read(mp);
   case KL_F_ID: {
-    kl_err_t err = kl_str_read(f, mp, KL_ID_MAX, &ev->id, &ev->id_len);
-    return err ? err : kl_id_text_check(ev->id, ev->id_len);
+    kl_err_t err = str_read(f, mp, KL_ID_MAX, &ev->id, &ev->id_len);
+    return err ? err : id_text_check(ev->id, ev->id_len);
   }
   case KL_F_T:
-    return kl_str_read(f, mp, KL_TYPE_MAX, &ev->type, &ev->type_len);
+    return str_read(f, mp, KL_TYPE_MAX, &ev->type, &ev->type_len);
   case KL_F_TS:
-    return kl_ts_read(mp, &ev->ts);
+    return ts_read(mp, &ev->ts);
   case KL_F_P:
-    return kl_payload_read(mp, ev);
+    return payload_read(mp, ev);
   default:
-    return kl_headers_read(decoder, rd, mp, ev);
+    return headers_read(decoder, rd, mp, ev);
   }
 }
 
-static kl_err_t kl_field_read(kl_decoder_t *decoder, kl__mp_reader_t *rd,
-                              unsigned *seen, kl_event_t *ev) {
+static kl_err_t field_read(kl_decoder_t *decoder, kl__mp_reader_t *rd,
+                           unsigned *seen, kl_event_t *ev) {
   kl__mp_item_t name, value;
   char shown[68];
-  kl_err_t err = kl_mp_next(rd, &name, "a field name");
+  kl_err_t err = mp_next(rd, &name, "a field name");
   if (err != KL_OK)
     return err;
   if (name.kind != KL__MP_STR)
     return kl__err(KL_EDECODE_TYPE,
                    "envelope field names must be str, found a msgpack %s",
                    name.what);
-  int f = kl_field_lookup(name.body, name.n);
+  int f = field_lookup(name.body, name.n);
   if (f < 0)
     return kl__err(KL_EDECODE_UNKNOWN,
                    "envelope has a field \"%s\" that version %d does not "
                    "define (v, id, t, ts, p, h)",
-                   kl_printable((const char *)name.body, name.n, shown),
+                   envelope_printable((const char *)name.body, name.n, shown),
                    KL_ENVELOPE_VERSION);
   if (*seen & (1u << f))
     return kl__err(KL_EDECODE_DUPLICATE, "envelope field \"%s\" appears twice",
                    kl_field_names[f]);
   *seen |= 1u << f;
-  err = kl_mp_next(rd, &value, kl_field_where[f]);
-  return err == KL_OK ? kl_value_read(decoder, rd, f, &value, ev) : err;
+  err = mp_next(rd, &value, kl_field_where[f]);
+  return err == KL_OK ? value_read(decoder, rd, f, &value, ev) : err;
 }
 
-static kl_err_t kl_fields_present(unsigned seen) {
+static kl_err_t fields_present(unsigned seen) {
   for (int f = KL_F_V; f < KL_F_H; f++)
     if (!(seen & (1u << f)))
       return kl__err(KL_EDECODE_MISSING,
@@ -518,10 +515,10 @@ static kl_err_t kl_fields_present(unsigned seen) {
 
 /* Fields are checked in the order they appear; kl_event_encode() writes v
  * first, so a newer producer's envelope fails on its version. */
-static kl_err_t kl_envelope_read(kl_decoder_t *decoder, kl__mp_reader_t *rd,
-                                 kl_event_t *ev) {
+static kl_err_t envelope_read(kl_decoder_t *decoder, kl__mp_reader_t *rd,
+                              kl_event_t *ev) {
   kl__mp_item_t map;
-  kl_err_t err = kl_mp_next(rd, &map, "the envelope's first item");
+  kl_err_t err = mp_next(rd, &map, "the envelope's first item");
   if (err != KL_OK)
     return err;
   if (map.kind != KL__MP_MAP)
@@ -531,13 +528,13 @@ static kl_err_t kl_envelope_read(kl_decoder_t *decoder, kl__mp_reader_t *rd,
    * unknown, or the bytes run out. */
   unsigned seen = 0;
   for (uint64_t i = 0; err == KL_OK && i < map.n; i++)
-    err = kl_field_read(decoder, rd, &seen, ev);
+    err = field_read(decoder, rd, &seen, ev);
   if (err == KL_OK && rd->p != rd->end)
     err = kl__err(KL_EDECODE_TRAILING,
                   "envelope ends at byte %zu of %zu; trailing bytes: %zu",
                   (size_t)(rd->p - rd->begin), (size_t)(rd->end - rd->begin),
                   (size_t)(rd->end - rd->p));
-  return err == KL_OK ? kl_fields_present(seen) : err;
+  return err == KL_OK ? fields_present(seen) : err;
 }
 
 kl_decoder_t *kl_decoder_new(void) {
@@ -554,11 +551,11 @@ kl_err_t kl_event_decode(kl_decoder_t *decoder, const void *key, size_t key_len,
   kl__err_clear();
   if (decoder == NULL || event == NULL)
     return kl__err(KL_EINVAL, "kl_event_decode needs a decoder and an event");
-  kl_err_t err = kl_ptr_check("message key", key, key_len);
+  kl_err_t err = ptr_check("message key", key, key_len);
   if (err == KL_OK)
-    err = kl_ptr_check("message value", value, value_len);
+    err = ptr_check("message value", value, value_len);
   if (err == KL_OK)
-    err = kl_key_check(key_len);
+    err = key_check(key_len);
   if (err != KL_OK)
     return err;
   if (value_len > KL_ENVELOPE_MAX)
@@ -567,7 +564,7 @@ kl_err_t kl_event_decode(kl_decoder_t *decoder, const void *key, size_t key_len,
                    KL_ENVELOPE_MAX);
   kl__mp_reader_t rd = kl__mp_reader(value, value_len);
   kl_event_t ev = {.key = key, .key_len = key_len};
-  err = kl_envelope_read(decoder, &rd, &ev);
+  err = envelope_read(decoder, &rd, &ev);
   if (err == KL_OK)
     *event = ev;
   return err;

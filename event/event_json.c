@@ -10,9 +10,9 @@
 #include "common/internal.h"
 #include "common/json_msgpack.h"
 
-static kl_err_t kl_jev_fail(char *err, size_t size, const char *fmt, ...)
+static kl_err_t jev_fail(char *err, size_t size, const char *fmt, ...)
     KL__PRINTF(3, 4);
-static kl_err_t kl_jev_fail(char *err, size_t size, const char *fmt, ...) {
+static kl_err_t jev_fail(char *err, size_t size, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(err, size, fmt, ap);
@@ -20,7 +20,7 @@ static kl_err_t kl_jev_fail(char *err, size_t size, const char *fmt, ...) {
   return KL_EINVAL;
 }
 
-static kl_err_t kl_jev_known(const json_t *root, char *err, size_t size) {
+static kl_err_t jev_known(const json_t *root, char *err, size_t size) {
   static const char *const known[] = {"key",     "id",          "type",
                                       "payload", "payload_b64", "headers"};
   const char *name;
@@ -30,52 +30,52 @@ static kl_err_t kl_jev_known(const json_t *root, char *err, size_t size) {
     while (i < 6 && strcmp(name, known[i]) != 0)
       i++;
     if (i == 6)
-      return kl_jev_fail(err, size,
-                         "unknown field \"%.64s\"; the fields are "
-                         "key, id, type, payload, payload_b64 and headers",
-                         name);
+      return jev_fail(err, size,
+                      "unknown field \"%.64s\"; the fields are "
+                      "key, id, type, payload, payload_b64 and headers",
+                      name);
   }
   return KL_OK;
 }
 
-static kl_err_t kl_jev_str(const json_t *root, const char *name, bool required,
-                           size_t max, const char **s, size_t *len, char *err,
-                           size_t size) {
+static kl_err_t jev_str(const json_t *root, const char *name, bool required,
+                        size_t max, const char **s, size_t *len, char *err,
+                        size_t size) {
   json_t *v = json_object_get(root, name);
   if (!v)
-    return required ? kl_jev_fail(err, size, "\"%s\" is missing", name) : KL_OK;
+    return required ? jev_fail(err, size, "\"%s\" is missing", name) : KL_OK;
   if (!json_is_string(v))
-    return kl_jev_fail(err, size, "\"%s\" must be a string", name);
+    return jev_fail(err, size, "\"%s\" must be a string", name);
   *s = json_string_value(v);
   *len = json_string_length(v);
   const char *nul = memchr(*s, '\0', *len);
   if (nul)
-    return kl_jev_fail(err, size,
-                       "\"%s\" holds a NUL byte at byte %zu: it must be text "
-                       "without NUL",
-                       name, (size_t)(nul - *s));
+    return jev_fail(err, size,
+                    "\"%s\" holds a NUL byte at byte %zu: it must be text "
+                    "without NUL",
+                    name, (size_t)(nul - *s));
   if (*len == 0)
-    return kl_jev_fail(err, size, "\"%s\" is empty%s", name,
-                       required ? "" : "; omit it to have one made");
+    return jev_fail(err, size, "\"%s\" is empty%s", name,
+                    required ? "" : "; omit it to have one made");
   if (*len > max)
-    return kl_jev_fail(err, size, "\"%s\" is %zu bytes, the limit is %zu", name,
-                       *len, max);
+    return jev_fail(err, size, "\"%s\" is %zu bytes, the limit is %zu", name,
+                    *len, max);
   return KL_OK;
 }
 
-static kl_err_t kl_jev_headers(kl__jevent_t *je, const json_t *root, char *err,
-                               size_t size) {
+static kl_err_t jev_headers(kl__jevent_t *je, const json_t *root, char *err,
+                            size_t size) {
   json_t *h = json_object_get(root, "headers");
   if (!h)
     return KL_OK;
   if (!json_is_object(h))
-    return kl_jev_fail(err, size, "\"headers\" must be an object of strings");
+    return jev_fail(err, size, "\"headers\" must be an object of strings");
   size_t n = json_object_size(h);
   if (n > KL_HEADERS_MAX)
-    return kl_jev_fail(err, size,
-                       "\"headers\" has %zu entries, the limit is "
-                       "%d",
-                       n, KL_HEADERS_MAX);
+    return jev_fail(err, size,
+                    "\"headers\" has %zu entries, the limit is "
+                    "%d",
+                    n, KL_HEADERS_MAX);
   if (n == 0)
     return KL_OK;
   if (!(je->headers = calloc(n, sizeof(kl_header_t))))
@@ -85,12 +85,12 @@ static kl_err_t kl_jev_headers(kl__jevent_t *je, const json_t *root, char *err,
   size_t i = 0;
   json_object_foreach(h, name, v) {
     if (!json_is_string(v))
-      return kl_jev_fail(err, size, "header \"%.64s\" must be a string", name);
+      return jev_fail(err, size, "header \"%.64s\" must be a string", name);
     if (memchr(json_string_value(v), '\0', json_string_length(v)))
-      return kl_jev_fail(err, size,
-                         "header \"%.64s\" holds a NUL byte: it must be text "
-                         "without NUL",
-                         name);
+      return jev_fail(err, size,
+                      "header \"%.64s\" holds a NUL byte: it must be text "
+                      "without NUL",
+                      name);
     je->headers[i++] = (kl_header_t){name, strlen(name), json_string_value(v),
                                      json_string_length(v)};
   }
@@ -100,27 +100,27 @@ static kl_err_t kl_jev_headers(kl__jevent_t *je, const json_t *root, char *err,
 }
 
 /* {"$base64": STR}: a msgpack bin as kl__msgpack_to_json() writes it. */
-static const json_t *kl_jev_bin(const json_t *p) {
+static const json_t *jev_bin(const json_t *p) {
   json_t *b64 = json_is_object(p) && json_object_size(p) == 1
                     ? json_object_get(p, "$base64")
                     : NULL;
   return json_is_string(b64) ? b64 : NULL;
 }
 
-static kl_err_t kl_jev_payload(kl__jevent_t *je, const json_t *root,
-                               bool raw_bin, char *err, size_t size) {
+static kl_err_t jev_payload(kl__jevent_t *je, const json_t *root, bool raw_bin,
+                            char *err, size_t size) {
   const json_t *p = json_object_get(root, "payload");
   const json_t *b64 = json_object_get(root, "payload_b64");
   size_t len = 0;
   kl_err_t e = KL_OK;
   if (p && b64)
-    return kl_jev_fail(err, size,
-                       "both \"payload\" and \"payload_b64\" are "
-                       "given: pass one");
+    return jev_fail(err, size,
+                    "both \"payload\" and \"payload_b64\" are "
+                    "given: pass one");
   if (b64 && !json_is_string(b64))
-    return kl_jev_fail(err, size, "\"payload_b64\" must be a base64 string");
-  if (p && raw_bin && kl_jev_bin(p))
-    b64 = kl_jev_bin(p);
+    return jev_fail(err, size, "\"payload_b64\" must be a base64 string");
+  if (p && raw_bin && jev_bin(p))
+    b64 = jev_bin(p);
   if (b64)
     e = kl__base64_decode(json_string_value(b64), json_string_length(b64),
                           &je->payload, &len);
@@ -129,11 +129,11 @@ static kl_err_t kl_jev_payload(kl__jevent_t *je, const json_t *root,
   if (e == KL_ENOMEM)
     return e;
   if (e)
-    return kl_jev_fail(err, size, "\"%s\": %s", b64 ? "payload_b64" : "payload",
-                       kl_err_detail());
+    return jev_fail(err, size, "\"%s\": %s", b64 ? "payload_b64" : "payload",
+                    kl_err_detail());
   if (len > KL_PAYLOAD_MAX)
-    return kl_jev_fail(err, size, "the payload is %zu bytes, the limit is %d",
-                       len, KL_PAYLOAD_MAX);
+    return jev_fail(err, size, "the payload is %zu bytes, the limit is %d", len,
+                    KL_PAYLOAD_MAX);
   je->ev.payload = je->payload;
   je->ev.payload_len = len;
   return KL_OK;
@@ -145,27 +145,27 @@ kl_err_t kl__jevent_parse(kl__jevent_t *je, const json_t *root, bool raw_bin,
   const char *key = NULL;
   kl_event_t *ev = &je->ev;
   if (!json_is_object(root))
-    return kl_jev_fail(err, err_size, "an event must be a JSON object");
-  kl_err_t e = kl_jev_known(root, err, err_size);
+    return jev_fail(err, err_size, "an event must be a JSON object");
+  kl_err_t e = jev_known(root, err, err_size);
   if (!e)
-    e = kl_jev_str(root, "key", true, KL_KEY_MAX, &key, &ev->key_len, err,
-                   err_size);
+    e = jev_str(root, "key", true, KL_KEY_MAX, &key, &ev->key_len, err,
+                err_size);
   if (!e)
-    e = kl_jev_str(root, "type", true, KL_TYPE_MAX, &ev->type, &ev->type_len,
-                   err, err_size);
+    e = jev_str(root, "type", true, KL_TYPE_MAX, &ev->type, &ev->type_len, err,
+                err_size);
   if (!e)
-    e = kl_jev_str(root, "id", false, KL_ID_MAX, &ev->id, &ev->id_len, err,
-                   err_size);
+    e = jev_str(root, "id", false, KL_ID_MAX, &ev->id, &ev->id_len, err,
+                err_size);
   if (!e && kl__id_client_check(ev->id, ev->id_len))
-    e = kl_jev_fail(err, err_size, "%s", kl_err_detail());
+    e = jev_fail(err, err_size, "%s", kl_err_detail());
   if (!e)
-    e = kl_jev_headers(je, root, err, err_size);
+    e = jev_headers(je, root, err, err_size);
   if (!e)
-    e = kl_jev_payload(je, root, raw_bin, err, err_size);
+    e = jev_payload(je, root, raw_bin, err, err_size);
   ev->key = key;
   /* The envelope's own rules (header sizes, duplicates) have the last say. */
   if (!e && kl_event_validate(ev, 1) != KL_OK)
-    e = kl_jev_fail(err, err_size, "%s", kl_err_detail());
+    e = jev_fail(err, err_size, "%s", kl_err_detail());
   if (e)
     kl__jevent_clear(je);
   return e;

@@ -17,7 +17,7 @@
 
 /* Little-endian load from any alignment: Java reads the bytes one by one,
  * and compilers turn this into a single load on little-endian targets. */
-static inline uint32_t kl_murmur2_load(const unsigned char *p) {
+static inline uint32_t murmur2_load(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
          (uint32_t)p[3] << 24;
 }
@@ -28,7 +28,7 @@ uint32_t kl_murmur2(const void *key, size_t len) {
   uint32_t h = KL_MURMUR2_SEED ^ (uint32_t)len;
   size_t words = len / 4;
   for (size_t i = 0; i < words; i++) {
-    uint32_t k = kl_murmur2_load(data + i * 4);
+    uint32_t k = murmur2_load(data + i * 4);
     k *= KL_MURMUR2_M;
     k ^= k >> KL_MURMUR2_R;
     k *= KL_MURMUR2_M;

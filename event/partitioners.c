@@ -12,7 +12,7 @@
 
 /* zlib's CRC-32 (reflected 0xedb88320), librdkafka's rd_crc32. Bit by
  * bit: it runs for misrouted records, not on the hot path. */
-static uint32_t kl_crc32(const unsigned char *p, size_t len) {
+static uint32_t parts_crc32(const unsigned char *p, size_t len) {
   uint32_t crc = 0xffffffffu;
   for (size_t i = 0; i < len; i++) {
     crc ^= p[i];
@@ -23,7 +23,7 @@ static uint32_t kl_crc32(const unsigned char *p, size_t len) {
 }
 
 /* 32-bit FNV-1a, Go's hash/fnv New32a. */
-static uint32_t kl_fnv1a(const unsigned char *p, size_t len) {
+static uint32_t parts_fnv1a(const unsigned char *p, size_t len) {
   uint32_t h = 0x811c9dc5u;
   for (size_t i = 0; i < len; i++)
     h = (h ^ p[i]) * 0x01000193u;
@@ -33,7 +33,7 @@ static uint32_t kl_fnv1a(const unsigned char *p, size_t len) {
 /* Sarama's NewHashPartitioner: int32(h) % n, then its absolute value.
  * Computed on the magnitude, which gives the same for every h (C's and
  * Go's % truncate towards zero) without negating INT32_MIN. */
-static int32_t kl_sarama_mod(uint32_t h, int32_t n) {
+static int32_t sarama_mod(uint32_t h, int32_t n) {
   uint32_t magnitude = h & 0x80000000u ? 0u - h : h;
   return (int32_t)(magnitude % (uint32_t)n);
 }
@@ -48,11 +48,11 @@ int32_t kl__partition_with(kl__partitioner_t which, const void *key, size_t len,
   case KL__PARTITIONER_MURMUR2:
     return kl_partition(key, len, partitions);
   case KL__PARTITIONER_CRC32:
-    return (int32_t)(kl_crc32(p, len) % n);
+    return (int32_t)(parts_crc32(p, len) % n);
   case KL__PARTITIONER_FNV1A:
-    return kl_sarama_mod(kl_fnv1a(p, len), partitions);
+    return sarama_mod(parts_fnv1a(p, len), partitions);
   case KL__PARTITIONER_FNV1A_REF:
-    return (int32_t)((kl_fnv1a(p, len) & 0x7fffffffu) % n);
+    return (int32_t)((parts_fnv1a(p, len) & 0x7fffffffu) % n);
   case KL__PARTITIONER_COUNT:
     break;
   }

@@ -5,7 +5,7 @@
 
 #include "common/internal.h"
 
-static int kl_lower_hex(const char *s, size_t n, int nonzero) {
+static int lower_hex(const char *s, size_t n, int nonzero) {
   int any = 0;
   for (size_t i = 0; i < n; i++) {
     char c = s[i];
@@ -20,11 +20,11 @@ int kl_traceparent_valid(const char *value, size_t len) {
   if (!value || len < KL__TRACEPARENT_LEN || len > KL_HEADER_VALUE_MAX)
     return 0;
   const char *v = value;
-  if (!kl_lower_hex(v, 2, 0) || strncmp(v, "ff", 2) == 0 || v[2] != '-' ||
+  if (!lower_hex(v, 2, 0) || strncmp(v, "ff", 2) == 0 || v[2] != '-' ||
       v[35] != '-' || v[52] != '-')
     return 0;
-  if (!kl_lower_hex(v + 3, 32, 1) || !kl_lower_hex(v + 36, 16, 1) ||
-      !kl_lower_hex(v + 53, 2, 0))
+  if (!lower_hex(v + 3, 32, 1) || !lower_hex(v + 36, 16, 1) ||
+      !lower_hex(v + 53, 2, 0))
     return 0;
   if (strncmp(v, "00", 2) == 0)
     return len == KL__TRACEPARENT_LEN;

@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "event/envelope.h"
+#include "event/uuid.h"
+#include "common/bytes.h"
 #include "common/internal.h"
 #include "keylane/event.h"
 
@@ -28,7 +30,7 @@ static _Atomic uint64_t kl_uuid_last;
 /* Falls back to splitmix64 when getrandom() fails (no such syscall): ids
  * stay unique within the process by the counter, and across processes as
  * far as the clock and pid differ. */
-static void kl_uuid_fallback(uint8_t *out, size_t n) {
+static void uuid_fallback(uint8_t *out, size_t n) {
   static _Thread_local uint64_t state;
   if (state == 0)
     state = (uint64_t)kl__mono_ns() ^ ((uint64_t)getpid() << 32);
@@ -41,7 +43,7 @@ static void kl_uuid_fallback(uint8_t *out, size_t n) {
 }
 
 /* Random bytes for one id, from a per-thread pool refilled by getrandom(). */
-static const uint8_t *kl_uuid_random(void) {
+static const uint8_t *uuid_random(void) {
   static _Thread_local uint8_t pool[KL_UUID_RANDOM * KL_UUID_BATCH];
   static _Thread_local size_t used = sizeof(pool);
   if (used == sizeof(pool)) {
@@ -50,7 +52,7 @@ static const uint8_t *kl_uuid_random(void) {
       n = getrandom(pool, sizeof(pool), 0);
     while (n < 0 && errno == EINTR);
     if (n != (ssize_t)sizeof(pool))
-      kl_uuid_fallback(pool, sizeof(pool));
+      uuid_fallback(pool, sizeof(pool));
     used = 0;
   }
   used += KL_UUID_RANDOM;
@@ -58,7 +60,7 @@ static const uint8_t *kl_uuid_random(void) {
 }
 
 /* The next (ms << 12 | counter), strictly above every earlier one. */
-static uint64_t kl_uuid_stamp(const uint8_t *rnd, int64_t now_ms) {
+static uint64_t uuid_stamp(const uint8_t *rnd, int64_t now_ms) {
   uint64_t seed = ((uint64_t)(rnd[0] & 0x07) << 8) | rnd[1];
   uint64_t now = ((uint64_t)now_ms << 12) | seed;
   uint64_t last = atomic_load_explicit(&kl_uuid_last, memory_order_relaxed);
@@ -79,10 +81,37 @@ void kl_event_make_id(char out[37]) {
 static const uint8_t kl_uuid_text_at[16] = {0,  2,  4,  6,  9,  11, 14, 16,
                                             19, 21, 24, 26, 28, 30, 32, 34};
 
-void kl__event_make_id_at(char out[37], int64_t now_ms) {
+void kl__uuid_format(const uint8_t b[16], char out[36]) {
   static const char hex[] = "0123456789abcdef";
-  const uint8_t *rnd = kl_uuid_random();
-  uint64_t stamp = kl_uuid_stamp(rnd, now_ms);
+  for (int i = 0; i < 16; i++) {
+    out[kl_uuid_text_at[i]] = hex[b[i] >> 4];
+    out[kl_uuid_text_at[i] + 1] = hex[b[i] & 0x0f];
+  }
+  out[8] = out[13] = out[18] = out[23] = '-';
+}
+
+/* A lowercase hex digit's value, or -1 (uppercase included). */
+static int uuid_hex(int c) {
+  return c >= 'A' && c <= 'F' ? -1 : kl__hex_value(c);
+}
+
+int kl__uuid_parse(const char *text, size_t len, uint8_t out[16]) {
+  if (len != 36 || text[8] != '-' || text[13] != '-' || text[18] != '-' ||
+      text[23] != '-')
+    return -1;
+  for (size_t i = 0; i < 16; i++) {
+    int hi = uuid_hex(text[kl_uuid_text_at[i]]);
+    int lo = uuid_hex(text[kl_uuid_text_at[i] + 1]);
+    if ((hi | lo) < 0)
+      return -1;
+    out[i] = (uint8_t)(hi << 4 | lo);
+  }
+  return 0;
+}
+
+void kl__event_make_id_at(char out[37], int64_t now_ms) {
+  const uint8_t *rnd = uuid_random();
+  uint64_t stamp = uuid_stamp(rnd, now_ms);
   uint8_t b[16];
   for (int i = 0; i < 6; i++)
     b[i] = (uint8_t)(stamp >> (52 - 8 * i));
@@ -91,10 +120,6 @@ void kl__event_make_id_at(char out[37], int64_t now_ms) {
   b[8] = (uint8_t)(0x80 | (rnd[2] & 0x3f));
   for (int i = 9; i < 16; i++)
     b[i] = rnd[i - 6];
-  for (int i = 0; i < 16; i++) {
-    out[kl_uuid_text_at[i]] = hex[b[i] >> 4];
-    out[kl_uuid_text_at[i] + 1] = hex[b[i] & 0x0f];
-  }
-  out[8] = out[13] = out[18] = out[23] = '-';
+  kl__uuid_format(b, out);
   out[36] = '\0';
 }

@@ -33,7 +33,7 @@ typedef struct kl_exec_call {
   pthread_cond_t cond; /* done, or its turn to read */
   uint64_t seq;
   int done;
-  int waiting; /* asleep on cond in kl_exec_await() */
+  int waiting; /* asleep on cond in exec_await() */
   kl_handler_result_t result;
   json_t *emit; /* the answer's "emit", for the caller to apply */
   char *errbuf;
@@ -85,7 +85,7 @@ static void errlog_put(pid_t pid, const char *s, size_t len) {
            kl__escape(text, sizeof(text), s, len));
 }
 
-static void *kl_exec_errlog_main(void *opaque) {
+static void *exec_errlog_main(void *opaque) {
   kl_exec_errlog_t *log = opaque;
   char line[4096];
   size_t len = 0;
@@ -116,7 +116,7 @@ static void *kl_exec_errlog_main(void *opaque) {
 }
 
 /* Timed waits count on the monotonic clock, as deadlines do. */
-static void kl_exec_cond_init(pthread_cond_t *cond) {
+static void exec_cond_init(pthread_cond_t *cond) {
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -132,8 +132,8 @@ kl_err_t kl__exec_new(const char *command, kl__exec_t **out) {
   if (!exec)
     return KL_ENOMEM;
   exec->command = strdup(command);
-  kl_exec_cond_init(&exec->cond);
-  kl_exec_cond_init(&exec->room);
+  exec_cond_init(&exec->cond);
+  exec_cond_init(&exec->room);
   pthread_mutex_init(&exec->mu, NULL);
   exec->timeout_ms = KL_EXEC_TIMEOUT_MS;
   if (!exec->command || kl__exec_set_children(exec, 1, 1) != KL_OK) {
@@ -212,7 +212,7 @@ unsigned kl__exec_starts(kl__exec_t *exec) {
 
 /* Closes a dead child's pipes once nobody reads or writes them; callers
  * waiting for room may then start a new one. */
-static void kl_exec_reap_idle(kl__exec_t *exec, kl_exec_child_t *child) {
+static void exec_reap_idle(kl__exec_t *exec, kl_exec_child_t *child) {
   if (!child->dead || child->reading || child->writing)
     return;
   pthread_cond_broadcast(&exec->room);
@@ -227,8 +227,8 @@ static void kl_exec_reap_idle(kl__exec_t *exec, kl_exec_child_t *child) {
   child->buf_len = 0;
 }
 
-static void kl_exec_complete(kl_exec_child_t *child, kl_exec_call_t *call,
-                             kl_handler_result_t result, const char *error) {
+static void exec_complete(kl_exec_child_t *child, kl_exec_call_t *call,
+                          kl_handler_result_t result, const char *error) {
   kl_exec_call_t **p = &child->calls;
   while (*p != call)
     p = &(*p)->next;
@@ -243,14 +243,14 @@ static void kl_exec_complete(kl_exec_child_t *child, kl_exec_call_t *call,
 
 /* One event less in flight to @p child: one caller waiting for room may
  * go (waking one, not all, spares a herd per answer). */
-static void kl_exec_room(kl__exec_t *exec) {
+static void exec_room(kl__exec_t *exec) {
   pthread_cond_signal(&exec->room);
 }
 
 /* Kills @p child's process group: every event in flight to it is retried,
  * and the next event starts a new child. */
-static void kl_exec_kill(kl__exec_t *exec, kl_exec_child_t *child,
-                         const char *why) {
+static void exec_kill(kl__exec_t *exec, kl_exec_child_t *child,
+                      const char *why) {
   if (!child->pid || child->dead)
     return;
   char text[KL__ESCAPED_SIZE(256)]; /* @p why may quote the child's line */
@@ -268,12 +268,12 @@ static void kl_exec_kill(kl__exec_t *exec, kl_exec_child_t *child,
            "event is retried",
            (int)child->pid, why ? why : "stopped");
   while (child->calls)
-    kl_exec_complete(child, child->calls, KL_HANDLER_RETRY, error);
-  kl_exec_reap_idle(exec, child);
+    exec_complete(child, child->calls, KL_HANDLER_RETRY, error);
+  exec_reap_idle(exec, child);
   pthread_cond_broadcast(&exec->cond);
 }
 
-static void kl_exec_child_exec(const char *command, int in, int out, int err) {
+static void exec_child_exec(const char *command, int in, int out, int err) {
   setpgid(0, 0);
   sigset_t none;
   sigemptyset(&none);
@@ -286,13 +286,13 @@ static void kl_exec_child_exec(const char *command, int in, int out, int err) {
 }
 
 /* Logs the child's stderr from a thread that owns @p fd. */
-static void kl_exec_errlog_start(pid_t pid, int fd) {
+static void exec_errlog_start(pid_t pid, int fd) {
   kl_exec_errlog_t *log = malloc(sizeof(*log));
   pthread_t thread;
   if (log) {
     log->fd = fd;
     log->pid = pid;
-    if (pthread_create(&thread, NULL, kl_exec_errlog_main, log) == 0) {
+    if (pthread_create(&thread, NULL, exec_errlog_main, log) == 0) {
       pthread_detach(thread);
       return;
     }
@@ -303,7 +303,7 @@ static void kl_exec_errlog_start(pid_t pid, int fd) {
 
 /* Starts @p child. Holds exec->mu, so no other exec child is forked
  * before every end is close-on-exec. */
-static kl_err_t kl_exec_start(kl__exec_t *exec, kl_exec_child_t *child) {
+static kl_err_t exec_start(kl__exec_t *exec, kl_exec_child_t *child) {
   if (!child->buf && !(child->buf = malloc(KL_EXEC_LINE_MAX)))
     return kl__err(KL_ENOMEM, "exec handler: no memory for its answers");
   int in[2], out[2], err[2];
@@ -319,7 +319,7 @@ static kl_err_t kl_exec_start(kl__exec_t *exec, kl_exec_child_t *child) {
     fcntl(fds[i], F_SETFD, FD_CLOEXEC);
   pid_t pid = fork();
   if (pid == 0)
-    kl_exec_child_exec(exec->command, in[1], out[1], err[1]);
+    exec_child_exec(exec->command, in[1], out[1], err[1]);
   close(in[1]);
   close(out[1]);
   close(err[1]);
@@ -336,7 +336,7 @@ static kl_err_t kl_exec_start(kl__exec_t *exec, kl_exec_child_t *child) {
   child->buf_len = 0;
   child->next_seq = 0;
   exec->starts++;
-  kl_exec_errlog_start(pid, err[0]);
+  exec_errlog_start(pid, err[0]);
   KL_LOG_I(COMP, "started exec handler pid=%d: %s", (int)pid, exec->command);
   return KL_OK;
 }
@@ -348,7 +348,7 @@ kl_err_t kl__exec_set_children(kl__exec_t *exec, int children, int window) {
     return KL_ENOMEM;
   pthread_mutex_lock(&exec->mu);
   for (int i = 0; i < exec->nchildren; i++) {
-    kl_exec_kill(exec, &exec->children[i], NULL);
+    exec_kill(exec, &exec->children[i], NULL);
     free(exec->children[i].buf);
   }
   free(exec->children);
@@ -383,19 +383,18 @@ kl_err_t kl__exec_configure(kl__exec_t *exec, kl_conf_t *conf) {
 
 /* ---- one event: pick a child, send, await the answer ----------------- */
 
-static int kl_exec_left_ms(int64_t deadline_ns) {
+static int exec_left_ms(int64_t deadline_ns) {
   int64_t left = (deadline_ns - kl__mono_ns()) / 1000000;
   return left < 0 ? 0 : (int)left;
 }
 
 /* Writes @p len bytes to @p fd by @p deadline_ns. @returns 0, or -1 with
  * the reason in @p why. Runs without exec->mu. */
-static int kl_exec_write(int fd, const char *line, size_t len,
-                         int64_t deadline_ns, int timeout_ms, char *why,
-                         size_t size) {
+static int exec_write(int fd, const char *line, size_t len, int64_t deadline_ns,
+                      int timeout_ms, char *why, size_t size) {
   while (len) {
     struct pollfd pfd = {fd, POLLOUT, 0};
-    int rc = poll(&pfd, 1, kl_exec_left_ms(deadline_ns));
+    int rc = poll(&pfd, 1, exec_left_ms(deadline_ns));
     if (rc < 0 && errno == EINTR)
       continue;
     if (rc == 0) {
@@ -418,8 +417,8 @@ static int kl_exec_write(int fd, const char *line, size_t len,
 
 /* A child with no event in flight must be silent. @returns 0, or -1 when
  * it wrote something (it is then killed; @p why says what). */
-static int kl_exec_check_quiet(kl__exec_t *exec, kl_exec_child_t *child,
-                               char *why, size_t size) {
+static int exec_check_quiet(kl__exec_t *exec, kl_exec_child_t *child, char *why,
+                            size_t size) {
   if (!child->pid || child->inflight)
     return 0;
   struct pollfd pfd = {child->out_fd, POLLIN, 0};
@@ -429,7 +428,7 @@ static int kl_exec_check_quiet(kl__exec_t *exec, kl_exec_child_t *child,
     ssize_t n = read(child->out_fd, child->buf, KL_EXEC_LINE_MAX - 1);
     if (n <= 0) { /* it exited while idle: start a new one */
       child->dead = 1;
-      kl_exec_reap_idle(exec, child);
+      exec_reap_idle(exec, child);
       return 0;
     }
     child->buf_len = (size_t)n;
@@ -441,7 +440,7 @@ static int kl_exec_check_quiet(kl__exec_t *exec, kl_exec_child_t *child,
            "answer must belong to an event (echo its \"seq\")",
            shown > 60 ? 60 : shown, child->buf);
   pid_t pid = child->pid;
-  kl_exec_kill(exec, child, why);
+  exec_kill(exec, child, why);
   char text[384];
   snprintf(text, sizeof(text),
            "exec handler pid=%d %s; restarted, the event "
@@ -452,11 +451,11 @@ static int kl_exec_check_quiet(kl__exec_t *exec, kl_exec_child_t *child,
 }
 
 /* The child with room and the fewest events in flight, or NULL. */
-static kl_exec_child_t *kl_exec_pick(kl__exec_t *exec) {
+static kl_exec_child_t *exec_pick(kl__exec_t *exec) {
   kl_exec_child_t *best = NULL;
   for (int i = 0; i < exec->nchildren; i++) {
     kl_exec_child_t *child = &exec->children[i];
-    kl_exec_reap_idle(exec, child);
+    exec_reap_idle(exec, child);
     size_t room = child->echoes ? (size_t)exec->window : 1;
     if (!child->dead && child->inflight < room &&
         (!best || child->inflight < best->inflight))
@@ -467,13 +466,13 @@ static kl_exec_child_t *kl_exec_pick(kl__exec_t *exec) {
 
 /* Registers @p call with a child, started if need be. @returns the child,
  * or NULL with the reason in the call's errbuf. */
-static kl_exec_child_t *kl_exec_enter(kl__exec_t *exec, kl_exec_call_t *call) {
+static kl_exec_child_t *exec_enter(kl__exec_t *exec, kl_exec_call_t *call) {
   kl_exec_child_t *child;
-  while (!(child = kl_exec_pick(exec)))
+  while (!(child = exec_pick(exec)))
     pthread_cond_wait(&exec->room, &exec->mu);
-  if (kl_exec_check_quiet(exec, child, call->errbuf, call->errbuf_size))
+  if (exec_check_quiet(exec, child, call->errbuf, call->errbuf_size))
     return NULL;
-  if (!child->pid && kl_exec_start(exec, child) != KL_OK) {
+  if (!child->pid && exec_start(exec, child) != KL_OK) {
     snprintf(call->errbuf, call->errbuf_size, "%s", kl_err_detail());
     return NULL;
   }
@@ -486,8 +485,8 @@ static kl_exec_child_t *kl_exec_enter(kl__exec_t *exec, kl_exec_call_t *call) {
 }
 
 /* Sends @p call's request, one writer per child at a time. */
-static void kl_exec_send(kl__exec_t *exec, kl_exec_child_t *child,
-                         kl_exec_call_t *call, char *line, size_t len) {
+static void exec_send(kl__exec_t *exec, kl_exec_child_t *child,
+                      kl_exec_call_t *call, char *line, size_t len) {
   while (child->writing && !call->done)
     pthread_cond_wait(&exec->cond, &exec->mu);
   if (call->done) /* the child was killed meanwhile */
@@ -497,13 +496,13 @@ static void kl_exec_send(kl__exec_t *exec, kl_exec_child_t *child,
   int fd = child->in_fd;
   pthread_mutex_unlock(&exec->mu);
   char why[256];
-  int rc = kl_exec_write(fd, line + KL__EXEC_SEQ_ROOM - n, len + n,
-                         call->deadline_ns, exec->timeout_ms, why, sizeof(why));
+  int rc = exec_write(fd, line + KL__EXEC_SEQ_ROOM - n, len + n,
+                      call->deadline_ns, exec->timeout_ms, why, sizeof(why));
   pthread_mutex_lock(&exec->mu);
   child->writing = 0;
   if (rc < 0)
-    kl_exec_kill(exec, child, why);
-  kl_exec_reap_idle(exec, child);
+    exec_kill(exec, child, why);
+  exec_reap_idle(exec, child);
   pthread_cond_broadcast(&exec->cond);
 }
 
@@ -518,8 +517,8 @@ typedef struct kl_exec_read {
 /* Reads from @p child's stdout until its buffer holds a line, by
  * @p deadline_ns. @returns 0, or -1 with the reason in @p rd->why.
  * Runs without exec->mu: the reader owns the buffer. */
-static int kl_exec_fill(kl__exec_t *exec, kl_exec_child_t *child, int fd,
-                        int64_t deadline_ns, kl_exec_read_t *rd) {
+static int exec_fill(kl__exec_t *exec, kl_exec_child_t *child, int fd,
+                     int64_t deadline_ns, kl_exec_read_t *rd) {
   while (!memchr(child->buf, '\n', child->buf_len)) {
     if (child->buf_len == KL_EXEC_LINE_MAX) {
       snprintf(rd->why, sizeof(rd->why),
@@ -529,7 +528,7 @@ static int kl_exec_fill(kl__exec_t *exec, kl_exec_child_t *child, int fd,
       return -1;
     }
     struct pollfd pfd = {fd, POLLIN, 0};
-    int rc = poll(&pfd, 1, kl_exec_left_ms(deadline_ns));
+    int rc = poll(&pfd, 1, exec_left_ms(deadline_ns));
     if (rc < 0 && errno == EINTR)
       continue;
     if (rc == 0) {
@@ -552,7 +551,7 @@ static int kl_exec_fill(kl__exec_t *exec, kl_exec_child_t *child, int fd,
 
 /* Parses the complete lines in @p child's buffer, KL_EXEC_BATCH at most,
  * up to the first that is not an answer, and drops them from it. */
-static void kl_exec_parse(kl_exec_child_t *child, kl_exec_read_t *rd) {
+static void exec_parse(kl_exec_child_t *child, kl_exec_read_t *rd) {
   size_t used = 0;
   char *nl;
   while (rd->count < KL_EXEC_BATCH && !rd->bad &&
@@ -567,7 +566,7 @@ static void kl_exec_parse(kl_exec_child_t *child, kl_exec_read_t *rd) {
   memmove(child->buf, child->buf + used, child->buf_len);
 }
 
-static kl_exec_call_t *kl_exec_find(kl_exec_child_t *child, uint64_t seq) {
+static kl_exec_call_t *exec_find(kl_exec_child_t *child, uint64_t seq) {
   kl_exec_call_t *call = child->calls;
   while (call && call->seq != seq)
     call = call->next;
@@ -576,13 +575,13 @@ static kl_exec_call_t *kl_exec_find(kl_exec_child_t *child, uint64_t seq) {
 
 /* The event @p answer answers, or NULL with the reason in @p why (the
  * child is then killed). */
-static kl_exec_call_t *kl_exec_match(kl_exec_child_t *child,
-                                     const kl__exec_answer_t *answer, char *why,
-                                     size_t size) {
+static kl_exec_call_t *exec_match(kl_exec_child_t *child,
+                                  const kl__exec_answer_t *answer, char *why,
+                                  size_t size) {
   kl_exec_call_t *call = NULL;
   if (answer->has_seq) {
     child->echoes = 1;
-    if (!(call = kl_exec_find(child, answer->seq)))
+    if (!(call = exec_find(child, answer->seq)))
       snprintf(why, size,
                "answered \"seq\":%" PRIu64 ", which no event in "
                "flight has (a line printed twice?)",
@@ -603,8 +602,8 @@ static kl_exec_call_t *kl_exec_match(kl_exec_child_t *child,
   return call;
 }
 
-static void kl_exec_dispatch(kl__exec_t *exec, kl_exec_child_t *child,
-                             kl_exec_read_t *rd) {
+static void exec_dispatch(kl__exec_t *exec, kl_exec_child_t *child,
+                          kl_exec_read_t *rd) {
   char why[sizeof(rd->answers[0].error)];
   int echoed = child->echoes;
   for (size_t i = 0; i < rd->count; i++) {
@@ -613,16 +612,16 @@ static void kl_exec_dispatch(kl__exec_t *exec, kl_exec_child_t *child,
     if (i + 1 == rd->count && rd->bad)
       snprintf(why, sizeof(why), "%s", answer->error);
     else
-      call = kl_exec_match(child, answer, why, sizeof(why));
+      call = exec_match(child, answer, why, sizeof(why));
     if (!call) {
       for (size_t j = i; j < rd->count; j++)
         json_decref(rd->answers[j].emit);
-      kl_exec_kill(exec, child, why);
+      exec_kill(exec, child, why);
       return;
     }
     call->emit = answer->emit; /* the caller's, on its own thread */
-    kl_exec_complete(child, call, answer->result, answer->error);
-    kl_exec_room(exec);
+    exec_complete(child, call, answer->result, answer->error);
+    exec_room(exec);
   }
   if (!echoed && child->echoes) /* its window opens */
     pthread_cond_broadcast(&exec->room);
@@ -630,8 +629,8 @@ static void kl_exec_dispatch(kl__exec_t *exec, kl_exec_child_t *child,
 
 /* Reads answers for everyone in flight to @p child, once, until @p call's
  * deadline; then hands the reading to the next event in flight. */
-static void kl_exec_read(kl__exec_t *exec, kl_exec_child_t *child,
-                         kl_exec_call_t *call) {
+static void exec_read(kl__exec_t *exec, kl_exec_child_t *child,
+                      kl_exec_call_t *call) {
   child->reading = 1;
   int fd = child->out_fd;
   pthread_mutex_unlock(&exec->mu);
@@ -640,19 +639,19 @@ static void kl_exec_read(kl__exec_t *exec, kl_exec_child_t *child,
   if (rd) {
     rd->count = 0;
     rd->bad = 0;
-    rc = kl_exec_fill(exec, child, fd, call->deadline_ns, rd);
+    rc = exec_fill(exec, child, fd, call->deadline_ns, rd);
     if (rc == 0)
-      kl_exec_parse(child, rd);
+      exec_parse(child, rd);
   }
   pthread_mutex_lock(&exec->mu);
   child->reading = 0;
   if (rc < 0)
-    kl_exec_kill(exec, child, rd ? rd->why : "left no memory to read it");
+    exec_kill(exec, child, rd ? rd->why : "left no memory to read it");
   else
-    kl_exec_dispatch(exec, child, rd);
+    exec_dispatch(exec, child, rd);
   free(rd);
-  kl_exec_reap_idle(exec, child);
-  /* One caller asleep in kl_exec_await() takes over the reading; one
+  exec_reap_idle(exec, child);
+  /* One caller asleep in exec_await() takes over the reading; one
    * that is not there yet reads when it comes, if nobody does by then.
    * Waking one, not all, spares a herd per read. */
   kl_exec_call_t *next = call->done ? child->calls : NULL;
@@ -662,21 +661,21 @@ static void kl_exec_read(kl__exec_t *exec, kl_exec_child_t *child,
     pthread_cond_signal(&next->cond);
 }
 
-static void kl_exec_timespec(int64_t ns, struct timespec *ts) {
+static void exec_timespec(int64_t ns, struct timespec *ts) {
   ts->tv_sec = (time_t)(ns / 1000000000);
   ts->tv_nsec = (long)(ns % 1000000000);
 }
 
 /* Waits for @p call's answer, reading it when nobody else reads. */
-static void kl_exec_await(kl__exec_t *exec, kl_exec_child_t *child,
-                          kl_exec_call_t *call) {
+static void exec_await(kl__exec_t *exec, kl_exec_child_t *child,
+                       kl_exec_call_t *call) {
   while (!call->done) {
     if (!child->reading) {
-      kl_exec_read(exec, child, call);
+      exec_read(exec, child, call);
       continue;
     }
     struct timespec ts;
-    kl_exec_timespec(call->deadline_ns, &ts);
+    exec_timespec(call->deadline_ns, &ts);
     call->waiting = 1;
     int rc = pthread_cond_timedwait(&call->cond, &exec->mu, &ts);
     call->waiting = 0;
@@ -684,7 +683,7 @@ static void kl_exec_await(kl__exec_t *exec, kl_exec_child_t *child,
       char why[128];
       snprintf(why, sizeof(why), "did not answer within %d ms",
                exec->timeout_ms);
-      kl_exec_kill(exec, child, why);
+      exec_kill(exec, child, why);
     }
   }
 }
@@ -703,12 +702,12 @@ kl_handler_result_t kl__exec_handler(void *opaque, const kl_event_t *event,
   }
   kl_exec_call_t call = {
       .errbuf = errbuf, .errbuf_size = errbuf_size, .result = KL_HANDLER_RETRY};
-  kl_exec_cond_init(&call.cond);
+  exec_cond_init(&call.cond);
   pthread_mutex_lock(&exec->mu);
-  kl_exec_child_t *child = kl_exec_enter(exec, &call);
+  kl_exec_child_t *child = exec_enter(exec, &call);
   if (child) {
-    kl_exec_send(exec, child, &call, line, len);
-    kl_exec_await(exec, child, &call);
+    exec_send(exec, child, &call, line, len);
+    exec_await(exec, child, &call);
   }
   pthread_mutex_unlock(&exec->mu);
   pthread_cond_destroy(&call.cond);
@@ -725,7 +724,7 @@ void kl__exec_destroy(kl__exec_t *exec) {
     return;
   pthread_mutex_lock(&exec->mu);
   for (int i = 0; i < exec->nchildren; i++) {
-    kl_exec_kill(exec, &exec->children[i], NULL);
+    exec_kill(exec, &exec->children[i], NULL);
     free(exec->children[i].buf);
   }
   pthread_mutex_unlock(&exec->mu);

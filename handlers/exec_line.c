@@ -18,8 +18,8 @@
 #include "common/internal.h"
 #include "common/json_msgpack.h"
 
-static int kl_exec_set_b64(json_t *obj, const char *name, const void *data,
-                           size_t len) {
+static int exec_set_b64(json_t *obj, const char *name, const void *data,
+                        size_t len) {
   char *b64 = malloc(kl__base64_encoded_len(len) + 1);
   if (!b64)
     return -1;
@@ -31,7 +31,7 @@ static int kl_exec_set_b64(json_t *obj, const char *name, const void *data,
 
 /* The event's W3C trace context, when it has a valid one: the child
  * starts its span as a child of it (README "Trace context"). */
-static void kl_exec_set_trace(json_t *obj, const kl_event_t *event) {
+static void exec_set_trace(json_t *obj, const kl_event_t *event) {
   const kl_header_t *parent = kl__trace_parent(event);
   if (!parent)
     return;
@@ -43,8 +43,8 @@ static void kl_exec_set_trace(json_t *obj, const kl_event_t *event) {
                         json_stringn(state->value, state->value_len));
 }
 
-static json_t *kl_exec_request_obj(const kl_event_t *event,
-                                   const kl_fence_t *fence) {
+static json_t *exec_request_obj(const kl_event_t *event,
+                                const kl_fence_t *fence) {
   json_t *obj = json_object();
   json_t *payload = NULL;
   if (!obj)
@@ -55,21 +55,20 @@ static json_t *kl_exec_request_obj(const kl_event_t *event,
   if (key)
     json_object_set_new(obj, "key", key);
   else
-    bad |= kl_exec_set_b64(obj, "key_b64", event->key, event->key_len);
+    bad |= exec_set_b64(obj, "key_b64", event->key, event->key_len);
   json_object_set_new(obj, "id", json_stringn(event->id, event->id_len));
   json_object_set_new(obj, "type", json_stringn(event->type, event->type_len));
   json_object_set_new(obj, "ts", json_integer(event->ts));
   json_object_set_new(obj, "partition", json_integer(fence->partition));
   json_object_set_new(obj, "offset", json_integer(fence->offset));
   json_object_set_new(obj, "epoch", json_integer((json_int_t)fence->epoch));
-  kl_exec_set_trace(obj, event);
+  exec_set_trace(obj, event);
   if (event->payload_len &&
       kl__msgpack_to_json(event->payload, event->payload_len, &payload) ==
           KL_OK)
     json_object_set_new(obj, "payload", payload);
   else
-    bad |=
-        kl_exec_set_b64(obj, "payload_b64", event->payload, event->payload_len);
+    bad |= exec_set_b64(obj, "payload_b64", event->payload, event->payload_len);
   if (bad) {
     json_decref(obj);
     return NULL;
@@ -79,7 +78,7 @@ static json_t *kl_exec_request_obj(const kl_event_t *event,
 
 char *kl__exec_request(const kl_event_t *event, const kl_fence_t *fence,
                        size_t *len) {
-  json_t *obj = kl_exec_request_obj(event, fence);
+  json_t *obj = exec_request_obj(event, fence);
   char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
   json_decref(obj);
   if (!text)
@@ -105,7 +104,7 @@ size_t kl__exec_request_seq(char *line, uint64_t seq) {
   return (size_t)n;
 }
 
-static void kl_exec_answer_error(json_t *obj, kl__exec_answer_t *answer) {
+static void exec_answer_error(json_t *obj, kl__exec_answer_t *answer) {
   json_t *error = json_object_get(obj, "error");
   const char *text = json_string_value(error);
   char *dumped = text || !error ? NULL : json_dumps(error, JSON_COMPACT);
@@ -118,7 +117,7 @@ static void kl_exec_answer_error(json_t *obj, kl__exec_answer_t *answer) {
 
 /* Reads "seq" when present: 0, or -1 when it is not one keylane gives
  * (1..2^63-1: jansson's integers; none is 0). */
-static int kl_exec_answer_seq(json_t *obj, kl__exec_answer_t *answer) {
+static int exec_answer_seq(json_t *obj, kl__exec_answer_t *answer) {
   json_t *seq = json_object_get(obj, "seq");
   if (!seq)
     return 0;
@@ -151,7 +150,7 @@ int kl__exec_answer_parse(const char *line, size_t len,
     snprintf(answer->error, sizeof(answer->error),
              "answered garbage, not JSON (%s): \"%.*s\"", jerr.text, shown,
              line);
-  } else if (rc == 0 && kl_exec_answer_seq(obj, answer) < 0) {
+  } else if (rc == 0 && exec_answer_seq(obj, answer) < 0) {
     snprintf(answer->error, sizeof(answer->error),
              "answered a \"seq\" that is not a whole number from 1 to "
              "2^63-1 (echo the request's): \"%.*s\"",
@@ -164,7 +163,7 @@ int kl__exec_answer_parse(const char *line, size_t len,
              "\"fail\"}",
              shown, line);
   } else if (answer->result != KL_HANDLER_OK) {
-    kl_exec_answer_error(obj, answer);
+    exec_answer_error(obj, answer);
   } else if (json_object_get(obj, "emit")) {
     answer->emit = json_incref(json_object_get(obj, "emit"));
   }

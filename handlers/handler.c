@@ -8,7 +8,7 @@
 #include "handlers/exec.h"
 #include "handlers/inventory.h"
 
-static kl_err_t kl_handler_so(const char *spec, kl_handler_ref_t *ref) {
+static kl_err_t handler_so(const char *spec, kl_handler_ref_t *ref) {
   char *path = strdup(spec);
   if (!path)
     return KL_ENOMEM;
@@ -60,7 +60,7 @@ kl_err_t kl__handler_resolve(const char *spec, kl_handler_ref_t *ref) {
     return KL_OK;
   }
   if (strncmp(spec, "so:", 3) == 0 && spec[3])
-    return kl_handler_so(spec + 3, ref);
+    return handler_so(spec + 3, ref);
   if (strncmp(spec, "exec:", 5) == 0) {
     kl__exec_t *exec;
     kl_err_t err = kl__exec_check_command(spec + 5);

@@ -20,9 +20,9 @@
 
 /* A statement's failure as a handler verdict: the batch's transaction is
  * aborted either way; a lost link or a conflict may pass on a re-run. */
-static kl_handler_result_t kl_inventory_fail(PGconn *pg, PGresult *res,
-                                             const char *what, char *errbuf,
-                                             size_t errbuf_size) {
+static kl_handler_result_t inventory_fail(PGconn *pg, PGresult *res,
+                                          const char *what, char *errbuf,
+                                          size_t errbuf_size) {
   const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
   const char *msg = PQresultErrorMessage(res);
   int missing = state && strcmp(state, "42P01") == 0;
@@ -71,7 +71,7 @@ kl_handler_result_t kl__inventory_handler(void *opaque, const kl_event_t *event,
                                "sku = $1::text AND qty > 0",
                                1, NULL, take, take_len, take_fmt, 0);
   if (PQresultStatus(res) != PGRES_COMMAND_OK)
-    return kl_inventory_fail(pg, res, "take a unit", errbuf, errbuf_size);
+    return inventory_fail(pg, res, "take a unit", errbuf, errbuf_size);
   const char *outcome =
       strcmp(PQcmdTuples(res), "1") == 0 ? "reserved" : "sold_out";
   PQclear(res);
@@ -90,8 +90,7 @@ kl_handler_result_t kl__inventory_handler(void *opaque, const kl_event_t *event,
                      "$6::int8)",
                      6, NULL, rec, rec_len, rec_fmt, 0);
   if (PQresultStatus(res) != PGRES_COMMAND_OK)
-    return kl_inventory_fail(pg, res, "record the outcome", errbuf,
-                             errbuf_size);
+    return inventory_fail(pg, res, "record the outcome", errbuf, errbuf_size);
   PQclear(res);
   return KL_HANDLER_OK;
 }

@@ -22,28 +22,16 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "keylane/worker.h"
 #include "handlers/ledger.h"
-
-static void kl_be64_put(unsigned char *p, int64_t v) {
-  uint64_t u = (uint64_t)v;
-  for (int i = 7; i >= 0; i--, u >>= 8)
-    p[i] = (unsigned char)u;
-}
-
-static int64_t kl_be64_get(const unsigned char *p) {
-  uint64_t u = 0;
-  for (int i = 0; i < 8; i++)
-    u = u << 8 | p[i];
-  return (int64_t)u;
-}
 
 int kl__ledger_decode(const void *val, size_t len, kl_ledger_entry_t *entry) {
   if (len != KL_LEDGER_VALUE_LEN)
     return -1;
-  entry->balance = kl_be64_get(val);
-  entry->last_seq = kl_be64_get((const unsigned char *)val + 8);
-  entry->violations = kl_be64_get((const unsigned char *)val + 16);
+  entry->balance = (int64_t)kl__get_be(val, 8);
+  entry->last_seq = (int64_t)kl__get_be((const unsigned char *)val + 8, 8);
+  entry->violations = (int64_t)kl__get_be((const unsigned char *)val + 16, 8);
   return 0;
 }
 
@@ -67,13 +55,13 @@ void kl__ledger_encode(msgpack_sbuffer *sb, const kl_ledger_args_t *a) {
   }
 }
 
-static int kl_key_is(const msgpack_object *k, const char *name) {
+static int key_is(const msgpack_object *k, const char *name) {
   size_t n = strlen(name);
   return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
          memcmp(k->via.str.ptr, name, n) == 0;
 }
 
-static int kl_int_of(const msgpack_object *v, int64_t *out) {
+static int int_of(const msgpack_object *v, int64_t *out) {
   if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER ||
       (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 <= INT64_MAX)) {
     *out = v->via.i64;
@@ -82,13 +70,13 @@ static int kl_int_of(const msgpack_object *v, int64_t *out) {
   return 0;
 }
 
-static void kl_ledger_field(const msgpack_object *k, const msgpack_object *v,
-                            kl_ledger_args_t *a) {
-  if (kl_key_is(k, "amount"))
-    a->has_amount = kl_int_of(v, &a->amount);
-  else if (kl_key_is(k, "seq"))
-    a->has_seq = kl_int_of(v, &a->seq);
-  else if (kl_key_is(k, "to") &&
+static void ledger_field(const msgpack_object *k, const msgpack_object *v,
+                         kl_ledger_args_t *a) {
+  if (key_is(k, "amount"))
+    a->has_amount = int_of(v, &a->amount);
+  else if (key_is(k, "seq"))
+    a->has_seq = int_of(v, &a->seq);
+  else if (key_is(k, "to") &&
            (v->type == MSGPACK_OBJECT_STR || v->type == MSGPACK_OBJECT_BIN)) {
     a->to = v->via.str.ptr; /* str and bin share the layout */
     a->to_len = v->via.str.size;
@@ -97,8 +85,8 @@ static void kl_ledger_field(const msgpack_object *k, const msgpack_object *v,
 
 /* Reads the payload map with msgpack-c; @p up holds what a->to points at
  * (the caller destroys it). @returns 0 for a map, -1 otherwise. */
-static int kl_ledger_payload(const void *buf, size_t len, msgpack_unpacked *up,
-                             kl_ledger_args_t *a) {
+static int ledger_payload(const void *buf, size_t len, msgpack_unpacked *up,
+                          kl_ledger_args_t *a) {
   size_t off = 0;
   memset(a, 0, sizeof(*a));
   if (msgpack_unpack_next(up, buf, len, &off) != MSGPACK_UNPACK_SUCCESS ||
@@ -106,7 +94,7 @@ static int kl_ledger_payload(const void *buf, size_t len, msgpack_unpacked *up,
     return -1;
   const msgpack_object_map *map = &up->data.via.map;
   for (uint32_t i = 0; i < map->size; i++)
-    kl_ledger_field(&map->ptr[i].key, &map->ptr[i].val, a);
+    ledger_field(&map->ptr[i].key, &map->ptr[i].val, a);
   return 0;
 }
 
@@ -118,7 +106,7 @@ static const char *ledger_twice(const msgpack_object_map *map) {
   unsigned seen = 0;
   for (uint32_t i = 0; i < map->size; i++)
     for (unsigned f = 0; f < 3; f++)
-      if (kl_key_is(&map->ptr[i].key, fields[f])) {
+      if (key_is(&map->ptr[i].key, fields[f])) {
         if (seen & 1u << f)
           return fields[f];
         seen |= 1u << f;
@@ -126,15 +114,15 @@ static const char *ledger_twice(const msgpack_object_map *map) {
   return NULL;
 }
 
-static int kl_type_is(const kl_event_t *event, const char *name) {
+static int type_is(const kl_event_t *event, const char *name) {
   size_t n = strlen(name);
   return event->type_len == n && memcmp(event->type, name, n) == 0;
 }
 
 /* The new balance in *balance; -1 (and errbuf) when @p amount is not
  * positive or the balance would leave int64. */
-static int kl_ledger_apply(int credit, int64_t amount, int64_t *balance,
-                           char *errbuf, size_t errbuf_size) {
+static int ledger_apply(int credit, int64_t amount, int64_t *balance,
+                        char *errbuf, size_t errbuf_size) {
   int64_t was = *balance;
   if (amount <= 0) {
     snprintf(errbuf, errbuf_size,
@@ -161,13 +149,13 @@ typedef enum kl_ledger_kind {
   KL_TRANSFER
 } kl_ledger_kind_t;
 
-static int kl_ledger_kind(const kl_event_t *event, kl_ledger_kind_t *kind,
-                          char *errbuf, size_t errbuf_size) {
-  if (kl_type_is(event, "credit"))
+static int ledger_kind(const kl_event_t *event, kl_ledger_kind_t *kind,
+                       char *errbuf, size_t errbuf_size) {
+  if (type_is(event, "credit"))
     *kind = KL_CREDIT;
-  else if (kl_type_is(event, "debit"))
+  else if (type_is(event, "debit"))
     *kind = KL_DEBIT;
-  else if (kl_type_is(event, "transfer"))
+  else if (type_is(event, "transfer"))
     *kind = KL_TRANSFER;
   else {
     snprintf(errbuf, errbuf_size,
@@ -180,9 +168,9 @@ static int kl_ledger_kind(const kl_event_t *event, kl_ledger_kind_t *kind,
 }
 
 /* What the payload of @p kind must hold; -1 with the reason otherwise. */
-static int kl_ledger_check(const kl_event_t *event, kl_ledger_kind_t kind,
-                           const kl_ledger_args_t *a, char *errbuf,
-                           size_t errbuf_size) {
+static int ledger_check(const kl_event_t *event, kl_ledger_kind_t kind,
+                        const kl_ledger_args_t *a, char *errbuf,
+                        size_t errbuf_size) {
   const char *want = kind == KL_TRANSFER
                          ? "{\"to\": key, \"amount\": int, \"seq\": int}"
                      : kind == KL_DEBIT ? "{\"amount\": int, \"seq\": int}"
@@ -207,11 +195,11 @@ static int kl_ledger_check(const kl_event_t *event, kl_ledger_kind_t kind,
 
 /* The credit a transfer emits to its destination: {"amount", "from"},
  * without a seq (the destination's order is its own). */
-static kl_handler_result_t kl_ledger_emit_credit(kl_txn_t *txn,
-                                                 const kl_event_t *event,
-                                                 const kl_ledger_args_t *a,
-                                                 char *errbuf,
-                                                 size_t errbuf_size) {
+static kl_handler_result_t ledger_emit_credit(kl_txn_t *txn,
+                                              const kl_event_t *event,
+                                              const kl_ledger_args_t *a,
+                                              char *errbuf,
+                                              size_t errbuf_size) {
   kl_ledger_args_t credit = {
       .amount = a->amount, .from = event->key, .from_len = event->key_len};
   msgpack_sbuffer sb;
@@ -229,14 +217,13 @@ static kl_handler_result_t kl_ledger_emit_credit(kl_txn_t *txn,
   return err == KL_ENOMEM ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
 }
 
-static kl_handler_result_t kl_ledger_store(kl_txn_t *txn, const void *key,
-                                           size_t klen,
-                                           const kl_ledger_entry_t *e,
-                                           char *errbuf, size_t errbuf_size) {
+static kl_handler_result_t ledger_store(kl_txn_t *txn, const void *key,
+                                        size_t klen, const kl_ledger_entry_t *e,
+                                        char *errbuf, size_t errbuf_size) {
   unsigned char out[KL_LEDGER_VALUE_LEN];
-  kl_be64_put(out, e->balance);
-  kl_be64_put(out + 8, e->last_seq);
-  kl_be64_put(out + 16, e->violations);
+  kl__put_be(out, (uint64_t)e->balance, 8);
+  kl__put_be(out + 8, (uint64_t)e->last_seq, 8);
+  kl__put_be(out + 16, (uint64_t)e->violations, 8);
   if (kl_txn_put(txn, key, klen, out, sizeof(out))) {
     snprintf(errbuf, errbuf_size, "ledger: %s", kl_err_detail());
     return KL_HANDLER_RETRY;
@@ -248,9 +235,9 @@ static kl_handler_result_t kl_ledger_store(kl_txn_t *txn, const void *key,
  * subtract; a seq is checked against the last one, a credit without one
  * (a transfer's) is not. */
 static kl_handler_result_t
-kl_ledger_apply_event(kl_txn_t *txn, const kl_event_t *event,
-                      kl_ledger_kind_t kind, const kl_ledger_args_t *a,
-                      char *errbuf, size_t errbuf_size) {
+ledger_apply_event(kl_txn_t *txn, const kl_event_t *event,
+                   kl_ledger_kind_t kind, const kl_ledger_args_t *a,
+                   char *errbuf, size_t errbuf_size) {
   unsigned char key[sizeof(KL_LEDGER_PREFIX) - 1 + KL_KEY_MAX];
   size_t klen = sizeof(KL_LEDGER_PREFIX) - 1;
   memcpy(key, KL_LEDGER_PREFIX, klen);
@@ -271,15 +258,15 @@ kl_ledger_apply_event(kl_txn_t *txn, const kl_event_t *event,
     snprintf(errbuf, errbuf_size, "ledger: %s", kl_err_detail());
     return KL_HANDLER_RETRY;
   }
-  if (kl_ledger_apply(kind == KL_CREDIT, a->amount, &e.balance, errbuf,
-                      errbuf_size))
+  if (ledger_apply(kind == KL_CREDIT, a->amount, &e.balance, errbuf,
+                   errbuf_size))
     return KL_HANDLER_FAIL;
   if (a->has_seq) {
     if (a->seq != e.last_seq + 1)
       e.violations++;
     e.last_seq = a->seq;
   }
-  return kl_ledger_store(txn, key, klen, &e, errbuf, errbuf_size);
+  return ledger_store(txn, key, klen, &e, errbuf, errbuf_size);
 }
 
 kl_handler_result_t kl_ledger_handler(void *opaque, const kl_event_t *event,
@@ -288,15 +275,15 @@ kl_handler_result_t kl_ledger_handler(void *opaque, const kl_event_t *event,
   (void)opaque;
   (void)fence;
   kl_ledger_kind_t kind;
-  if (kl_ledger_kind(event, &kind, errbuf, errbuf_size))
+  if (ledger_kind(event, &kind, errbuf, errbuf_size))
     return KL_HANDLER_FAIL;
   msgpack_unpacked up;
   msgpack_unpacked_init(&up);
   kl_ledger_args_t a;
   kl_handler_result_t r = KL_HANDLER_FAIL;
   const char *twice = NULL;
-  if (kl_ledger_payload(event->payload, event->payload_len, &up, &a))
-    a.has_amount = 0; /* not a map: kl_ledger_check() says what it must be */
+  if (ledger_payload(event->payload, event->payload_len, &up, &a))
+    a.has_amount = 0; /* not a map: ledger_check() says what it must be */
   else
     twice = ledger_twice(&up.data.via.map);
   if (twice)
@@ -304,10 +291,10 @@ kl_handler_result_t kl_ledger_handler(void *opaque, const kl_event_t *event,
              "ledger: the payload has \"%s\" twice: each field must appear "
              "once (which one was meant?)",
              twice);
-  else if (!kl_ledger_check(event, kind, &a, errbuf, errbuf_size))
-    r = kl_ledger_apply_event(txn, event, kind, &a, errbuf, errbuf_size);
+  else if (!ledger_check(event, kind, &a, errbuf, errbuf_size))
+    r = ledger_apply_event(txn, event, kind, &a, errbuf, errbuf_size);
   if (r == KL_HANDLER_OK && kind == KL_TRANSFER)
-    r = kl_ledger_emit_credit(txn, event, &a, errbuf, errbuf_size);
+    r = ledger_emit_credit(txn, event, &a, errbuf, errbuf_size);
   msgpack_unpacked_destroy(&up);
   return r;
 }

@@ -11,14 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
+#include "common/hmap.h"
 #include "common/mutant.h"
+#include "common/strbuf.h"
 
 typedef struct kl_entry {
-  struct kl_entry *chain; /* the hash bucket's next */
+  kl__hnode_t node; /* in the cache's map */
   struct kl_entry *lru_prev, *lru_next;
   struct kl_entry *seg_prev, *seg_next;
   kl__cache_seg_t *seg;
-  uint64_t hash;
   size_t key_len, val_len;
   int present;           /* 0: the key is known not to exist */
   unsigned char bytes[]; /* the key, then the value */
@@ -36,9 +38,8 @@ struct kl__cache_seg {
 
 struct kl__cache {
   pthread_mutex_t mu;
-  size_t max_bytes, bytes, count;
-  kl_entry_t **table; /* cap buckets, a power of 2 */
-  size_t cap;
+  size_t max_bytes, bytes;
+  kl__hmap_t map;                  /* of kl_entry_t */
   kl_entry_t *lru_head, *lru_tail; /* most recently used first */
   kl__cache_seg_t *segs;
   uint64_t hits, misses, drops, evictions;
@@ -46,15 +47,7 @@ struct kl__cache {
 
 #define KL_CACHE_BUCKETS_MIN 1024u
 
-static uint64_t kl_hash(const void *key, size_t len) { /* FNV-1a */
-  const unsigned char *p = key;
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (size_t i = 0; i < len; i++)
-    h = (h ^ p[i]) * 0x100000001b3ULL;
-  return h;
-}
-
-static size_t kl_entry_size(const kl_entry_t *e) {
+static size_t entry_size(const kl_entry_t *e) {
   return sizeof(*e) + e->key_len + e->val_len;
 }
 
@@ -64,9 +57,7 @@ kl__cache_t *kl__cache_new(size_t max_bytes) {
   kl__cache_t *cache = calloc(1, sizeof(*cache));
   if (!cache)
     return NULL;
-  cache->cap = KL_CACHE_BUCKETS_MIN;
-  cache->table = calloc(cache->cap, sizeof(*cache->table));
-  if (!cache->table) {
+  if (kl__hmap_reserve(&cache->map, KL_CACHE_BUCKETS_MIN)) {
     free(cache);
     return NULL;
   }
@@ -88,118 +79,91 @@ void kl__cache_destroy(kl__cache_t *cache) {
     free(s);
   }
   pthread_mutex_destroy(&cache->mu);
-  free(cache->table);
+  kl__hmap_free(&cache->map);
   free(cache);
 }
 
 /* ---- entries (under mu) ---------------------------------------------- */
 
-static kl_entry_t **kl_bucket(kl__cache_t *cache, uint64_t hash) {
-  return &cache->table[hash & (cache->cap - 1)];
-}
-
-static kl_entry_t *kl_find(kl__cache_t *cache, const void *key, size_t len,
-                           uint64_t hash) {
-  for (kl_entry_t *e = *kl_bucket(cache, hash); e; e = e->chain)
-    if (e->hash == hash && e->key_len == len && !memcmp(e->bytes, key, len))
+static kl_entry_t *cache_find(kl__cache_t *cache, const void *key, size_t len,
+                              uint64_t hash) {
+  for (kl__hnode_t *n = kl__hmap_first(&cache->map, hash); n;
+       n = kl__hmap_next(n, hash)) {
+    kl_entry_t *e = KL__HMAP_ENTRY(n, kl_entry_t, node);
+    if (e->key_len == len && !memcmp(e->bytes, key, len))
       return e;
+  }
   return NULL;
 }
 
-static void kl_lru_unlink(kl__cache_t *cache, kl_entry_t *e) {
+static void lru_unlink(kl__cache_t *cache, kl_entry_t *e) {
   *(e->lru_prev ? &e->lru_prev->lru_next : &cache->lru_head) = e->lru_next;
   *(e->lru_next ? &e->lru_next->lru_prev : &cache->lru_tail) = e->lru_prev;
 }
 
-static void kl_lru_front(kl__cache_t *cache, kl_entry_t *e) {
+static void lru_front(kl__cache_t *cache, kl_entry_t *e) {
   e->lru_prev = NULL;
   e->lru_next = cache->lru_head;
   *(cache->lru_head ? &cache->lru_head->lru_prev : &cache->lru_tail) = e;
   cache->lru_head = e;
 }
 
-static void kl_remove(kl__cache_t *cache, kl_entry_t *e) {
-  kl_entry_t **link = kl_bucket(cache, e->hash);
-  while (*link != e)
-    link = &(*link)->chain;
-  *link = e->chain;
-  kl_lru_unlink(cache, e);
+static void cache_remove(kl__cache_t *cache, kl_entry_t *e) {
+  kl__hmap_unlink(&cache->map, &e->node);
+  lru_unlink(cache, e);
   *(e->seg_prev ? &e->seg_prev->seg_next : &e->seg->entries) = e->seg_next;
   if (e->seg_next)
     e->seg_next->seg_prev = e->seg_prev;
-  cache->bytes -= kl_entry_size(e);
-  cache->count--;
+  cache->bytes -= entry_size(e);
   free(e);
-}
-
-/* Doubles the table when entries outnumber buckets; on no memory the
- * chains only grow longer. */
-static void kl_grow(kl__cache_t *cache) {
-  if (cache->count < cache->cap)
-    return;
-  size_t cap = cache->cap * 2;
-  kl_entry_t **table = calloc(cap, sizeof(*table));
-  if (!table)
-    return;
-  for (size_t i = 0; i < cache->cap; i++)
-    for (kl_entry_t *e = cache->table[i], *next; e; e = next) {
-      next = e->chain;
-      e->chain = table[e->hash & (cap - 1)];
-      table[e->hash & (cap - 1)] = e;
-    }
-  free(cache->table);
-  cache->table = table;
-  cache->cap = cap;
 }
 
 /* Puts @p key's value (@p val NULL: absent) into @p seg, replacing what
  * any segment held for it, then evicts down to the bound. */
-static void kl_put(kl__cache_t *cache, kl__cache_seg_t *seg, const void *key,
-                   size_t key_len, const void *val, size_t val_len) {
-  uint64_t hash = kl_hash(key, key_len);
-  kl_entry_t *old = kl_find(cache, key, key_len, hash);
+static void cache_put(kl__cache_t *cache, kl__cache_seg_t *seg, const void *key,
+                      size_t key_len, const void *val, size_t val_len) {
+  uint64_t hash = kl__fnv1a(key, key_len);
+  kl_entry_t *old = cache_find(cache, key, key_len, hash);
   if (old)
-    kl_remove(cache, old);
+    cache_remove(cache, old);
   size_t size = sizeof(kl_entry_t) + key_len + (val ? val_len : 0);
   kl_entry_t *e = size <= cache->max_bytes ? malloc(size) : NULL;
   if (!e)
     return;
   *e = (kl_entry_t){.seg = seg,
-                    .hash = hash,
                     .key_len = key_len,
                     .val_len = val ? val_len : 0,
                     .present = val != NULL};
   memcpy(e->bytes, key, key_len);
   if (val && val_len)
     memcpy(e->bytes + key_len, val, val_len);
-  kl_entry_t **bucket = kl_bucket(cache, hash);
-  e->chain = *bucket;
-  *bucket = e;
-  kl_lru_front(cache, e);
+  kl__hmap_link(&cache->map, &e->node, hash);
+  lru_front(cache, e);
   e->seg_next = seg->entries;
   if (seg->entries)
     seg->entries->seg_prev = e;
   seg->entries = e;
   cache->bytes += size;
-  cache->count++;
   while (cache->bytes > cache->max_bytes && cache->lru_tail) {
-    kl_remove(cache, cache->lru_tail);
+    cache_remove(cache, cache->lru_tail);
     cache->evictions++;
   }
-  kl_grow(cache);
+  /* Doubles the buckets when the entries reach them; on no memory the
+   * chains only grow longer. */
+  (void)kl__hmap_reserve(&cache->map, KL_CACHE_BUCKETS_MIN);
 }
 
-static void kl_forget_key(kl__cache_t *cache, const void *key, size_t len) {
-  kl_entry_t *e = kl_find(cache, key, len, kl_hash(key, len));
+static void forget_key(kl__cache_t *cache, const void *key, size_t len) {
+  kl_entry_t *e = cache_find(cache, key, len, kl__fnv1a(key, len));
   if (e)
-    kl_remove(cache, e);
+    cache_remove(cache, e);
 }
 
-static void kl_drop(kl__cache_t *cache, kl__cache_seg_t *seg) {
+static void cache_drop(kl__cache_t *cache, kl__cache_seg_t *seg) {
   if (kl__sim_mutant == KL__MUTANT_CACHE)
     return; /* test only: common/mutant.h */
   while (seg->entries)
-    kl_remove(cache, seg->entries);
+    cache_remove(cache, seg->entries);
   seg->epoch = 0;
   seg->events++;
   cache->drops++;
@@ -207,8 +171,8 @@ static void kl_drop(kl__cache_t *cache, kl__cache_seg_t *seg) {
 
 /* ---- the batch's calls ----------------------------------------------- */
 
-static kl__cache_seg_t *kl_seg_find(kl__cache_t *cache, const char *topic,
-                                    int32_t partition) {
+static kl__cache_seg_t *seg_find(kl__cache_t *cache, const char *topic,
+                                 int32_t partition) {
   for (kl__cache_seg_t *s = cache->segs; s; s = s->next)
     if (s->partition == partition && strcmp(s->topic, topic) == 0)
       return s;
@@ -220,7 +184,7 @@ kl__cache_seg_t *kl__cache_seg(kl__cache_t *cache, const char *topic,
   if (!cache)
     return NULL;
   pthread_mutex_lock(&cache->mu);
-  kl__cache_seg_t *seg = kl_seg_find(cache, topic, partition);
+  kl__cache_seg_t *seg = seg_find(cache, topic, partition);
   if (!seg && (seg = calloc(1, sizeof(*seg)))) {
     if ((seg->topic = strdup(topic))) {
       seg->partition = partition;
@@ -251,7 +215,7 @@ void kl__cache_own(kl__cache_t *cache, kl__cache_seg_t *seg, uint64_t epoch) {
   pthread_mutex_lock(&cache->mu);
   if (seg->epoch != epoch) {
     if (seg->epoch || seg->entries)
-      kl_drop(cache, seg);
+      cache_drop(cache, seg);
     seg->epoch = epoch;
   }
   pthread_mutex_unlock(&cache->mu);
@@ -260,20 +224,17 @@ void kl__cache_own(kl__cache_t *cache, kl__cache_seg_t *seg, uint64_t epoch) {
 /* Whether the segment is what a batch of @p epoch with @p ticket sees:
  * its owner's, and no commit started, ended or was in flight since the
  * ticket, so that every entry equals the batch's snapshot. */
-static int kl_current(const kl__cache_seg_t *seg, uint64_t epoch,
-                      uint64_t ticket) {
+static int cache_current(const kl__cache_seg_t *seg, uint64_t epoch,
+                         uint64_t ticket) {
   return seg->epoch == epoch && ticket && seg->events == ticket;
 }
 
-static int kl_copy_out(const kl_entry_t *e, unsigned char **buf, size_t *cap,
-                       size_t *len) {
-  if (e->val_len > *cap) {
-    unsigned char *p = realloc(*buf, e->val_len);
-    if (!p)
-      return -1;
-    *buf = p;
-    *cap = e->val_len;
-  }
+static int copy_out(const kl_entry_t *e, unsigned char **buf, size_t *cap,
+                    size_t *len) {
+  unsigned char *p = kl__reserve(*buf, cap, e->val_len, 1, e->val_len);
+  if (!p)
+    return -1;
+  *buf = p;
   if (e->val_len)
     memcpy(*buf, e->bytes + e->key_len, e->val_len);
   *len = e->val_len;
@@ -282,11 +243,11 @@ static int kl_copy_out(const kl_entry_t *e, unsigned char **buf, size_t *cap,
 
 /* @p key's entry, when it is what a batch of @p epoch with @p ticket sees;
  * under the mutex. */
-static kl_entry_t *kl_known(kl__cache_t *cache, kl__cache_seg_t *seg,
-                            uint64_t epoch, uint64_t ticket, const void *key,
-                            size_t key_len) {
-  kl_entry_t *e = kl_find(cache, key, key_len, kl_hash(key, key_len));
-  return e && e->seg == seg && kl_current(seg, epoch, ticket) ? e : NULL;
+static kl_entry_t *cache_known(kl__cache_t *cache, kl__cache_seg_t *seg,
+                               uint64_t epoch, uint64_t ticket, const void *key,
+                               size_t key_len) {
+  kl_entry_t *e = cache_find(cache, key, key_len, kl__fnv1a(key, key_len));
+  return e && e->seg == seg && cache_current(seg, epoch, ticket) ? e : NULL;
 }
 
 kl__cache_answer_t kl__cache_get(kl__cache_t *cache, kl__cache_seg_t *seg,
@@ -298,11 +259,11 @@ kl__cache_answer_t kl__cache_get(kl__cache_t *cache, kl__cache_seg_t *seg,
     return KL__CACHE_MISS;
   kl__cache_answer_t answer = KL__CACHE_MISS;
   pthread_mutex_lock(&cache->mu);
-  kl_entry_t *e = kl_known(cache, seg, epoch, ticket, key, key_len);
-  if (e && (!e->present || !kl_copy_out(e, buf, cap, len))) {
+  kl_entry_t *e = cache_known(cache, seg, epoch, ticket, key, key_len);
+  if (e && (!e->present || !copy_out(e, buf, cap, len))) {
     answer = e->present ? KL__CACHE_HIT : KL__CACHE_ABSENT;
-    kl_lru_unlink(cache, e);
-    kl_lru_front(cache, e);
+    lru_unlink(cache, e);
+    lru_front(cache, e);
   }
   if (answer)
     cache->hits++;
@@ -317,7 +278,7 @@ int kl__cache_stored(kl__cache_t *cache, kl__cache_seg_t *seg, uint64_t epoch,
   if (!cache || !seg)
     return 0;
   pthread_mutex_lock(&cache->mu);
-  kl_entry_t *e = kl_known(cache, seg, epoch, ticket, key, key_len);
+  kl_entry_t *e = cache_known(cache, seg, epoch, ticket, key, key_len);
   int stored = e && e->present;
   pthread_mutex_unlock(&cache->mu);
   return stored;
@@ -329,8 +290,8 @@ void kl__cache_fill(kl__cache_t *cache, kl__cache_seg_t *seg, uint64_t epoch,
   if (!cache || !seg)
     return;
   pthread_mutex_lock(&cache->mu);
-  if (kl_current(seg, epoch, ticket))
-    kl_put(cache, seg, key, key_len, val, val_len);
+  if (cache_current(seg, epoch, ticket))
+    cache_put(cache, seg, key, key_len, val, val_len);
   pthread_mutex_unlock(&cache->mu);
 }
 
@@ -344,15 +305,15 @@ uint64_t kl__cache_commit_start(kl__cache_t *cache, kl__cache_seg_t *seg) {
   return start;
 }
 
-static void kl_write_through(kl__cache_t *cache, kl__cache_seg_t *seg,
-                             int alone, const kl__buf_t *data, int del_tag) {
+static void write_through(kl__cache_t *cache, kl__cache_seg_t *seg, int alone,
+                          const kl__buf_t *data, int del_tag) {
   for (size_t i = 0; i < data->count; i++) {
     const kl__buf_entry_t *w = kl__buf_at(data, i);
     if (!alone)
-      kl_forget_key(cache, kl__buf_key(w), w->key_len);
+      forget_key(cache, kl__buf_key(w), w->key_len);
     else
-      kl_put(cache, seg, kl__buf_key(w), w->key_len,
-             w->tag == del_tag ? NULL : kl__buf_val(w), w->val_len);
+      cache_put(cache, seg, kl__buf_key(w), w->key_len,
+                w->tag == del_tag ? NULL : kl__buf_val(w), w->val_len);
   }
 }
 
@@ -363,10 +324,10 @@ void kl__cache_commit_end(kl__cache_t *cache, kl__cache_seg_t *seg,
     return;
   pthread_mutex_lock(&cache->mu);
   if (!committed)
-    kl_drop(cache, seg);
+    cache_drop(cache, seg);
   else
-    kl_write_through(cache, seg, seg->events == start && seg->epoch == epoch,
-                     data, del_tag);
+    write_through(cache, seg, seg->events == start && seg->epoch == epoch, data,
+                  del_tag);
   seg->events++;
   seg->inflight--;
   pthread_mutex_unlock(&cache->mu);
@@ -376,7 +337,7 @@ void kl__cache_drop(kl__cache_t *cache, kl__cache_seg_t *seg) {
   if (!cache || !seg)
     return;
   pthread_mutex_lock(&cache->mu);
-  kl_drop(cache, seg);
+  cache_drop(cache, seg);
   pthread_mutex_unlock(&cache->mu);
 }
 
@@ -385,9 +346,9 @@ void kl__cache_drop_partition(kl__cache_t *cache, const char *topic,
   if (!cache)
     return;
   pthread_mutex_lock(&cache->mu);
-  kl__cache_seg_t *seg = kl_seg_find(cache, topic, partition);
+  kl__cache_seg_t *seg = seg_find(cache, topic, partition);
   if (seg)
-    kl_drop(cache, seg);
+    cache_drop(cache, seg);
   pthread_mutex_unlock(&cache->mu);
 }
 
@@ -398,7 +359,7 @@ void kl__cache_stats(kl__cache_t *cache, kl__cache_stats_t *stats) {
   pthread_mutex_lock(&cache->mu);
   stats->max_bytes = cache->max_bytes;
   stats->bytes = cache->bytes;
-  stats->entries = cache->count;
+  stats->entries = cache->map.count;
   stats->hits = cache->hits;
   stats->misses = cache->misses;
   stats->drops = cache->drops;

@@ -44,7 +44,7 @@ kl__emits_t *kl__txn_take_emits(kl_txn_t *txn) {
   return emits;
 }
 
-static kl_err_t kl_txn_emits(kl_txn_t *txn, kl__emits_t **out) {
+static kl_err_t txn_emits(kl_txn_t *txn, kl__emits_t **out) {
   if (!txn->emits && !(txn->emits = calloc(1, sizeof(*txn->emits))))
     return kl__err(KL_ENOMEM, "kl_txn_emit: out of memory");
   *out = txn->emits;
@@ -53,13 +53,13 @@ static kl_err_t kl_txn_emits(kl_txn_t *txn, kl__emits_t **out) {
 
 kl_err_t kl__txn_add_emits(kl_txn_t *txn, const kl__emits_t *emits) {
   kl__emits_t *to = NULL;
-  kl_err_t err = kl_txn_emits(txn, &to);
+  kl_err_t err = txn_emits(txn, &to);
   if (!err && kl__emits_join(to, emits))
     err = kl__err(KL_ENOMEM, "kl_txn_emit: out of memory");
   return err;
 }
 
-static kl_err_t kl_emit_check(const kl_txn_t *txn, const char *topic) {
+static kl_err_t emit_check(const kl_txn_t *txn, const char *topic) {
   if (!txn->src_topic)
     return kl__err(KL_EINVAL, "kl_txn_emit: the txn runs no event; emit "
                               "from a handler, whose event's place in the "
@@ -90,7 +90,7 @@ static kl_err_t kl_emit_check(const kl_txn_t *txn, const char *topic) {
 /* The source event's W3C trace context goes on with its follow-ups; a
  * malformed one (another producer's) stays behind, as kl_publish() would
  * refuse it. */
-static void kl_emit_trace(const kl_event_t *src, kl__outbox_rec_t *rec) {
+static void emit_trace(const kl_event_t *src, kl__outbox_rec_t *rec) {
   const kl_header_t *tp = src ? kl_event_header(src, KL_TRACEPARENT) : NULL;
   if (tp &&
       (tp->value_len > 255 || !kl_traceparent_valid(tp->value, tp->value_len)))
@@ -112,7 +112,7 @@ kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic, const void *key,
                      size_t payload_len) {
   if (!txn || !type)
     return kl__err(KL_EINVAL, "kl_txn_emit: txn and type are required");
-  kl_err_t err = kl_emit_check(txn, topic);
+  kl_err_t err = emit_check(txn, topic);
   if (err)
     return err;
   unsigned index =
@@ -136,7 +136,7 @@ kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic, const void *key,
                    "follow-up's id holds it, so topics whose handlers emit "
                    "may have at most %d",
                    at.topic_len, KL__EMIT_TOPIC_MAX);
-  kl_emit_trace(txn->src, &rec);
+  emit_trace(txn->src, &rec);
   /* Everything the published record carries, the source's trace context
    * included: what fits here is never refused by kl_publish() later, where
    * it would wedge the partition's outbox. */
@@ -144,7 +144,7 @@ kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic, const void *key,
       (err = kl__record_check(&rec.event, kl__envelope_size(&rec.event))))
     return kl__err(err, "kl_txn_emit: %s", kl_err_detail());
   kl__emits_t *emits = NULL;
-  if ((err = kl_txn_emits(txn, &emits)))
+  if ((err = txn_emits(txn, &emits)))
     return err;
   if (kl__emits_add(emits, &rec))
     return kl__err(KL_ENOMEM, "kl_txn_emit: out of memory");

@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/bytes.h"
 #include "common/internal.h"
 #include "common/log.h"
 #include "store/store_internal.h"
@@ -56,7 +57,7 @@
 
 /* ---- errors ---------------------------------------------------------- */
 
-static kl_err_t kl_lmdb_code(int rc, const char **fix) {
+static kl_err_t lmdb_code(int rc, const char **fix) {
   *fix = "";
   switch (rc) {
   case EACCES:
@@ -103,7 +104,7 @@ static kl_err_t kl_lmdb_code(int rc, const char **fix) {
 
 kl_err_t kl__lmdb_err(int rc, const char *what) {
   const char *fix;
-  kl_err_t code = kl_lmdb_code(rc, &fix);
+  kl_err_t code = lmdb_code(rc, &fix);
   return kl__err(code, "lmdb: %s: %s%s", what, mdb_strerror(rc), fix);
 }
 
@@ -119,8 +120,7 @@ kl_err_t kl__lmdb_write_err(int rc, const char *what, const char *dir,
 
 /* The error of a failed write transaction, with the space left to this
  * user on the store's file system when LMDB reports EIO. */
-static kl_err_t kl_lmdb_write_failed(kl__lmdb_t *lmdb, int rc,
-                                     const char *what) {
+static kl_err_t lmdb_write_failed(kl__lmdb_t *lmdb, int rc, const char *what) {
   struct statvfs vfs;
   uint64_t avail = UINT64_MAX;
   if (rc == EIO && statvfs(lmdb->dir, &vfs) == 0)
@@ -131,8 +131,8 @@ static kl_err_t kl_lmdb_write_failed(kl__lmdb_t *lmdb, int rc,
 /* ---- the remap gate -------------------------------------------------- */
 
 /* Counts a transaction of this process in; returns the map size it runs
- * with, which a failed transaction hands to kl_lmdb_remap(). */
-static size_t kl_gate_enter(kl__lmdb_t *lmdb) {
+ * with, which a failed transaction hands to lmdb_remap(). */
+static size_t gate_enter(kl__lmdb_t *lmdb) {
   pthread_mutex_lock(&lmdb->mu);
   while (lmdb->resizing)
     pthread_cond_wait(&lmdb->cv, &lmdb->mu);
@@ -142,7 +142,7 @@ static size_t kl_gate_enter(kl__lmdb_t *lmdb) {
   return map_size;
 }
 
-static void kl_gate_leave(kl__lmdb_t *lmdb) {
+static void gate_leave(kl__lmdb_t *lmdb) {
   pthread_mutex_lock(&lmdb->mu);
   if (--lmdb->active == 0 && lmdb->resizing)
     pthread_cond_broadcast(&lmdb->cv);
@@ -150,7 +150,7 @@ static void kl_gate_leave(kl__lmdb_t *lmdb) {
 }
 
 /* Waits, with mu held, until no transaction of this process is open. */
-static int kl_gate_drain(kl__lmdb_t *lmdb) {
+static int gate_drain(kl__lmdb_t *lmdb) {
   struct timespec deadline;
   clock_gettime(CLOCK_MONOTONIC, &deadline);
   deadline.tv_sec += KL_LMDB_REMAP_WAIT_MS / 1000;
@@ -165,7 +165,7 @@ static int kl_gate_drain(kl__lmdb_t *lmdb) {
   return 0;
 }
 
-static size_t kl_lmdb_current_map(kl__lmdb_t *lmdb) {
+static size_t lmdb_current_map(kl__lmdb_t *lmdb) {
   MDB_envinfo info;
   mdb_env_info(lmdb->env, &info);
   return info.me_mapsize;
@@ -174,11 +174,11 @@ static size_t kl_lmdb_current_map(kl__lmdb_t *lmdb) {
 /* With the gate drained: adopts the size another process recorded, and
  * when @p grow and that is no larger than @p seen, doubles it up to
  * store.map.max. */
-static kl_err_t kl_lmdb_resize(kl__lmdb_t *lmdb, size_t seen, int grow) {
+static kl_err_t lmdb_resize(kl__lmdb_t *lmdb, size_t seen, int grow) {
   int rc = mdb_env_set_mapsize(lmdb->env, 0);
   if (rc)
     return kl__lmdb_err(rc, "adopt the map size");
-  size_t now = kl_lmdb_current_map(lmdb);
+  size_t now = lmdb_current_map(lmdb);
   if (now > seen || !grow)
     return KL_OK;
   if (seen >= lmdb->map_max)
@@ -204,22 +204,22 @@ static kl_err_t kl_lmdb_resize(kl__lmdb_t *lmdb, size_t seen, int grow) {
  * thread holding a snapshot while it waits here (or a paused handler)
  * would otherwise deadlock the process.
  */
-static kl_err_t kl_lmdb_remap(kl__lmdb_t *lmdb, size_t seen, int grow) {
+static kl_err_t lmdb_remap(kl__lmdb_t *lmdb, size_t seen, int grow) {
   pthread_mutex_lock(&lmdb->mu);
   while (lmdb->resizing)
     pthread_cond_wait(&lmdb->cv, &lmdb->mu);
   kl_err_t err = KL_OK;
   if (lmdb->map_size == seen) {
     lmdb->resizing = 1;
-    if (kl_gate_drain(lmdb) != 0)
+    if (gate_drain(lmdb) != 0)
       err = kl__err(KL_ESTORE_BUSY,
                     "lmdb: store %s must grow its map beyond %zu bytes, but "
                     "%zu transactions of this process stayed open for %d ms "
                     "(a batch held across a pause?); retry",
                     lmdb->dir, seen, lmdb->active, KL_LMDB_REMAP_WAIT_MS);
     else
-      err = kl_lmdb_resize(lmdb, seen, grow);
-    lmdb->map_size = kl_lmdb_current_map(lmdb);
+      err = lmdb_resize(lmdb, seen, grow);
+    lmdb->map_size = lmdb_current_map(lmdb);
     lmdb->resizing = 0;
     pthread_cond_broadcast(&lmdb->cv);
   }
@@ -231,14 +231,14 @@ static kl_err_t kl_lmdb_remap(kl__lmdb_t *lmdb, size_t seen, int grow) {
 
 kl_err_t kl__lmdb_read_begin(kl__lmdb_t *lmdb, MDB_txn **snap) {
   for (int tries = 0;; tries++) {
-    size_t seen = kl_gate_enter(lmdb);
+    size_t seen = gate_enter(lmdb);
     int rc = mdb_txn_begin(lmdb->env, NULL, MDB_RDONLY, snap);
     if (rc == 0)
       return KL_OK;
-    kl_gate_leave(lmdb);
+    gate_leave(lmdb);
     if (rc != MDB_MAP_RESIZED || tries >= KL_LMDB_TRIES)
       return kl__lmdb_err(rc, "begin a read snapshot");
-    kl_err_t err = kl_lmdb_remap(lmdb, seen, 0);
+    kl_err_t err = lmdb_remap(lmdb, seen, 0);
     if (err)
       return err;
   }
@@ -248,12 +248,12 @@ void kl__lmdb_read_end(kl__lmdb_t *lmdb, MDB_txn *snap) {
   if (!snap)
     return;
   mdb_txn_abort(snap);
-  kl_gate_leave(lmdb);
+  gate_leave(lmdb);
 }
 
 /* One attempt: begin, run fn, commit or abort. */
-static int kl_lmdb_write_once(kl__lmdb_t *lmdb, kl__lmdb_write_fn *fn,
-                              void *ctx, kl_err_t *stop) {
+static int lmdb_write_once(kl__lmdb_t *lmdb, kl__lmdb_write_fn *fn, void *ctx,
+                           kl_err_t *stop) {
   MDB_txn *mtxn;
   int rc = mdb_txn_begin(lmdb->env, NULL, 0, &mtxn);
   if (rc)
@@ -270,17 +270,17 @@ kl_err_t kl__lmdb_write(kl__lmdb_t *lmdb, const char *what,
                         kl__lmdb_write_fn *fn, void *ctx) {
   for (int tries = 0;; tries++) {
     kl_err_t stop = KL_OK;
-    size_t seen = kl_gate_enter(lmdb);
-    int rc = kl_lmdb_write_once(lmdb, fn, ctx, &stop);
-    kl_gate_leave(lmdb);
+    size_t seen = gate_enter(lmdb);
+    int rc = lmdb_write_once(lmdb, fn, ctx, &stop);
+    gate_leave(lmdb);
     if (rc == 0)
       return KL_OK;
     if (rc == KL__LMDB_STOP)
       return stop;
     int remap = rc == MDB_MAP_FULL || rc == MDB_MAP_RESIZED;
     if (!remap || tries >= KL_LMDB_TRIES)
-      return kl_lmdb_write_failed(lmdb, rc, what);
-    kl_err_t err = kl_lmdb_remap(lmdb, seen, rc == MDB_MAP_FULL);
+      return lmdb_write_failed(lmdb, rc, what);
+    kl_err_t err = lmdb_remap(lmdb, seen, rc == MDB_MAP_FULL);
     if (err)
       return err;
   }
@@ -291,20 +291,16 @@ kl_err_t kl__lmdb_write(kl__lmdb_t *lmdb, const char *what,
 #define KL_PART_KEY_MAX (249 + 1 + 4)
 #define KL_PART_VAL_LEN (5 * 8)
 
-static MDB_val kl_part_key(unsigned char buf[KL_PART_KEY_MAX],
-                           const char *topic, int32_t partition) {
+static MDB_val part_key(unsigned char buf[KL_PART_KEY_MAX], const char *topic,
+                        int32_t partition) {
   size_t len = strlen(topic); /* <= 249: checked by store.c */
-  uint32_t p = (uint32_t)partition;
   memcpy(buf, topic, len + 1);
   /* Big-endian, so that the partitions of a topic sort by number. */
-  buf[len + 1] = (unsigned char)(p >> 24);
-  buf[len + 2] = (unsigned char)(p >> 16);
-  buf[len + 3] = (unsigned char)(p >> 8);
-  buf[len + 4] = (unsigned char)p;
+  kl__put_be32(buf + len + 1, (uint32_t)partition);
   return (MDB_val){len + 5, buf};
 }
 
-static int kl_part_decode(const MDB_val *val, kl_partition_state_t *state) {
+static int part_decode(const MDB_val *val, kl_partition_state_t *state) {
   uint64_t v[5];
   if (val->mv_size != KL_PART_VAL_LEN)
     return MDB_CORRUPTED;
@@ -314,24 +310,24 @@ static int kl_part_decode(const MDB_val *val, kl_partition_state_t *state) {
   state->applied = v[2];
   state->duplicates = v[3];
   state->dead_letters = v[4];
-  state->beats = 0; /* kept apart: kl_beats_get() */
+  state->beats = 0; /* kept apart: beats_get() */
   return 0;
 }
 
 int kl__lmdb_part_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
                       int32_t partition, kl_partition_state_t *state) {
   unsigned char buf[KL_PART_KEY_MAX];
-  MDB_val key = kl_part_key(buf, topic, partition), val;
+  MDB_val key = part_key(buf, topic, partition), val;
   memset(state, 0, sizeof(*state));
   int rc = mdb_get(mtxn, lmdb->parts, &key, &val);
   if (rc == MDB_NOTFOUND)
     return 0;
-  return rc ? rc : kl_part_decode(&val, state);
+  return rc ? rc : part_decode(&val, state);
 }
 
 /* Adds the partition's beats (kept apart: see store_lmdb.h) to @p state. */
-static int kl_beats_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const MDB_val *key,
-                        kl_partition_state_t *state) {
+static int beats_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const MDB_val *key,
+                     kl_partition_state_t *state) {
   MDB_val val;
   int rc = mdb_get(mtxn, lmdb->beats, (MDB_val *)key, &val);
   if (rc == MDB_NOTFOUND)
@@ -348,7 +344,7 @@ int kl__lmdb_part_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
   unsigned char buf[KL_PART_KEY_MAX];
   uint64_t v[5] = {state->epoch, (uint64_t)state->watermark, state->applied,
                    state->duplicates, state->dead_letters};
-  MDB_val key = kl_part_key(buf, topic, partition);
+  MDB_val key = part_key(buf, topic, partition);
   MDB_val val = {sizeof(v), v};
   /* Every topic with a partition has a number, which scopes its ids. */
   uint32_t topic_no;
@@ -364,8 +360,8 @@ typedef struct kl_acquire_ctx {
   int reset; /* kl__store_reset(): watermark 0, and only a known partition */
 } kl_acquire_ctx_t;
 
-static int kl_acquire_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
-                         kl_err_t *stop) {
+static int acquire_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
+                      kl_err_t *stop) {
   kl_acquire_ctx_t *ctx = opaque;
   int rc =
       kl__lmdb_part_get(lmdb, mtxn, ctx->topic, ctx->partition, ctx->state);
@@ -379,13 +375,13 @@ static int kl_acquire_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   return kl__lmdb_part_put(lmdb, mtxn, ctx->topic, ctx->partition, ctx->state);
 }
 
-static kl_err_t kl_lmdb_take(kl_store_t *store, const char *topic,
-                             int32_t partition, uint64_t floor,
-                             kl_partition_state_t *state, int reset) {
+static kl_err_t lmdb_take(kl_store_t *store, const char *topic,
+                          int32_t partition, uint64_t floor,
+                          kl_partition_state_t *state, int reset) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   kl_acquire_ctx_t ctx = {topic, partition, floor, state, reset};
   kl_err_t err =
-      kl__lmdb_write(lmdb, reset ? "reset" : "acquire", kl_acquire_fn, &ctx);
+      kl__lmdb_write(lmdb, reset ? "reset" : "acquire", acquire_fn, &ctx);
   if (err)
     return err;
   /* Without fsync, an OS crash could hand this epoch out again. */
@@ -393,15 +389,15 @@ static kl_err_t kl_lmdb_take(kl_store_t *store, const char *topic,
   return rc ? kl__lmdb_err(rc, "sync the acquired epoch") : KL_OK;
 }
 
-static kl_err_t kl_lmdb_acquire(kl_store_t *store, const char *topic,
-                                int32_t partition, uint64_t floor,
-                                kl_partition_state_t *state) {
-  return kl_lmdb_take(store, topic, partition, floor, state, 0);
+static kl_err_t lmdb_acquire(kl_store_t *store, const char *topic,
+                             int32_t partition, uint64_t floor,
+                             kl_partition_state_t *state) {
+  return lmdb_take(store, topic, partition, floor, state, 0);
 }
 
-static kl_err_t kl_lmdb_reset(kl_store_t *store, const char *topic,
-                              int32_t partition, kl_partition_state_t *state) {
-  return kl_lmdb_take(store, topic, partition, 0, state, 1);
+static kl_err_t lmdb_reset(kl_store_t *store, const char *topic,
+                           int32_t partition, kl_partition_state_t *state) {
+  return lmdb_take(store, topic, partition, 0, state, 1);
 }
 
 typedef struct kl_beat_ctx {
@@ -411,41 +407,41 @@ typedef struct kl_beat_ctx {
 } kl_beat_ctx_t;
 
 /* One partition's beat in @p mtxn: nothing when a newer owner holds it. */
-static int kl_beat_one(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
-                       kl__beat_t *beat) {
+static int beat_one(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
+                    kl__beat_t *beat) {
   kl_partition_state_t state;
   unsigned char buf[KL_PART_KEY_MAX];
-  MDB_val key = kl_part_key(buf, topic, beat->partition);
+  MDB_val key = part_key(buf, topic, beat->partition);
   int rc = kl__lmdb_part_get(lmdb, mtxn, topic, beat->partition, &state);
   beat->err = !rc && state.epoch != beat->epoch ? KL_EFENCED : KL_OK;
-  if (rc || beat->err || (rc = kl_beats_get(lmdb, mtxn, &key, &state)))
+  if (rc || beat->err || (rc = beats_get(lmdb, mtxn, &key, &state)))
     return rc;
   state.beats++;
   MDB_val val = {sizeof(state.beats), &state.beats};
   return mdb_put(mtxn, lmdb->beats, &key, &val, 0);
 }
 
-static int kl_beat_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
-                      kl_err_t *stop) {
+static int beat_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
+                   kl_err_t *stop) {
   (void)stop;
   kl_beat_ctx_t *ctx = opaque;
   int rc = 0;
   for (size_t i = 0; !rc && i < ctx->n; i++)
-    rc = kl_beat_one(lmdb, mtxn, ctx->topic, &ctx->beats[i]);
+    rc = beat_one(lmdb, mtxn, ctx->topic, &ctx->beats[i]);
   return rc;
 }
 
-static kl_err_t kl_lmdb_beat(kl_store_t *store, const char *topic,
-                             kl__beat_t *beats, size_t n) {
+static kl_err_t lmdb_beat(kl_store_t *store, const char *topic,
+                          kl__beat_t *beats, size_t n) {
   kl_beat_ctx_t ctx = {topic, beats, n};
-  return kl__lmdb_write((kl__lmdb_t *)store, "beat", kl_beat_fn, &ctx);
+  return kl__lmdb_write((kl__lmdb_t *)store, "beat", beat_fn, &ctx);
 }
 
 int kl__lmdb_last_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
                       int32_t partition, int64_t watermark, const void *ident,
                       size_t len) {
   unsigned char buf[KL_PART_KEY_MAX], val[sizeof(int64_t) + KL__SID_MAX];
-  MDB_val key = kl_part_key(buf, topic, partition);
+  MDB_val key = part_key(buf, topic, partition);
   memcpy(val, &watermark, sizeof(watermark));
   memcpy(val + sizeof(watermark), ident, len);
   MDB_val v = {sizeof(watermark) + len, val};
@@ -461,7 +457,7 @@ static kl_err_t lmdb_last(kl_store_t *store, const char *topic,
   if (err)
     return err;
   unsigned char buf[KL_PART_KEY_MAX];
-  MDB_val key = kl_part_key(buf, topic, partition), val;
+  MDB_val key = part_key(buf, topic, partition), val;
   int rc = mdb_get(snap, lmdb->lasts, &key, &val);
   if (rc == 0 && (val.mv_size <= sizeof(*watermark) ||
                   val.mv_size - sizeof(*watermark) > KL__SID_MAX))
@@ -477,41 +473,38 @@ static kl_err_t lmdb_last(kl_store_t *store, const char *topic,
                                   : KL_OK;
 }
 
-static kl_err_t kl_lmdb_partition(kl_store_t *store, const char *topic,
-                                  int32_t partition,
-                                  kl_partition_state_t *state) {
+static kl_err_t lmdb_partition(kl_store_t *store, const char *topic,
+                               int32_t partition, kl_partition_state_t *state) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   MDB_txn *snap;
   kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
   if (err)
     return err;
   unsigned char buf[KL_PART_KEY_MAX];
-  MDB_val key = kl_part_key(buf, topic, partition);
+  MDB_val key = part_key(buf, topic, partition);
   int rc = kl__lmdb_part_get(lmdb, snap, topic, partition, state);
   if (!rc)
-    rc = kl_beats_get(lmdb, snap, &key, state);
+    rc = beats_get(lmdb, snap, &key, state);
   kl__lmdb_read_end(lmdb, snap);
   return rc ? kl__lmdb_err(rc, "read a partition") : KL_OK;
 }
 
 /* ---- scans ----------------------------------------------------------- */
 
-static int kl_scan_parts(kl__lmdb_t *lmdb, MDB_cursor *cur,
-                         kl_store_partition_cb_t *cb, void *opaque) {
+static int scan_parts(kl__lmdb_t *lmdb, MDB_cursor *cur,
+                      kl_store_partition_cb_t *cb, void *opaque) {
   MDB_val key, val;
   int rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST);
   for (; rc == 0; rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
     const unsigned char *k = key.mv_data;
     kl_partition_state_t state;
     if (key.mv_size < 6 || k[key.mv_size - 5] != '\0' ||
-        kl_part_decode(&val, &state))
+        part_decode(&val, &state))
       return MDB_CORRUPTED;
-    if ((rc = kl_beats_get(lmdb, mdb_cursor_txn(cur), &key, &state)))
+    if ((rc = beats_get(lmdb, mdb_cursor_txn(cur), &key, &state)))
       return rc;
     size_t tlen = key.mv_size - 5;
-    int32_t partition =
-        (int32_t)((uint32_t)k[tlen + 1] << 24 | (uint32_t)k[tlen + 2] << 16 |
-                  (uint32_t)k[tlen + 3] << 8 | k[tlen + 4]);
+    int32_t partition = (int32_t)kl__get_be32(k + tlen + 1);
     /* The key holds the topic's NUL, so it is a C string in place. */
     if (cb(opaque, (const char *)k, partition, &state))
       return 0;
@@ -519,8 +512,8 @@ static int kl_scan_parts(kl__lmdb_t *lmdb, MDB_cursor *cur,
   return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-static int kl_scan_data(MDB_cursor *cur, const void *prefix, size_t plen,
-                        kl_store_scan_cb_t *cb, void *opaque) {
+static int scan_data(MDB_cursor *cur, const void *prefix, size_t plen,
+                     kl_store_scan_cb_t *cb, void *opaque) {
   MDB_val key = {plen, (void *)prefix}, val;
   int rc = mdb_cursor_get(cur, &key, &val, plen ? MDB_SET_RANGE : MDB_FIRST);
   for (; rc == 0; rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
@@ -542,8 +535,8 @@ typedef struct kl_scan_ctx {
 } kl_scan_ctx_t;
 
 /* Runs one scan from one read snapshot. */
-static kl_err_t kl_lmdb_cursor_scan(kl__lmdb_t *lmdb, const char *what,
-                                    const kl_scan_ctx_t *ctx) {
+static kl_err_t lmdb_cursor_scan(kl__lmdb_t *lmdb, const char *what,
+                                 const kl_scan_ctx_t *ctx) {
   MDB_txn *snap;
   MDB_cursor *cur;
   kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
@@ -551,32 +544,32 @@ static kl_err_t kl_lmdb_cursor_scan(kl__lmdb_t *lmdb, const char *what,
     return err;
   int rc = mdb_cursor_open(snap, ctx->dbi, &cur);
   if (rc == 0) {
-    rc = ctx->scan_cb ? kl_scan_data(cur, ctx->prefix, ctx->prefix_len,
-                                     ctx->scan_cb, ctx->opaque)
-                      : kl_scan_parts(lmdb, cur, ctx->part_cb, ctx->opaque);
+    rc = ctx->scan_cb ? scan_data(cur, ctx->prefix, ctx->prefix_len,
+                                  ctx->scan_cb, ctx->opaque)
+                      : scan_parts(lmdb, cur, ctx->part_cb, ctx->opaque);
     mdb_cursor_close(cur);
   }
   kl__lmdb_read_end(lmdb, snap);
   return rc ? kl__lmdb_err(rc, what) : KL_OK;
 }
 
-static kl_err_t kl_lmdb_scan(kl_store_t *store, const void *prefix,
-                             size_t prefix_len, kl_store_scan_cb_t *cb,
-                             void *opaque) {
+static kl_err_t lmdb_scan(kl_store_t *store, const void *prefix,
+                          size_t prefix_len, kl_store_scan_cb_t *cb,
+                          void *opaque) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   kl_scan_ctx_t ctx = {lmdb->data, prefix, prefix_len, cb, NULL, opaque};
-  return kl_lmdb_cursor_scan(lmdb, "scan", &ctx);
+  return lmdb_cursor_scan(lmdb, "scan", &ctx);
 }
 
-static kl_err_t kl_lmdb_foreach_partition(kl_store_t *store,
-                                          kl_store_partition_cb_t *cb,
-                                          void *opaque) {
+static kl_err_t lmdb_foreach_partition(kl_store_t *store,
+                                       kl_store_partition_cb_t *cb,
+                                       void *opaque) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   kl_scan_ctx_t ctx = {lmdb->parts, NULL, 0, NULL, cb, opaque};
-  return kl_lmdb_cursor_scan(lmdb, "list partitions", &ctx);
+  return lmdb_cursor_scan(lmdb, "list partitions", &ctx);
 }
 
-static kl_err_t kl_lmdb_stat(kl__lmdb_t *lmdb, MDB_dbi dbi, MDB_stat *st) {
+static kl_err_t lmdb_stat(kl__lmdb_t *lmdb, MDB_dbi dbi, MDB_stat *st) {
   MDB_txn *snap;
   kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
   if (err)
@@ -586,15 +579,15 @@ static kl_err_t kl_lmdb_stat(kl__lmdb_t *lmdb, MDB_dbi dbi, MDB_stat *st) {
   return rc ? kl__lmdb_err(rc, "stat") : KL_OK;
 }
 
-static kl_err_t kl_lmdb_id_count(kl_store_t *store, uint64_t *count) {
+static kl_err_t lmdb_id_count(kl_store_t *store, uint64_t *count) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   MDB_stat st;
-  kl_err_t err = kl_lmdb_stat(lmdb, lmdb->ids, &st);
+  kl_err_t err = lmdb_stat(lmdb, lmdb->ids, &st);
   *count = err ? 0 : st.ms_entries;
   return err;
 }
 
-static uint64_t kl_stat_pages(const MDB_stat *st) {
+static uint64_t stat_pages(const MDB_stat *st) {
   return st->ms_branch_pages + st->ms_leaf_pages + st->ms_overflow_pages;
 }
 
@@ -604,9 +597,9 @@ kl_err_t kl__store_lmdb_usage(kl_store_t *store, kl__store_usage_t *usage) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   MDB_stat ids, data, env;
   MDB_envinfo info;
-  kl_err_t err = kl_lmdb_stat(lmdb, lmdb->ids, &ids);
+  kl_err_t err = lmdb_stat(lmdb, lmdb->ids, &ids);
   if (!err)
-    err = kl_lmdb_stat(lmdb, lmdb->data, &data);
+    err = lmdb_stat(lmdb, lmdb->data, &data);
   if (err)
     return err;
   mdb_env_stat(lmdb->env, &env);
@@ -615,15 +608,10 @@ kl_err_t kl__store_lmdb_usage(kl_store_t *store, kl__store_usage_t *usage) {
   usage->file_pages = info.me_last_pgno + 1;
   usage->page_size = env.ms_psize;
   usage->ids = ids.ms_entries;
-  usage->ids_pages = kl_stat_pages(&ids);
-  usage->data_pages = kl_stat_pages(&data);
+  usage->ids_pages = stat_pages(&ids);
+  usage->data_pages = stat_pages(&data);
   usage->txns = (uint64_t)info.me_last_txnid;
   return KL_OK;
-}
-
-static uint32_t kl_be32(const unsigned char *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
-         p[3];
 }
 
 /* ---- idempotency keys: store_lmdb_ids.c ------------------------------ */
@@ -635,8 +623,8 @@ typedef struct kl_topic_names {
   size_t count;
 } kl_topic_names_t;
 
-static int kl_topic_names_load(kl__lmdb_t *lmdb, MDB_txn *snap,
-                               kl_topic_names_t *t) {
+static int topic_names_load(kl__lmdb_t *lmdb, MDB_txn *snap,
+                            kl_topic_names_t *t) {
   MDB_stat st;
   MDB_cursor *cur;
   MDB_val key, val;
@@ -647,7 +635,7 @@ static int kl_topic_names_load(kl__lmdb_t *lmdb, MDB_txn *snap,
   t->names = calloc(t->count ? t->count : 1, sizeof(*t->names));
   rc = t->names ? mdb_cursor_get(cur, &key, &val, MDB_FIRST) : ENOMEM;
   for (; rc == 0; rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-    uint32_t no = val.mv_size == 4 ? kl_be32(val.mv_data) : 0;
+    uint32_t no = val.mv_size == 4 ? kl__get_be32(val.mv_data) : 0;
     const char *name = key.mv_data; /* stored with its NUL */
     if (no == 0 || no > t->count || name[key.mv_size - 1] != '\0') {
       rc = MDB_CORRUPTED;
@@ -659,8 +647,8 @@ static int kl_topic_names_load(kl__lmdb_t *lmdb, MDB_txn *snap,
   return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-static int kl_ids_walk_cursor(MDB_cursor *cur, const kl_topic_names_t *t,
-                              kl__store_sid_cb_t *cb, void *opaque) {
+static int ids_walk_cursor(MDB_cursor *cur, const kl_topic_names_t *t,
+                           kl__store_sid_cb_t *cb, void *opaque) {
   MDB_val key, val;
   int rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST);
   for (; rc == 0; rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
@@ -679,8 +667,8 @@ static int kl_ids_walk_cursor(MDB_cursor *cur, const kl_topic_names_t *t,
   return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-static kl_err_t kl_lmdb_ids_walk(kl_store_t *store, kl__store_sid_cb_t *cb,
-                                 void *opaque) {
+static kl_err_t lmdb_ids_walk(kl_store_t *store, kl__store_sid_cb_t *cb,
+                              void *opaque) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   MDB_txn *snap;
   MDB_cursor *cur;
@@ -688,9 +676,9 @@ static kl_err_t kl_lmdb_ids_walk(kl_store_t *store, kl__store_sid_cb_t *cb,
   kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
   if (err)
     return err;
-  int rc = kl_topic_names_load(lmdb, snap, &names);
+  int rc = topic_names_load(lmdb, snap, &names);
   if (rc == 0 && (rc = mdb_cursor_open(snap, lmdb->ids, &cur)) == 0) {
-    rc = kl_ids_walk_cursor(cur, &names, cb, opaque);
+    rc = ids_walk_cursor(cur, &names, cb, opaque);
     mdb_cursor_close(cur);
   }
   free(names.names);
@@ -707,7 +695,7 @@ int kl__lmdb_topic_no(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
   if (rc == 0) {
     if (val.mv_size != 4)
       return MDB_CORRUPTED;
-    *topic_no = kl_be32(val.mv_data);
+    *topic_no = kl__get_be32(val.mv_data);
     return 0;
   }
   if (rc != MDB_NOTFOUND || !create)
@@ -717,7 +705,7 @@ int kl__lmdb_topic_no(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
     return rc;
   uint32_t no = (uint32_t)st.ms_entries + 1;
   unsigned char be[4];
-  kl__lmdb_put_be32(be, no);
+  kl__put_be32(be, no);
   val = (MDB_val){sizeof(be), be};
   if ((rc = mdb_put(mtxn, lmdb->topics, &key, &val, MDB_NOOVERWRITE)))
     return rc;
@@ -757,9 +745,8 @@ typedef struct kl_sweep_ctx {
 
 /* Positions @p cur on the first key after the sweep's start (the cursor
  * this process remembers, else meta's), or on the first key. */
-static int kl_sweep_start(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
-                          const kl_sweep_ctx_t *ctx, MDB_val *key,
-                          MDB_val *val) {
+static int sweep_start(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
+                       const kl_sweep_ctx_t *ctx, MDB_val *key, MDB_val *val) {
   MDB_val ck = {sizeof(KL_SWEEP_CURSOR) - 1, KL_SWEEP_CURSOR}, saved;
   int rc = 0;
   if (ctx->from_len)
@@ -778,10 +765,10 @@ static int kl_sweep_start(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
   return rc == MDB_NOTFOUND ? mdb_cursor_get(cur, key, val, MDB_FIRST) : rc;
 }
 
-static int kl_sweep_walk(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
-                         kl_sweep_ctx_t *ctx, size_t budget) {
+static int sweep_walk(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
+                      kl_sweep_ctx_t *ctx, size_t budget) {
   MDB_val key, val;
-  int rc = kl_sweep_start(lmdb, mtxn, cur, ctx, &key, &val);
+  int rc = sweep_start(lmdb, mtxn, cur, ctx, &key, &val);
   /* budget <= entries, so no key is visited twice in one sweep. */
   for (size_t visited = 0; rc == 0 && visited < budget; visited++) {
     int64_t t;
@@ -804,8 +791,8 @@ static int kl_sweep_walk(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
   return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-static int kl_sweep_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
-                       kl_err_t *stop) {
+static int sweep_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
+                    kl_err_t *stop) {
   (void)stop;
   kl_sweep_ctx_t *ctx = opaque;
   MDB_stat st;
@@ -818,7 +805,7 @@ static int kl_sweep_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   size_t budget = st.ms_entries < ctx->max ? st.ms_entries : ctx->max;
   if ((rc = mdb_cursor_open(mtxn, lmdb->ids, &cur)) != 0)
     return rc;
-  rc = kl_sweep_walk(lmdb, mtxn, cur, ctx, budget);
+  rc = sweep_walk(lmdb, mtxn, cur, ctx, budget);
   mdb_cursor_close(cur);
   if (rc || ctx->last_len == 0 || ctx->dry)
     return rc;
@@ -829,20 +816,20 @@ static int kl_sweep_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
 
 /* The walk in a read snapshot: @returns KL_OK with ctx->removed the keys
  * that have expired, and ctx->last where it stopped. */
-static kl_err_t kl_sweep_dry(kl__lmdb_t *lmdb, kl_sweep_ctx_t *ctx) {
+static kl_err_t sweep_dry(kl__lmdb_t *lmdb, kl_sweep_ctx_t *ctx) {
   MDB_txn *snap;
   kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
   if (err)
     return err;
   ctx->dry = 1;
-  int rc = kl_sweep_fn(lmdb, snap, ctx, NULL);
+  int rc = sweep_fn(lmdb, snap, ctx, NULL);
   ctx->dry = 0;
   kl__lmdb_read_end(lmdb, snap);
   return rc ? kl__lmdb_err(rc, "sweep expired idempotency keys") : KL_OK;
 }
 
 /* The position this process's last sweep stopped at, in or out. */
-static void kl_sweep_at(kl__lmdb_t *lmdb, kl_sweep_ctx_t *ctx, int save) {
+static void lmdb_sweep_at(kl__lmdb_t *lmdb, kl_sweep_ctx_t *ctx, int save) {
   pthread_mutex_lock(&lmdb->mu);
   if (save) {
     memcpy(lmdb->sweep_at, ctx->last, ctx->last_len);
@@ -854,7 +841,7 @@ static void kl_sweep_at(kl__lmdb_t *lmdb, kl_sweep_ctx_t *ctx, int save) {
   pthread_mutex_unlock(&lmdb->mu);
 }
 
-static kl_err_t kl_lmdb_sweep(kl_store_t *store, size_t max, size_t *removed) {
+static kl_err_t lmdb_sweep(kl_store_t *store, size_t max, size_t *removed) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   *removed = 0;
   if (max == 0)
@@ -865,14 +852,14 @@ static kl_err_t kl_lmdb_sweep(kl_store_t *store, size_t max, size_t *removed) {
     KL_LOG_W(KL_COMP, "store %s: freed %d read slots of dead processes",
              lmdb->dir, dead);
   kl_sweep_ctx_t ctx = {.max = max, .now_ms = kl__store_now_ms()};
-  kl_sweep_at(lmdb, &ctx, 0);
-  kl_err_t err = kl_sweep_dry(lmdb, &ctx);
+  lmdb_sweep_at(lmdb, &ctx, 0);
+  kl_err_t err = sweep_dry(lmdb, &ctx);
   if (!err && ctx.removed)
-    err = kl__lmdb_write(lmdb, "sweep", kl_sweep_fn, &ctx);
+    err = kl__lmdb_write(lmdb, "sweep", sweep_fn, &ctx);
   if (err)
     return err;
   if (ctx.last_len)
-    kl_sweep_at(lmdb, &ctx, 1);
+    lmdb_sweep_at(lmdb, &ctx, 1);
   *removed = ctx.removed;
   return KL_OK;
 }
@@ -892,17 +879,17 @@ typedef struct kl_open_entry {
 static pthread_mutex_t kl_open_mu = PTHREAD_MUTEX_INITIALIZER;
 static kl_open_entry_t *kl_open_list;
 
-static kl_open_entry_t **kl_open_find(dev_t dev, ino_t ino, pid_t pid) {
+static kl_open_entry_t **open_find(dev_t dev, ino_t ino, pid_t pid) {
   kl_open_entry_t **p = &kl_open_list;
   while (*p && !((*p)->dev == dev && (*p)->ino == ino && (*p)->pid == pid))
     p = &(*p)->next;
   return p;
 }
 
-static kl_err_t kl_open_register(kl__lmdb_t *lmdb) {
+static kl_err_t open_register(kl__lmdb_t *lmdb) {
   kl_err_t err = KL_OK;
   pthread_mutex_lock(&kl_open_mu);
-  kl_open_entry_t **p = kl_open_find(lmdb->dev, lmdb->ino, getpid());
+  kl_open_entry_t **p = open_find(lmdb->dev, lmdb->ino, getpid());
   kl_open_entry_t *entry = *p ? NULL : malloc(sizeof(*entry));
   if (*p)
     err = kl__err(KL_EINVAL,
@@ -919,9 +906,9 @@ static kl_err_t kl_open_register(kl__lmdb_t *lmdb) {
   return err;
 }
 
-static void kl_open_unregister(kl__lmdb_t *lmdb) {
+static void open_unregister(kl__lmdb_t *lmdb) {
   pthread_mutex_lock(&kl_open_mu);
-  kl_open_entry_t **p = kl_open_find(lmdb->dev, lmdb->ino, getpid());
+  kl_open_entry_t **p = open_find(lmdb->dev, lmdb->ino, getpid());
   if (*p) {
     kl_open_entry_t *entry = *p;
     *p = entry->next;
@@ -930,7 +917,7 @@ static void kl_open_unregister(kl__lmdb_t *lmdb) {
   pthread_mutex_unlock(&kl_open_mu);
 }
 
-static void kl_lmdb_destroy(kl_store_t *store) {
+static void lmdb_destroy(kl_store_t *store) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   if (lmdb->active)
     KL_LOG_E(KL_COMP,
@@ -940,22 +927,22 @@ static void kl_lmdb_destroy(kl_store_t *store) {
   if (lmdb->env)
     mdb_env_close(lmdb->env);
   if (lmdb->registered)
-    kl_open_unregister(lmdb);
+    open_unregister(lmdb);
   pthread_cond_destroy(&lmdb->cv);
   pthread_mutex_destroy(&lmdb->mu);
   free(lmdb->dir);
   free(lmdb);
 }
 
-static kl_err_t kl_lmdb_version(kl_store_t *store, int *version, int *latest);
+static kl_err_t lmdb_version(kl_store_t *store, int *version, int *latest);
 
 static const kl__store_ops_t kl_lmdb_ops = {
     .name = "lmdb",
-    .destroy = kl_lmdb_destroy,
-    .acquire = kl_lmdb_acquire,
-    .partition = kl_lmdb_partition,
-    .reset = kl_lmdb_reset,
-    .beat = kl_lmdb_beat,
+    .destroy = lmdb_destroy,
+    .acquire = lmdb_acquire,
+    .partition = lmdb_partition,
+    .reset = lmdb_reset,
+    .beat = lmdb_beat,
     .begin = kl__lmdb_begin,
     .commit = kl__lmdb_commit,
     .commit_many = kl__lmdb_commit_many,
@@ -966,19 +953,19 @@ static const kl__store_ops_t kl_lmdb_ops = {
     .seen = kl__lmdb_seen,
     .mark = kl__lmdb_mark,
     .count_duplicate = kl__lmdb_count_duplicate,
-    .sweep = kl_lmdb_sweep,
-    .scan = kl_lmdb_scan,
-    .foreach_partition = kl_lmdb_foreach_partition,
-    .id_count = kl_lmdb_id_count,
-    .ids_walk = kl_lmdb_ids_walk,
-    .version = kl_lmdb_version,
+    .sweep = lmdb_sweep,
+    .scan = lmdb_scan,
+    .foreach_partition = lmdb_foreach_partition,
+    .id_count = lmdb_id_count,
+    .ids_walk = lmdb_ids_walk,
+    .version = lmdb_version,
     .outbox_list = kl__lmdb_outbox_list,
     .outbox_del = kl__lmdb_outbox_del,
     .last = lmdb_last,
 };
 
 /* The databases of this format, created when missing. */
-static int kl_open_dbs(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
+static int open_dbs(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
   int rc;
   if ((rc = mdb_dbi_open(mtxn, "parts", MDB_CREATE, &lmdb->parts)) ||
       (rc = mdb_dbi_open(mtxn, "beats", MDB_CREATE, &lmdb->beats)) ||
@@ -993,7 +980,7 @@ static int kl_open_dbs(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
 
 /* Numbers every topic of "parts": the topics a format-1 store's ids may
  * belong to. */
-static int kl_number_topics(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
+static int number_topics(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
   MDB_cursor *cur;
   MDB_val key, val;
   uint32_t no;
@@ -1014,7 +1001,7 @@ static int kl_number_topics(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
   return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-static kl_err_t kl_format_refused(kl__lmdb_t *lmdb, uint32_t found) {
+static kl_err_t format_refused(kl__lmdb_t *lmdb, uint32_t found) {
   return kl__err(
       KL_ESTORE_VERSION,
       "store %s has format version %" PRIu32 ", this build "
@@ -1027,7 +1014,7 @@ static kl_err_t kl_format_refused(kl__lmdb_t *lmdb, uint32_t found) {
 /* Formats 1 and 2 kept ids unscoped by entity key. An upgraded store
  * records when (store clock) in meta, so that lookups also ask for an id
  * unscoped until those ids have expired (kl__store_legacy_ids()). */
-static int kl_mark_legacy_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn, uint32_t found) {
+static int mark_legacy_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn, uint32_t found) {
   MDB_stat st;
   int rc = mdb_stat(mtxn, lmdb->ids, &st);
   if (rc || (found == 2 && st.ms_entries == 0))
@@ -1041,9 +1028,9 @@ static int kl_mark_legacy_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn, uint32_t found) {
 /* Checks the format record, writing this build's in a new store. Formats
  * 1 and 2 get it too: format 1's topics are numbered (its ids then move by
  * kl__lmdb_migrate_ids()), the ids both kept are marked as unscoped
- * (kl_mark_legacy_ids()), and an older keylane refuses the store from now
+ * (mark_legacy_ids()), and an older keylane refuses the store from now
  * on. */
-static int kl_format_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, kl_err_t *stop) {
+static int format_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, kl_err_t *stop) {
   MDB_val key = {sizeof(KL__LMDB_FORMAT_KEY) - 1, KL__LMDB_FORMAT_KEY}, val;
   uint32_t format = KL__LMDB_FORMAT, found = 0;
   int rc = mdb_get(mtxn, lmdb->meta, &key, &val);
@@ -1054,19 +1041,19 @@ static int kl_format_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, kl_err_t *stop) {
   if (rc == 0 && found == KL__LMDB_FORMAT)
     return 0;
   if (rc == 0 && found != 1 && found != 2) {
-    *stop = kl_format_refused(lmdb, found);
+    *stop = format_refused(lmdb, found);
     return KL__LMDB_STOP;
   }
-  if (rc == 0 && found == 1 && (rc = kl_number_topics(lmdb, mtxn)))
+  if (rc == 0 && found == 1 && (rc = number_topics(lmdb, mtxn)))
     return rc;
-  if (rc == 0 && (rc = kl_mark_legacy_ids(lmdb, mtxn, found)))
+  if (rc == 0 && (rc = mark_legacy_ids(lmdb, mtxn, found)))
     return rc;
   val = (MDB_val){sizeof(format), &format};
   return mdb_put(mtxn, lmdb->meta, &key, &val, 0);
 }
 
-/* Sets the store's legacy window from meta (kl_mark_legacy_ids()). */
-static int kl_legacy_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
+/* Sets the store's legacy window from meta (mark_legacy_ids()). */
+static int legacy_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
   MDB_val key = {sizeof(KL__LMDB_LEGACY_IDS_KEY) - 1, KL__LMDB_LEGACY_IDS_KEY};
   MDB_val val;
   int64_t at;
@@ -1083,8 +1070,8 @@ static int kl_legacy_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
 }
 
 /* Checks the format, creating the databases of a new store. */
-static int kl_init_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
-                      kl_err_t *stop) {
+static int init_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
+                   kl_err_t *stop) {
   MDB_dbi main;
   MDB_stat st;
   (void)opaque;
@@ -1104,13 +1091,12 @@ static int kl_init_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
     }
     rc = mdb_dbi_open(mtxn, KL__LMDB_META_DB, MDB_CREATE, &lmdb->meta);
   }
-  if (rc || (rc = kl_open_dbs(lmdb, mtxn)) ||
-      (rc = kl_format_fn(lmdb, mtxn, stop)))
+  if (rc || (rc = open_dbs(lmdb, mtxn)) || (rc = format_fn(lmdb, mtxn, stop)))
     return rc;
-  return kl_legacy_fn(lmdb, mtxn);
+  return legacy_fn(lmdb, mtxn);
 }
 
-static kl_err_t kl_lmdb_version(kl_store_t *store, int *version, int *latest) {
+static kl_err_t lmdb_version(kl_store_t *store, int *version, int *latest) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   MDB_val key = {sizeof(KL__LMDB_FORMAT_KEY) - 1, KL__LMDB_FORMAT_KEY}, val;
   MDB_txn *snap;
@@ -1127,7 +1113,7 @@ static kl_err_t kl_lmdb_version(kl_store_t *store, int *version, int *latest) {
   return rc ? kl__lmdb_err(rc, "read the format version") : KL_OK;
 }
 
-static size_t kl_round_pages(int64_t bytes) {
+static size_t round_pages(int64_t bytes) {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   uint64_t b = (uint64_t)bytes;
   if (b > SIZE_MAX - page)
@@ -1135,8 +1121,8 @@ static size_t kl_round_pages(int64_t bytes) {
   return ((size_t)b + page - 1) / page * page;
 }
 
-static kl_err_t kl_lmdb_settings(kl__lmdb_t *lmdb, const kl_conf_t *conf,
-                                 size_t *map_size, unsigned *flags) {
+static kl_err_t lmdb_settings(kl__lmdb_t *lmdb, const kl_conf_t *conf,
+                              size_t *map_size, unsigned *flags) {
   const char *durability = kl_conf_get(conf, "store.durability");
   *flags = MDB_NOTLS;
   if (strcmp(durability, "meta") == 0)
@@ -1144,8 +1130,8 @@ static kl_err_t kl_lmdb_settings(kl__lmdb_t *lmdb, const kl_conf_t *conf,
   else if (strcmp(durability, "none") == 0)
     *flags |= MDB_NOSYNC;
   lmdb->durable = strcmp(durability, "full") == 0;
-  *map_size = kl_round_pages(kl__conf_int(conf, "store.map.size"));
-  lmdb->map_max = kl_round_pages(kl__conf_int(conf, "store.map.max"));
+  *map_size = round_pages(kl__conf_int(conf, "store.map.size"));
+  lmdb->map_max = round_pages(kl__conf_int(conf, "store.map.max"));
   lmdb->retention_ms = kl__conf_int(conf, "store.dedup.retention");
   lmdb->create = strcmp(kl_conf_get(conf, "store.create"), "no") != 0;
   if (lmdb->map_max < *map_size)
@@ -1160,7 +1146,7 @@ static kl_err_t kl_lmdb_settings(kl__lmdb_t *lmdb, const kl_conf_t *conf,
 /* Creates the directory when missing (unless store.create=no: then a
  * directory without an environment is no store) and records which one it
  * is. */
-static kl_err_t kl_lmdb_dir(kl__lmdb_t *lmdb) {
+static kl_err_t lmdb_dir(kl__lmdb_t *lmdb) {
   char what[64 + 4096];
   struct stat st;
   snprintf(what, sizeof(what), "%s/data.mdb", lmdb->dir);
@@ -1187,7 +1173,7 @@ static kl_err_t kl_lmdb_dir(kl__lmdb_t *lmdb) {
 
 /* mdb_env_open plus the map size: ours, or larger when another process
  * already grew the store beyond it. */
-static kl_err_t kl_lmdb_env(kl__lmdb_t *lmdb, size_t map_size, unsigned flags) {
+static kl_err_t lmdb_env(kl__lmdb_t *lmdb, size_t map_size, unsigned flags) {
   int rc = mdb_env_create(&lmdb->env);
   if (!rc)
     rc = mdb_env_set_maxdbs(lmdb->env, 12); /* 8 named: room to grow */
@@ -1199,14 +1185,14 @@ static kl_err_t kl_lmdb_env(kl__lmdb_t *lmdb, size_t map_size, unsigned flags) {
     rc = mdb_env_open(lmdb->env, lmdb->dir, flags, 0664);
   if (!rc)
     rc = mdb_env_set_mapsize(lmdb->env, 0);
-  if (!rc && kl_lmdb_current_map(lmdb) < map_size)
+  if (!rc && lmdb_current_map(lmdb) < map_size)
     rc = mdb_env_set_mapsize(lmdb->env, map_size);
   if (rc) {
     char what[64 + 4096];
     snprintf(what, sizeof(what), "open %s", lmdb->dir);
     return kl__lmdb_err(rc, what);
   }
-  lmdb->map_size = kl_lmdb_current_map(lmdb);
+  lmdb->map_size = lmdb_current_map(lmdb);
   int dead = 0;
   mdb_reader_check(lmdb->env, &dead);
   return KL_OK;
@@ -1228,19 +1214,19 @@ kl_err_t kl__store_lmdb_open(const char *dir, const kl_conf_t *conf,
   pthread_mutex_init(&lmdb->mu, NULL);
   size_t map_size;
   unsigned flags;
-  kl_err_t err = kl_lmdb_settings(lmdb, conf, &map_size, &flags);
+  kl_err_t err = lmdb_settings(lmdb, conf, &map_size, &flags);
   if (!err)
-    err = kl_lmdb_dir(lmdb);
-  if (!err && (err = kl_open_register(lmdb)) == KL_OK)
+    err = lmdb_dir(lmdb);
+  if (!err && (err = open_register(lmdb)) == KL_OK)
     lmdb->registered = 1;
   if (!err)
-    err = kl_lmdb_env(lmdb, map_size, flags);
+    err = lmdb_env(lmdb, map_size, flags);
   if (!err)
-    err = kl__lmdb_write(lmdb, "initialise", kl_init_fn, NULL);
+    err = kl__lmdb_write(lmdb, "initialise", init_fn, NULL);
   if (!err)
     err = kl__lmdb_migrate_ids(lmdb);
   if (err) {
-    kl_lmdb_destroy(&lmdb->base);
+    lmdb_destroy(&lmdb->base);
     return err;
   }
   *out = &lmdb->base;

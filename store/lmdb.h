@@ -121,14 +121,6 @@ int kl__lmdb_part_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
 int kl__lmdb_part_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
                       int32_t partition, const kl_partition_state_t *state);
 
-/* A topic number as keys hold it: big-endian, so a topic's ids sort
- * together. */
-static inline void kl__lmdb_put_be32(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)(v >> 24);
-  p[1] = (unsigned char)(v >> 16);
-  p[2] = (unsigned char)(v >> 8);
-  p[3] = (unsigned char)v;
-}
 /* The key a batch buffers the mark of @p sid under (store_lmdb_ids.c). */
 size_t kl__lmdb_id_encode(uint32_t topic_no, const char *sid, size_t sid_len,
                           unsigned char out[KL__IDKEY_MAX]);

@@ -21,7 +21,9 @@
  */
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/hash.h"
+#include "event/uuid.h"
 #include "store/lmdb.h"
 
 #define KL_LMDB_KEY_MAX 511 /* mdb_env_get_maxkeysize() of Debian's LMDB */
@@ -30,47 +32,10 @@
 
 enum { KL_RAW = 0, KL_UUID = 1, KL_KEY_RAW = 2, KL_KEY_UUID = 3, KL_LONG = 4 };
 
-static int kl_hex(int c) {
-  if ((unsigned)(c - '0') < 10)
-    return c - '0';
-  return (unsigned)(c - 'a') < 6 ? c - 'a' + 10 : -1;
-}
-
-/* Where the 16 bytes of a UUID's text start: 8-4-4-4-12 digits. */
-static const unsigned char kl_uuid_at[16] = {0,  2,  4,  6,  9,  11, 14, 16,
-                                             19, 21, 24, 26, 28, 30, 32, 34};
-
-/* Packs canonical lowercase UUID text into 16 bytes; -1 when it is not.
- * Uppercase is left raw: it is a different id, and must stay one. */
-static int uuid_pack(const char *id, size_t len, unsigned char *out) {
-  if (len != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' ||
-      id[23] != '-')
-    return -1;
-  for (size_t i = 0; i < 16; i++) {
-    int hi = kl_hex(id[kl_uuid_at[i]]), lo = kl_hex(id[kl_uuid_at[i] + 1]);
-    if ((hi | lo) < 0)
-      return -1;
-    out[i] = (unsigned char)(hi << 4 | lo);
-  }
-  return 0;
-}
-
-static void uuid_unpack(const unsigned char *p, char out[36]) {
-  static const char hex[] = "0123456789abcdef";
-  for (size_t i = 0, n = 0; i < 36; i++) {
-    if (i == 8 || i == 13 || i == 18 || i == 23) {
-      out[i] = '-';
-      continue;
-    }
-    out[i] = hex[n % 2 ? p[n / 2] & 15 : p[n / 2] >> 4];
-    n++;
-  }
-}
-
 /* The id, packed when it is a UUID, at @p out: @returns its length. */
 static size_t id_put(const char *id, size_t id_len, unsigned char *tag,
                      int raw_tag, unsigned char *out) {
-  if (uuid_pack(id, id_len, out) == 0) {
+  if (kl__uuid_parse(id, id_len, out) == 0) {
     *tag = (unsigned char)(raw_tag + 1);
     return 16;
   }
@@ -81,7 +46,7 @@ static size_t id_put(const char *id, size_t id_len, unsigned char *tag,
 
 size_t kl__lmdb_id_encode(uint32_t topic_no, const char *sid, size_t sid_len,
                           unsigned char out[KL__IDKEY_MAX]) {
-  kl__lmdb_put_be32(out, topic_no);
+  kl__put_be32(out, topic_no);
   unsigned char *tag = out + KL__TOPIC_NO_LEN;
   const void *key;
   const char *id;
@@ -126,8 +91,7 @@ int kl__lmdb_id_decode(const MDB_val *key, const MDB_val *val,
   const unsigned char *k = key->mv_data;
   if (key->mv_size < KL__TOPIC_NO_LEN + 2)
     return MDB_CORRUPTED;
-  *topic_no =
-      (uint32_t)k[0] << 24 | (uint32_t)k[1] << 16 | (uint32_t)k[2] << 8 | k[3];
+  *topic_no = kl__get_be32(k);
   const unsigned char *p = k + KL__TOPIC_NO_LEN + 1;
   size_t n = key->mv_size - KL__TOPIC_NO_LEN - 1, key_len = 0, at = 0;
   switch (k[KL__TOPIC_NO_LEN]) {
@@ -136,7 +100,7 @@ int kl__lmdb_id_decode(const MDB_val *key, const MDB_val *val,
     break;
   case KL_KEY_RAW:
   case KL_KEY_UUID:
-    key_len = (size_t)p[0] << 8 | p[1];
+    key_len = (size_t)kl__get_be(p, 2);
     if (n < 3 + key_len)
       return MDB_CORRUPTED;
     out[0] = 0;
@@ -156,7 +120,7 @@ int kl__lmdb_id_decode(const MDB_val *key, const MDB_val *val,
   if (k[KL__TOPIC_NO_LEN] == KL_UUID || k[KL__TOPIC_NO_LEN] == KL_KEY_UUID) {
     if (n != 16)
       return MDB_CORRUPTED;
-    uuid_unpack(p, out + at);
+    kl__uuid_format(p, out + at);
     *len = at + 36;
     return 0;
   }
@@ -207,7 +171,7 @@ static int long_find(const kl__lmdb_t *lmdb, MDB_txn *mtxn,
     if (k.mv_size != KL_LONG_HEAD + 2 || memcmp(k.mv_data, rec, KL_LONG_HEAD))
       break;
     const unsigned char *at = k.mv_data;
-    long no = (long)at[KL_LONG_HEAD] << 8 | at[KL_LONG_HEAD + 1];
+    long no = (long)kl__get_be(at + KL_LONG_HEAD, 2);
     if (val->mv_size == KL__IDVAL_LEN + sid_len &&
         memcmp((const unsigned char *)val->mv_data + KL__IDVAL_LEN, sid,
                sid_len) == 0) {
@@ -222,8 +186,7 @@ static int long_find(const kl__lmdb_t *lmdb, MDB_txn *mtxn,
   if (rc != 0 && rc != MDB_NOTFOUND)
     return rc;
   *next = want > 0xffff ? -1 : want;
-  rec[KL_LONG_HEAD] = (unsigned char)(want >> 8);
-  rec[KL_LONG_HEAD + 1] = (unsigned char)want;
+  kl__put_be(rec + KL_LONG_HEAD, (uint64_t)want, 2);
   return MDB_NOTFOUND;
 }
 

@@ -20,6 +20,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/internal.h"
 #include "common/log.h"
 #include "store/store_internal.h"
@@ -38,14 +39,14 @@ typedef struct kl_migrate {
 
 /* Copies one old id to every topic: numbers 1..topics, as they are given
  * (consecutively, never reused). */
-static int kl_migrate_one(kl__lmdb_t *lmdb, MDB_txn *mtxn, const MDB_val *key,
-                          MDB_val *val, size_t topics) {
+static int migrate_one(kl__lmdb_t *lmdb, MDB_txn *mtxn, const MDB_val *key,
+                       MDB_val *val, size_t topics) {
   unsigned char buf[KL__IDKEY_MAX];
   if (key->mv_size > KL__IDKEY_MAX - KL__TOPIC_NO_LEN)
     return MDB_CORRUPTED;
   memcpy(buf + KL__TOPIC_NO_LEN, key->mv_data, key->mv_size);
   for (uint32_t no = 1; no <= topics; no++) {
-    kl__lmdb_put_be32(buf, no);
+    kl__put_be32(buf, no);
     MDB_val k = {KL__TOPIC_NO_LEN + key->mv_size, buf};
     int rc = mdb_put(mtxn, lmdb->ids, &k, val, 0);
     if (rc)
@@ -55,7 +56,7 @@ static int kl_migrate_one(kl__lmdb_t *lmdb, MDB_txn *mtxn, const MDB_val *key,
 }
 
 /* The last chunk: "ids" and the sweep's old position go. */
-static int kl_migrate_finish(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_dbi old) {
+static int migrate_finish(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_dbi old) {
   MDB_val ck = {sizeof(KL_SWEEP_CURSOR) - 1, KL_SWEEP_CURSOR};
   int rc = mdb_drop(mtxn, old, 1);
   if (rc == 0)
@@ -65,15 +66,15 @@ static int kl_migrate_finish(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_dbi old) {
 
 /* Whether "ids" is still there, asked of the main database: a handle this
  * process opened earlier would outlive another process's drop of it. */
-static int kl_v1_exists(MDB_txn *mtxn) {
+static int v1_exists(MDB_txn *mtxn) {
   MDB_dbi main;
   MDB_val name = {sizeof(KL__LMDB_IDS_V1_DB) - 1, KL__LMDB_IDS_V1_DB}, val;
   int rc = mdb_dbi_open(mtxn, NULL, 0, &main);
   return rc ? rc : mdb_get(mtxn, main, &name, &val);
 }
 
-static int kl_migrate_chunk(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
-                            kl_err_t *stop) {
+static int migrate_chunk(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
+                         kl_err_t *stop) {
   kl_migrate_t *m = opaque;
   MDB_dbi old;
   MDB_stat st;
@@ -81,7 +82,7 @@ static int kl_migrate_chunk(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   MDB_val key, val;
   (void)stop;
   m->moved = 0; /* run again from the start after a map growth */
-  int rc = kl_v1_exists(mtxn);
+  int rc = v1_exists(mtxn);
   if (rc == MDB_NOTFOUND) {
     m->done = 1;
     return 0;
@@ -93,7 +94,7 @@ static int kl_migrate_chunk(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   m->topics = st.ms_entries;
   while (m->moved < KL_MIGRATE_CHUNK &&
          (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST)) == 0) {
-    if ((rc = kl_migrate_one(lmdb, mtxn, &key, &val, m->topics)) ||
+    if ((rc = migrate_one(lmdb, mtxn, &key, &val, m->topics)) ||
         (rc = mdb_cursor_del(cur, 0)))
       break;
     m->moved++;
@@ -102,7 +103,7 @@ static int kl_migrate_chunk(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   if (rc != MDB_NOTFOUND && rc != 0)
     return rc;
   m->done = rc == MDB_NOTFOUND;
-  return m->done ? kl_migrate_finish(lmdb, mtxn, old) : 0;
+  return m->done ? migrate_finish(lmdb, mtxn, old) : 0;
 }
 
 kl_err_t kl__lmdb_migrate_ids(kl__lmdb_t *lmdb) {
@@ -110,7 +111,7 @@ kl_err_t kl__lmdb_migrate_ids(kl__lmdb_t *lmdb) {
   size_t total = 0;
   while (!m.done) {
     kl_err_t err =
-        kl__lmdb_write(lmdb, "migrate format 1 to 2", kl_migrate_chunk, &m);
+        kl__lmdb_write(lmdb, "migrate format 1 to 2", migrate_chunk, &m);
     if (err)
       return err;
     total += m.moved;

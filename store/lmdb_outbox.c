@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/internal.h"
 #include "store/outbox_rec.h"
 #include "store/lmdb.h"
@@ -21,21 +22,14 @@
 #define KL_OB_KEY_MAX (249 + 1 + 4 + 8)
 static const char kl_ob_next_key[] = "\0next";
 
-static size_t kl_ob_key(unsigned char *buf, const char *topic,
-                        int32_t partition, uint64_t seq) {
+static size_t ob_key(unsigned char *buf, const char *topic, int32_t partition,
+                     uint64_t seq) {
   size_t len = strlen(topic) + 1;
   memcpy(buf, topic, len);
-  kl__lmdb_put_be32(buf + len, (uint32_t)partition);
-  kl__lmdb_put_be32(buf + len + 4, (uint32_t)(seq >> 32));
-  kl__lmdb_put_be32(buf + len + 8, (uint32_t)seq);
+  kl__put_be32(buf + len, (uint32_t)partition);
+  kl__put_be32(buf + len + 4, (uint32_t)(seq >> 32));
+  kl__put_be32(buf + len + 8, (uint32_t)seq);
   return len + 12;
-}
-
-static uint64_t kl_ob_seq(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++)
-    v = v << 8 | p[i];
-  return v;
 }
 
 int kl__lmdb_outbox_write(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
@@ -53,7 +47,7 @@ int kl__lmdb_outbox_write(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
   const void *rec;
   while (kl__emits_next(emits, &off, &rec, &len)) {
     unsigned char kb[KL_OB_KEY_MAX];
-    MDB_val k = {kl_ob_key(kb, topic, partition, next++), kb};
+    MDB_val k = {ob_key(kb, topic, partition, next++), kb};
     MDB_val v = {len, (void *)rec};
     if ((rc = mdb_put(mtxn, lmdb->outbox, &k, &v, 0)))
       return rc;
@@ -72,7 +66,7 @@ kl_err_t kl__lmdb_outbox_list(kl_store_t *store, const char *topic,
   if (err)
     return err;
   unsigned char kb[KL_OB_KEY_MAX];
-  size_t plen = kl_ob_key(kb, topic, partition, after + 1) - 8;
+  size_t plen = ob_key(kb, topic, partition, after + 1) - 8;
   MDB_val k = {plen + 8, kb}, v;
   int rc = mdb_cursor_open(snap, lmdb->outbox, &cur);
   if (!rc)
@@ -80,7 +74,7 @@ kl_err_t kl__lmdb_outbox_list(kl_store_t *store, const char *topic,
   for (size_t n = 0; !rc && n < max; n++) {
     if (k.mv_size != plen + 8 || memcmp(k.mv_data, kb, plen) != 0)
       break;
-    if (cb(opaque, kl_ob_seq((const unsigned char *)k.mv_data + plen),
+    if (cb(opaque, kl__get_be((const unsigned char *)k.mv_data + plen, 8),
            v.mv_data, v.mv_size))
       break;
     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
@@ -97,13 +91,13 @@ typedef struct kl_ob_del {
   size_t n;
 } kl_ob_del_t;
 
-static int kl_ob_del_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
-                        kl_err_t *stop) {
+static int ob_del_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
+                     kl_err_t *stop) {
   kl_ob_del_t *d = opaque;
   (void)stop;
   for (size_t i = 0; i < d->n; i++) {
     unsigned char kb[KL_OB_KEY_MAX];
-    MDB_val k = {kl_ob_key(kb, d->topic, d->acks[i].partition, d->acks[i].seq),
+    MDB_val k = {ob_key(kb, d->topic, d->acks[i].partition, d->acks[i].seq),
                  kb};
     int rc = mdb_del(mtxn, lmdb->outbox, &k, NULL);
     if (rc && rc != MDB_NOTFOUND)
@@ -116,5 +110,5 @@ kl_err_t kl__lmdb_outbox_del(kl_store_t *store, const char *topic,
                              const kl__outbox_ack_t *acks, size_t n) {
   kl_ob_del_t d = {topic, acks, n};
   return kl__lmdb_write((kl__lmdb_t *)store, "remove published follow-ups",
-                        kl_ob_del_fn, &d);
+                        ob_del_fn, &d);
 }

@@ -27,20 +27,20 @@ typedef struct kl_lmdb_txn {
   char topic[];
 } kl_lmdb_txn_t;
 
-static kl__lmdb_t *kl_txn_lmdb(kl_lmdb_txn_t *ltxn) {
+static kl__lmdb_t *txn_lmdb(kl_lmdb_txn_t *ltxn) {
   return (kl__lmdb_t *)ltxn->base.store;
 }
 
-static void kl_lmdb_txn_free(kl_lmdb_txn_t *ltxn) {
-  kl__lmdb_read_end(kl_txn_lmdb(ltxn), ltxn->snap);
+static void lmdb_txn_free(kl_lmdb_txn_t *ltxn) {
+  kl__lmdb_read_end(txn_lmdb(ltxn), ltxn->snap);
   kl__buf_clear(&ltxn->data);
   kl__buf_clear(&ltxn->ids);
   kl__txn_emits_free(&ltxn->base);
   free(ltxn);
 }
 
-static kl_err_t kl_fenced(const char *topic, int32_t partition, uint64_t mine,
-                          uint64_t current) {
+static kl_err_t ltxn_fenced(const char *topic, int32_t partition, uint64_t mine,
+                            uint64_t current) {
   return kl__err(KL_EFENCED,
                  "fenced partition=%" PRId32 " my_epoch=%" PRIu64
                  " current_epoch=%" PRIu64 " topic=%s: a newer owner holds "
@@ -75,9 +75,9 @@ kl_err_t kl__lmdb_begin(kl_store_t *store, const char *topic, int32_t partition,
   if (rc)
     err = kl__lmdb_err(rc, "begin");
   else if (state.epoch != epoch)
-    err = kl_fenced(topic, partition, epoch, state.epoch);
+    err = ltxn_fenced(topic, partition, epoch, state.epoch);
   if (err) {
-    kl_lmdb_txn_free(ltxn);
+    lmdb_txn_free(ltxn);
     return err;
   }
   *txn = &ltxn->base;
@@ -85,7 +85,7 @@ kl_err_t kl__lmdb_begin(kl_store_t *store, const char *topic, int32_t partition,
 }
 
 void kl__lmdb_abort(kl_txn_t *txn) {
-  kl_lmdb_txn_free((kl_lmdb_txn_t *)txn);
+  lmdb_txn_free((kl_lmdb_txn_t *)txn);
 }
 
 kl_err_t kl__lmdb_get(kl_txn_t *txn, const void *key, size_t key_len,
@@ -100,7 +100,7 @@ kl_err_t kl__lmdb_get(kl_txn_t *txn, const void *key, size_t key_len,
     return KL_OK;
   }
   MDB_val k = {key_len, (void *)key}, v;
-  int rc = mdb_get(ltxn->snap, kl_txn_lmdb(ltxn)->data, &k, &v);
+  int rc = mdb_get(ltxn->snap, txn_lmdb(ltxn)->data, &k, &v);
   if (rc == MDB_NOTFOUND)
     return KL_ENOTFOUND;
   if (rc)
@@ -136,7 +136,7 @@ kl_err_t kl__lmdb_seen(kl_txn_t *txn, const char *id, size_t id_len,
     return KL_OK;
   }
   int64_t t;
-  int rc = kl__lmdb_id_get(kl_txn_lmdb(ltxn), ltxn->snap, buf, len, &t, mark);
+  int rc = kl__lmdb_id_get(txn_lmdb(ltxn), ltxn->snap, buf, len, &t, mark);
   if (rc == MDB_NOTFOUND)
     *mark = KL_MARK_NONE;
   return rc && rc != MDB_NOTFOUND ? kl__lmdb_err(rc, "seen") : KL_OK;
@@ -172,8 +172,8 @@ typedef struct kl_commit_set {
   size_t n;
 } kl_commit_set_t;
 
-static int kl_commit_data(kl__lmdb_t *lmdb, MDB_txn *mtxn,
-                          const kl_commit_ctx_t *ctx) {
+static int commit_data(kl__lmdb_t *lmdb, MDB_txn *mtxn,
+                       const kl_commit_ctx_t *ctx) {
   for (size_t i = 0; i < ctx->ltxn->data.count; i++) {
     const kl__buf_entry_t *e = ctx->data[i];
     MDB_val k = {e->key_len, (void *)kl__buf_key(e)};
@@ -188,8 +188,8 @@ static int kl_commit_data(kl__lmdb_t *lmdb, MDB_txn *mtxn,
 
 /* The ids; @p dead_letters counts the dead-letter marks written, not those
  * an applied mark kept out. */
-static int kl_commit_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn,
-                         const kl_commit_ctx_t *ctx, uint64_t *dead_letters) {
+static int commit_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn,
+                      const kl_commit_ctx_t *ctx, uint64_t *dead_letters) {
   *dead_letters = 0;
   for (size_t i = 0; i < ctx->ltxn->ids.count; i++) {
     const kl__buf_entry_t *e = ctx->ids[i];
@@ -205,8 +205,7 @@ static int kl_commit_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn,
 
 /* One batch in the write transaction: the fence check first, then
  * everything; a fenced batch writes nothing. */
-static int kl_commit_one(kl__lmdb_t *lmdb, MDB_txn *mtxn,
-                         kl_commit_ctx_t *ctx) {
+static int commit_one(kl__lmdb_t *lmdb, MDB_txn *mtxn, kl_commit_ctx_t *ctx) {
   kl_lmdb_txn_t *ltxn = ctx->ltxn;
   kl_partition_state_t state;
   int rc = kl__lmdb_part_get(lmdb, mtxn, ltxn->topic, ltxn->partition, &state);
@@ -220,13 +219,13 @@ static int kl_commit_one(kl__lmdb_t *lmdb, MDB_txn *mtxn,
                                     ltxn->base.emits)))
       return rc;
     ctx->err =
-        kl_fenced(ltxn->topic, ltxn->partition, ltxn->epoch, state.epoch);
+        ltxn_fenced(ltxn->topic, ltxn->partition, ltxn->epoch, state.epoch);
     snprintf(ctx->why, sizeof(ctx->why), "%s", kl_err_detail());
     return 0;
   }
   uint64_t dead_letters;
-  if ((rc = kl_commit_data(lmdb, mtxn, ctx)) ||
-      (rc = kl_commit_ids(lmdb, mtxn, ctx, &dead_letters)) ||
+  if ((rc = commit_data(lmdb, mtxn, ctx)) ||
+      (rc = commit_ids(lmdb, mtxn, ctx, &dead_letters)) ||
       (ltxn->base.emits &&
        (rc = kl__lmdb_outbox_write(lmdb, mtxn, ltxn->topic, ltxn->partition,
                                    ltxn->base.emits))))
@@ -245,15 +244,15 @@ static int kl_commit_one(kl__lmdb_t *lmdb, MDB_txn *mtxn,
 }
 
 /* The write transaction; run again from the start after a map growth. */
-static int kl_commit_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
-                        kl_err_t *stop) {
+static int commit_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
+                     kl_err_t *stop) {
   kl_commit_set_t *set = opaque;
   (void)stop;
   for (size_t i = 0; i < set->n; i++) {
     if (set->ctx[i].err == KL_ENOMEM)
       continue; /* its prepare failed: not in the write */
     set->ctx[i].err = KL_OK;
-    int rc = kl_commit_one(lmdb, mtxn, &set->ctx[i]);
+    int rc = commit_one(lmdb, mtxn, &set->ctx[i]);
     if (rc)
       return rc;
   }
@@ -261,12 +260,12 @@ static int kl_commit_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
 }
 
 /* Gives up the snapshot and lists the buffers in key order. */
-static kl_err_t kl_commit_prepare(kl_commit_ctx_t *ctx, kl_txn_t *txn,
-                                  int64_t watermark, int64_t now_ms) {
+static kl_err_t commit_prepare(kl_commit_ctx_t *ctx, kl_txn_t *txn,
+                               int64_t watermark, int64_t now_ms) {
   kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
   /* The snapshot goes first: the write reads current state itself, and a
    * map growth during the write must not wait for our own snapshot. */
-  kl__lmdb_read_end(kl_txn_lmdb(ltxn), ltxn->snap);
+  kl__lmdb_read_end(txn_lmdb(ltxn), ltxn->snap);
   ltxn->snap = NULL;
   *ctx =
       (kl_commit_ctx_t){.ltxn = ltxn, .watermark = watermark, .now_ms = now_ms};
@@ -281,21 +280,21 @@ static kl_err_t kl_commit_prepare(kl_commit_ctx_t *ctx, kl_txn_t *txn,
   return KL_OK;
 }
 
-static void kl_commit_free(kl_commit_ctx_t *ctx) {
+static void commit_free(kl_commit_ctx_t *ctx) {
   free(ctx->data);
   free(ctx->ids);
-  kl_lmdb_txn_free(ctx->ltxn);
+  lmdb_txn_free(ctx->ltxn);
 }
 
 /* The shared write; when it fails for another reason than a fence, each
  * batch again in a write of its own, so that one batch fails only itself. */
-static void kl_commit_write(kl__lmdb_t *lmdb, kl_commit_set_t *set) {
-  kl_err_t err = kl__lmdb_write(lmdb, "commit", kl_commit_fn, set);
+static void commit_write(kl__lmdb_t *lmdb, kl_commit_set_t *set) {
+  kl_err_t err = kl__lmdb_write(lmdb, "commit", commit_fn, set);
   if (err && set->n > 1) {
     for (size_t i = 0; i < set->n; i++) {
       kl_commit_set_t alone = {&set->ctx[i], 1};
       if (set->ctx[i].err != KL_ENOMEM)
-        kl_commit_write(lmdb, &alone);
+        commit_write(lmdb, &alone);
     }
   } else if (err) {
     set->ctx[0].err = err;
@@ -318,15 +317,15 @@ void kl__lmdb_commit_many(kl__store_commit_t *commits, size_t n) {
   int64_t now_ms = kl__store_now_ms();
   size_t ready = 0;
   for (size_t i = 0; i < n; i++)
-    ready += kl_commit_prepare(&set.ctx[i], commits[i].txn,
-                               commits[i].watermark, now_ms) == KL_OK;
+    ready += commit_prepare(&set.ctx[i], commits[i].txn, commits[i].watermark,
+                            now_ms) == KL_OK;
   if (ready)
-    kl_commit_write(lmdb, &set);
+    commit_write(lmdb, &set);
   for (size_t i = 0; i < n; i++) {
     commits[i].err = set.ctx[i].err;
     snprintf(commits[i].why, sizeof(commits[i].why), "%s",
              set.ctx[i].err ? set.ctx[i].why : "");
-    kl_commit_free(&set.ctx[i]);
+    commit_free(&set.ctx[i]);
   }
   if (set.ctx != &one)
     free(set.ctx);

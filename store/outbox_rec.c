@@ -6,50 +6,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bytes.h"
+#include "common/strbuf.h"
 #include "common/topic.h"
-
-static void kl_put_be(unsigned char *p, uint64_t v, int n) {
-  for (int i = n - 1; i >= 0; i--, v >>= 8)
-    p[i] = (unsigned char)v;
-}
-
-static uint64_t kl_get_be(const unsigned char *p, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; i++)
-    v = v << 8 | p[i];
-  return v;
-}
 
 /* The trace section: none, or traceparent and maybe tracestate, the
  * only headers a follow-up carries (kl_txn_emit()). */
-static size_t kl_trace_len(const kl_event_t *e) {
+static size_t trace_len(const kl_event_t *e) {
   if (!e->header_count)
     return 0;
   return 3 + e->headers[0].value_len +
          (e->header_count > 1 ? e->headers[1].value_len : 0);
 }
 
-static size_t kl_rec_len(const kl__outbox_rec_t *rec) {
+static size_t rec_len(const kl__outbox_rec_t *rec) {
   const kl_event_t *e = &rec->event;
   return KL__OUTBOX_REC_HEAD + rec->topic_len + e->key_len + e->id_len +
-         e->type_len + e->payload_len + kl_trace_len(e);
+         e->type_len + e->payload_len + trace_len(e);
 }
 
-static kl_err_t kl_emits_room(kl__emits_t *emits, size_t more) {
-  if (emits->len + more <= emits->cap)
-    return KL_OK;
-  size_t cap = emits->cap ? emits->cap : 256;
-  while (cap < emits->len + more)
-    cap *= 2;
-  unsigned char *p = realloc(emits->bytes, cap);
+static kl_err_t emits_room(kl__emits_t *emits, size_t more) {
+  unsigned char *p =
+      kl__reserve(emits->bytes, &emits->cap, emits->len + more, 1, 256);
   if (!p)
     return KL_ENOMEM;
   emits->bytes = p;
-  emits->cap = cap;
   return KL_OK;
 }
 
-static unsigned char *kl_copy(unsigned char *p, const void *src, size_t n) {
+static unsigned char *rec_copy(unsigned char *p, const void *src, size_t n) {
   if (n)
     memcpy(p, src, n);
   return p + n;
@@ -57,31 +42,31 @@ static unsigned char *kl_copy(unsigned char *p, const void *src, size_t n) {
 
 kl_err_t kl__emits_add(kl__emits_t *emits, const kl__outbox_rec_t *rec) {
   const kl_event_t *e = &rec->event;
-  size_t len = kl_rec_len(rec);
-  if (kl_emits_room(emits, 4 + len))
+  size_t len = rec_len(rec);
+  if (emits_room(emits, 4 + len))
     return KL_ENOMEM;
   unsigned char *p = emits->bytes + emits->len;
-  kl_put_be(p, len, 4);
+  kl__put_be(p, len, 4);
   p += 4;
   p[0] = (unsigned char)rec->topic_len;
-  kl_put_be(p + 1, e->key_len, 2);
+  kl__put_be(p + 1, e->key_len, 2);
   p[3] = (unsigned char)e->id_len;
   p[4] = (unsigned char)e->type_len;
-  kl_put_be(p + 5, (uint64_t)e->ts, 8);
-  kl_put_be(p + 13, e->payload_len, 4);
+  kl__put_be(p + 5, (uint64_t)e->ts, 8);
+  kl__put_be(p + 13, e->payload_len, 4);
   p += KL__OUTBOX_REC_HEAD;
-  p = kl_copy(p, rec->topic, rec->topic_len);
-  p = kl_copy(p, e->key, e->key_len);
-  p = kl_copy(p, e->id, e->id_len);
-  p = kl_copy(p, e->type, e->type_len);
-  p = kl_copy(p, e->payload, e->payload_len);
+  p = rec_copy(p, rec->topic, rec->topic_len);
+  p = rec_copy(p, e->key, e->key_len);
+  p = rec_copy(p, e->id, e->id_len);
+  p = rec_copy(p, e->type, e->type_len);
+  p = rec_copy(p, e->payload, e->payload_len);
   if (e->header_count) {
     const kl_header_t *ts = e->header_count > 1 ? &e->headers[1] : NULL;
     p[0] = (unsigned char)e->headers[0].value_len;
-    kl_put_be(p + 1, ts ? ts->value_len : 0, 2);
-    p = kl_copy(p + 3, e->headers[0].value, e->headers[0].value_len);
+    kl__put_be(p + 1, ts ? ts->value_len : 0, 2);
+    p = rec_copy(p + 3, e->headers[0].value, e->headers[0].value_len);
     if (ts)
-      kl_copy(p, ts->value, ts->value_len);
+      rec_copy(p, ts->value, ts->value_len);
   }
   emits->len += 4 + len;
   emits->count++;
@@ -91,7 +76,7 @@ kl_err_t kl__emits_add(kl__emits_t *emits, const kl__outbox_rec_t *rec) {
 kl_err_t kl__emits_join(kl__emits_t *to, const kl__emits_t *from) {
   if (!from || !from->count)
     return KL_OK;
-  if (kl_emits_room(to, from->len))
+  if (emits_room(to, from->len))
     return KL_ENOMEM;
   memcpy(to->bytes + to->len, from->bytes, from->len);
   to->len += from->len;
@@ -103,7 +88,7 @@ int kl__emits_next(const kl__emits_t *emits, size_t *off, const void **rec,
                    size_t *len) {
   if (!emits || *off + 4 > emits->len)
     return 0;
-  *len = (size_t)kl_get_be(emits->bytes + *off, 4);
+  *len = (size_t)kl__get_be(emits->bytes + *off, 4);
   *rec = emits->bytes + *off + 4;
   *off += 4 + *len;
   return 1;
@@ -127,15 +112,15 @@ int kl__outbox_rec_decode(const void *rec, size_t len, kl__outbox_rec_t *out) {
   memset(out, 0, sizeof(*out));
   kl_event_t *e = &out->event;
   out->topic_len = p[0];
-  e->key_len = (size_t)kl_get_be(p + 1, 2);
+  e->key_len = (size_t)kl__get_be(p + 1, 2);
   e->id_len = p[3];
   e->type_len = p[4];
-  e->ts = (int64_t)kl_get_be(p + 5, 8);
-  e->payload_len = (size_t)kl_get_be(p + 13, 4);
+  e->ts = (int64_t)kl__get_be(p + 5, 8);
+  e->payload_len = (size_t)kl__get_be(p + 13, 4);
   size_t base = KL__OUTBOX_REC_HEAD + out->topic_len + e->key_len + e->id_len +
                 e->type_len + e->payload_len;
   if (len != base && (len < base + 3 || !p[base] ||
-                      len != base + 3 + p[base] + kl_get_be(p + base + 1, 2)))
+                      len != base + 3 + p[base] + kl__get_be(p + base + 1, 2)))
     return -1;
   const char *s = (const char *)p + KL__OUTBOX_REC_HEAD;
   out->topic = s;
@@ -145,7 +130,7 @@ int kl__outbox_rec_decode(const void *rec, size_t len, kl__outbox_rec_t *out) {
   e->payload = s += e->type_len;
   if (len == base)
     return 0;
-  size_t tp = p[base], ts = (size_t)kl_get_be(p + base + 1, 2);
+  size_t tp = p[base], ts = (size_t)kl__get_be(p + base + 1, 2);
   s = (const char *)p + base + 3;
   out->trace[0] = (kl_header_t){KL_TRACEPARENT, strlen(KL_TRACEPARENT), s, tp};
   out->trace[1] =
@@ -166,7 +151,7 @@ size_t kl__emit_id(const kl__emit_src_t *src, char out[KL_ID_MAX + 1]) {
 
 /* The decimal number of @p len digits at @p s (at most @p max of them, no
  * leading zero), or -1. */
-static int64_t kl_emit_num(const char *s, size_t len, int max) {
+static int64_t emit_num(const char *s, size_t len, int max) {
   if (len == 0 || len > (size_t)max || (len > 1 && s[0] == '0'))
     return -1;
   int64_t v = 0;
@@ -188,9 +173,9 @@ int kl__emit_id_parse(const char *id, size_t id_len, kl__emit_src_t *src) {
       at[n++] = i - 1;
   if (n < 3 || at[2] < 2)
     return -1;
-  int64_t index = kl_emit_num(id + at[0] + 1, id_len - at[0] - 1, 2);
-  int64_t offset = kl_emit_num(id + at[1] + 1, at[0] - at[1] - 1, 19);
-  int64_t partition = kl_emit_num(id + at[2] + 1, at[1] - at[2] - 1, 10);
+  int64_t index = emit_num(id + at[0] + 1, id_len - at[0] - 1, 2);
+  int64_t offset = emit_num(id + at[1] + 1, at[0] - at[1] - 1, 19);
+  int64_t partition = emit_num(id + at[2] + 1, at[1] - at[2] - 1, 10);
   if (index < 0 || index >= KL__EMIT_MAX || offset < 0 || partition < 0 ||
       partition > INT32_MAX || at[2] - 1 > KL__EMIT_TOPIC_MAX ||
       kl__topic_check(id + 1, at[2] - 1) != KL_OK)

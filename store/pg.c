@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/bytes.h"
 #include "common/internal.h"
 #include "store/store_internal.h"
 #include "store/pg.h"
@@ -31,7 +32,7 @@
 /* ---- errors and statements ------------------------------------------- */
 
 /* SQLSTATEs after which the same batch may succeed when run again. */
-static int kl_pg_state_retriable(const char *state) {
+static int pg_state_retriable(const char *state) {
   static const char *const states[] = {
       "40001", /* serialization_failure */
       "40P01", /* deadlock_detected */
@@ -53,7 +54,7 @@ static int kl_pg_state_retriable(const char *state) {
 }
 
 /* libpq's messages end with a newline; a detail reads better without. */
-static int kl_pg_trimmed(const char *msg) {
+static int pg_trimmed(const char *msg) {
   size_t n = strlen(msg);
   while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
     n--;
@@ -66,9 +67,8 @@ kl_err_t kl__pg_err(PGconn *pg, const PGresult *res, const char *what) {
     msg = PQerrorMessage(pg);
   const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
   int lost = PQstatus(pg) != CONNECTION_OK;
-  kl_err_t err =
-      lost || kl_pg_state_retriable(state) ? KL_ESTORE_BUSY : KL_ESTORE;
-  return kl__err(err, "postgresql: %s: %.*s%s", what, kl_pg_trimmed(msg), msg,
+  kl_err_t err = lost || pg_state_retriable(state) ? KL_ESTORE_BUSY : KL_ESTORE;
+  return kl__err(err, "postgresql: %s: %.*s%s", what, pg_trimmed(msg), msg,
                  lost ? " (connection lost: it is made anew on the next call; "
                         "an open batch applied nothing and may be re-run)"
                       : "");
@@ -77,6 +77,17 @@ kl_err_t kl__pg_err(PGconn *pg, const PGresult *res, const char *what) {
 int kl__pg_ok(const PGresult *res) {
   ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
   return st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+}
+
+kl_err_t kl__pg_u64(PGconn *pg, PGresult *res, const char *what,
+                    uint64_t *out) {
+  kl_err_t err = KL_OK;
+  if (!kl__pg_ok(res) || PQntuples(res) != 1)
+    err = kl__pg_err(pg, res, what);
+  else
+    *out = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+  PQclear(res);
+  return err;
 }
 
 kl_err_t kl__pg_exec(PGconn *pg, const char *sql, const char *what) {
@@ -220,7 +231,7 @@ const char *kl__pg_state(const PGresult *res) {
   return state ? state : "";
 }
 
-static int kl_pg_send(kl__pg_conn_t *conn, const kl__pg_call_t *c) {
+static int pg_send(kl__pg_conn_t *conn, const kl__pg_call_t *c) {
   if (c->sql) /* parameters only as text: the outbox's insert */
     return PQsendQueryParams(conn->pg, c->sql, c->nparams, NULL, c->values,
                              NULL, NULL, 0);
@@ -234,7 +245,7 @@ static int kl_pg_send(kl__pg_conn_t *conn, const kl__pg_call_t *c) {
 
 /* The first result of each statement (a statement's results end with a
  * NULL), then the sync's. @returns 0 when all arrived. */
-static int kl_pg_collect(PGconn *pg, kl__pg_call_t *calls, int n) {
+static int pg_collect(PGconn *pg, kl__pg_call_t *calls, int n) {
   for (int i = 0; i < n; i++) {
     if (!(calls[i].res = PQgetResult(pg)))
       return -1;
@@ -261,7 +272,7 @@ kl_err_t kl__pg_pipeline_send(kl__pg_conn_t *conn, kl__pg_call_t *calls,
   if (!PQenterPipelineMode(conn->pg))
     return kl__pg_err(conn->pg, NULL, "enter pipeline mode");
   int sent = 0;
-  while (sent < n && kl_pg_send(conn, &calls[sent]))
+  while (sent < n && pg_send(conn, &calls[sent]))
     sent++;
   if (sent < n || !PQpipelineSync(conn->pg))
     return kl__pg_err(conn->pg, NULL, "send a batch's statements");
@@ -271,7 +282,7 @@ kl_err_t kl__pg_pipeline_send(kl__pg_conn_t *conn, kl__pg_call_t *calls,
 kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
                                  int n) {
   kl_err_t err = KL_OK;
-  if (kl_pg_collect(conn->pg, calls, n))
+  if (pg_collect(conn->pg, calls, n))
     err = kl__pg_err(conn->pg, NULL, "read a batch's results");
   if (!PQexitPipelineMode(conn->pg) && !err)
     err = kl__pg_err(conn->pg, NULL, "leave pipeline mode");
@@ -285,7 +296,7 @@ kl_err_t kl__pg_pipeline(kl__pg_conn_t *conn, kl__pg_call_t *calls, int n) {
 
 /* ---- the pool --------------------------------------------------------- */
 
-static void kl_pg_conn_close(kl__pg_conn_t *conn) {
+static void pg_conn_close(kl__pg_conn_t *conn) {
   if (conn) {
     PQfinish(conn->pg);
     free(conn);
@@ -302,8 +313,8 @@ int kl__pg_connect_timeout_s(const kl_conf_t *conf) {
 
 /* Says which connect timeout libpq used for @p pg, ours or the URI's
  * (seconds), and how to change it. */
-static const char *kl_pg_timeout_said(PGconn *pg, int ours, char *buf,
-                                      size_t size) {
+static const char *pg_timeout_said(PGconn *pg, int ours, char *buf,
+                                   size_t size) {
   int used = 0;
   PQconninfoOption *opts = PQconninfo(pg);
   for (PQconninfoOption *o = opts; o && o->keyword; o++)
@@ -324,8 +335,8 @@ static const char *kl_pg_timeout_said(PGconn *pg, int ours, char *buf,
 /* The error of a connection that failed: libpq's message on one line (it
  * spans lines: "...refused\n\tIs the server running..."), what to check,
  * and the connect timeout in use. */
-static kl_err_t kl_pg_connect_failed(PGconn *pg, int connect_timeout_s,
-                                     kl_err_t fail) {
+static kl_err_t pg_connect_failed(PGconn *pg, int connect_timeout_s,
+                                  kl_err_t fail) {
   char msg[512], said[128];
   size_t n = 0;
   for (const char *c = PQerrorMessage(pg); *c && n < sizeof(msg) - 1; c++)
@@ -337,8 +348,8 @@ static kl_err_t kl_pg_connect_failed(PGconn *pg, int connect_timeout_s,
   return kl__err(fail,
                  "postgresql: cannot connect: %.*s; check the URI, that the "
                  "server runs and that the network reaches it (%s)",
-                 kl_pg_trimmed(msg), msg,
-                 kl_pg_timeout_said(pg, connect_timeout_s, said, sizeof(said)));
+                 pg_trimmed(msg), msg,
+                 pg_timeout_said(pg, connect_timeout_s, said, sizeof(said)));
 }
 
 /*
@@ -389,13 +400,12 @@ kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
     *out = pg;
     return KL_OK;
   }
-  kl_err_t err = kl_pg_connect_failed(pg, connect_timeout_s, fail);
+  kl_err_t err = pg_connect_failed(pg, connect_timeout_s, fail);
   PQfinish(pg);
   return err;
 }
 
-static kl_err_t kl_pg_connect(kl__pg_t *pgs, kl_err_t fail,
-                              kl__pg_conn_t **out) {
+static kl_err_t pg_connect(kl__pg_t *pgs, kl_err_t fail, kl__pg_conn_t **out) {
   kl__pg_conn_t *conn = calloc(1, sizeof(*conn));
   if (!conn)
     return KL_ENOMEM;
@@ -411,7 +421,7 @@ static kl_err_t kl_pg_connect(kl__pg_t *pgs, kl_err_t fail,
              "SET idle_in_transaction_session_timeout = %" PRId64,
              pgs->idle_timeout_ms);
     if ((err = kl__pg_exec(conn->pg, sql, "set up the session"))) {
-      kl_pg_conn_close(conn);
+      pg_conn_close(conn);
       return err;
     }
   }
@@ -419,7 +429,7 @@ static kl_err_t kl_pg_connect(kl__pg_t *pgs, kl_err_t fail,
   return KL_OK;
 }
 
-static void kl_pg_deadline(struct timespec *ts, int ms) {
+static void pg_deadline(struct timespec *ts, int ms) {
   clock_gettime(CLOCK_REALTIME, ts);
   ts->tv_sec += ms / 1000;
   ts->tv_nsec += (long)(ms % 1000) * 1000000L;
@@ -431,7 +441,7 @@ static void kl_pg_deadline(struct timespec *ts, int ms) {
 
 kl_err_t kl__pg_conn_take(kl__pg_t *pgs, kl__pg_conn_t **out) {
   struct timespec deadline;
-  kl_pg_deadline(&deadline, KL__PG_POOL_WAIT_MS);
+  pg_deadline(&deadline, KL__PG_POOL_WAIT_MS);
   pthread_mutex_lock(&pgs->mu);
   while (!pgs->idle_count && pgs->open >= pgs->pool_max)
     if (pthread_cond_timedwait(&pgs->cv, &pgs->mu, &deadline) == ETIMEDOUT &&
@@ -450,7 +460,7 @@ kl_err_t kl__pg_conn_take(kl__pg_t *pgs, kl__pg_conn_t **out) {
   }
   pgs->open++;
   pthread_mutex_unlock(&pgs->mu);
-  kl_err_t err = kl_pg_connect(pgs, KL_ESTORE_BUSY, out);
+  kl_err_t err = pg_connect(pgs, KL_ESTORE_BUSY, out);
   if (err) {
     pthread_mutex_lock(&pgs->mu);
     pgs->open--;
@@ -481,7 +491,7 @@ void kl__pg_conn_give(kl__pg_t *pgs, kl__pg_conn_t *conn, int broken) {
   pthread_cond_signal(&pgs->cv);
   pthread_mutex_unlock(&pgs->mu);
   if (broken)
-    kl_pg_conn_close(conn);
+    pg_conn_close(conn);
 }
 
 /*
@@ -495,8 +505,8 @@ void kl__pg_conn_give(kl__pg_t *pgs, kl__pg_conn_t *conn, int broken) {
  */
 typedef kl_err_t(kl_pg_fn)(kl__pg_conn_t *conn, void *ctx);
 
-static kl_err_t kl_pg_call_once(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx,
-                                const int *once) {
+static kl_err_t pg_call_once(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx,
+                             const int *once) {
   kl_err_t err = KL_OK;
   for (int attempt = 0; attempt < 2; attempt++) {
     kl__pg_conn_t *conn;
@@ -511,13 +521,13 @@ static kl_err_t kl_pg_call_once(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx,
   return err;
 }
 
-static kl_err_t kl_pg_call(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx) {
-  return kl_pg_call_once(pgs, fn, ctx, NULL);
+static kl_err_t pg_call(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx) {
+  return pg_call_once(pgs, fn, ctx, NULL);
 }
 
 kl_err_t kl__pg_call(kl__pg_t *pgs, kl_err_t (*fn)(kl__pg_conn_t *, void *),
                      void *ctx) {
-  return kl_pg_call(pgs, fn, ctx);
+  return pg_call(pgs, fn, ctx);
 }
 
 /* ---- partitions ------------------------------------------------------- */
@@ -529,8 +539,8 @@ typedef struct kl_pg_tp {
   uint64_t floor; /* acquire: the new epoch is above it */
 } kl_pg_tp_t;
 
-static void kl_pg_state_row(const PGresult *res, int row, int col,
-                            kl_partition_state_t *state) {
+static void pg_state_row(const PGresult *res, int row, int col,
+                         kl_partition_state_t *state) {
   state->epoch = strtoull(PQgetvalue(res, row, col), NULL, 10);
   state->watermark = strtoll(PQgetvalue(res, row, col + 1), NULL, 10);
   state->applied = strtoull(PQgetvalue(res, row, col + 2), NULL, 10);
@@ -541,8 +551,8 @@ static void kl_pg_state_row(const PGresult *res, int row, int col,
 
 /* Runs @p sql with $1 the topic, $2 the partition and, when @p nparams
  * is 3, $3 the floor. */
-static kl_err_t kl_pg_tp_query(kl__pg_conn_t *conn, const kl_pg_tp_t *tp,
-                               int nparams, const char *sql, const char *what) {
+static kl_err_t pg_tp_query(kl__pg_conn_t *conn, const kl_pg_tp_t *tp,
+                            int nparams, const char *sql, const char *what) {
   char part[16], floor[24];
   snprintf(part, sizeof(part), "%" PRId32, tp->partition);
   snprintf(floor, sizeof(floor), "%" PRIu64, tp->floor);
@@ -556,12 +566,12 @@ static kl_err_t kl_pg_tp_query(kl__pg_conn_t *conn, const kl_pg_tp_t *tp,
   }
   memset(tp->state, 0, sizeof(*tp->state));
   if (PQntuples(res) == 1)
-    kl_pg_state_row(res, 0, 0, tp->state);
+    pg_state_row(res, 0, 0, tp->state);
   PQclear(res);
   return KL_OK;
 }
 
-/* What acquire and reset return of a partition (kl_pg_state_row()). */
+/* What acquire and reset return of a partition (pg_state_row()). */
 #define KL_PG_STATE_ROW                                                        \
   " RETURNING epoch, watermark, applied, duplicates, dead_letters, "           \
   "coalesce((SELECT beats FROM keylane_beats b WHERE b.topic = p.topic AND "   \
@@ -569,8 +579,8 @@ static kl_err_t kl_pg_tp_query(kl__pg_conn_t *conn, const kl_pg_tp_t *tp,
 
 /* An atomic increment: concurrent acquirers queue on the row lock and each
  * gets its own epoch, read from the row as it is after the one before. */
-static kl_err_t kl_pg_acquire_fn(kl__pg_conn_t *conn, void *ctx) {
-  return kl_pg_tp_query(
+static kl_err_t pg_acquire_fn(kl__pg_conn_t *conn, void *ctx) {
+  return pg_tp_query(
       conn, ctx, 3,
       "INSERT INTO keylane_partitions AS p (topic, partition, epoch) VALUES "
       "($1::text, $2::int4, $3::int8 + 1) ON CONFLICT (topic, partition) DO "
@@ -580,46 +590,45 @@ static kl_err_t kl_pg_acquire_fn(kl__pg_conn_t *conn, void *ctx) {
 
 /* A new epoch: what this store's cache holds of the partition was an
  * older owner's (store_cache.h). */
-static kl_err_t kl_pg_acquire(kl_store_t *store, const char *topic,
-                              int32_t partition, uint64_t floor,
-                              kl_partition_state_t *state) {
+static kl_err_t pg_acquire(kl_store_t *store, const char *topic,
+                           int32_t partition, uint64_t floor,
+                           kl_partition_state_t *state) {
   kl_pg_tp_t tp = {topic, partition, state, floor};
   kl__pg_t *pgs = (kl__pg_t *)store;
   kl__cache_drop_partition(pgs->cache, topic, partition);
-  return kl_pg_call(pgs, kl_pg_acquire_fn, &tp);
+  return pg_call(pgs, pg_acquire_fn, &tp);
 }
 
 /* Only a known partition: no row, no state (kl__store_reset() says so). */
-static kl_err_t kl_pg_reset_fn(kl__pg_conn_t *conn, void *ctx) {
-  return kl_pg_tp_query(
+static kl_err_t pg_reset_fn(kl__pg_conn_t *conn, void *ctx) {
+  return pg_tp_query(
       conn, ctx, 2,
       "UPDATE keylane_partitions AS p SET epoch = epoch + 1, watermark = 0 "
       "WHERE topic = $1::text AND partition = $2::int4" KL_PG_STATE_ROW,
       "reset the partition (new epoch, watermark 0)");
 }
 
-static kl_err_t kl_pg_reset(kl_store_t *store, const char *topic,
-                            int32_t partition, kl_partition_state_t *state) {
+static kl_err_t pg_reset(kl_store_t *store, const char *topic,
+                         int32_t partition, kl_partition_state_t *state) {
   kl_pg_tp_t tp = {topic, partition, state, 0};
   kl__cache_drop_partition(((kl__pg_t *)store)->cache, topic, partition);
-  return kl_pg_call((kl__pg_t *)store, kl_pg_reset_fn, &tp);
+  return pg_call((kl__pg_t *)store, pg_reset_fn, &tp);
 }
 
-static kl_err_t kl_pg_partition_fn(kl__pg_conn_t *conn, void *ctx) {
-  return kl_pg_tp_query(conn, ctx, 2,
-                        "SELECT epoch, watermark, applied, duplicates, "
-                        "dead_letters, coalesce(beats, 0) FROM "
-                        "keylane_partitions LEFT JOIN keylane_beats USING "
-                        "(topic, partition) WHERE topic = $1::text AND "
-                        "partition = $2::int4",
-                        "read a partition");
+static kl_err_t pg_partition_fn(kl__pg_conn_t *conn, void *ctx) {
+  return pg_tp_query(conn, ctx, 2,
+                     "SELECT epoch, watermark, applied, duplicates, "
+                     "dead_letters, coalesce(beats, 0) FROM "
+                     "keylane_partitions LEFT JOIN keylane_beats USING "
+                     "(topic, partition) WHERE topic = $1::text AND "
+                     "partition = $2::int4",
+                     "read a partition");
 }
 
-static kl_err_t kl_pg_partition(kl_store_t *store, const char *topic,
-                                int32_t partition,
-                                kl_partition_state_t *state) {
+static kl_err_t pg_partition(kl_store_t *store, const char *topic,
+                             int32_t partition, kl_partition_state_t *state) {
   kl_pg_tp_t tp = {topic, partition, state, 0};
-  return kl_pg_call((kl__pg_t *)store, kl_pg_partition_fn, &tp);
+  return pg_call((kl__pg_t *)store, pg_partition_fn, &tp);
 }
 
 typedef struct kl_pg_beat {
@@ -642,20 +651,20 @@ char *kl__pg_array_literal(size_t n, uint64_t (*at)(const void *ctx, size_t i),
   return text;
 }
 
-static uint64_t kl_beat_partition(const void *ctx, size_t i) {
+static uint64_t beat_partition(const void *ctx, size_t i) {
   return (uint64_t)((const kl_pg_beat_t *)ctx)->beats[i].partition;
 }
 
-static uint64_t kl_beat_epoch(const void *ctx, size_t i) {
+static uint64_t beat_epoch(const void *ctx, size_t i) {
   return ((const kl_pg_beat_t *)ctx)->beats[i].epoch;
 }
 
 /* One statement for every partition; those it returns beat, the others
  * have a newer owner. It only reads keylane_partitions: see migration 3. */
-static kl_err_t kl_pg_beat_fn(kl__pg_conn_t *conn, void *ctx) {
+static kl_err_t pg_beat_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_beat_t *b = ctx;
-  char *parts = kl__pg_array_literal(b->n, kl_beat_partition, b);
-  char *epochs = kl__pg_array_literal(b->n, kl_beat_epoch, b);
+  char *parts = kl__pg_array_literal(b->n, beat_partition, b);
+  char *epochs = kl__pg_array_literal(b->n, beat_epoch, b);
   const char *values[3] = {b->topic, parts, epochs};
   PGresult *res =
       parts && epochs
@@ -686,10 +695,10 @@ static kl_err_t kl_pg_beat_fn(kl__pg_conn_t *conn, void *ctx) {
   return err;
 }
 
-static kl_err_t kl_pg_beat(kl_store_t *store, const char *topic,
-                           kl__beat_t *beats, size_t n) {
+static kl_err_t pg_beat(kl_store_t *store, const char *topic, kl__beat_t *beats,
+                        size_t n) {
   kl_pg_beat_t b = {topic, beats, n};
-  return kl_pg_call((kl__pg_t *)store, kl_pg_beat_fn, &b);
+  return pg_call((kl__pg_t *)store, pg_beat_fn, &b);
 }
 
 typedef struct kl_pg_each {
@@ -697,7 +706,7 @@ typedef struct kl_pg_each {
   void *opaque;
 } kl_pg_each_t;
 
-static kl_err_t kl_pg_foreach_fn(kl__pg_conn_t *conn, void *ctx) {
+static kl_err_t pg_foreach_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_each_t *each = ctx;
   PGresult *res =
       PQexec(conn->pg, "SELECT topic, partition, epoch, watermark, applied, "
@@ -711,7 +720,7 @@ static kl_err_t kl_pg_foreach_fn(kl__pg_conn_t *conn, void *ctx) {
   }
   for (int i = 0; i < PQntuples(res); i++) {
     kl_partition_state_t state;
-    kl_pg_state_row(res, i, 2, &state);
+    pg_state_row(res, i, 2, &state);
     if (each->cb(each->opaque, PQgetvalue(res, i, 0),
                  (int32_t)strtol(PQgetvalue(res, i, 1), NULL, 10), &state))
       break;
@@ -720,11 +729,11 @@ static kl_err_t kl_pg_foreach_fn(kl__pg_conn_t *conn, void *ctx) {
   return KL_OK;
 }
 
-static kl_err_t kl_pg_foreach_partition(kl_store_t *store,
-                                        kl_store_partition_cb_t *cb,
-                                        void *opaque) {
+static kl_err_t pg_foreach_partition(kl_store_t *store,
+                                     kl_store_partition_cb_t *cb,
+                                     void *opaque) {
   kl_pg_each_t each = {cb, opaque};
-  return kl_pg_call((kl__pg_t *)store, kl_pg_foreach_fn, &each);
+  return pg_call((kl__pg_t *)store, pg_foreach_fn, &each);
 }
 
 /* ---- idempotency keys ------------------------------------------------- */
@@ -769,7 +778,7 @@ static const char kl_pg_sweep_sql[] =
     "< $3::int8 THEN $4::int8 ELSE 0 END FROM s, n) "
     "SELECT removed FROM n";
 
-static kl_err_t kl_pg_sweep_fn(kl__pg_conn_t *conn, void *ctx) {
+static kl_err_t pg_sweep_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_sweep_t *sw = ctx;
   char now[24], retention[24], max[24], pages[24];
   kl__pg_clock_param(now, sizeof(now));
@@ -781,48 +790,39 @@ static kl_err_t kl_pg_sweep_fn(kl__pg_conn_t *conn, void *ctx) {
   const char *values[4] = {now, retention, max, pages};
   PGresult *res =
       PQexecParams(conn->pg, kl_pg_sweep_sql, 4, NULL, values, NULL, NULL, 0);
-  if (!kl__pg_ok(res) || PQntuples(res) != 1) {
-    kl_err_t err = kl__pg_err(conn->pg, res, "sweep expired idempotency keys");
-    PQclear(res);
-    return err;
-  }
-  *sw->removed = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-  PQclear(res);
-  return KL_OK;
+  uint64_t removed = 0;
+  kl_err_t err =
+      kl__pg_u64(conn->pg, res, "sweep expired idempotency keys", &removed);
+  *sw->removed = (size_t)removed;
+  return err;
 }
 
-static kl_err_t kl_pg_sweep(kl_store_t *store, size_t max, size_t *removed) {
+static kl_err_t pg_sweep(kl_store_t *store, size_t max, size_t *removed) {
   kl__pg_t *pgs = (kl__pg_t *)store;
   *removed = 0;
   if (max == 0)
     return KL_OK;
   kl_pg_sweep_t sw = {pgs->retention_ms, max, removed};
-  return kl_pg_call(pgs, kl_pg_sweep_fn, &sw);
+  return pg_call(pgs, pg_sweep_fn, &sw);
 }
 
-static kl_err_t kl_pg_id_count_fn(kl__pg_conn_t *conn, void *ctx) {
-  PGresult *res = PQexec(conn->pg, "SELECT count(*) FROM keylane_ids");
-  if (!kl__pg_ok(res) || PQntuples(res) != 1) {
-    kl_err_t err = kl__pg_err(conn->pg, res, "count the idempotency keys");
-    PQclear(res);
-    return err;
-  }
-  *(uint64_t *)ctx = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-  PQclear(res);
-  return KL_OK;
+static kl_err_t pg_id_count_fn(kl__pg_conn_t *conn, void *ctx) {
+  return kl__pg_u64(conn->pg,
+                    PQexec(conn->pg, "SELECT count(*) FROM keylane_ids"),
+                    "count the idempotency keys", ctx);
 }
 
-static kl_err_t kl_pg_id_count(kl_store_t *store, uint64_t *count) {
-  return kl_pg_call((kl__pg_t *)store, kl_pg_id_count_fn, count);
+static kl_err_t pg_id_count(kl_store_t *store, uint64_t *count) {
+  return pg_call((kl__pg_t *)store, pg_id_count_fn, count);
 }
 
-static kl_err_t kl_pg_version_fn(kl__pg_conn_t *conn, void *ctx) {
+static kl_err_t pg_version_fn(kl__pg_conn_t *conn, void *ctx) {
   return kl__pg_schema_version(conn->pg, ctx);
 }
 
-static kl_err_t kl_pg_version(kl_store_t *store, int *version, int *latest) {
+static kl_err_t pg_version(kl_store_t *store, int *version, int *latest) {
   *latest = KL__PG_SCHEMA_VERSION;
-  return kl_pg_call((kl__pg_t *)store, kl_pg_version_fn, version);
+  return pg_call((kl__pg_t *)store, pg_version_fn, version);
 }
 
 /* ---- scans ------------------------------------------------------------ */
@@ -845,8 +845,8 @@ typedef struct kl_pg_walk {
 
 #define KL_PG_FETCH 512 /* rows per FETCH; the same number as below */
 
-static kl_err_t kl_pg_walk_rows(kl__pg_conn_t *conn, kl_pg_walk_t *walk,
-                                int *stop) {
+static kl_err_t pg_walk_rows(kl__pg_conn_t *conn, kl_pg_walk_t *walk,
+                             int *stop) {
   PGresult *res = PQexecParams(conn->pg, "FETCH 512 FROM kl_walk", 0, NULL,
                                NULL, NULL, NULL, 1);
   if (!kl__pg_ok(res)) {
@@ -864,7 +864,7 @@ static kl_err_t kl_pg_walk_rows(kl__pg_conn_t *conn, kl_pg_walk_t *walk,
   return KL_OK;
 }
 
-static kl_err_t kl_pg_walk_fn(kl__pg_conn_t *conn, void *ctx) {
+static kl_err_t pg_walk_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_walk_t *walk = ctx;
   const int formats[2] = {1, 1};
   kl_err_t err = kl__pg_exec(
@@ -876,13 +876,13 @@ static kl_err_t kl_pg_walk_fn(kl__pg_conn_t *conn, void *ctx) {
   err = kl__pg_ok(res) ? KL_OK : kl__pg_err(conn->pg, res, walk->what);
   PQclear(res);
   for (int stop = 0; !err && !stop;)
-    err = kl_pg_walk_rows(conn, walk, &stop);
+    err = pg_walk_rows(conn, walk, &stop);
   kl_err_t end_err = kl__pg_exec(conn->pg, "COMMIT", walk->what);
   return err ? err : end_err;
 }
 
-static kl_err_t kl_pg_walk(kl__pg_t *pgs, kl_pg_walk_t *walk) {
-  return kl_pg_call_once(pgs, kl_pg_walk_fn, walk, &walk->called);
+static kl_err_t pg_walk(kl__pg_t *pgs, kl_pg_walk_t *walk) {
+  return pg_call_once(pgs, pg_walk_fn, walk, &walk->called);
 }
 
 typedef struct kl_pg_scan {
@@ -890,7 +890,7 @@ typedef struct kl_pg_scan {
   void *opaque;
 } kl_pg_scan_t;
 
-static int kl_pg_scan_row(void *ctx, const PGresult *res, int row) {
+static int pg_scan_row(void *ctx, const PGresult *res, int row) {
   kl_pg_scan_t *scan = ctx;
   return scan->cb(scan->opaque, PQgetvalue(res, row, 0),
                   (size_t)PQgetlength(res, row, 0), PQgetvalue(res, row, 1),
@@ -900,8 +900,8 @@ static int kl_pg_scan_row(void *ctx, const PGresult *res, int row) {
 /* The smallest key above every key starting with the prefix: the prefix
  * with its last byte below 0xff incremented and the rest dropped. Returns
  * its length, 0 when there is none (a prefix of 0xff bytes). */
-static size_t kl_pg_prefix_end(const unsigned char *prefix, size_t len,
-                               unsigned char *end) {
+static size_t pg_prefix_end(const unsigned char *prefix, size_t len,
+                            unsigned char *end) {
   if (len)
     memcpy(end, prefix, len);
   while (len && end[len - 1] == 0xff)
@@ -911,13 +911,13 @@ static size_t kl_pg_prefix_end(const unsigned char *prefix, size_t len,
   return len;
 }
 
-static kl_err_t kl_pg_scan(kl_store_t *store, const void *prefix,
-                           size_t prefix_len, kl_store_scan_cb_t *cb,
-                           void *opaque) {
+static kl_err_t pg_scan(kl_store_t *store, const void *prefix,
+                        size_t prefix_len, kl_store_scan_cb_t *cb,
+                        void *opaque) {
   unsigned char end[512];
   if (prefix_len > sizeof(end))
     return KL_OK; /* longer than any key: nothing starts with it */
-  size_t end_len = kl_pg_prefix_end(prefix, prefix_len, end);
+  size_t end_len = pg_prefix_end(prefix, prefix_len, end);
   kl_pg_scan_t scan = {cb, opaque};
   kl_pg_walk_t walk = {
       end_len ? "DECLARE kl_walk NO SCROLL CURSOR FOR SELECT key, value FROM "
@@ -929,10 +929,10 @@ static kl_err_t kl_pg_scan(kl_store_t *store, const void *prefix,
       end_len ? 2 : 1,
       {prefix ? prefix : "", (const char *)end},
       {(int)prefix_len, (int)end_len},
-      kl_pg_scan_row,
+      pg_scan_row,
       &scan,
       0};
-  return kl_pg_walk((kl__pg_t *)store, &walk);
+  return pg_walk((kl__pg_t *)store, &walk);
 }
 
 typedef struct kl_pg_ids {
@@ -940,25 +940,18 @@ typedef struct kl_pg_ids {
   void *opaque;
 } kl_pg_ids_t;
 
-static uint64_t kl_pg_be(const char *p, int len) {
-  uint64_t v = 0;
-  for (int i = 0; i < len; i++)
-    v = v << 8 | (unsigned char)p[i];
-  return v;
-}
-
 /* Binary columns: id bytea, inserted_ms int8, mark int2, topic text (its
  * bytes, with no NUL: libpq adds one to every value it returns). */
-static int kl_pg_ids_row(void *ctx, const PGresult *res, int row) {
+static int pg_ids_row(void *ctx, const PGresult *res, int row) {
   kl_pg_ids_t *ids = ctx;
-  int64_t time_ms = (int64_t)kl_pg_be(PQgetvalue(res, row, 1), 8);
-  kl_mark_t mark = (kl_mark_t)kl_pg_be(PQgetvalue(res, row, 2), 2);
+  int64_t time_ms = (int64_t)kl__get_be(PQgetvalue(res, row, 1), 8);
+  kl_mark_t mark = (kl_mark_t)kl__get_be(PQgetvalue(res, row, 2), 2);
   return ids->cb(ids->opaque, PQgetvalue(res, row, 3), PQgetvalue(res, row, 0),
                  (size_t)PQgetlength(res, row, 0), time_ms, mark);
 }
 
-static kl_err_t kl_pg_ids_walk(kl_store_t *store, kl__store_sid_cb_t *cb,
-                               void *opaque) {
+static kl_err_t pg_ids_walk(kl_store_t *store, kl__store_sid_cb_t *cb,
+                            void *opaque) {
   kl_pg_ids_t ids = {cb, opaque};
   kl_pg_walk_t walk = {"DECLARE kl_walk NO SCROLL CURSOR FOR SELECT id, "
                        "inserted_ms, mark, topic FROM keylane_ids ORDER BY "
@@ -967,10 +960,10 @@ static kl_err_t kl_pg_ids_walk(kl_store_t *store, kl__store_sid_cb_t *cb,
                        0,
                        {NULL, NULL},
                        {0, 0},
-                       kl_pg_ids_row,
+                       pg_ids_row,
                        &ids,
                        0};
-  return kl_pg_walk((kl__pg_t *)store, &walk);
+  return pg_walk((kl__pg_t *)store, &walk);
 }
 
 static kl_err_t pg_last(kl_store_t *store, const char *topic, int32_t partition,
@@ -1011,10 +1004,10 @@ static kl_err_t pg_last(kl_store_t *store, const char *topic, int32_t partition,
 
 /* ---- open and close --------------------------------------------------- */
 
-static void kl_pg_destroy(kl_store_t *store) {
+static void pg_destroy(kl_store_t *store) {
   kl__pg_t *pgs = (kl__pg_t *)store;
   for (size_t i = 0; i < pgs->idle_count; i++)
-    kl_pg_conn_close(pgs->idle[i]);
+    pg_conn_close(pgs->idle[i]);
   pthread_mutex_destroy(&pgs->mu);
   pthread_cond_destroy(&pgs->cv);
   kl__cache_destroy(pgs->cache);
@@ -1024,7 +1017,7 @@ static void kl_pg_destroy(kl_store_t *store) {
 }
 
 /* The store's legacy window (schema 7's keylane_meta). */
-static kl_err_t kl_pg_legacy_ids(kl__pg_t *pgs, PGconn *pg) {
+static kl_err_t pg_legacy_ids(kl__pg_t *pgs, PGconn *pg) {
   PGresult *res = PQexec(pg, "SELECT value FROM keylane_meta WHERE name = "
                              "'legacy_ids_newest_ms'");
   if (!kl__pg_ok(res)) {
@@ -1039,28 +1032,27 @@ static kl_err_t kl_pg_legacy_ids(kl__pg_t *pgs, PGconn *pg) {
   return KL_OK;
 }
 
-static void kl_pg_forget(kl_store_t *store, const char *topic,
-                         int32_t partition) {
+static void pg_forget(kl_store_t *store, const char *topic, int32_t partition) {
   kl__cache_drop_partition(((kl__pg_t *)store)->cache, topic, partition);
 }
 
-static void kl_pg_cache_stats(kl_store_t *store, kl__cache_stats_t *stats) {
+static void pg_cache_stats(kl_store_t *store, kl__cache_stats_t *stats) {
   kl__cache_stats(((kl__pg_t *)store)->cache, stats);
   stats->id_queries = atomic_load(&((kl__pg_t *)store)->id_queries);
   stats->id_prefetched = atomic_load(&((kl__pg_t *)store)->id_prefetched);
 }
 
-static size_t kl_pg_txn_max(kl_store_t *store) {
+static size_t pg_txn_max(kl_store_t *store) {
   return ((kl__pg_t *)store)->pool_max;
 }
 
 const kl__store_ops_t kl__pg_ops = {
     .name = "postgresql",
-    .destroy = kl_pg_destroy,
-    .acquire = kl_pg_acquire,
-    .partition = kl_pg_partition,
-    .reset = kl_pg_reset,
-    .beat = kl_pg_beat,
+    .destroy = pg_destroy,
+    .acquire = pg_acquire,
+    .partition = pg_partition,
+    .reset = pg_reset,
+    .beat = pg_beat,
     .begin = kl__pg_begin,
     .commit = kl__pg_commit,
     .commit_many = kl__pg_commit_many,
@@ -1071,25 +1063,24 @@ const kl__store_ops_t kl__pg_ops = {
     .seen = kl__pg_seen,
     .mark = kl__pg_mark,
     .count_duplicate = kl__pg_count_duplicate,
-    .sweep = kl_pg_sweep,
-    .scan = kl_pg_scan,
-    .foreach_partition = kl_pg_foreach_partition,
-    .id_count = kl_pg_id_count,
-    .ids_walk = kl_pg_ids_walk,
+    .sweep = pg_sweep,
+    .scan = pg_scan,
+    .foreach_partition = pg_foreach_partition,
+    .id_count = pg_id_count,
+    .ids_walk = pg_ids_walk,
     .last = pg_last,
-    .version = kl_pg_version,
+    .version = pg_version,
     .pg_conn = kl__pg_conn,
     .prefetch = kl__pg_prefetch,
     .lost = kl__pg_lost,
-    .txn_max = kl_pg_txn_max,
-    .forget = kl_pg_forget,
-    .cache_stats = kl_pg_cache_stats,
+    .txn_max = pg_txn_max,
+    .forget = pg_forget,
+    .cache_stats = pg_cache_stats,
     .outbox_list = kl__pg_outbox_list,
     .outbox_del = kl__pg_outbox_del,
 };
 
-static kl_err_t kl_pg_new(const char *uri, const kl_conf_t *conf,
-                          kl__pg_t **out) {
+static kl_err_t pg_new(const char *uri, const kl_conf_t *conf, kl__pg_t **out) {
   kl__pg_t *pgs = calloc(1, sizeof(*pgs));
   if (!pgs)
     return KL_ENOMEM;
@@ -1107,7 +1098,7 @@ static kl_err_t kl_pg_new(const char *uri, const kl_conf_t *conf,
   pthread_mutex_init(&pgs->mu, NULL);
   pthread_cond_init(&pgs->cv, NULL);
   if (!pgs->uri || !pgs->idle) {
-    kl_pg_destroy(&pgs->base);
+    pg_destroy(&pgs->base);
     return KL_ENOMEM;
   }
   *out = pgs;
@@ -1117,20 +1108,20 @@ static kl_err_t kl_pg_new(const char *uri, const kl_conf_t *conf,
 kl_err_t kl__store_pg_open(const char *uri, const kl_conf_t *conf,
                            kl_store_t **out) {
   kl__pg_t *pgs;
-  kl_err_t err = kl_pg_new(uri, conf, &pgs);
+  kl_err_t err = pg_new(uri, conf, &pgs);
   if (err)
     return err;
   kl__pg_conn_t *conn;
-  err = kl_pg_connect(pgs, KL_ESTORE, &conn);
+  err = pg_connect(pgs, KL_ESTORE, &conn);
   if (!err) {
     err = kl__pg_schema_open(conn->pg, pgs->create);
     if (!err)
-      err = kl_pg_legacy_ids(pgs, conn->pg);
+      err = pg_legacy_ids(pgs, conn->pg);
     pgs->open = 1;
     kl__pg_conn_give(pgs, conn, err != KL_OK);
   }
   if (err) {
-    kl_pg_destroy(&pgs->base);
+    pg_destroy(&pgs->base);
     return err;
   }
   *out = &pgs->base;

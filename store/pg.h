@@ -145,6 +145,13 @@ kl_err_t kl__pg_err(PGconn *pg, const PGresult *res, const char *what);
 /** @returns nonzero when @p res of a statement is a success. */
 int kl__pg_ok(const PGresult *res);
 
+/**
+ * Reads the one number a one-row result holds (a count, a version) into
+ * *@p out and PQclear()s @p res, a failure's too.
+ * @returns KL_OK, or a kl__pg_err() naming @p what.
+ */
+kl_err_t kl__pg_u64(PGconn *pg, PGresult *res, const char *what, uint64_t *out);
+
 /** Runs an SQL text without parameters: KL_OK or a kl__pg_err(). */
 kl_err_t kl__pg_exec(PGconn *pg, const char *sql, const char *what);
 

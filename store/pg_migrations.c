@@ -97,7 +97,7 @@ static const char *const kl_pg_migrations[KL__PG_SCHEMA_VERSION] = {
      * instead of an index on insert times, which cost an index entry and
      * a WAL record per id (a third of the id insert's records; 2.5 -> 1.7
      * ms per 1,000 ids in keylane-bench store); keylane_sweep holds the
-     * page where the fleet's next sweep starts (kl_pg_sweep_fn()). The
+     * page where the fleet's next sweep starts (pg_sweep_fn()). The
      * primary key leads with the id: a btree compares its first column
      * fast and a varlena's successor slowly, and ids differ where topics
      * repeat (the batch lookup 1.6 -> 1.2 ms per 1,000 ids). Rebuilding
@@ -140,16 +140,14 @@ kl_err_t kl__pg_schema_version(PGconn *pg, int *version) {
   PQclear(res);
   if (!exists)
     return KL_OK;
-  res = PQexec(pg, "SELECT coalesce(max(version), 0) FROM "
-                   "keylane_schema_version");
-  if (!kl__pg_ok(res) || PQntuples(res) != 1) {
-    kl_err_t err = kl__pg_err(pg, res, "read the schema version");
-    PQclear(res);
-    return err;
-  }
-  *version = atoi(PQgetvalue(res, 0, 0));
-  PQclear(res);
-  return KL_OK;
+  uint64_t v = 0;
+  kl_err_t err = kl__pg_u64(
+      pg,
+      PQexec(pg,
+             "SELECT coalesce(max(version), 0) FROM keylane_schema_version"),
+      "read the schema version", &v);
+  *version = (int)v;
+  return err;
 }
 
 /*
@@ -255,7 +253,7 @@ static kl_err_t schema_unlock(PGconn *pg, kl_err_t err) {
   return err ? err : unlocked;
 }
 
-static kl_err_t kl_pg_newer(int version) {
+static kl_err_t pg_newer(int version) {
   return kl__err(KL_ESTORE_VERSION,
                  "postgresql: the keylane schema is at version %d, newer than "
                  "this build knows (%d): a newer keylane migrated it; run that "
@@ -265,7 +263,7 @@ static kl_err_t kl_pg_newer(int version) {
 
 /* Applies migration @p version in a transaction of its own: a failure
  * leaves the schema at the version before it. Under the schema lock. */
-static kl_err_t kl_pg_apply(PGconn *pg, int version) {
+static kl_err_t pg_apply(PGconn *pg, int version) {
   char sql[96];
   snprintf(sql, sizeof(sql),
            "INSERT INTO keylane_schema_version (version) VALUES (%d)", version);
@@ -286,9 +284,9 @@ static kl_err_t kl_pg_apply(PGconn *pg, int version) {
 static kl_err_t migrate_from(PGconn *pg, int version, int *to) {
   *to = version;
   if (version > KL__PG_SCHEMA_VERSION)
-    return kl_pg_newer(version);
+    return pg_newer(version);
   while (version < KL__PG_SCHEMA_VERSION) {
-    kl_err_t err = kl_pg_apply(pg, version + 1);
+    kl_err_t err = pg_apply(pg, version + 1);
     if (err)
       return err;
     *to = ++version;
@@ -338,7 +336,7 @@ kl_err_t kl__pg_schema_open(PGconn *pg, int create) {
   if (version == KL__PG_SCHEMA_VERSION)
     return KL_OK;
   if (version > KL__PG_SCHEMA_VERSION)
-    return kl_pg_newer(version);
+    return pg_newer(version);
   /* Empty or older: another process may be creating or migrating it. */
   if ((err = schema_lock(pg)))
     return err;

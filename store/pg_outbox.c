@@ -18,14 +18,14 @@
 #include "store/outbox_rec.h"
 #include "store/pg.h"
 
-static void kl_pg_int_param(char *buf, size_t size, int64_t v) {
+static void pg_int_param(char *buf, size_t size, int64_t v) {
   snprintf(buf, size, "%" PRId64, v);
 }
 
 /* "{"\\x0a0b...",...}": the records of @p emits as a bytea array literal
  * (text), in emit order, with 16 bytes to spare after its NUL.
  * @returns a malloc()ed string, or NULL. */
-static char *kl_pg_recs_array(const kl__emits_t *emits) {
+static char *pg_recs_array(const kl__emits_t *emits) {
   static const char hex[] = "0123456789abcdef";
   size_t size = 3 + emits->len * 2 + emits->count * 6 + 16, len = 0;
   char *text = malloc(size);
@@ -54,7 +54,7 @@ static char *kl_pg_recs_array(const kl__emits_t *emits) {
 kl_err_t kl__pg_outbox_add(kl__pg_call_t *call, char **params,
                            const char *topic, int32_t partition,
                            const kl__emits_t *emits) {
-  char *recs = kl_pg_recs_array(emits); /* room for the partition after */
+  char *recs = pg_recs_array(emits); /* room for the partition after */
   if (!recs)
     return kl__err(KL_ENOMEM, "postgresql: out of memory for follow-ups");
   size_t rlen = strlen(recs);
@@ -84,9 +84,9 @@ static const char kl_del_sql[] =
 /* Runs @p sql with its @p n text parameters on @p conn, with a binary
  * result when @p binary. @returns the result (the caller PQclear()s it)
  * and *err KL_OK, or NULL and *err a kl__pg_err() that names @p what. */
-static PGresult *kl_outbox_query(kl__pg_conn_t *conn, const char *sql, int n,
-                                 const char *const *values, int binary,
-                                 const char *what, kl_err_t *err) {
+static PGresult *outbox_query(kl__pg_conn_t *conn, const char *sql, int n,
+                              const char *const *values, int binary,
+                              const char *what, kl_err_t *err) {
   PGresult *res =
       PQexecParams(conn->pg, sql, n, NULL, values, NULL, NULL, binary);
   *err = KL_OK;
@@ -106,17 +106,17 @@ typedef struct kl_pg_list {
   void *opaque;
 } kl_pg_list_t;
 
-static kl_err_t kl_pg_list_fn(kl__pg_conn_t *conn, void *ctx) {
+static kl_err_t pg_list_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_list_t *l = ctx;
   char part[16], after[24], max[24];
-  kl_pg_int_param(part, sizeof(part), l->partition);
-  kl_pg_int_param(after, sizeof(after), (int64_t)l->after);
-  kl_pg_int_param(max, sizeof(max),
-                  l->max > INT64_MAX ? INT64_MAX : (int64_t)l->max);
+  pg_int_param(part, sizeof(part), l->partition);
+  pg_int_param(after, sizeof(after), (int64_t)l->after);
+  pg_int_param(max, sizeof(max),
+               l->max > INT64_MAX ? INT64_MAX : (int64_t)l->max);
   const char *values[4] = {l->topic, part, after, max};
   kl_err_t err;
   PGresult *res =
-      kl_outbox_query(conn, kl_list_sql, 4, values, 1, "list the outbox", &err);
+      outbox_query(conn, kl_list_sql, 4, values, 1, "list the outbox", &err);
   if (!res)
     return err;
   for (int i = 0; i < PQntuples(res); i++) {
@@ -135,25 +135,25 @@ typedef struct kl_pg_del {
   size_t n;
 } kl_pg_del_t;
 
-static uint64_t kl_del_partition(const void *ctx, size_t i) {
+static uint64_t del_partition(const void *ctx, size_t i) {
   return (uint64_t)((const kl_pg_del_t *)ctx)->acks[i].partition;
 }
 
-static uint64_t kl_del_seq(const void *ctx, size_t i) {
+static uint64_t del_seq(const void *ctx, size_t i) {
   return ((const kl_pg_del_t *)ctx)->acks[i].seq;
 }
 
-static kl_err_t kl_pg_del_fn(kl__pg_conn_t *conn, void *ctx) {
+static kl_err_t pg_del_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_del_t *d = ctx;
-  char *parts = kl__pg_array_literal(d->n, kl_del_partition, d);
-  char *seqs = kl__pg_array_literal(d->n, kl_del_seq, d);
+  char *parts = kl__pg_array_literal(d->n, del_partition, d);
+  char *seqs = kl__pg_array_literal(d->n, del_seq, d);
   kl_err_t err = KL_OK;
   if (!parts || !seqs) {
     err = kl__err(KL_ENOMEM, "postgresql: out of memory");
   } else {
     const char *values[3] = {d->topic, parts, seqs};
-    PQclear(kl_outbox_query(conn, kl_del_sql, 3, values, 0,
-                            "remove published follow-ups", &err));
+    PQclear(outbox_query(conn, kl_del_sql, 3, values, 0,
+                         "remove published follow-ups", &err));
   }
   free(parts);
   free(seqs);
@@ -164,11 +164,11 @@ kl_err_t kl__pg_outbox_list(kl_store_t *store, const char *topic,
                             int32_t partition, uint64_t after, size_t max,
                             kl__outbox_cb_t *cb, void *opaque) {
   kl_pg_list_t l = {topic, partition, after, max, cb, opaque};
-  return kl__pg_call((kl__pg_t *)store, kl_pg_list_fn, &l);
+  return kl__pg_call((kl__pg_t *)store, pg_list_fn, &l);
 }
 
 kl_err_t kl__pg_outbox_del(kl_store_t *store, const char *topic,
                            const kl__outbox_ack_t *acks, size_t n) {
   kl_pg_del_t d = {topic, acks, n};
-  return kl__pg_call((kl__pg_t *)store, kl_pg_del_fn, &d);
+  return kl__pg_call((kl__pg_t *)store, pg_del_fn, &d);
 }

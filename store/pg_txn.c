@@ -62,9 +62,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/bytes.h"
 #include "common/internal.h"
+#include "common/strbuf.h"
 #include "store/store_internal.h"
 #include "store/pg.h"
 #include "store/txn_buffer.h"
@@ -100,7 +101,7 @@ typedef struct kl_pg_txn {
   size_t vcap;
 } kl_pg_txn_t;
 
-static kl__cache_t *kl_pg_cache(const kl_pg_txn_t *txn) {
+static kl__cache_t *pg_cache(const kl_pg_txn_t *txn) {
   return ((kl__pg_t *)txn->base.store)->cache;
 }
 
@@ -116,68 +117,58 @@ typedef struct kl_pg_arr {
   int oom;
 } kl_pg_arr_t;
 
-static void kl_pg_arr_bytes(kl_pg_arr_t *a, const void *b, size_t len) {
+static void pg_arr_bytes(kl_pg_arr_t *a, const void *b, size_t len) {
   if (a->oom)
     return;
-  if (a->len + len > a->cap) {
-    size_t cap = a->cap ? a->cap * 2 : 1024;
-    while (cap < a->len + len)
-      cap *= 2;
-    unsigned char *p = realloc(a->p, cap);
-    if (!p) {
-      a->oom = 1;
-      return;
-    }
-    a->p = p;
-    a->cap = cap;
+  unsigned char *p = kl__reserve(a->p, &a->cap, a->len + len, 1, 1024);
+  if (!p) {
+    a->oom = 1;
+    return;
   }
+  a->p = p;
   if (len)
     memcpy(a->p + a->len, b, len);
   a->len += len;
 }
 
-static void kl_pg_arr_u32(kl_pg_arr_t *a, uint32_t v) {
-  unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
-                        (unsigned char)(v >> 8), (unsigned char)v};
-  kl_pg_arr_bytes(a, b, 4);
+static void pg_arr_u32(kl_pg_arr_t *a, uint32_t v) {
+  unsigned char b[4];
+  kl__put_be32(b, v);
+  pg_arr_bytes(a, b, 4);
 }
 
-static void kl_pg_arr_init(kl_pg_arr_t *a, uint32_t oid) {
+static void pg_arr_init(kl_pg_arr_t *a, uint32_t oid) {
   memset(a, 0, sizeof(*a));
-  kl_pg_arr_u32(a, 1);   /* ndim */
-  kl_pg_arr_u32(a, 0);   /* no NULLs */
-  kl_pg_arr_u32(a, oid); /* element type */
-  kl_pg_arr_u32(a, 0);   /* size: set by kl_pg_arr_end() */
-  kl_pg_arr_u32(a, 1);   /* lower bound */
+  pg_arr_u32(a, 1);   /* ndim */
+  pg_arr_u32(a, 0);   /* no NULLs */
+  pg_arr_u32(a, oid); /* element type */
+  pg_arr_u32(a, 0);   /* size: set by pg_arr_end() */
+  pg_arr_u32(a, 1);   /* lower bound */
 }
 
-static void kl_pg_arr_add(kl_pg_arr_t *a, const void *b, size_t len) {
-  kl_pg_arr_u32(a, (uint32_t)len);
-  kl_pg_arr_bytes(a, b, len);
+static void pg_arr_add(kl_pg_arr_t *a, const void *b, size_t len) {
+  pg_arr_u32(a, (uint32_t)len);
+  pg_arr_bytes(a, b, len);
   a->n++;
 }
 
-static void kl_pg_arr_add_i16(kl_pg_arr_t *a, int v) {
-  unsigned char b[2] = {(unsigned char)((unsigned)v >> 8), (unsigned char)v};
-  kl_pg_arr_add(a, b, 2);
+static void pg_arr_add_i16(kl_pg_arr_t *a, int v) {
+  unsigned char b[2];
+  kl__put_be(b, (unsigned)v, 2);
+  pg_arr_add(a, b, 2);
 }
 
 /* @returns 0, or -1 when out of memory. */
-static int kl_pg_arr_end(kl_pg_arr_t *a) {
+static int pg_arr_end(kl_pg_arr_t *a) {
   if (a->oom)
     return -1;
-  uint32_t n = a->n;
-  unsigned char *size = a->p + 12;
-  size[0] = (unsigned char)(n >> 24);
-  size[1] = (unsigned char)(n >> 16);
-  size[2] = (unsigned char)(n >> 8);
-  size[3] = (unsigned char)n;
+  kl__put_be32(a->p + 12, a->n); /* the size */
   return 0;
 }
 
 /* ---- begin, abort ----------------------------------------------------- */
 
-static void kl_pg_txn_free(kl_pg_txn_t *txn) {
+static void pg_txn_free(kl_pg_txn_t *txn) {
   PQclear(txn->last);
   kl__buf_clear(&txn->data);
   kl__buf_clear(&txn->ids);
@@ -190,21 +181,21 @@ static void kl_pg_txn_free(kl_pg_txn_t *txn) {
 
 /* Ends the txn: rolls back what is open and gives the connection back
  * (dropping it when its link broke). */
-static kl_err_t kl_pg_settle(kl_pg_txn_t *txn);
+static kl_err_t pg_settle(kl_pg_txn_t *txn);
 
 /* A txn begun ahead reads its answers before anything else; once reading
  * answers failed (that, or a prefetch), every call on it fails the same
  * way. */
-static kl_err_t kl_pg_ready(kl_pg_txn_t *txn) {
-  return txn->pending ? kl_pg_settle(txn) : txn->pend_err;
+static kl_err_t pg_ready(kl_pg_txn_t *txn) {
+  return txn->pending ? pg_settle(txn) : txn->pend_err;
 }
 
-static void kl_pg_txn_end(kl_pg_txn_t *txn) {
+static void pg_txn_end(kl_pg_txn_t *txn) {
   kl__pg_t *pgs = (kl__pg_t *)txn->base.store;
   if (txn->pending)
-    (void)kl_pg_settle(txn); /* reads what was sent; a failure breaks it */
-  if (!txn->conn) {          /* dropped already (kl_pg_landed()) */
-    kl_pg_txn_free(txn);
+    (void)pg_settle(txn); /* reads what was sent; a failure breaks it */
+  if (!txn->conn) {       /* dropped already (pg_landed()) */
+    pg_txn_free(txn);
     return;
   }
   PGconn *pg = txn->conn->pg;
@@ -214,11 +205,11 @@ static void kl_pg_txn_end(kl_pg_txn_t *txn) {
     PQclear(PQexec(pg, "ROLLBACK"));
   kl__pg_conn_give(pgs, txn->conn,
                    txn->broken || PQstatus(pg) != CONNECTION_OK);
-  kl_pg_txn_free(txn);
+  pg_txn_free(txn);
 }
 
 /* The partition's current epoch as this txn sees it; 0 when unknown. */
-static uint64_t kl_pg_current_epoch(kl_pg_txn_t *txn) {
+static uint64_t pg_current_epoch(kl_pg_txn_t *txn) {
   char part[16];
   snprintf(part, sizeof(part), "%" PRId32, txn->partition);
   const char *values[2] = {txn->topic, part};
@@ -232,7 +223,7 @@ static uint64_t kl_pg_current_epoch(kl_pg_txn_t *txn) {
   return epoch;
 }
 
-static kl_err_t kl_pg_fenced(const kl_pg_txn_t *txn, uint64_t current) {
+static kl_err_t pg_fenced(const kl_pg_txn_t *txn, uint64_t current) {
   return kl__err(KL_EFENCED,
                  "fenced partition=%" PRId32 " my_epoch=%" PRIu64
                  " current_epoch=%" PRIu64 " topic=%s: a newer owner holds "
@@ -244,8 +235,8 @@ static kl_err_t kl_pg_fenced(const kl_pg_txn_t *txn, uint64_t current) {
 /* The two statements that start a batch: BEGIN and the partition's
  * current epoch (@p part receives the partition's number, which
  * calls[1] points to). */
-static void kl_pg_begin_calls(const kl_pg_txn_t *txn, char part[16],
-                              kl__pg_call_t calls[2]) {
+static void pg_begin_calls(const kl_pg_txn_t *txn, char part[16],
+                           kl__pg_call_t calls[2]) {
   snprintf(part, 16, "%" PRId32, txn->partition);
   memset(calls, 0, 2 * sizeof(*calls));
   calls[0].sql = "BEGIN ISOLATION LEVEL REPEATABLE READ";
@@ -256,11 +247,11 @@ static void kl_pg_begin_calls(const kl_pg_txn_t *txn, char part[16],
   calls[1].values[1] = part;
 }
 
-/* The @p n results of a pipeline that starts with kl_pg_begin_calls():
+/* The @p n results of a pipeline that starts with pg_begin_calls():
  * @returns KL_OK with the current epoch in *@p current (0 when unknown),
  * or the first failure. */
-static kl_err_t kl_pg_begun(const kl_pg_txn_t *txn, const kl__pg_call_t *calls,
-                            int n, uint64_t *current) {
+static kl_err_t pg_begun(const kl_pg_txn_t *txn, const kl__pg_call_t *calls,
+                         int n, uint64_t *current) {
   for (int i = 0; i < n; i++)
     if (!kl__pg_ok(calls[i].res))
       return kl__pg_err(txn->conn->pg, calls[i].res, calls[i].what);
@@ -272,13 +263,13 @@ static kl_err_t kl_pg_begun(const kl_pg_txn_t *txn, const kl__pg_call_t *calls,
 
 /* BEGIN and the partition's current epoch in one pipeline, one round
  * trip. @returns KL_OK or the first failure. */
-static kl_err_t kl_pg_begin_epoch(kl_pg_txn_t *txn, uint64_t *current) {
+static kl_err_t pg_begin_epoch(kl_pg_txn_t *txn, uint64_t *current) {
   char part[16];
   kl__pg_call_t calls[2];
-  kl_pg_begin_calls(txn, part, calls);
+  pg_begin_calls(txn, part, calls);
   kl_err_t err = kl__pg_pipeline(txn->conn, calls, 2);
   if (!err)
-    err = kl_pg_begun(txn, calls, 2, current);
+    err = pg_begun(txn, calls, 2, current);
   for (int i = 0; i < 2; i++)
     PQclear(calls[i].res);
   return err;
@@ -287,13 +278,13 @@ static kl_err_t kl_pg_begin_epoch(kl_pg_txn_t *txn, uint64_t *current) {
 /* The batch's transaction on a pooled connection; a connection that lost
  * its link while idle in the pool is replaced once, since nothing ran on
  * it yet. */
-static kl_err_t kl_pg_txn_open(kl__pg_t *pgs, kl_pg_txn_t *txn,
-                               uint64_t *current) {
+static kl_err_t pg_txn_open(kl__pg_t *pgs, kl_pg_txn_t *txn,
+                            uint64_t *current) {
   kl_err_t err = KL_OK;
   for (int attempt = 0; attempt < 2; attempt++) {
     if ((err = kl__pg_conn_take(pgs, &txn->conn)))
       return err;
-    if (!(err = kl_pg_begin_epoch(txn, current)))
+    if (!(err = pg_begin_epoch(txn, current)))
       return KL_OK;
     int lost = PQstatus(txn->conn->pg) != CONNECTION_OK;
     kl__pg_conn_give(pgs, txn->conn, 1);
@@ -306,8 +297,8 @@ static kl_err_t kl_pg_txn_open(kl__pg_t *pgs, kl_pg_txn_t *txn,
 
 /* A txn without a connection yet, its cache ticket taken (before the
  * snapshot); NULL when memory is short. */
-static kl_pg_txn_t *kl_pg_txn_new(kl_store_t *store, const char *topic,
-                                  int32_t partition, uint64_t epoch) {
+static kl_pg_txn_t *pg_txn_new(kl_store_t *store, const char *topic,
+                               int32_t partition, uint64_t epoch) {
   kl_pg_txn_t *txn = calloc(1, sizeof(*txn));
   if (!txn || !(txn->topic = strdup(topic))) {
     free(txn);
@@ -327,11 +318,11 @@ static kl_pg_txn_t *kl_pg_txn_new(kl_store_t *store, const char *topic,
 
 /* The begin's epoch check: KL_EFENCED (the cache dropped) when @p current
  * is not the txn's epoch; else the cache is the epoch's. */
-static kl_err_t kl_pg_check_epoch(kl_pg_txn_t *txn, uint64_t current) {
-  kl__cache_t *cache = kl_pg_cache(txn);
+static kl_err_t pg_check_epoch(kl_pg_txn_t *txn, uint64_t current) {
+  kl__cache_t *cache = pg_cache(txn);
   if (current != txn->epoch) {
     kl__cache_drop(cache, txn->seg);
-    return kl_pg_fenced(txn, current);
+    return pg_fenced(txn, current);
   }
   kl__cache_own(cache, txn->seg, txn->epoch);
   return KL_OK;
@@ -339,21 +330,21 @@ static kl_err_t kl_pg_check_epoch(kl_pg_txn_t *txn, uint64_t current) {
 
 kl_err_t kl__pg_begin(kl_store_t *store, const char *topic, int32_t partition,
                       uint64_t epoch, kl_txn_t **out) {
-  kl_pg_txn_t *txn = kl_pg_txn_new(store, topic, partition, epoch);
+  kl_pg_txn_t *txn = pg_txn_new(store, topic, partition, epoch);
   if (!txn)
     return KL_ENOMEM;
   /* The first statement takes the snapshot; it also fails fast, as the
    * LMDB store does: a batch that cannot commit need not run handlers. */
   uint64_t current = 0;
-  kl_err_t err = kl_pg_txn_open((kl__pg_t *)store, txn, &current);
+  kl_err_t err = pg_txn_open((kl__pg_t *)store, txn, &current);
   if (!err)
-    err = kl_pg_check_epoch(txn, current);
+    err = pg_check_epoch(txn, current);
   if (err && txn->conn) {
-    kl_pg_txn_end(txn);
+    pg_txn_end(txn);
     return err;
   }
   if (err) {
-    kl_pg_txn_free(txn);
+    pg_txn_free(txn);
     return err;
   }
   *out = &txn->base;
@@ -361,14 +352,14 @@ kl_err_t kl__pg_begin(kl_store_t *store, const char *topic, int32_t partition,
 }
 
 void kl__pg_abort(kl_txn_t *base) {
-  kl_pg_txn_end((kl_pg_txn_t *)base);
+  pg_txn_end((kl_pg_txn_t *)base);
 }
 
 /* The handler's SQL may read and write keylane_kv inside this transaction,
  * which the cache cannot see: from here on the batch bypasses it. */
 void *kl__pg_conn(kl_txn_t *base) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  (void)kl_pg_ready(txn); /* a failure fails the commit (pend_err) */
+  (void)pg_ready(txn); /* a failure fails the commit (pend_err) */
   txn->lent = 1;
   return txn->conn->pg;
 }
@@ -389,7 +380,7 @@ kl_err_t kl__store_savepoint(kl_txn_t *base, kl__savepoint_t what) {
   if ((unsigned)what > KL__SAVEPOINT_ROLLBACK)
     return kl__err(KL_EINVAL, "kl__store_savepoint: what is %d", (int)what);
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  kl_err_t err = kl_pg_ready(txn);
+  kl_err_t err = pg_ready(txn);
   return err ? err
              : kl__pg_exec(txn->conn->pg, sql[what], "an event's savepoint");
 }
@@ -398,11 +389,10 @@ kl_err_t kl__store_savepoint(kl_txn_t *base, kl__savepoint_t what) {
 
 /* @returns 1 when the owner cache answered: *@p err is KL_OK (a value) or
  * KL_ENOTFOUND (known absent); 0 when it does not know @p key. */
-static int kl_pg_cache_answer(kl_pg_txn_t *txn, const void *key, size_t key_len,
-                              const void **val, size_t *val_len,
-                              kl_err_t *err) {
-  switch (kl__cache_get(kl_pg_cache(txn), txn->seg, txn->epoch, txn->ticket,
-                        key, key_len, &txn->vbuf, &txn->vcap, val_len)) {
+static int pg_cache_answer(kl_pg_txn_t *txn, const void *key, size_t key_len,
+                           const void **val, size_t *val_len, kl_err_t *err) {
+  switch (kl__cache_get(pg_cache(txn), txn->seg, txn->epoch, txn->ticket, key,
+                        key_len, &txn->vbuf, &txn->vcap, val_len)) {
   case KL__CACHE_HIT:
     *val = txn->vbuf ? (const void *)txn->vbuf : "";
     *err = KL_OK;
@@ -418,7 +408,7 @@ static int kl_pg_cache_answer(kl_pg_txn_t *txn, const void *key, size_t key_len,
 kl_err_t kl__pg_get(kl_txn_t *base, const void *key, size_t key_len,
                     const void **val, size_t *val_len) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  kl_err_t ready = kl_pg_ready(txn);
+  kl_err_t ready = pg_ready(txn);
   if (ready)
     return ready;
   const kl__buf_entry_t *entry = kl__buf_get(&txn->data, key, key_len);
@@ -430,7 +420,7 @@ kl_err_t kl__pg_get(kl_txn_t *base, const void *key, size_t key_len,
     return KL_OK;
   }
   kl_err_t err;
-  if (!txn->lent && kl_pg_cache_answer(txn, key, key_len, val, val_len, &err))
+  if (!txn->lent && pg_cache_answer(txn, key, key_len, val, val_len, &err))
     return err;
   PQclear(txn->last);
   txn->last = NULL;
@@ -442,7 +432,7 @@ kl_err_t kl__pg_get(kl_txn_t *base, const void *key, size_t key_len,
     return err;
   int found = PQntuples(res) == 1;
   if (!txn->lent)
-    kl__cache_fill(kl_pg_cache(txn), txn->seg, txn->epoch, txn->ticket, key,
+    kl__cache_fill(pg_cache(txn), txn->seg, txn->epoch, txn->ticket, key,
                    key_len, found ? PQgetvalue(res, 0, 0) : NULL,
                    found ? (size_t)PQgetlength(res, 0, 0) : 0);
   if (!found) {
@@ -459,7 +449,7 @@ kl_err_t kl__pg_put(kl_txn_t *base, const void *key, size_t key_len,
                     const void *val, size_t val_len) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
   int stored =
-      !txn->lent && kl__cache_stored(kl_pg_cache(txn), txn->seg, txn->epoch,
+      !txn->lent && kl__cache_stored(pg_cache(txn), txn->seg, txn->epoch,
                                      txn->ticket, key, key_len);
   return kl__buf_set(&txn->data, key, key_len, val, val_len,
                      stored ? KL_PG_PUT_STORED : KL_PG_PUT);
@@ -473,7 +463,7 @@ kl_err_t kl__pg_del(kl_txn_t *base, const void *key, size_t key_len) {
 kl_err_t kl__pg_seen(kl_txn_t *base, const char *id, size_t id_len,
                      kl_mark_t *mark) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  kl_err_t ready = kl_pg_ready(txn);
+  kl_err_t ready = pg_ready(txn);
   if (ready)
     return ready;
   const kl__buf_entry_t *entry = kl__buf_get(&txn->ids, id, id_len);
@@ -509,43 +499,39 @@ void kl__pg_count_duplicate(kl_txn_t *base) {
 
 /* ---- a batch's idempotency keys at once ------------------------------ */
 
-static uint16_t kl_pg_be16(const char *p) {
-  return (uint16_t)((unsigned char)p[0] << 8 | (unsigned char)p[1]);
-}
-
 /* The ids of @p ids the txn has neither marked nor looked up, as a binary
  * array in *@p arr (arr->n of them); each is recorded unseen, which the
- * lookup's rows then correct (kl_pg_found()). @returns KL_OK or KL_ENOMEM
+ * lookup's rows then correct (pg_found()). @returns KL_OK or KL_ENOMEM
  * (arr->p is to be freed either way). */
-static kl_err_t kl_pg_ask(kl_pg_txn_t *txn, const char *const *ids,
-                          const size_t *id_lens, size_t n, kl_pg_arr_t *arr) {
-  kl_pg_arr_init(arr, KL_PG_OID_BYTEA);
+static kl_err_t pg_ask(kl_pg_txn_t *txn, const char *const *ids,
+                       const size_t *id_lens, size_t n, kl_pg_arr_t *arr) {
+  pg_arr_init(arr, KL_PG_OID_BYTEA);
   for (size_t i = 0; i < n; i++)
     if (!kl__buf_get(&txn->ids, ids[i], id_lens[i]) &&
         !kl__buf_get(&txn->known, ids[i], id_lens[i])) {
-      kl_pg_arr_add(arr, ids[i], id_lens[i]);
+      pg_arr_add(arr, ids[i], id_lens[i]);
       if (kl__buf_set(&txn->known, ids[i], id_lens[i], NULL, 0, KL_MARK_NONE))
         return KL_ENOMEM;
     }
-  if (arr->n && kl_pg_arr_end(arr))
+  if (arr->n && pg_arr_end(arr))
     return KL_ENOMEM;
   atomic_fetch_add(&((kl__pg_t *)txn->base.store)->id_prefetched, arr->n);
   return KL_OK;
 }
 
 /* Records the marks of the ids the lookup @p res found. */
-static kl_err_t kl_pg_found(kl_pg_txn_t *txn, const PGresult *res) {
+static kl_err_t pg_found(kl_pg_txn_t *txn, const PGresult *res) {
   for (int row = 0; row < PQntuples(res); row++)
     if (kl__buf_set(&txn->known, PQgetvalue(res, row, 0),
                     (size_t)PQgetlength(res, row, 0), NULL, 0,
-                    (int)kl_pg_be16(PQgetvalue(res, row, 1))))
+                    (int)kl__get_be(PQgetvalue(res, row, 1), 2)))
       return KL_ENOMEM;
   return KL_OK;
 }
 
 /* The lookup of @p arr: KL__PG_SEEN_MANY with binary results. */
-static void kl_pg_seen_many_call(kl_pg_txn_t *txn, const kl_pg_arr_t *arr,
-                                 kl__pg_call_t *c) {
+static void pg_seen_many_call(kl_pg_txn_t *txn, const kl_pg_arr_t *arr,
+                              kl__pg_call_t *c) {
   memset(c, 0, sizeof(*c));
   c->stmt = KL__PG_SEEN_MANY;
   c->nparams = 2;
@@ -559,17 +545,17 @@ static void kl_pg_seen_many_call(kl_pg_txn_t *txn, const kl_pg_arr_t *arr,
 kl_err_t kl__pg_prefetch(kl_txn_t *base, const char *const *ids,
                          const size_t *id_lens, size_t n) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  kl_err_t err = kl_pg_ready(txn);
+  kl_err_t err = pg_ready(txn);
   kl_pg_arr_t arr = {0};
   if (!err)
-    err = kl_pg_ask(txn, ids, id_lens, n, &arr);
+    err = pg_ask(txn, ids, id_lens, n, &arr);
   if (!err && arr.n) {
     kl__pg_call_t c;
-    kl_pg_seen_many_call(txn, &arr, &c);
+    pg_seen_many_call(txn, &arr, &c);
     PGresult *res = kl__pg_run(txn->conn, c.stmt, c.nparams, c.values,
                                c.lengths, c.formats, c.binary, &err);
     if (res)
-      err = kl_pg_found(txn, res);
+      err = pg_found(txn, res);
     PQclear(res);
   }
   free(arr.p);
@@ -588,20 +574,20 @@ kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
                                size_t n, kl_txn_t **out) {
   if (store->ops != &kl__pg_ops)
     return kl__err(KL_EINVAL, "kl__store_begin_ahead: not PostgreSQL");
-  kl_pg_txn_t *txn = kl_pg_txn_new(store, topic, partition, epoch);
+  kl_pg_txn_t *txn = pg_txn_new(store, topic, partition, epoch);
   if (!txn)
     return KL_ENOMEM;
   kl_err_t err = kl__pg_conn_take_idle((kl__pg_t *)store, &txn->conn);
   if (err) {
-    kl_pg_txn_free(txn);
+    pg_txn_free(txn);
     return err;
   }
   kl_pg_arr_t arr;
   char part[16];
   kl__pg_call_t *c = txn->pend;
-  kl_pg_begin_calls(txn, part, c);
-  err = kl_pg_ask(txn, ids, id_lens, n, &arr);
-  kl_pg_seen_many_call(txn, &arr, &c[2]);
+  pg_begin_calls(txn, part, c);
+  err = pg_ask(txn, ids, id_lens, n, &arr);
+  pg_seen_many_call(txn, &arr, &c[2]);
   /* libpq copies the parameters as it sends them. */
   if (!err && (err = kl__pg_pipeline_send(txn->conn, c, arr.n ? 3 : 2)))
     txn->broken = 1;
@@ -610,7 +596,7 @@ kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
   txn->pend_ns = kl__mono_ns();
   if (err) {
     txn->pending = 0;
-    kl_pg_txn_end(txn);
+    pg_txn_end(txn);
     return err;
   }
   *out = &txn->base;
@@ -620,7 +606,7 @@ kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
 /* Reads what kl__store_begin_ahead() sent: the txn is then as
  * kl_store_begin() and kl_txn_prefetch() would have left it, or failed as
  * they would have (KL_EFENCED, a kl__pg_err()). */
-static kl_err_t kl_pg_settle(kl_pg_txn_t *txn) {
+static kl_err_t pg_settle(kl_pg_txn_t *txn) {
   int n = txn->pending;
   txn->pending = 0;
   kl__pg_call_t *c = txn->pend;
@@ -629,11 +615,11 @@ static kl_err_t kl_pg_settle(kl_pg_txn_t *txn) {
   if (err)
     txn->broken = 1;
   if (!err)
-    err = kl_pg_begun(txn, c, n, &current);
+    err = pg_begun(txn, c, n, &current);
   if (!err)
-    err = kl_pg_check_epoch(txn, current);
+    err = pg_check_epoch(txn, current);
   if (!err && n == 3)
-    err = kl_pg_found(txn, c[2].res);
+    err = pg_found(txn, c[2].res);
   for (int i = 0; i < n; i++) {
     PQclear(c[i].res);
     c[i].res = NULL;
@@ -644,7 +630,7 @@ static kl_err_t kl_pg_settle(kl_pg_txn_t *txn) {
 /* How long a txn begun ahead may wait for its turn: its session sits idle
  * in a transaction meanwhile, which the server ends after
  * store.pg.idle.timeout. */
-static int64_t kl_pg_ahead_max_ns(const kl_pg_txn_t *txn) {
+static int64_t pg_ahead_max_ns(const kl_pg_txn_t *txn) {
   int64_t idle_ms = ((kl__pg_t *)txn->base.store)->idle_timeout_ms;
   int64_t ms = idle_ms > 0 && idle_ms / 2 < KL__STORE_AHEAD_MAX_MS
                    ? idle_ms / 2
@@ -652,28 +638,28 @@ static int64_t kl_pg_ahead_max_ns(const kl_pg_txn_t *txn) {
   return ms * 1000000;
 }
 
-static int kl_pg_stale(const kl_pg_txn_t *txn) {
-  return kl__mono_ns() - txn->pend_ns > kl_pg_ahead_max_ns(txn);
+static int pg_stale(const kl_pg_txn_t *txn) {
+  return kl__mono_ns() - txn->pend_ns > pg_ahead_max_ns(txn);
 }
 
 kl_err_t kl__store_settle(kl_txn_t *base) {
   if (!base || base->store->ops != &kl__pg_ops)
     return KL_OK;
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  if (txn->pending && kl_pg_stale(txn))
+  if (txn->pending && pg_stale(txn))
     return kl__err(KL_ESTORE_BUSY,
                    "postgresql: a batch begun ahead waited %" PRId64
                    " ms for its turn, more than %" PRId64 " ms",
                    (kl__mono_ns() - txn->pend_ns) / 1000000,
-                   kl_pg_ahead_max_ns(txn) / 1000000);
-  return kl_pg_ready(txn);
+                   pg_ahead_max_ns(txn) / 1000000);
+  return pg_ready(txn);
 }
 
 int kl__store_pending(kl_txn_t *base) {
   if (!base || base->store->ops != &kl__pg_ops)
     return 0;
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
-  return txn->pending && !kl_pg_stale(txn);
+  return txn->pending && !pg_stale(txn);
 }
 
 /* ---- commit: one pipeline -------------------------------------------- */
@@ -690,10 +676,10 @@ typedef struct kl_pg_commit {
       stored[24];
   char last[2 * KL__SID_MAX + 1]; /* hex of txn->last, or "" */
   const void *probe; /* the first id known absent before the batch, */
-  size_t probe_len;  /* kl_pg_landed()'s proof; the txn's ids own it */
+  size_t probe_len;  /* pg_landed()'s proof; the txn's ids own it */
 } kl_pg_commit_t;
 
-static void kl_pg_commit_free(kl_pg_commit_t *c) {
+static void pg_commit_free(kl_pg_commit_t *c) {
   for (int i = 0; i < c->n; i++)
     PQclear(c->calls[i].res);
   free(c->keys.p);
@@ -710,9 +696,9 @@ static void kl_pg_commit_free(kl_pg_commit_t *c) {
 
 /* Adds prepared statement @p stmt with binary arrays @p a and @p b (or
  * NULL), then the text parameters @p text (NULL-terminated). */
-static int kl_pg_add(kl_pg_commit_t *c, kl__pg_stmt_t stmt, kl_pg_arr_t *a,
-                     kl_pg_arr_t *b, const char *const *text) {
-  if ((a && kl_pg_arr_end(a)) || (b && kl_pg_arr_end(b)))
+static int pg_add(kl_pg_commit_t *c, kl__pg_stmt_t stmt, kl_pg_arr_t *a,
+                  kl_pg_arr_t *b, const char *const *text) {
+  if ((a && pg_arr_end(a)) || (b && pg_arr_end(b)))
     return -1;
   kl__pg_call_t *call = &c->calls[c->n++];
   memset(call, 0, sizeof(*call));
@@ -731,15 +717,15 @@ static int kl_pg_add(kl_pg_commit_t *c, kl__pg_stmt_t stmt, kl_pg_arr_t *a,
 /* Of the batch's @p dead dead-letter marks, takes away from @p *dead those
  * whose id is applied already: the ids statement keeps them out (the rare
  * path that reads before it writes, as LMDB's). */
-static kl_err_t kl_pg_dead_written(kl_pg_txn_t *txn, uint64_t *dead) {
+static kl_err_t pg_dead_written(kl_pg_txn_t *txn, uint64_t *dead) {
   kl_pg_arr_t ids;
-  kl_pg_arr_init(&ids, KL_PG_OID_BYTEA);
+  pg_arr_init(&ids, KL_PG_OID_BYTEA);
   for (size_t i = 0; i < txn->ids.cap; i++) {
     const kl__buf_entry_t *e = txn->ids.slots ? txn->ids.slots[i] : NULL;
     if (e && e->tag == KL_MARK_DEAD_LETTER)
-      kl_pg_arr_add(&ids, kl__buf_key(e), e->key_len);
+      pg_arr_add(&ids, kl__buf_key(e), e->key_len);
   }
-  if (kl_pg_arr_end(&ids)) {
+  if (pg_arr_end(&ids)) {
     free(ids.p);
     return KL_ENOMEM;
   }
@@ -759,15 +745,15 @@ static kl_err_t kl_pg_dead_written(kl_pg_txn_t *txn, uint64_t *dead) {
 
 /* The fence: the epoch check, the watermark and the counters in one
  * conditional UPDATE, which also takes the partition's row lock. */
-static kl_err_t kl_pg_add_fence(kl_pg_txn_t *txn, kl_pg_commit_t *c,
-                                int64_t watermark) {
+static kl_err_t pg_add_fence(kl_pg_txn_t *txn, kl_pg_commit_t *c,
+                             int64_t watermark) {
   uint64_t applied = 0, dead = 0;
   for (size_t i = 0; i < txn->ids.count; i++) {
     int tag = kl__buf_at(&txn->ids, i)->tag;
     applied += tag == KL_MARK_APPLIED;
     dead += tag == KL_MARK_DEAD_LETTER;
   }
-  kl_err_t err = dead ? kl_pg_dead_written(txn, &dead) : KL_OK;
+  kl_err_t err = dead ? pg_dead_written(txn, &dead) : KL_OK;
   if (err)
     return err;
   snprintf(c->part, sizeof(c->part), "%" PRId32, txn->partition);
@@ -785,7 +771,7 @@ static kl_err_t kl_pg_add_fence(kl_pg_txn_t *txn, kl_pg_commit_t *c,
   c->last[2 * txn->base.last_len] = '\0';
   const char *text[] = {txn->topic, c->part,  c->wm,   c->app, c->dup,
                         c->dl,      c->epoch, c->last, NULL};
-  kl_pg_add(c, KL__PG_FENCE, NULL, NULL, text);
+  pg_add(c, KL__PG_FENCE, NULL, NULL, text);
   return KL_OK;
 }
 
@@ -794,34 +780,32 @@ static kl_err_t kl_pg_add_fence(kl_pg_txn_t *txn, kl_pg_commit_t *c,
  * commits touching the same keys lock them in the same order. Once the
  * handler's own SQL ran (txn->lent), which may have deleted a row, every
  * put is upserted. */
-static kl_err_t kl_pg_add_data(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
+static kl_err_t pg_add_data(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
   const kl__buf_entry_t **list;
   if (kl__buf_sorted(&txn->data, &list))
     return KL_ENOMEM;
-  kl_pg_arr_init(&c->keys, KL_PG_OID_BYTEA);
-  kl_pg_arr_init(&c->vals, KL_PG_OID_BYTEA);
-  kl_pg_arr_init(&c->stored_keys, KL_PG_OID_BYTEA);
-  kl_pg_arr_init(&c->stored_vals, KL_PG_OID_BYTEA);
-  kl_pg_arr_init(&c->dels, KL_PG_OID_BYTEA);
+  pg_arr_init(&c->keys, KL_PG_OID_BYTEA);
+  pg_arr_init(&c->vals, KL_PG_OID_BYTEA);
+  pg_arr_init(&c->stored_keys, KL_PG_OID_BYTEA);
+  pg_arr_init(&c->stored_vals, KL_PG_OID_BYTEA);
+  pg_arr_init(&c->dels, KL_PG_OID_BYTEA);
   for (size_t i = 0; i < txn->data.count; i++) {
     const kl__buf_entry_t *e = list[i];
     if (e->tag == KL_PG_DEL) {
-      kl_pg_arr_add(&c->dels, kl__buf_key(e), e->key_len);
+      pg_arr_add(&c->dels, kl__buf_key(e), e->key_len);
       continue;
     }
     int stored = e->tag == KL_PG_PUT_STORED && !txn->lent;
-    kl_pg_arr_add(stored ? &c->stored_keys : &c->keys, kl__buf_key(e),
-                  e->key_len);
-    kl_pg_arr_add(stored ? &c->stored_vals : &c->vals, kl__buf_val(e),
-                  e->val_len);
+    pg_arr_add(stored ? &c->stored_keys : &c->keys, kl__buf_key(e), e->key_len);
+    pg_arr_add(stored ? &c->stored_vals : &c->vals, kl__buf_val(e), e->val_len);
   }
   free(list);
   snprintf(c->stored, sizeof(c->stored), "%" PRIu32, c->stored_keys.n);
   const char *count[] = {c->stored, NULL};
   if ((c->stored_keys.n &&
-       kl_pg_add(c, KL__PG_UPDATE, &c->stored_keys, &c->stored_vals, count)) ||
-      (c->keys.n && kl_pg_add(c, KL__PG_UPSERT, &c->keys, &c->vals, NULL)) ||
-      (c->dels.n && kl_pg_add(c, KL__PG_DELETE, &c->dels, NULL, NULL)))
+       pg_add(c, KL__PG_UPDATE, &c->stored_keys, &c->stored_vals, count)) ||
+      (c->keys.n && pg_add(c, KL__PG_UPSERT, &c->keys, &c->vals, NULL)) ||
+      (c->dels.n && pg_add(c, KL__PG_DELETE, &c->dels, NULL, NULL)))
     return KL_ENOMEM;
   return KL_OK;
 }
@@ -829,7 +813,7 @@ static kl_err_t kl_pg_add_data(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
 /* Whether @p id is one the batch's prefetch found absent, so that a plain
  * INSERT records it (KL__PG_IDS_NEW). Not once the handler's SQL ran: it
  * might have written keylane_ids itself. */
-static int kl_pg_id_new(const kl_pg_txn_t *txn, const kl__buf_entry_t *id) {
+static int pg_id_new(const kl_pg_txn_t *txn, const kl__buf_entry_t *id) {
   if (txn->lent)
     return 0;
   const kl__buf_entry_t *known =
@@ -839,28 +823,28 @@ static int kl_pg_id_new(const kl_pg_txn_t *txn, const kl__buf_entry_t *id) {
 
 /* The ids in key order, split: those known absent in one plain INSERT,
  * the rest in the upsert that keeps an applied mark. */
-static kl_err_t kl_pg_add_ids(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
+static kl_err_t pg_add_ids(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
   const kl__buf_entry_t **list;
   if (kl__buf_sorted(&txn->ids, &list))
     return KL_ENOMEM;
-  kl_pg_arr_init(&c->ids, KL_PG_OID_BYTEA);
-  kl_pg_arr_init(&c->marks, KL_PG_OID_INT2);
-  kl_pg_arr_init(&c->new_ids, KL_PG_OID_BYTEA);
-  kl_pg_arr_init(&c->new_marks, KL_PG_OID_INT2);
+  pg_arr_init(&c->ids, KL_PG_OID_BYTEA);
+  pg_arr_init(&c->marks, KL_PG_OID_INT2);
+  pg_arr_init(&c->new_ids, KL_PG_OID_BYTEA);
+  pg_arr_init(&c->new_marks, KL_PG_OID_INT2);
   for (size_t i = 0; i < txn->ids.count; i++) {
-    int fresh = kl_pg_id_new(txn, list[i]);
+    int fresh = pg_id_new(txn, list[i]);
     if (fresh && !c->probe)
       c->probe = kl__buf_key(list[i]), c->probe_len = list[i]->key_len;
-    kl_pg_arr_add(fresh ? &c->new_ids : &c->ids, kl__buf_key(list[i]),
-                  list[i]->key_len);
-    kl_pg_arr_add_i16(fresh ? &c->new_marks : &c->marks, list[i]->tag);
+    pg_arr_add(fresh ? &c->new_ids : &c->ids, kl__buf_key(list[i]),
+               list[i]->key_len);
+    pg_arr_add_i16(fresh ? &c->new_marks : &c->marks, list[i]->tag);
   }
   free(list);
   kl__pg_clock_param(c->now, sizeof(c->now));
   const char *text[] = {c->now, txn->topic, NULL};
-  if ((c->ids.n && kl_pg_add(c, KL__PG_IDS, &c->ids, &c->marks, text)) ||
+  if ((c->ids.n && pg_add(c, KL__PG_IDS, &c->ids, &c->marks, text)) ||
       (c->new_ids.n &&
-       kl_pg_add(c, KL__PG_IDS_NEW, &c->new_ids, &c->new_marks, text)))
+       pg_add(c, KL__PG_IDS_NEW, &c->new_ids, &c->new_marks, text)))
     return KL_ENOMEM;
   return KL_OK;
 }
@@ -871,23 +855,23 @@ static kl_err_t kl_pg_add_ids(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
  * serialization failure). Rolled back, the epoch is read afresh: moved, the
  * batch is fenced; unmoved, the error stands and the batch may be re-run.
  */
-static kl_err_t kl_pg_refence(kl_pg_txn_t *txn, kl_err_t err) {
+static kl_err_t pg_refence(kl_pg_txn_t *txn, kl_err_t err) {
   PGconn *pg = txn->conn->pg;
   if (PQstatus(pg) != CONNECTION_OK)
     return err;
   char detail[512];
   snprintf(detail, sizeof(detail), "%s", kl_err_detail());
   PQclear(PQexec(pg, "ROLLBACK"));
-  uint64_t current = kl_pg_current_epoch(txn);
+  uint64_t current = pg_current_epoch(txn);
   if (current && current != txn->epoch)
-    return kl_pg_fenced(txn, current);
+    return pg_fenced(txn, current);
   return kl__err(err, "%s", detail);
 }
 
 /* A handler that ended the batch's transaction itself, or a statement that
  * failed and aborted it, leaves nothing to commit under the fence. */
-static kl_err_t kl_pg_check_open(kl_pg_txn_t *txn) {
-  kl_err_t err = kl_pg_ready(txn);
+static kl_err_t pg_check_open(kl_pg_txn_t *txn) {
+  kl_err_t err = pg_ready(txn);
   if (err)
     return err;
   PGconn *pg = txn->conn->pg;
@@ -912,7 +896,7 @@ static kl_err_t kl_pg_check_open(kl_pg_txn_t *txn) {
 
 /* An id the batch found absent was recorded since (KL__PG_IDS_NEW): as
  * retriable as the upsert's serialization failure in that case. */
-static kl_err_t kl_pg_id_taken(const kl_pg_txn_t *txn, const PGresult *res) {
+static kl_err_t pg_id_taken(const kl_pg_txn_t *txn, const PGresult *res) {
   const char *detail = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL);
   return kl__err(KL_ESTORE_BUSY,
                  "postgresql: record the batch's new idempotency keys of "
@@ -927,7 +911,7 @@ static kl_err_t kl_pg_id_taken(const kl_pg_txn_t *txn, const PGresult *res) {
 /* A key the owner cache knew was stored had gone by the commit: only a
  * writer outside the partition's fence deletes it. The failed commit drops
  * the cache, so the batch, run again, reads the key afresh. */
-static kl_err_t kl_pg_key_gone(const kl_pg_txn_t *txn) {
+static kl_err_t pg_key_gone(const kl_pg_txn_t *txn) {
   return kl__err(KL_ESTORE_BUSY,
                  "postgresql: write the batch's handler keys of topic %s, "
                  "partition %" PRId32 ": a key this owner had read or "
@@ -941,7 +925,7 @@ static kl_err_t kl_pg_key_gone(const kl_pg_txn_t *txn) {
 /* The outcome of the pipeline's results: the first failure, read as a
  * fence when it is the fence's; a COMMIT the server turned into a
  * rollback is a failure too. */
-static kl_err_t kl_pg_outcome(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
+static kl_err_t pg_outcome(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
   for (int i = 0; i < c->n; i++) {
     const PGresult *res = c->calls[i].res;
     if (kl__pg_ok(res))
@@ -950,16 +934,16 @@ static kl_err_t kl_pg_outcome(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
       continue; /* skipped after the failure that explains it */
     if (i == 0 && strcmp(kl__pg_state(res), KL__PG_FENCED_STATE) == 0) {
       PQclear(PQexec(txn->conn->pg, "ROLLBACK"));
-      return kl_pg_fenced(txn, kl_pg_current_epoch(txn));
+      return pg_fenced(txn, pg_current_epoch(txn));
     }
     if (!c->calls[i].sql && c->calls[i].stmt == KL__PG_IDS_NEW &&
         strcmp(kl__pg_state(res), KL__PG_ID_TAKEN_STATE) == 0)
-      return kl_pg_id_taken(txn, res);
+      return pg_id_taken(txn, res);
     if (!c->calls[i].sql && c->calls[i].stmt == KL__PG_UPDATE &&
         strcmp(kl__pg_state(res), KL__PG_KEY_GONE_STATE) == 0)
-      return kl_pg_key_gone(txn);
+      return pg_key_gone(txn);
     kl_err_t err = kl__pg_err(txn->conn->pg, res, c->calls[i].what);
-    return i == 0 && err == KL_ESTORE_BUSY ? kl_pg_refence(txn, err) : err;
+    return i == 0 && err == KL_ESTORE_BUSY ? pg_refence(txn, err) : err;
   }
   const char *status = PQcmdStatus(c->calls[c->n - 1].res);
   if (strcmp(status, "COMMIT") != 0)
@@ -972,15 +956,15 @@ static kl_err_t kl_pg_outcome(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
 
 /* Builds the batch's statements and COMMIT into @p c and sends them in
  * one pipeline. */
-static kl_err_t kl_pg_commit_send(kl_pg_txn_t *txn, int64_t watermark,
-                                  kl_pg_commit_t *c) {
-  kl_err_t err = kl_pg_check_open(txn);
+static kl_err_t pg_commit_send(kl_pg_txn_t *txn, int64_t watermark,
+                               kl_pg_commit_t *c) {
+  kl_err_t err = pg_check_open(txn);
   if (!err)
-    err = kl_pg_add_fence(txn, c, watermark);
+    err = pg_add_fence(txn, c, watermark);
   if (!err && txn->data.count)
-    err = kl_pg_add_data(txn, c);
+    err = pg_add_data(txn, c);
   if (!err && txn->ids.count)
-    err = kl_pg_add_ids(txn, c);
+    err = pg_add_ids(txn, c);
   if (!err && txn->base.emits) /* after the fence: store_pg_outbox.c */
     err = kl__pg_outbox_add(&c->calls[c->n++], &c->outbox, txn->topic,
                             txn->partition, txn->base.emits);
@@ -996,11 +980,11 @@ static kl_err_t kl_pg_commit_send(kl_pg_txn_t *txn, int64_t watermark,
 }
 
 /* How long a commit whose answer was lost asks the server for its outcome
- * (kl_pg_landed()): a restarted server's recovery, with room. One group
+ * (pg_landed()): a restarted server's recovery, with room. One group
  * commit's lanes share it, so that an outage blocks it once, not per lane. */
 #define KL_PG_LANDED_MS 5000
 
-static int64_t kl_pg_landed_end(void) {
+static int64_t pg_landed_end(void) {
   return kl__mono_ns() + KL_PG_LANDED_MS * 1000000LL;
 }
 
@@ -1010,7 +994,7 @@ typedef struct kl_pg_probe {
   int committed;
 } kl_pg_probe_t;
 
-static kl_err_t kl_pg_probe_fn(kl__pg_conn_t *conn, void *ctx) {
+static kl_err_t pg_probe_fn(kl__pg_conn_t *conn, void *ctx) {
   kl_pg_probe_t *x = ctx;
   const char *values[4] = {x->txn->topic, x->c->part, x->c->epoch, x->c->probe};
   int lengths[4] = {0, 0, 0, (int)x->c->probe_len};
@@ -1046,8 +1030,8 @@ static kl_err_t kl_pg_probe_fn(kl__pg_conn_t *conn, void *ctx) {
  * it held the only one. @returns KL_OK when the batch committed, else
  * @p err with its message.
  */
-static kl_err_t kl_pg_landed(kl_pg_txn_t *txn, const kl_pg_commit_t *c,
-                             kl_err_t err, int64_t end) {
+static kl_err_t pg_landed(kl_pg_txn_t *txn, const kl_pg_commit_t *c,
+                          kl_err_t err, int64_t end) {
   kl__pg_t *pgs = (kl__pg_t *)txn->base.store;
   char detail[1024];
   snprintf(detail, sizeof(detail), "%s", kl_err_detail());
@@ -1055,39 +1039,37 @@ static kl_err_t kl_pg_landed(kl_pg_txn_t *txn, const kl_pg_commit_t *c,
   txn->conn = NULL;
   kl_pg_probe_t x = {txn, c, 0};
   for (int64_t ms = 100; c->probe; ms *= 2) {
-    kl_err_t asked = kl__pg_call(pgs, kl_pg_probe_fn, &x);
+    kl_err_t asked = kl__pg_call(pgs, pg_probe_fn, &x);
     int64_t left = (end - kl__mono_ns()) / 1000000;
     if (asked != KL_ESTORE_BUSY || left <= 0)
       break;
     ms = ms < left ? ms : left; /* never past @p end */
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    kl__sleep_ms(ms);
   }
   return x.committed ? KL_OK : kl__err(err, "%s", detail);
 }
 
-/* The outcome of what kl_pg_commit_send() sent; a lost link's is asked
- * for (kl_pg_landed()). */
-static kl_err_t kl_pg_commit_collect(kl_pg_txn_t *txn, kl_pg_commit_t *c,
-                                     int64_t landed_end) {
+/* The outcome of what pg_commit_send() sent; a lost link's is asked
+ * for (pg_landed()). */
+static kl_err_t pg_commit_collect(kl_pg_txn_t *txn, kl_pg_commit_t *c,
+                                  int64_t landed_end) {
   kl_err_t err = kl__pg_pipeline_collect(txn->conn, c->calls, c->n);
   if (err)
     txn->broken = 1;
   if (!err)
-    err = kl_pg_outcome(txn, c);
+    err = pg_outcome(txn, c);
   if (err && err != KL_EFENCED && kl__pg_lost(&txn->base))
-    err = kl_pg_landed(txn, c, err, landed_end);
+    err = pg_landed(txn, c, err, landed_end);
   return err;
 }
 
 /* The cache learns the outcome: written through when committed (unless
  * the handler's SQL ran, which the cache cannot follow), else dropped.
  * Then the txn ends: rolled back unless the COMMIT went through. */
-static kl_err_t kl_pg_commit_end(kl_pg_txn_t *txn, uint64_t start,
-                                 kl_err_t err) {
-  kl__cache_commit_end(kl_pg_cache(txn), txn->seg, txn->epoch, start,
+static kl_err_t pg_commit_end(kl_pg_txn_t *txn, uint64_t start, kl_err_t err) {
+  kl__cache_commit_end(pg_cache(txn), txn->seg, txn->epoch, start,
                        !err && !txn->lent, &txn->data, KL_PG_DEL);
-  kl_pg_txn_end(txn);
+  pg_txn_end(txn);
   return err;
 }
 
@@ -1095,15 +1077,15 @@ kl_err_t kl__pg_commit(kl_txn_t *base, int64_t watermark) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
   kl_pg_commit_t c;
   memset(&c, 0, sizeof(c));
-  uint64_t start = kl__cache_commit_start(kl_pg_cache(txn), txn->seg);
-  kl_err_t err = kl_pg_commit_send(txn, watermark, &c);
+  uint64_t start = kl__cache_commit_start(pg_cache(txn), txn->seg);
+  kl_err_t err = pg_commit_send(txn, watermark, &c);
   if (!err)
-    err = kl_pg_commit_collect(txn, &c, kl_pg_landed_end());
-  kl_pg_commit_free(&c);
-  return kl_pg_commit_end(txn, start, err);
+    err = pg_commit_collect(txn, &c, pg_landed_end());
+  pg_commit_free(&c);
+  return pg_commit_end(txn, start, err);
 }
 
-static void kl_pg_commit_failed(kl__store_commit_t *commit, kl_err_t err) {
+static void pg_commit_failed(kl__store_commit_t *commit, kl_err_t err) {
   commit->err = err;
   snprintf(commit->why, sizeof(commit->why), "%s", err ? kl_err_detail() : "");
 }
@@ -1115,23 +1097,23 @@ void kl__pg_commit_many(kl__store_commit_t *commits, size_t n) {
   kl_pg_commit_t *c = calloc(n, sizeof(*c));
   uint64_t *start = calloc(n, sizeof(*start));
   for (size_t i = 0; (!c || !start) && i < n; i++) /* no memory: in turn */
-    kl_pg_commit_failed(&commits[i],
-                        kl__pg_commit(commits[i].txn, commits[i].watermark));
+    pg_commit_failed(&commits[i],
+                     kl__pg_commit(commits[i].txn, commits[i].watermark));
   for (size_t i = 0; c && start && i < n; i++) {
     kl_pg_txn_t *txn = (kl_pg_txn_t *)commits[i].txn;
-    start[i] = kl__cache_commit_start(kl_pg_cache(txn), txn->seg);
-    kl_pg_commit_failed(&commits[i],
-                        kl_pg_commit_send(txn, commits[i].watermark, &c[i]));
+    start[i] = kl__cache_commit_start(pg_cache(txn), txn->seg);
+    pg_commit_failed(&commits[i],
+                     pg_commit_send(txn, commits[i].watermark, &c[i]));
   }
-  int64_t end = kl_pg_landed_end();
+  int64_t end = pg_landed_end();
   for (size_t i = 0; c && start && i < n; i++)
     if (!commits[i].err)
-      kl_pg_commit_failed(
+      pg_commit_failed(
           &commits[i],
-          kl_pg_commit_collect((kl_pg_txn_t *)commits[i].txn, &c[i], end));
+          pg_commit_collect((kl_pg_txn_t *)commits[i].txn, &c[i], end));
   for (size_t i = 0; c && start && i < n; i++) {
-    kl_pg_commit_free(&c[i]);
-    kl_pg_commit_end((kl_pg_txn_t *)commits[i].txn, start[i], commits[i].err);
+    pg_commit_free(&c[i]);
+    pg_commit_end((kl_pg_txn_t *)commits[i].txn, start[i], commits[i].err);
   }
   free(c);
   free(start);

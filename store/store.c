@@ -8,11 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/internal.h"
 #include "store/backend.h"
 #include "store/store_internal.h"
 
-static int kl_store_is_pg(const char *location) {
+static int store_is_pg(const char *location) {
   return strncmp(location, "postgresql://", 13) == 0 ||
          strncmp(location, "postgres://", 11) == 0;
 }
@@ -23,7 +24,7 @@ kl_err_t kl_store_open(const char *location, const kl_conf_t *conf,
   if (!location || !*location || !out)
     return kl__err(KL_EINVAL, "kl_store_open: location and out are required");
   *out = NULL;
-  if (!kl_store_is_pg(location))
+  if (!store_is_pg(location))
     return kl__store_lmdb_open(location, conf, out);
   return kl__store_pg_open(location, conf, out);
 }
@@ -168,8 +169,8 @@ void kl_store_abort(kl_txn_t *txn) {
  * works on one backend must work on the other. */
 #define KL_STORE_KEY_MAX 511
 
-static kl_err_t kl_store_check_key(const char *fn, const void *key,
-                                   size_t key_len) {
+static kl_err_t store_check_key(const char *fn, const void *key,
+                                size_t key_len) {
   if (!key || key_len == 0 || key_len > KL_STORE_KEY_MAX)
     return kl__err(KL_EINVAL,
                    "%s: key is %zu bytes, expected 1..%d: hash "
@@ -179,8 +180,7 @@ static kl_err_t kl_store_check_key(const char *fn, const void *key,
 }
 
 /* An idempotency key is 1..KL_ID_MAX bytes (event.h). */
-static kl_err_t kl_store_check_id(const char *fn, const char *id,
-                                  size_t id_len) {
+static kl_err_t store_check_id(const char *fn, const char *id, size_t id_len) {
   if (!id || id_len == 0 || id_len > KL_ID_MAX)
     return kl__err(KL_EINVAL,
                    "%s: idempotency key is %zu bytes, expected "
@@ -195,8 +195,8 @@ static kl_err_t kl_store_check_id(const char *fn, const char *id,
 }
 
 /* An entity key is 1..KL_KEY_MAX bytes (event.h). */
-static kl_err_t kl_store_check_entity(const char *fn, const void *key,
-                                      size_t key_len) {
+static kl_err_t store_check_entity(const char *fn, const void *key,
+                                   size_t key_len) {
   if (!key || key_len == 0 || key_len > KL_KEY_MAX)
     return kl__err(KL_EINVAL, "%s: entity key is %zu bytes, expected 1..%d", fn,
                    key_len, KL_KEY_MAX);
@@ -206,8 +206,7 @@ static kl_err_t kl_store_check_entity(const char *fn, const void *key,
 size_t kl__sid_encode(const void *key, size_t key_len, const char *id,
                       size_t id_len, char out[KL__SID_MAX]) {
   out[0] = 0;
-  out[1] = (char)(key_len >> 8);
-  out[2] = (char)(key_len & 0xff);
+  kl__put_be(out + 1, key_len, 2);
   memcpy(out + 3, key, key_len);
   memcpy(out + 3 + key_len, id, id_len);
   return 3 + key_len + id_len;
@@ -221,7 +220,7 @@ int kl__sid_decode(const char *sid, size_t len, const void **key,
   }
   if (len < 3)
     return -1;
-  size_t k = (size_t)(unsigned char)sid[1] << 8 | (unsigned char)sid[2];
+  size_t k = (size_t)kl__get_be(sid + 1, 2);
   if (k == 0 || k > KL_KEY_MAX || len <= 3 + k || len - 3 - k > KL_ID_MAX)
     return -1;
   *key = sid + 3, *key_len = k, *id = sid + 3 + k, *id_len = len - 3 - k;
@@ -236,7 +235,7 @@ int kl__store_legacy_ids(const kl_store_t *store) {
 kl_err_t kl_txn_get(kl_txn_t *txn, const void *key, size_t key_len,
                     const void **val, size_t *val_len) {
   kl__err_clear();
-  kl_err_t err = kl_store_check_key("kl_txn_get", key, key_len);
+  kl_err_t err = store_check_key("kl_txn_get", key, key_len);
   if (err || !txn || !val || !val_len)
     return err ? err
                : kl__err(KL_EINVAL, "kl_txn_get: txn, val and val_len "
@@ -247,7 +246,7 @@ kl_err_t kl_txn_get(kl_txn_t *txn, const void *key, size_t key_len,
 kl_err_t kl_txn_put(kl_txn_t *txn, const void *key, size_t key_len,
                     const void *val, size_t val_len) {
   kl__err_clear();
-  kl_err_t err = kl_store_check_key("kl_txn_put", key, key_len);
+  kl_err_t err = store_check_key("kl_txn_put", key, key_len);
   if (err || !txn || (!val && val_len))
     return err ? err
                : kl__err(KL_EINVAL, "kl_txn_put: txn and val are "
@@ -257,7 +256,7 @@ kl_err_t kl_txn_put(kl_txn_t *txn, const void *key, size_t key_len,
 
 kl_err_t kl_txn_del(kl_txn_t *txn, const void *key, size_t key_len) {
   kl__err_clear();
-  kl_err_t err = kl_store_check_key("kl_txn_del", key, key_len);
+  kl_err_t err = store_check_key("kl_txn_del", key, key_len);
   if (err || !txn)
     return err ? err : kl__err(KL_EINVAL, "kl_txn_del: txn is required");
   return txn->store->ops->del(txn, key, key_len);
@@ -291,7 +290,7 @@ kl_err_t kl__txn_mark_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
 kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
                      kl_mark_t *mark) {
   kl__err_clear();
-  kl_err_t err = kl_store_check_id("kl_txn_seen", id, id_len);
+  kl_err_t err = store_check_id("kl_txn_seen", id, id_len);
   if (err || !txn || !mark)
     return err ? err
                : kl__err(KL_EINVAL, "kl_txn_seen: txn and mark are "
@@ -302,9 +301,9 @@ kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
 kl_err_t kl_txn_seen_key(kl_txn_t *txn, const void *key, size_t key_len,
                          const char *id, size_t id_len, kl_mark_t *mark) {
   kl__err_clear();
-  kl_err_t err = kl_store_check_entity("kl_txn_seen_key", key, key_len);
+  kl_err_t err = store_check_entity("kl_txn_seen_key", key, key_len);
   if (!err)
-    err = kl_store_check_id("kl_txn_seen_key", id, id_len);
+    err = store_check_id("kl_txn_seen_key", id, id_len);
   if (err || !txn || !mark)
     return err ? err
                : kl__err(KL_EINVAL, "kl_txn_seen_key: txn and mark are "
@@ -317,7 +316,7 @@ kl_err_t kl_txn_seen_key(kl_txn_t *txn, const void *key, size_t key_len,
 kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
                      kl_mark_t mark) {
   kl__err_clear();
-  kl_err_t err = kl_store_check_id("kl_txn_mark", id, id_len);
+  kl_err_t err = store_check_id("kl_txn_mark", id, id_len);
   if (err || !txn)
     return err ? err : kl__err(KL_EINVAL, "kl_txn_mark: txn is required");
   return kl__txn_mark_sid(txn, id, id_len, mark);
@@ -326,9 +325,9 @@ kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
 kl_err_t kl_txn_mark_key(kl_txn_t *txn, const void *key, size_t key_len,
                          const char *id, size_t id_len, kl_mark_t mark) {
   kl__err_clear();
-  kl_err_t err = kl_store_check_entity("kl_txn_mark_key", key, key_len);
+  kl_err_t err = store_check_entity("kl_txn_mark_key", key, key_len);
   if (!err)
-    err = kl_store_check_id("kl_txn_mark_key", id, id_len);
+    err = store_check_id("kl_txn_mark_key", id, id_len);
   if (err || !txn)
     return err ? err : kl__err(KL_EINVAL, "kl_txn_mark_key: txn is required");
   char sid[KL__SID_MAX];
@@ -356,7 +355,7 @@ kl_err_t kl_txn_prefetch(kl_txn_t *txn, const char *const *ids,
     return kl__err(KL_EINVAL, "kl_txn_prefetch: txn, ids and id_lens are "
                               "required");
   for (size_t i = 0; i < n; i++) {
-    kl_err_t err = kl_store_check_id("kl_txn_prefetch", ids[i], id_lens[i]);
+    kl_err_t err = store_check_id("kl_txn_prefetch", ids[i], id_lens[i]);
     if (err)
       return err;
   }
@@ -413,9 +412,9 @@ kl_err_t kl_txn_prefetch_keys(kl_txn_t *txn, const void *const *keys,
                               "ids and id_lens are required");
   for (size_t i = 0; i < n; i++) {
     kl_err_t err =
-        kl_store_check_entity("kl_txn_prefetch_keys", keys[i], key_lens[i]);
+        store_check_entity("kl_txn_prefetch_keys", keys[i], key_lens[i]);
     if (!err)
-      err = kl_store_check_id("kl_txn_prefetch_keys", ids[i], id_lens[i]);
+      err = store_check_id("kl_txn_prefetch_keys", ids[i], id_lens[i]);
     if (err)
       return err;
   }
@@ -526,8 +525,8 @@ typedef struct kl_ids_walk {
   int bad; /* a sid that does not decode */
 } kl_ids_walk_t;
 
-static int kl_ids_walk_sid(void *opaque, const char *topic, const char *sid,
-                           size_t sid_len, int64_t time_ms, kl_mark_t mark) {
+static int ids_walk_sid(void *opaque, const char *topic, const char *sid,
+                        size_t sid_len, int64_t time_ms, kl_mark_t mark) {
   kl_ids_walk_t *w = opaque;
   const void *key;
   const char *id;
@@ -547,7 +546,7 @@ kl_err_t kl__store_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
                    "in this build",
                    store->ops->name);
   kl_ids_walk_t w = {cb, opaque, 0};
-  kl_err_t err = store->ops->ids_walk(store, kl_ids_walk_sid, &w);
+  kl_err_t err = store->ops->ids_walk(store, ids_walk_sid, &w);
   if (!err && w.bad)
     err = kl__err(KL_ESTORE,
                   "the %s store holds an idempotency key that does not "

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "store/txn_buffer.h"
 
 struct kl__buf_chunk {
@@ -19,23 +20,11 @@ struct kl__buf_chunk {
 #define KL_BUF_CHUNK_MIN 4096
 #define KL_BUF_CHUNK_MAX (1024 * 1024)
 
-/* FNV-1a, 64 bit: short keys, no adversary worth a keyed hash (the keys
- * are the batch's own and the table only lives for one batch). */
-static uint64_t kl_buf_hash(const void *key, size_t len) {
-  const unsigned char *p = key;
-  uint64_t h = 14695981039346656037ULL;
-  for (size_t i = 0; i < len; i++) {
-    h ^= p[i];
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
 void kl__buf_init(kl__buf_t *buf) {
   memset(buf, 0, sizeof(*buf));
 }
 
-static void kl_arena_free(kl__buf_chunk_t *chunk) {
+static void arena_free(kl__buf_chunk_t *chunk) {
   while (chunk) {
     kl__buf_chunk_t *next = chunk->next;
     free(chunk);
@@ -44,7 +33,7 @@ static void kl_arena_free(kl__buf_chunk_t *chunk) {
 }
 
 void kl__buf_clear(kl__buf_t *buf) {
-  kl_arena_free(buf->arena);
+  arena_free(buf->arena);
   free(buf->slots);
   free(buf->used);
   kl__buf_init(buf);
@@ -55,14 +44,14 @@ void kl__buf_reset(kl__buf_t *buf) {
     buf->slots[buf->used[i]] = NULL;
   buf->count = 0;
   if (buf->arena) { /* keep the newest chunk, the largest */
-    kl_arena_free(buf->arena->next);
+    arena_free(buf->arena->next);
     buf->arena->next = NULL;
     buf->arena->used = 0;
   }
 }
 
 /* @returns @p size bytes from the arena, 8-byte aligned, or NULL. */
-static void *kl_arena_alloc(kl__buf_t *buf, size_t size) {
+static void *arena_alloc(kl__buf_t *buf, size_t size) {
   size = (size + 7) & ~(size_t)7;
   kl__buf_chunk_t *c = buf->arena;
   if (!c || c->cap - c->used < size) {
@@ -83,23 +72,23 @@ static void *kl_arena_alloc(kl__buf_t *buf, size_t size) {
   return p;
 }
 
-static int kl_buf_match(const kl__buf_entry_t *entry, uint64_t hash,
-                        const void *key, size_t key_len) {
+static int buf_match(const kl__buf_entry_t *entry, uint64_t hash,
+                     const void *key, size_t key_len) {
   return entry->hash == hash && entry->key_len == key_len &&
          memcmp(entry->bytes, key, key_len) == 0;
 }
 
 /* The slot holding @p key, or the free slot where it would go. */
-static size_t kl_buf_slot(kl__buf_entry_t **slots, size_t cap, uint64_t hash,
-                          const void *key, size_t key_len) {
+static size_t buf_slot(kl__buf_entry_t **slots, size_t cap, uint64_t hash,
+                       const void *key, size_t key_len) {
   size_t i = (size_t)hash & (cap - 1);
-  while (slots[i] && !kl_buf_match(slots[i], hash, key, key_len))
+  while (slots[i] && !buf_match(slots[i], hash, key, key_len))
     i = (i + 1) & (cap - 1);
   return i;
 }
 
 /* Doubles the table, keeping the insertion order. */
-static kl_err_t kl_buf_grow(kl__buf_t *buf) {
+static kl_err_t buf_grow(kl__buf_t *buf) {
   size_t cap = buf->cap ? buf->cap * 2 : 16;
   kl__buf_entry_t **slots = calloc(cap, sizeof(*slots));
   size_t *used = malloc(cap / 2 * sizeof(*used)); /* at most half full */
@@ -110,8 +99,7 @@ static kl_err_t kl_buf_grow(kl__buf_t *buf) {
   }
   for (size_t i = 0; i < buf->count; i++) {
     kl__buf_entry_t *entry = buf->slots[buf->used[i]];
-    used[i] =
-        kl_buf_slot(slots, cap, entry->hash, entry->bytes, entry->key_len);
+    used[i] = buf_slot(slots, cap, entry->hash, entry->bytes, entry->key_len);
     slots[used[i]] = entry;
   }
   free(buf->slots);
@@ -124,10 +112,10 @@ static kl_err_t kl_buf_grow(kl__buf_t *buf) {
 
 kl_err_t kl__buf_set(kl__buf_t *buf, const void *key, size_t key_len,
                      const void *val, size_t val_len, int tag) {
-  if ((buf->count + 1) * 2 > buf->cap && kl_buf_grow(buf))
+  if ((buf->count + 1) * 2 > buf->cap && buf_grow(buf))
     return KL_ENOMEM;
-  uint64_t hash = kl_buf_hash(key, key_len);
-  size_t i = kl_buf_slot(buf->slots, buf->cap, hash, key, key_len);
+  uint64_t hash = kl__fnv1a(key, key_len);
+  size_t i = buf_slot(buf->slots, buf->cap, hash, key, key_len);
   kl__buf_entry_t *entry = buf->slots[i];
   if (entry && entry->val_len >= val_len) { /* rewrite in place */
     if (val_len)
@@ -137,8 +125,7 @@ kl_err_t kl__buf_set(kl__buf_t *buf, const void *key, size_t key_len,
     return KL_OK;
   }
   /* A replaced entry stays in the arena, so @p val may point into it. */
-  kl__buf_entry_t *fresh =
-      kl_arena_alloc(buf, sizeof(*fresh) + key_len + val_len);
+  kl__buf_entry_t *fresh = arena_alloc(buf, sizeof(*fresh) + key_len + val_len);
   if (!fresh)
     return KL_ENOMEM;
   fresh->hash = hash;
@@ -158,11 +145,11 @@ const kl__buf_entry_t *kl__buf_get(const kl__buf_t *buf, const void *key,
                                    size_t key_len) {
   if (!buf->count)
     return NULL;
-  uint64_t hash = kl_buf_hash(key, key_len);
-  return buf->slots[kl_buf_slot(buf->slots, buf->cap, hash, key, key_len)];
+  uint64_t hash = kl__fnv1a(key, key_len);
+  return buf->slots[buf_slot(buf->slots, buf->cap, hash, key, key_len)];
 }
 
-static int kl_buf_cmp(const void *a, const void *b) {
+static int buf_cmp(const void *a, const void *b) {
   const kl__buf_entry_t *x = *(const kl__buf_entry_t *const *)a;
   const kl__buf_entry_t *y = *(const kl__buf_entry_t *const *)b;
   size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
@@ -181,7 +168,7 @@ kl_err_t kl__buf_sorted(const kl__buf_t *buf, const kl__buf_entry_t ***out) {
     return KL_ENOMEM;
   for (size_t i = 0; i < buf->count; i++)
     list[i] = kl__buf_at(buf, i);
-  qsort(list, buf->count, sizeof(*list), kl_buf_cmp);
+  qsort(list, buf->count, sizeof(*list), buf_cmp);
   *out = list;
   return KL_OK;
 }

@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "event/trace.h"
+#include "common/bytes.h"
 #include "common/hash.h"
 #include "common/internal.h"
 #include "common/log.h"
@@ -17,8 +17,9 @@
 
 /* One murmur2 of the key per record: ~20 ns for a short key. A record
  * without a key is the decoder's to refuse. */
-static int kl_misrouted(const kl__applier_t *a, int32_t partition,
-                        const rd_kafka_message_t *m, kl__apply_result_t *res) {
+static int apply_misrouted(const kl__applier_t *a, int32_t partition,
+                           const rd_kafka_message_t *m,
+                           kl__apply_result_t *res) {
   if (a->partitions <= 0 || !m->key || !m->key_len)
     return 0;
   int32_t want = kl_partition(m->key, m->key_len, a->partitions);
@@ -40,7 +41,7 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
                                     kl__apply_result_t *res) {
   res->failed_err = KL_OK;
   res->store_err = KL_OK;
-  if (kl_misrouted(a, partition, m, res))
+  if (apply_misrouted(a, partition, m, res))
     return KL_HANDLER_FAIL;
   kl_err_t err = kl_event_decode(a->decoder, m->key, m->key_len, m->payload,
                                  m->len, event);
@@ -98,9 +99,9 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
 /* The sids of @p msgs from offset @p from on (store_internal.h), with
  * their unscoped ids while the store may hold such; 0 also when memory is
  * short: kl_txn_seen_key() then asks one by one. */
-static size_t kl_ids_decode(kl__sids_t *s, const kl_store_t *store,
-                            rd_kafka_message_t *const *msgs, size_t n,
-                            int64_t from) {
+static size_t ids_decode(kl__sids_t *s, const kl_store_t *store,
+                         rd_kafka_message_t *const *msgs, size_t n,
+                         int64_t from) {
   kl_decoder_t *decoder = kl_decoder_new();
   const void **keys = malloc((n ? n : 1) * sizeof(*keys));
   const char **ids = malloc((n ? n : 1) * sizeof(*ids));
@@ -134,7 +135,7 @@ kl_err_t kl__apply_prefetch(const kl__applier_t *a, kl_txn_t *txn,
   if (!n || !kl__store_has_prefetch(a->store))
     return KL_OK;
   kl__sids_t s;
-  kl_err_t err = kl_ids_decode(&s, a->store, msgs, n, from)
+  kl_err_t err = ids_decode(&s, a->store, msgs, n, from)
                      ? txn->store->ops->prefetch(
                            txn, (const char *const *)s.sids, s.lens, s.n)
                      : KL_OK;
@@ -149,7 +150,7 @@ kl_err_t kl__apply_begin_ahead(const kl__applier_t *a, int32_t partition,
     return KL_EINVAL;
   kl__sids_t s;
   kl_err_t err =
-      kl_ids_decode(&s, a->store, msgs, n, 0)
+      ids_decode(&s, a->store, msgs, n, 0)
           ? kl__store_begin_ahead(a->store, a->topic, partition, epoch,
                                   (const char *const *)s.sids, s.lens, s.n, txn)
           : KL_ENOMEM;
@@ -166,10 +167,8 @@ size_t kl__apply_ident(kl_decoder_t *decoder, const rd_kafka_message_t *m,
   uint64_t k = kl__fnv1a(m->key, m->key ? m->key_len : 0);
   uint64_t v = kl__fnv1a(m->payload, m->payload ? m->len : 0);
   out[0] = 1;
-  for (int i = 0; i < 8; i++) {
-    out[1 + i] = (char)(k >> (56 - 8 * i));
-    out[9 + i] = (char)(v >> (56 - 8 * i));
-  }
+  kl__put_be(out + 1, k, 8);
+  kl__put_be(out + 9, v, 8);
   return 17;
 }
 
@@ -207,18 +206,17 @@ static kl_err_t set_last(const kl__applier_t *a, kl_txn_t *txn,
 void kl__apply_sleep(const kl__applier_t *a, int32_t partition, int ms) {
   while (ms > 0) {
     int step = ms < 100 ? ms : 100;
-    struct timespec ts = {0, (long)step * 1000000L};
-    nanosleep(&ts, NULL);
+    kl__sleep_ms(step);
     ms -= step;
     if (a->tick)
       a->tick(a->tick_opaque, partition); /* its verdict: at the next batch */
   }
 }
 
-static kl_err_t kl_run_batch(const kl__applier_t *a, int32_t partition,
-                             uint64_t epoch, kl_txn_t *txn,
-                             rd_kafka_message_t *const *msgs, size_t count,
-                             kl__apply_result_t *res) {
+static kl_err_t run_batch(const kl__applier_t *a, int32_t partition,
+                          uint64_t epoch, kl_txn_t *txn,
+                          rd_kafka_message_t *const *msgs, size_t count,
+                          kl__apply_result_t *res) {
   for (size_t i = 0; i < count; i++) {
     const rd_kafka_message_t *m = msgs[i];
     if (m->offset < res->next) {
@@ -259,7 +257,7 @@ kl_err_t kl__apply_batch(const kl__applier_t *a, int32_t partition,
     return err;
   err = kl__apply_prefetch(a, txn, msgs, count, watermark);
   if (!err)
-    err = kl_run_batch(a, partition, epoch, txn, msgs, count, res);
+    err = run_batch(a, partition, epoch, txn, msgs, count, res);
   if (err || res->verdict != KL_HANDLER_OK || a->dry_run) {
     kl_store_abort(txn);
     return err;

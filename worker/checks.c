@@ -29,10 +29,10 @@ void kl__duration_format(int64_t ms, char *buf, size_t size) {
   snprintf(buf, size, "%" PRId64 "ms", ms);
 }
 
-static void kl_check_say(kl__check_t *out, kl__check_status_t status,
-                         const char *fmt, ...) KL__PRINTF(3, 4);
-static void kl_check_say(kl__check_t *out, kl__check_status_t status,
-                         const char *fmt, ...) {
+static void check_say(kl__check_t *out, kl__check_status_t status,
+                      const char *fmt, ...) KL__PRINTF(3, 4);
+static void check_say(kl__check_t *out, kl__check_status_t status,
+                      const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   out->status = status;
@@ -40,13 +40,13 @@ static void kl_check_say(kl__check_t *out, kl__check_status_t status,
   va_end(ap);
 }
 
-/* kl_check_say() about a topic: "ROLE TOPIC " and then @p fmt. */
-static void kl_topic_say(kl__check_t *out, kl__check_status_t status,
-                         const char *role, const char *topic, const char *fmt,
-                         ...) KL__PRINTF(5, 6);
-static void kl_topic_say(kl__check_t *out, kl__check_status_t status,
-                         const char *role, const char *topic, const char *fmt,
-                         ...) {
+/* check_say() about a topic: "ROLE TOPIC " and then @p fmt. */
+static void topic_say(kl__check_t *out, kl__check_status_t status,
+                      const char *role, const char *topic, const char *fmt, ...)
+    KL__PRINTF(5, 6);
+static void topic_say(kl__check_t *out, kl__check_status_t status,
+                      const char *role, const char *topic, const char *fmt,
+                      ...) {
   va_list ap;
   va_start(ap, fmt);
   out->status = status;
@@ -65,29 +65,29 @@ void kl__check_retention_judge(const char *role, const char *topic,
   kl__duration_format(retention_ms, keep, sizeof(keep));
   kl__duration_format(dedup_ms, dedup, sizeof(dedup));
   if (retention_ms < 0)
-    kl_topic_say(out, KL__CHECK_FAIL, role, topic,
-                 "keeps records forever (%s) but "
-                 "store.dedup.retention is %s: an event read again after "
-                 "its id was swept (a replay, a redrive, a re-published "
-                 "event) is applied twice; give the %s "
-                 "a finite retention.ms of at most %" PRId64 " (%s), or set "
-                 "worker.retention.check=warn to run anyway",
-                 source, dedup, role, dedup_ms, dedup);
+    topic_say(out, KL__CHECK_FAIL, role, topic,
+              "keeps records forever (%s) but "
+              "store.dedup.retention is %s: an event read again after "
+              "its id was swept (a replay, a redrive, a re-published "
+              "event) is applied twice; give the %s "
+              "a finite retention.ms of at most %" PRId64 " (%s), or set "
+              "worker.retention.check=warn to run anyway",
+              source, dedup, role, dedup_ms, dedup);
   else if (dedup_ms < retention_ms)
-    kl_topic_say(out, KL__CHECK_FAIL, role, topic,
-                 "keeps records for %s (%s) but "
-                 "store.dedup.retention is %s: an id swept while its event "
-                 "can still be redelivered or re-published is applied "
-                 "twice; set store.dedup.retention "
-                 "(--dedup-retention) to at least %s, or lower the %s's "
-                 "retention.ms to at most %" PRId64 ", or set "
-                 "worker.retention.check=warn to run anyway",
-                 keep, source, dedup, keep, role, dedup_ms);
+    topic_say(out, KL__CHECK_FAIL, role, topic,
+              "keeps records for %s (%s) but "
+              "store.dedup.retention is %s: an id swept while its event "
+              "can still be redelivered or re-published is applied "
+              "twice; set store.dedup.retention "
+              "(--dedup-retention) to at least %s, or lower the %s's "
+              "retention.ms to at most %" PRId64 ", or set "
+              "worker.retention.check=warn to run anyway",
+              keep, source, dedup, keep, role, dedup_ms);
   else
-    kl_topic_say(out, KL__CHECK_OK, role, topic,
-                 "keeps records for %s (%s), within "
-                 "store.dedup.retention %s",
-                 keep, source, dedup);
+    topic_say(out, KL__CHECK_OK, role, topic,
+              "keeps records for %s (%s), within "
+              "store.dedup.retention %s",
+              keep, source, dedup);
 }
 
 static kl__topic_config_fn *_Atomic kl_config_hook;
@@ -99,9 +99,9 @@ void kl__checks_set_topic_config(kl__topic_config_fn *fn) {
 /* The configuration entries @p names of @p topic, from the hook or the
  * cluster. @returns as kl__kafka_topic_configs(); 1 when the cluster can
  * answer no DescribeConfigs. */
-static int kl_read_configs(rd_kafka_t *rk, const char *topic,
-                           const char *const *names, size_t n, char **values,
-                           int timeout_ms, kl_err_t *err) {
+static int read_configs(rd_kafka_t *rk, const char *topic,
+                        const char *const *names, size_t n, char **values,
+                        int timeout_ms, kl_err_t *err) {
   kl__topic_config_fn *hook = atomic_load(&kl_config_hook);
   *err = KL_OK;
   if (hook) {
@@ -127,22 +127,22 @@ void kl__check_retention(rd_kafka_t *rk, const char *role, const char *topic,
   char dedup[32];
   kl__duration_format(dedup_ms, dedup, sizeof(dedup));
   kl_err_t err;
-  if (kl_read_configs(rk, topic, names, 2, values, timeout_ms, &err)) {
-    kl_check_say(out, KL__CHECK_WARN,
-                 "cannot read the retention of %s %s: the cluster names no "
-                 "controller to answer DescribeConfigs (librdkafka's mock "
-                 "cluster, the embedded one, has none); make sure its "
-                 "retention.ms is at most store.dedup.retention (%s)",
-                 role, topic, dedup);
+  if (read_configs(rk, topic, names, 2, values, timeout_ms, &err)) {
+    check_say(out, KL__CHECK_WARN,
+              "cannot read the retention of %s %s: the cluster names no "
+              "controller to answer DescribeConfigs (librdkafka's mock "
+              "cluster, the embedded one, has none); make sure its "
+              "retention.ms is at most store.dedup.retention (%s)",
+              role, topic, dedup);
     return;
   }
   if (err) {
-    kl_check_say(out, KL__CHECK_FAIL,
-                 "cannot read the retention of %s %s: %s; grant "
-                 "DescribeConfigs on it (kafka-acls --operation "
-                 "DescribeConfigs), or set "
-                 "worker.retention.check=warn to run unchecked",
-                 role, topic, kl_err_detail());
+    check_say(out, KL__CHECK_FAIL,
+              "cannot read the retention of %s %s: %s; grant "
+              "DescribeConfigs on it (kafka-acls --operation "
+              "DescribeConfigs), or set "
+              "worker.retention.check=warn to run unchecked",
+              role, topic, kl_err_detail());
     return;
   }
   /* The broker's defaults when it lists none: 7 days, delete. */
@@ -164,8 +164,8 @@ void kl__check_retention(rd_kafka_t *rk, const char *role, const char *topic,
 
 /* The WARN of a topic where an acks=all publish may rest on one broker:
  * one replica, or min.insync.replicas below 2; @p how says the fix. */
-static void kl_one_broker(const char *role, const char *topic, int rf,
-                          int min_isr, const char *how, kl__check_t *out) {
+static void one_broker(const char *role, const char *topic, int rf, int min_isr,
+                       const char *how, kl__check_t *out) {
   char why[128];
   if (rf < 2)
     snprintf(why, sizeof(why), "replication factor %d:", rf);
@@ -174,10 +174,10 @@ static void kl_one_broker(const char *role, const char *topic, int rf,
              "min.insync.replicas=%d: acks=all then waits for the leader "
              "alone, so",
              min_isr);
-  kl_topic_say(out, KL__CHECK_WARN, role, topic,
-               "has %s an acknowledged event lives on one broker and is lost "
-               "with it; %s",
-               why, how);
+  topic_say(out, KL__CHECK_WARN, role, topic,
+            "has %s an acknowledged event lives on one broker and is lost "
+            "with it; %s",
+            why, how);
 }
 
 void kl__check_replication_judge(const char *role, const char *topic, int rf,
@@ -190,31 +190,31 @@ void kl__check_replication_judge(const char *role, const char *topic, int rf,
   char how[300];
   snprintf(how, sizeof(how), fix, topic);
   if (min_isr > rf)
-    kl_topic_say(out, KL__CHECK_FAIL, role, topic,
-                 "has min.insync.replicas=%d but only %d replicas: "
-                 "every acks=all publish is refused (NOT_ENOUGH_REPLICAS); "
-                 "lower min.insync.replicas to at most %d, or add replicas",
-                 min_isr, rf, rf);
+    topic_say(out, KL__CHECK_FAIL, role, topic,
+              "has min.insync.replicas=%d but only %d replicas: "
+              "every acks=all publish is refused (NOT_ENOUGH_REPLICAS); "
+              "lower min.insync.replicas to at most %d, or add replicas",
+              min_isr, rf, rf);
   else if (rf < 2 || (min_isr >= 0 && min_isr < 2))
-    kl_one_broker(role, topic, rf, min_isr, how, out);
+    one_broker(role, topic, rf, min_isr, how, out);
   else if (min_isr < 0)
-    kl_topic_say(out, KL__CHECK_WARN, role, topic,
-                 "has replication factor %d; cannot tell its "
-                 "min.insync.replicas (%s): acks=all is durable only when "
-                 "it is at least 2; check it with kafka-configs.sh "
-                 "--describe --entity-type topics --entity-name %s",
-                 rf, unknown, topic);
+    topic_say(out, KL__CHECK_WARN, role, topic,
+              "has replication factor %d; cannot tell its "
+              "min.insync.replicas (%s): acks=all is durable only when "
+              "it is at least 2; check it with kafka-configs.sh "
+              "--describe --entity-type topics --entity-name %s",
+              rf, unknown, topic);
   else
-    kl_topic_say(out, KL__CHECK_OK, role, topic,
-                 "has replication factor %d and min.insync.replicas=%d: "
-                 "an acknowledged event is on at least %d brokers",
-                 rf, min_isr, min_isr);
+    topic_say(out, KL__CHECK_OK, role, topic,
+              "has replication factor %d and min.insync.replicas=%d: "
+              "an acknowledged event is on at least %d brokers",
+              rf, min_isr, min_isr);
 }
 
 /* The fewest replicas of any partition of @p topic; -1 (kl_err_detail()
  * says why) when its metadata cannot be read. */
-static int kl_replication_factor(rd_kafka_t *rk, const char *topic,
-                                 int timeout_ms) {
+static int replication_factor(rd_kafka_t *rk, const char *topic,
+                              int timeout_ms) {
   const struct rd_kafka_metadata *md = NULL;
   if (kl__kafka_metadata(rk, topic, timeout_ms, &md))
     return -1;
@@ -234,9 +234,9 @@ static int kl_replication_factor(rd_kafka_t *rk, const char *topic,
 
 void kl__check_replication(rd_kafka_t *rk, const char *role, const char *topic,
                            int timeout_ms, kl__check_t *out) {
-  int rf = kl_replication_factor(rk, topic, timeout_ms);
+  int rf = replication_factor(rk, topic, timeout_ms);
   if (rf < 0) {
-    kl_check_say(out, KL__CHECK_WARN, "%s", kl_err_detail());
+    check_say(out, KL__CHECK_WARN, "%s", kl_err_detail());
     return;
   }
   static const char *const names[] = {"min.insync.replicas"};
@@ -244,7 +244,7 @@ void kl__check_replication(rd_kafka_t *rk, const char *role, const char *topic,
   kl_err_t err;
   char unknown[300] = "";
   int min_isr = -1;
-  if (kl_read_configs(rk, topic, names, 1, &value, timeout_ms, &err))
+  if (read_configs(rk, topic, names, 1, &value, timeout_ms, &err))
     snprintf(unknown, sizeof(unknown),
              "the cluster names no controller to "
              "answer DescribeConfigs, as librdkafka's mock cluster, the "
@@ -261,8 +261,8 @@ void kl__check_replication(rd_kafka_t *rk, const char *role, const char *topic,
 
 /* Appends " P (E<G)" for a partition whose store epoch E is below the
  * group's G; @returns how many were below so far. */
-static int kl_epochs_below(char *list, size_t size, int below, int32_t p,
-                           uint64_t mine, uint64_t fleet) {
+static int epochs_below(char *list, size_t size, int below, int32_t p,
+                        uint64_t mine, uint64_t fleet) {
   size_t len = strlen(list);
   if (len + 48 < size)
     snprintf(list + len, size - len,
@@ -283,34 +283,34 @@ void kl__check_epochs(kl_store_t *store, const kl_conf_t *conf,
     err = kl__kafka_group_epochs(conf, group, topic, ids, (size_t)partitions,
                                  fleet, timeout_ms);
   if (err)
-    kl_check_say(out, KL__CHECK_WARN,
-                 "cannot read the epochs group %s recorded for topic %s: %s",
-                 group, topic, kl_err_detail());
+    check_say(out, KL__CHECK_WARN,
+              "cannot read the epochs group %s recorded for topic %s: %s",
+              group, topic, kl_err_detail());
   char list[400] = "";
   int below = 0;
   for (int32_t p = 0; !err && p < partitions; p++) {
     kl_partition_state_t st;
     if ((err = kl_store_partition(store, topic, p, &st))) {
-      kl_check_say(out, KL__CHECK_FAIL,
-                   "cannot read partition %" PRId32
-                   " of topic %s in the store: %s",
-                   p, topic, kl_err_detail());
+      check_say(out, KL__CHECK_FAIL,
+                "cannot read partition %" PRId32
+                " of topic %s in the store: %s",
+                p, topic, kl_err_detail());
     } else if (st.epoch < fleet[p]) {
-      below = kl_epochs_below(list, sizeof(list), below, p, st.epoch, fleet[p]);
+      below = epochs_below(list, sizeof(list), below, p, st.epoch, fleet[p]);
     }
   }
   if (!err && below)
-    kl_check_say(out, KL__CHECK_WARN,
-                 "the store's epochs of topic %s are below those group %s "
-                 "recorded in Kafka on %d partition(s): %s; a new or rebuilt "
-                 "store: its next owners take epochs above the group's, which "
-                 "external resources that kept the old ones accept",
-                 topic, group, below, list);
+    check_say(out, KL__CHECK_WARN,
+              "the store's epochs of topic %s are below those group %s "
+              "recorded in Kafka on %d partition(s): %s; a new or rebuilt "
+              "store: its next owners take epochs above the group's, which "
+              "external resources that kept the old ones accept",
+              topic, group, below, list);
   else if (!err)
-    kl_check_say(out, KL__CHECK_OK,
-                 "the store's epochs of topic %s are at least those group %s "
-                 "recorded in Kafka, on all %" PRId32 " partitions",
-                 topic, group, partitions);
+    check_say(out, KL__CHECK_OK,
+              "the store's epochs of topic %s are at least those group %s "
+              "recorded in Kafka, on all %" PRId32 " partitions",
+              topic, group, partitions);
   free(fleet);
   free(ids);
 }

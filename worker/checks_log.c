@@ -123,10 +123,10 @@ static void check_last(rd_kafka_t *rk, kl_store_t *store, const char *topic,
 /* Reads partition @p p's log and watermark into @p check. @returns the
  * status the check falls to when they cannot be read (msg written), or
  * KL__CHECK_OK. */
-static kl__check_status_t kl_check_one(rd_kafka_t *rk, kl_store_t *store,
-                                       const char *topic, int32_t p,
-                                       int timeout_ms, kl__log_check_t *check,
-                                       kl__check_t *out) {
+static kl__check_status_t check_one(rd_kafka_t *rk, kl_store_t *store,
+                                    const char *topic, int32_t p,
+                                    int timeout_ms, kl__log_check_t *check,
+                                    kl__check_t *out) {
   kl_partition_state_t st;
   if (kl_store_partition(store, topic, p, &st)) {
     snprintf(out->msg, sizeof(out->msg),
@@ -158,7 +158,7 @@ void kl__check_log(rd_kafka_t *rk, kl_store_t *store, const char *topic,
   for (int32_t p = 0; p < partitions; p++) {
     kl__log_check_t check;
     kl__check_status_t s =
-        kl_check_one(rk, store, topic, p, timeout_ms, &check, out);
+        check_one(rk, store, topic, p, timeout_ms, &check, out);
     if (s == KL__CHECK_FAIL) {
       out->status = s;
       return;

@@ -66,7 +66,7 @@ typedef struct kl_sample {
   size_t n, cap;
 } kl_sample_t;
 
-static int kl_sample_take(void *opaque, rd_kafka_message_t *m) {
+static int sample_take(void *opaque, rd_kafka_message_t *m) {
   kl_sample_t *s = opaque;
   if (s->n == s->cap)
     return KL__READ_STOP;
@@ -98,8 +98,8 @@ void kl__check_routing(rd_kafka_t *rk, const char *topic, int32_t partitions,
     if (ranges[p].end - ranges[p].start > (int64_t)sample)
       ranges[p].start = ranges[p].end - (int64_t)sample;
   if (!err)
-    err = kl__kafka_read(rk, topic, ranges, (size_t)partitions, kl_sample_take,
-                         &s, stop);
+    err = kl__kafka_read(rk, topic, ranges, (size_t)partitions, sample_take, &s,
+                         stop);
   if (err) {
     out->status = KL__CHECK_WARN;
     snprintf(out->msg, sizeof(out->msg), "cannot read a sample of topic %s: %s",

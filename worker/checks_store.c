@@ -39,8 +39,8 @@ void kl__check_store_version(kl_store_t *store, const char *location,
 
 /* The server's clock_timestamp() in ms, read between *@p before and
  * *@p after on this host's store clock. */
-static kl_err_t kl_server_clock(kl__pg_t *pgs, int64_t *server, int64_t *before,
-                                int64_t *after) {
+static kl_err_t server_clock(kl__pg_t *pgs, int64_t *server, int64_t *before,
+                             int64_t *after) {
   kl__pg_conn_t *conn;
   kl_err_t err = kl__pg_conn_take(pgs, &conn);
   if (err)
@@ -62,7 +62,7 @@ int kl__check_clock(kl_store_t *store, int64_t bound_ms, kl__check_t *out) {
   if (store->ops != &kl__pg_ops)
     return 0;
   int64_t server = 0, before = 0, after = 0;
-  if (kl_server_clock((kl__pg_t *)store, &server, &before, &after)) {
+  if (server_clock((kl__pg_t *)store, &server, &before, &after)) {
     out->status = KL__CHECK_WARN;
     snprintf(out->msg, sizeof(out->msg),
              "cannot compare this host's clock with the PostgreSQL "

@@ -45,27 +45,26 @@ const char *kl__dlq_reason_name(kl__dlq_reason_t reason) {
  * succeed. Every other failure (timeouts, a lost leader, a missing topic,
  * no authorization) is retried: a letter must not be lost, and those end
  * when the cluster or the operator fixes them. */
-static kl_err_t kl_dlq_err(rd_kafka_resp_err_t kerr) {
+static kl_err_t dlq_err(rd_kafka_resp_err_t kerr) {
   if (!kerr)
     return KL_OK;
   return kl__kafka_record_refused(kerr) ? KL_EKAFKA : KL_EKAFKA_TRANSIENT;
 }
 
-static void kl_dlq_dr(rd_kafka_t *rk, const rd_kafka_message_t *m,
-                      void *opaque) {
+static void dlq_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
   (void)rk;
   kl__dlq_t *dlq = opaque;
   kl__dlq_ref_t *ref = m->_private;
   if (ref && dlq->ack)
-    dlq->ack(dlq->opaque, ref, kl_dlq_err(m->err),
+    dlq->ack(dlq->opaque, ref, dlq_err(m->err),
              m->err ? rd_kafka_err2str(m->err) : "");
   free(ref);
 }
 
 /* The worker's kafka.* settings are the consumer's: this producer says it
  * ignores the consumer-only ones, which is no news. */
-static void kl_dlq_log(const rd_kafka_t *rk, int level, const char *fac,
-                       const char *buf) {
+static void dlq_log(const rd_kafka_t *rk, int level, const char *fac,
+                    const char *buf) {
   if (strcmp(fac, "CONFWARN") != 0)
     kl__kafka_log(rk, level, fac, buf);
 }
@@ -110,8 +109,8 @@ kl_err_t kl__dlq_new(const kl_conf_t *conf, const char *topic,
     return err;
   }
   rd_kafka_conf_set_opaque(kconf, dlq);
-  rd_kafka_conf_set_dr_msg_cb(kconf, kl_dlq_dr);
-  rd_kafka_conf_set_log_cb(kconf, kl_dlq_log);
+  rd_kafka_conf_set_dr_msg_cb(kconf, dlq_dr);
+  rd_kafka_conf_set_log_cb(kconf, dlq_log);
   char errstr[512];
   dlq->rk = rd_kafka_new(RD_KAFKA_PRODUCER, kconf, errstr, sizeof(errstr));
   if (!dlq->rk) {
@@ -158,35 +157,33 @@ kl_err_t kl__dlq_check(kl__dlq_t *dlq, const char *source_topic) {
                  dlq->topic, dlq->topic, dlq->topic, source_topic);
 }
 
-static int kl_hdr_add(rd_kafka_headers_t *h, const char *name,
-                      const char *value) {
+static int hdr_add(rd_kafka_headers_t *h, const char *name, const char *value) {
   return rd_kafka_header_add(h, name, -1, value, -1) != 0;
 }
 
-static size_t kl_dlq_cut(size_t len) {
+static size_t dlq_cut(size_t len) {
   return len > KL__DLQ_TRUNCATED_MAX ? KL__DLQ_TRUNCATED_MAX : len;
 }
 
-static int kl_hdr_add_i64(rd_kafka_headers_t *h, const char *name,
-                          int64_t value) {
+static int hdr_add_i64(rd_kafka_headers_t *h, const char *name, int64_t value) {
   char buf[24];
   snprintf(buf, sizeof(buf), "%" PRId64, value);
-  return kl_hdr_add(h, name, buf);
+  return hdr_add(h, name, buf);
 }
 
 /* What a truncated letter says about the record it stands for. */
-static int kl_dlq_truncated_headers(rd_kafka_headers_t *h,
-                                    const kl__dlq_letter_t *l) {
-  return kl_hdr_add(h, "keylane.dlq.truncated", l->truncated) |
-         kl_hdr_add_i64(h, "keylane.dlq.original_size", (int64_t)l->msg->len) |
-         kl_hdr_add_i64(h, "keylane.dlq.original_key_size",
-                        (int64_t)l->msg->key_len);
+static int dlq_truncated_headers(rd_kafka_headers_t *h,
+                                 const kl__dlq_letter_t *l) {
+  return hdr_add(h, "keylane.dlq.truncated", l->truncated) |
+         hdr_add_i64(h, "keylane.dlq.original_size", (int64_t)l->msg->len) |
+         hdr_add_i64(h, "keylane.dlq.original_key_size",
+                     (int64_t)l->msg->key_len);
 }
 
 /* The original headers (when the record had any and the letter is whole),
  * then ours. */
-static rd_kafka_headers_t *kl_dlq_headers(const char *source_topic,
-                                          const kl__dlq_letter_t *l) {
+static rd_kafka_headers_t *dlq_headers(const char *source_topic,
+                                       const kl__dlq_letter_t *l) {
   rd_kafka_headers_t *orig = NULL;
   rd_kafka_headers_t *h;
   /* rd_kafka_message_headers() parses lazily into the message; it takes
@@ -198,23 +195,23 @@ static rd_kafka_headers_t *kl_dlq_headers(const char *source_topic,
   else
     h = rd_kafka_headers_new(12);
   const char *error = l->error ? l->error : "";
-  size_t error_len = l->truncated ? kl_dlq_cut(strlen(error)) : strlen(error);
+  size_t error_len = l->truncated ? dlq_cut(strlen(error)) : strlen(error);
   int bad =
-      kl_hdr_add(h, "keylane.dlq.reason", kl__dlq_reason_name(l->reason)) |
+      hdr_add(h, "keylane.dlq.reason", kl__dlq_reason_name(l->reason)) |
       (rd_kafka_header_add(h, "keylane.dlq.error", -1, error,
                            (ssize_t)error_len) != 0) |
-      (l->truncated && kl_dlq_truncated_headers(h, l)) |
-      kl_hdr_add_i64(h, "keylane.dlq.attempts", l->attempts) |
-      kl_hdr_add(h, "keylane.dlq.topic", source_topic) |
-      kl_hdr_add_i64(h, "keylane.dlq.partition", l->msg->partition) |
-      kl_hdr_add_i64(h, "keylane.dlq.offset", l->msg->offset) |
-      kl_hdr_add_i64(h, "keylane.dlq.first_failure_ms", l->first_failure_ms) |
-      kl_hdr_add_i64(h, "keylane.dlq.last_failure_ms", l->last_failure_ms);
+      (l->truncated && dlq_truncated_headers(h, l)) |
+      hdr_add_i64(h, "keylane.dlq.attempts", l->attempts) |
+      hdr_add(h, "keylane.dlq.topic", source_topic) |
+      hdr_add_i64(h, "keylane.dlq.partition", l->msg->partition) |
+      hdr_add_i64(h, "keylane.dlq.offset", l->msg->offset) |
+      hdr_add_i64(h, "keylane.dlq.first_failure_ms", l->first_failure_ms) |
+      hdr_add_i64(h, "keylane.dlq.last_failure_ms", l->last_failure_ms);
   if (l->expected_partition >= 0)
-    bad |= kl_hdr_add_i64(h, "keylane.dlq.expected_partition",
-                          l->expected_partition);
+    bad |=
+        hdr_add_i64(h, "keylane.dlq.expected_partition", l->expected_partition);
   if (l->destination)
-    bad |= kl_hdr_add(h, "keylane.dlq.destination", l->destination);
+    bad |= hdr_add(h, "keylane.dlq.destination", l->destination);
   if (bad) {
     rd_kafka_headers_destroy(h);
     return NULL;
@@ -224,7 +221,7 @@ static rd_kafka_headers_t *kl_dlq_headers(const char *source_topic,
 
 /* The record's headers without keylane.dlq.* (a redriven letter's), plus
  * where a forward came from. */
-static rd_kafka_headers_t *kl_forward_headers(const rd_kafka_message_t *m) {
+static rd_kafka_headers_t *forward_headers(const rd_kafka_message_t *m) {
   rd_kafka_headers_t *orig = NULL;
   rd_kafka_headers_t *h = rd_kafka_headers_new(8);
   if (rd_kafka_message_headers((rd_kafka_message_t *)m, &orig) == 0 && orig) {
@@ -236,8 +233,8 @@ static rd_kafka_headers_t *kl_forward_headers(const rd_kafka_message_t *m) {
       if (strncmp(name, "keylane.dlq.", 12) != 0)
         rd_kafka_header_add(h, name, -1, value, (ssize_t)size);
   }
-  if (kl_hdr_add_i64(h, "keylane.forward.partition", m->partition) |
-      kl_hdr_add_i64(h, "keylane.forward.offset", m->offset)) {
+  if (hdr_add_i64(h, "keylane.forward.partition", m->partition) |
+      hdr_add_i64(h, "keylane.forward.offset", m->offset)) {
     rd_kafka_headers_destroy(h);
     return NULL;
   }
@@ -247,11 +244,10 @@ static rd_kafka_headers_t *kl_forward_headers(const rd_kafka_message_t *m) {
 /* Produces @p m's key and value, cut to @p key_len and @p len, to @p topic
  * (@p partition, or UA) with @p h, which it takes over, and @p ref's copy
  * as the ack's opaque. */
-static kl_err_t kl_dlq_produce(kl__dlq_t *dlq, const char *topic,
-                               int32_t partition, const rd_kafka_message_t *m,
-                               size_t key_len, size_t len,
-                               rd_kafka_headers_t *h,
-                               const kl__dlq_ref_t *ref) {
+static kl_err_t dlq_produce(kl__dlq_t *dlq, const char *topic,
+                            int32_t partition, const rd_kafka_message_t *m,
+                            size_t key_len, size_t len, rd_kafka_headers_t *h,
+                            const kl__dlq_ref_t *ref) {
   kl__dlq_ref_t *copy = h ? malloc(sizeof(*copy)) : NULL;
   if (!copy) {
     if (h)
@@ -267,7 +263,7 @@ static kl_err_t kl_dlq_produce(kl__dlq_t *dlq, const char *topic,
   if (kerr) {
     rd_kafka_headers_destroy(h); /* not taken over on failure */
     free(copy);
-    return kl__err(kl_dlq_err(kerr), "record to %s: %s", topic,
+    return kl__err(dlq_err(kerr), "record to %s: %s", topic,
                    rd_kafka_err2str(kerr));
   }
   return KL_OK;
@@ -276,8 +272,8 @@ static kl_err_t kl_dlq_produce(kl__dlq_t *dlq, const char *topic,
 kl_err_t kl__dlq_forward(kl__dlq_t *dlq, const char *topic, int32_t partition,
                          const rd_kafka_message_t *msg,
                          const kl__dlq_ref_t *ref) {
-  return kl_dlq_produce(dlq, topic, partition, msg, msg->key_len, msg->len,
-                        kl_forward_headers(msg), ref);
+  return dlq_produce(dlq, topic, partition, msg, msg->key_len, msg->len,
+                     forward_headers(msg), ref);
 }
 
 kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
@@ -287,10 +283,10 @@ kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
     return kl__dlq_forward(dlq, source_topic, letter->expected_partition,
                            letter->msg, ref);
   const rd_kafka_message_t *m = letter->msg;
-  size_t key_len = letter->truncated ? kl_dlq_cut(m->key_len) : m->key_len;
-  size_t len = letter->truncated ? kl_dlq_cut(m->len) : m->len;
-  return kl_dlq_produce(dlq, dlq->topic, RD_KAFKA_PARTITION_UA, m, key_len, len,
-                        kl_dlq_headers(source_topic, letter), ref);
+  size_t key_len = letter->truncated ? dlq_cut(m->key_len) : m->key_len;
+  size_t len = letter->truncated ? dlq_cut(m->len) : m->len;
+  return dlq_produce(dlq, dlq->topic, RD_KAFKA_PARTITION_UA, m, key_len, len,
+                     dlq_headers(source_topic, letter), ref);
 }
 
 void kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms) {

@@ -1,7 +1,7 @@
 /*
  * The lanes: windows, keys, the ready heap, taking events and handing
  * results back, backoff, bounds and the periodic tick. The group commit,
- * fencing, rewinds, releases and dead letters are in lane_commit.c.
+ * fencing, rewinds, releases and dead letters are in lanes_commit.c.
  */
 #include "worker/lanes.h"
 
@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "common/internal.h"
 #include "common/log.h"
 #include "common/strbuf.h"
@@ -23,32 +24,17 @@
 #define KL_REPORT_NS (10LL * 1000000000)
 #define KL_OUTBOX_DRAIN_MS 5000 /* for follow-ups' acks at a release */
 
-/* Out of memory mid-lane: nothing half-applied can be committed, so the
- * process ends and a restarted worker resumes from the store. */
-static void kl_oom(void) {
-  KL_LOG_E(KL_COMP, "out of memory in the lanes: exiting; a restarted "
-                    "worker resumes from the store");
-  abort();
-}
-
-static void *kl_xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p)
-    kl_oom();
-  return p;
-}
+/* Out of memory mid-lane (kl__oom()): nothing half-applied can be
+ * committed, so the process ends and a restarted worker resumes from the
+ * store. */
 
 /* ---- slot arrays and the ready heap ------------------------------------ */
 
 kl_err_t kl__slots_push(kl__slots_t *s, kl__slot_t *slot) {
-  if (s->n == s->cap) {
-    size_t cap = s->cap ? s->cap * 2 : 16;
-    kl__slot_t **v = realloc(s->v, cap * sizeof(*v));
-    if (!v)
-      kl_oom();
-    s->v = v;
-    s->cap = cap;
-  }
+  kl__slot_t **v = kl__grow(s->v, &s->cap, s->n, sizeof(*v), 16);
+  if (!v)
+    kl__oom(KL_COMP);
+  s->v = v;
   s->v[s->n++] = slot;
   return KL_OK;
 }
@@ -61,7 +47,7 @@ void kl__slots_remove(kl__slots_t *s, kl__slot_t *slot) {
     }
 }
 
-static void kl_heap_swap(kl__slots_t *h, size_t a, size_t b) {
+static void heap_swap(kl__slots_t *h, size_t a, size_t b) {
   kl__slot_t *t = h->v[a];
   h->v[a] = h->v[b];
   h->v[b] = t;
@@ -76,12 +62,12 @@ void kl__ready_push(kl__lane_t *lane, kl__slot_t *slot) {
     size_t up = (i - 1) / 2;
     if (h->v[up]->offset <= h->v[i]->offset)
       break;
-    kl_heap_swap(h, up, i);
+    heap_swap(h, up, i);
     i = up;
   }
 }
 
-static kl__slot_t *kl_ready_pop(kl__lane_t *lane) {
+static kl__slot_t *ready_pop(kl__lane_t *lane) {
   kl__slots_t *h = &lane->ready;
   kl__slot_t *top = h->v[0];
   h->v[0] = h->v[--h->n];
@@ -93,7 +79,7 @@ static kl__slot_t *kl_ready_pop(kl__lane_t *lane) {
       m = r;
     if (m == i)
       break;
-    kl_heap_swap(h, i, m);
+    heap_swap(h, i, m);
     i = m;
   }
   return top;
@@ -101,45 +87,21 @@ static kl__slot_t *kl_ready_pop(kl__lane_t *lane) {
 
 /* ---- keys -------------------------------------------------------------- */
 
-static uint64_t kl_key_hash(const void *key, size_t len) {
-  const unsigned char *p = key;
-  uint64_t h = 14695981039346656037ULL;
-  for (size_t i = 0; i < len; i++)
-    h = (h ^ p[i]) * 1099511628211ULL;
-  return h;
-}
-
-static void kl_keys_grow(kl__lane_t *lane) {
-  size_t cap = lane->keys_cap ? lane->keys_cap * 2 : 1024;
-  kl__lkey_t **b = kl_xcalloc(cap, sizeof(*b));
-  for (size_t i = 0; i < lane->keys_cap; i++)
-    for (kl__lkey_t *k = lane->keys[i], *next; k; k = next) {
-      next = k->hnext;
-      k->hnext = b[k->hash & (cap - 1)];
-      b[k->hash & (cap - 1)] = k;
-    }
-  free(lane->keys);
-  lane->keys = b;
-  lane->keys_cap = cap;
-}
-
-static kl__lkey_t *kl_key_get(kl__lane_t *lane, const void *key, size_t len) {
-  uint64_t h = kl_key_hash(key, len);
-  if (lane->keys_cap)
-    for (kl__lkey_t *k = lane->keys[h & (lane->keys_cap - 1)]; k; k = k->hnext)
-      if (k->hash == h && k->len == len && memcmp(k->bytes, key, len) == 0)
-        return k;
-  if (lane->keys_count >= lane->keys_cap)
-    kl_keys_grow(lane);
-  kl__lkey_t *k = kl_xcalloc(1, sizeof(*k) + len);
-  k->hash = h;
+static kl__lkey_t *key_get(kl__lane_t *lane, const void *key, size_t len) {
+  uint64_t h = kl__fnv1a(key, len);
+  for (kl__hnode_t *n = kl__hmap_first(&lane->keys, h); n;
+       n = kl__hmap_next(n, h)) {
+    kl__lkey_t *k = KL__HMAP_ENTRY(n, kl__lkey_t, node);
+    if (k->len == len && memcmp(k->bytes, key, len) == 0)
+      return k;
+  }
+  if (kl__hmap_reserve(&lane->keys, 1024))
+    kl__oom(KL_COMP);
+  kl__lkey_t *k = kl__xcalloc(1, sizeof(*k) + len, KL_COMP);
   k->len = len;
   if (len)
     memcpy(k->bytes, key, len);
-  kl__lkey_t **b = &lane->keys[h & (lane->keys_cap - 1)];
-  k->hnext = *b;
-  *b = k;
-  lane->keys_count++;
+  kl__hmap_link(&lane->keys, &k->node, h);
   return k;
 }
 
@@ -147,11 +109,7 @@ static kl__lkey_t *kl_key_get(kl__lane_t *lane, const void *key, size_t len) {
 void kl__key_maybe_free(kl__lane_t *lane, kl__lkey_t *key) {
   if (key->refs || key->entries)
     return;
-  kl__lkey_t **p = &lane->keys[key->hash & (lane->keys_cap - 1)];
-  while (*p != key)
-    p = &(*p)->hnext;
-  *p = key->hnext;
-  lane->keys_count--;
+  kl__hmap_unlink(&lane->keys, &key->node);
   free(key);
 }
 
@@ -162,16 +120,17 @@ void kl__key_release(kl__lane_t *lane, kl__lkey_t *key) {
 
 /* ---- the window -------------------------------------------------------- */
 
-static void kl_ring_push(kl__lane_t *lane, kl__slot_t *slot) {
+static void ring_push(kl__lane_t *lane, kl__slot_t *slot) {
   if (lane->ring_count == lane->ring_cap) {
-    size_t cap = lane->ring_cap ? lane->ring_cap * 2 : 256;
-    kl__slot_t **ring = kl_xcalloc(cap, sizeof(*ring));
-    for (size_t i = 0; i < lane->ring_count; i++)
-      ring[i] = lane->ring[(lane->ring_head + i) % lane->ring_cap];
-    free(lane->ring);
+    size_t old = lane->ring_cap;
+    kl__slot_t **ring = kl__grow(lane->ring, &lane->ring_cap, lane->ring_count,
+                                 sizeof(*ring), 256);
+    if (!ring)
+      kl__oom(KL_COMP);
+    /* Full, it ran from ring_head to the end, then from 0: the part from 0
+     * moves after the old end, so the slots run on from ring_head. */
+    memcpy(ring + old, ring, lane->ring_head * sizeof(*ring));
     lane->ring = ring;
-    lane->ring_cap = cap;
-    lane->ring_head = 0;
   }
   lane->ring[(lane->ring_head + lane->ring_count++) % lane->ring_cap] = slot;
 }
@@ -197,17 +156,17 @@ kl__slot_t *kl__lane_find(const kl__lane_t *lane, int64_t offset) {
 
 /* A slot per record: kept for reuse, up to a window's worth, instead of a
  * calloc and a free per event. */
-static kl__slot_t *kl_slot_new(kl__lanes_t *lanes) {
+static kl__slot_t *slot_new(kl__lanes_t *lanes) {
   kl__slot_t *slot = lanes->spare;
   if (!slot)
-    return kl_xcalloc(1, sizeof(*slot));
+    return kl__xcalloc(1, sizeof(*slot), KL_COMP);
   lanes->spare = slot->next;
   lanes->nspare--;
   memset(slot, 0, sizeof(*slot));
   return slot;
 }
 
-static void kl_slot_free(kl__lanes_t *lanes, kl__slot_t *slot) {
+static void slot_free(kl__lanes_t *lanes, kl__slot_t *slot) {
   rd_kafka_message_destroy(slot->msg);
   free(slot->id);
   free(slot->why);
@@ -228,24 +187,20 @@ void kl__lane_pop(kl__lanes_t *lanes, kl__lane_t *lane) {
   lane->ring_count--;
   kl__lkey_t *key = slot->key;
   key->refs--;
-  kl_slot_free(lanes, slot);
+  slot_free(lanes, slot);
   if (!key->head)
     kl__key_release(lane, key);
 }
 
 void kl__lane_drop(kl__lanes_t *lanes, kl__lane_t *lane) {
   for (size_t i = 0; i < lane->ring_count; i++)
-    kl_slot_free(lanes, kl__lane_at(lane, i));
+    slot_free(lanes, kl__lane_at(lane, i));
   lane->ring_count = lane->ring_head = 0;
   kl__ov_clear(&lane->ov);
-  for (size_t i = 0; i < lane->keys_cap; i++)
-    for (kl__lkey_t *k = lane->keys[i], *next; k; k = next) {
-      next = k->hnext;
-      free(k);
-    }
-  if (lane->keys) /* memset(NULL, 0, 0) is undefined behaviour */
-    memset(lane->keys, 0, lane->keys_cap * sizeof(*lane->keys));
-  lane->keys_count = 0;
+  kl__hmap_iter_t it = KL__HMAP_ITER(&lane->keys);
+  for (kl__hnode_t *n; (n = kl__hmap_iter_next(&it));)
+    free(KL__HMAP_ENTRY(n, kl__lkey_t, node));
+  kl__hmap_empty(&lane->keys);
   lanes->waiting_keys -= lane->waiting.n;
   lane->ready.n = lane->final.n = lane->waiting.n = lane->dlq.n = 0;
   lane->next_due_ns = 0;
@@ -259,8 +214,7 @@ void kl__lane_drop(kl__lanes_t *lanes, kl__lane_t *lane) {
 
 /* ---- pause and resume --------------------------------------------------- */
 
-static void kl_lane_pause_kafka(kl__lanes_t *lanes, kl__lane_t *lane,
-                                int pause) {
+static void lane_pause_kafka(kl__lanes_t *lanes, kl__lane_t *lane, int pause) {
   if (!lanes->rk)
     return;
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
@@ -276,7 +230,7 @@ void kl__lane_pause(kl__lanes_t *lanes, kl__lane_t *lane, unsigned reason) {
   if (lane->paused & reason)
     return;
   if (!lane->paused)
-    kl_lane_pause_kafka(lanes, lane, 1);
+    lane_pause_kafka(lanes, lane, 1);
   lane->paused |= reason;
   if (reason == KL__PAUSE_WINDOW || reason == KL__PAUSE_WAITING)
     KL_LOG_I(KL_COMP, "paused partition=%" PRId32 ": %s", lane->partition,
@@ -292,7 +246,7 @@ void kl__lane_resume(kl__lanes_t *lanes, kl__lane_t *lane, unsigned reason) {
     return;
   lane->paused &= ~reason;
   if (!lane->paused) {
-    kl_lane_pause_kafka(lanes, lane, 0);
+    lane_pause_kafka(lanes, lane, 0);
     KL_LOG_I(KL_COMP, "resumed partition=%" PRId32, lane->partition);
   }
 }
@@ -304,7 +258,7 @@ void kl__lane_wait_idle(kl__lanes_t *lanes, kl__lane_t *lane) {
 
 /* ---- backoff ----------------------------------------------------------- */
 
-static uint64_t kl_mix(uint64_t x) { /* splitmix64's finalizer */
+static uint64_t lanes_mix(uint64_t x) { /* splitmix64's finalizer */
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
@@ -325,8 +279,8 @@ int64_t kl__backoff_ms(const kl__lanes_t *lanes, const kl__slot_t *slot,
   if (d > lanes->retry_max_ms)
     d = lanes->retry_max_ms;
   uint64_t h =
-      kl_mix(lanes->seed ^ kl_mix((uint64_t)slot->offset) ^
-             ((uint64_t)attempt << 48) ^ (uint64_t)slot->msg->partition);
+      lanes_mix(lanes->seed ^ lanes_mix((uint64_t)slot->offset) ^
+                ((uint64_t)attempt << 48) ^ (uint64_t)slot->msg->partition);
   return d - d / 2 + (int64_t)(h % (uint64_t)(d / 2 + 1));
 }
 
@@ -334,7 +288,7 @@ int64_t kl__backoff_ms(const kl__lanes_t *lanes, const kl__slot_t *slot,
 
 /* Unlinks @p slot from its key's FIFO. It is the head, except after a
  * rewind put completed events back in front of a dead letter in flight. */
-static void kl_fifo_unlink(kl__slot_t *slot) {
+static void fifo_unlink(kl__slot_t *slot) {
   kl__lkey_t *key = slot->key;
   kl__slot_t *prev = NULL;
   for (kl__slot_t *s = key->head; s && s != slot; s = s->next)
@@ -353,7 +307,7 @@ void kl__lane_finish(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
   kl__lkey_t *key = slot->key;
   int was_head = key->head == slot;
   slot->state = state;
-  kl_fifo_unlink(slot);
+  fifo_unlink(slot);
   if (!lane->final.n)
     lane->first_final_ns = kl__mono_ns();
   kl__slots_push(&lane->final, slot);
@@ -365,25 +319,25 @@ void kl__lane_finish(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
   }
 }
 
-static void kl_slot_why(kl__slot_t *slot, const char *why) {
+static void slot_why(kl__slot_t *slot, const char *why) {
   free(slot->why);
   slot->why = strdup(why ? why : "");
 }
 
-static void kl_slot_failed(kl__slot_t *slot, const kl__run_t *run) {
+static void lanes_slot_failed(kl__slot_t *slot, const kl__run_t *run) {
   int64_t now = kl__now_ms();
   if (!slot->first_failure_ms)
     slot->first_failure_ms = now;
   slot->last_failure_ms = now;
-  kl_slot_why(slot, run->why);
+  slot_why(slot, run->why);
   if (run->id && !slot->id && (slot->id = malloc(run->id_len)) != NULL) {
     memcpy(slot->id, run->id, run->id_len);
     slot->id_len = run->id_len;
   }
 }
 
-static void kl_slot_wait(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
-                         int64_t delay_ms, int64_t now) {
+static void slot_wait(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
+                      int64_t delay_ms, int64_t now) {
   slot->state = KL__SLOT_WAITING;
   slot->due_ns = now + delay_ms * 1000000;
   if (!slot->wait_since_ns)
@@ -399,8 +353,8 @@ static void kl_slot_wait(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
  * was already seen through it. Key-parallel mode: they join the overlay,
  * unless an event of another key, run at the same time, applied the id
  * first: then this one is a duplicate too. */
-static void kl_done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
-                       const kl__run_t *run) {
+static void done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
+                    const kl__run_t *run) {
   int dup = run->outcome == KL__RUN_DUPLICATE, lost = 0;
   if (!dup) {
     slot->attempts++;
@@ -408,7 +362,7 @@ static void kl_done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
       lost = kl__child_apply(run->child) != KL_OK;
     else if (!(dup = kl__child_seen_elsewhere(run->child, &lane->ov)) &&
              kl__child_merge(run->child, &lane->ov, slot->key))
-      kl_oom();
+      kl__oom(KL_COMP);
   }
   slot->duplicate = dup;
   slot->ts_ms = run->ts_ms;
@@ -419,15 +373,15 @@ static void kl_done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
     lane->rewind = 1;
 }
 
-static void kl_done_retry(kl__lanes_t *lanes, kl__lane_t *lane,
-                          kl__slot_t *slot, const kl__run_t *run) {
+static void done_retry(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
+                       const kl__run_t *run) {
   slot->attempts++;
-  kl_slot_failed(slot, run);
+  lanes_slot_failed(slot, run);
   if (slot->attempts >= lanes->max_attempts)
     kl__lane_dead_letter(lanes, lane, slot, KL__DLQ_MAX_ATTEMPTS, run->why);
   else
-    kl_slot_wait(lanes, lane, slot, kl__backoff_ms(lanes, slot, slot->attempts),
-                 kl__mono_ns());
+    slot_wait(lanes, lane, slot, kl__backoff_ms(lanes, slot, slot->attempts),
+              kl__mono_ns());
 }
 
 /* The store failed, not the event. In inline mode the whole lane waits
@@ -441,8 +395,8 @@ static void kl_done_retry(kl__lanes_t *lanes, kl__lane_t *lane,
  * mode: the event alone waits, and later events of other keys run, but the
  * lane commits none of them until it ran (store_held): that one rule in
  * both modes keeps a partition that moves meanwhile exact. */
-static void kl_done_store(kl__lanes_t *lanes, kl__lane_t *lane,
-                          kl__slot_t *slot, const kl__run_t *run) {
+static void done_store(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
+                       const kl__run_t *run) {
   slot->store_errors++;
   slot->store_wait = 1;
   lane->store_held++;
@@ -456,7 +410,7 @@ static void kl_done_store(kl__lanes_t *lanes, kl__lane_t *lane,
            kl__escape(text, sizeof(text), run->why,
                       run->why ? strlen(run->why) : 0));
   if (!lanes->inline_mode) {
-    kl_slot_wait(lanes, lane, slot, delay, now);
+    slot_wait(lanes, lane, slot, delay, now);
     return;
   }
   slot->state = KL__SLOT_QUEUED;
@@ -481,25 +435,25 @@ void kl__lanes_done(kl__lanes_t *lanes, const kl__job_t *job,
     switch (run->outcome) {
     case KL__RUN_APPLIED:
     case KL__RUN_DUPLICATE:
-      kl_done_ok(lanes, lane, slot, run);
+      done_ok(lanes, lane, slot, run);
       break;
     case KL__RUN_RETRY:
-      kl_done_retry(lanes, lane, slot, run);
+      done_retry(lanes, lane, slot, run);
       break;
     case KL__RUN_FAIL:
       slot->attempts++;
-      kl_slot_failed(slot, run);
+      lanes_slot_failed(slot, run);
       kl__lane_dead_letter(lanes, lane, slot, KL__DLQ_HANDLER_FAIL, run->why);
       break;
     case KL__RUN_DECODE:
-      kl_slot_failed(slot, run);
+      lanes_slot_failed(slot, run);
       kl__lane_dead_letter(lanes, lane, slot, KL__DLQ_DECODE, run->why);
       break;
     case KL__RUN_MISROUTED:
       kl__lane_misrouted(lanes, lane, slot, run);
       break;
     case KL__RUN_STORE:
-      kl_done_store(lanes, lane, slot, run);
+      done_store(lanes, lane, slot, run);
       break;
     case KL__RUN_FENCED:
       slot->state = KL__SLOT_QUEUED;
@@ -518,8 +472,7 @@ void kl__lanes_done(kl__lanes_t *lanes, const kl__job_t *job,
 /* A record below the lane's position was either applied already, or the
  * log went backwards under it (a recreated topic, a reset consumer): only
  * the log can tell, so it is noted for log_guard.c, never counted yet. */
-static void kl_lane_below(kl__lanes_t *lanes, kl__lane_t *lane,
-                          int64_t offset) {
+static void lane_below(kl__lanes_t *lanes, kl__lane_t *lane, int64_t offset) {
   lanes->below_seen = 1;
   if (lane->below < 0 || offset < lane->below)
     lane->below = offset;
@@ -551,18 +504,18 @@ void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m) {
       (lane->paused & KL__PAUSE_LOG) || m->offset < lane->next_offset) {
     if (lane && lane->state == KL__LANE_OWNED &&
         !(lane->paused & KL__PAUSE_LOG))
-      kl_lane_below(lanes, lane, m->offset);
+      lane_below(lanes, lane, m->offset);
     pthread_mutex_unlock(&lanes->mu);
     rd_kafka_message_destroy(m); /* fenced, not ours, halted, or below */
     return;
   }
-  kl__slot_t *slot = kl_slot_new(lanes);
+  kl__slot_t *slot = slot_new(lanes);
   slot->msg = m;
   slot->offset = m->offset;
   slot->taken_ns = kl__mono_ns();
-  slot->key = kl_key_get(lane, m->key, m->key ? m->key_len : 0);
+  slot->key = key_get(lane, m->key, m->key ? m->key_len : 0);
   slot->key->refs++;
-  kl_ring_push(lane, slot);
+  ring_push(lane, slot);
   if (slot->key->tail)
     slot->key->tail->next = slot;
   else
@@ -585,13 +538,13 @@ int kl__lane_schedulable(const kl__lane_t *lane) {
          (!lane->hold_until_ns || kl__mono_ns() >= lane->hold_until_ns);
 }
 
-static int kl_take_one(kl__lanes_t *lanes, kl__job_t *job) {
+static int take_one(kl__lanes_t *lanes, kl__job_t *job) {
   for (int32_t i = 0; i < lanes->count; i++) {
     int32_t p = (lanes->rr + i) % lanes->count;
     kl__lane_t *lane = lanes->lanes[p];
     if (!kl__lane_schedulable(lane))
       continue;
-    kl__slot_t *slot = kl_ready_pop(lane);
+    kl__slot_t *slot = ready_pop(lane);
     slot->state = KL__SLOT_RUNNING;
     lane->running++;
     *job = (kl__job_t){lane,        slot,     lane->gen, lane->partition,
@@ -613,7 +566,7 @@ static int kl_take_one(kl__lanes_t *lanes, kl__job_t *job) {
 int kl__lanes_take(kl__lanes_t *lanes, kl__job_t *job, int wait) {
   pthread_mutex_lock(&lanes->mu);
   int got = 0;
-  while (!lanes->stopping && !(got = kl_take_one(lanes, job)) && wait)
+  while (!lanes->stopping && !(got = take_one(lanes, job)) && wait)
     pthread_cond_wait(&lanes->work, &lanes->mu);
   pthread_mutex_unlock(&lanes->mu);
   return got;
@@ -638,7 +591,7 @@ void kl__lanes_stop(kl__lanes_t *lanes) {
 /* ---- the tick ----------------------------------------------------------- */
 
 /* Moves WAITING slots that are due back to the ready heap. */
-static int kl_lane_wake(kl__lanes_t *lanes, kl__lane_t *lane, int64_t now) {
+static int lane_wake(kl__lanes_t *lanes, kl__lane_t *lane, int64_t now) {
   if (!lane->next_due_ns || now < lane->next_due_ns)
     return 0;
   int woke = 0;
@@ -666,8 +619,8 @@ int kl__lane_may_commit(const kl__lane_t *lane, int64_t now_ns) {
   return lane->final.n && now_ns >= lane->hold_until_ns && !lane->store_held;
 }
 
-static int kl_lane_commit_due(const kl__lanes_t *lanes, const kl__lane_t *lane,
-                              int64_t now) {
+static int lane_commit_due(const kl__lanes_t *lanes, const kl__lane_t *lane,
+                           int64_t now) {
   return kl__lane_may_commit(lane, now) &&
          (lane->final.n >= lanes->batch_max ||
           now - lane->first_final_ns >= lanes->batch_wait_ns);
@@ -675,14 +628,14 @@ static int kl_lane_commit_due(const kl__lanes_t *lanes, const kl__lane_t *lane,
 
 /* Before the group commit: fencing, rewinds, retries and holds that are
  * due. @returns nonzero when it made an event ready. */
-static int kl_lane_tick(kl__lanes_t *lanes, kl__lane_t *lane, int64_t now) {
+static int lane_tick(kl__lanes_t *lanes, kl__lane_t *lane, int64_t now) {
   if (lane->fence_seen) {
     kl__lane_fenced(lanes, lane);
     return 0;
   }
   if (lane->rewind)
     kl__lane_rewind(lanes, lane);
-  int woke = kl_lane_wake(lanes, lane, now);
+  int woke = lane_wake(lanes, lane, now);
   if (lane->hold_until_ns && now >= lane->hold_until_ns) {
     lane->hold_until_ns = 0;
     woke = 1;
@@ -691,8 +644,8 @@ static int kl_lane_tick(kl__lanes_t *lanes, kl__lane_t *lane, int64_t now) {
 }
 
 /* After the group commit: the snapshot and the window bound. */
-static void kl_lane_settle(kl__lanes_t *lanes, kl__lane_t *lane) {
-  /* A batch begun ahead (lane_commit.c) is kept for the events it is for. */
+static void lane_settle(kl__lanes_t *lanes, kl__lane_t *lane) {
+  /* A batch begun ahead (lanes_commit.c) is kept for the events it is for. */
   if (lane->batch && !lane->final.n && !lane->running &&
       !(kl__store_pending(lane->batch) && kl__lane_schedulable(lane))) {
     kl_store_abort(lane->batch); /* nothing to commit: let the snapshot go */
@@ -706,7 +659,7 @@ static void kl_lane_settle(kl__lanes_t *lanes, kl__lane_t *lane) {
  * only hold its events back, so it commits now. Under load some event is
  * always ready or running, and batches fill to worker.batch.max or wait
  * worker.batch.wait.ms, as before. */
-static int kl_lanes_idle(const kl__lanes_t *lanes) {
+static int lanes_idle(const kl__lanes_t *lanes) {
   for (int32_t p = 0; p < lanes->count; p++) {
     const kl__lane_t *lane = lanes->lanes[p];
     if (lane && (kl__lane_schedulable(lane) || lane->running))
@@ -717,21 +670,21 @@ static int kl_lanes_idle(const kl__lanes_t *lanes) {
 
 /* Every lane whose commit is due goes into one store commit: with many
  * partitions, one fsync for all of them instead of one each. */
-static void kl_lanes_commit_due(kl__lanes_t *lanes, int64_t now) {
+static void lanes_commit_due(kl__lanes_t *lanes, int64_t now) {
   size_t n = 0;
-  int idle = kl_lanes_idle(lanes);
+  int idle = lanes_idle(lanes);
   for (int32_t p = 0; p < lanes->count; p++) {
     kl__lane_t *lane = lanes->lanes[p];
     if (lane && lane->state == KL__LANE_OWNED &&
         (idle ? kl__lane_may_commit(lane, now)
-              : kl_lane_commit_due(lanes, lane, now)))
+              : lane_commit_due(lanes, lane, now)))
       lanes->due[n++] = lane;
   }
   if (n)
     kl__lanes_commit(lanes, lanes->due, n);
 }
 
-static void kl_lanes_bound_waiting(kl__lanes_t *lanes) {
+static void lanes_bound_waiting(kl__lanes_t *lanes) {
   for (int32_t p = 0; p < lanes->count; p++) {
     kl__lane_t *lane = lanes->lanes[p];
     if (!lane || lane->state != KL__LANE_OWNED)
@@ -743,7 +696,7 @@ static void kl_lanes_bound_waiting(kl__lanes_t *lanes) {
   }
 }
 
-static void kl_lanes_gauges(kl__lanes_t *lanes, int64_t now) {
+static void lanes_gauges(kl__lanes_t *lanes, int64_t now) {
   uint64_t window = 0, paused = 0;
   int64_t oldest = 0;
   for (int32_t p = 0; p < lanes->count; p++) {
@@ -763,7 +716,7 @@ static void kl_lanes_gauges(kl__lanes_t *lanes, int64_t now) {
   lanes->oldest_wait_ms = (uint64_t)(oldest / 1000000);
 }
 
-static void kl_lanes_report(kl__lanes_t *lanes, int64_t now) {
+static void lanes_report(kl__lanes_t *lanes, int64_t now) {
   if (now - lanes->last_report_ns < KL_REPORT_NS)
     return;
   lanes->last_report_ns = now;
@@ -781,7 +734,7 @@ static void kl_lanes_report(kl__lanes_t *lanes, int64_t now) {
 
 /* A partition whose follow-ups wait for Kafka stops taking events that
  * would emit more. */
-static void kl_lanes_bound_outbox(kl__lanes_t *lanes) {
+static void lanes_bound_outbox(kl__lanes_t *lanes) {
   for (int32_t p = 0; p < lanes->count; p++) {
     kl__lane_t *lane = lanes->lanes[p];
     if (!lane || lane->state != KL__LANE_OWNED)
@@ -801,20 +754,20 @@ void kl__lanes_tick(kl__lanes_t *lanes) {
   for (int32_t p = 0; p < lanes->count; p++) {
     kl__lane_t *lane = lanes->lanes[p];
     if (lane && lane->state == KL__LANE_OWNED)
-      woke |= kl_lane_tick(lanes, lane, now);
+      woke |= lane_tick(lanes, lane, now);
   }
-  kl_lanes_commit_due(lanes, now);
+  lanes_commit_due(lanes, now);
   kl__lanes_commit_kafka(lanes, now, 0);
   for (int32_t p = 0; p < lanes->count; p++) {
     kl__lane_t *lane = lanes->lanes[p];
     if (lane && lane->state == KL__LANE_OWNED)
-      kl_lane_settle(lanes, lane);
+      lane_settle(lanes, lane);
   }
   kl__lanes_send_dead_letters(lanes, now);
-  kl_lanes_bound_waiting(lanes);
-  kl_lanes_bound_outbox(lanes);
-  kl_lanes_gauges(lanes, now);
-  kl_lanes_report(lanes, now);
+  lanes_bound_waiting(lanes);
+  lanes_bound_outbox(lanes);
+  lanes_gauges(lanes, now);
+  lanes_report(lanes, now);
   if (woke)
     pthread_cond_broadcast(&lanes->work);
   pthread_mutex_unlock(&lanes->mu);
@@ -826,16 +779,16 @@ void kl__lanes_reserve(kl__lanes_t *lanes, int32_t count) {
   if (count <= lanes->count)
     return;
   pthread_mutex_lock(&lanes->mu);
-  kl__lane_t **v = realloc(lanes->lanes, (size_t)count * sizeof(*v));
+  kl__lane_t **v = kl__grow_zeroed(lanes->lanes, (size_t)lanes->count,
+                                   (size_t)count, sizeof(*v));
   if (!v)
-    kl_oom();
-  for (int32_t p = lanes->count; p < count; p++)
-    v[p] = NULL;
+    kl__oom(KL_COMP);
   lanes->lanes = v;
-  lanes->count = count;
-  if (!(v = realloc(lanes->due, (size_t)count * sizeof(*v))))
-    kl_oom();
+  if (!(v = kl__grow_zeroed(lanes->due, (size_t)lanes->count, (size_t)count,
+                            sizeof(*v))))
+    kl__oom(KL_COMP);
   lanes->due = v;
+  lanes->count = count;
   pthread_mutex_unlock(&lanes->mu);
 }
 
@@ -845,7 +798,7 @@ void kl__lanes_own(kl__lanes_t *lanes, int32_t partition, uint64_t epoch,
   pthread_mutex_lock(&lanes->mu);
   kl__lane_t *lane = lanes->lanes[partition];
   if (!lane) {
-    lane = lanes->lanes[partition] = kl_xcalloc(1, sizeof(*lane));
+    lane = lanes->lanes[partition] = kl__xcalloc(1, sizeof(*lane), KL_COMP);
     lane->partition = partition;
     kl__ov_init(&lane->ov);
   }
@@ -925,7 +878,7 @@ static void lane_verify(kl__lanes_t *lanes, kl__lane_t *lane,
 
 /* ---- the log checks' part (log_guard.c) ------------------------------ */
 
-static kl__lane_t *kl_lane_owned(kl__lanes_t *lanes, int32_t partition) {
+static kl__lane_t *lane_owned(kl__lanes_t *lanes, int32_t partition) {
   kl__lane_t *lane = partition >= 0 && partition < lanes->count
                          ? lanes->lanes[partition]
                          : NULL;
@@ -934,7 +887,7 @@ static kl__lane_t *kl_lane_owned(kl__lanes_t *lanes, int32_t partition) {
 
 int kl__lanes_pos(kl__lanes_t *lanes, int32_t partition, kl__lane_pos_t *pos) {
   pthread_mutex_lock(&lanes->mu);
-  kl__lane_t *lane = kl_lane_owned(lanes, partition);
+  kl__lane_t *lane = lane_owned(lanes, partition);
   if (lane) {
     *pos = (kl__lane_pos_t){lane->epoch, lane->watermark, lane->next_offset,
                             lane->below, lane->below_applied};
@@ -952,7 +905,7 @@ size_t kl__lanes_below(kl__lanes_t *lanes, int32_t *out, size_t max) {
   pthread_mutex_lock(&lanes->mu);
   lanes->below_seen = 0;
   for (int32_t p = 0; p < lanes->count; p++) {
-    if (!kl_lane_owned(lanes, p) || lanes->lanes[p]->below < 0)
+    if (!lane_owned(lanes, p) || lanes->lanes[p]->below < 0)
       continue;
     if (n == max) {
       lanes->below_seen = 1; /* the rest at the next call */
@@ -966,7 +919,7 @@ size_t kl__lanes_below(kl__lanes_t *lanes, int32_t *out, size_t max) {
 
 void kl__lanes_halt(kl__lanes_t *lanes, int32_t partition) {
   pthread_mutex_lock(&lanes->mu);
-  kl__lane_t *lane = kl_lane_owned(lanes, partition);
+  kl__lane_t *lane = lane_owned(lanes, partition);
   if (lane)
     kl__lane_pause(lanes, lane, KL__PAUSE_LOG);
   pthread_mutex_unlock(&lanes->mu);
@@ -975,7 +928,7 @@ void kl__lanes_halt(kl__lanes_t *lanes, int32_t partition) {
 void kl__lanes_go_on(kl__lanes_t *lanes, int32_t partition, int64_t from,
                      uint64_t redelivered) {
   pthread_mutex_lock(&lanes->mu);
-  kl__lane_t *lane = kl_lane_owned(lanes, partition);
+  kl__lane_t *lane = lane_owned(lanes, partition);
   if (lane) {
     if (from > lane->next_offset)
       lane->next_offset = from;
@@ -1027,7 +980,7 @@ static const double kl_commit_buckets[] = {
   (sizeof(kl_commit_buckets) / sizeof(kl_commit_buckets[0]))
 
 /* The latency histograms: registered once, observed at every commit. */
-static kl_err_t kl_lanes_metrics_new(kl__lanes_t *lanes) {
+static kl_err_t lanes_metrics_new(kl__lanes_t *lanes) {
   const char *topic[] = {lanes->topic};
   if (!(lanes->metrics = kl__metrics_new()))
     return KL_ENOMEM;
@@ -1100,9 +1053,9 @@ kl_err_t kl__lanes_new(const kl_conf_t *conf, const kl__applier_t *applier,
   lanes->max_attempts = (int)kl__conf_int(conf, "worker.max.attempts");
   size_t txn_max = kl__store_txn_max(lanes->store);
   lanes->txn_max = txn_max > 2 ? txn_max - 1 : txn_max ? 1 : 0;
-  lanes->seed = kl_key_hash(applier->topic, strlen(applier->topic));
+  lanes->seed = kl__fnv1a(applier->topic, strlen(applier->topic));
   lanes->last_report_ns = kl__mono_ns();
-  if (kl_lanes_metrics_new(lanes)) {
+  if (lanes_metrics_new(lanes)) {
     kl__lanes_destroy(lanes);
     return KL_ENOMEM;
   }
@@ -1125,7 +1078,7 @@ void kl__lanes_destroy(kl__lanes_t *lanes) {
       continue;
     kl__lane_drop(lanes, lane);
     free(lane->ring);
-    free(lane->keys);
+    kl__hmap_free(&lane->keys);
     free(lane->verify_ident);
     free(lane->found_ident);
     free(lane->ready.v);

@@ -1,6 +1,6 @@
 /*
  * The key-parallel engine's state, shared by lanes.c (window, keys,
- * scheduling), lane_commit.c (group commit, fencing, rewind, release,
+ * scheduling), lanes_commit.c (group commit, fencing, rewind, release,
  * dead letters), txn_child.c (the overlay and the handlers' child txns)
  * and pool.c (the executors). Not installed.
  *
@@ -22,6 +22,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "common/hmap.h"
 #include "worker/apply.h"
 #include "worker/dlq.h"
 #include "worker/lanes.h"
@@ -35,11 +36,10 @@ enum { KL__OV_PUT = 1, KL__OV_DEL = 2 }; /* tags in the data space */
 enum { KL__OV_DATA = 'd', KL__OV_ID = 'i' };
 
 typedef struct kl__ov_entry {
-  struct kl__ov_entry *hnext;         /* hash chain */
+  kl__hnode_t node;                   /* in the overlay's map */
   struct kl__ov_entry *kprev, *knext; /* the writer key's entries */
   struct kl__ov_entry *dnext;         /* the dirty list */
   kl__lkey_t *writer;
-  uint64_t hash;
   uint64_t gen; /* the build generation of the last write */
   int tag;      /* KL__OV_PUT/DEL, or a kl_mark_t in the id space */
   int dirty;    /* on the dirty list: written since the last build */
@@ -50,8 +50,7 @@ typedef struct kl__ov_entry {
 } kl__ov_entry_t;
 
 typedef struct kl__overlay {
-  kl__ov_entry_t **buckets; /* cap a power of two */
-  size_t cap, count;
+  kl__hmap_t map;         /* of kl__ov_entry_t */
   kl__ov_entry_t *dirty;  /* entries written since the last build */
   uint64_t gen;           /* the generation new writes get */
   uint64_t committed_gen; /* every write of a generation <= this is stored */
@@ -63,8 +62,7 @@ typedef struct kl__overlay {
  * offset order, and the overlay entries its events wrote. Freed once it
  * has neither. */
 struct kl__lkey {
-  kl__lkey_t *hnext;
-  uint64_t hash;
+  kl__hnode_t node;        /* in the lane's keys */
   kl__slot_t *head, *tail; /* pending (not final) slots; head runs first */
   kl__ov_entry_t *entries;
   size_t refs; /* slots of the window, final ones included */
@@ -144,8 +142,7 @@ struct kl__lane {
   int64_t next_offset;     /* the offset after the last record taken in */
   kl__slot_t **ring;       /* the window, in offset order */
   size_t ring_head, ring_count, ring_cap;
-  kl__lkey_t **keys; /* hash table of keys */
-  size_t keys_cap, keys_count;
+  kl__hmap_t keys;     /* of kl__lkey_t */
   kl__slots_t ready;   /* min-heap by offset: heads of idle keys */
   kl__slots_t final;   /* became final since the last build */
   kl__slots_t waiting; /* WAITING slots */
@@ -168,7 +165,7 @@ struct kl__lane {
   int commit_backoff_ms;
   int64_t below;          /* lowest offset delivered below next_offset, or -1 */
   uint64_t below_applied; /* of those, below the committed watermark */
-  /* lane_stall.c: the watermark and ownership last seen, since when */
+  /* lanes_stall.c: the watermark and ownership last seen, since when */
   int64_t stall_watermark, stall_since_ns;
   uint64_t stall_gen;
   int stalled;
@@ -222,10 +219,10 @@ struct kl__lanes {
   _Atomic uint64_t applied, duplicates, redelivered, batches, fenced, failed,
       dead_letters, waiting_now, oldest_wait_ms, window_events, paused_now,
       misrouted_total, forwarded, kafka_commits;
-  _Atomic uint64_t ahead; /* group transactions begun ahead (lane_commit.c) */
+  _Atomic uint64_t ahead; /* group transactions begun ahead (lanes_commit.c) */
 };
 
-/* ---- lanes.c, for lane_commit.c -------------------------------------- */
+/* ---- lanes.c, for lanes_commit.c -------------------------------------- */
 
 kl_err_t kl__slots_push(kl__slots_t *slots, kl__slot_t *slot);
 void kl__slots_remove(kl__slots_t *slots, kl__slot_t *slot);
@@ -254,7 +251,7 @@ kl__slot_t *kl__lane_find(const kl__lane_t *lane, int64_t offset);
 int64_t kl__backoff_ms(const kl__lanes_t *lanes, const kl__slot_t *slot,
                        int attempt);
 
-/* ---- lane_commit.c --------------------------------------------------- */
+/* ---- lanes_commit.c --------------------------------------------------- */
 
 /* Group-commits the final slots of the @p n lanes @p due in ONE store
  * commit, each lane guarded by its own epoch (mu held; dropped meanwhile).
@@ -277,7 +274,7 @@ void kl__lane_fenced(kl__lanes_t *lanes, kl__lane_t *lane);
 void kl__lane_rewind(kl__lanes_t *lanes, kl__lane_t *lane);
 /* Dead letters due to be produced, for every lane (mu held). */
 void kl__lanes_send_dead_letters(kl__lanes_t *lanes, int64_t now_ns);
-/* routing.c: @p slot's key routes elsewhere (run->expected_partition):
+/* lanes_route.c: @p slot's key routes elsewhere (run->expected_partition):
  * counts it, warns (rate-limited) and dead-letters or forwards it. */
 void kl__lane_misrouted(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
                         const kl__run_t *run);

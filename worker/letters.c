@@ -13,8 +13,8 @@
 #define KL_LETTERS_TIMEOUT_MS 10000
 
 /* Copies header @p name into @p buf; 0 when present. */
-static int kl_header(rd_kafka_headers_t *h, const char *name, char *buf,
-                     size_t size) {
+static int letters_header(rd_kafka_headers_t *h, const char *name, char *buf,
+                          size_t size) {
   const void *val;
   size_t len;
   if (!h || rd_kafka_header_get_last(h, name, &val, &len) || !val ||
@@ -25,16 +25,15 @@ static int kl_header(rd_kafka_headers_t *h, const char *name, char *buf,
   return 0;
 }
 
-static int kl_header_i64(rd_kafka_headers_t *h, const char *name,
-                         int64_t *out) {
+static int header_i64(rd_kafka_headers_t *h, const char *name, int64_t *out) {
   char buf[32];
-  if (kl_header(h, name, buf, sizeof(buf)))
+  if (letters_header(h, name, buf, sizeof(buf)))
     return -1;
   return kl__units_digits(buf, strlen(buf), out);
 }
 
 /* Parses the origin of @p l->msg from its headers. */
-static void kl_letter_parse(kl__letter_t *l) {
+static void letter_parse(kl__letter_t *l) {
   rd_kafka_headers_t *h = NULL;
   rd_kafka_message_headers(l->msg, &h);
   int64_t partition, offset;
@@ -42,23 +41,22 @@ static void kl_letter_parse(kl__letter_t *l) {
   l->dlq_offset = l->msg->offset;
   l->partition = -1;
   l->offset = -1;
-  if (kl_header(h, "keylane.dlq.topic", l->topic, sizeof(l->topic)) ||
-      kl_header_i64(h, "keylane.dlq.partition", &partition) ||
-      kl_header_i64(h, "keylane.dlq.offset", &offset) ||
-      partition > INT32_MAX) {
+  if (letters_header(h, "keylane.dlq.topic", l->topic, sizeof(l->topic)) ||
+      header_i64(h, "keylane.dlq.partition", &partition) ||
+      header_i64(h, "keylane.dlq.offset", &offset) || partition > INT32_MAX) {
     l->topic[0] = '\0';
     return;
   }
   l->partition = (int32_t)partition;
   l->offset = offset;
-  if (kl_header(h, "keylane.dlq.reason", l->reason, sizeof(l->reason)))
+  if (letters_header(h, "keylane.dlq.reason", l->reason, sizeof(l->reason)))
     l->reason[0] = '\0';
-  if (kl_header(h, "keylane.dlq.destination", l->destination,
-                sizeof(l->destination)))
+  if (letters_header(h, "keylane.dlq.destination", l->destination,
+                     sizeof(l->destination)))
     l->destination[0] = '\0';
 }
 
-static int kl_letters_add(void *opaque, rd_kafka_message_t *m) {
+static int letters_add(void *opaque, rd_kafka_message_t *m) {
   kl__letters_t *ls = opaque;
   kl__letter_t *v = kl__grow(ls->v, &ls->cap, ls->n, sizeof(*v), 64);
   if (!v)
@@ -67,11 +65,11 @@ static int kl_letters_add(void *opaque, rd_kafka_message_t *m) {
   kl__letter_t *l = &ls->v[ls->n++];
   memset(l, 0, sizeof(*l));
   l->msg = m;
-  kl_letter_parse(l);
+  letter_parse(l);
   return KL__READ_KEEP;
 }
 
-static int kl_letter_cmp(const void *a, const void *b) {
+static int letter_cmp(const void *a, const void *b) {
   const kl__letter_t *x = a, *y = b;
   int c = strcmp(x->topic, y->topic);
   if (c)
@@ -83,9 +81,9 @@ static int kl_letter_cmp(const void *a, const void *b) {
   return (x->dlq_offset > y->dlq_offset) - (x->dlq_offset < y->dlq_offset);
 }
 
-static kl_err_t kl_letters_ranges(rd_kafka_t *rk, const char *topic,
-                                  const kl__pos_t *from, const kl__pos_t *to,
-                                  kl__tp_range_t **out, size_t *count) {
+static kl_err_t letters_ranges(rd_kafka_t *rk, const char *topic,
+                               const kl__pos_t *from, const kl__pos_t *to,
+                               kl__tp_range_t **out, size_t *count) {
   int32_t n;
   kl_err_t err =
       kl__kafka_partition_count(rk, topic, KL_LETTERS_TIMEOUT_MS, &n);
@@ -117,10 +115,9 @@ kl_err_t kl__letters_read(const kl_conf_t *conf, const char *dlq_topic,
     return err;
   kl__tp_range_t *ranges = NULL;
   size_t count = 0;
-  err = kl_letters_ranges(rk, dlq_topic, from, to, &ranges, &count);
+  err = letters_ranges(rk, dlq_topic, from, to, &ranges, &count);
   if (!err)
-    err =
-        kl__kafka_read(rk, dlq_topic, ranges, count, kl_letters_add, out, stop);
+    err = kl__kafka_read(rk, dlq_topic, ranges, count, letters_add, out, stop);
   for (size_t i = 0; !err && i < count; i++)
     if (ranges[i].start < ranges[i].end && !(stop && *stop))
       err = kl__err(KL_ENOMEM, "out of memory reading the dead letters of %s",
@@ -132,7 +129,7 @@ kl_err_t kl__letters_read(const kl_conf_t *conf, const char *dlq_topic,
     return err;
   }
   if (out->n)
-    qsort(out->v, out->n, sizeof(*out->v), kl_letter_cmp);
+    qsort(out->v, out->n, sizeof(*out->v), letter_cmp);
   return KL_OK;
 }
 
@@ -156,7 +153,7 @@ const kl__letter_t *kl__letters_find(const kl__letters_t *ls, const char *topic,
   size_t lo = 0, hi = ls->n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (kl_letter_cmp(&ls->v[mid], &key) < 0)
+    if (letter_cmp(&ls->v[mid], &key) < 0)
       lo = mid + 1;
     else
       hi = mid;

@@ -10,6 +10,7 @@
 #include "common/internal.h"
 #include "common/kafka.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "worker/apply.h"
 
 #define KL_COMP "worker"
@@ -70,16 +71,14 @@ void kl__log_guard_destroy(kl__log_guard_t *guard) {
 
 /* @returns @p partition's entry, made when missing; NULL without memory.
  * mu held. */
-static kl_guarded_t *kl_guarded(kl__log_guard_t *guard, int32_t partition) {
+static kl_guarded_t *guarded_of(kl__log_guard_t *guard, int32_t partition) {
   if (partition < 0)
     return NULL;
   if (partition >= guard->count) {
-    kl_guarded_t *v =
-        realloc(guard->parts, (size_t)(partition + 1) * sizeof(*v));
+    kl_guarded_t *v = kl__grow_zeroed(guard->parts, (size_t)guard->count,
+                                      (size_t)partition + 1, sizeof(*v));
     if (!v)
       return NULL;
-    memset(v + guard->count, 0,
-           (size_t)(partition + 1 - guard->count) * sizeof(*v));
     guard->parts = v;
     guard->count = partition + 1;
   }
@@ -88,9 +87,9 @@ static kl_guarded_t *kl_guarded(kl__log_guard_t *guard, int32_t partition) {
 
 /* Sets what /metrics reads: @p g's state, and its check when stopped.
  * Takes mu unless @p locked. */
-static void kl_set_state(kl__log_guard_t *guard, kl_guarded_t *g,
-                         kl_guard_state_t state, const kl__log_check_t *check,
-                         int locked) {
+static void set_state(kl__log_guard_t *guard, kl_guarded_t *g,
+                      kl_guard_state_t state, const kl__log_check_t *check,
+                      int locked) {
   if (!locked)
     pthread_mutex_lock(&guard->mu);
   guard->active += (state != KL_GUARD_NONE) - (g->state != KL_GUARD_NONE);
@@ -102,12 +101,12 @@ static void kl_set_state(kl__log_guard_t *guard, kl_guarded_t *g,
 }
 
 /* Halts @p partition and has its log checked at the next tick. */
-static void kl_halt(kl__log_guard_t *guard, int32_t partition) {
+static void guard_halt(kl__log_guard_t *guard, int32_t partition) {
   pthread_mutex_lock(&guard->mu);
-  kl_guarded_t *g = kl_guarded(guard, partition);
+  kl_guarded_t *g = guarded_of(guard, partition);
   if (g && g->state == KL_GUARD_NONE) {
     kl__lanes_halt(guard->lanes, partition);
-    kl_set_state(guard, g, KL_GUARD_PENDING, NULL, 1);
+    set_state(guard, g, KL_GUARD_PENDING, NULL, 1);
     g->redelivered = 0; /* due_ns stays: one check a second at most */
   }
   pthread_mutex_unlock(&guard->mu);
@@ -119,13 +118,13 @@ void kl__log_guard_out_of_range(kl__log_guard_t *guard, int32_t partition,
            "partition=%" PRId32 ": offset %" PRId64 " is out of the "
            "log; checking the log against the store's watermark",
            partition, offset);
-  kl_halt(guard, partition);
+  guard_halt(guard, partition);
 }
 
 void kl__log_guard_forget(kl__log_guard_t *guard, int32_t partition) {
   pthread_mutex_lock(&guard->mu);
   if (partition < guard->count)
-    kl_set_state(guard, &guard->parts[partition], KL_GUARD_NONE, NULL, 1);
+    set_state(guard, &guard->parts[partition], KL_GUARD_NONE, NULL, 1);
   pthread_mutex_unlock(&guard->mu);
 }
 
@@ -134,8 +133,8 @@ void kl__log_guard_forget(kl__log_guard_t *guard, int32_t partition) {
  * refuses to seek it (RD_KAFKA_RESP_ERR__STATE) until it is assigned
  * anew. Only the cooperative protocol (the worker's default) lets one
  * partition be reassigned. */
-static rd_kafka_resp_err_t kl_reassign(kl__log_guard_t *guard,
-                                       rd_kafka_topic_partition_list_t *l) {
+static rd_kafka_resp_err_t guard_reassign(kl__log_guard_t *guard,
+                                          rd_kafka_topic_partition_list_t *l) {
   if (strcmp(rd_kafka_rebalance_protocol(guard->rk), "COOPERATIVE") != 0)
     return RD_KAFKA_RESP_ERR__STATE;
   rd_kafka_error_t *error = rd_kafka_incremental_unassign(guard->rk, l);
@@ -148,7 +147,8 @@ static rd_kafka_resp_err_t kl_reassign(kl__log_guard_t *guard,
 
 /* Moves the consumer of @p partition to @p offset (a logical one too).
  * @returns 0, or -1 (logged) to try again at the next check. */
-static int kl_seek(kl__log_guard_t *guard, int32_t partition, int64_t offset) {
+static int guard_seek(kl__log_guard_t *guard, int32_t partition,
+                      int64_t offset) {
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
   rd_kafka_topic_partition_list_add(l, guard->topic, partition)->offset =
       offset;
@@ -158,7 +158,7 @@ static int kl_seek(kl__log_guard_t *guard, int32_t partition, int64_t offset) {
   rd_kafka_error_destroy(error);
   if (kerr == RD_KAFKA_RESP_ERR__STATE) {
     l->elems[0].err = 0;
-    kerr = kl_reassign(guard, l);
+    kerr = guard_reassign(guard, l);
   }
   rd_kafka_topic_partition_list_destroy(l);
   if (kerr)
@@ -175,10 +175,10 @@ static int kl_seek(kl__log_guard_t *guard, int32_t partition, int64_t offset) {
 
 /* The log still holds the lane's position, or worker.on.gap=skip lets it
  * go on from the log's start: the consumer goes there, the lane on. */
-static int kl_go_on(kl__log_guard_t *guard, int32_t partition, kl_guarded_t *g,
-                    const kl__lane_pos_t *pos, const kl__log_check_t *check) {
+static int go_on(kl__log_guard_t *guard, int32_t partition, kl_guarded_t *g,
+                 const kl__lane_pos_t *pos, const kl__log_check_t *check) {
   int64_t from = check->verdict == KL__LOG_GAP ? check->low : pos->next_offset;
-  if (kl_seek(guard, partition, from))
+  if (guard_seek(guard, partition, from))
     return -1;
   if (check->verdict == KL__LOG_GAP) {
     pthread_mutex_lock(&guard->mu);
@@ -198,17 +198,17 @@ static int kl_go_on(kl__log_guard_t *guard, int32_t partition, kl_guarded_t *g,
              partition, check->low, check->high, pos->next_offset);
   }
   kl__lanes_go_on(guard->lanes, partition, from, g->redelivered);
-  kl_set_state(guard, g, KL_GUARD_NONE, NULL, 0);
+  set_state(guard, g, KL_GUARD_NONE, NULL, 0);
   return 0;
 }
 
 /* Compares the log of halted @p partition with the lane's position, and
  * goes on or stops. */
-static void kl_check(kl__log_guard_t *guard, int32_t partition,
-                     kl_guarded_t *g) {
+static void guard_check(kl__log_guard_t *guard, int32_t partition,
+                        kl_guarded_t *g) {
   kl__lane_pos_t pos;
   if (kl__lanes_pos(guard->lanes, partition, &pos)) {
-    kl_set_state(guard, g, KL_GUARD_NONE, NULL, 0); /* no longer ours */
+    set_state(guard, g, KL_GUARD_NONE, NULL, 0); /* no longer ours */
     return;
   }
   g->redelivered += pos.below_applied;
@@ -225,7 +225,7 @@ static void kl_check(kl__log_guard_t *guard, int32_t partition,
   kl__log_check_t check;
   kl__log_verdict_t v = kl__log_classify(low, high, pos.next_offset, &check);
   if (v == KL__LOG_OK || (v == KL__LOG_GAP && guard->skip_gaps)) {
-    kl_go_on(guard, partition, g, &pos, &check);
+    go_on(guard, partition, g, &pos, &check);
     return;
   }
   char why[1024];
@@ -235,14 +235,14 @@ static void kl_check(kl__log_guard_t *guard, int32_t partition,
            ", the lane's position %" PRId64 "): %s",
            partition, pos.watermark, pos.next_offset, why);
   g->epoch = pos.epoch;
-  kl_set_state(guard, g, KL_GUARD_STOPPED, &check, 0);
+  set_state(guard, g, KL_GUARD_STOPPED, &check, 0);
 }
 
 /* Records @p state's epoch in the group's commit metadata, as a worker
  * that takes a partition does (worker.c), before any handler runs with
  * it: a store lost later cannot hand it out again. */
-static void kl_record_epoch(kl__log_guard_t *guard, int32_t partition,
-                            const kl_partition_state_t *state) {
+static void record_epoch(kl__log_guard_t *guard, int32_t partition,
+                         const kl_partition_state_t *state) {
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
   rd_kafka_topic_partition_t *tp =
       rd_kafka_topic_partition_list_add(l, guard->topic, partition);
@@ -259,8 +259,8 @@ static void kl_record_epoch(kl__log_guard_t *guard, int32_t partition,
 
 /* A stopped partition starts again once `keylane store reset` took a new
  * epoch and moved its watermark back: from there, owned anew. */
-static void kl_restart_if_reset(kl__log_guard_t *guard, int32_t partition,
-                                kl_guarded_t *g) {
+static void restart_if_reset(kl__log_guard_t *guard, int32_t partition,
+                             kl_guarded_t *g) {
   kl_partition_state_t st;
   if (kl_store_partition(guard->store, guard->topic, partition, &st) ||
       st.epoch == g->epoch || st.watermark >= g->check.watermark)
@@ -272,16 +272,16 @@ static void kl_restart_if_reset(kl__log_guard_t *guard, int32_t partition,
              partition, kl_err_detail());
     return;
   }
-  if (kl_seek(guard, partition,
-              st.watermark > 0 ? st.watermark : RD_KAFKA_OFFSET_BEGINNING))
+  if (guard_seek(guard, partition,
+                 st.watermark > 0 ? st.watermark : RD_KAFKA_OFFSET_BEGINNING))
     return;
-  kl_record_epoch(guard, partition, &st);
+  record_epoch(guard, partition, &st);
   kl__lanes_own(guard->lanes, partition, st.epoch, st.watermark);
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
   rd_kafka_topic_partition_list_add(l, guard->topic, partition);
   rd_kafka_resume_partitions(guard->rk, l);
   rd_kafka_topic_partition_list_destroy(l);
-  kl_set_state(guard, g, KL_GUARD_NONE, NULL, 0);
+  set_state(guard, g, KL_GUARD_NONE, NULL, 0);
   KL_LOG_I(KL_COMP,
            "partition=%" PRId32 " starts again at offset %" PRId64
            " with epoch %" PRIu64 ": its store state was reset",
@@ -308,10 +308,10 @@ static void stop_replaced(kl__log_guard_t *guard,
   KL_LOG_E(KL_COMP, "stopped partition=%" PRId32 " reason=log_replaced: %s",
            r->partition, why);
   pthread_mutex_lock(&guard->mu);
-  kl_guarded_t *g = kl_guarded(guard, r->partition);
+  kl_guarded_t *g = guarded_of(guard, r->partition);
   if (g) {
     g->epoch = r->epoch;
-    kl_set_state(guard, g, KL_GUARD_STOPPED, &check, 1);
+    set_state(guard, g, KL_GUARD_STOPPED, &check, 1);
   }
   pthread_mutex_unlock(&guard->mu);
 }
@@ -328,7 +328,7 @@ void kl__log_guard_tick(kl__log_guard_t *guard) {
              "below the lane's position; checking the log against the "
              "store's watermark",
              below[i]);
-    kl_halt(guard, below[i]);
+    guard_halt(guard, below[i]);
   }
   if (!guard->active)
     return;
@@ -339,9 +339,9 @@ void kl__log_guard_tick(kl__log_guard_t *guard) {
       continue;
     g->due_ns = now + KL_RETRY_NS;
     if (g->state == KL_GUARD_PENDING)
-      kl_check(guard, p, g);
+      guard_check(guard, p, g);
     else
-      kl_restart_if_reset(guard, p, g);
+      restart_if_reset(guard, p, g);
   }
 }
 

@@ -5,7 +5,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/internal.h"
 #include "common/log.h"
@@ -19,14 +18,6 @@
 /* A refused publish, or a failed store call, is tried again after this. */
 #define KL_OB_RETRY_NS 1000000000LL
 #define KL_TOPIC_NAME_MAX 249
-
-/* Out of memory for the bookkeeping: what is committed stays in the
- * store, and a restarted worker publishes it (the lanes do the same). */
-static void kl_oom(void) {
-  KL_LOG_E(KL_COMP, "out of memory in the outbox: exiting; a restarted "
-                    "worker publishes what the store holds");
-  abort();
-}
 
 /* One record listed from the store: queued, then in flight until its
  * delivery report, then (acknowledged) its seq waits for removal. */
@@ -93,39 +84,38 @@ kl_err_t kl__outbox_new(const kl_conf_t *conf, const char *topic,
   return KL_OK;
 }
 
-static kl_ob_part_t *kl_ob_part(kl__outbox_t *ob, int32_t partition) {
+static kl_ob_part_t *ob_part(kl__outbox_t *ob, int32_t partition) {
   if (partition < 0)
     return NULL;
   if (partition >= ob->nparts) {
-    int32_t n = partition + 1;
-    kl_ob_part_t *p = realloc(ob->parts, (size_t)n * sizeof(*p));
+    kl_ob_part_t *p = kl__grow_zeroed(ob->parts, (size_t)ob->nparts,
+                                      (size_t)partition + 1, sizeof(*p));
     if (!p)
-      kl_oom();
-    memset(p + ob->nparts, 0, (size_t)(n - ob->nparts) * sizeof(*p));
+      kl__oom(KL_COMP);
     ob->parts = p;
-    ob->nparts = n;
+    ob->nparts = partition + 1;
   }
   return &ob->parts[partition];
 }
 
-static void kl_ob_item_free(kl_ob_item_t *it) {
+static void ob_item_free(kl_ob_item_t *it) {
   if (it)
     free(it->why);
   free(it);
 }
 
-static void kl_ob_free_list(kl_ob_item_t *it) {
+static void ob_free_list(kl_ob_item_t *it) {
   for (kl_ob_item_t *next; it; it = next) {
     next = it->next;
-    kl_ob_item_free(it);
+    ob_item_free(it);
   }
 }
 
 /* A letter in flight for an item freed here finds nothing at its ack: the
  * record stays in the store, and its next owner sets it aside again. */
-static void kl_ob_unqueue(kl__outbox_t *ob, kl_ob_part_t *part) {
-  kl_ob_free_list(part->head);
-  kl_ob_free_list(part->aside);
+static void ob_unqueue(kl__outbox_t *ob, kl_ob_part_t *part) {
+  ob_free_list(part->head);
+  ob_free_list(part->aside);
   part->aside = NULL;
   part->head = part->tail = NULL;
   ob->pending -= part->held;
@@ -133,8 +123,8 @@ static void kl_ob_unqueue(kl__outbox_t *ob, kl_ob_part_t *part) {
 }
 
 void kl__outbox_own(kl__outbox_t *ob, int32_t partition, uint64_t gen) {
-  kl_ob_part_t *part = kl_ob_part(ob, partition);
-  kl_ob_unqueue(ob, part);
+  kl_ob_part_t *part = ob_part(ob, partition);
+  ob_unqueue(ob, part);
   part->gen = gen;
   part->dirty = 1;
   part->listed = 0;
@@ -142,16 +132,16 @@ void kl__outbox_own(kl__outbox_t *ob, int32_t partition, uint64_t gen) {
 }
 
 void kl__outbox_committed(kl__outbox_t *ob, int32_t partition, uint64_t gen) {
-  kl_ob_part_t *part = ob ? kl_ob_part(ob, partition) : NULL;
+  kl_ob_part_t *part = ob ? ob_part(ob, partition) : NULL;
   if (part && part->gen == gen)
     part->dirty = 1;
 }
 
 void kl__outbox_drop(kl__outbox_t *ob, int32_t partition) {
-  kl_ob_part_t *part = ob ? kl_ob_part(ob, partition) : NULL;
+  kl_ob_part_t *part = ob ? ob_part(ob, partition) : NULL;
   if (!part)
     return;
-  kl_ob_unqueue(ob, part);
+  ob_unqueue(ob, part);
   part->gen = 0;
   part->dirty = 0;
 }
@@ -175,13 +165,13 @@ void kl__outbox_stats(const kl__outbox_t *ob, kl__outbox_stats_t *stats) {
 
 /* ---- listing --------------------------------------------------------- */
 
-static int kl_ob_store_ready(const kl__outbox_t *ob, int64_t now) {
+static int ob_store_ready(const kl__outbox_t *ob, int64_t now) {
   return now >= ob->store_retry_ns;
 }
 
 /* After a failed store call: no other before KL_OB_RETRY_NS. What was
  * listed stays queued, what is to be removed stays to be removed. */
-static void kl_ob_store_failed(kl__outbox_t *ob, int64_t now) {
+static void ob_store_failed(kl__outbox_t *ob, int64_t now) {
   ob->store_retry_ns = now + KL_OB_RETRY_NS;
 }
 
@@ -191,12 +181,11 @@ typedef struct kl_ob_list {
   size_t n;
 } kl_ob_list_t;
 
-static int kl_ob_listed(void *opaque, uint64_t seq, const void *rec,
-                        size_t len) {
+static int ob_listed(void *opaque, uint64_t seq, const void *rec, size_t len) {
   kl_ob_list_t *l = opaque;
   kl_ob_item_t *it = malloc(sizeof(*it) + len);
   if (!it)
-    kl_oom();
+    kl__oom(KL_COMP);
   *it = (kl_ob_item_t){
       .partition = l->partition, .gen = l->part->gen, .seq = seq, .len = len};
   memcpy(it->rec, rec, len);
@@ -213,20 +202,20 @@ static int kl_ob_listed(void *opaque, uint64_t seq, const void *rec,
 /* Lists what the store holds beyond the last seq listed, as much as the
  * bound leaves room for; the partition stays dirty while more may be
  * there. */
-static void kl_ob_list(kl__outbox_t *ob, int32_t partition, int64_t now) {
+static void ob_list(kl__outbox_t *ob, int32_t partition, int64_t now) {
   kl_ob_part_t *part = &ob->parts[partition];
   if (part->held >= ob->max)
     return;
   size_t room = ob->max - part->held;
   kl_ob_list_t l = {part, partition, 0};
   kl_err_t err = kl__store_outbox_list(ob->store, ob->topic, partition,
-                                       part->listed, room, kl_ob_listed, &l);
+                                       part->listed, room, ob_listed, &l);
   if (err) {
     KL_LOG_W(KL_COMP,
              "partition=%" PRId32 ": reading the outbox failed; the outbox "
              "calls the store again in %lld s: %s",
              partition, KL_OB_RETRY_NS / 1000000000LL, kl_err_detail());
-    kl_ob_store_failed(ob, now);
+    ob_store_failed(ob, now);
     return;
   }
   if (!part->held && l.n)
@@ -239,17 +228,14 @@ static void kl_ob_list(kl__outbox_t *ob, int32_t partition, int64_t now) {
 /* ---- publishing ------------------------------------------------------ */
 
 /* @p it is in Kafka (published, or set aside): its seq is to be removed. */
-static void kl_ob_acked(kl__outbox_t *ob, kl_ob_item_t *it) {
+static void ob_acked(kl__outbox_t *ob, kl_ob_item_t *it) {
   kl_ob_part_t *part = &ob->parts[it->partition];
   part->progress_ns = kl__mono_ns();
-  if (part->nacked == part->acked_cap) {
-    size_t cap = part->acked_cap ? part->acked_cap * 2 : 64;
-    uint64_t *v = realloc(part->acked, cap * sizeof(*v));
-    if (!v)
-      kl_oom();
-    part->acked = v;
-    part->acked_cap = cap;
-  }
+  uint64_t *v =
+      kl__grow(part->acked, &part->acked_cap, part->nacked, sizeof(*v), 64);
+  if (!v)
+    kl__oom(KL_COMP);
+  part->acked = v;
   /* Removed whoever owns it now: Kafka has it. It counts against the
    * bound until removed only while its ownership lasts. */
   part->acked[part->nacked++] =
@@ -259,10 +245,10 @@ static void kl_ob_acked(kl__outbox_t *ob, kl_ob_item_t *it) {
 /* A failed delivery goes back into its queue in seq order, so that it is
  * published again before the records committed after it, and failures
  * reported one after another keep their order. */
-static void kl_ob_requeue(kl__outbox_t *ob, kl_ob_item_t *it) {
+static void ob_requeue(kl__outbox_t *ob, kl_ob_item_t *it) {
   kl_ob_part_t *part = &ob->parts[it->partition];
   if (it->gen != part->gen) { /* the new owner listed it again */
-    kl_ob_item_free(it);
+    ob_item_free(it);
     return;
   }
   kl_ob_item_t **at = &part->head; /* the queue stays in seq order */
@@ -275,12 +261,11 @@ static void kl_ob_requeue(kl__outbox_t *ob, kl_ob_item_t *it) {
 }
 
 /* Kafka refused @p it for good: it goes to the dead-letter topic
- * (kl_ob_send_aside()), so that the follow-ups behind it go on. */
-static void kl_ob_set_aside(kl__outbox_t *ob, kl_ob_item_t *it,
-                            const char *why) {
+ * (ob_send_aside()), so that the follow-ups behind it go on. */
+static void ob_set_aside(kl__outbox_t *ob, kl_ob_item_t *it, const char *why) {
   kl_ob_part_t *part = &ob->parts[it->partition];
   if (it->gen != part->gen) { /* the new owner listed it again */
-    kl_ob_item_free(it);
+    ob_item_free(it);
     return;
   }
   KL_LOG_E(KL_COMP,
@@ -294,18 +279,18 @@ static void kl_ob_set_aside(kl__outbox_t *ob, kl_ob_item_t *it,
   part->aside = it;
 }
 
-static void kl_ob_delivered(void *opaque, const kl_delivery_t *d) {
+static void ob_delivered(void *opaque, const kl_delivery_t *d) {
   kl__outbox_t *ob = opaque;
   kl_ob_item_t *it = d->opaque;
   if (d->err == KL_OK) {
-    kl_ob_acked(ob, it);
+    ob_acked(ob, it);
     ob->published++;
-    kl_ob_item_free(it);
+    ob_item_free(it);
     return;
   }
   const char *why = d->errmsg ? d->errmsg : kl_err_name(d->err);
   if (!kl_err_is_retriable(d->err)) {
-    kl_ob_set_aside(ob, it, why);
+    ob_set_aside(ob, it, why);
     return;
   }
   char id[KL__ESCAPED_SIZE(KL_ID_MAX)];
@@ -313,18 +298,18 @@ static void kl_ob_delivered(void *opaque, const kl_delivery_t *d) {
            "follow-up id=%s of partition=%" PRId32 " was not "
            "acknowledged (%s), it is published again",
            kl__escape(id, sizeof(id), d->id, d->id_len), it->partition, why);
-  kl_ob_requeue(ob, it);
+  ob_requeue(ob, it);
 }
 
-static kl_err_t kl_ob_producer(kl__outbox_t *ob) {
+static kl_err_t ob_producer(kl__outbox_t *ob) {
   if (ob->producer)
     return KL_OK;
-  return kl_producer_new(ob->conf, kl_ob_delivered, ob, &ob->producer);
+  return kl_producer_new(ob->conf, ob_delivered, ob, &ob->producer);
 }
 
 /* Publishes @p it; @returns KL_OK once queued (it is the producer's then),
  * else it stays the caller's. */
-static kl_err_t kl_ob_send(kl__outbox_t *ob, kl_ob_item_t *it) {
+static kl_err_t ob_send(kl__outbox_t *ob, kl_ob_item_t *it) {
   kl__outbox_rec_t rec;
   if (kl__outbox_rec_decode(it->rec, it->len, &rec))
     return kl__err(KL_EDECODE_TRUNCATED,
@@ -339,11 +324,11 @@ static kl_err_t kl_ob_send(kl__outbox_t *ob, kl_ob_item_t *it) {
     topic[rec.topic_len] = '\0';
     dest = topic;
   }
-  kl_err_t err = kl_ob_producer(ob);
+  kl_err_t err = ob_producer(ob);
   return err ? err : kl_publish(ob->producer, dest, &rec.event, it);
 }
 
-static void kl_ob_publish(kl__outbox_t *ob, int32_t partition, int64_t now) {
+static void ob_publish(kl__outbox_t *ob, int32_t partition, int64_t now) {
   kl_ob_part_t *part = &ob->parts[partition];
   if (now < part->retry_ns)
     return;
@@ -353,19 +338,19 @@ static void kl_ob_publish(kl__outbox_t *ob, int32_t partition, int64_t now) {
     if (!part->head)
       part->tail = NULL;
     it->next = NULL;
-    kl_err_t err = kl_ob_send(ob, it);
+    kl_err_t err = ob_send(ob, it);
     if (err == KL_OK)
       continue;
     if (!kl_err_is_retriable(err) && err != KL_ENOMEM &&
         err != KL_EPARTITIONS) {
-      kl_ob_set_aside(ob, it, kl_err_detail());
+      ob_set_aside(ob, it, kl_err_detail());
       continue;
     }
     KL_LOG_W(KL_COMP,
              "partition=%" PRId32 ": publishing follow-up seq=%" PRIu64
              " failed, tried again in 1 s: %s",
              partition, it->seq, kl_err_detail());
-    kl_ob_requeue(ob, it);
+    ob_requeue(ob, it);
     part->retry_ns = now + KL_OB_RETRY_NS;
     return;
   }
@@ -376,8 +361,8 @@ static void kl_ob_publish(kl__outbox_t *ob, int32_t partition, int64_t now) {
 /* The dead letter of @p it, whose record is @p rec: the follow-up's key and
  * envelope, from the place of the event that emitted it (its id says
  * which; an id of another form is the outbox's own partition). */
-static kl_err_t kl_ob_letter(kl__outbox_t *ob, const kl_ob_item_t *it,
-                             const kl__outbox_rec_t *rec) {
+static kl_err_t ob_letter(kl__outbox_t *ob, const kl_ob_item_t *it,
+                          const kl__outbox_rec_t *rec) {
   char dest[KL_TOPIC_NAME_MAX + 1], src_topic[KL_TOPIC_NAME_MAX + 1];
   snprintf(dest, sizeof(dest), "%.*s",
            rec->topic_len ? (int)rec->topic_len : (int)strlen(ob->topic),
@@ -414,7 +399,7 @@ static kl_err_t kl_ob_letter(kl__outbox_t *ob, const kl_ob_item_t *it,
 }
 
 /* Produces the dead letters of @p part's follow-ups set aside. */
-static void kl_ob_send_aside(kl__outbox_t *ob, int32_t partition, int64_t now) {
+static void ob_send_aside(kl__outbox_t *ob, int32_t partition, int64_t now) {
   kl_ob_part_t *part = &ob->parts[partition];
   if (now < part->aside_retry_ns)
     return;
@@ -422,7 +407,7 @@ static void kl_ob_send_aside(kl__outbox_t *ob, int32_t partition, int64_t now) {
     kl__outbox_rec_t rec;
     if (it->aside_inflight || kl__outbox_rec_decode(it->rec, it->len, &rec))
       continue;
-    kl_err_t err = kl_ob_letter(ob, it, &rec);
+    kl_err_t err = ob_letter(ob, it, &rec);
     if (err == KL_EKAFKA && !it->aside_refused) {
       it->aside_refused = 1; /* too large even as a letter: cut it */
     } else if (err) {
@@ -462,16 +447,16 @@ void kl__outbox_aside_acked(kl__outbox_t *ob, const kl__dlq_ref_t *ref,
     return;
   }
   *at = it->next;
-  kl_ob_acked(ob, it);
+  ob_acked(ob, it);
   ob->aside++;
-  kl_ob_item_free(it);
+  ob_item_free(it);
 }
 
 /* Removes the acknowledged records of every partition in ONE write (one
  * fsync however many partitions publish); the top bit of an acked seq
  * marks one listed under an earlier ownership, which the bound no longer
  * counts. */
-static void kl_ob_remove(kl__outbox_t *ob, int64_t now) {
+static void ob_remove(kl__outbox_t *ob, int64_t now) {
   size_t n = 0;
   for (int32_t p = 0; p < ob->nparts; p++)
     n += ob->parts[p].nacked;
@@ -479,7 +464,7 @@ static void kl_ob_remove(kl__outbox_t *ob, int64_t now) {
     return;
   kl__outbox_ack_t *acks = malloc(n * sizeof(*acks));
   if (!acks)
-    kl_oom();
+    kl__oom(KL_COMP);
   n = 0;
   for (int32_t p = 0; p < ob->nparts; p++)
     for (size_t i = 0; i < ob->parts[p].nacked; i++)
@@ -491,7 +476,7 @@ static void kl_ob_remove(kl__outbox_t *ob, int64_t now) {
              "removing %zu published follow-ups failed; the outbox calls the "
              "store again in %lld s, to remove them then: %s",
              n, KL_OB_RETRY_NS / 1000000000LL, kl_err_detail());
-    kl_ob_store_failed(ob, now);
+    ob_store_failed(ob, now);
     return;
   }
   for (int32_t p = 0; p < ob->nparts; p++) {
@@ -512,12 +497,12 @@ void kl__outbox_tick(kl__outbox_t *ob) {
   uint64_t stalled_ms = 0;
   for (int32_t p = 0; p < ob->nparts; p++) {
     kl_ob_part_t *part = &ob->parts[p];
-    if (part->gen && part->dirty && kl_ob_store_ready(ob, now))
-      kl_ob_list(ob, p, now);
+    if (part->gen && part->dirty && ob_store_ready(ob, now))
+      ob_list(ob, p, now);
     if (part->gen && part->head)
-      kl_ob_publish(ob, p, now);
+      ob_publish(ob, p, now);
     if (part->gen && part->aside)
-      kl_ob_send_aside(ob, p, now);
+      ob_send_aside(ob, p, now);
     if (part->gen && part->held && now - part->progress_ns > 0 &&
         (uint64_t)(now - part->progress_ns) / 1000000 > stalled_ms)
       stalled_ms = (uint64_t)(now - part->progress_ns) / 1000000;
@@ -525,12 +510,12 @@ void kl__outbox_tick(kl__outbox_t *ob) {
   ob->stalled_ms = stalled_ms;
   if (ob->producer)
     kl_producer_poll(ob->producer, 0);
-  if (kl_ob_store_ready(ob, now))
-    kl_ob_remove(ob, now);
+  if (ob_store_ready(ob, now))
+    ob_remove(ob, now);
 }
 
 void kl__outbox_drain(kl__outbox_t *ob, int32_t partition, int wait_ms) {
-  kl_ob_part_t *part = ob ? kl_ob_part(ob, partition) : NULL;
+  kl_ob_part_t *part = ob ? ob_part(ob, partition) : NULL;
   if (!part || !part->gen)
     return;
   int64_t end = kl__mono_ns() + (int64_t)wait_ms * 1000000;
@@ -539,8 +524,7 @@ void kl__outbox_drain(kl__outbox_t *ob, int32_t partition, int wait_ms) {
     if (ob->producer) {
       kl_producer_poll(ob->producer, 20);
     } else { /* nothing to poll: ticks in the store's backoff would spin */
-      struct timespec ts = {0, 20000000L};
-      nanosleep(&ts, NULL);
+      kl__sleep_ms(20);
     }
     kl__outbox_tick(ob);
     part = &ob->parts[partition]; /* the array may have moved */
@@ -553,12 +537,12 @@ void kl__outbox_destroy(kl__outbox_t *ob, int wait_ms) {
     return;
   if (ob->producer) {
     kl_flush(ob->producer, wait_ms);
-    kl_ob_remove(ob, kl__mono_ns());   /* the last chance, backoff or not */
+    ob_remove(ob, kl__mono_ns());      /* the last chance, backoff or not */
     kl_producer_destroy(ob->producer); /* reports what is left as failed */
   }
   for (int32_t p = 0; p < ob->nparts; p++) {
     ob->parts[p].gen = 0;
-    kl_ob_unqueue(ob, &ob->parts[p]);
+    ob_unqueue(ob, &ob->parts[p]);
     free(ob->parts[p].acked);
   }
   free(ob->parts);

@@ -27,8 +27,8 @@ struct kl__pool {
   kl_exec_t execs[];
 };
 
-static kl__outcome_t kl_outcome(kl_handler_result_t r,
-                                const kl__apply_result_t *res) {
+static kl__outcome_t pool_outcome(kl_handler_result_t r,
+                                  const kl__apply_result_t *res) {
   if (r == KL_HANDLER_OK)
     return res->duplicates ? KL__RUN_DUPLICATE : KL__RUN_APPLIED;
   if (r == KL_HANDLER_RETRY)
@@ -40,7 +40,7 @@ static kl__outcome_t kl_outcome(kl_handler_result_t r,
 
 /* Runs one event on @p base (a snapshot, or in inline mode the lane's
  * group txn, whose PostgreSQL connection the handler may then use). */
-static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
+static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   kl__lanes_t *lanes = x->pool->lanes;
   if (lanes->applier.run_fault &&
       lanes->applier.run_fault(lanes->applier.fault_opaque, job->partition,
@@ -60,7 +60,7 @@ static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   kl_handler_result_t r =
       kl__apply_event(&x->applier, job->partition, job->epoch, &child->base,
                       job->msg, &event, &res);
-  kl__run_t run = {kl_outcome(r, &res),    res.why, NULL, 0, child,
+  kl__run_t run = {pool_outcome(r, &res),  res.why, NULL, 0, child,
                    res.expected_partition, 0};
   char sid[KL__SID_MAX];
   if (!res.failed_err && !res.misrouted) {
@@ -86,8 +86,8 @@ static void kl_exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   kl__log_trace_set(NULL);
 }
 
-static void kl_exec_begin_failed(kl__lanes_t *lanes, const kl__job_t *job,
-                                 kl_err_t err) {
+static void exec_begin_failed(kl__lanes_t *lanes, const kl__job_t *job,
+                              kl_err_t err) {
   kl__run_t run = {err == KL_EFENCED ? KL__RUN_FENCED : KL__RUN_STORE,
                    kl_err_detail(),
                    NULL,
@@ -101,7 +101,7 @@ static void kl_exec_begin_failed(kl__lanes_t *lanes, const kl__job_t *job,
 /* Key-parallel mode: every event reads its own snapshot, begun after any
  * commit that holds an earlier event of its key, or with that event's
  * writes still in the overlay. */
-static void *kl_exec_main(void *opaque) {
+static void *exec_main(void *opaque) {
   kl_exec_t *x = opaque;
   kl__lanes_t *lanes = x->pool->lanes;
   kl__job_t job;
@@ -110,10 +110,10 @@ static void *kl_exec_main(void *opaque) {
     kl_err_t err = kl_store_begin(lanes->store, lanes->topic, job.partition,
                                   job.epoch, &snap);
     if (err) {
-      kl_exec_begin_failed(lanes, &job, err);
+      exec_begin_failed(lanes, &job, err);
       continue;
     }
-    kl_exec_step(x, &job, snap);
+    exec_step(x, &job, snap);
     kl_store_abort(snap);
   }
   return NULL;
@@ -133,15 +133,15 @@ int kl__pool_run_inline(kl__pool_t *pool, int budget_ms) {
     kl_txn_t *batch;
     kl_err_t err = kl__lanes_batch(pool->lanes, &job, &batch);
     if (err)
-      kl_exec_begin_failed(pool->lanes, &job, err);
+      exec_begin_failed(pool->lanes, &job, err);
     else
-      kl_exec_step(x, &job, batch);
+      exec_step(x, &job, batch);
     n++;
   }
   return n;
 }
 
-static kl_err_t kl_exec_init(kl_exec_t *x, kl__pool_t *pool) {
+static kl_err_t exec_init(kl_exec_t *x, kl__pool_t *pool) {
   x->pool = pool;
   x->applier = pool->lanes->applier;
   kl__child_init(&x->child);
@@ -155,13 +155,13 @@ kl_err_t kl__pool_new(kl__lanes_t *lanes, int threads, kl__pool_t **out) {
   if (!pool)
     return KL_ENOMEM;
   pool->lanes = lanes;
-  kl_err_t err = kl_exec_init(&pool->inline_exec, pool);
+  kl_err_t err = exec_init(&pool->inline_exec, pool);
   for (int i = 0; !err && i < threads; i++) {
     kl_exec_t *x = &pool->execs[i];
     pool->count++;
-    if ((err = kl_exec_init(x, pool)))
+    if ((err = exec_init(x, pool)))
       break;
-    if (pthread_create(&x->thread, NULL, kl_exec_main, x))
+    if (pthread_create(&x->thread, NULL, exec_main, x))
       err = kl__err(KL_ENOMEM, "cannot start executor thread %d of %d", i + 1,
                     threads);
     else

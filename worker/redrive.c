@@ -8,6 +8,7 @@
 
 #include "common/internal.h"
 #include "common/kafka_pos.h"
+#include "common/strbuf.h"
 #include "keylane/producer.h"
 #include "worker/apply.h"
 #include "worker/dlq.h"
@@ -22,7 +23,7 @@ struct kl__redrive {
   kl__letters_t letters;
   kl__redriven_t *results;
   kl__replay_part_t *taken;
-  size_t ntaken;
+  size_t ntaken, taken_cap;
   kl__applier_t applier;
   char letter_key[KL__LETTER_KEY_MAX]; /* the letter being redriven's */
   kl__dlq_t *sender;  /* misrouted letters: re-published with it */
@@ -45,7 +46,7 @@ const char *kl__outcome_name(kl__outcome_t outcome) {
  * once a beat period has passed, so that letters that keep failing, which
  * commit nothing, do not look like a redrive that went quiet.
  * @returns KL_EFENCED when a newer owner holds it. */
-static kl_err_t kl_redrive_tick(void *opaque, int32_t partition) {
+static kl_err_t redrive_tick(void *opaque, int32_t partition) {
   kl__redrive_t *r = opaque;
   int64_t now = kl__mono_ns();
   const kl__replay_part_t *part = r->holding;
@@ -64,7 +65,7 @@ static kl_err_t kl_redrive_tick(void *opaque, int32_t partition) {
                  partition, r->topic, part->epoch);
 }
 
-static kl_err_t kl_redrive_check(kl__redrive_t *r) {
+static kl_err_t redrive_check(kl__redrive_t *r) {
   const kl__redrive_opts_t *o = &r->opts;
   if (!o->conf || !o->dlq_topic || !*o->dlq_topic || !o->store || !o->handler)
     return kl__err(KL_EINVAL, "kl__redrive_run: conf, dlq_topic, store and "
@@ -83,7 +84,7 @@ static kl_err_t kl_redrive_check(kl__redrive_t *r) {
 }
 
 /* Which letters were asked for; the others are filtered out. */
-static void kl_redrive_select(kl__redrive_t *r) {
+static void redrive_select(kl__redrive_t *r) {
   kl_decoder_t *decoder = r->applier.decoder;
   for (size_t i = 0; i < r->letters.n; i++) {
     const kl__letter_t *l = &r->letters.v[i];
@@ -111,8 +112,8 @@ static void kl_redrive_select(kl__redrive_t *r) {
 }
 
 /* Takes @p partition like any owner (a dry run reads its epoch). */
-static kl_err_t kl_redrive_take(kl__redrive_t *r, int32_t partition,
-                                kl__replay_part_t *part) {
+static kl_err_t redrive_take(kl__redrive_t *r, int32_t partition,
+                             kl__replay_part_t *part) {
   kl_partition_state_t st;
   memset(part, 0, sizeof(*part));
   part->partition = partition;
@@ -127,7 +128,7 @@ static kl_err_t kl_redrive_take(kl__redrive_t *r, int32_t partition,
   part->watermark_before = part->watermark = st.watermark;
   if (part->previous_epoch > 0) {
     kl__replay_part_t *taken =
-        realloc(r->taken, (r->ntaken + 1) * sizeof(*taken));
+        kl__grow(r->taken, &r->taken_cap, r->ntaken, sizeof(*taken), 8);
     if (taken) {
       r->taken = taken;
       r->taken[r->ntaken++] = *part;
@@ -138,8 +139,8 @@ static kl_err_t kl_redrive_take(kl__redrive_t *r, int32_t partition,
 
 /* One letter, as a batch of its own at its origin offset, so that the
  * commit leaves the watermark (already past it) where it is. */
-static void kl_redrive_one(kl__redrive_t *r, kl__replay_part_t *part,
-                           kl__redriven_t *out) {
+static void redrive_one(kl__redrive_t *r, kl__replay_part_t *part,
+                        kl__redriven_t *out) {
   const kl__letter_t *l = out->letter;
   out->epoch = part->epoch;
   if (part->epoch == 0 || l->offset >= part->watermark) {
@@ -199,10 +200,10 @@ typedef struct kl_prune {
   int32_t partition; /* the dead-letter partition whose low offset is */
   int64_t low;       /* cached here; -1: unknown, keep its records */
   char **keys;
-  size_t n;
+  size_t n, cap;
 } kl_prune_t;
 
-static int64_t kl_dlq_low(kl_prune_t *pr, int32_t partition) {
+static int64_t dlq_low(kl_prune_t *pr, int32_t partition) {
   if (partition != pr->partition) {
     int64_t low = -1, high = -1;
     if (rd_kafka_query_watermark_offsets(pr->r->letters.rk,
@@ -218,8 +219,8 @@ static int64_t kl_dlq_low(kl_prune_t *pr, int32_t partition) {
 /* Collects the records whose letter is below its partition's log start:
  * no redrive can read that letter again. Records come in key order, so
  * one partition's are together and its low offset is asked once. */
-static int kl_prune_cb(void *opaque, const void *key, size_t key_len,
-                       const void *val, size_t val_len) {
+static int prune_cb(void *opaque, const void *key, size_t key_len,
+                    const void *val, size_t val_len) {
   (void)val;
   (void)val_len;
   kl_prune_t *pr = opaque;
@@ -232,9 +233,9 @@ static int kl_prune_cb(void *opaque, const void *key, size_t key_len,
   buf[key_len] = '\0';
   if (sscanf(buf + pr->prefix_len, "%" SCNd32 "/%" SCNd64, &partition,
              &offset) != 2 ||
-      offset >= kl_dlq_low(pr, partition))
+      offset >= dlq_low(pr, partition))
     return 0;
-  char **keys = realloc(pr->keys, (pr->n + 1) * sizeof(*keys));
+  char **keys = kl__grow(pr->keys, &pr->cap, pr->n, sizeof(*keys), 64);
   if (!keys || !(keys[pr->n] = strdup(buf))) {
     pr->keys = keys ? keys : pr->keys;
     return 1;
@@ -246,17 +247,17 @@ static int kl_prune_cb(void *opaque, const void *key, size_t key_len,
 /* Removes the records of letters the dead-letter topic no longer holds
  * (letters.h), in a commit of @p part, which this redrive owns; a fenced
  * or failed prune is left to the next redrive. */
-static void kl_redrive_prune(kl__redrive_t *r, const kl__replay_part_t *part) {
+static void redrive_prune(kl__redrive_t *r, const kl__replay_part_t *part) {
   if (r->opts.dry_run || part->epoch == 0 || part->watermark < 0 ||
       part->status == KL__REPLAY_FENCED)
     return;
   char prefix[KL__LETTER_KEY_MAX];
   int len = snprintf(prefix, sizeof(prefix), KL__LETTER_KEY_PREFIX "%s/",
                      r->opts.dlq_topic);
-  kl_prune_t pr = {r, (size_t)len, -1, -1, NULL, 0};
+  kl_prune_t pr = {r, (size_t)len, -1, -1, NULL, 0, 0};
   kl_txn_t *txn = NULL;
   kl_err_t err =
-      kl_store_scan(r->opts.store, prefix, (size_t)len, kl_prune_cb, &pr);
+      kl_store_scan(r->opts.store, prefix, (size_t)len, prune_cb, &pr);
   if (!err && pr.n)
     err = kl_store_begin(r->opts.store, r->topic, part->partition, part->epoch,
                          &txn);
@@ -273,8 +274,8 @@ static void kl_redrive_prune(kl__redrive_t *r, const kl__replay_part_t *part) {
 
 /* ---- misrouted and outbox letters: re-published to their key's partition */
 
-static void kl_republish_ack(void *opaque, const kl__dlq_ref_t *ref,
-                             kl_err_t err, const char *errstr) {
+static void republish_ack(void *opaque, const kl__dlq_ref_t *ref, kl_err_t err,
+                          const char *errstr) {
   (void)ref;
   kl__redrive_t *r = opaque;
   r->acked = err ? -1 : 1;
@@ -283,19 +284,19 @@ static void kl_republish_ack(void *opaque, const kl__dlq_ref_t *ref,
 
 /* The sender and the topic's partition count, on the first misrouted
  * letter. */
-static kl_err_t kl_republish_ready(kl__redrive_t *r) {
+static kl_err_t republish_ready(kl__redrive_t *r) {
   kl_err_t err = KL_OK;
   if (!r->partitions)
     err = kl__kafka_partition_count(r->letters.rk, r->topic, 10000,
                                     &r->partitions);
   if (!err && !r->sender && !r->opts.dry_run)
-    err = kl__dlq_new(r->opts.conf, r->topic, kl_republish_ack, r, &r->sender);
+    err = kl__dlq_new(r->opts.conf, r->topic, republish_ack, r, &r->sender);
   return err;
 }
 
 /* Produces @p l to @p partition and waits for Kafka's acknowledgement. */
-static kl_err_t kl_republish_send(kl__redrive_t *r, const kl__letter_t *l,
-                                  const char *topic, int32_t partition) {
+static kl_err_t republish_send(kl__redrive_t *r, const kl__letter_t *l,
+                               const char *topic, int32_t partition) {
   kl__dlq_ref_t ref = {l->partition, l->offset, 0};
   r->acked = 0;
   kl_err_t err = kl__dlq_forward(r->sender, topic, partition, l->msg, &ref);
@@ -314,12 +315,12 @@ static kl_err_t kl_republish_send(kl__redrive_t *r, const kl__letter_t *l,
 /* A misrouted letter goes to its key's partition of its topic; an outbox
  * letter (a follow-up Kafka refused) to its key's partition of its
  * destination. */
-static void kl_redrive_republish(kl__redrive_t *r, kl__redriven_t *out) {
+static void redrive_republish(kl__redrive_t *r, kl__redriven_t *out) {
   const kl__letter_t *l = out->letter;
   rd_kafka_message_t *m = l->msg;
   const char *dest = l->destination[0] ? l->destination : r->topic;
   int32_t partitions = 0;
-  kl_err_t err = kl_republish_ready(r);
+  kl_err_t err = republish_ready(r);
   if (!err && strcmp(dest, r->topic) != 0)
     err = kl__kafka_partition_count(r->letters.rk, dest, 10000, &partitions);
   else
@@ -328,7 +329,7 @@ static void kl_redrive_republish(kl__redrive_t *r, kl__redriven_t *out) {
   if (!err && !r->opts.dry_run) {
     m->partition = l->partition; /* where it came from, in its headers */
     m->offset = l->offset;
-    err = kl_republish_send(r, l, dest, to);
+    err = republish_send(r, l, dest, to);
   }
   out->outcome = err ? KL__OUT_ERROR : KL__OUT_REPUBLISHED;
   if (err)
@@ -342,7 +343,7 @@ static void kl_redrive_republish(kl__redrive_t *r, kl__redriven_t *out) {
              (int)to, dest, (int)partitions);
 }
 
-static void kl_redrive_walk(kl__redrive_t *r) {
+static void redrive_walk(kl__redrive_t *r) {
   kl__replay_part_t part = {.partition = -1};
   int have = 0;
   for (size_t i = 0; i < r->letters.n; i++) {
@@ -353,13 +354,13 @@ static void kl_redrive_walk(kl__redrive_t *r) {
       return;
     if (strcmp(out->letter->reason, "misrouted") == 0 ||
         strcmp(out->letter->reason, "outbox") == 0) {
-      kl_redrive_republish(r, out);
+      redrive_republish(r, out);
       continue;
     }
     int32_t p = out->letter->partition;
     if (!have || part.partition != p) {
       r->holding = NULL;
-      kl_err_t err = kl_redrive_take(r, p, &part);
+      kl_err_t err = redrive_take(r, p, &part);
       have = 1;
       r->holding = err ? NULL : &part;
       r->beat_ns = kl__mono_ns();
@@ -374,7 +375,7 @@ static void kl_redrive_walk(kl__redrive_t *r) {
       snprintf(out->why, sizeof(out->why), "%s", part.why);
       continue;
     }
-    kl_redrive_one(r, &part, out);
+    redrive_one(r, &part, out);
     if (out->outcome == KL__OUT_FENCED) {
       r->holding = NULL;
       part.status = KL__REPLAY_FENCED;
@@ -382,12 +383,12 @@ static void kl_redrive_walk(kl__redrive_t *r) {
     }
   }
   if (have)
-    kl_redrive_prune(r, &part);
+    redrive_prune(r, &part);
 }
 
 /* Redrives the selected letters, one partition after another. */
-static void kl_redrive_all(kl__redrive_t *r) {
-  kl_redrive_walk(r);
+static void redrive_all(kl__redrive_t *r) {
+  redrive_walk(r);
   r->holding = NULL; /* it pointed into the walk's frame */
 }
 
@@ -396,7 +397,7 @@ kl_err_t kl__redrive_run(const kl__redrive_opts_t *opts, kl__redrive_t **out) {
   if (!r)
     return KL_ENOMEM;
   r->opts = *opts;
-  kl_err_t err = kl_redrive_check(r);
+  kl_err_t err = redrive_check(r);
   if (!err)
     err = kl__letters_read(opts->conf, opts->dlq_topic, &opts->from, &opts->to,
                            opts->stop, &r->letters);
@@ -411,7 +412,7 @@ kl_err_t kl__redrive_run(const kl__redrive_opts_t *opts, kl__redrive_t **out) {
                                .dry_run = opts->dry_run,
                                .dry_run_handler = opts->dry_run_handler,
                                .redrive = 1,
-                               .tick = kl_redrive_tick,
+                               .tick = redrive_tick,
                                .tick_opaque = r};
   r->beat_period_ns = kl__beat_period_ns(opts->conf);
   if (!err && !r->applier.decoder)
@@ -420,8 +421,8 @@ kl_err_t kl__redrive_run(const kl__redrive_opts_t *opts, kl__redrive_t **out) {
     kl__redrive_destroy(r);
     return err;
   }
-  kl_redrive_select(r);
-  kl_redrive_all(r);
+  redrive_select(r);
+  redrive_all(r);
   *out = r;
   return KL_OK;
 }

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/internal.h"
@@ -61,11 +60,6 @@ int kl__replay_gap(int64_t watermark, int64_t low, int64_t start) {
   return start == low ? 1 : 2;
 }
 
-static void kl_sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 /* ---- beating --------------------------------------------------------- */
 
 /*
@@ -77,7 +71,7 @@ static void kl_sleep_ms(int ms) {
  * dead) stops beating and is taken back. @returns KL_EFENCED when
  * @p partition (-1: none) has a newer owner, which stops its batch.
  */
-static kl_err_t kl_replay_tick(void *opaque, int32_t partition) {
+static kl_err_t replay_tick(void *opaque, int32_t partition) {
   kl__replay_t *r = opaque;
   int64_t now = kl__mono_ns();
   if (r->opts.dry_run || now - r->beat_ns < r->beat_period_ns)
@@ -106,7 +100,7 @@ static kl_err_t kl_replay_tick(void *opaque, int32_t partition) {
 
 /* ---- setup ------------------------------------------------------------ */
 
-static kl_err_t kl_replay_topic(kl__replay_t *r) {
+static kl_err_t replay_topic(kl__replay_t *r) {
   kl_err_t err = kl__kafka_partition_count(
       r->rk, r->opts.topic, KL_KAFKA_TIMEOUT_MS, &r->topic_partitions);
   if (err)
@@ -122,7 +116,7 @@ static kl_err_t kl_replay_topic(kl__replay_t *r) {
   return KL_OK;
 }
 
-static kl_err_t kl_replay_ranges(kl__replay_t *r) {
+static kl_err_t replay_ranges(kl__replay_t *r) {
   int32_t *list;
   size_t n;
   kl_err_t err =
@@ -182,7 +176,7 @@ kl_err_t kl__replay_new(const kl__replay_opts_t *opts, kl__replay_t **out) {
                                .hook_opaque = opts->hook_opaque,
                                .dry_run = opts->dry_run,
                                .dry_run_handler = opts->dry_run_handler,
-                               .tick = kl_replay_tick,
+                               .tick = replay_tick,
                                .tick_opaque = r};
   r->beat_period_ns = kl__beat_period_ns(opts->conf);
   /* A start that retention deleted meanwhile must fail, not skip. */
@@ -191,9 +185,9 @@ kl_err_t kl__replay_new(const kl__replay_opts_t *opts, kl__replay_t **out) {
           ? kl__kafka_reader_new(opts->conf, "keylane-replay", "error", &r->rk)
           : KL_ENOMEM;
   if (!err)
-    err = kl_replay_topic(r);
+    err = replay_topic(r);
   if (!err)
-    err = kl_replay_ranges(r);
+    err = replay_ranges(r);
   if (err) {
     kl__replay_destroy(r);
     return err;
@@ -204,7 +198,7 @@ kl_err_t kl__replay_new(const kl__replay_opts_t *opts, kl__replay_t **out) {
 
 /* ---- planning: the store's view, checked before anything is taken ----- */
 
-static kl_err_t kl_plan_part(kl__replay_t *r, kl__replay_part_t *p) {
+static kl_err_t plan_part(kl__replay_t *r, kl__replay_part_t *p) {
   kl_partition_state_t st;
   kl_err_t err =
       kl_store_partition(r->opts.store, r->opts.topic, p->partition, &st);
@@ -241,9 +235,9 @@ static kl_err_t kl_plan_part(kl__replay_t *r, kl__replay_part_t *p) {
   return KL_OK;
 }
 
-static kl_err_t kl_replay_plan(kl__replay_t *r) {
+static kl_err_t replay_plan(kl__replay_t *r) {
   for (size_t i = 0; i < r->count; i++) {
-    kl_err_t err = kl_plan_part(r, r->parts[i].p);
+    kl_err_t err = plan_part(r, r->parts[i].p);
     if (err)
       return err;
   }
@@ -252,7 +246,7 @@ static kl_err_t kl_replay_plan(kl__replay_t *r) {
 
 /* ---- taking the partitions -------------------------------------------- */
 
-static kl_err_t kl_scratch_open(kl__replay_t *r) {
+static kl_err_t scratch_open(kl__replay_t *r) {
   if (r->scratch.store)
     return KL_OK;
   const char *tmp = getenv("TMPDIR");
@@ -281,16 +275,16 @@ static kl_err_t kl_scratch_open(kl__replay_t *r) {
 
 /* The store for a partition's batches: the scratch one for a dry run of a
  * never-owned partition. */
-static const kl__applier_t *kl_applier(const kl__replay_t *r,
-                                       const kl__replay_part_t *p) {
+static const kl__applier_t *replay_applier(const kl__replay_t *r,
+                                           const kl__replay_part_t *p) {
   return p->scratch ? &r->scratch : &r->applier;
 }
 
-static kl_err_t kl_take_dry(kl__replay_t *r, kl__replay_part_t *p) {
+static kl_err_t take_dry(kl__replay_t *r, kl__replay_part_t *p) {
   if (p->epoch > 0)
     return KL_OK;
   kl_partition_state_t st;
-  kl_err_t err = kl_scratch_open(r);
+  kl_err_t err = scratch_open(r);
   if (!err)
     err = kl_store_acquire(r->scratch.store, r->opts.topic, p->partition, &st);
   if (!err) {
@@ -300,12 +294,14 @@ static kl_err_t kl_take_dry(kl__replay_t *r, kl__replay_part_t *p) {
   return err;
 }
 
-/* Takes @p p with an epoch above @p floor, the fleet's (kl_fleet_epochs). */
-static kl_err_t kl_take(kl__replay_t *r, kl__replay_part_t *p, uint64_t floor) {
+/* Takes @p p with an epoch above @p floor, the fleet's (replay_fleet_epochs).
+ */
+static kl_err_t take_part(kl__replay_t *r, kl__replay_part_t *p,
+                          uint64_t floor) {
   p->status = KL__REPLAY_RUNNING;
   p->exact = r->opts.dry_run;
   if (r->opts.dry_run)
-    return kl_take_dry(r, p);
+    return take_dry(r, p);
   kl_partition_state_t st, before = {0};
   kl_err_t err;
   if (floor) /* for previous_epoch: the acquire's answer hides it */
@@ -315,7 +311,7 @@ static kl_err_t kl_take(kl__replay_t *r, kl__replay_part_t *p, uint64_t floor) {
                                   floor, &st);
     if (!err || !kl_err_is_retriable(err) || attempt >= KL_REPLAY_ATTEMPTS)
       break;
-    kl_sleep_ms(100 << attempt);
+    kl__sleep_ms(100 << attempt);
   }
   if (err)
     return err;
@@ -337,7 +333,7 @@ static kl_err_t kl_take(kl__replay_t *r, kl__replay_part_t *p, uint64_t floor) {
  * them, as a worker does (common/kafka.h). A dry run takes no epoch.
  * @returns the floors to free(), or NULL with the error in *err.
  */
-static uint64_t *kl_fleet_epochs(kl__replay_t *r, kl_err_t *err) {
+static uint64_t *replay_fleet_epochs(kl__replay_t *r, kl_err_t *err) {
   uint64_t *floors = calloc(r->count + 1, sizeof(*floors));
   int32_t *ids = calloc(r->count + 1, sizeof(*ids));
   *err = floors && ids ? KL_OK : KL_ENOMEM;
@@ -356,9 +352,9 @@ static uint64_t *kl_fleet_epochs(kl__replay_t *r, kl_err_t *err) {
 }
 
 /* Takes every partition with something to read and assigns it. */
-static kl_err_t kl_replay_take(kl__replay_t *r) {
+static kl_err_t replay_take(kl__replay_t *r) {
   kl_err_t err;
-  uint64_t *floors = kl_fleet_epochs(r, &err);
+  uint64_t *floors = replay_fleet_epochs(r, &err);
   if (!floors)
     return err;
   rd_kafka_topic_partition_list_t *l =
@@ -369,7 +365,7 @@ static kl_err_t kl_replay_take(kl__replay_t *r) {
       p->status = KL__REPLAY_DONE;
       continue;
     }
-    if ((err = kl_take(r, p, floors[i])) != KL_OK) {
+    if ((err = take_part(r, p, floors[i])) != KL_OK) {
       p->status = KL__REPLAY_ERROR;
       snprintf(p->why, sizeof(p->why), "%s", kl_err_detail());
       break;
@@ -390,27 +386,27 @@ static kl_err_t kl_replay_take(kl__replay_t *r) {
 
 /* ---- applying ---------------------------------------------------------- */
 
-static void kl_drop_msgs(kl_rpart_t *rp) {
+static void drop_msgs(kl_rpart_t *rp) {
   for (size_t i = 0; i < rp->count; i++)
     rd_kafka_message_destroy(rp->msgs[i]);
   rp->count = 0;
 }
 
 /* Ends a partition: stops fetching it and drops what was not applied. */
-static void kl_part_end(kl__replay_t *r, kl_rpart_t *rp,
-                        kl__replay_status_t status, const char *why) {
+static void part_end(kl__replay_t *r, kl_rpart_t *rp,
+                     kl__replay_status_t status, const char *why) {
   rp->p->status = status;
   if (why && !rp->p->why[0])
     snprintf(rp->p->why, sizeof(rp->p->why), "%s", why);
-  kl_drop_msgs(rp);
+  drop_msgs(rp);
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
   rd_kafka_topic_partition_list_add(l, r->opts.topic, rp->p->partition);
   rd_kafka_pause_partitions(r->rk, l);
   rd_kafka_topic_partition_list_destroy(l);
 }
 
-static void kl_account(kl__replay_part_t *p, const kl__apply_result_t *res,
-                       size_t count, int64_t last_offset, int dry_run) {
+static void replay_account(kl__replay_part_t *p, const kl__apply_result_t *res,
+                           size_t count, int64_t last_offset, int dry_run) {
   if (dry_run && p->batches > 0)
     p->exact = 0; /* this batch did not see the previous one's keys */
   p->read += count;
@@ -422,16 +418,16 @@ static void kl_account(kl__replay_part_t *p, const kl__apply_result_t *res,
   p->batches++;
 }
 
-static kl_err_t kl_apply_once(kl__replay_t *r, kl_rpart_t *rp, size_t count,
-                              kl__apply_result_t *res) {
+static kl_err_t apply_once(kl__replay_t *r, kl_rpart_t *rp, size_t count,
+                           kl__apply_result_t *res) {
   kl__replay_part_t *p = rp->p;
-  return kl__apply_batch(kl_applier(r, p), p->partition, p->epoch, p->watermark,
-                         rp->msgs, count, res);
+  return kl__apply_batch(replay_applier(r, p), p->partition, p->epoch,
+                         p->watermark, rp->msgs, count, res);
 }
 
 /* A dry run was fenced by a new owner: nothing was written, so it goes on
  * with that owner's epoch. Returns nonzero when it may retry. */
-static int kl_dry_refence(kl__replay_t *r, kl__replay_part_t *p) {
+static int dry_refence(kl__replay_t *r, kl__replay_part_t *p) {
   kl_partition_state_t st;
   if (!r->opts.dry_run || p->scratch ||
       kl_store_partition(r->opts.store, r->opts.topic, p->partition, &st) ||
@@ -441,18 +437,18 @@ static int kl_dry_refence(kl__replay_t *r, kl__replay_part_t *p) {
   return 1;
 }
 
-static size_t kl_index_of(const kl_rpart_t *rp, int64_t offset) {
+static size_t index_of(const kl_rpart_t *rp, int64_t offset) {
   size_t i = 0;
   while (i < rp->count && rp->msgs[i]->offset < offset)
     i++;
   return i;
 }
 
-static void kl_apply(kl__replay_t *r, kl_rpart_t *rp, size_t count);
+static void replay_apply(kl__replay_t *r, kl_rpart_t *rp, size_t count);
 
 /* The fleet's dead letters of the topic, read when a record first fails:
  * a record the fleet dead-lettered fails here too. */
-static const kl__letters_t *kl_fleet_letters(kl__replay_t *r) {
+static const kl__letters_t *fleet_letters(kl__replay_t *r) {
   if (r->letters_read)
     return &r->letters;
   r->letters_read = 1;
@@ -472,9 +468,9 @@ static const kl__letters_t *kl_fleet_letters(kl__replay_t *r) {
 /* Records the first buffered record as dead-lettered, as its fleet did:
  * its id marked KL_MARK_DEAD_LETTER (when it decodes) and the watermark
  * past it, in one fenced commit; no handler runs. */
-static kl_err_t kl_record_dead_letter(kl__replay_t *r, kl_rpart_t *rp) {
+static kl_err_t record_dead_letter(kl__replay_t *r, kl_rpart_t *rp) {
   kl__replay_part_t *p = rp->p;
-  const kl__applier_t *a = kl_applier(r, p);
+  const kl__applier_t *a = replay_applier(r, p);
   rd_kafka_message_t *m = rp->msgs[0];
   kl_txn_t *txn;
   kl_err_t err =
@@ -509,44 +505,45 @@ static kl_err_t kl_record_dead_letter(kl__replay_t *r, kl_rpart_t *rp) {
  * then, when the fleet dead-lettered it, record it so and go on, else
  * stop the partition there. @returns the records used up (the prefix and
  * the dead letter), 0 when the partition stopped. */
-static size_t kl_apply_failed(kl__replay_t *r, kl_rpart_t *rp,
-                              const kl__apply_result_t *res) {
+static size_t apply_failed(kl__replay_t *r, kl_rpart_t *rp,
+                           const kl__apply_result_t *res) {
   kl__replay_part_t *p = rp->p;
-  size_t k = kl_index_of(rp, res->failed_offset);
+  size_t k = index_of(rp, res->failed_offset);
   char why[600];
   snprintf(why, sizeof(why), "offset %" PRId64 ": %s", res->failed_offset,
            res->why);
   if (k > 0)
-    kl_apply(r, rp, k);
+    replay_apply(r, rp, k);
   if (p->status != KL__REPLAY_RUNNING)
     return 0; /* the prefix itself did not commit */
-  if (kl__letters_find(kl_fleet_letters(r), r->opts.topic, p->partition,
+  if (kl__letters_find(fleet_letters(r), r->opts.topic, p->partition,
                        res->failed_offset)) {
-    kl_err_t err = kl_record_dead_letter(r, rp);
+    kl_err_t err = record_dead_letter(r, rp);
     if (!err)
       return k + 1;
-    kl_part_end(r, rp, err == KL_EFENCED ? KL__REPLAY_FENCED : KL__REPLAY_ERROR,
-                kl_err_detail());
+    part_end(r, rp, err == KL_EFENCED ? KL__REPLAY_FENCED : KL__REPLAY_ERROR,
+             kl_err_detail());
     return 0;
   }
   p->read++;
   p->failed++;
   p->next = res->failed_offset;
-  kl_part_end(r, rp, KL__REPLAY_FAILED, why);
+  part_end(r, rp, KL__REPLAY_FAILED, why);
   return 0;
 }
 
 /* Applies the first @p count buffered records of a partition as one
  * batch, and drops them. */
-static void kl_apply(kl__replay_t *r, kl_rpart_t *rp, size_t count) {
+static void replay_apply(kl__replay_t *r, kl_rpart_t *rp, size_t count) {
   kl__replay_part_t *p = rp->p;
   int backoff_ms = 100;
   for (int attempt = 1; count > 0 && p->status == KL__REPLAY_RUNNING;
        attempt++) {
     kl__apply_result_t res;
-    kl_err_t err = kl_apply_once(r, rp, count, &res);
+    kl_err_t err = apply_once(r, rp, count, &res);
     if (!err && res.verdict == KL_HANDLER_OK) {
-      kl_account(p, &res, count, rp->msgs[count - 1]->offset, r->opts.dry_run);
+      replay_account(p, &res, count, rp->msgs[count - 1]->offset,
+                     r->opts.dry_run);
       for (size_t i = 0; i < count; i++)
         rd_kafka_message_destroy(rp->msgs[i]);
       memmove(rp->msgs, rp->msgs + count,
@@ -557,24 +554,24 @@ static void kl_apply(kl__replay_t *r, kl_rpart_t *rp, size_t count) {
     int exhausted = !err && res.verdict == KL_HANDLER_RETRY &&
                     attempt >= KL_REPLAY_ATTEMPTS;
     if ((!err && res.verdict == KL_HANDLER_FAIL) || exhausted) {
-      size_t used = kl_apply_failed(r, rp, &res);
+      size_t used = apply_failed(r, rp, &res);
       count = used ? count - used : 0;
       attempt = 0;
       continue;
     }
-    if (err == KL_EFENCED && kl_dry_refence(r, p))
+    if (err == KL_EFENCED && dry_refence(r, p))
       continue;
     if (err == KL_EFENCED) {
-      kl_part_end(r, rp, KL__REPLAY_FENCED, kl_err_detail());
+      part_end(r, rp, KL__REPLAY_FENCED, kl_err_detail());
       return;
     }
     const char *why = err ? kl_err_detail() : res.why;
     if (r->opts.stop && *r->opts.stop) {
-      kl_part_end(r, rp, KL__REPLAY_STOPPED, why);
+      part_end(r, rp, KL__REPLAY_STOPPED, why);
       return;
     }
     if ((err && !kl_err_is_retriable(err)) || attempt >= KL_REPLAY_ATTEMPTS) {
-      kl_part_end(r, rp, KL__REPLAY_ERROR, why);
+      part_end(r, rp, KL__REPLAY_ERROR, why);
       return;
     }
     char text[KL__ESCAPED_SIZE(512)]; /* may be a handler's text */
@@ -590,29 +587,29 @@ static void kl_apply(kl__replay_t *r, kl_rpart_t *rp, size_t count) {
 
 /* ---- reading ---------------------------------------------------------- */
 
-static kl_rpart_t *kl_find(kl__replay_t *r, int32_t partition) {
+static kl_rpart_t *rpart_find(kl__replay_t *r, int32_t partition) {
   for (size_t i = 0; i < r->count; i++)
     if (r->parts[i].p->partition == partition)
       return &r->parts[i];
   return NULL;
 }
 
-static void kl_part_flush_done(kl__replay_t *r, kl_rpart_t *rp) {
-  kl_apply(r, rp, rp->count);
+static void part_flush_done(kl__replay_t *r, kl_rpart_t *rp) {
+  replay_apply(r, rp, rp->count);
   if (rp->p->status == KL__REPLAY_RUNNING) {
     rp->p->next = rp->p->end;
-    kl_part_end(r, rp, KL__REPLAY_DONE, NULL);
+    part_end(r, rp, KL__REPLAY_DONE, NULL);
   }
 }
 
-static void kl_on_error(kl__replay_t *r, rd_kafka_message_t *m) {
-  kl_rpart_t *rp = m->rkt ? kl_find(r, m->partition) : NULL;
+static void on_error(kl__replay_t *r, rd_kafka_message_t *m) {
+  kl_rpart_t *rp = m->rkt ? rpart_find(r, m->partition) : NULL;
   if (!rp || rp->p->status != KL__REPLAY_RUNNING) {
     if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
       KL_LOG_W(KL_COMP, "consume: %s", rd_kafka_message_errstr(m));
   } else if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
     if (m->offset >= rp->p->end)
-      kl_part_flush_done(r, rp);
+      part_flush_done(r, rp);
   } else if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
              m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
     char why[600];
@@ -620,8 +617,8 @@ static void kl_on_error(kl__replay_t *r, rd_kafka_message_t *m) {
              "offset %" PRId64 " is no longer in the log "
              "(retention deleted it while the replay ran): %s",
              rp->p->position, rd_kafka_message_errstr(m));
-    kl_apply(r, rp, rp->count);
-    kl_part_end(r, rp, KL__REPLAY_ERROR, why);
+    replay_apply(r, rp, rp->count);
+    part_end(r, rp, KL__REPLAY_ERROR, why);
   } else {
     KL_LOG_W(KL_COMP, "consume partition=%" PRId32 ": %s", m->partition,
              rd_kafka_message_errstr(m));
@@ -629,28 +626,28 @@ static void kl_on_error(kl__replay_t *r, rd_kafka_message_t *m) {
   rd_kafka_message_destroy(m);
 }
 
-static void kl_on_message(kl__replay_t *r, rd_kafka_message_t *m) {
-  kl_rpart_t *rp = kl_find(r, m->partition);
+static void on_message(kl__replay_t *r, rd_kafka_message_t *m) {
+  kl_rpart_t *rp = rpart_find(r, m->partition);
   if (!rp || rp->p->status != KL__REPLAY_RUNNING || m->offset >= rp->p->end) {
     rd_kafka_message_destroy(m);
     if (rp && rp->p->status == KL__REPLAY_RUNNING)
-      kl_part_flush_done(r, rp);
+      part_flush_done(r, rp);
     return;
   }
   if (!rp->msgs && !(rp->msgs = malloc(r->batch_max * sizeof(*rp->msgs)))) {
     rd_kafka_message_destroy(m);
-    kl_part_end(r, rp, KL__REPLAY_ERROR, "out of memory for a batch");
+    part_end(r, rp, KL__REPLAY_ERROR, "out of memory for a batch");
     return;
   }
   rp->msgs[rp->count++] = m;
   rp->p->position = m->offset + 1;
   if (m->offset + 1 >= rp->p->end)
-    kl_part_flush_done(r, rp);
+    part_flush_done(r, rp);
   else if (rp->count >= r->batch_max)
-    kl_apply(r, rp, rp->count);
+    replay_apply(r, rp, rp->count);
 }
 
-static size_t kl_running(const kl__replay_t *r) {
+static size_t replay_running(const kl__replay_t *r) {
   size_t n = 0;
   for (size_t i = 0; i < r->count; i++)
     n += r->parts[i].p->status == KL__REPLAY_RUNNING;
@@ -660,43 +657,43 @@ static size_t kl_running(const kl__replay_t *r) {
 /* Nothing arrived for a while: apply what is buffered, so that a slow
  * fetch still commits (and shows) progress. Not in a dry run, whose batch
  * is the range. */
-static void kl_apply_idle(kl__replay_t *r) {
+static void apply_idle(kl__replay_t *r) {
   if (r->opts.dry_run)
     return;
   for (size_t i = 0; i < r->count; i++)
     if (r->parts[i].count && r->parts[i].p->status == KL__REPLAY_RUNNING)
-      kl_apply(r, &r->parts[i], r->parts[i].count);
+      replay_apply(r, &r->parts[i], r->parts[i].count);
 }
 
-static void kl_progress(kl__replay_t *r) {
+static void replay_progress(kl__replay_t *r) {
   if (r->opts.on_progress)
     r->opts.on_progress(r->opts.progress_opaque, r);
 }
 
-static void kl_replay_loop(kl__replay_t *r) {
-  while (kl_running(r) > 0) {
+static void replay_loop(kl__replay_t *r) {
+  while (replay_running(r) > 0) {
     if (r->opts.stop && *r->opts.stop)
       break;
-    kl_replay_tick(r, -1);
+    replay_tick(r, -1);
     rd_kafka_message_t *m = rd_kafka_consumer_poll(r->rk, 100);
     if (m && m->err)
-      kl_on_error(r, m);
+      on_error(r, m);
     else if (m)
-      kl_on_message(r, m);
+      on_message(r, m);
     else
-      kl_apply_idle(r);
-    kl_progress(r);
+      apply_idle(r);
+    replay_progress(r);
   }
   for (size_t i = 0; i < r->count; i++)
     if (r->parts[i].p->status == KL__REPLAY_RUNNING)
-      kl_part_end(r, &r->parts[i], KL__REPLAY_STOPPED,
-                  "stopped by a signal after the batch in flight");
+      part_end(r, &r->parts[i], KL__REPLAY_STOPPED,
+               "stopped by a signal after the batch in flight");
 }
 
 kl_err_t kl__replay_run(kl__replay_t *r) {
-  kl_err_t err = kl_replay_plan(r);
+  kl_err_t err = replay_plan(r);
   if (!err)
-    err = kl_replay_take(r);
+    err = replay_take(r);
   if (err) {
     /* Whatever was taken before the failure is left to the fleet. */
     for (size_t i = 0; i < r->count; i++)
@@ -704,10 +701,10 @@ kl_err_t kl__replay_run(kl__replay_t *r) {
         r->parts[i].p->status = KL__REPLAY_ERROR;
     return err;
   }
-  kl_progress(r);
-  kl_replay_loop(r);
+  replay_progress(r);
+  replay_loop(r);
   rd_kafka_assign(r->rk, NULL);
-  kl_progress(r);
+  replay_progress(r);
   return KL_OK;
 }
 
@@ -753,7 +750,7 @@ const kl__replay_opts_t *kl__replay_opts(const kl__replay_t *r) {
   return &r->opts;
 }
 
-static void kl_scratch_remove(kl__replay_t *r) {
+static void scratch_remove(kl__replay_t *r) {
   kl_store_destroy(r->scratch.store);
   if (!r->scratch_dir[0])
     return;
@@ -772,7 +769,7 @@ void kl__replay_destroy(kl__replay_t *r) {
   if (!r)
     return;
   for (size_t i = 0; i < r->count; i++) {
-    kl_drop_msgs(&r->parts[i]);
+    drop_msgs(&r->parts[i]);
     free(r->parts[i].msgs);
   }
   free(r->parts);
@@ -780,7 +777,7 @@ void kl__replay_destroy(kl__replay_t *r) {
   free(r->beats);
   if (r->rk)
     rd_kafka_destroy(r->rk);
-  kl_scratch_remove(r);
+  scratch_remove(r);
   kl__letters_clear(&r->letters);
   kl_decoder_destroy(r->applier.decoder);
   free(r);

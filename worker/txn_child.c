@@ -1,7 +1,7 @@
 /*
- * The overlay (a chained hash map with removal, which the batch buffer of
- * txn_buffer.c does not need and so lacks) and the child transaction that
- * reads through it.
+ * The overlay (common/hmap.h's chained map, for the removal that the batch
+ * buffer of txn_buffer.c does not need and so lacks) and the child
+ * transaction that reads through it.
  */
 #include "worker/txn_child.h"
 
@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "common/internal.h"
+#include "common/strbuf.h"
 #include "store/outbox_rec.h"
 #include "store/backend.h"
 #include "store/store_internal.h"
@@ -17,13 +19,9 @@
 /* ---- the overlay ----------------------------------------------------- */
 
 /* FNV-1a over the space byte and the key: the keys are the lane's own. */
-static uint64_t kl_ov_hash(int space, const void *key, size_t len) {
-  const unsigned char *p = key;
-  uint64_t h = 14695981039346656037ULL;
-  h = (h ^ (unsigned char)space) * 1099511628211ULL;
-  for (size_t i = 0; i < len; i++)
-    h = (h ^ p[i]) * 1099511628211ULL;
-  return h;
+static uint64_t ov_hash(int space, const void *key, size_t len) {
+  unsigned char s = (unsigned char)space;
+  return kl__fnv1a_more(kl__fnv1a(&s, 1), key, len);
 }
 
 void kl__ov_init(kl__overlay_t *ov) {
@@ -31,46 +29,26 @@ void kl__ov_init(kl__overlay_t *ov) {
   ov->gen = 1;
 }
 
-static kl__ov_entry_t **kl_ov_bucket(const kl__overlay_t *ov, uint64_t hash) {
-  return &ov->buckets[hash & (ov->cap - 1)];
-}
-
-static kl__ov_entry_t *kl_ov_find(const kl__overlay_t *ov, uint64_t hash,
-                                  int space, const void *key, size_t len) {
-  if (!ov->cap)
-    return NULL;
-  for (kl__ov_entry_t *e = *kl_ov_bucket(ov, hash); e; e = e->hnext)
-    if (e->hash == hash && e->key_len == len + 1 && e->key[0] == space &&
+static kl__ov_entry_t *ov_find(const kl__overlay_t *ov, uint64_t hash,
+                               int space, const void *key, size_t len) {
+  for (kl__hnode_t *n = kl__hmap_first(&ov->map, hash); n;
+       n = kl__hmap_next(n, hash)) {
+    kl__ov_entry_t *e = KL__HMAP_ENTRY(n, kl__ov_entry_t, node);
+    if (e->key_len == len + 1 && e->key[0] == space &&
         memcmp(e->key + 1, key, len) == 0)
       return e;
+  }
   return NULL;
 }
 
 const kl__ov_entry_t *kl__ov_get(const kl__overlay_t *ov, int space,
                                  const void *key, size_t key_len) {
-  if (!ov->count) /* inline mode: mostly empty, so skip the hash */
+  if (!ov->map.count) /* inline mode: mostly empty, so skip the hash */
     return NULL;
-  return kl_ov_find(ov, kl_ov_hash(space, key, key_len), space, key, key_len);
+  return ov_find(ov, ov_hash(space, key, key_len), space, key, key_len);
 }
 
-static kl_err_t kl_ov_grow(kl__overlay_t *ov) {
-  size_t cap = ov->cap ? ov->cap * 2 : 256;
-  kl__ov_entry_t **b = calloc(cap, sizeof(*b));
-  if (!b)
-    return KL_ENOMEM;
-  for (size_t i = 0; i < ov->cap; i++)
-    for (kl__ov_entry_t *e = ov->buckets[i], *next; e; e = next) {
-      next = e->hnext;
-      e->hnext = b[e->hash & (cap - 1)];
-      b[e->hash & (cap - 1)] = e;
-    }
-  free(ov->buckets);
-  ov->buckets = b;
-  ov->cap = cap;
-  return KL_OK;
-}
-
-static void kl_ov_link_writer(kl__ov_entry_t *e, kl__lkey_t *writer) {
+static void ov_link_writer(kl__ov_entry_t *e, kl__lkey_t *writer) {
   e->writer = writer;
   e->kprev = NULL;
   e->knext = writer->entries;
@@ -79,7 +57,7 @@ static void kl_ov_link_writer(kl__ov_entry_t *e, kl__lkey_t *writer) {
   writer->entries = e;
 }
 
-static void kl_ov_unlink_writer(kl__ov_entry_t *e) {
+static void ov_unlink_writer(kl__ov_entry_t *e) {
   if (e->kprev)
     e->kprev->knext = e->knext;
   else
@@ -89,22 +67,18 @@ static void kl_ov_unlink_writer(kl__ov_entry_t *e) {
   e->writer = NULL;
 }
 
-static kl_err_t kl_ov_new_entry(kl__overlay_t *ov, uint64_t hash, int space,
-                                const void *key, size_t key_len,
-                                kl__ov_entry_t **out) {
-  if (ov->count >= ov->cap && kl_ov_grow(ov))
+static kl_err_t ov_new_entry(kl__overlay_t *ov, uint64_t hash, int space,
+                             const void *key, size_t key_len,
+                             kl__ov_entry_t **out) {
+  if (kl__hmap_reserve(&ov->map, 256))
     return KL_ENOMEM;
   kl__ov_entry_t *e = calloc(1, sizeof(*e) + key_len + 1);
   if (!e)
     return KL_ENOMEM;
-  e->hash = hash;
   e->key_len = key_len + 1;
   e->key[0] = (unsigned char)space;
   memcpy(e->key + 1, key, key_len);
-  kl__ov_entry_t **b = kl_ov_bucket(ov, hash);
-  e->hnext = *b;
-  *b = e;
-  ov->count++;
+  kl__hmap_link(&ov->map, &e->node, hash);
   *out = e;
   return KL_OK;
 }
@@ -112,9 +86,9 @@ static kl_err_t kl_ov_new_entry(kl__overlay_t *ov, uint64_t hash, int space,
 kl_err_t kl__ov_set(kl__overlay_t *ov, kl__lkey_t *writer, int space,
                     const void *key, size_t key_len, const void *val,
                     size_t val_len, int tag) {
-  uint64_t hash = kl_ov_hash(space, key, key_len);
-  kl__ov_entry_t *e = kl_ov_find(ov, hash, space, key, key_len);
-  if (!e && kl_ov_new_entry(ov, hash, space, key, key_len, &e))
+  uint64_t hash = ov_hash(space, key, key_len);
+  kl__ov_entry_t *e = ov_find(ov, hash, space, key, key_len);
+  if (!e && ov_new_entry(ov, hash, space, key, key_len, &e))
     return KL_ENOMEM;
   if (val_len || !e->val) {
     unsigned char *v = realloc(e->val, val_len ? val_len : 1);
@@ -132,8 +106,8 @@ kl_err_t kl__ov_set(kl__overlay_t *ov, kl__lkey_t *writer, int space,
   e->gen = ov->gen;
   if (e->writer != writer) {
     if (e->writer)
-      kl_ov_unlink_writer(e);
-    kl_ov_link_writer(e, writer);
+      ov_unlink_writer(e);
+    ov_link_writer(e, writer);
   }
   if (!e->dirty) {
     e->dirty = 1;
@@ -144,13 +118,9 @@ kl_err_t kl__ov_set(kl__overlay_t *ov, kl__lkey_t *writer, int space,
 }
 
 void kl__ov_free_entry(kl__overlay_t *ov, kl__ov_entry_t *entry) {
-  kl__ov_entry_t **p = kl_ov_bucket(ov, entry->hash);
-  while (*p != entry)
-    p = &(*p)->hnext;
-  *p = entry->hnext;
+  kl__hmap_unlink(&ov->map, &entry->node);
   if (entry->writer)
-    kl_ov_unlink_writer(entry);
-  ov->count--;
+    ov_unlink_writer(entry);
   free(entry->val);
   free(entry);
 }
@@ -164,15 +134,15 @@ void kl__ov_release_key(kl__overlay_t *ov, kl__lkey_t *writer) {
 }
 
 void kl__ov_clear(kl__overlay_t *ov) {
-  for (size_t i = 0; i < ov->cap; i++)
-    for (kl__ov_entry_t *e = ov->buckets[i], *next; e; e = next) {
-      next = e->hnext;
-      if (e->writer)
-        kl_ov_unlink_writer(e);
-      free(e->val);
-      free(e);
-    }
-  free(ov->buckets);
+  kl__hmap_iter_t it = KL__HMAP_ITER(&ov->map);
+  for (kl__hnode_t *n; (n = kl__hmap_iter_next(&it));) {
+    kl__ov_entry_t *e = KL__HMAP_ENTRY(n, kl__ov_entry_t, node);
+    if (e->writer)
+      ov_unlink_writer(e);
+    free(e->val);
+    free(e);
+  }
+  kl__hmap_free(&ov->map);
   uint64_t gen = ov->gen;
   kl__ov_init(ov);
   ov->gen = gen + 1; /* nothing written before is trusted to be stored */
@@ -193,25 +163,22 @@ kl__ov_entry_t *kl__ov_take_dirty(kl__overlay_t *ov, size_t *count) {
 /* ---- the child transaction ------------------------------------------- */
 
 /* No lock in inline mode: the poll thread is the only one there. */
-static void kl_child_lock(kl__child_t *c) {
+static void child_lock(kl__child_t *c) {
   if (c->mu)
     pthread_mutex_lock(c->mu);
 }
 
-static void kl_child_unlock(kl__child_t *c) {
+static void child_unlock(kl__child_t *c) {
   if (c->mu)
     pthread_mutex_unlock(c->mu);
 }
 
-static kl_err_t kl_child_lent(kl__child_t *c, const kl__ov_entry_t *e,
-                              const void **val, size_t *val_len) {
-  if (e->val_len > c->rcap) {
-    unsigned char *p = realloc(c->rbuf, e->val_len);
-    if (!p)
-      return kl__err(KL_ENOMEM, "kl_txn_get: out of memory");
-    c->rbuf = p;
-    c->rcap = e->val_len;
-  }
+static kl_err_t child_lent(kl__child_t *c, const kl__ov_entry_t *e,
+                           const void **val, size_t *val_len) {
+  unsigned char *p = kl__reserve(c->rbuf, &c->rcap, e->val_len, 1, e->val_len);
+  if (!p)
+    return kl__err(KL_ENOMEM, "kl_txn_get: out of memory");
+  c->rbuf = p;
   if (e->val_len)
     memcpy(c->rbuf, e->val, e->val_len);
   *val = c->rbuf;
@@ -219,8 +186,8 @@ static kl_err_t kl_child_lent(kl__child_t *c, const kl__ov_entry_t *e,
   return KL_OK;
 }
 
-static kl_err_t kl_child_get(kl_txn_t *txn, const void *key, size_t key_len,
-                             const void **val, size_t *val_len) {
+static kl_err_t child_get(kl_txn_t *txn, const void *key, size_t key_len,
+                          const void **val, size_t *val_len) {
   kl__child_t *c = (kl__child_t *)txn;
   const kl__buf_entry_t *own = kl__buf_get(&c->data, key, key_len);
   if (own) {
@@ -230,59 +197,59 @@ static kl_err_t kl_child_get(kl_txn_t *txn, const void *key, size_t key_len,
     *val_len = own->val_len;
     return KL_OK;
   }
-  kl_child_lock(c);
+  child_lock(c);
   const kl__ov_entry_t *e = kl__ov_get(c->ov, KL__OV_DATA, key, key_len);
   kl_err_t err = KL_ENOTFOUND;
   if (e && e->tag == KL__OV_PUT)
-    err = kl_child_lent(c, e, val, val_len);
-  kl_child_unlock(c);
+    err = child_lent(c, e, val, val_len);
+  child_unlock(c);
   if (e)
     return err;
   return kl_txn_get(c->snap, key, key_len, val, val_len);
 }
 
-static kl_err_t kl_child_put(kl_txn_t *txn, const void *key, size_t key_len,
-                             const void *val, size_t val_len) {
+static kl_err_t child_put(kl_txn_t *txn, const void *key, size_t key_len,
+                          const void *val, size_t val_len) {
   kl__child_t *c = (kl__child_t *)txn;
   if (kl__buf_set(&c->data, key, key_len, val, val_len, KL__OV_PUT))
     return kl__err(KL_ENOMEM, "kl_txn_put: out of memory");
   return KL_OK;
 }
 
-static kl_err_t kl_child_del(kl_txn_t *txn, const void *key, size_t key_len) {
+static kl_err_t child_del(kl_txn_t *txn, const void *key, size_t key_len) {
   kl__child_t *c = (kl__child_t *)txn;
   if (kl__buf_set(&c->data, key, key_len, NULL, 0, KL__OV_DEL))
     return kl__err(KL_ENOMEM, "kl_txn_del: out of memory");
   return KL_OK;
 }
 
-static kl_err_t kl_child_seen(kl_txn_t *txn, const char *id, size_t id_len,
-                              kl_mark_t *mark) {
+static kl_err_t child_seen(kl_txn_t *txn, const char *id, size_t id_len,
+                           kl_mark_t *mark) {
   kl__child_t *c = (kl__child_t *)txn;
   const kl__buf_entry_t *own = kl__buf_get(&c->ids, id, id_len);
   if (own) {
     *mark = (kl_mark_t)own->tag;
     return KL_OK;
   }
-  kl_child_lock(c);
+  child_lock(c);
   const kl__ov_entry_t *e = kl__ov_get(c->ov, KL__OV_ID, id, id_len);
   if (e)
     *mark = (kl_mark_t)e->tag;
-  kl_child_unlock(c);
+  child_unlock(c);
   return e ? KL_OK : kl__txn_seen_sid(c->snap, id, id_len, mark);
 }
 
-static kl_err_t kl_child_mark(kl_txn_t *txn, const char *id, size_t id_len,
-                              kl_mark_t mark) {
+static kl_err_t child_mark(kl_txn_t *txn, const char *id, size_t id_len,
+                           kl_mark_t mark) {
   kl__child_t *c = (kl__child_t *)txn;
   return kl__store_buf_mark(&c->ids, id, id_len, mark);
 }
 
-static void kl_child_count_duplicate(kl_txn_t *txn) {
+static void child_count_duplicate(kl_txn_t *txn) {
   ((kl__child_t *)txn)->duplicates++;
 }
 
-static void *kl_child_pg_conn(kl_txn_t *txn) {
+static void *child_pg_conn(kl_txn_t *txn) {
   kl__child_t *c = (kl__child_t *)txn;
   if (!c->sql)
     return NULL;
@@ -318,13 +285,13 @@ kl_err_t kl__child_end(kl__child_t *child, int ok) {
  * through the store API. */
 static const kl__store_ops_t kl_child_ops = {
     .name = "child",
-    .get = kl_child_get,
-    .put = kl_child_put,
-    .del = kl_child_del,
-    .seen = kl_child_seen,
-    .mark = kl_child_mark,
-    .count_duplicate = kl_child_count_duplicate,
-    .pg_conn = kl_child_pg_conn,
+    .get = child_get,
+    .put = child_put,
+    .del = child_del,
+    .seen = child_seen,
+    .mark = child_mark,
+    .count_duplicate = child_count_duplicate,
+    .pg_conn = child_pg_conn,
 };
 
 static kl_store_t kl_child_store = {&kl_child_ops, 0};
@@ -369,8 +336,8 @@ int kl__child_seen_elsewhere(const kl__child_t *child,
   return 0;
 }
 
-static kl_err_t kl_child_merge_buf(const kl__buf_t *buf, kl__overlay_t *ov,
-                                   kl__lkey_t *writer, int space) {
+static kl_err_t child_merge_buf(const kl__buf_t *buf, kl__overlay_t *ov,
+                                kl__lkey_t *writer, int space) {
   for (size_t i = 0; i < buf->count; i++) {
     const kl__buf_entry_t *e = kl__buf_at(buf, i);
     if (kl__ov_set(ov, writer, space, kl__buf_key(e), e->key_len,
@@ -382,8 +349,8 @@ static kl_err_t kl_child_merge_buf(const kl__buf_t *buf, kl__overlay_t *ov,
 
 kl_err_t kl__child_merge(kl__child_t *child, kl__overlay_t *ov,
                          kl__lkey_t *writer) {
-  kl_err_t err = kl_child_merge_buf(&child->data, ov, writer, KL__OV_DATA);
-  return err ? err : kl_child_merge_buf(&child->ids, ov, writer, KL__OV_ID);
+  kl_err_t err = child_merge_buf(&child->data, ov, writer, KL__OV_DATA);
+  return err ? err : child_merge_buf(&child->ids, ov, writer, KL__OV_ID);
 }
 
 kl_err_t kl__child_apply(kl__child_t *child) {

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <librdkafka/rdkafka.h>
 
@@ -29,7 +28,8 @@
 #include "worker/checks.h"
 #include "worker/dlq.h"
 #include "common/kafka_features.h"
-#include "worker/lane_stall.h"
+#include "common/strbuf.h"
+#include "worker/lanes_stall.h"
 #include "worker/lanes.h"
 #include "worker/log_guard.h"
 #include "worker/membership.h"
@@ -109,17 +109,12 @@ size_t kl__worker_misrouted(kl_worker_t *worker, uint64_t *by_partition,
   return kl__lanes_misrouted(worker->lanes, by_partition, max);
 }
 
-static void kl_sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 /* ---- ownership ------------------------------------------------------- */
 
 /* Acquires a new epoch, retrying while the store is unavailable: the group
  * gave us the partition, and nobody else will apply it meanwhile. */
-static kl_err_t kl_lane_acquire(kl_worker_t *worker, int32_t partition,
-                                uint64_t floor, kl_partition_state_t *state) {
+static kl_err_t lane_acquire(kl_worker_t *worker, int32_t partition,
+                             uint64_t floor, kl_partition_state_t *state) {
   int backoff_ms = 100;
   for (;;) {
     kl_err_t err = kl__store_acquire_above(worker->store, worker->topic,
@@ -128,7 +123,7 @@ static kl_err_t kl_lane_acquire(kl_worker_t *worker, int32_t partition,
       return err;
     KL_LOG_W(KL_COMP, "acquire partition=%" PRId32 " retry in %d ms: %s",
              partition, backoff_ms, kl_err_detail());
-    kl_sleep_ms(backoff_ms);
+    kl__sleep_ms(backoff_ms);
     if (backoff_ms < 5000)
       backoff_ms *= 2;
   }
@@ -142,8 +137,9 @@ static kl_err_t kl_lane_acquire(kl_worker_t *worker, int32_t partition,
  * element of @p parts (zeroes when the coordinator did not answer: the
  * store's epochs alone then), to free(); NULL when out of memory.
  */
-static uint64_t *kl_fleet_epochs(kl_worker_t *worker,
-                                 const rd_kafka_topic_partition_list_t *parts) {
+static uint64_t *
+worker_fleet_epochs(kl_worker_t *worker,
+                    const rd_kafka_topic_partition_list_t *parts) {
   uint64_t *floors = calloc((size_t)parts->cnt + 1, sizeof(*floors));
   int32_t *ids = calloc((size_t)parts->cnt + 1, sizeof(*ids));
   if (floors && ids) {
@@ -162,8 +158,8 @@ static uint64_t *kl_fleet_epochs(kl_worker_t *worker,
  * any handler runs with them: a store lost from now on cannot make a later
  * owner reuse them. The offsets are the store's watermarks, as every
  * commit's. */
-static void kl_commit_epochs(kl_worker_t *worker,
-                             rd_kafka_topic_partition_list_t *taken) {
+static void commit_epochs(kl_worker_t *worker,
+                          rd_kafka_topic_partition_list_t *taken) {
   if (!taken->cnt)
     return;
   rd_kafka_resp_err_t kerr = rd_kafka_commit(worker->rk, taken, 0);
@@ -175,10 +171,9 @@ static void kl_commit_epochs(kl_worker_t *worker,
 }
 
 /* Adds @p partition, at the store's watermark with its new epoch, to the
- * list kl_commit_epochs() commits. */
-static void kl_epoch_add(rd_kafka_topic_partition_list_t *taken,
-                         const char *topic, int32_t partition,
-                         const kl_partition_state_t *state) {
+ * list commit_epochs() commits. */
+static void epoch_add(rd_kafka_topic_partition_list_t *taken, const char *topic,
+                      int32_t partition, const kl_partition_state_t *state) {
   rd_kafka_topic_partition_t *tp =
       rd_kafka_topic_partition_list_add(taken, topic, partition);
   tp->offset = state->watermark;
@@ -188,7 +183,7 @@ static void kl_epoch_add(rd_kafka_topic_partition_list_t *taken,
 /* A partition the worker must not take: the topic's count changed, or it
  * is one the expected count does not have (the topic grew, and the group
  * noticed before the timer did: check at once). Left paused, unowned. */
-static int kl_assign_refused(kl_worker_t *worker, int32_t partition) {
+static int assign_refused(kl_worker_t *worker, int32_t partition) {
   if (partition >= worker->expect.count)
     worker->checked_ns = 0;
   if (!worker->topic_stopped && partition < worker->expect.count)
@@ -217,18 +212,18 @@ static void verify_last(kl_worker_t *worker, rd_kafka_topic_partition_t *tp,
   tp->offset = wm - 1;
 }
 
-static void kl_on_assign(kl_worker_t *worker,
-                         rd_kafka_topic_partition_list_t *parts) {
-  uint64_t *floors = kl_fleet_epochs(worker, parts);
+static void on_assign(kl_worker_t *worker,
+                      rd_kafka_topic_partition_list_t *parts) {
+  uint64_t *floors = worker_fleet_epochs(worker, parts);
   rd_kafka_topic_partition_list_t *taken =
       rd_kafka_topic_partition_list_new(parts->cnt);
   for (int i = 0; i < parts->cnt; i++) {
     rd_kafka_topic_partition_t *tp = &parts->elems[i];
-    if (kl_assign_refused(worker, tp->partition))
+    if (assign_refused(worker, tp->partition))
       continue;
     kl_partition_state_t state;
     kl_err_t err =
-        kl_lane_acquire(worker, tp->partition, floors ? floors[i] : 0, &state);
+        lane_acquire(worker, tp->partition, floors ? floors[i] : 0, &state);
     if (err) {
       KL_LOG_E(KL_COMP, "cannot take partition=%" PRId32 ": %s", tp->partition,
                kl_err_detail());
@@ -242,14 +237,14 @@ static void kl_on_assign(kl_worker_t *worker,
     tp->offset =
         state.watermark > 0 ? state.watermark : RD_KAFKA_OFFSET_BEGINNING;
     verify_last(worker, tp, &state);
-    kl_epoch_add(taken, worker->topic, tp->partition, &state);
+    epoch_add(taken, worker->topic, tp->partition, &state);
     worker->owned++;
     KL_LOG_I(KL_COMP,
              "assigned partition=%" PRId32 " epoch=%" PRIu64
              " resume_offset=%" PRId64,
              tp->partition, state.epoch, state.watermark);
   }
-  kl_commit_epochs(worker, taken);
+  commit_epochs(worker, taken);
   rd_kafka_topic_partition_list_destroy(taken);
   free(floors);
 }
@@ -258,8 +253,8 @@ static void kl_on_assign(kl_worker_t *worker,
  * commits what completed, inside the rebalance callback, before the
  * partition is given up. A lost one commits nothing: a newer owner may
  * exist already. */
-static void kl_on_revoke(kl_worker_t *worker,
-                         rd_kafka_topic_partition_list_t *parts, int lost) {
+static void on_revoke(kl_worker_t *worker,
+                      rd_kafka_topic_partition_list_t *parts, int lost) {
   for (int i = 0; i < parts->cnt; i++) {
     int32_t p = parts->elems[i].partition;
     uint64_t epoch = 0;
@@ -275,10 +270,10 @@ static void kl_on_revoke(kl_worker_t *worker,
   }
 }
 
-/* After the assign, which would fetch them: the partitions kl_on_assign()
+/* After the assign, which would fetch them: the partitions on_assign()
  * refused stay paused. */
-static void kl_pause_refused(kl_worker_t *worker,
-                             rd_kafka_topic_partition_list_t *parts) {
+static void pause_refused(kl_worker_t *worker,
+                          rd_kafka_topic_partition_list_t *parts) {
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
   for (int i = 0; i < parts->cnt; i++)
     if (worker->topic_stopped ||
@@ -290,14 +285,13 @@ static void kl_pause_refused(kl_worker_t *worker,
   rd_kafka_topic_partition_list_destroy(l);
 }
 
-static void kl_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
-                            rd_kafka_topic_partition_list_t *parts,
-                            void *opaque) {
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque) {
   kl_worker_t *worker = opaque;
   int cooperative = worker->cooperative;
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
     worker->assigned_once = 1;
-    kl_on_assign(worker, parts);
+    on_assign(worker, parts);
     /* A partition this worker paused (fenced, or over a bound) must not
      * stay paused when the group hands it back. Resumed before the
      * assign: a resume bumps the partition's fetch version, and one after
@@ -312,9 +306,9 @@ static void kl_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
       rd_kafka_error_destroy(rd_kafka_incremental_assign(rk, parts));
     else
       rd_kafka_assign(rk, parts);
-    kl_pause_refused(worker, parts);
+    pause_refused(worker, parts);
   } else {
-    kl_on_revoke(worker, parts, rd_kafka_assignment_lost(rk));
+    on_revoke(worker, parts, rd_kafka_assignment_lost(rk));
     if (cooperative)
       rd_kafka_error_destroy(rd_kafka_incremental_unassign(rk, parts));
     else
@@ -353,14 +347,12 @@ void kl__worker_set_seek_hook(kl_worker_t *worker, kl__worker_seek_hook_fn *fn,
   worker->seek_hook_opaque = opaque;
 }
 
-static kl_quiet_t *kl_quiet_of(kl_worker_t *worker, int32_t partition) {
+static kl_quiet_t *quiet_of(kl_worker_t *worker, int32_t partition) {
   if (partition >= worker->quiet_count) {
-    kl_quiet_t *q =
-        realloc(worker->quiet, (size_t)(partition + 1) * sizeof(*q));
+    kl_quiet_t *q = kl__grow_zeroed(worker->quiet, (size_t)worker->quiet_count,
+                                    (size_t)partition + 1, sizeof(*q));
     if (!q)
       return NULL;
-    memset(q + worker->quiet_count, 0,
-           (size_t)(partition + 1 - worker->quiet_count) * sizeof(*q));
     worker->quiet = q;
     worker->quiet_count = partition + 1;
   }
@@ -369,8 +361,8 @@ static kl_quiet_t *kl_quiet_of(kl_worker_t *worker, int32_t partition) {
 
 /* Moves the consumer of @p l's partition to its offset. @returns 0 or the
  * error (logged). */
-static rd_kafka_resp_err_t kl_retake_seek(kl_worker_t *worker,
-                                          rd_kafka_topic_partition_list_t *l) {
+static rd_kafka_resp_err_t retake_seek(kl_worker_t *worker,
+                                       rd_kafka_topic_partition_list_t *l) {
   rd_kafka_topic_partition_t *tp = &l->elems[0];
   rd_kafka_resp_err_t kerr =
       worker->seek_hook
@@ -397,14 +389,14 @@ static rd_kafka_resp_err_t kl_retake_seek(kl_worker_t *worker,
  * between is skipped as applied) and the partition resumed. @returns 0, or
  * -1 to try again later (one attempt each: the poll thread must not block
  * on a store that is down). */
-static int kl_retake(kl_worker_t *worker, int32_t partition,
-                     const kl_partition_state_t *seen, int64_t quiet_ns) {
+static int worker_retake(kl_worker_t *worker, int32_t partition,
+                         const kl_partition_state_t *seen, int64_t quiet_ns) {
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
   rd_kafka_topic_partition_list_add(l, worker->topic, partition)->offset =
       seen->watermark > 0 ? seen->watermark : RD_KAFKA_OFFSET_BEGINNING;
   kl_partition_state_t state;
   kl_err_t err = KL_OK;
-  if (kl_retake_seek(worker, l)) {
+  if (retake_seek(worker, l)) {
     err = KL_EKAFKA_TRANSIENT;
   } else if ((err = kl_store_acquire(worker->store, worker->topic, partition,
                                      &state))) {
@@ -413,8 +405,8 @@ static int kl_retake(kl_worker_t *worker, int32_t partition,
   } else {
     rd_kafka_topic_partition_list_t *taken =
         rd_kafka_topic_partition_list_new(1);
-    kl_epoch_add(taken, worker->topic, partition, &state);
-    kl_commit_epochs(worker, taken);
+    epoch_add(taken, worker->topic, partition, &state);
+    commit_epochs(worker, taken);
     rd_kafka_topic_partition_list_destroy(taken);
     kl__lanes_own(worker->lanes, partition, state.epoch, state.watermark);
     rd_kafka_resume_partitions(worker->rk, l);
@@ -428,8 +420,8 @@ static int kl_retake(kl_worker_t *worker, int32_t partition,
   return err ? -1 : 0;
 }
 
-static int kl_state_same(const kl_partition_state_t *a,
-                         const kl_partition_state_t *b) {
+static int state_same(const kl_partition_state_t *a,
+                      const kl_partition_state_t *b) {
   return a->epoch == b->epoch && a->watermark == b->watermark &&
          a->applied == b->applied && a->duplicates == b->duplicates &&
          a->dead_letters == b->dead_letters && a->beats == b->beats;
@@ -437,16 +429,16 @@ static int kl_state_same(const kl_partition_state_t *a,
 
 /* One fenced partition at a check: watch its state, or take it back once
  * it has been quiet for the period and no failed try asks to wait. */
-static void kl_retake_check(kl_worker_t *worker, int32_t partition, int64_t now,
-                            int64_t every) {
+static void retake_check(kl_worker_t *worker, int32_t partition, int64_t now,
+                         int64_t every) {
   kl_partition_state_t st;
-  kl_quiet_t *q = kl_quiet_of(worker, partition);
+  kl_quiet_t *q = quiet_of(worker, partition);
   if (!q || kl_store_partition(worker->store, worker->topic, partition, &st))
     return;
-  if (!q->since_ns || !kl_state_same(&st, &q->seen)) {
+  if (!q->since_ns || !state_same(&st, &q->seen)) {
     *q = (kl_quiet_t){st, now, 0, 0};
   } else if (now - q->since_ns >= worker->retake_ns && now >= q->next_try_ns) {
-    if (kl_retake(worker, partition, &st, now - q->since_ns) == 0) {
+    if (worker_retake(worker, partition, &st, now - q->since_ns) == 0) {
       q->since_ns = 0;
       return;
     }
@@ -459,7 +451,7 @@ static void kl_retake_check(kl_worker_t *worker, int32_t partition, int64_t now,
   }
 }
 
-static void kl_retake_quiet(kl_worker_t *worker) {
+static void retake_quiet(kl_worker_t *worker) {
   int64_t now = kl__mono_ns();
   int64_t every =
       worker->retake_ns / 4 < 1000000000 ? worker->retake_ns / 4 : 1000000000;
@@ -469,7 +461,7 @@ static void kl_retake_quiet(kl_worker_t *worker) {
   int32_t fenced[64];
   size_t n = kl__lanes_fenced(worker->lanes, fenced, 64);
   for (size_t i = 0; i < n && !worker->stop; i++)
-    kl_retake_check(worker, fenced[i], now, every);
+    retake_check(worker, fenced[i], now, every);
   /* The next check is a period after this one ended, so that a try that
    * failed in it (its backoff counted from after it) is due by then. */
   worker->retake_checked_ns = kl__mono_ns();
@@ -479,8 +471,7 @@ static void kl_retake_quiet(kl_worker_t *worker) {
 
 /* Which librdkafka features this worker uses, once at start: what a user
  * of a newer distribution gains is then visible. */
-static void kl_rdk_log(const kl__rdk_features_t *features,
-                       int consumer_protocol) {
+static void rdk_log(const kl__rdk_features_t *features, int consumer_protocol) {
   char built[32], loaded[32];
   kl__rdk_version_str(features->built, built, sizeof(built));
   kl__rdk_version_str(features->loaded, loaded, sizeof(loaded));
@@ -499,7 +490,7 @@ static void kl_rdk_log(const kl__rdk_features_t *features,
  * fetch.wait.max.ms, records that arrive meanwhile included
  * (keylane/embedded.h): a worker of one in this process fetches with a
  * short one. Appends it to @p defaults (room for KL__RDK_DEFAULTS_MAX). */
-static void kl_embedded_fetch(const kl_conf_t *conf, const char **defaults) {
+static void embedded_fetch(const kl_conf_t *conf, const char **defaults) {
   if (!kl__embedded_local(kl_conf_get(conf, "kafka.bootstrap.servers")))
     return;
   size_t n = 0;
@@ -513,7 +504,7 @@ static void kl_embedded_fetch(const kl_conf_t *conf, const char **defaults) {
 }
 
 /* worker.group.protocol=consumer: KIP-848's. */
-static int kl_consumer_protocol(const kl_conf_t *conf) {
+static int worker_consumer_protocol(const kl_conf_t *conf) {
   return strcmp(kl_conf_get(conf, "worker.group.protocol"), "consumer") == 0;
 }
 
@@ -527,14 +518,14 @@ kl_err_t kl__worker_kafka_conf(const kl_conf_t *conf, rd_kafka_conf_t **out) {
            session_ms / 3 < 1000 ? session_ms / 3 : 1000);
   const char *defaults[KL__RDK_DEFAULTS_MAX];
   kl__rdk_features_t features = kl__rdk_features_here();
-  int consumer_protocol = kl_consumer_protocol(conf);
+  int consumer_protocol = worker_consumer_protocol(conf);
   kl_err_t err = kl__rdk_consumer_defaults(&features, consumer_protocol,
                                            kl_conf_get(conf, "worker.group"),
                                            session, heartbeat, defaults);
   if (err)
     return err;
-  kl_rdk_log(&features, consumer_protocol);
-  kl_embedded_fetch(conf, defaults);
+  rdk_log(&features, consumer_protocol);
+  embedded_fetch(conf, defaults);
   kl__membership_defaults(conf, defaults);
   rd_kafka_conf_t *kconf = rd_kafka_conf_new();
   err = kl__kafka_conf_apply(kconf, conf, defaults);
@@ -546,7 +537,7 @@ kl_err_t kl__worker_kafka_conf(const kl_conf_t *conf, rd_kafka_conf_t **out) {
   return KL_OK;
 }
 
-static kl_err_t kl_consumer_new(kl_worker_t *worker) {
+static kl_err_t consumer_new(kl_worker_t *worker) {
   rd_kafka_conf_t *kconf;
   kl_err_t err = kl__worker_kafka_conf(worker->conf, &kconf);
   if (err)
@@ -561,12 +552,12 @@ static kl_err_t kl_consumer_new(kl_worker_t *worker) {
   size_t size = sizeof(strategy);
   rd_kafka_conf_get(kconf, "partition.assignment.strategy", strategy, &size);
   /* KIP-848's protocol is incremental, like cooperative-sticky. */
-  worker->cooperative = kl_consumer_protocol(worker->conf) ||
+  worker->cooperative = worker_consumer_protocol(worker->conf) ||
                         strstr(strategy, "cooperative") != NULL;
   kl__membership_instance(kconf, worker->instance_id,
                           sizeof(worker->instance_id));
   rd_kafka_conf_set_opaque(kconf, worker);
-  rd_kafka_conf_set_rebalance_cb(kconf, kl_rebalance_cb);
+  rd_kafka_conf_set_rebalance_cb(kconf, rebalance_cb);
   char errstr[512];
   worker->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kconf, errstr, sizeof(errstr));
   if (!worker->rk) {
@@ -579,8 +570,8 @@ static kl_err_t kl_consumer_new(kl_worker_t *worker) {
 
 /* The consumer, the dead-letter producer, the lanes and (unless inline)
  * the executor threads' pool, which starts in kl_worker_run(). */
-static kl_err_t kl_worker_parts_new(kl_worker_t *worker) {
-  kl_err_t err = kl_consumer_new(worker);
+static kl_err_t worker_parts_new(kl_worker_t *worker) {
+  kl_err_t err = consumer_new(worker);
   if (!err)
     err = kl__dlq_new(worker->conf, worker->topic, kl__lanes_dlq_ack, NULL,
                       &worker->dlq);
@@ -603,7 +594,7 @@ kl__log_guard_t *kl__worker_log_guard(kl_worker_t *worker) {
  * consumer must say when a position is out of the log (log_guard.h),
  * never move it silently: earliest would take a recreated topic's records
  * for applied ones, latest and earliest alike would skip a retention gap. */
-static kl_err_t kl_check_offset_reset(const kl_conf_t *conf) {
+static kl_err_t check_offset_reset(const kl_conf_t *conf) {
   const char *reset = kl_conf_get(conf, "kafka.auto.offset.reset");
   if (!reset || strcmp(reset, "error") == 0)
     return KL_OK;
@@ -629,7 +620,7 @@ static kl_err_t kl_check_offset_reset(const kl_conf_t *conf) {
  * for the rest. Only a declared bound can be checked: an in-process
  * handler that sets none (0) must keep to the interval by itself.
  */
-static kl_err_t kl_check_poll_interval(const kl_conf_t *conf) {
+static kl_err_t check_poll_interval(const kl_conf_t *conf) {
   int64_t handler_ms = kl__conf_int(conf, "worker.handler.timeout.ms");
   const char *set = kl_conf_get(conf, "kafka.max.poll.interval.ms");
   char *end = NULL;
@@ -664,7 +655,7 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
   if (!kl_conf_get(conf, "kafka.bootstrap.servers"))
     return kl__err(KL_ECONF, "no bootstrap servers: set "
                              "kafka.bootstrap.servers (-b HOST:PORT)");
-  kl_err_t cerr = kl_check_offset_reset(conf);
+  kl_err_t cerr = check_offset_reset(conf);
   if (cerr)
     return cerr;
   int64_t retake_ms = kl__conf_int(conf, "worker.fenced.retake.ms");
@@ -676,7 +667,7 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                    "the group replaced learns it before it takes a partition "
                    "back; raise it, or set 0 to never take one back",
                    retake_ms, session_ms);
-  kl_err_t checked = kl_check_poll_interval(conf);
+  kl_err_t checked = check_poll_interval(conf);
   if (!checked)
     checked = kl__membership_check(conf);
   if (checked)
@@ -701,7 +692,7 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
   worker->stall_ms = kl__conf_int(conf, "worker.stall.ms");
   kl_err_t err = KL_ENOMEM;
   if (worker->conf && worker->topic && worker->applier.decoder)
-    err = kl_worker_parts_new(worker);
+    err = worker_parts_new(worker);
   if (err) {
     kl_worker_destroy(worker);
     return err;
@@ -714,7 +705,7 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
  * the one the fleet expects: keys would move between owners. Without
  * worker.expect.partitions the count seen now is the expected one. Then
  * every record's routing is checked against that count. */
-static kl_err_t kl_check_topic(kl_worker_t *worker, int timeout_ms) {
+static kl_err_t check_topic(kl_worker_t *worker, int timeout_ms) {
   int32_t have = 0;
   kl_err_t err =
       kl__kafka_partition_count(worker->rk, worker->topic, timeout_ms, &have);
@@ -741,7 +732,7 @@ static kl_err_t kl_check_topic(kl_worker_t *worker, int timeout_ms) {
 /* The topic's count changed while running: keys moved between owners, and
  * this worker stops taking the topic (every partition paused, nothing
  * acquired) until it is restarted; /healthz says so. */
-static void kl_stop_taking(kl_worker_t *worker) {
+static void stop_taking(kl_worker_t *worker) {
   KL_LOG_E(KL_COMP,
            "%s; this worker stopped taking topic %s (its partitions "
            "are paused; events already taken in are applied)",
@@ -757,7 +748,7 @@ static void kl_stop_taking(kl_worker_t *worker) {
 
 /* Reads the topic's partition count every worker.partitions.check.ms, on
  * the poll thread between batches (one metadata request, bounded). */
-static void kl_watch_partitions(kl_worker_t *worker) {
+static void watch_partitions(kl_worker_t *worker) {
   int64_t now = kl__mono_ns();
   if (worker->topic_stopped || now - worker->checked_ns < worker->check_ns)
     return;
@@ -769,13 +760,13 @@ static void kl_watch_partitions(kl_worker_t *worker) {
   }
   worker->partitions_live = live;
   if (kl__partitions_check(worker->topic, live, &worker->expect))
-    kl_stop_taking(worker);
+    stop_taking(worker);
 }
 
 /* Refuses to run when an idempotency key may be swept while a copy of its
  * event (the record, its dead letter) still exists, unless
  * worker.retention.check=warn says to run anyway (checks.h). */
-static kl_err_t kl_check_retention(kl_worker_t *worker) {
+static kl_err_t check_retention(kl_worker_t *worker) {
   int warn =
       strcmp(kl_conf_get(worker->conf, "worker.retention.check"), "warn") == 0;
   int64_t dedup_ms = kl__conf_int(worker->conf, "store.dedup.retention");
@@ -803,7 +794,7 @@ static kl_err_t kl_check_retention(kl_worker_t *worker) {
   return KL_OK;
 }
 
-static void kl_on_consume_error(kl_worker_t *worker, rd_kafka_message_t *m) {
+static void on_consume_error(kl_worker_t *worker, rd_kafka_message_t *m) {
   if (m->err == RD_KAFKA_RESP_ERR__FATAL && !worker->fatal) {
     worker->fatal = kl__membership_fatal(
         worker->rk, kl_conf_get(worker->conf, "worker.group"),
@@ -826,7 +817,7 @@ static void kl_on_consume_error(kl_worker_t *worker, rd_kafka_message_t *m) {
  * join is under way therefore waits for that join, within the session
  * timeout, before closing. Messages consumed meanwhile are not applied.
  */
-static void kl_await_first_assignment(kl_worker_t *worker) {
+static void await_first_assignment(kl_worker_t *worker) {
   int64_t deadline =
       kl__mono_ns() +
       kl__conf_int(worker->conf, "worker.session.timeout.ms") * 2000000;
@@ -849,7 +840,7 @@ static void kl_await_first_assignment(kl_worker_t *worker) {
  * serve. Bounded by the session timeout; messages consumed meanwhile are
  * not applied (the lanes stop taking them as they are revoked).
  */
-static void kl_leave_group(kl_worker_t *worker) {
+static void leave_group(kl_worker_t *worker) {
   rd_kafka_resp_err_t kerr = rd_kafka_unsubscribe(worker->rk);
   if (kerr)
     KL_LOG_W(KL_COMP, "unsubscribe from %s: %s; closing anyway", worker->topic,
@@ -878,7 +869,7 @@ static void kl_leave_group(kl_worker_t *worker) {
 static void stay_in_group(kl_worker_t *worker) {
   rd_kafka_topic_partition_list_t *assigned = NULL;
   if (!rd_kafka_assignment(worker->rk, &assigned) && assigned) {
-    kl_on_revoke(worker, assigned, 0);
+    on_revoke(worker, assigned, 0);
     rd_kafka_topic_partition_list_destroy(assigned);
   }
   KL_LOG_I(KL_COMP,
@@ -892,14 +883,14 @@ static void stay_in_group(kl_worker_t *worker) {
 
 /* Takes what the consumer has, up to @p max records, waiting at most
  * @p timeout_ms for the first. */
-static void kl_consume(kl_worker_t *worker, int timeout_ms, int max) {
+static void worker_consume(kl_worker_t *worker, int timeout_ms, int max) {
   for (int i = 0; i < max; i++) {
     rd_kafka_message_t *m =
         rd_kafka_consumer_poll(worker->rk, i ? 0 : timeout_ms);
     if (!m)
       return;
     if (m->err)
-      kl_on_consume_error(worker, m);
+      on_consume_error(worker, m);
     else
       kl__lanes_push(worker->lanes, m);
   }
@@ -907,18 +898,18 @@ static void kl_consume(kl_worker_t *worker, int timeout_ms, int max) {
 
 /* The poll thread: consume, run events (inline mode), serve dead-letter
  * acks, then the lanes' tick (retries, commits, bounds). */
-static void kl_worker_loop(kl_worker_t *worker) {
+static void worker_loop(kl_worker_t *worker) {
   int64_t last_sweep = 0, last_stall_check = 0;
   while (!worker->stop) {
     int busy = worker->threads == 0 && kl__lanes_has_ready(worker->lanes);
-    kl_consume(worker, busy ? 0 : 5, 10000);
+    worker_consume(worker, busy ? 0 : 5, 10000);
     kl__log_guard_tick(worker->log_guard);
     if (worker->threads == 0)
       kl__pool_run_inline(worker->pool, 20);
     kl__dlq_poll(worker->dlq, 0);
     kl__lanes_tick(worker->lanes);
-    kl_retake_quiet(worker);
-    kl_watch_partitions(worker);
+    retake_quiet(worker);
+    watch_partitions(worker);
     int64_t now = kl__mono_ns();
     if (worker->stall_ms && now - last_stall_check > 100000000) {
       kl__lanes_watch_stalls(worker->lanes, now, worker->stall_ms);
@@ -942,9 +933,8 @@ int kl__worker_waiting(kl_worker_t *worker, char *why, size_t size) {
   return 1;
 }
 
-static void kl_set_why(kl_worker_t *worker, const char *fmt, ...)
-    KL__PRINTF(2, 3);
-static void kl_set_why(kl_worker_t *worker, const char *fmt, ...) {
+static void set_why(kl_worker_t *worker, const char *fmt, ...) KL__PRINTF(2, 3);
+static void set_why(kl_worker_t *worker, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   pthread_mutex_lock(&worker->why_mu);
@@ -959,7 +949,7 @@ static void kl_set_why(kl_worker_t *worker, const char *fmt, ...) {
  * worker.kafka.wait, saying what it waits for in the log and in /healthz,
  * and giving way to kl_worker_stop(). @returns the check's result, or
  * KL_ESTOPPED when stopped while waiting. */
-static kl_err_t kl_wait_for_kafka(kl_worker_t *worker) {
+static kl_err_t wait_for_kafka(kl_worker_t *worker) {
   int64_t wait_ms = kl__conf_int(worker->conf, "worker.kafka.wait");
   int64_t deadline = kl__mono_ns() + wait_ms * 1000000;
   const char *boot = kl_conf_get(worker->conf, "kafka.bootstrap.servers");
@@ -972,23 +962,23 @@ static kl_err_t kl_wait_for_kafka(kl_worker_t *worker) {
                  : left_ms > 5000 ? 5000
                  : left_ms > 1000 ? (int)left_ms
                                   : 1000;
-    err = kl_check_topic(worker, try_ms);
+    err = check_topic(worker, try_ms);
     left_ms = (deadline - kl__mono_ns()) / 1000000;
     if (err != KL_EKAFKA_TRANSIENT || left_ms <= 0 ||
         atomic_load(&worker->stop))
       break;
     char detail[256];
     snprintf(detail, sizeof(detail), "%s", kl_err_detail());
-    kl_set_why(worker,
-               "waiting for Kafka (%s) to answer for topic %s: %s; "
-               "next try in %d ms, giving up in %" PRId64 " s "
-               "(worker.kafka.wait, --kafka-wait)",
-               boot ? boot : "?", worker->topic, detail, backoff_ms,
-               left_ms / 1000);
+    set_why(worker,
+            "waiting for Kafka (%s) to answer for topic %s: %s; "
+            "next try in %d ms, giving up in %" PRId64 " s "
+            "(worker.kafka.wait, --kafka-wait)",
+            boot ? boot : "?", worker->topic, detail, backoff_ms,
+            left_ms / 1000);
     KL_LOG_W(KL_COMP, "%s", worker->why);
     for (int slept = 0; slept < backoff_ms && !atomic_load(&worker->stop);
          slept += 100)
-      kl_sleep_ms(100);
+      kl__sleep_ms(100);
   }
   atomic_store(&worker->waiting, 0);
   if (err == KL_EKAFKA_TRANSIENT && atomic_load(&worker->stop))
@@ -1006,13 +996,13 @@ static kl_err_t kl_wait_for_kafka(kl_worker_t *worker) {
 
 kl_err_t kl_worker_run(kl_worker_t *worker) {
   kl__err_clear();
-  kl_err_t err = kl_wait_for_kafka(worker);
+  kl_err_t err = wait_for_kafka(worker);
   if (err == KL_ESTOPPED)
     return KL_OK; /* stopped before it began: nothing to finish */
   if (!err)
     err = kl__dlq_check(worker->dlq, worker->topic);
   if (!err)
-    err = kl_check_retention(worker);
+    err = check_retention(worker);
   if (!err)
     err = kl__pool_new(worker->lanes, worker->threads, &worker->pool);
   if (err)
@@ -1026,15 +1016,15 @@ kl_err_t kl_worker_run(kl_worker_t *worker) {
   if (kerr)
     return kl__err(kl__kafka_err(kerr), "subscribe to %s: %s", worker->topic,
                    rd_kafka_err2str(kerr));
-  kl_worker_loop(worker);
+  worker_loop(worker);
   if (!worker->fatal)
-    kl_await_first_assignment(worker);
+    await_first_assignment(worker);
   if (worker->fatal)
     KL_LOG_W(KL_COMP, "closing the consumer: nothing more is committed");
   else if (*worker->instance_id)
     stay_in_group(worker);
   else
-    kl_leave_group(worker); /* revokes: lanes commit first */
+    leave_group(worker); /* revokes: lanes commit first */
   rd_kafka_consumer_close(worker->rk);
   kl__pool_destroy(worker->pool);
   worker->pool = NULL;

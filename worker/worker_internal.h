@@ -3,7 +3,7 @@
 #define KEYLANE_WORKER_INTERNAL_H
 
 #include "keylane/worker.h"
-#include "worker/lane_stall.h"
+#include "worker/lanes_stall.h"
 
 typedef struct kl__log_guard kl__log_guard_t; /* worker/log_guard.h */
 struct rd_kafka_conf_s;                       /* librdkafka/rdkafka.h */
@@ -100,7 +100,7 @@ void kl__worker_set_seek_hook(kl_worker_t *worker, kl__worker_seek_hook_fn *fn,
                               void *opaque);
 
 /**
- * The partitions @p worker owns, stalled or not (worker/lane_stall.h), up
+ * The partitions @p worker owns, stalled or not (worker/lanes_stall.h), up
  * to @p max into @p out. Any thread. @returns how many it owns.
  */
 size_t kl__worker_stalls(kl_worker_t *worker, kl__stall_t *out, size_t max);

@@ -3,7 +3,7 @@ metrics keylane exports.
 
 What keylane exports is read from its code: every name registered with
 kl__metrics_counter/gauge/gauge_fn/histogram, or a helper named like them
-(cli/metrics_server.c's kl_ms_counter), in every source folder
+(cli/metrics_server.c's ms_counter), in every source folder
 (a histogram also exports NAME_bucket, NAME_sum and NAME_count). A query is
 PromQL: once its strings, label matchers, ranges, grouping clauses and
 Grafana variables are removed, every identifier left is a PromQL function

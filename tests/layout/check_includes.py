@@ -26,9 +26,10 @@ def folder_of(path):
     return path.split("/", 1)[0]
 
 
-def check(root):
-    bad = []
-    for folder in ALLOWED:
+def sources(root, folders):
+    """Yields the path (from @p root) and text of each .c and .h file in
+    @p folders."""
+    for folder in folders:
         top = os.path.join(root, folder)
         for dirpath, _, names in os.walk(top):
             for name in sorted(names):
@@ -36,22 +37,28 @@ def check(root):
                     continue
                 path = os.path.relpath(os.path.join(dirpath, name), root)
                 with open(os.path.join(root, path), encoding="utf-8") as f:
-                    for no, line in enumerate(f, 1):
-                        m = INCLUDE.match(line)
-                        if not m or "/" not in m.group(1):
-                            continue
-                        target = folder_of(m.group(1))
-                        if target == "keylane" or target in ALLOWED[folder]:
-                            continue
-                        if target not in ALLOWED:
-                            continue  # a system header in quotes
-                        bad.append(
-                            f"{path}:{no}: includes \"{m.group(1)}\": {folder}/ "
-                            f"may include only "
-                            f"{', '.join(sorted(ALLOWED[folder] | {'keylane'}))}"
-                            f" ({target}/ depends on {folder}/ or is its peer: "
-                            f"move the code or the declaration to the lower "
-                            f"folder)")
+                    yield path, f.read()
+
+
+def check(root):
+    bad = []
+    for path, text in sources(root, ALLOWED):
+        folder = folder_of(path)
+        for no, line in enumerate(text.split("\n"), 1):
+            m = INCLUDE.match(line)
+            if not m or "/" not in m.group(1):
+                continue
+            target = folder_of(m.group(1))
+            if target == "keylane" or target in ALLOWED[folder]:
+                continue
+            if target not in ALLOWED:
+                continue  # a system header in quotes
+            bad.append(
+                f"{path}:{no}: includes \"{m.group(1)}\": {folder}/ "
+                f"may include only "
+                f"{', '.join(sorted(ALLOWED[folder] | {'keylane'}))}"
+                f" ({target}/ depends on {folder}/ or is its peer: "
+                f"move the code or the declaration to the lower folder)")
     return bad
 
 

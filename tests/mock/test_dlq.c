@@ -4,7 +4,7 @@
  *   producer's message.max.bytes fails to decode; its letter, with the
  *   keylane.dlq.* headers, is over the limit and refused for good. A
  *   truncated copy goes instead, saying so, and the partition moves on;
- * - a partition that does not (worker/lane_stall.h): /healthz answers 503
+ * - a partition that does not (worker/lanes_stall.h): /healthz answers 503
  *   naming it, and keylane_worker_partition_stalled is 1.
  */
 #include <setjmp.h>

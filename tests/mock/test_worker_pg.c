@@ -151,7 +151,7 @@ static void test_prefetch_covers_one_batch_on_pg(void **state) {
 /* Four partitions, the handler a millisecond slow, so that a 20 ms turn of
  * the poll thread holds a few dozen events: as one partition's group
  * transaction starts, the next one's begins and looks its ids up ahead,
- * while the first one's handlers run (lane_commit.c). Each event is still
+ * while the first one's handlers run (lanes_commit.c). Each event is still
  * applied once and each re-published one suppressed. */
 static void test_partitions_begin_ahead_on_pg(void **state) {
   kl_fx_t fx;

@@ -301,7 +301,7 @@ static void kl_admin_reload(PGconn *admin, const char *sql, const char *value) {
 }
 
 /* As the worker does: the batch looks its id up first, so that the
- * commit knows it was absent before (what kl_pg_landed() asks for). */
+ * commit knows it was absent before (what pg_landed() asks for). */
 static void kl_prefetch_one(kl_txn_t *txn, const char *id) {
   const char *ids[1] = {id};
   size_t lens[1] = {strlen(id)};

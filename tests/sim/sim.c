@@ -137,6 +137,7 @@
 #include <unistd.h>
 
 #include "common/mutant.h"
+#include "common/strbuf.h"
 #include "sim/sim.h"
 #include "support/pg.h"
 #include "support/skips.h"
@@ -365,8 +366,7 @@ static int read_replay(const char *path, opts_t *o, uint64_t **words,
     uint64_t w;
     if (sscanf(line, "%" SCNx64, &w) != 1)
       continue;
-    if (*n == cap)
-      *words = realloc(*words, (cap = cap ? cap * 2 : 256) * sizeof(**words));
+    *words = kl__grow(*words, &cap, *n, sizeof(**words), 256);
     (*words)[(*n)++] = w;
   }
   fclose(fp);

@@ -183,7 +183,8 @@ typedef struct sim_world {
   sim_key_t keys[SIM_MAXK];
   sim_log_t log[SIM_MAXP];
   sim_event_t *events;
-  uint32_t nevents, events_cap;
+  uint32_t nevents;
+  size_t events_cap;
   uint32_t *hash;
   size_t hash_cap;
   sim_letter_t *letters;

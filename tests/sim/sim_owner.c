@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/strbuf.h"
 #include "keylane/worker.h"
 #include "sim/sim.h"
 #include "store/outbox_rec.h"
@@ -207,10 +208,8 @@ int sim_owner_can_work(const sim_owner_t *o, int32_t part) {
 static void owner_dead_letter(sim_owner_t *o, int32_t part, uint64_t w) {
   sim_hold_t *h = &o->hold[part];
   int64_t f = h->wm;
-  if (W->nletters == W->letters_cap) {
-    W->letters_cap = W->letters_cap ? W->letters_cap * 2 : 64;
-    W->letters = realloc(W->letters, W->letters_cap * sizeof(*W->letters));
-  }
+  W->letters = kl__grow(W->letters, &W->letters_cap, W->nletters,
+                        sizeof(*W->letters), 64);
   uint32_t e = W->log[part].v[f]->event;
   W->letters[W->nletters++] = (sim_letter_t){part, f, e};
   W->stats.letters++;
@@ -411,10 +410,7 @@ static int publish_cb(void *opaque, uint64_t seq, const void *bytes,
           c->o->no, (int)rec.event.id_len, rec.event.id, (int)W->events[e].part,
           off);
   sim_owner_t *o = c->o;
-  if (o->nacks == o->acks_cap) {
-    o->acks_cap = o->acks_cap ? o->acks_cap * 2 : 64;
-    o->acks = realloc(o->acks, o->acks_cap * sizeof(*o->acks));
-  }
+  o->acks = kl__grow(o->acks, &o->acks_cap, o->nacks, sizeof(*o->acks), 64);
   o->acks[o->nacks++] = (kl__outbox_ack_t){c->part, seq};
   o->hold[c->part].after = seq;
   W->stats.published++;

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/hash.h"
+#include "common/strbuf.h"
 #include "handlers/ledger.h"
 #include "keylane/conf.h"
 #include "sim/sim.h"
@@ -96,10 +98,7 @@ void sim_lmdb_envs_tick(void) {
 /* ---- events and the log -------------------------------------------------- */
 
 static uint64_t event_hash(uint8_t key, const char *id, size_t id_len) {
-  uint64_t h = 14695981039346656037ULL ^ key;
-  for (size_t i = 0; i < id_len; i++)
-    h = (h ^ (unsigned char)id[i]) * 1099511628211ULL;
-  return h;
+  return kl__fnv1a_more(KL__FNV_SEED ^ key, id, id_len);
 }
 
 uint32_t sim_event_find(uint8_t key, const char *id, size_t id_len) {
@@ -130,19 +129,14 @@ static void hash_grow(void) {
 static void view_grow(sim_view_t *v, size_t n) {
   if (n <= v->cap)
     return;
-  size_t cap = v->cap ? v->cap * 2 : 1024;
-  while (cap < n)
-    cap *= 2;
-  v->marks = realloc(v->marks, cap * sizeof(*v->marks));
-  memset(v->marks + v->cap, 0, (cap - v->cap) * sizeof(*v->marks));
-  v->cap = cap;
+  size_t had = v->cap;
+  v->marks = kl__reserve(v->marks, &v->cap, n, sizeof(*v->marks), 1024);
+  memset(v->marks + had, 0, (v->cap - had) * sizeof(*v->marks));
 }
 
 uint32_t sim_event_add(uint8_t key, const char *id, size_t id_len) {
-  if (W->nevents == W->events_cap) {
-    W->events_cap = W->events_cap ? W->events_cap * 2 : 1024;
-    W->events = realloc(W->events, W->events_cap * sizeof(*W->events));
-  }
+  W->events =
+      kl__grow(W->events, &W->events_cap, W->nevents, sizeof(*W->events), 1024);
   uint32_t e = W->nevents++;
   sim_event_t *ev = &W->events[e];
   memset(ev, 0, sizeof(*ev));
@@ -167,10 +161,7 @@ int64_t sim_log_append(uint32_t e, void *bytes, size_t len) {
   sim_event_t *ev = &W->events[e];
   sim_key_t *k = &W->keys[ev->key];
   sim_log_t *log = &W->log[ev->part];
-  if (log->n == log->cap) {
-    log->cap = log->cap ? log->cap * 2 : 256;
-    log->v = realloc(log->v, log->cap * sizeof(*log->v));
-  }
+  log->v = kl__grow(log->v, &log->cap, log->n, sizeof(*log->v), 256);
   sim_rec_t *rec = calloc(1, sizeof(*rec));
   rec->event = e;
   rec->msg.partition = ev->part;
@@ -182,10 +173,7 @@ int64_t sim_log_append(uint32_t e, void *bytes, size_t len) {
   log->v[log->n++] = rec;
   if (ev->first < 0) {
     ev->first = rec->msg.offset;
-    if (k->n == k->cap) {
-      k->cap = k->cap ? k->cap * 2 : 64;
-      k->events = realloc(k->events, k->cap * sizeof(*k->events));
-    }
+    k->events = kl__grow(k->events, &k->cap, k->n, sizeof(*k->events), 64);
     ev->key_pos = (uint32_t)k->n;
     k->events[k->n++] = e;
   }

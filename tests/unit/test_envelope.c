@@ -17,6 +17,7 @@
 #include <pthread.h>
 
 #include "common/internal.h"
+#include "event/uuid.h"
 #include "keylane/event.h"
 
 #define assert_err(expr, want)                                                 \
@@ -918,6 +919,29 @@ static void test_make_id_ordered(void **state) {
 enum { THREADS = 4, PER_THREAD = 20000 };
 static char thread_ids[THREADS][PER_THREAD][37];
 
+/* A made id reads back into its bytes and writes out the same; uppercase,
+ * a wrong length or a misplaced dash is no canonical UUID. */
+static void test_uuid_parse_format(void **state) {
+  (void)state;
+  char id[37], text[36];
+  uint8_t b[16];
+  kl_event_make_id(id);
+  assert_int_equal(kl__uuid_parse(id, 36, b), 0);
+  kl__uuid_format(b, text);
+  assert_memory_equal(text, id, 36);
+  const char *ok = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
+  assert_int_equal(kl__uuid_parse(ok, 36, b), 0);
+  assert_int_equal(b[0], 0x01);
+  assert_int_equal(b[15], 0x5b);
+  assert_int_equal(
+      kl__uuid_parse("0190A1B2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", 36, b), -1);
+  assert_int_equal(kl__uuid_parse(ok, 35, b), -1);
+  assert_int_equal(
+      kl__uuid_parse("0190a1b2c-3d4-7e5f-8a9b-0c1d2e3f4a5b", 36, b), -1);
+  assert_int_equal(
+      kl__uuid_parse("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5g", 36, b), -1);
+}
+
 static void *make_ids(void *arg) {
   char(*ids)[37] = arg;
   for (int i = 0; i < PER_THREAD; i++)
@@ -947,6 +971,7 @@ static void test_make_id_threads(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_roundtrip_full),
+      cmocka_unit_test(test_uuid_parse_format),
       cmocka_unit_test(test_roundtrip_no_headers),
       cmocka_unit_test(test_roundtrip_empty_payload),
       cmocka_unit_test(test_roundtrip_max_sizes),

@@ -5,8 +5,8 @@
  * The worker's poll thread watches; /healthz and /metrics read
  * (cli/metrics_server.h).
  */
-#ifndef KEYLANE_WORKER_LANE_STALL_H
-#define KEYLANE_WORKER_LANE_STALL_H
+#ifndef KEYLANE_WORKER_LANES_STALL_H
+#define KEYLANE_WORKER_LANES_STALL_H
 
 #include <stddef.h>
 #include <stdint.h>

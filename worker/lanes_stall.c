@@ -1,5 +1,5 @@
-/* Stalled partitions (worker/lane_stall.h). */
-#include "worker/lane_stall.h"
+/* Stalled partitions (worker/lanes_stall.h). */
+#include "worker/lanes_stall.h"
 
 #include <inttypes.h>
 
@@ -10,7 +10,7 @@
 
 #define KL_COMP "worker"
 
-static void kl_lane_watch(kl__lane_t *lane, int64_t now_ns, int64_t stall_ms) {
+static void lane_watch(kl__lane_t *lane, int64_t now_ns, int64_t stall_ms) {
   int holding = lane->state == KL__LANE_OWNED && lane->ring_count > 0;
   if (!holding || lane->watermark != lane->stall_watermark ||
       lane->gen != lane->stall_gen) {
@@ -39,7 +39,7 @@ void kl__lanes_watch_stalls(kl__lanes_t *lanes, int64_t now_ns,
   pthread_mutex_lock(&lanes->mu);
   for (int32_t p = 0; p < lanes->count; p++)
     if (lanes->lanes[p])
-      kl_lane_watch(lanes->lanes[p], now_ns, stall_ms);
+      lane_watch(lanes->lanes[p], now_ns, stall_ms);
   pthread_mutex_unlock(&lanes->mu);
 }
 
@@ -49,8 +49,7 @@ void kl__lanes_watch_stalls(kl__lanes_t *lanes, int64_t now_ns,
  * KL_AGE_SCAN (the lanes' mutex is held: a window of undecodable records
  * must not make a scrape decode all of it). */
 #define KL_AGE_SCAN 64
-static int64_t kl_lane_oldest_ts(const kl__lane_t *lane,
-                                 kl_decoder_t *decoder) {
+static int64_t lane_oldest_ts(const kl__lane_t *lane, kl_decoder_t *decoder) {
   size_t n = lane->ring_count < KL_AGE_SCAN ? lane->ring_count : KL_AGE_SCAN;
   for (size_t i = 0; decoder && i < n; i++) {
     const kl__slot_t *slot = kl__lane_at(lane, i);
@@ -80,7 +79,7 @@ size_t kl__lanes_stalls(kl__lanes_t *lanes, kl__stall_t *out, size_t max) {
                              (now - lane->stall_since_ns) / 1000000,
                              lane->ring_count,
                              lane->watermark,
-                             kl_lane_oldest_ts(lane, decoder),
+                             lane_oldest_ts(lane, decoder),
                              lane->waiting.n};
     n++;
   }

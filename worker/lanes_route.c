@@ -33,8 +33,8 @@ void kl__lanes_route(kl__lanes_t *lanes, int32_t partitions,
   pthread_mutex_unlock(&lanes->mu);
 }
 
-static void kl_misrouted_warn(kl__lanes_t *lanes, const kl__lane_t *lane,
-                              const kl__slot_t *slot) {
+static void misrouted_warn(kl__lanes_t *lanes, const kl__lane_t *lane,
+                           const kl__slot_t *slot) {
   int64_t now = kl__mono_ns();
   if (lanes->misrouted_warned_ns &&
       now - lanes->misrouted_warned_ns < KL_MISROUTED_WARN_NS) {
@@ -79,7 +79,7 @@ void kl__lane_misrouted(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
   slot->forward = lanes->forward_misrouted;
   lane->misrouted++;
   lanes->misrouted_total++;
-  kl_misrouted_warn(lanes, lane, slot);
+  misrouted_warn(lanes, lane, slot);
   kl__lane_dead_letter(lanes, lane, slot, KL__DLQ_MISROUTED, run->why);
 }
 

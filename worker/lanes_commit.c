@@ -41,7 +41,7 @@ typedef struct kl_build {
 } kl_build_t;
 
 /* The offset of the first slot that is not final: the new watermark. */
-static int64_t kl_lane_first_open(const kl__lane_t *lane) {
+static int64_t lane_first_open(const kl__lane_t *lane) {
   for (size_t i = 0; i < lane->ring_count; i++) {
     const kl__slot_t *s = kl__lane_at(lane, i);
     if (s->state != KL__SLOT_DONE && s->state != KL__SLOT_DLQ_DONE)
@@ -50,7 +50,7 @@ static int64_t kl_lane_first_open(const kl__lane_t *lane) {
   return lane->next_offset;
 }
 
-static kl_err_t kl_build_entry(kl_txn_t *txn, const kl__ov_entry_t *e) {
+static kl_err_t build_entry(kl_txn_t *txn, const kl__ov_entry_t *e) {
   const unsigned char *key = e->key + 1;
   size_t len = e->key_len - 1;
   if (e->key[0] == KL__OV_ID)
@@ -80,7 +80,8 @@ static kl_err_t build_last(kl__lanes_t *lanes, kl__lane_t *lane,
   return kl__txn_set_last(b->txn, ident, len);
 }
 
-static kl_err_t kl_build(kl__lanes_t *lanes, kl__lane_t *lane, kl_build_t *b) {
+static kl_err_t commit_build(kl__lanes_t *lanes, kl__lane_t *lane,
+                             kl_build_t *b) {
   size_t n;
   kl__ov_entry_t *list = kl__ov_take_dirty(&lane->ov, &n);
   b->gen = lane->ov.gen - 1;
@@ -91,7 +92,7 @@ static kl_err_t kl_build(kl__lanes_t *lanes, kl__lane_t *lane, kl_build_t *b) {
   for (kl__ov_entry_t *e = list; e; e = e->dnext) {
     b->built[b->nbuilt++] = e;
     if (!err)
-      err = kl_build_entry(b->txn, e);
+      err = build_entry(b->txn, e);
   }
   b->slots = lane->final;
   memset(&lane->final, 0, sizeof(lane->final));
@@ -105,7 +106,7 @@ static kl_err_t kl_build(kl__lanes_t *lanes, kl__lane_t *lane, kl_build_t *b) {
     kl__emits_free(s->emits); /* a rewind runs its event again */
     s->emits = NULL;
   }
-  b->watermark = kl_lane_first_open(lane);
+  b->watermark = lane_first_open(lane);
   return err ? err : build_last(lanes, lane, b);
 }
 
@@ -146,8 +147,8 @@ void kl__lanes_commit_kafka(kl__lanes_t *lanes, int64_t now_ns, int now_too) {
 
 /* An applied event's latencies: publish (its envelope's ts, a wall clock)
  * and taken from the consumer (the monotonic clock) to now, its commit. */
-static void kl_observe_applied(kl__lanes_t *lanes, const kl__slot_t *s,
-                               int64_t now_ms, int64_t now_ns) {
+static void observe_applied(kl__lanes_t *lanes, const kl__slot_t *s,
+                            int64_t now_ms, int64_t now_ns) {
   /* Negative when the producer's clock runs ahead of this host's. */
   int64_t since_ts = now_ms - s->ts_ms;
   kl__series_observe(lanes->latency, since_ts > 0 ? (double)since_ts / 1e3 : 0);
@@ -155,7 +156,8 @@ static void kl_observe_applied(kl__lanes_t *lanes, const kl__slot_t *s,
                      (double)(now_ns - s->taken_ns) / 1e9);
 }
 
-static void kl_committed(kl__lanes_t *lanes, kl__lane_t *lane, kl_build_t *b) {
+static void commit_committed(kl__lanes_t *lanes, kl__lane_t *lane,
+                             kl_build_t *b) {
   lane->ov.committed_gen = b->gen;
   int64_t now_ms = kl__now_ms(), now_ns = kl__mono_ns();
   for (size_t i = 0; i < b->slots.n; i++) {
@@ -166,7 +168,7 @@ static void kl_committed(kl__lanes_t *lanes, kl__lane_t *lane, kl_build_t *b) {
       lanes->duplicates++;
     } else if (s->state == KL__SLOT_DONE) {
       lanes->applied++;
-      kl_observe_applied(lanes, s, now_ms, now_ns);
+      observe_applied(lanes, s, now_ms, now_ns);
     }
   }
   /* An entry may go once stored, if no event of its key runs or waits:
@@ -187,8 +189,8 @@ static void kl_committed(kl__lanes_t *lanes, kl__lane_t *lane, kl_build_t *b) {
 }
 
 /* The store refused or failed: nothing of the build is applied. */
-static void kl_commit_failed(kl__lanes_t *lanes, kl__lane_t *lane, kl_err_t err,
-                             const char *detail) {
+static void commit_failed(kl__lanes_t *lanes, kl__lane_t *lane, kl_err_t err,
+                          const char *detail) {
   int ms = lane->commit_backoff_ms ? lane->commit_backoff_ms
                                    : (int)lanes->retry_initial_ms;
   char text[KL__ESCAPED_SIZE(512)]; /* a store's error may quote a key */
@@ -205,7 +207,7 @@ static void kl_commit_failed(kl__lanes_t *lanes, kl__lane_t *lane, kl_err_t err,
 
 /* Takes @p lane's open group txn, or begins one, and builds it into @p b.
  * A lane that cannot is dealt with here. @returns nonzero when built. */
-static int kl_build_lane(kl__lanes_t *lanes, kl__lane_t *lane, kl_build_t *b) {
+static int build_lane(kl__lanes_t *lanes, kl__lane_t *lane, kl_build_t *b) {
   kl_err_t err = KL_OK;
   char detail[512] = "";
   memset(b, 0, sizeof(*b));
@@ -226,14 +228,14 @@ static int kl_build_lane(kl__lanes_t *lanes, kl__lane_t *lane, kl_build_t *b) {
     snprintf(detail, sizeof(detail), "%s", err ? kl_err_detail() : "");
     pthread_mutex_lock(&lanes->mu);
   }
-  if (!err && (err = kl_build(lanes, lane, b)) != KL_OK) {
+  if (!err && (err = commit_build(lanes, lane, b)) != KL_OK) {
     snprintf(detail, sizeof(detail), "%s", kl_err_detail());
     kl_store_abort(b->txn);
   }
   if (err == KL_EFENCED)
     kl__lane_fenced(lanes, lane);
   else if (err)
-    kl_commit_failed(lanes, lane, err, detail);
+    commit_failed(lanes, lane, err, detail);
   if (err) {
     free(b->built);
     free(b->slots.v);
@@ -242,8 +244,8 @@ static int kl_build_lane(kl__lanes_t *lanes, kl__lane_t *lane, kl_build_t *b) {
 }
 
 /* Commits the builds @p b in one store commit and applies each outcome. */
-static void kl_commit_builds(kl__lanes_t *lanes, kl_build_t *b,
-                             kl__store_commit_t *c, size_t n) {
+static void commit_builds(kl__lanes_t *lanes, kl_build_t *b,
+                          kl__store_commit_t *c, size_t n) {
   pthread_mutex_unlock(&lanes->mu);
   for (size_t i = 0; i < n; i++) {
     if (lanes->applier.before_commit)
@@ -263,13 +265,13 @@ static void kl_commit_builds(kl__lanes_t *lanes, kl_build_t *b,
   for (size_t i = 0; i < n; i++) {
     kl__lane_t *lane = b[i].lane;
     if (!c[i].err) {
-      kl_committed(lanes, lane, &b[i]);
+      commit_committed(lanes, lane, &b[i]);
       if (b[i].emits) /* the poll loop publishes them (outbox.c) */
         kl__outbox_committed(lanes->outbox, lane->partition, lane->gen);
     } else if (c[i].err == KL_EFENCED) {
       kl__lane_fenced(lanes, lane);
     } else {
-      kl_commit_failed(lanes, lane, c[i].err, c[i].why);
+      commit_failed(lanes, lane, c[i].err, c[i].why);
     }
     free(b[i].built);
     free(b[i].slots.v);
@@ -281,8 +283,8 @@ static void kl_commit_builds(kl__lanes_t *lanes, kl_build_t *b,
  * that are not due let theirs go when they hold nothing to commit (a batch
  * begun ahead, say), or that begin could wait for connections only this
  * thread can give back. mu held. */
-static void kl_lanes_room_for_builds(kl__lanes_t *lanes, kl__lane_t *const *due,
-                                     size_t n) {
+static void lanes_room_for_builds(kl__lanes_t *lanes, kl__lane_t *const *due,
+                                  size_t n) {
   int begins = 0;
   for (size_t i = 0; i < n; i++)
     begins |= !due[i]->batch;
@@ -296,7 +298,7 @@ static void kl_lanes_room_for_builds(kl__lanes_t *lanes, kl__lane_t *const *due,
 }
 
 void kl__lanes_commit(kl__lanes_t *lanes, kl__lane_t *const *due, size_t n) {
-  kl_lanes_room_for_builds(lanes, due, n);
+  lanes_room_for_builds(lanes, due, n);
   kl_build_t one_build;
   kl__store_commit_t one_commit;
   kl_build_t *b = n > 1 ? malloc(n * sizeof(*b)) : NULL;
@@ -305,8 +307,8 @@ void kl__lanes_commit(kl__lanes_t *lanes, kl__lane_t *const *due, size_t n) {
     free(b);
     free(c);
     for (size_t i = 0; i < n; i++)
-      if (kl_build_lane(lanes, due[i], &one_build))
-        kl_commit_builds(lanes, &one_build, &one_commit, 1);
+      if (build_lane(lanes, due[i], &one_build))
+        commit_builds(lanes, &one_build, &one_commit, 1);
     return;
   }
   /* Builds begin store txns: at most txn_max held at once, or a begin
@@ -314,13 +316,13 @@ void kl__lanes_commit(kl__lanes_t *lanes, kl__lane_t *const *due, size_t n) {
   size_t built = 0;
   for (size_t i = 0; i < n; i++) {
     if (lanes->txn_max && built >= lanes->txn_max) {
-      kl_commit_builds(lanes, b, c, built);
+      commit_builds(lanes, b, c, built);
       built = 0;
     }
-    built += kl_build_lane(lanes, due[i], &b[built]);
+    built += build_lane(lanes, due[i], &b[built]);
   }
   if (built)
-    kl_commit_builds(lanes, b, c, built);
+    commit_builds(lanes, b, c, built);
   free(b);
   free(c);
 }
@@ -331,8 +333,8 @@ void kl__lanes_commit(kl__lanes_t *lanes, kl__lane_t *const *due, size_t n) {
  * transaction holds about a batch, and the next one would look the rest
  * up again, each id about window/batch times. Poll thread. @returns a
  * malloc()ed array of *@p n, or NULL. */
-static rd_kafka_message_t **kl_window_msgs(kl__lanes_t *lanes, kl__lane_t *lane,
-                                           int64_t from, size_t *n) {
+static rd_kafka_message_t **window_msgs(kl__lanes_t *lanes, kl__lane_t *lane,
+                                        int64_t from, size_t *n) {
   pthread_mutex_lock(&lanes->mu);
   size_t max =
       lane->ring_count < lanes->batch_max ? lane->ring_count : lanes->batch_max;
@@ -353,7 +355,7 @@ static rd_kafka_message_t **kl_window_msgs(kl__lanes_t *lanes, kl__lane_t *lane,
  * store.pg.pool), they end first, committed when they hold final events
  * and rolled back when they hold none; otherwise the begin would wait for
  * connections only this thread can give back. Poll thread, mu not held. */
-static void kl_lanes_make_room(kl__lanes_t *lanes, const kl__lane_t *lane) {
+static void lanes_make_room(kl__lanes_t *lanes, const kl__lane_t *lane) {
   pthread_mutex_lock(&lanes->mu);
   size_t open = 0, n = 0;
   for (int32_t p = 0; p < lanes->count; p++)
@@ -377,13 +379,13 @@ static void kl_lanes_make_room(kl__lanes_t *lanes, const kl__lane_t *lane) {
 /* The group transaction looks the ids of the lane's window up a chunk at a
  * time (kl__apply_prefetch()) before their handlers run: when it begins,
  * and when @p job is past what it looked up. */
-static kl_err_t kl_lanes_prefetch(kl__lanes_t *lanes, const kl__job_t *job) {
+static kl_err_t lanes_prefetch(kl__lanes_t *lanes, const kl__job_t *job) {
   kl__lane_t *lane = job->lane;
   if (!kl__store_has_prefetch(lanes->store) ||
       job->msg->offset < lane->prefetched_to)
     return KL_OK;
   size_t n;
-  rd_kafka_message_t **msgs = kl_window_msgs(lanes, lane, job->msg->offset, &n);
+  rd_kafka_message_t **msgs = window_msgs(lanes, lane, job->msg->offset, &n);
   kl_err_t err = kl__apply_prefetch(&lanes->applier, lane->batch, msgs, n, 0);
   if (n)
     lane->prefetched_to = msgs[n - 1]->offset + 1;
@@ -397,7 +399,7 @@ static kl_err_t kl_lanes_prefetch(kl__lanes_t *lanes, const kl__job_t *job) {
  * handlers run, instead of after them. Only on an idle pooled connection
  * and within txn_max; a lane that cannot simply begins when its turn
  * comes. Poll thread, mu not held. */
-static void kl_lanes_ahead(kl__lanes_t *lanes, const kl__lane_t *lane) {
+static void lanes_ahead(kl__lanes_t *lanes, const kl__lane_t *lane) {
   if (!kl__store_has_prefetch(lanes->store))
     return;
   kl__lane_t *next = NULL;
@@ -414,7 +416,7 @@ static void kl_lanes_ahead(kl__lanes_t *lanes, const kl__lane_t *lane) {
   if (!next || (lanes->txn_max && open >= lanes->txn_max))
     return;
   size_t n;
-  rd_kafka_message_t **msgs = kl_window_msgs(lanes, next, 0, &n);
+  rd_kafka_message_t **msgs = window_msgs(lanes, next, 0, &n);
   kl_txn_t *txn;
   if (n && kl__apply_begin_ahead(&lanes->applier, next->partition, next->epoch,
                                  msgs, n, &txn) == KL_OK) {
@@ -438,7 +440,7 @@ kl_err_t kl__lanes_batch(kl__lanes_t *lanes, const kl__job_t *job,
     lane->batch = NULL;
   }
   if (!lane->batch && lanes->txn_max)
-    kl_lanes_make_room(lanes, lane);
+    lanes_make_room(lanes, lane);
   if (!lane->batch) {
     err = kl_store_begin(lanes->store, lanes->topic, job->partition, job->epoch,
                          &lane->batch);
@@ -446,8 +448,8 @@ kl_err_t kl__lanes_batch(kl__lanes_t *lanes, const kl__job_t *job,
     starts = 1;
   }
   if (!err && starts)
-    kl_lanes_ahead(lanes, lane);
-  if (!err && (err = kl_lanes_prefetch(lanes, job))) {
+    lanes_ahead(lanes, lane);
+  if (!err && (err = lanes_prefetch(lanes, job))) {
     kl_store_abort(lane->batch);
     lane->batch = NULL;
     /* What the lane's final events wrote was in it: they run again. */
@@ -483,7 +485,7 @@ void kl__lane_fenced(kl__lanes_t *lanes, kl__lane_t *lane) {
 }
 
 /* Puts @p slot, not final, at the end of its key's FIFO. */
-static void kl_fifo_append(kl__slot_t *slot) {
+static void fifo_append(kl__slot_t *slot) {
   kl__lkey_t *key = slot->key;
   slot->next = NULL;
   if (key->tail)
@@ -531,7 +533,7 @@ void kl__lane_rewind(kl__lanes_t *lanes, kl__lane_t *lane) {
                    KL_MARK_DEAD_LETTER);
       continue;
     }
-    kl_fifo_append(s);
+    fifo_append(s);
     if (s->key->head == s && s->state == KL__SLOT_QUEUED)
       kl__ready_push(lane, s);
   }
@@ -539,7 +541,7 @@ void kl__lane_rewind(kl__lanes_t *lanes, kl__lane_t *lane) {
 
 /* ---- giving a lane up --------------------------------------------------- */
 
-static size_t kl_lane_letters_inflight(const kl__lane_t *lane) {
+static size_t lane_letters_inflight(const kl__lane_t *lane) {
   size_t n = 0;
   for (size_t i = 0; i < lane->dlq.n; i++)
     n += lane->dlq.v[i]->dlq_inflight;
@@ -549,9 +551,9 @@ static size_t kl_lane_letters_inflight(const kl__lane_t *lane) {
 /* Gives the lane's letters in flight a while to be acknowledged, so that
  * their slots commit now instead of being dead-lettered again by the next
  * owner. */
-static void kl_lane_drain_letters(kl__lanes_t *lanes, kl__lane_t *lane) {
+static void lane_drain_letters(kl__lanes_t *lanes, kl__lane_t *lane) {
   int64_t deadline = kl__mono_ns() + KL_DLQ_DRAIN_MS * 1000000LL;
-  while (kl_lane_letters_inflight(lane) && kl__mono_ns() < deadline) {
+  while (lane_letters_inflight(lane) && kl__mono_ns() < deadline) {
     pthread_mutex_unlock(&lanes->mu);
     kl__dlq_poll(lanes->dlq, 50);
     pthread_mutex_lock(&lanes->mu);
@@ -570,7 +572,7 @@ int64_t kl__lanes_release(kl__lanes_t *lanes, int32_t partition, int commit,
     lane->state = KL__LANE_DRAINING;
   kl__lane_wait_idle(lanes, lane);
   if (commit && lane->state == KL__LANE_DRAINING) {
-    kl_lane_drain_letters(lanes, lane);
+    lane_drain_letters(lanes, lane);
     if (lane->rewind) /* its txn was lost: only what is final commits */
       kl__lane_rewind(lanes, lane);
     /* One waiting on a store error holds the rest: its next owner runs
@@ -602,7 +604,7 @@ void kl__lane_dead_letter(kl__lanes_t *lanes, kl__lane_t *lane,
   slot->reason = reason;
   slot->due_ns = 0;                 /* at once */
   char text[KL__ESCAPED_SIZE(512)]; /* the handler's or decoder's text */
-  if (reason != KL__DLQ_MISROUTED)  /* routing.c warns, rate-limited */
+  if (reason != KL__DLQ_MISROUTED)  /* lanes_route.c warns, rate-limited */
     KL_LOG_W(KL_COMP,
              "dead letter partition=%" PRId32 " offset=%" PRId64
              " reason=%s attempts=%d: %s",
@@ -615,8 +617,8 @@ void kl__lane_dead_letter(kl__lanes_t *lanes, kl__lane_t *lane,
 
 /* Kafka refused @p slot's whole letter for good: a truncated copy goes
  * instead, at once, or the partition would never move on. */
-static void kl_letter_refused(kl__lane_t *lane, kl__slot_t *slot,
-                              const char *why) {
+static void letter_refused(kl__lane_t *lane, kl__slot_t *slot,
+                           const char *why) {
   KL_LOG_W(KL_COMP,
            "dead letter partition=%" PRId32 " offset=%" PRId64
            " (%zu bytes) was refused for good (%s): a truncated copy is "
@@ -626,8 +628,8 @@ static void kl_letter_refused(kl__lane_t *lane, kl__slot_t *slot,
   slot->due_ns = 0;
 }
 
-static kl_err_t kl_letter_send(kl__lanes_t *lanes, kl__lane_t *lane,
-                               kl__slot_t *slot) {
+static kl_err_t letter_send(kl__lanes_t *lanes, kl__lane_t *lane,
+                            kl__slot_t *slot) {
   int misrouted = slot->reason == KL__DLQ_MISROUTED;
   kl__dlq_letter_t letter = {slot->msg,
                              slot->reason,
@@ -643,18 +645,18 @@ static kl_err_t kl_letter_send(kl__lanes_t *lanes, kl__lane_t *lane,
   return kl__dlq_send(lanes->dlq, lanes->topic, &letter, &ref);
 }
 
-static void kl_lane_send_letters(kl__lanes_t *lanes, kl__lane_t *lane,
-                                 int64_t now) {
+static void lane_send_letters(kl__lanes_t *lanes, kl__lane_t *lane,
+                              int64_t now) {
   for (size_t i = 0; i < lane->dlq.n; i++) {
     kl__slot_t *s = lane->dlq.v[i];
     if (s->dlq_inflight || now < s->due_ns)
       continue;
-    kl_err_t err = kl_letter_send(lanes, lane, s);
+    kl_err_t err = letter_send(lanes, lane, s);
     if (err == KL_EKAFKA && !s->refused) {
-      kl_letter_refused(lane, s,
-                        "message size too large for the "
-                        "dead-letter producer's message.max.bytes");
-      err = kl_letter_send(lanes, lane, s);
+      letter_refused(lane, s,
+                     "message size too large for the "
+                     "dead-letter producer's message.max.bytes");
+      err = letter_send(lanes, lane, s);
     }
     if (err == KL_OK) {
       s->dlq_inflight = 1;
@@ -672,12 +674,12 @@ void kl__lanes_send_dead_letters(kl__lanes_t *lanes, int64_t now) {
   for (int32_t p = 0; p < lanes->count; p++) {
     kl__lane_t *lane = lanes->lanes[p];
     if (lane && lane->state == KL__LANE_OWNED && lane->dlq.n)
-      kl_lane_send_letters(lanes, lane, now);
+      lane_send_letters(lanes, lane, now);
   }
 }
 
-static void kl_letter_acked(kl__lanes_t *lanes, kl__lane_t *lane,
-                            kl__slot_t *slot) {
+static void letter_acked(kl__lanes_t *lanes, kl__lane_t *lane,
+                         kl__slot_t *slot) {
   kl__slots_remove(&lane->dlq, slot);
   if (slot->id && kl__ov_set(&lane->ov, slot->key, KL__OV_ID, slot->id,
                              slot->id_len, NULL, 0, KL_MARK_DEAD_LETTER))
@@ -708,7 +710,7 @@ void kl__lanes_dlq_ack(void *opaque, const kl__dlq_ref_t *ref, kl_err_t err,
   if (slot && slot->state == KL__SLOT_DLQ_PENDING) {
     slot->dlq_inflight = 0;
     if (err == KL_EKAFKA && !slot->refused) {
-      kl_letter_refused(lane, slot, errstr);
+      letter_refused(lane, slot, errstr);
     } else if (err) {
       KL_LOG_W(KL_COMP,
                "dead letter partition=%" PRId32 " offset=%" PRId64
@@ -716,7 +718,7 @@ void kl__lanes_dlq_ack(void *opaque, const kl__dlq_ref_t *ref, kl_err_t err,
                ref->partition, ref->offset, errstr);
       slot->due_ns = kl__mono_ns() + 1000000000LL;
     } else {
-      kl_letter_acked(lanes, lane, slot);
+      letter_acked(lanes, lane, slot);
     }
   }
   pthread_mutex_unlock(&lanes->mu);
