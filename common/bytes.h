@@ -2,7 +2,8 @@
  * Big-endian integers in byte buffers, at any alignment: the order of the
  * store's keys and records (so that numbers sort as bytes), of msgpack
  * and of PostgreSQL's binary values. Compilers turn the loops into one
- * load or store and a byte swap. And the value of a hex digit.
+ * load or store and a byte swap. And hex digits: their value, and bytes
+ * written as them.
  */
 #ifndef KEYLANE_COMMON_BYTES_H
 #define KEYLANE_COMMON_BYTES_H
@@ -32,6 +33,17 @@ static inline int kl__hex_value(int c) {
          : c >= 'a' && c <= 'f' ? c - 'a' + 10
          : c >= 'A' && c <= 'F' ? c - 'A' + 10
                                 : -1;
+}
+
+/** Writes the @p n bytes at @p p as 2 * @p n lowercase hex digits at
+ *  @p out (no NUL). */
+static inline void kl__hex_encode(const void *p, size_t n, char *out) {
+  static const char digits[] = "0123456789abcdef";
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = digits[b[i] >> 4];
+    out[2 * i + 1] = digits[b[i] & 15];
+  }
 }
 
 static inline void kl__put_be32(void *p, uint32_t v) {

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bytes.h"
+
 /* Room for @p extra more bytes plus a NUL; doubles to keep appends O(1). */
 static bool strbuf_reserve(kl__strbuf_t *sb, size_t extra) {
   if (sb->failed)
@@ -125,13 +127,11 @@ static size_t escape_one(const unsigned char *p, size_t left, char out[8],
     memcpy(out, p, n);
     return n;
   }
-  static const char hex[] = "0123456789abcdef";
   for (size_t j = 0; j < *used; j++) {
     char *o = out + 4 * j;
     o[0] = '\\';
     o[1] = 'x';
-    o[2] = hex[p[j] >> 4];
-    o[3] = hex[p[j] & 0xf];
+    kl__hex_encode(p + j, 1, o + 2);
   }
   return 4 * *used;
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/internal.h"
 #include "store/outbox_rec.h"
 #include "store/pg.h"
@@ -26,7 +27,6 @@ static void pg_int_param(char *buf, size_t size, int64_t v) {
  * (text), in emit order, with 16 bytes to spare after its NUL.
  * @returns a malloc()ed string, or NULL. */
 static char *pg_recs_array(const kl__emits_t *emits) {
-  static const char hex[] = "0123456789abcdef";
   size_t size = 3 + emits->len * 2 + emits->count * 6 + 16, len = 0;
   char *text = malloc(size);
   if (!text)
@@ -39,11 +39,8 @@ static char *pg_recs_array(const kl__emits_t *emits) {
       text[len++] = ',';
     memcpy(text + len, "\"\\\\x", 4);
     len += 4;
-    for (size_t i = 0; i < n; i++) {
-      unsigned char b = ((const unsigned char *)rec)[i];
-      text[len++] = hex[b >> 4];
-      text[len++] = hex[b & 15];
-    }
+    kl__hex_encode(rec, n, text + len);
+    len += 2 * n;
     text[len++] = '"';
   }
   text[len++] = '}';

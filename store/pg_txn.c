@@ -762,12 +762,7 @@ static kl_err_t pg_add_fence(kl_pg_txn_t *txn, kl_pg_commit_t *c,
   snprintf(c->dup, sizeof(c->dup), "%" PRIu64, txn->duplicates);
   snprintf(c->dl, sizeof(c->dl), "%" PRIu64, dead);
   snprintf(c->epoch, sizeof(c->epoch), "%" PRIu64, txn->epoch);
-  static const char hex[] = "0123456789abcdef";
-  const unsigned char *last = (const unsigned char *)txn->base.last;
-  for (size_t i = 0; i < txn->base.last_len; i++) {
-    c->last[2 * i] = hex[last[i] >> 4];
-    c->last[2 * i + 1] = hex[last[i] & 15];
-  }
+  kl__hex_encode(txn->base.last, txn->base.last_len, c->last);
   c->last[2 * txn->base.last_len] = '\0';
   const char *text[] = {txn->topic, c->part,  c->wm,   c->app, c->dup,
                         c->dl,      c->epoch, c->last, NULL};

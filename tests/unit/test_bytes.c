@@ -48,6 +48,15 @@ static void test_hex_value(void **state) {
   assert_int_equal(kl__hex_value((char)0xe9), -1);
 }
 
+static void test_hex_encode(void **state) {
+  (void)state;
+  char out[9] = "????????";
+  kl__hex_encode((const unsigned char[]){0x00, 0x9f, 0xa0, 0xff}, 4, out);
+  assert_string_equal(out, "009fa0ff");
+  kl__hex_encode("", 0, out);
+  assert_string_equal(out, "009fa0ff"); /* nothing written */
+}
+
 static void test_sleep_ms(void **state) {
   (void)state;
   int64_t start = kl__mono_ns();
@@ -90,6 +99,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_big_endian_round_trip),
       cmocka_unit_test(test_hex_value),
+      cmocka_unit_test(test_hex_encode),
       cmocka_unit_test(test_sleep_ms),
       cmocka_unit_test(test_oom_logs_and_aborts),
   };
