@@ -60,7 +60,12 @@ for r in $(seq 1 "$ROUNDS"); do
       sleep 0.5
     done
     kill "$worker"
-    wait "$worker" || true
+    # SIGTERM is a graceful stop: anything but exit 0 is a failed run
+    if ! wait "$worker"; then
+      echo "bench_clients: the $kind worker of round $r failed; its log:" >&2
+      tail -n 20 "$W/worker-$kind-$r.log" >&2
+      exit 1
+    fi
     eps "$W/$kind.result" >>"$W/$kind.worker-runs"
     rm -rf "$W/store-$kind-$r"
   done
