@@ -150,13 +150,13 @@ size_t kl__emit_id(const kl__emit_src_t *src, char out[KL_ID_MAX + 1]) {
 }
 
 /* The decimal number of @p len digits at @p s (at most @p max of them, no
- * leading zero), or -1. */
+ * leading zero), or -1; also -1 past INT64_MAX (19 digits may be). */
 static int64_t emit_num(const char *s, size_t len, int max) {
   if (len == 0 || len > (size_t)max || (len > 1 && s[0] == '0'))
     return -1;
   int64_t v = 0;
   for (size_t i = 0; i < len; i++) {
-    if (s[i] < '0' || s[i] > '9')
+    if (s[i] < '0' || s[i] > '9' || v > (INT64_MAX - (s[i] - '0')) / 10)
       return -1;
     v = v * 10 + (s[i] - '0');
   }

@@ -15,7 +15,8 @@
 #   FUZZERS="units gateway_body" tests/fuzz/run.sh 60   (a subset)
 # Each corpus grows in build-fuzz/corpus-NAME (the envelope's in
 # build-fuzz/corpus) for the next run; findings go to build-fuzz/artifacts/
-# (reproduce: build-fuzz/bin/fuzz_NAME FILE).
+# (reproduce: build-fuzz/bin/fuzz_NAME FILE). Every finding is kept in the
+# repository, in tests/fuzz/corpus/NAME/, and replayed before fuzzing.
 set -eu
 
 seconds=${1:-30}
@@ -158,18 +159,38 @@ for f in $fuzzers; do
   mkdir -p "$corpus"
   log="$out/fuzz_$f.log"
   rc=0
+  # Every input a fuzzer ever found a problem with is kept in
+  # tests/fuzz/corpus/NAME and replayed first, each once: a bug found once
+  # fails every run after its fix is undone, not one run in many.
+  kept="$root/tests/fuzz/corpus/$f"
+  if [ -d "$kept" ] && [ -n "$(ls -A "$kept")" ]; then
+    # shellcheck disable=SC2046
+    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
+    UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+      "$bin/fuzz_$f" $(find "$kept" -type f | sort) >"$log.kept" 2>&1 || rc=$?
+    if [ "$rc" -ne 0 ] || grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|CHECK failed|SUMMARY: ' "$log.kept"; then
+      echo "run.sh: fuzz_$f fails on an input kept in tests/fuzz/corpus/$f (exit $rc); see $log.kept" >&2
+      tail -n 40 "$log.kept" >&2
+      failed="$failed $f"
+      continue
+    fi
+    echo "run.sh: fuzz_$f: the $(find "$kept" -type f | wc -l) kept inputs pass"
+  else
+    kept=''
+  fi
   # shellcheck disable=SC2086
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
     "$bin/fuzz_$f" -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -print_final_stats=1 $dict \
-    -artifact_prefix="$out/artifacts/$f-" "$@" "$corpus" "$seeds" \
+    -artifact_prefix="$out/artifacts/$f-" "$@" "$corpus" "$seeds" $kept \
     >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1)
   if [ "$rc" -ne 0 ] || grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|CHECK failed|SUMMARY: ' "$log"; then
-    echo "run.sh: fuzz_$f found a problem (exit $rc); see $log and $out/artifacts/" >&2
+    echo "run.sh: fuzz_$f found a problem (exit $rc); see $log and $out/artifacts/;" \
+      "keep the input that found it in tests/fuzz/corpus/$f/ with its fix" >&2
     tail -n 40 "$log" >&2
     failed="$failed $f"
   else
