@@ -55,8 +55,17 @@ status=0
 KEYLANE_DOCS_ENV=$W/env.sh setsid timeout 600 "$VENV/bin/prysk" --shell=/bin/bash $pages >"$W/prysk.out" 2>&1 &
 GROUP=$!
 wait "$GROUP" || status=$?
-GROUP=''
 cat "$W/prysk.out"
+# A page stops what it starts, as a reader's terminal would be left clean:
+# a process of the group still running now is a failure, then ended.
+left=$(pgrep -g "$GROUP" -a || true)
+if [ -n "$left" ]; then
+  echo "FAILED: the pages left these running (stop them in the page):"
+  echo "$left"
+  kill -KILL -- "-$GROUP" 2>/dev/null
+  status=1
+fi
+GROUP=
 if [ "$status" != 0 ]; then
   for out in "$W"/t/blocks/*.out; do
     [ -s "$out" ] || continue
