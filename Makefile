@@ -44,7 +44,9 @@ demo: build
 #      single-node Apache Kafka that ctest fixtures start and stop;
 #   3. the fault suite on a real 3-node cluster (-V: it prints its figures);
 #   4. the sanitizer passes (ASan/UBSan, then TSan), then the fuzzer for a
-#      bounded time.
+#      bounded time (after replaying every input it ever found a bug with);
+#   5. leftovers: no process of the build directories outlives its test
+#      (tests/support/leftovers.sh ends and names any, and the step fails).
 # Before them all, the format check: every tracked C file as clang-format-14
 # lays it out (tests/format-check.sh; it installs clang-format-14).
 # Every step runs even when an earlier one failed, so one run shows every
@@ -61,7 +63,8 @@ TEST_STEPS = \
   "fault suite|cd $(BUILD) && ctest --output-on-failure -V -L '^fault$$'" \
   "sanitizers|$(MAKE) test-asan" \
   "thread sanitizer|$(MAKE) test-tsan" \
-  "fuzz|$(MAKE) fuzz"
+  "fuzz|$(MAKE) fuzz" \
+  "leftovers|tests/support/leftovers.sh $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-fuzz"
 
 test: test-deps build
 	@failed=''; for step in $(TEST_STEPS); do \
