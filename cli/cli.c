@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/config_file.h"
 #include "common/internal.h"
 
 volatile int kl__cli_stop;
@@ -62,11 +63,15 @@ int kl__cli_conf_x(const char *sub, kl_conf_t *conf, const char *arg) {
   key[n] = '\0';
   /* Like kcat, a bare librdkafka property is accepted too. */
   char full[300];
+  const char *name = key;
   if (strncmp(key, "kafka.", 6) != 0 && !kl_conf_get(conf, key)) {
     snprintf(full, sizeof(full), "kafka.%s", key);
-    return kl__cli_conf_set(sub, conf, full, eq + 1);
+    name = full;
   }
-  return kl__cli_conf_set(sub, conf, key, eq + 1);
+  if (kl__cli_conf_set(sub, conf, name, eq + 1))
+    return -1;
+  kl__config_note(name, "-X");
+  return 0;
 }
 
 kl_err_t kl__cli_pos_parse(const kl__opt_t *opt, const char *text,

@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "cli/config_file.h"
 #include "cli/opts.h"
 #include "common/conf.h"
 
@@ -130,7 +131,35 @@ static const char md_intro[] =
     "`MiB`... too).\n"
     "\n"
     "`keylane config` prints this reference; `keylane config --json`\n"
-    "prints it for scripts.\n";
+    "prints it for scripts.\n"
+    "\n"
+    "## From a file and the environment\n"
+    "\n"
+    "Every subcommand takes `--config FILE`; without it, the file named by\n"
+    "`KEYLANE_CONFIG`, if set. A line is `key = value` (lines beginning\n"
+    "with `#` and blank lines are skipped) of the keys `-X` takes, and\n"
+    "`store.uri`, the default of `--store`. A value is the rest of the\n"
+    "line; `${NAME}` is the environment variable NAME and `@/path` the\n"
+    "contents of that file less its trailing newline (a Kubernetes Secret\n"
+    "mounted as a file), both read at start: a variable that is not set or\n"
+    "a file that cannot be read is an error naming the line. `-X` and\n"
+    "flags override the file. A file that holds a secret and that others\n"
+    "may read draws a warning.\n"
+    "\n"
+    "Secrets (`kafka.sasl.password`, `kafka.ssl.key.password`,\n"
+    "`kafka.sasl.oauthbearer.*`, any key ending in `password` or holding\n"
+    "`secret`, the password of a store URI) belong in such a file, not on\n"
+    "the command line, where every user of the host can read them.\n"
+    "`keylane config --config FILE` prints the effective configuration,\n"
+    "each key with where it came from, and never a secret's value:\n"
+    "\n"
+    "```\n"
+    "kafka.sasl.password = (secret)  # /etc/keylane/worker.conf:4 "
+    "(${KAFKA_PASSWORD})\n"
+    "store.uri = postgresql://keylane:***@db/keylane  # "
+    "/etc/keylane/worker.conf:5\n"
+    "worker.max.attempts = 3  # -X\n"
+    "```\n";
 
 /* Text for a table cell: '|', '*', '<', '>' and a '_' at a word's edge
  * would be read as markdown. */
@@ -210,10 +239,59 @@ static int config_print_json(FILE *out) {
   return rc;
 }
 
+/* ---- the effective configuration ----------------------------------------- */
+
+/* Every key of the table, then the kafka.* keys and store.uri that were
+ * set, with its value (a secret's never) and where it came from. */
+static int print_effective(FILE *out, const kl_conf_t *conf,
+                           const char *store_uri, int json) {
+  json_t *rows = json_array();
+  const kl__conf_key_t *k;
+  const char *name;
+  char buf[1024];
+  for (size_t i = 0; (k = kl__conf_key_at(i)); i++) {
+    const char *src = kl__config_source(k->name);
+    json_array_append_new(
+        rows, json_pack("{ssssss}", "key", k->name, "value",
+                        kl__config_shown(k->name, kl_conf_get(conf, k->name),
+                                         buf, sizeof(buf)),
+                        "source", src ? src : "default"));
+  }
+  for (size_t i = 0; (name = kl__config_noted(i)); i++) {
+    const char *v = strcmp(name, "store.uri") == 0    ? store_uri
+                    : strncmp(name, "kafka.", 6) == 0 ? kl_conf_get(conf, name)
+                                                      : NULL;
+    if (v)
+      json_array_append_new(
+          rows, json_pack("{ssssss}", "key", name, "value",
+                          kl__config_shown(name, v, buf, sizeof(buf)), "source",
+                          kl__config_source(name)));
+  }
+  int rc = KL_EXIT_OK;
+  if (json) {
+    json_t *o = json_pack("{so}", "settings", rows);
+    rc = json_dumpf(o, out, JSON_COMPACT) == 0 ? KL_EXIT_OK : KL_EXIT_FAIL;
+    fputc('\n', out);
+    json_decref(o);
+    return rc;
+  }
+  size_t i;
+  json_t *row;
+  json_array_foreach(rows, i, row) {
+    fprintf(out, "%s = %s  # %s\n",
+            json_string_value(json_object_get(row, "key")),
+            json_string_value(json_object_get(row, "value")),
+            json_string_value(json_object_get(row, "source")));
+  }
+  json_decref(rows);
+  return rc;
+}
+
 /* ---- the command -------------------------------------------------------- */
 
 typedef struct config_args {
   int json, markdown;
+  const char *store;
 } config_args_t;
 
 static const kl__opt_t config_opts[] = {
@@ -226,30 +304,50 @@ static const kl__opt_t config_opts[] = {
      .kind = KL__OPT_FLAG,
      .off = offsetof(config_args_t, markdown),
      .help = "the reference as markdown: docs/configuration.md"},
+    {.name = "store",
+     .kind = KL__OPT_STRING,
+     .meta = "STORE",
+     .off = offsetof(config_args_t, store),
+     .help = "the store a command would use (shown without its password)"},
     {0}};
 
 static const kl__cmd_t config_cmd = {
     .name = SUB,
-    .usage = "[--json | --markdown]",
+    .usage = "[--json | --markdown]\n"
+             "[--config FILE] [-X NAME=VALUE]... [--json]",
     .about =
         "Prints every configuration key: its type, its default, the values\n"
         "it takes and what it does. Subcommands that take a configuration\n"
-        "set a key with -X NAME=VALUE; many have a flag for it too.\n",
+        "set a key with -X NAME=VALUE or in a --config FILE; many have a\n"
+        "flag for it too.\n\n"
+        "Given a file (--config, or KEYLANE_CONFIG) or -X, it prints the\n"
+        "effective configuration instead: every key with its value and where\n"
+        "it came from (default, FILE:LINE, -X), the file's kafka.* keys and\n"
+        "store.uri included. A secret's value (a password, a private key, a\n"
+        "SASL credential, the password of a store URI) is never printed.\n",
     .opts = config_opts,
     .examples = "  keylane config\n"
                 "  keylane config --json | jq '.keys[] | select(.name | "
                 "startswith(\"gateway.\"))'\n"
-                "  keylane config --markdown > docs/configuration.md\n"};
+                "  keylane config --markdown > docs/configuration.md\n"
+                "  keylane config --config /etc/keylane/worker.conf --json\n",
+    .conf = true};
 
 int kl__cmd_config(int argc, char **argv) {
   config_args_t a = {0};
   int first;
-  int rc = kl__opts_parse(&config_cmd, argc, argv, &a, NULL, &first);
+  kl_conf_t *conf = kl_conf_new();
+  if (!conf)
+    return kl__cli_fail(SUB, "out of memory");
+  int rc = kl__opts_parse(&config_cmd, argc, argv, &a, conf, &first);
+  if (rc < 0 && a.json && a.markdown)
+    rc = kl__cli_usage(SUB, "--json and --markdown do not go together: "
+                            "pick one");
+  if (rc < 0 && !a.markdown && (kl__config_noted(0) || a.store))
+    rc = print_effective(stdout, conf, a.store, a.json);
+  kl_conf_destroy(conf);
   if (rc >= 0)
     return rc;
-  if (a.json && a.markdown)
-    return kl__cli_usage(SUB, "--json and --markdown do not go together: "
-                              "pick one");
   if (a.json)
     return config_print_json(stdout);
   a.markdown ? print_markdown(stdout) : print_text(stdout);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/config_file.h"
 #include "common/conf.h"
 #include "common/internal.h"
 #include "common/units.h"
@@ -22,6 +23,15 @@ static const kl__opt_t set_opt = {
     .help = "a keylane key (`keylane config` lists them) or a librdkafka "
             "property (kafka.NAME, or NAME alone); repeatable"};
 
+static const kl__opt_t config_opt = {
+    .name = "config",
+    .kind = KL__OPT_STRING,
+    .meta = "FILE",
+    .help = "settings from FILE, key = value lines of the keys -X takes and "
+            "store.uri (the default of --store); a value may be ${ENV_NAME} "
+            "or @/path/to/file. KEYLANE_CONFIG names the file when this is "
+            "not given; -X and flags override it"};
+
 /* An option as it applies: its own settings, else its conf key's. */
 typedef struct resolved {
   kl__opt_kind_t kind;
@@ -34,7 +44,9 @@ typedef struct parser {
   const kl__cmd_t *cmd;
   void *args;
   kl_conf_t *conf;
-  unsigned char *seen; /* by index in cmd->opts */
+  unsigned char *seen;   /* by index in cmd->opts */
+  const char *config;    /* --config's FILE as argv spells it, or NULL */
+  const char *store_uri; /* store.uri of the file, or NULL */
 } parser_t;
 
 static bool opt_is_end(const kl__opt_t *o) {
@@ -49,15 +61,16 @@ static size_t opt_count(const kl__cmd_t *cmd) {
 }
 
 /* The @p i th option: the table's, then -X/--set when the command takes a
- * conf, then -h/--help; NULL past the last. */
+ * conf, then --config and -h/--help; NULL past the last. */
 static const kl__opt_t *opt_at(const kl__cmd_t *cmd, size_t i) {
+  static const kl__opt_t *const common[] = {&config_opt, &help_opt};
   size_t n = opt_count(cmd);
   if (i < n)
     return &cmd->opts[i];
   i -= n;
-  if (cmd->conf && i == 0)
+  if (cmd->conf && i-- == 0)
     return &set_opt;
-  return i == (cmd->conf ? 1u : 0u) ? &help_opt : NULL;
+  return i < 2 ? common[i] : NULL;
 }
 
 static kl__opt_kind_t kind_of_key(kl__conf_type_t type) {
@@ -198,8 +211,10 @@ static int missing_value(const parser_t *p, const kl__opt_t *o) {
 static int opt_set_key(const parser_t *p, const kl__opt_t *o,
                        const char *value) {
   char errstr[512];
+  char source[96];
+  snprintf(source, sizeof(source), "--%s", o->name);
   if (kl_conf_set(p->conf, o->key, value, errstr, sizeof(errstr)) == KL_OK)
-    return -1;
+    return kl__config_note(o->key, source), -1;
   return kl__cli_usage(p->cmd->name, "--%s: %s", o->name, errstr);
 }
 
@@ -212,6 +227,13 @@ static int take(const parser_t *p, const kl__opt_t *o, const char *text) {
   }
   if (o == &set_opt)
     return kl__cli_conf_x(p->cmd->name, p->conf, text) ? KL_EXIT_USAGE : -1;
+  if (o == &config_opt) /* read before the rest (config_load()) */
+    return p->config ? -1
+                     : kl__cli_usage(p->cmd->name, "write --config FILE in "
+                                                   "full: it is read before "
+                                                   "the other options");
+  if (!o->key && strcmp(o->name, "store") == 0)
+    kl__config_note("store.uri", "--store");
   void *field = (char *)p->args + o->off;
   if (o->parse)
     return o->parse(o, text, field) == KL_OK
@@ -348,16 +370,46 @@ static int scan(parser_t *p, int argc, char **argv, char **pos, int *npos) {
   return rc;
 }
 
+/* The file of --config (its last exact spelling in argv, up to "--") or of
+ * KEYLANE_CONFIG, read into the conf before the command line, which
+ * overrides it. */
+static int config_load(parser_t *p, int argc, char **argv) {
+  const char *path = NULL;
+  for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+    if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+      path = p->config = argv[++i];
+    else if (strncmp(argv[i], "--config=", 9) == 0)
+      path = p->config = argv[i] + 9;
+  }
+  if (!path)
+    path = getenv(KL__CONFIG_ENV);
+  if (!path || !*path)
+    return -1;
+  return kl__config_load(p->cmd->name, path, p->conf, &p->store_uri);
+}
+
+/* store.uri of the file, for a --store the command line does not give
+ * (a STRING: the field points at the file's value). */
+static int store_from_config(parser_t *p) {
+  const kl__opt_t *o;
+  for (size_t i = 0; p->store_uri && (o = opt_at(p->cmd, i)); i++)
+    if (o->name && !o->key && strcmp(o->name, "store") == 0 && !p->seen[i])
+      *(const char **)((char *)p->args + o->off) = p->store_uri;
+  return -1;
+}
+
 int kl__opts_parse(const kl__cmd_t *cmd, int argc, char **argv, void *args,
                    kl_conf_t *conf, int *first) {
-  parser_t p = {cmd, args, conf, calloc(opt_count(cmd) + 2, 1)};
+  parser_t p = {cmd, args, conf, calloc(opt_count(cmd) + 3, 1), NULL, NULL};
   char **pos = calloc((size_t)argc + 1, sizeof(*pos));
   int npos = 0, rc;
   *first = argc;
   if (!p.seen || !pos || (cmd->conf && !conf))
     rc = kl__cli_fail(cmd->name, "out of memory");
   else if ((rc = apply_defaults(&p)) < 0 &&
-           (rc = scan(&p, argc, argv, pos, &npos)) < 0) {
+           (rc = config_load(&p, argc, argv)) < 0 &&
+           (rc = scan(&p, argc, argv, pos, &npos)) < 0 &&
+           (rc = store_from_config(&p)) < 0) {
     if (npos && !cmd->args)
       rc = kl__cli_usage(cmd->name, "unexpected argument \"%s\"%s%s", pos[0],
                          cmd->no_args ? ": " : "",

@@ -332,6 +332,29 @@ static kl_err_t conf_set_kafka(kl_conf_t *conf, const char *name,
   return KL_OK;
 }
 
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+bool kl__conf_is_secret(const char *name) {
+  if (strncmp(name, "kafka.", 6) == 0)
+    name += 6;
+  return ends_with(name, "password") || strstr(name, "secret") ||
+         strncmp(name, "sasl.oauthbearer.", 17) == 0 ||
+         strncmp(name, "ssl.key.", 8) == 0 ||
+         strcmp(name, "sasl.jaas.config") == 0;
+}
+
+bool kl__conf_is_keylane_group(const char *name) {
+  size_t len = strcspn(name, ".");
+  const kl__conf_key_t *k;
+  for (size_t i = 0; name[len] && (k = kl__conf_key_at(i)); i++)
+    if (strncmp(k->name, name, len + 1) == 0)
+      return true;
+  return false;
+}
+
 kl_err_t kl_conf_set(kl_conf_t *conf, const char *key, const char *value,
                      char *errstr, size_t errstr_size) {
   kl__err_clear();

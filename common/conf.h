@@ -40,6 +40,17 @@ const kl__conf_key_t *kl__conf_key_at(size_t i);
 /** @returns the key named @p name, or NULL (also for every kafka.* name). */
 const kl__conf_key_t *kl__conf_key_find(const char *name);
 
+/** @returns whether @p name is a secret, whose value is never shown: a
+ *  librdkafka password, secret, private key or SASL credential
+ *  (kafka.sasl.password, kafka.ssl.key.pem, kafka.sasl.oauthbearer.*,
+ *  kafka.sasl.jaas.config, any *password or *secret). */
+bool kl__conf_is_secret(const char *name);
+
+/** @returns whether @p name is in a group of the table's ("worker.",
+ *  "store.", ...): a keylane key, known or not, never a librdkafka
+ *  property written without its kafka. prefix. */
+bool kl__conf_is_keylane_group(const char *name);
+
 /** @returns whether @p value is one of @p values ("a|b|c"). */
 bool kl__conf_enum_has(const char *values, const char *value);
 

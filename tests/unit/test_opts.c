@@ -388,7 +388,7 @@ static void test_every_subcommand_help(void **state) {
       {{"worker"}, 1},         {{"ledger"}, 0},
       {{"demo"}, 0},           {{"replay"}, 1},
       {{"inspect"}, 1},        {{"doctor"}, 1},
-      {{"config"}, 0},         {{"store", "migrate"}, 0},
+      {{"config"}, 1},         {{"store", "migrate"}, 0},
       {{"store", "stats"}, 0}, {{"store", "keys"}, 0},
       {{"store", "get"}, 0},   {{"store", "rebuild"}, 1},
       {{"store", "reset"}, 0}, {{"store", "outbox"}, 0},
@@ -408,6 +408,7 @@ static void test_every_subcommand_help(void **state) {
     if (r.rc != 0 || strncmp(r.out, usage, strlen(usage)) != 0 ||
         !strstr(r.out, "\noptions:\n") || !strstr(r.out, "  -h, --help ") ||
         !strstr(r.out, "\nexamples:\n  ") ||
+        !strstr(r.out, "      --config FILE ") ||
         !strstr(r.out, "  -X, --set NAME=VALUE ") != !subs[i].conf)
       fail_msg("keylane %s %s --help: exit %d:\n%s%s", argv[0],
                n > 1 ? argv[1] : "", r.rc, r.out, r.err);

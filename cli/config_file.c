@@ -1,0 +1,260 @@
+/* --config FILE and KEYLANE_CONFIG (config_file.h). */
+#include "cli/config_file.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "common/conf.h"
+#include "common/internal.h"
+#include "common/log.h"
+#include "common/strbuf.h"
+
+#define LINE_MAX_BYTES 65536
+#define SECRET_FILE_MAX 65536
+#define COMP "config"
+
+static char *xstrdup(const char *s) {
+  char *d = strdup(s);
+  if (!d)
+    kl__oom(COMP);
+  return d;
+}
+
+/* ---- where each setting came from --------------------------------------- */
+
+typedef struct note {
+  char *key, *source;
+} note_t;
+
+static note_t *notes;
+static size_t notes_n, notes_cap;
+
+void kl__config_note(const char *key, const char *source) {
+  for (size_t i = 0; i < notes_n; i++)
+    if (strcmp(notes[i].key, key) == 0) {
+      free(notes[i].source);
+      notes[i].source = xstrdup(source);
+      return;
+    }
+  note_t *grown = kl__grow(notes, &notes_cap, notes_n, sizeof(*notes), 16);
+  if (!grown)
+    kl__oom(COMP);
+  notes = grown;
+  notes[notes_n++] = (note_t){xstrdup(key), xstrdup(source)};
+}
+
+const char *kl__config_source(const char *key) {
+  for (size_t i = 0; i < notes_n; i++)
+    if (strcmp(notes[i].key, key) == 0)
+      return notes[i].source;
+  return NULL;
+}
+
+const char *kl__config_noted(size_t i) {
+  return i < notes_n ? notes[i].key : NULL;
+}
+
+/* ---- what may be shown --------------------------------------------------- */
+
+/* A PostgreSQL URI's password: "scheme://user:PASSWORD@host" and
+ * "password=..." in its query or in a keyword connection string. */
+static const char *uri_shown(const char *value, char *buf, size_t size) {
+  const char *scheme = strstr(value, "://");
+  const char *at = scheme ? strchr(scheme + 3, '@') : NULL;
+  const char *colon =
+      at ? memchr(scheme + 3, ':', (size_t)(at - scheme - 3)) : NULL;
+  const char *kw = strstr(value, "password=");
+  if (colon) {
+    snprintf(buf, size, "%.*s:***%s", (int)(colon - value), value, at);
+    value = buf;
+    kw = strstr(value, "password=");
+  }
+  if (kw) {
+    const char *end = kw + 9 + strcspn(kw + 9, "& \t");
+    char tail[1024];
+    snprintf(tail, sizeof(tail), "%s", end);
+    snprintf(buf, size, "%.*spassword=***%s", (int)(kw - value), value, tail);
+    value = buf;
+  }
+  return value;
+}
+
+const char *kl__config_shown(const char *key, const char *value, char *buf,
+                             size_t size) {
+  if (kl__conf_is_secret(key))
+    return "(secret)";
+  if (strcmp(key, "store.uri") == 0 || strcmp(key, "--store") == 0)
+    return uri_shown(value, buf, size);
+  return value;
+}
+
+/* ---- reading the file ---------------------------------------------------- */
+
+typedef struct reader {
+  const char *sub, *path;
+  int line;
+  struct stat st;
+  int secret; /* a secret's value is written in the file itself */
+} reader_t;
+
+static int line_fail(const reader_t *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int line_fail(const reader_t *r, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  return kl__cli_usage(r->sub, "%s:%d: %s", r->path, r->line, msg);
+}
+
+static char *trim(char *s) {
+  while (*s == ' ' || *s == '\t')
+    s++;
+  size_t n = strlen(s);
+  while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' ||
+               s[n - 1] == '\n'))
+    s[--n] = '\0';
+  return s;
+}
+
+static void warn_loose(const reader_t *r, const char *path, mode_t mode) {
+  fprintf(stderr,
+          "keylane %s: warning: %s holds a secret and others may read it "
+          "(mode %04o): chmod 600 %s\n",
+          r->sub, path, (unsigned)(mode & 07777), path);
+}
+
+/* The contents of @p path, less one trailing newline (a secret file). */
+static int read_secret(const reader_t *r, const char *key, const char *path,
+                       char **out) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return line_fail(r, "%s: cannot read its file: %s", key, strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077) &&
+      kl__conf_is_secret(key))
+    warn_loose(r, path, st.st_mode);
+  char *v = kl__xcalloc(SECRET_FILE_MAX + 1, 1, COMP);
+  size_t n = fread(v, 1, SECRET_FILE_MAX + 1, f);
+  fclose(f);
+  if (n > SECRET_FILE_MAX) {
+    free(v);
+    return line_fail(r, "%s: %s is over %d bytes", key, path, SECRET_FILE_MAX);
+  }
+  v[n] = '\0';
+  if (n && v[n - 1] == '\n')
+    v[--n] = '\0';
+  if (n && v[n - 1] == '\r')
+    v[--n] = '\0';
+  *out = v;
+  return -1;
+}
+
+/* The value of @p text: ${NAME}, @/path, or itself; *@p how says which. */
+static int value_of(reader_t *r, const char *key, const char *text, char **out,
+                    char *how, size_t how_size) {
+  size_t n = strlen(text);
+  how[0] = '\0';
+  if (n > 3 && text[0] == '$' && text[1] == '{' && text[n - 1] == '}') {
+    char name[256];
+    snprintf(name, sizeof(name), "%.*s", (int)(n - 3), text + 2);
+    const char *v = getenv(name);
+    if (!v)
+      return line_fail(r,
+                       "%s = ${%s}: the environment has no such variable: "
+                       "export it, or set the key another way",
+                       key, name);
+    snprintf(how, how_size, " (${%s})", name);
+    *out = xstrdup(v);
+  } else if (text[0] == '@') {
+    snprintf(how, how_size, " (@%s)", text + 1);
+    return read_secret(r, key, text + 1, out);
+  } else {
+    char shown[1024];
+    r->secret |= kl__conf_is_secret(key) ||
+                 (strcmp(key, "store.uri") == 0 &&
+                  uri_shown(text, shown, sizeof(shown)) != text);
+    *out = xstrdup(text);
+  }
+  return -1;
+}
+
+/* One "key = value" line into @p conf. */
+static int take_line(reader_t *r, char *line, kl_conf_t *conf,
+                     const char **store_uri) {
+  char *s = trim(line);
+  if (!*s || *s == '#')
+    return -1;
+  char *eq = strchr(s, '=');
+  if (!eq)
+    return line_fail(r, "no '=' on the line: write key = value");
+  *eq = '\0';
+  char *key = trim(s), *text = trim(eq + 1);
+  if (!*key)
+    return line_fail(r, "a line has no key before '='");
+  char full[300];
+  /* Like -X, a librdkafka property may come without its kafka. prefix. */
+  if (strcmp(key, "store.uri") != 0 && strncmp(key, "kafka.", 6) != 0 &&
+      !kl__conf_is_keylane_group(key) && strlen(key) < sizeof(full) - 6) {
+    snprintf(full, sizeof(full), "kafka.%s", key);
+    key = full;
+  }
+  char *value = NULL, how[300], source[4400];
+  int rc = value_of(r, key, text, &value, how, sizeof(how));
+  if (rc >= 0)
+    return rc;
+  if (strcmp(key, "store.uri") == 0) {
+    *store_uri = value; /* kept for the life of the process */
+  } else {
+    char errstr[512];
+    kl_err_t err = kl_conf_set(conf, key, value, errstr, sizeof(errstr));
+    free(value);
+    if (err && kl__conf_is_secret(key)) /* errstr may hold the value */
+      return line_fail(r, "%s: its value is refused (not shown: a secret)",
+                       key);
+    if (err)
+      return line_fail(r, "%s", errstr);
+  }
+  snprintf(source, sizeof(source), "%s:%d%s", r->path, r->line, how);
+  kl__config_note(key, source);
+  return -1;
+}
+
+int kl__config_load(const char *sub, const char *path, kl_conf_t *conf,
+                    const char **store_uri) {
+  reader_t r = {.sub = sub, .path = path};
+  *store_uri = NULL;
+  FILE *f = fopen(path, "r");
+  if (!f || fstat(fileno(f), &r.st) != 0) {
+    int e = errno;
+    if (f)
+      fclose(f);
+    return kl__cli_usage(sub, "--config %s: cannot read it: %s", path,
+                         strerror(e));
+  }
+  kl_conf_t *scratch = conf ? NULL : kl_conf_new();
+  if (!conf && !scratch)
+    kl__oom(COMP);
+  char *line = kl__xcalloc(LINE_MAX_BYTES, 1, COMP);
+  int rc = -1;
+  while (rc < 0 && fgets(line, LINE_MAX_BYTES, f)) {
+    r.line++;
+    if (!strchr(line, '\n') && !feof(f))
+      rc = line_fail(&r, "the line is over %d bytes", LINE_MAX_BYTES - 1);
+    else
+      rc = take_line(&r, line, conf ? conf : scratch, store_uri);
+  }
+  free(line);
+  fclose(f);
+  kl_conf_destroy(scratch);
+  if (rc < 0 && r.secret && (r.st.st_mode & 077))
+    warn_loose(&r, path, r.st.st_mode);
+  return rc;
+}
