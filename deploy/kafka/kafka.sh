@@ -34,6 +34,10 @@ TOOL_JVM_OPTS="-Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Djava.awt.head
 # listener on BASE+100+i-1. Default 19092..19094 and 19192..19194.
 DEFAULT_BASE_PORT=19092
 CONTROLLER_OFFSET=100
+# With --secure: a SASL_SSL listener on BASE+200+i-1, a mutual-TLS one on
+# BASE+300+i-1 (the brokers talk to each other on PLAINTEXT).
+SASL_SSL_OFFSET=200
+MTLS_OFFSET=300
 
 say() { printf 'kafka.sh: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -43,9 +47,13 @@ usage() {
 usage: kafka.sh COMMAND [ARGS] [--dir DATA_DIR]
 
   fetch                          download Kafka $KAFKA_VERSION jars into $LIBS
-  start --nodes 1|3 [--base-port P] [--config KEY=VALUE]...
+  start --nodes 1|3 [--base-port P] [--secure] [--config KEY=VALUE]...
                                  format (first time) and start a cluster; the
-                                 last stdout line is the bootstrap string
+                                 last stdout line is the bootstrap string.
+                                 --secure adds a SASL_SSL listener (PLAIN and
+                                 SCRAM-SHA-512 users) and a mutual-TLS one,
+                                 with a CA made for the cluster: DATA_DIR/
+                                 tls/secure.env says where (see README.md)
   stop                           SIGTERM every node, SIGKILL after ${STOP_TIMEOUT}s
   status                         one line per node; exit 0 only if all run
   bootstrap                      print the bootstrap string
@@ -171,7 +179,7 @@ cds_adopt() {
 
 # DATA_DIR/cluster.env records what `start` laid out; every other command
 # reads it, so ports and node count are given once.
-C_NODES='' C_BASE='' C_ID='' C_VERSION=''
+C_NODES='' C_BASE='' C_ID='' C_VERSION='' C_SECURE=0
 
 load_cluster() {
   local k v
@@ -179,7 +187,7 @@ load_cluster() {
   while IFS='=' read -r k v; do
     case $k in
       nodes) C_NODES=$v ;; base_port) C_BASE=$v ;;
-      cluster_id) C_ID=$v ;; version) C_VERSION=$v ;;
+      cluster_id) C_ID=$v ;; version) C_VERSION=$v ;; secure) C_SECURE=$v ;;
     esac
   done <"$DIR/cluster.env"
   [[ $C_NODES =~ ^[13]$ && $C_BASE =~ ^[0-9]+$ && -n $C_ID ]] || die "$DIR/cluster.env is damaged; run: kafka.sh clean --dir $DIR"
@@ -191,6 +199,8 @@ require_cluster() {
 
 broker_port() { echo $((C_BASE + $1 - 1)); }
 controller_port() { echo $((C_BASE + CONTROLLER_OFFSET + $1 - 1)); }
+sasl_ssl_port() { echo $((C_BASE + SASL_SSL_OFFSET + $1 - 1)); }
+mtls_port() { echo $((C_BASE + MTLS_OFFSET + $1 - 1)); }
 node_dir() { echo "$DIR/node$1"; }
 
 bootstrap() {
@@ -249,11 +259,18 @@ write_props() {
     echo "process.roles=broker,controller"
     echo "node.id=$i"
     echo "controller.quorum.voters=$voters"
-    echo "listeners=PLAINTEXT://127.0.0.1:$(broker_port "$i"),CONTROLLER://127.0.0.1:$(controller_port "$i")"
-    echo "advertised.listeners=PLAINTEXT://127.0.0.1:$(broker_port "$i")"
+    if [ "$C_SECURE" = 1 ]; then
+      echo "listeners=PLAINTEXT://127.0.0.1:$(broker_port "$i"),CONTROLLER://127.0.0.1:$(controller_port "$i"),SASL_SSL://127.0.0.1:$(sasl_ssl_port "$i"),SSL://127.0.0.1:$(mtls_port "$i")"
+      echo "advertised.listeners=PLAINTEXT://127.0.0.1:$(broker_port "$i"),SASL_SSL://127.0.0.1:$(sasl_ssl_port "$i"),SSL://127.0.0.1:$(mtls_port "$i")"
+      echo "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL"
+      secure_props
+    else
+      echo "listeners=PLAINTEXT://127.0.0.1:$(broker_port "$i"),CONTROLLER://127.0.0.1:$(controller_port "$i")"
+      echo "advertised.listeners=PLAINTEXT://127.0.0.1:$(broker_port "$i")"
+      echo "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+    fi
     echo "controller.listener.names=CONTROLLER"
     echo "inter.broker.listener.name=PLAINTEXT"
-    echo "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
     echo "log.dirs=$nd/data"
     echo "num.partitions=1"
     echo "default.replication.factor=$rf"
@@ -281,6 +298,85 @@ write_props() {
   } >"$nd/server.properties"
 }
 
+# ---------------------------------------------------------------- TLS and SASL
+
+# --secure: a CA of the cluster's own, the brokers' certificate (for
+# 127.0.0.1 and localhost), a client certificate for the mutual-TLS
+# listener, another CA that signed nothing here (a client that trusts it
+# must fail), and random passwords for the SASL users, all in DATA_DIR/tls,
+# readable by the owner only. secure.env lists them for tests and scripts.
+TLS_DAYS=7
+SCRAM_USER=keylane-scram
+PLAIN_USER=keylane-plain
+
+tls_dir() { echo "$DIR/tls"; }
+
+make_cert() { # NAME CN SAN: NAME.key and NAME.pem, signed by ca
+  local t name=$1 cn=$2 san=$3
+  t=$(tls_dir)
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$t/$name.key" -subj "/CN=$cn" \
+    -out "$t/$name.csr" 2>/dev/null
+  printf 'subjectAltName=%s\n' "$san" >"$t/$name.ext"
+  openssl x509 -req -in "$t/$name.csr" -CA "$t/ca.pem" -CAkey "$t/ca.key" -CAcreateserial \
+    -days "$TLS_DAYS" -extfile "$t/$name.ext" -out "$t/$name.pem" 2>/dev/null
+  rm -f "$t/$name.csr" "$t/$name.ext"
+}
+
+make_tls() {
+  local t ca
+  t=$(tls_dir)
+  [ -f "$t/secure.env" ] && return 0
+  command -v openssl >/dev/null || die "--secure needs openssl: apt-get install openssl"
+  (
+    umask 077
+    mkdir -p "$t"
+    for ca in ca other-ca; do
+      openssl req -x509 -newkey rsa:2048 -nodes -days "$TLS_DAYS" -subj "/CN=keylane test $ca" \
+        -keyout "$t/$ca.key" -out "$t/$ca.pem" 2>/dev/null
+    done
+    make_cert broker localhost "IP:127.0.0.1,DNS:localhost"
+    make_cert client keylane-client "DNS:keylane-client"
+    cat "$t/broker.key" "$t/broker.pem" >"$t/broker-keystore.pem"
+    head -c 18 /dev/urandom | base64 | tr '+/' '-_' >"$t/scram.password"
+    head -c 18 /dev/urandom | base64 | tr '+/' '-_' >"$t/plain.password"
+  ) || die "could not make the test CA and certificates in $t"
+  write_secure_env
+}
+
+write_secure_env() {
+  local t i sasl='' mtls=''
+  t=$(tls_dir)
+  for ((i = 1; i <= C_NODES; i++)); do
+    sasl+="${sasl:+,}127.0.0.1:$(sasl_ssl_port "$i")"
+    mtls+="${mtls:+,}127.0.0.1:$(mtls_port "$i")"
+  done
+  {
+    echo "SASL_SSL_BOOTSTRAP=$sasl"
+    echo "MTLS_BOOTSTRAP=$mtls"
+    echo "CA=$t/ca.pem"
+    echo "OTHER_CA=$t/other-ca.pem"
+    echo "CLIENT_CERT=$t/client.pem"
+    echo "CLIENT_KEY=$t/client.key"
+    echo "SCRAM_USER=$SCRAM_USER"
+    echo "SCRAM_PASSWORD_FILE=$t/scram.password"
+    echo "PLAIN_USER=$PLAIN_USER"
+    echo "PLAIN_PASSWORD_FILE=$t/plain.password"
+  } >"$t/secure.env"
+}
+
+secure_props() {
+  local t
+  t=$(tls_dir)
+  echo "ssl.keystore.type=PEM"
+  echo "ssl.keystore.location=$t/broker-keystore.pem"
+  echo "ssl.truststore.type=PEM"
+  echo "ssl.truststore.location=$t/ca.pem"
+  echo "listener.name.ssl.ssl.client.auth=required"
+  echo "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512"
+  echo "listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$PLAIN_USER=\"$(cat "$t/plain.password")\";"
+  echo "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;"
+}
+
 tool_java() {
   local rc=0
   # shellcheck disable=SC2086,SC2046 # lists of flags
@@ -296,7 +392,10 @@ format_nodes() {
   local i pids=() rc=0 nd
   for ((i = 1; i <= C_NODES; i++)); do
     nd=$(node_dir "$i")
-    tool_java kafka.tools.StorageTool format -g -t "$C_ID" -c "$nd/server.properties" >"$nd/format.out" 2>&1 &
+    # shellcheck disable=SC2046 # the SCRAM user, with --secure
+    tool_java kafka.tools.StorageTool format -g -t "$C_ID" -c "$nd/server.properties" \
+      $([ "$C_SECURE" = 1 ] && echo --add-scram "SCRAM-SHA-512=[name=$SCRAM_USER,password=$(cat "$(tls_dir)/scram.password")]") \
+      >"$nd/format.out" 2>&1 &
     pids+=($!)
   done
   for i in "${!pids[@]}"; do
@@ -314,7 +413,9 @@ format_nodes() {
 
 require_ports_free() {
   local p
-  for p in "$(broker_port "$1")" "$(controller_port "$1")"; do
+  local ports=("$(broker_port "$1")" "$(controller_port "$1")")
+  [ "$C_SECURE" = 1 ] && ports+=("$(sasl_ssl_port "$1")" "$(mtls_port "$1")")
+  for p in "${ports[@]}"; do
     ! port_open "$p" || die "port $p (node $1) is already in use: another Kafka, or pick another --base-port"
   done
 }
@@ -483,28 +584,30 @@ undo_launch() {
 # ---------------------------------------------------------------- commands
 
 cmd_start() {
-  local nodes="" base=$DEFAULT_BASE_PORT configs=() i kv t0=$SECONDS
+  local nodes="" base=$DEFAULT_BASE_PORT configs=() i kv t0=$SECONDS secure=0
   while [ $# -gt 0 ]; do
     case $1 in
       --nodes) nodes=${2:-}; shift 2 ;;
       --base-port) base=${2:-}; shift 2 ;;
+      --secure) secure=1; shift ;;
       --config) configs+=("${2:-}"); shift 2 ;;
       *) die "start: unknown argument '$1' (see kafka.sh help)" ;;
     esac
   done
   [[ $nodes =~ ^[13]$ ]] || die "start: --nodes must be 1 or 3, got '${nodes}'"
-  [[ $base =~ ^[0-9]+$ ]] && ((base >= 1024 && base + CONTROLLER_OFFSET + 2 <= 65535)) ||
-    die "start: --base-port $base leaves no room for ports $base..$((base + CONTROLLER_OFFSET + 2)); use 1024..$((65535 - CONTROLLER_OFFSET - 2))"
+  [[ $base =~ ^[0-9]+$ ]] && ((base >= 1024 && base + MTLS_OFFSET + 2 <= 65535)) ||
+    die "start: --base-port $base leaves no room for ports $base..$((base + MTLS_OFFSET + 2)); use 1024..$((65535 - MTLS_OFFSET - 2))"
   for kv in "${configs[@]}"; do [[ $kv == *=* ]] || die "start: --config wants KEY=VALUE, got '$kv'"; done
   command -v java >/dev/null || die "java not found: install openjdk-17-jre-headless"
   need_libs
   lock_dir
-  reuse_or_layout "$nodes" "$base"
+  reuse_or_layout "$nodes" "$base" "$secure"
   for ((i = 1; i <= C_NODES; i++)); do
     [ -z "$(node_pid "$i")" ] || die "node $i is already running (pid $(node_pid "$i")); kafka.sh stop --dir $DIR first"
   done
   for ((i = 1; i <= C_NODES; i++)); do require_ports_free "$i"; done
   write_cluster_env
+  [ "$C_SECURE" = 1 ] && make_tls
   for ((i = 1; i <= C_NODES; i++)); do write_props "$i" "${configs[@]}"; done
   format_nodes || die "could not format storage in $DIR"
   cds_adopt broker
@@ -521,21 +624,21 @@ cmd_start() {
 # new layout is only planned here; write_cluster_env records it once the
 # ports are known to be free.
 reuse_or_layout() {
-  local nodes=$1 base=$2
+  local nodes=$1 base=$2 secure=$3
   if load_cluster; then
-    if [ "$C_NODES" != "$nodes" ] || [ "$C_BASE" != "$base" ] || [ "$C_VERSION" != "$KAFKA_VERSION" ]; then
-      die "$DIR holds a $C_NODES-node Kafka $C_VERSION cluster on base port $C_BASE, not $nodes nodes of $KAFKA_VERSION on $base: run kafka.sh clean --dir $DIR or pick another --dir"
+    if [ "$C_NODES" != "$nodes" ] || [ "$C_BASE" != "$base" ] || [ "$C_VERSION" != "$KAFKA_VERSION" ] || [ "$C_SECURE" != "$secure" ]; then
+      die "$DIR holds a $C_NODES-node Kafka $C_VERSION cluster on base port $C_BASE (secure=$C_SECURE), not $nodes nodes of $KAFKA_VERSION on $base (secure=$secure): run kafka.sh clean --dir $DIR or pick another --dir"
     fi
     say "restarting the existing cluster in $DIR"
     return
   fi
   dir_is_empty || die "$DIR is not empty and holds no cluster.env: pick an empty --dir"
-  C_NODES=$nodes C_BASE=$base C_ID=$(new_cluster_id) C_VERSION=$KAFKA_VERSION
+  C_NODES=$nodes C_BASE=$base C_ID=$(new_cluster_id) C_VERSION=$KAFKA_VERSION C_SECURE=$secure
 }
 
 write_cluster_env() {
   [ -f "$DIR/cluster.env" ] ||
-    printf 'nodes=%s\nbase_port=%s\ncluster_id=%s\nversion=%s\n' "$C_NODES" "$C_BASE" "$C_ID" "$C_VERSION" >"$DIR/cluster.env"
+    printf 'nodes=%s\nbase_port=%s\ncluster_id=%s\nversion=%s\nsecure=%s\n' "$C_NODES" "$C_BASE" "$C_ID" "$C_VERSION" "$C_SECURE" >"$DIR/cluster.env"
 }
 
 cmd_stop() {
