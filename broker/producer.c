@@ -150,8 +150,8 @@ static void producer_dr(rd_kafka_t *rk, const rd_kafka_message_t *msg,
 
 static void producer_error(rd_kafka_t *rk, int err, const char *reason,
                            void *opaque) {
-  (void)rk;
   (void)opaque;
+  kl__kafka_refusal_note(rk, err, reason);
   if (err == RD_KAFKA_RESP_ERR__FATAL)
     KL_LOG_E("producer",
              "fatal: %s; no further event can be published by "

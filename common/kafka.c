@@ -1,6 +1,8 @@
 #include "common/kafka.h"
 
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +25,80 @@ kl_err_t kl__kafka_conf_apply(rd_kafka_conf_t *rkconf, const kl_conf_t *conf,
   if (!err)
     err = kl_conf_foreach_kafka(conf, kl__kafka_set, rkconf);
   rd_kafka_conf_set_log_cb(rkconf, kl__kafka_log);
+  rd_kafka_conf_set_error_cb(rkconf, kl__kafka_error);
   return err;
+}
+
+/* ---- refused credentials and TLS handshakes ---------------------------- */
+
+/* The last refusal this process met (one cluster's settings a process). */
+static pthread_mutex_t refusal_mu = PTHREAD_MUTEX_INITIALIZER;
+static char refusal_why[768];
+
+/* What to check for a refusal by @p rk of kind @p err. */
+static void refusal_hint(rd_kafka_t *rk, int err, char *out, size_t size) {
+  if (err == RD_KAFKA_RESP_ERR__SSL) {
+    snprintf(out, size,
+             "check kafka.ssl.ca.location (the CA that signed the brokers' "
+             "certificates) and, for mutual TLS, "
+             "kafka.ssl.certificate.location and kafka.ssl.key.location");
+    return;
+  }
+  char mech[64] = "";
+  size_t n = sizeof(mech);
+  if (rd_kafka_conf_get(rd_kafka_conf(rk), "sasl.mechanisms", mech, &n) !=
+      RD_KAFKA_CONF_OK)
+    mech[0] = '\0';
+  int scram = strncmp(mech, "SCRAM", 5) == 0;
+  snprintf(out, size,
+           "check kafka.sasl.mechanism (%s), kafka.sasl.username and "
+           "kafka.sasl.password%s%s%s",
+           mech[0] ? mech : "?",
+           scram && rd_kafka_version() < 0x020601ff
+               ? "; also, librdkafka before 2.6.1 (this is "
+               : "",
+           scram && rd_kafka_version() < 0x020601ff ? rd_kafka_version_str()
+                                                    : "",
+           scram && rd_kafka_version() < 0x020601ff
+               ? ") cannot authenticate with SCRAM to Kafka 4 brokers "
+                 "(librdkafka #4895): use PLAIN over SASL_SSL there, or a "
+                 "newer librdkafka"
+               : "");
+}
+
+void kl__kafka_refusal_note(rd_kafka_t *rk, int err, const char *reason) {
+  if (err != RD_KAFKA_RESP_ERR__AUTHENTICATION &&
+      err != RD_KAFKA_RESP_ERR__SSL &&
+      err != RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED)
+    return;
+  char hint[512];
+  refusal_hint(rk, err, hint, sizeof(hint));
+  pthread_mutex_lock(&refusal_mu);
+  snprintf(refusal_why, sizeof(refusal_why), "%s: %s; %s",
+           err == RD_KAFKA_RESP_ERR__SSL ? "the TLS handshake with Kafka failed"
+                                         : "Kafka refused keylane's "
+                                           "credentials (authentication)",
+           reason, hint);
+  pthread_mutex_unlock(&refusal_mu);
+}
+
+void kl__kafka_error(rd_kafka_t *rk, int err, const char *reason,
+                     void *opaque) {
+  (void)opaque;
+  kl__kafka_refusal_note(rk, err, reason);
+  /* as librdkafka logs an error when no callback takes it */
+  char line[1024];
+  snprintf(line, sizeof(line), "[thrd:app]: %s: %s", rd_kafka_name(rk), reason);
+  kl__kafka_log(rk, 3, "ERROR", line);
+}
+
+/* The refusal noted, into @p out; 0 when there is none. */
+static int refusal_get(char *out, size_t size) {
+  pthread_mutex_lock(&refusal_mu);
+  int found = refusal_why[0] != '\0';
+  snprintf(out, size, "%s", refusal_why);
+  pthread_mutex_unlock(&refusal_mu);
+  return found;
 }
 
 void kl__kafka_log(const rd_kafka_t *rk, int level, const char *fac,
@@ -35,6 +110,13 @@ void kl__kafka_log(const rd_kafka_t *rk, int level, const char *fac,
                                    : KL_LOG_DEBUG;
   if (strcmp(fac, "COMMITFAIL") == 0)
     l = KL_LOG_DEBUG;
+  /* A refusal is logged at once from librdkafka's thread, while the error
+   * callback waits for a poll that a blocking metadata request holds off. */
+  if (level <= 4 && strstr(buf, "SASL authentication error"))
+    kl__kafka_refusal_note((rd_kafka_t *)rk, RD_KAFKA_RESP_ERR__AUTHENTICATION,
+                           buf);
+  else if (level <= 4 && strstr(buf, "SSL handshake failed"))
+    kl__kafka_refusal_note((rd_kafka_t *)rk, RD_KAFKA_RESP_ERR__SSL, buf);
   if (kl__log_enabled(l))
     kl__log(l, "rdkafka", "%s: %s", fac, buf);
 }
@@ -93,9 +175,25 @@ kl_err_t kl__kafka_metadata(rd_kafka_t *rk, const char *topic, int timeout_ms,
   if (topic && !rkt)
     return kl__err(KL_EINVAL, "topic %s: %s", topic,
                    rd_kafka_err2str(rd_kafka_last_error()));
-  rd_kafka_resp_err_t kerr = rd_kafka_metadata(rk, 0, rkt, md, timeout_ms);
+  /* In slices of a second, so that a refusal ends the wait at once. */
+  char why[sizeof(refusal_why)];
+  int64_t deadline = kl__mono_ns() + (int64_t)timeout_ms * 1000000;
+  rd_kafka_resp_err_t kerr;
+  int refused = 0;
+  for (;;) {
+    int64_t left_ms = (deadline - kl__mono_ns()) / 1000000;
+    kerr = rd_kafka_metadata(rk, 0, rkt, md,
+                             left_ms > 1000 ? 1000
+                             : left_ms > 0  ? (int)left_ms
+                                            : 1);
+    if (!kerr || kl__kafka_err(kerr) != KL_EKAFKA_TRANSIENT ||
+        (refused = refusal_get(why, sizeof(why))) || left_ms <= 1000)
+      break;
+  }
   if (rkt)
     rd_kafka_topic_destroy(rkt);
+  if (kerr && refused)
+    return kl__err(KL_EKAFKA, "%s", why);
   if (kerr)
     return kl__err(kl__kafka_err(kerr),
                    "cannot read the metadata of %s%s within %d ms: %s; is "

@@ -41,6 +41,18 @@ void kl__kafka_log(const rd_kafka_t *rk, int level, const char *fac,
                    const char *buf);
 
 /**
+ * librdkafka's error callback, installed by kl__kafka_conf_apply(): logs
+ * the error and notes a broker's refusal of this process's credentials or
+ * TLS handshake (kl__kafka_refusal_note()). A handle that installs its own
+ * callback calls kl__kafka_refusal_note() from it.
+ */
+void kl__kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque);
+
+/** Notes @p reason when @p err is a refusal of credentials (SASL) or of a
+ *  TLS handshake, for kl__kafka_metadata(). Any thread. */
+void kl__kafka_refusal_note(rd_kafka_t *rk, int err, const char *reason);
+
+/**
  * The one mapping of librdkafka's error codes to kl_err_t: queue full,
  * stopped, unknown topic (KL_ENOTFOUND), the transient ones (timeouts, lost
  * brokers, no leader yet: KL_EKAFKA_TRANSIENT), and everything else,
@@ -58,7 +70,11 @@ bool kl__kafka_record_refused(rd_kafka_resp_err_t err);
  * @param md  on KL_OK, the metadata; the caller rd_kafka_metadata_destroy()s
  *            it. A topic-level error is in md->topics[i].err.
  * @returns KL_OK, or the request's failure through kl__kafka_err() with a
- *          detail naming the topic, the timeout and librdkafka's reason.
+ *          detail naming the topic, the timeout and librdkafka's reason;
+ *          KL_EKAFKA, not transient, when a broker refused this process's
+ *          credentials or TLS handshake meanwhile: the detail says which
+ *          and what to check, so that a wrong password or CA fails at
+ *          once instead of being waited out.
  */
 kl_err_t kl__kafka_metadata(rd_kafka_t *rk, const char *topic, int timeout_ms,
                             const struct rd_kafka_metadata **md);
