@@ -25,7 +25,7 @@ sanitizers=(clang libclang-rt-14-dev)
 # test, docker-compose (config only, no engine), systemd (systemd-analyze)
 # and python3-yaml the checks of deploy/, util-linux (setpriv) the fault
 # suite, clang-format-14 the format check (tests/format-check.sh).
-tests=(kcat lmdb-utils postgresql curl wrk python3 python3-venv iproute2
+tests=(kcat lmdb-utils postgresql curl wrk python3 python3-venv iproute2 openssl
   openjdk-17-jre-headless maven docker-compose systemd python3-yaml util-linux
   clang-format-14)
 

@@ -303,6 +303,62 @@ void kl_t_pg_stop(kl_t_pg_t *pg) {
   free(pg);
 }
 
+int kl_t_pg_tls(kl_t_pg_t *pg, char *ca, char *other_ca, size_t size) {
+  char cmd[2048], admin[128];
+  const char *t = pg->dir;
+  snprintf(cmd, sizeof(cmd),
+           "set -e; cd '%s'; umask 077; "
+           "for c in ca other-ca; do openssl req -x509 -newkey rsa:2048 "
+           "-nodes -days 2 -subj \"/CN=keylane test pg $c\" -keyout $c.key "
+           "-out $c.pem 2>/dev/null; done; "
+           "openssl req -new -newkey rsa:2048 -nodes -keyout server.key "
+           "-subj /CN=localhost -out server.csr 2>/dev/null; "
+           "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' "
+           ">server.ext; "
+           "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
+           "-CAcreateserial -days 2 -extfile server.ext -out server.pem "
+           "2>/dev/null; chmod 644 ca.pem other-ca.pem; "
+           "%s%s%s",
+           t, pg->user[0] ? "chown " : "", pg->user[0] ? pg->user : "",
+           pg->user[0] ? " server.key server.pem" : "true");
+  if (system(cmd) != 0) {
+    fprintf(stderr, "pg: could not make the TLS files in %s\n", t);
+    return -1;
+  }
+  kl_t_pg_admin_uri(pg, admin, sizeof(admin));
+  PGconn *conn = PQconnectdb(admin);
+  char sql[3][512];
+  snprintf(sql[0], sizeof(sql[0]),
+           "ALTER SYSTEM SET ssl_cert_file = '%s/server.pem'", t);
+  snprintf(sql[1], sizeof(sql[1]),
+           "ALTER SYSTEM SET ssl_key_file = '%s/server.key'", t);
+  snprintf(sql[2], sizeof(sql[2]), "ALTER SYSTEM SET ssl = on");
+  int ok = PQstatus(conn) == CONNECTION_OK;
+  for (int i = 0; ok && i < 4; i++) {
+    PGresult *res = PQexec(conn, i < 3 ? sql[i] : "SELECT pg_reload_conf()");
+    ok = PQresultStatus(res) == (i < 3 ? PGRES_COMMAND_OK : PGRES_TUPLES_OK);
+    if (!ok)
+      fprintf(stderr, "pg: turning TLS on: %s", PQerrorMessage(conn));
+    PQclear(res);
+  }
+  PQfinish(conn);
+  snprintf(ca, size, "%s/ca.pem", t);
+  snprintf(other_ca, size, "%s/other-ca.pem", t);
+  /* the reload is asynchronous: wait until a TLS session is accepted */
+  char probe[512];
+  snprintf(probe, sizeof(probe),
+           "host=127.0.0.1 port=%d dbname=postgres user=keylane "
+           "sslmode=verify-full sslrootcert=%s connect_timeout=2",
+           pg->port, ca);
+  for (int i = 0; ok && i < 50; i++) {
+    if (PQping(probe) == PQPING_OK)
+      return 0;
+    usleep(100 * 1000);
+  }
+  fprintf(stderr, "pg: the server in %s took no TLS session\n", t);
+  return -1;
+}
+
 void kl_t_pg_admin_uri(const kl_t_pg_t *pg, char *uri, size_t uri_size) {
   snprintf(uri, uri_size, "postgresql://keylane@127.0.0.1:%d/postgres",
            pg->port);

@@ -80,6 +80,17 @@ void kl_t_pg_stop(kl_t_pg_t *pg);
 int kl_t_pg_createdb(kl_t_pg_t *pg, const char *name, char *uri,
                      size_t uri_size);
 
+/**
+ * Turns TLS on (ssl=on, reloaded): a CA made with openssl for this server,
+ * its certificate for 127.0.0.1 and localhost, and another CA that signed
+ * nothing. Plain connections are still accepted.
+ * @param ca        receives the CA's path (for sslrootcert);
+ * @param other_ca  receives the other CA's path (a client trusting it must
+ *                  fail verify-full). Both @p size bytes.
+ * @returns 0, or -1 (printed to stderr).
+ */
+int kl_t_pg_tls(kl_t_pg_t *pg, char *ca, char *other_ca, size_t size);
+
 /** The URI of the maintenance database "postgres", for admin statements. */
 void kl_t_pg_admin_uri(const kl_t_pg_t *pg, char *uri, size_t uri_size);
 
