@@ -200,14 +200,9 @@ static void test_worker_from_file(void **state) {
   pid_t pid = kl_t_spawn_worker(dir, 0, argv);
   char cmdline_path[64];
   snprintf(cmdline_path, sizeof(cmdline_path), "/proc/%d/cmdline", (int)pid);
-  int applied = 0;
-  for (int i = 0; i < 150 && !applied; i++) {
-    kl_t_sleep_ms(200);
-    kl_t_run((const char *[]){"ledger", "--config", conf, "--json", NULL}, NULL,
-             0, &r);
-    applied = r.rc == 0 && strstr(r.out, "\"acct-1\":{\"balance\":5");
-    kl_t_run_free(&r);
-  }
+  int applied = kl_t_run_until(
+      (const char *[]){"ledger", "--config", conf, "--json", NULL},
+      "\"acct-1\":{\"balance\":5", 30000);
   unsetenv("KL_T_KAFKA_PASSWORD");
   FILE *f = fopen(cmdline_path, "r");
   assert_non_null(f);

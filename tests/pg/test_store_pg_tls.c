@@ -90,14 +90,9 @@ static void test_store_over_tls(void **state) {
       boot,        "-t",     topic,      "-g", kl_t_group(cluster, "g"),
       "--handler", "ledger", NULL};
   pid_t pid = kl_t_spawn_worker(dir, 0, argv);
-  int applied = 0;
-  for (int i = 0; i < 150 && !applied; i++) {
-    kl_t_sleep_ms(200);
-    kl_t_run((const char *[]){"ledger", "--config", conf, "--json", NULL}, NULL,
-             0, &r);
-    applied = r.rc == 0 && strstr(r.out, "\"acct-1\":{\"balance\":7");
-    kl_t_run_free(&r);
-  }
+  int applied = kl_t_run_until(
+      (const char *[]){"ledger", "--config", conf, "--json", NULL},
+      "\"acct-1\":{\"balance\":7", 30000);
   kill(pid, SIGTERM);
   int status;
   assert_int_equal(waitpid(pid, &status, 0), pid);

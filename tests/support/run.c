@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -102,6 +103,19 @@ void kl_t_run_free(kl_t_run_t *r) {
   free(r->out);
   free(r->err);
   r->out = r->err = NULL;
+}
+
+int kl_t_run_until(const char *const *args, const char *needle,
+                   int timeout_ms) {
+  int found = 0;
+  for (int waited = 0; !found && waited < timeout_ms; waited += 200) {
+    kl_t_run_t r;
+    usleep(200 * 1000);
+    kl_t_run(args, NULL, 0, &r);
+    found = r.rc == 0 && strstr(r.out, needle);
+    kl_t_run_free(&r);
+  }
+  return found;
 }
 
 json_t *kl_t_run_json(const kl_t_run_t *r) {

@@ -26,6 +26,10 @@ void kl_t_run_for(const char *const *args, const char *input, size_t len,
 void kl_t_run_term(const char *const *args, int term_ms, int timeout_ms,
                    kl_t_run_t *r);
 void kl_t_run_free(kl_t_run_t *r);
+/* Runs @p args every 200 ms, for at most @p timeout_ms, until one run exits
+ * 0 with @p needle in its stdout (a worker's effect showing in `keylane
+ * ledger`). @returns 1 when one did, else 0. */
+int kl_t_run_until(const char *const *args, const char *needle, int timeout_ms);
 /* @p r's stdout parsed as JSON (the caller json_decref()s it); fails the
  * test, showing the output, when it is not JSON. */
 struct json_t *kl_t_run_json(const kl_t_run_t *r);
