@@ -30,6 +30,7 @@
 #define KL_MS_LAG_TIMEOUT_MS 500
 #define KL_MS_STOPS_MAX 256   /* partitions listed by the log guard's series */
 #define KL_MS_STALLS_MAX 4096 /* owned partitions reported, at most */
+#define KL_MS_LIVE_MS 300000  /* /livez without worker.stall.ms: 5 min */
 
 struct kl__metrics_server {
   uv_loop_t loop;
@@ -445,6 +446,26 @@ static int ms_health(kl__metrics_server_t *server, char *reason, size_t size) {
   return 200;
 }
 
+/* /livez, for a liveness probe: whether the worker's loop still turns.
+ * Unlike /healthz it says nothing of the partitions, the store or Kafka,
+ * whose problems a restart does not fix; only a loop stuck for
+ * worker.stall.ms (5 min by default) is, and restarting is the fix. */
+static int ms_live(kl__metrics_server_t *server, char *reason, size_t size) {
+  int64_t age = kl__worker_loop_age_ms(server->worker);
+  int64_t bound = server->stall_ms > 0 ? server->stall_ms : KL_MS_LIVE_MS;
+  if (age > bound) {
+    snprintf(reason, size,
+             "not live: the worker's loop has not turned for %" PRId64
+             " ms (bound %" PRId64 " ms, worker.stall.ms): it is stuck; "
+             "restart it\n",
+             age, bound);
+    return 503;
+  }
+  snprintf(reason, size, "ok: the loop turned %" PRId64 " ms ago\n",
+           age < 0 ? 0 : age);
+  return 200;
+}
+
 /* ---- connections ---- */
 
 static void ms_conn_freed(uv_handle_t *handle) {
@@ -607,11 +628,15 @@ static void ms_route(kl_ms_conn_t *conn) {
       ms_health_json(conn, status, reason);
     else
       ms_text(conn, status, reason);
+  } else if (strcmp(conn->url, "/livez") == 0 && is_get) {
+    char reason[512];
+    ms_text(conn, ms_live(server, reason, sizeof(reason)), reason);
   } else if (strcmp(conn->url, "/metrics") == 0 ||
-             strcmp(conn->url, "/healthz") == 0) {
+             strcmp(conn->url, "/healthz") == 0 ||
+             strcmp(conn->url, "/livez") == 0) {
     ms_text(conn, 405, "use GET\n");
   } else {
-    ms_text(conn, 404, "not found: GET /metrics or /healthz\n");
+    ms_text(conn, 404, "not found: GET /metrics, /healthz or /livez\n");
   }
 }
 

@@ -69,8 +69,9 @@ struct kl_worker {
   /* Set by kl_worker_run()'s thread, read by kl_worker_stats() on any. */
   atomic_int retention_override;  /* runs despite a failed retention check */
   atomic_int retention_unchecked; /* the cluster could not tell the retention */
-  atomic_int waiting;     /* for Kafka, at start: kl__worker_waiting() */
-  pthread_mutex_t why_mu; /* guards why, read by the metrics thread */
+  atomic_int waiting;      /* for Kafka, at start: kl__worker_waiting() */
+  _Atomic int64_t loop_ns; /* the poll loop's last turn; 0: not running */
+  pthread_mutex_t why_mu;  /* guards why, read by the metrics thread */
   char why[512];
   kl__partitions_expect_t expect;      /* the topic's count the fleet expects */
   _Atomic int32_t partitions_live;     /* as last read; 0: not yet */
@@ -901,6 +902,7 @@ static void worker_consume(kl_worker_t *worker, int timeout_ms, int max) {
 static void worker_loop(kl_worker_t *worker) {
   int64_t last_sweep = 0, last_stall_check = 0;
   while (!worker->stop) {
+    atomic_store(&worker->loop_ns, kl__mono_ns());
     int busy = worker->threads == 0 && kl__lanes_has_ready(worker->lanes);
     worker_consume(worker, busy ? 0 : 5, 10000);
     kl__log_guard_tick(worker->log_guard);
@@ -977,8 +979,10 @@ static kl_err_t wait_for_kafka(kl_worker_t *worker) {
             left_ms / 1000);
     KL_LOG_W(KL_COMP, "%s", worker->why);
     for (int slept = 0; slept < backoff_ms && !atomic_load(&worker->stop);
-         slept += 100)
+         slept += 100) {
+      atomic_store(&worker->loop_ns, kl__mono_ns());
       kl__sleep_ms(100);
+    }
   }
   atomic_store(&worker->waiting, 0);
   if (err == KL_EKAFKA_TRANSIENT && atomic_load(&worker->stop))
@@ -994,8 +998,14 @@ static kl_err_t wait_for_kafka(kl_worker_t *worker) {
   return err;
 }
 
+int64_t kl__worker_loop_age_ms(kl_worker_t *worker) {
+  int64_t at = atomic_load(&worker->loop_ns);
+  return at ? (kl__mono_ns() - at) / 1000000 : -1;
+}
+
 kl_err_t kl_worker_run(kl_worker_t *worker) {
   kl__err_clear();
+  atomic_store(&worker->loop_ns, kl__mono_ns());
   kl_err_t err = wait_for_kafka(worker);
   if (err == KL_ESTOPPED)
     return KL_OK; /* stopped before it began: nothing to finish */

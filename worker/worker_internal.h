@@ -81,6 +81,14 @@ kl__log_guard_t *kl__worker_log_guard(kl_worker_t *worker);
 int kl__worker_waiting(kl_worker_t *worker, char *why, size_t size);
 
 /**
+ * @returns how long ago, in ms, kl_worker_run()'s loop last turned (it
+ *          turns at least every few ms while it runs, also while it waits
+ *          for Kafka at start); -1 before kl_worker_run(). Any thread
+ *          (the metrics server's /livez).
+ */
+int64_t kl__worker_loop_age_ms(kl_worker_t *worker);
+
+/**
  * Misrouted records seen per partition since the worker started (the
  * metric keylane_worker_misrouted_total): fills @p by_partition[0..n-1].
  * Any thread. @returns n, at most @p max.

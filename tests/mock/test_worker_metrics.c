@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -280,6 +281,9 @@ static void test_waits_for_kafka(void **state) {
   assert_non_null(strstr(resp.body, "topic waits"));
   assert_non_null(strstr(resp.body, "--kafka-wait"));
   kl_t_http_resp_free(&resp);
+  assert_int_equal(kl_get(port, "/livez", &resp), 0);
+  assert_int_equal(resp.status, 200); /* waiting is alive: no restart */
+  kl_t_http_resp_free(&resp);
   rd_kafka_mock_broker_set_up(mc, 1);
   assert_int_equal(kl_await_health(port, 200, "ok", 60000), 0);
   kl__metrics_server_stop(server);
@@ -312,6 +316,82 @@ static void test_waits_for_kafka(void **state) {
   kl_store_destroy(store);
   rd_kafka_mock_cluster_destroy(mc);
   rd_kafka_destroy(mrk);
+  kl_t_rmrf(dir);
+}
+
+/* Holds the worker's loop (inline mode: the commit runs on it) for 2.5 s
+ * at its first commit. */
+static atomic_int kl_held;
+static void kl_hold_loop(void *opaque, const char *topic, int32_t partition,
+                         uint64_t epoch) {
+  (void)opaque, (void)topic, (void)partition, (void)epoch;
+  if (atomic_exchange(&kl_held, 1) == 0)
+    kl_t_sleep_ms(2500);
+}
+
+/* /livez, for a liveness probe: 200 while the worker's loop turns, also
+ * while /healthz is 503 (a stopped or waiting worker is not fixed by a
+ * restart); 503 once the loop has not turned for worker.stall.ms. */
+static void test_livez(void **state) {
+  (void)state;
+  char dir[64];
+  kl_t_tmpdir(dir);
+  kl_t_cluster_t *cluster;
+  assert_int_equal(kl_t_cluster_new(1, "livez", 1, &cluster), KL_OK);
+  const char *topic = kl_t_topic(cluster);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  static const char *const conf[] = {"worker.session.timeout.ms=3000",
+                                     "worker.stall.ms=1000", NULL};
+  kl_t_worker_t *w = kl_t_worker_new(kl_t_bootstrap(cluster), topic,
+                                     kl_t_group(cluster, "gl"), store, conf);
+  kl__worker_set_before_commit(w->worker, kl_hold_loop, NULL);
+  kl_conf_t *mconf = kl_conf_new();
+  assert_int_equal(kl_conf_set(mconf, "worker.stall.ms", "1000", NULL, 0),
+                   KL_OK);
+  kl__metrics_server_t *server;
+  assert_int_equal(kl__metrics_server_start("127.0.0.1:0", mconf, topic,
+                                            w->worker, store, &server),
+                   KL_OK);
+  kl_conf_destroy(mconf);
+  int port = kl__metrics_server_port(server);
+  kl_t_http_resp_t resp;
+  assert_int_equal(kl_get(port, "/livez", &resp), 0);
+  assert_int_equal(resp.status, 200); /* not running yet: alive */
+  kl_t_http_resp_free(&resp);
+  kl_t_worker_go(w);
+  kl__ledger_gen_t *gen = kl__ledger_gen_new(4, 1, 3);
+  kl_producer_t *producer = kl_t_producer(kl_t_bootstrap(cluster), gen);
+  assert_int_equal(kl__ledger_gen_publish(gen, producer, topic), KL_OK);
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+  int dead = 0;
+  for (int i = 0; i < 200 && !dead; i++) {
+    assert_int_equal(kl_get(port, "/livez", &resp), 0);
+    dead = resp.status == 503 && strstr(resp.body, "has not turned for");
+    kl_t_http_resp_free(&resp);
+    kl_t_sleep_ms(50);
+  }
+  assert_true(dead);
+  int alive = 0; /* the hold ends: alive again */
+  for (int i = 0; i < 200 && !alive; i++) {
+    assert_int_equal(kl_get(port, "/livez", &resp), 0);
+    alive = resp.status == 200 && strstr(resp.body, "ok: the loop turned");
+    kl_t_http_resp_free(&resp);
+    kl_t_sleep_ms(50);
+  }
+  assert_true(alive);
+  assert_int_equal(kl_get(port, "/livez", &resp), 0);
+  kl_t_http_resp_free(&resp);
+  assert_int_equal(kl_t_http_once(port, "POST", "/livez", NULL, NULL, &resp),
+                   0);
+  assert_int_equal(resp.status, 405);
+  kl_t_http_resp_free(&resp);
+  kl__metrics_server_stop(server);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_producer_destroy(producer);
+  kl__ledger_gen_destroy(gen);
+  kl_store_destroy(store);
+  kl_t_cluster_destroy(cluster);
   kl_t_rmrf(dir);
 }
 
@@ -374,6 +454,7 @@ int main(void) {
       cmocka_unit_test(test_metrics_and_healthz),
       cmocka_unit_test(test_bounds),
       cmocka_unit_test(test_waits_for_kafka),
+      cmocka_unit_test(test_livez),
       cmocka_unit_test(test_process_exec_and_metrics),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
