@@ -138,7 +138,7 @@ static int read_secret(const reader_t *r, const char *key, const char *path,
   if (!f)
     return line_fail(r, "%s: cannot read its file: %s", key, strerror(errno));
   struct stat st;
-  if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077) &&
+  if (fstat(fileno(f), &st) == 0 && (st.st_mode & 007) &&
       kl__conf_is_secret(key))
     warn_loose(r, path, st.st_mode);
   char *v = kl__xcalloc(SECRET_FILE_MAX + 1, 1, COMP);
@@ -254,7 +254,7 @@ int kl__config_load(const char *sub, const char *path, kl_conf_t *conf,
   free(line);
   fclose(f);
   kl_conf_destroy(scratch);
-  if (rc < 0 && r.secret && (r.st.st_mode & 077))
+  if (rc < 0 && r.secret && (r.st.st_mode & 007))
     warn_loose(&r, path, r.st.st_mode);
   return rc;
 }

@@ -107,6 +107,17 @@ def shutdown_ms(argv):
     return default_shutdown_ms()
 
 
+def session_ms(argv):
+    """--session-timeout-ms (or -X worker.session.timeout.ms), else the
+    default, 10 s."""
+    for i, a in enumerate(argv[:-1]):
+        if a == "--session-timeout-ms":
+            return int(argv[i + 1])
+        if a in ("-X", "--set") and argv[i + 1].startswith("worker.session.timeout.ms="):
+            return int(argv[i + 1].split("=", 1)[1])
+    return 10000
+
+
 def instance_id(argv):
     for i, a in enumerate(argv):
         if a == "--instance-id":
@@ -195,12 +206,43 @@ def check_k8s():
     w = workloads.get("keylane-worker")
     if w:
         check_k8s_workers(w, docs)
+    check_k8s_secrets(workloads)
     pdbs = [d for _, d in docs if d.get("kind") == "PodDisruptionBudget"
             and d["spec"]["selector"]["matchLabels"].get("app.kubernetes.io/name") == "keylane-worker"]
     check(len(pdbs) == 1, "deploy/k8s: a PodDisruptionBudget covers the workers")
     return [(d["metadata"]["name"], c.get("image", ""), c.get("args", []))
             for _, d in docs if d.get("kind") in WORKLOADS
             for c in d["spec"]["template"]["spec"].get("initContainers", []) + d["spec"]["template"]["spec"]["containers"]]
+
+
+def check_k8s_secrets(workloads):
+    """Secrets are files of mounted Secrets, never environment variables
+    (which any process of the pod, crash reports and `kubectl describe`
+    may show); a gateway off loopback reads its tokens from one."""
+    env_secrets, unmounted, gateways = [], [], []
+    for name, (_, pod, _) in workloads.items():
+        secret_vols = {v["name"]: v["secret"].get("secretName") for v in pod.get("volumes", []) if "secret" in v}
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            for e in c.get("env", []):
+                if "secretKeyRef" in e.get("valueFrom", {}):
+                    env_secrets.append("%s/%s %s" % (name, c["name"], e["name"]))
+            mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+            for v in secret_vols:
+                if v in mounts and not mounts[v].get("readOnly"):
+                    unmounted.append("%s/%s mounts %s writable" % (name, c["name"], v))
+            args = c.get("args", [])
+            if args[:1] == ["broker"] and "--listen" in args:
+                listen = args[args.index("--listen") + 1]
+                if not listen.startswith("127.") and listen not in ("localhost", "[::1]"):
+                    tokens = args[args.index("--tokens-file") + 1] if "--tokens-file" in args else ""
+                    dirs = [mounts[v]["mountPath"] for v in secret_vols if v in mounts]
+                    gateways.append((name, listen, tokens, any(tokens.startswith(d + "/") for d in dirs)))
+    check(not env_secrets and not unmounted,
+          "deploy/k8s: secrets reach containers as read-only files of mounted Secrets, never as environment variables",
+          "; ".join(env_secrets + unmounted))
+    check(gateways and all(ok for _, _, _, ok in gateways),
+          "deploy/k8s: a gateway listening off loopback reads its bearer tokens (--tokens-file) from a mounted Secret",
+          str(gateways))
 
 
 def check_k8s_workers(w, docs):
@@ -211,9 +253,16 @@ def check_k8s_workers(w, docs):
     probes = [c.get(p, {}).get("httpGet", {}).get("path") for p in ("readinessProbe", "livenessProbe")]
     grace_ms = pod.get("terminationGracePeriodSeconds", 30) * 1000
     stop_ms = shutdown_ms(c.get("args", []))
-    check(stop_ms is not None and grace_ms > stop_ms and probes == ["/healthz", "/healthz"],
-          "deploy/k8s: the workers' grace period (%d s) is above their --shutdown-timeout (%s ms), and they are probed on /healthz"
+    check(stop_ms is not None and grace_ms > stop_ms,
+          "deploy/k8s: the workers' grace period (%d s) is above their --shutdown-timeout (%s ms)"
           % (grace_ms // 1000, stop_ms))
+    # /healthz is 503 for a stopped partition, which wants an operator: a
+    # liveness probe on it would restart healthy workers in a loop.
+    check(probes == ["/healthz", "/livez"],
+          "deploy/k8s: the workers' readiness is /healthz and their liveness /livez", str(probes))
+    session = session_ms(c.get("args", []))
+    check(session > grace_ms,
+          "deploy/k8s: the workers' session timeout (%d ms) is above their grace period, so a restarted pod keeps its partitions" % session)
     env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c.get("env", [])}
     iid = instance_id(c.get("args", []))
     var = re.fullmatch(r"\$\((\w+)\)", iid or "")
@@ -259,6 +308,11 @@ def check_compose():
             slow.append("%s: %s after %s" % (n, w.get("stop_signal", "SIGTERM"), w.get("stop_grace_period", "10s")))
     check(workers and not slow,
           "compose: the workers are stopped with SIGTERM and a stop_grace_period above their --shutdown-timeout", "; ".join(slow))
+    short = ["%s: %d ms" % (n, session_ms(w["command"])) for n, w in sorted(workers.items())
+             if session_ms(w["command"]) <= duration_ms(w.get("stop_grace_period", "10s"))]
+    check(workers and not short,
+          "compose: the workers' session timeout is above their stop_grace_period, so a restarted worker keeps its partitions",
+          "; ".join(short))
     cmds = []
     for name, s in services.items():
         if str(s.get("image", "")).startswith("keylane") and s.get("command"):
@@ -296,6 +350,20 @@ def check_systemd_worker():
     check("%i" in (instance_id(argv) or "") and stop_ms is not None and duration_ms(stop_s) > stop_ms,
           "systemd: keylane-worker@.service takes its --instance-id from the unit instance (%%i) and a TimeoutStopSec (%s) above its --shutdown-timeout" % stop_s,
           "--instance-id %r, TimeoutStopSec %s" % (instance_id(argv), stop_s))
+    check(session_ms(argv) > duration_ms(stop_s),
+          "systemd: the workers' session timeout (%d ms) is above TimeoutStopSec, so a restarted instance keeps its partitions" % session_ms(argv))
+    # Instances share worker.env; a --metrics-listen there would make every
+    # instance after the first fail to bind. The unit gives each its own.
+    listen = argv[argv.index("--metrics-listen") + 1] if "--metrics-listen" in argv else ""
+    env = open(os.path.join(DEPLOY, "systemd", "worker.env")).read()
+    shared = [l for l in env.splitlines() if not l.startswith("#") and "--metrics-listen" in l]
+    target = open(os.path.join(DEPLOY, "systemd", "keylane-workers.target")).read()
+    instances = re.findall(r"keylane-worker@([^.\s]+)\.service", target)
+    ports = [listen.replace("%i", i).rsplit(":", 1)[-1] for i in instances]
+    check("%i" in listen and not shared and instances
+          and all(p.isdigit() and 1024 <= int(p) <= 65535 for p in ports) and len(set(ports)) == len(ports),
+          "systemd: each worker instance serves its metrics on a port of its own (--metrics-listen %s: %s), none in the shared worker.env"
+          % (listen, ", ".join(ports)), "listen %r, shared %s, instances %s" % (listen, shared, instances))
 
 
 # ---- Dockerfile ------------------------------------------------------------
@@ -306,8 +374,8 @@ def install_deps(mode):
     return out.split()
 
 
-def check_dockerfile():
-    path = os.path.join(DEPLOY, "Dockerfile")
+def dockerfile(path):
+    """The instructions of a Dockerfile: (INSTRUCTION, arguments)."""
     lines, cur = [], ""
     for raw in open(path):
         s = raw.rstrip("\n")
@@ -317,7 +385,28 @@ def check_dockerfile():
         if not s.endswith("\\"):
             lines.append(cur.strip())
             cur = ""
-    instr = [(l.split(None, 1)[0].upper(), l.split(None, 1)[1] if " " in l else "") for l in lines]
+    return [(l.split(None, 1)[0].upper(), l.split(None, 1)[1] if " " in l else "") for l in lines]
+
+
+def check_exec_image():
+    """The recipe of an image with one's own exec handler: on top of the
+    keylane image, an interpreter installed, the handler copied from the
+    repository, and keylane still the entry point, as a non-root user."""
+    instr = dockerfile(os.path.join(DEPLOY, "examples", "Dockerfile.exec-python"))
+    froms = [a for i, a in instr if i == "FROM"]
+    runs = " ".join(a for i, a in instr if i == "RUN")
+    copies = [a.split()[0] for i, a in instr if i == "COPY"]
+    users = [a for i, a in instr if i == "USER"]
+    entry = [json.loads(a) for i, a in instr if i == "ENTRYPOINT"]
+    check(froms == ["${KEYLANE_IMAGE}"] and "python3" in runs and copies
+          and all(os.path.exists(os.path.join(SRC, c)) for c in copies)
+          and users and users[-1] == "keylane" and entry == [["/usr/bin/keylane"]],
+          "deploy/examples/Dockerfile.exec-python: a Python exec handler on top of the keylane image, run as keylane",
+          "FROM %s, COPY %s, USER %s" % (froms, copies, users))
+
+
+def check_dockerfile():
+    instr = dockerfile(os.path.join(DEPLOY, "Dockerfile"))
     known = {"FROM", "RUN", "COPY", "WORKDIR", "USER", "VOLUME", "ENTRYPOINT",
              "CMD", "ENV", "ARG", "LABEL", "EXPOSE"}
     check(all(i in known for i, _ in instr), "Dockerfile: every instruction is a Dockerfile instruction",
@@ -414,6 +503,7 @@ def main():
     cmds += systemd_cmds()
     check_systemd_worker()
     check_dockerfile()
+    check_exec_image()
     check_flags([(w, i, a) for w, i, a in cmds])
     check_grafana(SRC, ok, bad)
     check_alerts(SRC, ok, bad)
