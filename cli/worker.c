@@ -18,6 +18,8 @@
 #include "cli/metrics_server.h"
 #include "cli/stop_guard.h"
 #include "worker/worker_internal.h"
+#include "store/location.h"
+#include "store/pg.h"
 
 #define SUB "worker"
 #define KL_HANDLER_TIMEOUT_MAX_MS 86400000 /* a day */
@@ -125,10 +127,15 @@ static int worker_main(kl_conf_t *conf, const worker_args_t *opts) {
     }
   }
   kl_store_t *store;
+  const char *instance = kl_conf_get(conf, "worker.instance.id");
+  if (instance && *instance)
+    kl__pg_set_application("worker", instance);
   kl_err_t err = kl_store_open(location, conf, &store);
   if (err) {
+    char shown[KL__LOCATION_MAX];
     kl__handler_release(&handler);
-    return kl__cli_fail(SUB, "cannot open the store %s: %s", location,
+    return kl__cli_fail(SUB, "cannot open the store %s: %s",
+                        kl__location_redact(location, shown, sizeof(shown)),
                         kl_err_detail());
   }
   if (kl__handler_check_store(&handler, handler_spec, store)) {

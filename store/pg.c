@@ -21,9 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/bytes.h"
 #include "common/internal.h"
+#include "store/location.h"
 #include "store/store_internal.h"
 #include "store/pg.h"
 
@@ -332,24 +334,70 @@ static const char *pg_timeout_said(PGconn *pg, int ours, char *buf,
   return buf;
 }
 
-/* The error of a connection that failed: libpq's message on one line (it
- * spans lines: "...refused\n\tIs the server running..."), what to check,
- * and the connect timeout in use. */
-static kl_err_t pg_connect_failed(PGconn *pg, int connect_timeout_s,
-                                  kl_err_t fail) {
-  char msg[512], said[128];
+/* libpq's message on one line (it spans lines: "...refused\n\tIs the
+ * server running..."), with @p uri's password scrubbed (libpq may quote
+ * the connection string), into @p out. */
+static const char *pg_message(const char *uri, const char *msg, char *out,
+                              size_t size) {
+  char line[KL__LOCATION_MAX];
   size_t n = 0;
-  for (const char *c = PQerrorMessage(pg); *c && n < sizeof(msg) - 1; c++)
+  for (const char *c = msg; *c && n < sizeof(line) - 1; c++)
     if (!strchr("\n\t", *c))
-      msg[n++] = *c;
-    else if (n && msg[n - 1] != ' ')
-      msg[n++] = ' ';
-  msg[n] = '\0';
+      line[n++] = *c;
+    else if (n && line[n - 1] != ' ')
+      line[n++] = ' ';
+  line[n] = '\0';
+  line[pg_trimmed(line)] = '\0';
+  return kl__location_scrub(uri, line, out, size);
+}
+
+/* The error of a connection that failed: libpq's message, what to check,
+ * and the connect timeout in use. */
+static kl_err_t pg_connect_failed(const char *uri, PGconn *pg,
+                                  int connect_timeout_s, kl_err_t fail) {
+  char msg[KL__LOCATION_MAX], said[128];
+  pg_message(uri, PQerrorMessage(pg), msg, sizeof(msg));
   return kl__err(fail,
-                 "postgresql: cannot connect: %.*s; check the URI, that the "
+                 "postgresql: cannot connect: %s; check the URI, that the "
                  "server runs and that the network reaches it (%s)",
-                 pg_trimmed(msg), msg,
+                 msg,
                  pg_timeout_said(pg, connect_timeout_s, said, sizeof(said)));
+}
+
+/* A location libpq cannot read (a URI's syntax, an unknown keyword) fails
+ * before any connection: say so, without a connect timeout that played no
+ * part. @returns KL_OK when it reads. */
+static kl_err_t pg_parse(const char *uri, kl_err_t fail) {
+  char *why = NULL;
+  PQconninfoOption *opts = PQconninfoParse(uri, &why);
+  PQconninfoFree(opts);
+  if (opts)
+    return KL_OK;
+  char msg[KL__LOCATION_MAX];
+  pg_message(uri, why ? why : "out of memory", msg, sizeof(msg));
+  PQfreemem(why);
+  return kl__err(fail,
+                 "postgresql: cannot read the store location: %s; write it "
+                 "as postgresql://USER:PASSWORD@HOST:PORT/DATABASE or as "
+                 "keyword=value pairs (host=HOST dbname=DATABASE ...)",
+                 msg);
+}
+
+/* fallback_application_name: what pg_stat_activity shows for keylane's
+ * sessions unless the URI sets application_name. */
+static char kl_pg_application[64] = "keylane";
+
+void kl__pg_set_application(const char *role, const char *instance) {
+  char host[64] = "";
+  if (!instance || !*instance) {
+    gethostname(host, sizeof(host) - 1);
+    size_t n = strlen(host);
+    snprintf(host + n, sizeof(host) - n, "-%ld", (long)getpid());
+    instance = host;
+  }
+  /* The server keeps 63 bytes (NAMEDATALEN - 1). */
+  snprintf(kl_pg_application, sizeof(kl_pg_application), "keylane-%s-%s", role,
+           instance);
 }
 
 /*
@@ -374,6 +422,9 @@ static kl_err_t pg_connect_failed(PGconn *pg, int connect_timeout_s,
  */
 kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
                         PGconn **out) {
+  kl_err_t err = pg_parse(uri, fail);
+  if (err)
+    return err;
   char timeout[16];
   snprintf(timeout, sizeof(timeout), "%d", connect_timeout_s);
   const struct {
@@ -385,6 +436,7 @@ kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
       {"keepalives_count", "3"},
       {"tcp_user_timeout", "25000"},
       {"connect_timeout", connect_timeout_s > 0 ? timeout : NULL},
+      {"fallback_application_name", kl_pg_application},
       {"dbname", uri}, /* last: what it sets wins */
   };
   enum { KL_NPARAMS = sizeof(params) / sizeof(params[0]) };
@@ -400,7 +452,7 @@ kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
     *out = pg;
     return KL_OK;
   }
-  kl_err_t err = pg_connect_failed(pg, connect_timeout_s, fail);
+  err = pg_connect_failed(uri, pg, connect_timeout_s, fail);
   PQfinish(pg);
   return err;
 }

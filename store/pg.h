@@ -113,6 +113,14 @@ int kl__pg_connect_timeout_s(const kl_conf_t *conf);
 kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
                         PGconn **out);
 
+/**
+ * Names this process's sessions "keylane-ROLE-INSTANCE" in
+ * pg_stat_activity (libpq's fallback_application_name: a URI's
+ * application_name wins). @p role: worker, replay, doctor, cli;
+ * @p instance: worker.instance.id, or NULL for "HOST-PID". Process wide:
+ * call it before opening a store.
+ */
+void kl__pg_set_application(const char *role, const char *instance);
 /** How long a caller waits for a pooled connection before KL_ESTORE_BUSY. */
 #define KL__PG_POOL_WAIT_MS 10000
 
