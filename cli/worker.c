@@ -183,6 +183,8 @@ static int worker_main(kl_conf_t *conf, const worker_args_t *opts) {
              st.applied, st.duplicates, st.redelivered, st.batches, st.fenced);
     if (err)
       rc = kl__cli_fail(SUB, "%s", kl_err_detail());
+    if (err && kl__worker_unowned(worker))
+      rc = KL_EXIT_UNOWNED;
     kl__metrics_server_stop(metrics);
     on_stop_signals(NULL);
     kl_the_worker = NULL;
@@ -323,7 +325,10 @@ static const kl__cmd_t worker_cmd = {
         "partitions\n"
         "back), then exit 0; a second signal or --shutdown-timeout aborts "
         "the\n"
-        "batch uncommitted (its next owner applies it) and exits 1.\n",
+        "batch uncommitted (its next owner applies it) and exits 1.\n\n"
+        "A partition the store will not let it take (a read-only role, a\n"
+        "revoked privilege) is tried for -X worker.acquire.wait (60s); then\n"
+        "the worker stops and exits 3, naming the cause.\n",
     .examples = "  keylane worker -b 127.0.0.1:9092 -t events -g ledger \\\n"
                 "      --store /var/lib/keylane --handler ledger\n",
     .conf = true};

@@ -23,13 +23,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <libpq-events.h>
+
 #include "common/bytes.h"
 #include "common/internal.h"
+#include "common/log.h"
 #include "store/location.h"
 #include "store/store_internal.h"
 #include "store/pg.h"
 
 #define KL_PG_POOL_DEFAULT 4
+#define KL_COMP "store"
 
 /* ---- errors and statements ------------------------------------------- */
 
@@ -457,6 +461,37 @@ kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
   return err;
 }
 
+/*
+ * SQLSTATEs that tell of the session rather than of the statement: a
+ * session made while the role or database was read-only stays read-only
+ * (25006) after the setting is reverted, and one the server is ending
+ * (57P0x) or whose link failed (class 08) serves nothing more. Such a
+ * connection is replaced, never given to the next caller: run again on
+ * it, every batch would fail the same way until its backend was killed by
+ * hand.
+ */
+static int pg_state_spoils_session(const char *state) {
+  return state &&
+         (strncmp(state, "08", 2) == 0 || strncmp(state, "57P0", 4) == 0 ||
+          strcmp(state, "25006") == 0);
+}
+
+/* libpq calls this for each result its connection makes, whichever code
+ * reads it (the store's statements, a handler's own SQL on the batch's
+ * connection): a result that spoils the session marks the connection. */
+static int pg_event(PGEventId id, void *info, void *opaque) {
+  if (id == PGEVT_RESULTCREATE) {
+    kl__pg_conn_t *conn = opaque;
+    const PGEventResultCreate *made = info;
+    const char *state = PQresultErrorField(made->result, PG_DIAG_SQLSTATE);
+    if (!conn->spoiled && pg_state_spoils_session(state)) {
+      conn->spoiled = 1;
+      snprintf(conn->spoiled_state, sizeof(conn->spoiled_state), "%s", state);
+    }
+  }
+  return 1;
+}
+
 static kl_err_t pg_connect(kl__pg_t *pgs, kl_err_t fail, kl__pg_conn_t **out) {
   kl__pg_conn_t *conn = calloc(1, sizeof(*conn));
   if (!conn)
@@ -466,6 +501,11 @@ static kl_err_t pg_connect(kl__pg_t *pgs, kl_err_t fail, kl__pg_conn_t **out) {
   if (err) {
     free(conn);
     return err;
+  }
+  if (!PQregisterEventProc(conn->pg, pg_event, "keylane", conn)) {
+    pg_conn_close(conn);
+    return kl__err(fail, "postgresql: cannot watch a new connection's "
+                         "results (out of memory)");
   }
   if (pgs->idle_timeout_ms > 0) {
     char sql[96];
@@ -532,7 +572,15 @@ kl_err_t kl__pg_conn_take_idle(kl__pg_t *pgs, kl__pg_conn_t **out) {
 }
 
 void kl__pg_conn_give(kl__pg_t *pgs, kl__pg_conn_t *conn, int broken) {
-  if (!broken && (PQstatus(conn->pg) != CONNECTION_OK ||
+  if (conn->spoiled)
+    KL_LOG_W(KL_COMP,
+             "postgresql: replacing a pooled connection whose session "
+             "failed with SQLSTATE %s (%s): the next call connects anew",
+             conn->spoiled_state,
+             strcmp(conn->spoiled_state, "25006") == 0
+                 ? "read-only: made while the role or database was"
+                 : "the server ended it, or its link failed");
+  if (!broken && (conn->spoiled || PQstatus(conn->pg) != CONNECTION_OK ||
                   PQtransactionStatus(conn->pg) != PQTRANS_IDLE))
     broken = 1;
   pthread_mutex_lock(&pgs->mu);
@@ -548,8 +596,10 @@ void kl__pg_conn_give(kl__pg_t *pgs, kl__pg_conn_t *conn, int broken) {
 
 /*
  * Runs @p fn on a pooled connection. An idle connection may have lost its
- * link unnoticed (a server restart, a terminated backend): when @p fn fails
- * on a lost link, it runs once more on a new connection. Every fn here is a
+ * link unnoticed (a server restart, a terminated backend), or hold a
+ * session that spoiled (pg_state_spoils_session()): when @p fn fails on
+ * such a connection, it runs again on another (at most once per pooled
+ * connection, and once on a new one). Every fn here is a
  * single autocommit statement that may run twice (an acquire that ran
  * twice only skips an epoch number; epochs need to grow, not to be dense),
  * or a read that sets *@p once when it has called back its caller (a scan
@@ -560,12 +610,14 @@ typedef kl_err_t(kl_pg_fn)(kl__pg_conn_t *conn, void *ctx);
 static kl_err_t pg_call_once(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx,
                              const int *once) {
   kl_err_t err = KL_OK;
-  for (int attempt = 0; attempt < 2; attempt++) {
+  /* Every idle connection may be as dead as the first (a server restart
+   * ends them all): up to one try each, and one on a new connection. */
+  for (size_t attempt = 0; attempt <= pgs->pool_max; attempt++) {
     kl__pg_conn_t *conn;
     if ((err = kl__pg_conn_take(pgs, &conn)))
       return err;
     err = fn(conn, ctx);
-    int lost = PQstatus(conn->pg) != CONNECTION_OK;
+    int lost = PQstatus(conn->pg) != CONNECTION_OK || conn->spoiled;
     kl__pg_conn_give(pgs, conn, lost);
     if (!err || !lost || (once && *once))
       break;

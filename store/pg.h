@@ -47,6 +47,8 @@ typedef enum kl__pg_stmt {
 typedef struct kl__pg_conn {
   PGconn *pg;
   unsigned prepared; /* bit i: statement i is prepared on pg */
+  int spoiled; /* a result told that the session is unusable: replace it */
+  char spoiled_state[6]; /* that result's SQLSTATE */
 } kl__pg_conn_t;
 
 typedef struct kl__pg {
@@ -137,7 +139,9 @@ kl_err_t kl__pg_conn_take_idle(kl__pg_t *pgs, kl__pg_conn_t **conn);
 
 /**
  * Returns @p conn to the pool, or closes it when @p broken, when the link is
- * down or when a transaction is still open on it (the next take reconnects).
+ * down, when a transaction is still open on it, or when a result on it told
+ * that its session is unusable (read-only, ended by the server: see
+ * pg.c's pg_state_spoils_session()); the next take reconnects.
  */
 void kl__pg_conn_give(kl__pg_t *pgs, kl__pg_conn_t *conn, int broken);
 
