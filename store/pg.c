@@ -387,6 +387,18 @@ static kl_err_t pg_parse(const char *uri, kl_err_t fail) {
                  msg);
 }
 
+/* The server's notices and warnings (a RAISE NOTICE in a handler's SQL, a
+ * deprecation) through the log, instead of libpq's default: raw lines on
+ * stderr, outside the log's format. */
+static void pg_notice(void *opaque, const PGresult *res) {
+  (void)opaque;
+  const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+  const char *msg = PQresultErrorMessage(res);
+  int warn = severity && strcmp(severity, "WARNING") == 0;
+  kl__log(warn ? KL_LOG_WARN : KL_LOG_INFO, KL_COMP, "postgresql says: %.*s",
+          pg_trimmed(msg), msg);
+}
+
 /* fallback_application_name: what pg_stat_activity shows for keylane's
  * sessions unless the URI sets application_name. */
 static char kl_pg_application[64] = "keylane";
@@ -453,6 +465,7 @@ kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
   if (!pg)
     return kl__err(KL_ENOMEM, "postgresql: out of memory for a connection");
   if (PQstatus(pg) == CONNECTION_OK) {
+    PQsetNoticeReceiver(pg, pg_notice, NULL);
     *out = pg;
     return KL_OK;
   }

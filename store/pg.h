@@ -242,6 +242,12 @@ const char *kl__pg_state(const PGresult *res);
 /** Tests: the wait for the schema lock, in ms (0: KL__PG_SCHEMA_WAIT_MS). */
 void kl__pg_set_schema_wait_ms(int ms);
 
+/**
+ * The columns keylane's statements need that the schema lacks (dropped or
+ * renamed by hand), "table.column, ..." into @p missing; "" when none.
+ * @returns KL_OK, or a kl__pg_err().
+ */
+kl_err_t kl__pg_schema_missing(PGconn *pg, char *missing, size_t size);
 /** Reads the schema version: 0 when keylane has created nothing yet. */
 kl_err_t kl__pg_schema_version(PGconn *pg, int *version);
 
