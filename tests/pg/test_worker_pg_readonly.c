@@ -4,6 +4,7 @@
  *   or that may not write keylane_partitions, cannot take the partitions
  *   it is assigned: `keylane worker` tries for worker.acquire.wait, then
  *   exits 3 naming the cause, with no "offset -1001 is out of the log";
+ *   stopped by SIGTERM while it tries, it exits 0;
  * - sessions that turned read-only while it ran fail every commit: its
  *   /healthz turns 503 within seconds (not after worker.stall.ms), and
  *   once the role's setting is reverted the worker commits again by
@@ -13,11 +14,13 @@
  * installed.
  */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 #include <libpq-fe.h>
@@ -27,6 +30,7 @@
 #include "support/http.h"
 #include "support/pg_group.h"
 #include "support/run.h"
+#include "support/spawn.h"
 #include "support/sql.h"
 #include "support/support.h"
 #include "cli/metrics_server.h"
@@ -107,6 +111,56 @@ static void test_role_without_write_cannot_take(void **state) {
   PGconn *admin = t_db_with_role("norw", "kl_norw", 1, uri, sizeof(uri));
   t_worker_exits_unowned(uri, "permission denied");
   PQfinish(admin);
+}
+
+static void test_sigterm_while_trying_exits_0(void **state) {
+  (void)state;
+  char uri[256], dir[64], line[1024];
+  PGconn *admin = t_db_with_role("roterm", "kl_roterm", 0, uri, sizeof(uri));
+  kl_t_sql(admin,
+           "ALTER ROLE kl_roterm SET default_transaction_read_only = on");
+  kl_embedded_t *cluster;
+  assert_int_equal(kl_embedded_new(1, "events", 2, &cluster), KL_OK);
+  kl_t_tmpdir(dir);
+  const char *argv[] = {kl_t_bin(),
+                        "worker",
+                        "-b",
+                        kl_embedded_bootstrap(cluster),
+                        "-t",
+                        "events",
+                        "--store",
+                        uri,
+                        "--handler",
+                        "ledger",
+                        "--session-timeout-ms",
+                        "3000",
+                        NULL}; /* worker.acquire.wait: its 60 s */
+  pid_t pid = kl_t_spawn_worker(dir, 0, argv);
+  int trying = 0;
+  for (int i = 0; i < 300 && !trying; i++) {
+    trying = kl_t_log_find(dir, 0, "acquire partition=", line, sizeof(line));
+    if (!trying)
+      kl_t_sleep_ms(100);
+  }
+  kill(pid, SIGTERM);
+  int64_t began = kl__mono_ns();
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  int64_t took_ms = (kl__mono_ns() - began) / 1000000;
+  int stopped =
+          kl_t_log_find(dir, 0, "not taking partition=", line, sizeof(line)),
+      failed = kl_t_log_find(dir, 0, "cannot take", line, sizeof(line));
+  kl_t_rmrf(dir);
+  kl_embedded_destroy(cluster);
+  PQfinish(admin);
+  assert_true(trying);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !stopped || failed)
+    fail_msg("SIGTERM while trying: status %d, \"not taking\" %s, "
+             "\"cannot take\" %s",
+             status, stopped ? "logged" : "missing",
+             failed ? "logged" : "absent");
+  if (took_ms > 15000) /* the session timeout bounds the leave */
+    fail_msg("exited %lld ms after SIGTERM", (long long)took_ms);
 }
 
 /* GET /healthz until it answers @p want with @p needle in its body (NULL:
@@ -211,6 +265,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_readonly_role_cannot_take),
       cmocka_unit_test(test_role_without_write_cannot_take),
+      cmocka_unit_test(test_sigterm_while_trying_exits_0),
       cmocka_unit_test(test_readonly_sessions_heal),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
