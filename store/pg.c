@@ -560,6 +560,7 @@ kl_err_t kl__pg_conn_take(kl__pg_t *pgs, kl__pg_conn_t **out) {
     }
   if (pgs->idle_count) {
     *out = pgs->idle[--pgs->idle_count];
+    (*out)->reused = 1;
     pthread_mutex_unlock(&pgs->mu);
     return KL_OK;
   }
@@ -631,9 +632,10 @@ static kl_err_t pg_call_once(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx,
       return err;
     err = fn(conn, ctx);
     int lost = PQstatus(conn->pg) != CONNECTION_OK || conn->spoiled;
+    int reused = conn->reused;
     kl__pg_conn_give(pgs, conn, lost);
-    if (!err || !lost || (once && *once))
-      break;
+    if (!err || !lost || !reused || (once && *once))
+      break; /* a new connection that failed so: the server's state */
   }
   return err;
 }

@@ -49,6 +49,7 @@ typedef struct kl__pg_conn {
   unsigned prepared; /* bit i: statement i is prepared on pg */
   int spoiled; /* a result told that the session is unusable: replace it */
   char spoiled_state[6]; /* that result's SQLSTATE */
+  int reused;            /* taken from the idle ones, not made for the take */
 } kl__pg_conn_t;
 
 typedef struct kl__pg {
