@@ -93,6 +93,8 @@ static void t_worker_exits_unowned(const char *uri, const char *cause) {
   /* 3 s of tries after the group's join; the bound, not a stall. */
   if (took_ms > 30000)
     fail_msg("exited after %lld ms:\n%s", (long long)took_ms, r.err);
+  fprintf(stderr, "exit 3 after %lld ms, naming \"%s\"\n", (long long)took_ms,
+          cause);
   kl_t_run_free(&r);
 }
 
