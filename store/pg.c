@@ -592,7 +592,7 @@ void kl__pg_conn_give(kl__pg_t *pgs, kl__pg_conn_t *conn, int broken) {
              "failed with SQLSTATE %s (%s): the next call connects anew",
              conn->spoiled_state,
              strcmp(conn->spoiled_state, "25006") == 0
-                 ? "read-only: made while the role or database was"
+                 ? "read-only: it began while the role or database was"
                  : "the server ended it, or its link failed");
   if (!broken && (conn->spoiled || PQstatus(conn->pg) != CONNECTION_OK ||
                   PQtransactionStatus(conn->pg) != PQTRANS_IDLE))
