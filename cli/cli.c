@@ -8,6 +8,7 @@
 
 #include "cli/config_file.h"
 #include "common/internal.h"
+#include "store/location.h"
 
 volatile int kl__cli_stop;
 
@@ -97,8 +98,10 @@ int kl__cli_store_open(const char *sub, const char *location,
   kl_conf_destroy(own);
   if (err == KL_ENOTFOUND) /* the detail names the location and the fix */
     return kl__cli_fail(sub, "%s", kl_err_detail());
+  char shown[KL__LOCATION_MAX];
   if (err)
-    return kl__cli_fail(sub, "cannot open the store %s: %s", location,
+    return kl__cli_fail(sub, "cannot open the store %s: %s",
+                        kl__location_redact(location, shown, sizeof(shown)),
                         kl_err_detail());
   return KL_EXIT_OK;
 }

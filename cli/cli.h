@@ -17,6 +17,10 @@
 #define KL_EXIT_OK 0
 #define KL_EXIT_FAIL 1
 #define KL_EXIT_USAGE 2
+/* The worker could not take a partition it was assigned within
+ * worker.acquire.wait (the store refused it): a restart may help once the
+ * store is fixed, so it is not 1's "see the message". */
+#define KL_EXIT_UNOWNED 3
 
 typedef int(kl_cmd_fn)(int argc, char **argv);
 

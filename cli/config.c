@@ -156,7 +156,7 @@ static const char md_intro[] =
     "```\n"
     "kafka.sasl.password = (secret)  # /etc/keylane/worker.conf:4 "
     "(${KAFKA_PASSWORD})\n"
-    "store.uri = postgresql://keylane:***@db/keylane  # "
+    "store.uri = postgresql://keylane:****@db/keylane  # "
     "/etc/keylane/worker.conf:5\n"
     "worker.max.attempts = 3  # -X\n"
     "```\n";

@@ -13,6 +13,7 @@
 #include "common/internal.h"
 #include "common/log.h"
 #include "common/strbuf.h"
+#include "store/location.h"
 
 #define LINE_MAX_BYTES 65536
 #define SECRET_FILE_MAX 65536
@@ -61,35 +62,12 @@ const char *kl__config_noted(size_t i) {
 
 /* ---- what may be shown --------------------------------------------------- */
 
-/* A PostgreSQL URI's password: "scheme://user:PASSWORD@host" and
- * "password=..." in its query or in a keyword connection string. */
-static const char *uri_shown(const char *value, char *buf, size_t size) {
-  const char *scheme = strstr(value, "://");
-  const char *at = scheme ? strchr(scheme + 3, '@') : NULL;
-  const char *colon =
-      at ? memchr(scheme + 3, ':', (size_t)(at - scheme - 3)) : NULL;
-  const char *kw = strstr(value, "password=");
-  if (colon) {
-    snprintf(buf, size, "%.*s:***%s", (int)(colon - value), value, at);
-    value = buf;
-    kw = strstr(value, "password=");
-  }
-  if (kw) {
-    const char *end = kw + 9 + strcspn(kw + 9, "& \t");
-    char tail[1024];
-    snprintf(tail, sizeof(tail), "%s", end);
-    snprintf(buf, size, "%.*spassword=***%s", (int)(kw - value), value, tail);
-    value = buf;
-  }
-  return value;
-}
-
 const char *kl__config_shown(const char *key, const char *value, char *buf,
                              size_t size) {
   if (kl__conf_is_secret(key))
     return "(secret)";
-  if (strcmp(key, "store.uri") == 0 || strcmp(key, "--store") == 0)
-    return uri_shown(value, buf, size);
+  if (strcmp(key, "store.uri") == 0)
+    return kl__location_redact(value, buf, size);
   return value;
 }
 
@@ -177,10 +155,11 @@ static int value_of(reader_t *r, const char *key, const char *text, char **out,
     snprintf(how, how_size, " (@%s)", text + 1);
     return read_secret(r, key, text + 1, out);
   } else {
-    char shown[1024];
-    r->secret |= kl__conf_is_secret(key) ||
-                 (strcmp(key, "store.uri") == 0 &&
-                  uri_shown(text, shown, sizeof(shown)) != text);
+    char shown[KL__LOCATION_MAX];
+    r->secret |=
+        kl__conf_is_secret(key) ||
+        (strcmp(key, "store.uri") == 0 &&
+         strcmp(kl__location_redact(text, shown, sizeof(shown)), text) != 0);
     *out = xstrdup(text);
   }
   return -1;

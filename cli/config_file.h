@@ -48,7 +48,8 @@ const char *kl__config_source(const char *key);
 const char *kl__config_noted(size_t i);
 
 /** @p value as it may be shown for @p key: "(secret)" for a secret,
- *  a URI without its password, else @p value; in @p buf when changed. */
+ *  a store location without its password (kl__location_redact()), else
+ *  @p value; in @p buf when changed. */
 const char *kl__config_shown(const char *key, const char *value, char *buf,
                              size_t size);
 

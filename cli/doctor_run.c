@@ -14,6 +14,7 @@
 #include "worker/checks.h"
 #include "worker/dlq.h"
 #include "worker/checks_log.h"
+#include "store/location.h"
 
 #define KL_DOCTOR_TIMEOUT_MS 10000
 
@@ -35,13 +36,17 @@ static void doctor_say(kl_doctor_t *d, const char *name, const kl__check_t *c) {
   if (c->status > d->worst)
     d->worst = c->status;
   const char *status = kl__check_status_name(c->status);
+  char said[KL__LOCATION_MAX]; /* no store password, whatever quotes it */
+  const char *msg =
+      d->location ? kl__location_scrub(d->location, c->msg, said, sizeof(said))
+                  : c->msg;
   if (d->checks) {
-    json_array_append_new(d->checks,
-                          json_pack("{ssssss}", "check", name, "status", status,
-                                    "message", c->msg));
+    json_array_append_new(
+        d->checks,
+        json_pack("{ssssss}", "check", name, "status", status, "message", msg));
     return;
   }
-  fprintf(d->out, "%s %s: %s\n", status, name, c->msg);
+  fprintf(d->out, "%s %s: %s\n", status, name, msg);
   fflush(d->out);
 }
 
@@ -128,14 +133,16 @@ static void doctor_kafka(kl_doctor_t *d) {
 static void doctor_store(kl_doctor_t *d) {
   kl__check_t c = {KL__CHECK_FAIL, ""};
   kl_store_t *store;
+  char shown[KL__LOCATION_MAX];
+  kl__location_redact(d->location, shown, sizeof(shown));
   kl_err_t err = kl_store_open(d->location, d->conf, &store);
   if (err) {
-    snprintf(c.msg, sizeof(c.msg), "cannot open the store %s: %s", d->location,
+    snprintf(c.msg, sizeof(c.msg), "cannot open the store %.256s: %s", shown,
              kl_err_detail());
     doctor_say(d, err == KL_ESTORE_VERSION ? "store-version" : "store", &c);
     return;
   }
-  kl__check_store_version(store, d->location, &c);
+  kl__check_store_version(store, shown, &c);
   doctor_say(d, "store-version", &c);
   if (d->partitions) {
     kl__check_log(d->rk, store, d->topic, d->partitions, KL_DOCTOR_TIMEOUT_MS,

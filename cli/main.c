@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "store/pg.h"
 
 static const struct {
   const char *name;
@@ -50,6 +51,13 @@ int main(int argc, char **argv) {
     main_usage(stdout);
     return KL_EXIT_OK;
   }
+  /* Sessions in pg_stat_activity say which command holds them. */
+  static const char *const roles[] = {"worker", "replay", "doctor"};
+  const char *role = "cli";
+  for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
+    if (strcmp(argv[1], roles[i]) == 0)
+      role = roles[i];
+  kl__pg_set_application(role, NULL);
   for (size_t i = 0; i < sizeof(kl_cmds) / sizeof(kl_cmds[0]); i++)
     if (kl_cmds[i].fn && strcmp(argv[1], kl_cmds[i].name) == 0)
       return kl_cmds[i].fn(argc - 1, argv + 1);

@@ -31,6 +31,10 @@
 #define KL_MS_STOPS_MAX 256   /* partitions listed by the log guard's series */
 #define KL_MS_STALLS_MAX 4096 /* owned partitions reported, at most */
 #define KL_MS_LIVE_MS 300000  /* /livez without worker.stall.ms: 5 min */
+/* Group commits failed in a row, none since, that make /healthz 503: one
+ * is a server restart's, or a deadlock's; three, retried with backoff
+ * (worker.retry.initial.ms doubling), are a store that refuses them all. */
+#define KL_MS_COMMITS_FAILING 3
 
 struct kl__metrics_server {
   uv_loop_t loop;
@@ -386,6 +390,25 @@ static int ms_stalled(kl__metrics_server_t *server, char *reason, size_t size) {
   return stalled > 0;
 }
 
+/* @returns 1 with the reason when no group commit can succeed: the last
+ * KL_MS_COMMITS_FAILING or more failed, and none committed since. Not
+ * worker.stall.ms: a store that refuses every commit (read-only, a
+ * revoked privilege) is known at once, not after minutes. */
+static int ms_commits_failing(kl__metrics_server_t *server, char *reason,
+                              size_t size) {
+  int64_t for_ms;
+  char why[512];
+  uint64_t n =
+      kl__worker_commits_failing(server->worker, &for_ms, why, sizeof(why));
+  if (n < KL_MS_COMMITS_FAILING)
+    return 0;
+  snprintf(reason, size,
+           "unhealthy: the last %" PRIu64 " group commits failed, over %" PRId64
+           " ms, and none committed since: %.300s; the worker retries them\n",
+           n, for_ms, why);
+  return 1;
+}
+
 /* @returns the HTTP status; @p reason receives the body. */
 static int ms_health(kl__metrics_server_t *server, char *reason, size_t size) {
   kl_worker_stats_t st;
@@ -411,6 +434,8 @@ static int ms_health(kl__metrics_server_t *server, char *reason, size_t size) {
              kl_err_detail());
     return 503;
   }
+  if (ms_commits_failing(server, reason, size))
+    return 503;
   /* stats.owned drops only when Kafka revokes a partition, not when a
    * commit is fenced: a fenced worker that commits nothing afterwards has
    * lost what it owned, though the count still says otherwise. */

@@ -20,6 +20,7 @@
 #include "handlers/handler.h"
 #include "worker/redrive.h"
 #include "worker/replay.h"
+#include "store/location.h"
 
 static const kl__opt_t replay_opts[] = {
     KL__OPT_BOOTSTRAP(NULL),
@@ -251,6 +252,8 @@ static json_t *truncated_json(const kl__replay_part_t *p) {
 
 static void print_json(const kl__replay_t *replay, const char *location) {
   const kl__replay_opts_t *opts = kl__replay_opts(replay);
+  char shown[KL__LOCATION_MAX];
+  kl__location_redact(location, shown, sizeof(shown));
   kl__replay_part_t t;
   kl__replay_totals(replay, &t);
   size_t n;
@@ -262,7 +265,7 @@ static void print_json(const kl__replay_t *replay, const char *location) {
       json_array_append_new(trunc, truncated_json(&parts[i]));
   }
   json_t *o = json_pack(
-      "{sssssbsIsIsIsIsIssso so}", "topic", opts->topic, "store", location,
+      "{sssssbsIsIsIsIsIssso so}", "topic", opts->topic, "store", shown,
       "dry_run", opts->dry_run, "read", (json_int_t)t.read, "applied",
       (json_int_t)t.applied, "skipped_applied", (json_int_t)t.skipped_applied,
       "skipped_duplicate", (json_int_t)t.skipped_duplicate, "failed",

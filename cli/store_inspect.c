@@ -21,11 +21,7 @@
 #include "cli/store.h"
 #include "handlers/ledger.h"
 #include "store/store_internal.h"
-
-static int is_pg(const char *location) {
-  return strncmp(location, "postgresql://", 13) == 0 ||
-         strncmp(location, "postgres://", 11) == 0;
-}
+#include "store/location.h"
 
 static void inspect_iso(int64_t ms, char *buf, size_t size) {
   time_t t = (time_t)(ms / 1000);
@@ -206,27 +202,29 @@ static kl_err_t stats_collect(kl_store_t *store, kl_stats_t *s) {
 
 static int stats_run(const char *location, const char *topic, int json) {
   kl_store_t *store;
+  char shown[KL__LOCATION_MAX];
+  kl__location_redact(location, shown, sizeof(shown));
   int rc = kl__cli_store_existing("store stats", location, &store);
   if (rc)
     return rc;
   kl_stats_t s = {.topic = topic, .parts = json_array()};
   kl_err_t err = stats_collect(store, &s);
   if (err) {
-    rc = kl__cli_fail("store stats", "cannot read the store %s: %s", location,
+    rc = kl__cli_fail("store stats", "cannot read the store %s: %s", shown,
                       kl_err_detail());
   } else {
-    const char *backend = is_pg(location) ? "postgresql" : "lmdb";
+    const char *backend = kl__location_is_pg(location) ? "postgresql" : "lmdb";
     json_t *size = stats_size(store, location);
     if (json) {
       json_t *o =
-          json_pack("{sssssOsIsoso}", "store", location, "backend", backend,
+          json_pack("{sssssOsIsoso}", "store", shown, "backend", backend,
                     "size", size, "handler_keys", (json_int_t)s.data_keys,
                     "ids", stats_ids(&s), "partitions", json_incref(s.parts));
       json_dumpf(o, stdout, JSON_COMPACT);
       putchar('\n');
       json_decref(o);
     } else {
-      stats_text(location, backend, size, &s);
+      stats_text(shown, backend, size, &s);
     }
     json_decref(size);
   }
@@ -274,11 +272,13 @@ static int keys_run(const char *location, const char *prefix, uint64_t limit,
                     int json) {
   kl_store_t *store;
   int rc = kl__cli_store_existing("store keys", location, &store);
+  char shown[KL__LOCATION_MAX];
+  kl__location_redact(location, shown, sizeof(shown));
   if (rc)
     return rc;
   kl_keys_t k = {json, limit, 0};
   if (kl_store_scan(store, prefix, prefix ? strlen(prefix) : 0, keys_row, &k))
-    rc = kl__cli_fail("store keys", "cannot read the store %s: %s", location,
+    rc = kl__cli_fail("store keys", "cannot read the store %s: %s", shown,
                       kl_err_detail());
   kl_store_destroy(store);
   return rc;
@@ -359,13 +359,15 @@ static void get_text(const json_t *o) {
 static int get_run(const char *location, const char *key, int by_id, int json) {
   kl_store_t *store;
   int rc = kl__cli_store_existing("store get", location, &store);
+  char shown[KL__LOCATION_MAX];
+  kl__location_redact(location, shown, sizeof(shown));
   if (rc)
     return rc;
   kl_get_t g = {key, strlen(key), NULL, 0};
   kl_err_t err = by_id ? kl__store_ids_walk(store, get_id_row, &g)
                        : kl_store_scan(store, key, g.key_len, get_row, &g);
   if (err)
-    rc = kl__cli_fail("store get", "cannot read the store %s: %s", location,
+    rc = kl__cli_fail("store get", "cannot read the store %s: %s", shown,
                       kl_err_detail());
   else if (!g.out)
     rc = kl__cli_fail("store get",
@@ -374,7 +376,7 @@ static int get_run(const char *location, const char *key, int by_id, int json) {
                               "expired)"
                             : "no handler key \"%s\" in %s; list them with "
                               "keylane store keys --prefix",
-                      key, location);
+                      key, shown);
   else if (json) {
     if (g.found > 1)
       json_object_set_new(g.out, "entity_keys",

@@ -10,6 +10,7 @@
 #include "cli/store.h"
 #include "store/store_internal.h"
 #include "store/pg.h"
+#include "store/location.h"
 
 #define SUB "store migrate"
 
@@ -92,8 +93,7 @@ int kl__cmd_store_migrate(int argc, char **argv) {
   if (rc >= 0)
     return rc;
   const char *location = a.location;
-  if (strncmp(location, "postgresql://", 13) == 0 ||
-      strncmp(location, "postgres://", 11) == 0)
+  if (kl__location_is_pg(location))
     return migrate_pg(location);
   return migrate_lmdb(location);
 }

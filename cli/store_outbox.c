@@ -15,6 +15,7 @@
 #include "cli/store.h"
 #include "store/outbox_rec.h"
 #include "store/store_internal.h"
+#include "store/location.h"
 
 #define SUB "store outbox"
 #define KL_DROP_MAX 64
@@ -211,13 +212,15 @@ static int ob_list_all(kl_store_t *store, const kl_ob_args_t *a) {
   kl_err_t err = kl_store_foreach_partition(store, sob_ob_part, &w);
   if (!err)
     err = w.err;
+  char shown[KL__LOCATION_MAX];
+  kl__location_redact(a->location, shown, sizeof(shown));
   if (err) {
     json_decref(w.rows);
-    return kl__cli_fail(SUB, "cannot read the outbox of %s: %s", a->location,
+    return kl__cli_fail(SUB, "cannot read the outbox of %s: %s", shown,
                         kl_err_detail());
   }
   if (a->json) {
-    json_t *o = json_pack("{sssO}", "store", a->location, "follow_ups", w.rows);
+    json_t *o = json_pack("{sssO}", "store", shown, "follow_ups", w.rows);
     json_dumpf(o, stdout, JSON_COMPACT);
     putchar('\n');
     json_decref(o);
@@ -243,6 +246,8 @@ static int ob_found(void *opaque, uint64_t seq, const void *rec, size_t len) {
 }
 
 static int ob_drop(kl_store_t *store, const kl_ob_args_t *a) {
+  char shown[KL__LOCATION_MAX];
+  kl__location_redact(a->location, shown, sizeof(shown));
   for (size_t i = 0; i < a->ndrop; i++) {
     kl_ob_find_t f = {a->drop[i].seq, 0};
     kl_err_t err =
@@ -251,7 +256,7 @@ static int ob_drop(kl_store_t *store, const kl_ob_args_t *a) {
             : kl__store_outbox_list(store, a->topic, a->drop[i].partition,
                                     a->drop[i].seq - 1, 1, ob_found, &f);
     if (err)
-      return kl__cli_fail(SUB, "cannot read the outbox of %s: %s", a->location,
+      return kl__cli_fail(SUB, "cannot read the outbox of %s: %s", shown,
                           kl_err_detail());
     if (!f.found)
       return kl__cli_fail(SUB,
@@ -260,11 +265,11 @@ static int ob_drop(kl_store_t *store, const kl_ob_args_t *a) {
                           "typo?): nothing dropped; list them with keylane "
                           "store outbox",
                           a->drop[i].partition, a->drop[i].seq, a->topic,
-                          a->location);
+                          shown);
   }
   if (kl__store_outbox_del(store, a->topic, a->drop, a->ndrop))
-    return kl__cli_fail(SUB, "cannot drop from the outbox of %s: %s",
-                        a->location, kl_err_detail());
+    return kl__cli_fail(SUB, "cannot drop from the outbox of %s: %s", shown,
+                        kl_err_detail());
   for (size_t i = 0; i < a->ndrop; i++)
     printf("dropped follow-up %" PRId32 ":%" PRIu64
            " of topic %s: it will not be published\n",

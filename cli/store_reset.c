@@ -15,6 +15,7 @@
 #include "keylane/store.h"
 #include "cli/store.h"
 #include "store/store_internal.h"
+#include "store/location.h"
 
 #define SUB "store reset"
 
@@ -121,11 +122,13 @@ static int reset_targets(kl_store_t *store, const kl_reset_args_t *a,
                         known.oom ? "out of memory" : kl_err_detail());
   }
   int rc = 0;
+  char shown[KL__LOCATION_MAX];
   if (!known.count)
     rc = kl__cli_fail(SUB,
                       "the store %s has no partition of topic %s: "
                       "nothing to reset; check -t and --store",
-                      a->location, a->topic);
+                      kl__location_redact(a->location, shown, sizeof(shown)),
+                      a->topic);
   else if (kl__pos_partitions(a->partitions, known.count, parts, n))
     rc = kl__cli_usage(
         SUB, "-p %s: %s (the store knows partitions 0..%" PRId32 " of %s)",

@@ -18,6 +18,8 @@
 #include "cli/metrics_server.h"
 #include "cli/stop_guard.h"
 #include "worker/worker_internal.h"
+#include "store/location.h"
+#include "store/pg.h"
 
 #define SUB "worker"
 #define KL_HANDLER_TIMEOUT_MAX_MS 86400000 /* a day */
@@ -125,10 +127,15 @@ static int worker_main(kl_conf_t *conf, const worker_args_t *opts) {
     }
   }
   kl_store_t *store;
+  const char *instance = kl_conf_get(conf, "worker.instance.id");
+  if (instance && *instance)
+    kl__pg_set_application("worker", instance);
   kl_err_t err = kl_store_open(location, conf, &store);
   if (err) {
+    char shown[KL__LOCATION_MAX];
     kl__handler_release(&handler);
-    return kl__cli_fail(SUB, "cannot open the store %s: %s", location,
+    return kl__cli_fail(SUB, "cannot open the store %s: %s",
+                        kl__location_redact(location, shown, sizeof(shown)),
                         kl_err_detail());
   }
   if (kl__handler_check_store(&handler, handler_spec, store)) {
@@ -176,6 +183,8 @@ static int worker_main(kl_conf_t *conf, const worker_args_t *opts) {
              st.applied, st.duplicates, st.redelivered, st.batches, st.fenced);
     if (err)
       rc = kl__cli_fail(SUB, "%s", kl_err_detail());
+    if (err && kl__worker_unowned(worker))
+      rc = KL_EXIT_UNOWNED;
     kl__metrics_server_stop(metrics);
     on_stop_signals(NULL);
     kl_the_worker = NULL;
@@ -316,7 +325,10 @@ static const kl__cmd_t worker_cmd = {
         "partitions\n"
         "back), then exit 0; a second signal or --shutdown-timeout aborts "
         "the\n"
-        "batch uncommitted (its next owner applies it) and exits 1.\n",
+        "batch uncommitted (its next owner applies it) and exits 1.\n\n"
+        "A partition the store will not let it take (a read-only role, a\n"
+        "revoked privilege) is tried for -X worker.acquire.wait (60s); then\n"
+        "the worker stops and exits 3, naming the cause.\n",
     .examples = "  keylane worker -b 127.0.0.1:9092 -t events -g ledger \\\n"
                 "      --store /var/lib/keylane --handler ledger\n",
     .conf = true};

@@ -88,6 +88,11 @@ static const kl__conf_key_t kl_keys[] = {
      "heartbeats such a fencer writes while it works) has not changed for "
      "this long (more than worker.session.timeout.ms); 0: never (it waits "
      "for the group to move it)"},
+    {"worker.acquire.wait", KL__CONF_DURATION, "60s", 0, 3600000, NULL,
+     "how long a worker keeps trying to take a partition the group assigned "
+     "it while the store refuses (read-only, a revoked privilege) or does "
+     "not answer; then it stops and exits 3 naming the cause (keep it "
+     "under kafka.max.poll.interval.ms)"},
     {"worker.kafka.wait", KL__CONF_DURATION, "5m", 0, 7 * 86400000LL, NULL,
      "at start, how long a worker waits, with backoff, for Kafka to answer "
      "for its topic before it gives up (0: try once); /healthz is 503 "

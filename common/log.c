@@ -38,6 +38,21 @@ void kl__log_trace_set(const char *traceparent) {
            traceparent + 3, traceparent + 36);
 }
 
+/* Control characters in @p msg[0, n) as \xHH, as kl__escape() writes
+ * them: a message that quotes another program's text (libpq's errors
+ * span lines) still makes one line. @returns the length written. */
+static int log_one_line(const char *msg, int n, char *out, size_t size) {
+  size_t o = 0;
+  for (int i = 0; i < n && o + 5 < size; i++) {
+    unsigned char c = (unsigned char)msg[i];
+    if (c >= 0x20 && c != 0x7f)
+      out[o++] = (char)c;
+    else
+      o += (size_t)snprintf(out + o, size - o, "\\x%02x", c);
+  }
+  return (int)o;
+}
+
 void kl__log(kl__log_level_t level, const char *component, const char *fmt,
              ...) {
   if (!kl__log_enabled(level))
@@ -52,10 +67,16 @@ void kl__log(kl__log_level_t level, const char *component, const char *fmt,
       "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s [%d] %s: ", tm.tm_year + 1900,
       tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
       ts.tv_nsec / 1000000, kl_level_names[level], (int)getpid(), component);
+  char msg[2048];
   va_list ap;
   va_start(ap, fmt);
-  n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+  int len = vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  if (len < 0)
+    len = 0;
+  if (len > (int)sizeof(msg) - 1)
+    len = (int)sizeof(msg) - 1;
+  n += log_one_line(msg, len, line + n, sizeof(line) - (size_t)n - 1);
   if (kl_log_trace[0] && n < (int)sizeof(line) - 1)
     n += snprintf(line + n, sizeof(line) - (size_t)n - 1, "%s", kl_log_trace);
   if (n > (int)sizeof(line) - 2)

@@ -1,6 +1,9 @@
 /*
  * Logging: one line per event to stderr, "TIME LEVEL component: message",
- * and the trace of the event the thread works on, if any.
+ * and the trace of the event the thread works on, if any. Control
+ * characters of the message are escaped (\xHH, as kl__escape()), so that a
+ * message quoting another program's text (libpq's span lines) keeps to
+ * its line.
  * The level comes from KEYLANE_LOG (error|warn|info|debug; default info).
  * Thread safe: each line is written with one write(2).
  */

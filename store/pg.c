@@ -21,13 +21,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <libpq-events.h>
 
 #include "common/bytes.h"
 #include "common/internal.h"
+#include "common/log.h"
+#include "store/location.h"
 #include "store/store_internal.h"
 #include "store/pg.h"
 
 #define KL_PG_POOL_DEFAULT 4
+#define KL_COMP "store"
 
 /* ---- errors and statements ------------------------------------------- */
 
@@ -332,24 +338,82 @@ static const char *pg_timeout_said(PGconn *pg, int ours, char *buf,
   return buf;
 }
 
-/* The error of a connection that failed: libpq's message on one line (it
- * spans lines: "...refused\n\tIs the server running..."), what to check,
- * and the connect timeout in use. */
-static kl_err_t pg_connect_failed(PGconn *pg, int connect_timeout_s,
-                                  kl_err_t fail) {
-  char msg[512], said[128];
+/* libpq's message on one line (it spans lines: "...refused\n\tIs the
+ * server running..."), with @p uri's password scrubbed (libpq may quote
+ * the connection string), into @p out. */
+static const char *pg_message(const char *uri, const char *msg, char *out,
+                              size_t size) {
+  char line[KL__LOCATION_MAX];
   size_t n = 0;
-  for (const char *c = PQerrorMessage(pg); *c && n < sizeof(msg) - 1; c++)
+  for (const char *c = msg; *c && n < sizeof(line) - 1; c++)
     if (!strchr("\n\t", *c))
-      msg[n++] = *c;
-    else if (n && msg[n - 1] != ' ')
-      msg[n++] = ' ';
-  msg[n] = '\0';
+      line[n++] = *c;
+    else if (n && line[n - 1] != ' ')
+      line[n++] = ' ';
+  line[n] = '\0';
+  line[pg_trimmed(line)] = '\0';
+  return kl__location_scrub(uri, line, out, size);
+}
+
+/* The error of a connection that failed: libpq's message, what to check,
+ * and the connect timeout in use. */
+static kl_err_t pg_connect_failed(const char *uri, PGconn *pg,
+                                  int connect_timeout_s, kl_err_t fail) {
+  char msg[KL__LOCATION_MAX], said[128];
+  pg_message(uri, PQerrorMessage(pg), msg, sizeof(msg));
   return kl__err(fail,
-                 "postgresql: cannot connect: %.*s; check the URI, that the "
+                 "postgresql: cannot connect: %s; check the URI, that the "
                  "server runs and that the network reaches it (%s)",
-                 pg_trimmed(msg), msg,
+                 msg,
                  pg_timeout_said(pg, connect_timeout_s, said, sizeof(said)));
+}
+
+/* A location libpq cannot read (a URI's syntax, an unknown keyword) fails
+ * before any connection: say so, without a connect timeout that played no
+ * part. @returns KL_OK when it reads. */
+static kl_err_t pg_parse(const char *uri, kl_err_t fail) {
+  char *why = NULL;
+  PQconninfoOption *opts = PQconninfoParse(uri, &why);
+  PQconninfoFree(opts);
+  if (opts)
+    return KL_OK;
+  char msg[KL__LOCATION_MAX];
+  pg_message(uri, why ? why : "out of memory", msg, sizeof(msg));
+  PQfreemem(why);
+  return kl__err(fail,
+                 "postgresql: cannot read the store location: %s; write it "
+                 "as postgresql://USER:PASSWORD@HOST:PORT/DATABASE or as "
+                 "keyword=value pairs (host=HOST dbname=DATABASE ...)",
+                 msg);
+}
+
+/* The server's notices and warnings (a RAISE NOTICE in a handler's SQL, a
+ * deprecation) through the log, instead of libpq's default: raw lines on
+ * stderr, outside the log's format. */
+static void pg_notice(void *opaque, const PGresult *res) {
+  (void)opaque;
+  const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+  const char *msg = PQresultErrorMessage(res);
+  int warn = severity && strcmp(severity, "WARNING") == 0;
+  kl__log(warn ? KL_LOG_WARN : KL_LOG_INFO, KL_COMP, "postgresql says: %.*s",
+          pg_trimmed(msg), msg);
+}
+
+/* fallback_application_name: what pg_stat_activity shows for keylane's
+ * sessions unless the URI sets application_name. */
+static char kl_pg_application[64] = "keylane";
+
+void kl__pg_set_application(const char *role, const char *instance) {
+  char host[64] = "";
+  if (!instance || !*instance) {
+    gethostname(host, sizeof(host) - 1);
+    size_t n = strlen(host);
+    snprintf(host + n, sizeof(host) - n, "-%ld", (long)getpid());
+    instance = host;
+  }
+  /* The server keeps 63 bytes (NAMEDATALEN - 1). */
+  snprintf(kl_pg_application, sizeof(kl_pg_application), "keylane-%s-%s", role,
+           instance);
 }
 
 /*
@@ -374,6 +438,9 @@ static kl_err_t pg_connect_failed(PGconn *pg, int connect_timeout_s,
  */
 kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
                         PGconn **out) {
+  kl_err_t err = pg_parse(uri, fail);
+  if (err)
+    return err;
   char timeout[16];
   snprintf(timeout, sizeof(timeout), "%d", connect_timeout_s);
   const struct {
@@ -385,6 +452,7 @@ kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
       {"keepalives_count", "3"},
       {"tcp_user_timeout", "25000"},
       {"connect_timeout", connect_timeout_s > 0 ? timeout : NULL},
+      {"fallback_application_name", kl_pg_application},
       {"dbname", uri}, /* last: what it sets wins */
   };
   enum { KL_NPARAMS = sizeof(params) / sizeof(params[0]) };
@@ -397,12 +465,44 @@ kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
   if (!pg)
     return kl__err(KL_ENOMEM, "postgresql: out of memory for a connection");
   if (PQstatus(pg) == CONNECTION_OK) {
+    PQsetNoticeReceiver(pg, pg_notice, NULL);
     *out = pg;
     return KL_OK;
   }
-  kl_err_t err = pg_connect_failed(pg, connect_timeout_s, fail);
+  err = pg_connect_failed(uri, pg, connect_timeout_s, fail);
   PQfinish(pg);
   return err;
+}
+
+/*
+ * SQLSTATEs that tell of the session rather than of the statement: a
+ * session made while the role or database was read-only stays read-only
+ * (25006) after the setting is reverted, and one the server is ending
+ * (57P0x) or whose link failed (class 08) serves nothing more. Such a
+ * connection is replaced, never given to the next caller: run again on
+ * it, every batch would fail the same way until its backend was killed by
+ * hand.
+ */
+static int pg_state_spoils_session(const char *state) {
+  return state &&
+         (strncmp(state, "08", 2) == 0 || strncmp(state, "57P0", 4) == 0 ||
+          strcmp(state, "25006") == 0);
+}
+
+/* libpq calls this for each result its connection makes, whichever code
+ * reads it (the store's statements, a handler's own SQL on the batch's
+ * connection): a result that spoils the session marks the connection. */
+static int pg_event(PGEventId id, void *info, void *opaque) {
+  if (id == PGEVT_RESULTCREATE) {
+    kl__pg_conn_t *conn = opaque;
+    const PGEventResultCreate *made = info;
+    const char *state = PQresultErrorField(made->result, PG_DIAG_SQLSTATE);
+    if (!conn->spoiled && pg_state_spoils_session(state)) {
+      conn->spoiled = 1;
+      snprintf(conn->spoiled_state, sizeof(conn->spoiled_state), "%s", state);
+    }
+  }
+  return 1;
 }
 
 static kl_err_t pg_connect(kl__pg_t *pgs, kl_err_t fail, kl__pg_conn_t **out) {
@@ -414,6 +514,11 @@ static kl_err_t pg_connect(kl__pg_t *pgs, kl_err_t fail, kl__pg_conn_t **out) {
   if (err) {
     free(conn);
     return err;
+  }
+  if (!PQregisterEventProc(conn->pg, pg_event, "keylane", conn)) {
+    pg_conn_close(conn);
+    return kl__err(fail, "postgresql: cannot watch a new connection's "
+                         "results (out of memory)");
   }
   if (pgs->idle_timeout_ms > 0) {
     char sql[96];
@@ -455,6 +560,7 @@ kl_err_t kl__pg_conn_take(kl__pg_t *pgs, kl__pg_conn_t **out) {
     }
   if (pgs->idle_count) {
     *out = pgs->idle[--pgs->idle_count];
+    (*out)->reused = 1;
     pthread_mutex_unlock(&pgs->mu);
     return KL_OK;
   }
@@ -480,7 +586,15 @@ kl_err_t kl__pg_conn_take_idle(kl__pg_t *pgs, kl__pg_conn_t **out) {
 }
 
 void kl__pg_conn_give(kl__pg_t *pgs, kl__pg_conn_t *conn, int broken) {
-  if (!broken && (PQstatus(conn->pg) != CONNECTION_OK ||
+  if (conn->spoiled)
+    KL_LOG_W(KL_COMP,
+             "postgresql: replacing a pooled connection whose session "
+             "failed with SQLSTATE %s (%s): the next call connects anew",
+             conn->spoiled_state,
+             strcmp(conn->spoiled_state, "25006") == 0
+                 ? "read-only: it began while the role or database was"
+                 : "the server ended it, or its link failed");
+  if (!broken && (conn->spoiled || PQstatus(conn->pg) != CONNECTION_OK ||
                   PQtransactionStatus(conn->pg) != PQTRANS_IDLE))
     broken = 1;
   pthread_mutex_lock(&pgs->mu);
@@ -496,8 +610,10 @@ void kl__pg_conn_give(kl__pg_t *pgs, kl__pg_conn_t *conn, int broken) {
 
 /*
  * Runs @p fn on a pooled connection. An idle connection may have lost its
- * link unnoticed (a server restart, a terminated backend): when @p fn fails
- * on a lost link, it runs once more on a new connection. Every fn here is a
+ * link unnoticed (a server restart, a terminated backend), or hold a
+ * session that spoiled (pg_state_spoils_session()): when @p fn fails on
+ * such a connection, it runs again on another (at most once per pooled
+ * connection, and once on a new one). Every fn here is a
  * single autocommit statement that may run twice (an acquire that ran
  * twice only skips an epoch number; epochs need to grow, not to be dense),
  * or a read that sets *@p once when it has called back its caller (a scan
@@ -508,15 +624,18 @@ typedef kl_err_t(kl_pg_fn)(kl__pg_conn_t *conn, void *ctx);
 static kl_err_t pg_call_once(kl__pg_t *pgs, kl_pg_fn *fn, void *ctx,
                              const int *once) {
   kl_err_t err = KL_OK;
-  for (int attempt = 0; attempt < 2; attempt++) {
+  /* Every idle connection may be as dead as the first (a server restart
+   * ends them all): up to one try each, and one on a new connection. */
+  for (size_t attempt = 0; attempt <= pgs->pool_max; attempt++) {
     kl__pg_conn_t *conn;
     if ((err = kl__pg_conn_take(pgs, &conn)))
       return err;
     err = fn(conn, ctx);
-    int lost = PQstatus(conn->pg) != CONNECTION_OK;
+    int lost = PQstatus(conn->pg) != CONNECTION_OK || conn->spoiled;
+    int reused = conn->reused;
     kl__pg_conn_give(pgs, conn, lost);
-    if (!err || !lost || (once && *once))
-      break;
+    if (!err || !lost || !reused || (once && *once))
+      break; /* a new connection that failed so: the server's state */
   }
   return err;
 }

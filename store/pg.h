@@ -47,6 +47,9 @@ typedef enum kl__pg_stmt {
 typedef struct kl__pg_conn {
   PGconn *pg;
   unsigned prepared; /* bit i: statement i is prepared on pg */
+  int spoiled; /* a result told that the session is unusable: replace it */
+  char spoiled_state[6]; /* that result's SQLSTATE */
+  int reused;            /* taken from the idle ones, not made for the take */
 } kl__pg_conn_t;
 
 typedef struct kl__pg {
@@ -113,6 +116,14 @@ int kl__pg_connect_timeout_s(const kl_conf_t *conf);
 kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
                         PGconn **out);
 
+/**
+ * Names this process's sessions "keylane-ROLE-INSTANCE" in
+ * pg_stat_activity (libpq's fallback_application_name: a URI's
+ * application_name wins). @p role: worker, replay, doctor, cli;
+ * @p instance: worker.instance.id, or NULL for "HOST-PID". Process wide:
+ * call it before opening a store.
+ */
+void kl__pg_set_application(const char *role, const char *instance);
 /** How long a caller waits for a pooled connection before KL_ESTORE_BUSY. */
 #define KL__PG_POOL_WAIT_MS 10000
 
@@ -129,7 +140,9 @@ kl_err_t kl__pg_conn_take_idle(kl__pg_t *pgs, kl__pg_conn_t **conn);
 
 /**
  * Returns @p conn to the pool, or closes it when @p broken, when the link is
- * down or when a transaction is still open on it (the next take reconnects).
+ * down, when a transaction is still open on it, or when a result on it told
+ * that its session is unusable (read-only, ended by the server: see
+ * pg.c's pg_state_spoils_session()); the next take reconnects.
  */
 void kl__pg_conn_give(kl__pg_t *pgs, kl__pg_conn_t *conn, int broken);
 
@@ -230,6 +243,12 @@ const char *kl__pg_state(const PGresult *res);
 /** Tests: the wait for the schema lock, in ms (0: KL__PG_SCHEMA_WAIT_MS). */
 void kl__pg_set_schema_wait_ms(int ms);
 
+/**
+ * The columns keylane's statements need that the schema lacks (dropped or
+ * renamed by hand), "table.column, ..." into @p missing; "" when none.
+ * @returns KL_OK, or a kl__pg_err().
+ */
+kl_err_t kl__pg_schema_missing(PGconn *pg, char *missing, size_t size);
 /** Reads the schema version: 0 when keylane has created nothing yet. */
 kl_err_t kl__pg_schema_version(PGconn *pg, int *version);
 

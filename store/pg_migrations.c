@@ -127,6 +127,43 @@ static const char *const kl_pg_migrations[KL__PG_SCHEMA_VERSION] = {
     "  ADD COLUMN last_ident_wm bigint;",
 };
 
+/* What keylane's statements read and write at KL__PG_SCHEMA_VERSION, by
+ * table (the handlers' tables are theirs to check): a schema whose version
+ * row says it is current may still have been changed by hand. */
+static const char kl_pg_needed_sql[] =
+    "SELECT string_agg(n.tab || '.' || n.col, ', ' ORDER BY n.tab, n.col) "
+    "FROM (VALUES ('keylane_schema_version', 'version'), "
+    "('keylane_partitions', 'topic'), ('keylane_partitions', 'partition'), "
+    "('keylane_partitions', 'epoch'), ('keylane_partitions', 'watermark'), "
+    "('keylane_partitions', 'applied'), ('keylane_partitions', 'duplicates'), "
+    "('keylane_partitions', 'dead_letters'), "
+    "('keylane_partitions', 'last_ident'), "
+    "('keylane_partitions', 'last_ident_wm'), "
+    "('keylane_ids', 'topic'), ('keylane_ids', 'id'), ('keylane_ids', 'mark'), "
+    "('keylane_ids', 'inserted_ms'), ('keylane_kv', 'key'), "
+    "('keylane_kv', 'value'), ('keylane_beats', 'topic'), "
+    "('keylane_beats', 'partition'), ('keylane_beats', 'beats'), "
+    "('keylane_outbox', 'topic'), ('keylane_outbox', 'partition'), "
+    "('keylane_outbox', 'seq'), ('keylane_outbox', 'rec'), "
+    "('keylane_sweep', 'one'), ('keylane_sweep', 'next_page'), "
+    "('keylane_meta', 'name'), ('keylane_meta', 'value')) AS n(tab, col) "
+    /* pg_attribute, not information_schema: that one hides the columns
+     * the role has no privilege on. */
+    "WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE "
+    "a.attrelid = to_regclass(n.tab) AND a.attname = n.col "
+    "AND NOT a.attisdropped)";
+
+kl_err_t kl__pg_schema_missing(PGconn *pg, char *missing, size_t size) {
+  PGresult *res = PQexec(pg, kl_pg_needed_sql);
+  kl_err_t err = KL_OK;
+  if (!kl__pg_ok(res) || PQntuples(res) != 1)
+    err = kl__pg_err(pg, res, "read the schema's columns");
+  else
+    snprintf(missing, size, "%s", PQgetvalue(res, 0, 0));
+  PQclear(res);
+  return err;
+}
+
 kl_err_t kl__pg_schema_version(PGconn *pg, int *version) {
   *version = 0;
   PGresult *res = PQexec(pg, "SELECT to_regclass('keylane_schema_version') "

@@ -11,12 +11,8 @@
 #include "common/bytes.h"
 #include "common/internal.h"
 #include "store/backend.h"
+#include "store/location.h"
 #include "store/store_internal.h"
-
-static int store_is_pg(const char *location) {
-  return strncmp(location, "postgresql://", 13) == 0 ||
-         strncmp(location, "postgres://", 11) == 0;
-}
 
 kl_err_t kl_store_open(const char *location, const kl_conf_t *conf,
                        kl_store_t **out) {
@@ -24,7 +20,7 @@ kl_err_t kl_store_open(const char *location, const kl_conf_t *conf,
   if (!location || !*location || !out)
     return kl__err(KL_EINVAL, "kl_store_open: location and out are required");
   *out = NULL;
-  if (!store_is_pg(location))
+  if (!kl__location_is_pg(location))
     return kl__store_lmdb_open(location, conf, out);
   return kl__store_pg_open(location, conf, out);
 }

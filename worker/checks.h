@@ -153,8 +153,9 @@ void kl__check_partitions(rd_kafka_t *rk, const char *topic, int32_t expected,
 
 /**
  * The store's layout version (kl__store_version()) against this build's:
- * OK when equal; FAIL when the store cannot be read. (A store of another
- * version does not open at all: its open error is the check's FAIL.)
+ * OK when equal and, for PostgreSQL, every column keylane needs is there;
+ * FAIL when the store cannot be read or a column is missing. (A store of
+ * another version does not open at all: its open error is the check's FAIL.)
  * @param location  the store's directory or URI, for the message
  */
 void kl__check_store_version(kl_store_t *store, const char *location,

@@ -12,6 +12,17 @@
 #include "store/store_internal.h"
 #include "store/pg.h"
 
+/* kl__pg_schema_missing() on a pooled connection. */
+static kl_err_t schema_missing(kl__pg_t *pgs, char *missing, size_t size) {
+  kl__pg_conn_t *conn;
+  kl_err_t err = kl__pg_conn_take(pgs, &conn);
+  if (err)
+    return err;
+  err = kl__pg_schema_missing(conn->pg, missing, size);
+  kl__pg_conn_give(pgs, conn, err != KL_OK);
+  return err;
+}
+
 void kl__check_store_version(kl_store_t *store, const char *location,
                              kl__check_t *out) {
   int version = 0, latest = 0;
@@ -21,6 +32,26 @@ void kl__check_store_version(kl_store_t *store, const char *location,
     snprintf(out->msg, sizeof(out->msg),
              "cannot read the %s version of store %s: %s", what, location,
              kl_err_detail());
+    return;
+  }
+  char missing[512] = "";
+  if (version == latest && store->ops == &kl__pg_ops &&
+      schema_missing((kl__pg_t *)store, missing, sizeof(missing))) {
+    out->status = KL__CHECK_FAIL;
+    snprintf(out->msg, sizeof(out->msg),
+             "cannot read the columns of store %s: %s", location,
+             kl_err_detail());
+    return;
+  }
+  if (version == latest && missing[0]) {
+    out->status = KL__CHECK_FAIL;
+    snprintf(out->msg, sizeof(out->msg),
+             "store %s (%s) says schema version %d, but lacks columns "
+             "keylane needs: %.300s; they were dropped or renamed by hand, "
+             "and migrate does not apply a version again: restore them as "
+             "store/pg_migrations.c defines them, or rebuild into a new "
+             "store (keylane store rebuild)",
+             location, store->ops->name, version, missing);
     return;
   }
   if (version == latest) {

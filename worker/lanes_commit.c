@@ -186,6 +186,7 @@ static void commit_committed(kl__lanes_t *lanes, kl__lane_t *lane,
   lane->watermark = b->watermark;
   lane->commit_backoff_ms = 0;
   lanes->batches++;
+  lanes->commits_failing = 0;
 }
 
 /* The store refused or failed: nothing of the build is applied. */
@@ -200,6 +201,9 @@ static void commit_failed(kl__lanes_t *lanes, kl__lane_t *lane, kl_err_t err,
            lane->partition, kl_err_name(err), ms,
            kl__escape(text, sizeof(text), detail, strlen(detail)));
   lane->hold_until_ns = kl__mono_ns() + (int64_t)ms * 1000000;
+  if (!lanes->commits_failing++)
+    lanes->failing_since_ns = kl__mono_ns();
+  snprintf(lanes->failing_why, sizeof(lanes->failing_why), "%.480s", text);
   lane->commit_backoff_ms =
       ms * 2 > lanes->retry_max_ms ? (int)lanes->retry_max_ms : ms * 2;
   kl__lane_rewind(lanes, lane);

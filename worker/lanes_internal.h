@@ -220,6 +220,11 @@ struct kl__lanes {
       dead_letters, waiting_now, oldest_wait_ms, window_events, paused_now,
       misrouted_total, forwarded, kafka_commits;
   _Atomic uint64_t ahead; /* group transactions begun ahead (lanes_commit.c) */
+  /* Group commits failed in a row, none committed since; when the first of
+   * them failed, and the last one's error (lanes_stall.h). Guarded by mu. */
+  uint64_t commits_failing;
+  int64_t failing_since_ns;
+  char failing_why[512];
 };
 
 /* ---- lanes.c, for lanes_commit.c -------------------------------------- */

@@ -87,3 +87,13 @@ size_t kl__lanes_stalls(kl__lanes_t *lanes, kl__stall_t *out, size_t max) {
   kl_decoder_destroy(decoder);
   return n;
 }
+
+uint64_t kl__lanes_commits_failing(kl__lanes_t *lanes, int64_t *for_ms,
+                                   char *why, size_t size) {
+  pthread_mutex_lock(&lanes->mu);
+  uint64_t n = lanes->commits_failing;
+  *for_ms = n ? (kl__mono_ns() - lanes->failing_since_ns) / 1000000 : 0;
+  snprintf(why, size, "%s", n ? lanes->failing_why : "");
+  pthread_mutex_unlock(&lanes->mu);
+  return n;
+}

@@ -39,4 +39,14 @@ void kl__lanes_watch_stalls(kl__lanes_t *lanes, int64_t now_ns,
  */
 size_t kl__lanes_stalls(kl__lanes_t *lanes, kl__stall_t *out, size_t max);
 
+/**
+ * Group commits that failed in a row (the store refused or failed them,
+ * fenced ones aside), none committed since: while they mount, no commit
+ * can succeed. Any thread.
+ * @returns how many (0: the last one committed), with how long since the
+ *          first of them in @p for_ms and the last one's error in @p why.
+ */
+uint64_t kl__lanes_commits_failing(kl__lanes_t *lanes, int64_t *for_ms,
+                                   char *why, size_t size);
+
 #endif

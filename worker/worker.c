@@ -84,6 +84,9 @@ struct kl_worker {
   char instance_id[KL__INSTANCE_ID_MAX]; /* group.instance.id; "": dynamic */
   kl_err_t fatal; /* the consumer raised a fatal error (membership.h) */
   char fatal_why[1024];
+  int64_t acquire_wait_ms; /* worker.acquire.wait */
+  kl_err_t unowned; /* an assigned partition could not be taken: stopped */
+  char unowned_why[1024];
 };
 
 #define KL_COMP "worker"
@@ -112,22 +115,61 @@ size_t kl__worker_misrouted(kl_worker_t *worker, uint64_t *by_partition,
 
 /* ---- ownership ------------------------------------------------------- */
 
-/* Acquires a new epoch, retrying while the store is unavailable: the group
- * gave us the partition, and nobody else will apply it meanwhile. */
+/* Acquires a new epoch, retrying with backoff (100 ms doubling to 5 s)
+ * until @p deadline_ns while the store does not answer or refuses (a
+ * read-only session, a revoked privilege, a schema being migrated): the
+ * group gave us the partition, and nobody else will apply it meanwhile.
+ * Gives way to kl_worker_stop(). @returns the last try's result. */
 static kl_err_t lane_acquire(kl_worker_t *worker, int32_t partition,
-                             uint64_t floor, kl_partition_state_t *state) {
+                             uint64_t floor, int64_t deadline_ns,
+                             kl_partition_state_t *state) {
   int backoff_ms = 100;
   for (;;) {
     kl_err_t err = kl__store_acquire_above(worker->store, worker->topic,
                                            partition, floor, state);
-    if (!err || !kl_err_is_retriable(err) || worker->stop)
+    int64_t left_ms = (deadline_ns - kl__mono_ns()) / 1000000;
+    if (!err || worker->stop || left_ms <= 0)
       return err;
-    KL_LOG_W(KL_COMP, "acquire partition=%" PRId32 " retry in %d ms: %s",
-             partition, backoff_ms, kl_err_detail());
-    kl__sleep_ms(backoff_ms);
+    int ms = backoff_ms < left_ms ? backoff_ms : (int)left_ms;
+    KL_LOG_W(KL_COMP,
+             "acquire partition=%" PRId32 " retry in %d ms, giving up in "
+             "%" PRId64 " ms (worker.acquire.wait): %s",
+             partition, ms, left_ms, kl_err_detail());
+    for (int slept = 0; slept < ms && !worker->stop; slept += 100)
+      kl__sleep_ms(ms - slept < 100 ? ms - slept : 100);
     if (backoff_ms < 5000)
       backoff_ms *= 2;
   }
+}
+
+/* A partition the store would not let this worker take within
+ * worker.acquire.wait: the worker stops, and kl_worker_run() fails with
+ * the cause, so that a supervisor restarts it (or a person looks) instead
+ * of the partition staying unapplied behind a worker that looks alive.
+ * Stopped by kl_worker_stop() meanwhile, it is only a stop. */
+static void acquire_failed(kl_worker_t *worker, int32_t partition,
+                           kl_err_t err) {
+  if (worker->stop && !worker->unowned) {
+    KL_LOG_I(KL_COMP, "not taking partition=%" PRId32 ": stopping", partition);
+    return;
+  }
+  if (worker->unowned)
+    return; /* the first one said why */
+  char detail[512];
+  snprintf(detail, sizeof(detail), "%s", kl_err_detail());
+  worker->unowned = kl__err(
+      err,
+      "cannot take partition=%" PRId32 " of topic %s: tried for %" PRId64
+      " ms (worker.acquire.wait), and the store answered: "
+      "%s; check that the store's "
+      "role may write keylane_partitions (INSERT, UPDATE), that neither "
+      "the role nor the database is read-only "
+      "(default_transaction_read_only), and `keylane doctor`",
+      partition, worker->topic, worker->acquire_wait_ms, detail);
+  snprintf(worker->unowned_why, sizeof(worker->unowned_why), "%s",
+           kl_err_detail());
+  KL_LOG_E(KL_COMP, "%s; stopping", worker->unowned_why);
+  worker->stop = 1;
 }
 
 /*
@@ -218,17 +260,16 @@ static void on_assign(kl_worker_t *worker,
   uint64_t *floors = worker_fleet_epochs(worker, parts);
   rd_kafka_topic_partition_list_t *taken =
       rd_kafka_topic_partition_list_new(parts->cnt);
+  int64_t deadline_ns = kl__mono_ns() + worker->acquire_wait_ms * 1000000;
   for (int i = 0; i < parts->cnt; i++) {
     rd_kafka_topic_partition_t *tp = &parts->elems[i];
     if (assign_refused(worker, tp->partition))
       continue;
     kl_partition_state_t state;
-    kl_err_t err =
-        lane_acquire(worker, tp->partition, floors ? floors[i] : 0, &state);
+    kl_err_t err = lane_acquire(worker, tp->partition, floors ? floors[i] : 0,
+                                deadline_ns, &state);
     if (err) {
-      KL_LOG_E(KL_COMP, "cannot take partition=%" PRId32 ": %s", tp->partition,
-               kl_err_detail());
-      worker->stop = 1;
+      acquire_failed(worker, tp->partition, err);
       continue;
     }
     kl__lanes_own(worker->lanes, tp->partition, state.epoch, state.watermark);
@@ -272,12 +313,12 @@ static void on_revoke(kl_worker_t *worker,
 }
 
 /* After the assign, which would fetch them: the partitions on_assign()
- * refused stay paused. */
+ * refused stay paused; a worker stopping takes none. */
 static void pause_refused(kl_worker_t *worker,
                           rd_kafka_topic_partition_list_t *parts) {
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
   for (int i = 0; i < parts->cnt; i++)
-    if (worker->topic_stopped ||
+    if (worker->topic_stopped || worker->stop ||
         parts->elems[i].partition >= worker->expect.count)
       rd_kafka_topic_partition_list_add(l, worker->topic,
                                         parts->elems[i].partition);
@@ -691,6 +732,7 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
   worker->retake_ns = retake_ms * 1000000;
   worker->check_ns = kl__conf_int(conf, "worker.partitions.check.ms") * 1000000;
   worker->stall_ms = kl__conf_int(conf, "worker.stall.ms");
+  worker->acquire_wait_ms = kl__conf_int(conf, "worker.acquire.wait");
   kl_err_t err = KL_ENOMEM;
   if (worker->conf && worker->topic && worker->applier.decoder)
     err = worker_parts_new(worker);
@@ -804,9 +846,11 @@ static void on_consume_error(kl_worker_t *worker, rd_kafka_message_t *m) {
              kl_err_detail());
     worker->stop = 1;
   } else if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET && m->rkt &&
-             strcmp(rd_kafka_topic_name(m->rkt), worker->topic) == 0)
-    kl__log_guard_out_of_range(worker->log_guard, m->partition, m->offset);
-  else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+             strcmp(rd_kafka_topic_name(m->rkt), worker->topic) == 0) {
+    /* Stopping, a partition may be one it never took (no position). */
+    if (!worker->stop)
+      kl__log_guard_out_of_range(worker->log_guard, m->partition, m->offset);
+  } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
     KL_LOG_W(KL_COMP, "consume: %s", rd_kafka_message_errstr(m));
   rd_kafka_message_destroy(m);
 }
@@ -1038,8 +1082,11 @@ kl_err_t kl_worker_run(kl_worker_t *worker) {
   rd_kafka_consumer_close(worker->rk);
   kl__pool_destroy(worker->pool);
   worker->pool = NULL;
-  return worker->fatal ? kl__err(worker->fatal, "%s", worker->fatal_why)
-                       : KL_OK;
+  if (worker->fatal)
+    return kl__err(worker->fatal, "%s", worker->fatal_why);
+  if (worker->unowned)
+    return kl__err(worker->unowned, "%s", worker->unowned_why);
+  return KL_OK;
 }
 
 rd_kafka_t *kl__worker_consumer(kl_worker_t *worker) {
@@ -1060,6 +1107,15 @@ uint64_t kl__worker_ahead(kl_worker_t *worker) {
 
 size_t kl__worker_stalls(kl_worker_t *worker, kl__stall_t *out, size_t max) {
   return kl__lanes_stalls(worker->lanes, out, max);
+}
+
+int kl__worker_unowned(const kl_worker_t *worker) {
+  return worker->unowned != KL_OK;
+}
+
+uint64_t kl__worker_commits_failing(kl_worker_t *worker, int64_t *for_ms,
+                                    char *why, size_t size) {
+  return kl__lanes_commits_failing(worker->lanes, for_ms, why, size);
 }
 
 void kl_worker_stop(kl_worker_t *worker) {

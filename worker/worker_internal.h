@@ -113,4 +113,12 @@ void kl__worker_set_seek_hook(kl_worker_t *worker, kl__worker_seek_hook_fn *fn,
  */
 size_t kl__worker_stalls(kl_worker_t *worker, kl__stall_t *out, size_t max);
 
+/** @returns nonzero when kl_worker_run() stopped because the store would
+ *  not let it take an assigned partition within worker.acquire.wait. */
+int kl__worker_unowned(const kl_worker_t *worker);
+
+/** kl__lanes_commits_failing() of the worker's lanes (lanes_stall.h). */
+uint64_t kl__worker_commits_failing(kl_worker_t *worker, int64_t *for_ms,
+                                    char *why, size_t size);
+
 #endif

@@ -20,7 +20,9 @@
  * returns KL_EFENCED.
  *
  * Backends: a directory path opens LMDB (several processes on one host may
- * share it); "postgresql://..." opens PostgreSQL.
+ * share it); "postgresql://..." (or "postgres://...") and libpq's
+ * keyword/value strings ("host=db dbname=kl ...") open PostgreSQL. No
+ * error keylane makes quotes a location's password.
  *
  * PostgreSQL at speed. A batch costs a fixed number of network round trips,
  * not one per event:

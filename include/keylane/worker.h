@@ -231,7 +231,10 @@ KL_EXPORT kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
  *          topic missing, partition count differs from
  *          worker.expect.partitions, a topic's or the dead-letter topic's
  *          retention.ms longer than store.dedup.retention unless
- *          worker.retention.check=warn, ...).
+ *          worker.retention.check=warn, ...); or the store's error when
+ *          it would not let the worker take an assigned partition within
+ *          worker.acquire.wait (the worker then stopped, as after
+ *          kl_worker_stop()).
  */
 KL_EXPORT kl_err_t kl_worker_run(kl_worker_t *worker);
 

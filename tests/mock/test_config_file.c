@@ -103,7 +103,7 @@ static void test_effective_configuration(void **state) {
   assert_setting(o, "worker.concurrency", "4", "keylane.conf:7");
   assert_setting(o, "worker.max.attempts", "3", "-X"); /* -X over the file */
   assert_setting(o, "worker.batch.max", "1000", "default");
-  assert_setting(o, "store.uri", "postgresql://app:***@db.internal/keylane",
+  assert_setting(o, "store.uri", "postgresql://app:****@db.internal/keylane",
                  "keylane.conf:9");
   json_decref(o);
   kl_t_run_free(&r);
