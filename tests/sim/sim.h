@@ -45,7 +45,18 @@ typedef enum sim_kind {
   SIM_DEBIT,
   SIM_TRANSFER,
   SIM_FOLLOWUP, /* the credit a transfer emits */
+  SIM_HOSTILE,  /* a credit a producer that is not keylane wrote (--hostile) */
 } sim_kind_t;
+
+/* Whether the worker refuses a consumed record whose id is in keylane's
+ * reserved `~` namespace and is no follow-up id it wrote (a dead letter,
+ * reason reserved_id). 0 while nothing checks it: a hostile record (see
+ * sim_steps.c, hostile_publish()) is applied like any credit, and one
+ * that copies a follow-up id that a transfer's credit will get makes the
+ * store skip that credit as a duplicate: the hostile run (`keylane-sim
+ * --hostile`) must find that loss. 1 once the consumed side refuses them:
+ * such a record is a dead letter and the hostile run must pass. */
+#define SIM_RESERVED_REFUSED 0
 
 /* What a store (the live one, or a rebuild) decided about one event. */
 typedef struct sim_mark {
@@ -165,7 +176,7 @@ typedef struct sim_owner {
 typedef struct sim_stats {
   uint64_t steps, noops, schedules, commits, applied, duplicates, fenced;
   uint64_t pauses, crashes, lost, aborted, letters, redriven, replays;
-  uint64_t rebuilds, published, drain_batches;
+  uint64_t rebuilds, published, drain_batches, hostile;
 } sim_stats_t;
 
 typedef struct sim_world {
@@ -196,6 +207,7 @@ typedef struct sim_world {
   uint64_t next_id;
   int64_t seq[SIM_MAXK]; /* the client's per key */
   int calm;              /* the drain: no injected faults */
+  int hostile;           /* a hostile producer writes too (sim_hostile) */
   int gen;               /* store generation: rebuilds so far */
   size_t step;
   int dirty; /* the step committed or acquired: check the store */
@@ -228,7 +240,10 @@ kl_store_t *sim_lmdb_env(int slot);
 void sim_lmdb_envs_close(void);
 void sim_lmdb_envs_tick(void);
 
-uint32_t sim_event_find(uint8_t key, const char *id, size_t id_len);
+/** The event of (@p key, @p id) of kind @p kind (a sim_kind_t), or of any
+ *  kind when @p kind < 0: a hostile record may have the id of a follow-up,
+ *  and they are two events (the store sees one id). */
+uint32_t sim_event_find(uint8_t key, const char *id, size_t id_len, int kind);
 uint32_t sim_event_add(uint8_t key, const char *id, size_t id_len);
 /** Appends a record of event @p e (its envelope in @p bytes, taken) to its
  *  key's partition. @returns its offset. */
@@ -312,5 +327,7 @@ void sim_words(uint64_t seed, uint64_t *words, size_t n);
 uint64_t sim_mix(uint64_t x);
 /** The PostgreSQL database the PostgreSQL schedules share. */
 extern const char *sim_pg_uri;
+/** Nonzero: the schedules' publishes include a hostile producer's. */
+extern int sim_hostile;
 
 #endif

@@ -390,7 +390,8 @@ static int publish_cb(void *opaque, uint64_t seq, const void *bytes,
              (int)rec.event.id_len, rec.event.id);
     return 1;
   }
-  uint32_t e = sim_event_find((uint8_t)k, rec.event.id, rec.event.id_len);
+  uint32_t e =
+      sim_event_find((uint8_t)k, rec.event.id, rec.event.id_len, SIM_FOLLOWUP);
   if (e == SIM_NONE) {
     e = sim_event_add((uint8_t)k, rec.event.id, rec.event.id_len);
     W->events[e].kind = SIM_FOLLOWUP;

@@ -19,6 +19,7 @@
 #define CLOCK_BASE 1700000000000LL
 
 const char *sim_pg_uri;
+int sim_hostile;
 
 uint64_t sim_mix(uint64_t x) { /* splitmix64 */
   x += 0x9e3779b97f4a7c15ULL;
@@ -59,8 +60,8 @@ static void republish(uint32_t e) {
 static size_t new_id(int k, uint64_t w, char *id, size_t size) {
   if (((w >> 48) & 0xff) < 25 && W->nevents) {
     const sim_event_t *o = &W->events[(w >> 56) % W->nevents];
-    if (o->kind != SIM_FOLLOWUP && o->key != k &&
-        sim_event_find((uint8_t)k, o->id, o->id_len) == SIM_NONE) {
+    if (o->kind < SIM_FOLLOWUP && o->key != k &&
+        sim_event_find((uint8_t)k, o->id, o->id_len, -1) == SIM_NONE) {
       memcpy(id, o->id, o->id_len);
       return o->id_len;
     }
@@ -68,10 +69,35 @@ static size_t new_id(int k, uint64_t w, char *id, size_t size) {
   return (size_t)snprintf(id, size, "e%" PRIu64, W->next_id++);
 }
 
+/* The envelope of ledger event @p a (of @p type) of key @p k with @p id,
+ * as a producer writes it, into *@p bytes (malloc()ed). @returns 0, or -1
+ * with the schedule failed. */
+static int ledger_record(int k, const char *id, size_t id_len, const char *type,
+                         const kl_ledger_args_t *a, void **bytes, size_t *len) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  kl__ledger_encode(&sb, a);
+  kl_event_t ev = {.key = W->keys[k].name,
+                   .key_len = W->keys[k].name_len,
+                   .id = id,
+                   .id_len = id_len,
+                   .type = type,
+                   .type_len = strlen(type),
+                   .ts = CLOCK_BASE + W->now_ms,
+                   .payload = sb.data,
+                   .payload_len = sb.size};
+  kl_err_t err = kl_event_encode(&ev, bytes, len);
+  msgpack_sbuffer_destroy(&sb);
+  if (err)
+    sim_fail("client", "%s %.*s does not encode: %s", type, (int)id_len, id,
+             kl_err_detail());
+  return err ? -1 : 0;
+}
+
 static void client_publish(uint64_t w) {
   if (((w >> 16) & 0xff) < 38 && W->nevents) {
     uint32_t e = (uint32_t)((w >> 24) % W->nevents);
-    if (W->events[e].kind != SIM_FOLLOWUP) {
+    if (W->events[e].kind < SIM_FOLLOWUP) { /* the client's own */
       republish(e);
       return;
     }
@@ -93,27 +119,11 @@ static void client_publish(uint64_t w) {
     a.to = W->keys[to].name, a.to_len = W->keys[to].name_len;
   char id[32];
   size_t id_len = new_id(k, w, id, sizeof(id));
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  kl__ledger_encode(&sb, &a);
   static const char *const types[] = {"credit", "debit", "transfer"};
-  kl_event_t ev = {.key = W->keys[k].name,
-                   .key_len = W->keys[k].name_len,
-                   .id = id,
-                   .id_len = id_len,
-                   .type = types[kind],
-                   .type_len = strlen(types[kind]),
-                   .ts = CLOCK_BASE + W->now_ms,
-                   .payload = sb.data,
-                   .payload_len = sb.size};
   void *bytes;
   size_t len;
-  kl_err_t err = kl_event_encode(&ev, &bytes, &len);
-  msgpack_sbuffer_destroy(&sb);
-  if (err) {
-    sim_fail("client", "an event does not encode: %s", kl_err_detail());
+  if (ledger_record(k, id, id_len, types[kind], &a, &bytes, &len))
     return;
-  }
   uint32_t e = sim_event_add((uint8_t)k, id, id_len);
   sim_event_t *sev = &W->events[e];
   sev->kind = (uint8_t)kind;
@@ -126,6 +136,79 @@ static void client_publish(uint64_t w) {
           types[kind], (int)id_len, id, a.amount, W->keys[k].name,
           kind == SIM_TRANSFER ? " to " : "",
           kind == SIM_TRANSFER ? W->keys[to].name : "", (int)sev->part, off);
+}
+
+/* ---- a hostile producer (--hostile) ------------------------------------ */
+
+/* The id a producer that is not keylane writes: most often the follow-up
+ * id (store/outbox_rec.h) that the credit of a transfer in the log will
+ * get, or a guess at one of a record still to come; else a `~` id of no
+ * follow-up's form, or a plain one of its own. */
+static size_t hostile_id(uint64_t r, int *key, char *id, size_t size) {
+  unsigned c = r & 0xff;
+  const sim_event_t *t = &W->events[(r >> 8) % W->nevents];
+  int32_t p = (int32_t)((r >> 32) % (uint64_t)W->cfg.partitions);
+  int64_t off = (int64_t)W->log[p].n + (int64_t)((r >> 40) % 4);
+  *key = (int)((r >> 24) % (uint64_t)W->cfg.keys);
+  if (c < 128 && t->kind == SIM_TRANSFER && t->valid &&
+      t->followup == SIM_NONE) {
+    *key = t->to;
+    return (size_t)snprintf(id, size, "~%s/%d/%" PRId64 "/0", W->topic,
+                            (int)t->part, t->first);
+  }
+  if (c < 160) /* a follow-up id a record still to come may get */
+    return (size_t)snprintf(id, size, "~%s/%d/%" PRId64 "/0", W->topic, (int)p,
+                            off);
+  switch (c % 5) {
+  case 0:
+    return (size_t)snprintf(id, size, "~");
+  case 1:
+    return (size_t)snprintf(id, size, "~%s", W->topic);
+  case 2:
+    return (size_t)snprintf(id, size, "~%s/%d/%" PRId64, W->topic, (int)p, off);
+  case 3:
+    return (size_t)snprintf(id, size, "~%s/%d/%" PRId64 "/1", W->topic, (int)p,
+                            off);
+  default:
+    return (size_t)snprintf(id, size, "h%" PRIu64, W->next_id++);
+  }
+}
+
+/* A credit a producer that is not keylane writes, with an id of any form
+ * (hostile_id()): keylane's publish paths refuse reserved ids, but anyone
+ * can write to the topic. It goes to its key's partition, as murmur2 says.
+ * A record whose (key, id) an event has already is, to the store, that
+ * event again; otherwise it is an event of its own, which the ledger
+ * applies unless the worker refuses its reserved id (SIM_RESERVED_REFUSED). */
+static void hostile_publish(uint64_t w) {
+  uint64_t r = sim_mix(w ^ 0x4057113ULL);
+  int k;
+  char id[160];
+  size_t id_len = W->nevents ? hostile_id(r, &k, id, sizeof(id)) : 0;
+  if (!id_len) {
+    k = (int)((r >> 24) % (uint64_t)W->cfg.keys);
+    id_len = (size_t)snprintf(id, sizeof(id), "h%" PRIu64, W->next_id++);
+  }
+  if (id_len >= sizeof(((sim_event_t *)0)->id))
+    id_len = (size_t)snprintf(id, sizeof(id), "~");
+  kl_ledger_args_t a = {.amount = 1 + (int64_t)((r >> 48) % 100)};
+  void *bytes;
+  size_t len;
+  if (ledger_record(k, id, id_len, "credit", &a, &bytes, &len))
+    return;
+  uint32_t e = sim_event_find((uint8_t)k, id, id_len, -1);
+  if (e == SIM_NONE) {
+    e = sim_event_add((uint8_t)k, id, id_len);
+    W->events[e].kind = SIM_HOSTILE;
+    W->events[e].amount = a.amount;
+    W->events[e].valid = !(SIM_RESERVED_REFUSED && id[0] == '~');
+  }
+  int64_t off = sim_log_append(e, bytes, len);
+  W->stats.hostile++;
+  sim_say("a hostile producer writes credit %.*s of %" PRId64
+          " on key %s: partition %d, offset %" PRId64,
+          (int)id_len, id, a.amount, W->keys[k].name, (int)W->events[e].part,
+          off);
 }
 
 /* ---- steps --------------------------------------------------------------- */
@@ -199,7 +282,10 @@ static int step_run(uint64_t w) {
   sim_owner_t *o;
   switch (step_kind(w)) {
   case ST_PUBLISH:
-    client_publish(w);
+    if (W->hostile && (sim_mix(w) & 0xff) < 48)
+      hostile_publish(w);
+    else
+      client_publish(w);
     return 1;
   case ST_BATCH:
     if (!(o = pick_pair(sel, sim_owner_can_work, &p)))
@@ -508,6 +594,7 @@ int sim_run(uint64_t seed, sim_backend_t backend, const uint64_t *words,
   W->seed = seed;
   W->verbose = verbose;
   W->pg_uri = sim_pg_uri;
+  W->hostile = sim_hostile;
   W->conf = sim_conf();
   snprintf(W->tag, sizeof(W->tag), "r%u_", runs++);
   snprintf(W->topic, sizeof(W->topic), "sim%s", W->tag);

@@ -101,13 +101,14 @@ static uint64_t event_hash(uint8_t key, const char *id, size_t id_len) {
   return kl__fnv1a_more(KL__FNV_SEED ^ key, id, id_len);
 }
 
-uint32_t sim_event_find(uint8_t key, const char *id, size_t id_len) {
+uint32_t sim_event_find(uint8_t key, const char *id, size_t id_len, int kind) {
   if (!W->hash_cap)
     return SIM_NONE;
   uint32_t e = W->hash[event_hash(key, id, id_len) & (W->hash_cap - 1)];
   for (; e != SIM_NONE; e = W->events[e].next)
     if (W->events[e].key == key && W->events[e].id_len == id_len &&
-        memcmp(W->events[e].id, id, id_len) == 0)
+        memcmp(W->events[e].id, id, id_len) == 0 &&
+        (kind < 0 || W->events[e].kind == kind))
       return e;
   return SIM_NONE;
 }
@@ -201,7 +202,7 @@ void sim_view_free(sim_view_t *v) {
 
 static const char *kind_name(int kind) {
   static const char *const names[] = {"credit", "debit", "transfer",
-                                      "follow-up credit"};
+                                      "follow-up credit", "hostile credit"};
   return names[kind];
 }
 
@@ -238,6 +239,7 @@ void sim_view_committed(sim_view_t *v, int32_t part, uint64_t epoch,
 static void apply_money(sim_view_t *v, const sim_event_t *ev) {
   switch (ev->kind) {
   case SIM_CREDIT:
+  case SIM_HOSTILE: /* money from outside, as a client's credit */
     v->credits += ev->amount, v->balance[ev->key] += ev->amount;
     break;
   case SIM_DEBIT:
@@ -280,12 +282,52 @@ static void apply_one(sim_view_t *v, uint32_t e, int64_t offset, int redrive) {
   resolve(v, ev->key);
 }
 
+/* A record of a committed batch that its handler did not apply was
+ * skipped: its id was seen. Only its own event's decision may make it so;
+ * an event neither applied nor dead-lettered was suppressed by another
+ * record with its id (a hostile one, say): lost. A redrive's record is a
+ * duplicate of its letter's own record. */
+static void check_skipped(const sim_view_t *v, uint32_t e, int64_t offset) {
+  const sim_mark_t *m = &v->marks[e];
+  if (m->applied || m->dead)
+    return;
+  const sim_event_t *ev = &W->events[e];
+  uint32_t by = SIM_NONE;
+  for (uint32_t o = 0; o < W->nevents && by == SIM_NONE; o++)
+    if (o != e && W->events[o].key == ev->key &&
+        W->events[o].id_len == ev->id_len &&
+        memcmp(W->events[o].id, ev->id, ev->id_len) == 0 && v->marks[o].applied)
+      by = o;
+  char a[256], b[256];
+  if (by == SIM_NONE)
+    snprintf(b, sizeof(b), "no other event has its id");
+  else
+    event_name(by, b, sizeof(b));
+  sim_fail("suppressed",
+           "%s was skipped at offset %" PRId64
+           " as a duplicate, though it was never applied or dead-lettered; "
+           "applied with its id: %s",
+           event_name(e, a, sizeof(a)), offset, b);
+}
+
 void sim_view_commit(sim_batch_t *b) {
   sim_view_committed(b->view, b->part, b->epoch, b->res.next);
   b->view->applied[b->part] += b->napps;
   b->view->duplicates[b->part] += b->res.duplicates;
-  for (size_t i = 0; i < b->napps; i++)
-    apply_one(b->view, b->apps[i].event, b->apps[i].offset, b->redrive);
+  size_t a = 0;
+  for (size_t i = 0; i < b->count; i++) {
+    const rd_kafka_message_t *m = b->msgs[i];
+    if (m->offset < b->from || m->offset >= b->res.next)
+      continue;
+    if (a < b->napps && b->apps[a].offset == m->offset) {
+      apply_one(b->view, b->apps[a].event, m->offset, b->redrive);
+      a++;
+    } else if (!b->redrive) {
+      check_skipped(b->view, W->log[b->part].v[m->offset]->event, m->offset);
+    }
+  }
+  for (; a < b->napps; a++) /* none: apps are the batch's, in its order */
+    apply_one(b->view, b->apps[a].event, b->apps[a].offset, b->redrive);
 }
 
 void sim_view_dead(sim_view_t *v, uint32_t e, int32_t part, uint64_t epoch,
