@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/internal.h"
+#include "common/strbuf.h"
 #include "handlers/ledger.h"
 #include "keylane/conf.h"
 #include "keylane/producer.h"
@@ -20,6 +21,7 @@
 
 const char *sim_pg_uri;
 int sim_hostile;
+int sim_recreate;
 
 uint64_t sim_mix(uint64_t x) { /* splitmix64 */
   x += 0x9e3779b97f4a7c15ULL;
@@ -61,7 +63,7 @@ static size_t new_id(int k, uint64_t w, char *id, size_t size) {
   if (((w >> 48) & 0xff) < 25 && W->nevents) {
     const sim_event_t *o = &W->events[(w >> 56) % W->nevents];
     if (o->kind < SIM_FOLLOWUP && o->key != k &&
-        sim_event_find((uint8_t)k, o->id, o->id_len, -1) == SIM_NONE) {
+        sim_event_find((uint8_t)k, o->id, o->id_len) == SIM_NONE) {
       memcpy(id, o->id, o->id_len);
       return o->id_len;
     }
@@ -97,7 +99,7 @@ static int ledger_record(int k, const char *id, size_t id_len, const char *type,
 static void client_publish(uint64_t w) {
   if (((w >> 16) & 0xff) < 38 && W->nevents) {
     uint32_t e = (uint32_t)((w >> 24) % W->nevents);
-    if (W->events[e].kind < SIM_FOLLOWUP) { /* the client's own */
+    if (W->events[e].kind < SIM_FOLLOWUP && !W->events[e].gone) {
       republish(e);
       return;
     }
@@ -196,7 +198,7 @@ static void hostile_publish(uint64_t w) {
   size_t len;
   if (ledger_record(k, id, id_len, "credit", &a, &bytes, &len))
     return;
-  uint32_t e = sim_event_find((uint8_t)k, id, id_len, -1);
+  uint32_t e = sim_event_find((uint8_t)k, id, id_len);
   if (e == SIM_NONE) {
     e = sim_event_add((uint8_t)k, id, id_len);
     W->events[e].kind = SIM_HOSTILE;
@@ -323,12 +325,58 @@ static int step_run(uint64_t w) {
   case ST_REPLAY:
     sim_replay(p);
     return 1;
-  default:
-    if (W->backend != SIM_LMDB || W->gen > 0)
+  default: /* a rebuild after a recreated topic would lack the old log */
+    if (W->backend != SIM_LMDB || W->gen > 0 || W->recreated)
       return 0;
     sim_rebuild_switch();
     return 1;
   }
+}
+
+static void drain(void);
+static void final_checks(void);
+
+/* The topic is deleted and created again, its logs start at offset 0,
+ * and an operator runs `keylane store reset` on every partition, as the
+ * docs say to: first the fleet settles (every record applied or
+ * dead-lettered, every letter redriven, every follow-up applied, checked
+ * as at the end), then the logs go, and the store keeps its ids, state
+ * and counters, with a new epoch (the owners are fenced) and watermark 0.
+ * A transfer of the new log emits a follow-up whose id an old one may
+ * have had (SIM_RESET_IDS_FRESH). */
+static void topic_recreate(void) {
+  sim_say("the topic is about to be created again: the fleet settles");
+  drain();
+  if (!W->failed)
+    final_checks();
+  if (W->failed)
+    return;
+  for (int32_t p = 0; p < W->cfg.partitions; p++) {
+    for (size_t i = 0; i < W->log[p].n; i++) {
+      W->gone.v =
+          kl__grow(W->gone.v, &W->gone.cap, W->gone.n, sizeof(*W->gone.v), 256);
+      W->gone.v[W->gone.n++] = W->log[p].v[i];
+    }
+    W->log[p].n = 0;
+    kl_partition_state_t st;
+    if (kl__store_reset(W->store, W->topic, p, &st)) {
+      sim_fail("store-error", "store reset of partition %d: %s", (int)p,
+               kl_err_detail());
+      return;
+    }
+    sim_view_reset(&W->live, p, &st);
+  }
+  for (int o = 0; o < W->cfg.owners; o++) /* the group lost the topic */
+    sim_owner_restart(&W->owners[o]);
+  W->letters_gone = W->nletters; /* redriven; the dead-letter topic stays */
+  for (uint32_t e = 0; e < W->nevents; e++)
+    W->events[e].gone = 1;
+  W->recreated = 1;
+  W->calm = 0;
+  W->dirty = 1;
+  W->stats.recreated++;
+  sim_say("the topic was created again, and the store reset: the logs "
+          "start at offset 0");
 }
 
 /* A choice that finds nothing to do runs a batch instead, or when no
@@ -336,6 +384,8 @@ static int step_run(uint64_t w) {
 static void step(uint64_t w) {
   W->now_ms++;
   W->dirty = 0;
+  if (W->recreate_at && W->step == W->recreate_at && !W->recreated)
+    topic_recreate();
   if (!step_run(w)) {
     int32_t p;
     sim_owner_t *o = pick_pair(w >> 56, sim_owner_can_work, &p);
@@ -509,7 +559,7 @@ static void settled_checks(int all) {
 
 static void final_checks(void) {
   settled_checks(0);
-  if (!W->failed)
+  if (!W->failed && !W->recreated)
     check_rebuild();
   if (W->failed)
     return;
@@ -573,6 +623,11 @@ static void world_free(void) {
     }
     free(W->log[p].v);
   }
+  for (size_t i = 0; i < W->gone.n; i++) {
+    free(W->gone.v[i]->msg.payload);
+    free(W->gone.v[i]);
+  }
+  free(W->gone.v);
   for (int k = 0; k < SIM_MAXK; k++)
     free(W->keys[k].events);
   free(W->events);
@@ -595,6 +650,10 @@ int sim_run(uint64_t seed, sim_backend_t backend, const uint64_t *words,
   W->verbose = verbose;
   W->pg_uri = sim_pg_uri;
   W->hostile = sim_hostile;
+  /* In the schedule's first half, so that a new log follows. */
+  W->recreate_at = sim_recreate && n >= 4
+                       ? 1 + (size_t)(sim_mix(seed ^ 0x7e5e7ULL) % (n / 2))
+                       : 0;
   W->conf = sim_conf();
   snprintf(W->tag, sizeof(W->tag), "r%u_", runs++);
   snprintf(W->topic, sizeof(W->topic), "sim%s", W->tag);

@@ -101,14 +101,13 @@ static uint64_t event_hash(uint8_t key, const char *id, size_t id_len) {
   return kl__fnv1a_more(KL__FNV_SEED ^ key, id, id_len);
 }
 
-uint32_t sim_event_find(uint8_t key, const char *id, size_t id_len, int kind) {
+uint32_t sim_event_find(uint8_t key, const char *id, size_t id_len) {
   if (!W->hash_cap)
     return SIM_NONE;
   uint32_t e = W->hash[event_hash(key, id, id_len) & (W->hash_cap - 1)];
   for (; e != SIM_NONE; e = W->events[e].next)
     if (W->events[e].key == key && W->events[e].id_len == id_len &&
-        memcmp(W->events[e].id, id, id_len) == 0 &&
-        (kind < 0 || W->events[e].kind == kind))
+        memcmp(W->events[e].id, id, id_len) == 0)
       return e;
   return SIM_NONE;
 }
@@ -209,9 +208,9 @@ static const char *kind_name(int kind) {
 /* "credit e12 of key k3 (partition 1, offset 40)" */
 static const char *event_name(uint32_t e, char *buf, size_t size) {
   const sim_event_t *ev = &W->events[e];
-  snprintf(buf, size, "%s %.*s of key %s (partition %d, offset %" PRId64 ")",
+  snprintf(buf, size, "%s %.*s of key %s (partition %d, offset %" PRId64 "%s)",
            kind_name(ev->kind), (int)ev->id_len, ev->id, W->keys[ev->key].name,
-           (int)ev->part, ev->first);
+           (int)ev->part, ev->first, ev->gone ? " of the log before" : "");
   return buf;
 }
 
@@ -364,6 +363,18 @@ void sim_view_acquired(sim_view_t *v, int32_t part,
   v->epoch[part] = st->epoch;
   if (adopt)
     W->max_epoch[part] = st->epoch;
+}
+
+void sim_view_reset(sim_view_t *v, int32_t part,
+                    const kl_partition_state_t *st) {
+  if (st->epoch <= W->max_epoch[part] || st->watermark != 0)
+    sim_fail("reset",
+             "a store reset of partition %d gave epoch %" PRIu64
+             " and watermark %" PRId64 ", not an epoch above %" PRIu64
+             " and watermark 0",
+             (int)part, st->epoch, st->watermark, W->max_epoch[part]);
+  v->epoch[part] = W->max_epoch[part] = st->epoch;
+  v->watermark[part] = 0;
 }
 
 typedef struct scan_ctx {
