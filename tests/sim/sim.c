@@ -62,11 +62,12 @@
  *    that fails and that the fleet did not dead-letter.
  *  - with --hostile, 48 publishes of 256 are a hostile producer's instead
  *    (sim_steps.c, hostile_publish()): a credit with an id of any form;
- *    5 in 8 of the form of a follow-up id, `~topic/p/offset/0`: the one
- *    the credit of a transfer in the log will get, when the choice finds
- *    such a transfer, else a guess at a record still to come; the rest
- *    `~` ids of no follow-up's form, and plain ones. keylane's publish
- *    paths refuse reserved ids; a raw producer does not.
+ *    5 in 8 a follow-up's id: the one the credit of a transfer in the log
+ *    will get (`~topic/p/offset/0`) when the choice finds such a transfer,
+ *    a copy of a published follow-up's when it finds one, else a guess at
+ *    a record still to come; the rest `~` ids of no follow-up's form, and
+ *    plain ones. keylane's publish paths refuse reserved ids; a raw
+ *    producer does not.
  *  - with --recreate, once a schedule, at a step of its first half that
  *    its seed says (sim_steps.c, topic_recreate()): the fleet settles as
  *    at the end (drain, redrive, checks), the topic is deleted and created

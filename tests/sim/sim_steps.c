@@ -144,7 +144,8 @@ static void client_publish(uint64_t w) {
 
 /* The id a producer that is not keylane writes: most often the follow-up
  * id (store/outbox_rec.h) that the credit of a transfer in the log will
- * get, or a guess at one of a record still to come; else a `~` id of no
+ * get, or the id of a follow-up it read from the log (whatever its form),
+ * or a guess at one of a record still to come; else a `~` id of no
  * follow-up's form, or a plain one of its own. */
 static size_t hostile_id(uint64_t r, int *key, char *id, size_t size) {
   unsigned c = r & 0xff;
@@ -157,6 +158,11 @@ static size_t hostile_id(uint64_t r, int *key, char *id, size_t size) {
     *key = t->to;
     return (size_t)snprintf(id, size, "~%s/%d/%" PRId64 "/0", W->topic,
                             (int)t->part, t->first);
+  }
+  if (c < 128 && t->kind == SIM_FOLLOWUP) { /* a copy: a duplicate */
+    *key = t->key;
+    memcpy(id, t->id, t->id_len);
+    return t->id_len;
   }
   if (c < 160) /* a follow-up id a record still to come may get */
     return (size_t)snprintf(id, size, "~%s/%d/%" PRId64 "/0", W->topic, (int)p,
