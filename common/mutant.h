@@ -1,9 +1,12 @@
 /*
  * Test-only switches that each break one rule of keylane, so that the
  * simulator (tests/sim/sim.c) can show that it catches the break:
- * `keylane-sim --mutant NAME` sets one. Zero in production: nothing else
- * writes it, and each use site is one `if` on it, commented where it is.
- * Not installed.
+ * `keylane-sim --mutant NAME` sets one. They exist only in the
+ * simulator's build: keylane-sim compiles the files that use them a
+ * second time with KL_SIM_MUTANTS defined (tests/CMakeLists.txt); in
+ * every other build, libkeylane.so included, KL__MUTANT() is the constant
+ * 0, the branches compile away and no mutant symbol exists (test_layout
+ * checks the library). Not installed.
  */
 #ifndef KEYLANE_COMMON_MUTANT_H
 #define KEYLANE_COMMON_MUTANT_H
@@ -19,8 +22,15 @@ typedef enum kl__mutant {
   KL__MUTANT_CACHE,     /* store/cache.c: the owner cache survives a fence */
 } kl__mutant_t;
 
-/** The one switched on (a kl__mutant_t); KL__MUTANT_NONE but in
- *  keylane-sim. A plain int: read on the paths it breaks, never locked. */
+#ifdef KL_SIM_MUTANTS
+/** The one switched on (a kl__mutant_t); defined in common/mutant.c, which
+ *  only keylane-sim links. A plain int: read on the paths it breaks, never
+ *  locked. */
 extern int kl__sim_mutant;
+/** Nonzero when mutant @p m is switched on. */
+#define KL__MUTANT(m) (kl__sim_mutant == (m))
+#else
+#define KL__MUTANT(m) 0
+#endif
 
 #endif

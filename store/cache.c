@@ -160,7 +160,7 @@ static void forget_key(kl__cache_t *cache, const void *key, size_t len) {
 }
 
 static void cache_drop(kl__cache_t *cache, kl__cache_seg_t *seg) {
-  if (kl__sim_mutant == KL__MUTANT_CACHE)
+  if (KL__MUTANT(KL__MUTANT_CACHE))
     return; /* test only: common/mutant.h */
   while (seg->entries)
     cache_remove(cache, seg->entries);

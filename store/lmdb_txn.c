@@ -213,8 +213,8 @@ static int commit_one(kl__lmdb_t *lmdb, MDB_txn *mtxn, kl_commit_ctx_t *ctx) {
     return rc;
   /* Test only (common/mutant.h): KL__MUTANT_EPOCH skips the check, and
    * KL__MUTANT_OUTBOX writes a fenced batch's follow-ups all the same. */
-  if (state.epoch != ltxn->epoch && kl__sim_mutant != KL__MUTANT_EPOCH) {
-    if (kl__sim_mutant == KL__MUTANT_OUTBOX && ltxn->base.emits &&
+  if (state.epoch != ltxn->epoch && !KL__MUTANT(KL__MUTANT_EPOCH)) {
+    if (KL__MUTANT(KL__MUTANT_OUTBOX) && ltxn->base.emits &&
         (rc = kl__lmdb_outbox_write(lmdb, mtxn, ltxn->topic, ltxn->partition,
                                     ltxn->base.emits)))
       return rc;

@@ -66,7 +66,7 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
     snprintf(res->why, sizeof(res->why), "store: %s", kl_err_detail());
     return KL_HANDLER_RETRY;
   }
-  if (kl__sim_mutant == KL__MUTANT_SEEN) /* test only: common/mutant.h */
+  if (KL__MUTANT(KL__MUTANT_SEEN)) /* test only: common/mutant.h */
     mark = KL_MARK_NONE, done = NULL;
   if (done || mark == KL_MARK_APPLIED ||
       (mark != KL_MARK_NONE && !a->redrive)) {
@@ -230,7 +230,7 @@ static kl_err_t run_batch(const kl__applier_t *a, int32_t partition,
     kl_handler_result_t r =
         kl__apply_event(a, partition, epoch, txn, m, &event, res);
     kl__log_trace_set(NULL);
-    if (r == KL_HANDLER_RETRY && kl__sim_mutant == KL__MUTANT_WATERMARK) {
+    if (r == KL_HANDLER_RETRY && KL__MUTANT(KL__MUTANT_WATERMARK)) {
       res->next = m->offset + 1; /* test only: common/mutant.h */
       continue;
     }

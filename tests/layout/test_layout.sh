@@ -33,3 +33,22 @@ grep -q 'common/a.c:1: static function kl_find has the public kl_ prefix' \
 grep -q 'worker/c.c:1: static function find is defined again (first at worker/b.c:2)' \
   <<<"$out" || { echo "FAILED: the name defined twice is not named: $out"; exit 1; }
 echo "ok: a static kl_ function and a static name defined twice are refused, named"
+
+# The simulator's mutants (common/mutant.h) exist only in keylane-sim's
+# build: the library holds no mutant symbol, exported or hidden. The same
+# check on keylane-sim must find its switch, or it proves nothing.
+BUILD=${KEYLANE_BUILD_DIR:-$SRC/build}
+mutant_symbols() { nm "$1" 2>/dev/null | grep -i 'mutant' || true; }
+LIB=$BUILD/lib/libkeylane.so
+[ -e "$LIB" ] || { echo "FAILED: no $LIB: build first, or set KEYLANE_BUILD_DIR"; exit 1; }
+if [ -n "$(mutant_symbols "$LIB")" ] || nm -D "$LIB" | grep -qi mutant; then
+  echo "FAILED: $LIB holds the simulator's mutants (compile them into keylane-sim only, tests/CMakeLists.txt):"
+  mutant_symbols "$LIB"
+  exit 1
+fi
+SIM=$BUILD/bin/keylane-sim
+if [ -e "$SIM" ]; then
+  mutant_symbols "$SIM" | grep -q 'kl__sim_mutant' ||
+    { echo "FAILED: the check finds no kl__sim_mutant in $SIM either"; exit 1; }
+fi
+echo "ok: libkeylane.so holds no mutant; keylane-sim does"

@@ -60,6 +60,22 @@
  *  - replay (97): a replay beside the live owner: a new epoch, the
  *    partition from its watermark to the log's end; it stops at a record
  *    that fails and that the fleet did not dead-letter.
+ *  - with --hostile, 48 publishes of 256 are a hostile producer's instead
+ *    (sim_steps.c, hostile_publish()): a credit with an id of any form;
+ *    5 in 8 a follow-up's id: the one the credit of a transfer in the log
+ *    will get (`~topic/p/offset/0`) when the choice finds such a transfer,
+ *    a copy of a published follow-up's when it finds one, else a guess at
+ *    a record still to come; the rest `~` ids of no follow-up's form, and
+ *    plain ones. keylane's publish paths refuse reserved ids; a raw
+ *    producer does not.
+ *  - with --recreate, once a schedule, at a step of its first half that
+ *    its seed says (sim_steps.c, topic_recreate()): the fleet settles as
+ *    at the end (drain, redrive, checks), the topic is deleted and created
+ *    again (its logs start at offset 0; the dead-letter topic stays), the
+ *    group loses it (every owner restarts), and an operator runs `keylane
+ *    store reset` on every partition (kl__store_reset(): a new epoch,
+ *    watermark 0; ids, balances and counters stay). No rebuild follows
+ *    (the log no longer holds the store's past).
  *  - rebuild (3, LMDB, once a schedule at most): the fleet stops (every
  *    owner dies); a fresh store is built by applying the whole log in
  *    order (dead letters as the fleet decided), each partition's epoch
@@ -104,7 +120,15 @@
  *  8. a store rebuilt from the log after the first drain decides as the
  *     fleet did (applied, dead letter) and holds the same balances, its
  *     epochs above the fleet's: final checks (into a fresh LMDB for both
- *     backends).
+ *     backends);
+ *  9. a record is skipped as a duplicate only when its own event was
+ *     applied or dead-lettered: at every commit; a hostile record that
+ *     has a follow-up's id fails it ("suppressed"), and `keylane-sim
+ *     --hostile` must find that while the worker applies reserved ids
+ *     (SIM_RESERVED_REFUSED in sim.h; test_sim_hostile); so must
+ *     `keylane-sim --recreate` the credit whose id an old log's follow-up
+ *     had, while follow-up ids can repeat (SIM_RESET_IDS_FRESH;
+ *     test_sim_recreate).
  * The handler wrapper also checks that the ledger accepts exactly the
  * valid events, and that the event it runs is the log's at that offset.
  *
@@ -163,10 +187,21 @@ static const char usage[] =
     "                      cores, at most 2)\n"
     "  --mutant-seconds N  each mutant's budget (default 15)\n"
     "  --no-mutants        the default run only\n"
+    "  --hostile           a hostile producer writes too: credits with ids of\n"
+    "                      any form, reserved `~` ids copying a follow-up's\n"
+    "                      included; with --seed or --replay: that schedule\n"
+    "                      so; alone: hunts for the follow-up it suppresses,\n"
+    "                      which must be found while the worker does not\n"
+    "                      refuse such ids (SIM_RESERVED_REFUSED in sim.h)\n"
+    "  --recreate          each schedule creates its topic again once (its\n"
+    "                      logs start at 0) and resets the store; alone:\n"
+    "                      hunts for the follow-up an old id suppresses,\n"
+    "                      which must be found while follow-up ids can\n"
+    "                      repeat (SIM_RESET_IDS_FRESH in sim.h)\n"
     "  -h, --help          this text\n";
 
 typedef struct opts {
-  int has_seed, soak, no_mutants, jobs, mutant;
+  int has_seed, soak, no_mutants, jobs, mutant, hostile, recreate;
   uint64_t seed;
   sim_backend_t backend;
   const char *replay;
@@ -296,8 +331,11 @@ static void write_replay(const char *path, const failure_t *f,
     return;
   }
   fprintf(fp, "# keylane-sim schedule: keylane-sim --replay %s\n", path);
-  fprintf(fp, "seed %" PRIu64 "\nbackend %s\nmutant %s\n", f->seed,
-          backend_name(f->backend), mutant_names[kl__sim_mutant]);
+  fprintf(fp, "seed %" PRIu64 "\nbackend %s\nmutant %s\n%s", f->seed,
+          backend_name(f->backend), mutant_names[kl__sim_mutant],
+          sim_hostile ? "hostile\n" : "");
+  if (sim_recreate)
+    fprintf(fp, "recreate\n");
   for (size_t i = 0; i < n; i++)
     fprintf(fp, "%016" PRIx64 "\n", words[i]);
   fclose(fp);
@@ -311,9 +349,11 @@ static void report_failure(const failure_t *f, const opts_t *o,
   printf("FAIL: schedule %" PRIu64 " on %s%s%s: %s: %s\n", f->seed,
          backend_name(f->backend), kl__sim_mutant ? ", mutant " : "",
          kl__sim_mutant ? m : "", f->code, f->msg);
-  printf("  replay: keylane-sim --seed %" PRIu64 " --backend %s%s%s", f->seed,
+  printf("  replay: keylane-sim --seed %" PRIu64 " --backend %s%s%s%s", f->seed,
          backend_name(f->backend), kl__sim_mutant ? " --mutant " : "",
-         kl__sim_mutant ? m : "");
+         kl__sim_mutant ? m : "", sim_hostile ? " --hostile" : "");
+  if (sim_recreate)
+    printf(" --recreate");
   if (o->steps)
     printf(" --steps %zu", o->steps);
   printf("\n");
@@ -351,6 +391,10 @@ static int read_replay(const char *path, opts_t *o, uint64_t **words,
   while (fgets(line, sizeof(line), fp)) {
     if (line[0] == '#')
       continue;
+    if (strcmp(line, "hostile\n") == 0 || strcmp(line, "recreate\n") == 0) {
+      *(line[0] == 'h' ? &sim_hostile : &sim_recreate) = 1;
+      continue;
+    }
     if (sscanf(line, "seed %" SCNu64, &o->seed) == 1)
       continue;
     if (sscanf(line, "backend %63s", word) == 1) {
@@ -387,6 +431,7 @@ typedef struct job_result {
   sim_stats_t stats;
   double seconds;
   int failed, skipped;
+  char code[32]; /* the invariant that failed */
 } job_result_t;
 
 /* Set in a job when another job failed: it stops after its schedule. */
@@ -418,6 +463,7 @@ static job_result_t job_run(const job_t *j, const opts_t *o) {
     sim_words(seed, words, n);
     if (run_words(seed, j->backend, words, n, 0, &r.stats, &f)) {
       r.failed = 1;
+      snprintf(r.code, sizeof(r.code), "%s", f.code);
       r.seconds = now_s() - t0;
       report_failure(&f, o, j->shrink_budget);
       break;
@@ -510,6 +556,10 @@ static void print_stats(const char *what, const sim_stats_t *s,
          s->commits, s->applied, s->duplicates, s->fenced, s->pauses,
          s->crashes, s->lost, s->aborted, s->letters, s->redriven, s->replays,
          s->rebuilds, s->published, s->drain_batches);
+  if (s->hostile || s->recreated)
+    printf("  %" PRIu64 " records a hostile producer wrote, %" PRIu64
+           " topics created again\n",
+           s->hostile, s->recreated);
 }
 
 /* The default run, or a soak of @p o->seconds. @returns 0 when all passed. */
@@ -604,6 +654,39 @@ static int mutant_hunt(int m, const opts_t *o) {
   return !r.failed;
 }
 
+/* --hostile or --recreate alone: a hostile producer writes beside the
+ * client, or each schedule creates its topic again. While the worker
+ * applies reserved ids (SIM_RESERVED_REFUSED 0), or follow-up ids can
+ * repeat after a reset (SIM_RESET_IDS_FRESH 0), the follow-up credit a
+ * hostile record or an old id suppresses must be found, as a mutant is
+ * caught: @returns 0 when the run fails with "suppressed" within the
+ * budget, 1 when it does not or fails otherwise. Once neither can
+ * happen, the default run with them. */
+static int world_run(const opts_t *o) {
+  if ((!sim_hostile || SIM_RESERVED_REFUSED) &&
+      (!sim_recreate || SIM_RESET_IDS_FRESH))
+    return fleet_run(o);
+  const char *what = sim_hostile && sim_recreate
+                         ? "a hostile producer and a recreated topic"
+                     : sim_hostile ? "a hostile producer"
+                                   : "a recreated topic";
+  job_t j = {SIM_LMDB, 2000000, 1, 0, now_s() + o->mutant_seconds, 5};
+  printf("%s (lmdb), while a follow-up's id may be taken:\n", what);
+  fflush(stdout);
+  job_result_t r;
+  jobs_run(&j, 1, o, &r);
+  int found = r.failed && strcmp(r.code, "suppressed") == 0;
+  printf("%s: %s after %" PRIu64 " schedules, %" PRIu64 " steps (%" PRIu64
+         " hostile records, %" PRIu64 " topics created again), %.1f s\n",
+         what,
+         found      ? "the suppressed follow-up is found"
+         : r.failed ? "FAILED otherwise than by a suppressed follow-up"
+                    : "NOT FOUND",
+         r.stats.schedules, r.stats.steps, r.stats.hostile, r.stats.recreated,
+         r.seconds);
+  return !found;
+}
+
 static int mutants_run(const opts_t *o, int only) {
   int survived = 0, caught = 0, skipped = 0;
   for (int m = 1; m < MUTANTS; m++) {
@@ -635,6 +718,10 @@ static int parse(int argc, char **argv, opts_t *o) {
       exit(0);
     } else if (strcmp(a, "--no-mutants") == 0) {
       o->no_mutants = 1, takes = 0;
+    } else if (strcmp(a, "--hostile") == 0) {
+      o->hostile = 1, takes = 0;
+    } else if (strcmp(a, "--recreate") == 0) {
+      o->recreate = 1, takes = 0;
     } else if (!v) {
       fprintf(stderr, "keylane-sim: %s needs a value, or is unknown\n%s", a,
               usage);
@@ -713,8 +800,12 @@ int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (parse(argc, argv, &o))
     return 2;
+  sim_hostile = o.hostile;
+  sim_recreate = o.recreate;
   if (o.has_seed || o.replay)
     return run_one(&o);
+  if (o.hostile || o.recreate)
+    return world_run(&o);
   if (o.mutant)
     return mutants_run(&o, o.mutant == MUTANTS ? 0 : o.mutant);
   int rc = fleet_run(&o);

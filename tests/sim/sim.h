@@ -45,7 +45,27 @@ typedef enum sim_kind {
   SIM_DEBIT,
   SIM_TRANSFER,
   SIM_FOLLOWUP, /* the credit a transfer emits */
+  SIM_HOSTILE,  /* a credit a producer that is not keylane wrote (--hostile) */
 } sim_kind_t;
+
+/* Whether the worker refuses a consumed record whose id is in keylane's
+ * reserved `~` namespace and is no follow-up id it wrote (a dead letter,
+ * reason reserved_id). 0 while nothing checks it: a hostile record (see
+ * sim_steps.c, hostile_publish()) is applied like any credit, and one
+ * that copies a follow-up id that a transfer's credit will get makes the
+ * store skip that credit as a duplicate: the hostile run (`keylane-sim
+ * --hostile`) must find that loss. 1 once the consumed side refuses them:
+ * such a record is a dead letter and the hostile run must pass. */
+#define SIM_RESERVED_REFUSED 0
+
+/* Whether a follow-up's id is one that no earlier log's follow-up had
+ * (a nonce or the epoch in it): 0 while it is `~topic/partition/offset/
+ * index` alone, so that after the topic is created again and `keylane
+ * store reset` rewinds the store (sim_steps.c, topic_recreate()), a
+ * transfer at an offset an old one had emits the old credit's id, which
+ * the store skips: the recreate run (`keylane-sim --recreate`) must find
+ * that loss. 1 once ids cannot repeat: the recreate run must pass. */
+#define SIM_RESET_IDS_FRESH 0
 
 /* What a store (the live one, or a rebuild) decided about one event. */
 typedef struct sim_mark {
@@ -61,6 +81,7 @@ typedef struct sim_event {
   uint8_t key, to; /* indexes in W->keys; to: a transfer's destination */
   uint8_t kind;    /* sim_kind_t */
   uint8_t valid;   /* the ledger handler accepts it */
+  uint8_t gone;    /* its records went with a recreated topic */
   int64_t amount;
   int32_t part;
   int64_t first;     /* offset of its first record in W->log[part] */
@@ -165,7 +186,7 @@ typedef struct sim_owner {
 typedef struct sim_stats {
   uint64_t steps, noops, schedules, commits, applied, duplicates, fenced;
   uint64_t pauses, crashes, lost, aborted, letters, redriven, replays;
-  uint64_t rebuilds, published, drain_batches;
+  uint64_t rebuilds, published, drain_batches, hostile, recreated;
 } sim_stats_t;
 
 typedef struct sim_world {
@@ -189,6 +210,8 @@ typedef struct sim_world {
   size_t hash_cap;
   sim_letter_t *letters;
   size_t nletters, letters_cap;
+  size_t letters_gone; /* the first ones: redriven, their records went with
+                          a recreated topic (the dead-letter topic stays) */
   sim_owner_t owners[SIM_MAXO];
   sim_view_t live;
   uint64_t max_epoch[SIM_MAXP]; /* ever acquired, across rebuilds */
@@ -196,6 +219,10 @@ typedef struct sim_world {
   uint64_t next_id;
   int64_t seq[SIM_MAXK]; /* the client's per key */
   int calm;              /* the drain: no injected faults */
+  int hostile;           /* a hostile producer writes too (sim_hostile) */
+  size_t recreate_at;    /* the step the topic is created again at, or 0 */
+  int recreated;         /* it was: the log is not the store's whole past */
+  sim_log_t gone;        /* the records of the log before it */
   int gen;               /* store generation: rebuilds so far */
   size_t step;
   int dirty; /* the step committed or acquired: check the store */
@@ -228,6 +255,9 @@ kl_store_t *sim_lmdb_env(int slot);
 void sim_lmdb_envs_close(void);
 void sim_lmdb_envs_tick(void);
 
+/** An event of (@p key, @p id), or SIM_NONE. A follow-up may have the id of
+ *  another event (a hostile record's, an earlier log's follow-up's), and
+ *  they are two events, though the store sees one id. */
 uint32_t sim_event_find(uint8_t key, const char *id, size_t id_len);
 uint32_t sim_event_add(uint8_t key, const char *id, size_t id_len);
 /** Appends a record of event @p e (its envelope in @p bytes, taken) to its
@@ -249,6 +279,10 @@ void sim_view_dead(sim_view_t *v, uint32_t e, int32_t part, uint64_t epoch,
 /** Checks what the store said of @p e's mark against @p v. */
 void sim_view_check_mark(const sim_view_t *v, uint32_t e, kl_mark_t mark,
                          const char *who);
+/** `keylane store reset` of @p part answered @p st: a new epoch, and the
+ *  watermark 0. */
+void sim_view_reset(sim_view_t *v, int32_t part,
+                    const kl_partition_state_t *st);
 /** An acquire of @p part answered @p st: epochs only grow. @p adopt: the
  *  fleet goes on with this store (not a rebuild made to compare). */
 void sim_view_acquired(sim_view_t *v, int32_t part,
@@ -312,5 +346,10 @@ void sim_words(uint64_t seed, uint64_t *words, size_t n);
 uint64_t sim_mix(uint64_t x);
 /** The PostgreSQL database the PostgreSQL schedules share. */
 extern const char *sim_pg_uri;
+/** Nonzero: the schedules' publishes include a hostile producer's. */
+extern int sim_hostile;
+/** Nonzero: each schedule creates its topic again once, with a store
+ *  reset (topic_recreate()). */
+extern int sim_recreate;
 
 #endif

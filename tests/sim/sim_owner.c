@@ -390,7 +390,18 @@ static int publish_cb(void *opaque, uint64_t seq, const void *bytes,
              (int)rec.event.id_len, rec.event.id);
     return 1;
   }
-  uint32_t e = sim_event_find((uint8_t)k, rec.event.id, rec.event.id_len);
+  /* Its source's: another event may have its id (a hostile record, an
+   * earlier log's follow-up), which makes it no less this one. */
+  uint32_t e = W->events[s].followup;
+  if (e != SIM_NONE &&
+      (W->events[e].id_len != rec.event.id_len ||
+       memcmp(W->events[e].id, rec.event.id, W->events[e].id_len))) {
+    sim_fail("followup",
+             "transfer %.*s emitted follow-up %.*s, and earlier %.*s",
+             (int)W->events[s].id_len, W->events[s].id, (int)rec.event.id_len,
+             rec.event.id, (int)W->events[e].id_len, W->events[e].id);
+    return 1;
+  }
   if (e == SIM_NONE) {
     e = sim_event_add((uint8_t)k, rec.event.id, rec.event.id_len);
     W->events[e].kind = SIM_FOLLOWUP;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/internal.h"
+#include "common/strbuf.h"
 #include "handlers/ledger.h"
 #include "keylane/conf.h"
 #include "keylane/producer.h"
@@ -19,6 +20,8 @@
 #define CLOCK_BASE 1700000000000LL
 
 const char *sim_pg_uri;
+int sim_hostile;
+int sim_recreate;
 
 uint64_t sim_mix(uint64_t x) { /* splitmix64 */
   x += 0x9e3779b97f4a7c15ULL;
@@ -59,7 +62,7 @@ static void republish(uint32_t e) {
 static size_t new_id(int k, uint64_t w, char *id, size_t size) {
   if (((w >> 48) & 0xff) < 25 && W->nevents) {
     const sim_event_t *o = &W->events[(w >> 56) % W->nevents];
-    if (o->kind != SIM_FOLLOWUP && o->key != k &&
+    if (o->kind < SIM_FOLLOWUP && o->key != k &&
         sim_event_find((uint8_t)k, o->id, o->id_len) == SIM_NONE) {
       memcpy(id, o->id, o->id_len);
       return o->id_len;
@@ -68,10 +71,35 @@ static size_t new_id(int k, uint64_t w, char *id, size_t size) {
   return (size_t)snprintf(id, size, "e%" PRIu64, W->next_id++);
 }
 
+/* The envelope of ledger event @p a (of @p type) of key @p k with @p id,
+ * as a producer writes it, into *@p bytes (malloc()ed). @returns 0, or -1
+ * with the schedule failed. */
+static int ledger_record(int k, const char *id, size_t id_len, const char *type,
+                         const kl_ledger_args_t *a, void **bytes, size_t *len) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  kl__ledger_encode(&sb, a);
+  kl_event_t ev = {.key = W->keys[k].name,
+                   .key_len = W->keys[k].name_len,
+                   .id = id,
+                   .id_len = id_len,
+                   .type = type,
+                   .type_len = strlen(type),
+                   .ts = CLOCK_BASE + W->now_ms,
+                   .payload = sb.data,
+                   .payload_len = sb.size};
+  kl_err_t err = kl_event_encode(&ev, bytes, len);
+  msgpack_sbuffer_destroy(&sb);
+  if (err)
+    sim_fail("client", "%s %.*s does not encode: %s", type, (int)id_len, id,
+             kl_err_detail());
+  return err ? -1 : 0;
+}
+
 static void client_publish(uint64_t w) {
   if (((w >> 16) & 0xff) < 38 && W->nevents) {
     uint32_t e = (uint32_t)((w >> 24) % W->nevents);
-    if (W->events[e].kind != SIM_FOLLOWUP) {
+    if (W->events[e].kind < SIM_FOLLOWUP && !W->events[e].gone) {
       republish(e);
       return;
     }
@@ -93,27 +121,11 @@ static void client_publish(uint64_t w) {
     a.to = W->keys[to].name, a.to_len = W->keys[to].name_len;
   char id[32];
   size_t id_len = new_id(k, w, id, sizeof(id));
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  kl__ledger_encode(&sb, &a);
   static const char *const types[] = {"credit", "debit", "transfer"};
-  kl_event_t ev = {.key = W->keys[k].name,
-                   .key_len = W->keys[k].name_len,
-                   .id = id,
-                   .id_len = id_len,
-                   .type = types[kind],
-                   .type_len = strlen(types[kind]),
-                   .ts = CLOCK_BASE + W->now_ms,
-                   .payload = sb.data,
-                   .payload_len = sb.size};
   void *bytes;
   size_t len;
-  kl_err_t err = kl_event_encode(&ev, &bytes, &len);
-  msgpack_sbuffer_destroy(&sb);
-  if (err) {
-    sim_fail("client", "an event does not encode: %s", kl_err_detail());
+  if (ledger_record(k, id, id_len, types[kind], &a, &bytes, &len))
     return;
-  }
   uint32_t e = sim_event_add((uint8_t)k, id, id_len);
   sim_event_t *sev = &W->events[e];
   sev->kind = (uint8_t)kind;
@@ -126,6 +138,85 @@ static void client_publish(uint64_t w) {
           types[kind], (int)id_len, id, a.amount, W->keys[k].name,
           kind == SIM_TRANSFER ? " to " : "",
           kind == SIM_TRANSFER ? W->keys[to].name : "", (int)sev->part, off);
+}
+
+/* ---- a hostile producer (--hostile) ------------------------------------ */
+
+/* The id a producer that is not keylane writes: most often the follow-up
+ * id (store/outbox_rec.h) that the credit of a transfer in the log will
+ * get, or the id of a follow-up it read from the log (whatever its form),
+ * or a guess at one of a record still to come; else a `~` id of no
+ * follow-up's form, or a plain one of its own. */
+static size_t hostile_id(uint64_t r, int *key, char *id, size_t size) {
+  unsigned c = r & 0xff;
+  const sim_event_t *t = &W->events[(r >> 8) % W->nevents];
+  int32_t p = (int32_t)((r >> 32) % (uint64_t)W->cfg.partitions);
+  int64_t off = (int64_t)W->log[p].n + (int64_t)((r >> 40) % 4);
+  *key = (int)((r >> 24) % (uint64_t)W->cfg.keys);
+  if (c < 128 && t->kind == SIM_TRANSFER && t->valid &&
+      t->followup == SIM_NONE) {
+    *key = t->to;
+    return (size_t)snprintf(id, size, "~%s/%d/%" PRId64 "/0", W->topic,
+                            (int)t->part, t->first);
+  }
+  if (c < 128 && t->kind == SIM_FOLLOWUP) { /* a copy: a duplicate */
+    *key = t->key;
+    memcpy(id, t->id, t->id_len);
+    return t->id_len;
+  }
+  if (c < 160) /* a follow-up id a record still to come may get */
+    return (size_t)snprintf(id, size, "~%s/%d/%" PRId64 "/0", W->topic, (int)p,
+                            off);
+  switch (c % 5) {
+  case 0:
+    return (size_t)snprintf(id, size, "~");
+  case 1:
+    return (size_t)snprintf(id, size, "~%s", W->topic);
+  case 2:
+    return (size_t)snprintf(id, size, "~%s/%d/%" PRId64, W->topic, (int)p, off);
+  case 3:
+    return (size_t)snprintf(id, size, "~%s/%d/%" PRId64 "/1", W->topic, (int)p,
+                            off);
+  default:
+    return (size_t)snprintf(id, size, "h%" PRIu64, W->next_id++);
+  }
+}
+
+/* A credit a producer that is not keylane writes, with an id of any form
+ * (hostile_id()): keylane's publish paths refuse reserved ids, but anyone
+ * can write to the topic. It goes to its key's partition, as murmur2 says.
+ * A record whose (key, id) an event has already is, to the store, that
+ * event again; otherwise it is an event of its own, which the ledger
+ * applies unless the worker refuses its reserved id (SIM_RESERVED_REFUSED). */
+static void hostile_publish(uint64_t w) {
+  uint64_t r = sim_mix(w ^ 0x4057113ULL);
+  int k;
+  char id[160];
+  size_t id_len = W->nevents ? hostile_id(r, &k, id, sizeof(id)) : 0;
+  if (!id_len) {
+    k = (int)((r >> 24) % (uint64_t)W->cfg.keys);
+    id_len = (size_t)snprintf(id, sizeof(id), "h%" PRIu64, W->next_id++);
+  }
+  if (id_len >= sizeof(((sim_event_t *)0)->id))
+    id_len = (size_t)snprintf(id, sizeof(id), "~");
+  kl_ledger_args_t a = {.amount = 1 + (int64_t)((r >> 48) % 100)};
+  void *bytes;
+  size_t len;
+  if (ledger_record(k, id, id_len, "credit", &a, &bytes, &len))
+    return;
+  uint32_t e = sim_event_find((uint8_t)k, id, id_len);
+  if (e == SIM_NONE) {
+    e = sim_event_add((uint8_t)k, id, id_len);
+    W->events[e].kind = SIM_HOSTILE;
+    W->events[e].amount = a.amount;
+    W->events[e].valid = !(SIM_RESERVED_REFUSED && id[0] == '~');
+  }
+  int64_t off = sim_log_append(e, bytes, len);
+  W->stats.hostile++;
+  sim_say("a hostile producer writes credit %.*s of %" PRId64
+          " on key %s: partition %d, offset %" PRId64,
+          (int)id_len, id, a.amount, W->keys[k].name, (int)W->events[e].part,
+          off);
 }
 
 /* ---- steps --------------------------------------------------------------- */
@@ -199,7 +290,10 @@ static int step_run(uint64_t w) {
   sim_owner_t *o;
   switch (step_kind(w)) {
   case ST_PUBLISH:
-    client_publish(w);
+    if (W->hostile && (sim_mix(w) & 0xff) < 48)
+      hostile_publish(w);
+    else
+      client_publish(w);
     return 1;
   case ST_BATCH:
     if (!(o = pick_pair(sel, sim_owner_can_work, &p)))
@@ -237,12 +331,58 @@ static int step_run(uint64_t w) {
   case ST_REPLAY:
     sim_replay(p);
     return 1;
-  default:
-    if (W->backend != SIM_LMDB || W->gen > 0)
+  default: /* a rebuild after a recreated topic would lack the old log */
+    if (W->backend != SIM_LMDB || W->gen > 0 || W->recreated)
       return 0;
     sim_rebuild_switch();
     return 1;
   }
+}
+
+static void drain(void);
+static void final_checks(void);
+
+/* The topic is deleted and created again, its logs start at offset 0,
+ * and an operator runs `keylane store reset` on every partition, as the
+ * docs say to: first the fleet settles (every record applied or
+ * dead-lettered, every letter redriven, every follow-up applied, checked
+ * as at the end), then the logs go, and the store keeps its ids, state
+ * and counters, with a new epoch (the owners are fenced) and watermark 0.
+ * A transfer of the new log emits a follow-up whose id an old one may
+ * have had (SIM_RESET_IDS_FRESH). */
+static void topic_recreate(void) {
+  sim_say("the topic is about to be created again: the fleet settles");
+  drain();
+  if (!W->failed)
+    final_checks();
+  if (W->failed)
+    return;
+  for (int32_t p = 0; p < W->cfg.partitions; p++) {
+    for (size_t i = 0; i < W->log[p].n; i++) {
+      W->gone.v =
+          kl__grow(W->gone.v, &W->gone.cap, W->gone.n, sizeof(*W->gone.v), 256);
+      W->gone.v[W->gone.n++] = W->log[p].v[i];
+    }
+    W->log[p].n = 0;
+    kl_partition_state_t st;
+    if (kl__store_reset(W->store, W->topic, p, &st)) {
+      sim_fail("store-error", "store reset of partition %d: %s", (int)p,
+               kl_err_detail());
+      return;
+    }
+    sim_view_reset(&W->live, p, &st);
+  }
+  for (int o = 0; o < W->cfg.owners; o++) /* the group lost the topic */
+    sim_owner_restart(&W->owners[o]);
+  W->letters_gone = W->nletters; /* redriven; the dead-letter topic stays */
+  for (uint32_t e = 0; e < W->nevents; e++)
+    W->events[e].gone = 1;
+  W->recreated = 1;
+  W->calm = 0;
+  W->dirty = 1;
+  W->stats.recreated++;
+  sim_say("the topic was created again, and the store reset: the logs "
+          "start at offset 0");
 }
 
 /* A choice that finds nothing to do runs a batch instead, or when no
@@ -250,6 +390,8 @@ static int step_run(uint64_t w) {
 static void step(uint64_t w) {
   W->now_ms++;
   W->dirty = 0;
+  if (W->recreate_at && W->step == W->recreate_at && !W->recreated)
+    topic_recreate();
   if (!step_run(w)) {
     int32_t p;
     sim_owner_t *o = pick_pair(w >> 56, sim_owner_can_work, &p);
@@ -423,7 +565,7 @@ static void settled_checks(int all) {
 
 static void final_checks(void) {
   settled_checks(0);
-  if (!W->failed)
+  if (!W->failed && !W->recreated)
     check_rebuild();
   if (W->failed)
     return;
@@ -487,6 +629,11 @@ static void world_free(void) {
     }
     free(W->log[p].v);
   }
+  for (size_t i = 0; i < W->gone.n; i++) {
+    free(W->gone.v[i]->msg.payload);
+    free(W->gone.v[i]);
+  }
+  free(W->gone.v);
   for (int k = 0; k < SIM_MAXK; k++)
     free(W->keys[k].events);
   free(W->events);
@@ -508,6 +655,11 @@ int sim_run(uint64_t seed, sim_backend_t backend, const uint64_t *words,
   W->seed = seed;
   W->verbose = verbose;
   W->pg_uri = sim_pg_uri;
+  W->hostile = sim_hostile;
+  /* In the schedule's first half, so that a new log follows. */
+  W->recreate_at = sim_recreate && n >= 4
+                       ? 1 + (size_t)(sim_mix(seed ^ 0x7e5e7ULL) % (n / 2))
+                       : 0;
   W->conf = sim_conf();
   snprintf(W->tag, sizeof(W->tag), "r%u_", runs++);
   snprintf(W->topic, sizeof(W->topic), "sim%s", W->tag);

@@ -102,7 +102,8 @@ static int64_t apply_range(kl_store_t *store, sim_view_t *v, int32_t part,
 
 static int fleet_letter(int32_t part, int64_t offset) {
   for (size_t i = 0; i < W->nletters; i++)
-    if (W->letters[i].part == part && W->letters[i].offset == offset)
+    if (W->letters[i].part == part && W->letters[i].offset == offset &&
+        i >= W->letters_gone)
       return 1;
   return 0;
 }
@@ -139,6 +140,8 @@ void sim_replay(int32_t part) {
 
 int sim_redrive(size_t i) {
   sim_letter_t l = W->letters[i];
+  if (i < W->letters_gone)
+    return 0;
   kl_partition_state_t st;
   if (kl_store_partition(W->store, W->topic, l.part, &st) ||
       st.watermark <= l.offset) {

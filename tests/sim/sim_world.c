@@ -201,16 +201,16 @@ void sim_view_free(sim_view_t *v) {
 
 static const char *kind_name(int kind) {
   static const char *const names[] = {"credit", "debit", "transfer",
-                                      "follow-up credit"};
+                                      "follow-up credit", "hostile credit"};
   return names[kind];
 }
 
 /* "credit e12 of key k3 (partition 1, offset 40)" */
 static const char *event_name(uint32_t e, char *buf, size_t size) {
   const sim_event_t *ev = &W->events[e];
-  snprintf(buf, size, "%s %.*s of key %s (partition %d, offset %" PRId64 ")",
+  snprintf(buf, size, "%s %.*s of key %s (partition %d, offset %" PRId64 "%s)",
            kind_name(ev->kind), (int)ev->id_len, ev->id, W->keys[ev->key].name,
-           (int)ev->part, ev->first);
+           (int)ev->part, ev->first, ev->gone ? " of the log before" : "");
   return buf;
 }
 
@@ -238,6 +238,7 @@ void sim_view_committed(sim_view_t *v, int32_t part, uint64_t epoch,
 static void apply_money(sim_view_t *v, const sim_event_t *ev) {
   switch (ev->kind) {
   case SIM_CREDIT:
+  case SIM_HOSTILE: /* money from outside, as a client's credit */
     v->credits += ev->amount, v->balance[ev->key] += ev->amount;
     break;
   case SIM_DEBIT:
@@ -280,12 +281,52 @@ static void apply_one(sim_view_t *v, uint32_t e, int64_t offset, int redrive) {
   resolve(v, ev->key);
 }
 
+/* A record of a committed batch that its handler did not apply was
+ * skipped: its id was seen. Only its own event's decision may make it so;
+ * an event neither applied nor dead-lettered was suppressed by another
+ * record with its id (a hostile one, say): lost. A redrive's record is a
+ * duplicate of its letter's own record. */
+static void check_skipped(const sim_view_t *v, uint32_t e, int64_t offset) {
+  const sim_mark_t *m = &v->marks[e];
+  if (m->applied || m->dead)
+    return;
+  const sim_event_t *ev = &W->events[e];
+  uint32_t by = SIM_NONE;
+  for (uint32_t o = 0; o < W->nevents && by == SIM_NONE; o++)
+    if (o != e && W->events[o].key == ev->key &&
+        W->events[o].id_len == ev->id_len &&
+        memcmp(W->events[o].id, ev->id, ev->id_len) == 0 && v->marks[o].applied)
+      by = o;
+  char a[256], b[256];
+  if (by == SIM_NONE)
+    snprintf(b, sizeof(b), "no other event has its id");
+  else
+    event_name(by, b, sizeof(b));
+  sim_fail("suppressed",
+           "%s was skipped at offset %" PRId64
+           " as a duplicate, though it was never applied or dead-lettered; "
+           "applied with its id: %s",
+           event_name(e, a, sizeof(a)), offset, b);
+}
+
 void sim_view_commit(sim_batch_t *b) {
   sim_view_committed(b->view, b->part, b->epoch, b->res.next);
   b->view->applied[b->part] += b->napps;
   b->view->duplicates[b->part] += b->res.duplicates;
-  for (size_t i = 0; i < b->napps; i++)
-    apply_one(b->view, b->apps[i].event, b->apps[i].offset, b->redrive);
+  size_t a = 0;
+  for (size_t i = 0; i < b->count; i++) {
+    const rd_kafka_message_t *m = b->msgs[i];
+    if (m->offset < b->from || m->offset >= b->res.next)
+      continue;
+    if (a < b->napps && b->apps[a].offset == m->offset) {
+      apply_one(b->view, b->apps[a].event, m->offset, b->redrive);
+      a++;
+    } else if (!b->redrive) {
+      check_skipped(b->view, W->log[b->part].v[m->offset]->event, m->offset);
+    }
+  }
+  for (; a < b->napps; a++) /* none: apps are the batch's, in its order */
+    apply_one(b->view, b->apps[a].event, b->apps[a].offset, b->redrive);
 }
 
 void sim_view_dead(sim_view_t *v, uint32_t e, int32_t part, uint64_t epoch,
@@ -322,6 +363,18 @@ void sim_view_acquired(sim_view_t *v, int32_t part,
   v->epoch[part] = st->epoch;
   if (adopt)
     W->max_epoch[part] = st->epoch;
+}
+
+void sim_view_reset(sim_view_t *v, int32_t part,
+                    const kl_partition_state_t *st) {
+  if (st->epoch <= W->max_epoch[part] || st->watermark != 0)
+    sim_fail("reset",
+             "a store reset of partition %d gave epoch %" PRIu64
+             " and watermark %" PRId64 ", not an epoch above %" PRIu64
+             " and watermark 0",
+             (int)part, st->epoch, st->watermark, W->max_epoch[part]);
+  v->epoch[part] = W->max_epoch[part] = st->epoch;
+  v->watermark[part] = 0;
 }
 
 typedef struct scan_ctx {
