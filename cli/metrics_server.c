@@ -224,7 +224,7 @@ static void ms_outbox(kl__metrics_t *m, const kl_worker_stats_t *st) {
            "Follow-up events Kafka refused, and their dead letters too, "
            "kept in the store's outbox (keylane store outbox lists them) "
            "until an operator drops them or the limits let them through; "
-           "/healthz fails while any is.",
+           "/healthz answers 200 \"degraded: ...\" while any is.",
            (double)st->outbox_kept);
   ms_gauge(m, "keylane_worker_outbox_stalled_seconds",
            "The longest time an owned partition's outbox has held "
@@ -437,16 +437,6 @@ static int ms_health(kl__metrics_server_t *server, char *reason, size_t size) {
     return 503;
   if (ms_stalled(server, reason, size))
     return 503;
-  if (st.outbox_kept) {
-    snprintf(reason, size,
-             "unhealthy: %" PRIu64 " follow-ups are refused by Kafka, and "
-             "their dead letters too, so they are kept in the store's outbox "
-             "(keylane store outbox lists them); raise the topics' "
-             "max.message.bytes and kafka.message.max.bytes, or drop them "
-             "with keylane store outbox --drop; the worker's log says why\n",
-             st.outbox_kept);
-    return 503;
-  }
   if (server->outbox_stall_ms > 0 &&
       st.outbox_stalled_ms > (uint64_t)server->outbox_stall_ms) {
     snprintf(reason, size,
@@ -456,6 +446,18 @@ static int ms_health(kl__metrics_server_t *server, char *reason, size_t size) {
              "(keylane store outbox lists them)\n",
              st.outbox_stalled_ms, server->outbox_stall_ms);
     return 503;
+  }
+  if (st.outbox_kept) {
+    snprintf(reason, size,
+             KL__HEALTH_DEGRADED
+             "owns %" PRId32 " partitions; %" PRIu64
+             " follow-ups are refused by Kafka, and their dead letters too, "
+             "so they are kept in the store's outbox (keylane store outbox "
+             "lists them); raise the topics' max.message.bytes and "
+             "kafka.message.max.bytes, or drop them with keylane store "
+             "outbox --drop; the worker's log says why\n",
+             st.owned, st.outbox_kept);
+    return 200;
   }
   snprintf(reason, size, "ok: owns %" PRId32 " partitions\n", st.owned);
   return 200;

@@ -401,7 +401,7 @@ static kl_err_t ob_letter(kl__outbox_t *ob, const kl_ob_item_t *it,
 
 /* Kafka refused @p it's dead letter too (@p why): a copy cut short would
  * lose it, so it stays in the store, listed by `keylane store outbox`,
- * counted by keylane_worker_outbox_kept, and /healthz fails, until an
+ * counted by keylane_worker_outbox_kept, /healthz "degraded", until an
  * operator drops it or the limits let it through (ob_retry_kept()). */
 static void ob_keep(kl_ob_item_t *it, const char *why, int64_t now) {
   if (!it->told) {
@@ -586,9 +586,12 @@ void kl__outbox_tick(kl__outbox_t *ob) {
       ob_publish(ob, p, now);
     if (part->gen && part->aside)
       ob_send_aside(ob, p, now);
-    if (part->gen && part->aside)
-      kept += ob_retry_kept(ob, p, now);
-    if (part->gen && part->held && now - part->progress_ns > 0 &&
+    uint64_t kept_here =
+        part->gen && part->aside ? ob_retry_kept(ob, p, now) : 0;
+    kept += kept_here;
+    /* What is kept waits for an operator: /healthz says so, not as a
+     * stall. */
+    if (part->gen && part->held > kept_here && now - part->progress_ns > 0 &&
         (uint64_t)(now - part->progress_ns) / 1000000 > stalled_ms)
       stalled_ms = (uint64_t)(now - part->progress_ns) / 1000000;
   }

@@ -24,7 +24,8 @@
  * published one. Nothing is removed before a whole copy is in Kafka: one
  * whose letter is refused too (larger than the dead-letter topic takes)
  * is kept in the store, listed by `keylane store outbox`, counted by
- * kl__outbox_stats().kept (/healthz fails while any is), and published
+ * kl__outbox_stats().kept (/healthz says "degraded"; not a stall: it
+ * waits for an operator, whom a restart would not replace), and published
  * again every 10 s until it goes through or an operator drops it
  * (`keylane store outbox --drop`). kl_txn_emit() refuses the follow-ups
  * the worker's limits already rule out (kl__txn_set_message_max()), so
