@@ -80,6 +80,8 @@ char *kl__health_json(const kl__health_t *health, size_t *len) {
   json_t *parts = json_array();
   double maxlag = 0;
   int not_ok = parts ? health_partitions(health, parts, &maxlag) : 0;
+  not_ok |= strncmp(health->message, KL__HEALTH_DEGRADED,
+                    strlen(KL__HEALTH_DEGRADED)) == 0;
   const char *status = health->http_status != 200 ? "ERR"
                        : not_ok                   ? "WARN"
                                                   : "OK";

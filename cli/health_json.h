@@ -18,7 +18,8 @@
  * waits in retry backoff or its watermark has not moved for half of
  * worker.stall.ms while holding records, and OK otherwise. The group's
  * status is ERR when the plain answer is 503, else WARN when a partition
- * is not OK, else OK. Not installed.
+ * is not OK or the answer is degraded (200, KL__HEALTH_DEGRADED), else OK.
+ * Not installed.
  */
 #ifndef KEYLANE_WORKER_HEALTH_JSON_H
 #define KEYLANE_WORKER_HEALTH_JSON_H
@@ -27,6 +28,11 @@
 #include <stdint.h>
 
 #include "worker/lanes_stall.h"
+
+/** The start of a 200 answer that needs an operator though the worker
+ *  runs well (follow-ups kept in the outbox): restarting it would not
+ *  help, so it is not a 503, which a liveness probe answers with one. */
+#define KL__HEALTH_DEGRADED "degraded: "
 
 /** What /healthz knows; every pointer borrowed for the call. */
 typedef struct kl__health {

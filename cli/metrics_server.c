@@ -225,6 +225,12 @@ static void ms_outbox(kl__metrics_t *m, const kl_worker_stats_t *st) {
              "Follow-up events Kafka refused for good, set aside as dead "
              "letters of reason outbox.",
              st->outbox_aside);
+  ms_gauge(m, "keylane_worker_outbox_kept",
+           "Follow-up events Kafka refused, and their dead letters too, "
+           "kept in the store's outbox (keylane store outbox lists them) "
+           "until an operator drops them or the limits let them through; "
+           "/healthz answers 200 \"degraded: ...\" while any is.",
+           (double)st->outbox_kept);
   ms_gauge(m, "keylane_worker_outbox_stalled_seconds",
            "The longest time an owned partition's outbox has held "
            "follow-ups without one acknowledged; /healthz fails past "
@@ -466,6 +472,18 @@ static int ms_health(kl__metrics_server_t *server, char *reason, size_t size) {
              "(keylane store outbox lists them)\n",
              st.outbox_stalled_ms, server->outbox_stall_ms);
     return 503;
+  }
+  if (st.outbox_kept) {
+    snprintf(reason, size,
+             KL__HEALTH_DEGRADED
+             "owns %" PRId32 " partitions; %" PRIu64
+             " follow-ups are refused by Kafka, and their dead letters too, "
+             "so they are kept in the store's outbox (keylane store outbox "
+             "lists them); raise the topics' max.message.bytes and "
+             "kafka.message.max.bytes, or drop them with keylane store "
+             "outbox --drop; the worker's log says why\n",
+             st.owned, st.outbox_kept);
+    return 200;
   }
   snprintf(reason, size, "ok: owns %" PRId32 " partitions\n", st.owned);
   return 200;

@@ -15,6 +15,7 @@
 #include "cli/stop_guard.h"
 #include "common/internal.h"
 #include "common/log.h"
+#include "handlers/exec_spawn.h"
 
 #define COMP "worker"
 
@@ -36,6 +37,7 @@ static void guard_abort(const kl__stop_guard_t *guard, const char *why) {
            "period above it",
            why, guard->timeout_ms);
   fflush(stderr);
+  kl__exec_spawn_kill_all(); /* _exit() skips the handler's own end */
   _exit(KL_EXIT_FAIL);
 }
 

@@ -6,7 +6,8 @@
  * offsets, and leaves the group (a static member stays: membership.h);
  * kl_worker_run() then returns and the process exits 0. A second signal,
  * or worker.shutdown.timeout after the first, aborts that: the process
- * exits 1 at once, with what is in flight uncommitted. Nothing is applied
+ * exits 1 at once, with what is in flight uncommitted, after killing the
+ * exec handler's children (handlers/exec_spawn.h). Nothing is applied
  * twice: an uncommitted batch leaves nothing in the store, and the
  * partition's next owner, under a newer epoch, applies those events from
  * the store's watermark, skipping the ids the store already holds.

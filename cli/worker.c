@@ -15,6 +15,7 @@
 #include "keylane/worker.h"
 #include "handlers/handler.h"
 #include "handlers/exec.h"
+#include "handlers/exec_spawn.h"
 #include "cli/metrics_server.h"
 #include "cli/stop_guard.h"
 #include "worker/worker_internal.h"
@@ -90,6 +91,7 @@ static void exit_after_commit(void *opaque, const char *topic,
            " topic=%s, before its follow-ups are "
            "published (KEYLANE_TEST_EXIT_AFTER_COMMIT)",
            partition, epoch, topic);
+  kl__exec_spawn_kill_all();
   _exit(*(const int *)opaque);
 }
 

@@ -173,16 +173,27 @@ kl_err_t kl__id_client_check(const char *id, size_t id_len) {
 }
 
 kl_err_t kl__record_check(const kl_event_t *event, size_t envelope_size) {
+  return kl__record_check_max(event, envelope_size, KL_MESSAGE_MAX, NULL);
+}
+
+kl_err_t kl__record_check_max(const kl_event_t *event, size_t envelope_size,
+                              size_t message_max, const char *source) {
+  if (!message_max)
+    message_max = KL_MESSAGE_MAX;
+  /* A record batch's framing: what KL_RECORD_MAX leaves of KL_MESSAGE_MAX. */
+  size_t framing = KL_MESSAGE_MAX - KL_RECORD_MAX;
+  size_t max = message_max > framing ? message_max - framing : 0;
   size_t size = event->key_len + envelope_size;
-  if (size <= KL_RECORD_MAX)
+  if (size <= max)
     return KL_OK;
   return kl__err(KL_EDECODE_OVERSIZE,
                  "event is %zu bytes as a Kafka record (key %zu + envelope "
-                 "%zu), over the %d one record may carry (Kafka's default "
-                 "message.max.bytes, %d, less the batch framing): make the "
-                 "payload (%zu bytes) or the headers smaller",
-                 size, event->key_len, envelope_size, KL_RECORD_MAX,
-                 KL_MESSAGE_MAX, event->payload_len);
+                 "%zu), over the %zu one record may carry (%s, %zu, less the "
+                 "batch framing): make the payload (%zu bytes) or the "
+                 "headers smaller",
+                 size, event->key_len, envelope_size, max,
+                 source ? source : "Kafka's default message.max.bytes",
+                 message_max, event->payload_len);
 }
 
 /* ---- encoding ---- */

@@ -34,6 +34,15 @@ size_t kl__envelope_write(const kl_event_t *event, uint8_t *buf);
 kl_err_t kl__record_check(const kl_event_t *event, size_t envelope_size);
 
 /**
+ * kl__record_check() under a limit of @p message_max bytes (a producer's
+ * message.max.bytes or a topic's max.message.bytes; 0: KL_MESSAGE_MAX),
+ * which @p source names in the error ("the worker's
+ * kafka.message.max.bytes"; NULL: Kafka's default message.max.bytes).
+ */
+kl_err_t kl__record_check_max(const kl_event_t *event, size_t envelope_size,
+                              size_t message_max, const char *source);
+
+/**
  * kl_event_make_id() with the millisecond clock given: @p now_ms, from
  * kl__now_ms(), so that a caller that stamps ts too reads the clock once.
  */

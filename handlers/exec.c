@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* pipe2() */
 #include "handlers/exec.h"
 
 #include <errno.h>
@@ -20,6 +21,7 @@
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "handlers/exec_line.h"
+#include "handlers/exec_spawn.h"
 
 extern char **environ; /* for posix_spawn() */
 
@@ -218,6 +220,7 @@ static void exec_reap_idle(kl__exec_t *exec, kl_exec_child_t *child) {
   pthread_cond_broadcast(&exec->room);
   while (waitpid(child->pid, NULL, 0) < 0 && errno == EINTR)
     ;
+  kl__exec_spawn_reaped(child->pid);
   close(child->in_fd);
   close(child->out_fd);
   child->in_fd = child->out_fd = -1;
@@ -273,18 +276,6 @@ static void exec_kill(kl__exec_t *exec, kl_exec_child_t *child,
   pthread_cond_broadcast(&exec->cond);
 }
 
-static void exec_child_exec(const char *command, int in, int out, int err) {
-  setpgid(0, 0);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, NULL);
-  signal(SIGPIPE, SIG_DFL);
-  if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
-    _exit(127);
-  execl("/bin/sh", "sh", "-c", command, (char *)NULL);
-  _exit(127);
-}
-
 /* Logs the child's stderr from a thread that owns @p fd. */
 static void exec_errlog_start(pid_t pid, int fd) {
   kl_exec_errlog_t *log = malloc(sizeof(*log));
@@ -301,25 +292,21 @@ static void exec_errlog_start(pid_t pid, int fd) {
   close(fd);
 }
 
-/* Starts @p child. Holds exec->mu, so no other exec child is forked
- * before every end is close-on-exec. */
+/* Starts @p child. Every end is close-on-exec from its creation: another
+ * exec handler's child forked meanwhile inherits none. */
 static kl_err_t exec_start(kl__exec_t *exec, kl_exec_child_t *child) {
   if (!child->buf && !(child->buf = malloc(KL_EXEC_LINE_MAX)))
     return kl__err(KL_ENOMEM, "exec handler: no memory for its answers");
   int in[2], out[2], err[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM, 0, in) < 0)
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) < 0)
     return kl__err(KL_EIO, "exec handler: socketpair: %s", strerror(errno));
-  if (pipe(out) < 0 || pipe(err) < 0) {
+  if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
     close(in[0]);
     close(in[1]);
     return kl__err(KL_EIO, "exec handler: pipe: %s", strerror(errno));
   }
-  int fds[] = {in[0], in[1], out[0], out[1], err[0], err[1]};
-  for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
-    fcntl(fds[i], F_SETFD, FD_CLOEXEC);
-  pid_t pid = fork();
-  if (pid == 0)
-    exec_child_exec(exec->command, in[1], out[1], err[1]);
+  pid_t pid = kl__exec_spawn(exec->command, in[1], out[1], err[1]);
+  int fork_errno = errno;
   close(in[1]);
   close(out[1]);
   close(err[1]);
@@ -327,9 +314,8 @@ static kl_err_t exec_start(kl__exec_t *exec, kl_exec_child_t *child) {
     close(in[0]);
     close(out[0]);
     close(err[0]);
-    return kl__err(KL_EIO, "exec handler: fork: %s", strerror(errno));
+    return kl__err(KL_EIO, "exec handler: fork: %s", strerror(fork_errno));
   }
-  setpgid(pid, pid); /* also in the child: whichever runs first */
   child->pid = pid;
   child->in_fd = in[0];
   child->out_fd = out[0];

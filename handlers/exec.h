@@ -49,7 +49,9 @@
  * write it sent may land after the retry's, with the same fence: the
  * resource's unique event id is what applies it once. RETRY counts against
  * worker.max.attempts like any other. The child's stderr goes to the worker's
- * log, one line per line, prefixed "exec[PID]:".
+ * log, one line per line, prefixed "exec[PID]:". Children never outlive
+ * the worker (exec_spawn.h): an aborted stop kills their process groups,
+ * and the kernel kills a child whose worker ends otherwise.
  *
  * Caveats:
  * - Thread safe: the worker's executor threads call the handler at once;

@@ -134,9 +134,11 @@ struct kl_txn {
   const char *src_topic;      /* its place in the log (kl__txn_source()) */
   int32_t src_partition;
   int64_t src_offset;
-  size_t src_first; /* emits->count when that event began */
-  char *last;       /* kl__txn_set_last(): the ident of the record at the
-                       commit's watermark - 1; NULL: keep the stored one */
+  size_t src_first;   /* emits->count when that event began */
+  size_t message_max; /* kl__txn_set_message_max(); 0: KL_MESSAGE_MAX */
+  const char *message_max_src;
+  char *last; /* kl__txn_set_last(): the ident of the record at the
+                 commit's watermark - 1; NULL: keep the stored one */
   size_t last_len;
 };
 

@@ -29,6 +29,12 @@ void kl__txn_source(kl_txn_t *txn, const char *topic, int32_t partition,
   txn->src_first = txn->emits ? txn->emits->count : 0;
 }
 
+void kl__txn_set_message_max(kl_txn_t *txn, size_t message_max,
+                             const char *source) {
+  txn->message_max = message_max;
+  txn->message_max_src = source;
+}
+
 void kl__txn_emits_free(kl_txn_t *txn) {
   kl__emits_free(txn->emits);
   txn->emits = NULL;
@@ -138,10 +144,13 @@ kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic, const void *key,
                    at.topic_len, KL__EMIT_TOPIC_MAX);
   emit_trace(txn->src, &rec);
   /* Everything the published record carries, the source's trace context
-   * included: what fits here is never refused by kl_publish() later, where
-   * it would wedge the partition's outbox. */
+   * included, under the worker's producer and topic limits
+   * (kl__txn_set_message_max()): what fits here is never refused by
+   * kl_publish() or the producer later, where it could only wait in the
+   * outbox for an operator. */
   if ((err = kl_event_validate(&rec.event, 0)) ||
-      (err = kl__record_check(&rec.event, kl__envelope_size(&rec.event))))
+      (err = kl__record_check_max(&rec.event, kl__envelope_size(&rec.event),
+                                  txn->message_max, txn->message_max_src)))
     return kl__err(err, "kl_txn_emit: %s", kl_err_detail());
   kl__emits_t *emits = NULL;
   if ((err = txn_emits(txn, &emits)))

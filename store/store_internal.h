@@ -375,6 +375,16 @@ struct kl_fence;
 void kl__txn_source_event(kl_txn_t *txn, const struct kl_event *event,
                           const struct kl_fence *fence);
 
+/**
+ * Sets the largest Kafka record a follow-up of @p txn may be:
+ * kl_txn_emit() refuses one over @p message_max (a message.max.bytes; 0:
+ * KL_MESSAGE_MAX), named @p source in its error (borrowed, as long as the
+ * txn), so that an event whose follow-up could never be published fails
+ * whole, before anything of it is committed.
+ */
+void kl__txn_set_message_max(kl_txn_t *txn, size_t message_max,
+                             const char *source);
+
 typedef struct kl__emits kl__emits_t; /* outbox_rec.h */
 
 /** Moves @p txn's emits out (NULL when none): the caller frees them with

@@ -61,6 +61,10 @@ typedef struct kl__applier {
    * effects; it outlives the id's retention (redrive.h). Borrowed. */
   const char *letter_key;
   size_t letter_key_len;
+  /* The largest record a follow-up may be (kl__txn_set_message_max()),
+   * and the limit's name; 0: KL_MESSAGE_MAX. */
+  size_t message_max;
+  char message_max_src[128];
   int32_t partitions; /* > 0: a key must route (murmur2) to its partition */
   kl__tick_fn *tick;  /* may be NULL */
   void *tick_opaque;

@@ -160,6 +160,19 @@ void kl__check_retention(rd_kafka_t *rk, const char *role, const char *topic,
   free(values[1]);
 }
 
+int64_t kl__check_message_max(rd_kafka_t *rk, const char *topic,
+                              int timeout_ms) {
+  static const char *const names[] = {"max.message.bytes"};
+  char *value = NULL;
+  kl_err_t err;
+  int64_t max = 0;
+  if (!read_configs(rk, topic, names, 1, &value, timeout_ms, &err) && !err &&
+      value)
+    max = strtoll(value, NULL, 10);
+  free(value);
+  return max > 0 ? max : 0;
+}
+
 /* ---- replication -------------------------------------------------------- */
 
 /* The WARN of a topic where an acks=all publish may rest on one broker:

@@ -180,6 +180,15 @@ void kl__check_store_version(kl_store_t *store, const char *location,
 int kl__check_clock(kl_store_t *store, int64_t bound_ms, kl__check_t *out);
 
 /**
+ * Reads @p topic's max.message.bytes (DescribeConfigs), the largest record
+ * batch its brokers take.
+ * @returns it, or 0 when the cluster does not tell (no controller, as on
+ *          the embedded cluster; refused; no answer within @p timeout_ms).
+ */
+int64_t kl__check_message_max(rd_kafka_t *rk, const char *topic,
+                              int timeout_ms);
+
+/**
  * Test hook: answers kl__check_retention()'s reads instead of the cluster.
  * @p fn returns the value of configuration @p name of @p topic (NULL: the
  * broker's default, 7d and delete). NULL restores the cluster. Process

@@ -161,46 +161,28 @@ static int hdr_add(rd_kafka_headers_t *h, const char *name, const char *value) {
   return rd_kafka_header_add(h, name, -1, value, -1) != 0;
 }
 
-static size_t dlq_cut(size_t len) {
-  return len > KL__DLQ_TRUNCATED_MAX ? KL__DLQ_TRUNCATED_MAX : len;
-}
-
 static int hdr_add_i64(rd_kafka_headers_t *h, const char *name, int64_t value) {
   char buf[24];
   snprintf(buf, sizeof(buf), "%" PRId64, value);
   return hdr_add(h, name, buf);
 }
 
-/* What a truncated letter says about the record it stands for. */
-static int dlq_truncated_headers(rd_kafka_headers_t *h,
-                                 const kl__dlq_letter_t *l) {
-  return hdr_add(h, "keylane.dlq.truncated", l->truncated) |
-         hdr_add_i64(h, "keylane.dlq.original_size", (int64_t)l->msg->len) |
-         hdr_add_i64(h, "keylane.dlq.original_key_size",
-                     (int64_t)l->msg->key_len);
-}
-
-/* The original headers (when the record had any and the letter is whole),
- * then ours. */
+/* The original headers (when the record had any), then ours. */
 static rd_kafka_headers_t *dlq_headers(const char *source_topic,
                                        const kl__dlq_letter_t *l) {
   rd_kafka_headers_t *orig = NULL;
   rd_kafka_headers_t *h;
   /* rd_kafka_message_headers() parses lazily into the message; it takes
    * a non-const message, and only the poll thread touches it here. */
-  if (!l->truncated && !l->destination &&
+  if (!l->destination &&
       rd_kafka_message_headers((rd_kafka_message_t *)l->msg, &orig) == 0 &&
       orig)
     h = rd_kafka_headers_copy(orig);
   else
     h = rd_kafka_headers_new(12);
-  const char *error = l->error ? l->error : "";
-  size_t error_len = l->truncated ? dlq_cut(strlen(error)) : strlen(error);
   int bad =
       hdr_add(h, "keylane.dlq.reason", kl__dlq_reason_name(l->reason)) |
-      (rd_kafka_header_add(h, "keylane.dlq.error", -1, error,
-                           (ssize_t)error_len) != 0) |
-      (l->truncated && dlq_truncated_headers(h, l)) |
+      hdr_add(h, "keylane.dlq.error", l->error ? l->error : "") |
       hdr_add_i64(h, "keylane.dlq.attempts", l->attempts) |
       hdr_add(h, "keylane.dlq.topic", source_topic) |
       hdr_add_i64(h, "keylane.dlq.partition", l->msg->partition) |
@@ -241,13 +223,11 @@ static rd_kafka_headers_t *forward_headers(const rd_kafka_message_t *m) {
   return h;
 }
 
-/* Produces @p m's key and value, cut to @p key_len and @p len, to @p topic
- * (@p partition, or UA) with @p h, which it takes over, and @p ref's copy
- * as the ack's opaque. */
+/* Produces @p m's key and value, whole, to @p topic (@p partition, or UA)
+ * with @p h, which it takes over, and @p ref's copy as the ack's opaque. */
 static kl_err_t dlq_produce(kl__dlq_t *dlq, const char *topic,
                             int32_t partition, const rd_kafka_message_t *m,
-                            size_t key_len, size_t len, rd_kafka_headers_t *h,
-                            const kl__dlq_ref_t *ref) {
+                            rd_kafka_headers_t *h, const kl__dlq_ref_t *ref) {
   kl__dlq_ref_t *copy = h ? malloc(sizeof(*copy)) : NULL;
   if (!copy) {
     if (h)
@@ -257,7 +237,7 @@ static kl_err_t dlq_produce(kl__dlq_t *dlq, const char *topic,
   *copy = *ref;
   rd_kafka_resp_err_t kerr = rd_kafka_producev(
       dlq->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition),
-      RD_KAFKA_V_KEY(m->key, key_len), RD_KAFKA_V_VALUE(m->payload, len),
+      RD_KAFKA_V_KEY(m->key, m->key_len), RD_KAFKA_V_VALUE(m->payload, m->len),
       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
       RD_KAFKA_V_OPAQUE(copy), RD_KAFKA_V_END);
   if (kerr) {
@@ -272,8 +252,7 @@ static kl_err_t dlq_produce(kl__dlq_t *dlq, const char *topic,
 kl_err_t kl__dlq_forward(kl__dlq_t *dlq, const char *topic, int32_t partition,
                          const rd_kafka_message_t *msg,
                          const kl__dlq_ref_t *ref) {
-  return dlq_produce(dlq, topic, partition, msg, msg->key_len, msg->len,
-                     forward_headers(msg), ref);
+  return dlq_produce(dlq, topic, partition, msg, forward_headers(msg), ref);
 }
 
 kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
@@ -282,10 +261,7 @@ kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
   if (letter->forward)
     return kl__dlq_forward(dlq, source_topic, letter->expected_partition,
                            letter->msg, ref);
-  const rd_kafka_message_t *m = letter->msg;
-  size_t key_len = letter->truncated ? dlq_cut(m->key_len) : m->key_len;
-  size_t len = letter->truncated ? dlq_cut(m->len) : m->len;
-  return dlq_produce(dlq, dlq->topic, RD_KAFKA_PARTITION_UA, m, key_len, len,
+  return dlq_produce(dlq, dlq->topic, RD_KAFKA_PARTITION_UA, letter->msg,
                      dlq_headers(source_topic, letter), ref);
 }
 

@@ -34,20 +34,15 @@
  * dropped. Records are keyed by their original key, partitioned like
  * keylane's producer (murmur2, Java-compatible).
  *
- * A letter Kafka refuses for good because of the record itself (too large
- * with the headers for message.max.bytes, or invalid) would be refused
- * again forever and stall its partition. The caller then sends a truncated
- * copy instead (kl__dlq_letter_t.truncated): the first
- * KL__DLQ_TRUNCATED_MAX bytes of the key and of the value, without the
- * original headers, and
- *
- *   keylane.dlq.truncated         why the whole record was refused
- *   keylane.dlq.original_size     the value's size in bytes
- *   keylane.dlq.original_key_size the key's size in bytes
- *
- * besides the headers above (keylane.dlq.error cut to
- * KL__DLQ_TRUNCATED_MAX bytes); the whole record stays in its topic at the
- * origin offset for its retention.
+ * A letter is always the whole record: none is ever cut short. One Kafka
+ * refuses for good because of the record itself (too large with the
+ * headers for message.max.bytes, or for the dead-letter topic's
+ * max.message.bytes) is reported to the caller, whose source then stays
+ * where it is (the lane's record at its offset, the outbox's follow-up in
+ * the store) until the limits let the letter through or an operator acts.
+ * Letters that older versions cut short carry keylane.dlq.truncated (and
+ * keylane.dlq.original_size); `keylane replay --from-dlq` refuses them
+ * (letters.h).
  *
  * Caveats: kl__dlq_send() and kl__dlq_poll() run on the worker's poll
  * thread; the ack callback runs inside kl__dlq_poll().
@@ -86,13 +81,10 @@ typedef struct kl__dlq_ref {
 } kl__dlq_ref_t;
 #define KL__DLQ_OUTBOX_GEN UINT64_MAX
 
-/** Bytes of a refused record's key and value a truncated letter keeps. */
-#define KL__DLQ_TRUNCATED_MAX 1024
-
 /**
  * Delivery report of one letter: @p err is KL_OK once Kafka acknowledged
  * it with acks=all; KL_EKAFKA when Kafka refuses this record for good
- * (produce a truncated copy); else KL_EKAFKA_TRANSIENT. @p errstr says why;
+ * (it never takes it as it is); else KL_EKAFKA_TRANSIENT. @p errstr says why;
  * it is a static string.
  */
 typedef void(kl__dlq_ack_fn)(void *opaque, const kl__dlq_ref_t *ref,
@@ -106,8 +98,6 @@ typedef struct kl__dlq_letter {
   int64_t first_failure_ms, last_failure_ms;
   int32_t expected_partition; /* misrouted: its key's partition; else -1 */
   int forward; /* re-publish to expected_partition of the source topic */
-  const char *truncated;   /* NULL: the whole record; else why Kafka refused
-                              it: send a truncated copy */
   const char *destination; /* KL__DLQ_OUTBOX: the follow-up's topic; msg
                               is then built, not consumed (no headers) */
 } kl__dlq_letter_t;
@@ -137,9 +127,9 @@ kl_err_t kl__dlq_check(kl__dlq_t *dlq, const char *source_topic);
 
 /**
  * Produces @p letter. On KL_OK its ack will come; on KL_EKAFKA the record
- * itself is refused (larger than the producer's message.max.bytes): send a
- * truncated copy; on another error (a full queue, ...) nothing was
- * produced: try again later.
+ * itself is refused (larger than the producer's message.max.bytes): it is
+ * never taken as it is, and its source must stay where it is; on another
+ * error (a full queue, ...) nothing was produced: try again later.
  */
 kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
                       const kl__dlq_letter_t *letter, const kl__dlq_ref_t *ref);

@@ -956,6 +956,13 @@ void kl__lanes_set_run_fault(kl__lanes_t *lanes, kl__run_fault_fn *fn,
   lanes->applier.fault_opaque = opaque;
 }
 
+void kl__lanes_set_message_max(kl__lanes_t *lanes, size_t message_max,
+                               const char *source) {
+  lanes->applier.message_max = message_max;
+  snprintf(lanes->applier.message_max_src,
+           sizeof(lanes->applier.message_max_src), "%s", source);
+}
+
 void kl__lanes_set_before_commit(kl__lanes_t *lanes, kl__worker_hook_fn *fn,
                                  void *opaque) {
   lanes->applier.before_commit = fn;
@@ -1121,5 +1128,6 @@ void kl__lanes_stats(const kl__lanes_t *lanes, kl_worker_stats_t *stats) {
   stats->outbox_pending = ob.pending;
   stats->outbox_published = ob.published;
   stats->outbox_aside = ob.aside;
+  stats->outbox_kept = ob.kept;
   stats->outbox_stalled_ms = ob.stalled_ms;
 }

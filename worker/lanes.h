@@ -227,6 +227,11 @@ int kl__lanes_has_ready(kl__lanes_t *lanes);
 /** Wakes the executors blocked in kl__lanes_take() for good. */
 void kl__lanes_stop(kl__lanes_t *lanes);
 
+/** Sets the largest record a follow-up may be (kl__txn_set_message_max()),
+ *  before the executors start. */
+void kl__lanes_set_message_max(kl__lanes_t *lanes, size_t message_max,
+                               const char *source);
+
 /** The test hook of worker_internal.h. */
 void kl__lanes_set_before_commit(kl__lanes_t *lanes, kl__worker_hook_fn *fn,
                                  void *opaque);

@@ -619,17 +619,26 @@ void kl__lane_dead_letter(kl__lanes_t *lanes, kl__lane_t *lane,
   (void)lanes;
 }
 
-/* Kafka refused @p slot's whole letter for good: a truncated copy goes
- * instead, at once, or the partition would never move on. */
+/* Kafka refused @p slot's whole letter for good. A copy cut short would
+ * lose the record's tail (and a redrive would publish the stump), so the
+ * partition waits at this record and says why; the letter is tried again
+ * every KL_LETTER_REFUSED_NS, so that raising the limits moves it on
+ * without a restart. The partition stalls meanwhile (/healthz, the
+ * keylane_worker_partition_stalled metric). */
+#define KL_LETTER_REFUSED_NS 10000000000LL
 static void letter_refused(kl__lane_t *lane, kl__slot_t *slot,
                            const char *why) {
-  KL_LOG_W(KL_COMP,
+  KL_LOG_E(KL_COMP,
            "dead letter partition=%" PRId32 " offset=%" PRId64
-           " (%zu bytes) was refused for good (%s): a truncated copy is "
-           "sent instead, the record stays at its offset",
-           lane->partition, slot->offset, slot->msg->len, why);
-  slot->refused = why;
-  slot->due_ns = 0;
+           " (%zu bytes, reason %s) was refused for good (%s); a letter is "
+           "never cut short, so the partition waits at this record and "
+           "tries again in %lld s: raise the dead-letter topic's "
+           "max.message.bytes and the worker's kafka.message.max.bytes "
+           "above the record plus 1 KiB of keylane.dlq.* headers",
+           lane->partition, slot->offset, slot->msg->len,
+           kl__dlq_reason_name(slot->reason), why,
+           KL_LETTER_REFUSED_NS / 1000000000LL);
+  slot->due_ns = kl__mono_ns() + KL_LETTER_REFUSED_NS;
 }
 
 static kl_err_t letter_send(kl__lanes_t *lanes, kl__lane_t *lane,
@@ -643,7 +652,6 @@ static kl_err_t letter_send(kl__lanes_t *lanes, kl__lane_t *lane,
                              slot->last_failure_ms,
                              misrouted ? slot->expected_partition : -1,
                              misrouted && slot->forward,
-                             slot->refused,
                              NULL};
   kl__dlq_ref_t ref = {lane->partition, slot->offset, lane->gen};
   return kl__dlq_send(lanes->dlq, lanes->topic, &letter, &ref);
@@ -656,14 +664,10 @@ static void lane_send_letters(kl__lanes_t *lanes, kl__lane_t *lane,
     if (s->dlq_inflight || now < s->due_ns)
       continue;
     kl_err_t err = letter_send(lanes, lane, s);
-    if (err == KL_EKAFKA && !s->refused) {
-      letter_refused(lane, s,
-                     "message size too large for the "
-                     "dead-letter producer's message.max.bytes");
-      err = letter_send(lanes, lane, s);
-    }
     if (err == KL_OK) {
       s->dlq_inflight = 1;
+    } else if (err == KL_EKAFKA) {
+      letter_refused(lane, s, kl_err_detail());
     } else {
       KL_LOG_W(KL_COMP,
                "dead letter partition=%" PRId32 " offset=%" PRId64
@@ -713,7 +717,7 @@ void kl__lanes_dlq_ack(void *opaque, const kl__dlq_ref_t *ref, kl_err_t err,
     slot = kl__lane_find(lane, ref->offset);
   if (slot && slot->state == KL__SLOT_DLQ_PENDING) {
     slot->dlq_inflight = 0;
-    if (err == KL_EKAFKA && !slot->refused) {
+    if (err == KL_EKAFKA) {
       letter_refused(lane, slot, errstr);
     } else if (err) {
       KL_LOG_W(KL_COMP,

@@ -54,6 +54,16 @@ static void letter_parse(kl__letter_t *l) {
   if (letters_header(h, "keylane.dlq.destination", l->destination,
                      sizeof(l->destination)))
     l->destination[0] = '\0';
+  /* Present at all, however long or empty its text: the letter is cut. */
+  const void *why;
+  size_t why_len;
+  if (h &&
+      !rd_kafka_header_get_last(h, "keylane.dlq.truncated", &why, &why_len))
+    snprintf(l->truncated, sizeof(l->truncated), "%.*s",
+             why && why_len ? (int)(why_len < 127 ? why_len : 127) : 2,
+             why && why_len ? (const char *)why : "?");
+  if (header_i64(h, "keylane.dlq.original_size", &l->original_size))
+    l->original_size = -1;
 }
 
 static int letters_add(void *opaque, rd_kafka_message_t *m) {

@@ -32,6 +32,11 @@ typedef struct kl__letter {
                       outbox */
   char destination[KL__LETTER_TOPIC_MAX + 1]; /* outbox: the follow-up's
                                                  topic; "" otherwise */
+  /* A letter older versions cut short (keylane.dlq.truncated): why Kafka
+   * refused the whole record, and the record's size; "" and -1 for a
+   * whole letter. It holds no event: it is never redriven. */
+  char truncated[128];
+  int64_t original_size;
 } kl__letter_t;
 
 typedef struct kl__letters {

@@ -17,6 +17,9 @@
 #define KL_COMP "outbox"
 /* A refused publish, or a failed store call, is tried again after this. */
 #define KL_OB_RETRY_NS 1000000000LL
+/* A follow-up kept in the store (Kafka refused it and its dead letter) is
+ * published again after this, once the store says it is still there. */
+#define KL_OB_KEPT_RETRY_NS 10000000000LL
 #define KL_TOPIC_NAME_MAX 249
 
 /* One record listed from the store: queued, then in flight until its
@@ -26,9 +29,12 @@ typedef struct kl_ob_item {
   int32_t partition;
   uint64_t gen; /* the ownership it was listed under */
   uint64_t seq;
-  /* Set aside (Kafka refused it for good): why, and its letter's state. */
+  /* Set aside (Kafka refused it for good): why, and its letter's state;
+   * kept: its letter was refused too, so it stays in the store until
+   * kept_retry_ns; told: that was logged as an error once. */
   char *why;
-  int aside_inflight, aside_refused;
+  int aside_inflight, kept, told;
+  int64_t kept_retry_ns;
   size_t len;
   unsigned char rec[];
 } kl_ob_item_t;
@@ -60,7 +66,7 @@ struct kl__outbox {
    * is a connection attempt (and a warning); made at every tick for every
    * partition, they flooded the log and the server coming back. */
   int64_t store_retry_ns;
-  _Atomic uint64_t pending, published, aside, stalled_ms;
+  _Atomic uint64_t pending, published, aside, kept, stalled_ms;
 };
 
 kl_err_t kl__outbox_new(const kl_conf_t *conf, const char *topic,
@@ -160,6 +166,7 @@ void kl__outbox_stats(const kl__outbox_t *ob, kl__outbox_stats_t *stats) {
   stats->pending = ob->pending;
   stats->published = ob->published;
   stats->aside = ob->aside;
+  stats->kept = ob->kept;
   stats->stalled_ms = ob->stalled_ms;
 }
 
@@ -260,19 +267,21 @@ static void ob_requeue(kl__outbox_t *ob, kl_ob_item_t *it) {
     part->tail = it;
 }
 
-/* Kafka refused @p it for good: it goes to the dead-letter topic
- * (ob_send_aside()), so that the follow-ups behind it go on. */
+/* Kafka refused @p it for good: its whole copy goes to the dead-letter
+ * topic (ob_send_aside()), so that the follow-ups behind it go on; it is
+ * removed from the store once that letter is acknowledged, never before. */
 static void ob_set_aside(kl__outbox_t *ob, kl_ob_item_t *it, const char *why) {
   kl_ob_part_t *part = &ob->parts[it->partition];
   if (it->gen != part->gen) { /* the new owner listed it again */
     ob_item_free(it);
     return;
   }
-  KL_LOG_E(KL_COMP,
-           "follow-up seq=%" PRIu64 " of partition=%" PRId32
-           " is refused by Kafka for good, so it is set aside as a dead "
-           "letter (reason outbox) and the follow-ups after it go on: %s",
-           it->seq, it->partition, why);
+  if (!it->told)
+    KL_LOG_E(KL_COMP,
+             "follow-up seq=%" PRIu64 " of partition=%" PRId32
+             " is refused by Kafka for good, so it is set aside as a dead "
+             "letter (reason outbox) and the follow-ups after it go on: %s",
+             it->seq, it->partition, why);
   free(it->why);
   it->why = strdup(why);
   it->next = part->aside;
@@ -382,20 +391,38 @@ static kl_err_t ob_letter(kl__outbox_t *ob, const kl_ob_item_t *it,
                           .partition = src.partition,
                           .offset = src.offset};
   int64_t now_ms = kl__now_ms();
-  kl__dlq_letter_t letter = {&m,
-                             KL__DLQ_OUTBOX,
-                             it->why,
-                             0,
-                             now_ms,
-                             now_ms,
-                             -1,
-                             0,
-                             it->aside_refused ? it->why : NULL,
-                             dest};
+  kl__dlq_letter_t letter = {
+      &m, KL__DLQ_OUTBOX, it->why, 0, now_ms, now_ms, -1, 0, dest};
   kl__dlq_ref_t ref = {it->partition, (int64_t)it->seq, KL__DLQ_OUTBOX_GEN};
   err = kl__dlq_send(ob->dlq, src_topic, &letter, &ref);
   free(value);
   return err;
+}
+
+/* Kafka refused @p it's dead letter too (@p why): a copy cut short would
+ * lose it, so it stays in the store, listed by `keylane store outbox`,
+ * counted by keylane_worker_outbox_kept, /healthz "degraded", until an
+ * operator drops it or the limits let it through (ob_retry_kept()). */
+static void ob_keep(kl_ob_item_t *it, const char *why, int64_t now) {
+  if (!it->told) {
+    char id[KL__ESCAPED_SIZE(KL_ID_MAX)] = "?";
+    kl__outbox_rec_t rec;
+    if (!kl__outbox_rec_decode(it->rec, it->len, &rec))
+      kl__escape(id, sizeof(id), rec.event.id, rec.event.id_len);
+    KL_LOG_E(KL_COMP,
+             "follow-up seq=%" PRIu64 " id=%s of partition=%" PRId32
+             " (%zu bytes) is refused by Kafka, and so is its dead letter "
+             "(%s): it stays in the store's outbox and is published again "
+             "every %lld s. Raise the destination's and the dead-letter "
+             "topic's max.message.bytes and the worker's "
+             "kafka.message.max.bytes, or drop it: keylane store outbox "
+             "--drop %" PRId32 ":%" PRIu64,
+             it->seq, id, it->partition, it->len, why,
+             KL_OB_KEPT_RETRY_NS / 1000000000LL, it->partition, it->seq);
+    it->told = 1;
+  }
+  it->kept = 1;
+  it->kept_retry_ns = now + KL_OB_KEPT_RETRY_NS;
 }
 
 /* Produces the dead letters of @p part's follow-ups set aside. */
@@ -405,11 +432,12 @@ static void ob_send_aside(kl__outbox_t *ob, int32_t partition, int64_t now) {
     return;
   for (kl_ob_item_t *it = part->aside; it; it = it->next) {
     kl__outbox_rec_t rec;
-    if (it->aside_inflight || kl__outbox_rec_decode(it->rec, it->len, &rec))
+    if (it->aside_inflight || it->kept ||
+        kl__outbox_rec_decode(it->rec, it->len, &rec))
       continue;
     kl_err_t err = ob_letter(ob, it, &rec);
-    if (err == KL_EKAFKA && !it->aside_refused) {
-      it->aside_refused = 1; /* too large even as a letter: cut it */
+    if (err == KL_EKAFKA) {
+      ob_keep(it, kl_err_detail(), now);
     } else if (err) {
       KL_LOG_W(KL_COMP,
                "setting follow-up seq=%" PRIu64 " of partition=%" PRId32
@@ -435,7 +463,7 @@ void kl__outbox_aside_acked(kl__outbox_t *ob, const kl__dlq_ref_t *ref,
   kl_ob_item_t *it = *at;
   it->aside_inflight = 0;
   if (err == KL_EKAFKA) {
-    it->aside_refused = 1;
+    ob_keep(it, errstr, kl__mono_ns());
     return;
   }
   if (err) {
@@ -450,6 +478,61 @@ void kl__outbox_aside_acked(kl__outbox_t *ob, const kl__dlq_ref_t *ref,
   ob_acked(ob, it);
   ob->aside++;
   ob_item_free(it);
+}
+
+typedef struct kl_ob_probe {
+  uint64_t seq;
+  int found;
+} kl_ob_probe_t;
+
+static int ob_probed(void *opaque, uint64_t seq, const void *rec, size_t len) {
+  (void)rec, (void)len;
+  kl_ob_probe_t *probe = opaque;
+  probe->found = seq == probe->seq;
+  return 0;
+}
+
+/* Every KL_OB_KEPT_RETRY_NS, a kept follow-up that an operator dropped
+ * from the store meanwhile is forgotten; one still there is published
+ * again (a topic's limit may have been raised). @returns how many
+ * partition @p partition keeps still. */
+static uint64_t ob_retry_kept(kl__outbox_t *ob, int32_t partition,
+                              int64_t now) {
+  kl_ob_part_t *part = &ob->parts[partition];
+  uint64_t kept = 0;
+  for (kl_ob_item_t **at = &part->aside; *at;) {
+    kl_ob_item_t *it = *at;
+    if (!it->kept || now < it->kept_retry_ns || !ob_store_ready(ob, now)) {
+      kept += (uint64_t)it->kept;
+      at = &it->next;
+      continue;
+    }
+    kl_ob_probe_t probe = {it->seq, 0};
+    if (kl__store_outbox_list(ob->store, ob->topic, partition, it->seq - 1, 1,
+                              ob_probed, &probe)) {
+      KL_LOG_W(KL_COMP,
+               "partition=%" PRId32 ": reading the outbox failed; the outbox "
+               "calls the store again in %lld s: %s",
+               partition, KL_OB_RETRY_NS / 1000000000LL, kl_err_detail());
+      ob_store_failed(ob, now);
+      continue; /* ob_store_ready() is false now: the rest are counted */
+    }
+    *at = it->next;
+    it->next = NULL;
+    if (probe.found) {
+      it->kept = 0;
+      ob_requeue(ob, it);
+      continue;
+    }
+    KL_LOG_I(KL_COMP,
+             "follow-up seq=%" PRIu64 " of partition=%" PRId32
+             " is no longer in the store's outbox (dropped): forgotten",
+             it->seq, partition);
+    part->held -= part->held ? 1 : 0;
+    ob->pending -= ob->pending ? 1 : 0;
+    ob_item_free(it);
+  }
+  return kept;
 }
 
 /* Removes the acknowledged records of every partition in ONE write (one
@@ -494,7 +577,7 @@ void kl__outbox_tick(kl__outbox_t *ob) {
   if (!ob)
     return;
   int64_t now = kl__mono_ns();
-  uint64_t stalled_ms = 0;
+  uint64_t stalled_ms = 0, kept = 0;
   for (int32_t p = 0; p < ob->nparts; p++) {
     kl_ob_part_t *part = &ob->parts[p];
     if (part->gen && part->dirty && ob_store_ready(ob, now))
@@ -503,15 +586,28 @@ void kl__outbox_tick(kl__outbox_t *ob) {
       ob_publish(ob, p, now);
     if (part->gen && part->aside)
       ob_send_aside(ob, p, now);
-    if (part->gen && part->held && now - part->progress_ns > 0 &&
+    uint64_t kept_here =
+        part->gen && part->aside ? ob_retry_kept(ob, p, now) : 0;
+    kept += kept_here;
+    /* What is kept waits for an operator: /healthz says so, not as a
+     * stall. */
+    if (part->gen && part->held > kept_here && now - part->progress_ns > 0 &&
         (uint64_t)(now - part->progress_ns) / 1000000 > stalled_ms)
       stalled_ms = (uint64_t)(now - part->progress_ns) / 1000000;
   }
   ob->stalled_ms = stalled_ms;
+  ob->kept = kept;
   if (ob->producer)
     kl_producer_poll(ob->producer, 0);
   if (ob_store_ready(ob, now))
     ob_remove(ob, now);
+}
+
+static size_t ob_kept_count(const kl_ob_part_t *part) {
+  size_t n = 0;
+  for (const kl_ob_item_t *it = part->aside; it; it = it->next)
+    n += (size_t)it->kept;
+  return n;
 }
 
 void kl__outbox_drain(kl__outbox_t *ob, int32_t partition, int wait_ms) {
@@ -520,7 +616,9 @@ void kl__outbox_drain(kl__outbox_t *ob, int32_t partition, int wait_ms) {
     return;
   int64_t end = kl__mono_ns() + (int64_t)wait_ms * 1000000;
   kl__outbox_tick(ob);
-  while ((part->held || part->dirty) && kl__mono_ns() < end) {
+  /* What is kept waits for an operator, not for this drain. */
+  while ((part->held > ob_kept_count(part) || part->dirty) &&
+         kl__mono_ns() < end) {
     if (ob->producer) {
       kl_producer_poll(ob->producer, 20);
     } else { /* nothing to poll: ticks in the store's backoff would spin */

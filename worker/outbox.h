@@ -21,7 +21,16 @@
  * be refused again forever and hold back every follow-up after it: it is
  * set aside instead, as a dead letter of reason "outbox" (dlq.h), and once
  * Kafka acknowledged the letter it is removed from the store like a
- * published one. Other failures are retried every second; while a
+ * published one. Nothing is removed before a whole copy is in Kafka: one
+ * whose letter is refused too (larger than the dead-letter topic takes)
+ * is kept in the store, listed by `keylane store outbox`, counted by
+ * kl__outbox_stats().kept (/healthz says "degraded"; not a stall: it
+ * waits for an operator, whom a restart would not replace), and published
+ * again every 10 s until it goes through or an operator drops it
+ * (`keylane store outbox --drop`). kl_txn_emit() refuses the follow-ups
+ * the worker's limits already rule out (kl__txn_set_message_max()), so
+ * this is left to a destination that takes less than the worker's own
+ * topic or producer. Other failures are retried every second; while a
  * partition's outbox holds records and none is acknowledged, its stall
  * (kl__outbox_stats()) grows: /healthz fails past worker.outbox.stall.ms.
  *
@@ -94,6 +103,8 @@ typedef struct kl__outbox_stats {
   uint64_t pending;    /* records held now (listed or not yet) */
   uint64_t published;  /* published and acknowledged since the start */
   uint64_t aside;      /* set aside as dead letters since the start */
+  uint64_t kept;       /* refused with their dead letters: kept in the
+                          store until an operator acts (gauge) */
   uint64_t stalled_ms; /* the longest time a partition has held records
                           without one acknowledged */
 } kl__outbox_stats_t;

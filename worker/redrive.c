@@ -105,6 +105,17 @@ static void redrive_select(kl__redrive_t *r) {
                (key && (l->msg->key_len != strlen(key) ||
                         memcmp(l->msg->key, key, l->msg->key_len) != 0))) {
       out->outcome = KL__OUT_FILTERED;
+    } else if (l->truncated[0]) {
+      out->outcome = KL__OUT_ERROR;
+      snprintf(out->why, sizeof(out->why),
+               "cut short by an older keylane (keylane.dlq.truncated): "
+               "%zu bytes of a %" PRId64 "-byte record, not the event, so "
+               "it is not redriven; the whole record is at %.200s "
+               "partition %d offset %" PRId64 " while its retention lasts "
+               "(a follow-up's is not): replay it from there, or settle "
+               "it by hand",
+               l->msg->len, l->original_size, l->topic, (int)l->partition,
+               l->offset);
     } else {
       out->outcome = KL__OUT_STOPPED; /* until it is reached */
     }

@@ -837,6 +837,33 @@ static kl_err_t check_retention(kl_worker_t *worker) {
   return KL_OK;
 }
 
+/* The largest record a follow-up may be, so that kl_txn_emit() refuses
+ * one that could never be published: the outbox producer's
+ * message.max.bytes (the worker's kafka.message.max.bytes, else keylane's
+ * default), or the topic's max.message.bytes when the cluster tells it and
+ * it is lower. */
+static void set_message_max(kl_worker_t *worker) {
+  const char *conf = kl_conf_get(worker->conf, "kafka.message.max.bytes");
+  long long max = conf ? strtoll(conf, NULL, 10) : 0;
+  char source[128];
+  snprintf(source, sizeof(source), "%s",
+           max > 0 ? "the worker's kafka.message.max.bytes"
+                   : "keylane's producer default message.max.bytes");
+  if (max <= 0)
+    max = KL_MESSAGE_MAX;
+  int64_t topic_max = kl__check_message_max(worker->rk, worker->topic, 10000);
+  if (topic_max > 0 && topic_max < max) {
+    max = topic_max;
+    snprintf(source, sizeof(source), "topic %s's max.message.bytes",
+             worker->topic);
+  }
+  kl__lanes_set_message_max(worker->lanes, (size_t)max, source);
+  KL_LOG_I(KL_COMP,
+           "a handler's follow-up over %lld bytes as a Kafka record is "
+           "refused when emitted (%s)",
+           max, source);
+}
+
 static void on_consume_error(kl_worker_t *worker, rd_kafka_message_t *m) {
   if (m->err == RD_KAFKA_RESP_ERR__FATAL && !worker->fatal) {
     worker->fatal = kl__membership_fatal(
@@ -1057,6 +1084,8 @@ kl_err_t kl_worker_run(kl_worker_t *worker) {
     err = kl__dlq_check(worker->dlq, worker->topic);
   if (!err)
     err = check_retention(worker);
+  if (!err)
+    set_message_max(worker);
   if (!err)
     err = kl__pool_new(worker->lanes, worker->threads, &worker->pool);
   if (err)

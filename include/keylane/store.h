@@ -312,7 +312,12 @@ KL_EXPORT void *kl_txn_pg_conn(kl_txn_t *txn);
  * @param type   the event type (NUL-terminated).
  * @param payload @p payload_len bytes; copied, like @p key and @p type.
  * @returns KL_OK; KL_EINVAL (at most 64 per event, from a handler only);
- *          KL_EDECODE_* for a key, type or payload past the event limits.
+ *          KL_EDECODE_* for a key, type or payload past the event limits;
+ *          KL_EDECODE_OVERSIZE for a follow-up larger, as a Kafka record,
+ *          than the worker's producer (kafka.message.max.bytes) or its
+ *          topic (max.message.bytes, when the cluster tells it) takes: one
+ *          that could never be published fails its event here, whole,
+ *          rather than wait in the outbox.
  * @remark Follow-ups of one source partition to one destination key are
  *         published in commit order. A store needs the outbox (LMDB and
  *         PostgreSQL, whose schema 5 holds it: `keylane store migrate`).

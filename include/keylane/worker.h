@@ -209,6 +209,10 @@ typedef struct kl_worker_stats {
   uint64_t outbox_stalled_ms;  /**< gauge: the longest time an owned
                                     partition's outbox has held follow-ups
                                     without one acknowledged */
+  uint64_t outbox_kept;        /**< gauge: follow-ups Kafka refused, and
+                                    their dead letters too, kept in the
+                                    store's outbox until an operator drops
+                                    them or the limits let them through */
 } kl_worker_stats_t;
 
 /**

@@ -2,8 +2,9 @@
  * Partitions that must move on (issue 14 item 1):
  * - dead letters Kafka refuses (worker/dlq.h): a record just under the
  *   producer's message.max.bytes fails to decode; its letter, with the
- *   keylane.dlq.* headers, is over the limit and refused for good. A
- *   truncated copy goes instead, saying so, and the partition moves on;
+ *   keylane.dlq.* headers, is over the limit and refused for good. No copy
+ *   cut short goes instead: the partition waits at the record, saying so,
+ *   until a limit that takes the whole letter;
  * - a partition that does not (worker/lanes_stall.h): /healthz answers 503
  *   naming it, and keylane_worker_partition_stalled is 1.
  */
@@ -70,8 +71,32 @@ static int kl_read_letters(const char *boot, const char *topic,
   return n;
 }
 
-static void
-test_refused_letter_is_truncated_and_partition_moves_on(void **state) {
+/* @returns 1 once /healthz of @p port answers 503 naming partition 0 as
+ * stalled (30 s at most). */
+static int kl_stalled_at_0(int port) {
+  kl_t_http_resp_t resp = {0};
+  int stalled = 0;
+  for (int i = 0; i < 300 && !stalled; i++) {
+    kl_t_http_resp_free(&resp);
+    assert_int_equal(kl_t_http_once(port, "GET", "/healthz", NULL, NULL, &resp),
+                     0);
+    stalled = resp.status == 503 && resp.body &&
+              strstr(resp.body, "partition 0 holds");
+    if (!stalled)
+      kl_t_sleep_ms(100);
+  }
+  kl_t_http_resp_free(&resp);
+  return stalled;
+}
+
+/* A record whose dead letter is over the dead-letter producer's limit: the
+ * letter was cut to 1 KiB and the record's tail lost. Now no letter is cut
+ * short: the partition waits at the record and says so (/healthz names it
+ * stalled), and nothing of it reaches the dead-letter topic; a worker with
+ * a limit that takes the letter writes it whole, and the partition moves
+ * on. */
+static void test_refused_letter_holds_its_partition(void **state) {
+  (void)state;
   char dir[64], dlq[160];
   kl_t_tmpdir(dir);
   kl_t_cluster_t *cluster;
@@ -83,19 +108,44 @@ test_refused_letter_is_truncated_and_partition_moves_on(void **state) {
   assert_int_equal(
       kl_t_produce_raw(boot, topic, 0, "big-key", big, KL_BIG, NULL), 0);
   free(big);
-  assert_int_equal(kl_t_produce_raw(boot, topic, 0, "small", "junk", 4, NULL),
+  /* The same key: it waits behind the big one. */
+  assert_int_equal(kl_t_produce_raw(boot, topic, 0, "big-key", "junk", 4, NULL),
                    0);
   kl_store_t *store;
   assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
-  kl_t_worker_t *w = kl_t_worker_start(boot, topic, kl_t_group(cluster, "g"),
-                                       store, kl_small_max);
+  static const char *const held[] = {"worker.session.timeout.ms=3000",
+                                     "kafka.message.max.bytes=100000",
+                                     "worker.stall.ms=1500", NULL};
+  kl_t_worker_t *w =
+      kl_t_worker_new(boot, topic, kl_t_group(cluster, "g"), store, held);
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", boot, NULL, 0),
+                   KL_OK);
+  kl__metrics_server_t *server;
+  assert_int_equal(kl__metrics_server_start("127.0.0.1:0", conf, topic,
+                                            w->worker, store, &server),
+                   KL_OK);
+  kl_conf_destroy(conf);
+  kl_t_worker_go(w);
+  assert_true(kl_stalled_at_0(kl__metrics_server_port(server)));
   kl_partition_state_t st = {0};
+  kl_store_partition(store, topic, 0, &st);
+  assert_int_equal(st.watermark, 0); /* waiting at the big record */
+  kl_worker_stats_t ws;
+  kl_worker_stats(w->worker, &ws);
+  assert_int_equal(ws.dead_letters, 0);
+  kl__metrics_server_stop(server);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+
+  /* The default limit takes the letter: it is written whole. */
+  w = kl_t_worker_start(
+      boot, topic, kl_t_group(cluster, "g"), store,
+      (const char *[]){"worker.session.timeout.ms=3000", NULL});
   for (int i = 0; i < 300 && st.watermark < 2; i++) {
     kl_t_sleep_ms(100);
     kl_store_partition(store, topic, 0, &st);
   }
   assert_int_equal(st.watermark, 2); /* past both records */
-  kl_worker_stats_t ws;
   kl_worker_stats(w->worker, &ws);
   assert_int_equal(ws.dead_letters, 2);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
@@ -104,15 +154,15 @@ test_refused_letter_is_truncated_and_partition_moves_on(void **state) {
   snprintf(dlq, sizeof(dlq), "%s.dlq", topic);
   assert_int_equal(
       kl_read_letters(boot, dlq, kl_t_group(cluster, "reader"), letters, 2), 2);
-  assert_int_equal(letters[0].offset, 0);
-  assert_string_equal(letters[0].reason, "decode");
-  assert_non_null(strstr(letters[0].truncated, "too large"));
-  assert_int_equal(letters[0].len, 1024);
-  assert_int_equal(letters[0].original_size, KL_BIG);
-  assert_int_equal(letters[0].original_key_size, 7);
-  assert_int_equal(letters[1].offset, 1); /* whole, as ever */
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(letters[i].offset, i);
+    assert_string_equal(letters[i].reason, "decode");
+    assert_string_equal(letters[i].truncated, "");
+  }
+  assert_int_equal(letters[0].len, KL_BIG); /* whole */
+  assert_int_equal(letters[0].key_len, 7);
   assert_int_equal(letters[1].len, 4);
-  assert_string_equal(letters[1].truncated, "");
+  assert_int_equal(letters[1].key_len, 7);
   kl_store_destroy(store);
   kl_t_cluster_destroy(cluster);
   kl_t_rmrf(dir);
@@ -127,8 +177,10 @@ static void kl_count_delivered(void *opaque, const kl_delivery_t *d) {
 
 /* The broker, not the producer, refuses the letter for good (Kafka's
  * answer when a topic's max.message.bytes is below the producer's limit):
- * the copy that follows is truncated and says why. */
-static void test_letter_refused_by_the_broker_is_truncated(void **state) {
+ * no copy cut short follows; the letter is tried again, whole, and goes
+ * through once the broker takes it (an operator raised the limit). */
+static void test_letter_refused_by_the_broker_is_tried_again(void **state) {
+  (void)state;
   char dir[64], errstr[256];
   kl_t_tmpdir(dir);
   rd_kafka_conf_t *kconf = rd_kafka_conf_new();
@@ -159,8 +211,7 @@ static void test_letter_refused_by_the_broker_is_truncated(void **state) {
   kl_letter_t letter;
   assert_int_equal(kl_read_letters(boot, "refused.dlq", "g-reader", &letter, 1),
                    1);
-  assert_non_null(strstr(letter.truncated, "too large"));
-  assert_int_equal(letter.original_size, 4);
+  assert_string_equal(letter.truncated, "");
   assert_int_equal(letter.len, 4);
   kl_store_destroy(store);
   rd_kafka_mock_cluster_destroy(mc);
@@ -292,10 +343,10 @@ static void test_stalled_partition_is_unhealthy(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_refused_letter_is_truncated_and_partition_moves_on),
+      cmocka_unit_test(test_refused_letter_holds_its_partition),
       cmocka_unit_test(test_stalled_partition_is_unhealthy),
       cmocka_unit_test(test_largest_event_is_published),
-      cmocka_unit_test(test_letter_refused_by_the_broker_is_truncated),
+      cmocka_unit_test(test_letter_refused_by_the_broker_is_tried_again),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -393,6 +393,23 @@ static void test_redrive_forgets_letters_the_topic_dropped(void **state) {
   kl_fx_down(&fx);
 }
 
+/* Runs keylane replay --from-dlq rd.dlq --json through the binary with
+ * @p extra (options, redirections), its output into @p out.
+ * @returns its exit code. */
+static int kl_replay_cli(kl_fx_t *fx, const char *extra, char *out,
+                         size_t size) {
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd),
+           "'%s' replay -b %s --from-dlq rd.dlq --store %s --handler ledger "
+           "--json %s",
+           kl_t_bin(), fx->boot, fx->dir, extra);
+  FILE *f = popen(cmd, "r");
+  assert_non_null(f);
+  size_t len = fread(out, 1, size - 1, f);
+  out[len] = '\0';
+  return WEXITSTATUS(pclose(f));
+}
+
 /* keylane replay --from-dlq through the binary: one JSON object with each
  * letter's outcome; the shipped ledger refuses refunds again. */
 static void test_redrive_cli_json(void **state) {
@@ -400,18 +417,9 @@ static void test_redrive_cli_json(void **state) {
   kl_fx_up(&fx);
   kl_store_destroy(fx.store); /* the binary opens it */
   fx.store = NULL;
-  char cmd[512];
-  snprintf(cmd, sizeof(cmd),
-           "'%s' replay -b %s --from-dlq rd.dlq --store %s --handler ledger "
-           "--json 2>/dev/null",
-           kl_t_bin(), fx.boot, fx.dir);
-  FILE *f = popen(cmd, "r");
-  assert_non_null(f);
   char out[16384];
-  size_t len = fread(out, 1, sizeof(out) - 1, f);
-  out[len] = '\0';
-  int rc = pclose(f);
-  assert_int_equal(WEXITSTATUS(rc), 1); /* not everything applied */
+  /* not everything applied */
+  assert_int_equal(kl_replay_cli(&fx, "2>/dev/null", out, sizeof(out)), 1);
   json_error_t je;
   json_t *o = json_loads(out, 0, &je);
   if (!o)
@@ -441,12 +449,56 @@ static void test_redrive_cli_json(void **state) {
   kl_fx_down(&fx);
 }
 
+/* A letter an older keylane cut short (keylane.dlq.truncated) holds the
+ * first 1 KiB of a record, not the event: the probe's redrive republished
+ * such a follow-up's stump, said "its owner applies it once" and exited 0,
+ * and the credit was gone. keylane replay --from-dlq refuses it, says why,
+ * and exits 1; nothing is republished. */
+static void test_redrive_refuses_a_truncated_letter(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx);
+  kl_store_destroy(fx.store); /* the binary opens it */
+  fx.store = NULL;
+  char stump[1024];
+  memset(stump, 0x82, sizeof(stump)); /* the start of an envelope, cut */
+  const char *const hdrs[] = {"keylane.dlq.reason",
+                              "outbox",
+                              "keylane.dlq.error",
+                              "Broker: Message size too large",
+                              "keylane.dlq.truncated",
+                              "Broker: Message size too large",
+                              "keylane.dlq.original_size",
+                              "1040000",
+                              "keylane.dlq.topic",
+                              "rd",
+                              "keylane.dlq.partition",
+                              "0",
+                              "keylane.dlq.offset",
+                              "3",
+                              "keylane.dlq.destination",
+                              "rd",
+                              NULL};
+  assert_int_equal(kl_t_produce_raw(fx.boot, "rd.dlq", 0, "acct-1", stump,
+                                    sizeof(stump), hdrs),
+                   0);
+  char out[16384];
+  assert_int_equal(kl_replay_cli(&fx, "--reason outbox 2>&1", out, sizeof(out)),
+                   1);
+  if (!strstr(out, "\"republished\":0") || !strstr(out, "\"errors\":1") ||
+      !strstr(out, "cut short by an older keylane") ||
+      !strstr(out, "1024 bytes of a 1040000-byte record"))
+    fail_msg("the truncated letter was not refused: %s", out);
+  kl_fx_down(&fx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rebuild_records_the_fleets_dead_letters),
       cmocka_unit_test(test_redrive_applies_each_letter_once),
       cmocka_unit_test(test_redrive_applies_each_letter_once_on_pg),
       cmocka_unit_test(test_redrive_cli_json),
+      cmocka_unit_test(test_redrive_refuses_a_truncated_letter),
       cmocka_unit_test(test_redrive_forgets_letters_the_topic_dropped),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,

@@ -148,9 +148,154 @@ static void test_sigstop_past_session_timeout(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* ---- exec children never outlive their worker (issue 33 item 4) ------ */
+
+/* The child's and its own child's pids, read from the files the child
+ * writes, for the checks and for the teardown, which kills their groups
+ * whatever the test's outcome. */
+static pid_t kl_exec_pids[2];
+
+/* 1 when @p pid runs (a zombie waiting for its reaper does not). */
+static int kl_pid_runs(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return 0;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *paren = strrchr(buf, ')');
+  return paren && paren[1] == ' ' && paren[2] != 'Z' && paren[2] != 'X';
+}
+
+static pid_t kl_read_pid(const char *dir, const char *name) {
+  char path[128];
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  FILE *f = fopen(path, "r");
+  int pid = 0;
+  if (f && fscanf(f, "%d", &pid) != 1)
+    pid = 0;
+  if (f)
+    fclose(f);
+  return (pid_t)pid;
+}
+
+static int kl_exec_teardown(void **state) {
+  (void)state;
+  for (int i = 0; i < 2; i++)
+    if (kl_exec_pids[i] > 0) {
+      kill(-kl_exec_pids[i], SIGKILL);
+      kill(kl_exec_pids[i], SIGKILL);
+    }
+  kl_exec_pids[0] = kl_exec_pids[1] = 0;
+  return 0;
+}
+
+/* Starts a worker whose exec child starts a process of its own (its group's)
+ * and hangs on the first event; @returns the worker's pid once both are
+ * running, their pids in kl_exec_pids. */
+static pid_t kl_exec_hang(kl_t_cluster_t *cluster, const char *dir) {
+  const char *boot = kl_t_bootstrap(cluster);
+  assert_int_equal(kl_t_cluster_topic_create(cluster, "hang.dlq", 1), KL_OK);
+  kl__ledger_gen_t *gen = kl__ledger_gen_new(4, 1, 7);
+  kl_producer_t *producer = kl_t_producer(boot, gen);
+  assert_int_equal(kl__ledger_gen_publish(gen, producer, kl_topic), KL_OK);
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+  kl_producer_destroy(producer);
+  kl__ledger_gen_destroy(gen);
+  char handler[512], store[96];
+  snprintf(handler, sizeof(handler),
+           "exec:sleep 600 & echo $! > %s/gc.tmp; mv %s/gc.tmp %s/gc.pid; "
+           "echo $$ > %s/c.tmp; mv %s/c.tmp %s/c.pid; wait",
+           dir, dir, dir, dir, dir, dir);
+  snprintf(store, sizeof(store), "%s/store", dir);
+  const char *argv[] = {kl_t_bin(),
+                        "worker",
+                        "-b",
+                        boot,
+                        "-t",
+                        kl_topic,
+                        "-g",
+                        kl_group,
+                        "--store",
+                        store,
+                        "--handler",
+                        handler,
+                        "--dlq-topic",
+                        kl_t_name(cluster, "hang.dlq"),
+                        "--shutdown-timeout",
+                        "2s",
+                        NULL};
+  pid_t worker = kl_t_spawn_worker(dir, 0, argv);
+  for (int i = 0; i < 600 && !(kl_exec_pids[0] && kl_exec_pids[1]); i++) {
+    kl_t_sleep_ms(50);
+    kl_exec_pids[0] = kl_read_pid(dir, "c.pid");
+    kl_exec_pids[1] = kl_read_pid(dir, "gc.pid");
+  }
+  assert_true(kl_exec_pids[0] > 0 && kl_exec_pids[1] > 0);
+  assert_true(kl_pid_runs(kl_exec_pids[0]) && kl_pid_runs(kl_exec_pids[1]));
+  return worker;
+}
+
+/* 1 once none of the first @p n of kl_exec_pids runs, within 5 s. */
+static int kl_exec_gone(int n) {
+  int runs = 1;
+  for (int i = 0; i < 100 && runs; i++) {
+    runs = 0;
+    for (int j = 0; j < n; j++)
+      runs |= kl_pid_runs(kl_exec_pids[j]);
+    if (runs)
+      kl_t_sleep_ms(50);
+  }
+  return !runs;
+}
+
+/* Ends the worker of kl_exec_hang() with @p sig: SIGTERM, and the hung
+ * event holds the stop past --shutdown-timeout (the worker exits 1);
+ * SIGKILL, and the worker runs no code at all. Either way its child is
+ * gone within 5 s; an aborted stop also ends what the child started. */
+static void kl_exec_end(const char *group, int sig) {
+  char dir[64];
+  kl_t_tmpdir(dir);
+  kl_t_cluster_t *cluster;
+  assert_int_equal(kl_t_cluster_new(1, "hang", 1, &cluster), KL_OK);
+  kl_topic = kl_t_topic(cluster);
+  kl_group = kl_t_group(cluster, group);
+  pid_t worker = kl_exec_hang(cluster, dir);
+  kill(worker, sig);
+  int status;
+  assert_int_equal(waitpid(worker, &status, 0), worker);
+  if (sig == SIGTERM) {
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 1);
+    char line[256];
+    assert_true(kl_t_log_find(dir, 0, "aborting the stop", line, sizeof(line)));
+  }
+  assert_true(kl_exec_gone(sig == SIGTERM ? 2 : 1));
+  kl_t_cluster_destroy(cluster);
+  kl_t_rmrf(dir);
+}
+
+/* The probe: the worker exited 1 and left its children under PID 1. */
+static void test_aborted_stop_ends_exec_children(void **state) {
+  (void)state;
+  kl_exec_end("hang", SIGTERM);
+}
+
+/* The kernel ends the child of a SIGKILLed worker. */
+static void test_killed_worker_ends_exec_child(void **state) {
+  (void)state;
+  kl_exec_end("killed", SIGKILL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sigstop_past_session_timeout),
+      cmocka_unit_test_teardown(test_aborted_stop_ends_exec_children,
+                                kl_exec_teardown),
+      cmocka_unit_test_teardown(test_killed_worker_ends_exec_child,
+                                kl_exec_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

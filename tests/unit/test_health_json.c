@@ -97,6 +97,13 @@ static void test_document(void **state) {
   assert_string_equal(kl_str(doc, "status", "status"), "OK");
   json_decref(doc);
 
+  /* Degraded: a 200 that still needs an operator (a kept follow-up). */
+  health.message = KL__HEALTH_DEGRADED "owns 3 partitions; 1 follow-ups...\n";
+  doc = kl_render(&health);
+  assert_false(json_is_true(json_object_get(doc, "error")));
+  assert_string_equal(kl_str(doc, "status", "status"), "WARN");
+  json_decref(doc);
+
   /* A stopped partition the worker no longer owns is listed, ERR; a 503
    * makes the group ERR whatever its partitions say. */
   int32_t stopped[] = {7};
