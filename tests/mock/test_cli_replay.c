@@ -22,6 +22,7 @@
 
 #include "support/history.h"
 #include "support/support.h"
+#include "worker/dlq.h"
 
 typedef struct kl_run {
   int rc;
@@ -142,6 +143,16 @@ static void test_usage_errors_name_the_fix(void **state) {
   kl_assert_usage((const char *[]){"replay", "-b", "127.0.0.1:1", "--from-dlq",
                                    "e.dlq", "-p", "0", NULL},
                   "its own origin partition");
+  kl_assert_usage((const char *[]){"replay", "-b", "127.0.0.1:1", "-t", "e",
+                                   "-p", "0", "--from", "5", "--to", "2",
+                                   "--store", "/tmp/x", "--handler", "ledger",
+                                   NULL},
+                  "--from 5 is after --to 2");
+  kl_assert_usage((const char *[]){"replay", "-b", "127.0.0.1:1", "--from-dlq",
+                                   "e.dlq", "--from", "@2024-05-02T00:00:00Z",
+                                   "--to", "@2024-05-01T00:00:00Z", "--store",
+                                   "/tmp/x", "--handler", "ledger", NULL},
+                  "is after --to");
   kl_assert_usage((const char *[]){"store", "rebuild", "-b", "127.0.0.1:1",
                                    "-t", "e", "--handler", "ledger", NULL},
                   "--store NEW_STORE is required");
@@ -154,6 +165,48 @@ static void test_usage_errors_name_the_fix(void **state) {
          &r);
   assert_int_equal(r.rc, 1);
   assert_non_null(strstr(r.err, "does not exist"));
+  kl_run_free(&r);
+}
+
+/* --reason takes, and --help lists, every reason worker/dlq.c names:
+ * read from its list here too, so a reason added there is checked. */
+static void test_reason_is_one_of_the_dlq_reasons(void **state) {
+  char all[256] = "";
+  size_t n = 0;
+  for (int i = 0; strcmp(kl__dlq_reason_name((kl__dlq_reason_t)i), "unknown");
+       i++, n++) {
+    const char *name = kl__dlq_reason_name((kl__dlq_reason_t)i);
+    snprintf(all + strlen(all), sizeof(all) - strlen(all), "%s%s",
+             i ? ", " : "", name);
+    kl_run_t r;
+    kl_run((const char *[]){"replay", "-b", "127.0.0.1:1", "-t", "e", "-p", "0",
+                            "--from", "0", "--reason", name, NULL},
+           &r);
+    if (r.rc != 2 || !strstr(r.err, "need --from-dlq")) /* taken, then this */
+      fail_msg("--reason %s: exit %d, stderr: %s", name, r.rc, r.err);
+    kl_run_free(&r);
+  }
+  assert_true(n >= 5);
+  char want[320];
+  snprintf(want, sizeof(want), "--reason takes one of %s; got \"bogus\"", all);
+  kl_assert_usage((const char *[]){"replay", "-b", "127.0.0.1:1", "--from-dlq",
+                                   "e.dlq", "--reason", "bogus", "--store",
+                                   "/tmp/x", "--handler", "ledger", NULL},
+                  want);
+  kl_run_t r;
+  kl_run((const char *[]){"replay", "--help", NULL}, &r);
+  assert_int_equal(r.rc, 0);
+  /* the help wraps its lines: compare without the breaks */
+  char *flat = r.out, *w = r.out;
+  for (const char *c = r.out; *c; c++)
+    if (*c == '\n' || (*c == ' ' && (w == flat || w[-1] == ' ')))
+      continue;
+    else
+      *w++ = *c;
+  *w = '\0';
+  snprintf(want, sizeof(want), "only letters of reason R (%s)", all);
+  if (!strstr(flat, want))
+    fail_msg("--help lacks \"%s\": %s", want, flat);
   kl_run_free(&r);
 }
 
@@ -578,6 +631,35 @@ static void test_rebuild_reports_truncated_history(void **state) {
   kl_fx_down(&fx);
 }
 
+/* A dead-letter topic that does not exist is a usage error that names the
+ * ones there are, and asking does not create it (the embedded cluster
+ * creates a topic that a metadata request names). */
+static void test_redrive_of_a_missing_topic_is_refused(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "gone", 1, 10);
+  json_decref(kl_rebuild_json(&fx, "gone"));
+  assert_int_equal(kl_embedded_topic_create(fx.cluster, "gone.dlq", 1), KL_OK);
+  for (int i = 0; i < 2; i++) { /* the second finds it still missing */
+    kl_run_t r;
+    kl_run((const char *[]){"replay", "-b", fx.boot, "--from-dlq", "nosuch.dlq",
+                            "--store", fx.store, "--handler", "ledger", NULL},
+           &r);
+    if (r.rc != 2 ||
+        !strstr(r.err, "dead-letter topic nosuch.dlq does not exist; the "
+                       "cluster's dead-letter topics are: gone.dlq"))
+      fail_msg("run %d: exit %d, stdout: %s stderr: %s", i, r.rc, r.out, r.err);
+    kl_run_free(&r);
+  }
+  kl_run_t r;
+  kl_run((const char *[]){"replay", "-b", fx.boot, "--from-dlq", "gone.dlq",
+                          "--store", fx.store, "--handler", "ledger", NULL},
+         &r);
+  if (r.rc != 0 || !strstr(r.out, "letters: 0 applied"))
+    fail_msg("exit %d, stderr: %s", r.rc, r.err);
+  kl_run_free(&r);
+  kl_fx_down(&fx);
+}
+
 /* --dry-run never runs an exec: handler, which may act outside the store:
  * here its one effect is a file it writes when it starts. The report says
  * what the replay would apply and skip, and that the handler did not run. */
@@ -638,12 +720,14 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help),
       cmocka_unit_test(test_usage_errors_name_the_fix),
+      cmocka_unit_test(test_reason_is_one_of_the_dlq_reasons),
       cmocka_unit_test(test_no_store_is_created_at_a_typo),
       cmocka_unit_test(test_rebuild_replay_and_store_json),
       cmocka_unit_test(test_inspect_prints_records),
       cmocka_unit_test(test_store_get_prints_numbers),
       cmocka_unit_test(test_rebuild_reports_truncated_history),
       cmocka_unit_test(test_dry_run_never_runs_an_exec_handler),
+      cmocka_unit_test(test_redrive_of_a_missing_topic_is_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
