@@ -565,22 +565,30 @@ static json_t *kl_cli_outbox(kl_fx_t *fx) {
   return o;
 }
 
+/* Commits the event at offset 7 of partition 0 with @p n follow-ups to
+ * OUT, of keys x, y..., payloads P, Q... */
+static void kl_cli_hold(kl_fx_t *fx, int n) {
+  kl_partition_state_t st0;
+  assert_int_equal(kl_store_acquire(fx->store, fx->topic, 0, &st0), KL_OK);
+  kl_txn_t *txn;
+  assert_int_equal(kl_store_begin(fx->store, fx->topic, 0, st0.epoch, &txn),
+                   KL_OK);
+  kl__txn_source(txn, fx->topic, 0, 7);
+  for (int i = 0; i < n; i++) {
+    char key = (char)('x' + i), payload = (char)('P' + i);
+    assert_int_equal(kl_txn_emit(txn, OUT, &key, 1, "dst", &payload, 1), KL_OK);
+  }
+  kl__txn_source(txn, NULL, 0, 0);
+  assert_int_equal(kl_store_commit(txn, 8), KL_OK);
+}
+
 /* Lists what the outbox holds, drops one follow-up by partition and seq,
  * and refuses a drop of one that is not there. */
 static void test_cli_store_outbox(void **state) {
   (void)state;
   kl_fx_t fx;
   kl_fx_up(&fx, "obc", 1);
-  kl_partition_state_t st0;
-  assert_int_equal(kl_store_acquire(fx.store, fx.topic, 0, &st0), KL_OK);
-  kl_txn_t *txn;
-  assert_int_equal(kl_store_begin(fx.store, fx.topic, 0, st0.epoch, &txn),
-                   KL_OK);
-  kl__txn_source(txn, fx.topic, 0, 7);
-  assert_int_equal(kl_txn_emit(txn, OUT, "x", 1, "dst", "P", 1), KL_OK);
-  assert_int_equal(kl_txn_emit(txn, OUT, "y", 1, "dst", "Q", 1), KL_OK);
-  kl__txn_source(txn, NULL, 0, 0);
-  assert_int_equal(kl_store_commit(txn, 8), KL_OK);
+  kl_cli_hold(&fx, 2);
 
   json_t *o = kl_cli_outbox(&fx);
   json_t *rows = json_object_get(o, "follow_ups");
@@ -618,6 +626,61 @@ static void test_cli_store_outbox(void **state) {
   o = kl_cli_outbox(&fx);
   assert_int_equal(json_array_size(json_object_get(o, "follow_ups")), 1);
   json_decref(o);
+  kl_fx_down(&fx);
+}
+
+/* --drop --dry-run checks and shows what it would drop and drops nothing;
+ * a seq or partition out of range is refused, not wrapped. */
+static void test_cli_store_outbox_dry_run(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "obd", 1);
+  kl_cli_hold(&fx, 1);
+  json_t *o = kl_cli_outbox(&fx);
+  char drop[64];
+  snprintf(drop, sizeof(drop), "0:%" JSON_INTEGER_FORMAT,
+           json_integer_value(json_object_get(
+               json_array_get(json_object_get(o, "follow_ups"), 0), "seq")));
+  json_decref(o);
+
+  kl_t_run_t r;
+  kl_t_run((const char *[]){"store", "outbox", "--store", fx.dir, "-t",
+                            fx.topic, "--drop", drop, "--dry-run", NULL},
+           NULL, 0, &r);
+  assert_int_equal(r.rc, 0);
+  if (!strstr(r.out, "would drop follow-up") ||
+      !strstr(r.err, "nothing was dropped"))
+    fail_msg("stdout: %s stderr: %s", r.out, r.err);
+  kl_t_run_free(&r);
+  kl_t_run((const char *[]){"store", "outbox", "--store", fx.dir, "-t",
+                            fx.topic, "--drop", drop, "--dry-run", "--json",
+                            NULL},
+           NULL, 0, &r);
+  assert_int_equal(r.rc, 0);
+  o = kl_t_run_json(&r);
+  assert_true(json_is_true(json_object_get(o, "dry_run")));
+  assert_int_equal(json_array_size(json_object_get(o, "dropped")), 1);
+  json_decref(o);
+  kl_t_run_free(&r);
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 1);
+
+  static const char *const bad[][2] = {
+      {"0:99999999999999999999", "the SEQ of --drop"},
+      {"0:18446744073709551617", "the SEQ of --drop"},
+      {"0:-1", "the SEQ of --drop"},
+      {"0:0", "at least 1"},
+      {"4294967296:1", "the PARTITION of --drop"},
+      {"1:", "the SEQ of --drop"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    kl_t_run((const char *[]){"store", "outbox", "--store", fx.dir, "-t",
+                              fx.topic, "--drop", bad[i][0], NULL},
+             NULL, 0, &r);
+    if (r.rc != 2 || !strstr(r.err, bad[i][1]))
+      fail_msg("--drop %s: exit %d, stderr: %s", bad[i][0], r.rc, r.err);
+    kl_t_run_free(&r);
+  }
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 1);
   kl_fx_down(&fx);
 }
 
@@ -715,6 +778,7 @@ int main(void) {
       cmocka_unit_test(test_bound_pauses_until_published),
       cmocka_unit_test(test_refused_follow_up_is_set_aside),
       cmocka_unit_test(test_cli_store_outbox),
+      cmocka_unit_test(test_cli_store_outbox_dry_run),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
