@@ -692,20 +692,25 @@ static void test_format1_store_opened_by_two_processes(void **state) {
   assert_false(t_has_v1_ids(st->fx.where));
 }
 
-static void test_foreign_lmdb_is_refused(void **state) {
-  t_state_t *st = *state;
+/* Another program's LMDB environment in @p dir, which exists. */
+static void t_foreign_lmdb(const char *dir) {
   MDB_env *env;
   MDB_txn *mtxn;
   MDB_dbi dbi;
-  assert_int_equal(mkdir(st->fx.where, 0755), 0);
   assert_int_equal(mdb_env_create(&env), 0);
-  assert_int_equal(mdb_env_open(env, st->fx.where, 0, 0644), 0);
+  assert_int_equal(mdb_env_open(env, dir, 0, 0644), 0);
   assert_int_equal(mdb_txn_begin(env, NULL, 0, &mtxn), 0);
   assert_int_equal(mdb_dbi_open(mtxn, NULL, 0, &dbi), 0);
   MDB_val key = {3, "foo"}, val = {3, "bar"};
   assert_int_equal(mdb_put(mtxn, dbi, &key, &val, 0), 0);
   assert_int_equal(mdb_txn_commit(mtxn), 0);
   mdb_env_close(env);
+}
+
+static void test_foreign_lmdb_is_refused(void **state) {
+  t_state_t *st = *state;
+  assert_int_equal(mkdir(st->fx.where, 0755), 0);
+  t_foreign_lmdb(st->fx.where);
   kl_store_t *store = NULL;
   assert_int_equal(kl_t_store_try_open(st->fx.where, &store, NULL),
                    KL_ESTORE_VERSION);
@@ -742,17 +747,7 @@ static void test_read_open_leaves_a_non_store_alone(void **state) {
   assert_int_equal(access(lock, F_OK), -1);
 
   assert_int_equal(unlink(data), 0);
-  MDB_env *env;
-  MDB_txn *mtxn;
-  MDB_dbi dbi;
-  assert_int_equal(mdb_env_create(&env), 0);
-  assert_int_equal(mdb_env_open(env, st->fx.where, 0, 0644), 0);
-  assert_int_equal(mdb_txn_begin(env, NULL, 0, &mtxn), 0);
-  assert_int_equal(mdb_dbi_open(mtxn, NULL, 0, &dbi), 0);
-  MDB_val key = {3, "foo"}, val = {3, "bar"};
-  assert_int_equal(mdb_put(mtxn, dbi, &key, &val, 0), 0);
-  assert_int_equal(mdb_txn_commit(mtxn), 0);
-  mdb_env_close(env);
+  t_foreign_lmdb(st->fx.where);
   assert_int_equal(unlink(lock), 0);
   assert_int_equal(t_open_existing(st->fx.where, &store), KL_ESTORE_VERSION);
   assert_non_null(strstr(kl_err_detail(), "did not write"));
