@@ -462,7 +462,9 @@ static int replay_exec(const char *sub, kl__replay_args_t *a) {
     kl__replay_set_progress(replay, progress ? replay_on_progress : NULL,
                             progress);
     err = kl__replay_run(replay);
-    if (progress)
+    /* A run refused before it read anything (a rebuild into a store that
+     * is not empty) reports no progress: only the refusal. */
+    if (progress && !err)
       kl__progress_finish(progress);
     if (err) {
       rc = kl__cli_fail(sub, "%s", kl_err_detail());

@@ -345,6 +345,16 @@ static void test_rebuild_replay_and_store_json(void **state) {
 
   json_t *o = kl_rebuild_json(&fx, "cli");
   assert_int_equal(kl_int(o, "read"), published + republished);
+  /* A second rebuild into it is refused before any progress is told. */
+  kl_run_t again;
+  kl_run((const char *[]){"store", "rebuild", "-b", fx.boot, "-t", "cli",
+                          "--store", fx.store, "--handler", "ledger", NULL},
+         &again);
+  if (again.rc != 1 ||
+      !strstr(again.err, "the store already holds topic cli") ||
+      strstr(again.err, "finished"))
+    fail_msg("exit %d, stderr: %s", again.rc, again.err);
+  kl_run_free(&again);
   assert_int_equal(kl_int(o, "applied"), published);
   assert_int_equal(kl_int(o, "skipped_duplicate"), republished);
   assert_int_equal(json_array_size(json_object_get(o, "history_truncated")), 0);
