@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/log.h"
 
 static const struct {
   const char *name;
@@ -49,6 +50,10 @@ int main(int argc, char **argv) {
       strcmp(argv[1], "help") == 0) {
     main_usage(stdout);
     return KL_EXIT_OK;
+  }
+  if (kl__log_env_check()) {
+    fprintf(stderr, "keylane: %s\n", kl_err_detail());
+    return KL_EXIT_USAGE;
   }
   for (size_t i = 0; i < sizeof(kl_cmds) / sizeof(kl_cmds[0]); i++)
     if (kl_cmds[i].fn && strcmp(argv[1], kl_cmds[i].name) == 0)

@@ -179,6 +179,31 @@ static void test_broker_embedded_sigint(void **state) {
   assert_int_equal(kl_broker_stop(&b, SIGINT), 0);
 }
 
+/* An unknown KEYLANE_LOG is an error naming the levels (exit 2), not a
+ * silent info; a level's name in any case, or empty, runs. */
+static void test_keylane_log_levels(void **state) {
+  (void)state;
+  static const char *const values[][2] = {
+      {"verbose", "2"}, {"WARNING", "2"}, {"info\n", "2"}, {"debug", "0"},
+      {"ERROR", "0"},   {"Warn", "0"},    {"", "0"},
+  };
+  for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+    setenv("KEYLANE_LOG", values[i][0], 1);
+    kl_run_t r;
+    kl_run((const char *[]){"route", "--partitions", "7", "k", NULL}, NULL, &r);
+    unsetenv("KEYLANE_LOG");
+    int want = atoi(values[i][1]);
+    if (r.rc != want ||
+        (want && !strstr(r.err, "is not a log level: set it to error, warn, "
+                                "info or debug")))
+      fail_msg("KEYLANE_LOG=\"%s\": exit %d, stderr: %s", values[i][0], r.rc,
+               r.err);
+    if (i == 2 && !strstr(r.err, "KEYLANE_LOG=\"info\\x0a\""))
+      fail_msg("the value is not escaped: %s", r.err);
+    kl_run_free(&r);
+  }
+}
+
 static void test_broker_bad_flags(void **state) {
   (void)state;
   kl_run_t r;
@@ -623,6 +648,7 @@ int main(void) {
       cmocka_unit_test(test_broker_embedded_sigterm),
       cmocka_unit_test(test_broker_embedded_sigint),
       cmocka_unit_test(test_broker_bad_flags),
+      cmocka_unit_test(test_keylane_log_levels),
       cmocka_unit_test(test_gateway_tokens_file_bounded),
       cmocka_unit_test(test_gateway_empty_allow_topics_refused),
       cmocka_unit_test(test_gateway_warns_off_loopback_without_tokens),
