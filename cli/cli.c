@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/conf.h"
 #include "common/internal.h"
 
 volatile int kl__cli_stop;
@@ -60,9 +61,10 @@ int kl__cli_conf_x(const char *sub, kl_conf_t *conf, const char *arg) {
   }
   memcpy(key, arg, n);
   key[n] = '\0';
-  /* Like kcat, a bare librdkafka property is accepted too. */
+  /* Like kcat, a bare librdkafka property is accepted too; a name with
+   * keylane's prefixes (worker., store., ...) is keylane's, known or not. */
   char full[300];
-  if (strncmp(key, "kafka.", 6) != 0 && !kl_conf_get(conf, key)) {
+  if (strncmp(key, "kafka.", 6) != 0 && !kl__conf_keylane_prefix(key)) {
     snprintf(full, sizeof(full), "kafka.%s", key);
     return kl__cli_conf_set(sub, conf, full, eq + 1);
   }

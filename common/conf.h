@@ -40,6 +40,15 @@ const kl__conf_key_t *kl__conf_key_at(size_t i);
 /** @returns the key named @p name, or NULL (also for every kafka.* name). */
 const kl__conf_key_t *kl__conf_key_find(const char *name);
 
+/** @returns whether @p name begins with the prefix of one of the table's
+ *  keys ("worker.", "store.", ...): such a name is keylane's, never a
+ *  librdkafka property, though it may be misspelled. */
+bool kl__conf_keylane_prefix(const char *name);
+
+/** @returns the table's key nearest @p name, when it is near enough to be
+ *  a typo of it (a fifth of its length, plus one, edits), or NULL. */
+const char *kl__conf_key_nearest(const char *name);
+
 /** @returns whether @p value is one of @p values ("a|b|c"). */
 bool kl__conf_enum_has(const char *values, const char *value);
 

@@ -545,6 +545,26 @@ static void test_publish_usage(void **state) {
   assert_int_equal(r.rc, 1);
   assert_non_null(strstr(r.err, "nope"));
   kl_run_free(&r);
+  /* A keylane key misspelled is named as given, exit 2 like other
+   * configuration errors, with the key it is near. */
+  static const char *const keys[][2] = {
+      {"worker.bogus=1", "unknown configuration key \"worker.bogus\": "},
+      {"worker.max.attempt=3", "unknown configuration key "
+                               "\"worker.max.attempt\" (did you mean "
+                               "worker.max.attempts?)"},
+      {"store.map.sise=1G", "(did you mean store.map.size?)"},
+      {"gateway.bogus=1", "unknown configuration key \"gateway.bogus\""},
+  };
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+    kl_run((const char *[]){"worker", "-b", "127.0.0.1:1", "-t", "x", "-g", "g",
+                            "--store", "/nonexistent/kl", "--handler", "ledger",
+                            "-X", keys[i][0], NULL},
+           "", &r);
+    if (r.rc != 2 || !strstr(r.err, keys[i][1]) || strstr(r.err, "kafka.w") ||
+        strstr(r.err, "kafka.s") || strstr(r.err, "kafka.g"))
+      fail_msg("-X %s: exit %d, stderr: %s", keys[i][0], r.rc, r.err);
+    kl_run_free(&r);
+  }
 }
 
 /* Kafka refuses the produce (the mock answers every Produce with a
