@@ -33,6 +33,11 @@
  */
 kl_err_t kl__membership_check(const kl_conf_t *conf);
 
+/** Checks @p id, the value of @p key (worker.instance.id, or the
+ *  group.instance.id librdkafka is given), as kl__membership_check();
+ *  the message shows it escaped. NULL is "". */
+kl_err_t kl__membership_id_check(const char *key, const char *id);
+
 /**
  * Appends group.instance.id = worker.instance.id to @p defaults (key,
  * value pairs, NULL-terminated, room for KL__RDK_DEFAULTS_MAX) when set;

@@ -556,6 +556,10 @@ static kl_err_t consumer_new(kl_worker_t *worker) {
                         strstr(strategy, "cooperative") != NULL;
   kl__membership_instance(kconf, worker->instance_id,
                           sizeof(worker->instance_id));
+  if (kl__membership_id_check("kafka.group.instance.id", worker->instance_id)) {
+    rd_kafka_conf_destroy(kconf);
+    return KL_ECONF;
+  }
   rd_kafka_conf_set_opaque(kconf, worker);
   rd_kafka_conf_set_rebalance_cb(kconf, rebalance_cb);
   char errstr[512];
