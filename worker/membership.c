@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "common/kafka.h"
 #include "common/kafka_features.h"
 #include "common/log.h"
 #include "common/strbuf.h"
@@ -76,4 +77,18 @@ kl_err_t kl__membership_fatal(rd_kafka_t *rk, const char *group,
                   group, rd_kafka_err2name(cause), why);
   KL_LOG_E(KL_COMP, "%s", kl_err_detail());
   return err;
+}
+
+void kl__membership_check_cluster(rd_kafka_t *rk, const char *group,
+                                  const char *instance_id) {
+  if (!*instance_id || kl__kafka_has_controller(rk, 5000) != 0)
+    return;
+  KL_LOG_W(KL_COMP,
+           "worker.instance.id=%s: this cluster names no controller, as "
+           "librdkafka's mock cluster (the embedded one) does not, and that "
+           "one keeps no static members: a second live worker with this id "
+           "in group %s is not refused here but joins as another member "
+           "(each partition still has one owner at a time, by its epoch); "
+           "Kafka fences the older of two, which exits 1",
+           instance_id, group);
 }

@@ -64,4 +64,14 @@ void kl__membership_instance(const rd_kafka_conf_t *kconf, char *out,
 kl_err_t kl__membership_fatal(rd_kafka_t *rk, const char *group,
                               const char *instance_id);
 
+/**
+ * Says (a WARN) when @p instance_id is set but the cluster @p rk reaches
+ * cannot keep static members: librdkafka 2.0.2's mock cluster, the
+ * embedded one, told by its missing controller (kl__kafka_has_controller())
+ * reads group.instance.id and ignores it, so two live workers with one id
+ * both run there, as dynamic members. Silent for "" and on Kafka.
+ */
+void kl__membership_check_cluster(rd_kafka_t *rk, const char *group,
+                                  const char *instance_id);
+
 #endif

@@ -1018,6 +1018,10 @@ kl_err_t kl_worker_run(kl_worker_t *worker) {
     err = kl__dlq_check(worker->dlq, worker->topic);
   if (!err)
     err = check_retention(worker); /* a refusal is said, stopped or not */
+  if (!err)
+    kl__membership_check_cluster(worker->rk,
+                                 kl_conf_get(worker->conf, "worker.group"),
+                                 worker->instance_id);
   if (!err && worker->stop)
     return KL_OK; /* before it subscribed: no group to leave */
   if (!err)

@@ -5,6 +5,8 @@
  * of their JSON.
  */
 #include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +23,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "support/history.h"
+#include "support/spawn.h"
 #include "support/support.h"
 #include "worker/dlq.h"
 
@@ -670,6 +673,67 @@ static void test_redrive_of_a_missing_topic_is_refused(void **state) {
   kl_fx_down(&fx);
 }
 
+/* Two live workers with one --instance-id on the embedded cluster, which
+ * keeps no static members: the second is not refused there (Kafka fences
+ * the older one: tests/kafka/test_static_membership.c). What holds: each
+ * says so at start, both run as members of the group, and every event is
+ * applied once. */
+static void test_one_instance_id_twice_on_embedded(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "twice", 4, 200);
+  assert_int_equal(kl_embedded_topic_create(fx.cluster, "twice.dlq", 1), KL_OK);
+  const char *argv[] = {kl_t_bin(),
+                        "worker",
+                        "-b",
+                        fx.boot,
+                        "-t",
+                        "twice",
+                        "-g",
+                        "twice",
+                        "--store",
+                        fx.store,
+                        "--handler",
+                        "ledger",
+                        "--instance-id",
+                        "w-1",
+                        "-X",
+                        "kafka.fetch.wait.max.ms=10",
+                        NULL};
+  pid_t pids[2];
+  char line[1024];
+  for (int i = 0; i < 2; i++) {
+    pids[i] = kl_t_spawn_worker(fx.dir, i, argv);
+    int said = 0;
+    for (int t = 0; t < 1000 && !said; t++) {
+      said = kl_t_log_find(fx.dir, i, "keeps no static members", line,
+                           sizeof(line));
+      if (!said)
+        kl_t_sleep_ms(10);
+    }
+    if (!said)
+      fail_msg("worker %d did not say the cluster keeps no static members", i);
+    assert_non_null(strstr(line, "worker.instance.id=w-1: "));
+  }
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(fx.store, NULL, &store), KL_OK);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, store, "twice", 0, 60000), 0);
+  kl__ledger_verdict_t v;
+  assert_int_equal(kl__ledger_gen_verify(fx.gen, store, "twice", &v), KL_OK);
+  if (!v.ok)
+    fail_msg("ledger: %" PRIu64 " keys bad, %" PRIu64 " violations", v.keys_bad,
+             v.violations);
+  kl_store_destroy(store);
+  for (int i = 0; i < 2; i++) {
+    int status;
+    assert_int_equal(waitpid(pids[i], &status, WNOHANG), 0); /* running */
+    assert_int_equal(kill(pids[i], SIGTERM), 0);
+    assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      fail_msg("worker %d: status %d", i, status);
+  }
+  kl_fx_down(&fx);
+}
+
 /* --dry-run never runs an exec: handler, which may act outside the store:
  * here its one effect is a file it writes when it starts. The report says
  * what the replay would apply and skip, and that the handler did not run. */
@@ -738,6 +802,7 @@ int main(void) {
       cmocka_unit_test(test_rebuild_reports_truncated_history),
       cmocka_unit_test(test_dry_run_never_runs_an_exec_handler),
       cmocka_unit_test(test_redrive_of_a_missing_topic_is_refused),
+      cmocka_unit_test(test_one_instance_id_twice_on_embedded),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
