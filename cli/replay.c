@@ -23,35 +23,36 @@
 #include "worker/redrive.h"
 #include "worker/replay.h"
 
-/* "decode, handler_fail, ...": every reason worker/dlq.c names, read from
- * its one list, so that a reason added there is offered here too. Filled
- * before the options are parsed or shown. */
+/* Reason @p r of worker/dlq.c's one list (kl__dlq_reason_name()), or
+ * NULL past its end, so that a reason added there is offered and taken
+ * here too. */
+static const char *dlq_reason_at(int r) {
+  const char *name = kl__dlq_reason_name((kl__dlq_reason_t)r);
+  return strcmp(name, "unknown") == 0 ? NULL : name;
+}
+
+/* "decode, handler_fail, ...", filled before the options are parsed or
+ * shown. */
 static char dlq_reasons[256];
 
 static void dlq_reasons_fill(void) {
   size_t len = 0;
-  for (int r = 0;; r++) {
-    const char *name = kl__dlq_reason_name((kl__dlq_reason_t)r);
-    if (strcmp(name, "unknown") == 0 || len >= sizeof(dlq_reasons))
-      break;
+  const char *name;
+  for (int r = 0; (name = dlq_reason_at(r)) && len < sizeof(dlq_reasons); r++)
     len += (size_t)snprintf(dlq_reasons + len, sizeof(dlq_reasons) - len,
                             "%s%s", r ? ", " : "", name);
-  }
 }
 
 static char reason_help[sizeof(dlq_reasons) + 32];
 
 static kl_err_t reason_parse(const kl__opt_t *opt, const char *text,
                              void *field) {
-  for (int r = 0;; r++) {
-    const char *name = kl__dlq_reason_name((kl__dlq_reason_t)r);
-    if (strcmp(name, "unknown") == 0)
-      break;
+  const char *name;
+  for (int r = 0; (name = dlq_reason_at(r)); r++)
     if (strcmp(name, text) == 0) {
       *(const char **)field = text;
       return KL_OK;
     }
-  }
   char got[KL__ESCAPED_SIZE(64)];
   return kl__err(KL_EINVAL, "--%s takes one of %s; got \"%s\"", opt->name,
                  dlq_reasons, kl__escape(got, sizeof(got), text, strlen(text)));
