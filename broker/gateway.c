@@ -515,6 +515,8 @@ void kl__gateway_destroy(kl__gateway_t *gw) {
   for (size_t i = 0; i < gw->ntopics; i++)
     free(gw->topics[i].name);
   free(gw->topics);
+  if (gw->kafka_topics)
+    rd_kafka_metadata_destroy(gw->kafka_topics);
   kl__metrics_destroy(gw->m.registry);
   free(gw);
 }

@@ -54,7 +54,11 @@
  *   (each costs a librdkafka topic handle); another gets 403. Only topics
  *   that exist count: the gateway's producer does not create topics
  *   (allow.auto.create.topics=false unless -X says otherwise), so a name
- *   that does not exist is 404 and takes no place. Dead-letter topics
+ *   that does not exist is 404 and takes no place. Whether it exists is
+ *   read from the metadata of every topic (one naming it would make the
+ *   embedded cluster create it), on a topic's first request, at most once
+ *   a second: a topic created since is served within a second. Dead-letter
+ * topics
  *   ("<topic>.dlq") and internal ones ("__*") are 403 unless
  *   allow_internal_topics; with allow_topics, so is any other not listed.
  * Browsers (CSRF): a web page can make a browser send a "simple" cross-

@@ -221,6 +221,10 @@ struct kl__gateway {
   kl__gw_metrics_t m;
   kl__gw_topic_t *topics; /**< topics whose count was read, <= max_topics */
   size_t ntopics, topics_cap;
+  /** Every topic of the cluster, read at kafka_topics_ns: whether a topic
+   *  not served yet exists (gateway_routes.c, topic_exists()). */
+  const struct rd_kafka_metadata *kafka_topics;
+  int64_t kafka_topics_ns;
   kl__gw_conn_t *conns;
   size_t nconns;
   size_t npaused;

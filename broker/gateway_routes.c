@@ -26,10 +26,16 @@
 #include "broker/gateway_internal.h"
 #include "broker/producer_internal.h"
 #include "common/bytes.h"
+#include "common/kafka.h"
 #include "common/log.h"
 #include "common/strbuf.h"
 
 #define KL_GW_PREFIX "/v1/topics/"
+/* How old the list of the cluster's topics may be when a topic not served
+ * yet is not in it: a topic created since is found within this, and a
+ * client that names missing topics costs Kafka one request per this. */
+#define KL_GW_TOPICS_MAX_AGE_MS 1000
+#define KL_GW_TOPICS_TIMEOUT_MS 5000
 
 /* ---- metrics ---- */
 
@@ -319,12 +325,50 @@ static bool topic_room(kl__gateway_t *gw) {
   return true;
 }
 
+/* Whether @p topic exists, for a topic not served yet, from the metadata
+ * of every topic: a request that names the topic would make a cluster that
+ * creates topics on first use create it, the embedded one whatever the
+ * producer's allow.auto.create.topics says. The list is read again when
+ * older than KL_GW_TOPICS_MAX_AGE_MS and the topic is not in it; a served
+ * topic never asks. @returns 1, 0, or -1 when Kafka did not answer (the
+ * producer's own lookup then decides). */
+static int topic_exists(kl__gateway_t *gw, const char *topic) {
+  rd_kafka_t *rk = kl__producer_rk(gw->producer);
+  char create[8];
+  size_t size = sizeof(create);
+  if (rd_kafka_conf_get(rd_kafka_conf(rk), "allow.auto.create.topics", create,
+                        &size) == RD_KAFKA_CONF_OK &&
+      strcmp(create, "true") == 0)
+    return 1; /* -X allow.auto.create.topics=true: Kafka may create it */
+  int64_t now = kl__mono_ns();
+  if (gw->kafka_topics && kl__kafka_metadata_find(gw->kafka_topics, topic))
+    return 1;
+  if (!gw->kafka_topics ||
+      now - gw->kafka_topics_ns > KL_GW_TOPICS_MAX_AGE_MS * 1000000LL) {
+    const struct rd_kafka_metadata *md = NULL;
+    if (kl__kafka_metadata_all(rk, KL_GW_TOPICS_TIMEOUT_MS, &md))
+      return -1;
+    if (gw->kafka_topics)
+      rd_kafka_metadata_destroy(gw->kafka_topics);
+    gw->kafka_topics = md;
+    gw->kafka_topics_ns = now;
+  }
+  return kl__kafka_metadata_find(gw->kafka_topics, topic) != NULL;
+}
+
 /* @returns the topic's partition count, or 0 after answering @p req. */
 static int32_t topic_partitions(kl__gateway_t *gw, kl__gw_req_t *req) {
   const char *why = NULL;
   bool known = topic_known(gw, req->topic) != NULL;
   if (!known && !kl__gw_kafka_up(gw, &why)) {
     kl__gw_respond_error(req, 503, NULL, "%s", why);
+    return 0;
+  }
+  if (!known && topic_exists(gw, req->topic) == 0) {
+    kl__gw_respond_error(req, 404, NULL,
+                         "topic %s does not exist: the gateway creates no "
+                         "topic; create it in Kafka, or check the name",
+                         req->topic);
     return 0;
   }
   if (!known && !topic_room(gw)) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/config_file.h"
+#include "common/conf.h"
 #include "common/internal.h"
 #include "store/location.h"
 
@@ -62,10 +63,11 @@ int kl__cli_conf_x(const char *sub, kl_conf_t *conf, const char *arg) {
   }
   memcpy(key, arg, n);
   key[n] = '\0';
-  /* Like kcat, a bare librdkafka property is accepted too. */
+  /* Like kcat, a bare librdkafka property is accepted too; a name with
+   * keylane's prefixes (worker., store., ...) is keylane's, known or not. */
   char full[300];
   const char *name = key;
-  if (strncmp(key, "kafka.", 6) != 0 && !kl_conf_get(conf, key)) {
+  if (strncmp(key, "kafka.", 6) != 0 && !kl__conf_keylane_prefix(key)) {
     snprintf(full, sizeof(full), "kafka.%s", key);
     name = full;
   }

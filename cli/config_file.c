@@ -181,7 +181,7 @@ static int take_line(reader_t *r, char *line, kl_conf_t *conf,
   char full[300];
   /* Like -X, a librdkafka property may come without its kafka. prefix. */
   if (strcmp(key, "store.uri") != 0 && strncmp(key, "kafka.", 6) != 0 &&
-      !kl__conf_is_keylane_group(key) && strlen(key) < sizeof(full) - 6) {
+      !kl__conf_keylane_prefix(key) && strlen(key) < sizeof(full) - 6) {
     snprintf(full, sizeof(full), "kafka.%s", key);
     key = full;
   }

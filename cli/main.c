@@ -4,6 +4,7 @@
 
 #include "cli/cli.h"
 #include "store/pg.h"
+#include "common/log.h"
 
 static const struct {
   const char *name;
@@ -58,6 +59,10 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], roles[i]) == 0)
       role = roles[i];
   kl__pg_set_application(role, NULL);
+  if (kl__log_env_check()) {
+    fprintf(stderr, "keylane: %s\n", kl_err_detail());
+    return KL_EXIT_USAGE;
+  }
   for (size_t i = 0; i < sizeof(kl_cmds) / sizeof(kl_cmds[0]); i++)
     if (kl_cmds[i].fn && strcmp(argv[1], kl_cmds[i].name) == 0)
       return kl_cmds[i].fn(argc - 1, argv + 1);

@@ -17,10 +17,47 @@
 #include "common/internal.h"
 #include "common/log.h"
 #include "common/progress.h"
+#include "common/strbuf.h"
 #include "handlers/handler.h"
+#include "worker/dlq.h"
 #include "worker/redrive.h"
 #include "worker/replay.h"
 #include "store/location.h"
+
+/* Reason @p r of worker/dlq.c's one list (kl__dlq_reason_name()), or
+ * NULL past its end, so that a reason added there is offered and taken
+ * here too. */
+static const char *dlq_reason_at(int r) {
+  const char *name = kl__dlq_reason_name((kl__dlq_reason_t)r);
+  return strcmp(name, "unknown") == 0 ? NULL : name;
+}
+
+/* "decode, handler_fail, ...", filled before the options are parsed or
+ * shown. */
+static char dlq_reasons[256];
+
+static void dlq_reasons_fill(void) {
+  size_t len = 0;
+  const char *name;
+  for (int r = 0; (name = dlq_reason_at(r)) && len < sizeof(dlq_reasons); r++)
+    len += (size_t)snprintf(dlq_reasons + len, sizeof(dlq_reasons) - len,
+                            "%s%s", r ? ", " : "", name);
+}
+
+static char reason_help[sizeof(dlq_reasons) + 32];
+
+static kl_err_t reason_parse(const kl__opt_t *opt, const char *text,
+                             void *field) {
+  const char *name;
+  for (int r = 0; (name = dlq_reason_at(r)); r++)
+    if (strcmp(name, text) == 0) {
+      *(const char **)field = text;
+      return KL_OK;
+    }
+  char got[KL__ESCAPED_SIZE(64)];
+  return kl__err(KL_EINVAL, "--%s takes one of %s; got \"%s\"", opt->name,
+                 dlq_reasons, kl__escape(got, sizeof(got), text, strlen(text)));
+}
 
 static const kl__opt_t replay_opts[] = {
     KL__OPT_BOOTSTRAP(NULL),
@@ -76,8 +113,8 @@ static const kl__opt_t replay_opts[] = {
      .kind = KL__OPT_STRING,
      .meta = "R",
      .off = offsetof(kl__replay_args_t, reason),
-     .help = "only letters of reason R (decode, handler_fail, "
-             "max_attempts)"},
+     .parse = reason_parse,
+     .help = reason_help},
     {.name = "key",
      .kind = KL__OPT_STRING,
      .meta = "K",
@@ -165,6 +202,19 @@ static int replay_check(const char *sub, const kl__replay_args_t *a,
                               "need --from-dlq TOPIC.dlq");
   if (!kl_conf_get(a->conf, "kafka.bootstrap.servers"))
     return kl__cli_usage(sub, "-b BOOTSTRAP is required");
+  /* Two offsets or two times compare; --to is the first not read. */
+  if (a->from.given && a->to.given && a->from.pos.kind == a->to.pos.kind &&
+      (a->from.pos.kind == KL__POS_OFFSET ||
+       a->from.pos.kind == KL__POS_TIME) &&
+      a->from.pos.value > a->to.pos.value) {
+    char from[64], to[64];
+    return kl__cli_usage(sub,
+                         "--from %s is after --to %s: the range is "
+                         "empty; --to is the first position not read, "
+                         "so give --from POS no later than it",
+                         kl__pos_format(&a->from.pos, from, sizeof(from)),
+                         kl__pos_format(&a->to.pos, to, sizeof(to)));
+  }
   if (a->dlq && a->opts.partitions)
     return kl__cli_usage(sub, "-p does not go with --from-dlq: a dead letter "
                               "goes back to its own origin partition");
@@ -416,7 +466,9 @@ static int replay_exec(const char *sub, kl__replay_args_t *a) {
     kl__replay_set_progress(replay, progress ? replay_on_progress : NULL,
                             progress);
     err = kl__replay_run(replay);
-    if (progress)
+    /* A run refused before it read anything (a rebuild into a store that
+     * is not empty) reports no progress: only the refusal. */
+    if (progress && !err)
       kl__progress_finish(progress);
     if (err) {
       rc = kl__cli_fail(sub, "%s", kl_err_detail());
@@ -441,6 +493,9 @@ int kl__replay_cli(const kl__cmd_t *cmd, int argc, char **argv, int rebuild) {
   const char *sub = cmd->name;
   kl__replay_args_t a = {.conf = kl_conf_new()};
   int first;
+  dlq_reasons_fill();
+  snprintf(reason_help, sizeof(reason_help), "only letters of reason R (%s)",
+           dlq_reasons);
   int rc = a.conf ? kl__opts_parse(cmd, argc, argv, &a, a.conf, &first)
                   : kl__cli_fail(sub, "out of memory");
   a.opts.from = a.from.given ? a.from.pos : (kl__pos_t){KL__POS_BEGINNING, 0};

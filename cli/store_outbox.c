@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "cli/opts.h"
 #include "common/internal.h"
+#include "common/units.h"
 #include "keylane/store.h"
 #include "cli/store.h"
 #include "store/outbox_rec.h"
@@ -23,31 +24,38 @@
 typedef struct kl_ob_args {
   const char *location, *topic;
   int64_t limit;
-  int json;
+  int json, dry_run;
   kl__outbox_ack_t drop[KL_DROP_MAX];
   size_t ndrop;
 } kl_ob_args_t;
 
-/* --drop P:SEQ, once per follow-up; the field is the whole kl_ob_args_t. */
+/* --drop P:SEQ, once per follow-up; the field is the whole kl_ob_args_t.
+ * Both numbers go through the one number parser (common/units.h), so that
+ * a seq past INT64_MAX is refused, not wrapped. */
 static kl_err_t ob_drop_arg(const kl__opt_t *opt, const char *arg,
                             void *field) {
   kl_ob_args_t *a = field;
-  char *end;
   const char *colon = strchr(arg, ':');
+  char part[16], what[96];
+  int64_t p, seq;
   (void)opt;
   if (a->ndrop == KL_DROP_MAX)
     return kl__err(KL_EINVAL, "--drop is given more than %d times",
                    KL_DROP_MAX);
-  long p = colon ? strtol(arg, &end, 10) : -1;
-  if (!colon || end != colon || p < 0 || p > INT32_MAX || !colon[1] ||
-      colon[1] == '-')
+  size_t plen = colon ? (size_t)(colon - arg) : sizeof(part);
+  if (plen >= sizeof(part))
     return kl__err(KL_EINVAL,
-                   "--drop \"%s\": expected PARTITION:SEQ, as `keylane "
+                   "--drop \"%.64s\": expected PARTITION:SEQ, as `keylane "
                    "store outbox` lists them (e.g. 3:1042)",
                    arg);
-  unsigned long long seq = strtoull(colon + 1, &end, 10);
-  if (*end)
-    return kl__err(KL_EINVAL, "--drop \"%s\": the seq is not a number", arg);
+  memcpy(part, arg, plen);
+  part[plen] = '\0';
+  snprintf(what, sizeof(what), "the PARTITION of --drop %.48s", arg);
+  if (kl__units_parse(what, part, KL__UNITS_COUNT, 0, INT32_MAX, &p))
+    return KL_EINVAL;
+  snprintf(what, sizeof(what), "the SEQ of --drop %.48s", arg);
+  if (kl__units_parse(what, colon + 1, KL__UNITS_COUNT, 1, INT64_MAX, &seq))
+    return KL_EINVAL;
   a->drop[a->ndrop++] = (kl__outbox_ack_t){(int32_t)p, (uint64_t)seq};
   return KL_OK;
 }
@@ -77,6 +85,11 @@ static const kl__opt_t outbox_opts[] = {
      .meta = "P:SEQ",
      .parse = ob_drop_arg,
      .help = "remove follow-up SEQ of partition P of TOPIC; repeatable"},
+    {.name = "dry-run",
+     .kind = KL__OPT_FLAG,
+     .off = offsetof(kl_ob_args_t, dry_run),
+     .help = "with --drop: check and show what would be dropped; change "
+             "nothing"},
     {.name = "json",
      .kind = KL__OPT_FLAG,
      .off = offsetof(kl_ob_args_t, json),
@@ -86,7 +99,8 @@ static const kl__opt_t outbox_opts[] = {
 static const kl__cmd_t outbox_cmd = {
     .name = SUB,
     .usage = "--store STORE [-t TOPIC] [--limit N] [--json]\n"
-             "--store STORE -t TOPIC --drop P:SEQ [--drop P:SEQ ...]",
+             "--store STORE -t TOPIC --drop P:SEQ [--drop P:SEQ ...] "
+             "[--dry-run] [--json]",
     .about =
         "Lists the follow-up events (kl_txn_emit(), exec \"emit\") the store\n"
         "holds committed and not yet acknowledged by Kafka: per source topic "
@@ -114,6 +128,8 @@ static const kl__cmd_t outbox_cmd = {
              "there\n(then nothing is dropped).\n",
     .examples =
         "  keylane store outbox --store /var/lib/keylane\n"
+        "  keylane store outbox --store /var/lib/keylane -t events --drop "
+        "3:1042 --dry-run\n"
         "  keylane store outbox --store /var/lib/keylane -t events --drop "
         "3:1042\n"};
 
@@ -269,13 +285,29 @@ static int ob_drop(kl_store_t *store, const kl_ob_args_t *a) {
                           a->drop[i].partition, a->drop[i].seq, a->topic,
                           shown);
   }
-  if (kl__store_outbox_del(store, a->topic, a->drop, a->ndrop))
+  if (!a->dry_run && kl__store_outbox_del(store, a->topic, a->drop, a->ndrop))
     return kl__cli_fail(SUB, "cannot drop from the outbox of %s: %s", shown,
                         kl_err_detail());
+  json_t *list = a->json ? json_array() : NULL;
   for (size_t i = 0; i < a->ndrop; i++)
-    printf("dropped follow-up %" PRId32 ":%" PRIu64
-           " of topic %s: it will not be published\n",
-           a->drop[i].partition, a->drop[i].seq, a->topic);
+    if (list)
+      json_array_append_new(list, json_pack("{sIsI}", "partition",
+                                            (json_int_t)a->drop[i].partition,
+                                            "seq", (json_int_t)a->drop[i].seq));
+    else
+      printf("%s follow-up %" PRId32 ":%" PRIu64
+             " of topic %s: it %s be published\n",
+             a->dry_run ? "would drop" : "dropped", a->drop[i].partition,
+             a->drop[i].seq, a->topic, a->dry_run ? "would not" : "will not");
+  if (list) {
+    json_t *o = json_pack("{sssbso}", "topic", a->topic, "dry_run", a->dry_run,
+                          "dropped", list);
+    json_dumpf(o, stdout, JSON_COMPACT);
+    putchar('\n');
+    json_decref(o);
+  }
+  if (a->dry_run)
+    fprintf(stderr, "keylane %s: --dry-run: nothing was dropped\n", SUB);
   return KL_EXIT_OK;
 }
 

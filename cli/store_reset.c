@@ -21,7 +21,7 @@
 
 typedef struct kl_reset_args {
   const char *topic, *partitions, *location;
-  int json;
+  int json, dry_run;
 } kl_reset_args_t;
 
 static const kl__opt_t reset_opts[] = {
@@ -47,6 +47,11 @@ static const kl__opt_t reset_opts[] = {
      .required = "",
      .help = "LMDB directory or postgresql://... URI of an existing store "
              "(none is created)"},
+    {.name = "dry-run",
+     .kind = KL__OPT_FLAG,
+     .off = offsetof(kl_reset_args_t, dry_run),
+     .help = "check the partitions and show what a reset would change; "
+             "change nothing (no epoch is taken: no owner is fenced)"},
     {.name = "json",
      .kind = KL__OPT_FLAG,
      .off = offsetof(kl_reset_args_t, json),
@@ -81,6 +86,8 @@ static const kl__cmd_t reset_cmd = {
         "Exit 0 when every partition was reset; 1 when one is unknown to the\n"
         "store (nothing is reset then) or the store fails.\n",
     .examples =
+        "  keylane store reset -t events -p 3 --store /var/lib/keylane "
+        "--dry-run\n"
         "  keylane store reset -t events -p 3 --store /var/lib/keylane\n"
         "  keylane store reset -t events -p all --store "
         "postgresql://kl@db/kl --json\n"};
@@ -151,7 +158,7 @@ static int reset_targets(kl_store_t *store, const kl_reset_args_t *a,
   return rc;
 }
 
-static void reset_print(const char *topic, int32_t p,
+static void reset_print(const char *topic, int32_t p, int dry_run,
                         const kl_partition_state_t *before,
                         const kl_partition_state_t *after, json_t *list) {
   if (list) {
@@ -163,12 +170,14 @@ static void reset_print(const char *topic, int32_t p,
                   "watermark", (json_int_t)after->watermark));
     return;
   }
-  printf("topic %s partition %" PRId32 ": watermark %" PRId64 " -> %" PRId64
+  printf("%stopic %s partition %" PRId32 ": watermark %" PRId64 " -> %" PRId64
          ", epoch %" PRIu64 " -> %" PRIu64 " (an owner of epoch %" PRIu64
-         " is fenced); its next owner starts at the log's beginning, and the "
+         " %s fenced); its next owner %s at the log's beginning, and the "
          "%" PRIu64 " events applied so far stay recorded by their ids\n",
-         topic, p, before->watermark, after->watermark, before->epoch,
-         after->epoch, before->epoch, after->applied);
+         dry_run ? "would reset " : "", topic, p, before->watermark,
+         after->watermark, before->epoch, after->epoch, before->epoch,
+         dry_run ? "would be" : "is", dry_run ? "would start" : "starts",
+         after->applied);
 }
 
 static int reset_run(kl_store_t *store, const kl_reset_args_t *a) {
@@ -181,15 +190,23 @@ static int reset_run(kl_store_t *store, const kl_reset_args_t *a) {
   for (size_t i = 0; i < n && !rc; i++) {
     kl_partition_state_t before, after;
     if (kl_store_partition(store, a->topic, parts[i], &before) ||
-        kl__store_reset(store, a->topic, parts[i], &after)) {
+        (!a->dry_run && kl__store_reset(store, a->topic, parts[i], &after))) {
       rc = kl__cli_fail(SUB, "partition %" PRId32 ": %s", parts[i],
                         kl_err_detail());
       break;
     }
-    reset_print(a->topic, parts[i], &before, &after, list);
+    if (a->dry_run) { /* what kl__store_reset() does: a new epoch, 0 */
+      after = before;
+      after.epoch = before.epoch + 1;
+      after.watermark = 0;
+    }
+    reset_print(a->topic, parts[i], a->dry_run, &before, &after, list);
   }
+  if (a->dry_run && !rc)
+    fprintf(stderr, "keylane %s: --dry-run: nothing was reset\n", SUB);
   if (list && !rc) {
-    json_t *out = json_pack("{ssso}", "topic", a->topic, "reset", list);
+    json_t *out = json_pack("{sssbso}", "topic", a->topic, "dry_run",
+                            a->dry_run, "reset", list);
     json_dumpf(out, stdout, JSON_COMPACT);
     putchar('\n');
     json_decref(out);

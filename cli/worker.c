@@ -29,7 +29,11 @@ static kl_worker_t *kl_the_worker;
 static kl__stop_guard_t *the_guard;
 static volatile sig_atomic_t kl_pause_armed, kl_pause_resume;
 
+/* A stop asked for before the worker exists: it stops as it starts. */
+static volatile sig_atomic_t kl_stop_pending;
+
 static void worker_on_stop(int sig) {
+  kl_stop_pending = 1;
   if (kl_the_worker)
     kl_worker_stop(kl_the_worker);
   if (the_guard)
@@ -106,6 +110,7 @@ static int worker_main(kl_conf_t *conf, const worker_args_t *opts) {
   const char *topic = opts->topic, *location = opts->location;
   const char *handler_spec = opts->handler;
   kl_handler_ref_t handler;
+  on_stop_signals(worker_on_stop); /* a SIGTERM during start-up counts */
   if (kl__handler_resolve(handler_spec, &handler))
     return kl__cli_usage(SUB, "%s", kl_err_detail());
   /* One timeout: the exec child's, and the bound kl_worker_new() checks
@@ -172,10 +177,11 @@ static int worker_main(kl_conf_t *conf, const worker_args_t *opts) {
       signal(SIGUSR2, on_usr2);
     }
     kl_the_worker = worker;
+    if (kl_stop_pending)
+      kl_worker_stop(worker);
     if (kl__stop_guard_new(
             worker, kl__conf_int(conf, "worker.shutdown.timeout"), &the_guard))
       KL_LOG_W("worker", "%s; a stop is not bounded", kl_err_detail());
-    on_stop_signals(worker_on_stop);
     err = kl_worker_run(worker);
     kl_worker_stats_t st;
     kl_worker_stats(worker, &st);

@@ -277,6 +277,52 @@ const kl__conf_key_t *kl__conf_key_find(const char *name) {
   return conf_key(name, &idx);
 }
 
+bool kl__conf_keylane_prefix(const char *name) {
+  const char *dot = strchr(name, '.');
+  size_t n = dot ? (size_t)(dot - name) + 1 : 0;
+  for (size_t i = 0; n && i < KL_NKEYS; i++)
+    if (strncmp(kl_keys[i].name, name, n) == 0)
+      return true;
+  return false;
+}
+
+/* Levenshtein distance of @p a and @p b, both shorter than 64 bytes. */
+static size_t conf_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b), row[64];
+  if (la >= 64 || lb >= 64)
+    return SIZE_MAX;
+  for (size_t j = 0; j <= lb; j++)
+    row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t up = row[j];
+      size_t best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best)
+        best = up + 1;
+      if (row[j - 1] + 1 < best)
+        best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+const char *kl__conf_key_nearest(const char *name) {
+  const char *best = NULL;
+  size_t best_d = strlen(name) / 5 + 1; /* farther is no typo */
+  for (size_t i = 0; i < KL_NKEYS; i++) {
+    size_t d = conf_distance(name, kl_keys[i].name);
+    if (d <= best_d) {
+      best = kl_keys[i].name;
+      best_d = d;
+    }
+  }
+  return best;
+}
+
 static kl_err_t conf_parse_num(const kl__conf_key_t *k, const char *s,
                                int64_t *out) {
   return kl__units_parse(k->name, s, (kl__units_kind_t)k->type, k->min, k->max,
@@ -351,15 +397,6 @@ bool kl__conf_is_secret(const char *name) {
          strcmp(name, "sasl.jaas.config") == 0;
 }
 
-bool kl__conf_is_keylane_group(const char *name) {
-  size_t len = strcspn(name, ".");
-  const kl__conf_key_t *k;
-  for (size_t i = 0; name[len] && (k = kl__conf_key_at(i)); i++)
-    if (strncmp(k->name, name, len + 1) == 0)
-      return true;
-  return false;
-}
-
 kl_err_t kl_conf_set(kl_conf_t *conf, const char *key, const char *value,
                      char *errstr, size_t errstr_size) {
   kl__err_clear();
@@ -375,11 +412,15 @@ kl_err_t kl_conf_set(kl_conf_t *conf, const char *key, const char *value,
   }
   size_t idx;
   const kl__conf_key_t *k = conf_key(key, &idx);
-  if (!k)
+  if (!k) {
+    const char *near = kl__conf_key_nearest(key);
     return conf_fail(errstr, errstr_size,
-                     "unknown configuration key \"%s\": librdkafka "
-                     "properties take the prefix kafka.",
-                     key);
+                     "unknown configuration key \"%s\"%s%s%s: `keylane "
+                     "config` lists the keys; librdkafka properties take "
+                     "the prefix kafka.",
+                     key, near ? " (did you mean " : "", near ? near : "",
+                     near ? "?)" : "");
+  }
   if (k->type == KL__CONF_ENUM && !kl__conf_enum_has(k->values, value))
     return conf_fail(errstr, errstr_size, "%s=%s is not one of %s", key, value,
                      k->values);

@@ -46,10 +46,14 @@ const kl__conf_key_t *kl__conf_key_find(const char *name);
  *  kafka.sasl.jaas.config, any *password or *secret). */
 bool kl__conf_is_secret(const char *name);
 
-/** @returns whether @p name is in a group of the table's ("worker.",
- *  "store.", ...): a keylane key, known or not, never a librdkafka
- *  property written without its kafka. prefix. */
-bool kl__conf_is_keylane_group(const char *name);
+/** @returns whether @p name begins with the prefix of one of the table's
+ *  keys ("worker.", "store.", ...): such a name is keylane's, never a
+ *  librdkafka property, though it may be misspelled. */
+bool kl__conf_keylane_prefix(const char *name);
+
+/** @returns the table's key nearest @p name, when it is near enough to be
+ *  a typo of it (a fifth of its length, plus one, edits), or NULL. */
+const char *kl__conf_key_nearest(const char *name);
 
 /** @returns whether @p value is one of @p values ("a|b|c"). */
 bool kl__conf_enum_has(const char *values, const char *value);

@@ -169,8 +169,11 @@ bool kl__kafka_record_refused(rd_kafka_resp_err_t err) {
   }
 }
 
-kl_err_t kl__kafka_metadata(rd_kafka_t *rk, const char *topic, int timeout_ms,
-                            const struct rd_kafka_metadata **md) {
+/* One metadata request: of every topic in the cluster (@p all), of
+ * @p topic, or of the topics the handle knows. */
+static kl_err_t kafka_metadata_req(rd_kafka_t *rk, int all, const char *topic,
+                                   int timeout_ms,
+                                   const struct rd_kafka_metadata **md) {
   rd_kafka_topic_t *rkt = topic ? rd_kafka_topic_new(rk, topic, NULL) : NULL;
   if (topic && !rkt)
     return kl__err(KL_EINVAL, "topic %s: %s", topic,
@@ -182,7 +185,7 @@ kl_err_t kl__kafka_metadata(rd_kafka_t *rk, const char *topic, int timeout_ms,
   int refused = 0;
   for (;;) {
     int64_t left_ms = (deadline - kl__mono_ns()) / 1000000;
-    kerr = rd_kafka_metadata(rk, 0, rkt, md,
+    kerr = rd_kafka_metadata(rk, all, rkt, md,
                              left_ms > 1000 ? 1000
                              : left_ms > 0  ? (int)left_ms
                                             : 1);
@@ -201,6 +204,25 @@ kl_err_t kl__kafka_metadata(rd_kafka_t *rk, const char *topic, int timeout_ms,
                    topic ? "topic " : "the cluster", topic ? topic : "",
                    timeout_ms, rd_kafka_err2str(kerr));
   return KL_OK;
+}
+
+kl_err_t kl__kafka_metadata(rd_kafka_t *rk, const char *topic, int timeout_ms,
+                            const struct rd_kafka_metadata **md) {
+  return kafka_metadata_req(rk, 0, topic, timeout_ms, md);
+}
+
+kl_err_t kl__kafka_metadata_all(rd_kafka_t *rk, int timeout_ms,
+                                const struct rd_kafka_metadata **md) {
+  return kafka_metadata_req(rk, 1, NULL, timeout_ms, md);
+}
+
+const rd_kafka_metadata_topic_t *
+kl__kafka_metadata_find(const struct rd_kafka_metadata *md, const char *topic) {
+  for (int i = 0; md && i < md->topic_cnt; i++)
+    if (!md->topics[i].err && md->topics[i].partition_cnt > 0 &&
+        strcmp(md->topics[i].topic, topic) == 0)
+      return &md->topics[i];
+  return NULL;
 }
 
 int kl__kafka_has_controller(rd_kafka_t *rk, int timeout_ms) {

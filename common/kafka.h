@@ -80,6 +80,23 @@ kl_err_t kl__kafka_metadata(rd_kafka_t *rk, const char *topic, int timeout_ms,
                             const struct rd_kafka_metadata **md);
 
 /**
+ * The metadata of every topic in the cluster. A request that names a
+ * topic makes a cluster that creates topics on first use create it
+ * (librdkafka's mock cluster, the embedded one, does whatever the client
+ * asks; Kafka with auto.create.topics.enable for a producer): this one
+ * names none, so it can tell that a topic does not exist. Heavier than one
+ * topic's on a cluster of many topics: ask it once, not per record.
+ * @param md  as kl__kafka_metadata()'s.
+ */
+kl_err_t kl__kafka_metadata_all(rd_kafka_t *rk, int timeout_ms,
+                                const struct rd_kafka_metadata **md);
+
+/** @returns @p topic's entry in @p md when it has partitions and no error,
+ *  else NULL; borrowed from @p md. */
+const rd_kafka_metadata_topic_t *
+kl__kafka_metadata_find(const struct rd_kafka_metadata *md, const char *topic);
+
+/**
  * Whether the cluster can answer the Admin API requests that librdkafka
  * sends to the controller (DescribeConfigs, in 2.0.2): its metadata names
  * a controller among its brokers. librdkafka's mock cluster (the embedded

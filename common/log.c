@@ -8,16 +8,40 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/strbuf.h"
+
 static const char *const kl_level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
+
+/* @returns KEYLANE_LOG's level: INFO when unset or empty, -1 when it
+ * names none. */
+static int log_env_level(void) {
+  const char *s = getenv("KEYLANE_LOG");
+  if (!s || !*s)
+    return KL_LOG_INFO;
+  for (int i = 0; i <= KL_LOG_DEBUG; i++)
+    if (strcasecmp(s, kl_level_names[i]) == 0)
+      return i;
+  return -1;
+}
+
+kl_err_t kl__log_env_check(void) {
+  if (log_env_level() >= 0)
+    return KL_OK;
+  const char *s = getenv("KEYLANE_LOG");
+  char text[KL__ESCAPED_SIZE(32)];
+  return kl__err(KL_ECONF,
+                 "KEYLANE_LOG=\"%s\" is not a log level: set it to error, "
+                 "warn, info or debug, or unset it (info)",
+                 kl__escape(text, sizeof(text), s, strlen(s)));
+}
 
 static kl__log_level_t log_threshold(void) {
   static int level = -1;
   if (level < 0) {
-    const char *s = getenv("KEYLANE_LOG");
-    level = KL_LOG_INFO;
-    for (int i = 0; s && i <= KL_LOG_DEBUG; i++)
-      if (strcasecmp(s, kl_level_names[i]) == 0)
-        level = i;
+    int env = log_env_level();
+    level = env < 0 ? KL_LOG_INFO : env;
+    if (env < 0 && kl__log_env_check()) /* said once, by a library user */
+      kl__log(KL_LOG_WARN, "log", "%s; logging at info", kl_err_detail());
   }
   return (kl__log_level_t)level;
 }

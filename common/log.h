@@ -4,7 +4,8 @@
  * characters of the message are escaped (\xHH, as kl__escape()), so that a
  * message quoting another program's text (libpq's span lines) keeps to
  * its line.
- * The level comes from KEYLANE_LOG (error|warn|info|debug; default info).
+ * The level comes from KEYLANE_LOG (error|warn|info|debug, any case;
+ * default info); another value is an error (kl__log_env_check()).
  * Thread safe: each line is written with one write(2).
  */
 #ifndef KEYLANE_COMMON_LOG_H
@@ -23,6 +24,14 @@ typedef enum kl__log_level {
 
 void kl__log(kl__log_level_t level, const char *component, const char *fmt, ...)
     KL__PRINTF(3, 4);
+
+/**
+ * Checks KEYLANE_LOG: unset, empty or a level's name (any case).
+ * @returns KL_OK, or KL_ECONF with a detail naming the value and the
+ *          levels; the executable refuses to start on it (exit 2), a
+ *          program using the library gets one WARN line and info.
+ */
+kl_err_t kl__log_env_check(void);
 int kl__log_enabled(kl__log_level_t level);
 
 /**

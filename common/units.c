@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "common/strbuf.h"
 
 typedef struct kl_unit {
   const char *name;
@@ -103,9 +104,14 @@ static kl_err_t units_fail(const char *what, const char *text,
     snprintf(range, sizeof(range), "at least %s", lo);
   else
     snprintf(range, sizeof(range), "from %s to %s", lo, hi);
-  return kl__err(KL_EINVAL, "%s takes %s, %s; got \"%.64s%s\"", what,
-                 forms[kind], range, text ? text : "",
-                 text && strlen(text) > 64 ? "..." : "");
+  /* Escaped: what a person typed may hold a newline or a terminal's
+   * control sequence, and this message goes to a terminal or a log. */
+  char got[KL__ESCAPED_SIZE(64)];
+  size_t len = text ? strlen(text) : 0;
+  return kl__err(
+      KL_EINVAL, "%s takes %s, %s; got \"%s%s\"", what, forms[kind], range,
+      kl__escape(got, sizeof(got), text ? text : "", len > 64 ? 64 : len),
+      len > 64 ? "..." : "");
 }
 
 kl_err_t kl__units_parse(const char *what, const char *text,

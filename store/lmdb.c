@@ -1082,6 +1082,7 @@ static int init_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
         (rc = mdb_stat(mtxn, main, &st)))
       return rc;
     if (st.ms_entries > 0) {
+      lmdb->not_store = 1;
       *stop = kl__err(KL_ESTORE_VERSION,
                       "store %s holds an LMDB database "
                       "that keylane did not write: point "
@@ -1190,6 +1191,7 @@ static kl_err_t lmdb_env(kl__lmdb_t *lmdb, size_t map_size, unsigned flags) {
   if (rc) {
     char what[64 + 4096];
     snprintf(what, sizeof(what), "open %s", lmdb->dir);
+    lmdb->not_store = rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH;
     return kl__lmdb_err(rc, what);
   }
   lmdb->map_size = lmdb_current_map(lmdb);
@@ -1217,6 +1219,13 @@ kl_err_t kl__store_lmdb_open(const char *dir, const kl_conf_t *conf,
   kl_err_t err = lmdb_settings(lmdb, conf, &map_size, &flags);
   if (!err)
     err = lmdb_dir(lmdb);
+  /* LMDB makes lock.mdb before it reads data.mdb: a command that opens an
+   * existing store and finds none there removes the one it made, so that
+   * it leaves the directory as it found it. While any process has an
+   * environment open its lock.mdb exists, so a missing one is nobody's. */
+  char lock[4096 + 16];
+  snprintf(lock, sizeof(lock), "%s/lock.mdb", dir);
+  int lock_ours = !err && !lmdb->create && access(lock, F_OK) != 0;
   if (!err && (err = open_register(lmdb)) == KL_OK)
     lmdb->registered = 1;
   if (!err)
@@ -1226,7 +1235,10 @@ kl_err_t kl__store_lmdb_open(const char *dir, const kl_conf_t *conf,
   if (!err)
     err = kl__lmdb_migrate_ids(lmdb);
   if (err) {
+    int unlock = lock_ours && lmdb->not_store;
     lmdb_destroy(&lmdb->base);
+    if (unlock)
+      unlink(lock);
     return err;
   }
   *out = &lmdb->base;

@@ -59,6 +59,7 @@ typedef struct kl__lmdb {
   size_t map_max;       /* store.map.max, rounded to pages */
   int64_t retention_ms; /* store.dedup.retention */
   int create;           /* store.create: make a missing store */
+  int not_store;        /* data.mdb is not LMDB, or not keylane's */
   dev_t dev;            /* the directory, for the one-open-per-process */
   ino_t ino;            /*   registry */
   int registered;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "common/kafka.h"
 #include "common/strbuf.h"
 #include "common/units.h"
 
@@ -91,12 +92,41 @@ static int letter_cmp(const void *a, const void *b) {
   return (x->dlq_offset > y->dlq_offset) - (x->dlq_offset < y->dlq_offset);
 }
 
+/* A dead-letter topic that does not exist is a typo: said so, with the
+ * dead-letter topics there are, before a request that names it makes a
+ * cluster that creates topics on first use create an empty one. */
+static kl_err_t letters_topic_check(rd_kafka_t *rk, const char *topic) {
+  const struct rd_kafka_metadata *md = NULL;
+  kl_err_t err = kl__kafka_metadata_all(rk, KL_LETTERS_TIMEOUT_MS, &md);
+  if (err || kl__kafka_metadata_find(md, topic)) {
+    if (md)
+      rd_kafka_metadata_destroy(md);
+    return err;
+  }
+  kl__strbuf_t sb = KL__STRBUF_INIT;
+  for (int i = 0; i < md->topic_cnt; i++) {
+    const char *name = md->topics[i].topic;
+    size_t len = strlen(name);
+    if (len > 4 && strcmp(name + len - 4, ".dlq") == 0)
+      kl__strbuf_printf(&sb, "%s%s", sb.len ? ", " : "", name);
+  }
+  char *list = kl__strbuf_take(&sb, NULL);
+  err = kl__err(KL_ENOTFOUND,
+                "dead-letter topic %s does not exist; the cluster's "
+                "dead-letter topics are: %s",
+                topic, list && *list ? list : "none");
+  free(list);
+  rd_kafka_metadata_destroy(md);
+  return err;
+}
+
 static kl_err_t letters_ranges(rd_kafka_t *rk, const char *topic,
                                const kl__pos_t *from, const kl__pos_t *to,
                                kl__tp_range_t **out, size_t *count) {
   int32_t n;
-  kl_err_t err =
-      kl__kafka_partition_count(rk, topic, KL_LETTERS_TIMEOUT_MS, &n);
+  kl_err_t err = letters_topic_check(rk, topic);
+  if (!err)
+    err = kl__kafka_partition_count(rk, topic, KL_LETTERS_TIMEOUT_MS, &n);
   if (err)
     return err;
   kl__tp_range_t *ranges = calloc((size_t)n, sizeof(*ranges));

@@ -2,26 +2,35 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "common/kafka.h"
 #include "common/kafka_features.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "worker/membership.h"
 
 #define KL_COMP "worker"
 
-kl_err_t kl__membership_check(const kl_conf_t *conf) {
-  const char *id = kl_conf_get(conf, "worker.instance.id");
+kl_err_t kl__membership_id_check(const char *key, const char *id) {
   size_t len = id ? strlen(id) : 0;
   size_t ok = id ? strspn(id, "abcdefghijklmnopqrstuvwxyz"
                               "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
                  : 0;
   if (ok == len && len < KL__INSTANCE_ID_MAX)
     return KL_OK;
+  /* Escaped: a newline in it must not start a line of its own. */
+  char shown[KL__ESCAPED_SIZE(64)];
   return kl__err(KL_ECONF,
-                 "worker.instance.id=\"%.64s%s\" is not an instance id Kafka "
-                 "takes: use 1-%d characters of a-z, A-Z, 0-9, '.', '_' and "
-                 "'-' (a pod name, a host name and a number), or leave it "
-                 "empty for dynamic membership",
-                 id, len > 64 ? "..." : "", KL__INSTANCE_ID_MAX - 1);
+                 "%s=\"%s\" is not an instance id Kafka takes: use 1-%d "
+                 "characters of a-z, A-Z, 0-9, '.', '_' and '-' (a pod name, "
+                 "a host name and a number), or leave it empty for dynamic "
+                 "membership",
+                 key, kl__escape(shown, sizeof(shown), id, len),
+                 KL__INSTANCE_ID_MAX - 1);
+}
+
+kl_err_t kl__membership_check(const kl_conf_t *conf) {
+  return kl__membership_id_check("worker.instance.id",
+                                 kl_conf_get(conf, "worker.instance.id"));
 }
 
 void kl__membership_defaults(const kl_conf_t *conf, const char **defaults) {
@@ -68,4 +77,18 @@ kl_err_t kl__membership_fatal(rd_kafka_t *rk, const char *group,
                   group, rd_kafka_err2name(cause), why);
   KL_LOG_E(KL_COMP, "%s", kl_err_detail());
   return err;
+}
+
+void kl__membership_check_cluster(rd_kafka_t *rk, const char *group,
+                                  const char *instance_id) {
+  if (!*instance_id || kl__kafka_has_controller(rk, 5000) != 0)
+    return;
+  KL_LOG_W(KL_COMP,
+           "worker.instance.id=%s: this cluster names no controller, as "
+           "librdkafka's mock cluster (the embedded one) does not, and that "
+           "one keeps no static members: a second live worker with this id "
+           "in group %s is not refused here but joins as another member "
+           "(each partition still has one owner at a time, by its epoch); "
+           "Kafka fences the older of two, which exits 1",
+           instance_id, group);
 }

@@ -33,6 +33,11 @@
  */
 kl_err_t kl__membership_check(const kl_conf_t *conf);
 
+/** Checks @p id, the value of @p key (worker.instance.id, or the
+ *  group.instance.id librdkafka is given), as kl__membership_check();
+ *  the message shows it escaped. NULL is "". */
+kl_err_t kl__membership_id_check(const char *key, const char *id);
+
 /**
  * Appends group.instance.id = worker.instance.id to @p defaults (key,
  * value pairs, NULL-terminated, room for KL__RDK_DEFAULTS_MAX) when set;
@@ -58,5 +63,15 @@ void kl__membership_instance(const rd_kafka_conf_t *kconf, char *out,
  */
 kl_err_t kl__membership_fatal(rd_kafka_t *rk, const char *group,
                               const char *instance_id);
+
+/**
+ * Says (a WARN) when @p instance_id is set but the cluster @p rk reaches
+ * cannot keep static members: librdkafka 2.0.2's mock cluster, the
+ * embedded one, told by its missing controller (kl__kafka_has_controller())
+ * reads group.instance.id and ignores it, so two live workers with one id
+ * both run there, as dynamic members. Silent for "" and on Kafka.
+ */
+void kl__membership_check_cluster(rd_kafka_t *rk, const char *group,
+                                  const char *instance_id);
 
 #endif

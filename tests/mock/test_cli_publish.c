@@ -27,6 +27,7 @@
 #include "keylane/embedded.h"
 #include "keylane/producer.h"
 #include "support/run.h"
+#include "support/spawn.h"
 #include "support/support.h"
 
 /* ---- running the binary ---- */
@@ -177,6 +178,99 @@ static void test_broker_embedded_sigint(void **state) {
   kl_broker_t b;
   kl_broker_start(&b, NULL);
   assert_int_equal(kl_broker_stop(&b, SIGINT), 0);
+}
+
+static double kl_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* SIGTERM right after `keylane worker` starts: it exits 0 at once with an
+ * eager assignor (it used to wait for the group's first join, 3 s and more
+ * on the embedded cluster), and the assignment a cooperative one still
+ * waits for on librdkafka < 2.3 takes no partition: a worker that is
+ * stopping takes no epoch, which would fence the partitions' owners. */
+static void test_worker_sigterm_during_startup(void **state) {
+  (void)state;
+  kl_embedded_t *cluster;
+  assert_int_equal(kl_embedded_new(1, "early", 4, &cluster), KL_OK);
+  assert_int_equal(kl_embedded_topic_create(cluster, "early.dlq", 1), KL_OK);
+  char dir[64], store[96], line[512];
+  kl_t_tmpdir(dir);
+  snprintf(store, sizeof(store), "%s/store", dir);
+  /* range at once; cooperative-sticky at once, and 0.5 s in, while its
+   * first join is under way (the embedded cluster's takes 3 s) */
+  for (int run = 0; run < 3; run++) {
+    int coop = run > 0;
+    const char *argv[] = {kl_t_bin(),
+                          "worker",
+                          "-b",
+                          kl_embedded_bootstrap(cluster),
+                          "-t",
+                          "early",
+                          "-g",
+                          run == 2 ? "early-late"
+                          : coop   ? "early-coop"
+                                   : "early-eager",
+                          "--store",
+                          store,
+                          "--handler",
+                          "ledger",
+                          "-X",
+                          coop ? "kafka.partition.assignment.strategy="
+                                 "cooperative-sticky"
+                               : "kafka.partition.assignment.strategy=range",
+                          NULL};
+    pid_t pid = kl_t_spawn_worker(dir, run, argv);
+    for (int i = 0;
+         i < 500 && !kl_t_log_find(dir, run, "librdkafka", line, sizeof(line));
+         i++)
+      kl_t_sleep_ms(10);
+    if (run == 2)
+      kl_t_sleep_ms(500); /* where the signal lands, not an assertion */
+    double t0 = kl_now_s();
+    assert_int_equal(kill(pid, SIGTERM), 0);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    double took = kl_now_s() - t0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      fail_msg("%s: status %d", coop ? "cooperative" : "eager", status);
+    if (kl_t_log_find(dir, run, "assigned partition=", line, sizeof(line)))
+      fail_msg("a stopping worker took a partition: %s", line);
+    if (!coop && took > 1.5)
+      fail_msg("SIGTERM during start-up took %.1f s to exit", took);
+    print_message("%s%s: exited %.2f s after SIGTERM\n",
+                  coop ? "cooperative-sticky" : "range",
+                  run == 2 ? " (in its first join)" : "", took);
+  }
+  kl_t_rmrf(dir);
+  kl_embedded_destroy(cluster);
+}
+
+/* An unknown KEYLANE_LOG is an error naming the levels (exit 2), not a
+ * silent info; a level's name in any case, or empty, runs. */
+static void test_keylane_log_levels(void **state) {
+  (void)state;
+  static const char *const values[][2] = {
+      {"verbose", "2"}, {"WARNING", "2"}, {"info\n", "2"}, {"debug", "0"},
+      {"ERROR", "0"},   {"Warn", "0"},    {"", "0"},
+  };
+  for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+    setenv("KEYLANE_LOG", values[i][0], 1);
+    kl_run_t r;
+    kl_run((const char *[]){"route", "--partitions", "7", "k", NULL}, NULL, &r);
+    unsetenv("KEYLANE_LOG");
+    int want = atoi(values[i][1]);
+    if (r.rc != want ||
+        (want && !strstr(r.err, "is not a log level: set it to error, warn, "
+                                "info or debug")))
+      fail_msg("KEYLANE_LOG=\"%s\": exit %d, stderr: %s", values[i][0], r.rc,
+               r.err);
+    if (i == 2 && !strstr(r.err, "KEYLANE_LOG=\"info\\x0a\""))
+      fail_msg("the value is not escaped: %s", r.err);
+    kl_run_free(&r);
+  }
 }
 
 static void test_broker_bad_flags(void **state) {
@@ -520,6 +614,26 @@ static void test_publish_usage(void **state) {
   assert_int_equal(r.rc, 1);
   assert_non_null(strstr(r.err, "nope"));
   kl_run_free(&r);
+  /* A keylane key misspelled is named as given, exit 2 like other
+   * configuration errors, with the key it is near. */
+  static const char *const keys[][2] = {
+      {"worker.bogus=1", "unknown configuration key \"worker.bogus\": "},
+      {"worker.max.attempt=3", "unknown configuration key "
+                               "\"worker.max.attempt\" (did you mean "
+                               "worker.max.attempts?)"},
+      {"store.map.sise=1G", "(did you mean store.map.size?)"},
+      {"gateway.bogus=1", "unknown configuration key \"gateway.bogus\""},
+  };
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+    kl_run((const char *[]){"worker", "-b", "127.0.0.1:1", "-t", "x", "-g", "g",
+                            "--store", "/nonexistent/kl", "--handler", "ledger",
+                            "-X", keys[i][0], NULL},
+           "", &r);
+    if (r.rc != 2 || !strstr(r.err, keys[i][1]) || strstr(r.err, "kafka.w") ||
+        strstr(r.err, "kafka.s") || strstr(r.err, "kafka.g"))
+      fail_msg("-X %s: exit %d, stderr: %s", keys[i][0], r.rc, r.err);
+    kl_run_free(&r);
+  }
 }
 
 /* Kafka refuses the produce (the mock answers every Produce with a
@@ -623,6 +737,8 @@ int main(void) {
       cmocka_unit_test(test_broker_embedded_sigterm),
       cmocka_unit_test(test_broker_embedded_sigint),
       cmocka_unit_test(test_broker_bad_flags),
+      cmocka_unit_test(test_keylane_log_levels),
+      cmocka_unit_test(test_worker_sigterm_during_startup),
       cmocka_unit_test(test_gateway_tokens_file_bounded),
       cmocka_unit_test(test_gateway_empty_allow_topics_refused),
       cmocka_unit_test(test_gateway_warns_off_loopback_without_tokens),

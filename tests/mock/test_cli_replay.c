@@ -5,6 +5,8 @@
  * of their JSON.
  */
 #include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,7 +23,9 @@
 #include <librdkafka/rdkafka.h>
 
 #include "support/history.h"
+#include "support/spawn.h"
 #include "support/support.h"
+#include "worker/dlq.h"
 
 typedef struct kl_run {
   int rc;
@@ -142,6 +146,16 @@ static void test_usage_errors_name_the_fix(void **state) {
   kl_assert_usage((const char *[]){"replay", "-b", "127.0.0.1:1", "--from-dlq",
                                    "e.dlq", "-p", "0", NULL},
                   "its own origin partition");
+  kl_assert_usage((const char *[]){"replay", "-b", "127.0.0.1:1", "-t", "e",
+                                   "-p", "0", "--from", "5", "--to", "2",
+                                   "--store", "/tmp/x", "--handler", "ledger",
+                                   NULL},
+                  "--from 5 is after --to 2");
+  kl_assert_usage((const char *[]){"replay", "-b", "127.0.0.1:1", "--from-dlq",
+                                   "e.dlq", "--from", "@2024-05-02T00:00:00Z",
+                                   "--to", "@2024-05-01T00:00:00Z", "--store",
+                                   "/tmp/x", "--handler", "ledger", NULL},
+                  "is after --to");
   kl_assert_usage((const char *[]){"store", "rebuild", "-b", "127.0.0.1:1",
                                    "-t", "e", "--handler", "ledger", NULL},
                   "--store NEW_STORE is required");
@@ -154,6 +168,48 @@ static void test_usage_errors_name_the_fix(void **state) {
          &r);
   assert_int_equal(r.rc, 1);
   assert_non_null(strstr(r.err, "does not exist"));
+  kl_run_free(&r);
+}
+
+/* --reason takes, and --help lists, every reason worker/dlq.c names:
+ * read from its list here too, so a reason added there is checked. */
+static void test_reason_is_one_of_the_dlq_reasons(void **state) {
+  char all[256] = "";
+  size_t n = 0;
+  for (int i = 0; strcmp(kl__dlq_reason_name((kl__dlq_reason_t)i), "unknown");
+       i++, n++) {
+    const char *name = kl__dlq_reason_name((kl__dlq_reason_t)i);
+    snprintf(all + strlen(all), sizeof(all) - strlen(all), "%s%s",
+             i ? ", " : "", name);
+    kl_run_t r;
+    kl_run((const char *[]){"replay", "-b", "127.0.0.1:1", "-t", "e", "-p", "0",
+                            "--from", "0", "--reason", name, NULL},
+           &r);
+    if (r.rc != 2 || !strstr(r.err, "need --from-dlq")) /* taken, then this */
+      fail_msg("--reason %s: exit %d, stderr: %s", name, r.rc, r.err);
+    kl_run_free(&r);
+  }
+  assert_true(n >= 5);
+  char want[320];
+  snprintf(want, sizeof(want), "--reason takes one of %s; got \"bogus\"", all);
+  kl_assert_usage((const char *[]){"replay", "-b", "127.0.0.1:1", "--from-dlq",
+                                   "e.dlq", "--reason", "bogus", "--store",
+                                   "/tmp/x", "--handler", "ledger", NULL},
+                  want);
+  kl_run_t r;
+  kl_run((const char *[]){"replay", "--help", NULL}, &r);
+  assert_int_equal(r.rc, 0);
+  /* the help wraps its lines: compare without the breaks */
+  char *flat = r.out, *w = r.out;
+  for (const char *c = r.out; *c; c++)
+    if (*c == '\n' || (*c == ' ' && (w == flat || w[-1] == ' ')))
+      continue;
+    else
+      *w++ = *c;
+  *w = '\0';
+  snprintf(want, sizeof(want), "only letters of reason R (%s)", all);
+  if (!strstr(flat, want))
+    fail_msg("--help lacks \"%s\": %s", want, flat);
   kl_run_free(&r);
 }
 
@@ -292,6 +348,16 @@ static void test_rebuild_replay_and_store_json(void **state) {
 
   json_t *o = kl_rebuild_json(&fx, "cli");
   assert_int_equal(kl_int(o, "read"), published + republished);
+  /* A second rebuild into it is refused before any progress is told. */
+  kl_run_t again;
+  kl_run((const char *[]){"store", "rebuild", "-b", fx.boot, "-t", "cli",
+                          "--store", fx.store, "--handler", "ledger", NULL},
+         &again);
+  if (again.rc != 1 ||
+      !strstr(again.err, "the store already holds topic cli") ||
+      strstr(again.err, "finished"))
+    fail_msg("exit %d, stderr: %s", again.rc, again.err);
+  kl_run_free(&again);
   assert_int_equal(kl_int(o, "applied"), published);
   assert_int_equal(kl_int(o, "skipped_duplicate"), republished);
   assert_int_equal(json_array_size(json_object_get(o, "history_truncated")), 0);
@@ -578,6 +644,96 @@ static void test_rebuild_reports_truncated_history(void **state) {
   kl_fx_down(&fx);
 }
 
+/* A dead-letter topic that does not exist is a usage error that names the
+ * ones there are, and asking does not create it (the embedded cluster
+ * creates a topic that a metadata request names). */
+static void test_redrive_of_a_missing_topic_is_refused(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "gone", 1, 10);
+  json_decref(kl_rebuild_json(&fx, "gone"));
+  assert_int_equal(kl_embedded_topic_create(fx.cluster, "gone.dlq", 1), KL_OK);
+  for (int i = 0; i < 2; i++) { /* the second finds it still missing */
+    kl_run_t r;
+    kl_run((const char *[]){"replay", "-b", fx.boot, "--from-dlq", "nosuch.dlq",
+                            "--store", fx.store, "--handler", "ledger", NULL},
+           &r);
+    if (r.rc != 2 ||
+        !strstr(r.err, "dead-letter topic nosuch.dlq does not exist; the "
+                       "cluster's dead-letter topics are: gone.dlq"))
+      fail_msg("run %d: exit %d, stdout: %s stderr: %s", i, r.rc, r.out, r.err);
+    kl_run_free(&r);
+  }
+  kl_run_t r;
+  kl_run((const char *[]){"replay", "-b", fx.boot, "--from-dlq", "gone.dlq",
+                          "--store", fx.store, "--handler", "ledger", NULL},
+         &r);
+  if (r.rc != 0 || !strstr(r.out, "letters: 0 applied"))
+    fail_msg("exit %d, stderr: %s", r.rc, r.err);
+  kl_run_free(&r);
+  kl_fx_down(&fx);
+}
+
+/* Two live workers with one --instance-id on the embedded cluster, which
+ * keeps no static members: the second is not refused there (Kafka fences
+ * the older one: tests/kafka/test_static_membership.c). What holds: each
+ * says so at start, both run as members of the group, and every event is
+ * applied once. */
+static void test_one_instance_id_twice_on_embedded(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "twice", 4, 200);
+  assert_int_equal(kl_embedded_topic_create(fx.cluster, "twice.dlq", 1), KL_OK);
+  const char *argv[] = {kl_t_bin(),
+                        "worker",
+                        "-b",
+                        fx.boot,
+                        "-t",
+                        "twice",
+                        "-g",
+                        "twice",
+                        "--store",
+                        fx.store,
+                        "--handler",
+                        "ledger",
+                        "--instance-id",
+                        "w-1",
+                        "-X",
+                        "kafka.fetch.wait.max.ms=10",
+                        NULL};
+  pid_t pids[2];
+  char line[1024];
+  for (int i = 0; i < 2; i++) {
+    pids[i] = kl_t_spawn_worker(fx.dir, i, argv);
+    int said = 0;
+    for (int t = 0; t < 1000 && !said; t++) {
+      said = kl_t_log_find(fx.dir, i, "keeps no static members", line,
+                           sizeof(line));
+      if (!said)
+        kl_t_sleep_ms(10);
+    }
+    if (!said)
+      fail_msg("worker %d did not say the cluster keeps no static members", i);
+    assert_non_null(strstr(line, "worker.instance.id=w-1: "));
+  }
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(fx.store, NULL, &store), KL_OK);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, store, "twice", 0, 60000), 0);
+  kl__ledger_verdict_t v;
+  assert_int_equal(kl__ledger_gen_verify(fx.gen, store, "twice", &v), KL_OK);
+  if (!v.ok)
+    fail_msg("ledger: %" PRIu64 " keys bad, %" PRIu64 " violations", v.keys_bad,
+             v.violations);
+  kl_store_destroy(store);
+  for (int i = 0; i < 2; i++) {
+    int status;
+    assert_int_equal(waitpid(pids[i], &status, WNOHANG), 0); /* running */
+    assert_int_equal(kill(pids[i], SIGTERM), 0);
+    assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      fail_msg("worker %d: status %d", i, status);
+  }
+  kl_fx_down(&fx);
+}
+
 /* --dry-run never runs an exec: handler, which may act outside the store:
  * here its one effect is a file it writes when it starts. The report says
  * what the replay would apply and skip, and that the handler did not run. */
@@ -638,12 +794,15 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help),
       cmocka_unit_test(test_usage_errors_name_the_fix),
+      cmocka_unit_test(test_reason_is_one_of_the_dlq_reasons),
       cmocka_unit_test(test_no_store_is_created_at_a_typo),
       cmocka_unit_test(test_rebuild_replay_and_store_json),
       cmocka_unit_test(test_inspect_prints_records),
       cmocka_unit_test(test_store_get_prints_numbers),
       cmocka_unit_test(test_rebuild_reports_truncated_history),
       cmocka_unit_test(test_dry_run_never_runs_an_exec_handler),
+      cmocka_unit_test(test_redrive_of_a_missing_topic_is_refused),
+      cmocka_unit_test(test_one_instance_id_twice_on_embedded),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

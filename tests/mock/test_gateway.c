@@ -59,6 +59,11 @@ static int kl_group_up(void **state) {
   kl_mc = rd_kafka_mock_cluster_new(kl_mrk, KL_T_BROKERS);
   assert_non_null(kl_mc);
   rd_kafka_mock_topic_create(kl_mc, KL_T_TOPIC, KL_T_PARTS, KL_T_BROKERS);
+  /* The gateway serves topics that exist (test_missing_topic_is_404). */
+  static const char *const more[] = {"events.dlq", "orders-1", "junk-0",
+                                     "junk-1", "junk-2"};
+  for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++)
+    rd_kafka_mock_topic_create(kl_mc, more[i], 4, KL_T_BROKERS);
   snprintf(kl_bootstrap, sizeof(kl_bootstrap), "%s",
            rd_kafka_mock_cluster_bootstraps(kl_mc));
   return 0;
@@ -722,7 +727,7 @@ static void test_topics_internal_refused(void **state) {
   o.allow_topics = "events*, orders-?";
   tg = kl_gw(&o);
   kl_wait_health(tg->port, 200);
-  /* Allowed (the embedded cluster creates what is named). */
+  /* Allowed. */
   assert_int_equal(kl_post_status(tg->port, "events.dlq"), 200);
   assert_int_equal(kl_post_status(tg->port, "orders-1"), 200);
   assert_int_equal(kl_post_status(tg->port, KL_T_TOPIC), 200);
@@ -736,10 +741,9 @@ static void test_topics_internal_refused(void **state) {
   kl_t_gateway_stop(tg);
 }
 
-/* Names a client made up used to hold --max-topics until a restart. The
- * embedded cluster creates any topic named (so junk is served here; a real
- * cluster does not create them for the gateway): once full, a topic no
- * request used for topic_idle_ms gives its place. */
+/* Names a client made up used to hold --max-topics until a restart (the
+ * junk topics exist here: one that does not is 404 and takes no place):
+ * once full, a topic no request used for topic_idle_ms gives its place. */
 static void test_junk_topics_do_not_fill_max_topics(void **state) {
   kl__gateway_opts_t o;
   kl__gateway_opts_default(&o);
@@ -799,6 +803,52 @@ static void test_producer_creates_no_topics(void **state) {
     kl__gateway_destroy(gw);
     kl_conf_destroy(conf);
   }
+}
+
+/* A topic that does not exist is 404 with a JSON error, though the mock
+ * cluster creates a topic that a metadata request names: the gateway asks
+ * for every topic's, and no more than once a second for missing ones. It
+ * takes no --max-topics place, and a topic created later is served. */
+static void test_missing_topic_is_404(void **state) {
+  kl__gateway_opts_t o;
+  kl__gateway_opts_default(&o);
+  o.max_topics = 1;
+  kl_t_gateway_t *tg = kl_gw(&o);
+  kl_wait_health(tg->port, 200);
+  for (int i = 0; i < 3; i++) {
+    kl_t_http_resp_t r;
+    assert_int_equal(
+        kl_post(tg->port, "nosuch", NULL, "{\"key\":\"k\",\"type\":\"t\"}", &r),
+        0);
+    assert_int_equal(r.status, 404);
+    json_error_t e;
+    json_t *body = json_loads(r.body, 0, &e);
+    if (!body || !strstr(json_string_value(json_object_get(body, "error")),
+                         "topic nosuch does not exist"))
+      fail_msg("not the JSON error: %s", r.body);
+    json_decref(body);
+    kl_t_http_resp_free(&r);
+    assert_int_equal(kl_t_http_once(tg->port, "GET",
+                                    "/v1/topics/nosuch/route?key=k", NULL, NULL,
+                                    &r),
+                     0);
+    assert_int_equal(r.status, 404);
+    kl_t_http_resp_free(&r);
+  }
+  assert_int_equal(kl_post_status(tg->port, KL_T_TOPIC), 200); /* room */
+  kl_t_gateway_stop(tg);
+  tg = kl_gw(NULL);
+  kl_wait_health(tg->port, 200);
+  assert_int_equal(kl_post_status(tg->port, "later"), 404);
+  rd_kafka_mock_topic_create(kl_mc, "later", 2, KL_T_BROKERS);
+  int status = 404;
+  int64_t t0 = kl__mono_ns();
+  while (status == 404 && kl__mono_ns() - t0 < 5000000000LL) {
+    kl_t_sleep_ms(50);
+    status = kl_post_status(tg->port, "later");
+  }
+  assert_int_equal(status, 200);
+  kl_t_gateway_stop(tg);
 }
 
 static void test_404_405(void **state) {
@@ -1297,6 +1347,7 @@ int main(void) {
       cmocka_unit_test(test_junk_topics_do_not_fill_max_topics),
       cmocka_unit_test(test_producer_creates_no_topics),
       cmocka_unit_test(test_404_405),
+      cmocka_unit_test(test_missing_topic_is_404),
       cmocka_unit_test(test_body_and_header_limits),
       cmocka_unit_test(test_tokens),
       cmocka_unit_test(test_503_then_retry_with_same_ids),

@@ -651,6 +651,61 @@ static void test_cli_store_outbox(void **state) {
   kl_fx_down(&fx);
 }
 
+/* --drop --dry-run checks and shows what it would drop and drops nothing;
+ * a seq or partition out of range is refused, not wrapped. */
+static void test_cli_store_outbox_dry_run(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "obd", 1);
+  kl_commit_emits(&fx, 7, (const char *[]){"P"}, (size_t[]){1}, 1);
+  json_t *o = kl_cli_outbox(&fx);
+  char drop[64];
+  snprintf(drop, sizeof(drop), "0:%" JSON_INTEGER_FORMAT,
+           json_integer_value(json_object_get(
+               json_array_get(json_object_get(o, "follow_ups"), 0), "seq")));
+  json_decref(o);
+
+  kl_t_run_t r;
+  kl_t_run((const char *[]){"store", "outbox", "--store", fx.dir, "-t",
+                            fx.topic, "--drop", drop, "--dry-run", NULL},
+           NULL, 0, &r);
+  assert_int_equal(r.rc, 0);
+  if (!strstr(r.out, "would drop follow-up") ||
+      !strstr(r.err, "nothing was dropped"))
+    fail_msg("stdout: %s stderr: %s", r.out, r.err);
+  kl_t_run_free(&r);
+  kl_t_run((const char *[]){"store", "outbox", "--store", fx.dir, "-t",
+                            fx.topic, "--drop", drop, "--dry-run", "--json",
+                            NULL},
+           NULL, 0, &r);
+  assert_int_equal(r.rc, 0);
+  o = kl_t_run_json(&r);
+  assert_true(json_is_true(json_object_get(o, "dry_run")));
+  assert_int_equal(json_array_size(json_object_get(o, "dropped")), 1);
+  json_decref(o);
+  kl_t_run_free(&r);
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 1);
+
+  static const char *const bad[][2] = {
+      {"0:99999999999999999999", "the SEQ of --drop"},
+      {"0:18446744073709551617", "the SEQ of --drop"},
+      {"0:-1", "the SEQ of --drop"},
+      {"0:0", "at least 1"},
+      {"4294967296:1", "the PARTITION of --drop"},
+      {"1:", "the SEQ of --drop"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    kl_t_run((const char *[]){"store", "outbox", "--store", fx.dir, "-t",
+                              fx.topic, "--drop", bad[i][0], NULL},
+             NULL, 0, &r);
+    if (r.rc != 2 || !strstr(r.err, bad[i][1]))
+      fail_msg("--drop %s: exit %d, stderr: %s", bad[i][0], r.rc, r.err);
+    kl_t_run_free(&r);
+  }
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 1);
+  kl_fx_down(&fx);
+}
+
 /* ---- a follow-up Kafka refuses for good ----------------------------- */
 
 /* A worker of @p fx with kafka.message.max.bytes at @p max (NULL:
@@ -912,6 +967,7 @@ int main(void) {
       cmocka_unit_test(test_emit_over_the_limit_fails_its_event),
       cmocka_unit_test(test_emit_over_the_topic_limit_fails_its_event),
       cmocka_unit_test(test_refused_follow_up_is_kept),
+      cmocka_unit_test(test_cli_store_outbox_dry_run),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -518,9 +518,29 @@ static void test_store_reset_cli(void **state) {
   snprintf(args, sizeof(args), "-t other -p all --store %s", dir);
   assert_int_equal(kl_reset_cli(args, out, sizeof(out)), 1);
   assert_non_null(strstr(out, "has no partition of topic other"));
+  /* --dry-run says what a reset would change, and changes nothing. */
+  snprintf(args, sizeof(args), "-t events -p 2 --store %s --dry-run", dir);
+  assert_int_equal(kl_reset_cli(args, out, sizeof(out)), 0);
+  if (!strstr(out, "would reset topic events partition 2: watermark 42 -> 0, "
+                   "epoch 1 -> 2") ||
+      !strstr(out, "nothing was reset"))
+    fail_msg("--dry-run: %s", out);
+  snprintf(args, sizeof(args), "-t events -p all --store %s --dry-run --json",
+           dir);
+  assert_int_equal(kl_reset_cli(args, out, sizeof(out)), 0);
+  assert_non_null(strstr(out, "{\"topic\":\"events\",\"dry_run\":true,"
+                              "\"reset\":[{\"partition\":0,\"epoch_before\":1,"
+                              "\"epoch\":2,\"watermark_before\":40,"
+                              "\"watermark\":0},"));
+  for (int32_t p = 0; p < 3; p += 2) {
+    assert_int_equal(kl_store_partition(store, "events", p, &st), KL_OK);
+    assert_int_equal(st.watermark, 40 + p);
+    assert_int_equal(st.epoch, 1);
+  }
   snprintf(args, sizeof(args), "-t events -p all --store %s --json", dir);
   assert_int_equal(kl_reset_cli(args, out, sizeof(out)), 0);
-  assert_string_equal(out, "{\"topic\":\"events\",\"reset\":["
+  assert_string_equal(out, "{\"topic\":\"events\",\"dry_run\":false,"
+                           "\"reset\":["
                            "{\"partition\":0,\"epoch_before\":1,\"epoch\":2,"
                            "\"watermark_before\":40,\"watermark\":0},"
                            "{\"partition\":2,\"epoch_before\":1,\"epoch\":2,"

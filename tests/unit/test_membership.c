@@ -11,6 +11,9 @@
 #include <cmocka.h>
 #include <librdkafka/rdkafka.h>
 
+#include "keylane/store.h"
+#include "keylane/worker.h"
+#include "support/support.h"
 #include "worker/membership.h"
 #include "worker/worker_internal.h"
 
@@ -56,6 +59,36 @@ static void test_instance_ids_checked(void **state) {
   }
 }
 
+/* A control character in an instance id is refused wherever it is set
+ * (worker.instance.id, or kafka.group.instance.id, which overrides it),
+ * and the message shows it escaped: a newline in it must not make a log
+ * line of its own. */
+static void test_instance_id_with_a_newline(void **state) {
+  (void)state;
+  static const char id[] = "w-1\n2026-01-01T00:00:00Z ERROR forged";
+  kl_conf_t *conf = conf_with("worker.instance.id", id);
+  assert_int_equal(kl__membership_check(conf), KL_ECONF);
+  assert_non_null(strstr(kl_err_detail(), "\"w-1\\x0a2026-01-01"));
+  assert_null(strchr(kl_err_detail(), '\n'));
+  kl_conf_destroy(conf);
+
+  char dir[64];
+  kl_t_tmpdir(dir);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  conf = conf_with("kafka.group.instance.id", id);
+  kl_worker_t *w = NULL;
+  assert_int_equal(kl_worker_new(conf, "t", store, kl_ledger_handler, NULL, &w),
+                   KL_ECONF);
+  assert_null(w);
+  assert_non_null(
+      strstr(kl_err_detail(), "kafka.group.instance.id=\"w-1\\x0a"));
+  assert_null(strchr(kl_err_detail(), '\n'));
+  kl_conf_destroy(conf);
+  kl_store_destroy(store);
+  kl_t_rmrf(dir);
+}
+
 static void test_instance_id_reaches_librdkafka(void **state) {
   (void)state;
   char id[KL__INSTANCE_ID_MAX];
@@ -78,6 +111,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_instance_ids_checked),
       cmocka_unit_test(test_instance_id_reaches_librdkafka),
+      cmocka_unit_test(test_instance_id_with_a_newline),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,7 @@
 #include "broker/gateway.h"
 #include "cli/cli.h"
 #include "cli/opts.h"
+#include "common/conf.h"
 #include "common/internal.h"
 #include "support/run.h"
 #include "support/support.h"
@@ -317,6 +318,16 @@ static void test_set(void **state) {
              (const char *[]){"worker.batch.max", "\"0\"", NULL});
   kl_refused((const char *[]){"-s", "x", "--set", "novalue", NULL},
              (const char *[]){"-X takes name=value", NULL});
+  /* keylane's prefixes are keylane's: not passed to librdkafka */
+  kl_refused((const char *[]){"-s", "x", "-X", "worker.batch.mx=9", NULL},
+             (const char *[]){"unknown configuration key \"worker.batch.mx\"",
+                              "did you mean worker.batch.max?", NULL});
+  kl_refused((const char *[]){"-s", "x", "-X", "producer.nothing=1", NULL},
+             (const char *[]){"\"producer.nothing\"", NULL});
+  assert_true(kl__conf_keylane_prefix("store.x"));
+  assert_false(kl__conf_keylane_prefix("socket.timeout.ms"));
+  assert_false(kl__conf_keylane_prefix("worker"));
+  assert_null(kl__conf_key_nearest("worker.bogus"));
 }
 
 static char *kl_help(const kl__cmd_t *cmd) {

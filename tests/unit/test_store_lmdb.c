@@ -692,24 +692,73 @@ static void test_format1_store_opened_by_two_processes(void **state) {
   assert_false(t_has_v1_ids(st->fx.where));
 }
 
-static void test_foreign_lmdb_is_refused(void **state) {
-  t_state_t *st = *state;
+/* Another program's LMDB environment in @p dir, which exists. */
+static void t_foreign_lmdb(const char *dir) {
   MDB_env *env;
   MDB_txn *mtxn;
   MDB_dbi dbi;
-  assert_int_equal(mkdir(st->fx.where, 0755), 0);
   assert_int_equal(mdb_env_create(&env), 0);
-  assert_int_equal(mdb_env_open(env, st->fx.where, 0, 0644), 0);
+  assert_int_equal(mdb_env_open(env, dir, 0, 0644), 0);
   assert_int_equal(mdb_txn_begin(env, NULL, 0, &mtxn), 0);
   assert_int_equal(mdb_dbi_open(mtxn, NULL, 0, &dbi), 0);
   MDB_val key = {3, "foo"}, val = {3, "bar"};
   assert_int_equal(mdb_put(mtxn, dbi, &key, &val, 0), 0);
   assert_int_equal(mdb_txn_commit(mtxn), 0);
   mdb_env_close(env);
+}
+
+static void test_foreign_lmdb_is_refused(void **state) {
+  t_state_t *st = *state;
+  assert_int_equal(mkdir(st->fx.where, 0755), 0);
+  t_foreign_lmdb(st->fx.where);
   kl_store_t *store = NULL;
   assert_int_equal(kl_t_store_try_open(st->fx.where, &store, NULL),
                    KL_ESTORE_VERSION);
   assert_non_null(strstr(kl_err_detail(), "did not write"));
+}
+
+/* Opens @p dir as an existing store (store.create=no, as the commands that
+ * read one do). */
+static kl_err_t t_open_existing(const char *dir, kl_store_t **store) {
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "store.create", "no", NULL, 0), KL_OK);
+  kl_err_t err = kl_store_open(dir, conf, store);
+  kl_conf_destroy(conf);
+  return err;
+}
+
+/* Opening an existing store (store reset, stats...) where there is none
+ * refuses and leaves the directory as it was: no lock.mdb beside a file
+ * that is not LMDB or another program's LMDB. A store that lost its
+ * lock.mdb (a copy of data.mdb) still opens. */
+static void test_read_open_leaves_a_non_store_alone(void **state) {
+  t_state_t *st = *state;
+  char data[4096], lock[4096];
+  snprintf(data, sizeof(data), "%s/data.mdb", st->fx.where);
+  snprintf(lock, sizeof(lock), "%s/lock.mdb", st->fx.where);
+  assert_int_equal(mkdir(st->fx.where, 0755), 0);
+  FILE *f = fopen(data, "w");
+  assert_non_null(f);
+  fputs("not an LMDB file, though it is named like one\n", f);
+  fclose(f);
+  kl_store_t *store = NULL;
+  assert_int_equal(t_open_existing(st->fx.where, &store), KL_ESTORE);
+  assert_non_null(strstr(kl_err_detail(), "not an LMDB store"));
+  assert_int_equal(access(lock, F_OK), -1);
+
+  assert_int_equal(unlink(data), 0);
+  t_foreign_lmdb(st->fx.where);
+  assert_int_equal(unlink(lock), 0);
+  assert_int_equal(t_open_existing(st->fx.where, &store), KL_ESTORE_VERSION);
+  assert_non_null(strstr(kl_err_detail(), "did not write"));
+  assert_int_equal(access(lock, F_OK), -1);
+
+  kl_t_rmrf(st->fx.where);
+  kl_store_destroy(kl_t_store_open(st->fx.where, NULL));
+  assert_int_equal(unlink(lock), 0);
+  assert_int_equal(t_open_existing(st->fx.where, &store), KL_OK);
+  kl_store_destroy(store);
+  assert_int_equal(access(lock, F_OK), 0);
 }
 
 static void test_open_twice_in_one_process(void **state) {
@@ -838,6 +887,7 @@ int main(void) {
       T(test_full_file_system),
       T(test_version_mismatch),
       T(test_foreign_lmdb_is_refused),
+      T(test_read_open_leaves_a_non_store_alone),
       T(test_open_twice_in_one_process),
       T(test_durability_modes),
       T(test_sweep_without_expired_keys_writes_nothing),

@@ -114,6 +114,12 @@ static void test_message(void **state) {
       kl__units_parse("--max-body", "0", KL__UNITS_SIZE, 1, 1 << 30, &v),
       KL_EINVAL);
   assert_non_null(strstr(kl_err_detail(), "from 1 to 1G"));
+  /* What was typed is shown escaped: a newline cannot start a line. */
+  assert_int_equal(kl__units_parse("--limit", "5\n2026-01-01 ERROR x",
+                                   KL__UNITS_COUNT, 1, 10, &v),
+                   KL_EINVAL);
+  assert_non_null(strstr(kl_err_detail(), "got \"5\\x0a2026-01-01 ERROR x\""));
+  assert_null(strchr(kl_err_detail(), '\n'));
   char buf[32];
   assert_string_equal(kl__units_format(KL__UNITS_MS, 90000, buf, sizeof(buf)),
                       "90s");

@@ -103,6 +103,9 @@ def test_emits_go_with_ok():
         (("k", "t"), {"topic": "a b"}, "has a character Kafka does not allow"),
         (("k", "t"), {"topic": "x" * 250}, "is not a Kafka topic name"),
         (("k", "t", object()), {}, "the payload is not a JSON value"),
+        (("k", "t", float("nan")), {}, "emit: payload is nan, which JSON cannot carry"),
+        (("k", "t", {"amount": float("inf")}), {}, "emit: payload['amount'] is inf, which JSON cannot carry"),
+        (("k", "t", {"a": [1, {"b": -float("inf")}]}), {}, "emit: payload['a'][1]['b'] is -inf"),
     ],
 )
 def test_an_emit_keylane_would_refuse_fails_the_event(args, kwargs, says):
@@ -125,6 +128,47 @@ def test_no_seq_no_echo_and_a_broken_request_fails():
     assert apply.answer(req) == {"status": "ok"}
     a = apply.answer({"seq": 3, "topic": "t"})
     assert a["seq"] == 3 and a["status"] == "fail" and "a request without its" in a["error"]
+
+
+@pytest.mark.parametrize(
+    "drop,names",
+    [("id", '"id" field'), ("type", '"type" field'), ("key", '"key" (or "key_b64") field'), ("epoch", '"epoch" field')],
+)
+def test_a_request_without_a_field_names_it(drop, names):
+    @handler
+    def apply(event, tx):
+        pass
+
+    req = dict(REQ)
+    del req[drop]
+    a = apply.answer(req)
+    assert a["status"] == "fail" and a["error"].startswith("keylane.handler: a request without its " + names + ":")
+
+
+def test_a_huge_malformed_request_gets_a_short_answer():
+    @handler
+    def apply(event, tx):
+        pass
+
+    req = dict(REQ, key_b64="A" * 5_000_001)  # not base64: a padding error
+    del req["key"]
+    a = apply.answer(req)
+    assert a["status"] == "fail" and "a request with a malformed field" in a["error"]
+    assert len(a["error"]) < 600 and "characters)" in a["error"]
+    req = dict(REQ, payload={"blob": "x" * 5_000_000})
+    del req["id"]
+    a = apply.answer(req)
+    assert len(a["error"]) < 600 and '"id" field' in a["error"]
+
+
+def test_the_answer_to_a_nan_emit_is_valid_json():
+    @handler
+    def apply(event, tx):
+        tx.emit("k", "t", {"amount": float("nan")})
+
+    line = apply._line(json.dumps(REQ).encode())
+    a = json.loads(line, parse_constant=lambda c: pytest.fail("invalid JSON constant %s in %r" % (c, line)))
+    assert a["status"] == "fail" and "payload['amount'] is nan" in a["error"]
 
 
 CHILD = textwrap.dedent(

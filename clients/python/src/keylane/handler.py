@@ -57,6 +57,9 @@ _TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+\Z")
 _SEQ = re.compile(rb'\s*\{\s*"seq"\s*:\s*([0-9]{1,19})\s*[,}]')
 #: No payload given to Tx.emit(): the follow-up's payload is empty.
 _NONE: Any = object()
+_INF = float("inf")
+#: How much of a malformed request an answer quotes.
+_QUOTE_MAX = 200
 
 
 class Retry(Exception):
@@ -160,8 +163,14 @@ class Tx:
         if isinstance(payload, (bytes, bytearray, memoryview)):
             item["payload_b64"] = base64.b64encode(bytes(payload)).decode("ascii")
         elif payload is not _NONE:
+            where = _non_finite(payload, "payload")
+            if where is not None:
+                raise Fail(
+                    "emit: %s is %r, which JSON cannot carry (no NaN or Infinity): "
+                    "pass a finite number, a string or None" % where
+                )
             try:
-                json.dumps(payload)
+                json.dumps(payload, allow_nan=False)
             except (TypeError, ValueError) as e:
                 raise Fail('emit: the payload is not a JSON value (%s): pass bytes or JSON-able data' % e) from None
             item["payload"] = payload
@@ -177,6 +186,24 @@ def _emit_text(field: str, value: Any, limit: int) -> str:
     if n > limit:
         raise Fail('emit: "%s" is %d bytes, the limit is %d' % (field, n, limit))
     return value
+
+
+def _non_finite(value: Any, path: str) -> Optional[tuple]:
+    """(path, value) of the first NaN or infinity in a JSON-able value,
+    with the path as a reader names it (payload["a"][0]), or None."""
+    if isinstance(value, float):
+        return None if value == value and value not in (_INF, -_INF) else (path, value)
+    if isinstance(value, dict):
+        items = ((path + "[%r]" % k, v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((path + "[%d]" % i, v) for i, v in enumerate(value))
+    else:
+        return None
+    for sub, v in items:
+        found = _non_finite(v, sub)
+        if found is not None:
+            return found
+    return None
 
 
 def _emit_topic(topic: Any) -> str:
@@ -246,8 +273,10 @@ class Handler:
         seq = request.get("seq")
         try:
             event = Event(request)
-        except (KeyError, TypeError, ValueError) as e:
-            return _answer(seq, "fail", "keylane.handler: a request without its %s: %r" % (e, request)[:400])
+        except KeyError as e:
+            return _answer(seq, "fail", "keylane.handler: a request without its %s: %s" % (_missing(e), _quote(request)))
+        except (TypeError, ValueError) as e:
+            return _answer(seq, "fail", "keylane.handler: a request with a malformed field (%s): %s" % (e, _quote(request)))
         tx = Tx(event.fence)
         try:
             if event.traceparent and self._traced():
@@ -350,6 +379,24 @@ class Handler:
                     while view:
                         n = os.write(fd_out, view)
                         view = view[n:]
+
+
+def _missing(e: KeyError) -> str:
+    """The field a KeyError from Event() names, as the protocol names it:
+    the key comes as "key" (text) or "key_b64" (bytes)."""
+    field = e.args[0] if e.args else "?"
+    if field == "key_b64":
+        return '"key" (or "key_b64") field'
+    return '"%s" field' % field
+
+
+def _quote(request: Dict[str, Any]) -> str:
+    """The request's repr cut to _QUOTE_MAX characters: an answer to a
+    huge malformed request stays small."""
+    text = repr(request)
+    if len(text) <= _QUOTE_MAX:
+        return text
+    return "%s... (%d characters)" % (text[:_QUOTE_MAX], len(text))
 
 
 def _answer(seq: Optional[int], status: str, error: str) -> Dict[str, Any]:
