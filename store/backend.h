@@ -134,9 +134,10 @@ struct kl_txn {
   const char *src_topic;      /* its place in the log (kl__txn_source()) */
   int32_t src_partition;
   int64_t src_offset;
-  size_t src_first; /* emits->count when that event began */
-  char *last;       /* kl__txn_set_last(): the ident of the record at the
-                       commit's watermark - 1; NULL: keep the stored one */
+  size_t src_first;   /* emits->count when that event began */
+  uint64_t src_nonce; /* its follow-ups' nonce, drawn at its first emit */
+  char *last;         /* kl__txn_set_last(): the ident of the record at the
+                         commit's watermark - 1; NULL: keep the stored one */
   size_t last_len;
 };
 

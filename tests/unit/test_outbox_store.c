@@ -54,6 +54,18 @@ static kl_txn_t *kl_begin_emit(kl_store_t *store, uint64_t epoch,
   return txn;
 }
 
+/* @p id is the follow-up id of @p place ("~t/0/11/0") with a nonce;
+ * @returns the nonce. */
+static uint64_t kl_assert_place(const char *id, const char *place) {
+  kl__emit_src_t src;
+  size_t n = strlen(place);
+  if (strncmp(id, place, n) != 0 || strlen(id) != n + 17 || id[n] != '/')
+    fail_msg("follow-up id %s is not %s/<16 hex digits>", id, place);
+  assert_int_equal(kl__emit_id_parse(id, strlen(id), &src), 0);
+  assert_true(src.has_nonce);
+  return src.nonce;
+}
+
 static void test_emit_is_part_of_the_batch(void **state) {
   (void)state;
   char dir[64];
@@ -72,8 +84,9 @@ static void test_emit_is_part_of_the_batch(void **state) {
                    KL_OK);
   kl_list(store, &s);
   assert_int_equal(s.n, 2);
-  assert_string_equal(s.ids[0], "~t/0/11/0");
-  assert_string_equal(s.ids[1], "~t/0/11/1");
+  /* One event's follow-ups share its run's nonce. */
+  assert_true(kl_assert_place(s.ids[0], "~t/0/11/0") ==
+              kl_assert_place(s.ids[1], "~t/0/11/1"));
   assert_true(s.seqs[0] < s.seqs[1]);
   uint64_t last = s.seqs[1];
 
@@ -95,7 +108,7 @@ static void test_emit_is_part_of_the_batch(void **state) {
   kl_list(store, &s);
   assert_int_equal(s.n, 1);
   assert_true(s.seqs[0] > last);
-  assert_string_equal(s.ids[0], "~t/0/13/0");
+  kl_assert_place(s.ids[0], "~t/0/13/0");
   /* Listing from a seq on. */
   memset(&s, 0, sizeof(s));
   assert_int_equal(kl__store_outbox_list(store, "t", 0, s.seqs[0] + 1000, 128,
@@ -131,7 +144,7 @@ static void test_emit_limits(void **state) {
   memset(topic, 'x', sizeof(topic) - 1), topic[sizeof(topic) - 1] = 0;
   kl__txn_source(txn, topic, 0, 7);
   assert_int_equal(kl_txn_emit(txn, NULL, "k", 1, "t", NULL, 0), KL_EINVAL);
-  assert_non_null(strstr(kl_err_detail(), "at most 219"));
+  assert_non_null(strstr(kl_err_detail(), "at most 203"));
   kl__txn_source(txn, "t", 0, 8);
   assert_int_not_equal(kl_txn_emit(txn, NULL, NULL, 0, "t", NULL, 0), KL_OK);
   /* Topics no client may publish to, and names Kafka refuses. */
@@ -200,30 +213,44 @@ static void test_emit_counts_the_trace_context(void **state) {
   kl_t_rmrf(dir);
 }
 
-/* A follow-up's id names its source's place in the log, fits KL_ID_MAX
- * for the longest topic, partition and offset allowed, and parses back;
- * nothing a client may publish parses as one. */
+/* A follow-up's id names its source's place in the log and its run's
+ * nonce, fits KL_ID_MAX for the longest topic, partition and offset
+ * allowed, and parses back; an id of the first form (no nonce), as stores
+ * written before hold, parses too; nothing a client may publish parses as
+ * one. */
 static void test_emit_ids(void **state) {
   (void)state;
-  char out[KL_ID_MAX + 1], topic[KL__EMIT_TOPIC_MAX + 1];
-  kl__emit_src_t src = {"events", 6, 3, 1042, 7}, back;
-  assert_int_equal(kl__emit_id(&src, out), 16);
-  assert_string_equal(out, "~events/3/1042/7");
-  assert_int_equal(kl__emit_id_parse(out, 16, &back), 0);
+  char out[KL_ID_MAX + 1], topic[KL__EMIT_TOPIC_MAX_V1 + 1];
+  kl__emit_src_t src = {"events", 6, 3, 1042, 7, 0x00c0ffee0000beefu, 1};
+  kl__emit_src_t back;
+  assert_int_equal(kl__emit_id(&src, out), 33);
+  assert_string_equal(out, "~events/3/1042/7/00c0ffee0000beef");
+  assert_int_equal(kl__emit_id_parse(out, 33, &back), 0);
   assert_int_equal(back.topic_len, 6);
   assert_memory_equal(back.topic, "events", 6);
   assert_int_equal(back.partition, 3);
   assert_int_equal(back.offset, 1042);
   assert_int_equal(back.index, 7);
+  assert_true(back.has_nonce && back.nonce == 0x00c0ffee0000beefu);
+  /* the first form */
+  assert_int_equal(kl__emit_id_parse("~events/3/1042/7", 16, &back), 0);
+  assert_true(!back.has_nonce && back.offset == 1042 && back.index == 7);
+  src.has_nonce = 0;
+  assert_int_equal(kl__emit_id(&src, out), 16);
+  assert_string_equal(out, "~events/3/1042/7");
   memset(topic, 'a', sizeof(topic));
-  src = (kl__emit_src_t){topic, KL__EMIT_TOPIC_MAX, INT32_MAX, INT64_MAX,
-                         KL__EMIT_MAX - 1};
-  size_t n = kl__emit_id(&src, out);
-  assert_true(n > 0 && n <= KL_ID_MAX);
-  assert_int_equal(kl__emit_id_parse(out, n, &back), 0);
-  assert_int_equal(back.offset, INT64_MAX);
-  src.topic_len++;
-  assert_int_equal(kl__emit_id(&src, out), 0);
+  for (int v1 = 0; v1 < 2; v1++) {
+    size_t max = v1 ? KL__EMIT_TOPIC_MAX_V1 : KL__EMIT_TOPIC_MAX;
+    src = (kl__emit_src_t){
+        topic, max, INT32_MAX, INT64_MAX, KL__EMIT_MAX - 1, UINT64_MAX, !v1};
+    size_t n = kl__emit_id(&src, out);
+    assert_int_equal(n, KL_ID_MAX);
+    assert_int_equal(kl__emit_id_parse(out, n, &back), 0);
+    assert_int_equal(back.offset, INT64_MAX);
+    assert_true(back.nonce == (v1 ? 0 : UINT64_MAX));
+    src.topic_len++;
+    assert_int_equal(kl__emit_id(&src, out), 0);
+  }
   static const char *const none[] = {"invoice/42/0",
                                      "events/3/1042/7",
                                      "~events/3/1042",
@@ -238,7 +265,14 @@ static void test_emit_ids(void **state) {
                                      "~t/5/9999999999999999996/7",
                                      "~t/5/9223372036854775808/7",
                                      "~ev\xffnt/0/1/0",
-                                     "~a b/0/1/0"}; /* no topic Kafka allows */
+                                     "~a b/0/1/0", /* no topic Kafka allows */
+                                     "~t/3/1/0/",
+                                     "~t/3/1/0/00c0ffee0000beeF",
+                                     "~t/3/1/0/00c0ffee0000bee",
+                                     "~t/3/1/0/00c0ffee0000beef0",
+                                     "~t/3/1/0/00c0ffee0000beeg",
+                                     "~t/3/1/0/0/00c0ffee0000beef",
+                                     "~t/3/1/00c0ffee0000beef"};
   /* the two 19-digit offsets are past INT64_MAX (fuzz_ids found one) */
   for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++)
     if (kl__emit_id_parse(none[i], strlen(none[i]), &back) == 0)
