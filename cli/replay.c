@@ -75,8 +75,8 @@ static const kl__opt_t replay_opts[] = {
      .kind = KL__OPT_STRING,
      .meta = "R",
      .off = offsetof(kl__replay_args_t, reason),
-     .help = "only letters of reason R (decode, handler_fail, "
-             "max_attempts)"},
+     .help = "only letters of reason R (decode, reserved_id, "
+             "handler_fail, max_attempts)"},
     {.name = "key",
      .kind = KL__OPT_STRING,
      .meta = "K",
