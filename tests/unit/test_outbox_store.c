@@ -16,6 +16,8 @@
 #include "keylane/store.h"
 #include "keylane/worker.h"
 #include "support/support.h"
+#include "handlers/ledger.h"
+#include "worker/apply.h"
 #include "store/outbox_rec.h"
 #include "store/store_internal.h"
 
@@ -279,12 +281,143 @@ static void test_emit_ids(void **state) {
       fail_msg("\"%s\" parsed as a follow-up's id", none[i]);
 }
 
+/* ---- follow-ups across a recreated topic and `keylane store reset` ---- */
+
+typedef struct kl_log {
+  rd_kafka_message_t m[2];
+  void *value[2];
+} kl_log_t;
+
+/* Record @p offset of the log: a transfer of @p amount (< 128) from "a"
+ * to "c" with id @p id. */
+static void kl_log_transfer(kl_log_t *log, int64_t offset, const char *id,
+                            int amount) {
+  static const unsigned char head[] = {0x83, 0xa2, 't', 'o', 0xa1, 'c', 0xa6,
+                                       'a',  'm',  'o', 'u', 'n',  't'};
+  unsigned char payload[sizeof(head) + 6];
+  memcpy(payload, head, sizeof(head));
+  memcpy(payload + sizeof(head), "\x00\xa3seq\x01", 6);
+  payload[sizeof(head)] = (unsigned char)amount;
+  kl_event_t ev = {.key = "a",
+                   .key_len = 1,
+                   .id = id,
+                   .id_len = strlen(id),
+                   .type = "transfer",
+                   .type_len = 8,
+                   .ts = 1,
+                   .payload = payload,
+                   .payload_len = sizeof(payload)};
+  size_t len;
+  assert_int_equal(kl_event_encode(&ev, &log->value[offset], &len), KL_OK);
+  log->m[offset] = (rd_kafka_message_t){.partition = 0,
+                                        .payload = log->value[offset],
+                                        .len = len,
+                                        .key = "a",
+                                        .key_len = 1,
+                                        .offset = offset};
+}
+
+static int kl_take_rec(void *opaque, uint64_t seq, const void *rec,
+                       size_t len) {
+  kl_log_t *log = opaque;
+  kl__outbox_rec_t r;
+  assert_int_equal(kl__outbox_rec_decode(rec, len, &r), 0);
+  assert_int_equal(r.topic_len, 0); /* the source's own topic */
+  size_t n;
+  assert_int_equal(kl_event_encode(&r.event, &log->value[1], &n), KL_OK);
+  log->m[1] = (rd_kafka_message_t){.partition = 0,
+                                   .payload = log->value[1],
+                                   .len = n,
+                                   .key = (void *)"c",
+                                   .key_len = 1,
+                                   .offset = 1};
+  (void)seq;
+  return 0;
+}
+
+/* Applies record @p offset of @p log as the worker does. */
+static void kl_log_apply(kl_store_t *store, uint64_t epoch, kl_log_t *log,
+                         int64_t offset) {
+  kl__applier_t a = {.store = store,
+                     .topic = "t",
+                     .handler = kl_ledger_handler,
+                     .decoder = kl_decoder_new()};
+  kl__apply_result_t res;
+  rd_kafka_message_t *m = &log->m[offset];
+  assert_int_equal(kl__apply_batch(&a, 0, epoch, offset, &m, 1, &res), KL_OK);
+  assert_int_equal(res.verdict, KL_HANDLER_OK);
+  kl_decoder_destroy(a.decoder);
+}
+
+/* The outbox's one follow-up becomes record 1 of @p log: published. */
+static void kl_log_publish(kl_store_t *store, kl_log_t *log) {
+  assert_int_equal(kl__store_outbox_list(store, "t", 0, 0, 2, kl_take_rec, log),
+                   KL_OK);
+  kl_seen_t s;
+  kl_list(store, &s);
+  assert_int_equal(s.n, 1);
+  kl__outbox_ack_t ack = {0, s.seqs[0]};
+  assert_int_equal(kl__store_outbox_del(store, "t", &ack, 1), KL_OK);
+}
+
+static int64_t kl_balance_c(kl_store_t *store, uint64_t epoch) {
+  const void *v;
+  size_t n;
+  kl_txn_t *txn;
+  kl_ledger_entry_t e;
+  assert_int_equal(kl_store_begin(store, "t", 0, epoch, &txn), KL_OK);
+  assert_int_equal(kl_txn_get(txn, KL_LEDGER_PREFIX "c", 8, &v, &n), KL_OK);
+  assert_int_equal(kl__ledger_decode(v, n, &e), 0);
+  kl_store_abort(txn);
+  return e.balance;
+}
+
+static void kl_log_free(kl_log_t *log) {
+  free(log->value[0]);
+  free(log->value[1]);
+}
+
+/* The probe that lost money (issue 33, finding 2): transfer a -> c 100,
+ * applied with its credit; the topic is recreated (its log starts at 0
+ * again) and `keylane store reset` starts the partition over; transfer
+ * a -> c 50, at offset 0 again. Its credit had the first one's id,
+ * "~t/0/0/0", and was suppressed as its duplicate: c = 100. With the
+ * nonce its id is new, and it applies: c = 150. */
+static void test_follow_up_after_reset_is_applied(void **state) {
+  (void)state;
+  char dir[64];
+  kl_t_tmpdir(dir);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  kl_partition_state_t st;
+  assert_int_equal(kl_store_acquire(store, "t", 0, &st), KL_OK);
+  kl_log_t first = {0}, second = {0};
+  kl_log_transfer(&first, 0, "t1", 100);
+  kl_log_apply(store, st.epoch, &first, 0);
+  kl_log_publish(store, &first);
+  kl_log_apply(store, st.epoch, &first, 1);
+  assert_int_equal(kl_balance_c(store, st.epoch), 100);
+
+  assert_int_equal(kl__store_reset(store, "t", 0, &st), KL_OK);
+  assert_int_equal(st.watermark, 0);
+  kl_log_transfer(&second, 0, "t2", 50);
+  kl_log_apply(store, st.epoch, &second, 0);
+  kl_log_publish(store, &second);
+  kl_log_apply(store, st.epoch, &second, 1);
+  assert_int_equal(kl_balance_c(store, st.epoch), 150);
+  kl_log_free(&first);
+  kl_log_free(&second);
+  kl_store_destroy(store);
+  kl_t_rmrf(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_emit_is_part_of_the_batch),
       cmocka_unit_test(test_emit_limits),
       cmocka_unit_test(test_emit_ids),
       cmocka_unit_test(test_emit_counts_the_trace_context),
+      cmocka_unit_test(test_follow_up_after_reset_is_applied),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
