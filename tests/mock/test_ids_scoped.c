@@ -203,17 +203,7 @@ static void test_shared_id_live_equals_rebuild(void **state) {
   assert_int_equal(balance_of(fx.store, "B"), 5);
   assert_int_equal(balance_of(fx.store, "C"), 7);
 
-  char rebuilt[96];
-  snprintf(rebuilt, sizeof(rebuilt), "%s/rebuilt", fx.dir);
-  kl_t_run_t r;
-  kl_t_run((const char *[]){"store", "rebuild", "-b", fx.boot, "-t", fx.topic,
-                            "--store", rebuilt, "--handler", "ledger", NULL},
-           NULL, 0, &r);
-  if (r.rc != 0)
-    fail_msg("store rebuild exited %d: %s", r.rc, r.err);
-  kl_t_run_free(&r);
-  kl_store_t *copy;
-  assert_int_equal(kl_store_open(rebuilt, NULL, &copy), KL_OK);
+  kl_store_t *copy = kl_t_ledger_fx_rebuild(&fx, "rebuilt", NULL);
   assert_int_equal(balance_of(copy, "B"), 5);
   assert_int_equal(balance_of(copy, "C"), 7);
   kl_store_destroy(copy);

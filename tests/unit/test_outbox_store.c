@@ -18,6 +18,7 @@
 #include "support/support.h"
 #include "handlers/ledger.h"
 #include "worker/apply.h"
+#include "worker/rebuild.h"
 #include "store/outbox_rec.h"
 #include "store/store_internal.h"
 
@@ -411,6 +412,51 @@ static void test_follow_up_after_reset_is_applied(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* A rebuilt outbox against the log (worker/rebuild.h): a follow-up whose
+ * source place the destination's log holds, under any nonce, is not kept;
+ * one the log does not hold, or holds in another topic, is. */
+static void test_rebuild_keeps_what_the_log_lacks(void **state) {
+  (void)state;
+  char dir[64];
+  kl_t_tmpdir(dir);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  kl_partition_state_t st;
+  assert_int_equal(kl_store_acquire(store, "t", 0, &st), KL_OK);
+  kl_txn_t *txn = kl_begin_emit(store, st.epoch, 5, 2); /* to "t" */
+  kl__txn_source(txn, "t", 0, 6);
+  assert_int_equal(kl_txn_emit(txn, "u", "k", 1, "credit", "p", 1), KL_OK);
+  kl__txn_source(txn, NULL, 0, 0);
+  assert_int_equal(kl_store_commit(txn, 7), KL_OK);
+  int32_t part = 0;
+  kl__rebuild_t *rb;
+  assert_int_equal(kl__rebuild_new(store, "t", &part, 1, &rb), KL_OK);
+  assert_string_equal(kl__rebuild_topic(rb, 0), "t");
+  assert_string_equal(kl__rebuild_topic(rb, 1), "u");
+  assert_null(kl__rebuild_topic(rb, 2));
+  kl_event_t ev = {.key = "k", .key_len = 1, .type = "credit", .type_len = 6};
+  /* the first as the fleet published it, under its own nonce */
+  ev.id = "~t/0/5/0/0123456789abcdef", ev.id_len = strlen(ev.id);
+  kl__rebuild_see(rb, "t", &ev);
+  /* the third's place, but in "t" where it was not for: not it */
+  ev.id = "~t/0/6/0/0123456789abcdef", ev.id_len = strlen(ev.id);
+  kl__rebuild_see(rb, "t", &ev);
+  ev.id = "client-id", ev.id_len = strlen(ev.id);
+  kl__rebuild_see(rb, "u", &ev);
+  uint64_t dropped, kept;
+  assert_int_equal(kl__rebuild_prune(rb, &dropped, &kept), KL_OK);
+  assert_int_equal(dropped, 1);
+  assert_int_equal(kept, 2);
+  kl__rebuild_destroy(rb);
+  kl_seen_t s;
+  kl_list(store, &s);
+  assert_int_equal(s.n, 2);
+  kl_assert_place(s.ids[0], "~t/0/5/1");
+  kl_assert_place(s.ids[1], "~t/0/6/0");
+  kl_store_destroy(store);
+  kl_t_rmrf(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_emit_is_part_of_the_batch),
@@ -418,6 +464,7 @@ int main(void) {
       cmocka_unit_test(test_emit_ids),
       cmocka_unit_test(test_emit_counts_the_trace_context),
       cmocka_unit_test(test_follow_up_after_reset_is_applied),
+      cmocka_unit_test(test_rebuild_keeps_what_the_log_lacks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
