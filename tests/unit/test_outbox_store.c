@@ -45,6 +45,15 @@ static void kl_list(kl_store_t *store, kl_seen_t *s) {
                    KL_OK);
 }
 
+/* A new LMDB store in @p dir (made here) with partition 0 of "t" taken. */
+static kl_store_t *kl_open_t0(char dir[64], kl_partition_state_t *st) {
+  kl_t_tmpdir(dir);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  assert_int_equal(kl_store_acquire(store, "t", 0, st), KL_OK);
+  return store;
+}
+
 /* A batch whose event at @p offset of "t" [0] emits @p n follow-ups. */
 static kl_txn_t *kl_begin_emit(kl_store_t *store, uint64_t epoch,
                                int64_t offset, int n) {
@@ -72,11 +81,8 @@ static uint64_t kl_assert_place(const char *id, const char *place) {
 static void test_emit_is_part_of_the_batch(void **state) {
   (void)state;
   char dir[64];
-  kl_t_tmpdir(dir);
-  kl_store_t *store;
-  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
   kl_partition_state_t st;
-  assert_int_equal(kl_store_acquire(store, "t", 0, &st), KL_OK);
+  kl_store_t *store = kl_open_t0(dir, &st);
   kl_seen_t s;
 
   kl_store_abort(kl_begin_emit(store, st.epoch, 10, 2)); /* rolled back */
@@ -125,11 +131,8 @@ static void test_emit_is_part_of_the_batch(void **state) {
 static void test_emit_limits(void **state) {
   (void)state;
   char dir[64];
-  kl_t_tmpdir(dir);
-  kl_store_t *store;
-  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
   kl_partition_state_t st;
-  assert_int_equal(kl_store_acquire(store, "t", 0, &st), KL_OK);
+  kl_store_t *store = kl_open_t0(dir, &st);
   kl_txn_t *txn;
   assert_int_equal(kl_store_begin(store, "t", 0, st.epoch, &txn), KL_OK);
   /* Outside a handler there is no source event to derive an id from. */
@@ -170,11 +173,8 @@ static void test_emit_limits(void **state) {
 static void test_emit_counts_the_trace_context(void **state) {
   (void)state;
   char dir[64];
-  kl_t_tmpdir(dir);
-  kl_store_t *store;
-  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
   kl_partition_state_t st;
-  assert_int_equal(kl_store_acquire(store, "t", 0, &st), KL_OK);
+  kl_store_t *store = kl_open_t0(dir, &st);
   static char key[KL_KEY_MAX], type[KL_TYPE_MAX + 1], payload[KL_PAYLOAD_MAX];
   static char state_hdr[513];
   memset(key, 'k', sizeof(key));
@@ -387,11 +387,8 @@ static void kl_log_free(kl_log_t *log) {
 static void test_follow_up_after_reset_is_applied(void **state) {
   (void)state;
   char dir[64];
-  kl_t_tmpdir(dir);
-  kl_store_t *store;
-  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
   kl_partition_state_t st;
-  assert_int_equal(kl_store_acquire(store, "t", 0, &st), KL_OK);
+  kl_store_t *store = kl_open_t0(dir, &st);
   kl_log_t first = {0}, second = {0};
   kl_log_transfer(&first, 0, "t1", 100);
   kl_log_apply(store, st.epoch, &first, 0);
@@ -418,11 +415,8 @@ static void test_follow_up_after_reset_is_applied(void **state) {
 static void test_rebuild_keeps_what_the_log_lacks(void **state) {
   (void)state;
   char dir[64];
-  kl_t_tmpdir(dir);
-  kl_store_t *store;
-  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
   kl_partition_state_t st;
-  assert_int_equal(kl_store_acquire(store, "t", 0, &st), KL_OK);
+  kl_store_t *store = kl_open_t0(dir, &st);
   kl_txn_t *txn = kl_begin_emit(store, st.epoch, 5, 2); /* to "t" */
   kl__txn_source(txn, "t", 0, 6);
   assert_int_equal(kl_txn_emit(txn, "u", "k", 1, "credit", "p", 1), KL_OK);
