@@ -99,13 +99,11 @@ size_t kl_t_outbox_held(kl_store_t *store, const char *topic, int partitions) {
   return n;
 }
 
-kl_store_t *kl_t_ledger_fx_rebuild(kl_t_ledger_fx_t *fx, const char *name,
+kl_store_t *kl_t_ledger_fx_rebuild(kl_t_ledger_fx_t *fx, const char *where,
                                    const char *says) {
-  char rebuilt[128];
-  snprintf(rebuilt, sizeof(rebuilt), "%s/%s", fx->dir, name);
   kl_t_run_t r;
   kl_t_run((const char *[]){"store", "rebuild", "-b", fx->boot, "-t", fx->topic,
-                            "--store", rebuilt, "--handler", "ledger", NULL},
+                            "--store", where, "--handler", "ledger", NULL},
            NULL, 0, &r);
   if (r.rc != 0)
     fail_msg("store rebuild exited %d: %s", r.rc, r.err);
@@ -113,6 +111,6 @@ kl_store_t *kl_t_ledger_fx_rebuild(kl_t_ledger_fx_t *fx, const char *name,
     fail_msg("store rebuild did not say \"%s\": %s", says, r.err);
   kl_t_run_free(&r);
   kl_store_t *store;
-  assert_int_equal(kl_store_open(rebuilt, NULL, &store), KL_OK);
+  assert_int_equal(kl_store_open(where, NULL, &store), KL_OK);
   return store;
 }
