@@ -605,8 +605,8 @@ kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
   publish_stamp(&ev, id);
   /* Validating first: a bad event fails before any waiting. */
   kl_err_t err = kl_event_validate(&ev, 0);
-  if (!err && !producer->follow_ups) /* the outbox's ids are keylane's */
-    err = kl__id_client_check(ev.id, ev.id_len);
+  if (!err) /* the outbox's ids are keylane's; nobody else's may be */
+    err = kl__id_check(ev.id, ev.id_len, producer->follow_ups);
   if (err)
     return err;
   /* librdkafka copies the envelope, so it only lives for this call. */

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "event/envelope.h"
+#include "event/emit_id.h"
 #include "event/trace.h"
 #include "common/bytes.h"
 #include "common/internal.h"
@@ -161,14 +162,25 @@ kl_err_t kl_event_validate(const kl_event_t *event, int id_optional) {
   return err;
 }
 
-kl_err_t kl__id_client_check(const char *id, size_t id_len) {
+kl_err_t kl__id_check(const char *id, size_t id_len, int follow_ups) {
   char shown[68];
+  kl__emit_src_t src;
   if (id_len == 0 || id[0] != KL_ID_RESERVED)
     return KL_OK;
+  if (!follow_ups)
+    return kl__err(KL_EINVAL,
+                   "id \"%s\" begins with '%c', which keylane keeps for the "
+                   "ids it derives for follow-up events: choose an id that "
+                   "does not (or omit it to have one made)",
+                   envelope_printable(id, id_len, shown), KL_ID_RESERVED);
+  if (kl__emit_id_parse(id, id_len, &src) == 0)
+    return KL_OK;
   return kl__err(KL_EINVAL,
-                 "id \"%s\" begins with '%c', which keylane keeps for the ids "
-                 "it derives for follow-up events: choose an id that does "
-                 "not (or omit it to have one made)",
+                 "id \"%s\" begins with '%c' but is no follow-up's id "
+                 "(~TOPIC/PARTITION/OFFSET/INDEX/NONCE, as kl_txn_emit() "
+                 "makes it): keylane keeps such ids for its follow-ups, so a "
+                 "record that is not one is never applied; fix its "
+                 "producer, which does not publish through keylane",
                  envelope_printable(id, id_len, shown), KL_ID_RESERVED);
 }
 

@@ -49,11 +49,15 @@ kl_err_t kl__record_check_max(const kl_event_t *event, size_t envelope_size,
 void kl__event_make_id_at(char out[37], int64_t now_ms);
 
 /**
- * Checks an id a service gives: one beginning with KL_ID_RESERVED is
- * keylane's own (the ids it derives for follow-ups, kl_txn_emit()), so a
- * client may not publish it, or it could take a follow-up's id.
+ * The rule on ids beginning with KL_ID_RESERVED, one for every side: such
+ * ids are keylane's own, the ids it derives for follow-ups
+ * (kl_txn_emit(), event/emit_id.h), so that no other id can take a
+ * follow-up's. kl_publish(), the gateway and `keylane publish` ask it
+ * with @p follow_ups 0 (a client may publish none); the outbox's producer
+ * and the worker, for every record it consumes, with 1 (only a
+ * well-formed follow-up id).
  * @returns KL_OK, or KL_EINVAL naming the id and the rule.
  */
-kl_err_t kl__id_client_check(const char *id, size_t id_len);
+kl_err_t kl__id_check(const char *id, size_t id_len, int follow_ups);
 
 #endif

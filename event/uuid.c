@@ -112,6 +112,14 @@ int kl__uuid_parse(const char *text, size_t len, uint8_t out[16]) {
   return 0;
 }
 
+uint64_t kl__uuid_random64(void) {
+  const uint8_t *rnd = uuid_random();
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++)
+    v = v << 8 | rnd[i];
+  return v;
+}
+
 void kl__event_make_id_at(char out[37], int64_t now_ms) {
   const uint8_t *rnd = uuid_random();
   uint64_t stamp = uuid_stamp(rnd, now_ms);

@@ -137,8 +137,9 @@ struct kl_txn {
   size_t src_first;   /* emits->count when that event began */
   size_t message_max; /* kl__txn_set_message_max(); 0: KL_MESSAGE_MAX */
   const char *message_max_src;
-  char *last; /* kl__txn_set_last(): the ident of the record at the
-                 commit's watermark - 1; NULL: keep the stored one */
+  uint64_t src_nonce; /* its follow-ups' nonce, drawn at its first emit */
+  char *last;         /* kl__txn_set_last(): the ident of the record at the
+                         commit's watermark - 1; NULL: keep the stored one */
   size_t last_len;
 };
 

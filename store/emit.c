@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "event/envelope.h"
+#include "event/uuid.h"
 #include "common/internal.h"
 #include "common/topic.h"
 #include "keylane/worker.h"
@@ -134,8 +135,15 @@ kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic, const void *key,
                            .ts = kl__now_ms(),
                            .payload = payload,
                            .payload_len = payload_len};
-  kl__emit_src_t at = {txn->src_topic, strlen(txn->src_topic),
-                       txn->src_partition, txn->src_offset, index};
+  if (index == 0) /* one nonce per run of an event: emit_id.h */
+    txn->src_nonce = kl__uuid_random64();
+  kl__emit_src_t at = {txn->src_topic,
+                       strlen(txn->src_topic),
+                       txn->src_partition,
+                       txn->src_offset,
+                       index,
+                       txn->src_nonce,
+                       1};
   if (!(rec.event.id_len = kl__emit_id(&at, id)))
     return kl__err(KL_EINVAL,
                    "kl_txn_emit: the source topic's name is %zu bytes; a "

@@ -1,14 +1,11 @@
 /* The outbox's record codec and a batch's emit buffer (outbox_rec.h). */
 #include "store/outbox_rec.h"
 
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/bytes.h"
 #include "common/strbuf.h"
-#include "common/topic.h"
 
 /* The trace section: none, or traceparent and maybe tracestate, the
  * only headers a follow-up carries (kl_txn_emit()). */
@@ -137,50 +134,5 @@ int kl__outbox_rec_decode(const void *rec, size_t len, kl__outbox_rec_t *out) {
       (kl_header_t){KL_TRACESTATE, strlen(KL_TRACESTATE), s + tp, ts};
   e->headers = out->trace;
   e->header_count = ts ? 2 : 1;
-  return 0;
-}
-
-size_t kl__emit_id(const kl__emit_src_t *src, char out[KL_ID_MAX + 1]) {
-  if (src->topic_len == 0 || src->topic_len > KL__EMIT_TOPIC_MAX)
-    return 0;
-  int n = snprintf(out, KL_ID_MAX + 1, "%c%.*s/%" PRId32 "/%" PRId64 "/%u",
-                   KL_ID_RESERVED, (int)src->topic_len, src->topic,
-                   src->partition, src->offset, src->index);
-  return n > 0 && n <= KL_ID_MAX ? (size_t)n : 0;
-}
-
-/* The decimal number of @p len digits at @p s (at most @p max of them, no
- * leading zero), or -1; also -1 past INT64_MAX (19 digits may be). */
-static int64_t emit_num(const char *s, size_t len, int max) {
-  if (len == 0 || len > (size_t)max || (len > 1 && s[0] == '0'))
-    return -1;
-  int64_t v = 0;
-  for (size_t i = 0; i < len; i++) {
-    if (s[i] < '0' || s[i] > '9' || v > (INT64_MAX - (s[i] - '0')) / 10)
-      return -1;
-    v = v * 10 + (s[i] - '0');
-  }
-  return v;
-}
-
-int kl__emit_id_parse(const char *id, size_t id_len, kl__emit_src_t *src) {
-  if (id_len < 8 || id[0] != KL_ID_RESERVED)
-    return -1;
-  /* the last three '/' part the numbers from the topic */
-  size_t at[3], n = 0;
-  for (size_t i = id_len; i > 1 && n < 3; i--)
-    if (id[i - 1] == '/')
-      at[n++] = i - 1;
-  if (n < 3 || at[2] < 2)
-    return -1;
-  int64_t index = emit_num(id + at[0] + 1, id_len - at[0] - 1, 2);
-  int64_t offset = emit_num(id + at[1] + 1, at[0] - at[1] - 1, 19);
-  int64_t partition = emit_num(id + at[2] + 1, at[1] - at[2] - 1, 10);
-  if (index < 0 || index >= KL__EMIT_MAX || offset < 0 || partition < 0 ||
-      partition > INT32_MAX || at[2] - 1 > KL__EMIT_TOPIC_MAX ||
-      kl__topic_check(id + 1, at[2] - 1) != KL_OK)
-    return -1;
-  *src = (kl__emit_src_t){id + 1, at[2] - 1, (int32_t)partition, offset,
-                          (unsigned)index};
   return 0;
 }

@@ -17,11 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "event/emit_id.h"
 #include "keylane/error.h"
 #include "keylane/event.h"
 
-/** Follow-ups one event may emit (kl_txn_emit() refuses more). */
-#define KL__EMIT_MAX 64
 #define KL__OUTBOX_REC_HEAD 17
 
 /** A batch's emits in commit order: records, each behind a u32 length. */
@@ -61,34 +60,5 @@ void kl__emits_free(kl__emits_t *emits);
 /** @returns 0 with @p out filled (borrowing @p rec), or -1 when the bytes
  *  are not one record. */
 int kl__outbox_rec_decode(const void *rec, size_t len, kl__outbox_rec_t *out);
-
-/*
- * A follow-up's id names the event that emitted it, by its place in the
- * log: "~<topic>/<partition>/<offset>/<index>", the source event's topic,
- * partition and offset and the emit's index in that event's run (0, 1,
- * ...). Two applied events never share a place, and clients may not
- * publish ids beginning with KL_ID_RESERVED ('~'), so a follow-up's id
- * can collide neither with another follow-up's nor with a client's. A
- * source topic's name may have at most KL__EMIT_TOPIC_MAX bytes, so that
- * the id fits in KL_ID_MAX whatever the partition and offset.
- */
-#define KL__EMIT_TOPIC_MAX (KL_ID_MAX - 36)
-
-/** The place a follow-up's id names. */
-typedef struct kl__emit_src {
-  const char *topic; /* borrowed; not NUL-terminated by kl__emit_id_parse() */
-  size_t topic_len;
-  int32_t partition;
-  int64_t offset;
-  unsigned index;
-} kl__emit_src_t;
-
-/** Writes the id of @p src into @p out. @returns its length; 0 when the
- *  topic is longer than KL__EMIT_TOPIC_MAX (or empty). */
-size_t kl__emit_id(const kl__emit_src_t *src, char out[KL_ID_MAX + 1]);
-
-/** The inverse of kl__emit_id(): 0 with @p src set (its topic borrowed
- *  from @p id), or -1 when @p id is no follow-up's id. */
-int kl__emit_id_parse(const char *id, size_t id_len, kl__emit_src_t *src);
 
 #endif

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "event/envelope.h"
 #include "event/trace.h"
 #include "common/bytes.h"
 #include "common/hash.h"
@@ -45,9 +46,15 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
     return KL_HANDLER_FAIL;
   kl_err_t err = kl_event_decode(a->decoder, m->key, m->key_len, m->payload,
                                  m->len, event);
+  /* A producer that is not keylane's can write any id: the rule that
+   * kl_publish() keeps is kept here again, or a record could take a
+   * follow-up's id and have the real one suppressed as its duplicate. */
+  if (!err && (err = kl__id_check(event->id, event->id_len, 1)))
+    res->reserved_id = 1;
   if (err) {
     res->failed_err = err;
-    snprintf(res->why, sizeof(res->why), "decode: %s: %s", kl_err_name(err),
+    snprintf(res->why, sizeof(res->why), "%s: %s: %s",
+             res->reserved_id ? "reserved_id" : "decode", kl_err_name(err),
              kl_err_detail());
     return KL_HANDLER_FAIL;
   }

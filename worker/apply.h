@@ -84,6 +84,7 @@ typedef struct kl__apply_result {
   kl_err_t failed_err; /* KL_EDECODE_* when the record did not decode */
   kl_err_t store_err;  /* the store error behind a RETRY of seen/mark */
   int misrouted;       /* FAIL: the key routes to expected_partition */
+  int reserved_id;     /* FAIL (failed_err set): a '~' id no follow-up has */
   int committed;       /* the store commit succeeded (for the test seam's
                           lost answers: even when KL_ESTORE_BUSY says not) */
   int32_t expected_partition;
@@ -100,7 +101,11 @@ typedef struct kl__apply_result {
  *          The cause: res->misrouted for a record whose key routes to
  *          res->expected_partition (FAIL, nothing decoded or run);
  *          res->failed_err is a KL_EDECODE_* code for a record
- *          that did not decode (FAIL); res->store_err a store error of
+ *          that did not decode (FAIL), or KL_EINVAL with
+ *          res->reserved_id for one whose id begins with KL_ID_RESERVED
+ *          and is no follow-up's (kl__id_check(): the rule kl_publish()
+ *          keeps, kept on what any producer wrote; FAIL, not run);
+ *          res->store_err a store error of
  *          seen/mark (RETRY); both KL_OK when the handler said so.
  */
 kl_handler_result_t kl__apply_event(const kl__applier_t *applier,

@@ -37,6 +37,8 @@ const char *kl__dlq_reason_name(kl__dlq_reason_t reason) {
     return "misrouted";
   case KL__DLQ_OUTBOX:
     return "outbox";
+  case KL__DLQ_RESERVED_ID:
+    return "reserved_id";
   }
   return "unknown";
 }

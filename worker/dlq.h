@@ -5,9 +5,9 @@
  * that say why and where it came from:
  *
  *   keylane.dlq.reason            decode | handler_fail | max_attempts |
- *                                 misrouted | outbox
+ *                                 misrouted | outbox | reserved_id
  *   keylane.dlq.error             the decoder's or the handler's text
- *   keylane.dlq.attempts          handler runs (0 for decode)
+ *   keylane.dlq.attempts          handler runs (0 for decode, reserved_id)
  *   keylane.dlq.topic / .partition / .offset   the origin
  *   keylane.dlq.first_failure_ms / .last_failure_ms  ms since the epoch
  *   keylane.dlq.expected_partition  misrouted: the partition its key routes
@@ -63,10 +63,11 @@ typedef enum kl__dlq_reason {
   KL__DLQ_MAX_ATTEMPTS,
   KL__DLQ_MISROUTED,
   KL__DLQ_OUTBOX,
+  KL__DLQ_RESERVED_ID, /* an id beginning with '~' that no follow-up has */
 } kl__dlq_reason_t;
 
-/** @returns "decode", "handler_fail", "max_attempts", "misrouted" or
- *  "outbox". */
+/** @returns "decode", "handler_fail", "max_attempts", "misrouted",
+ *  "outbox" or "reserved_id". */
 const char *kl__dlq_reason_name(kl__dlq_reason_t reason);
 
 typedef struct kl__dlq kl__dlq_t;

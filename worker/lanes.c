@@ -449,6 +449,10 @@ void kl__lanes_done(kl__lanes_t *lanes, const kl__job_t *job,
       lanes_slot_failed(slot, run);
       kl__lane_dead_letter(lanes, lane, slot, KL__DLQ_DECODE, run->why);
       break;
+    case KL__RUN_RESERVED:
+      lanes_slot_failed(slot, run);
+      kl__lane_dead_letter(lanes, lane, slot, KL__DLQ_RESERVED_ID, run->why);
+      break;
     case KL__RUN_MISROUTED:
       kl__lane_misrouted(lanes, lane, slot, run);
       break;

@@ -57,6 +57,7 @@ typedef enum kl__outcome {
   KL__RUN_RETRY,     /* the handler said RETRY */
   KL__RUN_FAIL,      /* the handler said FAIL */
   KL__RUN_DECODE,    /* the record is not a valid envelope */
+  KL__RUN_RESERVED,  /* its id begins with '~' and is no follow-up's */
   KL__RUN_STORE,     /* the store failed: run it again, not an attempt */
   KL__RUN_FENCED,    /* kl_store_begin() said a newer owner holds it */
   KL__RUN_MISROUTED, /* its key routes to another partition: not run */
@@ -64,7 +65,7 @@ typedef enum kl__outcome {
 
 typedef struct kl__run {
   kl__outcome_t outcome;
-  const char *why; /* RETRY, FAIL, DECODE, STORE */
+  const char *why; /* RETRY, FAIL, DECODE, RESERVED, STORE */
   const char *id;  /* the decoded idempotency key as a sid (scoped by its
                       entity key: store_internal.h), or NULL */
   size_t id_len;

@@ -696,7 +696,8 @@ static void letter_acked(kl__lanes_t *lanes, kl__lane_t *lane,
     lanes->forwarded++;
   else
     lanes->dead_letters++;
-  if (slot->reason != KL__DLQ_DECODE && slot->reason != KL__DLQ_MISROUTED)
+  if (slot->reason != KL__DLQ_DECODE && slot->reason != KL__DLQ_MISROUTED &&
+      slot->reason != KL__DLQ_RESERVED_ID) /* the record's fault */
     lanes->failed++;
   kl__lane_finish(lanes, lane, slot, KL__SLOT_DLQ_DONE);
 }

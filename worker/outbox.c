@@ -376,7 +376,9 @@ static kl_err_t ob_letter(kl__outbox_t *ob, const kl_ob_item_t *it,
   snprintf(dest, sizeof(dest), "%.*s",
            rec->topic_len ? (int)rec->topic_len : (int)strlen(ob->topic),
            rec->topic_len ? rec->topic : ob->topic);
-  kl__emit_src_t src = {ob->topic, strlen(ob->topic), it->partition, 0, 0};
+  kl__emit_src_t src = {.topic = ob->topic,
+                        .topic_len = strlen(ob->topic),
+                        .partition = it->partition};
   kl__emit_id_parse(rec->event.id, rec->event.id_len, &src);
   snprintf(src_topic, sizeof(src_topic), "%.*s", (int)src.topic_len, src.topic);
   void *value = NULL;

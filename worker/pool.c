@@ -35,6 +35,8 @@ static kl__outcome_t pool_outcome(kl_handler_result_t r,
     return res->store_err ? KL__RUN_STORE : KL__RUN_RETRY;
   if (res->misrouted)
     return KL__RUN_MISROUTED;
+  if (res->reserved_id)
+    return KL__RUN_RESERVED;
   return res->failed_err ? KL__RUN_DECODE : KL__RUN_FAIL;
 }
 

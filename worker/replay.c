@@ -13,10 +13,12 @@
 
 #include "common/internal.h"
 #include "common/kafka.h"
+#include "common/kafka_pos.h"
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "worker/apply.h"
 #include "worker/letters.h"
+#include "worker/rebuild.h"
 #include "store/store_internal.h"
 
 #define KL_COMP "replay"
@@ -690,6 +692,83 @@ static void replay_loop(kl__replay_t *r) {
                "stopped by a signal after the batch in flight");
 }
 
+/* ---- a rebuild's outbox ------------------------------------------------ */
+
+typedef struct kl_rb_read {
+  kl__rebuild_t *rb;
+  const char *topic;
+  kl_decoder_t *decoder;
+} kl_rb_read_t;
+
+static int rebuild_record(void *opaque, rd_kafka_message_t *m) {
+  kl_rb_read_t *x = opaque;
+  kl_event_t ev;
+  if (kl_event_decode(x->decoder, m->key, m->key_len, m->payload, m->len,
+                      &ev) == KL_OK)
+    kl__rebuild_see(x->rb, x->topic, &ev);
+  return 0;
+}
+
+/* Feeds every retained record of @p topic to @p rb. A topic that does not
+ * exist holds no follow-up. */
+static kl_err_t rebuild_read(kl__replay_t *r, rd_kafka_t *rk, kl_rb_read_t *x) {
+  int32_t n = 0;
+  kl_err_t err =
+      kl__kafka_partition_count(rk, x->topic, KL_KAFKA_TIMEOUT_MS, &n);
+  if (err == KL_ENOTFOUND)
+    return KL_OK;
+  kl__tp_range_t *ranges = err ? NULL : calloc((size_t)n, sizeof(*ranges));
+  if (!err && !ranges)
+    err = kl__err(KL_ENOMEM, "out of memory");
+  for (int32_t p = 0; !err && p < n; p++)
+    ranges[p].partition = p;
+  kl__pos_t from = {KL__POS_BEGINNING, 0}, to = {KL__POS_END, 0};
+  if (!err)
+    err = kl__kafka_resolve(rk, x->topic, ranges, (size_t)n, &from, &to,
+                            KL_KAFKA_TIMEOUT_MS);
+  if (!err)
+    err = kl__kafka_read(rk, x->topic, ranges, (size_t)n, rebuild_record, x,
+                         r->opts.stop);
+  free(ranges);
+  return err;
+}
+
+/* A rebuild derived every follow-up again: those its destination's log
+ * holds were published by the fleet and leave the outbox (rebuild.h). */
+static kl_err_t rebuild_outbox(kl__replay_t *r) {
+  int32_t *parts = malloc((r->count ? r->count : 1) * sizeof(*parts));
+  if (!parts)
+    return kl__err(KL_ENOMEM, "out of memory");
+  for (size_t i = 0; i < r->count; i++)
+    parts[i] = r->parts[i].p->partition;
+  kl_rb_read_t x = {NULL, NULL, kl_decoder_new()};
+  rd_kafka_t *rk = NULL;
+  kl_err_t err = x.decoder ? kl__rebuild_new(r->opts.store, r->opts.topic,
+                                             parts, r->count, &x.rb)
+                           : kl__err(KL_ENOMEM, "out of memory");
+  free(parts);
+  if (!err && kl__rebuild_topic(x.rb, 0))
+    err = kl__kafka_reader_new(r->opts.conf, "keylane-rebuild-outbox",
+                               "earliest", &rk);
+  for (size_t i = 0; !err && (x.topic = kl__rebuild_topic(x.rb, i)); i++)
+    err = rebuild_read(r, rk, &x);
+  uint64_t dropped = 0, kept = 0;
+  if (!err && !(r->opts.stop && *r->opts.stop))
+    err = kl__rebuild_prune(x.rb, &dropped, &kept);
+  else if (!err)
+    err = kl__err(KL_ESTOPPED, "stopped by a signal");
+  if (!err)
+    KL_LOG_I(KL_COMP,
+             "outbox: %" PRIu64 " follow-ups the log holds already are not "
+             "kept; %" PRIu64 " it does not hold are kept, to be published",
+             dropped, kept);
+  if (rk)
+    rd_kafka_destroy(rk);
+  kl__rebuild_destroy(x.rb);
+  kl_decoder_destroy(x.decoder);
+  return err;
+}
+
 kl_err_t kl__replay_run(kl__replay_t *r) {
   kl_err_t err = replay_plan(r);
   if (!err)
@@ -705,6 +784,13 @@ kl_err_t kl__replay_run(kl__replay_t *r) {
   replay_loop(r);
   rd_kafka_assign(r->rk, NULL);
   replay_progress(r);
+  if (r->opts.rebuild && !r->opts.dry_run && (err = rebuild_outbox(r)))
+    return kl__err(err,
+                   "the rebuilt store's outbox holds the follow-ups derived "
+                   "again, and which of them the log holds could not be "
+                   "read (%s): do not run a worker on it (it would publish "
+                   "them a second time); rebuild into an empty store again",
+                   kl_err_detail());
   return KL_OK;
 }
 

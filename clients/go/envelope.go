@@ -286,7 +286,10 @@ type Envelope struct {
 }
 
 // AppendEnvelope appends the envelope of e, whose fields were checked, to
-// b: the bytes kl_event_encode() writes.
+// b: the bytes kl_event_encode() writes. It checks nothing, the id
+// included: check an event with CheckEvent, which refuses an id beginning
+// with IDReserved (a worker dead-letters a record whose such id is no
+// follow-up's, reason reserved_id).
 func AppendEnvelope(b []byte, e *Envelope) []byte {
 	n := 5
 	if len(e.Headers) > 0 {

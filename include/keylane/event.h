@@ -43,8 +43,9 @@ extern "C" {
 #define KL_ID_MAX 255
 /** The first byte of the ids keylane derives for follow-up events
  *  (kl_txn_emit()): an id a service publishes may not begin with it
- *  (kl_publish() and the HTTP gateway refuse it), so that no client id can
- *  take a follow-up's. */
+ *  (kl_publish() and the HTTP gateway refuse it), and a worker
+ *  dead-letters a record whose id begins with it but is no follow-up's
+ *  (reason reserved_id), so that no other id can take a follow-up's. */
 #define KL_ID_RESERVED '~'
 #define KL_TYPE_MAX 255
 /** Kafka's default message.max.bytes: the largest record batch a broker

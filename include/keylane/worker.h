@@ -29,9 +29,11 @@
  * up to "worker.retry.max.ms"); only its key waits, and the watermark
  * stops at it. After "worker.max.attempts" runs, at once on
  * KL_HANDLER_FAIL, and at once for a record whose envelope does not
- * decode, the original record goes unchanged to the dead-letter topic
- * (`<topic>.dlq`, or "worker.dlq.topic") with keylane.dlq.* headers
- * (reason decode|handler_fail|max_attempts, error, attempts, topic,
+ * decode or whose id begins with KL_ID_RESERVED but is no follow-up's
+ * (another producer's), the original record goes unchanged to the
+ * dead-letter topic (`<topic>.dlq`, or "worker.dlq.topic") with
+ * keylane.dlq.* headers (reason
+ * decode|reserved_id|handler_fail|max_attempts, error, attempts, topic,
  * partition, offset, first_failure_ms, last_failure_ms). Only once Kafka
  * acknowledged it is its idempotency key recorded as dead-lettered (not
  * applied) and its key released; an unacknowledged letter is produced

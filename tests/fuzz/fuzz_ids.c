@@ -1,19 +1,22 @@
 /*
  * libFuzzer target for the idempotency keys as the stores keep them and the
  * ids of follow-ups (store/store_internal.h, store/lmdb_ids.c,
- * store/outbox_rec.h). The first byte picks what the rest is:
+ * event/emit_id.h). The first byte picks what the rest is:
  * - 0: a stored sid, as read back from a store: kl__sid_decode() either
  *   refuses it or splits it into parts that encode back to the same bytes;
  * - 1: a key and an id (split at the first 0xff byte): their sid decodes to
  *   them, and LMDB's record of it (kl__lmdb_id_encode(), with the value a
  *   long sid keeps) decodes back to the same sid, whatever the lengths;
  * - 2: an id: kl__emit_id_parse() refuses all but the ids kl__emit_id()
- *   makes, and what it accepts it makes again byte for byte; nothing that
- *   does not begin with '~' (an id a client may publish) is a follow-up's.
+ *   makes (with a nonce or of the first form), and what it accepts it
+ *   makes again byte for byte; nothing that does not begin with '~' (an
+ *   id a client may publish) is a follow-up's; and the worker's rule on
+ *   consumed ids (kl__id_check()) takes a '~' id exactly when it is one.
  */
 #include <stdint.h>
 #include <string.h>
 
+#include "event/envelope.h"
 #include "store/lmdb.h"
 #include "store/outbox_rec.h"
 #include "store/store_internal.h"
@@ -79,7 +82,12 @@ static void check_key_and_id(const uint8_t *s, size_t n) {
 
 static void check_emit_id(const uint8_t *s, size_t n) {
   kl__emit_src_t src;
-  if (kl__emit_id_parse((const char *)s, n, &src) != 0)
+  int parsed = kl__emit_id_parse((const char *)s, n, &src) == 0;
+  if (n > 0 && s[0] == KL_ID_RESERVED) {
+    CHECK((kl__id_check((const char *)s, n, 1) == KL_OK) == parsed);
+    CHECK(kl__id_check((const char *)s, n, 0) != KL_OK);
+  }
+  if (!parsed)
     return;
   CHECK(n > 0 && s[0] == KL_ID_RESERVED);
   char again[KL_ID_MAX + 1];

@@ -59,7 +59,9 @@ seed() {
     printf '\001acct-7\377order-17' >"$dir/pair"
     printf '\001k\3770190f5c4-7d2a-7b3e-9f00-1234567890ab' >"$dir/uuid"
     printf '\002~events/3/1042/0' >"$dir/emit"
-    printf '\002~t/0/0/63' >"$dir/emit63" ;;
+    printf '\002~t/0/0/63' >"$dir/emit63"
+    printf '\002~events/3/1042/0/00c0ffee0000beef' >"$dir/emit-nonce"
+    printf '\002~t/0/0/63/ffffffffffffffff' >"$dir/emit63-nonce" ;;
   gateway_body)
     printf '\000{"key":"a","type":"t","payload":{"amount":5,"seq":1}}' >"$dir/one"
     printf '\000[{"key":"a","type":"t","id":"x","headers":{"h":"v"}},{"key":"b","type":"t","payload_b64":"AAE="}]' >"$dir/two"

@@ -335,9 +335,11 @@ static void test_follow_up_ids(void **state) {
   kl_decoder_t *decoder = kl_decoder_new();
   assert_non_null(decoder);
   char id[KL_ID_MAX + 1];
-  kl__emit_src_t src = {"events", 6, 2, 17, 0};
+  kl__emit_src_t src = {"events", 6, 2, 17, 0, 42, 1};
   size_t len = kl__emit_id(&src, id);
   assert_true(kl_is_follow_up(decoder, id, len));
+  /* and one a store written before the nonce holds */
+  assert_true(kl_is_follow_up(decoder, "~events/2/17/0", 14));
   static const char *const none[] = {"a/0/1", "src/12", "invoice/42/0",
                                      "~events/2/17"};
   for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++)

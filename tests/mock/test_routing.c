@@ -67,25 +67,8 @@ static int kl_teardown(void **state) {
  * raw to @p partition, wherever its key routes. */
 static void kl_credit_to(kl_fx_t *fx, const char *key, const char *id,
                          int amount, int32_t partition) {
-  /* msgpack {"amount": amount, "seq": 1} */
-  const unsigned char payload[] = {
-      0x82, 0xa6, 'a', 'm', 'o', 'u', 'n', 't', (unsigned char)amount,
-      0xa3, 's',  'e', 'q', 0x01};
-  kl_event_t ev = {.key = key,
-                   .key_len = strlen(key),
-                   .id = id,
-                   .id_len = strlen(id),
-                   .type = "credit",
-                   .type_len = 6,
-                   .ts = 1,
-                   .payload = payload,
-                   .payload_len = sizeof(payload)};
-  void *env;
-  size_t len;
-  assert_int_equal(kl_event_encode(&ev, &env, &len), KL_OK);
   assert_int_equal(
-      kl_t_produce_raw(fx->boot, KL_TOPIC, partition, key, env, len, NULL), 0);
-  free(env);
+      kl_t_produce_credit(fx->boot, KL_TOPIC, partition, key, id, amount), 0);
 }
 
 /* The partition next to the one @p key routes to. */

@@ -232,6 +232,44 @@ static void test_outbox_copy_is_a_duplicate(void **state) {
   kl_t_ledger_fx_down(&fx);
 }
 
+/* ---- a rebuilt store ---------------------------------------------------- */
+
+/* The probe that republished every follow-up (issue 39, finding 7): a
+ * store rebuilt from the log derives every follow-up again, now under a
+ * new nonce; kept in its outbox, a worker on it published them all again,
+ * and each credit applied twice. The rebuild finds them in the log and
+ * keeps none; a worker on the rebuilt store goes on exact, and the log
+ * holds each transfer's credit under one id. */
+static void test_rebuild_keeps_no_published_follow_up(void **state) {
+  (void)state;
+  kl_t_ledger_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "rebuilt", PARTS, KEYS, 23, NULL);
+  kl_t_worker_t *w = kl_t_worker_start(
+      fx.boot, fx.topic, kl_t_group(fx.cluster, "live"), fx.store, NULL);
+  kl_publish_bank(fx.gen, fx.producer, fx.topic, 60);
+  kl_assert_conserved(fx.gen, fx.store, fx.topic);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, PARTS), 0);
+
+  kl_store_t *copy =
+      kl_t_ledger_fx_rebuild(&fx, "rebuilt", "it does not hold are kept");
+  assert_int_equal(kl_t_outbox_held(copy, fx.topic, PARTS), 0);
+
+  w = kl_t_worker_start(fx.boot, fx.topic, kl_t_group(fx.cluster, "next"), copy,
+                        NULL);
+  kl_publish_bank(fx.gen, fx.producer, fx.topic, 30);
+  kl_assert_conserved(fx.gen, copy, fx.topic);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  assert_int_equal(
+      kl__ledger_gen_read_follow_ups(fx.gen, copy, fx.boot, fx.topic), KL_OK);
+  kl__ledger_verdict_t v;
+  assert_int_equal(kl__ledger_gen_verify(fx.gen, copy, fx.topic, &v), KL_OK);
+  assert_int_equal(v.follow_up_copies, 0);
+  assert_true(v.ok);
+  kl_store_destroy(copy);
+  kl_t_ledger_fx_down(&fx);
+}
+
 /* ---- bad transfers ------------------------------------------------------ */
 
 static void test_bad_transfers_are_dead_letters(void **state) {
@@ -270,6 +308,7 @@ int main(void) {
       cmocka_unit_test(test_bank_lanes),
       cmocka_unit_test(test_crash_between_commit_and_publish),
       cmocka_unit_test(test_outbox_copy_is_a_duplicate),
+      cmocka_unit_test(test_rebuild_keeps_no_published_follow_up),
       cmocka_unit_test(test_bad_transfers_are_dead_letters),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -56,7 +56,7 @@ typedef enum sim_kind {
  * store skip that credit as a duplicate: the hostile run (`keylane-sim
  * --hostile`) must find that loss. 1 once the consumed side refuses them:
  * such a record is a dead letter and the hostile run must pass. */
-#define SIM_RESERVED_REFUSED 0
+#define SIM_RESERVED_REFUSED 1
 
 /* Whether a follow-up's id is one that no earlier log's follow-up had
  * (a nonce or the epoch in it): 0 while it is `~topic/partition/offset/
@@ -65,7 +65,7 @@ typedef enum sim_kind {
  * transfer at an offset an old one had emits the old credit's id, which
  * the store skips: the recreate run (`keylane-sim --recreate`) must find
  * that loss. 1 once ids cannot repeat: the recreate run must pass. */
-#define SIM_RESET_IDS_FRESH 0
+#define SIM_RESET_IDS_FRESH 1
 
 /* What a store (the live one, or a rebuild) decided about one event. */
 typedef struct sim_mark {

@@ -12,6 +12,7 @@
 
 #include "common/internal.h"
 #include "common/strbuf.h"
+#include "event/envelope.h"
 #include "handlers/ledger.h"
 #include "keylane/conf.h"
 #include "keylane/producer.h"
@@ -209,7 +210,9 @@ static void hostile_publish(uint64_t w) {
     e = sim_event_add((uint8_t)k, id, id_len);
     W->events[e].kind = SIM_HOSTILE;
     W->events[e].amount = a.amount;
-    W->events[e].valid = !(SIM_RESERVED_REFUSED && id[0] == '~');
+    /* the worker's own rule: a `~` id that is no follow-up's is refused */
+    W->events[e].valid =
+        !SIM_RESERVED_REFUSED || kl__id_check(id, id_len, 1) == KL_OK;
   }
   int64_t off = sim_log_append(e, bytes, len);
   W->stats.hostile++;

@@ -12,6 +12,7 @@
 
 #include "sim/sim.h"
 #include "worker/letters.h"
+#include "worker/rebuild.h"
 
 static sim_batch_t tool; /* the batch of the tool at work */
 
@@ -170,6 +171,33 @@ int sim_redrive(size_t i) {
   return 1;
 }
 
+/* The rebuild's outbox against the log, as `keylane store rebuild` ends
+ * (worker/rebuild.h): follow-ups the log holds are not kept. */
+static void rebuild_outbox(kl_store_t *store) {
+  int32_t parts[SIM_MAXP];
+  for (int32_t p = 0; p < W->cfg.partitions; p++)
+    parts[p] = p;
+  kl__rebuild_t *rb = NULL;
+  kl_decoder_t *decoder = kl_decoder_new();
+  kl_err_t err =
+      kl__rebuild_new(store, W->topic, parts, (size_t)W->cfg.partitions, &rb);
+  for (int32_t p = 0; !err && p < W->cfg.partitions; p++)
+    for (size_t i = 0; i < W->log[p].n; i++) {
+      const rd_kafka_message_t *m = &W->log[p].v[i]->msg;
+      kl_event_t ev;
+      if (kl_event_decode(decoder, m->key, m->key_len, m->payload, m->len,
+                          &ev) == KL_OK)
+        kl__rebuild_see(rb, W->topic, &ev);
+    }
+  if (!err)
+    err = kl__rebuild_prune(rb, NULL, NULL);
+  if (err)
+    sim_fail("rebuild", "the rebuild's outbox cannot be pruned: %s",
+             kl_err_detail());
+  kl__rebuild_destroy(rb);
+  kl_decoder_destroy(decoder);
+}
+
 void sim_rebuild(kl_store_t *store, sim_view_t *v, int adopt) {
   sim_view_init(v);
   if (!store)
@@ -186,6 +214,8 @@ void sim_rebuild(kl_store_t *store, sim_view_t *v, int adopt) {
                (int)p, to, W->log[p].n,
                tool.err ? kl_err_detail() : tool.res.why);
   }
+  if (!W->failed)
+    rebuild_outbox(store);
 }
 
 void sim_rebuild_switch(void) {

@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "support/run.h"
 #include "support/support.h"
 #include "store/store_internal.h"
 
@@ -96,4 +97,20 @@ size_t kl_t_outbox_held(kl_store_t *store, const char *topic, int partitions) {
         kl__store_outbox_list(store, topic, p, 0, SIZE_MAX, kl_t_count_cb, &n),
         KL_OK);
   return n;
+}
+
+kl_store_t *kl_t_ledger_fx_rebuild(kl_t_ledger_fx_t *fx, const char *where,
+                                   const char *says) {
+  kl_t_run_t r;
+  kl_t_run((const char *[]){"store", "rebuild", "-b", fx->boot, "-t", fx->topic,
+                            "--store", where, "--handler", "ledger", NULL},
+           NULL, 0, &r);
+  if (r.rc != 0)
+    fail_msg("store rebuild exited %d: %s", r.rc, r.err);
+  if (says && !strstr(r.err, says))
+    fail_msg("store rebuild did not say \"%s\": %s", says, r.err);
+  kl_t_run_free(&r);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(where, NULL, &store), KL_OK);
+  return store;
 }

@@ -151,6 +151,32 @@ int kl_t_use_bench(void **state) {
   return 0;
 }
 
+int kl_t_produce_credit(const char *bootstrap, const char *topic,
+                        int32_t partition, const char *key, const char *id,
+                        int amount) {
+  const unsigned char payload[] = {
+      0x82, 0xa6, 'a', 'm', 'o', 'u', 'n', 't', (unsigned char)amount,
+      0xa3, 's',  'e', 'q', 0x01};
+  kl_event_t ev = {.key = key,
+                   .key_len = strlen(key),
+                   .id = id,
+                   .id_len = strlen(id),
+                   .type = "credit",
+                   .type_len = 6,
+                   .ts = 1,
+                   .payload = payload,
+                   .payload_len = sizeof(payload)};
+  void *env;
+  size_t len;
+  if (kl_event_encode(&ev, &env, &len) != KL_OK) {
+    fprintf(stderr, "kl_t_produce_credit: %s\n", kl_err_detail());
+    return -1;
+  }
+  int rc = kl_t_produce_raw(bootstrap, topic, partition, key, env, len, NULL);
+  free(env);
+  return rc;
+}
+
 int kl_t_produce_raw(const char *bootstrap, const char *topic,
                      int32_t partition, const char *key, const void *value,
                      size_t len, const char *const *hdrs) {

@@ -26,6 +26,14 @@ int kl_t_produce_raw(const char *bootstrap, const char *topic,
                      int32_t partition, const char *key, const void *value,
                      size_t len, const char *const *hdrs);
 
+/* Produces a ledger credit {"amount": amount (0..127), "seq": 1} of
+ * @p key with id @p id as a keylane envelope, raw (kl_t_produce_raw()):
+ * past every check of kl_publish(), as another producer could write it.
+ * @returns 0, or -1 (printed to stderr). */
+int kl_t_produce_credit(const char *bootstrap, const char *topic,
+                        int32_t partition, const char *key, const char *id,
+                        int amount);
+
 /* A worker running kl_worker_run() on its own thread. */
 typedef struct kl_t_worker {
   kl_worker_t *worker;

@@ -153,6 +153,15 @@ def test_ids_keep_growing_when_the_clock_steps_back():
     assert b > a
 
 
+def test_low_level_encode_refuses_a_reserved_id():
+    # A '~' id is keylane's own (a follow-up's): a worker dead-letters a
+    # record that carries one it did not derive, so the encoder that skips
+    # the other checks does not write one either.
+    with pytest.raises(EventError, match="begins with '~', which keylane keeps"):
+        env.encode("~events/0/1/0", "credit", 1, b"")
+    assert env.decode(b"k", env.encode("a~b", "credit", 1, b"")).id == "a~b"
+
+
 def test_encode_event_makes_an_id_and_returns_it():
     key, value, event_id = env.encode_event(b"k", "t", {"a": 1})
     assert key == b"k" and env.decode(key, value).id == event_id and len(event_id) == 36

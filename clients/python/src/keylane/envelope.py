@@ -34,8 +34,8 @@ ENVELOPE_VERSION = 1
 KEY_MAX = 1024
 ID_MAX = 255
 #: The first character of the ids keylane derives for follow-up events
-#: ("~<topic>/<partition>/<offset>/<index>"): an id a client publishes may
-#: not begin with it.
+#: ("~<topic>/<partition>/<offset>/<index>/<nonce>"): an id a client
+#: publishes may not begin with it.
 ID_RESERVED = "~"
 TYPE_MAX = 255
 #: Kafka's default message.max.bytes.
@@ -131,12 +131,17 @@ def check_id(event_id: Any, client: bool = True) -> str:
             'envelope field "id" holds a NUL at byte %d: an id is UTF-8 text without NUL, as JSON carries it'
             % len(s[:nul].encode("utf-8"))
         )
-    if client and s[0] == ID_RESERVED:
+    if client:
+        _reserved_check(s)
+    return s
+
+
+def _reserved_check(event_id: str) -> None:
+    if event_id[:1] == ID_RESERVED:
         raise EventError(
             "id \"%s\" begins with '%s', which keylane keeps for the ids it derives for follow-up "
-            "events: choose an id that does not (or omit it to have one made)" % (_printable(s), ID_RESERVED)
+            "events: choose an id that does not (or omit it to have one made)" % (_printable(event_id), ID_RESERVED)
         )
-    return s
 
 
 def check_type(event_type: Any) -> str:
@@ -256,7 +261,10 @@ def encode(
     event_id: str, event_type: str, ts: int, payload: bytes, headers: Optional[Dict[str, str]] = None
 ) -> bytes:
     """The envelope of an event whose fields were checked (check_id,
-    check_type, pack_payload, check_headers)."""
+    check_type, pack_payload, check_headers). An id beginning with
+    ID_RESERVED is refused here too: a worker dead-letters such a record
+    (reason reserved_id) unless keylane derived it for a follow-up."""
+    _reserved_check(event_id)
     env: Dict[str, Any] = {"v": ENVELOPE_VERSION, "id": event_id, "t": event_type, "ts": ts, "p": payload}
     if headers:
         env["h"] = headers
