@@ -20,6 +20,13 @@ typedef enum kl__mutant {
   KL__MUTANT_WATERMARK, /* worker/apply.c: a batch goes on past an event
                            that said RETRY, and commits past it */
   KL__MUTANT_CACHE,     /* store/cache.c: the owner cache survives a fence */
+  KL__MUTANT_RESERVED,  /* worker/apply.c: a consumed record's `~` id is
+                           not checked (issue 33 finding 1) */
+  KL__MUTANT_NONCE,     /* store/emit.c: a follow-up's id is its source's
+                           place alone, as before the nonce (finding 2) */
+  KL__MUTANT_REBUILD,   /* worker/rebuild.c: a rebuild takes any record of a
+                           follow-up's place in the log for it, whatever it
+                           carries */
 } kl__mutant_t;
 
 #ifdef KL_SIM_MUTANTS

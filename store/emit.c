@@ -9,6 +9,7 @@
 #include "event/envelope.h"
 #include "event/uuid.h"
 #include "common/internal.h"
+#include "common/mutant.h"
 #include "common/topic.h"
 #include "keylane/worker.h"
 #include "store/outbox_rec.h"
@@ -143,7 +144,7 @@ kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic, const void *key,
                        txn->src_offset,
                        index,
                        txn->src_nonce,
-                       1};
+                       !KL__MUTANT(KL__MUTANT_NONCE)};
   if (!(rec.event.id_len = kl__emit_id(&at, id)))
     return kl__err(KL_EINVAL,
                    "kl_txn_emit: the source topic's name is %zu bytes; a "

@@ -49,7 +49,8 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
   /* A producer that is not keylane's can write any id: the rule that
    * kl_publish() keeps is kept here again, or a record could take a
    * follow-up's id and have the real one suppressed as its duplicate. */
-  if (!err && (err = kl__id_check(event->id, event->id_len, 1)))
+  if (!err && !KL__MUTANT(KL__MUTANT_RESERVED) &&
+      (err = kl__id_check(event->id, event->id_len, 1)))
     res->reserved_id = 1;
   if (err) {
     res->failed_err = err;

@@ -209,9 +209,10 @@ typedef struct opts {
   size_t steps, lmdb_steps, pg_steps;
 } opts_t;
 
-static const char *const mutant_names[] = {"none",   "epoch",     "seen",
-                                           "outbox", "watermark", "cache"};
-#define MUTANTS 6
+static const char *const mutant_names[] = {"none",     "epoch",     "seen",
+                                           "outbox",   "watermark", "cache",
+                                           "reserved", "nonce",     "rebuild"};
+#define MUTANTS 9
 
 static const char *backend_name(sim_backend_t b) {
   return b == SIM_PG ? "pg" : "lmdb";
@@ -631,6 +632,11 @@ static int fleet_run(const opts_t *o) {
  * ends (survived). @returns 0 when caught. */
 static int mutant_hunt(int m, const opts_t *o) {
   kl__sim_mutant = m;
+  /* What each of the last three breaks shows only beside a producer that
+   * is not keylane, or after the topic is created again. */
+  int hostile = sim_hostile, recreate = sim_recreate;
+  sim_hostile |= m == KL__MUTANT_RESERVED || m == KL__MUTANT_REBUILD;
+  sim_recreate |= m == KL__MUTANT_NONCE;
   job_t j = {m == KL__MUTANT_CACHE ? SIM_PG : SIM_LMDB,
              1000000 + (uint64_t)m * 100000,
              1,
@@ -642,6 +648,7 @@ static int mutant_hunt(int m, const opts_t *o) {
   job_result_t r;
   jobs_run(&j, 1, o, &r);
   kl__sim_mutant = KL__MUTANT_NONE;
+  sim_hostile = hostile, sim_recreate = recreate;
   if (r.skipped) {
     printf("mutant %s: not run (no PostgreSQL)\n", mutant_names[m]);
     return 77;
