@@ -24,34 +24,13 @@
 
 #include "common/bytes.h"
 #include "common/internal.h"
+#include "common/sqlstate.h"
 #include "store/store_internal.h"
 #include "store/pg.h"
 
 #define KL_PG_POOL_DEFAULT 4
 
 /* ---- errors and statements ------------------------------------------- */
-
-/* SQLSTATEs after which the same batch may succeed when run again. */
-static int pg_state_retriable(const char *state) {
-  static const char *const states[] = {
-      "40001", /* serialization_failure */
-      "40P01", /* deadlock_detected */
-      "55P03", /* lock_not_available */
-      "57014", /* query_canceled (statement_timeout) */
-      "57P01", /* admin_shutdown (pg_terminate_backend) */
-      "57P02", /* crash_shutdown */
-      "57P03", /* cannot_connect_now */
-      "25P03", /* idle_in_transaction_session_timeout */
-  };
-  if (!state)
-    return 0;
-  if (strncmp(state, "08", 2) == 0 || strncmp(state, "53", 2) == 0)
-    return 1; /* connection exception, insufficient resources */
-  for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
-    if (strcmp(state, states[i]) == 0)
-      return 1;
-  return 0;
-}
 
 /* libpq's messages end with a newline; a detail reads better without. */
 static int pg_trimmed(const char *msg) {
@@ -67,7 +46,8 @@ kl_err_t kl__pg_err(PGconn *pg, const PGresult *res, const char *what) {
     msg = PQerrorMessage(pg);
   const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
   int lost = PQstatus(pg) != CONNECTION_OK;
-  kl_err_t err = lost || pg_state_retriable(state) ? KL_ESTORE_BUSY : KL_ESTORE;
+  kl_err_t err =
+      lost || kl__sqlstate_transient(state) ? KL_ESTORE_BUSY : KL_ESTORE;
   return kl__err(err, "postgresql: %s: %.*s%s", what, pg_trimmed(msg), msg,
                  lost ? " (connection lost: it is made anew on the next call; "
                         "an open batch applied nothing and may be re-run)"
