@@ -122,14 +122,18 @@ static const struct {
          "check the epoch and move the watermark"},
     /* An UPDATE, half the upsert's work (no conflict check, no row lock
      * of its own: one WAL record per key, 1.2 against 2.1 ms per 631
-     * keys), for the keys the owner cache knows are stored. Should one be
-     * gone (a writer outside the partition's fence deleted it), the
-     * statement fails (KL__PG_KEY_GONE_STATE) rather than lose the put. */
+     * keys), for the keys the owner cache knows are stored, each on the
+     * condition that its row still holds the value the cache knows ($3).
+     * Should one be gone or changed (a writer outside the partition's
+     * fence: another topic's owner writing the same key, say), the
+     * statement fails (KL__PG_KEY_GONE_STATE) rather than write a value
+     * computed from a stale one over the other writer's. */
     [KL__PG_UPDATE] = {"kl_update",
                        "WITH u AS (UPDATE keylane_kv SET value = t.v FROM "
-                       "unnest($1::bytea[], $2::bytea[]) AS t(k, v) WHERE "
-                       "key = t.k RETURNING 1) SELECT 1 / (count(*) = "
-                       "$3::int8)::int FROM u",
+                       "unnest($1::bytea[], $2::bytea[], $3::bytea[]) AS "
+                       "t(k, v, o) WHERE key = t.k AND value = t.o "
+                       "RETURNING 1) SELECT 1 / (count(*) = $4::int8)::int "
+                       "FROM u",
                        "write the batch's handler keys"},
     [KL__PG_UPSERT] = {"kl_upsert",
                        "INSERT INTO keylane_kv (key, value) SELECT * FROM "

@@ -205,8 +205,9 @@ kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
  * the count of rows it matched): division_by_zero. */
 #define KL__PG_FENCED_STATE "22012"
 
-/* What KL__PG_UPDATE fails with when a key known stored was not (it
- * divides by whether it updated them all): division_by_zero too. */
+/* What KL__PG_UPDATE fails with when a key known stored was not, or held
+ * another value than the one known (it divides by whether it updated them
+ * all): division_by_zero too. */
 #define KL__PG_KEY_GONE_STATE "22012"
 
 /* What KL__PG_IDS_NEW fails with when one of its ids was recorded since
