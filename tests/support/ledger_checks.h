@@ -9,6 +9,7 @@
 #include "support/cluster.h"
 #include "support/support.h"
 #include "cli/ledger_gen.h"
+#include "handlers/ledger.h"
 
 /* A ledger workload on a test cluster (support/cluster.h: embedded unless
  * KEYLANE_TEST_BOOTSTRAP names one), a producer for it, and a store. */
@@ -58,5 +59,11 @@ void kl_t_ledger_assert_verified(const kl__ledger_gen_t *gen, kl_store_t *store,
 /* The follow-ups (kl_txn_emit()) the outbox of @p store holds for @p topic
  * over its @p partitions: 0 once all of them are published. */
 size_t kl_t_outbox_held(kl_store_t *store, const char *topic, int partitions);
+
+/* @p key's ledger entry in @p store: on @p topic, or summed over the
+ * topics (NULL), as kl__ledger_walk() reads it. @returns 1 with *@p e set
+ * when the store holds one, 0 when not (*@p e zeroed). */
+int kl_t_ledger_find(kl_store_t *store, const char *topic, const char *key,
+                     kl_ledger_entry_t *e);
 
 #endif
