@@ -31,24 +31,20 @@ static char *ledger_key_text(const char *k, size_t len) {
 }
 
 static int ledger_row(void *opaque, const void *key, size_t key_len,
-                      const void *val, size_t val_len) {
+                      const kl_ledger_entry_t *e) {
   kl_ledger_walk_t *walk = opaque;
-  kl_ledger_entry_t e;
-  size_t plen = sizeof(KL_LEDGER_PREFIX) - 1;
-  if (kl__ledger_decode(val, val_len, &e) != 0)
-    return 0;
-  char *name = ledger_key_text((const char *)key + plen, key_len - plen);
+  char *name = ledger_key_text(key, key_len);
   if (!name)
     return -1;
   walk->keys++;
-  walk->violations += (uint64_t)e.violations;
-  walk->total += e.balance;
+  walk->violations += (uint64_t)e->violations;
+  walk->total += e->balance;
   if (!walk->balances)
-    printf("%s\t%" PRId64 "\t%" PRId64 "\n", name, e.balance, e.last_seq);
+    printf("%s\t%" PRId64 "\t%" PRId64 "\n", name, e->balance, e->last_seq);
   else
     json_object_set_new(walk->balances, name,
-                        json_pack("{sIsI}", "balance", (json_int_t)e.balance,
-                                  "last_seq", (json_int_t)e.last_seq));
+                        json_pack("{sIsI}", "balance", (json_int_t)e->balance,
+                                  "last_seq", (json_int_t)e->last_seq));
   free(name);
   return 0;
 }
@@ -73,8 +69,7 @@ static const char *i128_text(__int128 v, char *buf, size_t size) {
 int kl__ledger_print(kl_store_t *store, int json);
 int kl__ledger_print(kl_store_t *store, int json) {
   kl_ledger_walk_t walk = {json ? json_object() : NULL, 0, 0, 0};
-  kl_err_t err = kl_store_scan(store, KL_LEDGER_PREFIX,
-                               sizeof(KL_LEDGER_PREFIX) - 1, ledger_row, &walk);
+  kl_err_t err = kl__ledger_walk(store, NULL, ledger_row, &walk);
   if (err) {
     json_decref(walk.balances);
     return kl__cli_fail(SUB, "cannot read the store: %s", kl_err_detail());
@@ -120,8 +115,13 @@ static const kl__cmd_t ledger_cmd = {
     .about =
         "Prints KEY<TAB>BALANCE<TAB>LAST_SEQ per key of the ledger handler,\n"
         "sorted by key, then a totals line; read from one consistent "
-        "snapshot,\n"
-        "also while workers run. A key's backslash, control bytes and bytes\n"
+        "snapshot\n"
+        "of the topics' entries, also while workers run. Each topic keeps "
+        "its\n"
+        "own entry of a key; the line sums them, and the entry an older\n"
+        "keylane kept for the key without a topic once; LAST_SEQ is the\n"
+        "largest of them.\n"
+        "A key's backslash, control bytes and bytes\n"
         "that are not UTF-8 print as \\\\ and \\xHH (in --json too). A "
         "store\n"
         "that does not exist is an error: this command never creates one.\n",

@@ -257,22 +257,18 @@ static int gen_part(void *opaque, const char *topic, int32_t partition,
 }
 
 static int gen_row(void *opaque, const void *key, size_t key_len,
-                   const void *val, size_t val_len) {
+                   const kl_ledger_entry_t *e) {
   kl_gen_walk_t *w = opaque;
-  size_t plen = sizeof(KL_LEDGER_PREFIX) - 1;
-  kl_ledger_entry_t e;
   char text[40];
   unsigned k;
-  snprintf(text, sizeof(text), "%.*s", (int)(key_len - plen),
-           (const char *)key + plen);
-  if (kl__ledger_decode(val, val_len, &e) || sscanf(text, "acct-%u", &k) != 1 ||
-      k >= (unsigned)w->gen->keys) {
+  snprintf(text, sizeof(text), "%.*s", (int)key_len, (const char *)key);
+  if (sscanf(text, "acct-%u", &k) != 1 || k >= (unsigned)w->gen->keys) {
     w->v->keys_bad++;
     return 0;
   }
-  w->v->violations += (uint64_t)e.violations;
-  w->v->total += e.balance;
-  if (e.balance == w->gen->balance[k] && e.last_seq == w->gen->last_seq[k])
+  w->v->violations += (uint64_t)e->violations;
+  w->v->total += e->balance;
+  if (e->balance == w->gen->balance[k] && e->last_seq == w->gen->last_seq[k])
     w->v->keys_ok++;
   else
     w->v->keys_bad++;
@@ -295,8 +291,7 @@ kl_err_t kl__ledger_gen_verify(const kl__ledger_gen_t *gen, kl_store_t *store,
   kl_err_t err = gen_walk_parts(gen, store, topic, v, &owned);
   kl_gen_walk_t w = {gen, topic, v, 0};
   if (!err)
-    err = kl_store_scan(store, KL_LEDGER_PREFIX, sizeof(KL_LEDGER_PREFIX) - 1,
-                        gen_row, &w);
+    err = kl__ledger_walk(store, topic, gen_row, &w);
   for (int k = 0; k < gen->keys; k++) {
     v->keys += gen->touched[k];
     v->total_expected += gen->balance[k];

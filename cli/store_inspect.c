@@ -298,15 +298,18 @@ static json_t *value_json(const void *key, size_t key_len, const void *val,
   json_t *o =
       json_pack("{sosIso}", "key", json_stringn(key, key_len), "value_len",
                 (json_int_t)val_len, "value_b64", inspect_b64(val, val_len));
-  size_t plen = sizeof(KL_LEDGER_PREFIX) - 1;
+  size_t plen = sizeof(KL_LEDGER_PREFIX) - 1; /* and the legacy one's */
   kl_ledger_entry_t e;
   json_t *decoded = NULL;
-  if (key_len > plen && memcmp(key, KL_LEDGER_PREFIX, plen) == 0 &&
+  if (key_len > plen &&
+      (memcmp(key, KL_LEDGER_PREFIX, plen) == 0 ||
+       memcmp(key, KL_LEDGER_LEGACY_PREFIX, plen) == 0) &&
       kl__ledger_decode(val, val_len, &e) == 0)
-    json_object_set_new(o, "ledger",
-                        json_pack("{sIsIsI}", "balance", (json_int_t)e.balance,
-                                  "last_seq", (json_int_t)e.last_seq,
-                                  "violations", (json_int_t)e.violations));
+    json_object_set_new(
+        o, "ledger",
+        json_pack("{sIsIsIsI}", "balance", (json_int_t)e.balance, "last_seq",
+                  (json_int_t)e.last_seq, "violations",
+                  (json_int_t)e.violations, "base", (json_int_t)e.base));
   else if (kl__msgpack_to_json(val, val_len, &decoded) == KL_OK)
     json_object_set_new(o, "value", decoded);
   else if ((decoded = text_or_null(val, val_len)) != NULL)
@@ -448,7 +451,7 @@ static const kl__opt_t keys_opts[] = {
      .kind = KL__OPT_STRING,
      .meta = "P",
      .off = offsetof(kl_sargs_t, prefix),
-     .help = "only keys starting with P (ledger/ for balances)"},
+     .help = "only keys starting with P (ledger: for balances)"},
     {.name = "limit",
      .kind = KL__OPT_COUNT,
      .min = 1,
@@ -469,7 +472,7 @@ static const kl__cmd_t keys_cmd = {
         "key: {\"key\": ..., \"value_len\": N} (key_b64 for binary keys).\n",
     .opts = keys_opts,
     .examples = "  keylane store keys --store /var/lib/keylane --prefix "
-                "ledger/acct-00\n"};
+                "ledger:orders/acct-00\n"};
 
 static const kl__opt_t get_opts[] = {
     KL_STORE_OPT,
@@ -495,7 +498,7 @@ static const kl__cmd_t get_cmd = {
         "absent.\n",
     .opts = get_opts,
     .examples =
-        "  keylane store get ledger/acct-0042 --store /var/lib/keylane\n"
+        "  keylane store get ledger:orders/acct-0042 --store /var/lib/keylane\n"
         "  keylane store get --id 0190f6a2-8d1c-7c3e-9a4b-2f5e6d7c8b9a \\\n"
         "      --store /var/lib/keylane --json\n"};
 

@@ -6,30 +6,32 @@
  * run on the batch's own PostgreSQL connection, so it commits with the
  * event's idempotency key and under the owner's fence, or not at all. One
  * row updated: a unit was reserved; none: sold out (a SKU without a stock
- * row has no stock either). Either outcome is recorded, once per event id,
- * in keylane_inventory_outcomes. No lock is taken: the SKU is the event
- * key, so one worker owns it, and the guard qty > 0 keeps a redelivery that
- * slipped past the idempotency store (it cannot) from going negative.
+ * row has no stock either). Either outcome is recorded, once per event, in
+ * keylane_inventory_outcomes, keyed as the event's idempotency key is
+ * scoped: (topic, SKU, id), so one id on two SKUs records two outcomes. No lock
+ * is taken: the SKU is the event key, so one worker owns it, and the guard qty
+ * > 0 keeps a redelivery that slipped past the idempotency store (it cannot)
+ * from going negative.
  */
 #include <inttypes.h>
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "common/sqlstate.h"
 #include "handlers/inventory.h"
 
 /* A statement's failure as a handler verdict: the batch's transaction is
- * aborted either way; a lost link or a conflict may pass on a re-run. */
+ * aborted either way; a lost link or a transient SQLSTATE (the store's own
+ * list, common/sqlstate.h: a lock timeout, too many connections, a
+ * conflict) may pass on a re-run, so it is RETRY, never a dead letter. */
 static kl_handler_result_t inventory_fail(PGconn *pg, PGresult *res,
                                           const char *what, char *errbuf,
                                           size_t errbuf_size) {
   const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
   const char *msg = PQresultErrorMessage(res);
   int missing = state && strcmp(state, "42P01") == 0;
-  int retry =
-      PQstatus(pg) != CONNECTION_OK ||
-      (state && (strncmp(state, "40", 2) == 0 || strncmp(state, "08", 2) == 0 ||
-                 strncmp(state, "57", 2) == 0));
+  int retry = PQstatus(pg) != CONNECTION_OK || kl__sqlstate_transient(state);
   snprintf(errbuf, errbuf_size, "inventory: %s: %.*s%s", what,
            (int)strcspn(msg, "\n"), msg,
            missing
@@ -80,15 +82,16 @@ kl_handler_result_t kl__inventory_handler(void *opaque, const kl_event_t *event,
   snprintf(part, sizeof(part), "%" PRId32, fence->partition);
   snprintf(epoch, sizeof(epoch), "%" PRIu64, fence->epoch);
   snprintf(offset, sizeof(offset), "%" PRId64, fence->offset);
-  const char *rec[6] = {event->id, event->key, outcome, part, epoch, offset};
-  int rec_len[6] = {(int)event->id_len, (int)event->key_len, 0, 0, 0, 0};
-  int rec_fmt[6] = {1, 1, 0, 0, 0, 0};
+  const char *rec[7] = {event->id, event->key, outcome,     part,
+                        epoch,     offset,     fence->topic};
+  int rec_len[7] = {(int)event->id_len, (int)event->key_len, 0, 0, 0, 0, 0};
+  int rec_fmt[7] = {1, 1, 0, 0, 0, 0, 0};
   res = PQexecParams(pg,
                      "INSERT INTO keylane_inventory_outcomes (id, sku, "
-                     "outcome, partition, epoch, event_offset) VALUES "
+                     "outcome, partition, epoch, event_offset, topic) VALUES "
                      "($1::bytea, $2::text, $3::text, $4::int4, $5::int8, "
-                     "$6::int8)",
-                     6, NULL, rec, rec_len, rec_fmt, 0);
+                     "$6::int8, $7::text)",
+                     7, NULL, rec, rec_len, rec_fmt, 0);
   if (PQresultStatus(res) != PGRES_COMMAND_OK)
     return inventory_fail(pg, res, "record the outcome", errbuf, errbuf_size);
   PQclear(res);

@@ -7,10 +7,11 @@
  * key} to "to", committed with the debit: money moves between two owners
  * without a lock. A credit without a seq (a transfer's) is applied with no
  * order check; a transfer to its own key is refused. Per entity key the store
- * holds "ledger/" KEY => balance, last seq and order violations (three
- * big-endian int64). An event whose seq is not last seq + 1 is still applied,
- * and counted as a violation: with one writer per key and in-order application
- * there must be none.
+ * holds "ledger:" TOPIC "/" KEY => balance, last seq and order violations
+ * (three big-endian int64; a fourth, the base, for an entry that started
+ * from an unscoped one: ledger.h). An event whose seq is not last seq + 1 is
+ * still applied, and counted as a violation: with one writer per key and
+ * in-order application there must be none.
  *
  * An amount is positive (a debit subtracts it), and a balance never wraps:
  * an event that is not, or that would carry the balance past int64, FAILs
@@ -20,19 +21,35 @@
 #include <inttypes.h>
 #include <msgpack.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/bytes.h"
+#include "common/internal.h"
+#include "common/strbuf.h"
 #include "keylane/worker.h"
 #include "handlers/ledger.h"
 
 int kl__ledger_decode(const void *val, size_t len, kl_ledger_entry_t *entry) {
-  if (len != KL_LEDGER_VALUE_LEN)
+  const unsigned char *v = val;
+  if (len != KL_LEDGER_VALUE_LEN && len != KL_LEDGER_VALUE_BASE_LEN)
     return -1;
-  entry->balance = (int64_t)kl__get_be(val, 8);
-  entry->last_seq = (int64_t)kl__get_be((const unsigned char *)val + 8, 8);
-  entry->violations = (int64_t)kl__get_be((const unsigned char *)val + 16, 8);
+  entry->balance = (int64_t)kl__get_be(v, 8);
+  entry->last_seq = (int64_t)kl__get_be(v + 8, 8);
+  entry->violations = (int64_t)kl__get_be(v + 16, 8);
+  entry->base =
+      len == KL_LEDGER_VALUE_BASE_LEN ? (int64_t)kl__get_be(v + 24, 8) : 0;
   return 0;
+}
+
+size_t kl__ledger_key(const char *topic, const void *key, size_t key_len,
+                      unsigned char *out) {
+  size_t plen = sizeof(KL_LEDGER_PREFIX) - 1, tlen = strnlen(topic, 249);
+  memcpy(out, KL_LEDGER_PREFIX, plen);
+  memcpy(out + plen, topic, tlen);
+  out[plen + tlen] = '/';
+  memcpy(out + plen + tlen + 1, key, key_len);
+  return plen + tlen + 1 + key_len;
 }
 
 void kl__ledger_encode(msgpack_sbuffer *sb, const kl_ledger_args_t *a) {
@@ -220,11 +237,13 @@ static kl_handler_result_t ledger_emit_credit(kl_txn_t *txn,
 static kl_handler_result_t ledger_store(kl_txn_t *txn, const void *key,
                                         size_t klen, const kl_ledger_entry_t *e,
                                         char *errbuf, size_t errbuf_size) {
-  unsigned char out[KL_LEDGER_VALUE_LEN];
+  unsigned char out[KL_LEDGER_VALUE_BASE_LEN];
   kl__put_be(out, (uint64_t)e->balance, 8);
   kl__put_be(out + 8, (uint64_t)e->last_seq, 8);
   kl__put_be(out + 16, (uint64_t)e->violations, 8);
-  if (kl_txn_put(txn, key, klen, out, sizeof(out))) {
+  kl__put_be(out + 24, (uint64_t)e->base, 8);
+  if (kl_txn_put(txn, key, klen, out,
+                 e->base ? KL_LEDGER_VALUE_BASE_LEN : KL_LEDGER_VALUE_LEN)) {
     snprintf(errbuf, errbuf_size, "ledger: %s", kl_err_detail());
     return KL_HANDLER_RETRY;
   }
@@ -234,30 +253,68 @@ static kl_handler_result_t ledger_store(kl_txn_t *txn, const void *key,
 /* Applies @p a to the key's entry: a credit adds, a debit and a transfer
  * subtract; a seq is checked against the last one, a credit without one
  * (a transfer's) is not. */
-static kl_handler_result_t
-ledger_apply_event(kl_txn_t *txn, const kl_event_t *event,
-                   kl_ledger_kind_t kind, const kl_ledger_args_t *a,
-                   char *errbuf, size_t errbuf_size) {
-  unsigned char key[sizeof(KL_LEDGER_PREFIX) - 1 + KL_KEY_MAX];
-  size_t klen = sizeof(KL_LEDGER_PREFIX) - 1;
-  memcpy(key, KL_LEDGER_PREFIX, klen);
-  memcpy(key + klen, event->key, event->key_len);
-  klen += event->key_len;
-
-  kl_ledger_entry_t e = {0, 0, 0};
+/* Reads the entry at @p key into @p e (left as it is when absent);
+ * @returns 1 when found, 0 when not, -1 with the reason in errbuf (*r the
+ * verdict). */
+static int ledger_read(kl_txn_t *txn, const void *key, size_t klen,
+                       kl_ledger_entry_t *e, kl_handler_result_t *r,
+                       char *errbuf, size_t errbuf_size) {
   const void *val;
   size_t vlen;
   kl_err_t err = kl_txn_get(txn, key, klen, &val, &vlen);
-  if (err == KL_OK && kl__ledger_decode(val, vlen, &e) != 0) {
+  if (err == KL_OK && kl__ledger_decode(val, vlen, e) != 0) {
     snprintf(errbuf, errbuf_size,
              "ledger: stored entry has %zu bytes, "
-             "expected %d",
-             vlen, KL_LEDGER_VALUE_LEN);
-    return KL_HANDLER_FAIL;
+             "expected %d or %d",
+             vlen, KL_LEDGER_VALUE_LEN, KL_LEDGER_VALUE_BASE_LEN);
+    *r = KL_HANDLER_FAIL;
+    return -1;
   } else if (err != KL_OK && err != KL_ENOTFOUND) {
     snprintf(errbuf, errbuf_size, "ledger: %s", kl_err_detail());
-    return KL_HANDLER_RETRY;
+    *r = KL_HANDLER_RETRY;
+    return -1;
   }
+  return err == KL_OK;
+}
+
+/* The key's entry on the event's topic; when it has none yet, one that
+ * starts from the unscoped entry an older keylane kept ("ledger/" KEY),
+ * which is only read: its balance becomes the new entry's base, so that
+ * however many topics start from it, kl__ledger_walk() counts it once, and
+ * no two owners ever write it. */
+static int ledger_load(kl_txn_t *txn, const kl_event_t *event,
+                       const kl_fence_t *fence, unsigned char *key,
+                       size_t *klen, kl_ledger_entry_t *e,
+                       kl_handler_result_t *r, char *errbuf,
+                       size_t errbuf_size) {
+  *klen = kl__ledger_key(fence->topic, event->key, event->key_len, key);
+  int found = ledger_read(txn, key, *klen, e, r, errbuf, errbuf_size);
+  if (found != 0)
+    return found < 0 ? -1 : 0;
+  unsigned char old[sizeof(KL_LEDGER_LEGACY_PREFIX) - 1 + KL_KEY_MAX];
+  size_t olen = sizeof(KL_LEDGER_LEGACY_PREFIX) - 1;
+  memcpy(old, KL_LEDGER_LEGACY_PREFIX, olen);
+  memcpy(old + olen, event->key, event->key_len);
+  kl_ledger_entry_t was = {0, 0, 0, 0};
+  found = ledger_read(txn, old, olen + event->key_len, &was, r, errbuf,
+                      errbuf_size);
+  if (found < 0)
+    return -1;
+  *e = (kl_ledger_entry_t){was.balance, was.last_seq, 0, was.balance};
+  return 0;
+}
+
+static kl_handler_result_t
+ledger_apply_event(kl_txn_t *txn, const kl_event_t *event,
+                   const kl_fence_t *fence, kl_ledger_kind_t kind,
+                   const kl_ledger_args_t *a, char *errbuf,
+                   size_t errbuf_size) {
+  unsigned char key[KL_LEDGER_STORE_KEY_MAX];
+  size_t klen;
+  kl_ledger_entry_t e = {0, 0, 0, 0};
+  kl_handler_result_t r;
+  if (ledger_load(txn, event, fence, key, &klen, &e, &r, errbuf, errbuf_size))
+    return r;
   if (ledger_apply(kind == KL_CREDIT, a->amount, &e.balance, errbuf,
                    errbuf_size))
     return KL_HANDLER_FAIL;
@@ -273,7 +330,6 @@ kl_handler_result_t kl_ledger_handler(void *opaque, const kl_event_t *event,
                                       const kl_fence_t *fence, kl_txn_t *txn,
                                       char *errbuf, size_t errbuf_size) {
   (void)opaque;
-  (void)fence;
   kl_ledger_kind_t kind;
   if (ledger_kind(event, &kind, errbuf, errbuf_size))
     return KL_HANDLER_FAIL;
@@ -292,9 +348,121 @@ kl_handler_result_t kl_ledger_handler(void *opaque, const kl_event_t *event,
              "once (which one was meant?)",
              twice);
   else if (!ledger_check(event, kind, &a, errbuf, errbuf_size))
-    r = ledger_apply_event(txn, event, kind, &a, errbuf, errbuf_size);
+    r = ledger_apply_event(txn, event, fence, kind, &a, errbuf, errbuf_size);
   if (r == KL_HANDLER_OK && kind == KL_TRANSFER)
     r = ledger_emit_credit(txn, event, &a, errbuf, errbuf_size);
   msgpack_unpacked_destroy(&up);
   return r;
+}
+
+/* ---- reading the entries back: kl__ledger_walk() --------------------- */
+
+typedef struct ledger_row {
+  unsigned char *key;
+  size_t len;
+  kl_ledger_entry_t e;
+} ledger_row_t;
+
+typedef struct ledger_walk {
+  size_t plen; /* the scanned prefix's length */
+  int scoped;  /* rows are "ledger:" TOPIC "/" KEY: skip to the '/' */
+  int summing; /* collect into rows; else call cb at once */
+  kl_ledger_row_cb_t *cb;
+  void *opaque;
+  ledger_row_t *rows;
+  size_t n, cap;
+  int stopped; /* cb said stop, or out of memory (err) */
+  kl_err_t err;
+} ledger_walk_t;
+
+static int walk_row(void *opaque, const void *key, size_t key_len,
+                    const void *val, size_t val_len) {
+  ledger_walk_t *w = opaque;
+  kl_ledger_entry_t e;
+  const unsigned char *k = (const unsigned char *)key + w->plen;
+  size_t len = key_len - w->plen;
+  const unsigned char *slash = w->scoped ? memchr(k, '/', len) : NULL;
+  if (kl__ledger_decode(val, val_len, &e) != 0 || (w->scoped && !slash))
+    return 0; /* not an entry: another handler's key */
+  if (slash)
+    len -= (size_t)(slash + 1 - k), k = slash + 1;
+  if (!w->summing)
+    return w->stopped = w->cb(w->opaque, k, len, &e);
+  ledger_row_t *rows = kl__grow(w->rows, &w->cap, w->n, sizeof(*rows), 256);
+  unsigned char *copy = malloc(len ? len : 1);
+  if (!rows || !copy) {
+    free(copy);
+    w->err = kl__err(KL_ENOMEM, "keylane ledger: out of memory");
+    return w->stopped = 1;
+  }
+  memcpy(copy, k, len);
+  w->rows = rows;
+  rows[w->n++] = (ledger_row_t){copy, len, e};
+  return 0;
+}
+
+static int row_cmp(const void *a, const void *b) {
+  const ledger_row_t *x = a, *y = b;
+  int c = memcmp(x->key, y->key, x->len < y->len ? x->len : y->len);
+  return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* Adds row @p r to the key's @p sum: its change since its base. */
+static kl_err_t walk_add(kl_ledger_entry_t *sum, const ledger_row_t *r) {
+  int64_t change;
+  if (__builtin_sub_overflow(r->e.balance, r->e.base, &change) ||
+      __builtin_add_overflow(sum->balance, change, &sum->balance))
+    return kl__err(KL_EINVAL,
+                   "keylane ledger: key %.*s's balance summed over its "
+                   "topics leaves the int64 range; read one topic's",
+                   (int)(r->len > 64 ? 64 : r->len), (const char *)r->key);
+  sum->violations += r->e.violations;
+  if (r->e.last_seq > sum->last_seq)
+    sum->last_seq = r->e.last_seq;
+  return KL_OK;
+}
+
+/* Sorts the rows by key and calls cb once per key with their sum. */
+static kl_err_t walk_sum(ledger_walk_t *w) {
+  qsort(w->rows, w->n, sizeof(*w->rows), row_cmp);
+  kl_err_t err = KL_OK;
+  for (size_t i = 0; !err && i < w->n;) {
+    kl_ledger_entry_t sum = {0, 0, 0, 0};
+    size_t j = i;
+    while (!err && j < w->n && row_cmp(&w->rows[i], &w->rows[j]) == 0)
+      err = walk_add(&sum, &w->rows[j++]);
+    if (!err && w->cb(w->opaque, w->rows[i].key, w->rows[i].len, &sum))
+      break;
+    i = j;
+  }
+  return err;
+}
+
+static kl_err_t walk_scan(kl_store_t *store, ledger_walk_t *w,
+                          const char *prefix, int scoped) {
+  w->plen = strlen(prefix);
+  w->scoped = scoped;
+  kl_err_t err =
+      w->stopped ? KL_OK : kl_store_scan(store, prefix, w->plen, walk_row, w);
+  return err ? err : w->err;
+}
+
+kl_err_t kl__ledger_walk(kl_store_t *store, const char *topic,
+                         kl_ledger_row_cb_t *cb, void *opaque) {
+  ledger_walk_t w = {.summing = !topic, .cb = cb, .opaque = opaque};
+  kl_err_t err;
+  if (topic) {
+    char prefix[sizeof(KL_LEDGER_PREFIX) + 256];
+    snprintf(prefix, sizeof(prefix), KL_LEDGER_PREFIX "%.249s/", topic);
+    return walk_scan(store, &w, prefix, 0);
+  }
+  err = walk_scan(store, &w, KL_LEDGER_LEGACY_PREFIX, 0);
+  if (!err)
+    err = walk_scan(store, &w, KL_LEDGER_PREFIX, 1);
+  if (!err)
+    err = walk_sum(&w);
+  for (size_t i = 0; i < w.n; i++)
+    free(w.rows[i].key);
+  free(w.rows);
+  return err;
 }

@@ -6,19 +6,60 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KL_LEDGER_PREFIX "ledger/"
+#include "keylane/store.h"
+
+/*
+ * Where the entries live. A key's entry is scoped by its topic,
+ * "ledger:" TOPIC "/" KEY, so that the owners of two topics sharing a
+ * store are never two writers of one row (docs/design.md, "One writer per
+ * row"); a topic name holds no '/' (Kafka's names are [a-zA-Z0-9._-]), so
+ * the first '/' ends it. Entries written before were unscoped,
+ * "ledger/" KEY: the handler never writes those again, and a topic's
+ * entry created while one exists starts from it (its base, below).
+ */
+#define KL_LEDGER_PREFIX "ledger:"
+#define KL_LEDGER_LEGACY_PREFIX "ledger/"
+/* Stored: balance, last seq, violations; and the base, when not 0. */
 #define KL_LEDGER_VALUE_LEN 24
+#define KL_LEDGER_VALUE_BASE_LEN 32
 /* Keys are 1..KL_KEY_MAX bytes; as text with its NUL. */
 #define KL_LEDGER_KEY_TEXT_MAX (1024 + 1)
+/* The longest store key kl__ledger_key() writes. */
+#define KL_LEDGER_STORE_KEY_MAX (sizeof(KL_LEDGER_PREFIX) + 249 + 1024)
 
 typedef struct kl_ledger_entry {
   int64_t balance;
   int64_t last_seq;
   int64_t violations;
+  /* The balance of the unscoped entry this one started from (0: none):
+   * counted once in kl__ledger_walk()'s sum, however many topics started
+   * from it. */
+  int64_t base;
 } kl_ledger_entry_t;
 
 /* Decodes a stored value; returns 0, or -1 when it is not an entry. */
 int kl__ledger_decode(const void *val, size_t len, kl_ledger_entry_t *entry);
+
+/* Writes the store key of @p key's entry on @p topic into @p out
+ * (KL_LEDGER_STORE_KEY_MAX bytes). @returns its length. */
+size_t kl__ledger_key(const char *topic, const void *key, size_t key_len,
+                      unsigned char *out);
+
+/* Called by kl__ledger_walk() per key, in key order; nonzero stops. */
+typedef int(kl_ledger_row_cb_t)(void *opaque, const void *key, size_t key_len,
+                                const kl_ledger_entry_t *entry);
+
+/**
+ * The ledger's entries, from one snapshot per prefix. With @p topic, that
+ * topic's entries as its owners keep them (an inherited base included).
+ * With NULL, per key the sum over every topic and the unscoped entry:
+ * the unscoped balance plus each topic's change since it started from it
+ * (balance - base), the largest last seq, the violations added (base 0).
+ * @returns KL_OK, the scan's failure, KL_ENOMEM, or KL_EINVAL when a key's
+ *          sum leaves int64 (named in kl_err_detail()).
+ */
+kl_err_t kl__ledger_walk(kl_store_t *store, const char *topic,
+                         kl_ledger_row_cb_t *cb, void *opaque);
 
 /* A ledger event's payload: "amount" always, "seq" for a debit and a
  * transfer (optional for a credit), "to" for a transfer, "from" in the

@@ -274,12 +274,13 @@ kl__cache_answer_t kl__cache_get(kl__cache_t *cache, kl__cache_seg_t *seg,
 }
 
 int kl__cache_stored(kl__cache_t *cache, kl__cache_seg_t *seg, uint64_t epoch,
-                     uint64_t ticket, const void *key, size_t key_len) {
+                     uint64_t ticket, const void *key, size_t key_len,
+                     unsigned char **buf, size_t *cap, size_t *len) {
   if (!cache || !seg)
     return 0;
   pthread_mutex_lock(&cache->mu);
   kl_entry_t *e = cache_known(cache, seg, epoch, ticket, key, key_len);
-  int stored = e && e->present;
+  int stored = e && e->present && !copy_out(e, buf, cap, len);
   pthread_mutex_unlock(&cache->mu);
   return stored;
 }

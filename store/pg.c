@@ -28,6 +28,7 @@
 #include "common/bytes.h"
 #include "common/internal.h"
 #include "common/log.h"
+#include "common/sqlstate.h"
 #include "store/location.h"
 #include "store/store_internal.h"
 #include "store/pg.h"
@@ -36,28 +37,6 @@
 #define KL_COMP "store"
 
 /* ---- errors and statements ------------------------------------------- */
-
-/* SQLSTATEs after which the same batch may succeed when run again. */
-static int pg_state_retriable(const char *state) {
-  static const char *const states[] = {
-      "40001", /* serialization_failure */
-      "40P01", /* deadlock_detected */
-      "55P03", /* lock_not_available */
-      "57014", /* query_canceled (statement_timeout) */
-      "57P01", /* admin_shutdown (pg_terminate_backend) */
-      "57P02", /* crash_shutdown */
-      "57P03", /* cannot_connect_now */
-      "25P03", /* idle_in_transaction_session_timeout */
-  };
-  if (!state)
-    return 0;
-  if (strncmp(state, "08", 2) == 0 || strncmp(state, "53", 2) == 0)
-    return 1; /* connection exception, insufficient resources */
-  for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
-    if (strcmp(state, states[i]) == 0)
-      return 1;
-  return 0;
-}
 
 /* libpq's messages end with a newline; a detail reads better without. */
 static int pg_trimmed(const char *msg) {
@@ -73,7 +52,8 @@ kl_err_t kl__pg_err(PGconn *pg, const PGresult *res, const char *what) {
     msg = PQerrorMessage(pg);
   const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
   int lost = PQstatus(pg) != CONNECTION_OK;
-  kl_err_t err = lost || pg_state_retriable(state) ? KL_ESTORE_BUSY : KL_ESTORE;
+  kl_err_t err =
+      lost || kl__sqlstate_transient(state) ? KL_ESTORE_BUSY : KL_ESTORE;
   return kl__err(err, "postgresql: %s: %.*s%s", what, pg_trimmed(msg), msg,
                  lost ? " (connection lost: it is made anew on the next call; "
                         "an open batch applied nothing and may be re-run)"
@@ -148,14 +128,18 @@ static const struct {
          "check the epoch and move the watermark"},
     /* An UPDATE, half the upsert's work (no conflict check, no row lock
      * of its own: one WAL record per key, 1.2 against 2.1 ms per 631
-     * keys), for the keys the owner cache knows are stored. Should one be
-     * gone (a writer outside the partition's fence deleted it), the
-     * statement fails (KL__PG_KEY_GONE_STATE) rather than lose the put. */
+     * keys), for the keys the owner cache knows are stored, each on the
+     * condition that its row still holds the value the cache knows ($3).
+     * Should one be gone or changed (a writer outside the partition's
+     * fence: another topic's owner writing the same key, say), the
+     * statement fails (KL__PG_KEY_GONE_STATE) rather than write a value
+     * computed from a stale one over the other writer's. */
     [KL__PG_UPDATE] = {"kl_update",
                        "WITH u AS (UPDATE keylane_kv SET value = t.v FROM "
-                       "unnest($1::bytea[], $2::bytea[]) AS t(k, v) WHERE "
-                       "key = t.k RETURNING 1) SELECT 1 / (count(*) = "
-                       "$3::int8)::int FROM u",
+                       "unnest($1::bytea[], $2::bytea[], $3::bytea[]) AS "
+                       "t(k, v, o) WHERE key = t.k AND value = t.o "
+                       "RETURNING 1) SELECT 1 / (count(*) = $4::int8)::int "
+                       "FROM u",
                        "write the batch's handler keys"},
     [KL__PG_UPSERT] = {"kl_upsert",
                        "INSERT INTO keylane_kv (key, value) SELECT * FROM "

@@ -148,9 +148,9 @@ void kl__pg_conn_give(kl__pg_t *pgs, kl__pg_conn_t *conn, int broken);
 
 /**
  * Maps a failed libpq call: "postgresql: <what>: <server message>".
- * A lost link, a serialization failure, a deadlock, a lock or statement
- * timeout and an administrator's termination are KL_ESTORE_BUSY (the batch
- * may be re-run); the rest KL_ESTORE.
+ * A lost link and a transient SQLSTATE (kl__sqlstate_transient(), the one
+ * list the handlers use too) are KL_ESTORE_BUSY (the batch may be re-run);
+ * the rest KL_ESTORE.
  * @param res  the failed result, or NULL when there is none.
  */
 kl_err_t kl__pg_err(PGconn *pg, const PGresult *res, const char *what);
@@ -218,8 +218,9 @@ kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
  * the count of rows it matched): division_by_zero. */
 #define KL__PG_FENCED_STATE "22012"
 
-/* What KL__PG_UPDATE fails with when a key known stored was not (it
- * divides by whether it updated them all): division_by_zero too. */
+/* What KL__PG_UPDATE fails with when a key known stored was not, or held
+ * another value than the one known (it divides by whether it updated them
+ * all): division_by_zero too. */
 #define KL__PG_KEY_GONE_STATE "22012"
 
 /* What KL__PG_IDS_NEW fails with when one of its ids was recorded since
@@ -230,7 +231,7 @@ kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
 const char *kl__pg_state(const PGresult *res);
 
 /* Schema versions (store_pg_migrations.c). */
-#define KL__PG_SCHEMA_VERSION 8
+#define KL__PG_SCHEMA_VERSION 9
 
 /* The advisory lock (a bigint key) held while the schema is created or
  * migrated; every keylane version takes this one key. */

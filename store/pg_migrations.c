@@ -125,6 +125,22 @@ static const char *const kl_pg_migrations[KL__PG_SCHEMA_VERSION] = {
      * owner compares it with the log, which a recreated topic replaced. */
     "ALTER TABLE keylane_partitions ADD COLUMN last_ident bytea, "
     "  ADD COLUMN last_ident_wm bigint;",
+    /* 9: the inventory handler's outcomes follow the id scoping: one id
+     * on two SKUs (or two topics) names two events, so an outcome is keyed
+     * by (topic, sku, id), not by its id alone, which refused the second
+     * SKU's row ("duplicate key value") and dead-lettered its event. Which
+     * topic an older row was recorded for was not kept: the store's only
+     * topic when it knows one, else '' (nothing reads the rows back; the
+     * key only has to keep new ones apart). */
+    "ALTER TABLE keylane_inventory_outcomes ADD COLUMN topic text "
+    "  COLLATE \"C\";"
+    "UPDATE keylane_inventory_outcomes SET topic = coalesce((SELECT "
+    "  min(topic) FROM keylane_partitions HAVING count(DISTINCT topic) = 1), "
+    "  '');"
+    "ALTER TABLE keylane_inventory_outcomes ALTER COLUMN topic SET NOT NULL, "
+    "  DROP CONSTRAINT keylane_inventory_outcomes_pkey, "
+    "  ADD CONSTRAINT keylane_inventory_outcomes_pkey "
+    "  PRIMARY KEY (topic, sku, id);",
 };
 
 /* What keylane's statements read and write at KL__PG_SCHEMA_VERSION, by

@@ -84,6 +84,9 @@ typedef struct kl_pg_txn {
   int32_t partition;
   uint64_t epoch;
   kl__buf_t data;        /* handler keys, tagged KL_PG_PUT/DEL/PUT_STORED */
+  kl__buf_t olds;        /* of each PUT_STORED key, the value the owner
+                            cache knew: its UPDATE holds only if the row
+                            still has it (no other writer changed it) */
   kl__buf_t ids;         /* idempotency keys: tag = kl_mark_t */
   uint64_t duplicates;   /* kl_txn_count_duplicate() */
   PGresult *last;        /* holds the value the last kl_txn_get() lent */
@@ -99,6 +102,8 @@ typedef struct kl_pg_txn {
   kl__pg_call_t pend[3]; /* BEGIN, the epoch, the ids (kl__store_begin_ahead) */
   unsigned char *vbuf;   /* the value the last cache hit lent */
   size_t vcap;
+  unsigned char *obuf; /* kl__pg_put()'s copy of a cached value */
+  size_t ocap;
 } kl_pg_txn_t;
 
 static kl__cache_t *pg_cache(const kl_pg_txn_t *txn) {
@@ -171,9 +176,11 @@ static int pg_arr_end(kl_pg_arr_t *a) {
 static void pg_txn_free(kl_pg_txn_t *txn) {
   PQclear(txn->last);
   kl__buf_clear(&txn->data);
+  kl__buf_clear(&txn->olds);
   kl__buf_clear(&txn->ids);
   kl__buf_clear(&txn->known);
   free(txn->vbuf);
+  free(txn->obuf);
   kl__txn_emits_free(&txn->base);
   free(txn->topic);
   free(txn);
@@ -308,6 +315,7 @@ static kl_pg_txn_t *pg_txn_new(kl_store_t *store, const char *topic,
   txn->partition = partition;
   txn->epoch = epoch;
   kl__buf_init(&txn->data);
+  kl__buf_init(&txn->olds);
   kl__buf_init(&txn->ids);
   kl__buf_init(&txn->known);
   kl__cache_t *cache = ((kl__pg_t *)store)->cache;
@@ -448,9 +456,12 @@ kl_err_t kl__pg_get(kl_txn_t *base, const void *key, size_t key_len,
 kl_err_t kl__pg_put(kl_txn_t *base, const void *key, size_t key_len,
                     const void *val, size_t val_len) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
+  size_t old_len = 0;
   int stored =
-      !txn->lent && kl__cache_stored(pg_cache(txn), txn->seg, txn->epoch,
-                                     txn->ticket, key, key_len);
+      !txn->lent &&
+      kl__cache_stored(pg_cache(txn), txn->seg, txn->epoch, txn->ticket, key,
+                       key_len, &txn->obuf, &txn->ocap, &old_len) &&
+      !kl__buf_set(&txn->olds, key, key_len, txn->obuf, old_len, 0);
   return kl__buf_set(&txn->data, key, key_len, val, val_len,
                      stored ? KL_PG_PUT_STORED : KL_PG_PUT);
 }
@@ -670,8 +681,8 @@ typedef struct kl_pg_commit {
                              new), outbox, COMMIT */
   int n;
   char *outbox; /* the outbox insert's parameters (store_pg_outbox.c) */
-  kl_pg_arr_t keys, vals, stored_keys, stored_vals, dels, ids, marks, new_ids,
-      new_marks;
+  kl_pg_arr_t keys, vals, stored_keys, stored_vals, stored_olds, dels, ids,
+      marks, new_ids, new_marks;
   char part[16], wm[24], app[24], dup[24], dl[24], epoch[24], now[24],
       stored[24];
   char last[2 * KL__SID_MAX + 1]; /* hex of txn->last, or "" */
@@ -686,6 +697,7 @@ static void pg_commit_free(kl_pg_commit_t *c) {
   free(c->vals.p);
   free(c->stored_keys.p);
   free(c->stored_vals.p);
+  free(c->stored_olds.p);
   free(c->dels.p);
   free(c->ids.p);
   free(c->marks.p);
@@ -694,17 +706,18 @@ static void pg_commit_free(kl_pg_commit_t *c) {
   free(c->outbox);
 }
 
-/* Adds prepared statement @p stmt with binary arrays @p a and @p b (or
- * NULL), then the text parameters @p text (NULL-terminated). */
-static int pg_add(kl_pg_commit_t *c, kl__pg_stmt_t stmt, kl_pg_arr_t *a,
-                  kl_pg_arr_t *b, const char *const *text) {
-  if ((a && pg_arr_end(a)) || (b && pg_arr_end(b)))
-    return -1;
+/* Adds prepared statement @p stmt with binary arrays @p arrs (up to three,
+ * the first NULL ends them), then the text parameters @p text
+ * (NULL-terminated). */
+static int pg_add(kl_pg_commit_t *c, kl__pg_stmt_t stmt,
+                  kl_pg_arr_t *const arrs[3], const char *const *text) {
+  for (int i = 0; i < 3 && arrs[i]; i++)
+    if (pg_arr_end(arrs[i]))
+      return -1;
   kl__pg_call_t *call = &c->calls[c->n++];
   memset(call, 0, sizeof(*call));
   call->stmt = stmt;
-  kl_pg_arr_t *arrs[2] = {a, b};
-  for (int i = 0; i < 2 && arrs[i]; i++) {
+  for (int i = 0; i < 3 && arrs[i]; i++) {
     call->values[call->nparams] = (const char *)arrs[i]->p;
     call->lengths[call->nparams] = (int)arrs[i]->len;
     call->formats[call->nparams++] = 1;
@@ -766,7 +779,7 @@ static kl_err_t pg_add_fence(kl_pg_txn_t *txn, kl_pg_commit_t *c,
   c->last[2 * txn->base.last_len] = '\0';
   const char *text[] = {txn->topic, c->part,  c->wm,   c->app, c->dup,
                         c->dl,      c->epoch, c->last, NULL};
-  pg_add(c, KL__PG_FENCE, NULL, NULL, text);
+  pg_add(c, KL__PG_FENCE, (kl_pg_arr_t *const[3]){NULL}, text);
   return KL_OK;
 }
 
@@ -783,6 +796,7 @@ static kl_err_t pg_add_data(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
   pg_arr_init(&c->vals, KL_PG_OID_BYTEA);
   pg_arr_init(&c->stored_keys, KL_PG_OID_BYTEA);
   pg_arr_init(&c->stored_vals, KL_PG_OID_BYTEA);
+  pg_arr_init(&c->stored_olds, KL_PG_OID_BYTEA);
   pg_arr_init(&c->dels, KL_PG_OID_BYTEA);
   for (size_t i = 0; i < txn->data.count; i++) {
     const kl__buf_entry_t *e = list[i];
@@ -790,17 +804,29 @@ static kl_err_t pg_add_data(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
       pg_arr_add(&c->dels, kl__buf_key(e), e->key_len);
       continue;
     }
-    int stored = e->tag == KL_PG_PUT_STORED && !txn->lent;
-    pg_arr_add(stored ? &c->stored_keys : &c->keys, kl__buf_key(e), e->key_len);
-    pg_arr_add(stored ? &c->stored_vals : &c->vals, kl__buf_val(e), e->val_len);
+    const kl__buf_entry_t *old =
+        e->tag == KL_PG_PUT_STORED && !txn->lent
+            ? kl__buf_get(&txn->olds, kl__buf_key(e), e->key_len)
+            : NULL;
+    pg_arr_add(old ? &c->stored_keys : &c->keys, kl__buf_key(e), e->key_len);
+    pg_arr_add(old ? &c->stored_vals : &c->vals, kl__buf_val(e), e->val_len);
+    if (old)
+      pg_arr_add(&c->stored_olds, kl__buf_val(old), old->val_len);
   }
   free(list);
   snprintf(c->stored, sizeof(c->stored), "%" PRIu32, c->stored_keys.n);
   const char *count[] = {c->stored, NULL};
   if ((c->stored_keys.n &&
-       pg_add(c, KL__PG_UPDATE, &c->stored_keys, &c->stored_vals, count)) ||
-      (c->keys.n && pg_add(c, KL__PG_UPSERT, &c->keys, &c->vals, NULL)) ||
-      (c->dels.n && pg_add(c, KL__PG_DELETE, &c->dels, NULL, NULL)))
+       pg_add(c, KL__PG_UPDATE,
+              (kl_pg_arr_t *const[3]){&c->stored_keys, &c->stored_vals,
+                                      &c->stored_olds},
+              count)) ||
+      (c->keys.n &&
+       pg_add(c, KL__PG_UPSERT,
+              (kl_pg_arr_t *const[3]){&c->keys, &c->vals, NULL}, NULL)) ||
+      (c->dels.n &&
+       pg_add(c, KL__PG_DELETE, (kl_pg_arr_t *const[3]){&c->dels, NULL, NULL},
+              NULL)))
     return KL_ENOMEM;
   return KL_OK;
 }
@@ -837,9 +863,12 @@ static kl_err_t pg_add_ids(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
   free(list);
   kl__pg_clock_param(c->now, sizeof(c->now));
   const char *text[] = {c->now, txn->topic, NULL};
-  if ((c->ids.n && pg_add(c, KL__PG_IDS, &c->ids, &c->marks, text)) ||
+  if ((c->ids.n &&
+       pg_add(c, KL__PG_IDS, (kl_pg_arr_t *const[3]){&c->ids, &c->marks, NULL},
+              text)) ||
       (c->new_ids.n &&
-       pg_add(c, KL__PG_IDS_NEW, &c->new_ids, &c->new_marks, text)))
+       pg_add(c, KL__PG_IDS_NEW,
+              (kl_pg_arr_t *const[3]){&c->new_ids, &c->new_marks, NULL}, text)))
     return KL_ENOMEM;
   return KL_OK;
 }
@@ -903,17 +932,20 @@ static kl_err_t pg_id_taken(const kl_pg_txn_t *txn, const PGresult *res) {
                  txn->topic, txn->partition, detail ? detail : "an id");
 }
 
-/* A key the owner cache knew was stored had gone by the commit: only a
- * writer outside the partition's fence deletes it. The failed commit drops
- * the cache, so the batch, run again, reads the key afresh. */
+/* A key the owner cache knew was stored had gone, or holds another value,
+ * by the commit: only a writer outside the partition's fence changes it.
+ * The owner cache trusts that it is the only writer of its keys; this is
+ * where it finds out that it was not, before its stale value is written
+ * over the other writer's. The failed commit drops the cache, so the
+ * batch, run again, reads the key afresh. */
 static kl_err_t pg_key_gone(const kl_pg_txn_t *txn) {
   return kl__err(KL_ESTORE_BUSY,
                  "postgresql: write the batch's handler keys of topic %s, "
                  "partition %" PRId32 ": a key this owner had read or "
-                 "written was deleted since by another writer (a handler of "
-                 "another partition, or SQL outside keylane, writing this "
-                 "partition's keys); nothing of the batch was applied, and "
-                 "run again it reads the key afresh",
+                 "written was changed or deleted since by another writer (a "
+                 "handler of another partition or topic, or SQL outside "
+                 "keylane, writing this partition's keys); nothing of the "
+                 "batch was applied, and run again it reads the key afresh",
                  txn->topic, txn->partition);
 }
 

@@ -23,9 +23,12 @@ SQLite transaction that:
    records the event as done; "retry" just keeps it from acting.
 2. raises the stored epoch to the event's (a new owner fences the old one
    out as soon as it writes once);
-3. skips an event whose id is already in `applied` (keylane may deliver an
-   event again after a crash or a restart of this process: answered "ok",
-   not applied twice);
+3. skips an event whose (topic, key, id) is already in `applied` (keylane
+   may deliver an event again after a crash or a restart of this process:
+   answered "ok", not applied twice). Ids are scoped by topic and entity
+   key, as keylane's own are: the same id on two keys names two events,
+   each applied once. A database from before that scoping keeps its rows
+   (topic and key '') and they still suppress their id on every key;
 4. applies the effect: a "credit"/"debit" with payload {"amount": N} moves
    the key's balance; a "transfer" {"to": KEY, "amount": N} debits the key
    and emits a "credit" {"amount": N, "from": KEY} to KEY "to", which
@@ -49,8 +52,9 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS fence (
   topic TEXT NOT NULL, partition INTEGER NOT NULL, epoch INTEGER NOT NULL,
   last_offset INTEGER NOT NULL, PRIMARY KEY (topic, partition));
-CREATE TABLE IF NOT EXISTS applied (id TEXT PRIMARY KEY, epoch INTEGER,
-  partition INTEGER, offset INTEGER);
+CREATE TABLE IF NOT EXISTS applied (topic TEXT NOT NULL, key TEXT NOT NULL,
+  id TEXT NOT NULL, epoch INTEGER, partition INTEGER, offset INTEGER,
+  PRIMARY KEY (topic, key, id));
 CREATE TABLE IF NOT EXISTS balance (key TEXT PRIMARY KEY,
   amount INTEGER NOT NULL);
 """
@@ -58,8 +62,26 @@ CREATE TABLE IF NOT EXISTS balance (key TEXT PRIMARY KEY,
 db = None  # the connection main() opens
 
 
+# `applied` before ids were scoped: keyed by id alone. Its rows move to the
+# scoped table with topic and key '' (unknown), which match every key.
+MIGRATE_APPLIED = """
+BEGIN IMMEDIATE;
+ALTER TABLE applied RENAME TO applied_unscoped;
+CREATE TABLE applied (topic TEXT NOT NULL, key TEXT NOT NULL,
+  id TEXT NOT NULL, epoch INTEGER, partition INTEGER, offset INTEGER,
+  PRIMARY KEY (topic, key, id));
+INSERT INTO applied SELECT '', '', id, epoch, partition, offset
+  FROM applied_unscoped;
+DROP TABLE applied_unscoped;
+COMMIT;
+"""
+
+
 def connect(path):
     conn = sqlite3.connect(path, isolation_level=None, timeout=5)
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(applied)")]
+    if columns and "key" not in columns:
+        conn.executescript(MIGRATE_APPLIED)
     conn.executescript(SCHEMA)
     conn.isolation_level = "DEFERRED"
     return conn
@@ -92,7 +114,10 @@ def apply(event, tx):
                 "epoch=excluded.epoch, last_offset=excluded.last_offset",
                 (topic, part, epoch, offset),
             )
-            if db.execute("SELECT 1 FROM applied WHERE id=?", (event.id,)).fetchone():
+            if db.execute(
+                "SELECT 1 FROM applied WHERE id=? AND ((topic=? AND key=?) OR topic='')",
+                (event.id, topic, event.key),
+            ).fetchone():
                 return
             if event.type == "credit":
                 move(event.key, amount_of(event))
@@ -106,7 +131,7 @@ def apply(event, tx):
                 tx.emit(to, "credit", {"amount": amount_of(event), "from": event.key})
             else:
                 raise Fail('unknown event type %r (credit, debit with {"amount": N}, or transfer)' % event.type)
-            db.execute("INSERT INTO applied VALUES (?,?,?,?)", (event.id, epoch, part, offset))
+            db.execute("INSERT INTO applied VALUES (?,?,?,?,?,?)", (topic, event.key, event.id, epoch, part, offset))
     except sqlite3.Error as e:
         raise Retry("sqlite: %s" % e) from None
 

@@ -54,11 +54,14 @@
  *   rule (docs/design.md) and would leave that partition's owner a stale value.
  *   Metrics: keylane_store_cache_bytes, keylane_store_cache_entries,
  *   keylane_store_cache_hits_total, keylane_store_cache_misses_total,
- *   keylane_store_cache_drops_total (hit ratio: hits / (hits + misses)).
- *   A kl_txn_put() of a key the cache knows is stored is committed as an
- *   UPDATE (half the upsert's cost); if the key was deleted meanwhile by
- *   a writer breaking that rule, kl_store_commit() fails with
- *   KL_ESTORE_BUSY, applying nothing, and the cache is dropped.
+ *   keylane_store_cache_drops_total (hit ratio: hits / (hits + misses)). *   A
+ * kl_txn_put() of a key the cache knows is stored is committed as an UPDATE
+ * (half the upsert's cost) on the condition that the row still holds the value
+ * the cache knows; if a writer breaking that rule changed or deleted it
+ * meanwhile (the owner of another topic writing the same key: scope handler
+ * keys by the fence's topic when topics share a store), kl_store_commit() fails
+ * with KL_ESTORE_BUSY, applying nothing, and the cache is dropped, so the batch
+ * run again reads the other writer's value.
  * - Handler SQL (kl_txn_pg_conn()) bypasses the cache: once a batch has
  *   lent its connection, its kl_txn_get() calls read the server (so they
  *   see the handler's own uncommitted SQL), fill nothing, and its commit
@@ -201,7 +204,12 @@ KL_EXPORT void kl_store_abort(kl_txn_t *txn);
 KL_EXPORT kl_err_t kl_txn_get(kl_txn_t *txn, const void *key, size_t key_len,
                               const void **val, size_t *val_len);
 
-/** Buffers a write of @p key; the bytes are copied. */
+/** Buffers a write of @p key; the bytes are copied.
+ *  @remark Keys are the handler's own: the store does not scope them by
+ *  topic. Two topics sharing a store have one owner each of an entity
+ *  key, so a handler whose key has no topic in it makes them two writers
+ *  of one row: put the fence's topic in it (the ledger keeps
+ *  "ledger:" TOPIC "/" KEY). */
 KL_EXPORT kl_err_t kl_txn_put(kl_txn_t *txn, const void *key, size_t key_len,
                               const void *val, size_t val_len);
 

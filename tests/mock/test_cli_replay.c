@@ -421,16 +421,16 @@ static void test_rebuild_replay_and_store_json(void **state) {
 
   /* keys, and one key's record. */
   kl_run((const char *[]){"store", "keys", "--store", fx.store, "--prefix",
-                          "ledger/acct-001", NULL},
+                          "ledger:cli/acct-001", NULL},
          &r);
   assert_int_equal(r.rc, 0);
-  assert_string_equal(r.out, "ledger/acct-0010\nledger/acct-0011\n"
-                             "ledger/acct-0012\nledger/acct-0013\n"
-                             "ledger/acct-0014\nledger/acct-0015\n"
-                             "ledger/acct-0016\nledger/acct-0017\n"
-                             "ledger/acct-0018\nledger/acct-0019\n");
+  assert_string_equal(r.out, "ledger:cli/acct-0010\nledger:cli/acct-0011\n"
+                             "ledger:cli/acct-0012\nledger:cli/acct-0013\n"
+                             "ledger:cli/acct-0014\nledger:cli/acct-0015\n"
+                             "ledger:cli/acct-0016\nledger:cli/acct-0017\n"
+                             "ledger:cli/acct-0018\nledger:cli/acct-0019\n");
   kl_run_free(&r);
-  kl_run((const char *[]){"store", "get", "ledger/acct-0003", "--store",
+  kl_run((const char *[]){"store", "get", "ledger:cli/acct-0003", "--store",
                           fx.store, "--json", NULL},
          &r);
   assert_int_equal(r.rc, 0);
@@ -440,8 +440,8 @@ static void test_rebuild_replay_and_store_json(void **state) {
   assert_int_equal(kl_int(json_object_get(o, "ledger"), "violations"), 0);
   json_decref(o);
   kl_run_free(&r);
-  kl_run((const char *[]){"store", "get", "ledger/nobody", "--store", fx.store,
-                          NULL},
+  kl_run((const char *[]){"store", "get", "ledger:cli/nobody", "--store",
+                          fx.store, NULL},
          &r);
   assert_int_equal(r.rc, 1);
   assert_non_null(strstr(r.err, "keylane store keys"));

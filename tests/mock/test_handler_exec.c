@@ -266,7 +266,7 @@ static void test_pipelined_answers_out_of_order(void **state) {
 }
 
 /* The example handler (deploy/examples/handler_fence_sqlite.py) refuses an
- * older epoch and applies an event id once. */
+ * older epoch and applies an event id once per key. */
 static void test_python_fence_example(void **state) {
   if (system("python3 -c 'import sqlite3' 2>/dev/null") != 0)
     skip();
@@ -290,13 +290,22 @@ static void test_python_fence_example(void **state) {
       kl__exec_handler(exec, &kl_event, &fence, NULL, err, sizeof(err)),
       KL_HANDLER_RETRY);
   assert_non_null(strstr(err, "fenced"));
+  /* Ids are scoped by key: the same id on another key is another event. */
+  kl_event_t other = kl_event;
+  other.key = "acct-2";
+  other.key_len = 6;
+  fence.epoch = kl_fence.epoch;
+  assert_int_equal(
+      kl__exec_handler(exec, &other, &fence, NULL, err, sizeof(err)),
+      KL_HANDLER_OK);
   kl__exec_destroy(exec);
   snprintf(cmd, sizeof(cmd),
            "python3 -c \"import sqlite3,sys; d=sqlite3."
-           "connect('%s/app.db'); sys.exit(d.execute('select amount from "
-           "balance').fetchall() != [(5,)])\"",
+           "connect('%s/app.db'); sys.exit(d.execute('select key, amount "
+           "from balance order by key').fetchall() != [('acct-1', 5), "
+           "('acct-2', 5)])\"",
            dir);
-  assert_int_equal(system(cmd), 0); /* credited once, not twice */
+  assert_int_equal(system(cmd), 0); /* credited once each, not twice */
   kl_t_rmrf(dir);
 }
 
@@ -470,8 +479,9 @@ static void test_emit_payload_b64(void **state) {
   assert_int_equal(rec.event.payload_len, 4);
   assert_memory_equal(rec.event.payload, "\x00\x01\x02\xff", 4);
   assert_int_equal(rec.topic_len, 0);     /* the event's own */
-  assert_int_equal(rec.event.id_len, 14); /* the source's place: kl_fence */
-  assert_memory_equal(rec.event.id, "~events/3/42/0", 14);
+  /* the source's place (kl_fence), then the nonce's 16 hex digits */
+  assert_int_equal(rec.event.id_len, 15 + 16);
+  assert_memory_equal(rec.event.id, "~events/3/42/0/", 15);
   kl__emits_free(emits);
   assert_int_equal(kl_emit(&fx,
                            "[{\"topic\":\"other-topic\",\"key\":\"k\","

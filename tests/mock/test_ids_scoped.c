@@ -32,32 +32,10 @@
 #include "handlers/ledger.h"
 #include "cli/ledger_gen.h"
 
-typedef struct balance {
-  const char *key;
-  int64_t value;
-  int found;
-} balance_t;
-
-static int balance_row(void *opaque, const void *key, size_t key_len,
-                       const void *val, size_t val_len) {
-  balance_t *b = opaque;
-  size_t plen = strlen(KL_LEDGER_PREFIX), klen = strlen(b->key);
-  kl_ledger_entry_t e;
-  if (key_len == plen + klen &&
-      memcmp((const char *)key + plen, b->key, klen) == 0 &&
-      kl__ledger_decode(val, val_len, &e) == 0)
-    b->value = e.balance, b->found = 1;
-  return 1; /* the scan starts at the key */
-}
-
 /* The balance of @p key in @p store; INT64_MIN when it has none. */
 static int64_t balance_of(kl_store_t *store, const char *key) {
-  char prefix[128];
-  snprintf(prefix, sizeof(prefix), "%s%s", KL_LEDGER_PREFIX, key);
-  balance_t b = {key, 0, 0};
-  assert_int_equal(
-      kl_store_scan(store, prefix, strlen(prefix), balance_row, &b), KL_OK);
-  return b.found ? b.value : INT64_MIN;
+  kl_ledger_entry_t e;
+  return kl_t_ledger_find(store, NULL, key, &e) ? e.balance : INT64_MIN;
 }
 
 /* Waits until @p w applied @p applied events and dead-lettered

@@ -23,6 +23,7 @@
 #include "keylane/store.h"
 #include "support/cluster.h"
 #include "support/kafka_read.h"
+#include "support/ledger_checks.h"
 #include "support/run.h"
 #include "support/support.h"
 #include "handlers/ledger.h"
@@ -82,29 +83,10 @@ static void kl_apply_all(kl_fx_t *fx) {
   assert_int_equal(st.watermark, fx->sent);
 }
 
-typedef struct kl_find {
-  const char *key;
-  kl_ledger_entry_t e;
-  int found;
-} kl_find_t;
-
-static int kl_find_row(void *opaque, const void *key, size_t key_len,
-                       const void *val, size_t val_len) {
-  kl_find_t *f = opaque;
-  size_t plen = sizeof(KL_LEDGER_PREFIX) - 1;
-  if (key_len - plen == strlen(f->key) &&
-      memcmp((const char *)key + plen, f->key, key_len - plen) == 0)
-    f->found = kl__ledger_decode(val, val_len, &f->e) == 0;
-  return 0;
-}
-
 static int64_t kl_balance(kl_fx_t *fx, const char *key) {
-  kl_find_t f = {key, {0, 0, 0}, 0};
-  assert_int_equal(kl_store_scan(fx->store, KL_LEDGER_PREFIX,
-                                 sizeof(KL_LEDGER_PREFIX) - 1, kl_find_row, &f),
-                   KL_OK);
-  assert_true(f.found);
-  return f.e.balance;
+  kl_ledger_entry_t e;
+  assert_true(kl_t_ledger_find(fx->store, NULL, key, &e));
+  return e.balance;
 }
 
 typedef struct kl_letter {

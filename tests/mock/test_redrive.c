@@ -151,17 +151,19 @@ static kl_handler_result_t kl_fixed(void *opaque, const kl_event_t *event,
 }
 
 static kl_ledger_entry_t kl_entry(kl_store_t *store, int k) {
-  char key[32];
-  int len = snprintf(key, sizeof(key), KL_LEDGER_PREFIX "acct-%d", k);
+  char name[16];
+  int nlen = snprintf(name, sizeof(name), "acct-%d", k);
+  unsigned char key[KL_LEDGER_STORE_KEY_MAX];
+  size_t len = kl__ledger_key("rd", name, (size_t)nlen, key);
   kl_partition_state_t st;
-  int32_t p = kl_partition(key + 7, (size_t)len - 7, 2);
+  int32_t p = kl_partition(name, (size_t)nlen, 2);
   assert_int_equal(kl_store_partition(store, "rd", p, &st), KL_OK);
   kl_txn_t *txn;
   assert_int_equal(kl_store_begin(store, "rd", p, st.epoch, &txn), KL_OK);
   const void *val;
   size_t vlen;
-  kl_ledger_entry_t e = {0, 0, 0};
-  assert_int_equal(kl_txn_get(txn, key, (size_t)len, &val, &vlen), KL_OK);
+  kl_ledger_entry_t e = {0, 0, 0, 0};
+  assert_int_equal(kl_txn_get(txn, key, len, &val, &vlen), KL_OK);
   assert_int_equal(kl__ledger_decode(val, vlen, &e), 0);
   kl_store_abort(txn);
   return e;

@@ -654,7 +654,9 @@ static void test_truncated_history_is_reported(void **state) {
   assert_int_equal(st.watermark, 60);
   assert_int_equal(kl_store_begin(fx.store, fx.topic, 0, st.epoch, &txn),
                    KL_OK);
-  assert_int_equal(kl_txn_get(txn, "ledger/acct-7", 13, &val, &len), KL_OK);
+  unsigned char key[KL_LEDGER_STORE_KEY_MAX];
+  size_t klen = kl__ledger_key(fx.topic, "acct-7", 6, key);
+  assert_int_equal(kl_txn_get(txn, key, klen, &val, &len), KL_OK);
   kl_ledger_entry_t e;
   assert_int_equal(kl__ledger_decode(val, len, &e), 0);
   assert_int_equal(e.balance, 60 - low);

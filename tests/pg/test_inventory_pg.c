@@ -24,6 +24,7 @@
 #include "support/sql.h"
 #include "handlers/inventory.h"
 #include "handlers/ledger.h"
+#include "store/pg.h"
 
 #define TOPIC "orders"
 
@@ -75,7 +76,8 @@ static kl_handler_result_t t_apply(t_state_t *st, kl_txn_t *txn,
                                    const void *payload, size_t payload_len,
                                    char *why, size_t why_size) {
   kl_mark_t mark;
-  assert_int_equal(kl_txn_seen(txn, id, strlen(id), &mark), KL_OK);
+  assert_int_equal(
+      kl_txn_seen_key(txn, key, strlen(key), id, strlen(id), &mark), KL_OK);
   if (mark != KL_MARK_NONE) {
     kl_txn_count_duplicate(txn);
     return KL_HANDLER_OK;
@@ -86,7 +88,9 @@ static kl_handler_result_t t_apply(t_state_t *st, kl_txn_t *txn,
   kl_fence_t fence = {TOPIC, 0, st->epoch, st->offset++};
   kl_handler_result_t r = handler(NULL, &event, &fence, txn, why, why_size);
   if (r == KL_HANDLER_OK)
-    assert_int_equal(kl_txn_mark(txn, id, strlen(id), KL_MARK_APPLIED), KL_OK);
+    assert_int_equal(
+        kl_txn_mark_key(txn, key, strlen(key), id, strlen(id), KL_MARK_APPLIED),
+        KL_OK);
   return r;
 }
 
@@ -195,6 +199,106 @@ static void test_inventory_without_stock_table_fails(void **state) {
   assert_int_equal(kl_store_commit(txn, 1), KL_ESTORE);
 }
 
+/* Ids are scoped by entity key: z1..z3 on s1 and on s2 are six events, and
+ * each records its own outcome (issue 39, finding 2). */
+static void t_reserve_shared_ids(t_state_t *st) {
+  kl_t_sql(st->admin, KL__INVENTORY_STOCK_DDL);
+  kl_t_sql(st->admin, "INSERT INTO stock VALUES ('s1', 5), ('s2', 5)");
+  kl_txn_t *txn = t_begin(st);
+  const char *skus[] = {"s1", "s2"}, *ids[] = {"z1", "z2", "z3"};
+  for (int s = 0; s < 2; s++)
+    for (int i = 0; i < 3; i++)
+      t_reserve(st, txn, skus[s], ids[i]);
+  assert_int_equal(kl_store_commit(txn, st->offset), KL_OK);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT qty FROM stock WHERE sku = "
+                                       "'s1'"),
+                   2);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT qty FROM stock WHERE sku = "
+                                       "'s2'"),
+                   2);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM "
+                                       "keylane_inventory_outcomes WHERE id = "
+                                       "'z1'::bytea AND topic = '" TOPIC "'"),
+                   2);
+}
+
+static void test_inventory_one_id_on_two_skus(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  t_reserve_shared_ids(st);
+}
+
+/* A store whose outcomes table has the primary key on id alone (schema 8)
+ * is moved to (topic, sku, id) by `keylane store migrate`, its rows kept
+ * under the store's only topic. */
+static void test_inventory_outcomes_key_migrated(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_t_sql(st->admin,
+           "ALTER TABLE keylane_inventory_outcomes DROP CONSTRAINT "
+           "keylane_inventory_outcomes_pkey, DROP COLUMN topic, "
+           "ADD PRIMARY KEY (id);"
+           "DELETE FROM keylane_schema_version WHERE version = 9;"
+           "INSERT INTO keylane_inventory_outcomes (id, sku, outcome, "
+           "partition, epoch, event_offset) VALUES ('old-1', 's1', "
+           "'reserved', 0, 1, 0)");
+  int from = 0, to = 0;
+  assert_int_equal(kl__store_pg_migrate(st->uri, &from, &to), KL_OK);
+  assert_int_equal(from, 8);
+  assert_int_equal(to, KL__PG_SCHEMA_VERSION);
+  assert_int_equal(
+      kl_t_sql(st->admin, "SELECT count(*) FROM keylane_inventory_outcomes "
+                          "WHERE id = 'old-1'::bytea AND topic = '" TOPIC "'"),
+      1);
+  assert_int_equal(kl_t_sql(st->admin,
+                            "SELECT count(*) FROM pg_index i JOIN pg_attribute "
+                            "a ON a.attrelid = i.indrelid AND a.attnum = "
+                            "ANY(i.indkey) WHERE i.indisprimary AND "
+                            "i.indrelid = 'keylane_inventory_outcomes'::"
+                            "regclass AND a.attname IN ('topic', 'sku', "
+                            "'id')"),
+                   3);
+  t_reserve_shared_ids(st);
+}
+
+/* A lock timeout (55P03) is transient, as it is for the store: the handler
+ * asks for a retry instead of a dead letter, and once the lock is released
+ * the event applies (issue 39, finding 5). */
+static void test_inventory_lock_timeout_retries(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_t_sql(st->admin, KL__INVENTORY_STOCK_DDL);
+  kl_t_sql(st->admin, "INSERT INTO stock VALUES ('sku-1', 3)");
+  kl_t_sql(st->admin, "BEGIN");
+  kl_t_sql(st->admin, "SELECT qty FROM stock WHERE sku = 'sku-1' FOR UPDATE");
+
+  kl_txn_t *txn = t_begin(st);
+  PGconn *pg = kl_txn_pg_conn(txn);
+  assert_non_null(pg);
+  PGresult *res = PQexec(pg, "SET LOCAL lock_timeout = '100ms'");
+  assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
+  PQclear(res);
+  char why[512] = "";
+  assert_int_equal(t_apply(st, txn, kl__inventory_handler, "sku-1", "order-1",
+                           "reserve", "", 0, why, sizeof(why)),
+                   KL_HANDLER_RETRY);
+  assert_non_null(strstr(why, "lock timeout"));
+  kl_store_abort(txn);
+
+  kl_t_sql(st->admin, "COMMIT"); /* the other session lets go */
+  txn = t_begin(st);
+  t_reserve(st, txn, "sku-1", "order-1");
+  assert_int_equal(kl_store_commit(txn, st->offset), KL_OK);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT qty FROM stock"), 2);
+  assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM "
+                                       "keylane_inventory_outcomes"),
+                   1);
+  kl_partition_state_t ps;
+  assert_int_equal(kl_store_partition(st->store, TOPIC, 0, &ps), KL_OK);
+  assert_int_equal(ps.applied, 1);
+  assert_int_equal(ps.dead_letters, 0);
+}
+
 static void t_ledger_payload(msgpack_sbuffer *buf, int64_t amount,
                              int64_t seq) {
   msgpack_sbuffer_init(buf);
@@ -236,7 +340,7 @@ static void test_ledger_on_pg(void **state) {
     }
     assert_int_equal(kl_store_commit(txn, st->offset), KL_OK);
   }
-  kl_ledger_entry_t e = {0, 0, 0};
+  kl_ledger_entry_t e = {0, 0, 0, 0};
   assert_int_equal(kl_store_scan(st->store, KL_LEDGER_PREFIX,
                                  strlen(KL_LEDGER_PREFIX), t_ledger_row, &e),
                    KL_OK);
@@ -252,6 +356,9 @@ int main(void) {
       T(test_inventory_reserves_then_sold_out),
       T(test_inventory_fenced_takes_nothing),
       T(test_inventory_without_stock_table_fails),
+      T(test_inventory_one_id_on_two_skus),
+      T(test_inventory_outcomes_key_migrated),
+      T(test_inventory_lock_timeout_retries),
       T(test_ledger_on_pg),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,

@@ -408,36 +408,67 @@ static long long t_k_is_2(t_state_t *st) {
                              "'\\x6b' AND value = '\\x32'");
 }
 
-/* A put over a key the owner cache knows is stored is an UPDATE. Should
- * the key be gone (deleted outside the partition's fence), the commit
- * fails and applies nothing rather than lose the put; the failed commit
- * dropped the cache, so the batch run again reads the key afresh and
- * writes it. */
-static void test_put_over_a_key_deleted_behind_the_owner(void **state) {
-  kl_t_pg_need();
-  t_state_t *st = *state;
+/* The owner's batch puts what it read plus one, first with the stale
+ * cached "1" after @p behind (SQL of another writer) changed the row:
+ * that commit fails and applies nothing rather than write over the other
+ * writer; the failed commit dropped the cache, so the batch run again
+ * reads the row afresh (@p fresh: NULL for a deleted row) and writes
+ * @p last. */
+static void t_put_over_a_stale_key(t_state_t *st, const char *behind,
+                                   const char *fresh, const char *last) {
   uint64_t epoch;
   kl_store_t *store = t_store_with_k(st, &epoch);
-  kl_t_sql(st->admin, "DELETE FROM keylane_kv WHERE key = '\\x6b'");
+  kl_t_sql(st->admin, behind);
   for (int run = 0; run < 2; run++) {
     kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
     const char *was = kl_t_txn_get(txn, "k");
-    kl_t_txn_put(txn, "k", "2");
+    kl_t_txn_put(txn, "k", run == 0 ? "2" : last);
     kl_t_txn_mark(txn, "e1", KL_MARK_APPLIED);
     if (run == 0) { /* the cache still says "1" */
       assert_non_null(was);
       assert_string_equal(was, "1");
       assert_int_equal(kl_store_commit(txn, 2), KL_ESTORE_BUSY);
-      assert_non_null(strstr(kl_err_detail(), "deleted since by another"));
+      assert_non_null(
+          strstr(kl_err_detail(), "changed or deleted since by another"));
       assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM keylane_ids"),
                        0);
     } else {
-      assert_null(was);
+      if (fresh)
+        assert_string_equal(was, fresh);
+      else
+        assert_null(was);
       kl_t_store_commit(txn, 2);
     }
   }
-  assert_int_equal(t_k_is_2(st), 1);
+  char sql[128];
+  snprintf(sql, sizeof(sql),
+           "SELECT count(*) FROM keylane_kv WHERE key = '\\x6b' AND "
+           "value = '\\x%02x'",
+           (unsigned char)last[0]);
+  assert_int_equal(kl_t_sql(st->admin, sql), 1);
   kl_store_destroy(store);
+}
+
+/* A put over a key the owner cache knows is stored is an UPDATE. Should
+ * the key be gone (deleted outside the partition's fence), the commit
+ * fails rather than lose the put. */
+static void test_put_over_a_key_deleted_behind_the_owner(void **state) {
+  kl_t_pg_need();
+  t_put_over_a_stale_key(*state, "DELETE FROM keylane_kv WHERE key = '\\x6b'",
+                         NULL, "2");
+}
+
+/* The owner cache trusts that its owner is the only writer of its keys;
+ * when another writer changed one behind it (another topic's owner writing
+ * the same key, issue 39), the put computed from the stale value fails at
+ * the commit instead of overwriting the other writer's "5", and the batch
+ * run again writes "6". */
+static void test_put_over_a_key_changed_behind_the_owner(void **state) {
+  kl_t_pg_need();
+  t_put_over_a_stale_key(*state,
+                         "UPDATE keylane_kv SET value = '\\x35' WHERE key = "
+                         "'\\x6b'",
+                         "5", "6");
 }
 
 /* Once the handler's own SQL ran, every put is an upsert: that SQL may
@@ -634,6 +665,7 @@ int main(void) {
       T(test_cache_bounded_lru),
       T(test_handler_sql_bypasses_the_cache),
       T(test_put_over_a_key_deleted_behind_the_owner),
+      T(test_put_over_a_key_changed_behind_the_owner),
       T(test_put_after_handler_sql_deleted_the_key),
       T(test_apply_prefetches_the_batch_ids),
       T(test_commit_many_each_under_its_own_fence),

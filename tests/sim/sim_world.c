@@ -398,9 +398,10 @@ static int scan_cb(void *opaque, const void *key, size_t key_len,
 }
 
 int sim_balances(kl_store_t *store, int64_t out[SIM_MAXK]) {
-  char prefix[128];
-  int n = snprintf(prefix, sizeof(prefix), KL_LEDGER_PREFIX "%s", W->tag);
-  scan_ctx_t c = {out, sizeof(KL_LEDGER_PREFIX) - 1, 0};
+  char prefix[256];
+  int n = snprintf(prefix, sizeof(prefix), KL_LEDGER_PREFIX "%s/%s", W->topic,
+                   W->tag); /* the schedule's topic's entries */
+  scan_ctx_t c = {out, sizeof(KL_LEDGER_PREFIX) + strlen(W->topic), 0};
   memset(out, 0, SIM_MAXK * sizeof(*out));
   kl_err_t err = kl_store_scan(store, prefix, (size_t)n, scan_cb, &c);
   if (err || c.bad) {

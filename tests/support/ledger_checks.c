@@ -114,3 +114,25 @@ kl_store_t *kl_t_ledger_fx_rebuild(kl_t_ledger_fx_t *fx, const char *where,
   assert_int_equal(kl_store_open(where, NULL, &store), KL_OK);
   return store;
 }
+
+typedef struct kl_t_ledger_row {
+  const char *key;
+  kl_ledger_entry_t *e;
+  int found;
+} kl_t_ledger_row_t;
+
+static int kl_t_ledger_row(void *opaque, const void *key, size_t key_len,
+                           const kl_ledger_entry_t *e) {
+  kl_t_ledger_row_t *row = opaque;
+  if (key_len == strlen(row->key) && memcmp(key, row->key, key_len) == 0)
+    *row->e = *e, row->found = 1;
+  return row->found;
+}
+
+int kl_t_ledger_find(kl_store_t *store, const char *topic, const char *key,
+                     kl_ledger_entry_t *e) {
+  kl_t_ledger_row_t row = {key, e, 0};
+  memset(e, 0, sizeof(*e));
+  assert_int_equal(kl__ledger_walk(store, topic, kl_t_ledger_row, &row), KL_OK);
+  return row.found;
+}

@@ -9,6 +9,7 @@
 #include "support/cluster.h"
 #include "support/support.h"
 #include "cli/ledger_gen.h"
+#include "handlers/ledger.h"
 
 /* A ledger workload on a test cluster (support/cluster.h: embedded unless
  * KEYLANE_TEST_BOOTSTRAP names one), a producer for it, and a store. */
@@ -65,5 +66,11 @@ kl_store_t *kl_t_ledger_fx_rebuild(kl_t_ledger_fx_t *fx, const char *where,
                                    const char *says);
 
 size_t kl_t_outbox_held(kl_store_t *store, const char *topic, int partitions);
+
+/* @p key's ledger entry in @p store: on @p topic, or summed over the
+ * topics (NULL), as kl__ledger_walk() reads it. @returns 1 with *@p e set
+ * when the store holds one, 0 when not (*@p e zeroed). */
+int kl_t_ledger_find(kl_store_t *store, const char *topic, const char *key,
+                     kl_ledger_entry_t *e);
 
 #endif

@@ -15,6 +15,9 @@
 #include <cmocka.h>
 #include <lmdb.h>
 
+#include "handlers/ledger.h"
+#include "support/ledger_checks.h"
+#include "keylane/worker.h"
 #include "store/store_internal.h"
 
 /* ---- helpers --------------------------------------------------------- */
@@ -887,6 +890,114 @@ void kl_t_contract_sweep_keeps_a_key_for_the_retention(void **state) {
   kl_t_store_clock_add(1);
   assert_int_equal(kl_store_sweep(store, 10, &removed), KL_OK);
   assert_int_equal(removed, 1);
+  kl_store_destroy(store);
+}
+
+/* ---- the ledger's state on a store two topics share ------------------ */
+
+/* Runs the ledger handler on a credit of @p amount to @p key (a seq when
+ * @p seq > 0) in @p txn of @p topic's partition 0, as the worker does. */
+static void kl_t_ledger_credit(kl_txn_t *txn, const char *topic, uint64_t epoch,
+                               const char *key, int64_t amount, int64_t seq) {
+  kl_ledger_args_t a = {.amount = amount, .seq = seq, .has_seq = seq > 0};
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  kl__ledger_encode(&sb, &a);
+  kl_event_t event = {.key = key,
+                      .key_len = strlen(key),
+                      .id = "id",
+                      .id_len = 2,
+                      .type = "credit",
+                      .type_len = 6,
+                      .payload = sb.data,
+                      .payload_len = sb.size};
+  kl_fence_t fence = {topic, 0, epoch, 0};
+  char why[256] = "";
+  kl_handler_result_t r =
+      kl_ledger_handler(NULL, &event, &fence, txn, why, sizeof(why));
+  msgpack_sbuffer_destroy(&sb);
+  if (r != KL_HANDLER_OK)
+    fail_msg("ledger credit of %s on %s: %s", key, topic, why);
+}
+
+/* @p key's entry on @p topic, or summed over the topics (NULL). */
+static kl_ledger_entry_t kl_t_ledger_entry(kl_store_t *store, const char *topic,
+                                           const char *key) {
+  kl_ledger_entry_t e;
+  assert_true(kl_t_ledger_find(store, topic, key, &e));
+  return e;
+}
+
+/* The owners of topics t8 and t9 credit key k0 in batches open at once:
+ * each keeps its own entry, so neither overwrites the other's (an entry
+ * shared by the two was two writers of one row: the later commit undid
+ * the earlier one's credit). */
+void kl_t_contract_ledger_topics_keep_their_credits(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  kl_store_t *store = kl_t_store_open(where, NULL);
+  const char *topics[2] = {"t8", "t9"};
+  uint64_t epochs[2];
+  for (int t = 0; t < 2; t++) {
+    kl_partition_state_t ps;
+    assert_int_equal(kl_store_acquire(store, topics[t], 0, &ps), KL_OK);
+    epochs[t] = ps.epoch;
+  }
+  for (int round = 1; round <= 3; round++) {
+    kl_txn_t *txns[2];
+    for (int t = 0; t < 2; t++) {
+      assert_int_equal(kl_store_begin(store, topics[t], 0, epochs[t], &txns[t]),
+                       KL_OK);
+      kl_t_ledger_credit(txns[t], topics[t], epochs[t], "k0", 1, round);
+    }
+    for (int t = 0; t < 2; t++)
+      kl_t_store_commit(txns[t], round);
+  }
+  assert_int_equal(kl_t_ledger_entry(store, NULL, "k0").balance, 6);
+  for (int t = 0; t < 2; t++) {
+    kl_ledger_entry_t e = kl_t_ledger_entry(store, topics[t], "k0");
+    assert_int_equal(e.balance, 3);
+    assert_int_equal(e.last_seq, 3);
+    assert_int_equal(e.violations, 0);
+  }
+  kl_store_destroy(store);
+}
+
+/* A store an older keylane wrote holds a key's entry without a topic
+ * ("ledger/" KEY): its balance is kept. The first topic to change the key
+ * starts from it; a second topic does too, and the sum counts it once. */
+void kl_t_contract_ledger_keeps_unscoped_balances(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  kl_store_t *store = kl_t_store_open(where, NULL);
+  kl_partition_state_t ps;
+  assert_int_equal(kl_store_acquire(store, "t8", 0, &ps), KL_OK);
+  kl_txn_t *txn;
+  assert_int_equal(kl_store_begin(store, "t8", 0, ps.epoch, &txn), KL_OK);
+  unsigned char old[KL_LEDGER_VALUE_LEN] = {0};
+  old[7] = 7, old[15] = 3; /* balance 7, last seq 3, no violations */
+  assert_int_equal(kl_txn_put(txn, "ledger/k0", 9, old, sizeof(old)), KL_OK);
+  assert_int_equal(kl_txn_put(txn, "ledger/k1", 9, old, sizeof(old)), KL_OK);
+  kl_t_store_commit(txn, 1);
+  assert_int_equal(kl_t_ledger_entry(store, NULL, "k0").balance, 7);
+
+  assert_int_equal(kl_store_begin(store, "t8", 0, ps.epoch, &txn), KL_OK);
+  kl_t_ledger_credit(txn, "t8", ps.epoch, "k0", 1, 4);
+  kl_t_store_commit(txn, 2);
+  kl_ledger_entry_t e = kl_t_ledger_entry(store, "t8", "k0");
+  assert_int_equal(e.balance, 8);
+  assert_int_equal(e.last_seq, 4);
+  assert_int_equal(e.violations, 0); /* its seq follows the old entry's */
+  e = kl_t_ledger_entry(store, NULL, "k0");
+  assert_int_equal(e.balance, 8);
+  assert_int_equal(e.last_seq, 4);
+  assert_int_equal(kl_t_ledger_entry(store, NULL, "k1").balance, 7);
+
+  kl_partition_state_t ps9;
+  assert_int_equal(kl_store_acquire(store, "t9", 0, &ps9), KL_OK);
+  assert_int_equal(kl_store_begin(store, "t9", 0, ps9.epoch, &txn), KL_OK);
+  kl_t_ledger_credit(txn, "t9", ps9.epoch, "k0", 2, 0);
+  kl_t_store_commit(txn, 1);
+  assert_int_equal(kl_t_ledger_entry(store, "t9", "k0").balance, 9);
+  assert_int_equal(kl_t_ledger_entry(store, NULL, "k0").balance, 10);
   kl_store_destroy(store);
 }
 
