@@ -478,7 +478,7 @@ static void test_emit_payload_b64(void **state) {
                    KL_HANDLER_OK);
   assert_int_equal(rec.event.payload_len, 4);
   assert_memory_equal(rec.event.payload, "\x00\x01\x02\xff", 4);
-  assert_int_equal(rec.topic_len, 0);     /* the event's own */
+  assert_int_equal(rec.topic_len, 0); /* the event's own */
   /* the source's place (kl_fence), then the nonce's 16 hex digits */
   assert_int_equal(rec.event.id_len, 15 + 16);
   assert_memory_equal(rec.event.id, "~events/3/42/0/", 15);
