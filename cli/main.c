@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/log.h"
 #include "store/pg.h"
 
 static const struct {
@@ -50,6 +51,11 @@ int main(int argc, char **argv) {
       strcmp(argv[1], "help") == 0) {
     main_usage(stdout);
     return KL_EXIT_OK;
+  }
+  char errstr[256];
+  if (kl__log_env_check(errstr, sizeof(errstr)) != KL_OK) {
+    fprintf(stderr, "keylane: %s\n", errstr);
+    return KL_EXIT_USAGE;
   }
   /* Sessions in pg_stat_activity say which command holds them. */
   static const char *const roles[] = {"worker", "replay", "doctor"};

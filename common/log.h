@@ -5,6 +5,9 @@
  * message quoting another program's text (libpq's span lines) keeps to
  * its line.
  * The level comes from KEYLANE_LOG (error|warn|info|debug; default info).
+ * KEYLANE_LOG_FORMAT=json writes each line as one JSON object instead
+ * (ts, level, pid, component, msg, and trace_id, span_id when traced), for
+ * a log shipper; text is the default.
  * Thread safe: each line is written with one write(2).
  */
 #ifndef KEYLANE_COMMON_LOG_H
@@ -24,6 +27,14 @@ typedef enum kl__log_level {
 void kl__log(kl__log_level_t level, const char *component, const char *fmt, ...)
     KL__PRINTF(3, 4);
 int kl__log_enabled(kl__log_level_t level);
+
+/**
+ * Checks KEYLANE_LOG_FORMAT, for a command to refuse to start on a value
+ * that is not a log format rather than log in one it was not asked for.
+ * @returns KL_OK, or KL_ECONF with the value and the valid ones in
+ *          @p errstr.
+ */
+kl_err_t kl__log_env_check(char *errstr, size_t errstr_size);
 
 /**
  * Sets this thread's trace context, from a valid W3C @p traceparent (55
