@@ -20,6 +20,7 @@
 #include "common/metrics.h"
 #include "common/strbuf.h"
 
+#include "support/source.h"
 #include "support/support.h"
 
 static const char kl_head[] =
@@ -40,27 +41,6 @@ static const char kl_head[] =
 
 static const char kl_table[] = "| metric | type | labels | meaning |\n"
                                "|---|---|---|---|\n";
-
-static char *kl_source_path(const char *rel) {
-  const char *src = getenv("KEYLANE_SOURCE_DIR");
-  char *path = malloc(4096);
-  snprintf(path, 4096, "%s/%s", src ? src : ".", rel);
-  return path;
-}
-
-static char *kl_read(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f)
-    fail_msg("cannot read %s (KEYLANE_SOURCE_DIR)", path);
-  kl__strbuf_t sb = KL__STRBUF_INIT;
-  char chunk[4096];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-    kl__strbuf_add(&sb, chunk, n);
-  fclose(f);
-  kl__strbuf_add(&sb, "", 1);
-  return kl__strbuf_take(&sb, &n);
-}
 
 /* The worker's rows: an idle worker's metrics server (nothing listens
  * at its bootstrap: the families are registered whether or not it runs). */
@@ -120,14 +100,15 @@ static char *kl_reference(void) {
 static void test_reference_is_current(void **state) {
   (void)state;
   char *want = kl_reference();
-  char *path = kl_source_path("docs/metrics.md");
+  char path[4096];
+  kl_t_source_path("docs/metrics.md", path, sizeof(path));
   if (getenv("KEYLANE_UPDATE_DOCS")) {
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs(want, f);
     assert_int_equal(fclose(f), 0);
   }
-  char *doc = kl_read(path);
+  char *doc = kl_t_source_file("docs/metrics.md");
   if (strcmp(doc, want) != 0) {
     size_t i = 0, line = 1;
     for (; doc[i] && doc[i] == want[i]; i++)
@@ -138,7 +119,6 @@ static void test_reference_is_current(void **state) {
              line);
   }
   free(doc);
-  free(path);
   free(want);
 }
 
