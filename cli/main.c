@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/log.h"
 #include "store/pg.h"
 #include "common/log.h"
 

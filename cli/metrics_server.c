@@ -278,7 +278,9 @@ static void ms_stalls(kl__metrics_server_t *server, kl__metrics_t *m) {
   free(stalls);
 }
 
-static char *ms_metrics(kl__metrics_server_t *server, size_t *len) {
+/* A scrape's registry: every family the worker exports but the ones it
+ * keeps across scrapes (kl__worker_metrics()). */
+static kl__metrics_t *ms_scrape(kl__metrics_server_t *server) {
   kl_worker_stats_t st;
   kl_worker_stats(server->worker, &st);
   kl__metrics_t *m = kl__metrics_new();
@@ -340,11 +342,30 @@ static char *ms_metrics(kl__metrics_server_t *server, size_t *len) {
   kl_store_foreach_partition(server->store, ms_partition, &scrape);
   ms_log_stops(server, m);
   ms_stalls(server, m);
+  return m;
+}
+
+static char *ms_metrics(kl__metrics_server_t *server, size_t *len) {
+  kl__metrics_t *m = ms_scrape(server);
+  if (!m)
+    return NULL;
   /* The latency histograms are kept across scrapes by the worker. */
   char *text =
       kl__metrics_render_with(m, kl__worker_metrics(server->worker), len);
   kl__metrics_destroy(m);
   return text;
+}
+
+void kl__metrics_server_describe(kl__metrics_server_t *server,
+                                 kl__strbuf_t *sb) {
+  kl__metrics_t *m = ms_scrape(server);
+  if (!m) {
+    sb->failed = true;
+    return;
+  }
+  kl__metrics_describe(m, sb);
+  kl__metrics_describe(kl__worker_metrics(server->worker), sb);
+  kl__metrics_destroy(m);
 }
 
 /* @returns how many partitions the log guard stopped; the first one's

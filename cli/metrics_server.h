@@ -56,6 +56,7 @@
 #include "keylane/worker.h"
 
 typedef struct kl__metrics_server kl__metrics_server_t;
+struct kl__strbuf;
 
 /**
  * Listens on @p listen ("HOST:PORT", "[V6]:PORT" or ":PORT" for
@@ -68,6 +69,13 @@ kl_err_t kl__metrics_server_start(const char *listen, const kl_conf_t *conf,
                                   const char *topic, kl_worker_t *worker,
                                   kl_store_t *store,
                                   kl__metrics_server_t **out);
+
+/**
+ * Appends to @p sb the metrics reference's rows (kl__metrics_describe())
+ * of every family the worker's /metrics has, for docs/metrics.md.
+ */
+void kl__metrics_server_describe(kl__metrics_server_t *server,
+                                 struct kl__strbuf *sb);
 
 /** @returns the port it listens on. */
 int kl__metrics_server_port(const kl__metrics_server_t *server);

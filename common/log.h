@@ -6,6 +6,9 @@
  * its line.
  * The level comes from KEYLANE_LOG (error|warn|info|debug, any case;
  * default info); another value is an error (kl__log_env_check()).
+ * KEYLANE_LOG_FORMAT=json writes each line as one JSON object instead
+ * (ts, level, pid, component, msg, and trace_id, span_id when traced), for
+ * a log shipper; text is the default.
  * Thread safe: each line is written with one write(2).
  */
 #ifndef KEYLANE_COMMON_LOG_H
@@ -26,10 +29,11 @@ void kl__log(kl__log_level_t level, const char *component, const char *fmt, ...)
     KL__PRINTF(3, 4);
 
 /**
- * Checks KEYLANE_LOG: unset, empty or a level's name (any case).
- * @returns KL_OK, or KL_ECONF with a detail naming the value and the
- *          levels; the executable refuses to start on it (exit 2), a
- *          program using the library gets one WARN line and info.
+ * Checks KEYLANE_LOG (unset, empty or a level's name, any case) and
+ * KEYLANE_LOG_FORMAT (unset, text or json).
+ * @returns KL_OK, or KL_ECONF with a detail naming the value and the valid
+ *          ones; the executable refuses to start on it (exit 2); a program
+ *          using the library gets one WARN line for a bad level and info.
  */
 kl_err_t kl__log_env_check(void);
 int kl__log_enabled(kl__log_level_t level);

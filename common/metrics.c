@@ -553,3 +553,18 @@ char *kl__metrics_render_with(kl__metrics_t *metrics, kl__metrics_t *more,
     render_families(&sb, more);
   return kl__strbuf_take(&sb, len);
 }
+
+void kl__metrics_describe(kl__metrics_t *metrics, kl__strbuf_t *sb) {
+  pthread_mutex_lock(&metrics->lock);
+  for (kl__metric_t *m = metrics->families; m; m = m->next) {
+    char row[256];
+    snprintf(row, sizeof(row), "| `%s` |", m->name);
+    if (sb->len && strstr(sb->data, row))
+      continue;
+    kl__strbuf_printf(sb, "%s %s | ", row, kl_mtype_names[m->type]);
+    for (size_t i = 0; i < m->nlabels; i++)
+      kl__strbuf_printf(sb, "%s`%s`", i ? ", " : "", m->labels[i]);
+    kl__strbuf_printf(sb, " | %s |\n", m->help);
+  }
+  pthread_mutex_unlock(&metrics->lock);
+}

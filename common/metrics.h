@@ -46,6 +46,7 @@
 #define KL_METRICS_BUCKETS_MAX 32
 
 typedef struct kl__metrics kl__metrics_t;
+struct kl__strbuf;
 typedef struct kl__metric kl__metric_t;
 typedef struct kl__series kl__series_t;
 
@@ -156,5 +157,13 @@ char *kl__metrics_render(kl__metrics_t *metrics, size_t *len);
  */
 char *kl__metrics_render_with(kl__metrics_t *metrics, kl__metrics_t *more,
                               size_t *len);
+
+/**
+ * Appends a markdown table row per family of @p metrics, in registration
+ * order, "| `name` | type | `label`, ... | help |", for the metrics
+ * reference (docs/metrics.md); a family whose row @p sb holds already
+ * (keylane_metrics_overflow_total, in every registry) is left out.
+ */
+void kl__metrics_describe(kl__metrics_t *metrics, struct kl__strbuf *sb);
 
 #endif
