@@ -6,10 +6,12 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <jansson.h>
 
 #include "common/internal.h"
+#include "common/kafka.h"
 #include "common/kafka_pos.h"
 #include "worker/checks.h"
 #include "worker/dlq.h"
@@ -95,10 +97,68 @@ static void doctor_dlq(kl_doctor_t *d) {
   doctor_say(d, "dlq", &c);
 }
 
+/* Whether every bootstrap server of @p boot is a loopback address. */
+static int doctor_loopback(const char *boot) {
+  for (const char *s = boot; s && *s;) {
+    size_t n = strcspn(s, ",");
+    if (strncmp(s, "127.", 4) != 0 && strncmp(s, "localhost:", 10) != 0 &&
+        strncmp(s, "[::1]:", 6) != 0)
+      return 0;
+    s += n + (s[n] == ',');
+  }
+  return 1;
+}
+
+/* How keylane talks to Kafka, and whether Kafka took its credentials and
+ * TLS handshake: a refusal is said with what to check (common/kafka.h). */
+static int doctor_security(kl_doctor_t *d) {
+  kl__check_t c = {KL__CHECK_OK, ""};
+  const char *proto = kl_conf_get(d->conf, "kafka.security.protocol");
+  const char *mech = kl_conf_get(d->conf, "kafka.sasl.mechanism");
+  if (!mech)
+    mech = kl_conf_get(d->conf, "kafka.sasl.mechanisms");
+  const char *boot = kl_conf_get(d->conf, "kafka.bootstrap.servers");
+  char how[128];
+  int sasl = proto && strncasecmp(proto, "sasl_", 5) == 0;
+  snprintf(how, sizeof(how), "security.protocol %s%s%s",
+           proto ? proto : "plaintext (the default)",
+           sasl ? ", sasl.mechanism " : "",
+           sasl ? (mech ? mech : "GSSAPI (the default)") : "");
+  const struct rd_kafka_metadata *md = NULL;
+  if (kl__kafka_metadata(d->rk, NULL, KL_DOCTOR_TIMEOUT_MS, &md)) {
+    c.status = KL__CHECK_FAIL;
+    snprintf(c.msg, sizeof(c.msg), "%s: %s", how, kl_err_detail());
+    doctor_say(d, "security", &c);
+    return -1;
+  }
+  int brokers = md->broker_cnt;
+  rd_kafka_metadata_destroy(md);
+  int encrypted = proto && (strcasecmp(proto, "ssl") == 0 ||
+                            strcasecmp(proto, "sasl_ssl") == 0);
+  if (!encrypted && !doctor_loopback(boot)) {
+    c.status = KL__CHECK_WARN;
+    snprintf(c.msg, sizeof(c.msg),
+             "%s: connected to %d brokers without TLS off loopback: events%s "
+             "cross the network in clear; use SASL_SSL or SSL "
+             "(kafka.security.protocol)",
+             how, brokers, sasl ? " and credentials" : "");
+  } else {
+    snprintf(c.msg, sizeof(c.msg), "%s: %s, %d brokers answered", how,
+             sasl        ? "authenticated"
+             : encrypted ? "TLS handshake done"
+                         : "connected",
+             brokers);
+  }
+  doctor_say(d, "security", &c);
+  return 0;
+}
+
 /* The checks that read Kafka only. */
 static void doctor_kafka(kl_doctor_t *d) {
   kl__check_t c;
   int64_t dedup_ms = kl__conf_int(d->conf, "store.dedup.retention");
+  if (doctor_security(d))
+    return; /* nothing more can be read */
   doctor_partitions(d);
   if (d->partitions) {
     kl__check_routing(d->rk, d->topic, d->partitions, d->sample,

@@ -100,7 +100,8 @@ else
 fi
 
 for i in 0 1; do
-  "$BIN" worker --config "$W/sasl.conf" -t "$T" --handler ledger >"$W/worker-$i.log" 2>&1 &
+  "$BIN" worker --config "$W/sasl.conf" -t "$T" --handler ledger \
+    --metrics-listen 127.0.0.1:0 >"$W/worker-$i.log" 2>&1 &
   PIDS+=($!)
 done
 
@@ -158,6 +159,15 @@ ledger_exact && ok "the workers applied the events published over mutual TLS and
   bad "not applied: $(cat "$W/ledger.json")"
 
 for pid in "${PIDS[@]}"; do tr '\0' ' ' <"/proc/$pid/cmdline" >>"$W/cmdlines"; echo >>"$W/cmdlines"; done
+# What the workers export, for the search for the password below.
+for i in 0 1; do
+  port=$(sed -n 's/.*serving \/metrics.* (port \([0-9]*\)).*/\1/p' "$W/worker-$i.log" | head -1)
+  curl -s "http://127.0.0.1:$port/metrics" >"$W/metrics-$i.txt" || true
+  curl -s "http://127.0.0.1:$port/healthz?format=json" >"$W/healthz-$i.json" || true
+done
+grep -q '^keylane_worker_events_applied_total ' "$W/metrics-0.txt" &&
+  ok "the workers' /metrics were read (searched for the password below)" ||
+  bad "no /metrics from worker 0: $(grep -i metrics "$W/worker-0.log" | head -2)"
 for i in 0 1; do
   kill -TERM "${PIDS[$i]}"
   rc=0
@@ -209,12 +219,20 @@ fails_fast worker-wrong-password "$W/wrong.conf" "^keylane worker: .*$refused" /
 fails_fast publish-unknown-ca "$W/ca.conf" "^keylane publish: .*$tls" "$W/one.jsonl" publish
 fails_fast worker-unknown-ca "$W/ca.conf" "^keylane worker: .*$tls" /dev/null worker --handler ledger
 
+# keylane doctor says how it talks to Kafka and whether Kafka took it.
+"$BIN" doctor --config "$W/sasl.conf" -t "$T" >"$W/doctor.out" 2>&1 || true
+grep -q "^OK security: security.protocol SASL_SSL, sasl.mechanism PLAIN: authenticated" "$W/doctor.out" &&
+  ok "doctor: SASL_SSL with PLAIN, authenticated" || bad "doctor: $(head -3 "$W/doctor.out")"
+"$BIN" doctor --config "$W/wrong.conf" -t "$T" >"$W/doctor-wrong.out" 2>&1 || true
+grep -q "^FAIL security: security.protocol SASL_SSL, sasl.mechanism PLAIN: Kafka refused keylane's credentials" "$W/doctor-wrong.out" &&
+  ok "doctor: a wrong password is a FAIL naming the refusal" || bad "doctor, wrong password: $(head -3 "$W/doctor-wrong.out")"
+
 # The password is nowhere: outputs, logs, command lines, `keylane config`.
 "$BIN" config --config "$W/sasl.conf" --json >"$W/config.json" 2>&1
 if grep -rlF -e "$SECRET" -e "$(cat "$SCRAM_PASSWORD_FILE")" "$W" >"$W/leaks"; then
   bad "the password appears in: $(cat "$W/leaks")"
 else
-  ok "the password appears in no output, log, command line or keylane config"
+  ok "the password appears in no output, log, command line, /metrics, /healthz or keylane config"
 fi
 grep -q '"key":"kafka.sasl.password","value":"(secret)"' "$W/config.json" &&
   ok "keylane config shows the password as (secret)" || bad "keylane config: $(cat "$W/config.json" | head -c 300)"

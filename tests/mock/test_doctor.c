@@ -567,10 +567,10 @@ static void test_cli_json(void **state) {
   assert_string_equal(json_string_value(json_object_get(o, "status")), "FAIL");
   json_t *checks = json_object_get(o, "checks");
   assert_true(json_is_array(checks));
-  const char *want[] = {"partitions",      "routing",       "dlq",
-                        "retention",       "dlq-retention", "replication",
-                        "dlq-replication", "store-version", "log",
-                        "epochs"};
+  const char *want[] = {"security",    "partitions",      "routing",
+                        "dlq",         "retention",       "dlq-retention",
+                        "replication", "dlq-replication", "store-version",
+                        "log",         "epochs"};
   assert_int_equal(json_array_size(checks), sizeof(want) / sizeof(want[0]));
   for (size_t i = 0; i < json_array_size(checks); i++) {
     json_t *c = json_array_get(checks, i);
@@ -582,8 +582,14 @@ static void test_cli_json(void **state) {
                 strcmp(status, "FAIL") == 0);
     assert_true(json_is_string(json_object_get(c, "message")));
   }
+  json_t *security = json_array_get(checks, 0);
+  assert_string_equal(json_string_value(json_object_get(security, "status")),
+                      "OK");
+  assert_non_null(
+      strstr(json_string_value(json_object_get(security, "message")),
+             "security.protocol plaintext (the default): connected"));
   assert_string_equal(
-      json_string_value(json_object_get(json_array_get(checks, 0), "status")),
+      json_string_value(json_object_get(json_array_get(checks, 1), "status")),
       "FAIL");
   json_decref(o);
   kl_t_run_free(&r);
