@@ -366,8 +366,10 @@ static int64_t kl_balance_c(kl_store_t *store, uint64_t epoch) {
   size_t n;
   kl_txn_t *txn;
   kl_ledger_entry_t e;
+  unsigned char key[KL_LEDGER_STORE_KEY_MAX];
+  size_t key_len = kl__ledger_key("t", "c", 1, key);
   assert_int_equal(kl_store_begin(store, "t", 0, epoch, &txn), KL_OK);
-  assert_int_equal(kl_txn_get(txn, KL_LEDGER_PREFIX "c", 8, &v, &n), KL_OK);
+  assert_int_equal(kl_txn_get(txn, key, key_len, &v, &n), KL_OK);
   assert_int_equal(kl__ledger_decode(v, n, &e), 0);
   kl_store_abort(txn);
   return e.balance;
