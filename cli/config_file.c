@@ -109,15 +109,41 @@ static void warn_loose(const reader_t *r, const char *path, mode_t mode) {
           r->sub, path, (unsigned)(mode & 07777), path);
 }
 
+/* A file keylane reads settings or secrets from must be a regular file
+ * that only its owner and group may change: one others may write decides
+ * what keylane reads, and where it sends it (a bootstrap of theirs, a
+ * password read from any file keylane can read). @returns an error
+ * naming the problem and the fix, or NULL. */
+static const char *file_refused(const struct stat *st, char *why, size_t size) {
+  if (!S_ISREG(st->st_mode))
+    return snprintf(why, size, "it is not a regular file"), why;
+  if (st->st_mode & 002)
+    return snprintf(why, size,
+                    "any user may write it (mode %04o): chmod o-w it, or "
+                    "keylane would read what they put there",
+                    (unsigned)(st->st_mode & 07777)),
+           why;
+  return NULL;
+}
+
 /* The contents of @p path, less one trailing newline (a secret file). */
 static int read_secret(const reader_t *r, const char *key, const char *path,
                        char **out) {
+  if (!*path)
+    return line_fail(r, "%s: '@' names no file: write @/path/to/file", key);
   FILE *f = fopen(path, "r");
   if (!f)
-    return line_fail(r, "%s: cannot read its file: %s", key, strerror(errno));
+    return line_fail(r, "%s: cannot read its file %s: %s", key, path,
+                     strerror(errno));
   struct stat st;
-  if (fstat(fileno(f), &st) == 0 && (st.st_mode & 007) &&
-      kl__conf_is_secret(key))
+  char why[160];
+  const char *refused =
+      fstat(fileno(f), &st) == 0 ? file_refused(&st, why, sizeof(why)) : NULL;
+  if (refused) {
+    fclose(f);
+    return line_fail(r, "%s: %s: %s", key, path, refused);
+  }
+  if ((st.st_mode & 007) && kl__conf_is_secret(key))
     warn_loose(r, path, st.st_mode);
   char *v = kl__xcalloc(SECRET_FILE_MAX + 1, 1, COMP);
   size_t n = fread(v, 1, SECRET_FILE_MAX + 1, f);
@@ -127,6 +153,11 @@ static int read_secret(const reader_t *r, const char *key, const char *path,
     return line_fail(r, "%s: %s is over %d bytes", key, path, SECRET_FILE_MAX);
   }
   v[n] = '\0';
+  if (memchr(v, '\0', n)) {
+    free(v);
+    return line_fail(r, "%s: %s holds a NUL byte, which no setting takes", key,
+                     path);
+  }
   if (n && v[n - 1] == '\n')
     v[--n] = '\0';
   if (n && v[n - 1] == '\r')
@@ -154,6 +185,13 @@ static int value_of(reader_t *r, const char *key, const char *text, char **out,
   } else if (text[0] == '@') {
     snprintf(how, how_size, " (@%s)", text + 1);
     return read_secret(r, key, text + 1, out);
+  } else if (strstr(text, "${")) {
+    return line_fail(r,
+                     "%s: ${NAME} stands for a whole value only (a value "
+                     "holding \"${\" is refused rather than taken as it is): "
+                     "write %s = ${NAME}, or put the value in a file and "
+                     "write @/path",
+                     key, key);
   } else {
     char shown[KL__LOCATION_MAX];
     r->secret |=
@@ -178,6 +216,9 @@ static int take_line(reader_t *r, char *line, kl_conf_t *conf,
   char *key = trim(s), *text = trim(eq + 1);
   if (!*key)
     return line_fail(r, "a line has no key before '='");
+  if (strspn(key, "abcdefghijklmnopqrstuvwxyz0123456789._-") != strlen(key))
+    return line_fail(r, "the key holds a character no key has (keys are "
+                        "lower-case letters, digits, '.', '_' and '-')");
   char full[300];
   /* Like -X, a librdkafka property may come without its kafka. prefix. */
   if (strcmp(key, "store.uri") != 0 && strncmp(key, "kafka.", 6) != 0 &&
@@ -218,6 +259,12 @@ int kl__config_load(const char *sub, const char *path, kl_conf_t *conf,
     return kl__cli_usage(sub, "--config %s: cannot read it: %s", path,
                          strerror(e));
   }
+  char why[160];
+  const char *refused = file_refused(&r.st, why, sizeof(why));
+  if (refused) {
+    fclose(f);
+    return kl__cli_usage(sub, "--config %s: %s", path, refused);
+  }
   kl_conf_t *scratch = conf ? NULL : kl_conf_new();
   if (!conf && !scratch)
     kl__oom(COMP);
@@ -225,6 +272,8 @@ int kl__config_load(const char *sub, const char *path, kl_conf_t *conf,
   int rc = -1;
   while (rc < 0 && fgets(line, LINE_MAX_BYTES, f)) {
     r.line++;
+    if (r.line == 1 && strncmp(line, "\xef\xbb\xbf", 3) == 0)
+      memmove(line, line + 3, strlen(line + 3) + 1); /* a UTF-8 BOM */
     if (!strchr(line, '\n') && !feof(f))
       rc = line_fail(&r, "the line is over %d bytes", LINE_MAX_BYTES - 1);
     else

@@ -125,17 +125,27 @@ static int doctor_security(kl_doctor_t *d) {
            sasl ? ", sasl.mechanism " : "",
            sasl ? (mech ? mech : "GSSAPI (the default)") : "");
   const struct rd_kafka_metadata *md = NULL;
-  if (kl__kafka_metadata(d->rk, NULL, KL_DOCTOR_TIMEOUT_MS, &md)) {
+  kl_err_t err = kl__kafka_metadata(d->rk, NULL, KL_DOCTOR_TIMEOUT_MS, &md);
+  if (err) {
+    /* a refusal is the security check's; no answer at all is Kafka's */
+    int refused = err != KL_EKAFKA_TRANSIENT;
     c.status = KL__CHECK_FAIL;
     snprintf(c.msg, sizeof(c.msg), "%s: %s", how, kl_err_detail());
-    doctor_say(d, "security", &c);
+    doctor_say(d, refused ? "security" : "kafka", &c);
     return -1;
   }
   int brokers = md->broker_cnt;
   rd_kafka_metadata_destroy(md);
   int encrypted = proto && (strcasecmp(proto, "ssl") == 0 ||
                             strcasecmp(proto, "sasl_ssl") == 0);
-  if (!encrypted && !doctor_loopback(boot)) {
+  if (!sasl && kl_conf_get(d->conf, "kafka.sasl.username")) {
+    c.status = KL__CHECK_WARN;
+    snprintf(c.msg, sizeof(c.msg),
+             "%s: kafka.sasl.username is set, but without a SASL protocol "
+             "no credential is sent: set kafka.security.protocol to "
+             "SASL_SSL (or SASL_PLAINTEXT)",
+             how);
+  } else if (!encrypted && !doctor_loopback(boot)) {
     c.status = KL__CHECK_WARN;
     snprintf(c.msg, sizeof(c.msg),
              "%s: connected to %d brokers without TLS off loopback: events%s "

@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "common/internal.h"
+#include "common/kafka.h"
 #include "common/listen.h"
 #include "common/log.h"
 #include "common/units.h"
@@ -31,6 +32,7 @@
 #define KL_MS_STOPS_MAX 256   /* partitions listed by the log guard's series */
 #define KL_MS_STALLS_MAX 4096 /* owned partitions reported, at most */
 #define KL_MS_LIVE_MS 300000  /* /livez without worker.stall.ms: 5 min */
+#define KL_MS_LIVE_MIN_MS 10000 /* /livez's bound at least: above a try */
 /* Group commits failed in a row, none since, that make /healthz 503: one
  * is a server restart's, or a deadlock's; three, retried with backoff
  * (worker.retry.initial.ms doubling), are a store that refuses them all. */
@@ -516,11 +518,21 @@ static int ms_health(kl__metrics_server_t *server, char *reason, size_t size) {
  * worker.stall.ms (5 min by default) is, and restarting is the fix. */
 static int ms_live(kl__metrics_server_t *server, char *reason, size_t size) {
   int64_t age = kl__worker_loop_age_ms(server->worker);
-  int64_t bound = server->stall_ms > 0 ? server->stall_ms : KL_MS_LIVE_MS;
+  /* A start that waits for Kafka turns the loop only between metadata
+   * requests of up to 5 s: never less than 10 s, and waiting is alive. */
+  char why[512];
+  if (kl__worker_waiting(server->worker, why, sizeof(why))) {
+    snprintf(reason, size, "ok: the loop waits for Kafka\n");
+    return 200;
+  }
+  int64_t bound = server->stall_ms > KL_MS_LIVE_MIN_MS ? server->stall_ms
+                  : server->stall_ms > 0               ? KL_MS_LIVE_MIN_MS
+                                                       : KL_MS_LIVE_MS;
   if (age > bound) {
     snprintf(reason, size,
              "not live: the worker's loop has not turned for %" PRId64
-             " ms (bound %" PRId64 " ms, worker.stall.ms): it is stuck; "
+             " ms (bound %" PRId64 " ms, worker.stall.ms, 10 s at least): "
+             "it is stuck; "
              "restart it\n",
              age, bound);
     return 503;
@@ -836,15 +848,16 @@ static void *ms_main(void *opaque) {
   return NULL;
 }
 
+/* A client for the high watermarks, with every kafka.* setting of the
+ * worker's (security protocol, SASL, TLS) and its log callback. */
 static rd_kafka_t *ms_kafka(const kl_conf_t *conf) {
-  const char *bootstrap = kl_conf_get(conf, "kafka.bootstrap.servers");
-  if (!bootstrap)
+  if (!kl_conf_get(conf, "kafka.bootstrap.servers"))
     return NULL;
   char errstr[256];
   rd_kafka_conf_t *kconf = rd_kafka_conf_new();
-  rd_kafka_conf_set(kconf, "log_level", "3", NULL, 0);
-  if (rd_kafka_conf_set(kconf, "bootstrap.servers", bootstrap, errstr,
-                        sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+  static const char *const defaults[] = {"log_level", "3", NULL};
+  if (kl__kafka_conf_apply(kconf, conf, defaults)) {
+    KL_LOG_W(COMP, "no lag metric: %s", kl_err_detail());
     rd_kafka_conf_destroy(kconf);
     return NULL;
   }
@@ -914,8 +927,8 @@ kl_err_t kl__metrics_server_start(const char *listen, const kl_conf_t *conf,
     free(server);
     return err;
   }
-  KL_LOG_I(COMP, "serving /metrics and /healthz on %s (port %d)", listen,
-           server->port);
+  KL_LOG_I(COMP, "serving /metrics, /healthz and /livez on %s (port %d)",
+           listen, server->port);
   *out = server;
   return KL_OK;
 }

@@ -247,9 +247,9 @@ static const kl__opt_t worker_opts[] = {
      .kind = KL__OPT_STRING,
      .meta = "ADDR:PORT",
      .off = offsetof(worker_args_t, metrics_listen),
-     .help = "serve GET /metrics and /healthz there (off by default; e.g. "
-             "127.0.0.1:9464); /healthz?format=json: Burrow-style status per "
-             "partition"},
+     .help = "serve GET /metrics, /healthz (readiness) and /livez "
+             "(liveness) there (off by default; e.g. 127.0.0.1:9464); "
+             "/healthz?format=json: Burrow-style status per partition"},
     KEYED("session-timeout-ms", "worker.session.timeout.ms"),
     {.name = "instance-id",
      .meta = "ID",

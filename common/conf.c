@@ -383,18 +383,17 @@ static kl_err_t conf_set_kafka(kl_conf_t *conf, const char *name,
   return KL_OK;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), m = strlen(suffix);
-  return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 bool kl__conf_is_secret(const char *name) {
+  static const char *const words[] = {"pass",    "secret",     "token",
+                                      "private", "credential", "jaas"};
   if (strncmp(name, "kafka.", 6) == 0)
     name += 6;
-  return ends_with(name, "password") || strstr(name, "secret") ||
-         strncmp(name, "sasl.oauthbearer.", 17) == 0 ||
+  for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+    if (strstr(name, words[i]))
+      return true; /* a misspelt key too: sasl.pasword */
+  return strncmp(name, "sasl.oauthbearer.", 17) == 0 ||
          strncmp(name, "ssl.key.", 8) == 0 ||
-         strcmp(name, "sasl.jaas.config") == 0;
+         strncmp(name, "https.client.key.", 17) == 0;
 }
 
 kl_err_t kl_conf_set(kl_conf_t *conf, const char *key, const char *value,

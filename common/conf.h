@@ -41,9 +41,10 @@ const kl__conf_key_t *kl__conf_key_at(size_t i);
 const kl__conf_key_t *kl__conf_key_find(const char *name);
 
 /** @returns whether @p name is a secret, whose value is never shown: a
- *  librdkafka password, secret, private key or SASL credential
- *  (kafka.sasl.password, kafka.ssl.key.pem, kafka.sasl.oauthbearer.*,
- *  kafka.sasl.jaas.config, any *password or *secret). */
+ *  librdkafka password, secret, token, private key or SASL credential
+ *  (any name holding pass, secret, token, private, credential or jaas,
+ *  misspelt ones included; kafka.sasl.oauthbearer.*, kafka.ssl.key.*,
+ *  kafka.https.client.key.*). */
 bool kl__conf_is_secret(const char *name);
 
 /** @returns whether @p name begins with the prefix of one of the table's

@@ -6,15 +6,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/conf.h"
 #include "common/kafka_pos.h"
 #include "common/log.h"
 
 kl_err_t kl__kafka_set(void *rkconf, const char *name, const char *value) {
   char errstr[256];
-  if (rd_kafka_conf_set(rkconf, name, value, errstr, sizeof(errstr)) !=
+  if (rd_kafka_conf_set(rkconf, name, value, errstr, sizeof(errstr)) ==
       RD_KAFKA_CONF_OK)
+    return KL_OK;
+  if (!kl__conf_is_secret(name))
     return kl__err(KL_ECONF, "kafka.%s=%s: %s", name, value, errstr);
-  return KL_OK;
+  /* A secret: neither its value nor librdkafka's words if they quote it. */
+  return kl__err(KL_ECONF, "kafka.%s (its value not shown: a secret): %s", name,
+                 *value && strstr(errstr, value)
+                     ? "librdkafka refused the value"
+                     : errstr);
 }
 
 kl_err_t kl__kafka_conf_apply(rd_kafka_conf_t *rkconf, const kl_conf_t *conf,

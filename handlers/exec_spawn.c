@@ -1,5 +1,6 @@
 /* The exec handler's children: forked by one long-lived thread, killed
  * with their worker (exec_spawn.h). */
+#define _GNU_SOURCE /* close_range() */
 #include "handlers/exec_spawn.h"
 
 #include <errno.h>
@@ -41,6 +42,9 @@ static void spawn_child(const kl_spawn_req_t *req, pid_t parent) {
   signal(SIGPIPE, SIG_DFL);
   if (dup2(req->in, 0) < 0 || dup2(req->out, 1) < 0 || dup2(req->err, 2) < 0)
     _exit(127);
+  /* Nothing else of the worker's: its store's files, librdkafka's
+   * sockets and pipes are none of a handler's business. */
+  close_range(3, ~0U, 0);
   execl("/bin/sh", "sh", "-c", req->command, (char *)NULL);
   _exit(127);
 }

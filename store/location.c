@@ -73,6 +73,13 @@ static void secret_add(kl_secret_t *secrets, size_t *n, const char *s,
   sec->value[v] = '\0';
 }
 
+/* Whether libpq's keyword @p k (@p len bytes) holds a password: password,
+ * or sslpassword (the client key's passphrase). */
+static int location_pw_key(const char *k, size_t len) {
+  return (len == 8 && strncmp(k, "password", 8) == 0) ||
+         (len == 11 && strncmp(k, "sslpassword", 11) == 0);
+}
+
 /* A URI's passwords: libpq reads user info up to the first '@' before any
  * '/', the password after its first ':', and password= in the query. */
 static void uri_secrets(const char *s, kl_secret_t *secrets, size_t *n) {
@@ -87,8 +94,9 @@ static void uri_secrets(const char *s, kl_secret_t *secrets, size_t *n) {
   for (const char *k = query; k && *k;) {
     k++;
     size_t len = strcspn(k, "&");
-    if (strncmp(k, "password=", 9) == 0)
-      secret_add(secrets, n, s, (size_t)(k - s) + 9, len - 9, 1);
+    size_t eq = strcspn(k, "=&");
+    if (k[eq] == '=' && location_pw_key(k, eq))
+      secret_add(secrets, n, s, (size_t)(k - s) + eq + 1, len - eq - 1, 1);
     k += len;
   }
 }
@@ -135,8 +143,7 @@ static void conninfo_secrets(const char *s, kl_secret_t *secrets, size_t *n) {
       i++;
     size_t off, len;
     conninfo_value(s, &i, &off, &len, value, sizeof(value));
-    if (key_len == 8 && strncmp(s + key, "password", 8) == 0 &&
-        *n < KL_SECRETS_MAX && len) {
+    if (location_pw_key(s + key, key_len) && *n < KL_SECRETS_MAX && len) {
       secrets[*n].off = off;
       secrets[*n].len = len;
       snprintf(secrets[*n].value, sizeof(secrets[*n].value), "%s", value);

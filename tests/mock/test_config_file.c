@@ -139,6 +139,14 @@ static void test_refusals(void **state) {
       {"worker.concurrency = many\n", "bad.conf:1: "},
       {"sasl.password " SECRET "\n",
        "bad.conf:1: no '=' on the line: write key = value"},
+      /* a value is ${NAME} whole, or taken as it is: never half of each */
+      {"store.uri = postgresql://u:${KL_T_PW}@db/kl\n",
+       "bad.conf:1: store.uri: ${NAME} stands for a whole value only"},
+      {";x = y\n", "bad.conf:1: the key holds a character no key has"},
+      {"kafka.sasl.password = @/tmp\n",
+       "bad.conf:1: kafka.sasl.password: /tmp: it is not a regular file"},
+      {"kafka.sasl.password = @\n",
+       "bad.conf:1: kafka.sasl.password: '@' names no file"},
   };
   unsetenv("KL_T_UNSET_VAR");
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -157,6 +165,55 @@ static void test_refusals(void **state) {
            NULL, 0, &r);
   assert_int_equal(r.rc, 2);
   assert_non_null(strstr(r.err, "--config /nonexistent/kl.conf: cannot read"));
+  kl_t_run_free(&r);
+
+  /* a file any user may write decides what keylane reads and where it
+   * sends it: refused, the config file and a secret file alike */
+  char secret_file[128];
+  snprintf(secret_file, sizeof(secret_file), "%s/pw", dir);
+  write_file(secret_file, SECRET "\n", 0606);
+  char text[256];
+  snprintf(text, sizeof(text), "kafka.sasl.password = @%s\n", secret_file);
+  write_file(conf, text, 0600);
+  kl_t_run((const char *[]){"config", "--config", conf, NULL}, NULL, 0, &r);
+  assert_int_equal(r.rc, 2);
+  assert_non_null(strstr(r.err, "any user may write it (mode 0606)"));
+  kl_t_run_free(&r);
+  write_file(conf, "worker.concurrency = 2\n", 0666);
+  kl_t_run((const char *[]){"config", "--config", conf, NULL}, NULL, 0, &r);
+  assert_int_equal(r.rc, 2);
+  assert_non_null(strstr(r.err, "any user may write it (mode 0666)"));
+  kl_t_run_free(&r);
+  kl_t_run((const char *[]){"config", "--config", dir, NULL}, NULL, 0, &r);
+  assert_int_equal(r.rc, 2);
+  assert_non_null(strstr(r.err, "it is not a regular file"));
+  kl_t_run_free(&r);
+  /* a UTF-8 byte order mark before the first key is no part of it */
+  write_file(conf, "\xef\xbb\xbfworker.concurrency = 3\n", 0600);
+  kl_t_run((const char *[]){"config", "--config", conf, NULL}, NULL, 0, &r);
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "worker.concurrency = 3  # "));
+  kl_t_run_free(&r);
+
+  /* a secret librdkafka refuses is named, its value never shown; and a
+   * store URI's sslpassword (the client key's passphrase) is a password */
+  write_file(conf,
+             "kafka.bootstrap.servers = 127.0.0.1:9\n"
+             "kafka.sasl.oauthbearer.client.secret = " SECRET "\n",
+             0600);
+  const char *ev = "{\"key\":\"a\",\"type\":\"t\"}\n";
+  kl_t_run((const char *[]){"publish", "--config", conf, "-t", "events", NULL},
+           ev, strlen(ev), &r);
+  assert_int_not_equal(r.rc, 0);
+  assert_non_null(strstr(r.err, "kafka.sasl.oauthbearer.client.secret"));
+  assert_null(strstr(r.err, SECRET));
+  assert_null(strstr(r.out, SECRET));
+  kl_t_run_free(&r);
+  kl_t_run((const char *[]){"config", "--store",
+                            "postgresql://u@db/kl?sslpassword=" SECRET, NULL},
+           NULL, 0, &r);
+  assert_int_equal(r.rc, 0);
+  assert_null(strstr(r.out, SECRET));
   kl_t_run_free(&r);
 
   /* a secret written in a file others may read: a warning naming the fix */

@@ -79,6 +79,40 @@ static void test_ok_and_the_line(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* A child holds its stdin, stdout and stderr and no other descriptor of
+ * its worker's: not the store's files (an open one here), not
+ * librdkafka's sockets and pipes. */
+static void test_child_inherits_no_descriptor(void **state) {
+  (void)state;
+  char dir[64], cmd[512], path[96], err[256];
+  kl_t_tmpdir(dir);
+  snprintf(path, sizeof(path), "%s/fds", dir);
+  FILE *held = fopen(path, "w"); /* a descriptor the worker has open */
+  assert_non_null(held);
+  snprintf(cmd, sizeof(cmd),
+           "ls /proc/$$/fd > %s.new && mv %s.new %s; "
+           "while read -r l; do echo '{\"status\":\"ok\"}'; done",
+           path, path, path);
+  kl__exec_t *exec = kl_exec(cmd, 5000);
+  assert_int_equal(kl_call(exec, err, sizeof(err)), KL_HANDLER_OK);
+  kl__exec_destroy(exec);
+  fclose(held);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char fd[32], seen[256] = "";
+  int n = 0;
+  while (fgets(fd, sizeof(fd), f)) {
+    fd[strcspn(fd, "\n")] = '\0';
+    if (atoi(fd) > 2 && strlen(seen) + strlen(fd) + 2 < sizeof(seen))
+      strcat(seen, " "), strcat(seen, fd), n++;
+  }
+  fclose(f);
+  /* the shell's ls has one of its own for the directory it lists */
+  if (n > 1)
+    fail_msg("the child inherited descriptors:%s", seen);
+  kl_t_rmrf(dir);
+}
+
 static void test_fail_and_retry_verdicts(void **state) {
   char err[256];
   kl__exec_t *exec = kl_exec(
@@ -890,6 +924,7 @@ static void test_fence_example_accepts_a_new_store(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ok_and_the_line),
+      cmocka_unit_test(test_child_inherits_no_descriptor),
       cmocka_unit_test(test_fail_and_retry_verdicts),
       cmocka_unit_test(test_crash_restarts),
       cmocka_unit_test(test_hang_is_killed),

@@ -319,14 +319,14 @@ static void test_waits_for_kafka(void **state) {
   kl_t_rmrf(dir);
 }
 
-/* Holds the worker's loop (inline mode: the commit runs on it) for 2.5 s
- * at its first commit. */
+/* Holds the worker's loop (inline mode: the commit runs on it) for 11 s
+ * at its first commit: past /livez's bound, 10 s at least. */
 static atomic_int kl_held;
 static void kl_hold_loop(void *opaque, const char *topic, int32_t partition,
                          uint64_t epoch) {
   (void)opaque, (void)topic, (void)partition, (void)epoch;
   if (atomic_exchange(&kl_held, 1) == 0)
-    kl_t_sleep_ms(2500);
+    kl_t_sleep_ms(11000);
 }
 
 /* /livez, for a liveness probe: 200 while the worker's loop turns, also
@@ -365,7 +365,7 @@ static void test_livez(void **state) {
   assert_int_equal(kl__ledger_gen_publish(gen, producer, topic), KL_OK);
   assert_int_equal(kl_flush(producer, 30000), KL_OK);
   int dead = 0;
-  for (int i = 0; i < 200 && !dead; i++) {
+  for (int i = 0; i < 400 && !dead; i++) {
     assert_int_equal(kl_get(port, "/livez", &resp), 0);
     dead = resp.status == 503 && strstr(resp.body, "has not turned for");
     kl_t_http_resp_free(&resp);
