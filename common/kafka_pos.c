@@ -251,6 +251,17 @@ kl_err_t kl__kafka_partition_count(rd_kafka_t *rk, const char *topic,
   return err;
 }
 
+kl_err_t kl__kafka_partition_count_new(rd_kafka_t *rk, const char *topic,
+                                       int timeout_ms, int32_t *count) {
+  int64_t deadline = kl__mono_ns() + (int64_t)KL__TOPIC_NEW_GRACE_MS * 1000000;
+  kl_err_t err;
+  while ((err = kl__kafka_partition_count(rk, topic, timeout_ms, count)) ==
+             KL_ENOTFOUND &&
+         kl__mono_ns() < deadline)
+    kl__sleep_ms(250);
+  return err;
+}
+
 /* Looks up the first offset at or after @p ms for every range; -1 (no such
  * record) becomes the high watermark. */
 static kl_err_t resolve_time(rd_kafka_t *rk, const char *topic,

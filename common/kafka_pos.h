@@ -80,6 +80,17 @@ typedef struct kl__tp_range {
 kl_err_t kl__kafka_partition_count(rd_kafka_t *rk, const char *topic,
                                    int timeout_ms, int32_t *count);
 
+/* How long a worker waits, at start, for a topic the cluster does not
+ * know yet: one just created on a cluster of several brokers reaches
+ * their metadata a moment later, and a fleet started right after its
+ * topics would otherwise stop for good. */
+#define KL__TOPIC_NEW_GRACE_MS 10000
+
+/** kl__kafka_partition_count(), but a topic not found is asked again every
+ *  250 ms for KL__TOPIC_NEW_GRACE_MS before KL_ENOTFOUND is returned. */
+kl_err_t kl__kafka_partition_count_new(rd_kafka_t *rk, const char *topic,
+                                       int timeout_ms, int32_t *count);
+
 /**
  * Fills low and high of each of @p ranges (whose partition is set), then
  * start and end from @p from and @p to: offsets are clamped into

@@ -396,8 +396,9 @@ void kl__pg_set_application(const char *role, const char *instance) {
     instance = host;
   }
   /* The server keeps 63 bytes (NAMEDATALEN - 1). */
-  snprintf(kl_pg_application, sizeof(kl_pg_application), "keylane-%s-%s", role,
-           instance);
+  char name[256];
+  snprintf(name, sizeof(name), "keylane-%s-%s", role, instance);
+  snprintf(kl_pg_application, sizeof(kl_pg_application), "%.63s", name);
 }
 
 /*

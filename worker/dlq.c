@@ -148,7 +148,8 @@ const char *kl__dlq_topic(const kl__dlq_t *dlq) {
 
 kl_err_t kl__dlq_check(kl__dlq_t *dlq, const char *source_topic) {
   int32_t count = 0;
-  kl_err_t err = kl__kafka_partition_count(dlq->rk, dlq->topic, 10000, &count);
+  kl_err_t err =
+      kl__kafka_partition_count_new(dlq->rk, dlq->topic, 10000, &count);
   if (err != KL_ENOTFOUND)
     return err;
   return kl__err(KL_ENOTFOUND,

@@ -758,8 +758,8 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
  * every record's routing is checked against that count. */
 static kl_err_t check_topic(kl_worker_t *worker, int timeout_ms) {
   int32_t have = 0;
-  kl_err_t err =
-      kl__kafka_partition_count(worker->rk, worker->topic, timeout_ms, &have);
+  kl_err_t err = kl__kafka_partition_count_new(worker->rk, worker->topic,
+                                               timeout_ms, &have);
   if (err == KL_ENOTFOUND)
     return kl__err(KL_ENOTFOUND, "topic %s does not exist: create it first",
                    worker->topic);
