@@ -34,6 +34,7 @@ typedef struct note {
 
 static note_t *notes;
 static size_t notes_n, notes_cap;
+static char *kl_store_uri; /* the file's store.uri, for --store's default */
 
 void kl__config_note(const char *key, const char *source) {
   for (size_t i = 0; i < notes_n; i++)
@@ -231,7 +232,9 @@ static int take_line(reader_t *r, char *line, kl_conf_t *conf,
   if (rc >= 0)
     return rc;
   if (strcmp(key, "store.uri") == 0) {
-    *store_uri = value; /* kept for the life of the process */
+    /* kept for the life of the process, reachable from here */
+    free(kl_store_uri);
+    *store_uri = kl_store_uri = value;
   } else {
     char errstr[512];
     kl_err_t err = kl_conf_set(conf, key, value, errstr, sizeof(errstr));
