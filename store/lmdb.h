@@ -138,7 +138,9 @@ int kl__lmdb_id_decode(const MDB_val *key, const MDB_val *val,
 int kl__lmdb_id_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
                     size_t len, int64_t *time_ms, kl_mark_t *mark);
 /* Writes the record of @p lkey as @p mark at @p now_ms, unless it would put
- * a dead-letter mark over an applied one; *@p written says whether it did.
+ * a dead-letter mark over an applied one; *@p written says whether it
+ * wrote a mark the id did not have (the same mark again is rewritten, and
+ * not counted).
  * An LMDB rc. */
 int kl__lmdb_id_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
                     size_t len, int64_t now_ms, kl_mark_t mark, int *written);

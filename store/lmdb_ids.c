@@ -244,6 +244,8 @@ int kl__lmdb_id_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
     if (kl__mark_merge(old, mark) != mark)
       return 0;
   }
-  *written = 1;
+  /* The same mark again (a commit whose answer was lost, run again) is
+   * written, its time refreshed, and not counted a second time. */
+  *written = !found;
   return mdb_put(mtxn, lmdb->ids, &k, &v, 0);
 }

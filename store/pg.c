@@ -175,8 +175,8 @@ static const struct {
          "record the batch's new idempotency keys"},
     [KL__PG_APPLIED] = {"kl_applied",
                         "SELECT count(*) FROM keylane_ids WHERE topic = "
-                        "$2::text AND id = ANY($1::bytea[]) AND mark = 1",
-                        "count the dead letters an applied mark keeps out"},
+                        "$2::text AND id = ANY($1::bytea[])",
+                        "count the dead letters already marked"},
     [KL__PG_EPOCH] = {"kl_epoch",
                       "SELECT epoch FROM keylane_partitions WHERE topic = "
                       "$1::text AND partition = $2::int4",

@@ -39,7 +39,7 @@ typedef enum kl__pg_stmt {
   KL__PG_IDS,       /* the batch's idempotency keys */
   KL__PG_IDS_NEW,   /* those the batch looked up and found absent */
   KL__PG_EPOCH,     /* the current epoch, for the fenced message */
-  KL__PG_APPLIED,   /* how many of some ids are applied already */
+  KL__PG_APPLIED,   /* how many of some ids are marked already */
   KL__PG_STMT_COUNT
 } kl__pg_stmt_t;
 

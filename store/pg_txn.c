@@ -728,8 +728,9 @@ static int pg_add(kl_pg_commit_t *c, kl__pg_stmt_t stmt,
 }
 
 /* Of the batch's @p dead dead-letter marks, takes away from @p *dead those
- * whose id is applied already: the ids statement keeps them out (the rare
- * path that reads before it writes, as LMDB's). */
+ * whose id is marked already: applied (the ids statement keeps them out),
+ * or dead-lettered by a commit whose answer was lost and that ran again
+ * (the rare path that reads before it writes, as LMDB's). */
 static kl_err_t pg_dead_written(kl_pg_txn_t *txn, uint64_t *dead) {
   kl_pg_arr_t ids;
   pg_arr_init(&ids, KL_PG_OID_BYTEA);
