@@ -17,8 +17,9 @@ typedef enum kl__mutant {
   KL__MUTANT_SEEN,      /* worker/apply.c: an event skips the seen check */
   KL__MUTANT_OUTBOX,    /* store/lmdb_txn.c: a fenced batch's follow-ups are
                            written to the outbox all the same */
-  KL__MUTANT_WATERMARK, /* worker/apply.c: a batch goes on past an event
-                           that said RETRY, and commits past it */
+  KL__MUTANT_WATERMARK, /* worker/apply.c, worker/lanes_commit.c: a batch
+                           goes on past an event that said RETRY, a group
+                           commit's watermark passes one waiting to retry */
   KL__MUTANT_CACHE,     /* store/cache.c: the owner cache survives a fence */
   KL__MUTANT_RESERVED,  /* worker/apply.c: a consumed record's `~` id is
                            not checked (issue 33 finding 1) */

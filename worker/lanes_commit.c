@@ -15,6 +15,7 @@
 #include "common/internal.h"
 #include "common/kafka.h"
 #include "common/log.h"
+#include "common/mutant.h"
 #include "common/strbuf.h"
 #include "common/metrics.h"
 #include "worker/lanes.h"
@@ -44,6 +45,10 @@ typedef struct kl_build {
 static int64_t lane_first_open(const kl__lane_t *lane) {
   for (size_t i = 0; i < lane->ring_count; i++) {
     const kl__slot_t *s = kl__lane_at(lane, i);
+    /* Test only (common/mutant.h): KL__MUTANT_WATERMARK passes an event
+     * waiting for its retry. */
+    if (s->state == KL__SLOT_WAITING && KL__MUTANT(KL__MUTANT_WATERMARK))
+      continue;
     if (s->state != KL__SLOT_DONE && s->state != KL__SLOT_DLQ_DONE)
       return s->offset;
   }

@@ -4,25 +4,36 @@
  *
  * WHAT RUNS FOR REAL. The store API on LMDB (a directory on /dev/shm,
  * store.durability=none: commits are cheap) or on a throwaway PostgreSQL
- * (tests/support/pg.h), the worker's batch path kl__apply_batch()
- * (worker/apply.c: decode, the routing check, the seen check of the
- * key-scoped id, the handler, the mark, one commit under the owner's
- * fence), the ledger handler (handlers/ledger.c; a transfer emits its
- * credit through kl_txn_emit()), the store's outbox (kl__store_outbox_list
- * and _del, store/outbox_rec.h) and its owner cache (PostgreSQL).
+ * (tests/support/pg.h). Each owner runs the worker's own engine as a
+ * worker in inline mode (worker.concurrency=1) does: its lanes
+ * (worker/lanes*.c: windows, per-key order, retries with backoff, dead
+ * letters, fencing, rewinds after a failed commit, the group commit of
+ * every due lane in one store commit), the pool's inline run
+ * (worker/pool.c, txn_child.c), the per-event step kl__apply_event()
+ * (worker/apply.c: decode, the reserved-id and routing checks, the seen
+ * check of the key-scoped id, the handler, the mark) and the outbox
+ * publisher (worker/outbox.c: listing, publishing, removing what Kafka
+ * acknowledged), with the ledger handler (handlers/ledger.c; a transfer
+ * emits its credit through kl_txn_emit()) and, on PostgreSQL, the begin
+ * ahead, prefetch and owner cache. The tools run what their commands run:
+ * replay and redrive kl__apply_batch(), rebuild worker/rebuild.c.
  *
- * WHAT IS SIMULATED. Kafka: per partition an array of records built with
- * kl_event_encode(), handed over as rd_kafka_message_t filled by hand; the
- * dead-letter topic: an array. Time: a clock the steps move, which the
- * store (kl__store_set_clock()) and kl__now_ms() read. Processes: 2 to 4
- * owners, each with its own store handle on PostgreSQL (its connections
- * and its owner cache), sharing the one LMDB environment as processes of
- * one host do. A paused owner keeps its own stack (ucontext): it stops in
- * the before_commit hook of kl__apply_batch() and other steps run until it
- * is resumed or dies. Every choice comes from one seed (splitmix64): the
- * schedule's shape (2-4 partitions, 2-4 owners, 4-8 keys, batches of 1-8)
- * from the seed, and one 64-bit choice per step, whose bits the step
- * decodes against the state it finds (an owner "among those that can").
+ * WHAT IS SIMULATED (sim_seams.c, through the linker's --wrap). Kafka:
+ * per partition an array of records built with kl_event_encode(), handed
+ * to the lanes as rd_kafka_message_t filled by hand; the dead-letter
+ * topic: an array the lanes' kl__dlq_send() appends to, its acks served
+ * at the owner's next kl__dlq_poll(); the outbox's producer: kl_publish()
+ * appends to the log, its delivery reports come when a step says so.
+ * Time: a clock the steps move, which the store (kl__store_set_clock()),
+ * kl__now_ms() and the lanes' kl__mono_ns() read (the engine's waits move
+ * it on). Processes: 2 to 4 owners, each with its own store handle on
+ * PostgreSQL (its connections and its owner cache), sharing the one LMDB
+ * environment as processes of one host do. A paused owner keeps its own
+ * stack (ucontext): it stops in the lanes' before_commit hook and other
+ * steps run until it is resumed or dies. Every choice comes from one seed
+ * (splitmix64): the schedule's shape (2-4 partitions, 2-4 owners, 4-8 keys,
+ * batches of 1-8) from the seed, and one 64-bit choice per step, whose bits the
+ * step decodes against the state it finds (an owner "among those that can").
  *
  * STEPS (weights out of 8800; sim_steps.c):
  *  - publish (2000): the client appends a credit, debit or transfer to
@@ -30,26 +41,31 @@
  *    transfer to itself), 10% with an id another key's event has (ids are
  *    scoped by key: two events); or (15%) appends an earlier event again,
  *    same key, same id.
- *  - batch (3300): an owner that holds a partition runs the records from
- *    its own idea of the watermark through kl__apply_batch() with its
- *    epoch. Faults the choice may add: a handler says RETRY (4%) or FAIL
- *    (2%); the owner pauses between its handlers and its commit (12%); the
- *    commit fails (3%), its answer is lost (3%: it committed, the owner
- *    believes it failed and runs again from its stale watermark), the owner
- *    dies at the commit (4%, half of them after it committed): the test
- *    seam KL__COMMIT_* of worker/apply.h. After RETRY the owner commits
- *    the records before it, waits a backoff of simulated time, and after
- *    3 runs dead-letters the record; after FAIL it dead-letters it: the
- *    letter is appended to the dead-letter array (the owner may die right
- *    there, 8%), then KL_MARK_DEAD_LETTER (kl_txn_mark_key()) and the
- *    watermark past it are committed, as `keylane replay` records one.
+ *  - batch (3300): the consumer hands an owner that holds a partition up
+ *    to batch_max records from where its lane is (none while the lane is
+ *    paused: its window of 12 or its outbox of 6 full), and the owner
+ *    turns once: the ready events run, the dead-letter acks are served,
+ *    the lanes tick (retries due, group commits due, letters, the outbox
+ *    publisher), and a lane the store fenced is given up. Faults the
+ *    choice may add: a handler says RETRY (4%) or FAIL (2%); the owner
+ *    pauses between its handlers and its commit (12%); its first commit
+ *    fails (3%), its answer is lost (3%: it committed, the lanes believe
+ *    it failed and run the events again), the owner dies at the commit
+ *    (4%, half of them after it committed); no report comes back this
+ *    turn (25%), or the first one says the broker did not answer (sent
+ *    again). After RETRY the lane waits a backoff of simulated time (100
+ *    to 400 ms), and after 3 runs dead-letters the record; after FAIL it
+ *    dead-letters it (the lanes' path: the letter, its ack, then its mark
+ *    and the watermark in a group commit).
  *  - acquire (500): an owner takes a partition with kl_store_acquire(), a
- *    rebalance; the previous owner is not told: a zombie until fenced.
- *  - outbox (800) and ack (500): an owner lists the committed follow-ups
- *    of a partition it holds (kl__store_outbox_list()) and appends them to
- *    their key's partition; an ack removes what it published
- *    (kl__store_outbox_del()). An owner that dies between the two leaves
- *    them for the next owner, which publishes them again (same id).
+ *    rebalance; the previous owner is not told: a zombie until fenced. One
+ *    that holds it already gives it up first (kl__lanes_release(), half
+ *    the time committing what is final).
+ *  - outbox (800) and ack (500): an owner turns without new records, its
+ *    reports withheld (outbox) or served (ack): its outbox publisher
+ *    publishes what its commits left and removes what was acknowledged.
+ *    An owner that dies between the two leaves them for the next owner,
+ *    which publishes them again (same id).
  *  - resume (700): a paused owner commits (fenced if someone took over),
  *    or its commit fails, or its answer is lost, or it dies.
  *  - crash (250): an owner dies at any point: its memory is gone, a paused
@@ -106,9 +122,9 @@
  *     commit; the store's epochs and watermarks equal the model's: after
  *     every step that committed or acquired;
  *  4. epochs only grow, per partition, across rebuilds: at every acquire;
- *  5. every follow-up the outbox lists comes from an event whose batch
- *     committed (none of a fenced or aborted batch): at every listing
- *     (sim_owner.c); every applied transfer's credit is published and
+ *  5. every follow-up published comes from an event whose batch
+ *     committed (none of a fenced or aborted batch): at every publish
+ *     (sim_seams.c); every applied transfer's credit is published and
  *     applied exactly once: final checks;
  *  6. money: after every step that committed, each balance equals what the
  *     committed events make it, and their sum equals the applied client
@@ -138,17 +154,24 @@
  * the shortest schedule found to a file (`keylane-sim --replay FILE`) and
  * prints its steps.
  *
+ * 10. nothing below a watermark waits: at every group commit, each record
+ *     below the watermark it commits was applied or dead-lettered, or is
+ *     a duplicate of one that was.
+ *
  * MUTANTS: common/mutant.h's switches each break one rule at its real
  * place (the commit's epoch check, the seen check, the outbox of a fenced
- * batch, a watermark past a RETRY, the owner cache across a fence); with
- * one on, the simulator must fail. The default run ends with each for a
- * short budget; a mutant that survives fails the run.
+ * batch, a watermark past a RETRY, the owner cache across a fence, the
+ * consumed-side reserved-id check, the follow-up id's nonce, the
+ * rebuild's match of a follow-up); with one on, the simulator must fail.
+ * The default run ends with each for a short budget; a mutant that
+ * survives fails the run.
  *
  * WHAT STAYS WITH THE FAULT SUITE (tests/fault/test_fault.c, a real Apache
- * Kafka): librdkafka's own threads, group rebalances as Kafka runs them,
- * the real network and broker restarts, the lanes' key-parallel executors
- * and group commits, the worker's poll loop and its real producer. The
- * simulator runs the decisions those feed, not them.
+ * Kafka) and tests/mock/test_lanes.c: librdkafka's own threads, group
+ * rebalances as Kafka runs them, the real network and broker restarts,
+ * the lanes' key-parallel executors (worker.concurrency > 1: threads), the
+ * worker's poll loop around the lanes, its real producers and consumer.
+ * The simulator runs the engine those feed, on one thread.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -171,7 +194,7 @@
 
 static const char usage[] =
     "usage: keylane-sim [options]\n\n"
-    "Without options: the run `make test` makes: at least 10 million steps on\n"
+    "Without options: the run `make test` makes: at least 2 million steps on\n"
     "LMDB and a share on a throwaway PostgreSQL, then every mutant.\n\n"
     "  --seed N            run schedule N once and print its steps\n"
     "  --backend lmdb|pg   the backend of --seed (default lmdb)\n"
@@ -181,8 +204,8 @@ static const char usage[] =
     "  --seconds N         soak: random schedules for N seconds\n"
     "  --steps N           steps per schedule (default 1000 on LMDB, 300\n"
     "                      on PostgreSQL)\n"
-    "  --lmdb-steps N      the default run's LMDB steps (default 10000000)\n"
-    "  --pg-steps N        its PostgreSQL steps (default 15000)\n"
+    "  --lmdb-steps N      the default run's LMDB steps (default 2000000)\n"
+    "  --pg-steps N        its PostgreSQL steps (default 3000)\n"
     "  --jobs N            processes running LMDB schedules (default: the\n"
     "                      cores, at most 2)\n"
     "  --mutant-seconds N  each mutant's budget (default 15)\n"
@@ -610,9 +633,9 @@ static int fleet_run(const opts_t *o) {
     lmdb_s = res[i].seconds > lmdb_s ? res[i].seconds : lmdb_s;
     failed |= res[i].failed;
   }
-  printf("a step: one choice of a schedule (publish, a batch through "
-         "kl__apply_batch() and its commit,\n  a dead letter, an acquire, an "
-         "outbox listing or removal, a resume, a crash, a tick,\n  a redrive, "
+  printf("a step: one choice of a schedule (publish, records handed to an "
+         "owner's lanes and a turn of them,\n  an acquire, a turn without "
+         "records, a resume, a crash, a tick,\n  a redrive, "
          "a replay, a rebuild); the drain and the final checks are not "
          "counted\n");
   print_stats("LMDB", &lmdb, lmdb_s);
@@ -715,8 +738,8 @@ static int parse(int argc, char **argv, opts_t *o) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   *o = (opts_t){.jobs = cores >= 2 ? 2 : 1,
                 .mutant_seconds = 15,
-                .lmdb_steps = 10000000,
-                .pg_steps = 15000};
+                .lmdb_steps = 2000000,
+                .pg_steps = 3000};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int takes = 1;

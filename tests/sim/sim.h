@@ -130,16 +130,24 @@ typedef struct sim_letter {
   uint32_t event;
 } sim_letter_t;
 
-/* What an owner believes of a partition. */
-typedef struct sim_hold {
-  uint64_t epoch; /* 0: not held */
-  int64_t wm;     /* the next offset it applies */
-  int64_t retry_at;
-  int64_t fail_off; /* -1, or where its last batch stopped */
-  int fail_kind;    /* KL_HANDLER_RETRY or KL_HANDLER_FAIL */
-  int attempts;
-  uint64_t after; /* outbox seq listed last */
-} sim_hold_t;
+/* What a group commit holds of one record (sim_owner.c reads it from the
+ * lane's slots before the commit). */
+enum { SIM_DONE_APPLIED, SIM_DONE_DUP, SIM_DONE_DEAD };
+typedef struct sim_done {
+  int64_t offset;
+  int what; /* SIM_DONE_* */
+} sim_done_t;
+
+/* One group commit about to be made: its partition, epoch and records. */
+typedef struct sim_pend {
+  int32_t part;
+  uint64_t epoch;
+  sim_done_t *v;
+  size_t n, cap;
+} sim_pend_t;
+
+/* An owner's Kafka: its letters and follow-ups in flight (sim_seams.c). */
+typedef struct sim_fake sim_fake_t;
 
 struct sim_owner;
 
@@ -155,6 +163,8 @@ typedef struct sim_batch {
   int inject_at, inject; /* the handler call that says inject (RETRY/FAIL) */
   int calls;
   int pause;
+  int acks; /* an owner's reports this step: 0 none, 1 all, 2 the first
+               fails (sim_seams.c) */
   kl__commit_fate_t fate;
   int crash; /* the owner dies at the commit */
   int redrive, rebuild;
@@ -172,14 +182,19 @@ typedef struct sim_batch {
 
 typedef struct sim_owner {
   int no;
-  kl_store_t *store; /* LMDB: the world's; PostgreSQL: its own */
-  sim_hold_t hold[SIM_MAXP];
-  kl__outbox_ack_t *acks; /* published, not yet removed */
-  size_t nacks, acks_cap;
+  kl_store_t *store;       /* LMDB: the world's; PostgreSQL: its own */
+  uint64_t held[SIM_MAXP]; /* the epoch it acquired a partition with, or 0 */
+  struct kl__lanes *lanes; /* the worker's engine, in inline mode */
+  struct kl__pool *pool;
+  kl_decoder_t *decoder;
+  sim_fake_t *fake; /* its Kafka: the dead-letter topic, the producer */
+  int dead;         /* crashed: what its engine still does reaches nothing */
+  sim_pend_t pend[SIM_MAXP]; /* the group commits its hook read */
+  size_t npend;
   ucontext_t ctx;
   char *stack;
   int running, paused;
-  sim_batch_t batch;
+  sim_batch_t batch; /* its step's faults; the handler's opaque */
 } sim_owner_t;
 
 /* Counts for the report. */
@@ -231,8 +246,10 @@ typedef struct sim_world {
   char fail_msg[1024];
   size_t fail_step;
   sim_stats_t stats;
-  ucontext_t sched;  /* the scheduler's context */
-  sim_owner_t *coro; /* the owner a coroutine starts for */
+  sim_owner_t *acting; /* whose engine the running call is in, or NULL */
+  int64_t drift_ns;    /* the engine's waits, on top of now_ms */
+  ucontext_t sched;    /* the scheduler's context */
+  sim_owner_t *coro;   /* the owner a coroutine starts for */
 } sim_world_t;
 
 extern sim_world_t *W;
@@ -273,6 +290,12 @@ void sim_view_committed(sim_view_t *v, int32_t part, uint64_t epoch,
                         int64_t watermark);
 /** A batch of @p b committed (truly: maybe its owner thinks not). */
 void sim_view_commit(sim_batch_t *b);
+/** An owner's group commit @p pd committed to @p watermark (truly). */
+void sim_view_commit_lane(sim_view_t *v, const sim_pend_t *pd,
+                          int64_t watermark);
+/** Nonzero when the store marks event @p e's id (applied, dead letter):
+ *  the worker refuses a hostile record's reserved id, and marks nothing. */
+int sim_event_markable(uint32_t e);
 /** Event @p e was recorded a dead letter by a commit of @p epoch. */
 void sim_view_dead(sim_view_t *v, uint32_t e, int32_t part, uint64_t epoch,
                    int64_t watermark);
@@ -302,17 +325,34 @@ void sim_owner_free(sim_owner_t *o);
 void sim_owner_restart(sim_owner_t *o);
 /** The owner dies (and restarts): its memory and its open txn are lost. */
 void sim_owner_crash(sim_owner_t *o);
-void sim_owner_acquire(sim_owner_t *o, int32_t part);
-/** Runs one batch of @p part; @p w is the step's choice. */
+/** Takes @p part with a new epoch; one it holds is given up first
+ *  (committing what is final when @p w says so). */
+void sim_owner_acquire(sim_owner_t *o, int32_t part, uint64_t w);
+/** Hands the owner records of @p part and runs one turn of its engine;
+ *  @p w is the step's choice (faults, how many records). */
 void sim_owner_batch(sim_owner_t *o, int32_t part, uint64_t w);
+/** One turn without new records; @p acks as sim_batch_t.acks. */
+void sim_owner_tick(sim_owner_t *o, uint64_t w, int acks);
 /** Resumes a paused owner with the commit fate and death @p w says. */
 void sim_owner_resume(sim_owner_t *o, uint64_t w);
-void sim_owner_publish(sim_owner_t *o, int32_t part, size_t max);
-void sim_owner_ack(sim_owner_t *o);
-/** Nonzero when the owner has work on @p part it may do now. */
+/** Nonzero when the owner has records of @p part to take or run. */
 int sim_owner_can_work(const sim_owner_t *o, int32_t part);
-/** Runs batch @p b through kl__apply_batch() (the applier its fields say). */
+/** Nonzero when the owner holds @p part with nothing left to run and no
+ *  report in flight. */
+int sim_owner_settled(const sim_owner_t *o, int32_t part);
+/** Letters and follow-ups of the owner whose reports have not come. */
+size_t sim_owner_inflight(const sim_owner_t *o);
+/** Runs a tool's batch @p b through kl__apply_batch() (the applier its
+ *  fields say): replay, redrive and rebuild run that path. */
 void sim_batch_apply(sim_batch_t *b);
+
+/* ---- sim_seams.c -------------------------------------------------------- */
+
+sim_fake_t *sim_fake_new(sim_owner_t *o);
+void sim_fake_free(sim_fake_t *f);
+size_t sim_fake_inflight(const sim_fake_t *f);
+/** What marks a record of the simulated log (its msg._private). */
+void *sim_rec_private(void);
 
 /* ---- sim_tools.c -------------------------------------------------------- */
 

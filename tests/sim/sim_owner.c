@@ -1,9 +1,12 @@
 /*
- * The simulated owners: each holds partitions by epoch as a worker does,
- * runs batches through the worker's kl__apply_batch() with the ledger
- * handler, dead-letters, publishes its partitions' outbox, and can be
- * paused between its handlers and its commit (on a stack of its own) or
- * die at any step.
+ * The simulated owners: each runs the worker's own engine, as the poll
+ * thread of a worker in inline mode does (worker.c's loop): a
+ * kl__lanes_t with its pool, its group commits, its dead letters and its
+ * outbox publisher, fed records of the simulated log, with the ledger
+ * handler. What the engine reaches outside the store (Kafka, the clock)
+ * goes through the seams of sim_seams.c. An owner holds partitions by
+ * epoch, can be paused between its handlers and its commit (on a stack
+ * of its own) and can die at any step.
  */
 #include <inttypes.h>
 #include <stddef.h>
@@ -14,43 +17,10 @@
 #include "common/strbuf.h"
 #include "keylane/worker.h"
 #include "sim/sim.h"
-#include "store/outbox_rec.h"
+#include "worker/lanes_internal.h"
+#include "worker/pool.h"
 
 #define STACK_SIZE (512 * 1024)
-
-static void hold_clear(sim_hold_t *h) {
-  memset(h, 0, sizeof(*h));
-  h->fail_off = -1;
-}
-
-void sim_owner_init(sim_owner_t *o, int no) {
-  memset(o, 0, sizeof(*o));
-  o->no = no;
-  for (int p = 0; p < SIM_MAXP; p++)
-    hold_clear(&o->hold[p]);
-  o->stack = malloc(STACK_SIZE);
-  o->store = W->backend == SIM_PG ? sim_store_open(W->pg_uri) : W->store;
-}
-
-void sim_owner_free(sim_owner_t *o) {
-  if (o->paused)
-    sim_owner_crash(o);
-  if (W->backend == SIM_PG)
-    kl_store_destroy(o->store);
-  free(o->acks);
-  free(o->stack);
-  memset(o, 0, sizeof(*o));
-}
-
-void sim_owner_restart(sim_owner_t *o) {
-  for (int p = 0; p < SIM_MAXP; p++)
-    hold_clear(&o->hold[p]);
-  o->nacks = 0;
-  if (W->backend == SIM_PG) {
-    kl_store_destroy(o->store);
-    o->store = sim_store_open(W->pg_uri);
-  }
-}
 
 /* ---- the handler and the seams ------------------------------------------ */
 
@@ -90,17 +60,49 @@ static kl_handler_result_t sim_handler(void *opaque, const kl_event_t *event,
   return r;
 }
 
-/* Between the handlers and the commit: a paused owner gives the stack
- * back to the scheduler, and gets it back when it is resumed. */
+/* What the group commit of @p part about to be made holds, for the model
+ * (sim_seams.c applies it once the commit truly succeeded). */
+static void pend_read(sim_owner_t *o, int32_t part, uint64_t epoch) {
+  if (o->npend >= SIM_MAXP) {
+    sim_fail("seam", "owner %d's hook ran %zu times before a commit", o->no,
+             o->npend + 1);
+    return;
+  }
+  sim_pend_t *pd = &o->pend[o->npend++];
+  pd->part = part;
+  pd->epoch = epoch;
+  pd->n = 0;
+  kl__lane_t *lane = o->lanes->lanes[part];
+  for (size_t i = 0; i < lane->ring_count; i++) {
+    const kl__slot_t *s = kl__lane_at(lane, i);
+    if (!s->building)
+      continue;
+    pd->v = kl__grow(pd->v, &pd->cap, pd->n, sizeof(*pd->v), 64);
+    pd->v[pd->n++] =
+        (sim_done_t){s->offset, s->state == KL__SLOT_DLQ_DONE ? SIM_DONE_DEAD
+                                : s->duplicate                ? SIM_DONE_DUP
+                                               : SIM_DONE_APPLIED};
+  }
+}
+
+/* Between the handlers and the commit. An owner's commit is read for the
+ * model; a paused owner gives the stack back to the scheduler, and gets
+ * it back when it is resumed. */
 static void sim_hook(void *opaque, const char *topic, int32_t partition,
                      uint64_t epoch) {
   sim_batch_t *b = opaque;
   sim_owner_t *o = b->owner;
-  if (!b->pause || !o || !o->running)
+  if (!o)
     return;
+  pend_read(o, partition, epoch);
+  if (!b->pause || !o->running)
+    return;
+  b->pause = 0;
   o->paused = 1;
   W->stats.pauses++;
+  W->acting = NULL;
   swapcontext(&o->ctx, &W->sched);
+  W->acting = o;
   o->paused = 0;
 }
 
@@ -110,16 +112,14 @@ static kl__commit_fate_t sim_fate(void *opaque, int32_t partition,
 }
 
 void sim_batch_apply(sim_batch_t *b) {
-  /* One decoder per stack: a paused batch's events borrow from its own. */
-  static kl_decoder_t *decoders[SIM_MAXO + 1];
-  int slot = b->owner ? b->owner->no : SIM_MAXO;
-  if (!decoders[slot])
-    decoders[slot] = kl_decoder_new();
+  static kl_decoder_t *decoder;
+  if (!decoder)
+    decoder = kl_decoder_new();
   kl__applier_t a = {.store = b->store,
                      .topic = W->topic,
                      .handler = sim_handler,
                      .handler_opaque = b,
-                     .decoder = decoders[slot],
+                     .decoder = decoder,
                      .before_commit = sim_hook,
                      .hook_opaque = b,
                      .commit_fate = sim_fate,
@@ -138,48 +138,125 @@ void sim_batch_apply(sim_batch_t *b) {
   }
 }
 
-/* ---- batches ------------------------------------------------------------- */
+/* ---- an owner's engine ----------------------------------------------------
+ */
 
-/* What the owner makes of its batch's outcome (what it was told). */
-static void batch_done(sim_owner_t *o) {
-  sim_batch_t *b = &o->batch;
-  sim_hold_t *h = &o->hold[b->part];
-  W->stats.lost += b->fate == KL__COMMIT_LOST;
-  W->stats.aborted += b->fate == KL__COMMIT_ABORT;
-  if (b->crash) {
-    W->stats.crashes++;
-    sim_owner_restart(o);
-    return;
+static void owner_start(sim_owner_t *o) {
+  o->dead = 0;
+  o->batch.owner = o;
+  o->fake = sim_fake_new(o);
+  o->decoder = kl_decoder_new();
+  kl__applier_t a = {.store = o->store,
+                     .topic = W->topic,
+                     .handler = sim_handler,
+                     .handler_opaque = &o->batch,
+                     .decoder = o->decoder,
+                     .before_commit = sim_hook,
+                     .hook_opaque = &o->batch};
+  sim_owner_t *was = W->acting;
+  W->acting = o;
+  kl_err_t err =
+      kl__lanes_new(W->conf, &a, NULL, (kl__dlq_t *)o->fake, &o->lanes);
+  if (!err) {
+    kl__lanes_reserve(o->lanes, W->cfg.partitions);
+    kl__lanes_route(o->lanes, W->cfg.partitions, "dlq");
+    err = kl__pool_new(o->lanes, 0, &o->pool);
   }
-  if (b->err == KL_EFENCED) {
+  W->acting = was;
+  if (err) {
+    fprintf(stderr, "keylane-sim: owner %d's lanes: %s\n", o->no,
+            kl_err_detail());
+    abort();
+  }
+}
+
+/* The owner's process is gone: its engine is torn down as a dead one,
+ * which reaches nothing (sim_seams.c). */
+static void owner_stop(sim_owner_t *o) {
+  sim_owner_t *was = W->acting;
+  o->dead = 1;
+  W->acting = o;
+  kl__pool_destroy(o->pool);
+  kl__lanes_destroy(o->lanes);
+  W->acting = was;
+  sim_fake_free(o->fake);
+  kl_decoder_destroy(o->decoder);
+  o->pool = NULL;
+  o->lanes = NULL;
+  o->fake = NULL;
+  o->decoder = NULL;
+  o->npend = 0;
+  memset(o->held, 0, sizeof(o->held));
+}
+
+void sim_owner_init(sim_owner_t *o, int no) {
+  memset(o, 0, sizeof(*o));
+  o->no = no;
+  o->stack = malloc(STACK_SIZE);
+  o->store = W->backend == SIM_PG ? sim_store_open(W->pg_uri) : W->store;
+  owner_start(o);
+}
+
+void sim_owner_free(sim_owner_t *o) {
+  if (o->paused)
+    sim_owner_crash(o);
+  owner_stop(o);
+  if (W->backend == SIM_PG)
+    kl_store_destroy(o->store);
+  for (int i = 0; i < SIM_MAXP; i++)
+    free(o->pend[i].v);
+  free(o->stack);
+  memset(o, 0, sizeof(*o));
+}
+
+void sim_owner_restart(sim_owner_t *o) {
+  owner_stop(o);
+  if (W->backend == SIM_PG) {
+    kl_store_destroy(o->store);
+    o->store = sim_store_open(W->pg_uri);
+  }
+  owner_start(o);
+}
+
+static kl__lane_t *owner_lane(const sim_owner_t *o, int32_t part) {
+  return o->lanes && part < o->lanes->count ? o->lanes->lanes[part] : NULL;
+}
+
+/* One turn of the worker's poll loop (worker.c): the events ready run,
+ * the dead-letter acks are served, the lanes tick (retries, commits,
+ * letters, the outbox). A lane the store fenced is given up, as the
+ * group's rebalance would take it. */
+static void owner_turn(sim_owner_t *o) {
+  W->acting = o;
+  kl__pool_run_inline(o->pool, 20);
+  kl__dlq_poll((kl__dlq_t *)o->fake, 0);
+  kl__lanes_tick(o->lanes);
+  int32_t fenced[SIM_MAXP];
+  size_t n = kl__lanes_fenced(o->lanes, fenced, SIM_MAXP);
+  for (size_t i = 0; i < n && !o->dead; i++) {
+    uint64_t epoch;
+    kl__lanes_release(o->lanes, fenced[i], 0, &epoch);
+    o->held[fenced[i]] = 0;
     W->stats.fenced++;
-    hold_clear(h);
+    sim_say("owner %d was fenced on partition %d: it gives it up", o->no,
+            (int)fenced[i]);
+  }
+  W->acting = NULL;
+}
+
+/* After the owner's turn, in the scheduler: a dead one restarts. */
+static void turn_done(sim_owner_t *o) {
+  if (o->running || !o->dead)
     return;
-  }
-  if (b->err)
-    return; /* a failed commit, as far as it knows: run again from h->wm */
-  if (b->res.verdict == KL_HANDLER_OK) {
-    h->wm = b->res.next;
-    if (h->fail_off >= 0 && h->wm > h->fail_off)
-      h->fail_off = -1, h->attempts = 0;
-    return;
-  }
-  int64_t f = b->res.failed_offset;
-  if (f != h->fail_off)
-    h->attempts = 0;
-  h->fail_off = f;
-  h->fail_kind = KL_HANDLER_FAIL;
-  if (b->res.verdict == KL_HANDLER_RETRY && ++h->attempts < SIM_ATTEMPTS) {
-    h->fail_kind = KL_HANDLER_RETRY;
-    h->retry_at = W->now_ms + (100 << h->attempts);
-  }
+  W->stats.crashes++;
+  sim_say("owner %d died: it starts again", o->no);
+  sim_owner_restart(o);
 }
 
 static void coro_main(void) {
   sim_owner_t *o = W->coro;
-  sim_batch_apply(&o->batch);
+  owner_turn(o);
   o->running = 0;
-  batch_done(o);
 }
 
 static kl__commit_fate_t fate_of(unsigned r, int *crash) {
@@ -195,92 +272,54 @@ static kl__commit_fate_t fate_of(unsigned r, int *crash) {
 }
 
 int sim_owner_can_work(const sim_owner_t *o, int32_t part) {
-  const sim_hold_t *h = &o->hold[part];
-  if (!h->epoch || o->paused)
+  const kl__lane_t *lane = owner_lane(o, part);
+  if (!o->held[part] || o->paused || !lane)
     return 0;
-  if (h->fail_off == h->wm)
-    return h->fail_kind == KL_HANDLER_FAIL || W->now_ms >= h->retry_at;
-  return (size_t)h->wm < W->log[part].n;
+  return (size_t)lane->next_offset < W->log[part].n || lane->ring_count;
 }
 
-/* The record at the watermark failed for good: its letter is sent, then
- * its mark and the watermark past it are committed. */
-static void owner_dead_letter(sim_owner_t *o, int32_t part, uint64_t w) {
-  sim_hold_t *h = &o->hold[part];
-  int64_t f = h->wm;
-  W->letters = kl__grow(W->letters, &W->letters_cap, W->nletters,
-                        sizeof(*W->letters), 64);
-  uint32_t e = W->log[part].v[f]->event;
-  W->letters[W->nletters++] = (sim_letter_t){part, f, e};
-  W->stats.letters++;
-  sim_say("owner %d dead-letters offset %" PRId64 " of partition %d", o->no, f,
-          (int)part);
-  if (!W->calm && ((w >> 24) & 0xff) < 20) {
-    sim_say("owner %d dies between the letter and its mark", o->no);
-    W->stats.crashes++;
-    sim_owner_restart(o);
-    return;
-  }
-  int crash;
-  kl__commit_fate_t fate = fate_of((w >> 48) & 0xff, &crash);
-  kl_err_t err = sim_dead_letter(o->store, &W->live, part, h->epoch, f, fate);
-  if (crash) {
-    W->stats.crashes++;
-    sim_owner_restart(o);
-  } else if (err == KL_EFENCED) {
-    hold_clear(h);
-  } else if (!err) {
-    h->wm = f + 1;
-    h->fail_off = -1, h->attempts = 0;
-  }
+/* The records of @p part the consumer hands over: up to @p count from
+ * where the lane is, unless it is paused (its window or its outbox full,
+ * or fenced). */
+static size_t owner_feed(sim_owner_t *o, int32_t part, size_t count) {
+  kl__lane_t *lane = owner_lane(o, part);
+  if (!lane || lane->state != KL__LANE_OWNED || lane->paused)
+    return 0;
+  size_t n = 0;
+  W->acting = o;
+  for (int64_t off = lane->next_offset;
+       n < count && (size_t)off < W->log[part].n; off++, n++)
+    kl__lanes_push(o->lanes, &W->log[part].v[off]->msg);
+  W->acting = NULL;
+  return n;
 }
 
-void sim_owner_batch(sim_owner_t *o, int32_t part, uint64_t w) {
-  sim_hold_t *h = &o->hold[part];
-  if (h->fail_off == h->wm && h->fail_kind == KL_HANDLER_FAIL) {
-    owner_dead_letter(o, part, w);
-    return;
-  }
-  size_t count =
-      W->calm ? SIM_BATCH : 1 + ((w >> 16) & 0xff) % W->cfg.batch_max;
-  size_t left = W->log[part].n - (size_t)h->wm;
-  if (h->fail_off > h->wm) /* the records before the one that failed */
-    left = (size_t)(h->fail_off - h->wm);
-  if (count > left)
-    count = left;
+/* The step's faults from its choice @p w. */
+static void step_faults(sim_owner_t *o, uint64_t w, int acks) {
   sim_batch_t *b = &o->batch;
-  memset(b, 0, offsetof(sim_batch_t, apps));
+  b->inject = 0;
+  b->calls = 0;
   b->napps = 0;
-  b->owner = o;
-  b->view = &W->live;
-  b->store = o->store;
-  b->part = part;
-  b->epoch = h->epoch;
-  b->from = h->wm;
-  b->count = count;
-  for (size_t i = 0; i < count; i++)
-    b->msgs[i] = &W->log[part].v[b->from + (int64_t)i]->msg;
-  if (!W->calm) {
-    unsigned r = (w >> 24) & 0xff;
-    b->inject = r < 10 ? KL_HANDLER_RETRY : r < 16 ? KL_HANDLER_FAIL : 0;
-    b->inject_at = (int)(((w >> 32) & 0xff) % count);
-    b->pause = ((w >> 40) & 0xff) < 30;
-  }
-  b->fate = b->pause ? KL__COMMIT_GO : fate_of((w >> 48) & 0xff, &b->crash);
-  sim_say("owner %d runs offsets %" PRId64 "..%" PRId64
-          " of partition %d with epoch %" PRIu64 "%s%s%s",
-          o->no, b->from, b->from + (int64_t)count - 1, (int)part, b->epoch,
-          b->inject == KL_HANDLER_RETRY ? ", one handler says RETRY"
-          : b->inject                   ? ", one handler says FAIL"
-                                        : "",
-          b->pause                      ? ", pauses before its commit"
-          : b->fate == KL__COMMIT_ABORT ? ", its commit fails"
-          : b->fate == KL__COMMIT_LOST  ? ", its commit's answer is lost"
-                                        : "",
-          b->crash ? " and it dies" : "");
-  if (!b->pause) {
-    sim_batch_apply(b);
-    batch_done(o);
+  b->pause = 0;
+  b->crash = 0;
+  b->fate = KL__COMMIT_GO;
+  b->acks = W->calm ? 1 : acks;
+  if (W->calm)
+    return;
+  unsigned r = (w >> 24) & 0xff;
+  b->inject = r < 10 ? KL_HANDLER_RETRY : r < 16 ? KL_HANDLER_FAIL : 0;
+  b->inject_at = (int)((w >> 32) & 0x7);
+  b->pause = ((w >> 40) & 0xff) < 30;
+  b->fate = fate_of((w >> 48) & 0xff, &b->crash);
+  if (b->pause)
+    b->fate = KL__COMMIT_GO, b->crash = 0;
+}
+
+/* One turn of @p o, on a stack of its own when it may pause. */
+static void owner_run(sim_owner_t *o) {
+  if (!o->batch.pause) {
+    owner_turn(o);
+    turn_done(o);
     return;
   }
   getcontext(&o->ctx);
@@ -291,33 +330,80 @@ void sim_owner_batch(sim_owner_t *o, int32_t part, uint64_t w) {
   o->running = 1;
   W->coro = o;
   swapcontext(&W->sched, &o->ctx);
+  turn_done(o);
+}
+
+void sim_owner_batch(sim_owner_t *o, int32_t part, uint64_t w) {
+  step_faults(o, w, ((w >> 56) & 3) != 0 ? 1 + ((w >> 58) & 1) : 0);
+  size_t count =
+      W->calm ? SIZE_MAX : 1 + ((w >> 16) & 0xff) % (size_t)W->cfg.batch_max;
+  kl__lane_t *lane = owner_lane(o, part);
+  int64_t from = lane ? lane->next_offset : 0;
+  size_t fed = owner_feed(o, part, count);
+  sim_batch_t *b = &o->batch;
+  sim_say("owner %d takes %zu records of partition %d from offset %" PRId64
+          " and turns%s%s%s%s",
+          o->no, fed, (int)part, from,
+          b->inject == KL_HANDLER_RETRY ? ", a handler says RETRY"
+          : b->inject                   ? ", a handler says FAIL"
+                                        : "",
+          b->pause                      ? ", pauses before its commit"
+          : b->fate == KL__COMMIT_ABORT ? ", its commit fails"
+          : b->fate == KL__COMMIT_LOST  ? ", its commit's answer is lost"
+                                        : "",
+          b->crash ? " and it dies" : "",
+          b->acks == 0 ? ", no report comes back" : "");
+  owner_run(o);
+}
+
+void sim_owner_tick(sim_owner_t *o, uint64_t w, int acks) {
+  step_faults(o, w, acks);
+  sim_say("owner %d turns without new records%s", o->no,
+          acks ? ", reports come back" : "");
+  owner_run(o);
 }
 
 void sim_owner_resume(sim_owner_t *o, uint64_t w) {
   if (!o->paused)
     return;
-  o->batch.fate = fate_of((w >> 48) & 0xff, &o->batch.crash);
+  sim_batch_t *b = &o->batch;
+  b->fate = fate_of((w >> 48) & 0xff, &b->crash);
   sim_say("owner %d resumes and commits%s%s", o->no,
-          o->batch.fate == KL__COMMIT_ABORT  ? ", and the commit fails"
-          : o->batch.fate == KL__COMMIT_LOST ? ", and the answer is lost"
-                                             : "",
-          o->batch.crash ? ", and it dies" : "");
+          b->fate == KL__COMMIT_ABORT  ? ", and the commit fails"
+          : b->fate == KL__COMMIT_LOST ? ", and the answer is lost"
+                                       : "",
+          b->crash ? ", and it dies" : "");
   swapcontext(&W->sched, &o->ctx);
+  turn_done(o);
 }
 
 void sim_owner_crash(sim_owner_t *o) {
   sim_say("owner %d dies%s", o->no, o->paused ? " while paused" : "");
-  if (o->paused) { /* its open txn goes with it */
-    o->batch.fate = KL__COMMIT_ABORT;
-    o->batch.crash = 1;
+  if (o->paused) { /* its open txn goes with it: the turn ends as a ghost */
+    o->dead = 1;
     swapcontext(&W->sched, &o->ctx);
+    turn_done(o);
     return;
   }
   W->stats.crashes++;
   sim_owner_restart(o);
 }
 
-void sim_owner_acquire(sim_owner_t *o, int32_t part) {
+void sim_owner_acquire(sim_owner_t *o, int32_t part, uint64_t w) {
+  if (o->held[part]) { /* the group takes it back first */
+    int calm = W->calm;
+    W->calm = 1; /* no faults of its own */
+    step_faults(o, 0, 1);
+    W->calm = calm;
+    int commit = (w >> 40) & 1;
+    sim_say("owner %d gives partition %d up%s", o->no, (int)part,
+            commit ? ", committing what is final" : "");
+    W->acting = o;
+    uint64_t epoch;
+    kl__lanes_release(o->lanes, part, commit, &epoch);
+    W->acting = NULL;
+    o->held[part] = 0;
+  }
   kl_partition_state_t st;
   kl_err_t err = kl_store_acquire(o->store, W->topic, part, &st);
   if (err) {
@@ -329,121 +415,20 @@ void sim_owner_acquire(sim_owner_t *o, int32_t part) {
           ", watermark %" PRId64,
           o->no, (int)part, st.epoch, st.watermark);
   sim_view_acquired(&W->live, part, &st, 1);
-  sim_hold_t *h = &o->hold[part];
-  hold_clear(h);
-  h->epoch = st.epoch;
-  h->wm = st.watermark;
+  o->held[part] = st.epoch;
+  W->acting = o;
+  kl__lanes_own(o->lanes, part, st.epoch, st.watermark);
+  W->acting = NULL;
   W->dirty = 1;
 }
 
-/* ---- the outbox publisher ------------------------------------------------ */
-
-typedef struct publish_ctx {
-  sim_owner_t *o;
-  int32_t part;
-  size_t n;
-} publish_ctx_t;
-
-/* The follow-up's source must be an event whose batch committed. */
-static uint32_t followup_source(const kl__outbox_rec_t *rec) {
-  kl__emit_src_t src;
-  const kl_event_t *fe = &rec->event;
-  if (kl__emit_id_parse(fe->id, fe->id_len, &src) ||
-      src.topic_len != strlen(W->topic) ||
-      memcmp(src.topic, W->topic, src.topic_len) || src.index != 0 ||
-      src.partition >= W->cfg.partitions ||
-      (size_t)src.offset >= W->log[src.partition].n) {
-    sim_fail("followup",
-             "the outbox holds a follow-up of id %.*s, which "
-             "names no record of the log",
-             (int)fe->id_len, fe->id);
-    return SIM_NONE;
-  }
-  uint32_t s = W->log[src.partition].v[src.offset]->event;
-  if (!W->live.marks[s].applied) {
-    sim_fail("orphan-followup",
-             "the outbox of partition %d holds follow-up %.*s, whose source "
-             "event %.*s was never committed",
-             (int)src.partition, (int)fe->id_len, fe->id,
-             (int)W->events[s].id_len, W->events[s].id);
-    return SIM_NONE;
-  }
-  return s;
+int sim_owner_settled(const sim_owner_t *o, int32_t part) {
+  const kl__lane_t *lane = owner_lane(o, part);
+  return lane && lane->state == KL__LANE_OWNED &&
+         (size_t)lane->next_offset == W->log[part].n && !lane->ring_count &&
+         !sim_fake_inflight(o->fake);
 }
 
-static int publish_cb(void *opaque, uint64_t seq, const void *bytes,
-                      size_t len) {
-  publish_ctx_t *c = opaque;
-  kl__outbox_rec_t rec;
-  if (kl__outbox_rec_decode(bytes, len, &rec)) {
-    sim_fail("followup", "an outbox record does not decode");
-    return 1;
-  }
-  uint32_t s = followup_source(&rec);
-  int k = sim_key_by_name(rec.event.key, rec.event.key_len);
-  if (s == SIM_NONE)
-    return 1;
-  if (W->events[s].kind != SIM_TRANSFER || k != W->events[s].to) {
-    sim_fail("followup",
-             "follow-up %.*s is not the credit of its source "
-             "transfer",
-             (int)rec.event.id_len, rec.event.id);
-    return 1;
-  }
-  /* Its source's: another event may have its id (a hostile record, an
-   * earlier log's follow-up), which makes it no less this one. */
-  uint32_t e = W->events[s].followup;
-  if (e != SIM_NONE &&
-      (W->events[e].id_len != rec.event.id_len ||
-       memcmp(W->events[e].id, rec.event.id, W->events[e].id_len))) {
-    sim_fail("followup",
-             "transfer %.*s emitted follow-up %.*s, and earlier %.*s",
-             (int)W->events[s].id_len, W->events[s].id, (int)rec.event.id_len,
-             rec.event.id, (int)W->events[e].id_len, W->events[e].id);
-    return 1;
-  }
-  if (e == SIM_NONE) {
-    e = sim_event_add((uint8_t)k, rec.event.id, rec.event.id_len);
-    W->events[e].kind = SIM_FOLLOWUP;
-    W->events[e].amount = W->events[s].amount;
-    W->events[e].valid = 1;
-    W->events[s].followup = e;
-  }
-  void *out;
-  size_t out_len;
-  if (kl_event_encode(&rec.event, &out, &out_len)) {
-    sim_fail("followup", "follow-up %.*s does not encode: %s",
-             (int)rec.event.id_len, rec.event.id, kl_err_detail());
-    return 1;
-  }
-  int64_t off = sim_log_append(e, out, out_len);
-  sim_say("owner %d publishes follow-up %.*s to partition %d, offset %" PRId64,
-          c->o->no, (int)rec.event.id_len, rec.event.id, (int)W->events[e].part,
-          off);
-  sim_owner_t *o = c->o;
-  o->acks = kl__grow(o->acks, &o->acks_cap, o->nacks, sizeof(*o->acks), 64);
-  o->acks[o->nacks++] = (kl__outbox_ack_t){c->part, seq};
-  o->hold[c->part].after = seq;
-  W->stats.published++;
-  c->n++;
-  return 0;
-}
-
-void sim_owner_publish(sim_owner_t *o, int32_t part, size_t max) {
-  publish_ctx_t c = {o, part, 0};
-  kl_err_t err = kl__store_outbox_list(
-      o->store, W->topic, part, o->hold[part].after, max, publish_cb, &c);
-  if (err)
-    sim_fail("store-error", "listing the outbox of partition %d: %s", (int)part,
-             kl_err_detail());
-}
-
-void sim_owner_ack(sim_owner_t *o) {
-  if (!o->nacks)
-    return;
-  sim_say("owner %d removes %zu acknowledged follow-ups", o->no, o->nacks);
-  kl_err_t err = kl__store_outbox_del(o->store, W->topic, o->acks, o->nacks);
-  if (err)
-    sim_fail("store-error", "removing follow-ups: %s", kl_err_detail());
-  o->nacks = 0;
+size_t sim_owner_inflight(const sim_owner_t *o) {
+  return sim_fake_inflight(o->fake);
 }

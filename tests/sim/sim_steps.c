@@ -257,7 +257,7 @@ static int step_kind(uint64_t w) {
 }
 
 static int can_publish(const sim_owner_t *o, int32_t p) {
-  return o->hold[p].epoch && !o->paused;
+  return o->held[p] && !o->paused;
 }
 
 /* The (@p sel mod n)-th pair of owner and partition that @p ok accepts. */
@@ -282,7 +282,8 @@ static sim_owner_t *pick_pair(uint64_t sel,
 static sim_owner_t *pick_owner(uint64_t sel, int paused, int acks) {
   int n = 0, idx[SIM_MAXO];
   for (int o = 0; o < W->cfg.owners; o++)
-    if (W->owners[o].paused == paused && (!acks || W->owners[o].nacks))
+    if (W->owners[o].paused == paused &&
+        (!acks || sim_owner_inflight(&W->owners[o])))
       idx[n++] = o;
   return n ? &W->owners[idx[sel % (uint64_t)n]] : NULL;
 }
@@ -306,17 +307,17 @@ static int step_run(uint64_t w) {
   case ST_ACQUIRE:
     if (!(o = pick_owner(sel, 0, 0)))
       return 0;
-    sim_owner_acquire(o, p);
+    sim_owner_acquire(o, p, w);
     return 1;
   case ST_OUTBOX:
     if (!(o = pick_pair(sel, can_publish, &p)))
       return 0;
-    sim_owner_publish(o, p, 1 + ((w >> 16) & 7));
+    sim_owner_tick(o, w, 0);
     return 1;
   case ST_ACK:
     if (!(o = pick_owner(sel, 0, 1)))
       return 0;
-    sim_owner_ack(o);
+    sim_owner_tick(o, w, 1 + (int)((w >> 20) & 1));
     return 1;
   case ST_RESUME:
     if (!(o = pick_owner(sel, 1, 0)))
@@ -418,9 +419,22 @@ static size_t log_total(void) {
   return n;
 }
 
+static int count_cb(void *opaque, uint64_t seq, const void *rec, size_t len) {
+  ++*(size_t *)opaque;
+  return 1;
+}
+
+static size_t outbox_count(int32_t p) {
+  size_t n = 0;
+  if (kl__store_outbox_list(W->store, W->topic, p, 0, 1, count_cb, &n))
+    sim_fail("store-error", "listing the outbox of partition %d: %s", (int)p,
+             kl_err_detail());
+  return n;
+}
+
 /* No more faults: the paused resume, then one owner takes every partition
- * and works until every record is applied and every follow-up published
- * and applied. */
+ * and turns until every record is applied or dead-lettered, every
+ * follow-up published and applied, and no report is in flight. */
 static void drain(void) {
   W->calm = 1;
   sim_say("the drain: no more faults");
@@ -429,37 +443,25 @@ static void drain(void) {
   sim_owner_t *o = &W->owners[0];
   sim_owner_restart(o);
   for (int32_t p = 0; p < W->cfg.partitions; p++)
-    sim_owner_acquire(o, p);
+    sim_owner_acquire(o, p, 0);
   for (int round = 0; round < 1000 && !W->failed; round++) {
     size_t before = log_total();
-    int worked = 0;
     W->now_ms += 1000;
-    for (int32_t p = 0; p < W->cfg.partitions && !W->failed; p++)
-      for (int i = 0; i < 100000 && sim_owner_can_work(o, p); i++) {
-        sim_owner_batch(o, p, 0);
-        W->stats.drain_batches++;
-        worked = 1;
-        if (!o->hold[p].epoch)
-          sim_fail("drain", "the drain's owner was fenced on partition %d",
-                   (int)p);
-      }
     for (int32_t p = 0; p < W->cfg.partitions && !W->failed; p++) {
-      size_t n;
-      do {
-        n = log_total();
-        sim_owner_publish(o, p, 256);
-      } while (log_total() != n && !W->failed);
+      sim_owner_batch(o, p, 0);
+      W->stats.drain_batches++;
+      if (!o->held[p])
+        sim_fail("drain", "the drain's owner was fenced on partition %d",
+                 (int)p);
     }
-    sim_owner_ack(o);
-    if (!worked && log_total() == before)
+    int settled = log_total() == before;
+    for (int32_t p = 0; p < W->cfg.partitions && settled && !W->failed; p++)
+      settled = sim_owner_settled(o, p) && !outbox_count(p);
+    if (settled)
       return;
   }
-  sim_fail("drain", "the drain did not settle in 1000 rounds");
-}
-
-static int count_cb(void *opaque, uint64_t seq, const void *rec, size_t len) {
-  ++*(size_t *)opaque;
-  return 1;
+  if (!W->failed)
+    sim_fail("drain", "the drain did not settle in 1000 rounds");
 }
 
 /* Every event's mark in @p store, as @p v says it must be. */
@@ -531,9 +533,7 @@ static void settled_checks(int all) {
   const sim_view_t *v = &W->live;
   sim_view_check_store(v, W->store, all);
   for (int32_t p = 0; p < W->cfg.partitions && !W->failed; p++) {
-    size_t left = 0;
-    if (kl__store_outbox_list(W->store, W->topic, p, 0, 1, count_cb, &left) ||
-        left)
+    if (outbox_count(p))
       sim_fail("outbox-left",
                "partition %d's outbox is not empty after the "
                "drain",
@@ -613,7 +613,16 @@ static kl_conf_t *sim_conf(void) {
   char why[256];
   static const char *const kv[][2] = {{"store.durability", "none"},
                                       {"store.map.size", "64M"},
-                                      {"store.pg.pool", "2"}};
+                                      {"store.pg.pool", "2"},
+                                      /* the owners' engines (sim_owner.c) */
+                                      {"worker.concurrency", "1"},
+                                      {"worker.window.max", "12"},
+                                      {"worker.waiting.max", "2"},
+                                      {"worker.outbox.max", "6"},
+                                      {"worker.batch.wait.ms", "20"},
+                                      {"worker.retry.initial.ms", "100"},
+                                      {"worker.retry.max.ms", "400"},
+                                      {"worker.max.attempts", "3"}};
   for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
     if (kl_conf_set(conf, kv[i][0], kv[i][1], why, sizeof(why)))
       fprintf(stderr, "keylane-sim: %s\n", why);

@@ -40,8 +40,9 @@ kl_err_t sim_dead_letter(kl_store_t *store, sim_view_t *v, int32_t part,
   const sim_event_t *ev = &W->events[e];
   const sim_key_t *k = &W->keys[ev->key];
   kl_mark_t mark = KL_MARK_NONE;
-  err = kl_txn_seen_key(txn, k->name, k->name_len, ev->id, ev->id_len, &mark);
-  if (!err && mark == KL_MARK_NONE)
+  if (sim_event_markable(e)) /* a refused reserved id is marked nowhere */
+    err = kl_txn_seen_key(txn, k->name, k->name_len, ev->id, ev->id_len, &mark);
+  if (!err && mark == KL_MARK_NONE && sim_event_markable(e))
     err = kl_txn_mark_key(txn, k->name, k->name_len, ev->id, ev->id_len,
                           KL_MARK_DEAD_LETTER);
   if (err) {
@@ -231,8 +232,10 @@ void sim_rebuild_switch(void) {
   }
   W->env = 1;
   W->store = store;
-  for (int o = 0; o < W->cfg.owners; o++)
+  for (int o = 0; o < W->cfg.owners; o++) { /* they start on the new one */
     W->owners[o].store = store;
+    sim_owner_restart(&W->owners[o]);
+  }
   sim_view_free(&W->live);
   W->live = v;
   W->gen++;

@@ -170,6 +170,7 @@ int64_t sim_log_append(uint32_t e, void *bytes, size_t len) {
   rec->msg.key_len = k->name_len;
   rec->msg.payload = bytes;
   rec->msg.len = len;
+  rec->msg._private = sim_rec_private();
   log->v[log->n++] = rec;
   if (ev->first < 0) {
     ev->first = rec->msg.offset;
@@ -329,10 +330,50 @@ void sim_view_commit(sim_batch_t *b) {
     apply_one(b->view, b->apps[a].event, b->apps[a].offset, b->redrive);
 }
 
+void sim_view_commit_lane(sim_view_t *v, const sim_pend_t *pd,
+                          int64_t watermark) {
+  int32_t part = pd->part;
+  int64_t below = v->watermark[part];
+  sim_view_committed(v, part, pd->epoch, watermark);
+  for (size_t i = 0; i < pd->n; i++) {
+    const sim_done_t *d = &pd->v[i];
+    uint32_t e = W->log[part].v[d->offset]->event;
+    if (d->what == SIM_DONE_APPLIED) {
+      apply_one(v, e, d->offset, 0);
+      v->applied[part]++;
+      W->stats.applied++;
+    } else if (d->what == SIM_DONE_DUP) {
+      check_skipped(v, e, d->offset);
+      v->duplicates[part]++;
+      W->stats.duplicates++;
+    } else if (!v->marks[e].applied && !v->marks[e].dead) {
+      v->dead[part] += (uint64_t)sim_event_markable(e);
+      v->marks[e].dead = 1;
+      resolve(v, W->events[e].key);
+    }
+  }
+  /* Nothing below the watermark waits: every record there was applied or
+   * dead-lettered, or is a duplicate of one that was. */
+  char a[256];
+  for (int64_t off = below; off < watermark && !W->failed; off++) {
+    uint32_t e = W->log[part].v[off]->event;
+    if (!v->marks[e].applied && !v->marks[e].dead)
+      sim_fail("watermark-past",
+               "a commit of partition %d moved its watermark to %" PRId64
+               ", past offset %" PRId64 " (%s), neither applied nor "
+               "dead-lettered",
+               (int)part, watermark, off, event_name(e, a, sizeof(a)));
+  }
+}
+
+int sim_event_markable(uint32_t e) {
+  return W->events[e].kind != SIM_HOSTILE || W->events[e].valid;
+}
+
 void sim_view_dead(sim_view_t *v, uint32_t e, int32_t part, uint64_t epoch,
                    int64_t watermark) {
   sim_view_committed(v, part, epoch, watermark);
-  v->dead[part]++;
+  v->dead[part] += (uint64_t)sim_event_markable(e);
   v->marks[e].dead = 1;
   resolve(v, W->events[e].key);
 }
@@ -340,9 +381,9 @@ void sim_view_dead(sim_view_t *v, uint32_t e, int32_t part, uint64_t epoch,
 void sim_view_check_mark(const sim_view_t *v, uint32_t e, kl_mark_t mark,
                          const char *who) {
   const sim_mark_t *m = &v->marks[e];
-  kl_mark_t want = m->applied ? KL_MARK_APPLIED
-                   : m->dead  ? KL_MARK_DEAD_LETTER
-                              : KL_MARK_NONE;
+  kl_mark_t want = m->applied                         ? KL_MARK_APPLIED
+                   : m->dead && sim_event_markable(e) ? KL_MARK_DEAD_LETTER
+                                                      : KL_MARK_NONE;
   char a[256];
   if (mark != want)
     sim_fail("mark", "%s: the store's mark of %s is %d, the model's %d", who,

@@ -1,0 +1,399 @@
+/*
+ * The seams through which the simulated owners run the worker's own
+ * lanes (worker/lanes*.c, pool.c, txn_child.c, outbox.c): keylane-sim is
+ * linked with `--wrap` for each function below (tests/CMakeLists.txt), so
+ * that the library's calls to them come here, and nothing in the library
+ * knows. Outside an owner's call into its lanes (W->acting NULL) each one
+ * passes the call on to the real function.
+ *
+ * - The clock: kl__mono_ns() is the schedule's (W->now_ms, plus what the
+ *   lanes waited: kl__sleep_ms() and the polls' timeouts pass no real time
+ *   but move it on), so that retries, commit intervals and waits are
+ *   decided by the schedule alone.
+ * - The log: records are the simulated log's, which the lanes must not
+ *   free (rd_kafka_message_destroy()).
+ * - The dead-letter topic: kl__dlq_send() appends the letter to the
+ *   simulated one (W->letters); its ack comes at the owner's next
+ *   kl__dlq_poll(), sometimes as a transient failure (sent again).
+ * - The outbox's producer: kl_publish() checks the follow-up (its source
+ *   event committed, the credit of its transfer) and appends it to the
+ *   log; its delivery report comes at a later kl_producer_poll(), when the
+ *   step says so, sometimes as a transient failure.
+ * - The group commit: kl__store_commit_many() is where the step's fate
+ *   strikes (a failed commit, a lost answer, the owner dying after it) and
+ *   where the model learns what truly committed: the slots the commit
+ *   holds, read in the before-commit hook (sim_owner.c).
+ * - A dead owner (o->dead: it crashed, and its lanes are torn down or run
+ *   on to the end of a call) reaches nothing: its commits fail, what it
+ *   publishes or dead-letters is lost, its outbox removals fail.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "common/strbuf.h"
+#include "keylane/producer.h"
+#include "sim/sim.h"
+#include "store/outbox_rec.h"
+#include "worker/dlq.h"
+#include "worker/lanes.h"
+
+int64_t __real_kl__mono_ns(void);
+void __real_kl__sleep_ms(int64_t ms);
+void __real_rd_kafka_message_destroy(rd_kafka_message_t *m);
+void __real_kl__store_commit_many(kl__store_commit_t *c, size_t n);
+kl_err_t __real_kl__store_outbox_del(kl_store_t *store, const char *topic,
+                                     const kl__outbox_ack_t *acks, size_t n);
+int64_t __wrap_kl__mono_ns(void);
+void __wrap_kl__sleep_ms(int64_t ms);
+void __wrap_rd_kafka_message_destroy(rd_kafka_message_t *m);
+kl_err_t __wrap_kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
+                             const kl__dlq_letter_t *letter,
+                             const kl__dlq_ref_t *ref);
+void __wrap_kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms);
+kl_err_t __wrap_kl__dlq_forward(kl__dlq_t *dlq, const char *topic,
+                                int32_t partition,
+                                const rd_kafka_message_t *msg,
+                                const kl__dlq_ref_t *ref);
+kl_err_t __wrap_kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
+                                void *cb_opaque, kl_producer_t **out);
+kl_err_t __wrap_kl_publish(kl_producer_t *producer, const char *topic,
+                           const kl_event_t *event, void *opaque);
+int __wrap_kl_producer_poll(kl_producer_t *producer, int timeout_ms);
+kl_err_t __wrap_kl_flush(kl_producer_t *producer, int timeout_ms);
+void __wrap_kl_producer_destroy(kl_producer_t *producer);
+kl_err_t __wrap_kl__store_outbox_del(kl_store_t *store, const char *topic,
+                                     const kl__outbox_ack_t *acks, size_t n);
+void __wrap_kl__store_commit_many(kl__store_commit_t *c, size_t n);
+
+/* What an owner's Kafka holds for it: letters and follow-ups sent, their
+ * reports not yet served. */
+typedef struct sim_sent {
+  kl__dlq_ref_t ref; /* a letter's */
+  void *opaque;      /* a follow-up's (kl_publish()'s) */
+  int letter;
+} sim_sent_t;
+
+struct sim_fake {
+  sim_owner_t *owner;
+  kl_delivery_cb_t *cb; /* the outbox's producer */
+  void *cb_opaque;
+  sim_sent_t *v;
+  size_t n, cap;
+};
+
+static int sim_rec_mark; /* msg._private of the simulated log's records */
+
+void *sim_rec_private(void) {
+  return &sim_rec_mark;
+}
+
+sim_fake_t *sim_fake_new(sim_owner_t *o) {
+  sim_fake_t *f = calloc(1, sizeof(*f));
+  f->owner = o;
+  return f;
+}
+
+void sim_fake_free(sim_fake_t *f) {
+  if (f) {
+    free(f->v);
+    free(f);
+  }
+}
+
+size_t sim_fake_inflight(const sim_fake_t *f) {
+  return f ? f->n : 0;
+}
+
+/* ---- the clock ----------------------------------------------------------- */
+
+int64_t __wrap_kl__mono_ns(void) {
+  if (!W)
+    return __real_kl__mono_ns();
+  return W->now_ms * 1000000 + W->drift_ns;
+}
+
+void __wrap_kl__sleep_ms(int64_t ms) {
+  if (!W)
+    __real_kl__sleep_ms(ms);
+  else if (ms > 0)
+    W->drift_ns += ms * 1000000;
+}
+
+void __wrap_rd_kafka_message_destroy(rd_kafka_message_t *m) {
+  if (m && m->_private != &sim_rec_mark)
+    __real_rd_kafka_message_destroy(m);
+}
+
+/* ---- reports ------------------------------------------------------------- */
+
+static void sent_add(sim_fake_t *f, sim_sent_t s) {
+  f->v = kl__grow(f->v, &f->cap, f->n, sizeof(*f->v), 16);
+  f->v[f->n++] = s;
+}
+
+/* Serves @p f's reports: with @p wait (a poll that waits, a flush) every
+ * one, successful; else as the owner's step says (sim_batch_t.acks). */
+static int serve(sim_fake_t *f, int letters, int wait) {
+  sim_owner_t *o = f->owner;
+  if (o->dead || (!wait && !o->batch.acks))
+    return 0;
+  int failing = !wait && o->batch.acks == 2;
+  int served = 0;
+  for (size_t i = 0; i < f->n;) {
+    sim_sent_t s = f->v[i];
+    if (s.letter != letters) {
+      i++;
+      continue;
+    }
+    memmove(&f->v[i], &f->v[i + 1], (f->n - i - 1) * sizeof(*f->v));
+    f->n--;
+    kl_err_t err = failing ? KL_EKAFKA_TRANSIENT : KL_OK;
+    failing = 0; /* the first one only */
+    served++;
+    if (letters) {
+      kl__lanes_dlq_ack(o->lanes, &s.ref, err,
+                        err ? "sim: the broker did not answer" : NULL);
+    } else if (f->cb) {
+      kl_delivery_t d = {.err = err,
+                         .errmsg =
+                             err ? "sim: the broker did not answer" : NULL,
+                         .opaque = s.opaque,
+                         .offset = -1};
+      f->cb(f->cb_opaque, &d);
+    }
+  }
+  return served;
+}
+
+/* ---- the dead-letter topic ----------------------------------------------- */
+
+kl_err_t __wrap_kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
+                             const kl__dlq_letter_t *letter,
+                             const kl__dlq_ref_t *ref) {
+  sim_fake_t *f = (sim_fake_t *)dlq;
+  const rd_kafka_message_t *m = letter->msg;
+  if (letter->destination || m->_private != &sim_rec_mark ||
+      m->partition >= W->cfg.partitions ||
+      (size_t)m->offset >= W->log[m->partition].n) {
+    sim_fail("letter", "a dead letter names no record of the log");
+    return KL_EINVAL;
+  }
+  if (f->owner->dead)
+    return KL_OK; /* lost with its process */
+  W->letters = kl__grow(W->letters, &W->letters_cap, W->nletters,
+                        sizeof(*W->letters), 64);
+  uint32_t e = W->log[m->partition].v[m->offset]->event;
+  W->letters[W->nletters++] = (sim_letter_t){m->partition, m->offset, e};
+  W->stats.letters++;
+  sim_say("owner %d dead-letters offset %" PRId64 " of partition %d (%s)",
+          f->owner->no, m->offset, (int)m->partition,
+          kl__dlq_reason_name(letter->reason));
+  sent_add(f, (sim_sent_t){*ref, NULL, 1});
+  return KL_OK;
+}
+
+void __wrap_kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms) {
+  if (timeout_ms > 0)
+    W->drift_ns += (int64_t)timeout_ms * 1000000;
+  serve((sim_fake_t *)dlq, 1, timeout_ms > 0);
+}
+
+kl_err_t __wrap_kl__dlq_forward(kl__dlq_t *dlq, const char *topic,
+                                int32_t partition,
+                                const rd_kafka_message_t *msg,
+                                const kl__dlq_ref_t *ref) {
+  sim_fail("forward", "the simulated worker forwarded a record");
+  return KL_EINVAL;
+}
+
+/* ---- the outbox's producer ----------------------------------------------- */
+
+kl_err_t __wrap_kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
+                                void *cb_opaque, kl_producer_t **out) {
+  sim_fake_t *f = W->acting ? W->acting->fake : NULL;
+  if (!f) {
+    sim_fail("producer", "a producer was made outside an owner's lanes");
+    return KL_EINVAL;
+  }
+  f->cb = cb;
+  f->cb_opaque = cb_opaque;
+  *out = (kl_producer_t *)f;
+  return KL_OK;
+}
+
+/* The follow-up's source must be an event whose batch committed. */
+static uint32_t followup_source(const kl_event_t *fe) {
+  kl__emit_src_t src;
+  if (kl__emit_id_parse(fe->id, fe->id_len, &src) ||
+      src.topic_len != strlen(W->topic) ||
+      memcmp(src.topic, W->topic, src.topic_len) || src.index != 0 ||
+      src.partition >= W->cfg.partitions ||
+      (size_t)src.offset >= W->log[src.partition].n) {
+    sim_fail("followup",
+             "the outbox holds a follow-up of id %.*s, which "
+             "names no record of the log",
+             (int)fe->id_len, fe->id);
+    return SIM_NONE;
+  }
+  uint32_t s = W->log[src.partition].v[src.offset]->event;
+  if (!W->live.marks[s].applied) {
+    sim_fail("orphan-followup",
+             "the outbox of partition %d holds follow-up %.*s, whose source "
+             "event %.*s was never committed",
+             (int)src.partition, (int)fe->id_len, fe->id,
+             (int)W->events[s].id_len, W->events[s].id);
+    return SIM_NONE;
+  }
+  return s;
+}
+
+/* Appends follow-up @p fe to the log, as the model's event it is. */
+static int followup_append(sim_owner_t *o, const kl_event_t *fe) {
+  uint32_t s = followup_source(fe);
+  int k = sim_key_by_name(fe->key, fe->key_len);
+  if (s == SIM_NONE)
+    return -1;
+  if (W->events[s].kind != SIM_TRANSFER || k != W->events[s].to) {
+    sim_fail("followup",
+             "follow-up %.*s is not the credit of its source "
+             "transfer",
+             (int)fe->id_len, fe->id);
+    return -1;
+  }
+  /* Its source's: another event may have its id (a hostile record, an
+   * earlier log's follow-up), which makes it no less this one. */
+  uint32_t e = W->events[s].followup;
+  if (e != SIM_NONE && (W->events[e].id_len != fe->id_len ||
+                        memcmp(W->events[e].id, fe->id, fe->id_len))) {
+    sim_fail("followup",
+             "transfer %.*s emitted follow-up %.*s, and earlier %.*s",
+             (int)W->events[s].id_len, W->events[s].id, (int)fe->id_len, fe->id,
+             (int)W->events[e].id_len, W->events[e].id);
+    return -1;
+  }
+  if (e == SIM_NONE) {
+    e = sim_event_add((uint8_t)k, fe->id, fe->id_len);
+    W->events[e].kind = SIM_FOLLOWUP;
+    W->events[e].amount = W->events[s].amount;
+    W->events[e].valid = 1;
+    W->events[s].followup = e;
+  }
+  void *out;
+  size_t out_len;
+  if (kl_event_encode(fe, &out, &out_len)) {
+    sim_fail("followup", "follow-up %.*s does not encode: %s", (int)fe->id_len,
+             fe->id, kl_err_detail());
+    return -1;
+  }
+  int64_t off = sim_log_append(e, out, out_len);
+  sim_say("owner %d publishes follow-up %.*s to partition %d, offset %" PRId64,
+          o->no, (int)fe->id_len, fe->id, (int)W->events[e].part, off);
+  W->stats.published++;
+  return 0;
+}
+
+kl_err_t __wrap_kl_publish(kl_producer_t *producer, const char *topic,
+                           const kl_event_t *event, void *opaque) {
+  sim_fake_t *f = (sim_fake_t *)producer;
+  if (strcmp(topic, W->topic) != 0) {
+    sim_fail("followup", "a follow-up went to topic %s", topic);
+    return KL_EINVAL;
+  }
+  if (f->owner->dead)
+    return KL_OK; /* lost with its process; never reported */
+  if (followup_append(f->owner, event))
+    return KL_EINVAL;
+  sent_add(f, (sim_sent_t){{0, 0, 0}, opaque, 0});
+  return KL_OK;
+}
+
+int __wrap_kl_producer_poll(kl_producer_t *producer, int timeout_ms) {
+  if (timeout_ms > 0)
+    W->drift_ns += (int64_t)timeout_ms * 1000000;
+  return serve((sim_fake_t *)producer, 0, timeout_ms > 0);
+}
+
+kl_err_t __wrap_kl_flush(kl_producer_t *producer, int timeout_ms) {
+  sim_fake_t *f = (sim_fake_t *)producer;
+  serve(f, 0, 1);
+  for (size_t i = 0; i < f->n; i++)
+    if (!f->v[i].letter)
+      return KL_ETIMEOUT;
+  return KL_OK;
+}
+
+void __wrap_kl_producer_destroy(kl_producer_t *producer) {
+  sim_fake_t *f = (sim_fake_t *)producer;
+  if (!f)
+    return;
+  /* What is left is reported as failed, as the real one does. */
+  for (size_t i = 0; i < f->n;) {
+    if (f->v[i].letter) {
+      i++;
+      continue;
+    }
+    kl_delivery_t d = {.err = KL_EKAFKA_TRANSIENT,
+                       .errmsg = "sim: the producer is closed",
+                       .opaque = f->v[i].opaque,
+                       .offset = -1};
+    memmove(&f->v[i], &f->v[i + 1], (f->n - i - 1) * sizeof(*f->v));
+    f->n--;
+    if (f->cb)
+      f->cb(f->cb_opaque, &d);
+  }
+  f->cb = NULL;
+}
+
+/* ---- the store ------------------------------------------------------------
+ */
+
+kl_err_t __wrap_kl__store_outbox_del(kl_store_t *store, const char *topic,
+                                     const kl__outbox_ack_t *acks, size_t n) {
+  if (W && W->acting && W->acting->dead)
+    return kl__err(KL_ESTORE_BUSY, "sim: the owner is dead");
+  return __real_kl__store_outbox_del(store, topic, acks, n);
+}
+
+void __wrap_kl__store_commit_many(kl__store_commit_t *c, size_t n) {
+  sim_owner_t *o = W ? W->acting : NULL;
+  if (!o) {
+    __real_kl__store_commit_many(c, n);
+    return;
+  }
+  sim_batch_t *b = &o->batch;
+  if (o->npend != n)
+    sim_fail("seam", "owner %d commits %zu batches, its hook saw %zu", o->no, n,
+             o->npend);
+  kl__commit_fate_t fate = o->dead ? KL__COMMIT_ABORT : b->fate;
+  b->fate = KL__COMMIT_GO; /* the step's fate strikes its first commit */
+  W->stats.lost += fate == KL__COMMIT_LOST;
+  W->stats.aborted += fate == KL__COMMIT_ABORT && !o->dead;
+  if (fate == KL__COMMIT_ABORT) {
+    for (size_t i = 0; i < n; i++) {
+      kl_store_abort(c[i].txn);
+      c[i].err = KL_ESTORE_BUSY;
+      snprintf(c[i].why, sizeof(c[i].why), "sim: the commit failed");
+    }
+  } else {
+    __real_kl__store_commit_many(c, n);
+    for (size_t i = 0; i < n && i < o->npend; i++) {
+      if (c[i].err)
+        continue;
+      W->dirty = 1;
+      W->stats.commits++;
+      sim_view_commit_lane(&W->live, &o->pend[i], c[i].watermark);
+      if (fate == KL__COMMIT_LOST) {
+        c[i].err = KL_ESTORE_BUSY;
+        snprintf(c[i].why, sizeof(c[i].why), "sim: the answer was lost");
+      }
+    }
+  }
+  o->npend = 0;
+  if (b->crash) { /* it dies there: the rest of its call is a ghost's */
+    b->crash = 0;
+    o->dead = 1;
+  }
+}
