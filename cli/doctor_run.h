@@ -17,8 +17,8 @@
  * is opened with @p conf: set store.create=no there so that a typo is an
  * error, not a new store.
  */
-#ifndef KEYLANE_WORKER_DOCTOR_H
-#define KEYLANE_WORKER_DOCTOR_H
+#ifndef KEYLANE_CLI_DOCTOR_RUN_H
+#define KEYLANE_CLI_DOCTOR_RUN_H
 
 #include <stddef.h>
 #include <stdio.h>

@@ -7,8 +7,8 @@
  *
  * Not thread safe: one thread publishes and verifies.
  */
-#ifndef KEYLANE_WORKER_LEDGER_GEN_H
-#define KEYLANE_WORKER_LEDGER_GEN_H
+#ifndef KEYLANE_CLI_LEDGER_GEN_H
+#define KEYLANE_CLI_LEDGER_GEN_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* `keylane replay` and `keylane store rebuild`: one engine (worker/replay.h),
  * one command line, one report. */
-#ifndef KEYLANE_WORKER_CLI_REPLAY_H
-#define KEYLANE_WORKER_CLI_REPLAY_H
+#ifndef KEYLANE_CLI_REPLAY_H
+#define KEYLANE_CLI_REPLAY_H
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* The exec handler's request and answer lines (handlers/exec.h). */
-#ifndef KEYLANE_WORKER_HANDLER_EXEC_LINE_H
-#define KEYLANE_WORKER_HANDLER_EXEC_LINE_H
+#ifndef KEYLANE_HANDLERS_EXEC_LINE_H
+#define KEYLANE_HANDLERS_EXEC_LINE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -4,8 +4,8 @@
  * store_pg.c ("postgresql://..."). Each backend embeds kl_store_t and
  * kl_txn_t as the first member of its own structs.
  */
-#ifndef KEYLANE_WORKER_STORE_BACKEND_H
-#define KEYLANE_WORKER_STORE_BACKEND_H
+#ifndef KEYLANE_STORE_BACKEND_H
+#define KEYLANE_STORE_BACKEND_H
 
 #include "keylane/store.h"
 #include "store/cache.h"

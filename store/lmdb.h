@@ -29,8 +29,8 @@
  * copied to every topic the store knew, so it still suppresses its event
  * whichever topic that was.
  */
-#ifndef KEYLANE_WORKER_STORE_LMDB_H
-#define KEYLANE_WORKER_STORE_LMDB_H
+#ifndef KEYLANE_STORE_LMDB_H
+#define KEYLANE_STORE_LMDB_H
 
 #include <lmdb.h>
 #include <pthread.h>

@@ -17,8 +17,8 @@
  * The handlers' own tables (e.g. the inventory example's) live beside them
  * and are written through the batch's connection, kl_txn_pg_conn().
  */
-#ifndef KEYLANE_WORKER_STORE_PG_H
-#define KEYLANE_WORKER_STORE_PG_H
+#ifndef KEYLANE_STORE_PG_H
+#define KEYLANE_STORE_PG_H
 
 #include <libpq-fe.h>
 #include <pthread.h>

@@ -3,8 +3,8 @@
  * clock the store stamps idempotency keys with, and the LMDB layout facts a
  * test needs to build a store of another format. Not installed.
  */
-#ifndef KEYLANE_WORKER_STORE_INTERNAL_H
-#define KEYLANE_WORKER_STORE_INTERNAL_H
+#ifndef KEYLANE_STORE_INTERNAL_H
+#define KEYLANE_STORE_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>

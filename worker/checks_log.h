@@ -19,8 +19,8 @@
  * Internal, not installed. kl__log_classify() and kl__log_describe() are
  * pure (any thread); kl__check_log() blocks on Kafka.
  */
-#ifndef KEYLANE_WORKER_LOGCHECK_H
-#define KEYLANE_WORKER_LOGCHECK_H
+#ifndef KEYLANE_WORKER_CHECKS_LOG_H
+#define KEYLANE_WORKER_CHECKS_LOG_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""The naming rules of the sources (STYLE: "Names explain themselves"):
-a static function does not carry the public kl_ prefix, and no static
-function name is defined in two files (the same name twice is either the
-same code, to be written once, or two things that deserve two names).
-Fails naming the file, its line, the name and the fix."""
+"""The naming rules of the sources: a static function does not carry the
+public kl_ prefix, and no static function name is defined in two files
+(the same name twice is either the same code, to be written once, or two
+things that deserve two names). Names that say where a thing is say where
+it is now: a header's guard spells its path. Fails naming the file, its
+line, the name and the fix."""
+import os
 import re
 import sys
 
@@ -42,14 +44,65 @@ def check(root):
     return bad
 
 
+# --- header guards -----------------------------------------------------
+GUARD = re.compile(r"^#ifndef\s+(\w+)\s*\n#define\s+(\w+)", re.M)
+
+
+def folders(root):
+    """The top folders of the tree, without hidden ones and build trees."""
+    return sorted(d for d in os.listdir(root)
+                  if os.path.isdir(os.path.join(root, d))
+                  and not d.startswith((".", "build")))
+
+
+def guard_of(path):
+    """The guard @p path's header must have: KEYLANE_ and its path in
+    capitals, / and . as _ (store/pg.h: KEYLANE_STORE_PG_H); a public
+    header by its name (include/keylane/store.h: KEYLANE_STORE_H); a file
+    named after its folder says the name once (cli/cli.h: KEYLANE_CLI_H,
+    worker/worker_internal.h: KEYLANE_WORKER_INTERNAL_H)."""
+    if path.startswith("include/keylane/"):
+        path = path[len("include/keylane/"):]
+    parts = path[:-len(".h")].split("/")
+    if len(parts) > 1 and parts[-1] == parts[-2]:
+        parts.pop()
+    elif len(parts) > 1 and parts[-1].startswith(parts[-2] + "_"):
+        parts[-1] = parts[-1][len(parts[-2]) + 1:]
+    return "KEYLANE_" + re.sub(r"\W", "_", "_".join(parts)).upper() + "_H"
+
+
+def guards(root):
+    """The header guards that do not spell their header's path."""
+    bad, seen = [], {}
+    for path, text in sources(root, folders(root)):
+        if not path.endswith(".h"):
+            continue
+        want = guard_of(path)
+        m = GUARD.search(text)
+        if not m or m.group(1) != m.group(2):
+            bad.append(f"{path}:1: no header guard (#ifndef {want} then "
+                       f"#define {want}): add it")
+            continue
+        line = text.count("\n", 0, m.start()) + 1
+        if m.group(1) != want:
+            bad.append(f"{path}:{line}: header guard {m.group(1)} does not "
+                       f"spell the header's path: name it {want}")
+        elif want in seen:
+            bad.append(f"{path}:{line}: header guard {want} is also "
+                       f"{seen[want]}'s: rename one of the headers")
+        seen.setdefault(want, path)
+    return bad
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "."
-    bad = check(root)
+    bad = check(root) + guards(root)
     for b in bad:
         print(b)
     if bad:
         sys.exit(1)
-    print("ok: no static kl_ function, no static name defined twice")
+    print("ok: no static kl_ function, no static name defined twice, "
+          "every header guard spells its path")
 
 
 if __name__ == "__main__":

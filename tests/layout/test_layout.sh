@@ -34,6 +34,25 @@ grep -q 'worker/c.c:1: static function find is defined again (first at worker/b.
   <<<"$out" || { echo "FAILED: the name defined twice is not named: $out"; exit 1; }
 echo "ok: a static kl_ function and a static name defined twice are refused, named"
 
+# Header guards spell their header's path (check_names.py, guards()): a
+# guard left from a header's old folder, and one right, side by side.
+mkdir -p "$T/g/event" "$T/g/include/keylane"
+printf '#ifndef KEYLANE_BROKER_TRACE_H\n#define KEYLANE_BROKER_TRACE_H\n#endif\n' \
+  >"$T/g/event/trace.h"
+printf '#ifndef KEYLANE_STORE_H\n#define KEYLANE_STORE_H\n#endif\n' \
+  >"$T/g/include/keylane/store.h"
+if out=$(python3 "$HERE/check_names.py" "$T/g"); then
+  echo "FAILED: a header guard of another path passed: $out"
+  exit 1
+fi
+grep -q "event/trace.h:1: header guard KEYLANE_BROKER_TRACE_H does not spell the header's path: name it KEYLANE_EVENT_TRACE_H" \
+  <<<"$out" || { echo "FAILED: the stale guard is not named: $out"; exit 1; }
+if grep -q 'include/keylane/store.h' <<<"$out"; then
+  echo "FAILED: the public header's guard KEYLANE_STORE_H was refused: $out"
+  exit 1
+fi
+echo "ok: a header guard that does not spell its path is refused, named"
+
 # The simulator's mutants (common/mutant.h) exist only in keylane-sim's
 # build: the library holds no mutant symbol, exported or hidden. The same
 # check on keylane-sim must find its switch, or it proves nothing.
