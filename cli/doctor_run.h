@@ -1,9 +1,9 @@
 /*
  * keylane doctor: runs every check of the environment keylane's
- * guarantees rest on (checks.h, logcheck.h) against one topic, and prints
- * one line per check, "OK|WARN|FAIL CHECK: message" (the message names
- * the fix), or one JSON object. The command line is cli/doctor.c;
- * this is its run, callable from a test.
+ * guarantees rest on (worker/checks.h, worker/checks_log.h) against one
+ * topic, and prints one line per check, "OK|WARN|FAIL CHECK: message"
+ * (the message names the fix), or one JSON object. The command line is
+ * cli/doctor.c; this is its run, callable from a test.
  *
  * Checks, in order: partitions, routing (a sample of each partition's
  * last records), dlq (the dead-letter topic exists), retention and

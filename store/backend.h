@@ -1,7 +1,7 @@
 /*
  * The store's backend interface. store.c dispatches the public kl_store_*
- * and kl_txn_* calls to a backend: store_lmdb.c (a directory) or
- * store_pg.c ("postgresql://..."). Each backend embeds kl_store_t and
+ * and kl_txn_* calls to a backend: lmdb.c (a directory) or
+ * pg.c ("postgresql://..."). Each backend embeds kl_store_t and
  * kl_txn_t as the first member of its own structs.
  */
 #ifndef KEYLANE_STORE_BACKEND_H

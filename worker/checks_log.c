@@ -1,4 +1,4 @@
-/* The log against the store's watermark: logcheck.h. */
+/* The log against the store's watermark: checks_log.h. */
 #include "worker/checks_log.h"
 
 #include <inttypes.h>

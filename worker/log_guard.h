@@ -6,7 +6,7 @@
  * auto.offset.reset=error, and when librdkafka says a position is out of
  * the log, or a lane is given records below its position, the partition
  * is halted and its retained log [low, high) compared with the lane's
- * position (logcheck.h):
+ * position (checks_log.h):
  * - the log still holds the position: the consumer is moved back to it
  *   and the partition goes on (records below the watermark it dropped are
  *   then counted as redelivered);
