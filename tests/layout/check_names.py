@@ -3,8 +3,9 @@
 public kl_ prefix, and no static function name is defined in two files
 (the same name twice is either the same code, to be written once, or two
 things that deserve two names). Names that say where a thing is say where
-it is now: a header's guard spells its path. Fails naming the file, its
-line, the name and the fix."""
+it is now: a header's guard spells its path, and an internal prefix named
+after a file (kl__log_ for log.c) is defined in that file's folder, and in
+one folder only. Fails naming the file, its line, the name and the fix."""
 import os
 import re
 import sys
@@ -94,15 +95,72 @@ def guards(root):
     return bad
 
 
+# --- internal prefixes ---------------------------------------------------
+# a definition, not a declaration: "<type> kl__name(...) {" at the start
+# of a line, on one or more lines
+INTERNAL_FN = re.compile(
+    r"^(?!static\b|typedef\b|extern\b)[A-Za-z_][^;{}()=#]*?\b(kl__\w+)\s*\(",
+    re.M)
+
+
+def internal_definitions(root):
+    """Yields (path, line, name) for each non-static kl__ function."""
+    for path, text in sources(root, FOLDERS):
+        for m in INTERNAL_FN.finditer(text):
+            i, depth = m.end(), 1
+            while i < len(text) and depth:
+                depth += {"(": 1, ")": -1}.get(text[i], 0)
+                i += 1
+            if text[i:].lstrip().startswith("{"):
+                yield path, text.count("\n", 0, m.start(1)) + 1, m.group(1)
+
+
+def prefixes(root):
+    """The kl__<file>_ functions defined outside <file>'s folder, and the
+    prefixes a file name in two folders leaves ambiguous."""
+    homes = {}  # a file's name without .c/.h -> {its folder: its path}
+    for path, _ in sources(root, FOLDERS):
+        stem, ext = os.path.splitext(os.path.basename(path))
+        at = homes.setdefault(stem, {})
+        if ext == ".c" or os.path.dirname(path) not in at:
+            at[os.path.dirname(path)] = path
+    bad, used = [], {}
+    for path, line, fn in internal_definitions(root):
+        folder, words = os.path.dirname(path), fn[4:].split("_")
+        stems = ["_".join(words[:k]) for k in range(len(words), 0, -1)]
+        named = [s for s in stems if s in homes]
+        mine = [s for s in named if folder in homes[s]]
+        if named and not mine:
+            s = named[0]
+            own = os.path.splitext(os.path.basename(path))[0]
+            bad.append(f"{path}:{line}: {fn} has the prefix kl__{s}_ of "
+                       f"{' and '.join(sorted(homes[s].values()))}, in "
+                       f"another folder: name it after its own file "
+                       f"(kl__{own}_{fn[len(s) + 5:]})")
+        elif mine:
+            used.setdefault(mine[0], {}).setdefault(folder, f"{path}:{line}")
+    for stem, where in sorted(used.items()):
+        if len(where) > 1:
+            first, *rest = sorted(where.values())
+            files = " and ".join(sorted(homes[stem].values()))
+            for w in rest:
+                bad.append(f"{w}: the prefix kl__{stem}_ is also defined at "
+                           f"{first}, and {files} share its name: rename "
+                           f"one file and its prefix, so that the prefix "
+                           f"says which folder")
+    return bad
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "."
-    bad = check(root) + guards(root)
+    bad = check(root) + guards(root) + prefixes(root)
     for b in bad:
         print(b)
     if bad:
         sys.exit(1)
     print("ok: no static kl_ function, no static name defined twice, "
-          "every header guard spells its path")
+          "every header guard spells its path, "
+          "every internal prefix lives in one folder")
 
 
 if __name__ == "__main__":

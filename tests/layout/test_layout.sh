@@ -82,6 +82,29 @@ names "tests/unit/run.sh:2: the comment names store/backend.h" "the shell commen
   { echo "FAILED: names that exist, or no comment, were refused: $out"; exit 1; }
 echo "ok: a comment that names a file that does not exist is refused, named"
 
+# An internal prefix named after a file lives in that file's folder, and in
+# one folder only (check_names.py, prefixes()): worker/ defining kl__log_*
+# of common/log.c, and replay.c in two folders both defining kl__replay_*;
+# beside a prefix of a file of the same folder (kl__log_guard_*) and a
+# declaration, which defines nothing.
+mkdir -p "$T/p/common" "$T/p/worker" "$T/p/cli"
+printf 'void kl__log(int level) {\n}\n' >"$T/p/common/log.c"
+printf 'int kl__log_classify(int low);\nint kl__log_classify(int low) {\n  return low;\n}\n' \
+  >"$T/p/worker/checks_log.c"
+printf 'void kl__log_guard_new(void) {\n}\nvoid kl__log(int level);\n' \
+  >"$T/p/worker/log_guard.c"
+printf 'int kl__replay_run(void) {\n  return 0;\n}\n' >"$T/p/worker/replay.c"
+printf 'int\nkl__replay_cli(int argc,\n               char **argv) {\n  return 0;\n}\n' \
+  >"$T/p/cli/replay.c"
+refuses check_names.py "$T/p" "internal prefixes of another folder's file"
+names "worker/checks_log.c:2: kl__log_classify has the prefix kl__log_ of common/log.c, in another folder: name it after its own file (kl__checks_log_classify)" \
+  "the prefix of another folder's file"
+names "worker/replay.c:1: the prefix kl__replay_ is also defined at cli/replay.c:2, and cli/replay.c and worker/replay.c share its name" \
+  "the prefix defined in two folders"
+[ "$(wc -l <<<"$out")" = 2 ] ||
+  { echo "FAILED: a prefix of the file's own folder was refused: $out"; exit 1; }
+echo "ok: an internal prefix of another folder's file, or of two folders, is refused, named"
+
 # The simulator's mutants (common/mutant.h) exist only in keylane-sim's
 # build: the library holds no mutant symbol, exported or hidden. The same
 # check on keylane-sim must find its switch, or it proves nothing.
