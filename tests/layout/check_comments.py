@@ -144,7 +144,7 @@ def near(name, names):
             known.setdefault(f"{folder}_{base}", set()).add(p)
     flat = os.path.basename(name)
     out = []
-    for key in difflib.get_close_matches(flat, sorted(known), 3, 0.6):
+    for key in difflib.get_close_matches(flat, sorted(known), 3, 0.8):
         out += sorted(known[key] - set(out))
     return out[:3]
 
