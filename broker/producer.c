@@ -3,23 +3,21 @@
  * every event itself with kl_partition(), so that the partition, and the
  * worker that owns the key, never depend on librdkafka's partitioner.
  *
- * Per-event cost, measured (keylane-bench produce, perf): the envelope is
- * written into a buffer on the stack (kl__envelope_write(): the bytes of
- * kl_event_encode() without its malloc, and without msgpack-c's packer)
- * and produced with RD_KAFKA_MSG_F_COPY; a missing id and ts come from one
- * clock read. Handing a heap buffer over instead (F_FREE, no copy) cost
- * ~140 ns more per event on the publishing thread with librdkafka 2.0.2,
- * far more than copying 170 bytes into the allocation librdkafka makes
- * anyway; an envelope grown to carry the id as msg_opaque (one block, no
- * F_*) cost a realloc and its copy on top. The caller's opaque is the
- * msg_opaque itself, and the delivery report reads the event's id back
- * from the payload, so a message owns nothing of ours and a report that
- * never comes leaks nothing. Keeping the id in a note of our own instead
- * costs as much as the full decode (~60 ns): with 100,000 events in
- * flight, every heap chunk that lives until the delivery report is a cache
- * miss when it is freed. So the report first tries a byte-checked shortcut
- * to where the encoder writes the id (~80 ns less per event), and decodes
- * only when the bytes do not match.
+ * Per event, the envelope is written into a buffer on the stack
+ * (kl__envelope_write(): the bytes of kl_event_encode() without its malloc
+ * or msgpack-c's packer) and produced with RD_KAFKA_MSG_F_COPY: librdkafka
+ * allocates for every message anyway, and copying the ~170 bytes into
+ * that allocation costs less on the publishing thread than a heap buffer
+ * of ours for it to free (keylane-bench produce measures it). A missing id
+ * and ts come from one clock read.
+ *
+ * A message owns nothing of ours: its msg_opaque is the caller's opaque,
+ * and the delivery report reads the event's id back from the payload. So
+ * a report that never comes leaks nothing, and no heap chunk lives until
+ * the report (with 100,000 events in flight, each would be a cache miss
+ * when freed). The report reads the id where the encoder writes it,
+ * checked byte by byte (producer_id_peek()), and decodes the envelope only
+ * when the bytes do not match.
  *
  * Every function here runs on the caller's thread (the one that uses the
  * producer), including the delivery and error callbacks, which librdkafka

@@ -1,6 +1,6 @@
 /*
- * keylane doctor's run: every check of checks.h and logcheck.h in turn,
- * one line each (doctor.h).
+ * keylane doctor's run: every check of worker/checks.h and
+ * worker/checks_log.h in turn, one line each (doctor_run.h).
  */
 #include "cli/doctor_run.h"
 

@@ -1,9 +1,9 @@
 /*
  * keylane doctor: runs every check of the environment keylane's
- * guarantees rest on (checks.h, logcheck.h) against one topic, and prints
- * one line per check, "OK|WARN|FAIL CHECK: message" (the message names
- * the fix), or one JSON object. The command line is cli/doctor.c;
- * this is its run, callable from a test.
+ * guarantees rest on (worker/checks.h, worker/checks_log.h) against one
+ * topic, and prints one line per check, "OK|WARN|FAIL CHECK: message"
+ * (the message names the fix), or one JSON object. The command line is
+ * cli/doctor.c; this is its run, callable from a test.
  *
  * Checks, in order: partitions, routing (a sample of each partition's
  * last records), dlq (the dead-letter topic exists), retention and
@@ -17,8 +17,8 @@
  * is opened with @p conf: set store.create=no there so that a typo is an
  * error, not a new store.
  */
-#ifndef KEYLANE_WORKER_DOCTOR_H
-#define KEYLANE_WORKER_DOCTOR_H
+#ifndef KEYLANE_CLI_DOCTOR_RUN_H
+#define KEYLANE_CLI_DOCTOR_RUN_H
 
 #include <stddef.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* keylane broker's gateway mode (cli/gateway.c). */
-#ifndef KEYLANE_BROKER_CLI_GATEWAY_H
-#define KEYLANE_BROKER_CLI_GATEWAY_H
+#ifndef KEYLANE_CLI_GATEWAY_H
+#define KEYLANE_CLI_GATEWAY_H
 
 #include <stdbool.h>
 #include <stdint.h>

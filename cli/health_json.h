@@ -21,8 +21,8 @@
  * is not OK or the answer is degraded (200, KL__HEALTH_DEGRADED), else OK.
  * Not installed.
  */
-#ifndef KEYLANE_WORKER_HEALTH_JSON_H
-#define KEYLANE_WORKER_HEALTH_JSON_H
+#ifndef KEYLANE_CLI_HEALTH_JSON_H
+#define KEYLANE_CLI_HEALTH_JSON_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -66,8 +66,7 @@ static const char *i128_text(__int128 v, char *buf, size_t size) {
   return buf;
 }
 
-int kl__ledger_print(kl_store_t *store, int json);
-int kl__ledger_print(kl_store_t *store, int json) {
+static int ledger_print(kl_store_t *store, int json) {
   kl_ledger_walk_t walk = {json ? json_object() : NULL, 0, 0, 0};
   kl_err_t err = kl__ledger_walk(store, NULL, ledger_row, &walk);
   if (err) {
@@ -139,7 +138,7 @@ int kl__cmd_ledger(int argc, char **argv) {
   kl_store_t *store;
   if (kl__cli_store_existing(SUB, a.location, &store))
     return KL_EXIT_FAIL;
-  rc = kl__ledger_print(store, a.json);
+  rc = ledger_print(store, a.json);
   kl_store_destroy(store);
   return rc;
 }

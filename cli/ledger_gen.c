@@ -95,18 +95,19 @@ static kl_err_t ledger_publish(kl_producer_t *producer, const char *topic,
   return err;
 }
 
-kl_err_t kl__ledger_send(kl_producer_t *producer, const char *topic,
-                         const char *key, size_t key_len, const char *id,
-                         const char *type, int64_t amount, int64_t seq,
-                         void *opaque) {
+kl_err_t kl__ledger_gen_send(kl_producer_t *producer, const char *topic,
+                             const char *key, size_t key_len, const char *id,
+                             const char *type, int64_t amount, int64_t seq,
+                             void *opaque) {
   kl_ledger_args_t a = {.amount = amount, .seq = seq, .has_seq = 1};
   return ledger_publish(producer, topic, key, key_len, id, type, &a, opaque);
 }
 
-kl_err_t kl__ledger_send_transfer(kl_producer_t *producer, const char *topic,
-                                  const char *from, const char *to,
-                                  const char *id, int64_t amount, int64_t seq,
-                                  void *opaque) {
+kl_err_t kl__ledger_gen_send_transfer(kl_producer_t *producer,
+                                      const char *topic, const char *from,
+                                      const char *to, const char *id,
+                                      int64_t amount, int64_t seq,
+                                      void *opaque) {
   kl_ledger_args_t a = {.amount = amount,
                         .seq = seq,
                         .has_seq = 1,
@@ -123,12 +124,13 @@ static kl_err_t gen_send(kl_producer_t *producer, const char *topic,
   if (e->to >= 0) {
     char to[32];
     gen_key(to, sizeof(to), (uint32_t)e->to);
-    return kl__ledger_send_transfer(producer, topic, key, to, e->id, e->amount,
-                                    e->seq, NULL);
+    return kl__ledger_gen_send_transfer(producer, topic, key, to, e->id,
+                                        e->amount, e->seq, NULL);
   }
-  return kl__ledger_send(producer, topic, key, (size_t)klen, e->id,
-                         e->amount < 0 ? "debit" : "credit",
-                         e->amount < 0 ? -e->amount : e->amount, e->seq, NULL);
+  return kl__ledger_gen_send(producer, topic, key, (size_t)klen, e->id,
+                             e->amount < 0 ? "debit" : "credit",
+                             e->amount < 0 ? -e->amount : e->amount, e->seq,
+                             NULL);
 }
 
 /* The log's next entry, for a new event of a random key. */
@@ -335,8 +337,9 @@ typedef struct kl_gen_ids {
   kl_err_t err;
 } kl_gen_ids_t;
 
-int kl__ledger_decode_follow_up(kl_decoder_t *decoder,
-                                const rd_kafka_message_t *m, kl_event_t *ev) {
+int kl__ledger_gen_decode_follow_up(kl_decoder_t *decoder,
+                                    const rd_kafka_message_t *m,
+                                    kl_event_t *ev) {
   kl__emit_src_t src;
   return kl_event_decode(decoder, m->key, m->key_len, m->payload, m->len, ev) ==
              KL_OK &&
@@ -347,7 +350,7 @@ int kl__ledger_decode_follow_up(kl_decoder_t *decoder,
 static int gen_take_id(void *opaque, rd_kafka_message_t *m) {
   kl_gen_ids_t *ids = opaque;
   kl_event_t ev;
-  if (!kl__ledger_decode_follow_up(ids->decoder, m, &ev))
+  if (!kl__ledger_gen_decode_follow_up(ids->decoder, m, &ev))
     return 0;
   void *grown = kl__grow(ids->id, &ids->cap, ids->n, sizeof(*ids->id), 1024);
   if (!grown) {

@@ -7,8 +7,8 @@
  *
  * Not thread safe: one thread publishes and verifies.
  */
-#ifndef KEYLANE_WORKER_LEDGER_GEN_H
-#define KEYLANE_WORKER_LEDGER_GEN_H
+#ifndef KEYLANE_CLI_LEDGER_GEN_H
+#define KEYLANE_CLI_LEDGER_GEN_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -42,10 +42,10 @@ typedef struct kl__ledger_verdict {
 /* Publishes one ledger event: @p type ("credit" or "debit") of @p key
  * (@p key_len bytes) with the payload {"amount": amount, "seq": seq};
  * @p id may be NULL (the producer makes one). */
-kl_err_t kl__ledger_send(kl_producer_t *producer, const char *topic,
-                         const char *key, size_t key_len, const char *id,
-                         const char *type, int64_t amount, int64_t seq,
-                         void *opaque);
+kl_err_t kl__ledger_gen_send(kl_producer_t *producer, const char *topic,
+                             const char *key, size_t key_len, const char *id,
+                             const char *type, int64_t amount, int64_t seq,
+                             void *opaque);
 
 /** A workload over @p keys keys ("acct-0000"...) and @p partitions. */
 kl__ledger_gen_t *kl__ledger_gen_new(int keys, int32_t partitions,
@@ -65,10 +65,11 @@ kl_err_t kl__ledger_gen_transfer(kl__ledger_gen_t *gen, kl_producer_t *producer,
                                  const char *topic);
 
 /** Publishes one transfer of @p amount from @p from to @p to. */
-kl_err_t kl__ledger_send_transfer(kl_producer_t *producer, const char *topic,
-                                  const char *from, const char *to,
-                                  const char *id, int64_t amount, int64_t seq,
-                                  void *opaque);
+kl_err_t kl__ledger_gen_send_transfer(kl_producer_t *producer,
+                                      const char *topic, const char *from,
+                                      const char *to, const char *id,
+                                      int64_t amount, int64_t seq,
+                                      void *opaque);
 
 /** Re-publishes a random earlier event unchanged, same idempotency key. */
 kl_err_t kl__ledger_gen_republish(kl__ledger_gen_t *gen,
@@ -107,8 +108,9 @@ kl_err_t kl__ledger_gen_read_follow_ups(kl__ledger_gen_t *gen,
  * (kl_event_decode()).
  * @returns 1 for a follow-up; 0 when @p m does not decode or is none.
  */
-int kl__ledger_decode_follow_up(kl_decoder_t *decoder,
-                                const rd_kafka_message_t *m, kl_event_t *ev);
+int kl__ledger_gen_decode_follow_up(kl_decoder_t *decoder,
+                                    const rd_kafka_message_t *m,
+                                    kl_event_t *ev);
 
 /**
  * Compares @p store (topic @p topic) with what was published; fills

@@ -169,14 +169,14 @@ static void ms_log_stops(kl__metrics_server_t *server, kl__metrics_t *m) {
       "Records retention deleted before they were applied, skipped by "
       "worker.on.gap=skip.",
       "topic,partition");
-  kl__log_stop_t stops[KL_MS_STOPS_MAX];
+  kl__log_guard_stop_t stops[KL_MS_STOPS_MAX];
   size_t n = kl__log_guard_stops(kl__worker_log_guard(server->worker), stops,
                                  KL_MS_STOPS_MAX);
   for (size_t i = 0; i < n; i++) {
     char p[16];
     snprintf(p, sizeof(p), "%" PRId32, stops[i].partition);
-    const char *labels[] = {server->topic, p,
-                            kl__log_verdict_name(stops[i].check.verdict)};
+    const char *labels[] = {
+        server->topic, p, kl__checks_log_verdict_name(stops[i].check.verdict)};
     if (stops[i].stopped)
       kl__metric_set(stopped, labels, 1);
     if (stops[i].gap_records)
@@ -374,7 +374,7 @@ void kl__metrics_server_describe(kl__metrics_server_t *server,
  * reason into @p reason. */
 static size_t ms_stopped(kl__metrics_server_t *server, char *reason,
                          size_t size) {
-  kl__log_stop_t stops[KL_MS_STOPS_MAX];
+  kl__log_guard_stop_t stops[KL_MS_STOPS_MAX];
   size_t n = kl__log_guard_stops(kl__worker_log_guard(server->worker), stops,
                                  KL_MS_STOPS_MAX);
   size_t stopped = 0;
@@ -385,8 +385,9 @@ static size_t ms_stopped(kl__metrics_server_t *server, char *reason,
         snprintf(reason, size, "unhealthy: stopped partition %" PRId32 ": ",
                  stops[i].partition);
     if (len > 0 && (size_t)len + 1 < size) {
-      kl__log_describe(server->topic, stops[i].partition, &stops[i].check,
-                       reason + len, size - (size_t)len - 1);
+      kl__checks_log_describe(server->topic, stops[i].partition,
+                              &stops[i].check, reason + len,
+                              size - (size_t)len - 1);
       strcat(reason, "\n");
     }
   }
@@ -649,7 +650,7 @@ static int ms_wants_json(const kl_ms_conn_t *conn, const char *query) {
 static void ms_health_json(kl_ms_conn_t *conn, int status, const char *reason) {
   kl__metrics_server_t *server = conn->server;
   kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
-  kl__log_stop_t stops[KL_MS_STOPS_MAX];
+  kl__log_guard_stop_t stops[KL_MS_STOPS_MAX];
   int32_t stopped[KL_MS_STOPS_MAX];
   size_t nstops = kl__log_guard_stops(kl__worker_log_guard(server->worker),
                                       stops, KL_MS_STOPS_MAX);

@@ -48,8 +48,8 @@
  * Caveats: the server reads @p worker and @p store from its own thread;
  * both are borrowed and must outlive kl__metrics_server_stop().
  */
-#ifndef KEYLANE_WORKER_METRICS_SERVER_H
-#define KEYLANE_WORKER_METRICS_SERVER_H
+#ifndef KEYLANE_CLI_METRICS_SERVER_H
+#define KEYLANE_CLI_METRICS_SERVER_H
 
 #include "keylane/conf.h"
 #include "keylane/store.h"

@@ -1,6 +1,6 @@
 /* `keylane store ACTION`: the actions the dispatcher in store.c runs. */
-#ifndef KEYLANE_WORKER_CLI_STORE_H
-#define KEYLANE_WORKER_CLI_STORE_H
+#ifndef KEYLANE_CLI_STORE_H
+#define KEYLANE_CLI_STORE_H
 
 /* argv[0] is the action's name, as for a subcommand. */
 int kl__cmd_store_migrate(int argc, char **argv);

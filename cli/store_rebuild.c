@@ -1,7 +1,7 @@
 /* keylane store rebuild: a lost or corrupt store, rebuilt from the log. */
 #include <stddef.h>
 
-#include "cli/replay.h"
+#include "cli/replay_cmd.h"
 #include "cli/store.h"
 
 static const kl__opt_t rebuild_opts[] = {
@@ -10,37 +10,37 @@ static const kl__opt_t rebuild_opts[] = {
      .letter = 't',
      .kind = KL__OPT_STRING,
      .meta = "TOPIC",
-     .off = offsetof(kl__replay_args_t, opts.topic),
+     .off = offsetof(kl__replay_cmd_args_t, opts.topic),
      .help = "topic whose store to rebuild"},
     {.name = "store",
      .kind = KL__OPT_STRING,
      .meta = "NEW_STORE",
-     .off = offsetof(kl__replay_args_t, location),
+     .off = offsetof(kl__replay_cmd_args_t, location),
      .help = "an empty LMDB directory or PostgreSQL database; refused when "
              "it holds TOPIC"},
     {.name = "handler",
      .kind = KL__OPT_STRING,
      .meta = "HANDLER",
-     .off = offsetof(kl__replay_args_t, handler),
+     .off = offsetof(kl__replay_cmd_args_t, handler),
      .help = "ledger | so:PATH[:SYMBOL]"},
     {.name = "partition",
      .letter = 'p',
      .kind = KL__OPT_LIST,
-     .off = offsetof(kl__replay_args_t, opts.partitions),
+     .off = offsetof(kl__replay_cmd_args_t, opts.partitions),
      .shown = "all",
      .help = "only these partitions"},
     {.name = "from",
      .meta = "POS",
      .parse = kl__cli_pos_parse,
-     .off = offsetof(kl__replay_args_t, from),
+     .off = offsetof(kl__replay_cmd_args_t, from),
      .help = "start there instead of the earliest retained offset; the "
              "history before is reported like truncated history"},
     {.name = "dry-run",
      .kind = KL__OPT_FLAG,
-     .off = offsetof(kl__replay_args_t, opts.dry_run),
+     .off = offsetof(kl__replay_cmd_args_t, opts.dry_run),
      .help = "report what would apply; write nothing (NEW_STORE must exist: "
              "a dry run creates no store)"},
-    KL__REPLAY_OPTS_SHARED,
+    KL__REPLAY_CMD_OPTS_SHARED,
     {0}};
 
 static const kl__cmd_t rebuild_cmd = {
@@ -93,5 +93,5 @@ static const kl__cmd_t rebuild_cmd = {
     .conf = true};
 
 int kl__cmd_store_rebuild(int argc, char **argv) {
-  return kl__replay_cli(&rebuild_cmd, argc, argv, 1);
+  return kl__replay_cmd_run(&rebuild_cmd, argc, argv, 1);
 }

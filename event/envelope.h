@@ -3,8 +3,8 @@
  * into a buffer it owns, and ids stamped from a clock it has read already.
  * Not installed.
  */
-#ifndef KEYLANE_BROKER_ENVELOPE_INTERNAL_H
-#define KEYLANE_BROKER_ENVELOPE_INTERNAL_H
+#ifndef KEYLANE_EVENT_ENVELOPE_H
+#define KEYLANE_EVENT_ENVELOPE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -17,8 +17,8 @@
  * the JSON value (valid while it lives); the payload and the header array
  * are the jevent's, freed by kl__jevent_clear().
  */
-#ifndef KEYLANE_BROKER_EVENT_JSON_H
-#define KEYLANE_BROKER_EVENT_JSON_H
+#ifndef KEYLANE_EVENT_JSON_H
+#define KEYLANE_EVENT_JSON_H
 
 #include <stdbool.h>
 #include <stddef.h>

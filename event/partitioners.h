@@ -17,8 +17,8 @@
  *
  * Every function is pure and thread safe.
  */
-#ifndef KEYLANE_BROKER_PARTITIONERS_H
-#define KEYLANE_BROKER_PARTITIONERS_H
+#ifndef KEYLANE_EVENT_PARTITIONERS_H
+#define KEYLANE_EVENT_PARTITIONERS_H
 
 #include <stddef.h>
 #include <stdint.h>

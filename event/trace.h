@@ -3,8 +3,8 @@
  * context"): the checks kl_event_validate() runs, and what the gateway
  * and the worker's log need. Not installed.
  */
-#ifndef KEYLANE_BROKER_TRACE_H
-#define KEYLANE_BROKER_TRACE_H
+#ifndef KEYLANE_EVENT_TRACE_H
+#define KEYLANE_EVENT_TRACE_H
 
 #include <stddef.h>
 

@@ -64,8 +64,8 @@
  * - SIGPIPE cannot hit the worker: the children's stdin are sockets written
  *   with MSG_NOSIGNAL.
  */
-#ifndef KEYLANE_WORKER_HANDLER_EXEC_H
-#define KEYLANE_WORKER_HANDLER_EXEC_H
+#ifndef KEYLANE_HANDLERS_EXEC_H
+#define KEYLANE_HANDLERS_EXEC_H
 
 #include <jansson.h>
 

@@ -1,6 +1,6 @@
 /* The exec handler's request and answer lines (handlers/exec.h). */
-#ifndef KEYLANE_WORKER_HANDLER_EXEC_LINE_H
-#define KEYLANE_WORKER_HANDLER_EXEC_LINE_H
+#ifndef KEYLANE_HANDLERS_EXEC_LINE_H
+#define KEYLANE_HANDLERS_EXEC_LINE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -26,7 +26,7 @@ size_t kl__exec_request_seq(char *line, uint64_t seq);
 
 /**
  * Emits (kl_txn_emit()) into @p txn each follow-up of an answer's "emit"
- * array @p emit, as handler_exec.h says: {"topic"?, "key", "type",
+ * array @p emit, as exec.h says: {"topic"?, "key", "type",
  * "payload"? | "payload_b64"?}; "id", "headers" and any other field are
  * refused, and so is a topic that is not a valid Kafka name, is reserved
  * (common/topic.h) or is @p dlq_topic (NULL: none configured).

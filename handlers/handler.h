@@ -1,6 +1,6 @@
 /* Resolving `--handler SPEC` to a handler function. */
-#ifndef KEYLANE_WORKER_HANDLER_H
-#define KEYLANE_WORKER_HANDLER_H
+#ifndef KEYLANE_HANDLERS_HANDLER_H
+#define KEYLANE_HANDLERS_HANDLER_H
 
 #include "keylane/store.h"
 #include "keylane/worker.h"

@@ -1,6 +1,6 @@
 /* The built-in inventory handler (`--handler inventory`), PostgreSQL only. */
-#ifndef KEYLANE_WORKER_INVENTORY_H
-#define KEYLANE_WORKER_INVENTORY_H
+#ifndef KEYLANE_HANDLERS_INVENTORY_H
+#define KEYLANE_HANDLERS_INVENTORY_H
 
 #include "keylane/worker.h"
 

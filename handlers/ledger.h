@@ -1,6 +1,6 @@
 /* The ledger's stored entry, shared by the handler and `keylane ledger`. */
-#ifndef KEYLANE_WORKER_LEDGER_H
-#define KEYLANE_WORKER_LEDGER_H
+#ifndef KEYLANE_HANDLERS_LEDGER_H
+#define KEYLANE_HANDLERS_LEDGER_H
 
 #include <msgpack.h>
 #include <stddef.h>

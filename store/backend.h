@@ -1,11 +1,11 @@
 /*
  * The store's backend interface. store.c dispatches the public kl_store_*
- * and kl_txn_* calls to a backend: store_lmdb.c (a directory) or
- * store_pg.c ("postgresql://..."). Each backend embeds kl_store_t and
+ * and kl_txn_* calls to a backend: lmdb.c (a directory) or
+ * pg.c ("postgresql://..."). Each backend embeds kl_store_t and
  * kl_txn_t as the first member of its own structs.
  */
-#ifndef KEYLANE_WORKER_STORE_BACKEND_H
-#define KEYLANE_WORKER_STORE_BACKEND_H
+#ifndef KEYLANE_STORE_BACKEND_H
+#define KEYLANE_STORE_BACKEND_H
 
 #include "keylane/store.h"
 #include "store/cache.h"

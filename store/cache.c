@@ -1,5 +1,5 @@
 /*
- * The owner cache (store_cache.h says when it is safe and when it is
+ * The owner cache (cache.h says when it is safe and when it is
  * dropped). One hash table of entries keyed by the handler key, since the
  * store's key space is one; each entry belongs to the segment of the
  * partition that read or wrote it, and sits on that segment's list (to

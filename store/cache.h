@@ -31,8 +31,8 @@
  *
  * Thread safe: one mutex; values are copied out under it.
  */
-#ifndef KEYLANE_WORKER_STORE_CACHE_H
-#define KEYLANE_WORKER_STORE_CACHE_H
+#ifndef KEYLANE_STORE_CACHE_H
+#define KEYLANE_STORE_CACHE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /*
  * kl_txn_emit() and the outbox's dispatch: a batch's follow-ups are
  * buffered in its kl_txn_t, whatever the backend, and written by the
- * backend's commit (store_backend.h).
+ * backend's commit (backend.h).
  */
 #include <stdlib.h>
 #include <string.h>

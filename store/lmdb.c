@@ -325,7 +325,7 @@ int kl__lmdb_part_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
   return rc ? rc : part_decode(&val, state);
 }
 
-/* Adds the partition's beats (kept apart: see store_lmdb.h) to @p state. */
+/* Adds the partition's beats (kept apart: see lmdb.h) to @p state. */
 static int beats_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const MDB_val *key,
                      kl_partition_state_t *state) {
   MDB_val val;
@@ -614,7 +614,7 @@ kl_err_t kl__store_lmdb_usage(kl_store_t *store, kl__store_usage_t *usage) {
   return KL_OK;
 }
 
-/* ---- idempotency keys: store_lmdb_ids.c ------------------------------ */
+/* ---- idempotency keys: lmdb_ids.c ------------------------------ */
 
 /* The topics' names by number, for a walk: names[no - 1], borrowed from
  * the snapshot. Numbers are given 1, 2, ... and never reused. */

@@ -1,6 +1,6 @@
 /*
- * The LMDB store's internals, shared by store_lmdb.c (the environment, its
- * map size, partitions, scans, expiry) and store_lmdb_txn.c (batches).
+ * The LMDB store's internals, shared by lmdb.c (the environment, its
+ * map size, partitions, scans, expiry) and lmdb_txn.c (batches).
  *
  * Layout (format 2): one environment directory per host, shared by every
  * worker process, with six named databases:
@@ -13,11 +13,11 @@
  *   topics     topic -> uint32 topic number (big-endian), given on the
  *              topic's first acquire, never reused
  *   topic_ids  topic number (4 bytes, big-endian) + encoded idempotency key,
- *              scoped by entity key since format 3 (store_lmdb_ids.c)
+ *              scoped by entity key since format 3 (lmdb_ids.c)
  *              -> 6 bytes: insert ms << 2 | mark
  *   data       the handlers' keys and values, as given
  *   outbox     follow-up events committed and not yet published
- *              (store_lmdb_outbox.c); added, not changed: no format step
+ *              (lmdb_outbox.c); added, not changed: no format step
  *   lasts      the parts key -> the watermark and the ident of the record
  *              at watermark - 1 (kl__store_last()); added likewise
  * ids and data are separate so that expiry walks only idempotency keys and
@@ -25,12 +25,12 @@
  * name scopes an id: 4 bytes per key, whatever the name's length.
  *
  * Format 1 kept ids unscoped, in "ids" (the encoded key alone). Opening
- * such a store migrates it in place (store_lmdb_migrate.c): each old id is
+ * such a store migrates it in place (lmdb_migrate.c): each old id is
  * copied to every topic the store knew, so it still suppresses its event
  * whichever topic that was.
  */
-#ifndef KEYLANE_WORKER_STORE_LMDB_H
-#define KEYLANE_WORKER_STORE_LMDB_H
+#ifndef KEYLANE_STORE_LMDB_H
+#define KEYLANE_STORE_LMDB_H
 
 #include <lmdb.h>
 #include <pthread.h>
@@ -38,7 +38,7 @@
 
 #include "store/backend.h"
 
-/* Idempotency keys (store_lmdb_ids.c): the topic's number (4 bytes), a
+/* Idempotency keys (lmdb_ids.c): the topic's number (4 bytes), a
  * tag byte and the id, scoped by entity key or not; KL__IDKEY_MAX bounds
  * the key a batch buffers, of which LMDB's keys are made. */
 #define KL__TOPIC_NO_LEN 4
@@ -48,7 +48,7 @@ typedef struct kl__lmdb {
   kl_store_t base;
   MDB_env *env;
   MDB_dbi meta, parts, beats, topics, ids, data; /* ids: "topic_ids" */
-  MDB_dbi outbox;                                /* store_lmdb_outbox.c */
+  MDB_dbi outbox;                                /* lmdb_outbox.c */
   MDB_dbi lasts; /* "lasts": the parts key -> int64 watermark (host order)
                     + the ident of the record at watermark - 1
                     (kl__txn_set_last()); added, not changed: no format
@@ -73,7 +73,7 @@ typedef struct kl__lmdb {
   size_t active;
   int resizing;
   size_t map_size; /* this process's current map size */
-  /* Where this process's last sweep stopped (store_lmdb.c's expiry): a
+  /* Where this process's last sweep stopped (lmdb.c's expiry): a
    * sweep that removes nothing leaves meta's cursor alone. Guarded by mu. */
   unsigned char sweep_at[KL__IDKEY_MAX];
   size_t sweep_at_len;
@@ -122,7 +122,7 @@ int kl__lmdb_part_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
 int kl__lmdb_part_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
                       int32_t partition, const kl_partition_state_t *state);
 
-/* The key a batch buffers the mark of @p sid under (store_lmdb_ids.c). */
+/* The key a batch buffers the mark of @p sid under (lmdb_ids.c). */
 size_t kl__lmdb_id_encode(uint32_t topic_no, const char *sid, size_t sid_len,
                           unsigned char out[KL__IDKEY_MAX]);
 #define KL__IDVAL_LEN 6
@@ -160,8 +160,8 @@ int kl__lmdb_topic_no(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
  */
 kl_err_t kl__lmdb_migrate_ids(kl__lmdb_t *lmdb);
 
-/* The txn operations of store_lmdb_txn.c and the outbox's list and
- * remove of store_lmdb_outbox.c, for the ops table. */
+/* The txn operations of lmdb_txn.c and the outbox's list and
+ * remove of lmdb_outbox.c, for the ops table. */
 KL__STORE_BACKEND_DECLARE(lmdb);
 
 /* Keeps @p ident as the record at @p watermark - 1 of @p partition, in a
@@ -170,7 +170,7 @@ int kl__lmdb_last_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
                       int32_t partition, int64_t watermark, const void *ident,
                       size_t len);
 
-/* The outbox of store_lmdb_outbox.c: writes @p emits under the next seqs
+/* The outbox of lmdb_outbox.c: writes @p emits under the next seqs
  * in a commit's write transaction (an LMDB rc). */
 int kl__lmdb_outbox_write(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
                           int32_t partition, const kl__emits_t *emits);

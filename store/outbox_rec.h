@@ -11,8 +11,8 @@
  *
  * An empty topic stands for the source event's topic. Not installed.
  */
-#ifndef KEYLANE_WORKER_OUTBOX_REC_H
-#define KEYLANE_WORKER_OUTBOX_REC_H
+#ifndef KEYLANE_STORE_OUTBOX_REC_H
+#define KEYLANE_STORE_OUTBOX_REC_H
 
 #include <stddef.h>
 #include <stdint.h>

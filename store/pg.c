@@ -1,7 +1,7 @@
 /*
  * The PostgreSQL store: the same contract as the LMDB store, on tables in
- * one database that every worker of a fleet reaches (see store_pg.h for
- * the tables, store_pg_txn.c for batches and the fence).
+ * one database that every worker of a fleet reaches (see pg.h for
+ * the tables, pg_txn.c for batches and the fence).
  *
  * Connections: a kl_store_t holds a small bounded pool, at most
  * store.pg.pool (default 4) connections, made on demand. A batch holds one
@@ -112,7 +112,7 @@ static const struct {
                           "look up a batch's idempotency keys", 1},
     /* Sent in one pipeline with the writes and the COMMIT, the fence must
      * stop them itself: matching no row (a newer epoch), it fails with
-     * division_by_zero (KL__PG_FENCED_STATE, store_pg.h), which aborts the rest
+     * division_by_zero (KL__PG_FENCED_STATE, pg.h), which aborts the rest
      * of the pipeline and the transaction. */
     [KL__PG_FENCE] =
         {"kl_fence",
@@ -693,7 +693,7 @@ static kl_err_t pg_acquire_fn(kl__pg_conn_t *conn, void *ctx) {
 }
 
 /* A new epoch: what this store's cache holds of the partition was an
- * older owner's (store_cache.h). */
+ * older owner's (cache.h). */
 static kl_err_t pg_acquire(kl_store_t *store, const char *topic,
                            int32_t partition, uint64_t floor,
                            kl_partition_state_t *state) {

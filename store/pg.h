@@ -1,24 +1,24 @@
 /*
- * The PostgreSQL store's internals, shared by store_pg.c (the connection
- * pool, partitions, scans, expiry), store_pg_txn.c (batches) and
- * store_pg_migrations.c (the schema). Not installed.
+ * The PostgreSQL store's internals, shared by pg.c (the connection
+ * pool, partitions, scans, expiry), pg_txn.c (batches) and
+ * pg_migrations.c (the schema). Not installed.
  *
- * Tables (created by the versioned migrations of store_pg_migrations.c):
+ * Tables (created by the versioned migrations of pg_migrations.c):
  *   keylane_schema_version  one row per migration applied
  *   keylane_partitions      (topic, partition) -> epoch, watermark, counters
  *   keylane_beats           (topic, partition) -> beats, kl__store_beat()'s
  *   keylane_ids             (topic, idempotency key) -> mark, insert time
  *                           (ms); scoped by topic since version 3
  *   keylane_outbox          follow-up events committed with their batch,
- *                           not yet published (store_pg_outbox.c)
+ *                           not yet published (pg_outbox.c)
  *   keylane_sweep           one row: the page of keylane_ids where the
  *                           fleet's next sweep starts (since version 6)
  *   keylane_kv              the handlers' keys and values (bytea)
  * The handlers' own tables (e.g. the inventory example's) live beside them
  * and are written through the batch's connection, kl_txn_pg_conn().
  */
-#ifndef KEYLANE_WORKER_STORE_PG_H
-#define KEYLANE_WORKER_STORE_PG_H
+#ifndef KEYLANE_STORE_PG_H
+#define KEYLANE_STORE_PG_H
 
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -230,7 +230,7 @@ kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
 /** The SQLSTATE of a failed result, or "". */
 const char *kl__pg_state(const PGresult *res);
 
-/* Schema versions (store_pg_migrations.c). */
+/* Schema versions (pg_migrations.c). */
 #define KL__PG_SCHEMA_VERSION 9
 
 /* The advisory lock (a bigint key) held while the schema is created or
@@ -281,8 +281,8 @@ kl_err_t kl__pg_migrate(PGconn *pg, int *from, int *to);
  */
 kl_err_t kl__store_pg_migrate(const char *uri, int *from, int *to);
 
-/* The txn operations of store_pg_txn.c and the outbox's list and remove
- * of store_pg_outbox.c, for the ops table. */
+/* The txn operations of pg_txn.c and the outbox's list and remove
+ * of pg_outbox.c, for the ops table. */
 KL__STORE_BACKEND_DECLARE(pg);
 void *kl__pg_conn(kl_txn_t *txn);
 int kl__pg_lost(kl_txn_t *txn);
@@ -294,7 +294,7 @@ kl_err_t kl__pg_prefetch(kl_txn_t *txn, const char *const *ids,
 kl_err_t kl__pg_call(kl__pg_t *pgs, kl_err_t (*fn)(kl__pg_conn_t *, void *),
                      void *ctx);
 
-/* The outbox of store_pg_outbox.c: fills @p call, a statement of a
+/* The outbox of pg_outbox.c: fills @p call, a statement of a
  * commit's pipeline after its fence, with the insert of @p emits (its
  * parameters in *params, which the caller frees after the pipeline). */
 kl_err_t kl__pg_outbox_add(kl__pg_call_t *call, char **params,

@@ -85,7 +85,7 @@ static const char *const kl_pg_migrations[KL__PG_SCHEMA_VERSION] = {
     "  beats bigint NOT NULL DEFAULT 0,"
     "  PRIMARY KEY (topic, partition));",
     /* 5: the outbox: follow-up events (kl_txn_emit()) committed with their
-     * batch and not yet published (store_pg_outbox.c). */
+     * batch and not yet published (pg_outbox.c). */
     "CREATE SEQUENCE keylane_outbox_seq;"
     "CREATE TABLE keylane_outbox ("
     "  topic text COLLATE \"C\" NOT NULL,"

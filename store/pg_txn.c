@@ -2,7 +2,7 @@
  * A batch on the PostgreSQL store: one database transaction on one pooled
  * connection, from kl_store_begin() (BEGIN) to kl_store_commit() (COMMIT)
  * or kl_store_abort() (ROLLBACK). Handlers read through kl_txn_get() (the
- * owner cache first, store_cache.h) and may run their own statements on
+ * owner cache first, cache.h) and may run their own statements on
  * kl_txn_pg_conn(); kl_txn_prefetch() looks a batch's idempotency keys up
  * in one statement; kl_txn_put/del/mark are buffered and written by the
  * commit, in one statement each, after the epoch check, all sent in ONE
@@ -680,7 +680,7 @@ typedef struct kl_pg_commit {
   kl__pg_call_t calls[8]; /* fence, update, upsert, delete, ids (known,
                              new), outbox, COMMIT */
   int n;
-  char *outbox; /* the outbox insert's parameters (store_pg_outbox.c) */
+  char *outbox; /* the outbox insert's parameters (pg_outbox.c) */
   kl_pg_arr_t keys, vals, stored_keys, stored_vals, stored_olds, dels, ids,
       marks, new_ids, new_marks;
   char part[16], wm[24], app[24], dup[24], dl[24], epoch[24], now[24],
@@ -993,7 +993,7 @@ static kl_err_t pg_commit_send(kl_pg_txn_t *txn, int64_t watermark,
     err = pg_add_data(txn, c);
   if (!err && txn->ids.count)
     err = pg_add_ids(txn, c);
-  if (!err && txn->base.emits) /* after the fence: store_pg_outbox.c */
+  if (!err && txn->base.emits) /* after the fence: pg_outbox.c */
     err = kl__pg_outbox_add(&c->calls[c->n++], &c->outbox, txn->topic,
                             txn->partition, txn->base.emits);
   if (!err) {

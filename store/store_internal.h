@@ -3,8 +3,8 @@
  * clock the store stamps idempotency keys with, and the LMDB layout facts a
  * test needs to build a store of another format. Not installed.
  */
-#ifndef KEYLANE_WORKER_STORE_INTERNAL_H
-#define KEYLANE_WORKER_STORE_INTERNAL_H
+#ifndef KEYLANE_STORE_INTERNAL_H
+#define KEYLANE_STORE_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -170,7 +170,7 @@ int64_t kl__beat_period_ns(const kl_conf_t *conf);
 /**
  * Tells the store that this process no longer owns @p partition of
  * @p topic (a revoke): the owner cache drops what it holds of it
- * (store_cache.h). Safe to call for any partition, on any backend.
+ * (cache.h). Safe to call for any partition, on any backend.
  */
 void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition);
 

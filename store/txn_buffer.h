@@ -12,8 +12,8 @@
  *
  * Not thread safe: it belongs to one kl_txn_t, used by one thread at a time.
  */
-#ifndef KEYLANE_WORKER_TXN_BUFFER_H
-#define KEYLANE_WORKER_TXN_BUFFER_H
+#ifndef KEYLANE_STORE_TXN_BUFFER_H
+#define KEYLANE_STORE_TXN_BUFFER_H
 
 #include <stddef.h>
 #include <stdint.h>

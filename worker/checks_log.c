@@ -1,4 +1,4 @@
-/* The log against the store's watermark: logcheck.h. */
+/* The log against the store's watermark: checks_log.h. */
 #include "worker/checks_log.h"
 
 #include <inttypes.h>
@@ -9,13 +9,15 @@
 #include "store/store_internal.h"
 #include "worker/apply.h"
 
-kl__log_verdict_t kl__log_classify(int64_t low, int64_t high, int64_t watermark,
-                                   kl__log_check_t *check) {
-  kl__log_check_t c = {KL__LOG_OK, low, high, watermark, 0, "", ""};
+kl__checks_log_verdict_t
+kl__checks_log_classify(int64_t low, int64_t high, int64_t watermark,
+                        kl__checks_log_result_t *check) {
+  kl__checks_log_result_t c = {
+      KL__CHECKS_LOG_OK, low, high, watermark, 0, "", ""};
   if (watermark > 0 && high < watermark) {
-    c.verdict = KL__LOG_BACKWARDS;
+    c.verdict = KL__CHECKS_LOG_BACKWARDS;
   } else if (watermark > 0 && low > watermark) {
-    c.verdict = KL__LOG_GAP;
+    c.verdict = KL__CHECKS_LOG_GAP;
     c.lost = low - watermark;
   }
   if (check)
@@ -23,23 +25,23 @@ kl__log_verdict_t kl__log_classify(int64_t low, int64_t high, int64_t watermark,
   return c.verdict;
 }
 
-const char *kl__log_verdict_name(kl__log_verdict_t verdict) {
+const char *kl__checks_log_verdict_name(kl__checks_log_verdict_t verdict) {
   switch (verdict) {
-  case KL__LOG_BACKWARDS:
+  case KL__CHECKS_LOG_BACKWARDS:
     return "went_backwards";
-  case KL__LOG_GAP:
+  case KL__CHECKS_LOG_GAP:
     return "retention_gap";
-  case KL__LOG_REPLACED:
+  case KL__CHECKS_LOG_REPLACED:
     return "log_replaced";
   default:
     return "ok";
   }
 }
 
-const char *kl__log_describe(const char *topic, int32_t partition,
-                             const kl__log_check_t *check, char *buf,
-                             size_t size) {
-  if (check->verdict == KL__LOG_BACKWARDS)
+const char *kl__checks_log_describe(const char *topic, int32_t partition,
+                                    const kl__checks_log_result_t *check,
+                                    char *buf, size_t size) {
+  if (check->verdict == KL__CHECKS_LOG_BACKWARDS)
     snprintf(buf, size,
              "topic %s partition %" PRId32 " went backwards: its log ends at "
              "offset %" PRId64 ", below the store's watermark %" PRId64
@@ -52,7 +54,7 @@ const char *kl__log_describe(const char *topic, int32_t partition,
              "give the worker the cluster its store belongs to",
              topic, partition, check->high, check->watermark, topic, partition,
              check->low);
-  else if (check->verdict == KL__LOG_GAP)
+  else if (check->verdict == KL__CHECKS_LOG_GAP)
     snprintf(buf, size,
              "topic %s partition %" PRId32 " lost %" PRId64 " records: its "
              "log starts at offset %" PRId64 ", above the store's watermark "
@@ -63,7 +65,7 @@ const char *kl__log_describe(const char *topic, int32_t partition,
              "retention.ms above the longest time a worker may lag",
              topic, partition, check->lost, check->low, check->watermark,
              check->watermark, check->low - 1);
-  else if (check->verdict == KL__LOG_REPLACED)
+  else if (check->verdict == KL__CHECKS_LOG_REPLACED)
     snprintf(buf, size,
              "topic %s partition %" PRId32 " holds another log than the one "
              "the store applied: the record at offset %" PRId64 " (the "
@@ -97,10 +99,10 @@ static int last_take(void *opaque, rd_kafka_message_t *m) {
 }
 
 /* Compares the record at the watermark - 1 of partition @p p with the
- * one the store applied there, when it kept it: KL__LOG_REPLACED in
+ * one the store applied there, when it kept it: KL__CHECKS_LOG_REPLACED in
  * @p check when they differ. */
 static void check_last(rd_kafka_t *rk, kl_store_t *store, const char *topic,
-                       int32_t p, kl__log_check_t *check) {
+                       int32_t p, kl__checks_log_result_t *check) {
   char ident[KL__SID_MAX];
   size_t len;
   int64_t wm;
@@ -113,7 +115,7 @@ static void check_last(rd_kafka_t *rk, kl_store_t *store, const char *topic,
   if (r.decoder &&
       kl__kafka_read(rk, topic, &range, 1, last_take, &r, NULL) == KL_OK &&
       r.len && (r.len != len || memcmp(r.ident, ident, len) != 0)) {
-    check->verdict = KL__LOG_REPLACED;
+    check->verdict = KL__CHECKS_LOG_REPLACED;
     kl__apply_ident_text(r.ident, r.len, check->found, sizeof(check->found));
     kl__apply_ident_text(ident, len, check->applied, sizeof(check->applied));
   }
@@ -123,10 +125,9 @@ static void check_last(rd_kafka_t *rk, kl_store_t *store, const char *topic,
 /* Reads partition @p p's log and watermark into @p check. @returns the
  * status the check falls to when they cannot be read (msg written), or
  * KL__CHECK_OK. */
-static kl__check_status_t check_one(rd_kafka_t *rk, kl_store_t *store,
-                                    const char *topic, int32_t p,
-                                    int timeout_ms, kl__log_check_t *check,
-                                    kl__check_t *out) {
+static kl__check_status_t
+check_one(rd_kafka_t *rk, kl_store_t *store, const char *topic, int32_t p,
+          int timeout_ms, kl__checks_log_result_t *check, kl__check_t *out) {
   kl_partition_state_t st;
   if (kl_store_partition(store, topic, p, &st)) {
     snprintf(out->msg, sizeof(out->msg),
@@ -145,7 +146,8 @@ static kl__check_status_t check_one(rd_kafka_t *rk, kl_store_t *store,
              topic, p, rd_kafka_err2str(kerr));
     return KL__CHECK_WARN;
   }
-  if (kl__log_classify(low, high, st.watermark, check) == KL__LOG_OK)
+  if (kl__checks_log_classify(low, high, st.watermark, check) ==
+      KL__CHECKS_LOG_OK)
     check_last(rk, store, topic, p, check);
   return KL__CHECK_OK;
 }
@@ -156,7 +158,7 @@ void kl__check_log(rd_kafka_t *rk, kl_store_t *store, const char *topic,
   char first[sizeof(out->msg)] = "";
   int bad = 0;
   for (int32_t p = 0; p < partitions; p++) {
-    kl__log_check_t check;
+    kl__checks_log_result_t check;
     kl__check_status_t s =
         check_one(rk, store, topic, p, timeout_ms, &check, out);
     if (s == KL__CHECK_FAIL) {
@@ -165,8 +167,8 @@ void kl__check_log(rd_kafka_t *rk, kl_store_t *store, const char *topic,
     }
     if (s == KL__CHECK_WARN)
       unread = *out;
-    else if (check.verdict != KL__LOG_OK && !bad++)
-      kl__log_describe(topic, p, &check, first, sizeof(first));
+    else if (check.verdict != KL__CHECKS_LOG_OK && !bad++)
+      kl__checks_log_describe(topic, p, &check, first, sizeof(first));
   }
   if (bad) {
     out->status = KL__CHECK_FAIL;

@@ -10,17 +10,18 @@
  * Debian 12 ships 2.0.2). So the store keeps, with each watermark, the
  * identity of the record at watermark - 1 (kl__store_last()): a recreated
  * topic that already holds more records than the watermark has another
- * record there (KL__LOG_REPLACED), which the worker finds when it takes the
- * partition (lanes.h, kl__lanes_verify()) and doctor when it runs.
+ * record there (KL__CHECKS_LOG_REPLACED), which the worker finds when it takes
+ * the partition (lanes.h, kl__lanes_verify()) and doctor when it runs.
  *
  * kl__check_log() runs the comparison on every partition of a topic, as
  * a check of checks.h, for `keylane doctor`.
  *
- * Internal, not installed. kl__log_classify() and kl__log_describe() are
- * pure (any thread); kl__check_log() blocks on Kafka.
+ * Internal, not installed. kl__checks_log_classify() and
+ * kl__checks_log_describe() are pure (any thread); kl__check_log() blocks on
+ * Kafka.
  */
-#ifndef KEYLANE_WORKER_LOGCHECK_H
-#define KEYLANE_WORKER_LOGCHECK_H
+#ifndef KEYLANE_WORKER_CHECKS_LOG_H
+#define KEYLANE_WORKER_CHECKS_LOG_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,53 +31,58 @@
 #include "keylane/store.h"
 #include "worker/checks.h"
 
-typedef enum kl__log_verdict {
-  KL__LOG_OK = 0,    /**< low <= watermark <= high, or nothing applied */
-  KL__LOG_BACKWARDS, /**< high < watermark: recreated or truncated */
-  KL__LOG_GAP,      /**< watermark < low: retention deleted unapplied records */
-  KL__LOG_REPLACED, /**< the record at watermark - 1 is not the one the
-                         store applied there: a replaced log */
-} kl__log_verdict_t;
+typedef enum kl__checks_log_verdict {
+  /** low <= watermark <= high, or nothing applied */
+  KL__CHECKS_LOG_OK = 0,
+  /** high < watermark: recreated or truncated */
+  KL__CHECKS_LOG_BACKWARDS,
+  /** watermark < low: retention deleted unapplied records */
+  KL__CHECKS_LOG_GAP,
+  /** the record at watermark - 1 is not the one the store applied there: a
+   *  replaced log */
+  KL__CHECKS_LOG_REPLACED,
+} kl__checks_log_verdict_t;
 
-/** One comparison, as kl__log_classify() made it. */
-typedef struct kl__log_check {
-  kl__log_verdict_t verdict;
+/** One comparison, as kl__checks_log_classify() made it. */
+typedef struct kl__checks_log_result {
+  kl__checks_log_verdict_t verdict;
   int64_t low, high; /**< the retained log: [low, high) */
   int64_t watermark; /**< the offset the store applies next */
-  int64_t lost;      /**< KL__LOG_GAP: records deleted unapplied; else 0 */
-  char found[160];   /**< KL__LOG_REPLACED: the two records, as */
+  int64_t lost;      /**< _GAP: records deleted unapplied; else 0 */
+  char found[160];   /**< _REPLACED: the two records, as */
   char applied[160]; /**< kl__apply_ident_text() says them */
-} kl__log_check_t;
+} kl__checks_log_result_t;
 
 /**
  * Compares the retained log [@p low, @p high) of a partition with the
  * store's @p watermark. A watermark of 0 (nothing applied: a consumer
- * starts at the log's beginning) is always KL__LOG_OK.
+ * starts at the log's beginning) is always KL__CHECKS_LOG_OK.
  * @returns the verdict, also in @p check (may be NULL) with the figures.
  */
-kl__log_verdict_t kl__log_classify(int64_t low, int64_t high, int64_t watermark,
-                                   kl__log_check_t *check);
+kl__checks_log_verdict_t
+kl__checks_log_classify(int64_t low, int64_t high, int64_t watermark,
+                        kl__checks_log_result_t *check);
 
 /** @returns "ok", "went_backwards", "retention_gap" or "log_replaced" (a
  *  metric label). */
-const char *kl__log_verdict_name(kl__log_verdict_t verdict);
+const char *kl__checks_log_verdict_name(kl__checks_log_verdict_t verdict);
 
 /**
  * Writes what @p check means for partition @p partition of @p topic, for
  * a person: the figures, the likely cause and the fixes (one line, no
- * trailing newline). "" for KL__LOG_OK.
+ * trailing newline). "" for KL__CHECKS_LOG_OK.
  * @returns @p buf.
  */
-const char *kl__log_describe(const char *topic, int32_t partition,
-                             const kl__log_check_t *check, char *buf,
-                             size_t size);
+const char *kl__checks_log_describe(const char *topic, int32_t partition,
+                                    const kl__checks_log_result_t *check,
+                                    char *buf, size_t size);
 
 /**
  * For `keylane doctor`: compares the store's watermark of each of the
  * @p partitions partitions of @p topic with its retained log (low and
  * high offsets from @p rk, @p timeout_ms each). OK when every log holds
  * its watermark; FAIL naming the first partition whose log went backwards
- * or lost records (as kl__log_describe() says it) and how many more did,
+ * or lost records (as kl__checks_log_describe() says it) and how many more did,
  * or when the store cannot be read; WARN when a log's offsets cannot be
  * read.
  */

@@ -26,10 +26,10 @@ typedef enum kl_guard_state {
 
 typedef struct kl_guarded {
   kl_guard_state_t state;
-  int64_t due_ns;        /* next check: 1 s after the last one */
-  uint64_t epoch;        /* STOPPED: the lane's epoch then */
-  uint64_t redelivered;  /* PENDING: dropped below the watermark */
-  kl__log_check_t check; /* STOPPED: why */
+  int64_t due_ns;                /* next check: 1 s after the last one */
+  uint64_t epoch;                /* STOPPED: the lane's epoch then */
+  uint64_t redelivered;          /* PENDING: dropped below the watermark */
+  kl__checks_log_result_t check; /* STOPPED: why */
   uint64_t gap_records;
 } kl_guarded_t;
 
@@ -88,8 +88,8 @@ static kl_guarded_t *guarded_of(kl__log_guard_t *guard, int32_t partition) {
 /* Sets what /metrics reads: @p g's state, and its check when stopped.
  * Takes mu unless @p locked. */
 static void set_state(kl__log_guard_t *guard, kl_guarded_t *g,
-                      kl_guard_state_t state, const kl__log_check_t *check,
-                      int locked) {
+                      kl_guard_state_t state,
+                      const kl__checks_log_result_t *check, int locked) {
   if (!locked)
     pthread_mutex_lock(&guard->mu);
   guard->active += (state != KL_GUARD_NONE) - (g->state != KL_GUARD_NONE);
@@ -176,11 +176,13 @@ static int guard_seek(kl__log_guard_t *guard, int32_t partition,
 /* The log still holds the lane's position, or worker.on.gap=skip lets it
  * go on from the log's start: the consumer goes there, the lane on. */
 static int go_on(kl__log_guard_t *guard, int32_t partition, kl_guarded_t *g,
-                 const kl__lane_pos_t *pos, const kl__log_check_t *check) {
-  int64_t from = check->verdict == KL__LOG_GAP ? check->low : pos->next_offset;
+                 const kl__lane_pos_t *pos,
+                 const kl__checks_log_result_t *check) {
+  int64_t from =
+      check->verdict == KL__CHECKS_LOG_GAP ? check->low : pos->next_offset;
   if (guard_seek(guard, partition, from))
     return -1;
-  if (check->verdict == KL__LOG_GAP) {
+  if (check->verdict == KL__CHECKS_LOG_GAP) {
     pthread_mutex_lock(&guard->mu);
     g->gap_records += (uint64_t)check->lost;
     pthread_mutex_unlock(&guard->mu);
@@ -222,14 +224,15 @@ static void guard_check(kl__log_guard_t *guard, int32_t partition,
              partition, rd_kafka_err2str(kerr));
     return;
   }
-  kl__log_check_t check;
-  kl__log_verdict_t v = kl__log_classify(low, high, pos.next_offset, &check);
-  if (v == KL__LOG_OK || (v == KL__LOG_GAP && guard->skip_gaps)) {
+  kl__checks_log_result_t check;
+  kl__checks_log_verdict_t v =
+      kl__checks_log_classify(low, high, pos.next_offset, &check);
+  if (v == KL__CHECKS_LOG_OK || (v == KL__CHECKS_LOG_GAP && guard->skip_gaps)) {
     go_on(guard, partition, g, &pos, &check);
     return;
   }
   char why[1024];
-  kl__log_describe(guard->topic, partition, &check, why, sizeof(why));
+  kl__checks_log_describe(guard->topic, partition, &check, why, sizeof(why));
   KL_LOG_E(KL_COMP,
            "stopped partition=%" PRId32 " (the store's watermark %" PRId64
            ", the lane's position %" PRId64 "): %s",
@@ -298,13 +301,14 @@ static void stop_replaced(kl__log_guard_t *guard,
   if (kl_store_partition(guard->store, guard->topic, r->partition, &st) ==
       KL_OK)
     watermark = st.watermark;
-  kl__log_check_t check = {KL__LOG_REPLACED, -1, -1, watermark, 0, "", ""};
+  kl__checks_log_result_t check = {
+      KL__CHECKS_LOG_REPLACED, -1, -1, watermark, 0, "", ""};
   kl__apply_ident_text(r->found, r->found_len, check.found,
                        sizeof(check.found));
   kl__apply_ident_text(r->expected, r->expected_len, check.applied,
                        sizeof(check.applied));
   char why[1024];
-  kl__log_describe(guard->topic, r->partition, &check, why, sizeof(why));
+  kl__checks_log_describe(guard->topic, r->partition, &check, why, sizeof(why));
   KL_LOG_E(KL_COMP, "stopped partition=%" PRId32 " reason=log_replaced: %s",
            r->partition, why);
   pthread_mutex_lock(&guard->mu);
@@ -345,7 +349,7 @@ void kl__log_guard_tick(kl__log_guard_t *guard) {
   }
 }
 
-size_t kl__log_guard_stops(kl__log_guard_t *guard, kl__log_stop_t *out,
+size_t kl__log_guard_stops(kl__log_guard_t *guard, kl__log_guard_stop_t *out,
                            size_t max) {
   size_t n = 0;
   pthread_mutex_lock(&guard->mu);
@@ -353,7 +357,7 @@ size_t kl__log_guard_stops(kl__log_guard_t *guard, kl__log_stop_t *out,
     const kl_guarded_t *g = &guard->parts[p];
     int stopped = g->state == KL_GUARD_STOPPED;
     if (stopped || g->gap_records)
-      out[n++] = (kl__log_stop_t){p, stopped, g->check, g->gap_records};
+      out[n++] = (kl__log_guard_stop_t){p, stopped, g->check, g->gap_records};
   }
   pthread_mutex_unlock(&guard->mu);
   return n;

@@ -6,7 +6,7 @@
  * auto.offset.reset=error, and when librdkafka says a position is out of
  * the log, or a lane is given records below its position, the partition
  * is halted and its retained log [low, high) compared with the lane's
- * position (logcheck.h):
+ * position (checks_log.h):
  * - the log still holds the position: the consumer is moved back to it
  *   and the partition goes on (records below the watermark it dropped are
  *   then counted as redelivered);
@@ -34,12 +34,12 @@
 typedef struct kl__log_guard kl__log_guard_t;
 
 /** One partition as /metrics and /healthz show it. */
-typedef struct kl__log_stop {
+typedef struct kl__log_guard_stop {
   int32_t partition;
   int stopped; /**< stopped now; check says why */
-  kl__log_check_t check;
+  kl__checks_log_result_t check;
   uint64_t gap_records; /**< skipped by worker.on.gap=skip, in total */
-} kl__log_stop_t;
+} kl__log_guard_stop_t;
 
 /**
  * Creates the guard of @p topic; reads worker.on.gap from @p conf. @p rk
@@ -67,7 +67,7 @@ void kl__log_guard_forget(kl__log_guard_t *guard, int32_t partition);
  * Copies the partitions that stopped or skipped records, at most @p max,
  * into @p out. Any thread. @returns how many.
  */
-size_t kl__log_guard_stops(kl__log_guard_t *guard, kl__log_stop_t *out,
+size_t kl__log_guard_stops(kl__log_guard_t *guard, kl__log_guard_stop_t *out,
                            size_t max);
 
 #endif

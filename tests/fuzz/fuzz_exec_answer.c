@@ -65,7 +65,7 @@ static void check_answer(const uint8_t *data, size_t size) {
   CHECK(!a.has_seq || (a.seq >= 1 && a.seq <= (uint64_t)INT64_MAX));
   if (a.emit)
     check_emit(a.emit);
-  json_decref(a.emit); /* the caller's reference (handler_exec.h) */
+  json_decref(a.emit); /* the caller's reference (handlers/exec.h) */
   json_decref(b.emit);
   a.emit = b.emit = NULL;
   CHECK(memcmp(&a, &b, sizeof(a)) == 0);

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""The naming rules of the sources (STYLE: "Names explain themselves"):
-a static function does not carry the public kl_ prefix, and no static
-function name is defined in two files (the same name twice is either the
-same code, to be written once, or two things that deserve two names).
-Fails naming the file, its line, the name and the fix."""
+"""The naming rules of the sources: a static function does not carry the
+public kl_ prefix, and no static function name is defined in two files
+(the same name twice is either the same code, to be written once, or two
+things that deserve two names). Names that say where a thing is say where
+it is now: a header's guard spells its path, and an internal prefix named
+after a file (kl__log_ for log.c) is defined in that file's folder, and in
+one folder only. Fails naming the file, its line, the name and the fix."""
+import os
 import re
 import sys
 
@@ -42,14 +45,122 @@ def check(root):
     return bad
 
 
+# --- header guards -----------------------------------------------------
+GUARD = re.compile(r"^#ifndef\s+(\w+)\s*\n#define\s+(\w+)", re.M)
+
+
+def folders(root):
+    """The top folders of the tree, without hidden ones and build trees."""
+    return sorted(d for d in os.listdir(root)
+                  if os.path.isdir(os.path.join(root, d))
+                  and not d.startswith((".", "build")))
+
+
+def guard_of(path):
+    """The guard @p path's header must have: KEYLANE_ and its path in
+    capitals, / and . as _ (store/pg.h: KEYLANE_STORE_PG_H); a public
+    header by its name (include/keylane/store.h: KEYLANE_STORE_H); a file
+    named after its folder says the name once (cli/cli.h: KEYLANE_CLI_H,
+    worker/worker_internal.h: KEYLANE_WORKER_INTERNAL_H)."""
+    if path.startswith("include/keylane/"):
+        path = path[len("include/keylane/"):]
+    parts = path[:-len(".h")].split("/")
+    if len(parts) > 1 and parts[-1] == parts[-2]:
+        parts.pop()
+    elif len(parts) > 1 and parts[-1].startswith(parts[-2] + "_"):
+        parts[-1] = parts[-1][len(parts[-2]) + 1:]
+    return "KEYLANE_" + re.sub(r"\W", "_", "_".join(parts)).upper() + "_H"
+
+
+def guards(root):
+    """The header guards that do not spell their header's path."""
+    bad, seen = [], {}
+    for path, text in sources(root, folders(root)):
+        if not path.endswith(".h"):
+            continue
+        want = guard_of(path)
+        m = GUARD.search(text)
+        if not m or m.group(1) != m.group(2):
+            bad.append(f"{path}:1: no header guard (#ifndef {want} then "
+                       f"#define {want}): add it")
+            continue
+        line = text.count("\n", 0, m.start()) + 1
+        if m.group(1) != want:
+            bad.append(f"{path}:{line}: header guard {m.group(1)} does not "
+                       f"spell the header's path: name it {want}")
+        elif want in seen:
+            bad.append(f"{path}:{line}: header guard {want} is also "
+                       f"{seen[want]}'s: rename one of the headers")
+        seen.setdefault(want, path)
+    return bad
+
+
+# --- internal prefixes ---------------------------------------------------
+# a definition, not a declaration: "<type> kl__name(...) {" at the start
+# of a line, on one or more lines
+INTERNAL_FN = re.compile(
+    r"^(?!static\b|typedef\b|extern\b)[A-Za-z_][^;{}()=#]*?\b(kl__\w+)\s*\(",
+    re.M)
+
+
+def internal_definitions(root):
+    """Yields (path, line, name) for each non-static kl__ function."""
+    for path, text in sources(root, FOLDERS):
+        for m in INTERNAL_FN.finditer(text):
+            i, depth = m.end(), 1
+            while i < len(text) and depth:
+                depth += {"(": 1, ")": -1}.get(text[i], 0)
+                i += 1
+            if text[i:].lstrip().startswith("{"):
+                yield path, text.count("\n", 0, m.start(1)) + 1, m.group(1)
+
+
+def prefixes(root):
+    """The kl__<file>_ functions defined outside <file>'s folder, and the
+    prefixes a file name in two folders leaves ambiguous."""
+    homes = {}  # a file's name without .c/.h -> {its folder: its path}
+    for path, _ in sources(root, FOLDERS):
+        stem, ext = os.path.splitext(os.path.basename(path))
+        at = homes.setdefault(stem, {})
+        if ext == ".c" or os.path.dirname(path) not in at:
+            at[os.path.dirname(path)] = path
+    bad, used = [], {}
+    for path, line, fn in internal_definitions(root):
+        folder, words = os.path.dirname(path), fn[4:].split("_")
+        stems = ["_".join(words[:k]) for k in range(len(words), 0, -1)]
+        named = [s for s in stems if s in homes]
+        mine = [s for s in named if folder in homes[s]]
+        if named and not mine:
+            s = named[0]
+            own = os.path.splitext(os.path.basename(path))[0]
+            bad.append(f"{path}:{line}: {fn} has the prefix kl__{s}_ of "
+                       f"{' and '.join(sorted(homes[s].values()))}, in "
+                       f"another folder: name it after its own file "
+                       f"(kl__{own}_{fn[len(s) + 5:]})")
+        elif mine:
+            used.setdefault(mine[0], {}).setdefault(folder, f"{path}:{line}")
+    for stem, where in sorted(used.items()):
+        if len(where) > 1:
+            first, *rest = sorted(where.values())
+            files = " and ".join(sorted(homes[stem].values()))
+            for w in rest:
+                bad.append(f"{w}: the prefix kl__{stem}_ is also defined at "
+                           f"{first}, and {files} share its name: rename "
+                           f"one file and its prefix, so that the prefix "
+                           f"says which folder")
+    return bad
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "."
-    bad = check(root)
+    bad = check(root) + guards(root) + prefixes(root)
     for b in bad:
         print(b)
     if bad:
         sys.exit(1)
-    print("ok: no static kl_ function, no static name defined twice")
+    print("ok: no static kl_ function, no static name defined twice, "
+          "every header guard spells its path, "
+          "every internal prefix lives in one folder")
 
 
 if __name__ == "__main__":

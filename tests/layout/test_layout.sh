@@ -9,6 +9,7 @@ T=$(mktemp -d /tmp/keylane-layout-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 python3 "$HERE/check_includes.py" "$SRC"
 python3 "$HERE/check_names.py" "$SRC"
+python3 "$HERE/check_comments.py" "$SRC"
 mkdir -p "$T/store" "$T/worker"
 printf '#include "worker/lanes.h"\n' >"$T/store/store.c"
 printf '#include "store/store_internal.h"\n' >"$T/worker/apply.c"
@@ -33,6 +34,76 @@ grep -q 'common/a.c:1: static function kl_find has the public kl_ prefix' \
 grep -q 'worker/c.c:1: static function find is defined again (first at worker/b.c:2)' \
   <<<"$out" || { echo "FAILED: the name defined twice is not named: $out"; exit 1; }
 echo "ok: a static kl_ function and a static name defined twice are refused, named"
+
+# refuses CHECKER TREE WHAT: CHECKER must fail on TREE; its output in $out.
+refuses() {
+  if out=$(python3 "$HERE/$1" "$2"); then
+    echo "FAILED: $3 passed: $out"
+    exit 1
+  fi
+}
+# names TEXT WHAT: the output of the last refusal holds TEXT.
+names() {
+  grep -qF -- "$1" <<<"$out" || { echo "FAILED: $2 is not named: $out"; exit 1; }
+}
+
+# Header guards spell their header's path (check_names.py, guards()): a
+# guard left from a header's old folder, and one right, side by side.
+mkdir -p "$T/g/event" "$T/g/include/keylane"
+printf '#ifndef KEYLANE_BROKER_TRACE_H\n#define KEYLANE_BROKER_TRACE_H\n#endif\n' \
+  >"$T/g/event/trace.h"
+printf '#ifndef KEYLANE_STORE_H\n#define KEYLANE_STORE_H\n#endif\n' \
+  >"$T/g/include/keylane/store.h"
+refuses check_names.py "$T/g" "a header guard of another path"
+names "event/trace.h:1: header guard KEYLANE_BROKER_TRACE_H does not spell the header's path: name it KEYLANE_EVENT_TRACE_H" \
+  "the stale guard"
+if grep -q 'include/keylane/store.h' <<<"$out"; then
+  echo "FAILED: the public header's guard KEYLANE_STORE_H was refused: $out"
+  exit 1
+fi
+echo "ok: a header guard that does not spell its path is refused, named"
+
+# A comment names only files that exist (check_comments.py): a C comment
+# and a shell comment that name moved files, beside names that resolve (a
+# bare name found in another folder, a path from a folder above, another
+# project's path) and a # that is no comment.
+mkdir -p "$T/c/store" "$T/c/tests/support" "$T/c/tests/unit"
+printf '/* pg.c, lmdb.h */\n' >"$T/c/store/pg.c"
+touch "$T/c/store/lmdb.h" "$T/c/tests/support/cluster.h"
+printf '/*\n * see store_pg.c, support/cluster.h and librdkafka/rdkafka.h\n */\n' \
+  >"$T/c/tests/unit/test_a.c"
+printf '#!/bin/sh\n# the rule of store/backend.h\necho "#store/gone.h"\n' \
+  >"$T/c/tests/unit/run.sh"
+refuses check_comments.py "$T/c" "comments that name files that do not exist"
+names "tests/unit/test_a.c:2: the comment names store_pg.c, which is no file of the repository: name where it is now (store/pg.c" \
+  "the moved file"
+names "tests/unit/run.sh:2: the comment names store/backend.h" "the shell comment's file"
+[ "$(grep -c FAILED: <<<"$out")" = 2 ] ||
+  { echo "FAILED: names that exist, or no comment, were refused: $out"; exit 1; }
+echo "ok: a comment that names a file that does not exist is refused, named"
+
+# An internal prefix named after a file lives in that file's folder, and in
+# one folder only (check_names.py, prefixes()): worker/ defining kl__log_*
+# of common/log.c, and replay.c in two folders both defining kl__replay_*;
+# beside a prefix of a file of the same folder (kl__log_guard_*) and a
+# declaration, which defines nothing.
+mkdir -p "$T/p/common" "$T/p/worker" "$T/p/cli"
+printf 'void kl__log(int level) {\n}\n' >"$T/p/common/log.c"
+printf 'int kl__log_classify(int low);\nint kl__log_classify(int low) {\n  return low;\n}\n' \
+  >"$T/p/worker/checks_log.c"
+printf 'void kl__log_guard_new(void) {\n}\nvoid kl__log(int level);\n' \
+  >"$T/p/worker/log_guard.c"
+printf 'int kl__replay_run(void) {\n  return 0;\n}\n' >"$T/p/worker/replay.c"
+printf 'int\nkl__replay_cli(int argc,\n               char **argv) {\n  return 0;\n}\n' \
+  >"$T/p/cli/replay.c"
+refuses check_names.py "$T/p" "internal prefixes of another folder's file"
+names "worker/checks_log.c:2: kl__log_classify has the prefix kl__log_ of common/log.c, in another folder: name it after its own file (kl__checks_log_classify)" \
+  "the prefix of another folder's file"
+names "worker/replay.c:1: the prefix kl__replay_ is also defined at cli/replay.c:2, and cli/replay.c and worker/replay.c share its name" \
+  "the prefix defined in two folders"
+[ "$(wc -l <<<"$out")" = 2 ] ||
+  { echo "FAILED: a prefix of the file's own folder was refused: $out"; exit 1; }
+echo "ok: an internal prefix of another folder's file, or of two folders, is refused, named"
 
 # The simulator's mutants (common/mutant.h) exist only in keylane-sim's
 # build: the library holds no mutant symbol, exported or hidden. The same

@@ -60,12 +60,12 @@ static void test_client_id_cannot_take_a_follow_ups(void **state) {
   kl_t_ledger_fx_up(&fx, "taken", 4, 4, 3, NULL);
   kl_t_worker_t *w = kl_t_worker_start(
       fx.boot, fx.topic, kl_t_group(fx.cluster, "taken"), fx.store, NULL);
-  assert_int_equal(kl__ledger_send(fx.producer, fx.topic, "acct-3", 6,
-                                   "invoice/42/0", "credit", 7, 1, NULL),
+  assert_int_equal(kl__ledger_gen_send(fx.producer, fx.topic, "acct-3", 6,
+                                       "invoice/42/0", "credit", 7, 1, NULL),
                    KL_OK);
-  assert_int_equal(kl__ledger_send_transfer(fx.producer, fx.topic, "acct-1",
-                                            "acct-2", "invoice/42", 10, 1,
-                                            NULL),
+  assert_int_equal(kl__ledger_gen_send_transfer(fx.producer, fx.topic, "acct-1",
+                                                "acct-2", "invoice/42", 10, 1,
+                                                NULL),
                    KL_OK);
   assert_int_equal(kl_flush(fx.producer, 10000), KL_OK);
   wait_applied(w, 3, 0); /* the credit, the transfer and its credit */
@@ -101,8 +101,8 @@ static void test_raw_reserved_id_takes_no_follow_ups_place(void **state) {
                    0);
   assert_int_equal(kl_t_produce_credit(fx.boot, fx.topic, 0, "c", "~nope", 5),
                    0);
-  assert_int_equal(kl__ledger_send_transfer(fx.producer, fx.topic, "a", "c",
-                                            "t1", 100, 1, NULL),
+  assert_int_equal(kl__ledger_gen_send_transfer(fx.producer, fx.topic, "a", "c",
+                                                "t1", 100, 1, NULL),
                    KL_OK); /* offset 2; its credit 3 */
   assert_int_equal(kl_flush(fx.producer, 10000), KL_OK);
   kl_t_worker_t *w = kl_t_worker_start(
@@ -163,14 +163,16 @@ static void test_shared_id_live_equals_rebuild(void **state) {
       fx.boot, fx.topic, kl_t_group(fx.cluster, "shared"), fx.store, extra);
   kl_producer_t *p = fx.producer;
   assert_int_equal(
-      kl__ledger_send(p, fx.topic, "B", 1, "p1", "debit", -1, 1, NULL),
+      kl__ledger_gen_send(p, fx.topic, "B", 1, "p1", "debit", -1, 1, NULL),
       KL_OK); /* not positive: a dead letter */
   assert_int_equal(
-      kl__ledger_send(p, fx.topic, "B", 1, "X", "credit", 5, 2, NULL), KL_OK);
+      kl__ledger_gen_send(p, fx.topic, "B", 1, "X", "credit", 5, 2, NULL),
+      KL_OK);
   assert_int_equal(
-      kl__ledger_send(p, fx.topic, "C", 1, "X", "credit", 7, 1, NULL), KL_OK);
+      kl__ledger_gen_send(p, fx.topic, "C", 1, "X", "credit", 7, 1, NULL),
+      KL_OK);
   assert_int_equal(
-      kl__ledger_send(p, fx.topic, "C", 1, "X", "credit", 7, 1, NULL),
+      kl__ledger_gen_send(p, fx.topic, "C", 1, "X", "credit", 7, 1, NULL),
       KL_OK); /* C's own copy: a duplicate */
   assert_int_equal(kl_flush(p, 10000), KL_OK);
   wait_applied(w, 2, 1);

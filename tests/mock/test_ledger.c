@@ -62,8 +62,9 @@ static void kl_fx_down(kl_fx_t *fx) {
  * NUL). */
 static void kl_send(kl_fx_t *fx, const char *key, size_t key_len,
                     const char *type, int64_t amount, int64_t seq) {
-  assert_int_equal(kl__ledger_send(fx->producer, kl_t_topic(fx->cluster), key,
-                                   key_len, NULL, type, amount, seq, NULL),
+  assert_int_equal(kl__ledger_gen_send(fx->producer, kl_t_topic(fx->cluster),
+                                       key, key_len, NULL, type, amount, seq,
+                                       NULL),
                    KL_OK);
   fx->sent++;
 }
@@ -184,8 +185,9 @@ static void test_duplicate_fields_and_keys_in_the_log(void **state) {
   fx.sent++;
   kl_send(&fx, "dup", 3, "credit", 5, 1);
   static const char self[] = "self\nFORGED \x1b[2J";
-  assert_int_equal(kl__ledger_send_transfer(fx.producer, kl_t_topic(fx.cluster),
-                                            self, self, NULL, 1, 1, NULL),
+  assert_int_equal(kl__ledger_gen_send_transfer(fx.producer,
+                                                kl_t_topic(fx.cluster), self,
+                                                self, NULL, 1, 1, NULL),
                    KL_OK);
   fx.sent++;
   kl_t_stderr_t log;
@@ -288,7 +290,7 @@ static void test_read_only_commands_create_nothing(void **state) {
 }
 
 /* Whether the record whose event has id @p id is a follow-up, by
- * kl__ledger_decode_follow_up(). */
+ * kl__ledger_gen_decode_follow_up(). */
 static int kl_is_follow_up(kl_decoder_t *decoder, const char *id,
                            size_t id_len) {
   kl_event_t in = {.key = "k",
@@ -305,7 +307,7 @@ static int kl_is_follow_up(kl_decoder_t *decoder, const char *id,
   rd_kafka_message_t m = {
       .key = "k", .key_len = 1, .payload = value, .len = len};
   kl_event_t ev;
-  int yes = kl__ledger_decode_follow_up(decoder, &m, &ev);
+  int yes = kl__ledger_gen_decode_follow_up(decoder, &m, &ev);
   free(value);
   return yes;
 }
@@ -330,7 +332,7 @@ static void test_follow_up_ids(void **state) {
   kl_event_t ev;
   rd_kafka_message_t junk = {
       .key = "k", .key_len = 1, .payload = "a/1", .len = 3};
-  assert_int_equal(kl__ledger_decode_follow_up(decoder, &junk, &ev), 0);
+  assert_int_equal(kl__ledger_gen_decode_follow_up(decoder, &junk, &ev), 0);
   kl_decoder_destroy(decoder);
 }
 

@@ -41,8 +41,8 @@ typedef struct kl_fx {
 
 static void kl_send(kl_producer_t *producer, const char *key, const char *type,
                     int64_t amount, int64_t seq) {
-  assert_int_equal(kl__ledger_send(producer, "rd", key, strlen(key), NULL, type,
-                                   amount, seq, NULL),
+  assert_int_equal(kl__ledger_gen_send(producer, "rd", key, strlen(key), NULL,
+                                       type, amount, seq, NULL),
                    KL_OK);
 }
 

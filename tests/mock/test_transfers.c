@@ -144,7 +144,7 @@ typedef struct kl_copy {
 static int kl_take_follow_up(void *opaque, rd_kafka_message_t *m) {
   kl_copy_t *c = opaque;
   kl_event_t ev;
-  if (!kl__ledger_decode_follow_up(c->decoder, m, &ev))
+  if (!kl__ledger_gen_decode_follow_up(c->decoder, m, &ev))
     return 0;
   assert_true(ev.payload_len <= sizeof(c->payload));
   memcpy(c->key, ev.key, ev.key_len);
@@ -283,15 +283,16 @@ static void test_bad_transfers_are_dead_letters(void **state) {
       fx.boot, fx.topic, kl_t_group(fx.cluster, "b"), fx.store, NULL);
   kl_producer_t *p = fx.producer;
   assert_int_equal(
-      kl__ledger_send(p, fx.topic, "a", 1, NULL, "credit", 10, 1, NULL), KL_OK);
+      kl__ledger_gen_send(p, fx.topic, "a", 1, NULL, "credit", 10, 1, NULL),
+      KL_OK);
   assert_int_equal(
-      kl__ledger_send_transfer(p, fx.topic, "a", "a", NULL, 5, 2, NULL),
+      kl__ledger_gen_send_transfer(p, fx.topic, "a", "a", NULL, 5, 2, NULL),
       KL_OK); /* to itself */
   assert_int_equal(
-      kl__ledger_send_transfer(p, fx.topic, "a", "b", NULL, 0, 2, NULL),
+      kl__ledger_gen_send_transfer(p, fx.topic, "a", "b", NULL, 0, 2, NULL),
       KL_OK); /* not positive */
   assert_int_equal(
-      kl__ledger_send_transfer(p, fx.topic, "a", "b", NULL, 4, 2, NULL),
+      kl__ledger_gen_send_transfer(p, fx.topic, "a", "b", NULL, 4, 2, NULL),
       KL_OK); /* fine */
   assert_int_equal(kl_flush(p, 10000), KL_OK);
   kl_worker_stats_t st = {0};

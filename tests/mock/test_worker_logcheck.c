@@ -42,8 +42,8 @@ typedef kl_t_ledger_fx_t kl_fx_t;
 static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};
 
 /* Partition 0's entry in the worker's log guard; zeroes when it has none. */
-static kl__log_stop_t kl_stop_of(kl_t_worker_t *w) {
-  kl__log_stop_t stops[4], none = {0};
+static kl__log_guard_stop_t kl_stop_of(kl_t_worker_t *w) {
+  kl__log_guard_stop_t stops[4], none = {0};
   size_t n = kl__log_guard_stops(kl__worker_log_guard(w->worker), stops, 4);
   for (size_t i = 0; i < n; i++)
     if (stops[i].partition == 0)
@@ -52,8 +52,8 @@ static kl__log_stop_t kl_stop_of(kl_t_worker_t *w) {
 }
 
 /* Waits up to 30 s until partition 0 is stopped (@p stopped) or not. */
-static kl__log_stop_t kl_wait_stop(kl_t_worker_t *w, int stopped) {
-  kl__log_stop_t s = kl_stop_of(w);
+static kl__log_guard_stop_t kl_wait_stop(kl_t_worker_t *w, int stopped) {
+  kl__log_guard_stop_t s = kl_stop_of(w);
   for (int i = 0; i < 600 && s.stopped != stopped; i++) {
     kl_t_sleep_ms(50);
     s = kl_stop_of(w);
@@ -166,8 +166,8 @@ static void test_store_outlives_its_topic(void **state) {
   w = kl_start(&fx);
   int port;
   kl__metrics_server_t *server = kl_serve(w, &fx, &port);
-  kl__log_stop_t s = kl_wait_stop(w, 1);
-  assert_int_equal(s.check.verdict, KL__LOG_BACKWARDS);
+  kl__log_guard_stop_t s = kl_wait_stop(w, 1);
+  assert_int_equal(s.check.verdict, KL__CHECKS_LOG_BACKWARDS);
   assert_int_equal(s.check.watermark, 33);
   assert_int_equal(s.check.low, 0);
   assert_int_equal(s.check.high, 10);
@@ -244,8 +244,8 @@ static void test_store_outlives_a_longer_topic(void **state) {
   w = kl_start(&fx);
   int port;
   kl__metrics_server_t *server = kl_serve(w, &fx, &port);
-  kl__log_stop_t s = kl_wait_stop(w, 1);
-  assert_int_equal(s.check.verdict, KL__LOG_REPLACED);
+  kl__log_guard_stop_t s = kl_wait_stop(w, 1);
+  assert_int_equal(s.check.verdict, KL__CHECKS_LOG_REPLACED);
   assert_int_equal(s.check.watermark, old.watermark);
   kl_worker_stats_t st;
   kl_worker_stats(w->worker, &st);
@@ -360,8 +360,8 @@ static void test_lag_past_retention(void **state) {
 
   /* By default the partition stops, saying how many records were lost. */
   w = kl_start(&fx);
-  kl__log_stop_t s = kl_wait_stop(w, 1);
-  assert_int_equal(s.check.verdict, KL__LOG_GAP);
+  kl__log_guard_stop_t s = kl_wait_stop(w, 1);
+  assert_int_equal(s.check.verdict, KL__CHECKS_LOG_GAP);
   assert_int_equal(s.check.watermark, 22);
   assert_int_equal(s.check.lost, low - 22);
   kl_worker_stats_t st;

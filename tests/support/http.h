@@ -3,8 +3,8 @@
  * raw sockets (responses parsed by http-parser, so pipelined responses are
  * split exactly), and the gateway run in-process on its own thread.
  */
-#ifndef KEYLANE_TESTS_HTTP_H
-#define KEYLANE_TESTS_HTTP_H
+#ifndef KEYLANE_TESTS_SUPPORT_HTTP_H
+#define KEYLANE_TESTS_SUPPORT_HTTP_H
 
 #include <pthread.h>
 #include <stdbool.h>

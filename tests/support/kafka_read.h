@@ -1,7 +1,7 @@
 /* Reading a topic back in a test: a consumer from the start, and the
  * headers of what it reads (dead letters, say). */
-#ifndef KEYLANE_TESTS_KAFKA_READ_H
-#define KEYLANE_TESTS_KAFKA_READ_H
+#ifndef KEYLANE_TESTS_SUPPORT_KAFKA_READ_H
+#define KEYLANE_TESTS_SUPPORT_KAFKA_READ_H
 
 #include <stddef.h>
 #include <stdint.h>

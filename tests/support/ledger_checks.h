@@ -1,6 +1,6 @@
 /* cmocka steps over a ledger workload, shared by the worker tests. */
-#ifndef KEYLANE_TESTS_LEDGER_CHECKS_H
-#define KEYLANE_TESTS_LEDGER_CHECKS_H
+#ifndef KEYLANE_TESTS_SUPPORT_LEDGER_CHECKS_H
+#define KEYLANE_TESTS_SUPPORT_LEDGER_CHECKS_H
 
 #include <stdint.h>
 

@@ -1,8 +1,8 @@
 /* A paused owner, the worker that fencing must stop: its batch is held
  * between its handlers and its commit until a newer owner has taken the
  * partition and committed. For the LMDB and PostgreSQL fencing tests. */
-#ifndef KEYLANE_TESTS_PAUSED_OWNER_H
-#define KEYLANE_TESTS_PAUSED_OWNER_H
+#ifndef KEYLANE_TESTS_SUPPORT_PAUSED_OWNER_H
+#define KEYLANE_TESTS_SUPPORT_PAUSED_OWNER_H
 
 #include <stdint.h>
 

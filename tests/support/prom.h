@@ -6,8 +6,8 @@
  * negative, and per histogram series: le buckets increasing with
  * non-decreasing counts, a +Inf bucket equal to _count, and a _sum.
  */
-#ifndef KEYLANE_TESTS_PROM_H
-#define KEYLANE_TESTS_PROM_H
+#ifndef KEYLANE_TESTS_SUPPORT_PROM_H
+#define KEYLANE_TESTS_SUPPORT_PROM_H
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* Running the keylane executable (KEYLANE_BIN) from a test. */
-#ifndef KEYLANE_TESTS_RUN_H
-#define KEYLANE_TESTS_RUN_H
+#ifndef KEYLANE_TESTS_SUPPORT_RUN_H
+#define KEYLANE_TESTS_SUPPORT_RUN_H
 
 #include <stddef.h>
 

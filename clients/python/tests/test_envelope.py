@@ -12,7 +12,7 @@ from keylane.errors import EventError
 
 
 def test_encoding_is_the_c_encoders_bytes():
-    # Written out by hand from broker/envelope.c: fixmap 5, "v" 1, "id"
+    # Written out by hand from event/envelope.c: fixmap 5, "v" 1, "id"
     # fixstr, "t" fixstr, "ts" uint64, "p" bin8.
     _, value, _ = env.encode_event("acct-1", "credit", {"amount": 5}, "id-1", ts=1700000000000)
     want = (

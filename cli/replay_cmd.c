@@ -2,7 +2,7 @@
  * keylane replay: re-applies a range of partitions through the worker's
  * batch path; and the command line that `keylane store rebuild` shares.
  */
-#include "cli/replay.h"
+#include "cli/replay_cmd.h"
 
 #include <stddef.h>
 #include <inttypes.h>
@@ -65,46 +65,46 @@ static const kl__opt_t replay_opts[] = {
      .letter = 't',
      .kind = KL__OPT_STRING,
      .meta = "TOPIC",
-     .off = offsetof(kl__replay_args_t, opts.topic),
+     .off = offsetof(kl__replay_cmd_args_t, opts.topic),
      .help = "topic to replay"},
     {.name = "partition",
      .letter = 'p',
      .kind = KL__OPT_LIST,
-     .off = offsetof(kl__replay_args_t, opts.partitions),
+     .off = offsetof(kl__replay_cmd_args_t, opts.partitions),
      .help = "partitions: 0,2,5-7 or all"},
     {.name = "from",
      .meta = "POS",
      .parse = kl__cli_pos_parse,
-     .off = offsetof(kl__replay_args_t, from),
+     .off = offsetof(kl__replay_cmd_args_t, from),
      .help = "first offset: N, beginning, watermark (the store's), @MS, "
              "@2024-05-01T12:00:00Z, @-2h"},
     {.name = "store",
      .kind = KL__OPT_STRING,
      .meta = "STORE",
-     .off = offsetof(kl__replay_args_t, location),
+     .off = offsetof(kl__replay_cmd_args_t, location),
      .help = "LMDB directory or postgresql://... URI of an existing store "
              "(none is created)"},
     {.name = "handler",
      .kind = KL__OPT_STRING,
      .meta = "HANDLER",
-     .off = offsetof(kl__replay_args_t, handler),
+     .off = offsetof(kl__replay_cmd_args_t, handler),
      .help = "ledger | inventory | so:PATH[:SYMBOL] | exec:COMMAND"},
     {.name = "dry-run",
      .kind = KL__OPT_FLAG,
-     .off = offsetof(kl__replay_args_t, opts.dry_run),
+     .off = offsetof(kl__replay_cmd_args_t, opts.dry_run),
      .help = "report what would apply and be skipped; change nothing, run "
              "no exec:/so: handler"},
     {.name = "allow-gap",
      .kind = KL__OPT_FLAG,
-     .off = offsetof(kl__replay_args_t, opts.allow_gap),
+     .off = offsetof(kl__replay_cmd_args_t, opts.allow_gap),
      .help = "start above the store's watermark on purpose (the events "
              "between are skipped for good); refused without it"},
-    KL__REPLAY_OPTS_SHARED,
+    KL__REPLAY_CMD_OPTS_SHARED,
     {.kind = KL__OPT_TEXT, .help = "Dead-letter redrive (the second usage):\n"},
     {.name = "from-dlq",
      .kind = KL__OPT_STRING,
      .meta = "TOPIC.dlq",
-     .off = offsetof(kl__replay_args_t, dlq),
+     .off = offsetof(kl__replay_cmd_args_t, dlq),
      .help = "send the dead letters back through the handler, with their "
              "original ids, each into its origin partition (taken by "
              "epoch); each applies at most once: its id is then recorded as "
@@ -112,13 +112,13 @@ static const kl__opt_t replay_opts[] = {
     {.name = "reason",
      .kind = KL__OPT_STRING,
      .meta = "R",
-     .off = offsetof(kl__replay_args_t, reason),
+     .off = offsetof(kl__replay_cmd_args_t, reason),
      .parse = reason_parse,
      .help = reason_help},
     {.name = "key",
      .kind = KL__OPT_STRING,
      .meta = "K",
-     .off = offsetof(kl__replay_args_t, key),
+     .off = offsetof(kl__replay_cmd_args_t, key),
      .help = "only letters of entity key K"},
     {.kind = KL__OPT_TEXT,
      .help = "With it, -t names the origin topic (default: TOPIC), and "
@@ -195,7 +195,7 @@ static const kl__cmd_t replay_cmd = {
         "ledger\n",
     .conf = true};
 
-static int replay_check(const char *sub, const kl__replay_args_t *a,
+static int replay_check(const char *sub, const kl__replay_cmd_args_t *a,
                         int rebuild) {
   if ((a->reason || a->key) && !a->dlq)
     return kl__cli_usage(sub, "--reason and --key select dead letters: they "
@@ -430,7 +430,7 @@ static void print_notes(const char *sub, const kl__replay_t *replay) {
             sub);
 }
 
-static int replay_exec(const char *sub, kl__replay_args_t *a) {
+static int replay_exec(const char *sub, kl__replay_cmd_args_t *a) {
   kl_handler_ref_t handler;
   if (kl__handler_resolve(a->handler, &handler))
     return kl__cli_usage(sub, "%s", kl_err_detail());
@@ -489,9 +489,10 @@ static int replay_exec(const char *sub, kl__replay_args_t *a) {
   return rc;
 }
 
-int kl__replay_cli(const kl__cmd_t *cmd, int argc, char **argv, int rebuild) {
+int kl__replay_cmd_run(const kl__cmd_t *cmd, int argc, char **argv,
+                       int rebuild) {
   const char *sub = cmd->name;
-  kl__replay_args_t a = {.conf = kl_conf_new()};
+  kl__replay_cmd_args_t a = {.conf = kl_conf_new()};
   int first;
   dlq_reasons_fill();
   snprintf(reason_help, sizeof(reason_help), "only letters of reason R (%s)",
@@ -514,7 +515,7 @@ int kl__replay_cli(const kl__cmd_t *cmd, int argc, char **argv, int rebuild) {
                              .from = a.opts.from,
                              .to = a.opts.to,
                              .dry_run = a.opts.dry_run};
-    rc = kl__redrive_cli(sub, &ro, a.location, a.handler, a.json);
+    rc = kl__redrive_cmd_run(sub, &ro, a.location, a.handler, a.json);
   } else if (rc < 0) {
     /* A rebuild reads everything; a --from of its own skips the history
      * before it on purpose, and says so. */
@@ -526,5 +527,5 @@ int kl__replay_cli(const kl__cmd_t *cmd, int argc, char **argv, int rebuild) {
 }
 
 int kl__cmd_replay(int argc, char **argv) {
-  return kl__replay_cli(&replay_cmd, argc, argv, 0);
+  return kl__replay_cmd_run(&replay_cmd, argc, argv, 0);
 }

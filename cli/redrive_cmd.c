@@ -9,7 +9,7 @@
 
 #include "cli/cli.h"
 #include "common/json_msgpack.h"
-#include "cli/replay.h"
+#include "cli/replay_cmd.h"
 #include "handlers/handler.h"
 #include "worker/redrive.h"
 
@@ -119,8 +119,9 @@ static void redrive_notes(const char *sub, const kl__redrive_t *r) {
               kl__outcome_name(res[i].outcome), res[i].why);
 }
 
-int kl__redrive_cli(const char *sub, kl__redrive_opts_t *opts,
-                    const char *location, const char *handler_spec, int json) {
+int kl__redrive_cmd_run(const char *sub, kl__redrive_opts_t *opts,
+                        const char *location, const char *handler_spec,
+                        int json) {
   kl_handler_ref_t handler;
   if (kl__handler_resolve(handler_spec, &handler))
     return kl__cli_usage(sub, "%s", kl_err_detail());
