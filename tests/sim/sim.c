@@ -84,8 +84,9 @@
  *    a record still to come; the rest `~` ids of no follow-up's form, and
  *    plain ones. keylane's publish paths refuse reserved ids; a raw
  *    producer does not.
- *  - with --recreate, once a schedule, at a step of its first half that
- *    its seed says (sim_steps.c, topic_recreate()): the fleet settles as
+ *  - in one schedule of eight on LMDB, of three on PostgreSQL (with
+ *    --recreate, in each), once, at a step of its first half that its
+ *    seed says (sim_steps.c, topic_recreate()): the fleet settles as
  *    at the end (drain, redrive, checks), the topic is deleted and created
  *    again (its logs start at offset 0; the dead-letter topic stays), the
  *    group loses it (every owner restarts), and an operator runs `keylane
