@@ -28,6 +28,9 @@ typedef enum kl__mutant {
   KL__MUTANT_REBUILD,   /* worker/rebuild.c: a rebuild takes any record of a
                            follow-up's place in the log for it, whatever it
                            carries */
+  KL__MUTANT_ASIDE,     /* worker/outbox.c: a follow-up whose dead letter
+                           Kafka refused is removed all the same, as when
+                           letters were cut short (issue 33 finding 3) */
 } kl__mutant_t;
 
 #ifdef KL_SIM_MUTANTS

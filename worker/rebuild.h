@@ -7,7 +7,9 @@
  * record in its destination topic whose id names the same source place
  * (topic, partition, offset, index) and that carries the same key, type
  * and payload (a record another producer wrote with such an id, and
- * another content, is not it). Those are removed from the rebuilt
+ * another content, is not it); and so does the dead-letter topic for a
+ * follow-up Kafka refused, which the outbox set aside there (reason
+ * outbox: its redrive publishes it). Those are removed from the rebuilt
  * outbox; the others (the lost store never published them) stay, to be
  * published.
  *

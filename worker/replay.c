@@ -733,8 +733,27 @@ static kl_err_t rebuild_read(kl__replay_t *r, rd_kafka_t *rk, kl_rb_read_t *x) {
   return err;
 }
 
+/* Feeds the follow-ups the fleet set aside (dead letters of reason
+ * outbox: Kafka refused them) to @p x->rb, as records of their
+ * destination: their letter holds them, and its redrive publishes them,
+ * so the rebuilt outbox must not derive them again under another id. */
+static void rebuild_aside(kl__replay_t *r, kl_rb_read_t *x) {
+  const kl__letters_t *letters = fleet_letters(r);
+  for (size_t i = 0; i < letters->n; i++) {
+    const kl__letter_t *l = &letters->v[i];
+    const rd_kafka_message_t *m = l->msg;
+    kl_event_t ev;
+    if (strcmp(l->reason, "outbox") == 0 && l->destination[0] &&
+        !l->truncated[0] &&
+        kl_event_decode(x->decoder, m->key, m->key_len, m->payload, m->len,
+                        &ev) == KL_OK)
+      kl__rebuild_see(x->rb, l->destination, &ev);
+  }
+}
+
 /* A rebuild derived every follow-up again: those its destination's log
- * holds were published by the fleet and leave the outbox (rebuild.h). */
+ * holds were published by the fleet, and those its dead-letter topic holds
+ * were set aside by it; both leave the outbox (rebuild.h). */
 static kl_err_t rebuild_outbox(kl__replay_t *r) {
   int32_t *parts = malloc((r->count ? r->count : 1) * sizeof(*parts));
   if (!parts)
@@ -752,6 +771,8 @@ static kl_err_t rebuild_outbox(kl__replay_t *r) {
                                "earliest", &rk);
   for (size_t i = 0; !err && (x.topic = kl__rebuild_topic(x.rb, i)); i++)
     err = rebuild_read(r, rk, &x);
+  if (!err && kl__rebuild_topic(x.rb, 0))
+    rebuild_aside(r, &x);
   uint64_t dropped = 0, kept = 0;
   if (!err && !(r->opts.stop && *r->opts.stop))
     err = kl__rebuild_prune(x.rb, &dropped, &kept);

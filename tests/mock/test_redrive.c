@@ -25,6 +25,7 @@
 #include "handlers/ledger.h"
 #include "cli/ledger_gen.h"
 #include "worker/redrive.h"
+#include "store/outbox_rec.h"
 #include "store/store_internal.h"
 
 #define KL_KEYS 10
@@ -191,16 +192,13 @@ static int kl_count_marks(void *opaque, const char *topic, const void *key,
   return 0;
 }
 
-/* The fleet dead-lettered 6 records; a rebuild records the same 6 as dead
- * letters (it does not stop at them), and its store equals the fleet's. */
-static void test_rebuild_records_the_fleets_dead_letters(void **state) {
-  kl_fx_t fx;
-  kl_fx_up(&fx);
-  kl_store_t *copy;
-  assert_int_equal(kl_store_open(fx.dir2, NULL, &copy), KL_OK);
-  kl__replay_opts_t o = {.conf = fx.conf,
+/* Rebuilds rd from its log into @p store (empty), as `keylane store
+ * rebuild` does; its totals into @p totals when not NULL. */
+static void kl_rebuild_into(kl_fx_t *fx, kl_store_t *store,
+                            kl__replay_part_t *totals) {
+  kl__replay_opts_t o = {.conf = fx->conf,
                          .topic = "rd",
-                         .store = copy,
+                         .store = store,
                          .handler = kl_ledger_handler,
                          .rebuild = 1,
                          .from = {KL__POS_BEGINNING, 0},
@@ -208,13 +206,24 @@ static void test_rebuild_records_the_fleets_dead_letters(void **state) {
   kl__replay_t *r;
   assert_int_equal(kl__replay_new(&o, &r), KL_OK);
   assert_int_equal(kl__replay_run(r), KL_OK);
+  if (totals)
+    kl__replay_totals(r, totals);
+  kl__replay_destroy(r);
+}
+
+/* The fleet dead-lettered 6 records; a rebuild records the same 6 as dead
+ * letters (it does not stop at them), and its store equals the fleet's. */
+static void test_rebuild_records_the_fleets_dead_letters(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx);
+  kl_store_t *copy;
+  assert_int_equal(kl_store_open(fx.dir2, NULL, &copy), KL_OK);
   kl__replay_part_t t;
-  kl__replay_totals(r, &t);
+  kl_rebuild_into(&fx, copy, &t);
   assert_int_equal(t.status, KL__REPLAY_DONE);
   assert_int_equal(t.applied, 2 * KL_KEYS);
   assert_int_equal(t.skipped_dead_letter, KL_REFUNDS + 1);
   assert_int_equal(t.failed, 0);
-  kl__replay_destroy(r);
   for (int32_t p = 0; p < 2; p++) {
     kl_partition_state_t a, b;
     assert_int_equal(kl_store_partition(fx.store, "rd", p, &a), KL_OK);
@@ -233,6 +242,115 @@ static void test_rebuild_records_the_fleets_dead_letters(void **state) {
     assert_memory_equal(&ea, &eb, sizeof(ea));
   }
   kl_store_destroy(copy);
+  kl_fx_down(&fx);
+}
+
+typedef struct kl_aside {
+  size_t n;
+  int32_t partition;
+  void *rec; /* the last follow-up listed, copied */
+  size_t len;
+} kl_aside_t;
+
+static int kl_aside_cb(void *opaque, uint64_t seq, const void *rec,
+                       size_t len) {
+  kl_aside_t *a = opaque;
+  (void)seq;
+  a->n++;
+  free(a->rec);
+  a->rec = malloc(len);
+  memcpy(a->rec, rec, len);
+  a->len = len;
+  return 0;
+}
+
+/* The follow-ups @p store's outbox holds for rd; the last one's record
+ * stays in @p a. */
+static size_t kl_outbox_of(kl_store_t *store, kl_aside_t *a) {
+  a->n = 0;
+  for (int32_t p = 0; p < 2; p++) {
+    size_t before = a->n;
+    assert_int_equal(
+        kl__store_outbox_list(store, "rd", p, 0, 100, kl_aside_cb, a), KL_OK);
+    if (a->n > before)
+      a->partition = p;
+  }
+  return a->n;
+}
+
+/* A store rebuilt from the log derives every follow-up again, under new
+ * ids. One the fleet set aside (Kafka refused it: its dead letter of
+ * reason outbox holds it, and a redrive publishes it) was kept: a worker
+ * on the rebuilt store published it under a second id beside the
+ * letter's, and the credit was applied twice. The rebuild finds it in the
+ * dead-letter topic and keeps it no more. */
+static void test_rebuild_keeps_no_follow_up_set_aside(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx);
+  kl_producer_t *producer = NULL;
+  assert_int_equal(kl_producer_new(fx.conf, NULL, NULL, &producer), KL_OK);
+  assert_int_equal(kl__ledger_gen_send_transfer(producer, "rd", "acct-7",
+                                                "acct-8", NULL, 3, 3, NULL),
+                   KL_OK); /* after acct-7's two credits; no worker runs */
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+  kl_producer_destroy(producer);
+
+  /* What a rebuild derives: the transfer's credit, which no log holds. */
+  kl_store_t *first;
+  assert_int_equal(kl_store_open(fx.dir2, NULL, &first), KL_OK);
+  kl_rebuild_into(&fx, first, NULL);
+  kl_aside_t a = {0};
+  assert_int_equal(kl_outbox_of(first, &a), 1);
+  kl_store_destroy(first);
+  kl__outbox_rec_t rec;
+  assert_int_equal(kl__outbox_rec_decode(a.rec, a.len, &rec), KL_OK);
+  kl__emit_src_t src;
+  assert_int_equal(kl__emit_id_parse(rec.event.id, rec.event.id_len, &src),
+                   KL_OK);
+
+  /* The fleet had set it aside, with the id it had then. */
+  char id[KL_ID_MAX + 1], part[16], off[24];
+  snprintf(id, sizeof(id), "~rd/%d/%lld/0/0123456789abcdef", (int)src.partition,
+           (long long)src.offset);
+  snprintf(part, sizeof(part), "%d", (int)src.partition);
+  snprintf(off, sizeof(off), "%lld", (long long)src.offset);
+  kl_event_t ev = rec.event;
+  ev.id = id;
+  ev.id_len = strlen(id);
+  void *env;
+  size_t env_len;
+  assert_int_equal(kl_event_encode(&ev, &env, &env_len), KL_OK);
+  const char *const hdrs[] = {"keylane.dlq.reason",
+                              "outbox",
+                              "keylane.dlq.error",
+                              "Broker: Message size too large",
+                              "keylane.dlq.topic",
+                              "rd",
+                              "keylane.dlq.partition",
+                              part,
+                              "keylane.dlq.offset",
+                              off,
+                              "keylane.dlq.destination",
+                              "rd",
+                              NULL};
+  char key[64];
+  snprintf(key, sizeof(key), "%.*s", (int)ev.key_len, (const char *)ev.key);
+  assert_int_equal(
+      kl_t_produce_raw(fx.boot, "rd.dlq", 0, key, env, env_len, hdrs), 0);
+  free(env);
+  free(a.rec);
+  a.rec = NULL;
+
+  char dir3[64];
+  kl_t_tmpdir(dir3);
+  kl_store_t *second;
+  assert_int_equal(kl_store_open(dir3, NULL, &second), KL_OK);
+  kl_rebuild_into(&fx, second, NULL);
+  assert_int_equal(kl_outbox_of(second, &a), 0);
+  free(a.rec);
+  kl_store_destroy(second);
+  kl_t_rmrf(dir3);
   kl_fx_down(&fx);
 }
 
@@ -497,6 +615,7 @@ static void test_redrive_refuses_a_truncated_letter(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rebuild_records_the_fleets_dead_letters),
+      cmocka_unit_test(test_rebuild_keeps_no_follow_up_set_aside),
       cmocka_unit_test(test_redrive_applies_each_letter_once),
       cmocka_unit_test(test_redrive_applies_each_letter_once_on_pg),
       cmocka_unit_test(test_redrive_cli_json),

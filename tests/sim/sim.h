@@ -71,6 +71,8 @@ typedef enum sim_kind {
 typedef struct sim_mark {
   uint8_t applied;  /* committed applications: 0 or 1, 2 is a violation */
   uint8_t dead;     /* a dead-letter mark committed over no mark */
+  uint8_t refused;  /* dead-lettered by the lanes with no mark: a reserved
+                       id no follow-up has (kl__id_check()) */
   uint8_t redriven; /* applied by a redrive (after later events, by design) */
 } sim_mark_t;
 
@@ -82,6 +84,7 @@ typedef struct sim_event {
   uint8_t kind;    /* sim_kind_t */
   uint8_t valid;   /* the ledger handler accepts it */
   uint8_t gone;    /* its records went with a recreated topic */
+  uint8_t aside;   /* a follow-up Kafka refused: its letter holds it */
   int64_t amount;
   int32_t part;
   int64_t first;     /* offset of its first record in W->log[part] */
@@ -125,9 +128,12 @@ typedef struct sim_view {
 
 /* A dead letter: a record of the simulated dead-letter topic. */
 typedef struct sim_letter {
-  int32_t part;
+  int32_t part; /* -1: a follow-up Kafka refused, set aside by the outbox */
   int64_t offset;
   uint32_t event;
+  void *bytes; /* part -1: the follow-up's record, which a redrive
+                  publishes to its destination */
+  size_t len;
 } sim_letter_t;
 
 /* What a group commit holds of one record (sim_owner.c reads it from the
@@ -248,6 +254,7 @@ typedef struct sim_world {
   sim_stats_t stats;
   sim_owner_t *acting; /* whose engine the running call is in, or NULL */
   int64_t drift_ns;    /* the engine's waits, on top of now_ms */
+  uint64_t sends;      /* records the owners sent (sim_seams.c) */
   ucontext_t sched;    /* the scheduler's context */
   sim_owner_t *coro;   /* the owner a coroutine starts for */
 } sim_world_t;
@@ -293,9 +300,9 @@ void sim_view_commit(sim_batch_t *b);
 /** An owner's group commit @p pd committed to @p watermark (truly). */
 void sim_view_commit_lane(sim_view_t *v, const sim_pend_t *pd,
                           int64_t watermark);
-/** Nonzero when the store marks event @p e's id (applied, dead letter):
- *  the worker refuses a hostile record's reserved id, and marks nothing. */
-int sim_event_markable(uint32_t e);
+/** Nonzero when event @p e was applied or dead-lettered (marked, or
+ *  refused with no mark) in @p v. */
+int sim_view_resolved(const sim_view_t *v, uint32_t e);
 /** Event @p e was recorded a dead letter by a commit of @p epoch. */
 void sim_view_dead(sim_view_t *v, uint32_t e, int32_t part, uint64_t epoch,
                    int64_t watermark);

@@ -74,6 +74,7 @@ typedef struct sim_sent {
   kl__dlq_ref_t ref; /* a letter's */
   void *opaque;      /* a follow-up's (kl_publish()'s) */
   int letter;
+  int refused; /* Kafka refuses it for good: too large, say */
 } sim_sent_t;
 
 struct sim_fake {
@@ -150,33 +151,81 @@ static int serve(sim_fake_t *f, int letters, int wait) {
     }
     memmove(&f->v[i], &f->v[i + 1], (f->n - i - 1) * sizeof(*f->v));
     f->n--;
-    kl_err_t err = failing ? KL_EKAFKA_TRANSIENT : KL_OK;
+    kl_err_t err = s.refused ? KL_EKAFKA
+                   : failing ? KL_EKAFKA_TRANSIENT
+                             : KL_OK;
+    const char *why = s.refused ? "sim: larger than the topic takes"
+                      : failing ? "sim: the broker did not answer"
+                                : NULL;
     failing = 0; /* the first one only */
     served++;
     if (letters) {
-      kl__lanes_dlq_ack(o->lanes, &s.ref, err,
-                        err ? "sim: the broker did not answer" : NULL);
+      kl__lanes_dlq_ack(o->lanes, &s.ref, err, why);
     } else if (f->cb) {
-      kl_delivery_t d = {.err = err,
-                         .errmsg =
-                             err ? "sim: the broker did not answer" : NULL,
-                         .opaque = s.opaque,
-                         .offset = -1};
+      kl_delivery_t d = {
+          .err = err, .errmsg = why, .opaque = s.opaque, .offset = -1};
       f->cb(f->cb_opaque, &d);
     }
   }
   return served;
 }
 
+/* Whether Kafka refuses a record for good (larger than its topic takes):
+ * one in @p in of the records an owner sends outside the drain, decided
+ * by the schedule's seed and how many it sent. */
+static int refused(int in) {
+  return !W->calm &&
+         sim_mix(W->seed ^ (0x5e7a51deULL + W->sends++)) % (uint64_t)in == 0;
+}
+
 /* ---- the dead-letter topic ----------------------------------------------- */
+
+/* The letter of a follow-up Kafka refused (the outbox sets it aside):
+ * refused too, sometimes (the follow-up must then stay in the store),
+ * else appended to the dead-letter topic with the follow-up's record. */
+static kl_err_t aside_send(sim_fake_t *f, const kl__dlq_letter_t *letter,
+                           const kl__dlq_ref_t *ref) {
+  static kl_decoder_t *decoder;
+  if (!decoder)
+    decoder = kl_decoder_new();
+  const rd_kafka_message_t *m = letter->msg;
+  kl_event_t ev;
+  int k = -1;
+  uint32_t e = SIM_NONE;
+  if (kl_event_decode(decoder, m->key, m->key_len, m->payload, m->len, &ev) ==
+          KL_OK &&
+      (k = sim_key_by_name(ev.key, ev.key_len)) >= 0)
+    e = sim_event_find((uint8_t)k, ev.id, ev.id_len);
+  if (e == SIM_NONE || W->events[e].kind != SIM_FOLLOWUP) {
+    sim_fail("letter", "a follow-up set aside is no follow-up the model knows");
+    return KL_EINVAL;
+  }
+  if (f->owner->dead)
+    return KL_OK;
+  int refuse = refused(2);
+  if (!refuse) {
+    W->letters = kl__grow(W->letters, &W->letters_cap, W->nletters,
+                          sizeof(*W->letters), 64);
+    void *copy = malloc(m->len);
+    memcpy(copy, m->payload, m->len);
+    W->letters[W->nletters++] = (sim_letter_t){-1, -1, e, copy, m->len};
+    W->events[e].aside = 1;
+    W->stats.letters++;
+  }
+  sim_say("owner %d sets follow-up %.*s aside as a dead letter%s", f->owner->no,
+          (int)ev.id_len, ev.id, refuse ? ", which Kafka refuses too" : "");
+  sent_add(f, (sim_sent_t){*ref, NULL, 1, refuse});
+  return KL_OK;
+}
 
 kl_err_t __wrap_kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
                              const kl__dlq_letter_t *letter,
                              const kl__dlq_ref_t *ref) {
   sim_fake_t *f = (sim_fake_t *)dlq;
   const rd_kafka_message_t *m = letter->msg;
-  if (letter->destination || m->_private != &sim_rec_mark ||
-      m->partition >= W->cfg.partitions ||
+  if (letter->destination)
+    return aside_send(f, letter, ref);
+  if (m->_private != &sim_rec_mark || m->partition >= W->cfg.partitions ||
       (size_t)m->offset >= W->log[m->partition].n) {
     sim_fail("letter", "a dead letter names no record of the log");
     return KL_EINVAL;
@@ -186,12 +235,13 @@ kl_err_t __wrap_kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
   W->letters = kl__grow(W->letters, &W->letters_cap, W->nletters,
                         sizeof(*W->letters), 64);
   uint32_t e = W->log[m->partition].v[m->offset]->event;
-  W->letters[W->nletters++] = (sim_letter_t){m->partition, m->offset, e};
+  W->letters[W->nletters++] =
+      (sim_letter_t){m->partition, m->offset, e, NULL, 0};
   W->stats.letters++;
   sim_say("owner %d dead-letters offset %" PRId64 " of partition %d (%s)",
           f->owner->no, m->offset, (int)m->partition,
           kl__dlq_reason_name(letter->reason));
-  sent_add(f, (sim_sent_t){*ref, NULL, 1});
+  sent_add(f, (sim_sent_t){*ref, NULL, 1, 0});
   return KL_OK;
 }
 
@@ -250,18 +300,19 @@ static uint32_t followup_source(const kl_event_t *fe) {
   return s;
 }
 
-/* Appends follow-up @p fe to the log, as the model's event it is. */
-static int followup_append(sim_owner_t *o, const kl_event_t *fe) {
+/* The model's event of follow-up @p fe (made at its first publish), or
+ * SIM_NONE with the schedule failed. */
+static uint32_t followup_event(const kl_event_t *fe) {
   uint32_t s = followup_source(fe);
   int k = sim_key_by_name(fe->key, fe->key_len);
   if (s == SIM_NONE)
-    return -1;
+    return SIM_NONE;
   if (W->events[s].kind != SIM_TRANSFER || k != W->events[s].to) {
     sim_fail("followup",
              "follow-up %.*s is not the credit of its source "
              "transfer",
              (int)fe->id_len, fe->id);
-    return -1;
+    return SIM_NONE;
   }
   /* Its source's: another event may have its id (a hostile record, an
    * earlier log's follow-up), which makes it no less this one. */
@@ -272,7 +323,7 @@ static int followup_append(sim_owner_t *o, const kl_event_t *fe) {
              "transfer %.*s emitted follow-up %.*s, and earlier %.*s",
              (int)W->events[s].id_len, W->events[s].id, (int)fe->id_len, fe->id,
              (int)W->events[e].id_len, W->events[e].id);
-    return -1;
+    return SIM_NONE;
   }
   if (e == SIM_NONE) {
     e = sim_event_add((uint8_t)k, fe->id, fe->id_len);
@@ -281,6 +332,11 @@ static int followup_append(sim_owner_t *o, const kl_event_t *fe) {
     W->events[e].valid = 1;
     W->events[s].followup = e;
   }
+  return e;
+}
+
+/* Appends follow-up @p fe, event @p e, to the log. */
+static int followup_append(sim_owner_t *o, uint32_t e, const kl_event_t *fe) {
   void *out;
   size_t out_len;
   if (kl_event_encode(fe, &out, &out_len)) {
@@ -304,9 +360,16 @@ kl_err_t __wrap_kl_publish(kl_producer_t *producer, const char *topic,
   }
   if (f->owner->dead)
     return KL_OK; /* lost with its process; never reported */
-  if (followup_append(f->owner, event))
+  uint32_t e = followup_event(event);
+  if (e == SIM_NONE)
     return KL_EINVAL;
-  sent_add(f, (sim_sent_t){{0, 0, 0}, opaque, 0});
+  int refuse = refused(200);
+  if (refuse)
+    sim_say("owner %d publishes follow-up %.*s, which Kafka refuses for good",
+            f->owner->no, (int)event->id_len, event->id);
+  else if (followup_append(f->owner, e, event))
+    return KL_EINVAL;
+  sent_add(f, (sim_sent_t){{0, 0, 0}, opaque, 0, refuse});
   return KL_OK;
 }
 

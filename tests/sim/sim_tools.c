@@ -40,9 +40,8 @@ kl_err_t sim_dead_letter(kl_store_t *store, sim_view_t *v, int32_t part,
   const sim_event_t *ev = &W->events[e];
   const sim_key_t *k = &W->keys[ev->key];
   kl_mark_t mark = KL_MARK_NONE;
-  if (sim_event_markable(e)) /* a refused reserved id is marked nowhere */
-    err = kl_txn_seen_key(txn, k->name, k->name_len, ev->id, ev->id_len, &mark);
-  if (!err && mark == KL_MARK_NONE && sim_event_markable(e))
+  err = kl_txn_seen_key(txn, k->name, k->name_len, ev->id, ev->id_len, &mark);
+  if (!err && mark == KL_MARK_NONE)
     err = kl_txn_mark_key(txn, k->name, k->name_len, ev->id, ev->id_len,
                           KL_MARK_DEAD_LETTER);
   if (err) {
@@ -144,6 +143,17 @@ int sim_redrive(size_t i) {
   sim_letter_t l = W->letters[i];
   if (i < W->letters_gone)
     return 0;
+  if (l.part < 0) { /* a follow-up set aside: published to its topic */
+    void *copy = malloc(l.len);
+    memcpy(copy, l.bytes, l.len);
+    int64_t off = sim_log_append(l.event, copy, l.len);
+    W->stats.redriven++;
+    sim_say("a redrive of letter %zu publishes follow-up %.*s: partition %d, "
+            "offset %" PRId64,
+            i, (int)W->events[l.event].id_len, W->events[l.event].id,
+            (int)W->events[l.event].part, off);
+    return 1;
+  }
   kl_partition_state_t st;
   if (kl_store_partition(W->store, W->topic, l.part, &st) ||
       st.watermark <= l.offset) {
@@ -173,7 +183,8 @@ int sim_redrive(size_t i) {
 }
 
 /* The rebuild's outbox against the log, as `keylane store rebuild` ends
- * (worker/rebuild.h): follow-ups the log holds are not kept. */
+ * (worker/rebuild.h): follow-ups the log holds are not kept, nor those
+ * the dead-letter topic holds (set aside by the outbox). */
 static void rebuild_outbox(kl_store_t *store) {
   int32_t parts[SIM_MAXP];
   for (int32_t p = 0; p < W->cfg.partitions; p++)
@@ -190,6 +201,14 @@ static void rebuild_outbox(kl_store_t *store) {
                           &ev) == KL_OK)
         kl__rebuild_see(rb, W->topic, &ev);
     }
+  for (size_t i = W->letters_gone; !err && i < W->nletters; i++) {
+    const sim_letter_t *l = &W->letters[i];
+    kl_event_t ev;
+    const sim_key_t *k = l->part < 0 ? &W->keys[W->events[l->event].key] : NULL;
+    if (k && kl_event_decode(decoder, k->name, k->name_len, l->bytes, l->len,
+                             &ev) == KL_OK)
+      kl__rebuild_see(rb, W->topic, &ev);
+  }
   if (!err)
     err = kl__rebuild_prune(rb, NULL, NULL);
   if (err)
@@ -238,6 +257,16 @@ void sim_rebuild_switch(void) {
   }
   sim_view_free(&W->live);
   W->live = v;
+  /* A follow-up the old store kept, never published nor set aside, went
+   * with it: the rebuild derived it again, under a new id. */
+  for (uint32_t e = 0; e < W->nevents; e++) {
+    sim_event_t *ev = &W->events[e];
+    if (ev->kind == SIM_TRANSFER && ev->followup != SIM_NONE &&
+        W->events[ev->followup].first < 0 && !W->events[ev->followup].aside) {
+      W->events[ev->followup].gone = 1;
+      ev->followup = SIM_NONE;
+    }
+  }
   W->gen++;
   W->stats.rebuilds++;
 }

@@ -215,11 +215,15 @@ static const char *event_name(uint32_t e, char *buf, size_t size) {
   return buf;
 }
 
+int sim_view_resolved(const sim_view_t *v, uint32_t e) {
+  const sim_mark_t *m = &v->marks[e];
+  return m->applied || m->dead || m->refused;
+}
+
 static void resolve(sim_view_t *v, int key) {
   const sim_key_t *k = &W->keys[key];
   while (v->resolved[key] < k->n) {
-    const sim_mark_t *m = &v->marks[k->events[v->resolved[key]]];
-    if (!m->applied && !m->dead)
+    if (!sim_view_resolved(v, k->events[v->resolved[key]]))
       break;
     v->resolved[key]++;
   }
@@ -264,7 +268,7 @@ static void apply_one(sim_view_t *v, uint32_t e, int64_t offset, int redrive) {
   if (redrive && !m->dead)
     sim_fail("redrive", "a redrive applied %s, which is no dead letter",
              event_name(e, a, sizeof(a)));
-  if (!redrive && m->dead)
+  if (!redrive && (m->dead || m->refused))
     sim_fail("dead-applied",
              "%s was applied after it was recorded a dead letter, and not "
              "by a redrive",
@@ -288,8 +292,7 @@ static void apply_one(sim_view_t *v, uint32_t e, int64_t offset, int redrive) {
  * record with its id (a hostile one, say): lost. A redrive's record is a
  * duplicate of its letter's own record. */
 static void check_skipped(const sim_view_t *v, uint32_t e, int64_t offset) {
-  const sim_mark_t *m = &v->marks[e];
-  if (m->applied || m->dead)
+  if (sim_view_resolved(v, e))
     return;
   const sim_event_t *ev = &W->events[e];
   uint32_t by = SIM_NONE;
@@ -346,9 +349,13 @@ void sim_view_commit_lane(sim_view_t *v, const sim_pend_t *pd,
       check_skipped(v, e, d->offset);
       v->duplicates[part]++;
       W->stats.duplicates++;
-    } else if (!v->marks[e].applied && !v->marks[e].dead) {
-      v->dead[part] += (uint64_t)sim_event_markable(e);
-      v->marks[e].dead = 1;
+    } else if (!sim_view_resolved(v, e)) {
+      /* The worker marks a dead letter's id, unless it refused the id
+       * (a reserved one that is no follow-up's): then it marks nothing. */
+      int marks = W->events[e].kind != SIM_HOSTILE || W->events[e].valid;
+      v->dead[part] += (uint64_t)marks;
+      v->marks[e].dead = (uint8_t)marks;
+      v->marks[e].refused = (uint8_t)!marks;
       resolve(v, W->events[e].key);
     }
   }
@@ -357,7 +364,7 @@ void sim_view_commit_lane(sim_view_t *v, const sim_pend_t *pd,
   char a[256];
   for (int64_t off = below; off < watermark && !W->failed; off++) {
     uint32_t e = W->log[part].v[off]->event;
-    if (!v->marks[e].applied && !v->marks[e].dead)
+    if (!sim_view_resolved(v, e))
       sim_fail("watermark-past",
                "a commit of partition %d moved its watermark to %" PRId64
                ", past offset %" PRId64 " (%s), neither applied nor "
@@ -366,14 +373,10 @@ void sim_view_commit_lane(sim_view_t *v, const sim_pend_t *pd,
   }
 }
 
-int sim_event_markable(uint32_t e) {
-  return W->events[e].kind != SIM_HOSTILE || W->events[e].valid;
-}
-
 void sim_view_dead(sim_view_t *v, uint32_t e, int32_t part, uint64_t epoch,
                    int64_t watermark) {
   sim_view_committed(v, part, epoch, watermark);
-  v->dead[part] += (uint64_t)sim_event_markable(e);
+  v->dead[part]++;
   v->marks[e].dead = 1;
   resolve(v, W->events[e].key);
 }
@@ -381,9 +384,9 @@ void sim_view_dead(sim_view_t *v, uint32_t e, int32_t part, uint64_t epoch,
 void sim_view_check_mark(const sim_view_t *v, uint32_t e, kl_mark_t mark,
                          const char *who) {
   const sim_mark_t *m = &v->marks[e];
-  kl_mark_t want = m->applied                         ? KL_MARK_APPLIED
-                   : m->dead && sim_event_markable(e) ? KL_MARK_DEAD_LETTER
-                                                      : KL_MARK_NONE;
+  kl_mark_t want = m->applied ? KL_MARK_APPLIED
+                   : m->dead  ? KL_MARK_DEAD_LETTER
+                              : KL_MARK_NONE;
   char a[256];
   if (mark != want)
     sim_fail("mark", "%s: the store's mark of %s is %d, the model's %d", who,
