@@ -1011,6 +1011,11 @@ static void kl_t_detail_has(const char *want) {
              want);
 }
 
+/* An embedder assigns it to a PGconn * with no cast: libpq's type. */
+_Static_assert(_Generic(kl_txn_pg_conn(NULL), struct pg_conn * : 1,
+                        default : 0),
+               "kl_txn_pg_conn() returns struct pg_conn * (libpq's PGconn)");
+
 /* Opens the fixture's store (*@p pg: it is PostgreSQL's), acquires
  * partition 0 as *@p epoch and begins a batch there. */
 static kl_txn_t *kl_t_open_batch(void **state, kl_store_t **store, int *pg,
