@@ -60,7 +60,7 @@ python3 "$HERE/check_backends.py" "$SRC"
 B=$T/backends
 mkdir -p "$B/store" "$B/worker" "$B/cli" "$B/handlers" "$B/common"
 printf '#include "store/pg.h"\nvoid f(void) { PQclear(PQexec(0, "SAVEPOINT x")); }\n' \
-  >"$B/worker/txn_child.c"
+  >"$B/worker/apply.c"
 printf '#include "store/lmdb_ids.h"\nint g(void) { return mdb_txn_id(0); }\n' \
   >"$B/cli/main.c"
 printf '#include <libpq-fe.h>\n#include "store/backend.h"\nvoid h(PGconn *pg) { PQclear(PQexec(pg, "SELECT 1")); }\n' \
@@ -73,9 +73,9 @@ if out=$(python3 "$HERE/check_backends.py" "$B"); then
   exit 1
 fi
 for want in \
-  'worker/txn_child.c:1: includes store/pg.h, which only the store' \
-  'worker/txn_child.c:2: calls PQexec() (libpq) outside store/' \
-  'worker/txn_child.c:2: calls PQclear() (libpq) outside store/' \
+  'worker/apply.c:1: includes store/pg.h, which only the store' \
+  'worker/apply.c:2: calls PQexec() (libpq) outside store/' \
+  'worker/apply.c:2: calls PQclear() (libpq) outside store/' \
   'cli/main.c:1: includes store/lmdb_ids.h' \
   'cli/main.c:2: calls mdb_txn_id() (LMDB) outside store/' \
   'handlers/sql.c:2: includes store/backend.h'; do
