@@ -4,7 +4,7 @@
 
 #include "cli/cli.h"
 #include "common/log.h"
-#include "store/pg.h"
+#include "store/store_internal.h"
 #include "common/log.h"
 
 static const struct {

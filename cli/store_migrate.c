@@ -9,7 +9,6 @@
 #include "keylane/store.h"
 #include "cli/store.h"
 #include "store/store_internal.h"
-#include "store/pg.h"
 #include "store/location.h"
 
 #define SUB "store migrate"

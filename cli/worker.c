@@ -20,7 +20,7 @@
 #include "cli/stop_guard.h"
 #include "worker/worker_internal.h"
 #include "store/location.h"
-#include "store/pg.h"
+#include "store/store_internal.h"
 
 #define SUB "worker"
 #define KL_HANDLER_TIMEOUT_MAX_MS 86400000 /* a day */

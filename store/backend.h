@@ -12,6 +12,13 @@
 #include "store/store_internal.h"
 #include "store/txn_buffer.h"
 
+/* What kl__store_savepoint() does (store_internal.h). */
+typedef enum kl__savepoint {
+  KL__SAVEPOINT_SET,
+  KL__SAVEPOINT_RELEASE,
+  KL__SAVEPOINT_ROLLBACK,
+} kl__savepoint_t;
+
 typedef struct kl__store_ops {
   const char *name; /* "lmdb", "postgresql" */
   void (*destroy)(kl_store_t *store);
@@ -54,7 +61,30 @@ typedef struct kl__store_ops {
   kl_err_t (*ids_walk)(kl_store_t *store, kl__store_sid_cb_t *cb, void *opaque);
   /* Optional (NULL: kl_txn_pg_conn() returns NULL): the PGconn a handler
    * may run its SQL on, in the transaction that commits the txn. */
-  void *(*pg_conn)(kl_txn_t *txn);
+  struct pg_conn *(*pg_conn)(kl_txn_t *txn);
+  /* Optional (NULL: no SQL to undo, kl__store_savepoint() does nothing):
+   * a savepoint in the transaction pg_conn lends. */
+  kl_err_t (*savepoint)(kl_txn_t *txn, kl__savepoint_t what);
+  /* Optional (NULL: kl__store_begin_ahead() refuses with KL_EINVAL,
+   * naming the backend; kl__store_settle() is KL_OK and
+   * kl__store_pending() 0 on every txn): a begin and a prefetch sent
+   * without waiting for the answers, as kl__store_begin_ahead() says. */
+  kl_err_t (*begin_ahead)(kl_store_t *store, const char *topic,
+                          int32_t partition, uint64_t epoch,
+                          const char *const *ids, const size_t *id_lens,
+                          size_t n, kl_txn_t **txn);
+  kl_err_t (*settle)(kl_txn_t *txn);
+  int (*pending)(kl_txn_t *txn);
+  /* What version() counts, for messages: "format" (a file layout),
+   * "schema" (a database's). */
+  const char *layout;
+  /* Optional (NULL: the version says it all, nothing is missing):
+   * kl__store_missing(). */
+  kl_err_t (*missing)(kl_store_t *store, char *missing, size_t size);
+  /* Optional (NULL: the store keeps no clock of its own, it stamps with
+   * this host's): kl__store_server_clock(). */
+  kl_err_t (*server_clock)(kl_store_t *store, int64_t *server_ms,
+                           int64_t *before_ms, int64_t *after_ms);
   /* Optional (NULL: kl_txn_prefetch() does nothing): looks up a batch's
    * idempotency keys at once, for kl_txn_seen() to answer from memory. */
   kl_err_t (*prefetch)(kl_txn_t *txn, const char *const *ids,
@@ -175,19 +205,15 @@ kl_err_t kl__store_buf_mark(kl__buf_t *ids, const void *key, size_t key_len,
                             kl_mark_t mark);
 
 /*
- * A savepoint in a PostgreSQL batch, so that one event's SQL can be undone
- * without the batch's: SET before the event's handler runs, then RELEASE
- * when the event's writes are kept or ROLLBACK (to the savepoint) when they
- * are discarded (RETRY, FAIL), which also recovers a transaction that a
- * failed statement of the handler aborted. One level: SET again only after
- * a RELEASE or ROLLBACK. On any other store's txn it does nothing.
+ * A savepoint in a batch whose handlers run SQL of their own (PostgreSQL),
+ * so that one event's SQL can be undone without the batch's: SET before
+ * the event's handler runs, then RELEASE when the event's writes are kept
+ * or ROLLBACK (to the savepoint) when they are discarded (RETRY, FAIL),
+ * which also recovers a transaction that a failed statement of the
+ * handler aborted. One level: SET again only after a RELEASE or ROLLBACK.
+ * A backend without the savepoint op (LMDB) has no SQL to undo: KL_OK.
  * @returns KL_OK, or a store error (the batch is then to be aborted).
  */
-typedef enum kl__savepoint {
-  KL__SAVEPOINT_SET,
-  KL__SAVEPOINT_RELEASE,
-  KL__SAVEPOINT_ROLLBACK,
-} kl__savepoint_t;
 kl_err_t kl__store_savepoint(kl_txn_t *txn, kl__savepoint_t what);
 
 #endif

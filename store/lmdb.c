@@ -959,9 +959,15 @@ static const kl__store_ops_t kl_lmdb_ops = {
     .id_count = lmdb_id_count,
     .ids_walk = lmdb_ids_walk,
     .version = lmdb_version,
+    .layout = "format",
     .outbox_list = kl__lmdb_outbox_list,
     .outbox_del = kl__lmdb_outbox_del,
     .last = lmdb_last,
+    /* Left NULL, each answered as backend.h says: a handler has no SQL
+     * connection here (pg_conn, savepoint), a read costs no round trip
+     * (prefetch, begin_ahead, settle, pending), the keys are stamped with
+     * this host's clock (server_clock), and the format number describes
+     * the whole layout (missing). */
 };
 
 /* The databases of this format, created when missing. */

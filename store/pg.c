@@ -1150,7 +1150,42 @@ static size_t pg_txn_max(kl_store_t *store) {
   return ((kl__pg_t *)store)->pool_max;
 }
 
-const kl__store_ops_t kl__pg_ops = {
+/* kl__pg_schema_missing() on a pooled connection. */
+static kl_err_t pg_missing(kl_store_t *store, char *missing, size_t size) {
+  kl__pg_t *pgs = (kl__pg_t *)store;
+  kl__pg_conn_t *conn;
+  kl_err_t err = kl__pg_conn_take(pgs, &conn);
+  if (err)
+    return err;
+  err = kl__pg_schema_missing(conn->pg, missing, size);
+  kl__pg_conn_give(pgs, conn, err != KL_OK);
+  return err;
+}
+
+/* The server's clock_timestamp() in ms, read between *@p before and
+ * *@p after on this host's store clock. */
+static kl_err_t pg_server_clock(kl_store_t *store, int64_t *server,
+                                int64_t *before, int64_t *after) {
+  kl__pg_t *pgs = (kl__pg_t *)store;
+  kl__pg_conn_t *conn;
+  kl_err_t err = kl__pg_conn_take(pgs, &conn);
+  if (err)
+    return err;
+  *before = kl__store_now_ms();
+  PGresult *res = PQexec(conn->pg, "SELECT (extract(epoch FROM "
+                                   "clock_timestamp()) * 1000)::int8");
+  *after = kl__store_now_ms();
+  if (kl__pg_ok(res))
+    *server = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+  else
+    err = kl__pg_err(conn->pg, res, "read the server's clock");
+  PQclear(res);
+  kl__pg_conn_give(pgs, conn, err != KL_OK);
+  return err;
+}
+
+/* Every PostgreSQL need of the engine is an entry here (backend.h). */
+static const kl__store_ops_t pg_ops = {
     .name = "postgresql",
     .destroy = pg_destroy,
     .acquire = pg_acquire,
@@ -1175,6 +1210,13 @@ const kl__store_ops_t kl__pg_ops = {
     .last = pg_last,
     .version = pg_version,
     .pg_conn = kl__pg_conn,
+    .savepoint = kl__pg_savepoint,
+    .begin_ahead = kl__pg_begin_ahead,
+    .settle = kl__pg_settle,
+    .pending = kl__pg_pending,
+    .layout = "schema",
+    .missing = pg_missing,
+    .server_clock = pg_server_clock,
     .prefetch = kl__pg_prefetch,
     .lost = kl__pg_lost,
     .txn_max = pg_txn_max,
@@ -1188,7 +1230,7 @@ static kl_err_t pg_new(const char *uri, const kl_conf_t *conf, kl__pg_t **out) {
   kl__pg_t *pgs = calloc(1, sizeof(*pgs));
   if (!pgs)
     return KL_ENOMEM;
-  pgs->base.ops = &kl__pg_ops;
+  pgs->base.ops = &pg_ops;
   pgs->retention_ms = kl__conf_int(conf, "store.dedup.retention");
   pgs->idle_timeout_ms = kl__conf_int(conf, "store.pg.idle.timeout");
   pgs->connect_timeout_s = kl__pg_connect_timeout_s(conf);

@@ -73,8 +73,6 @@ typedef struct kl__pg {
   _Atomic uint64_t id_prefetched;
 } kl__pg_t;
 
-extern const kl__store_ops_t kl__pg_ops;
-
 /*
  * The store's clock in SQL: the server's (clock_timestamp(), in ms) unless
  * the statement's parameter $N holds a test clock's time (nonzero). Every
@@ -116,14 +114,6 @@ int kl__pg_connect_timeout_s(const kl_conf_t *conf);
 kl_err_t kl__pg_connect(const char *uri, int connect_timeout_s, kl_err_t fail,
                         PGconn **out);
 
-/**
- * Names this process's sessions "keylane-ROLE-INSTANCE" in
- * pg_stat_activity (libpq's fallback_application_name: a URI's
- * application_name wins). @p role: worker, replay, doctor, cli;
- * @p instance: worker.instance.id, or NULL for "HOST-PID". Process wide:
- * call it before opening a store.
- */
-void kl__pg_set_application(const char *role, const char *instance);
 /** How long a caller waits for a pooled connection before KL_ESTORE_BUSY. */
 #define KL__PG_POOL_WAIT_MS 10000
 
@@ -275,19 +265,20 @@ kl_err_t kl__pg_schema_open(PGconn *pg, int create);
  */
 kl_err_t kl__pg_migrate(PGconn *pg, int *from, int *to);
 
-/**
- * `keylane store migrate`: connects to @p uri and migrates.
- * @returns as kl__pg_migrate(), or KL_ESTORE when the server is unreachable.
- */
-kl_err_t kl__store_pg_migrate(const char *uri, int *from, int *to);
-
 /* The txn operations of pg_txn.c and the outbox's list and remove
  * of pg_outbox.c, for the ops table. */
 KL__STORE_BACKEND_DECLARE(pg);
-void *kl__pg_conn(kl_txn_t *txn);
+PGconn *kl__pg_conn(kl_txn_t *txn);
 int kl__pg_lost(kl_txn_t *txn);
 kl_err_t kl__pg_prefetch(kl_txn_t *txn, const char *const *ids,
                          const size_t *id_lens, size_t n);
+kl_err_t kl__pg_savepoint(kl_txn_t *txn, kl__savepoint_t what);
+kl_err_t kl__pg_begin_ahead(kl_store_t *store, const char *topic,
+                            int32_t partition, uint64_t epoch,
+                            const char *const *ids, const size_t *id_lens,
+                            size_t n, kl_txn_t **txn);
+kl_err_t kl__pg_settle(kl_txn_t *txn);
+int kl__pg_pending(kl_txn_t *txn);
 
 /** Runs @p fn on a pooled connection, once more on a fresh one when the
  *  link was lost: for statements that may run twice. */

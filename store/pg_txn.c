@@ -365,7 +365,7 @@ void kl__pg_abort(kl_txn_t *base) {
 
 /* The handler's SQL may read and write keylane_kv inside this transaction,
  * which the cache cannot see: from here on the batch bypasses it. */
-void *kl__pg_conn(kl_txn_t *base) {
+PGconn *kl__pg_conn(kl_txn_t *base) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
   (void)pg_ready(txn); /* a failure fails the commit (pend_err) */
   txn->lent = 1;
@@ -377,14 +377,12 @@ int kl__pg_lost(kl_txn_t *base) {
   return txn->broken || PQstatus(txn->conn->pg) != CONNECTION_OK;
 }
 
-kl_err_t kl__store_savepoint(kl_txn_t *base, kl__savepoint_t what) {
+kl_err_t kl__pg_savepoint(kl_txn_t *base, kl__savepoint_t what) {
   static const char *const sql[] = {
       [KL__SAVEPOINT_SET] = "SAVEPOINT kl_event",
       [KL__SAVEPOINT_RELEASE] = "RELEASE SAVEPOINT kl_event",
       [KL__SAVEPOINT_ROLLBACK] = "ROLLBACK TO SAVEPOINT kl_event",
   };
-  if (!base || base->store->ops != &kl__pg_ops)
-    return KL_OK;
   if ((unsigned)what > KL__SAVEPOINT_ROLLBACK)
     return kl__err(KL_EINVAL, "kl__store_savepoint: what is %d", (int)what);
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
@@ -579,12 +577,10 @@ kl_err_t kl__pg_prefetch(kl_txn_t *base, const char *const *ids,
 
 /* ---- begun ahead: BEGIN, the epoch and the ids in one pipeline -------- */
 
-kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
-                               int32_t partition, uint64_t epoch,
-                               const char *const *ids, const size_t *id_lens,
-                               size_t n, kl_txn_t **out) {
-  if (store->ops != &kl__pg_ops)
-    return kl__err(KL_EINVAL, "kl__store_begin_ahead: not PostgreSQL");
+kl_err_t kl__pg_begin_ahead(kl_store_t *store, const char *topic,
+                            int32_t partition, uint64_t epoch,
+                            const char *const *ids, const size_t *id_lens,
+                            size_t n, kl_txn_t **out) {
   kl_pg_txn_t *txn = pg_txn_new(store, topic, partition, epoch);
   if (!txn)
     return KL_ENOMEM;
@@ -653,9 +649,7 @@ static int pg_stale(const kl_pg_txn_t *txn) {
   return kl__mono_ns() - txn->pend_ns > pg_ahead_max_ns(txn);
 }
 
-kl_err_t kl__store_settle(kl_txn_t *base) {
-  if (!base || base->store->ops != &kl__pg_ops)
-    return KL_OK;
+kl_err_t kl__pg_settle(kl_txn_t *base) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
   if (txn->pending && pg_stale(txn))
     return kl__err(KL_ESTORE_BUSY,
@@ -666,9 +660,7 @@ kl_err_t kl__store_settle(kl_txn_t *base) {
   return pg_ready(txn);
 }
 
-int kl__store_pending(kl_txn_t *base) {
-  if (!base || base->store->ops != &kl__pg_ops)
-    return 0;
+int kl__pg_pending(kl_txn_t *base) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
   return txn->pending && !pg_stale(txn);
 }

@@ -340,8 +340,26 @@ kl_err_t kl__store_buf_mark(kl__buf_t *ids, const void *key, size_t key_len,
   return KL_OK;
 }
 
-void *kl_txn_pg_conn(kl_txn_t *txn) {
-  return txn && txn->store->ops->pg_conn ? txn->store->ops->pg_conn(txn) : NULL;
+struct pg_conn *kl_txn_pg_conn(kl_txn_t *txn) {
+  kl__err_clear();
+  if (!txn) {
+    kl__err(KL_EINVAL, "kl_txn_pg_conn: txn is required");
+    return NULL;
+  }
+  if (!txn->store->ops->pg_conn) {
+    kl__err(KL_EINVAL,
+            "kl_txn_pg_conn: the store is %s, which has no SQL connection: "
+            "open a postgresql://... store for a handler that runs SQL",
+            txn->store->ops->name);
+    return NULL;
+  }
+  return txn->store->ops->pg_conn(txn); /* its NULL says why */
+}
+
+kl_err_t kl__store_savepoint(kl_txn_t *txn, kl__savepoint_t what) {
+  return txn && txn->store->ops->savepoint
+             ? txn->store->ops->savepoint(txn, what)
+             : KL_OK;
 }
 
 kl_err_t kl_txn_prefetch(kl_txn_t *txn, const char *const *ids,
@@ -454,6 +472,56 @@ kl_err_t kl__store_last(kl_store_t *store, const char *topic, int32_t partition,
 
 int kl__store_has_prefetch(kl_store_t *store) {
   return store && store->ops->prefetch != NULL;
+}
+
+kl_err_t kl__txn_prefetch_sids(kl_txn_t *txn, const kl__sids_t *sids) {
+  return sids->n && txn->store->ops->prefetch
+             ? txn->store->ops->prefetch(txn, (const char *const *)sids->sids,
+                                         sids->lens, sids->n)
+             : KL_OK;
+}
+
+kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
+                               int32_t partition, uint64_t epoch,
+                               const char *const *ids, const size_t *id_lens,
+                               size_t n, kl_txn_t **txn) {
+  if (!store->ops->begin_ahead)
+    return kl__err(KL_EINVAL,
+                   "kl__store_begin_ahead: the %s store does not begin "
+                   "ahead (its reads cost no round trip): use "
+                   "kl_store_begin()",
+                   store->ops->name);
+  return store->ops->begin_ahead(store, topic, partition, epoch, ids, id_lens,
+                                 n, txn);
+}
+
+kl_err_t kl__store_settle(kl_txn_t *txn) {
+  return txn && txn->store->ops->settle ? txn->store->ops->settle(txn) : KL_OK;
+}
+
+int kl__store_pending(kl_txn_t *txn) {
+  return txn && txn->store->ops->pending && txn->store->ops->pending(txn);
+}
+
+const char *kl__store_layout(kl_store_t *store) {
+  return store->ops->layout ? store->ops->layout : "format";
+}
+
+kl_err_t kl__store_missing(kl_store_t *store, char *missing, size_t size) {
+  if (size)
+    missing[0] = '\0';
+  return store->ops->missing ? store->ops->missing(store, missing, size)
+                             : KL_OK;
+}
+
+kl_err_t kl__store_server_clock(kl_store_t *store, int64_t *server_ms,
+                                int64_t *before_ms, int64_t *after_ms) {
+  if (!store->ops->server_clock)
+    return kl__err(KL_ENOTFOUND,
+                   "the %s store keeps no clock of its own: it stamps "
+                   "idempotency keys with this host's",
+                   store->ops->name);
+  return store->ops->server_clock(store, server_ms, before_ms, after_ms);
 }
 
 int kl__txn_lost(kl_txn_t *txn) {

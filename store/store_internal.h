@@ -178,18 +178,25 @@ void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition);
  *  (PostgreSQL), so that a caller decodes ids for it only then. */
 int kl__store_has_prefetch(kl_store_t *store);
 
+/** kl_txn_prefetch() of a batch's sids (kl__sids_build()): nothing on a
+ *  store without a prefetch. */
+kl_err_t kl__txn_prefetch_sids(kl_txn_t *txn, const kl__sids_t *sids);
+
 /**
  * kl_store_begin() and kl_txn_prefetch() of @p ids in one go, without
- * waiting for either: on PostgreSQL (only) BEGIN, the epoch check and the
- * ids' lookup leave in one pipeline on an idle pooled connection, and the
- * caller does other work (another partition's handlers) while the server
- * answers. kl__store_settle() reads the answers; any call on the txn does
- * so first, and kl_store_abort() discards them.
+ * waiting for either, on a backend that can (PostgreSQL: BEGIN, the epoch
+ * check and the ids' lookup leave in one pipeline on an idle pooled
+ * connection), so that the caller does other work (another partition's
+ * handlers) while the server answers. kl__store_settle() reads the
+ * answers; any call on the txn does so first, and kl_store_abort()
+ * discards them.
  * @returns KL_OK with *@p out pending; KL_ESTORE_BUSY at once when no
  *          pooled connection is idle (it never connects or waits for
  *          one; a connection's first use prepares the statements it
- *          sends, as every pipeline does);
- *          KL_EINVAL on LMDB; or the send's failure.
+ *          sends, as every pipeline does); the send's failure; or
+ *          KL_EINVAL, naming the backend, on one whose reads cost no
+ *          round trip (LMDB): there, begin with kl_store_begin(). Only
+ *          a store with kl__store_has_prefetch() begins ahead.
  */
 kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
                                int32_t partition, uint64_t epoch,
@@ -203,16 +210,17 @@ kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
 
 /**
  * Reads what kl__store_begin_ahead() sent. @returns KL_OK (also for a txn
- * not begun ahead, and on LMDB), or what kl_store_begin() or
- * kl_txn_prefetch() would have returned: KL_EFENCED, a store error;
- * KL_ESTORE_BUSY when it waited longer than KL__STORE_AHEAD_MAX_MS. The
- * txn is then to be aborted; after a failure to read them, any other call
- * on it returns the same error.
+ * not begun ahead, and on a backend that never begins ahead), or what
+ * kl_store_begin() or kl_txn_prefetch() would have returned: KL_EFENCED,
+ * a store error; KL_ESTORE_BUSY when it waited longer than
+ * KL__STORE_AHEAD_MAX_MS. The txn is then to be aborted; after a failure
+ * to read them, any other call on it returns the same error.
  */
 kl_err_t kl__store_settle(kl_txn_t *txn);
 
 /** @returns nonzero while @p txn, begun ahead, is not settled and has not
- *  waited longer than KL__STORE_AHEAD_MAX_MS (then it is to be aborted). */
+ *  waited longer than KL__STORE_AHEAD_MAX_MS (then it is to be aborted);
+ *  0 for any other txn, and for NULL. */
 int kl__store_pending(kl_txn_t *txn);
 
 /**
@@ -257,6 +265,51 @@ void kl__store_cache_stats(kl_store_t *store, struct kl__cache_stats *stats);
  * For `keylane doctor` and `keylane store`.
  */
 kl_err_t kl__store_version(kl_store_t *store, int *version, int *latest);
+
+/** What kl__store_version() counts, for a message: "format" (LMDB's
+ *  file) or "schema" (PostgreSQL's tables). Static. */
+const char *kl__store_layout(kl_store_t *store);
+
+/**
+ * Writes into @p missing (NUL-terminated, cut to @p size) the columns the
+ * store's schema lacks though its version says it has them (dropped or
+ * renamed by hand); "" when none, and on a backend whose version
+ * describes its whole layout (LMDB). For `keylane doctor`.
+ * @returns KL_OK, or a store error (the columns could not be read).
+ */
+kl_err_t kl__store_missing(kl_store_t *store, char *missing, size_t size);
+
+/**
+ * Reads the clock the store stamps idempotency keys with, when it is not
+ * this host's (PostgreSQL's clock_timestamp()): *@p server_ms, read between
+ * *@p before_ms and *@p after_ms on this host's store clock. For `keylane
+ * doctor`'s skew check.
+ * @returns KL_OK; KL_ENOTFOUND when the store keeps no clock of its own
+ *          (LMDB: it stamps with this host's, so there is no skew to
+ *          measure); or a store error.
+ */
+kl_err_t kl__store_server_clock(kl_store_t *store, int64_t *server_ms,
+                                int64_t *before_ms, int64_t *after_ms);
+
+/* ---- PostgreSQL's process-wide settings (store/pg.c, pg_migrations.c) - */
+
+/**
+ * Names this process's sessions "keylane-ROLE-INSTANCE" in
+ * pg_stat_activity (libpq's fallback_application_name: a URI's
+ * application_name wins). @p role: worker, replay, doctor, cli;
+ * @p instance: worker.instance.id, or NULL for "HOST-PID". Process wide:
+ * call it before opening a store; an LMDB store has no sessions to name.
+ */
+void kl__pg_set_application(const char *role, const char *instance);
+
+/**
+ * `keylane store migrate`: connects to the PostgreSQL store @p uri and
+ * applies every migration above its version (kl__pg_migrate(), pg.h).
+ * @p from and @p to receive the versions before and after.
+ * @returns KL_OK, KL_ESTORE_VERSION for a schema newer than this build,
+ *          KL_ESTORE_BUSY, or KL_ESTORE when the server is unreachable.
+ */
+kl_err_t kl__store_pg_migrate(const char *uri, int *from, int *to);
 
 /** Space used by one LMDB named database (or the whole file). */
 typedef struct kl__store_usage {

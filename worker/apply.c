@@ -13,7 +13,6 @@
 #include "common/mutant.h"
 #include "common/strbuf.h"
 #include "keylane/producer.h"
-#include "store/backend.h"
 #include "store/store_internal.h"
 
 /* One murmur2 of the key per record: ~20 ns for a short key. A record
@@ -145,8 +144,7 @@ kl_err_t kl__apply_prefetch(const kl__applier_t *a, kl_txn_t *txn,
     return KL_OK;
   kl__sids_t s;
   kl_err_t err = ids_decode(&s, a->store, msgs, n, from)
-                     ? txn->store->ops->prefetch(
-                           txn, (const char *const *)s.sids, s.lens, s.n)
+                     ? kl__txn_prefetch_sids(txn, &s)
                      : KL_OK;
   kl__sids_free(&s);
   return err;

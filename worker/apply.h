@@ -128,10 +128,11 @@ kl_err_t kl__apply_prefetch(const kl__applier_t *applier, kl_txn_t *txn,
 
 /**
  * kl__apply_prefetch() of @p msgs in a txn begun ahead
- * (kl__store_begin_ahead()): nothing is waited for. PostgreSQL only.
+ * (kl__store_begin_ahead()): nothing is waited for. Only on a store
+ * with kl__store_has_prefetch() (PostgreSQL).
  * @returns KL_OK with *@p txn pending; else nothing was begun (KL_EINVAL:
- *          not PostgreSQL or no records; KL_ENOMEM: no id decoded, or no
- *          memory; KL_ESTORE_BUSY: no idle connection; a send's failure).
+ *          a store that does not begin ahead, or no records; KL_ENOMEM: no id
+ * decoded, or no memory; KL_ESTORE_BUSY: no idle connection; a send's failure).
  */
 kl_err_t kl__apply_begin_ahead(const kl__applier_t *applier, int32_t partition,
                                uint64_t epoch, rd_kafka_message_t *const *msgs,

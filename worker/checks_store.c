@@ -8,25 +8,12 @@
 #include <stdlib.h>
 
 #include "worker/checks.h"
-#include "store/backend.h"
 #include "store/store_internal.h"
-#include "store/pg.h"
-
-/* kl__pg_schema_missing() on a pooled connection. */
-static kl_err_t schema_missing(kl__pg_t *pgs, char *missing, size_t size) {
-  kl__pg_conn_t *conn;
-  kl_err_t err = kl__pg_conn_take(pgs, &conn);
-  if (err)
-    return err;
-  err = kl__pg_schema_missing(conn->pg, missing, size);
-  kl__pg_conn_give(pgs, conn, err != KL_OK);
-  return err;
-}
 
 void kl__check_store_version(kl_store_t *store, const char *location,
                              kl__check_t *out) {
   int version = 0, latest = 0;
-  const char *what = store->ops == &kl__pg_ops ? "schema" : "format";
+  const char *what = kl__store_layout(store);
   if (kl__store_version(store, &version, &latest)) {
     out->status = KL__CHECK_FAIL;
     snprintf(out->msg, sizeof(out->msg),
@@ -35,8 +22,7 @@ void kl__check_store_version(kl_store_t *store, const char *location,
     return;
   }
   char missing[512] = "";
-  if (version == latest && store->ops == &kl__pg_ops &&
-      schema_missing((kl__pg_t *)store, missing, sizeof(missing))) {
+  if (version == latest && kl__store_missing(store, missing, sizeof(missing))) {
     out->status = KL__CHECK_FAIL;
     snprintf(out->msg, sizeof(out->msg),
              "cannot read the columns of store %s: %s", location,
@@ -51,49 +37,29 @@ void kl__check_store_version(kl_store_t *store, const char *location,
              "and migrate does not apply a version again: restore them as "
              "store/pg_migrations.c defines them, or rebuild into a new "
              "store (keylane store rebuild)",
-             location, store->ops->name, version, missing);
+             location, kl_store_backend(store), version, missing);
     return;
   }
   if (version == latest) {
     out->status = KL__CHECK_OK;
     snprintf(out->msg, sizeof(out->msg),
              "store %s (%s) has %s version %d, the one this build writes",
-             location, store->ops->name, what, version);
+             location, kl_store_backend(store), what, version);
     return;
   }
   out->status = KL__CHECK_FAIL;
   snprintf(out->msg, sizeof(out->msg),
            "store %s (%s) has %s version %d, this build writes %d: run the "
            "keylane that matches it, or `keylane store migrate --store %s`",
-           location, store->ops->name, what, version, latest, location);
-}
-
-/* The server's clock_timestamp() in ms, read between *@p before and
- * *@p after on this host's store clock. */
-static kl_err_t server_clock(kl__pg_t *pgs, int64_t *server, int64_t *before,
-                             int64_t *after) {
-  kl__pg_conn_t *conn;
-  kl_err_t err = kl__pg_conn_take(pgs, &conn);
-  if (err)
-    return err;
-  *before = kl__store_now_ms();
-  PGresult *res = PQexec(conn->pg, "SELECT (extract(epoch FROM "
-                                   "clock_timestamp()) * 1000)::int8");
-  *after = kl__store_now_ms();
-  if (kl__pg_ok(res))
-    *server = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-  else
-    err = kl__pg_err(conn->pg, res, "read the server's clock");
-  PQclear(res);
-  kl__pg_conn_give(pgs, conn, err != KL_OK);
-  return err;
+           location, kl_store_backend(store), what, version, latest, location);
 }
 
 int kl__check_clock(kl_store_t *store, int64_t bound_ms, kl__check_t *out) {
-  if (store->ops != &kl__pg_ops)
-    return 0;
   int64_t server = 0, before = 0, after = 0;
-  if (server_clock((kl__pg_t *)store, &server, &before, &after)) {
+  kl_err_t err = kl__store_server_clock(store, &server, &before, &after);
+  if (err == KL_ENOTFOUND) /* this host's clock stamps the keys */
+    return 0;
+  if (err) {
     out->status = KL__CHECK_WARN;
     snprintf(out->msg, sizeof(out->msg),
              "cannot compare this host's clock with the PostgreSQL "

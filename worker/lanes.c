@@ -17,8 +17,8 @@
 #include "common/metrics.h"
 #include "worker/lanes_internal.h"
 #include "worker/outbox.h"
+#include "store/child.h"
 #include "store/outbox_rec.h"
-#include "worker/txn_child.h"
 
 #define KL_COMP "worker"
 #define KL_REPORT_NS (10LL * 1000000000)
@@ -107,14 +107,14 @@ static kl__lkey_t *key_get(kl__lane_t *lane, const void *key, size_t len) {
 
 /* Frees @p key once no slot of the window and no overlay entry needs it. */
 void kl__key_maybe_free(kl__lane_t *lane, kl__lkey_t *key) {
-  if (key->refs || key->entries)
+  if (key->refs || key->ov.entries)
     return;
   kl__hmap_unlink(&lane->keys, &key->node);
   free(key);
 }
 
 void kl__key_release(kl__lane_t *lane, kl__lkey_t *key) {
-  kl__ov_release_key(&lane->ov, key);
+  kl__ov_release_key(&lane->ov, &key->ov);
   kl__key_maybe_free(lane, key);
 }
 
@@ -361,7 +361,7 @@ static void done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
     if (lanes->inline_mode)
       lost = kl__child_apply(run->child) != KL_OK;
     else if (!(dup = kl__child_seen_elsewhere(run->child, &lane->ov)) &&
-             kl__child_merge(run->child, &lane->ov, slot->key))
+             kl__child_merge(run->child, &lane->ov, &slot->key->ov))
       kl__oom(KL_COMP);
   }
   slot->duplicate = dup;

@@ -23,7 +23,6 @@
 #include "worker/outbox.h"
 #include "store/outbox_rec.h"
 #include "store/store_internal.h"
-#include "worker/txn_child.h"
 
 #define KL_COMP "worker"
 #define KL_DLQ_DRAIN_MS 5000 /* how long a release waits for letters' acks */
@@ -180,7 +179,7 @@ static void commit_committed(kl__lanes_t *lanes, kl__lane_t *lane,
    * such an event may hold a snapshot older than this commit. */
   for (size_t i = 0; i < b->nbuilt; i++) {
     kl__ov_entry_t *e = b->built[i];
-    kl__lkey_t *writer = e->writer;
+    kl__lkey_t *writer = kl__lkey_of(e->writer);
     if (!e->dirty && e->gen <= b->gen && !writer->head) {
       kl__ov_free_entry(&lane->ov, e);
       kl__key_maybe_free(lane, writer);
@@ -538,7 +537,7 @@ void kl__lane_rewind(kl__lanes_t *lanes, kl__lane_t *lane) {
         lane->first_final_ns = now;
       kl__slots_push(&lane->final, s);
       if (s->id)
-        kl__ov_set(&lane->ov, s->key, KL__OV_ID, s->id, s->id_len, NULL, 0,
+        kl__ov_set(&lane->ov, &s->key->ov, KL__OV_ID, s->id, s->id_len, NULL, 0,
                    KL_MARK_DEAD_LETTER);
       continue;
     }
@@ -694,7 +693,7 @@ void kl__lanes_send_dead_letters(kl__lanes_t *lanes, int64_t now) {
 static void letter_acked(kl__lanes_t *lanes, kl__lane_t *lane,
                          kl__slot_t *slot) {
   kl__slots_remove(&lane->dlq, slot);
-  if (slot->id && kl__ov_set(&lane->ov, slot->key, KL__OV_ID, slot->id,
+  if (slot->id && kl__ov_set(&lane->ov, &slot->key->ov, KL__OV_ID, slot->id,
                              slot->id_len, NULL, 0, KL_MARK_DEAD_LETTER))
     lane->rewind = 1;
   if (slot->forward)

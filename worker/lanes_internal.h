@@ -1,8 +1,9 @@
 /*
  * The key-parallel engine's state, shared by lanes.c (window, keys,
  * scheduling), lanes_commit.c (group commit, fencing, rewind, release,
- * dead letters), txn_child.c (the overlay and the handlers' child txns)
- * and pool.c (the executors). Not installed.
+ * dead letters) and pool.c (the executors); each lane keeps an overlay
+ * (store/ov.h) that the handlers' child txns (store/child.h) read through.
+ * Not installed.
  *
  * Locking: one mutex per worker, kl__lanes_t.mu, guards every lane, key,
  * slot and overlay. Handlers run without it; an executor takes it to pick
@@ -10,7 +11,7 @@
  * takes it to add records, to build a group commit and to apply its
  * outcome; it drops it around store and Kafka calls that may block. In
  * inline mode there are no executors, and a child reads the overlay
- * without it (txn_child.h).
+ * without it (store/child.h).
  */
 #ifndef KEYLANE_WORKER_LANES_INTERNAL_H
 #define KEYLANE_WORKER_LANES_INTERNAL_H
@@ -23,38 +24,13 @@
 #include <librdkafka/rdkafka.h>
 
 #include "common/hmap.h"
+#include "store/ov.h"
 #include "worker/apply.h"
 #include "worker/dlq.h"
 #include "worker/lanes.h"
 
 typedef struct kl__lkey kl__lkey_t;
 typedef struct kl__slot kl__slot_t;
-
-/* ---- the overlay: writes of completed, not yet committed events ------ */
-
-enum { KL__OV_PUT = 1, KL__OV_DEL = 2 }; /* tags in the data space */
-enum { KL__OV_DATA = 'd', KL__OV_ID = 'i' };
-
-typedef struct kl__ov_entry {
-  kl__hnode_t node;                   /* in the overlay's map */
-  struct kl__ov_entry *kprev, *knext; /* the writer key's entries */
-  struct kl__ov_entry *dnext;         /* the dirty list */
-  kl__lkey_t *writer;
-  uint64_t gen; /* the build generation of the last write */
-  int tag;      /* KL__OV_PUT/DEL, or a kl_mark_t in the id space */
-  int dirty;    /* on the dirty list: written since the last build */
-  unsigned char *val;
-  size_t val_len;
-  size_t key_len; /* the space byte, then the key */
-  unsigned char key[];
-} kl__ov_entry_t;
-
-typedef struct kl__overlay {
-  kl__hmap_t map;         /* of kl__ov_entry_t */
-  kl__ov_entry_t *dirty;  /* entries written since the last build */
-  uint64_t gen;           /* the generation new writes get */
-  uint64_t committed_gen; /* every write of a generation <= this is stored */
-} kl__overlay_t;
 
 /* ---- keys, slots, lanes ---------------------------------------------- */
 
@@ -64,11 +40,16 @@ typedef struct kl__overlay {
 struct kl__lkey {
   kl__hnode_t node;        /* in the lane's keys */
   kl__slot_t *head, *tail; /* pending (not final) slots; head runs first */
-  kl__ov_entry_t *entries;
-  size_t refs; /* slots of the window, final ones included */
+  kl__ov_writer_t ov;      /* the overlay entries it wrote last */
+  size_t refs;             /* slots of the window, final ones included */
   size_t len;
   unsigned char bytes[];
 };
+
+/* The key whose overlay writer @p w is. */
+static inline kl__lkey_t *kl__lkey_of(kl__ov_writer_t *w) {
+  return (kl__lkey_t *)(void *)((char *)w - offsetof(kl__lkey_t, ov));
+}
 
 typedef enum kl__slot_state {
   KL__SLOT_QUEUED,      /* waits for its turn */
@@ -285,22 +266,5 @@ void kl__lane_misrouted(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
 void kl__lane_dead_letter(kl__lanes_t *lanes, kl__lane_t *lane,
                           kl__slot_t *slot, kl__dlq_reason_t reason,
                           const char *why);
-
-/* ---- txn_child.c ----------------------------------------------------- */
-
-void kl__ov_init(kl__overlay_t *ov);
-const kl__ov_entry_t *kl__ov_get(const kl__overlay_t *ov, int space,
-                                 const void *key, size_t key_len);
-kl_err_t kl__ov_set(kl__overlay_t *ov, kl__lkey_t *writer, int space,
-                    const void *key, size_t key_len, const void *val,
-                    size_t val_len, int tag);
-/* Frees @p writer's entries that are stored (gen <= committed_gen). */
-void kl__ov_release_key(kl__overlay_t *ov, kl__lkey_t *writer);
-/* Frees every entry. */
-void kl__ov_clear(kl__overlay_t *ov);
-/* Detaches the dirty list and starts a new generation; @returns the list,
- * whose entries are in generation ov->gen - 1 or older. */
-kl__ov_entry_t *kl__ov_take_dirty(kl__overlay_t *ov, size_t *count);
-void kl__ov_free_entry(kl__overlay_t *ov, kl__ov_entry_t *entry);
 
 #endif

@@ -10,7 +10,7 @@
 #include "common/internal.h"
 #include "common/log.h"
 #include "worker/lanes_internal.h"
-#include "worker/txn_child.h"
+#include "store/child.h"
 
 typedef struct kl_exec {
   kl__pool_t *pool;

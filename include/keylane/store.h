@@ -282,18 +282,34 @@ KL_EXPORT kl_err_t kl_txn_prefetch(kl_txn_t *txn, const char *const *ids,
 KL_EXPORT kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
                                kl_mark_t mark);
 
+/* libpq's connection: libpq-fe.h's `typedef struct pg_conn PGconn`, so
+ * that `PGconn *pg = kl_txn_pg_conn(txn);` needs no cast, and this header
+ * needs no libpq. */
+struct pg_conn;
+
 /**
  * The batch's PostgreSQL connection, for a handler's own SQL in the same
  * transaction as the batch's idempotency keys and its fence.
- * @returns a PGconn * (libpq) for a PostgreSQL store, NULL for others.
+ * @returns the PGconn (libpq) of a PostgreSQL store's batch; else NULL,
+ *          with kl_err_detail() saying why and what to do:
+ *          - a store that is not PostgreSQL (LMDB) has no SQL connection;
+ *          - a handler of a worker with worker.concurrency > 1 runs
+ *            key-parallel, beside other events of the same batch: no SQL
+ *            transaction is its own (use the kl_txn_* calls, or
+ *            concurrency 1, where its SQL runs in the group transaction
+ *            inside a savepoint per event that RETRY and FAIL roll back);
+ *          - @p txn is NULL.
  * @remark Statements only: no COMMIT or ROLLBACK (kl_store_commit() and
  *         kl_store_abort() end the transaction). Borrowed: valid until the
- *         txn ends. A failed statement aborts the whole batch.
+ *         txn ends; do not PQfinish() it. A failed statement aborts the
+ *         whole batch.
  * @remark Asking for it takes the batch off the owner cache (see the top
  *         of this file): its reads go to the server and its commit drops
  *         the partition's cached keys.
+ * @remark 0.1.0 returned `void *`: the pointer is the same, so callers
+ *         need no change (a C++ cast to PGconn * still compiles).
  */
-KL_EXPORT void *kl_txn_pg_conn(kl_txn_t *txn);
+KL_EXPORT struct pg_conn *kl_txn_pg_conn(kl_txn_t *txn);
 
 /**
  * Emits a follow-up event, committed with the batch: a transactional

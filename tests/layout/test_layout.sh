@@ -123,3 +123,38 @@ if [ -e "$SIM" ]; then
     { echo "FAILED: the check finds no kl__sim_mutant in $SIM either"; exit 1; }
 fi
 echo "ok: libkeylane.so holds no mutant; keylane-sim does"
+
+# The store interface is the only way to a backend (check_backends.py):
+# outside store/ no libpq or LMDB call and no backend header; handlers/ may
+# call libpq on the connection kl_txn_pg_conn() lends, tests/ is not read.
+python3 "$HERE/check_backends.py" "$SRC"
+B=$T/backends
+mkdir -p "$B/store" "$B/worker" "$B/cli" "$B/handlers" "$B/common"
+printf '#include "store/pg.h"\nvoid f(void) { PQclear(PQexec(0, "SAVEPOINT x")); }\n' \
+  >"$B/worker/apply.c"
+printf '#include "store/lmdb_ids.h"\nint g(void) { return mdb_txn_id(0); }\n' \
+  >"$B/cli/main.c"
+printf '#include <libpq-fe.h>\n#include "store/backend.h"\nvoid h(PGconn *pg) { PQclear(PQexec(pg, "SELECT 1")); }\n' \
+  >"$B/handlers/sql.c"
+printf '#include <libpq-fe.h>\nvoid s(PGconn *pg) { PQclear(PQexec(pg, "SELECT 1")); }\n' \
+  >"$B/store/pg.c"
+printf '/* as PQstatus() says */\nconst char *c = "PQexec(";\n' >"$B/common/text.c"
+if out=$(python3 "$HERE/check_backends.py" "$B"); then
+  echo "FAILED: a libpq call and backend headers outside store/ passed: $out"
+  exit 1
+fi
+for want in \
+  'worker/apply.c:1: includes store/pg.h, which only the store' \
+  'worker/apply.c:2: calls PQexec() (libpq) outside store/' \
+  'worker/apply.c:2: calls PQclear() (libpq) outside store/' \
+  'cli/main.c:1: includes store/lmdb_ids.h' \
+  'cli/main.c:2: calls mdb_txn_id() (LMDB) outside store/' \
+  'handlers/sql.c:2: includes store/backend.h'; do
+  grep -qF "$want" <<<"$out" ||
+    { echo "FAILED: check_backends.py does not say \"$want\": $out"; exit 1; }
+done
+if grep -E 'store/pg\.c|common/text\.c|handlers/sql\.c:(1|3)' <<<"$out"; then
+  echo "FAILED: check_backends.py refused store/, a comment or a string, or a handler's libpq: $out"
+  exit 1
+fi
+echo "ok: libpq and LMDB calls and backend headers outside store/ are refused, named"

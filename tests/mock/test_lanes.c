@@ -752,10 +752,8 @@ static void test_waiting_bound_pauses_and_resumes(void **state) {
 static void test_dead_letter_mark_keeps_applied_in_overlay(void **state) {
   (void)state;
   kl__overlay_t ov;
-  kl__lkey_t *applied = calloc(1, sizeof(*applied));
-  kl__lkey_t *failed = calloc(1, sizeof(*failed));
-  assert_non_null(applied);
-  assert_non_null(failed);
+  kl__ov_writer_t w_applied = {0}, w_failed = {0};
+  kl__ov_writer_t *applied = &w_applied, *failed = &w_failed;
   kl__ov_init(&ov);
   assert_int_equal(
       kl__ov_set(&ov, applied, KL__OV_ID, "id-1", 4, NULL, 0, KL_MARK_APPLIED),
@@ -773,8 +771,6 @@ static void test_dead_letter_mark_keeps_applied_in_overlay(void **state) {
       KL_OK);
   assert_int_equal(kl__ov_get(&ov, KL__OV_ID, "id-2", 4)->tag, KL_MARK_APPLIED);
   kl__ov_clear(&ov);
-  free(applied);
-  free(failed);
 }
 
 int main(void) {

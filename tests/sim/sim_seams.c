@@ -1,6 +1,6 @@
 /*
  * The seams through which the simulated owners run the worker's own
- * lanes (worker/lanes*.c, pool.c, txn_child.c, outbox.c): keylane-sim is
+ * lanes (worker/lanes*.c, pool.c, outbox.c, store/child.c): keylane-sim is
  * linked with `--wrap` for each function below (tests/CMakeLists.txt), so
  * that the library's calls to them come here, and nothing in the library
  * knows. Outside an owner's call into its lanes (W->acting NULL) each one

@@ -18,6 +18,7 @@
 #include "handlers/ledger.h"
 #include "support/ledger_checks.h"
 #include "keylane/worker.h"
+#include "store/child.h"
 #include "store/store_internal.h"
 
 /* ---- helpers --------------------------------------------------------- */
@@ -1005,6 +1006,124 @@ void kl_t_contract_ledger_keeps_unscoped_balances(void **state) {
   kl_t_store_commit(txn, 1);
   assert_int_equal(kl_t_ledger_entry(store, "t9", "k0").balance, 9);
   assert_int_equal(kl_t_ledger_entry(store, NULL, "k0").balance, 10);
+  kl_store_destroy(store);
+}
+
+/* ---- what one backend alone needs: an op every backend answers ------- */
+
+/* kl_err_detail() holds @p want. */
+static void kl_t_detail_has(const char *want) {
+  if (!strstr(kl_err_detail(), want))
+    fail_msg("kl_err_detail() is \"%s\", not about \"%s\"", kl_err_detail(),
+             want);
+}
+
+/* An embedder assigns it to a PGconn * with no cast: libpq's type. */
+_Static_assert(_Generic(kl_txn_pg_conn(NULL), struct pg_conn * : 1,
+                        default : 0),
+               "kl_txn_pg_conn() returns struct pg_conn * (libpq's PGconn)");
+
+/* Opens the fixture's store (*@p pg: it is PostgreSQL's), acquires
+ * partition 0 as *@p epoch and begins a batch there. */
+static kl_txn_t *kl_t_open_batch(void **state, kl_store_t **store, int *pg,
+                                 uint64_t *epoch) {
+  kl_t_store_fixture_t *fx = kl_t_store_fixture(state);
+  *store = kl_t_store_open(fx->where, NULL);
+  *pg = strcmp(kl_store_backend(*store), "postgresql") == 0;
+  *epoch = kl_t_store_acquire(*store, 0);
+  return kl_t_store_begin(*store, 0, *epoch);
+}
+
+void kl_t_contract_backend_ops_answer(void **state) {
+  kl_store_t *store;
+  int pg;
+  uint64_t epoch;
+  kl_txn_t *txn = kl_t_open_batch(state, &store, &pg, &epoch);
+  /* A txn not begun ahead is settled. */
+  assert_int_equal(kl__store_settle(txn), KL_OK);
+  assert_false(kl__store_pending(txn));
+  struct pg_conn *conn = kl_txn_pg_conn(txn);
+  if (pg) {
+    assert_non_null(conn);
+  } else {
+    assert_null(conn);
+    kl_t_detail_has("the store is lmdb, which has no SQL");
+  }
+  /* Savepoints hold the kv writes' batch either way. */
+  assert_int_equal(kl__store_savepoint(txn, KL__SAVEPOINT_SET), KL_OK);
+  kl_t_txn_put(txn, "k", "v");
+  assert_int_equal(kl__store_savepoint(txn, KL__SAVEPOINT_RELEASE), KL_OK);
+  kl_t_store_commit(txn, 1);
+  txn = kl_t_store_begin(store, 0, epoch);
+  assert_string_equal(kl_t_txn_get(txn, "k"), "v");
+  kl_store_abort(txn);
+
+  const char *ids[1] = {"id-1"};
+  size_t lens[1] = {4};
+  kl_err_t err =
+      kl__store_begin_ahead(store, KL_T_TOPIC, 0, epoch, ids, lens, 1, &txn);
+  if (pg) {
+    assert_int_equal(err, KL_OK);
+    assert_int_equal(kl__store_settle(txn), KL_OK);
+    kl_store_abort(txn);
+  } else {
+    assert_int_equal(err, KL_EINVAL);
+    kl_t_detail_has("the lmdb store does not begin ahead");
+  }
+
+  assert_string_equal(kl__store_layout(store), pg ? "schema" : "format");
+  char missing[64] = "x";
+  assert_int_equal(kl__store_missing(store, missing, sizeof(missing)), KL_OK);
+  assert_string_equal(missing, "");
+  int64_t server = 0, before = 0, after = 0;
+  err = kl__store_server_clock(store, &server, &before, &after);
+  if (pg) {
+    assert_int_equal(err, KL_OK);
+    assert_true(server > 0 && before > 0 && before <= after);
+  } else {
+    assert_int_equal(err, KL_ENOTFOUND);
+    kl_t_detail_has("the lmdb store keeps no clock of its own");
+  }
+  assert_null(kl_txn_pg_conn(NULL));
+  kl_t_detail_has("kl_txn_pg_conn: txn is required");
+  kl_store_destroy(store);
+}
+
+/* A handler's child txn lends its base's SQL connection only inline
+ * (worker.concurrency 1), inside a savepoint; key-parallel it says why
+ * not. */
+void kl_t_contract_child_lends_sql_only_inline(void **state) {
+  kl_store_t *store;
+  int pg;
+  uint64_t epoch;
+  kl_txn_t *txn = kl_t_open_batch(state, &store, &pg, &epoch);
+  kl__overlay_t ov;
+  kl__ov_init(&ov);
+  kl__child_t child;
+  kl__child_init(&child);
+
+  kl__child_begin(&child, txn, NULL, &ov);
+  child.sql = 0; /* key-parallel */
+  assert_null(kl_txn_pg_conn(&child.base));
+  kl_t_detail_has("worker.concurrency > 1");
+  assert_int_equal(kl__child_end(&child, 1), KL_OK);
+
+  for (int ok = 0; ok < 2; ok++) {
+    kl__child_begin(&child, txn, NULL, &ov);
+    child.sql = 1; /* inline */
+    struct pg_conn *conn = kl_txn_pg_conn(&child.base);
+    if (pg) {
+      assert_true(conn && child.savepoint);
+    } else {
+      assert_null(conn);
+      kl_t_detail_has("the store is lmdb");
+    }
+    assert_int_equal(kl__child_end(&child, ok), KL_OK);
+    assert_false(child.savepoint);
+  }
+  kl__child_destroy(&child);
+  kl__ov_clear(&ov);
+  kl_store_abort(txn);
   kl_store_destroy(store);
 }
 

@@ -115,7 +115,9 @@ void kl_t_store_clock_add(int64_t ms);
   X(sweep_bounded_and_keeps_young, setup, teardown)                            \
   X(sweep_keeps_a_key_for_the_retention, setup, teardown)                      \
   X(ledger_topics_keep_their_credits, setup, teardown)                         \
-  X(ledger_keeps_unscoped_balances, setup, teardown)
+  X(ledger_keeps_unscoped_balances, setup, teardown)                           \
+  X(backend_ops_answer, setup, teardown)                                       \
+  X(child_lends_sql_only_inline, setup, teardown)
 
 #define KL_T__CONTRACT_DECLARE(name, setup, teardown)                          \
   void kl_t_contract_##name(void **state);

@@ -1,14 +1,15 @@
 /*
- * A handler's child transaction in a key-parallel lane. The handler sees a
+ * A handler's child transaction, a store backend of its own whose txn
+ * operations layer a lane's writes over a base txn. The handler sees a
  * plain kl_txn_t; behind it, reads go
  *
- *   the child's own writes -> the lane's overlay -> the base snapshot
+ *   the child's own writes -> the lane's overlay (ov.h) -> the base
  *
  * and writes (puts, deletes, idempotency marks) stay in the child. The
  * overlay holds what completed events of the lane wrote and the store does
- * not have yet (or, for a while, has: see lanes_internal.h). When the
- * event completes with OK, the child is merged into the overlay under the
- * lane lock; on RETRY or FAIL it is discarded, so an event that is run
+ * not have yet (or, for a while, has: see worker/lanes_internal.h). When
+ * the event completes with OK, the child is merged into the overlay under
+ * the lane lock; on RETRY or FAIL it is discarded, so an event that is run
  * again starts from clean state.
  *
  * The base is a snapshot the executor opened for this one event with
@@ -17,23 +18,24 @@
  * mode a completed event's writes go straight into that transaction
  * (kl__child_apply()), and the overlay holds only dead letters' marks.
  *
- * kl_txn_pg_conn(): in key-parallel mode NULL, since a handler's SQL
- * cannot run on a transaction that other events share concurrently. In
- * inline mode the group transaction's connection, inside a SAVEPOINT taken
- * at the first call, so that RETRY and FAIL roll the event's SQL back as
- * they discard its kv writes (kl__child_end()).
+ * kl_txn_pg_conn(): in key-parallel mode NULL (kl_err_detail() says why),
+ * since a handler's SQL cannot run on a transaction that other events
+ * share concurrently. In inline mode the group transaction's connection,
+ * inside a savepoint (kl__store_savepoint()) taken at the first call, so
+ * that RETRY and FAIL roll the event's SQL back as they discard its kv
+ * writes (kl__child_end()).
  *
  * Caveats: a child is used by one thread, one event after another; the
  * overlay only under @p mu.
  */
-#ifndef KEYLANE_WORKER_TXN_CHILD_H
-#define KEYLANE_WORKER_TXN_CHILD_H
+#ifndef KEYLANE_STORE_CHILD_H
+#define KEYLANE_STORE_CHILD_H
 
 #include <pthread.h>
 
 #include "keylane/store.h"
-#include "worker/lanes_internal.h"
 #include "store/backend.h"
+#include "store/ov.h"
 #include "store/txn_buffer.h"
 
 typedef struct kl__child {
@@ -46,9 +48,9 @@ typedef struct kl__child {
   uint64_t duplicates;
   unsigned char *rbuf; /* a copy of the last value read from the overlay */
   size_t rcap;
-  int sql;       /* inline mode: lend snap's PostgreSQL connection */
-  void *pg;      /* the PGconn lent, once asked for */
-  int savepoint; /* SAVEPOINT taken on pg */
+  int sql;            /* inline mode: lend snap's SQL connection */
+  struct pg_conn *pg; /* the PGconn lent, once asked for */
+  int savepoint;      /* kl__store_savepoint() taken on snap */
 } kl__child_t;
 
 /** Makes an empty child, once per executor; kl__child_destroy() frees it. */
@@ -65,8 +67,9 @@ void kl__child_begin(kl__child_t *child, kl_txn_t *snap, pthread_mutex_t *mu,
 
 /**
  * Ends the event's SQL, if it ran any: RELEASE its savepoint when @p ok,
- * else ROLLBACK TO it. @returns KL_OK, or KL_ESTORE_BUSY when that failed
- * (the group transaction is then unusable: its commit fails).
+ * else ROLLBACK TO it. @returns KL_OK, or a store error when that failed
+ * (KL_ESTORE_BUSY when no savepoint was taken; the group transaction is
+ * then unusable: its commit fails).
  */
 kl_err_t kl__child_end(kl__child_t *child, int ok);
 
@@ -86,7 +89,7 @@ int kl__child_seen_elsewhere(const kl__child_t *child, const kl__overlay_t *ov);
  *          caller rewinds the lane). @remark mu held.
  */
 kl_err_t kl__child_merge(kl__child_t *child, kl__overlay_t *ov,
-                         kl__lkey_t *writer);
+                         kl__ov_writer_t *writer);
 
 /**
  * Inline mode: moves the child's writes into its base, the lane's group
