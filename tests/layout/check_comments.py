@@ -26,6 +26,7 @@ OTHERS = {
     "rdkafka_mock_cgrp.c": "librdkafka",
     "kafka-run-class.sh": "Apache Kafka",
     "app.py": "a user's handler, in the Python client's example",
+    "libpq-fe.h": "libpq",
 }
 
 
