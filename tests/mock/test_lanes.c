@@ -26,6 +26,7 @@
 #include "keylane/producer.h"
 #include "support/cluster.h"
 #include "support/kafka_read.h"
+#include "store/store_internal.h"
 #include "support/support.h"
 #include "worker/lanes_internal.h"
 #include "worker/worker_internal.h"
@@ -106,9 +107,9 @@ static int t_reused_fails(t_fx_t *fx, const kl_event_t *event, kl_txn_t *txn) {
   fx->reused_started = 1;
   kl_mark_t mark = KL_MARK_NONE;
   for (int t = 0; t < 10000 && mark != KL_MARK_APPLIED; t++) {
-    assert_int_equal(kl_txn_seen_key(txn, fx->reused_applies,
-                                     strlen(fx->reused_applies), fx->reused_id,
-                                     len, &mark),
+    assert_int_equal(kl_txn_seen(txn, fx->reused_applies,
+                                 strlen(fx->reused_applies), fx->reused_id, len,
+                                 &mark),
                      KL_OK);
     if (mark != KL_MARK_APPLIED)
       kl_t_sleep_ms(1);
@@ -617,13 +618,11 @@ static void test_reused_id_dead_letter_keeps_applied(void **state) {
   assert_int_equal(kl_store_begin(fx.store, fx.topic, 0, st.epoch, &txn),
                    KL_OK);
   kl_mark_t mark;
-  assert_int_equal(kl_txn_seen_key(txn, "k-0000", 6, "reused-1", 8, &mark),
-                   KL_OK);
+  assert_int_equal(kl_txn_seen(txn, "k-0000", 6, "reused-1", 8, &mark), KL_OK);
   assert_int_equal(mark, KL_MARK_APPLIED);
-  assert_int_equal(kl_txn_seen_key(txn, "k-0001", 6, "reused-1", 8, &mark),
-                   KL_OK);
+  assert_int_equal(kl_txn_seen(txn, "k-0001", 6, "reused-1", 8, &mark), KL_OK);
   assert_int_equal(mark, KL_MARK_DEAD_LETTER);
-  assert_int_equal(kl_txn_seen(txn, "reused-1", 8, &mark), KL_OK);
+  assert_int_equal(kl__txn_seen_sid(txn, "reused-1", 8, &mark), KL_OK);
   assert_int_equal(mark, KL_MARK_NONE);
   kl_store_abort(txn);
   t_fx_down(&fx);

@@ -41,7 +41,7 @@
  *    the records before it, waits a backoff of simulated time, and after
  *    3 runs dead-letters the record; after FAIL it dead-letters it: the
  *    letter is appended to the dead-letter array (the owner may die right
- *    there, 8%), then KL_MARK_DEAD_LETTER (kl_txn_mark_key()) and the
+ *    there, 8%), then KL_MARK_DEAD_LETTER (kl_txn_mark()) and the
  *    watermark past it are committed, as `keylane replay` records one.
  *  - acquire (500): an owner takes a partition with kl_store_acquire(), a
  *    rebalance; the previous owner is not told: a zombie until fenced.

@@ -477,8 +477,8 @@ static void check_marks(kl_store_t *store, const sim_view_t *v,
       for (size_t i = 0; key->part == p && i < key->n; i++) {
         const sim_event_t *ev = &W->events[key->events[i]];
         kl_mark_t mark;
-        if (kl_txn_seen_key(txn, key->name, key->name_len, ev->id, ev->id_len,
-                            &mark))
+        if (kl_txn_seen(txn, key->name, key->name_len, ev->id, ev->id_len,
+                        &mark))
           sim_fail("store-error", "%s: %s", who, kl_err_detail());
         else
           sim_view_check_mark(v, key->events[i], mark, who);

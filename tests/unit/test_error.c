@@ -85,8 +85,12 @@ static void test_store_calls_clear(void **state) {
   KL_T_CLEARS(kl_txn_get(txn, "a", 1, &val, &val_len));
   KL_T_CLEARS(kl_txn_del(txn, "a", 1));
   kl_mark_t mark;
-  KL_T_CLEARS(kl_txn_seen(txn, "id-1", 4, &mark));
-  KL_T_CLEARS(kl_txn_mark(txn, "id-1", 4, KL_MARK_APPLIED));
+  KL_T_CLEARS(kl_txn_seen(txn, "k", 1, "id-1", 4, &mark));
+  KL_T_CLEARS(kl_txn_mark(txn, "k", 1, "id-1", 4, KL_MARK_APPLIED));
+  const void *keys[] = {"k"};
+  const char *id_list[] = {"id-1"};
+  size_t key_lens[] = {1}, id_lens[] = {4};
+  KL_T_CLEARS(kl_txn_prefetch(txn, keys, key_lens, id_list, id_lens, 1));
   KL_T_CLEARS(kl_store_commit(txn, 1));
   size_t removed = 0;
   KL_T_CLEARS(kl_store_sweep(store, 10, &removed));
