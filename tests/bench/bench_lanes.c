@@ -162,7 +162,7 @@ static void kl_bl_run(kl_bl_run_t *run, int64_t events) {
   while (st.applied < (uint64_t)events && kl_bl_mono_ns() < deadline) {
     struct timespec tick = {0, 200000};
     nanosleep(&tick, NULL);
-    kl_worker_stats(w.worker, &st);
+    kl_worker_stats(w.worker, &st, sizeof(st));
   }
   int64_t end = kl_bl_mono_ns();
   run->elapsed_s = (double)(end - h.first_ns) / 1e9;

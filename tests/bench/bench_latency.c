@@ -262,7 +262,7 @@ static int kl_bl_wait_owned(kl_worker_t *worker, int32_t partitions) {
   if (!worker)
     return 0;
   for (double t0 = kl_bench_now(); kl_bench_now() - t0 < 120;) {
-    kl_worker_stats(worker, &st);
+    kl_worker_stats(worker, &st, sizeof(st));
     if (st.owned == partitions)
       return 0;
     kl_t_sleep_ms(10);
@@ -283,7 +283,7 @@ static void kl_bl_read(const kl_bl_worker_t *w, kl_bl_result_t *r) {
     metrics = kl_bench_bare_metrics(w->bare);
   } else {
     kl_worker_stats_t st;
-    kl_worker_stats(w->worker, &st);
+    kl_worker_stats(w->worker, &st, sizeof(st));
     r->applied = st.applied;
     metrics = kl__worker_metrics(w->worker);
   }

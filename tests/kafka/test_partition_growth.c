@@ -107,7 +107,7 @@ static void test_growth_is_refused(void **state) {
   kl_t_http_resp_free(&r);
   kl_worker_stats_t st;
   for (int i = 0; i < 300; i++) {
-    kl_worker_stats(w->worker, &st);
+    kl_worker_stats(w->worker, &st, sizeof(st));
     if (st.applied == 2 && kl_health(mport) == 200)
       break;
     kl_t_sleep_ms(100);
@@ -148,7 +148,7 @@ static void test_growth_is_refused(void **state) {
   for (int i = 0; i < 300 && kl_health(mport) != 503; i++)
     kl_t_sleep_ms(100);
   assert_int_equal(kl_health(mport), 503);
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.partitions_expected, KL_PARTS);
   assert_int_equal(st.partitions_live, KL_GROWN);
   assert_int_equal(kl_t_http_once(mport, "GET", "/metrics", NULL, NULL, &r), 0);
@@ -159,7 +159,7 @@ static void test_growth_is_refused(void **state) {
   uint64_t applied = st.applied;
   assert_int_equal(kl_t_produce_raw(boot, topic, 0, "k", "x", 1, NULL), 0);
   kl_t_sleep_ms(1000); /* nothing to await: the absence of an effect */
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.applied, applied);
   assert_int_equal(st.dead_letters, 0);
 

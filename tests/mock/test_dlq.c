@@ -132,7 +132,7 @@ static void test_refused_letter_holds_its_partition(void **state) {
   kl_store_partition(store, topic, 0, &st);
   assert_int_equal(st.watermark, 0); /* waiting at the big record */
   kl_worker_stats_t ws;
-  kl_worker_stats(w->worker, &ws);
+  kl_worker_stats(w->worker, &ws, sizeof(ws));
   assert_int_equal(ws.dead_letters, 0);
   kl__metrics_server_stop(server);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
@@ -146,7 +146,7 @@ static void test_refused_letter_holds_its_partition(void **state) {
     kl_store_partition(store, topic, 0, &st);
   }
   assert_int_equal(st.watermark, 2); /* past both records */
-  kl_worker_stats(w->worker, &ws);
+  kl_worker_stats(w->worker, &ws, sizeof(ws));
   assert_int_equal(ws.dead_letters, 2);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
 

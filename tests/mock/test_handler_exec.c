@@ -687,7 +687,7 @@ static void kl_worker_case(const kl_case_t *c) {
   pthread_create(&thread, NULL, kl_run, worker);
   kl_worker_stats_t st;
   for (int i = 0; i < 400; i++) {
-    kl_worker_stats(worker, &st);
+    kl_worker_stats(worker, &st, sizeof(st));
     if (st.applied + st.failed >= (uint64_t)c->events &&
         (!c->dead || st.dead_letters >= (uint64_t)c->dead))
       break;
@@ -696,7 +696,7 @@ static void kl_worker_case(const kl_case_t *c) {
   kl_t_sleep_ms(300); /* the last batch commits */
   kl_worker_stop(worker);
   pthread_join(thread, NULL);
-  kl_worker_stats(worker, &st);
+  kl_worker_stats(worker, &st, sizeof(st));
   assert_int_equal(st.applied, c->events - c->dead);
   assert_int_equal(st.failed, c->dead);
   assert_int_equal(st.duplicates, 0);
@@ -777,14 +777,14 @@ static kl_worker_stats_t kl_fence_run(const char *bootstrap, const char *topic,
   pthread_create(&thread, NULL, kl_run, worker);
   kl_worker_stats_t st;
   for (int i = 0; i < 600; i++) {
-    kl_worker_stats(worker, &st);
+    kl_worker_stats(worker, &st, sizeof(st));
     if (st.applied + st.dead_letters >= (uint64_t)events)
       break;
     kl_t_sleep_ms(100);
   }
   kl_worker_stop(worker);
   pthread_join(thread, NULL);
-  kl_worker_stats(worker, &st);
+  kl_worker_stats(worker, &st, sizeof(st));
   kl_worker_destroy(worker);
   kl__exec_destroy(exec);
   return st;

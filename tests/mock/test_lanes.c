@@ -372,11 +372,11 @@ static void test_failing_keys_wait_alone(void **state) {
   assert_int_equal(failing, 10);
   assert_int_equal(t_keys_at(&t, 1, 1), 0);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_true(st.waiting_keys > 0 && st.waiting_keys <= (uint64_t)failing);
   assert_true(fx.max_running > 1); /* keys really ran concurrently */
   assert_true(t_wait(&fx, t_all_done, 30000) >= 0);
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.dead_letters, 0);
   t_worker_stop(w);
   for (int k = 0; k < KEYS; k++)
@@ -405,7 +405,7 @@ static void test_restart_in_retries_applies_nothing_twice(void **state) {
   t_worker_t *b = t_worker_start(&fx, fast);
   assert_true(t_wait(&fx, t_all_done, 40000) >= 0);
   kl_worker_stats_t st;
-  kl_worker_stats(b->worker, &st);
+  kl_worker_stats(b->worker, &st, sizeof(st));
   /* B consumed the completed events again and skipped them by their ids. */
   assert_true(st.duplicates > 0);
   kl_t_sleep_ms(300);
@@ -461,7 +461,7 @@ static void test_store_error_holds_later_commits(void **state) {
   assert_true(t_wait(&fx, t_all_done, 40000) >= 0);
   kl_t_sleep_ms(300);
   kl_worker_stats_t st;
-  kl_worker_stats(b->worker, &st);
+  kl_worker_stats(b->worker, &st, sizeof(st));
   assert_int_equal(st.duplicates, 0);
   t_worker_stop(b);
   t_assert_exactly_once(&fx, 1);
@@ -572,7 +572,7 @@ static void test_max_attempts_dead_letters_once(void **state) {
     assert_int_equal(fx.attempts[k], t_failing(k) ? 2 : 0);
   }
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.dead_letters, (uint64_t)failing);
   assert_int_equal(st.failed, (uint64_t)failing);
   t_worker_stop(w);
@@ -602,7 +602,7 @@ static void test_reused_id_dead_letter_keeps_applied(void **state) {
   t_worker_t *w = t_worker_start(&fx, conf);
   assert_true(t_wait(&fx, t_reused_settled, 30000) >= 0);
   kl_worker_stats_t ws;
-  kl_worker_stats(w->worker, &ws);
+  kl_worker_stats(w->worker, &ws, sizeof(ws));
   assert_int_equal(ws.dead_letters, 1); /* the letter was sent */
   t_worker_stop(w);
 
@@ -678,7 +678,7 @@ static void test_malformed_record_is_dead_lettered(void **state) {
   assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &st), KL_OK);
   assert_int_equal(st.watermark, KEYS * PER_KEY + 1); /* it went on past it */
   kl_worker_stats_t ws;
-  kl_worker_stats(w->worker, &ws);
+  kl_worker_stats(w->worker, &ws, sizeof(ws));
   assert_int_equal(ws.dead_letters, 1);
   assert_int_equal(ws.failed, 0);
   t_worker_stop(w);
@@ -701,7 +701,7 @@ static void test_window_bound_pauses_and_resumes(void **state) {
   int paused = 0, resumed = 0;
   for (int t = 0; t < 40000 && !t_all_done(&fx); t += 10) {
     kl_worker_stats_t st;
-    kl_worker_stats(w->worker, &st);
+    kl_worker_stats(w->worker, &st, sizeof(st));
     most = st.window_events > most ? st.window_events : most;
     paused |= st.paused > 0;
     resumed |= paused && st.paused == 0;
@@ -729,7 +729,7 @@ static void test_waiting_bound_pauses_and_resumes(void **state) {
   int paused = 0;
   for (int t = 0; t < 40000 && !t_all_done(&fx); t += 10) {
     kl_worker_stats_t st;
-    kl_worker_stats(w->worker, &st);
+    kl_worker_stats(w->worker, &st, sizeof(st));
     paused |= st.paused > 0 && st.waiting_keys >= 4;
     kl_t_sleep_ms(10);
   }
@@ -737,7 +737,7 @@ static void test_waiting_bound_pauses_and_resumes(void **state) {
   assert_true(paused);
   kl_t_sleep_ms(100);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.paused, 0);
   assert_int_equal(st.waiting_keys, 0);
   t_worker_stop(w);

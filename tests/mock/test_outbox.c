@@ -234,7 +234,7 @@ static void kl_published_once(const char *concurrency) {
                     !kl_t_outbox_held(fx.store, fx.topic, fx.partitions));
        i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(kl_watermarks(&fx), N);
   assert_int_equal(st.outbox_published, N);
@@ -324,7 +324,7 @@ static void test_fenced_follow_ups_never_published(void **state) {
   kl_worker_stats_t st = {0};
   for (int i = 0; i < 400 && !st.fenced; i++) {
     kl_t_sleep_ms(25);
-    kl_worker_stats(a.worker, &st);
+    kl_worker_stats(a.worker, &st, sizeof(st));
   }
   assert_true(st.fenced >= 1);
   assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions),
@@ -338,7 +338,7 @@ static void test_fenced_follow_ups_never_published(void **state) {
   for (int i = 0;
        i < 600 && !(kl_watermarks(&fx) == 5 && st.outbox_published == 5); i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(b.worker, &st);
+    kl_worker_stats(b.worker, &st, sizeof(st));
   }
   assert_int_equal(st.outbox_published, 5);
   kl_halt(&b);
@@ -395,7 +395,7 @@ static void test_next_owner_publishes_leftovers(void **state) {
   kl_worker_stats_t st = {0};
   for (int i = 0; i < 600 && !(st.outbox_published == 2); i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(st.outbox_published, 2);
   assert_int_equal(kl_watermarks(&fx), 0);
@@ -403,7 +403,7 @@ static void test_next_owner_publishes_leftovers(void **state) {
   for (int i = 0;
        i < 600 && !(kl_watermarks(&fx) == 3 && st.outbox_published == 5); i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(st.outbox_published, 5);
   kl_halt(&r);
@@ -462,7 +462,7 @@ static void test_exec_answer_emits(void **state) {
   kl_worker_stats_t st = {0};
   for (int i = 0; i < 600 && st.outbox_published < 5; i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(st.outbox_published, 5);
   kl_halt(&r);
@@ -496,7 +496,7 @@ static void test_exec_bad_emit_is_a_dead_letter(void **state) {
   kl_worker_stats_t st = {0};
   for (int i = 0; i < 600 && st.dead_letters < 3; i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(st.dead_letters, 3);
   assert_int_equal(st.applied, 0);
@@ -539,7 +539,7 @@ static void test_bound_pauses_until_published(void **state) {
   for (int i = 0; i < 600 && !(st.paused == 1 && kl_watermarks(&fx) == 3);
        i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   /* Held at the bound, unpublished: the partition takes nothing more, and
    * the outbox's stall grows (/healthz fails past worker.outbox.stall.ms). */
@@ -550,7 +550,7 @@ static void test_bound_pauses_until_published(void **state) {
   kl_publish_n(&fx, 3, 3);
   kl_t_sleep_ms(1500);
   assert_int_equal(kl_watermarks(&fx), 3);
-  kl_worker_stats(r.worker, &st);
+  kl_worker_stats(r.worker, &st, sizeof(st));
   assert_true(st.outbox_stalled_ms >= 1400);
   kl_halt(&r);
   assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 3);
@@ -564,7 +564,7 @@ static void test_bound_pauses_until_published(void **state) {
                     st.paused == 0 && st.outbox_stalled_ms == 0);
        i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(st.outbox_published, 6);
   assert_int_equal(st.paused, 0);
@@ -814,7 +814,7 @@ static void kl_emit_over_a_limit(const char *name, const char *max, size_t size,
                                st.dead_letters == 1 && kl_watermarks(&fx) == 4);
        i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(st.outbox_published, 3);
   assert_int_equal(st.dead_letters, 1);
@@ -924,7 +924,7 @@ static void test_refused_follow_up_is_kept(void **state) {
                                st.outbox_kept == 1 && st.outbox_pending == 1);
        i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(st.outbox_published, 2);
   assert_int_equal(st.outbox_kept, 1);
@@ -960,7 +960,7 @@ static void test_refused_follow_up_is_kept(void **state) {
   for (int i = 0; i < 600 && !(st.outbox_kept == 0 && st.outbox_pending == 0);
        i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(st.outbox_kept, 0); /* forgotten at its next try */
   assert_int_equal(st.outbox_pending, 0);

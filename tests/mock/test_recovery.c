@@ -136,7 +136,7 @@ static void t_assert_worker_resumes(t_fx_t *fx, kl_t_worker_t *w) {
   assert_int_equal(kl__ledger_gen_wait(fx->gen, fx->store, fx->topic, 0, 30000),
                    0);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.owned, fx->partitions);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   kl_t_ledger_fx_assert_verified(fx);
@@ -204,7 +204,7 @@ static void t_slow_replay_beside_a_live_worker(const char *store_uri) {
   kl__replay_destroy(r);
   kl_conf_destroy(conf);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.fenced, 2);
   t_assert_worker_resumes(&fx, w);
   for (int32_t p = 0; p < 2; p++)
@@ -384,7 +384,7 @@ static void test_redrive_of_failing_letters_beside_a_live_worker(void **s) {
   kl__redrive_destroy(r);
   kl_conf_destroy(conf);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.fenced, 1);
   t_assert_worker_resumes(&fx, w);
   assert_int_equal(t_epoch(&fx, 0), 3); /* worker, redrive, the retake */

@@ -86,7 +86,7 @@ typedef int(kl_cond_fn)(const kl_worker_stats_t *st);
 static void kl_await(kl_t_worker_t *w, kl_cond_fn *cond,
                      kl_worker_stats_t *st) {
   for (int i = 0; i < 300; i++) {
-    kl_worker_stats(w->worker, st);
+    kl_worker_stats(w->worker, st, sizeof(*st));
     if (cond(st))
       return;
     kl_t_sleep_ms(100);

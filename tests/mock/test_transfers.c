@@ -297,7 +297,7 @@ static void test_bad_transfers_are_dead_letters(void **state) {
   kl_worker_stats_t st = {0};
   for (int i = 0; i < 600 && !(st.dead_letters == 2 && st.applied == 3); i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(w->worker, &st);
+    kl_worker_stats(w->worker, &st, sizeof(st));
   }
   assert_int_equal(st.dead_letters, 2);
   assert_int_equal(st.applied, 3); /* the credit, the transfer, its credit */

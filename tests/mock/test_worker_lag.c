@@ -100,7 +100,7 @@ static void kl_fixture_start(kl_fixture_t *f) {
   kl_worker_stats_t st = {0};
   for (int i = 0; i < 600 && st.waiting_keys != 1; i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(f->tw->worker, &st);
+    kl_worker_stats(f->tw->worker, &st, sizeof(st));
   }
   assert_int_equal(st.waiting_keys, 1);
 }

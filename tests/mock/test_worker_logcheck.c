@@ -172,7 +172,7 @@ static void test_store_outlives_its_topic(void **state) {
   assert_int_equal(s.check.low, 0);
   assert_int_equal(s.check.high, 10);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.applied, 0);
   assert_int_equal(st.redelivered, 0);
   char text[512];
@@ -201,7 +201,7 @@ static void test_store_outlives_its_topic(void **state) {
   assert_int_equal(system(cmd), 0);
   kl_wait_stop(w, 0);
   kl_wait_watermark(fx.store, fx.topic, 10);
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.applied, 10);
   assert_int_equal(st.redelivered, 0);
   kl_assert_get(port, "/healthz", 200, "ok");
@@ -248,7 +248,7 @@ static void test_store_outlives_a_longer_topic(void **state) {
   assert_int_equal(s.check.verdict, KL__LOG_REPLACED);
   assert_int_equal(s.check.watermark, old.watermark);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.applied, 0);
   char text[512];
   snprintf(text, sizeof(text),
@@ -282,7 +282,7 @@ static void test_store_outlives_a_longer_topic(void **state) {
   assert_int_equal(system(cmd), 0);
   kl_wait_stop(w, 0);
   kl_wait_watermark(fx.store, fx.topic, 60);
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.applied, 60); /* none taken for one already applied */
   kl__metrics_server_stop(server);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
@@ -365,7 +365,7 @@ static void test_lag_past_retention(void **state) {
   assert_int_equal(s.check.watermark, 22);
   assert_int_equal(s.check.lost, low - 22);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.applied, 0);
   assert_int_equal(st.redelivered, 0);
   int port;
@@ -393,7 +393,7 @@ static void test_lag_past_retention(void **state) {
   s = kl_stop_of(w);
   assert_int_equal(s.stopped, 0);
   assert_int_equal(s.gap_records, (uint64_t)(low - 22));
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.applied, (uint64_t)(high - low));
   assert_int_equal(st.redelivered, 0);
   kl_assert_get(port, "/healthz", 200, "ok");

@@ -161,7 +161,7 @@ static void test_partitions_begin_ahead_on_pg(void **state) {
   kl_t_ledger_fx_assert_applied_once(&fx, w, 1000, 100, 60000);
   uint64_t ahead = kl__worker_ahead(w->worker);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   if (ahead < st.batches / 4 || ahead > st.batches)
     fail_msg("%llu of %llu batches begun ahead", (unsigned long long)ahead,
              (unsigned long long)st.batches);

@@ -50,7 +50,7 @@ static void kl_end_verified(kl_t_ledger_fx_t *fx, kl_t_worker_t *w,
                             uint64_t n) {
   assert_int_equal(kl_t_workers_applied(&w, 1, n, 5000), n);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.dead_letters, 0);
   assert_int_equal(st.fenced, 0);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
@@ -61,7 +61,7 @@ static void kl_end_verified(kl_t_ledger_fx_t *fx, kl_t_worker_t *w,
 
 static uint64_t kl_applied(kl_t_worker_t *w) {
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   return st.applied;
 }
 

@@ -128,7 +128,7 @@ uint64_t kl_t_workers_applied(kl_t_worker_t *const *tw, size_t n, uint64_t want,
     sum = 0;
     for (size_t i = 0; i < n; i++) {
       kl_worker_stats_t st;
-      kl_worker_stats(tw[i]->worker, &st);
+      kl_worker_stats(tw[i]->worker, &st, sizeof(st));
       sum += st.applied;
     }
     if (sum >= want || t >= ms)
