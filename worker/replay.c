@@ -263,7 +263,7 @@ static kl_err_t scratch_open(kl__replay_t *r) {
   }
   kl_conf_t *conf = kl_conf_new();
   kl_err_t err =
-      conf ? kl_conf_set(conf, "store.durability", "none", NULL, 0) : KL_ENOMEM;
+      conf ? kl_conf_set(conf, "store.durability", "none") : KL_ENOMEM;
   kl_store_t *store = NULL;
   if (!err)
     err = kl_store_open(r->scratch_dir, conf, &store);

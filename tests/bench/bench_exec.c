@@ -85,7 +85,7 @@ static kl_conf_t *kl_bx_conf(const char *boot, const char *group,
                          {"worker.exec.window", run->window},
                          {"store.durability", "none"}};
   for (size_t i = 0; conf && i < sizeof(kv) / sizeof(kv[0]); i++)
-    if (kl_conf_set(conf, kv[i][0], kv[i][1], NULL, 0)) {
+    if (kl_conf_set(conf, kv[i][0], kv[i][1])) {
       kl_conf_destroy(conf);
       return NULL;
     }

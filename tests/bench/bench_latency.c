@@ -131,9 +131,8 @@ static kl_err_t kl_bl_conf_sets(kl_conf_t *conf, const char *const *sets,
     if (!eq || (size_t)(eq - sets[i]) >= sizeof(key))
       return kl__err(KL_ECONF, "\"%s\": expected KEY=VALUE", sets[i]);
     snprintf(key, sizeof(key), "%.*s", (int)(eq - sets[i]), sets[i]);
-    char errstr[256];
-    if (kl_conf_set(conf, key, eq + 1, errstr, sizeof(errstr)))
-      return kl__err(KL_ECONF, "%s", errstr);
+    if (kl_conf_set(conf, key, eq + 1))
+      return kl__err(KL_ECONF, "%s", kl_err_detail());
   }
   return KL_OK;
 }
@@ -168,7 +167,7 @@ static kl_err_t kl_bl_worker_conf(const kl_bl_opts_t *o, const char *boot,
       {"worker.retention.check", "warn"}};
   kl_err_t err = (*conf = kl_conf_new()) ? KL_OK : KL_ENOMEM;
   for (size_t i = 0; !err && i < sizeof(kv) / sizeof(kv[0]); i++)
-    err = kl_conf_set(*conf, kv[i][0], kv[i][1], NULL, 0);
+    err = kl_conf_set(*conf, kv[i][0], kv[i][1]);
   return err ? err : kl_bl_conf_sets(*conf, o->worker_sets, o->nworker_sets);
 }
 
@@ -213,7 +212,7 @@ static kl_producer_t *kl_bl_producer(const kl_bl_opts_t *o, const char *boot,
                                      kl__ledger_gen_t *gen) {
   kl_conf_t *conf = kl_conf_new();
   kl_producer_t *producer = NULL;
-  if (kl_conf_set(conf, "kafka.bootstrap.servers", boot, NULL, 0) ||
+  if (kl_conf_set(conf, "kafka.bootstrap.servers", boot) ||
       kl_bl_conf_sets(conf, o->producer_sets, o->nproducer_sets) ||
       kl_producer_new(conf, kl__ledger_gen_on_delivery, gen, &producer))
     fprintf(stderr, "keylane-bench latency: producer: %s\n", kl_err_detail());

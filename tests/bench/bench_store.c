@@ -340,8 +340,8 @@ static kl_err_t kl_bench_lookups(kl_store_t *store, uint64_t epoch,
 static kl_err_t kl_bench_dedup(const char *dir, int full, kl_dedup_run_t *runs,
                                int *nruns) {
   kl_conf_t *conf = kl_conf_new();
-  kl_conf_set(conf, "store.durability", "none", NULL, 0);
-  kl_conf_set(conf, "store.map.size", "1G", NULL, 0);
+  kl_conf_set(conf, "store.durability", "none");
+  kl_conf_set(conf, "store.map.size", "1G");
   kl_store_t *store;
   kl_err_t err = kl_store_open(dir, conf, &store);
   kl_conf_destroy(conf);

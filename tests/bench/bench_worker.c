@@ -148,7 +148,7 @@ static kl_err_t kl_bw_store(kl_t_pg_t *pg, int round, char *where, size_t size,
   kl_conf_t *conf = kl_conf_new();
   char pool[16];
   snprintf(pool, sizeof(pool), "%d", (int)kl_bw_parts);
-  kl_conf_set(conf, "store.pg.pool", pool, NULL, 0);
+  kl_conf_set(conf, "store.pg.pool", pool);
   kl_err_t err = kl_store_open(where, conf, store);
   kl_conf_destroy(conf);
   return err;

@@ -42,10 +42,9 @@ static kl_event_t kl_event(const char *key) {
 
 static kl_producer_t *kl_producer(const char *boot) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", boot, NULL, 0),
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", boot), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "producer.partitions.check.ms", "200"),
                    KL_OK);
-  assert_int_equal(
-      kl_conf_set(conf, "producer.partitions.check.ms", "200", NULL, 0), KL_OK);
   kl_producer_t *producer;
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &producer), KL_OK);
   kl_conf_destroy(conf);

@@ -593,19 +593,16 @@ static kl_worker_t *kl_exec_worker(const char *bootstrap, const char *topic,
                                    const char *attempts,
                                    const char *concurrency) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0), KL_OK);
-  assert_int_equal(
-      kl_conf_set(conf, "worker.session.timeout.ms", "3000", NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.retry.initial.ms", "10", NULL, 0),
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap),
                    KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.max.attempts", attempts, NULL, 0),
+  assert_int_equal(kl_conf_set(conf, "worker.session.timeout.ms", "3000"),
                    KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.retry.initial.ms", "10"), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.max.attempts", attempts), KL_OK);
   if (concurrency) {
-    assert_int_equal(
-        kl_conf_set(conf, "worker.concurrency", concurrency, NULL, 0), KL_OK);
-    assert_int_equal(kl_conf_set(conf, "worker.exec.window", "4", NULL, 0),
+    assert_int_equal(kl_conf_set(conf, "worker.concurrency", concurrency),
                      KL_OK);
+    assert_int_equal(kl_conf_set(conf, "worker.exec.window", "4"), KL_OK);
     assert_int_equal(kl__exec_configure(exec, conf), KL_OK);
   }
   kl_worker_t *worker;
@@ -853,9 +850,9 @@ static void test_fence_example_accepts_a_new_store(void **state) {
   assert_int_equal(st.applied, 40);
   assert_int_equal(st.dead_letters, 0);
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
-                               kl_t_bootstrap(cluster), NULL, 0),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", kl_t_bootstrap(cluster)),
+      KL_OK);
   kl__check_t check; /* keylane doctor's view */
   kl__check_epochs(store, conf, "keylane", topic, 2, 10000, &check);
   assert_int_equal(check.status, KL__CHECK_OK);

@@ -172,7 +172,7 @@ static void t_fx_up(t_fx_t *fx, const char *topic, int partitions) {
   fx->readers = kl_t_group(fx->cluster, "dlq-reader");
   assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
   kl_conf_t *conf = kl_conf_new();
-  kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0);
+  kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot);
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &fx->producer), KL_OK);
   kl_conf_destroy(conf);
 }
@@ -236,14 +236,14 @@ static void *t_worker_main(void *opaque) {
 static t_worker_t *t_worker_start_faulty(t_fx_t *fx, const char *const *extra,
                                          kl__run_fault_fn *fault) {
   kl_conf_t *conf = kl_conf_new();
-  kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0);
-  kl_conf_set(conf, "worker.group", fx->group, NULL, 0);
-  kl_conf_set(conf, "worker.session.timeout.ms", "6000", NULL, 0);
+  kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot);
+  kl_conf_set(conf, "worker.group", fx->group);
+  kl_conf_set(conf, "worker.session.timeout.ms", "6000");
   for (size_t i = 0; extra && extra[i]; i++) {
     char key[128];
     const char *eq = strchr(extra[i], '=');
     snprintf(key, sizeof(key), "%.*s", (int)(eq - extra[i]), extra[i]);
-    assert_int_equal(kl_conf_set(conf, key, eq + 1, NULL, 0), KL_OK);
+    assert_int_equal(kl_conf_set(conf, key, eq + 1), KL_OK);
   }
   t_worker_t *w = calloc(1, sizeof(*w));
   assert_int_equal(

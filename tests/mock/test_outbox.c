@@ -82,16 +82,13 @@ static void kl_fx_down(kl_fx_t *fx) {
 static kl_worker_t *kl_worker(kl_fx_t *fx, const char *group, const char *who,
                               const char *concurrency) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
-                               kl_t_bootstrap(fx->cluster), NULL, 0),
-                   KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.group",
-                               kl_t_group(fx->cluster, group), NULL, 0),
-                   KL_OK);
   assert_int_equal(
-      kl_conf_set(conf, "worker.concurrency", concurrency, NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.fenced.retake.ms", "0", NULL, 0),
-                   KL_OK);
+      kl_conf_set(conf, "kafka.bootstrap.servers", kl_t_bootstrap(fx->cluster)),
+      KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "worker.group", kl_t_group(fx->cluster, group)), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.concurrency", concurrency), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.fenced.retake.ms", "0"), KL_OK);
   kl_worker_t *worker;
   assert_int_equal(kl_worker_new(conf, fx->topic, fx->store, kl_emit_handler,
                                  (void *)who, &worker),
@@ -131,9 +128,9 @@ static void kl_trace_of(int i, char out[56]) {
 
 static void kl_publish_n(kl_fx_t *fx, int from, int n) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
-                               kl_t_bootstrap(fx->cluster), NULL, 0),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", kl_t_bootstrap(fx->cluster)),
+      KL_OK);
   kl_producer_t *producer;
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &producer), KL_OK);
   kl_conf_destroy(conf);
@@ -429,14 +426,12 @@ static kl_worker_t *kl_exec_worker(kl_fx_t *fx, const char *answer,
   snprintf(cmd, sizeof(cmd), "while read -r l; do echo '%s'; done", answer);
   assert_int_equal(kl__exec_new(cmd, exec), KL_OK);
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
-                               kl_t_bootstrap(fx->cluster), NULL, 0),
-                   KL_OK);
   assert_int_equal(
-      kl_conf_set(conf, "worker.group", kl_t_group(fx->cluster, "x"), NULL, 0),
+      kl_conf_set(conf, "kafka.bootstrap.servers", kl_t_bootstrap(fx->cluster)),
       KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.max.attempts", "1", NULL, 0),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "worker.group", kl_t_group(fx->cluster, "x")), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.max.attempts", "1"), KL_OK);
   assert_int_equal(kl__exec_configure(*exec, conf), KL_OK);
   kl_worker_t *worker;
   assert_int_equal(kl_worker_new(conf, fx->topic, fx->store, kl__exec_handler,
@@ -519,7 +514,7 @@ static kl_worker_t *kl_bound_worker(kl_fx_t *fx, const char *expect) {
        * nothing of it can be published. */
       {"producer.expect.partitions", expect}};
   for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
-    assert_int_equal(kl_conf_set(conf, kv[i][0], kv[i][1], NULL, 0), KL_OK);
+    assert_int_equal(kl_conf_set(conf, kv[i][0], kv[i][1]), KL_OK);
   kl_worker_t *worker;
   assert_int_equal(kl_worker_new(conf, fx->topic, fx->store, kl_emit_handler,
                                  (void *)"W", &worker),
@@ -741,7 +736,7 @@ static kl_worker_t *kl_limited_worker(kl_fx_t *fx, const char *max,
       {"kafka.message.max.bytes", max}};
   for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
     if (kv[i][1])
-      assert_int_equal(kl_conf_set(*conf, kv[i][0], kv[i][1], NULL, 0), KL_OK);
+      assert_int_equal(kl_conf_set(*conf, kv[i][0], kv[i][1]), KL_OK);
   kl_worker_t *worker;
   assert_int_equal(
       kl_worker_new(*conf, fx->topic, fx->store, handler, opaque, &worker),

@@ -75,16 +75,16 @@ static kl_t_worker_t *t_worker_new(t_fx_t *fx, kl_handler_fn_t *handler,
                                      "worker.max.attempts=1000",
                                      NULL};
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.group", "g", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot),
+                   KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.group", "g"), KL_OK);
   for (int pass = 0; pass < 2; pass++) {
     const char *const *set = pass ? extra : base;
     for (size_t i = 0; set && set[i]; i++) {
       char key[128];
       const char *eq = strchr(set[i], '=');
       snprintf(key, sizeof(key), "%.*s", (int)(eq - set[i]), set[i]);
-      assert_int_equal(kl_conf_set(conf, key, eq + 1, NULL, 0), KL_OK);
+      assert_int_equal(kl_conf_set(conf, key, eq + 1), KL_OK);
     }
   }
   kl_t_worker_t *tw = calloc(1, sizeof(*tw));
@@ -163,10 +163,9 @@ static kl_handler_result_t t_slow_ledger(void *opaque, const kl_event_t *ev,
 static kl__replay_t *t_replay_run(const char *boot, const char *topic,
                                   kl_store_t *store, kl_conf_t **conf) {
   *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(*conf, "kafka.bootstrap.servers", boot, NULL, 0),
+  assert_int_equal(kl_conf_set(*conf, "kafka.bootstrap.servers", boot), KL_OK);
+  assert_int_equal(kl_conf_set(*conf, "worker.fenced.retake.ms", "3500"),
                    KL_OK);
-  assert_int_equal(
-      kl_conf_set(*conf, "worker.fenced.retake.ms", "3500", NULL, 0), KL_OK);
   kl__replay_opts_t opts = {.conf = *conf,
                             .topic = topic,
                             .store = store,
@@ -361,10 +360,9 @@ static void test_redrive_of_failing_letters_beside_a_live_worker(void **s) {
   for (int64_t offset = 0; offset < 4; offset++)
     t_letter(&fx, dlq, offset); /* below the watermark: redriven */
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
-  assert_int_equal(
-      kl_conf_set(conf, "worker.fenced.retake.ms", "3500", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot),
+                   KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.fenced.retake.ms", "3500"), KL_OK);
   kl__redrive_opts_t o = {.conf = conf,
                           .dlq_topic = dlq,
                           .topic = fx.topic,
@@ -480,16 +478,13 @@ static void test_slow_handlers_do_not_starve_the_poll_thread(void **state) {
 
 static kl_err_t t_worker_new_with(const char *handler_ms, const char *poll_ms) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1", NULL, 0),
-      KL_OK);
-  assert_int_equal(
-      kl_conf_set(conf, "worker.handler.timeout.ms", handler_ms, NULL, 0),
-      KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1"),
+                   KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.handler.timeout.ms", handler_ms),
+                   KL_OK);
   if (poll_ms)
-    assert_int_equal(
-        kl_conf_set(conf, "kafka.max.poll.interval.ms", poll_ms, NULL, 0),
-        KL_OK);
+    assert_int_equal(kl_conf_set(conf, "kafka.max.poll.interval.ms", poll_ms),
+                     KL_OK);
   char dir[64];
   kl_t_tmpdir(dir);
   kl_store_t *store;

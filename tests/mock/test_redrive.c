@@ -93,9 +93,8 @@ static void kl_fx_up_on(kl_fx_t *fx, int pg) {
   assert_int_equal(kl_store_open(pg ? fx->uri : fx->dir, NULL, &fx->store),
                    KL_OK);
   fx->conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(fx->conf, "kafka.bootstrap.servers", fx->boot, NULL, 0),
-      KL_OK);
+  assert_int_equal(kl_conf_set(fx->conf, "kafka.bootstrap.servers", fx->boot),
+                   KL_OK);
   kl_producer_t *producer = NULL;
   assert_int_equal(kl_producer_new(fx->conf, NULL, NULL, &producer), KL_OK);
   char key[16];

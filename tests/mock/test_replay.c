@@ -141,9 +141,8 @@ static void kl_rp_init(kl_rp_t *rp, kl_fx_t *fx, kl_store_t *store,
                        const char *from) {
   memset(rp, 0, sizeof(*rp));
   rp->conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(rp->conf, "kafka.bootstrap.servers", fx->boot, NULL, 0),
-      KL_OK);
+  assert_int_equal(kl_conf_set(rp->conf, "kafka.bootstrap.servers", fx->boot),
+                   KL_OK);
   rp->opts.conf = rp->conf;
   rp->opts.topic = fx->topic;
   rp->opts.store = store;
@@ -496,8 +495,8 @@ static void test_fenced_live_worker_takes_its_partitions_back(void **state) {
   const int32_t parts[2] = {0, 1};
   uint64_t epochs[2];
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot),
+                   KL_OK);
   assert_int_equal(
       kl__kafka_group_epochs(conf, "g", fx.topic, parts, 2, epochs, 10000),
       KL_OK);

@@ -133,8 +133,8 @@ static const char *kl_header(rd_kafka_message_t *m, const char *name, char *buf,
 
 static void kl_read_letters(kl_fx_t *fx, kl__letters_t *letters) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot),
+                   KL_OK);
   kl__pos_t from = {.kind = KL__POS_BEGINNING}, to = {.kind = KL__POS_END};
   memset(letters, 0, sizeof(*letters));
   assert_int_equal(
@@ -275,8 +275,8 @@ static void test_redrive_misrouted(void **state) {
   kl_await(w, kl_dlq_done, &st);
 
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot),
+                   KL_OK);
   kl__redrive_opts_t o = {.conf = conf,
                           .dlq_topic = KL_TOPIC ".dlq",
                           .store = fx->store,

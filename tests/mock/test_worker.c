@@ -215,7 +215,7 @@ static void test_refuses_retake_within_the_session(void **state) {
                                 {"worker.session.timeout.ms", "10000"},
                                 {"worker.fenced.retake.ms", "10000"}};
   for (size_t i = 0; i < 3; i++)
-    assert_int_equal(kl_conf_set(conf, set[i][0], set[i][1], NULL, 0), KL_OK);
+    assert_int_equal(kl_conf_set(conf, set[i][0], set[i][1]), KL_OK);
   kl_store_t *store;
   char dir[64];
   kl_t_tmpdir(dir);
@@ -227,7 +227,7 @@ static void test_refuses_retake_within_the_session(void **state) {
   assert_non_null(strstr(kl_err_detail(), "worker.fenced.retake.ms (10000) "
                                           "must exceed "
                                           "worker.session.timeout.ms (10000)"));
-  assert_int_equal(kl_conf_set(conf, "worker.fenced.retake.ms", "0", NULL, 0),
+  assert_int_equal(kl_conf_set(conf, "worker.fenced.retake.ms", "0"),
                    KL_OK); /* never: allowed */
   assert_int_equal(kl_worker_new(conf, "t", store, kl_ledger_handler, NULL, &w),
                    KL_OK);

@@ -263,8 +263,8 @@ static void test_store_outlives_a_longer_topic(void **state) {
   kl_assert_get(port, "/metrics", 200, text);
   /* doctor reads that record too */
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot),
+                   KL_OK);
   rd_kafka_t *rk;
   assert_int_equal(kl__kafka_reader_new(conf, "doctor", "earliest", &rk),
                    KL_OK);
@@ -344,8 +344,8 @@ static void test_lag_past_retention(void **state) {
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
 
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot),
+                   KL_OK);
   kl_producer_t *producer;
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &producer), KL_OK);
   kl_conf_destroy(conf);
@@ -557,11 +557,10 @@ static void test_store_reset_cli(void **state) {
  * would move it silently is refused, naming the fix. */
 static void test_refuses_silent_offset_reset(void **state) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1", NULL, 0),
-      KL_OK);
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.auto.offset.reset", "earliest", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1"),
+                   KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.auto.offset.reset", "earliest"),
+                   KL_OK);
   char dir[64];
   kl_t_tmpdir(dir);
   kl_store_t *store;

@@ -108,11 +108,10 @@ static kl_handler_result_t kl_slow_ledger(void *opaque, const kl_event_t *event,
  * group transaction at most. */
 static kl_t_worker_t *kl_slow_worker(kl_fx_t *fx, const char *batch_max) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.group", "g1", NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.batch.max", batch_max, NULL, 0),
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot),
                    KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.group", "g1"), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.batch.max", batch_max), KL_OK);
   kl_t_worker_t *w = calloc(1, sizeof(*w));
   assert_int_equal(kl_worker_new(conf, fx->topic, fx->store, kl_slow_ledger,
                                  NULL, &w->worker),

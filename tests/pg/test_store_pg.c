@@ -513,7 +513,7 @@ static void test_open_existing_creates_nothing(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "store.create", "no", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "store.create", "no"), KL_OK);
   kl_store_t *store = NULL;
   assert_int_equal(kl_store_open(st->fx.where, conf, &store), KL_ENOTFOUND);
   assert_null(store);

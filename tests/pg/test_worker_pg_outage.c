@@ -423,7 +423,7 @@ static void kl_small_pool(const char *topic, const char *concurrency) {
   kl_t_ledger_fx_t fx;
   kl_fx_up(&fx, topic, 8, 400);
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "store.pg.pool", "2", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "store.pg.pool", "2"), KL_OK);
   kl_store_t *store;
   assert_int_equal(kl_store_open(fx.where, conf, &store), KL_OK);
   kl_conf_destroy(conf);

@@ -610,13 +610,12 @@ static void name_keys(uint64_t seed) {
 
 static kl_conf_t *sim_conf(void) {
   kl_conf_t *conf = kl_conf_new();
-  char why[256];
   static const char *const kv[][2] = {{"store.durability", "none"},
                                       {"store.map.size", "64M"},
                                       {"store.pg.pool", "2"}};
   for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
-    if (kl_conf_set(conf, kv[i][0], kv[i][1], why, sizeof(why)))
-      fprintf(stderr, "keylane-sim: %s\n", why);
+    if (kl_conf_set(conf, kv[i][0], kv[i][1]))
+      fprintf(stderr, "keylane-sim: %s\n", kl_err_detail());
   return conf;
 }
 

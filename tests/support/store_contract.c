@@ -37,7 +37,7 @@ static kl_err_t kl_t_store_try_open_v(const char *where, kl_store_t **store,
   const char *key;
   while ((key = va_arg(ap, const char *)) != NULL) {
     const char *value = va_arg(ap, const char *);
-    if (kl_conf_set(conf, key, value, NULL, 0) != KL_OK) {
+    if (kl_conf_set(conf, key, value) != KL_OK) {
       kl_conf_destroy(conf);
       return KL_ECONF;
     }

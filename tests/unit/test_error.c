@@ -34,7 +34,7 @@ static void kl_t_fail_first(void) {
 static void test_event_and_conf_calls_clear(void **state) {
   (void)state;
   kl_conf_t *conf = kl_conf_new();
-  KL_T_CLEARS(kl_conf_set(conf, "kafka.acks", "all", NULL, 0));
+  KL_T_CLEARS(kl_conf_set(conf, "kafka.acks", "all"));
   kl_event_t ev = {.key = "k",
                    .key_len = 1,
                    .id = "id-1",

@@ -721,7 +721,7 @@ static void test_foreign_lmdb_is_refused(void **state) {
  * read one do). */
 static kl_err_t t_open_existing(const char *dir, kl_store_t **store) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "store.create", "no", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "store.create", "no"), KL_OK);
   kl_err_t err = kl_store_open(dir, conf, store);
   kl_conf_destroy(conf);
   return err;
