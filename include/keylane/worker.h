@@ -156,13 +156,6 @@ typedef kl_handler_result_t(kl_handler_fn_t)(void *opaque,
                                              kl_txn_t *txn, char *errbuf,
                                              size_t errbuf_size);
 
-/** The built-in ledger handler (see README: credit/debit with seq). */
-KL_EXPORT kl_handler_result_t kl_ledger_handler(void *opaque,
-                                                const kl_event_t *event,
-                                                const kl_fence_t *fence,
-                                                kl_txn_t *txn, char *errbuf,
-                                                size_t errbuf_size);
-
 typedef struct kl_worker kl_worker_t;
 
 /**

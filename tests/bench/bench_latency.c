@@ -48,6 +48,7 @@
 #include "support/support.h"
 #include "handlers/exec.h"
 #include "worker/worker_internal.h"
+#include "keylane/handlers.h"
 
 #define KL_BL_NAME "latency"
 #define KL_BL_SETS_MAX 32

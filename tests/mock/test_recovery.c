@@ -38,6 +38,7 @@
 #include "worker/redrive.h"
 #include "worker/replay.h"
 #include "worker/worker_internal.h"
+#include "keylane/handlers.h"
 
 typedef kl_t_ledger_fx_t t_fx_t;
 

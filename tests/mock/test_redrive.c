@@ -26,6 +26,7 @@
 #include "cli/ledger_gen.h"
 #include "worker/redrive.h"
 #include "store/store_internal.h"
+#include "keylane/handlers.h"
 
 #define KL_KEYS 10
 #define KL_REFUNDS 5 /* acct-0..4 get a refund, which the ledger refuses */

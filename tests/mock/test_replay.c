@@ -23,6 +23,7 @@
 #include "handlers/ledger.h"
 #include "worker/replay.h"
 #include "store/store_internal.h"
+#include "keylane/handlers.h"
 
 typedef kl_t_ledger_fx_t kl_fx_t;
 

@@ -27,6 +27,7 @@
 #include "worker/checks.h"
 #include "worker/letters.h"
 #include "worker/redrive.h"
+#include "keylane/handlers.h"
 
 #define KL_TOPIC "rt"
 #define KL_PARTS 4

@@ -20,6 +20,7 @@
 #include "worker/checks.h"
 #include "handlers/ledger.h"
 #include "worker/worker_internal.h"
+#include "keylane/handlers.h"
 
 typedef kl_t_ledger_fx_t kl_fx_t;
 

@@ -36,6 +36,7 @@
 #include "worker/checks_log.h"
 #include "cli/metrics_server.h"
 #include "worker/worker_internal.h"
+#include "keylane/handlers.h"
 
 typedef kl_t_ledger_fx_t kl_fx_t;
 

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 #include <libpq-fe.h>
 
+#include "keylane/handlers.h"
 #include "keylane/store.h"
 #include "keylane/worker.h"
 #include "support/pg_group.h"

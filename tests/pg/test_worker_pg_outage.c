@@ -30,6 +30,7 @@
 #include "store/cache.h"
 #include "store/store_internal.h"
 #include "worker/worker_internal.h"
+#include "keylane/handlers.h"
 
 static int t_db_seq;
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/strbuf.h"
+#include "keylane/handlers.h"
 #include "keylane/worker.h"
 #include "sim/sim.h"
 #include "store/outbox_rec.h"

@@ -17,6 +17,7 @@
 
 #include "handlers/ledger.h"
 #include "support/ledger_checks.h"
+#include "keylane/handlers.h"
 #include "keylane/worker.h"
 #include "store/store_internal.h"
 

@@ -8,6 +8,8 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "keylane/handlers.h"
+
 void kl_t_tmpdir(char *dir) {
   snprintf(dir, 64, "/tmp/keylane-test-XXXXXX");
   if (!mkdtemp(dir)) {

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 #include <librdkafka/rdkafka.h>
 
+#include "keylane/handlers.h"
 #include "keylane/store.h"
 #include "keylane/worker.h"
 #include "support/support.h"
