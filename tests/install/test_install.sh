@@ -16,7 +16,10 @@ passed=0 failed=0
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 lib=$(ls -d "$tmp"/prefix/lib*/ | head -n1)
 
-PKG_CONFIG_PATH="$lib/pkgconfig" cc -std=c11 -o "$tmp/pc" "$here/consumer.c" \
+# Strict: the public headers compile without a warning in a user's program,
+# and a call whose declaration is missing is an error, not an implicit one.
+PKG_CONFIG_PATH="$lib/pkgconfig" cc -std=c11 -Wall -Wextra -Werror \
+  -o "$tmp/pc" "$here/consumer.c" \
   $(PKG_CONFIG_PATH="$lib/pkgconfig" pkg-config --cflags --libs keylane)
 LD_LIBRARY_PATH="$lib" check pkg-config "$tmp/pc"
 
