@@ -382,23 +382,23 @@ static kl_err_t gw_producer(kl__gateway_t *gw, const kl_conf_t *conf) {
    * wait on the loop thread, so its wait is 0. */
   snprintf(v, sizeof(v), "%lld", (long long)gw->opts.max_inflight);
   if (!err)
-    err = kl_conf_set(own, "producer.inflight.max", v, NULL, 0);
+    err = kl_conf_set(own, "producer.inflight.max", v);
   if (!err)
-    err = kl_conf_set(own, "producer.enqueue.timeout.ms", "0", NULL, 0);
+    err = kl_conf_set(own, "producer.enqueue.timeout.ms", "0");
   snprintf(v, sizeof(v), "%d", gw->opts.produce_timeout_ms);
   if (!err && !kl_conf_get(own, "kafka.message.timeout.ms"))
-    err = kl_conf_set(own, "kafka.message.timeout.ms", v, NULL, 0);
+    err = kl_conf_set(own, "kafka.message.timeout.ms", v);
   /* Every request waits for its acknowledgement, so a linger is paid in
    * latency, and with requests in flight the loop thread is the limit; 2 ms
    * halves librdkafka's 5 ms wait and still batches across connections
    * (keylane-bench gateway: ~1.8x the events/s of 5 ms). */
   if (!err && !kl_conf_get(own, "kafka.linger.ms") &&
       !kl_conf_get(own, "kafka.queue.buffering.max.ms"))
-    err = kl_conf_set(own, "kafka.linger.ms", KL_GW_LINGER_MS, NULL, 0);
+    err = kl_conf_set(own, "kafka.linger.ms", KL_GW_LINGER_MS);
   /* A client naming a topic must not create it: junk names would become
    * topics, and fill --max-topics until a restart. */
   if (!err && !kl_conf_get(own, "kafka.allow.auto.create.topics"))
-    err = kl_conf_set(own, "kafka.allow.auto.create.topics", "false", NULL, 0);
+    err = kl_conf_set(own, "kafka.allow.auto.create.topics", "false");
   if (!err)
     err = kl_producer_new(own, kl__gw_on_delivery, gw, &gw->producer);
   kl_conf_destroy(own);

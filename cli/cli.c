@@ -41,9 +41,8 @@ int kl__cli_fail(const char *sub, const char *fmt, ...) {
 
 int kl__cli_conf_set(const char *sub, kl_conf_t *conf, const char *key,
                      const char *value) {
-  char errstr[512];
-  if (kl_conf_set(conf, key, value, errstr, sizeof(errstr)) != KL_OK) {
-    kl__cli_usage(sub, "%s", errstr);
+  if (kl_conf_set(conf, key, value) != KL_OK) {
+    kl__cli_usage(sub, "%s", kl_err_detail());
     return -1;
   }
   return 0;
@@ -93,8 +92,7 @@ int kl__cli_store_open(const char *sub, const char *location,
                        const kl_conf_t *conf, bool create, kl_store_t **store) {
   kl_conf_t *own = conf ? kl_conf_dup(conf) : kl_conf_new();
   kl_err_t err =
-      own ? kl_conf_set(own, "store.create", create ? "yes" : "no", NULL, 0)
-          : KL_ENOMEM;
+      own ? kl_conf_set(own, "store.create", create ? "yes" : "no") : KL_ENOMEM;
   if (!err)
     err = kl_store_open(location, own, store);
   kl_conf_destroy(own);

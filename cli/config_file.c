@@ -236,14 +236,13 @@ static int take_line(reader_t *r, char *line, kl_conf_t *conf,
     free(kl_store_uri);
     *store_uri = kl_store_uri = value;
   } else {
-    char errstr[512];
-    kl_err_t err = kl_conf_set(conf, key, value, errstr, sizeof(errstr));
+    kl_err_t err = kl_conf_set(conf, key, value);
     free(value);
-    if (err && kl__conf_is_secret(key)) /* errstr may hold the value */
+    if (err && kl__conf_is_secret(key)) /* the detail may hold the value */
       return line_fail(r, "%s: its value is refused (not shown: a secret)",
                        key);
     if (err)
-      return line_fail(r, "%s", errstr);
+      return line_fail(r, "%s", kl_err_detail());
   }
   snprintf(source, sizeof(source), "%s:%d%s", r->path, r->line, how);
   kl__config_note(key, source);

@@ -334,10 +334,9 @@ static int demo_run(kl_demo_t *demo, int json) {
   if (!err)
     err = kl_store_open(demo->dir, NULL, &store);
   if (!err)
-    err =
-        kl_conf_set(conf, "kafka.bootstrap.servers", demo->bootstrap, NULL, 0);
+    err = kl_conf_set(conf, "kafka.bootstrap.servers", demo->bootstrap);
   if (!err)
-    err = kl_conf_set(conf, "producer.expect.partitions", "8", NULL, 0);
+    err = kl_conf_set(conf, "producer.expect.partitions", "8");
   if (!err)
     err =
         kl_producer_new(conf, kl__ledger_gen_on_delivery, demo->gen, &producer);

@@ -396,7 +396,7 @@ kl_err_t kl__ledger_gen_read_follow_ups(kl__ledger_gen_t *gen,
   if (!err)
     err = kl_store_foreach_partition(store, gen_applied, &applied);
   if (!err)
-    err = kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0);
+    err = kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap);
   if (!err)
     err = kl__kafka_reader_new(conf, "keylane-ledger-verify", "earliest", &rk);
   if (!err)

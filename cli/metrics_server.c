@@ -284,7 +284,7 @@ static void ms_stalls(kl__metrics_server_t *server, kl__metrics_t *m) {
  * keeps across scrapes (kl__worker_metrics()). */
 static kl__metrics_t *ms_scrape(kl__metrics_server_t *server) {
   kl_worker_stats_t st;
-  kl_worker_stats(server->worker, &st);
+  kl_worker_stats(server->worker, &st, sizeof(st));
   kl__metrics_t *m = kl__metrics_new();
   if (!m)
     return NULL;
@@ -442,7 +442,7 @@ static int ms_commits_failing(kl__metrics_server_t *server, char *reason,
 /* @returns the HTTP status; @p reason receives the body. */
 static int ms_health(kl__metrics_server_t *server, char *reason, size_t size) {
   kl_worker_stats_t st;
-  kl_worker_stats(server->worker, &st);
+  kl_worker_stats(server->worker, &st, sizeof(st));
   char why[512];
   if (kl__worker_waiting(server->worker, why, sizeof(why))) {
     snprintf(reason, size, "unhealthy: %s\n", why);

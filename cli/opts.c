@@ -210,12 +210,11 @@ static int missing_value(const parser_t *p, const kl__opt_t *o) {
 
 static int opt_set_key(const parser_t *p, const kl__opt_t *o,
                        const char *value) {
-  char errstr[512];
   char source[96];
   snprintf(source, sizeof(source), "--%s", o->name);
-  if (kl_conf_set(p->conf, o->key, value, errstr, sizeof(errstr)) == KL_OK)
+  if (kl_conf_set(p->conf, o->key, value) == KL_OK)
     return kl__config_note(o->key, source), -1;
-  return kl__cli_usage(p->cmd->name, "--%s: %s", o->name, errstr);
+  return kl__cli_usage(p->cmd->name, "--%s: %s", o->name, kl_err_detail());
 }
 
 /* Checks @p text against @p o and stores it; -1 to go on, or the exit

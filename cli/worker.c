@@ -184,7 +184,7 @@ static int worker_main(kl_conf_t *conf, const worker_args_t *opts) {
       KL_LOG_W("worker", "%s; a stop is not bounded", kl_err_detail());
     err = kl_worker_run(worker);
     kl_worker_stats_t st;
-    kl_worker_stats(worker, &st);
+    kl_worker_stats(worker, &st, sizeof(st));
     KL_LOG_I("worker",
              "stopped: applied=%" PRIu64 " duplicates=%" PRIu64
              " redelivered=%" PRIu64 " batches=%" PRIu64 " fenced=%" PRIu64,

@@ -5,7 +5,6 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -341,20 +340,6 @@ bool kl__conf_enum_has(const char *values, const char *v) {
   return 0;
 }
 
-static kl_err_t conf_fail(char *errstr, size_t size, const char *fmt, ...)
-    KL__PRINTF(3, 4);
-
-static kl_err_t conf_fail(char *errstr, size_t size, const char *fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  if (errstr && size)
-    snprintf(errstr, size, "%s", buf);
-  return kl__err(KL_ECONF, "%s", buf);
-}
-
 static kl_err_t conf_set_kafka(kl_conf_t *conf, const char *name,
                                const char *value) {
   for (size_t i = 0; i < conf->kafka_cnt; i++)
@@ -396,39 +381,34 @@ bool kl__conf_is_secret(const char *name) {
          strncmp(name, "https.client.key.", 17) == 0;
 }
 
-kl_err_t kl_conf_set(kl_conf_t *conf, const char *key, const char *value,
-                     char *errstr, size_t errstr_size) {
+kl_err_t kl_conf_set(kl_conf_t *conf, const char *key, const char *value) {
   kl__err_clear();
   if (!conf || !key || !value)
     return kl__err(KL_EINVAL, "kl_conf_set: conf, key and value are required");
   if (strncmp(key, "kafka.", 6) == 0) {
     if (!key[6])
-      return conf_fail(errstr, errstr_size,
-                       "configuration key \"%s\" names no Kafka property: "
-                       "use kafka.<librdkafka property>",
-                       key);
+      return kl__err(KL_ECONF,
+                     "configuration key \"%s\" names no Kafka property: "
+                     "use kafka.<librdkafka property>",
+                     key);
     return conf_set_kafka(conf, key + 6, value);
   }
   size_t idx;
   const kl__conf_key_t *k = conf_key(key, &idx);
   if (!k) {
     const char *near = kl__conf_key_nearest(key);
-    return conf_fail(errstr, errstr_size,
-                     "unknown configuration key \"%s\"%s%s%s: `keylane "
-                     "config` lists the keys; librdkafka properties take "
-                     "the prefix kafka.",
-                     key, near ? " (did you mean " : "", near ? near : "",
-                     near ? "?)" : "");
+    return kl__err(KL_ECONF,
+                   "unknown configuration key \"%s\"%s%s%s: `keylane "
+                   "config` lists the keys; librdkafka properties take "
+                   "the prefix kafka.",
+                   key, near ? " (did you mean " : "", near ? near : "",
+                   near ? "?)" : "");
   }
   if (k->type == KL__CONF_ENUM && !kl__conf_enum_has(k->values, value))
-    return conf_fail(errstr, errstr_size, "%s=%s is not one of %s", key, value,
-                     k->values);
+    return kl__err(KL_ECONF, "%s=%s is not one of %s", key, value, k->values);
   int64_t num;
-  if (conf_is_num(k) && conf_parse_num(k, value, &num) != KL_OK) {
-    char detail[512];
-    snprintf(detail, sizeof(detail), "%s", kl_err_detail());
-    return conf_fail(errstr, errstr_size, "%s", detail);
-  }
+  if (conf_is_num(k) && conf_parse_num(k, value, &num) != KL_OK)
+    return kl__err(KL_ECONF, "%s", kl_err_detail());
   char *v = strdup(value);
   if (!v)
     return KL_ENOMEM;

@@ -9,7 +9,7 @@
  * the reference vectors; tests/mock/test_partitioner.c cross-checks
  * librdkafka's murmur2_random partitioner on 10,000 random keys.
  */
-#include "keylane/producer.h"
+#include "keylane/event.h"
 
 #define KL_MURMUR2_SEED 0x9747b28cu
 #define KL_MURMUR2_M 0x5bd1e995u

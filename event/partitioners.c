@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "keylane/producer.h"
+#include "keylane/event.h"
 
 /* zlib's CRC-32 (reflected 0xedb88320), librdkafka's rd_crc32. Bit by
  * bit: it runs for misrouted records, not on the hot path. */

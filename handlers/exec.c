@@ -361,9 +361,8 @@ kl_err_t kl__exec_configure(kl__exec_t *exec, kl_conf_t *conf) {
   int64_t threads = children * window;
   char value[24];
   snprintf(value, sizeof(value), "%" PRId64, threads > 1024 ? 1024 : threads);
-  char errstr[256];
-  if (kl_conf_set(conf, "worker.concurrency", value, errstr, sizeof(errstr)))
-    return kl__err(KL_ECONF, "exec handler: %s", errstr);
+  if (kl_conf_set(conf, "worker.concurrency", value))
+    return kl__err(KL_ECONF, "exec handler: %s", kl_err_detail());
   return KL_OK;
 }
 

@@ -7,6 +7,7 @@
 #include "common/internal.h"
 #include "handlers/exec.h"
 #include "handlers/inventory.h"
+#include "keylane/handlers.h"
 
 static kl_err_t handler_so(const char *spec, kl_handler_ref_t *ref) {
   char *path = strdup(spec);

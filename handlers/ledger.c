@@ -27,7 +27,7 @@
 #include "common/bytes.h"
 #include "common/internal.h"
 #include "common/strbuf.h"
-#include "keylane/worker.h"
+#include "keylane/handlers.h"
 #include "handlers/ledger.h"
 
 int kl__ledger_decode(const void *val, size_t len, kl_ledger_entry_t *entry) {

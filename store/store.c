@@ -283,49 +283,29 @@ kl_err_t kl__txn_mark_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
   return txn->store->ops->mark(txn, sid, sid_len, mark);
 }
 
-kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
-                     kl_mark_t *mark) {
+kl_err_t kl_txn_seen(kl_txn_t *txn, const void *key, size_t key_len,
+                     const char *id, size_t id_len, kl_mark_t *mark) {
   kl__err_clear();
-  kl_err_t err = store_check_id("kl_txn_seen", id, id_len);
+  kl_err_t err = store_check_entity("kl_txn_seen", key, key_len);
+  if (!err)
+    err = store_check_id("kl_txn_seen", id, id_len);
   if (err || !txn || !mark)
     return err ? err
                : kl__err(KL_EINVAL, "kl_txn_seen: txn and mark are "
-                                    "required");
-  return txn->store->ops->seen(txn, id, id_len, mark);
-}
-
-kl_err_t kl_txn_seen_key(kl_txn_t *txn, const void *key, size_t key_len,
-                         const char *id, size_t id_len, kl_mark_t *mark) {
-  kl__err_clear();
-  kl_err_t err = store_check_entity("kl_txn_seen_key", key, key_len);
-  if (!err)
-    err = store_check_id("kl_txn_seen_key", id, id_len);
-  if (err || !txn || !mark)
-    return err ? err
-               : kl__err(KL_EINVAL, "kl_txn_seen_key: txn and mark are "
                                     "required");
   char sid[KL__SID_MAX];
   size_t len = kl__sid_encode(key, key_len, id, id_len, sid);
   return kl__txn_seen_sid(txn, sid, len, mark);
 }
 
-kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
-                     kl_mark_t mark) {
+kl_err_t kl_txn_mark(kl_txn_t *txn, const void *key, size_t key_len,
+                     const char *id, size_t id_len, kl_mark_t mark) {
   kl__err_clear();
-  kl_err_t err = store_check_id("kl_txn_mark", id, id_len);
+  kl_err_t err = store_check_entity("kl_txn_mark", key, key_len);
+  if (!err)
+    err = store_check_id("kl_txn_mark", id, id_len);
   if (err || !txn)
     return err ? err : kl__err(KL_EINVAL, "kl_txn_mark: txn is required");
-  return kl__txn_mark_sid(txn, id, id_len, mark);
-}
-
-kl_err_t kl_txn_mark_key(kl_txn_t *txn, const void *key, size_t key_len,
-                         const char *id, size_t id_len, kl_mark_t mark) {
-  kl__err_clear();
-  kl_err_t err = store_check_entity("kl_txn_mark_key", key, key_len);
-  if (!err)
-    err = store_check_id("kl_txn_mark_key", id, id_len);
-  if (err || !txn)
-    return err ? err : kl__err(KL_EINVAL, "kl_txn_mark_key: txn is required");
   char sid[KL__SID_MAX];
   size_t len = kl__sid_encode(key, key_len, id, id_len, sid);
   return kl__txn_mark_sid(txn, sid, len, mark);
@@ -362,19 +342,10 @@ kl_err_t kl__store_savepoint(kl_txn_t *txn, kl__savepoint_t what) {
              : KL_OK;
 }
 
-kl_err_t kl_txn_prefetch(kl_txn_t *txn, const char *const *ids,
-                         const size_t *id_lens, size_t n) {
-  kl__err_clear();
-  if (!txn || (n && (!ids || !id_lens)))
-    return kl__err(KL_EINVAL, "kl_txn_prefetch: txn, ids and id_lens are "
-                              "required");
-  for (size_t i = 0; i < n; i++) {
-    kl_err_t err = store_check_id("kl_txn_prefetch", ids[i], id_lens[i]);
-    if (err)
-      return err;
-  }
+kl_err_t kl__txn_prefetch_sids(kl_txn_t *txn, const char *const *sids,
+                               const size_t *sid_lens, size_t n) {
   return n && txn->store->ops->prefetch
-             ? txn->store->ops->prefetch(txn, ids, id_lens, n)
+             ? txn->store->ops->prefetch(txn, sids, sid_lens, n)
              : KL_OK;
 }
 
@@ -400,7 +371,7 @@ kl_err_t kl__sids_build(kl__sids_t *s, const kl_store_t *store,
   s->lens = malloc((cap ? cap : 1) * sizeof(*s->lens));
   if (!s->arena || !s->sids || !s->lens) {
     kl__sids_free(s);
-    return kl__err(KL_ENOMEM, "kl_txn_prefetch_keys: out of memory");
+    return kl__err(KL_ENOMEM, "kl_txn_prefetch: out of memory");
   }
   char *at = s->arena;
   for (size_t i = 0; i < n; i++) {
@@ -417,18 +388,17 @@ kl_err_t kl__sids_build(kl__sids_t *s, const kl_store_t *store,
   return KL_OK;
 }
 
-kl_err_t kl_txn_prefetch_keys(kl_txn_t *txn, const void *const *keys,
-                              const size_t *key_lens, const char *const *ids,
-                              const size_t *id_lens, size_t n) {
+kl_err_t kl_txn_prefetch(kl_txn_t *txn, const void *const *keys,
+                         const size_t *key_lens, const char *const *ids,
+                         const size_t *id_lens, size_t n) {
   kl__err_clear();
   if (!txn || (n && (!keys || !key_lens || !ids || !id_lens)))
-    return kl__err(KL_EINVAL, "kl_txn_prefetch_keys: txn, keys, key_lens, "
+    return kl__err(KL_EINVAL, "kl_txn_prefetch: txn, keys, key_lens, "
                               "ids and id_lens are required");
   for (size_t i = 0; i < n; i++) {
-    kl_err_t err =
-        store_check_entity("kl_txn_prefetch_keys", keys[i], key_lens[i]);
+    kl_err_t err = store_check_entity("kl_txn_prefetch", keys[i], key_lens[i]);
     if (!err)
-      err = store_check_id("kl_txn_prefetch_keys", ids[i], id_lens[i]);
+      err = store_check_id("kl_txn_prefetch", ids[i], id_lens[i]);
     if (err)
       return err;
   }
@@ -438,8 +408,7 @@ kl_err_t kl_txn_prefetch_keys(kl_txn_t *txn, const void *const *keys,
   kl_err_t err =
       kl__sids_build(&s, txn->store, keys, key_lens, ids, id_lens, n);
   if (!err)
-    err = txn->store->ops->prefetch(txn, (const char *const *)s.sids, s.lens,
-                                    s.n);
+    err = kl__txn_prefetch_sids(txn, (const char *const *)s.sids, s.lens, s.n);
   kl__sids_free(&s);
   return err;
 }

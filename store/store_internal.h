@@ -60,9 +60,9 @@ static inline kl_mark_t kl__mark_merge(kl_mark_t have, kl_mark_t mark) {
  * `keylane store rebuild` decide alike). The backends store a scoped id,
  * a "sid": a NUL byte, the entity key's length (2 bytes, big-endian), the
  * key, then the id. An id never holds a NUL (event.h), so a sid never
- * equals an unscoped id: kl_txn_seen() and kl_txn_mark() (no key) keep
- * their own space, which also holds the ids a store recorded before ids
- * were scoped (LMDB format 2, PostgreSQL schema 6).
+ * equals an unscoped id: those keep a space of their own, which holds the
+ * ids a store recorded before ids were scoped (LMDB format 2, PostgreSQL
+ * schema 6); no public call writes there any more.
  */
 #define KL__SID_MAX (3 + KL_KEY_MAX + KL_ID_MAX)
 
@@ -85,12 +85,16 @@ int kl__sid_decode(const char *sid, size_t len, const void **key,
  */
 int kl__store_legacy_ids(const kl_store_t *store);
 
-/** kl_txn_seen_key() and kl_txn_mark_key() of an encoded sid: for the
- *  lanes' child txns, which hold sids and hand them to their batch. */
+/** kl_txn_seen(), kl_txn_mark() and kl_txn_prefetch() of encoded sids,
+ *  unchecked: for the lanes' child txns, which hold sids and hand them to
+ *  their batch. An unscoped id passed as a sid names the space of the ids
+ *  recorded before the scoping (the tests of the upgrades write there). */
 kl_err_t kl__txn_seen_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
                           kl_mark_t *mark);
 kl_err_t kl__txn_mark_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
                           kl_mark_t mark);
+kl_err_t kl__txn_prefetch_sids(kl_txn_t *txn, const char *const *sids,
+                               const size_t *sid_lens, size_t n);
 
 /** A batch's sids, for a prefetch: with their unscoped ids too while
  *  kl__store_legacy_ids(). */

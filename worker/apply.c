@@ -63,8 +63,8 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
   kl_mark_t mark;
   const void *done = NULL;
   size_t done_len;
-  if ((err = kl_txn_seen_key(txn, event->key, event->key_len, event->id,
-                             event->id_len, &mark)) ||
+  if ((err = kl_txn_seen(txn, event->key, event->key_len, event->id,
+                         event->id_len, &mark)) ||
       (a->letter_key &&
        (err = kl_txn_get(txn, a->letter_key, a->letter_key_len, &done,
                          &done_len)) &&
@@ -92,8 +92,8 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
   kl__txn_source(txn, NULL, 0, 0);
   if (r != KL_HANDLER_OK)
     return r == KL_HANDLER_RETRY ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
-  if ((err = kl_txn_mark_key(txn, event->key, event->key_len, event->id,
-                             event->id_len, KL_MARK_APPLIED)) ||
+  if ((err = kl_txn_mark(txn, event->key, event->key_len, event->id,
+                         event->id_len, KL_MARK_APPLIED)) ||
       (a->letter_key &&
        (err = kl_txn_put(txn, a->letter_key, a->letter_key_len, "1", 1)))) {
     res->store_err = err;
@@ -106,7 +106,7 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
 
 /* The sids of @p msgs from offset @p from on (store_internal.h), with
  * their unscoped ids while the store may hold such; 0 also when memory is
- * short: kl_txn_seen_key() then asks one by one. */
+ * short: kl_txn_seen() then asks one by one. */
 static size_t ids_decode(kl__sids_t *s, const kl_store_t *store,
                          rd_kafka_message_t *const *msgs, size_t n,
                          int64_t from) {

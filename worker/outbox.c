@@ -80,7 +80,7 @@ kl_err_t kl__outbox_new(const kl_conf_t *conf, const char *topic,
     return kl__err(KL_ENOMEM, "outbox: out of memory");
   }
   /* Its producer publishes the ids keylane derived: they begin with '~'. */
-  if (kl_conf_set(ob->conf, "producer.follow_ups", "true", NULL, 0)) {
+  if (kl_conf_set(ob->conf, "producer.follow_ups", "true")) {
     kl__outbox_destroy(ob, 0);
     return kl__err(KL_ENOMEM, "outbox: out of memory");
   }

@@ -263,7 +263,7 @@ static kl_err_t scratch_open(kl__replay_t *r) {
   }
   kl_conf_t *conf = kl_conf_new();
   kl_err_t err =
-      conf ? kl_conf_set(conf, "store.durability", "none", NULL, 0) : KL_ENOMEM;
+      conf ? kl_conf_set(conf, "store.durability", "none") : KL_ENOMEM;
   kl_store_t *store = NULL;
   if (!err)
     err = kl_store_open(r->scratch_dir, conf, &store);
@@ -483,11 +483,11 @@ static kl_err_t record_dead_letter(kl__replay_t *r, kl_rpart_t *rp) {
   kl_mark_t mark = KL_MARK_NONE;
   if (kl_event_decode(a->decoder, m->key, m->key_len, m->payload, m->len,
                       &ev) == KL_OK &&
-      (err = kl_txn_seen_key(txn, ev.key, ev.key_len, ev.id, ev.id_len,
-                             &mark)) == KL_OK &&
+      (err = kl_txn_seen(txn, ev.key, ev.key_len, ev.id, ev.id_len, &mark)) ==
+          KL_OK &&
       mark == KL_MARK_NONE)
-    err = kl_txn_mark_key(txn, ev.key, ev.key_len, ev.id, ev.id_len,
-                          KL_MARK_DEAD_LETTER);
+    err = kl_txn_mark(txn, ev.key, ev.key_len, ev.id, ev.id_len,
+                      KL_MARK_DEAD_LETTER);
   if (err || r->opts.dry_run)
     kl_store_abort(txn);
   else

@@ -1172,14 +1172,24 @@ void kl_worker_stop(kl_worker_t *worker) {
   worker->stop = 1;
 }
 
-void kl_worker_stats(const kl_worker_t *worker, kl_worker_stats_t *stats) {
-  memset(stats, 0, sizeof(*stats));
-  kl__lanes_stats(worker->lanes, stats);
-  stats->owned = worker->owned;
-  stats->retention_override = worker->retention_override;
-  stats->retention_unchecked = worker->retention_unchecked;
-  stats->partitions_expected = worker->partitions_expected;
-  stats->partitions_live = worker->partitions_live;
+kl_err_t kl_worker_stats(const kl_worker_t *worker, kl_worker_stats_t *stats,
+                         size_t size) {
+  kl__err_clear();
+  if (!worker || !stats)
+    return kl__err(KL_EINVAL, "kl_worker_stats: worker and stats are "
+                              "required");
+  /* Filled whole, then copied as far as the caller's struct goes: fields
+   * are only appended (worker.h), so its size ends between two of ours. */
+  kl_worker_stats_t all;
+  memset(&all, 0, sizeof(all));
+  kl__lanes_stats(worker->lanes, &all);
+  all.owned = worker->owned;
+  all.retention_override = worker->retention_override;
+  all.retention_unchecked = worker->retention_unchecked;
+  all.partitions_expected = worker->partitions_expected;
+  all.partitions_live = worker->partitions_live;
+  memcpy(stats, &all, size < sizeof(all) ? size : sizeof(all));
+  return KL_OK;
 }
 
 void kl_worker_destroy(kl_worker_t *worker) {

@@ -41,13 +41,12 @@ KL_EXPORT void kl_conf_destroy(kl_conf_t *conf);
 /**
  * Sets @p key to @p value, replacing an earlier value.
  *
- * @param errstr  receives a message naming the key, the value and the fix
- *                when the call fails; may be NULL.
- * @returns KL_OK, or KL_ECONF for an unknown key or a value out of range.
+ * @returns KL_OK, or KL_ECONF for an unknown key or a value out of range,
+ *          with kl_err_detail() naming the key, the value and the fix
+ *          (KL_EINVAL for a NULL argument).
  */
 KL_EXPORT kl_err_t kl_conf_set(kl_conf_t *conf, const char *key,
-                               const char *value, char *errstr,
-                               size_t errstr_size);
+                               const char *value);
 
 /**
  * @returns the value of @p key (the default when unset), or NULL for a key

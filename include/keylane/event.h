@@ -175,6 +175,26 @@ KL_EXPORT const kl_header_t *kl_event_header(const kl_event_t *event,
  */
 KL_EXPORT void kl_event_make_id(char out[37]);
 
+/**
+ * @name Routing
+ * An event's partition is a function of its key alone, the one the Java
+ * client's default partitioner computes, so that every producer, in any
+ * language, sends a key to the partition whose owner applies it.
+ * @{
+ */
+
+/**
+ * @returns (murmur2(key) & 0x7fffffff) % partitions, the partition the Java
+ *          client's default partitioner picks for a non-empty key; -1 when
+ *          @p partitions < 1.
+ */
+KL_EXPORT int32_t kl_partition(const void *key, size_t len, int32_t partitions);
+
+/** Kafka's murmur2 (seed 0x9747b28c), as org.apache.kafka.common.utils.Utils.
+ */
+KL_EXPORT uint32_t kl_murmur2(const void *key, size_t len);
+/** @} */
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,8 +4,8 @@
  *
  * The producer is a librdkafka idempotent producer (enable.idempotence=true,
  * acks=all). It computes every event's partition itself with
- * kl_partition(), byte-identical to the Java client's default partitioner,
- * and sets it explicitly.
+ * kl_partition() (event.h), byte-identical to the Java client's default
+ * partitioner, and sets it explicitly.
  *
  * In-flight budget: at most "producer.inflight.max" events (default
  * 100000) are waiting for their delivery report. kl_publish() on a full
@@ -31,17 +31,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/**
- * @returns (murmur2(key) & 0x7fffffff) % partitions, the partition the Java
- *          client's default partitioner picks for a non-empty key; -1 when
- *          @p partitions < 1.
- */
-KL_EXPORT int32_t kl_partition(const void *key, size_t len, int32_t partitions);
-
-/** Kafka's murmur2 (seed 0x9747b28c), as org.apache.kafka.common.utils.Utils.
- */
-KL_EXPORT uint32_t kl_murmur2(const void *key, size_t len);
 
 typedef struct kl_delivery {
   kl_err_t err;       /**< KL_OK when Kafka acknowledged the event */

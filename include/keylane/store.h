@@ -6,7 +6,7 @@
  * Per (topic, partition) the store keeps the owner epoch (a fencing token
  * that only grows) and the watermark (the next offset to apply: highest
  * applied offset + 1). An event's idempotency key is scoped by its topic
- * and its entity key (kl_txn_seen_key()): one id used by two keys, or two
+ * and its entity key (kl_txn_seen()): one id used by two keys, or two
  * topics sharing a store, names two events, each applied once. Ids are
  * kept, with their insert time, for at least "store.dedup.retention"
  * (default 7d), then swept.
@@ -217,59 +217,24 @@ KL_EXPORT kl_err_t kl_txn_put(kl_txn_t *txn, const void *key, size_t key_len,
 KL_EXPORT kl_err_t kl_txn_del(kl_txn_t *txn, const void *key, size_t key_len);
 
 /**
- * Looks up how @p id was recorded, in the snapshot or by this batch.
- * @param mark  set to KL_MARK_NONE, KL_MARK_APPLIED or KL_MARK_DEAD_LETTER.
- * @returns KL_OK (also for an id never seen), or the store's failure.
- */
-KL_EXPORT kl_err_t kl_txn_seen(kl_txn_t *txn, const char *id, size_t id_len,
-                               kl_mark_t *mark);
-
-/**
  * Looks up how the idempotency key @p id of an event of entity @p key was
- * recorded: ids are scoped by entity key, so the same @p id on another key
- * is another event. This is the lookup the worker makes for every event.
- * @param key  the event's entity key, 1..KL_KEY_MAX bytes.
- * @param mark set to KL_MARK_NONE, KL_MARK_APPLIED or KL_MARK_DEAD_LETTER.
+ * recorded, in the snapshot or by this batch: ids are scoped by entity
+ * key (and by the batch's topic), so the same @p id on another key is
+ * another event. This is the lookup the worker makes for every event.
+ * @param key   the event's entity key, 1..KL_KEY_MAX bytes.
+ * @param id    the event's id, 1..KL_ID_MAX bytes, no NUL byte.
+ * @param mark  set to KL_MARK_NONE, KL_MARK_APPLIED or KL_MARK_DEAD_LETTER.
  * @returns KL_OK (also for an id never seen), KL_EINVAL for a key or id of
  *          a bad length, or the store's failure.
- * @remark kl_txn_seen() and kl_txn_mark() without a key name ids outside
- *         every entity's scope (a space of their own).
  */
-KL_EXPORT kl_err_t kl_txn_seen_key(kl_txn_t *txn, const void *key,
-                                   size_t key_len, const char *id,
-                                   size_t id_len, kl_mark_t *mark);
-
-/** Buffers the record of the id @p id of entity @p key as @p mark, as
- *  kl_txn_mark() does for an unscoped id. */
-KL_EXPORT kl_err_t kl_txn_mark_key(kl_txn_t *txn, const void *key,
-                                   size_t key_len, const char *id,
-                                   size_t id_len, kl_mark_t mark);
+KL_EXPORT kl_err_t kl_txn_seen(kl_txn_t *txn, const void *key, size_t key_len,
+                               const char *id, size_t id_len, kl_mark_t *mark);
 
 /**
- * kl_txn_prefetch() of @p n ids scoped by entity key, so that
- * kl_txn_seen_key() of any of them answers from memory.
- * @param keys, key_lens, ids, id_lens  borrowed for the call.
- */
-KL_EXPORT kl_err_t kl_txn_prefetch_keys(kl_txn_t *txn, const void *const *keys,
-                                        const size_t *key_lens,
-                                        const char *const *ids,
-                                        const size_t *id_lens, size_t n);
-
-/**
- * Looks up @p n idempotency keys at once, so that kl_txn_seen() of any of
- * them answers from memory: on PostgreSQL one round trip for a batch
- * instead of one per event; on LMDB, whose lookups are local, nothing.
- * Call it after kl_store_begin() and before the batch's handlers run;
- * marks the batch makes afterwards are still seen (kl_txn_mark() wins).
- * @param ids, id_lens  borrowed for the call; each id 1..255 bytes.
- * @returns KL_OK, KL_EINVAL (an id of a bad length), or a store error
- *          (the batch is then to be aborted or re-run).
- */
-KL_EXPORT kl_err_t kl_txn_prefetch(kl_txn_t *txn, const char *const *ids,
-                                   const size_t *id_lens, size_t n);
-
-/**
- * Buffers the record of @p id as @p mark (applied or dead-lettered).
+ * Buffers the record of the id @p id of entity @p key as @p mark (applied
+ * or dead-lettered), committed with the batch.
+ * @returns KL_OK; KL_EINVAL for a key or id of a bad length, or a mark
+ *          that is neither KL_MARK_APPLIED nor KL_MARK_DEAD_LETTER.
  * @remark An applied mark is never replaced by a dead-letter one, in this
  *         batch or in the store. When one id is reused by two events of
  *         one entity key, the one later in the log is a duplicate:
@@ -279,8 +244,25 @@ KL_EXPORT kl_err_t kl_txn_prefetch(kl_txn_t *txn, const char *const *ids,
  *         order, so which one is first never depends on timing. A
  *         dead-letter mark does become applied (a redrive).
  */
-KL_EXPORT kl_err_t kl_txn_mark(kl_txn_t *txn, const char *id, size_t id_len,
-                               kl_mark_t mark);
+KL_EXPORT kl_err_t kl_txn_mark(kl_txn_t *txn, const void *key, size_t key_len,
+                               const char *id, size_t id_len, kl_mark_t mark);
+
+/**
+ * Looks up @p n idempotency keys at once (the i-th is ids[i] of entity
+ * keys[i]), so that kl_txn_seen() of any of them answers from memory: on
+ * PostgreSQL one round trip for a batch instead of one per event; on LMDB,
+ * whose lookups are local, nothing. Call it after kl_store_begin() and
+ * before the batch's handlers run; marks the batch makes afterwards are
+ * still seen (kl_txn_mark() wins).
+ * @param keys, key_lens, ids, id_lens  borrowed for the call; each key
+ *        1..KL_KEY_MAX bytes, each id 1..KL_ID_MAX bytes.
+ * @returns KL_OK, KL_EINVAL (a key or id of a bad length), or a store
+ *          error (the batch is then to be aborted or re-run).
+ */
+KL_EXPORT kl_err_t kl_txn_prefetch(kl_txn_t *txn, const void *const *keys,
+                                   const size_t *key_lens,
+                                   const char *const *ids,
+                                   const size_t *id_lens, size_t n);
 
 /* libpq's connection: libpq-fe.h's `typedef struct pg_conn PGconn`, so
  * that `PGconn *pg = kl_txn_pg_conn(txn);` needs no cast, and this header

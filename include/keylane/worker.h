@@ -156,16 +156,20 @@ typedef kl_handler_result_t(kl_handler_fn_t)(void *opaque,
                                              kl_txn_t *txn, char *errbuf,
                                              size_t errbuf_size);
 
-/** The built-in ledger handler (see README: credit/debit with seq). */
-KL_EXPORT kl_handler_result_t kl_ledger_handler(void *opaque,
-                                                const kl_event_t *event,
-                                                const kl_fence_t *fence,
-                                                kl_txn_t *txn, char *errbuf,
-                                                size_t errbuf_size);
-
 typedef struct kl_worker kl_worker_t;
 
-/** Counters since the worker started, and gauges (now). */
+/**
+ * Counters since the worker started, and gauges (now), as
+ * kl_worker_stats() fills them.
+ *
+ * The struct grows without breaking the ABI: a new field is only ever
+ * appended, never inserted, and no field is removed, reordered or
+ * retyped; the caller passes the size of the struct it was compiled with
+ * (kl_worker_stats()). A program built against an older, smaller struct
+ * gets the fields it knows of and nothing is written past them; one built
+ * against a newer struct than the library's keeps its own values in the
+ * fields the library does not know (initialize it, = {0}, to read 0 there).
+ */
 typedef struct kl_worker_stats {
   uint64_t applied;           /**< events whose effects were committed */
   uint64_t duplicates;        /**< events skipped: idempotency key seen (this
@@ -247,10 +251,23 @@ KL_EXPORT kl_err_t kl_worker_run(kl_worker_t *worker);
 /** Asks kl_worker_run() to drain and return. Async-signal-safe. */
 KL_EXPORT void kl_worker_stop(kl_worker_t *worker);
 
-/** Copies the counters into @p stats. Safe from any thread; the gauges
- *  are refreshed by the worker every few ms. */
-KL_EXPORT void kl_worker_stats(const kl_worker_t *worker,
-                               kl_worker_stats_t *stats);
+/**
+ * Copies the counters into @p stats: the first @p size bytes of the
+ * library's kl_worker_stats_t, at most sizeof(kl_worker_stats_t) of the
+ * library; the bytes of @p stats past them are left as they were.
+ *
+ *     kl_worker_stats_t st;
+ *     kl_worker_stats(worker, &st, sizeof st);
+ *
+ * @param size  sizeof(kl_worker_stats_t) as the caller was compiled: a
+ *              program built against an older, smaller struct passes its
+ *              size and gets the fields it knows of (see kl_worker_stats_t).
+ * @returns KL_OK, or KL_EINVAL when @p worker or @p stats is NULL.
+ * @remark Safe from any thread; the gauges are refreshed by the worker
+ *         every few ms.
+ */
+KL_EXPORT kl_err_t kl_worker_stats(const kl_worker_t *worker,
+                                   kl_worker_stats_t *stats, size_t size);
 
 /** Frees @p worker (after kl_worker_run() returned); accepts NULL. */
 KL_EXPORT void kl_worker_destroy(kl_worker_t *worker);

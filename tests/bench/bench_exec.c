@@ -85,7 +85,7 @@ static kl_conf_t *kl_bx_conf(const char *boot, const char *group,
                          {"worker.exec.window", run->window},
                          {"store.durability", "none"}};
   for (size_t i = 0; conf && i < sizeof(kv) / sizeof(kv[0]); i++)
-    if (kl_conf_set(conf, kv[i][0], kv[i][1], NULL, 0)) {
+    if (kl_conf_set(conf, kv[i][0], kv[i][1])) {
       kl_conf_destroy(conf);
       return NULL;
     }
@@ -121,7 +121,7 @@ static double kl_bx_once(const char *boot, kl__ledger_gen_t *gen,
     double t0 = kl_bench_now();
     while (st.owned == 0 && kl_bench_now() - t0 < 60) {
       kl_t_sleep_ms(1);
-      kl_worker_stats(worker, &st);
+      kl_worker_stats(worker, &st, sizeof(st));
     }
     double t1 = kl_bench_now();
     kl_bx_caught_t c = {gen, 0};
@@ -133,7 +133,7 @@ static double kl_bx_once(const char *boot, kl__ledger_gen_t *gen,
     double s = kl_bench_now() - t1;
     kl_worker_stop(worker);
     pthread_join(thread, NULL);
-    kl_worker_stats(worker, &st);
+    kl_worker_stats(worker, &st, sizeof(st));
     if (c.parts == KL_BX_PARTS && st.applied == (uint64_t)events)
       eps = (double)events / s;
     else

@@ -54,7 +54,7 @@ static void kl_bg_dr(void *opaque, const kl_delivery_t *d) {
 
 static double kl_bg_direct(const char *bootstrap, int64_t events) {
   kl_conf_t *conf = kl_conf_new();
-  kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0);
+  kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap);
   kl_producer_t *producer = NULL;
   int64_t failed = 0;
   json_t *pj = json_loads(KL_BG_PAYLOAD, 0, NULL);

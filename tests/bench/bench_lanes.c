@@ -74,7 +74,7 @@ static uint64_t kl_bl_next(uint64_t *state) { /* xorshift64* */
 /* Publishes @p events over @p keys; @returns the sum of the sleeps, s. */
 static double kl_bl_publish(const char *boot, int64_t events, int keys) {
   kl_conf_t *conf = kl_conf_new();
-  kl_conf_set(conf, "kafka.bootstrap.servers", boot, NULL, 0);
+  kl_conf_set(conf, "kafka.bootstrap.servers", boot);
   kl_producer_t *producer = NULL;
   if (kl_producer_new(conf, NULL, NULL, &producer)) {
     kl_conf_destroy(conf);
@@ -123,9 +123,9 @@ static kl_worker_t *kl_bl_worker_new(const char *boot, kl_store_t *store,
   kl_conf_t *conf = kl_conf_new();
   char c[16];
   snprintf(c, sizeof(c), "%d", concurrency);
-  kl_conf_set(conf, "kafka.bootstrap.servers", boot, NULL, 0);
-  kl_conf_set(conf, "worker.group", "bench-lanes", NULL, 0);
-  kl_conf_set(conf, "worker.concurrency", c, NULL, 0);
+  kl_conf_set(conf, "kafka.bootstrap.servers", boot);
+  kl_conf_set(conf, "worker.group", "bench-lanes");
+  kl_conf_set(conf, "worker.concurrency", c);
   kl_worker_t *worker = NULL;
   if (kl_worker_new(conf, KL_BL_TOPIC, store, kl_bl_handler, h, &worker))
     fprintf(stderr, "keylane-bench lanes: %s\n", kl_err_detail());
@@ -162,7 +162,7 @@ static void kl_bl_run(kl_bl_run_t *run, int64_t events) {
   while (st.applied < (uint64_t)events && kl_bl_mono_ns() < deadline) {
     struct timespec tick = {0, 200000};
     nanosleep(&tick, NULL);
-    kl_worker_stats(w.worker, &st);
+    kl_worker_stats(w.worker, &st, sizeof(st));
   }
   int64_t end = kl_bl_mono_ns();
   run->elapsed_s = (double)(end - h.first_ns) / 1e9;

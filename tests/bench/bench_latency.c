@@ -48,6 +48,7 @@
 #include "support/support.h"
 #include "handlers/exec.h"
 #include "worker/worker_internal.h"
+#include "keylane/handlers.h"
 
 #define KL_BL_NAME "latency"
 #define KL_BL_SETS_MAX 32
@@ -131,9 +132,8 @@ static kl_err_t kl_bl_conf_sets(kl_conf_t *conf, const char *const *sets,
     if (!eq || (size_t)(eq - sets[i]) >= sizeof(key))
       return kl__err(KL_ECONF, "\"%s\": expected KEY=VALUE", sets[i]);
     snprintf(key, sizeof(key), "%.*s", (int)(eq - sets[i]), sets[i]);
-    char errstr[256];
-    if (kl_conf_set(conf, key, eq + 1, errstr, sizeof(errstr)))
-      return kl__err(KL_ECONF, "%s", errstr);
+    if (kl_conf_set(conf, key, eq + 1))
+      return kl__err(KL_ECONF, "%s", kl_err_detail());
   }
   return KL_OK;
 }
@@ -168,7 +168,7 @@ static kl_err_t kl_bl_worker_conf(const kl_bl_opts_t *o, const char *boot,
       {"worker.retention.check", "warn"}};
   kl_err_t err = (*conf = kl_conf_new()) ? KL_OK : KL_ENOMEM;
   for (size_t i = 0; !err && i < sizeof(kv) / sizeof(kv[0]); i++)
-    err = kl_conf_set(*conf, kv[i][0], kv[i][1], NULL, 0);
+    err = kl_conf_set(*conf, kv[i][0], kv[i][1]);
   return err ? err : kl_bl_conf_sets(*conf, o->worker_sets, o->nworker_sets);
 }
 
@@ -213,7 +213,7 @@ static kl_producer_t *kl_bl_producer(const kl_bl_opts_t *o, const char *boot,
                                      kl__ledger_gen_t *gen) {
   kl_conf_t *conf = kl_conf_new();
   kl_producer_t *producer = NULL;
-  if (kl_conf_set(conf, "kafka.bootstrap.servers", boot, NULL, 0) ||
+  if (kl_conf_set(conf, "kafka.bootstrap.servers", boot) ||
       kl_bl_conf_sets(conf, o->producer_sets, o->nproducer_sets) ||
       kl_producer_new(conf, kl__ledger_gen_on_delivery, gen, &producer))
     fprintf(stderr, "keylane-bench latency: producer: %s\n", kl_err_detail());
@@ -262,7 +262,7 @@ static int kl_bl_wait_owned(kl_worker_t *worker, int32_t partitions) {
   if (!worker)
     return 0;
   for (double t0 = kl_bench_now(); kl_bench_now() - t0 < 120;) {
-    kl_worker_stats(worker, &st);
+    kl_worker_stats(worker, &st, sizeof(st));
     if (st.owned == partitions)
       return 0;
     kl_t_sleep_ms(10);
@@ -283,7 +283,7 @@ static void kl_bl_read(const kl_bl_worker_t *w, kl_bl_result_t *r) {
     metrics = kl_bench_bare_metrics(w->bare);
   } else {
     kl_worker_stats_t st;
-    kl_worker_stats(w->worker, &st);
+    kl_worker_stats(w->worker, &st, sizeof(st));
     r->applied = st.applied;
     metrics = kl__worker_metrics(w->worker);
   }

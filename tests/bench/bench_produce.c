@@ -81,9 +81,8 @@ static kl_producer_t *kl_bp_kl_new(const char *bootstrap,
                                    const kl_bp_data_t *data,
                                    kl_bp_count_t *count) {
   kl_conf_t *conf = kl_conf_new();
-  kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0);
-  kl_conf_set(conf, "kafka.queue.buffering.max.messages", data->queue_max, NULL,
-              0);
+  kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap);
+  kl_conf_set(conf, "kafka.queue.buffering.max.messages", data->queue_max);
   kl_producer_t *producer = NULL;
   if (kl_producer_new(conf, kl_bp_kl_dr, count, &producer) != KL_OK)
     fprintf(stderr, "keylane-bench produce: %s\n", kl_err_detail());

@@ -10,7 +10,8 @@
  *    batch 1000 >= 0.25 x LMDB's rate in the same run.
  * 2. Dedup lookups on LMDB as the stored idempotency keys grow from 10
  *    thousand to 1 million (10 million with --full): kl_txn_seen() rate,
- *    half hits and half misses, and the bytes each stored key takes.
+ *    half hits and half misses, and the bytes each stored key takes
+ *    (scoped by an entity key of 6 to 8 bytes, as a worker's are).
  *    Targets: the rate at the largest size >= 0.5 x the rate at 10 k, and
  *    <= 100 bytes per key.
  *
@@ -82,6 +83,12 @@ static void kl_bench_id(uint64_t run, uint64_t n, char out[37]) {
   out[36] = '\0';
 }
 
+/* The entity key of the @p n-th event of a run, 1..KEYS: its id is scoped
+ * by it (kl_txn_seen()), as a worker's are. @returns its length. */
+static size_t kl_bench_key(uint64_t n, char out[32]) {
+  return (size_t)snprintf(out, 32, "acct/%" PRIu64, kl_mix(n) % KEYS);
+}
+
 /* ---- 1. commits ------------------------------------------------------ */
 
 typedef struct kl_commit_run {
@@ -106,40 +113,49 @@ static int kl_cmp_double(const void *a, const void *b) {
 static kl_err_t kl_bench_prefetch(kl_txn_t *txn, uint64_t run, uint64_t from,
                                   int batch) {
   char(*ids)[37] = malloc((size_t)batch * sizeof(*ids));
+  char(*keys)[32] = malloc((size_t)batch * sizeof(*keys));
   const char **ptrs = malloc((size_t)batch * sizeof(*ptrs));
+  const void **key_ptrs = malloc((size_t)batch * sizeof(*key_ptrs));
   size_t *lens = malloc((size_t)batch * sizeof(*lens));
-  kl_err_t err = ids && ptrs && lens ? KL_OK : KL_ENOMEM;
+  size_t *key_lens = malloc((size_t)batch * sizeof(*key_lens));
+  kl_err_t err =
+      ids && keys && ptrs && key_ptrs && lens && key_lens ? KL_OK : KL_ENOMEM;
   for (int i = 0; !err && i < batch; i++) {
     kl_bench_id(run, from + (uint64_t)i, ids[i]);
     ptrs[i] = ids[i];
     lens[i] = 36;
+    key_lens[i] = kl_bench_key(from + (uint64_t)i, keys[i]);
+    key_ptrs[i] = keys[i];
   }
   if (!err)
-    err = kl_txn_prefetch(txn, ptrs, lens, (size_t)batch);
+    err = kl_txn_prefetch(txn, key_ptrs, key_lens, ptrs, lens, (size_t)batch);
   free(ids);
+  free(keys);
   free(ptrs);
+  free(key_ptrs);
   free(lens);
+  free(key_lens);
   return err;
 }
 
 static kl_err_t kl_bench_event(kl_txn_t *txn, uint64_t run, uint64_t n) {
   char id[37], key[32];
   kl_bench_id(run, n, id);
-  snprintf(key, sizeof(key), "acct/%" PRIu64, kl_mix(n) % KEYS);
+  size_t key_len = kl_bench_key(n, key);
   kl_mark_t mark;
   const void *val;
   size_t len;
   int64_t balance = 0;
-  kl_err_t err = kl_txn_seen(txn, id, 36, &mark);
-  if (!err && (err = kl_txn_get(txn, key, strlen(key), &val, &len)) == KL_OK &&
+  kl_err_t err = kl_txn_seen(txn, key, key_len, id, 36, &mark);
+  if (!err && (err = kl_txn_get(txn, key, key_len, &val, &len)) == KL_OK &&
       len == sizeof(balance))
     memcpy(&balance, val, sizeof(balance));
   if (err == KL_ENOTFOUND)
     err = KL_OK;
   balance++;
   if (!err)
-    err = kl_txn_put(txn, key, strlen(key), &balance, sizeof(balance));
-  return err ? err : kl_txn_mark(txn, id, 36, KL_MARK_APPLIED);
+    err = kl_txn_put(txn, key, key_len, &balance, sizeof(balance));
+  return err ? err : kl_txn_mark(txn, key, key_len, id, 36, KL_MARK_APPLIED);
 }
 
 /* One backend's commit run, measured in slices (kl_bench_slice()) that
@@ -254,13 +270,14 @@ typedef struct kl_dedup_run {
 
 static kl_err_t kl_bench_fill(kl_store_t *store, uint64_t epoch, uint64_t from,
                               uint64_t to) {
-  char id[37];
+  char id[37], key[32];
   for (uint64_t n = from; n < to;) {
     kl_txn_t *txn;
     kl_err_t err = kl_store_begin(store, TOPIC, 0, epoch, &txn);
     for (int i = 0; !err && i < 10000 && n < to; i++, n++) {
       kl_bench_id(0, n, id);
-      err = kl_txn_mark(txn, id, 36, KL_MARK_APPLIED);
+      size_t key_len = kl_bench_key(n, key);
+      err = kl_txn_mark(txn, key, key_len, id, 36, KL_MARK_APPLIED);
     }
     if (err) {
       kl_store_abort(txn);
@@ -281,24 +298,27 @@ static kl_err_t kl_bench_fill(kl_store_t *store, uint64_t epoch, uint64_t from,
 static kl_err_t kl_bench_lookups(kl_store_t *store, uint64_t epoch,
                                  uint64_t keys, int recent, double *rate) {
   char(*ids)[37] = malloc(KL_LOOKUP_SET * sizeof(*ids));
+  char(*names)[32] = malloc(KL_LOOKUP_SET * sizeof(*names));
+  size_t *name_lens = malloc(KL_LOOKUP_SET * sizeof(*name_lens));
   uint64_t window = keys < 10000 ? keys : 10000;
-  for (uint64_t i = 0; i < KL_LOOKUP_SET; i++) {
+  for (uint64_t i = 0; ids && names && name_lens && i < KL_LOOKUP_SET; i++) {
     uint64_t r = kl_mix(i ^ 0xabcdef);
-    if (!recent)
-      kl_bench_id(i & 1, r % keys, ids[i]); /* run 1: never stored */
-    else if (i & 1)
-      kl_bench_id(0, keys + r % 100000, ids[i]); /* newer than any */
-    else
-      kl_bench_id(0, keys - 1 - r % window, ids[i]);
+    uint64_t n = !recent ? r % keys
+                 : i & 1 ? keys + r % 100000 /* newer than any */
+                         : keys - 1 - r % window;
+    kl_bench_id(!recent && (i & 1), n, ids[i]); /* run 1: never stored */
+    name_lens[i] = kl_bench_key(n, names[i]);
   }
   kl_txn_t *txn = NULL;
-  kl_err_t err = kl_store_begin(store, TOPIC, 0, epoch, &txn);
+  kl_err_t err = ids && names && name_lens
+                     ? kl_store_begin(store, TOPIC, 0, epoch, &txn)
+                     : KL_ENOMEM;
   uint64_t done = 0, hits = 0;
   double start = kl_bench_now(), elapsed = 0;
   while (!err && elapsed < 1.0) {
     for (uint64_t i = 0; !err && i < KL_LOOKUP_SET; i++, done++) {
       kl_mark_t mark;
-      err = kl_txn_seen(txn, ids[i], 36, &mark);
+      err = kl_txn_seen(txn, names[i], name_lens[i], ids[i], 36, &mark);
       hits += mark != KL_MARK_NONE;
     }
     elapsed = kl_bench_now() - start;
@@ -306,6 +326,8 @@ static kl_err_t kl_bench_lookups(kl_store_t *store, uint64_t epoch,
   if (txn)
     kl_store_abort(txn);
   free(ids);
+  free(names);
+  free(name_lens);
   if (!err && hits != done / 2)
     fprintf(stderr,
             "keylane-bench store: %" PRIu64 " hits of %" PRIu64
@@ -318,8 +340,8 @@ static kl_err_t kl_bench_lookups(kl_store_t *store, uint64_t epoch,
 static kl_err_t kl_bench_dedup(const char *dir, int full, kl_dedup_run_t *runs,
                                int *nruns) {
   kl_conf_t *conf = kl_conf_new();
-  kl_conf_set(conf, "store.durability", "none", NULL, 0);
-  kl_conf_set(conf, "store.map.size", "1G", NULL, 0);
+  kl_conf_set(conf, "store.durability", "none");
+  kl_conf_set(conf, "store.map.size", "1G");
   kl_store_t *store;
   kl_err_t err = kl_store_open(dir, conf, &store);
   kl_conf_destroy(conf);

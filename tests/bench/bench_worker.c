@@ -82,7 +82,7 @@ static int kl_bw_wait_caught_up(const kl__ledger_gen_t *gen, kl_worker_t *w,
   uint64_t want = kl__ledger_gen_published(gen) + kl__ledger_gen_transfers(gen);
   while (kl_bench_now() - t0 < limit_s) {
     kl_worker_stats_t st;
-    kl_worker_stats(w, &st);
+    kl_worker_stats(w, &st, sizeof(st));
     if (st.applied + st.duplicates < want) {
       kl_t_sleep_ms(1);
       continue;
@@ -148,7 +148,7 @@ static kl_err_t kl_bw_store(kl_t_pg_t *pg, int round, char *where, size_t size,
   kl_conf_t *conf = kl_conf_new();
   char pool[16];
   snprintf(pool, sizeof(pool), "%d", (int)kl_bw_parts);
-  kl_conf_set(conf, "store.pg.pool", pool, NULL, 0);
+  kl_conf_set(conf, "store.pg.pool", pool);
   kl_err_t err = kl_store_open(where, conf, store);
   kl_conf_destroy(conf);
   return err;
@@ -170,14 +170,14 @@ static double kl_bw_keylane(const char *boot, kl__ledger_gen_t *gen,
   kl_worker_stats_t st = {0};
   while (st.owned == 0 && kl_bench_now() - t0 < 60) {
     kl_t_sleep_ms(1);
-    kl_worker_stats(w->worker, &st);
+    kl_worker_stats(w->worker, &st, sizeof(st));
   }
   double t1 = kl_bench_now();
   int done =
       st.owned ? kl_bw_wait_caught_up(gen, w->worker, store, t1, 300) : -1;
   double s = kl_bench_now() - t1;
   r->join_s = t1 - t0;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   kl__store_lmdb_usage(store, &u1);
   r->batches = st.batches;
   r->txns = u1.txns - u0.txns;

@@ -50,9 +50,8 @@ static void kl_gw_end(void) {
 
 static void kl_gw_start(void) {
   kl_conf_t *conf = kl_conf_new();
-  CHECK(kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1", NULL, 0) ==
-        KL_OK);
-  CHECK(kl_conf_set(conf, "kafka.log_level", "0", NULL, 0) == KL_OK);
+  CHECK(kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1") == KL_OK);
+  CHECK(kl_conf_set(conf, "kafka.log_level", "0") == KL_OK);
   static kl__gateway_opts_t o;
   kl__gateway_opts_default(&o);
   o.listen = "127.0.0.1:0";

@@ -16,9 +16,28 @@ passed=0 failed=0
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 lib=$(ls -d "$tmp"/prefix/lib*/ | head -n1)
 
-PKG_CONFIG_PATH="$lib/pkgconfig" cc -std=c11 -o "$tmp/pc" "$here/consumer.c" \
+# Strict: the public headers compile without a warning in a user's program,
+# and a call whose declaration is missing is an error, not an implicit one.
+PKG_CONFIG_PATH="$lib/pkgconfig" cc -std=c11 -Wall -Wextra -Werror \
+  -o "$tmp/pc" "$here/consumer.c" \
   $(PKG_CONFIG_PATH="$lib/pkgconfig" pkg-config --cflags --libs keylane)
 LD_LIBRARY_PATH="$lib" check pkg-config "$tmp/pc"
+
+# The library exports what the installed headers declare KL_EXPORT, and
+# nothing else: no internal call, and no call a header lost (a removed
+# twin) still reachable by name.
+nm -D --defined-only "$lib"/libkeylane.so | awk '{print $3}' | sort \
+  >"$tmp/exported"
+sed -n 's/.*KL_EXPORT[^(]*[^a-z0-9_]\(kl_[a-z0-9_]*\)(.*/\1/p' \
+  "$tmp"/prefix/include/keylane/*.h | sort >"$tmp/declared"
+if [ -s "$tmp/declared" ] && cmp -s "$tmp/exported" "$tmp/declared"; then
+  passed=$((passed + 1))
+else
+  echo "FAILED: libkeylane.so's exports differ from the headers' KL_EXPORT" \
+    "declarations (< exported only, > declared only):" >&2
+  diff "$tmp/exported" "$tmp/declared" >&2 || true
+  failed=$((failed + 1))
+fi
 
 cmake -S "$here" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/cm" >/dev/null
@@ -39,5 +58,5 @@ else
   }
   check add_subdirectory "$tmp/sub/consumer"
 fi
-echo "keylane as a dependency (pkg-config, find_package, add_subdirectory): $passed passed, $failed failed"
+echo "keylane as a dependency (pkg-config, exports, find_package, add_subdirectory): $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

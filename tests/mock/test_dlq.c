@@ -119,8 +119,7 @@ static void test_refused_letter_holds_its_partition(void **state) {
   kl_t_worker_t *w =
       kl_t_worker_new(boot, topic, kl_t_group(cluster, "g"), store, held);
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", boot, NULL, 0),
-                   KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", boot), KL_OK);
   kl__metrics_server_t *server;
   assert_int_equal(kl__metrics_server_start("127.0.0.1:0", conf, topic,
                                             w->worker, store, &server),
@@ -132,7 +131,7 @@ static void test_refused_letter_holds_its_partition(void **state) {
   kl_store_partition(store, topic, 0, &st);
   assert_int_equal(st.watermark, 0); /* waiting at the big record */
   kl_worker_stats_t ws;
-  kl_worker_stats(w->worker, &ws);
+  kl_worker_stats(w->worker, &ws, sizeof(ws));
   assert_int_equal(ws.dead_letters, 0);
   kl__metrics_server_stop(server);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
@@ -146,7 +145,7 @@ static void test_refused_letter_holds_its_partition(void **state) {
     kl_store_partition(store, topic, 0, &st);
   }
   assert_int_equal(st.watermark, 2); /* past both records */
-  kl_worker_stats(w->worker, &ws);
+  kl_worker_stats(w->worker, &ws, sizeof(ws));
   assert_int_equal(ws.dead_letters, 2);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
 
@@ -226,9 +225,9 @@ static void test_largest_event_is_published(void **state) {
   kl_t_cluster_t *cluster;
   assert_int_equal(kl_t_cluster_new(1, "max", 1, &cluster), KL_OK);
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
-                               kl_t_bootstrap(cluster), NULL, 0),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", kl_t_bootstrap(cluster)),
+      KL_OK);
   kl_producer_t *producer;
   int delivered = 0;
   assert_int_equal(
@@ -300,7 +299,7 @@ static void test_stalled_partition_is_unhealthy(void **state) {
                          {"worker.retry.max.ms", "100"},
                          {"worker.stall.ms", "1500"}};
   for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
-    assert_int_equal(kl_conf_set(conf, kv[i][0], kv[i][1], NULL, 0), KL_OK);
+    assert_int_equal(kl_conf_set(conf, kv[i][0], kv[i][1]), KL_OK);
   kl_worker_t *worker;
   assert_int_equal(
       kl_worker_new(conf, topic, store, kl_always_retry, NULL, &worker), KL_OK);

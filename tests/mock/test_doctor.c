@@ -58,10 +58,9 @@ static int kl_setup(void **state) {
                    0);
   fx->boot = rd_kafka_mock_cluster_bootstraps(fx->mc);
   fx->conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(fx->conf, "kafka.bootstrap.servers", fx->boot, NULL, 0),
-      KL_OK);
-  assert_int_equal(kl_conf_set(fx->conf, "store.create", "no", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(fx->conf, "kafka.bootstrap.servers", fx->boot),
+                   KL_OK);
+  assert_int_equal(kl_conf_set(fx->conf, "store.create", "no"), KL_OK);
   kl_t_tmpdir(fx->dir);
   *state = fx;
   return 0;
@@ -173,15 +172,15 @@ static void test_partitions(void **state) {
   kl_assert_line(out, "OK", "partitions", "topic events has 4 partitions");
   free(out);
 
-  assert_int_equal(
-      kl_conf_set(fx->conf, "worker.expect.partitions", "8", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(fx->conf, "worker.expect.partitions", "8"),
+                   KL_OK);
   out = kl_doctor(fx, KL_TOPIC, NULL, 0, &worst);
   assert_int_equal(worst, KL__CHECK_FAIL);
   kl_assert_line(out, "FAIL", "partitions",
                  "topic events has 4 partitions, the fleet expects 8");
   free(out);
-  assert_int_equal(
-      kl_conf_set(fx->conf, "worker.expect.partitions", "0", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(fx->conf, "worker.expect.partitions", "0"),
+                   KL_OK);
 
   /* A topic that does not exist: nothing else about it is checked. */
   rd_kafka_mock_topic_set_error(fx->mc, "gone",
@@ -321,14 +320,13 @@ static void test_retention(void **state) {
   kl_assert_line(out, "FAIL", "dlq-retention", "keeps records forever");
   free(out);
 
-  assert_int_equal(
-      kl_conf_set(fx->conf, "store.dedup.retention", "14d", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(fx->conf, "store.dedup.retention", "14d"),
+                   KL_OK);
   kl_dlq_retention = NULL;
   out = kl_doctor(fx, KL_TOPIC, NULL, 0, &worst);
   kl_assert_line(out, "OK", "retention", "within store.dedup.retention 14d");
   free(out);
-  assert_int_equal(
-      kl_conf_set(fx->conf, "store.dedup.retention", "7d", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(fx->conf, "store.dedup.retention", "7d"), KL_OK);
 }
 
 static void test_replication(void **state) {
@@ -446,13 +444,11 @@ static void test_epochs_below_the_group(void **state) {
   assert_int_equal(rd_kafka_commit(rk, l, 0), 0);
   rd_kafka_topic_partition_list_destroy(l);
   rd_kafka_destroy(rk);
-  assert_int_equal(kl_conf_set(fx->conf, "worker.group", "g-old", NULL, 0),
-                   KL_OK);
+  assert_int_equal(kl_conf_set(fx->conf, "worker.group", "g-old"), KL_OK);
   char *out = kl_doctor(fx, KL_TOPIC, fx->dir, 0, &worst);
   kl_assert_line(out, "WARN", "epochs", "on 1 partition(s): 2 (1 < 9)");
   free(out);
-  assert_int_equal(kl_conf_set(fx->conf, "worker.group", "keylane", NULL, 0),
-                   KL_OK);
+  assert_int_equal(kl_conf_set(fx->conf, "worker.group", "keylane"), KL_OK);
 }
 
 static void test_store_version_and_missing_store(void **state) {

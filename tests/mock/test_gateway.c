@@ -535,9 +535,8 @@ static void test_csrf_origin_allow_list(void **state) {
 
   /* A malformed entry is refused at start, naming it. */
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", kl_bootstrap, NULL, 0),
-      KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", kl_bootstrap),
+                   KL_OK);
   o.listen = "127.0.0.1:0";
   o.allow_origins = "https://app.example.com/";
   kl__gateway_t *gw = NULL;
@@ -781,13 +780,11 @@ static void test_junk_topics_do_not_fill_max_topics(void **state) {
 static void test_producer_creates_no_topics(void **state) {
   for (int undo = 0; undo < 2; undo++) {
     kl_conf_t *conf = kl_conf_new();
-    assert_int_equal(
-        kl_conf_set(conf, "kafka.bootstrap.servers", kl_bootstrap, NULL, 0),
-        KL_OK);
+    assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", kl_bootstrap),
+                     KL_OK);
     if (undo)
       assert_int_equal(
-          kl_conf_set(conf, "kafka.allow.auto.create.topics", "true", NULL, 0),
-          KL_OK);
+          kl_conf_set(conf, "kafka.allow.auto.create.topics", "true"), KL_OK);
     kl__gateway_opts_t o;
     kl__gateway_opts_default(&o);
     o.listen = "127.0.0.1:0";

@@ -593,19 +593,16 @@ static kl_worker_t *kl_exec_worker(const char *bootstrap, const char *topic,
                                    const char *attempts,
                                    const char *concurrency) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0), KL_OK);
-  assert_int_equal(
-      kl_conf_set(conf, "worker.session.timeout.ms", "3000", NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.retry.initial.ms", "10", NULL, 0),
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap),
                    KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.max.attempts", attempts, NULL, 0),
+  assert_int_equal(kl_conf_set(conf, "worker.session.timeout.ms", "3000"),
                    KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.retry.initial.ms", "10"), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.max.attempts", attempts), KL_OK);
   if (concurrency) {
-    assert_int_equal(
-        kl_conf_set(conf, "worker.concurrency", concurrency, NULL, 0), KL_OK);
-    assert_int_equal(kl_conf_set(conf, "worker.exec.window", "4", NULL, 0),
+    assert_int_equal(kl_conf_set(conf, "worker.concurrency", concurrency),
                      KL_OK);
+    assert_int_equal(kl_conf_set(conf, "worker.exec.window", "4"), KL_OK);
     assert_int_equal(kl__exec_configure(exec, conf), KL_OK);
   }
   kl_worker_t *worker;
@@ -687,7 +684,7 @@ static void kl_worker_case(const kl_case_t *c) {
   pthread_create(&thread, NULL, kl_run, worker);
   kl_worker_stats_t st;
   for (int i = 0; i < 400; i++) {
-    kl_worker_stats(worker, &st);
+    kl_worker_stats(worker, &st, sizeof(st));
     if (st.applied + st.failed >= (uint64_t)c->events &&
         (!c->dead || st.dead_letters >= (uint64_t)c->dead))
       break;
@@ -696,7 +693,7 @@ static void kl_worker_case(const kl_case_t *c) {
   kl_t_sleep_ms(300); /* the last batch commits */
   kl_worker_stop(worker);
   pthread_join(thread, NULL);
-  kl_worker_stats(worker, &st);
+  kl_worker_stats(worker, &st, sizeof(st));
   assert_int_equal(st.applied, c->events - c->dead);
   assert_int_equal(st.failed, c->dead);
   assert_int_equal(st.duplicates, 0);
@@ -777,14 +774,14 @@ static kl_worker_stats_t kl_fence_run(const char *bootstrap, const char *topic,
   pthread_create(&thread, NULL, kl_run, worker);
   kl_worker_stats_t st;
   for (int i = 0; i < 600; i++) {
-    kl_worker_stats(worker, &st);
+    kl_worker_stats(worker, &st, sizeof(st));
     if (st.applied + st.dead_letters >= (uint64_t)events)
       break;
     kl_t_sleep_ms(100);
   }
   kl_worker_stop(worker);
   pthread_join(thread, NULL);
-  kl_worker_stats(worker, &st);
+  kl_worker_stats(worker, &st, sizeof(st));
   kl_worker_destroy(worker);
   kl__exec_destroy(exec);
   return st;
@@ -853,9 +850,9 @@ static void test_fence_example_accepts_a_new_store(void **state) {
   assert_int_equal(st.applied, 40);
   assert_int_equal(st.dead_letters, 0);
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
-                               kl_t_bootstrap(cluster), NULL, 0),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", kl_t_bootstrap(cluster)),
+      KL_OK);
   kl__check_t check; /* keylane doctor's view */
   kl__check_epochs(store, conf, "keylane", topic, 2, 10000, &check);
   assert_int_equal(check.status, KL__CHECK_OK);

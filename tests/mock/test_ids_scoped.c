@@ -45,7 +45,7 @@ static void wait_applied(kl_t_worker_t *w, uint64_t applied, uint64_t dead) {
   for (int i = 0;
        i < 600 && !(st.applied >= applied && st.dead_letters >= dead); i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(w->worker, &st);
+    kl_worker_stats(w->worker, &st, sizeof(st));
   }
   assert_int_equal(st.applied, applied);
   assert_int_equal(st.dead_letters, dead);
@@ -177,7 +177,7 @@ static void test_shared_id_live_equals_rebuild(void **state) {
   assert_int_equal(kl_flush(p, 10000), KL_OK);
   wait_applied(w, 2, 1);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.duplicates, 1);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   assert_int_equal(balance_of(fx.store, "B"), 5);

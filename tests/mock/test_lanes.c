@@ -26,6 +26,7 @@
 #include "keylane/producer.h"
 #include "support/cluster.h"
 #include "support/kafka_read.h"
+#include "store/store_internal.h"
 #include "support/support.h"
 #include "worker/lanes_internal.h"
 #include "worker/worker_internal.h"
@@ -106,9 +107,9 @@ static int t_reused_fails(t_fx_t *fx, const kl_event_t *event, kl_txn_t *txn) {
   fx->reused_started = 1;
   kl_mark_t mark = KL_MARK_NONE;
   for (int t = 0; t < 10000 && mark != KL_MARK_APPLIED; t++) {
-    assert_int_equal(kl_txn_seen_key(txn, fx->reused_applies,
-                                     strlen(fx->reused_applies), fx->reused_id,
-                                     len, &mark),
+    assert_int_equal(kl_txn_seen(txn, fx->reused_applies,
+                                 strlen(fx->reused_applies), fx->reused_id, len,
+                                 &mark),
                      KL_OK);
     if (mark != KL_MARK_APPLIED)
       kl_t_sleep_ms(1);
@@ -171,7 +172,7 @@ static void t_fx_up(t_fx_t *fx, const char *topic, int partitions) {
   fx->readers = kl_t_group(fx->cluster, "dlq-reader");
   assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
   kl_conf_t *conf = kl_conf_new();
-  kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0);
+  kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot);
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &fx->producer), KL_OK);
   kl_conf_destroy(conf);
 }
@@ -235,14 +236,14 @@ static void *t_worker_main(void *opaque) {
 static t_worker_t *t_worker_start_faulty(t_fx_t *fx, const char *const *extra,
                                          kl__run_fault_fn *fault) {
   kl_conf_t *conf = kl_conf_new();
-  kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0);
-  kl_conf_set(conf, "worker.group", fx->group, NULL, 0);
-  kl_conf_set(conf, "worker.session.timeout.ms", "6000", NULL, 0);
+  kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot);
+  kl_conf_set(conf, "worker.group", fx->group);
+  kl_conf_set(conf, "worker.session.timeout.ms", "6000");
   for (size_t i = 0; extra && extra[i]; i++) {
     char key[128];
     const char *eq = strchr(extra[i], '=');
     snprintf(key, sizeof(key), "%.*s", (int)(eq - extra[i]), extra[i]);
-    assert_int_equal(kl_conf_set(conf, key, eq + 1, NULL, 0), KL_OK);
+    assert_int_equal(kl_conf_set(conf, key, eq + 1), KL_OK);
   }
   t_worker_t *w = calloc(1, sizeof(*w));
   assert_int_equal(
@@ -371,11 +372,11 @@ static void test_failing_keys_wait_alone(void **state) {
   assert_int_equal(failing, 10);
   assert_int_equal(t_keys_at(&t, 1, 1), 0);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_true(st.waiting_keys > 0 && st.waiting_keys <= (uint64_t)failing);
   assert_true(fx.max_running > 1); /* keys really ran concurrently */
   assert_true(t_wait(&fx, t_all_done, 30000) >= 0);
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.dead_letters, 0);
   t_worker_stop(w);
   for (int k = 0; k < KEYS; k++)
@@ -404,7 +405,7 @@ static void test_restart_in_retries_applies_nothing_twice(void **state) {
   t_worker_t *b = t_worker_start(&fx, fast);
   assert_true(t_wait(&fx, t_all_done, 40000) >= 0);
   kl_worker_stats_t st;
-  kl_worker_stats(b->worker, &st);
+  kl_worker_stats(b->worker, &st, sizeof(st));
   /* B consumed the completed events again and skipped them by their ids. */
   assert_true(st.duplicates > 0);
   kl_t_sleep_ms(300);
@@ -460,7 +461,7 @@ static void test_store_error_holds_later_commits(void **state) {
   assert_true(t_wait(&fx, t_all_done, 40000) >= 0);
   kl_t_sleep_ms(300);
   kl_worker_stats_t st;
-  kl_worker_stats(b->worker, &st);
+  kl_worker_stats(b->worker, &st, sizeof(st));
   assert_int_equal(st.duplicates, 0);
   t_worker_stop(b);
   t_assert_exactly_once(&fx, 1);
@@ -571,7 +572,7 @@ static void test_max_attempts_dead_letters_once(void **state) {
     assert_int_equal(fx.attempts[k], t_failing(k) ? 2 : 0);
   }
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.dead_letters, (uint64_t)failing);
   assert_int_equal(st.failed, (uint64_t)failing);
   t_worker_stop(w);
@@ -601,7 +602,7 @@ static void test_reused_id_dead_letter_keeps_applied(void **state) {
   t_worker_t *w = t_worker_start(&fx, conf);
   assert_true(t_wait(&fx, t_reused_settled, 30000) >= 0);
   kl_worker_stats_t ws;
-  kl_worker_stats(w->worker, &ws);
+  kl_worker_stats(w->worker, &ws, sizeof(ws));
   assert_int_equal(ws.dead_letters, 1); /* the letter was sent */
   t_worker_stop(w);
 
@@ -617,13 +618,11 @@ static void test_reused_id_dead_letter_keeps_applied(void **state) {
   assert_int_equal(kl_store_begin(fx.store, fx.topic, 0, st.epoch, &txn),
                    KL_OK);
   kl_mark_t mark;
-  assert_int_equal(kl_txn_seen_key(txn, "k-0000", 6, "reused-1", 8, &mark),
-                   KL_OK);
+  assert_int_equal(kl_txn_seen(txn, "k-0000", 6, "reused-1", 8, &mark), KL_OK);
   assert_int_equal(mark, KL_MARK_APPLIED);
-  assert_int_equal(kl_txn_seen_key(txn, "k-0001", 6, "reused-1", 8, &mark),
-                   KL_OK);
+  assert_int_equal(kl_txn_seen(txn, "k-0001", 6, "reused-1", 8, &mark), KL_OK);
   assert_int_equal(mark, KL_MARK_DEAD_LETTER);
-  assert_int_equal(kl_txn_seen(txn, "reused-1", 8, &mark), KL_OK);
+  assert_int_equal(kl__txn_seen_sid(txn, "reused-1", 8, &mark), KL_OK);
   assert_int_equal(mark, KL_MARK_NONE);
   kl_store_abort(txn);
   t_fx_down(&fx);
@@ -679,7 +678,7 @@ static void test_malformed_record_is_dead_lettered(void **state) {
   assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &st), KL_OK);
   assert_int_equal(st.watermark, KEYS * PER_KEY + 1); /* it went on past it */
   kl_worker_stats_t ws;
-  kl_worker_stats(w->worker, &ws);
+  kl_worker_stats(w->worker, &ws, sizeof(ws));
   assert_int_equal(ws.dead_letters, 1);
   assert_int_equal(ws.failed, 0);
   t_worker_stop(w);
@@ -702,7 +701,7 @@ static void test_window_bound_pauses_and_resumes(void **state) {
   int paused = 0, resumed = 0;
   for (int t = 0; t < 40000 && !t_all_done(&fx); t += 10) {
     kl_worker_stats_t st;
-    kl_worker_stats(w->worker, &st);
+    kl_worker_stats(w->worker, &st, sizeof(st));
     most = st.window_events > most ? st.window_events : most;
     paused |= st.paused > 0;
     resumed |= paused && st.paused == 0;
@@ -730,7 +729,7 @@ static void test_waiting_bound_pauses_and_resumes(void **state) {
   int paused = 0;
   for (int t = 0; t < 40000 && !t_all_done(&fx); t += 10) {
     kl_worker_stats_t st;
-    kl_worker_stats(w->worker, &st);
+    kl_worker_stats(w->worker, &st, sizeof(st));
     paused |= st.paused > 0 && st.waiting_keys >= 4;
     kl_t_sleep_ms(10);
   }
@@ -738,7 +737,7 @@ static void test_waiting_bound_pauses_and_resumes(void **state) {
   assert_true(paused);
   kl_t_sleep_ms(100);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.paused, 0);
   assert_int_equal(st.waiting_keys, 0);
   t_worker_stop(w);

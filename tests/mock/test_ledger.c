@@ -44,9 +44,9 @@ static void kl_fx_up(kl_fx_t *fx, const char *topic) {
   kl_t_tmpdir(fx->dir);
   assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
-                               kl_t_bootstrap(fx->cluster), NULL, 0),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", kl_t_bootstrap(fx->cluster)),
+      KL_OK);
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &fx->producer), KL_OK);
   kl_conf_destroy(conf);
 }

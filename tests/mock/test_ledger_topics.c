@@ -134,7 +134,7 @@ static void kl_two_topics(const char *where, int handles) {
     assert_int_equal(kl_store_open(where, NULL, &kl_fx.stores[t]), KL_OK);
   kl_conf_t *conf = kl_conf_new();
   assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
-                               kl_t_bootstrap(kl_fx.cluster), NULL, 0),
+                               kl_t_bootstrap(kl_fx.cluster)),
                    KL_OK);
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &kl_fx.producer), KL_OK);
   kl_conf_destroy(conf);

@@ -82,16 +82,13 @@ static void kl_fx_down(kl_fx_t *fx) {
 static kl_worker_t *kl_worker(kl_fx_t *fx, const char *group, const char *who,
                               const char *concurrency) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
-                               kl_t_bootstrap(fx->cluster), NULL, 0),
-                   KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.group",
-                               kl_t_group(fx->cluster, group), NULL, 0),
-                   KL_OK);
   assert_int_equal(
-      kl_conf_set(conf, "worker.concurrency", concurrency, NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.fenced.retake.ms", "0", NULL, 0),
-                   KL_OK);
+      kl_conf_set(conf, "kafka.bootstrap.servers", kl_t_bootstrap(fx->cluster)),
+      KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "worker.group", kl_t_group(fx->cluster, group)), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.concurrency", concurrency), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.fenced.retake.ms", "0"), KL_OK);
   kl_worker_t *worker;
   assert_int_equal(kl_worker_new(conf, fx->topic, fx->store, kl_emit_handler,
                                  (void *)who, &worker),
@@ -131,9 +128,9 @@ static void kl_trace_of(int i, char out[56]) {
 
 static void kl_publish_n(kl_fx_t *fx, int from, int n) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
-                               kl_t_bootstrap(fx->cluster), NULL, 0),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", kl_t_bootstrap(fx->cluster)),
+      KL_OK);
   kl_producer_t *producer;
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &producer), KL_OK);
   kl_conf_destroy(conf);
@@ -234,7 +231,7 @@ static void kl_published_once(const char *concurrency) {
                     !kl_t_outbox_held(fx.store, fx.topic, fx.partitions));
        i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(kl_watermarks(&fx), N);
   assert_int_equal(st.outbox_published, N);
@@ -324,7 +321,7 @@ static void test_fenced_follow_ups_never_published(void **state) {
   kl_worker_stats_t st = {0};
   for (int i = 0; i < 400 && !st.fenced; i++) {
     kl_t_sleep_ms(25);
-    kl_worker_stats(a.worker, &st);
+    kl_worker_stats(a.worker, &st, sizeof(st));
   }
   assert_true(st.fenced >= 1);
   assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions),
@@ -338,7 +335,7 @@ static void test_fenced_follow_ups_never_published(void **state) {
   for (int i = 0;
        i < 600 && !(kl_watermarks(&fx) == 5 && st.outbox_published == 5); i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(b.worker, &st);
+    kl_worker_stats(b.worker, &st, sizeof(st));
   }
   assert_int_equal(st.outbox_published, 5);
   kl_halt(&b);
@@ -395,7 +392,7 @@ static void test_next_owner_publishes_leftovers(void **state) {
   kl_worker_stats_t st = {0};
   for (int i = 0; i < 600 && !(st.outbox_published == 2); i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(st.outbox_published, 2);
   assert_int_equal(kl_watermarks(&fx), 0);
@@ -403,7 +400,7 @@ static void test_next_owner_publishes_leftovers(void **state) {
   for (int i = 0;
        i < 600 && !(kl_watermarks(&fx) == 3 && st.outbox_published == 5); i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(st.outbox_published, 5);
   kl_halt(&r);
@@ -429,14 +426,12 @@ static kl_worker_t *kl_exec_worker(kl_fx_t *fx, const char *answer,
   snprintf(cmd, sizeof(cmd), "while read -r l; do echo '%s'; done", answer);
   assert_int_equal(kl__exec_new(cmd, exec), KL_OK);
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
-                               kl_t_bootstrap(fx->cluster), NULL, 0),
-                   KL_OK);
   assert_int_equal(
-      kl_conf_set(conf, "worker.group", kl_t_group(fx->cluster, "x"), NULL, 0),
+      kl_conf_set(conf, "kafka.bootstrap.servers", kl_t_bootstrap(fx->cluster)),
       KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.max.attempts", "1", NULL, 0),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "worker.group", kl_t_group(fx->cluster, "x")), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.max.attempts", "1"), KL_OK);
   assert_int_equal(kl__exec_configure(*exec, conf), KL_OK);
   kl_worker_t *worker;
   assert_int_equal(kl_worker_new(conf, fx->topic, fx->store, kl__exec_handler,
@@ -462,7 +457,7 @@ static void test_exec_answer_emits(void **state) {
   kl_worker_stats_t st = {0};
   for (int i = 0; i < 600 && st.outbox_published < 5; i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(st.outbox_published, 5);
   kl_halt(&r);
@@ -496,7 +491,7 @@ static void test_exec_bad_emit_is_a_dead_letter(void **state) {
   kl_worker_stats_t st = {0};
   for (int i = 0; i < 600 && st.dead_letters < 3; i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(st.dead_letters, 3);
   assert_int_equal(st.applied, 0);
@@ -519,7 +514,7 @@ static kl_worker_t *kl_bound_worker(kl_fx_t *fx, const char *expect) {
        * nothing of it can be published. */
       {"producer.expect.partitions", expect}};
   for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
-    assert_int_equal(kl_conf_set(conf, kv[i][0], kv[i][1], NULL, 0), KL_OK);
+    assert_int_equal(kl_conf_set(conf, kv[i][0], kv[i][1]), KL_OK);
   kl_worker_t *worker;
   assert_int_equal(kl_worker_new(conf, fx->topic, fx->store, kl_emit_handler,
                                  (void *)"W", &worker),
@@ -539,7 +534,7 @@ static void test_bound_pauses_until_published(void **state) {
   for (int i = 0; i < 600 && !(st.paused == 1 && kl_watermarks(&fx) == 3);
        i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   /* Held at the bound, unpublished: the partition takes nothing more, and
    * the outbox's stall grows (/healthz fails past worker.outbox.stall.ms). */
@@ -550,7 +545,7 @@ static void test_bound_pauses_until_published(void **state) {
   kl_publish_n(&fx, 3, 3);
   kl_t_sleep_ms(1500);
   assert_int_equal(kl_watermarks(&fx), 3);
-  kl_worker_stats(r.worker, &st);
+  kl_worker_stats(r.worker, &st, sizeof(st));
   assert_true(st.outbox_stalled_ms >= 1400);
   kl_halt(&r);
   assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 3);
@@ -564,7 +559,7 @@ static void test_bound_pauses_until_published(void **state) {
                     st.paused == 0 && st.outbox_stalled_ms == 0);
        i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(st.outbox_published, 6);
   assert_int_equal(st.paused, 0);
@@ -741,7 +736,7 @@ static kl_worker_t *kl_limited_worker(kl_fx_t *fx, const char *max,
       {"kafka.message.max.bytes", max}};
   for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
     if (kv[i][1])
-      assert_int_equal(kl_conf_set(*conf, kv[i][0], kv[i][1], NULL, 0), KL_OK);
+      assert_int_equal(kl_conf_set(*conf, kv[i][0], kv[i][1]), KL_OK);
   kl_worker_t *worker;
   assert_int_equal(
       kl_worker_new(*conf, fx->topic, fx->store, handler, opaque, &worker),
@@ -814,7 +809,7 @@ static void kl_emit_over_a_limit(const char *name, const char *max, size_t size,
                                st.dead_letters == 1 && kl_watermarks(&fx) == 4);
        i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(st.outbox_published, 3);
   assert_int_equal(st.dead_letters, 1);
@@ -924,7 +919,7 @@ static void test_refused_follow_up_is_kept(void **state) {
                                st.outbox_kept == 1 && st.outbox_pending == 1);
        i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(st.outbox_published, 2);
   assert_int_equal(st.outbox_kept, 1);
@@ -960,7 +955,7 @@ static void test_refused_follow_up_is_kept(void **state) {
   for (int i = 0; i < 600 && !(st.outbox_kept == 0 && st.outbox_pending == 0);
        i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(r.worker, &st);
+    kl_worker_stats(r.worker, &st, sizeof(st));
   }
   assert_int_equal(st.outbox_kept, 0); /* forgotten at its next try */
   assert_int_equal(st.outbox_pending, 0);

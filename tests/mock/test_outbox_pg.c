@@ -74,7 +74,7 @@ static void kl_bank_pg(const char *topic, const char *concurrency) {
   assert_int_equal(v.keys_bad, 0);
   assert_int_equal(v.applied, kl__ledger_gen_published(fx.gen) + v.transfers);
   kl_worker_stats_t ws;
-  kl_worker_stats(w->worker, &ws);
+  kl_worker_stats(w->worker, &ws, sizeof(ws));
   if (!v.ok)
     fprintf(stderr,
             "verdict: published=%llu transfers=%llu violations=%llu "

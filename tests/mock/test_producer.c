@@ -77,13 +77,11 @@ static void kl_recs_destroy(kl_recs_t *recs) {
 static kl_producer_t *kl_rec_producer(const char *bootstrap, kl_recs_t *recs,
                                       const char *const *extra) {
   kl_conf_t *conf = kl_conf_new();
-  char errstr[512];
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap,
-                               errstr, sizeof(errstr)),
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap),
                    KL_OK);
   for (; extra && extra[0]; extra += 2)
-    if (kl_conf_set(conf, extra[0], extra[1], errstr, sizeof(errstr)))
-      fail_msg("%s", errstr);
+    if (kl_conf_set(conf, extra[0], extra[1]))
+      fail_msg("%s", kl_err_detail());
   kl_producer_t *producer;
   kl_err_t err = kl_producer_new(conf, kl_t_dr, recs, &producer);
   if (err)
@@ -468,12 +466,12 @@ static void test_conf_refused(void **state) {
   kl_producer_t *producer = NULL;
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &producer), KL_ECONF);
   assert_non_null(strstr(kl_err_detail(), "kafka.bootstrap.servers"));
-  kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1", NULL, 0);
-  kl_conf_set(conf, "kafka.acks", "1", NULL, 0);
+  kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1");
+  kl_conf_set(conf, "kafka.acks", "1");
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &producer), KL_ECONF);
   assert_non_null(strstr(kl_err_detail(), "acks=all"));
-  kl_conf_set(conf, "kafka.acks", "all", NULL, 0);
-  kl_conf_set(conf, "kafka.no.such.property", "1", NULL, 0);
+  kl_conf_set(conf, "kafka.acks", "all");
+  kl_conf_set(conf, "kafka.no.such.property", "1");
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &producer), KL_ECONF);
   assert_non_null(strstr(kl_err_detail(), "kafka.no.such.property"));
   assert_null(producer);

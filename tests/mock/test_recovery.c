@@ -38,6 +38,7 @@
 #include "worker/redrive.h"
 #include "worker/replay.h"
 #include "worker/worker_internal.h"
+#include "keylane/handlers.h"
 
 typedef kl_t_ledger_fx_t t_fx_t;
 
@@ -75,16 +76,16 @@ static kl_t_worker_t *t_worker_new(t_fx_t *fx, kl_handler_fn_t *handler,
                                      "worker.max.attempts=1000",
                                      NULL};
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.group", "g", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot),
+                   KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.group", "g"), KL_OK);
   for (int pass = 0; pass < 2; pass++) {
     const char *const *set = pass ? extra : base;
     for (size_t i = 0; set && set[i]; i++) {
       char key[128];
       const char *eq = strchr(set[i], '=');
       snprintf(key, sizeof(key), "%.*s", (int)(eq - set[i]), set[i]);
-      assert_int_equal(kl_conf_set(conf, key, eq + 1, NULL, 0), KL_OK);
+      assert_int_equal(kl_conf_set(conf, key, eq + 1), KL_OK);
     }
   }
   kl_t_worker_t *tw = calloc(1, sizeof(*tw));
@@ -136,7 +137,7 @@ static void t_assert_worker_resumes(t_fx_t *fx, kl_t_worker_t *w) {
   assert_int_equal(kl__ledger_gen_wait(fx->gen, fx->store, fx->topic, 0, 30000),
                    0);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.owned, fx->partitions);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   kl_t_ledger_fx_assert_verified(fx);
@@ -163,10 +164,9 @@ static kl_handler_result_t t_slow_ledger(void *opaque, const kl_event_t *ev,
 static kl__replay_t *t_replay_run(const char *boot, const char *topic,
                                   kl_store_t *store, kl_conf_t **conf) {
   *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(*conf, "kafka.bootstrap.servers", boot, NULL, 0),
+  assert_int_equal(kl_conf_set(*conf, "kafka.bootstrap.servers", boot), KL_OK);
+  assert_int_equal(kl_conf_set(*conf, "worker.fenced.retake.ms", "3500"),
                    KL_OK);
-  assert_int_equal(
-      kl_conf_set(*conf, "worker.fenced.retake.ms", "3500", NULL, 0), KL_OK);
   kl__replay_opts_t opts = {.conf = *conf,
                             .topic = topic,
                             .store = store,
@@ -204,7 +204,7 @@ static void t_slow_replay_beside_a_live_worker(const char *store_uri) {
   kl__replay_destroy(r);
   kl_conf_destroy(conf);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.fenced, 2);
   t_assert_worker_resumes(&fx, w);
   for (int32_t p = 0; p < 2; p++)
@@ -361,10 +361,9 @@ static void test_redrive_of_failing_letters_beside_a_live_worker(void **s) {
   for (int64_t offset = 0; offset < 4; offset++)
     t_letter(&fx, dlq, offset); /* below the watermark: redriven */
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
-  assert_int_equal(
-      kl_conf_set(conf, "worker.fenced.retake.ms", "3500", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot),
+                   KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.fenced.retake.ms", "3500"), KL_OK);
   kl__redrive_opts_t o = {.conf = conf,
                           .dlq_topic = dlq,
                           .topic = fx.topic,
@@ -384,7 +383,7 @@ static void test_redrive_of_failing_letters_beside_a_live_worker(void **s) {
   kl__redrive_destroy(r);
   kl_conf_destroy(conf);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.fenced, 1);
   t_assert_worker_resumes(&fx, w);
   assert_int_equal(t_epoch(&fx, 0), 3); /* worker, redrive, the retake */
@@ -480,16 +479,13 @@ static void test_slow_handlers_do_not_starve_the_poll_thread(void **state) {
 
 static kl_err_t t_worker_new_with(const char *handler_ms, const char *poll_ms) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1", NULL, 0),
-      KL_OK);
-  assert_int_equal(
-      kl_conf_set(conf, "worker.handler.timeout.ms", handler_ms, NULL, 0),
-      KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1"),
+                   KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.handler.timeout.ms", handler_ms),
+                   KL_OK);
   if (poll_ms)
-    assert_int_equal(
-        kl_conf_set(conf, "kafka.max.poll.interval.ms", poll_ms, NULL, 0),
-        KL_OK);
+    assert_int_equal(kl_conf_set(conf, "kafka.max.poll.interval.ms", poll_ms),
+                     KL_OK);
   char dir[64];
   kl_t_tmpdir(dir);
   kl_store_t *store;

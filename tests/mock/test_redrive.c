@@ -27,6 +27,7 @@
 #include "worker/redrive.h"
 #include "store/outbox_rec.h"
 #include "store/store_internal.h"
+#include "keylane/handlers.h"
 
 #define KL_KEYS 10
 #define KL_REFUNDS 5 /* acct-0..4 get a refund, which the ledger refuses */
@@ -94,9 +95,8 @@ static void kl_fx_up_on(kl_fx_t *fx, int pg) {
   assert_int_equal(kl_store_open(pg ? fx->uri : fx->dir, NULL, &fx->store),
                    KL_OK);
   fx->conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(fx->conf, "kafka.bootstrap.servers", fx->boot, NULL, 0),
-      KL_OK);
+  assert_int_equal(kl_conf_set(fx->conf, "kafka.bootstrap.servers", fx->boot),
+                   KL_OK);
   kl_producer_t *producer = NULL;
   assert_int_equal(kl_producer_new(fx->conf, NULL, NULL, &producer), KL_OK);
   char key[16];

@@ -23,6 +23,7 @@
 #include "handlers/ledger.h"
 #include "worker/replay.h"
 #include "store/store_internal.h"
+#include "keylane/handlers.h"
 
 typedef kl_t_ledger_fx_t kl_fx_t;
 
@@ -141,9 +142,8 @@ static void kl_rp_init(kl_rp_t *rp, kl_fx_t *fx, kl_store_t *store,
                        const char *from) {
   memset(rp, 0, sizeof(*rp));
   rp->conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(rp->conf, "kafka.bootstrap.servers", fx->boot, NULL, 0),
-      KL_OK);
+  assert_int_equal(kl_conf_set(rp->conf, "kafka.bootstrap.servers", fx->boot),
+                   KL_OK);
   rp->opts.conf = rp->conf;
   rp->opts.topic = fx->topic;
   rp->opts.store = store;
@@ -393,7 +393,7 @@ static void test_dry_run_of_a_rebuild(void **state) {
 static void kl_wait_fenced(kl_t_worker_t *w, uint64_t n) {
   kl_worker_stats_t st = {0};
   for (int i = 0; i < 300; i++) {
-    kl_worker_stats(w->worker, &st);
+    kl_worker_stats(w->worker, &st, sizeof(st));
     if (st.fenced >= n)
       return;
     kl_t_sleep_ms(50);
@@ -441,14 +441,14 @@ static void test_replay_beside_a_live_worker(void **state) {
     assert_int_equal(st.watermark, ends[p]);
   }
   kl_worker_stats_t s1, s2;
-  kl_worker_stats(w1->worker, &s1);
+  kl_worker_stats(w1->worker, &s1, sizeof(s1));
   assert_int_equal(kl_t_worker_stop(w1), KL_OK);
 
   /* The group hands the partitions to a member again. */
   kl_t_worker_t *w2 = kl_t_worker_start(boot, fx.topic, "g", fx.store, kl_fast);
   assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000),
                    0);
-  kl_worker_stats(w2->worker, &s2);
+  kl_worker_stats(w2->worker, &s2, sizeof(s2));
   assert_int_equal(kl_t_worker_stop(w2), KL_OK);
   assert_int_equal(s1.applied + replay_applied + s2.applied,
                    kl__ledger_gen_published(fx.gen));
@@ -484,7 +484,7 @@ static void test_fenced_live_worker_takes_its_partitions_back(void **state) {
   uint64_t published = kl__ledger_gen_published(fx.gen);
   assert_int_equal(kl_t_workers_applied(&w, 1, published, 5000), published);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.fenced, 2); /* once per partition, then taken back */
   assert_int_equal(st.owned, 2);
   for (int32_t p = 0; p < 2; p++) {
@@ -496,8 +496,8 @@ static void test_fenced_live_worker_takes_its_partitions_back(void **state) {
   const int32_t parts[2] = {0, 1};
   uint64_t epochs[2];
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot),
+                   KL_OK);
   assert_int_equal(
       kl__kafka_group_epochs(conf, "g", fx.topic, parts, 2, epochs, 10000),
       KL_OK);

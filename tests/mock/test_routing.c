@@ -27,6 +27,7 @@
 #include "worker/checks.h"
 #include "worker/letters.h"
 #include "worker/redrive.h"
+#include "keylane/handlers.h"
 
 #define KL_TOPIC "rt"
 #define KL_PARTS 4
@@ -86,7 +87,7 @@ typedef int(kl_cond_fn)(const kl_worker_stats_t *st);
 static void kl_await(kl_t_worker_t *w, kl_cond_fn *cond,
                      kl_worker_stats_t *st) {
   for (int i = 0; i < 300; i++) {
-    kl_worker_stats(w->worker, st);
+    kl_worker_stats(w->worker, st, sizeof(*st));
     if (cond(st))
       return;
     kl_t_sleep_ms(100);
@@ -133,8 +134,8 @@ static const char *kl_header(rd_kafka_message_t *m, const char *name, char *buf,
 
 static void kl_read_letters(kl_fx_t *fx, kl__letters_t *letters) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot),
+                   KL_OK);
   kl__pos_t from = {.kind = KL__POS_BEGINNING}, to = {.kind = KL__POS_END};
   memset(letters, 0, sizeof(*letters));
   assert_int_equal(
@@ -275,8 +276,8 @@ static void test_redrive_misrouted(void **state) {
   kl_await(w, kl_dlq_done, &st);
 
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot),
+                   KL_OK);
   kl__redrive_opts_t o = {.conf = conf,
                           .dlq_topic = KL_TOPIC ".dlq",
                           .store = fx->store,

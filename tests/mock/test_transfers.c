@@ -165,8 +165,7 @@ static int kl_take_follow_up(void *opaque, rd_kafka_message_t *m) {
 static void kl_read_follow_up(const char *boot, const char *topic,
                               kl_copy_t *c) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", boot, NULL, 0),
-                   KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", boot), KL_OK);
   rd_kafka_t *rk;
   assert_int_equal(kl__kafka_reader_new(conf, "copy", "earliest", &rk), KL_OK);
   kl__tp_range_t ranges[PARTS];
@@ -199,10 +198,9 @@ static void test_outbox_copy_is_a_duplicate(void **state) {
   kl_copy_t copy = {0};
   kl_read_follow_up(fx.boot, fx.topic, &copy);
   kl_conf_t *conf = kl_conf_new(); /* publishes as the outbox does */
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "producer.follow_ups", "true", NULL, 0),
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot),
                    KL_OK);
+  assert_int_equal(kl_conf_set(conf, "producer.follow_ups", "true"), KL_OK);
   kl_producer_t *outbox;
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &outbox), KL_OK);
   kl_conf_destroy(conf);
@@ -298,7 +296,7 @@ static void test_bad_transfers_are_dead_letters(void **state) {
   kl_worker_stats_t st = {0};
   for (int i = 0; i < 600 && !(st.dead_letters == 2 && st.applied == 3); i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(w->worker, &st);
+    kl_worker_stats(w->worker, &st, sizeof(st));
   }
   assert_int_equal(st.dead_letters, 2);
   assert_int_equal(st.applied, 3); /* the credit, the transfer, its credit */

@@ -20,6 +20,7 @@
 #include "worker/checks.h"
 #include "handlers/ledger.h"
 #include "worker/worker_internal.h"
+#include "keylane/handlers.h"
 
 typedef kl_t_ledger_fx_t kl_fx_t;
 
@@ -29,14 +30,23 @@ static void kl_fx_up(kl_fx_t *fx, const char *topic, int partitions) {
 
 static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};
 
+/* A worker of group g1 on @p fx, set up on @p topic, that applied @p n
+ * events once each (and skipped the n / 10 published twice). */
+static kl_t_worker_t *kl_applied(kl_fx_t *fx, const char *topic, int partitions,
+                                 int n) {
+  kl_fx_up(fx, topic, partitions);
+  kl_t_ledger_fx_publish(fx, n);
+  kl_t_worker_t *w =
+      kl_t_worker_start(kl_t_bootstrap(fx->cluster), fx->topic,
+                        kl_t_group(fx->cluster, "g1"), fx->store, kl_fast);
+  kl_t_ledger_fx_assert_applied_once(fx, w, (uint64_t)n, (uint64_t)n / 10,
+                                     30000);
+  return w;
+}
+
 static void test_applies_each_event_once(void **state) {
   kl_fx_t fx;
-  kl_fx_up(&fx, "once", 4);
-  kl_t_ledger_fx_publish(&fx, 2000);
-  kl_t_worker_t *w =
-      kl_t_worker_start(kl_t_bootstrap(fx.cluster), fx.topic,
-                        kl_t_group(fx.cluster, "g1"), fx.store, kl_fast);
-  kl_t_ledger_fx_assert_applied_once(&fx, w, 2000, 200, 30000);
+  kl_t_worker_t *w = kl_applied(&fx, "once", 4, 2000);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   kl_t_ledger_fx_assert_verified(&fx);
 
@@ -55,10 +65,49 @@ static void test_applies_each_event_once(void **state) {
   assert_true(after.epoch > before.epoch);
   kl_t_sleep_ms(1000);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.applied, 0);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   kl_t_ledger_fx_assert_verified(&fx);
+  kl_t_ledger_fx_down(&fx);
+}
+
+/* The stats struct as a program built against an older, smaller header
+ * knows it: its first fields only. */
+typedef struct t_stats_old {
+  uint64_t applied;
+  uint64_t duplicates;
+} t_stats_old_t;
+
+/* kl_worker_stats() fills the caller's struct up to the size it passes,
+ * and not a byte past it: an older program's struct, followed by its own
+ * data, gets the fields it knows of and keeps the rest. */
+static void test_stats_fill_only_the_callers_size(void **state) {
+  kl_fx_t fx;
+  kl_t_worker_t *w = kl_applied(&fx, "stats", 2, 100);
+
+  assert_int_equal(sizeof(t_stats_old_t),
+                   offsetof(kl_worker_stats_t, redelivered));
+  struct {
+    t_stats_old_t st;
+    unsigned char after[sizeof(kl_worker_stats_t)]; /* the program's own */
+  } old;
+  memset(&old, 0xa5, sizeof(old));
+  assert_int_equal(
+      kl_worker_stats(w->worker, (kl_worker_stats_t *)&old.st, sizeof(old.st)),
+      KL_OK);
+  assert_int_equal(old.st.applied, 100);
+  assert_int_equal(old.st.duplicates, 10);
+  for (size_t i = 0; i < sizeof(old.after); i++)
+    assert_int_equal(old.after[i], 0xa5);
+
+  memset(&old, 0xa5, sizeof(old)); /* size 0: nothing to fill */
+  assert_int_equal(kl_worker_stats(w->worker, (kl_worker_stats_t *)&old.st, 0),
+                   KL_OK);
+  assert_int_equal(old.st.applied, 0xa5a5a5a5a5a5a5a5ULL);
+  assert_int_equal(kl_worker_stats(w->worker, NULL, 0), KL_EINVAL);
+  assert_non_null(strstr(kl_err_detail(), "stats are required"));
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
   kl_t_ledger_fx_down(&fx);
 }
 
@@ -167,7 +216,7 @@ static void test_refuses_retake_within_the_session(void **state) {
                                 {"worker.session.timeout.ms", "10000"},
                                 {"worker.fenced.retake.ms", "10000"}};
   for (size_t i = 0; i < 3; i++)
-    assert_int_equal(kl_conf_set(conf, set[i][0], set[i][1], NULL, 0), KL_OK);
+    assert_int_equal(kl_conf_set(conf, set[i][0], set[i][1]), KL_OK);
   kl_store_t *store;
   char dir[64];
   kl_t_tmpdir(dir);
@@ -179,7 +228,7 @@ static void test_refuses_retake_within_the_session(void **state) {
   assert_non_null(strstr(kl_err_detail(), "worker.fenced.retake.ms (10000) "
                                           "must exceed "
                                           "worker.session.timeout.ms (10000)"));
-  assert_int_equal(kl_conf_set(conf, "worker.fenced.retake.ms", "0", NULL, 0),
+  assert_int_equal(kl_conf_set(conf, "worker.fenced.retake.ms", "0"),
                    KL_OK); /* never: allowed */
   assert_int_equal(kl_worker_new(conf, "t", store, kl_ledger_handler, NULL, &w),
                    KL_OK);
@@ -215,7 +264,7 @@ static kl_err_t t_run_retention(kl_fx_t *fx, const char *const *extra, int runs,
   memset(st, 0, sizeof(*st));
   for (int i = 0; runs && i < 600 && st->owned == 0; i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(w->worker, st);
+    kl_worker_stats(w->worker, st, sizeof(*st));
   }
   kl_worker_stop(w->worker);
   pthread_join(w->thread, NULL);
@@ -341,6 +390,7 @@ static void test_retention_read_from_the_cluster(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_applies_each_event_once),
+      cmocka_unit_test(test_stats_fill_only_the_callers_size),
       cmocka_unit_test(test_paused_owner_is_fenced),
       cmocka_unit_test(test_owner_stopped_after_the_group_dropped_it),
       cmocka_unit_test(test_order_holds_across_rebalances),

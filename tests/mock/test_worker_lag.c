@@ -43,8 +43,8 @@ kl_slow_handler(void *opaque, const kl_event_t *event, const kl_fence_t *fence,
 static void kl_publish_at(const char *bootstrap, const char *topic,
                           const char *key, int64_t ts) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap),
+                   KL_OK);
   kl_producer_t *producer;
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &producer), KL_OK);
   kl_conf_destroy(conf);
@@ -77,15 +77,14 @@ static void kl_fixture_start(kl_fixture_t *f) {
   kl_publish_at(bootstrap, topic, "slow", kl__now_ms() - KL_AGE_MS);
   f->group = kl_t_group(f->cluster, "lag");
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.group", f->group, NULL, 0), KL_OK);
-  assert_int_equal(
-      kl_conf_set(conf, "worker.session.timeout.ms", "3000", NULL, 0), KL_OK);
-  assert_int_equal(
-      kl_conf_set(conf, "worker.retry.initial.ms", "600000", NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.retry.max.ms", "600000", NULL, 0),
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap),
                    KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.group", f->group), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.session.timeout.ms", "3000"),
+                   KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.retry.initial.ms", "600000"),
+                   KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.retry.max.ms", "600000"), KL_OK);
   f->tw = calloc(1, sizeof(*f->tw));
   assert_int_equal(kl_worker_new(conf, topic, f->store, kl_slow_handler, NULL,
                                  &f->tw->worker),
@@ -100,7 +99,7 @@ static void kl_fixture_start(kl_fixture_t *f) {
   kl_worker_stats_t st = {0};
   for (int i = 0; i < 600 && st.waiting_keys != 1; i++) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(f->tw->worker, &st);
+    kl_worker_stats(f->tw->worker, &st, sizeof(st));
   }
   assert_int_equal(st.waiting_keys, 1);
 }

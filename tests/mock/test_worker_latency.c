@@ -34,7 +34,7 @@ static void kl_wait_owned(kl_worker_t *worker, int32_t partitions) {
   kl_worker_stats_t st = {0};
   for (int i = 0; i < 3000 && st.owned < partitions; i++) {
     kl_t_sleep_ms(10);
-    kl_worker_stats(worker, &st);
+    kl_worker_stats(worker, &st, sizeof(st));
   }
   assert_int_equal(st.owned, partitions);
 }
@@ -145,7 +145,7 @@ static void test_offsets_go_to_kafka_at_most_every_interval(void **state) {
   }
   int64_t elapsed_ms = (kl__mono_ns() - t0) / 1000000;
   kl_worker_stats_t st;
-  kl_worker_stats(fx.w->worker, &st);
+  kl_worker_stats(fx.w->worker, &st, sizeof(st));
   uint64_t sent = kl__worker_kafka_commits(fx.w->worker) - before;
   assert_true(st.batches >= (uint64_t)events);
   if (sent > (uint64_t)(elapsed_ms / KL__KAFKA_COMMIT_MS + 2))

@@ -36,6 +36,7 @@
 #include "worker/checks_log.h"
 #include "cli/metrics_server.h"
 #include "worker/worker_internal.h"
+#include "keylane/handlers.h"
 
 typedef kl_t_ledger_fx_t kl_fx_t;
 
@@ -172,7 +173,7 @@ static void test_store_outlives_its_topic(void **state) {
   assert_int_equal(s.check.low, 0);
   assert_int_equal(s.check.high, 10);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.applied, 0);
   assert_int_equal(st.redelivered, 0);
   char text[512];
@@ -201,7 +202,7 @@ static void test_store_outlives_its_topic(void **state) {
   assert_int_equal(system(cmd), 0);
   kl_wait_stop(w, 0);
   kl_wait_watermark(fx.store, fx.topic, 10);
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.applied, 10);
   assert_int_equal(st.redelivered, 0);
   kl_assert_get(port, "/healthz", 200, "ok");
@@ -248,7 +249,7 @@ static void test_store_outlives_a_longer_topic(void **state) {
   assert_int_equal(s.check.verdict, KL__CHECKS_LOG_REPLACED);
   assert_int_equal(s.check.watermark, old.watermark);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.applied, 0);
   char text[512];
   snprintf(text, sizeof(text),
@@ -263,8 +264,8 @@ static void test_store_outlives_a_longer_topic(void **state) {
   kl_assert_get(port, "/metrics", 200, text);
   /* doctor reads that record too */
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot),
+                   KL_OK);
   rd_kafka_t *rk;
   assert_int_equal(kl__kafka_reader_new(conf, "doctor", "earliest", &rk),
                    KL_OK);
@@ -282,7 +283,7 @@ static void test_store_outlives_a_longer_topic(void **state) {
   assert_int_equal(system(cmd), 0);
   kl_wait_stop(w, 0);
   kl_wait_watermark(fx.store, fx.topic, 60);
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.applied, 60); /* none taken for one already applied */
   kl__metrics_server_stop(server);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
@@ -344,8 +345,8 @@ static void test_lag_past_retention(void **state) {
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
 
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot, NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot),
+                   KL_OK);
   kl_producer_t *producer;
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &producer), KL_OK);
   kl_conf_destroy(conf);
@@ -365,7 +366,7 @@ static void test_lag_past_retention(void **state) {
   assert_int_equal(s.check.watermark, 22);
   assert_int_equal(s.check.lost, low - 22);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.applied, 0);
   assert_int_equal(st.redelivered, 0);
   int port;
@@ -393,7 +394,7 @@ static void test_lag_past_retention(void **state) {
   s = kl_stop_of(w);
   assert_int_equal(s.stopped, 0);
   assert_int_equal(s.gap_records, (uint64_t)(low - 22));
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.applied, (uint64_t)(high - low));
   assert_int_equal(st.redelivered, 0);
   kl_assert_get(port, "/healthz", 200, "ok");
@@ -557,11 +558,10 @@ static void test_store_reset_cli(void **state) {
  * would move it silently is refused, naming the fix. */
 static void test_refuses_silent_offset_reset(void **state) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1", NULL, 0),
-      KL_OK);
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.auto.offset.reset", "earliest", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1"),
+                   KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.auto.offset.reset", "earliest"),
+                   KL_OK);
   char dir[64];
   kl_t_tmpdir(dir);
   kl_store_t *store;

@@ -84,9 +84,9 @@ static void test_metrics_and_healthz(void **state) {
       kl_t_worker_start(kl_t_bootstrap(cluster), topic,
                         kl_t_group(cluster, "gm"), store, kl_fast);
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
-                               kl_t_bootstrap(cluster), NULL, 0),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", kl_t_bootstrap(cluster)),
+      KL_OK);
   kl__metrics_server_t *server;
   assert_int_equal(kl__metrics_server_start("127.0.0.1:0", conf, topic,
                                             w->worker, store, &server),
@@ -347,8 +347,7 @@ static void test_livez(void **state) {
                                      kl_t_group(cluster, "gl"), store, conf);
   kl__worker_set_before_commit(w->worker, kl_hold_loop, NULL);
   kl_conf_t *mconf = kl_conf_new();
-  assert_int_equal(kl_conf_set(mconf, "worker.stall.ms", "1000", NULL, 0),
-                   KL_OK);
+  assert_int_equal(kl_conf_set(mconf, "worker.stall.ms", "1000"), KL_OK);
   kl__metrics_server_t *server;
   assert_int_equal(kl__metrics_server_start("127.0.0.1:0", mconf, topic,
                                             w->worker, store, &server),

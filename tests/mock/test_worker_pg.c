@@ -23,6 +23,7 @@
 #include "store/cache.h"
 #include "store/store_internal.h"
 #include "worker/worker_internal.h"
+#include "keylane/handlers.h"
 
 static int t_db_seq;
 
@@ -108,11 +109,10 @@ static kl_handler_result_t kl_slow_ledger(void *opaque, const kl_event_t *event,
  * group transaction at most. */
 static kl_t_worker_t *kl_slow_worker(kl_fx_t *fx, const char *batch_max) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot, NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.group", "g1", NULL, 0), KL_OK);
-  assert_int_equal(kl_conf_set(conf, "worker.batch.max", batch_max, NULL, 0),
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot),
                    KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.group", "g1"), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.batch.max", batch_max), KL_OK);
   kl_t_worker_t *w = calloc(1, sizeof(*w));
   assert_int_equal(kl_worker_new(conf, fx->topic, fx->store, kl_slow_ledger,
                                  NULL, &w->worker),
@@ -161,7 +161,7 @@ static void test_partitions_begin_ahead_on_pg(void **state) {
   kl_t_ledger_fx_assert_applied_once(&fx, w, 1000, 100, 60000);
   uint64_t ahead = kl__worker_ahead(w->worker);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   if (ahead < st.batches / 4 || ahead > st.batches)
     fail_msg("%llu of %llu batches begun ahead", (unsigned long long)ahead,
              (unsigned long long)st.batches);

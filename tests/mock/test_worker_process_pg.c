@@ -168,7 +168,7 @@ static void test_sigstop_holding_row_locks(void **state) {
   kl_group = kl_t_group(cluster, "inv");
   const char *boot = kl_t_bootstrap(cluster);
   kl_conf_t *conf = kl_conf_new();
-  kl_conf_set(conf, "kafka.bootstrap.servers", boot, NULL, 0);
+  kl_conf_set(conf, "kafka.bootstrap.servers", boot);
   kl_orders_t o = {NULL, 0, {0}};
   assert_int_equal(kl_producer_new(conf, NULL, NULL, &kl_fx.producer), KL_OK);
   o.producer = kl_fx.producer;

@@ -101,9 +101,8 @@ static void test_no_clock_check_for_lmdb(void **state) {
 static char *t_doctor(const char *boot, const char *uri,
                       kl__check_status_t *worst) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", boot, NULL, 0),
-                   KL_OK);
-  assert_int_equal(kl_conf_set(conf, "store.create", "no", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", boot), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "store.create", "no"), KL_OK);
   char *buf = NULL;
   size_t len = 0;
   FILE *out = open_memstream(&buf, &len);

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 #include <libpq-fe.h>
 
+#include "keylane/handlers.h"
 #include "keylane/store.h"
 #include "keylane/worker.h"
 #include "support/pg_group.h"
@@ -76,8 +77,8 @@ static kl_handler_result_t t_apply(t_state_t *st, kl_txn_t *txn,
                                    const void *payload, size_t payload_len,
                                    char *why, size_t why_size) {
   kl_mark_t mark;
-  assert_int_equal(
-      kl_txn_seen_key(txn, key, strlen(key), id, strlen(id), &mark), KL_OK);
+  assert_int_equal(kl_txn_seen(txn, key, strlen(key), id, strlen(id), &mark),
+                   KL_OK);
   if (mark != KL_MARK_NONE) {
     kl_txn_count_duplicate(txn);
     return KL_HANDLER_OK;
@@ -89,7 +90,7 @@ static kl_handler_result_t t_apply(t_state_t *st, kl_txn_t *txn,
   kl_handler_result_t r = handler(NULL, &event, &fence, txn, why, why_size);
   if (r == KL_HANDLER_OK)
     assert_int_equal(
-        kl_txn_mark_key(txn, key, strlen(key), id, strlen(id), KL_MARK_APPLIED),
+        kl_txn_mark(txn, key, strlen(key), id, strlen(id), KL_MARK_APPLIED),
         KL_OK);
   return r;
 }

@@ -123,9 +123,9 @@ static void t_fx_up(t_fx_t *fx, const char *db) {
   t_count_calls(fx->store);
   assert_int_equal(t_stored(fx), NREC);
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers",
-                               kl_t_bootstrap(fx->cluster), NULL, 0),
-                   KL_OK);
+  assert_int_equal(
+      kl_conf_set(conf, "kafka.bootstrap.servers", kl_t_bootstrap(fx->cluster)),
+      KL_OK);
   assert_int_equal(kl__outbox_new(conf, fx->topic, fx->store, NULL, &fx->ob),
                    KL_OK);
   kl_conf_destroy(conf);

@@ -111,13 +111,6 @@ static void test_second_mark_keeps_applied(void **state) {
   kl_store_destroy(store);
 }
 
-static void t_prefetch(kl_txn_t *txn, const char *const *ids, size_t n) {
-  size_t lens[8];
-  for (size_t i = 0; i < n; i++)
-    lens[i] = strlen(ids[i]);
-  assert_int_equal(kl_txn_prefetch(txn, ids, lens, n), KL_OK);
-}
-
 /* Ids the prefetch found absent are written by a plain insert, the others
  * by the upsert: both kinds in one batch keep the marks' rules. */
 static void test_prefetched_ids_new_and_known(void **state) {
@@ -131,7 +124,7 @@ static void test_prefetched_ids_new_and_known(void **state) {
   kl_t_store_commit(txn, 1);
   const char *ids[] = {"was-dead", "was-applied", "new-applied", "new-dead"};
   txn = kl_t_store_begin(store, 0, epoch);
-  t_prefetch(txn, ids, 4);
+  kl_t_txn_prefetch(txn, ids, 4);
   kl_t_txn_mark(txn, "was-dead", KL_MARK_APPLIED); /* a redrive applied it */
   kl_t_txn_mark(txn, "was-applied", KL_MARK_DEAD_LETTER); /* it stands */
   kl_t_txn_mark(txn, "new-applied", KL_MARK_APPLIED);
@@ -157,8 +150,8 @@ static void test_prefetched_new_id_taken_meanwhile(void **state) {
   const char *ids[] = {"shared-id", "own-id"};
   kl_txn_t *a = kl_t_store_begin(store, 0, e0),
            *b = kl_t_store_begin(store, 1, e1);
-  t_prefetch(a, ids, 1);
-  t_prefetch(b, ids, 2);
+  kl_t_txn_prefetch(a, ids, 1);
+  kl_t_txn_prefetch(b, ids, 2);
   assert_int_equal(kl_t_txn_seen(b, "shared-id"), KL_MARK_NONE);
   kl_t_txn_mark(a, "shared-id", KL_MARK_APPLIED);
   kl_t_txn_mark(b, "shared-id", KL_MARK_APPLIED);
@@ -172,7 +165,7 @@ static void test_prefetched_new_id_taken_meanwhile(void **state) {
   assert_int_equal(kl_t_store_partition(store, 1).watermark, 0);
 
   b = kl_t_store_begin(store, 1, e1);
-  t_prefetch(b, ids, 2);
+  kl_t_txn_prefetch(b, ids, 2);
   assert_int_equal(kl_t_txn_seen(b, "shared-id"), KL_MARK_APPLIED);
   assert_int_equal(kl_t_txn_seen(b, "own-id"), KL_MARK_NONE);
   const void *val;
@@ -520,7 +513,7 @@ static void test_open_existing_creates_nothing(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "store.create", "no", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "store.create", "no"), KL_OK);
   kl_store_t *store = NULL;
   assert_int_equal(kl_store_open(st->fx.where, conf, &store), KL_ENOTFOUND);
   assert_null(store);
@@ -627,7 +620,7 @@ static void test_schema2_ids_are_migrated(void **state) {
   const void *keys[] = {"acct-2"};
   const char *ids[] = {"old-1"};
   size_t key_lens[] = {6}, id_lens[] = {5};
-  assert_int_equal(kl_txn_prefetch_keys(txn, keys, key_lens, ids, id_lens, 1),
+  assert_int_equal(kl_txn_prefetch(txn, keys, key_lens, ids, id_lens, 1),
                    KL_OK);
   assert_int_equal(kl_t_txn_seen_key(txn, "acct-2", "old-1"), KL_MARK_APPLIED);
   kl_store_abort(txn);
@@ -781,7 +774,7 @@ static void test_connection_lost_during_get(void **state) {
   size_t len;
   assert_int_equal(kl_txn_get(txn, "k", 1, &val, &len), KL_ESTORE_BUSY);
   kl_mark_t mark;
-  assert_int_equal(kl_txn_seen(txn, "i", 1, &mark), KL_ESTORE_BUSY);
+  assert_int_equal(kl_txn_seen(txn, "k", 1, "i", 1, &mark), KL_ESTORE_BUSY);
   assert_int_equal(kl_store_commit(txn, 1), KL_ESTORE_BUSY);
   kl_t_store_commit(kl_t_store_begin(store, 0, epoch), 1);
   kl_store_destroy(store);

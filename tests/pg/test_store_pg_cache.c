@@ -60,15 +60,14 @@ static void test_prefetch_and_cache_need_no_round_trip(void **state) {
 
   txn = kl_t_store_begin(store, 0, epoch);
   const char *ids[] = {"id-1", "id-2"};
-  size_t lens[] = {4, 4};
-  assert_int_equal(kl_txn_prefetch(txn, ids, lens, 2), KL_OK);
+  kl_t_txn_prefetch(txn, ids, 2);
   kl_t_pg_terminate_others(st->admin);
   assert_int_equal(kl_t_txn_seen(txn, "id-1"), KL_MARK_APPLIED);
   assert_int_equal(kl_t_txn_seen(txn, "id-2"), KL_MARK_NONE);
   assert_string_equal(kl_t_txn_get(txn, "acct/1"), "100");
   assert_int_equal(t_cache(store).hits, 1);
   kl_mark_t mark;
-  assert_int_equal(kl_txn_seen(txn, "id-3", 4, &mark), KL_ESTORE_BUSY);
+  assert_int_equal(kl_txn_seen(txn, "k", 1, "id-3", 4, &mark), KL_ESTORE_BUSY);
   const void *val;
   size_t len;
   assert_int_equal(kl_txn_get(txn, "acct/2", 6, &val, &len), KL_ESTORE_BUSY);
@@ -559,9 +558,10 @@ static void test_failed_prefetch_answers_nothing(void **state) {
   kl_store_t *store = t_store_ahead(st, "2", &epoch);
   kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
   kl_t_pg_terminate_others(st->admin);
-  assert_int_equal(kl_txn_prefetch(txn, t_ids, t_id_lens, 2), KL_ESTORE_BUSY);
+  assert_int_equal(kl__txn_prefetch_sids(txn, t_ids, t_id_lens, 2),
+                   KL_ESTORE_BUSY);
   kl_mark_t mark = KL_MARK_NONE;
-  assert_int_equal(kl_txn_seen(txn, "id-1", 4, &mark), KL_ESTORE_BUSY);
+  assert_int_equal(kl_txn_seen(txn, "k", 1, "id-1", 4, &mark), KL_ESTORE_BUSY);
   assert_int_equal(kl_store_commit(txn, 2), KL_ESTORE_BUSY);
   kl_store_destroy(store);
 }
@@ -584,7 +584,7 @@ static void test_begun_ahead_is_fenced_when_settled(void **state) {
   assert_int_equal(t_cache(store).entries, 0);
   /* Used anyway, it stays fenced: nothing can run or commit in it. */
   kl_mark_t mark;
-  assert_int_equal(kl_txn_seen(txn, "id-2", 4, &mark), KL_EFENCED);
+  assert_int_equal(kl_txn_seen(txn, "k", 1, "id-2", 4, &mark), KL_EFENCED);
   assert_int_equal(kl_txn_put(txn, "acct/1", 6, "0", 1), KL_OK);
   assert_int_equal(kl_store_commit(txn, 9), KL_EFENCED);
   assert_int_equal(kl_t_store_partition(store, 0).watermark, 1);

@@ -30,6 +30,7 @@
 #include "store/cache.h"
 #include "store/store_internal.h"
 #include "worker/worker_internal.h"
+#include "keylane/handlers.h"
 
 static int t_db_seq;
 
@@ -50,7 +51,7 @@ static void kl_end_verified(kl_t_ledger_fx_t *fx, kl_t_worker_t *w,
                             uint64_t n) {
   assert_int_equal(kl_t_workers_applied(&w, 1, n, 5000), n);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.dead_letters, 0);
   assert_int_equal(st.fenced, 0);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
@@ -61,7 +62,7 @@ static void kl_end_verified(kl_t_ledger_fx_t *fx, kl_t_worker_t *w,
 
 static uint64_t kl_applied(kl_t_worker_t *w) {
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   return st.applied;
 }
 
@@ -304,8 +305,7 @@ static void kl_admin_reload(PGconn *admin, const char *sql, const char *value) {
  * commit knows it was absent before (what pg_landed() asks for). */
 static void kl_prefetch_one(kl_txn_t *txn, const char *id) {
   const char *ids[1] = {id};
-  size_t lens[1] = {strlen(id)};
-  assert_int_equal(kl_txn_prefetch(txn, ids, lens, 1), KL_OK);
+  kl_t_txn_prefetch(txn, ids, 1);
   assert_int_equal(kl_t_txn_seen(txn, id), KL_MARK_NONE);
 }
 
@@ -424,7 +424,7 @@ static void kl_small_pool(const char *topic, const char *concurrency) {
   kl_t_ledger_fx_t fx;
   kl_fx_up(&fx, topic, 8, 400);
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "store.pg.pool", "2", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "store.pg.pool", "2"), KL_OK);
   kl_store_t *store;
   assert_int_equal(kl_store_open(fx.where, conf, &store), KL_OK);
   kl_conf_destroy(conf);

@@ -205,7 +205,7 @@ static void test_readonly_sessions_heal(void **state) {
                          "worker.retry.max.ms=500", NULL};
   kl_t_worker_t *tw = kl_t_worker_start(boot, "events", "heal", store, extra);
   kl_conf_t *conf = kl_conf_new();
-  kl_conf_set(conf, "kafka.bootstrap.servers", boot, NULL, 0);
+  kl_conf_set(conf, "kafka.bootstrap.servers", boot);
   kl__metrics_server_t *server;
   assert_int_equal(kl__metrics_server_start("127.0.0.1:0", conf, "events",
                                             tw->worker, store, &server),

@@ -57,10 +57,10 @@
  *    outbox sets it aside as a dead letter of reason outbox, which Kafka
  *    refuses too half the time (the follow-up then stays in the store
  *    and is published again 10 s later); a redrive of such a letter
- *    publishes the follow-up. After RETRY the lane waits a backoff of simulated
- * time (100 to 400 ms), and after 3 runs dead-letters the record; after FAIL it
- *    dead-letters it (the lanes' path: the letter, its ack, then its mark
- *    and the watermark in a group commit).
+ *    publishes the follow-up. After RETRY the lane waits a backoff of
+ *    simulated time (100 to 400 ms), and after 3 runs dead-letters the
+ *    record; after FAIL it dead-letters it (the lanes' path: the letter,
+ *    its ack, then its mark and the watermark in a group commit).
  *  - acquire (500): an owner takes a partition with kl_store_acquire(), a
  *    rebalance; the previous owner is not told: a zombie until fenced. One
  *    that holds it already gives it up first (kl__lanes_release(), half

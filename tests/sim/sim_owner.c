@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "common/strbuf.h"
+#include "keylane/handlers.h"
 #include "keylane/worker.h"
 #include "sim/sim.h"
 #include "worker/lanes_internal.h"

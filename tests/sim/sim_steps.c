@@ -481,8 +481,8 @@ static void check_marks(kl_store_t *store, const sim_view_t *v,
       for (size_t i = 0; key->part == p && i < key->n; i++) {
         const sim_event_t *ev = &W->events[key->events[i]];
         kl_mark_t mark;
-        if (kl_txn_seen_key(txn, key->name, key->name_len, ev->id, ev->id_len,
-                            &mark))
+        if (kl_txn_seen(txn, key->name, key->name_len, ev->id, ev->id_len,
+                        &mark))
           sim_fail("store-error", "%s: %s", who, kl_err_detail());
         else
           sim_view_check_mark(v, key->events[i], mark, who);
@@ -615,7 +615,6 @@ static void name_keys(uint64_t seed) {
 
 static kl_conf_t *sim_conf(void) {
   kl_conf_t *conf = kl_conf_new();
-  char why[256];
   static const char *const kv[][2] = {{"store.durability", "none"},
                                       {"store.map.size", "64M"},
                                       {"store.pg.pool", "2"},
@@ -629,8 +628,8 @@ static kl_conf_t *sim_conf(void) {
                                       {"worker.retry.max.ms", "400"},
                                       {"worker.max.attempts", "3"}};
   for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
-    if (kl_conf_set(conf, kv[i][0], kv[i][1], why, sizeof(why)))
-      fprintf(stderr, "keylane-sim: %s\n", why);
+    if (kl_conf_set(conf, kv[i][0], kv[i][1]))
+      fprintf(stderr, "keylane-sim: %s\n", kl_err_detail());
   return conf;
 }
 

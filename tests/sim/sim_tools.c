@@ -40,10 +40,10 @@ kl_err_t sim_dead_letter(kl_store_t *store, sim_view_t *v, int32_t part,
   const sim_event_t *ev = &W->events[e];
   const sim_key_t *k = &W->keys[ev->key];
   kl_mark_t mark = KL_MARK_NONE;
-  err = kl_txn_seen_key(txn, k->name, k->name_len, ev->id, ev->id_len, &mark);
+  err = kl_txn_seen(txn, k->name, k->name_len, ev->id, ev->id_len, &mark);
   if (!err && mark == KL_MARK_NONE)
-    err = kl_txn_mark_key(txn, k->name, k->name_len, ev->id, ev->id_len,
-                          KL_MARK_DEAD_LETTER);
+    err = kl_txn_mark(txn, k->name, k->name_len, ev->id, ev->id_len,
+                      KL_MARK_DEAD_LETTER);
   if (err) {
     kl_store_abort(txn);
     return err;

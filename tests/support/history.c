@@ -73,7 +73,7 @@ int64_t kl_t_publish_truncated(const char *bootstrap, const char *topic,
                                const char *key, int count) {
   kl_conf_t *conf = kl_conf_new();
   kl_producer_t *producer = NULL;
-  if (kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0) ||
+  if (kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap) ||
       kl_producer_new(conf, NULL, NULL, &producer)) {
     fprintf(stderr, "producer: %s\n", kl_err_detail());
     abort();

@@ -264,12 +264,12 @@ kl_t_gateway_t *kl_t_gateway_start(const char *bootstrap,
     kl__gateway_opts_default(&o);
   o.listen = "127.0.0.1:0";
   kl_conf_t *conf = kl_conf_new();
-  int bad = kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0);
+  int bad = kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap);
   for (size_t i = 0; !bad && extra && extra[i]; i++) {
     char key[128];
     const char *eq = strchr(extra[i], '=');
     snprintf(key, sizeof(key), "%.*s", (int)(eq - extra[i]), extra[i]);
-    bad = kl_conf_set(conf, key, eq + 1, NULL, 0) != KL_OK;
+    bad = kl_conf_set(conf, key, eq + 1) != KL_OK;
   }
   kl_t_gateway_t *tg = calloc(1, sizeof(*tg));
   if (bad || kl__gateway_new(conf, &o, &tg->gateway) != KL_OK) {

@@ -78,7 +78,7 @@ void kl_t_ledger_fx_assert_applied_once(kl_t_ledger_fx_t *fx, kl_t_worker_t *w,
                    0);
   assert_int_equal(kl_t_workers_applied(&w, 1, events, 5000), events);
   kl_worker_stats_t st;
-  kl_worker_stats(w->worker, &st);
+  kl_worker_stats(w->worker, &st, sizeof(st));
   assert_int_equal(st.duplicates, duplicates);
   assert_int_equal(st.fenced, 0);
 }

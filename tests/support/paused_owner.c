@@ -20,10 +20,10 @@ void kl_t_pause_hook(void *opaque, const char *topic, int32_t partition,
 
 uint64_t kl_t_worker_fenced(kl_t_worker_t *tw, int ms) {
   kl_worker_stats_t st;
-  kl_worker_stats(tw->worker, &st);
+  kl_worker_stats(tw->worker, &st, sizeof(st));
   for (int waited = 0; !st.fenced && waited < ms; waited += 50) {
     kl_t_sleep_ms(50);
-    kl_worker_stats(tw->worker, &st);
+    kl_worker_stats(tw->worker, &st, sizeof(st));
   }
   return st.fenced;
 }

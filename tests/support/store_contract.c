@@ -17,6 +17,7 @@
 
 #include "handlers/ledger.h"
 #include "support/ledger_checks.h"
+#include "keylane/handlers.h"
 #include "keylane/worker.h"
 #include "store/child.h"
 #include "store/store_internal.h"
@@ -38,7 +39,7 @@ static kl_err_t kl_t_store_try_open_v(const char *where, kl_store_t **store,
   const char *key;
   while ((key = va_arg(ap, const char *)) != NULL) {
     const char *value = va_arg(ap, const char *);
-    if (kl_conf_set(conf, key, value, NULL, 0) != KL_OK) {
+    if (kl_conf_set(conf, key, value) != KL_OK) {
       kl_conf_destroy(conf);
       return KL_ECONF;
     }
@@ -116,12 +117,20 @@ const char *kl_t_txn_get(kl_txn_t *txn, const char *key) {
 
 kl_mark_t kl_t_txn_seen(kl_txn_t *txn, const char *id) {
   kl_mark_t mark = (kl_mark_t)-1;
-  assert_int_equal(kl_txn_seen(txn, id, strlen(id), &mark), KL_OK);
+  assert_int_equal(kl__txn_seen_sid(txn, id, strlen(id), &mark), KL_OK);
   return mark;
 }
 
 void kl_t_txn_mark(kl_txn_t *txn, const char *id, kl_mark_t mark) {
-  assert_int_equal(kl_txn_mark(txn, id, strlen(id), mark), KL_OK);
+  assert_int_equal(kl__txn_mark_sid(txn, id, strlen(id), mark), KL_OK);
+}
+
+void kl_t_txn_prefetch(kl_txn_t *txn, const char *const *ids, size_t n) {
+  size_t lens[16];
+  assert_true(n <= 16);
+  for (size_t i = 0; i < n; i++)
+    lens[i] = strlen(ids[i]);
+  assert_int_equal(kl__txn_prefetch_sids(txn, ids, lens, n), KL_OK);
 }
 
 static int64_t kl_t_now_ms;
@@ -264,35 +273,43 @@ void kl_t_contract_prefetch_answers_seen(void **state) {
   uint64_t epoch = kl_t_store_acquire(store, 0);
   const char *uuid = "0190f5c4-7d2a-7b3e-9f00-1234567890ab";
   kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
-  kl_t_txn_mark(txn, uuid, KL_MARK_APPLIED);
-  kl_t_txn_mark(txn, "order-17-created", KL_MARK_DEAD_LETTER);
+  kl_t_txn_mark_key(txn, "k", uuid, KL_MARK_APPLIED);
+  kl_t_txn_mark_key(txn, "k", "order-17-created", KL_MARK_DEAD_LETTER);
   kl_t_store_commit(txn, 2);
 
   txn = kl_t_store_begin(store, 0, epoch);
-  kl_t_txn_mark(txn, "marked-first", KL_MARK_APPLIED);
+  kl_t_txn_mark_key(txn, "k", "marked-first", KL_MARK_APPLIED);
   const char *ids[] = {uuid, "order-17-created", "new-1", uuid, "marked-first"};
-  size_t lens[5];
+  const void *keys[] = {"k", "k", "k", "k", "k"};
+  size_t lens[5], key_lens[] = {1, 1, 1, 1, 1};
   for (int i = 0; i < 5; i++)
     lens[i] = strlen(ids[i]);
-  assert_int_equal(kl_txn_prefetch(txn, ids, lens, 5), KL_OK);
-  assert_int_equal(kl_txn_prefetch(txn, ids, lens, 0), KL_OK);
-  assert_int_equal(kl_t_txn_seen(txn, uuid), KL_MARK_APPLIED);
-  assert_int_equal(kl_t_txn_seen(txn, "order-17-created"), KL_MARK_DEAD_LETTER);
-  assert_int_equal(kl_t_txn_seen(txn, "new-1"), KL_MARK_NONE);
-  assert_int_equal(kl_t_txn_seen(txn, "marked-first"), KL_MARK_APPLIED);
-  kl_t_txn_mark(txn, "new-1", KL_MARK_APPLIED); /* the batch's mark wins */
-  kl_t_txn_mark(txn, "order-17-created", KL_MARK_APPLIED);
-  assert_int_equal(kl_t_txn_seen(txn, "new-1"), KL_MARK_APPLIED);
-  assert_int_equal(kl_t_txn_seen(txn, "order-17-created"), KL_MARK_APPLIED);
+  assert_int_equal(kl_txn_prefetch(txn, keys, key_lens, ids, lens, 5), KL_OK);
+  assert_int_equal(kl_txn_prefetch(txn, keys, key_lens, ids, lens, 0), KL_OK);
+  assert_int_equal(kl_t_txn_seen_key(txn, "k", uuid), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen_key(txn, "k", "order-17-created"),
+                   KL_MARK_DEAD_LETTER);
+  assert_int_equal(kl_t_txn_seen_key(txn, "k", "new-1"), KL_MARK_NONE);
+  assert_int_equal(kl_t_txn_seen_key(txn, "k", "marked-first"),
+                   KL_MARK_APPLIED);
+  /* the batch's mark wins */
+  kl_t_txn_mark_key(txn, "k", "new-1", KL_MARK_APPLIED);
+  kl_t_txn_mark_key(txn, "k", "order-17-created", KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen_key(txn, "k", "new-1"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen_key(txn, "k", "order-17-created"),
+                   KL_MARK_APPLIED);
   size_t bad = 256;
-  assert_int_equal(kl_txn_prefetch(txn, ids, &bad, 1), KL_EINVAL);
+  assert_int_equal(kl_txn_prefetch(txn, keys, key_lens, ids, &bad, 1),
+                   KL_EINVAL);
   assert_non_null(strstr(kl_err_detail(), "256 bytes"));
-  assert_int_equal(kl_txn_prefetch(txn, NULL, lens, 1), KL_EINVAL);
+  assert_int_equal(kl_txn_prefetch(txn, keys, key_lens, NULL, lens, 1),
+                   KL_EINVAL);
   kl_t_store_commit(txn, 3);
   txn = kl_t_store_begin(store, 0, epoch);
-  assert_int_equal(kl_txn_prefetch(txn, ids, lens, 3), KL_OK);
-  assert_int_equal(kl_t_txn_seen(txn, "new-1"), KL_MARK_APPLIED);
-  assert_int_equal(kl_t_txn_seen(txn, "order-17-created"), KL_MARK_APPLIED);
+  assert_int_equal(kl_txn_prefetch(txn, keys, key_lens, ids, lens, 3), KL_OK);
+  assert_int_equal(kl_t_txn_seen_key(txn, "k", "new-1"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen_key(txn, "k", "order-17-created"),
+                   KL_MARK_APPLIED);
   kl_store_abort(txn);
   kl_store_destroy(store);
 }
@@ -372,14 +389,14 @@ void kl_t_contract_ids_scoped_by_topic(void **state) {
 
 kl_mark_t kl_t_txn_seen_key(kl_txn_t *txn, const char *key, const char *id) {
   kl_mark_t mark = KL_MARK_APPLIED;
-  assert_int_equal(
-      kl_txn_seen_key(txn, key, strlen(key), id, strlen(id), &mark), KL_OK);
+  assert_int_equal(kl_txn_seen(txn, key, strlen(key), id, strlen(id), &mark),
+                   KL_OK);
   return mark;
 }
 
 void kl_t_txn_mark_key(kl_txn_t *txn, const char *key, const char *id,
                        kl_mark_t mark) {
-  assert_int_equal(kl_txn_mark_key(txn, key, strlen(key), id, strlen(id), mark),
+  assert_int_equal(kl_txn_mark(txn, key, strlen(key), id, strlen(id), mark),
                    KL_OK);
 }
 
@@ -413,7 +430,7 @@ void kl_t_contract_ids_scoped_by_key(void **state) {
   size_t key_lens[] = {6, 6, 6};
   const char *ids[] = {"invoice/42", "invoice/42", "invoice/42"};
   size_t id_lens[] = {10, 10, 10};
-  assert_int_equal(kl_txn_prefetch_keys(txn, keys, key_lens, ids, id_lens, 3),
+  assert_int_equal(kl_txn_prefetch(txn, keys, key_lens, ids, id_lens, 3),
                    KL_OK);
   assert_int_equal(kl_t_txn_seen_key(txn, "acct-1", "invoice/42"),
                    KL_MARK_APPLIED);
@@ -422,9 +439,9 @@ void kl_t_contract_ids_scoped_by_key(void **state) {
   assert_int_equal(kl_t_txn_seen_key(txn, "acct-3", "invoice/42"),
                    KL_MARK_NONE);
   size_t no_key = 0;
-  assert_int_equal(kl_txn_prefetch_keys(txn, keys, &no_key, ids, id_lens, 1),
+  assert_int_equal(kl_txn_prefetch(txn, keys, &no_key, ids, id_lens, 1),
                    KL_EINVAL);
-  assert_int_equal(kl_txn_seen_key(txn, "k", 1, "a\0b", 3, &(kl_mark_t){0}),
+  assert_int_equal(kl_txn_seen(txn, "k", 1, "a\0b", 3, &(kl_mark_t){0}),
                    KL_EINVAL);
   kl_store_abort(txn);
   uint64_t count;

@@ -75,13 +75,24 @@ void kl_t_txn_put(kl_txn_t *txn, const char *key, const char *val);
  */
 const char *kl_t_txn_get(kl_txn_t *txn, const char *key);
 
-/** @returns the mark of the string @p id. */
+/**
+ * The backends' id space as it is, below the public calls: @p id is
+ * unscoped, as a store recorded ids before they were scoped by entity key
+ * (store_internal.h, "sid"). A backend answers for it as for any scoped
+ * id, so the contract tests of marks, fences and sweeps use these; an
+ * upgrade's test reads with them what the old format recorded.
+ * @returns the mark of the string @p id. */
 kl_mark_t kl_t_txn_seen(kl_txn_t *txn, const char *id);
 
-/** Marks the string @p id. */
+/** Marks the string @p id (unscoped, as kl_t_txn_seen()). */
 void kl_t_txn_mark(kl_txn_t *txn, const char *id, kl_mark_t mark);
 
-/** kl_t_txn_seen() and kl_t_txn_mark() of @p id on entity @p key. */
+/** Prefetches the strings @p ids (unscoped, as kl_t_txn_seen()); at most
+ *  16. */
+void kl_t_txn_prefetch(kl_txn_t *txn, const char *const *ids, size_t n);
+
+/** kl_txn_seen() and kl_txn_mark() of @p id on entity @p key: what the
+ *  worker calls. */
 kl_mark_t kl_t_txn_seen_key(kl_txn_t *txn, const char *key, const char *id);
 void kl_t_txn_mark_key(kl_txn_t *txn, const char *key, const char *id,
                        kl_mark_t mark);

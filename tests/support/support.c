@@ -8,6 +8,8 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "keylane/handlers.h"
+
 void kl_t_tmpdir(char *dir) {
   snprintf(dir, 64, "/tmp/keylane-test-XXXXXX");
   if (!mkdtemp(dir)) {
@@ -57,7 +59,7 @@ char *kl_t_stderr_end(kl_t_stderr_t *log) {
 kl_producer_t *kl_t_producer(const char *bootstrap, kl__ledger_gen_t *gen) {
   kl_conf_t *conf = kl_conf_new();
   kl_producer_t *producer = NULL;
-  if (kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0) ||
+  if (kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap) ||
       kl_producer_new(conf, kl__ledger_gen_on_delivery, gen, &producer))
     fprintf(stderr, "producer: %s\n", kl_err_detail());
   kl_conf_destroy(conf);
@@ -84,13 +86,13 @@ kl_t_worker_t *kl_t_worker_new_with(const char *bootstrap, const char *topic,
                                     kl_handler_fn_t *handler, void *opaque) {
   kl_conf_t *conf = kl_conf_new();
   kl_t_worker_t *tw = calloc(1, sizeof(*tw));
-  int bad = kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap, NULL, 0) ||
-            kl_conf_set(conf, "worker.group", group, NULL, 0);
+  int bad = kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap) ||
+            kl_conf_set(conf, "worker.group", group);
   for (size_t i = 0; !bad && extra && extra[i]; i++) {
     char key[128];
     const char *eq = strchr(extra[i], '=');
     snprintf(key, sizeof(key), "%.*s", (int)(eq - extra[i]), extra[i]);
-    bad = kl_conf_set(conf, key, eq + 1, NULL, 0) != KL_OK;
+    bad = kl_conf_set(conf, key, eq + 1) != KL_OK;
   }
   if (bad || kl_worker_new(conf, topic, store, handler, opaque, &tw->worker)) {
     fprintf(stderr, "worker: %s\n", kl_err_detail());
@@ -128,7 +130,7 @@ uint64_t kl_t_workers_applied(kl_t_worker_t *const *tw, size_t n, uint64_t want,
     sum = 0;
     for (size_t i = 0; i < n; i++) {
       kl_worker_stats_t st;
-      kl_worker_stats(tw[i]->worker, &st);
+      kl_worker_stats(tw[i]->worker, &st, sizeof(st));
       sum += st.applied;
     }
     if (sum >= want || t >= ms)

@@ -83,12 +83,12 @@ static void test_every_key_is_described(void **state) {
   const kl__conf_key_t *k;
   size_t n = 0;
   kl_conf_t *conf = kl_conf_new();
-  char err[512];
   for (size_t i = 0; (k = kl__conf_key_at(i)); i++, n++) {
     if (!k->doc || kl_words(k->doc) < 3)
       fail_msg("%s has no description of what it does", k->name);
-    if (kl_conf_set(conf, k->name, k->def, err, sizeof(err)) != KL_OK)
-      fail_msg("%s's default \"%s\" is refused: %s", k->name, k->def, err);
+    if (kl_conf_set(conf, k->name, k->def) != KL_OK)
+      fail_msg("%s's default \"%s\" is refused: %s", k->name, k->def,
+               kl_err_detail());
     assert_ptr_equal(kl__conf_key_find(k->name), k);
     if (k->type == KL__CONF_ENUM)
       assert_true(kl__conf_enum_has(k->values, k->def));

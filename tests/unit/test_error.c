@@ -34,7 +34,7 @@ static void kl_t_fail_first(void) {
 static void test_event_and_conf_calls_clear(void **state) {
   (void)state;
   kl_conf_t *conf = kl_conf_new();
-  KL_T_CLEARS(kl_conf_set(conf, "kafka.acks", "all", NULL, 0));
+  KL_T_CLEARS(kl_conf_set(conf, "kafka.acks", "all"));
   kl_event_t ev = {.key = "k",
                    .key_len = 1,
                    .id = "id-1",
@@ -85,8 +85,12 @@ static void test_store_calls_clear(void **state) {
   KL_T_CLEARS(kl_txn_get(txn, "a", 1, &val, &val_len));
   KL_T_CLEARS(kl_txn_del(txn, "a", 1));
   kl_mark_t mark;
-  KL_T_CLEARS(kl_txn_seen(txn, "id-1", 4, &mark));
-  KL_T_CLEARS(kl_txn_mark(txn, "id-1", 4, KL_MARK_APPLIED));
+  KL_T_CLEARS(kl_txn_seen(txn, "k", 1, "id-1", 4, &mark));
+  KL_T_CLEARS(kl_txn_mark(txn, "k", 1, "id-1", 4, KL_MARK_APPLIED));
+  const void *keys[] = {"k"};
+  const char *id_list[] = {"id-1"};
+  size_t key_lens[] = {1}, id_lens[] = {4};
+  KL_T_CLEARS(kl_txn_prefetch(txn, keys, key_lens, id_list, id_lens, 1));
   KL_T_CLEARS(kl_store_commit(txn, 1));
   size_t removed = 0;
   KL_T_CLEARS(kl_store_sweep(store, 10, &removed));

@@ -137,13 +137,12 @@ static void test_worker_refuses_kip848_without_it(void **state) {
   kl_store_t *store;
   assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1", NULL, 0),
-      KL_OK);
-  assert_int_equal(
-      kl_conf_set(conf, "worker.group.protocol", "consumer", NULL, 0), KL_OK);
-  assert_int_not_equal(
-      kl_conf_set(conf, "worker.group.protocol", "new", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1"),
+                   KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.group.protocol", "consumer"),
+                   KL_OK);
+  assert_int_not_equal(kl_conf_set(conf, "worker.group.protocol", "new"),
+                       KL_OK);
   kl_worker_t *worker = NULL;
   kl_err_t err = kl_worker_new(conf, "t", store, kl_ok, NULL, &worker);
   if (rd_kafka_version() < KL__RDK_CONSUMER_PROTOCOL) {

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 #include <librdkafka/rdkafka.h>
 
+#include "keylane/handlers.h"
 #include "keylane/store.h"
 #include "keylane/worker.h"
 #include "support/support.h"
@@ -19,11 +20,10 @@
 
 static kl_conf_t *conf_with(const char *key, const char *value) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1", NULL, 0),
-      KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1"),
+                   KL_OK);
   if (key)
-    assert_int_equal(kl_conf_set(conf, key, value, NULL, 0), KL_OK);
+    assert_int_equal(kl_conf_set(conf, key, value), KL_OK);
   return conf;
 }
 
@@ -100,8 +100,8 @@ static void test_instance_id_reaches_librdkafka(void **state) {
   instance_of(conf, id, sizeof(id));
   assert_string_equal(id, "keylane-worker-2");
   /* kafka.* wins, as everywhere. */
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.group.instance.id", "other", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "kafka.group.instance.id", "other"),
+                   KL_OK);
   instance_of(conf, id, sizeof(id));
   assert_string_equal(id, "other");
   kl_conf_destroy(conf);

@@ -482,7 +482,6 @@ static void test_gateway_limits_are_conf_keys(void **state) {
   assert_null(o.allow_origins);
   assert_false(o.allow_internal_topics);
   kl_conf_t *conf = kl_conf_new();
-  char err[512];
   static const char *const set[][2] = {
       {"gateway.listen", "0.0.0.0:9000"},
       {"gateway.tokens.file", "/etc/t"},
@@ -495,8 +494,8 @@ static void test_gateway_limits_are_conf_keys(void **state) {
       {"gateway.allow.origins", "https://a.example"},
       {"gateway.allow.internal.topics", "true"}};
   for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++)
-    if (kl_conf_set(conf, set[i][0], set[i][1], err, sizeof(err)))
-      fail_msg("%s=%s: %s", set[i][0], set[i][1], err);
+    if (kl_conf_set(conf, set[i][0], set[i][1]))
+      fail_msg("%s=%s: %s", set[i][0], set[i][1], kl_err_detail());
   kl__gateway_opts_from_conf(&o, conf);
   assert_string_equal(o.listen, "0.0.0.0:9000");
   assert_string_equal(o.tokens_file, "/etc/t");

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "keylane/handlers.h"
 #include "keylane/store.h"
 #include "keylane/worker.h"
 #include "support/support.h"

@@ -303,7 +303,7 @@ static int t_child_commits(const char *where, int32_t partition) {
       return 12;
     for (int i = 0; i < 50; i++) {
       snprintf(id, sizeof(id), "p%d-%d-%d", (int)partition, b, i);
-      if (kl_txn_mark(txn, id, strlen(id), KL_MARK_APPLIED) ||
+      if (kl_txn_mark(txn, id, strlen(id), id, strlen(id), KL_MARK_APPLIED) ||
           kl_txn_put(txn, id, strlen(id), "v", 1))
         return 13;
     }
@@ -661,10 +661,10 @@ static int t_child_open_v1(const char *where) {
   if (kl_t_store_try_open(where, &store, NULL) != KL_OK)
     return 1;
   int ok = kl_store_begin(store, KL_T_TOPIC, 0, 1, &txn) == KL_OK &&
-           kl_txn_seen(txn, "old-24999", 9, &a) == KL_OK;
+           kl_txn_seen(txn, "acct-1", 6, "old-24999", 9, &a) == KL_OK;
   kl_store_abort(txn);
   ok = ok && kl_store_begin(store, "payments", 0, 1, &txn) == KL_OK &&
-       kl_txn_seen(txn, "old-0", 5, &b) == KL_OK;
+       kl_txn_seen(txn, "acct-1", 6, "old-0", 5, &b) == KL_OK;
   kl_store_abort(txn);
   kl_store_destroy(store);
   return ok && a == KL_MARK_APPLIED && b == KL_MARK_APPLIED ? 0 : 2;
@@ -721,7 +721,7 @@ static void test_foreign_lmdb_is_refused(void **state) {
  * read one do). */
 static kl_err_t t_open_existing(const char *dir, kl_store_t **store) {
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "store.create", "no", NULL, 0), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "store.create", "no"), KL_OK);
   kl_err_t err = kl_store_open(dir, conf, store);
   kl_conf_destroy(conf);
   return err;
@@ -858,9 +858,12 @@ static void test_invalid_arguments(void **state) {
   assert_int_equal(kl_txn_put(txn, big, 512, "v", 1), KL_EINVAL);
   assert_int_equal(kl_txn_put(txn, big, 0, "v", 1), KL_EINVAL);
   assert_int_equal(kl_txn_put(txn, big, 511, "v", 1), KL_OK);
-  assert_int_equal(kl_txn_mark(txn, big, 256, KL_MARK_APPLIED), KL_EINVAL);
-  assert_int_equal(kl_txn_mark(txn, big, 255, KL_MARK_APPLIED), KL_OK);
-  assert_int_equal(kl_txn_mark(txn, "x", 1, KL_MARK_NONE), KL_EINVAL);
+  assert_int_equal(kl_txn_mark(txn, "k", 1, big, 256, KL_MARK_APPLIED),
+                   KL_EINVAL);
+  assert_int_equal(kl_txn_mark(txn, "k", 1, big, 255, KL_MARK_APPLIED), KL_OK);
+  assert_int_equal(kl_txn_mark(txn, "k", 1, "x", 1, KL_MARK_NONE), KL_EINVAL);
+  assert_int_equal(kl_txn_mark(txn, big, 0, "x", 1, KL_MARK_APPLIED),
+                   KL_EINVAL);
   kl_t_store_commit(txn, 1);
   kl_store_destroy(store);
   kl_store_destroy(NULL);

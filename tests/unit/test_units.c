@@ -144,17 +144,12 @@ static void test_digits(void **state) {
 static void test_conf_keys(void **state) {
   (void)state;
   kl_conf_t *conf = kl_conf_new();
-  char err[512];
-  assert_int_equal(
-      kl_conf_set(conf, "worker.session.timeout.ms", "10s", err, sizeof(err)),
-      KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.session.timeout.ms", "10s"),
+                   KL_OK);
   assert_int_equal(kl__conf_int(conf, "worker.session.timeout.ms"), 10000);
-  assert_int_equal(
-      kl_conf_set(conf, "worker.retry.max.ms", "2500", err, sizeof(err)),
-      KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.retry.max.ms", "2500"), KL_OK);
   assert_int_equal(kl__conf_int(conf, "worker.retry.max.ms"), 2500);
-  assert_int_equal(
-      kl_conf_set(conf, "store.map.size", "512MiB", err, sizeof(err)), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "store.map.size", "512MiB"), KL_OK);
   assert_int_equal(kl__conf_int(conf, "store.map.size"), 512LL << 20);
   const char *bad[][2] = {{"worker.batch.max", "1e3"},
                           {"worker.batch.max", " 10"},
@@ -164,11 +159,10 @@ static void test_conf_keys(void **state) {
                           {"store.dedup.retention", "3600"},
                           {"store.map.size", "1e9"}};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-    err[0] = '\0';
-    if (kl_conf_set(conf, bad[i][0], bad[i][1], err, sizeof(err)) != KL_ECONF)
+    if (kl_conf_set(conf, bad[i][0], bad[i][1]) != KL_ECONF)
       fail_msg("%s=%s accepted", bad[i][0], bad[i][1]);
-    assert_non_null(strstr(err, bad[i][0]));
-    assert_non_null(strstr(err, bad[i][1]));
+    assert_non_null(strstr(kl_err_detail(), bad[i][0]));
+    assert_non_null(strstr(kl_err_detail(), bad[i][1]));
   }
   kl_conf_destroy(conf);
 }
@@ -182,16 +176,15 @@ static void kl_ms_key(kl_conf_t *conf, const char *key) {
     int64_t ms;
   } ok[] = {{"1000", 1000}, {"500ms", 500}, {"1s", 1000}};
   static const char *const bad[] = {"10x", "1e3", "-1s", "100000h"};
-  char err[512];
   for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
-    if (kl_conf_set(conf, key, ok[i].text, err, sizeof(err)) != KL_OK)
-      fail_msg("%s=%s refused: %s", key, ok[i].text, err);
+    if (kl_conf_set(conf, key, ok[i].text) != KL_OK)
+      fail_msg("%s=%s refused: %s", key, ok[i].text, kl_err_detail());
     assert_int_equal(kl__conf_int(conf, key), ok[i].ms);
   }
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-    err[0] = '\0';
-    if (kl_conf_set(conf, key, bad[i], err, sizeof(err)) != KL_ECONF)
+    if (kl_conf_set(conf, key, bad[i]) != KL_ECONF)
       fail_msg("%s=%s accepted", key, bad[i]);
+    const char *err = kl_err_detail();
     if (!strstr(err, key) || !strstr(err, bad[i]) ||
         !strstr(err, "30s, 2m, 1h"))
       fail_msg("%s=%s: \"%s\" names not the key, the value and the forms", key,
