@@ -443,13 +443,6 @@ int kl__store_has_prefetch(kl_store_t *store) {
   return store && store->ops->prefetch != NULL;
 }
 
-kl_err_t kl__txn_prefetch_sids(kl_txn_t *txn, const kl__sids_t *sids) {
-  return sids->n && txn->store->ops->prefetch
-             ? txn->store->ops->prefetch(txn, (const char *const *)sids->sids,
-                                         sids->lens, sids->n)
-             : KL_OK;
-}
-
 kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
                                int32_t partition, uint64_t epoch,
                                const char *const *ids, const size_t *id_lens,

@@ -182,9 +182,6 @@ void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition);
  *  (PostgreSQL), so that a caller decodes ids for it only then. */
 int kl__store_has_prefetch(kl_store_t *store);
 
-/** kl_txn_prefetch() of a batch's sids (kl__sids_build()): nothing on a
- *  store without a prefetch. */
-kl_err_t kl__txn_prefetch_sids(kl_txn_t *txn, const kl__sids_t *sids);
 
 /**
  * kl_store_begin() and kl_txn_prefetch() of @p ids in one go, without

@@ -143,9 +143,10 @@ kl_err_t kl__apply_prefetch(const kl__applier_t *a, kl_txn_t *txn,
   if (!n || !kl__store_has_prefetch(a->store))
     return KL_OK;
   kl__sids_t s;
-  kl_err_t err = ids_decode(&s, a->store, msgs, n, from)
-                     ? kl__txn_prefetch_sids(txn, &s)
-                     : KL_OK;
+  kl_err_t err =
+      ids_decode(&s, a->store, msgs, n, from)
+          ? kl__txn_prefetch_sids(txn, (const char *const *)s.sids, s.lens, s.n)
+          : KL_OK;
   kl__sids_free(&s);
   return err;
 }
