@@ -131,6 +131,14 @@ library_api() {
   local build=${KEYLANE_BUILD_DIR:-$SRC/build} l=$T/lib out
   python3 "$HERE/check_library.py" "$SRC" "$build/lib/libkeylane.so" \
     "$build/lib/libkeylane_static.a"
+  # The executable exports the public API for `--handler so:` libraries
+  # (ENABLE_EXPORTS), and no internal name such a library could bind to.
+  out=$(nm -D --defined-only "$build/bin/keylane" | awk '$3 ~ /^kl__/ {print $3}')
+  [ -z "$out" ] || {
+    echo "FAILED: $build/bin/keylane exports internal names: $(echo $out): build the archive that holds them with C_VISIBILITY_PRESET hidden (CMakeLists.txt)"
+    exit 1
+  }
+  echo "ok: the keylane executable exports no internal kl__ name"
   mkdir -p "$l/include/keylane" "$l/worker"
   printf '#define KL_EXPORT __attribute__((visibility("default")))\nKL_EXPORT int kl_a(void);\nKL_EXPORT int kl_gone(void);\n' \
     >"$l/include/keylane/a.h"
