@@ -21,8 +21,12 @@ import re
 import subprocess
 import sys
 
-# Symbols a linker may define in any shared object.
+# Symbols a linker may define in any shared object, and the prefixes of
+# those a sanitizer's instrumentation adds (AddressSanitizer exports an
+# __odr_asan.NAME beside each exported variable).
 LINKER_SYMBOLS = {"_init", "_fini", "_edata", "_end", "__bss_start"}
+SANITIZER_PREFIXES = ("__odr_asan", "__asan_", "__ubsan_", "__tsan_",
+                      "__sanitizer_")
 
 
 def public_declarations(src):
@@ -53,7 +57,8 @@ def exports(lib):
     names = set()
     for line in nm(["-D", "--defined-only", lib]):
         parts = line.split()
-        if len(parts) >= 3 and parts[-1] not in LINKER_SYMBOLS:
+        if len(parts) >= 3 and parts[-1] not in LINKER_SYMBOLS and \
+                not parts[-1].startswith(SANITIZER_PREFIXES):
             names.add(parts[-1].split("@", 1)[0])
     return names
 
