@@ -2,7 +2,8 @@
 # Builds a program against keylane the three ways a user can: with
 # pkg-config and with find_package (keylane::keylane) against the build
 # installed into a temporary prefix, and with add_subdirectory of this
-# source tree (keylane::keylane in-tree, keylane's tests off).
+# source tree (keylane::keylane in-tree, keylane's tests off); and that
+# the installed keylane.pc names what libkeylane.so links, nothing more.
 # Usage: test_install.sh BUILD_DIR
 set -eu
 build=$1
@@ -15,6 +16,57 @@ passed=0 failed=0
 
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 lib=$(ls -d "$tmp"/prefix/lib*/ | head -n1)
+
+# check_pc NAME LIBDIR: LIBDIR/pkgconfig/keylane.pc (NAME in the messages)
+# names what LIBDIR/libkeylane.so links and nothing more (issue 38: an
+# embedder links no libuv for a gateway it does not get): each module of
+# its Requires.private gives a library the .so links (readelf NEEDED), and
+# each library the .so links, but the C library's own, is given by one.
+check_pc() {
+  pc_bad=0
+  needed=$(readelf -d "$2/libkeylane.so" |
+    sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  given=""
+  for mod in $(PKG_CONFIG_PATH="$2/pkgconfig" pkg-config \
+    --print-requires-private keylane); do
+    used=0
+    for l in $(pkg-config --libs-only-l "$mod"); do
+      given="$given lib${l#-l}.so"
+      case " $(echo $needed) " in *" lib${l#-l}.so"*) used=1 ;; esac
+    done
+    [ "$used" = 1 ] || {
+      echo "FAILED: $1 requires $mod, which libkeylane.so does not link: remove it from Requires.private in cmake/keylane.pc.in" >&2
+      pc_bad=1
+    }
+  done
+  for so in $needed; do
+    case $so in libc.so* | ld-linux* | libm.so* | libpthread.so* | libdl.so* | librt.so*) continue ;; esac
+    case "$given " in *" ${so%%.so*}.so "*) continue ;; esac
+    echo "FAILED: libkeylane.so links $so, which no module of $1's Requires.private gives (pkg-config --libs --static keylane misses it): add its pkg-config module there in cmake/keylane.pc.in" >&2
+    pc_bad=1
+  done
+  if [ "$pc_bad" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+}
+check_pc keylane.pc "$lib"
+# The check itself, on a keylane.pc that requires libuv and not lmdb: both
+# are named (its failures are not the real counts).
+mkdir -p "$tmp/badpc/pkgconfig"
+ln -s "$lib/libkeylane.so" "$tmp/badpc/libkeylane.so"
+sed 's/^Requires.private: \(.*\)lmdb/Requires.private: \1libuv/' \
+  "$lib/pkgconfig/keylane.pc" >"$tmp/badpc/pkgconfig/keylane.pc"
+was_passed=$passed was_failed=$failed
+check_pc "a planted keylane.pc" "$tmp/badpc" 2>"$tmp/badpc.err"
+planted=$failed
+passed=$was_passed failed=$was_failed
+if [ "$planted" = $((failed + 1)) ] &&
+  grep -q 'a planted keylane.pc requires libuv, which libkeylane.so does not link' \
+    "$tmp/badpc.err" &&
+  grep -q 'libkeylane.so links liblmdb.so.*, which no module' "$tmp/badpc.err"; then
+  passed=$((passed + 1))
+else
+  echo "FAILED: check_pc did not name what a keylane.pc that requires libuv and not lmdb gets wrong: $(cat "$tmp/badpc.err")" >&2
+  failed=$((failed + 1))
+fi
 
 # Strict: the public headers compile without a warning in a user's program,
 # and a call whose declaration is missing is an error, not an implicit one.
@@ -58,5 +110,5 @@ else
   }
   check add_subdirectory "$tmp/sub/consumer"
 fi
-echo "keylane as a dependency (pkg-config, exports, find_package, add_subdirectory): $passed passed, $failed failed"
+echo "keylane as a dependency (keylane.pc's Requires.private, pkg-config, exports, find_package, add_subdirectory): $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -158,3 +158,56 @@ if grep -E 'store/pg\.c|common/text\.c|handlers/sql\.c:(1|3)' <<<"$out"; then
   exit 1
 fi
 echo "ok: libpq and LMDB calls and backend headers outside store/ are refused, named"
+
+# The library holds its API only (check_library.py, issue 38): on the
+# build's libkeylane.so and the archive it is linked from, and on a planted
+# library that breaks each rule, which the check must name.
+library_api() {
+  local build=${KEYLANE_BUILD_DIR:-$SRC/build} l=$T/lib out
+  python3 "$HERE/check_library.py" "$SRC" "$build/lib/libkeylane.so" \
+    "$build/lib/libkeylane_static.a"
+  # The executable exports the public API for `--handler so:` libraries
+  # (ENABLE_EXPORTS), and no internal name such a library could bind to.
+  out=$(nm -D --defined-only "$build/bin/keylane" | awk '$3 ~ /^kl__/ {print $3}')
+  [ -z "$out" ] || {
+    echo "FAILED: $build/bin/keylane exports internal names: $(echo $out): build the archive that holds them with C_VISIBILITY_PRESET hidden (CMakeLists.txt)"
+    exit 1
+  }
+  echo "ok: the keylane executable exports no internal kl__ name"
+  mkdir -p "$l/include/keylane" "$l/worker"
+  printf '#define KL_EXPORT __attribute__((visibility("default")))\nKL_EXPORT int kl_a(void);\nKL_EXPORT int kl_gone(void);\n' \
+    >"$l/include/keylane/a.h"
+  printf '#include "keylane/a.h"\nint kl__b(void);\nint kl_a(void) {\n  return kl__b();\n}\n' \
+    >"$l/worker/lanes.c"
+  printf '__attribute__((visibility("default"))) int kl__b(void) {\n  return 1;\n}\n' \
+    >"$l/worker/b.c"
+  printf '__attribute__((visibility("default"))) int helper(void) {\n  return 2;\n}\n__attribute__((visibility("default"))) int kl__sim_mutant;\n' \
+    >"$l/worker/helper.c"
+  printf 'int kl__replay_run(void);\nint kl__replay_run(void) {\n  return 3;\n}\n' \
+    >"$l/worker/replay.c"
+  for c in lanes b helper replay; do
+    "${CC:-cc}" -c -fPIC -fvisibility=hidden -I"$l/include" \
+      "$l/worker/$c.c" -o "$l/$c.c.o"
+  done
+  "${CC:-cc}" -shared -o "$l/libkeylane.so" "$l"/*.c.o
+  ar rcs "$l/libkeylane_static.a" "$l"/*.c.o
+  if out=$(python3 "$HERE/check_library.py" "$l" "$l/libkeylane.so" \
+    "$l/libkeylane_static.a"); then
+    echo "FAILED: a library that exports kl__ names, a mutant, an undeclared name, lacks a public function and holds a tool passed: $out"
+    exit 1
+  fi
+  names "libkeylane.so exports kl__b, an internal kl__ name: drop its KL_EXPORT" \
+    "the exported kl__ name"
+  names "libkeylane.so exports kl__sim_mutant, a mutant of the simulator" \
+    "the exported mutant"
+  names "libkeylane.so exports helper, which no header of include/keylane/ declares" \
+    "the undeclared export"
+  names "include/keylane/a.h declares kl_gone (KL_EXPORT), which libkeylane.so does not export" \
+    "the public function the library lacks"
+  names "libkeylane.so holds worker/replay.c, which nothing the public headers declare reaches" \
+    "the tool in the library"
+  [ "$(grep -c FAILED: <<<"$out")" = 5 ] ||
+    { echo "FAILED: a public function and what it calls were refused: $out"; exit 1; }
+  echo "ok: an export that is no public API, a public function not exported, and a tool in the library are refused, named"
+}
+library_api
