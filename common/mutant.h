@@ -27,6 +27,9 @@ typedef enum kl__mutant {
   KL__MUTANT_REBUILD,   /* worker/rebuild.c: a rebuild takes any record of a
                            follow-up's place in the log for it, whatever it
                            carries */
+  KL__MUTANT_UPDATE,    /* store/pg_txn.c: a put over a key the owner cache
+                           knows is written whatever the row holds now, as
+                           before issue 39 (finding 1) */
 } kl__mutant_t;
 
 #ifdef KL_SIM_MUTANTS

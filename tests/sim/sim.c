@@ -177,7 +177,10 @@ static const char usage[] =
     "  --backend lmdb|pg   the backend of --seed (default lmdb)\n"
     "  --replay FILE       run a schedule a failure wrote\n"
     "  --mutant NAME       only hunt with a mutant on: epoch, seen, outbox,\n"
-    "                      watermark, cache, or all\n"
+    "                      watermark, cache, reserved, nonce, rebuild,\n"
+    "                      update, or all\n"
+    "  --topics 1|2        topics on the schedules' store (default 2: two\n"
+    "                      fleets of the same key names share it)\n"
     "  --seconds N         soak: random schedules for N seconds\n"
     "  --steps N           steps per schedule (default 1000 on LMDB, 300\n"
     "                      on PostgreSQL)\n"
@@ -201,7 +204,7 @@ static const char usage[] =
     "  -h, --help          this text\n";
 
 typedef struct opts {
-  int has_seed, soak, no_mutants, jobs, mutant, hostile, recreate;
+  int has_seed, soak, no_mutants, jobs, mutant, hostile, recreate, topics;
   uint64_t seed;
   sim_backend_t backend;
   const char *replay;
@@ -209,10 +212,10 @@ typedef struct opts {
   size_t steps, lmdb_steps, pg_steps;
 } opts_t;
 
-static const char *const mutant_names[] = {"none",     "epoch",     "seen",
-                                           "outbox",   "watermark", "cache",
-                                           "reserved", "nonce",     "rebuild"};
-#define MUTANTS 9
+static const char *const mutant_names[] = {
+    "none",  "epoch",    "seen",  "outbox",  "watermark",
+    "cache", "reserved", "nonce", "rebuild", "update"};
+#define MUTANTS 10
 
 static const char *backend_name(sim_backend_t b) {
   return b == SIM_PG ? "pg" : "lmdb";
@@ -332,8 +335,8 @@ static void write_replay(const char *path, const failure_t *f,
     return;
   }
   fprintf(fp, "# keylane-sim schedule: keylane-sim --replay %s\n", path);
-  fprintf(fp, "seed %" PRIu64 "\nbackend %s\nmutant %s\n%s", f->seed,
-          backend_name(f->backend), mutant_names[kl__sim_mutant],
+  fprintf(fp, "seed %" PRIu64 "\nbackend %s\nmutant %s\ntopics %d\n%s", f->seed,
+          backend_name(f->backend), mutant_names[kl__sim_mutant], sim_topics,
           sim_hostile ? "hostile\n" : "");
   if (sim_recreate)
     fprintf(fp, "recreate\n");
@@ -355,6 +358,8 @@ static void report_failure(const failure_t *f, const opts_t *o,
          kl__sim_mutant ? m : "", sim_hostile ? " --hostile" : "");
   if (sim_recreate)
     printf(" --recreate");
+  if (sim_topics != SIM_TOPICS)
+    printf(" --topics %d", sim_topics);
   if (o->steps)
     printf(" --steps %zu", o->steps);
   printf("\n");
@@ -397,6 +402,8 @@ static int read_replay(const char *path, opts_t *o, uint64_t **words,
       continue;
     }
     if (sscanf(line, "seed %" SCNu64, &o->seed) == 1)
+      continue;
+    if (sscanf(line, "topics %d", &sim_topics) == 1)
       continue;
     if (sscanf(line, "backend %63s", word) == 1) {
       o->backend = strcmp(word, "pg") == 0 ? SIM_PG : SIM_LMDB;
@@ -557,6 +564,11 @@ static void print_stats(const char *what, const sim_stats_t *s,
          s->commits, s->applied, s->duplicates, s->fenced, s->pauses,
          s->crashes, s->lost, s->aborted, s->letters, s->redriven, s->replays,
          s->rebuilds, s->published, s->drain_batches);
+  if (s->busy)
+    printf("  %" PRIu64 " commits refused as busy (on PostgreSQL: an owner "
+           "cache that found the other topic's write of the row both "
+           "write)\n",
+           s->busy);
   if (s->hostile || s->recreated)
     printf("  %" PRIu64 " records a hostile producer wrote, %" PRIu64
            " topics created again\n",
@@ -637,7 +649,11 @@ static int mutant_hunt(int m, const opts_t *o) {
   int hostile = sim_hostile, recreate = sim_recreate;
   sim_hostile |= m == KL__MUTANT_RESERVED || m == KL__MUTANT_REBUILD;
   sim_recreate |= m == KL__MUTANT_NONCE;
-  job_t j = {m == KL__MUTANT_CACHE ? SIM_PG : SIM_LMDB,
+  /* The owner cache is PostgreSQL's; `update` needs the two topics. */
+  int topics = sim_topics;
+  sim_topics = m == KL__MUTANT_UPDATE ? 2 : sim_topics;
+  job_t j = {m == KL__MUTANT_CACHE || m == KL__MUTANT_UPDATE ? SIM_PG
+                                                             : SIM_LMDB,
              1000000 + (uint64_t)m * 100000,
              1,
              0,
@@ -648,7 +664,7 @@ static int mutant_hunt(int m, const opts_t *o) {
   job_result_t r;
   jobs_run(&j, 1, o, &r);
   kl__sim_mutant = KL__MUTANT_NONE;
-  sim_hostile = hostile, sim_recreate = recreate;
+  sim_hostile = hostile, sim_recreate = recreate, sim_topics = topics;
   if (r.skipped) {
     printf("mutant %s: not run (no PostgreSQL)\n", mutant_names[m]);
     return 77;
@@ -749,8 +765,18 @@ static int parse(int argc, char **argv, opts_t *o) {
       if (o->mutant < 0) {
         fprintf(stderr,
                 "keylane-sim: no mutant %s: epoch, seen, outbox, "
-                "watermark, cache or all\n",
+                "watermark, cache, reserved, nonce, rebuild, update or "
+                "all\n",
                 v);
+        return -1;
+      }
+    } else if (strcmp(a, "--topics") == 0) {
+      o->topics = atoi(v);
+      if (o->topics < 1 || o->topics > SIM_TOPICS) {
+        fprintf(stderr,
+                "keylane-sim: --topics %s: the schedules' store holds 1 or "
+                "%d topics\n",
+                v, SIM_TOPICS);
         return -1;
       }
     } else if (strcmp(a, "--seconds") == 0) {
@@ -809,6 +835,8 @@ int main(int argc, char **argv) {
     return 2;
   sim_hostile = o.hostile;
   sim_recreate = o.recreate;
+  if (o.topics)
+    sim_topics = o.topics;
   if (o.has_seed || o.replay)
     return run_one(&o);
   if (o.hostile || o.recreate)

@@ -58,7 +58,7 @@ static kl_handler_result_t sim_handler(void *opaque, const kl_event_t *event,
                                        const kl_fence_t *fence, kl_txn_t *txn,
                                        char *errbuf, size_t errbuf_size) {
   sim_batch_t *b = opaque;
-  const sim_rec_t *rec = W->log[fence->partition].v[fence->offset];
+  const sim_rec_t *rec = W->log[b->part].v[fence->offset];
   uint32_t e = rec->event;
   const sim_event_t *ev = &W->events[e];
   if (event->id_len != ev->id_len || memcmp(event->id, ev->id, ev->id_len)) {
@@ -80,6 +80,8 @@ static kl_handler_result_t sim_handler(void *opaque, const kl_event_t *event,
   }
   kl_handler_result_t r =
       kl_ledger_handler(NULL, event, fence, txn, errbuf, errbuf_size);
+  if (!b->rebuild)
+    r = sim_shared_count(txn, event, r, errbuf, errbuf_size);
   if ((r == KL_HANDLER_OK) != ev->valid)
     sim_fail("handler", "the ledger said %d to %.*s, which is %svalid: %s",
              (int)r, (int)ev->id_len, ev->id, ev->valid ? "" : "not ", errbuf);
@@ -116,7 +118,7 @@ void sim_batch_apply(sim_batch_t *b) {
   if (!decoders[slot])
     decoders[slot] = kl_decoder_new();
   kl__applier_t a = {.store = b->store,
-                     .topic = W->topic,
+                     .topic = sim_topic(b->part),
                      .handler = sim_handler,
                      .handler_opaque = b,
                      .decoder = decoders[slot],
@@ -127,8 +129,9 @@ void sim_batch_apply(sim_batch_t *b) {
                      .letter_key = b->letter_key,
                      .letter_key_len = b->letter_key_len,
                      .partitions = W->cfg.partitions};
-  b->err = kl__apply_batch(&a, b->part, b->epoch, b->from, b->msgs, b->count,
-                           &b->res);
+  b->err = kl__apply_batch(&a, sim_tpart(b->part), b->epoch, b->from, b->msgs,
+                           b->count, &b->res);
+  W->stats.busy += b->err == KL_ESTORE_BUSY && b->fate == KL__COMMIT_GO;
   if (b->res.committed) {
     W->dirty = 1;
     W->stats.commits++;
@@ -319,7 +322,8 @@ void sim_owner_crash(sim_owner_t *o) {
 
 void sim_owner_acquire(sim_owner_t *o, int32_t part) {
   kl_partition_state_t st;
-  kl_err_t err = kl_store_acquire(o->store, W->topic, part, &st);
+  kl_err_t err =
+      kl_store_acquire(o->store, sim_topic(part), sim_tpart(part), &st);
   if (err) {
     sim_fail("store-error", "owner %d cannot acquire partition %d: %s", o->no,
              (int)part, kl_err_detail());
@@ -344,22 +348,25 @@ typedef struct publish_ctx {
   size_t n;
 } publish_ctx_t;
 
-/* The follow-up's source must be an event whose batch committed. */
-static uint32_t followup_source(const kl__outbox_rec_t *rec) {
+/* The follow-up's source must be an event of the topic of @p part whose
+ * batch committed. */
+static uint32_t followup_source(const kl__outbox_rec_t *rec, int32_t part) {
   kl__emit_src_t src;
   const kl_event_t *fe = &rec->event;
+  const char *topic = sim_topic(part);
+  int32_t first = part - sim_tpart(part);
   if (kl__emit_id_parse(fe->id, fe->id_len, &src) ||
-      src.topic_len != strlen(W->topic) ||
-      memcmp(src.topic, W->topic, src.topic_len) || src.index != 0 ||
+      src.topic_len != strlen(topic) ||
+      memcmp(src.topic, topic, src.topic_len) || src.index != 0 ||
       src.partition >= W->cfg.partitions ||
-      (size_t)src.offset >= W->log[src.partition].n) {
+      (size_t)src.offset >= W->log[first + src.partition].n) {
     sim_fail("followup",
              "the outbox holds a follow-up of id %.*s, which "
              "names no record of the log",
              (int)fe->id_len, fe->id);
     return SIM_NONE;
   }
-  uint32_t s = W->log[src.partition].v[src.offset]->event;
+  uint32_t s = W->log[first + src.partition].v[src.offset]->event;
   if (!W->live.marks[s].applied) {
     sim_fail("orphan-followup",
              "the outbox of partition %d holds follow-up %.*s, whose source "
@@ -379,8 +386,9 @@ static int publish_cb(void *opaque, uint64_t seq, const void *bytes,
     sim_fail("followup", "an outbox record does not decode");
     return 1;
   }
-  uint32_t s = followup_source(&rec);
-  int k = sim_key_by_name(rec.event.key, rec.event.key_len);
+  uint32_t s = followup_source(&rec, c->part);
+  int k =
+      sim_key_by_name(sim_topic_no(c->part), rec.event.key, rec.event.key_len);
   if (s == SIM_NONE)
     return 1;
   if (W->events[s].kind != SIM_TRANSFER || k != W->events[s].to) {
@@ -431,8 +439,9 @@ static int publish_cb(void *opaque, uint64_t seq, const void *bytes,
 
 void sim_owner_publish(sim_owner_t *o, int32_t part, size_t max) {
   publish_ctx_t c = {o, part, 0};
-  kl_err_t err = kl__store_outbox_list(
-      o->store, W->topic, part, o->hold[part].after, max, publish_cb, &c);
+  kl_err_t err =
+      kl__store_outbox_list(o->store, sim_topic(part), sim_tpart(part),
+                            o->hold[part].after, max, publish_cb, &c);
   if (err)
     sim_fail("store-error", "listing the outbox of partition %d: %s", (int)part,
              kl_err_detail());
@@ -442,8 +451,21 @@ void sim_owner_ack(sim_owner_t *o) {
   if (!o->nacks)
     return;
   sim_say("owner %d removes %zu acknowledged follow-ups", o->no, o->nacks);
-  kl_err_t err = kl__store_outbox_del(o->store, W->topic, o->acks, o->nacks);
-  if (err)
-    sim_fail("store-error", "removing follow-ups: %s", kl_err_detail());
+  /* acks name the model's partitions: each topic's, with its own */
+  kl__outbox_ack_t *mine = malloc(o->nacks * sizeof(*mine));
+  for (int t = 0; mine && t < W->ntopics; t++) {
+    size_t n = 0;
+    for (size_t i = 0; i < o->nacks; i++)
+      if (sim_topic_no(o->acks[i].partition) == t) {
+        mine[n] = o->acks[i];
+        mine[n++].partition = sim_tpart(o->acks[i].partition);
+      }
+    kl_err_t err =
+        n ? kl__store_outbox_del(o->store, W->topics[t], mine, n) : KL_OK;
+    if (err)
+      sim_fail("store-error", "removing follow-ups of topic %s: %s",
+               W->topics[t], kl_err_detail());
+  }
+  free(mine);
   o->nacks = 0;
 }
