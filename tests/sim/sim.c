@@ -24,6 +24,21 @@
  * from the seed, and one 64-bit choice per step, whose bits the step
  * decodes against the state it finds (an owner "among those that can").
  *
+ * TWO TOPICS ON ONE STORE (`--topics 2`, the default; issue 39): each
+ * schedule runs two topics of the same partition count and the same key
+ * names over its one store, as two fleets sharing a store do. Each has its
+ * log, its dead-letter topic, its epochs, watermarks, counters and marks,
+ * and its ledger entries (`ledger:TOPIC/KEY`, kl__ledger_key()); an owner
+ * may hold partitions of both, so that on PostgreSQL its owner cache holds
+ * a segment per (topic, partition). A client's event goes to either topic,
+ * a transfer's credit stays in its own, an id may repeat on the other
+ * topic's key of the same name (two events). On PostgreSQL each applied
+ * event also counts itself in one row per key name that both topics write
+ * (sim_world.c, sim_shared_count()): a handler that does not scope its
+ * state by topic, as the ledger did before issue 39, whose owners' caches
+ * must find the other topic's write at their commit. `--topics 1` runs
+ * the single topic of before.
+ *
  * STEPS (weights out of 8800; sim_steps.c):
  *  - publish (2000): the client appends a credit, debit or transfer to
  *    its key's partition, 4% of them ones the ledger refuses (amount 0, a
@@ -70,8 +85,8 @@
  *    producer does not.
  *  - with --recreate, once a schedule, at a step of its first half that
  *    its seed says (sim_steps.c, topic_recreate()): the fleet settles as
- *    at the end (drain, redrive, checks), the topic is deleted and created
- *    again (its logs start at offset 0; the dead-letter topic stays), the
+ *    at the end (drain, redrive, checks), the topics are deleted and created
+ *    again (their logs start at offset 0; the dead-letter topics stay), the
  *    group loses it (every owner restarts), and an operator runs `keylane
  *    store reset` on every partition (kl__store_reset(): a new epoch,
  *    watermark 0; ids, balances and counters stay). No rebuild follows
@@ -110,10 +125,12 @@
  *     committed (none of a fenced or aborted batch): at every listing
  *     (sim_owner.c); every applied transfer's credit is published and
  *     applied exactly once: final checks;
- *  6. money: after every step that committed, each balance equals what the
- *     committed events make it, and their sum equals the applied client
- *     credits less debits less the transfers whose credit is in flight
- *     (or dead-lettered); at the end none is;
+ *  6. money: after every step that committed, each balance (per topic and
+ *     key) equals what the committed events of its topic make it, and each
+ *     topic's sum equals its applied client credits less debits less the
+ *     transfers whose credit is in flight (or dead-lettered); at the end
+ *     none is. One topic's commits that changed the other's entries,
+ *     epochs, watermarks or counters fail this or invariant 3;
  *  7. the store's marks equal the model's: at every dead letter's lookup,
  *     and for every event at the end; the outbox is empty and every
  *     watermark at the log's end after the drain;
@@ -128,7 +145,12 @@
  *     (SIM_RESERVED_REFUSED in sim.h; test_sim_hostile); so must
  *     `keylane-sim --recreate` the credit whose id an old log's follow-up
  *     had, while follow-up ids can repeat (SIM_RESET_IDS_FRESH;
- *     test_sim_recreate).
+ *     test_sim_recreate);
+ * 10. a row both topics write (PostgreSQL, two topics) loses no update: it
+ *     counts every event applied on either topic, after every step that
+ *     committed ("shared"): the owner cache finds a second writer of a row
+ *     it knows and the commit is refused as busy and run again (the report
+ *     counts those commits); the mutant `update` must fail it.
  * The handler wrapper also checks that the ledger accepts exactly the
  * valid events, and that the event it runs is the log's at that offset.
  *
@@ -140,9 +162,11 @@
  *
  * MUTANTS: common/mutant.h's switches each break one rule at its real
  * place (the commit's epoch check, the seen check, the outbox of a fenced
- * batch, a watermark past a RETRY, the owner cache across a fence); with
- * one on, the simulator must fail. The default run ends with each for a
- * short budget; a mutant that survives fails the run.
+ * batch, a watermark past a RETRY, the owner cache across a fence, the
+ * condition of the owner cache's UPDATE); with one on, the simulator must
+ * fail. The default run ends with each for a short budget; a mutant that
+ * survives fails the run. `cache` and `update` are hunted on PostgreSQL,
+ * where the owner cache is; `update` with two topics.
  *
  * WHAT STAYS WITH THE FAULT SUITE (tests/fault/test_fault.c, a real Apache
  * Kafka): librdkafka's own threads, group rebalances as Kafka runs them,
