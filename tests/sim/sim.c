@@ -589,9 +589,8 @@ static void print_stats(const char *what, const sim_stats_t *s,
          s->crashes, s->lost, s->aborted, s->letters, s->redriven, s->replays,
          s->rebuilds, s->published, s->drain_batches);
   if (s->busy)
-    printf("  %" PRIu64 " commits refused as busy (on PostgreSQL: an owner "
-           "cache that found the other topic's write of the row both "
-           "write)\n",
+    printf("  %" PRIu64 " commits refused as busy (a second writer of the "
+           "row both topics write, found at the commit)\n",
            s->busy);
   if (s->hostile || s->recreated)
     printf("  %" PRIu64 " records a hostile producer wrote, %" PRIu64
@@ -614,6 +613,9 @@ static int fleet_run(const opts_t *o) {
   }
   uint64_t lmdb_schedules =
       (o->lmdb_steps + steps_of(o, SIM_LMDB) - 1) / steps_of(o, SIM_LMDB);
+  /* A job of no schedule would run until a deadline there is not. */
+  if (!o->soak && lmdb_schedules < (uint64_t)lmdb_jobs)
+    lmdb_jobs = (int)lmdb_schedules;
   for (int i = 0; i < lmdb_jobs; i++)
     jobs[n++] =
         (job_t){SIM_LMDB,
