@@ -31,6 +31,9 @@ typedef enum kl__mutant {
   KL__MUTANT_ASIDE,     /* worker/outbox.c: a follow-up whose dead letter
                            Kafka refused is removed all the same, as when
                            letters were cut short (issue 33 finding 3) */
+  KL__MUTANT_UPDATE,    /* store/pg_txn.c: a put over a key the owner cache
+                           knows is written whatever the row holds now, as
+                           before issue 39 (finding 1) */
 } kl__mutant_t;
 
 #ifdef KL_SIM_MUTANTS

@@ -65,6 +65,7 @@
 
 #include "common/bytes.h"
 #include "common/internal.h"
+#include "common/mutant.h"
 #include "common/strbuf.h"
 #include "store/store_internal.h"
 #include "store/pg.h"
@@ -797,8 +798,10 @@ static kl_err_t pg_add_data(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
       pg_arr_add(&c->dels, kl__buf_key(e), e->key_len);
       continue;
     }
+    /* KL__MUTANT_UPDATE (test only): no condition, as before issue 39 */
     const kl__buf_entry_t *old =
-        e->tag == KL_PG_PUT_STORED && !txn->lent
+        e->tag == KL_PG_PUT_STORED && !txn->lent &&
+                !KL__MUTANT(KL__MUTANT_UPDATE)
             ? kl__buf_get(&txn->olds, kl__buf_key(e), e->key_len)
             : NULL;
     pg_arr_add(old ? &c->stored_keys : &c->keys, kl__buf_key(e), e->key_len);

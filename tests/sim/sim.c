@@ -35,6 +35,21 @@
  * batches of 1-8) from the seed, and one 64-bit choice per step, whose bits the
  * step decodes against the state it finds (an owner "among those that can").
  *
+ * TWO TOPICS ON ONE STORE (`--topics 2`, the default; issue 39): each
+ * schedule runs two topics of the same partition count and the same key
+ * names over its one store, as two fleets sharing a store do. Each has its
+ * log, its dead-letter topic, its epochs, watermarks, counters and marks,
+ * and its ledger entries (`ledger:TOPIC/KEY`, kl__ledger_key()); an owner
+ * may hold partitions of both, so that on PostgreSQL its owner cache holds
+ * a segment per (topic, partition). A client's event goes to either topic,
+ * a transfer's credit stays in its own, an id may repeat on the other
+ * topic's key of the same name (two events). On PostgreSQL each applied
+ * event also counts itself in one row per key name that both topics write
+ * (sim_world.c, sim_shared_count()): a handler that does not scope its
+ * state by topic, as the ledger did before issue 39, whose owners' caches
+ * must find the other topic's write at their commit. `--topics 1` runs
+ * the single topic of before.
+ *
  * STEPS (weights out of 8800; sim_steps.c):
  *  - publish (2000): the client appends a credit, debit or transfer to
  *    its key's partition, 4% of them ones the ledger refuses (amount 0, a
@@ -91,8 +106,8 @@
  *  - in one schedule of eight on LMDB, of three on PostgreSQL (with
  *    --recreate, in each), once, at a step of its first half that its
  *    seed says (sim_steps.c, topic_recreate()): the fleet settles as
- *    at the end (drain, redrive, checks), the topic is deleted and created
- *    again (its logs start at offset 0; the dead-letter topic stays), the
+ *    at the end (drain, redrive, checks), the topics are deleted and created
+ *    again (their logs start at offset 0; the dead-letter topics stay), the
  *    group loses it (every owner restarts), and an operator runs `keylane
  *    store reset` on every partition (kl__store_reset(): a new epoch,
  *    watermark 0; ids, balances and counters stay). No rebuild follows
@@ -131,10 +146,12 @@
  *     committed (none of a fenced or aborted batch): at every publish
  *     (sim_seams.c); every applied transfer's credit is published and
  *     applied exactly once: final checks;
- *  6. money: after every step that committed, each balance equals what the
- *     committed events make it, and their sum equals the applied client
- *     credits less debits less the transfers whose credit is in flight
- *     (or dead-lettered); at the end none is;
+ *  6. money: after every step that committed, each balance (per topic and
+ *     key) equals what the committed events of its topic make it, and each
+ *     topic's sum equals its applied client credits less debits less the
+ *     transfers whose credit is in flight (or dead-lettered); at the end
+ *     none is. One topic's commits that changed the other's entries,
+ *     epochs, watermarks or counters fail this or invariant 3;
  *  7. the store's marks equal the model's: at every dead letter's lookup,
  *     and for every event at the end; the outbox is empty and every
  *     watermark at the log's end after the drain;
@@ -149,7 +166,12 @@
  *     (SIM_RESERVED_REFUSED in sim.h; test_sim_hostile); so must
  *     `keylane-sim --recreate` the credit whose id an old log's follow-up
  *     had, while follow-up ids can repeat (SIM_RESET_IDS_FRESH;
- *     test_sim_recreate).
+ *     test_sim_recreate);
+ * 10. a row both topics write (PostgreSQL, two topics) loses no update: it
+ *     counts every event applied on either topic, after every step that
+ *     committed ("shared"): the owner cache finds a second writer of a row
+ *     it knows and the commit is refused as busy and run again (the report
+ *     counts those commits); the mutant `update` must fail it.
  * The handler wrapper also checks that the ledger accepts exactly the
  * valid events, and that the event it runs is the log's at that offset.
  *
@@ -167,9 +189,12 @@
  * place (the commit's epoch check, the seen check, the outbox of a fenced
  * batch, a watermark past a RETRY, the owner cache across a fence, the
  * consumed-side reserved-id check, the follow-up id's nonce, the
- * rebuild's match of a follow-up); with one on, the simulator must fail.
- * The default run ends with each for a short budget; a mutant that
- * survives fails the run.
+ * rebuild's match of a follow-up, a follow-up removed though its letter
+ * was refused, the condition of the owner cache's UPDATE); with one on,
+ * the simulator must fail. The default run ends with each for a short
+ * budget; a mutant that survives fails the run. `cache` and `update` are
+ * hunted on PostgreSQL, where the owner cache is; `update` with two
+ * topics.
  *
  * WHAT STAYS WITH THE FAULT SUITE (tests/fault/test_fault.c, a real Apache
  * Kafka) and tests/mock/test_lanes.c: librdkafka's own threads, group
@@ -205,7 +230,10 @@ static const char usage[] =
     "  --backend lmdb|pg   the backend of --seed (default lmdb)\n"
     "  --replay FILE       run a schedule a failure wrote\n"
     "  --mutant NAME       only hunt with a mutant on: epoch, seen, outbox,\n"
-    "                      watermark, cache, or all\n"
+    "                      watermark, cache, reserved, nonce, rebuild,\n"
+    "                      update, or all\n"
+    "  --topics 1|2        topics on the schedules' store (default 2: two\n"
+    "                      fleets of the same key names share it)\n"
     "  --seconds N         soak: random schedules for N seconds\n"
     "  --steps N           steps per schedule (default 1000 on LMDB, 300\n"
     "                      on PostgreSQL)\n"
@@ -229,7 +257,7 @@ static const char usage[] =
     "  -h, --help          this text\n";
 
 typedef struct opts {
-  int has_seed, soak, no_mutants, jobs, mutant, hostile, recreate;
+  int has_seed, soak, no_mutants, jobs, mutant, hostile, recreate, topics;
   uint64_t seed;
   sim_backend_t backend;
   const char *replay;
@@ -238,9 +266,9 @@ typedef struct opts {
 } opts_t;
 
 static const char *const mutant_names[] = {
-    "none",  "epoch",    "seen",  "outbox",  "watermark",
-    "cache", "reserved", "nonce", "rebuild", "aside"};
-#define MUTANTS 10
+    "none",     "epoch", "seen",    "outbox", "watermark", "cache",
+    "reserved", "nonce", "rebuild", "aside",  "update"};
+#define MUTANTS 11
 
 static const char *backend_name(sim_backend_t b) {
   return b == SIM_PG ? "pg" : "lmdb";
@@ -360,8 +388,8 @@ static void write_replay(const char *path, const failure_t *f,
     return;
   }
   fprintf(fp, "# keylane-sim schedule: keylane-sim --replay %s\n", path);
-  fprintf(fp, "seed %" PRIu64 "\nbackend %s\nmutant %s\n%s", f->seed,
-          backend_name(f->backend), mutant_names[kl__sim_mutant],
+  fprintf(fp, "seed %" PRIu64 "\nbackend %s\nmutant %s\ntopics %d\n%s", f->seed,
+          backend_name(f->backend), mutant_names[kl__sim_mutant], sim_topics,
           sim_hostile ? "hostile\n" : "");
   if (sim_recreate)
     fprintf(fp, "recreate\n");
@@ -383,6 +411,8 @@ static void report_failure(const failure_t *f, const opts_t *o,
          kl__sim_mutant ? m : "", sim_hostile ? " --hostile" : "");
   if (sim_recreate)
     printf(" --recreate");
+  if (sim_topics != SIM_TOPICS)
+    printf(" --topics %d", sim_topics);
   if (o->steps)
     printf(" --steps %zu", o->steps);
   printf("\n");
@@ -425,6 +455,8 @@ static int read_replay(const char *path, opts_t *o, uint64_t **words,
       continue;
     }
     if (sscanf(line, "seed %" SCNu64, &o->seed) == 1)
+      continue;
+    if (sscanf(line, "topics %d", &sim_topics) == 1)
       continue;
     if (sscanf(line, "backend %63s", word) == 1) {
       o->backend = strcmp(word, "pg") == 0 ? SIM_PG : SIM_LMDB;
@@ -585,6 +617,10 @@ static void print_stats(const char *what, const sim_stats_t *s,
          s->commits, s->applied, s->duplicates, s->fenced, s->pauses,
          s->crashes, s->lost, s->aborted, s->letters, s->redriven, s->replays,
          s->rebuilds, s->published, s->drain_batches);
+  if (s->busy)
+    printf("  %" PRIu64 " commits refused as busy (a second writer of the "
+           "row both topics write, found at the commit)\n",
+           s->busy);
   if (s->hostile || s->recreated)
     printf("  %" PRIu64 " records a hostile producer wrote, %" PRIu64
            " topics created again\n",
@@ -606,6 +642,9 @@ static int fleet_run(const opts_t *o) {
   }
   uint64_t lmdb_schedules =
       (o->lmdb_steps + steps_of(o, SIM_LMDB) - 1) / steps_of(o, SIM_LMDB);
+  /* A job of no schedule would run until a deadline there is not. */
+  if (!o->soak && lmdb_schedules < (uint64_t)lmdb_jobs)
+    lmdb_jobs = (int)lmdb_schedules;
   for (int i = 0; i < lmdb_jobs; i++)
     jobs[n++] =
         (job_t){SIM_LMDB,
@@ -665,7 +704,11 @@ static int mutant_hunt(int m, const opts_t *o) {
   int hostile = sim_hostile, recreate = sim_recreate;
   sim_hostile |= m == KL__MUTANT_RESERVED || m == KL__MUTANT_REBUILD;
   sim_recreate |= m == KL__MUTANT_NONCE;
-  job_t j = {m == KL__MUTANT_CACHE ? SIM_PG : SIM_LMDB,
+  /* The owner cache is PostgreSQL's; `update` needs the two topics. */
+  int topics = sim_topics;
+  sim_topics = m == KL__MUTANT_UPDATE ? 2 : sim_topics;
+  job_t j = {m == KL__MUTANT_CACHE || m == KL__MUTANT_UPDATE ? SIM_PG
+                                                             : SIM_LMDB,
              1000000 + (uint64_t)m * 100000,
              1,
              0,
@@ -676,7 +719,7 @@ static int mutant_hunt(int m, const opts_t *o) {
   job_result_t r;
   jobs_run(&j, 1, o, &r);
   kl__sim_mutant = KL__MUTANT_NONE;
-  sim_hostile = hostile, sim_recreate = recreate;
+  sim_hostile = hostile, sim_recreate = recreate, sim_topics = topics;
   if (r.skipped) {
     printf("mutant %s: not run (no PostgreSQL)\n", mutant_names[m]);
     return 77;
@@ -777,8 +820,18 @@ static int parse(int argc, char **argv, opts_t *o) {
       if (o->mutant < 0) {
         fprintf(stderr,
                 "keylane-sim: no mutant %s: epoch, seen, outbox, "
-                "watermark, cache or all\n",
+                "watermark, cache, reserved, nonce, rebuild, update or "
+                "all\n",
                 v);
+        return -1;
+      }
+    } else if (strcmp(a, "--topics") == 0) {
+      o->topics = atoi(v);
+      if (o->topics < 1 || o->topics > SIM_TOPICS) {
+        fprintf(stderr,
+                "keylane-sim: --topics %s: the schedules' store holds 1 or "
+                "%d topics\n",
+                v, SIM_TOPICS);
         return -1;
       }
     } else if (strcmp(a, "--seconds") == 0) {
@@ -837,6 +890,8 @@ int main(int argc, char **argv) {
     return 2;
   sim_hostile = o.hostile;
   sim_recreate = o.recreate;
+  if (o.topics)
+    sim_topics = o.topics;
   if (o.has_seed || o.replay)
     return run_one(&o);
   if (o.hostile || o.recreate)

@@ -16,15 +16,25 @@
 #include <librdkafka/rdkafka.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <ucontext.h>
 
 #include "keylane/store.h"
 #include "store/store_internal.h"
 #include "worker/apply.h"
 
-#define SIM_MAXP 4   /* partitions */
-#define SIM_MAXO 4   /* owners */
-#define SIM_MAXK 8   /* entity keys */
+/* Two topics share one store (`--topics 2`, the default): the model
+ * numbers their partitions and keys as one range, topic t's partition p
+ * being part t * cfg.partitions + p and its key k key t * cfg.keys + k
+ * (sim_topic(), sim_tpart(), sim_key_topic()); both topics have the same
+ * partition count and the same key names, so each key name has an entry,
+ * marks and an owner cache segment per topic. */
+#define SIM_TOPICS 2
+#define SIM_TOPIC_P 4 /* partitions of a topic */
+#define SIM_TOPIC_K 8 /* entity keys of a topic */
+#define SIM_MAXP (SIM_TOPIC_P * SIM_TOPICS)
+#define SIM_MAXO 4 /* owners */
+#define SIM_MAXK (SIM_TOPIC_K * SIM_TOPICS)
 #define SIM_BATCH 64 /* records of one batch at most (drain, rebuild) */
 #define SIM_NONE UINT32_MAX
 #define SIM_ATTEMPTS 3 /* runs of an event that says RETRY, then a letter */
@@ -119,7 +129,11 @@ typedef struct sim_view {
   size_t cap;
   size_t resolved[SIM_MAXK]; /* per key: its first events applied or dead */
   int64_t balance[SIM_MAXK];
-  int64_t credits, debits, transfers, followups; /* applied amounts */
+  /* applied amounts, per topic */
+  int64_t credits[SIM_TOPICS], debits[SIM_TOPICS];
+  int64_t transfers[SIM_TOPICS], followups[SIM_TOPICS];
+  /* per key name: events applied on either topic (sim_shared_count()) */
+  int64_t shared[SIM_TOPIC_K];
   uint64_t epoch[SIM_MAXP]; /* the store's current epochs */
   int64_t watermark[SIM_MAXP];
   /* the partitions' counters (kl_partition_state_t) */
@@ -190,11 +204,14 @@ typedef struct sim_owner {
   int no;
   kl_store_t *store;       /* LMDB: the world's; PostgreSQL: its own */
   uint64_t held[SIM_MAXP]; /* the epoch it acquired a partition with, or 0 */
-  struct kl__lanes *lanes; /* the worker's engine, in inline mode */
-  struct kl__pool *pool;
+  /* per topic, the worker's engine in inline mode (a worker runs one
+   * topic: an owner of both topics is two workers of one process) */
+  struct kl__lanes *lanes[SIM_TOPICS];
+  struct kl__pool *pool[SIM_TOPICS];
   kl_decoder_t *decoder;
-  sim_fake_t *fake; /* its Kafka: the dead-letter topic, the producer */
-  int dead;         /* crashed: what its engine still does reaches nothing */
+  sim_fake_t *fake[SIM_TOPICS]; /* its Kafka: dead-letter topic, producer */
+  int tno;  /* the topic whose engine the running call is in */
+  int dead; /* crashed: what its engine still does reaches nothing */
   sim_pend_t pend[SIM_MAXP]; /* the group commits its hook read */
   size_t npend;
   ucontext_t ctx;
@@ -208,6 +225,7 @@ typedef struct sim_stats {
   uint64_t steps, noops, schedules, commits, applied, duplicates, fenced;
   uint64_t pauses, crashes, lost, aborted, letters, redriven, replays;
   uint64_t rebuilds, published, drain_batches, hostile, recreated;
+  uint64_t busy; /* commits the store refused as busy (not by a fate) */
 } sim_stats_t;
 
 typedef struct sim_world {
@@ -215,10 +233,14 @@ typedef struct sim_world {
   sim_backend_t backend;
   uint64_t seed;
   int verbose;
-  char tag[48];   /* makes topic and keys unique on a shared PostgreSQL */
-  char topic[96]; /* the topic's name */
-  char dlq[112];  /* its dead-letter topic's */
-  int env;        /* the live store's LMDB environment (sim_lmdb_env()) */
+  char tag[48]; /* makes topics and keys unique on a shared PostgreSQL */
+  int ntopics;  /* 1 or 2 (sim_topics) */
+  int nparts;   /* the model's partitions: ntopics * cfg.partitions */
+  int nkeys;    /* the model's keys: ntopics * cfg.keys */
+  int shared;   /* the events count themselves in one row per key name */
+  char topics[SIM_TOPICS][96]; /* the topics' names */
+  char dlqs[SIM_TOPICS][112];  /* their dead-letter topics' */
+  int env; /* the live store's LMDB environment (sim_lmdb_env()) */
   const char *pg_uri;
   kl_conf_t *conf;
   kl_store_t *store; /* the world's: LMDB's only one; PostgreSQL's tools' */
@@ -261,6 +283,26 @@ typedef struct sim_world {
 
 extern sim_world_t *W;
 
+/** The topic of the model's partition @p part, and its partition there. */
+static inline int sim_topic_no(int32_t part) {
+  return part / W->cfg.partitions;
+}
+static inline const char *sim_topic(int32_t part) {
+  return W->topics[part / W->cfg.partitions];
+}
+static inline int32_t sim_tpart(int32_t part) {
+  return part % W->cfg.partitions;
+}
+/** The model's partition of partition @p p of topic @p topic. */
+static inline int32_t sim_mpart(const char *topic, int32_t p) {
+  int t = W->ntopics > 1 && strcmp(topic, W->topics[1]) == 0;
+  return t * W->cfg.partitions + p;
+}
+/** The topic of the model's key @p k. */
+static inline int sim_key_topic(int k) {
+  return k / W->cfg.keys;
+}
+
 /* ---- sim_world.c -------------------------------------------------------- */
 
 /** Records the first violation of a schedule (the rest is noise). */
@@ -287,7 +329,15 @@ uint32_t sim_event_add(uint8_t key, const char *id, size_t id_len);
 /** Appends a record of event @p e (its envelope in @p bytes, taken) to its
  *  key's partition. @returns its offset. */
 int64_t sim_log_append(uint32_t e, void *bytes, size_t len);
-int sim_key_by_name(const void *name, size_t len);
+/** The key of topic @p topic named @p name, or -1. */
+int sim_key_by_name(int topic, const void *name, size_t len);
+/** With W->shared, counts the event of @p b's handler at @p fence in the
+ *  row of its key name, which the topics share: the state of a handler
+ *  that does not scope by topic (sim_world.c says why). @returns @p r, or
+ *  what the count's store calls say. */
+kl_handler_result_t sim_shared_count(kl_txn_t *txn, const kl_event_t *event,
+                                     kl_handler_result_t r, char *errbuf,
+                                     size_t errbuf_size);
 
 void sim_view_init(sim_view_t *v);
 void sim_view_free(sim_view_t *v);
@@ -320,7 +370,8 @@ void sim_view_acquired(sim_view_t *v, int32_t part,
 /** Balances, epochs and watermarks of @p store against @p v. */
 void sim_view_check_store(const sim_view_t *v, kl_store_t *store,
                           int conserved);
-/** Reads the balances of @p store into @p out. @returns 0, or -1. */
+/** Reads the balances of @p store into @p out, every topic's keys.
+ *  @returns 0, or -1. */
 int sim_balances(kl_store_t *store, int64_t out[SIM_MAXK]);
 
 /* ---- sim_owner.c -------------------------------------------------------- */
@@ -355,7 +406,8 @@ void sim_batch_apply(sim_batch_t *b);
 
 /* ---- sim_seams.c -------------------------------------------------------- */
 
-sim_fake_t *sim_fake_new(sim_owner_t *o);
+/** The Kafka of owner @p o's engine of topic @p tno. */
+sim_fake_t *sim_fake_new(sim_owner_t *o, int tno);
 void sim_fake_free(sim_fake_t *f);
 size_t sim_fake_inflight(const sim_fake_t *f);
 /** What marks a record of the simulated log (its msg._private). */
@@ -398,5 +450,7 @@ extern int sim_hostile;
 /** Nonzero: each schedule creates its topic again once, with a store
  *  reset (topic_recreate()). */
 extern int sim_recreate;
+/** The topics each schedule's store holds: 1, or 2 (the default). */
+extern int sim_topics;
 
 #endif

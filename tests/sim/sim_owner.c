@@ -29,7 +29,9 @@ static kl_handler_result_t sim_handler(void *opaque, const kl_event_t *event,
                                        const kl_fence_t *fence, kl_txn_t *txn,
                                        char *errbuf, size_t errbuf_size) {
   sim_batch_t *b = opaque;
-  const sim_rec_t *rec = W->log[fence->partition].v[fence->offset];
+  /* A tool's batch is of one partition; an owner's engine is of a topic */
+  int32_t part = b->owner ? sim_mpart(fence->topic, fence->partition) : b->part;
+  const sim_rec_t *rec = W->log[part].v[fence->offset];
   uint32_t e = rec->event;
   const sim_event_t *ev = &W->events[e];
   if (event->id_len != ev->id_len || memcmp(event->id, ev->id, ev->id_len)) {
@@ -51,6 +53,8 @@ static kl_handler_result_t sim_handler(void *opaque, const kl_event_t *event,
   }
   kl_handler_result_t r =
       kl_ledger_handler(NULL, event, fence, txn, errbuf, errbuf_size);
+  if (!b->rebuild)
+    r = sim_shared_count(txn, event, r, errbuf, errbuf_size);
   if ((r == KL_HANDLER_OK) != ev->valid)
     sim_fail("handler", "the ledger said %d to %.*s, which is %svalid: %s",
              (int)r, (int)ev->id_len, ev->id, ev->valid ? "" : "not ", errbuf);
@@ -63,17 +67,17 @@ static kl_handler_result_t sim_handler(void *opaque, const kl_event_t *event,
 
 /* What the group commit of @p part about to be made holds, for the model
  * (sim_seams.c applies it once the commit truly succeeded). */
-static void pend_read(sim_owner_t *o, int32_t part, uint64_t epoch) {
+static void pend_read(sim_owner_t *o, int32_t tpart, uint64_t epoch) {
   if (o->npend >= SIM_MAXP) {
     sim_fail("seam", "owner %d's hook ran %zu times before a commit", o->no,
              o->npend + 1);
     return;
   }
   sim_pend_t *pd = &o->pend[o->npend++];
-  pd->part = part;
+  pd->part = o->tno * W->cfg.partitions + tpart;
   pd->epoch = epoch;
   pd->n = 0;
-  kl__lane_t *lane = o->lanes->lanes[part];
+  kl__lane_t *lane = o->lanes[o->tno]->lanes[tpart];
   for (size_t i = 0; i < lane->ring_count; i++) {
     const kl__slot_t *s = kl__lane_at(lane, i);
     if (!s->building)
@@ -95,6 +99,7 @@ static void sim_hook(void *opaque, const char *topic, int32_t partition,
   sim_owner_t *o = b->owner;
   if (!o)
     return;
+  o->tno = (int)(sim_mpart(topic, 0) / W->cfg.partitions);
   pend_read(o, partition, epoch);
   if (!b->pause || !o->running)
     return;
@@ -117,7 +122,7 @@ void sim_batch_apply(sim_batch_t *b) {
   if (!decoder)
     decoder = kl_decoder_new();
   kl__applier_t a = {.store = b->store,
-                     .topic = W->topic,
+                     .topic = sim_topic(b->part),
                      .handler = sim_handler,
                      .handler_opaque = b,
                      .decoder = decoder,
@@ -128,8 +133,9 @@ void sim_batch_apply(sim_batch_t *b) {
                      .letter_key = b->letter_key,
                      .letter_key_len = b->letter_key_len,
                      .partitions = W->cfg.partitions};
-  b->err = kl__apply_batch(&a, b->part, b->epoch, b->from, b->msgs, b->count,
-                           &b->res);
+  b->err = kl__apply_batch(&a, sim_tpart(b->part), b->epoch, b->from, b->msgs,
+                           b->count, &b->res);
+  W->stats.busy += b->err == KL_ESTORE_BUSY && b->fate == KL__COMMIT_GO;
   if (b->res.committed) {
     W->dirty = 1;
     W->stats.commits++;
@@ -145,23 +151,27 @@ void sim_batch_apply(sim_batch_t *b) {
 static void owner_start(sim_owner_t *o) {
   o->dead = 0;
   o->batch.owner = o;
-  o->fake = sim_fake_new(o);
   o->decoder = kl_decoder_new();
-  kl__applier_t a = {.store = o->store,
-                     .topic = W->topic,
-                     .handler = sim_handler,
-                     .handler_opaque = &o->batch,
-                     .decoder = o->decoder,
-                     .before_commit = sim_hook,
-                     .hook_opaque = &o->batch};
   sim_owner_t *was = W->acting;
   W->acting = o;
-  kl_err_t err =
-      kl__lanes_new(W->conf, &a, NULL, (kl__dlq_t *)o->fake, &o->lanes);
-  if (!err) {
-    kl__lanes_reserve(o->lanes, W->cfg.partitions);
-    kl__lanes_route(o->lanes, W->cfg.partitions, "dlq");
-    err = kl__pool_new(o->lanes, 0, &o->pool);
+  kl_err_t err = KL_OK;
+  for (int t = 0; !err && t < W->ntopics; t++) {
+    o->tno = t;
+    o->fake[t] = sim_fake_new(o, t);
+    kl__applier_t a = {.store = o->store,
+                       .topic = W->topics[t],
+                       .handler = sim_handler,
+                       .handler_opaque = &o->batch,
+                       .decoder = o->decoder,
+                       .before_commit = sim_hook,
+                       .hook_opaque = &o->batch};
+    err =
+        kl__lanes_new(W->conf, &a, NULL, (kl__dlq_t *)o->fake[t], &o->lanes[t]);
+    if (!err) {
+      kl__lanes_reserve(o->lanes[t], W->cfg.partitions);
+      kl__lanes_route(o->lanes[t], W->cfg.partitions, "dlq");
+      err = kl__pool_new(o->lanes[t], 0, &o->pool[t]);
+    }
   }
   W->acting = was;
   if (err) {
@@ -171,20 +181,23 @@ static void owner_start(sim_owner_t *o) {
   }
 }
 
-/* The owner's process is gone: its engine is torn down as a dead one,
- * which reaches nothing (sim_seams.c). */
+/* The owner's process is gone: its engines are torn down as dead ones,
+ * which reach nothing (sim_seams.c). */
 static void owner_stop(sim_owner_t *o) {
   sim_owner_t *was = W->acting;
   o->dead = 1;
   W->acting = o;
-  kl__pool_destroy(o->pool);
-  kl__lanes_destroy(o->lanes);
+  for (int t = 0; t < SIM_TOPICS; t++) {
+    o->tno = t;
+    kl__pool_destroy(o->pool[t]);
+    kl__lanes_destroy(o->lanes[t]);
+    sim_fake_free(o->fake[t]);
+    o->pool[t] = NULL;
+    o->lanes[t] = NULL;
+    o->fake[t] = NULL;
+  }
   W->acting = was;
-  sim_fake_free(o->fake);
   kl_decoder_destroy(o->decoder);
-  o->pool = NULL;
-  o->lanes = NULL;
-  o->fake = NULL;
   o->decoder = NULL;
   o->npend = 0;
   memset(o->held, 0, sizeof(o->held));
@@ -219,8 +232,11 @@ void sim_owner_restart(sim_owner_t *o) {
   owner_start(o);
 }
 
+/* The lane of the model's partition @p part. */
 static kl__lane_t *owner_lane(const sim_owner_t *o, int32_t part) {
-  return o->lanes && part < o->lanes->count ? o->lanes->lanes[part] : NULL;
+  const kl__lanes_t *lanes = o->lanes[sim_topic_no(part)];
+  int32_t p = sim_tpart(part);
+  return lanes && p < lanes->count ? lanes->lanes[p] : NULL;
 }
 
 /* One turn of the worker's poll loop (worker.c): the events ready run,
@@ -229,18 +245,22 @@ static kl__lane_t *owner_lane(const sim_owner_t *o, int32_t part) {
  * group's rebalance would take it. */
 static void owner_turn(sim_owner_t *o) {
   W->acting = o;
-  kl__pool_run_inline(o->pool, 20);
-  kl__dlq_poll((kl__dlq_t *)o->fake, 0);
-  kl__lanes_tick(o->lanes);
-  int32_t fenced[SIM_MAXP];
-  size_t n = kl__lanes_fenced(o->lanes, fenced, SIM_MAXP);
-  for (size_t i = 0; i < n && !o->dead; i++) {
-    uint64_t epoch;
-    kl__lanes_release(o->lanes, fenced[i], 0, &epoch);
-    o->held[fenced[i]] = 0;
-    W->stats.fenced++;
-    sim_say("owner %d was fenced on partition %d: it gives it up", o->no,
-            (int)fenced[i]);
+  for (int t = 0; t < W->ntopics; t++) {
+    o->tno = t;
+    kl__pool_run_inline(o->pool[t], 20);
+    kl__dlq_poll((kl__dlq_t *)o->fake[t], 0);
+    kl__lanes_tick(o->lanes[t]);
+    int32_t fenced[SIM_TOPIC_P];
+    size_t n = kl__lanes_fenced(o->lanes[t], fenced, SIM_TOPIC_P);
+    for (size_t i = 0; i < n && !o->dead; i++) {
+      uint64_t epoch;
+      o->tno = t;
+      kl__lanes_release(o->lanes[t], fenced[i], 0, &epoch);
+      o->held[t * W->cfg.partitions + fenced[i]] = 0;
+      W->stats.fenced++;
+      sim_say("owner %d was fenced on partition %d of %s: it gives it up",
+              o->no, (int)fenced[i], W->topics[t]);
+    }
   }
   W->acting = NULL;
 }
@@ -290,7 +310,7 @@ static size_t owner_feed(sim_owner_t *o, int32_t part, size_t count) {
   W->acting = o;
   for (int64_t off = lane->next_offset;
        n < count && (size_t)off < W->log[part].n; off++, n++)
-    kl__lanes_push(o->lanes, &W->log[part].v[off]->msg);
+    kl__lanes_push(o->lanes[sim_topic_no(part)], &W->log[part].v[off]->msg);
   W->acting = NULL;
   return n;
 }
@@ -401,12 +421,14 @@ void sim_owner_acquire(sim_owner_t *o, int32_t part, uint64_t w) {
             commit ? ", committing what is final" : "");
     W->acting = o;
     uint64_t epoch;
-    kl__lanes_release(o->lanes, part, commit, &epoch);
+    o->tno = sim_topic_no(part);
+    kl__lanes_release(o->lanes[o->tno], sim_tpart(part), commit, &epoch);
     W->acting = NULL;
     o->held[part] = 0;
   }
   kl_partition_state_t st;
-  kl_err_t err = kl_store_acquire(o->store, W->topic, part, &st);
+  kl_err_t err =
+      kl_store_acquire(o->store, sim_topic(part), sim_tpart(part), &st);
   if (err) {
     sim_fail("store-error", "owner %d cannot acquire partition %d: %s", o->no,
              (int)part, kl_err_detail());
@@ -418,7 +440,8 @@ void sim_owner_acquire(sim_owner_t *o, int32_t part, uint64_t w) {
   sim_view_acquired(&W->live, part, &st, 1);
   o->held[part] = st.epoch;
   W->acting = o;
-  kl__lanes_own(o->lanes, part, st.epoch, st.watermark);
+  o->tno = sim_topic_no(part);
+  kl__lanes_own(o->lanes[o->tno], sim_tpart(part), st.epoch, st.watermark);
   W->acting = NULL;
   W->dirty = 1;
 }
@@ -427,9 +450,12 @@ int sim_owner_settled(const sim_owner_t *o, int32_t part) {
   const kl__lane_t *lane = owner_lane(o, part);
   return lane && lane->state == KL__LANE_OWNED &&
          (size_t)lane->next_offset == W->log[part].n && !lane->ring_count &&
-         !sim_fake_inflight(o->fake);
+         !sim_fake_inflight(o->fake[sim_topic_no(part)]);
 }
 
 size_t sim_owner_inflight(const sim_owner_t *o) {
-  return sim_fake_inflight(o->fake);
+  size_t n = 0;
+  for (int t = 0; t < W->ntopics; t++)
+    n += sim_fake_inflight(o->fake[t]);
+  return n;
 }

@@ -79,6 +79,7 @@ typedef struct sim_sent {
 
 struct sim_fake {
   sim_owner_t *owner;
+  int tno;              /* the topic of its engine */
   kl_delivery_cb_t *cb; /* the outbox's producer */
   void *cb_opaque;
   sim_sent_t *v;
@@ -91,9 +92,10 @@ void *sim_rec_private(void) {
   return &sim_rec_mark;
 }
 
-sim_fake_t *sim_fake_new(sim_owner_t *o) {
+sim_fake_t *sim_fake_new(sim_owner_t *o, int tno) {
   sim_fake_t *f = calloc(1, sizeof(*f));
   f->owner = o;
+  f->tno = tno;
   return f;
 }
 
@@ -160,7 +162,7 @@ static int serve(sim_fake_t *f, int letters, int wait) {
     failing = 0; /* the first one only */
     served++;
     if (letters) {
-      kl__lanes_dlq_ack(o->lanes, &s.ref, err, why);
+      kl__lanes_dlq_ack(o->lanes[f->tno], &s.ref, err, why);
     } else if (f->cb) {
       kl_delivery_t d = {
           .err = err, .errmsg = why, .opaque = s.opaque, .offset = -1};
@@ -194,7 +196,7 @@ static kl_err_t aside_send(sim_fake_t *f, const kl__dlq_letter_t *letter,
   uint32_t e = SIM_NONE;
   if (kl_event_decode(decoder, m->key, m->key_len, m->payload, m->len, &ev) ==
           KL_OK &&
-      (k = sim_key_by_name(ev.key, ev.key_len)) >= 0)
+      (k = sim_key_by_name(f->tno, ev.key, ev.key_len)) >= 0)
     e = sim_event_find((uint8_t)k, ev.id, ev.id_len);
   if (e == SIM_NONE || W->events[e].kind != SIM_FOLLOWUP) {
     sim_fail("letter", "a follow-up set aside is no follow-up the model knows");
@@ -225,8 +227,9 @@ kl_err_t __wrap_kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
   const rd_kafka_message_t *m = letter->msg;
   if (letter->destination)
     return aside_send(f, letter, ref);
+  int32_t part = f->tno * W->cfg.partitions + m->partition;
   if (m->_private != &sim_rec_mark || m->partition >= W->cfg.partitions ||
-      (size_t)m->offset >= W->log[m->partition].n) {
+      (size_t)m->offset >= W->log[part].n) {
     sim_fail("letter", "a dead letter names no record of the log");
     return KL_EINVAL;
   }
@@ -234,9 +237,8 @@ kl_err_t __wrap_kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
     return KL_OK; /* lost with its process */
   W->letters = kl__grow(W->letters, &W->letters_cap, W->nletters,
                         sizeof(*W->letters), 64);
-  uint32_t e = W->log[m->partition].v[m->offset]->event;
-  W->letters[W->nletters++] =
-      (sim_letter_t){m->partition, m->offset, e, NULL, 0};
+  uint32_t e = W->log[part].v[m->offset]->event;
+  W->letters[W->nletters++] = (sim_letter_t){part, m->offset, e, NULL, 0};
   W->stats.letters++;
   sim_say("owner %d dead-letters offset %" PRId64 " of partition %d (%s)",
           f->owner->no, m->offset, (int)m->partition,
@@ -263,7 +265,7 @@ kl_err_t __wrap_kl__dlq_forward(kl__dlq_t *dlq, const char *topic,
 
 kl_err_t __wrap_kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
                                 void *cb_opaque, kl_producer_t **out) {
-  sim_fake_t *f = W->acting ? W->acting->fake : NULL;
+  sim_fake_t *f = W->acting ? W->acting->fake[W->acting->tno] : NULL;
   if (!f) {
     sim_fail("producer", "a producer was made outside an owner's lanes");
     return KL_EINVAL;
@@ -274,21 +276,24 @@ kl_err_t __wrap_kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
   return KL_OK;
 }
 
-/* The follow-up's source must be an event whose batch committed. */
-static uint32_t followup_source(const kl_event_t *fe) {
+/* The follow-up's source must be an event of topic @p t whose batch
+ * committed. */
+static uint32_t followup_source(const kl_event_t *fe, int t) {
   kl__emit_src_t src;
+  const char *topic = W->topics[t];
+  int32_t first = t * W->cfg.partitions;
   if (kl__emit_id_parse(fe->id, fe->id_len, &src) ||
-      src.topic_len != strlen(W->topic) ||
-      memcmp(src.topic, W->topic, src.topic_len) || src.index != 0 ||
+      src.topic_len != strlen(topic) ||
+      memcmp(src.topic, topic, src.topic_len) || src.index != 0 ||
       src.partition >= W->cfg.partitions ||
-      (size_t)src.offset >= W->log[src.partition].n) {
+      (size_t)src.offset >= W->log[first + src.partition].n) {
     sim_fail("followup",
              "the outbox holds a follow-up of id %.*s, which "
              "names no record of the log",
              (int)fe->id_len, fe->id);
     return SIM_NONE;
   }
-  uint32_t s = W->log[src.partition].v[src.offset]->event;
+  uint32_t s = W->log[first + src.partition].v[src.offset]->event;
   if (!W->live.marks[s].applied) {
     sim_fail("orphan-followup",
              "the outbox of partition %d holds follow-up %.*s, whose source "
@@ -302,9 +307,9 @@ static uint32_t followup_source(const kl_event_t *fe) {
 
 /* The model's event of follow-up @p fe (made at its first publish), or
  * SIM_NONE with the schedule failed. */
-static uint32_t followup_event(const kl_event_t *fe) {
-  uint32_t s = followup_source(fe);
-  int k = sim_key_by_name(fe->key, fe->key_len);
+static uint32_t followup_event(const kl_event_t *fe, int t) {
+  uint32_t s = followup_source(fe, t);
+  int k = sim_key_by_name(t, fe->key, fe->key_len);
   if (s == SIM_NONE)
     return SIM_NONE;
   if (W->events[s].kind != SIM_TRANSFER || k != W->events[s].to) {
@@ -354,13 +359,13 @@ static int followup_append(sim_owner_t *o, uint32_t e, const kl_event_t *fe) {
 kl_err_t __wrap_kl_publish(kl_producer_t *producer, const char *topic,
                            const kl_event_t *event, void *opaque) {
   sim_fake_t *f = (sim_fake_t *)producer;
-  if (strcmp(topic, W->topic) != 0) {
+  if (strcmp(topic, W->topics[f->tno]) != 0) {
     sim_fail("followup", "a follow-up went to topic %s", topic);
     return KL_EINVAL;
   }
   if (f->owner->dead)
     return KL_OK; /* lost with its process; never reported */
-  uint32_t e = followup_event(event);
+  uint32_t e = followup_event(event, f->tno);
   if (e == SIM_NONE)
     return KL_EINVAL;
   int refuse = refused(200);

@@ -23,6 +23,7 @@
 const char *sim_pg_uri;
 int sim_hostile;
 int sim_recreate;
+int sim_topics = SIM_TOPICS;
 
 uint64_t sim_mix(uint64_t x) { /* splitmix64 */
   x += 0x9e3779b97f4a7c15ULL;
@@ -105,12 +106,15 @@ static void client_publish(uint64_t w) {
       return;
     }
   }
-  int k = (int)((w >> 24) % (uint64_t)W->cfg.keys);
+  int k = (int)((w >> 24) % (uint64_t)W->nkeys);
   unsigned r = (w >> 32) & 0xff;
   kl_ledger_args_t a = {.amount = 1 + (int64_t)((w >> 40) % 100)};
   int kind = r < 90 ? SIM_CREDIT : r < 165 ? SIM_DEBIT : SIM_TRANSFER;
+  /* to a key of its own topic: money moves within a topic */
+  int first = sim_key_topic(k) * W->cfg.keys;
   int to =
-      (k + 1 + (int)((w >> 56) % (uint64_t)(W->cfg.keys - 1))) % W->cfg.keys;
+      first + (k - first + 1 + (int)((w >> 56) % (uint64_t)(W->cfg.keys - 1))) %
+                  W->cfg.keys;
   int valid = r < 245;
   if (!valid && (r & 1)) /* the ledger refuses these: dead letters */
     kind = SIM_CREDIT, a.amount = 0;
@@ -151,14 +155,17 @@ static void client_publish(uint64_t w) {
 static size_t hostile_id(uint64_t r, int *key, char *id, size_t size) {
   unsigned c = r & 0xff;
   const sim_event_t *t = &W->events[(r >> 8) % W->nevents];
-  int32_t p = (int32_t)((r >> 32) % (uint64_t)W->cfg.partitions);
+  int32_t p = (int32_t)((r >> 32) % (uint64_t)W->nparts);
   int64_t off = (int64_t)W->log[p].n + (int64_t)((r >> 40) % 4);
-  *key = (int)((r >> 24) % (uint64_t)W->cfg.keys);
+  const char *topic = sim_topic(p);
+  int32_t tp = sim_tpart(p);
+  *key = (int)((r >> 24) % (uint64_t)W->nkeys);
   if (c < 128 && t->kind == SIM_TRANSFER && t->valid &&
       t->followup == SIM_NONE) {
     *key = t->to;
-    return (size_t)snprintf(id, size, "~%s/%d/%" PRId64 "/0", W->topic,
-                            (int)t->part, t->first);
+    return (size_t)snprintf(id, size, "~%s/%d/%" PRId64 "/0",
+                            sim_topic(t->part), (int)sim_tpart(t->part),
+                            t->first);
   }
   /* A copy of a published one (in the log: one Kafka refused is not, and
    * its copy would come before it): a duplicate. */
@@ -168,17 +175,17 @@ static size_t hostile_id(uint64_t r, int *key, char *id, size_t size) {
     return t->id_len;
   }
   if (c < 160) /* a follow-up id a record still to come may get */
-    return (size_t)snprintf(id, size, "~%s/%d/%" PRId64 "/0", W->topic, (int)p,
+    return (size_t)snprintf(id, size, "~%s/%d/%" PRId64 "/0", topic, (int)tp,
                             off);
   switch (c % 5) {
   case 0:
     return (size_t)snprintf(id, size, "~");
   case 1:
-    return (size_t)snprintf(id, size, "~%s", W->topic);
+    return (size_t)snprintf(id, size, "~%s", topic);
   case 2:
-    return (size_t)snprintf(id, size, "~%s/%d/%" PRId64, W->topic, (int)p, off);
+    return (size_t)snprintf(id, size, "~%s/%d/%" PRId64, topic, (int)tp, off);
   case 3:
-    return (size_t)snprintf(id, size, "~%s/%d/%" PRId64 "/1", W->topic, (int)p,
+    return (size_t)snprintf(id, size, "~%s/%d/%" PRId64 "/1", topic, (int)tp,
                             off);
   default:
     return (size_t)snprintf(id, size, "h%" PRIu64, W->next_id++);
@@ -197,7 +204,7 @@ static void hostile_publish(uint64_t w) {
   char id[160];
   size_t id_len = W->nevents ? hostile_id(r, &k, id, sizeof(id)) : 0;
   if (!id_len) {
-    k = (int)((r >> 24) % (uint64_t)W->cfg.keys);
+    k = (int)((r >> 24) % (uint64_t)W->nkeys);
     id_len = (size_t)snprintf(id, sizeof(id), "h%" PRIu64, W->next_id++);
   }
   if (id_len >= sizeof(((sim_event_t *)0)->id))
@@ -268,11 +275,11 @@ static sim_owner_t *pick_pair(uint64_t sel,
                               int32_t *part) {
   int n = 0;
   for (int o = 0; o < W->cfg.owners; o++)
-    for (int32_t p = 0; p < W->cfg.partitions; p++)
+    for (int32_t p = 0; p < W->nparts; p++)
       n += ok(&W->owners[o], p) != 0;
   int want = n ? (int)(sel % (uint64_t)n) : -1;
   for (int o = 0; o < W->cfg.owners; o++)
-    for (int32_t p = 0; p < W->cfg.partitions; p++)
+    for (int32_t p = 0; p < W->nparts; p++)
       if (ok(&W->owners[o], p) && want-- == 0) {
         *part = p;
         return &W->owners[o];
@@ -292,7 +299,7 @@ static sim_owner_t *pick_owner(uint64_t sel, int paused, int acks) {
 
 static int step_run(uint64_t w) {
   uint64_t sel = w >> 56;
-  int32_t p = (int32_t)(((w >> 16) & 0xff) % (uint64_t)W->cfg.partitions);
+  int32_t p = (int32_t)(((w >> 16) & 0xff) % (uint64_t)W->nparts);
   sim_owner_t *o;
   switch (step_kind(w)) {
   case ST_PUBLISH:
@@ -363,7 +370,7 @@ static void topic_recreate(void) {
     final_checks();
   if (W->failed)
     return;
-  for (int32_t p = 0; p < W->cfg.partitions; p++) {
+  for (int32_t p = 0; p < W->nparts; p++) {
     for (size_t i = 0; i < W->log[p].n; i++) {
       W->gone.v =
           kl__grow(W->gone.v, &W->gone.cap, W->gone.n, sizeof(*W->gone.v), 256);
@@ -371,9 +378,9 @@ static void topic_recreate(void) {
     }
     W->log[p].n = 0;
     kl_partition_state_t st;
-    if (kl__store_reset(W->store, W->topic, p, &st)) {
-      sim_fail("store-error", "store reset of partition %d: %s", (int)p,
-               kl_err_detail());
+    if (kl__store_reset(W->store, sim_topic(p), sim_tpart(p), &st)) {
+      sim_fail("store-error", "store reset of partition %d of topic %s: %s",
+               (int)sim_tpart(p), sim_topic(p), kl_err_detail());
       return;
     }
     sim_view_reset(&W->live, p, &st);
@@ -416,7 +423,7 @@ static void step(uint64_t w) {
 
 static size_t log_total(void) {
   size_t n = 0;
-  for (int32_t p = 0; p < W->cfg.partitions; p++)
+  for (int32_t p = 0; p < W->nparts; p++)
     n += W->log[p].n;
   return n;
 }
@@ -428,7 +435,8 @@ static int count_cb(void *opaque, uint64_t seq, const void *rec, size_t len) {
 
 static size_t outbox_count(int32_t p) {
   size_t n = 0;
-  if (kl__store_outbox_list(W->store, W->topic, p, 0, 1, count_cb, &n))
+  if (kl__store_outbox_list(W->store, sim_topic(p), sim_tpart(p), 0, 1,
+                            count_cb, &n))
     sim_fail("store-error", "listing the outbox of partition %d: %s", (int)p,
              kl_err_detail());
   return n;
@@ -444,12 +452,12 @@ static void drain(void) {
     sim_owner_resume(&W->owners[i], 0);
   sim_owner_t *o = &W->owners[0];
   sim_owner_restart(o);
-  for (int32_t p = 0; p < W->cfg.partitions; p++)
+  for (int32_t p = 0; p < W->nparts; p++)
     sim_owner_acquire(o, p, 0);
   for (int round = 0; round < 1000 && !W->failed; round++) {
     size_t before = log_total();
     W->now_ms += 1000;
-    for (int32_t p = 0; p < W->cfg.partitions && !W->failed; p++) {
+    for (int32_t p = 0; p < W->nparts && !W->failed; p++) {
       sim_owner_batch(o, p, 0);
       W->stats.drain_batches++;
       if (!o->held[p])
@@ -457,7 +465,7 @@ static void drain(void) {
                  (int)p);
     }
     int settled = log_total() == before;
-    for (int32_t p = 0; p < W->cfg.partitions && settled && !W->failed; p++)
+    for (int32_t p = 0; p < W->nparts && settled && !W->failed; p++)
       settled = sim_owner_settled(o, p) && !outbox_count(p);
     if (settled)
       return;
@@ -469,14 +477,14 @@ static void drain(void) {
 /* Every event's mark in @p store, as @p v says it must be. */
 static void check_marks(kl_store_t *store, const sim_view_t *v,
                         const char *who) {
-  for (int32_t p = 0; p < W->cfg.partitions && !W->failed; p++) {
+  for (int32_t p = 0; p < W->nparts && !W->failed; p++) {
     kl_txn_t *txn;
-    if (kl_store_begin(store, W->topic, p, v->epoch[p], &txn)) {
+    if (kl_store_begin(store, sim_topic(p), sim_tpart(p), v->epoch[p], &txn)) {
       sim_fail("store-error", "%s: begin on partition %d: %s", who, (int)p,
                kl_err_detail());
       return;
     }
-    for (int k = 0; k < W->cfg.keys && !W->failed; k++) {
+    for (int k = 0; k < W->nkeys && !W->failed; k++) {
       const sim_key_t *key = &W->keys[k];
       for (size_t i = 0; key->part == p && i < key->n; i++) {
         const sim_event_t *ev = &W->events[key->events[i]];
@@ -514,12 +522,13 @@ static void check_rebuild(void) {
   int64_t rebuilt[SIM_MAXK], live[SIM_MAXK];
   if (store && !W->failed && !sim_balances(store, rebuilt) &&
       !sim_balances(W->store, live))
-    for (int k = 0; k < W->cfg.keys; k++)
+    for (int k = 0; k < W->nkeys; k++)
       if (rebuilt[k] != live[k])
         sim_fail("rebuild",
-                 "key %s's balance is %" PRId64 " in the rebuilt "
+                 "key %s's balance on topic %s is %" PRId64 " in the rebuilt "
                  "store, %" PRId64 " in the live one",
-                 W->keys[k].name, rebuilt[k], live[k]);
+                 W->keys[k].name, W->topics[sim_key_topic(k)], rebuilt[k],
+                 live[k]);
   if (store && !W->failed) {
     sim_view_check_store(&rv, store, 0);
     check_marks(store, &rv, "the rebuilt store");
@@ -534,17 +543,17 @@ static void check_rebuild(void) {
 static void settled_checks(int all) {
   const sim_view_t *v = &W->live;
   sim_view_check_store(v, W->store, all);
-  for (int32_t p = 0; p < W->cfg.partitions && !W->failed; p++) {
+  for (int32_t p = 0; p < W->nparts && !W->failed; p++) {
     if (outbox_count(p))
       sim_fail("outbox-left",
-               "partition %d's outbox is not empty after the "
+               "partition %d of topic %s: its outbox is not empty after the "
                "drain",
-               (int)p);
+               (int)sim_tpart(p), sim_topic(p));
     if (v->watermark[p] != (int64_t)W->log[p].n)
       sim_fail("watermark",
-               "partition %d's watermark is %" PRId64
+               "partition %d of topic %s: its watermark is %" PRId64
                " after the drain, its log holds %zu records",
-               (int)p, v->watermark[p], W->log[p].n);
+               (int)sim_tpart(p), sim_topic(p), v->watermark[p], W->log[p].n);
   }
   for (uint32_t e = 0; e < W->nevents && !W->failed; e++) {
     const sim_event_t *ev = &W->events[e];
@@ -554,9 +563,10 @@ static void settled_checks(int all) {
     if (!m->applied && (!sim_view_resolved(v, e) || (all && ev->valid)) &&
         (all || !ev->aside)) /* set aside: its letter's redrive applies it */
       sim_fail("lost",
-               "event %.*s of key %s (partition %d, offset %" PRId64 ") was %s",
-               (int)ev->id_len, ev->id, W->keys[ev->key].name, (int)ev->part,
-               ev->first,
+               "event %.*s of key %s (topic %s, partition %d, offset %" PRId64
+               ") was %s",
+               (int)ev->id_len, ev->id, W->keys[ev->key].name,
+               sim_topic(ev->part), (int)sim_tpart(ev->part), ev->first,
                m->dead ? "dead-lettered, and not applied by its redrive"
                        : "neither applied nor dead-lettered");
     if (m->applied && ev->kind == SIM_TRANSFER &&
@@ -595,7 +605,7 @@ static int64_t sim_clock(void) {
 
 /* Key names that route (murmur2) where the schedule's seed says, so that
  * a run on a shared PostgreSQL, whose names carry a tag, decides as the
- * same schedule on LMDB. */
+ * same schedule on LMDB; the second topic's keys have the first's names. */
 static void name_keys(uint64_t seed) {
   for (int k = 0; k < W->cfg.keys; k++) {
     sim_key_t *key = &W->keys[k];
@@ -610,6 +620,12 @@ static void name_keys(uint64_t seed) {
         break;
     }
     key->part = want;
+    for (int t = 1; t < W->ntopics; t++) {
+      sim_key_t *same = &W->keys[t * W->cfg.keys + k];
+      memcpy(same->name, key->name, key->name_len);
+      same->name_len = key->name_len;
+      same->part = t * W->cfg.partitions + want;
+    }
   }
 }
 
@@ -684,8 +700,16 @@ int sim_run(uint64_t seed, sim_backend_t backend, const uint64_t *words,
           : 0;
   W->conf = sim_conf();
   snprintf(W->tag, sizeof(W->tag), "r%u_", runs++);
-  snprintf(W->topic, sizeof(W->topic), "sim%s", W->tag);
-  snprintf(W->dlq, sizeof(W->dlq), "%s.dlq", W->topic);
+  W->ntopics = sim_topics;
+  W->nparts = W->ntopics * W->cfg.partitions;
+  W->nkeys = W->ntopics * W->cfg.keys;
+  W->shared = W->ntopics > 1 && backend == SIM_PG;
+  for (int t = 0; t < W->ntopics; t++) {
+    snprintf(W->topics[t], sizeof(W->topics[t]), "sim%s%s", W->tag,
+             t ? "b" : "");
+    snprintf(W->dlqs[t], sizeof(W->dlqs[t]), "sim%s%s.dlq", W->tag,
+             t ? "b" : "");
+  }
   name_keys(seed);
   kl__store_set_clock(sim_clock);
   kl__set_now_ms(sim_clock);
@@ -695,10 +719,10 @@ int sim_run(uint64_t seed, sim_backend_t backend, const uint64_t *words,
   for (int o = 0; o < W->cfg.owners && !W->failed; o++)
     sim_owner_init(&W->owners[o], o);
   if (verbose)
-    printf("schedule %" PRIu64 " on %s: %d partitions, %d owners, %d keys, "
-           "batches of at most %d\n",
-           seed, backend == SIM_PG ? "postgresql" : "lmdb", W->cfg.partitions,
-           W->cfg.owners, W->cfg.keys, W->cfg.batch_max);
+    printf("schedule %" PRIu64 " on %s: %d topics of %d partitions and %d "
+           "keys, %d owners, batches of at most %d\n",
+           seed, backend == SIM_PG ? "postgresql" : "lmdb", W->ntopics,
+           W->cfg.partitions, W->cfg.keys, W->cfg.owners, W->cfg.batch_max);
   for (size_t i = 0; i < n && !W->failed; i++) {
     W->step = i;
     step(words[i]);

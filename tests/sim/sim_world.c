@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/bytes.h"
 #include "common/hash.h"
 #include "common/strbuf.h"
 #include "handlers/ledger.h"
@@ -164,7 +165,7 @@ int64_t sim_log_append(uint32_t e, void *bytes, size_t len) {
   log->v = kl__grow(log->v, &log->cap, log->n, sizeof(*log->v), 256);
   sim_rec_t *rec = calloc(1, sizeof(*rec));
   rec->event = e;
-  rec->msg.partition = ev->part;
+  rec->msg.partition = sim_tpart(ev->part);
   rec->msg.offset = (int64_t)log->n;
   rec->msg.key = k->name;
   rec->msg.key_len = k->name_len;
@@ -181,8 +182,8 @@ int64_t sim_log_append(uint32_t e, void *bytes, size_t len) {
   return rec->msg.offset;
 }
 
-int sim_key_by_name(const void *name, size_t len) {
-  for (int k = 0; k < W->cfg.keys; k++)
+int sim_key_by_name(int topic, const void *name, size_t len) {
+  for (int k = topic * W->cfg.keys; k < (topic + 1) * W->cfg.keys; k++)
     if (W->keys[k].name_len == len && memcmp(W->keys[k].name, name, len) == 0)
       return k;
   return -1;
@@ -209,9 +210,11 @@ static const char *kind_name(int kind) {
 /* "credit e12 of key k3 (partition 1, offset 40)" */
 static const char *event_name(uint32_t e, char *buf, size_t size) {
   const sim_event_t *ev = &W->events[e];
-  snprintf(buf, size, "%s %.*s of key %s (partition %d, offset %" PRId64 "%s)",
+  snprintf(buf, size,
+           "%s %.*s of key %s (topic %s, partition %d, offset %" PRId64 "%s)",
            kind_name(ev->kind), (int)ev->id_len, ev->id, W->keys[ev->key].name,
-           (int)ev->part, ev->first, ev->gone ? " of the log before" : "");
+           sim_topic(ev->part), (int)sim_tpart(ev->part), ev->first,
+           ev->gone ? " of the log before" : "");
   return buf;
 }
 
@@ -241,19 +244,21 @@ void sim_view_committed(sim_view_t *v, int32_t part, uint64_t epoch,
 }
 
 static void apply_money(sim_view_t *v, const sim_event_t *ev) {
+  int t = sim_key_topic(ev->key);
+  v->shared[ev->key % W->cfg.keys]++;
   switch (ev->kind) {
   case SIM_CREDIT:
   case SIM_HOSTILE: /* money from outside, as a client's credit */
-    v->credits += ev->amount, v->balance[ev->key] += ev->amount;
+    v->credits[t] += ev->amount, v->balance[ev->key] += ev->amount;
     break;
   case SIM_DEBIT:
-    v->debits += ev->amount, v->balance[ev->key] -= ev->amount;
+    v->debits[t] += ev->amount, v->balance[ev->key] -= ev->amount;
     break;
   case SIM_TRANSFER:
-    v->transfers += ev->amount, v->balance[ev->key] -= ev->amount;
+    v->transfers[t] += ev->amount, v->balance[ev->key] -= ev->amount;
     break;
   default:
-    v->followups += ev->amount, v->balance[ev->key] += ev->amount;
+    v->followups[t] += ev->amount, v->balance[ev->key] += ev->amount;
   }
 }
 
@@ -423,6 +428,7 @@ void sim_view_reset(sim_view_t *v, int32_t part,
 
 typedef struct scan_ctx {
   int64_t *out;
+  int topic;
   size_t prefix_len;
   int bad;
 } scan_ctx_t;
@@ -431,7 +437,7 @@ static int scan_cb(void *opaque, const void *key, size_t key_len,
                    const void *val, size_t val_len) {
   scan_ctx_t *c = opaque;
   kl_ledger_entry_t entry;
-  int k = sim_key_by_name((const char *)key + c->prefix_len,
+  int k = sim_key_by_name(c->topic, (const char *)key + c->prefix_len,
                           key_len - c->prefix_len);
   if (k < 0 || kl__ledger_decode(val, val_len, &entry)) {
     c->bad = 1;
@@ -442,58 +448,148 @@ static int scan_cb(void *opaque, const void *key, size_t key_len,
 }
 
 int sim_balances(kl_store_t *store, int64_t out[SIM_MAXK]) {
-  char prefix[256];
-  int n = snprintf(prefix, sizeof(prefix), KL_LEDGER_PREFIX "%s/%s", W->topic,
-                   W->tag); /* the schedule's topic's entries */
-  scan_ctx_t c = {out, sizeof(KL_LEDGER_PREFIX) + strlen(W->topic), 0};
   memset(out, 0, SIM_MAXK * sizeof(*out));
-  kl_err_t err = kl_store_scan(store, prefix, (size_t)n, scan_cb, &c);
-  if (err || c.bad) {
-    sim_fail("store-error", "reading the balances: %s",
-             err ? kl_err_detail() : "a ledger entry of no known key");
-    return -1;
+  for (int t = 0; t < W->ntopics; t++) {
+    char prefix[256];
+    int n = snprintf(prefix, sizeof(prefix), KL_LEDGER_PREFIX "%s/%s",
+                     W->topics[t], W->tag); /* the topic's entries */
+    scan_ctx_t c = {out, t, sizeof(KL_LEDGER_PREFIX) + strlen(W->topics[t]), 0};
+    kl_err_t err = kl_store_scan(store, prefix, (size_t)n, scan_cb, &c);
+    if (err || c.bad) {
+      sim_fail("store-error", "reading the balances of topic %s: %s",
+               W->topics[t],
+               err ? kl_err_detail() : "a ledger entry of no known key");
+      return -1;
+    }
   }
   return 0;
 }
 
+/* ---- a row both topics write --------------------------------------------
+ *
+ * The topics' handlers keep their state per topic (the ledger's entries
+ * are `ledger:TOPIC/KEY`), so that no row has two writers. With W->shared
+ * (two topics on PostgreSQL) each applied event also counts itself in one
+ * row per key name, which both topics write: the state of a handler that
+ * does not scope by topic, as the ledger's did before issue 39. The key's
+ * two writers are owners of two topics, each with an owner cache of its
+ * own, that trusts it is the row's only writer: the commit must find the
+ * other writer (a put over a key the cache knows is an UPDATE on the
+ * condition that the row still holds what it knows; the mutant `update`
+ * drops the condition), so that a broken rule costs a retry and never a
+ * count: the row equals the model's shared[] at every step. LMDB has no
+ * such check (a batch reads a snapshot and writes at its commit), so the
+ * rule stays the handler's there, and the row is not written. */
+
+#define SHARED_PREFIX "simshared/"
+
+static size_t shared_key(const void *name, size_t len, unsigned char *out) {
+  memcpy(out, SHARED_PREFIX, sizeof(SHARED_PREFIX) - 1);
+  memcpy(out + sizeof(SHARED_PREFIX) - 1, name, len);
+  return sizeof(SHARED_PREFIX) - 1 + len;
+}
+
+kl_handler_result_t sim_shared_count(kl_txn_t *txn, const kl_event_t *event,
+                                     kl_handler_result_t r, char *errbuf,
+                                     size_t errbuf_size) {
+  if (!W->shared || r != KL_HANDLER_OK)
+    return r;
+  unsigned char key[sizeof(SHARED_PREFIX) + sizeof(W->keys[0].name)];
+  size_t klen = shared_key(event->key, event->key_len, key);
+  const void *val;
+  size_t len;
+  uint64_t n = 0;
+  kl_err_t err = kl_txn_get(txn, key, klen, &val, &len);
+  if (!err)
+    n = kl__get_be(val, len < 8 ? len : 8);
+  if (!err || err == KL_ENOTFOUND) {
+    unsigned char v[8];
+    kl__put_be(v, n + 1, 8);
+    err = kl_txn_put(txn, key, klen, v, sizeof(v));
+  }
+  if (!err)
+    return r;
+  snprintf(errbuf, errbuf_size, "sim: the shared count: %s", kl_err_detail());
+  return KL_HANDLER_RETRY;
+}
+
+static int shared_cb(void *opaque, const void *key, size_t key_len,
+                     const void *val, size_t val_len) {
+  int64_t *out = opaque;
+  size_t plen = sizeof(SHARED_PREFIX) - 1;
+  int k = sim_key_by_name(0, (const char *)key + plen, key_len - plen);
+  if (k < 0 || val_len != 8)
+    return 1;
+  out[k] = (int64_t)kl__get_be(val, 8);
+  return 0;
+}
+
+static void check_shared(const sim_view_t *v, kl_store_t *store) {
+  int64_t n[SIM_TOPIC_K] = {0};
+  char prefix[96];
+  int plen = snprintf(prefix, sizeof(prefix), SHARED_PREFIX "%s", W->tag);
+  kl_err_t err = kl_store_scan(store, prefix, (size_t)plen, shared_cb, n);
+  if (err)
+    sim_fail("store-error", "reading the shared counts: %s", kl_err_detail());
+  for (int k = 0; k < W->cfg.keys && !err; k++)
+    if (n[k] != v->shared[k])
+      sim_fail("shared",
+               "key %s's count, a row both topics write, is %" PRId64
+               " in the store, %" PRId64
+               " by the events the model saw committed on either topic: an "
+               "update of one topic's owner was lost",
+               W->keys[k].name, n[k], v->shared[k]);
+}
+
+/* ---- the store against the model ---------------------------------------- */
+
 void sim_view_check_store(const sim_view_t *v, kl_store_t *store,
                           int conserved) {
-  int64_t bal[SIM_MAXK], sum = 0;
+  int64_t bal[SIM_MAXK], sum[SIM_TOPICS] = {0};
   if (sim_balances(store, bal))
     return;
-  for (int k = 0; k < W->cfg.keys; k++) {
-    sum += bal[k];
+  /* Each topic's keys against its own events: one topic's commits that
+   * changed the other's entries would show here. */
+  for (int k = 0; k < W->nkeys; k++) {
+    sum[sim_key_topic(k)] += bal[k];
     if (bal[k] != v->balance[k])
-      sim_fail("balance",
-               "key %s's balance is %" PRId64 " in the store, %" PRId64
-               " by the events the model saw committed",
-               W->keys[k].name, bal[k], v->balance[k]);
+      sim_fail(
+          "balance",
+          "key %s's balance on topic %s is %" PRId64 " in the store, %" PRId64
+          " by the events the model saw committed",
+          W->keys[k].name, W->topics[sim_key_topic(k)], bal[k], v->balance[k]);
   }
-  /* Money moves only by transfers, whose credits not yet applied are in
-   * flight; once all are, it is conserved. */
-  int64_t flight = v->transfers - v->followups;
-  if (sum != v->credits - v->debits - flight || (conserved && flight != 0))
-    sim_fail(
-        "money",
-        "the balances sum to %" PRId64 "; applied client credits %" PRId64
-        " - debits %" PRId64 " - transfers in flight %" PRId64 " make %" PRId64,
-        sum, v->credits, v->debits, flight, v->credits - v->debits - flight);
-  for (int32_t p = 0; p < W->cfg.partitions; p++) {
+  /* Money moves only by transfers, within a topic, whose credits not yet
+   * applied are in flight; once all are, it is conserved, per topic. */
+  for (int t = 0; t < W->ntopics; t++) {
+    int64_t flight = v->transfers[t] - v->followups[t];
+    int64_t want = v->credits[t] - v->debits[t] - flight;
+    if (sum[t] != want || (conserved && flight != 0))
+      sim_fail("money",
+               "topic %s's balances sum to %" PRId64
+               "; applied client credits %" PRId64 " - debits %" PRId64
+               " - transfers in flight %" PRId64 " make %" PRId64,
+               W->topics[t], sum[t], v->credits[t], v->debits[t], flight, want);
+  }
+  for (int32_t p = 0; p < W->nparts; p++) {
     kl_partition_state_t st;
-    kl_err_t err = kl_store_partition(store, W->topic, p, &st);
+    kl_err_t err = kl_store_partition(store, sim_topic(p), sim_tpart(p), &st);
     if (err)
-      sim_fail("store-error", "reading partition %d: %s", (int)p,
-               kl_err_detail());
+      sim_fail("store-error", "reading partition %d of topic %s: %s",
+               (int)sim_tpart(p), sim_topic(p), kl_err_detail());
     else if (st.epoch != v->epoch[p] || st.watermark != v->watermark[p] ||
              st.applied != v->applied[p] || st.duplicates != v->duplicates[p] ||
              st.dead_letters != v->dead[p])
       sim_fail("partition",
-               "partition %d has epoch %" PRIu64 ", watermark %" PRId64
-               ", %" PRIu64 " applied, %" PRIu64 " duplicates, %" PRIu64
-               " dead letters in the store, %" PRIu64 ", %" PRId64 ", %" PRIu64
-               ", %" PRIu64 ", %" PRIu64 " in the model",
-               (int)p, st.epoch, st.watermark, st.applied, st.duplicates,
-               st.dead_letters, v->epoch[p], v->watermark[p], v->applied[p],
-               v->duplicates[p], v->dead[p]);
+               "partition %d of topic %s has epoch %" PRIu64
+               ", watermark %" PRId64 ", %" PRIu64 " applied, %" PRIu64
+               " duplicates, %" PRIu64 " dead letters in the store, %" PRIu64
+               ", %" PRId64 ", %" PRIu64 ", %" PRIu64 ", %" PRIu64
+               " in the model",
+               (int)sim_tpart(p), sim_topic(p), st.epoch, st.watermark,
+               st.applied, st.duplicates, st.dead_letters, v->epoch[p],
+               v->watermark[p], v->applied[p], v->duplicates[p], v->dead[p]);
   }
+  if (W->shared && store == W->store)
+    check_shared(v, store);
 }
