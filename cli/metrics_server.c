@@ -29,14 +29,10 @@
 #define KL_MS_HEAD_MAX 8192
 #define KL_MS_IDLE_MS 10000
 #define KL_MS_LAG_TIMEOUT_MS 500
-#define KL_MS_STOPS_MAX 256   /* partitions listed by the log guard's series */
-#define KL_MS_STALLS_MAX 4096 /* owned partitions reported, at most */
-#define KL_MS_LIVE_MS 300000  /* /livez without worker.stall.ms: 5 min */
+#define KL_MS_STOPS_MAX 256  /* partitions listed by the log guard's series */
+#define KL_MS_PARTS_MAX 4096 /* partitions in /healthz's JSON, at most */
+#define KL_MS_LIVE_MS 300000 /* /livez without worker.stall.ms: 5 min */
 #define KL_MS_LIVE_MIN_MS 10000 /* /livez's bound at least: above a try */
-/* Group commits failed in a row, none since, that make /healthz 503: one
- * is a server restart's, or a deadlock's; three, retried with backoff
- * (worker.retry.initial.ms doubling), are a store that refuses them all. */
-#define KL_MS_COMMITS_FAILING 3
 
 struct kl__metrics_server {
   uv_loop_t loop;
@@ -49,12 +45,10 @@ struct kl__metrics_server {
   char *topic;
   kl_worker_t *worker;
   kl_store_t *store;
-  rd_kafka_t *rk;          /* for the high watermarks; NULL: no lag */
-  char *group;             /* worker.group: kafka_consumergroup_lag's label */
-  int64_t stall_ms;        /* worker.stall.ms: /healthz's WARN at half of it */
-  int64_t outbox_stall_ms; /* worker.outbox.stall.ms */
-  uint64_t seen_fenced;    /* stats.fenced when /healthz last looked */
-  uint64_t batches_at_fence; /* stats.batches when it saw fenced grow */
+  rd_kafka_t *rk;   /* for the high watermarks; NULL: no lag */
+  char *group;      /* worker.group: kafka_consumergroup_lag's label */
+  int64_t stall_ms; /* worker.stall.ms: /livez's bound, and the
+                       JSON's WARN at half of it */
 };
 
 typedef struct kl_ms_conn {
@@ -250,34 +244,35 @@ static kl__metric_t *ms_lag_seconds_family(kl__metrics_t *m) {
       "topic,partition");
 }
 
-static void ms_lag_seconds(kl__metrics_server_t *server, kl__metric_t *gauge,
-                           const char *partition, const kl__stall_t *stall,
-                           int64_t now_ms) {
-  kl__metric_set(gauge, (const char *[]){server->topic, partition},
-                 kl__health_lag_seconds(stall, now_ms));
+typedef struct kl_ms_stalls {
+  kl__metrics_server_t *server;
+  kl__metric_t *stalled, *lag_seconds;
+} kl_ms_stalls_t;
+
+static int ms_stall(void *opaque, const kl_worker_partition_t *part) {
+  kl_ms_stalls_t *each = opaque;
+  if (!(part->flags & KL_WORKER_PARTITION_OWNED))
+    return 0;
+  char p[16];
+  snprintf(p, sizeof(p), "%" PRId32, part->partition);
+  kl__metric_set(each->stalled, (const char *[]){p},
+                 (part->flags & KL_WORKER_PARTITION_STALLED) != 0);
+  kl__metric_set(each->lag_seconds, (const char *[]){each->server->topic, p},
+                 part->lag_seconds);
+  return 0;
 }
 
 /* Owned partitions, stalled (1) or not (0), and their lag in seconds. */
 static void ms_stalls(kl__metrics_server_t *server, kl__metrics_t *m) {
-  kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
-  if (!stalls)
-    return;
-  size_t n = kl__worker_stalls(server->worker, stalls, KL_MS_STALLS_MAX);
-  kl__metric_t *gauge = kl__metrics_gauge(
-      m, "keylane_worker_partition_stalled",
-      "1 while an owned partition holds records and its watermark has not "
-      "moved for worker.stall.ms.",
-      "partition");
-  kl__metric_t *lag_seconds = ms_lag_seconds_family(m);
-  int64_t now_ms = kl__now_ms();
-  for (size_t i = 0; i < n && i < KL_MS_STALLS_MAX; i++) {
-    char p[16];
-    snprintf(p, sizeof(p), "%" PRId32, stalls[i].partition);
-    const char *labels[] = {p};
-    kl__metric_set(gauge, labels, stalls[i].stalled);
-    ms_lag_seconds(server, lag_seconds, p, &stalls[i], now_ms);
-  }
-  free(stalls);
+  kl_ms_stalls_t each = {
+      server,
+      kl__metrics_gauge(
+          m, "keylane_worker_partition_stalled",
+          "1 while an owned partition holds records and its watermark has "
+          "not moved for worker.stall.ms.",
+          "partition"),
+      ms_lag_seconds_family(m)};
+  kl_worker_foreach_partition(server->worker, ms_stall, &each);
 }
 
 /* A scrape's registry: every family the worker exports but the ones it
@@ -370,147 +365,16 @@ void kl__metrics_server_describe(kl__metrics_server_t *server,
   kl__metrics_destroy(m);
 }
 
-/* @returns how many partitions the log guard stopped; the first one's
- * reason into @p reason. */
-static size_t ms_stopped(kl__metrics_server_t *server, char *reason,
-                         size_t size) {
-  kl__log_guard_stop_t stops[KL_MS_STOPS_MAX];
-  size_t n = kl__log_guard_stops(kl__worker_log_guard(server->worker), stops,
-                                 KL_MS_STOPS_MAX);
-  size_t stopped = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (!stops[i].stopped || stopped++)
-      continue;
-    int len =
-        snprintf(reason, size, "unhealthy: stopped partition %" PRId32 ": ",
-                 stops[i].partition);
-    if (len > 0 && (size_t)len + 1 < size) {
-      kl__checks_log_describe(server->topic, stops[i].partition,
-                              &stops[i].check, reason + len,
-                              size - (size_t)len - 1);
-      strcat(reason, "\n");
-    }
-  }
-  return stopped;
-}
-
-/* @returns 1 with the stalled partitions in @p reason, or 0. */
-static int ms_stalled(kl__metrics_server_t *server, char *reason, size_t size) {
-  kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
-  size_t n =
-      stalls ? kl__worker_stalls(server->worker, stalls, KL_MS_STALLS_MAX) : 0;
-  kl__strbuf_t sb = KL__STRBUF_INIT;
-  size_t stalled = 0;
-  for (size_t i = 0; i < n && i < KL_MS_STALLS_MAX; i++) {
-    const kl__stall_t *st = &stalls[i];
-    if (st->stalled && stalled++ < 8)
-      kl__strbuf_printf(&sb,
-                        "; partition %" PRId32 " holds %zu records, "
-                        "watermark %" PRId64 " unmoved for %" PRId64 " ms",
-                        st->partition, st->records, st->watermark, st->for_ms);
-  }
-  free(stalls);
-  if (stalled)
-    snprintf(reason, size,
-             "unhealthy: %zu stalled partitions (no progress "
-             "for worker.stall.ms while holding records)%s; the worker's log "
-             "says what keeps failing\n",
-             stalled, sb.len && !sb.failed ? sb.data : "");
-  kl__strbuf_free(&sb);
-  return stalled > 0;
-}
-
-/* @returns 1 with the reason when no group commit can succeed: the last
- * KL_MS_COMMITS_FAILING or more failed, and none committed since. Not
- * worker.stall.ms: a store that refuses every commit (read-only, a
- * revoked privilege) is known at once, not after minutes. */
-static int ms_commits_failing(kl__metrics_server_t *server, char *reason,
-                              size_t size) {
-  int64_t for_ms;
-  char why[512];
-  uint64_t n =
-      kl__worker_commits_failing(server->worker, &for_ms, why, sizeof(why));
-  if (n < KL_MS_COMMITS_FAILING)
-    return 0;
-  snprintf(reason, size,
-           "unhealthy: the last %" PRIu64 " group commits failed, over %" PRId64
-           " ms, and none committed since: %.300s; the worker retries them\n",
-           n, for_ms, why);
-  return 1;
-}
-
-/* @returns the HTTP status; @p reason receives the body. */
+/* @returns the HTTP status of kl_worker_health()'s verdict; @p reason
+ * receives the body. */
 static int ms_health(kl__metrics_server_t *server, char *reason, size_t size) {
-  kl_worker_stats_t st;
-  kl_worker_stats(server->worker, &st);
-  char why[512];
-  if (kl__worker_waiting(server->worker, why, sizeof(why))) {
-    snprintf(reason, size, "unhealthy: %s\n", why);
+  kl_worker_health_t health = {.size = sizeof(health)};
+  if (kl_worker_health(server->worker, &health) != KL_OK) {
+    snprintf(reason, size, "unhealthy: %s\n", kl_err_detail());
     return 503;
   }
-  kl_partition_state_t state;
-  if (st.partitions_live && st.partitions_live != st.partitions_expected) {
-    snprintf(reason, size,
-             "unhealthy: topic %s has %" PRId32 " partitions, "
-             "the fleet expects %" PRId32 ": keys moved between owners and "
-             "this worker stopped taking the topic; restart the fleet with "
-             "--partitions %" PRId32 " once its partitions are drained\n",
-             server->topic, st.partitions_live, st.partitions_expected,
-             st.partitions_live);
-    return 503;
-  }
-  if (kl_store_partition(server->store, server->topic, 0, &state) != KL_OK) {
-    snprintf(reason, size, "unhealthy: the store does not answer: %s\n",
-             kl_err_detail());
-    return 503;
-  }
-  if (ms_commits_failing(server, reason, size))
-    return 503;
-  /* stats.owned drops only when Kafka revokes a partition, not when a
-   * commit is fenced: a fenced worker that commits nothing afterwards has
-   * lost what it owned, though the count still says otherwise. */
-  if (st.fenced > server->seen_fenced) {
-    server->seen_fenced = st.fenced;
-    server->batches_at_fence = st.batches;
-  }
-  if (st.fenced > 0 &&
-      (st.owned == 0 || st.batches == server->batches_at_fence)) {
-    snprintf(reason, size,
-             "unhealthy: fenced: %" PRIu64 " commits rejected "
-             "by a newer owner's epoch and none committed since (owns %" PRId32
-             " partitions by Kafka's assignment); the group's next "
-             "rebalance gives the partitions to their new owner\n",
-             st.fenced, st.owned);
-    return 503;
-  }
-  if (ms_stopped(server, reason, size))
-    return 503;
-  if (ms_stalled(server, reason, size))
-    return 503;
-  if (server->outbox_stall_ms > 0 &&
-      st.outbox_stalled_ms > (uint64_t)server->outbox_stall_ms) {
-    snprintf(reason, size,
-             "unhealthy: the outbox has held follow-ups for %" PRIu64
-             " ms without one acknowledged by Kafka (worker.outbox.stall.ms "
-             "is %" PRId64 "); the worker's log says what keeps failing "
-             "(keylane store outbox lists them)\n",
-             st.outbox_stalled_ms, server->outbox_stall_ms);
-    return 503;
-  }
-  if (st.outbox_kept) {
-    snprintf(reason, size,
-             KL__HEALTH_DEGRADED
-             "owns %" PRId32 " partitions; %" PRIu64
-             " follow-ups are refused by Kafka, and their dead letters too, "
-             "so they are kept in the store's outbox (keylane store outbox "
-             "lists them); raise the topics' max.message.bytes and "
-             "kafka.message.max.bytes, or drop them with keylane store "
-             "outbox --drop; the worker's log says why\n",
-             st.owned, st.outbox_kept);
-    return 200;
-  }
-  snprintf(reason, size, "ok: owns %" PRId32 " partitions\n", st.owned);
-  return 200;
+  snprintf(reason, size, "%s", health.reason);
+  return health.status == KL_WORKER_HEALTH_FAILING ? 503 : 200;
 }
 
 /* /livez, for a liveness probe: whether the worker's loop still turns.
@@ -647,27 +511,50 @@ static int ms_wants_json(const kl_ms_conn_t *conn, const char *query) {
   return strstr(conn->accept, "application/json") != NULL;
 }
 
+/* The partitions of kl_worker_foreach_partition(), as health_json.h
+ * takes them. */
+typedef struct kl_ms_parts {
+  kl__stall_t *owned;
+  int32_t *stopped;
+  size_t nowned, nstopped, cap;
+} kl_ms_parts_t;
+
+static int ms_part(void *opaque, const kl_worker_partition_t *part) {
+  kl_ms_parts_t *parts = opaque;
+  if (parts->nowned == parts->cap || parts->nstopped == parts->cap)
+    return 1;
+  if (part->flags & KL_WORKER_PARTITION_STOPPED)
+    parts->stopped[parts->nstopped++] = part->partition;
+  if (part->flags & KL_WORKER_PARTITION_OWNED)
+    parts->owned[parts->nowned++] = (kl__stall_t){
+        .partition = part->partition,
+        .stalled = (part->flags & KL_WORKER_PARTITION_STALLED) != 0,
+        .for_ms = part->unmoved_ms,
+        .records = (size_t)part->records,
+        .watermark = part->watermark,
+        .oldest_ts_ms =
+            part->lag_seconds > 0
+                ? kl__now_ms() - (int64_t)(part->lag_seconds * 1000.0 + 0.5)
+                : 0,
+        .waiting = (size_t)part->waiting};
+  return 0;
+}
+
 static void ms_health_json(kl_ms_conn_t *conn, int status, const char *reason) {
   kl__metrics_server_t *server = conn->server;
-  kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
-  kl__log_guard_stop_t stops[KL_MS_STOPS_MAX];
-  int32_t stopped[KL_MS_STOPS_MAX];
-  size_t nstops = kl__log_guard_stops(kl__worker_log_guard(server->worker),
-                                      stops, KL_MS_STOPS_MAX);
-  size_t nstopped = 0;
-  for (size_t i = 0; i < nstops; i++)
-    if (stops[i].stopped)
-      stopped[nstopped++] = stops[i].partition;
-  size_t n =
-      stalls ? kl__worker_stalls(server->worker, stalls, KL_MS_STALLS_MAX) : 0;
-  kl__health_t health = {
-      status,        reason,   server->topic,
-      server->group, stalls,   n < KL_MS_STALLS_MAX ? n : KL_MS_STALLS_MAX,
-      stopped,       nstopped, server->stall_ms,
-      kl__now_ms()};
+  kl_ms_parts_t parts = {malloc(KL_MS_PARTS_MAX * sizeof(kl__stall_t)),
+                         malloc(KL_MS_PARTS_MAX * sizeof(int32_t)), 0, 0,
+                         KL_MS_PARTS_MAX};
+  if (parts.owned && parts.stopped)
+    kl_worker_foreach_partition(server->worker, ms_part, &parts);
+  kl__health_t health = {status,        reason,         server->topic,
+                         server->group, parts.owned,    parts.nowned,
+                         parts.stopped, parts.nstopped, server->stall_ms,
+                         kl__now_ms()};
   size_t len = 0;
   char *json = kl__health_json(&health, &len);
-  free(stalls);
+  free(parts.owned);
+  free(parts.stopped);
   if (!json) {
     ms_text(conn, 503, "out of memory\n");
     return;
@@ -904,7 +791,6 @@ kl_err_t kl__metrics_server_start(const char *listen, const kl_conf_t *conf,
   server->worker = worker;
   server->store = store;
   server->stall_ms = kl__conf_int(conf, "worker.stall.ms");
-  server->outbox_stall_ms = kl__conf_int(conf, "worker.outbox.stall.ms");
   if (!(server->group = strdup(kl_conf_get(conf, "worker.group")))) {
     free(server->topic);
     free(server);
