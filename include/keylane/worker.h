@@ -259,9 +259,10 @@ KL_EXPORT void kl_worker_destroy(kl_worker_t *worker);
  *
  * What `keylane worker --metrics-listen` serves as /healthz and per
  * partition, as calls: a program that embeds the worker answers its own
- * probes with them (docs/metrics.md, "Embedding: health"). Both read the
- * worker from any thread while kl_worker_run() runs, and before and after
- * it; each call reads the store once (a PostgreSQL round trip).
+ * probes with them (docs/operations.md, "Metrics, health and the
+ * dashboard"). Both read the worker from any thread while kl_worker_run()
+ * runs, and before and after it; each call reads the store once (a
+ * PostgreSQL round trip).
  */
 
 /** The verdict of kl_worker_health(). */
