@@ -451,7 +451,7 @@ static int ms_part(void *opaque, const kl_worker_partition_t *part) {
   return 0;
 }
 
-static void ms_health_json(kl__metrics_server_t *server, kl__http_req_t *conn,
+static void ms_health_json(kl__metrics_server_t *server, kl__http_req_t *req,
                            int status, const char *reason) {
   kl_ms_parts_t parts = {malloc(KL_MS_PARTS_MAX * sizeof(kl__stall_t)),
                          malloc(KL_MS_PARTS_MAX * sizeof(int32_t)), 0, 0,
@@ -467,20 +467,20 @@ static void ms_health_json(kl__metrics_server_t *server, kl__http_req_t *conn,
   free(parts.owned);
   free(parts.stopped);
   if (!json) {
-    ms_text(conn, 503, "out of memory\n");
+    ms_text(req, 503, "out of memory\n");
     return;
   }
-  ms_respond(conn, status, "application/json", json, len);
+  ms_respond(req, status, "application/json", json, len);
   free(json);
 }
 
 /* Every route answers at its head: none reads a body. */
-static void ms_route(kl__http_conn_t *http, kl__http_req_t *conn, int method,
+static void ms_route(kl__http_conn_t *conn, kl__http_req_t *req, int method,
                      const char *target, size_t target_len) {
-  kl__metrics_server_t *server = http->server->opaque;
+  kl__metrics_server_t *server = conn->server->opaque;
   char url[256];
   if (target_len >= sizeof(url)) {
-    ms_text(conn, 400, "the request target is over 255 bytes\n");
+    ms_text(req, 400, "the request target is over 255 bytes\n");
     return;
   }
   memcpy(url, target, target_len);
@@ -493,15 +493,15 @@ static void ms_route(kl__http_conn_t *http, kl__http_req_t *conn, int method,
     size_t len;
     char *text = ms_metrics(server, &len);
     if (!text) {
-      ms_text(conn, 503, "out of memory\n");
+      ms_text(req, 503, "out of memory\n");
       return;
     }
-    ms_respond(conn, 200, KL_METRICS_CONTENT_TYPE, text, len);
+    ms_respond(req, 200, KL_METRICS_CONTENT_TYPE, text, len);
     free(text);
   } else if (strcmp(url, "/healthz") == 0 && is_get) {
-    int json = ms_wants_json(http, query);
+    int json = ms_wants_json(conn, query);
     if (json < 0) {
-      ms_text(conn, 400,
+      ms_text(req, 400,
               "/healthz takes format=text (the default) or "
               "format=json\n");
       return;
@@ -509,17 +509,17 @@ static void ms_route(kl__http_conn_t *http, kl__http_req_t *conn, int method,
     char reason[1536];
     int status = ms_health(server, reason, sizeof(reason));
     if (json)
-      ms_health_json(server, conn, status, reason);
+      ms_health_json(server, req, status, reason);
     else
-      ms_text(conn, status, reason);
+      ms_text(req, status, reason);
   } else if (strcmp(url, "/livez") == 0 && is_get) {
     char reason[512];
-    ms_text(conn, ms_live(server, reason, sizeof(reason)), reason);
+    ms_text(req, ms_live(server, reason, sizeof(reason)), reason);
   } else if (strcmp(url, "/metrics") == 0 || strcmp(url, "/healthz") == 0 ||
              strcmp(url, "/livez") == 0) {
-    ms_text(conn, 405, "use GET\n");
+    ms_text(req, 405, "use GET\n");
   } else {
-    ms_text(conn, 404, "not found: GET /metrics, /healthz or /livez\n");
+    ms_text(req, 404, "not found: GET /metrics, /healthz or /livez\n");
   }
 }
 
