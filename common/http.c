@@ -920,15 +920,16 @@ static void on_reject_closed(uv_handle_t *handle) {
 
 /* Over the connection cap: a canned 503 (no allocation beyond the handle,
  * freed on the next loop turn) tells the client why, instead of leaving it
- * in the kernel's backlog. */
+ * in the kernel's backlog; without a busy_body, the connection is closed. */
 static void reject_connection(kl__http_server_t *server) {
   uv_tcp_t *tcp = malloc(sizeof(*tcp));
   if (!tcp || uv_tcp_init(server->loop, tcp) != 0) {
     free(tcp);
     return;
   }
-  const char *body = server->opts.busy_body ? server->opts.busy_body : "";
-  if (uv_accept((uv_stream_t *)&server->listener, (uv_stream_t *)tcp) == 0) {
+  const char *body = server->opts.busy_body;
+  if (uv_accept((uv_stream_t *)&server->listener, (uv_stream_t *)tcp) == 0 &&
+      body) {
     char head[192];
     int n = snprintf(head, sizeof(head),
                      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: "

@@ -171,7 +171,7 @@ typedef struct kl__http_opts {
    *  request (so idle clients cannot lock a probe out) and hold at most
    *  twice as many; else answer the new one busy_body with 503. */
   bool evict_idle;
-  const char *busy_body;    /**< the 503's body, JSON */
+  const char *busy_body;    /**< its body, JSON; NULL: close unanswered */
   int retry_after_s;        /**< its Retry-After */
   size_t max_header;        /**< request line and headers, bytes */
   size_t max_body;          /**< bytes */
