@@ -443,10 +443,7 @@ static int ms_part(void *opaque, const kl_worker_partition_t *part) {
         .for_ms = part->unmoved_ms,
         .records = (size_t)part->records,
         .watermark = part->watermark,
-        .oldest_ts_ms =
-            part->lag_seconds > 0
-                ? kl__now_ms() - (int64_t)(part->lag_seconds * 1000.0 + 0.5)
-                : 0,
+        .oldest_ts_ms = part->oldest_ts_ms,
         .waiting = (size_t)part->waiting};
   return 0;
 }

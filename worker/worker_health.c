@@ -291,6 +291,7 @@ static void part_fill(kl_worker_t *worker, const kl__stall_t *stall,
              (stall->waiting ? KL_WORKER_PARTITION_RETRYING : 0);
   p->watermark = stall->watermark;
   p->lag_seconds = kl__health_lag_seconds(stall, now_ms);
+  p->oldest_ts_ms = stall->oldest_ts_ms;
   p->records = stall->records;
   p->waiting = stall->waiting;
   p->unmoved_ms = stall->records ? stall->for_ms : 0;

@@ -358,18 +358,20 @@ typedef struct kl_worker_partition {
   size_t size;
   int32_t partition;
   kl_worker_partition_status_t status;
-  unsigned flags;     /**< KL_WORKER_PARTITION_* */
-  uint64_t epoch;     /**< the owner epoch in the store; 0: none read */
-  int64_t watermark;  /**< next offset to apply */
-  int64_t high;       /**< Kafka's high watermark as last fetched; -1
-                           unknown */
-  int64_t lag;        /**< high - watermark (>= 0); -1 when unknown */
-  double lag_seconds; /**< age of the oldest unapplied record taken in,
-                           from its envelope ts; 0 when none waits */
-  uint64_t records;   /**< records held in the partition's window */
-  uint64_t waiting;   /**< of them, in retry backoff */
-  int64_t unmoved_ms; /**< how long the watermark has not moved while
-                           holding records; 0 when it holds none */
+  unsigned flags;       /**< KL_WORKER_PARTITION_* */
+  uint64_t epoch;       /**< the owner epoch in the store; 0: none read */
+  int64_t watermark;    /**< next offset to apply */
+  int64_t high;         /**< Kafka's high watermark as last fetched; -1
+                             unknown */
+  int64_t lag;          /**< high - watermark (>= 0); -1 when unknown */
+  double lag_seconds;   /**< age of the oldest unapplied record taken in,
+                             from its envelope ts; 0 when none waits */
+  int64_t oldest_ts_ms; /**< that record's envelope ts (ms since the
+                             epoch); 0: none held, or none with a ts */
+  uint64_t records;     /**< records held in the partition's window */
+  uint64_t waiting;     /**< of them, in retry backoff */
+  int64_t unmoved_ms;   /**< how long the watermark has not moved while
+                             holding records; 0 when it holds none */
 } kl_worker_partition_t;
 
 /** @returns 0 to go on, nonzero to stop kl_worker_foreach_partition(). */

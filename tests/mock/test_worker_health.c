@@ -112,6 +112,8 @@ static void test_health_and_partitions(void **state) {
   assert_int_equal(seen.last.high, 3);
   assert_int_equal(seen.last.lag, 0);
   assert_int_equal(seen.last.records, 0);
+  assert_int_equal(seen.last.oldest_ts_ms, 0);
+  assert_true(seen.last.lag_seconds == 0);
   kl_worker_health_t health = kl_health(w->worker);
   assert_int_equal(health.status, KL_WORKER_HEALTH_OK);
   assert_int_equal(health.cause, KL_WORKER_CAUSE_NONE);
@@ -146,6 +148,9 @@ static void test_health_and_partitions(void **state) {
   assert_int_equal(seen.last.waiting, 1);
   assert_true(seen.last.unmoved_ms >= 1500);
   assert_int_equal(seen.last.lag, 1);
+  /* kl_t_produce_credit() stamps its envelopes ts = 1 (ms). */
+  assert_int_equal(seen.last.oldest_ts_ms, 1);
+  assert_true(seen.last.lag_seconds > 1.7e9);
 
   /* A caller built when the struct ended inside the reason gets that much,
    * still a string, and nothing past its size is written. */
