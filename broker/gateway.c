@@ -1,6 +1,6 @@
 /*
- * The gateway's loop: the listener, connection lifetimes, timeouts, Kafka
- * wake-ups, the Kafka health probe, and stopping.
+ * The gateway's loop: its HTTP server (common/http.h, gateway_http.c),
+ * Kafka wake-ups, the Kafka health probe, and stopping.
  *
  * Delivery reports: librdkafka's main queue (where a producer's delivery
  * reports wait for rd_kafka_poll) calls back on one of its threads when a
@@ -35,10 +35,6 @@
 #define KL_GW_PROBE_TIMEOUT_MS 1000
 #define KL_GW_PROBE_FRESH_MS 3000
 #define KL_GW_LINGER_MS "2"
-
-static const char kl_busy_body[] =
-    "{\"error\":\"the gateway is at its connection limit "
-    "(--max-connections)\"}\n";
 
 /* A string key; "" is NULL, the option's "none". */
 static const char *opt_text(const kl_conf_t *conf, const char *key) {
@@ -102,143 +98,6 @@ static kl_err_t opts_check(const kl__gateway_opts_t *o) {
       o->topic_idle_ms < 0 || o->drain_timeout_ms < 0)
     return kl__err(KL_ECONF, "gateway timeouts must be positive");
   return KL_OK;
-}
-
-/* ---- connections ---- */
-
-static void on_conn_closed(uv_handle_t *handle) {
-  kl__gw_conn_t *conn = (kl__gw_conn_t *)handle;
-  kl__gateway_t *gw = conn->gw;
-  if (conn->prev)
-    conn->prev->next = conn->next;
-  else
-    gw->conns = conn->next;
-  if (conn->next)
-    conn->next->prev = conn->prev;
-  gw->nconns--;
-  free(conn);
-}
-
-void kl__gw_conn_close(kl__gw_conn_t *conn) {
-  if (conn->closing)
-    return;
-  kl__gw_conn_release(conn);
-  conn->closing = true;
-  uv_close((uv_handle_t *)&conn->tcp, on_conn_closed);
-}
-
-static void on_reject_closed(uv_handle_t *handle) {
-  free(handle);
-}
-
-/* Over the connection cap: a canned 503 (no allocation beyond the handle,
- * freed on the next loop turn) tells the client why, instead of leaving it
- * in the kernel's backlog. */
-static void reject_connection(kl__gateway_t *gw) {
-  uv_tcp_t *tcp = malloc(sizeof(*tcp));
-  if (!tcp || uv_tcp_init(&gw->loop, tcp) != 0) {
-    free(tcp);
-    return;
-  }
-  if (uv_accept((uv_stream_t *)&gw->listener, (uv_stream_t *)tcp) == 0) {
-    char head[192];
-    int n = snprintf(head, sizeof(head),
-                     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
-                     "application/json\r\nContent-Length: %zu\r\n"
-                     "Retry-After: %d\r\nConnection: close\r\n\r\n",
-                     sizeof(kl_busy_body) - 1, gw->opts.retry_after_s);
-    uv_buf_t bufs[2] = {
-        uv_buf_init(head, (unsigned)n),
-        uv_buf_init((char *)kl_busy_body, sizeof(kl_busy_body) - 1)};
-    uv_try_write((uv_stream_t *)tcp, bufs, 2);
-  }
-  kl__gw_reject(gw, KL_GW_LIMIT_CONNECTIONS);
-  uv_close((uv_handle_t *)tcp, on_reject_closed);
-}
-
-static void conn_peer(kl__gw_conn_t *conn) {
-  struct sockaddr_storage ss;
-  int len = sizeof(ss);
-  char ip[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (uv_tcp_getpeername(&conn->tcp, (struct sockaddr *)&ss, &len) == 0) {
-    if (ss.ss_family == AF_INET6) {
-      uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-      port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    } else {
-      uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-      port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    }
-  }
-  snprintf(conn->peer, sizeof(conn->peer), "%s:%d", ip, port);
-}
-
-static void on_connection(uv_stream_t *server, int status) {
-  kl__gateway_t *gw = server->data;
-  if (status < 0 || gw->stopping)
-    return;
-  if (gw->nconns >= gw->opts.max_connections) {
-    reject_connection(gw);
-    return;
-  }
-  kl__gw_conn_t *conn = calloc(1, sizeof(*conn));
-  if (!conn || uv_tcp_init(&gw->loop, &conn->tcp) != 0) {
-    free(conn);
-    reject_connection(gw);
-    return;
-  }
-  conn->gw = gw;
-  conn->next = gw->conns;
-  if (gw->conns)
-    gw->conns->prev = conn;
-  gw->conns = conn;
-  gw->nconns++;
-  kl__series_add(gw->m.accepted, 1);
-  if (uv_accept(server, (uv_stream_t *)&conn->tcp) != 0) {
-    kl__gw_conn_close(conn);
-    return;
-  }
-  uv_tcp_nodelay(&conn->tcp, 1); /* responses are small and latency-bound */
-  conn_peer(conn);
-  kl__gw_conn_start(conn);
-}
-
-/* ---- timeouts ---- */
-
-static void sweep_conn(kl__gateway_t *gw, kl__gw_conn_t *conn, int64_t now) {
-  const kl__gateway_opts_t *o = &gw->opts;
-  int64_t idle_ns = (int64_t)o->idle_timeout_ms * 1000000;
-  size_t unsent = uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp);
-  if (conn->parse.active &&
-      now - conn->parse.start_ns > (int64_t)o->request_timeout_ms * 1000000) {
-    kl__gw_reject(gw, KL_GW_LIMIT_REQUEST_TIMEOUT);
-    kl__gw_conn_timeout(conn); /* 408 */
-  } else if (unsent > 0 && now - conn->last_write_ns > idle_ns) {
-    KL_LOG_D("gateway",
-             "%s: reads nothing for %d ms with %zu bytes unsent; "
-             "closing",
-             conn->peer, o->idle_timeout_ms, unsent);
-    kl__gw_reject(gw, KL_GW_LIMIT_IDLE);
-    kl__gw_conn_close(conn);
-  } else if (!conn->parse.active && !conn->head && conn->writes == 0) {
-    int64_t last = conn->last_read_ns > conn->last_write_ns
-                       ? conn->last_read_ns
-                       : conn->last_write_ns;
-    if (now - last > idle_ns || gw->stopping) {
-      if (!gw->stopping)
-        kl__gw_reject(gw, KL_GW_LIMIT_IDLE);
-      kl__gw_conn_close(conn);
-    }
-  }
-}
-
-static void sweep_conns(kl__gateway_t *gw) {
-  int64_t now = kl__mono_ns();
-  for (kl__gw_conn_t *conn = gw->conns, *next; conn; conn = next) {
-    next = conn->next;
-    if (!conn->closing)
-      sweep_conn(gw, conn, now);
-  }
 }
 
 /* ---- Kafka ---- */
@@ -313,14 +172,12 @@ static void close_handle(uv_handle_t *handle) {
 }
 
 static void close_all(kl__gateway_t *gw) {
-  for (kl__gw_conn_t *conn = gw->conns; conn; conn = conn->next)
-    kl__gw_conn_close(conn);
+  kl__http_server_close(&gw->http);
   if (gw->kafka_queue) {
     rd_kafka_queue_cb_event_enable(gw->kafka_queue, NULL, NULL);
     rd_kafka_queue_destroy(gw->kafka_queue);
     gw->kafka_queue = NULL;
   }
-  close_handle((uv_handle_t *)&gw->listener);
   close_handle((uv_handle_t *)&gw->stop_async);
   close_handle((uv_handle_t *)&gw->kafka_async);
   close_handle((uv_handle_t *)&gw->tick);
@@ -333,9 +190,8 @@ static void begin_stop(kl__gateway_t *gw) {
   gw->stopping = true;
   gw->stop_ns = kl__mono_ns();
   KL_LOG_I("gateway", "stopping: %lld events wait for Kafka, %zu connections",
-           (long long)gw->inflight_events, gw->nconns);
-  close_handle((uv_handle_t *)&gw->listener);
-  sweep_conns(gw); /* closes the idle ones now */
+           (long long)gw->inflight_events, gw->http.nconns);
+  kl__http_server_drain(&gw->http); /* closes the idle ones now */
 }
 
 static void on_stop(uv_async_t *async) {
@@ -352,23 +208,23 @@ static void on_tick(uv_timer_t *timer) {
     return;
   /* Answered connections close after their Connection: close answer and
    * idle ones here; what is left at the deadline is cut. */
-  sweep_conns(gw);
+  kl__http_server_sweep(&gw->http);
   int64_t waited_ms = (kl__mono_ns() - gw->stop_ns) / 1000000;
-  if (gw->nconns > 0 && waited_ms < gw->opts.drain_timeout_ms)
+  if (gw->http.nconns > 0 && waited_ms < gw->opts.drain_timeout_ms)
     return;
-  if (gw->inflight_events > 0 || gw->nconns > 0)
+  if (gw->inflight_events > 0 || gw->http.nconns > 0)
     KL_LOG_W("gateway",
              "after %d ms, %lld events still wait for Kafka and "
              "%zu connections are open; closing them (clients retry with "
              "the same ids)",
              gw->opts.drain_timeout_ms, (long long)gw->inflight_events,
-             gw->nconns);
+             gw->http.nconns);
   close_all(gw);
 }
 
 static void on_sweep(uv_timer_t *timer) {
   kl__gateway_t *gw = timer->data;
-  sweep_conns(gw);
+  kl__http_server_sweep(&gw->http);
   probe_start(gw);
 }
 
@@ -405,14 +261,7 @@ static kl_err_t gw_producer(kl__gateway_t *gw, const kl_conf_t *conf) {
   return err;
 }
 
-static kl_err_t gw_listen(kl__gateway_t *gw) {
-  return kl__listen_start(&gw->listener, "--listen", gw->opts.listen, 511,
-                          on_connection, &gw->port);
-}
-
 static void gw_handles(kl__gateway_t *gw) {
-  uv_tcp_init(&gw->loop, &gw->listener);
-  gw->listener.data = gw;
   uv_async_init(&gw->loop, &gw->stop_async, on_stop);
   uv_async_init(&gw->loop, &gw->kafka_async, on_kafka_async);
   uv_timer_init(&gw->loop, &gw->tick);
@@ -456,7 +305,7 @@ static kl_err_t gw_open(kl__gateway_t *gw, const kl_conf_t *conf) {
     return err;
   gw->loop_ok = true;
   gw_handles(gw);
-  return gw_listen(gw);
+  return kl__gw_http_init(gw);
 }
 
 kl_err_t kl__gateway_new(const kl_conf_t *conf, const kl__gateway_opts_t *opts,
@@ -480,7 +329,7 @@ kl_err_t kl__gateway_new(const kl_conf_t *conf, const kl__gateway_opts_t *opts,
 }
 
 int kl__gateway_port(const kl__gateway_t *gateway) {
-  return gateway ? gateway->port : -1;
+  return gateway ? gateway->http.port : -1;
 }
 
 kl_err_t kl__gateway_run(kl__gateway_t *gw) {
@@ -490,7 +339,8 @@ kl_err_t kl__gateway_run(kl__gateway_t *gw) {
   uv_timer_start(&gw->tick, on_tick, KL_GW_TICK_MS, KL_GW_TICK_MS);
   uv_timer_start(&gw->sweep, on_sweep, KL_GW_SWEEP_MS, KL_GW_SWEEP_MS);
   probe_start(gw);
-  KL_LOG_I("gateway", "listening on %s (port %d)", gw->opts.listen, gw->port);
+  KL_LOG_I("gateway", "listening on %s (port %d)", gw->opts.listen,
+           gw->http.port);
   uv_run(&gw->loop, UV_RUN_DEFAULT);
   return KL_OK;
 }

@@ -1,22 +1,17 @@
 /*
  * The gateway's parts and what they share. Not installed.
  *
- * gateway.c        the loop, the listener, connection lifetimes, timeouts,
- *                  Kafka wake-ups and the health probe
- * gateway_http.c   one connection: http-parser callbacks, the request FIFO
- *                  that keeps pipelined responses in order, writes and
- *                  back-pressure
+ * gateway.c        the loop, Kafka wake-ups, the health probe, stopping
+ * gateway_http.c   the gateway on common/http.h (connections, framing,
+ *                  limits, timeouts, responses): its hooks and limits
  * gateway_routes.c what each route answers, the publish path included
  * gateway_body.c   a request body (JSON or msgpack) to a batch of events
- * gateway_chunked.c  RFC 9112's chunked framing, checked beside http-parser
  *
  * Everything here runs on the loop thread.
  *
- * Lifetimes: a connection owns its FIFO of requests. A request waiting for
- * Kafka when its connection closes is orphaned (conn = NULL) and freed by
- * its last delivery report; a request whose response is being written is
- * freed by its write callback, which libuv also calls (with UV_ECANCELED)
- * when the connection closes first.
+ * Lifetimes (common/http.h): a request waiting for Kafka when its
+ * connection closes is orphaned (http.conn = NULL) and freed by its last
+ * delivery report, through kl__http_req_answered().
  */
 #ifndef KEYLANE_BROKER_GATEWAY_INTERNAL_H
 #define KEYLANE_BROKER_GATEWAY_INTERNAL_H
@@ -24,20 +19,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include <http_parser.h>
 #include <librdkafka/rdkafka.h>
 #include <uv.h>
 
 #include "event/event_json.h"
 #include "broker/gateway.h"
+#include "common/http.h"
 #include "common/metrics.h"
 #include "common/strbuf.h"
 #include "common/token.h"
 #include "keylane/event.h"
 #include "keylane/producer.h"
 
-/** Bytes read from a socket per read callback: one buffer for the loop. */
-#define KL_GW_READ_CHUNK (64 * 1024)
 /** Kafka's longest topic name. */
 #define KL_GW_TOPIC_MAX 249
 
@@ -63,7 +56,6 @@ typedef enum kl_gw_limit {
   KL_GW_LIMIT__COUNT
 } kl__gw_limit_t;
 
-typedef struct kl__gw_conn kl__gw_conn_t;
 typedef struct kl__gw_req kl__gw_req_t;
 
 /** One event of a publish request, and its delivery. */
@@ -76,16 +68,9 @@ typedef struct kl__gw_slot {
 
 /** One request, from its parsed head to its written response. */
 struct kl__gw_req {
-  kl__gw_req_t *next;  /**< the connection's FIFO */
-  kl__gw_conn_t *conn; /**< NULL once the connection is gone */
+  kl__http_req_t http; /**< first: status 0 while waiting for Kafka */
   kl__gateway_t *gw;
-  uv_write_t write;
   kl__gw_route_t route;
-  int status; /**< 0 while waiting for Kafka */
-  bool close; /**< answer with Connection: close, then close */
-  char *out;  /**< the whole response once status != 0 */
-  size_t out_len;
-  int64_t start_ns; /**< head parsed, for the request latency */
   /* publish */
   char topic[KL_GW_TOPIC_MAX + 1];
   kl__gw_slot_t *slots;
@@ -96,85 +81,6 @@ struct kl__gw_req {
   int64_t produced_ns; /**< when the events were handed to the producer */
   kl_err_t kafka_err;  /**< the first failure */
   char kafka_errmsg[512];
-};
-
-/** A chunked body's framing as RFC 9112 has it, checked beside
- * http-parser (gateway_chunked.c says why). */
-typedef struct kl__gw_chunked {
-  uint8_t state;
-  uint64_t size;   /**< the size being read, then the data bytes to come */
-  size_t line;     /**< bytes of the chunk-size line so far */
-  const char *why; /**< once malformed: how (a static string) */
-} kl__gw_chunked_t;
-
-/** The request being parsed on a connection. */
-typedef struct kl__gw_parse {
-  kl__strbuf_t url;
-  char field[32]; /**< the header name being read, lowercased */
-  size_t field_len;
-  bool in_value; /**< the last callback was a header value */
-  int header;    /**< which of the headers below is being read */
-  char auth[KL_TOKEN_MAX + 32];
-  size_t auth_len;
-  bool auth_long; /**< longer than any token, or given twice: no match */
-  bool auth_seen;
-  char ctype[64];
-  size_t ctype_len;
-  char origin[256]; /**< the Origin header, when there is one */
-  size_t origin_len;
-  bool origin_seen;
-  bool origin_bad; /**< longer than the buffer, or given twice */
-  char te[32];     /**< Transfer-Encoding, every header's value joined */
-  size_t te_len;
-  bool te_seen;
-  bool te_long;
-  char traceparent[128];  /**< W3C trace context headers, carried into */
-  size_t traceparent_len; /**< every event of the request (gateway_trace.c) */
-  bool traceparent_bad;   /**< too long for the buffer, or given twice */
-  char tracestate[KL_TRACESTATE_MAX + 1];
-  size_t tracestate_len; /**< several headers joined by ',' (W3C) */
-  bool tracestate_long;
-  int hosts;     /**< Host headers: RFC 9112 wants one (HTTP/1.1) */
-  bool host_bad; /**< a byte no host[:port] holds */
-  bool host_ws;  /**< whitespace seen in it: only more may follow */
-  bool head_end; /**< headers_complete paused the parser there */
-  bool chunked;  /**< the body is chunked: its framing is checked */
-  kl__gw_chunked_t framing;
-  const char *mark;   /**< end of the last field or value callback, when
-                           in the buffer being parsed */
-  bool nl_after_mark; /**< a line ended after it, in an earlier buffer */
-  bool expect_continue;
-  size_t header_bytes;
-  kl__strbuf_t body;
-  size_t body_len;
-  bool discard_body; /**< the answer is known; count the body, keep none */
-  kl__gw_req_t *req; /**< made at headers complete */
-  int64_t start_ns;  /**< first byte of the request */
-  bool active;       /**< between message begin and complete */
-} kl__gw_parse_t;
-
-struct kl__gw_conn {
-  uv_tcp_t tcp; /**< first, so a handle is its connection */
-  kl__gateway_t *gw;
-  kl__gw_conn_t *prev, *next; /**< the gateway's list */
-  http_parser parser;
-  kl__gw_parse_t parse;
-  kl__gw_req_t *head, *tail; /**< requests whose response is not written */
-  size_t queued;
-  char *stash; /**< bytes read but not parsed while paused */
-  size_t stash_len;
-  size_t writes;      /**< uv_write calls not yet called back */
-  bool in_parse;      /**< inside http_parser_execute() */
-  const char *feed;   /**< the buffer being parsed, while in_parse */
-  bool shutting_down; /**< uv_shutdown was called */
-  bool reading;       /**< uv_read_start is on */
-  bool paused;        /**< back-pressure: not reading, parser paused */
-  bool eof;           /**< the client half-closed */
-  bool close_after;   /**< close once the FIFO is written */
-  bool closing;       /**< uv_close was called */
-  int64_t last_read_ns;
-  int64_t last_write_ns;
-  char peer[64];
 };
 
 /** A topic the gateway serves: its name, and when a request last used it. */
@@ -199,7 +105,7 @@ typedef struct kl__gw_metrics {
 
 struct kl__gateway {
   uv_loop_t loop;
-  uv_tcp_t listener;
+  kl__http_server_t http; /**< the connections, on loop */
   uv_async_t stop_async;
   uv_async_t kafka_async;        /**< librdkafka says a delivery report waits */
   uv_timer_t tick;               /**< 100 ms: stop flag, Kafka poll fallback */
@@ -225,66 +131,30 @@ struct kl__gateway {
    *  not served yet exists (gateway_routes.c, topic_exists()). */
   const struct rd_kafka_metadata *kafka_topics;
   int64_t kafka_topics_ns;
-  kl__gw_conn_t *conns;
-  size_t nconns;
-  size_t npaused;
   int64_t inflight_events;
   int64_t inflight_bytes;
-  bool listening;
   bool stopping;
   int64_t stop_ns;
-  int port;
-  char read_buf[KL_GW_READ_CHUNK];
 };
 
 /* ---- gateway.c ---- */
 
-/** Closes @p conn now; its waiting requests are orphaned. */
-void kl__gw_conn_close(kl__gw_conn_t *conn);
-/** Counts a refusal by @p limit. */
-void kl__gw_reject(kl__gateway_t *gw, kl__gw_limit_t limit);
 /** @returns whether a Kafka broker answered recently; *why when not. */
 bool kl__gw_kafka_up(kl__gateway_t *gw, const char **why);
 
 /* ---- gateway_http.c ---- */
 
-/** Sets up @p conn's parser and starts reading. */
-void kl__gw_conn_start(kl__gw_conn_t *conn);
-/** Answers the request being read with 408 and closes after it. */
-void kl__gw_conn_timeout(kl__gw_conn_t *conn);
-/** Frees what @p conn holds before it is closed; orphans waiting requests. */
-void kl__gw_conn_release(kl__gw_conn_t *conn);
-/** Writes the answered requests at the head of the FIFO, in order. */
-void kl__gw_conn_flush(kl__gw_conn_t *conn);
-/** Frees a request that is in no FIFO and has no write in flight. */
-void kl__gw_req_free(kl__gw_req_t *req);
-/**
- * Makes @p req's response: status line, the standard headers, @p extra
- * (whole header lines, may be NULL) and @p body.
- */
+/** Sets up the gateway's HTTP server (its limits from gw->opts) on gw->loop
+ *  and listens. */
+kl_err_t kl__gw_http_init(kl__gateway_t *gw);
+/** The gateway a connection belongs to. */
+kl__gateway_t *kl__gw_http_gateway(const kl__http_conn_t *conn);
+/** kl__http_respond() of @p req. */
 void kl__gw_respond(kl__gw_req_t *req, int status, const char *ctype,
                     const char *extra, const char *body, size_t body_len);
 /** kl__gw_respond() with {"error": @p msg} as JSON, printf-style. */
 void kl__gw_respond_error(kl__gw_req_t *req, int status, const char *extra,
                           const char *fmt, ...) KL__PRINTF(4, 5);
-/** Called when a waiting request got its answer: writes what it can. */
-void kl__gw_req_answered(kl__gw_req_t *req);
-/** RFC 9110's tchar: whether @p c may be in a token (a field name). */
-bool kl__gw_tchar(unsigned char c);
-
-/* ---- gateway_chunked.c ---- */
-
-/** Starts checking a chunked body, at its first byte. */
-void kl__gw_chunked_init(kl__gw_chunked_t *c);
-/**
- * Reads the next @p len bytes of the body, up to its end at most (bytes
- * after it belong to the next request: they are not looked at).
- * @returns 0, or -1 once the framing is malformed, c->why saying how;
- *          every later call returns -1 too.
- */
-int kl__gw_chunked_scan(kl__gw_chunked_t *c, const char *buf, size_t len);
-/** Whether the body's last CRLF was read. */
-bool kl__gw_chunked_done(const kl__gw_chunked_t *c);
 
 /* ---- gateway_body.c ---- */
 
@@ -325,7 +195,7 @@ void kl__gw_batch_free(kl__gw_batch_t *batch);
  * @returns 0, or the HTTP status with @p bad filled: 400 for a malformed
  *          header, naming it and the format; 503 out of memory.
  */
-int kl__gw_batch_trace(kl__gw_batch_t *batch, const kl__gw_parse_t *parse,
+int kl__gw_batch_trace(kl__gw_batch_t *batch, const kl__http_parse_t *parse,
                        kl__gw_bad_t *bad);
 
 /* ---- gateway_policy.c ---- */
@@ -334,7 +204,7 @@ int kl__gw_batch_trace(kl__gw_batch_t *batch, const kl__gw_parse_t *parse,
 kl_err_t kl__gw_origins_check(const char *list);
 /** @returns whether the request being parsed may be served: it has no
  * Origin header, or one on the allow list. */
-bool kl__gw_origin_ok(const kl__gw_conn_t *conn);
+bool kl__gw_origin_ok(const kl__http_conn_t *conn);
 /** @returns whether @p ctype (the Content-Type, parameters and all) is one
  * the events route takes: JSON or msgpack. */
 bool kl__gw_ctype_ok(const char *ctype);
@@ -350,16 +220,16 @@ bool kl__gw_topic_allowed(const kl__gateway_opts_t *o, const char *topic,
 /* ---- gateway_routes.c ---- */
 
 /** Picks the route of a parsed head; may answer at once (404, 405, 401). */
-void kl__gw_route_head(kl__gw_conn_t *conn, kl__gw_req_t *req, int method,
+void kl__gw_route_head(kl__http_conn_t *conn, kl__gw_req_t *req, int method,
                        const char *url, size_t url_len);
 /** Answers (or starts answering) a request whose body is complete. */
-void kl__gw_route_body(kl__gw_conn_t *conn, kl__gw_req_t *req, const char *body,
-                       size_t body_len);
+void kl__gw_route_body(kl__http_conn_t *conn, kl__gw_req_t *req,
+                       const char *body, size_t body_len);
 /** Registers the gateway's metrics. */
 kl_err_t kl__gw_metrics_init(kl__gateway_t *gw);
+/** Counts a refusal by @p limit. */
+void kl__gw_reject(kl__gateway_t *gw, kl__gw_limit_t limit);
 /** The delivery callback for the gateway's producer. */
 void kl__gw_on_delivery(void *opaque, const kl_delivery_t *delivery);
-/** @returns a response's reason phrase ("Too Many Requests"). */
-const char *kl__gw_reason(int status);
 
 #endif

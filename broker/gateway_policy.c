@@ -62,13 +62,13 @@ kl_err_t kl__gw_origins_check(const char *list) {
   return KL_OK;
 }
 
-bool kl__gw_origin_ok(const kl__gw_conn_t *conn) {
-  const kl__gw_parse_t *parse = &conn->parse;
+bool kl__gw_origin_ok(const kl__http_conn_t *conn) {
+  const kl__http_parse_t *parse = &conn->parse;
   if (!parse->origin_seen)
     return true;
   if (parse->origin_bad)
     return false;
-  const char *list = conn->gw->opts.allow_origins, *item;
+  const char *list = kl__gw_http_gateway(conn)->opts.allow_origins, *item;
   long len;
   while ((len = list_next(&list, &item)) >= 0)
     if ((size_t)len == parse->origin_len &&

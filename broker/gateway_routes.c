@@ -40,10 +40,10 @@
 /* ---- metrics ---- */
 
 static double m_connections(void *gw) {
-  return (double)((kl__gateway_t *)gw)->nconns;
+  return (double)((kl__gateway_t *)gw)->http.nconns;
 }
 static double m_paused(void *gw) {
-  return (double)((kl__gateway_t *)gw)->npaused;
+  return (double)((kl__gateway_t *)gw)->http.npaused;
 }
 static double m_inflight(void *gw) {
   return (double)((kl__gateway_t *)gw)->inflight_events;
@@ -210,23 +210,7 @@ static const char *route_match(kl__gw_req_t *req, const char *path, size_t len,
   return req->route == KL_GW_ROUTE_EVENTS ? "POST" : "GET";
 }
 
-/* "Bearer TOKEN", the scheme in any case (RFC 7235). */
-static bool auth_ok(const kl__gw_conn_t *conn) {
-  const kl__gw_parse_t *parse = &conn->parse;
-  const char *a = parse->auth;
-  size_t len = parse->auth_len;
-  if (parse->auth_long || len < 7 || strncasecmp(a, "bearer ", 7) != 0)
-    return false;
-  a += 7;
-  len -= 7;
-  while (len && *a == ' ')
-    a++, len--;
-  while (len && (a[len - 1] == ' ' || a[len - 1] == '\t'))
-    len--;
-  return kl__tokens_check(conn->gw->tokens, a, len);
-}
-
-void kl__gw_route_head(kl__gw_conn_t *conn, kl__gw_req_t *req, int method,
+void kl__gw_route_head(kl__http_conn_t *conn, kl__gw_req_t *req, int method,
                        const char *url, size_t url_len) {
   struct http_parser_url u;
   http_parser_url_init(&u);
@@ -256,8 +240,9 @@ void kl__gw_route_head(kl__gw_conn_t *conn, kl__gw_req_t *req, int method,
         "with --allow-origin ORIGIN",
         (int)(conn->parse.origin_len > 200 ? 200 : conn->parse.origin_len),
         conn->parse.origin);
-  } else if (req->route <= KL_GW_ROUTE_ROUTE && conn->gw->tokens &&
-             !auth_ok(conn)) {
+  } else if (req->route <= KL_GW_ROUTE_ROUTE &&
+             kl__gw_http_gateway(conn)->tokens &&
+             !kl__http_bearer_ok(conn, kl__gw_http_gateway(conn)->tokens)) {
     kl__gw_respond_error(req, 401, "WWW-Authenticate: Bearer\r\n",
                          "a valid \"Authorization: Bearer TOKEN\" header is "
                          "required");
@@ -266,8 +251,8 @@ void kl__gw_route_head(kl__gw_conn_t *conn, kl__gw_req_t *req, int method,
                          "the topic name is not 1..249 of "
                          "[a-zA-Z0-9._-] (Kafka's rule)");
   } else if (req->route <= KL_GW_ROUTE_ROUTE &&
-             !kl__gw_topic_allowed(&conn->gw->opts, req->topic, why,
-                                   sizeof(why))) {
+             !kl__gw_topic_allowed(&kl__gw_http_gateway(conn)->opts, req->topic,
+                                   why, sizeof(why))) {
     kl__gw_respond_error(req, 403, NULL, "%s", why);
   } else if (req->route == KL_GW_ROUTE_EVENTS &&
              !kl__gw_ctype_ok(conn->parse.ctype)) {
@@ -476,7 +461,7 @@ static void publish_done(kl__gw_req_t *req) {
     respond_failed(req);
   else
     respond_ok(req);
-  kl__gw_req_answered(req);
+  kl__http_req_answered(&req->http);
 }
 
 static void slot_failed(kl__gw_req_t *req, kl_err_t err, const char *msg) {
@@ -557,7 +542,7 @@ static bool budget_fits(kl__gateway_t *gw, size_t events, size_t bytes) {
          gw->inflight_bytes + (int64_t)bytes <= gw->opts.max_inflight_bytes;
 }
 
-static void publish_request(kl__gw_conn_t *conn, kl__gw_req_t *req,
+static void publish_request(kl__http_conn_t *conn, kl__gw_req_t *req,
                             const char *body, size_t len) {
   kl__gateway_t *gw = req->gw;
   kl__gw_batch_t batch;
@@ -635,7 +620,7 @@ static long query_key(const char *q, size_t len, char *out, size_t cap) {
   return -1;
 }
 
-static void route_request(kl__gw_conn_t *conn, kl__gw_req_t *req) {
+static void route_request(kl__http_conn_t *conn, kl__gw_req_t *req) {
   const char *url = conn->parse.url.data ? conn->parse.url.data : "";
   const char *q = strchr(url, '?');
   char key[KL_KEY_MAX];
@@ -675,7 +660,7 @@ static void healthz_request(kl__gw_req_t *req) {
   int n = snprintf(body, sizeof(body),
                    "{\"status\":\"ok\",\"inflight\":%lld,"
                    "\"connections\":%zu}\n",
-                   (long long)gw->inflight_events, gw->nconns);
+                   (long long)gw->inflight_events, gw->http.nconns);
   kl__gw_respond(req, 200, "application/json", NULL, body, (size_t)n);
 }
 
@@ -690,8 +675,8 @@ static void metrics_request(kl__gw_req_t *req) {
   free(text);
 }
 
-void kl__gw_route_body(kl__gw_conn_t *conn, kl__gw_req_t *req, const char *body,
-                       size_t body_len) {
+void kl__gw_route_body(kl__http_conn_t *conn, kl__gw_req_t *req,
+                       const char *body, size_t body_len) {
   switch (req->route) {
   case KL_GW_ROUTE_EVENTS:
     publish_request(conn, req, body, body_len);

@@ -12,7 +12,8 @@
 #include "event/trace.h"
 
 /* @returns 0, or 400 naming the header that is not W3C trace context. */
-static int trace_headers_check(const kl__gw_parse_t *parse, kl__gw_bad_t *bad) {
+static int trace_headers_check(const kl__http_parse_t *parse,
+                               kl__gw_bad_t *bad) {
   if (parse->traceparent_bad ||
       !kl_traceparent_valid(parse->traceparent, parse->traceparent_len))
     return kl__gw_bad(
@@ -34,8 +35,8 @@ static int trace_headers_check(const kl__gw_parse_t *parse, kl__gw_bad_t *bad) {
 
 /* Appends the trace headers to @p je's; they borrow @p parse's buffers,
  * which live until the request's events are produced. */
-static int trace_add(kl__jevent_t *je, const kl__gw_parse_t *parse, long index,
-                     kl__gw_bad_t *bad) {
+static int trace_add(kl__jevent_t *je, const kl__http_parse_t *parse,
+                     long index, kl__gw_bad_t *bad) {
   size_t n = je->ev.header_count;
   kl_header_t *h = realloc(je->headers, (n + 2) * sizeof(*h));
   if (!h)
@@ -59,7 +60,7 @@ static int trace_add(kl__jevent_t *je, const kl__gw_parse_t *parse, long index,
   return 0;
 }
 
-int kl__gw_batch_trace(kl__gw_batch_t *batch, const kl__gw_parse_t *parse,
+int kl__gw_batch_trace(kl__gw_batch_t *batch, const kl__http_parse_t *parse,
                        kl__gw_bad_t *bad) {
   if (!parse->traceparent_len && !parse->traceparent_bad)
     return 0; /* a tracestate alone means nothing (W3C): not carried */

@@ -13,23 +13,6 @@ static int is_stopped(const kl__health_t *health, int32_t partition) {
   return 0;
 }
 
-const char *kl__health_partition_status(const kl__stall_t *stall, int stopped,
-                                        int64_t stall_ms) {
-  if (stopped)
-    return "ERR";
-  if (stall->stalled)
-    return "STALL";
-  int slow =
-      stall_ms > 0 && stall->records > 0 && stall->for_ms >= stall_ms / 2;
-  return stall->waiting > 0 || slow ? "WARN" : "OK";
-}
-
-double kl__health_lag_seconds(const kl__stall_t *stall, int64_t now_ms) {
-  if (!stall->oldest_ts_ms || now_ms <= stall->oldest_ts_ms)
-    return 0;
-  return (double)(now_ms - stall->oldest_ts_ms) / 1000.0;
-}
-
 static json_t *partition_json(const kl__health_t *health,
                               const kl__stall_t *stall, const char *status) {
   return json_pack(

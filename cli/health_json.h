@@ -28,11 +28,7 @@
 #include <stdint.h>
 
 #include "worker/lanes_stall.h"
-
-/** The start of a 200 answer that needs an operator though the worker
- *  runs well (follow-ups kept in the outbox): restarting it would not
- *  help, so it is not a 503, which a liveness probe answers with one. */
-#define KL__HEALTH_DEGRADED "degraded: "
+#include "worker/worker_health.h" /* KL__HEALTH_DEGRADED, the statuses */
 
 /** What /healthz knows; every pointer borrowed for the call. */
 typedef struct kl__health {
@@ -46,14 +42,6 @@ typedef struct kl__health {
   int64_t stall_ms; /* worker.stall.ms; 0: not watched */
   int64_t now_ms;   /* for lag_seconds, against the envelopes' ts */
 } kl__health_t;
-
-/** @returns "OK", "WARN", "ERR" or "STALL" for one owned partition. */
-const char *kl__health_partition_status(const kl__stall_t *stall, int stopped,
-                                        int64_t stall_ms);
-
-/** @returns the seconds since @p stall's oldest unapplied record's ts, or
- *  0 when it holds none. */
-double kl__health_lag_seconds(const kl__stall_t *stall, int64_t now_ms);
 
 /**
  * Renders @p health as the JSON document above.

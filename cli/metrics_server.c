@@ -7,10 +7,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include <http_parser.h>
 #include <librdkafka/rdkafka.h>
-#include <uv.h>
 
+#include "common/http.h"
 #include "common/internal.h"
 #include "common/kafka.h"
 #include "common/listen.h"
@@ -27,55 +26,29 @@
 #define COMP "metrics"
 #define KL_MS_CONNS_MAX 32
 #define KL_MS_HEAD_MAX 8192
+#define KL_MS_BODY_MAX 8192 /* none of its routes reads a body */
 #define KL_MS_IDLE_MS 10000
+#define KL_MS_SWEEP_MS 1000
 #define KL_MS_LAG_TIMEOUT_MS 500
-#define KL_MS_STOPS_MAX 256   /* partitions listed by the log guard's series */
-#define KL_MS_STALLS_MAX 4096 /* owned partitions reported, at most */
-#define KL_MS_LIVE_MS 300000  /* /livez without worker.stall.ms: 5 min */
+#define KL_MS_STOPS_MAX 256  /* partitions listed by the log guard's series */
+#define KL_MS_PARTS_MAX 4096 /* partitions in /healthz's JSON, at most */
+#define KL_MS_LIVE_MS 300000 /* /livez without worker.stall.ms: 5 min */
 #define KL_MS_LIVE_MIN_MS 10000 /* /livez's bound at least: above a try */
-/* Group commits failed in a row, none since, that make /healthz 503: one
- * is a server restart's, or a deadlock's; three, retried with backoff
- * (worker.retry.initial.ms doubling), are a store that refuses them all. */
-#define KL_MS_COMMITS_FAILING 3
 
 struct kl__metrics_server {
   uv_loop_t loop;
-  uv_tcp_t listener;
+  kl__http_server_t http; /* the connections (common/http.h) */
   uv_async_t stop;
+  uv_timer_t sweep; /* the HTTP layer's timeouts, every second */
   pthread_t thread;
-  int port;
-  int conns;                          /* handles not yet freed */
-  struct kl_ms_conn *oldest, *newest; /* open, not answered: evictable */
   char *topic;
   kl_worker_t *worker;
   kl_store_t *store;
-  rd_kafka_t *rk;          /* for the high watermarks; NULL: no lag */
-  char *group;             /* worker.group: kafka_consumergroup_lag's label */
-  int64_t stall_ms;        /* worker.stall.ms: /healthz's WARN at half of it */
-  int64_t outbox_stall_ms; /* worker.outbox.stall.ms */
-  uint64_t seen_fenced;    /* stats.fenced when /healthz last looked */
-  uint64_t batches_at_fence; /* stats.batches when it saw fenced grow */
+  rd_kafka_t *rk;   /* for the high watermarks; NULL: no lag */
+  char *group;      /* worker.group: kafka_consumergroup_lag's label */
+  int64_t stall_ms; /* worker.stall.ms: /livez's bound, and the
+                       JSON's WARN at half of it */
 };
-
-typedef struct kl_ms_conn {
-  uv_tcp_t tcp;
-  struct kl_ms_conn *older, *newer; /* the server's list of waiting ones */
-  int listed;
-  uv_timer_t idle;
-  uv_write_t write;
-  http_parser parser;
-  kl__metrics_server_t *server;
-  char url[256];
-  char field[8];    /* the header name being read, "accept" at most */
-  size_t field_len; /* past sizeof(field): another header */
-  int in_value;     /* reading a header's value */
-  int in_accept;    /* ... Accept's */
-  char accept[128]; /* Accept's value, cut at 127 bytes */
-  size_t head_bytes;
-  int answered;
-  int closing;
-  char *out;
-} kl_ms_conn_t;
 
 /* ---- the documents (on the loop thread) ---- */
 
@@ -250,34 +223,35 @@ static kl__metric_t *ms_lag_seconds_family(kl__metrics_t *m) {
       "topic,partition");
 }
 
-static void ms_lag_seconds(kl__metrics_server_t *server, kl__metric_t *gauge,
-                           const char *partition, const kl__stall_t *stall,
-                           int64_t now_ms) {
-  kl__metric_set(gauge, (const char *[]){server->topic, partition},
-                 kl__health_lag_seconds(stall, now_ms));
+typedef struct kl_ms_stalls {
+  kl__metrics_server_t *server;
+  kl__metric_t *stalled, *lag_seconds;
+} kl_ms_stalls_t;
+
+static int ms_stall(void *opaque, const kl_worker_partition_t *part) {
+  kl_ms_stalls_t *each = opaque;
+  if (!(part->flags & KL_WORKER_PARTITION_OWNED))
+    return 0;
+  char p[16];
+  snprintf(p, sizeof(p), "%" PRId32, part->partition);
+  kl__metric_set(each->stalled, (const char *[]){p},
+                 (part->flags & KL_WORKER_PARTITION_STALLED) != 0);
+  kl__metric_set(each->lag_seconds, (const char *[]){each->server->topic, p},
+                 part->lag_seconds);
+  return 0;
 }
 
 /* Owned partitions, stalled (1) or not (0), and their lag in seconds. */
 static void ms_stalls(kl__metrics_server_t *server, kl__metrics_t *m) {
-  kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
-  if (!stalls)
-    return;
-  size_t n = kl__worker_stalls(server->worker, stalls, KL_MS_STALLS_MAX);
-  kl__metric_t *gauge = kl__metrics_gauge(
-      m, "keylane_worker_partition_stalled",
-      "1 while an owned partition holds records and its watermark has not "
-      "moved for worker.stall.ms.",
-      "partition");
-  kl__metric_t *lag_seconds = ms_lag_seconds_family(m);
-  int64_t now_ms = kl__now_ms();
-  for (size_t i = 0; i < n && i < KL_MS_STALLS_MAX; i++) {
-    char p[16];
-    snprintf(p, sizeof(p), "%" PRId32, stalls[i].partition);
-    const char *labels[] = {p};
-    kl__metric_set(gauge, labels, stalls[i].stalled);
-    ms_lag_seconds(server, lag_seconds, p, &stalls[i], now_ms);
-  }
-  free(stalls);
+  kl_ms_stalls_t each = {
+      server,
+      kl__metrics_gauge(
+          m, "keylane_worker_partition_stalled",
+          "1 while an owned partition holds records and its watermark has "
+          "not moved for worker.stall.ms.",
+          "partition"),
+      ms_lag_seconds_family(m)};
+  kl_worker_foreach_partition(server->worker, ms_stall, &each);
 }
 
 /* A scrape's registry: every family the worker exports but the ones it
@@ -370,147 +344,16 @@ void kl__metrics_server_describe(kl__metrics_server_t *server,
   kl__metrics_destroy(m);
 }
 
-/* @returns how many partitions the log guard stopped; the first one's
- * reason into @p reason. */
-static size_t ms_stopped(kl__metrics_server_t *server, char *reason,
-                         size_t size) {
-  kl__log_guard_stop_t stops[KL_MS_STOPS_MAX];
-  size_t n = kl__log_guard_stops(kl__worker_log_guard(server->worker), stops,
-                                 KL_MS_STOPS_MAX);
-  size_t stopped = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (!stops[i].stopped || stopped++)
-      continue;
-    int len =
-        snprintf(reason, size, "unhealthy: stopped partition %" PRId32 ": ",
-                 stops[i].partition);
-    if (len > 0 && (size_t)len + 1 < size) {
-      kl__checks_log_describe(server->topic, stops[i].partition,
-                              &stops[i].check, reason + len,
-                              size - (size_t)len - 1);
-      strcat(reason, "\n");
-    }
-  }
-  return stopped;
-}
-
-/* @returns 1 with the stalled partitions in @p reason, or 0. */
-static int ms_stalled(kl__metrics_server_t *server, char *reason, size_t size) {
-  kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
-  size_t n =
-      stalls ? kl__worker_stalls(server->worker, stalls, KL_MS_STALLS_MAX) : 0;
-  kl__strbuf_t sb = KL__STRBUF_INIT;
-  size_t stalled = 0;
-  for (size_t i = 0; i < n && i < KL_MS_STALLS_MAX; i++) {
-    const kl__stall_t *st = &stalls[i];
-    if (st->stalled && stalled++ < 8)
-      kl__strbuf_printf(&sb,
-                        "; partition %" PRId32 " holds %zu records, "
-                        "watermark %" PRId64 " unmoved for %" PRId64 " ms",
-                        st->partition, st->records, st->watermark, st->for_ms);
-  }
-  free(stalls);
-  if (stalled)
-    snprintf(reason, size,
-             "unhealthy: %zu stalled partitions (no progress "
-             "for worker.stall.ms while holding records)%s; the worker's log "
-             "says what keeps failing\n",
-             stalled, sb.len && !sb.failed ? sb.data : "");
-  kl__strbuf_free(&sb);
-  return stalled > 0;
-}
-
-/* @returns 1 with the reason when no group commit can succeed: the last
- * KL_MS_COMMITS_FAILING or more failed, and none committed since. Not
- * worker.stall.ms: a store that refuses every commit (read-only, a
- * revoked privilege) is known at once, not after minutes. */
-static int ms_commits_failing(kl__metrics_server_t *server, char *reason,
-                              size_t size) {
-  int64_t for_ms;
-  char why[512];
-  uint64_t n =
-      kl__worker_commits_failing(server->worker, &for_ms, why, sizeof(why));
-  if (n < KL_MS_COMMITS_FAILING)
-    return 0;
-  snprintf(reason, size,
-           "unhealthy: the last %" PRIu64 " group commits failed, over %" PRId64
-           " ms, and none committed since: %.300s; the worker retries them\n",
-           n, for_ms, why);
-  return 1;
-}
-
-/* @returns the HTTP status; @p reason receives the body. */
+/* @returns the HTTP status of kl_worker_health()'s verdict; @p reason
+ * receives the body. */
 static int ms_health(kl__metrics_server_t *server, char *reason, size_t size) {
-  kl_worker_stats_t st;
-  kl_worker_stats(server->worker, &st, sizeof(st));
-  char why[512];
-  if (kl__worker_waiting(server->worker, why, sizeof(why))) {
-    snprintf(reason, size, "unhealthy: %s\n", why);
+  kl_worker_health_t health = {.size = sizeof(health)};
+  if (kl_worker_health(server->worker, &health) != KL_OK) {
+    snprintf(reason, size, "unhealthy: %s\n", kl_err_detail());
     return 503;
   }
-  kl_partition_state_t state;
-  if (st.partitions_live && st.partitions_live != st.partitions_expected) {
-    snprintf(reason, size,
-             "unhealthy: topic %s has %" PRId32 " partitions, "
-             "the fleet expects %" PRId32 ": keys moved between owners and "
-             "this worker stopped taking the topic; restart the fleet with "
-             "--partitions %" PRId32 " once its partitions are drained\n",
-             server->topic, st.partitions_live, st.partitions_expected,
-             st.partitions_live);
-    return 503;
-  }
-  if (kl_store_partition(server->store, server->topic, 0, &state) != KL_OK) {
-    snprintf(reason, size, "unhealthy: the store does not answer: %s\n",
-             kl_err_detail());
-    return 503;
-  }
-  if (ms_commits_failing(server, reason, size))
-    return 503;
-  /* stats.owned drops only when Kafka revokes a partition, not when a
-   * commit is fenced: a fenced worker that commits nothing afterwards has
-   * lost what it owned, though the count still says otherwise. */
-  if (st.fenced > server->seen_fenced) {
-    server->seen_fenced = st.fenced;
-    server->batches_at_fence = st.batches;
-  }
-  if (st.fenced > 0 &&
-      (st.owned == 0 || st.batches == server->batches_at_fence)) {
-    snprintf(reason, size,
-             "unhealthy: fenced: %" PRIu64 " commits rejected "
-             "by a newer owner's epoch and none committed since (owns %" PRId32
-             " partitions by Kafka's assignment); the group's next "
-             "rebalance gives the partitions to their new owner\n",
-             st.fenced, st.owned);
-    return 503;
-  }
-  if (ms_stopped(server, reason, size))
-    return 503;
-  if (ms_stalled(server, reason, size))
-    return 503;
-  if (server->outbox_stall_ms > 0 &&
-      st.outbox_stalled_ms > (uint64_t)server->outbox_stall_ms) {
-    snprintf(reason, size,
-             "unhealthy: the outbox has held follow-ups for %" PRIu64
-             " ms without one acknowledged by Kafka (worker.outbox.stall.ms "
-             "is %" PRId64 "); the worker's log says what keeps failing "
-             "(keylane store outbox lists them)\n",
-             st.outbox_stalled_ms, server->outbox_stall_ms);
-    return 503;
-  }
-  if (st.outbox_kept) {
-    snprintf(reason, size,
-             KL__HEALTH_DEGRADED
-             "owns %" PRId32 " partitions; %" PRIu64
-             " follow-ups are refused by Kafka, and their dead letters too, "
-             "so they are kept in the store's outbox (keylane store outbox "
-             "lists them); raise the topics' max.message.bytes and "
-             "kafka.message.max.bytes, or drop them with keylane store "
-             "outbox --drop; the worker's log says why\n",
-             st.owned, st.outbox_kept);
-    return 200;
-  }
-  snprintf(reason, size, "ok: owns %" PRId32 " partitions\n", st.owned);
-  return 200;
+  snprintf(reason, size, "%s", health.reason);
+  return health.status == KL_WORKER_HEALTH_FAILING ? 503 : 200;
 }
 
 /* /livez, for a liveness probe: whether the worker's loop still turns.
@@ -543,97 +386,29 @@ static int ms_live(kl__metrics_server_t *server, char *reason, size_t size) {
   return 200;
 }
 
-/* ---- connections ---- */
+/* ---- answers ---- */
 
-static void ms_conn_freed(uv_handle_t *handle) {
-  kl_ms_conn_t *conn = handle->data;
-  if (++conn->closing == 2) { /* tcp and timer both closed */
-    conn->server->conns--;
-    free(conn->out);
-    free(conn);
-  }
-}
-
-/* Waiting connections in accept order: the oldest is evicted when a new
- * one comes and all places are taken, so idle clients cannot lock a
- * liveness probe out. */
-static void ms_unlist(kl_ms_conn_t *conn) {
-  kl__metrics_server_t *server = conn->server;
-  if (!conn->listed)
-    return;
-  conn->listed = 0;
-  if (conn->older)
-    conn->older->newer = conn->newer;
-  else
-    server->oldest = conn->newer;
-  if (conn->newer)
-    conn->newer->older = conn->older;
-  else
-    server->newest = conn->older;
-  conn->older = conn->newer = NULL;
-}
-
-static void ms_list(kl_ms_conn_t *conn) {
-  kl__metrics_server_t *server = conn->server;
-  conn->older = server->newest;
-  if (server->newest)
-    server->newest->newer = conn;
-  else
-    server->oldest = conn;
-  server->newest = conn;
-  conn->listed = 1;
-}
-
-static void ms_conn_close(kl_ms_conn_t *conn) {
-  ms_unlist(conn);
-  if (uv_is_closing((uv_handle_t *)&conn->tcp))
-    return;
-  uv_close((uv_handle_t *)&conn->tcp, ms_conn_freed);
-  uv_close((uv_handle_t *)&conn->idle, ms_conn_freed);
-}
-
-static void ms_written(uv_write_t *req, int status) {
-  ms_conn_close(req->data);
-}
-
-static void ms_respond(kl_ms_conn_t *conn, int status, const char *ctype,
+static void ms_respond(kl__http_req_t *req, int status, const char *ctype,
                        const char *body, size_t len) {
-  const char *text = status == 200   ? "OK"
-                     : status == 404 ? "Not Found"
-                     : status == 405 ? "Method Not Allowed"
-                     : status == 400 ? "Bad Request"
-                     : status == 431 ? "Request Header Fields Too Large"
-                                     : "Service Unavailable";
-  char head[256];
-  int n = snprintf(head, sizeof(head),
-                   "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
-                   "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-                   status, text, ctype, len);
-  conn->answered = 1;
-  ms_unlist(conn); /* being answered: not evicted */
-  conn->out = malloc((size_t)n + len);
-  if (!conn->out) {
-    ms_conn_close(conn);
-    return;
-  }
-  memcpy(conn->out, head, (size_t)n);
-  memcpy(conn->out + n, body, len);
-  uv_buf_t buf = uv_buf_init(conn->out, (unsigned)((size_t)n + len));
-  conn->write.data = conn;
-  uv_read_stop((uv_stream_t *)&conn->tcp);
-  if (uv_write(&conn->write, (uv_stream_t *)&conn->tcp, &buf, 1, ms_written) !=
-      0)
-    ms_conn_close(conn);
+  kl__http_respond(req, status, ctype, NULL, body, len);
 }
 
-static void ms_text(kl_ms_conn_t *conn, int status, const char *body) {
-  ms_respond(conn, status, "text/plain; charset=utf-8", body, strlen(body));
+static void ms_text(kl__http_req_t *req, int status, const char *body) {
+  ms_respond(req, status, "text/plain; charset=utf-8", body, strlen(body));
+}
+
+/* A request the HTTP layer refused (framing, limits): the reason, as
+ * text like every other answer of this server. */
+static void ms_error(kl__http_req_t *req, int status, const char *msg) {
+  char text[1024];
+  snprintf(text, sizeof(text), "%s\n", msg);
+  ms_text(req, status, text);
 }
 
 /* ---- /healthz as JSON (cli/health_json.h) ---- */
 
 /* @returns 1 for JSON, 0 for text, -1 for a format= it does not know. */
-static int ms_wants_json(const kl_ms_conn_t *conn, const char *query) {
+static int ms_wants_json(const kl__http_conn_t *conn, const char *query) {
   for (const char *q = query; q && *q; q = strchr(q, '&'), q = q ? q + 1 : q) {
     if (strncmp(q, "format=", 7) != 0)
       continue;
@@ -644,57 +419,86 @@ static int ms_wants_json(const kl_ms_conn_t *conn, const char *query) {
       return 0;
     return -1;
   }
-  return strstr(conn->accept, "application/json") != NULL;
+  return strstr(conn->parse.accept, "application/json") != NULL;
 }
 
-static void ms_health_json(kl_ms_conn_t *conn, int status, const char *reason) {
-  kl__metrics_server_t *server = conn->server;
-  kl__stall_t *stalls = malloc(KL_MS_STALLS_MAX * sizeof(*stalls));
-  kl__log_guard_stop_t stops[KL_MS_STOPS_MAX];
-  int32_t stopped[KL_MS_STOPS_MAX];
-  size_t nstops = kl__log_guard_stops(kl__worker_log_guard(server->worker),
-                                      stops, KL_MS_STOPS_MAX);
-  size_t nstopped = 0;
-  for (size_t i = 0; i < nstops; i++)
-    if (stops[i].stopped)
-      stopped[nstopped++] = stops[i].partition;
-  size_t n =
-      stalls ? kl__worker_stalls(server->worker, stalls, KL_MS_STALLS_MAX) : 0;
-  kl__health_t health = {
-      status,        reason,   server->topic,
-      server->group, stalls,   n < KL_MS_STALLS_MAX ? n : KL_MS_STALLS_MAX,
-      stopped,       nstopped, server->stall_ms,
-      kl__now_ms()};
+/* The partitions of kl_worker_foreach_partition(), as health_json.h
+ * takes them. */
+typedef struct kl_ms_parts {
+  kl__stall_t *owned;
+  int32_t *stopped;
+  size_t nowned, nstopped, cap;
+} kl_ms_parts_t;
+
+static int ms_part(void *opaque, const kl_worker_partition_t *part) {
+  kl_ms_parts_t *parts = opaque;
+  if (parts->nowned == parts->cap || parts->nstopped == parts->cap)
+    return 1;
+  if (part->flags & KL_WORKER_PARTITION_STOPPED)
+    parts->stopped[parts->nstopped++] = part->partition;
+  if (part->flags & KL_WORKER_PARTITION_OWNED)
+    parts->owned[parts->nowned++] = (kl__stall_t){
+        .partition = part->partition,
+        .stalled = (part->flags & KL_WORKER_PARTITION_STALLED) != 0,
+        .for_ms = part->unmoved_ms,
+        .records = (size_t)part->records,
+        .watermark = part->watermark,
+        .oldest_ts_ms = part->oldest_ts_ms,
+        .waiting = (size_t)part->waiting};
+  return 0;
+}
+
+static void ms_health_json(kl__metrics_server_t *server, kl__http_req_t *req,
+                           int status, const char *reason) {
+  kl_ms_parts_t parts = {malloc(KL_MS_PARTS_MAX * sizeof(kl__stall_t)),
+                         malloc(KL_MS_PARTS_MAX * sizeof(int32_t)), 0, 0,
+                         KL_MS_PARTS_MAX};
+  if (parts.owned && parts.stopped)
+    kl_worker_foreach_partition(server->worker, ms_part, &parts);
+  kl__health_t health = {status,        reason,         server->topic,
+                         server->group, parts.owned,    parts.nowned,
+                         parts.stopped, parts.nstopped, server->stall_ms,
+                         kl__now_ms()};
   size_t len = 0;
   char *json = kl__health_json(&health, &len);
-  free(stalls);
+  free(parts.owned);
+  free(parts.stopped);
   if (!json) {
-    ms_text(conn, 503, "out of memory\n");
+    ms_text(req, 503, "out of memory\n");
     return;
   }
-  ms_respond(conn, status, "application/json", json, len);
+  ms_respond(req, status, "application/json", json, len);
   free(json);
 }
 
-static void ms_route(kl_ms_conn_t *conn) {
-  kl__metrics_server_t *server = conn->server;
-  char *query = strchr(conn->url, '?');
+/* Every route answers at its head: none reads a body. */
+static void ms_route(kl__http_conn_t *conn, kl__http_req_t *req, int method,
+                     const char *target, size_t target_len) {
+  kl__metrics_server_t *server = conn->server->opaque;
+  char url[256];
+  if (target_len >= sizeof(url)) {
+    ms_text(req, 400, "the request target is over 255 bytes\n");
+    return;
+  }
+  memcpy(url, target, target_len);
+  url[target_len] = '\0';
+  char *query = strchr(url, '?');
   if (query)
     *query++ = '\0';
-  int is_get = conn->parser.method == HTTP_GET;
-  if (strcmp(conn->url, "/metrics") == 0 && is_get) {
+  int is_get = method == HTTP_GET;
+  if (strcmp(url, "/metrics") == 0 && is_get) {
     size_t len;
     char *text = ms_metrics(server, &len);
     if (!text) {
-      ms_text(conn, 503, "out of memory\n");
+      ms_text(req, 503, "out of memory\n");
       return;
     }
-    ms_respond(conn, 200, KL_METRICS_CONTENT_TYPE, text, len);
+    ms_respond(req, 200, KL_METRICS_CONTENT_TYPE, text, len);
     free(text);
-  } else if (strcmp(conn->url, "/healthz") == 0 && is_get) {
+  } else if (strcmp(url, "/healthz") == 0 && is_get) {
     int json = ms_wants_json(conn, query);
     if (json < 0) {
-      ms_text(conn, 400,
+      ms_text(req, 400,
               "/healthz takes format=text (the default) or "
               "format=json\n");
       return;
@@ -702,145 +506,41 @@ static void ms_route(kl_ms_conn_t *conn) {
     char reason[1536];
     int status = ms_health(server, reason, sizeof(reason));
     if (json)
-      ms_health_json(conn, status, reason);
+      ms_health_json(server, req, status, reason);
     else
-      ms_text(conn, status, reason);
-  } else if (strcmp(conn->url, "/livez") == 0 && is_get) {
+      ms_text(req, status, reason);
+  } else if (strcmp(url, "/livez") == 0 && is_get) {
     char reason[512];
-    ms_text(conn, ms_live(server, reason, sizeof(reason)), reason);
-  } else if (strcmp(conn->url, "/metrics") == 0 ||
-             strcmp(conn->url, "/healthz") == 0 ||
-             strcmp(conn->url, "/livez") == 0) {
-    ms_text(conn, 405, "use GET\n");
+    ms_text(req, ms_live(server, reason, sizeof(reason)), reason);
+  } else if (strcmp(url, "/metrics") == 0 || strcmp(url, "/healthz") == 0 ||
+             strcmp(url, "/livez") == 0) {
+    ms_text(req, 405, "use GET\n");
   } else {
-    ms_text(conn, 404, "not found: GET /metrics, /healthz or /livez\n");
+    ms_text(req, 404, "not found: GET /metrics, /healthz or /livez\n");
   }
 }
 
-static int ms_on_url(http_parser *parser, const char *at, size_t len) {
-  kl_ms_conn_t *conn = parser->data;
-  size_t have = strlen(conn->url);
-  if (have + len >= sizeof(conn->url))
-    return -1;
-  memcpy(conn->url + have, at, len);
-  conn->url[have + len] = '\0';
-  return 0;
+static void ms_body(kl__http_conn_t *conn, kl__http_req_t *req,
+                    const char *body, size_t len) {
+  (void)conn, (void)req, (void)body, (void)len; /* answered at the head */
 }
 
-/* Header names longer than "accept" are another header: only their length
- * is counted, so a field split across reads is matched whole. */
-static int ms_on_field(http_parser *parser, const char *at, size_t len) {
-  kl_ms_conn_t *conn = parser->data;
-  if (conn->in_value)
-    conn->in_value = conn->in_accept = 0, conn->field_len = 0;
-  for (size_t i = 0; i < len; i++, conn->field_len++)
-    if (conn->field_len < sizeof(conn->field))
-      conn->field[conn->field_len] = at[i];
-  return 0;
-}
-
-static int ms_on_value(http_parser *parser, const char *at, size_t len) {
-  kl_ms_conn_t *conn = parser->data;
-  if (!conn->in_value) {
-    conn->in_value = 1;
-    conn->in_accept =
-        conn->field_len == 6 && strncasecmp(conn->field, "accept", 6) == 0;
-  }
-  size_t have = strlen(conn->accept);
-  if (conn->in_accept && have + 1 < sizeof(conn->accept)) {
-    size_t take = sizeof(conn->accept) - have - 1;
-    take = len < take ? len : take;
-    memcpy(conn->accept + have, at, take);
-    conn->accept[have + take] = '\0';
-  }
-  return 0;
-}
-
-static int ms_on_complete(http_parser *parser) {
-  ms_route(parser->data);
-  return -1; /* one request per connection: stop parsing */
-}
-
-static const http_parser_settings kl_ms_settings = {
-    .on_url = ms_on_url,
-    .on_header_field = ms_on_field,
-    .on_header_value = ms_on_value,
-    .on_message_complete = ms_on_complete};
-
-static void ms_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
-  static _Thread_local char chunk[4096]; /* consumed before the next read */
-  *buf = uv_buf_init(chunk, sizeof(chunk));
-}
-
-static void ms_read(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf) {
-  kl_ms_conn_t *conn = stream->data;
-  if (n < 0) {
-    ms_conn_close(conn);
-    return;
-  }
-  if (n == 0 || conn->answered)
-    return;
-  conn->head_bytes += (size_t)n;
-  http_parser_execute(&conn->parser, &kl_ms_settings, buf->base, (size_t)n);
-  if (conn->answered)
-    return;
-  if (conn->parser.http_errno != HPE_OK)
-    ms_text(conn, 400, "bad request\n");
-  else if (conn->head_bytes > KL_MS_HEAD_MAX)
-    ms_text(conn, 431, "request over 8 KiB\n");
-}
-
-static void ms_idle(uv_timer_t *timer) {
-  ms_conn_close(timer->data);
-}
-
-static void ms_accept(uv_stream_t *listener, int status) {
-  kl__metrics_server_t *server = listener->data;
-  if (status < 0)
-    return;
-  kl_ms_conn_t *conn = calloc(1, sizeof(*conn));
-  if (!conn)
-    return;
-  conn->server = server;
-  server->conns++;
-  uv_tcp_init(&server->loop, &conn->tcp);
-  uv_timer_init(&server->loop, &conn->idle);
-  conn->tcp.data = conn->idle.data = conn;
-  if (server->conns > KL_MS_CONNS_MAX && server->oldest) {
-    KL_LOG_D(COMP, "%d connections: closing the oldest idle one",
-             server->conns);
-    ms_conn_close(server->oldest); /* freed on the next loop turn */
-  }
-  /* Closing ones are freed within a loop turn; answered ones within a
-   * write: twice the cap bounds what a burst can hold. */
-  if (uv_accept(listener, (uv_stream_t *)&conn->tcp) != 0 ||
-      server->conns > 2 * KL_MS_CONNS_MAX) {
-    ms_conn_close(conn);
-    return;
-  }
-  ms_list(conn);
-  http_parser_init(&conn->parser, HTTP_REQUEST);
-  conn->parser.data = conn;
-  uv_timer_start(&conn->idle, ms_idle, KL_MS_IDLE_MS, 0);
-  uv_read_start((uv_stream_t *)&conn->tcp, ms_alloc, ms_read);
+static void ms_sweep(uv_timer_t *timer) {
+  kl__metrics_server_t *server = timer->data;
+  kl__http_server_sweep(&server->http);
 }
 
 /* ---- the thread ---- */
 
-static void ms_close_any(uv_handle_t *handle, void *arg) {
-  if (uv_is_closing(handle))
-    return;
-  if (handle->type == UV_TCP && handle->data && handle->data != arg) {
-    ms_conn_close(handle->data);
-    return;
-  }
-  if (handle->type != UV_TIMER)
-    uv_close(handle, NULL);
+/* Closes every handle of the loop, so that uv_run() returns. */
+static void ms_close(kl__metrics_server_t *server) {
+  kl__http_server_close(&server->http);
+  uv_close((uv_handle_t *)&server->stop, NULL);
+  uv_close((uv_handle_t *)&server->sweep, NULL);
 }
 
 static void ms_on_stop(uv_async_t *async) {
-  kl__metrics_server_t *server = async->data;
-  uv_walk(&server->loop, ms_close_any, server);
+  ms_close(async->data);
 }
 
 static void *ms_main(void *opaque) {
@@ -871,22 +571,44 @@ static rd_kafka_t *ms_kafka(const kl_conf_t *conf) {
   return rk;
 }
 
+/* Bounds: 32 connections waiting for their request (a new one past them
+ * closes the oldest, so idle clients cannot lock a liveness probe out),
+ * 64 held at all; a head of 8 KiB, no body past 8 KiB; 10 s for a request
+ * to arrive and for an idle connection; one request per connection. */
 static kl_err_t ms_listen(kl__metrics_server_t *server, const char *listen) {
+  static const kl__http_opts_t opts = {.component = COMP,
+                                       .max_connections = KL_MS_CONNS_MAX,
+                                       .evict_idle = true,
+                                       .max_header = KL_MS_HEAD_MAX,
+                                       .max_body = KL_MS_BODY_MAX,
+                                       .max_pipeline = 1,
+                                       .max_output = 1,
+                                       .idle_timeout_ms = KL_MS_IDLE_MS,
+                                       .request_timeout_ms = KL_MS_IDLE_MS,
+                                       .timeout_hint = "10 s",
+                                       .header_hint = "8 KiB",
+                                       .body_hint = "8 KiB",
+                                       .one_request = true};
+  static const kl__http_hooks_t hooks = {.req_size = sizeof(kl__http_req_t),
+                                         .head = ms_route,
+                                         .body = ms_body,
+                                         .error = ms_error};
   struct sockaddr_storage addr;
   kl_err_t err = kl__listen_addr("--metrics-listen", listen, &addr);
   if (err)
     return err;
   if (uv_loop_init(&server->loop) != 0)
     return kl__err(KL_EIO, "--metrics-listen: cannot start a libuv loop");
-  uv_tcp_init(&server->loop, &server->listener);
   uv_async_init(&server->loop, &server->stop, ms_on_stop);
-  server->listener.data = server->stop.data = server;
-  err = kl__listen_start(&server->listener, "--metrics-listen", listen, 64,
-                         ms_accept, &server->port);
-  if (!err)
+  uv_timer_init(&server->loop, &server->sweep);
+  server->stop.data = server->sweep.data = server;
+  err = kl__http_server_init(&server->http, &server->loop, &opts, &hooks,
+                             server, "--metrics-listen", listen, 64);
+  if (!err) {
+    uv_timer_start(&server->sweep, ms_sweep, KL_MS_SWEEP_MS, KL_MS_SWEEP_MS);
     return KL_OK;
-  uv_close((uv_handle_t *)&server->listener, NULL);
-  uv_close((uv_handle_t *)&server->stop, NULL);
+  }
+  ms_close(server);
   uv_run(&server->loop, UV_RUN_DEFAULT);
   uv_loop_close(&server->loop);
   return err;
@@ -904,7 +626,6 @@ kl_err_t kl__metrics_server_start(const char *listen, const kl_conf_t *conf,
   server->worker = worker;
   server->store = store;
   server->stall_ms = kl__conf_int(conf, "worker.stall.ms");
-  server->outbox_stall_ms = kl__conf_int(conf, "worker.outbox.stall.ms");
   if (!(server->group = strdup(kl_conf_get(conf, "worker.group")))) {
     free(server->topic);
     free(server);
@@ -915,8 +636,7 @@ kl_err_t kl__metrics_server_start(const char *listen, const kl_conf_t *conf,
     server->rk = ms_kafka(conf);
   if (!err && pthread_create(&server->thread, NULL, ms_main, server) != 0) {
     err = kl__err(KL_EIO, "--metrics-listen: cannot start its thread");
-    uv_close((uv_handle_t *)&server->listener, NULL);
-    uv_close((uv_handle_t *)&server->stop, NULL);
+    ms_close(server);
     uv_run(&server->loop, UV_RUN_DEFAULT);
     uv_loop_close(&server->loop);
   }
@@ -929,13 +649,13 @@ kl_err_t kl__metrics_server_start(const char *listen, const kl_conf_t *conf,
     return err;
   }
   KL_LOG_I(COMP, "serving /metrics, /healthz and /livez on %s (port %d)",
-           listen, server->port);
+           listen, server->http.port);
   *out = server;
   return KL_OK;
 }
 
 int kl__metrics_server_port(const kl__metrics_server_t *server) {
-  return server->port;
+  return server->http.port;
 }
 
 void kl__metrics_server_stop(kl__metrics_server_t *server) {

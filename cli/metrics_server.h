@@ -20,30 +20,21 @@
  * partition is stopped because its log went backwards or lost records)
  * and keylane_worker_gap_records_total{topic,partition}.
  *
- * GET /healthz is 200 "ok" while the worker runs and the store answers a
- * read; 503 with the reason when a partition is stopped by the log guard
- * (the first one's message), when the topic's partition count differs
- * from the expected one (the worker stopped taking it), when the store
- * fails to answer, or when the
- * worker was fenced (stats.fenced grew) and has committed nothing since,
- * or owns no partition after a fence: kl_worker_stats_t.owned drops only
- * when Kafka revokes a partition, not when the worker drops a fenced lane,
- * so "no commit since the fence" stands for "owns nothing any more". A
- * worker fenced on some partitions that keeps committing others is
- * healthy. The store probe is a read (kl_store_partition()), not a write:
- * a write would need an epoch; an unwritable store shows up as the
- * worker's own commit errors.
+ * GET /healthz answers kl_worker_health()'s verdict (keylane/worker.h,
+ * worker/worker_health.c says what it checks): 200 with its reason when
+ * OK or DEGRADED, 503 when FAILING.
  *
  * GET /healthz?format=json, or with an Accept header naming
  * application/json, answers the same status code with a JSON document and
  * a Burrow-style status per partition (cli/health_json.h);
  * ?format=text forces the plain answer, another format= is a 400.
  *
- * Bounds: 32 connections waiting for their request; a new one past them
- * closes the oldest waiting one (idle clients cannot lock a liveness probe
- * out), and at most 64 are held at all, those being answered included; a
- * request head of 8 KiB, 10 s idle timeout; one request per connection
- * (Connection: close).
+ * The connections are common/http.h's, with its strict framing: 32
+ * waiting for their request (a new one past them closes the oldest
+ * waiting one, so idle clients cannot lock a liveness probe out), 64 held
+ * at all; a head of 8 KiB (431), a body of 8 KiB (413), 10 s for a
+ * request to arrive (408) and for an idle connection; one request per
+ * connection (Connection: close). Errors are text, like the answers.
  *
  * Caveats: the server reads @p worker and @p store from its own thread;
  * both are borrowed and must outlive kl__metrics_server_stop().

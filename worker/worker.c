@@ -87,6 +87,9 @@ struct kl_worker {
   int64_t acquire_wait_ms; /* worker.acquire.wait */
   kl_err_t unowned; /* an assigned partition could not be taken: stopped */
   char unowned_why[1024];
+  /* kl_worker_health()'s memory of a fence, guarded by why_mu: the fenced
+   * count it last saw grow, and the batch count then. */
+  uint64_t health_fenced, health_batches;
 };
 
 #define KL_COMP "worker"
@@ -1161,6 +1164,30 @@ size_t kl__worker_stalls(kl_worker_t *worker, kl__stall_t *out, size_t max) {
 
 int kl__worker_unowned(const kl_worker_t *worker) {
   return worker->unowned != KL_OK;
+}
+
+const char *kl__worker_topic(const kl_worker_t *worker) {
+  return worker->topic;
+}
+
+kl_store_t *kl__worker_store(const kl_worker_t *worker) {
+  return worker->store;
+}
+
+const kl_conf_t *kl__worker_conf(const kl_worker_t *worker) {
+  return worker->conf;
+}
+
+uint64_t kl__worker_fence_batches(kl_worker_t *worker, uint64_t fenced,
+                                  uint64_t batches) {
+  pthread_mutex_lock(&worker->why_mu);
+  if (fenced > worker->health_fenced) {
+    worker->health_fenced = fenced;
+    worker->health_batches = batches;
+  }
+  uint64_t at = worker->health_batches;
+  pthread_mutex_unlock(&worker->why_mu);
+  return at;
 }
 
 uint64_t kl__worker_commits_failing(kl_worker_t *worker, int64_t *for_ms,

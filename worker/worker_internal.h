@@ -121,4 +121,21 @@ int kl__worker_unowned(const kl_worker_t *worker);
 uint64_t kl__worker_commits_failing(kl_worker_t *worker, int64_t *for_ms,
                                     char *why, size_t size);
 
+/* ---- what kl_worker_health() (worker_health.c) reads ---- */
+
+/** The worker's topic, store and configuration: borrowed, valid until
+ *  kl_worker_destroy(). Any thread. */
+const char *kl__worker_topic(const kl_worker_t *worker);
+kl_store_t *kl__worker_store(const kl_worker_t *worker);
+const kl_conf_t *kl__worker_conf(const kl_worker_t *worker);
+
+/**
+ * Remembers @p batches when @p fenced (stats.fenced) grew since the last
+ * call. Any thread.
+ * @returns the batch count at the last growth of the fenced count: no
+ *          commit since a fence while stats.batches still equals it.
+ */
+uint64_t kl__worker_fence_batches(kl_worker_t *worker, uint64_t fenced,
+                                  uint64_t batches);
+
 #endif

@@ -272,6 +272,140 @@ KL_EXPORT kl_err_t kl_worker_stats(const kl_worker_t *worker,
 /** Frees @p worker (after kl_worker_run() returned); accepts NULL. */
 KL_EXPORT void kl_worker_destroy(kl_worker_t *worker);
 
+/* ---- Health and partition state, for an embedder's own probes ---------
+ *
+ * What `keylane worker --metrics-listen` serves as /healthz and per
+ * partition, as calls: a program that embeds the worker answers its own
+ * probes with them (docs/operations.md, "Metrics, health and the
+ * dashboard"). Both read the worker from any thread while kl_worker_run()
+ * runs, and before and after it; each call reads the store once (a
+ * PostgreSQL round trip).
+ */
+
+/** The verdict of kl_worker_health(). */
+typedef enum kl_worker_health_status {
+  KL_WORKER_HEALTH_OK = 0,       /**< runs and commits (/healthz 200 "ok") */
+  KL_WORKER_HEALTH_DEGRADED = 1, /**< runs, but needs an operator; a
+                                      restart would not help (200
+                                      "degraded: ...") */
+  KL_WORKER_HEALTH_FAILING = 2,  /**< cannot make progress (503
+                                      "unhealthy: ...") */
+} kl_worker_health_status_t;
+
+/** Which check decided a verdict other than OK: the first that failed,
+ *  in this order. */
+typedef enum kl_worker_health_cause {
+  KL_WORKER_CAUSE_NONE = 0,
+  KL_WORKER_CAUSE_KAFKA_WAIT = 1,      /**< kl_worker_run() waits for Kafka
+                                            at start (worker.kafka.wait) */
+  KL_WORKER_CAUSE_PARTITION_COUNT = 2, /**< the topic's partition count is
+                                            not the one the fleet expects */
+  KL_WORKER_CAUSE_STORE = 3,           /**< the store does not answer */
+  KL_WORKER_CAUSE_COMMITS_FAILING = 4, /**< the last 3 or more group
+                                            commits failed, none since */
+  KL_WORKER_CAUSE_FENCED = 5,          /**< fenced, nothing committed since */
+  KL_WORKER_CAUSE_LOG_STOPPED = 6,     /**< a partition's log went
+                                            backwards or lost records */
+  KL_WORKER_CAUSE_STALLED = 7,         /**< a partition holds records and
+                                            its watermark has not moved for
+                                            worker.stall.ms */
+  KL_WORKER_CAUSE_OUTBOX_STALLED = 8,  /**< follow-ups unacknowledged for
+                                            worker.outbox.stall.ms */
+  KL_WORKER_CAUSE_OUTBOX_KEPT = 9,     /**< follow-ups Kafka refuses are kept
+                                            in the store (DEGRADED) */
+} kl_worker_health_cause_t;
+
+/**
+ * The worker's health. The caller sets @c size to sizeof(kl_worker_health_t)
+ * before the call; the library fills only that many bytes, so a program
+ * built against an older header keeps working when fields are added here,
+ * at the end.
+ */
+typedef struct kl_worker_health {
+  size_t size; /**< in: sizeof(kl_worker_health_t) as the caller knows it */
+  kl_worker_health_status_t status;
+  kl_worker_health_cause_t cause;
+  int32_t owned; /**< partitions owned now (Kafka's assignment) */
+  /** For a person: "ok: owns 2 partitions", or what is wrong, the figures
+   *  and the fix (what /healthz answers; ends with a newline). */
+  char reason[1536];
+} kl_worker_health_t;
+
+/**
+ * Decides the worker's health as `keylane worker`'s /healthz does.
+ * @param health  its @c size set by the caller; filled.
+ * @returns KL_OK (also for a FAILING verdict: the verdict is in
+ *          @p health); KL_EINVAL for a NULL argument or a @c size below
+ *          offsetof(kl_worker_health_t, reason) + 1.
+ * @remark  Any thread. Remembers the fenced count it saw, so "fenced and
+ *          nothing committed since" spans calls.
+ */
+KL_EXPORT kl_err_t kl_worker_health(kl_worker_t *worker,
+                                    kl_worker_health_t *health);
+
+/** A partition's verdict (Burrow's consumer statuses). */
+typedef enum kl_worker_partition_status {
+  KL_WORKER_PARTITION_OK = 0,
+  KL_WORKER_PARTITION_WARN = 1,  /**< a key waits in retry backoff, or the
+                                      watermark has not moved for half of
+                                      worker.stall.ms while holding records */
+  KL_WORKER_PARTITION_STALL = 2, /**< not moved for worker.stall.ms */
+  KL_WORKER_PARTITION_ERR = 3,   /**< stopped: its log went backwards or
+                                      lost records (keylane store reset) */
+} kl_worker_partition_status_t;
+
+/** Flags of kl_worker_partition_t: why a partition does not move. */
+#define KL_WORKER_PARTITION_STOPPED 0x1u  /**< by the log guard (ERR) */
+#define KL_WORKER_PARTITION_STALLED 0x2u  /**< see _STALL */
+#define KL_WORKER_PARTITION_RETRYING 0x4u /**< keys wait in retry backoff */
+#define KL_WORKER_PARTITION_RESIZED                                            \
+  0x8u /**< the topic's partition count                                        \
+            changed: nothing more is taken */
+#define KL_WORKER_PARTITION_OWNED                                              \
+  0x10u /**< owned now (a stopped partition                                    \
+             may be listed after it is not) */
+
+/**
+ * One partition of the worker's topic, as kl_worker_foreach_partition()
+ * hands it over: borrowed for the callback only. @c size is
+ * sizeof(kl_worker_partition_t) as the library was built: a program built
+ * against a newer header reads a field only when it lies within @c size.
+ */
+typedef struct kl_worker_partition {
+  size_t size;
+  int32_t partition;
+  kl_worker_partition_status_t status;
+  unsigned flags;       /**< KL_WORKER_PARTITION_* */
+  uint64_t epoch;       /**< the owner epoch in the store; 0: none read */
+  int64_t watermark;    /**< next offset to apply */
+  int64_t high;         /**< Kafka's high watermark as last fetched; -1
+                             unknown */
+  int64_t lag;          /**< high - watermark (>= 0); -1 when unknown */
+  double lag_seconds;   /**< age of the oldest unapplied record taken in,
+                             from its envelope ts; 0 when none waits */
+  int64_t oldest_ts_ms; /**< that record's envelope ts (ms since the
+                             epoch); 0: none held, or none with a ts */
+  uint64_t records;     /**< records held in the partition's window */
+  uint64_t waiting;     /**< of them, in retry backoff */
+  int64_t unmoved_ms;   /**< how long the watermark has not moved while
+                             holding records; 0 when it holds none */
+} kl_worker_partition_t;
+
+/** @returns 0 to go on, nonzero to stop kl_worker_foreach_partition(). */
+typedef int(kl_worker_partition_cb_t)(void *opaque,
+                                      const kl_worker_partition_t *partition);
+
+/**
+ * Calls @p cb for every partition the worker owns, in partition order,
+ * then for every partition the log guard stopped that it no longer owns.
+ * @returns KL_OK (also when @p cb stopped it); KL_EINVAL for NULL
+ *          arguments; KL_ENOMEM.
+ * @remark  Any thread; @p cb runs on the calling thread.
+ */
+KL_EXPORT kl_err_t kl_worker_foreach_partition(kl_worker_t *worker,
+                                               kl_worker_partition_cb_t *cb,
+                                               void *opaque);
+
 #ifdef __cplusplus
 }
 #endif

@@ -74,7 +74,7 @@ seed() {
     printf 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/topics/events/route?key=k%%20x HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nOrigin: https://app.example.com\r\n\r\n' >"$dir/pipelined"
     printf 'POST /v1/topics/events/events HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Type: application/msgpack\r\nExpect: 100-continue\r\n\r\n3\r\n\x81\xa1k\r\n0\r\n\r\n' >"$dir/chunked"
     printf 'POST /v1/topics/x.dlq/events HTTP/1.1\r\nContent-Length : 2\r\nX: a\r\n b\r\nTransfer-Encoding: gzip, chunked\r\n\r\n{}' >"$dir/smuggle"
-    # RFC 9112's chunked framing (broker/gateway_chunked.c): extensions,
+    # RFC 9112's chunked framing (common/http_chunked.c): extensions,
     # trailers, a body split in chunks, then near misses of each; Host.
     c='POST /v1/topics/events/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n'
     printf "${c}"'a ; n = "q\\" v";m=t\r\n{"key":"a"\r\nc\r\n,"type":"t"}\r\n0;z\r\nX-T: 1\r\n\r\n' >"$dir/chunked-ext"

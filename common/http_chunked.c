@@ -5,8 +5,8 @@
  * takes any two bytes after chunk data for its CRLF, anything after a
  * chunk size up to a CR ("16 \r\n", "16;\n...\r\n") and a bare LF to end
  * the trailer section. A proxy in front that reads the same bytes by the
- * RFC sees other messages than the gateway does: a request smuggled past
- * it. So gateway_http.c feeds the bytes of every chunked body here
+ * RFC sees other messages than this server does: a request smuggled past
+ * it. So http.c feeds the bytes of every chunked body here
  * as well, ahead of http-parser, and refuses the request when this finds
  * them malformed:
  *
@@ -20,13 +20,13 @@
  * BWS is optional spaces or tabs; so whitespace is allowed before a ';'
  * or around '=', never at the end of the line. A size line (size and
  * extensions) is at most KL_CHUNK_LINE_MAX bytes: http-parser skips
- * extensions unbounded. The trailer lines are counted against --max-header
- * by gateway_http.c (http-parser reports them as headers).
+ * extensions unbounded. The trailer lines are counted against max_header
+ * by http.c (http-parser reports them as headers).
  */
 #include <string.h>
 
 #include "common/bytes.h"
-#include "broker/gateway_internal.h"
+#include "common/http.h"
 
 #define KL_CHUNK_LINE_MAX 4096
 
@@ -54,16 +54,16 @@ enum {
   KL_CH_BAD,
 };
 
-void kl__gw_chunked_init(kl__gw_chunked_t *c) {
+void kl__http_chunked_init(kl__http_chunked_t *c) {
   memset(c, 0, sizeof(*c));
   c->state = KL_CH_SIZE0;
 }
 
-bool kl__gw_chunked_done(const kl__gw_chunked_t *c) {
+bool kl__http_chunked_done(const kl__http_chunked_t *c) {
   return c->state == KL_CH_DONE;
 }
 
-static int chunked_bad(kl__gw_chunked_t *c, const char *why) {
+static int chunked_bad(kl__http_chunked_t *c, const char *why) {
   c->state = KL_CH_BAD;
   c->why = why;
   return KL_CH_BAD;
@@ -71,7 +71,7 @@ static int chunked_bad(kl__gw_chunked_t *c, const char *why) {
 
 /* Where a byte of the size line goes: an extension follows ';', the line
  * ends at CR; whitespace only before a ';' or around '='. */
-static int ext_next(kl__gw_chunked_t *c, unsigned char ch, int state) {
+static int ext_next(kl__http_chunked_t *c, unsigned char ch, int state) {
   bool ws = ch == ' ' || ch == '\t';
   switch (state) {
   case KL_CH_SIZE:
@@ -93,17 +93,18 @@ static int ext_next(kl__gw_chunked_t *c, unsigned char ch, int state) {
                : chunked_bad(c, "whitespace ends a chunk-size line (only a ';' "
                                 "and a chunk extension may follow it)");
   case KL_CH_NAME0:
-    return ws                 ? KL_CH_NAME0
-           : kl__gw_tchar(ch) ? KL_CH_NAME
-                              : chunked_bad(c, "a chunk extension has no name");
+    return ws ? KL_CH_NAME0
+           : kl__http_tchar(ch)
+               ? KL_CH_NAME
+               : chunked_bad(c, "a chunk extension has no name");
   case KL_CH_NAME:
-    return kl__gw_tchar(ch) ? KL_CH_NAME
-           : ch == '='      ? KL_CH_VALUE0
-           : ch == ';'      ? KL_CH_NAME0
-           : ch == '\r'     ? KL_CH_SIZE_LF
-           : ws             ? KL_CH_NAME_BWS
-                            : chunked_bad(c, "a chunk extension's name holds a "
-                                                         "byte names may not hold");
+    return kl__http_tchar(ch) ? KL_CH_NAME
+           : ch == '='        ? KL_CH_VALUE0
+           : ch == ';'        ? KL_CH_NAME0
+           : ch == '\r'       ? KL_CH_SIZE_LF
+           : ws               ? KL_CH_NAME_BWS
+                : chunked_bad(c, "a chunk extension's name holds a "
+                                 "byte names may not hold");
   case KL_CH_NAME_BWS:
     return ws          ? KL_CH_NAME_BWS
            : ch == '=' ? KL_CH_VALUE0
@@ -112,18 +113,18 @@ static int ext_next(kl__gw_chunked_t *c, unsigned char ch, int state) {
                : chunked_bad(c, "whitespace ends a chunk-size line (only "
                                 "'=' or ';' may follow an extension's name)");
   case KL_CH_VALUE0:
-    return ws                 ? KL_CH_VALUE0
-           : ch == '"'        ? KL_CH_QUOTED
-           : kl__gw_tchar(ch) ? KL_CH_TOKEN
-                              : chunked_bad(c, "a chunk extension's value is "
-                                               "neither a token nor quoted");
+    return ws                   ? KL_CH_VALUE0
+           : ch == '"'          ? KL_CH_QUOTED
+           : kl__http_tchar(ch) ? KL_CH_TOKEN
+                                : chunked_bad(c, "a chunk extension's value is "
+                                                 "neither a token nor quoted");
   case KL_CH_TOKEN:
-    return kl__gw_tchar(ch) ? KL_CH_TOKEN
-           : ch == ';'      ? KL_CH_NAME0
-           : ch == '\r'     ? KL_CH_SIZE_LF
-           : ws             ? KL_CH_BWS
-                            : chunked_bad(c, "a chunk extension's value holds "
-                                                         "a byte tokens may not hold");
+    return kl__http_tchar(ch) ? KL_CH_TOKEN
+           : ch == ';'        ? KL_CH_NAME0
+           : ch == '\r'       ? KL_CH_SIZE_LF
+           : ws               ? KL_CH_BWS
+                : chunked_bad(c, "a chunk extension's value holds "
+                                 "a byte tokens may not hold");
   case KL_CH_QUOTED: /* qdtext: HTAB, SP, VCHAR but '"' and '\', obs-text */
     return ch == '"'    ? KL_CH_QUOTED_END
            : ch == '\\' ? KL_CH_QUOTED_ESC
@@ -162,7 +163,7 @@ static const struct {
 };
 
 /* One byte outside chunk data; @returns the next state. */
-static int chunked_step(kl__gw_chunked_t *c, unsigned char ch) {
+static int chunked_step(kl__http_chunked_t *c, unsigned char ch) {
   for (size_t i = 0; i < sizeof(kl_one_byte) / sizeof(kl_one_byte[0]); i++)
     if (kl_one_byte[i].state == c->state)
       return ch == (unsigned char)kl_one_byte[i].want
@@ -196,7 +197,7 @@ static int chunked_step(kl__gw_chunked_t *c, unsigned char ch) {
   }
 }
 
-int kl__gw_chunked_scan(kl__gw_chunked_t *c, const char *buf, size_t len) {
+int kl__http_chunked_scan(kl__http_chunked_t *c, const char *buf, size_t len) {
   size_t i = 0;
   while (i < len && c->state != KL_CH_DONE && c->state != KL_CH_BAD) {
     if (c->state == KL_CH_DATA) {

@@ -1,0 +1,156 @@
+/*
+ * The worker's metrics server on keylane's HTTP layer (common/http.h):
+ * the strictness and limits the gateway has, with text answers. A head
+ * over 8 KiB is 431, a body over 8 KiB 413 (no route reads one), a
+ * header name with a space before its colon 400, a transfer coding other
+ * than chunked 501, an HTTP/1.1 request without Host 400, a request that
+ * does not arrive whole within 10 s 408 (slowloris), and a second request
+ * on a connection is not answered (one request per connection). Each
+ * refusal closes its connection.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cli/metrics_server.h"
+#include "support/cluster.h"
+#include "support/http.h"
+#include "support/support.h"
+
+typedef struct kl_fx {
+  char dir[64];
+  kl_t_cluster_t *cluster;
+  kl_store_t *store;
+  kl_t_worker_t *w;
+  kl__metrics_server_t *server;
+  int port;
+} kl_fx_t;
+
+static int kl_setup(void **state) {
+  kl_fx_t *fx = calloc(1, sizeof(*fx));
+  kl_t_tmpdir(fx->dir);
+  assert_int_equal(kl_t_cluster_new(1, "mhttp", 1, &fx->cluster), KL_OK);
+  assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
+  fx->w = kl_t_worker_new(kl_t_bootstrap(fx->cluster), kl_t_topic(fx->cluster),
+                          kl_t_group(fx->cluster, "g"), fx->store, NULL);
+  assert_int_equal(
+      kl__metrics_server_start("127.0.0.1:0", NULL, kl_t_topic(fx->cluster),
+                               fx->w->worker, fx->store, &fx->server),
+      KL_OK);
+  fx->port = kl__metrics_server_port(fx->server);
+  *state = fx;
+  return 0;
+}
+
+static int kl_teardown(void **state) {
+  kl_fx_t *fx = *state;
+  kl__metrics_server_stop(fx->server);
+  kl_worker_destroy(fx->w->worker);
+  free(fx->w);
+  kl_store_destroy(fx->store);
+  kl_t_cluster_destroy(fx->cluster);
+  kl_t_rmrf(fx->dir);
+  free(fx);
+  return 0;
+}
+
+/* Sends @p raw on a new connection; the answer must be @p status with
+ * @p says in its body, and the connection closed after it. */
+static void kl_expect(int port, const char *raw, size_t len, int status,
+                      const char *says, int timeout_ms) {
+  kl_t_http_t *http = kl_t_http_open(port);
+  assert_non_null(http);
+  assert_int_equal(kl_t_http_send(http, raw, len), 0);
+  kl_t_http_resp_t resp = {0};
+  assert_int_equal(kl_t_http_recv(http, &resp, timeout_ms), 0);
+  if (resp.status != status || !resp.body || !strstr(resp.body, says))
+    fail_msg("wanted %d \"%s\", got %d: %s", status, says, resp.status,
+             resp.body ? resp.body : "");
+  assert_false(resp.keep_alive);
+  kl_t_http_resp_free(&resp);
+  kl_t_http_resp_t more = {0};
+  assert_int_equal(kl_t_http_recv(http, &more, 2000), -1); /* closed */
+  kl_t_http_resp_free(&more);
+  kl_t_http_close(http);
+}
+
+static void test_sizes(void **state) {
+  kl_fx_t *fx = *state;
+  size_t len;
+  static char big[9000];
+  memset(big, 'a', sizeof(big));
+  char *req = kl_t_http_format("POST", "/livez", NULL, big, sizeof(big), &len);
+  kl_expect(fx->port, req, len, 413, "the limit is 8192 (8 KiB)", 5000);
+  free(req);
+  char head[9300];
+  len = (size_t)snprintf(head, sizeof(head),
+                         "GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                         "X-Long: %.*s\r\n\r\n",
+                         9000, big);
+  req = strdup(head);
+  kl_expect(fx->port, req, len, 431, "exceed 8192 bytes (8 KiB)", 5000);
+  free(req);
+}
+
+static void test_framing(void **state) {
+  kl_fx_t *fx = *state;
+  static const struct {
+    const char *raw;
+    int status;
+    const char *says;
+  } cases[] = {
+      {"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length : 0\r\n\r\n", 400,
+       "header name holds a space"},
+      {"POST /livez HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, "
+       "chunked\r\n\r\n",
+       501, "implements chunked alone"},
+      {"GET /healthz HTTP/1.1\r\n\r\n", 400, "no Host header"},
+      {"GET /healthz HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n", 400,
+       "obs-fold"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    kl_expect(fx->port, cases[i].raw, strlen(cases[i].raw), cases[i].status,
+              cases[i].says, 5000);
+}
+
+/* A client that sends its head slowly is answered 408 and let go, not
+ * held: the 10 s bound, checked every second. */
+static void test_slow_request(void **state) {
+  kl_fx_t *fx = *state;
+  const char *raw = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
+  kl_expect(fx->port, raw, strlen(raw), 408, "within 10000 ms (10 s)", 15000);
+}
+
+/* One request per connection: the first is answered with Connection:
+ * close, the one pipelined after it is not. */
+static void test_one_request(void **state) {
+  kl_fx_t *fx = *state;
+  const char *two = "GET /livez HTTP/1.1\r\nHost: x\r\n\r\n"
+                    "GET /livez HTTP/1.1\r\nHost: x\r\n\r\n";
+  kl_t_http_t *http = kl_t_http_open(fx->port);
+  assert_non_null(http);
+  assert_int_equal(kl_t_http_send(http, two, strlen(two)), 0);
+  kl_t_http_resp_t resp = {0};
+  assert_int_equal(kl_t_http_recv(http, &resp, 5000), 0);
+  assert_int_equal(resp.status, 200);
+  assert_false(resp.keep_alive);
+  kl_t_http_resp_free(&resp);
+  assert_int_equal(kl_t_http_recv(http, &resp, 2000), -1);
+  kl_t_http_resp_free(&resp);
+  kl_t_http_close(http);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_sizes, kl_setup, kl_teardown),
+      cmocka_unit_test_setup_teardown(test_framing, kl_setup, kl_teardown),
+      cmocka_unit_test_setup_teardown(test_slow_request, kl_setup, kl_teardown),
+      cmocka_unit_test_setup_teardown(test_one_request, kl_setup, kl_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
