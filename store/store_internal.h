@@ -182,7 +182,6 @@ void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition);
  *  (PostgreSQL), so that a caller decodes ids for it only then. */
 int kl__store_has_prefetch(kl_store_t *store);
 
-
 /**
  * kl_store_begin() and kl_txn_prefetch() of @p ids in one go, without
  * waiting for either, on a backend that can (PostgreSQL: BEGIN, the epoch
