@@ -183,6 +183,9 @@ static int worker_main(kl_conf_t *conf, const worker_args_t *opts) {
             worker, kl__conf_int(conf, "worker.shutdown.timeout"), &the_guard))
       KL_LOG_W("worker", "%s; a stop is not bounded", kl_err_detail());
     err = kl_worker_run(worker);
+    /* kl_worker_stats() clears the thread's detail, as every call does */
+    char why[1024];
+    snprintf(why, sizeof(why), "%s", err ? kl_err_detail() : "");
     kl_worker_stats_t st;
     kl_worker_stats(worker, &st, sizeof(st));
     KL_LOG_I("worker",
@@ -190,7 +193,7 @@ static int worker_main(kl_conf_t *conf, const worker_args_t *opts) {
              " redelivered=%" PRIu64 " batches=%" PRIu64 " fenced=%" PRIu64,
              st.applied, st.duplicates, st.redelivered, st.batches, st.fenced);
     if (err)
-      rc = kl__cli_fail(SUB, "%s", kl_err_detail());
+      rc = kl__cli_fail(SUB, "%s", why);
     if (err && kl__worker_unowned(worker))
       rc = KL_EXIT_UNOWNED;
     kl__metrics_server_stop(metrics);
