@@ -9,7 +9,9 @@
 #include "cli/config_file.h"
 #include "common/conf.h"
 #include "common/internal.h"
+#include "common/log.h"
 #include "common/units.h"
+#include "store/location.h"
 
 #define HELP_COLUMN_MAX 30 /* where an option's description starts, at most */
 
@@ -217,6 +219,22 @@ static int opt_set_key(const parser_t *p, const kl__opt_t *o,
   return kl__cli_usage(p->cmd->name, "--%s: %s", o->name, kl_err_detail());
 }
 
+/* A store URI with a password on the command line is in every local
+ * user's process list for as long as the command runs: said, with where
+ * the password goes instead. */
+static void store_arg_warn(const char *cmd, const char *uri) {
+  size_t size = strlen(uri) + 64;
+  char *shown = malloc(size);
+  if (shown && strcmp(kl__location_redact(uri, shown, size), uri) != 0)
+    KL_LOG_W("cli",
+             "--store holds a password, which every user of this host can "
+             "read in the process list while keylane %s runs: put the URI "
+             "in a --config file (store.uri = @FILE, or ${NAME} from the "
+             "environment), or the password in libpq's PGPASSFILE",
+             cmd);
+  free(shown);
+}
+
 /* Checks @p text against @p o and stores it; -1 to go on, or the exit
  * code. @p text is NULL for a FLAG. */
 static int take(const parser_t *p, const kl__opt_t *o, const char *text) {
@@ -231,8 +249,10 @@ static int take(const parser_t *p, const kl__opt_t *o, const char *text) {
                      : kl__cli_usage(p->cmd->name, "write --config FILE in "
                                                    "full: it is read before "
                                                    "the other options");
-  if (!o->key && strcmp(o->name, "store") == 0)
+  if (!o->key && strcmp(o->name, "store") == 0) {
     kl__config_note("store.uri", "--store");
+    store_arg_warn(p->cmd->name, text);
+  }
   void *field = (char *)p->args + o->off;
   if (o->parse)
     return o->parse(o, text, field) == KL_OK

@@ -214,6 +214,15 @@ static void test_refusals(void **state) {
            NULL, 0, &r);
   assert_int_equal(r.rc, 0);
   assert_null(strstr(r.out, SECRET));
+  /* a password on the command line: a warning naming where it goes */
+  assert_non_null(strstr(r.err, "--store holds a password"));
+  assert_non_null(strstr(r.err, "PGPASSFILE"));
+  assert_null(strstr(r.err, SECRET));
+  kl_t_run_free(&r);
+  kl_t_run((const char *[]){"config", "--store", "./elsewhere", NULL}, NULL, 0,
+           &r); /* none: no warning */
+  assert_int_equal(r.rc, 0);
+  assert_null(strstr(r.err, "holds a password"));
   kl_t_run_free(&r);
 
   /* a secret written in a file others may read: a warning naming the fix */
