@@ -196,18 +196,21 @@ const char *kl__apply_ident_text(const char *ident, size_t len, char *out,
   return out;
 }
 
+kl_err_t kl__apply_set_last(kl_decoder_t *decoder, kl_txn_t *txn,
+                            const rd_kafka_message_t *m) {
+  char ident[KL__SID_MAX];
+  size_t len = kl__apply_ident(decoder, m, ident);
+  return kl__txn_set_last(txn, ident, len);
+}
+
 /* The identity of the record at @p watermark - 1, when it is among
  * @p msgs, into @p txn: what a new owner compares with the log. */
 static kl_err_t set_last(const kl__applier_t *a, kl_txn_t *txn,
                          rd_kafka_message_t *const *msgs, size_t count,
                          int64_t watermark) {
-  for (size_t i = count; i-- > 0;) {
-    if (msgs[i]->offset != watermark - 1)
-      continue;
-    char ident[KL__SID_MAX];
-    size_t len = kl__apply_ident(a->decoder, msgs[i], ident);
-    return kl__txn_set_last(txn, ident, len);
-  }
+  for (size_t i = count; i-- > 0;)
+    if (msgs[i]->offset == watermark - 1)
+      return kl__apply_set_last(a->decoder, txn, msgs[i]);
   return KL_OK;
 }
 
@@ -277,17 +280,7 @@ kl_err_t kl__apply_batch(const kl__applier_t *a, int32_t partition,
   }
   if (a->before_commit)
     a->before_commit(a->hook_opaque, a->topic, partition, epoch);
-  kl__commit_fate_t fate =
-      a->commit_fate ? a->commit_fate(a->hook_opaque, partition, epoch)
-                     : KL__COMMIT_GO;
-  if (fate == KL__COMMIT_ABORT) {
-    kl_store_abort(txn);
-    return kl__err(KL_ESTORE_BUSY, "test seam: the commit was aborted");
-  }
   err = kl_store_commit(txn, res->next);
   res->committed = err == KL_OK;
-  return fate == KL__COMMIT_LOST
-             ? kl__err(KL_ESTORE_BUSY,
-                       "test seam: the commit's answer was lost")
-             : err;
+  return err;
 }

@@ -22,18 +22,6 @@
  * on; another error stops the batch, which applies nothing and returns it. */
 typedef kl_err_t(kl__tick_fn)(void *opaque, int32_t partition);
 
-/* A test seam (tests/sim/sim.c): what kl__apply_batch() does where it
- * would commit, after applier->before_commit. */
-typedef enum kl__commit_fate {
-  KL__COMMIT_GO = 0, /* commit */
-  KL__COMMIT_ABORT,  /* abort and return KL_ESTORE_BUSY: a failed commit,
-                        or the owner dying there */
-  KL__COMMIT_LOST,   /* commit, then return KL_ESTORE_BUSY whatever the
-                        outcome: an answer lost on its way back */
-} kl__commit_fate_t;
-typedef kl__commit_fate_t(kl__commit_fate_fn)(void *opaque, int32_t partition,
-                                              uint64_t epoch);
-
 /* Test seam of the lanes' executors (kl__worker_set_run_fault()). */
 typedef int(kl__run_fault_fn)(void *opaque, int32_t partition, int64_t offset);
 
@@ -68,7 +56,6 @@ typedef struct kl__applier {
   int32_t partitions; /* > 0: a key must route (murmur2) to its partition */
   kl__tick_fn *tick;  /* may be NULL */
   void *tick_opaque;
-  kl__commit_fate_fn *commit_fate; /* test seam; NULL: commit. hook_opaque */
   /* Test seam of the lanes' executors: nonzero makes the run of the record
    * at @p offset of @p partition a store failure, its handler not called,
    * as when the store's link breaks under an event. NULL: none. */
@@ -147,6 +134,15 @@ kl_err_t kl__apply_begin_ahead(const kl__applier_t *applier, int32_t partition,
  */
 size_t kl__apply_ident(kl_decoder_t *decoder, const rd_kafka_message_t *m,
                        char *out);
+
+/**
+ * Keeps the identity of record @p m (kl__apply_ident()) in @p txn, for the
+ * watermark its commit sets at m's offset + 1 (kl__txn_set_last()): the
+ * one way every batch path (the lanes' group commit, kl__apply_batch())
+ * records what a new owner compares with the log.
+ */
+kl_err_t kl__apply_set_last(kl_decoder_t *decoder, kl_txn_t *txn,
+                            const rd_kafka_message_t *m);
 
 /**
  * Writes @p ident (kl__apply_ident()) for a log line: "key=K id=I" for a

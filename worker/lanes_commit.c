@@ -77,11 +77,9 @@ static kl_err_t build_last(kl__lanes_t *lanes, kl__lane_t *lane,
   if (b->watermark <= lane->watermark)
     return KL_OK;
   kl__slot_t *s = kl__lane_find(lane, b->watermark - 1);
-  if (!s || !s->msg)
-    return KL_OK;
-  char ident[KL__SID_MAX];
-  size_t len = kl__apply_ident(lanes->applier.decoder, s->msg, ident);
-  return kl__txn_set_last(b->txn, ident, len);
+  return s && s->msg
+             ? kl__apply_set_last(lanes->applier.decoder, b->txn, s->msg)
+             : KL_OK;
 }
 
 static kl_err_t commit_build(kl__lanes_t *lanes, kl__lane_t *lane,

@@ -172,6 +172,14 @@ typedef struct sim_fake sim_fake_t;
 struct sim_owner;
 
 /* One batch in flight (an owner's, or a temporary owner's). */
+/* What an owner's next group commit meets (sim_seams.c). */
+typedef enum sim_fate {
+  SIM_COMMIT_GO = 0, /* it commits */
+  SIM_COMMIT_ABORT,  /* it fails: KL_ESTORE_BUSY, nothing written; or the
+                        owner dies there */
+  SIM_COMMIT_LOST,   /* it commits, and its answer is lost: KL_ESTORE_BUSY */
+} sim_fate_t;
+
 typedef struct sim_batch {
   struct sim_owner *owner; /* NULL for replay, redrive, rebuild */
   sim_view_t *view;        /* what its commit changes */
@@ -185,7 +193,7 @@ typedef struct sim_batch {
   int pause;
   int acks; /* an owner's reports this step: 0 none, 1 all, 2 the first
                fails (sim_seams.c) */
-  kl__commit_fate_t fate;
+  sim_fate_t fate;
   int crash; /* the owner dies at the commit */
   int redrive, rebuild;
   const char *letter_key;
@@ -419,8 +427,7 @@ void *sim_rec_private(void);
  *  the letter is sent: its mark and the watermark past it, in one commit.
  *  @returns the commit's outcome. */
 kl_err_t sim_dead_letter(kl_store_t *store, sim_view_t *v, int32_t part,
-                         uint64_t epoch, int64_t offset,
-                         kl__commit_fate_t fate);
+                         uint64_t epoch, int64_t offset, sim_fate_t fate);
 void sim_replay(int32_t part);
 /** @returns 0 when the letter is pending (not below its partition's
  *  watermark yet): nothing was done. */

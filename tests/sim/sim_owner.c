@@ -112,11 +112,6 @@ static void sim_hook(void *opaque, const char *topic, int32_t partition,
   o->paused = 0;
 }
 
-static kl__commit_fate_t sim_fate(void *opaque, int32_t partition,
-                                  uint64_t epoch) {
-  return ((sim_batch_t *)opaque)->fate;
-}
-
 void sim_batch_apply(sim_batch_t *b) {
   static kl_decoder_t *decoder;
   if (!decoder)
@@ -128,14 +123,13 @@ void sim_batch_apply(sim_batch_t *b) {
                      .decoder = decoder,
                      .before_commit = sim_hook,
                      .hook_opaque = b,
-                     .commit_fate = sim_fate,
                      .redrive = b->redrive,
                      .letter_key = b->letter_key,
                      .letter_key_len = b->letter_key_len,
                      .partitions = W->cfg.partitions};
   b->err = kl__apply_batch(&a, sim_tpart(b->part), b->epoch, b->from, b->msgs,
                            b->count, &b->res);
-  W->stats.busy += b->err == KL_ESTORE_BUSY && b->fate == KL__COMMIT_GO;
+  W->stats.busy += b->err == KL_ESTORE_BUSY;
   if (b->res.committed) {
     W->dirty = 1;
     W->stats.commits++;
@@ -280,16 +274,16 @@ static void coro_main(void) {
   o->running = 0;
 }
 
-static kl__commit_fate_t fate_of(unsigned r, int *crash) {
+static sim_fate_t fate_of(unsigned r, int *crash) {
   *crash = 0;
   if (W->calm)
-    return KL__COMMIT_GO;
+    return SIM_COMMIT_GO;
   if (r < 8)
-    return KL__COMMIT_ABORT;
+    return SIM_COMMIT_ABORT;
   if (r < 16)
-    return KL__COMMIT_LOST;
+    return SIM_COMMIT_LOST;
   *crash = r < 26;
-  return r < 21 ? KL__COMMIT_ABORT : r < 26 ? KL__COMMIT_LOST : KL__COMMIT_GO;
+  return r < 21 ? SIM_COMMIT_ABORT : r < 26 ? SIM_COMMIT_LOST : SIM_COMMIT_GO;
 }
 
 int sim_owner_can_work(const sim_owner_t *o, int32_t part) {
@@ -323,7 +317,7 @@ static void step_faults(sim_owner_t *o, uint64_t w, int acks) {
   b->napps = 0;
   b->pause = 0;
   b->crash = 0;
-  b->fate = KL__COMMIT_GO;
+  b->fate = SIM_COMMIT_GO;
   b->acks = W->calm ? 1 : acks;
   if (W->calm)
     return;
@@ -333,7 +327,7 @@ static void step_faults(sim_owner_t *o, uint64_t w, int acks) {
   b->pause = ((w >> 40) & 0xff) < 30;
   b->fate = fate_of((w >> 48) & 0xff, &b->crash);
   if (b->pause)
-    b->fate = KL__COMMIT_GO, b->crash = 0;
+    b->fate = SIM_COMMIT_GO, b->crash = 0;
 }
 
 /* One turn of @p o, on a stack of its own when it may pause. */
@@ -369,8 +363,8 @@ void sim_owner_batch(sim_owner_t *o, int32_t part, uint64_t w) {
           : b->inject                   ? ", a handler says FAIL"
                                         : "",
           b->pause                      ? ", pauses before its commit"
-          : b->fate == KL__COMMIT_ABORT ? ", its commit fails"
-          : b->fate == KL__COMMIT_LOST  ? ", its commit's answer is lost"
+          : b->fate == SIM_COMMIT_ABORT ? ", its commit fails"
+          : b->fate == SIM_COMMIT_LOST  ? ", its commit's answer is lost"
                                         : "",
           b->crash ? " and it dies" : "",
           b->acks == 0 ? ", no report comes back" : "");
@@ -390,8 +384,8 @@ void sim_owner_resume(sim_owner_t *o, uint64_t w) {
   sim_batch_t *b = &o->batch;
   b->fate = fate_of((w >> 48) & 0xff, &b->crash);
   sim_say("owner %d resumes and commits%s%s", o->no,
-          b->fate == KL__COMMIT_ABORT  ? ", and the commit fails"
-          : b->fate == KL__COMMIT_LOST ? ", and the answer is lost"
+          b->fate == SIM_COMMIT_ABORT  ? ", and the commit fails"
+          : b->fate == SIM_COMMIT_LOST ? ", and the answer is lost"
                                        : "",
           b->crash ? ", and it dies" : "");
   swapcontext(&W->sched, &o->ctx);

@@ -435,11 +435,11 @@ void __wrap_kl__store_commit_many(kl__store_commit_t *c, size_t n) {
   if (o->npend != n)
     sim_fail("seam", "owner %d commits %zu batches, its hook saw %zu", o->no, n,
              o->npend);
-  kl__commit_fate_t fate = o->dead ? KL__COMMIT_ABORT : b->fate;
-  b->fate = KL__COMMIT_GO; /* the step's fate strikes its first commit */
-  W->stats.lost += fate == KL__COMMIT_LOST;
-  W->stats.aborted += fate == KL__COMMIT_ABORT && !o->dead;
-  if (fate == KL__COMMIT_ABORT) {
+  sim_fate_t fate = o->dead ? SIM_COMMIT_ABORT : b->fate;
+  b->fate = SIM_COMMIT_GO; /* the step's fate strikes its first commit */
+  W->stats.lost += fate == SIM_COMMIT_LOST;
+  W->stats.aborted += fate == SIM_COMMIT_ABORT && !o->dead;
+  if (fate == SIM_COMMIT_ABORT) {
     for (size_t i = 0; i < n; i++) {
       kl_store_abort(c[i].txn);
       c[i].err = KL_ESTORE_BUSY;
@@ -453,7 +453,7 @@ void __wrap_kl__store_commit_many(kl__store_commit_t *c, size_t n) {
       W->dirty = 1;
       W->stats.commits++;
       sim_view_commit_lane(&W->live, &o->pend[i], c[i].watermark);
-      if (fate == KL__COMMIT_LOST) {
+      if (fate == SIM_COMMIT_LOST) {
         c[i].err = KL_ESTORE_BUSY;
         snprintf(c[i].why, sizeof(c[i].why), "sim: the answer was lost");
       }

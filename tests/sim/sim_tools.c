@@ -30,8 +30,7 @@ static void tool_batch(kl_store_t *store, sim_view_t *v, int32_t part,
 }
 
 kl_err_t sim_dead_letter(kl_store_t *store, sim_view_t *v, int32_t part,
-                         uint64_t epoch, int64_t offset,
-                         kl__commit_fate_t fate) {
+                         uint64_t epoch, int64_t offset, sim_fate_t fate) {
   kl_txn_t *txn;
   kl_err_t err =
       kl_store_begin(store, sim_topic(part), sim_tpart(part), epoch, &txn);
@@ -50,7 +49,7 @@ kl_err_t sim_dead_letter(kl_store_t *store, sim_view_t *v, int32_t part,
     return err;
   }
   sim_view_check_mark(v, e, mark, "the dead letter's lookup");
-  if (fate == KL__COMMIT_ABORT) {
+  if (fate == SIM_COMMIT_ABORT) {
     kl_store_abort(txn);
     return KL_ESTORE_BUSY;
   }
@@ -63,7 +62,7 @@ kl_err_t sim_dead_letter(kl_store_t *store, sim_view_t *v, int32_t part,
     else
       sim_view_committed(v, part, epoch, offset + 1);
   }
-  return fate == KL__COMMIT_LOST ? KL_ESTORE_BUSY : err;
+  return fate == SIM_COMMIT_LOST ? KL_ESTORE_BUSY : err;
 }
 
 /* Applies [from, log end) of @p part as an owner of @p epoch, in batches;
@@ -76,7 +75,7 @@ static int64_t apply_range(kl_store_t *store, sim_view_t *v, int32_t part,
   int64_t end = (int64_t)W->log[part].n, stop = -1;
   while (from < end && !W->failed) {
     if (from == stop) {
-      if (sim_dead_letter(store, v, part, epoch, from, KL__COMMIT_GO))
+      if (sim_dead_letter(store, v, part, epoch, from, SIM_COMMIT_GO))
         return from;
       stop = -1;
       from++;
