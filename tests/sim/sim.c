@@ -161,12 +161,9 @@
  *     backends);
  *  9. a record is skipped as a duplicate only when its own event was
  *     applied or dead-lettered: at every commit; a hostile record that
- *     has a follow-up's id fails it ("suppressed"), and `keylane-sim
- *     --hostile` must find that while the worker applies reserved ids
- *     (SIM_RESERVED_REFUSED in sim.h; test_sim_hostile); so must
- *     `keylane-sim --recreate` the credit whose id an old log's follow-up
- *     had, while follow-up ids can repeat (SIM_RESET_IDS_FRESH;
- *     test_sim_recreate);
+ *     has a follow-up's id fails it ("suppressed"), and so does a credit
+ *     whose id an old log's follow-up had (`--recreate`); the mutants
+ *     `reserved` and `nonce` must fail it;
  * 10. a row both topics write (PostgreSQL, two topics) loses no update: it
  *     counts every event applied on either topic, after every step that
  *     committed ("shared"): the owner cache finds a second writer of a row
@@ -245,15 +242,9 @@ static const char usage[] =
     "  --no-mutants        the default run only\n"
     "  --hostile           a hostile producer writes too: credits with ids of\n"
     "                      any form, reserved `~` ids copying a follow-up's\n"
-    "                      included; with --seed or --replay: that schedule\n"
-    "                      so; alone: hunts for the follow-up it suppresses,\n"
-    "                      which must be found while the worker does not\n"
-    "                      refuse such ids (SIM_RESERVED_REFUSED in sim.h)\n"
+    "                      included\n"
     "  --recreate          each schedule creates its topic again once (its\n"
-    "                      logs start at 0) and resets the store; alone:\n"
-    "                      hunts for the follow-up an old id suppresses,\n"
-    "                      which must be found while follow-up ids can\n"
-    "                      repeat (SIM_RESET_IDS_FRESH in sim.h)\n"
+    "                      logs start at 0) and resets the store\n"
     "  -h, --help          this text\n";
 
 typedef struct opts {
@@ -732,39 +723,6 @@ static int mutant_hunt(int m, const opts_t *o) {
   return !r.failed;
 }
 
-/* --hostile or --recreate alone: a hostile producer writes beside the
- * client, or each schedule creates its topic again. While the worker
- * applies reserved ids (SIM_RESERVED_REFUSED 0), or follow-up ids can
- * repeat after a reset (SIM_RESET_IDS_FRESH 0), the follow-up credit a
- * hostile record or an old id suppresses must be found, as a mutant is
- * caught: @returns 0 when the run fails with "suppressed" within the
- * budget, 1 when it does not or fails otherwise. Once neither can
- * happen, the default run with them. */
-static int world_run(const opts_t *o) {
-  if ((!sim_hostile || SIM_RESERVED_REFUSED) &&
-      (!sim_recreate || SIM_RESET_IDS_FRESH))
-    return fleet_run(o);
-  const char *what = sim_hostile && sim_recreate
-                         ? "a hostile producer and a recreated topic"
-                     : sim_hostile ? "a hostile producer"
-                                   : "a recreated topic";
-  job_t j = {SIM_LMDB, 2000000, 1, 0, now_s() + o->mutant_seconds, 5};
-  printf("%s (lmdb), while a follow-up's id may be taken:\n", what);
-  fflush(stdout);
-  job_result_t r;
-  jobs_run(&j, 1, o, &r);
-  int found = r.failed && strcmp(r.code, "suppressed") == 0;
-  printf("%s: %s after %" PRIu64 " schedules, %" PRIu64 " steps (%" PRIu64
-         " hostile records, %" PRIu64 " topics created again), %.1f s\n",
-         what,
-         found      ? "the suppressed follow-up is found"
-         : r.failed ? "FAILED otherwise than by a suppressed follow-up"
-                    : "NOT FOUND",
-         r.stats.schedules, r.stats.steps, r.stats.hostile, r.stats.recreated,
-         r.seconds);
-  return !found;
-}
-
 static int mutants_run(const opts_t *o, int only) {
   int survived = 0, caught = 0, skipped = 0;
   for (int m = 1; m < MUTANTS; m++) {
@@ -894,8 +852,8 @@ int main(int argc, char **argv) {
     sim_topics = o.topics;
   if (o.has_seed || o.replay)
     return run_one(&o);
-  if (o.hostile || o.recreate)
-    return world_run(&o);
+  if (o.hostile || o.recreate) /* the mutants hunt with them on anyway */
+    return fleet_run(&o);
   if (o.mutant)
     return mutants_run(&o, o.mutant == MUTANTS ? 0 : o.mutant);
   int rc = fleet_run(&o);

@@ -58,25 +58,6 @@ typedef enum sim_kind {
   SIM_HOSTILE,  /* a credit a producer that is not keylane wrote (--hostile) */
 } sim_kind_t;
 
-/* Whether the worker refuses a consumed record whose id is in keylane's
- * reserved `~` namespace and is no follow-up id it wrote (a dead letter,
- * reason reserved_id). 0 while nothing checks it: a hostile record (see
- * sim_steps.c, hostile_publish()) is applied like any credit, and one
- * that copies a follow-up id that a transfer's credit will get makes the
- * store skip that credit as a duplicate: the hostile run (`keylane-sim
- * --hostile`) must find that loss. 1 once the consumed side refuses them:
- * such a record is a dead letter and the hostile run must pass. */
-#define SIM_RESERVED_REFUSED 1
-
-/* Whether a follow-up's id is one that no earlier log's follow-up had
- * (a nonce or the epoch in it): 0 while it is `~topic/partition/offset/
- * index` alone, so that after the topic is created again and `keylane
- * store reset` rewinds the store (sim_steps.c, topic_recreate()), a
- * transfer at an offset an old one had emits the old credit's id, which
- * the store skips: the recreate run (`keylane-sim --recreate`) must find
- * that loss. 1 once ids cannot repeat: the recreate run must pass. */
-#define SIM_RESET_IDS_FRESH 1
-
 /* What a store (the live one, or a rebuild) decided about one event. */
 typedef struct sim_mark {
   uint8_t applied;  /* committed applications: 0 or 1, 2 is a violation */

@@ -197,7 +197,7 @@ static size_t hostile_id(uint64_t r, int *key, char *id, size_t size) {
  * can write to the topic. It goes to its key's partition, as murmur2 says.
  * A record whose (key, id) an event has already is, to the store, that
  * event again; otherwise it is an event of its own, which the ledger
- * applies unless the worker refuses its reserved id (SIM_RESERVED_REFUSED). */
+ * applies unless the worker refuses its reserved id as a dead letter. */
 static void hostile_publish(uint64_t w) {
   uint64_t r = sim_mix(w ^ 0x4057113ULL);
   int k;
@@ -220,8 +220,7 @@ static void hostile_publish(uint64_t w) {
     W->events[e].kind = SIM_HOSTILE;
     W->events[e].amount = a.amount;
     /* the worker's own rule: a `~` id that is no follow-up's is refused */
-    W->events[e].valid =
-        !SIM_RESERVED_REFUSED || kl__id_check(id, id_len, 1) == KL_OK;
+    W->events[e].valid = kl__id_check(id, id_len, 1) == KL_OK;
   }
   int64_t off = sim_log_append(e, bytes, len);
   W->stats.hostile++;
@@ -362,7 +361,7 @@ static void final_checks(void);
  * as at the end), then the logs go, and the store keeps its ids, state
  * and counters, with a new epoch (the owners are fenced) and watermark 0.
  * A transfer of the new log emits a follow-up whose id an old one may
- * have had (SIM_RESET_IDS_FRESH). */
+ * have had, but for the nonce in it (the mutant `nonce` leaves it out). */
 static void topic_recreate(void) {
   sim_say("the topic is about to be created again: the fleet settles");
   drain();
