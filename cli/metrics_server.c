@@ -18,6 +18,7 @@
 #include "common/metrics.h"
 #include "common/strbuf.h"
 #include "cli/health_json.h"
+#include "cli/worker_api.h"
 #include "worker/log_guard.h"
 #include "store/cache.h"
 #include "store/store_internal.h"
@@ -26,7 +27,8 @@
 #define COMP "metrics"
 #define KL_MS_CONNS_MAX 32
 #define KL_MS_HEAD_MAX 8192
-#define KL_MS_BODY_MAX 8192 /* none of its routes reads a body */
+#define KL_MS_TARGET_MAX 4096 /* /v1/keys/KEY: 9 + 3 * KL_KEY_MAX, and more */
+#define KL_MS_BODY_MAX 8192   /* none of its routes reads a body */
 #define KL_MS_IDLE_MS 10000
 #define KL_MS_SWEEP_MS 1000
 #define KL_MS_LAG_TIMEOUT_MS 500
@@ -475,9 +477,11 @@ static void ms_health_json(kl__metrics_server_t *server, kl__http_req_t *req,
 static void ms_route(kl__http_conn_t *conn, kl__http_req_t *req, int method,
                      const char *target, size_t target_len) {
   kl__metrics_server_t *server = conn->server->opaque;
-  char url[256];
+  char url[KL_MS_TARGET_MAX];
   if (target_len >= sizeof(url)) {
-    ms_text(req, 400, "the request target is over 255 bytes\n");
+    ms_text(req, 400,
+            "the request target is over 4095 bytes (a key of /v1/keys/KEY "
+            "is 1024 bytes at most, 3072 percent-encoded)\n");
     return;
   }
   memcpy(url, target, target_len);
@@ -486,7 +490,10 @@ static void ms_route(kl__http_conn_t *conn, kl__http_req_t *req, int method,
   if (query)
     *query++ = '\0';
   int is_get = method == HTTP_GET;
-  if (strcmp(url, "/metrics") == 0 && is_get) {
+  if (kl__worker_api(req, server->worker, server->topic, server->group, is_get,
+                     url, query ? query : "")) {
+    return;
+  } else if (strcmp(url, "/metrics") == 0 && is_get) {
     size_t len;
     char *text = ms_metrics(server, &len);
     if (!text) {
@@ -516,7 +523,9 @@ static void ms_route(kl__http_conn_t *conn, kl__http_req_t *req, int method,
              strcmp(url, "/livez") == 0) {
     ms_text(req, 405, "use GET\n");
   } else {
-    ms_text(req, 404, "not found: GET /metrics, /healthz or /livez\n");
+    ms_text(req, 404,
+            "not found: GET /metrics, /healthz, /livez, /v1/partitions, "
+            "/v1/keys or /v1/keys/KEY\n");
   }
 }
 

@@ -30,6 +30,7 @@
 #include <netinet/in.h>
 
 #include "common/http.h"
+#include "common/bytes.h"
 #include "common/listen.h"
 #include "common/log.h"
 
@@ -384,6 +385,37 @@ static int header_kind(const kl__http_parse_t *parse) {
 bool kl__http_tchar(unsigned char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
          (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+long kl__http_pct_decode(const char *in, size_t len, char *out) {
+  size_t n = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (in[i] != '%') {
+      out[n++] = in[i];
+      continue;
+    }
+    int hi = i + 2 < len ? kl__hex_value((unsigned char)in[i + 1]) : -1;
+    int lo = hi >= 0 ? kl__hex_value((unsigned char)in[i + 2]) : -1;
+    if (lo < 0)
+      return -1;
+    out[n++] = (char)(hi << 4 | lo);
+    i += 2;
+  }
+  return (long)n;
+}
+
+const char *kl__http_query(const char *query, const char *name, size_t *len) {
+  size_t name_len = strlen(name);
+  for (const char *q = query; q && *q;) {
+    size_t n = strcspn(q, "&");
+    if (n > name_len && strncmp(q, name, name_len) == 0 && q[name_len] == '=') {
+      *len = n - name_len - 1;
+      return q + name_len + 1;
+    }
+    q += n;
+    q += *q == '&';
+  }
+  return NULL;
 }
 
 /* A value that starts on a line of its own: obs-fold ("X: a\r\n b"), which

@@ -275,6 +275,22 @@ bool kl__http_bearer_ok(const kl__http_conn_t *conn,
 /** @returns a response's reason phrase ("Too Many Requests"). */
 const char *kl__http_reason(int status);
 
+/**
+ * Decodes the percent-encoding of @p in (@p len bytes) into @p out, which
+ * holds @p len bytes: "%XX" is the byte XX, anything else itself ('+'
+ * too: a path's rule).
+ * @returns the decoded length; -1 when a '%' is not followed by two hex
+ *          digits.
+ */
+long kl__http_pct_decode(const char *in, size_t len, char *out);
+
+/**
+ * Finds parameter @p name in @p query ("a=1&b=2", without the '?').
+ * @returns its value, still percent-encoded, with its length in *@p len;
+ *          NULL when @p query has no such parameter.
+ */
+const char *kl__http_query(const char *query, const char *name, size_t *len);
+
 /** RFC 9110's tchar: whether @p c may be in a token (a field name). */
 bool kl__http_tchar(unsigned char c);
 

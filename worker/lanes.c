@@ -743,6 +743,7 @@ static void lanes_bound_outbox(kl__lanes_t *lanes) {
     kl__lane_t *lane = lanes->lanes[p];
     if (!lane || lane->state != KL__LANE_OWNED)
       continue;
+    lane->outbox_held = kl__outbox_held(lanes->outbox, p);
     if (kl__outbox_full(lanes->outbox, p, 0))
       kl__lane_pause(lanes, lane, KL__PAUSE_OUTBOX);
     else if (!kl__outbox_full(lanes->outbox, p, 1))

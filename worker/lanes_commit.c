@@ -186,6 +186,7 @@ static void commit_committed(kl__lanes_t *lanes, kl__lane_t *lane,
   while (lane->ring_count && kl__lane_at(lane, 0)->committed)
     kl__lane_pop(lanes, lane);
   lane->watermark = b->watermark;
+  lane->last_commit_ms = now_ms;
   lane->commit_backoff_ms = 0;
   lanes->batches++;
   lanes->commits_failing = 0;

@@ -137,6 +137,9 @@ struct kl__lane {
   int fence_seen;         /* an executor's begin said KL_EFENCED */
   int rewind;             /* the overlay is unusable: run events again */
   int64_t hold_until_ns;  /* after a failed commit */
+  int64_t last_commit_ms; /* the last store commit of its events; 0: none */
+  size_t outbox_held;     /* its follow-ups unpublished, as the last tick
+                             saw them (kl__outbox_held()) */
   /* Slots whose last run failed in the store (store_wait): while any
    * waits, the lane commits nothing, so that no later event counts as
    * applied before it (kl__lane_may_commit()). */

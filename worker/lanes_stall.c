@@ -80,7 +80,11 @@ size_t kl__lanes_stalls(kl__lanes_t *lanes, kl__stall_t *out, size_t max) {
                              lane->ring_count,
                              lane->watermark,
                              lane_oldest_ts(lane, decoder),
-                             lane->waiting.n};
+                             lane->waiting.n,
+                             lane->kafka_watermark,
+                             lane->running,
+                             lane->outbox_held,
+                             lane->last_commit_ms};
     n++;
   }
   pthread_mutex_unlock(&lanes->mu);

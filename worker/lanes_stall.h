@@ -20,9 +20,13 @@ typedef struct kl__stall {
   int64_t for_ms; /* how long its watermark has not moved with records */
   size_t records; /* held in its window */
   int64_t watermark;
-  int64_t oldest_ts_ms; /* envelope ts of its oldest unapplied record in the
-                           window; 0: none held, or none with a ts */
-  size_t waiting;       /* records in retry backoff */
+  int64_t oldest_ts_ms;   /* envelope ts of its oldest unapplied record in the
+                             window; 0: none held, or none with a ts */
+  size_t waiting;         /* records in retry backoff */
+  int64_t committed;      /* the offset last sent to the group's offsets */
+  size_t running;         /* events its handlers run now */
+  size_t outbox;          /* follow-ups unpublished (the last tick's count) */
+  int64_t last_commit_ms; /* its last store commit; 0: none */
 } kl__stall_t;
 
 /**

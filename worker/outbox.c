@@ -153,11 +153,15 @@ void kl__outbox_drop(kl__outbox_t *ob, int32_t partition) {
   part->dirty = 0;
 }
 
-int kl__outbox_full(const kl__outbox_t *ob, int32_t partition, int half) {
+size_t kl__outbox_held(const kl__outbox_t *ob, int32_t partition) {
   if (!ob || partition < 0 || partition >= ob->nparts)
     return 0;
-  const kl_ob_part_t *part = &ob->parts[partition];
-  return half ? part->held > ob->max / 2 : part->held >= ob->max;
+  return ob->parts[partition].held;
+}
+
+int kl__outbox_full(const kl__outbox_t *ob, int32_t partition, int half) {
+  size_t held = kl__outbox_held(ob, partition);
+  return half ? held > ob->max / 2 : held >= ob->max;
 }
 
 void kl__outbox_stats(const kl__outbox_t *ob, kl__outbox_stats_t *stats) {

@@ -98,6 +98,9 @@ void kl__outbox_tick(kl__outbox_t *ob);
  *  more; with @p half, when it holds more than half of that. */
 int kl__outbox_full(const kl__outbox_t *ob, int32_t partition, int half);
 
+/** @returns the records @p partition holds: listed, not yet removed. */
+size_t kl__outbox_held(const kl__outbox_t *ob, int32_t partition);
+
 /** Counters for kl_worker_stats(), over every partition. Any thread. */
 typedef struct kl__outbox_stats {
   uint64_t pending;    /* records held now (listed or not yet) */

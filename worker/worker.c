@@ -31,6 +31,7 @@
 #include "common/strbuf.h"
 #include "worker/lanes_stall.h"
 #include "worker/lanes.h"
+#include "worker/lanes_keys.h"
 #include "worker/log_guard.h"
 #include "worker/membership.h"
 #include "worker/pool.h"
@@ -1160,6 +1161,11 @@ uint64_t kl__worker_ahead(kl_worker_t *worker) {
 
 size_t kl__worker_stalls(kl_worker_t *worker, kl__stall_t *out, size_t max) {
   return kl__lanes_stalls(worker->lanes, out, max);
+}
+
+kl_err_t kl__worker_keys(kl_worker_t *worker, const kl_worker_keys_query_t *q,
+                         kl_worker_key_t *out, size_t *n, size_t *total) {
+  return kl__lanes_keys(worker->lanes, q, out, n, total);
 }
 
 int kl__worker_unowned(const kl_worker_t *worker) {

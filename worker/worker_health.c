@@ -27,6 +27,7 @@
 #include "common/internal.h"
 #include "common/strbuf.h"
 #include "worker/checks_log.h"
+#include "worker/lanes_keys.h"
 #include "worker/log_guard.h"
 #include "worker/worker_health.h"
 #include "worker/worker_internal.h"
@@ -295,6 +296,10 @@ static void part_fill(kl_worker_t *worker, const kl__stall_t *stall,
   p->records = stall->records;
   p->waiting = stall->waiting;
   p->unmoved_ms = stall->records ? stall->for_ms : 0;
+  p->committed = stall->committed;
+  p->running = stall->running;
+  p->outbox = stall->outbox;
+  p->last_commit_ms = stall->last_commit_ms;
   int64_t low = -1, high = -1;
   /* What the consumer's last fetch said: no request to Kafka. */
   if (rd_kafka_get_watermark_offsets(kl__worker_consumer(worker),
@@ -304,6 +309,17 @@ static void part_fill(kl_worker_t *worker, const kl__stall_t *stall,
     p->high = high;
     p->lag = high > p->watermark ? high - p->watermark : 0;
   }
+}
+
+/* Why the log guard stopped @p p, into its stop_reason and stop_detail
+ * (in @p detail); nothing when @p stop is NULL. */
+static void part_why(kl_worker_t *worker, const kl__log_guard_stop_t *stop,
+                     kl_worker_partition_t *p, char *detail, size_t size) {
+  if (!stop)
+    return;
+  p->stop_reason = kl__checks_log_verdict_name(stop->check.verdict);
+  p->stop_detail = kl__checks_log_describe(
+      kl__worker_topic(worker), stop->partition, &stop->check, detail, size);
 }
 
 /* The owned partitions, then the stopped ones not owned. */
@@ -318,10 +334,13 @@ static int part_each(kl_worker_t *worker, const kl__stall_t *stalls,
           ? KL_WORKER_PARTITION_RESIZED
           : 0;
   int64_t now_ms = kl__now_ms();
+  char detail[1024];
   for (size_t i = 0; i < nstalls; i++) {
     kl_worker_partition_t p = {.size = sizeof(p), .high = -1, .lag = -1};
-    int stopped = part_stop(stops, nstops, stalls[i].partition) != NULL;
-    part_fill(worker, &stalls[i], stopped, resized, &p, now_ms);
+    const kl__log_guard_stop_t *stop =
+        part_stop(stops, nstops, stalls[i].partition);
+    part_fill(worker, &stalls[i], stop != NULL, resized, &p, now_ms);
+    part_why(worker, stop, &p, detail, sizeof(detail));
     if ((size_t)p.partition < e->n)
       p.epoch = e->epoch[p.partition];
     if (cb(opaque, &p))
@@ -339,7 +358,9 @@ static int part_each(kl_worker_t *worker, const kl__stall_t *stalls,
                                .flags = KL_WORKER_PARTITION_STOPPED | resized,
                                .watermark = stops[i].check.watermark,
                                .high = stops[i].check.high,
-                               .lag = -1};
+                               .lag = -1,
+                               .committed = -1};
+    part_why(worker, &stops[i], &p, detail, sizeof(detail));
     if ((size_t)p.partition < e->n)
       p.epoch = e->epoch[p.partition];
     if (cb(opaque, &p))
@@ -377,4 +398,39 @@ kl_err_t kl_worker_foreach_partition(kl_worker_t *worker,
   free(stops);
   free(e.epoch);
   return KL_OK;
+}
+
+/* ---- kl_worker_foreach_key() ---- */
+
+kl_err_t kl_worker_foreach_key(kl_worker_t *worker,
+                               const kl_worker_keys_query_t *query,
+                               kl_worker_key_cb_t *cb, void *opaque,
+                               size_t *total) {
+  kl__err_clear();
+  if (!worker || !query || !cb)
+    return kl__err(KL_EINVAL, "kl_worker_foreach_key: a NULL %s",
+                   !worker  ? "worker"
+                   : !query ? "query"
+                            : "callback");
+  kl_worker_keys_query_t q = {0};
+  if (!query->size || query->limit > KL_WORKER_KEYS_MAX)
+    return kl__err(KL_EINVAL,
+                   "kl_worker_foreach_key: set query->size to "
+                   "sizeof(kl_worker_keys_query_t), and query->limit to "
+                   "at most %d (it is %zu)",
+                   KL_WORKER_KEYS_MAX, query->limit);
+  memcpy(&q, query, query->size < sizeof(q) ? query->size : sizeof(q));
+  q.size = sizeof(q);
+  size_t limit = q.limit ? q.limit : KL_WORKER_KEYS_MAX, n = 0, all = 0;
+  kl_worker_key_t *keys = malloc(limit * sizeof(*keys));
+  if (!keys)
+    return kl__err(KL_ENOMEM, "kl_worker_foreach_key: out of memory");
+  kl_err_t err = kl__worker_keys(worker, &q, keys, &n, &all);
+  for (size_t i = 0; !err && i < n && !cb(opaque, &keys[i]); i++)
+    ;
+  kl__lanes_keys_free(keys, n);
+  free(keys);
+  if (total)
+    *total = err ? 0 : all;
+  return err;
 }

@@ -113,6 +113,10 @@ void kl__worker_set_seek_hook(kl_worker_t *worker, kl__worker_seek_hook_fn *fn,
  */
 size_t kl__worker_stalls(kl_worker_t *worker, kl__stall_t *out, size_t max);
 
+/** kl__lanes_keys() of the worker's lanes (lanes_keys.h). Any thread. */
+kl_err_t kl__worker_keys(kl_worker_t *worker, const kl_worker_keys_query_t *q,
+                         kl_worker_key_t *out, size_t *n, size_t *total);
+
 /** @returns nonzero when kl_worker_run() stopped because the store would
  *  not let it take an assigned partition within worker.acquire.wait. */
 int kl__worker_unowned(const kl_worker_t *worker);

@@ -375,20 +375,34 @@ typedef struct kl_worker_partition {
   size_t size;
   int32_t partition;
   kl_worker_partition_status_t status;
-  unsigned flags;       /**< KL_WORKER_PARTITION_* */
-  uint64_t epoch;       /**< the owner epoch in the store; 0: none read */
-  int64_t watermark;    /**< next offset to apply */
-  int64_t high;         /**< Kafka's high watermark as last fetched; -1
-                             unknown */
-  int64_t lag;          /**< high - watermark (>= 0); -1 when unknown */
-  double lag_seconds;   /**< age of the oldest unapplied record taken in,
-                             from its envelope ts; 0 when none waits */
-  int64_t oldest_ts_ms; /**< that record's envelope ts (ms since the
-                             epoch); 0: none held, or none with a ts */
-  uint64_t records;     /**< records held in the partition's window */
-  uint64_t waiting;     /**< of them, in retry backoff */
-  int64_t unmoved_ms;   /**< how long the watermark has not moved while
-                             holding records; 0 when it holds none */
+  unsigned flags;         /**< KL_WORKER_PARTITION_* */
+  uint64_t epoch;         /**< the owner epoch in the store; 0: none read */
+  int64_t watermark;      /**< next offset to apply */
+  int64_t high;           /**< Kafka's high watermark as last fetched; -1
+                               unknown */
+  int64_t lag;            /**< high - watermark (>= 0); -1 when unknown */
+  double lag_seconds;     /**< age of the oldest unapplied record taken in,
+                               from its envelope ts; 0 when none waits */
+  int64_t oldest_ts_ms;   /**< that record's envelope ts (ms since the
+                               epoch); 0: none held, or none with a ts */
+  uint64_t records;       /**< records held in the partition's window */
+  uint64_t waiting;       /**< of them, in retry backoff */
+  int64_t unmoved_ms;     /**< how long the watermark has not moved while
+                               holding records; 0 when it holds none */
+  int64_t committed;      /**< the offset last committed to the group's
+                               offsets in Kafka (for lag monitors; the store's
+                               watermark is the truth); -1: none yet */
+  uint64_t running;       /**< events its handlers run now */
+  uint64_t outbox;        /**< follow-ups committed and not yet published */
+  int64_t last_commit_ms; /**< the last store commit of its events (ms
+                               since the epoch); 0: none since it was
+                               taken */
+  /** STOPPED: "went_backwards", "retention_gap", "log_replaced", ...; the
+   *  same word as the metric's reason label. NULL when not stopped. */
+  const char *stop_reason;
+  /** STOPPED: the figures, the likely cause and the fixes, for a person
+   *  (one line). NULL when not stopped. */
+  const char *stop_detail;
 } kl_worker_partition_t;
 
 /** @returns 0 to go on, nonzero to stop kl_worker_foreach_partition(). */
@@ -405,6 +419,81 @@ typedef int(kl_worker_partition_cb_t)(void *opaque,
 KL_EXPORT kl_err_t kl_worker_foreach_partition(kl_worker_t *worker,
                                                kl_worker_partition_cb_t *cb,
                                                void *opaque);
+
+/** What holds a key (kl_worker_key_t.state); as a mask in
+ *  kl_worker_keys_query_t.states. */
+typedef enum kl_worker_key_state {
+  KL_WORKER_KEY_WAITING = 0x1,  /**< its events wait their turn: queued, or
+                                     behind the one that runs */
+  KL_WORKER_KEY_RETRYING = 0x2, /**< its next event failed and waits for, or
+                                     runs, its next attempt */
+  KL_WORKER_KEY_PARKED = 0x4,   /**< its next event cannot go on until
+                                     something else happens: its dead
+                                     letter awaits Kafka's ack, its store
+                                     failure the next commit, or its
+                                     partition's new owner (fenced) */
+} kl_worker_key_state_t;
+
+/**
+ * One key with events in the worker's window, as kl_worker_foreach_key()
+ * hands it over: borrowed for the callback only. Its payloads are never
+ * included. @c size as in kl_worker_partition_t.
+ */
+typedef struct kl_worker_key {
+  size_t size;
+  int32_t partition;
+  kl_worker_key_state_t state;
+  const void *key; /**< its bytes (the Kafka message key) */
+  size_t key_len;
+  int64_t offset;           /**< its next event's offset */
+  uint64_t pending;         /**< its events in the window, not yet final */
+  int attempts;             /**< its next event's handler runs so far */
+  int64_t next_retry_ms;    /**< RETRYING: when the next attempt is due (ms
+                                 since the epoch); 0 otherwise */
+  int64_t first_failure_ms; /**< its next event's first failure; 0: none */
+  int64_t last_failure_ms;  /**< and its last one; 0: none */
+  const char *error;        /**< that failure, for a person; "" none */
+  const char *parked;       /**< PARKED: on what, for a person; "" else */
+} kl_worker_key_t;
+
+/** Which keys kl_worker_foreach_key() hands over. */
+typedef struct kl_worker_keys_query {
+  size_t size;     /**< sizeof(kl_worker_keys_query_t) as the caller knows
+                        it */
+  unsigned states; /**< a mask of kl_worker_key_state_t; 0: every state */
+  /** Only the keys at or after this place, in the order they are handed
+   *  over (partition, then its next event's offset): the next page starts
+   *  at the last key's partition and offset + 1. Zero: from the start. */
+  int32_t from_partition;
+  int64_t from_offset;
+  size_t limit;    /**< keys handed over at most: 1..KL_WORKER_KEYS_MAX;
+                        0: KL_WORKER_KEYS_MAX */
+  const void *key; /**< non-NULL: only this key (key_len bytes) */
+  size_t key_len;
+} kl_worker_keys_query_t;
+
+/** kl_worker_foreach_key()'s largest page. */
+#define KL_WORKER_KEYS_MAX 1000
+
+/** @returns 0 to go on, nonzero to stop kl_worker_foreach_key(). */
+typedef int(kl_worker_key_cb_t)(void *opaque, const kl_worker_key_t *key);
+
+/**
+ * Calls @p cb for the keys of the worker's owned partitions that have
+ * events in its window and match @p query, in partition order and, in a
+ * partition, by the offset of each key's next event; at most
+ * query->limit. The keys are copied out under the worker's lock first,
+ * so @p cb may take its time.
+ * @param total  if not NULL, receives how many keys match in all (the
+ *               page's place aside), which may exceed what @p cb saw.
+ * @returns KL_OK; KL_EINVAL for NULL arguments, a size of 0 or a limit
+ *          above KL_WORKER_KEYS_MAX; KL_ENOMEM.
+ * @remark  Any thread; @p cb runs on the calling thread.
+ */
+KL_EXPORT kl_err_t kl_worker_foreach_key(kl_worker_t *worker,
+                                         const kl_worker_keys_query_t *query,
+                                         kl_worker_key_cb_t *cb, void *opaque,
+                                         size_t *total);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,8 @@
 #   exec_answer   the exec handler's answer lines
 #   ids           idempotency keys as the stores keep them (sids, LMDB's
 #                 records) and follow-ups' ids
+#   worker_api    the queries and keys of the worker's state API
+#                 (cli/worker_api.c) and the percent-decoding under them
 # Usage: tests/fuzz/run.sh [SECONDS] [libFuzzer flags...]
 #   e.g. tests/fuzz/run.sh 3600 -fork=4
 #   FUZZERS="units gateway_body" tests/fuzz/run.sh 60   (a subset)
@@ -23,7 +25,7 @@ seconds=${1:-30}
 [ $# -gt 0 ] && shift
 root=$(CDPATH='' cd -- "$(dirname -- "$0")/../.." && pwd)
 out="$root/build-fuzz"
-fuzzers=${FUZZERS:-envelope units gateway_body gateway_http exec_answer ids}
+fuzzers=${FUZZERS:-envelope units gateway_body gateway_http exec_answer ids worker_api}
 
 cc=${FUZZ_CC:-}
 for c in clang-14 clang; do
@@ -53,6 +55,11 @@ seed() {
       i=$((i + 1))
       printf "$s" >"$dir/s$i"
     done ;;
+  worker_api)
+    printf 'state=retrying,parked&limit=10&from=3:41' >"$dir/query"
+    printf 'limit=1000&state=waiting' >"$dir/limit"
+    printf 'p%%6Fison%%33' >"$dir/key"
+    printf 'acct%%2F7%%00%%ff' >"$dir/bytes" ;;
   ids)
     printf '\000\000\000\006acct-7order-17' >"$dir/sid"
     printf '\000order-17' >"$dir/unscoped"
