@@ -5,7 +5,10 @@ public kl_ prefix, and no static function name is defined in two files
 things that deserve two names). Names that say where a thing is say where
 it is now: a header's guard spells its path, and an internal prefix named
 after a file (kl__log_ for log.c) is defined in that file's folder, and in
-one folder only. Fails naming the file, its line, the name and the fix."""
+one folder only. An engine split in files (the lanes, the gateway) has a
+header of its state that only its parts read, and its parts carry its name
+(worker/lanes_pool.c, the lanes' executors, reads worker/lanes_internal.h).
+Fails naming the file, its line, the name and the fix."""
 import os
 import re
 import sys
@@ -151,16 +154,49 @@ def prefixes(root):
     return bad
 
 
+# --- an engine's parts -----------------------------------------------------
+# The header of an engine's state -> the engine's name: a file that reads
+# that state is one of the engine's parts and says so by its name
+# (<engine>.c or <engine>_*.c, and so its functions kl__<engine>_*).
+ENGINES = {
+    "worker/lanes_internal.h": "lanes",
+    "broker/gateway_internal.h": "gateway",
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def parts(root):
+    """The files that read an engine's state without carrying its name."""
+    bad = []
+    for path, text in sources(root, FOLDERS):
+        for m in INCLUDE.finditer(text):
+            engine = ENGINES.get(m.group(1))
+            if not engine:
+                continue
+            folder, name = os.path.split(path)
+            stem = os.path.splitext(name)[0]
+            if stem == engine or stem.startswith(engine + "_"):
+                continue
+            line = text.count("\n", 0, m.start()) + 1
+            bad.append(f"{path}:{line}: includes {m.group(1)}, the state of "
+                       f"the {engine} engine, but is not named as one of its "
+                       f"parts: name it {folder}/{engine}_{stem}.c (functions "
+                       f"kl__{engine}_{stem}_*), or use only what "
+                       f"{folder}/{engine}.h declares")
+    return bad
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "."
-    bad = check(root) + guards(root) + prefixes(root)
+    bad = check(root) + guards(root) + prefixes(root) + parts(root)
     for b in bad:
         print(b)
     if bad:
         sys.exit(1)
     print("ok: no static kl_ function, no static name defined twice, "
           "every header guard spells its path, "
-          "every internal prefix lives in one folder")
+          "every internal prefix lives in one folder, "
+          "every reader of an engine's state is one of its parts")
 
 
 if __name__ == "__main__":

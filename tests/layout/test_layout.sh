@@ -105,6 +105,23 @@ names "worker/replay.c:1: the prefix kl__replay_ is also defined at cli/replay.c
   { echo "FAILED: a prefix of the file's own folder was refused: $out"; exit 1; }
 echo "ok: an internal prefix of another folder's file, or of two folders, is refused, named"
 
+# An engine's state is read by its parts only, named as its parts
+# (check_names.py, parts()): the lanes' executors under their old name
+# (pool), beside the lanes' own files, which may read it.
+mkdir -p "$T/e/worker"
+printf '#ifndef KEYLANE_WORKER_LANES_INTERNAL_H\n#define KEYLANE_WORKER_LANES_INTERNAL_H\n#endif\n' \
+  >"$T/e/worker/lanes_internal.h"
+printf '#include "worker/lanes.h"\n#include "worker/lanes_internal.h"\n' \
+  >"$T/e/worker/pool.c"
+printf '#include "worker/lanes_internal.h"\n' >"$T/e/worker/lanes_pool.c"
+printf '#include "worker/lanes_internal.h"\n' >"$T/e/worker/lanes.c"
+refuses check_names.py "$T/e" "a reader of the lanes' state not named as their part"
+names "worker/pool.c:2: includes worker/lanes_internal.h, the state of the lanes engine, but is not named as one of its parts: name it worker/lanes_pool.c (functions kl__lanes_pool_*)" \
+  "the file outside the lanes"
+[ "$(wc -l <<<"$out")" = 1 ] ||
+  { echo "FAILED: the lanes' own parts were refused: $out"; exit 1; }
+echo "ok: a reader of an engine's state not named as its part is refused, named"
+
 # The simulator's mutants (common/mutant.h) exist only in keylane-sim's
 # build: the library holds no mutant symbol, exported or hidden. The same
 # check on keylane-sim must find its switch, or it proves nothing.
