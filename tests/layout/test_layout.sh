@@ -122,6 +122,50 @@ names "worker/pool.c:2: includes worker/lanes_internal.h, the state of the lanes
   { echo "FAILED: the lanes' own parts were refused: $out"; exit 1; }
 echo "ok: a reader of an engine's state not named as its part is refused, named"
 
+# The data-path table of docs/design.md names where each step runs
+# (check_datapath.py): true of the tree, and refused on a copy where a
+# function it names was renamed, a step no longer calls the next, the
+# handler is called through another pointer and a backend's commit is in
+# no table.
+python3 "$HERE/check_datapath.py" "$SRC"
+D=$T/datapath
+mkdir -p "$D/docs"
+cp "$SRC/docs/design.md" "$D/docs/"
+for f in common event store broker worker handlers cli; do cp -r "$SRC/$f" "$D/"; done
+sed -i 's/^kl_handler_result_t kl__apply_event(/kl_handler_result_t kl__apply_one(/' \
+  "$D/worker/apply.c"
+sed -i 's/kl__apply_event(&x->applier/kl__apply_one(\&x->applier/' \
+  "$D/worker/lanes_pool.c"
+sed -i 's/^  kl__lanes_push(/  kl__lanes_add(/; s/^void kl__lanes_push(/void kl__lanes_add(/' \
+  "$D/worker/lanes.c"
+sed -i 's/kl__lanes_push(worker->lanes, m)/kl__lanes_add(worker->lanes, m)/' \
+  "$D/worker/worker.c"
+sed -i 's/kl__outbox_tick(lanes->outbox)/(void)lanes->outbox/' "$D/worker/lanes.c"
+sed -i 's/: a->handler(a->handler_opaque/: a->run(a->handler_opaque/' \
+  "$D/worker/apply.c"
+sed -i '/\.commit_many = kl__lmdb_commit_many,/d' "$D/store/lmdb.c"
+refuses check_datapath.py "$D" "a data-path table that is no longer true"
+names "worker/apply.c defines no function kl__apply_event() (no source defines it): name the function the step runs now" \
+  "the renamed function"
+names "worker/lanes.c defines no function kl__lanes_push()" "the renamed lanes' function"
+names "kl__outbox_tick() is not reached from kl__lanes_tick() (worker/lanes.c) through the calls of the sources" \
+  "the step no longer called"
+names "no source defines kl__apply_event()" "the renamed caller"
+names "kl__lmdb_commit_many() is never installed as a value" \
+  "the backend commit in no table"
+sed -i 's/a->run(a->handler_opaque/a->handler(a->handler_opaque/; s/kl__apply_one(/kl__apply_event(/' \
+  "$D/worker/apply.c"
+sed -i 's/kl__apply_one(/kl__apply_event(/' "$D/worker/lanes_pool.c"
+sed -i 's/: a->handler(a->handler_opaque/: a->run(a->handler_opaque/' \
+  "$D/worker/apply.c"
+sed -i 's/| `kl_ledger_handler()` |$/| `ledger_emit_credit()` |/' "$D/docs/design.md"
+refuses check_datapath.py "$D" "a handler called through another pointer"
+names "kl__apply_event() (worker/apply.c) does not call through a->handler" \
+  "the handler's pointer"
+names "the row is reached from ledger_emit_credit(), which no earlier row names" \
+  "the caller of no earlier step"
+echo "ok: a data-path table whose functions were renamed, or are no longer reached, is refused, named"
+
 # The simulator's mutants (common/mutant.h) exist only in keylane-sim's
 # build: the library holds no mutant symbol, exported or hidden. The same
 # check on keylane-sim must find its switch, or it proves nothing.
