@@ -4,10 +4,12 @@ public kl_ prefix, and no static function name is defined in two files
 (the same name twice is either the same code, to be written once, or two
 things that deserve two names). Names that say where a thing is say where
 it is now: a header's guard spells its path, and an internal prefix named
-after a file (kl__log_ for log.c) is defined in that file's folder, and in
-one folder only. An engine split in files (the lanes, the gateway) has a
-header of its state that only its parts read, and its parts carry its name
-(worker/lanes_pool.c, the lanes' executors, reads worker/lanes_internal.h).
+after a file (kl__log_ for log.c) is defined in that file or one of its
+parts (log_*.c), and in one folder only; the prefix of a folder's own file
+(kl__store_ for store/store.c) in any file of the folder. An engine split
+in files (the lanes, the gateway) has a header of its state that only its
+parts read, and its parts carry its name (worker/lanes_pool.c, the lanes'
+executors, reads worker/lanes_internal.h).
 Fails naming the file, its line, the name and the fix."""
 import os
 import re
@@ -119,8 +121,11 @@ def internal_definitions(root):
 
 
 def prefixes(root):
-    """The kl__<file>_ functions defined outside <file>'s folder, and the
-    prefixes a file name in two folders leaves ambiguous."""
+    """The kl__<file>_ functions defined outside <file>'s folder, or in its
+    folder by a file that is neither <file> nor one of its parts
+    (<file>_*.c); the folder's own prefix (kl__store_ of store/store.c) is
+    any of its files'. And the prefixes a file name in two folders leaves
+    ambiguous."""
     homes = {}  # a file's name without .c/.h -> {its folder: its path}
     for path, _ in sources(root, FOLDERS):
         stem, ext = os.path.splitext(os.path.basename(path))
@@ -142,6 +147,14 @@ def prefixes(root):
                        f"(kl__{own}_{fn[len(s) + 5:]})")
         elif mine:
             used.setdefault(mine[0], {}).setdefault(folder, f"{path}:{line}")
+            own = os.path.splitext(os.path.basename(path))[0]
+            if not any(own == s or own.startswith(s + "_")
+                       or s == os.path.basename(folder) for s in mine):
+                s = mine[0]
+                bad.append(f"{path}:{line}: {fn} has the prefix kl__{s}_ of "
+                           f"{homes[s][folder]}: define it there (or in one "
+                           f"of its parts, {folder}/{s}_*.c), or name it "
+                           f"after its own file (kl__{own}_{fn[len(s) + 5:]})")
     for stem, where in sorted(used.items()):
         if len(where) > 1:
             first, *rest = sorted(where.values())
@@ -195,7 +208,7 @@ def main():
         sys.exit(1)
     print("ok: no static kl_ function, no static name defined twice, "
           "every header guard spells its path, "
-          "every internal prefix lives in one folder, "
+          "every internal prefix lives in its file or its parts, "
           "every reader of an engine's state is one of its parts")
 
 

@@ -105,6 +105,24 @@ names "worker/replay.c:1: the prefix kl__replay_ is also defined at cli/replay.c
   { echo "FAILED: a prefix of the file's own folder was refused: $out"; exit 1; }
 echo "ok: an internal prefix of another folder's file, or of two folders, is refused, named"
 
+# An internal prefix named after a file is defined in that file or its
+# parts, and a folder's own prefix in any of its files (check_names.py,
+# prefixes()): the overlay's kl__ov_ defined by the child txn's file, as it
+# was; beside a part of the overlay and store/'s own kl__store_ prefix.
+mkdir -p "$T/f/store"
+printf 'int kl__ov_get(int x) {\n  return x;\n}\n' >"$T/f/store/ov.c"
+printf 'int kl__ov_walk(int x) {\n  return x;\n}\n' >"$T/f/store/ov_walk.c"
+printf 'int kl__child_begin(int x) {\n  return x;\n}\nint kl__ov_set(int x) {\n  return x;\n}\n' \
+  >"$T/f/store/child.c"
+printf 'int kl__store_begin(int x) {\n  return x;\n}\n' >"$T/f/store/store.c"
+printf 'int kl__store_pg_open(int x) {\n  return x;\n}\n' >"$T/f/store/pg.c"
+refuses check_names.py "$T/f" "a prefix defined by another file of its folder"
+names "store/child.c:4: kl__ov_set has the prefix kl__ov_ of store/ov.c: define it there (or in one of its parts, store/ov_*.c), or name it after its own file (kl__child_set)" \
+  "the prefix of another file"
+[ "$(wc -l <<<"$out")" = 1 ] ||
+  { echo "FAILED: a file's part or the folder's own prefix was refused: $out"; exit 1; }
+echo "ok: an internal prefix defined by a file that is not its file or a part of it is refused, named"
+
 # An engine's state is read by its parts only, named as its parts
 # (check_names.py, parts()): the lanes' executors under their old name
 # (pool), beside the lanes' own files, which may read it.
