@@ -46,6 +46,10 @@ refuses() {
 names() {
   grep -qF -- "$1" <<<"$out" || { echo "FAILED: $2 is not named: $out"; exit 1; }
 }
+# alone WHAT: the last refusal named one thing only; WHAT was not refused.
+alone() {
+  [ "$(wc -l <<<"$out")" = 1 ] || { echo "FAILED: $1 was refused: $out"; exit 1; }
+}
 
 # Header guards spell their header's path (check_names.py, guards()): a
 # guard left from a header's old folder, and one right, side by side.
@@ -119,8 +123,7 @@ printf 'int kl__store_pg_open(int x) {\n  return x;\n}\n' >"$T/f/store/pg.c"
 refuses check_names.py "$T/f" "a prefix defined by another file of its folder"
 names "store/child.c:4: kl__ov_set has the prefix kl__ov_ of store/ov.c: define it there (or in one of its parts, store/ov_*.c), or name it after its own file (kl__child_set)" \
   "the prefix of another file"
-[ "$(wc -l <<<"$out")" = 1 ] ||
-  { echo "FAILED: a file's part or the folder's own prefix was refused: $out"; exit 1; }
+alone "a file's part or the folder's own prefix"
 echo "ok: an internal prefix defined by a file that is not its file or a part of it is refused, named"
 
 # An engine's state is read by its parts only, named as its parts
@@ -136,8 +139,7 @@ printf '#include "worker/lanes_internal.h"\n' >"$T/e/worker/lanes.c"
 refuses check_names.py "$T/e" "a reader of the lanes' state not named as their part"
 names "worker/pool.c:2: includes worker/lanes_internal.h, the state of the lanes engine, but is not named as one of its parts: name it worker/lanes_pool.c (functions kl__lanes_pool_*)" \
   "the file outside the lanes"
-[ "$(wc -l <<<"$out")" = 1 ] ||
-  { echo "FAILED: the lanes' own parts were refused: $out"; exit 1; }
+alone "a file of the lanes"
 echo "ok: a reader of an engine's state not named as its part is refused, named"
 
 # The data-path table of docs/design.md names where each step runs
