@@ -9,13 +9,15 @@ parts (log_*.c), and in one folder only; the prefix of a folder's own file
 (kl__store_ for store/store.c) in any file of the folder. An engine split
 in files (the lanes, the gateway) has a header of its state that only its
 parts read, and its parts carry its name (worker/lanes_pool.c, the lanes'
-executors, reads worker/lanes_internal.h).
+executors, reads worker/lanes_internal.h). A public header is one concept,
+whose functions one folder defines (keylane/event.h's are in event/).
 Fails naming the file, its line, the name and the fix."""
 import os
 import re
 import sys
 
 from check_includes import sources
+from check_library import public_declarations
 
 FOLDERS = ["common", "event", "store", "broker", "worker", "handlers", "cli"]
 # "static <type> name(": a definition or a declaration, on one or more
@@ -108,10 +110,11 @@ INTERNAL_FN = re.compile(
     re.M)
 
 
-def internal_definitions(root):
-    """Yields (path, line, name) for each non-static kl__ function."""
+def internal_definitions(root, pattern=INTERNAL_FN):
+    """Yields (path, line, name) for each non-static kl__ function (or
+    each function @p pattern names)."""
     for path, text in sources(root, FOLDERS):
-        for m in INTERNAL_FN.finditer(text):
+        for m in pattern.finditer(text):
             i, depth = m.end(), 1
             while i < len(text) and depth:
                 depth += {"(": 1, ")": -1}.get(text[i], 0)
@@ -199,9 +202,57 @@ def parts(root):
     return bad
 
 
+# --- public declarations -------------------------------------------------
+# A public header is one concept, whose functions one folder defines
+# (docs/design.md, "Layout"): a declaration lives where its definition
+# does, so kl_partition() is in keylane/event.h, not producer.h.
+PUBLIC_HOMES = {
+    "event.h": "event",
+    "producer.h": "broker",
+    "embedded.h": "broker",
+    "store.h": "store",
+    "worker.h": "worker",
+    "handlers.h": "handlers",
+    "conf.h": "common",
+    "error.h": "common",
+}
+PUBLIC_FN = re.compile(
+    r"^(?!static\b|typedef\b|extern\b)[A-Za-z_][^;{}()=#]*?\b(kl_[a-z]\w*)\s*\(",
+    re.M)
+
+
+def declarations(root):
+    """The public functions declared in a header of another folder's
+    concept than the folder that defines them."""
+    if not os.path.isdir(os.path.join(root, "include", "keylane")):
+        return []
+    defined = {fn: path for path, _, fn in internal_definitions(root,
+                                                                PUBLIC_FN)}
+    bad, homeless = [], set()
+    for fn, header in sorted(public_declarations(root).items()):
+        want = PUBLIC_HOMES.get(os.path.basename(header))
+        if want is None:
+            if header not in homeless:
+                homeless.add(header)
+                bad.append(f"{header}: no folder is its home: add it to "
+                           f"PUBLIC_HOMES (tests/layout/check_names.py) and "
+                           f"to docs/design.md's layout")
+            continue
+        where = defined.get(fn)
+        if where and where.split("/")[0] != want:
+            folder = where.split("/")[0]
+            into = " or ".join(sorted(
+                "keylane/" + h for h, f in PUBLIC_HOMES.items()
+                if f == folder)) or f"a header of {folder}/'s concept"
+            bad.append(f"{header}: declares {fn}(), which {where} defines: "
+                       f"declare it in {into}, or define it in {want}/")
+    return bad
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "."
-    bad = check(root) + guards(root) + prefixes(root) + parts(root)
+    bad = (check(root) + guards(root) + prefixes(root) + parts(root) +
+           declarations(root))
     for b in bad:
         print(b)
     if bad:
@@ -209,7 +260,8 @@ def main():
     print("ok: no static kl_ function, no static name defined twice, "
           "every header guard spells its path, "
           "every internal prefix lives in its file or its parts, "
-          "every reader of an engine's state is one of its parts")
+          "every reader of an engine's state is one of its parts, "
+          "every public function is declared in its folder's header")
 
 
 if __name__ == "__main__":

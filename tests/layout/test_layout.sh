@@ -126,6 +126,22 @@ names "store/child.c:4: kl__ov_set has the prefix kl__ov_ of store/ov.c: define 
 alone "a file's part or the folder's own prefix"
 echo "ok: an internal prefix defined by a file that is not its file or a part of it is refused, named"
 
+# A public function is declared in the header of the folder that defines
+# it (check_names.py, declarations()): kl_partition() in keylane/producer.h
+# and defined in event/, as it was; beside one in its place.
+mkdir -p "$T/h/include/keylane" "$T/h/event"
+printf '#ifndef KEYLANE_PRODUCER_H\n#define KEYLANE_PRODUCER_H\nKL_EXPORT int kl_partition(int key);\n#endif\n' \
+  >"$T/h/include/keylane/producer.h"
+printf '#ifndef KEYLANE_EVENT_H\n#define KEYLANE_EVENT_H\nKL_EXPORT int kl_murmur2(int key);\n#endif\n' \
+  >"$T/h/include/keylane/event.h"
+printf 'int kl_partition(int key) {\n  return key;\n}\nint kl_murmur2(int key) {\n  return key;\n}\n' \
+  >"$T/h/event/partition.c"
+refuses check_names.py "$T/h" "a public function declared in another folder's header"
+names "include/keylane/producer.h: declares kl_partition(), which event/partition.c defines: declare it in keylane/event.h, or define it in broker/" \
+  "the declaration away from its definition"
+alone "a declaration in its folder's header"
+echo "ok: a public function declared in another folder's header is refused, named"
+
 # An engine's state is read by its parts only, named as its parts
 # (check_names.py, parts()): the lanes' executors under their old name
 # (pool), beside the lanes' own files, which may read it.
