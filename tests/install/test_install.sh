@@ -3,7 +3,8 @@
 # pkg-config and with find_package (keylane::keylane) against the build
 # installed into a temporary prefix, and with add_subdirectory of this
 # source tree (keylane::keylane in-tree, keylane's tests off); and that
-# the installed keylane.pc names what libkeylane.so links, nothing more.
+# the installed keylane.pc names what libkeylane.so links, nothing more,
+# and that the soname and version are a release's of this ABI alone.
 # Usage: test_install.sh BUILD_DIR
 set -eu
 build=$1
