@@ -4,7 +4,7 @@
  * Modes (one per run):
  * - --embedded: an embedded Kafka-protocol cluster (librdkafka's mock
  *   cluster) in the foreground, for `keylane demo`, tests and laptops.
- * - the HTTP publish gateway (--listen or -b): cli/gateway.c, which
+ * - the HTTP publish gateway (--listen or -b): cli/broker_gateway.c, which
  *   has its own flags and help; with --embedded too it starts both.
  * Each mode has its own options struct and run function; main() parses
  * flags into kl_broker_opts_t and dispatches.
@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/gateway.h"
+#include "cli/broker_gateway.h"
 #include "cli/cli.h"
 #include "cli/opts.h"
 #include "common/log.h"

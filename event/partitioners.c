@@ -38,8 +38,8 @@ static int32_t sarama_mod(uint32_t h, int32_t n) {
   return (int32_t)(magnitude % (uint32_t)n);
 }
 
-int32_t kl__partition_with(kl__partitioner_t which, const void *key, size_t len,
-                           int32_t partitions) {
+int32_t kl__partitioners_pick(kl__partitioner_t which, const void *key,
+                              size_t len, int32_t partitions) {
   if (partitions < 1)
     return -1;
   const unsigned char *p = key;
@@ -64,7 +64,7 @@ kl__partitioners_t kl__partitioners_explaining(const void *key, size_t len,
                                                int32_t partition) {
   kl__partitioners_t set = 0;
   for (int i = 0; i < KL__PARTITIONER_COUNT; i++)
-    if (kl__partition_with((kl__partitioner_t)i, key, len, partitions) ==
+    if (kl__partitioners_pick((kl__partitioner_t)i, key, len, partitions) ==
         partition)
       set |= 1u << i;
   return set;

@@ -38,8 +38,8 @@ typedef unsigned kl__partitioners_t;
  * @returns the partition @p which picks for @p key among @p partitions, or
  *          -1 when @p partitions < 1.
  */
-int32_t kl__partition_with(kl__partitioner_t which, const void *key, size_t len,
-                           int32_t partitions);
+int32_t kl__partitioners_pick(kl__partitioner_t which, const void *key,
+                              size_t len, int32_t partitions);
 
 /**
  * Which partitioners put @p key on @p partition of a topic of

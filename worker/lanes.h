@@ -1,6 +1,6 @@
 /*
  * The per-partition engine: one lane per owned partition, used by
- * worker.c (the poll thread) and pool.c (the executors).
+ * worker.c (the poll thread) and lanes_pool.c (the executors).
  *
  * A lane holds a window of the partition's records from its watermark on,
  * in offset order; each record is a slot (QUEUED, RUNNING, WAITING in
@@ -114,7 +114,7 @@ extern const size_t kl__lanes_latency_buckets_count;
  * (kl_partition()) to its partition among @p partitions, else it is
  * misrouted and, by @p policy (worker.misrouted), dead-lettered ("dlq") or
  * re-published to its key's partition ("forward"); "apply" checks nothing.
- * Before the executors start (kl__pool_new() copies the applier).
+ * Before the executors start (kl__lanes_pool_new() copies the applier).
  */
 void kl__lanes_route(kl__lanes_t *lanes, int32_t partitions,
                      const char *policy);

@@ -1,7 +1,7 @@
 /*
  * The key-parallel engine's state, shared by lanes.c (window, keys,
  * scheduling), lanes_commit.c (group commit, fencing, rewind, release,
- * dead letters) and pool.c (the executors); each lane keeps an overlay
+ * dead letters) and lanes_pool.c (the executors); each lane keeps an overlay
  * (store/ov.h) that the handlers' child txns (store/child.h) read through.
  * Not installed.
  *

@@ -1,6 +1,6 @@
 /*
  * The worker: one consumer, one lane per owned partition (lanes.c), the
- * executors (pool.c) and the dead-letter producer (dlq.c).
+ * executors (lanes_pool.c) and the dead-letter producer (dlq.c).
  *
  * The thread that called kl_worker_run() is the poll thread: it consumes,
  * runs the rebalance callback, group-commits the lanes and produces dead
@@ -34,7 +34,7 @@
 #include "worker/lanes_keys.h"
 #include "worker/log_guard.h"
 #include "worker/membership.h"
-#include "worker/pool.h"
+#include "worker/lanes_pool.h"
 #include "store/store_internal.h"
 #include "worker/worker_internal.h"
 
@@ -57,7 +57,7 @@ struct kl_worker {
   kl__dlq_t *dlq;
   kl__lanes_t *lanes;
   kl__log_guard_t *log_guard;
-  kl__pool_t *pool;
+  kl__lanes_pool_t *pool;
   int threads;       /* executors: 0 in inline mode */
   atomic_int stop;   /* lock-free: safe from a signal handler and threads */
   int assigned_once; /* a rebalance callback has assigned to this member */
@@ -667,7 +667,7 @@ static kl_err_t check_offset_reset(const kl_conf_t *conf) {
 /*
  * The poll thread must poll within kafka.max.poll.interval.ms, or the
  * group evicts a member that is working. Between two polls it runs events
- * for at most the inline budget plus ONE handler call (pool.c checks the
+ * for at most the inline budget plus ONE handler call (lanes_pool.c checks the
  * budget before each event; at worker.concurrency > 1 it runs none, but a
  * revoke waits for the running ones), then commits and maybe seeks. So one
  * handler call may take at most half the interval, the other half being
@@ -997,7 +997,7 @@ static void worker_loop(kl_worker_t *worker) {
     worker_consume(worker, busy ? 0 : 5, 10000);
     kl__log_guard_tick(worker->log_guard);
     if (worker->threads == 0)
-      kl__pool_run_inline(worker->pool, 20);
+      kl__lanes_pool_run_inline(worker->pool, 20);
     kl__dlq_poll(worker->dlq, 0);
     kl__lanes_tick(worker->lanes);
     retake_quiet(worker);
@@ -1112,7 +1112,7 @@ kl_err_t kl_worker_run(kl_worker_t *worker) {
   if (!err)
     set_message_max(worker);
   if (!err)
-    err = kl__pool_new(worker->lanes, worker->threads, &worker->pool);
+    err = kl__lanes_pool_new(worker->lanes, worker->threads, &worker->pool);
   if (err)
     return err;
   rd_kafka_topic_partition_list_t *topics =
@@ -1134,7 +1134,7 @@ kl_err_t kl_worker_run(kl_worker_t *worker) {
   else
     leave_group(worker); /* revokes: lanes commit first */
   rd_kafka_consumer_close(worker->rk);
-  kl__pool_destroy(worker->pool);
+  kl__lanes_pool_destroy(worker->pool);
   worker->pool = NULL;
   if (worker->fatal)
     return kl__err(worker->fatal, "%s", worker->fatal_why);
@@ -1228,7 +1228,7 @@ kl_err_t kl_worker_stats(const kl_worker_t *worker, kl_worker_stats_t *stats,
 void kl_worker_destroy(kl_worker_t *worker) {
   if (!worker)
     return;
-  kl__pool_destroy(worker->pool);
+  kl__lanes_pool_destroy(worker->pool);
   if (worker->rk)
     rd_kafka_destroy(worker->rk);
   kl__log_guard_destroy(worker->log_guard);

@@ -3,7 +3,8 @@
 # pkg-config and with find_package (keylane::keylane) against the build
 # installed into a temporary prefix, and with add_subdirectory of this
 # source tree (keylane::keylane in-tree, keylane's tests off); and that
-# the installed keylane.pc names what libkeylane.so links, nothing more.
+# the installed keylane.pc names what libkeylane.so links, nothing more,
+# and that the soname and version are a release's of this ABI alone.
 # Usage: test_install.sh BUILD_DIR
 set -eu
 build=$1
@@ -16,6 +17,7 @@ passed=0 failed=0
 
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 lib=$(ls -d "$tmp"/prefix/lib*/ | head -n1)
+built=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$build/CMakeCache.txt")
 
 # check_pc NAME LIBDIR: LIBDIR/pkgconfig/keylane.pc (NAME in the messages)
 # names what LIBDIR/libkeylane.so links and nothing more (issue 38: an
@@ -91,9 +93,67 @@ else
   failed=$((failed + 1))
 fi
 
-cmake -S "$here" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake -S "$here" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+  -DKEYLANE_WANT="${built%.*}" >/dev/null
 cmake --build "$tmp/cm" >/dev/null
 LD_LIBRARY_PATH="$lib" check find_package "$tmp/cm/consumer"
+
+# The soname is the ABI (CMakeLists.txt, KL_SOVERSION): before 1.0 each
+# 0.y release is an ABI of its own, libkeylane.so.0.y, from 1.0 on
+# libkeylane.so.MAJOR. The installed library's soname is that of
+# keylane.pc's version, which is the build's; the pkg-config program above
+# needs it by that name; and no release whose ABI differs from the tree's
+# (OTHER_ABI: version and the soname it shipped) has its version or its
+# soname installed, so that a program built against it fails to load
+# instead of passing the old arguments (0.1.0: kl_worker_stats() without
+# the struct's size, kl_conf_set() with an errstr, the _key twins).
+OTHER_ABI="0.1.0:libkeylane.so.0"
+soname_check() {
+  version=$(PKG_CONFIG_PATH="$lib/pkgconfig" pkg-config --modversion keylane)
+  soname=$(readelf -d "$lib/libkeylane.so" |
+    sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+  major=${version%%.*} minor=${version#*.}
+  minor=${minor%%.*}
+  want=libkeylane.so.$major
+  [ "$major" != 0 ] || want=libkeylane.so.0.$minor
+  [ "$version" = "$built" ] || {
+    echo "FAILED: keylane.pc says version $version, the build is $built: cmake/keylane.pc.in's Version is @PROJECT_VERSION@" >&2
+    return 1
+  }
+  [ "$soname" = "$want" ] || {
+    echo "FAILED: libkeylane.so $version has the soname $soname, not $want: set SOVERSION from KL_SOVERSION in CMakeLists.txt" >&2
+    return 1
+  }
+  readelf -d "$tmp/pc" | grep -q "(NEEDED).*\[$soname\]" || {
+    echo "FAILED: a program built with pkg-config does not need $soname: $(readelf -d "$tmp/pc" | grep NEEDED)" >&2
+    return 1
+  }
+  for rel in $OTHER_ABI; do
+    if [ "$version" = "${rel%%:*}" ] || [ "$soname" = "${rel#*:}" ] ||
+      [ -e "$lib/${rel#*:}" ]; then
+      echo "FAILED: the library installs as $version, $soname, but ${rel%%:*} shipped ${rel#*:} with another ABI: raise the version in CMakeLists.txt's project() (0.y+1 before 1.0), which gives the soname" >&2
+      return 1
+    fi
+  done
+  echo "ok: libkeylane.so $version installs as $soname, which no release of another ABI had"
+}
+if soname_check; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+# A project asking find_package for a release of another ABI is refused.
+for rel in $OTHER_ABI; do
+  v=${rel%%:*}
+  if cmake -S "$here" -B "$tmp/old" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+    -DKEYLANE_WANT="${v%.*}" >"$tmp/old.log" 2>&1; then
+    echo "FAILED: find_package(keylane ${v%.*}) took the $built install, of another ABI: set keylaneConfigVersion.cmake's COMPATIBILITY from KL_COMPATIBILITY in CMakeLists.txt" >&2
+    failed=$((failed + 1))
+  elif grep -q 'considered but not accepted' "$tmp/old.log" &&
+    grep -qF "version: $built" "$tmp/old.log"; then
+    passed=$((passed + 1))
+  else
+    echo "FAILED: find_package(keylane ${v%.*}) failed for another reason: $(tail -n 20 "$tmp/old.log")" >&2
+    failed=$((failed + 1))
+  fi
+  rm -rf "$tmp/old"
+done
 
 # In-tree: only the consumer and the library it needs are built.
 if ! cmake -S "$here" -B "$tmp/sub" -DKEYLANE_SOURCE_DIR="$src" \

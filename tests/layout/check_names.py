@@ -4,13 +4,20 @@ public kl_ prefix, and no static function name is defined in two files
 (the same name twice is either the same code, to be written once, or two
 things that deserve two names). Names that say where a thing is say where
 it is now: a header's guard spells its path, and an internal prefix named
-after a file (kl__log_ for log.c) is defined in that file's folder, and in
-one folder only. Fails naming the file, its line, the name and the fix."""
+after a file (kl__log_ for log.c) is defined in that file or one of its
+parts (log_*.c), and in one folder only; the prefix of a folder's own file
+(kl__store_ for store/store.c) in any file of the folder. An engine split
+in files (the lanes, the gateway) has a header of its state that only its
+parts read, and its parts carry its name (worker/lanes_pool.c, the lanes'
+executors, reads worker/lanes_internal.h). A public header is one concept,
+whose functions one folder defines (keylane/event.h's are in event/).
+Fails naming the file, its line, the name and the fix."""
 import os
 import re
 import sys
 
 from check_includes import sources
+from check_library import public_declarations
 
 FOLDERS = ["common", "event", "store", "broker", "worker", "handlers", "cli"]
 # "static <type> name(": a definition or a declaration, on one or more
@@ -103,10 +110,11 @@ INTERNAL_FN = re.compile(
     re.M)
 
 
-def internal_definitions(root):
-    """Yields (path, line, name) for each non-static kl__ function."""
+def internal_definitions(root, pattern=INTERNAL_FN):
+    """Yields (path, line, name) for each non-static kl__ function (or
+    each function @p pattern names)."""
     for path, text in sources(root, FOLDERS):
-        for m in INTERNAL_FN.finditer(text):
+        for m in pattern.finditer(text):
             i, depth = m.end(), 1
             while i < len(text) and depth:
                 depth += {"(": 1, ")": -1}.get(text[i], 0)
@@ -116,8 +124,11 @@ def internal_definitions(root):
 
 
 def prefixes(root):
-    """The kl__<file>_ functions defined outside <file>'s folder, and the
-    prefixes a file name in two folders leaves ambiguous."""
+    """The kl__<file>_ functions defined outside <file>'s folder, or in its
+    folder by a file that is neither <file> nor one of its parts
+    (<file>_*.c); the folder's own prefix (kl__store_ of store/store.c) is
+    any of its files'. And the prefixes a file name in two folders leaves
+    ambiguous."""
     homes = {}  # a file's name without .c/.h -> {its folder: its path}
     for path, _ in sources(root, FOLDERS):
         stem, ext = os.path.splitext(os.path.basename(path))
@@ -139,6 +150,14 @@ def prefixes(root):
                        f"(kl__{own}_{fn[len(s) + 5:]})")
         elif mine:
             used.setdefault(mine[0], {}).setdefault(folder, f"{path}:{line}")
+            own = os.path.splitext(os.path.basename(path))[0]
+            if not any(own == s or own.startswith(s + "_")
+                       or s == os.path.basename(folder) for s in mine):
+                s = mine[0]
+                bad.append(f"{path}:{line}: {fn} has the prefix kl__{s}_ of "
+                           f"{homes[s][folder]}: define it there (or in one "
+                           f"of its parts, {folder}/{s}_*.c), or name it "
+                           f"after its own file (kl__{own}_{fn[len(s) + 5:]})")
     for stem, where in sorted(used.items()):
         if len(where) > 1:
             first, *rest = sorted(where.values())
@@ -151,16 +170,98 @@ def prefixes(root):
     return bad
 
 
+# --- an engine's parts -----------------------------------------------------
+# The header of an engine's state -> the engine's name: a file that reads
+# that state is one of the engine's parts and says so by its name
+# (<engine>.c or <engine>_*.c, and so its functions kl__<engine>_*).
+ENGINES = {
+    "worker/lanes_internal.h": "lanes",
+    "broker/gateway_internal.h": "gateway",
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def parts(root):
+    """The files that read an engine's state without carrying its name."""
+    bad = []
+    for path, text in sources(root, FOLDERS):
+        for m in INCLUDE.finditer(text):
+            engine = ENGINES.get(m.group(1))
+            if not engine:
+                continue
+            folder, name = os.path.split(path)
+            stem = os.path.splitext(name)[0]
+            if stem == engine or stem.startswith(engine + "_"):
+                continue
+            line = text.count("\n", 0, m.start()) + 1
+            bad.append(f"{path}:{line}: includes {m.group(1)}, the state of "
+                       f"the {engine} engine, but is not named as one of its "
+                       f"parts: name it {folder}/{engine}_{stem}.c (functions "
+                       f"kl__{engine}_{stem}_*), or use only what "
+                       f"{folder}/{engine}.h declares")
+    return bad
+
+
+# --- public declarations -------------------------------------------------
+# A public header is one concept, whose functions one folder defines
+# (docs/design.md, "Layout"): a declaration lives where its definition
+# does, so kl_partition() is in keylane/event.h, not producer.h.
+PUBLIC_HOMES = {
+    "event.h": "event",
+    "producer.h": "broker",
+    "embedded.h": "broker",
+    "store.h": "store",
+    "worker.h": "worker",
+    "handlers.h": "handlers",
+    "conf.h": "common",
+    "error.h": "common",
+}
+PUBLIC_FN = re.compile(
+    r"^(?!static\b|typedef\b|extern\b)[A-Za-z_][^;{}()=#]*?\b(kl_[a-z]\w*)\s*\(",
+    re.M)
+
+
+def declarations(root):
+    """The public functions declared in a header of another folder's
+    concept than the folder that defines them."""
+    if not os.path.isdir(os.path.join(root, "include", "keylane")):
+        return []
+    defined = {fn: path for path, _, fn in internal_definitions(root,
+                                                                PUBLIC_FN)}
+    bad, homeless = [], set()
+    for fn, header in sorted(public_declarations(root).items()):
+        want = PUBLIC_HOMES.get(os.path.basename(header))
+        if want is None:
+            if header not in homeless:
+                homeless.add(header)
+                bad.append(f"{header}: no folder is its home: add it to "
+                           f"PUBLIC_HOMES (tests/layout/check_names.py) and "
+                           f"to docs/design.md's layout")
+            continue
+        where = defined.get(fn)
+        if where and where.split("/")[0] != want:
+            folder = where.split("/")[0]
+            into = " or ".join(sorted(
+                "keylane/" + h for h, f in PUBLIC_HOMES.items()
+                if f == folder)) or f"a header of {folder}/'s concept"
+            bad.append(f"{header}: declares {fn}(), which {where} defines: "
+                       f"declare it in {into}, or define it in {want}/")
+    return bad
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "."
-    bad = check(root) + guards(root) + prefixes(root)
+    bad = (check(root) + guards(root) + prefixes(root) + parts(root) +
+           declarations(root))
     for b in bad:
         print(b)
     if bad:
         sys.exit(1)
     print("ok: no static kl_ function, no static name defined twice, "
           "every header guard spells its path, "
-          "every internal prefix lives in one folder")
+          "every internal prefix lives in its file or its parts, "
+          "every reader of an engine's state is one of its parts, "
+          "every public function is declared in its folder's header")
 
 
 if __name__ == "__main__":

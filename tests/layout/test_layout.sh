@@ -46,6 +46,10 @@ refuses() {
 names() {
   grep -qF -- "$1" <<<"$out" || { echo "FAILED: $2 is not named: $out"; exit 1; }
 }
+# alone WHAT: the last refusal named one thing only; WHAT was not refused.
+alone() {
+  [ "$(wc -l <<<"$out")" = 1 ] || { echo "FAILED: $1 was refused: $out"; exit 1; }
+}
 
 # Header guards spell their header's path (check_names.py, guards()): a
 # guard left from a header's old folder, and one right, side by side.
@@ -104,6 +108,99 @@ names "worker/replay.c:1: the prefix kl__replay_ is also defined at cli/replay.c
 [ "$(wc -l <<<"$out")" = 2 ] ||
   { echo "FAILED: a prefix of the file's own folder was refused: $out"; exit 1; }
 echo "ok: an internal prefix of another folder's file, or of two folders, is refused, named"
+
+# An internal prefix named after a file is defined in that file or its
+# parts, and a folder's own prefix in any of its files (check_names.py,
+# prefixes()): the overlay's kl__ov_ defined by the child txn's file, as it
+# was; beside a part of the overlay and store/'s own kl__store_ prefix.
+mkdir -p "$T/f/store"
+printf 'int kl__ov_get(int x) {\n  return x;\n}\n' >"$T/f/store/ov.c"
+printf 'int kl__ov_walk(int x) {\n  return x;\n}\n' >"$T/f/store/ov_walk.c"
+printf 'int kl__child_begin(int x) {\n  return x;\n}\nint kl__ov_set(int x) {\n  return x;\n}\n' \
+  >"$T/f/store/child.c"
+printf 'int kl__store_begin(int x) {\n  return x;\n}\n' >"$T/f/store/store.c"
+printf 'int kl__store_pg_open(int x) {\n  return x;\n}\n' >"$T/f/store/pg.c"
+refuses check_names.py "$T/f" "a prefix defined by another file of its folder"
+names "store/child.c:4: kl__ov_set has the prefix kl__ov_ of store/ov.c: define it there (or in one of its parts, store/ov_*.c), or name it after its own file (kl__child_set)" \
+  "the prefix of another file"
+alone "a file's part or the folder's own prefix"
+echo "ok: an internal prefix defined by a file that is not its file or a part of it is refused, named"
+
+# A public function is declared in the header of the folder that defines
+# it (check_names.py, declarations()): kl_partition() in keylane/producer.h
+# and defined in event/, as it was; beside one in its place.
+mkdir -p "$T/h/include/keylane" "$T/h/event"
+printf '#ifndef KEYLANE_PRODUCER_H\n#define KEYLANE_PRODUCER_H\nKL_EXPORT int kl_partition(int key);\n#endif\n' \
+  >"$T/h/include/keylane/producer.h"
+printf '#ifndef KEYLANE_EVENT_H\n#define KEYLANE_EVENT_H\nKL_EXPORT int kl_murmur2(int key);\n#endif\n' \
+  >"$T/h/include/keylane/event.h"
+printf 'int kl_partition(int key) {\n  return key;\n}\nint kl_murmur2(int key) {\n  return key;\n}\n' \
+  >"$T/h/event/partition.c"
+refuses check_names.py "$T/h" "a public function declared in another folder's header"
+names "include/keylane/producer.h: declares kl_partition(), which event/partition.c defines: declare it in keylane/event.h, or define it in broker/" \
+  "the declaration away from its definition"
+alone "a declaration in its folder's header"
+echo "ok: a public function declared in another folder's header is refused, named"
+
+# An engine's state is read by its parts only, named as its parts
+# (check_names.py, parts()): the lanes' executors under their old name
+# (pool), beside the lanes' own files, which may read it.
+mkdir -p "$T/e/worker"
+printf '#ifndef KEYLANE_WORKER_LANES_INTERNAL_H\n#define KEYLANE_WORKER_LANES_INTERNAL_H\n#endif\n' \
+  >"$T/e/worker/lanes_internal.h"
+printf '#include "worker/lanes.h"\n#include "worker/lanes_internal.h"\n' \
+  >"$T/e/worker/pool.c"
+printf '#include "worker/lanes_internal.h"\n' >"$T/e/worker/lanes_pool.c"
+printf '#include "worker/lanes_internal.h"\n' >"$T/e/worker/lanes.c"
+refuses check_names.py "$T/e" "a reader of the lanes' state not named as their part"
+names "worker/pool.c:2: includes worker/lanes_internal.h, the state of the lanes engine, but is not named as one of its parts: name it worker/lanes_pool.c (functions kl__lanes_pool_*)" \
+  "the file outside the lanes"
+alone "a file of the lanes"
+echo "ok: a reader of an engine's state not named as its part is refused, named"
+
+# The data-path table of docs/design.md names where each step runs
+# (check_datapath.py): true of the tree, and refused on a copy where a
+# function it names was renamed, a step no longer calls the next, the
+# handler is called through another pointer and a backend's commit is in
+# no table.
+python3 "$HERE/check_datapath.py" "$SRC"
+D=$T/datapath
+mkdir -p "$D/docs"
+cp "$SRC/docs/design.md" "$D/docs/"
+for f in common event store broker worker handlers cli; do cp -r "$SRC/$f" "$D/"; done
+sed -i 's/^kl_handler_result_t kl__apply_event(/kl_handler_result_t kl__apply_one(/' \
+  "$D/worker/apply.c"
+sed -i 's/kl__apply_event(&x->applier/kl__apply_one(\&x->applier/' \
+  "$D/worker/lanes_pool.c"
+sed -i 's/^  kl__lanes_push(/  kl__lanes_add(/; s/^void kl__lanes_push(/void kl__lanes_add(/' \
+  "$D/worker/lanes.c"
+sed -i 's/kl__lanes_push(worker->lanes, m)/kl__lanes_add(worker->lanes, m)/' \
+  "$D/worker/worker.c"
+sed -i 's/kl__outbox_tick(lanes->outbox)/(void)lanes->outbox/' "$D/worker/lanes.c"
+sed -i 's/: a->handler(a->handler_opaque/: a->run(a->handler_opaque/' \
+  "$D/worker/apply.c"
+sed -i '/\.commit_many = kl__lmdb_commit_many,/d' "$D/store/lmdb.c"
+refuses check_datapath.py "$D" "a data-path table that is no longer true"
+names "worker/apply.c defines no function kl__apply_event() (no source defines it): name the function the step runs now" \
+  "the renamed function"
+names "worker/lanes.c defines no function kl__lanes_push()" "the renamed lanes' function"
+names "kl__outbox_tick() is not reached from kl__lanes_tick() (worker/lanes.c) through the calls of the sources" \
+  "the step no longer called"
+names "no source defines kl__apply_event()" "the renamed caller"
+names "kl__lmdb_commit_many() is never installed as a value" \
+  "the backend commit in no table"
+sed -i 's/a->run(a->handler_opaque/a->handler(a->handler_opaque/; s/kl__apply_one(/kl__apply_event(/' \
+  "$D/worker/apply.c"
+sed -i 's/kl__apply_one(/kl__apply_event(/' "$D/worker/lanes_pool.c"
+sed -i 's/: a->handler(a->handler_opaque/: a->run(a->handler_opaque/' \
+  "$D/worker/apply.c"
+sed -i 's/| `kl_ledger_handler()` |$/| `ledger_emit_credit()` |/' "$D/docs/design.md"
+refuses check_datapath.py "$D" "a handler called through another pointer"
+names "kl__apply_event() (worker/apply.c) does not call through a->handler" \
+  "the handler's pointer"
+names "the row is reached from ledger_emit_credit(), which no earlier row names" \
+  "the caller of no earlier step"
+echo "ok: a data-path table whose functions were renamed, or are no longer reached, is refused, named"
 
 # The simulator's mutants (common/mutant.h) exist only in keylane-sim's
 # build: the library holds no mutant symbol, exported or hidden. The same

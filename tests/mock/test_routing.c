@@ -322,8 +322,8 @@ static void test_confluent_default_is_caught(void **state) {
   for (int k = 0; k < 20; k++) {
     snprintf(key, sizeof(key), "acct-%d", k);
     snprintf(id, sizeof(id), "crc-%d", k);
-    expect += kl__partition_with(KL__PARTITIONER_CRC32, key, strlen(key),
-                                 KL_PARTS) != kl_right(key);
+    expect += kl__partitioners_pick(KL__PARTITIONER_CRC32, key, strlen(key),
+                                    KL_PARTS) != kl_right(key);
     kl_credit_to(fx, key, id, 1, RD_KAFKA_PARTITION_UA);
   }
   assert_true(expect > 0);
@@ -374,7 +374,7 @@ static void test_partitioner_named(void **state) {
   (void)state;
   const char *key = "acct-17";
   for (int32_t n = 2; n <= 16; n++) {
-    int32_t crc = kl__partition_with(KL__PARTITIONER_CRC32, key, 7, n);
+    int32_t crc = kl__partitioners_pick(KL__PARTITIONER_CRC32, key, 7, n);
     kl__partitioners_t set = kl__partitioners_explaining(key, 7, n, crc);
     assert_true(set & (1u << KL__PARTITIONER_CRC32));
     int32_t mm = kl_partition(key, 7, n);

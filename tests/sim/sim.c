@@ -9,7 +9,7 @@
  * (worker/lanes*.c: windows, per-key order, retries with backoff, dead
  * letters, fencing, rewinds after a failed commit, the group commit of
  * every due lane in one store commit), the pool's inline run
- * (worker/pool.c, store/child.c), the per-event step kl__apply_event()
+ * (worker/lanes_pool.c, store/child.c), the per-event step kl__apply_event()
  * (worker/apply.c: decode, the reserved-id and routing checks, the seen
  * check of the key-scoped id, the handler, the mark) and the outbox
  * publisher (worker/outbox.c: listing, publishing, removing what Kafka

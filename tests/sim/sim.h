@@ -196,7 +196,7 @@ typedef struct sim_owner {
   /* per topic, the worker's engine in inline mode (a worker runs one
    * topic: an owner of both topics is two workers of one process) */
   struct kl__lanes *lanes[SIM_TOPICS];
-  struct kl__pool *pool[SIM_TOPICS];
+  struct kl__lanes_pool *pool[SIM_TOPICS];
   kl_decoder_t *decoder;
   sim_fake_t *fake[SIM_TOPICS]; /* its Kafka: dead-letter topic, producer */
   int tno;  /* the topic whose engine the running call is in */

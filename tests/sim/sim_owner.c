@@ -19,7 +19,7 @@
 #include "keylane/worker.h"
 #include "sim/sim.h"
 #include "worker/lanes_internal.h"
-#include "worker/pool.h"
+#include "worker/lanes_pool.h"
 
 #define STACK_SIZE (512 * 1024)
 
@@ -164,7 +164,7 @@ static void owner_start(sim_owner_t *o) {
     if (!err) {
       kl__lanes_reserve(o->lanes[t], W->cfg.partitions);
       kl__lanes_route(o->lanes[t], W->cfg.partitions, "dlq");
-      err = kl__pool_new(o->lanes[t], 0, &o->pool[t]);
+      err = kl__lanes_pool_new(o->lanes[t], 0, &o->pool[t]);
     }
   }
   W->acting = was;
@@ -183,7 +183,7 @@ static void owner_stop(sim_owner_t *o) {
   W->acting = o;
   for (int t = 0; t < SIM_TOPICS; t++) {
     o->tno = t;
-    kl__pool_destroy(o->pool[t]);
+    kl__lanes_pool_destroy(o->pool[t]);
     kl__lanes_destroy(o->lanes[t]);
     sim_fake_free(o->fake[t]);
     o->pool[t] = NULL;
@@ -241,7 +241,7 @@ static void owner_turn(sim_owner_t *o) {
   W->acting = o;
   for (int t = 0; t < W->ntopics; t++) {
     o->tno = t;
-    kl__pool_run_inline(o->pool[t], 20);
+    kl__lanes_pool_run_inline(o->pool[t], 20);
     kl__dlq_poll((kl__dlq_t *)o->fake[t], 0);
     kl__lanes_tick(o->lanes[t]);
     int32_t fenced[SIM_TOPIC_P];

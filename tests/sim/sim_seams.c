@@ -1,7 +1,7 @@
 /*
  * The seams through which the simulated owners run the worker's own
- * lanes (worker/lanes*.c, pool.c, outbox.c, store/child.c): keylane-sim is
- * linked with `--wrap` for each function below (tests/CMakeLists.txt), so
+ * lanes (worker/lanes*.c, lanes_pool.c, outbox.c, store/child.c): keylane-sim
+ * is linked with `--wrap` for each function below (tests/CMakeLists.txt), so
  * that the library's calls to them come here, and nothing in the library
  * knows. Outside an owner's call into its lanes (W->acting NULL) each one
  * passes the call on to the real function.

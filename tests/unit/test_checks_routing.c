@@ -26,8 +26,9 @@ static void kl_sample(kl__partitioner_t which, kl__routed_t *out) {
   for (int i = 0; i < KL_N; i++) {
     snprintf(kl_keys[i], sizeof(kl_keys[i]), "acct-%d", i);
     size_t len = strlen(kl_keys[i]);
-    out[i] = (kl__routed_t){
-        kl_keys[i], len, kl__partition_with(which, kl_keys[i], len, KL_PARTS)};
+    out[i] =
+        (kl__routed_t){kl_keys[i], len,
+                       kl__partitioners_pick(which, kl_keys[i], len, KL_PARTS)};
   }
 }
 

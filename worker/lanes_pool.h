@@ -7,21 +7,22 @@
  * Each executor has its own decoder; the handler may be called from any
  * of them, never twice at once for one event key.
  */
-#ifndef KEYLANE_WORKER_POOL_H
-#define KEYLANE_WORKER_POOL_H
+#ifndef KEYLANE_WORKER_LANES_POOL_H
+#define KEYLANE_WORKER_LANES_POOL_H
 
 #include "worker/lanes.h"
 
-typedef struct kl__pool kl__pool_t;
+typedef struct kl__lanes_pool kl__lanes_pool_t;
 
 /**
  * Starts @p threads executors on @p lanes (borrowed); 0 starts none, for
  * inline mode.
  */
-kl_err_t kl__pool_new(kl__lanes_t *lanes, int threads, kl__pool_t **out);
+kl_err_t kl__lanes_pool_new(kl__lanes_t *lanes, int threads,
+                            kl__lanes_pool_t **out);
 
 /** Stops the executors (kl__lanes_stop()) and joins them; accepts NULL. */
-void kl__pool_destroy(kl__pool_t *pool);
+void kl__lanes_pool_destroy(kl__lanes_pool_t *pool);
 
 /**
  * Inline mode: runs ready events on the calling (poll) thread while less
@@ -29,6 +30,6 @@ void kl__pool_destroy(kl__pool_t *pool);
  * thread is back to polling within @p budget_ms plus one handler call.
  * @returns the number run.
  */
-int kl__pool_run_inline(kl__pool_t *pool, int budget_ms);
+int kl__lanes_pool_run_inline(kl__lanes_pool_t *pool, int budget_ms);
 
 #endif

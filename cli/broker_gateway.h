@@ -1,6 +1,6 @@
-/* keylane broker's gateway mode (cli/gateway.c). */
-#ifndef KEYLANE_CLI_GATEWAY_H
-#define KEYLANE_CLI_GATEWAY_H
+/* keylane broker's gateway mode (cli/broker_gateway.c). */
+#ifndef KEYLANE_CLI_BROKER_GATEWAY_H
+#define KEYLANE_CLI_BROKER_GATEWAY_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/gateway.h"
+#include "cli/broker_gateway.h"
 #include "broker/gateway.h"
 #include "cli/cli.h"
 #include "cli/opts.h"

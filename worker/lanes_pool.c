@@ -1,8 +1,8 @@
 /*
- * Executors: take a ready event, run the per-event step of apply.c on a
- * child transaction, hand the outcome back to its lane.
+ * The lanes' executors: take a ready event, run the per-event step of
+ * apply.c on a child transaction, hand the outcome back to its lane.
  */
-#include "worker/pool.h"
+#include "worker/lanes_pool.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -13,14 +13,14 @@
 #include "store/child.h"
 
 typedef struct kl_exec {
-  kl__pool_t *pool;
+  kl__lanes_pool_t *pool;
   kl__applier_t applier; /* the lanes' one, with this executor's decoder */
   kl__child_t child;     /* reused event after event */
   pthread_t thread;
   int started;
 } kl_exec_t;
 
-struct kl__pool {
+struct kl__lanes_pool {
   kl__lanes_t *lanes;
   int count;
   kl_exec_t inline_exec;
@@ -121,7 +121,7 @@ static void *exec_main(void *opaque) {
   return NULL;
 }
 
-int kl__pool_run_inline(kl__pool_t *pool, int budget_ms) {
+int kl__lanes_pool_run_inline(kl__lanes_pool_t *pool, int budget_ms) {
   kl_exec_t *x = &pool->inline_exec;
   int64_t end = kl__mono_ns() + (int64_t)budget_ms * 1000000;
   int n = 0;
@@ -143,7 +143,7 @@ int kl__pool_run_inline(kl__pool_t *pool, int budget_ms) {
   return n;
 }
 
-static kl_err_t exec_init(kl_exec_t *x, kl__pool_t *pool) {
+static kl_err_t exec_init(kl_exec_t *x, kl__lanes_pool_t *pool) {
   x->pool = pool;
   x->applier = pool->lanes->applier;
   kl__child_init(&x->child);
@@ -151,8 +151,9 @@ static kl_err_t exec_init(kl_exec_t *x, kl__pool_t *pool) {
   return x->applier.decoder ? KL_OK : KL_ENOMEM;
 }
 
-kl_err_t kl__pool_new(kl__lanes_t *lanes, int threads, kl__pool_t **out) {
-  kl__pool_t *pool =
+kl_err_t kl__lanes_pool_new(kl__lanes_t *lanes, int threads,
+                            kl__lanes_pool_t **out) {
+  kl__lanes_pool_t *pool =
       calloc(1, sizeof(*pool) + (size_t)threads * sizeof(kl_exec_t));
   if (!pool)
     return KL_ENOMEM;
@@ -170,14 +171,14 @@ kl_err_t kl__pool_new(kl__lanes_t *lanes, int threads, kl__pool_t **out) {
       x->started = 1;
   }
   if (err) {
-    kl__pool_destroy(pool);
+    kl__lanes_pool_destroy(pool);
     return err;
   }
   *out = pool;
   return KL_OK;
 }
 
-void kl__pool_destroy(kl__pool_t *pool) {
+void kl__lanes_pool_destroy(kl__lanes_pool_t *pool) {
   if (!pool)
     return;
   kl__lanes_stop(pool->lanes);
