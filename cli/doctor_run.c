@@ -222,6 +222,9 @@ static void doctor_store(kl_doctor_t *d) {
                      d->topic, d->partitions, KL_DOCTOR_TIMEOUT_MS, &c);
     doctor_say(d, "epochs", &c);
   }
+  if (kl__check_sweeps(store, d->topic,
+                       kl__conf_int(d->conf, "store.dedup.retention"), &c))
+    doctor_say(d, "sweep", &c);
   if (kl__check_clock(store, KL__CLOCK_SKEW_WARN_MS, &c))
     doctor_say(d, "clock", &c);
   kl_store_destroy(store);

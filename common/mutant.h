@@ -34,6 +34,9 @@ typedef enum kl__mutant {
   KL__MUTANT_UPDATE,    /* store/pg_txn.c: a put over a key the owner cache
                            knows is written whatever the row holds now, as
                            before issue 39 (finding 1) */
+  KL__MUTANT_SWEEP,     /* store/lmdb_sweep.c, store/pg_sweep.c: a topic's
+                           sweep removes every topic's expired ids by its
+                           own retention, as before issue 39's sweep fix */
 } kl__mutant_t;
 
 #ifdef KL_SIM_MUTANTS

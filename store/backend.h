@@ -50,7 +50,13 @@ typedef struct kl__store_ops {
   kl_err_t (*mark)(kl_txn_t *txn, const char *id, size_t id_len,
                    kl_mark_t mark);
   void (*count_duplicate)(kl_txn_t *txn);
-  kl_err_t (*sweep)(kl_store_t *store, size_t max, size_t *removed);
+  /* Removes expired ids of @p topic alone, judged by this store's
+   * retention, from the topic's own position (kl_store_sweep()); records
+   * that retention for the topic when it removes any (sweeps). */
+  kl_err_t (*sweep)(kl_store_t *store, const char *topic, size_t max,
+                    size_t *removed);
+  /* kl__store_sweeps(): each topic's recorded sweep retention. */
+  kl_err_t (*sweeps)(kl_store_t *store, kl__store_sweep_cb_t *cb, void *opaque);
   kl_err_t (*scan)(kl_store_t *store, const void *prefix, size_t prefix_len,
                    kl_store_scan_cb_t *cb, void *opaque);
   kl_err_t (*foreach_partition)(kl_store_t *store, kl_store_partition_cb_t *cb,
@@ -146,6 +152,11 @@ typedef struct kl__store_ops {
 
 struct kl_store {
   const kl__store_ops_t *ops;
+  /* The topics this handle took partitions of (kl_store_acquire()), the
+   * ones kl_store_sweep() sweeps, in turn (sweep_next); store.c's, freed
+   * by kl_store_destroy(), guarded by a lock of store.c. */
+  char **sweep_topics;
+  size_t sweep_count, sweep_next;
   /* kl__store_legacy_ids(): until when (store clock, ms) the store may
    * hold unexpired ids recorded before ids were scoped by key; 0: none.
    * Set by the backend's open. */

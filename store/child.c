@@ -142,7 +142,7 @@ static const kl__store_ops_t kl_child_ops = {
     .pg_conn = child_pg_conn,
 };
 
-static kl_store_t kl_child_store = {&kl_child_ops, 0};
+static kl_store_t kl_child_store = {.ops = &kl_child_ops};
 
 void kl__child_init(kl__child_t *child) {
   memset(child, 0, sizeof(*child));

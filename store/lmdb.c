@@ -713,157 +713,6 @@ int kl__lmdb_topic_no(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
   return 0;
 }
 
-/* ---- expiry ---------------------------------------------------------- */
-
-/*
- * Expiry walks the ids database itself, with no index by time (it would
- * cost another key per id on disk). Each sweep visits up to `max` keys
- * from where the last one stopped, a cursor kept in meta (so every process
- * on the host advances one shared position, across restarts), wrapping at
- * the end, and removes those older than the retention. A full cycle over N
- * keys thus takes N/max sweeps, and a key lives at least the retention and
- * at most the retention plus one sweep cycle.
- *
- * A sweep first walks its keys in a read snapshot: when none has expired
- * it writes nothing (a worker sweeps every second, and a durable write
- * transaction is two fsyncs on its poll thread), and only this process
- * remembers where it stopped; the next sweep that removes something saves
- * the position in meta with its removals.
- */
-#define KL_SWEEP_CURSOR "sweep.cursor"
-
-typedef struct kl_sweep_ctx {
-  size_t max;
-  int64_t now_ms;
-  int dry;        /* count what has expired, remove nothing */
-  size_t removed; /* removed, or (dry) expired */
-  unsigned char from[KL__IDKEY_MAX]; /* start after it, when from_len; */
-  size_t from_len;                   /* else after meta's cursor */
-  unsigned char last[KL__IDKEY_MAX];
-  size_t last_len;
-} kl_sweep_ctx_t;
-
-/* Positions @p cur on the first key after the sweep's start (the cursor
- * this process remembers, else meta's), or on the first key. */
-static int sweep_start(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
-                       const kl_sweep_ctx_t *ctx, MDB_val *key, MDB_val *val) {
-  MDB_val ck = {sizeof(KL_SWEEP_CURSOR) - 1, KL_SWEEP_CURSOR}, saved;
-  int rc = 0;
-  if (ctx->from_len)
-    saved = (MDB_val){ctx->from_len, (void *)ctx->from};
-  else
-    rc = mdb_get(mtxn, lmdb->meta, &ck, &saved);
-  if (rc == MDB_NOTFOUND)
-    return mdb_cursor_get(cur, key, val, MDB_FIRST);
-  if (rc)
-    return rc;
-  *key = saved;
-  rc = mdb_cursor_get(cur, key, val, MDB_SET_RANGE);
-  if (rc == 0 && key->mv_size == saved.mv_size &&
-      memcmp(key->mv_data, saved.mv_data, saved.mv_size) == 0)
-    rc = mdb_cursor_get(cur, key, val, MDB_NEXT);
-  return rc == MDB_NOTFOUND ? mdb_cursor_get(cur, key, val, MDB_FIRST) : rc;
-}
-
-static int sweep_walk(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
-                      kl_sweep_ctx_t *ctx, size_t budget) {
-  MDB_val key, val;
-  int rc = sweep_start(lmdb, mtxn, cur, ctx, &key, &val);
-  /* budget <= entries, so no key is visited twice in one sweep. */
-  for (size_t visited = 0; rc == 0 && visited < budget; visited++) {
-    int64_t t;
-    kl_mark_t mark;
-    if (key.mv_size > KL__IDKEY_MAX || kl__lmdb_idval_decode(&val, &t, &mark))
-      return MDB_CORRUPTED;
-    memcpy(ctx->last, key.mv_data, key.mv_size);
-    ctx->last_len = key.mv_size;
-    if (ctx->now_ms - t > lmdb->retention_ms) {
-      if (!ctx->dry && (rc = mdb_cursor_del(cur, 0)) != 0)
-        return rc;
-      ctx->removed++;
-    }
-    /* After a delete the cursor already sits on the next key; MDB_NEXT
-     * knows and returns that one. */
-    rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT);
-    if (rc == MDB_NOTFOUND)
-      rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST);
-  }
-  return rc == MDB_NOTFOUND ? 0 : rc;
-}
-
-static int sweep_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
-                    kl_err_t *stop) {
-  (void)stop;
-  kl_sweep_ctx_t *ctx = opaque;
-  MDB_stat st;
-  MDB_cursor *cur;
-  ctx->removed = 0;
-  ctx->last_len = 0;
-  int rc = mdb_stat(mtxn, lmdb->ids, &st);
-  if (rc || st.ms_entries == 0)
-    return rc;
-  size_t budget = st.ms_entries < ctx->max ? st.ms_entries : ctx->max;
-  if ((rc = mdb_cursor_open(mtxn, lmdb->ids, &cur)) != 0)
-    return rc;
-  rc = sweep_walk(lmdb, mtxn, cur, ctx, budget);
-  mdb_cursor_close(cur);
-  if (rc || ctx->last_len == 0 || ctx->dry)
-    return rc;
-  MDB_val ck = {sizeof(KL_SWEEP_CURSOR) - 1, KL_SWEEP_CURSOR};
-  MDB_val cv = {ctx->last_len, ctx->last};
-  return mdb_put(mtxn, lmdb->meta, &ck, &cv, 0);
-}
-
-/* The walk in a read snapshot: @returns KL_OK with ctx->removed the keys
- * that have expired, and ctx->last where it stopped. */
-static kl_err_t sweep_dry(kl__lmdb_t *lmdb, kl_sweep_ctx_t *ctx) {
-  MDB_txn *snap;
-  kl_err_t err = kl__lmdb_read_begin(lmdb, &snap);
-  if (err)
-    return err;
-  ctx->dry = 1;
-  int rc = sweep_fn(lmdb, snap, ctx, NULL);
-  ctx->dry = 0;
-  kl__lmdb_read_end(lmdb, snap);
-  return rc ? kl__lmdb_err(rc, "sweep expired idempotency keys") : KL_OK;
-}
-
-/* The position this process's last sweep stopped at, in or out. */
-static void lmdb_sweep_at(kl__lmdb_t *lmdb, kl_sweep_ctx_t *ctx, int save) {
-  pthread_mutex_lock(&lmdb->mu);
-  if (save) {
-    memcpy(lmdb->sweep_at, ctx->last, ctx->last_len);
-    lmdb->sweep_at_len = ctx->last_len;
-  } else {
-    memcpy(ctx->from, lmdb->sweep_at, lmdb->sweep_at_len);
-    ctx->from_len = lmdb->sweep_at_len;
-  }
-  pthread_mutex_unlock(&lmdb->mu);
-}
-
-static kl_err_t lmdb_sweep(kl_store_t *store, size_t max, size_t *removed) {
-  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
-  *removed = 0;
-  if (max == 0)
-    return KL_OK;
-  int dead = 0;
-  mdb_reader_check(lmdb->env, &dead); /* frees slots of crashed processes */
-  if (dead)
-    KL_LOG_W(KL_COMP, "store %s: freed %d read slots of dead processes",
-             lmdb->dir, dead);
-  kl_sweep_ctx_t ctx = {.max = max, .now_ms = kl__store_now_ms()};
-  lmdb_sweep_at(lmdb, &ctx, 0);
-  kl_err_t err = sweep_dry(lmdb, &ctx);
-  if (!err && ctx.removed)
-    err = kl__lmdb_write(lmdb, "sweep", sweep_fn, &ctx);
-  if (err)
-    return err;
-  if (ctx.last_len)
-    lmdb_sweep_at(lmdb, &ctx, 1);
-  *removed = ctx.removed;
-  return KL_OK;
-}
-
 /* ---- open and close -------------------------------------------------- */
 
 /* LMDB forbids opening one environment twice in a process (closing either
@@ -953,7 +802,8 @@ static const kl__store_ops_t kl_lmdb_ops = {
     .seen = kl__lmdb_seen,
     .mark = kl__lmdb_mark,
     .count_duplicate = kl__lmdb_count_duplicate,
-    .sweep = lmdb_sweep,
+    .sweep = kl__lmdb_sweep,
+    .sweeps = kl__lmdb_sweeps,
     .scan = lmdb_scan,
     .foreach_partition = lmdb_foreach_partition,
     .id_count = lmdb_id_count,
@@ -1011,7 +861,7 @@ static kl_err_t format_refused(kl__lmdb_t *lmdb, uint32_t found) {
   return kl__err(
       KL_ESTORE_VERSION,
       "store %s has format version %" PRIu32 ", this build "
-      "supports version %u (and migrates versions 1 and 2 when it "
+      "supports version %u (and migrates versions 1 to 3 when it "
       "opens them): open it with the keylane release that wrote it, or "
       "start a new store in another directory",
       lmdb->dir, found, KL__LMDB_FORMAT);
@@ -1031,11 +881,20 @@ static int mark_legacy_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn, uint32_t found) {
   return mdb_put(mtxn, lmdb->meta, &key, &val, 0);
 }
 
+/* Format 3's one store-wide sweep position (format 4 keeps one per
+ * topic, lmdb_sweep.c): gone, when there. */
+static int drop_store_sweep(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
+  MDB_val key = {sizeof("sweep.cursor") - 1, "sweep.cursor"};
+  int rc = mdb_del(mtxn, lmdb->meta, &key, NULL);
+  return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
 /* Checks the format record, writing this build's in a new store. Formats
- * 1 and 2 get it too: format 1's topics are numbered (its ids then move by
- * kl__lmdb_migrate_ids()), the ids both kept are marked as unscoped
- * (mark_legacy_ids()), and an older keylane refuses the store from now
- * on. */
+ * 1 to 3 get it too (format 3's ids stay as they are, its sweep position
+ * goes: drop_store_sweep()); formats 1 and 2 get it too: format 1's topics are
+ * numbered (its ids then move by kl__lmdb_migrate_ids()), the ids both kept are
+ * marked as unscoped (mark_legacy_ids()), and an older keylane refuses the
+ * store from now on. */
 static int format_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, kl_err_t *stop) {
   MDB_val key = {sizeof(KL__LMDB_FORMAT_KEY) - 1, KL__LMDB_FORMAT_KEY}, val;
   uint32_t format = KL__LMDB_FORMAT, found = 0;
@@ -1046,13 +905,15 @@ static int format_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, kl_err_t *stop) {
     memcpy(&found, val.mv_data, sizeof(found));
   if (rc == 0 && found == KL__LMDB_FORMAT)
     return 0;
-  if (rc == 0 && found != 1 && found != 2) {
+  if (rc == 0 && (found < 1 || found > 3)) {
     *stop = format_refused(lmdb, found);
     return KL__LMDB_STOP;
   }
   if (rc == 0 && found == 1 && (rc = number_topics(lmdb, mtxn)))
     return rc;
-  if (rc == 0 && (rc = mark_legacy_ids(lmdb, mtxn, found)))
+  if (rc == 0 && found < 3 && (rc = mark_legacy_ids(lmdb, mtxn, found)))
+    return rc;
+  if (rc == 0 && (rc = drop_store_sweep(lmdb, mtxn)))
     return rc;
   val = (MDB_val){sizeof(format), &format};
   return mdb_put(mtxn, lmdb->meta, &key, &val, 0);

@@ -1,10 +1,13 @@
 /*
  * The LMDB store's internals, shared by lmdb.c (the environment, its
- * map size, partitions, scans, expiry) and lmdb_txn.c (batches).
+ * map size, partitions, scans), lmdb_sweep.c (expiry) and lmdb_txn.c
+ * (batches).
  *
- * Layout (format 2): one environment directory per host, shared by every
+ * Layout (format 4): one environment directory per host, shared by every
  * worker process, with six named databases:
- *   meta       "format" -> uint32 format version; "sweep.cursor" -> an ids key
+ *   meta       "format" -> uint32 format version; per topic number N,
+ *              "sweep.cursor.N" -> an ids key and "sweep.retention.N" ->
+ *              2 x int64 (lmdb_sweep.c)
  *   parts      topic NUL partition(uint32 big-endian) -> 5 x uint64 (epoch,
  *              watermark, applied, duplicates, dead_letters), host order
  *   beats      the parts key -> uint64 beats, host order: kl__store_beat()'s
@@ -73,10 +76,13 @@ typedef struct kl__lmdb {
   size_t active;
   int resizing;
   size_t map_size; /* this process's current map size */
-  /* Where this process's last sweep stopped (lmdb.c's expiry): a
-   * sweep that removes nothing leaves meta's cursor alone. Guarded by mu. */
+  /* Where this process's last sweep stopped (lmdb_sweep.c), and in
+   * which topic's keys (their number): a sweep that removes nothing
+   * leaves meta's cursor alone. Guarded by mu. */
   unsigned char sweep_at[KL__IDKEY_MAX];
   size_t sweep_at_len;
+  unsigned char sweep_at_topic[KL__TOPIC_NO_LEN];
+  int sweep_at_set;
 } kl__lmdb_t;
 
 /* A write fn returns 0 to commit, an LMDB or errno code to abort and fail,
@@ -159,6 +165,13 @@ int kl__lmdb_topic_no(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
  * open and the format record says 2. Several processes may run it at once.
  */
 kl_err_t kl__lmdb_migrate_ids(kl__lmdb_t *lmdb);
+
+/* The sweep of one topic's expired ids and the retentions the sweeps
+ * recorded (lmdb_sweep.c): the ops sweep and sweeps. */
+kl_err_t kl__lmdb_sweep(kl_store_t *store, const char *topic, size_t max,
+                        size_t *removed);
+kl_err_t kl__lmdb_sweeps(kl_store_t *store, kl__store_sweep_cb_t *cb,
+                         void *opaque);
 
 /* The txn operations of lmdb_txn.c and the outbox's list and
  * remove of lmdb_outbox.c, for the ops table. */

@@ -846,70 +846,6 @@ void kl__pg_clock_param(char *buf, size_t size) {
   snprintf(buf, size, "%" PRId64, kl__store_test_clock_ms());
 }
 
-typedef struct kl_pg_sweep {
-  int64_t retention_ms;
-  size_t max;
-  size_t *removed;
-} kl_pg_sweep_t;
-
-/* A sweep of @p max keys visits this many pages of keylane_ids: an 8 KiB
- * page holds about 100 keys of 36-byte ids (97 in keylane-bench store). */
-#define KL_PG_SWEEP_KEYS_PER_PAGE 100
-
-/* One statement, so one short transaction. It takes the fleet's position
- * (keylane_sweep; SKIP LOCKED: while another worker sweeps, this call does
- * nothing), removes at most max expired keys on the next pages (a TID
- * range scan: no index on insert times for every commit to write), and
- * moves the position past them, back to page 0 after the table's end. A
- * call that removed max keys stays on its pages, so no expired key is
- * left behind for a whole walk. Keys a commit holds (re-marking them)
- * are skipped too, for the next walk: the sweep never waits for a commit
- * or deadlocks with one. The cutoff is the server's time, as the keys'
- * insert times are. */
-#define KL_PG_EXPIRED "inserted_ms < " KL__PG_NOW_MS(1) " - $2::int8"
-static const char kl_pg_sweep_sql[] =
-    "WITH s AS (SELECT CASE WHEN next_page < pg_relation_size('keylane_ids') "
-    "/ current_setting('block_size')::int8 THEN next_page ELSE 0 END AS page "
-    "FROM keylane_sweep FOR UPDATE SKIP LOCKED), "
-    "d AS (DELETE FROM keylane_ids WHERE ctid = ANY(ARRAY(SELECT ctid FROM "
-    "keylane_ids WHERE ctid >= (SELECT format('(%s,0)', page)::tid FROM s) "
-    "AND ctid < (SELECT format('(%s,0)', page + $4::int8)::tid FROM s) "
-    "AND " KL_PG_EXPIRED
-    " LIMIT $3::int8 FOR UPDATE SKIP LOCKED)) AND " KL_PG_EXPIRED
-    " RETURNING 1), "
-    "n AS (SELECT count(*) AS removed FROM d), "
-    "u AS (UPDATE keylane_sweep SET next_page = s.page + CASE WHEN n.removed "
-    "< $3::int8 THEN $4::int8 ELSE 0 END FROM s, n) "
-    "SELECT removed FROM n";
-
-static kl_err_t pg_sweep_fn(kl__pg_conn_t *conn, void *ctx) {
-  kl_pg_sweep_t *sw = ctx;
-  char now[24], retention[24], max[24], pages[24];
-  kl__pg_clock_param(now, sizeof(now));
-  snprintf(retention, sizeof(retention), "%" PRId64, sw->retention_ms);
-  snprintf(max, sizeof(max), "%zu", sw->max);
-  snprintf(pages, sizeof(pages), "%zu",
-           (sw->max + KL_PG_SWEEP_KEYS_PER_PAGE - 1) /
-               KL_PG_SWEEP_KEYS_PER_PAGE);
-  const char *values[4] = {now, retention, max, pages};
-  PGresult *res =
-      PQexecParams(conn->pg, kl_pg_sweep_sql, 4, NULL, values, NULL, NULL, 0);
-  uint64_t removed = 0;
-  kl_err_t err =
-      kl__pg_u64(conn->pg, res, "sweep expired idempotency keys", &removed);
-  *sw->removed = (size_t)removed;
-  return err;
-}
-
-static kl_err_t pg_sweep(kl_store_t *store, size_t max, size_t *removed) {
-  kl__pg_t *pgs = (kl__pg_t *)store;
-  *removed = 0;
-  if (max == 0)
-    return KL_OK;
-  kl_pg_sweep_t sw = {pgs->retention_ms, max, removed};
-  return pg_call(pgs, pg_sweep_fn, &sw);
-}
-
 static kl_err_t pg_id_count_fn(kl__pg_conn_t *conn, void *ctx) {
   return kl__pg_u64(conn->pg,
                     PQexec(conn->pg, "SELECT count(*) FROM keylane_ids"),
@@ -1202,7 +1138,8 @@ static const kl__store_ops_t pg_ops = {
     .seen = kl__pg_seen,
     .mark = kl__pg_mark,
     .count_duplicate = kl__pg_count_duplicate,
-    .sweep = pg_sweep,
+    .sweep = kl__pg_sweep,
+    .sweeps = kl__pg_sweeps,
     .scan = pg_scan,
     .foreach_partition = pg_foreach_partition,
     .id_count = pg_id_count,

@@ -1,6 +1,6 @@
 /*
  * The PostgreSQL store's internals, shared by pg.c (the connection
- * pool, partitions, scans, expiry), pg_txn.c (batches) and
+ * pool, partitions, scans), pg_sweep.c (expiry), pg_txn.c (batches) and
  * pg_migrations.c (the schema). Not installed.
  *
  * Tables (created by the versioned migrations of pg_migrations.c):
@@ -11,8 +11,11 @@
  *                           (ms); scoped by topic since version 3
  *   keylane_outbox          follow-up events committed with their batch,
  *                           not yet published (pg_outbox.c)
- *   keylane_sweep           one row: the page of keylane_ids where the
- *                           fleet's next sweep starts (since version 6)
+ *   keylane_topic_sweeps    per topic: the page of keylane_ids where
+ *                           the topic's next sweep starts, the retention
+ *                           and time of its last sweep that removed ids
+ *                           (pg_sweep.c; since version 10, which dropped
+ *                           version 6's one store-wide keylane_sweep)
  *   keylane_kv              the handlers' keys and values (bytea)
  * The handlers' own tables (e.g. the inventory example's) live beside them
  * and are written through the batch's connection, kl_txn_pg_conn().
@@ -221,7 +224,7 @@ kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
 const char *kl__pg_state(const PGresult *res);
 
 /* Schema versions (pg_migrations.c). */
-#define KL__PG_SCHEMA_VERSION 9
+#define KL__PG_SCHEMA_VERSION 10
 
 /* The advisory lock (a bigint key) held while the schema is created or
  * migrated; every keylane version takes this one key. */
@@ -284,6 +287,13 @@ int kl__pg_pending(kl_txn_t *txn);
  *  link was lost: for statements that may run twice. */
 kl_err_t kl__pg_call(kl__pg_t *pgs, kl_err_t (*fn)(kl__pg_conn_t *, void *),
                      void *ctx);
+
+/* The sweep of one topic's expired ids and the retentions the sweeps
+ * recorded (pg_sweep.c): the ops sweep and sweeps. */
+kl_err_t kl__pg_sweep(kl_store_t *store, const char *topic, size_t max,
+                      size_t *removed);
+kl_err_t kl__pg_sweeps(kl_store_t *store, kl__store_sweep_cb_t *cb,
+                       void *opaque);
 
 /* The outbox of pg_outbox.c: fills @p call, a statement of a
  * commit's pipeline after its fence, with the insert of @p emits (its

@@ -141,6 +141,21 @@ static const char *const kl_pg_migrations[KL__PG_SCHEMA_VERSION] = {
     "  DROP CONSTRAINT keylane_inventory_outcomes_pkey, "
     "  ADD CONSTRAINT keylane_inventory_outcomes_pkey "
     "  PRIMARY KEY (topic, sku, id);",
+    /* 10: each topic sweeps its own ids, by its own fleet's retention
+     * (issue 39: one fleet's sweep, store-wide, removed every topic's ids
+     * by its retention). A row per topic holds where its next sweep
+     * starts, and the retention and time of its last sweep that removed
+     * ids (pg_sweep.c). The ids are already scoped by topic (version 3):
+     * none moves, and none is swept earlier than its own fleet's
+     * retention. Version 6's store-wide table is dropped, not changed: a
+     * worker of an older build still running fails its sweep (which names
+     * that table) rather than sweeping every topic. */
+    "DROP TABLE keylane_sweep;"
+    "CREATE TABLE keylane_topic_sweeps ("
+    "  topic text COLLATE \"C\" PRIMARY KEY,"
+    "  next_page bigint NOT NULL DEFAULT 0,"
+    "  retention_ms bigint,"
+    "  swept_ms bigint);",
 };
 
 /* What keylane's statements read and write at KL__PG_SCHEMA_VERSION, by
@@ -161,7 +176,10 @@ static const char kl_pg_needed_sql[] =
     "('keylane_beats', 'partition'), ('keylane_beats', 'beats'), "
     "('keylane_outbox', 'topic'), ('keylane_outbox', 'partition'), "
     "('keylane_outbox', 'seq'), ('keylane_outbox', 'rec'), "
-    "('keylane_sweep', 'one'), ('keylane_sweep', 'next_page'), "
+    "('keylane_topic_sweeps', 'topic'), "
+    "('keylane_topic_sweeps', 'next_page'), "
+    "('keylane_topic_sweeps', 'retention_ms'), "
+    "('keylane_topic_sweeps', 'swept_ms'), "
     "('keylane_meta', 'name'), ('keylane_meta', 'value')) AS n(tab, col) "
     /* pg_attribute, not information_schema: that one hides the columns
      * the role has no privilege on. */

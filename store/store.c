@@ -3,6 +3,7 @@
  * call to it. Argument checks that hold for every backend live here, once.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,9 +26,47 @@ kl_err_t kl_store_open(const char *location, const kl_conf_t *conf,
   return kl__store_pg_open(location, conf, out);
 }
 
+/* Guards every handle's sweep_topics: taken once per acquire and sweep. */
+static pthread_mutex_t kl_sweep_mu = PTHREAD_MUTEX_INITIALIZER;
+
 void kl_store_destroy(kl_store_t *store) {
-  if (store)
-    store->ops->destroy(store);
+  if (!store)
+    return;
+  for (size_t i = 0; i < store->sweep_count; i++)
+    free(store->sweep_topics[i]);
+  free(store->sweep_topics);
+  store->ops->destroy(store);
+}
+
+/* Adds @p topic to the topics kl_store_sweep() sweeps. Out of memory it is
+ * left out: its ids then outlive the retention, which is safe. */
+static void sweep_topic_add(kl_store_t *store, const char *topic) {
+  pthread_mutex_lock(&kl_sweep_mu);
+  size_t i = 0;
+  while (i < store->sweep_count && strcmp(store->sweep_topics[i], topic))
+    i++;
+  char **grown = NULL;
+  if (i == store->sweep_count)
+    grown = realloc(store->sweep_topics, (i + 1) * sizeof(*grown));
+  if (grown) {
+    store->sweep_topics = grown;
+    if ((grown[i] = strdup(topic)))
+      store->sweep_count++;
+  }
+  pthread_mutex_unlock(&kl_sweep_mu);
+}
+
+/* The topic kl_store_sweep() sweeps next, copied to @p topic: 0, or -1
+ * when this handle took no partition yet. */
+static int sweep_topic_next(kl_store_t *store, char topic[KL__TOPIC_MAX + 1]) {
+  pthread_mutex_lock(&kl_sweep_mu);
+  int n = store->sweep_count ? 0 : -1;
+  if (n == 0) {
+    size_t i = store->sweep_next++ % store->sweep_count;
+    snprintf(topic, KL__TOPIC_MAX + 1, "%s", store->sweep_topics[i]);
+  }
+  pthread_mutex_unlock(&kl_sweep_mu);
+  return n;
 }
 
 kl_err_t kl__store_check_tp(const char *fn, const char *topic,
@@ -52,7 +91,9 @@ kl_err_t kl__store_acquire_above(kl_store_t *store, const char *topic,
     return err ? err
                : kl__err(KL_EINVAL, "kl_store_acquire: store and state "
                                     "are required");
-  return store->ops->acquire(store, topic, partition, floor, state);
+  if (!(err = store->ops->acquire(store, topic, partition, floor, state)))
+    sweep_topic_add(store, topic);
+  return err;
 }
 
 kl_err_t kl_store_acquire(kl_store_t *store, const char *topic,
@@ -510,14 +551,36 @@ void kl_txn_count_duplicate(kl_txn_t *txn) {
     txn->store->ops->count_duplicate(txn);
 }
 
+kl_err_t kl__store_sweep_topic(kl_store_t *store, const char *topic, size_t max,
+                               size_t *removed) {
+  size_t dummy;
+  kl_err_t err = kl__store_check_tp("kl__store_sweep_topic", topic, 0);
+  if (removed)
+    *removed = 0;
+  if (err || !store)
+    return err ? err
+               : kl__err(KL_EINVAL, "kl__store_sweep_topic: store is "
+                                    "required");
+  return store->ops->sweep(store, topic, max, removed ? removed : &dummy);
+}
+
 kl_err_t kl_store_sweep(kl_store_t *store, size_t max, size_t *removed) {
   kl__err_clear();
+  char topic[KL__TOPIC_MAX + 1];
   if (removed)
     *removed = 0;
   if (!store)
     return kl__err(KL_EINVAL, "kl_store_sweep: store is required");
-  size_t dummy;
-  return store->ops->sweep(store, max, removed ? removed : &dummy);
+  if (sweep_topic_next(store, topic))
+    return KL_OK; /* no topic's ids are this handle's to judge */
+  return kl__store_sweep_topic(store, topic, max, removed);
+}
+
+kl_err_t kl__store_sweeps(kl_store_t *store, kl__store_sweep_cb_t *cb,
+                          void *opaque) {
+  if (!store || !cb)
+    return kl__err(KL_EINVAL, "kl__store_sweeps: store and cb are required");
+  return store->ops->sweeps(store, cb, opaque);
 }
 
 kl_err_t kl_store_scan(kl_store_t *store, const void *prefix, size_t prefix_len,

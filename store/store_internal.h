@@ -250,10 +250,14 @@ void kl__store_cache_stats(kl_store_t *store, struct kl__cache_stats *stats);
  * Format 1 kept idempotency keys unscoped in KL__LMDB_IDS_V1_DB, keyed by
  * the encoded id alone (a tag byte, 0 raw or 1 a packed UUID, then the
  * bytes); format 2 scopes them by topic; format 3 by topic and entity key
- * (store/lmdb_ids.c). Older formats are migrated when opened; the
- * ids they hold stay unscoped, and meta's KL__LMDB_LEGACY_IDS_KEY says
- * when the upgrade was (int64 store ms, host order). */
-#define KL__LMDB_FORMAT 3u
+ * (store/lmdb_ids.c); format 4 sweeps them per topic (store/lmdb_sweep.c)
+ * and so drops format 3's store-wide "sweep.cursor": its keys are format
+ * 3's, but an older keylane would sweep every topic's ids by its own
+ * retention, so it must refuse the store. Older formats are migrated when
+ * opened; the ids formats 1 and 2 hold stay unscoped, and meta's
+ * KL__LMDB_LEGACY_IDS_KEY says when the upgrade was (int64 store ms, host
+ * order). */
+#define KL__LMDB_FORMAT 4u
 #define KL__LMDB_LEGACY_IDS_KEY "legacy_ids_at"
 #define KL__LMDB_META_DB "meta"
 #define KL__LMDB_FORMAT_KEY "format" /* value: uint32_t, host order */
@@ -353,6 +357,33 @@ typedef int(kl__store_sid_cb_t)(void *opaque, const char *topic,
  */
 kl_err_t kl__store_ids_walk(kl_store_t *store, kl__store_id_cb_t *cb,
                             void *opaque);
+
+/* ---- the sweep of idempotency keys, per topic -------------------------- */
+
+/**
+ * Called for each topic whose ids a sweep removed, by kl__store_sweeps():
+ * @p retention_ms is the store.dedup.retention of the last sweep that
+ * removed ids of @p topic (borrowed: valid for the call only), @p at_ms
+ * when (store clock). Return nonzero to stop.
+ */
+typedef int(kl__store_sweep_cb_t)(void *opaque, const char *topic,
+                                  int64_t retention_ms, int64_t at_ms);
+
+/**
+ * Calls @p cb for each topic the store holds a sweep record of, in topic
+ * order: what the fleets sharing the store actually sweep with, for
+ * `keylane doctor`.
+ */
+kl_err_t kl__store_sweeps(kl_store_t *store, kl__store_sweep_cb_t *cb,
+                          void *opaque);
+
+/**
+ * Sweeps @p topic's expired ids, as kl_store_sweep() sweeps each topic
+ * this handle took partitions of: the ids of every other topic are never
+ * touched, whatever retention their fleets keep.
+ */
+kl_err_t kl__store_sweep_topic(kl_store_t *store, const char *topic, size_t max,
+                               size_t *removed);
 
 /* ---- the log a partition's watermark belongs to ------------------------ */
 

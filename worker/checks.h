@@ -161,6 +161,19 @@ void kl__check_partitions(rd_kafka_t *rk, const char *topic, int32_t expected,
 void kl__check_store_version(kl_store_t *store, const char *location,
                              kl__check_t *out);
 
+/**
+ * The retention the last sweep that removed @p topic's ids judged them by
+ * (kl__store_sweeps()) against @p dedup_ms, the fleet's
+ * store.dedup.retention: WARN when it is shorter (a worker of the topic
+ * runs with another retention, and removes its ids sooner than the fleet
+ * expects); OK otherwise. Each topic's sweep removes its own ids alone,
+ * so other topics' retentions are only named, never judged.
+ * @returns 0 with nothing written when no sweep of the store has removed
+ *          an id yet; else 1, with @p out.
+ */
+int kl__check_sweeps(kl_store_t *store, const char *topic, int64_t dedup_ms,
+                     kl__check_t *out);
+
 /** Above this skew between this host's clock and the PostgreSQL server's,
  *  kl__check_clock() warns: NTP keeps healthy hosts within milliseconds,
  *  so a second means a host without time synchronisation. */

@@ -9,7 +9,8 @@
  * and its entity key (kl_txn_seen()): one id used by two keys, or two
  * topics sharing a store, names two events, each applied once. Ids are
  * kept, with their insert time, for at least "store.dedup.retention"
- * (default 7d), then swept.
+ * (default 7d) of the topic's own workers, then swept by them
+ * (kl_store_sweep()).
  *
  * A batch is one transaction: kl_store_begin() opens a read snapshot and a
  * buffer; handlers read through kl_txn_get() (their own buffered writes
@@ -337,17 +338,22 @@ KL_EXPORT kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic,
 KL_EXPORT void kl_txn_count_duplicate(kl_txn_t *txn);
 
 /**
- * Removes up to @p max idempotency keys older than the retention, in one
- * short write transaction. Call it often with a small @p max.
- * @remark @p max bounds the work of one call: both backends walk their
- *         keys from where the last call stopped and remove the expired
- *         ones among those visited, so a call may remove fewer than @p max
- *         while expired keys remain, and a key lives at least the retention
- *         and at most the retention plus one walk over all keys. LMDB
- *         visits at most @p max keys (its cursor is kept in the store).
- *         PostgreSQL visits max/100 of keylane_ids' pages (about @p max
- *         keys of 36-byte ids) from a position the fleet's workers share,
- *         and removes at most @p max keys.
+ * Removes up to @p max idempotency keys older than this store's
+ * store.dedup.retention, of ONE topic, in one short write transaction:
+ * the next, in turn, of the topics this handle took a partition of
+ * (kl_store_acquire()). Another topic's keys are never removed, whatever
+ * retention its own workers keep; a handle that took no partition
+ * removes nothing. Call it often with a small @p max.
+ * @remark @p max bounds the work of one call: both backends walk the
+ *         topic's keys from where its last sweep stopped and remove the
+ *         expired ones among those visited, so a call may remove fewer
+ *         than @p max while expired keys remain, and a key lives at least
+ *         the retention and at most the retention plus one walk over the
+ *         topic's keys. LMDB visits at most @p max keys (the topic's
+ *         cursor is kept in the store). PostgreSQL visits max/100 of
+ *         keylane_ids' pages (about @p max keys of 36-byte ids) from a
+ *         position the topic's workers share, and removes at most @p max
+ *         keys.
  */
 KL_EXPORT kl_err_t kl_store_sweep(kl_store_t *store, size_t max,
                                   size_t *removed);

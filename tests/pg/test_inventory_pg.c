@@ -229,9 +229,9 @@ static void test_inventory_one_id_on_two_skus(void **state) {
   t_reserve_shared_ids(st);
 }
 
-/* A store whose outcomes table has the primary key on id alone (schema 8)
- * is moved to (topic, sku, id) by `keylane store migrate`, its rows kept
- * under the store's only topic. */
+/* A store whose outcomes table has the primary key on id alone (schema 8,
+ * with schema 9's and 10's changes undone) is moved to (topic, sku, id) by
+ * `keylane store migrate`, its rows kept under the store's only topic. */
 static void test_inventory_outcomes_key_migrated(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
@@ -239,7 +239,11 @@ static void test_inventory_outcomes_key_migrated(void **state) {
            "ALTER TABLE keylane_inventory_outcomes DROP CONSTRAINT "
            "keylane_inventory_outcomes_pkey, DROP COLUMN topic, "
            "ADD PRIMARY KEY (id);"
-           "DELETE FROM keylane_schema_version WHERE version = 9;"
+           "DROP TABLE keylane_topic_sweeps;"
+           "CREATE TABLE keylane_sweep (one boolean PRIMARY KEY DEFAULT true "
+           "CHECK (one), next_page bigint NOT NULL);"
+           "INSERT INTO keylane_sweep (next_page) VALUES (0);"
+           "DELETE FROM keylane_schema_version WHERE version >= 9;"
            "INSERT INTO keylane_inventory_outcomes (id, sku, outcome, "
            "partition, epoch, event_offset) VALUES ('old-1', 's1', "
            "'reserved', 0, 1, 0)");

@@ -364,11 +364,10 @@ static void t_mark_ids(kl_store_t *store, uint64_t epoch, const char *prefix,
 
 /* The sweep walks keylane_ids' pages, so a commit writes one index entry
  * per id (the primary key's, id first), not a second one on insert times;
- * the
- * position is the fleet's: a second store goes on where the first one
- * stopped. A call removes at most max keys and stays on pages that held
- * more. */
-static void test_sweep_walks_pages_from_a_shared_position(void **state) {
+ * the position is the topic's: a second store of the topic's fleet goes on
+ * where the first one stopped. A call removes at most max keys and stays on
+ * pages that held more. */
+static void test_sweep_walks_pages_from_the_topics_position(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
   kl_t_store_clock_set(1700000000000LL);
@@ -376,6 +375,7 @@ static void test_sweep_walks_pages_from_a_shared_position(void **state) {
       kl_t_store_open(st->fx.where, "store.dedup.retention", "1h", NULL);
   kl_store_t *b =
       kl_t_store_open(st->fx.where, "store.dedup.retention", "1h", NULL);
+  kl_t_store_acquire(b, 1); /* another worker of the topic */
   assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM pg_indexes "
                                        "WHERE tablename = 'keylane_ids'"),
                    1);
@@ -391,11 +391,11 @@ static void test_sweep_walks_pages_from_a_shared_position(void **state) {
 
   size_t removed_a = 0, removed_b = 0;
   assert_int_equal(kl_store_sweep(a, 1000, &removed_a), KL_OK);
-  assert_int_equal(kl_t_sql(st->admin, "SELECT next_page FROM keylane_sweep"),
-                   10);
+  assert_int_equal(
+      kl_t_sql(st->admin, "SELECT next_page FROM keylane_topic_sweeps"), 10);
   assert_int_equal(kl_store_sweep(b, 1000, &removed_b), KL_OK);
-  assert_int_equal(kl_t_sql(st->admin, "SELECT next_page FROM keylane_sweep"),
-                   20);
+  assert_int_equal(
+      kl_t_sql(st->admin, "SELECT next_page FROM keylane_topic_sweeps"), 20);
   assert_true(removed_a > 900 && removed_a < 1000);
   assert_true(removed_b > 900 && removed_b < 1000);
   assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM keylane_ids "
@@ -428,21 +428,23 @@ static void test_sweep_walks_pages_from_a_shared_position(void **state) {
            page);
   on_page = kl_t_sql(st->admin, sql);
   assert_true(on_page > 100);
-  snprintf(sql, sizeof(sql), "UPDATE keylane_sweep SET next_page = %lld", page);
+  snprintf(sql, sizeof(sql), "UPDATE keylane_topic_sweeps SET next_page = %lld",
+           page);
   kl_t_sql(st->admin, sql);
   assert_int_equal(kl_store_sweep(a, 100, &removed), KL_OK);
   assert_int_equal(removed, 100);
-  assert_int_equal(kl_t_sql(st->admin, "SELECT next_page FROM keylane_sweep"),
-                   page);
+  assert_int_equal(
+      kl_t_sql(st->admin, "SELECT next_page FROM keylane_topic_sweeps"), page);
   assert_int_equal(kl_store_sweep(b, 100, &removed), KL_OK);
   assert_int_equal(removed, on_page - 100);
-  assert_int_equal(kl_t_sql(st->admin, "SELECT next_page FROM keylane_sweep"),
-                   page + 1);
+  assert_int_equal(
+      kl_t_sql(st->admin, "SELECT next_page FROM keylane_topic_sweeps"),
+      page + 1);
   /* Past the table's end the walk starts over at page 0. */
-  kl_t_sql(st->admin, "UPDATE keylane_sweep SET next_page = 100000");
+  kl_t_sql(st->admin, "UPDATE keylane_topic_sweeps SET next_page = 100000");
   assert_int_equal(kl_store_sweep(a, 100, &removed), KL_OK);
-  assert_int_equal(kl_t_sql(st->admin, "SELECT next_page FROM keylane_sweep"),
-                   1);
+  assert_int_equal(
+      kl_t_sql(st->admin, "SELECT next_page FROM keylane_topic_sweeps"), 1);
   kl_store_destroy(a);
   kl_store_destroy(b);
 }
@@ -644,10 +646,16 @@ static void test_schema2_ids_are_migrated(void **state) {
   assert_int_equal(kl_store_id_count(store, &count), KL_OK);
   assert_int_equal(count, 2 * 2 + 1);
   /* The migrated ids (of 2023) are past the retention: the page walk of
-   * version 6 finds them without the index it dropped. */
+   * version 6 finds them without the index it dropped, each topic's by
+   * that topic's sweep (version 10), in turn. */
+  kl_partition_state_t ps;
+  kl_t_store_acquire(store, 1);
+  assert_int_equal(kl_store_acquire(store, "payments", 1, &ps), KL_OK);
   size_t removed = 0;
   assert_int_equal(kl_store_sweep(store, 1000, &removed), KL_OK);
-  assert_int_equal(removed, 2 * 2);
+  assert_int_equal(removed, 2);
+  assert_int_equal(kl_store_sweep(store, 1000, &removed), KL_OK);
+  assert_int_equal(removed, 2);
   assert_int_equal(kl_store_id_count(store, &count), KL_OK);
   assert_int_equal(count, 1);
   kl_store_destroy(store);
@@ -888,7 +896,7 @@ int main(void) {
       T(test_handler_must_not_end_the_txn),
       T(test_ids_walk),
       T(test_sweep_uses_the_server_clock),
-      T(test_sweep_walks_pages_from_a_shared_position),
+      T(test_sweep_walks_pages_from_the_topics_position),
       T(test_sweep_skips_keys_a_commit_holds),
       T(test_open_creates_the_schema),
       T(test_open_existing_creates_nothing),

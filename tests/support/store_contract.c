@@ -5,6 +5,7 @@
  */
 #include "support/store_contract.h"
 
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -878,6 +879,7 @@ void kl_t_contract_sweep_bounded_and_keeps_young(void **state) {
     if (calls == 3) { /* a restart continues the cycle */
       kl_store_destroy(store);
       store = kl_t_store_open(fx->where, "store.dedup.retention", "1h", NULL);
+      kl_t_store_acquire(store, 1); /* sweeps the topics it owns */
     }
     assert_int_equal(kl_store_id_count(store, &count), KL_OK);
   } while (count > 300 && calls < 20);
@@ -914,6 +916,104 @@ void kl_t_contract_sweep_keeps_a_key_for_the_retention(void **state) {
   assert_int_equal(removed, 0);
   kl_t_store_clock_add(1);
   assert_int_equal(kl_store_sweep(store, 10, &removed), KL_OK);
+  assert_int_equal(removed, 1);
+  kl_store_destroy(store);
+}
+
+uint64_t kl_t_topic_acquire(kl_store_t *store, const char *topic) {
+  kl_partition_state_t ps;
+  assert_int_equal(kl_store_acquire(store, topic, 0, &ps), KL_OK);
+  return ps.epoch;
+}
+
+void kl_t_topic_mark(kl_store_t *store, const char *topic, uint64_t epoch,
+                     int64_t watermark) {
+  kl_txn_t *txn;
+  assert_int_equal(kl_store_begin(store, topic, 0, epoch, &txn), KL_OK);
+  kl_t_txn_mark_key(txn, "acct-1", "credit-1", KL_MARK_APPLIED);
+  kl_t_store_commit(txn, watermark);
+}
+
+kl_mark_t kl_t_topic_seen(kl_store_t *store, const char *topic,
+                          uint64_t epoch) {
+  kl_txn_t *txn;
+  assert_int_equal(kl_store_begin(store, topic, 0, epoch, &txn), KL_OK);
+  kl_mark_t mark = kl_t_txn_seen_key(txn, "acct-1", "credit-1");
+  kl_store_abort(txn);
+  return mark;
+}
+
+/* Opens the store at @p where with @p retention and takes partition 0 of
+ * @p topic: @returns the store, *@p epoch the owner's epoch. */
+static kl_store_t *kl_t_topic_open(const char *where, const char *retention,
+                                   const char *topic, uint64_t *epoch) {
+  kl_store_t *store =
+      kl_t_store_open(where, "store.dedup.retention", retention, NULL);
+  *epoch = kl_t_topic_acquire(store, topic);
+  return store;
+}
+
+static int kl_t_sweeps_cb(void *opaque, const char *topic, int64_t retention_ms,
+                          int64_t at_ms) {
+  char *out = opaque;
+  size_t len = strlen(out);
+  snprintf(out + len, 256 - len, "%s=%" PRId64 "@%" PRId64 " ", topic,
+           retention_ms, at_ms);
+  return 0;
+}
+
+/* Marks the event on @p topic in a store opened for it, at the clock's
+ * now, then moves the clock a day on. */
+static void kl_t_topic_marked_a_day_ago(const char *where, const char *topic) {
+  uint64_t epoch;
+  kl_t_store_clock_set(1700000000000LL);
+  kl_store_t *store = kl_t_topic_open(where, "7d", topic, &epoch);
+  kl_t_topic_mark(store, topic, epoch, 1);
+  kl_store_destroy(store);
+  kl_t_store_clock_add(86400 * 1000);
+}
+
+/* Issue 39: a worker of topic "audit" started with a 1 s retention sweeps
+ * a store whose topic "payments" keeps its ids 7 days: it removes its own
+ * expired id and never payments' (day-old) one, whose event read again is
+ * still a duplicate. A store-wide sweep emptied every topic's ids. */
+void kl_t_contract_sweep_keeps_other_topics_ids(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  uint64_t epoch;
+  kl_t_topic_marked_a_day_ago(where, "payments");
+  kl_store_t *store = kl_t_topic_open(where, "1s", "audit", &epoch);
+  kl_t_topic_mark(store, "audit", epoch, 1);
+  kl_t_store_clock_add(1001);
+  size_t removed = 0, total = 0;
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(kl_store_sweep(store, 1000, &removed), KL_OK);
+    total += removed;
+  }
+  assert_int_equal(total, 1); /* audit's own id */
+  char sweeps[256] = "";
+  assert_int_equal(kl__store_sweeps(store, kl_t_sweeps_cb, sweeps), KL_OK);
+  assert_string_equal(sweeps, "audit=1000@1700086401001 ");
+  kl_store_destroy(store);
+
+  store = kl_t_topic_open(where, "7d", "payments", &epoch);
+  assert_int_equal(kl_t_topic_seen(store, "payments", epoch), KL_MARK_APPLIED);
+  assert_int_equal(kl_store_sweep(store, 1000, &removed), KL_OK);
+  assert_int_equal(removed, 0); /* a day old: young for payments */
+  kl_store_destroy(store);
+}
+
+/* A handle that took no partition judges no topic's ids: its sweep
+ * removes nothing, however old the store's ids are. */
+void kl_t_contract_sweep_needs_an_owned_topic(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  kl_t_topic_marked_a_day_ago(where, "payments");
+  kl_store_t *store =
+      kl_t_store_open(where, "store.dedup.retention", "1s", NULL);
+  size_t removed = 9;
+  assert_int_equal(kl_store_sweep(store, 1000, &removed), KL_OK);
+  assert_int_equal(removed, 0);
+  assert_int_equal(kl__store_sweep_topic(store, "payments", 1000, &removed),
+                   KL_OK);
   assert_int_equal(removed, 1);
   kl_store_destroy(store);
 }

@@ -97,6 +97,17 @@ kl_mark_t kl_t_txn_seen_key(kl_txn_t *txn, const char *key, const char *id);
 void kl_t_txn_mark_key(kl_txn_t *txn, const char *key, const char *id,
                        kl_mark_t mark);
 
+/** Acquires partition 0 of @p topic. @returns the new epoch. */
+uint64_t kl_t_topic_acquire(kl_store_t *store, const char *topic);
+
+/** Marks event "credit-1" of entity "acct-1" applied on partition 0 of
+ *  @p topic as owner @p epoch, in a batch committing @p watermark. */
+void kl_t_topic_mark(kl_store_t *store, const char *topic, uint64_t epoch,
+                     int64_t watermark);
+
+/** The mark of that event on partition 0 of @p topic, as owner @p epoch. */
+kl_mark_t kl_t_topic_seen(kl_store_t *store, const char *topic, uint64_t epoch);
+
 /** Makes the store's clock read @p now_ms, until kl__store_set_clock(NULL). */
 void kl_t_store_clock_set(int64_t now_ms);
 
@@ -125,6 +136,8 @@ void kl_t_store_clock_add(int64_t ms);
   X(foreach_partition_order, setup, teardown)                                  \
   X(sweep_bounded_and_keeps_young, setup, teardown)                            \
   X(sweep_keeps_a_key_for_the_retention, setup, teardown)                      \
+  X(sweep_keeps_other_topics_ids, setup, teardown)                             \
+  X(sweep_needs_an_owned_topic, setup, teardown)                               \
   X(ledger_topics_keep_their_credits, setup, teardown)                         \
   X(ledger_keeps_unscoped_balances, setup, teardown)                           \
   X(backend_ops_answer, setup, teardown)                                       \

@@ -33,6 +33,7 @@
 #include "support/support.h"
 #include "store/store_internal.h"
 #include "store/lmdb.h"
+#include "worker/checks.h"
 
 typedef struct t_state {
   kl_t_store_fixture_t fx; /* first, for the contract; where = dir/s */
@@ -509,7 +510,9 @@ static void test_version_mismatch(void **state) {
                    KL_ESTORE_VERSION);
   assert_null(store);
   assert_non_null(strstr(kl_err_detail(), "format version 7"));
-  assert_non_null(strstr(kl_err_detail(), "supports version 3"));
+  char supports[32];
+  snprintf(supports, sizeof(supports), "supports version %u", KL__LMDB_FORMAT);
+  assert_non_null(strstr(kl_err_detail(), supports));
   kl_t_lmdb_set_format(st->fx.where, KL__LMDB_FORMAT);
   kl_store_destroy(kl_t_store_open(st->fx.where, NULL));
 }
@@ -642,7 +645,7 @@ static void test_format1_store_is_migrated(void **state) {
   assert_int_equal(count, 2 * (T_V1_IDS + 2) + 1);
   kl_store_destroy(store);
 
-  /* Migrated once: a second open finds format 3 and changes nothing. */
+  /* Migrated once: a second open finds this format and changes nothing. */
   store = kl_t_store_open(st->fx.where, NULL);
   assert_int_equal(kl_store_id_count(store, &count), KL_OK);
   assert_int_equal(count, 2 * (T_V1_IDS + 2) + 1);
@@ -837,6 +840,90 @@ static void test_sweep_without_expired_keys_writes_nothing(void **state) {
   kl_store_destroy(store);
 }
 
+/* Reads (@p put NULL) or writes meta's @p name in the open store: 0, or
+ * MDB_NOTFOUND. */
+static int kl_meta(kl_store_t *store, const char *name, const char *put) {
+  kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
+  MDB_txn *mtxn;
+  MDB_val key = {strlen(name), (void *)name}, val;
+  assert_int_equal(mdb_txn_begin(lmdb->env, NULL, put ? 0 : MDB_RDONLY, &mtxn),
+                   0);
+  int rc = put ? mdb_put(mtxn, lmdb->meta, &key,
+                         &(MDB_val){strlen(put), (void *)put}, 0)
+               : mdb_get(mtxn, lmdb->meta, &key, &val);
+  assert_int_equal(put ? mdb_txn_commit(mtxn) : (mdb_txn_abort(mtxn), 0), 0);
+  return rc;
+}
+
+/* Marks event "credit-1" of entity "acct-1" applied on @p topic. */
+static void kl_mark_topic(kl_store_t *store, const char *topic) {
+  kl_t_topic_mark(store, topic, kl_t_topic_acquire(store, topic), 1);
+}
+
+/* Format 3 -> 4 (issue 39): the ids format 3 holds stay as they are, its
+ * store-wide sweep position goes, and from then on a sweep is per topic:
+ * a worker of "audit" with a 1 s retention leaves "payments"' day-old id,
+ * written before the upgrade, whose event read again is a duplicate. */
+static void test_format3_upgrade_sweeps_per_topic(void **state) {
+  t_state_t *st = *state;
+  kl_t_store_clock_set(1700000000000LL);
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  kl_mark_topic(store, "payments");
+  kl_mark_topic(store, "audit");
+  assert_int_equal(kl_meta(store, "sweep.cursor", "\0\0\0\1\2x"), 0);
+  kl_store_destroy(store);
+  kl_t_lmdb_set_format(st->fx.where, 3);
+
+  kl_t_store_clock_add(86400 * 1000);
+  store = kl_t_store_open(st->fx.where, "store.dedup.retention", "1s", NULL);
+  int version, latest;
+  assert_int_equal(kl__store_version(store, &version, &latest), KL_OK);
+  assert_int_equal(version, 4);
+  assert_int_equal(kl_meta(store, "sweep.cursor", NULL), MDB_NOTFOUND);
+  uint64_t count;
+  assert_int_equal(kl_store_id_count(store, &count), KL_OK);
+  assert_int_equal(count, 2);
+  kl_t_topic_acquire(store, "audit");
+  size_t removed = 0;
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(kl_store_sweep(store, 1000, &removed), KL_OK);
+    assert_int_equal(removed, i == 0); /* audit's own, once */
+  }
+  assert_int_equal(kl_store_id_count(store, &count), KL_OK);
+  assert_int_equal(count, 1);
+  kl_partition_state_t ps;
+  assert_int_equal(kl_store_partition(store, "payments", 0, &ps), KL_OK);
+  assert_int_equal(kl_t_topic_seen(store, "payments", ps.epoch),
+                   KL_MARK_APPLIED);
+  kl_store_destroy(store);
+}
+
+/* keylane doctor's sweep check: silent while no sweep removed an id;
+ * then a WARN for a topic whose workers sweep sooner than the fleet's
+ * retention, and an OK naming the other topics' own retentions. */
+static void test_doctor_sees_a_shorter_sweep(void **state) {
+  t_state_t *st = *state;
+  kl__check_t c;
+  kl_t_store_clock_set(1700000000000LL);
+  kl_store_t *store =
+      kl_t_store_open(st->fx.where, "store.dedup.retention", "1s", NULL);
+  kl_mark_topic(store, "payments");
+  assert_int_equal(kl__check_sweeps(store, "payments", 604800000, &c), 0);
+  kl_t_store_clock_add(2000);
+  size_t removed = 0;
+  assert_int_equal(kl_store_sweep(store, 1000, &removed), KL_OK);
+  assert_int_equal(removed, 1);
+  assert_int_equal(kl__check_sweeps(store, "payments", 604800000, &c), 1);
+  assert_int_equal(c.status, KL__CHECK_WARN);
+  assert_non_null(strstr(c.msg, "retention of 1s, shorter"));
+  assert_int_equal(kl__check_sweeps(store, "payments", 1000, &c), 1);
+  assert_int_equal(c.status, KL__CHECK_OK);
+  assert_int_equal(kl__check_sweeps(store, "audit", 604800000, &c), 1);
+  assert_int_equal(c.status, KL__CHECK_OK);
+  assert_non_null(strstr(c.msg, "at: payments 1s"));
+  kl_store_destroy(store);
+}
+
 static void test_invalid_arguments(void **state) {
   t_state_t *st = *state;
   kl_store_t *store = NULL;
@@ -894,6 +981,8 @@ int main(void) {
       T(test_open_twice_in_one_process),
       T(test_durability_modes),
       T(test_sweep_without_expired_keys_writes_nothing),
+      T(test_format3_upgrade_sweeps_per_topic),
+      T(test_doctor_sees_a_shorter_sweep),
       T(test_invalid_arguments),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
