@@ -70,7 +70,8 @@ static void t_commands(const char *good, const char *bad, const char *boot) {
                                bad, NULL},
               "cannot open the store");
   t_run_clean((const char *[]){"worker", "-b", boot, "-t", "events", "--store",
-                               bad, "--handler", "ledger", NULL},
+                               bad, "--handler", "ledger", "--store-wait", "1s",
+                               NULL},
               "cannot open the store");
 }
 
