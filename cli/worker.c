@@ -129,7 +129,7 @@ static kl_err_t worker_store_open(const char *location, const kl_conf_t *conf,
     int64_t left_ms = (deadline - kl__mono_ns()) / 1000000;
     if (kl_stop_pending)
       return KL_ESTOPPED;
-    if (!store_may_heal(location, err))
+    if (!store_may_heal(location, err) || wait_ms == 0)
       return kl__err(err, "%s", detail);
     if (left_ms <= 0)
       return kl__err(err,
