@@ -9,6 +9,7 @@
 #include "cli/config_file.h"
 #include "common/conf.h"
 #include "common/internal.h"
+#include "common/strbuf.h"
 #include "store/location.h"
 
 volatile int kl__cli_stop;
@@ -109,6 +110,58 @@ int kl__cli_store_open(const char *sub, const char *location,
 int kl__cli_store_existing(const char *sub, const char *location,
                            kl_store_t **store) {
   return kl__cli_store_open(sub, location, NULL, false, store);
+}
+
+/* The topics a store holds, listed once each (they come ordered by
+ * topic), the first KL_TOPICS_SHOWN of them by name. */
+#define KL_TOPICS_SHOWN 10
+typedef struct kl_topics {
+  const char *want;
+  int found;
+  size_t count;
+  char last[256];
+  kl__strbuf_t names;
+} kl_topics_t;
+
+static int topics_cb(void *opaque, const char *topic, int32_t partition,
+                     const kl_partition_state_t *state) {
+  kl_topics_t *t = opaque;
+  (void)partition, (void)state;
+  if (strcmp(topic, t->want) == 0)
+    return t->found = 1;
+  if (t->count && strcmp(topic, t->last) == 0)
+    return 0;
+  if (t->count++ < KL_TOPICS_SHOWN)
+    kl__strbuf_printf(&t->names, "%s%s", t->count > 1 ? ", " : "", topic);
+  snprintf(t->last, sizeof(t->last), "%s", topic);
+  return 0;
+}
+
+int kl__cli_store_topic_known(const char *sub, kl_store_t *store,
+                              const char *location, const char *topic) {
+  kl_topics_t t = {.want = topic, .names = KL__STRBUF_INIT};
+  kl_err_t err = kl_store_foreach_partition(store, topics_cb, &t);
+  char shown[KL__LOCATION_MAX];
+  kl__location_redact(location, shown, sizeof(shown));
+  int rc = KL_EXIT_OK;
+  if (err)
+    rc = kl__cli_fail(sub, "cannot list the partitions of the store %s: %s",
+                      shown, kl_err_detail());
+  else if (!t.found && !t.count)
+    rc = kl__cli_fail(sub,
+                      "the store %s has no partition of topic %s, nor of "
+                      "any other: no worker has taken one there yet; check "
+                      "--store",
+                      shown, topic);
+  else if (!t.found)
+    rc = kl__cli_fail(sub,
+                      "the store %s has no partition of topic %s; it has "
+                      "%s %s%s: check -t and --store",
+                      shown, topic, t.count > 1 ? "topics" : "topic",
+                      kl__strbuf_ok(&t.names) ? t.names.data : "(?)",
+                      t.count > KL_TOPICS_SHOWN ? " and more" : "");
+  kl__strbuf_free(&t.names);
+  return rc;
 }
 
 static void cli_signal(int sig) {

@@ -76,6 +76,13 @@ int kl__cli_store_open(const char *sub, const char *location,
 int kl__cli_store_existing(const char *sub, const char *location,
                            kl_store_t **store);
 
+/* Checks that the store at @p location holds a partition of @p topic (-t
+ * TOPIC of a store action); when it does not, prints, for @p sub, the
+ * topics it does hold, so that a typo is an error and not an empty answer.
+ * @returns KL_EXIT_OK, or KL_EXIT_FAIL (also when the store fails). */
+int kl__cli_store_topic_known(const char *sub, kl_store_t *store,
+                              const char *location, const char *topic);
+
 /* Installs SIGINT/SIGTERM handlers that set the flag kl__cli_stop. */
 void kl__cli_on_signals(void);
 extern volatile int kl__cli_stop;

@@ -207,6 +207,11 @@ static int stats_run(const char *location, const char *topic, int json) {
   int rc = kl__cli_store_existing("store stats", location, &store);
   if (rc)
     return rc;
+  if (topic &&
+      (rc = kl__cli_store_topic_known("store stats", store, location, topic))) {
+    kl_store_destroy(store);
+    return rc;
+  }
   kl_stats_t s = {.topic = topic, .parts = json_array()};
   kl_err_t err = stats_collect(store, &s);
   if (err) {
@@ -441,6 +446,8 @@ static const kl__cmd_t stats_cmd = {
         "disk (LMDB: the data file, allocated and in use, and the map "
         "size).\n",
     .opts = stats_opts,
+    .notes = "Exit 0; 1 when the store fails, or holds no partition of -t "
+             "TOPIC (the\nerror names the topics it holds).\n",
     .examples =
         "  keylane store stats --store /var/lib/keylane\n"
         "  keylane store stats --store /var/lib/keylane --json | jq .ids\n"};

@@ -124,8 +124,9 @@ static const kl__cmd_t outbox_cmd = {
         "still\n"
         "publish it: stop the partition's owner first.\n",
     .opts = outbox_opts,
-    .notes = "Exit 0; 1 when the store fails or a follow-up to drop is not "
-             "there\n(then nothing is dropped).\n",
+    .notes = "Exit 0; 1 when the store fails, holds no partition of -t TOPIC "
+             "(the error\nnames the topics it holds) or a follow-up to drop is "
+             "not there (then\nnothing is dropped).\n",
     .examples =
         "  keylane store outbox --store /var/lib/keylane\n"
         "  keylane store outbox --store /var/lib/keylane -t events --drop "
@@ -319,7 +320,9 @@ int kl__cmd_store_outbox(int argc, char **argv) {
   kl_store_t *store;
   if ((rc = kl__cli_store_existing(SUB, a.location, &store)))
     return rc;
-  rc = a.ndrop ? ob_drop(store, &a) : ob_list_all(store, &a);
+  if (!a.topic ||
+      !(rc = kl__cli_store_topic_known(SUB, store, a.location, a.topic)))
+    rc = a.ndrop ? ob_drop(store, &a) : ob_list_all(store, &a);
   kl_store_destroy(store);
   return rc;
 }

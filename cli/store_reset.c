@@ -129,14 +129,14 @@ static int reset_targets(kl_store_t *store, const kl_reset_args_t *a,
                         known.oom ? "out of memory" : kl_err_detail());
   }
   int rc = 0;
-  char shown[KL__LOCATION_MAX];
-  if (!known.count)
-    rc = kl__cli_fail(SUB,
-                      "the store %s has no partition of topic %s: "
-                      "nothing to reset; check -t and --store",
-                      kl__location_redact(a->location, shown, sizeof(shown)),
-                      a->topic);
-  else if (kl__pos_partitions(a->partitions, known.count, parts, n))
+  if (!known.count) { /* a typo of -t, or of --store: say what it holds */
+    rc = kl__cli_store_topic_known(SUB, store, a->location, a->topic);
+    if (!rc)
+      rc = kl__cli_fail(SUB,
+                        "topic %s appeared in the store while it was read: "
+                        "nothing was reset; run it again",
+                        a->topic);
+  } else if (kl__pos_partitions(a->partitions, known.count, parts, n))
     rc = kl__cli_usage(
         SUB, "-p %s: %s (the store knows partitions 0..%" PRId32 " of %s)",
         a->partitions, kl_err_detail(), known.count - 1, a->topic);

@@ -99,6 +99,53 @@ static void exit_after_commit(void *opaque, const char *topic,
   _exit(*(const int *)opaque);
 }
 
+/* Whether a failure to open @p location is worth another try: a
+ * PostgreSQL server may come up, or its role be granted, while the worker
+ * waits; a location libpq cannot read, a store of another format and an
+ * LMDB directory stay as they are. */
+static int store_may_heal(const char *location, kl_err_t err) {
+  return err != KL_ENOMEM && err != KL_ESTORE_VERSION && err != KL_ECONF &&
+         kl__location_is_pg(location) &&
+         kl__pg_location_check(location) == KL_OK;
+}
+
+/* A fleet whose PostgreSQL starts after its workers (a host's boot, a
+ * compose file) must not crash-loop: the store is opened again with
+ * backoff (0.5 s doubling to 30 s) for worker.store.wait, each failure
+ * logged with its cause, and a SIGTERM ends the wait (KL_ESTOPPED).
+ * @returns kl_store_open()'s result, its detail saying how long it waited. */
+static kl_err_t worker_store_open(const char *location, const kl_conf_t *conf,
+                                  kl_store_t **store) {
+  int64_t wait_ms = kl__conf_int(conf, "worker.store.wait");
+  int64_t deadline = kl__mono_ns() + wait_ms * 1000000;
+  char shown[KL__LOCATION_MAX], detail[1024];
+  kl__location_redact(location, shown, sizeof(shown));
+  kl_err_t err;
+  for (int backoff_ms = 500, tries = 1;;
+       backoff_ms = backoff_ms < 15000 ? backoff_ms * 2 : 30000, tries++) {
+    if ((err = kl_store_open(location, conf, store)) == KL_OK)
+      return KL_OK;
+    snprintf(detail, sizeof(detail), "%s", kl_err_detail());
+    int64_t left_ms = (deadline - kl__mono_ns()) / 1000000;
+    if (kl_stop_pending)
+      return KL_ESTOPPED;
+    if (!store_may_heal(location, err) || wait_ms == 0)
+      return kl__err(err, "%s", detail);
+    if (left_ms <= 0)
+      return kl__err(err,
+                     "%s; tried %d times in %" PRId64 " ms "
+                     "(worker.store.wait, --store-wait)",
+                     detail, tries, wait_ms);
+    int sleep_ms = backoff_ms < left_ms ? backoff_ms : (int)left_ms;
+    KL_LOG_W(SUB,
+             "cannot open the store %s (try %d): %s; next try in %d ms, "
+             "giving up in %" PRId64 " s (worker.store.wait, --store-wait)",
+             shown, tries, detail, sleep_ms, left_ms / 1000);
+    for (int slept = 0; slept < sleep_ms && !kl_stop_pending; slept += 100)
+      kl__sleep_ms(sleep_ms - slept < 100 ? sleep_ms - slept : 100);
+  }
+}
+
 typedef struct worker_args {
   const char *topic, *location, *handler;
   const char *metrics_listen; /* NULL: no metrics server */
@@ -137,10 +184,12 @@ static int worker_main(kl_conf_t *conf, const worker_args_t *opts) {
   const char *instance = kl_conf_get(conf, "worker.instance.id");
   if (instance && *instance)
     kl__pg_set_application("worker", instance);
-  kl_err_t err = kl_store_open(location, conf, &store);
+  kl_err_t err = worker_store_open(location, conf, &store);
   if (err) {
     char shown[KL__LOCATION_MAX];
     kl__handler_release(&handler);
+    if (err == KL_ESTOPPED) /* a stop while it waited: nothing to finish */
+      return KL_EXIT_OK;
     return kl__cli_fail(SUB, "cannot open the store %s: %s",
                         kl__location_redact(location, shown, sizeof(shown)),
                         kl_err_detail());
@@ -306,6 +355,7 @@ static const kl__opt_t worker_opts[] = {
      .shown = "TOPIC.dlq",
      .help = "dead-letter topic"},
     {.name = "kafka-wait", .key = "worker.kafka.wait"},
+    {.name = "store-wait", .key = "worker.store.wait"},
     {.kind = KL__OPT_TEXT, .help = "Testing:\n"},
     {.name = "pause-on-sigusr1",
      .kind = KL__OPT_FLAG,

@@ -96,6 +96,12 @@ static const kl__conf_key_t kl_keys[] = {
      "at start, how long a worker waits, with backoff, for Kafka to answer "
      "for its topic before it gives up (0: try once); /healthz is 503 "
      "meanwhile"},
+    {"worker.store.wait", KL__CONF_DURATION, "5m", 0, 7 * 86400000LL, NULL,
+     "at start, how long a worker tries again, with backoff, to open a "
+     "PostgreSQL store that does not answer or refuses it (a server that "
+     "starts after the worker, a role not yet made), logging each try with "
+     "its cause, before it exits 1 (0: try once); a location that does not "
+     "read and an LMDB store are not waited for"},
     {"worker.batch.max", KL__CONF_INT, "1000", 1, 100000, NULL,
      "events per store commit at most"},
     {"worker.batch.wait.ms", KL__CONF_MS, "20", 0, 10000, NULL,

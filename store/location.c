@@ -202,18 +202,38 @@ const char *kl__location_redact(const char *location, char *out, size_t size) {
   return out;
 }
 
-/* @p text with each @p find replaced by @p with; @returns a malloc()ed
- * string, or NULL when out of memory. */
+/*
+ * Whether @p text[at, at + len) stands where a password stands in a
+ * location, or in a message that quotes one: after ':' (a URI's user
+ * info), '=' (password=) or a quote, or at the text's start; and before
+ * '@', '&', a quote or a space, or at the text's end. Only such an
+ * occurrence is masked: a short password ("a", "pg") is also a piece of
+ * many words ("cannot", "pg_hba.conf"), and masking those would garble
+ * the message without hiding anything.
+ */
+static int secret_stands_alone(const char *text, size_t at, size_t len) {
+  char before = at ? text[at - 1] : '\0', after = text[at + len];
+  return (!at || strchr(":=\"'", before)) &&
+         (!after || strchr("@&\"'", after) || isspace((unsigned char)after));
+}
+
+/* @p text with each @p find replaced by @p with (when @p alone, only
+ * those that stand alone); @returns a malloc()ed string, or NULL when out
+ * of memory. */
 static char *replace_all(const char *text, const char *find, size_t find_len,
-                         const char *with) {
+                         const char *with, int alone) {
   kl__strbuf_t sb = KL__STRBUF_INIT;
-  const char *at;
-  while (find_len && (at = strstr(text, find)) != NULL) {
-    kl__strbuf_add(&sb, text, (size_t)(at - text));
+  const char *from = text, *at = text;
+  while (find_len && (at = strstr(at, find)) != NULL) {
+    if (alone && !secret_stands_alone(text, (size_t)(at - text), find_len)) {
+      at++;
+      continue;
+    }
+    kl__strbuf_add(&sb, from, (size_t)(at - from));
     kl__strbuf_puts(&sb, with);
-    text = at + find_len;
+    from = at += find_len;
   }
-  kl__strbuf_puts(&sb, text);
+  kl__strbuf_puts(&sb, from);
   return kl__strbuf_ok(&sb) ? kl__strbuf_take(&sb, NULL) : NULL;
 }
 
@@ -221,7 +241,7 @@ const char *kl__location_scrub(const char *location, const char *text,
                                char *out, size_t size) {
   char *red = location_redacted_dup(location);
   char *s = red && location && *location
-                ? replace_all(text, location, strlen(location), red)
+                ? replace_all(text, location, strlen(location), red, 0)
             : red ? strdup(text)
                   : NULL;
   free(red);
@@ -234,7 +254,7 @@ const char *kl__location_scrub(const char *location, const char *text,
     const char *forms[2] = {raw, secrets[i].value};
     for (int f = 0; f < 2 && s; f++) {
       char *next =
-          replace_all(s, forms[f], strlen(forms[f]), KL__LOCATION_HIDDEN);
+          replace_all(s, forms[f], strlen(forms[f]), KL__LOCATION_HIDDEN, 1);
       free(s);
       s = next;
     }

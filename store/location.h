@@ -38,8 +38,11 @@ const char *kl__location_redact(const char *location, char *out, size_t size);
 /**
  * Copies @p text into @p out (@p size bytes) with @p location replaced by
  * its redacted form and every other occurrence of its password (as
- * written, and percent- or quote-decoded) by KL__LOCATION_HIDDEN: for
- * messages that may quote a connection string, such as libpq's.
+ * written, and percent- or quote-decoded) that stands where a password
+ * stands (after ':', '=' or a quote; before '@', '&', a quote or a space)
+ * by KL__LOCATION_HIDDEN: for messages that may quote a connection
+ * string, such as libpq's. The letters of a short password inside a word
+ * ("a" in "cannot") are left, so the message stays readable.
  * @returns @p out.
  */
 const char *kl__location_scrub(const char *location, const char *text,

@@ -371,6 +371,10 @@ static kl_err_t pg_parse(const char *uri, kl_err_t fail) {
                  msg);
 }
 
+kl_err_t kl__pg_location_check(const char *uri) {
+  return pg_parse(uri, KL_ECONF);
+}
+
 /* The server's notices and warnings (a RAISE NOTICE in a handler's SQL, a
  * deprecation) through the log, instead of libpq's default: raw lines on
  * stderr, outside the log's format. */

@@ -307,6 +307,14 @@ kl_err_t kl__store_server_clock(kl_store_t *store, int64_t *server_ms,
 void kl__pg_set_application(const char *role, const char *instance);
 
 /**
+ * Whether libpq reads the PostgreSQL location @p uri (a URI's syntax,
+ * known keywords), without connecting: a location that does not read
+ * fails the same way however long one waits.
+ * @returns KL_OK, or KL_ECONF with libpq's reason (password scrubbed).
+ */
+kl_err_t kl__pg_location_check(const char *uri);
+
+/**
  * `keylane store migrate`: connects to the PostgreSQL store @p uri and
  * applies every migration above its version (kl__pg_migrate(), pg.h).
  * @p from and @p to receive the versions before and after.

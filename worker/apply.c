@@ -15,8 +15,8 @@
 #include "keylane/producer.h"
 #include "store/store_internal.h"
 
-/* One murmur2 of the key per record: ~20 ns for a short key. A record
- * without a key is the decoder's to refuse. */
+/* One murmur2 of the key per record: ~20 ns for a short key. Asked of a
+ * record that decoded, so its key is there and within its limit. */
 static int apply_misrouted(const kl__applier_t *a, int32_t partition,
                            const rd_kafka_message_t *m,
                            kl__apply_result_t *res) {
@@ -41,8 +41,6 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
                                     kl__apply_result_t *res) {
   res->failed_err = KL_OK;
   res->store_err = KL_OK;
-  if (apply_misrouted(a, partition, m, res))
-    return KL_HANDLER_FAIL;
   kl_err_t err = kl_event_decode(a->decoder, m->key, m->key_len, m->payload,
                                  m->len, event);
   /* A producer that is not keylane's can write any id: the rule that
@@ -58,6 +56,11 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
              kl_err_detail());
     return KL_HANDLER_FAIL;
   }
+  /* Routed only once it is a valid event: a record no owner could apply
+   * (a key past its limit, no envelope) is a decode letter wherever it
+   * arrived, not one to forward to another owner that refuses it too. */
+  if (apply_misrouted(a, partition, m, res))
+    return KL_HANDLER_FAIL;
   const kl_header_t *trace = kl__trace_parent(event);
   kl__log_trace_set(trace ? trace->value : NULL); /* cleared by the caller */
   kl_mark_t mark;

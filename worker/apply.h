@@ -3,9 +3,12 @@
  * the worker's lanes and `keylane replay` alike.
  *
  * For each record in offset order: skip it when its offset is below the
- * watermark (redelivered); refuse it when its key routes to another
- * partition (misrouted, with applier->partitions set); decode it; skip it
- * when its idempotency key was seen (re-published); else run the handler.
+ * watermark (redelivered); decode it and check its id (kl_publish()'s
+ * rules), refusing a record that fails them (decode, reserved_id); refuse
+ * a valid one whose key routes to another partition (misrouted, with
+ * applier->partitions set); skip it when its idempotency key was seen
+ * (re-published); else run the handler. Its own validity is judged before
+ * its routing, so a record has one reason whichever partition it is on.
  * Then ONE store commit holds the handlers' writes, the new idempotency
  * keys and the new watermark, guarded by the owner's epoch.
  */
@@ -85,15 +88,15 @@ typedef struct kl__apply_result {
  * @param event  receives the decoded event; it borrows from @p m and from
  *               applier->decoder, as kl_event_decode() says.
  * @returns KL_HANDLER_OK (applied or duplicate); RETRY or FAIL with res->why.
- *          The cause: res->misrouted for a record whose key routes to
- *          res->expected_partition (FAIL, nothing decoded or run);
- *          res->failed_err is a KL_EDECODE_* code for a record
- *          that did not decode (FAIL), or KL_EINVAL with
+ *          The cause: res->failed_err is a KL_EDECODE_* code for a
+ *          record that did not decode (FAIL, judged before its routing),
+ *          or KL_EINVAL with
  *          res->reserved_id for one whose id begins with KL_ID_RESERVED
  *          and is no follow-up's (kl__id_check(): the rule kl_publish()
  *          keeps, kept on what any producer wrote; FAIL, not run);
- *          res->store_err a store error of
- *          seen/mark (RETRY); both KL_OK when the handler said so.
+ *          res->misrouted for a valid event whose key routes to
+ *          res->expected_partition (FAIL, not run); res->store_err a store
+ * error of seen/mark (RETRY); both KL_OK when the handler said so.
  */
 kl_handler_result_t kl__apply_event(const kl__applier_t *applier,
                                     int32_t partition, uint64_t epoch,

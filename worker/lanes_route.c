@@ -3,11 +3,12 @@
  * count the fleet expects) to another partition than the one it arrived
  * on was published by a client with another partitioner, and the owner of
  * its key is another worker: applying it here would give the key two
- * writers. apply.c refuses it before it is decoded; here the lane
- * dead-letters it (worker.misrouted=dlq) or re-publishes it to its key's
- * partition (forward), in either case only passing it once Kafka
- * acknowledged the write, and says, at most every 10 s, which partitioner
- * explains it and the client setting that fixes it.
+ * writers. apply.c refuses it once it decoded (one that does not is a
+ * decode letter wherever it arrived); here the lane dead-letters it
+ * (worker.misrouted=dlq) or re-publishes it to its key's partition
+ * (forward), in either case only passing it once Kafka acknowledged the
+ * write, and says, at most every 10 s, which partitioner explains it and
+ * the client setting that fixes it.
  *
  * Runs with kl__lanes_t.mu held, like the rest of a lane's outcomes.
  */

@@ -6,7 +6,8 @@
  * misrouted and the expected and actual partitions; forward re-publishes
  * it to its key's partition, where its owner applies it (once, however
  * often it is forwarded); apply applies it where it is. A redrive of a
- * misrouted letter sends it to its key's partition. The partitioner that
+ * misrouted letter sends it to its key's partition. A record that does
+ * not decode is a decode letter wherever it arrived. The partitioner that
  * explains a misrouted record is named.
  */
 #include <setjmp.h>
@@ -261,6 +262,45 @@ static void test_misrouted_key_parallel(void **state) {
   assert_int_equal(kl_stop(fx), KL_OK);
 }
 
+static int kl_two_letters(const kl_worker_stats_t *st) {
+  return st->dead_letters == 2;
+}
+
+/* A record no owner could apply is a decode letter on whatever partition
+ * it arrived, judged before its routing: a valid envelope under a key past
+ * KL_KEY_MAX, and bytes that are no envelope, each on a partition its key
+ * does not route to. Neither is misrouted (nor forwarded to an owner that
+ * would refuse it too). */
+static void test_invalid_record_is_decode_wherever(void **state) {
+  kl_fx_t *fx = *state;
+  char long_key[KL_KEY_MAX + 64];
+  memset(long_key, 'k', sizeof(long_key) - 1);
+  long_key[sizeof(long_key) - 1] = '\0';
+  assert_int_equal(kl_t_produce_credit_under(fx->boot, KL_TOPIC,
+                                             kl_wrong(long_key), long_key,
+                                             "acct-1", "id-long", 1),
+                   0);
+  assert_int_equal(kl_t_produce_raw(fx->boot, KL_TOPIC, kl_wrong("acct-2"),
+                                    "acct-2", "not an envelope", 15, NULL),
+                   0);
+  kl_t_worker_t *w = kl_start(fx, "g-invalid", "worker.misrouted=forward");
+  kl_worker_stats_t st;
+  kl_await(w, kl_two_letters, &st);
+  assert_int_equal(st.misrouted, 0);
+  assert_int_equal(st.forwarded, 0);
+  assert_int_equal(kl_stop(fx), KL_OK);
+  kl__letters_t letters;
+  kl_read_letters(fx, &letters);
+  assert_int_equal(letters.n, 2);
+  for (size_t i = 0; i < letters.n; i++)
+    if (strcmp(letters.v[i].reason, "decode") != 0)
+      fail_msg("the letter of partition %d offset %lld has reason %s, want "
+               "decode",
+               (int)letters.v[i].partition, (long long)letters.v[i].offset,
+               letters.v[i].reason);
+  kl__letters_clear(&letters);
+}
+
 static int kl_applied_two(const kl_worker_stats_t *st) {
   return st->applied == 2;
 }
@@ -402,6 +442,8 @@ int main(void) {
                                       kl_teardown),
       cmocka_unit_test_setup_teardown(test_redrive_misrouted, kl_setup,
                                       kl_teardown),
+      cmocka_unit_test_setup_teardown(test_invalid_record_is_decode_wherever,
+                                      kl_setup, kl_teardown),
       cmocka_unit_test_setup_teardown(test_confluent_default_is_caught,
                                       kl_setup, kl_teardown),
       cmocka_unit_test_setup_teardown(test_check_partitions, kl_setup,

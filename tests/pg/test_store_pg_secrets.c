@@ -7,8 +7,8 @@
  * doctor (text and --json), every "cannot open the store" error (worker,
  * ledger, store stats, doctor: a port nobody listens on) and the errors
  * of a location libpq cannot read. The keyword form opens as PostgreSQL,
- * not as an LMDB path. The unit half checks the redaction itself. Skips,
- * saying why, when PostgreSQL is not installed.
+ * not as an LMDB path (tests/unit/test_location.c checks the redaction
+ * itself). Skips, saying why, when PostgreSQL is not installed.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,45 +23,8 @@
 #include "keylane/store.h"
 #include "support/pg_group.h"
 #include "support/run.h"
-#include "store/location.h"
 
 #define T_PW "Pw-s3cr3t-71"
-
-static void t_assert_redacted(const char *location, const char *want) {
-  char out[KL__LOCATION_MAX];
-  kl__location_redact(location, out, sizeof(out));
-  if (strcmp(out, want) != 0)
-    fail_msg("redacted \"%s\" as \"%s\", want \"%s\"", location, out, want);
-}
-
-static void test_redact_and_scrub(void **state) {
-  (void)state;
-  t_assert_redacted("postgresql://kl:" T_PW "@db:5432/kl",
-                    "postgresql://kl:****@db:5432/kl");
-  t_assert_redacted("postgres://kl:" T_PW "@db/kl?sslmode=require&password=x1y",
-                    "postgres://kl:****@db/kl?sslmode=require&password=****");
-  t_assert_redacted("postgresql://kl@db/kl", "postgresql://kl@db/kl");
-  t_assert_redacted("host=db password=" T_PW " dbname=kl",
-                    "host=db password=**** dbname=kl");
-  t_assert_redacted("host=db password = 'a b\\' c' user=kl",
-                    "host=db password = '****' user=kl");
-  t_assert_redacted("dbname=postgresql://kl:" T_PW "@db/kl",
-                    "dbname=postgresql://kl:****@db/kl");
-  t_assert_redacted("/var/lib/keylane", "/var/lib/keylane");
-  assert_true(kl__location_is_pg("host=db dbname=kl"));
-  assert_true(kl__location_is_pg(" dbname = kl"));
-  assert_true(kl__location_is_pg("postgres://db/kl"));
-  assert_false(kl__location_is_pg("/var/lib/keylane"));
-  assert_false(kl__location_is_pg("./host=db"));
-  assert_false(kl__location_is_pg("data"));
-  /* A message that quotes the password, decoded or not, or the location */
-  char out[KL__LOCATION_MAX];
-  kl__location_scrub("postgresql://kl:P%41ss-w0rd@db/kl",
-                     "at postgresql://kl:P%41ss-w0rd@db/kl: PAss-w0rd "
-                     "and P%41ss-w0rd",
-                     out, sizeof(out));
-  assert_string_equal(out, "at postgresql://kl:****@db/kl: **** and ****");
-}
 
 /* Runs keylane @p args and fails, showing everything it wrote, when its
  * output holds the password or lacks @p want (NULL: anything). */
@@ -107,7 +70,8 @@ static void t_commands(const char *good, const char *bad, const char *boot) {
                                bad, NULL},
               "cannot open the store");
   t_run_clean((const char *[]){"worker", "-b", boot, "-t", "events", "--store",
-                               bad, "--handler", "ledger", NULL},
+                               bad, "--handler", "ledger", "--store-wait", "1s",
+                               NULL},
               "cannot open the store");
 }
 
@@ -153,7 +117,6 @@ static void test_no_command_prints_the_password(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_redact_and_scrub),
       cmocka_unit_test(test_no_command_prints_the_password),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,

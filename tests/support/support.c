@@ -156,6 +156,13 @@ int kl_t_use_bench(void **state) {
 int kl_t_produce_credit(const char *bootstrap, const char *topic,
                         int32_t partition, const char *key, const char *id,
                         int amount) {
+  return kl_t_produce_credit_under(bootstrap, topic, partition, key, key, id,
+                                   amount);
+}
+
+int kl_t_produce_credit_under(const char *bootstrap, const char *topic,
+                              int32_t partition, const char *record_key,
+                              const char *key, const char *id, int amount) {
   const unsigned char payload[] = {
       0x82, 0xa6, 'a', 'm', 'o', 'u', 'n', 't', (unsigned char)amount,
       0xa3, 's',  'e', 'q', 0x01};
@@ -174,7 +181,8 @@ int kl_t_produce_credit(const char *bootstrap, const char *topic,
     fprintf(stderr, "kl_t_produce_credit: %s\n", kl_err_detail());
     return -1;
   }
-  int rc = kl_t_produce_raw(bootstrap, topic, partition, key, env, len, NULL);
+  int rc =
+      kl_t_produce_raw(bootstrap, topic, partition, record_key, env, len, NULL);
   free(env);
   return rc;
 }

@@ -34,6 +34,12 @@ int kl_t_produce_credit(const char *bootstrap, const char *topic,
                         int32_t partition, const char *key, const char *id,
                         int amount);
 
+/* kl_t_produce_credit() under the Kafka key @p record_key, which need not
+ * be @p key nor keep its limit (a record that does not decode). */
+int kl_t_produce_credit_under(const char *bootstrap, const char *topic,
+                              int32_t partition, const char *record_key,
+                              const char *key, const char *id, int amount);
+
 /* A worker running kl_worker_run() on its own thread. */
 typedef struct kl_t_worker {
   kl_worker_t *worker;
