@@ -50,7 +50,7 @@
  * must find the other topic's write at their commit. `--topics 1` runs
  * the single topic of before.
  *
- * STEPS (weights out of 8800; sim_steps.c):
+ * STEPS (weights out of 8840; sim_steps.c):
  *  - publish (2000): the client appends a credit, debit or transfer to
  *    its key's partition, 4% of them ones the ledger refuses (amount 0, a
  *    transfer to itself), 10% with an id another key's event has (ids are
@@ -95,6 +95,10 @@
  *  - replay (97): a replay beside the live owner: a new epoch, the
  *    partition from its watermark to the log's end; it stops at a record
  *    that fails and that the fleet did not dead-letter.
+ *  - sweep (40): a fleet of a third topic on the same store applies an
+ *    event and sweeps its expired ids with a retention of 1 s (the two
+ *    topics' ids are older): it must remove none of theirs, or their
+ *    re-published events are applied again (the mutant `sweep`).
  *  - with --hostile, 48 publishes of 256 are a hostile producer's instead
  *    (sim_steps.c, hostile_publish()): a credit with an id of any form;
  *    5 in 8 a follow-up's id: the one the credit of a transfer in the log
@@ -258,8 +262,8 @@ typedef struct opts {
 
 static const char *const mutant_names[] = {
     "none",     "epoch", "seen",    "outbox", "watermark", "cache",
-    "reserved", "nonce", "rebuild", "aside",  "update"};
-#define MUTANTS 11
+    "reserved", "nonce", "rebuild", "aside",  "update",    "sweep"};
+#define MUTANTS 12
 
 static const char *backend_name(sim_backend_t b) {
   return b == SIM_PG ? "pg" : "lmdb";
@@ -612,6 +616,10 @@ static void print_stats(const char *what, const sim_stats_t *s,
     printf("  %" PRIu64 " commits refused as busy (a second writer of the "
            "row both topics write, found at the commit)\n",
            s->busy);
+  if (s->swept)
+    printf("  %" PRIu64 " sweeps by a third topic's fleet (retention 1 s), "
+           "%" PRIu64 " of its own ids removed\n",
+           s->swept, s->swept_ids);
   if (s->hostile || s->recreated)
     printf("  %" PRIu64 " records a hostile producer wrote, %" PRIu64
            " topics created again\n",

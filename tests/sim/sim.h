@@ -214,7 +214,9 @@ typedef struct sim_stats {
   uint64_t steps, noops, schedules, commits, applied, duplicates, fenced;
   uint64_t pauses, crashes, lost, aborted, letters, redriven, replays;
   uint64_t rebuilds, published, drain_batches, hostile, recreated;
-  uint64_t busy; /* commits the store refused as busy (not by a fate) */
+  uint64_t busy;      /* commits the store refused as busy (not by a fate) */
+  uint64_t swept;     /* sweeps by a third topic's fleet (sim_steps.c) */
+  uint64_t swept_ids; /* ids they removed: none but with a mutant */
 } sim_stats_t;
 
 typedef struct sim_world {
@@ -248,6 +250,7 @@ typedef struct sim_world {
   sim_view_t live;
   uint64_t max_epoch[SIM_MAXP]; /* ever acquired, across rebuilds */
   int64_t now_ms;
+  uint64_t sweeper_ids; /* ids the third topic's fleet applied (sim_steps.c) */
   uint64_t next_id;
   int64_t seq[SIM_MAXK]; /* the client's per key */
   int calm;              /* the drain: no injected faults */

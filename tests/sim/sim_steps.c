@@ -17,6 +17,7 @@
 #include "keylane/conf.h"
 #include "keylane/producer.h"
 #include "sim/sim.h"
+#include "store/store_internal.h"
 
 #define CLOCK_BASE 1700000000000LL
 
@@ -243,13 +244,48 @@ enum {
   ST_TICK,
   ST_REDRIVE,
   ST_REPLAY,
+  ST_SWEEP,
   ST_REBUILD,
   ST_N
 };
-/* Out of 8800 (sim.c lists them); a rebuild in about one schedule of
+/* Out of 8840 (sim.c lists them); a rebuild in about one schedule of
  * four. */
 static const unsigned weights[ST_N] = {2000, 3300, 500, 800, 500, 700,
-                                       250,  500,  150, 97,  3};
+                                       250,  500,  150, 97,  40,  3};
+
+/* A fleet of a third topic shares the store: it applies an event of its
+ * own, then sweeps its own expired ids by the store's retention (1 s
+ * here, sim_conf()), as a worker does with `--dedup-retention 1s`. Its
+ * old ids go; the two topics' ids must all stay, however old (issue 39:
+ * the sweep was store-wide and re-published events were applied again).
+ * The mutant `sweep` makes it store-wide again. */
+static void sweep_third_topic(void) {
+  char topic[128], id[32];
+  snprintf(topic, sizeof(topic), "sim%ssweeper", W->tag);
+  kl_partition_state_t st;
+  kl_txn_t *txn = NULL;
+  /* its owner takes the partition each time: the store may be a new one
+   * (a rebuild the fleet moved to, a reset) */
+  kl_err_t err = kl__store_acquire_above(W->store, topic, 0, 0, &st);
+  int n = snprintf(id, sizeof(id), "s%" PRIu64, W->sweeper_ids);
+  if (!err && !(err = kl_store_begin(W->store, topic, 0, st.epoch, &txn)) &&
+      !(err = kl_txn_mark(txn, "k", 1, id, (size_t)n, KL_MARK_APPLIED)))
+    err = kl_store_commit(txn, st.watermark + 1);
+  else if (txn)
+    kl_store_abort(txn);
+  W->sweeper_ids += !err;
+  size_t removed = 0;
+  if (!err)
+    err = kl__store_sweep_topic(W->store, topic, 1000, &removed);
+  if (err && !kl_err_is_retriable(err))
+    sim_fail("store-error", "the fleet of topic %s: %s", topic,
+             kl_err_detail());
+  W->stats.swept++;
+  W->stats.swept_ids += removed;
+  sim_say("a fleet of topic %s applies an event and sweeps its ids older "
+          "than 1 s: %zu removed",
+          topic, removed);
+}
 
 static int step_kind(uint64_t w) {
   unsigned total = 0, r;
@@ -342,6 +378,9 @@ static int step_run(uint64_t w) {
     return W->nletters && sim_redrive((size_t)((w >> 16) % W->nletters));
   case ST_REPLAY:
     sim_replay(p);
+    return 1;
+  case ST_SWEEP:
+    sweep_third_topic();
     return 1;
   default: /* a rebuild after a recreated topic would lack the old log */
     if (W->backend != SIM_LMDB || W->gen > 0 || W->recreated)
@@ -641,7 +680,9 @@ static kl_conf_t *sim_conf(void) {
                                       {"worker.batch.wait.ms", "20"},
                                       {"worker.retry.initial.ms", "100"},
                                       {"worker.retry.max.ms", "400"},
-                                      {"worker.max.attempts", "3"}};
+                                      {"worker.max.attempts", "3"},
+                                      /* the third topic's sweeps */
+                                      {"store.dedup.retention", "1s"}};
   for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
     if (kl_conf_set(conf, kv[i][0], kv[i][1]))
       fprintf(stderr, "keylane-sim: %s\n", kl_err_detail());
