@@ -30,6 +30,8 @@ static const struct {
      "write+fdatasync p50/p99/p999: the floor under a durable store commit"},
     {"failover", kl_bench_failover,
      "key waits while workers restart, die or freeze, dynamic vs static"},
+    {"state", kl_bench_state,
+     "the worker's state API: 1,000 partitions, 100,000 keys retrying"},
 };
 #define KL_NBENCHES (sizeof(kl_benches) / sizeof(kl_benches[0]))
 
