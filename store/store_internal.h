@@ -178,6 +178,18 @@ int64_t kl__beat_period_ns(const kl_conf_t *conf);
  */
 void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition);
 
+/**
+ * A batch of @p topic's partition 0 at the epoch it has now, even 0 (no
+ * owner yet), which kl_store_begin() refuses: for a check, before a worker
+ * starts, of what a handler's SQL needs on the batch's connection
+ * (kl_txn_pg_conn()). Abort it: an owner that takes the partition
+ * meanwhile fences its commit, and the check neither writes nor locks.
+ * @returns KL_OK, or kl_store_begin()'s failures (KL_EFENCED when the
+ *          partition changed owner thrice while it began).
+ */
+kl_err_t kl__store_begin_check(kl_store_t *store, const char *topic,
+                               kl_txn_t **txn);
+
 /** @returns nonzero when kl_txn_prefetch() saves round trips on @p store
  *  (PostgreSQL), so that a caller decodes ids for it only then. */
 int kl__store_has_prefetch(kl_store_t *store);
