@@ -190,6 +190,15 @@ void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition);
 kl_err_t kl__store_begin_check(kl_store_t *store, const char *topic,
                                kl_txn_t **txn);
 
+/**
+ * How long a batch's session may sit idle in its transaction before the
+ * store's server ends it: store.pg.idle.timeout of @p conf (the conf the
+ * store was opened with) on PostgreSQL. A handler that works that long
+ * without using the session leaves a batch that cannot commit.
+ * @returns milliseconds; 0: no such bound (LMDB, or the server's setting).
+ */
+int64_t kl__store_idle_ms(const kl_store_t *store, const kl_conf_t *conf);
+
 /** @returns nonzero when kl_txn_prefetch() saves round trips on @p store
  *  (PostgreSQL), so that a caller decodes ids for it only then. */
 int kl__store_has_prefetch(kl_store_t *store);

@@ -4,6 +4,8 @@
  */
 #include "worker/pool.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,10 +14,13 @@
 #include "worker/lanes_internal.h"
 #include "store/child.h"
 
+#define KL_COMP "worker"
+
 typedef struct kl_exec {
   kl__pool_t *pool;
   kl__applier_t applier; /* the lanes' one, with this executor's decoder */
   kl__child_t child;     /* reused event after event */
+  char slow_why[512];    /* exec_slow()'s reason */
   pthread_t thread;
   int started;
 } kl_exec_t;
@@ -40,6 +45,32 @@ static kl__outcome_t pool_outcome(kl_handler_result_t r,
   return res->failed_err ? KL__RUN_DECODE : KL__RUN_FAIL;
 }
 
+/*
+ * Inline mode: a handler step of @p ran_ms at least the store's idle bound
+ * left the group txn's session idle that long (a handler that runs no SQL
+ * on it), and the server ended it: the batch cannot commit, and run again
+ * the event would end the next one the same way, forever, since a store's
+ * failure counts no attempt. So the step is the event's RETRY: it counts
+ * toward worker.max.attempts, backs off, and is dead-lettered past them,
+ * with this reason. Its SQL, if any, is rolled back (@returns nonzero).
+ */
+static int exec_slow(kl_exec_t *x, const kl__job_t *job, int64_t ran_ms) {
+  const kl__lanes_t *lanes = x->pool->lanes;
+  if (!lanes->inline_mode || !lanes->idle_ms || ran_ms < lanes->idle_ms)
+    return 0;
+  snprintf(x->slow_why, sizeof(x->slow_why),
+           "the handler ran %" PRId64 " ms, not less than "
+           "store.pg.idle.timeout (%" PRId64 " ms): the server ends the "
+           "batch's session idle that long, so the batch cannot commit; the "
+           "event runs again and counts an attempt toward "
+           "worker.max.attempts. Make the handler faster, or raise "
+           "store.pg.idle.timeout above its longest call",
+           ran_ms, lanes->idle_ms);
+  KL_LOG_W(KL_COMP, "partition=%" PRId32 " offset=%" PRId64 ": %s",
+           job->partition, job->msg->offset, x->slow_why);
+  return 1;
+}
+
 /* Runs one event on @p base (a snapshot, or in inline mode the lane's
  * group txn, whose PostgreSQL connection the handler may then use). */
 static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
@@ -59,9 +90,11 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   kl__apply_result_t res;
   memset(&res, 0, sizeof(res));
   kl_event_t event;
+  int64_t start_ns = kl__mono_ns();
   kl_handler_result_t r =
       kl__apply_event(&x->applier, job->partition, job->epoch, &child->base,
                       job->msg, &event, &res);
+  int slow = exec_slow(x, job, (kl__mono_ns() - start_ns) / 1000000);
   kl__run_t run = {pool_outcome(r, &res),  res.why, NULL, 0, child,
                    res.expected_partition, 0};
   char sid[KL__SID_MAX];
@@ -73,7 +106,7 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   }
   /* The event's SQL ends with its verdict. If that fails the group
    * transaction is lost anyway: its commit fails and the lane rewinds. */
-  if (kl__child_end(child, r == KL_HANDLER_OK)) {
+  if (kl__child_end(child, r == KL_HANDLER_OK && !slow)) {
     run.outcome = KL__RUN_STORE;
     run.why = kl_err_detail();
   }
@@ -84,6 +117,11 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   if ((run.outcome == KL__RUN_RETRY || run.outcome == KL__RUN_FAIL) &&
       kl__txn_lost(base))
     run.outcome = KL__RUN_STORE;
+  if (slow && (run.outcome == KL__RUN_APPLIED || run.outcome == KL__RUN_STORE ||
+               run.outcome == KL__RUN_RETRY)) {
+    run.outcome = KL__RUN_RETRY;
+    run.why = x->slow_why;
+  }
   kl__lanes_done(lanes, job, &run); /* its log lines carry the trace too */
   kl__log_trace_set(NULL);
 }

@@ -177,6 +177,58 @@ static void test_partitions_begin_ahead_on_pg(void **state) {
   kl_t_ledger_fx_down(&fx);
 }
 
+/* Sleeps *opaque ms on the event of key "sleepy", before applying it as
+ * the ledger does: a handler that runs no SQL on the batch's session for
+ * that long. */
+static kl_handler_result_t kl_sleepy(void *opaque, const kl_event_t *event,
+                                     const kl_fence_t *fence, kl_txn_t *txn,
+                                     char *errbuf, size_t errbuf_size) {
+  if (event->key_len == 6 && memcmp(event->key, "sleepy", 6) == 0)
+    kl_t_sleep_ms(*(const int *)opaque);
+  return kl_ledger_handler(NULL, event, fence, txn, errbuf, errbuf_size);
+}
+
+/* A handler call longer than store.pg.idle.timeout (the server ends the
+ * batch's session before its commit) is an attempt of its event: after
+ * worker.max.attempts of them the event is dead-lettered, not run again
+ * forever, and the partition's other events are applied (issue 39's
+ * attack, finding 5). */
+static void test_slow_handler_counts_attempts_on_pg(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "sleepy", 1);
+  const char *const extra[] = {
+      "store.pg.idle.timeout=1s", "worker.max.attempts=2",
+      "worker.retry.initial.ms=50", "worker.session.timeout.ms=6000", NULL};
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "store.pg.idle.timeout", "1s"), KL_OK);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(fx.where, conf, &store), KL_OK);
+  kl_conf_destroy(conf);
+  assert_int_equal(kl_t_produce_credit(fx.boot, fx.topic, 0, "k1", "c1", 1), 0);
+  assert_int_equal(kl_t_produce_credit(fx.boot, fx.topic, 0, "sleepy", "c2", 1),
+                   0);
+  assert_int_equal(kl_t_produce_credit(fx.boot, fx.topic, 0, "k2", "c3", 1), 0);
+  int sleep_ms = 1500;
+  kl_t_worker_t *w = kl_t_worker_new_with(fx.boot, fx.topic, "g1", store, extra,
+                                          kl_sleepy, &sleep_ms);
+  kl_t_worker_go(w);
+  kl_worker_stats_t st;
+  for (int t = 0; t < 300; t++) {
+    kl_worker_stats(w->worker, &st, sizeof(st));
+    if (st.dead_letters && st.applied == 2)
+      break;
+    kl_t_sleep_ms(100);
+  }
+  if (st.dead_letters != 1 || st.failed != 1 || st.applied != 2)
+    fail_msg("after 30 s: %llu dead letters, %llu failed, %llu applied; the "
+             "slow event is to be dead-lettered after 2 attempts",
+             (unsigned long long)st.dead_letters, (unsigned long long)st.failed,
+             (unsigned long long)st.applied);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_store_destroy(store);
+  kl_t_ledger_fx_down(&fx);
+}
+
 static void test_paused_owner_is_fenced_on_pg(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "fence", 2);
@@ -213,6 +265,7 @@ int main(void) {
       cmocka_unit_test(test_prefetch_covers_one_batch_on_pg),
       cmocka_unit_test(test_partitions_begin_ahead_on_pg),
       cmocka_unit_test(test_paused_owner_is_fenced_on_pg),
+      cmocka_unit_test(test_slow_handler_counts_attempts_on_pg),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
                                 kl_t_pg_group_teardown);

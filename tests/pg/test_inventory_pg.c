@@ -464,6 +464,35 @@ static void test_worker_refuses_inventory_that_cannot_work(void **state) {
   }
 }
 
+/* A handler timeout not below store.pg.idle.timeout is refused at start,
+ * naming both and the fix: a handler call that long ends the batch's
+ * session before its commit (issue 39's attack, finding 5). Below it, the
+ * worker goes on (here to a broker that is not there). */
+static void test_worker_refuses_handler_timeout_past_idle(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  static const struct {
+    const char *timeout_ms;
+    int refused;
+  } cases[] = {{"2000", 1}, {"5000", 1}, {"1999", 0}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    kl_t_run_t r;
+    kl_t_run_for((const char *[]){"worker", "-b", "127.0.0.1:1", "-t", TOPIC,
+                                  "--store", st->uri, "--handler", "ledger",
+                                  "--handler-timeout-ms", cases[i].timeout_ms,
+                                  "-X", "store.pg.idle.timeout=2s",
+                                  "--kafka-wait", "0", NULL},
+                 NULL, 0, 20000, &r);
+    int refused = strstr(r.err, "is not below store.pg.idle.timeout (2000 "
+                                "ms)") != NULL &&
+                  strstr(r.err, "--handler-timeout-ms") != NULL;
+    if (r.rc == 0 || refused != cases[i].refused)
+      fail_msg("--handler-timeout-ms %s: exit %d, stderr: %s",
+               cases[i].timeout_ms, r.rc, r.err);
+    kl_t_run_free(&r);
+  }
+}
+
 static void t_ledger_payload(msgpack_sbuffer *buf, int64_t amount,
                              int64_t seq) {
   msgpack_sbuffer_init(buf);
@@ -528,6 +557,7 @@ int main(void) {
       T(test_inventory_check_refuses_what_fails_every_event),
       T(test_inventory_revoked_privilege_retries),
       T(test_worker_refuses_inventory_that_cannot_work),
+      T(test_worker_refuses_handler_timeout_past_idle),
       T(test_ledger_on_pg),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
