@@ -46,18 +46,24 @@ static kl__outcome_t pool_outcome(kl_handler_result_t r,
 }
 
 /*
- * Inline mode: a handler step of @p ran_ms at least the store's idle bound
- * left the group txn's session idle that long (a handler that runs no SQL
- * on it), and the server ended it: the batch cannot commit, and run again
- * the event would end the next one the same way, forever, since a store's
- * failure counts no attempt. So the step is the event's RETRY: it counts
- * toward worker.max.attempts, backs off, and is dead-lettered past them,
- * with this reason. Its SQL, if any, is rolled back (@returns nonzero).
+ * A handler step of @p ran_ms, at least the store's idle bound, left the
+ * session of @p base idle that long (a handler that runs no SQL on it), and
+ * the server ended it. In inline mode @p base is the group txn, which can
+ * no longer commit; in key-parallel mode a snapshot, whose reads after
+ * the pause failed. Either way the event, run again, ends the next session
+ * the same way, forever when that counts as the store's failure, which
+ * counts no attempt. So the step is the event's RETRY: it counts toward
+ * worker.max.attempts, backs off, and is dead-lettered past them, with
+ * this reason. An inline step that succeeded is such a RETRY as well (its
+ * SQL, if any, rolled back by the caller); a key-parallel one commits in
+ * the group txn, not on @p base, and stands. @returns the run's outcome.
  */
-static int exec_slow(kl_exec_t *x, const kl__job_t *job, int64_t ran_ms) {
+static kl__outcome_t exec_slow(kl_exec_t *x, const kl__job_t *job,
+                               int64_t ran_ms, kl__outcome_t outcome) {
   const kl__lanes_t *lanes = x->pool->lanes;
-  if (!lanes->inline_mode || !lanes->idle_ms || ran_ms < lanes->idle_ms)
-    return 0;
+  if (outcome != KL__RUN_STORE &&
+      (outcome != KL__RUN_APPLIED || !lanes->inline_mode))
+    return outcome; /* a RETRY counts already, a FAIL is final */
   snprintf(x->slow_why, sizeof(x->slow_why),
            "the handler ran %" PRId64 " ms, not less than "
            "store.pg.idle.timeout (%" PRId64 " ms): the server ends the "
@@ -68,7 +74,7 @@ static int exec_slow(kl_exec_t *x, const kl__job_t *job, int64_t ran_ms) {
            ran_ms, lanes->idle_ms);
   KL_LOG_W(KL_COMP, "partition=%" PRId32 " offset=%" PRId64 ": %s",
            job->partition, job->msg->offset, x->slow_why);
-  return 1;
+  return KL__RUN_RETRY;
 }
 
 /* Runs one event on @p base (a snapshot, or in inline mode the lane's
@@ -94,7 +100,8 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   kl_handler_result_t r =
       kl__apply_event(&x->applier, job->partition, job->epoch, &child->base,
                       job->msg, &event, &res);
-  int slow = exec_slow(x, job, (kl__mono_ns() - start_ns) / 1000000);
+  int64_t ran_ms = (kl__mono_ns() - start_ns) / 1000000;
+  int slow = lanes->idle_ms && ran_ms >= lanes->idle_ms; /* exec_slow() */
   kl__run_t run = {pool_outcome(r, &res),  res.why, NULL, 0, child,
                    res.expected_partition, 0};
   char sid[KL__SID_MAX];
@@ -106,7 +113,8 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   }
   /* The event's SQL ends with its verdict. If that fails the group
    * transaction is lost anyway: its commit fails and the lane rewinds. */
-  if (kl__child_end(child, r == KL_HANDLER_OK && !slow)) {
+  if (kl__child_end(child,
+                    r == KL_HANDLER_OK && !(slow && lanes->inline_mode))) {
     run.outcome = KL__RUN_STORE;
     run.why = kl_err_detail();
   }
@@ -117,11 +125,9 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   if ((run.outcome == KL__RUN_RETRY || run.outcome == KL__RUN_FAIL) &&
       kl__txn_lost(base))
     run.outcome = KL__RUN_STORE;
-  if (slow && (run.outcome == KL__RUN_APPLIED || run.outcome == KL__RUN_STORE ||
-               run.outcome == KL__RUN_RETRY)) {
-    run.outcome = KL__RUN_RETRY;
+  kl__outcome_t was = run.outcome;
+  if (slow && (run.outcome = exec_slow(x, job, ran_ms, was)) != was)
     run.why = x->slow_why;
-  }
   kl__lanes_done(lanes, job, &run); /* its log lines carry the trace too */
   kl__log_trace_set(NULL);
 }

@@ -189,16 +189,22 @@ static kl_handler_result_t kl_sleepy(void *opaque, const kl_event_t *event,
 }
 
 /* A handler call longer than store.pg.idle.timeout (the server ends the
- * batch's session before its commit) is an attempt of its event: after
+ * batch's session before its commit; in key-parallel mode the snapshot
+ * the handler reads afterwards) is an attempt of its event: after
  * worker.max.attempts of them the event is dead-lettered, not run again
  * forever, and the partition's other events are applied (issue 39's
  * attack, finding 5). */
-static void test_slow_handler_counts_attempts_on_pg(void **state) {
+static void t_slow_handler_counts_attempts(const char *concurrency) {
   kl_fx_t fx;
   kl_fx_up(&fx, "sleepy", 1);
-  const char *const extra[] = {
-      "store.pg.idle.timeout=1s", "worker.max.attempts=2",
-      "worker.retry.initial.ms=50", "worker.session.timeout.ms=6000", NULL};
+  char threads[64];
+  snprintf(threads, sizeof(threads), "worker.concurrency=%s", concurrency);
+  const char *const extra[] = {"store.pg.idle.timeout=1s",
+                               "worker.max.attempts=2",
+                               "worker.retry.initial.ms=50",
+                               "worker.session.timeout.ms=6000",
+                               threads,
+                               NULL};
   kl_conf_t *conf = kl_conf_new();
   assert_int_equal(kl_conf_set(conf, "store.pg.idle.timeout", "1s"), KL_OK);
   kl_store_t *store;
@@ -220,13 +226,22 @@ static void test_slow_handler_counts_attempts_on_pg(void **state) {
     kl_t_sleep_ms(100);
   }
   if (st.dead_letters != 1 || st.failed != 1 || st.applied != 2)
-    fail_msg("after 30 s: %llu dead letters, %llu failed, %llu applied; the "
-             "slow event is to be dead-lettered after 2 attempts",
-             (unsigned long long)st.dead_letters, (unsigned long long)st.failed,
-             (unsigned long long)st.applied);
+    fail_msg("concurrency %s, after 30 s: %llu dead letters, %llu failed, "
+             "%llu applied; the slow event is to be dead-lettered after 2 "
+             "attempts",
+             concurrency, (unsigned long long)st.dead_letters,
+             (unsigned long long)st.failed, (unsigned long long)st.applied);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   kl_store_destroy(store);
   kl_t_ledger_fx_down(&fx);
+}
+
+static void test_slow_handler_counts_attempts_on_pg(void **state) {
+  t_slow_handler_counts_attempts("1");
+}
+
+static void test_slow_handler_counts_attempts_key_parallel_on_pg(void **state) {
+  t_slow_handler_counts_attempts("2");
 }
 
 static void test_paused_owner_is_fenced_on_pg(void **state) {
@@ -266,6 +281,7 @@ int main(void) {
       cmocka_unit_test(test_partitions_begin_ahead_on_pg),
       cmocka_unit_test(test_paused_owner_is_fenced_on_pg),
       cmocka_unit_test(test_slow_handler_counts_attempts_on_pg),
+      cmocka_unit_test(test_slow_handler_counts_attempts_key_parallel_on_pg),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
                                 kl_t_pg_group_teardown);
