@@ -54,15 +54,17 @@ static kl__outcome_t pool_outcome(kl_handler_result_t r,
  * the same way, forever when that counts as the store's failure, which
  * counts no attempt. So the step is the event's RETRY: it counts toward
  * worker.max.attempts, backs off, and is dead-lettered past them, with
- * this reason. An inline step that succeeded is such a RETRY as well (its
- * SQL, if any, rolled back by the caller); a key-parallel one commits in
- * the group txn, not on @p base, and stands. @returns the run's outcome.
+ * this reason. An inline step that succeeded without SQL on the session
+ * (@p unseen: whether the server ended it is not known, and it was idle
+ * that long) is such a RETRY as well; one whose SQL was released, like a
+ * key-parallel one (committed in the group txn, not on @p base), stands.
+ * @returns the run's outcome.
  */
 static kl__outcome_t exec_slow(kl_exec_t *x, const kl__job_t *job,
-                               int64_t ran_ms, kl__outcome_t outcome) {
+                               int64_t ran_ms, kl__outcome_t outcome,
+                               int unseen) {
   const kl__lanes_t *lanes = x->pool->lanes;
-  if (outcome != KL__RUN_STORE &&
-      (outcome != KL__RUN_APPLIED || !lanes->inline_mode))
+  if (outcome != KL__RUN_STORE && (outcome != KL__RUN_APPLIED || !unseen))
     return outcome; /* a RETRY counts already, a FAIL is final */
   snprintf(x->slow_why, sizeof(x->slow_why),
            "the handler ran %" PRId64 " ms, not less than "
@@ -113,8 +115,11 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   }
   /* The event's SQL ends with its verdict. If that fails the group
    * transaction is lost anyway: its commit fails and the lane rewinds. */
-  if (kl__child_end(child,
-                    r == KL_HANDLER_OK && !(slow && lanes->inline_mode))) {
+  /* A slow step whose SQL ran on the session learns here whether the
+   * server ended it: its RELEASE fails then (a store failure, below). One
+   * that ran none is taken for ended (exec_slow()). */
+  int unseen = slow && lanes->inline_mode && !child->pg;
+  if (kl__child_end(child, r == KL_HANDLER_OK && !unseen)) {
     run.outcome = KL__RUN_STORE;
     run.why = kl_err_detail();
   }
@@ -126,7 +131,7 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
       kl__txn_lost(base))
     run.outcome = KL__RUN_STORE;
   kl__outcome_t was = run.outcome;
-  if (slow && (run.outcome = exec_slow(x, job, ran_ms, was)) != was)
+  if (slow && (run.outcome = exec_slow(x, job, ran_ms, was, unseen)) != was)
     run.why = x->slow_why;
   kl__lanes_done(lanes, job, &run); /* its log lines carry the trace too */
   kl__log_trace_set(NULL);
