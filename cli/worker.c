@@ -153,6 +153,22 @@ typedef struct worker_args {
   int pause_on_usr1;
 } worker_args_t;
 
+/* Refuses a handler that would fail every event on @p store: the wrong
+ * backend, or (inventory) what its SQL needs, checked on a batch begun
+ * for it and aborted. */
+static kl_err_t check_handler(const kl_handler_ref_t *handler, const char *spec,
+                              kl_store_t *store, const char *topic,
+                              const kl_conf_t *conf) {
+  kl_txn_t *txn;
+  kl_err_t err = kl__handler_check_store(handler, spec, store);
+  if (err || !handler->needs_pg ||
+      (err = kl__store_begin_check(store, topic, &txn)))
+    return err;
+  err = kl__handler_check_batch(handler, txn, topic, conf);
+  kl_store_abort(txn);
+  return err;
+}
+
 static int worker_main(kl_conf_t *conf, const worker_args_t *opts) {
   const char *topic = opts->topic, *location = opts->location;
   const char *handler_spec = opts->handler;
@@ -194,8 +210,9 @@ static int worker_main(kl_conf_t *conf, const worker_args_t *opts) {
                         kl__location_redact(location, shown, sizeof(shown)),
                         kl_err_detail());
   }
-  if (kl__handler_check_store(&handler, handler_spec, store)) {
-    int rc = kl__cli_usage(SUB, "%s", kl_err_detail());
+  if ((err = check_handler(&handler, handler_spec, store, topic, conf))) {
+    int rc = err == KL_ECONF ? kl__cli_usage(SUB, "%s", kl_err_detail())
+                             : kl__cli_fail(SUB, "%s", kl_err_detail());
     kl_store_destroy(store);
     kl__handler_release(&handler);
     return rc;

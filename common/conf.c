@@ -122,8 +122,9 @@ static const kl__conf_key_t kl_keys[] = {
      "handler threads per worker; events of one key stay in order"},
     {"worker.handler.timeout.ms", KL__CONF_MS, "0", 0, 3600000, NULL,
      "the longest one handler call takes, at most half of "
-     "kafka.max.poll.interval.ms (300000): the exec handler's answer "
-     "timeout (keylane worker sets it, 30000 by default); 0: not declared"},
+     "kafka.max.poll.interval.ms (300000) and below store.pg.idle.timeout "
+     "on PostgreSQL: the exec handler's answer timeout (keylane worker sets "
+     "it, 30000 by default); 0: not declared"},
     {"worker.exec.window", KL__CONF_INT, "1", 1, 1024, NULL,
      "exec handler: events in flight to one child at most (pipelining, for "
      "children that echo \"seq\"; others get one at a time); the worker "

@@ -4,7 +4,10 @@
  * maps them to KL_ESTORE_BUSY (store/pg.c), the built-in handlers that run
  * SQL on the batch's connection to KL_HANDLER_RETRY (handlers/inventory.c):
  * one list, so that a lock timeout the store retries is never a dead
- * letter in a handler. Plain strings, no libpq: common/ links nothing.
+ * letter in a handler. A second list tells what a person fixes (a revoked
+ * privilege): the handlers retry that too, as the store does every
+ * failure of its own statements. Plain strings, no libpq: common/ links
+ * nothing.
  */
 #ifndef KEYLANE_COMMON_SQLSTATE_H
 #define KEYLANE_COMMON_SQLSTATE_H
@@ -19,5 +22,14 @@
  * PQstatus()).
  */
 int kl__sqlstate_transient(const char *state);
+
+/**
+ * @returns nonzero when @p state tells of the setup rather than of the
+ * work: a privilege the role lacks (42501), a table or column that is not
+ * there (42P01, 42703), a read-only transaction (25006). A person fixes
+ * those without the work changing, so what failed on them is run again
+ * after a backoff, never dead-lettered: every event would be.
+ */
+int kl__sqlstate_setup(const char *state);
 
 #endif

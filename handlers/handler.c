@@ -91,6 +91,13 @@ kl_err_t kl__handler_check_store(const kl_handler_ref_t *ref, const char *spec,
   return KL_OK;
 }
 
+kl_err_t kl__handler_check_batch(const kl_handler_ref_t *ref, kl_txn_t *txn,
+                                 const char *topic, const kl_conf_t *conf) {
+  return ref->fn == kl__inventory_handler
+             ? kl__inventory_check(txn, topic, conf)
+             : KL_OK;
+}
+
 void kl__handler_release(kl_handler_ref_t *ref) {
   if (ref->fn == kl__exec_handler)
     kl__exec_destroy(ref->opaque);

@@ -39,6 +39,17 @@ kl_err_t kl__handler_resolve(const char *spec, kl_handler_ref_t *ref);
 kl_err_t kl__handler_check_store(const kl_handler_ref_t *ref, const char *spec,
                                  kl_store_t *store);
 
+/**
+ * Checks what a handler with needs_pg needs of a worker of @p topic
+ * configured by @p conf, on @p txn, a batch of the topic begun for the
+ * check (kl__store_begin_check(); the caller aborts it): inventory's
+ * kl__inventory_check(). KL_OK for any other handler.
+ * @returns KL_OK, or KL_ECONF with the reason and the fix in
+ *          kl_err_detail().
+ */
+kl_err_t kl__handler_check_batch(const kl_handler_ref_t *ref, kl_txn_t *txn,
+                                 const char *topic, const kl_conf_t *conf);
+
 /** Releases what kl__handler_resolve() took. */
 void kl__handler_release(kl_handler_ref_t *ref);
 

@@ -480,6 +480,25 @@ kl_err_t kl__store_last(kl_store_t *store, const char *topic, int32_t partition,
   return store->ops->last(store, topic, partition, watermark, ident, len);
 }
 
+kl_err_t kl__store_begin_check(kl_store_t *store, const char *topic,
+                               kl_txn_t **txn) {
+  kl__err_clear();
+  kl_err_t err = kl__store_check_tp("kl__store_begin_check", topic, 0);
+  for (int tries = 0; !err && tries < 3; tries++) {
+    kl_partition_state_t ps;
+    if ((err = store->ops->partition(store, topic, 0, &ps)) ||
+        (err = store->ops->begin(store, topic, 0, ps.epoch, txn)) != KL_EFENCED)
+      break;
+  }
+  return err;
+}
+
+int64_t kl__store_idle_ms(const kl_store_t *store, const kl_conf_t *conf) {
+  return store && conf && strcmp(store->ops->name, "postgresql") == 0
+             ? kl__conf_int(conf, "store.pg.idle.timeout")
+             : 0;
+}
+
 int kl__store_has_prefetch(kl_store_t *store) {
   return store && store->ops->prefetch != NULL;
 }

@@ -178,6 +178,27 @@ int64_t kl__beat_period_ns(const kl_conf_t *conf);
  */
 void kl__store_forget(kl_store_t *store, const char *topic, int32_t partition);
 
+/**
+ * A batch of @p topic's partition 0 at the epoch it has now, even 0 (no
+ * owner yet), which kl_store_begin() refuses: for a check, before a worker
+ * starts, of what a handler's SQL needs on the batch's connection
+ * (kl_txn_pg_conn()). Abort it: an owner that takes the partition
+ * meanwhile fences its commit, and the check neither writes nor locks.
+ * @returns KL_OK, or kl_store_begin()'s failures (KL_EFENCED when the
+ *          partition changed owner thrice while it began).
+ */
+kl_err_t kl__store_begin_check(kl_store_t *store, const char *topic,
+                               kl_txn_t **txn);
+
+/**
+ * How long a batch's session may sit idle in its transaction before the
+ * store's server ends it: store.pg.idle.timeout of @p conf (the conf the
+ * store was opened with) on PostgreSQL. A handler that works that long
+ * without using the session leaves a batch that cannot commit.
+ * @returns milliseconds; 0: no such bound (LMDB, or the server's setting).
+ */
+int64_t kl__store_idle_ms(const kl_store_t *store, const kl_conf_t *conf);
+
 /** @returns nonzero when kl_txn_prefetch() saves round trips on @p store
  *  (PostgreSQL), so that a caller decodes ids for it only then. */
 int kl__store_has_prefetch(kl_store_t *store);

@@ -186,6 +186,10 @@ struct kl__lanes {
   int64_t batch_wait_ns;
   int64_t retry_initial_ms, retry_max_ms;
   int max_attempts;
+  /* kl__store_idle_ms(): in inline mode, a handler step this long left the
+   * group txn's session idle past what the server allows (pool.c); 0: no
+   * bound. */
+  int64_t idle_ms;
   uint64_t seed;
   size_t waiting_keys; /* over every lane */
   int64_t last_report_ns;

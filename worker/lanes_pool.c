@@ -4,6 +4,8 @@
  */
 #include "worker/lanes_pool.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,10 +14,13 @@
 #include "worker/lanes_internal.h"
 #include "store/child.h"
 
+#define KL_COMP "worker"
+
 typedef struct kl_exec {
   kl__lanes_pool_t *pool;
   kl__applier_t applier; /* the lanes' one, with this executor's decoder */
   kl__child_t child;     /* reused event after event */
+  char slow_why[512];    /* exec_slow()'s reason */
   pthread_t thread;
   int started;
 } kl_exec_t;
@@ -40,6 +45,40 @@ static kl__outcome_t pool_outcome(kl_handler_result_t r,
   return res->failed_err ? KL__RUN_DECODE : KL__RUN_FAIL;
 }
 
+/*
+ * A handler step of @p ran_ms, at least the store's idle bound, left the
+ * session of @p base idle that long (a handler that runs no SQL on it), and
+ * the server ended it. In inline mode @p base is the group txn, which can
+ * no longer commit; in key-parallel mode a snapshot, whose reads after
+ * the pause failed. Either way the event, run again, ends the next session
+ * the same way, forever when that counts as the store's failure, which
+ * counts no attempt. So the step is the event's RETRY: it counts toward
+ * worker.max.attempts, backs off, and is dead-lettered past them, with
+ * this reason. An inline step that succeeded without SQL on the session
+ * (@p unseen: whether the server ended it is not known, and it was idle
+ * that long) is such a RETRY as well; one whose SQL was released, like a
+ * key-parallel one (committed in the group txn, not on @p base), stands.
+ * @returns the run's outcome.
+ */
+static kl__outcome_t exec_slow(kl_exec_t *x, const kl__job_t *job,
+                               int64_t ran_ms, kl__outcome_t outcome,
+                               int unseen) {
+  const kl__lanes_t *lanes = x->pool->lanes;
+  if (outcome != KL__RUN_STORE && (outcome != KL__RUN_APPLIED || !unseen))
+    return outcome; /* a RETRY counts already, a FAIL is final */
+  snprintf(x->slow_why, sizeof(x->slow_why),
+           "the handler ran %" PRId64 " ms, not less than "
+           "store.pg.idle.timeout (%" PRId64 " ms): the server ends the "
+           "batch's session idle that long, so the batch cannot commit; the "
+           "event runs again and counts an attempt toward "
+           "worker.max.attempts. Make the handler faster, or raise "
+           "store.pg.idle.timeout above its longest call",
+           ran_ms, lanes->idle_ms);
+  KL_LOG_W(KL_COMP, "partition=%" PRId32 " offset=%" PRId64 ": %s",
+           job->partition, job->msg->offset, x->slow_why);
+  return KL__RUN_RETRY;
+}
+
 /* Runs one event on @p base (a snapshot, or in inline mode the lane's
  * group txn, whose PostgreSQL connection the handler may then use). */
 static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
@@ -59,9 +98,12 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   kl__apply_result_t res;
   memset(&res, 0, sizeof(res));
   kl_event_t event;
+  int64_t start_ns = kl__mono_ns();
   kl_handler_result_t r =
       kl__apply_event(&x->applier, job->partition, job->epoch, &child->base,
                       job->msg, &event, &res);
+  int64_t ran_ms = (kl__mono_ns() - start_ns) / 1000000;
+  int slow = lanes->idle_ms && ran_ms >= lanes->idle_ms; /* exec_slow() */
   kl__run_t run = {pool_outcome(r, &res),  res.why, NULL, 0, child,
                    res.expected_partition, 0};
   char sid[KL__SID_MAX];
@@ -73,7 +115,11 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   }
   /* The event's SQL ends with its verdict. If that fails the group
    * transaction is lost anyway: its commit fails and the lane rewinds. */
-  if (kl__child_end(child, r == KL_HANDLER_OK)) {
+  /* A slow step whose SQL ran on the session learns here whether the
+   * server ended it: its RELEASE fails then (a store failure, below). One
+   * that ran none is taken for ended (exec_slow()). */
+  int unseen = slow && lanes->inline_mode && !child->pg;
+  if (kl__child_end(child, r == KL_HANDLER_OK && !unseen)) {
     run.outcome = KL__RUN_STORE;
     run.why = kl_err_detail();
   }
@@ -84,6 +130,9 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   if ((run.outcome == KL__RUN_RETRY || run.outcome == KL__RUN_FAIL) &&
       kl__txn_lost(base))
     run.outcome = KL__RUN_STORE;
+  kl__outcome_t was = run.outcome;
+  if (slow && (run.outcome = exec_slow(x, job, ran_ms, was, unseen)) != was)
+    run.why = x->slow_why;
   kl__lanes_done(lanes, job, &run); /* its log lines carry the trace too */
   kl__log_trace_set(NULL);
 }

@@ -699,6 +699,31 @@ static kl_err_t check_poll_interval(const kl_conf_t *conf) {
                  poll_ms / 2);
 }
 
+/*
+ * The batch's PostgreSQL session sits idle in its transaction while a
+ * handler that runs no SQL on it works, and the server ends a session
+ * idle for store.pg.idle.timeout (pg.c): a handler call allowed that long
+ * can end the batch's session before its commit, and the event runs again
+ * as often, taking as long (kl__lanes_done() bounds that with
+ * worker.max.attempts). So a declared handler bound must be below it.
+ */
+static kl_err_t check_idle_timeout(const kl_conf_t *conf, kl_store_t *store) {
+  int64_t handler_ms = kl__conf_int(conf, "worker.handler.timeout.ms");
+  int64_t idle_ms = kl__store_idle_ms(store, conf);
+  if (!handler_ms || !idle_ms || handler_ms < idle_ms) /* 0: no bound */
+    return KL_OK;
+  return kl__err(KL_ECONF,
+                 "worker.handler.timeout.ms (%" PRId64 ") is not below "
+                 "store.pg.idle.timeout (%" PRId64 " ms): the batch's "
+                 "session is idle while a handler works, and the server "
+                 "ends it after that long, so a handler call that takes its "
+                 "time can never commit; lower the handler timeout "
+                 "(--handler-timeout-ms) below %" PRId64 ", or raise "
+                 "store.pg.idle.timeout above it (-X "
+                 "store.pg.idle.timeout=%" PRId64 "ms)",
+                 handler_ms, idle_ms, idle_ms, handler_ms * 2);
+}
+
 kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                        kl_store_t *store, kl_handler_fn_t *handler,
                        void *handler_opaque, kl_worker_t **out) {
@@ -722,6 +747,8 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                    "back; raise it, or set 0 to never take one back",
                    retake_ms, session_ms);
   kl_err_t checked = check_poll_interval(conf);
+  if (!checked)
+    checked = check_idle_timeout(conf, store);
   if (!checked)
     checked = kl__membership_check(conf);
   if (checked)

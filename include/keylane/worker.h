@@ -86,7 +86,11 @@
  *   call must therefore end well within librdkafka's max.poll.interval.ms
  *   (300 s), or the group evicts a member that is working: declare the
  *   bound as "worker.handler.timeout.ms", and kl_worker_new() refuses one
- *   above half of "kafka.max.poll.interval.ms" (KL_ECONF).
+ *   above half of "kafka.max.poll.interval.ms" (KL_ECONF). On PostgreSQL
+ *   the batch's session is idle while a handler works, and the server ends
+ *   it after "store.pg.idle.timeout": kl_worker_new() refuses a bound not
+ *   below that, and a call that lasts that long counts as an attempt of
+ *   its event (its batch could not commit), never as the store's failure.
  * - A partition fenced by an owner outside the group (keylane replay or
  *   redrive) is taken back once its state in the store, with the
  *   heartbeats such an owner writes while it works, has not changed for
@@ -142,7 +146,8 @@ typedef enum kl_handler_result {
  * On RETRY or FAIL the event's writes to @p txn are discarded. When the
  * store's connection was lost under the handler (a PostgreSQL restart),
  * its RETRY or FAIL is taken for the store's failure: the event runs again
- * and counts no attempt toward worker.max.attempts.
+ * and counts no attempt toward worker.max.attempts (unless the call itself
+ * lasted "store.pg.idle.timeout", whose end lost it: see above).
  *
  * @param event  borrowed; valid for the call only.
  * @param txn    borrowed; valid for the call only. It sees the writes of

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <libpq-fe.h>
 
 #include "support/http.h"
 #include "support/pg_group.h"
@@ -177,6 +178,99 @@ static void test_partitions_begin_ahead_on_pg(void **state) {
   kl_t_ledger_fx_down(&fx);
 }
 
+/* How kl_sleepy() takes its time on the event of key "sleepy". */
+typedef struct kl_sleep {
+  int ms;
+  int sql; /* in SQL on the batch's session, which is then not idle */
+} kl_sleep_t;
+
+/* Takes its time on the event of key "sleepy", then applies it as the
+ * ledger does. */
+static kl_handler_result_t kl_sleepy(void *opaque, const kl_event_t *event,
+                                     const kl_fence_t *fence, kl_txn_t *txn,
+                                     char *errbuf, size_t errbuf_size) {
+  const kl_sleep_t *how = opaque;
+  if (event->key_len == 6 && memcmp(event->key, "sleepy", 6) == 0) {
+    if (!how->sql)
+      kl_t_sleep_ms(how->ms);
+    else {
+      char sql[64];
+      snprintf(sql, sizeof(sql), "SELECT pg_sleep(%g)", how->ms / 1000.0);
+      PGresult *res = PQexec(kl_txn_pg_conn(txn), sql);
+      int ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+      PQclear(res);
+      if (!ok)
+        return KL_HANDLER_RETRY;
+    }
+  }
+  return kl_ledger_handler(NULL, event, fence, txn, errbuf, errbuf_size);
+}
+
+/* A handler call longer than store.pg.idle.timeout (the server ends the
+ * batch's session before its commit; in key-parallel mode the snapshot
+ * the handler reads afterwards) is an attempt of its event: after
+ * worker.max.attempts of them the event is dead-lettered, not run again
+ * forever, and the partition's other events are applied (issue 39's
+ * attack, finding 5). With @p sql the call is as long in SQL on the
+ * batch's session, which is busy, not idle: the event applies. */
+static void t_slow_handler_counts_attempts(const char *concurrency, int sql) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "sleepy", 1);
+  char threads[64];
+  snprintf(threads, sizeof(threads), "worker.concurrency=%s", concurrency);
+  const char *const extra[] = {"store.pg.idle.timeout=1s",
+                               "worker.max.attempts=2",
+                               "worker.retry.initial.ms=50",
+                               "worker.session.timeout.ms=6000",
+                               threads,
+                               NULL};
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "store.pg.idle.timeout", "1s"), KL_OK);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(fx.where, conf, &store), KL_OK);
+  kl_conf_destroy(conf);
+  assert_int_equal(kl_t_produce_credit(fx.boot, fx.topic, 0, "k1", "c1", 1), 0);
+  assert_int_equal(kl_t_produce_credit(fx.boot, fx.topic, 0, "sleepy", "c2", 1),
+                   0);
+  assert_int_equal(kl_t_produce_credit(fx.boot, fx.topic, 0, "k2", "c3", 1), 0);
+  kl_sleep_t how = {1500, sql};
+  kl_t_worker_t *w = kl_t_worker_new_with(fx.boot, fx.topic, "g1", store, extra,
+                                          kl_sleepy, &how);
+  kl_t_worker_go(w);
+  /* Slow in SQL, the session is busy, not idle: the event applies. */
+  uint64_t letters = sql ? 0 : 1, applied = 3 - letters;
+  kl_worker_stats_t st;
+  for (int t = 0; t < 300; t++) {
+    kl_worker_stats(w->worker, &st, sizeof(st));
+    if (st.dead_letters == letters && st.applied == applied)
+      break;
+    kl_t_sleep_ms(100);
+  }
+  if (st.dead_letters != letters || st.failed != letters ||
+      st.applied != applied)
+    fail_msg("concurrency %s, sql %d, after 30 s: %llu dead letters, %llu "
+             "failed, %llu applied, not %llu dead-lettered after 2 attempts "
+             "and %llu applied",
+             concurrency, sql, (unsigned long long)st.dead_letters,
+             (unsigned long long)st.failed, (unsigned long long)st.applied,
+             (unsigned long long)letters, (unsigned long long)applied);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_store_destroy(store);
+  kl_t_ledger_fx_down(&fx);
+}
+
+static void test_slow_handler_counts_attempts_on_pg(void **state) {
+  t_slow_handler_counts_attempts("1", 0);
+}
+
+static void test_slow_handler_counts_attempts_key_parallel_on_pg(void **state) {
+  t_slow_handler_counts_attempts("2", 0);
+}
+
+static void test_slow_handler_sql_applies_on_pg(void **state) {
+  t_slow_handler_counts_attempts("1", 1);
+}
+
 static void test_paused_owner_is_fenced_on_pg(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "fence", 2);
@@ -213,6 +307,9 @@ int main(void) {
       cmocka_unit_test(test_prefetch_covers_one_batch_on_pg),
       cmocka_unit_test(test_partitions_begin_ahead_on_pg),
       cmocka_unit_test(test_paused_owner_is_fenced_on_pg),
+      cmocka_unit_test(test_slow_handler_counts_attempts_on_pg),
+      cmocka_unit_test(test_slow_handler_counts_attempts_key_parallel_on_pg),
+      cmocka_unit_test(test_slow_handler_sql_applies_on_pg),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
                                 kl_t_pg_group_teardown);

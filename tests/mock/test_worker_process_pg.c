@@ -154,17 +154,16 @@ static void test_sigstop_holding_row_locks(void **state) {
   assert_int_equal(kl_store_open(uri, NULL, &kl_fx.store), KL_OK);
   kl_store_t *store = kl_fx.store;
   PGconn *admin = kl_fx.admin = PQconnectdb(uri);
-  kl_t_sql(admin, KL__INVENTORY_STOCK_DDL);
-  char sql[128];
-  snprintf(sql, sizeof(sql),
-           "INSERT INTO stock SELECT 'sku-' || i, %d FROM "
-           "generate_series(0, %d) AS i",
-           STOCK, SKUS - 1);
-  kl_t_sql(admin, sql);
-
   assert_int_equal(kl_t_cluster_new(1, "inv", PARTS, &kl_fx.cluster), KL_OK);
   kl_t_cluster_t *cluster = kl_fx.cluster;
   kl_topic = kl_t_topic(cluster);
+  kl_t_sql(admin, KL__INVENTORY_STOCK_DDL);
+  char sql[512];
+  snprintf(sql, sizeof(sql),
+           "INSERT INTO stock SELECT '%s', 'sku-' || i, %d FROM "
+           "generate_series(0, %d) AS i",
+           kl_topic, STOCK, SKUS - 1);
+  kl_t_sql(admin, sql);
   kl_group = kl_t_group(cluster, "inv");
   const char *boot = kl_t_bootstrap(cluster);
   kl_conf_t *conf = kl_conf_new();
