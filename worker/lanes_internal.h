@@ -187,7 +187,7 @@ struct kl__lanes {
   int64_t retry_initial_ms, retry_max_ms;
   int max_attempts;
   /* kl__store_idle_ms(): in inline mode, a handler step this long left the
-   * group txn's session idle past what the server allows (pool.c); 0: no
+   * group txn's session idle past what the server allows (lanes_pool.c); 0: no
    * bound. */
   int64_t idle_ms;
   uint64_t seed;
