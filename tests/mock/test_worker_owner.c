@@ -14,7 +14,10 @@
  * - a store restored from a backup (an older epoch and watermark than the
  *   group committed) is refused the same way;
  * - a new fleet (a group that committed nothing) starts on an empty store
- *   as before.
+ *   as before;
+ * - on PostgreSQL, a row of keylane_partitions deleted is refused too, and
+ *   its row is not written (the group's PostgreSQL server: the test skips
+ *   without one, fails under KEYLANE_TEST_REQUIRE=postgresql).
  */
 #include <inttypes.h>
 #include <setjmp.h>
@@ -25,12 +28,15 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <libpq-fe.h>
 
 #include "cli/metrics_server.h"
 #include "common/kafka.h"
 #include "support/http.h"
+#include "support/pg_group.h"
 #include "support/ledger_checks.h"
 #include "support/run.h"
+#include "support/sql.h"
 #include "support/support.h"
 #include "worker/log_guard.h"
 #include "worker/worker_internal.h"
@@ -43,8 +49,8 @@ static const char *const kl_fast[] = {"worker.session.timeout.ms=3000", NULL};
  * of group @p group on the fixture's store, which then stopped: the
  * group committed offsets and epochs for both partitions. */
 static void kl_fleet_ran(kl_fx_t *fx, const char *name, const char *group,
-                         int n) {
-  kl_t_ledger_fx_up(fx, name, 2, 20, 11, NULL);
+                         int n, const char *store_uri) {
+  kl_t_ledger_fx_up(fx, name, 2, 20, 11, store_uri);
   kl_t_ledger_fx_publish(fx, n);
   kl_t_worker_t *w =
       kl_t_worker_start(fx->boot, fx->topic, group, fx->store, kl_fast);
@@ -107,13 +113,10 @@ static void kl_worker_refused(kl_fx_t *fx, const char *group, const char *where,
   kl_t_run_free(&r);
 }
 
-/* The fix for a store the group's offsets are unknown to: `keylane store
- * rebuild` of @p partitions ("all", or a list) of the fixture's topic into
- * @p where, above @p group's epochs; then a worker of @p group runs on it,
- * and applies @p more events published since once. */
-static void kl_adopt_by_rebuild(kl_fx_t *fx, const char *group,
-                                const char *where, const char *partitions,
-                                int more) {
+/* `keylane store rebuild` of @p partitions ("all", or a list) of the
+ * fixture's topic into @p where, above @p group's epochs. */
+static void kl_rebuild(kl_fx_t *fx, const char *group, const char *where,
+                       const char *partitions) {
   char conf_group[128];
   snprintf(conf_group, sizeof(conf_group), "worker.group=%s", group);
   kl_t_run_t r;
@@ -124,6 +127,15 @@ static void kl_adopt_by_rebuild(kl_fx_t *fx, const char *group,
   if (r.rc != 0)
     fail_msg("store rebuild -p %s exited %d: %s", partitions, r.rc, r.err);
   kl_t_run_free(&r);
+}
+
+/* The fix for a store the group's offsets are unknown to: kl_rebuild();
+ * then a worker of @p group runs on it, and applies @p more events
+ * published since once. */
+static void kl_adopt_by_rebuild(kl_fx_t *fx, const char *group,
+                                const char *where, const char *partitions,
+                                int more) {
+  kl_rebuild(fx, group, where, partitions);
   kl_store_t *store;
   assert_int_equal(kl_store_open(where, NULL, &store), KL_OK);
   kl_t_ledger_fx_publish(fx, more);
@@ -139,7 +151,7 @@ static void kl_adopt_by_rebuild(kl_fx_t *fx, const char *group,
 static void test_empty_store_is_refused(void **state) {
   kl_fx_t fx;
   const char *group = "fleet";
-  kl_fleet_ran(&fx, "owned", group, 60);
+  kl_fleet_ran(&fx, "owned", group, 60, NULL);
   uint64_t epochs[2];
   int64_t offsets[2];
   kl_group_committed(&fx, group, epochs, offsets);
@@ -208,7 +220,7 @@ static kl__log_guard_stop_t kl_wait_stopped(kl_t_worker_t *w,
 static void test_store_missing_a_partition(void **state) {
   kl_fx_t fx;
   const char *group = "fleet";
-  kl_fleet_ran(&fx, "partial", group, 60);
+  kl_fleet_ran(&fx, "partial", group, 60, NULL);
   char partial[64], conf_group[128];
   kl_t_tmpdir(partial);
   snprintf(conf_group, sizeof(conf_group), "worker.group=%s", group);
@@ -289,7 +301,7 @@ static void kl_copy_store(const char *from, const char *to) {
 static void test_restored_backup_is_refused(void **state) {
   kl_fx_t fx;
   const char *group = "fleet";
-  kl_fleet_ran(&fx, "backup", group, 40);
+  kl_fleet_ran(&fx, "backup", group, 40, NULL);
   char backup[64];
   kl_t_tmpdir(backup);
   kl_store_destroy(fx.store); /* closed while copied */
@@ -341,6 +353,72 @@ static void test_restored_backup_is_refused(void **state) {
   kl_t_ledger_fx_down(&fx);
 }
 
+/* PostgreSQL: the row of partition 1 deleted from keylane_partitions
+ * (its handler state and ids kept). The worker stops partition 1 without
+ * writing its row, applies partition 0, and a rebuild of partition 1 into
+ * the store (its events then duplicates of the ids kept) lets it run. */
+static void test_deleted_partition_row_on_pg(void **state) {
+  kl_t_pg_t *pg = kl_t_pg_need();
+  char uri[256];
+  assert_int_equal(kl_t_pg_createdb(pg, "owner_rows", uri, sizeof(uri)), 0);
+  kl_fx_t fx;
+  const char *group = "fleet";
+  kl_fleet_ran(&fx, "rows", group, 60, uri);
+  kl_partition_state_t fleet1;
+  assert_int_equal(kl_store_partition(fx.store, fx.topic, 1, &fleet1), KL_OK);
+  assert_true(fleet1.watermark > 0);
+  PGconn *conn = PQconnectdb(uri);
+  assert_int_equal(PQstatus(conn), CONNECTION_OK);
+  char sql[256];
+  snprintf(sql, sizeof(sql),
+           "WITH d AS (DELETE FROM keylane_partitions WHERE topic = '%s' "
+           "AND partition = 1 RETURNING 1) SELECT count(*) FROM d",
+           fx.topic);
+  assert_int_equal(kl_t_sql(conn, sql), 1);
+
+  kl_t_worker_t *w =
+      kl_t_worker_start(fx.boot, fx.topic, group, fx.store, kl_fast);
+  kl__log_guard_stop_t s = kl_wait_stopped(w, 1);
+  assert_int_equal(s.check.verdict, KL__CHECKS_LOG_STORE_UNKNOWN);
+  assert_int_equal(s.check.committed, fleet1.watermark);
+  assert_int_equal(s.check.committed_epoch, fleet1.epoch);
+  kl_t_ledger_fx_publish(&fx, 10);
+  kl_worker_stats_t ws = {0};
+  for (int i = 0; i < 600 && ws.applied == 0; i++) {
+    kl_worker_stats(w->worker, &ws, sizeof(ws));
+    kl_t_sleep_ms(50);
+  }
+  assert_true(ws.applied > 0);
+  assert_int_equal(ws.owned, 1);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  snprintf(sql, sizeof(sql),
+           "SELECT count(*) FROM keylane_partitions WHERE topic = '%s' AND "
+           "partition = 1",
+           fx.topic);
+  assert_int_equal(kl_t_sql(conn, sql), 0); /* no epoch was taken */
+  PQfinish(conn);
+
+  /* The rebuild finds partition 1's ids in the store (duplicates, its
+   * balances untouched), and a worker then takes it: every balance right,
+   * with what comes next. The applied counters went with the row. */
+  kl_rebuild(&fx, group, uri, "1");
+  kl_t_ledger_fx_publish(&fx, 10);
+  w = kl_t_worker_start(fx.boot, fx.topic, group, fx.store, kl_fast);
+  kl__ledger_verdict_t v = {0};
+  for (int i = 0; i < 600; i++) {
+    assert_int_equal(kl__ledger_gen_verify(fx.gen, fx.store, fx.topic, &v),
+                     KL_OK);
+    if (v.keys_ok == v.keys)
+      break;
+    kl_t_sleep_ms(50);
+  }
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  assert_int_equal(v.keys_bad, 0);
+  assert_int_equal(v.keys_ok, v.keys);
+  assert_int_equal(v.violations, 0);
+  kl_t_ledger_fx_down(&fx);
+}
+
 /* A group that committed nothing: an empty store starts as it always did. */
 static void test_new_fleet_starts(void **state) {
   kl_fx_t fx;
@@ -364,6 +442,9 @@ int main(void) {
       cmocka_unit_test(test_store_missing_a_partition),
       cmocka_unit_test(test_restored_backup_is_refused),
       cmocka_unit_test(test_new_fleet_starts),
+      cmocka_unit_test(test_deleted_partition_row_on_pg),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  /* The server for the PostgreSQL test; without one, that test skips. */
+  return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
+                                kl_t_pg_group_teardown);
 }
