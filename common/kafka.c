@@ -373,13 +373,16 @@ kl_err_t kl__kafka_committed_epochs(rd_kafka_t *rk, const char *topic,
 
 kl_err_t kl__kafka_group_epochs(const kl_conf_t *conf, const char *group,
                                 const char *topic, const int32_t *partitions,
-                                size_t n, uint64_t *epochs, int timeout_ms) {
+                                size_t n, uint64_t *epochs, int64_t *offsets,
+                                int timeout_ms) {
   memset(epochs, 0, n * sizeof(*epochs));
+  for (size_t i = 0; offsets && i < n; i++)
+    offsets[i] = RD_KAFKA_OFFSET_INVALID;
   rd_kafka_t *rk;
   kl_err_t err = kl__kafka_reader_new(conf, group, "earliest", &rk);
   if (err)
     return err;
-  err = kl__kafka_committed_epochs(rk, topic, partitions, n, epochs, NULL,
+  err = kl__kafka_committed_epochs(rk, topic, partitions, n, epochs, offsets,
                                    timeout_ms);
   rd_kafka_destroy(rk);
   return err;

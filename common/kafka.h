@@ -154,6 +154,7 @@ kl_err_t kl__kafka_committed_epochs(rd_kafka_t *rk, const char *topic,
  */
 kl_err_t kl__kafka_group_epochs(const kl_conf_t *conf, const char *group,
                                 const char *topic, const int32_t *partitions,
-                                size_t n, uint64_t *epochs, int timeout_ms);
+                                size_t n, uint64_t *epochs, int64_t *offsets,
+                                int timeout_ms);
 
 #endif
