@@ -272,12 +272,21 @@ static void verify_last(kl_worker_t *worker, rd_kafka_topic_partition_t *tp,
 
 /* A consumer for the checks a new owner makes before it takes a partition
  * (kl__checks_log_owner()): it reads the log's offsets and the record at
- * the watermark - 1, outside the group. NULL (logged) when it cannot be
- * made: the partitions are then taken unchecked, as before the check. */
+ * the watermark - 1, outside the group, one fetch per partition, each
+ * waiting up to fetch.wait.max.ms when the broker holds it (the embedded
+ * cluster does): 100 ms, not librdkafka's 500, bounds what a rebalance
+ * waits for them. NULL (logged) when it cannot be made: the partitions
+ * are then taken unchecked, as before the check. */
 static rd_kafka_t *owner_reader(kl_worker_t *worker) {
   rd_kafka_t *reader = NULL;
-  if (kl__kafka_reader_new(worker->conf, "keylane-owner-check", "earliest",
-                           &reader)) {
+  kl_conf_t *conf = kl_conf_dup(worker->conf);
+  kl_err_t err =
+      conf ? kl_conf_set(conf, "kafka.fetch.wait.max.ms", "100") : KL_ENOMEM;
+  if (!err)
+    err =
+        kl__kafka_reader_new(conf, "keylane-owner-check", "earliest", &reader);
+  kl_conf_destroy(conf);
+  if (err) {
     KL_LOG_W(KL_COMP,
              "%s; the partitions assigned are taken without checking their "
              "log first",
