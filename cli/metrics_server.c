@@ -137,7 +137,9 @@ static void ms_log_stops(kl__metrics_server_t *server, kl__metrics_t *m) {
   kl__metric_t *stopped = kl__metrics_gauge(
       m, "keylane_worker_partition_stopped",
       "1 for a partition stopped because its log went backwards "
-      "(reason=went_backwards) or lost records (reason=retention_gap).",
+      "(reason=went_backwards), lost records (reason=retention_gap) or was "
+      "replaced (reason=log_replaced), or because the store never saw the "
+      "owner the group committed (reason=store_unknown).",
       "topic,partition,reason");
   kl__metric_t *gap = kl__metrics_counter(
       m, "keylane_worker_gap_records_total",

@@ -406,7 +406,12 @@ static const kl__cmd_t worker_cmd = {
         "batch uncommitted (its next owner applies it) and exits 1.\n\n"
         "A partition the store will not let it take (a read-only role, a\n"
         "revoked privilege) is tried for -X worker.acquire.wait (60s); then\n"
-        "the worker stops and exits 3, naming the cause.\n",
+        "the worker stops and exits 3, naming the cause.\n\n"
+        "A partition the group committed offsets for that the store never\n"
+        "saw (a wrong --store, a lost store, deleted partition rows, an old\n"
+        "backup) is not taken: it stops (store_unknown), and a worker that\n"
+        "owns nothing else exits 3; `keylane store rebuild` or `keylane\n"
+        "replay --from watermark` with -X worker.group adopts such a store.\n",
     .examples = "  keylane worker -b 127.0.0.1:9092 -t events -g ledger \\\n"
                 "      --store /var/lib/keylane --handler ledger\n",
     .conf = true};

@@ -346,8 +346,11 @@ uint64_t kl__kafka_epoch_get(const rd_kafka_topic_partition_t *tp) {
 
 kl_err_t kl__kafka_committed_epochs(rd_kafka_t *rk, const char *topic,
                                     const int32_t *partitions, size_t n,
-                                    uint64_t *epochs, int timeout_ms) {
+                                    uint64_t *epochs, int64_t *offsets,
+                                    int timeout_ms) {
   memset(epochs, 0, n * sizeof(*epochs));
+  for (size_t i = 0; offsets && i < n; i++)
+    offsets[i] = RD_KAFKA_OFFSET_INVALID;
   rd_kafka_topic_partition_list_t *l =
       rd_kafka_topic_partition_list_new((int)n);
   for (size_t i = 0; i < n; i++)
@@ -355,8 +358,11 @@ kl_err_t kl__kafka_committed_epochs(rd_kafka_t *rk, const char *topic,
   rd_kafka_resp_err_t kerr = rd_kafka_committed(rk, l, timeout_ms);
   for (int i = 0; !kerr && i < l->cnt; i++)
     for (size_t j = 0; j < n && !l->elems[i].err; j++)
-      if (partitions[j] == l->elems[i].partition)
+      if (partitions[j] == l->elems[i].partition) {
         epochs[j] = kl__kafka_epoch_get(&l->elems[i]);
+        if (offsets)
+          offsets[j] = l->elems[i].offset;
+      }
   rd_kafka_topic_partition_list_destroy(l);
   if (kerr)
     return kl__err(KL_EKAFKA_TRANSIENT,
@@ -367,14 +373,17 @@ kl_err_t kl__kafka_committed_epochs(rd_kafka_t *rk, const char *topic,
 
 kl_err_t kl__kafka_group_epochs(const kl_conf_t *conf, const char *group,
                                 const char *topic, const int32_t *partitions,
-                                size_t n, uint64_t *epochs, int timeout_ms) {
+                                size_t n, uint64_t *epochs, int64_t *offsets,
+                                int timeout_ms) {
   memset(epochs, 0, n * sizeof(*epochs));
+  for (size_t i = 0; offsets && i < n; i++)
+    offsets[i] = RD_KAFKA_OFFSET_INVALID;
   rd_kafka_t *rk;
   kl_err_t err = kl__kafka_reader_new(conf, group, "earliest", &rk);
   if (err)
     return err;
-  err =
-      kl__kafka_committed_epochs(rk, topic, partitions, n, epochs, timeout_ms);
+  err = kl__kafka_committed_epochs(rk, topic, partitions, n, epochs, offsets,
+                                   timeout_ms);
   rd_kafka_destroy(rk);
   return err;
 }

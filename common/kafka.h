@@ -136,13 +136,17 @@ uint64_t kl__kafka_epoch_get(const rd_kafka_topic_partition_t *tp);
 /**
  * Reads the epochs the consumer group of @p rk committed for @p n
  * partitions of @p topic (rd_kafka_committed(): one request to the group
- * coordinator) into @p epochs, 0 for a partition without one.
+ * coordinator) into @p epochs, 0 for a partition without one, and the
+ * committed offsets into @p offsets (may be NULL), RD_KAFKA_OFFSET_INVALID
+ * for a partition the group never committed.
  * @returns KL_OK; KL_EKAFKA_TRANSIENT with the detail when the coordinator
- *          did not answer in @p timeout_ms (every epoch is then 0).
+ *          did not answer in @p timeout_ms (every epoch is then 0, every
+ *          offset RD_KAFKA_OFFSET_INVALID).
  */
 kl_err_t kl__kafka_committed_epochs(rd_kafka_t *rk, const char *topic,
                                     const int32_t *partitions, size_t n,
-                                    uint64_t *epochs, int timeout_ms);
+                                    uint64_t *epochs, int64_t *offsets,
+                                    int timeout_ms);
 
 /**
  * The same for the consumer group @p group, through a consumer of its own
@@ -150,6 +154,7 @@ kl_err_t kl__kafka_committed_epochs(rd_kafka_t *rk, const char *topic,
  */
 kl_err_t kl__kafka_group_epochs(const kl_conf_t *conf, const char *group,
                                 const char *topic, const int32_t *partitions,
-                                size_t n, uint64_t *epochs, int timeout_ms);
+                                size_t n, uint64_t *epochs, int64_t *offsets,
+                                int timeout_ms);
 
 #endif

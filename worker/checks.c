@@ -1,5 +1,6 @@
 /* Checks of the environment (see checks.h). */
 #include "worker/checks.h"
+#include "worker/checks_log.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -288,19 +289,20 @@ void kl__check_epochs(kl_store_t *store, const kl_conf_t *conf,
                       const char *group, const char *topic, int32_t partitions,
                       int timeout_ms, kl__check_t *out) {
   uint64_t *fleet = calloc((size_t)partitions + 1, sizeof(*fleet));
+  int64_t *committed = calloc((size_t)partitions + 1, sizeof(*committed));
   int32_t *ids = calloc((size_t)partitions + 1, sizeof(*ids));
-  kl_err_t err = fleet && ids ? KL_OK : KL_ENOMEM;
+  kl_err_t err = fleet && committed && ids ? KL_OK : KL_ENOMEM;
   for (int32_t p = 0; p < partitions && ids; p++)
     ids[p] = p;
   if (!err)
     err = kl__kafka_group_epochs(conf, group, topic, ids, (size_t)partitions,
-                                 fleet, timeout_ms);
+                                 fleet, committed, timeout_ms);
   if (err)
     check_say(out, KL__CHECK_WARN,
               "cannot read the epochs group %s recorded for topic %s: %s",
               group, topic, kl_err_detail());
-  char list[400] = "";
-  int below = 0;
+  char list[400] = "", unknown_list[400] = "";
+  int below = 0, unknown = 0;
   for (int32_t p = 0; !err && p < partitions; p++) {
     kl_partition_state_t st;
     if ((err = kl_store_partition(store, topic, p, &st))) {
@@ -308,11 +310,26 @@ void kl__check_epochs(kl_store_t *store, const kl_conf_t *conf,
                 "cannot read partition %" PRId32
                 " of topic %s in the store: %s",
                 p, topic, kl_err_detail());
+    } else if (kl__checks_log_store_unknown(&st, 0, committed[p], fleet[p],
+                                            NULL)) {
+      unknown = epochs_below(unknown_list, sizeof(unknown_list), unknown, p,
+                             st.epoch, fleet[p]);
     } else if (st.epoch < fleet[p]) {
       below = epochs_below(list, sizeof(list), below, p, st.epoch, fleet[p]);
     }
   }
-  if (!err && below)
+  if (!err && unknown)
+    check_say(out, KL__CHECK_FAIL,
+              "group %s committed offsets above the store's watermarks, with "
+              "epochs above the store's, on %d partition(s) of topic %s: %s; "
+              "the store never saw those owners, and a worker stops those "
+              "partitions (store_unknown) unless retention deleted the "
+              "records in between: point --store at the fleet's store, or "
+              "adopt this one with `keylane store rebuild` or `keylane "
+              "replay --from watermark` and -X worker.group=%s "
+              "(docs/operations.md, \"A partition the store does not know\")",
+              group, unknown, topic, unknown_list, group);
+  else if (!err && below)
     check_say(out, KL__CHECK_WARN,
               "the store's epochs of topic %s are below those group %s "
               "recorded in Kafka on %d partition(s): %s; a new or rebuilt "
@@ -325,5 +342,6 @@ void kl__check_epochs(kl_store_t *store, const kl_conf_t *conf,
               "recorded in Kafka, on all %" PRId32 " partitions",
               topic, group, partitions);
   free(fleet);
+  free(committed);
   free(ids);
 }

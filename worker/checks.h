@@ -77,7 +77,10 @@ void kl__check_retention(rd_kafka_t *rk, const char *role, const char *topic,
  * partitions where it is below (a new or rebuilt store: its next owner,
  * worker, replay or rebuild, takes an epoch above the group's, so external
  * resources that kept the old epochs accept it), and when the group's
- * epochs cannot be read; FAIL when the store cannot be read.
+ * epochs cannot be read; FAIL when the store cannot be read, or when the
+ * group also committed an offset above the store's watermark there: a
+ * store that never saw that owner, which a worker refuses
+ * (kl__checks_log_store_unknown(); the log's start is not read here).
  */
 void kl__check_epochs(kl_store_t *store, const kl_conf_t *conf,
                       const char *group, const char *topic, int32_t partitions,

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/internal.h"
 #include "common/kafka_pos.h"
 #include "store/store_internal.h"
 #include "worker/apply.h"
@@ -12,8 +13,10 @@
 kl__checks_log_verdict_t
 kl__checks_log_classify(int64_t low, int64_t high, int64_t watermark,
                         kl__checks_log_result_t *check) {
-  kl__checks_log_result_t c = {
-      KL__CHECKS_LOG_OK, low, high, watermark, 0, "", ""};
+  kl__checks_log_result_t c = {.verdict = KL__CHECKS_LOG_OK,
+                               .low = low,
+                               .high = high,
+                               .watermark = watermark};
   if (watermark > 0 && high < watermark) {
     c.verdict = KL__CHECKS_LOG_BACKWARDS;
   } else if (watermark > 0 && low > watermark) {
@@ -25,6 +28,22 @@ kl__checks_log_classify(int64_t low, int64_t high, int64_t watermark,
   return c.verdict;
 }
 
+int kl__checks_log_store_unknown(const kl_partition_state_t *st, int64_t low,
+                                 int64_t committed, uint64_t committed_epoch,
+                                 kl__checks_log_result_t *check) {
+  int64_t from = st->watermark > low ? st->watermark : low;
+  if (committed_epoch <= st->epoch || committed <= from)
+    return 0;
+  if (check) {
+    check->verdict = KL__CHECKS_LOG_STORE_UNKNOWN;
+    check->watermark = st->watermark;
+    check->committed = committed;
+    check->committed_epoch = committed_epoch;
+    check->store_epoch = st->epoch;
+  }
+  return 1;
+}
+
 const char *kl__checks_log_verdict_name(kl__checks_log_verdict_t verdict) {
   switch (verdict) {
   case KL__CHECKS_LOG_BACKWARDS:
@@ -33,9 +52,43 @@ const char *kl__checks_log_verdict_name(kl__checks_log_verdict_t verdict) {
     return "retention_gap";
   case KL__CHECKS_LOG_REPLACED:
     return "log_replaced";
+  case KL__CHECKS_LOG_STORE_UNKNOWN:
+    return "store_unknown";
   default:
     return "ok";
   }
+}
+
+/* kl__checks_log_describe() of KL__CHECKS_LOG_STORE_UNKNOWN: the fix for
+ * a store that holds nothing of the partition is a rebuild of it (into the
+ * fleet's store, or a new one), for one that holds an older state a
+ * replay from its watermark; both take an epoch above the group's. */
+static void store_unknown_describe(const char *topic, int32_t partition,
+                                   const kl__checks_log_result_t *check,
+                                   char *buf, size_t size) {
+  int empty = check->store_epoch == 0 && check->watermark == 0;
+  snprintf(buf, size,
+           "topic %s partition %" PRId32 " is unknown to this store: the "
+           "group committed offset %" PRId64 " with owner epoch %" PRIu64
+           ", the store holds watermark %" PRId64 " and epoch %" PRIu64
+           ": it never saw that owner, and the records from offset %" PRId64
+           " to %" PRId64 ", which the fleet applied, would be applied again "
+           "(their follow-ups and dead letters sent again); if --store is "
+           "not the fleet's store, point it there; if the store is to be "
+           "adopted (%s), %s `keylane %s -b BOOTSTRAP -t %s -p %" PRId32
+           "%s --store STORE --handler H -X worker.group=GROUP` with the "
+           "fleet stopped (docs/operations.md, \"A partition the store "
+           "does not know\")",
+           topic, partition, check->committed, check->committed_epoch,
+           check->watermark, check->store_epoch,
+           check->watermark > check->low ? check->watermark : check->low,
+           check->committed - 1,
+           empty ? "a lost store, deleted partition rows"
+                 : "a backup, a store that lost commits",
+           empty ? "rebuild the partition from the log:"
+                 : "bring it up to date from its watermark on purpose:",
+           empty ? "store rebuild" : "replay", topic, partition,
+           empty ? "" : " --from watermark");
 }
 
 const char *kl__checks_log_describe(const char *topic, int32_t partition,
@@ -79,6 +132,8 @@ const char *kl__checks_log_describe(const char *topic, int32_t partition,
              "the cluster its store belongs to",
              topic, partition, check->watermark - 1, check->found,
              check->applied, topic, partition);
+  else if (check->verdict == KL__CHECKS_LOG_STORE_UNKNOWN)
+    store_unknown_describe(topic, partition, check, buf, size);
   else if (size)
     buf[0] = '\0';
   return buf;
@@ -106,7 +161,7 @@ static void check_last(rd_kafka_t *rk, kl_store_t *store, const char *topic,
   char ident[KL__SID_MAX];
   size_t len;
   int64_t wm;
-  if (check->watermark <= 0 ||
+  if (check->watermark <= check->low ||
       kl__store_last(store, topic, p, &wm, ident, &len) || !len ||
       wm != check->watermark)
     return;
@@ -122,6 +177,45 @@ static void check_last(rd_kafka_t *rk, kl_store_t *store, const char *topic,
   kl_decoder_destroy(r.decoder);
 }
 
+/* Reads partition @p p's state in @p store into @p st and its log's
+ * offsets through @p rk into @p check, classified. @returns KL_OK, or the
+ * error naming what could not be read. */
+static kl_err_t log_read(rd_kafka_t *rk, kl_store_t *store, const char *topic,
+                         int32_t p, int timeout_ms, kl_partition_state_t *st,
+                         kl__checks_log_result_t *check) {
+  if (kl_store_partition(store, topic, p, st))
+    return kl__err(KL_ESTORE,
+                   "cannot read partition %" PRId32
+                   " of topic %s in the store: %s",
+                   p, topic, kl_err_detail());
+  int64_t low, high;
+  rd_kafka_resp_err_t kerr =
+      rd_kafka_query_watermark_offsets(rk, topic, p, &low, &high, timeout_ms);
+  if (kerr)
+    return kl__err(KL_EKAFKA_TRANSIENT,
+                   "cannot read the log offsets of topic %s partition "
+                   "%" PRId32 ": %s; its log is not checked against the "
+                   "store's watermark",
+                   topic, p, rd_kafka_err2str(kerr));
+  kl__checks_log_classify(low, high, st->watermark, check);
+  check->store_epoch = st->epoch;
+  return KL_OK;
+}
+
+kl_err_t kl__checks_log_owner(rd_kafka_t *reader, kl_store_t *store,
+                              const char *topic, int32_t p, int64_t committed,
+                              uint64_t committed_epoch, int timeout_ms,
+                              kl__checks_log_result_t *check) {
+  kl_partition_state_t st;
+  kl_err_t err = log_read(reader, store, topic, p, timeout_ms, &st, check);
+  if (!err &&
+      !kl__checks_log_store_unknown(&st, check->low, committed, committed_epoch,
+                                    check) &&
+      check->verdict == KL__CHECKS_LOG_OK)
+    check_last(reader, store, topic, p, check);
+  return err;
+}
+
 /* Reads partition @p p's log and watermark into @p check. @returns the
  * status the check falls to when they cannot be read (msg written), or
  * KL__CHECK_OK. */
@@ -129,25 +223,12 @@ static kl__check_status_t
 check_one(rd_kafka_t *rk, kl_store_t *store, const char *topic, int32_t p,
           int timeout_ms, kl__checks_log_result_t *check, kl__check_t *out) {
   kl_partition_state_t st;
-  if (kl_store_partition(store, topic, p, &st)) {
-    snprintf(out->msg, sizeof(out->msg),
-             "cannot read partition %" PRId32 " of topic %s in the store: %s",
-             p, topic, kl_err_detail());
-    return KL__CHECK_FAIL;
+  kl_err_t err = log_read(rk, store, topic, p, timeout_ms, &st, check);
+  if (err) {
+    snprintf(out->msg, sizeof(out->msg), "%s", kl_err_detail());
+    return err == KL_ESTORE ? KL__CHECK_FAIL : KL__CHECK_WARN;
   }
-  int64_t low, high;
-  rd_kafka_resp_err_t kerr =
-      rd_kafka_query_watermark_offsets(rk, topic, p, &low, &high, timeout_ms);
-  if (kerr) {
-    snprintf(out->msg, sizeof(out->msg),
-             "cannot read the log offsets of "
-             "topic %s partition %" PRId32 ": %s; its log is not checked "
-             "against the store's watermark",
-             topic, p, rd_kafka_err2str(kerr));
-    return KL__CHECK_WARN;
-  }
-  if (kl__checks_log_classify(low, high, st.watermark, check) ==
-      KL__CHECKS_LOG_OK)
+  if (check->verdict == KL__CHECKS_LOG_OK)
     check_last(rk, store, topic, p, check);
   return KL__CHECK_OK;
 }

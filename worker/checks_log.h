@@ -41,6 +41,11 @@ typedef enum kl__checks_log_verdict {
   /** the record at watermark - 1 is not the one the store applied there: a
    *  replaced log */
   KL__CHECKS_LOG_REPLACED,
+  /** the group committed an offset above the store's watermark, with an
+   *  owner's epoch above the store's: the store never saw that owner, and
+   *  the records in between, which the log still holds, would be applied
+   *  a second time (kl__checks_log_store_unknown()) */
+  KL__CHECKS_LOG_STORE_UNKNOWN,
 } kl__checks_log_verdict_t;
 
 /** One comparison, as kl__checks_log_classify() made it. */
@@ -51,6 +56,9 @@ typedef struct kl__checks_log_result {
   int64_t lost;      /**< _GAP: records deleted unapplied; else 0 */
   char found[160];   /**< _REPLACED: the two records, as */
   char applied[160]; /**< kl__apply_ident_text() says them */
+  int64_t committed; /**< _STORE_UNKNOWN: the group's committed offset, */
+  uint64_t committed_epoch; /**< the epoch it carries, */
+  uint64_t store_epoch;     /**< and the store's */
 } kl__checks_log_result_t;
 
 /**
@@ -63,8 +71,44 @@ kl__checks_log_verdict_t
 kl__checks_log_classify(int64_t low, int64_t high, int64_t watermark,
                         kl__checks_log_result_t *check);
 
-/** @returns "ok", "went_backwards", "retention_gap" or "log_replaced" (a
- *  metric label). */
+/**
+ * Whether the store's state @p st of a partition never saw the owner that
+ * committed offset @p committed with epoch @p committed_epoch in the
+ * fleet's group (common/kafka.h), on a log that starts at @p low: that
+ * owner's epoch is above the store's and its offset above the store's
+ * watermark and the log's start, so the records it applied, still in the
+ * log, would be applied again. A store the fleet used always holds the
+ * epochs and watermarks its group committed (the store commits first), a
+ * `keylane store reset` a newer epoch; a wrong --store, a lost store or
+ * deleted partition rows do not. A group that committed nothing (a new
+ * fleet; RD_KAFKA_OFFSET_INVALID) or without keylane's metadata (epoch 0)
+ * is no sign. Pure.
+ * @returns 1 with KL__CHECKS_LOG_STORE_UNKNOWN and the figures in @p check
+ *          (may be NULL), else 0 (@p check untouched).
+ */
+int kl__checks_log_store_unknown(const kl_partition_state_t *st, int64_t low,
+                                 int64_t committed, uint64_t committed_epoch,
+                                 kl__checks_log_result_t *check);
+
+/**
+ * What a new owner checks before it takes a partition (a new epoch fences
+ * whoever applies it, on any cluster): partition @p p of @p topic against
+ * @p store's state: kl__checks_log_store_unknown() with the group's
+ * @p committed offset and @p committed_epoch, then the log's offsets
+ * (kl__checks_log_classify()) and the record at the watermark - 1 when the
+ * store kept it, all read through @p reader (kl__kafka_reader_new(), reset
+ * "earliest"), @p timeout_ms for the offsets. Blocks on Kafka.
+ * @returns KL_OK with the verdict in @p check; else the error (the
+ *          detail says whether the store or the log could not be read),
+ *          and nothing was checked.
+ */
+kl_err_t kl__checks_log_owner(rd_kafka_t *reader, kl_store_t *store,
+                              const char *topic, int32_t p, int64_t committed,
+                              uint64_t committed_epoch, int timeout_ms,
+                              kl__checks_log_result_t *check);
+
+/** @returns "ok", "went_backwards", "retention_gap", "log_replaced" or
+ *  "store_unknown" (a metric label). */
 const char *kl__checks_log_verdict_name(kl__checks_log_verdict_t verdict);
 
 /**

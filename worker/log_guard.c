@@ -31,6 +31,7 @@ typedef struct kl_guarded {
   uint64_t redelivered;          /* PENDING: dropped below the watermark */
   kl__checks_log_result_t check; /* STOPPED: why */
   uint64_t gap_records;
+  int refused; /* STOPPED before it was taken: not one the worker owns */
 } kl_guarded_t;
 
 struct kl__log_guard {
@@ -123,8 +124,29 @@ void kl__log_guard_out_of_range(kl__log_guard_t *guard, int32_t partition,
 
 void kl__log_guard_forget(kl__log_guard_t *guard, int32_t partition) {
   pthread_mutex_lock(&guard->mu);
-  if (partition < guard->count)
+  if (partition < guard->count) {
     set_state(guard, &guard->parts[partition], KL_GUARD_NONE, NULL, 1);
+    guard->parts[partition].refused = 0;
+  }
+  pthread_mutex_unlock(&guard->mu);
+}
+
+void kl__log_guard_refuse(kl__log_guard_t *guard, int32_t partition,
+                          const kl__checks_log_result_t *check) {
+  char why[1536];
+  kl__checks_log_describe(guard->topic, partition, check, why, sizeof(why));
+  KL_LOG_E(KL_COMP,
+           "stopped partition=%" PRId32 " reason=%s before taking it (its "
+           "epoch stays %" PRIu64 ": no owner is fenced): %s",
+           partition, kl__checks_log_verdict_name(check->verdict),
+           check->store_epoch, why);
+  pthread_mutex_lock(&guard->mu);
+  kl_guarded_t *g = guarded_of(guard, partition);
+  if (g) {
+    g->epoch = check->store_epoch;
+    g->refused = 1;
+    set_state(guard, g, KL_GUARD_STOPPED, check, 1);
+  }
   pthread_mutex_unlock(&guard->mu);
 }
 
@@ -261,23 +283,27 @@ static void record_epoch(kl__log_guard_t *guard, int32_t partition,
 }
 
 /* A stopped partition starts again once `keylane store reset` took a new
- * epoch and moved its watermark back: from there, owned anew. */
-static void restart_if_reset(kl__log_guard_t *guard, int32_t partition,
-                             kl_guarded_t *g) {
+ * epoch and moved its watermark back: from there, owned anew. One the
+ * store does not know waits for the worker's restart (on the fleet's
+ * store, or a rebuilt one): a reset does not make the store the fleet's.
+ * @returns 1 when it took a partition it had refused before taking. */
+static int restart_if_reset(kl__log_guard_t *guard, int32_t partition,
+                            kl_guarded_t *g) {
   kl_partition_state_t st;
-  if (kl_store_partition(guard->store, guard->topic, partition, &st) ||
+  if (g->check.verdict == KL__CHECKS_LOG_STORE_UNKNOWN ||
+      kl_store_partition(guard->store, guard->topic, partition, &st) ||
       st.epoch == g->epoch || st.watermark >= g->check.watermark)
-    return;
+    return 0;
   if (kl_store_acquire(guard->store, guard->topic, partition, &st)) {
     KL_LOG_W(KL_COMP,
              "partition=%" PRId32 ": cannot take it again after its "
              "reset: %s; trying again",
              partition, kl_err_detail());
-    return;
+    return 0;
   }
   if (guard_seek(guard, partition,
                  st.watermark > 0 ? st.watermark : RD_KAFKA_OFFSET_BEGINNING))
-    return;
+    return 0;
   record_epoch(guard, partition, &st);
   kl__lanes_own(guard->lanes, partition, st.epoch, st.watermark);
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
@@ -289,6 +315,9 @@ static void restart_if_reset(kl__log_guard_t *guard, int32_t partition,
            "partition=%" PRId32 " starts again at offset %" PRId64
            " with epoch %" PRIu64 ": its store state was reset",
            partition, st.watermark, st.epoch);
+  int taken = g->refused;
+  g->refused = 0;
+  return taken;
 }
 
 /* A lane found another record at its watermark - 1 than the store
@@ -301,8 +330,11 @@ static void stop_replaced(kl__log_guard_t *guard,
   if (kl_store_partition(guard->store, guard->topic, r->partition, &st) ==
       KL_OK)
     watermark = st.watermark;
-  kl__checks_log_result_t check = {
-      KL__CHECKS_LOG_REPLACED, -1, -1, watermark, 0, "", ""};
+  kl__checks_log_result_t check = {.verdict = KL__CHECKS_LOG_REPLACED,
+                                   .low = -1,
+                                   .high = -1,
+                                   .watermark = watermark,
+                                   .store_epoch = r->epoch};
   kl__apply_ident_text(r->found, r->found_len, check.found,
                        sizeof(check.found));
   kl__apply_ident_text(r->expected, r->expected_len, check.applied,
@@ -320,7 +352,7 @@ static void stop_replaced(kl__log_guard_t *guard,
   pthread_mutex_unlock(&guard->mu);
 }
 
-void kl__log_guard_tick(kl__log_guard_t *guard) {
+int kl__log_guard_tick(kl__log_guard_t *guard) {
   kl__lane_replaced_t replaced;
   while (kl__lanes_replaced(guard->lanes, &replaced))
     stop_replaced(guard, &replaced);
@@ -335,8 +367,9 @@ void kl__log_guard_tick(kl__log_guard_t *guard) {
     guard_halt(guard, below[i]);
   }
   if (!guard->active)
-    return;
+    return 0;
   int64_t now = kl__mono_ns();
+  int taken = 0;
   for (int32_t p = 0; p < guard->count; p++) {
     kl_guarded_t *g = &guard->parts[p];
     if (g->state == KL_GUARD_NONE || now < g->due_ns)
@@ -345,8 +378,9 @@ void kl__log_guard_tick(kl__log_guard_t *guard) {
     if (g->state == KL_GUARD_PENDING)
       guard_check(guard, p, g);
     else
-      restart_if_reset(guard, p, g);
+      taken += restart_if_reset(guard, p, g);
   }
+  return taken;
 }
 
 size_t kl__log_guard_stops(kl__log_guard_t *guard, kl__log_guard_stop_t *out,

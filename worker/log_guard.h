@@ -18,6 +18,10 @@
  *   same stop, unless worker.on.gap=skip, which goes on from the log's
  *   start and counts the records lost.
  * A stop is not stored: a worker that takes the partition finds it again.
+ * A new owner checks the log before it takes the partition's epoch
+ * (kl__checks_log_owner()), so that a worker on another cluster than its
+ * store's, or on a store that never saw the fleet's owners, fences nobody:
+ * such a partition is stopped untaken (kl__log_guard_refuse()).
  *
  * Caveats: everything but kl__log_guard_stops() runs on the poll thread.
  */
@@ -56,8 +60,23 @@ void kl__log_guard_out_of_range(kl__log_guard_t *guard, int32_t partition,
                                 int64_t offset);
 
 /** Checks what is due: lanes given records below their position, halted
- *  partitions, stopped ones whose store state was reset. Poll thread. */
-void kl__log_guard_tick(kl__log_guard_t *guard);
+ *  partitions, stopped ones whose store state was reset. Poll thread.
+ *  @returns how many partitions refused before they were taken it took
+ *  (the worker now owns them too). */
+int kl__log_guard_tick(kl__log_guard_t *guard);
+
+/**
+ * Stops @p partition before the worker takes it: a new owner's check
+ * (kl__checks_log_owner()) found @p check's verdict, and a new epoch
+ * would fence the partition's owner for nothing (logged as an ERROR with
+ * the fix). The worker leaves the partition paused and does not own it;
+ * it starts as any stopped one once `keylane store reset` moved its
+ * watermark back, except a store that does not know it
+ * (KL__CHECKS_LOG_STORE_UNKNOWN), which only a restart on the fleet's
+ * store ends. Poll thread.
+ */
+void kl__log_guard_refuse(kl__log_guard_t *guard, int32_t partition,
+                          const kl__checks_log_result_t *check);
 
 /** @p partition was assigned or revoked: its stop, if any, is over (a new
  *  owner checks again). Poll thread. */

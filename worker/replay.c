@@ -344,7 +344,7 @@ static uint64_t *replay_fleet_epochs(kl__replay_t *r, kl_err_t *err) {
   const char *group = kl_conf_get(r->opts.conf, "worker.group");
   if (!*err && !r->opts.dry_run)
     *err = kl__kafka_group_epochs(r->opts.conf, group, r->opts.topic, ids,
-                                  r->count, floors, 10000);
+                                  r->count, floors, NULL, 10000);
   free(ids);
   if (*err) {
     free(floors);

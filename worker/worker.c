@@ -182,20 +182,32 @@ static void acquire_failed(kl_worker_t *worker, int32_t partition,
  * takes an epoch above it, so that a new or rebuilt store does not hand
  * out epochs an external resource has seen. @returns the floors, one per
  * element of @p parts (zeroes when the coordinator did not answer: the
- * store's epochs alone then), to free(); NULL when out of memory.
+ * store's epochs alone then), to free(), and the committed offsets into
+ * *@p committed (RD_KAFKA_OFFSET_INVALID: none), to free(); NULL when out
+ * of memory.
  */
 static uint64_t *
 worker_fleet_epochs(kl_worker_t *worker,
-                    const rd_kafka_topic_partition_list_t *parts) {
+                    const rd_kafka_topic_partition_list_t *parts,
+                    int64_t **committed) {
   uint64_t *floors = calloc((size_t)parts->cnt + 1, sizeof(*floors));
   int32_t *ids = calloc((size_t)parts->cnt + 1, sizeof(*ids));
-  if (floors && ids) {
+  *committed = calloc((size_t)parts->cnt + 1, sizeof(**committed));
+  if (floors && ids && *committed) {
     for (int i = 0; i < parts->cnt; i++)
       ids[i] = parts->elems[i].partition;
     if (kl__kafka_committed_epochs(worker->rk, worker->topic, ids,
-                                   (size_t)parts->cnt, floors, 10000))
-      KL_LOG_W(KL_COMP, "%s; the partitions start from the store's epochs",
+                                   (size_t)parts->cnt, floors, *committed,
+                                   10000))
+      KL_LOG_W(KL_COMP,
+               "%s; the partitions start from the store's epochs, "
+               "unchecked against the group's offsets",
                kl_err_detail());
+  } else {
+    free(floors);
+    free(*committed);
+    floors = NULL;
+    *committed = NULL;
   }
   free(ids);
   return floors;
@@ -259,20 +271,107 @@ static void verify_last(kl_worker_t *worker, rd_kafka_topic_partition_t *tp,
   tp->offset = wm - 1;
 }
 
+/* A consumer for the checks a new owner makes before it takes a partition
+ * (kl__checks_log_owner()): it reads the log's offsets and the record at
+ * the watermark - 1, outside the group, one fetch per partition, each
+ * waiting up to fetch.wait.max.ms when the broker holds it (the embedded
+ * cluster does): 100 ms, not librdkafka's 500, bounds what a rebalance
+ * waits for them. NULL (logged) when it cannot be made: the partitions
+ * are then taken unchecked, as before the check. */
+static rd_kafka_t *owner_reader(kl_worker_t *worker) {
+  rd_kafka_t *reader = NULL;
+  kl_conf_t *conf = kl_conf_dup(worker->conf);
+  kl_err_t err =
+      conf ? kl_conf_set(conf, "kafka.fetch.wait.max.ms", "100") : KL_ENOMEM;
+  if (!err)
+    err =
+        kl__kafka_reader_new(conf, "keylane-owner-check", "earliest", &reader);
+  kl_conf_destroy(conf);
+  if (err) {
+    KL_LOG_W(KL_COMP,
+             "%s; the partitions assigned are taken without checking their "
+             "log first",
+             kl_err_detail());
+    return NULL;
+  }
+  return reader;
+}
+
+/* Checks @p partition before a new epoch is taken for it (which fences
+ * its owner, on whatever cluster that owner reads): the store must know
+ * the owner the group committed @p committed with (@p committed_epoch),
+ * and the log must be the one the store applied. @returns 1 when it must
+ * not be taken, with why in @p check; 0 to take it (a check that could
+ * not be made is logged: the lane still compares the record at the
+ * watermark - 1, after the epoch was taken). */
+static int owner_refuses(kl_worker_t *worker, rd_kafka_t *reader,
+                         int32_t partition, int64_t committed,
+                         uint64_t committed_epoch,
+                         kl__checks_log_result_t *check) {
+  if (!reader)
+    return 0;
+  if (kl__checks_log_owner(reader, worker->store, worker->topic, partition,
+                           committed, committed_epoch, 5000, check)) {
+    KL_LOG_W(KL_COMP, "partition=%" PRId32 ": %s; taking it unchecked",
+             partition, kl_err_detail());
+    return 0;
+  }
+  return check->verdict != KL__CHECKS_LOG_OK &&
+         !(check->verdict == KL__CHECKS_LOG_GAP &&
+           strcmp(kl_conf_get(worker->conf, "worker.on.gap"), "skip") == 0);
+}
+
+/* Partitions of the group the store does not know, and the worker owns
+ * none: like a partition the store would not let it take (acquire_failed()),
+ * the worker stops and kl_worker_run() fails, so that the group gives them
+ * back to the fleet and a person hears of it. */
+static void store_unknown_failed(kl_worker_t *worker, int unknown,
+                                 const char *first) {
+  worker->unowned = kl__err(
+      KL_ESTORE,
+      "the store does not know %d partition(s) group %s has committed "
+      "offsets for, and this worker owns none: %s; then restart the worker",
+      unknown, kl_conf_get(worker->conf, "worker.group"), first);
+  snprintf(worker->unowned_why, sizeof(worker->unowned_why), "%s",
+           kl_err_detail());
+  KL_LOG_E(KL_COMP, "%s; stopping", worker->unowned_why);
+  worker->stop = 1;
+}
+
 /* A worker told to stop takes nothing more: a new epoch would fence the
  * partition's live owner for a worker about to leave, and each one is a
  * store commit (and the first a request to the coordinator). The stop
- * flag is read again before each partition. */
+ * flag is read again before each partition. A partition whose check
+ * fails (owner_refuses()) is left untaken, added to @p held to be paused. */
 static void on_assign(kl_worker_t *worker,
-                      rd_kafka_topic_partition_list_t *parts) {
-  uint64_t *floors = worker->stop ? NULL : worker_fleet_epochs(worker, parts);
+                      rd_kafka_topic_partition_list_t *parts,
+                      rd_kafka_topic_partition_list_t *held) {
+  int64_t *committed = NULL;
+  uint64_t *floors =
+      worker->stop ? NULL : worker_fleet_epochs(worker, parts, &committed);
+  rd_kafka_t *reader =
+      worker->stop || !parts->cnt ? NULL : owner_reader(worker);
   rd_kafka_topic_partition_list_t *taken =
       rd_kafka_topic_partition_list_new(parts->cnt);
   int64_t deadline_ns = kl__mono_ns() + worker->acquire_wait_ms * 1000000;
+  int unknown = 0;
+  char first[1536] = "";
   for (int i = 0; i < parts->cnt && !worker->stop; i++) {
     rd_kafka_topic_partition_t *tp = &parts->elems[i];
     if (assign_refused(worker, tp->partition))
       continue;
+    kl__checks_log_result_t check;
+    if (owner_refuses(worker, reader, tp->partition,
+                      committed ? committed[i] : RD_KAFKA_OFFSET_INVALID,
+                      floors ? floors[i] : 0, &check)) {
+      kl__log_guard_refuse(worker->log_guard, tp->partition, &check);
+      rd_kafka_topic_partition_list_add(held, worker->topic, tp->partition);
+      tp->offset = RD_KAFKA_OFFSET_BEGINNING; /* paused: never fetched */
+      if (check.verdict == KL__CHECKS_LOG_STORE_UNKNOWN && !unknown++)
+        kl__checks_log_describe(worker->topic, tp->partition, &check, first,
+                                sizeof(first));
+      continue;
+    }
     kl_partition_state_t state;
     kl_err_t err = lane_acquire(worker, tp->partition, floors ? floors[i] : 0,
                                 deadline_ns, &state);
@@ -296,7 +395,12 @@ static void on_assign(kl_worker_t *worker,
   }
   commit_epochs(worker, taken);
   rd_kafka_topic_partition_list_destroy(taken);
+  if (reader)
+    rd_kafka_destroy(reader);
   free(floors);
+  free(committed);
+  if (unknown && !worker->owned && !worker->stop)
+    store_unknown_failed(worker, unknown, first);
 }
 
 /* A revoked lane stops taking events, lets its running ones finish and
@@ -321,18 +425,17 @@ static void on_revoke(kl_worker_t *worker,
 }
 
 /* After the assign, which would fetch them: the partitions on_assign()
- * refused stay paused; a worker stopping takes none. */
+ * refused or @p held stay paused; a worker stopping takes none. */
 static void pause_refused(kl_worker_t *worker,
-                          rd_kafka_topic_partition_list_t *parts) {
-  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+                          rd_kafka_topic_partition_list_t *parts,
+                          rd_kafka_topic_partition_list_t *held) {
   for (int i = 0; i < parts->cnt; i++)
     if (worker->topic_stopped || worker->stop ||
         parts->elems[i].partition >= worker->expect.count)
-      rd_kafka_topic_partition_list_add(l, worker->topic,
+      rd_kafka_topic_partition_list_add(held, worker->topic,
                                         parts->elems[i].partition);
-  if (l->cnt)
-    rd_kafka_pause_partitions(worker->rk, l);
-  rd_kafka_topic_partition_list_destroy(l);
+  if (held->cnt)
+    rd_kafka_pause_partitions(worker->rk, held);
 }
 
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
@@ -341,7 +444,9 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
   int cooperative = worker->cooperative;
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
     worker->assigned_once = 1;
-    on_assign(worker, parts);
+    rd_kafka_topic_partition_list_t *held =
+        rd_kafka_topic_partition_list_new(parts->cnt);
+    on_assign(worker, parts, held);
     /* A partition this worker paused (fenced, or over a bound) must not
      * stay paused when the group hands it back. Resumed before the
      * assign: a resume bumps the partition's fetch version, and one after
@@ -356,7 +461,8 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
       rd_kafka_error_destroy(rd_kafka_incremental_assign(rk, parts));
     else
       rd_kafka_assign(rk, parts);
-    pause_refused(worker, parts);
+    pause_refused(worker, parts, held);
+    rd_kafka_topic_partition_list_destroy(held);
   } else {
     on_revoke(worker, parts, rd_kafka_assignment_lost(rk));
     if (cooperative)
@@ -1022,7 +1128,7 @@ static void worker_loop(kl_worker_t *worker) {
     atomic_store(&worker->loop_ns, kl__mono_ns());
     int busy = worker->threads == 0 && kl__lanes_has_ready(worker->lanes);
     worker_consume(worker, busy ? 0 : 5, 10000);
-    kl__log_guard_tick(worker->log_guard);
+    worker->owned += kl__log_guard_tick(worker->log_guard);
     if (worker->threads == 0)
       kl__lanes_pool_run_inline(worker->pool, 20);
     kl__dlq_poll(worker->dlq, 0);

@@ -428,7 +428,8 @@ static void test_store_checks(void **state) {
 }
 
 /* The group committed epochs (keylane.epoch=E) above the store's: a new
- * store, whose next owners will take epochs above them. */
+ * store, whose next owners will take epochs above them; with an offset
+ * above its watermark, a store that never saw that owner. */
 static void test_epochs_below_the_group(void **state) {
   kl_fx_t *fx = *state;
   kl__check_status_t worst;
@@ -447,6 +448,24 @@ static void test_epochs_below_the_group(void **state) {
   assert_int_equal(kl_conf_set(fx->conf, "worker.group", "g-old"), KL_OK);
   char *out = kl_doctor(fx, KL_TOPIC, fx->dir, 0, &worst);
   kl_assert_line(out, "WARN", "epochs", "on 1 partition(s): 2 (1 < 9)");
+  free(out);
+  /* An offset above the store's watermark too: the store never saw that
+   * owner, and a worker would refuse the partition. */
+  assert_int_equal(kl__kafka_reader_new(fx->conf, "g-old", "earliest", &rk),
+                   KL_OK);
+  l = rd_kafka_topic_partition_list_new(1);
+  tp = rd_kafka_topic_partition_list_add(l, KL_TOPIC, 2);
+  tp->offset = 7;
+  kl__kafka_epoch_set(tp, 9);
+  assert_int_equal(rd_kafka_commit(rk, l, 0), 0);
+  rd_kafka_topic_partition_list_destroy(l);
+  rd_kafka_destroy(rk);
+  out = kl_doctor(fx, KL_TOPIC, fx->dir, 0, &worst);
+  assert_int_equal(worst, KL__CHECK_FAIL);
+  kl_assert_line(out, "FAIL", "epochs",
+                 "group g-old committed offsets above the store's watermarks, "
+                 "with epochs above the store's, on 1 partition(s) of topic "
+                 "events: 2 (1 < 9)");
   free(out);
   assert_int_equal(kl_conf_set(fx->conf, "worker.group", "keylane"), KL_OK);
 }

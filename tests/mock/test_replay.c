@@ -498,9 +498,9 @@ static void test_fenced_live_worker_takes_its_partitions_back(void **state) {
   kl_conf_t *conf = kl_conf_new();
   assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot),
                    KL_OK);
-  assert_int_equal(
-      kl__kafka_group_epochs(conf, "g", fx.topic, parts, 2, epochs, 10000),
-      KL_OK);
+  assert_int_equal(kl__kafka_group_epochs(conf, "g", fx.topic, parts, 2, epochs,
+                                          NULL, 10000),
+                   KL_OK);
   kl_conf_destroy(conf);
   assert_int_equal(epochs[0], 3);
   assert_int_equal(epochs[1], 3);

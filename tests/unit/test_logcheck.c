@@ -38,6 +38,52 @@ static void test_classify(void **state) {
                    KL__CHECKS_LOG_GAP);
 }
 
+/* The store never saw the owner the group committed: only an epoch above
+ * the store's with an offset above both its watermark and the log's
+ * start. */
+static void test_store_unknown(void **state) {
+  kl_partition_state_t empty = {0}, old = {.epoch = 3, .watermark = 40};
+  kl__checks_log_result_t c = {.low = 0, .high = 90};
+  /* A new fleet: the group committed nothing, or not keylane's epoch. */
+  assert_int_equal(kl__checks_log_store_unknown(&empty, 0, -1001, 0, &c), 0);
+  assert_int_equal(kl__checks_log_store_unknown(&empty, 0, 90, 0, &c), 0);
+  /* The fleet's store: its epoch and watermark at least the group's; a
+   * `store reset` (a newer epoch, watermark 0). */
+  assert_int_equal(kl__checks_log_store_unknown(&old, 0, 40, 3, &c), 0);
+  assert_int_equal(kl__checks_log_store_unknown(&old, 0, 90, 2, &c), 0);
+  /* Below the group's epoch with nothing in between to apply again: a
+   * rebuild's empty partition, a log retention emptied. */
+  assert_int_equal(kl__checks_log_store_unknown(&empty, 0, 0, 4, &c), 0);
+  assert_int_equal(kl__checks_log_store_unknown(&empty, 90, 90, 4, &c), 0);
+  assert_int_equal(kl__checks_log_store_unknown(&old, 0, 40, 4, &c), 0);
+  assert_int_equal(c.verdict, KL__CHECKS_LOG_OK); /* untouched */
+  /* An empty store, and a backup, under a group that committed more. */
+  assert_int_equal(kl__checks_log_store_unknown(&empty, 0, 90, 4, NULL), 1);
+  assert_int_equal(kl__checks_log_store_unknown(&old, 20, 90, 4, &c), 1);
+  assert_int_equal(c.verdict, KL__CHECKS_LOG_STORE_UNKNOWN);
+  assert_int_equal(c.committed, 90);
+  assert_int_equal(c.committed_epoch, 4);
+  assert_int_equal(c.store_epoch, 3);
+  assert_int_equal(c.watermark, 40);
+  char buf[2048];
+  c.low = 20;
+  kl__checks_log_describe("events", 3, &c, buf, sizeof(buf));
+  assert_non_null(strstr(buf, "topic events partition 3 is unknown to this "
+                              "store: the group committed offset 90 with "
+                              "owner epoch 4, the store holds watermark 40 "
+                              "and epoch 3"));
+  assert_non_null(strstr(buf, "records from offset 40 to 89"));
+  assert_non_null(strstr(buf, "keylane replay -b BOOTSTRAP -t events -p 3 "
+                              "--from watermark"));
+  kl__checks_log_store_unknown(&empty, 0, 90, 4, &c);
+  c.low = 0;
+  kl__checks_log_describe("events", 3, &c, buf, sizeof(buf));
+  assert_non_null(strstr(buf, "keylane store rebuild -b BOOTSTRAP -t events "
+                              "-p 3 --store STORE"));
+  assert_string_equal(kl__checks_log_verdict_name(KL__CHECKS_LOG_STORE_UNKNOWN),
+                      "store_unknown");
+}
+
 static void test_names_and_messages(void **state) {
   assert_string_equal(kl__checks_log_verdict_name(KL__CHECKS_LOG_OK), "ok");
   assert_string_equal(kl__checks_log_verdict_name(KL__CHECKS_LOG_BACKWARDS),
@@ -71,6 +117,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_classify),
       cmocka_unit_test(test_names_and_messages),
+      cmocka_unit_test(test_store_unknown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
