@@ -166,13 +166,8 @@ static void tokens_advise(kl__tokens_t *tokens, FILE *f, const char *path) {
              path, shortest, KL_TOKEN_MIN_ADVISED);
 }
 
-kl_err_t kl__tokens_load(const char *path, kl__tokens_t **out) {
-  if (!path || !out)
-    return kl__err(KL_EINVAL, "kl__tokens_load needs a path and out");
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return kl__err(KL_EIO, "cannot open tokens file %s: %s", path,
-                   strerror(errno));
+/* Reads the tokens of @p f, named @p path in messages. */
+static kl_err_t tokens_from(FILE *f, const char *path, kl__tokens_t **out) {
   kl__tokens_t *tokens = calloc(1, sizeof(*tokens));
   if (tokens)
     tokens->slots = calloc(KL_TOKENS_MAX, sizeof(kl_token_slot_t));
@@ -187,6 +182,25 @@ kl_err_t kl__tokens_load(const char *path, kl__tokens_t **out) {
   }
   *out = tokens;
   return KL_OK;
+}
+
+kl_err_t kl__tokens_load(const char *path, kl__tokens_t **out) {
+  if (!path || !out)
+    return kl__err(KL_EINVAL, "kl__tokens_load needs a path and out");
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return kl__err(KL_EIO, "cannot open tokens file %s: %s", path,
+                   strerror(errno));
+  return tokens_from(f, path, out);
+}
+
+kl_err_t kl__tokens_parse(const char *name, const char *text,
+                          kl__tokens_t **out) {
+  FILE *f = text && *text ? fmemopen((void *)text, strlen(text), "r") : NULL;
+  if (!f)
+    return kl__err(KL_ECONF, "%s is empty: give a token of 16 bytes or more",
+                   name);
+  return tokens_from(f, name, out);
 }
 
 const char *kl__tokens_warning(const kl__tokens_t *tokens) {
