@@ -44,7 +44,7 @@ static kl__fetch_t *capi_fetch_all(kl__console_t *c, const char *path) {
 /* The answer of one worker as JSON (200 or @p also), or NULL with why in
  * f->error. */
 static json_t *capi_answer(kl__fetch_t *f, int also) {
-  if (f->status != 200 && f->status != also) {
+  if (!f->status || (f->status != 200 && f->status != also)) {
     if (f->status)
       snprintf(f->error, sizeof(f->error), "answered %d", f->status);
     return NULL;

@@ -60,16 +60,38 @@ probe 404 GET /api/nothing >/dev/null
 probe 404 GET /nothing >/dev/null
 probe 200 GET "/api/stuck?limit=1" | grep -q '"limit":1' || fail "limit=1 is not taken"
 
+# A worker that takes the connection and never answers, and a port where
+# nothing listens: both shown unreachable, the page not held past 1 s.
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+print(s.getsockname()[1], flush=True); time.sleep(300)' >"$W/silent.port" &
+pids+=($!)
+SILENT=$(wait_for "$W/silent.port" '^\([0-9]*\)$') || fail "no silent listener"
+closed=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+
 # With a token, from the environment (never argv).
 export KEYLANE_CONSOLE_TOKEN=console-test-token-0123456789
 "$BIN" console -b "$B" -t events -g console --store "$W/store" \
-  --worker "$W1" --listen 127.0.0.1:0 >"$W/console2.out" 2>"$W/console2.log" &
+  --worker "$W1" --worker "http://127.0.0.1:$SILENT" \
+  --worker "http://localhost:$closed/" \
+  --listen 127.0.0.1:0 >"$W/console2.out" 2>"$W/console2.log" &
 pids+=($!)
 CONSOLE=$(wait_for "$W/console2.out" '^console=\(.*\)') || fail "the console with a token did not start"
 probe 401 GET /api/fleet >/dev/null
 probe 401 GET /api/fleet -H "Authorization: Bearer wrong-token-0123456789" >/dev/null
-probe 200 GET /api/fleet -H "Authorization: Bearer $KEYLANE_CONSOLE_TOKEN" | grep -q '"partitions"' ||
-  fail "the token is not taken"
+start=$(date +%s%N)
+fleet=$(probe 200 GET /api/fleet -H "Authorization: Bearer $KEYLANE_CONSOLE_TOKEN")
+took=$((($(date +%s%N) - start) / 1000000))
+python3 - "$fleet" "$took" <<'PY' || fail "the unreachable workers: $fleet"
+import json, sys
+f, took = json.loads(sys.argv[1]), int(sys.argv[2])
+ok, silent, closed = f["workers"]
+assert ok["ok"] and len(f["partitions"]) == 4, f
+assert not silent["ok"] and silent["error"] == "no answer within 1000 ms", silent
+assert not closed["ok"] and "cannot connect" in closed["error"], closed
+assert took < 2500, f"/api/fleet took {took} ms with a silent worker"
+print(f"ok: a silent and a closed worker are unreachable; /api/fleet took {took} ms")
+PY
 probe 200 GET / | grep -q "keylane console" || fail "the page needs no token"
 unset KEYLANE_CONSOLE_TOKEN
 
