@@ -139,6 +139,7 @@ static void console_body(kl__http_conn_t *conn, kl__http_req_t *req,
 static void console_tick(uv_timer_t *timer) {
   console_server_t *server = timer->data;
   kl__http_server_sweep(&server->http);
+  rd_kafka_poll(server->console->rk, 0); /* its log and error events */
   if (kl__cli_stop) {
     kl__http_server_close(&server->http);
     uv_close((uv_handle_t *)&server->tick, NULL);

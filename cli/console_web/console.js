@@ -137,7 +137,12 @@ async function lookUp(key) {
 // #key=KEY in the address looks the key up: a link to a key's view.
 function lookUpHash() {
   if (!location.hash.startsWith("#key=")) return;
-  const key = decodeURIComponent(location.hash.slice(5));
+  let key;
+  try {
+    key = decodeURIComponent(location.hash.slice(5));
+  } catch (e) {
+    key = location.hash.slice(5); // not percent-encoding: the text itself
+  }
   document.getElementById("key-input").value = key;
   lookUp(key);
 }
