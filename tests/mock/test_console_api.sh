@@ -9,6 +9,7 @@
 # refused at start.
 SRC=${KEYLANE_SOURCE_DIR:?}
 . "$SRC/tests/console/fleet.sh"
+start_fleet
 
 # STATUS METHOD PATH [CURL-OPTION...]: the answer's body, when its status
 # is STATUS.
@@ -71,12 +72,8 @@ closed=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)
 
 # With a token, from the environment (never argv).
 export KEYLANE_CONSOLE_TOKEN=console-test-token-0123456789
-"$BIN" console -b "$B" -t events -g console --store "$W/store" \
-  --worker "$W1" --worker "http://127.0.0.1:$SILENT" \
-  --worker "http://localhost:$closed/" \
-  --listen 127.0.0.1:0 >"$W/console2.out" 2>"$W/console2.log" &
-pids+=($!)
-CONSOLE=$(wait_for "$W/console2.out" '^console=\(.*\)') || fail "the console with a token did not start"
+start_console console2 --worker "$W1" --worker "http://127.0.0.1:$SILENT" \
+  --worker "http://localhost:$closed/"
 probe 401 GET /api/fleet >/dev/null
 probe 401 GET /api/fleet -H "Authorization: Bearer wrong-token-0123456789" >/dev/null
 start=$(date +%s%N)
