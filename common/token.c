@@ -59,19 +59,19 @@ static bool token_printable(const char *s, size_t len) {
 
 /* Adds the token on @p line (line number @p lineno) unless it is a blank or
  * comment line. */
-static kl_err_t tokens_add_line(kl__tokens_t *tokens, char *line,
-                                size_t lineno) {
+static kl_err_t tokens_add_line(kl__tokens_t *tokens, const char *path,
+                                char *line, size_t lineno) {
   size_t len = strlen(line);
   token_trim(&line, &len);
   if (len == 0 || line[0] == '#')
     return KL_OK;
   if (len > KL_TOKEN_MAX || !token_printable(line, len))
     return kl__err(KL_ECONF,
-                   "tokens file line %zu: a token is 1..%d bytes "
+                   "tokens file %s line %zu: a token is 1..%d bytes "
                    "of visible ASCII without spaces",
-                   lineno, KL_TOKEN_MAX);
+                   path, lineno, KL_TOKEN_MAX);
   if (tokens->count == KL_TOKENS_MAX)
-    return kl__err(KL_ECONF, "tokens file has more than %d tokens",
+    return kl__err(KL_ECONF, "tokens file %s has more than %d tokens", path,
                    KL_TOKENS_MAX);
   kl_token_slot_t *slot = &tokens->slots[tokens->count++];
   memcpy(slot->bytes, line, len);
@@ -128,7 +128,7 @@ static kl_err_t tokens_read(kl__tokens_t *tokens, FILE *f, const char *path) {
       break;
     memcpy(line, buf + at, len);
     line[len] = '\0';
-    err = tokens_add_line(tokens, line, lineno + 1);
+    err = tokens_add_line(tokens, path, line, lineno + 1);
     at += len + 1;
   }
   token_wipe(line, sizeof(line));
