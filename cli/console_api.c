@@ -120,7 +120,8 @@ static void capi_kafka_offsets(capi_fleet_t *fl, char *why, size_t size) {
     snprintf(why, size, "committed offsets of group %s: %s", c->group,
              rd_kafka_err2str(err));
   for (int i = 0; !err && i < list->cnt; i++)
-    fl->parts[list->elems[i].partition].committed = list->elems[i].offset;
+    fl->parts[list->elems[i].partition].committed =
+        list->elems[i].offset >= 0 ? list->elems[i].offset : -1;
   rd_kafka_topic_partition_list_destroy(list);
   int64_t until = kl__now_ms() + KL__CONSOLE_WAIT_MS;
   for (int32_t p = 0; p < fl->n; p++) {
@@ -158,15 +159,18 @@ static json_t *capi_fleet_workers(capi_fleet_t *fl, kl__fetch_t *f,
 
 static json_t *capi_fleet_row(const capi_fleet_t *fl, int32_t p) {
   const capi_part_t *x = &fl->parts[p];
+  /* The store's watermark is the group's position (keylane commits Kafka
+   * offsets after the store); a partition neither knows starts at 0. */
   int64_t at = x->in_store ? x->watermark : x->committed;
+  if (at < 0)
+    at = 0;
   json_t *o = json_pack("{s:i, s:s?, s:I, s:I, s:I, s:I}", "partition", (int)p,
                         "owner", x->owner, "epoch", (json_int_t)x->epoch,
                         "watermark", (json_int_t)x->watermark, "committed",
                         (json_int_t)x->committed, "end", (json_int_t)x->end);
   json_object_set_new(o, "lag",
-                      x->end >= 0 && at >= 0
-                          ? json_integer(x->end > at ? x->end - at : 0)
-                          : json_null());
+                      x->end >= 0 ? json_integer(x->end > at ? x->end - at : 0)
+                                  : json_null());
   const char *status = "unowned";
   if (x->report && json_is_true(json_object_get(x->report, "stopped")))
     status = "STOPPED";

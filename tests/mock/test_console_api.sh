@@ -27,9 +27,11 @@ refused() {
   grep -q "$2" <<<"$body" || fail "GET $1: the error does not say \"$2\": $body"
 }
 
+# Until the key retries and every partition has its owner.
 for _ in $(seq 150); do
   key=$(probe 200 GET /api/keys/poison-1)
-  grep -q '"state":"retrying"' <<<"$key" && break
+  fleet=$(probe 200 GET /api/fleet)
+  grep -q '"state":"retrying"' <<<"$key" && ! grep -q '"owner":null' <<<"$fleet" && break
   sleep 0.2
 done
 python3 - "$key" "$("$BIN" route --partitions 4 poison-1 | cut -f2)" <<'PY' || fail "/api/keys/poison-1: $key"
@@ -40,6 +42,20 @@ assert k["state"] == "retrying", k
 assert "poison key refused" in k["held"]["error"], k
 assert k["store"]["epoch"] >= 1, k
 assert len(k["workers"]) == 2 and all(w["ok"] for w in k["workers"]), k
+PY
+python3 - "$fleet" "$W1" "$W2" <<'PY' || fail "/api/fleet: $fleet"
+import json, sys
+f, w1, w2 = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+assert f["topic"] == "events" and f["group"] == "console", f
+assert f["kafka"]["ok"] and f["store"]["ok"], f
+assert [w["url"] for w in f["workers"]] == [w1, w2], f["workers"]
+parts = f["partitions"]
+assert [p["partition"] for p in parts] == [0, 1, 2, 3], parts
+assert sum(p["end"] for p in parts) == 7, parts  # the 7 events published
+for p in parts:
+    assert p["owner"] in (w1, w2) and p["epoch"] >= 1, p
+    assert 0 <= p["committed"] <= p["watermark"] <= p["end"], p
+    assert p["lag"] == p["end"] - p["watermark"], p
 PY
 # An idle key: no worker holds it; its control bytes come back escaped.
 key=$(probe 200 GET /api/keys/acct-1)
