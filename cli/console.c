@@ -1,6 +1,7 @@
 /* keylane console: the fleet's web page and its JSON (cli/console.h). */
 #include "cli/console.h"
 
+#include <arpa/inet.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +90,28 @@ static bool console_static(kl__http_req_t *req, const char *path) {
   return false;
 }
 
+/* Without a token, the API answers only requests whose Host is a
+ * loopback address or localhost: a web page the operator visits cannot
+ * rebind its own name to 127.0.0.1 and read the fleet (DNS rebinding). */
+static bool console_host_ok(const kl__http_parse_t *parse) {
+  if (parse->host_long || parse->hosts != 1)
+    return false;
+  char host[sizeof(parse->host)];
+  memcpy(host, parse->host, parse->host_len);
+  host[parse->host_len] = '\0';
+  char *end = host[0] == '[' ? strchr(host, ']') : strrchr(host, ':');
+  if (end && host[0] == '[')
+    end++;
+  if (end && *end && *end != ':')
+    return false;
+  if (end)
+    *end = '\0';
+  struct in_addr v4;
+  return strcmp(host, "localhost") == 0 || strcmp(host, "[::1]") == 0 ||
+         (inet_pton(AF_INET, host, &v4) == 1 &&
+          (ntohl(v4.s_addr) >> 24) == 127);
+}
+
 /* Every route answers at its head: none reads a body. */
 static void console_route(kl__http_conn_t *conn, kl__http_req_t *req,
                           int method, const char *target, size_t target_len) {
@@ -115,6 +138,15 @@ static void console_route(kl__http_conn_t *conn, kl__http_req_t *req,
       console_error(req, 404,
                     "not found: GET /, /api/fleet, /api/keys/KEY or "
                     "/api/stuck");
+    return;
+  }
+  if (!server->tokens && !console_host_ok(&conn->parse)) {
+    console_error(req, 403,
+                  "the Host header is not a loopback address or localhost: "
+                  "without a token the console answers only those (a DNS "
+                  "rebinding defence); open it as http://127.0.0.1:PORT/, "
+                  "or give it a token (--token-file or "
+                  "KEYLANE_CONSOLE_TOKEN)");
     return;
   }
   if (server->tokens && !kl__http_bearer_ok(conn, server->tokens)) {

@@ -73,6 +73,18 @@ refused "/api/stuck?limit=12abc" "not a number"
 refused "/api/stuck?state=parked" "takes limit=N"
 body=$(probe 405 POST /api/fleet -d x)
 grep -q "read-only" <<<"$body" || fail "POST: $body"
+# Without a token, only a loopback Host (DNS rebinding): a page of another
+# name that resolves to 127.0.0.1 reads nothing.
+port=${CONSOLE##*:}
+port=${port%/}
+body=$(probe 403 GET /api/fleet -H "Host: rebind.example:$port")
+grep -q "DNS rebinding" <<<"$body" || fail "a foreign Host: $body"
+probe 403 GET /api/stuck -H "Host: 127.0.0.1.rebind.example" >/dev/null
+probe 403 GET /api/stuck -H "Host: [::2]:$port" >/dev/null
+probe 200 GET /api/stuck -H "Host: localhost:$port" >/dev/null
+probe 200 GET /api/stuck -H "Host: [::1]:$port" >/dev/null
+probe 200 GET /api/stuck -H "Host: 127.0.0.2" >/dev/null
+probe 200 GET / -H "Host: rebind.example:$port" >/dev/null
 probe 404 GET /api/nothing >/dev/null
 probe 404 GET /nothing >/dev/null
 probe 200 GET "/api/stuck?limit=1" | grep -q '"limit":1' || fail "limit=1 is not taken"
@@ -106,6 +118,8 @@ assert took < 2500, f"/api/fleet took {took} ms with a silent worker"
 print(f"ok: a silent and a closed worker are unreachable; /api/fleet took {took} ms")
 PY
 probe 200 GET / | grep -q "keylane console" || fail "the page needs no token"
+probe 200 GET /api/stuck -H "Host: console.example" \
+  -H "Authorization: Bearer $KEYLANE_CONSOLE_TOKEN" >/dev/null
 unset KEYLANE_CONSOLE_TOKEN
 
 # Refused at start, exit 2, with the fix.
