@@ -102,6 +102,10 @@ async function refresh() {
   } catch (e) {
     showProblems([e.message]);
   }
+  // The next one REFRESH_MS after this one ends: a slow answer (a worker
+  // that does not answer takes 1 s) never stacks requests up.
+  clearTimeout(refresh.timer);
+  refresh.timer = setTimeout(refresh, REFRESH_MS);
 }
 
 function dl(pairs) {
@@ -161,4 +165,3 @@ document.getElementById("token-form").addEventListener("submit", (ev) => {
   refresh();
 });
 refresh();
-setInterval(refresh, REFRESH_MS);

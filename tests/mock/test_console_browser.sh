@@ -59,5 +59,11 @@ PY
   fail "the key view is wrong"
 browse "${CONSOLE}#key=poison-1" --screenshot="$OUT/console-key.png" >/dev/null || fail "no screenshot of the key view"
 browse "$CONSOLE" --screenshot="$OUT/console.png" >/dev/null || fail "no screenshot"
-[ -s "$OUT/console.png" ] || fail "the screenshot $OUT/console.png is empty"
+python3 - "$OUT/console.png" "$OUT/console-key.png" <<'PY' || fail "the screenshots are not 1280x900 PNGs"
+import struct, sys
+for path in sys.argv[1:]:
+    head = open(path, "rb").read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", path
+    assert struct.unpack(">II", head[16:24]) == (1280, 900), path
+PY
 echo "ok: screenshot in $OUT/console.png"
