@@ -335,8 +335,14 @@ static int console_serve(console_server_t *server, const char *listen) {
     uv_close((uv_handle_t *)&server->tick, NULL);
   } else {
     uv_timer_start(&server->tick, console_tick, 200, 200);
-    printf("console=http://%s:%d/\n",
-           strncmp(listen, "[", 1) == 0 ? "[::1]" : "127.0.0.1",
+    /* Where a browser on this host opens it: the address given, or
+     * loopback for a wildcard (":PORT", 0.0.0.0, [::]). */
+    const char *colon = strrchr(listen, ':');
+    int n = colon ? (int)(colon - listen) : 0;
+    bool any = n == 0 || strncmp(listen, "0.0.0.0:", 8) == 0 ||
+               strncmp(listen, "[::]:", 5) == 0;
+    printf("console=http://%.*s:%d/\n", any ? 9 : n,
+           any ? (listen[0] == '[' ? "[::1]" : "127.0.0.1") : listen,
            server->http.port);
     fflush(stdout);
     KL_LOG_I(SUB, "serving the console on %s (port %d)", listen,
