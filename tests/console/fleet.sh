@@ -41,10 +41,10 @@ for line in sys.stdin:
     print(json.dumps(ans), flush=True)
 PY
 
-# NAME: an embedded cluster of 4 partitions of topic events; sets B and
-# CLUSTER (its pid).
+# NAME: an embedded cluster of $PARTITIONS (4) partitions of topic events;
+# sets B and CLUSTER (its pid).
 start_cluster() {
-  "$BIN" broker --embedded --partitions 4 -t events >"$W/$1.out" 2>"$W/$1.log" &
+  "$BIN" broker --embedded --partitions "${PARTITIONS:-4}" -t events >"$W/$1.out" 2>"$W/$1.log" &
   CLUSTER=$!
   pids+=($CLUSTER)
   B=$(wait_for "$W/$1.out" '^bootstrap=\(.*\)') || fail "the embedded cluster did not start"
