@@ -36,6 +36,7 @@ int kl__cmd_replay(int argc, char **argv);
 int kl__cmd_inspect(int argc, char **argv);
 int kl__cmd_doctor(int argc, char **argv);
 int kl__cmd_config(int argc, char **argv);
+int kl__cmd_console(int argc, char **argv);
 
 /* Prints "keylane SUB: message" to stderr and returns KL_EXIT_USAGE. */
 int kl__cli_usage(const char *sub, const char *fmt, ...)

@@ -18,6 +18,8 @@ static const struct {
     {"broker", kl__cmd_broker,
      "run the HTTP publish gateway or the embedded cluster"},
     {"worker", kl__cmd_worker, "run one worker of the fleet"},
+    {"console", kl__cmd_console,
+     "serve the fleet's web page: partitions, keys, stuck keys"},
     {"ledger", kl__cmd_ledger, "print the ledger handler's balances"},
     {"demo", kl__cmd_demo, "run the whole system on an embedded cluster"},
     {"store", kl__cmd_store, "a store: stats, keys, get, rebuild, migrate"},

@@ -11,4 +11,12 @@ int kl__cmd_store_rebuild(int argc, char **argv);
 int kl__cmd_store_reset(int argc, char **argv);
 int kl__cmd_store_outbox(int argc, char **argv);
 
+/* One handler row as `keylane store get --json` shows it (and the console,
+ * cli/console_api.c): the key, the value's length and base64, and the value
+ * decoded when it can be (a ledger entry, msgpack, text). The caller
+ * json_decref()s it; NULL when out of memory. */
+struct json_t;
+struct json_t *kl__store_inspect_value_json(const void *key, size_t key_len,
+                                            const void *val, size_t val_len);
+
 #endif

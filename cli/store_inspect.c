@@ -298,8 +298,8 @@ typedef struct kl_get {
   size_t found; /* --id: the entity keys that hold the id */
 } kl_get_t;
 
-static json_t *value_json(const void *key, size_t key_len, const void *val,
-                          size_t val_len) {
+json_t *kl__store_inspect_value_json(const void *key, size_t key_len,
+                                     const void *val, size_t val_len) {
   json_t *o =
       json_pack("{sosIso}", "key", json_stringn(key, key_len), "value_len",
                 (json_int_t)val_len, "value_b64", inspect_b64(val, val_len));
@@ -326,7 +326,7 @@ static int get_row(void *opaque, const void *key, size_t key_len,
                    const void *val, size_t val_len) {
   kl_get_t *g = opaque;
   if (key_len == g->key_len && memcmp(key, g->key, key_len) == 0)
-    g->out = value_json(key, key_len, val, val_len);
+    g->out = kl__store_inspect_value_json(key, key_len, val, val_len);
   return 1; /* the scan starts at the key: the first row decides */
 }
 

@@ -525,6 +525,9 @@ static void host_value(kl__http_parse_t *parse, const char *at, size_t len) {
                        (c && strchr("-._~%!$&'()*+,;=:[]", c))))
       parse->host_bad = true;
     parse->host_ws |= ws;
+    if (!ws)
+      parse->host_long |= !http_append(parse->host, sizeof(parse->host) - 1,
+                                       &parse->host_len, at + i, 1);
   }
 }
 

@@ -120,11 +120,14 @@ typedef struct kl__http_parse {
   char tracestate[KL_TRACESTATE_MAX + 1];
   size_t tracestate_len; /**< several headers joined by ',' (W3C) */
   bool tracestate_long;
-  int hosts;     /**< Host headers: RFC 9112 wants one (HTTP/1.1) */
-  bool host_bad; /**< a byte no host[:port] holds */
-  bool host_ws;  /**< whitespace seen in it: only more may follow */
-  bool head_end; /**< headers_complete paused the parser there */
-  bool chunked;  /**< the body is chunked: its framing is checked */
+  int hosts;      /**< Host headers: RFC 9112 wants one (HTTP/1.1) */
+  char host[256]; /**< its value without whitespace, when it fits */
+  size_t host_len;
+  bool host_long; /**< longer than the buffer: host is not it */
+  bool host_bad;  /**< a byte no host[:port] holds */
+  bool host_ws;   /**< whitespace seen in it: only more may follow */
+  bool head_end;  /**< headers_complete paused the parser there */
+  bool chunked;   /**< the body is chunked: its framing is checked */
   kl__http_chunked_t framing;
   const char *mark;   /**< end of the last field or value callback, when
                            in the buffer being parsed */

@@ -59,19 +59,19 @@ static bool token_printable(const char *s, size_t len) {
 
 /* Adds the token on @p line (line number @p lineno) unless it is a blank or
  * comment line. */
-static kl_err_t tokens_add_line(kl__tokens_t *tokens, char *line,
-                                size_t lineno) {
+static kl_err_t tokens_add_line(kl__tokens_t *tokens, const char *path,
+                                char *line, size_t lineno) {
   size_t len = strlen(line);
   token_trim(&line, &len);
   if (len == 0 || line[0] == '#')
     return KL_OK;
   if (len > KL_TOKEN_MAX || !token_printable(line, len))
     return kl__err(KL_ECONF,
-                   "tokens file line %zu: a token is 1..%d bytes "
+                   "tokens file %s line %zu: a token is 1..%d bytes "
                    "of visible ASCII without spaces",
-                   lineno, KL_TOKEN_MAX);
+                   path, lineno, KL_TOKEN_MAX);
   if (tokens->count == KL_TOKENS_MAX)
-    return kl__err(KL_ECONF, "tokens file has more than %d tokens",
+    return kl__err(KL_ECONF, "tokens file %s has more than %d tokens", path,
                    KL_TOKENS_MAX);
   kl_token_slot_t *slot = &tokens->slots[tokens->count++];
   memcpy(slot->bytes, line, len);
@@ -128,7 +128,7 @@ static kl_err_t tokens_read(kl__tokens_t *tokens, FILE *f, const char *path) {
       break;
     memcpy(line, buf + at, len);
     line[len] = '\0';
-    err = tokens_add_line(tokens, line, lineno + 1);
+    err = tokens_add_line(tokens, path, line, lineno + 1);
     at += len + 1;
   }
   token_wipe(line, sizeof(line));
@@ -166,13 +166,8 @@ static void tokens_advise(kl__tokens_t *tokens, FILE *f, const char *path) {
              path, shortest, KL_TOKEN_MIN_ADVISED);
 }
 
-kl_err_t kl__tokens_load(const char *path, kl__tokens_t **out) {
-  if (!path || !out)
-    return kl__err(KL_EINVAL, "kl__tokens_load needs a path and out");
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return kl__err(KL_EIO, "cannot open tokens file %s: %s", path,
-                   strerror(errno));
+/* Reads the tokens of @p f, named @p path in messages. */
+static kl_err_t tokens_from(FILE *f, const char *path, kl__tokens_t **out) {
   kl__tokens_t *tokens = calloc(1, sizeof(*tokens));
   if (tokens)
     tokens->slots = calloc(KL_TOKENS_MAX, sizeof(kl_token_slot_t));
@@ -187,6 +182,25 @@ kl_err_t kl__tokens_load(const char *path, kl__tokens_t **out) {
   }
   *out = tokens;
   return KL_OK;
+}
+
+kl_err_t kl__tokens_load(const char *path, kl__tokens_t **out) {
+  if (!path || !out)
+    return kl__err(KL_EINVAL, "kl__tokens_load needs a path and out");
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return kl__err(KL_EIO, "cannot open tokens file %s: %s", path,
+                   strerror(errno));
+  return tokens_from(f, path, out);
+}
+
+kl_err_t kl__tokens_parse(const char *name, const char *text,
+                          kl__tokens_t **out) {
+  FILE *f = text && *text ? fmemopen((void *)text, strlen(text), "r") : NULL;
+  if (!f)
+    return kl__err(KL_ECONF, "%s is empty: give a token of 16 bytes or more",
+                   name);
+  return tokens_from(f, name, out);
 }
 
 const char *kl__tokens_warning(const kl__tokens_t *tokens) {

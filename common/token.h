@@ -53,6 +53,13 @@ typedef struct kl__tokens kl__tokens_t;
 kl_err_t kl__tokens_load(const char *path, kl__tokens_t **out);
 
 /**
+ * Reads the tokens of @p text (the file's format) as kl__tokens_load()
+ * does; @p name stands for the file in messages ("KEYLANE_CONSOLE_TOKEN").
+ */
+kl_err_t kl__tokens_parse(const char *name, const char *text,
+                          kl__tokens_t **out);
+
+/**
  * @returns what to warn about a loaded file, or NULL: it is readable by
  *          every user of the host, or a token is shorter than
  *          KL_TOKEN_MIN_ADVISED bytes. Names no token. Valid while

@@ -24,10 +24,11 @@ sanitizers=(clang libclang-rt-14-dev)
 # kafka and fault suites (deploy/kafka), kcat and python3-venv the interop
 # test, docker-compose (config only, no engine), systemd (systemd-analyze)
 # and python3-yaml the checks of deploy/, util-linux (setpriv) the fault
-# suite, clang-format-14 the format check (tests/format-check.sh).
+# suite, clang-format-14 the format check (tests/format-check.sh),
+# chromium the console's browser test (tests/mock/test_console_browser.sh).
 tests=(kcat lmdb-utils postgresql curl wrk python3 python3-venv iproute2 openssl
   openjdk-17-jre-headless maven docker-compose systemd python3-yaml util-linux
-  clang-format-14)
+  clang-format-14 chromium)
 
 print=0 mode=default
 for arg in "$@"; do

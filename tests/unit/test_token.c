@@ -104,6 +104,26 @@ static void test_warnings(void **state) {
   kl__tokens_destroy(t);
 }
 
+/* Tokens from text (an environment variable): the file's format, and
+ * refusals that name the variable and never the secret. */
+static void test_parse_text(void **state) {
+  kl__tokens_t *t = NULL;
+  assert_int_equal(kl__tokens_parse("KL_ENV", "  console-secret-0123\n", &t),
+                   KL_OK);
+  assert_int_equal(kl__tokens_count(t), 1);
+  assert_true(kl__tokens_check(t, "console-secret-0123", 19));
+  assert_false(kl__tokens_check(t, "  console-secret-0123", 21));
+  kl__tokens_destroy(t);
+  t = NULL;
+  assert_int_equal(kl__tokens_parse("KL_ENV", "", &t), KL_ECONF);
+  assert_non_null(strstr(kl_err_detail(), "KL_ENV is empty"));
+  assert_int_equal(kl__tokens_parse("KL_ENV", "two words", &t), KL_ECONF);
+  assert_non_null(strstr(kl_err_detail(), "KL_ENV"));
+  assert_null(strstr(kl_err_detail(), "words"));
+  assert_null(t);
+  (void)state;
+}
+
 static void test_ct_equal(void **state) {
   assert_true(kl__ct_equal("abc", "abc", 3));
   assert_false(kl__ct_equal("abc", "abd", 3));
@@ -116,6 +136,7 @@ int main(void) {
       cmocka_unit_test(test_refused_files),
       cmocka_unit_test(test_unbounded_files_refused),
       cmocka_unit_test(test_warnings),
+      cmocka_unit_test(test_parse_text),
       cmocka_unit_test(test_ct_equal),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

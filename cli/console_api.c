@@ -1,0 +1,404 @@
+/* The console's JSON (cli/console.h): the fleet, a key, the stuck keys. */
+#include "cli/console.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli/store.h"
+#include "cli/worker_api.h"
+#include "common/http.h"
+#include "common/internal.h"
+#include "common/strbuf.h"
+#include "common/kafka.h"
+#include "handlers/ledger.h"
+#include "keylane/event.h"
+
+static json_t *capi_err(int *status, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static json_t *capi_err(int *status, int code, const char *fmt, ...) {
+  char msg[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  *status = code;
+  return json_pack("{s:s}", "error", msg);
+}
+
+/* Fetches @p path of every worker, at once. */
+static kl__fetch_t *capi_fetch_all(kl__console_t *c, const char *path) {
+  kl__fetch_t *f = calloc(c->nworkers ? c->nworkers : 1, sizeof(*f));
+  if (!f)
+    return NULL;
+  for (size_t i = 0; i < c->nworkers; i++)
+    f[i] = (kl__fetch_t){.to = &c->workers[i], .path = path};
+  kl__console_fetch(f, c->nworkers, KL__CONSOLE_WAIT_MS);
+  return f;
+}
+
+/* The answer of one worker as JSON (200 or @p also), or NULL with why in
+ * f->error. */
+static json_t *capi_answer(kl__fetch_t *f, int also) {
+  if (!f->status || (f->status != 200 && f->status != also)) {
+    if (f->status)
+      snprintf(f->error, sizeof(f->error), "answered %d", f->status);
+    return NULL;
+  }
+  json_error_t jerr;
+  json_t *doc = json_loadb(f->body, f->body_len, 0, &jerr);
+  if (!doc)
+    snprintf(f->error, sizeof(f->error), "its answer is not JSON: %.100s",
+             jerr.text);
+  return doc;
+}
+
+static json_t *capi_worker_row(const kl__fetch_t *f, bool ok) {
+  return json_pack("{s:s, s:b, s:s?}", "url", f->to->url, "ok", ok, "error",
+                   ok ? NULL : f->error);
+}
+
+/* ---- /api/fleet ---- */
+
+typedef struct capi_part {
+  int64_t epoch, watermark, committed, end;
+  bool in_store;
+  const char *owner; /* a worker's URL, borrowed */
+  json_t *report;    /* the worker's row, borrowed from its document */
+} capi_part_t;
+
+typedef struct capi_fleet {
+  kl__console_t *console;
+  capi_part_t *parts;
+  int32_t n;       /* partitions listed */
+  int32_t highest; /* + 1: the store's partitions of the topic */
+} capi_fleet_t;
+
+static int capi_store_part(void *opaque, const char *topic, int32_t partition,
+                           const kl_partition_state_t *state) {
+  capi_fleet_t *fl = opaque;
+  if (strcmp(topic, fl->console->topic) != 0 || partition < 0 ||
+      partition >= KL__CONSOLE_PARTS_MAX)
+    return 0;
+  fl->parts[partition].epoch = (int64_t)state->epoch;
+  fl->parts[partition].watermark = state->watermark;
+  fl->parts[partition].in_store = true;
+  if (partition + 1 > fl->highest)
+    fl->highest = partition + 1;
+  return 0;
+}
+
+/* @returns the topic's partition count from Kafka, or 0 with why. */
+static int32_t capi_partitions(kl__console_t *c, char *why, size_t size) {
+  const struct rd_kafka_metadata *md = NULL;
+  if (kl__kafka_metadata(c->rk, c->topic, KL__CONSOLE_WAIT_MS, &md)) {
+    snprintf(why, size, "%s", kl_err_detail());
+    return 0;
+  }
+  const rd_kafka_metadata_topic_t *t = kl__kafka_metadata_find(md, c->topic);
+  int32_t n = t ? t->partition_cnt : 0;
+  if (!t)
+    snprintf(why, size, "Kafka has no topic %s", c->topic);
+  rd_kafka_metadata_destroy(md);
+  return n;
+}
+
+/* The group's committed offsets and the log's end offsets. */
+static void capi_kafka_offsets(capi_fleet_t *fl, char *why, size_t size) {
+  kl__console_t *c = fl->console;
+  rd_kafka_topic_partition_list_t *list =
+      rd_kafka_topic_partition_list_new(fl->n);
+  for (int32_t p = 0; p < fl->n; p++)
+    rd_kafka_topic_partition_list_add(list, c->topic, p);
+  rd_kafka_resp_err_t err =
+      rd_kafka_committed(c->rk, list, KL__CONSOLE_WAIT_MS);
+  if (err)
+    snprintf(why, size, "committed offsets of group %s: %s", c->group,
+             rd_kafka_err2str(err));
+  for (int i = 0; !err && i < list->cnt; i++)
+    fl->parts[list->elems[i].partition].committed =
+        list->elems[i].offset >= 0 ? list->elems[i].offset : -1;
+  rd_kafka_topic_partition_list_destroy(list);
+  int64_t until = kl__now_ms() + KL__CONSOLE_WAIT_MS;
+  for (int32_t p = 0; p < fl->n; p++) {
+    int64_t low, high, left = until - kl__now_ms();
+    if (left <= 0 || rd_kafka_query_watermark_offsets(c->rk, c->topic, p, &low,
+                                                      &high, (int)left))
+      break;
+    fl->parts[p].end = high;
+  }
+}
+
+/* Who owns or stopped each partition, from the workers' /v1/partitions. */
+static json_t *capi_fleet_workers(capi_fleet_t *fl, kl__fetch_t *f,
+                                  json_t **docs) {
+  json_t *rows = json_array();
+  for (size_t i = 0; i < fl->console->nworkers; i++) {
+    docs[i] = capi_answer(&f[i], 0);
+    json_t *parts = json_object_get(docs[i], "partitions");
+    json_array_append_new(rows, capi_worker_row(&f[i], docs[i] != NULL));
+    size_t j;
+    json_t *row;
+    json_array_foreach(parts, j, row) {
+      json_int_t p = json_integer_value(json_object_get(row, "partition"));
+      bool owned = json_is_true(json_object_get(row, "owned"));
+      bool stopped = json_is_true(json_object_get(row, "stopped"));
+      if (p < 0 || p >= fl->n || (!owned && !stopped) ||
+          (fl->parts[p].report && !owned))
+        continue;
+      fl->parts[p].owner = f[i].to->url;
+      fl->parts[p].report = row;
+    }
+  }
+  return rows;
+}
+
+static json_t *capi_fleet_row(const capi_fleet_t *fl, int32_t p) {
+  const capi_part_t *x = &fl->parts[p];
+  /* The store's watermark is the group's position (keylane commits Kafka
+   * offsets after the store); a partition neither knows starts at 0. */
+  int64_t at = x->in_store ? x->watermark : x->committed;
+  if (at < 0)
+    at = 0;
+  json_t *o = json_pack("{s:i, s:s?, s:I, s:I, s:I, s:I}", "partition", (int)p,
+                        "owner", x->owner, "epoch", (json_int_t)x->epoch,
+                        "watermark", (json_int_t)x->watermark, "committed",
+                        (json_int_t)x->committed, "end", (json_int_t)x->end);
+  json_object_set_new(o, "lag",
+                      x->end >= 0 ? json_integer(x->end > at ? x->end - at : 0)
+                                  : json_null());
+  const char *status = "unowned";
+  if (x->report && json_is_true(json_object_get(x->report, "stopped")))
+    status = "STOPPED";
+  else if (x->report)
+    status = json_string_value(json_object_get(x->report, "status"));
+  json_object_set_new(o, "status", json_string(status ? status : "?"));
+  static const char *const copied[] = {
+      "stop_reason", "stop_detail", "records",       "retrying",
+      "running",     "outbox",      "last_commit_ms"};
+  for (size_t i = 0; x->report && i < sizeof(copied) / sizeof(copied[0]); i++)
+    if (json_object_get(x->report, copied[i]))
+      json_object_set(o, copied[i], json_object_get(x->report, copied[i]));
+  return o;
+}
+
+static json_t *capi_fleet(kl__console_t *c, int *status) {
+  capi_fleet_t fl = {c, calloc(KL__CONSOLE_PARTS_MAX, sizeof(capi_part_t)), 0,
+                     0};
+  kl__fetch_t *f = capi_fetch_all(c, "/v1/partitions");
+  json_t **docs = calloc(c->nworkers + 1, sizeof(json_t *));
+  if (!fl.parts || !f || !docs) {
+    free(fl.parts), free(f), free(docs);
+    return capi_err(status, 503, "out of memory");
+  }
+  for (int32_t p = 0; p < KL__CONSOLE_PARTS_MAX; p++)
+    fl.parts[p].committed = fl.parts[p].end = fl.parts[p].watermark = -1;
+  char kafka_why[512] = "", store_why[512] = "";
+  fl.n = capi_partitions(c, kafka_why, sizeof(kafka_why));
+  if (kl_store_foreach_partition(c->store, capi_store_part, &fl))
+    snprintf(store_why, sizeof(store_why), "%s", kl_err_detail());
+  if (fl.n <= 0)
+    fl.n = fl.highest;
+  if (fl.n > KL__CONSOLE_PARTS_MAX)
+    fl.n = KL__CONSOLE_PARTS_MAX;
+  if (fl.n > 0 && !kafka_why[0])
+    capi_kafka_offsets(&fl, kafka_why, sizeof(kafka_why));
+  json_t *workers = capi_fleet_workers(&fl, f, docs);
+  json_t *parts = json_array();
+  for (int32_t p = 0; p < fl.n; p++)
+    json_array_append_new(parts, capi_fleet_row(&fl, p));
+  json_t *doc = json_pack(
+      "{s:s, s:s, s:I, s:o, s:o, s:{s:b, s:s?}, s:{s:b, s:s?}}", "topic",
+      c->topic, "group", c->group, "generated_ms", (json_int_t)kl__now_ms(),
+      "workers", workers, "partitions", parts, "kafka", "ok", !kafka_why[0],
+      "error", kafka_why[0] ? kafka_why : NULL, "store", "ok", !store_why[0],
+      "error", store_why[0] ? store_why : NULL);
+  for (size_t i = 0; i < c->nworkers; i++)
+    json_decref(docs[i]);
+  kl__console_fetch_free(f, c->nworkers);
+  free(docs), free(f), free(fl.parts);
+  *status = 200;
+  return doc;
+}
+
+/* ---- /api/keys/KEY ---- */
+
+typedef struct capi_rows {
+  const char *key;
+  size_t key_len;
+  json_t *rows;
+} capi_rows_t;
+
+static int capi_row(void *opaque, const void *key, size_t key_len,
+                    const void *val, size_t val_len) {
+  capi_rows_t *r = opaque;
+  if (key_len == r->key_len && memcmp(key, r->key, key_len) == 0)
+    json_array_append_new(
+        r->rows, kl__store_inspect_value_json(key, key_len, val, val_len));
+  return 1; /* the scan starts at the key: the first row decides */
+}
+
+/* The handler rows of @p key that keylane's handlers write: the key
+ * itself (exec and so handlers choose theirs) and the ledger's row. */
+static json_t *capi_key_rows(kl__console_t *c, const char *key, size_t len) {
+  json_t *rows = json_array();
+  char *scoped = malloc(sizeof(KL_LEDGER_PREFIX) + strlen(c->topic) + len + 1);
+  if (!scoped)
+    return rows;
+  size_t n = (size_t)sprintf(scoped, "%s%s/", KL_LEDGER_PREFIX, c->topic);
+  memcpy(scoped + n, key, len);
+  const char *names[] = {key, scoped};
+  size_t lens[] = {len, n + len};
+  for (size_t i = 0; i < 2; i++) {
+    capi_rows_t r = {names[i], lens[i], rows};
+    kl_store_scan(c->store, names[i], lens[i], capi_row, &r);
+  }
+  free(scoped);
+  return rows;
+}
+
+/* /v1/keys/ with the key percent-encoded again, every byte that is not
+ * unreserved (RFC 3986). */
+static char *capi_key_path(const char *key, size_t len) {
+  char *path = malloc(9 + 3 * len + 1);
+  if (!path)
+    return NULL;
+  size_t n = (size_t)sprintf(path, "/v1/keys/");
+  for (size_t i = 0; i < len; i++) {
+    unsigned char b = (unsigned char)key[i];
+    if ((b >= '0' && b <= '9') || (b >= 'a' && b <= 'z') ||
+        (b >= 'A' && b <= 'Z') || strchr("-._~", b))
+      path[n++] = (char)b;
+    else
+      n += (size_t)sprintf(path + n, "%%%02X", b);
+  }
+  path[n] = '\0';
+  return path;
+}
+
+/* What the workers say of the key: the one that holds it, or none. */
+static void capi_key_workers(kl__console_t *c, json_t *doc, const char *key,
+                             size_t len) {
+  char *path = capi_key_path(key, len);
+  kl__fetch_t *f = path ? capi_fetch_all(c, path) : NULL;
+  json_t *rows = json_array(), *held = NULL;
+  for (size_t i = 0; f && i < c->nworkers; i++) {
+    json_t *entry = capi_answer(&f[i], 404);
+    json_array_append_new(rows, capi_worker_row(&f[i], entry != NULL));
+    if (entry && f[i].status == 200 && !held) {
+      held = entry;
+      json_object_set_new(held, "worker", json_string(f[i].to->url));
+    } else {
+      json_decref(entry);
+    }
+  }
+  json_object_set_new(doc, "workers", rows);
+  json_object_set_new(doc, "state",
+                      held ? json_incref(json_object_get(held, "state"))
+                           : json_string("idle"));
+  json_object_set_new(doc, "held", held ? held : json_null());
+  if (f)
+    kl__console_fetch_free(f, c->nworkers);
+  free(f), free(path);
+}
+
+static json_t *capi_key(kl__console_t *c, const char *encoded, int *status) {
+  char key[3 * KL_KEY_MAX], why[256];
+  long len = kl__worker_api_key(encoded, key, why, sizeof(why));
+  if (len < 0)
+    return capi_err(status, 400,
+                    "/api/keys/KEY takes a key of 1 to %d bytes, "
+                    "percent-encoded (%%XX for a byte that is not a letter, "
+                    "digit or -._~): encode the key (encodeURIComponent)",
+                    KL_KEY_MAX);
+  char kwhy[512] = "";
+  int32_t n = capi_partitions(c, kwhy, sizeof(kwhy));
+  if (n <= 0)
+    return capi_err(status, 503,
+                    "cannot tell the key's partition: %s; is Kafka (-b) up "
+                    "and the topic (-t) right?",
+                    kwhy);
+  int32_t p = kl_partition(key, (size_t)len, n);
+  kl_partition_state_t st = {0};
+  kl_err_t err = kl_store_partition(c->store, c->topic, p, &st);
+  char *shown = malloc(KL__ESCAPED_SIZE((size_t)len));
+  json_t *doc = json_pack(
+      "{s:s?, s:i, s:i, s:{s:I, s:I, s:s?, s:o}}", "key",
+      shown ? kl__escape(shown, KL__ESCAPED_SIZE((size_t)len), key, (size_t)len)
+            : NULL,
+      "partition", (int)p, "partitions", (int)n, "store", "epoch",
+      (json_int_t)st.epoch, "watermark", (json_int_t)st.watermark, "error",
+      err ? kl_err_detail() : NULL, "rows", capi_key_rows(c, key, (size_t)len));
+  free(shown);
+  capi_key_workers(c, doc, key, (size_t)len);
+  *status = 200;
+  return doc;
+}
+
+/* ---- /api/stuck ---- */
+
+static json_t *capi_stuck(kl__console_t *c, const char *query, int *status) {
+  long limit = KL__CONSOLE_STUCK_PAGE;
+  size_t vlen;
+  const char *v = kl__http_query(query, "limit", &vlen);
+  for (const char *q = query; *q; q += strcspn(q, "&"), q += *q == '&')
+    if (strncmp(q, "limit=", 6) != 0 && *q != '&')
+      return capi_err(status, 400,
+                      "/api/stuck takes limit=N (1..%d) alone; drop \"%.*s\"",
+                      KL__CONSOLE_STUCK_MAX, (int)strcspn(q, "&"), q);
+  if (v) {
+    char *end = NULL;
+    limit = vlen && vlen < 8 ? strtol(v, &end, 10) : -1;
+    if (!end || end != v + vlen || limit < 1 || limit > KL__CONSOLE_STUCK_MAX)
+      return capi_err(status, 400,
+                      "limit=%.*s is not a number of keys 1..%d per worker; "
+                      "ask for fewer",
+                      (int)(vlen > 32 ? 32 : vlen), v, KL__CONSOLE_STUCK_MAX);
+  }
+  char path[96];
+  snprintf(path, sizeof(path), "/v1/keys?state=retrying,parked&limit=%ld",
+           limit);
+  kl__fetch_t *f = capi_fetch_all(c, path);
+  if (!f)
+    return capi_err(status, 503, "out of memory");
+  json_t *keys = json_array(), *rows = json_array();
+  json_int_t total = 0;
+  for (size_t i = 0; i < c->nworkers; i++) {
+    json_t *doc = capi_answer(&f[i], 0);
+    json_array_append_new(rows, capi_worker_row(&f[i], doc != NULL));
+    total += json_integer_value(json_object_get(doc, "total"));
+    size_t j;
+    json_t *k;
+    json_array_foreach(json_object_get(doc, "keys"), j, k) {
+      json_object_set_new(k, "worker", json_string(f[i].to->url));
+      json_array_append(keys, k);
+    }
+    json_decref(doc);
+  }
+  kl__console_fetch_free(f, c->nworkers);
+  free(f);
+  *status = 200;
+  return json_pack("{s:o, s:I, s:i, s:o}", "keys", keys, "total", total,
+                   "limit", (int)limit, "workers", rows);
+}
+
+int kl__console_api(kl__console_t *console, const char *path, const char *query,
+                    json_t **doc) {
+  int status = 0;
+  if (strcmp(path, "/api/fleet") == 0)
+    *doc = capi_fleet(console, &status);
+  else if (strcmp(path, "/api/stuck") == 0)
+    *doc = capi_stuck(console, query, &status);
+  else if (strncmp(path, "/api/keys/", 10) == 0)
+    *doc = capi_key(console, path + 10, &status);
+  else if (strncmp(path, "/api/", 5) == 0)
+    *doc = capi_err(&status, 404,
+                    "no such endpoint %s: GET /api/fleet, /api/keys/KEY or "
+                    "/api/stuck",
+                    path);
+  return status;
+}

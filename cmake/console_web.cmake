@@ -1,0 +1,33 @@
+# Compiles the console's page (cli/console_web/) into C: one byte array per
+# file and the table cli/console.c serves them from, so that the files stay
+# editable as files and the executable needs nothing beside it.
+# CMakeLists.txt runs it with -DOUT= (the C file it writes) and -DFILES=
+# (the page's files, comma-separated).
+string(REPLACE "," ";" FILES "${FILES}")
+set(body "/* Generated from cli/console_web/ by cmake/console_web.cmake. */\n#include <stddef.h>\n\ntypedef struct kl__web_file {\n  const char *path;\n  const char *ctype;\n  const unsigned char *data;\n  size_t len;\n} kl__web_file_t;\n\n")
+set(table "")
+set(i 0)
+foreach(file ${FILES})
+  get_filename_component(name ${file} NAME)
+  get_filename_component(ext ${file} LAST_EXT)
+  if(ext STREQUAL ".html")
+    set(ctype "text/html; charset=utf-8")
+  elseif(ext STREQUAL ".js")
+    set(ctype "text/javascript; charset=utf-8")
+  elseif(ext STREQUAL ".css")
+    set(ctype "text/css; charset=utf-8")
+  else()
+    message(FATAL_ERROR "console_web.cmake: no content type for ${file}")
+  endif()
+  file(READ ${file} hex HEX)
+  string(LENGTH "${hex}" hexlen)
+  math(EXPR len "${hexlen} / 2")
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," hex "${hex}")
+  string(REGEX REPLACE "((0x..,){16})" "\\1\n  " hex "${hex}")
+  string(APPEND body "static const unsigned char f${i}[] = {\n  ${hex}0};\n")
+  string(APPEND table "    {\"/${name}\", \"${ctype}\", f${i}, ${len}},\n")
+  math(EXPR i "${i} + 1")
+endforeach()
+string(APPEND body "\nconst kl__web_file_t kl__console_web[] = {\n${table}};\nconst size_t kl__console_web_count = ${i};\n")
+file(WRITE ${OUT}.tmp "${body}")
+file(RENAME ${OUT}.tmp ${OUT})

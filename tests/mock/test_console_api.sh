@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# keylane console's JSON endpoints: what they answer for a key a worker
+# holds, and bad input refused with a status and a message that names the
+# fix (bad key bytes, a key too long, a target too long, a page too big or
+# not a number, a parameter it does not take, a method other than GET, a
+# route it does not have); with a token, /api/ needs it (401 without or
+# with a wrong one) and the page does not; a listener other than loopback
+# without a token, and a worker URL it cannot reach by address, are
+# refused at start.
+SRC=${KEYLANE_SOURCE_DIR:?}
+. "$SRC/tests/console/fleet.sh"
+start_fleet
+
+# STATUS METHOD PATH [CURL-OPTION...]: the answer's body, when its status
+# is STATUS.
+probe() {
+  local want=$1 method=$2 path=$3
+  shift 3
+  got=$(curl -s -o "$W/body" -w '%{http_code}' -X "$method" "$@" "${CONSOLE%/}$path") ||
+    fail "$method $path: no answer"
+  [ "$got" = "$want" ] || fail "$method $path: $got, want $want: $(head -c 300 "$W/body")"
+  cat "$W/body"
+}
+# PATH WORDS: a 400 whose error names WORDS.
+refused() {
+  body=$(probe 400 GET "$1")
+  grep -q "$2" <<<"$body" || fail "GET $1: the error does not say \"$2\": $body"
+}
+
+# Until the key retries and every partition has its owner.
+for _ in $(seq 150); do
+  key=$(probe 200 GET /api/keys/poison-1)
+  fleet=$(probe 200 GET /api/fleet)
+  grep -q '"state":"retrying"' <<<"$key" && ! grep -q '"owner":null' <<<"$fleet" && break
+  sleep 0.2
+done
+python3 - "$key" "$("$BIN" route --partitions 4 poison-1 | cut -f2)" <<'PY' || fail "/api/keys/poison-1: $key"
+import json, sys
+k, part = json.loads(sys.argv[1]), int(sys.argv[2])
+assert k["key"] == "poison-1" and k["partition"] == part and k["partitions"] == 4, k
+assert k["state"] == "retrying", k
+assert "poison key refused" in k["held"]["error"], k
+assert k["store"]["epoch"] >= 1, k
+assert len(k["workers"]) == 2 and all(w["ok"] for w in k["workers"]), k
+PY
+python3 - "$fleet" "$W1" "$W2" <<'PY' || fail "/api/fleet: $fleet"
+import json, sys
+f, w1, w2 = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+assert f["topic"] == "events" and f["group"] == "console", f
+assert f["kafka"]["ok"] and f["store"]["ok"], f
+assert [w["url"] for w in f["workers"]] == [w1, w2], f["workers"]
+parts = f["partitions"]
+assert [p["partition"] for p in parts] == [0, 1, 2, 3], parts
+assert sum(p["end"] for p in parts) == 7, parts  # the 7 events published
+for p in parts:
+    assert p["owner"] in (w1, w2) and p["epoch"] >= 1, p
+    assert 0 <= p["committed"] <= p["watermark"] <= p["end"], p
+    assert p["lag"] == p["end"] - p["watermark"], p
+PY
+# An idle key: no worker holds it; its control bytes come back escaped.
+key=$(probe 200 GET /api/keys/acct-1)
+grep -q '"state":"idle"' <<<"$key" || fail "acct-1 is not idle: $key"
+key=$(probe 200 GET /api/keys/%C3%A9t%00e)
+grep -qF '"key":"ét\\x00e"' <<<"$key" || fail "the key's bytes are not escaped: $key"
+
+refused /api/keys/ "1 to 1024 bytes"
+refused /api/keys/%ZZ "percent-encoded"
+refused "/api/keys/$(printf 'k%.0s' $(seq 1025))" "1 to 1024 bytes"
+refused "/api/keys/$(printf '%%41%.0s' $(seq 1400))" "over 4095 bytes"
+refused "/api/stuck?limit=0" "1..1000"
+refused "/api/stuck?limit=1001" "ask for fewer"
+refused "/api/stuck?limit=12abc" "not a number"
+refused "/api/stuck?state=parked" "takes limit=N"
+body=$(probe 405 POST /api/fleet -d x)
+grep -q "read-only" <<<"$body" || fail "POST: $body"
+# Without a token, only a loopback Host (DNS rebinding): a page of another
+# name that resolves to 127.0.0.1 reads nothing.
+port=${CONSOLE##*:}
+port=${port%/}
+body=$(probe 403 GET /api/fleet -H "Host: rebind.example:$port")
+grep -q "DNS rebinding" <<<"$body" || fail "a foreign Host: $body"
+probe 403 GET /api/stuck -H "Host: 127.0.0.1.rebind.example" >/dev/null
+probe 403 GET /api/stuck -H "Host: [::2]:$port" >/dev/null
+probe 200 GET /api/stuck -H "Host: localhost:$port" >/dev/null
+probe 200 GET /api/stuck -H "Host: [::1]:$port" >/dev/null
+probe 200 GET /api/stuck -H "Host: 127.0.0.2" >/dev/null
+probe 200 GET / -H "Host: rebind.example:$port" >/dev/null
+probe 404 GET /api/nothing >/dev/null
+probe 404 GET /nothing >/dev/null
+probe 200 GET "/api/stuck?limit=1" | grep -q '"limit":1' || fail "limit=1 is not taken"
+
+# A worker that takes the connection and never answers, and a port where
+# nothing listens: both shown unreachable, the page not held past 1 s.
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+print(s.getsockname()[1], flush=True); time.sleep(300)' >"$W/silent.port" &
+pids+=($!)
+SILENT=$(wait_for "$W/silent.port" '^\([0-9]*\)$') || fail "no silent listener"
+closed=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+
+# With a token, from the environment (never argv).
+export KEYLANE_CONSOLE_TOKEN=console-test-token-0123456789
+start_console console2 --worker "$W1" --worker "http://127.0.0.1:$SILENT" \
+  --worker "http://localhost:$closed/"
+probe 401 GET /api/fleet >/dev/null
+probe 401 GET /api/fleet -H "Authorization: Bearer wrong-token-0123456789" >/dev/null
+start=$(date +%s%N)
+fleet=$(probe 200 GET /api/fleet -H "Authorization: Bearer $KEYLANE_CONSOLE_TOKEN")
+took=$((($(date +%s%N) - start) / 1000000))
+python3 - "$fleet" "$took" <<'PY' || fail "the unreachable workers: $fleet"
+import json, sys
+f, took = json.loads(sys.argv[1]), int(sys.argv[2])
+ok, silent, closed = f["workers"]
+assert ok["ok"] and len(f["partitions"]) == 4, f
+assert not silent["ok"] and silent["error"] == "no answer within 1000 ms", silent
+assert not closed["ok"] and "cannot connect" in closed["error"], closed
+assert took < 2500, f"/api/fleet took {took} ms with a silent worker"
+print(f"ok: a silent and a closed worker are unreachable; /api/fleet took {took} ms")
+PY
+probe 200 GET / | grep -q "keylane console" || fail "the page needs no token"
+probe 200 GET /api/stuck -H "Host: console.example" \
+  -H "Authorization: Bearer $KEYLANE_CONSOLE_TOKEN" >/dev/null
+unset KEYLANE_CONSOLE_TOKEN
+
+# Refused at start, exit 2, with the fix.
+start_refused() { # WORDS ARG...
+  local words=$1
+  shift
+  set +e
+  "$BIN" console -b "$B" -t events -g console --store "$W/store" "$@" >/dev/null 2>"$W/refused.err"
+  rc=$?
+  set -e
+  [ "$rc" = 2 ] || fail "console $*: exit $rc, want 2: $(cat "$W/refused.err")"
+  grep -q "$words" "$W/refused.err" || fail "console $*: the error does not say \"$words\": $(cat "$W/refused.err")"
+}
+start_refused "not a loopback address and no token" --listen 0.0.0.0:0
+start_refused "is not an IP address" --worker http://worker.example:9464
+start_refused "not a worker URL" --worker ftp://127.0.0.1:9464
+start_refused "has no port" --worker http://127.0.0.1
+echo "ok: the console's endpoints answer and refuse bad input"
