@@ -100,6 +100,16 @@ struct kl__metrics *kl__lanes_metrics(kl__lanes_t *lanes);
  *  often at most). Any thread. */
 uint64_t kl__lanes_kafka_commits(kl__lanes_t *lanes);
 
+/**
+ * The outcome of an offset commit (the consumer's offset_commit_cb): a
+ * partition whose commit failed (a rebalance in progress, a coordinator
+ * that moved) is sent again at the next tick, or an idle partition's
+ * group offset would stay behind its watermark for good. Poll thread.
+ */
+void kl__lanes_kafka_committed(kl__lanes_t *lanes,
+                               const rd_kafka_topic_partition_list_t *offsets,
+                               rd_kafka_resp_err_t err);
+
 /** Group transactions begun ahead, their ids looked up while another
  *  partition's handlers ran (PostgreSQL, inline mode). Any thread. */
 uint64_t kl__lanes_ahead(kl__lanes_t *lanes);

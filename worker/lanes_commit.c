@@ -147,6 +147,24 @@ void kl__lanes_commit_kafka(kl__lanes_t *lanes, int64_t now_ns, int now_too) {
   rd_kafka_topic_partition_list_destroy(offsets);
 }
 
+void kl__lanes_kafka_committed(kl__lanes_t *lanes,
+                               const rd_kafka_topic_partition_list_t *offsets,
+                               rd_kafka_resp_err_t err) {
+  pthread_mutex_lock(&lanes->mu);
+  for (int i = 0; offsets && i < offsets->cnt; i++) {
+    const rd_kafka_topic_partition_t *tp = &offsets->elems[i];
+    kl__lane_t *lane = tp->partition >= 0 && tp->partition < lanes->count
+                           ? lanes->lanes[tp->partition]
+                           : NULL;
+    rd_kafka_resp_err_t e = err ? err : tp->err;
+    if (lane && e && e != RD_KAFKA_RESP_ERR__NO_OFFSET &&
+        strcmp(tp->topic, lanes->topic) == 0 &&
+        lane->kafka_watermark == tp->offset)
+      lane->kafka_watermark = -1; /* sent again at the next tick */
+  }
+  pthread_mutex_unlock(&lanes->mu);
+}
+
 /* An applied event's latencies: publish (its envelope's ts, a wall clock)
  * and taken from the consumer (the monotonic clock) to now, its commit. */
 static void observe_applied(kl__lanes_t *lanes, const kl__slot_t *s,

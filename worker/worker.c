@@ -438,6 +438,19 @@ static void pause_refused(kl_worker_t *worker,
     rd_kafka_pause_partitions(worker->rk, held);
 }
 
+/* Offset commits (the lanes' and this file's) report here, on the poll
+ * thread; a failed one is sent again (kl__lanes_kafka_committed()). */
+static void offset_commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                             rd_kafka_topic_partition_list_t *offsets,
+                             void *opaque) {
+  (void)rk;
+  kl_worker_t *worker = opaque;
+  if (err)
+    KL_LOG_D(KL_COMP, "offset commit: %s; sent again", rd_kafka_err2str(err));
+  if (worker->lanes)
+    kl__lanes_kafka_committed(worker->lanes, offsets, err);
+}
+
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque) {
   kl_worker_t *worker = opaque;
@@ -718,6 +731,7 @@ static kl_err_t consumer_new(kl_worker_t *worker) {
   }
   rd_kafka_conf_set_opaque(kconf, worker);
   rd_kafka_conf_set_rebalance_cb(kconf, rebalance_cb);
+  rd_kafka_conf_set_offset_commit_cb(kconf, offset_commit_cb);
   char errstr[512];
   worker->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kconf, errstr, sizeof(errstr));
   if (!worker->rk) {

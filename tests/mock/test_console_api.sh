@@ -27,11 +27,14 @@ refused() {
   grep -q "$2" <<<"$body" || fail "GET $1: the error does not say \"$2\": $body"
 }
 
-# Until the key retries and every partition has its owner.
+# Until the key retries, every partition has its owner and the group's
+# offsets have followed the watermarks (a commit a rebalance refused is
+# sent again: test_offset_commit_retry).
 for _ in $(seq 150); do
   key=$(probe 200 GET /api/keys/poison-1)
   fleet=$(probe 200 GET /api/fleet)
-  grep -q '"state":"retrying"' <<<"$key" && ! grep -q '"owner":null' <<<"$fleet" && break
+  grep -q '"state":"retrying"' <<<"$key" && ! grep -q '"owner":null' <<<"$fleet" &&
+    ! grep -q '"committed":-1' <<<"$fleet" && break
   sleep 0.2
 done
 python3 - "$key" "$("$BIN" route --partitions 4 poison-1 | cut -f2)" <<'PY' || fail "/api/keys/poison-1: $key"
