@@ -25,8 +25,9 @@
  *   GET /v1/keys/{key}   one key (percent-encoded, 1..1024 bytes): 200
  *                        with its entry, 404 when it holds no event here.
  *
- * Key bytes are written as kl__escape() writes them (printable ASCII
- * as is, other bytes \xHH). Errors are {"error": "..."} with 400, 404,
+ * Key bytes are written as kl__escape() writes them (printable text,
+ * UTF-8 included, as is; control bytes and bytes that are not UTF-8 as
+ * \xHH). Errors are {"error": "..."} with 400, 404,
  * 405 or 503.
  */
 #ifndef KEYLANE_CLI_WORKER_API_H

@@ -32,7 +32,11 @@ int kl__checks_log_store_unknown(const kl_partition_state_t *st, int64_t low,
                                  int64_t committed, uint64_t committed_epoch,
                                  kl__checks_log_result_t *check) {
   int64_t from = st->watermark > low ? st->watermark : low;
-  if (committed_epoch <= st->epoch || committed <= from)
+  /* At the store's own epoch too: the group's offsets follow the store's
+   * commits, never lead them, so an offset above the watermark under the
+   * same owner is a store that lost that owner's last commits (a backup
+   * taken while it ran). */
+  if (committed_epoch < st->epoch || committed_epoch == 0 || committed <= from)
     return 0;
   if (check) {
     check->verdict = KL__CHECKS_LOG_STORE_UNKNOWN;
@@ -71,7 +75,7 @@ static void store_unknown_describe(const char *topic, int32_t partition,
            "topic %s partition %" PRId32 " is unknown to this store: the "
            "group committed offset %" PRId64 " with owner epoch %" PRIu64
            ", the store holds watermark %" PRId64 " and epoch %" PRIu64
-           ": it never saw that owner, and the records from offset %" PRId64
+           ": it never saw %s, and the records from offset %" PRId64
            " to %" PRId64 ", which the fleet applied, would be applied again "
            "(their follow-ups and dead letters sent again); if --store is "
            "not the fleet's store, point it there; if the store is to be "
@@ -81,6 +85,9 @@ static void store_unknown_describe(const char *topic, int32_t partition,
            "does not know\")",
            topic, partition, check->committed, check->committed_epoch,
            check->watermark, check->store_epoch,
+           check->committed_epoch == check->store_epoch
+               ? "that owner's last commits"
+               : "that owner",
            check->watermark > check->low ? check->watermark : check->low,
            check->committed - 1,
            empty ? "a lost store, deleted partition rows"

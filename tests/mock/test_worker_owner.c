@@ -353,6 +353,61 @@ static void test_restored_backup_is_refused(void **state) {
   kl_t_ledger_fx_down(&fx);
 }
 
+/* A backup taken with mdb_copy while the owner the group committed last
+ * runs: its epoch is the group's, its watermark below the group's offset.
+ * Refused too: the group's offsets never lead the store's commits, so the
+ * store lost that owner's last commits, and the records after its
+ * watermark would be applied again (their follow-ups published again
+ * under new ids). Found by the attack on issue 39's fixes. */
+static void test_backup_under_the_same_owner_is_refused(void **state) {
+  kl_fx_t fx;
+  const char *group = "fleet";
+  kl_fleet_ran(&fx, "samebk", group, 40, NULL);
+  kl_t_worker_t *w =
+      kl_t_worker_start(fx.boot, fx.topic, group, fx.store, kl_fast);
+  kl_t_ledger_fx_publish(&fx, 40);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000),
+                   0);
+  char backup[64], cmd[256];
+  kl_t_tmpdir(backup);
+  snprintf(cmd, sizeof(cmd), "mdb_copy %s %s", fx.dir, backup);
+  assert_int_equal(system(cmd), 0); /* the owner still runs */
+  kl_t_ledger_fx_publish(&fx, 40);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000),
+                   0);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+
+  kl_store_t *bk;
+  assert_int_equal(kl_store_open(backup, NULL, &bk), KL_OK);
+  kl_partition_state_t before[2];
+  uint64_t epochs[2];
+  int64_t offsets[2];
+  kl_group_committed(&fx, group, epochs, offsets);
+  for (int32_t p = 0; p < 2; p++) {
+    assert_int_equal(kl_store_partition(bk, fx.topic, p, &before[p]), KL_OK);
+    assert_int_equal(before[p].epoch, epochs[p]); /* the same owner */
+  }
+  assert_true(offsets[0] > before[0].watermark ||
+              offsets[1] > before[1].watermark);
+  w = kl_t_worker_start(fx.boot, fx.topic, group, bk, kl_fast);
+  kl_worker_stats_t ws = {0};
+  for (int i = 0; i < 200 && !kl__worker_unowned(w->worker); i++)
+    kl_t_sleep_ms(50);
+  kl_worker_stats(w->worker, &ws, sizeof(ws));
+  assert_int_equal(ws.applied, 0);
+  kl_t_worker_stop(w);
+  for (int32_t p = 0; p < 2; p++) {
+    kl_partition_state_t after;
+    assert_int_equal(kl_store_partition(bk, fx.topic, p, &after), KL_OK);
+    if (offsets[p] > before[p].watermark) /* refused: nothing taken */
+      assert_int_equal(after.epoch, before[p].epoch);
+    assert_int_equal(after.watermark, before[p].watermark);
+  }
+  kl_store_destroy(bk);
+  kl_t_rmrf(backup);
+  kl_t_ledger_fx_down(&fx);
+}
+
 /* PostgreSQL: the row of partition 1 deleted from keylane_partitions
  * (its handler state and ids kept). The worker stops partition 1 without
  * writing its row, applies partition 0, and a rebuild of partition 1 into
@@ -441,6 +496,7 @@ int main(void) {
       cmocka_unit_test(test_empty_store_is_refused),
       cmocka_unit_test(test_store_missing_a_partition),
       cmocka_unit_test(test_restored_backup_is_refused),
+      cmocka_unit_test(test_backup_under_the_same_owner_is_refused),
       cmocka_unit_test(test_new_fleet_starts),
       cmocka_unit_test(test_deleted_partition_row_on_pg),
   };

@@ -38,9 +38,9 @@ static void test_classify(void **state) {
                    KL__CHECKS_LOG_GAP);
 }
 
-/* The store never saw the owner the group committed: only an epoch above
- * the store's with an offset above both its watermark and the log's
- * start. */
+/* The store never saw the owner the group committed, or not its last
+ * commits: an epoch at least the store's with an offset above both its
+ * watermark and the log's start. */
 static void test_store_unknown(void **state) {
   kl_partition_state_t empty = {0}, old = {.epoch = 3, .watermark = 40};
   kl__checks_log_result_t c = {.low = 0, .high = 90};
@@ -59,6 +59,13 @@ static void test_store_unknown(void **state) {
   assert_int_equal(c.verdict, KL__CHECKS_LOG_OK); /* untouched */
   /* An empty store, and a backup, under a group that committed more. */
   assert_int_equal(kl__checks_log_store_unknown(&empty, 0, 90, 4, NULL), 1);
+  /* A backup taken while the owner the group committed last ran: the
+   * group's offset leads the store's watermark under the same epoch. */
+  assert_int_equal(kl__checks_log_store_unknown(&old, 0, 90, 3, &c), 1);
+  assert_int_equal(c.committed_epoch, c.store_epoch);
+  char same[2048];
+  kl__checks_log_describe("events", 3, &c, same, sizeof(same));
+  assert_non_null(strstr(same, "it never saw that owner's last commits"));
   assert_int_equal(kl__checks_log_store_unknown(&old, 20, 90, 4, &c), 1);
   assert_int_equal(c.verdict, KL__CHECKS_LOG_STORE_UNKNOWN);
   assert_int_equal(c.committed, 90);
