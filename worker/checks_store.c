@@ -130,13 +130,14 @@ int kl__check_sweeps(kl_store_t *store, const char *topic, int64_t dedup_ms,
   }
   if (seen.retention_ms < 0 && !seen.n_others)
     return 0; /* no sweep has removed an id yet */
-  char keep[32], want[32], others[448] = "";
+  char keep[32], want[32], others[160] = ""; /* fits out->msg whole */
   kl__duration_format(seen.retention_ms, keep, sizeof(keep));
   kl__duration_format(dedup_ms, want, sizeof(want));
   if (seen.n_others)
-    snprintf(others, sizeof(others),
-             "; other topics on the store sweep their own ids alone, at: %s",
-             seen.others);
+    snprintf(
+        others, sizeof(others),
+        "; other topics on the store sweep their own ids alone, at: %.100s",
+        seen.others);
   out->status = seen.retention_ms >= 0 && seen.retention_ms < dedup_ms
                     ? KL__CHECK_WARN
                     : KL__CHECK_OK;
