@@ -26,6 +26,7 @@
 
 #include "common/bytes.h"
 #include "common/internal.h"
+#include "common/msgpack_read.h"
 #include "common/strbuf.h"
 #include "keylane/handlers.h"
 #include "handlers/ledger.h"
@@ -72,63 +73,77 @@ void kl__ledger_encode(msgpack_sbuffer *sb, const kl_ledger_args_t *a) {
   }
 }
 
-static int key_is(const msgpack_object *k, const char *name) {
+static int key_is(const kl__mp_item_t *k, const char *name) {
   size_t n = strlen(name);
-  return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
-         memcmp(k->via.str.ptr, name, n) == 0;
+  return k->kind == KL__MP_STR && k->n == n && memcmp(k->body, name, n) == 0;
 }
 
-static int int_of(const msgpack_object *v, int64_t *out) {
-  if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER ||
-      (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 <= INT64_MAX)) {
-    *out = v->via.i64;
-    return 1;
+static int int_of(const kl__mp_item_t *v, int64_t *out) {
+  if (v->kind != KL__MP_INT || v->big)
+    return 0;
+  *out = v->i;
+  return 1;
+}
+
+/* Reads one whole item: an array's or a map's elements too, which the
+ * ledger never looks into. @returns 0, or -1 on bytes that are not
+ * msgpack. */
+static int mp_item(kl__mp_reader_t *rd, kl__mp_item_t *item) {
+  uint64_t need, left = 1;
+  kl__mp_item_t inner;
+  for (kl__mp_item_t *it = item; left; it = &inner, left--) {
+    if (kl__mp_next(rd, it, &need) != KL__MP_OK || it->kind == KL__MP_NONE ||
+        it->kind == KL__MP_NEVER)
+      return -1;
+    /* Each element takes a byte at least: a count beyond the bytes left
+     * is refused here, so left stays small. */
+    uint64_t elements = it->kind == KL__MP_MAP     ? 2 * it->n
+                        : it->kind == KL__MP_ARRAY ? it->n
+                                                   : 0;
+    if (elements > (uint64_t)(rd->end - rd->p))
+      return -1;
+    left += elements;
   }
   return 0;
 }
 
-static void ledger_field(const msgpack_object *k, const msgpack_object *v,
-                         kl_ledger_args_t *a) {
-  if (key_is(k, "amount"))
-    a->has_amount = int_of(v, &a->amount);
-  else if (key_is(k, "seq"))
-    a->has_seq = int_of(v, &a->seq);
-  else if (key_is(k, "to") &&
-           (v->type == MSGPACK_OBJECT_STR || v->type == MSGPACK_OBJECT_BIN)) {
-    a->to = v->via.str.ptr; /* str and bin share the layout */
-    a->to_len = v->via.str.size;
-  }
-}
-
-/* Reads the payload map with msgpack-c; @p up holds what a->to points at
- * (the caller destroys it). @returns 0 for a map, -1 otherwise. */
-static int ledger_payload(const void *buf, size_t len, msgpack_unpacked *up,
-                          kl_ledger_args_t *a) {
-  size_t off = 0;
-  memset(a, 0, sizeof(*a));
-  if (msgpack_unpack_next(up, buf, len, &off) != MSGPACK_UNPACK_SUCCESS ||
-      off != len || up->data.type != MSGPACK_OBJECT_MAP)
-    return -1;
-  const msgpack_object_map *map = &up->data.via.map;
-  for (uint32_t i = 0; i < map->size; i++)
-    ledger_field(&map->ptr[i].key, &map->ptr[i].val, a);
-  return 0;
-}
-
-/* The first field the ledger reads that @p map has twice, or NULL: it
- * would take the last one over the first, and the producer may have
- * meant either. */
-static const char *ledger_twice(const msgpack_object_map *map) {
+int kl__ledger_payload(const void *buf, size_t len, kl_ledger_args_t *a,
+                       const char **twice) {
   static const char *const fields[] = {"amount", "seq", "to"};
+  memset(a, 0, sizeof(*a));
+  *twice = NULL;
+  kl__mp_reader_t rd = kl__mp_reader(buf, len);
+  kl__mp_item_t map, k, v;
+  uint64_t need;
+  if (kl__mp_next(&rd, &map, &need) != KL__MP_OK || map.kind != KL__MP_MAP ||
+      map.n > len)
+    return -1;
   unsigned seen = 0;
-  for (uint32_t i = 0; i < map->size; i++)
+  for (uint64_t i = 0; i < map.n; i++) {
+    if (mp_item(&rd, &k) || mp_item(&rd, &v))
+      goto not_msgpack;
     for (unsigned f = 0; f < 3; f++)
-      if (key_is(&map->ptr[i].key, fields[f])) {
-        if (seen & 1u << f)
-          return fields[f];
+      if (key_is(&k, fields[f])) {
+        if (seen & 1u << f && !*twice)
+          *twice = fields[f];
         seen |= 1u << f;
       }
-  return NULL;
+    if (key_is(&k, "amount"))
+      a->has_amount = int_of(&v, &a->amount);
+    else if (key_is(&k, "seq"))
+      a->has_seq = int_of(&v, &a->seq);
+    else if (key_is(&k, "to") &&
+             (v.kind == KL__MP_STR || v.kind == KL__MP_BIN)) {
+      a->to = (const char *)v.body;
+      a->to_len = v.n;
+    }
+  }
+  if (kl__mp_offset(&rd) == len)
+    return 0;
+not_msgpack: /* nothing read counts */
+  memset(a, 0, sizeof(*a));
+  *twice = NULL;
+  return -1;
 }
 
 static int type_is(const kl_event_t *event, const char *name) {
@@ -333,15 +348,11 @@ kl_handler_result_t kl_ledger_handler(void *opaque, const kl_event_t *event,
   kl_ledger_kind_t kind;
   if (ledger_kind(event, &kind, errbuf, errbuf_size))
     return KL_HANDLER_FAIL;
-  msgpack_unpacked up;
-  msgpack_unpacked_init(&up);
   kl_ledger_args_t a;
   kl_handler_result_t r = KL_HANDLER_FAIL;
   const char *twice = NULL;
-  if (ledger_payload(event->payload, event->payload_len, &up, &a))
+  if (kl__ledger_payload(event->payload, event->payload_len, &a, &twice))
     a.has_amount = 0; /* not a map: ledger_check() says what it must be */
-  else
-    twice = ledger_twice(&up.data.via.map);
   if (twice)
     snprintf(errbuf, errbuf_size,
              "ledger: the payload has \"%s\" twice: each field must appear "
@@ -351,7 +362,6 @@ kl_handler_result_t kl_ledger_handler(void *opaque, const kl_event_t *event,
     r = ledger_apply_event(txn, event, fence, kind, &a, errbuf, errbuf_size);
   if (r == KL_HANDLER_OK && kind == KL_TRANSFER)
     r = ledger_emit_credit(txn, event, &a, errbuf, errbuf_size);
-  msgpack_unpacked_destroy(&up);
   return r;
 }
 

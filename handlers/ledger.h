@@ -71,6 +71,15 @@ typedef struct kl_ledger_args {
   size_t to_len, from_len;
 } kl_ledger_args_t;
 
+/* Reads the payload map @p buf into @p a (a->to points into @p buf); the
+ * first field the ledger reads ("amount", "seq", "to") that the map has
+ * twice goes to *twice: it would take the last one over the first, and
+ * the producer may have meant either. Other fields, whatever their type,
+ * are passed over. Nothing is allocated: it runs once per event.
+ * @returns 0 for one whole msgpack map, -1 otherwise. */
+int kl__ledger_payload(const void *buf, size_t len, kl_ledger_args_t *a,
+                       const char **twice);
+
 /* Packs @p a into @p sb (initialised by the caller) as the payload map
  * {"to", "amount", "seq", "from"} without the fields @p a lacks; amount
  * is always packed. The one writer of the payload the handler reads. */

@@ -87,7 +87,13 @@ static kl__slot_t *ready_pop(kl__lane_t *lane) {
 
 /* ---- keys -------------------------------------------------------------- */
 
-static kl__lkey_t *key_get(kl__lane_t *lane, const void *key, size_t len) {
+/* The spare after @p k: spares are linked by their unused map node. */
+static kl__lkey_t *spare_next(kl__lkey_t *k) {
+  return k->node.next ? KL__HMAP_ENTRY(k->node.next, kl__lkey_t, node) : NULL;
+}
+
+static kl__lkey_t *key_get(kl__lanes_t *lanes, kl__lane_t *lane,
+                           const void *key, size_t len) {
   uint64_t h = kl__fnv1a(key, len);
   for (kl__hnode_t *n = kl__hmap_first(&lane->keys, h); n;
        n = kl__hmap_next(n, h)) {
@@ -97,7 +103,15 @@ static kl__lkey_t *key_get(kl__lane_t *lane, const void *key, size_t len) {
   }
   if (kl__hmap_reserve(&lane->keys, 1024))
     kl__oom(KL_COMP);
-  kl__lkey_t *k = kl__xcalloc(1, sizeof(*k) + len, KL_COMP);
+  kl__lkey_t *k = lanes->spare_keys;
+  if (k && len <= KL__LKEY_SPARE_LEN) {
+    lanes->spare_keys = spare_next(k);
+    lanes->nspare_keys--;
+    memset(k, 0, sizeof(*k));
+  } else {
+    size_t room = len <= KL__LKEY_SPARE_LEN ? KL__LKEY_SPARE_LEN : len;
+    k = kl__xcalloc(1, sizeof(*k) + room, KL_COMP);
+  }
   k->len = len;
   if (len)
     memcpy(k->bytes, key, len);
@@ -106,16 +120,23 @@ static kl__lkey_t *key_get(kl__lane_t *lane, const void *key, size_t len) {
 }
 
 /* Frees @p key once no slot of the window and no overlay entry needs it. */
-void kl__key_maybe_free(kl__lane_t *lane, kl__lkey_t *key) {
+void kl__key_maybe_free(kl__lanes_t *lanes, kl__lane_t *lane, kl__lkey_t *key) {
   if (key->refs || key->ov.entries)
     return;
   kl__hmap_unlink(&lane->keys, &key->node);
-  free(key);
+  if (key->len > KL__LKEY_SPARE_LEN ||
+      lanes->nspare_keys >= lanes->window_max * lanes->nlanes) {
+    free(key);
+    return;
+  }
+  key->node.next = lanes->spare_keys ? &lanes->spare_keys->node : NULL;
+  lanes->spare_keys = key;
+  lanes->nspare_keys++;
 }
 
-void kl__key_release(kl__lane_t *lane, kl__lkey_t *key) {
+void kl__key_release(kl__lanes_t *lanes, kl__lane_t *lane, kl__lkey_t *key) {
   kl__ov_release_key(&lane->ov, &key->ov);
-  kl__key_maybe_free(lane, key);
+  kl__key_maybe_free(lanes, lane, key);
 }
 
 /* ---- the window -------------------------------------------------------- */
@@ -154,7 +175,7 @@ kl__slot_t *kl__lane_find(const kl__lane_t *lane, int64_t offset) {
   return NULL;
 }
 
-/* A slot per record: kept for reuse, up to a window's worth, instead of a
+/* A slot per record: kept for reuse (kl__lanes_t.spare) instead of a
  * calloc and a free per event. */
 static kl__slot_t *slot_new(kl__lanes_t *lanes) {
   kl__slot_t *slot = lanes->spare;
@@ -171,7 +192,7 @@ static void slot_free(kl__lanes_t *lanes, kl__slot_t *slot) {
   free(slot->id);
   free(slot->why);
   kl__emits_free(slot->emits);
-  if (lanes->nspare >= lanes->window_max) {
+  if (lanes->nspare >= lanes->window_max * lanes->nlanes) {
     free(slot);
     return;
   }
@@ -189,7 +210,7 @@ void kl__lane_pop(kl__lanes_t *lanes, kl__lane_t *lane) {
   key->refs--;
   slot_free(lanes, slot);
   if (!key->head)
-    kl__key_release(lane, key);
+    kl__key_release(lanes, lane, key);
 }
 
 void kl__lane_drop(kl__lanes_t *lanes, kl__lane_t *lane) {
@@ -315,7 +336,7 @@ void kl__lane_finish(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
     kl__ready_push(lane, key->head);
     pthread_cond_signal(&lanes->work);
   } else if (!key->head) {
-    kl__key_release(lane, key); /* idle: stored writes may go */
+    kl__key_release(lanes, lane, key); /* idle: stored writes may go */
   }
 }
 
@@ -517,7 +538,7 @@ void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m) {
   slot->msg = m;
   slot->offset = m->offset;
   slot->taken_ns = kl__mono_ns();
-  slot->key = key_get(lane, m->key, m->key ? m->key_len : 0);
+  slot->key = key_get(lanes, lane, m->key, m->key ? m->key_len : 0);
   slot->key->refs++;
   ring_push(lane, slot);
   if (slot->key->tail)
@@ -804,6 +825,7 @@ void kl__lanes_own(kl__lanes_t *lanes, int32_t partition, uint64_t epoch,
   kl__lane_t *lane = lanes->lanes[partition];
   if (!lane) {
     lane = lanes->lanes[partition] = kl__xcalloc(1, sizeof(*lane), KL_COMP);
+    lanes->nlanes++;
     lane->partition = partition;
     kl__ov_init(&lane->ov);
   }
@@ -1099,6 +1121,11 @@ void kl__lanes_destroy(kl__lanes_t *lanes) {
     free(lane->waiting.v);
     free(lane->dlq.v);
     free(lane);
+  }
+  while (lanes->spare_keys) {
+    kl__lkey_t *k = lanes->spare_keys;
+    lanes->spare_keys = spare_next(k);
+    free(k);
   }
   free(lanes->lanes);
   free(lanes->due);

@@ -198,7 +198,7 @@ static void commit_committed(kl__lanes_t *lanes, kl__lane_t *lane,
     kl__lkey_t *writer = kl__lkey_of(e->writer);
     if (!e->dirty && e->gen <= b->gen && !writer->head) {
       kl__ov_free_entry(&lane->ov, e);
-      kl__key_maybe_free(lane, writer);
+      kl__key_maybe_free(lanes, lane, writer);
     }
   }
   while (lane->ring_count && kl__lane_at(lane, 0)->committed)

@@ -46,6 +46,10 @@ struct kl__lkey {
   unsigned char bytes[];
 };
 
+/* Keys up to this long are allocated this long, so that a spare one
+ * (kl__lanes_t.spare_keys) fits any of them. */
+#define KL__LKEY_SPARE_LEN 48
+
 /* The key whose overlay writer @p w is. */
 static inline kl__lkey_t *kl__lkey_of(kl__ov_writer_t *w) {
   return (kl__lkey_t *)(void *)((char *)w - offsetof(kl__lkey_t, ov));
@@ -171,9 +175,18 @@ struct kl__lanes {
   kl__dlq_t *dlq;
   struct kl__outbox *outbox; /* the follow-ups' publisher (outbox.h) */
   kl__lane_t **lanes;
-  kl__lane_t **due;  /* count entries: the tick's lanes to commit */
-  kl__slot_t *spare; /* freed slots for reuse, linked by next */
+  kl__lane_t **due; /* count entries: the tick's lanes to commit */
+  /* Freed slots for reuse (linked by next) and freed keys of up to
+   * KL__LKEY_SPARE_LEN bytes (linked by their map node): a slot per record
+   * and a key that leaves the window and comes back need no calloc each
+   * time. Each list holds at most window_max per lane made (nlanes): no
+   * more than the windows held at once, so memory stays under the
+   * windows' bound. */
+  kl__slot_t *spare;
   size_t nspare;
+  kl__lkey_t *spare_keys;
+  size_t nspare_keys;
+  size_t nlanes;
   int32_t count;
   int32_t rr;  /* where the next take starts looking */
   size_t turn; /* events taken from lane rr in a row */
@@ -232,8 +245,8 @@ void kl__lane_drop(kl__lanes_t *lanes, kl__lane_t *lane);
 kl__slot_t *kl__lane_at(const kl__lane_t *lane, size_t i);
 void kl__lane_pop(kl__lanes_t *lanes, kl__lane_t *lane);
 /* @p key went idle: frees its stored overlay entries, and it when unused. */
-void kl__key_release(kl__lane_t *lane, kl__lkey_t *key);
-void kl__key_maybe_free(kl__lane_t *lane, kl__lkey_t *key);
+void kl__key_release(kl__lanes_t *lanes, kl__lane_t *lane, kl__lkey_t *key);
+void kl__key_maybe_free(kl__lanes_t *lanes, kl__lane_t *lane, kl__lkey_t *key);
 void kl__lane_pause(kl__lanes_t *lanes, kl__lane_t *lane, unsigned reason);
 void kl__lane_resume(kl__lanes_t *lanes, kl__lane_t *lane, unsigned reason);
 /* Waits, with mu held, until no executor runs an event of @p lane. */
