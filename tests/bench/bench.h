@@ -30,6 +30,7 @@ int kl_bench_latency(int argc, char **argv);
 int kl_bench_fsync(int argc, char **argv);
 int kl_bench_failover(int argc, char **argv);
 int kl_bench_state(int argc, char **argv);
+int kl_bench_all(int argc, char **argv);
 
 /** A trivial python3 exec handler: answers ok to each event, pipelined
  *  (bench_exec.c). */
@@ -120,6 +121,46 @@ char *kl_bench_kafka_start(const char *bench, const char *dir, int64_t port,
 
 /** Stops the Kafka of kl_bench_kafka_start() and deletes @p dir's data. */
 void kl_bench_kafka_stop(const char *bench, const char *dir);
+
+/** @returns a JSON array of num[i] / den[i] for the @p n rounds: each
+ *  round's ratio, so a reader sees the spread around the median. */
+json_t *kl_bench_ratios(const double *num, const double *den, int n);
+
+/* ---- keylane-bench all --compare (bench_compare.c) -------------------- */
+
+/** Rounds of one figure read at most. */
+#define KL_BENCH_ROUNDS_MAX 64
+/** A change below this fraction is noise whatever the rounds' spread:
+ *  three rounds can agree by chance. */
+#define KL_BENCH_NOISE_MIN 0.05
+
+/** One ratio of a run: its median and how far its rounds spread. */
+typedef struct kl_bench_figure {
+  double value;  /* the median of the rounds */
+  double spread; /* (max - min) / median of the rounds: the run's noise */
+} kl_bench_figure_t;
+
+typedef enum {
+  KL_BENCH_SAME,
+  KL_BENCH_IMPROVED,
+  KL_BENCH_REGRESSED,
+} kl_bench_verdict_t;
+
+/** (max - min) / median of @p n rounds; 0 for fewer than two (or more
+ *  than KL_BENCH_ROUNDS_MAX). */
+double kl_bench_spread(const double *rounds, int n);
+
+/**
+ * Compares @p now with @p before: *change is now / before - 1, *noise the
+ * larger of the two spreads (at least KL_BENCH_NOISE_MIN). A change beyond
+ * the noise either way is a verdict; within it, KL_BENCH_SAME.
+ */
+kl_bench_verdict_t kl_bench_compare(const kl_bench_figure_t *before,
+                                    const kl_bench_figure_t *now,
+                                    double *change, double *noise);
+
+/** "same", "improved" or "regressed". */
+const char *kl_bench_verdict_name(kl_bench_verdict_t v);
 
 /** Prints @p o as the benchmark's one JSON line on stdout, and frees it. */
 void kl_bench_json(json_t *o);

@@ -216,6 +216,7 @@ static int kl_bg_round(const kl_bg_opts_t *opts, int gateway_first,
 static void kl_bg_report(const kl_bg_opts_t *opts, double *gw_runs,
                          double *direct_runs) {
   int n = (int)opts->rounds;
+  json_t *ratios = kl_bench_ratios(gw_runs, direct_runs, n);
   double gw = kl_bench_median(gw_runs, n);
   double direct = kl_bench_median(direct_runs, n);
   if (opts->json) {
@@ -226,9 +227,11 @@ static void kl_bg_report(const kl_bg_opts_t *opts, double *gw_runs,
         (json_int_t)opts->partitions, "rounds", (json_int_t)opts->rounds,
         "statistic", "median", "gateway_eps", gw, "direct_eps", direct, "ratio",
         gw / direct);
+    json_object_set_new(o, "ratio_rounds", ratios);
     kl_bench_json(o);
     return;
   }
+  json_decref(ratios);
   printf("gateway: %lld events per run, %d events per request over %d "
          "keep-alive connections,\n1 broker, %lld partitions, %lld "
          "alternating rounds; medians:\n",

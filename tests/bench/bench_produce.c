@@ -266,7 +266,8 @@ static void kl_bp_report(const kl_bp_opts_t *opts, const kl_bp_data_t *data,
                          double *kl_runs, double *raw_runs) {
   int n = (int)opts->rounds;
   json_t *kl_list = kl_bp_array(kl_runs, n),
-         *raw_list = kl_bp_array(raw_runs, n);
+         *raw_list = kl_bp_array(raw_runs, n),
+         *ratios = kl_bench_ratios(kl_runs, raw_runs, n);
   double kl_eps = kl_bench_median(kl_runs, n);
   double raw_eps = kl_bench_median(raw_runs, n);
   double ratio = kl_eps / raw_eps;
@@ -283,9 +284,13 @@ static void kl_bp_report(const kl_bp_opts_t *opts, const kl_bp_data_t *data,
         "keylane_eps", kl_eps, "raw_eps", raw_eps, "ratio", ratio,
         "keylane_runs_eps", kl_list, "raw_runs_eps", raw_list, "target_ratio",
         0.90);
+    json_object_set_new(o, "ratio_rounds", ratios);
     kl_bench_json(o);
     return;
   }
+  json_decref(kl_list);
+  json_decref(raw_list);
+  json_decref(ratios);
   printf("produce: %lld events per run, %d-byte payloads (keylane values "
          "%zu bytes with the envelope), %lld brokers, %lld partitions,\n"
          "%lld alternating rounds; medians:\n",

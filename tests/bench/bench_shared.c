@@ -76,6 +76,13 @@ int kl_bench_flags(const char *bench, int argc, char **argv,
   return rc;
 }
 
+json_t *kl_bench_ratios(const double *num, const double *den, int n) {
+  json_t *a = json_array();
+  for (int i = 0; i < n; i++)
+    json_array_append_new(a, json_real(num[i] / den[i]));
+  return a;
+}
+
 void kl_bench_json(json_t *o) {
   json_dumpf(o, stdout, JSON_COMPACT);
   putchar('\n');

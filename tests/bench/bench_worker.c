@@ -207,6 +207,9 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
     batches += rounds[i].batches;
     txns += rounds[i].txns;
   }
+  /* A round's ratio of events/s is raw seconds over keylane's. */
+  json_t *ratios = kl_bench_ratios(b, k, n),
+         *ratios_e2e = kl_bench_ratios(b, e, n);
   double ks = kl_bench_median(k, n), bs = kl_bench_median(b, n);
   double js = kl_bench_median(j, n), es = kl_bench_median(e, n);
   double keps = (double)events / ks, reps = (double)events / bs;
@@ -226,6 +229,8 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
         "partition_batches_per_1000_events", batches_k, "keylane_s", ks,
         "join_s", js, "keylane_e2e_eps", e2e, "ratio_e2e", e2e / reps);
     json_object_set_new(o, "store", json_string(pg ? "postgresql" : "lmdb"));
+    json_object_set_new(o, "ratio_rounds", ratios);
+    json_object_set_new(o, "ratio_e2e_rounds", ratios_e2e);
     if (pg) { /* LMDB's write transactions: PostgreSQL's are not counted */
       json_object_set_new(o, "commits_per_1000_events", json_null());
       json_object_set_new(o, "fsyncs_per_1000_events", json_null());
@@ -238,6 +243,8 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
     kl_bench_json(o);
     return;
   }
+  json_decref(ratios);
+  json_decref(ratios_e2e);
   printf("worker, %" PRId64 " ledger events, %d partitions, median of %d "
          "rounds\n",
          events, kl_bw_parts, n);

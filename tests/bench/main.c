@@ -32,6 +32,9 @@ static const struct {
      "key waits while workers restart, die or freeze, dynamic vs static"},
     {"state", kl_bench_state,
      "the worker's state API: 1,000 partitions, 100,000 keys retrying"},
+    {"all", kl_bench_all,
+     "produce, worker, gateway, worker --store pg: every ratio with its "
+     "target; --compare FILE"},
 };
 #define KL_NBENCHES (sizeof(kl_benches) / sizeof(kl_benches[0]))
 
@@ -39,16 +42,6 @@ double kl_bench_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int kl_bench_cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-double kl_bench_median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(*v), kl_bench_cmp);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static void kl_bench_usage(FILE *out) {
