@@ -126,6 +126,25 @@ void kl_bench_kafka_stop(const char *bench, const char *dir);
  *  round's ratio, so a reader sees the spread around the median. */
 json_t *kl_bench_ratios(const double *num, const double *den, int n);
 
+/* ---- keylane-bench worker --breakdown (bench_steps.c) ----------------- */
+
+/** What one event costs on the apply path, step by step, in ns. */
+typedef struct kl_bench_steps {
+  int64_t events, batch;
+  double decode_ns;  /* kl_event_decode() */
+  double checks_ns;  /* the id rules, routing, dedup lookup and mark */
+  double handler_ns; /* the ledger's get and put */
+  double commit_ns;  /* the durable store commit's share */
+  double apply_ns;   /* all of the above: the apply path */
+} kl_bench_steps_t;
+
+/**
+ * Times the apply path (kl__apply_batch() on a durable LMDB store) over
+ * @p events ledger credits in memory, @p batch per store commit.
+ * @returns 0, or -1 (said on stderr).
+ */
+int kl_bench_steps(int64_t events, int64_t batch, kl_bench_steps_t *out);
+
 /* ---- keylane-bench all --compare (bench_compare.c) -------------------- */
 
 /** Rounds of one figure read at most. */

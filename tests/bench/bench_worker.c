@@ -191,8 +191,36 @@ static double kl_bw_keylane(const char *boot, kl__ledger_gen_t *gen,
   return done == 0 && v.ok ? s : -1;
 }
 
+/* The per-event budget beside the worker's figures (--breakdown). */
+static json_t *kl_bw_steps(const kl_bench_steps_t *s, double keps, double reps,
+                           int json) {
+  double worker_ns = 1e9 / keps, bare_ns = 1e9 / reps;
+  if (json)
+    return json_pack(
+        "{s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "events",
+        (json_int_t)s->events, "batch", (json_int_t)s->batch, "decode_ns",
+        s->decode_ns, "checks_ns", s->checks_ns, "handler_ns", s->handler_ns,
+        "commit_ns", s->commit_ns, "apply_ns", s->apply_ns, "worker_ns",
+        worker_ns, "bare_ns", bare_ns, "rest_ns", worker_ns - s->apply_ns);
+  printf("  per event (ns), the apply path in memory, %" PRId64
+         " events, a store commit per %" PRId64 " as the worker's:\n",
+         s->events, s->batch);
+  printf("    decode (kl_event_decode)                  %8.0f\n", s->decode_ns);
+  printf("    id rules, routing, dedup lookup, mark     %8.0f\n", s->checks_ns);
+  printf("    handler (the ledger's get and put)        %8.0f\n",
+         s->handler_ns);
+  printf("    store commit, durable, its share          %8.0f\n", s->commit_ns);
+  printf("    = the apply path                          %8.0f\n", s->apply_ns);
+  printf("    the worker, end to end, from this run     %8.0f\n", worker_ns);
+  printf("    left: Kafka's consume, lanes, threads     %8.0f\n",
+         worker_ns - s->apply_ns);
+  printf("    the bare consume loop                     %8.0f\n", bare_ns);
+  return NULL;
+}
+
 static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
-                        int64_t transfers, int json, int pg) {
+                        int64_t transfers, int json, int pg,
+                        const kl_bench_steps_t *steps) {
   double k[KL_BW_ROUNDS_MAX], b[KL_BW_ROUNDS_MAX], j[KL_BW_ROUNDS_MAX],
       e[KL_BW_ROUNDS_MAX];
   uint64_t batches = 0, txns = 0, hits = 0, gets = 0, id_queries = 0;
@@ -240,6 +268,8 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
                           json_real((double)id_queries / n / thousands));
     }
     json_object_set_new(o, "transfers_percent", json_integer(transfers));
+    if (steps)
+      json_object_set_new(o, "breakdown", kl_bw_steps(steps, keps, reps, 1));
     kl_bench_json(o);
     return;
   }
@@ -270,11 +300,13 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
     printf("  store commits per 1000 events: %.2f (fsyncs: %.2f), holding "
            "%.2f partition batches\n",
            per_k, 2 * per_k, batches_k);
+  if (steps)
+    kl_bw_steps(steps, keps, reps, 0);
 }
 
 static void kl_bw_help(void) {
   printf("usage: keylane-bench worker [--events N] [--rounds N] "
-         "[--store lmdb|pg] [--transfers PCT] [--json]\n\n"
+         "[--store lmdb|pg] [--transfers PCT] [--breakdown] [--json]\n\n"
          "One worker (ledger handler, durable LMDB store) against a bare\n"
          "librdkafka consume loop over the same events on an embedded\n"
          "cluster. Default 1000000 events, 3 rounds each, medians.\n"
@@ -283,15 +315,21 @@ static void kl_bw_help(void) {
          "connection, which hold 250000 events (the default then).\n"
          "--transfers PCT makes PCT %% of the events transfers, whose\n"
          "credits go through the outbox; one round then (a second would\n"
-         "read the first's credits).\n");
+         "read the first's credits).\n"
+         "--breakdown also times the apply path's steps in memory (decode;\n"
+         "id rules, routing, dedup lookup and mark; the handler; the\n"
+         "durable commit's share) over as many events, in ns per event,\n"
+         "beside the worker's own figure: the rest is Kafka's consume,\n"
+         "the lanes and the threads.\n");
 }
 
 int kl_bench_worker(int argc, char **argv) {
   int64_t events = -1, rounds = 3, transfers = 0;
   const char *backend = "lmdb";
-  int json = 0;
+  int json = 0, breakdown = 0;
   const kl_bench_flag_t flags[] = {
       {.name = "events", .max = 10000000, .out = &events},
+      {.name = "breakdown", .on = &breakdown},
       {.name = "store", .text = &backend},
       {.name = "rounds", .max = KL_BW_ROUNDS_MAX, .out = &rounds},
       {.name = "transfers", .max = 100, .out = &transfers},
@@ -350,8 +388,19 @@ int kl_bench_worker(int argc, char **argv) {
       rc = 1;
     }
   }
+  /* The steps commit as often as the worker did: one store commit per
+   * this many events (it commits several partitions' batches in one). */
+  uint64_t txns = 0;
+  for (int i = 0; rc == 0 && i < rounds; i++)
+    txns += r[i].txns;
+  int64_t per_commit = txns ? events * rounds / (int64_t)txns : 1000;
+  kl_bench_steps_t steps;
+  if (rc == 0 && breakdown &&
+      kl_bench_steps(events, per_commit < 1 ? 1 : per_commit, &steps))
+    rc = 1;
   if (rc == 0)
-    kl_bw_print(r, (int)rounds, events, transfers, json, pg);
+    kl_bw_print(r, (int)rounds, events, transfers, json, pg,
+                breakdown ? &steps : NULL);
   kl_producer_destroy(producer);
   kl__ledger_gen_destroy(gen);
   kl_embedded_destroy(cluster);
