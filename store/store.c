@@ -11,6 +11,7 @@
 
 #include "common/bytes.h"
 #include "common/internal.h"
+#include "common/mutant.h"
 #include "store/backend.h"
 #include "store/location.h"
 #include "store/store_internal.h"
@@ -95,6 +96,8 @@ kl_err_t kl__store_acquire_owned(kl_store_t *store, const char *topic,
                                     "are required");
   if (refused)
     *refused = 0;
+  if (KL__MUTANT(KL__MUTANT_OWNER)) /* test only: common/mutant.h */
+    owner = NULL;
   err = store->ops->acquire(store, topic, partition, floor, owner, recorded,
                             refused, state);
   if (!err && !(refused && *refused))
