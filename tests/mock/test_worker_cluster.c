@@ -11,6 +11,8 @@
  * - a typo'd group on the right cluster likewise (group_mismatch);
  * - `keylane store bind` records the new owner (--dry-run and --json
  *   first), after which a worker of the second cluster runs on the store;
+ *   `store stats` shows the owner, `store reset -b -g` and `store
+ *   rebuild` record theirs;
  * - on PostgreSQL, the second cluster is refused the same way (the
  *   group's server: the test skips without one, fails under
  *   KEYLANE_TEST_REQUIRE=postgresql).
@@ -208,6 +210,64 @@ static char *kl_bind(kl_fx_t *fx, const char *boot, const char *flag) {
   return out;
 }
 
+/* `keylane store stats` shows the owner (@p id_b's, bound); `store reset
+ * -b -g` records its cluster (@p id_a's, at the fixture's bootstrap) and
+ * wants both; `store rebuild` from @p boot_b records B and its
+ * worker.group in the store it builds. */
+static void kl_assert_owner_tools(kl_fx_t *fx, const char *boot_b,
+                                  const char *id_a, const char *id_b) {
+  kl_t_run_t r;
+  kl_t_run((const char *[]){"store", "stats", "--store", fx->where, "-t",
+                            fx->topic, "--json", NULL},
+           NULL, 0, &r);
+  assert_int_equal(r.rc, 0);
+  json_t *o = json_loads(r.out, 0, NULL);
+  json_t *owner = json_array_get(json_object_get(o, "owners"), 0);
+  assert_string_equal(json_string_value(json_object_get(owner, "cluster")),
+                      id_b);
+  assert_string_equal(json_string_value(json_object_get(owner, "group")),
+                      "fleet");
+  json_decref(o);
+  kl_t_run_free(&r);
+
+  kl_t_run((const char *[]){"store", "reset", "-t", fx->topic, "-p", "all",
+                            "-b", fx->boot, "--store", fx->where, NULL},
+           NULL, 0, &r);
+  if (r.rc != 2 || !strstr(r.err, "-b and -g go together"))
+    fail_msg("store reset -b without -g: %d %s", r.rc, r.err);
+  kl_t_run_free(&r);
+  kl_t_run((const char *[]){"store", "reset", "-t", fx->topic, "-p", "all",
+                            "-b", fx->boot, "-g", "fleet", "--store", fx->where,
+                            NULL},
+           NULL, 0, &r);
+  char want[320];
+  snprintf(want, sizeof(want), "recorded owner: cluster %s, group fleet", id_a);
+  if (r.rc != 0 || !strstr(r.out, want))
+    fail_msg("store reset -b -g: %d, want \"%s\":\n%s%s", r.rc, want, r.out,
+             r.err);
+  kl_t_run_free(&r);
+  kl__store_owner_t rec;
+  assert_int_equal(kl__store_owner(fx->store, fx->topic, &rec), KL_OK);
+  assert_string_equal(rec.cluster, id_a);
+
+  char fresh[64];
+  kl_t_tmpdir(fresh);
+  kl_t_run((const char *[]){"store", "rebuild", "-b", boot_b, "-t", fx->topic,
+                            "--store", fresh, "--handler", "ledger", "-X",
+                            "worker.group=fleet", NULL},
+           NULL, 0, &r);
+  if (r.rc != 0)
+    fail_msg("store rebuild exited %d: %s", r.rc, r.err);
+  kl_t_run_free(&r);
+  kl_store_t *rebuilt;
+  assert_int_equal(kl_store_open(fresh, NULL, &rebuilt), KL_OK);
+  assert_int_equal(kl__store_owner(rebuilt, fx->topic, &rec), KL_OK);
+  assert_string_equal(rec.cluster, id_b);
+  assert_string_equal(rec.group, "fleet");
+  kl_store_destroy(rebuilt);
+  kl_t_rmrf(fresh);
+}
+
 /* The fleet moved to cluster B on purpose: `keylane store bind` records
  * B (its dry run records nothing), and a worker of B then runs. */
 static void test_bind_adopts_a_new_cluster(void **state) {
@@ -259,6 +319,7 @@ static void test_bind_adopts_a_new_cluster(void **state) {
     assert_int_equal(kl_store_partition(fx.store, fx.topic, p, &st), KL_OK);
     assert_true(st.epoch > epochs[p]);
   }
+  kl_assert_owner_tools(&fx, kl_t_bootstrap(b), id_a, id_b);
   kl__ledger_gen_destroy(gen_b);
   kl_t_cluster_destroy(b);
   kl_t_ledger_fx_down(&fx);
