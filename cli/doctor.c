@@ -35,7 +35,7 @@ static const kl__opt_t doctor_opts[] = {
      .letter = 'g',
      .meta = "GROUP",
      .key = "worker.group",
-     .help = "the fleet's consumer group, for the epochs"},
+     .help = "the fleet's consumer group, for the epochs and the owner"},
     {.name = "store",
      .kind = KL__OPT_STRING,
      .meta = "STORE",
@@ -93,6 +93,8 @@ static const kl__cmd_t doctor_cmd = {
         "  dlq-replication  the same for the dead-letter topic\n"
         "with --store:\n"
         "  store-version    the store's format or schema version\n"
+        "  owner            the Kafka cluster and group the store records as\n"
+        "                   TOPIC's owner against -b's cluster and -g\n"
         "  log              each partition's log holds the store's "
         "watermark:\n"
         "                   it did not go backwards, lost nothing to "

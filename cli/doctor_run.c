@@ -214,6 +214,9 @@ static void doctor_store(kl_doctor_t *d) {
   }
   kl__check_store_version(store, shown, &c);
   doctor_say(d, "store-version", &c);
+  kl__check_owner(d->rk, store, d->topic, kl_conf_get(d->conf, "worker.group"),
+                  KL_DOCTOR_TIMEOUT_MS, &c);
+  doctor_say(d, "owner", &c);
   if (d->partitions) {
     kl__check_log(d->rk, store, d->topic, d->partitions, KL_DOCTOR_TIMEOUT_MS,
                   &c);

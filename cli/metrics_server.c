@@ -138,8 +138,10 @@ static void ms_log_stops(kl__metrics_server_t *server, kl__metrics_t *m) {
       m, "keylane_worker_partition_stopped",
       "1 for a partition stopped because its log went backwards "
       "(reason=went_backwards), lost records (reason=retention_gap) or was "
-      "replaced (reason=log_replaced), or because the store never saw the "
-      "owner the group committed (reason=store_unknown).",
+      "replaced (reason=log_replaced), because the store never saw the "
+      "owner the group committed (reason=store_unknown), or because the "
+      "store records another Kafka cluster (reason=cluster_mismatch) or "
+      "group (reason=group_mismatch) as the topic's owner.",
       "topic,partition,reason");
   kl__metric_t *gap = kl__metrics_counter(
       m, "keylane_worker_gap_records_total",

@@ -20,6 +20,8 @@ static const struct {
     {"rebuild", kl__cmd_store_rebuild, "rebuild a lost store from the log"},
     {"reset", kl__cmd_store_reset,
      "start partitions again from the log's beginning"},
+    {"bind", kl__cmd_store_bind,
+     "record the cluster and group that own a topic"},
     {"outbox", kl__cmd_store_outbox,
      "list, or drop, follow-ups not yet published"},
 };

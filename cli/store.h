@@ -9,6 +9,7 @@ int kl__cmd_store_keys(int argc, char **argv);
 int kl__cmd_store_get(int argc, char **argv);
 int kl__cmd_store_rebuild(int argc, char **argv);
 int kl__cmd_store_reset(int argc, char **argv);
+int kl__cmd_store_bind(int argc, char **argv);
 int kl__cmd_store_outbox(int argc, char **argv);
 
 /* One handler row as `keylane store get --json` shows it (and the console,

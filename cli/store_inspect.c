@@ -186,6 +186,42 @@ static void stats_text(const char *location, const char *backend,
   }
 }
 
+/* The owner each topic of @p parts has recorded (kl__store_owner()):
+ * [{"topic", "cluster", "group"}], null for a topic without one. */
+static json_t *stats_owners(kl_store_t *store, const json_t *parts) {
+  json_t *owners = json_array();
+  const char *last = "";
+  size_t i;
+  json_t *p;
+  json_array_foreach(parts, i, p) { /* in topic order: one each */
+    const char *topic = json_string_value(json_object_get(p, "topic"));
+    if (strcmp(topic, last) == 0)
+      continue;
+    last = topic;
+    kl__store_owner_t o;
+    int has = kl__store_owner(store, topic, &o) == KL_OK;
+    json_array_append_new(owners, json_pack("{ssss?ss?}", "topic", topic,
+                                            "cluster", has ? o.cluster : NULL,
+                                            "group", has ? o.group : NULL));
+  }
+  return owners;
+}
+
+static void stats_owners_text(const json_t *owners) {
+  size_t i;
+  json_t *o;
+  json_array_foreach(owners, i, o) {
+    const char *cluster = json_string_value(json_object_get(o, "cluster"));
+    printf("owner of topic %s: ",
+           json_string_value(json_object_get(o, "topic")));
+    if (cluster)
+      printf("Kafka cluster %s, group %s\n", cluster,
+             json_string_value(json_object_get(o, "group")));
+    else
+      printf("none recorded (its next worker records its own)\n");
+  }
+}
+
 static kl_err_t stats_collect(kl_store_t *store, kl_stats_t *s) {
   kl_err_t err = kl_store_foreach_partition(store, stats_part, s);
   if (!err)
@@ -220,17 +256,20 @@ static int stats_run(const char *location, const char *topic, int json) {
   } else {
     const char *backend = kl__location_is_pg(location) ? "postgresql" : "lmdb";
     json_t *size = stats_size(store, location);
+    json_t *owners = stats_owners(store, s.parts);
     if (json) {
-      json_t *o =
-          json_pack("{sssssOsIsoso}", "store", shown, "backend", backend,
-                    "size", size, "handler_keys", (json_int_t)s.data_keys,
-                    "ids", stats_ids(&s), "partitions", json_incref(s.parts));
+      json_t *o = json_pack(
+          "{sssssOsIsosOso}", "store", shown, "backend", backend, "size", size,
+          "handler_keys", (json_int_t)s.data_keys, "ids", stats_ids(&s),
+          "owners", owners, "partitions", json_incref(s.parts));
       json_dumpf(o, stdout, JSON_COMPACT);
       putchar('\n');
       json_decref(o);
     } else {
       stats_text(shown, backend, size, &s);
+      stats_owners_text(owners);
     }
+    json_decref(owners);
     json_decref(size);
   }
   json_decref(s.parts);
@@ -444,7 +483,9 @@ static const kl__cmd_t stats_cmd = {
         "store.dedup.retention sweeps keep up). Handler keys, and the size "
         "on\n"
         "disk (LMDB: the data file, allocated and in use, and the map "
-        "size).\n",
+        "size).\n"
+        "Per topic, its owner: the Kafka cluster and consumer group whose\n"
+        "workers may take its partitions (`keylane store bind` changes it).\n",
     .opts = stats_opts,
     .notes = "Exit 0; 1 when the store fails, or holds no partition of -t "
              "TOPIC (the\nerror names the topics it holds).\n",

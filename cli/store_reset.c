@@ -16,15 +16,26 @@
 #include "cli/store.h"
 #include "store/store_internal.h"
 #include "store/location.h"
+#include "worker/checks.h"
 
 #define SUB "store reset"
 
 typedef struct kl_reset_args {
-  const char *topic, *partitions, *location;
+  const char *topic, *partitions, *location, *group;
   int json, dry_run;
+  kl_conf_t *conf;
 } kl_reset_args_t;
 
 static const kl__opt_t reset_opts[] = {
+    KL__OPT_BOOTSTRAP(NULL),
+    {.name = "group",
+     .letter = 'g',
+     .kind = KL__OPT_STRING,
+     .meta = "GROUP",
+     .off = offsetof(kl_reset_args_t, group),
+     .help = "with -b: record BOOTSTRAP's cluster and GROUP as the topic's "
+             "owner (as `keylane store bind` does), for a log that moved to "
+             "another cluster or group"},
     {.name = "topic",
      .letter = 't',
      .kind = KL__OPT_STRING,
@@ -80,7 +91,11 @@ static const kl__cmd_t reset_cmd = {
         "itself.\n"
         "The idempotency keys, the handlers' state and the counters stay: "
         "an\n"
-        "event the store applied before is still skipped by its id.\n",
+        "event the store applied before is still skipped by its id.\n"
+        "With -b and -g, the reset also records BOOTSTRAP's cluster and "
+        "GROUP\n"
+        "as the topic's owner: the new log's workers may take it then.\n",
+    .conf = true,
     .opts = reset_opts,
     .notes =
         "Exit 0 when every partition was reset; 1 when one is unknown to the\n"
@@ -217,16 +232,58 @@ static int reset_run(kl_store_t *store, const kl_reset_args_t *a) {
   return rc;
 }
 
+/* -b and -g: the owner the reset records, read before anything is reset
+ * (a cluster that does not answer resets nothing). @returns 0, or an exit
+ * code. */
+static int reset_owner(const kl_reset_args_t *a, kl__store_owner_t *owner,
+                       int *has) {
+  const char *boot = kl_conf_get(a->conf, "kafka.bootstrap.servers");
+  *has = 0;
+  if (!boot && !a->group)
+    return 0;
+  if (!boot || !a->group)
+    return kl__cli_usage(SUB, "-b and -g go together: they name the owner "
+                              "the reset records; give both, or neither");
+  rd_kafka_t *rk;
+  kl_err_t err =
+      kl__kafka_reader_new(a->conf, "keylane-store-reset", "earliest", &rk);
+  if (!err) {
+    err = kl__checks_kafka_owner(rk, a->group, 10000, owner);
+    rd_kafka_destroy(rk);
+  }
+  if (err)
+    return kl__cli_fail(SUB, "%s; nothing was reset: check -b and -g",
+                        kl_err_detail());
+  *has = 1;
+  return 0;
+}
+
 int kl__cmd_store_reset(int argc, char **argv) {
-  kl_reset_args_t a = {0};
-  int first;
-  int rc = kl__opts_parse(&reset_cmd, argc, argv, &a, NULL, &first);
-  if (rc >= 0)
+  kl_reset_args_t a = {.conf = kl_conf_new()};
+  int first, has = 0;
+  kl__store_owner_t owner;
+  int rc = a.conf ? kl__opts_parse(&reset_cmd, argc, argv, &a, a.conf, &first)
+                  : kl__cli_fail(SUB, "out of memory");
+  if (rc >= 0) { /* --help, or a usage error */
+    kl_conf_destroy(a.conf);
     return rc;
+  }
+  rc = reset_owner(&a, &owner, &has);
   kl_store_t *store; /* a reset changes a store: it never starts one */
-  if ((rc = kl__cli_store_existing(SUB, a.location, &store)))
-    return rc;
-  rc = reset_run(store, &a);
-  kl_store_destroy(store);
+  if (!rc && !(rc = kl__cli_store_existing(SUB, a.location, &store))) {
+    rc = reset_run(store, &a);
+    if (!rc && has && !a.dry_run && kl__store_bind(store, a.topic, &owner))
+      rc = kl__cli_fail(SUB,
+                        "the partitions were reset, but the owner "
+                        "was not recorded: %s; run `keylane store "
+                        "bind`",
+                        kl_err_detail());
+    else if (!rc && has && !a.json)
+      printf("topic %s: %s owner: cluster %s, group %s\n", a.topic,
+             a.dry_run ? "would record" : "recorded", owner.cluster,
+             owner.group);
+    kl_store_destroy(store);
+  }
+  kl_conf_destroy(a.conf);
   return rc;
 }

@@ -411,7 +411,13 @@ static const kl__cmd_t worker_cmd = {
         "saw (a wrong --store, a lost store, deleted partition rows, an old\n"
         "backup) is not taken: it stops (store_unknown), and a worker that\n"
         "owns nothing else exits 3; `keylane store rebuild` or `keylane\n"
-        "replay --from watermark` with -X worker.group adopts such a store.\n",
+        "replay --from watermark` with -X worker.group adopts such a store.\n"
+        "\n"
+        "A store records the Kafka cluster and group that own each topic (the\n"
+        "first worker to take a partition records its own): a worker of\n"
+        "another cluster (a wrong -b) or group (a typo'd -g) takes none of\n"
+        "its partitions (cluster_mismatch, group_mismatch) and exits 3 when\n"
+        "it owns nothing else; `keylane store bind` records a new owner.\n",
     .examples = "  keylane worker -b 127.0.0.1:9092 -t events -g ledger \\\n"
                 "      --store /var/lib/keylane --handler ledger\n",
     .conf = true};

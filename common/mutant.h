@@ -37,6 +37,10 @@ typedef enum kl__mutant {
   KL__MUTANT_SWEEP,     /* store/lmdb_sweep.c, store/pg_sweep.c: a topic's
                            sweep removes every topic's expired ids by its
                            own retention, as before issue 39's sweep fix */
+  KL__MUTANT_OWNER,     /* store/store.c: a worker's take neither records
+                           nor compares the topic's owner (its Kafka
+                           cluster and group), as before issue 39's second
+                           attack (HIGH-2, LOW-7) */
 } kl__mutant_t;
 
 #ifdef KL_SIM_MUTANTS

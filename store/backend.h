@@ -22,9 +22,19 @@ typedef enum kl__savepoint {
 typedef struct kl__store_ops {
   const char *name; /* "lmdb", "postgresql" */
   void (*destroy)(kl_store_t *store);
-  /* The new epoch is above both the current one and @p floor. */
+  /* The new epoch is above both the current one and @p floor. With
+   * @p owner, as kl__store_acquire_owned() says: the topic's owner is
+   * recorded or compared in the same write (@p recorded and @p refused
+   * are then set; NULL and unset without @p owner). */
   kl_err_t (*acquire)(kl_store_t *store, const char *topic, int32_t partition,
-                      uint64_t floor, kl_partition_state_t *state);
+                      uint64_t floor, const kl__store_owner_t *owner,
+                      kl__store_owner_t *recorded, int *refused,
+                      kl_partition_state_t *state);
+  /* kl__store_owner() (KL_ENOTFOUND: none recorded) and kl__store_bind(). */
+  kl_err_t (*owner_get)(kl_store_t *store, const char *topic,
+                        kl__store_owner_t *owner);
+  kl_err_t (*owner_set)(kl_store_t *store, const char *topic,
+                        const kl__store_owner_t *owner);
   kl_err_t (*partition)(kl_store_t *store, const char *topic, int32_t partition,
                         kl_partition_state_t *state);
   /* kl__store_reset(): a new epoch and watermark 0, in one write; state

@@ -358,7 +358,22 @@ typedef struct kl_acquire_ctx {
   uint64_t floor;
   kl_partition_state_t *state;
   int reset; /* kl__store_reset(): watermark 0, and only a known partition */
+  const kl__store_owner_t *owner; /* kl__store_acquire_owned(), or NULL */
+  kl__store_owner_t *recorded;
+  int *refused;
 } kl_acquire_ctx_t;
+
+/* The owner check of kl__store_acquire_owned(), in the acquire's write:
+ * a topic without an owner gets ctx->owner; one with another is refused
+ * (*ctx->refused, nothing written). */
+static int owner_check(kl__lmdb_t *lmdb, MDB_txn *mtxn, kl_acquire_ctx_t *ctx) {
+  int rc = kl__lmdb_owner_get(lmdb, mtxn, ctx->topic, ctx->recorded);
+  if (rc == MDB_NOTFOUND)
+    return kl__lmdb_owner_put(lmdb, mtxn, ctx->topic, ctx->owner);
+  if (rc == 0 && !kl__store_owner_equal(ctx->recorded, ctx->owner))
+    *ctx->refused = 1;
+  return rc;
+}
 
 static int acquire_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
                       kl_err_t *stop) {
@@ -366,6 +381,8 @@ static int acquire_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
   int rc =
       kl__lmdb_part_get(lmdb, mtxn, ctx->topic, ctx->partition, ctx->state);
   if (rc || (ctx->reset && ctx->state->epoch == 0))
+    return rc;
+  if (ctx->owner && ((rc = owner_check(lmdb, mtxn, ctx)) || *ctx->refused))
     return rc;
   if (ctx->state->epoch < ctx->floor)
     ctx->state->epoch = ctx->floor;
@@ -377,13 +394,16 @@ static int acquire_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *opaque,
 
 static kl_err_t lmdb_take(kl_store_t *store, const char *topic,
                           int32_t partition, uint64_t floor,
-                          kl_partition_state_t *state, int reset) {
+                          kl_partition_state_t *state, int reset,
+                          const kl__store_owner_t *owner,
+                          kl__store_owner_t *recorded, int *refused) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
-  kl_acquire_ctx_t ctx = {topic, partition, floor, state, reset};
+  kl_acquire_ctx_t ctx = {topic, partition, floor,    state,
+                          reset, owner,     recorded, refused};
   kl_err_t err =
       kl__lmdb_write(lmdb, reset ? "reset" : "acquire", acquire_fn, &ctx);
-  if (err)
-    return err;
+  if (err || (refused && *refused))
+    return err; /* a refused take wrote nothing: nothing to sync */
   /* Without fsync, an OS crash could hand this epoch out again. */
   int rc = lmdb->durable ? 0 : mdb_env_sync(lmdb->env, 1);
   return rc ? kl__lmdb_err(rc, "sync the acquired epoch") : KL_OK;
@@ -391,13 +411,16 @@ static kl_err_t lmdb_take(kl_store_t *store, const char *topic,
 
 static kl_err_t lmdb_acquire(kl_store_t *store, const char *topic,
                              int32_t partition, uint64_t floor,
+                             const kl__store_owner_t *owner,
+                             kl__store_owner_t *recorded, int *refused,
                              kl_partition_state_t *state) {
-  return lmdb_take(store, topic, partition, floor, state, 0);
+  return lmdb_take(store, topic, partition, floor, state, 0, owner, recorded,
+                   refused);
 }
 
 static kl_err_t lmdb_reset(kl_store_t *store, const char *topic,
                            int32_t partition, kl_partition_state_t *state) {
-  return lmdb_take(store, topic, partition, 0, state, 1);
+  return lmdb_take(store, topic, partition, 0, state, 1, NULL, NULL, NULL);
 }
 
 typedef struct kl_beat_ctx {
@@ -789,6 +812,8 @@ static const kl__store_ops_t kl_lmdb_ops = {
     .name = "lmdb",
     .destroy = lmdb_destroy,
     .acquire = lmdb_acquire,
+    .owner_get = kl__lmdb_owner,
+    .owner_set = kl__lmdb_bind,
     .partition = lmdb_partition,
     .reset = lmdb_reset,
     .beat = lmdb_beat,
@@ -829,7 +854,8 @@ static int open_dbs(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
       (rc = mdb_dbi_open(mtxn, "topic_ids", MDB_CREATE, &lmdb->ids)))
     return rc;
   if ((rc = mdb_dbi_open(mtxn, "outbox", MDB_CREATE, &lmdb->outbox)) ||
-      (rc = mdb_dbi_open(mtxn, "lasts", MDB_CREATE, &lmdb->lasts)))
+      (rc = mdb_dbi_open(mtxn, "lasts", MDB_CREATE, &lmdb->lasts)) ||
+      (rc = mdb_dbi_open(mtxn, "owners", MDB_CREATE, &lmdb->owners)))
     return rc;
   return mdb_dbi_open(mtxn, "data", MDB_CREATE, &lmdb->data);
 }
@@ -861,7 +887,7 @@ static kl_err_t format_refused(kl__lmdb_t *lmdb, uint32_t found) {
   return kl__err(
       KL_ESTORE_VERSION,
       "store %s has format version %" PRIu32 ", this build "
-      "supports version %u (and migrates versions 1 to 3 when it "
+      "supports version %u (and migrates versions 1 to 4 when it "
       "opens them): open it with the keylane release that wrote it, or "
       "start a new store in another directory",
       lmdb->dir, found, KL__LMDB_FORMAT);
@@ -889,9 +915,12 @@ static int drop_store_sweep(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
   return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-/* Checks the format record, writing this build's in a new store. Formats
- * 1 to 3 get it too (format 3's ids stay as they are, its sweep position
- * goes: drop_store_sweep()); formats 1 and 2 get it too: format 1's topics are
+/* Checks the format record, writing this build's in a new store. Format
+ * 4 gets it as it is: its "owners" is created empty by open_dbs(), and each
+ * topic's owner is recorded by its next worker's acquire, which an older
+ * keylane, refused from now on, would not check. Formats 1 to 3 get it too
+ * (format 3's ids stay as they are, its sweep position goes:
+ * drop_store_sweep()); formats 1 and 2 get it too: format 1's topics are
  * numbered (its ids then move by kl__lmdb_migrate_ids()), the ids both kept are
  * marked as unscoped (mark_legacy_ids()), and an older keylane refuses the
  * store from now on. */
@@ -905,7 +934,7 @@ static int format_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, kl_err_t *stop) {
     memcpy(&found, val.mv_data, sizeof(found));
   if (rc == 0 && found == KL__LMDB_FORMAT)
     return 0;
-  if (rc == 0 && (found < 1 || found > 3)) {
+  if (rc == 0 && (found < 1 || found > 4)) {
     *stop = format_refused(lmdb, found);
     return KL__LMDB_STOP;
   }
@@ -1044,7 +1073,7 @@ static kl_err_t lmdb_dir(kl__lmdb_t *lmdb) {
 static kl_err_t lmdb_env(kl__lmdb_t *lmdb, size_t map_size, unsigned flags) {
   int rc = mdb_env_create(&lmdb->env);
   if (!rc)
-    rc = mdb_env_set_maxdbs(lmdb->env, 12); /* 8 named: room to grow */
+    rc = mdb_env_set_maxdbs(lmdb->env, 12); /* 9 named: room to grow */
   if (!rc)
     rc = mdb_env_set_maxreaders(lmdb->env, KL_LMDB_READERS);
   if (!rc)

@@ -3,7 +3,7 @@
  * map size, partitions, scans), lmdb_sweep.c (expiry) and lmdb_txn.c
  * (batches).
  *
- * Layout (format 4): one environment directory per host, shared by every
+ * Layout (format 5): one environment directory per host, shared by every
  * worker process, with six named databases:
  *   meta       "format" -> uint32 format version; per topic number N,
  *              "sweep.cursor.N" -> an ids key and "sweep.retention.N" ->
@@ -23,6 +23,8 @@
  *              (lmdb_outbox.c); added, not changed: no format step
  *   lasts      the parts key -> the watermark and the ident of the record
  *              at watermark - 1 (kl__store_last()); added likewise
+ *   owners     topic -> Kafka cluster id NUL consumer group: the topic's
+ *              owner (kl__store_owner_t, lmdb_owner.c), since format 5
  * ids and data are separate so that expiry walks only idempotency keys and
  * a prefix scan walks only handler state. A number rather than the topic's
  * name scopes an id: 4 bytes per key, whatever the name's length.
@@ -52,11 +54,12 @@ typedef struct kl__lmdb {
   MDB_env *env;
   MDB_dbi meta, parts, beats, topics, ids, data; /* ids: "topic_ids" */
   MDB_dbi outbox;                                /* lmdb_outbox.c */
-  MDB_dbi lasts; /* "lasts": the parts key -> int64 watermark (host order)
-                    + the ident of the record at watermark - 1
-                    (kl__txn_set_last()); added, not changed: no format
-                    step, and a build without it leaves it stale, which its
-                    watermark tells */
+  MDB_dbi owners; /* "owners": topic -> cluster id NUL group (lmdb_owner.c) */
+  MDB_dbi lasts;  /* "lasts": the parts key -> int64 watermark (host order)
+                     + the ident of the record at watermark - 1
+                     (kl__txn_set_last()); added, not changed: no format
+                     step, and a build without it leaves it stale, which its
+                     watermark tells */
   char *dir;
   int durable;          /* store.durability=full: every commit is fsynced */
   size_t map_max;       /* store.map.max, rounded to pages */
@@ -187,5 +190,17 @@ int kl__lmdb_last_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
  * in a commit's write transaction (an LMDB rc). */
 int kl__lmdb_outbox_write(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
                           int32_t partition, const kl__emits_t *emits);
+
+/* Each topic's owner (lmdb_owner.c): read and written in @p mtxn (an
+ * LMDB code; MDB_NOTFOUND: none recorded), and the ops owner_get and
+ * owner_set. */
+int kl__lmdb_owner_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
+                       kl__store_owner_t *owner);
+int kl__lmdb_owner_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
+                       const kl__store_owner_t *owner);
+kl_err_t kl__lmdb_owner(kl_store_t *store, const char *topic,
+                        kl__store_owner_t *owner);
+kl_err_t kl__lmdb_bind(kl_store_t *store, const char *topic,
+                       const kl__store_owner_t *owner);
 
 #endif

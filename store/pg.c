@@ -696,15 +696,67 @@ static kl_err_t pg_acquire_fn(kl__pg_conn_t *conn, void *ctx) {
       "take the partition (increment its epoch)");
 }
 
+/* kl__store_acquire_owned() in one statement, so in one transaction: the
+ * topic's owner row is inserted when missing, or locked and read (the
+ * no-op update), and the epoch moves only when it names @p owner. One row:
+ * the recorded owner, then the state (NULL when refused). */
+typedef struct kl_pg_owned {
+  kl_pg_tp_t tp;
+  const kl__store_owner_t *owner;
+  kl__store_owner_t *recorded;
+  int *refused;
+} kl_pg_owned_t;
+
+static kl_err_t pg_acquire_owned_fn(kl__pg_conn_t *conn, void *ctx) {
+  kl_pg_owned_t *o = ctx;
+  char part[16], floor[24];
+  snprintf(part, sizeof(part), "%" PRId32, o->tp.partition);
+  snprintf(floor, sizeof(floor), "%" PRIu64, o->tp.floor);
+  const char *values[5] = {o->tp.topic, part, floor, o->owner->cluster,
+                           o->owner->group};
+  PGresult *res = PQexecParams(
+      conn->pg,
+      "WITH o AS (INSERT INTO keylane_topic_owners AS o (topic, cluster_id, "
+      "group_id) VALUES ($1::text, $4::text, $5::text) ON CONFLICT (topic) "
+      "DO UPDATE SET cluster_id = o.cluster_id RETURNING cluster_id, "
+      "group_id), t AS (INSERT INTO keylane_partitions AS p (topic, "
+      "partition, epoch) SELECT $1::text, $2::int4, $3::int8 + 1 FROM o "
+      "WHERE o.cluster_id = $4::text AND o.group_id = $5::text ON CONFLICT "
+      "(topic, partition) DO UPDATE SET epoch = GREATEST(p.epoch, $3::int8) "
+      "+ 1" KL_PG_STATE_ROW ") SELECT * FROM o LEFT JOIN t ON true",
+      5, NULL, values, NULL, NULL, 0);
+  if (!kl__pg_ok(res) || PQntuples(res) != 1) {
+    kl_err_t err = kl__pg_err(conn->pg, res,
+                              "take the partition (record the topic's owner, "
+                              "increment its epoch)");
+    PQclear(res);
+    return err;
+  }
+  snprintf(o->recorded->cluster, sizeof(o->recorded->cluster), "%s",
+           PQgetvalue(res, 0, 0));
+  snprintf(o->recorded->group, sizeof(o->recorded->group), "%s",
+           PQgetvalue(res, 0, 1));
+  memset(o->tp.state, 0, sizeof(*o->tp.state));
+  *o->refused = PQgetisnull(res, 0, 2);
+  if (!*o->refused)
+    pg_state_row(res, 0, 2, o->tp.state);
+  PQclear(res);
+  return KL_OK;
+}
+
 /* A new epoch: what this store's cache holds of the partition was an
  * older owner's (cache.h). */
 static kl_err_t pg_acquire(kl_store_t *store, const char *topic,
                            int32_t partition, uint64_t floor,
+                           const kl__store_owner_t *owner,
+                           kl__store_owner_t *recorded, int *refused,
                            kl_partition_state_t *state) {
-  kl_pg_tp_t tp = {topic, partition, state, floor};
+  kl_pg_owned_t o = {
+      {topic, partition, state, floor}, owner, recorded, refused};
   kl__pg_t *pgs = (kl__pg_t *)store;
   kl__cache_drop_partition(pgs->cache, topic, partition);
-  return pg_call(pgs, pg_acquire_fn, &tp);
+  return owner ? pg_call(pgs, pg_acquire_owned_fn, &o)
+               : pg_call(pgs, pg_acquire_fn, &o.tp);
 }
 
 /* Only a known partition: no row, no state (kl__store_reset() says so). */
@@ -1129,6 +1181,8 @@ static const kl__store_ops_t pg_ops = {
     .name = "postgresql",
     .destroy = pg_destroy,
     .acquire = pg_acquire,
+    .owner_get = kl__pg_owner,
+    .owner_set = kl__pg_bind,
     .partition = pg_partition,
     .reset = pg_reset,
     .beat = pg_beat,

@@ -224,7 +224,7 @@ kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
 const char *kl__pg_state(const PGresult *res);
 
 /* Schema versions (pg_migrations.c). */
-#define KL__PG_SCHEMA_VERSION 10
+#define KL__PG_SCHEMA_VERSION 11
 
 /* The advisory lock (a bigint key) held while the schema is created or
  * migrated; every keylane version takes this one key. */
@@ -301,5 +301,11 @@ kl_err_t kl__pg_sweeps(kl_store_t *store, kl__store_sweep_cb_t *cb,
 kl_err_t kl__pg_outbox_add(kl__pg_call_t *call, char **params,
                            const char *topic, int32_t partition,
                            const kl__emits_t *emits);
+
+/* Each topic's owner (pg_owner.c): the ops owner_get and owner_set. */
+kl_err_t kl__pg_owner(kl_store_t *store, const char *topic,
+                      kl__store_owner_t *owner);
+kl_err_t kl__pg_bind(kl_store_t *store, const char *topic,
+                     const kl__store_owner_t *owner);
 
 #endif

@@ -156,6 +156,18 @@ static const char *const kl_pg_migrations[KL__PG_SCHEMA_VERSION] = {
     "  next_page bigint NOT NULL DEFAULT 0,"
     "  retention_ms bigint,"
     "  swept_ms bigint);",
+    /* 11: each topic's owner, the Kafka cluster its log is on and the
+     * consumer group of its fleet (kl__store_owner_t), recorded by the
+     * first acquire of a worker of this version (issue 39: a worker on
+     * another cluster with the same topic name, or with a typo'd group,
+     * took the partitions nothing was applied of yet and fenced the
+     * fleet). Nothing to convert: a topic without a row gets one at its
+     * next acquire; an older build, which would not check it, is refused
+     * by the version. */
+    "CREATE TABLE keylane_topic_owners ("
+    "  topic text COLLATE \"C\" PRIMARY KEY,"
+    "  cluster_id text NOT NULL,"
+    "  group_id text NOT NULL);",
 };
 
 /* What keylane's statements read and write at KL__PG_SCHEMA_VERSION, by
@@ -180,6 +192,9 @@ static const char kl_pg_needed_sql[] =
     "('keylane_topic_sweeps', 'next_page'), "
     "('keylane_topic_sweeps', 'retention_ms'), "
     "('keylane_topic_sweeps', 'swept_ms'), "
+    "('keylane_topic_owners', 'topic'), "
+    "('keylane_topic_owners', 'cluster_id'), "
+    "('keylane_topic_owners', 'group_id'), "
     "('keylane_meta', 'name'), ('keylane_meta', 'value')) AS n(tab, col) "
     /* pg_attribute, not information_schema: that one hides the columns
      * the role has no privilege on. */

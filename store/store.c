@@ -11,6 +11,7 @@
 
 #include "common/bytes.h"
 #include "common/internal.h"
+#include "common/mutant.h"
 #include "store/backend.h"
 #include "store/location.h"
 #include "store/store_internal.h"
@@ -83,17 +84,71 @@ kl_err_t kl__store_check_tp(const char *fn, const char *topic,
   return KL_OK;
 }
 
-kl_err_t kl__store_acquire_above(kl_store_t *store, const char *topic,
+kl_err_t kl__store_acquire_owned(kl_store_t *store, const char *topic,
                                  int32_t partition, uint64_t floor,
+                                 const kl__store_owner_t *owner,
+                                 kl__store_owner_t *recorded, int *refused,
                                  kl_partition_state_t *state) {
   kl_err_t err = kl__store_check_tp("kl_store_acquire", topic, partition);
-  if (err || !store || !state)
+  if (err || !store || !state || (owner && (!recorded || !refused)))
     return err ? err
                : kl__err(KL_EINVAL, "kl_store_acquire: store and state "
                                     "are required");
-  if (!(err = store->ops->acquire(store, topic, partition, floor, state)))
+  if (refused)
+    *refused = 0;
+  if (KL__MUTANT(KL__MUTANT_OWNER)) /* test only: common/mutant.h */
+    owner = NULL;
+  err = store->ops->acquire(store, topic, partition, floor, owner, recorded,
+                            refused, state);
+  if (!err && !(refused && *refused))
     sweep_topic_add(store, topic);
   return err;
+}
+
+kl_err_t kl__store_acquire_above(kl_store_t *store, const char *topic,
+                                 int32_t partition, uint64_t floor,
+                                 kl_partition_state_t *state) {
+  return kl__store_acquire_owned(store, topic, partition, floor, NULL, NULL,
+                                 NULL, state);
+}
+
+kl_err_t kl__store_owner_make(kl__store_owner_t *owner, const char *cluster,
+                              const char *group) {
+  memset(owner, 0, sizeof(*owner));
+  if (!cluster || !*cluster || strlen(cluster) > KL__OWNER_CLUSTER_MAX)
+    return kl__err(KL_EINVAL,
+                   "a Kafka cluster id of 1 to %d bytes is required, got "
+                   "\"%.40s\"",
+                   KL__OWNER_CLUSTER_MAX, cluster ? cluster : "");
+  if (!group || !*group || strlen(group) > KL__OWNER_GROUP_MAX)
+    return kl__err(KL_EINVAL,
+                   "a consumer group of 1 to %d bytes is required, got "
+                   "\"%.40s\"",
+                   KL__OWNER_GROUP_MAX, group ? group : "");
+  snprintf(owner->cluster, sizeof(owner->cluster), "%s", cluster);
+  snprintf(owner->group, sizeof(owner->group), "%s", group);
+  return KL_OK;
+}
+
+int kl__store_owner_equal(const kl__store_owner_t *a,
+                          const kl__store_owner_t *b) {
+  return strcmp(a->cluster, b->cluster) == 0 && strcmp(a->group, b->group) == 0;
+}
+
+kl_err_t kl__store_owner(kl_store_t *store, const char *topic,
+                         kl__store_owner_t *owner) {
+  kl_err_t err = kl__store_check_tp("kl__store_owner", topic, 0);
+  memset(owner, 0, sizeof(*owner));
+  return err ? err : store->ops->owner_get(store, topic, owner);
+}
+
+kl_err_t kl__store_bind(kl_store_t *store, const char *topic,
+                        const kl__store_owner_t *owner) {
+  kl_err_t err = kl__store_check_tp("kl__store_bind", topic, 0);
+  if (!err && (!owner->cluster[0] || !owner->group[0]))
+    err = kl__err(KL_EINVAL, "kl__store_bind: a cluster and a group are "
+                             "required");
+  return err ? err : store->ops->owner_set(store, topic, owner);
 }
 
 kl_err_t kl_store_acquire(kl_store_t *store, const char *topic,

@@ -39,6 +39,69 @@ kl_err_t kl__store_acquire_above(kl_store_t *store, const char *topic,
                                  int32_t partition, uint64_t floor,
                                  kl_partition_state_t *state);
 
+/* ---- who owns a topic ------------------------------------------------- */
+
+/* A Kafka cluster id (rd_kafka_clusterid(): a base64 UUID, or the
+ * embedded cluster's "mockCluster..." name) and a consumer group id, as
+ * long as Kafka allows them. */
+#define KL__OWNER_CLUSTER_MAX 128
+#define KL__OWNER_GROUP_MAX 255
+
+/**
+ * What a store records of a topic's owner (docs/design.md, "A store
+ * belongs to one cluster and one group"): the Kafka cluster its log is on
+ * and the consumer group of the fleet that applies it, recorded with the
+ * first epoch a worker takes for the topic. A worker of another cluster
+ * (a wrong -b with the same topic name) or another group (a typo'd -g)
+ * would fence the fleet and apply a foreign log: it is refused instead.
+ */
+typedef struct kl__store_owner {
+  char cluster[KL__OWNER_CLUSTER_MAX + 1];
+  char group[KL__OWNER_GROUP_MAX + 1];
+} kl__store_owner_t;
+
+/**
+ * Fills @p owner with @p cluster and @p group, both non-empty.
+ * @returns KL_OK, or KL_EINVAL naming the value that is empty or too long.
+ */
+kl_err_t kl__store_owner_make(kl__store_owner_t *owner, const char *cluster,
+                              const char *group);
+
+/** @returns nonzero when @p a and @p b name the same cluster and group. */
+int kl__store_owner_equal(const kl__store_owner_t *a,
+                          const kl__store_owner_t *b);
+
+/**
+ * Reads the owner @p store recorded for @p topic into @p owner.
+ * @returns KL_OK; KL_ENOTFOUND when none is recorded (a topic no worker
+ *          took yet, or one a store of an older version took); a store
+ *          error.
+ */
+kl_err_t kl__store_owner(kl_store_t *store, const char *topic,
+                         kl__store_owner_t *owner);
+
+/**
+ * Records @p owner as @p topic's, replacing what was recorded: `keylane
+ * store bind` (an operator who moved the fleet on purpose), `store
+ * rebuild` and `store reset`. No epoch moves.
+ */
+kl_err_t kl__store_bind(kl_store_t *store, const char *topic,
+                        const kl__store_owner_t *owner);
+
+/**
+ * kl__store_acquire_above() by a worker of @p owner (NULL: unchecked, as
+ * kl__store_acquire_above()): in the same write as the new epoch, a topic
+ * without a recorded owner gets @p owner; a topic whose recorded owner
+ * differs is not taken: *@p refused = 1, the recorded owner in
+ * @p recorded, nothing written (no epoch moves, no owner is fenced).
+ * @returns KL_OK (then see *@p refused), or the store's error.
+ */
+kl_err_t kl__store_acquire_owned(kl_store_t *store, const char *topic,
+                                 int32_t partition, uint64_t floor,
+                                 const kl__store_owner_t *owner,
+                                 kl__store_owner_t *recorded, int *refused,
+                                 kl_partition_state_t *state);
+
 /**
  * The mark an idempotency key keeps when it is marked @p mark over @p have,
  * in a batch's buffer, a lane's overlay or the store: an applied mark is
@@ -274,11 +337,13 @@ void kl__store_cache_stats(kl_store_t *store, struct kl__cache_stats *stats);
  * (store/lmdb_ids.c); format 4 sweeps them per topic (store/lmdb_sweep.c)
  * and so drops format 3's store-wide "sweep.cursor": its keys are format
  * 3's, but an older keylane would sweep every topic's ids by its own
- * retention, so it must refuse the store. Older formats are migrated when
+ * retention, so it must refuse the store; format 5 records each topic's
+ * owner (kl__store_owner_t, "owners"), which an older keylane would not
+ * check. Older formats are migrated when
  * opened; the ids formats 1 and 2 hold stay unscoped, and meta's
  * KL__LMDB_LEGACY_IDS_KEY says when the upgrade was (int64 store ms, host
  * order). */
-#define KL__LMDB_FORMAT 4u
+#define KL__LMDB_FORMAT 5u
 #define KL__LMDB_LEGACY_IDS_KEY "legacy_ids_at"
 #define KL__LMDB_META_DB "meta"
 #define KL__LMDB_FORMAT_KEY "format" /* value: uint32_t, host order */

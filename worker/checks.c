@@ -271,6 +271,20 @@ void kl__check_replication(rd_kafka_t *rk, const char *role, const char *topic,
   kl__check_replication_judge(role, topic, rf, min_isr, unknown, out);
 }
 
+/* ---- the topic's owner --------------------------------------------------- */
+
+kl_err_t kl__checks_kafka_owner(rd_kafka_t *rk, const char *group,
+                                int timeout_ms, kl__store_owner_t *owner) {
+  char *cluster = rd_kafka_clusterid(rk, timeout_ms);
+  if (!cluster)
+    return kl__err(KL_EKAFKA_TRANSIENT,
+                   "the Kafka cluster did not say its id within %d ms",
+                   timeout_ms);
+  kl_err_t err = kl__store_owner_make(owner, cluster, group);
+  rd_kafka_mem_free(rk, cluster);
+  return err;
+}
+
 /* ---- epochs ------------------------------------------------------------- */
 
 /* Appends " P (E<G)" for a partition whose store epoch E is below the

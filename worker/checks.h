@@ -19,6 +19,7 @@
 
 #include "common/internal.h"
 #include "keylane/store.h"
+#include "store/store_internal.h"
 
 typedef enum kl__check_status {
   KL__CHECK_OK = 0,
@@ -110,6 +111,27 @@ void kl__check_replication_judge(const char *role, const char *topic, int rf,
  */
 void kl__check_replication(rd_kafka_t *rk, const char *role, const char *topic,
                            int timeout_ms, kl__check_t *out);
+
+/**
+ * This side's owner of a topic, as the store records it (kl__store_owner_t):
+ * the id of the Kafka cluster @p rk is connected to (rd_kafka_clusterid(),
+ * waiting up to @p timeout_ms for the metadata) and @p group.
+ * @returns KL_OK; KL_EKAFKA_TRANSIENT when the cluster did not say its id;
+ *          KL_EINVAL for an empty or too long group.
+ */
+kl_err_t kl__checks_kafka_owner(rd_kafka_t *rk, const char *group,
+                                int timeout_ms, kl__store_owner_t *owner);
+
+/**
+ * For `keylane doctor`: the owner @p store recorded for @p topic against
+ * this side's (@p rk's cluster, @p group). OK when they agree; WARN when
+ * none is recorded (the next worker records this side's) or the cluster
+ * id cannot be read; FAIL when they differ (a worker would stop every
+ * partition: cluster_mismatch or group_mismatch, with the fix) or the
+ * store cannot be read.
+ */
+void kl__check_owner(rd_kafka_t *rk, kl_store_t *store, const char *topic,
+                     const char *group, int timeout_ms, kl__check_t *out);
 
 /* ---- routing and the partition count (checks_routing.c) ---- */
 

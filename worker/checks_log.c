@@ -48,6 +48,21 @@ int kl__checks_log_store_unknown(const kl_partition_state_t *st, int64_t low,
   return 1;
 }
 
+int kl__checks_log_owner_differs(const kl__store_owner_t *recorded,
+                                 const kl__store_owner_t *mine,
+                                 kl__checks_log_result_t *check) {
+  if (kl__store_owner_equal(recorded, mine))
+    return 0;
+  if (check) {
+    check->verdict = strcmp(recorded->cluster, mine->cluster) != 0
+                         ? KL__CHECKS_LOG_CLUSTER_MISMATCH
+                         : KL__CHECKS_LOG_GROUP_MISMATCH;
+    check->recorded = *recorded;
+    check->mine = *mine;
+  }
+  return 1;
+}
+
 const char *kl__checks_log_verdict_name(kl__checks_log_verdict_t verdict) {
   switch (verdict) {
   case KL__CHECKS_LOG_BACKWARDS:
@@ -58,6 +73,10 @@ const char *kl__checks_log_verdict_name(kl__checks_log_verdict_t verdict) {
     return "log_replaced";
   case KL__CHECKS_LOG_STORE_UNKNOWN:
     return "store_unknown";
+  case KL__CHECKS_LOG_CLUSTER_MISMATCH:
+    return "cluster_mismatch";
+  case KL__CHECKS_LOG_GROUP_MISMATCH:
+    return "group_mismatch";
   default:
     return "ok";
   }
@@ -96,6 +115,37 @@ static void store_unknown_describe(const char *topic, int32_t partition,
                  : "bring it up to date from its watermark on purpose:",
            empty ? "store rebuild" : "replay", topic, partition,
            empty ? "" : " --from watermark");
+}
+
+/* kl__checks_log_describe() of the two mismatches: both owners, what a
+ * take would have done, and the two fixes. */
+static void owner_describe(const char *topic, int32_t partition,
+                           const kl__checks_log_result_t *check, char *buf,
+                           size_t size) {
+  int cluster = check->verdict == KL__CHECKS_LOG_CLUSTER_MISMATCH;
+  char where[32] = ""; /* a partition < 0: the whole topic (doctor) */
+  if (partition >= 0)
+    snprintf(where, sizeof(where), " partition %" PRId32, partition);
+  snprintf(buf, size,
+           "topic %s%s belongs to another %s: the store "
+           "records Kafka cluster %s and group %s as the topic's owner, this "
+           "worker reads cluster %s in group %s; taking it would fence the "
+           "fleet that owns it and apply %s; if %s is wrong, give the "
+           "worker the fleet's (%s %s); if the fleet moved on purpose (%s), "
+           "record the new owner with `keylane store bind -t %s -b "
+           "BOOTSTRAP -g %s --store STORE` (docs/operations.md, \"A store "
+           "that belongs to another cluster or group\")",
+           topic, where, cluster ? "Kafka cluster" : "consumer group",
+           check->recorded.cluster, check->recorded.group, check->mine.cluster,
+           check->mine.group,
+           cluster ? "another cluster's log, whose records the fleet's "
+                     "owner would later skip as duplicates"
+                   : "the records a second time",
+           cluster ? "-b (bootstrap.servers)" : "-g (worker.group)",
+           cluster ? "-b of cluster" : "-g",
+           cluster ? check->recorded.cluster : check->recorded.group,
+           cluster ? "a new cluster after a disaster" : "a renamed group",
+           topic, check->mine.group);
 }
 
 const char *kl__checks_log_describe(const char *topic, int32_t partition,
@@ -141,6 +191,9 @@ const char *kl__checks_log_describe(const char *topic, int32_t partition,
              check->applied, topic, partition);
   else if (check->verdict == KL__CHECKS_LOG_STORE_UNKNOWN)
     store_unknown_describe(topic, partition, check, buf, size);
+  else if (check->verdict == KL__CHECKS_LOG_CLUSTER_MISMATCH ||
+           check->verdict == KL__CHECKS_LOG_GROUP_MISMATCH)
+    owner_describe(topic, partition, check, buf, size);
   else if (size)
     buf[0] = '\0';
   return buf;
@@ -209,8 +262,27 @@ static kl_err_t log_read(rd_kafka_t *rk, kl_store_t *store, const char *topic,
   return KL_OK;
 }
 
+/* The owner @p store recorded for @p topic against @p mine: 1 with the
+ * verdict in @p check when they differ; 0 when they agree or none is
+ * recorded (the acquire records @p mine); -1 when it cannot be read. */
+static int owner_read(kl_store_t *store, const char *topic,
+                      const kl__store_owner_t *mine,
+                      kl__checks_log_result_t *check) {
+  kl__store_owner_t recorded;
+  kl_err_t err = kl__store_owner(store, topic, &recorded);
+  if (err == KL_ENOTFOUND)
+    return 0;
+  if (err) {
+    kl__err(KL_ESTORE, "cannot read the owner of topic %s in the store: %s",
+            topic, kl_err_detail());
+    return -1;
+  }
+  return kl__checks_log_owner_differs(&recorded, mine, check);
+}
+
 kl_err_t kl__checks_log_owner(rd_kafka_t *reader, kl_store_t *store,
-                              const char *topic, int32_t p, int64_t committed,
+                              const char *topic, int32_t p,
+                              const kl__store_owner_t *mine, int64_t committed,
                               uint64_t committed_epoch, int timeout_ms,
                               kl__checks_log_result_t *check) {
   kl_partition_state_t st;
@@ -220,7 +292,53 @@ kl_err_t kl__checks_log_owner(rd_kafka_t *reader, kl_store_t *store,
                                     check) &&
       check->verdict == KL__CHECKS_LOG_OK)
     check_last(reader, store, topic, p, check);
+  /* After the log's checks, whose verdicts (and fixes) stand for a store
+   * whose log is gone; the owner's catches what they cannot see: nothing
+   * applied yet (watermark 0), or a foreign log as long as the store's. */
+  if (!err && check->verdict == KL__CHECKS_LOG_OK && mine &&
+      owner_read(store, topic, mine, check) < 0)
+    err = KL_ESTORE;
   return err;
+}
+
+void kl__check_owner(rd_kafka_t *rk, kl_store_t *store, const char *topic,
+                     const char *group, int timeout_ms, kl__check_t *out) {
+  kl__store_owner_t mine, recorded;
+  kl_err_t err = kl__store_owner(store, topic, &recorded);
+  out->status = KL__CHECK_FAIL;
+  if (err && err != KL_ENOTFOUND) {
+    snprintf(out->msg, sizeof(out->msg),
+             "cannot read the owner of topic %s in the store: %s", topic,
+             kl_err_detail());
+    return;
+  }
+  if (kl__checks_kafka_owner(rk, group, timeout_ms, &mine)) {
+    out->status = KL__CHECK_WARN;
+    snprintf(out->msg, sizeof(out->msg),
+             "cannot tell this cluster's id: %s; the store records %s%s%s%s",
+             kl_err_detail(), err ? "no owner of the topic" : "cluster ",
+             err ? "" : recorded.cluster, err ? "" : " and group ",
+             err ? "" : recorded.group);
+    return;
+  }
+  kl__checks_log_result_t check;
+  if (err) {
+    out->status = KL__CHECK_WARN;
+    snprintf(out->msg, sizeof(out->msg),
+             "the store records no owner of topic %s yet (a store of an "
+             "older version, or a topic no worker took): the next worker "
+             "records its own, here cluster %s and group %s; make sure that "
+             "is the fleet's",
+             topic, mine.cluster, mine.group);
+  } else if (kl__checks_log_owner_differs(&recorded, &mine, &check)) {
+    kl__checks_log_describe(topic, -1, &check, out->msg, sizeof(out->msg));
+  } else {
+    out->status = KL__CHECK_OK;
+    snprintf(out->msg, sizeof(out->msg),
+             "the store records Kafka cluster %s and group %s as the owner "
+             "of topic %s, the ones given",
+             recorded.cluster, recorded.group, topic);
+  }
 }
 
 /* Reads partition @p p's log and watermark into @p check. @returns the

@@ -29,6 +29,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "keylane/store.h"
+#include "store/store_internal.h"
 #include "worker/checks.h"
 
 typedef enum kl__checks_log_verdict {
@@ -46,6 +47,13 @@ typedef enum kl__checks_log_verdict {
    *  the records in between, which the log still holds, would be applied
    *  a second time (kl__checks_log_store_unknown()) */
   KL__CHECKS_LOG_STORE_UNKNOWN,
+  /** the store records another Kafka cluster as the topic's owner: this
+   *  worker reads a foreign log under the same topic name
+   *  (kl__checks_log_owner_differs()) */
+  KL__CHECKS_LOG_CLUSTER_MISMATCH,
+  /** the store records another consumer group as the topic's owner: a
+   *  second fleet (a typo'd group) would fence the first */
+  KL__CHECKS_LOG_GROUP_MISMATCH,
 } kl__checks_log_verdict_t;
 
 /** One comparison, as kl__checks_log_classify() made it. */
@@ -59,6 +67,9 @@ typedef struct kl__checks_log_result {
   int64_t committed; /**< _STORE_UNKNOWN: the group's committed offset, */
   uint64_t committed_epoch; /**< the epoch it carries, */
   uint64_t store_epoch;     /**< and the store's */
+  /** _CLUSTER_MISMATCH, _GROUP_MISMATCH: the owner the store recorded for
+   *  the topic, and this worker's */
+  kl__store_owner_t recorded, mine;
 } kl__checks_log_result_t;
 
 /**
@@ -91,28 +102,47 @@ int kl__checks_log_store_unknown(const kl_partition_state_t *st, int64_t low,
                                  kl__checks_log_result_t *check);
 
 /**
+ * Whether @p mine, a new owner's Kafka cluster and group, differs from
+ * @p recorded, the topic's owner its store recorded (kl__store_owner()):
+ * another cluster (KL__CHECKS_LOG_CLUSTER_MISMATCH: its log is not the one
+ * the store applied, whatever the offsets say) or, on the same cluster,
+ * another group (KL__CHECKS_LOG_GROUP_MISMATCH: a second fleet). Pure.
+ * @returns 1 with the verdict and both owners in @p check (may be NULL),
+ *          else 0 (@p check untouched).
+ */
+int kl__checks_log_owner_differs(const kl__store_owner_t *recorded,
+                                 const kl__store_owner_t *mine,
+                                 kl__checks_log_result_t *check);
+
+/**
  * What a new owner checks before it takes a partition (a new epoch fences
  * whoever applies it, on any cluster): partition @p p of @p topic against
  * @p store's state: kl__checks_log_store_unknown() with the group's
  * @p committed offset and @p committed_epoch, then the log's offsets
  * (kl__checks_log_classify()) and the record at the watermark - 1 when the
  * store kept it, all read through @p reader (kl__kafka_reader_new(), reset
- * "earliest"), @p timeout_ms for the offsets. Blocks on Kafka.
+ * "earliest"), @p timeout_ms for the offsets; when they pass, the owner
+ * the store recorded for the topic against @p mine
+ * (kl__checks_log_owner_differs(); NULL: not compared; the acquire
+ * compares it again, kl__store_acquire_owned()). Blocks on Kafka.
  * @returns KL_OK with the verdict in @p check; else the error (the
  *          detail says whether the store or the log could not be read),
  *          and nothing was checked.
  */
 kl_err_t kl__checks_log_owner(rd_kafka_t *reader, kl_store_t *store,
-                              const char *topic, int32_t p, int64_t committed,
+                              const char *topic, int32_t p,
+                              const kl__store_owner_t *mine, int64_t committed,
                               uint64_t committed_epoch, int timeout_ms,
                               kl__checks_log_result_t *check);
 
-/** @returns "ok", "went_backwards", "retention_gap", "log_replaced" or
- *  "store_unknown" (a metric label). */
+/** @returns "ok", "went_backwards", "retention_gap", "log_replaced",
+ *  "store_unknown", "cluster_mismatch" or "group_mismatch" (a metric
+ *  label). */
 const char *kl__checks_log_verdict_name(kl__checks_log_verdict_t verdict);
 
 /**
- * Writes what @p check means for partition @p partition of @p topic, for
+ * Writes what @p check means for partition @p partition of @p topic (an
+ * owner mismatch: -1 for the whole topic), for
  * a person: the figures, the likely cause and the fixes (one line, no
  * trailing newline). "" for KL__CHECKS_LOG_OK.
  * @returns @p buf.

@@ -284,13 +284,16 @@ static void record_epoch(kl__log_guard_t *guard, int32_t partition,
 
 /* A stopped partition starts again once `keylane store reset` took a new
  * epoch and moved its watermark back: from there, owned anew. One the
- * store does not know waits for the worker's restart (on the fleet's
- * store, or a rebuilt one): a reset does not make the store the fleet's.
+ * store does not know, or one of another cluster or group, waits for the
+ * worker's restart (on the fleet's store, a rebuilt one, after `keylane
+ * store bind`): a reset does not make the store the fleet's.
  * @returns 1 when it took a partition it had refused before taking. */
 static int restart_if_reset(kl__log_guard_t *guard, int32_t partition,
                             kl_guarded_t *g) {
   kl_partition_state_t st;
   if (g->check.verdict == KL__CHECKS_LOG_STORE_UNKNOWN ||
+      g->check.verdict == KL__CHECKS_LOG_CLUSTER_MISMATCH ||
+      g->check.verdict == KL__CHECKS_LOG_GROUP_MISMATCH ||
       kl_store_partition(guard->store, guard->topic, partition, &st) ||
       st.epoch == g->epoch || st.watermark >= g->check.watermark)
     return 0;

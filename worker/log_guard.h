@@ -72,8 +72,10 @@ int kl__log_guard_tick(kl__log_guard_t *guard);
  * the fix). The worker leaves the partition paused and does not own it;
  * it starts as any stopped one once `keylane store reset` moved its
  * watermark back, except a store that does not know it
- * (KL__CHECKS_LOG_STORE_UNKNOWN), which only a restart on the fleet's
- * store ends. Poll thread.
+ * (KL__CHECKS_LOG_STORE_UNKNOWN) or records another cluster or group as
+ * the topic's owner (KL__CHECKS_LOG_CLUSTER_MISMATCH, _GROUP_MISMATCH),
+ * which only a restart ends (on the fleet's store, or after `keylane store
+ * bind`). Poll thread.
  */
 void kl__log_guard_refuse(kl__log_guard_t *guard, int32_t partition,
                           const kl__checks_log_result_t *check);

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "worker/apply.h"
+#include "worker/checks.h"
 #include "worker/letters.h"
 #include "worker/rebuild.h"
 #include "store/store_internal.h"
@@ -48,6 +49,7 @@ struct kl__replay {
   int64_t beat_period_ns; /* kl__beat_period_ns() of opts.conf */
   int64_t beat_ns;        /* when the partitions last beat */
   kl__beat_t *beats;      /* room for one beat per partition */
+  int bound;              /* a rebuild recorded the topic's owner */
 };
 
 const char *kl__replay_status_name(kl__replay_status_t status) {
@@ -296,6 +298,28 @@ static kl_err_t take_dry(kl__replay_t *r, kl__replay_part_t *p) {
   return err;
 }
 
+/* A rebuild records its cluster and group (-X worker.group) as the
+ * topic's owner (kl__store_bind()), before its first take: the store it
+ * builds is the one a fleet of that cluster and group runs on next. A
+ * cluster that does not say its id is logged: the next worker records its
+ * own then. */
+static void rebuild_bind(kl__replay_t *r) {
+  kl__store_owner_t owner;
+  if (!r->opts.rebuild || r->opts.dry_run || r->bound)
+    return;
+  r->bound = 1;
+  kl_err_t err =
+      kl__checks_kafka_owner(r->rk, kl_conf_get(r->opts.conf, "worker.group"),
+                             KL_KAFKA_TIMEOUT_MS, &owner);
+  if (!err)
+    err = kl__store_bind(r->opts.store, r->opts.topic, &owner);
+  if (err)
+    KL_LOG_W(KL_COMP,
+             "the rebuilt store records no owner of topic %s: %s; its first "
+             "worker records its own cluster and group",
+             r->opts.topic, kl_err_detail());
+}
+
 /* Takes @p p with an epoch above @p floor, the fleet's (replay_fleet_epochs).
  */
 static kl_err_t take_part(kl__replay_t *r, kl__replay_part_t *p,
@@ -306,6 +330,7 @@ static kl_err_t take_part(kl__replay_t *r, kl__replay_part_t *p,
     return take_dry(r, p);
   kl_partition_state_t st, before = {0};
   kl_err_t err;
+  rebuild_bind(r);
   if (floor) /* for previous_epoch: the acquire's answer hides it */
     kl_store_partition(r->opts.store, r->opts.topic, p->partition, &before);
   for (int attempt = 1;; attempt++) {

@@ -88,6 +88,11 @@ struct kl_worker {
   int64_t acquire_wait_ms; /* worker.acquire.wait */
   kl_err_t unowned; /* an assigned partition could not be taken: stopped */
   char unowned_why[1024];
+  /* This worker's Kafka cluster and group (worker_owner()), which the
+   * store records as the topic's owner or compares with the recorded
+   * one; poll thread. owner_known: 0 until the cluster id was read. */
+  kl__store_owner_t owner;
+  int owner_known;
   /* kl_worker_health()'s memory of a fence, guarded by why_mu: the fenced
    * count it last saw grow, and the batch count then. */
   uint64_t health_fenced, health_batches;
@@ -123,14 +128,27 @@ size_t kl__worker_misrouted(kl_worker_t *worker, uint64_t *by_partition,
  * until @p deadline_ns while the store does not answer or refuses (a
  * read-only session, a revoked privilege, a schema being migrated): the
  * group gave us the partition, and nobody else will apply it meanwhile.
- * Gives way to kl_worker_stop(). @returns the last try's result. */
+ * With @p owner (worker_owner()), the store records it as the topic's or
+ * refuses a topic another owner recorded: KL_OK with the mismatch in
+ * @p check (state untouched). Gives way to kl_worker_stop().
+ * @returns the last try's result. */
 static kl_err_t lane_acquire(kl_worker_t *worker, int32_t partition,
                              uint64_t floor, int64_t deadline_ns,
+                             const kl__store_owner_t *owner,
+                             kl__checks_log_result_t *check,
                              kl_partition_state_t *state) {
   int backoff_ms = 100;
   for (;;) {
-    kl_err_t err = kl__store_acquire_above(worker->store, worker->topic,
-                                           partition, floor, state);
+    kl__store_owner_t recorded;
+    int refused = 0;
+    kl_err_t err =
+        kl__store_acquire_owned(worker->store, worker->topic, partition, floor,
+                                owner, &recorded, &refused, state);
+    if (!err && refused) { /* another owner recorded since owner_refuses() */
+      memset(check, 0, sizeof(*check));
+      kl__checks_log_owner_differs(&recorded, owner, check);
+      return KL_OK;
+    }
     int64_t left_ms = (deadline_ns - kl__mono_ns()) / 1000000;
     if (!err || worker->stop || left_ms <= 0)
       return err;
@@ -307,11 +325,12 @@ static rd_kafka_t *owner_reader(kl_worker_t *worker) {
 static int owner_refuses(kl_worker_t *worker, rd_kafka_t *reader,
                          int32_t partition, int64_t committed,
                          uint64_t committed_epoch,
+                         const kl__store_owner_t *owner,
                          kl__checks_log_result_t *check) {
   if (!reader)
     return 0;
   if (kl__checks_log_owner(reader, worker->store, worker->topic, partition,
-                           committed, committed_epoch, 5000, check)) {
+                           owner, committed, committed_epoch, 5000, check)) {
     KL_LOG_W(KL_COMP, "partition=%" PRId32 ": %s; taking it unchecked",
              partition, kl_err_detail());
     return 0;
@@ -321,17 +340,60 @@ static int owner_refuses(kl_worker_t *worker, rd_kafka_t *reader,
            strcmp(kl_conf_get(worker->conf, "worker.on.gap"), "skip") == 0);
 }
 
-/* Partitions of the group the store does not know, and the worker owns
- * none: like a partition the store would not let it take (acquire_failed()),
- * the worker stops and kl_worker_run() fails, so that the group gives them
- * back to the fleet and a person hears of it. */
-static void store_unknown_failed(kl_worker_t *worker, int unknown,
-                                 const char *first) {
-  worker->unowned = kl__err(
-      KL_ESTORE,
-      "the store does not know %d partition(s) group %s has committed "
-      "offsets for, and this worker owns none: %s; then restart the worker",
-      unknown, kl_conf_get(worker->conf, "worker.group"), first);
+/* The Kafka cluster and group this worker is of, for the store's record
+ * of the topic's owner (kl__store_acquire_owned()): the cluster id is read
+ * once (rd_kafka_clusterid(), known after the group's join). NULL, logged,
+ * while it cannot be read: the partitions are then taken without the
+ * owner check, as a check that could not be made is (owner_refuses()). */
+static const kl__store_owner_t *worker_owner(kl_worker_t *worker) {
+  if (worker->owner_known)
+    return &worker->owner;
+  if (kl__checks_kafka_owner(worker->rk,
+                             kl_conf_get(worker->conf, "worker.group"), 5000,
+                             &worker->owner)) {
+    KL_LOG_W(KL_COMP,
+             "cannot tell this worker's Kafka cluster (%s); the partitions "
+             "assigned are taken without checking that the store's topic "
+             "%s belongs to this cluster and group",
+             kl_err_detail(), worker->topic);
+    return NULL;
+  }
+  worker->owner_known = 1;
+  return &worker->owner;
+}
+
+/* Whether @p verdict refuses a partition until the worker restarts with
+ * another store, cluster or group (no reset ends it): the partitions that
+ * make a worker that owns nothing else stop (refused_failed()). */
+static int refused_for_good(kl__checks_log_verdict_t verdict) {
+  return verdict == KL__CHECKS_LOG_STORE_UNKNOWN ||
+         verdict == KL__CHECKS_LOG_CLUSTER_MISMATCH ||
+         verdict == KL__CHECKS_LOG_GROUP_MISMATCH;
+}
+
+/* Partitions the store does not know, or that belong to another cluster
+ * or group (refused_for_good()), and the worker owns none: like a
+ * partition the store would not let it take (acquire_failed()), the
+ * worker stops and kl_worker_run() fails, so that the group gives them
+ * back to the fleet and a person hears of it. @p first describes the
+ * first, of @p verdict. */
+static void refused_failed(kl_worker_t *worker, int unknown,
+                           kl__checks_log_verdict_t verdict,
+                           const char *first) {
+  const char *group = kl_conf_get(worker->conf, "worker.group");
+  if (verdict == KL__CHECKS_LOG_STORE_UNKNOWN)
+    worker->unowned = kl__err(
+        KL_ESTORE,
+        "the store does not know %d partition(s) group %s has committed "
+        "offsets for, and this worker owns none: %s; then restart the worker",
+        unknown, group, first);
+  else
+    worker->unowned = kl__err(
+        KL_ESTORE,
+        "the store records another Kafka cluster or group as the owner of "
+        "%d partition(s) of topic %s (%s), and this worker owns none: %s; "
+        "then restart the worker",
+        unknown, worker->topic, kl__checks_log_verdict_name(verdict), first);
   snprintf(worker->unowned_why, sizeof(worker->unowned_why), "%s",
            kl_err_detail());
   KL_LOG_E(KL_COMP, "%s; stopping", worker->unowned_why);
@@ -343,6 +405,29 @@ static void store_unknown_failed(kl_worker_t *worker, int unknown,
  * store commit (and the first a request to the coordinator). The stop
  * flag is read again before each partition. A partition whose check
  * fails (owner_refuses()) is left untaken, added to @p held to be paused. */
+/* What on_assign() gathers of the partitions it refused for good. */
+typedef struct kl_refusals {
+  int n;
+  kl__checks_log_verdict_t verdict; /* the first's */
+  char first[1536];                 /* the first, described */
+} kl_refusals_t;
+
+/* Leaves @p tp untaken and paused (added to @p held), stopped for
+ * @p check's reason (kl__log_guard_refuse()). */
+static void assign_refuse(kl_worker_t *worker, rd_kafka_topic_partition_t *tp,
+                          const kl__checks_log_result_t *check,
+                          rd_kafka_topic_partition_list_t *held,
+                          kl_refusals_t *refusals) {
+  kl__log_guard_refuse(worker->log_guard, tp->partition, check);
+  rd_kafka_topic_partition_list_add(held, worker->topic, tp->partition);
+  tp->offset = RD_KAFKA_OFFSET_BEGINNING; /* paused: never fetched */
+  if (refused_for_good(check->verdict) && !refusals->n++) {
+    refusals->verdict = check->verdict;
+    kl__checks_log_describe(worker->topic, tp->partition, check,
+                            refusals->first, sizeof(refusals->first));
+  }
+}
+
 static void on_assign(kl_worker_t *worker,
                       rd_kafka_topic_partition_list_t *parts,
                       rd_kafka_topic_partition_list_t *held) {
@@ -351,11 +436,12 @@ static void on_assign(kl_worker_t *worker,
       worker->stop ? NULL : worker_fleet_epochs(worker, parts, &committed);
   rd_kafka_t *reader =
       worker->stop || !parts->cnt ? NULL : owner_reader(worker);
+  const kl__store_owner_t *owner =
+      worker->stop || !parts->cnt ? NULL : worker_owner(worker);
   rd_kafka_topic_partition_list_t *taken =
       rd_kafka_topic_partition_list_new(parts->cnt);
   int64_t deadline_ns = kl__mono_ns() + worker->acquire_wait_ms * 1000000;
-  int unknown = 0;
-  char first[1536] = "";
+  kl_refusals_t refusals = {0, KL__CHECKS_LOG_OK, ""};
   for (int i = 0; i < parts->cnt && !worker->stop; i++) {
     rd_kafka_topic_partition_t *tp = &parts->elems[i];
     if (assign_refused(worker, tp->partition))
@@ -363,20 +449,20 @@ static void on_assign(kl_worker_t *worker,
     kl__checks_log_result_t check;
     if (owner_refuses(worker, reader, tp->partition,
                       committed ? committed[i] : RD_KAFKA_OFFSET_INVALID,
-                      floors ? floors[i] : 0, &check)) {
-      kl__log_guard_refuse(worker->log_guard, tp->partition, &check);
-      rd_kafka_topic_partition_list_add(held, worker->topic, tp->partition);
-      tp->offset = RD_KAFKA_OFFSET_BEGINNING; /* paused: never fetched */
-      if (check.verdict == KL__CHECKS_LOG_STORE_UNKNOWN && !unknown++)
-        kl__checks_log_describe(worker->topic, tp->partition, &check, first,
-                                sizeof(first));
+                      floors ? floors[i] : 0, owner, &check)) {
+      assign_refuse(worker, tp, &check, held, &refusals);
       continue;
     }
     kl_partition_state_t state;
+    check.verdict = KL__CHECKS_LOG_OK;
     kl_err_t err = lane_acquire(worker, tp->partition, floors ? floors[i] : 0,
-                                deadline_ns, &state);
+                                deadline_ns, owner, &check, &state);
     if (err) {
       acquire_failed(worker, tp->partition, err);
+      continue;
+    }
+    if (check.verdict != KL__CHECKS_LOG_OK) {
+      assign_refuse(worker, tp, &check, held, &refusals);
       continue;
     }
     kl__lanes_own(worker->lanes, tp->partition, state.epoch, state.watermark);
@@ -399,8 +485,8 @@ static void on_assign(kl_worker_t *worker,
     rd_kafka_destroy(reader);
   free(floors);
   free(committed);
-  if (unknown && !worker->owned && !worker->stop)
-    store_unknown_failed(worker, unknown, first);
+  if (refusals.n && !worker->owned && !worker->stop)
+    refused_failed(worker, refusals.n, refusals.verdict, refusals.first);
 }
 
 /* A revoked lane stops taking events, lets its running ones finish and

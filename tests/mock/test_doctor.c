@@ -32,6 +32,7 @@
 #include "support/support.h"
 #include "cli/doctor_run.h"
 #include "store/store_internal.h"
+#include "worker/checks.h"
 
 #define KL_TOPIC "events"
 #define KL_PARTS 4
@@ -404,19 +405,54 @@ static void kl_store_at(kl_fx_t *fx, int64_t wm) {
   kl_store_destroy(store);
 }
 
+/* Records @p cluster (NULL: the fixture's) and @p group as the owner of
+ * KL_TOPIC in the fixture's store (kl__store_bind()). */
+static void kl_bind_owner(kl_fx_t *fx, const char *cluster, const char *group) {
+  kl_store_t *store;
+  rd_kafka_t *rk;
+  kl__store_owner_t owner;
+  assert_int_equal(kl__kafka_reader_new(fx->conf, "t", "earliest", &rk), KL_OK);
+  assert_int_equal(kl__checks_kafka_owner(rk, group, 10000, &owner), KL_OK);
+  rd_kafka_destroy(rk);
+  if (cluster)
+    snprintf(owner.cluster, sizeof(owner.cluster), "%s", cluster);
+  assert_int_equal(kl_store_open(fx->dir, NULL, &store), KL_OK);
+  assert_int_equal(kl__store_bind(store, KL_TOPIC, &owner), KL_OK);
+  kl_store_destroy(store);
+}
+
 static void test_store_checks(void **state) {
   kl_fx_t *fx = *state;
   kl__check_status_t worst;
   kl_produce(fx, KL_TOPIC, "murmur2_random", "k", 40);
   kl_store_at(fx, -1);
   char *out = kl_doctor(fx, KL_TOPIC, fx->dir, 0, &worst);
-  kl_assert_line(out, "OK", "store-version", "(lmdb) has format version 4");
+  kl_assert_line(out, "OK", "store-version", "(lmdb) has format version 5");
+  kl_assert_line(out, "WARN", "owner", "records no owner of topic");
   kl_assert_line(out, "OK", "log", "hold the store's watermarks on all 4");
   kl_assert_line(out, "OK", "epochs",
                  "at least those group keylane "
                  "recorded");
   kl_assert_no_check(out, "clock"); /* LMDB: this host's clock */
   free(out);
+
+  /* The owner: this cluster and group recorded, OK; another group or
+   * cluster recorded, FAIL naming both and the fix. */
+  kl_bind_owner(fx, NULL, "keylane");
+  out = kl_doctor(fx, KL_TOPIC, fx->dir, 0, &worst);
+  kl_assert_line(out, "OK", "owner", "and group keylane as the owner");
+  free(out);
+  kl_bind_owner(fx, NULL, "other");
+  out = kl_doctor(fx, KL_TOPIC, fx->dir, 0, &worst);
+  assert_int_equal(worst, KL__CHECK_FAIL);
+  kl_assert_line(out, "FAIL", "owner", "belongs to another consumer group");
+  kl_assert_line(out, "FAIL", "owner", "keylane store bind -t " KL_TOPIC);
+  free(out);
+  kl_bind_owner(fx, "elsewhere", "keylane");
+  out = kl_doctor(fx, KL_TOPIC, fx->dir, 0, &worst);
+  kl_assert_line(out, "FAIL", "owner", "records Kafka cluster elsewhere");
+  free(out);
+  kl_bind_owner(fx, NULL, "keylane"); /* the next tests' store: this fleet's */
 
   /* The log went backwards: the store applied past its end. */
   kl_store_at(fx, 1000);
@@ -582,10 +618,10 @@ static void test_cli_json(void **state) {
   assert_string_equal(json_string_value(json_object_get(o, "status")), "FAIL");
   json_t *checks = json_object_get(o, "checks");
   assert_true(json_is_array(checks));
-  const char *want[] = {"security",    "partitions",      "routing",
-                        "dlq",         "retention",       "dlq-retention",
-                        "replication", "dlq-replication", "store-version",
-                        "log",         "epochs"};
+  const char *want[] = {
+      "security",      "partitions",    "routing",     "dlq",
+      "retention",     "dlq-retention", "replication", "dlq-replication",
+      "store-version", "owner",         "log",         "epochs"};
   assert_int_equal(json_array_size(checks), sizeof(want) / sizeof(want[0]));
   for (size_t i = 0; i < json_array_size(checks); i++) {
     json_t *c = json_array_get(checks, i);

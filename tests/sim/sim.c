@@ -50,7 +50,7 @@
  * must find the other topic's write at their commit. `--topics 1` runs
  * the single topic of before.
  *
- * STEPS (weights out of 8840; sim_steps.c):
+ * STEPS (weights out of 8900; sim_steps.c):
  *  - publish (2000): the client appends a credit, debit or transfer to
  *    its key's partition, 4% of them ones the ledger refuses (amount 0, a
  *    transfer to itself), 10% with an id another key's event has (ids are
@@ -99,6 +99,12 @@
  *    event and sweeps its expired ids with a retention of 1 s (the two
  *    topics' ids are older): it must remove none of theirs, or their
  *    re-published events are applied again (the mutant `sweep`).
+ *  - foreign (60): a fleet of another Kafka cluster with the same topic
+ *    name (a wrong -b), or of another group (a typo'd -g), tries to take a
+ *    partition as a worker of it does (kl__store_acquire_owned(), which
+ *    the owners take with too, as the fleet's cluster and group): the
+ *    store recorded the fleet's with its first take and must refuse,
+ *    moving no epoch (issue 39, second attack; the mutant `owner`).
  *  - with --hostile, 48 publishes of 256 are a hostile producer's instead
  *    (sim_steps.c, hostile_publish()): a credit with an id of any form;
  *    5 in 8 a follow-up's id: the one the credit of a transfer in the log
@@ -168,6 +174,9 @@
  *     has a follow-up's id fails it ("suppressed"), and so does a credit
  *     whose id an old log's follow-up had (`--recreate`); the mutants
  *     `reserved` and `nonce` must fail it;
+ * 11. a topic's partitions are taken only by its recorded owner's fleet:
+ *     a foreign fleet's take is refused and moves no epoch ("foreign", at
+ *     the step; the mutant `owner` must fail it);
  * 10. a row both topics write (PostgreSQL, two topics) loses no update: it
  *     counts every event applied on either topic, after every step that
  *     committed ("shared"): the owner cache finds a second writer of a row
@@ -191,7 +200,8 @@
  * batch, a watermark past a RETRY, the owner cache across a fence, the
  * consumed-side reserved-id check, the follow-up id's nonce, the
  * rebuild's match of a follow-up, a follow-up removed though its letter
- * was refused, the condition of the owner cache's UPDATE); with one on,
+ * was refused, the condition of the owner cache's UPDATE, a sweep of every
+ * topic's ids, the take's owner check); with one on,
  * the simulator must fail. The default run ends with each for a short
  * budget; a mutant that survives fails the run. `cache` and `update` are
  * hunted on PostgreSQL, where the owner cache is; `update` with two
@@ -232,7 +242,7 @@ static const char usage[] =
     "  --replay FILE       run a schedule a failure wrote\n"
     "  --mutant NAME       only hunt with a mutant on: epoch, seen, outbox,\n"
     "                      watermark, cache, reserved, nonce, rebuild,\n"
-    "                      update, or all\n"
+    "                      aside, update, sweep, owner, or all\n"
     "  --topics 1|2        topics on the schedules' store (default 2: two\n"
     "                      fleets of the same key names share it)\n"
     "  --seconds N         soak: random schedules for N seconds\n"
@@ -261,9 +271,9 @@ typedef struct opts {
 } opts_t;
 
 static const char *const mutant_names[] = {
-    "none",     "epoch", "seen",    "outbox", "watermark", "cache",
-    "reserved", "nonce", "rebuild", "aside",  "update",    "sweep"};
-#define MUTANTS 12
+    "none",  "epoch",   "seen",  "outbox", "watermark", "cache", "reserved",
+    "nonce", "rebuild", "aside", "update", "sweep",     "owner"};
+#define MUTANTS 13
 
 static const char *backend_name(sim_backend_t b) {
   return b == SIM_PG ? "pg" : "lmdb";
@@ -620,6 +630,10 @@ static void print_stats(const char *what, const sim_stats_t *s,
     printf("  %" PRIu64 " sweeps by a third topic's fleet (retention 1 s), "
            "%" PRIu64 " of its own ids removed\n",
            s->swept, s->swept_ids);
+  if (s->foreign)
+    printf("  %" PRIu64 " takes by a foreign fleet (another cluster or "
+           "group), refused\n",
+           s->foreign);
   if (s->hostile || s->recreated)
     printf("  %" PRIu64 " records a hostile producer wrote, %" PRIu64
            " topics created again\n",
@@ -679,7 +693,8 @@ static int fleet_run(const opts_t *o) {
   printf("a step: one choice of a schedule (publish, records handed to an "
          "owner's lanes and a turn of them,\n  an acquire, a turn without "
          "records, a resume, a crash, a tick,\n  a redrive, "
-         "a replay, a rebuild); the drain and the final checks are not "
+         "a replay, a sweep, a foreign fleet's take, a rebuild); the drain "
+         "and the final checks are not "
          "counted\n");
   print_stats("LMDB", &lmdb, lmdb_s);
   const job_result_t *pr = with_pg ? &res[n - 1] : NULL;

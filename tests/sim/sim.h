@@ -217,6 +217,7 @@ typedef struct sim_stats {
   uint64_t busy;      /* commits the store refused as busy (not by a fate) */
   uint64_t swept;     /* sweeps by a third topic's fleet (sim_steps.c) */
   uint64_t swept_ids; /* ids they removed: none but with a mutant */
+  uint64_t foreign;   /* takes by a foreign fleet, refused (sim_steps.c) */
 } sim_stats_t;
 
 typedef struct sim_world {
@@ -235,6 +236,9 @@ typedef struct sim_world {
   const char *pg_uri;
   kl_conf_t *conf;
   kl_store_t *store; /* the world's: LMDB's only one; PostgreSQL's tools' */
+  kl__store_owner_t fleet;    /* the owners' cluster and group (sim_owner.c) */
+  int fleet_took[SIM_TOPICS]; /* an owner took a partition of the topic in
+                                 this store: it recorded the fleet's */
   sim_key_t keys[SIM_MAXK];
   sim_log_t log[SIM_MAXP];
   sim_event_t *events;

@@ -420,18 +420,32 @@ void sim_owner_acquire(sim_owner_t *o, int32_t part, uint64_t w) {
     W->acting = NULL;
     o->held[part] = 0;
   }
+  /* as the worker takes it (worker.c, lane_acquire()): as the fleet's
+   * cluster and group, which the first take of a topic records */
   kl_partition_state_t st;
+  kl__store_owner_t recorded;
+  int refused = 0;
   kl_err_t err =
-      kl_store_acquire(o->store, sim_topic(part), sim_tpart(part), &st);
+      kl__store_acquire_owned(o->store, sim_topic(part), sim_tpart(part), 0,
+                              &W->fleet, &recorded, &refused, &st);
   if (err) {
     sim_fail("store-error", "owner %d cannot acquire partition %d: %s", o->no,
              (int)part, kl_err_detail());
+    return;
+  }
+  if (refused) {
+    sim_fail("foreign",
+             "owner %d of the fleet (cluster %s, group %s) was refused "
+             "partition %d: the store records cluster %s, group %s",
+             o->no, W->fleet.cluster, W->fleet.group, (int)part,
+             recorded.cluster, recorded.group);
     return;
   }
   sim_say("owner %d acquires partition %d: epoch %" PRIu64
           ", watermark %" PRId64,
           o->no, (int)part, st.epoch, st.watermark);
   sim_view_acquired(&W->live, part, &st, 1);
+  W->fleet_took[sim_topic_no(part)] = 1;
   o->held[part] = st.epoch;
   W->acting = o;
   o->tno = sim_topic_no(part);

@@ -245,13 +245,53 @@ enum {
   ST_REDRIVE,
   ST_REPLAY,
   ST_SWEEP,
+  ST_FOREIGN,
   ST_REBUILD,
   ST_N
 };
-/* Out of 8840 (sim.c lists them); a rebuild in about one schedule of
+/* Out of 8900 (sim.c lists them); a rebuild in about one schedule of
  * four. */
-static const unsigned weights[ST_N] = {2000, 3300, 500, 800, 500, 700,
-                                       250,  500,  150, 97,  40,  3};
+static const unsigned weights[ST_N] = {2000, 3300, 500, 800, 500, 700, 250,
+                                       500,  150,  97,  40,  60,  3};
+
+/* A foreign fleet tries to take partition @p p, as a worker of it would
+ * (worker.c, lane_acquire()): of another Kafka cluster with the same
+ * topic name (a wrong -b), or of another group (a typo'd -g), as the
+ * choice @p w says. The store records the fleet's owner with its first
+ * take of the topic, so it must refuse: the epoch stays, the live owner is
+ * not fenced (issue 39's second attack, HIGH-2 and LOW-7; the mutant
+ * `owner` skips the check). @returns 0 when no owner of the fleet took a
+ * partition of the topic in this store yet (none recorded the fleet). */
+static int foreign_take(int32_t p, uint64_t w) {
+  kl__store_owner_t foreign = W->fleet, recorded;
+  kl_partition_state_t before, st;
+  if (!W->fleet_took[sim_topic_no(p)] ||
+      kl_store_partition(W->store, sim_topic(p), sim_tpart(p), &before))
+    return 0;
+  int cluster = (w >> 24) & 1;
+  snprintf(cluster ? foreign.cluster : foreign.group,
+           cluster ? sizeof(foreign.cluster) : sizeof(foreign.group), "%s",
+           cluster ? "simcluster-dr" : "simflete");
+  int refused = 0;
+  kl_err_t err = kl__store_acquire_owned(W->store, sim_topic(p), sim_tpart(p),
+                                         0, &foreign, &recorded, &refused, &st);
+  if (err && !kl_err_is_retriable(err))
+    sim_fail("store-error", "a foreign fleet's take: %s", kl_err_detail());
+  else if (!err && !refused)
+    sim_fail("foreign",
+             "a fleet of cluster %s, group %s took partition %d of topic %s, "
+             "which the fleet (cluster %s, group %s) took first: epoch "
+             "%" PRIu64 " -> %" PRIu64 ", the live owner is fenced",
+             foreign.cluster, foreign.group, (int)sim_tpart(p), sim_topic(p),
+             W->fleet.cluster, W->fleet.group, before.epoch, st.epoch);
+  W->stats.foreign += !err && refused;
+  sim_say("a fleet of cluster %s, group %s tries to take partition %d: %s",
+          foreign.cluster, foreign.group, (int)p,
+          err       ? "the store is busy"
+          : refused ? "refused"
+                    : "taken");
+  return 1;
+}
 
 /* A fleet of a third topic shares the store: it applies an event of its
  * own, then sweeps its own expired ids by the store's retention (1 s
@@ -382,6 +422,8 @@ static int step_run(uint64_t w) {
   case ST_SWEEP:
     sweep_third_topic();
     return 1;
+  case ST_FOREIGN:
+    return foreign_take(p, w);
   default: /* a rebuild after a recreated topic would lack the old log */
     if (W->backend != SIM_LMDB || W->gen > 0 || W->recreated)
       return 0;
@@ -740,6 +782,7 @@ int sim_run(uint64_t seed, sim_backend_t backend, const uint64_t *words,
           : 0;
   W->conf = sim_conf();
   snprintf(W->tag, sizeof(W->tag), "r%u_", runs++);
+  kl__store_owner_make(&W->fleet, "simcluster", "simfleet");
   W->ntopics = sim_topics;
   W->nparts = W->ntopics * W->cfg.partitions;
   W->nkeys = W->ntopics * W->cfg.keys;

@@ -263,6 +263,7 @@ void sim_rebuild_switch(void) {
   }
   W->env = 1;
   W->store = store;
+  memset(W->fleet_took, 0, sizeof(W->fleet_took)); /* a new store */
   for (int o = 0; o < W->cfg.owners; o++) { /* they start on the new one */
     W->owners[o].store = store;
     sim_owner_restart(&W->owners[o]);

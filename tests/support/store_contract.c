@@ -638,6 +638,72 @@ void kl_t_contract_reset_rewinds_and_fences(void **state) {
   kl_store_destroy(store);
 }
 
+/* Takes partition @p p of KL_T_TOPIC as a worker of @p cluster and
+ * @p group (kl__store_acquire_owned()). @returns 1 when refused, with the
+ * recorded owner in @p recorded; else 0, with the new state in @p ps. */
+static int kl_t_owned_acquire(kl_store_t *store, int32_t p, const char *cluster,
+                              const char *group, kl__store_owner_t *recorded,
+                              kl_partition_state_t *ps) {
+  kl__store_owner_t mine;
+  int refused = -1;
+  assert_int_equal(kl__store_owner_make(&mine, cluster, group), KL_OK);
+  assert_int_equal(kl__store_acquire_owned(store, KL_T_TOPIC, p, 0, &mine,
+                                           recorded, &refused, ps),
+                   KL_OK);
+  return refused;
+}
+
+/* Issue 39, second attack (HIGH-2, LOW-7): the first epoch a worker takes
+ * for a topic records its Kafka cluster and group in the same write; a
+ * worker of another cluster or group is refused and moves no epoch, also
+ * on a partition nothing was applied of (watermark 0, where the log check
+ * has nothing to compare); kl__store_bind() adopts a new owner. */
+void kl_t_contract_owner_recorded_with_the_first_epoch(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  kl_store_t *store = kl_t_store_open(where, NULL);
+  kl__store_owner_t rec;
+  kl_partition_state_t ps;
+  assert_int_equal(kl__store_owner(store, KL_T_TOPIC, &rec), KL_ENOTFOUND);
+  assert_int_equal(kl_t_owned_acquire(store, 0, "c1", "fleet", &rec, &ps), 0);
+  assert_int_equal(ps.epoch, 1);
+  assert_int_equal(kl__store_owner(store, KL_T_TOPIC, &rec), KL_OK);
+  assert_string_equal(rec.cluster, "c1");
+  assert_string_equal(rec.group, "fleet");
+  /* Its own fleet takes any partition of the topic. */
+  assert_int_equal(kl_t_owned_acquire(store, 1, "c1", "fleet", &rec, &ps), 0);
+  assert_int_equal(ps.epoch, 1);
+  /* Another cluster, another group: refused, nothing written. */
+  assert_int_equal(kl_t_owned_acquire(store, 1, "c2", "fleet", &rec, &ps), 1);
+  assert_string_equal(rec.cluster, "c1");
+  assert_int_equal(kl_t_owned_acquire(store, 2, "c1", "flete", &rec, &ps), 1);
+  assert_string_equal(rec.group, "fleet");
+  assert_int_equal(kl_t_store_partition(store, 1).epoch, 1);
+  assert_int_equal(kl_t_store_partition(store, 2).epoch, 0);
+  /* Unchecked takes (tools) neither check nor record. */
+  assert_int_equal(kl_t_store_acquire(store, 1), 2);
+  /* The record is the topic's: another topic records its own. */
+  kl__store_owner_t mine;
+  int refused = -1;
+  assert_int_equal(kl__store_owner_make(&mine, "c2", "other"), KL_OK);
+  assert_int_equal(
+      kl__store_acquire_owned(store, "audit", 0, 0, &mine, &rec, &refused, &ps),
+      KL_OK);
+  assert_int_equal(refused, 0);
+  /* Adopted on purpose: the new owner runs, the old one is refused. */
+  assert_int_equal(kl__store_bind(store, KL_T_TOPIC, &mine), KL_OK);
+  assert_int_equal(kl_t_owned_acquire(store, 1, "c2", "other", &rec, &ps), 0);
+  assert_int_equal(ps.epoch, 3);
+  assert_int_equal(kl_t_owned_acquire(store, 1, "c1", "fleet", &rec, &ps), 1);
+  assert_string_equal(rec.cluster, "c2");
+  kl_store_destroy(store);
+  /* It persists. */
+  store = kl_t_store_open(where, NULL);
+  assert_int_equal(kl__store_owner(store, KL_T_TOPIC, &rec), KL_OK);
+  assert_string_equal(rec.group, "other");
+  assert_int_equal(kl__store_owner_make(&mine, "", "g"), KL_EINVAL);
+  kl_store_destroy(store);
+}
+
 void kl_t_contract_counters(void **state) {
   const char *where = kl_t_store_fixture(state)->where;
   kl_store_t *store = kl_t_store_open(where, NULL);

@@ -130,6 +130,7 @@ void kl_t_store_clock_add(int64_t ms);
   X(fenced_commit_applies_nothing, setup, teardown)                            \
   X(watermark_never_goes_back, setup, teardown)                                \
   X(reset_rewinds_and_fences, setup, teardown)                                 \
+  X(owner_recorded_with_the_first_epoch, setup, teardown)                      \
   X(counters, setup, teardown)                                                 \
   X(beats_need_the_current_epoch, setup, teardown)                             \
   X(scan_order_and_prefix, setup, teardown)                                    \

@@ -402,7 +402,8 @@ static void test_every_subcommand_help(void **state) {
       {{"config"}, 1},         {{"store", "migrate"}, 0},
       {{"store", "stats"}, 0}, {{"store", "keys"}, 0},
       {{"store", "get"}, 0},   {{"store", "rebuild"}, 1},
-      {{"store", "reset"}, 0}, {{"store", "outbox"}, 0},
+      {{"store", "reset"}, 1}, {{"store", "outbox"}, 0},
+      {{"store", "bind"}, 1},
   };
   for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
     const char *argv[6] = {NULL};

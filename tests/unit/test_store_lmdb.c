@@ -864,6 +864,51 @@ static void kl_mark_topic(kl_store_t *store, const char *topic) {
  * store-wide sweep position goes, and from then on a sweep is per topic:
  * a worker of "audit" with a 1 s retention leaves "payments"' day-old id,
  * written before the upgrade, whose event read again is a duplicate. */
+/* Format 4 -> 5 (issue 39, second attack): a store without owners (its
+ * "owners" database dropped, as format 4 had none) opens as format 5; the
+ * topic it knows gets its owner at the next worker's take, and another
+ * cluster is refused from then on. */
+static void test_format4_upgrade_records_the_owner(void **state) {
+  t_state_t *st = *state;
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  uint64_t epoch = kl_t_topic_acquire(store, "payments");
+  kl_store_destroy(store);
+  kl_t_lmdb_set_format(st->fx.where, 4);
+  MDB_env *env;
+  MDB_txn *mtxn;
+  MDB_dbi dbi;
+  assert_int_equal(mdb_env_create(&env), 0);
+  assert_int_equal(mdb_env_set_maxdbs(env, 12), 0);
+  assert_int_equal(mdb_env_open(env, st->fx.where, 0, 0644), 0);
+  assert_int_equal(mdb_txn_begin(env, NULL, 0, &mtxn), 0);
+  assert_int_equal(mdb_dbi_open(mtxn, "owners", 0, &dbi), 0);
+  assert_int_equal(mdb_drop(mtxn, dbi, 1), 0);
+  assert_int_equal(mdb_txn_commit(mtxn), 0);
+  mdb_env_close(env);
+
+  store = kl_t_store_open(st->fx.where, NULL);
+  int version, latest;
+  assert_int_equal(kl__store_version(store, &version, &latest), KL_OK);
+  assert_int_equal(version, 5);
+  kl__store_owner_t rec, mine, other;
+  assert_int_equal(kl__store_owner(store, "payments", &rec), KL_ENOTFOUND);
+  assert_int_equal(kl__store_owner_make(&mine, "c1", "fleet"), KL_OK);
+  assert_int_equal(kl__store_owner_make(&other, "c2", "fleet"), KL_OK);
+  kl_partition_state_t ps;
+  int refused = -1;
+  assert_int_equal(kl__store_acquire_owned(store, "payments", 0, 0, &mine, &rec,
+                                           &refused, &ps),
+                   KL_OK);
+  assert_int_equal(refused, 0);
+  assert_int_equal(ps.epoch, epoch + 1);
+  assert_int_equal(kl__store_acquire_owned(store, "payments", 0, 0, &other,
+                                           &rec, &refused, &ps),
+                   KL_OK);
+  assert_int_equal(refused, 1);
+  assert_string_equal(rec.cluster, "c1");
+  kl_store_destroy(store);
+}
+
 static void test_format3_upgrade_sweeps_per_topic(void **state) {
   t_state_t *st = *state;
   kl_t_store_clock_set(1700000000000LL);
@@ -878,7 +923,7 @@ static void test_format3_upgrade_sweeps_per_topic(void **state) {
   store = kl_t_store_open(st->fx.where, "store.dedup.retention", "1s", NULL);
   int version, latest;
   assert_int_equal(kl__store_version(store, &version, &latest), KL_OK);
-  assert_int_equal(version, 4);
+  assert_int_equal(version, KL__LMDB_FORMAT);
   assert_int_equal(kl_meta(store, "sweep.cursor", NULL), MDB_NOTFOUND);
   uint64_t count;
   assert_int_equal(kl_store_id_count(store, &count), KL_OK);
@@ -982,6 +1027,7 @@ int main(void) {
       T(test_durability_modes),
       T(test_sweep_without_expired_keys_writes_nothing),
       T(test_format3_upgrade_sweeps_per_topic),
+      T(test_format4_upgrade_records_the_owner),
       T(test_doctor_sees_a_shorter_sweep),
       T(test_invalid_arguments),
   };
