@@ -29,7 +29,7 @@ static void change_within_noise_is_same(void **state) {
   kl_bench_figure_t before = {0.37, 0.26}, now = {0.36, 0.17};
   assert_int_equal(kl_bench_compare(&before, &now, &change, &noise),
                    KL_BENCH_SAME);
-  assert_float_equal(noise, 0.26, 1e-9); /* the wider spread */
+  assert_float_equal(noise, 0.26, 1e-9);                /* the wider spread */
   assert_true(fabs(change - (0.36 / 0.37 - 1)) < 1e-9); /* negative */
 }
 
