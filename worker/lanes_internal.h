@@ -132,6 +132,7 @@ struct kl__lane {
   int64_t next_due_ns;    /* the earliest due_ns in `waiting`, or 0 */
   unsigned paused;        /* KL__PAUSE_* reasons */
   kl_txn_t *batch;        /* inline mode: the open group transaction */
+  int64_t batch_ns;       /* batch: when it began (kl__mono_ns()) */
   int64_t prefetched_to;  /* batch: the window's ids below are prefetched */
   uint64_t misrouted;     /* records whose key routes elsewhere, ever */
   int fence_seen;         /* an executor's begin said KL_EFENCED */
@@ -190,6 +191,10 @@ struct kl__lanes {
    * group txn's session idle past what the server allows (lanes_pool.c); 0: no
    * bound. */
   int64_t idle_ms;
+  /* Inline mode: the longest handler step seen, in ms; a group txn ends
+   * before its age plus this nears idle_ms (lane_batch_old()). Poll
+   * thread only. */
+  int64_t step_max_ms;
   uint64_t seed;
   size_t waiting_keys; /* over every lane */
   int64_t last_report_ns;
