@@ -356,6 +356,7 @@ static void slot_wait(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
 static void done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
                     const kl__run_t *run) {
   int dup = run->outcome == KL__RUN_DUPLICATE, lost = 0;
+  lanes->runs_failing.n = 0; /* the store answered this one */
   if (!dup) {
     slot->attempts++;
     if (lanes->inline_mode)
@@ -409,6 +410,7 @@ static void done_store(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
            lane->partition, slot->offset, delay,
            kl__escape(text, sizeof(text), run->why,
                       run->why ? strlen(run->why) : 0));
+  kl__failing_note(&lanes->runs_failing, text);
   if (!lanes->inline_mode) {
     slot_wait(lanes, lane, slot, delay, now);
     return;

@@ -207,7 +207,7 @@ static void commit_committed(kl__lanes_t *lanes, kl__lane_t *lane,
   lane->last_commit_ms = now_ms;
   lane->commit_backoff_ms = 0;
   lanes->batches++;
-  lanes->commits_failing = 0;
+  lanes->commits_failing.n = 0;
 }
 
 /* The failed commit's events run again: each keeps why, as its last
@@ -248,9 +248,7 @@ static void commit_failed(kl__lanes_t *lanes, kl__lane_t *lane,
            kl__escape(text, sizeof(text), detail, strlen(detail)));
   slots_commit_failed(slots, text);
   lane->hold_until_ns = kl__mono_ns() + (int64_t)ms * 1000000;
-  if (!lanes->commits_failing++)
-    lanes->failing_since_ns = kl__mono_ns();
-  snprintf(lanes->failing_why, sizeof(lanes->failing_why), "%.480s", text);
+  kl__failing_note(&lanes->commits_failing, text);
   lane->commit_backoff_ms =
       ms * 2 > lanes->retry_max_ms ? (int)lanes->retry_max_ms : ms * 2;
   kl__lane_rewind(lanes, lane);

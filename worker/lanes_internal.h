@@ -161,6 +161,17 @@ struct kl__lane {
   int replaced;
 };
 
+/* Failures in a row of one kind, none succeeded since: how many, when
+ * the first of them failed, and the last one's error (lanes_stall.h). */
+typedef struct kl__failing {
+  uint64_t n;
+  int64_t since_ns;
+  char why[512];
+} kl__failing_t;
+
+/* Counts one failure with its (escaped) @p text in @p f. mu held. */
+void kl__failing_note(kl__failing_t *f, const char *text);
+
 struct kl__lanes {
   pthread_mutex_t mu;
   pthread_cond_t work; /* executors: a slot became ready, or stop */
@@ -211,11 +222,12 @@ struct kl__lanes {
       dead_letters, waiting_now, oldest_wait_ms, window_events, paused_now,
       misrouted_total, forwarded, kafka_commits;
   _Atomic uint64_t ahead; /* group transactions begun ahead (lanes_commit.c) */
-  /* Group commits failed in a row, none committed since; when the first of
-   * them failed, and the last one's error (lanes_stall.h). Guarded by mu. */
-  uint64_t commits_failing;
-  int64_t failing_since_ns;
-  char failing_why[512];
+  /* Group commits failed in a row, none committed since (lanes_stall.h).
+   * Guarded by mu. */
+  kl__failing_t commits_failing;
+  /* Event runs that failed in the store (a revoked privilege on a
+   * handler's table, say), none applied since. Guarded by mu. */
+  kl__failing_t runs_failing;
 };
 
 /* ---- lanes.c, for lanes_commit.c -------------------------------------- */

@@ -20,12 +20,14 @@
 #include "support/pg_group.h"
 #include "support/ledger_checks.h"
 #include "support/paused_owner.h"
+#include "support/sql.h"
 #include "support/support.h"
 #include "cli/metrics_server.h"
 #include "store/cache.h"
 #include "store/store_internal.h"
 #include "worker/worker_internal.h"
 #include "keylane/handlers.h"
+#include "handlers/inventory.h"
 
 static int t_db_seq;
 
@@ -318,7 +320,7 @@ static void test_slow_calls_add_up_in_one_batch_on_pg(void **state) {
   int64_t for_ms;
   char why[512];
   uint64_t failing =
-      kl__worker_commits_failing(w->worker, &for_ms, why, sizeof(why));
+      kl__worker_commits_failing(w->worker, 0, &for_ms, why, sizeof(why));
   if (st.applied != N || st.dead_letters || failing)
     fail_msg("after 20 s: %llu of %d applied, %llu dead letters, %llu group "
              "commits failing (%s)",
@@ -420,6 +422,92 @@ static void test_failed_commit_names_its_error_on_pg(void **state) {
   kl_t_ledger_fx_down(&fx);
 }
 
+/* A reserve of @p key with id @p id, raw, as kl_t_produce_credit() does. */
+static void kl_t_produce_reserve(const char *boot, const char *topic,
+                                 const char *key, const char *id) {
+  kl_event_t ev = {.key = key,
+                   .key_len = strlen(key),
+                   .id = id,
+                   .id_len = strlen(id),
+                   .type = "reserve",
+                   .type_len = 7,
+                   .ts = 1};
+  void *env;
+  size_t len;
+  assert_int_equal(kl_event_encode(&ev, &env, &len), KL_OK);
+  assert_int_equal(kl_t_produce_raw(boot, topic, 0, key, env, len, NULL), 0);
+  free(env);
+}
+
+/* The inventory handler with UPDATE on stock revoked from the store's
+ * role: a privilege is the operator's, not the event's, so the event is
+ * never dead-lettered (it was, after worker.max.attempts, while /healthz
+ * said ok: issue 39's second attack, MEDIUM-4); it waits as on a store
+ * failure, /healthz fails naming the cause, and once the privilege is
+ * granted again the event applies, once. */
+static void test_inventory_revoked_privilege_waits_on_pg(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "revoked", 1);
+  PGconn *admin = PQconnectdb(fx.where);
+  assert_int_equal(PQstatus(admin), CONNECTION_OK);
+  kl_t_sql(admin, KL__INVENTORY_STOCK_DDL);
+  kl_t_sql(admin, "INSERT INTO stock VALUES ('revoked', 'sku-1', 5)");
+  kl_t_sql(admin, "DO $$ BEGIN CREATE ROLE kl_w_inv LOGIN; EXCEPTION "
+                  "WHEN duplicate_object THEN NULL; END $$;"
+                  "GRANT ALL ON ALL TABLES IN SCHEMA public TO kl_w_inv;"
+                  "GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO kl_w_inv;"
+                  "REVOKE UPDATE ON stock FROM kl_w_inv");
+  char uri[300];
+  const char *at = strchr(fx.where, '@');
+  assert_non_null(at);
+  snprintf(uri, sizeof(uri), "postgresql://kl_w_inv%s", at);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(uri, NULL, &store), KL_OK);
+  kl_t_produce_reserve(fx.boot, fx.topic, "sku-1", "order-1");
+  const char *const extra[] = {
+      "worker.max.attempts=2", "worker.retry.initial.ms=50",
+      "worker.retry.max.ms=200", "worker.session.timeout.ms=6000", NULL};
+  kl_t_worker_t *w = kl_t_worker_new_with(fx.boot, fx.topic, "g1", store, extra,
+                                          kl__inventory_handler, NULL);
+  kl_t_worker_go(w);
+  kl_worker_health_t h = {.size = sizeof(h)};
+  kl_worker_stats_t st;
+  for (int t = 0; t < 200; t++) {
+    assert_int_equal(kl_worker_health(w->worker, &h), KL_OK);
+    kl_worker_stats(w->worker, &st, sizeof(st));
+    if (h.status == KL_WORKER_HEALTH_FAILING || st.dead_letters)
+      break;
+    kl_t_sleep_ms(100);
+  }
+  if (st.dead_letters || h.status != KL_WORKER_HEALTH_FAILING ||
+      h.cause != KL_WORKER_CAUSE_STORE ||
+      !strstr(h.reason, "permission denied"))
+    fail_msg("with UPDATE on stock revoked: %llu dead letters, health %d "
+             "(cause %d): %s",
+             (unsigned long long)st.dead_letters, (int)h.status, (int)h.cause,
+             h.reason);
+  kl_t_sleep_ms(1000); /* more runs than worker.max.attempts */
+  kl_worker_stats(w->worker, &st, sizeof(st));
+  assert_int_equal(st.dead_letters, 0);
+  assert_int_equal(st.applied, 0);
+  kl_t_sql(admin, "GRANT UPDATE ON stock TO kl_w_inv");
+  for (int t = 0; t < 200 && st.applied < 1; t++) {
+    kl_t_sleep_ms(100);
+    kl_worker_stats(w->worker, &st, sizeof(st));
+  }
+  assert_int_equal(st.applied, 1);
+  assert_int_equal(st.dead_letters, 0);
+  assert_int_equal(kl_t_sql(admin, "SELECT qty FROM stock"), 4);
+  assert_int_equal(
+      kl_t_sql(admin, "SELECT count(*) FROM keylane_inventory_outcomes"), 1);
+  assert_int_equal(kl_worker_health(w->worker, &h), KL_OK);
+  assert_int_equal(h.status, KL_WORKER_HEALTH_OK);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_store_destroy(store);
+  PQfinish(admin);
+  kl_t_ledger_fx_down(&fx);
+}
+
 static void test_paused_owner_is_fenced_on_pg(void **state) {
   kl_fx_t fx;
   kl_fx_up(&fx, "fence", 2);
@@ -461,6 +549,7 @@ int main(void) {
       cmocka_unit_test(test_slow_handler_sql_applies_on_pg),
       cmocka_unit_test(test_slow_calls_add_up_in_one_batch_on_pg),
       cmocka_unit_test(test_failed_commit_names_its_error_on_pg),
+      cmocka_unit_test(test_inventory_revoked_privilege_waits_on_pg),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
                                 kl_t_pg_group_teardown);
