@@ -425,6 +425,13 @@ int kl__cmd_worker(int argc, char **argv) {
   kl_conf_t *conf = kl_conf_new();
   if (!conf)
     return kl__cli_fail(SUB, "out of memory");
+  /* A worker's role creates nothing (docs/production.md): an empty
+   * PostgreSQL database is refused unless -X store.pg.migrate=auto (or the
+   * config file) says otherwise, which the parse below applies. */
+  if (kl_conf_set(conf, "store.pg.migrate", "never") != KL_OK) {
+    kl_conf_destroy(conf);
+    return kl__cli_fail(SUB, "out of memory");
+  }
   worker_args_t a = {0};
   a.handler_timeout_ms = -1; /* not given: worker.handler.timeout.ms */
   int first;

@@ -48,6 +48,11 @@ static const kl__conf_key_t kl_keys[] = {
     {"store.create", KL__CONF_ENUM, "yes", 0, 0, "yes|no",
      "no: open an existing store only, never create one (what read-only "
      "commands use); a missing store is KL_ENOTFOUND"},
+    {"store.pg.migrate", KL__CONF_ENUM, "auto", 0, 0, "auto|never",
+     "PostgreSQL store: a database without keylane's schema is given it "
+     "at open (auto), or refused, naming `keylane store migrate` (never: "
+     "keylane worker's default, whose role creates nothing); an older "
+     "schema is refused either way"},
     {"store.pg.pool", KL__CONF_INT, "4", 1, 64, NULL,
      "PostgreSQL store: connections per process at most, one per open batch; "
      "a worker keeps pool - 1 batches open and commits early past it"},
