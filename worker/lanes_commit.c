@@ -215,7 +215,8 @@ static void commit_committed(kl__lanes_t *lanes, kl__lane_t *lane,
  * otherwise saw them waiting with no error while every commit failed. No
  * attempt is counted: the store failed, not the event (a handler step that
  * left the session idle past store.pg.idle.timeout counted one already,
- * lanes_pool.c). */
+ * lanes_pool.c), so the run its commit lost is taken back; else attempts
+ * passed worker.max.attempts with no dead letter. */
 static void slots_commit_failed(const kl__slots_t *slots, const char *text) {
   static const char what[] = "the group commit failed, the event runs again: ";
   int64_t now = kl__now_ms();
@@ -228,6 +229,8 @@ static void slots_commit_failed(const kl__slots_t *slots, const char *text) {
     snprintf(why, sizeof(what) + strlen(text), "%s%s", what, text);
     free(s->why);
     s->why = why;
+    if (!s->duplicate && s->attempts > 0)
+      s->attempts--; /* done_ok() counted the run */
     if (!s->first_failure_ms)
       s->first_failure_ms = now;
     s->last_failure_ms = now;
