@@ -75,6 +75,21 @@ static void test_worker_refuses_an_unmigrated_database(void **state) {
   if (strstr(r.err, "no keylane schema"))
     fail_msg("a migrated database refused: %s", r.err);
   kl_t_run_free(&r);
+
+  /* An older schema (its last migration's record taken away): refused at
+   * once, whatever store.pg.migrate says, naming the same command. */
+  PGconn *admin = PQconnectdb(uri);
+  assert_int_equal(PQstatus(admin), CONNECTION_OK);
+  kl_t_sql(admin, "DELETE FROM keylane_schema_version WHERE version = "
+                  "(SELECT max(version) FROM keylane_schema_version)");
+  PQfinish(admin);
+  for (int i = 0; i < 2; i++) {
+    kl_t_run_for(i ? auto_args : args, NULL, 0, 30000, &r);
+    if (r.rc != 1 || !strstr(r.err, "keylane store migrate"))
+      fail_msg("an older schema%s: exit %d, stderr: %s",
+               i ? " with store.pg.migrate=auto" : "", r.rc, r.err);
+    kl_t_run_free(&r);
+  }
 }
 
 int main(void) {
