@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/opts.h"
 #include "common/strbuf.h"
+#include "common/topic.h"
 #include "keylane/store.h"
 #include "handlers/ledger.h"
 
@@ -66,9 +67,9 @@ static const char *i128_text(__int128 v, char *buf, size_t size) {
   return buf;
 }
 
-static int ledger_print(kl_store_t *store, int json) {
+static int ledger_print(kl_store_t *store, const char *topic, int json) {
   kl_ledger_walk_t walk = {json ? json_object() : NULL, 0, 0, 0};
-  kl_err_t err = kl__ledger_walk(store, NULL, ledger_row, &walk);
+  kl_err_t err = kl__ledger_walk(store, topic, ledger_row, &walk);
   if (err) {
     json_decref(walk.balances);
     return kl__cli_fail(SUB, "cannot read the store: %s", kl_err_detail());
@@ -77,6 +78,8 @@ static int ledger_print(kl_store_t *store, int json) {
     json_t *out =
         json_pack("{sIsIso}", "keys", (json_int_t)walk.keys, "order_violations",
                   (json_int_t)walk.violations, "balances", walk.balances);
+    if (topic) /* absent: every topic's */
+      json_object_set_new(out, "topic", json_string(topic));
     json_dumpf(out, stdout, JSON_COMPACT | JSON_SORT_KEYS);
     putchar('\n');
     json_decref(out);
@@ -92,6 +95,7 @@ static int ledger_print(kl_store_t *store, int json) {
 
 typedef struct ledger_args {
   const char *location;
+  const char *topic;
   int json;
 } ledger_args_t;
 
@@ -102,30 +106,43 @@ static const kl__opt_t ledger_opts[] = {
      .off = offsetof(ledger_args_t, location),
      .required = "",
      .help = "LMDB directory or postgresql://... URI"},
+    {.name = "topic",
+     .letter = 't',
+     .kind = KL__OPT_STRING,
+     .meta = "TOPIC",
+     .off = offsetof(ledger_args_t, topic),
+     .help = "only TOPIC's entries, as its owners keep them (default: "
+             "every topic's, summed per key)"},
     {.name = "json",
      .kind = KL__OPT_FLAG,
      .off = offsetof(ledger_args_t, json),
-     .help = "one JSON object: keys, order_violations, balances"},
+     .help = "one JSON object: keys, order_violations, balances (and "
+             "topic with -t)"},
     {0}};
 
 static const kl__cmd_t ledger_cmd = {
     .name = SUB,
-    .usage = "--store STORE [--json]",
+    .usage = "--store STORE [-t TOPIC] [--json]",
     .about =
         "Prints KEY<TAB>BALANCE<TAB>LAST_SEQ per key of the ledger handler,\n"
         "sorted by key, then a totals line; read from one consistent "
         "snapshot\n"
         "of the topics' entries, also while workers run. Each topic keeps "
         "its\n"
-        "own entry of a key; the line sums them, and the entry an older\n"
-        "keylane kept for the key without a topic once; LAST_SEQ is the\n"
-        "largest of them.\n"
+        "own entry of a key. Without -t the line sums every topic's entry\n"
+        "of the key in the store, and the entry an older keylane kept for\n"
+        "the key without a topic once; LAST_SEQ is the largest of them.\n"
+        "With -t TOPIC only that topic's entries count (with what each "
+        "took\n"
+        "over from an older keylane's entry): one fleet's balances in a\n"
+        "store that several topics share.\n"
         "A key's backslash, control bytes and bytes\n"
         "that are not UTF-8 print as \\\\ and \\xHH (in --json too). A "
         "store\n"
         "that does not exist is an error: this command never creates one.\n",
     .opts = ledger_opts,
     .examples = "  keylane ledger --store /var/lib/keylane\n"
+                "  keylane ledger --store /var/lib/keylane -t payments\n"
                 "  keylane ledger --store /var/lib/keylane --json | jq "
                 ".order_violations\n"};
 
@@ -135,10 +152,12 @@ int kl__cmd_ledger(int argc, char **argv) {
   int rc = kl__opts_parse(&ledger_cmd, argc, argv, &a, NULL, &first);
   if (rc >= 0)
     return rc;
+  if (a.topic && kl__topic_check(a.topic, strlen(a.topic)))
+    return kl__cli_usage(SUB, "-t %s: %s", a.topic, kl_err_detail());
   kl_store_t *store;
   if (kl__cli_store_existing(SUB, a.location, &store))
     return KL_EXIT_FAIL;
-  rc = ledger_print(store, a.json);
+  rc = ledger_print(store, a.topic, a.json);
   kl_store_destroy(store);
   return rc;
 }

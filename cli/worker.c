@@ -149,7 +149,7 @@ static kl_err_t worker_store_open(const char *location, const kl_conf_t *conf,
 typedef struct worker_args {
   const char *topic, *location, *handler;
   const char *metrics_listen; /* NULL: no metrics server */
-  int64_t handler_timeout_ms; /* 0: the exec handler's default */
+  int64_t handler_timeout_ms; /* -1: not given; 0: none declared */
   int pause_on_usr1;
 } worker_args_t;
 
@@ -176,9 +176,12 @@ static int worker_main(kl_conf_t *conf, const worker_args_t *opts) {
   on_stop_signals(worker_on_stop); /* a SIGTERM during start-up counts */
   if (kl__handler_resolve(handler_spec, &handler))
     return kl__cli_usage(SUB, "%s", kl_err_detail());
-  /* One timeout: the exec child's, and the bound kl_worker_new() checks
-   * against kafka.max.poll.interval.ms (for any handler it is given to). */
-  int64_t timeout_ms = opts->handler_timeout_ms
+  /* One timeout, --handler-timeout-ms being -X worker.handler.timeout.ms:
+   * the bound kl_worker_new() checks against kafka.max.poll.interval.ms
+   * and store.pg.idle.timeout (for any handler), and for an exec handler
+   * how long it waits for the child's answer. 0 declares none; an exec
+   * handler still waits KL_EXEC_TIMEOUT_MS at most, and declares that. */
+  int64_t timeout_ms = opts->handler_timeout_ms >= 0
                            ? opts->handler_timeout_ms
                            : kl__conf_int(conf, "worker.handler.timeout.ms");
   if (!timeout_ms && handler.fn == kl__exec_handler)
@@ -305,13 +308,15 @@ static const kl__opt_t worker_opts[] = {
      .help = "ledger | inventory | so:PATH[:SYMBOL] | exec:COMMAND"},
     {.name = "handler-timeout-ms",
      .kind = KL__OPT_MS,
-     .min = 1,
+     .min = 0,
      .max = KL_HANDLER_TIMEOUT_MAX_MS,
      .off = offsetof(worker_args_t, handler_timeout_ms),
      .shown = "",
-     .help = "longest handler call, at most half of "
-             "kafka.max.poll.interval.ms (300000); exec: the answer timeout "
-             "(default 30000)"},
+     .help = "-X worker.handler.timeout.ms: the longest one handler call "
+             "takes, declared (at most half of kafka.max.poll.interval.ms, "
+             "below store.pg.idle.timeout on PostgreSQL; 0: none); for exec "
+             "also the answer timeout, after which the child is killed and "
+             "the event retried (0 or unset: 30000)"},
     {.name = "metrics-listen",
      .kind = KL__OPT_STRING,
      .meta = "ADDR:PORT",
@@ -426,7 +431,15 @@ int kl__cmd_worker(int argc, char **argv) {
   kl_conf_t *conf = kl_conf_new();
   if (!conf)
     return kl__cli_fail(SUB, "out of memory");
+  /* A worker's role creates nothing (docs/production.md): an empty
+   * PostgreSQL database is refused unless -X store.pg.migrate=auto (or the
+   * config file) says otherwise, which the parse below applies. */
+  if (kl_conf_set(conf, "store.pg.migrate", "never") != KL_OK) {
+    kl_conf_destroy(conf);
+    return kl__cli_fail(SUB, "out of memory");
+  }
   worker_args_t a = {0};
+  a.handler_timeout_ms = -1; /* not given: worker.handler.timeout.ms */
   int first;
   int rc = kl__opts_parse(&worker_cmd, argc, argv, &a, conf, &first);
   if (rc < 0)

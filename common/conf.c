@@ -48,6 +48,11 @@ static const kl__conf_key_t kl_keys[] = {
     {"store.create", KL__CONF_ENUM, "yes", 0, 0, "yes|no",
      "no: open an existing store only, never create one (what read-only "
      "commands use); a missing store is KL_ENOTFOUND"},
+    {"store.pg.migrate", KL__CONF_ENUM, "auto", 0, 0, "auto|never",
+     "PostgreSQL store: a database without keylane's schema is given it "
+     "at open (auto), or refused, naming `keylane store migrate` (never: "
+     "keylane worker's default, whose role creates nothing); an older "
+     "schema is refused either way"},
     {"store.pg.pool", KL__CONF_INT, "4", 1, 64, NULL,
      "PostgreSQL store: connections per process at most, one per open batch; "
      "a worker keeps pool - 1 batches open and commits early past it"},
@@ -121,10 +126,12 @@ static const kl__conf_key_t kl_keys[] = {
     {"worker.concurrency", KL__CONF_INT, "1", 1, 1024, NULL,
      "handler threads per worker; events of one key stay in order"},
     {"worker.handler.timeout.ms", KL__CONF_MS, "0", 0, 3600000, NULL,
-     "the longest one handler call takes, at most half of "
+     "the longest one handler call takes, declared, at most half of "
      "kafka.max.poll.interval.ms (300000) and below store.pg.idle.timeout "
-     "on PostgreSQL: the exec handler's answer timeout (keylane worker sets "
-     "it, 30000 by default); 0: not declared"},
+     "on PostgreSQL (keylane worker --handler-timeout-ms sets it); 0: none "
+     "declared. For an exec handler it is also the answer timeout, after "
+     "which the child is killed and the event retried: 0 there means "
+     "30000, an exec handler always has one"},
     {"worker.exec.window", KL__CONF_INT, "1", 1, 1024, NULL,
      "exec handler: events in flight to one child at most (pipelining, for "
      "children that echo \"seq\"; others get one at a time); the worker "

@@ -5,12 +5,24 @@
  * SQL on the batch's connection to KL_HANDLER_RETRY (handlers/inventory.c):
  * one list, so that a lock timeout the store retries is never a dead
  * letter in a handler. A second list tells what a person fixes (a revoked
- * privilege): the handlers retry that too, as the store does every
- * failure of its own statements. Plain strings, no libpq: common/ links
- * nothing.
+ * privilege): the handlers answer KL__HANDLER_STORE for those, and the
+ * worker treats them as it treats a failure of the store's own statements.
+ * Plain strings, no libpq: common/ links nothing.
  */
 #ifndef KEYLANE_COMMON_SQLSTATE_H
 #define KEYLANE_COMMON_SQLSTATE_H
+
+/**
+ * A built-in handler's verdict beyond the public three (kl_handler_result_t):
+ * the event's SQL failed for the store's setup (kl__sqlstate_setup()), not
+ * for the event. The worker takes it as a failure of the store
+ * (worker/apply.c): the event runs again after a backoff and counts no
+ * attempt toward worker.max.attempts, its partition commits nothing past
+ * it meanwhile, and /healthz turns 503 with the handler's reason; once a
+ * person fixed the setup, the event applies. Never a dead letter: every
+ * event would be one.
+ */
+#define KL__HANDLER_STORE 3
 
 /**
  * @returns nonzero when @p state (a five-character SQLSTATE, or NULL) is
@@ -28,7 +40,8 @@ int kl__sqlstate_transient(const char *state);
  * work: a privilege the role lacks (42501), a table or column that is not
  * there (42P01, 42703), a read-only transaction (25006). A person fixes
  * those without the work changing, so what failed on them is run again
- * after a backoff, never dead-lettered: every event would be.
+ * after a backoff, never dead-lettered: every event would be
+ * (KL__HANDLER_STORE).
  */
 int kl__sqlstate_setup(const char *state);
 

@@ -25,6 +25,12 @@
 
 extern char **environ; /* for posix_spawn() */
 
+/* A timeout's reason, with the timeout in ms: it names the setting to
+ * raise, since the dead letter it may end as is read by a person. */
+#define KL_EXEC_TIMED_OUT(what)                                                \
+  what " within %d ms (the handler timeout: --handler-timeout-ms, or -X "      \
+       "worker.handler.timeout.ms; raise it if a call needs longer)"
+
 #define COMP "exec"
 /* Answers parsed per read, at most; the rest waits in the buffer. */
 #define KL_EXEC_BATCH 64
@@ -383,7 +389,8 @@ static int exec_write(int fd, const char *line, size_t len, int64_t deadline_ns,
     if (rc < 0 && errno == EINTR)
       continue;
     if (rc == 0) {
-      snprintf(why, size, "did not read its stdin within %d ms", timeout_ms);
+      snprintf(why, size, KL_EXEC_TIMED_OUT("did not read its stdin"),
+               timeout_ms);
       return -1;
     }
     ssize_t n = send(fd, line, len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -517,7 +524,7 @@ static int exec_fill(kl__exec_t *exec, kl_exec_child_t *child, int fd,
     if (rc < 0 && errno == EINTR)
       continue;
     if (rc == 0) {
-      snprintf(rd->why, sizeof(rd->why), "did not answer within %d ms",
+      snprintf(rd->why, sizeof(rd->why), KL_EXEC_TIMED_OUT("did not answer"),
                exec->timeout_ms);
       return -1;
     }
@@ -665,8 +672,8 @@ static void exec_await(kl__exec_t *exec, kl_exec_child_t *child,
     int rc = pthread_cond_timedwait(&call->cond, &exec->mu, &ts);
     call->waiting = 0;
     if (rc == ETIMEDOUT && !call->done) {
-      char why[128];
-      snprintf(why, sizeof(why), "did not answer within %d ms",
+      char why[256];
+      snprintf(why, sizeof(why), KL_EXEC_TIMED_OUT("did not answer"),
                exec->timeout_ms);
       exec_kill(exec, child, why);
     }

@@ -76,12 +76,14 @@ static void inventory_fix(const PGresult *res, int record, const char *topic,
              "; stock is the application's table: " KL__INVENTORY_STOCK_DDL);
 }
 
-/* A statement's failure as a handler verdict: the batch's transaction is
- * aborted either way. A lost link or a transient SQLSTATE (the store's own
+/* A statement's failure as a handler verdict: the event's SQL is rolled
+ * back either way. A lost link or a transient SQLSTATE (the store's own
  * list, common/sqlstate.h: a lock timeout, too many connections) may pass
- * on a re-run, and one of the setup (a revoked privilege, a dropped
- * table) passes once a person fixed it: both are RETRY, backing off, never
- * a dead letter for what was no fault of the event. */
+ * on a re-run: RETRY. One of the setup (a revoked privilege, a dropped
+ * table, a read-only session) is the operator's, not the event's, and
+ * passes once a person fixed it: KL__HANDLER_STORE, which counts no
+ * attempt and is never a dead letter (a store failure: the partition
+ * waits, /healthz says why). */
 static kl_handler_result_t inventory_fail(PGconn *pg, PGresult *res, int record,
                                           const char *topic, char *errbuf,
                                           size_t errbuf_size) {
@@ -89,12 +91,14 @@ static kl_handler_result_t inventory_fail(PGconn *pg, PGresult *res, int record,
   const char *msg = PQresultErrorMessage(res);
   char fix[512];
   inventory_fix(res, record, topic, fix, sizeof(fix));
-  int retry = PQstatus(pg) != CONNECTION_OK || kl__sqlstate_transient(state) ||
-              kl__sqlstate_setup(state);
+  int setup = PQstatus(pg) == CONNECTION_OK && kl__sqlstate_setup(state);
+  int retry = PQstatus(pg) != CONNECTION_OK || kl__sqlstate_transient(state);
   snprintf(errbuf, errbuf_size, "inventory: %s: %.*s%s",
            record ? "record the outcome" : "take a unit",
            (int)strcspn(msg, "\n"), msg, fix);
   PQclear(res);
+  if (setup)
+    return (kl_handler_result_t)KL__HANDLER_STORE;
   return retry ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
 }
 

@@ -1230,6 +1230,7 @@ static kl_err_t pg_new(const char *uri, const kl_conf_t *conf, kl__pg_t **out) {
   pgs->idle_timeout_ms = kl__conf_int(conf, "store.pg.idle.timeout");
   pgs->connect_timeout_s = kl__pg_connect_timeout_s(conf);
   pgs->create = strcmp(kl_conf_get(conf, "store.create"), "no") != 0;
+  pgs->migrate = strcmp(kl_conf_get(conf, "store.pg.migrate"), "never") != 0;
   int64_t pool = kl__conf_int(conf, "store.pg.pool");
   pgs->pool_max = pool > 0 ? (size_t)pool : KL_PG_POOL_DEFAULT;
   pgs->uri = strdup(uri);
@@ -1246,6 +1247,30 @@ static kl_err_t pg_new(const char *uri, const kl_conf_t *conf, kl__pg_t **out) {
   return KL_OK;
 }
 
+/* store.pg.migrate=never (a worker's role creates nothing, docs/
+ * production.md): a database without keylane's schema is refused, naming
+ * the command that creates it, as KL_ENOTFOUND, which keylane worker
+ * waits out for worker.store.wait (a fleet started beside its migration
+ * job); one with it opens as with store.create=no (an older one is
+ * refused there, a newer one too). */
+static kl_err_t pg_schema_open(kl__pg_t *pgs, PGconn *pg) {
+  int version = 0;
+  kl_err_t err;
+  if (pgs->migrate || !pgs->create)
+    return kl__pg_schema_open(pg, pgs->create);
+  if ((err = kl__pg_schema_version(pg, &version)))
+    return err;
+  if (version == 0) /* not KL_ESTORE_VERSION: a worker waits for it */
+    return kl__err(KL_ENOTFOUND,
+                   "postgresql: database %s has no keylane schema, and "
+                   "store.pg.migrate=never (keylane worker's default: its "
+                   "role creates nothing): create it first with `keylane "
+                   "store migrate --store URI` as the schema's owner, or "
+                   "let this process create it with -X store.pg.migrate=auto",
+                   PQdb(pg));
+  return kl__pg_schema_open(pg, 0);
+}
+
 kl_err_t kl__store_pg_open(const char *uri, const kl_conf_t *conf,
                            kl_store_t **out) {
   kl__pg_t *pgs;
@@ -1255,7 +1280,7 @@ kl_err_t kl__store_pg_open(const char *uri, const kl_conf_t *conf,
   kl__pg_conn_t *conn;
   err = pg_connect(pgs, KL_ESTORE, &conn);
   if (!err) {
-    err = kl__pg_schema_open(conn->pg, pgs->create);
+    err = pg_schema_open(pgs, conn->pg);
     if (!err)
       err = pg_legacy_ids(pgs, conn->pg);
     pgs->open = 1;

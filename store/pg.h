@@ -62,6 +62,7 @@ typedef struct kl__pg {
   int64_t idle_timeout_ms; /* store.pg.idle.timeout; 0: the server's */
   int connect_timeout_s;   /* kl__pg_connect_timeout_s() of the conf */
   int create;              /* store.create: make a missing schema */
+  int migrate;             /* store.pg.migrate=auto: the same, or refuse */
   /* The pool: at most pool_max connections, `open` of them made, the idle
    * ones stacked in idle[]. A caller that finds none idle and the bound
    * reached waits on cv. Guarded by mu. */

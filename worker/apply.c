@@ -11,6 +11,7 @@
 #include "common/internal.h"
 #include "common/log.h"
 #include "common/mutant.h"
+#include "common/sqlstate.h"
 #include "common/strbuf.h"
 #include "keylane/producer.h"
 #include "store/store_internal.h"
@@ -93,6 +94,10 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
           : a->handler(a->handler_opaque, event, &fence, txn, res->why,
                        sizeof(res->why));
   kl__txn_source(txn, NULL, 0, 0);
+  if ((int)r == KL__HANDLER_STORE) { /* the store's setup, not the event */
+    res->store_err = KL_ESTORE;
+    return KL_HANDLER_RETRY;
+  }
   if (r != KL_HANDLER_OK)
     return r == KL_HANDLER_RETRY ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
   if ((err = kl_txn_mark(txn, event->key, event->key_len, event->id,

@@ -377,6 +377,7 @@ static void slot_wait(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
 static void done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
                     const kl__run_t *run) {
   int dup = run->outcome == KL__RUN_DUPLICATE, lost = 0;
+  lanes->runs_failing.n = 0; /* the store answered this one */
   if (!dup) {
     slot->attempts++;
     if (lanes->inline_mode)
@@ -430,6 +431,7 @@ static void done_store(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
            lane->partition, slot->offset, delay,
            kl__escape(text, sizeof(text), run->why,
                       run->why ? strlen(run->why) : 0));
+  kl__failing_note(&lanes->runs_failing, text);
   if (!lanes->inline_mode) {
     slot_wait(lanes, lane, slot, delay, now);
     return;
@@ -644,11 +646,28 @@ int kl__lane_may_commit(const kl__lane_t *lane, int64_t now_ns) {
   return lane->final.n && now_ns >= lane->hold_until_ns && !lane->store_held;
 }
 
+/* Inline mode: the group txn's session sits idle in its transaction
+ * while handlers that run no SQL on it work, and the server ends it after
+ * store.pg.idle.timeout (idle_ms) of that: however short each call, a
+ * batch that gathers enough of them could never commit. So a batch ends
+ * once its age plus the longest step seen reaches half of idle_ms; the
+ * other half is the margin for a step longer than any seen yet (each one
+ * is below idle_ms: kl_worker_new() refuses a handler timeout that is
+ * not), the inline budget, and the commit's round trip. docs/design.md,
+ * "A batch on PostgreSQL", says why this and not a later BEGIN. */
+static int lane_batch_old(const kl__lanes_t *lanes, const kl__lane_t *lane,
+                          int64_t now) {
+  return lanes->idle_ms && lane->batch &&
+         (now - lane->batch_ns) / 1000000 + lanes->step_max_ms >=
+             lanes->idle_ms / 2;
+}
+
 static int lane_commit_due(const kl__lanes_t *lanes, const kl__lane_t *lane,
                            int64_t now) {
   return kl__lane_may_commit(lane, now) &&
          (lane->final.n >= lanes->batch_max ||
-          now - lane->first_final_ns >= lanes->batch_wait_ns);
+          now - lane->first_final_ns >= lanes->batch_wait_ns ||
+          lane_batch_old(lanes, lane, now));
 }
 
 /* Before the group commit: fencing, rewinds, retries and holds that are

@@ -207,11 +207,39 @@ static void commit_committed(kl__lanes_t *lanes, kl__lane_t *lane,
   lane->last_commit_ms = now_ms;
   lane->commit_backoff_ms = 0;
   lanes->batches++;
-  lanes->commits_failing = 0;
+  lanes->commits_failing.n = 0;
+}
+
+/* The failed commit's events run again: each keeps why, as its last
+ * failure, for an operator (kl_worker_foreach_key(), GET /v1/keys), who
+ * otherwise saw them waiting with no error while every commit failed. No
+ * attempt is counted: the store failed, not the event (a handler step that
+ * left the session idle past store.pg.idle.timeout counted one already,
+ * lanes_pool.c), so the run its commit lost is taken back; else attempts
+ * passed worker.max.attempts with no dead letter. */
+static void slots_commit_failed(const kl__slots_t *slots, const char *text) {
+  static const char what[] = "the group commit failed, the event runs again: ";
+  int64_t now = kl__now_ms();
+  for (size_t i = 0; i < slots->n; i++) {
+    kl__slot_t *s = slots->v[i];
+    char *why =
+        s->state == KL__SLOT_DONE ? malloc(sizeof(what) + strlen(text)) : NULL;
+    if (!why)
+      continue; /* a dead letter's reason stays; short of memory: the old */
+    snprintf(why, sizeof(what) + strlen(text), "%s%s", what, text);
+    free(s->why);
+    s->why = why;
+    if (!s->duplicate && s->attempts > 0)
+      s->attempts--; /* done_ok() counted the run */
+    if (!s->first_failure_ms)
+      s->first_failure_ms = now;
+    s->last_failure_ms = now;
+  }
 }
 
 /* The store refused or failed: nothing of the build is applied. */
-static void commit_failed(kl__lanes_t *lanes, kl__lane_t *lane, kl_err_t err,
+static void commit_failed(kl__lanes_t *lanes, kl__lane_t *lane,
+                          const kl__slots_t *slots, kl_err_t err,
                           const char *detail) {
   int ms = lane->commit_backoff_ms ? lane->commit_backoff_ms
                                    : (int)lanes->retry_initial_ms;
@@ -221,10 +249,9 @@ static void commit_failed(kl__lanes_t *lanes, kl__lane_t *lane, kl_err_t err,
            "events run again in %d ms: %s",
            lane->partition, kl_err_name(err), ms,
            kl__escape(text, sizeof(text), detail, strlen(detail)));
+  slots_commit_failed(slots, text);
   lane->hold_until_ns = kl__mono_ns() + (int64_t)ms * 1000000;
-  if (!lanes->commits_failing++)
-    lanes->failing_since_ns = kl__mono_ns();
-  snprintf(lanes->failing_why, sizeof(lanes->failing_why), "%.480s", text);
+  kl__failing_note(&lanes->commits_failing, text);
   lane->commit_backoff_ms =
       ms * 2 > lanes->retry_max_ms ? (int)lanes->retry_max_ms : ms * 2;
   kl__lane_rewind(lanes, lane);
@@ -260,7 +287,7 @@ static int build_lane(kl__lanes_t *lanes, kl__lane_t *lane, kl_build_t *b) {
   if (err == KL_EFENCED)
     kl__lane_fenced(lanes, lane);
   else if (err)
-    commit_failed(lanes, lane, err, detail);
+    commit_failed(lanes, lane, &b->slots, err, detail);
   if (err) {
     free(b->built);
     free(b->slots.v);
@@ -296,7 +323,7 @@ static void commit_builds(kl__lanes_t *lanes, kl_build_t *b,
     } else if (c[i].err == KL_EFENCED) {
       kl__lane_fenced(lanes, lane);
     } else {
-      commit_failed(lanes, lane, c[i].err, c[i].why);
+      commit_failed(lanes, lane, &b[i].slots, c[i].err, c[i].why);
     }
     free(b[i].built);
     free(b[i].slots.v);
@@ -446,6 +473,7 @@ static void lanes_ahead(kl__lanes_t *lanes, const kl__lane_t *lane) {
   if (n && kl__apply_begin_ahead(&lanes->applier, next->partition, next->epoch,
                                  msgs, n, &txn) == KL_OK) {
     next->batch = txn;
+    next->batch_ns = kl__mono_ns(); /* its BEGIN is on the way */
     next->prefetched_to = msgs[n - 1]->offset + 1;
     lanes->ahead++;
   }
@@ -469,6 +497,7 @@ kl_err_t kl__lanes_batch(kl__lanes_t *lanes, const kl__job_t *job,
   if (!lane->batch) {
     err = kl_store_begin(lanes->store, lanes->topic, job->partition, job->epoch,
                          &lane->batch);
+    lane->batch_ns = kl__mono_ns();
     lane->prefetched_to = 0;
     starts = 1;
   }

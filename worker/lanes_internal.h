@@ -136,6 +136,7 @@ struct kl__lane {
   int64_t next_due_ns;    /* the earliest due_ns in `waiting`, or 0 */
   unsigned paused;        /* KL__PAUSE_* reasons */
   kl_txn_t *batch;        /* inline mode: the open group transaction */
+  int64_t batch_ns;       /* batch: when it began (kl__mono_ns()) */
   int64_t prefetched_to;  /* batch: the window's ids below are prefetched */
   uint64_t misrouted;     /* records whose key routes elsewhere, ever */
   int fence_seen;         /* an executor's begin said KL_EFENCED */
@@ -163,6 +164,17 @@ struct kl__lane {
   size_t verify_len, found_len;
   int replaced;
 };
+
+/* Failures in a row of one kind, none succeeded since: how many, when
+ * the first of them failed, and the last one's error (lanes_stall.h). */
+typedef struct kl__failing {
+  uint64_t n;
+  int64_t since_ns;
+  char why[512];
+} kl__failing_t;
+
+/* Counts one failure with its (escaped) @p text in @p f. mu held. */
+void kl__failing_note(kl__failing_t *f, const char *text);
 
 struct kl__lanes {
   pthread_mutex_t mu;
@@ -203,6 +215,10 @@ struct kl__lanes {
    * group txn's session idle past what the server allows (lanes_pool.c); 0: no
    * bound. */
   int64_t idle_ms;
+  /* Inline mode: the longest handler step seen, in ms; a group txn ends
+   * before its age plus this nears idle_ms (lane_batch_old()). Poll
+   * thread only. */
+  int64_t step_max_ms;
   uint64_t seed;
   size_t waiting_keys; /* over every lane */
   int64_t last_report_ns;
@@ -219,11 +235,12 @@ struct kl__lanes {
       dead_letters, waiting_now, oldest_wait_ms, window_events, paused_now,
       misrouted_total, forwarded, kafka_commits;
   _Atomic uint64_t ahead; /* group transactions begun ahead (lanes_commit.c) */
-  /* Group commits failed in a row, none committed since; when the first of
-   * them failed, and the last one's error (lanes_stall.h). Guarded by mu. */
-  uint64_t commits_failing;
-  int64_t failing_since_ns;
-  char failing_why[512];
+  /* Group commits failed in a row, none committed since (lanes_stall.h).
+   * Guarded by mu. */
+  kl__failing_t commits_failing;
+  /* Event runs that failed in the store (a revoked privilege on a
+   * handler's table, say), none applied since. Guarded by mu. */
+  kl__failing_t runs_failing;
 };
 
 /* ---- lanes.c, for lanes_commit.c -------------------------------------- */

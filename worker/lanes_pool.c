@@ -104,6 +104,8 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
                       job->msg, &event, &res);
   int64_t ran_ms = (kl__mono_ns() - start_ns) / 1000000;
   int slow = lanes->idle_ms && ran_ms >= lanes->idle_ms; /* exec_slow() */
+  if (lanes->inline_mode && ran_ms > lanes->step_max_ms)
+    lanes->step_max_ms = ran_ms; /* lane_batch_old(), on this thread too */
   kl__run_t run = {pool_outcome(r, &res),  res.why, NULL, 0, child,
                    res.expected_partition, 0};
   char sid[KL__SID_MAX];

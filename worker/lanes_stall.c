@@ -92,12 +92,28 @@ size_t kl__lanes_stalls(kl__lanes_t *lanes, kl__stall_t *out, size_t max) {
   return n;
 }
 
-uint64_t kl__lanes_commits_failing(kl__lanes_t *lanes, int64_t *for_ms,
-                                   char *why, size_t size) {
+void kl__failing_note(kl__failing_t *f, const char *text) {
+  if (!f->n++)
+    f->since_ns = kl__mono_ns();
+  snprintf(f->why, sizeof(f->why), "%.480s", text);
+}
+
+static uint64_t failing_read(kl__lanes_t *lanes, const kl__failing_t *f,
+                             int64_t *for_ms, char *why, size_t size) {
   pthread_mutex_lock(&lanes->mu);
-  uint64_t n = lanes->commits_failing;
-  *for_ms = n ? (kl__mono_ns() - lanes->failing_since_ns) / 1000000 : 0;
-  snprintf(why, size, "%s", n ? lanes->failing_why : "");
+  uint64_t n = f->n;
+  *for_ms = n ? (kl__mono_ns() - f->since_ns) / 1000000 : 0;
+  snprintf(why, size, "%s", n ? f->why : "");
   pthread_mutex_unlock(&lanes->mu);
   return n;
+}
+
+uint64_t kl__lanes_commits_failing(kl__lanes_t *lanes, int64_t *for_ms,
+                                   char *why, size_t size) {
+  return failing_read(lanes, &lanes->commits_failing, for_ms, why, size);
+}
+
+uint64_t kl__lanes_store_failing(kl__lanes_t *lanes, int64_t *for_ms, char *why,
+                                 size_t size) {
+  return failing_read(lanes, &lanes->runs_failing, for_ms, why, size);
 }

@@ -53,4 +53,13 @@ size_t kl__lanes_stalls(kl__lanes_t *lanes, kl__stall_t *out, size_t max);
 uint64_t kl__lanes_commits_failing(kl__lanes_t *lanes, int64_t *for_ms,
                                    char *why, size_t size);
 
+/**
+ * Event runs that failed in the store in a row (its link, a statement of
+ * its own, or a handler's SQL refused for the store's setup: a revoked
+ * privilege), none applied since: while they mount, no event can apply.
+ * Any thread. @returns as kl__lanes_commits_failing().
+ */
+uint64_t kl__lanes_store_failing(kl__lanes_t *lanes, int64_t *for_ms, char *why,
+                                 size_t size);
+
 #endif

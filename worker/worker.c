@@ -1429,9 +1429,10 @@ uint64_t kl__worker_fence_batches(kl_worker_t *worker, uint64_t fenced,
   return at;
 }
 
-uint64_t kl__worker_commits_failing(kl_worker_t *worker, int64_t *for_ms,
-                                    char *why, size_t size) {
-  return kl__lanes_commits_failing(worker->lanes, for_ms, why, size);
+uint64_t kl__worker_commits_failing(kl_worker_t *worker, int runs,
+                                    int64_t *for_ms, char *why, size_t size) {
+  return runs ? kl__lanes_store_failing(worker->lanes, for_ms, why, size)
+              : kl__lanes_commits_failing(worker->lanes, for_ms, why, size);
 }
 
 void kl_worker_stop(kl_worker_t *worker) {

@@ -139,13 +139,25 @@ static int health_commits_failing(health_run_t *run) {
   int64_t for_ms;
   char why[512];
   uint64_t n =
-      kl__worker_commits_failing(run->worker, &for_ms, why, sizeof(why));
+      kl__worker_commits_failing(run->worker, 0, &for_ms, why, sizeof(why));
+  if (n >= KL_HEALTH_COMMITS_FAILING) {
+    health_set(run, KL_WORKER_HEALTH_FAILING, KL_WORKER_CAUSE_COMMITS_FAILING,
+               "unhealthy: the last %" PRIu64 " group commits failed, over "
+               "%" PRId64 " ms, and none committed since: %.300s; the worker "
+               "retries them\n",
+               n, for_ms, why);
+    return 1;
+  }
+  /* Runs that failed in the store (a handler's SQL refused for a revoked
+   * privilege): they count no attempt and wait, so a person must know. */
+  n = kl__worker_commits_failing(run->worker, 1, &for_ms, why, sizeof(why));
   if (n < KL_HEALTH_COMMITS_FAILING)
     return 0;
-  health_set(run, KL_WORKER_HEALTH_FAILING, KL_WORKER_CAUSE_COMMITS_FAILING,
-             "unhealthy: the last %" PRIu64 " group commits failed, over "
-             "%" PRId64 " ms, and none committed since: %.300s; the worker "
-             "retries them\n",
+  health_set(run, KL_WORKER_HEALTH_FAILING, KL_WORKER_CAUSE_STORE,
+             "unhealthy: the last %" PRIu64 " event runs failed in the "
+             "store, over %" PRId64 " ms, and none applied since: %.300s; "
+             "the worker runs them again (no attempt counted) until the "
+             "store lets them\n",
              n, for_ms, why);
   return 1;
 }

@@ -121,9 +121,10 @@ kl_err_t kl__worker_keys(kl_worker_t *worker, const kl_worker_keys_query_t *q,
  *  not let it take an assigned partition within worker.acquire.wait. */
 int kl__worker_unowned(const kl_worker_t *worker);
 
-/** kl__lanes_commits_failing() of the worker's lanes (lanes_stall.h). */
-uint64_t kl__worker_commits_failing(kl_worker_t *worker, int64_t *for_ms,
-                                    char *why, size_t size);
+/** kl__lanes_commits_failing() of the worker's lanes (lanes_stall.h), or
+ *  with @p runs kl__lanes_store_failing(). */
+uint64_t kl__worker_commits_failing(kl_worker_t *worker, int runs,
+                                    int64_t *for_ms, char *why, size_t size);
 
 /* ---- what kl_worker_health() (worker_health.c) reads ---- */
 

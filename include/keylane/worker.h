@@ -305,7 +305,13 @@ typedef enum kl_worker_health_cause {
                                             at start (worker.kafka.wait) */
   KL_WORKER_CAUSE_PARTITION_COUNT = 2, /**< the topic's partition count is
                                             not the one the fleet expects */
-  KL_WORKER_CAUSE_STORE = 3,           /**< the store does not answer */
+  KL_WORKER_CAUSE_STORE = 3,           /**< the store does not answer, or
+                                            the last 3 or more event runs
+                                            failed in it (a handler's SQL
+                                            refused for the store's setup:
+                                            a revoked privilege), none
+                                            applied since (checked after
+                                            COMMITS_FAILING) */
   KL_WORKER_CAUSE_COMMITS_FAILING = 4, /**< the last 3 or more group
                                             commits failed, none since */
   KL_WORKER_CAUSE_FENCED = 5,          /**< fenced, nothing committed since */

@@ -6,6 +6,7 @@
  * not installed.
  */
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -19,12 +20,14 @@
 #include "support/pg_group.h"
 #include "support/ledger_checks.h"
 #include "support/paused_owner.h"
+#include "support/sql.h"
 #include "support/support.h"
 #include "cli/metrics_server.h"
 #include "store/cache.h"
 #include "store/store_internal.h"
 #include "worker/worker_internal.h"
 #include "keylane/handlers.h"
+#include "handlers/inventory.h"
 
 static int t_db_seq;
 
@@ -182,6 +185,8 @@ static void test_partitions_begin_ahead_on_pg(void **state) {
 typedef struct kl_sleep {
   int ms;
   int sql; /* in SQL on the batch's session, which is then not idle */
+  int all; /* on every event, which it applies with a buffered put alone:
+              no statement on the batch's session between the calls */
 } kl_sleep_t;
 
 /* Takes its time on the event of key "sleepy", then applies it as the
@@ -190,6 +195,12 @@ static kl_handler_result_t kl_sleepy(void *opaque, const kl_event_t *event,
                                      const kl_fence_t *fence, kl_txn_t *txn,
                                      char *errbuf, size_t errbuf_size) {
   const kl_sleep_t *how = opaque;
+  if (how->all) {
+    kl_t_sleep_ms(how->ms);
+    return kl_txn_put(txn, event->key, event->key_len, "1", 1)
+               ? KL_HANDLER_RETRY
+               : KL_HANDLER_OK;
+  }
   if (event->key_len == 6 && memcmp(event->key, "sleepy", 6) == 0) {
     if (!how->sql)
       kl_t_sleep_ms(how->ms);
@@ -233,7 +244,7 @@ static void t_slow_handler_counts_attempts(const char *concurrency, int sql) {
   assert_int_equal(kl_t_produce_credit(fx.boot, fx.topic, 0, "sleepy", "c2", 1),
                    0);
   assert_int_equal(kl_t_produce_credit(fx.boot, fx.topic, 0, "k2", "c3", 1), 0);
-  kl_sleep_t how = {1500, sql};
+  kl_sleep_t how = {1500, sql, 0};
   kl_t_worker_t *w = kl_t_worker_new_with(fx.boot, fx.topic, "g1", store, extra,
                                           kl_sleepy, &how);
   kl_t_worker_go(w);
@@ -269,6 +280,242 @@ static void test_slow_handler_counts_attempts_key_parallel_on_pg(void **state) {
 
 static void test_slow_handler_sql_applies_on_pg(void **state) {
   t_slow_handler_counts_attempts("1", 1);
+}
+
+/* Handler calls that each take 40 % of store.pg.idle.timeout, and a
+ * batch that would gather several of them (worker.batch.wait.ms well
+ * above their sum): the batch's session was idle in its transaction for
+ * the sum, the server ended it, and every group commit failed forever,
+ * counting nothing (issue 39's second attack, MEDIUM-3). A batch now ends
+ * before its age nears the timeout: every event applies, no commit fails. */
+static void test_slow_calls_add_up_in_one_batch_on_pg(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "addup", 1);
+  const char *const extra[] = {"store.pg.idle.timeout=1s",
+                               "worker.batch.wait.ms=10000",
+                               "worker.session.timeout.ms=6000", NULL};
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "store.pg.idle.timeout", "1s"), KL_OK);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(fx.where, conf, &store), KL_OK);
+  kl_conf_destroy(conf);
+  enum { N = 6 };
+  for (int i = 0; i < N; i++) {
+    char key[16], id[16];
+    snprintf(key, sizeof(key), "k%d", i);
+    snprintf(id, sizeof(id), "c%d", i);
+    assert_int_equal(kl_t_produce_credit(fx.boot, fx.topic, 0, key, id, 1), 0);
+  }
+  kl_sleep_t how = {400, 0, 1};
+  kl_t_worker_t *w = kl_t_worker_new_with(fx.boot, fx.topic, "g1", store, extra,
+                                          kl_sleepy, &how);
+  kl_t_worker_go(w);
+  kl_worker_stats_t st;
+  for (int t = 0; t < 200; t++) {
+    kl_worker_stats(w->worker, &st, sizeof(st));
+    if (st.applied == N)
+      break;
+    kl_t_sleep_ms(100);
+  }
+  int64_t for_ms;
+  char why[512];
+  uint64_t failing =
+      kl__worker_commits_failing(w->worker, 0, &for_ms, why, sizeof(why));
+  if (st.applied != N || st.dead_letters || failing)
+    fail_msg("after 20 s: %llu of %d applied, %llu dead letters, %llu group "
+             "commits failing (%s)",
+             (unsigned long long)st.applied, N,
+             (unsigned long long)st.dead_letters, (unsigned long long)failing,
+             why);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_store_destroy(store);
+  kl_t_ledger_fx_down(&fx);
+}
+
+/* kl_t_kill_batch()'s state: it ends the batch's session before each
+ * group commit until the test saw what the commit's failure left. */
+typedef struct kl_kill {
+  PGconn *pg;       /* the test's own session on the worker's database */
+  atomic_int until; /* 0: it stops killing */
+  atomic_int kills;
+} kl_kill_t;
+
+/* Before the commit (the poll thread): ends every other session of the
+ * database that is idle in a transaction, the batch's, and waits until it
+ * is gone, so that the commit finds it ended. */
+static void kl_t_kill_batch(void *opaque, const char *topic, int32_t partition,
+                            uint64_t epoch) {
+  (void)topic, (void)partition, (void)epoch;
+  kl_kill_t *k = opaque;
+  if (!atomic_load(&k->until))
+    return;
+  PQclear(PQexec(k->pg, "SELECT pg_terminate_backend(pid) FROM "
+                        "pg_stat_activity WHERE datname = current_database() "
+                        "AND pid <> pg_backend_pid() AND state = 'idle in "
+                        "transaction'"));
+  for (int i = 0; i < 200; i++) {
+    PGresult *res = PQexec(
+        k->pg, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+               "current_database() AND pid <> pg_backend_pid() AND state = "
+               "'idle in transaction'");
+    int left = PQresultStatus(res) == PGRES_TUPLES_OK &&
+               atoi(PQgetvalue(res, 0, 0)) > 0;
+    PQclear(res);
+    if (!left)
+      break;
+    kl_t_sleep_ms(5);
+  }
+  atomic_fetch_add(&k->kills, 1);
+}
+
+/* The first key with an error in kl_worker_foreach_key()'s walk. */
+typedef struct kl_key_seen {
+  char error[512];
+  int attempts;
+} kl_key_seen_t;
+
+static int kl_t_key_error(void *opaque, const kl_worker_key_t *key) {
+  kl_key_seen_t *seen = opaque;
+  if (!seen->error[0] && key->error[0]) {
+    snprintf(seen->error, sizeof(seen->error), "%s", key->error);
+    seen->attempts = key->attempts;
+  }
+  return 0;
+}
+
+/* A group commit that fails (here: its session ended under it) runs its
+ * events again; meanwhile GET /v1/keys (kl_worker_foreach_key()) showed
+ * them waiting with the error "" (issue 39's second attack, MEDIUM-3): it
+ * now names the failed commit and the store's reason. */
+static void test_failed_commit_names_its_error_on_pg(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "killed", 1);
+  kl_kill_t kill = {.pg = PQconnectdb(fx.where)};
+  assert_int_equal(PQstatus(kill.pg), CONNECTION_OK);
+  atomic_store(&kill.until, 1);
+  const char *const extra[] = {"worker.retry.initial.ms=200",
+                               "worker.session.timeout.ms=6000", NULL};
+  assert_int_equal(kl_t_produce_credit(fx.boot, fx.topic, 0, "k1", "c1", 1), 0);
+  kl_sleep_t how = {0, 0, 1};
+  kl_t_worker_t *w = kl_t_worker_new_with(fx.boot, fx.topic, "g1", fx.store,
+                                          extra, kl_sleepy, &how);
+  kl__worker_set_before_commit(w->worker, kl_t_kill_batch, &kill);
+  kl_t_worker_go(w);
+  kl_key_seen_t seen = {"", 0};
+  kl_worker_keys_query_t q = {.size = sizeof(q)};
+  for (int t = 0; t < 2000 && !seen.error[0]; t++) {
+    size_t total;
+    if (atomic_load(&kill.kills))
+      assert_int_equal(
+          kl_worker_foreach_key(w->worker, &q, kl_t_key_error, &seen, &total),
+          KL_OK);
+    kl_t_sleep_ms(5);
+  }
+  atomic_store(&kill.until, 0);
+  /* Its runs whose commits failed count no attempt: past
+   * worker.max.attempts they would otherwise go, with no dead letter. */
+  if (!strstr(seen.error, "the group commit failed") || seen.attempts != 0)
+    fail_msg("after %d killed commits, the waiting key's error is \"%s\", "
+             "its attempts %d",
+             atomic_load(&kill.kills), seen.error, seen.attempts);
+  kl_worker_stats_t st;
+  for (int t = 0; t < 200; t++) {
+    kl_worker_stats(w->worker, &st, sizeof(st));
+    if (st.applied == 1)
+      break;
+    kl_t_sleep_ms(100);
+  }
+  assert_int_equal(st.applied, 1);
+  assert_int_equal(st.dead_letters, 0);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  PQfinish(kill.pg);
+  kl_t_ledger_fx_down(&fx);
+}
+
+/* A reserve of @p key with id @p id, raw, as kl_t_produce_credit() does. */
+static void kl_t_produce_reserve(const char *boot, const char *topic,
+                                 const char *key, const char *id) {
+  kl_event_t ev = {.key = key,
+                   .key_len = strlen(key),
+                   .id = id,
+                   .id_len = strlen(id),
+                   .type = "reserve",
+                   .type_len = 7,
+                   .ts = 1};
+  void *env;
+  size_t len;
+  assert_int_equal(kl_event_encode(&ev, &env, &len), KL_OK);
+  assert_int_equal(kl_t_produce_raw(boot, topic, 0, key, env, len, NULL), 0);
+  free(env);
+}
+
+/* The inventory handler with UPDATE on stock revoked from the store's
+ * role: a privilege is the operator's, not the event's, so the event is
+ * never dead-lettered (it was, after worker.max.attempts, while /healthz
+ * said ok: issue 39's second attack, MEDIUM-4); it waits as on a store
+ * failure, /healthz fails naming the cause, and once the privilege is
+ * granted again the event applies, once. */
+static void test_inventory_revoked_privilege_waits_on_pg(void **state) {
+  kl_fx_t fx;
+  kl_fx_up(&fx, "revoked", 1);
+  PGconn *admin = PQconnectdb(fx.where);
+  assert_int_equal(PQstatus(admin), CONNECTION_OK);
+  kl_t_sql(admin, KL__INVENTORY_STOCK_DDL);
+  kl_t_sql(admin, "INSERT INTO stock VALUES ('revoked', 'sku-1', 5)");
+  kl_t_sql(admin, "DO $$ BEGIN CREATE ROLE kl_w_inv LOGIN; EXCEPTION "
+                  "WHEN duplicate_object THEN NULL; END $$;"
+                  "GRANT ALL ON ALL TABLES IN SCHEMA public TO kl_w_inv;"
+                  "GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO kl_w_inv;"
+                  "REVOKE UPDATE ON stock FROM kl_w_inv");
+  char uri[300];
+  const char *at = strchr(fx.where, '@');
+  assert_non_null(at);
+  snprintf(uri, sizeof(uri), "postgresql://kl_w_inv%s", at);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(uri, NULL, &store), KL_OK);
+  kl_t_produce_reserve(fx.boot, fx.topic, "sku-1", "order-1");
+  const char *const extra[] = {
+      "worker.max.attempts=2", "worker.retry.initial.ms=50",
+      "worker.retry.max.ms=200", "worker.session.timeout.ms=6000", NULL};
+  kl_t_worker_t *w = kl_t_worker_new_with(fx.boot, fx.topic, "g1", store, extra,
+                                          kl__inventory_handler, NULL);
+  kl_t_worker_go(w);
+  kl_worker_health_t h = {.size = sizeof(h)};
+  kl_worker_stats_t st;
+  for (int t = 0; t < 200; t++) {
+    assert_int_equal(kl_worker_health(w->worker, &h), KL_OK);
+    kl_worker_stats(w->worker, &st, sizeof(st));
+    if (h.status == KL_WORKER_HEALTH_FAILING || st.dead_letters)
+      break;
+    kl_t_sleep_ms(100);
+  }
+  if (st.dead_letters || h.status != KL_WORKER_HEALTH_FAILING ||
+      h.cause != KL_WORKER_CAUSE_STORE ||
+      !strstr(h.reason, "permission denied"))
+    fail_msg("with UPDATE on stock revoked: %llu dead letters, health %d "
+             "(cause %d): %s",
+             (unsigned long long)st.dead_letters, (int)h.status, (int)h.cause,
+             h.reason);
+  kl_t_sleep_ms(1000); /* more runs than worker.max.attempts */
+  kl_worker_stats(w->worker, &st, sizeof(st));
+  assert_int_equal(st.dead_letters, 0);
+  assert_int_equal(st.applied, 0);
+  kl_t_sql(admin, "GRANT UPDATE ON stock TO kl_w_inv");
+  for (int t = 0; t < 200 && st.applied < 1; t++) {
+    kl_t_sleep_ms(100);
+    kl_worker_stats(w->worker, &st, sizeof(st));
+  }
+  assert_int_equal(st.applied, 1);
+  assert_int_equal(st.dead_letters, 0);
+  assert_int_equal(kl_t_sql(admin, "SELECT qty FROM stock"), 4);
+  assert_int_equal(
+      kl_t_sql(admin, "SELECT count(*) FROM keylane_inventory_outcomes"), 1);
+  assert_int_equal(kl_worker_health(w->worker, &h), KL_OK);
+  assert_int_equal(h.status, KL_WORKER_HEALTH_OK);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_store_destroy(store);
+  PQfinish(admin);
+  kl_t_ledger_fx_down(&fx);
 }
 
 static void test_paused_owner_is_fenced_on_pg(void **state) {
@@ -310,6 +557,9 @@ int main(void) {
       cmocka_unit_test(test_slow_handler_counts_attempts_on_pg),
       cmocka_unit_test(test_slow_handler_counts_attempts_key_parallel_on_pg),
       cmocka_unit_test(test_slow_handler_sql_applies_on_pg),
+      cmocka_unit_test(test_slow_calls_add_up_in_one_batch_on_pg),
+      cmocka_unit_test(test_failed_commit_names_its_error_on_pg),
+      cmocka_unit_test(test_inventory_revoked_privilege_waits_on_pg),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
                                 kl_t_pg_group_teardown);

@@ -24,6 +24,7 @@
 #include "support/pg_group.h"
 #include "support/run.h"
 #include "support/sql.h"
+#include "common/sqlstate.h"
 #include "handlers/inventory.h"
 #include "handlers/ledger.h"
 #include "store/pg.h"
@@ -201,15 +202,17 @@ static void test_inventory_fenced_takes_nothing(void **state) {
   assert_int_equal(kl_t_sql(st->admin, "SELECT qty FROM stock"), 2);
 }
 
-/* A dropped stock table is the setup's fault, not the event's: RETRY,
- * naming the table to create, never a dead letter; an event that is not a
+/* A dropped stock table is the setup's fault, not the event's: a store
+ * failure (KL__HANDLER_STORE), naming the table to create, never a dead
+ * letter; an event that is not a
  * reservation is the event's: FAIL. */
 static void test_inventory_without_stock_table_retries(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
   kl_txn_t *txn = t_begin(st);
   t_expect(st, txn, "o-2", "restock", KL_HANDLER_FAIL, "not reserve");
-  t_expect(st, txn, "o-1", "reserve", KL_HANDLER_RETRY, "CREATE TABLE stock");
+  t_expect(st, txn, "o-1", "reserve", (kl_handler_result_t)KL__HANDLER_STORE,
+           "CREATE TABLE stock");
   /* The failed statement aborted the batch: it can only be discarded. */
   assert_int_equal(kl_store_commit(txn, 1), KL_ESTORE);
 }
@@ -406,8 +409,10 @@ static void test_inventory_check_refuses_what_fails_every_event(void **state) {
 }
 
 /* A role without UPDATE on stock: refused at start, naming the GRANT; a
- * REVOKE while the worker runs makes the event RETRY, not a dead letter,
- * and once granted again it applies (issue 39's attack, finding 4). */
+ * REVOKE while the worker runs makes the event a store failure
+ * (KL__HANDLER_STORE: no attempt counted, not a dead letter), and once
+ * granted again it applies (issue 39's attack, finding 4; the worker's
+ * side: test_worker_pg's test_inventory_revoked_privilege_waits_on_pg). */
 static void test_inventory_revoked_privilege_retries(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
@@ -427,8 +432,8 @@ static void test_inventory_revoked_privilege_retries(void **state) {
   t_check_says(st, NULL, "GRANT SELECT, UPDATE ON stock");
 
   kl_txn_t *txn = t_begin(st);
-  t_expect(st, txn, "order-1", "reserve", KL_HANDLER_RETRY,
-           "permission denied");
+  t_expect(st, txn, "order-1", "reserve",
+           (kl_handler_result_t)KL__HANDLER_STORE, "permission denied");
   kl_store_abort(txn);
 
   kl_t_sql(st->admin, "GRANT UPDATE ON stock TO kl_inv_w");

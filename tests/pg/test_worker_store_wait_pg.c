@@ -1,10 +1,10 @@
 /*
  * A worker started before its PostgreSQL store can serve it (here: the
  * database is created after the worker starts, as a server that comes up
- * after the worker would be) waits for it, logging each try with the
- * cause (worker.store.wait), and once the store answers takes its
- * partitions and runs; SIGTERM then exits 0. On the embedded cluster.
- * Skips, saying why, when PostgreSQL is not installed.
+ * after the worker would be, then its schema by `keylane store migrate`)
+ * waits for it, logging each try with the cause (worker.store.wait), and once
+ * the store answers takes its partitions and runs; SIGTERM then exits 0. On the
+ * embedded cluster. Skips, saying why, when PostgreSQL is not installed.
  */
 #include <setjmp.h>
 #include <signal.h>
@@ -53,6 +53,14 @@ static void test_worker_waits_for_the_store(void **state) {
   t_await_log(dir, "database \"late\" does not exist");
   char made[256];
   assert_int_equal(kl_t_pg_createdb(pg, "late", made, sizeof(made)), 0);
+  /* A worker creates no schema (store.pg.migrate=never): it waits for the
+   * migration as it waited for the database. */
+  t_await_log(dir, "`keylane store migrate --store URI`");
+  kl_t_run_t r;
+  kl_t_run((const char *[]){"store", "migrate", "--store", made, NULL}, NULL, 0,
+           &r);
+  assert_int_equal(r.rc, 0);
+  kl_t_run_free(&r);
   t_await_log(dir, "assigned partition=");
   kill(pid, SIGTERM);
   int status;
