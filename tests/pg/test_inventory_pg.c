@@ -248,7 +248,7 @@ static void test_inventory_one_id_on_two_skus(void **state) {
 }
 
 /* A store whose outcomes table has the primary key on id alone (schema 8,
- * with schema 9's and 10's changes undone) is moved to (topic, sku, id) by
+ * with the changes of schemas 9 to 11 undone) is moved to (topic, sku, id) by
  * `keylane store migrate`, its rows kept under the store's only topic. */
 static void test_inventory_outcomes_key_migrated(void **state) {
   kl_t_pg_need();
@@ -258,6 +258,7 @@ static void test_inventory_outcomes_key_migrated(void **state) {
            "keylane_inventory_outcomes_pkey, DROP COLUMN topic, "
            "ADD PRIMARY KEY (id);"
            "DROP TABLE keylane_topic_sweeps;"
+           "DROP TABLE keylane_topic_owners;"
            "CREATE TABLE keylane_sweep (one boolean PRIMARY KEY DEFAULT true "
            "CHECK (one), next_page bigint NOT NULL);"
            "INSERT INTO keylane_sweep (next_page) VALUES (0);"
