@@ -13,8 +13,9 @@
 #   worker_api    the queries and keys of the worker's state API
 #                 (cli/worker_api.c) and the percent-decoding under them
 # Usage: tests/fuzz/run.sh [SECONDS] [libFuzzer flags...]
-#   e.g. tests/fuzz/run.sh 3600 -fork=4
+#   e.g. FUZZ_JOBS=1 tests/fuzz/run.sh 3600 -fork=4
 #   FUZZERS="units gateway_body" tests/fuzz/run.sh 60   (a subset)
+# FUZZ_JOBS targets (default: one per core) fuzz at once, each for SECONDS.
 # Each corpus grows in build-fuzz/corpus-NAME (the envelope's in
 # build-fuzz/corpus) for the next run; findings go to build-fuzz/artifacts/
 # (reproduce: build-fuzz/bin/fuzz_NAME FILE). Every finding is kept in the
@@ -145,15 +146,17 @@ cat >"$out/gateway_http.dict" <<'EOF'
 " ;"
 EOF
 
-failed=''
-for f in $fuzzers; do
-  build "fuzz_$f"
+# fuzz_one NAME [libFuzzer flags...]: replays the inputs kept for NAME,
+# then fuzzes it for SECONDS; says what it did, marks it $out/ran-NAME
+# when it ended and $out/failed-NAME when it found a problem.
+fuzz_one() {
+  f=$1
+  shift
   corpus="$out/corpus-$f"
   dict=''
   case $f in
   envelope)
     corpus="$out/corpus"
-    build make_corpus
     "$bin/make_corpus" "$out/seeds"
     seeds="$out/seeds"
     dict="-dict=$out/envelope.dict" ;;
@@ -180,8 +183,9 @@ for f in $fuzzers; do
     if [ "$rc" -ne 0 ] || grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|CHECK failed|SUMMARY: ' "$log.kept"; then
       echo "run.sh: fuzz_$f fails on an input kept in tests/fuzz/corpus/$f (exit $rc); see $log.kept" >&2
       tail -n 40 "$log.kept" >&2
-      failed="$failed $f"
-      continue
+      echo "$f" >"$out/failed-$f"
+      : >"$out/ran-$f"
+      return
     fi
     echo "run.sh: fuzz_$f: the $(find "$kept" -type f | wc -l) kept inputs pass"
   else
@@ -201,9 +205,48 @@ for f in $fuzzers; do
     echo "run.sh: fuzz_$f found a problem (exit $rc); see $log and $out/artifacts/;" \
       "keep the input that found it in tests/fuzz/corpus/$f/ with its fix" >&2
     tail -n 40 "$log" >&2
-    failed="$failed $f"
+    echo "$f" >"$out/failed-$f"
   else
     echo "run.sh: fuzz_$f: ${execs:-?} execs (${rate:-?}/s), ${cov:-cov: ?} in ${seconds}s; corpus: $(ls "$corpus" | wc -l) units"
+  fi
+  : >"$out/ran-$f"
+}
+
+# Every target built at once, then FUZZ_JOBS lanes (default: one per core)
+# each fuzz their share one after another: every libFuzzer run is
+# single-threaded, so on 2 cores two run side by side in the time of one.
+# A lane's messages are printed when it ends, each lane's together.
+targets=make_corpus
+for f in $fuzzers; do
+  targets="$targets fuzz_$f"
+done
+# shellcheck disable=SC2086
+build $targets
+jobs=${FUZZ_JOBS:-$(nproc)}
+[ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
+rm -f "$out"/failed-* "$out"/ran-* "$out"/lane-*.out
+lane=0
+pids=''
+while [ "$lane" -lt "$jobs" ]; do
+  (
+    nth=0
+    for name in $fuzzers; do
+      [ $((nth % jobs)) -eq "$lane" ] && fuzz_one "$name" "$@"
+      nth=$((nth + 1))
+    done
+  ) >"$out/lane-$lane.out" 2>&1 &
+  pids="$pids $!"
+  lane=$((lane + 1))
+done
+for pid in $pids; do
+  wait "$pid" || true
+done
+cat "$out"/lane-*.out
+# A target whose lane stopped before it ended (set -e) failed too.
+failed=''
+for f in $fuzzers; do
+  if [ -f "$out/failed-$f" ] || [ ! -f "$out/ran-$f" ]; then
+    failed="$failed $f"
   fi
 done
 if [ -n "$failed" ]; then

@@ -174,7 +174,11 @@ typedef struct kl_out {
   char who[512];
 } kl_out_t;
 
-static void kl_read_out(kl_fx_t *fx, int want, int ms, kl_out_t *out) {
+/* Reads OUT's partition 0 from its start to its end: the high watermark
+ * when called, after the workers that publish to it stopped, so every
+ * record published, a second copy included, is read without waiting for
+ * the topic to stay quiet; @p ms bounds the read. */
+static void kl_read_out(kl_fx_t *fx, int ms, kl_out_t *out) {
   char errstr[256];
   rd_kafka_conf_t *conf = rd_kafka_conf_new();
   rd_kafka_conf_set(conf, "bootstrap.servers", kl_t_bootstrap(fx->cluster),
@@ -188,14 +192,19 @@ static void kl_read_out(kl_fx_t *fx, int want, int ms, kl_out_t *out) {
       RD_KAFKA_OFFSET_BEGINNING;
   assert_int_equal(rd_kafka_assign(rk, l), 0);
   rd_kafka_topic_partition_list_destroy(l);
+  int64_t low = 0, end = 0, next = 0;
+  assert_int_equal(
+      rd_kafka_query_watermark_offsets(rk, fx->out, 0, &low, &end, 10000), 0);
   kl_decoder_t *dec = kl_decoder_new();
   memset(out, 0, sizeof(*out));
-  for (int t = 0; t < ms && out->n < want && out->n < 512;) {
+  for (int t = 0; t < ms && next < end && out->n < 512;) {
     rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
     if (!m) {
       t += 100;
       continue;
     }
+    if (!m->err)
+      next = m->offset + 1;
     kl_event_t ev;
     if (!m->err && kl_event_decode(dec, m->key, m->key_len, m->payload, m->len,
                                    &ev) == KL_OK) {
@@ -209,6 +218,9 @@ static void kl_read_out(kl_fx_t *fx, int want, int ms, kl_out_t *out) {
   kl_decoder_destroy(dec);
   rd_kafka_consumer_close(rk);
   rd_kafka_destroy(rk);
+  if (next < end)
+    fail_msg("read OUT to offset %" PRId64 " of %" PRId64 " in %d ms", next,
+             end, ms);
 }
 
 static void kl_out_free(kl_out_t *out) {
@@ -238,7 +250,7 @@ static void kl_published_once(const char *concurrency) {
   assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 0);
   kl_halt(&r);
   kl_out_t out;
-  kl_read_out(&fx, N + 1, 3000, &out);
+  kl_read_out(&fx, 30000, &out);
   assert_int_equal(out.n, N); /* none twice: no crash, no fence here */
   int seen[N] = {0};
   for (int i = 0; i < out.n; i++) {
@@ -340,7 +352,7 @@ static void test_fenced_follow_ups_never_published(void **state) {
   assert_int_equal(st.outbox_published, 5);
   kl_halt(&b);
   kl_out_t out;
-  kl_read_out(&fx, 6, 3000, &out);
+  kl_read_out(&fx, 30000, &out);
   assert_int_equal(out.n, 5);
   for (int i = 0; i < out.n; i++)
     assert_int_equal(out.who[i], 'B');
@@ -406,7 +418,7 @@ static void test_next_owner_publishes_leftovers(void **state) {
   kl_halt(&r);
   assert_int_equal(kl_t_outbox_held(fx.store, fx.topic, fx.partitions), 0);
   kl_out_t out;
-  kl_read_out(&fx, 6, 3000, &out);
+  kl_read_out(&fx, 30000, &out);
   assert_int_equal(out.n, 5);
   /* The leftovers first, in commit order, then this owner's. */
   kl__emit_src_t src;
@@ -463,7 +475,7 @@ static void test_exec_answer_emits(void **state) {
   kl_halt(&r);
   kl__exec_destroy(exec);
   kl_out_t out;
-  kl_read_out(&fx, 6, 3000, &out);
+  kl_read_out(&fx, 30000, &out);
   assert_int_equal(out.n, 5);
   for (int i = 0; i < out.n; i++) {
     kl__emit_src_t src;
