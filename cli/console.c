@@ -193,6 +193,15 @@ static void console_route(kl__http_conn_t *conn, kl__http_req_t *req,
       strcpy(((console_req_t *)req)->path, "/api/redrive"); /* its body */
     return;
   }
+  if (strcmp(url, "/api/redrive") == 0) {
+    console_json(req, 405,
+                 json_pack("{s:s}", "error",
+                           "/api/redrive takes POST with a JSON body "
+                           "{\"letters\": [\"P@OFFSET\", ...], "
+                           "\"dry_run\": true}"),
+                 "Allow: POST\r\n");
+    return;
+  }
   if (method != HTTP_GET) {
     console_error(req, 405,
                   "the console's pages and /api/ are read with GET; the one "
