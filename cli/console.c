@@ -327,15 +327,21 @@ static const kl__cmd_t console_cmd = {
     .name = SUB,
     .about =
         "One process per fleet serving a web page (and the JSON it reads) of\n"
-        "the fleet's partitions, a key search and the stuck keys, made from\n"
-        "the store, Kafka and the workers' --metrics-listen JSON API. It\n"
-        "only reads. docs/console.md describes the page and the API:\n"
+        "the fleet's partitions, a key search, the stuck keys, the dead\n"
+        "letters and the outbox, made from the store, Kafka and the workers'\n"
+        "--metrics-listen JSON API; and redriving the dead letters selected\n"
+        "there (with --handler and a token). docs/console.md describes the\n"
+        "page and the API:\n"
         "\n"
-        "  GET /api/fleet, /api/keys/KEY, /api/stuck?limit=N\n",
+        "  GET /api/fleet, /api/keys/KEY, /api/stuck?limit=N,\n"
+        "      /api/letters?reason=R&key=K&limit=N, /api/letters/P/OFFSET,\n"
+        "      /api/outbox?limit=N\n"
+        "  POST /api/redrive {\"letters\": [\"P@OFFSET\"], \"dry_run\": "
+        "true}\n",
     .opts = console_opts,
     .notes = "A worker that does not answer within 1 s is shown unreachable.\n"
              "Without --token-file or KEYLANE_CONSOLE_TOKEN the console "
-             "listens on a\nloopback address only.\n",
+             "listens on a\nloopback address only, and does not redrive.\n",
     .examples = "  keylane console -b 127.0.0.1:9092 -t events -g keylane \\\n"
                 "      --store /var/lib/keylane --worker "
                 "http://127.0.0.1:9464\n",
@@ -465,8 +471,14 @@ int kl__cmd_console(int argc, char **argv) {
   if (rc == KL_EXIT_OK &&
       !(a.console.rk = console_kafka(conf, a.console.group)))
     rc = KL_EXIT_FAIL;
-  snprintf(a.console.dlq_topic, sizeof(a.console.dlq_topic), "%s.dlq",
-           a.console.topic);
+  /* The workers' dead-letter topic: worker.dlq.topic, as -X sets it for
+   * them, or TOPIC.dlq. */
+  const char *dlq = kl_conf_get(conf, "worker.dlq.topic");
+  if (dlq && *dlq)
+    snprintf(a.console.dlq_topic, sizeof(a.console.dlq_topic), "%s", dlq);
+  else
+    snprintf(a.console.dlq_topic, sizeof(a.console.dlq_topic), "%s.dlq",
+             a.console.topic);
   a.console.conf = conf;
   if (rc == KL_EXIT_OK) {
     a.console.store = store;

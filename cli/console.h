@@ -19,6 +19,8 @@
  *                         last 1,000 records of each of its partitions.
  *   GET /api/letters/P/OFFSET  one dead letter, its envelope decoded.
  *   GET /api/outbox       the follow-ups the store holds per partition.
+ *   GET /api/fencing      each worker's refused commits, and the epoch
+ *                         changes the console saw in the store.
  *   POST /api/redrive     {"letters": ["P@OFFSET", ...], "dry_run": B}:
  *                         the one redrive (worker/redrive.h) of those
  *                         letters; a token, application/json and a
@@ -65,6 +67,19 @@
 /** The letters one POST /api/redrive takes at most. */
 #define KL__CONSOLE_REDRIVE_MAX 50
 
+/** The epoch changes GET /api/fencing remembers, the oldest dropped. */
+#define KL__CONSOLE_FENCES_MAX 256
+
+/** An epoch change of a partition the console saw in the store: a new
+ *  owner, which fenced the one before it. */
+typedef struct kl__console_fence {
+  int64_t at_ms; /**< when the console saw it */
+  int32_t partition;
+  uint64_t from, to; /**< the fenced owner's epoch, the new one's */
+  char by[64];       /**< "redrive" when the console's redrive took it;
+                          else "" (a worker, replay or another tool) */
+} kl__console_fence_t;
+
 struct kl_handler_ref;
 
 /** What the API reads; every pointer borrowed for the console's life. */
@@ -78,6 +93,11 @@ typedef struct kl__console {
   rd_kafka_t *rk; /**< a consumer of the group (never subscribed) */
   kl__fetch_addr_t workers[KL__CONSOLE_WORKERS_MAX];
   size_t nworkers;
+  /** The epochs last seen in the store, by partition (0: none), and the
+   *  changes seen, a ring (on the console's one thread). */
+  uint64_t seen_epoch[KL__CONSOLE_PARTS_MAX];
+  kl__console_fence_t fences[KL__CONSOLE_FENCES_MAX];
+  size_t nfences; /**< ever recorded; the ring holds the last 256 */
 } kl__console_t;
 
 /**
@@ -103,6 +123,13 @@ json_t *kl__console_text(const void *s, size_t len);
  */
 json_t *kl__console_limit(const char *v, size_t vlen, const char *what,
                           long max, long *limit, int *status);
+
+/**
+ * Notes @p partition's store epoch @p epoch: a change from the epoch seen
+ * before is a fence, recorded with @p by ("" or "redrive").
+ */
+void kl__console_epoch_seen(kl__console_t *console, int32_t partition,
+                            uint64_t epoch, const char *by);
 
 /**
  * Answers GET /api/letters[?...] and /api/letters/P/OFFSET (@p path),

@@ -78,12 +78,26 @@ typedef struct capi_fleet {
   int32_t highest; /* + 1: the store's partitions of the topic */
 } capi_fleet_t;
 
+void kl__console_epoch_seen(kl__console_t *c, int32_t partition, uint64_t epoch,
+                            const char *by) {
+  if (partition < 0 || partition >= KL__CONSOLE_PARTS_MAX)
+    return;
+  uint64_t seen = c->seen_epoch[partition];
+  c->seen_epoch[partition] = epoch;
+  if (!seen || seen == epoch)
+    return;
+  kl__console_fence_t *f = &c->fences[c->nfences++ % KL__CONSOLE_FENCES_MAX];
+  *f = (kl__console_fence_t){kl__now_ms(), partition, seen, epoch, ""};
+  snprintf(f->by, sizeof(f->by), "%s", by);
+}
+
 static int capi_store_part(void *opaque, const char *topic, int32_t partition,
                            const kl_partition_state_t *state) {
   capi_fleet_t *fl = opaque;
   if (strcmp(topic, fl->console->topic) != 0 || partition < 0 ||
       partition >= KL__CONSOLE_PARTS_MAX)
     return 0;
+  kl__console_epoch_seen(fl->console, partition, state->epoch, "");
   fl->parts[partition].epoch = (int64_t)state->epoch;
   fl->parts[partition].watermark = state->watermark;
   fl->parts[partition].in_store = true;
@@ -489,6 +503,65 @@ static json_t *capi_outbox(kl__console_t *c, const char *query, int *status) {
                    o.listed == KL__CONSOLE_OUTBOX_ROWS);
 }
 
+/* ---- /api/fencing ---- */
+
+/* The value of @p metric in the Prometheus text @p body; -1 without it. */
+static double capi_metric(const char *body, const char *metric) {
+  size_t len = strlen(metric);
+  for (const char *l = body; l && *l; l = strchr(l, '\n'), l += l != NULL)
+    if (strncmp(l, metric, len) == 0 && l[len] == ' ')
+      return strtod(l + len + 1, NULL);
+  return -1;
+}
+
+static int capi_epoch_part(void *opaque, const char *topic, int32_t partition,
+                           const kl_partition_state_t *state) {
+  kl__console_t *c = opaque;
+  if (strcmp(topic, c->topic) == 0)
+    kl__console_epoch_seen(c, partition, state->epoch, "");
+  return 0;
+}
+
+static json_t *capi_fencing(kl__console_t *c, const char *query, int *status) {
+  if (*query)
+    return kl__console_err(status, 400, "/api/fencing takes no parameters");
+  json_t *epochs = json_array();
+  /* The store's epochs now: a change since the last look is a fence. */
+  kl_store_foreach_partition(c->store, capi_epoch_part, c);
+  kl__fetch_t *f = capi_fetch_all(c, "/metrics");
+  json_t *workers = json_array();
+  for (size_t i = 0; f && i < c->nworkers; i++) {
+    double n =
+        f[i].status == 200
+            ? capi_metric(f[i].body, "keylane_worker_fenced_batches_total")
+            : -1;
+    if (f[i].status && f[i].status != 200)
+      snprintf(f[i].error, sizeof(f[i].error), "answered %d", f[i].status);
+    json_t *row = capi_worker_row(&f[i], f[i].status == 200);
+    json_object_set_new(row, "refused_commits",
+                        n >= 0 ? json_integer((json_int_t)n) : json_null());
+    json_array_append_new(workers, row);
+  }
+  if (f)
+    kl__console_fetch_free(f, c->nworkers);
+  free(f);
+  size_t n =
+      c->nfences < KL__CONSOLE_FENCES_MAX ? c->nfences : KL__CONSOLE_FENCES_MAX;
+  for (size_t i = 0; i < n; i++) { /* newest first */
+    const kl__console_fence_t *x =
+        &c->fences[(c->nfences - 1 - i) % KL__CONSOLE_FENCES_MAX];
+    json_array_append_new(
+        epochs, json_pack("{s:I, s:i, s:I, s:I, s:s?}", "at_ms",
+                          (json_int_t)x->at_ms, "partition", (int)x->partition,
+                          "fenced_epoch", (json_int_t)x->from, "epoch",
+                          (json_int_t)x->to, "by", x->by[0] ? x->by : NULL));
+  }
+  *status = 200;
+  return json_pack("{s:o, s:o, s:I, s:i}", "workers", workers, "changes",
+                   epochs, "seen", (json_int_t)c->nfences, "kept",
+                   KL__CONSOLE_FENCES_MAX);
+}
+
 int kl__console_api(kl__console_t *console, const char *path, const char *query,
                     json_t **doc) {
   int status = 0;
@@ -500,6 +573,8 @@ int kl__console_api(kl__console_t *console, const char *path, const char *query,
     *doc = capi_key(console, path + 10, &status);
   else if (strcmp(path, "/api/outbox") == 0)
     *doc = capi_outbox(console, query, &status);
+  else if (strcmp(path, "/api/fencing") == 0)
+    *doc = capi_fencing(console, query, &status);
   else if (strcmp(path, "/api/letters") == 0 ||
            strncmp(path, "/api/letters/", 13) == 0)
     return kl__console_letters(console, path, query, doc);

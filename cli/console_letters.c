@@ -308,6 +308,12 @@ static json_t *redrive_run(kl__console_t *c, const char *body, size_t len,
   kl__redrive_results(r, &read);
   const kl__replay_part_t *taken = kl__redrive_taken(r, &ntaken);
   json_t *fenced = json_array();
+  for (size_t i = 0; i < ntaken && !dry_run; i++) {
+    int32_t p = taken[i].partition;
+    if (p >= 0 && p < KL__CONSOLE_PARTS_MAX && !c->seen_epoch[p])
+      c->seen_epoch[p] = taken[i].previous_epoch; /* what it fenced */
+    kl__console_epoch_seen(c, p, taken[i].epoch, "redrive");
+  }
   for (size_t i = 0; i < ntaken; i++)
     json_array_append_new(
         fenced,

@@ -1,5 +1,5 @@
-// keylane console: reads /api/fleet, /api/stuck, /api/letters and
-// /api/outbox every 2 s, /api/keys/KEY and /api/letters/P/OFFSET when
+// keylane console: reads /api/fleet, /api/stuck, /api/letters,
+// /api/outbox and /api/fencing every 2 s, /api/keys/KEY and /api/letters/P/OFFSET when
 // asked, and POSTs /api/redrive: a dry run first, then the redrive of the
 // same selection. Text is set with textContent, never as HTML.
 "use strict";
@@ -171,6 +171,19 @@ function renderOutbox(doc) {
   document.getElementById("outbox-rows").replaceChildren(...rows);
 }
 
+function renderFencing(doc) {
+  document.getElementById("refused").replaceChildren(
+    "commits refused by a newer epoch: ",
+    ...doc.workers.map((w) => el("span", w.url + " " +
+      (w.refused_commits === null ? "unknown (" + (w.error || "no metric") + ")" : w.refused_commits) + " ",
+      w.ok ? "" : "unreachable")));
+  document.getElementById("fences").replaceChildren(...doc.changes.map((f) => row([
+    new Date(f.at_ms).toLocaleString(), el("td", f.partition, "num"),
+    el("td", f.fenced_epoch, "num"), el("td", f.epoch, "num"),
+    f.by || "a worker, replay or another tool",
+  ])));
+}
+
 async function redrive(dryRun) {
   const out = document.getElementById("redrive-result");
   const letters = [...selected].sort();
@@ -226,12 +239,14 @@ async function openLetter(ref) {
 
 async function refresh() {
   try {
-    const [fleet, stuck, letters, outbox] = await Promise.all([
-      api("/api/fleet"), api("/api/stuck"), api(lettersQuery()), api("/api/outbox")]);
+    const [fleet, stuck, letters, outbox, fencing] = await Promise.all([
+      api("/api/fleet"), api("/api/stuck"), api(lettersQuery()), api("/api/outbox"),
+      api("/api/fencing")]);
     renderFleet(fleet);
     renderStuck(stuck);
     renderLetters(letters);
     renderOutbox(outbox);
+    renderFencing(fencing);
     document.getElementById("updated").textContent =
       "updated " + new Date().toLocaleTimeString();
   } catch (e) {

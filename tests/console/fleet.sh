@@ -56,17 +56,20 @@ start_cluster() {
   B=$(wait_for "$W/$1.out" '^bootstrap=\(.*\)') || fail "the embedded cluster did not start"
 }
 
-# NAME: a worker of group console on $W/store with --metrics-listen; sets
-# WORKER (its pid) and URL (its API).
+# NAME [WORKER-OPTION...]: a worker of group console on $W/store with
+# --metrics-listen (the options after the defaults, which they override);
+# sets WORKER (its pid) and URL (its API).
 start_worker() {
+  local name=$1
+  shift
   "$BIN" worker -b "$B" -t events -g console --store "$W/store" \
     --handler "exec:python3 $W/handler.py" --metrics-listen 127.0.0.1:0 \
     -X worker.max.attempts=1000 -X worker.retry.initial.ms=50 \
-    -X worker.retry.max.ms=200 >"$W/$1.log" 2>&1 &
+    -X worker.retry.max.ms=200 "$@" >"$W/$name.log" 2>&1 &
   WORKER=$!
   pids+=($WORKER)
   local port
-  port=$(wait_for "$W/$1.log" '.*serving /metrics.*(port \([0-9]*\)).*') || fail "$1 has no metrics port"
+  port=$(wait_for "$W/$name.log" '.*serving /metrics.*(port \([0-9]*\)).*') || fail "$name has no metrics port"
   URL=http://127.0.0.1:$port
 }
 

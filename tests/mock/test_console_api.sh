@@ -121,6 +121,15 @@ assert d["letter"]["reason"] == "handler_fail", d
 PY
 probe 200 GET "/api/letters?key=acct-1" | grep -q '"letters":\[\]' || fail "acct-1 has no letter"
 probe 200 GET "/api/outbox" | grep -q '"partitions":\[\]' || fail "the outbox is not empty"
+fencing=$(probe 200 GET /api/fencing)
+python3 - "$fencing" "$W1" "$W2" <<'PY' || fail "/api/fencing: $fencing"
+import json, sys
+d, w1, w2 = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+assert [w["url"] for w in d["workers"]] == [w1, w2], d
+assert all(w["ok"] and w["refused_commits"] == 0 for w in d["workers"]), d
+assert d["kept"] == 256 and d["changes"] == [], d
+PY
+refused "/api/fencing?x=1" "no parameters"
 refused "/api/letters?limit=501" "ask for fewer"
 refused "/api/letters?limit=100000000" "not a number of letters"
 refused "/api/letters?limit=0" "1..500"

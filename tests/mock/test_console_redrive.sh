@@ -108,6 +108,12 @@ with Browser(os.path.join(w, "cdp-profile"), os.path.join(w, "chromium.log")) as
     b.wait("(() => { const r = [...document.querySelectorAll('#dead-letters tr')]"
            ".find((r) => r.cells[3].textContent === 'dead-2'); return r && r.cells[7].textContent === 'yes'; })()")
     print(f"ok: redriven from the page: {outcomes[0]}, and shown redriven")
+    # The redrive took partition 2's epoch: the fencing view says so.
+    b.wait("[...document.querySelectorAll('#fences tr')].some((r) => r.cells[4].textContent === 'redrive')")
+    fence = [r for r in b.rows("fences") if r[4] == "redrive"][0]
+    assert fence[1] == "2" and int(fence[3]) == int(fence[2]) + 1, fence
+    assert "commits refused by a newer epoch" in b.js("document.getElementById('refused').textContent")
+    print(f"ok: the fencing view: {fence}")
     b.screenshot(os.path.join(out, "console-redrive.png"))
 
     # One letter opened: the envelope decoded, the error, its origin.
