@@ -18,11 +18,11 @@
 #include "handlers/handler.h"
 #include "worker/redrive.h"
 
-static const char *const letters_reasons[] = {
+static const char *const cletters_reasons[] = {
     "decode", "handler_fail", "max_attempts", "misrouted", "outbox"};
-#define LETTERS_REASONS "decode, handler_fail, max_attempts, misrouted, outbox"
+#define CLETTERS_REASONS "decode, handler_fail, max_attempts, misrouted, outbox"
 
-static json_t *letters_header(const rd_kafka_message_t *m, const char *name) {
+static json_t *cletters_header(const rd_kafka_message_t *m, const char *name) {
   rd_kafka_headers_t *h = NULL;
   const void *val;
   size_t len;
@@ -32,8 +32,8 @@ static json_t *letters_header(const rd_kafka_message_t *m, const char *name) {
   return kl__console_text(val, len);
 }
 
-static int letters_found(void *opaque, const void *key, size_t key_len,
-                         const void *val, size_t val_len) {
+static int cletters_found(void *opaque, const void *key, size_t key_len,
+                          const void *val, size_t val_len) {
   const char *want = ((const char **)opaque)[0];
   (void)val, (void)val_len;
   ((const char **)opaque)[1] =
@@ -42,18 +42,18 @@ static int letters_found(void *opaque, const void *key, size_t key_len,
 }
 
 /* Whether a redrive applied @p l: its record (letters.h) is in the store. */
-static bool letters_redriven(kl__console_t *c, const kl__letter_t *l) {
+static bool cletters_redriven(kl__console_t *c, const kl__letter_t *l) {
   char key[KL__LETTER_KEY_MAX];
   size_t len = kl__letter_key(c->dlq_topic, l, key);
   const char *scan[2] = {key, NULL};
-  kl_store_scan(c->store, key, len, letters_found, scan);
+  kl_store_scan(c->store, key, len, cletters_found, scan);
   return scan[1] != NULL;
 }
 
-static json_t *letters_row(kl__console_t *c, const kl__letter_t *l) {
+static json_t *cletters_row(kl__console_t *c, const kl__letter_t *l) {
   const rd_kafka_message_t *m = l->msg;
   int64_t attempts = -1;
-  json_t *a = letters_header(m, "keylane.dlq.attempts");
+  json_t *a = cletters_header(m, "keylane.dlq.attempts");
   if (json_is_string(a))
     kl__units_digits(json_string_value(a), json_string_length(a), &attempts);
   json_decref(a);
@@ -63,22 +63,22 @@ static json_t *letters_row(kl__console_t *c, const kl__letter_t *l) {
       (json_int_t)l->dlq_offset, "timestamp_ms",
       (json_int_t)rd_kafka_message_timestamp(m, NULL), "key",
       m->key ? kl__console_text(m->key, m->key_len) : json_null(), "reason",
-      l->reason, "error", letters_header(m, "keylane.dlq.error"), "attempts",
+      l->reason, "error", cletters_header(m, "keylane.dlq.error"), "attempts",
       (json_int_t)attempts, "topic", l->topic, "partition", (int)l->partition,
-      "offset", (json_int_t)l->offset, "redriven", letters_redriven(c, l),
+      "offset", (json_int_t)l->offset, "redriven", cletters_redriven(c, l),
       "truncated", l->truncated[0] ? l->truncated : NULL);
 }
 
 /* ---- GET /api/letters ---- */
 
-typedef struct letters_filter {
+typedef struct cletters_filter {
   const char *reason; /* NULL: any */
   const char *key;
   long key_len; /* -1: any */
-} letters_filter_t;
+} cletters_filter_t;
 
-static bool letters_keep(void *opaque, const kl__letter_t *l) {
-  const letters_filter_t *f = opaque;
+static bool cletters_keep(void *opaque, const kl__letter_t *l) {
+  const cletters_filter_t *f = opaque;
   if (f->reason && strcmp(l->reason, f->reason) != 0)
     return false;
   return f->key_len < 0 || (l->msg->key_len == (size_t)f->key_len &&
@@ -87,8 +87,8 @@ static bool letters_keep(void *opaque, const kl__letter_t *l) {
 
 /* The query: reason=R, key=K (percent-encoded), limit=N; anything else is
  * refused. @returns NULL, or the error document. */
-static json_t *letters_query(const char *query, letters_filter_t *f, char *key,
-                             long *limit, int *status) {
+static json_t *cletters_query(const char *query, cletters_filter_t *f,
+                              char *key, long *limit, int *status) {
   size_t vlen;
   const char *v;
   for (const char *q = query; *q; q += strcspn(q, "&"), q += *q == '&')
@@ -100,16 +100,16 @@ static json_t *letters_query(const char *query, letters_filter_t *f, char *key,
                              (int)(strcspn(q, "&") > 64 ? 64 : strcspn(q, "&")),
                              q);
   if ((v = kl__http_query(query, "reason", &vlen))) {
-    for (size_t i = 0; i < sizeof(letters_reasons) / sizeof(*letters_reasons);
+    for (size_t i = 0; i < sizeof(cletters_reasons) / sizeof(*cletters_reasons);
          i++)
-      if (strlen(letters_reasons[i]) == vlen &&
-          memcmp(letters_reasons[i], v, vlen) == 0)
-        f->reason = letters_reasons[i];
+      if (strlen(cletters_reasons[i]) == vlen &&
+          memcmp(cletters_reasons[i], v, vlen) == 0)
+        f->reason = cletters_reasons[i];
     if (!f->reason)
       return kl__console_err(
           status, 400,
           "reason=%.*s is not a dead-letter reason: give one "
-          "of " LETTERS_REASONS,
+          "of " CLETTERS_REASONS,
           (int)(vlen > 32 ? 32 : vlen), v);
   }
   if ((v = kl__http_query(query, "key", &vlen))) {
@@ -130,11 +130,11 @@ static json_t *letters_query(const char *query, letters_filter_t *f, char *key,
   return NULL;
 }
 
-static json_t *letters_list(kl__console_t *c, const char *query, int *status) {
-  letters_filter_t f = {NULL, NULL, -1};
+static json_t *cletters_list(kl__console_t *c, const char *query, int *status) {
+  cletters_filter_t f = {NULL, NULL, -1};
   char *key = malloc(3 * KL_KEY_MAX);
   long limit = KL__CONSOLE_LETTERS_PAGE;
-  json_t *bad = key ? letters_query(query, &f, key, &limit, status)
+  json_t *bad = key ? cletters_query(query, &f, key, &limit, status)
                     : kl__console_err(status, 503, "out of memory");
   if (bad) {
     free(key);
@@ -145,7 +145,7 @@ static json_t *letters_list(kl__console_t *c, const char *query, int *status) {
   bool more = false;
   kl_err_t err =
       kl__letters_tail(c->conf, c->dlq_topic, KL__CONSOLE_LETTERS_TAIL,
-                       (size_t)limit, letters_keep, &f, &ls, &scanned, &more);
+                       (size_t)limit, cletters_keep, &f, &ls, &scanned, &more);
   free(key);
   if (err == KL_ENOTFOUND) /* no letter yet: the worker makes it on the first */
     return *status = 200,
@@ -158,7 +158,7 @@ static json_t *letters_list(kl__console_t *c, const char *query, int *status) {
                            kl_err_detail());
   json_t *rows = json_array();
   for (size_t i = 0; i < ls.n; i++)
-    json_array_append_new(rows, letters_row(c, &ls.v[i]));
+    json_array_append_new(rows, cletters_row(c, &ls.v[i]));
   kl__letters_clear(&ls);
   *status = 200;
   return json_pack("{s:s, s:o, s:I, s:i, s:i, s:b}", "dlq_topic", c->dlq_topic,
@@ -169,8 +169,8 @@ static json_t *letters_list(kl__console_t *c, const char *query, int *status) {
 /* ---- GET /api/letters/P/OFFSET ---- */
 
 /* "P/OFFSET" (or "P@OFFSET" in a body) into @p ref; 0 when it is one. */
-static int letters_ref(const char *text, size_t len, char sep,
-                       kl__letter_ref_t *ref) {
+static int cletters_ref(const char *text, size_t len, char sep,
+                        kl__letter_ref_t *ref) {
   const char *mid = memchr(text, sep, len);
   int64_t p, off;
   if (!mid || kl__units_digits(text, (size_t)(mid - text), &p) ||
@@ -181,10 +181,10 @@ static int letters_ref(const char *text, size_t len, char sep,
   return 0;
 }
 
-static json_t *letters_open(kl__console_t *c, const char *ref_text,
-                            int *status) {
+static json_t *cletters_open(kl__console_t *c, const char *ref_text,
+                             int *status) {
   kl__letter_ref_t ref;
-  if (letters_ref(ref_text, strlen(ref_text), '/', &ref))
+  if (cletters_ref(ref_text, strlen(ref_text), '/', &ref))
     return kl__console_err(status, 400,
                            "/api/letters/%.64s is not a letter: give "
                            "/api/letters/PARTITION/OFFSET, the dead letter's "
@@ -207,7 +207,7 @@ static json_t *letters_open(kl__console_t *c, const char *ref_text,
   kl_decoder_t *decoder = kl_decoder_new();
   json_t *doc = decoder ? kl__inspect_record_json(decoder, ls.v[0].msg) : NULL;
   if (doc)
-    json_object_set_new(doc, "letter", letters_row(c, &ls.v[0]));
+    json_object_set_new(doc, "letter", cletters_row(c, &ls.v[0]));
   kl_decoder_destroy(decoder);
   kl__letters_clear(&ls);
   if (!doc)
@@ -220,12 +220,12 @@ int kl__console_letters(kl__console_t *c, const char *path, const char *query,
                         json_t **doc) {
   int status = 0;
   if (strcmp(path, "/api/letters") == 0)
-    *doc = letters_list(c, query, &status);
+    *doc = cletters_list(c, query, &status);
   else if (*query)
     *doc = kl__console_err(&status, 400,
                            "/api/letters/PARTITION/OFFSET takes no parameters");
   else
-    *doc = letters_open(c, path + strlen("/api/letters/"), &status);
+    *doc = cletters_open(c, path + strlen("/api/letters/"), &status);
   return status;
 }
 
@@ -259,7 +259,7 @@ static json_t *redrive_body(const char *body, size_t len,
   *n = 0;
   json_array_foreach(bad ? NULL : list, i, item) {
     const char *s = json_string_value(item);
-    if (!s || letters_ref(s, strlen(s), '@', &refs[*n])) {
+    if (!s || cletters_ref(s, strlen(s), '@', &refs[*n])) {
       bad =
           kl__console_err(status, 400,
                           "letter %zu is not PARTITION@OFFSET (e.g. \"0@12\", "
