@@ -120,6 +120,27 @@ assert d["dead_letter"]["origin_partition"] == 2 and d["dead_letter"]["attempts"
 assert d["letter"]["reason"] == "handler_fail", d
 PY
 probe 200 GET "/api/letters?key=acct-1" | grep -q '"letters":\[\]' || fail "acct-1 has no letter"
+# A page is the newest N of them, whatever partitions they sit in; the
+# others are left out (more), never all held.
+for i in 10 11 12 13 14; do echo "{\"key\":\"dead-$i\",\"type\":\"t\",\"id\":\"c-dead-$i\",\"payload\":{}}"; done |
+  "$BIN" publish -b "$B" -t events >/dev/null
+for _ in $(seq 150); do
+  all=$(probe 200 GET "/api/letters?reason=handler_fail")
+  [ "$(grep -o '"dlq_offset"' <<<"$all" | wc -l)" -ge 6 ] && break
+  sleep 0.2
+done
+page=$(probe 200 GET "/api/letters?reason=handler_fail&limit=2")
+python3 - "$all" "$page" <<'PY' || fail "the newest 2 letters: $page, of $all"
+import json, sys
+every, page = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert len(every["letters"]) == 6 and not every["more"], every
+assert every["scanned"] == 6, every
+stamps = [l["timestamp_ms"] for l in every["letters"]]
+assert stamps == sorted(stamps, reverse=True), stamps
+assert len({l["dlq_partition"] for l in every["letters"]}) > 1, every
+assert page["more"] and page["limit"] == 2, page
+assert page["letters"] == every["letters"][:2], (page, every)
+PY
 probe 200 GET "/api/outbox" | grep -q '"partitions":\[\]' || fail "the outbox is not empty"
 fencing=$(probe 200 GET /api/fencing)
 python3 - "$fencing" "$W1" "$W2" <<'PY' || fail "/api/fencing: $fencing"
