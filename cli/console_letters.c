@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "cli/cli.h"
 #include "cli/console.h"
 #include "cli/inspect.h"
 #include "cli/replay_cmd.h"
@@ -143,9 +144,9 @@ static json_t *cletters_list(kl__console_t *c, const char *query, int *status) {
   kl__letters_t ls;
   size_t scanned = 0;
   bool more = false;
-  kl_err_t err =
-      kl__letters_tail(c->conf, c->dlq_topic, KL__CONSOLE_LETTERS_TAIL,
-                       (size_t)limit, cletters_keep, &f, &ls, &scanned, &more);
+  kl_err_t err = kl__letters_tail(
+      c->conf, c->dlq_topic, KL__CONSOLE_LETTERS_TAIL, (size_t)limit,
+      cletters_keep, &f, &kl__cli_stop, &ls, &scanned, &more);
   free(key);
   if (err == KL_ENOTFOUND) /* no letter yet: the worker makes it on the first */
     return *status = 200,
@@ -191,7 +192,8 @@ static json_t *cletters_open(kl__console_t *c, const char *ref_text,
                            "place in %s as /api/letters lists it",
                            ref_text, c->dlq_topic);
   kl__letters_t ls;
-  kl_err_t err = kl__letters_read_at(c->conf, c->dlq_topic, &ref, 1, NULL, &ls);
+  kl_err_t err =
+      kl__letters_read_at(c->conf, c->dlq_topic, &ref, 1, &kl__cli_stop, &ls);
   if (err)
     return kl__console_err(status, err == KL_ENOTFOUND ? 404 : 503,
                            "cannot read %s: %s", c->dlq_topic, kl_err_detail());
@@ -297,7 +299,8 @@ static json_t *redrive_run(kl__console_t *c, const char *body, size_t len,
                              .handler = c->handler->fn,
                              .handler_opaque = c->handler->opaque,
                              .dry_run = dry_run,
-                             .dry_run_handler = c->handler->store_only};
+                             .dry_run_handler = c->handler->store_only,
+                             .stop = &kl__cli_stop};
   kl__redrive_t *r = NULL;
   kl_err_t err = kl__redrive_run(&opts, &r);
   if (err)

@@ -261,8 +261,8 @@ static kl_err_t letters_open_ends(const kl_conf_t *conf, const char *topic,
 
 kl_err_t kl__letters_tail(const kl_conf_t *conf, const char *dlq_topic,
                           int64_t tail, size_t max, kl__letters_keep_fn *keep,
-                          void *opaque, kl__letters_t *out, size_t *scanned,
-                          bool *more) {
+                          void *opaque, volatile int *stop, kl__letters_t *out,
+                          size_t *scanned, bool *more) {
   letters_tail_t t = {out, max, 0, keep, opaque, false};
   rd_kafka_t *rk;
   kl__tp_range_t *ranges;
@@ -278,7 +278,7 @@ kl_err_t kl__letters_tail(const kl_conf_t *conf, const char *dlq_topic,
   }
   if (max)
     err = kl__kafka_read(rk, dlq_topic, ranges, count, letters_tail_add, &t,
-                         NULL);
+                         stop);
   if (scanned)
     *scanned = t.scanned;
   if (more)

@@ -75,6 +75,7 @@ typedef bool(kl__letters_keep_fn)(void *opaque, const kl__letter_t *letter);
  * it the oldest kept (record timestamp, then partition and offset) is
  * destroyed at once, so that it holds @p max messages whatever the topic
  * holds. The letters come sorted newest first.
+ * @param stop     as kl__letters_read()'s.
  * @param scanned  receives the records read; may be NULL.
  * @param more     receives whether a letter @p keep accepted was dropped
  *                 for @p max; may be NULL.
@@ -82,8 +83,8 @@ typedef bool(kl__letters_keep_fn)(void *opaque, const kl__letter_t *letter);
  */
 kl_err_t kl__letters_tail(const kl_conf_t *conf, const char *dlq_topic,
                           int64_t tail, size_t max, kl__letters_keep_fn *keep,
-                          void *opaque, kl__letters_t *out, size_t *scanned,
-                          bool *more);
+                          void *opaque, volatile int *stop, kl__letters_t *out,
+                          size_t *scanned, bool *more);
 
 /**
  * Reads the records at @p refs (@p n of them, each read alone: their
