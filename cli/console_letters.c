@@ -270,6 +270,15 @@ static json_t *redrive_body(const char *body, size_t len,
                           i, form);
       break;
     }
+    for (size_t j = 0; j < *n && !bad; j++)
+      if (refs[j].partition == refs[*n].partition &&
+          refs[j].offset == refs[*n].offset)
+        bad = kl__console_err(status, 400,
+                              "letter %s is selected twice: select each "
+                              "letter once",
+                              s);
+    if (bad)
+      break;
     (*n)++;
   }
   *dry_run = json_is_true(dry);

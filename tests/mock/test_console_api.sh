@@ -227,6 +227,7 @@ post 400 "not a redrive" -H "$AUTH" -H "$JSON" -d '{"letters":["2@0"]}'
 post 400 "not a redrive" -H "$AUTH" -H "$JSON" -d '{"letters":[],"dry_run":true}'
 post 400 "not PARTITION@OFFSET" -H "$AUTH" -H "$JSON" -d '{"letters":["2/0"],"dry_run":true}'
 post 400 "not PARTITION@OFFSET" -H "$AUTH" -H "$JSON" -d '{"letters":[20],"dry_run":true}'
+post 400 "selected twice" -H "$AUTH" -H "$JSON" -d '{"letters":["2@0","1@0","2@0"],"dry_run":true}'
 many=$(python3 -c 'import json; print(json.dumps({"letters": [f"0@{i}" for i in range(51)], "dry_run": True}))')
 post 400 "50 at most" -H "$AUTH" -H "$JSON" -d "$many"
 huge=$(python3 -c 'import json; print(json.dumps({"letters": ["0@1"] * 3000, "dry_run": True}))')
