@@ -355,6 +355,16 @@ static json_t *capi_key(kl__console_t *c, const char *encoded, int *status) {
   return doc;
 }
 
+/* Appends each row of a worker's @p list to @p into, with its "worker". */
+static void capi_gather(json_t *into, json_t *list, const char *url) {
+  size_t i;
+  json_t *row;
+  json_array_foreach(list, i, row) {
+    json_object_set_new(row, "worker", json_string(url));
+    json_array_append(into, row);
+  }
+}
+
 /* ---- /api/stuck ---- */
 
 json_t *kl__console_limit(const char *v, size_t vlen, const char *what,
@@ -402,12 +412,7 @@ static json_t *capi_stuck(kl__console_t *c, const char *query, int *status) {
     json_t *doc = capi_answer(&f[i], 0);
     json_array_append_new(rows, capi_worker_row(&f[i], doc != NULL));
     total += json_integer_value(json_object_get(doc, "total"));
-    size_t j;
-    json_t *k;
-    json_array_foreach(json_object_get(doc, "keys"), j, k) {
-      json_object_set_new(k, "worker", json_string(f[i].to->url));
-      json_array_append(keys, k);
-    }
+    capi_gather(keys, json_object_get(doc, "keys"), f[i].to->url);
     json_decref(doc);
   }
   kl__console_fetch_free(f, c->nworkers);
@@ -529,22 +534,26 @@ static json_t *capi_fencing(kl__console_t *c, const char *query, int *status) {
   /* The store's epochs now: a change since the last look is a fence. */
   kl_store_foreach_partition(c->store, capi_epoch_part, c);
   kl__fetch_t *f = capi_fetch_all(c, "/metrics");
-  json_t *workers = json_array();
-  for (size_t i = 0; f && i < c->nworkers; i++) {
+  kl__fetch_t *v = capi_fetch_all(c, "/v1/fences");
+  json_t *workers = json_array(), *refused = json_array();
+  for (size_t i = 0; f && v && i < c->nworkers; i++) {
     double n =
         f[i].status == 200
             ? capi_metric(f[i].body, "keylane_worker_fenced_batches_total")
             : -1;
-    if (f[i].status && f[i].status != 200)
-      snprintf(f[i].error, sizeof(f[i].error), "answered %d", f[i].status);
-    json_t *row = capi_worker_row(&f[i], f[i].status == 200);
+    json_t *doc = capi_answer(&v[i], 0);
+    json_t *row = capi_worker_row(&v[i], doc != NULL);
     json_object_set_new(row, "refused_commits",
                         n >= 0 ? json_integer((json_int_t)n) : json_null());
     json_array_append_new(workers, row);
+    capi_gather(refused, json_object_get(doc, "fences"), v[i].to->url);
+    json_decref(doc);
   }
   if (f)
     kl__console_fetch_free(f, c->nworkers);
-  free(f);
+  if (v)
+    kl__console_fetch_free(v, c->nworkers);
+  free(f), free(v);
   size_t n =
       c->nfences < KL__CONSOLE_FENCES_MAX ? c->nfences : KL__CONSOLE_FENCES_MAX;
   for (size_t i = 0; i < n; i++) { /* newest first */
@@ -557,9 +566,9 @@ static json_t *capi_fencing(kl__console_t *c, const char *query, int *status) {
                           (json_int_t)x->to, "by", x->by[0] ? x->by : NULL));
   }
   *status = 200;
-  return json_pack("{s:o, s:o, s:I, s:i}", "workers", workers, "changes",
-                   epochs, "seen", (json_int_t)c->nfences, "kept",
-                   KL__CONSOLE_FENCES_MAX);
+  return json_pack("{s:o, s:o, s:o, s:I, s:i}", "workers", workers, "refused",
+                   refused, "changes", epochs, "seen", (json_int_t)c->nfences,
+                   "kept", KL__CONSOLE_FENCES_MAX);
 }
 
 int kl__console_api(kl__console_t *console, const char *path, const char *query,

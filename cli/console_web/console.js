@@ -177,6 +177,10 @@ function renderFencing(doc) {
     ...doc.workers.map((w) => el("span", w.url + " " +
       (w.refused_commits === null ? "unknown (" + (w.error || "no metric") + ")" : w.refused_commits) + " ",
       w.ok ? "" : "unreachable")));
+  document.getElementById("refused-commits").replaceChildren(...doc.refused.map((f) => row([
+    new Date(f.at_ms).toLocaleString(), f.worker, el("td", f.partition, "num"),
+    el("td", f.epoch, "num"), el("td", f.current_epoch, "num"),
+  ])));
   document.getElementById("fences").replaceChildren(...doc.changes.map((f) => row([
     new Date(f.at_ms).toLocaleString(), el("td", f.partition, "num"),
     el("td", f.fenced_epoch, "num"), el("td", f.epoch, "num"),

@@ -36,11 +36,11 @@ python3 -u -m http.server 0 --bind 127.0.0.1 --directory "$W/site" >"$W/site.out
 pids+=($!)
 site=$(wait_for "$W/site.out" '.*port \([0-9]*\).*') || fail "no other site"
 
-python3 - "$SRC/tests/console" "$W" "$CONSOLE" "$site" "$TOKEN" "$OUT" <<'PY' || fail "the browser test failed (above)"
-import json, os, sys, time
+python3 - "$SRC/tests/console" "$W" "$CONSOLE" "$site" "$TOKEN" "$OUT" "$BIN" "$B" <<'PY' || fail "the browser test failed (above)"
+import json, os, subprocess, sys, time
 sys.path.insert(0, sys.argv[1])
 from cdp import Browser
-w, console, site, token, out = sys.argv[2:]
+w, console, site, token, out, keylane, bootstrap = sys.argv[2:]
 
 def letter(b):
     rows = [r for r in b.rows("dead-letters") if r[3] == "dead-2"]
@@ -113,7 +113,15 @@ with Browser(os.path.join(w, "cdp-profile"), os.path.join(w, "chromium.log")) as
     fence = [r for r in b.rows("fences") if r[4] == "redrive"][0]
     assert fence[1] == "2" and int(fence[3]) == int(fence[2]) + 1, fence
     assert "commits refused by a newer epoch" in b.js("document.getElementById('refused').textContent")
-    print(f"ok: the fencing view: {fence}")
+    # The owner of partition 2 applies an event there: its commit is
+    # refused by the redrive's epoch, and the worker lists it.
+    subprocess.run([keylane, "publish", "-b", bootstrap, "-t", "events"], check=True,
+                   input=b'{"key":"acct-1","type":"t","id":"c-after","payload":{}}\n',
+                   stdout=subprocess.DEVNULL)
+    b.wait("[...document.querySelectorAll('#refused-commits tr')].some((r) => r.cells[2].textContent === '2')")
+    refusal = [r for r in b.rows("refused-commits") if r[2] == "2"][0]
+    assert refusal[3] == fence[2] and refusal[4] == fence[3], (refusal, fence)
+    print(f"ok: the fencing view: the epoch change {fence}, the refused commit {refusal}")
     b.screenshot(os.path.join(out, "console-redrive.png"))
 
     # One letter opened: the envelope decoded, the error, its origin.
