@@ -44,7 +44,7 @@ ref=$(python3 -c 'import json, sys; l = json.loads(sys.argv[1])["letters"][0]; p
 echo "partitions=$PARTITIONS waiting_keys=$total dead_letters=$DEAD workers=2 (ready in $(($(date +%s) - start)) s)"
 for path in "" api/fleet api/stuck "api/stuck?limit=1000" api/keys/poison-1 \
   api/letters "api/letters?limit=500" "api/letters?key=dead-7" "api/letters/$ref" \
-  api/outbox; do
+  api/outbox api/fencing; do
   for _ in $(seq 10); do
     curl -s -o /dev/null -H "$AUTH" -w '%{time_total} %{size_download} %{http_code}\n' "$CONSOLE$path"
   done | sort -n | awk -v p="/$path" 'NR == 5 { printf "%-24s median %7.1f ms, %8d bytes (HTTP %d)\n", p, $1 * 1000, $2, $3 }'
