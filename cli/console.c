@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <jansson.h>
 #include <uv.h>
@@ -16,6 +17,7 @@
 #include "common/listen.h"
 #include "common/log.h"
 #include "common/token.h"
+#include "handlers/handler.h"
 
 #define SUB "console"
 #define KL_CONSOLE_TOKEN_ENV "KEYLANE_CONSOLE_TOKEN"
@@ -33,10 +35,17 @@ extern const size_t kl__console_web_count;
 
 typedef struct console_args {
   kl__console_t console;
+  const char *handler;
   const char *store;
   const char *listen;
   const char *token_file;
 } console_args_t;
+
+/* A request and the route its body goes to. */
+typedef struct console_req {
+  kl__http_req_t http;
+  char path[32];
+} console_req_t;
 
 typedef struct console_server {
   kl__console_t *console;
@@ -77,6 +86,56 @@ static void console_error(kl__http_req_t *req, int status, const char *msg) {
                status == 405 ? "Allow: GET\r\n" : NULL);
 }
 
+/* A write is refused unless it is this page's own: a token (a write is
+ * never open to whoever reaches the port), a JSON body (a form or
+ * text/plain POST, which a browser sends cross-site without asking first,
+ * is not one) and, when the browser says where the request comes from,
+ * this console's own origin: http://HOST as the request's Host names it.
+ * @returns 0, or the status it answered. */
+static int console_write_ok(kl__http_conn_t *conn, kl__http_req_t *req,
+                            const kl__tokens_t *tokens) {
+  const kl__http_parse_t *parse = &conn->parse;
+  size_t ct = strcspn(parse->ctype, ";");
+  while (ct && parse->ctype[ct - 1] == ' ')
+    ct--;
+  char own[sizeof(parse->host) + 8];
+  int own_len = snprintf(own, sizeof(own), "http://%.*s", (int)parse->host_len,
+                         parse->host);
+  if (!tokens) {
+    console_error(req, 403,
+                  "writes (POST /api/redrive) need a token: start the "
+                  "console with --token-file FILE or KEYLANE_CONSOLE_TOKEN");
+    return 403;
+  }
+  if (!kl__http_bearer_ok(conn, tokens)) {
+    console_json(req, 401,
+                 json_pack("{s:s}", "error",
+                           "a write needs Authorization: Bearer TOKEN, a "
+                           "token of the console's --token-file or "
+                           "KEYLANE_CONSOLE_TOKEN"),
+                 "WWW-Authenticate: Bearer realm=\"keylane console\"\r\n");
+    return 401;
+  }
+  if (ct != 16 || strncasecmp(parse->ctype, "application/json", 16) != 0) {
+    console_error(req, 415,
+                  "a write takes Content-Type: application/json (a form or "
+                  "text/plain body is what a cross-site page can send "
+                  "unasked): send the JSON body with that type");
+    return 415;
+  }
+  if (parse->origin_seen &&
+      (parse->origin_bad || parse->host_long || parse->hosts != 1 ||
+       (size_t)own_len != parse->origin_len ||
+       strncasecmp(own, parse->origin, parse->origin_len) != 0)) {
+    console_error(req, 403,
+                  "the Origin header is not this console's own "
+                  "(http://HOST of the request's Host): a write comes from "
+                  "the console's page, not from another site's");
+    return 403;
+  }
+  return 0;
+}
+
 static bool console_static(kl__http_req_t *req, const char *path) {
   for (size_t i = 0; i < kl__console_web_count; i++) {
     const kl__web_file_t *f = &kl__console_web[i];
@@ -112,7 +171,7 @@ static bool console_host_ok(const kl__http_parse_t *parse) {
           (ntohl(v4.s_addr) >> 24) == 127);
 }
 
-/* Every route answers at its head: none reads a body. */
+/* Every route but POST /api/redrive answers at its head. */
 static void console_route(kl__http_conn_t *conn, kl__http_req_t *req,
                           int method, const char *target, size_t target_len) {
   console_server_t *server = conn->server->opaque;
@@ -129,15 +188,31 @@ static void console_route(kl__http_conn_t *conn, kl__http_req_t *req,
   char *query = strchr(url, '?');
   if (query)
     *query++ = '\0';
+  if (method == HTTP_POST && strcmp(url, "/api/redrive") == 0) {
+    if (!console_write_ok(conn, req, server->tokens))       /* answered after */
+      strcpy(((console_req_t *)req)->path, "/api/redrive"); /* its body */
+    return;
+  }
+  if (strcmp(url, "/api/redrive") == 0) {
+    console_json(req, 405,
+                 json_pack("{s:s}", "error",
+                           "/api/redrive takes POST with a JSON body "
+                           "{\"letters\": [\"P@OFFSET\", ...], "
+                           "\"dry_run\": true}"),
+                 "Allow: POST\r\n");
+    return;
+  }
   if (method != HTTP_GET) {
-    console_error(req, 405, "the console is read-only: use GET");
+    console_error(req, 405,
+                  "the console's pages and /api/ are read with GET; the one "
+                  "write is POST /api/redrive");
     return;
   }
   if (strncmp(url, "/api/", 5) != 0) {
     if (!console_static(req, url))
       console_error(req, 404,
-                    "not found: GET /, /api/fleet, /api/keys/KEY or "
-                    "/api/stuck");
+                    "not found: GET /, /api/fleet, /api/keys/KEY, "
+                    "/api/stuck, /api/letters, /api/outbox");
     return;
   }
   if (!server->tokens && !console_host_ok(&conn->parse)) {
@@ -165,7 +240,11 @@ static void console_route(kl__http_conn_t *conn, kl__http_req_t *req,
 
 static void console_body(kl__http_conn_t *conn, kl__http_req_t *req,
                          const char *body, size_t len) {
-  (void)conn, (void)req, (void)body, (void)len; /* answered at the head */
+  console_server_t *server = conn->server->opaque;
+  json_t *doc = NULL;
+  int status = kl__console_post(server->console, ((console_req_t *)req)->path,
+                                body, len, &doc);
+  console_json(req, status ? status : 404, doc, NULL);
 }
 
 static void console_tick(uv_timer_t *timer) {
@@ -210,6 +289,12 @@ static const kl__opt_t console_opts[] = {
      .off = offsetof(console_args_t, console.group),
      .required = "",
      .help = "the fleet's consumer group (its committed offsets)"},
+    {.name = "handler",
+     .kind = KL__OPT_STRING,
+     .meta = "SPEC",
+     .off = offsetof(console_args_t, handler),
+     .help = "the workers' --handler: POST /api/redrive runs it on each "
+             "letter redriven; without it the console does not redrive"},
     {.name = "store",
      .kind = KL__OPT_STRING,
      .meta = "STORE",
@@ -242,15 +327,21 @@ static const kl__cmd_t console_cmd = {
     .name = SUB,
     .about =
         "One process per fleet serving a web page (and the JSON it reads) of\n"
-        "the fleet's partitions, a key search and the stuck keys, made from\n"
-        "the store, Kafka and the workers' --metrics-listen JSON API. It\n"
-        "only reads. docs/console.md describes the page and the API:\n"
+        "the fleet's partitions, a key search, the stuck keys, the dead\n"
+        "letters and the outbox, made from the store, Kafka and the workers'\n"
+        "--metrics-listen JSON API; and redriving the dead letters selected\n"
+        "there (with --handler and a token). docs/console.md describes the\n"
+        "page and the API:\n"
         "\n"
-        "  GET /api/fleet, /api/keys/KEY, /api/stuck?limit=N\n",
+        "  GET /api/fleet, /api/keys/KEY, /api/stuck?limit=N,\n"
+        "      /api/letters?reason=R&key=K&limit=N, /api/letters/P/OFFSET,\n"
+        "      /api/outbox?limit=N\n"
+        "  POST /api/redrive {\"letters\": [\"P@OFFSET\"], \"dry_run\": "
+        "true}\n",
     .opts = console_opts,
     .notes = "A worker that does not answer within 1 s is shown unreachable.\n"
              "Without --token-file or KEYLANE_CONSOLE_TOKEN the console "
-             "listens on a\nloopback address only.\n",
+             "listens on a\nloopback address only, and does not redrive.\n",
     .examples = "  keylane console -b 127.0.0.1:9092 -t events -g keylane \\\n"
                 "      --store /var/lib/keylane --worker "
                 "http://127.0.0.1:9464\n",
@@ -304,23 +395,24 @@ static rd_kafka_t *console_kafka(const kl_conf_t *conf, const char *group) {
 }
 
 /* Bounds: 32 connections waiting for their request (a new one past them
- * closes the oldest), a head of 8 KiB, no body, 10 s for a request to
- * arrive and for an idle connection, one request per connection. */
+ * closes the oldest), a head of 8 KiB, a body of 16 KiB (POST
+ * /api/redrive's 50 letters), 10 s for a request to arrive and for an
+ * idle connection, one request per connection. */
 static int console_serve(console_server_t *server, const char *listen) {
   static const kl__http_opts_t opts = {.component = SUB,
                                        .max_connections = 32,
                                        .evict_idle = true,
                                        .max_header = 8192,
-                                       .max_body = 1,
+                                       .max_body = 16384,
                                        .max_pipeline = 1,
                                        .max_output = 1,
                                        .idle_timeout_ms = 10000,
                                        .request_timeout_ms = 10000,
                                        .timeout_hint = "10 s",
                                        .header_hint = "8 KiB",
-                                       .body_hint = "no body",
+                                       .body_hint = "16 KiB",
                                        .one_request = true};
-  static const kl__http_hooks_t hooks = {.req_size = sizeof(kl__http_req_t),
+  static const kl__http_hooks_t hooks = {.req_size = sizeof(console_req_t),
                                          .head = console_route,
                                          .body = console_body,
                                          .error = console_error};
@@ -369,9 +461,25 @@ int kl__cmd_console(int argc, char **argv) {
   kl_store_t *store = NULL;
   if (rc == KL_EXIT_OK)
     rc = kl__cli_store_existing(SUB, a.store, &store);
+  kl_handler_ref_t handler;
+  if (rc == KL_EXIT_OK && a.handler) {
+    if (kl__handler_resolve(a.handler, &handler))
+      rc = kl__cli_usage(SUB, "%s", kl_err_detail());
+    else
+      a.console.handler = &handler;
+  }
   if (rc == KL_EXIT_OK &&
       !(a.console.rk = console_kafka(conf, a.console.group)))
     rc = KL_EXIT_FAIL;
+  /* The workers' dead-letter topic: worker.dlq.topic, as -X sets it for
+   * them, or TOPIC.dlq. */
+  const char *dlq = kl_conf_get(conf, "worker.dlq.topic");
+  if (dlq && *dlq)
+    snprintf(a.console.dlq_topic, sizeof(a.console.dlq_topic), "%s", dlq);
+  else
+    snprintf(a.console.dlq_topic, sizeof(a.console.dlq_topic), "%s.dlq",
+             a.console.topic);
+  a.console.conf = conf;
   if (rc == KL_EXIT_OK) {
     a.console.store = store;
     kl__cli_on_signals();
@@ -380,6 +488,8 @@ int kl__cmd_console(int argc, char **argv) {
   }
   if (a.console.rk)
     rd_kafka_destroy(a.console.rk);
+  if (a.console.handler)
+    kl__handler_release(a.console.handler);
   kl_store_destroy(store);
   kl__tokens_destroy(tokens);
   kl_conf_destroy(conf);

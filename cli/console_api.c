@@ -17,10 +17,10 @@
 #include "common/kafka.h"
 #include "handlers/ledger.h"
 #include "keylane/event.h"
+#include "store/outbox_rec.h"
+#include "store/store_internal.h"
 
-static json_t *capi_err(int *status, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static json_t *capi_err(int *status, int code, const char *fmt, ...) {
+json_t *kl__console_err(int *status, int code, const char *fmt, ...) {
   char msg[600];
   va_list ap;
   va_start(ap, fmt);
@@ -78,12 +78,26 @@ typedef struct capi_fleet {
   int32_t highest; /* + 1: the store's partitions of the topic */
 } capi_fleet_t;
 
+void kl__console_epoch_seen(kl__console_t *c, int32_t partition, uint64_t epoch,
+                            const char *by) {
+  if (partition < 0 || partition >= KL__CONSOLE_PARTS_MAX)
+    return;
+  uint64_t seen = c->seen_epoch[partition];
+  c->seen_epoch[partition] = epoch;
+  if (!seen || seen == epoch)
+    return;
+  kl__console_fence_t *f = &c->fences[c->nfences++ % KL__CONSOLE_FENCES_MAX];
+  *f = (kl__console_fence_t){kl__now_ms(), partition, seen, epoch, ""};
+  snprintf(f->by, sizeof(f->by), "%s", by);
+}
+
 static int capi_store_part(void *opaque, const char *topic, int32_t partition,
                            const kl_partition_state_t *state) {
   capi_fleet_t *fl = opaque;
   if (strcmp(topic, fl->console->topic) != 0 || partition < 0 ||
       partition >= KL__CONSOLE_PARTS_MAX)
     return 0;
+  kl__console_epoch_seen(fl->console, partition, state->epoch, "");
   fl->parts[partition].epoch = (int64_t)state->epoch;
   fl->parts[partition].watermark = state->watermark;
   fl->parts[partition].in_store = true;
@@ -193,7 +207,7 @@ static json_t *capi_fleet(kl__console_t *c, int *status) {
   json_t **docs = calloc(c->nworkers + 1, sizeof(json_t *));
   if (!fl.parts || !f || !docs) {
     free(fl.parts), free(f), free(docs);
-    return capi_err(status, 503, "out of memory");
+    return kl__console_err(status, 503, "out of memory");
   }
   for (int32_t p = 0; p < KL__CONSOLE_PARTS_MAX; p++)
     fl.parts[p].committed = fl.parts[p].end = fl.parts[p].watermark = -1;
@@ -310,18 +324,20 @@ static json_t *capi_key(kl__console_t *c, const char *encoded, int *status) {
   char key[3 * KL_KEY_MAX], why[256];
   long len = kl__worker_api_key(encoded, key, why, sizeof(why));
   if (len < 0)
-    return capi_err(status, 400,
-                    "/api/keys/KEY takes a key of 1 to %d bytes, "
-                    "percent-encoded (%%XX for a byte that is not a letter, "
-                    "digit or -._~): encode the key (encodeURIComponent)",
-                    KL_KEY_MAX);
+    return kl__console_err(
+        status, 400,
+        "/api/keys/KEY takes a key of 1 to %d bytes, "
+        "percent-encoded (%%XX for a byte that is not a letter, "
+        "digit or -._~): encode the key (encodeURIComponent)",
+        KL_KEY_MAX);
   char kwhy[512] = "";
   int32_t n = capi_partitions(c, kwhy, sizeof(kwhy));
   if (n <= 0)
-    return capi_err(status, 503,
-                    "cannot tell the key's partition: %s; is Kafka (-b) up "
-                    "and the topic (-t) right?",
-                    kwhy);
+    return kl__console_err(
+        status, 503,
+        "cannot tell the key's partition: %s; is Kafka (-b) up "
+        "and the topic (-t) right?",
+        kwhy);
   int32_t p = kl_partition(key, (size_t)len, n);
   kl_partition_state_t st = {0};
   kl_err_t err = kl_store_partition(c->store, c->topic, p, &st);
@@ -339,44 +355,64 @@ static json_t *capi_key(kl__console_t *c, const char *encoded, int *status) {
   return doc;
 }
 
+/* Appends each row of a worker's @p list to @p into, with its "worker". */
+static void capi_gather(json_t *into, json_t *list, const char *url) {
+  size_t i;
+  json_t *row;
+  json_array_foreach(list, i, row) {
+    json_object_set_new(row, "worker", json_string(url));
+    json_array_append(into, row);
+  }
+}
+
 /* ---- /api/stuck ---- */
 
-static json_t *capi_stuck(kl__console_t *c, const char *query, int *status) {
-  long limit = KL__CONSOLE_STUCK_PAGE;
+json_t *kl__console_limit(const char *v, size_t vlen, const char *what,
+                          long max, long *limit, int *status) {
+  char *end = NULL;
+  *limit = vlen && vlen < 8 ? strtol(v, &end, 10) : -1;
+  if (end && end == v + vlen && *limit >= 1 && *limit <= max)
+    return NULL;
+  return kl__console_err(status, 400,
+                         "limit=%.*s is not a number of %s 1..%ld; ask for "
+                         "fewer",
+                         (int)(vlen > 32 ? 32 : vlen), v, what, max);
+}
+
+/* The query of an endpoint that takes limit=N alone. @returns NULL, or the
+ * error document. */
+static json_t *capi_limit_only(const char *endpoint, const char *query,
+                               const char *what, long max, long *limit,
+                               int *status) {
   size_t vlen;
   const char *v = kl__http_query(query, "limit", &vlen);
   for (const char *q = query; *q; q += strcspn(q, "&"), q += *q == '&')
     if (strncmp(q, "limit=", 6) != 0 && *q != '&')
-      return capi_err(status, 400,
-                      "/api/stuck takes limit=N (1..%d) alone; drop \"%.*s\"",
-                      KL__CONSOLE_STUCK_MAX, (int)strcspn(q, "&"), q);
-  if (v) {
-    char *end = NULL;
-    limit = vlen && vlen < 8 ? strtol(v, &end, 10) : -1;
-    if (!end || end != v + vlen || limit < 1 || limit > KL__CONSOLE_STUCK_MAX)
-      return capi_err(status, 400,
-                      "limit=%.*s is not a number of keys 1..%d per worker; "
-                      "ask for fewer",
-                      (int)(vlen > 32 ? 32 : vlen), v, KL__CONSOLE_STUCK_MAX);
-  }
+      return kl__console_err(
+          status, 400, "%s takes limit=N (1..%ld) alone; drop \"%.*s\"",
+          endpoint, max, (int)(strcspn(q, "&") > 64 ? 64 : strcspn(q, "&")), q);
+  return v ? kl__console_limit(v, vlen, what, max, limit, status) : NULL;
+}
+
+static json_t *capi_stuck(kl__console_t *c, const char *query, int *status) {
+  long limit = KL__CONSOLE_STUCK_PAGE;
+  json_t *bad = capi_limit_only("/api/stuck", query, "keys per worker",
+                                KL__CONSOLE_STUCK_MAX, &limit, status);
+  if (bad)
+    return bad;
   char path[96];
   snprintf(path, sizeof(path), "/v1/keys?state=retrying,parked&limit=%ld",
            limit);
   kl__fetch_t *f = capi_fetch_all(c, path);
   if (!f)
-    return capi_err(status, 503, "out of memory");
+    return kl__console_err(status, 503, "out of memory");
   json_t *keys = json_array(), *rows = json_array();
   json_int_t total = 0;
   for (size_t i = 0; i < c->nworkers; i++) {
     json_t *doc = capi_answer(&f[i], 0);
     json_array_append_new(rows, capi_worker_row(&f[i], doc != NULL));
     total += json_integer_value(json_object_get(doc, "total"));
-    size_t j;
-    json_t *k;
-    json_array_foreach(json_object_get(doc, "keys"), j, k) {
-      json_object_set_new(k, "worker", json_string(f[i].to->url));
-      json_array_append(keys, k);
-    }
+    capi_gather(keys, json_object_get(doc, "keys"), f[i].to->url);
     json_decref(doc);
   }
   kl__console_fetch_free(f, c->nworkers);
@@ -384,6 +420,155 @@ static json_t *capi_stuck(kl__console_t *c, const char *query, int *status) {
   *status = 200;
   return json_pack("{s:o, s:I, s:i, s:o}", "keys", keys, "total", total,
                    "limit", (int)limit, "workers", rows);
+}
+
+json_t *kl__console_text(const void *s, size_t len) {
+  char *shown = malloc(KL__ESCAPED_SIZE(len));
+  json_t *t =
+      shown ? json_string(kl__escape(shown, KL__ESCAPED_SIZE(len), s, len))
+            : json_null();
+  free(shown);
+  return t;
+}
+
+/* ---- /api/outbox ---- */
+
+typedef struct capi_outbox {
+  kl__console_t *console;
+  size_t limit, listed;
+  json_t *parts;
+  kl_err_t err;
+} capi_outbox_t;
+
+static int capi_outbox_row(void *opaque, uint64_t seq, const void *rec,
+                           size_t len) {
+  json_t *rows = opaque;
+  kl__outbox_rec_t r;
+  if (kl__outbox_rec_decode(rec, len, &r)) {
+    json_array_append_new(
+        rows, json_pack("{s:I, s:s, s:I}", "seq", (json_int_t)seq, "error",
+                        "not a follow-up record", "bytes", (json_int_t)len));
+    return 0;
+  }
+  const kl_event_t *e = &r.event;
+  json_array_append_new(
+      rows,
+      json_pack("{s:I, s:o, s:o, s:o, s:o, s:I, s:I}", "seq", (json_int_t)seq,
+                "destination",
+                r.topic_len ? kl__console_text(r.topic, r.topic_len)
+                            : json_null(),
+                "key", kl__console_text(e->key, e->key_len), "id",
+                kl__console_text(e->id, e->id_len), "type",
+                kl__console_text(e->type, e->type_len), "payload_bytes",
+                (json_int_t)e->payload_len, "emitted_ms", (json_int_t)e->ts));
+  return 0;
+}
+
+/* The store's follow-ups of each partition of the topic (as `keylane store
+ * outbox` lists them), limit per partition, KL__CONSOLE_OUTBOX_ROWS in
+ * all: a partition past that is listed with its rows left out. */
+static int capi_outbox_part(void *opaque, const char *topic, int32_t partition,
+                            const kl_partition_state_t *state) {
+  capi_outbox_t *o = opaque;
+  (void)state;
+  if (strcmp(topic, o->console->topic) != 0)
+    return 0;
+  json_t *rows = json_array();
+  size_t room = KL__CONSOLE_OUTBOX_ROWS - o->listed;
+  if (room)
+    o->err = kl__store_outbox_list(o->console->store, topic, partition, 0,
+                                   o->limit < room ? o->limit : room,
+                                   capi_outbox_row, rows);
+  o->listed += json_array_size(rows);
+  if (json_array_size(rows))
+    json_array_append_new(o->parts, json_pack("{s:i, s:o}", "partition",
+                                              (int)partition, "pending", rows));
+  else
+    json_decref(rows);
+  return o->err != KL_OK;
+}
+
+static json_t *capi_outbox(kl__console_t *c, const char *query, int *status) {
+  long limit = KL__CONSOLE_OUTBOX_PAGE;
+  json_t *bad =
+      capi_limit_only("/api/outbox", query, "follow-ups per partition",
+                      KL__CONSOLE_OUTBOX_MAX, &limit, status);
+  if (bad)
+    return bad;
+  capi_outbox_t o = {c, (size_t)limit, 0, json_array(), KL_OK};
+  kl_err_t err = kl_store_foreach_partition(c->store, capi_outbox_part, &o);
+  if (err || o.err) {
+    json_decref(o.parts);
+    return kl__console_err(status, 503, "cannot read the store's outbox: %s",
+                           kl_err_detail());
+  }
+  *status = 200;
+  return json_pack("{s:o, s:I, s:i, s:b}", "partitions", o.parts, "listed",
+                   (json_int_t)o.listed, "limit", (int)limit, "cut",
+                   o.listed == KL__CONSOLE_OUTBOX_ROWS);
+}
+
+/* ---- /api/fencing ---- */
+
+/* The value of @p metric in the Prometheus text @p body; -1 without it. */
+static double capi_metric(const char *body, const char *metric) {
+  size_t len = strlen(metric);
+  for (const char *l = body; l && *l; l = strchr(l, '\n'), l += l != NULL)
+    if (strncmp(l, metric, len) == 0 && l[len] == ' ')
+      return strtod(l + len + 1, NULL);
+  return -1;
+}
+
+static int capi_epoch_part(void *opaque, const char *topic, int32_t partition,
+                           const kl_partition_state_t *state) {
+  kl__console_t *c = opaque;
+  if (strcmp(topic, c->topic) == 0)
+    kl__console_epoch_seen(c, partition, state->epoch, "");
+  return 0;
+}
+
+static json_t *capi_fencing(kl__console_t *c, const char *query, int *status) {
+  if (*query)
+    return kl__console_err(status, 400, "/api/fencing takes no parameters");
+  json_t *epochs = json_array();
+  /* The store's epochs now: a change since the last look is a fence. */
+  kl_store_foreach_partition(c->store, capi_epoch_part, c);
+  kl__fetch_t *f = capi_fetch_all(c, "/metrics");
+  kl__fetch_t *v = capi_fetch_all(c, "/v1/fences");
+  json_t *workers = json_array(), *refused = json_array();
+  for (size_t i = 0; f && v && i < c->nworkers; i++) {
+    double n =
+        f[i].status == 200
+            ? capi_metric(f[i].body, "keylane_worker_fenced_batches_total")
+            : -1;
+    json_t *doc = capi_answer(&v[i], 0);
+    json_t *row = capi_worker_row(&v[i], doc != NULL);
+    json_object_set_new(row, "refused_commits",
+                        n >= 0 ? json_integer((json_int_t)n) : json_null());
+    json_array_append_new(workers, row);
+    capi_gather(refused, json_object_get(doc, "fences"), v[i].to->url);
+    json_decref(doc);
+  }
+  if (f)
+    kl__console_fetch_free(f, c->nworkers);
+  if (v)
+    kl__console_fetch_free(v, c->nworkers);
+  free(f), free(v);
+  size_t n =
+      c->nfences < KL__CONSOLE_FENCES_MAX ? c->nfences : KL__CONSOLE_FENCES_MAX;
+  for (size_t i = 0; i < n; i++) { /* newest first */
+    const kl__console_fence_t *x =
+        &c->fences[(c->nfences - 1 - i) % KL__CONSOLE_FENCES_MAX];
+    json_array_append_new(
+        epochs, json_pack("{s:I, s:i, s:I, s:I, s:s?}", "at_ms",
+                          (json_int_t)x->at_ms, "partition", (int)x->partition,
+                          "fenced_epoch", (json_int_t)x->from, "epoch",
+                          (json_int_t)x->to, "by", x->by[0] ? x->by : NULL));
+  }
+  *status = 200;
+  return json_pack("{s:o, s:o, s:o, s:I, s:i}", "workers", workers, "refused",
+                   refused, "changes", epochs, "seen", (json_int_t)c->nfences,
+                   "kept", KL__CONSOLE_FENCES_MAX);
 }
 
 int kl__console_api(kl__console_t *console, const char *path, const char *query,
@@ -395,10 +580,19 @@ int kl__console_api(kl__console_t *console, const char *path, const char *query,
     *doc = capi_stuck(console, query, &status);
   else if (strncmp(path, "/api/keys/", 10) == 0)
     *doc = capi_key(console, path + 10, &status);
+  else if (strcmp(path, "/api/outbox") == 0)
+    *doc = capi_outbox(console, query, &status);
+  else if (strcmp(path, "/api/fencing") == 0)
+    *doc = capi_fencing(console, query, &status);
+  else if (strcmp(path, "/api/letters") == 0 ||
+           strncmp(path, "/api/letters/", 13) == 0)
+    return kl__console_letters(console, path, query, doc);
   else if (strncmp(path, "/api/", 5) == 0)
-    *doc = capi_err(&status, 404,
-                    "no such endpoint %s: GET /api/fleet, /api/keys/KEY or "
-                    "/api/stuck",
-                    path);
+    *doc =
+        kl__console_err(&status, 404,
+                        "no such endpoint %s: GET /api/fleet, /api/keys/KEY, "
+                        "/api/stuck, /api/letters, /api/letters/P/OFFSET or "
+                        "/api/outbox; POST /api/redrive",
+                        path);
   return status;
 }

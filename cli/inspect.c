@@ -14,6 +14,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "cli/cli.h"
+#include "cli/inspect.h"
 #include "cli/opts.h"
 #include "common/internal.h"
 #include "common/json_msgpack.h"
@@ -140,12 +141,13 @@ static void envelope_json(json_t *o, const kl_event_t *ev) {
   json_object_set_new(o, "headers", h);
 }
 
-static json_t *record_json(kl_inspect_t *in, const rd_kafka_message_t *m) {
+json_t *kl__inspect_record_json(kl_decoder_t *decoder,
+                                const rd_kafka_message_t *m) {
   json_t *o = json_pack("{sIsI}", "partition", (json_int_t)m->partition,
                         "offset", (json_int_t)m->offset);
   kl_event_t ev;
   kl_err_t err =
-      kl_event_decode(in->decoder, m->key, m->key_len, m->payload, m->len, &ev);
+      kl_event_decode(decoder, m->key, m->key_len, m->payload, m->len, &ev);
   if (err) {
     char why[600];
     snprintf(why, sizeof(why), "%s: %s", kl_err_name(err), kl_err_detail());
@@ -172,7 +174,7 @@ static int key_matches(const kl_inspect_t *in, const rd_kafka_message_t *m) {
 static void print_record(kl_inspect_t *in, const rd_kafka_message_t *m) {
   if (!key_matches(in, m))
     return;
-  json_t *o = record_json(in, m);
+  json_t *o = kl__inspect_record_json(in->decoder, m);
   json_dumpf(o, stdout, JSON_COMPACT);
   putchar('\n');
   json_decref(o);

@@ -41,8 +41,8 @@ static json_t *letter_json(const kl__redriven_t *x) {
   return o;
 }
 
-static void redrive_json(const kl__redrive_t *r,
-                         const kl__redrive_opts_t *opts) {
+json_t *kl__redrive_cmd_json(const kl__redrive_t *r,
+                             const kl__redrive_opts_t *opts) {
   size_t n;
   const kl__redriven_t *res = kl__redrive_results(r, &n);
   json_t *list = json_array();
@@ -63,6 +63,12 @@ static void redrive_json(const kl__redrive_t *r,
       (json_int_t)kl__redrive_count(r, KL__OUT_FILTERED), "results", list);
   if (opts->dry_run)
     json_object_set_new(o, "handler_run", json_boolean(opts->dry_run_handler));
+  return o;
+}
+
+static void redrive_json(const kl__redrive_t *r,
+                         const kl__redrive_opts_t *opts) {
+  json_t *o = kl__redrive_cmd_json(r, opts);
   json_dumpf(o, stdout, JSON_COMPACT);
   putchar('\n');
   json_decref(o);

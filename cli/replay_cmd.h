@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "cli/cli.h"
 #include "worker/replay.h"
 
@@ -67,6 +69,16 @@ int kl__replay_cmd_run(const kl__cmd_t *cmd, int argc, char **argv,
  *          been applied before.
  */
 struct kl__redrive_opts;
+struct kl__redrive;
+/**
+ * The outcome of a redrive as `keylane replay --from-dlq --json` prints
+ * it (the console's POST /api/redrive answers it too): the counts and each
+ * selected letter's outcome.
+ * @returns a new reference, json_decref()ed by the caller.
+ */
+json_t *kl__redrive_cmd_json(const struct kl__redrive *r,
+                             const struct kl__redrive_opts *opts);
+
 int kl__redrive_cmd_run(const char *sub, struct kl__redrive_opts *opts,
                         const char *location, const char *handler, int json);
 

@@ -283,15 +283,41 @@ static void api_key_get(kl__http_req_t *req, kl_worker_t *worker,
     api_json(req, 200, found);
 }
 
+/* ---- /v1/fences ---- */
+
+static int api_fence(void *opaque, const kl_worker_fence_t *f) {
+  json_array_append_new(opaque, json_pack("{s:i, s:I, s:I, s:I}", "partition",
+                                          (int)f->partition, "epoch",
+                                          (json_int_t)f->epoch, "current_epoch",
+                                          (json_int_t)f->current_epoch, "at_ms",
+                                          (json_int_t)f->at_ms));
+  return 0;
+}
+
+static void api_fences(kl__http_req_t *req, kl_worker_t *worker) {
+  json_t *fences = json_array();
+  if (fences && kl_worker_foreach_fence(worker, api_fence, fences) != KL_OK) {
+    json_decref(fences);
+    api_error(req, 503, "%s", kl_err_detail());
+    return;
+  }
+  api_json(req, 200,
+           fences ? json_pack("{s:o, s:i}", "fences", fences, "kept",
+                              KL_WORKER_FENCES_MAX)
+                  : NULL);
+}
+
 int kl__worker_api(kl__http_req_t *req, kl_worker_t *worker, const char *topic,
                    const char *group, int is_get, const char *path,
                    const char *query) {
   int keys = strncmp(path, "/v1/keys/", 9) == 0;
   if (strcmp(path, "/v1/partitions") != 0 && strcmp(path, "/v1/keys") != 0 &&
-      !keys)
+      strcmp(path, "/v1/fences") != 0 && !keys)
     return 0;
   if (!is_get)
     api_error(req, 405, "use GET: the worker's API is read-only");
+  else if (path[4] == 'f')
+    api_fences(req, worker);
   else if (path[4] == 'p')
     api_partitions(req, worker, topic, group);
   else if (keys)

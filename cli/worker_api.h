@@ -25,6 +25,12 @@
  *   GET /v1/keys/{key}   one key (percent-encoded, 1..1024 bytes): 200
  *                        with its entry, 404 when it holds no event here.
  *
+ *   GET /v1/fences       the last 64 partitions the worker was fenced
+ *                        from (a commit refused by a newer epoch), newest
+ *                        first (kl_worker_foreach_fence()):
+ *     {"fences": [{"partition": 2, "epoch": 1, "current_epoch": 2,
+ *                  "at_ms": ...}], "kept": 64}
+ *
  * Key bytes are written as kl__escape() writes them (printable text,
  * UTF-8 included, as is; control bytes and bytes that are not UTF-8 as
  * \xHH). Errors are {"error": "..."} with 400, 404,

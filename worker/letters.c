@@ -145,32 +145,166 @@ static kl_err_t letters_ranges(rd_kafka_t *rk, const char *topic,
   return KL_OK;
 }
 
+/* A reader of @p topic and its partitions' ranges resolved from @p from
+ * and @p to; on failure nothing is left to free. */
+static kl_err_t letters_open(const kl_conf_t *conf, const char *topic,
+                             const kl__pos_t *from, const kl__pos_t *to,
+                             rd_kafka_t **rk, kl__tp_range_t **ranges,
+                             size_t *count) {
+  *rk = NULL;
+  *ranges = NULL;
+  *count = 0;
+  kl_err_t err = kl__kafka_reader_new(conf, "keylane-letters", "earliest", rk);
+  if (!err && (err = letters_ranges(*rk, topic, from, to, ranges, count))) {
+    rd_kafka_destroy(*rk);
+    *rk = NULL;
+  }
+  return err;
+}
+
+/* Hands @p rk to @p out (its messages hold it) and sorts the letters by
+ * @p cmp; on @p err, frees them instead. @returns @p err. */
+static kl_err_t letters_done(kl__letters_t *out, rd_kafka_t *rk,
+                             kl__tp_range_t *ranges, kl_err_t err,
+                             int (*cmp)(const void *, const void *)) {
+  free(ranges);
+  out->rk = rk;
+  if (err)
+    kl__letters_clear(out);
+  else if (out->n)
+    qsort(out->v, out->n, sizeof(*out->v), cmp);
+  return err;
+}
+
 kl_err_t kl__letters_read(const kl_conf_t *conf, const char *dlq_topic,
                           const kl__pos_t *from, const kl__pos_t *to,
                           volatile int *stop, kl__letters_t *out) {
   memset(out, 0, sizeof(*out));
   rd_kafka_t *rk;
-  kl_err_t err = kl__kafka_reader_new(conf, "keylane-letters", "earliest", &rk);
+  kl__tp_range_t *ranges;
+  size_t count;
+  kl_err_t err = letters_open(conf, dlq_topic, from, to, &rk, &ranges, &count);
   if (err)
     return err;
-  kl__tp_range_t *ranges = NULL;
-  size_t count = 0;
-  err = letters_ranges(rk, dlq_topic, from, to, &ranges, &count);
-  if (!err)
-    err = kl__kafka_read(rk, dlq_topic, ranges, count, letters_add, out, stop);
+  err = kl__kafka_read(rk, dlq_topic, ranges, count, letters_add, out, stop);
   for (size_t i = 0; !err && i < count; i++)
     if (ranges[i].start < ranges[i].end && !(stop && *stop))
       err = kl__err(KL_ENOMEM, "out of memory reading the dead letters of %s",
                     dlq_topic);
-  free(ranges);
-  out->rk = rk;
-  if (err) {
-    kl__letters_clear(out);
-    return err;
+  return letters_done(out, rk, ranges, err, letter_cmp);
+}
+
+/* ---- a bounded tail, newest first ---- */
+
+typedef struct letters_tail {
+  kl__letters_t *out;
+  size_t max, scanned;
+  kl__letters_keep_fn *keep;
+  void *opaque;
+  bool more;
+} letters_tail_t;
+
+/* Newer first: the record's timestamp, then its place. */
+static int letter_newer(const kl__letter_t *x, const kl__letter_t *y) {
+  int64_t tx = rd_kafka_message_timestamp(x->msg, NULL);
+  int64_t ty = rd_kafka_message_timestamp(y->msg, NULL);
+  if (tx != ty)
+    return tx > ty ? -1 : 1;
+  if (x->dlq_partition != y->dlq_partition)
+    return x->dlq_partition < y->dlq_partition ? -1 : 1;
+  return (x->dlq_offset < y->dlq_offset) - (x->dlq_offset > y->dlq_offset);
+}
+
+static int letter_newer_cmp(const void *a, const void *b) {
+  return letter_newer(a, b);
+}
+
+static int letters_tail_add(void *opaque, rd_kafka_message_t *m) {
+  letters_tail_t *t = opaque;
+  kl__letter_t l;
+  memset(&l, 0, sizeof(l));
+  l.msg = m;
+  letter_parse(&l);
+  t->scanned++;
+  if (t->keep && !t->keep(t->opaque, &l))
+    return 0; /* destroyed by the reader */
+  kl__letters_t *ls = t->out;
+  if (ls->n == t->max) { /* full: the oldest of the kept and l goes */
+    t->more = true;
+    size_t oldest = 0;
+    for (size_t i = 1; i < ls->n; i++)
+      if (letter_newer(&ls->v[i], &ls->v[oldest]) > 0)
+        oldest = i;
+    if (!ls->n || letter_newer(&l, &ls->v[oldest]) > 0)
+      return 0;
+    rd_kafka_message_destroy(ls->v[oldest].msg);
+    ls->v[oldest] = l;
+    return KL__READ_KEEP;
   }
-  if (out->n)
-    qsort(out->v, out->n, sizeof(*out->v), letter_cmp);
-  return KL_OK;
+  kl__letter_t *v = kl__grow(ls->v, &ls->cap, ls->n, sizeof(*v), 64);
+  if (!v)
+    return KL__READ_STOP;
+  ls->v = v;
+  ls->v[ls->n++] = l;
+  return KL__READ_KEEP;
+}
+
+/* letters_open() of the partitions' retained logs, for reads that place
+ * their ranges themselves; empties @p out. */
+static kl_err_t letters_open_ends(const kl_conf_t *conf, const char *topic,
+                                  kl__letters_t *out, rd_kafka_t **rk,
+                                  kl__tp_range_t **ranges, size_t *count) {
+  const kl__pos_t end = {KL__POS_END, 0};
+  memset(out, 0, sizeof(*out));
+  return letters_open(conf, topic, &end, &end, rk, ranges, count);
+}
+
+kl_err_t kl__letters_tail(const kl_conf_t *conf, const char *dlq_topic,
+                          int64_t tail, size_t max, kl__letters_keep_fn *keep,
+                          void *opaque, volatile int *stop, kl__letters_t *out,
+                          size_t *scanned, bool *more) {
+  letters_tail_t t = {out, max, 0, keep, opaque, false};
+  rd_kafka_t *rk;
+  kl__tp_range_t *ranges;
+  size_t count;
+  kl_err_t err = letters_open_ends(conf, dlq_topic, out, &rk, &ranges, &count);
+  if (err)
+    return err;
+  for (size_t i = 0; i < count; i++) {
+    ranges[i].end = ranges[i].high;
+    ranges[i].start = ranges[i].high - ranges[i].low > tail
+                          ? ranges[i].high - tail
+                          : ranges[i].low;
+  }
+  if (max)
+    err = kl__kafka_read(rk, dlq_topic, ranges, count, letters_tail_add, &t,
+                         stop);
+  if (scanned)
+    *scanned = t.scanned;
+  if (more)
+    *more = t.more;
+  return letters_done(out, rk, ranges, err, letter_newer_cmp);
+}
+
+kl_err_t kl__letters_read_at(const kl_conf_t *conf, const char *dlq_topic,
+                             const kl__letter_ref_t *refs, size_t n,
+                             volatile int *stop, kl__letters_t *out) {
+  rd_kafka_t *rk;
+  kl__tp_range_t *ranges;
+  size_t count;
+  kl_err_t err = letters_open_ends(conf, dlq_topic, out, &rk, &ranges, &count);
+  for (size_t i = 0; !err && i < n && !(stop && *stop); i++) {
+    const kl__letter_ref_t *ref = &refs[i];
+    if (ref->partition < 0 || (size_t)ref->partition >= count ||
+        ref->offset < ranges[ref->partition].low ||
+        ref->offset >= ranges[ref->partition].high)
+      continue;
+    kl__tp_range_t one = ranges[ref->partition];
+    one.start = ref->offset;
+    one.end = ref->offset + 1;
+    err = kl__kafka_read(rk, dlq_topic, &one, 1, letters_add, out, stop);
+  }
+  return rk ? letters_done(out, rk, ranges, err, letter_cmp) : err;
 }
 
 void kl__letters_clear(kl__letters_t *ls) {

@@ -11,6 +11,7 @@
 #ifndef KEYLANE_WORKER_LETTERS_H
 #define KEYLANE_WORKER_LETTERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -56,6 +57,45 @@ typedef struct kl__letters {
 kl_err_t kl__letters_read(const kl_conf_t *conf, const char *dlq_topic,
                           const kl__pos_t *from, const kl__pos_t *to,
                           volatile int *stop, kl__letters_t *out);
+
+/** A dead letter's place: its partition and offset in the dead-letter
+ *  topic. */
+typedef struct kl__letter_ref {
+  int32_t partition;
+  int64_t offset;
+} kl__letter_ref_t;
+
+/** Whether kl__letters_tail() keeps @p letter (parsed, msg set). */
+typedef bool(kl__letters_keep_fn)(void *opaque, const kl__letter_t *letter);
+
+/**
+ * Reads the last @p tail records of each partition of @p dlq_topic (from
+ * each partition's end offset back, never before its start) and keeps the
+ * letters @p keep accepts (NULL: every one), @p max of them at most: past
+ * it the oldest kept (record timestamp, then partition and offset) is
+ * destroyed at once, so that it holds @p max messages whatever the topic
+ * holds. The letters come sorted newest first.
+ * @param stop     as kl__letters_read()'s.
+ * @param scanned  receives the records read; may be NULL.
+ * @param more     receives whether a letter @p keep accepted was dropped
+ *                 for @p max; may be NULL.
+ * @returns as kl__letters_read().
+ */
+kl_err_t kl__letters_tail(const kl_conf_t *conf, const char *dlq_topic,
+                          int64_t tail, size_t max, kl__letters_keep_fn *keep,
+                          void *opaque, volatile int *stop, kl__letters_t *out,
+                          size_t *scanned, bool *more);
+
+/**
+ * Reads the records at @p refs (@p n of them, each read alone: their
+ * offsets may lie far apart), sorted as kl__letters_read() sorts. A ref
+ * outside its partition's retained log, or of a partition the topic does
+ * not have, is not read: out->n tells how many were.
+ * @returns as kl__letters_read().
+ */
+kl_err_t kl__letters_read_at(const kl_conf_t *conf, const char *dlq_topic,
+                             const kl__letter_ref_t *refs, size_t n,
+                             volatile int *stop, kl__letters_t *out);
 
 /*
  * A redriven letter's record in the store, a handler key of its own:

@@ -409,7 +409,10 @@ kl_err_t kl__redrive_run(const kl__redrive_opts_t *opts, kl__redrive_t **out) {
     return KL_ENOMEM;
   r->opts = *opts;
   kl_err_t err = redrive_check(r);
-  if (!err)
+  if (!err && opts->only)
+    err = kl__letters_read_at(opts->conf, opts->dlq_topic, opts->only,
+                              opts->nonly, opts->stop, &r->letters);
+  else if (!err)
     err = kl__letters_read(opts->conf, opts->dlq_topic, &opts->from, &opts->to,
                            opts->stop, &r->letters);
   if (!err && r->letters.n &&

@@ -76,6 +76,10 @@ typedef struct kl__redrive_opts {
   const char *reason; /* only letters of this reason; NULL: all */
   const char *key;    /* only letters of this entity key; NULL: all */
   kl__pos_t from, to; /* in the dead-letter topic */
+  /* Only these letters, read where they are (from and to unused): the
+   * console's selection. NULL: every letter in [from, to). */
+  const kl__letter_ref_t *only;
+  size_t nonly;
   kl_store_t *store;
   kl_handler_fn_t *handler;
   void *handler_opaque;

@@ -42,11 +42,14 @@
  * when it has not changed (0: not watched); after a failed retake, the
  * backoff before the next try and when that try may come. */
 typedef struct kl_quiet {
+  uint64_t own_epoch; /* the epoch this worker took it with */
   kl_partition_state_t seen;
   int64_t since_ns;
   int64_t backoff_ns;
   int64_t next_try_ns;
 } kl_quiet_t;
+
+static kl_quiet_t *quiet_of(kl_worker_t *worker, int32_t partition);
 
 struct kl_worker {
   kl_conf_t *conf;
@@ -96,6 +99,10 @@ struct kl_worker {
   /* kl_worker_health()'s memory of a fence, guarded by why_mu: the fenced
    * count it last saw grow, and the batch count then. */
   uint64_t health_fenced, health_batches;
+  /* The last fences (kl_worker_foreach_fence()), a ring guarded by why_mu:
+   * written by the poll thread, read by the metrics thread. */
+  kl_worker_fence_t fences[KL_WORKER_FENCES_MAX];
+  size_t nfences; /* ever seen */
 };
 
 #define KL_COMP "worker"
@@ -467,8 +474,11 @@ static void on_assign(kl_worker_t *worker,
     }
     kl__lanes_own(worker->lanes, tp->partition, state.epoch, state.watermark);
     kl__log_guard_forget(worker->log_guard, tp->partition);
-    if (tp->partition < worker->quiet_count)
-      worker->quiet[tp->partition].since_ns = 0;
+    kl_quiet_t *quiet = quiet_of(worker, tp->partition);
+    if (quiet) {
+      quiet->since_ns = 0;
+      quiet->own_epoch = state.epoch; /* what a fence refuses */
+    }
     tp->offset =
         state.watermark > 0 ? state.watermark : RD_KAFKA_OFFSET_BEGINNING;
     verify_last(worker, tp, &state);
@@ -664,6 +674,7 @@ static int worker_retake(kl_worker_t *worker, int32_t partition,
     commit_epochs(worker, taken);
     rd_kafka_topic_partition_list_destroy(taken);
     kl__lanes_own(worker->lanes, partition, state.epoch, state.watermark);
+    quiet_of(worker, partition)->own_epoch = state.epoch; /* the caller's */
     rd_kafka_resume_partitions(worker->rk, l);
     KL_LOG_I(KL_COMP,
              "retook partition=%" PRId32 " epoch=%" PRIu64
@@ -682,6 +693,33 @@ static int state_same(const kl_partition_state_t *a,
          a->dead_letters == b->dead_letters && a->beats == b->beats;
 }
 
+/* A lane of @p partition newly fenced: remembered for
+ * kl_worker_foreach_fence(). */
+static void fence_seen(kl_worker_t *worker, int32_t partition, uint64_t epoch,
+                       uint64_t current) {
+  pthread_mutex_lock(&worker->why_mu);
+  worker->fences[worker->nfences++ % KL_WORKER_FENCES_MAX] =
+      (kl_worker_fence_t){sizeof(kl_worker_fence_t), partition, epoch, current,
+                          kl__now_ms()};
+  pthread_mutex_unlock(&worker->why_mu);
+}
+
+kl_err_t kl_worker_foreach_fence(kl_worker_t *worker, kl_worker_fence_cb_t *cb,
+                                 void *opaque) {
+  if (!worker || !cb)
+    return kl__err(KL_EINVAL, "kl_worker_foreach_fence: a NULL %s",
+                   worker ? "callback" : "worker");
+  pthread_mutex_lock(&worker->why_mu);
+  size_t n = worker->nfences < KL_WORKER_FENCES_MAX ? worker->nfences
+                                                    : KL_WORKER_FENCES_MAX;
+  for (size_t i = 0; i < n; i++)
+    if (cb(opaque,
+           &worker->fences[(worker->nfences - 1 - i) % KL_WORKER_FENCES_MAX]))
+      break;
+  pthread_mutex_unlock(&worker->why_mu);
+  return KL_OK;
+}
+
 /* One fenced partition at a check: watch its state, or take it back once
  * it has been quiet for the period and no failed try asks to wait. */
 static void retake_check(kl_worker_t *worker, int32_t partition, int64_t now,
@@ -690,8 +728,10 @@ static void retake_check(kl_worker_t *worker, int32_t partition, int64_t now,
   kl_quiet_t *q = quiet_of(worker, partition);
   if (!q || kl_store_partition(worker->store, worker->topic, partition, &st))
     return;
+  if (!q->since_ns)
+    fence_seen(worker, partition, q->own_epoch, st.epoch);
   if (!q->since_ns || !state_same(&st, &q->seen)) {
-    *q = (kl_quiet_t){st, now, 0, 0};
+    *q = (kl_quiet_t){q->own_epoch, st, now, 0, 0};
   } else if (now - q->since_ns >= worker->retake_ns && now >= q->next_try_ns) {
     if (worker_retake(worker, partition, &st, now - q->since_ns) == 0) {
       q->since_ns = 0;

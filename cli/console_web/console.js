@@ -1,13 +1,22 @@
-// keylane console: reads /api/fleet and /api/stuck every 2 s, and
-// /api/keys/KEY when asked. Text is set with textContent, never as HTML.
+// keylane console: reads /api/fleet, /api/stuck, /api/letters,
+// /api/outbox and /api/fencing every 2 s, /api/keys/KEY and /api/letters/P/OFFSET when
+// asked, and POSTs /api/redrive: a dry run first, then the redrive of the
+// same selection. Text is set with textContent, never as HTML.
 "use strict";
 
 const REFRESH_MS = 2000;
 let token = sessionStorage.getItem("keylane-console-token") || "";
 
-async function api(path) {
+async function api(path, body) {
   const headers = token ? { Authorization: "Bearer " + token } : {};
-  const res = await fetch(path, { headers, cache: "no-store" });
+  const init = { headers, cache: "no-store" };
+  if (body !== undefined) {
+    // The one write: JSON, which a cross-site page cannot send unasked.
+    init.method = "POST";
+    headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const res = await fetch(path, init);
   if (res.status === 401) {
     document.getElementById("token-form").hidden = false;
     throw new Error("this console needs a token");
@@ -92,11 +101,156 @@ function showProblems(list) {
   p.textContent = list.join("; ");
 }
 
+// ---- dead letters: a selection, its dry run, then its redrive ----
+
+const selected = new Set(); // "P@OFFSET"
+let dryRunOf = null; // the selection the last dry run was of
+
+function lettersQuery() {
+  const q = new URLSearchParams();
+  const reason = document.getElementById("letters-reason").value;
+  const key = document.getElementById("letters-key").value;
+  if (reason) q.set("reason", reason);
+  if (key) q.set("key", key);
+  const s = q.toString().replace(/\+/g, "%20");
+  return "/api/letters" + (s ? "?" + s : "");
+}
+
+function selectionChanged() {
+  const none = selected.size === 0;
+  document.getElementById("redrive-dry").disabled = none;
+  document.getElementById("redrive-go").disabled =
+    none || dryRunOf !== [...selected].sort().join(",");
+}
+
+function renderLetters(doc) {
+  document.getElementById("letters-total").textContent =
+    doc.letters.length + " dead letter(s) of " + doc.dlq_topic +
+    (doc.more ? ", the newest " + doc.letters.length + " shown" : "") +
+    " (the last " + doc.tail + " records of each partition read)";
+  const body = document.getElementById("dead-letters");
+  body.replaceChildren(...doc.letters.map((l) => {
+    const ref = l.dlq_partition + "@" + l.dlq_offset;
+    const box = el("input");
+    box.type = "checkbox";
+    box.value = ref;
+    box.checked = selected.has(ref);
+    box.disabled = l.redriven;
+    box.addEventListener("change", () => {
+      box.checked ? selected.add(ref) : selected.delete(ref);
+      selectionChanged();
+    });
+    const check = el("td");
+    check.append(box);
+    const open = el("a", ref);
+    open.href = "#letter=" + l.dlq_partition + "/" + l.dlq_offset;
+    const link = el("td");
+    link.append(open);
+    return row([
+      check, link, new Date(l.timestamp_ms).toLocaleString(), l.key,
+      l.reason, el("td", num(l.attempts), "num"),
+      l.topic + " " + l.partition + "@" + l.offset,
+      el("td", l.redriven ? "yes" : "no", l.redriven ? "status-OK" : ""),
+      el("td", l.error || l.truncated || "", "error"),
+    ]);
+  }));
+}
+
+function renderOutbox(doc) {
+  document.getElementById("outbox-total").textContent =
+    doc.listed + " follow-up(s) waiting to be published" +
+    (doc.cut ? " (the first " + doc.listed + " shown)" : "");
+  const rows = [];
+  for (const p of doc.partitions)
+    for (const f of p.pending)
+      rows.push(row([
+        el("td", p.partition, "num"), el("td", f.seq, "num"),
+        f.destination || "(the source topic)", f.key, f.id, f.type,
+        el("td", num(f.payload_bytes), "num"),
+      ]));
+  document.getElementById("outbox-rows").replaceChildren(...rows);
+}
+
+function renderFencing(doc) {
+  document.getElementById("refused").replaceChildren(
+    "commits refused by a newer epoch: ",
+    ...doc.workers.map((w) => el("span", w.url + " " +
+      (w.refused_commits === null ? "unknown (" + (w.error || "no metric") + ")" : w.refused_commits) + " ",
+      w.ok ? "" : "unreachable")));
+  document.getElementById("refused-commits").replaceChildren(...doc.refused.map((f) => row([
+    new Date(f.at_ms).toLocaleString(), f.worker, el("td", f.partition, "num"),
+    el("td", f.epoch, "num"), el("td", f.current_epoch, "num"),
+  ])));
+  document.getElementById("fences").replaceChildren(...doc.changes.map((f) => row([
+    new Date(f.at_ms).toLocaleString(), el("td", f.partition, "num"),
+    el("td", f.fenced_epoch, "num"), el("td", f.epoch, "num"),
+    f.by || "a worker, replay or another tool",
+  ])));
+}
+
+async function redrive(dryRun) {
+  const out = document.getElementById("redrive-result");
+  const letters = [...selected].sort();
+  try {
+    const r = await api("/api/redrive", { letters, dry_run: dryRun });
+    dryRunOf = dryRun ? letters.join(",") : null;
+    if (!dryRun) selected.clear();
+    const rows = r.results.map((x) => row([
+      x.dlq_partition + "@" + x.dlq_offset, x.key || "", x.id, x.outcome,
+      el("td", x.error || "", "error"),
+    ]));
+    const table = el("table");
+    table.append(el("tbody"));
+    table.tBodies[0].id = "redrive-outcomes";
+    table.tBodies[0].replaceChildren(...rows);
+    const taken = r.taken.map((t) => "partition " + t.partition + " taken at epoch " + t.epoch +
+      " (its owner at epoch " + t.previous_epoch + " is fenced until it takes it back)");
+    out.replaceChildren(
+      el("p", (dryRun ? "Dry run: what a redrive would do. " : "Redriven: ") +
+        r.applied + " applied, " + r.republished + " republished, " +
+        r.skipped_duplicate + " duplicate, " + r.failed + " failed, " +
+        r.pending + " pending" + (taken.length ? "; " + taken.join("; ") : ""),
+        dryRun ? "" : "done"),
+      table);
+    if (!dryRun) refresh();
+  } catch (e) {
+    out.replaceChildren(el("p", e.message, "error"));
+  }
+  selectionChanged();
+}
+
+async function openLetter(ref) {
+  const out = document.getElementById("letter-view");
+  try {
+    const d = await api("/api/letters/" + ref);
+    const dl = d.dead_letter || {};
+    out.replaceChildren(el("h3", "Dead letter " + ref.replace("/", "@")), dlList([
+      ["key", d.key || d.key_b64 || "–"],
+      ["id", d.id || "–"],
+      ["type", d.type || "–"],
+      ["reason", dl.reason || "–"],
+      ["error", dl.error || d.error || "–"],
+      ["attempts", num(dl.attempts)],
+      ["origin", (dl.origin_topic || "?") + " partition " + dl.origin_partition +
+        " offset " + dl.origin_offset],
+      ["redriven", d.letter.redriven ? "yes" : "no"],
+      ["payload", d.payload !== undefined ? JSON.stringify(d.payload) : d.payload_b64 || ""],
+    ]));
+  } catch (e) {
+    out.replaceChildren(el("p", e.message, "error"));
+  }
+}
+
 async function refresh() {
   try {
-    const [fleet, stuck] = await Promise.all([api("/api/fleet"), api("/api/stuck")]);
+    const [fleet, stuck, letters, outbox, fencing] = await Promise.all([
+      api("/api/fleet"), api("/api/stuck"), api(lettersQuery()), api("/api/outbox"),
+      api("/api/fencing")]);
     renderFleet(fleet);
     renderStuck(stuck);
+    renderLetters(letters);
+    renderOutbox(outbox);
+    renderFencing(fencing);
     document.getElementById("updated").textContent =
       "updated " + new Date().toLocaleTimeString();
   } catch (e) {
@@ -108,7 +262,7 @@ async function refresh() {
   refresh.timer = setTimeout(refresh, REFRESH_MS);
 }
 
-function dl(pairs) {
+function dlList(pairs) {
   const d = el("dl");
   for (const [k, v] of pairs) d.append(el("dt", k), el("dd", v));
   return d;
@@ -121,7 +275,7 @@ async function lookUp(key) {
     const fleet = lastFleet || (await api("/api/fleet"));
     const part = fleet.partitions[k.partition];
     const h = k.held || {};
-    out.replaceChildren(dl([
+    out.replaceChildren(dlList([
       ["key", k.key],
       ["partition", k.partition + " of " + k.partitions],
       ["owner", (part && part.owner) || "none reported"],
@@ -138,8 +292,13 @@ async function lookUp(key) {
   }
 }
 
-// #key=KEY in the address looks the key up: a link to a key's view.
+// #key=KEY in the address looks the key up: a link to a key's view;
+// #letter=P/OFFSET opens a dead letter.
 function lookUpHash() {
+  if (location.hash.startsWith("#letter=")) {
+    openLetter(location.hash.slice(8));
+    return;
+  }
   if (!location.hash.startsWith("#key=")) return;
   let key;
   try {
@@ -157,6 +316,12 @@ document.getElementById("key-form").addEventListener("submit", (ev) => {
 });
 window.addEventListener("hashchange", lookUpHash);
 lookUpHash();
+document.getElementById("letters-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  refresh();
+});
+document.getElementById("redrive-dry").addEventListener("click", () => redrive(true));
+document.getElementById("redrive-go").addEventListener("click", () => redrive(false));
 document.getElementById("token-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   token = document.getElementById("token").value;

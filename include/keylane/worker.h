@@ -431,6 +431,41 @@ KL_EXPORT kl_err_t kl_worker_foreach_partition(kl_worker_t *worker,
                                                kl_worker_partition_cb_t *cb,
                                                void *opaque);
 
+/** The fences kl_worker_foreach_fence() remembers, the oldest dropped. */
+#define KL_WORKER_FENCES_MAX 64
+
+/**
+ * A partition this worker was fenced from: a group commit of its refused
+ * because a newer owner took the partition's epoch. @c size as in
+ * kl_worker_partition_t.
+ */
+typedef struct kl_worker_fence {
+  size_t size;
+  int32_t partition;
+  uint64_t epoch;         /**< this worker's epoch, refused */
+  uint64_t current_epoch; /**< the store's epoch when the worker looked:
+                               the newer owner's */
+  int64_t at_ms;          /**< when it looked (ms since the Unix epoch),
+                               within a second of the refused commit */
+} kl_worker_fence_t;
+
+/** @returns 0 to go on, nonzero to stop kl_worker_foreach_fence(). */
+typedef int(kl_worker_fence_cb_t)(void *opaque, const kl_worker_fence_t *fence);
+
+/**
+ * Calls @p cb for the last KL_WORKER_FENCES_MAX fences of the worker,
+ * newest first. A fence is seen by the check that takes a partition back
+ * from a fencer gone quiet, so none is recorded with
+ * worker.fenced.retake.ms=0.
+ * @returns KL_OK (also when @p cb stopped it); KL_EINVAL for NULL
+ *          arguments.
+ * @remark  Any thread; @p cb runs on the calling thread, under a lock the
+ *          poll thread takes: return soon.
+ */
+KL_EXPORT kl_err_t kl_worker_foreach_fence(kl_worker_t *worker,
+                                           kl_worker_fence_cb_t *cb,
+                                           void *opaque);
+
 /** What holds a key (kl_worker_key_t.state); as a mask in
  *  kl_worker_keys_query_t.states. */
 typedef enum kl_worker_key_state {

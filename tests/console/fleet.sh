@@ -2,7 +2,9 @@
 # pieces of a fleet on embedded clusters, each ended by the EXIT trap,
 # also when the test fails. start_fleet is the usual one: two workers
 # whose exec handler asks to retry every event of a key "poison*" (so the
-# key stays retrying, with the handler's error) and a console on both.
+# key stays retrying, with the handler's error) and fails for good every
+# event of a key "dead*" until the file $W/fixed exists (a dead letter,
+# then the fix a redrive applies), and a console on both.
 set -euo pipefail
 BIN=${KEYLANE_BIN:?}
 W=$(mktemp -d /tmp/keylane-console-XXXXXX)
@@ -29,11 +31,15 @@ wait_for() {
   return 1
 }
 
-cat >"$W/handler.py" <<'PY'
-import json, sys
+cat >"$W/handler.py" <<PY
+import json, os, sys
+FIXED = "$W/fixed"
 for line in sys.stdin:
     req = json.loads(line)
-    if req.get("key", "").startswith("poison"):
+    if req.get("key", "").startswith("dead") and not os.path.exists(FIXED):
+        ans = {"seq": req["seq"], "status": "fail",
+               "error": "dead key refused by the test handler"}
+    elif req.get("key", "").startswith("poison"):
         ans = {"seq": req["seq"], "status": "retry",
                "error": "poison key refused by the test handler"}
     else:
@@ -50,17 +56,20 @@ start_cluster() {
   B=$(wait_for "$W/$1.out" '^bootstrap=\(.*\)') || fail "the embedded cluster did not start"
 }
 
-# NAME: a worker of group console on $W/store with --metrics-listen; sets
-# WORKER (its pid) and URL (its API).
+# NAME [WORKER-OPTION...]: a worker of group console on $W/store with
+# --metrics-listen (the options after the defaults, which they override);
+# sets WORKER (its pid) and URL (its API).
 start_worker() {
+  local name=$1
+  shift
   "$BIN" worker -b "$B" -t events -g console --store "$W/store" \
     --handler "exec:python3 $W/handler.py" --metrics-listen 127.0.0.1:0 \
     -X worker.max.attempts=1000 -X worker.retry.initial.ms=50 \
-    -X worker.retry.max.ms=200 >"$W/$1.log" 2>&1 &
+    -X worker.retry.max.ms=200 "$@" >"$W/$name.log" 2>&1 &
   WORKER=$!
   pids+=($WORKER)
   local port
-  port=$(wait_for "$W/$1.log" '.*serving /metrics.*(port \([0-9]*\)).*') || fail "$1 has no metrics port"
+  port=$(wait_for "$W/$name.log" '.*serving /metrics.*(port \([0-9]*\)).*') || fail "$name has no metrics port"
   URL=http://127.0.0.1:$port
 }
 
@@ -80,6 +89,7 @@ start_fleet() {
   {
     for i in 1 2 3 4 5 6; do echo "{\"key\":\"acct-$i\",\"type\":\"t\",\"id\":\"c-$i\",\"payload\":{}}"; done
     echo '{"key":"poison-1","type":"t","id":"c-poison","payload":{}}'
+    echo '{"key":"dead-2","type":"t","id":"c-dead","payload":{"n":1}}'
   } | "$BIN" publish -b "$B" -t events >/dev/null
   start_worker worker1
   W1=$URL

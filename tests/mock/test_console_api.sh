@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # keylane console's JSON endpoints: what they answer for a key a worker
-# holds, and bad input refused with a status and a message that names the
-# fix (bad key bytes, a key too long, a target too long, a page too big or
-# not a number, a parameter it does not take, a method other than GET, a
-# route it does not have); with a token, /api/ needs it (401 without or
-# with a wrong one) and the page does not; a listener other than loopback
+# holds and for a dead letter, and bad input refused with a status and a
+# message that names the fix (bad key bytes, a key too long, a target too
+# long, a page too big or not a number, a parameter it does not take, a
+# bad letter reference, a method it does not take, a route it does not
+# have); with a token, /api/ needs it (401 without or with a wrong one)
+# and the page does not; a write (POST /api/redrive) needs the token, a
+# JSON body and its own Origin, and is refused without a token set; a listener other than loopback
 # without a token, and a worker URL it cannot reach by address, are
 # refused at start.
 SRC=${KEYLANE_SOURCE_DIR:?}
@@ -54,7 +56,7 @@ assert f["kafka"]["ok"] and f["store"]["ok"], f
 assert [w["url"] for w in f["workers"]] == [w1, w2], f["workers"]
 parts = f["partitions"]
 assert [p["partition"] for p in parts] == [0, 1, 2, 3], parts
-assert sum(p["end"] for p in parts) == 7, parts  # the 7 events published
+assert sum(p["end"] for p in parts) == 8, parts  # the 8 events published
 for p in parts:
     assert p["owner"] in (w1, w2) and p["epoch"] >= 1, p
     assert 0 <= p["committed"] <= p["watermark"] <= p["end"], p
@@ -75,7 +77,7 @@ refused "/api/stuck?limit=1001" "ask for fewer"
 refused "/api/stuck?limit=12abc" "not a number"
 refused "/api/stuck?state=parked" "takes limit=N"
 body=$(probe 405 POST /api/fleet -d x)
-grep -q "read-only" <<<"$body" || fail "POST: $body"
+grep -q "read with GET; the one write is POST /api/redrive" <<<"$body" || fail "POST: $body"
 # Without a token, only a loopback Host (DNS rebinding): a page of another
 # name that resolves to 127.0.0.1 reads nothing.
 port=${CONSOLE##*:}
@@ -91,6 +93,85 @@ probe 200 GET / -H "Host: rebind.example:$port" >/dev/null
 probe 404 GET /api/nothing >/dev/null
 probe 404 GET /nothing >/dev/null
 probe 200 GET "/api/stuck?limit=1" | grep -q '"limit":1' || fail "limit=1 is not taken"
+
+# The dead letters: dead-2's, once its worker wrote it; bad queries and
+# bad letter references refused with what to send instead.
+for _ in $(seq 150); do
+  letters=$(probe 200 GET "/api/letters?key=dead-2&reason=handler_fail&limit=5")
+  grep -q '"key":"dead-2"' <<<"$letters" && break
+  sleep 0.2
+done
+python3 - "$letters" <<'PY' || fail "/api/letters: $letters"
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["dlq_topic"] == "events.dlq" and d["limit"] == 5 and d["tail"] == 1000, d
+[l] = d["letters"]
+assert l["key"] == "dead-2" and l["reason"] == "handler_fail" and l["attempts"] == 1, l
+assert l["topic"] == "events" and l["partition"] == 2 and not l["redriven"], l
+assert "dead key refused" in l["error"], l
+PY
+ref=$(python3 -c 'import json, sys; l = json.loads(sys.argv[1])["letters"][0]; print(l["dlq_partition"], l["dlq_offset"])' "$letters")
+letter=$(probe 200 GET "/api/letters/${ref/ //}")
+python3 - "$letter" <<'PY' || fail "/api/letters/P/OFFSET: $letter"
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["key"] == "dead-2" and d["id"] == "c-dead" and d["payload"] == {"n": 1}, d
+assert d["dead_letter"]["origin_partition"] == 2 and d["dead_letter"]["attempts"] == 1, d
+assert d["letter"]["reason"] == "handler_fail", d
+PY
+probe 200 GET "/api/letters?key=acct-1" | grep -q '"letters":\[\]' || fail "acct-1 has no letter"
+# A page is the newest N of them, whatever partitions they sit in; the
+# others are left out (more), never all held.
+for i in 10 11 12 13 14; do echo "{\"key\":\"dead-$i\",\"type\":\"t\",\"id\":\"c-dead-$i\",\"payload\":{}}"; done |
+  "$BIN" publish -b "$B" -t events >/dev/null
+for _ in $(seq 150); do
+  all=$(probe 200 GET "/api/letters?reason=handler_fail")
+  [ "$(grep -o '"dlq_offset"' <<<"$all" | wc -l)" -ge 6 ] && break
+  sleep 0.2
+done
+page=$(probe 200 GET "/api/letters?reason=handler_fail&limit=2")
+python3 - "$all" "$page" <<'PY' || fail "the newest 2 letters: $page, of $all"
+import json, sys
+every, page = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert len(every["letters"]) == 6 and not every["more"], every
+assert every["scanned"] == 6, every
+stamps = [l["timestamp_ms"] for l in every["letters"]]
+assert stamps == sorted(stamps, reverse=True), stamps
+assert len({l["dlq_partition"] for l in every["letters"]}) > 1, every
+assert page["more"] and page["limit"] == 2, page
+assert page["letters"] == every["letters"][:2], (page, every)
+PY
+probe 200 GET "/api/outbox" | grep -q '"partitions":\[\]' || fail "the outbox is not empty"
+fencing=$(probe 200 GET /api/fencing)
+python3 - "$fencing" "$W1" "$W2" <<'PY' || fail "/api/fencing: $fencing"
+import json, sys
+d, w1, w2 = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+assert [w["url"] for w in d["workers"]] == [w1, w2], d
+assert all(w["ok"] and w["refused_commits"] == 0 for w in d["workers"]), d
+assert d["kept"] == 256 and d["changes"] == [], d
+PY
+refused "/api/fencing?x=1" "no parameters"
+refused "/api/letters?limit=501" "ask for fewer"
+refused "/api/letters?limit=100000000" "not a number of letters"
+refused "/api/letters?limit=0" "1..500"
+refused "/api/letters?reason=lost" "handler_fail, max_attempts"
+refused "/api/letters?key=%ZZ" "percent-encoded"
+refused "/api/letters?key=" "1 to 1024 bytes"
+refused "/api/letters?key=$(printf 'k%.0s' $(seq 1025))" "1 to 1024 bytes"
+refused "/api/letters?from=0" "reason=, key= and limit="
+refused "/api/letters/two/7" "PARTITION/OFFSET"
+refused "/api/letters/0/-1" "PARTITION/OFFSET"
+refused "/api/letters/0/7?x=1" "no parameters"
+refused "/api/outbox?limit=1001" "ask for fewer"
+refused "/api/outbox?partition=1" "takes limit=N"
+body=$(probe 404 GET /api/letters/0/99999)
+grep -q "no record at partition 0 offset 99999" <<<"$body" || fail "a letter that is not there: $body"
+probe 404 GET /api/letters/77/0 >/dev/null
+# Writes need a token, which this console has not.
+body=$(probe 403 POST /api/redrive -H 'Content-Type: application/json' -d '{"letters":["2@0"],"dry_run":true}')
+grep -q "need a token" <<<"$body" || fail "a write without a token set: $body"
+probe 405 OPTIONS /api/redrive >/dev/null
+probe 405 GET /api/redrive >/dev/null
 
 # A worker that takes the connection and never answers, and a port where
 # nothing listens: both shown unreachable, the page not held past 1 s.
@@ -121,6 +202,38 @@ assert took < 2500, f"/api/fleet took {took} ms with a silent worker"
 print(f"ok: a silent and a closed worker are unreachable; /api/fleet took {took} ms")
 PY
 probe 200 GET / | grep -q "keylane console" || fail "the page needs no token"
+
+# A write: the token, a JSON body and, when the browser sends one, this
+# console's own Origin; then a body it can read; then --handler, which
+# this console was not given (409).
+AUTH="Authorization: Bearer $KEYLANE_CONSOLE_TOKEN"
+JSON="Content-Type: application/json"
+DRY='{"letters":["2@0"],"dry_run":true}'
+post() { # STATUS WORDS CURL-OPTION...
+  local want=$1 words=$2
+  shift 2
+  body=$(probe "$want" POST /api/redrive "$@")
+  grep -q "$words" <<<"$body" || fail "POST /api/redrive $*: the error does not say \"$words\": $body"
+}
+post 401 "needs Authorization" -H "$JSON" -d "$DRY"
+post 401 "needs Authorization" -H "Authorization: Bearer wrong-token-0123456789" -H "$JSON" -d "$DRY"
+post 415 "application/json" -H "$AUTH" -H "Content-Type: application/x-www-form-urlencoded" -d "$DRY"
+post 415 "application/json" -H "$AUTH" -H "Content-Type: text/plain" -d "$DRY"
+post 415 "application/json" -H "$AUTH" -d "$DRY" -H "Content-Type:"
+post 403 "not this console's own" -H "$AUTH" -H "$JSON" -H "Origin: http://evil.example" -d "$DRY"
+post 403 "not this console's own" -H "$AUTH" -H "$JSON" -H "Origin: null" -d "$DRY"
+post 400 "not JSON" -H "$AUTH" -H "$JSON" -d '{"letters":'
+post 400 "not a redrive" -H "$AUTH" -H "$JSON" -d '{"letters":["2@0"]}'
+post 400 "not a redrive" -H "$AUTH" -H "$JSON" -d '{"letters":[],"dry_run":true}'
+post 400 "not PARTITION@OFFSET" -H "$AUTH" -H "$JSON" -d '{"letters":["2/0"],"dry_run":true}'
+post 400 "not PARTITION@OFFSET" -H "$AUTH" -H "$JSON" -d '{"letters":[20],"dry_run":true}'
+post 400 "selected twice" -H "$AUTH" -H "$JSON" -d '{"letters":["2@0","1@0","2@0"],"dry_run":true}'
+many=$(python3 -c 'import json; print(json.dumps({"letters": [f"0@{i}" for i in range(51)], "dry_run": True}))')
+post 400 "50 at most" -H "$AUTH" -H "$JSON" -d "$many"
+huge=$(python3 -c 'import json; print(json.dumps({"letters": ["0@1"] * 3000, "dry_run": True}))')
+probe 413 POST /api/redrive -H "$AUTH" -H "$JSON" -d "$huge" >/dev/null
+post 409 "without --handler" -H "$AUTH" -H "$JSON" -H "Origin: ${CONSOLE%/}" -d "$DRY"
+post 409 "without --handler" -H "$AUTH" -H "$JSON" -d "$DRY"
 probe 200 GET /api/stuck -H "Host: console.example" \
   -H "Authorization: Bearer $KEYLANE_CONSOLE_TOKEN" >/dev/null
 unset KEYLANE_CONSOLE_TOKEN

@@ -253,6 +253,12 @@ static void test_state_api(void **state) {
   free(big);
   kl_refused(port, "POST", "/v1/keys", 405, "read-only");
   kl_refused(port, "DELETE", "/v1/partitions", 405, "read-only");
+  kl_refused(port, "POST", "/v1/fences", 405, "read-only");
+  /* Never fenced: no fence listed, and the ring's bound said. */
+  doc = kl_get(port, "GET", "/v1/fences", 200);
+  assert_int_equal(json_array_size(json_object_get(doc, "fences")), 0);
+  assert_int_equal(kl_int(doc, "kept"), KL_WORKER_FENCES_MAX);
+  json_decref(doc);
 
   atomic_store(&kl_poison, 0); /* let it drain, so that it stops */
   kl__metrics_server_stop(server);
