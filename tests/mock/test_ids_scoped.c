@@ -185,7 +185,7 @@ static void test_shared_id_live_equals_rebuild(void **state) {
 
   char rebuilt[96];
   snprintf(rebuilt, sizeof(rebuilt), "%s/rebuilt", fx.dir);
-  kl_store_t *copy = kl_t_ledger_fx_rebuild(&fx, rebuilt, NULL);
+  kl_store_t *copy = kl_t_ledger_fx_rebuild(&fx, rebuilt, NULL, NULL);
   assert_int_equal(balance_of(copy, "B"), 5);
   assert_int_equal(balance_of(copy, "C"), 7);
   kl_store_destroy(copy);

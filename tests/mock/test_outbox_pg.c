@@ -91,7 +91,7 @@ static void kl_bank_pg(const char *topic, const char *concurrency) {
   char name[32], uri[256];
   snprintf(name, sizeof(name), "ob%d", ++t_db_seq);
   assert_int_equal(kl_t_pg_createdb(kl_t_pg_need(), name, uri, sizeof(uri)), 0);
-  kl_store_t *copy = kl_t_ledger_fx_rebuild(&fx, uri, NULL);
+  kl_store_t *copy = kl_t_ledger_fx_rebuild(&fx, uri, NULL, NULL);
   assert_int_equal(kl_t_outbox_held(copy, fx.topic, PARTS), 0);
   assert_int_equal(kl__ledger_gen_verify(fx.gen, copy, fx.topic, &v), KL_OK);
   assert_int_equal(v.total, v.total_expected);

@@ -100,10 +100,14 @@ size_t kl_t_outbox_held(kl_store_t *store, const char *topic, int partitions) {
 }
 
 kl_store_t *kl_t_ledger_fx_rebuild(kl_t_ledger_fx_t *fx, const char *where,
-                                   const char *says) {
+                                   const char *group, const char *says) {
+  char group_x[300];
+  snprintf(group_x, sizeof(group_x), "worker.group=%s",
+           group ? group : "keylane");
   kl_t_run_t r;
   kl_t_run((const char *[]){"store", "rebuild", "-b", fx->boot, "-t", fx->topic,
-                            "--store", where, "--handler", "ledger", NULL},
+                            "--store", where, "--handler", "ledger", "-X",
+                            group_x, NULL},
            NULL, 0, &r);
   if (r.rc != 0)
     fail_msg("store rebuild exited %d: %s", r.rc, r.err);

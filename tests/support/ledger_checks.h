@@ -59,11 +59,13 @@ void kl_t_ledger_assert_verified(const kl__ledger_gen_t *gen, kl_store_t *store,
 /* The follow-ups (kl_txn_emit()) the outbox of @p store holds for @p topic
  * over its @p partitions: 0 once all of them are published. */
 /* Runs `keylane store rebuild` of the fixture's topic with the ledger
- * handler into @p where (an LMDB directory or a PostgreSQL URI) and
- * asserts it exits 0, its stderr holding @p says (may be NULL).
+ * handler into @p where (an LMDB directory or a PostgreSQL URI), for the
+ * fleet of consumer group @p group (NULL: "keylane"), which the rebuilt
+ * store records as the topic's owner, and asserts it exits 0, its stderr
+ * holding @p says (may be NULL).
  * @returns the rebuilt store, opened (the caller destroys it). */
 kl_store_t *kl_t_ledger_fx_rebuild(kl_t_ledger_fx_t *fx, const char *where,
-                                   const char *says);
+                                   const char *group, const char *says);
 
 size_t kl_t_outbox_held(kl_store_t *store, const char *topic, int partitions);
 

@@ -9,6 +9,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "keylane/handlers.h"
+#include "store/store_internal.h"
 
 void kl_t_tmpdir(char *dir) {
   snprintf(dir, 64, "/tmp/keylane-test-XXXXXX");
@@ -121,6 +122,18 @@ kl_err_t kl_t_worker_stop(kl_t_worker_t *tw) {
   kl_worker_destroy(tw->worker);
   free(tw);
   return err;
+}
+
+void kl_t_store_rebind(kl_store_t *store, const char *topic,
+                       const char *group) {
+  kl__store_owner_t was, owner;
+  if (kl__store_owner(store, topic, &was) ||
+      kl__store_owner_make(&owner, was.cluster, group) ||
+      kl__store_bind(store, topic, &owner)) {
+    fprintf(stderr, "cannot bind topic %s to group %s: %s\n", topic, group,
+            kl_err_detail());
+    abort();
+  }
 }
 
 uint64_t kl_t_workers_applied(kl_t_worker_t *const *tw, size_t n, uint64_t want,

@@ -65,6 +65,10 @@ void kl_t_worker_go(kl_t_worker_t *tw);
 /* Stops, joins and frees it; returns what kl_worker_run() returned. */
 kl_err_t kl_t_worker_stop(kl_t_worker_t *tw);
 
+/* Records @p group as the owner of @p topic in @p store, its cluster
+ * kept (what `keylane store bind` does for a renamed group). */
+void kl_t_store_rebind(kl_store_t *store, const char *topic, const char *group);
+
 /* The events the @p n workers @p tw applied between them, once that adds
  * up to @p want, or after @p ms. A worker counts a batch just after its
  * store commit, which a test may see first (kl__ledger_gen_wait()): read
