@@ -285,6 +285,41 @@ kl_err_t kl__checks_kafka_owner(rd_kafka_t *rk, const char *group,
   return err;
 }
 
+kl_err_t kl__checks_hand_owner(rd_kafka_t *rk, kl_store_t *store,
+                               const char *topic, const char *group,
+                               int timeout_ms, const char *who) {
+  kl__store_owner_t recorded, mine;
+  kl_err_t err = kl__store_owner(store, topic, &recorded);
+  if (err == KL_ENOTFOUND)
+    return KL_OK;
+  if (err)
+    return err;
+  if (kl__checks_kafka_owner(rk, group ? group : recorded.group, timeout_ms,
+                             &mine))
+    return kl__err(KL_ECONF,
+                   "%s, and the store records Kafka cluster %s as the "
+                   "owner of topic %s: a %s that cannot check it takes "
+                   "nothing; try again when the cluster answers",
+                   kl_err_detail(), recorded.cluster, topic, who);
+  if (kl__store_owner_equal(&recorded, &mine))
+    return KL_OK;
+  int other_cluster = strcmp(recorded.cluster, mine.cluster) != 0;
+  return kl__err(
+      KL_ECONF,
+      "the store records Kafka cluster %s and group %s as the owner of "
+      "topic %s, and this %s reads %s %s: it would apply %s and fence "
+      "the fleet that owns the topic; %s, or, if the fleet moved on "
+      "purpose, record the new owner first with `keylane store bind -t %s "
+      "-b BOOTSTRAP -g GROUP --store STORE`",
+      recorded.cluster, recorded.group, topic, who,
+      other_cluster ? "cluster" : "group",
+      other_cluster ? mine.cluster : mine.group,
+      other_cluster ? "another cluster's log" : "the log for another group",
+      other_cluster ? "give it the fleet's bootstrap servers (-b)"
+                    : "give it the fleet's group (-X worker.group)",
+      topic);
+}
+
 /* ---- epochs ------------------------------------------------------------- */
 
 /* Appends " P (E<G)" for a partition whose store epoch E is below the

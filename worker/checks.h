@@ -123,6 +123,21 @@ kl_err_t kl__checks_kafka_owner(rd_kafka_t *rk, const char *group,
                                 int timeout_ms, kl__store_owner_t *owner);
 
 /**
+ * For the commands that take partitions by hand (`keylane replay`,
+ * `replay --from-dlq`, the console's redrive, `store rebuild`): refuses a
+ * store whose recorded owner of @p topic is of another Kafka cluster than
+ * @p rk's, and with @p group (a rebuild, which records it) of another
+ * group too. Such a command would apply a foreign log and fence the
+ * fleet. @p who names the command in the message ("replay"). A store that
+ * records no owner passes; against one that does, a cluster that does not say
+ * its id within @p timeout_ms is refused too (KL_ECONF).
+ * @returns KL_OK, or KL_ECONF with both owners and the fix.
+ */
+kl_err_t kl__checks_hand_owner(rd_kafka_t *rk, kl_store_t *store,
+                               const char *topic, const char *group,
+                               int timeout_ms, const char *who);
+
+/**
  * For `keylane doctor`: the owner @p store recorded for @p topic against
  * this side's (@p rk's cluster, @p group). OK when they agree; WARN when
  * none is recorded (the next worker records this side's) or the cluster

@@ -1,5 +1,6 @@
 /* Dead-letter redrive (see redrive.h for the rules it keeps). */
 #include "worker/redrive.h"
+#include "worker/checks.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -33,6 +34,7 @@ struct kl__redrive {
   const kl__replay_part_t *holding; /* the partition taken now, or NULL */
   int64_t beat_period_ns;           /* kl__beat_period_ns() of opts.conf */
   int64_t beat_ns;                  /* when it last beat */
+  int owner_checked; /* the store's recorded owner is this cluster's */
 };
 
 const char *kl__outcome_name(kl__outcome_t outcome) {
@@ -128,6 +130,16 @@ static kl_err_t redrive_take(kl__redrive_t *r, int32_t partition,
   kl_partition_state_t st;
   memset(part, 0, sizeof(*part));
   part->partition = partition;
+  /* Its letters' cluster must be the one the store belongs to, or a
+   * letter of another cluster's log would be applied and the fleet
+   * fenced. */
+  if (!r->opts.dry_run && !r->owner_checked) {
+    kl_err_t err = kl__checks_hand_owner(r->letters.rk, r->opts.store, r->topic,
+                                         NULL, 10000, "redrive");
+    if (err)
+      return err;
+    r->owner_checked = 1;
+  }
   kl_err_t err =
       r->opts.dry_run
           ? kl_store_partition(r->opts.store, r->topic, partition, &st)

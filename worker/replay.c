@@ -50,6 +50,7 @@ struct kl__replay {
   int64_t beat_ns;        /* when the partitions last beat */
   kl__beat_t *beats;      /* room for one beat per partition */
   int bound;              /* a rebuild recorded the topic's owner */
+  int owner_checked;      /* the store's recorded owner is this side's */
 };
 
 const char *kl__replay_status_name(kl__replay_status_t status) {
@@ -330,6 +331,17 @@ static kl_err_t take_part(kl__replay_t *r, kl__replay_part_t *p,
     return take_dry(r, p);
   kl_partition_state_t st, before = {0};
   kl_err_t err;
+  /* Before the rebuild records its owner: a store of another cluster (or,
+   * for a rebuild, group) is refused, not taken nor bound over. */
+  if (!r->owner_checked) {
+    const char *group =
+        r->opts.rebuild ? kl_conf_get(r->opts.conf, "worker.group") : NULL;
+    if ((err = kl__checks_hand_owner(
+             r->rk, r->opts.store, r->opts.topic, group, KL_KAFKA_TIMEOUT_MS,
+             r->opts.rebuild ? "store rebuild" : "replay")))
+      return err;
+    r->owner_checked = 1;
+  }
   rebuild_bind(r);
   if (floor) /* for previous_epoch: the acquire's answer hides it */
     kl_store_partition(r->opts.store, r->opts.topic, p->partition, &before);

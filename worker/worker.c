@@ -660,13 +660,23 @@ static int worker_retake(kl_worker_t *worker, int32_t partition,
   rd_kafka_topic_partition_list_add(l, worker->topic, partition)->offset =
       seen->watermark > 0 ? seen->watermark : RD_KAFKA_OFFSET_BEGINNING;
   kl_partition_state_t state;
+  kl__store_owner_t recorded;
+  int refused = 0;
   kl_err_t err = KL_OK;
   if (retake_seek(worker, l)) {
     err = KL_EKAFKA_TRANSIENT;
-  } else if ((err = kl_store_acquire(worker->store, worker->topic, partition,
-                                     &state))) {
+  } else if ((err = kl__store_acquire_owned(worker->store, worker->topic,
+                                            partition, 0, worker_owner(worker),
+                                            &recorded, &refused, &state))) {
     KL_LOG_W(KL_COMP, "retake partition=%" PRId32 ": %s; trying again later",
              partition, kl_err_detail());
+  } else if (refused) { /* the fleet moved: `keylane store bind` */
+    err = KL_ECONF;
+    KL_LOG_W(KL_COMP,
+             "retake partition=%" PRId32 ": the store now records Kafka "
+             "cluster %s and group %s as the owner of topic %s: this worker "
+             "takes it back no more; stop it",
+             partition, recorded.cluster, recorded.group, worker->topic);
   } else {
     rd_kafka_topic_partition_list_t *taken =
         rd_kafka_topic_partition_list_new(1);

@@ -169,6 +169,150 @@ static void kl_foreign_cluster(const char *store_uri) {
   kl_t_ledger_fx_down(&fx);
 }
 
+/* `keylane ARGS...` on the fixture's store, which cluster B's -b points
+ * elsewhere: asserts it fails naming the recorded cluster @p id_a, the
+ * command @p who and the fix. */
+static void kl_hand_refused(const char *const *args, const char *who,
+                            const char *id_a) {
+  kl_t_run_t r;
+  kl_t_run_for(args, NULL, 0, 60000, &r);
+  char want[320];
+  snprintf(want, sizeof(want),
+           "the store records Kafka cluster %s and group fleet as the owner "
+           "of topic",
+           id_a);
+  if (r.rc == 0 || !strstr(r.err, want) || !strstr(r.err, who) ||
+      !strstr(r.err, "keylane store bind"))
+    fail_msg("want a refusal saying \"%s\", got exit %d:\n%s", want, r.rc,
+             r.err);
+  kl_t_run_free(&r);
+}
+
+/* Third attack, H1 to H3: the commands that take partitions by hand
+ * check the store's recorded owner as the worker does. `keylane replay`
+ * with a wrong -b applied another cluster's log into the fleet's store
+ * and fenced it; `replay --from-dlq` (the console's redrive too) took
+ * the partitions for another cluster's letters; `store rebuild` with a
+ * wrong -b applied a foreign log and bound the topic to the other
+ * cluster. All are refused now, taking nothing. */
+static void test_hand_commands_refuse_a_foreign_cluster(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  uint64_t epochs[2];
+  kl_t_worker_t *w = kl_live_fleet(&fx, "hand", NULL, epochs);
+  kl__ledger_gen_t *gen_b;
+  kl_t_cluster_t *b = kl_cluster_b(&fx, 20, &gen_b);
+  char id_a[256];
+  kl_cluster_id(fx.boot, id_a, sizeof(id_a));
+  const char *boot_b = kl_t_bootstrap(b);
+  kl_hand_refused((const char *const[]){"replay", "-b", boot_b, "-t", fx.topic,
+                                        "-p", "all", "--from", "watermark",
+                                        "--store", fx.where, "--handler",
+                                        "ledger", NULL},
+                  "replay", id_a);
+  kl_assert_untaken(&fx, epochs);
+  /* A rebuild, partition by partition, into a store of its own: the first
+   * records A and "fleet" (A's log now holds events to rebuild from); one
+   * of B, or of A for another group, is refused and leaves that record. */
+  kl_t_ledger_fx_publish(&fx, 10);
+  assert_int_equal(kl__ledger_gen_wait(fx.gen, fx.store, fx.topic, 0, 30000),
+                   0);
+  char rebuilt[96];
+  snprintf(rebuilt, sizeof(rebuilt), "%s/rebuilt", fx.dir);
+  kl_t_run_t r;
+  kl_t_run((const char *[]){"store", "rebuild", "-b", fx.boot, "-t", fx.topic,
+                            "-p", "0", "--store", rebuilt, "--handler",
+                            "ledger", "-X", "worker.group=fleet", NULL},
+           NULL, 0, &r);
+  if (r.rc != 0)
+    fail_msg("store rebuild of partition 0 exited %d: %s", r.rc, r.err);
+  kl_t_run_free(&r);
+  kl_hand_refused((const char *const[]){"store", "rebuild", "-b", boot_b, "-t",
+                                        fx.topic, "-p", "1", "--store", rebuilt,
+                                        "--handler", "ledger", "-X",
+                                        "worker.group=fleet", NULL},
+                  "store rebuild", id_a);
+  kl_hand_refused((const char *const[]){"store", "rebuild", "-b", fx.boot, "-t",
+                                        fx.topic, "-p", "1", "--store", rebuilt,
+                                        "--handler", "ledger", "-X",
+                                        "worker.group=other", NULL},
+                  "store rebuild", id_a);
+  /* A dead letter of B's own fleet, redriven into A's store (H2). */
+  char other[96];
+  snprintf(other, sizeof(other), "%s/other", fx.dir);
+  kl_store_t *other_store;
+  assert_int_equal(kl_store_open(other, NULL, &other_store), KL_OK);
+  kl_t_worker_t *wb =
+      kl_t_worker_start(boot_b, fx.topic, "other", other_store, kl_fast);
+  kl_producer_t *pb = kl_t_producer(boot_b, gen_b);
+  assert_int_equal(kl__ledger_gen_send(pb, fx.topic, "k-bad", 5, "bad-1",
+                                       "credit", 0, 0, NULL),
+                   KL_OK);
+  assert_int_equal(kl_flush(pb, 10000), KL_OK);
+  kl_producer_destroy(pb);
+  kl_worker_stats_t bs = {0};
+  for (int i = 0; i < 600 && bs.dead_letters < 1; i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(wb->worker, &bs, sizeof(bs));
+  }
+  assert_int_equal(bs.dead_letters, 1);
+  assert_int_equal(kl_t_worker_stop(wb), KL_OK);
+  kl_store_destroy(other_store);
+  char dlq[160];
+  snprintf(dlq, sizeof(dlq), "%s.dlq", fx.topic);
+  kl_hand_refused((const char *const[]){"replay", "-b", boot_b, "--from-dlq",
+                                        dlq, "-t", fx.topic, "--store",
+                                        fx.where, "--handler", "ledger", NULL},
+                  "redrive", id_a);
+  kl_store_t *copy;
+  assert_int_equal(kl_store_open(rebuilt, NULL, &copy), KL_OK);
+  kl__store_owner_t owner;
+  assert_int_equal(kl__store_owner(copy, fx.topic, &owner), KL_OK);
+  assert_string_equal(owner.cluster, id_a);
+  assert_string_equal(owner.group, "fleet");
+  kl_partition_state_t st;
+  assert_int_equal(kl_store_partition(copy, fx.topic, 1, &st), KL_OK);
+  assert_int_equal(st.epoch, 0); /* partition 1 was never taken */
+  kl_store_destroy(copy);
+  kl_assert_live_applies(&fx, w);
+  kl__ledger_gen_destroy(gen_b);
+  kl_t_cluster_destroy(b);
+  kl_t_ledger_fx_down(&fx);
+}
+
+/* Third attack, M1: a worker fenced from outside its group takes its
+ * partition back once the fencer is quiet, unless the store has been
+ * bound to another owner meanwhile (`keylane store bind`): the old fleet
+ * then fenced the new one back and skipped its own records. */
+static void test_fenced_worker_does_not_retake_a_rebound_topic(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "rebound", 2, 20, 24, NULL);
+  static const char *const retake[] = {"worker.session.timeout.ms=3000",
+                                       "worker.fenced.retake.ms=3500", NULL};
+  kl_t_worker_t *w =
+      kl_t_worker_start(fx.boot, fx.topic, "fleet", fx.store, retake);
+  kl_worker_stats_t ws = {0};
+  for (int i = 0; i < 600 && ws.owned < 2; i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(w->worker, &ws, sizeof(ws));
+  }
+  assert_int_equal(ws.owned, 2);
+  kl__store_owner_t other;
+  assert_int_equal(kl__store_owner_make(&other, "another-cluster", "fleet"),
+                   KL_OK);
+  assert_int_equal(kl__store_bind(fx.store, fx.topic, &other), KL_OK);
+  kl_partition_state_t taken;
+  assert_int_equal(kl_store_acquire(fx.store, fx.topic, 0, &taken), KL_OK);
+  kl_t_ledger_fx_publish(&fx, 10); /* the fenced lane sees its fence */
+  kl_t_sleep_ms(9000); /* past two retake periods of a quiet fencer */
+  kl_partition_state_t now;
+  assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &now), KL_OK);
+  assert_int_equal(now.epoch, taken.epoch);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_t_ledger_fx_down(&fx);
+}
+
 static void test_foreign_cluster_is_refused(void **state) {
   kl_foreign_cluster(NULL);
 }
@@ -330,6 +474,8 @@ int main(void) {
       cmocka_unit_test(test_foreign_cluster_is_refused),
       cmocka_unit_test(test_typo_group_is_refused),
       cmocka_unit_test(test_bind_adopts_a_new_cluster),
+      cmocka_unit_test(test_hand_commands_refuse_a_foreign_cluster),
+      cmocka_unit_test(test_fenced_worker_does_not_retake_a_rebound_topic),
       cmocka_unit_test(test_foreign_cluster_is_refused_on_pg),
   };
   /* The server for the PostgreSQL test; without one, that test skips. */
