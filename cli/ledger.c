@@ -157,7 +157,12 @@ int kl__cmd_ledger(int argc, char **argv) {
   kl_store_t *store;
   if (kl__cli_store_existing(SUB, a.location, &store))
     return KL_EXIT_FAIL;
-  rc = ledger_print(store, a.topic, a.json);
+  /* A typo'd -t is an error naming the store's topics, not an empty
+   * ledger read as "no balances" by a reconciliation. */
+  rc = a.topic ? kl__cli_store_topic_known(SUB, store, a.location, a.topic)
+               : KL_EXIT_OK;
+  if (rc == KL_EXIT_OK)
+    rc = ledger_print(store, a.topic, a.json);
   kl_store_destroy(store);
   return rc;
 }

@@ -108,8 +108,8 @@ static void bind_print(const kl_bind_args_t *a, const kl__store_owner_t *was,
            was->cluster, was->group);
   else
     printf("topic %s: recorded owner: none\n", a->topic);
-  printf("topic %s: %s owner: cluster %s, group %s%s\n", a->topic,
-         a->dry_run ? "new" : "owner now", now->cluster, now->group,
+  printf("topic %s: %s: cluster %s, group %s%s\n", a->topic,
+         a->dry_run ? "new owner" : "owner now", now->cluster, now->group,
          was && kl__store_owner_equal(was, now) ? " (unchanged)" : "");
 }
 

@@ -17,6 +17,7 @@
 #include "cli/opts.h"
 #include "common/internal.h"
 #include "common/json_msgpack.h"
+#include "common/strbuf.h"
 #include "keylane/store.h"
 #include "cli/store.h"
 #include "handlers/ledger.h"
@@ -212,11 +213,17 @@ static void stats_owners_text(const json_t *owners) {
   json_t *o;
   json_array_foreach(owners, i, o) {
     const char *cluster = json_string_value(json_object_get(o, "cluster"));
+    const char *group = json_string_value(json_object_get(o, "group"));
     printf("owner of topic %s: ",
            json_string_value(json_object_get(o, "topic")));
+    /* Escaped: a group is any text `store bind -g` was given, and a
+     * newline in it must not print a line of its own. */
+    char c[KL__ESCAPED_SIZE(KL__OWNER_CLUSTER_MAX)],
+        g[KL__ESCAPED_SIZE(KL__OWNER_GROUP_MAX)];
     if (cluster)
-      printf("Kafka cluster %s, group %s\n", cluster,
-             json_string_value(json_object_get(o, "group")));
+      printf("Kafka cluster %s, group %s\n",
+             kl__escape(c, sizeof(c), cluster, strlen(cluster)),
+             kl__escape(g, sizeof(g), group, strlen(group)));
     else
       printf("none recorded (its next worker records its own)\n");
   }

@@ -17,6 +17,7 @@
 #include "keylane/store.h"
 #include "support/run.h"
 #include "support/support.h"
+#include "store/store_internal.h"
 
 /* A store holding partition 0 of each of @p topics. */
 static void t_store_with(const char *dir, const char *const *topics) {
@@ -92,6 +93,34 @@ static void test_unknown_topic_names_the_known(void **state) {
 }
 
 /* A store no worker has taken a partition of yet: said so. */
+/* A recorded group is any text `store bind -g` took: a newline in it is
+ * escaped by `store stats`, not printed as a forged line of its own (third
+ * attack, L1). */
+static void test_owner_is_printed_escaped(void **state) {
+  (void)state;
+  char dir[64];
+  kl_t_tmpdir(dir);
+  t_store_with(dir, (const char *[]){"events", NULL});
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  kl__store_owner_t owner;
+  assert_int_equal(
+      kl__store_owner_make(&owner, "real",
+                           "fleet\nowner of topic events: Kafka cluster FAKE"),
+      KL_OK);
+  assert_int_equal(kl__store_bind(store, "events", &owner), KL_OK);
+  kl_store_destroy(store);
+  kl_t_run_t r;
+  kl_t_run((const char *[]){"store", "stats", "--store", dir, NULL}, NULL, 0,
+           &r);
+  assert_int_equal(r.rc, 0);
+  if (strstr(r.out, "\nowner of topic events: Kafka cluster FAKE") ||
+      !strstr(r.out, "Kafka cluster real, group fleet\\x0aowner"))
+    fail_msg("store stats printed the group unescaped:\n%s", r.out);
+  kl_t_run_free(&r);
+  kl_t_rmrf(dir);
+}
+
 static void test_store_without_partitions(void **state) {
   (void)state;
   char dir[64];
@@ -108,6 +137,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unknown_topic_names_the_known),
       cmocka_unit_test(test_store_without_partitions),
+      cmocka_unit_test(test_owner_is_printed_escaped),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
