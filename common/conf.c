@@ -58,7 +58,8 @@ static const kl__conf_key_t kl_keys[] = {
      "a worker keeps pool - 1 batches open and commits early past it"},
     {"store.pg.idle.timeout", KL__CONF_DURATION, "60s", 0, KL_I64_MAX, NULL,
      "PostgreSQL store: the server ends a batch idle this long, releasing the "
-     "row locks of a paused owner (0: the server's setting)"},
+     "row locks of a paused owner (0: the server's setting, read at open: "
+     "batches and the handler timeout keep under it too)"},
     {"store.pg.connect.timeout", KL__CONF_DURATION, "10s", 0, 3600000, NULL,
      "PostgreSQL store: how long a connection attempt waits for the server "
      "(whole seconds, rounded up, at least 2: libpq's unit; 0: no bound but "

@@ -111,6 +111,9 @@ typedef struct kl__store_ops {
   /* Optional (NULL: no bound): how many txns may be open at once
    * (kl__store_txn_max()). */
   size_t (*txn_max)(kl_store_t *store);
+  /* Optional (NULL: 0, no bound): how long the store's server lets a
+   * session sit idle in a transaction (kl__store_idle_ms()). */
+  int64_t (*idle_ms)(const kl_store_t *store);
   /* Optional (NULL: no owner cache): kl__store_forget() and
    * kl__store_cache_stats(). */
   void (*forget)(kl_store_t *store, const char *topic, int32_t partition);

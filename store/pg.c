@@ -1177,6 +1177,10 @@ static kl_err_t pg_server_clock(kl_store_t *store, int64_t *server,
 }
 
 /* Every PostgreSQL need of the engine is an entry here (backend.h). */
+static int64_t pg_idle_ms(const kl_store_t *store) {
+  return ((const kl__pg_t *)store)->idle_timeout_ms;
+}
+
 static const kl__store_ops_t pg_ops = {
     .name = "postgresql",
     .destroy = pg_destroy,
@@ -1219,7 +1223,28 @@ static const kl__store_ops_t pg_ops = {
     .cache_stats = pg_cache_stats,
     .outbox_list = kl__pg_outbox_list,
     .outbox_del = kl__pg_outbox_del,
+    .idle_ms = pg_idle_ms,
 };
+
+/* store.pg.idle.timeout=0 leaves the server's setting (a role's or a
+ * database's idle_in_transaction_session_timeout): read from @p pg, the
+ * session's, so that the batches and the handler timeout keep under it
+ * as they keep under a configured one. */
+static kl_err_t pg_server_idle(kl__pg_t *pgs, PGconn *pg) {
+  PGresult *res = PQexec(pg, "SELECT setting::bigint FROM pg_settings WHERE "
+                             "name = 'idle_in_transaction_session_timeout'");
+  kl_err_t err = KL_OK;
+  if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+    err = kl__err(KL_ESTORE,
+                  "postgresql: cannot read the server's "
+                  "idle_in_transaction_session_timeout (store.pg.idle.timeout "
+                  "is 0, the server's setting): %s",
+                  PQresultErrorMessage(res));
+  else
+    pgs->idle_timeout_ms = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+  PQclear(res);
+  return err;
+}
 
 static kl_err_t pg_new(const char *uri, const kl_conf_t *conf, kl__pg_t **out) {
   kl__pg_t *pgs = calloc(1, sizeof(*pgs));
@@ -1283,6 +1308,8 @@ kl_err_t kl__store_pg_open(const char *uri, const kl_conf_t *conf,
     err = pg_schema_open(pgs, conn->pg);
     if (!err)
       err = pg_legacy_ids(pgs, conn->pg);
+    if (!err && pgs->idle_timeout_ms == 0)
+      err = pg_server_idle(pgs, conn->pg);
     pgs->open = 1;
     kl__pg_conn_give(pgs, conn, err != KL_OK);
   }

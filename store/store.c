@@ -548,10 +548,8 @@ kl_err_t kl__store_begin_check(kl_store_t *store, const char *topic,
   return err;
 }
 
-int64_t kl__store_idle_ms(const kl_store_t *store, const kl_conf_t *conf) {
-  return store && conf && strcmp(store->ops->name, "postgresql") == 0
-             ? kl__conf_int(conf, "store.pg.idle.timeout")
-             : 0;
+int64_t kl__store_idle_ms(const kl_store_t *store) {
+  return store && store->ops->idle_ms ? store->ops->idle_ms(store) : 0;
 }
 
 int kl__store_has_prefetch(kl_store_t *store) {

@@ -255,12 +255,13 @@ kl_err_t kl__store_begin_check(kl_store_t *store, const char *topic,
 
 /**
  * How long a batch's session may sit idle in its transaction before the
- * store's server ends it: store.pg.idle.timeout of @p conf (the conf the
- * store was opened with) on PostgreSQL. A handler that works that long
- * without using the session leaves a batch that cannot commit.
- * @returns milliseconds; 0: no such bound (LMDB, or the server's setting).
+ * store's server ends it: on PostgreSQL store.pg.idle.timeout of the conf
+ * the store was opened with or, when that is 0, the server's own
+ * idle_in_transaction_session_timeout, read at open. A handler that works
+ * that long without using the session leaves a batch that cannot commit.
+ * @returns milliseconds; 0: no such bound (LMDB, or none on the server).
  */
-int64_t kl__store_idle_ms(const kl_store_t *store, const kl_conf_t *conf);
+int64_t kl__store_idle_ms(const kl_store_t *store);
 
 /** @returns nonzero when kl_txn_prefetch() saves round trips on @p store
  *  (PostgreSQL), so that a caller decodes ids for it only then. */

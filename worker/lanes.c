@@ -1104,7 +1104,7 @@ kl_err_t kl__lanes_new(const kl_conf_t *conf, const kl__applier_t *applier,
   if (lanes->retry_max_ms < lanes->retry_initial_ms)
     lanes->retry_max_ms = lanes->retry_initial_ms;
   lanes->max_attempts = (int)kl__conf_int(conf, "worker.max.attempts");
-  lanes->idle_ms = kl__store_idle_ms(lanes->store, conf);
+  lanes->idle_ms = kl__store_idle_ms(lanes->store);
   size_t txn_max = kl__store_txn_max(lanes->store);
   lanes->txn_max = txn_max > 2 ? txn_max - 1 : txn_max ? 1 : 0;
   lanes->seed = kl__fnv1a(applier->topic, strlen(applier->topic));

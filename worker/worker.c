@@ -965,7 +965,7 @@ static kl_err_t check_poll_interval(const kl_conf_t *conf) {
  */
 static kl_err_t check_idle_timeout(const kl_conf_t *conf, kl_store_t *store) {
   int64_t handler_ms = kl__conf_int(conf, "worker.handler.timeout.ms");
-  int64_t idle_ms = kl__store_idle_ms(store, conf);
+  int64_t idle_ms = kl__store_idle_ms(store);
   if (!handler_ms || !idle_ms || handler_ms < idle_ms) /* 0: no bound */
     return KL_OK;
   return kl__err(KL_ECONF,

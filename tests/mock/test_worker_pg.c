@@ -287,18 +287,39 @@ static void test_slow_handler_sql_applies_on_pg(void **state) {
  * above their sum): the batch's session was idle in its transaction for
  * the sum, the server ended it, and every group commit failed forever,
  * counting nothing (issue 39's second attack, MEDIUM-3). A batch now ends
- * before its age nears the timeout: every event applies, no commit fails. */
-static void test_slow_calls_add_up_in_one_batch_on_pg(void **state) {
+ * before its age nears the timeout: every event applies, no commit fails.
+ * On a store opened with store.pg.idle.timeout @p idle; @p server_idle,
+ * unless NULL, is the database's own idle_in_transaction_session_timeout
+ * (ALTER DATABASE). */
+static void kl_slow_calls_add_up(const char *name, const char *idle,
+                                 const char *server_idle) {
   kl_fx_t fx;
-  kl_fx_up(&fx, "addup", 1);
-  const char *const extra[] = {"store.pg.idle.timeout=1s",
-                               "worker.batch.wait.ms=10000",
+  kl_fx_up(&fx, name, 1);
+  if (server_idle) {
+    PGconn *pg = PQconnectdb(fx.where);
+    assert_int_equal(PQstatus(pg), CONNECTION_OK);
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "DO $$ BEGIN EXECUTE format('ALTER DATABASE %%I SET "
+             "idle_in_transaction_session_timeout = %%L', current_database(), "
+             "'%s'); END $$",
+             server_idle);
+    PGresult *res = PQexec(pg, sql);
+    if (PQresultStatus(res) != PGRES_COMMAND_OK)
+      fail_msg("%s: %s", sql, PQresultErrorMessage(res));
+    PQclear(res);
+    PQfinish(pg);
+  }
+  char idle_x[64];
+  snprintf(idle_x, sizeof(idle_x), "store.pg.idle.timeout=%s", idle);
+  const char *const extra[] = {idle_x, "worker.batch.wait.ms=10000",
                                "worker.session.timeout.ms=6000", NULL};
   kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(kl_conf_set(conf, "store.pg.idle.timeout", "1s"), KL_OK);
+  assert_int_equal(kl_conf_set(conf, "store.pg.idle.timeout", idle), KL_OK);
   kl_store_t *store;
   assert_int_equal(kl_store_open(fx.where, conf, &store), KL_OK);
   kl_conf_destroy(conf);
+  assert_int_equal(kl__store_idle_ms(store), 1000);
   enum { N = 6 };
   for (int i = 0; i < N; i++) {
     char key[16], id[16];
@@ -330,6 +351,20 @@ static void test_slow_calls_add_up_in_one_batch_on_pg(void **state) {
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   kl_store_destroy(store);
   kl_t_ledger_fx_down(&fx);
+}
+
+static void test_slow_calls_add_up_in_one_batch_on_pg(void **state) {
+  (void)state;
+  kl_slow_calls_add_up("addup", "1s", NULL);
+}
+
+/* Third attack, M2: store.pg.idle.timeout=0 means the server's setting,
+ * which keylane did not know: a database that ends idle transactions
+ * after 1 s made every group commit of these calls fail, forever. The
+ * store reads the server's value at open and the batches keep under it. */
+static void test_server_idle_timeout_bounds_batches_on_pg(void **state) {
+  (void)state;
+  kl_slow_calls_add_up("srvidle", "0", "1s");
 }
 
 /* kl_t_kill_batch()'s state: it ends the batch's session before each
@@ -558,6 +593,7 @@ int main(void) {
       cmocka_unit_test(test_slow_handler_counts_attempts_key_parallel_on_pg),
       cmocka_unit_test(test_slow_handler_sql_applies_on_pg),
       cmocka_unit_test(test_slow_calls_add_up_in_one_batch_on_pg),
+      cmocka_unit_test(test_server_idle_timeout_bounds_batches_on_pg),
       cmocka_unit_test(test_failed_commit_names_its_error_on_pg),
       cmocka_unit_test(test_inventory_revoked_privilege_waits_on_pg),
   };
