@@ -53,7 +53,10 @@ def cmd_publish(bootstrap, topic, out):
 def dead_letters(bootstrap, dlq, want):
     from confluent_kafka import Consumer
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify-dlq", "auto.offset.reset": "earliest"})
+    # No commit: verify runs again until the worker is done, and each run
+    # must read every letter from the start, not after the last run's.
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify-dlq", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
     c.subscribe([dlq])
     letters = {}
     for _ in range(300):
