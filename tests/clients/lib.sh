@@ -30,26 +30,35 @@ clients_cleanup() {
 trap clients_cleanup EXIT
 
 # The venv: PyPI's packages (tests/clients/requirements.txt), made once per
-# build directory; the keylane package (clients/python) installed into it
-# anew each run, as a user installs it (pip install ./clients/python).
+# build directory under a lock, since make test runs the client tests at
+# once; the keylane package (clients/python) is installed anew each run, as a
+# user installs it (pip install ./clients/python), into this run's own
+# directory, so that one test's reinstall never pulls the package from under
+# another's running Python. PY runs the venv's Python with that directory
+# first on its path.
 clients_venv() {
   VENV=$BUILD/venv-clients
   local req=$HERE/requirements.txt
-  if ! cmp -s "$req" "$VENV/requirements.txt" 2>/dev/null; then
-    rm -rf "$VENV"
-    python3 -m venv "$VENV"
-    timeout 600 "$VENV/bin/pip" install -q --disable-pip-version-check -r "$req"
-    cp "$req" "$VENV/requirements.txt"
-  fi
+  (
+    flock 9
+    if ! cmp -s "$req" "$VENV/requirements.txt" 2>/dev/null; then
+      rm -rf "$VENV"
+      python3 -m venv "$VENV" &&
+        timeout 600 "$VENV/bin/pip" install -q --disable-pip-version-check -r "$req" &&
+        cp "$req" "$VENV/requirements.txt"
+    fi
+  ) 9>"$BUILD/venv-clients.lock" || return 1
   # from a copy: setuptools builds in the tree it is given
   cp -r "$SRC/clients/python" "$W/python-src"
   rm -rf "$W/python-src/build" "$W/python-src/src/"*.egg-info
   timeout 300 "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation \
-    --force-reinstall "$W/python-src" >"$W/pip.log" 2>&1 || {
+    --target "$W/site" "$W/python-src" >"$W/pip.log" 2>&1 || {
     cat "$W/pip.log"
     return 1
   }
-  PY=$VENV/bin/python
+  PY=$W/python
+  printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec %s "$@"\n' "$W/site" "$VENV/bin/python" >"$PY"
+  chmod +x "$PY"
 }
 
 # embedded NAME TOPIC PARTITIONS: a `keylane broker --embedded` in the
