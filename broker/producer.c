@@ -604,7 +604,7 @@ kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
   /* Validating first: a bad event fails before any waiting. */
   kl_err_t err = kl_event_validate(&ev, 0);
   if (!err) /* the outbox's ids are keylane's; nobody else's may be */
-    err = kl__id_check(ev.id, ev.id_len, producer->follow_ups);
+    err = kl__reserved_check(&ev, producer->follow_ups);
   if (err)
     return err;
   /* librdkafka copies the envelope, so it only lives for this call. */

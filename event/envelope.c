@@ -157,6 +157,11 @@ kl_err_t kl_event_validate(const kl_event_t *event, int id_optional) {
     err = len_check("p", event->payload_len, 0, KL_PAYLOAD_MAX);
   if (err == KL_OK)
     err = headers_check(event->headers, event->header_count);
+  if (err == KL_OK && event->not_before < 0)
+    err = kl__err(KL_EINVAL,
+                  "not_before is %lld: give ms since the Unix epoch, or 0 "
+                  "to have the event applied when it is read",
+                  (long long)event->not_before);
   if (err == KL_OK)
     err = kl__trace_check(event);
   return err;
@@ -182,6 +187,31 @@ kl_err_t kl__id_check(const char *id, size_t id_len, int follow_ups) {
                  "record that is not one is never applied; fix its "
                  "producer, which does not publish through keylane",
                  envelope_printable(id, id_len, shown), KL_ID_RESERVED);
+}
+
+kl_err_t kl__reserved_check(const kl_event_t *event, int own) {
+  kl_err_t err = kl__id_check(event->id, event->id_len, own);
+  if (err || event->type_len == 0 || event->type[0] != KL_TYPE_RESERVED)
+    return err;
+  char shown[68];
+  if (!own)
+    return kl__err(KL_EINVAL,
+                   "type \"%s\" begins with '%c', which keylane keeps for "
+                   "its own records (a due timer's \"%s\"): choose a type "
+                   "that does not",
+                   envelope_printable(event->type, event->type_len, shown),
+                   KL_TYPE_RESERVED, KL_TYPE_TIMER);
+  if (event->type_len == sizeof(KL_TYPE_TIMER) - 1 &&
+      memcmp(event->type, KL_TYPE_TIMER, event->type_len) == 0 &&
+      event->not_before > 0)
+    return KL_OK;
+  return kl__err(KL_EINVAL,
+                 "type \"%s\" begins with '%c' but is no due timer's record "
+                 "(type \"%s\" with \"nb\"): keylane keeps such types for "
+                 "its own records, so one that is not is never applied; fix "
+                 "its producer, which does not publish through keylane",
+                 envelope_printable(event->type, event->type_len, shown),
+                 KL_TYPE_RESERVED, KL_TYPE_TIMER);
 }
 
 kl_err_t kl__record_check(const kl_event_t *event, size_t envelope_size) {
@@ -230,6 +260,8 @@ size_t kl__envelope_size(const kl_event_t *event) {
              bin_size(event->payload_len);
   if (event->header_count > 0)
     n += 2 + 3;
+  if (event->not_before > 0)
+    n += 3 + 9;
   for (size_t i = 0; i < event->header_count; i++)
     n += str_size(event->headers[i].name_len) +
          str_size(event->headers[i].value_len);
@@ -312,8 +344,9 @@ static uint8_t *put_name(uint8_t *o, const char *name, size_t len) {
 }
 
 size_t kl__envelope_write(const kl_event_t *event, uint8_t *buf) {
-  uint8_t *o = put_map(buf, event->header_count > 0 ? 6 : 5);
-  o = put_int(put_name(o, "v", 1), KL_ENVELOPE_VERSION);
+  int nb = event->not_before > 0;
+  uint8_t *o = put_map(buf, 5 + (event->header_count > 0) + nb);
+  o = put_int(put_name(o, "v", 1), nb ? 2 : 1);
   o = put_str(put_name(o, "id", 2), event->id, event->id_len);
   o = put_str(put_name(o, "t", 1), event->type, event->type_len);
   o = put_int(put_name(o, "ts", 2), event->ts);
@@ -326,6 +359,8 @@ size_t kl__envelope_write(const kl_event_t *event, uint8_t *buf) {
       o = put_str(o, h->value, h->value_len);
     }
   }
+  if (nb)
+    o = put_int(put_name(o, "nb", 2), event->not_before);
   return (size_t)(o - buf);
 }
 
@@ -369,12 +404,12 @@ static kl_err_t mp_next(kl__mp_reader_t *rd, kl__mp_item_t *mp,
 }
 
 /* Envelope fields; a bit each in the decoder's seen-mask. */
-enum { KL_F_V, KL_F_ID, KL_F_T, KL_F_TS, KL_F_P, KL_F_H, KL_F__COUNT };
-static const char *const kl_field_names[KL_F__COUNT] = {"v",  "id", "t",
-                                                        "ts", "p",  "h"};
+enum { KL_F_V, KL_F_ID, KL_F_T, KL_F_TS, KL_F_P, KL_F_H, KL_F_NB, KL_F__COUNT };
+static const char *const kl_field_names[KL_F__COUNT] = {"v", "id", "t", "ts",
+                                                        "p", "h",  "nb"};
 static const char *const kl_field_where[KL_F__COUNT] = {
-    "field \"v\"",  "field \"id\"", "field \"t\"",
-    "field \"ts\"", "field \"p\"",  "field \"h\""};
+    "field \"v\"", "field \"id\"", "field \"t\"", "field \"ts\"",
+    "field \"p\"", "field \"h\"",  "field \"nb\""};
 
 static int field_lookup(const uint8_t *s, uint64_t n) {
   if (n == 1)
@@ -392,6 +427,8 @@ static int field_lookup(const uint8_t *s, uint64_t n) {
     return KL_F_ID;
   if (n == 2 && s[0] == 't' && s[1] == 's')
     return KL_F_TS;
+  if (n == 2 && s[0] == 'n' && s[1] == 'b')
+    return KL_F_NB;
   return -1;
 }
 
@@ -402,15 +439,16 @@ static kl_err_t wrong_type(const char *field, const kl__mp_item_t *mp,
                  mp->what, want);
 }
 
-static kl_err_t version_read(const kl__mp_item_t *mp) {
+static kl_err_t version_read(const kl__mp_item_t *mp, int *version) {
   if (mp->kind != KL__MP_INT)
     return wrong_type("v", mp, "an int");
-  if (mp->big || mp->i != KL_ENVELOPE_VERSION)
-    return kl__err(
-        KL_EDECODE_VERSION,
-        "envelope version \"v\" is %s%lld, this build reads version %d",
-        mp->big ? ">" : "", (long long)(mp->big ? INT64_MAX : mp->i),
-        KL_ENVELOPE_VERSION);
+  if (mp->big || mp->i < 1 || mp->i > KL_ENVELOPE_VERSION)
+    return kl__err(KL_EDECODE_VERSION,
+                   "envelope version \"v\" is %s%lld, this build reads "
+                   "versions 1 to %d",
+                   mp->big ? ">" : "", (long long)(mp->big ? INT64_MAX : mp->i),
+                   KL_ENVELOPE_VERSION);
+  *version = (int)mp->i;
   return KL_OK;
 }
 
@@ -423,14 +461,18 @@ static kl_err_t str_read(int f, const kl__mp_item_t *mp, size_t max,
   return len_check(kl_field_names[f], mp->n, 1, max);
 }
 
-static kl_err_t ts_read(const kl__mp_item_t *mp, int64_t *ts) {
-  if (mp->kind != KL__MP_INT)
-    return wrong_type("ts", mp, "an int (ms since the epoch)");
+/* "ts" or "nb": ms since the epoch, an int64; "nb" positive. */
+static kl_err_t time_read(int f, const kl__mp_item_t *mp, int64_t *ms) {
+  const char *name = kl_field_names[f];
+  if (mp->kind != KL__MP_INT || (f == KL_F_NB && !mp->big && mp->i <= 0))
+    return wrong_type(name, mp,
+                      f == KL_F_NB ? "a positive int (ms since the epoch)"
+                                   : "an int (ms since the epoch)");
   if (mp->big)
     return kl__err(KL_EDECODE_OVERSIZE,
-                   "envelope field \"ts\" is %llu, the limit is %lld",
+                   "envelope field \"%s\" is %llu, the limit is %lld", name,
                    (unsigned long long)mp->n, (long long)INT64_MAX);
-  *ts = mp->i;
+  *ms = mp->i;
   return KL_OK;
 }
 
@@ -482,10 +524,11 @@ static kl_err_t headers_read(kl_decoder_t *decoder, kl__mp_reader_t *rd,
 }
 
 static kl_err_t value_read(kl_decoder_t *decoder, kl__mp_reader_t *rd, int f,
-                           const kl__mp_item_t *mp, kl_event_t *ev) {
+                           const kl__mp_item_t *mp, int *version,
+                           kl_event_t *ev) {
   switch (f) {
   case KL_F_V:
-    return version_read(mp);
+    return version_read(mp, version);
   case KL_F_ID: {
     kl_err_t err = str_read(f, mp, KL_ID_MAX, &ev->id, &ev->id_len);
     return err ? err : id_text_check(ev->id, ev->id_len);
@@ -493,7 +536,9 @@ static kl_err_t value_read(kl_decoder_t *decoder, kl__mp_reader_t *rd, int f,
   case KL_F_T:
     return str_read(f, mp, KL_TYPE_MAX, &ev->type, &ev->type_len);
   case KL_F_TS:
-    return ts_read(mp, &ev->ts);
+    return time_read(f, mp, &ev->ts);
+  case KL_F_NB:
+    return time_read(f, mp, &ev->not_before);
   case KL_F_P:
     return payload_read(mp, ev);
   default:
@@ -502,7 +547,7 @@ static kl_err_t value_read(kl_decoder_t *decoder, kl__mp_reader_t *rd, int f,
 }
 
 static kl_err_t field_read(kl_decoder_t *decoder, kl__mp_reader_t *rd,
-                           unsigned *seen, kl_event_t *ev) {
+                           unsigned *seen, int *version, kl_event_t *ev) {
   kl__mp_item_t name, value;
   char shown[68];
   kl_err_t err = mp_next(rd, &name, "a field name");
@@ -516,7 +561,7 @@ static kl_err_t field_read(kl_decoder_t *decoder, kl__mp_reader_t *rd,
   if (f < 0)
     return kl__err(KL_EDECODE_UNKNOWN,
                    "envelope has a field \"%s\" that version %d does not "
-                   "define (v, id, t, ts, p, h)",
+                   "define (v, id, t, ts, p, h, nb)",
                    envelope_printable((const char *)name.body, name.n, shown),
                    KL_ENVELOPE_VERSION);
   if (*seen & (1u << f))
@@ -524,15 +569,21 @@ static kl_err_t field_read(kl_decoder_t *decoder, kl__mp_reader_t *rd,
                    kl_field_names[f]);
   *seen |= 1u << f;
   err = mp_next(rd, &value, kl_field_where[f]);
-  return err == KL_OK ? value_read(decoder, rd, f, &value, ev) : err;
+  return err == KL_OK ? value_read(decoder, rd, f, &value, version, ev) : err;
 }
 
-static kl_err_t fields_present(unsigned seen) {
+static kl_err_t fields_present(unsigned seen, int version) {
   for (int f = KL_F_V; f < KL_F_H; f++)
     if (!(seen & (1u << f)))
       return kl__err(KL_EDECODE_MISSING,
                      "envelope lacks the required field \"%s\"",
                      kl_field_names[f]);
+  /* A version 1 producer cannot mean "not before": the field is not its. */
+  if ((seen & (1u << KL_F_NB)) && version < 2)
+    return kl__err(KL_EDECODE_UNKNOWN,
+                   "envelope has the field \"nb\" (not before) but version "
+                   "%d, which lacks it: a delayed event is version 2",
+                   version);
   return KL_OK;
 }
 
@@ -547,17 +598,18 @@ static kl_err_t envelope_read(kl_decoder_t *decoder, kl__mp_reader_t *rd,
   if (map.kind != KL__MP_MAP)
     return kl__err(KL_EDECODE_NOT_MAP,
                    "envelope is a msgpack %s, it must be a map", map.what);
-  /* A hostile count costs nothing: by the 7th pair a field repeats or is
+  /* A hostile count costs nothing: by the 8th pair a field repeats or is
    * unknown, or the bytes run out. */
   unsigned seen = 0;
+  int version = 0;
   for (uint64_t i = 0; err == KL_OK && i < map.n; i++)
-    err = field_read(decoder, rd, &seen, ev);
+    err = field_read(decoder, rd, &seen, &version, ev);
   if (err == KL_OK && rd->p != rd->end)
     err = kl__err(KL_EDECODE_TRAILING,
                   "envelope ends at byte %zu of %zu; trailing bytes: %zu",
                   (size_t)(rd->p - rd->begin), (size_t)(rd->end - rd->begin),
                   (size_t)(rd->end - rd->p));
-  return err == KL_OK ? fields_present(seen) : err;
+  return err == KL_OK ? fields_present(seen, version) : err;
 }
 
 kl_decoder_t *kl_decoder_new(void) {

@@ -156,7 +156,7 @@ kl_err_t kl__jevent_parse(kl__jevent_t *je, const json_t *root, bool raw_bin,
   if (!e)
     e = jev_str(root, "id", false, KL_ID_MAX, &ev->id, &ev->id_len, err,
                 err_size);
-  if (!e && kl__id_check(ev->id, ev->id_len, 0))
+  if (!e && kl__reserved_check(ev, 0))
     e = jev_fail(err, err_size, "%s", kl_err_detail());
   if (!e)
     e = jev_headers(je, root, err, err_size);

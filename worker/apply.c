@@ -48,7 +48,7 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
    * kl_publish() keeps is kept here again, or a record could take a
    * follow-up's id and have the real one suppressed as its duplicate. */
   if (!err && !KL__MUTANT(KL__MUTANT_RESERVED) &&
-      (err = kl__id_check(event->id, event->id_len, 1)))
+      (err = kl__reserved_check(event, 1)))
     res->reserved_id = 1;
   if (err) {
     res->failed_err = err;

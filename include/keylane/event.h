@@ -7,12 +7,15 @@
  *
  * | field | type            | limit                          |
  * |-------|-----------------|--------------------------------|
- * | v     | positive int    | 1 (KL_ENVELOPE_VERSION)        |
+ * | v     | positive int    | 1, or 2 with nb                |
  * | id    | str             | 1..KL_ID_MAX bytes             |
  * | t     | str             | 1..KL_TYPE_MAX bytes           |
  * | ts    | int             | producer time, ms since epoch  |
  * | p     | bin             | 0..KL_PAYLOAD_MAX bytes        |
  * | h     | map str => str  | optional, <= KL_HEADERS_MAX    |
+ * | nb    | positive int    | optional (version 2): the time |
+ * |       |                 | before which the event is not  |
+ * |       |                 | applied, ms since the epoch    |
  *
  * The message key is 1..KL_KEY_MAX bytes. Unknown fields are an error, so
  * that a newer producer's envelope is never half-understood.
@@ -38,7 +41,11 @@
 extern "C" {
 #endif
 
-#define KL_ENVELOPE_VERSION 1
+/** The highest envelope version this build reads. It writes version 1,
+ *  which every keylane reads, unless the event has a not_before: version 2
+ *  carries "nb", so that a worker too old for timers refuses the event (a
+ *  dead letter of reason decode) rather than apply it early. */
+#define KL_ENVELOPE_VERSION 2
 #define KL_KEY_MAX 1024
 #define KL_ID_MAX 255
 /** The first byte of the ids keylane derives for follow-up events
@@ -48,6 +55,11 @@ extern "C" {
  *  (reason reserved_id), so that no other id can take a follow-up's. */
 #define KL_ID_RESERVED '~'
 #define KL_TYPE_MAX 255
+/** Types beginning with it are keylane's own: "~timer" is the record the
+ *  owner of a partition writes when a delayed event is due (docs/design.md,
+ *  "Timers"). kl_publish() refuses them; a worker dead-letters any other
+ *  (reason reserved_id). */
+#define KL_TYPE_RESERVED '~'
 /** Kafka's default message.max.bytes: the largest record batch a broker
  * (and a topic, as max.message.bytes) accepts. keylane's producers set it
  * as their own limit unless kafka.message.max.bytes says otherwise. */
@@ -84,6 +96,10 @@ typedef struct kl_event {
   size_t payload_len;
   const kl_header_t *headers; /**< optional; NULL when header_count is 0 */
   size_t header_count;
+  /** ms since the Unix epoch before which the event is not applied: the
+   *  worker keeps it as a timer of its key and applies it, in the key's
+   *  order, once the time has come. 0: apply it when read. */
+  int64_t not_before;
 } kl_event_t;
 
 /**

@@ -104,7 +104,7 @@ static void kl_orders_publish(kl_orders_t *o, int n) {
     snprintf(sku, sizeof(sku), "sku-%d", k);
     snprintf(id, sizeof(id), "order-%d", o->published);
     kl_event_t event = {sku, strlen(sku), id, strlen(id), "reserve", 7,
-                        0,   "\x80",      1,  NULL,       0};
+                        0,   "\x80",      1,  NULL,       0,         0};
     assert_int_equal(kl_publish(o->producer, kl_topic, &event, NULL), KL_OK);
     if (o->published % 10 == 9)
       assert_int_equal(kl_publish(o->producer, kl_topic, &event, NULL), KL_OK);

@@ -90,7 +90,7 @@ static kl_handler_result_t t_apply(t_state_t *st, kl_txn_t *txn,
   }
   kl_event_t event = {key,         strlen(key),  id, strlen(id),
                       type,        strlen(type), 0,  payload,
-                      payload_len, NULL,         0};
+                      payload_len, NULL,         0,  0};
   kl_fence_t fence = {st->topic, 0, st->epoch, st->offset++};
   kl_handler_result_t r = handler(NULL, &event, &fence, txn, why, why_size);
   if (r == KL_HANDLER_OK)

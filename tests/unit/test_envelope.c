@@ -17,6 +17,7 @@
 #include <pthread.h>
 
 #include "common/internal.h"
+#include "event/envelope.h"
 #include "event/uuid.h"
 #include "keylane/event.h"
 
@@ -346,9 +347,10 @@ static void test_roundtrip_max_sizes(void **state) {
     headers[i] =
         (kl_header_t){names[i], KL_HEADER_NAME_MAX, value, KL_HEADER_VALUE_MAX};
   }
-  kl_event_t ev = {key,           KL_KEY_MAX, id,      KL_ID_MAX,      type,
-                   KL_TYPE_MAX,   INT64_MAX,  payload, KL_PAYLOAD_MAX, headers,
-                   KL_HEADERS_MAX};
+  kl_event_t ev = {key,       KL_KEY_MAX,     id,
+                   KL_ID_MAX, type,           KL_TYPE_MAX,
+                   INT64_MAX, payload,        KL_PAYLOAD_MAX,
+                   headers,   KL_HEADERS_MAX, INT64_MAX};
   roundtrip(&ev);
   free(payload);
 }
@@ -521,6 +523,9 @@ static void pack_v0(msgpack_packer *pk) {
 static void pack_v2(msgpack_packer *pk) {
   msgpack_pack_int(pk, 2);
 }
+static void pack_v3(msgpack_packer *pk) {
+  msgpack_pack_int(pk, 3);
+}
 static void pack_vneg(msgpack_packer *pk) {
   msgpack_pack_int(pk, -1);
 }
@@ -529,13 +534,90 @@ static void pack_vhuge(msgpack_packer *pk) {
 }
 
 static void test_unknown_version(void **state) {
-  pack_fn versions[] = {pack_v0, pack_v2, pack_vneg, pack_vhuge};
+  pack_fn versions[] = {pack_v0, pack_v3, pack_vneg, pack_vhuge};
   for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++)
     assert_err(decode_spec((spec_t){.over = "v", .fn = versions[i]}),
                KL_EDECODE_VERSION);
-  assert_err(decode_spec((spec_t){.over = "v", .fn = pack_v2}),
+  assert_err(decode_spec((spec_t){.over = "v", .fn = pack_v3}),
              KL_EDECODE_VERSION);
-  assert_detail("is 2");
+  assert_detail("is 3");
+  assert_detail("versions 1 to 2");
+  /* version 2 without "nb": an event applied when read, like version 1 */
+  assert_err(decode_spec((spec_t){.over = "v", .fn = pack_v2}), KL_OK);
+}
+
+static void pack_nb(msgpack_packer *pk) {
+  msgpack_pack_int64(pk, INT64_C(1700000000000));
+}
+static void pack_nb_zero(msgpack_packer *pk) {
+  msgpack_pack_int(pk, 0);
+}
+static void pack_nb_neg(msgpack_packer *pk) {
+  msgpack_pack_int(pk, -5);
+}
+static void pack_nb_huge(msgpack_packer *pk) {
+  msgpack_pack_uint64(pk, UINT64_MAX);
+}
+
+/* "nb" (not before) is version 2's: a version 1 envelope that carries it
+ * was not written by a producer that meant it, and a worker too old for
+ * timers refuses version 2 rather than apply the event early. */
+static void test_not_before(void **state) {
+  buf_t b = build(
+      (spec_t){.over = "v", .fn = pack_v2, .extra = "nb", .extra_fn = pack_nb});
+  kl_event_t ev;
+  assert_err(kl_event_decode(decoder, KEY, strlen(KEY), b.data, b.size, &ev),
+             KL_OK);
+  assert_int_equal(ev.not_before, INT64_C(1700000000000));
+  free(b.data);
+  assert_err(decode_spec((spec_t){.extra = "nb", .extra_fn = pack_nb}),
+             KL_EDECODE_UNKNOWN);
+  assert_detail("version 1, which lacks it");
+  pack_fn bad[] = {pack_nb_zero, pack_nb_neg, pack_nil};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    assert_err(
+        decode_spec((spec_t){
+            .over = "v", .fn = pack_v2, .extra = "nb", .extra_fn = bad[i]}),
+        KL_EDECODE_TYPE);
+  assert_err(
+      decode_spec((spec_t){
+          .over = "v", .fn = pack_v2, .extra = "nb", .extra_fn = pack_nb_huge}),
+      KL_EDECODE_OVERSIZE);
+  /* encoded: version 2 and "nb" exactly when there is a not_before */
+  ev = sample_event();
+  ev.not_before = 1;
+  void *out;
+  size_t len;
+  assert_err(kl_event_encode(&ev, &out, &len), KL_OK);
+  kl_event_t back;
+  assert_err(kl_event_decode(decoder, ev.key, ev.key_len, out, len, &back),
+             KL_OK);
+  assert_int_equal(back.not_before, 1);
+  assert_memory_equal((const char *)out + 1, "\xa1v\x02", 3);
+  free(out);
+  ev.not_before = -1;
+  assert_err(kl_event_validate(&ev, 0), KL_EINVAL);
+  assert_detail("not_before is -1");
+}
+
+/* A type beginning with '~' is keylane's: a client may publish none, and
+ * a record of one is applied only as a due timer's ("~timer" with "nb"). */
+static void test_reserved_types(void **state) {
+  kl_event_t ev = sample_event();
+  ev.type = "~timer";
+  ev.type_len = 6;
+  assert_err(kl__reserved_check(&ev, 0), KL_EINVAL);
+  assert_detail("keeps for its own records");
+  assert_err(kl__reserved_check(&ev, 1), KL_EINVAL); /* no "nb" */
+  ev.not_before = 5;
+  assert_err(kl__reserved_check(&ev, 1), KL_OK);
+  ev.type = "~timers";
+  ev.type_len = 7;
+  assert_err(kl__reserved_check(&ev, 1), KL_EINVAL);
+  assert_detail("no due timer's record");
+  ev.type = "x~";
+  ev.type_len = 2;
+  assert_err(kl__reserved_check(&ev, 0), KL_OK);
 }
 
 static void test_missing_each_field(void **state) {
@@ -764,9 +846,9 @@ static buf_t pack_reference(const kl_event_t *ev) {
   msgpack_packer pk;
   msgpack_sbuffer_init(&sb);
   msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, ev->header_count > 0 ? 6 : 5);
+  msgpack_pack_map(&pk, 5 + (ev->header_count > 0) + (ev->not_before > 0));
   pack_cstr(&pk, "v");
-  msgpack_pack_int(&pk, KL_ENVELOPE_VERSION);
+  msgpack_pack_int(&pk, ev->not_before > 0 ? 2 : 1);
   pack_cstr(&pk, "id");
   pack_ref_str(&pk, ev->id, ev->id_len);
   pack_cstr(&pk, "t");
@@ -783,6 +865,10 @@ static buf_t pack_reference(const kl_event_t *ev) {
       pack_ref_str(&pk, h->name, h->name_len);
       pack_ref_str(&pk, h->value, h->value_len);
     }
+  }
+  if (ev->not_before > 0) {
+    pack_cstr(&pk, "nb");
+    msgpack_pack_int64(&pk, ev->not_before);
   }
   return (buf_t){sb.data, sb.size};
 }
@@ -839,6 +925,9 @@ static void test_encode_bytes_as_msgpack_c(void **state) {
   for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++) {
     ev.ts = ts[i];
     assert_bytes_as_msgpack_c(&ev);
+    ev.not_before = ts[i] > 0 ? ts[i] : 0;
+    assert_bytes_as_msgpack_c(&ev);
+    ev.not_before = 0;
   }
   for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
     ev = sample_event();
@@ -986,6 +1075,8 @@ int main(void) {
       cmocka_unit_test(test_envelope_too_large),
       cmocka_unit_test(test_key_limits),
       cmocka_unit_test(test_unknown_version),
+      cmocka_unit_test(test_not_before),
+      cmocka_unit_test(test_reserved_types),
       cmocka_unit_test(test_missing_each_field),
       cmocka_unit_test(test_empty_fields),
       cmocka_unit_test(test_id_must_be_utf8_text),
