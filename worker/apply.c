@@ -50,6 +50,14 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
   if (!err && !KL__MUTANT(KL__MUTANT_RESERVED) &&
       (err = kl__reserved_check(event, 1)))
     res->reserved_id = 1;
+  /* Timers are not applied by this build yet (docs/design.md, "Timers"):
+   * a delayed event is refused as a worker that predates version 2 refuses
+   * it, so that none is ever applied before its time. */
+  if (!err && event->not_before > 0)
+    err = kl__err(KL_EDECODE_VERSION,
+                  "envelope field \"nb\" (not before): this worker does "
+                  "not apply delayed events yet; a worker with timers can "
+                  "apply this letter (keylane replay --from-dlq)");
   if (err) {
     res->failed_err = err;
     snprintf(res->why, sizeof(res->why), "%s: %s: %s",
