@@ -81,7 +81,8 @@ struct kl_producer {
   pthread_t watch;
   int watching, stopping;
   int64_t check_ms;
-  kl_topic_t *last; /* most publishes go to the topic of the previous one */
+  int64_t timer_max_ms; /* timer.max.delay */
+  kl_topic_t *last;     /* most publishes go to the topic of the previous one */
   kl_decoder_t *decoder; /* reads ids back in delivery reports */
 };
 
@@ -247,6 +248,7 @@ kl_err_t kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
   producer->expect_partitions =
       (int32_t)kl__conf_int(conf, "producer.expect.partitions");
   producer->check_ms = kl__conf_int(conf, "producer.partitions.check.ms");
+  producer->timer_max_ms = kl__conf_int(conf, "timer.max.delay");
   producer->follow_ups =
       strcmp(kl_conf_get(conf, "producer.follow_ups"), "true") == 0;
   pthread_mutex_init(&producer->mu, NULL);
@@ -605,6 +607,8 @@ kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
   kl_err_t err = kl_event_validate(&ev, 0);
   if (!err) /* the outbox's ids are keylane's; nobody else's may be */
     err = kl__reserved_check(&ev, producer->follow_ups);
+  if (!err)
+    err = kl__not_before_check(&ev, kl__now_ms(), producer->timer_max_ms);
   if (err)
     return err;
   /* librdkafka copies the envelope, so it only lives for this call. */

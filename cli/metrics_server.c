@@ -193,6 +193,21 @@ static void ms_routing(kl__metrics_server_t *server, kl__metrics_t *m,
                st->partitions_live != st->partitions_expected);
 }
 
+/* Delayed events (docs/design.md, "Timers"). */
+static void ms_timers(kl__metrics_t *m, const kl_worker_stats_t *st) {
+  ms_counter(m, "keylane_worker_timers_scheduled_total",
+             "Delayed events (not_before) read and kept as timers, to run "
+             "once due.",
+             st->timers_scheduled);
+  ms_counter(m, "keylane_worker_timers_fired_total",
+             "Due timers' firing records written and acknowledged.",
+             st->timers_fired);
+  ms_counter(m, "keylane_worker_timers_early_total",
+             "Firing records stamped before their timer's time (another "
+             "producer, or a clock stepped back): their timers wait on.",
+             st->timers_early);
+}
+
 /* Follow-up events (kl_txn_emit()): held in the outbox, and published. */
 static void ms_outbox(kl__metrics_t *m, const kl_worker_stats_t *st) {
   ms_gauge(m, "keylane_worker_outbox_pending",
@@ -309,6 +324,7 @@ static kl__metrics_t *ms_scrape(kl__metrics_server_t *server) {
   ms_routing(server, m, &st);
   ms_store_cache(server, m);
   ms_outbox(m, &st);
+  ms_timers(m, &st);
   kl_ms_scrape_t scrape = {
       server,
       kl__metrics_gauge(m, "keylane_worker_partition_watermark",

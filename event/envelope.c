@@ -194,24 +194,24 @@ kl_err_t kl__reserved_check(const kl_event_t *event, int own) {
   if (err || event->type_len == 0 || event->type[0] != KL_TYPE_RESERVED)
     return err;
   char shown[68];
-  if (!own)
-    return kl__err(KL_EINVAL,
-                   "type \"%s\" begins with '%c', which keylane keeps for "
-                   "its own records (a due timer's \"%s\"): choose a type "
-                   "that does not",
-                   envelope_printable(event->type, event->type_len, shown),
-                   KL_TYPE_RESERVED, KL_TYPE_TIMER);
-  if (event->type_len == sizeof(KL_TYPE_TIMER) - 1 &&
-      memcmp(event->type, KL_TYPE_TIMER, event->type_len) == 0 &&
-      event->not_before > 0)
+  return kl__err(KL_EINVAL,
+                 "type \"%s\" begins with '%c', which keylane keeps for "
+                 "types of its own: choose a type that does not (a record "
+                 "of one that another producer wrote is never applied)",
+                 envelope_printable(event->type, event->type_len, shown),
+                 KL_TYPE_RESERVED);
+}
+
+kl_err_t kl__not_before_check(const kl_event_t *event, int64_t now_ms,
+                              int64_t max_ms) {
+  int64_t ahead = event->not_before - now_ms;
+  if (event->not_before <= 0 || max_ms <= 0 || ahead <= max_ms)
     return KL_OK;
   return kl__err(KL_EINVAL,
-                 "type \"%s\" begins with '%c' but is no due timer's record "
-                 "(type \"%s\" with \"nb\"): keylane keeps such types for "
-                 "its own records, so one that is not is never applied; fix "
-                 "its producer, which does not publish through keylane",
-                 envelope_printable(event->type, event->type_len, shown),
-                 KL_TYPE_RESERVED, KL_TYPE_TIMER);
+                 "not_before is %lld s from now, later than timer.max.delay "
+                 "(%lld s) allows: publish the event closer to its time, or "
+                 "raise timer.max.delay (at most store.dedup.retention)",
+                 (long long)(ahead / 1000), (long long)(max_ms / 1000));
 }
 
 kl_err_t kl__record_check(const kl_event_t *event, size_t envelope_size) {

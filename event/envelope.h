@@ -60,18 +60,21 @@ void kl__event_make_id_at(char out[37], int64_t now_ms);
  */
 kl_err_t kl__id_check(const char *id, size_t id_len, int follow_ups);
 
-/** The type of the record a partition's owner writes when a timer is due
- *  (KL_TYPE_RESERVED). */
-#define KL_TYPE_TIMER "~timer"
-
 /**
- * kl__id_check() of @p event's id, and the same rule on its type: a type
- * beginning with KL_TYPE_RESERVED is keylane's. With @p own 0 (clients)
- * none is allowed; with 1 (keylane's own producers, and the worker for
- * every record it consumes) only a due timer's record: KL_TYPE_TIMER with
- * a not_before.
+ * kl__id_check() of @p event's id (@p own as its follow_ups), and the rule
+ * on its type: a type beginning with KL_TYPE_RESERVED is keylane's, and
+ * none is published or applied yet.
  * @returns KL_OK, or KL_EINVAL naming the id or type and the rule.
  */
 kl_err_t kl__reserved_check(const kl_event_t *event, int own);
+
+/**
+ * The rule on a delayed event's time, one for both sides: kl_publish()
+ * and the worker, each by its own clock @p now_ms. An event due more
+ * than @p max_ms (timer.max.delay; 0: no bound) after now is refused.
+ * @returns KL_OK, or KL_EINVAL saying by how much and what to do.
+ */
+kl_err_t kl__not_before_check(const kl_event_t *event, int64_t now_ms,
+                              int64_t max_ms);
 
 #endif

@@ -206,9 +206,9 @@ kl_err_t kl__child_apply(kl__child_t *child) {
   for (size_t i = 0; !err && i < child->data.count; i++) {
     const kl__buf_entry_t *e = kl__buf_at(&child->data, i);
     err = e->tag == KL__OV_DEL
-              ? kl_txn_del(child->snap, kl__buf_key(e), e->key_len)
-              : kl_txn_put(child->snap, kl__buf_key(e), e->key_len,
-                           kl__buf_val(e), e->val_len);
+              ? kl__txn_kv_del(child->snap, kl__buf_key(e), e->key_len)
+              : kl__txn_kv_put(child->snap, kl__buf_key(e), e->key_len,
+                               kl__buf_val(e), e->val_len);
   }
   for (size_t i = 0; !err && i < child->ids.count; i++) {
     const kl__buf_entry_t *e = kl__buf_at(&child->ids, i);

@@ -335,9 +335,8 @@ kl_err_t kl_txn_get(kl_txn_t *txn, const void *key, size_t key_len,
   return txn->store->ops->get(txn, key, key_len, val, val_len);
 }
 
-kl_err_t kl_txn_put(kl_txn_t *txn, const void *key, size_t key_len,
-                    const void *val, size_t val_len) {
-  kl__err_clear();
+kl_err_t kl__txn_kv_put(kl_txn_t *txn, const void *key, size_t key_len,
+                        const void *val, size_t val_len) {
   kl_err_t err = store_check_key("kl_txn_put", key, key_len);
   if (err || !txn || (!val && val_len))
     return err ? err
@@ -346,12 +345,36 @@ kl_err_t kl_txn_put(kl_txn_t *txn, const void *key, size_t key_len,
   return txn->store->ops->put(txn, key, key_len, val, val_len);
 }
 
-kl_err_t kl_txn_del(kl_txn_t *txn, const void *key, size_t key_len) {
-  kl__err_clear();
+kl_err_t kl__txn_kv_del(kl_txn_t *txn, const void *key, size_t key_len) {
   kl_err_t err = store_check_key("kl_txn_del", key, key_len);
   if (err || !txn)
     return err ? err : kl__err(KL_EINVAL, "kl_txn_del: txn is required");
   return txn->store->ops->del(txn, key, key_len);
+}
+
+/* Keys beginning with KL__STORE_OWN are keylane's (its timers): a handler
+ * that wrote one could schedule or cancel any event. */
+static kl_err_t store_check_own(const char *fn, const void *key,
+                                size_t key_len) {
+  if (key && key_len && *(const char *)key == KL__STORE_OWN)
+    return kl__err(KL_EINVAL,
+                   "%s: keys beginning with '%c' are keylane's own (its "
+                   "timers); choose a key that does not",
+                   fn, KL__STORE_OWN);
+  return KL_OK;
+}
+
+kl_err_t kl_txn_put(kl_txn_t *txn, const void *key, size_t key_len,
+                    const void *val, size_t val_len) {
+  kl__err_clear();
+  kl_err_t err = store_check_own("kl_txn_put", key, key_len);
+  return err ? err : kl__txn_kv_put(txn, key, key_len, val, val_len);
+}
+
+kl_err_t kl_txn_del(kl_txn_t *txn, const void *key, size_t key_len) {
+  kl__err_clear();
+  kl_err_t err = store_check_own("kl_txn_del", key, key_len);
+  return err ? err : kl__txn_kv_del(txn, key, key_len);
 }
 
 kl_err_t kl__txn_seen_sid(kl_txn_t *txn, const char *sid, size_t sid_len,

@@ -29,6 +29,16 @@ int64_t kl__store_now_ms(void);
 /** The test clock's time in ms, or 0 when none is set. */
 int64_t kl__store_test_clock_ms(void);
 
+/** The first byte of the handler keys that are keylane's own (its timers,
+ *  store/timers.h): kl_txn_put() and kl_txn_del() refuse them. */
+#define KL__STORE_OWN '~'
+
+/** kl_txn_put() and kl_txn_del() without that rule: for keylane's own keys,
+ *  and for the lanes' writing of what handlers wrote, checked then. */
+kl_err_t kl__txn_kv_put(kl_txn_t *txn, const void *key, size_t key_len,
+                        const void *val, size_t val_len);
+kl_err_t kl__txn_kv_del(kl_txn_t *txn, const void *key, size_t key_len);
+
 /**
  * kl_store_acquire(), with the new epoch above @p floor too: the highest
  * epoch the fleet used that this store may not know (a rebuilt store, a

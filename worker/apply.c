@@ -15,6 +15,8 @@
 #include "common/strbuf.h"
 #include "keylane/producer.h"
 #include "store/store_internal.h"
+#include "store/timers.h"
+#include "worker/dlq.h"
 
 /* One murmur2 of the key per record: ~20 ns for a short key. Asked of a
  * record that decoded, so its key is there and within its limit. */
@@ -35,6 +37,98 @@ static int apply_misrouted(const kl__applier_t *a, int32_t partition,
   return 1;
 }
 
+/* The offset a firing record names in its KL__TIMER_HEADER, or -1. */
+static int64_t timer_named(const rd_kafka_message_t *m) {
+  rd_kafka_headers_t *h = NULL;
+  const void *v = NULL;
+  size_t n = 0;
+  /* rd_kafka_message_headers() parses lazily into the message it is
+   * given; only this event's run touches it. */
+  if (rd_kafka_message_headers((rd_kafka_message_t *)m, &h) || !h ||
+      rd_kafka_header_get_last(h, KL__TIMER_HEADER, &v, &n) || !v || !n ||
+      n > 18)
+    return -1;
+  int64_t offset = 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = ((const char *)v)[i];
+    if (c < '0' || c > '9')
+      return -1;
+    offset = offset * 10 + (c - '0');
+  }
+  return offset;
+}
+
+static kl_handler_result_t timer_store_failed(kl_err_t err,
+                                              kl__apply_result_t *res) {
+  res->store_err = err;
+  snprintf(res->why, sizeof(res->why), "store: timer: %s", kl_err_detail());
+  return KL_HANDLER_RETRY;
+}
+
+/*
+ * A delayed event (docs/design.md, "Timers"). Its first reading schedules
+ * it: a timer in this txn, no mark. Its firing record (the header names the
+ * timer's offset) runs it once due, and takes the timer in the same
+ * commit. Anything else of it (a copy while it waits, a firing record of a
+ * timer gone or of an id settled meanwhile) is a duplicate.
+ *
+ * "Due" is judged by the record's timestamp, not by this host's clock, so
+ * that a rebuild or a replay from the log, at any later time and on any
+ * host, decides as the live owner did: the owner stamps a firing record
+ * with its clock when it writes it, once due by that clock. A record
+ * stamped before the time (a producer that is not keylane) is early, and
+ * the timer waits on.
+ * @returns -1 when the event runs now (its timer taken, if any); else the
+ *          verdict, the event settled here (res says how).
+ */
+static int apply_timer(const kl__applier_t *a, int32_t partition, kl_txn_t *txn,
+                       const rd_kafka_message_t *m, const kl_event_t *event,
+                       kl_mark_t mark, kl__apply_result_t *res) {
+  kl__timer_t t;
+  kl_err_t err = kl__timer_get(txn, a->topic, partition, event->key,
+                               event->key_len, event->id, event->id_len, &t);
+  if (err && err != KL_ENOTFOUND)
+    return timer_store_failed(err, res);
+  int found = !err, fire = found && timer_named(m) == t.offset;
+  int64_t now = rd_kafka_message_timestamp(m, NULL);
+  if (now < 0) /* a record without one: this host's clock */
+    now = kl__store_now_ms();
+  if (a->redrive || (fire && mark == KL_MARK_NONE && t.due_ms <= now) ||
+      (fire && mark != KL_MARK_NONE)) {
+    /* runs now (an operator's redrive runs it whatever its time), or its
+     * id was applied or dead-lettered meanwhile: the timer goes */
+    if (found && (err = kl__timer_del(txn, a->topic, partition, event->key,
+                                      event->key_len, event->id, event->id_len,
+                                      t.due_ms)))
+      return timer_store_failed(err, res);
+    if (a->redrive || mark == KL_MARK_NONE)
+      return -1;
+  }
+  if (fire && mark == KL_MARK_NONE) { /* stamped before its time */
+    res->timers_early++;
+  } else if (!found && mark == KL_MARK_NONE && timer_named(m) < 0) {
+    if ((err = kl__not_before_check(event, now, a->timer_max_ms))) {
+      res->failed_err = err;
+      snprintf(res->why, sizeof(res->why), "decode: %s", kl_err_detail());
+      return KL_HANDLER_FAIL;
+    }
+    kl__timer_t nt = {event->not_before, m->offset, 0};
+    err = kl__timer_put(txn, a->topic, partition, event->key, event->key_len,
+                        event->id, event->id_len, &nt, m->payload, m->len);
+    if (err == KL_EINVAL) {
+      snprintf(res->why, sizeof(res->why), "timer: %s", kl_err_detail());
+      return KL_HANDLER_FAIL;
+    }
+    if (err)
+      return timer_store_failed(err, res);
+    res->scheduled++;
+    return KL_HANDLER_OK;
+  }
+  kl_txn_count_duplicate(txn);
+  res->duplicates++;
+  return KL_HANDLER_OK;
+}
+
 kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
                                     uint64_t epoch, kl_txn_t *txn,
                                     const rd_kafka_message_t *m,
@@ -50,14 +144,6 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
   if (!err && !KL__MUTANT(KL__MUTANT_RESERVED) &&
       (err = kl__reserved_check(event, 1)))
     res->reserved_id = 1;
-  /* Timers are not applied by this build yet (docs/design.md, "Timers"):
-   * a delayed event is refused as a worker that predates version 2 refuses
-   * it, so that none is ever applied before its time. */
-  if (!err && event->not_before > 0)
-    err = kl__err(KL_EDECODE_VERSION,
-                  "envelope field \"nb\" (not before): this worker does "
-                  "not apply delayed events yet; a worker with timers can "
-                  "apply this letter (keylane replay --from-dlq)");
   if (err) {
     res->failed_err = err;
     snprintf(res->why, sizeof(res->why), "%s: %s: %s",
@@ -87,6 +173,11 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
   }
   if (KL__MUTANT(KL__MUTANT_SEEN)) /* test only: common/mutant.h */
     mark = KL_MARK_NONE, done = NULL;
+  int timed = event->not_before > 0 && !done
+                  ? apply_timer(a, partition, txn, m, event, mark, res)
+                  : -1;
+  if (timed >= 0)
+    return (kl_handler_result_t)timed;
   if (done || mark == KL_MARK_APPLIED ||
       (mark != KL_MARK_NONE && !a->redrive)) {
     kl_txn_count_duplicate(txn);

@@ -64,11 +64,16 @@ typedef struct kl__applier {
    * as when the store's link breaks under an event. NULL: none. */
   kl__run_fault_fn *run_fault;
   void *fault_opaque;
+  /* timer.max.delay in ms: a delayed event due later is a dead letter;
+   * 0: no bound */
+  int64_t timer_max_ms;
 } kl__applier_t;
 
 typedef struct kl__apply_result {
   int64_t next; /* watermark after the batch */
   uint64_t applied, duplicates, redelivered;
+  uint64_t scheduled;          /* delayed events that became timers */
+  uint64_t timers_early;       /* firing records read before their time */
   kl_handler_result_t verdict; /* OK, or the first RETRY/FAIL */
   int64_t failed_offset;
   kl_err_t failed_err; /* KL_EDECODE_* when the record did not decode */

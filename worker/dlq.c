@@ -15,6 +15,7 @@
 #include "common/kafka_pos.h"
 #include "common/log.h"
 #include "keylane/event.h"
+#include "store/store_internal.h"
 
 #define KL_COMP "dlq"
 
@@ -230,7 +231,8 @@ static rd_kafka_headers_t *forward_headers(const rd_kafka_message_t *m) {
  * with @p h, which it takes over, and @p ref's copy as the ack's opaque. */
 static kl_err_t dlq_produce(kl__dlq_t *dlq, const char *topic,
                             int32_t partition, const rd_kafka_message_t *m,
-                            rd_kafka_headers_t *h, const kl__dlq_ref_t *ref) {
+                            rd_kafka_headers_t *h, int64_t timestamp,
+                            const kl__dlq_ref_t *ref) {
   kl__dlq_ref_t *copy = h ? malloc(sizeof(*copy)) : NULL;
   if (!copy) {
     if (h)
@@ -242,7 +244,7 @@ static kl_err_t dlq_produce(kl__dlq_t *dlq, const char *topic,
       dlq->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition),
       RD_KAFKA_V_KEY(m->key, m->key_len), RD_KAFKA_V_VALUE(m->payload, m->len),
       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
-      RD_KAFKA_V_OPAQUE(copy), RD_KAFKA_V_END);
+      RD_KAFKA_V_TIMESTAMP(timestamp), RD_KAFKA_V_OPAQUE(copy), RD_KAFKA_V_END);
   if (kerr) {
     rd_kafka_headers_destroy(h); /* not taken over on failure */
     free(copy);
@@ -252,10 +254,28 @@ static kl_err_t dlq_produce(kl__dlq_t *dlq, const char *topic,
   return KL_OK;
 }
 
+kl_err_t kl__dlq_timer(kl__dlq_t *dlq, const char *topic, int32_t partition,
+                       const void *key, size_t key_len, const void *env,
+                       size_t env_len, int64_t offset) {
+  rd_kafka_headers_t *h = rd_kafka_headers_new(1);
+  if (hdr_add_i64(h, KL__TIMER_HEADER, offset)) {
+    rd_kafka_headers_destroy(h);
+    h = NULL;
+  }
+  rd_kafka_message_t m = {.partition = partition,
+                          .key = (void *)key,
+                          .key_len = key_len,
+                          .payload = (void *)env,
+                          .len = env_len,
+                          .offset = offset};
+  kl__dlq_ref_t ref = {partition, offset, KL__DLQ_TIMER_GEN};
+  return dlq_produce(dlq, topic, partition, &m, h, kl__store_now_ms(), &ref);
+}
+
 kl_err_t kl__dlq_forward(kl__dlq_t *dlq, const char *topic, int32_t partition,
                          const rd_kafka_message_t *msg,
                          const kl__dlq_ref_t *ref) {
-  return dlq_produce(dlq, topic, partition, msg, forward_headers(msg), ref);
+  return dlq_produce(dlq, topic, partition, msg, forward_headers(msg), 0, ref);
 }
 
 kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
@@ -265,7 +285,7 @@ kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
     return kl__dlq_forward(dlq, source_topic, letter->expected_partition,
                            letter->msg, ref);
   return dlq_produce(dlq, dlq->topic, RD_KAFKA_PARTITION_UA, letter->msg,
-                     dlq_headers(source_topic, letter), ref);
+                     dlq_headers(source_topic, letter), 0, ref);
 }
 
 void kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms) {

@@ -81,6 +81,12 @@ typedef struct kl__dlq_ref {
   uint64_t lane_gen;
 } kl__dlq_ref_t;
 #define KL__DLQ_OUTBOX_GEN UINT64_MAX
+/* A firing record's (worker/fire.h): the partition and the offset that
+ * scheduled the timer. */
+#define KL__DLQ_TIMER_GEN (UINT64_MAX - 1)
+/* The Kafka header of a firing record: the offset of the record that
+ * scheduled the timer (docs/design.md, "Timers"). */
+#define KL__TIMER_HEADER "keylane.timer"
 
 /**
  * Delivery report of one letter: @p err is KL_OK once Kafka acknowledged
@@ -134,6 +140,15 @@ kl_err_t kl__dlq_check(kl__dlq_t *dlq, const char *source_topic);
  */
 kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
                       const kl__dlq_letter_t *letter, const kl__dlq_ref_t *ref);
+
+/**
+ * Produces a due timer's firing record to @p partition of @p topic: the
+ * key, the stored envelope @p env, and the header KL__TIMER_HEADER naming
+ * @p offset, the record that scheduled it; acked under KL__DLQ_TIMER_GEN.
+ */
+kl_err_t kl__dlq_timer(kl__dlq_t *dlq, const char *topic, int32_t partition,
+                       const void *key, size_t key_len, const void *env,
+                       size_t env_len, int64_t offset);
 
 /**
  * Re-publishes @p msg (key, value, and its headers but keylane.dlq.*) to

@@ -16,6 +16,7 @@
 #include "common/strbuf.h"
 #include "common/metrics.h"
 #include "worker/lanes_internal.h"
+#include "worker/fire.h"
 #include "worker/outbox.h"
 #include "store/child.h"
 #include "store/outbox_rec.h"
@@ -387,6 +388,9 @@ static void done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
       kl__oom(KL_COMP);
   }
   slot->duplicate = dup;
+  slot->scheduled = !dup && run->scheduled;
+  if (run->early)
+    lanes->timers_early++;
   slot->ts_ms = run->ts_ms;
   if (!dup) /* its follow-ups go with its writes into the group commit */
     slot->emits = kl__txn_take_emits(&run->child->base);
@@ -793,6 +797,7 @@ static void lanes_bound_outbox(kl__lanes_t *lanes) {
 
 void kl__lanes_tick(kl__lanes_t *lanes) {
   kl__outbox_tick(lanes->outbox); /* store and Kafka calls: not under mu */
+  kl__fire_tick(lanes->fire);
   pthread_mutex_lock(&lanes->mu);
   int64_t now = kl__mono_ns();
   int woke = 0;
@@ -862,6 +867,8 @@ void kl__lanes_own(kl__lanes_t *lanes, int32_t partition, uint64_t epoch,
   lane->verify_offset = -1;
   lane->replaced = 0;
   kl__outbox_own(lanes->outbox, partition, lane->gen); /* leftovers first */
+  if (lanes->fire)
+    kl__fire_own(lanes->fire, partition);
   pthread_mutex_unlock(&lanes->mu);
 }
 
@@ -1115,6 +1122,8 @@ kl_err_t kl__lanes_new(const kl_conf_t *conf, const kl__applier_t *applier,
   }
   kl_err_t err =
       kl__outbox_new(conf, applier->topic, applier->store, dlq, &lanes->outbox);
+  if (!err && dlq)
+    err = kl__fire_new(lanes->applier.topic, applier->store, dlq, &lanes->fire);
   if (err) {
     kl__lanes_destroy(lanes);
     return err;
@@ -1149,6 +1158,7 @@ void kl__lanes_destroy(kl__lanes_t *lanes) {
   free(lanes->lanes);
   free(lanes->due);
   kl__outbox_destroy(lanes->outbox, KL_OUTBOX_DRAIN_MS);
+  kl__fire_destroy(lanes->fire);
   while (lanes->spare) {
     kl__slot_t *next = lanes->spare->next;
     free(lanes->spare);
@@ -1182,4 +1192,7 @@ void kl__lanes_stats(const kl__lanes_t *lanes, kl_worker_stats_t *stats) {
   stats->outbox_aside = ob.aside;
   stats->outbox_kept = ob.kept;
   stats->outbox_stalled_ms = ob.stalled_ms;
+  stats->timers_scheduled = lanes->timers_scheduled;
+  stats->timers_fired = kl__fire_sent(lanes->fire);
+  stats->timers_early = lanes->timers_early;
 }

@@ -20,6 +20,7 @@
 #include "common/metrics.h"
 #include "worker/lanes.h"
 #include "worker/lanes_internal.h"
+#include "worker/fire.h"
 #include "worker/outbox.h"
 #include "store/outbox_rec.h"
 #include "store/store_internal.h"
@@ -60,8 +61,8 @@ static kl_err_t build_entry(kl_txn_t *txn, const kl__ov_entry_t *e) {
   if (e->key[0] == KL__OV_ID)
     return kl__txn_mark_sid(txn, (const char *)key, len, (kl_mark_t)e->tag);
   if (e->tag == KL__OV_DEL)
-    return kl_txn_del(txn, key, len);
-  return kl_txn_put(txn, key, len, e->val, e->val_len);
+    return kl__txn_kv_del(txn, key, len);
+  return kl__txn_kv_put(txn, key, len, e->val, e->val_len);
 }
 
 /* Moves the overlay's dirty entries and the final slots into b->txn. In
@@ -186,6 +187,9 @@ static void commit_committed(kl__lanes_t *lanes, kl__lane_t *lane,
     s->committed = 1;
     if (s->state == KL__SLOT_DONE && s->duplicate) {
       lanes->duplicates++;
+    } else if (s->state == KL__SLOT_DONE && s->scheduled) {
+      lanes->timers_scheduled++;
+      kl__fire_soon(lanes->fire, lane->partition);
     } else if (s->state == KL__SLOT_DONE) {
       lanes->applied++;
       observe_applied(lanes, s, now_ms, now_ns);
@@ -533,6 +537,8 @@ void kl__lane_fenced(kl__lanes_t *lanes, kl__lane_t *lane) {
            lane->partition, lane->epoch, now.epoch, events);
   lanes->fenced++;
   kl__outbox_drop(lanes->outbox, lane->partition);
+  if (lanes->fire)
+    kl__fire_drop(lanes->fire, lane->partition);
   kl__lane_drop(lanes, lane);
   lane->gen++;
   kl__lane_pause(lanes, lane, KL__PAUSE_FENCED);
@@ -574,7 +580,7 @@ void kl__lane_rewind(kl__lanes_t *lanes, kl__lane_t *lane) {
       continue;
     if (s->state == KL__SLOT_DONE) {
       s->state = KL__SLOT_QUEUED;
-      s->duplicate = 0;
+      s->duplicate = s->scheduled = 0;
       kl__emits_free(s->emits); /* it emits them again when it runs */
       s->emits = NULL;
     }
@@ -639,6 +645,8 @@ int64_t kl__lanes_release(kl__lanes_t *lanes, int32_t partition, int commit,
     pthread_mutex_lock(&lanes->mu);
   }
   kl__outbox_drop(lanes->outbox, partition);
+  if (lanes->fire)
+    kl__fire_drop(lanes->fire, partition);
   int64_t watermark = lane->watermark;
   *epoch = lane->epoch;
   kl__lane_drop(lanes, lane);
@@ -757,6 +765,10 @@ void kl__lanes_dlq_ack(void *opaque, const kl__dlq_ref_t *ref, kl_err_t err,
   kl__lanes_t *lanes = opaque;
   if (ref->lane_gen == KL__DLQ_OUTBOX_GEN) { /* the outbox's, not a lane's */
     kl__outbox_aside_acked(lanes->outbox, ref, err, errstr);
+    return;
+  }
+  if (ref->lane_gen == KL__DLQ_TIMER_GEN) { /* a firing record */
+    kl__fire_acked(lanes->fire, ref, err);
     return;
   }
   pthread_mutex_lock(&lanes->mu);

@@ -71,6 +71,7 @@ struct kl__slot {
   kl__slot_t *next; /* the key's next pending slot */
   kl__slot_state_t state;
   int duplicate;    /* DONE because its id was seen */
+  int scheduled;    /* DONE as a timer (a delayed event read) */
   int building;     /* final, in the group commit being built or in flight */
   int committed;    /* final and in a committed group commit */
   int attempts;     /* handler runs */
@@ -186,6 +187,7 @@ struct kl__lanes {
   rd_kafka_t *rk;        /* the consumer: pause, resume, offset commits */
   kl__dlq_t *dlq;
   struct kl__outbox *outbox; /* the follow-ups' publisher (outbox.h) */
+  struct kl__fire *fire;     /* the due timers' writer (fire.h) */
   kl__lane_t **lanes;
   kl__lane_t **due; /* count entries: the tick's lanes to commit */
   /* Freed slots for reuse (linked by next) and freed keys of up to
@@ -233,7 +235,7 @@ struct kl__lanes {
   int64_t kafka_sent_ns;           /* the last offset commit to Kafka */
   _Atomic uint64_t applied, duplicates, redelivered, batches, fenced, failed,
       dead_letters, waiting_now, oldest_wait_ms, window_events, paused_now,
-      misrouted_total, forwarded, kafka_commits;
+      misrouted_total, forwarded, kafka_commits, timers_scheduled, timers_early;
   _Atomic uint64_t ahead; /* group transactions begun ahead (lanes_commit.c) */
   /* Group commits failed in a row, none committed since (lanes_stall.h).
    * Guarded by mu. */

@@ -86,8 +86,15 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   if (lanes->applier.run_fault &&
       lanes->applier.run_fault(lanes->applier.fault_opaque, job->partition,
                                job->msg->offset)) {
-    kl__run_t run = {
-        KL__RUN_STORE, "the store failed (test seam)", NULL, 0, NULL, -1, 0};
+    kl__run_t run = {KL__RUN_STORE,
+                     "the store failed (test seam)",
+                     NULL,
+                     0,
+                     NULL,
+                     -1,
+                     0,
+                     0,
+                     0};
     kl__lanes_done(lanes, job, &run);
     return;
   }
@@ -106,8 +113,15 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
   int slow = lanes->idle_ms && ran_ms >= lanes->idle_ms; /* exec_slow() */
   if (lanes->inline_mode && ran_ms > lanes->step_max_ms)
     lanes->step_max_ms = ran_ms; /* lane_batch_old(), on this thread too */
-  kl__run_t run = {pool_outcome(r, &res),  res.why, NULL, 0, child,
-                   res.expected_partition, 0};
+  kl__run_t run = {pool_outcome(r, &res),
+                   res.why,
+                   NULL,
+                   0,
+                   child,
+                   res.expected_partition,
+                   0,
+                   res.scheduled > 0,
+                   res.timers_early > 0};
   char sid[KL__SID_MAX];
   if (!res.failed_err && !res.misrouted) {
     run.id = sid;
@@ -147,6 +161,8 @@ static void exec_begin_failed(kl__lanes_t *lanes, const kl__job_t *job,
                    0,
                    NULL,
                    -1,
+                   0,
+                   0,
                    0};
   kl__lanes_done(lanes, job, &run);
 }

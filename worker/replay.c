@@ -182,7 +182,9 @@ kl_err_t kl__replay_new(const kl__replay_opts_t *opts, kl__replay_t **out) {
                                .dry_run = opts->dry_run,
                                .dry_run_handler = opts->dry_run_handler,
                                .tick = replay_tick,
-                               .tick_opaque = r};
+                               .tick_opaque = r,
+                               .timer_max_ms =
+                                   kl__conf_int(opts->conf, "timer.max.delay")};
   r->beat_period_ns = kl__beat_period_ns(opts->conf);
   /* A start that retention deleted meanwhile must fail, not skip. */
   kl_err_t err =

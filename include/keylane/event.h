@@ -55,10 +55,9 @@ extern "C" {
  *  (reason reserved_id), so that no other id can take a follow-up's. */
 #define KL_ID_RESERVED '~'
 #define KL_TYPE_MAX 255
-/** Types beginning with it are keylane's own: "~timer" is the record the
- *  owner of a partition writes when a delayed event is due (docs/design.md,
- *  "Timers"). kl_publish() refuses them; a worker dead-letters any other
- *  (reason reserved_id). */
+/** Types beginning with it are kept for keylane's own: kl_publish()
+ *  refuses them, and a worker dead-letters a record of one (reason
+ *  reserved_id). */
 #define KL_TYPE_RESERVED '~'
 /** Kafka's default message.max.bytes: the largest record batch a broker
  * (and a topic, as max.message.bytes) accepts. keylane's producers set it

@@ -224,6 +224,13 @@ typedef struct kl_worker_stats {
                                     their dead letters too, kept in the
                                     store's outbox until an operator drops
                                     them or the limits let them through */
+  uint64_t timers_scheduled;   /**< delayed events (not_before) read and kept
+                                    as timers, to run once due */
+  uint64_t timers_fired;       /**< due timers' firing records written and
+                                    acknowledged by Kafka */
+  uint64_t timers_early;       /**< firing records read before their time (a
+                                    clock stepped back, or another producer):
+                                    their timers wait on */
 } kl_worker_stats_t;
 
 /**

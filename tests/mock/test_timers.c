@@ -1,0 +1,254 @@
+/*
+ * Delayed events (issue 36, docs/design.md "Timers") on the embedded
+ * cluster with the ledger handler, on LMDB and on PostgreSQL. The store's
+ * clock is the test's (kl_t_store_clock_set()), which the worker's timers
+ * read too, so time moves without sleeping:
+ *  - a delayed credit waits as a timer while the key's later events apply,
+ *    is applied once when its time comes, never before, and copies of it
+ *    published before or after are duplicates;
+ *  - a record that names the timer (its keylane.timer header) read before
+ *    the time, as a producer that is not keylane could write it, is early
+ *    and changes nothing;
+ *  - a not_before past timer.max.delay is a dead letter; kl_publish()
+ *    refuses it first;
+ *  - `keylane store rebuild` from the log holds the same balances and the
+ *    same pending timers as the live store.
+ */
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "keylane/producer.h"
+#include "keylane/store.h"
+#include "support/ledger_checks.h"
+#include "support/pg_group.h"
+#include "support/store_contract.h"
+#include "support/support.h"
+#include "common/internal.h"
+#include "store/timers.h"
+
+#define DAY_MS (24 * 3600 * 1000LL)
+
+static int64_t t0;
+static int t_db_seq;
+
+static int64_t balance_of(kl_store_t *store, const char *key) {
+  kl_ledger_entry_t e;
+  return kl_t_ledger_find(store, NULL, key, &e) ? e.balance : INT64_MIN;
+}
+
+/* A credit of @p amount (0..127) without a seq: applied in any order. */
+static kl_event_t credit(const char *key, const char *id, const uint8_t *p,
+                         int64_t not_before) {
+  return (kl_event_t){.key = key,
+                      .key_len = strlen(key),
+                      .id = id,
+                      .id_len = strlen(id),
+                      .type = "credit",
+                      .type_len = 6,
+                      .payload = p,
+                      .payload_len = 9,
+                      .not_before = not_before};
+}
+
+static void amount(uint8_t p[9], int n) {
+  memcpy(p,
+         "\x81\xa6"
+         "amount",
+         8);
+  p[8] = (uint8_t)n;
+}
+
+static void publish(kl_t_ledger_fx_t *fx, const char *key, const char *id,
+                    int n, int64_t not_before) {
+  uint8_t p[9];
+  amount(p, n);
+  kl_event_t ev = credit(key, id, p, not_before);
+  assert_int_equal(kl_publish(fx->producer, fx->topic, &ev, NULL), KL_OK);
+  assert_int_equal(kl_flush(fx->producer, 10000), KL_OK);
+}
+
+typedef struct kl_want {
+  uint64_t applied, scheduled, duplicates, dead, early;
+} kl_want_t;
+
+/* Waits (30 s at most) until @p w's counters reach @p want, then checks
+ * they are exactly that. */
+static void wait_stats(kl_t_worker_t *w, kl_want_t want) {
+  kl_worker_stats_t st = {0};
+  for (int i = 0; i < 600; i++) {
+    kl_worker_stats(w->worker, &st, sizeof(st));
+    if (st.applied >= want.applied && st.timers_scheduled >= want.scheduled &&
+        st.duplicates >= want.duplicates && st.dead_letters >= want.dead &&
+        st.timers_early >= want.early)
+      break;
+    kl_t_sleep_ms(50);
+  }
+  assert_int_equal(st.applied, want.applied);
+  assert_int_equal(st.timers_scheduled, want.scheduled);
+  assert_int_equal(st.duplicates, want.duplicates);
+  assert_int_equal(st.dead_letters, want.dead);
+  assert_int_equal(st.timers_early, want.early);
+}
+
+typedef struct kl_pending {
+  size_t n;
+  int64_t due[4];
+} kl_pending_t;
+
+static int pending_one(void *opaque, const kl__timer_t *t, const void *key,
+                       size_t key_len, const void *env, size_t env_len) {
+  (void)key, (void)key_len, (void)env, (void)env_len;
+  kl_pending_t *p = opaque;
+  if (p->n < 4)
+    p->due[p->n] = t->due_ms;
+  p->n++;
+  return 0;
+}
+
+static kl_pending_t pending(kl_store_t *store, const char *topic) {
+  kl_pending_t p = {0};
+  size_t bad = 0;
+  assert_int_equal(kl__timers_scan(store, topic, -1, pending_one, &p, &bad),
+                   KL_OK);
+  assert_int_equal(bad, 0);
+  return p;
+}
+
+static void timers_case(const char *store_uri, const char *name) {
+  t0 = kl__now_ms();
+  kl_t_store_clock_set(t0);
+  kl_t_ledger_fx_t fx;
+  kl_t_ledger_fx_up(&fx, name, 1, 1, 3, store_uri);
+  /* offset 0: due in a minute; 1: the key's next event; 2: a copy of 0 */
+  publish(&fx, "d", "later", 7, t0 + 60000);
+  publish(&fx, "d", "now", 5, 0);
+  publish(&fx, "d", "later", 7, t0 + 60000);
+  /* 3: the record that fires it, from a producer that is not keylane,
+   * before its time: early */
+  uint8_t p[9];
+  amount(p, 7);
+  kl_event_t ev = credit("d", "later", p, t0 + 60000);
+  void *env;
+  size_t len;
+  assert_int_equal(kl_event_encode(&ev, &env, &len), KL_OK);
+  const char *hdrs[] = {"keylane.timer", "0", NULL};
+  assert_int_equal(kl_t_produce_raw(fx.boot, fx.topic, 0, "d", env, len, hdrs),
+                   0);
+  free(env);
+  /* 4: due in five days, pending at the end; 5: past timer.max.delay (7d) */
+  publish(&fx, "e", "far", 3, t0 + 5 * DAY_MS);
+  amount(p, 1);
+  ev = credit("e", "too-far", p, t0 + 8 * DAY_MS);
+  assert_int_equal(kl_publish(fx.producer, fx.topic, &ev, NULL), KL_EINVAL);
+  assert_non_null(strstr(kl_err_detail(), "timer.max.delay"));
+  assert_int_equal(kl_event_encode(&ev, &env, &len), KL_OK);
+  assert_int_equal(kl_t_produce_raw(fx.boot, fx.topic, 0, "e", env, len, NULL),
+                   0);
+  free(env);
+
+  kl_t_worker_t *w = kl_t_worker_start(
+      fx.boot, fx.topic, kl_t_group(fx.cluster, name), fx.store, NULL);
+  wait_stats(w, (kl_want_t){.applied = 1,
+                            .scheduled = 2,
+                            .duplicates = 2,
+                            .dead = 1,
+                            .early = 1});
+  assert_int_equal(balance_of(fx.store, "d"), 5);
+  assert_int_equal(pending(fx.store, fx.topic).n, 2);
+
+  kl_t_store_clock_set(t0 + 60000); /* its time: it fires, once */
+  wait_stats(w, (kl_want_t){.applied = 2,
+                            .scheduled = 2,
+                            .duplicates = 2,
+                            .dead = 1,
+                            .early = 1});
+  assert_int_equal(balance_of(fx.store, "d"), 12);
+  kl_pending_t left = pending(fx.store, fx.topic);
+  assert_int_equal(left.n, 1);
+  assert_int_equal(left.due[0], t0 + 5 * DAY_MS);
+  publish(&fx, "d", "later", 7, t0 + 60000); /* a copy after: a duplicate */
+  wait_stats(w, (kl_want_t){.applied = 2,
+                            .scheduled = 2,
+                            .duplicates = 3,
+                            .dead = 1,
+                            .early = 1});
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st, sizeof(st));
+  assert_true(st.timers_fired >= 1);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  assert_int_equal(balance_of(fx.store, "d"), 12);
+  assert_int_equal(balance_of(fx.store, "e"), INT64_MIN);
+
+  /* the log rebuilds the same: its firing record applies the credit where
+   * the live one did, and the far timer waits */
+  char rebuilt[300];
+  if (store_uri) {
+    kl_t_pg_t *pg = kl_t_pg_need();
+    char db[32];
+    snprintf(db, sizeof(db), "tmr%d", ++t_db_seq);
+    assert_int_equal(kl_t_pg_createdb(pg, db, rebuilt, sizeof(rebuilt)), 0);
+  } else {
+    snprintf(rebuilt, sizeof(rebuilt), "%s/rebuilt", fx.dir);
+  }
+  kl_store_t *copy = kl_t_ledger_fx_rebuild(&fx, rebuilt, NULL, NULL);
+  assert_int_equal(balance_of(copy, "d"), 12);
+  left = pending(copy, fx.topic);
+  assert_int_equal(left.n, 1);
+  assert_int_equal(left.due[0], t0 + 5 * DAY_MS);
+  kl_store_destroy(copy);
+  kl_t_ledger_fx_down(&fx);
+  kl_t_store_clock_set(0);
+}
+
+static void test_timers_lmdb(void **state) {
+  (void)state;
+  timers_case(NULL, "timers");
+}
+
+static void test_timers_pg(void **state) {
+  (void)state;
+  kl_t_pg_t *pg = kl_t_pg_need();
+  char db[32], uri[256];
+  snprintf(db, sizeof(db), "tm%d", ++t_db_seq);
+  assert_int_equal(kl_t_pg_createdb(pg, db, uri, sizeof(uri)), 0);
+  timers_case(uri, "timerspg");
+}
+
+/* A handler may not write keylane's own keys: it could schedule or cancel
+ * any event. */
+static void test_own_keys_are_refused(void **state) {
+  (void)state;
+  char dir[] = "/tmp/keylane-tmr-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  kl_partition_state_t ps;
+  assert_int_equal(kl_store_acquire(store, "t", 0, &ps), KL_OK);
+  kl_txn_t *txn;
+  assert_int_equal(kl_store_begin(store, "t", 0, ps.epoch, &txn), KL_OK);
+  assert_int_equal(kl_txn_put(txn, "~dx", 3, "1", 1), KL_EINVAL);
+  assert_non_null(strstr(kl_err_detail(), "keylane's own"));
+  assert_int_equal(kl_txn_del(txn, "~tx", 3), KL_EINVAL);
+  assert_int_equal(kl_txn_put(txn, "x~", 2, "1", 1), KL_OK);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+  kl_t_rmrf(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_own_keys_are_refused),
+      cmocka_unit_test(test_timers_lmdb),
+      cmocka_unit_test(test_timers_pg),
+  };
+  return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
+                                kl_t_pg_group_teardown);
+}

@@ -1,0 +1,63 @@
+/*
+ * Firing timers (docs/design.md, "Timers"): for each partition the worker
+ * owns, the owner reads the store's due index in due order, a window at a
+ * time, and writes a firing record (kl__dlq_timer()) for each timer whose
+ * time has come; the record, read back through the key's lane, runs the
+ * event (worker/apply.c). Writing one twice is harmless (the second is a
+ * duplicate), so nothing is recorded of what was written: a record not
+ * read back within KL__FIRE_AGAIN_MS is written again.
+ *
+ * Reads: the owner is the only writer of its partitions' timers, so it
+ * reads a partition's index when it takes the partition, then only when a
+ * timer it read is due, when it committed a new one (kl__fire_soon()), or
+ * to write again what was not read back: a partition without timers costs
+ * one read per take.
+ *
+ * Memory: per partition, the index key of the last timer written and two
+ * times; nothing grows with the timers pending.
+ */
+#ifndef KEYLANE_WORKER_FIRE_H
+#define KEYLANE_WORKER_FIRE_H
+
+#include <stdint.h>
+
+#include "keylane/store.h"
+#include "worker/dlq.h"
+
+/* When a partition's due index could not be read, it is read again this
+ * much later, in ms. */
+#define KL__FIRE_POLL_MS 1000
+/* A firing record not read back (its timer still there) this long after
+ * it was written is written again. */
+#define KL__FIRE_AGAIN_MS 10000
+/* The most firing records one partition writes per tick. */
+#define KL__FIRE_WINDOW 256
+
+typedef struct kl__fire kl__fire_t;
+
+/** @p topic and @p store are borrowed, @p dlq writes the records. */
+kl_err_t kl__fire_new(const char *topic, kl_store_t *store, kl__dlq_t *dlq,
+                      kl__fire_t **out);
+void kl__fire_destroy(kl__fire_t *fire);
+
+/** The worker owns @p partition now: its due index is read at the next
+ *  tick. */
+void kl__fire_own(kl__fire_t *fire, int32_t partition);
+/** The worker gave @p partition up: nothing more is written for it. */
+void kl__fire_drop(kl__fire_t *fire, int32_t partition);
+
+/** A commit of the lanes of @p partition wrote a timer: its index is read
+ *  at the next tick. */
+void kl__fire_soon(kl__fire_t *fire, int32_t partition);
+
+/** Writes the due timers' records of the owned partitions whose read is
+ *  due. On the poll thread, not under the lanes' lock (store reads). */
+void kl__fire_tick(kl__fire_t *fire);
+
+/** The ack of a firing record (a ref of KL__DLQ_TIMER_GEN). */
+void kl__fire_acked(kl__fire_t *fire, const kl__dlq_ref_t *ref, kl_err_t err);
+
+/** firing records written and acknowledged by Kafka. */
+uint64_t kl__fire_sent(const kl__fire_t *fire);
+
+#endif
