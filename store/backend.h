@@ -7,6 +7,8 @@
 #ifndef KEYLANE_STORE_BACKEND_H
 #define KEYLANE_STORE_BACKEND_H
 
+#include <stdatomic.h>
+
 #include "keylane/store.h"
 #include "store/cache.h"
 #include "store/store_internal.h"
@@ -163,6 +165,14 @@ typedef struct kl__store_ops {
   kl_err_t kl__##b##_outbox_del(kl_store_t *store, const char *topic,          \
                                 const kl__outbox_ack_t *acks, size_t n)
 
+/* How many finished txns a store keeps for reuse: as many as a worker's
+ * lanes hold at once, typically; each keeps at most KL__BUF_KEEP_MAX per
+ * buffer. */
+#define KL__STORE_SPARES 8
+
+/* Frees a spare txn for good (its buffers, emits and struct). */
+typedef void(kl__store_spare_drop_t)(kl_txn_t *txn);
+
 struct kl_store {
   const kl__store_ops_t *ops;
   /* The topics this handle took partitions of (kl_store_acquire()), the
@@ -174,6 +184,11 @@ struct kl_store {
    * hold unexpired ids recorded before ids were scoped by key; 0: none.
    * Set by the backend's open. */
   int64_t legacy_ids_until_ms;
+  /* Finished txns the backend keeps for its next begins, with their
+   * buffers (kl__store_spare_take/give()); a slot is NULL or owns one.
+   * Zeroed with the handle; emptied by kl_store_destroy(). */
+  _Atomic(kl_txn_t *) spares[KL__STORE_SPARES];
+  _Atomic(kl__store_spare_drop_t *) spare_drop;
 };
 
 typedef struct kl__emits kl__emits_t; /* outbox_rec.h */
@@ -212,6 +227,25 @@ kl_err_t kl__store_commit_outboxless(kl_txn_t *txn);
 /* Frees what store.c keeps in @p txn (its emits, its last record's
  * ident); for the backends' txn ends. */
 void kl__txn_emits_free(kl_txn_t *txn);
+
+/* Empties what store.c keeps in @p txn for its reuse by the next batch:
+ * frees its emits, keeps its last record's ident buffer (emptied). */
+void kl__txn_recycle(kl_txn_t *txn);
+
+/*
+ * A finished txn of @p store to begin the next batch with (its buffers
+ * recycled: kl__buf_recycle()), or NULL: the backend makes a new one.
+ * Thread safe: any lane's thread may take or give at any time.
+ */
+kl_txn_t *kl__store_spare_take(kl_store_t *store);
+
+/*
+ * Keeps the finished @p txn (recycled by the backend) for a next
+ * kl__store_spare_take(), or, when the store keeps KL__STORE_SPARES
+ * already, frees it with @p drop. kl_store_destroy() drops what is kept.
+ */
+void kl__store_spare_give(kl_store_t *store, kl_txn_t *txn,
+                          kl__store_spare_drop_t *drop);
 
 /* Backend constructors, called by kl_store_open(). */
 kl_err_t kl__store_lmdb_open(const char *dir, const kl_conf_t *conf,

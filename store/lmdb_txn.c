@@ -24,19 +24,43 @@ typedef struct kl_lmdb_txn {
   uint64_t duplicates;
   kl__buf_t data; /* handler keys: KL_BUF_PUT with the value, or KL_BUF_DEL */
   kl__buf_t ids;  /* encoded idempotency keys, tagged with their mark */
-  char topic[];
+  char topic[KL__TOPIC_MAX + 1];
 } kl_lmdb_txn_t;
 
 static kl__lmdb_t *txn_lmdb(kl_lmdb_txn_t *ltxn) {
   return (kl__lmdb_t *)ltxn->base.store;
 }
 
-static void lmdb_txn_free(kl_lmdb_txn_t *ltxn) {
-  kl__lmdb_read_end(txn_lmdb(ltxn), ltxn->snap);
+/* Frees a txn for good: kl__store_spare_give()'s drop. */
+static void lmdb_txn_drop(kl_txn_t *txn) {
+  kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
   kl__buf_clear(&ltxn->data);
   kl__buf_clear(&ltxn->ids);
   kl__txn_emits_free(&ltxn->base);
   free(ltxn);
+}
+
+/* Ends the txn: its snapshot goes, its struct and buffers are kept for the
+ * store's next begin (kl__store_spare_give()). */
+static void lmdb_txn_free(kl_lmdb_txn_t *ltxn) {
+  kl__lmdb_read_end(txn_lmdb(ltxn), ltxn->snap);
+  ltxn->snap = NULL;
+  kl__buf_recycle(&ltxn->data);
+  kl__buf_recycle(&ltxn->ids);
+  kl__txn_recycle(&ltxn->base);
+  ltxn->duplicates = 0;
+  kl__store_spare_give(ltxn->base.store, &ltxn->base, lmdb_txn_drop);
+}
+
+/* A spare txn of @p store, or a new one; NULL when memory is short. */
+static kl_lmdb_txn_t *lmdb_txn_new(kl_store_t *store) {
+  kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)kl__store_spare_take(store);
+  if (ltxn || !(ltxn = calloc(1, sizeof(*ltxn))))
+    return ltxn;
+  ltxn->base.store = store;
+  kl__buf_init(&ltxn->data);
+  kl__buf_init(&ltxn->ids);
+  return ltxn;
 }
 
 static kl_err_t ltxn_fenced(const char *topic, int32_t partition, uint64_t mine,
@@ -52,18 +76,22 @@ kl_err_t kl__lmdb_begin(kl_store_t *store, const char *topic, int32_t partition,
                         uint64_t epoch, kl_txn_t **txn) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)store;
   size_t tlen = strlen(topic);
-  kl_lmdb_txn_t *ltxn = calloc(1, sizeof(*ltxn) + tlen + 1);
+  if (tlen > KL__TOPIC_MAX) /* kl_store_begin() checked it */
+    return kl__err(KL_EINVAL,
+                   "kl_store_begin: topic is %zu bytes, Kafka "
+                   "allows %d",
+                   tlen, KL__TOPIC_MAX);
+  kl_lmdb_txn_t *ltxn = lmdb_txn_new(store);
   if (!ltxn)
     return kl__err(KL_ENOMEM, "kl_store_begin: out of memory");
-  ltxn->base.store = store;
   ltxn->partition = partition;
   ltxn->epoch = epoch;
+  ltxn->topic_no = 0;
   memcpy(ltxn->topic, topic, tlen + 1);
-  kl__buf_init(&ltxn->data);
-  kl__buf_init(&ltxn->ids);
   kl_err_t err = kl__lmdb_read_begin(lmdb, &ltxn->snap);
   if (err) {
-    free(ltxn);
+    ltxn->snap = NULL;
+    lmdb_txn_free(ltxn);
     return err;
   }
   /* Fail fast: a batch that cannot commit need not run its handlers. */
@@ -160,12 +188,14 @@ typedef struct kl_commit_ctx {
   kl_lmdb_txn_t *ltxn;
   int64_t watermark;
   int64_t now_ms;
-  const kl__buf_entry_t **data; /* both in key order */
-  const kl__buf_entry_t **ids;
+  const kl__buf_entry_t *const *data; /* both in key order, the buffers' */
+  const kl__buf_entry_t *const *ids;
   uint64_t applied;
   kl_err_t err; /* its own outcome: a failed prepare, or KL_EFENCED */
   char why[512];
 } kl_commit_ctx_t;
+
+enum { KL_COMMIT_FEW = 8 };
 
 typedef struct kl_commit_set {
   kl_commit_ctx_t *ctx;
@@ -281,8 +311,6 @@ static kl_err_t commit_prepare(kl_commit_ctx_t *ctx, kl_txn_t *txn,
 }
 
 static void commit_free(kl_commit_ctx_t *ctx) {
-  free(ctx->data);
-  free(ctx->ids);
   lmdb_txn_free(ctx->ltxn);
 }
 
@@ -304,8 +332,11 @@ static void commit_write(kl__lmdb_t *lmdb, kl_commit_set_t *set) {
 
 void kl__lmdb_commit_many(kl__store_commit_t *commits, size_t n) {
   kl__lmdb_t *lmdb = (kl__lmdb_t *)commits[0].txn->store;
-  kl_commit_ctx_t one;
-  kl_commit_set_t set = {n == 1 ? &one : calloc(n, sizeof(*set.ctx)), n};
+  /* A worker commits up to a few lanes at once: their contexts on the
+   * stack, more on the heap. */
+  kl_commit_ctx_t few[KL_COMMIT_FEW];
+  kl_commit_set_t set = {n <= KL_COMMIT_FEW ? few : calloc(n, sizeof(*set.ctx)),
+                         n};
   if (!set.ctx) {
     for (size_t i = 0; i < n; i++) {
       commits[i].err = kl__err(KL_ENOMEM, "kl_store_commit: out of memory");
@@ -327,7 +358,7 @@ void kl__lmdb_commit_many(kl__store_commit_t *commits, size_t n) {
              set.ctx[i].err ? set.ctx[i].why : "");
     commit_free(&set.ctx[i]);
   }
-  if (set.ctx != &one)
+  if (set.ctx != few)
     free(set.ctx);
 }
 

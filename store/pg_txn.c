@@ -81,7 +81,6 @@ enum { KL_PG_PUT = 1, KL_PG_DEL = 2, KL_PG_PUT_STORED = 3 };
 typedef struct kl_pg_txn {
   kl_txn_t base;
   kl__pg_conn_t *conn;
-  char *topic;
   int32_t partition;
   uint64_t epoch;
   kl__buf_t data;        /* handler keys, tagged KL_PG_PUT/DEL/PUT_STORED */
@@ -105,6 +104,7 @@ typedef struct kl_pg_txn {
   size_t vcap;
   unsigned char *obuf; /* kl__pg_put()'s copy of a cached value */
   size_t ocap;
+  char topic[KL__TOPIC_MAX + 1];
 } kl_pg_txn_t;
 
 static kl__cache_t *pg_cache(const kl_pg_txn_t *txn) {
@@ -174,8 +174,9 @@ static int pg_arr_end(kl_pg_arr_t *a) {
 
 /* ---- begin, abort ----------------------------------------------------- */
 
-static void pg_txn_free(kl_pg_txn_t *txn) {
-  PQclear(txn->last);
+/* Frees a txn for good: kl__store_spare_give()'s drop. */
+static void pg_txn_drop(kl_txn_t *base) {
+  kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
   kl__buf_clear(&txn->data);
   kl__buf_clear(&txn->olds);
   kl__buf_clear(&txn->ids);
@@ -183,8 +184,30 @@ static void pg_txn_free(kl_pg_txn_t *txn) {
   free(txn->vbuf);
   free(txn->obuf);
   kl__txn_emits_free(&txn->base);
-  free(txn->topic);
   free(txn);
+}
+
+/* Keeps the ended txn, its buffers emptied, for the store's next begin
+ * (kl__store_spare_give()). */
+static void pg_txn_free(kl_pg_txn_t *txn) {
+  PQclear(txn->last);
+  kl__buf_recycle(&txn->data);
+  kl__buf_recycle(&txn->olds);
+  kl__buf_recycle(&txn->ids);
+  kl__buf_recycle(&txn->known);
+  kl__txn_recycle(&txn->base);
+  /* Everything but the buffers, vbuf and obuf starts over. */
+  kl_pg_txn_t keep = {.base = txn->base,
+                      .data = txn->data,
+                      .olds = txn->olds,
+                      .ids = txn->ids,
+                      .known = txn->known,
+                      .vbuf = txn->vbuf,
+                      .vcap = txn->vcap,
+                      .obuf = txn->obuf,
+                      .ocap = txn->ocap};
+  *txn = keep;
+  kl__store_spare_give(txn->base.store, &txn->base, pg_txn_drop);
 }
 
 /* Ends the txn: rolls back what is open and gives the connection back
@@ -304,21 +327,26 @@ static kl_err_t pg_txn_open(kl__pg_t *pgs, kl_pg_txn_t *txn,
 }
 
 /* A txn without a connection yet, its cache ticket taken (before the
- * snapshot); NULL when memory is short. */
+ * snapshot): a spare one of the store's, or a new one; NULL when memory
+ * is short. */
 static kl_pg_txn_t *pg_txn_new(kl_store_t *store, const char *topic,
                                int32_t partition, uint64_t epoch) {
-  kl_pg_txn_t *txn = calloc(1, sizeof(*txn));
-  if (!txn || !(txn->topic = strdup(topic))) {
-    free(txn);
+  size_t tlen = strlen(topic);
+  if (tlen > KL__TOPIC_MAX) /* kl_store_begin() and _begin_ahead() check */
     return NULL;
+  kl_pg_txn_t *txn = (kl_pg_txn_t *)kl__store_spare_take(store);
+  if (!txn) {
+    if (!(txn = calloc(1, sizeof(*txn))))
+      return NULL;
+    txn->base.store = store;
+    kl__buf_init(&txn->data);
+    kl__buf_init(&txn->olds);
+    kl__buf_init(&txn->ids);
+    kl__buf_init(&txn->known);
   }
-  txn->base.store = store;
+  memcpy(txn->topic, topic, tlen + 1);
   txn->partition = partition;
   txn->epoch = epoch;
-  kl__buf_init(&txn->data);
-  kl__buf_init(&txn->olds);
-  kl__buf_init(&txn->ids);
-  kl__buf_init(&txn->known);
   kl__cache_t *cache = ((kl__pg_t *)store)->cache;
   txn->seg = kl__cache_seg(cache, topic, partition);
   txn->ticket = kl__cache_ticket(cache, txn->seg);
@@ -783,7 +811,7 @@ static kl_err_t pg_add_fence(kl_pg_txn_t *txn, kl_pg_commit_t *c,
  * handler's own SQL ran (txn->lent), which may have deleted a row, every
  * put is upserted. */
 static kl_err_t pg_add_data(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
-  const kl__buf_entry_t **list;
+  const kl__buf_entry_t *const *list;
   if (kl__buf_sorted(&txn->data, &list))
     return KL_ENOMEM;
   pg_arr_init(&c->keys, KL_PG_OID_BYTEA);
@@ -809,7 +837,6 @@ static kl_err_t pg_add_data(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
     if (old)
       pg_arr_add(&c->stored_olds, kl__buf_val(old), old->val_len);
   }
-  free(list);
   snprintf(c->stored, sizeof(c->stored), "%" PRIu32, c->stored_keys.n);
   const char *count[] = {c->stored, NULL};
   if ((c->stored_keys.n &&
@@ -841,7 +868,7 @@ static int pg_id_new(const kl_pg_txn_t *txn, const kl__buf_entry_t *id) {
 /* The ids in key order, split: those known absent in one plain INSERT,
  * the rest in the upsert that keeps an applied mark. */
 static kl_err_t pg_add_ids(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
-  const kl__buf_entry_t **list;
+  const kl__buf_entry_t *const *list;
   if (kl__buf_sorted(&txn->ids, &list))
     return KL_ENOMEM;
   pg_arr_init(&c->ids, KL_PG_OID_BYTEA);
@@ -856,7 +883,6 @@ static kl_err_t pg_add_ids(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
                list[i]->key_len);
     pg_arr_add_i16(fresh ? &c->new_marks : &c->marks, list[i]->tag);
   }
-  free(list);
   kl__pg_clock_param(c->now, sizeof(c->now));
   const char *text[] = {c->now, txn->topic, NULL};
   if ((c->ids.n &&

@@ -14,6 +14,7 @@
 #include "common/mutant.h"
 #include "store/backend.h"
 #include "store/location.h"
+#include "store/outbox_rec.h"
 #include "store/store_internal.h"
 
 kl_err_t kl_store_open(const char *location, const kl_conf_t *conf,
@@ -33,6 +34,12 @@ static pthread_mutex_t kl_sweep_mu = PTHREAD_MUTEX_INITIALIZER;
 void kl_store_destroy(kl_store_t *store) {
   if (!store)
     return;
+  kl__store_spare_drop_t *drop = atomic_load(&store->spare_drop);
+  for (size_t i = 0; i < KL__STORE_SPARES; i++) {
+    kl_txn_t *txn = atomic_exchange(&store->spares[i], NULL);
+    if (txn)
+      drop(txn);
+  }
   for (size_t i = 0; i < store->sweep_count; i++)
     free(store->sweep_topics[i]);
   free(store->sweep_topics);
@@ -538,14 +545,41 @@ kl_err_t kl__txn_set_last(kl_txn_t *txn, const void *ident, size_t len) {
                    "kl__txn_set_last: an ident of 1..%d bytes is "
                    "required",
                    KL__SID_MAX);
-  char *copy = malloc(len);
-  if (!copy)
+  /* Room for any ident, kept while the txn is recycled: one malloc per
+   * txn, not per batch. */
+  if (!txn->last && !(txn->last = malloc(KL__SID_MAX)))
     return kl__err(KL_ENOMEM, "kl__txn_set_last: out of memory");
-  memcpy(copy, ident, len);
-  free(txn->last);
-  txn->last = copy;
+  memcpy(txn->last, ident, len);
   txn->last_len = len;
   return KL_OK;
+}
+
+void kl__txn_recycle(kl_txn_t *txn) {
+  kl__emits_free(txn->emits);
+  *txn = (kl_txn_t){.store = txn->store, .last = txn->last};
+}
+
+/* The slots are taken and given by exchange, never by a read and a write,
+ * so that a txn is in one slot or with one thread, and no lock is needed. */
+kl_txn_t *kl__store_spare_take(kl_store_t *store) {
+  for (size_t i = 0; i < KL__STORE_SPARES; i++)
+    if (atomic_load_explicit(&store->spares[i], memory_order_relaxed)) {
+      kl_txn_t *txn = atomic_exchange(&store->spares[i], NULL);
+      if (txn)
+        return txn;
+    }
+  return NULL;
+}
+
+void kl__store_spare_give(kl_store_t *store, kl_txn_t *txn,
+                          kl__store_spare_drop_t *drop) {
+  atomic_store(&store->spare_drop, drop);
+  for (size_t i = 0; i < KL__STORE_SPARES; i++) {
+    kl_txn_t *none = NULL;
+    if (atomic_compare_exchange_strong(&store->spares[i], &none, txn))
+      return;
+  }
+  drop(txn);
 }
 
 kl_err_t kl__store_last(kl_store_t *store, const char *topic, int32_t partition,
@@ -583,6 +617,9 @@ kl_err_t kl__store_begin_ahead(kl_store_t *store, const char *topic,
                                int32_t partition, uint64_t epoch,
                                const char *const *ids, const size_t *id_lens,
                                size_t n, kl_txn_t **txn) {
+  kl_err_t err = kl__store_check_tp("kl__store_begin_ahead", topic, partition);
+  if (err)
+    return err;
   if (!store->ops->begin_ahead)
     return kl__err(KL_EINVAL,
                    "kl__store_begin_ahead: the %s store does not begin "

@@ -36,6 +36,8 @@ void kl__buf_clear(kl__buf_t *buf) {
   arena_free(buf->arena);
   free(buf->slots);
   free(buf->used);
+  free(buf->sorted);
+  free(buf->scratch);
   kl__buf_init(buf);
 }
 
@@ -43,11 +45,28 @@ void kl__buf_reset(kl__buf_t *buf) {
   for (size_t i = 0; i < buf->count; i++)
     buf->slots[buf->used[i]] = NULL;
   buf->count = 0;
-  if (buf->arena) { /* keep the newest chunk, the largest */
-    arena_free(buf->arena->next);
-    buf->arena->next = NULL;
+  if (buf->arena && buf->arena->next) { /* next time one chunk of them all */
+    arena_free(buf->arena);
+    buf->arena = NULL;
+    buf->arena_next = buf->arena_bytes;
+    buf->arena_bytes = 0;
+  } else if (buf->arena) {
     buf->arena->used = 0;
   }
+}
+
+/* The memory the buffer holds, besides itself. */
+static size_t buf_bytes(const kl__buf_t *buf) {
+  return buf->arena_bytes + buf->arena_next +
+         buf->cap * (sizeof(*buf->slots) + sizeof(*buf->used) / 2) +
+         buf->sorted_cap * 2 * sizeof(*buf->sorted);
+}
+
+void kl__buf_recycle(kl__buf_t *buf) {
+  if (buf_bytes(buf) > KL__BUF_KEEP_MAX)
+    kl__buf_clear(buf);
+  else
+    kl__buf_reset(buf);
 }
 
 /* @returns @p size bytes from the arena, 8-byte aligned, or NULL. */
@@ -58,6 +77,8 @@ static void *arena_alloc(kl__buf_t *buf, size_t size) {
     size_t cap = c ? c->cap * 2 : KL_BUF_CHUNK_MIN;
     if (cap > KL_BUF_CHUNK_MAX)
       cap = KL_BUF_CHUNK_MAX;
+    if (!c && cap < buf->arena_next) /* as large as the last use needed */
+      cap = buf->arena_next;
     if (cap < size)
       cap = size;
     if (!(c = malloc(sizeof(*c) + cap)))
@@ -66,6 +87,8 @@ static void *arena_alloc(kl__buf_t *buf, size_t size) {
     c->used = 0;
     c->cap = cap;
     buf->arena = c;
+    buf->arena_bytes += cap;
+    buf->arena_next = 0;
   }
   void *p = c->data + c->used;
   c->used += size;
@@ -149,9 +172,7 @@ const kl__buf_entry_t *kl__buf_get(const kl__buf_t *buf, const void *key,
   return buf->slots[buf_slot(buf->slots, buf->cap, hash, key, key_len)];
 }
 
-static int buf_cmp(const void *a, const void *b) {
-  const kl__buf_entry_t *x = *(const kl__buf_entry_t *const *)a;
-  const kl__buf_entry_t *y = *(const kl__buf_entry_t *const *)b;
+static int buf_cmp(const kl__buf_entry_t *x, const kl__buf_entry_t *y) {
   size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
   int c = memcmp(x->bytes, y->bytes, n);
   if (c)
@@ -159,16 +180,51 @@ static int buf_cmp(const void *a, const void *b) {
   return x->key_len < y->key_len ? -1 : x->key_len > y->key_len;
 }
 
-kl_err_t kl__buf_sorted(const kl__buf_t *buf, const kl__buf_entry_t ***out) {
+/* Sorts @p a's @p n entries, with @p tmp as large: a bottom-up merge sort,
+ * which needs no memory of its own (glibc's qsort() mallocs a copy of any
+ * array over 1 KiB). @returns the array that holds them sorted. */
+static const kl__buf_entry_t **
+buf_msort(const kl__buf_entry_t **a, const kl__buf_entry_t **tmp, size_t n) {
+  for (size_t w = 1; w < n; w *= 2) {
+    for (size_t lo = 0; lo < n; lo += 2 * w) {
+      size_t mid = lo + w < n ? lo + w : n;
+      size_t hi = lo + 2 * w < n ? lo + 2 * w : n;
+      size_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi)
+        tmp[k++] = buf_cmp(a[j], a[i]) < 0 ? a[j++] : a[i++];
+      while (i < mid)
+        tmp[k++] = a[i++];
+      while (j < hi)
+        tmp[k++] = a[j++];
+    }
+    const kl__buf_entry_t **t = a;
+    a = tmp;
+    tmp = t;
+  }
+  return a;
+}
+
+kl_err_t kl__buf_sorted(kl__buf_t *buf, const kl__buf_entry_t *const **out) {
   *out = NULL;
   if (!buf->count)
     return KL_OK;
-  const kl__buf_entry_t **list = malloc(buf->count * sizeof(*list));
-  if (!list)
-    return KL_ENOMEM;
+  if (buf->sorted_cap < buf->count) {
+    size_t cap = buf->cap / 2; /* room for every entry the table can hold */
+    const kl__buf_entry_t **sorted = malloc(cap * sizeof(*sorted));
+    const kl__buf_entry_t **scratch = malloc(cap * sizeof(*scratch));
+    if (!sorted || !scratch) {
+      free(sorted);
+      free(scratch);
+      return KL_ENOMEM;
+    }
+    free(buf->sorted);
+    free(buf->scratch);
+    buf->sorted = sorted;
+    buf->scratch = scratch;
+    buf->sorted_cap = cap;
+  }
   for (size_t i = 0; i < buf->count; i++)
-    list[i] = kl__buf_at(buf, i);
-  qsort(list, buf->count, sizeof(*list), buf_cmp);
-  *out = list;
+    buf->sorted[i] = kl__buf_at(buf, i);
+  *out = buf_msort(buf->sorted, buf->scratch, buf->count);
   return KL_OK;
 }

@@ -10,6 +10,11 @@
  * event's child buffer holds a handful of keys, and emptying it must not
  * cost a walk of its whole table or a free() per entry.
  *
+ * A finished batch's buffers are kept for the next batch (reset, not
+ * freed: kl__buf_recycle()), so that a worker's steady path does not
+ * allocate them again per batch; a buffer that grew past KL__BUF_KEEP_MAX
+ * is freed instead, so that one huge batch does not pin its memory.
+ *
  * Not thread safe: it belongs to one kl_txn_t, used by one thread at a time.
  */
 #ifndef KEYLANE_STORE_TXN_BUFFER_H
@@ -30,12 +35,23 @@ typedef struct kl__buf_entry {
 
 typedef struct kl__buf_chunk kl__buf_chunk_t;
 
+/**
+ * The most memory (table, arena, sorted lists) a buffer keeps for its next
+ * use when kl__buf_recycle()d: about 6,000 entries of a 100-byte key and
+ * value. A larger one is freed.
+ */
+#define KL__BUF_KEEP_MAX (1024 * 1024)
+
 typedef struct kl__buf {
   kl__buf_entry_t **slots; /* cap slots, NULL when free; cap a power of 2 */
   size_t cap;
   size_t count;
   size_t *used;           /* the count occupied slots, in insertion order */
   kl__buf_chunk_t *arena; /* the entries; the newest chunk first */
+  size_t arena_bytes;     /* the chunks' capacity, in all */
+  size_t arena_next;      /* the size of the next first chunk; 0: the least */
+  const kl__buf_entry_t **sorted, **scratch; /* kl__buf_sorted()'s lists */
+  size_t sorted_cap;
 } kl__buf_t;
 
 static inline const void *kl__buf_key(const kl__buf_entry_t *entry) {
@@ -59,10 +75,17 @@ void kl__buf_init(kl__buf_t *buf);
 void kl__buf_clear(kl__buf_t *buf);
 
 /**
- * Empties the buffer but keeps its table and some of its arena for the
- * next use; kl__buf_clear() still frees it in the end.
+ * Empties the buffer but keeps its table and arena for the next use (an
+ * arena of several chunks is freed and comes back as one chunk of their
+ * size at the next set); kl__buf_clear() still frees it in the end.
  */
 void kl__buf_reset(kl__buf_t *buf);
+
+/**
+ * Empties a finished batch's buffer for the next batch: kl__buf_reset(),
+ * or kl__buf_clear() when it holds more than KL__BUF_KEEP_MAX bytes.
+ */
+void kl__buf_recycle(kl__buf_t *buf);
 
 /**
  * Sets @p key to a copy of @p val with @p tag, replacing an earlier entry
@@ -79,9 +102,11 @@ const kl__buf_entry_t *kl__buf_get(const kl__buf_t *buf, const void *key,
 /**
  * Lists the entries in LMDB's default key order (memcmp, then the shorter
  * first), so a commit writes neighbouring keys one after another.
- * @param out  receives a malloc'd array of buf->count entries (NULL when
- *             empty); the caller frees the array, not the entries.
+ * @param out  receives an array of buf->count entries (NULL when empty),
+ *             the buffer's: valid until the buffer is set, reset or
+ *             cleared. The buffer keeps it for the next call.
+ * @returns KL_OK or KL_ENOMEM.
  */
-kl_err_t kl__buf_sorted(const kl__buf_t *buf, const kl__buf_entry_t ***out);
+kl_err_t kl__buf_sorted(kl__buf_t *buf, const kl__buf_entry_t *const **out);
 
 #endif

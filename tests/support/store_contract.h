@@ -120,6 +120,8 @@ void kl_t_store_clock_add(int64_t ms);
   X(acquire_increments_and_persists, setup, teardown)                          \
   X(acquire_above_a_floor, setup, teardown)                                    \
   X(batch_visibility, setup, teardown)                                         \
+  X(a_batch_starts_empty, setup, teardown)                                     \
+  X(batches_on_threads_at_once, setup, teardown)                               \
   X(seen_and_mark, setup, teardown)                                            \
   X(prefetch_answers_seen, setup, teardown)                                    \
   X(dead_letter_never_replaces_applied, setup, teardown)                       \
