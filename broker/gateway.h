@@ -12,14 +12,16 @@
  *   event: "key" (string), "type" (string), optional "id" (string; a
  *   UUIDv7 is made when absent), "payload" (any value, stored as msgpack)
  *   or "payload_b64" (base64 of the raw payload bytes), optional "headers"
- *   (an object of strings). The whole body is validated before anything is
- *   produced. 200 [{"partition":P,"offset":O,"id":ID}, ...] in request
- *   order once every event is acknowledged; 400 {"error","index"} naming
- *   the first bad event (nothing produced); 401 without a valid bearer
- *   token when tokens are configured; 413 over --max-body; 429 with
- *   Retry-After when the in-flight budget cannot take the request; 503
- *   with Retry-After and the events' ids when Kafka did not acknowledge
- *   every event within --produce-timeout.
+ *   (an object of strings), optional "not_before" (ms since the epoch)
+ *   or "delay" (a duration such as "15m"): event/event_json.h. The whole
+ *   body is validated before anything is produced. 200
+ *   [{"partition":P,"offset":O,"id":ID}, ...] in request order once every
+ *   event is acknowledged; 400 {"error","index"} naming the first bad event
+ *   (nothing produced); 401 without a valid bearer token when tokens are
+ *   configured; 413 over --max-body; 429 with Retry-After when the
+ *   in-flight budget cannot take the request; 503 with Retry-After and the
+ *   events' ids when Kafka did not acknowledge every event within
+ *   --produce-timeout.
  * - GET /v1/topics/{topic}/route?key=K: {"partition":P,"partitions":N}.
  * - GET /healthz: 200 when a Kafka broker answered within the last few
  *   seconds and the in-flight budget is not exhausted, else 503 with why.

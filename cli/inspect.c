@@ -124,6 +124,8 @@ static void envelope_json(json_t *o, const kl_event_t *ev) {
   json_object_set_new(o, "id", json_stringn(ev->id, ev->id_len));
   json_object_set_new(o, "type", json_stringn(ev->type, ev->type_len));
   json_object_set_new(o, "ts", json_integer(ev->ts));
+  if (ev->not_before > 0)
+    json_object_set_new(o, "not_before", json_integer(ev->not_before));
   json_t *payload = NULL;
   if (kl__msgpack_to_json(ev->payload, ev->payload_len, &payload) == KL_OK)
     json_object_set_new(o, "payload", payload);
@@ -301,6 +303,7 @@ static const kl__cmd_t inspect_cmd = {
         "Prints the records of TOPIC as JSON lines, one per record:\n"
         "  {\"partition\", \"offset\", \"key\", \"id\", \"type\", "
         "\"ts\",\n"
+        "   \"not_before\" (a delayed event's, ms since the epoch),\n"
         "   \"payload\" (JSON when it is msgpack, else \"payload_b64\"),\n"
         "   \"headers\" (the envelope's), \"kafka_headers\" (the record's),\n"
         "   \"dead_letter\" {reason, error, attempts, origin_topic,\n"

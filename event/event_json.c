@@ -9,6 +9,7 @@
 #include "event/envelope.h"
 #include "common/internal.h"
 #include "common/json_msgpack.h"
+#include "common/units.h"
 
 static kl_err_t jev_fail(char *err, size_t size, const char *fmt, ...)
     KL__PRINTF(3, 4);
@@ -21,18 +22,21 @@ static kl_err_t jev_fail(char *err, size_t size, const char *fmt, ...) {
 }
 
 static kl_err_t jev_known(const json_t *root, char *err, size_t size) {
-  static const char *const known[] = {"key",     "id",          "type",
-                                      "payload", "payload_b64", "headers"};
+  static const char *const known[] = {"key",        "id",          "type",
+                                      "payload",    "payload_b64", "headers",
+                                      "not_before", "delay"};
+  const size_t n = sizeof(known) / sizeof(known[0]);
   const char *name;
   json_t *v;
   json_object_foreach((json_t *)root, name, v) {
     size_t i = 0;
-    while (i < 6 && strcmp(name, known[i]) != 0)
+    while (i < n && strcmp(name, known[i]) != 0)
       i++;
-    if (i == 6)
+    if (i == n)
       return jev_fail(err, size,
                       "unknown field \"%.64s\"; the fields are "
-                      "key, id, type, payload, payload_b64 and headers",
+                      "key, id, type, payload, payload_b64, headers, and "
+                      "not_before or delay",
                       name);
   }
   return KL_OK;
@@ -139,6 +143,50 @@ static kl_err_t jev_payload(kl__jevent_t *je, const json_t *root, bool raw_bin,
   return KL_OK;
 }
 
+/* "not_before" (ms since the epoch) or "delay" (a duration from now): the
+ * time before which the event is not applied; neither is none. A "delay"
+ * of 0 is none too, so that the envelope stays version 1, which every
+ * worker reads. */
+static kl_err_t jev_not_before(kl_event_t *ev, const json_t *root, char *err,
+                               size_t size) {
+  const json_t *nb = json_object_get(root, "not_before");
+  const json_t *delay = json_object_get(root, "delay");
+  if (nb && delay)
+    return jev_fail(err, size,
+                    "both \"not_before\" and \"delay\" are given: pass "
+                    "one (\"not_before\" in ms since the Unix epoch, or "
+                    "\"delay\" as a duration from now such as \"15m\")");
+  if (nb && (!json_is_integer(nb) || json_integer_value(nb) <= 0))
+    return jev_fail(err, size,
+                    "\"not_before\" must be a positive integer, ms since "
+                    "the Unix epoch (such as 1767225600000); omit it to "
+                    "have the event applied when it is read");
+  if (nb) {
+    ev->not_before = (int64_t)json_integer_value(nb);
+    return KL_OK;
+  }
+  if (!delay)
+    return KL_OK;
+  const char *text = json_is_string(delay) ? json_string_value(delay) : NULL;
+  if (!text || strlen(text) != json_string_length(delay))
+    return jev_fail(err, size,
+                    "\"delay\" must be a string, a duration with a unit "
+                    "such as \"500ms\", \"30s\", \"15m\", \"2h\" or "
+                    "\"3d\"; or give \"not_before\" in ms since the Unix "
+                    "epoch");
+  int64_t ms, now = kl__now_ms();
+  if (kl__units_parse("\"delay\"", text, KL__UNITS_DURATION, 0, INT64_MAX,
+                      &ms) != KL_OK)
+    return jev_fail(err, size, "%s", kl_err_detail());
+  if (ms > INT64_MAX - now)
+    return jev_fail(err, size,
+                    "\"delay\" \"%.64s\" ends after the year 292 million: "
+                    "give a shorter one",
+                    text);
+  ev->not_before = ms > 0 ? now + ms : 0;
+  return KL_OK;
+}
+
 kl_err_t kl__jevent_parse(kl__jevent_t *je, const json_t *root, bool raw_bin,
                           char *err, size_t err_size) {
   memset(je, 0, sizeof(*je));
@@ -158,6 +206,8 @@ kl_err_t kl__jevent_parse(kl__jevent_t *je, const json_t *root, bool raw_bin,
                 err_size);
   if (!e && kl__reserved_check(ev, 0))
     e = jev_fail(err, err_size, "%s", kl_err_detail());
+  if (!e)
+    e = jev_not_before(ev, root, err, err_size);
   if (!e)
     e = jev_headers(je, root, err, err_size);
   if (!e)

@@ -3,11 +3,15 @@
  * shares (the HTTP gateway; `keylane publish` reads the same shape):
  *
  *   {"key": STR, "type": STR, "id": STR?, "payload": ANY?,
- *    "payload_b64": STR?, "headers": {STR: STR}?}
+ *    "payload_b64": STR?, "headers": {STR: STR}?,
+ *    "not_before": INT?, "delay": STR?}
  *
  * "payload" is stored as msgpack (common/json_msgpack.h's mapping);
  * "payload_b64" is the raw payload as base64; not both; neither is an
- * empty payload. "id" may be omitted (the producer makes one) but not
+ * empty payload. "not_before" (ms since the Unix epoch, positive) or
+ * "delay" (a duration with a unit, common/units.h: "15m", read when the
+ * event is, as now + delay; "0" is none), not both, set the event's
+ * not_before. "id" may be omitted (the producer makes one) but not
  * empty. "key", "type", "id" and header values are text: a NUL in one is
  * refused (both encodings come here, so one rule holds for both). Unknown
  * fields are refused, so a typo ("paylaod") is an error rather than an event

@@ -5,8 +5,11 @@
 // handler writes exec handlers.
 //
 // The envelope (keylane's include/keylane/event.h) is a msgpack map
-// {v, id, t, ts, p, h?} written in that order, each field in its smallest
-// msgpack form: the bytes kl_event_encode() writes for the same event.
+// {v, id, t, ts, p, h?, nb?} written in that order, each field in its
+// smallest msgpack form: the bytes kl_event_encode() writes for the same
+// event. An event with a not-before time ("nb") is version 2, so that a
+// worker too old for timers refuses it rather than apply it early; any
+// other is version 1, which every keylane reads.
 package keylane
 
 import (
@@ -18,13 +21,19 @@ import (
 
 // The envelope's limits, as keylane's event.h.
 const (
-	EnvelopeVersion = 1
+	// EnvelopeVersion is the highest version Decode reads; AppendEnvelope
+	// writes 1, or 2 for an event with a NotBefore.
+	EnvelopeVersion = 2
 	KeyMax          = 1024
 	IDMax           = 255
 	// IDReserved begins the ids keylane derives for follow-up events
 	// ("~<topic>/<partition>/<offset>/<index>"): a client id may not.
 	IDReserved = '~'
 	TypeMax    = 255
+	// TypeReserved begins the types of keylane's own records ("~timer",
+	// the record a partition's owner writes when a delayed event is due):
+	// a client type may not.
+	TypeReserved = '~'
 	// MessageMax is Kafka's default message.max.bytes.
 	MessageMax = 1048588
 	// RecordMax is the largest key + envelope of one record.
@@ -283,6 +292,9 @@ type Envelope struct {
 	TS      int64 // ms since the epoch
 	Payload []byte
 	Headers []Header
+	// NotBefore is the time before which the event is not applied, ms since
+	// the epoch ("nb", version 2); 0: applied when read.
+	NotBefore int64
 }
 
 // AppendEnvelope appends the envelope of e, whose fields were checked, to
@@ -291,11 +303,14 @@ type Envelope struct {
 // with IDReserved (a worker dead-letters a record whose such id is no
 // follow-up's, reason reserved_id).
 func AppendEnvelope(b []byte, e *Envelope) []byte {
-	n := 5
+	n, version := 5, byte(1)
 	if len(e.Headers) > 0 {
-		n = 6
+		n++
 	}
-	b = append(b, 0x80|byte(n), 0xa1, 'v', EnvelopeVersion, 0xa2, 'i', 'd')
+	if e.NotBefore > 0 {
+		n, version = n+1, 2
+	}
+	b = append(b, 0x80|byte(n), 0xa1, 'v', version, 0xa2, 'i', 'd')
 	b = putStr(b, e.ID)
 	b = append(b, 0xa1, 't')
 	b = putStr(b, e.Type)
@@ -309,11 +324,14 @@ func AppendEnvelope(b []byte, e *Envelope) []byte {
 			b = putStr(putStr(b, h.Name), h.Value)
 		}
 	}
+	if e.NotBefore > 0 {
+		b = putInt(append(b, 0xa2, 'n', 'b'), e.NotBefore)
+	}
 	return b
 }
 
-// CheckEvent checks an event as kl_publish() does (the id as a client's:
-// not reserved) and returns its envelope's bytes.
+// CheckEvent checks an event as kl_publish() does (the id and the type as
+// a client's: not reserved) and returns its envelope's bytes.
 func CheckEvent(key string, e *Envelope) ([]byte, error) {
 	if err := CheckKey(key); err != nil {
 		return nil, err
@@ -323,6 +341,12 @@ func CheckEvent(key string, e *Envelope) ([]byte, error) {
 	}
 	if err := CheckType(e.Type); err != nil {
 		return nil, err
+	}
+	if e.Type[0] == TypeReserved {
+		return nil, invalid("type \"%s\" begins with '%c', which keylane keeps for its own records (a due timer's \"~timer\"): choose a type that does not", printable(e.Type), TypeReserved)
+	}
+	if e.NotBefore < 0 {
+		return nil, invalid("not_before is %d: give ms since the Unix epoch, or 0 to have the event applied when it is read", e.NotBefore)
 	}
 	if err := checkLen("p", len(e.Payload), 0, PayloadMax); err != nil {
 		return nil, err
@@ -430,6 +454,7 @@ func Decode(key, value []byte) (*Envelope, error) {
 	}
 	e := &Envelope{}
 	seen := map[string]bool{}
+	var version uint64
 	for i := uint64(0); i < n; i++ {
 		k, ln, err := r.item("a field name")
 		if err != nil {
@@ -442,8 +467,8 @@ func Decode(key, value []byte) (*Envelope, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !strings.Contains(" v id t ts p h ", " "+name+" ") {
-			return nil, invalid("envelope has a field \"%s\" that version %d does not define (v, id, t, ts, p, h)", printable(name), EnvelopeVersion)
+		if !strings.Contains(" v id t ts p h nb ", " "+name+" ") {
+			return nil, invalid("envelope has a field \"%s\" that version %d does not define (v, id, t, ts, p, h, nb)", printable(name), EnvelopeVersion)
 		}
 		if seen[name] {
 			return nil, invalid("envelope field %q appears twice", name)
@@ -454,15 +479,24 @@ func Decode(key, value []byte) (*Envelope, error) {
 		if err != nil {
 			return nil, err
 		}
-		want := map[string]byte{"v": 'u', "id": 's', "t": 's', "ts": 'i', "p": 'b', "h": 'm'}[name]
+		want := map[string]byte{"v": 'u', "id": 's', "t": 's', "ts": 'i', "p": 'b', "h": 'm', "nb": 'i'}[name]
 		if vk != want && !(want == 'i' && vk == 'u') {
 			return nil, invalid("envelope field %q is a msgpack %s, it must be a %s", name, kindNames[vk], kindNames[want])
 		}
 		switch name {
 		case "v":
-			if vn != EnvelopeVersion {
-				return nil, invalid("envelope version \"v\" is %d, this build reads version %d", vn, EnvelopeVersion)
+			if vn < 1 || vn > EnvelopeVersion {
+				return nil, invalid("envelope version \"v\" is %d, this build reads versions 1 to %d", vn, EnvelopeVersion)
 			}
+			version = vn
+		case "nb":
+			if vk == 'i' && int64(vn) <= 0 || vn == 0 {
+				return nil, invalid("envelope field \"nb\" is %d, it must be a positive int (ms since the epoch)", int64(vn))
+			}
+			if vk == 'u' && vn > 1<<63-1 {
+				return nil, invalid("envelope field \"nb\" is %d, the limit is %d", vn, int64(1<<63-1))
+			}
+			e.NotBefore = int64(vn)
 		case "id":
 			if e.ID, err = r.bytes(vn, where); err == nil {
 				err = CheckID(e.ID, false)
@@ -496,6 +530,10 @@ func Decode(key, value []byte) (*Envelope, error) {
 		if !seen[f] {
 			return nil, invalid("envelope lacks the required field %q", f)
 		}
+	}
+	// A version 1 producer cannot mean "not before": the field is not its.
+	if seen["nb"] && version < 2 {
+		return nil, invalid("envelope has the field \"nb\" (not before) but version %d, which lacks it: a delayed event is version 2", version)
 	}
 	return e, nil
 }

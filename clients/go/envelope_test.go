@@ -89,8 +89,9 @@ func TestDecoderRefusesWhatTheWorkerRefuses(t *testing.T) {
 		"\x91\x01":                 "it must be a map",
 		string(good[:len(good)-1]): "truncated",
 		string(good) + "\x00":      "trailing bytes: 1",
-		"\x81\xa1x\x01":            `a field "x" that version 1 does not define`,
-		"\x81\xa1v\x02":            `envelope version "v" is 2`,
+		"\x81\xa1x\x01":            `a field "x" that version 2 does not define (v, id, t, ts, p, h, nb)`,
+		"\x81\xa1v\x03":            `envelope version "v" is 3, this build reads versions 1 to 2`,
+		"\x81\xa1v\x00":            `envelope version "v" is 0`,
 		"\x82\xa1v\x01\xa1v\x01":   `envelope field "v" appears twice`,
 		"\x81\xa1v\x01":            `lacks the required field "id"`,
 		"\x82\xa1v\x01\xa1p\xa1x":  `envelope field "p" is a msgpack str, it must be a bin`,
@@ -101,10 +102,73 @@ func TestDecoderRefusesWhatTheWorkerRefuses(t *testing.T) {
 			t.Errorf("%x: got %v, want %q", value, err, says)
 		}
 	}
-	// a follow-up's id, which only keylane makes, decodes
+	// a follow-up's id, which only keylane makes, decodes; so does a due
+	// timer's type (the worker, not the decoder, judges who wrote it)
 	v := AppendEnvelope(nil, &Envelope{ID: "~t/0/1/0", Type: "t"})
 	if e, err := Decode([]byte("k"), v); err != nil || e.ID != "~t/0/1/0" {
 		t.Fatal(e, err)
+	}
+	v = AppendEnvelope(nil, &Envelope{ID: "i", Type: "~timer", NotBefore: 9})
+	if e, err := Decode([]byte("k"), v); err != nil || e.Type != "~timer" || e.NotBefore != 9 {
+		t.Fatal(e, err)
+	}
+}
+
+// "nb" (not before) is version 2's: a positive int, last, and refused on
+// version 1, as keylane's decoder refuses it.
+func TestDelayedEnvelopeIsTheCEncodersBytes(t *testing.T) {
+	p, _ := Payload(map[string]any{"amount": 5})
+	got, err := CheckEvent("acct-1", &Envelope{ID: "id-1", Type: "credit", TS: 1700000000000, Payload: p, NotBefore: 1700000900000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []byte("\x86\xa1v\x02\xa2id\xa4id-1\xa1t\xa6credit\xa2ts\xcf\x00\x00\x01\x8b\xcf\xe5\x68\x00" +
+		"\xa1p\xc4\x09\x81\xa6amount\x05\xa2nb\xcf\x00\x00\x01\x8b\xcf\xf3\x23\xa0")
+	if !bytes.Equal(got, want) {
+		t.Fatalf("got %x\nwant %x", got, want)
+	}
+	got = AppendEnvelope(nil, &Envelope{ID: "i", Type: "t", Headers: []Header{{"a", "1"}}, NotBefore: 200})
+	want = []byte("\x87\xa1v\x02\xa2id\xa1i\xa1t\xa1t\xa2ts\x00\xa1p\xc4\x00\xa1h\x81\xa1a\xa11\xa2nb\xcc\xc8")
+	if !bytes.Equal(got, want) {
+		t.Fatalf("got %x\nwant %x", got, want)
+	}
+	e, err := Decode([]byte("k"), got)
+	if err != nil || e.NotBefore != 200 {
+		t.Fatal(e, err)
+	}
+	v1 := "\x86\xa1v\x01\xa2id\xa1i\xa1t\xa1t\xa2ts\x00\xa1p\xc4\x00"
+	v2 := "\x86\xa1v\x02\xa2id\xa1i\xa1t\xa1t\xa2ts\x00\xa1p\xc4\x00"
+	cases := map[string]string{
+		v1 + "\xa2nb\x05":  `the field "nb" (not before) but version 1, which lacks it`,
+		v2 + "\xa2nb\x00":  `envelope field "nb" is 0, it must be a positive int`,
+		v2 + "\xa2nb\xfb":  `envelope field "nb" is -5, it must be a positive int`,
+		v2 + "\xa2nb\xc0":  `envelope field "nb" is a msgpack value of another type`,
+		v2 + "\xa2nb\xa15": `envelope field "nb" is a msgpack str`,
+		v2 + "\xa2nb\xcf\xff\xff\xff\xff\xff\xff\xff\xff": `envelope field "nb" is 18446744073709551615, the limit is`,
+	}
+	for value, says := range cases {
+		_, err := Decode([]byte("k"), []byte(value))
+		if err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("%x: got %v, want %q", value, err, says)
+		}
+	}
+	// version 2 without "nb" is an event applied when read
+	if e, err := Decode([]byte("k"), []byte("\x85"+v2[1:])); err != nil || e.NotBefore != 0 {
+		t.Fatal(e, err)
+	}
+}
+
+func TestReservedTypesAndNegativeNotBeforeAreRefused(t *testing.T) {
+	_, err := CheckEvent("k", &Envelope{ID: "i", Type: "~timer", NotBefore: 5})
+	if !errors.Is(err, ErrEvent) || !strings.Contains(err.Error(), `type "~timer" begins with '~', which keylane keeps for its own records`) {
+		t.Fatal(err)
+	}
+	_, err = CheckEvent("k", &Envelope{ID: "i", Type: "t", NotBefore: -1})
+	if !errors.Is(err, ErrEvent) || !strings.Contains(err.Error(), "not_before is -1") {
+		t.Fatal(err)
+	}
+	if _, err := CheckEvent("k", &Envelope{ID: "i", Type: "a~"}); err != nil {
+		t.Fatal(err)
 	}
 }
 

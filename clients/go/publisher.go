@@ -30,6 +30,28 @@ type Event struct {
 	ID      string   // the idempotency id; "" makes one (a UUIDv7)
 	Headers []Header // optional
 	TS      int64    // ms since the epoch; 0 stamps the current time
+	// NotBefore or Delay (from now), not both, delay the event: the worker
+	// applies it, in its key's order, once that time has come. Zero: none.
+	NotBefore time.Time
+	Delay     time.Duration
+}
+
+// notBefore is ev's not-before time in ms since the epoch (0: none).
+func (ev *Event) notBefore(now time.Time) (int64, error) {
+	switch {
+	case !ev.NotBefore.IsZero() && ev.Delay != 0:
+		return 0, invalid("both NotBefore and Delay are given: pass one (NotBefore, a time, or Delay, a duration from now)")
+	case !ev.NotBefore.IsZero():
+		if ms := ev.NotBefore.UnixMilli(); ms > 0 {
+			return ms, nil
+		}
+		return 0, invalid("NotBefore %s is not after the Unix epoch: give a later time, or none to have the event applied when it is read", ev.NotBefore.Format(time.RFC3339Nano))
+	case ev.Delay < 0:
+		return 0, invalid("Delay is %v, before now: give a Delay of 0 or more, or NotBefore", ev.Delay)
+	case ev.Delay > 0:
+		return now.Add(ev.Delay).UnixMilli(), nil
+	}
+	return 0, nil
 }
 
 // Delivery says where Kafka put an event.
@@ -261,8 +283,12 @@ func (p *Publisher) record(ctx context.Context, topic string, ev *Event) (*kgo.R
 	if t.live.Load() != t.expect {
 		return nil, "", t.refusal()
 	}
-	now := time.Now().UnixMilli()
+	clock := time.Now()
+	now := clock.UnixMilli()
 	env := Envelope{ID: ev.ID, Type: ev.Type, TS: ev.TS, Headers: ev.Headers}
+	if env.NotBefore, err = ev.notBefore(clock); err != nil {
+		return nil, "", err
+	}
 	if env.ID == "" {
 		env.ID = newIDAt(now)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // embedded starts `keylane broker --embedded` (KEYLANE_BIN) with topic
@@ -93,15 +94,85 @@ func TestPublishRoutesAsKeylaneAndReportsDeliveries(t *testing.T) {
 	}
 }
 
-func TestRefusedEventsAndChangedCounts(t *testing.T) {
+// NotBefore or Delay reach the envelope ("nb", version 2); both, a
+// reserved type or a negative Delay are refused before anything is sent.
+func TestDelayedEvents(t *testing.T) {
+	boot, p := embeddedPublisher(t)
+	ctx := context.Background()
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	refusals := map[string]Event{
+		"both NotBefore and Delay are given":               {Key: "k", Type: "t", NotBefore: at, Delay: time.Minute},
+		"Delay is -1s, before now":                         {Key: "k", Type: "t", Delay: -time.Second},
+		"is not after the Unix epoch":                      {Key: "k", Type: "t", NotBefore: time.Unix(-5, 0)},
+		"begins with '~', which keylane keeps for its own": {Key: "k", Type: "~timer", NotBefore: at},
+	}
+	for says, ev := range refusals {
+		if _, err := p.Publish(ctx, "events", ev); !errors.Is(err, ErrEvent) || !strings.Contains(err.Error(), says) {
+			t.Errorf("%q: got %v", says, err)
+		}
+	}
+	before := time.Now().UnixMilli()
+	evs := []Event{
+		{Key: "k", Type: "t", ID: "at", NotBefore: at},
+		{Key: "k", Type: "t", ID: "in", Delay: 15 * time.Minute},
+		{Key: "k", Type: "t", ID: "now"},
+	}
+	var ds []Delivery
+	for _, ev := range evs {
+		d, err := p.Publish(ctx, "events", ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	after := time.Now().UnixMilli()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(boot), kgo.MaxVersions(func() *kversion.Versions {
+		v := kversion.Stable()
+		v.SetMaxKeyVersion(apiVersionsKey, 2)
+		return v
+	}()), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"events": {ds[0].Partition: kgo.NewOffset().At(ds[0].Offset)}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var got []*Envelope
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for len(got) < 3 && pctx.Err() == nil {
+		cl.PollFetches(pctx).EachRecord(func(r *kgo.Record) {
+			e, err := Decode(r.Key, r.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, e)
+		})
+	}
+	if len(got) != 3 || got[0].ID != "at" || got[1].ID != "in" || got[2].ID != "now" {
+		t.Fatalf("read back %+v", got)
+	}
+	if got[0].NotBefore != at.UnixMilli() || got[2].NotBefore != 0 {
+		t.Fatalf("not before: %d, %d", got[0].NotBefore, got[2].NotBefore)
+	}
+	if nb := got[1].NotBefore; nb < before+900000 || nb > after+900000 {
+		t.Fatalf("Delay 15m: not before %d, published between %d and %d", nb, before, after)
+	}
+}
+
+// embeddedPublisher is a Publisher on embedded(t), closed when t ends.
+func embeddedPublisher(t *testing.T) (string, *Publisher) {
 	boot := embedded(t)
 	p, err := NewPublisher(boot, WithEmbeddedCluster())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(p.Close)
+	return boot, p
+}
+
+func TestRefusedEventsAndChangedCounts(t *testing.T) {
+	boot, p := embeddedPublisher(t)
 	ctx := context.Background()
-	_, err = p.Publish(ctx, "events", Event{Key: "k", Type: "t", ID: "~events/0/1/0"})
+	_, err := p.Publish(ctx, "events", Event{Key: "k", Type: "t", ID: "~events/0/1/0"})
 	if !errors.Is(err, ErrEvent) || !strings.Contains(err.Error(), "begins with '~'") {
 		t.Fatal(err)
 	}

@@ -10,10 +10,17 @@ package (clients/python) against keylane's own binaries.
       KEY<TAB>PARTITION as Kafka acknowledged it
   interop_python.py publish-lines KEYS OUT
       the same events as JSON lines for `keylane publish`
-  interop_python.py same-bytes BOOTSTRAP TOPIC PUBLISHED
+  interop_python.py same-bytes-lines OUT
+      events at msgpack's width boundaries, delayed ones among them, as
+      JSON lines for `keylane publish`
+  interop_python.py same-bytes BOOTSTRAP TOPIC LINES PUBLISHED
       reads back each event `keylane publish` reported (PUBLISHED, its
-      stdout) and checks that keylane.envelope encodes the same event
-      (its id, type, ts, payload, headers) to the very same bytes
+      stdout) for the lines LINES and checks that keylane.envelope encodes
+      the same event (its id, type, ts, payload, headers, not_before) to
+      the very same bytes
+  interop_python.py publish-delayed BOOTSTRAP TOPIC NOT_BEFORE
+      publishes one event with not_before=NOT_BEFORE (ms) and one with
+      delay=60 (s), keys "at" and "in", with the Publisher
   interop_python.py topic BOOTSTRAP TOPIC
       makes TOPIC on an embedded cluster (a metadata request creates it)
   interop_python.py ledger BOOTSTRAP TOPIC PREFIX KEYS EVENTS SEED OUT
@@ -111,22 +118,34 @@ SAME_BYTES_EVENTS = [
 ]
 
 
+def same_bytes_events():
+    """SAME_BYTES_EVENTS and delayed ones (version 2, "nb" last): a day
+    from now, within any maximum delay, once with headers."""
+    nb = envelope.now_ms() + 86400000
+    return SAME_BYTES_EVENTS + [
+        {"key": "k10", "type": "later", "payload": {"amount": 1}, "not_before": nb},
+        {"key": "k11", "type": "later", "payload": 2, "headers": {"origin": "test"}, "not_before": nb + 1},
+    ]
+
+
 def cmd_same_bytes_lines(out):
     with open(out, "w", encoding="utf-8") as f:
-        for ev in SAME_BYTES_EVENTS:
+        for ev in same_bytes_events():
             f.write(json.dumps(ev) + "\n")
 
 
-def cmd_same_bytes(bootstrap, topic, published):
+def cmd_same_bytes(bootstrap, topic, lines, published):
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "same-bytes", "enable.auto.commit": False})
     diffs = []
+    with open(lines) as f:
+        wants = [json.loads(line) for line in f]
     with open(published) as f:
         reported = [json.loads(line) for line in f]
-    if len(reported) != len(SAME_BYTES_EVENTS):
-        fail("same bytes", ["keylane publish reported %d events of %d" % (len(reported), len(SAME_BYTES_EVENTS))])
-    for want, r in zip(SAME_BYTES_EVENTS, reported):
+    if len(reported) != len(wants):
+        fail("same bytes", ["keylane publish reported %d events of %d" % (len(reported), len(wants))])
+    for want, r in zip(wants, reported):
         c.assign([TopicPartition(topic, r["partition"], r["offset"])])
         msg = c.poll(30)
         if msg is None or msg.error():
@@ -140,7 +159,7 @@ def cmd_same_bytes(bootstrap, topic, published):
         else:
             payload = want.get("payload", b"")
         _, mine, _ = envelope.encode_event(
-            want["key"], want["type"], payload, ev.id, want.get("headers"), ts=ev.ts
+            want["key"], want["type"], payload, ev.id, want.get("headers"), ts=ev.ts, not_before=want.get("not_before")
         )
         if mine != msg.value():
             diffs.append("%s: Python %s, keylane publish %s" % (r["key"], mine[:80].hex(), msg.value()[:80].hex()))
@@ -148,9 +167,18 @@ def cmd_same_bytes(bootstrap, topic, published):
             diffs.append("%s: id %s, reported %s" % (r["key"], ev.id, r["id"]))
         if envelope.pack_payload(payload) != ev.payload:
             diffs.append("%s: payload differs" % r["key"])
+        if ev.not_before != want.get("not_before", 0):
+            diffs.append("%s: not_before %d, given %s" % (r["key"], ev.not_before, want.get("not_before")))
     c.close()
     if diffs:
         fail("envelopes differ", diffs)
+
+
+def cmd_publish_delayed(bootstrap, topic, not_before):
+    pub = keylane.Publisher(bootstrap)
+    pub.send(topic, "at", "later", {"n": 1}, not_before=int(not_before)).result(30)
+    pub.send(topic, "in", "later", {"n": 2}, delay=60).result(30)
+    pub.close(30)
 
 
 def cmd_ledger(bootstrap, topic, prefix, keys, count, seed, out):
@@ -188,6 +216,7 @@ COMMANDS = {
     "publish-lines": cmd_publish_lines,
     "same-bytes-lines": cmd_same_bytes_lines,
     "same-bytes": cmd_same_bytes,
+    "publish-delayed": cmd_publish_delayed,
     "ledger": cmd_ledger,
 }
 

@@ -61,6 +61,34 @@ clients_venv() {
   chmod +x "$PY"
 }
 
+# delayed_case WHAT BOOTSTRAP PUBLISHER...: PUBLISHER publish-delayed
+# BOOTSTRAP later NOT_BEFORE publishes key "at" with NOT_BEFORE (a day from
+# now) and "in" with a 60 s delay; `keylane inspect`, the C decoder, must
+# read both times back.
+delayed_case() {
+  local what=$1 boot=$2 nb t0 t1
+  shift 2
+  nb=$(($(date +%s%3N) + 86400000))
+  t0=$(date +%s%3N)
+  "$@" publish-delayed "$boot" later "$nb"
+  t1=$(date +%s%3N)
+  check "keylane inspect (the C decoder) reads the $what's delayed events: not before $nb, and 60 s after publishing" \
+    delayed_read "$boot" later "$nb" "$t0" "$t1"
+}
+
+# delayed_read BOOTSTRAP TOPIC NOT_BEFORE T0 T1: TOPIC's event "at" has
+# NOT_BEFORE, and "in" one 60 s after a time between T0 and T1 (ms).
+delayed_read() {
+  "$BIN" inspect -b "$1" -t "$2" >"$W/$2.jsonl" &&
+    "$PY" -c '
+import json, sys
+nb, t0, t1 = (int(a) for a in sys.argv[2:5])
+got = {r["key"]: r.get("not_before") for r in map(json.loads, open(sys.argv[1]))}
+assert got.get("at") == nb, (got, nb)
+assert t0 + 60000 <= (got.get("in") or 0) <= t1 + 60000, (got, t0, t1)
+' "$W/$2.jsonl" "$3" "$4" "$5"
+}
+
 # embedded NAME TOPIC PARTITIONS: a `keylane broker --embedded` in the
 # background with TOPIC of PARTITIONS (other topics are made on first use
 # with 4); sets BOOT_<NAME> to its bootstrap.

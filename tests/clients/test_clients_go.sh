@@ -5,7 +5,8 @@
 #  - for 10,000 keys, keylane.Partition() and the partitions the
 #    Publisher's events landed on equal `keylane route`;
 #  - keylane.CheckEvent writes the very bytes `keylane publish` wrote for
-#    the same events;
+#    the same events (delayed ones too), and `keylane inspect` reads the
+#    NotBefore of the Publisher's delayed events;
 #  - a `keylane worker` (ledger handler) applies what the Publisher
 #    published, re-published ids once: balances and seqs exactly;
 #  - a handler on the handler package under a `keylane worker` with
@@ -46,8 +47,11 @@ check "the Go Publisher's 10,000 events landed on the partitions keylane route n
 # ---- 3. the same bytes as keylane's encoder
 $IO same-bytes-lines "$W/same.jsonl"
 "$BIN" publish -b "$BOOT_route" -t same <"$W/same.jsonl" >"$W/same-published.jsonl"
-check "keylane.CheckEvent encodes 9 events to the bytes keylane publish wrote" \
+check "keylane.CheckEvent encodes 11 events (2 delayed) to the bytes keylane publish wrote" \
   $GO same-bytes "$BOOT_route" same "$W/same.jsonl" "$W/same-published.jsonl"
+
+# ---- 3b. delayed events: the C decoder reads the Go Publisher's NotBefore
+delayed_case "Go Publisher" "$BOOT_route" $GO
 
 # ---- 4. a worker applies the Go Publisher's events
 embedded ledger ledger 6

@@ -6,7 +6,9 @@
 #    Publisher's events landed on equal `keylane route` and the partitions
 #    `keylane publish` (kl_publish()) reported;
 #  - keylane.envelope writes the very bytes `keylane publish` wrote for the
-#    same events (msgpack width boundaries, UTF-8, headers, raw payloads);
+#    same events (msgpack width boundaries, UTF-8, headers, raw payloads,
+#    delayed events), and `keylane inspect` reads the not_before of the
+#    Publisher's delayed events;
 #  - a `keylane worker` (ledger handler) applies what the Publisher
 #    published, re-published ids once: balances and seqs exactly;
 #  - a handler on keylane.handler (handler_py.py) under a `keylane worker`
@@ -52,8 +54,11 @@ check "kl_publish() (keylane publish) put the same 10,000 keys on the same parti
 # ---- 3. the same bytes as keylane's encoder
 $IO same-bytes-lines "$W/same.jsonl"
 "$BIN" publish -b "$BOOT_route" -t same <"$W/same.jsonl" >"$W/same-published.jsonl"
-check "keylane.envelope encodes 9 events to the bytes keylane publish wrote" \
-  $IO same-bytes "$BOOT_route" same "$W/same-published.jsonl"
+check "keylane.envelope encodes 11 events (2 delayed) to the bytes keylane publish wrote" \
+  $IO same-bytes "$BOOT_route" same "$W/same.jsonl" "$W/same-published.jsonl"
+
+# ---- 3b. delayed events: the C decoder reads the Publisher's not_before
+delayed_case Publisher "$BOOT_route" $IO
 
 # ---- 4. a worker applies the Publisher's events
 embedded ledger ledger 6

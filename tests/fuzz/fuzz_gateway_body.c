@@ -7,8 +7,8 @@
  *   a message;
  * - every event of an accepted body passes kl_event_validate() (the id may
  *   still be made by the gateway) and encodes to an envelope that decodes
- *   back to the same key, type and payload: the gateway never hands Kafka
- *   what a worker would dead-letter as malformed;
+ *   back to the same key, type, payload and not_before: the gateway never
+ *   hands Kafka what a worker would dead-letter as malformed;
  * - nothing leaks (ASan's leak check).
  */
 #include <stdint.h>
@@ -36,6 +36,7 @@ static void kl_check_event(const kl_event_t *ev) {
   kl_event_t back;
   CHECK(kl_event_decode(kl_decoder, full.key, full.key_len, buf, len, &back) ==
         KL_OK);
+  CHECK(back.not_before == full.not_before);
   CHECK(back.type_len == full.type_len &&
         memcmp(back.type, full.type, full.type_len) == 0);
   CHECK(back.payload_len == full.payload_len &&

@@ -74,7 +74,9 @@ seed() {
     printf '\000{"key":"a","type":"t","payload":{"amount":5,"seq":1}}' >"$dir/one"
     printf '\000[{"key":"a","type":"t","id":"x","headers":{"h":"v"}},{"key":"b","type":"t","payload_b64":"AAE="}]' >"$dir/two"
     printf '\001\x83\xa3key\xa1a\xa4type\xa1t\xa7payload\xc4\x02\x00\x01' >"$dir/mp"
-    printf '\001\x91\x82\xa3key\xa1k\xa4type\xa1t' >"$dir/mparr" ;;
+    printf '\001\x91\x82\xa3key\xa1k\xa4type\xa1t' >"$dir/mparr"
+    printf '\000[{"key":"a","type":"t","not_before":1767225600000},{"key":"b","type":"t","delay":"15m"}]' >"$dir/delayed"
+    printf '\001\x83\xa3key\xa1a\xa4type\xa1t\xaanot_before\xcf\x00\x00\x01\x9b\x76\xda\xa8\x00' >"$dir/mpdelayed" ;;
   gateway_http)
     b='{"key":"a","type":"t"}'
     printf 'POST /v1/topics/events/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s' \
@@ -110,8 +112,10 @@ cat >"$out/envelope.dict" <<'EOF'
 "\xa2ts"
 "\xa1p"
 "\xa1h"
+"\xa2nb"
 "\x85"
 "\x86"
+"\x87"
 "\xc4"
 "\xc5"
 "\xc6"

@@ -23,6 +23,7 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
+#include "common/internal.h"
 #include "common/json_msgpack.h"
 #include "keylane/embedded.h"
 #include "keylane/producer.h"
@@ -523,6 +524,54 @@ static void test_publish_good_lines_then_bad(void **state) {
   kl_embedded_destroy(embedded);
 }
 
+/* A line's "not_before" or "delay" reaches the envelope ("nb", version 2);
+ * a line with neither stays version 1. */
+static void test_publish_not_before(void **state) {
+  (void)state;
+  kl_embedded_t *embedded;
+  assert_int_equal(kl_embedded_new(1, "later", 2, &embedded), KL_OK);
+  const char *bootstrap = kl_embedded_bootstrap(embedded);
+  int64_t nb = kl__now_ms() + 3600000;
+  char input[512];
+  snprintf(input, sizeof(input),
+           "{\"key\":\"at\",\"type\":\"t\",\"not_before\":%lld}\n"
+           "{\"key\":\"in\",\"type\":\"t\",\"delay\":\"15m\"}\n"
+           "{\"key\":\"now\",\"type\":\"t\"}\n",
+           (long long)nb);
+  int64_t before = kl__now_ms();
+  kl_run_t r;
+  kl_run((const char *[]){"publish", "-b", bootstrap, "-t", "later", NULL},
+         input, &r);
+  int64_t after = kl__now_ms();
+  if (r.rc != 0)
+    fail_msg("publish: exit %d, stderr: %s", r.rc, r.err);
+  kl_msg_t msgs[64];
+  size_t n = kl_consume_all(bootstrap, "later", 2, msgs);
+  assert_int_equal(n, 3);
+  kl_decoder_t *decoder = kl_decoder_new();
+  const char *keys[] = {"at", "in", "now"};
+  for (size_t i = 0; i < 3; i++) {
+    const kl_msg_t *m = kl_msg_find(msgs, n, keys[i]);
+    kl_event_t ev;
+    assert_int_equal(kl_event_decode(decoder, m->key, strlen(m->key), m->value,
+                                     m->value_len, &ev),
+                     KL_OK);
+    if (i == 0)
+      assert_int_equal(ev.not_before, nb);
+    if (i == 1)
+      assert_in_range(ev.not_before, before + 900000, after + 900000);
+    if (i == 2)
+      assert_int_equal(ev.not_before, 0);
+    /* version 2 exactly when delayed: "\xa1v" then the version */
+    assert_int_equal(((const unsigned char *)m->value)[3], i < 2 ? 2 : 1);
+  }
+  kl_decoder_destroy(decoder);
+  for (size_t i = 0; i < n; i++)
+    free(msgs[i].value);
+  kl_run_free(&r);
+  kl_embedded_destroy(embedded);
+}
+
 /* @p len bytes of input, so that it may hold a NUL. */
 static void kl_expect_bad_n(const char *bootstrap, const char *input,
                             size_t len, const char *problem) {
@@ -553,6 +602,14 @@ static void test_publish_bad_lines(void **state) {
                 "{\"key\":\"a\",\"type\":\"t\",\"payload\":1,"
                 "\"payload_b64\":\"AA==\"}\n",
                 "both \"payload\" and \"payload_b64\"");
+  kl_expect_bad(bs,
+                "{\"key\":\"a\",\"type\":\"t\",\"not_before\":1,"
+                "\"delay\":\"1m\"}\n",
+                "line 1: both \"not_before\" and \"delay\" are given");
+  kl_expect_bad(bs, "{\"key\":\"a\",\"type\":\"t\",\"delay\":\"15\"}\n",
+                "line 1: \"delay\" takes a duration with a unit");
+  kl_expect_bad(bs, "{\"key\":\"a\",\"type\":\"~timer\"}\n",
+                "line 1: type \"~timer\" begins with '~'");
   kl_expect_bad(bs, "{\"key\":\"a\",\"type\":\"t\",\"payload_b64\":\"A*==\"}\n",
                 "invalid character at offset 1");
   kl_expect_bad(bs, "{\"key\":\"a\",\"type\":\"t\",\"ts\":1}\n",
@@ -743,6 +800,7 @@ int main(void) {
       cmocka_unit_test(test_gateway_empty_allow_topics_refused),
       cmocka_unit_test(test_gateway_warns_off_loopback_without_tokens),
       cmocka_unit_test(test_publish_good_lines_then_bad),
+      cmocka_unit_test(test_publish_not_before),
       cmocka_unit_test(test_publish_bad_lines),
       cmocka_unit_test(test_publish_usage),
       cmocka_unit_test(test_publish_delivery_failure),

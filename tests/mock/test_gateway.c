@@ -30,6 +30,7 @@
 #include "common/internal.h"
 #include "keylane/producer.h"
 #include "support/http.h"
+#include "support/kafka_read.h"
 #include "support/prom.h"
 #include "support/support.h"
 
@@ -61,7 +62,7 @@ static int kl_group_up(void **state) {
   rd_kafka_mock_topic_create(kl_mc, KL_T_TOPIC, KL_T_PARTS, KL_T_BROKERS);
   /* The gateway serves topics that exist (test_missing_topic_is_404). */
   static const char *const more[] = {"events.dlq", "orders-1", "junk-0",
-                                     "junk-1", "junk-2"};
+                                     "junk-1",     "junk-2",   "delayed"};
   for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++)
     rd_kafka_mock_topic_create(kl_mc, more[i], 4, KL_T_BROKERS);
   snprintf(kl_bootstrap, sizeof(kl_bootstrap), "%s",
@@ -248,16 +249,37 @@ static void kl_mp_map(msgpack_sbuffer *sb, const char *const *kv,
     msgpack_pack_str_with_body(&pk, kv[i], len[i]);
 }
 
-static int kl_post_msgpack(int port, const msgpack_sbuffer *sb,
-                           kl_t_http_resp_t *r) {
+static int kl_post_msgpack_to(int port, const char *topic,
+                              const msgpack_sbuffer *sb, kl_t_http_resp_t *r) {
+  char path[300];
+  snprintf(path, sizeof(path), "/v1/topics/%s/events", topic);
   kl_t_http_t *http = kl_t_http_open(port);
-  assert_int_equal(kl_t_http_request(http, "POST", "/v1/topics/events/events",
+  assert_int_equal(kl_t_http_request(http, "POST", path,
                                      "Content-Type: application/msgpack\r\n",
                                      sb->data, sb->size),
                    0);
   int rc = kl_t_http_recv(http, r, 10000);
   kl_t_http_close(http);
   return rc;
+}
+
+static int kl_post_msgpack(int port, const msgpack_sbuffer *sb,
+                           kl_t_http_resp_t *r) {
+  return kl_post_msgpack_to(port, KL_T_TOPIC, sb, r);
+}
+
+/* Starts {"key": @p key, "type": "t", @p third: ...} in @p sb: the caller
+ * packs the third value and destroys @p sb. */
+static void kl_mp_event(msgpack_sbuffer *sb, msgpack_packer *pk,
+                        const char *key, const char *third) {
+  msgpack_sbuffer_init(sb);
+  msgpack_packer_init(pk, sb, msgpack_sbuffer_write);
+  msgpack_pack_map(pk, 3);
+  msgpack_pack_str_with_body(pk, "key", 3);
+  msgpack_pack_str_with_body(pk, key, strlen(key));
+  msgpack_pack_str_with_body(pk, "type", 4);
+  msgpack_pack_str_with_body(pk, "t", 1);
+  msgpack_pack_str_with_body(pk, third, strlen(third));
 }
 
 /* A 400 whose "error" says @p says. */
@@ -335,14 +357,7 @@ static void test_json_and_msgpack_refuse_alike(void **state) {
   kl_t_http_resp_free(&r);
   msgpack_sbuffer sb;
   msgpack_packer pk;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 3);
-  msgpack_pack_str_with_body(&pk, "key", 3);
-  msgpack_pack_str_with_body(&pk, "a", 1);
-  msgpack_pack_str_with_body(&pk, "type", 4);
-  msgpack_pack_str_with_body(&pk, "t", 1);
-  msgpack_pack_str_with_body(&pk, "headers", 7);
+  kl_mp_event(&sb, &pk, "a", "headers");
   msgpack_pack_map(&pk, 2);
   msgpack_pack_str_with_body(&pk, "h\0x", 3);
   msgpack_pack_str_with_body(&pk, "1", 1);
@@ -356,6 +371,79 @@ static void test_json_and_msgpack_refuse_alike(void **state) {
   assert_true(kl_metric(tg->port, "keylane_gateway_events_produced_total") ==
               before);
   kl_t_gateway_stop(tg);
+}
+
+/* The records of topic "delayed": each one's key and not_before. */
+typedef struct kl_delayed {
+  kl_decoder_t *decoder;
+  char key[3][16];
+  int64_t not_before[3];
+} kl_delayed_t;
+
+static void kl_delayed_read(void *opaque, const rd_kafka_message_t *m, int i) {
+  kl_delayed_t *d = opaque;
+  kl_event_t ev;
+  assert_int_equal(
+      kl_event_decode(d->decoder, m->key, m->key_len, m->payload, m->len, &ev),
+      KL_OK);
+  snprintf(d->key[i], sizeof(d->key[i]), "%.*s", (int)m->key_len,
+           (const char *)m->key);
+  d->not_before[i] = ev.not_before;
+}
+
+/* "not_before" and "delay" reach the envelope, from JSON and msgpack
+ * bodies alike; both at once, or a type of keylane's, are refused. */
+static void test_publish_delayed(void **state) {
+  kl_t_gateway_t *tg = kl_gw(NULL);
+  kl_wait_health(tg->port, 200);
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_post(tg->port, "delayed", NULL,
+                           "{\"key\":\"a\",\"type\":\"t\",\"delay\":\"1d\","
+                           "\"not_before\":1767225600000}",
+                           &r),
+                   0);
+  if (!kl_refused_with(&r, "both \"not_before\" and \"delay\" are given"))
+    fail_msg("both: %d %s", r.status, r.body);
+  kl_t_http_resp_free(&r);
+  assert_int_equal(kl_post(tg->port, "delayed", NULL,
+                           "{\"key\":\"a\",\"type\":\"~timer\"}", &r),
+                   0);
+  if (!kl_refused_with(&r, "keeps for its own records"))
+    fail_msg("~timer: %d %s", r.status, r.body);
+  kl_t_http_resp_free(&r);
+  int64_t nb = kl__now_ms() + 3600000, before = kl__now_ms();
+  char body[200];
+  snprintf(body, sizeof(body),
+           "[{\"key\":\"at\",\"type\":\"t\",\"not_before\":%lld},"
+           "{\"key\":\"in\",\"type\":\"t\",\"delay\":\"15m\"}]",
+           (long long)nb);
+  assert_int_equal(kl_post(tg->port, "delayed", NULL, body, &r), 0);
+  assert_int_equal(r.status, 200);
+  kl_t_http_resp_free(&r);
+  int64_t after = kl__now_ms();
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  kl_mp_event(&sb, &pk, "mp", "not_before");
+  msgpack_pack_int64(&pk, nb);
+  assert_int_equal(kl_post_msgpack_to(tg->port, "delayed", &sb, &r), 0);
+  msgpack_sbuffer_destroy(&sb);
+  kl_t_gateway_stop(tg);
+  assert_int_equal(r.status, 200);
+  kl_t_http_resp_free(&r);
+
+  kl_delayed_t d = {.decoder = kl_decoder_new()};
+  rd_kafka_t *rk = kl_t_consumer(kl_bootstrap, "delayed-test", "delayed");
+  assert_non_null(rk);
+  int n = kl_t_consume(rk, 3, 20000, kl_delayed_read, &d);
+  kl_t_consumer_destroy(rk);
+  kl_decoder_destroy(d.decoder);
+  assert_int_equal(n, 3);
+  for (int i = 0; i < 3; i++) {
+    if (strcmp(d.key[i], "in") == 0)
+      assert_in_range(d.not_before[i], before + 900000, after + 900000);
+    else
+      assert_int_equal(d.not_before[i], nb);
+  }
 }
 
 /* curl, with Expect: 100-continue as it sends for big bodies. */
@@ -1334,6 +1422,7 @@ int main(void) {
       cmocka_unit_test(test_publish_one_and_array),
       cmocka_unit_test(test_publish_msgpack),
       cmocka_unit_test(test_json_and_msgpack_refuse_alike),
+      cmocka_unit_test(test_publish_delayed),
       cmocka_unit_test(test_curl),
       cmocka_unit_test(test_bad_event_has_index_and_nothing_is_produced),
       cmocka_unit_test(test_csrf_simple_bodies_are_415),

@@ -1,6 +1,7 @@
 """The envelope: the bytes keylane's kl_event_encode() writes, the limits
 and error texts of kl_event_validate() and kl_publish(), the strict
 decoder, and UUIDv7 ids."""
+import datetime
 import threading
 import uuid
 
@@ -115,16 +116,99 @@ def test_decoder_refuses_what_the_worker_refuses():
 
     refused(b"", "message value is empty")
     refused(msgpack.packb([1]), "it must be a map")
-    refused(msgpack.packb(dict(good, x=1)), 'a field "x" that version 1 does not define')
-    refused(msgpack.packb(dict(good, v=2)), 'envelope version "v" is 2')
+    refused(msgpack.packb(dict(good, x=1)), 'a field "x" that version 2 does not define (v, id, t, ts, p, h, nb)')
+    refused(msgpack.packb(dict(good, v=3)), 'envelope version "v" is 3, this build reads versions 1 to 2')
+    refused(msgpack.packb(dict(good, v=0)), 'envelope version "v" is 0')
+    # "nb" is version 2's, a positive int
+    refused(msgpack.packb(dict(good, nb=5)), 'the field "nb" (not before) but version 1, which lacks it')
+    for bad in (0, -5, None, "5", 1.5):
+        refused(msgpack.packb(dict(good, v=2, nb=bad)), 'envelope field "nb" is a msgpack')
+    refused(msgpack.packb(dict(good, v=2, nb=2**64 - 1)), 'envelope field "nb" is 18446744073709551615, the limit')
+    assert env.decode("k", msgpack.packb(dict(good, v=2))).not_before == 0
     refused(msgpack.packb({k: v for k, v in good.items() if k != "ts"}), 'lacks the required field "ts"')
     refused(msgpack.packb(dict(good, p="text")), 'envelope field "p" is a msgpack str, it must be a bin')
     refused(b"\x86" + msgpack.packb(good)[1:] + b"\xa1v\x01", 'envelope field "v" appears twice')
     refused(msgpack.packb(good) + b"\x00", "not one msgpack value")
     with pytest.raises(EventError, match="message has no key"):
         env.decode(b"", msgpack.packb(good))
-    # a follow-up's id, which only keylane makes, decodes
+    # a follow-up's id, which only keylane makes, decodes; so does a due
+    # timer's type (the worker, not the decoder, judges who wrote it)
     assert env.decode("k", msgpack.packb(dict(good, id="~t/0/1/0"))).id == "~t/0/1/0"
+    assert env.decode("k", msgpack.packb(dict(good, v=2, t="~timer", nb=9))).type == "~timer"
+
+
+def test_delayed_encoding_is_the_c_encoders_bytes():
+    # Written out by hand from event/envelope.c: fixmap 6, "v" 2, the
+    # version 1 fields in their order, then "nb" uint64 last.
+    _, value, _ = env.encode_event("acct-1", "credit", {"amount": 5}, "id-1", ts=1700000000000, not_before=1700000900000)
+    want = (
+        b"\x86\xa1v\x02\xa2id\xa4id-1\xa1t\xa6credit\xa2ts\xcf\x00\x00\x01\x8b\xcf\xe5\x68\x00"
+        b"\xa1p\xc4\x09\x81\xa6amount\x05\xa2nb\xcf\x00\x00\x01\x8b\xcf\xf3\x23\xa0"
+    )
+    assert value == want
+    ev = env.decode("acct-1", value)
+    assert ev.not_before == 1700000900000 and ev.ts == 1700000000000
+    # after the headers, and in its smallest form
+    _, value, _ = env.encode_event("k", "t", b"", "i", {"a": "1"}, ts=0, not_before=200)
+    assert value == b"\x87\xa1v\x02\xa2id\xa1i\xa1t\xa1t\xa2ts\x00\xa1p\xc4\x00\xa1h\x81\xa1a\xa11\xa2nb\xcc\xc8"
+    # none, or a delay of 0: exactly version 1's bytes
+    for kw in ({}, {"delay": 0}, {"delay": datetime.timedelta(0)}):
+        _, value, _ = env.encode_event("k", "t", b"", "i", ts=0, **kw)
+        assert value == b"\x85\xa1v\x01\xa2id\xa1i\xa1t\xa1t\xa2ts\x00\xa1p\xc4\x00"
+
+
+def test_not_before_from_a_time_or_a_delay():
+    utc = datetime.timezone.utc
+    at = datetime.datetime(2026, 1, 1, tzinfo=utc)
+    assert env.not_before_ms(at) == 1767225600000
+    assert env.not_before_ms(at.astimezone(datetime.timezone(datetime.timedelta(hours=2)))) == 1767225600000
+    assert env.not_before_ms(1767225600000) == 1767225600000
+    assert env.not_before_ms(delay=900, now=1000) == 901000
+    assert env.not_before_ms(delay=0.25, now=1000) == 1250
+    assert env.not_before_ms(delay=datetime.timedelta(minutes=15), now=1000) == 901000
+    before = env.now_ms()
+    nb = env.not_before_ms(delay=60)
+    assert before + 60000 <= nb <= env.now_ms() + 60000
+    assert env.not_before_ms() == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs,says",
+    [
+        ({"not_before": 1767225600000, "delay": 60}, "both not_before and delay are given: pass one"),
+        ({"not_before": 0}, "not_before is 0: give a positive int, ms since the Unix epoch"),
+        ({"not_before": -1}, "not_before is -1: give a positive int"),
+        ({"not_before": 2**63}, "not_before is 9223372036854775808: give a positive int"),
+        ({"not_before": 1.7e12}, "not_before is 1700000000000.0: give a positive int"),
+        ({"not_before": True}, "not_before is True"),
+        ({"not_before": datetime.datetime(2026, 1, 1)}, "is a naive datetime: give an aware one"),
+        (
+            {"not_before": datetime.datetime(1969, 1, 1, tzinfo=datetime.timezone.utc)},
+            "is not after the Unix epoch",
+        ),
+        ({"delay": -1}, "delay is -1, before now: give a delay of 0 or more"),
+        ({"delay": datetime.timedelta(seconds=-1)}, "before now"),
+        ({"delay": "15m"}, "delay is '15m': give seconds (an int or float) or a timedelta"),
+        ({"delay": float("nan")}, "delay is nan"),
+        ({"delay": float("inf")}, "ends after the year 292 million"),
+    ],
+)
+def test_not_before_refusals_say_what_to_give(kwargs, says):
+    with pytest.raises(EventError) as e:
+        env.encode_event("k", "t", b"", "i", **kwargs)
+    assert says in str(e.value)
+
+
+def test_reserved_types_are_refused():
+    # '~' types are keylane's ("~timer", a due timer's record)
+    says = "type \"~timer\" begins with '~', which keylane keeps for its own records"
+    with pytest.raises(EventError) as e:
+        env.encode_event("k", "~timer", b"", "i", not_before=5)
+    assert says in str(e.value)
+    with pytest.raises(EventError) as e:
+        env.encode("i", "~timer", 1, b"", not_before=5)
+    assert says in str(e.value)
+    assert env.decode(b"k", env.encode("i", "a~", 1, b"")).type == "a~"
 
 
 def test_ids_are_uuidv7_and_only_grow_across_threads():

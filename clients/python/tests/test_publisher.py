@@ -1,6 +1,7 @@
 """The Publisher on librdkafka's in-process mock cluster: settings it
 refuses, the partition it sets, ids, delivery reports, futures, and a
 partition count that changes under it."""
+import datetime
 import time
 
 import pytest
@@ -8,6 +9,7 @@ import pytest
 pytest.importorskip("confluent_kafka")
 
 from keylane import ConfigError, DeliveryError, EventError, PartitionsChanged, Publisher  # noqa: E402
+from keylane import envelope as env  # noqa: E402
 from keylane.routing import partition  # noqa: E402
 
 
@@ -67,6 +69,41 @@ def test_given_ids_are_kept_and_reserved_ones_refused():
         pub.publish("events", "", "t")
     with pytest.raises(EventError, match='envelope field "t" is empty'):
         pub.publish("events", "k", "")
+    pub.flush(30)
+
+
+def test_delayed_events_are_version_2_and_reserved_types_refused():
+    pub = mock_publisher()
+    sent = []
+    produce = pub._produce
+
+    def spy(topic, value, key, part, **kw):
+        sent.append(value)
+        produce(topic, value, key, part, **kw)
+
+    pub._produce = spy
+    at = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
+    before = int(time.time() * 1000)
+    pub.publish("events", "k", "t", b"", "at", not_before=at)
+    pub.publish("events", "k", "t", b"", "ms", not_before=1767225600000)
+    pub.publish("events", "k", "t", b"", "in", delay=datetime.timedelta(minutes=15))
+    pub.send("events", "k", "t", b"", "sec", delay=60).result(30)
+    pub.publish("events", "k", "t", b"", "now")
+    after = int(time.time() * 1000)
+    got = [env.decode(b"k", v) for v in sent]
+    assert [e.id for e in got] == ["at", "ms", "in", "sec", "now"]
+    assert got[0].not_before == 1893456000000 and got[1].not_before == 1767225600000
+    assert before + 900000 <= got[2].not_before <= after + 900000
+    assert before + 60000 <= got[3].not_before <= after + 60000
+    assert got[4].not_before == 0 and sent[4][3] == 1 and sent[0][3] == 2
+    # the same bytes as the encoder everyone shares
+    assert sent[1] == env.encode("ms", "t", got[1].ts, b"", None, 1767225600000)
+    with pytest.raises(EventError, match="both not_before and delay are given"):
+        pub.publish("events", "k", "t", not_before=1767225600000, delay=5)
+    with pytest.raises(EventError, match="begins with '~', which keylane keeps for its own records"):
+        pub.publish("events", "k", "~timer", not_before=1767225600000)
+    with pytest.raises(EventError, match="begins with '~', which keylane keeps for its own records"):
+        pub.publish("events", "k", "~x")  # the C path hands it back
     pub.flush(30)
 
 

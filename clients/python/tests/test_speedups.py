@@ -46,6 +46,7 @@ def test_same_bytes_and_partitions_as_python():
         (b"k", "t", "", 1, b"", 4),
         (b"k", "t", "i" * 256, 1, b"", 4),
         (b"k", "t", "~t/0/1/0", 1, b"", 4),
+        (b"k", "~timer", "i", 1, b"", 4),
         (b"k", "t", "a\0b", 1, b"", 4),
         (b"k", "t", "\ud800", 1, b"", 4),
         (b"k", "\udfff", "i", 1, b"", 4),

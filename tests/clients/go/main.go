@@ -8,6 +8,9 @@
 //	                                           the events `keylane publish` wrote
 //	                                           (PUBLISHED, its stdout, of EVENTS' JSON
 //	                                           lines) encode to the same bytes in Go
+//	clients-go publish-delayed BOOTSTRAP TOPIC NOT_BEFORE
+//	                                           key "at" with NotBefore NOT_BEFORE (ms),
+//	                                           key "in" with a Delay of 60 s
 //	clients-go ledger BOOTSTRAP TOPIC PREFIX KEYS EVENTS SEED OUT
 //	                                           ledger events, every 10th published
 //	                                           twice with its id; OUT: the balances
@@ -124,6 +127,7 @@ type jsonEvent struct {
 	Payload    json.RawMessage `json:"payload"`
 	PayloadB64 string          `json:"payload_b64"`
 	Headers    json.RawMessage `json:"headers"`
+	NotBefore  int64           `json:"not_before"`
 }
 
 // headersOf keeps the JSON object's order, as `keylane publish` does.
@@ -200,11 +204,14 @@ func sameBytes(boot, topic, eventsPath, publishedPath string) {
 		if err != nil {
 			die("%v", err)
 		}
-		mine, err := keylane.CheckEvent(want.Key, &keylane.Envelope{ID: env.ID, Type: want.Type, TS: env.TS, Payload: p, Headers: headersOf(want.Headers)})
+		mine, err := keylane.CheckEvent(want.Key, &keylane.Envelope{ID: env.ID, Type: want.Type, TS: env.TS, Payload: p, Headers: headersOf(want.Headers), NotBefore: want.NotBefore})
 		if err != nil {
 			diffs = append(diffs, fmt.Sprintf("%s: %v", want.Key, err))
 		} else if string(mine) != string(rec.Value) {
 			diffs = append(diffs, fmt.Sprintf("%s: Go %x, keylane publish %x", want.Key, mine[:min(len(mine), 60)], rec.Value[:min(len(rec.Value), 60)]))
+		}
+		if env.NotBefore != want.NotBefore {
+			diffs = append(diffs, fmt.Sprintf("%s: not before %d, given %d", want.Key, env.NotBefore, want.NotBefore))
 		}
 		if env.ID != r.ID {
 			diffs = append(diffs, fmt.Sprintf("%s: id %s, reported %s", want.Key, env.ID, r.ID))
@@ -212,6 +219,23 @@ func sameBytes(boot, topic, eventsPath, publishedPath string) {
 	}
 	if len(diffs) > 0 {
 		die("envelopes differ: %s", strings.Join(diffs[:min(len(diffs), 5)], "; "))
+	}
+}
+
+func publishDelayed(boot, topic, notBefore string) {
+	ms, err := strconv.ParseInt(notBefore, 10, 64)
+	if err != nil {
+		die("%v", err)
+	}
+	p := publisher(boot)
+	defer p.Close()
+	for _, ev := range []keylane.Event{
+		{Key: "at", Type: "later", Payload: map[string]any{"n": 1}, NotBefore: time.UnixMilli(ms)},
+		{Key: "in", Type: "later", Payload: map[string]any{"n": 2}, Delay: time.Minute},
+	} {
+		if _, err := p.Publish(context.Background(), topic, ev); err != nil {
+			die("%v", err)
+		}
 	}
 }
 
@@ -336,7 +360,7 @@ func runHandler(logPath, markers, crashAt string) {
 
 func main() {
 	if len(os.Args) < 2 {
-		die("usage: clients-go route|publish|same-bytes|ledger|handler ...")
+		die("usage: clients-go route|publish|same-bytes|publish-delayed|ledger|handler ...")
 	}
 	a := os.Args[2:]
 	switch os.Args[1] {
@@ -346,6 +370,8 @@ func main() {
 		publish(a[0], a[1], a[2], a[3])
 	case "same-bytes":
 		sameBytes(a[0], a[1], a[2], a[3])
+	case "publish-delayed":
+		publishDelayed(a[0], a[1], a[2])
 	case "ledger":
 		ledger(a[0], a[1], a[2], a[3], a[4], a[5], a[6])
 	case "handler":

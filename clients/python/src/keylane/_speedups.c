@@ -11,8 +11,9 @@
  * encode(key, type, id, ts, payload, partitions) -> (envelope, partition)
  *   key bytes, type str, id str, ts int, payload bytes, partitions int.
  *   Returns None for anything it does not take (a limit broken, a
- *   surrogate, a reserved id, ts past int64): the caller then takes the
- *   Python path, which raises the error that names it.
+ *   surrogate, a reserved id or type, ts past int64): the caller then
+ *   takes the Python path, which raises the error that names it. A delayed
+ *   event (version 2) always takes the Python path.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -149,9 +150,9 @@ static PyObject *encode(PyObject *self, PyObject *const *args,
     Py_RETURN_NONE;
   }
   if (key_len < 1 || key_len > KEY_MAX || !type || type_len < 1 ||
-      type_len > TYPE_MAX || !id || id_len < 1 || id_len > ID_MAX ||
-      id[0] == '~' || memchr(id, 0, (size_t)id_len) || overflow ||
-      payload_len > PAYLOAD_MAX || partitions < 1)
+      type_len > TYPE_MAX || type[0] == '~' || !id || id_len < 1 ||
+      id_len > ID_MAX || id[0] == '~' || memchr(id, 0, (size_t)id_len) ||
+      overflow || payload_len > PAYLOAD_MAX || partitions < 1)
     Py_RETURN_NONE;
   size_t size = 1 + 2 + 1 + 3 + str_size((size_t)id_len) + 2 +
                 str_size((size_t)type_len) + 3 + int_size(ts) + 2 +

@@ -6,20 +6,26 @@ is a msgpack map, the envelope (keylane's include/keylane/event.h):
 =====  ===============  ==============================
 field  type             limit
 =====  ===============  ==============================
-v      positive int     1 (ENVELOPE_VERSION)
+v      positive int     1, or 2 with nb
 id     str              1..ID_MAX bytes
 t      str              1..TYPE_MAX bytes
 ts     int              producer time, ms since epoch
 p      bin              0..PAYLOAD_MAX bytes
 h      map str => str   optional, <= HEADERS_MAX
+nb     positive int     optional (version 2): not before,
+                        ms since epoch
 =====  ===============  ==============================
 
 The fields are written in that order, each in the smallest msgpack form
 that holds it: the bytes kl_event_encode() writes for the same event
-(tests/clients compares them). The message key is 1..KEY_MAX bytes.
+(tests/clients compares them). An event without a not_before is version 1,
+which every keylane reads; a delayed one is version 2, so that a worker too
+old for timers refuses it rather than apply it early. The message key is
+1..KEY_MAX bytes.
 """
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import re
 import threading
@@ -30,7 +36,9 @@ import msgpack
 
 from keylane.errors import EventError
 
-ENVELOPE_VERSION = 1
+#: The highest envelope version this package reads; it writes version 1
+#: unless the event has a not_before (version 2, with "nb").
+ENVELOPE_VERSION = 2
 KEY_MAX = 1024
 ID_MAX = 255
 #: The first character of the ids keylane derives for follow-up events
@@ -38,6 +46,10 @@ ID_MAX = 255
 #: publishes may not begin with it.
 ID_RESERVED = "~"
 TYPE_MAX = 255
+#: Types beginning with it are keylane's own ("~timer", the record a
+#: partition's owner writes when a delayed event is due): a client may
+#: publish none.
+TYPE_RESERVED = "~"
 #: Kafka's default message.max.bytes.
 MESSAGE_MAX = 1048588
 #: The largest key + envelope of one record: MESSAGE_MAX less the framing.
@@ -67,6 +79,8 @@ class Event(NamedTuple):
     ts: int
     payload: bytes
     headers: Dict[str, str]
+    #: ms since the Unix epoch before which the event is not applied; 0: none
+    not_before: int = 0
 
 
 # ---- limits, shared by the encoder and the decoder ----
@@ -144,11 +158,75 @@ def _reserved_check(event_id: str) -> None:
         )
 
 
-def check_type(event_type: Any) -> str:
-    """Checks an event type: text, 1..TYPE_MAX bytes. Returns it as str."""
+def check_type(event_type: Any, client: bool = True) -> str:
+    """Checks an event type: text, 1..TYPE_MAX bytes, and (``client``) not
+    beginning with TYPE_RESERVED. Returns it as str."""
     s = _text("t", event_type, "a type")
     _len_check("t", len(s) if s.isascii() else len(_utf8("t", s)), 1, TYPE_MAX)
+    if client:
+        _reserved_type_check(s)
     return s
+
+
+def _reserved_type_check(event_type: str) -> None:
+    if event_type[:1] == TYPE_RESERVED:
+        raise EventError(
+            "type \"%s\" begins with '%s', which keylane keeps for its own records (a due timer's "
+            '"~timer"): choose a type that does not' % (_printable(event_type), TYPE_RESERVED)
+        )
+
+
+_INT64_MAX = (1 << 63) - 1
+
+
+def not_before_ms(
+    not_before: Union[int, _dt.datetime, None] = None,
+    delay: Union[int, float, _dt.timedelta, None] = None,
+    now: Optional[int] = None,
+) -> int:
+    """The envelope's not_before in ms since the Unix epoch (0: none), from
+    ``not_before`` (int ms since the epoch, or an aware datetime) or
+    ``delay`` (seconds as int or float, or a timedelta, from ``now``, ms,
+    default the clock), not both. A delay of 0 is none, so that the
+    envelope stays version 1. Raises EventError naming the problem."""
+    if not_before is not None and delay is not None:
+        raise EventError("both not_before and delay are given: pass one (not_before in ms since the Unix epoch or "
+                         "as an aware datetime, or delay as seconds or a timedelta from now)")
+    if not_before is not None:
+        if isinstance(not_before, _dt.datetime):
+            if not_before.tzinfo is None or not_before.utcoffset() is None:
+                raise EventError(
+                    "not_before %s is a naive datetime: give an aware one, such as "
+                    "datetime.now(timezone.utc) + timedelta(minutes=15)" % not_before.isoformat()
+                )
+            delta = not_before - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+            ms = delta // _dt.timedelta(milliseconds=1)
+            if ms <= 0:
+                raise EventError("not_before %s is not after the Unix epoch" % not_before.isoformat())
+            return ms
+        if type(not_before) is not int or not 0 < not_before <= _INT64_MAX:
+            raise EventError(
+                "not_before is %r: give a positive int, ms since the Unix epoch (such as 1767225600000), or an "
+                "aware datetime; omit it to have the event applied when it is read" % (not_before,)
+            )
+        return not_before
+    if delay is None:
+        return 0
+    if isinstance(delay, _dt.timedelta):
+        ms = delay // _dt.timedelta(milliseconds=1)
+    elif type(delay) in (int, float) and delay == delay:
+        ms = int(delay * 1000) if delay < 1e16 else _INT64_MAX
+    else:
+        raise EventError("delay is %r: give seconds (an int or float) or a timedelta, such as 900 or "
+                         "timedelta(minutes=15)" % (delay,))
+    if ms < 0:
+        raise EventError("delay is %r, before now: give a delay of 0 or more, or not_before" % (delay,))
+    if ms == 0:
+        return 0
+    base = now_ms() if now is None else now
+    if ms > _INT64_MAX - base:
+        raise EventError("delay %r ends after the year 292 million: give a shorter one" % (delay,))
+    return base + ms
 
 
 _HEX = re.compile(r"[0-9a-f]*\Z")
@@ -258,16 +336,26 @@ def record_check(key: bytes, envelope: bytes, payload_len: int) -> None:
 
 
 def encode(
-    event_id: str, event_type: str, ts: int, payload: bytes, headers: Optional[Dict[str, str]] = None
+    event_id: str,
+    event_type: str,
+    ts: int,
+    payload: bytes,
+    headers: Optional[Dict[str, str]] = None,
+    not_before: int = 0,
 ) -> bytes:
     """The envelope of an event whose fields were checked (check_id,
-    check_type, pack_payload, check_headers). An id beginning with
-    ID_RESERVED is refused here too: a worker dead-letters such a record
-    (reason reserved_id) unless keylane derived it for a follow-up."""
+    check_type, pack_payload, check_headers, not_before_ms). An id or type
+    beginning with ID_RESERVED or TYPE_RESERVED is refused here too: a
+    worker dead-letters such a record (reason reserved_id) unless keylane
+    wrote it. A not_before (> 0) makes it version 2, with "nb" last, as
+    kl_event_encode() writes it."""
     _reserved_check(event_id)
-    env: Dict[str, Any] = {"v": ENVELOPE_VERSION, "id": event_id, "t": event_type, "ts": ts, "p": payload}
+    _reserved_type_check(event_type)
+    env: Dict[str, Any] = {"v": 2 if not_before else 1, "id": event_id, "t": event_type, "ts": ts, "p": payload}
     if headers:
         env["h"] = headers
+    if not_before:
+        env["nb"] = not_before
     return _packb(env)
 
 
@@ -373,7 +461,7 @@ def now_ms() -> int:
 
 # ---- decoding ----
 
-_FIELDS = ("v", "id", "t", "ts", "p", "h")
+_FIELDS = ("v", "id", "t", "ts", "p", "h", "nb")
 
 
 class _Map(list):
@@ -405,23 +493,38 @@ def decode(key: Key, value: Bytes) -> Event:
             raise EventError("envelope field names must be str, found a msgpack %s" % type(name).__name__)
         if name not in _FIELDS:
             raise EventError(
-                'envelope has a field "%s" that version %d does not define (v, id, t, ts, p, h)'
+                'envelope has a field "%s" that version %d does not define (v, id, t, ts, p, h, nb)'
                 % (_printable(name), ENVELOPE_VERSION)
             )
         if name in fields:
             raise EventError('envelope field "%s" appears twice' % name)
         fields[name] = v
-        if name == "v" and (type(v) is not int or v != ENVELOPE_VERSION):
-            raise EventError('envelope version "v" is %r, this build reads version %d' % (v, ENVELOPE_VERSION))
+        if name == "v" and (type(v) is not int or not 1 <= v <= ENVELOPE_VERSION):
+            raise EventError('envelope version "v" is %r, this build reads versions 1 to %d' % (v, ENVELOPE_VERSION))
     for name in _FIELDS[:5]:
         if name not in fields:
             raise EventError('envelope lacks the required field "%s"' % name)
+    nb = fields.get("nb", 0)
+    if "nb" in fields:
+        if type(nb) is not int or nb <= 0:
+            raise EventError(
+                'envelope field "nb" is a msgpack %s, it must be a positive int (ms since the epoch)'
+                % ("non-positive int" if type(nb) is int else type(nb).__name__)
+            )
+        if nb > _INT64_MAX:
+            raise EventError('envelope field "nb" is %d, the limit is %d' % (nb, _INT64_MAX))
+        # A version 1 producer cannot mean "not before": the field is not its.
+        if fields["v"] < 2:
+            raise EventError(
+                'envelope has the field "nb" (not before) but version %d, which lacks it: a delayed event is '
+                "version 2" % fields["v"]
+            )
     if not isinstance(fields["id"], str):
         raise EventError('envelope field "id" is a msgpack %s, it must be a str' % type(fields["id"]).__name__)
     event_id = check_id(fields["id"], client=False)
     if not isinstance(fields["t"], str):
         raise EventError('envelope field "t" is a msgpack %s, it must be a str' % type(fields["t"]).__name__)
-    event_type = check_type(fields["t"])
+    event_type = check_type(fields["t"], client=False)
     ts = fields["ts"]
     if type(ts) is not int:
         raise EventError('envelope field "ts" is a msgpack %s, it must be an int (ms since the epoch)' % type(ts).__name__)
@@ -451,7 +554,7 @@ def decode(key: Key, value: Bytes) -> Event:
                 raise EventError("header %d's name is %d bytes, the limit is %d" % (i, len(name.encode()), HEADER_NAME_MAX))
             if len(v.encode("utf-8")) > HEADER_VALUE_MAX:
                 raise EventError('header "%s" value is %d bytes, the limit is %d' % (_printable(name), len(v.encode()), HEADER_VALUE_MAX))
-    return Event(k, event_id, event_type, ts, p, headers)
+    return Event(k, event_id, event_type, ts, p, headers, nb)
 
 
 def encode_event(
@@ -461,15 +564,19 @@ def encode_event(
     event_id: Optional[str] = None,
     headers: Optional[Mapping[str, str]] = None,
     ts: Optional[int] = None,
+    not_before: Union[int, _dt.datetime, None] = None,
+    delay: Union[int, float, _dt.timedelta, None] = None,
 ) -> Tuple[bytes, bytes, str]:
     """Checks an event as kl_publish() does and encodes it: returns
     (message key, envelope, id). ``event_id`` None makes one, ``ts`` None
-    stamps the current time."""
+    stamps the current time; ``not_before`` or ``delay`` (not_before_ms())
+    delay it."""
     k = key_bytes(key)
     t = check_type(event_type)
     i = make_id() if event_id is None else check_id(event_id)
     p = pack_payload(payload)
     h = check_headers(headers)
-    value = encode(i, t, now_ms() if ts is None else int(ts), p, h)
+    nb = not_before_ms(not_before, delay)
+    value = encode(i, t, now_ms() if ts is None else int(ts), p, h, nb)
     record_check(k, value, len(p))
     return k, value, i

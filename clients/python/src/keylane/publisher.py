@@ -17,9 +17,10 @@ PartitionsChanged.
 from __future__ import annotations
 
 import concurrent.futures
+import datetime
 import threading
 import time
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -321,13 +322,18 @@ class Publisher:
         headers: Optional[Mapping[str, str]] = None,
         *,
         ts: Optional[int] = None,
+        not_before: Union[int, datetime.datetime, None] = None,
+        delay: Union[int, float, datetime.timedelta, None] = None,
         on_delivery: Optional[Callable[[Delivery], None]] = None,
     ) -> str:
         """Publishes one event and returns its idempotency id (made, a
         UUIDv7, when ``id`` is None). ``payload`` is bytes, taken as they
         are, or any msgpack-serialisable value (a dict is packed as
-        `keylane publish` packs a JSON payload). Raises EventError for an
-        event kl_publish() would refuse (nothing is sent),
+        `keylane publish` packs a JSON payload). ``not_before`` (ms since
+        the Unix epoch, or an aware datetime) or ``delay`` (seconds, or a
+        timedelta, from now), not both, delay the event: the worker applies
+        it, in its key's order, once that time has come. Raises EventError
+        for an event kl_publish() would refuse (nothing is sent),
         PartitionsChanged, or PublishError when librdkafka's queue stays
         full for enqueue_timeout_ms. Returns once the event is queued:
         ``on_delivery`` (or the publisher's) gets its Delivery, and
@@ -338,6 +344,7 @@ class Publisher:
         if self._fatal is not None:
             raise PublishError("the producer failed: %s; no further event can be published by it" % self._fatal)
         k = key if key.__class__ is bytes else _env.key_bytes(key)
+        nb = 0 if not_before is None and delay is None else _env.not_before_ms(not_before, delay)
         if ts is None:  # one clock read for both, as kl_publish()
             ts = time.time_ns() // 1000000
             if id is None:
@@ -358,9 +365,9 @@ class Publisher:
             span = _current_span().get_span_context()
             if span.is_valid:
                 headers = _trace_headers(None, span)
-        encoded = None if headers or _encode is None else _encode(k, type, id, ts, payload, t.count)
+        encoded = None if headers or nb or _encode is None else _encode(k, type, id, ts, payload, t.count)
         if encoded is None:  # the rules in Python: raises what C refused
-            id, value, part = self._encode(t, k, type, id, ts, payload, headers)
+            id, value, part = self._encode(t, k, type, id, ts, payload, headers, nb)
         else:
             value, part = encoded
         try:
@@ -373,7 +380,15 @@ class Publisher:
         return id
 
     def _encode(
-        self, t: _Topic, k: bytes, type: Any, id: Any, ts: Any, payload: bytes, headers: Optional[Dict[str, str]]
+        self,
+        t: _Topic,
+        k: bytes,
+        type: Any,
+        id: Any,
+        ts: Any,
+        payload: bytes,
+        headers: Optional[Dict[str, str]],
+        nb: int = 0,
     ) -> Tuple[str, bytes, int]:
         """The checks kl_publish() makes, the envelope and the partition,
         in Python: (id, envelope, partition)."""
@@ -384,10 +399,7 @@ class Publisher:
             ts = _ts(ts)
         if len(payload) > PAYLOAD_MAX:
             _env.pack_payload(payload)  # raises, naming the limit
-        env = {"v": 1, "id": id, "t": type, "ts": ts, "p": payload}
-        if headers:
-            env["h"] = headers
-        value = _packb(env)
+        value = _env.encode(id, type, ts, payload, headers, nb)
         if len(k) + len(value) > RECORD_MAX:
             _env.record_check(k, value, len(payload))
         route = t.route
@@ -409,6 +421,8 @@ class Publisher:
         headers: Optional[Mapping[str, str]] = None,
         *,
         ts: Optional[int] = None,
+        not_before: Union[int, datetime.datetime, None] = None,
+        delay: Union[int, float, datetime.timedelta, None] = None,
     ) -> DeliveryFuture:
         """publish(), returning a future whose result is the event's
         Delivery once Kafka acknowledged it (DeliveryError if it did not).
@@ -422,7 +436,9 @@ class Publisher:
             else:
                 f.set_exception(DeliveryError("event %s was not delivered: %s" % (d.id, d.error), [d]))
 
-        event_id = self.publish(topic, key, type, payload, id, headers, ts=ts, on_delivery=done)
+        event_id = self.publish(
+            topic, key, type, payload, id, headers, ts=ts, not_before=not_before, delay=delay, on_delivery=done
+        )
         box.append(DeliveryFuture(self, event_id))
         return box[0]
 

@@ -1,0 +1,152 @@
+/*
+ * An event written as JSON (event/event_json.c), the reading `keylane
+ * publish` and the gateway share: here its delivery time, "not_before" or
+ * "delay", and the types keylane keeps for itself.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "common/internal.h"
+#include "event/event_json.h"
+
+#define KL_T_NOW INT64_C(1767225600000) /* 2026-01-01T00:00:00Z */
+
+static int64_t kl_t_now(void) {
+  return KL_T_NOW;
+}
+
+/* @p text parsed: KL_OK or KL_EINVAL, with the message in @p err. */
+static kl_err_t kl_parse(const char *text, kl__jevent_t *je, char *err,
+                         size_t size) {
+  json_error_t jerr;
+  json_t *root = json_loads(text, JSON_ALLOW_NUL, &jerr);
+  if (!root)
+    fail_msg("test JSON %s: %s", text, jerr.text);
+  kl_err_t e = kl__jevent_parse(je, root, false, err, size);
+  json_decref(root);
+  return e;
+}
+
+static int64_t kl_not_before(const char *text) {
+  kl__jevent_t je;
+  char err[400] = "";
+  if (kl_parse(text, &je, err, sizeof(err)) != KL_OK)
+    fail_msg("%s refused: %s", text, err);
+  int64_t nb = je.ev.not_before;
+  kl__jevent_clear(&je);
+  return nb;
+}
+
+static void kl_refused(const char *text, const char *problem) {
+  kl__jevent_t je;
+  char err[400] = "";
+  if (kl_parse(text, &je, err, sizeof(err)) != KL_EINVAL)
+    fail_msg("%s accepted", text);
+  if (!strstr(err, problem))
+    fail_msg("%s: expected \"%s\" in: %s", text, problem, err);
+}
+
+static int kl_setup(void **state) {
+  (void)state;
+  kl__set_now_ms(kl_t_now);
+  return 0;
+}
+
+static int kl_teardown(void **state) {
+  (void)state;
+  kl__set_now_ms(NULL);
+  return 0;
+}
+
+static void test_not_before(void **state) {
+  (void)state;
+  assert_int_equal(kl_not_before("{\"key\":\"k\",\"type\":\"t\"}"), 0);
+  assert_int_equal(kl_not_before("{\"key\":\"k\",\"type\":\"t\","
+                                 "\"not_before\":1767225900000}"),
+                   INT64_C(1767225900000));
+  assert_int_equal(kl_not_before("{\"key\":\"k\",\"type\":\"t\","
+                                 "\"not_before\":9223372036854775807}"),
+                   INT64_MAX);
+  const char *bad[] = {"0",    "-5",  "1.5e12", "\"1767225900000\"",
+                       "null", "true"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    char text[128];
+    snprintf(text, sizeof(text),
+             "{\"key\":\"k\",\"type\":\"t\",\"not_before\":%s}", bad[i]);
+    kl_refused(text, "\"not_before\" must be a positive integer, ms since "
+                     "the Unix epoch");
+  }
+}
+
+/* "delay" is now + the duration, in the units every keylane duration
+ * takes; "0" is no delay, so the envelope stays version 1. */
+static void test_delay(void **state) {
+  (void)state;
+  const struct {
+    const char *text;
+    int64_t not_before;
+  } good[] = {{"500ms", KL_T_NOW + 500},    {"30s", KL_T_NOW + 30000},
+              {"15m", KL_T_NOW + 900000},   {"2h", KL_T_NOW + 7200000},
+              {"3d", KL_T_NOW + 259200000}, {"0", 0}};
+  for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+    char text[128];
+    snprintf(text, sizeof(text),
+             "{\"key\":\"k\",\"type\":\"t\",\"delay\":\"%s\"}", good[i].text);
+    assert_int_equal(kl_not_before(text), good[i].not_before);
+  }
+  const char *bad[] = {"\"15\"", "\"15 m\"", "\"-1s\"",
+                       "\"1w\"", "\"\"",     "\"1.5h\""};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    char text[128];
+    snprintf(text, sizeof(text), "{\"key\":\"k\",\"type\":\"t\",\"delay\":%s}",
+             bad[i]);
+    kl_refused(text,
+               "\"delay\" takes a duration with a unit, ms, s, m, h or d");
+  }
+  kl_refused("{\"key\":\"k\",\"type\":\"t\",\"delay\":900}",
+             "\"delay\" must be a string, a duration with a unit");
+  kl_refused("{\"key\":\"k\",\"type\":\"t\",\"delay\":\"15m\\u0000x\"}",
+             "\"delay\" must be a string");
+  kl_refused("{\"key\":\"k\",\"type\":\"t\",\"delay\":\"9223372036854775s\"}",
+             "ends after the year");
+}
+
+static void test_not_before_and_delay(void **state) {
+  (void)state;
+  kl_refused("{\"key\":\"k\",\"type\":\"t\",\"not_before\":1767225900000,"
+             "\"delay\":\"15m\"}",
+             "both \"not_before\" and \"delay\" are given: pass one");
+  kl_refused("{\"key\":\"k\",\"type\":\"t\",\"nb\":1767225900000}",
+             "headers, and not_before or delay");
+}
+
+/* A type beginning with '~' is keylane's (a due timer's "~timer"): no
+ * client writes one, delayed or not. */
+static void test_reserved_type(void **state) {
+  (void)state;
+  kl_refused("{\"key\":\"k\",\"type\":\"~timer\"}",
+             "keeps for its own records");
+  kl_refused("{\"key\":\"k\",\"type\":\"~timer\",\"delay\":\"1m\"}",
+             "keeps for its own records");
+  assert_int_equal(kl_not_before("{\"key\":\"k\",\"type\":\"a~\"}"), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_not_before, kl_setup, kl_teardown),
+      cmocka_unit_test_setup_teardown(test_delay, kl_setup, kl_teardown),
+      cmocka_unit_test_setup_teardown(test_not_before_and_delay, kl_setup,
+                                      kl_teardown),
+      cmocka_unit_test_setup_teardown(test_reserved_type, kl_setup,
+                                      kl_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
