@@ -196,7 +196,7 @@ kl_err_t kl__reserved_check(const kl_event_t *event, int own) {
   char shown[68];
   return kl__err(KL_EINVAL,
                  "type \"%s\" begins with '%c', which keylane keeps for "
-                 "types of its own: choose a type that does not (a record "
+                 "its own records: choose a type that does not (a record "
                  "of one that another producer wrote is never applied)",
                  envelope_printable(event->type, event->type_len, shown),
                  KL_TYPE_RESERVED);

@@ -30,9 +30,8 @@ const (
 	// ("~<topic>/<partition>/<offset>/<index>"): a client id may not.
 	IDReserved = '~'
 	TypeMax    = 255
-	// TypeReserved begins the types of keylane's own records ("~timer",
-	// the record a partition's owner writes when a delayed event is due):
-	// a client type may not.
+	// TypeReserved begins the types kept for keylane's own records: a
+	// client type may not.
 	TypeReserved = '~'
 	// MessageMax is Kafka's default message.max.bytes.
 	MessageMax = 1048588
@@ -343,7 +342,7 @@ func CheckEvent(key string, e *Envelope) ([]byte, error) {
 		return nil, err
 	}
 	if e.Type[0] == TypeReserved {
-		return nil, invalid("type \"%s\" begins with '%c', which keylane keeps for its own records (a due timer's \"~timer\"): choose a type that does not", printable(e.Type), TypeReserved)
+		return nil, invalid("type \"%s\" begins with '%c', which keylane keeps for its own records: choose a type that does not", printable(e.Type), TypeReserved)
 	}
 	if e.NotBefore < 0 {
 		return nil, invalid("not_before is %d: give ms since the Unix epoch, or 0 to have the event applied when it is read", e.NotBefore)

@@ -608,7 +608,7 @@ static void test_reserved_types(void **state) {
   ev.type_len = 6;
   for (int own = 0; own < 2; own++) {
     assert_err(kl__reserved_check(&ev, own), KL_EINVAL);
-    assert_detail("keeps for types of its own");
+    assert_detail("keeps for its own records");
   }
   ev.type = "x~";
   ev.type_len = 2;

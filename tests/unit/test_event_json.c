@@ -128,8 +128,8 @@ static void test_not_before_and_delay(void **state) {
              "headers, and not_before or delay");
 }
 
-/* A type beginning with '~' is keylane's (a due timer's "~timer"): no
- * client writes one, delayed or not. */
+/* A type beginning with '~' is keylane's: no client writes one, delayed
+ * or not. */
 static void test_reserved_type(void **state) {
   (void)state;
   kl_refused("{\"key\":\"k\",\"type\":\"~timer\"}",

@@ -200,7 +200,7 @@ def test_not_before_refusals_say_what_to_give(kwargs, says):
 
 
 def test_reserved_types_are_refused():
-    # '~' types are keylane's ("~timer", a due timer's record)
+    # '~' types are kept for keylane's own records
     says = "type \"~timer\" begins with '~', which keylane keeps for its own records"
     with pytest.raises(EventError) as e:
         env.encode_event("k", "~timer", b"", "i", not_before=5)

@@ -46,9 +46,8 @@ ID_MAX = 255
 #: publishes may not begin with it.
 ID_RESERVED = "~"
 TYPE_MAX = 255
-#: Types beginning with it are keylane's own ("~timer", the record a
-#: partition's owner writes when a delayed event is due): a client may
-#: publish none.
+#: Types beginning with it are kept for keylane's own records: a client
+#: may publish none.
 TYPE_RESERVED = "~"
 #: Kafka's default message.max.bytes.
 MESSAGE_MAX = 1048588
@@ -171,8 +170,8 @@ def check_type(event_type: Any, client: bool = True) -> str:
 def _reserved_type_check(event_type: str) -> None:
     if event_type[:1] == TYPE_RESERVED:
         raise EventError(
-            "type \"%s\" begins with '%s', which keylane keeps for its own records (a due timer's "
-            '"~timer"): choose a type that does not' % (_printable(event_type), TYPE_RESERVED)
+            "type \"%s\" begins with '%s', which keylane keeps for its own records: "
+            "choose a type that does not" % (_printable(event_type), TYPE_RESERVED)
         )
 
 
