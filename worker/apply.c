@@ -122,6 +122,7 @@ static int apply_timer(const kl__applier_t *a, int32_t partition, kl_txn_t *txn,
     if (err)
       return timer_store_failed(err, res);
     res->scheduled++;
+    res->scheduled_due = event->not_before;
     return KL_HANDLER_OK;
   }
   kl_txn_count_duplicate(txn);

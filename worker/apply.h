@@ -73,6 +73,7 @@ typedef struct kl__apply_result {
   int64_t next; /* watermark after the batch */
   uint64_t applied, duplicates, redelivered;
   uint64_t scheduled;          /* delayed events that became timers */
+  int64_t scheduled_due;       /* the last one's due time */
   uint64_t timers_early;       /* firing records read before their time */
   kl_handler_result_t verdict; /* OK, or the first RETRY/FAIL */
   int64_t failed_offset;

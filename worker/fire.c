@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "common/internal.h"
@@ -88,13 +89,16 @@ void kl__fire_drop(kl__fire_t *fire, int32_t partition) {
   fire_set(fire, partition, 0);
 }
 
-void kl__fire_soon(kl__fire_t *fire, int32_t partition) {
+void kl__fire_soon(kl__fire_t *fire, int32_t partition, int64_t due_ms) {
   if (!fire)
     return;
   pthread_mutex_lock(&fire->mu);
   if (partition >= 0 && partition < fire->count) {
-    fire->parts[partition].next_ms = 0;
-    fire->parts[partition].soon++;
+    kl_fire_part_t *p = &fire->parts[partition];
+    p->next_ms = 0;
+    p->soon++;
+    if (p->cursor && due_ms <= p->cursor_due)
+      p->cursor = 0; /* below what was written: the next read writes it */
   }
   pthread_mutex_unlock(&fire->mu);
 }
@@ -145,8 +149,9 @@ static void fire_partition(kl__fire_t *f, int32_t partition, int64_t now) {
   pthread_mutex_unlock(&f->mu);
   if (!s.part.owned || now < s.part.next_ms)
     return;
-  if (s.part.cursor && now - s.part.cursor_ms >= KL__FIRE_AGAIN_MS)
-    s.part.cursor = 0; /* not read back: written again */
+  if (s.part.cursor &&
+      (now - s.part.cursor_ms >= KL__FIRE_AGAIN_MS || now < s.part.cursor_ms))
+    s.part.cursor = 0; /* not read back, or the clock stepped back */
   size_t bad = 0;
   kl_err_t err =
       kl__timers_scan(f->store, f->topic, partition, fire_one, &s, &bad);
@@ -172,7 +177,7 @@ static void fire_partition(kl__fire_t *f, int32_t partition, int64_t now) {
   kl_fire_part_t *p = &f->parts[partition];
   if (p->gen == s.part.gen) {
     if (p->soon != s.part.soon) /* a commit wrote one meanwhile */
-      s.part.next_ms = 0, s.part.soon = p->soon;
+      s.part.next_ms = 0, s.part.soon = p->soon, s.part.cursor &= p->cursor;
     *p = s.part;
   }
   pthread_mutex_unlock(&f->mu);

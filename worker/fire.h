@@ -46,9 +46,9 @@ void kl__fire_own(kl__fire_t *fire, int32_t partition);
 /** The worker gave @p partition up: nothing more is written for it. */
 void kl__fire_drop(kl__fire_t *fire, int32_t partition);
 
-/** A commit of the lanes of @p partition wrote a timer: its index is read
- *  at the next tick. */
-void kl__fire_soon(kl__fire_t *fire, int32_t partition);
+/** A commit of the lanes of @p partition wrote a timer due at @p due_ms:
+ *  its index is read at the next tick. */
+void kl__fire_soon(kl__fire_t *fire, int32_t partition, int64_t due_ms);
 
 /** Writes the due timers' records of the owned partitions whose read is
  *  due. On the poll thread, not under the lanes' lock (store reads). */

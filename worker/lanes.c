@@ -388,7 +388,7 @@ static void done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
       kl__oom(KL_COMP);
   }
   slot->duplicate = dup;
-  slot->scheduled = !dup && run->scheduled;
+  slot->scheduled = dup ? 0 : run->scheduled;
   if (run->early)
     lanes->timers_early++;
   slot->ts_ms = run->ts_ms;

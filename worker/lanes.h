@@ -71,9 +71,10 @@ typedef struct kl__run {
   size_t id_len;
   struct kl__child *child;    /* APPLIED: merged into the lane's overlay */
   int32_t expected_partition; /* MISROUTED: where its key routes */
-  int64_t ts_ms; /* APPLIED: the envelope's ts, for the latency histogram */
-  int scheduled; /* APPLIED: a delayed event became a timer (its writes) */
-  int early;     /* DUPLICATE: a firing record read before its time */
+  int64_t ts_ms;     /* APPLIED: the envelope's ts, for the latency histogram */
+  int64_t scheduled; /* APPLIED: a delayed event became a timer (its
+                        writes), due then; 0: it did not */
+  int early;         /* DUPLICATE: a firing record read before its time */
 } kl__run_t;
 
 /** Counters and gauges, as kl_worker_stats() reports them. */

@@ -189,7 +189,7 @@ static void commit_committed(kl__lanes_t *lanes, kl__lane_t *lane,
       lanes->duplicates++;
     } else if (s->state == KL__SLOT_DONE && s->scheduled) {
       lanes->timers_scheduled++;
-      kl__fire_soon(lanes->fire, lane->partition);
+      kl__fire_soon(lanes->fire, lane->partition, s->scheduled);
     } else if (s->state == KL__SLOT_DONE) {
       lanes->applied++;
       observe_applied(lanes, s, now_ms, now_ns);

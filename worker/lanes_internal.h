@@ -70,16 +70,16 @@ struct kl__slot {
   kl__lkey_t *key;
   kl__slot_t *next; /* the key's next pending slot */
   kl__slot_state_t state;
-  int duplicate;    /* DONE because its id was seen */
-  int scheduled;    /* DONE as a timer (a delayed event read) */
-  int building;     /* final, in the group commit being built or in flight */
-  int committed;    /* final and in a committed group commit */
-  int attempts;     /* handler runs */
-  int store_errors; /* failed runs the handler did not cause */
-  int store_wait;   /* its last run failed in the store: it holds the
-                       lane's commits (kl__lane_t.store_held) */
-  int dlq_inflight; /* produced, no delivery report yet */
-  int64_t due_ns;   /* WAITING: when it may run; DLQ_PENDING: resend at */
+  int duplicate;     /* DONE because its id was seen */
+  int64_t scheduled; /* DONE as a timer due then (kl__run_t) */
+  int building;      /* final, in the group commit being built or in flight */
+  int committed;     /* final and in a committed group commit */
+  int attempts;      /* handler runs */
+  int store_errors;  /* failed runs the handler did not cause */
+  int store_wait;    /* its last run failed in the store: it holds the
+                        lane's commits (kl__lane_t.store_held) */
+  int dlq_inflight;  /* produced, no delivery report yet */
+  int64_t due_ns;    /* WAITING: when it may run; DLQ_PENDING: resend at */
   int64_t wait_since_ns;
   int64_t first_failure_ms, last_failure_ms;
   kl__dlq_reason_t reason;    /* once dead-lettered */

@@ -120,7 +120,7 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
                    child,
                    res.expected_partition,
                    0,
-                   res.scheduled > 0,
+                   res.scheduled_due,
                    res.timers_early > 0};
   char sid[KL__SID_MAX];
   if (!res.failed_err && !res.misrouted) {

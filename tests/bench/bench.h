@@ -30,6 +30,7 @@ int kl_bench_latency(int argc, char **argv);
 int kl_bench_fsync(int argc, char **argv);
 int kl_bench_failover(int argc, char **argv);
 int kl_bench_state(int argc, char **argv);
+int kl_bench_timers(int argc, char **argv);
 int kl_bench_all(int argc, char **argv);
 
 /** A trivial python3 exec handler: answers ok to each event, pipelined

@@ -32,6 +32,8 @@ static const struct {
      "key waits while workers restart, die or freeze, dynamic vs static"},
     {"state", kl_bench_state,
      "the worker's state API: 1,000 partitions, 100,000 keys retrying"},
+    {"timers", kl_bench_timers,
+     "1,000,000 timers pending: memory, firing rate, lateness p50/p99"},
     {"all", kl_bench_all,
      "produce, worker, gateway, worker --store pg: every ratio with its "
      "target; --compare FILE"},

@@ -22,16 +22,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 
 #include "keylane/producer.h"
 #include "keylane/store.h"
 #include "support/ledger_checks.h"
+#include "support/kafka_read.h"
 #include "support/pg_group.h"
+#include "support/spawn.h"
 #include "support/store_contract.h"
 #include "support/support.h"
 #include "common/internal.h"
+#include "store/store_internal.h"
 #include "store/timers.h"
 
 #define DAY_MS (24 * 3600 * 1000LL)
@@ -122,6 +127,26 @@ static kl_pending_t pending(kl_store_t *store, const char *topic) {
   return p;
 }
 
+typedef struct kl_t_stamped {
+  int firing;
+  int64_t fired_at;
+} kl_t_stamped_t;
+
+/* Counts the records that carry the keylane.timer header, and keeps the
+ * timestamp of the last. */
+static void stamped_one(void *opaque, const rd_kafka_message_t *m, int i) {
+  (void)i;
+  kl_t_stamped_t *st = opaque;
+  rd_kafka_headers_t *h = NULL;
+  const void *v;
+  size_t n;
+  if (rd_kafka_message_headers((rd_kafka_message_t *)m, &h) == 0 && h &&
+      rd_kafka_header_get_last(h, "keylane.timer", &v, &n) == 0) {
+    st->firing++;
+    st->fired_at = rd_kafka_message_timestamp(m, NULL);
+  }
+}
+
 static void timers_case(const char *store_uri, const char *name) {
   t0 = kl__now_ms();
   kl_t_store_clock_set(t0);
@@ -205,7 +230,7 @@ static void timers_case(const char *store_uri, const char *name) {
   assert_int_equal(left.due[0], t0 + 5 * DAY_MS);
   kl_store_destroy(copy);
   kl_t_ledger_fx_down(&fx);
-  kl_t_store_clock_set(0);
+  kl__store_set_clock(NULL);
 }
 
 static void test_timers_lmdb(void **state) {
@@ -220,6 +245,72 @@ static void test_timers_pg(void **state) {
   snprintf(db, sizeof(db), "tm%d", ++t_db_seq);
   assert_int_equal(kl_t_pg_createdb(pg, db, uri, sizeof(uri)), 0);
   timers_case(uri, "timerspg");
+}
+
+/* The partition moves while its timer waits: the next owner reads the
+ * due index when it takes the partition and runs the timer, once. */
+static void test_timer_moves_with_its_partition(void **state) {
+  (void)state;
+  t0 = kl__now_ms();
+  kl_t_store_clock_set(t0);
+  kl_t_ledger_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "tmove", 1, 1, 3, NULL);
+  publish(&fx, "m", "moved", 9, t0 + 60000);
+  const char *group = kl_t_group(fx.cluster, "tmove");
+  kl_t_worker_t *a =
+      kl_t_worker_start(fx.boot, fx.topic, group, fx.store, NULL);
+  wait_stats(a, (kl_want_t){.scheduled = 1});
+  assert_int_equal(kl_t_worker_stop(a), KL_OK);
+  kl_t_worker_t *b =
+      kl_t_worker_start(fx.boot, fx.topic, group, fx.store, NULL);
+  kl_t_store_clock_set(t0 + 60000);
+  wait_stats(b, (kl_want_t){.applied = 1});
+  assert_int_equal(kl_t_worker_stop(b), KL_OK);
+  assert_int_equal(balance_of(fx.store, "m"), 9);
+  assert_int_equal(pending(fx.store, fx.topic).n, 0);
+  kl_t_ledger_fx_down(&fx);
+  kl__store_set_clock(NULL);
+}
+
+/* A worker process SIGKILLed after its timer committed and before it was
+ * due: the worker that follows runs it once, from the store, on the real
+ * clock; the record that ran it is stamped at or after its time. */
+static void test_timer_survives_sigkill(void **state) {
+  (void)state;
+  kl_t_ledger_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "tkill", 1, 1, 3, NULL);
+  int64_t due = kl__now_ms() + 12000; /* past the first worker's join */
+  publish(&fx, "k", "killed", 11, due);
+  const char *argv[] = {
+      kl_t_bin(), "worker", "-b",        fx.boot,
+      "-t",       fx.topic, "-g",        kl_t_group(fx.cluster, "tkill"),
+      "--store",  fx.dir,   "--handler", "ledger",
+      NULL};
+  pid_t pid = kl_t_spawn_worker(fx.dir, 0, argv);
+  for (int i = 0; i < 300 && pending(fx.store, fx.topic).n == 0; i++)
+    kl_t_sleep_ms(50);
+  assert_int_equal(pending(fx.store, fx.topic).n, 1);
+  assert_true(kl__now_ms() < due); /* killed before its time */
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  assert_int_equal(balance_of(fx.store, "k"), INT64_MIN);
+  pid = kl_t_spawn_worker(fx.dir, 1, argv);
+  for (int i = 0; i < 400 && balance_of(fx.store, "k") == INT64_MIN; i++)
+    kl_t_sleep_ms(50);
+  assert_int_equal(balance_of(fx.store, "k"), 11);
+  assert_int_equal(pending(fx.store, fx.topic).n, 0);
+  kill(pid, SIGTERM);
+  waitpid(pid, NULL, 0);
+  kl_t_stamped_t st = {0};
+  rd_kafka_t *rk =
+      kl_t_consumer(fx.boot, kl_t_group(fx.cluster, "tkill-r"), fx.topic);
+  assert_non_null(rk);
+  assert_int_equal(kl_t_consume(rk, 2, 20000, stamped_one, &st), 2);
+  kl_t_consumer_destroy(rk);
+  assert_int_equal(st.firing, 1);
+  assert_true(st.fired_at >= due);
+  assert_int_equal(balance_of(fx.store, "k"), 11);
+  kl_t_ledger_fx_down(&fx);
 }
 
 /* A handler may not write keylane's own keys: it could schedule or cancel
@@ -248,6 +339,8 @@ int main(void) {
       cmocka_unit_test(test_own_keys_are_refused),
       cmocka_unit_test(test_timers_lmdb),
       cmocka_unit_test(test_timers_pg),
+      cmocka_unit_test(test_timer_moves_with_its_partition),
+      cmocka_unit_test(test_timer_survives_sigkill),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
                                 kl_t_pg_group_teardown);
