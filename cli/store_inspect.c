@@ -457,19 +457,13 @@ typedef struct kl_sargs {
   int json, by_id;
 } kl_sargs_t;
 
-#define KL_STORE_OPT                                                           \
-  {                                                                            \
-    .name = "store", .kind = KL__OPT_STRING, .meta = "STORE",                  \
-    .off = offsetof(kl_sargs_t, location), .required = "",                     \
-    .help = "LMDB directory or postgresql://... URI"                           \
-  }
 #define KL_JSON_OPT(what)                                                      \
   {                                                                            \
     .name = "json", .kind = KL__OPT_FLAG, .off = offsetof(kl_sargs_t, json),   \
     .help = (what)                                                             \
   }
 
-static const kl__opt_t stats_opts[] = {KL_STORE_OPT,
+static const kl__opt_t stats_opts[] = {KL__STORE_OPT(kl_sargs_t),
                                        {.name = "topic",
                                         .letter = 't',
                                         .kind = KL__OPT_STRING,
@@ -501,7 +495,7 @@ static const kl__cmd_t stats_cmd = {
         "  keylane store stats --store /var/lib/keylane --json | jq .ids\n"};
 
 static const kl__opt_t keys_opts[] = {
-    KL_STORE_OPT,
+    KL__STORE_OPT(kl_sargs_t),
     {.name = "prefix",
      .kind = KL__OPT_STRING,
      .meta = "P",
@@ -530,7 +524,7 @@ static const kl__cmd_t keys_cmd = {
                 "ledger:orders/acct-00\n"};
 
 static const kl__opt_t get_opts[] = {
-    KL_STORE_OPT,
+    KL__STORE_OPT(kl_sargs_t),
     {.name = "id",
      .kind = KL__OPT_FLAG,
      .off = offsetof(kl_sargs_t, by_id),
