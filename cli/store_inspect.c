@@ -23,6 +23,7 @@
 #include "handlers/ledger.h"
 #include "store/store_internal.h"
 #include "store/location.h"
+#include "store/timers.h"
 
 static void inspect_iso(int64_t ms, char *buf, size_t size) {
   time_t t = (time_t)(ms / 1000);
@@ -63,6 +64,7 @@ static json_t *inspect_b64(const void *data, size_t len) {
 /* ---- stats ------------------------------------------------------------ */
 
 typedef struct kl_stats {
+  kl_store_t *store;
   const char *topic; /* NULL: all */
   json_t *parts;
   uint64_t ids, applied, dead, data_keys;
@@ -70,19 +72,32 @@ typedef struct kl_stats {
   int ids_walked;
 } kl_stats_t;
 
+static int stats_timer(void *opaque, const kl__timer_t *t, const void *key,
+                       size_t key_len, const void *env, size_t env_len) {
+  (void)t, (void)key, (void)key_len, (void)env, (void)env_len;
+  (*(uint64_t *)opaque)++;
+  return 0;
+}
+
 static int stats_part(void *opaque, const char *topic, int32_t partition,
                       const kl_partition_state_t *st) {
   kl_stats_t *s = opaque;
   if (s->topic && strcmp(s->topic, topic) != 0)
     return 0;
+  /* One walk of the partition's due index, as the whole store is walked
+   * for its keys below. */
+  uint64_t timers = 0;
+  kl_err_t err =
+      kl__timers_scan(s->store, topic, partition, stats_timer, &timers, NULL);
   json_array_append_new(
-      s->parts, json_pack("{sssIsIsIsIsIsI}", "topic", topic, "partition",
-                          (json_int_t)partition, "epoch", (json_int_t)st->epoch,
-                          "watermark", (json_int_t)st->watermark, "applied",
-                          (json_int_t)st->applied, "duplicates",
-                          (json_int_t)st->duplicates, "dead_letters",
-                          (json_int_t)st->dead_letters));
-  return 0;
+      s->parts,
+      json_pack("{sssIsIsIsIsIsIsI}", "topic", topic, "partition",
+                (json_int_t)partition, "epoch", (json_int_t)st->epoch,
+                "watermark", (json_int_t)st->watermark, "applied",
+                (json_int_t)st->applied, "duplicates",
+                (json_int_t)st->duplicates, "dead_letters",
+                (json_int_t)st->dead_letters, "timers", (json_int_t)timers));
+  return err != KL_OK;
 }
 
 static int stats_id(void *opaque, const char *topic, const void *key,
@@ -104,7 +119,9 @@ static int stats_id(void *opaque, const char *topic, const void *key,
 
 static int stats_key(void *opaque, const void *key, size_t key_len,
                      const void *val, size_t val_len) {
-  ((kl_stats_t *)opaque)->data_keys++;
+  /* keylane's own records (its timers) are counted per partition */
+  if (!key_len || *(const char *)key != KL__STORE_OWN)
+    ((kl_stats_t *)opaque)->data_keys++;
   return 0;
 }
 
@@ -169,21 +186,24 @@ static void stats_text(const char *location, const char *backend,
            s->applied, s->dead, oldest, (now - s->oldest) / 1000, newest,
            (now - s->newest) / 1000);
   }
-  printf("\n\n%-20s %9s %7s %10s %9s %10s %12s\n", "topic", "partition",
-         "epoch", "watermark", "applied", "duplicates", "dead_letters");
+  printf("\n\n%-20s %9s %7s %10s %9s %10s %12s %8s\n", "topic", "partition",
+         "epoch", "watermark", "applied", "duplicates", "dead_letters",
+         "timers");
   size_t i;
   json_t *p;
   json_array_foreach(s->parts, i, p) {
     printf("%-20s %9" JSON_INTEGER_FORMAT " %7" JSON_INTEGER_FORMAT
            " %10" JSON_INTEGER_FORMAT " %9" JSON_INTEGER_FORMAT
-           " %10" JSON_INTEGER_FORMAT " %12" JSON_INTEGER_FORMAT "\n",
+           " %10" JSON_INTEGER_FORMAT " %12" JSON_INTEGER_FORMAT
+           " %8" JSON_INTEGER_FORMAT "\n",
            json_string_value(json_object_get(p, "topic")),
            json_integer_value(json_object_get(p, "partition")),
            json_integer_value(json_object_get(p, "epoch")),
            json_integer_value(json_object_get(p, "watermark")),
            json_integer_value(json_object_get(p, "applied")),
            json_integer_value(json_object_get(p, "duplicates")),
-           json_integer_value(json_object_get(p, "dead_letters")));
+           json_integer_value(json_object_get(p, "dead_letters")),
+           json_integer_value(json_object_get(p, "timers")));
   }
 }
 
@@ -255,7 +275,7 @@ static int stats_run(const char *location, const char *topic, int json) {
     kl_store_destroy(store);
     return rc;
   }
-  kl_stats_t s = {.topic = topic, .parts = json_array()};
+  kl_stats_t s = {.store = store, .topic = topic, .parts = json_array()};
   kl_err_t err = stats_collect(store, &s);
   if (err) {
     rc = kl__cli_fail("store stats", "cannot read the store %s: %s", shown,
@@ -479,7 +499,9 @@ static const kl__cmd_t stats_cmd = {
     .about =
         "Per partition: owner epoch, watermark (next offset to apply) and "
         "the\n"
-        "applied, duplicate and dead-letter counters. Idempotency keys: how\n"
+        "applied, duplicate and dead-letter counters, and the timers (delayed\n"
+        "events) waiting: `keylane store timers` lists them. Idempotency keys: "
+        "how\n"
         "many, by mark, and the oldest and newest (their age tells whether\n"
         "store.dedup.retention sweeps keep up). Handler keys, and the size "
         "on\n"

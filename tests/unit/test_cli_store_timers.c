@@ -3,7 +3,7 @@
  * partitions: listed per partition in due order with key, id, due time
  * and the scheduling offset, as text (keys escaped) and as JSON parsed
  * here; --limit bounds the rows and counts the rest; -t, --partition and
- * --key narrow it.
+ * --key narrow it; `keylane store stats` counts them per partition.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -193,10 +193,36 @@ static void test_limit_and_filters(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* keylane store stats counts each partition's timers, and not their
+ * records among the handlers' keys. */
+static void test_stats_counts_timers(void **state) {
+  (void)state;
+  char dir[64];
+  kl_t_tmpdir(dir);
+  t_store(dir);
+  kl_t_run_t r;
+  kl_t_run_for(
+      (const char *[]){"store", "stats", "--store", dir, "--json", NULL}, NULL,
+      0, 30000, &r);
+  assert_int_equal(r.rc, 0);
+  json_t *o = t_json(&r);
+  assert_int_equal(json_integer_value(json_object_get(o, "handler_keys")), 0);
+  json_t *parts = json_object_get(o, "partitions");
+  assert_int_equal(json_array_size(parts), 2);
+  for (size_t i = 0; i < 2; i++)
+    assert_int_equal(
+        json_integer_value(json_object_get(json_array_get(parts, i), "timers")),
+        i == 0 ? 3 : 1);
+  json_decref(o);
+  kl_t_run_free(&r);
+  kl_t_rmrf(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_json_lists_in_due_order),
       cmocka_unit_test(test_limit_and_filters),
+      cmocka_unit_test(test_stats_counts_timers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
