@@ -309,6 +309,7 @@ static int stats_run(const char *location, const char *topic, int json) {
 typedef struct kl_keys {
   int json;
   uint64_t limit, shown;
+  int own; /* list keylane's own records too: --prefix asked for them */
 } kl_keys_t;
 
 static int keys_row(void *opaque, const void *key, size_t key_len,
@@ -316,6 +317,8 @@ static int keys_row(void *opaque, const void *key, size_t key_len,
   kl_keys_t *k = opaque;
   if (k->limit && k->shown >= k->limit)
     return 1;
+  if (!k->own && key_len && *(const char *)key == KL__STORE_OWN)
+    return 0; /* its timers: `keylane store timers` lists them */
   k->shown++;
   json_t *text = text_or_null(key, key_len);
   if (k->json) {
@@ -347,7 +350,7 @@ static int keys_run(const char *location, const char *prefix, uint64_t limit,
   kl__location_redact(location, shown, sizeof(shown));
   if (rc)
     return rc;
-  kl_keys_t k = {json, limit, 0};
+  kl_keys_t k = {json, limit, 0, prefix && *prefix == KL__STORE_OWN};
   if (kl_store_scan(store, prefix, prefix ? strlen(prefix) : 0, keys_row, &k))
     rc = kl__cli_fail("store keys", "cannot read the store %s: %s", shown,
                       kl_err_detail());
@@ -540,7 +543,10 @@ static const kl__cmd_t keys_cmd = {
         "not\n"
         "printable text is shown as b64:BASE64). With --json, one JSON line "
         "per\n"
-        "key: {\"key\": ..., \"value_len\": N} (key_b64 for binary keys).\n",
+        "key: {\"key\": ..., \"value_len\": N} (key_b64 for binary keys).\n"
+        "keylane's own records (keys beginning with '~': its timers) are left\n"
+        "out unless --prefix begins with '~'; `keylane store timers` lists "
+        "them.\n",
     .opts = keys_opts,
     .examples = "  keylane store keys --store /var/lib/keylane --prefix "
                 "ledger:orders/acct-00\n"};

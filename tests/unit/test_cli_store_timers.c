@@ -194,7 +194,7 @@ static void test_limit_and_filters(void **state) {
 }
 
 /* keylane store stats counts each partition's timers, and not their
- * records among the handlers' keys. */
+ * records among the handlers' keys; store keys does not list them. */
 static void test_stats_counts_timers(void **state) {
   (void)state;
   char dir[64];
@@ -214,6 +214,12 @@ static void test_stats_counts_timers(void **state) {
         json_integer_value(json_object_get(json_array_get(parts, i), "timers")),
         i == 0 ? 3 : 1);
   json_decref(o);
+  kl_t_run_free(&r);
+  /* nor among the keys `keylane store keys` lists */
+  kl_t_run_for((const char *[]){"store", "keys", "--store", dir, NULL}, NULL, 0,
+               30000, &r);
+  assert_int_equal(r.rc, 0);
+  assert_string_equal(r.out, "");
   kl_t_run_free(&r);
   kl_t_rmrf(dir);
 }
