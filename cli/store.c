@@ -24,6 +24,8 @@ static const struct {
      "record the cluster and group that own a topic"},
     {"outbox", kl__cmd_store_outbox,
      "list, or drop, follow-ups not yet published"},
+    {"timers", kl__cmd_store_timers,
+     "list delayed events waiting for their time"},
 };
 #define KL_NACTIONS (sizeof(kl_store_actions) / sizeof(kl_store_actions[0]))
 

@@ -23,6 +23,7 @@
 #include "handlers/ledger.h"
 #include "store/store_internal.h"
 #include "store/location.h"
+#include "store/timers.h"
 
 static void inspect_iso(int64_t ms, char *buf, size_t size) {
   time_t t = (time_t)(ms / 1000);
@@ -63,6 +64,7 @@ static json_t *inspect_b64(const void *data, size_t len) {
 /* ---- stats ------------------------------------------------------------ */
 
 typedef struct kl_stats {
+  kl_store_t *store;
   const char *topic; /* NULL: all */
   json_t *parts;
   uint64_t ids, applied, dead, data_keys;
@@ -70,19 +72,32 @@ typedef struct kl_stats {
   int ids_walked;
 } kl_stats_t;
 
+static int stats_timer(void *opaque, const kl__timer_t *t, const void *key,
+                       size_t key_len, const void *env, size_t env_len) {
+  (void)t, (void)key, (void)key_len, (void)env, (void)env_len;
+  (*(uint64_t *)opaque)++;
+  return 0;
+}
+
 static int stats_part(void *opaque, const char *topic, int32_t partition,
                       const kl_partition_state_t *st) {
   kl_stats_t *s = opaque;
   if (s->topic && strcmp(s->topic, topic) != 0)
     return 0;
+  /* One walk of the partition's due index, as the whole store is walked
+   * for its keys below. */
+  uint64_t timers = 0;
+  kl_err_t err =
+      kl__timers_scan(s->store, topic, partition, stats_timer, &timers, NULL);
   json_array_append_new(
-      s->parts, json_pack("{sssIsIsIsIsIsI}", "topic", topic, "partition",
-                          (json_int_t)partition, "epoch", (json_int_t)st->epoch,
-                          "watermark", (json_int_t)st->watermark, "applied",
-                          (json_int_t)st->applied, "duplicates",
-                          (json_int_t)st->duplicates, "dead_letters",
-                          (json_int_t)st->dead_letters));
-  return 0;
+      s->parts,
+      json_pack("{sssIsIsIsIsIsIsI}", "topic", topic, "partition",
+                (json_int_t)partition, "epoch", (json_int_t)st->epoch,
+                "watermark", (json_int_t)st->watermark, "applied",
+                (json_int_t)st->applied, "duplicates",
+                (json_int_t)st->duplicates, "dead_letters",
+                (json_int_t)st->dead_letters, "timers", (json_int_t)timers));
+  return err != KL_OK;
 }
 
 static int stats_id(void *opaque, const char *topic, const void *key,
@@ -104,7 +119,9 @@ static int stats_id(void *opaque, const char *topic, const void *key,
 
 static int stats_key(void *opaque, const void *key, size_t key_len,
                      const void *val, size_t val_len) {
-  ((kl_stats_t *)opaque)->data_keys++;
+  /* keylane's own records (its timers) are counted per partition */
+  if (!key_len || *(const char *)key != KL__STORE_OWN)
+    ((kl_stats_t *)opaque)->data_keys++;
   return 0;
 }
 
@@ -169,21 +186,24 @@ static void stats_text(const char *location, const char *backend,
            s->applied, s->dead, oldest, (now - s->oldest) / 1000, newest,
            (now - s->newest) / 1000);
   }
-  printf("\n\n%-20s %9s %7s %10s %9s %10s %12s\n", "topic", "partition",
-         "epoch", "watermark", "applied", "duplicates", "dead_letters");
+  printf("\n\n%-20s %9s %7s %10s %9s %10s %12s %8s\n", "topic", "partition",
+         "epoch", "watermark", "applied", "duplicates", "dead_letters",
+         "timers");
   size_t i;
   json_t *p;
   json_array_foreach(s->parts, i, p) {
     printf("%-20s %9" JSON_INTEGER_FORMAT " %7" JSON_INTEGER_FORMAT
            " %10" JSON_INTEGER_FORMAT " %9" JSON_INTEGER_FORMAT
-           " %10" JSON_INTEGER_FORMAT " %12" JSON_INTEGER_FORMAT "\n",
+           " %10" JSON_INTEGER_FORMAT " %12" JSON_INTEGER_FORMAT
+           " %8" JSON_INTEGER_FORMAT "\n",
            json_string_value(json_object_get(p, "topic")),
            json_integer_value(json_object_get(p, "partition")),
            json_integer_value(json_object_get(p, "epoch")),
            json_integer_value(json_object_get(p, "watermark")),
            json_integer_value(json_object_get(p, "applied")),
            json_integer_value(json_object_get(p, "duplicates")),
-           json_integer_value(json_object_get(p, "dead_letters")));
+           json_integer_value(json_object_get(p, "dead_letters")),
+           json_integer_value(json_object_get(p, "timers")));
   }
 }
 
@@ -255,7 +275,7 @@ static int stats_run(const char *location, const char *topic, int json) {
     kl_store_destroy(store);
     return rc;
   }
-  kl_stats_t s = {.topic = topic, .parts = json_array()};
+  kl_stats_t s = {.store = store, .topic = topic, .parts = json_array()};
   kl_err_t err = stats_collect(store, &s);
   if (err) {
     rc = kl__cli_fail("store stats", "cannot read the store %s: %s", shown,
@@ -289,6 +309,7 @@ static int stats_run(const char *location, const char *topic, int json) {
 typedef struct kl_keys {
   int json;
   uint64_t limit, shown;
+  int own; /* list keylane's own records too: --prefix asked for them */
 } kl_keys_t;
 
 static int keys_row(void *opaque, const void *key, size_t key_len,
@@ -296,6 +317,8 @@ static int keys_row(void *opaque, const void *key, size_t key_len,
   kl_keys_t *k = opaque;
   if (k->limit && k->shown >= k->limit)
     return 1;
+  if (!k->own && key_len && *(const char *)key == KL__STORE_OWN)
+    return 0; /* its timers: `keylane store timers` lists them */
   k->shown++;
   json_t *text = text_or_null(key, key_len);
   if (k->json) {
@@ -327,7 +350,7 @@ static int keys_run(const char *location, const char *prefix, uint64_t limit,
   kl__location_redact(location, shown, sizeof(shown));
   if (rc)
     return rc;
-  kl_keys_t k = {json, limit, 0};
+  kl_keys_t k = {json, limit, 0, prefix && *prefix == KL__STORE_OWN};
   if (kl_store_scan(store, prefix, prefix ? strlen(prefix) : 0, keys_row, &k))
     rc = kl__cli_fail("store keys", "cannot read the store %s: %s", shown,
                       kl_err_detail());
@@ -457,19 +480,13 @@ typedef struct kl_sargs {
   int json, by_id;
 } kl_sargs_t;
 
-#define KL_STORE_OPT                                                           \
-  {                                                                            \
-    .name = "store", .kind = KL__OPT_STRING, .meta = "STORE",                  \
-    .off = offsetof(kl_sargs_t, location), .required = "",                     \
-    .help = "LMDB directory or postgresql://... URI"                           \
-  }
 #define KL_JSON_OPT(what)                                                      \
   {                                                                            \
     .name = "json", .kind = KL__OPT_FLAG, .off = offsetof(kl_sargs_t, json),   \
     .help = (what)                                                             \
   }
 
-static const kl__opt_t stats_opts[] = {KL_STORE_OPT,
+static const kl__opt_t stats_opts[] = {KL__STORE_OPT(kl_sargs_t),
                                        {.name = "topic",
                                         .letter = 't',
                                         .kind = KL__OPT_STRING,
@@ -485,7 +502,9 @@ static const kl__cmd_t stats_cmd = {
     .about =
         "Per partition: owner epoch, watermark (next offset to apply) and "
         "the\n"
-        "applied, duplicate and dead-letter counters. Idempotency keys: how\n"
+        "applied, duplicate and dead-letter counters, and the timers (delayed\n"
+        "events) waiting: `keylane store timers` lists them. Idempotency keys: "
+        "how\n"
         "many, by mark, and the oldest and newest (their age tells whether\n"
         "store.dedup.retention sweeps keep up). Handler keys, and the size "
         "on\n"
@@ -501,7 +520,7 @@ static const kl__cmd_t stats_cmd = {
         "  keylane store stats --store /var/lib/keylane --json | jq .ids\n"};
 
 static const kl__opt_t keys_opts[] = {
-    KL_STORE_OPT,
+    KL__STORE_OPT(kl_sargs_t),
     {.name = "prefix",
      .kind = KL__OPT_STRING,
      .meta = "P",
@@ -524,13 +543,16 @@ static const kl__cmd_t keys_cmd = {
         "not\n"
         "printable text is shown as b64:BASE64). With --json, one JSON line "
         "per\n"
-        "key: {\"key\": ..., \"value_len\": N} (key_b64 for binary keys).\n",
+        "key: {\"key\": ..., \"value_len\": N} (key_b64 for binary keys).\n"
+        "keylane's own records (keys beginning with '~': its timers) are left\n"
+        "out unless --prefix begins with '~'; `keylane store timers` lists "
+        "them.\n",
     .opts = keys_opts,
     .examples = "  keylane store keys --store /var/lib/keylane --prefix "
                 "ledger:orders/acct-00\n"};
 
 static const kl__opt_t get_opts[] = {
-    KL_STORE_OPT,
+    KL__STORE_OPT(kl_sargs_t),
     {.name = "id",
      .kind = KL__OPT_FLAG,
      .off = offsetof(kl_sargs_t, by_id),

@@ -12,10 +12,12 @@
 #include "common/bytes.h"
 #include "common/internal.h"
 #include "common/mutant.h"
+#include "common/strbuf.h"
 #include "store/backend.h"
 #include "store/location.h"
 #include "store/outbox_rec.h"
 #include "store/store_internal.h"
+#include "store/timers.h"
 
 kl_err_t kl_store_open(const char *location, const kl_conf_t *conf,
                        kl_store_t **out) {
@@ -435,6 +437,44 @@ kl_err_t kl_txn_mark(kl_txn_t *txn, const void *key, size_t key_len,
   char sid[KL__SID_MAX];
   size_t len = kl__sid_encode(key, key_len, id, id_len, sid);
   return kl__txn_mark_sid(txn, sid, len, mark);
+}
+
+kl_err_t kl_txn_cancel(kl_txn_t *txn, const void *key, size_t key_len,
+                       const char *id, size_t id_len) {
+  kl__err_clear();
+  kl_err_t err = store_check_entity("kl_txn_cancel", key, key_len);
+  if (!err)
+    err = store_check_id("kl_txn_cancel", id, id_len);
+  if (err || !txn)
+    return err ? err : kl__err(KL_EINVAL, "kl_txn_cancel: txn is required");
+  const kl_event_t *src = txn->src;
+  if (!src || !txn->src_topic)
+    return kl__err(KL_EINVAL, "kl_txn_cancel: the txn runs no event; cancel "
+                              "from a handler, whose event's key and "
+                              "partition hold the timer");
+  /* The key's lane runs the cancel and the timer's firing in log order;
+   * another key's timer has another writer (docs/design.md). */
+  if (key_len != src->key_len || memcmp(key, src->key, key_len) != 0) {
+    char shown[KL__ESCAPED_SIZE(64)];
+    return kl__err(KL_EINVAL,
+                   "kl_txn_cancel: the key is not the running event's "
+                   "(\"%s\"): a handler cancels its own key's timers; emit "
+                   "a follow-up to the other key whose handler cancels it",
+                   kl__escape(shown, sizeof(shown), src->key, src->key_len));
+  }
+  kl__timer_t t;
+  char shown[KL__ESCAPED_SIZE(64)];
+  err = kl__timer_get(txn, txn->src_topic, txn->src_partition, key, key_len, id,
+                      id_len, &t);
+  if (err == KL_ENOTFOUND)
+    return kl__err(KL_ENOTFOUND,
+                   "kl_txn_cancel: no timer of id \"%s\" waits for this "
+                   "key in partition %d of %s",
+                   kl__escape(shown, sizeof(shown), id, id_len),
+                   (int)txn->src_partition, txn->src_topic);
+  return err ? err
+             : kl__timer_del(txn, txn->src_topic, txn->src_partition, key,
+                             key_len, id, id_len, t.due_ms);
 }
 
 kl_err_t kl__store_buf_mark(kl__buf_t *ids, const void *key, size_t key_len,

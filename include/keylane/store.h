@@ -334,6 +334,28 @@ KL_EXPORT kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic,
                                const char *type, const void *payload,
                                size_t payload_len);
 
+/**
+ * Cancels the pending timer of the delayed event @p id of entity @p key
+ * (docs/design.md, "Timers"): deletes it in this batch, so it commits,
+ * fences and rolls back with the handler's other writes. The event is
+ * then never applied by that timer; a firing record already written for
+ * it is a duplicate when read. Its id stays unmarked: a copy of the event
+ * published again afterwards is scheduled again, as it was never applied.
+ * @param key   the entity key of the event the handler runs: a handler
+ *              changes its own key only (design.md), and the key's lane
+ *              runs the cancel and the timer's firing in log order. To
+ *              cancel another key's timer, emit a follow-up to that key
+ *              (kl_txn_emit()) whose handler cancels it.
+ * @param id    the delayed event's id, 1..KL_ID_MAX bytes.
+ * @returns KL_OK; KL_ENOTFOUND when no timer of (@p key, @p id) waits
+ *          (never scheduled, already run, cancelled, or applied
+ *          meanwhile); KL_EINVAL outside a handler, for a key that is not
+ *          the running event's, or a key or id of a bad length; or the
+ *          store's failure.
+ */
+KL_EXPORT kl_err_t kl_txn_cancel(kl_txn_t *txn, const void *key, size_t key_len,
+                                 const char *id, size_t id_len);
+
 /** Adds to the partition's duplicate counter in this batch's commit. */
 KL_EXPORT void kl_txn_count_duplicate(kl_txn_t *txn);
 

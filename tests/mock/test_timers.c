@@ -27,6 +27,7 @@
 
 #include <cmocka.h>
 
+#include "keylane/handlers.h"
 #include "keylane/producer.h"
 #include "keylane/store.h"
 #include "support/ledger_checks.h"
@@ -38,6 +39,7 @@
 #include "common/internal.h"
 #include "store/store_internal.h"
 #include "store/timers.h"
+#include "worker/fire.h"
 
 #define DAY_MS (24 * 3600 * 1000LL)
 
@@ -78,6 +80,23 @@ static void publish(kl_t_ledger_fx_t *fx, const char *key, const char *id,
   kl_event_t ev = credit(key, id, p, not_before);
   assert_int_equal(kl_publish(fx->producer, fx->topic, &ev, NULL), KL_OK);
   assert_int_equal(kl_flush(fx->producer, 10000), KL_OK);
+}
+
+/* Writes a firing record of the credit of (@p key, @p id) scheduled at
+ * offset 0, with this host's clock, as a producer that is not keylane
+ * could write it (docs/design.md, "Timers"). */
+static void produce_firing(kl_t_ledger_fx_t *fx, const char *key,
+                           const char *id, int n, int64_t not_before) {
+  uint8_t p[9];
+  amount(p, n);
+  kl_event_t ev = credit(key, id, p, not_before);
+  void *env;
+  size_t len;
+  assert_int_equal(kl_event_encode(&ev, &env, &len), KL_OK);
+  const char *hdrs[] = {"keylane.timer", "0", NULL};
+  assert_int_equal(
+      kl_t_produce_raw(fx->boot, fx->topic, 0, key, env, len, hdrs), 0);
+  free(env);
 }
 
 typedef struct kl_want {
@@ -158,20 +177,14 @@ static void timers_case(const char *store_uri, const char *name) {
   publish(&fx, "d", "later", 7, t0 + 60000);
   /* 3: the record that fires it, from a producer that is not keylane,
    * before its time: early */
-  uint8_t p[9];
-  amount(p, 7);
-  kl_event_t ev = credit("d", "later", p, t0 + 60000);
-  void *env;
-  size_t len;
-  assert_int_equal(kl_event_encode(&ev, &env, &len), KL_OK);
-  const char *hdrs[] = {"keylane.timer", "0", NULL};
-  assert_int_equal(kl_t_produce_raw(fx.boot, fx.topic, 0, "d", env, len, hdrs),
-                   0);
-  free(env);
+  produce_firing(&fx, "d", "later", 7, t0 + 60000);
   /* 4: due in five days, pending at the end; 5: past timer.max.delay (7d) */
   publish(&fx, "e", "far", 3, t0 + 5 * DAY_MS);
+  uint8_t p[9];
   amount(p, 1);
-  ev = credit("e", "too-far", p, t0 + 8 * DAY_MS);
+  kl_event_t ev = credit("e", "too-far", p, t0 + 8 * DAY_MS);
+  void *env;
+  size_t len;
   assert_int_equal(kl_publish(fx.producer, fx.topic, &ev, NULL), KL_EINVAL);
   assert_non_null(strstr(kl_err_detail(), "timer.max.delay"));
   assert_int_equal(kl_event_encode(&ev, &env, &len), KL_OK);
@@ -334,6 +347,108 @@ static void test_own_keys_are_refused(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* The ledger, and events of type "cancel" whose payload names the id of
+ * a delayed event of the same key: their handler cancels its timer. One
+ * that names no pending timer fails, saying why. */
+static kl_handler_result_t cancel_handler(void *opaque, const kl_event_t *event,
+                                          const kl_fence_t *fence,
+                                          kl_txn_t *txn, char *errbuf,
+                                          size_t errbuf_size) {
+  if (event->type_len != 6 || memcmp(event->type, "cancel", 6) != 0)
+    return kl_ledger_handler(opaque, event, fence, txn, errbuf, errbuf_size);
+  kl_err_t err =
+      kl_txn_cancel(txn, event->key, event->key_len,
+                    (const char *)event->payload, event->payload_len);
+  if (err == KL_ENOTFOUND) {
+    snprintf(errbuf, errbuf_size, "%s", kl_err_detail());
+    return KL_HANDLER_FAIL;
+  }
+  return err ? KL_HANDLER_RETRY : KL_HANDLER_OK;
+}
+
+static void publish_cancel(kl_t_ledger_fx_t *fx, const char *key,
+                           const char *id) {
+  kl_event_t ev = {.key = key,
+                   .key_len = strlen(key),
+                   .id = "cancel-1",
+                   .id_len = 8,
+                   .type = "cancel",
+                   .type_len = 6,
+                   .payload = id,
+                   .payload_len = strlen(id)};
+  if (strcmp(id, "never") == 0)
+    ev.id = "cancel-2";
+  assert_int_equal(kl_publish(fx->producer, fx->topic, &ev, NULL), KL_OK);
+  assert_int_equal(kl_flush(fx->producer, 10000), KL_OK);
+}
+
+/* A handler cancels a delayed credit of its key: the credit is never
+ * applied while the clock passes its time and the key's other timer
+ * fires, a firing record of it is a duplicate, and a copy published
+ * after the cancel is scheduled again (it was never applied). */
+static void cancel_case(const char *store_uri, const char *name,
+                        const char *const *extra) {
+  t0 = kl__now_ms();
+  kl_t_store_clock_set(t0);
+  kl_t_ledger_fx_t fx;
+  kl_t_ledger_fx_up(&fx, name, 1, 1, 3, store_uri);
+  publish(&fx, "d", "later", 7, t0 + 30000);   /* 0: to be cancelled */
+  publish(&fx, "d", "witness", 3, t0 + 60000); /* 1: fires after it */
+  publish_cancel(&fx, "d", "later");           /* 2 */
+  /* 3: its firing record, as if the owner wrote it before 2 */
+  produce_firing(&fx, "d", "later", 7, t0 + 30000);
+  publish_cancel(&fx, "d", "never"); /* 4: no such timer: fails */
+
+  kl_t_worker_t *w =
+      kl_t_worker_new_with(fx.boot, fx.topic, kl_t_group(fx.cluster, name),
+                           fx.store, extra, cancel_handler, NULL);
+  kl_t_worker_go(w);
+  wait_stats(
+      w, (kl_want_t){.applied = 1, .scheduled = 2, .duplicates = 1, .dead = 1});
+  kl_pending_t left = pending(fx.store, fx.topic);
+  assert_int_equal(left.n, 1);
+  assert_int_equal(left.due[0], t0 + 60000);
+
+  /* past both times: only the witness fires */
+  kl_t_store_clock_set(t0 + 60000);
+  wait_stats(
+      w, (kl_want_t){.applied = 2, .scheduled = 2, .duplicates = 1, .dead = 1});
+  assert_int_equal(balance_of(fx.store, "d"), 3);
+  assert_int_equal(pending(fx.store, fx.topic).n, 0);
+
+  publish(&fx, "d", "later", 7, t0 + 30000); /* a copy after the cancel */
+  /* It is due before the witness, where the owner's last firing ended:
+   * it fires once that firing is KL__FIRE_AGAIN_MS old (worker/fire.c). */
+  kl_t_store_clock_set(t0 + 60000 + KL__FIRE_AGAIN_MS);
+  wait_stats(
+      w, (kl_want_t){.applied = 3, .scheduled = 3, .duplicates = 1, .dead = 1});
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  assert_int_equal(balance_of(fx.store, "d"), 10);
+  kl_t_ledger_fx_down(&fx);
+  kl_t_store_clock_set(0);
+}
+
+static void test_cancel_lmdb(void **state) {
+  (void)state;
+  cancel_case(NULL, "tcancel", NULL);
+}
+
+static void test_cancel_key_parallel_lmdb(void **state) {
+  (void)state;
+  const char *extra[] = {"worker.concurrency=4", NULL};
+  cancel_case(NULL, "tcancelkp", extra);
+}
+
+static void test_cancel_key_parallel_pg(void **state) {
+  (void)state;
+  kl_t_pg_t *pg = kl_t_pg_need();
+  char db[32], uri[256];
+  snprintf(db, sizeof(db), "tc%d", ++t_db_seq);
+  assert_int_equal(kl_t_pg_createdb(pg, db, uri, sizeof(uri)), 0);
+  const char *extra[] = {"worker.concurrency=4", NULL};
+  cancel_case(uri, "tcancelpg", extra);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_own_keys_are_refused),
@@ -341,6 +456,9 @@ int main(void) {
       cmocka_unit_test(test_timers_pg),
       cmocka_unit_test(test_timer_moves_with_its_partition),
       cmocka_unit_test(test_timer_survives_sigkill),
+      cmocka_unit_test(test_cancel_lmdb),
+      cmocka_unit_test(test_cancel_key_parallel_lmdb),
+      cmocka_unit_test(test_cancel_key_parallel_pg),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
                                 kl_t_pg_group_teardown);

@@ -1,0 +1,262 @@
+/* keylane store timers: the delayed events a store holds waiting for their
+ * time (docs/design.md, "Timers"), per partition in due order, read from
+ * one snapshot per partition. Nothing is written. */
+#include <stddef.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "cli/cli.h"
+#include "cli/opts.h"
+#include "common/internal.h"
+#include "common/strbuf.h"
+#include "common/units.h"
+#include "keylane/event.h"
+#include "keylane/store.h"
+#include "cli/store.h"
+#include "store/store_internal.h"
+#include "store/location.h"
+#include "store/timers.h"
+
+#define SUB "store timers"
+
+typedef struct kl_tm_args {
+  const char *location, *topic, *key;
+  int64_t partition, limit;
+  int json;
+} kl_tm_args_t;
+
+/* --partition N: the field is an int64_t, -1 (every partition) until
+ * given, so that partition 0 can be asked for. */
+static kl_err_t tm_partition_arg(const kl__opt_t *opt, const char *arg,
+                                 void *field) {
+  (void)opt;
+  return kl__units_parse("--partition", arg, KL__UNITS_COUNT, 0, INT32_MAX,
+                         field)
+             ? KL_EINVAL
+             : KL_OK;
+}
+
+static const kl__opt_t timers_opts[] = {
+    KL__STORE_OPT(kl_tm_args_t),
+    {.name = "topic",
+     .letter = 't',
+     .kind = KL__OPT_STRING,
+     .meta = "TOPIC",
+     .off = offsetof(kl_tm_args_t, topic),
+     .shown = "every topic",
+     .help = "the topic whose timers to list"},
+    {.name = "partition",
+     .meta = "N",
+     .shown = "every partition",
+     .off = offsetof(kl_tm_args_t, partition),
+     .parse = tm_partition_arg,
+     .help = "only partition N"},
+    {.name = "key",
+     .kind = KL__OPT_STRING,
+     .meta = "KEY",
+     .off = offsetof(kl_tm_args_t, key),
+     .shown = "every key",
+     .help = "only the timers of entity key KEY"},
+    {.name = "limit",
+     .kind = KL__OPT_COUNT,
+     .min = 1,
+     .max = 10000000,
+     .def = "100",
+     .off = offsetof(kl_tm_args_t, limit),
+     .help = "list at most N timers in all; the rest are counted"},
+    {.name = "json",
+     .kind = KL__OPT_FLAG,
+     .off = offsetof(kl_tm_args_t, json),
+     .help = "one JSON object"},
+    {0}};
+
+static const kl__cmd_t timers_cmd = {
+    .name = SUB,
+    .usage = "--store STORE [-t TOPIC] [--partition N] [--key KEY] "
+             "[--limit N] [--json]",
+    .about =
+        "Lists the delayed events (not_before) the store holds as timers, "
+        "per\n"
+        "topic and partition in due order: the key, the id, when it is due "
+        "(UTC,\n"
+        "and ms since the Unix epoch), the offset of the record that "
+        "scheduled it,\n"
+        "and whether it is due now by this host's clock. The partition's "
+        "owner\n"
+        "runs a due timer within a second; one that stays due here waits "
+        "for its\n"
+        "owner (none is running, or it is behind). A handler cancels one "
+        "with\n"
+        "kl_txn_cancel().\n",
+    .opts = timers_opts,
+    .notes = "Exit 0; 1 when the store fails or holds no partition of -t "
+             "TOPIC (the error\nnames the topics it holds).\n",
+    .examples = "  keylane store timers --store /var/lib/keylane\n"
+                "  keylane store timers --store /var/lib/keylane -t events "
+                "--key acct-42 --json\n"};
+
+typedef struct kl_tm_list {
+  const kl_tm_args_t *args;
+  kl_store_t *store;
+  kl_decoder_t *decoder;
+  const char *topic; /* of the partition being read */
+  int32_t partition;
+  int64_t now;
+  json_t *rows, *parts;
+  size_t pending; /* of the partition being read */
+  uint64_t listed, more, bad;
+  kl_err_t err;
+} kl_tm_list_t;
+
+/* @p len bytes as text safe for a terminal, one-to-one (kl__escape()):
+ * how the text listing shows them; "key" and "id" are exact, or null when
+ * they are not UTF-8. */
+static json_t *tm_escaped(const void *s, size_t len) {
+  char shown[KL__ESCAPED_SIZE(KL_KEY_MAX)];
+  return json_string(kl__escape(shown, sizeof(shown), s, len));
+}
+
+static void tm_iso(int64_t ms, char *buf, size_t size) {
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  char day[32];
+  gmtime_r(&t, &tm);
+  strftime(day, sizeof(day), "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(buf, size, "%s.%03dZ", day, (int)(ms % 1000));
+}
+
+static int tm_row(void *opaque, const kl__timer_t *t, const void *key,
+                  size_t key_len, const void *env, size_t env_len) {
+  kl_tm_list_t *l = opaque;
+  const char *want = l->args->key;
+  if (want && (strlen(want) != key_len || memcmp(want, key, key_len) != 0))
+    return 0;
+  l->pending++;
+  if (l->listed >= (uint64_t)l->args->limit) {
+    l->more++;
+    return 0;
+  }
+  kl_event_t ev;
+  int decoded = !kl_event_decode(l->decoder, key, key_len, env, env_len, &ev);
+  if (!decoded)
+    l->bad++; /* its owner dead-letters it when it fires */
+  json_t *k = json_stringn(key, key_len);
+  json_t *id = decoded ? json_stringn(ev.id, ev.id_len) : NULL;
+  char iso[40];
+  tm_iso(t->due_ms, iso, sizeof(iso));
+  json_array_append_new(
+      l->rows,
+      json_pack("{sssIsososososssIsIsb}", "topic", l->topic, "partition",
+                (json_int_t)l->partition, "key", k ? k : json_null(),
+                "key_escaped", tm_escaped(key, key_len), "id",
+                id ? id : json_null(), "id_escaped",
+                decoded ? tm_escaped(ev.id, ev.id_len) : json_null(), "due",
+                iso, "due_ms", (json_int_t)t->due_ms, "offset",
+                (json_int_t)t->offset, "due_now", t->due_ms <= l->now));
+  l->listed++;
+  return 0;
+}
+
+static int tm_part(void *opaque, const char *topic, int32_t partition,
+                   const kl_partition_state_t *state) {
+  kl_tm_list_t *l = opaque;
+  (void)state;
+  if ((l->args->topic && strcmp(l->args->topic, topic) != 0) ||
+      (l->args->partition >= 0 && l->args->partition != partition))
+    return 0;
+  l->topic = topic;
+  l->partition = partition;
+  l->pending = 0;
+  size_t bad = 0;
+  l->err = kl__timers_scan(l->store, topic, partition, tm_row, l, &bad);
+  l->bad += bad;
+  json_array_append_new(l->parts, json_pack("{sssIsI}", "topic", topic,
+                                            "partition", (json_int_t)partition,
+                                            "pending", (json_int_t)l->pending));
+  return l->err != KL_OK;
+}
+
+static void tm_print(const kl_tm_list_t *l) {
+  size_t i;
+  json_t *r;
+  if (!json_array_size(l->rows) && !l->more) {
+    printf("no timer waits%s\n", l->args->key ? " for that key" : "");
+    return;
+  }
+  printf("%-20s %4s  %-24s %-20s %-24s %10s %s\n", "TOPIC", "PART", "DUE",
+         "KEY", "ID", "OFFSET", "NOW");
+  json_array_foreach(l->rows, i, r) {
+    const char *id = json_string_value(json_object_get(r, "id_escaped"));
+    printf("%-20s %4" JSON_INTEGER_FORMAT
+           "  %-24s %-20s %-24s %10" JSON_INTEGER_FORMAT " %s\n",
+           json_string_value(json_object_get(r, "topic")),
+           json_integer_value(json_object_get(r, "partition")),
+           json_string_value(json_object_get(r, "due")),
+           json_string_value(json_object_get(r, "key_escaped")),
+           id ? id : "(not an event)",
+           json_integer_value(json_object_get(r, "offset")),
+           json_is_true(json_object_get(r, "due_now")) ? "due" : "-");
+  }
+  if (l->more)
+    printf("... and %" PRIu64 " more (raise --limit, or narrow with -t, "
+           "--partition or --key)\n",
+           l->more);
+}
+
+static int tm_run(kl_store_t *store, const kl_tm_args_t *a) {
+  kl_tm_list_t l = {.args = a,
+                    .store = store,
+                    .decoder = kl_decoder_new(),
+                    .now = kl__now_ms(),
+                    .rows = json_array(),
+                    .parts = json_array()};
+  kl_err_t err = l.decoder ? kl_store_foreach_partition(store, tm_part, &l)
+                           : kl__err(KL_ENOMEM, "out of memory");
+  if (!err)
+    err = l.err;
+  kl_decoder_destroy(l.decoder);
+  char shown[KL__LOCATION_MAX];
+  kl__location_redact(a->location, shown, sizeof(shown));
+  int rc = KL_EXIT_OK;
+  if (err) {
+    rc = kl__cli_fail(SUB, "cannot read the timers of %s: %s", shown,
+                      kl_err_detail());
+  } else if (a->json) {
+    json_t *o = json_pack("{sssIsOsOsI}", "store", shown, "now_ms",
+                          (json_int_t)l.now, "partitions", l.parts, "timers",
+                          l.rows, "more", (json_int_t)l.more);
+    json_dumpf(o, stdout, JSON_COMPACT);
+    putchar('\n');
+    json_decref(o);
+  } else {
+    tm_print(&l);
+  }
+  if (!err && l.bad)
+    fprintf(stderr,
+            "keylane %s: %" PRIu64 " timer records are malformed (shown "
+            "without an id, or skipped)\n",
+            SUB, l.bad);
+  json_decref(l.rows);
+  json_decref(l.parts);
+  return rc;
+}
+
+int kl__cmd_store_timers(int argc, char **argv) {
+  kl_tm_args_t a = {.partition = -1};
+  int first;
+  int rc = kl__opts_parse(&timers_cmd, argc, argv, &a, NULL, &first);
+  if (rc >= 0)
+    return rc;
+  kl_store_t *store;
+  if ((rc = kl__cli_store_existing(SUB, a.location, &store)))
+    return rc;
+  if (!a.topic ||
+      !(rc = kl__cli_store_topic_known(SUB, store, a.location, a.topic)))
+    rc = tm_run(store, &a);
+  kl_store_destroy(store);
+  return rc;
+}

@@ -1,0 +1,127 @@
+/*
+ * The store contract's cases of timers (store_contract.h): kl_txn_cancel()
+ * deletes a pending timer in the batch, on every backend, from a batch's
+ * txn and from a key-parallel lane's child txn alike.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "support/store_contract.h"
+#include "keylane/worker.h"
+#include "common/internal.h"
+#include "store/child.h"
+#include "store/store_internal.h"
+#include "store/timers.h"
+
+#define KEY "acct-1"
+
+static void detail_has(const char *want) {
+  if (!strstr(kl_err_detail(), want))
+    fail_msg("kl_err_detail() is \"%s\", not about \"%s\"", kl_err_detail(),
+             want);
+}
+
+/* Commits a timer of (KEY, @p id) in partition 0, as a delayed event read
+ * at @p offset would be scheduled. */
+static void timer_commit(kl_store_t *store, uint64_t epoch, const char *id,
+                         int64_t offset) {
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  kl__timer_t t = {kl__now_ms() + 60000, offset, 0};
+  assert_int_equal(kl__timer_put(txn, KL_T_TOPIC, 0, KEY, strlen(KEY), id,
+                                 strlen(id), &t, "env", 3),
+                   KL_OK);
+  kl_t_store_commit(txn, offset + 1);
+}
+
+static int timer_count_one(void *opaque, const kl__timer_t *t, const void *key,
+                           size_t key_len, const void *env, size_t env_len) {
+  (void)t, (void)key, (void)key_len, (void)env, (void)env_len;
+  (*(size_t *)opaque)++;
+  return 0;
+}
+
+static size_t timer_count(kl_store_t *store) {
+  size_t n = 0, bad = 0;
+  assert_int_equal(
+      kl__timers_scan(store, KL_T_TOPIC, 0, timer_count_one, &n, &bad), KL_OK);
+  assert_int_equal(bad, 0);
+  return n;
+}
+
+static kl_err_t cancel(kl_txn_t *txn, const char *key, const char *id) {
+  return kl_txn_cancel(txn, key, strlen(key), id, strlen(id));
+}
+
+void kl_t_contract_cancel_deletes_a_pending_timer(void **state) {
+  kl_t_store_fixture_t *fx = kl_t_store_fixture(state);
+  kl_store_t *store = kl_t_store_open(fx->where, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  timer_commit(store, epoch, "later", 0);
+  timer_commit(store, epoch, "other", 1);
+  assert_int_equal(timer_count(store), 2);
+
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  assert_int_equal(cancel(txn, KEY, "later"), KL_EINVAL);
+  detail_has("runs no event");
+  kl_event_t ev = {.key = KEY, .key_len = strlen(KEY), .id = "c", .id_len = 1};
+  kl_fence_t fence = {KL_T_TOPIC, 0, epoch, 2};
+  kl__txn_source_event(txn, &ev, &fence);
+  assert_int_equal(cancel(txn, "acct-2", "later"), KL_EINVAL);
+  detail_has("not the running event's");
+  assert_int_equal(cancel(txn, KEY, "never"), KL_ENOTFOUND);
+  detail_has("no timer of id \"never\"");
+  assert_int_equal(cancel(txn, KEY, "later"), KL_OK);
+  kl__timer_t t;
+  assert_int_equal(
+      kl__timer_get(txn, KL_T_TOPIC, 0, KEY, strlen(KEY), "later", 5, &t),
+      KL_ENOTFOUND);
+  assert_int_equal(cancel(txn, KEY, "later"), KL_ENOTFOUND); /* once */
+  kl_store_abort(txn); /* rolled back with the batch */
+  assert_int_equal(timer_count(store), 2);
+
+  txn = kl_t_store_begin(store, 0, epoch);
+  kl__txn_source_event(txn, &ev, &fence);
+  assert_int_equal(cancel(txn, KEY, "later"), KL_OK);
+  kl_t_store_commit(txn, 3);
+  assert_int_equal(timer_count(store), 1);
+  /* the cancelled event was never applied: its id stays unmarked */
+  txn = kl_t_store_begin(store, 0, epoch);
+  kl_mark_t mark = KL_MARK_APPLIED;
+  assert_int_equal(kl_txn_seen(txn, KEY, strlen(KEY), "later", 5, &mark),
+                   KL_OK);
+  assert_int_equal(mark, KL_MARK_NONE);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+}
+
+/* Key-parallel (worker.concurrency > 1), the handler's txn is a child of
+ * the batch's: the cancel reads and deletes through it. */
+void kl_t_contract_cancel_from_a_child_txn(void **state) {
+  kl_t_store_fixture_t *fx = kl_t_store_fixture(state);
+  kl_store_t *store = kl_t_store_open(fx->where, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  timer_commit(store, epoch, "later", 0);
+
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  kl__overlay_t ov;
+  kl__ov_init(&ov);
+  kl__child_t child;
+  kl__child_init(&child);
+  kl__child_begin(&child, txn, NULL, &ov);
+  kl_event_t ev = {.key = KEY, .key_len = strlen(KEY), .id = "c", .id_len = 1};
+  kl_fence_t fence = {KL_T_TOPIC, 0, epoch, 1};
+  kl__txn_source_event(&child.base, &ev, &fence);
+  assert_int_equal(cancel(&child.base, KEY, "later"), KL_OK);
+  assert_int_equal(cancel(&child.base, KEY, "later"), KL_ENOTFOUND);
+  assert_int_equal(kl__child_apply(&child), KL_OK);
+  kl__child_destroy(&child);
+  kl__ov_clear(&ov);
+  kl_t_store_commit(txn, 2);
+  assert_int_equal(timer_count(store), 0);
+  kl_store_destroy(store);
+}
