@@ -4,11 +4,11 @@
  *  - the outbox's record keeps a follow-up's not_before, and a record
  *    written before delayed follow-ups (no not_before) still reads as it
  *    was written (kl_txn_emit_opts()'s limits: test_handler_exec);
- *  - on the embedded cluster, a handler (C, then exec) emits a delayed
- *    follow-up to a key of another partition: it is published at once,
- *    waits there as a timer, and is applied once, only after the store's
- *    clock (kl_t_store_clock_set()) passed its time; a copy of the source
- *    event emits nothing again.
+ *  - on the embedded cluster, a handler (C, then exec; C on PostgreSQL
+ *    too) emits a delayed follow-up to a key of another partition: it is
+ *    published at once, waits there as a timer, and is applied once, only
+ *    after the store's clock (kl_t_store_clock_set()) passed its time; a
+ *    copy of the source event emits nothing again.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +24,7 @@
 #include "keylane/producer.h"
 #include "keylane/store.h"
 #include "support/ledger_checks.h"
+#include "support/pg_group.h"
 #include "support/store_contract.h"
 #include "support/support.h"
 #include "common/internal.h"
@@ -209,14 +210,16 @@ static int log_count(const char *text) {
   return n;
 }
 
-/* The delayed follow-up's case with @p exec as the handler, or the C
- * schedule_handler() when NULL. */
-static void followup_case(const char *name, int use_exec) {
+/* The delayed follow-up's case with an exec child as the handler when
+ * @p use_exec, else the C schedule_handler(), on the store at @p store_uri
+ * (NULL: LMDB). */
+static void followup_case(const char *name, int use_exec,
+                          const char *store_uri) {
   int64_t t0 = kl__now_ms();
   kl_t_store_clock_set(t0);
   t_nb = t0 + 60000;
   kl_t_ledger_fx_t fx;
-  kl_t_ledger_fx_up(&fx, name, 2, 1, 5, NULL);
+  kl_t_ledger_fx_up(&fx, name, 2, 1, 5, store_uri);
   int32_t src_p = kl_partition("src", 3, 2), dest_p = 0;
   for (int i = 0; dest_p == src_p || i == 0; i++) {
     snprintf(t_dest, sizeof(t_dest), "dest-%d", i);
@@ -277,12 +280,21 @@ static void followup_case(const char *name, int use_exec) {
 
 static void test_delayed_followup(void **state) {
   (void)state;
-  followup_case("tmremit", 0);
+  followup_case("tmremit", 0, NULL);
 }
 
 static void test_delayed_followup_exec(void **state) {
   (void)state;
-  followup_case("tmrexec", 1);
+  followup_case("tmrexec", 1, NULL);
+}
+
+/* PostgreSQL keeps the outbox record, its not_before too, as LMDB does. */
+static void test_delayed_followup_pg(void **state) {
+  (void)state;
+  kl_t_pg_t *pg = kl_t_pg_need();
+  char uri[256];
+  assert_int_equal(kl_t_pg_createdb(pg, "tmremit", uri, sizeof(uri)), 0);
+  followup_case("tmremitpg", 0, uri);
 }
 
 int main(void) {
@@ -290,6 +302,8 @@ int main(void) {
       cmocka_unit_test(test_outbox_record_keeps_not_before),
       cmocka_unit_test(test_delayed_followup),
       cmocka_unit_test(test_delayed_followup_exec),
+      cmocka_unit_test(test_delayed_followup_pg),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
+                                kl_t_pg_group_teardown);
 }
