@@ -62,6 +62,8 @@ static json_t *exec_request_obj(const kl_event_t *event,
   json_object_set_new(obj, "partition", json_integer(fence->partition));
   json_object_set_new(obj, "offset", json_integer(fence->offset));
   json_object_set_new(obj, "epoch", json_integer((json_int_t)fence->epoch));
+  if (event->not_before > 0) /* a delayed event, run once its time came */
+    json_object_set_new(obj, "not_before", json_integer(event->not_before));
   exec_set_trace(obj, event);
   if (event->payload_len &&
       kl__msgpack_to_json(event->payload, event->payload_len, &payload) ==
@@ -187,8 +189,9 @@ static kl_err_t emit_refuse(char *errbuf, size_t size, size_t i,
 /* The fields of an emit entry; "id" and "headers", which an event written
  * as JSON has, are refused with their reasons. */
 static kl_err_t emit_fields(json_t *item, size_t i, char *errbuf, size_t size) {
-  static const char *const known[] = {"topic", "key", "type", "payload",
-                                      "payload_b64"};
+  static const char *const known[] = {
+      "topic", "key", "type", "payload", "payload_b64", "not_before", "delay"};
+  const size_t n = sizeof(known) / sizeof(known[0]);
   static const struct {
     const char *name, *why;
   } refused[] = {
@@ -206,12 +209,13 @@ static kl_err_t emit_fields(json_t *item, size_t i, char *errbuf, size_t size) {
       if (strcmp(name, refused[k].name) == 0)
         return emit_refuse(errbuf, size, i, "%s", refused[k].why);
     size_t k = 0;
-    while (k < 5 && strcmp(name, known[k]) != 0)
+    while (k < n && strcmp(name, known[k]) != 0)
       k++;
-    if (k == 5)
+    if (k == n)
       return emit_refuse(errbuf, size, i,
                          "unknown field \"%.64s\"; an emit takes topic, key, "
-                         "type, and payload or payload_b64",
+                         "type, payload or payload_b64, and not_before or "
+                         "delay",
                          name);
   }
   return KL_OK;
@@ -240,7 +244,8 @@ static kl_err_t emit_topic(json_t *item, size_t i, const char *dlq_topic,
 
 /* One follow-up of "emit": KL_OK, or the reason in @p errbuf. Past its
  * topic, an emit is an event written as JSON (event/event_json.h) without
- * "id" and "headers", read by the same code as the gateway's. */
+ * "id" and "headers", read by the same code as the gateway's: its
+ * "not_before" or "delay" too. */
 static kl_err_t emit_one(json_t *item, size_t i, const char *dlq_topic,
                          kl_txn_t *txn, char *errbuf, size_t size) {
   if (!json_is_object(item))
@@ -260,11 +265,12 @@ static kl_err_t emit_one(json_t *item, size_t i, const char *dlq_topic,
   kl__jevent_t je;
   char why[256];
   err = kl__jevent_parse(&je, event, false, why, sizeof(why));
+  kl_emit_opts_t opts = {sizeof(opts), je.ev.not_before};
   if (err == KL_EINVAL)
     emit_refuse(errbuf, size, i, "%s", why);
-  else if (!err &&
-           (err = kl_txn_emit(txn, topic, je.ev.key, je.ev.key_len, je.ev.type,
-                              je.ev.payload, je.ev.payload_len)))
+  else if (!err && (err = kl_txn_emit_opts(txn, topic, je.ev.key, je.ev.key_len,
+                                           je.ev.type, je.ev.payload,
+                                           je.ev.payload_len, &opts)))
     emit_refuse(errbuf, size, i, "%s", kl_err_detail());
   kl__jevent_clear(&je);
   json_decref(event);

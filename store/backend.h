@@ -206,9 +206,11 @@ struct kl_txn {
   size_t src_first;   /* emits->count when that event began */
   size_t message_max; /* kl__txn_set_message_max(); 0: KL_MESSAGE_MAX */
   const char *message_max_src;
-  uint64_t src_nonce; /* its follow-ups' nonce, drawn at its first emit */
-  char *last;         /* kl__txn_set_last(): the ident of the record at the
-                         commit's watermark - 1; NULL: keep the stored one */
+  uint64_t src_nonce;   /* its follow-ups' nonce, drawn at its first emit */
+  int64_t timer_max_ms; /* kl__txn_set_timer_max(); 0: no bound */
+  int64_t src_ms;       /* the source record's time; 0: unknown */
+  char *last;           /* kl__txn_set_last(): the ident of the record at the
+                           commit's watermark - 1; NULL: keep the stored one */
   size_t last_len;
 };
 

@@ -29,12 +29,18 @@ void kl__txn_source(kl_txn_t *txn, const char *topic, int32_t partition,
   txn->src_partition = partition;
   txn->src_offset = offset;
   txn->src_first = txn->emits ? txn->emits->count : 0;
+  txn->src_ms = 0;
 }
 
 void kl__txn_set_message_max(kl_txn_t *txn, size_t message_max,
                              const char *source) {
   txn->message_max = message_max;
   txn->message_max_src = source;
+}
+
+void kl__txn_set_timer_max(kl_txn_t *txn, int64_t max_ms, int64_t src_ms) {
+  txn->timer_max_ms = max_ms;
+  txn->src_ms = src_ms;
 }
 
 void kl__txn_emits_free(kl_txn_t *txn) {
@@ -115,12 +121,46 @@ static void emit_trace(const kl_event_t *src, kl__outbox_rec_t *rec) {
   rec->event.header_count = n;
 }
 
+/* The caller's options: the @c size bytes it knows of, the rest zero. */
+static kl_err_t emit_opts(const kl_emit_opts_t *opts, kl_emit_opts_t *out) {
+  *out = (kl_emit_opts_t){0};
+  if (!opts)
+    return KL_OK;
+  if (!opts->size)
+    return kl__err(KL_EINVAL, "kl_txn_emit_opts: opts->size is 0: set it to "
+                              "sizeof(kl_emit_opts_t)");
+  memcpy(out, opts, opts->size < sizeof(*out) ? opts->size : sizeof(*out));
+  out->size = sizeof(*out);
+  return KL_OK;
+}
+
+/* A follow-up's delivery time, under the rule kl_publish() and the worker
+ * keep (kl__not_before_check()), judged from its source record's time, as
+ * the worker judges a delayed event, so that a rebuild decides as the live
+ * owner did; or from now, when that is earlier, by which the follow-up is
+ * judged again when it is published. */
+static kl_err_t emit_not_before(const kl_txn_t *txn, const kl_event_t *e) {
+  int64_t now = kl__now_ms();
+  int64_t at = txn->src_ms > 0 && txn->src_ms < now ? txn->src_ms : now;
+  return kl__not_before_check(e, at, txn->timer_max_ms);
+}
+
 kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic, const void *key,
                      size_t key_len, const char *type, const void *payload,
                      size_t payload_len) {
+  return kl_txn_emit_opts(txn, topic, key, key_len, type, payload, payload_len,
+                          NULL);
+}
+
+kl_err_t kl_txn_emit_opts(kl_txn_t *txn, const char *topic, const void *key,
+                          size_t key_len, const char *type, const void *payload,
+                          size_t payload_len, const kl_emit_opts_t *opts) {
+  kl_emit_opts_t o;
   if (!txn || !type)
     return kl__err(KL_EINVAL, "kl_txn_emit: txn and type are required");
-  kl_err_t err = emit_check(txn, topic);
+  kl_err_t err = emit_opts(opts, &o);
+  if (!err)
+    err = emit_check(txn, topic);
   if (err)
     return err;
   unsigned index =
@@ -135,7 +175,8 @@ kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic, const void *key,
                            .type_len = strlen(type),
                            .ts = kl__now_ms(),
                            .payload = payload,
-                           .payload_len = payload_len};
+                           .payload_len = payload_len,
+                           .not_before = o.not_before};
   if (index == 0) /* one nonce per run of an event: emit_id.h */
     txn->src_nonce = kl__uuid_random64();
   kl__emit_src_t at = {txn->src_topic,
@@ -158,6 +199,7 @@ kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic, const void *key,
    * kl_publish() or the producer later, where it could only wait in the
    * outbox for an operator. */
   if ((err = kl_event_validate(&rec.event, 0)) ||
+      (err = emit_not_before(txn, &rec.event)) ||
       (err = kl__record_check_max(&rec.event, kl__envelope_size(&rec.event),
                                   txn->message_max, txn->message_max_src)))
     return kl__err(err, "kl_txn_emit: %s", kl_err_detail());

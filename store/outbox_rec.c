@@ -8,10 +8,11 @@
 #include "common/strbuf.h"
 
 /* The trace section: none, or traceparent and maybe tracestate, the
- * only headers a follow-up carries (kl_txn_emit()). */
+ * only headers a follow-up carries (kl_txn_emit()); an empty one (u8 0,
+ * u16 0) ahead of a not_before when the source had none. */
 static size_t trace_len(const kl_event_t *e) {
   if (!e->header_count)
-    return 0;
+    return e->not_before > 0 ? 3 : 0;
   return 3 + e->headers[0].value_len +
          (e->header_count > 1 ? e->headers[1].value_len : 0);
 }
@@ -19,7 +20,8 @@ static size_t trace_len(const kl_event_t *e) {
 static size_t rec_len(const kl__outbox_rec_t *rec) {
   const kl_event_t *e = &rec->event;
   return KL__OUTBOX_REC_HEAD + rec->topic_len + e->key_len + e->id_len +
-         e->type_len + e->payload_len + trace_len(e);
+         e->type_len + e->payload_len + trace_len(e) +
+         (e->not_before > 0 ? 8 : 0);
 }
 
 static kl_err_t emits_room(kl__emits_t *emits, size_t more) {
@@ -63,8 +65,13 @@ kl_err_t kl__emits_add(kl__emits_t *emits, const kl__outbox_rec_t *rec) {
     kl__put_be(p + 1, ts ? ts->value_len : 0, 2);
     p = rec_copy(p + 3, e->headers[0].value, e->headers[0].value_len);
     if (ts)
-      rec_copy(p, ts->value, ts->value_len);
+      p = rec_copy(p, ts->value, ts->value_len);
+  } else if (e->not_before > 0) {
+    memset(p, 0, 3); /* no trace context */
+    p += 3;
   }
+  if (e->not_before > 0)
+    kl__put_be(p, (uint64_t)e->not_before, 8);
   emits->len += 4 + len;
   emits->count++;
   return KL_OK;
@@ -102,6 +109,35 @@ void kl__emits_free(kl__emits_t *emits) {
   free(emits);
 }
 
+/* The sections after the body at @p base: none; a trace context; or a
+ * trace section, empty when the source had none, then a not_before.
+ * @returns 0 with @p out's trace and not_before set, or -1. */
+static int rec_tail(const unsigned char *p, size_t len, size_t base,
+                    kl__outbox_rec_t *out) {
+  if (len == base)
+    return 0;
+  if (len < base + 3)
+    return -1;
+  size_t tp = p[base], ts = (size_t)kl__get_be(p + base + 1, 2);
+  size_t end = base + 3 + tp + ts;
+  kl_event_t *e = &out->event;
+  if (len == end + 8 && (tp || !ts)) /* written since delayed follow-ups */
+    e->not_before = (int64_t)kl__get_be(p + end, 8);
+  else if (len != end || !tp)
+    return -1;
+  if (len == end + 8 && e->not_before <= 0)
+    return -1;
+  if (!tp)
+    return 0;
+  const char *s = (const char *)p + base + 3;
+  out->trace[0] = (kl_header_t){KL_TRACEPARENT, strlen(KL_TRACEPARENT), s, tp};
+  out->trace[1] =
+      (kl_header_t){KL_TRACESTATE, strlen(KL_TRACESTATE), s + tp, ts};
+  e->headers = out->trace;
+  e->header_count = ts ? 2 : 1;
+  return 0;
+}
+
 int kl__outbox_rec_decode(const void *rec, size_t len, kl__outbox_rec_t *out) {
   const unsigned char *p = rec;
   if (len < KL__OUTBOX_REC_HEAD)
@@ -116,8 +152,7 @@ int kl__outbox_rec_decode(const void *rec, size_t len, kl__outbox_rec_t *out) {
   e->payload_len = (size_t)kl__get_be(p + 13, 4);
   size_t base = KL__OUTBOX_REC_HEAD + out->topic_len + e->key_len + e->id_len +
                 e->type_len + e->payload_len;
-  if (len != base && (len < base + 3 || !p[base] ||
-                      len != base + 3 + p[base] + kl__get_be(p + base + 1, 2)))
+  if (len < base || rec_tail(p, len, base, out))
     return -1;
   const char *s = (const char *)p + KL__OUTBOX_REC_HEAD;
   out->topic = s;
@@ -125,14 +160,5 @@ int kl__outbox_rec_decode(const void *rec, size_t len, kl__outbox_rec_t *out) {
   e->id = s += e->key_len;
   e->type = s += e->id_len;
   e->payload = s += e->type_len;
-  if (len == base)
-    return 0;
-  size_t tp = p[base], ts = (size_t)kl__get_be(p + base + 1, 2);
-  s = (const char *)p + base + 3;
-  out->trace[0] = (kl_header_t){KL_TRACEPARENT, strlen(KL_TRACEPARENT), s, tp};
-  out->trace[1] =
-      (kl_header_t){KL_TRACESTATE, strlen(KL_TRACESTATE), s + tp, ts};
-  e->headers = out->trace;
-  e->header_count = ts ? 2 : 1;
   return 0;
 }

@@ -7,9 +7,17 @@
  *   i64 ts (big-endian), u32 payload_len (big-endian),
  *   then topic, key, id, type, payload;
  *   then, when the source event had a W3C trace context: u8 traceparent_len,
- *   u16 tracestate_len (big-endian), traceparent, tracestate.
+ *   u16 tracestate_len (big-endian), traceparent, tracestate;
+ *   then, when the follow-up has a not_before (kl_txn_emit_opts()): that
+ *   trace section, or an empty one (u8 0, u16 0) when the source had none,
+ *   and i64 not_before (big-endian, > 0).
  *
- * An empty topic stands for the source event's topic. Not installed.
+ * An empty topic stands for the source event's topic. The format grows at
+ * its end, so a record written by an older keylane (no not_before: its
+ * length ends at the body or at its trace context) reads as it was
+ * written; an older keylane refuses a record with a not_before (an empty
+ * trace section, or bytes past it) as damaged rather than publish the
+ * follow-up without its time. Not installed.
  */
 #ifndef KEYLANE_STORE_OUTBOX_REC_H
 #define KEYLANE_STORE_OUTBOX_REC_H
@@ -34,7 +42,8 @@ typedef struct kl__emits {
 typedef struct kl__outbox_rec {
   const char *topic; /* "" (topic_len 0): the source's topic */
   size_t topic_len;
-  kl_event_t event;     /* key, id, type, ts, payload; headers: trace only */
+  kl_event_t event;     /* key, id, type, ts, payload, not_before;
+                           headers: trace only */
   kl_header_t trace[2]; /* traceparent, then tracestate: event.headers */
 } kl__outbox_rec_t;
 

@@ -574,6 +574,17 @@ void kl__txn_source_event(kl_txn_t *txn, const struct kl_event *event,
 void kl__txn_set_message_max(kl_txn_t *txn, size_t message_max,
                              const char *source);
 
+/**
+ * Sets how far ahead a follow-up of @p txn's current event may be due
+ * (kl_emit_opts_t.not_before): at most @p max_ms (timer.max.delay; 0: no
+ * bound) after @p src_ms, the time of the event's record as the worker
+ * judges a delayed event by it (0: unknown), or after now when that is
+ * earlier, since the follow-up's own consumer and kl_publish() judge it by
+ * their clocks later. Call it after kl__txn_source_event(), which forgets
+ * @p src_ms; @p max_ms is kept for the txn's later events.
+ */
+void kl__txn_set_timer_max(kl_txn_t *txn, int64_t max_ms, int64_t src_ms);
+
 typedef struct kl__emits kl__emits_t; /* outbox_rec.h */
 
 /** Moves @p txn's emits out (NULL when none): the caller frees them with

@@ -188,6 +188,8 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
   kl_fence_t fence = {a->topic, partition, epoch, m->offset};
   kl__txn_source_event(txn, event, &fence); /* its follow-ups' ids */
   kl__txn_set_message_max(txn, a->message_max, a->message_max_src);
+  int64_t src_ms = rd_kafka_message_timestamp(m, NULL);
+  kl__txn_set_timer_max(txn, a->timer_max_ms, src_ms > 0 ? src_ms : 0);
   kl_handler_result_t r =
       a->dry_run && !a->dry_run_handler
           ? KL_HANDLER_OK /* would run it; still marked, for the range */

@@ -308,11 +308,11 @@ KL_EXPORT struct pg_conn *kl_txn_pg_conn(kl_txn_t *txn);
  * takes the partition publishes first what its predecessor left there, so
  * a crash between the commit and the publish loses nothing.
  *
- * Its id is deterministic: "<id>/<n>", the id of the event the handler
- * runs and the emit's index in that run (0, 1, ...); when that would pass
- * KL_ID_MAX bytes, the id's first bytes, "~", 16 hex digits of its FNV-1a
- * 64-bit hash, then "/<n>". A follow-up published again (after a crash,
- * by the next owner) has the same id, so its consumer applies it once.
+ * Its id names the event the handler runs by its place in the log:
+ * "~<topic>/<partition>/<offset>/<index>/<nonce>", the emit's index in
+ * that run (0, 1, ...) and a nonce drawn for the run (docs/envelope.md,
+ * "The idempotency key"). A follow-up published again (after a crash, by
+ * the next owner) has the same id, so its consumer applies it once.
  *
  * @param topic  the destination topic; NULL (or "") for the event's own.
  * @param key    the destination entity's key (1..KL_KEY_MAX bytes).
@@ -355,6 +355,42 @@ KL_EXPORT kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic,
  */
 KL_EXPORT kl_err_t kl_txn_cancel(kl_txn_t *txn, const void *key, size_t key_len,
                                  const char *id, size_t id_len);
+
+/**
+ * What kl_txn_emit_opts() takes beyond kl_txn_emit()'s arguments. Zero it,
+ * set @c size to sizeof(kl_emit_opts_t), then the fields you need: fields
+ * are only ever added at the end, and the library reads only the @c size
+ * bytes the caller knows of (the rest count as zero), so a program built
+ * against an older, smaller struct keeps working.
+ */
+typedef struct kl_emit_opts {
+  size_t size; /**< in: sizeof(kl_emit_opts_t) as the caller knows it */
+  /** ms since the Unix epoch before which the follow-up is not applied
+   *  (kl_event_t.not_before): its consumer keeps it as a timer of its key
+   *  (docs/design.md, "Timers"). 0: applied when read. At most
+   *  timer.max.delay after the source event's record time (or after now,
+   *  if that is earlier). */
+  int64_t not_before;
+} kl_emit_opts_t;
+
+/**
+ * kl_txn_emit() with options (@p opts; NULL is none): a follow-up with a
+ * delivery time, so that a handler schedules its own key's next step or
+ * another key's ("release the reservation in 15 minutes"). It is committed
+ * and published like any follow-up, at once; the worker that reads it
+ * keeps it as a timer until its time, then applies it once, in its key's
+ * order. Its envelope is version 2 (it carries "nb").
+ * @returns what kl_txn_emit() returns, and KL_EINVAL for @p opts with a
+ *          @c size of 0 or a @c not_before that is negative or later
+ *          than timer.max.delay allows (the worker's; the message says
+ *          by how much): that follow-up could never be applied, so the
+ *          event fails here, whole, rather than its follow-up later.
+ */
+KL_EXPORT kl_err_t kl_txn_emit_opts(kl_txn_t *txn, const char *topic,
+                                    const void *key, size_t key_len,
+                                    const char *type, const void *payload,
+                                    size_t payload_len,
+                                    const kl_emit_opts_t *opts);
 
 /** Adds to the partition's duplicate counter in this batch's commit. */
 KL_EXPORT void kl_txn_count_duplicate(kl_txn_t *txn);

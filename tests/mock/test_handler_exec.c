@@ -534,6 +534,129 @@ static void test_emit_payload_b64(void **state) {
   kl_emit_fx_down(&fx);
 }
 
+#define KL_DAY_MS (24 * 3600 * 1000LL)
+
+static kl_err_t emit_at(kl_txn_t *txn, int64_t not_before) {
+  kl_emit_opts_t opts = {.size = sizeof(opts), .not_before = not_before};
+  return kl_txn_emit_opts(txn, NULL, "dest", 4, "credit", NULL, 0, &opts);
+}
+
+/* The not_before of the one follow-up @p txn emitted since its event
+ * began, which begins again. */
+static int64_t last_not_before(kl_txn_t *txn) {
+  kl__emits_t *emits = kl__txn_take_emits(txn);
+  size_t off = 0, len;
+  const void *bytes, *last = NULL;
+  size_t last_len = 0, n = 0;
+  while (kl__emits_next(emits, &off, &bytes, &len))
+    last = bytes, last_len = len, n++;
+  kl__outbox_rec_t rec;
+  assert_int_equal(n, 1);
+  assert_int_equal(kl__outbox_rec_decode(last, last_len, &rec), 0);
+  int64_t nb = rec.event.not_before;
+  kl__emits_free(emits);
+  kl__txn_source_event(txn, &kl_event, &kl_fence);
+  return nb;
+}
+
+/* kl_txn_emit_opts() refuses a not_before past timer.max.delay from the
+ * source record's time (or now, when that is earlier), and opts without
+ * their size; NULL opts is kl_txn_emit(). */
+static void test_emit_not_before_limits(void **state) {
+  (void)state;
+  kl_emit_fx_t fx;
+  kl_emit_fx_up(&fx);
+  int64_t now = kl__now_ms(), src = now - 3600000; /* read an hour late */
+  kl__txn_set_timer_max(fx.txn, 7 * KL_DAY_MS, src);
+  /* at most timer.max.delay after the source record's time */
+  assert_int_equal(emit_at(fx.txn, src + 7 * KL_DAY_MS), KL_OK);
+  assert_int_equal(last_not_before(fx.txn), src + 7 * KL_DAY_MS);
+  kl__txn_set_timer_max(fx.txn, 7 * KL_DAY_MS, src);
+  assert_int_equal(emit_at(fx.txn, src + 7 * KL_DAY_MS + 1000), KL_EINVAL);
+  assert_non_null(strstr(kl_err_detail(), "kl_txn_emit: not_before is"));
+  assert_non_null(strstr(kl_err_detail(), "timer.max.delay (604800 s)"));
+  /* a record stamped ahead of this host: judged from now, which
+   * kl_publish() and the follow-up's worker judge it by later */
+  kl__txn_set_timer_max(fx.txn, 7 * KL_DAY_MS, now + KL_DAY_MS);
+  assert_int_equal(emit_at(fx.txn, now + 7 * KL_DAY_MS + 60000), KL_EINVAL);
+  assert_int_equal(emit_at(fx.txn, -1), KL_EINVAL);
+  assert_non_null(strstr(kl_err_detail(), "not_before is -1"));
+  kl_emit_opts_t sizeless = {.not_before = now};
+  assert_int_equal(
+      kl_txn_emit_opts(fx.txn, NULL, "dest", 4, "credit", NULL, 0, &sizeless),
+      KL_EINVAL);
+  assert_non_null(strstr(kl_err_detail(), "sizeof(kl_emit_opts_t)"));
+  /* none of the refused ones was emitted; NULL opts is kl_txn_emit() */
+  assert_int_equal(
+      kl_txn_emit_opts(fx.txn, NULL, "dest", 4, "credit", NULL, 0, NULL),
+      KL_OK);
+  assert_int_equal(last_not_before(fx.txn), 0);
+  kl_emit_fx_down(&fx);
+}
+
+/* An emit's "not_before" (ms) or "delay" (a duration, as a `keylane
+ * publish` line takes it), not both, gives the follow-up its time, under
+ * timer.max.delay; a delayed event's request carries its "not_before".
+ * Issue 36, follow-ups with a delay. */
+static void test_emit_not_before_and_delay(void **state) {
+  (void)state;
+  kl_emit_fx_t fx;
+  kl_emit_fx_up(&fx);
+  char err[512];
+  kl__emits_t *emits;
+  kl__outbox_rec_t rec;
+  assert_int_equal(kl_emit(&fx,
+                           "[{\"key\":\"k\",\"type\":\"t\","
+                           "\"not_before\":1767225600000}]",
+                           &emits, &rec, err, sizeof(err)),
+                   KL_HANDLER_OK);
+  assert_int_equal(rec.event.not_before, 1767225600000);
+  kl__emits_free(emits);
+  int64_t before = kl__now_ms();
+  assert_int_equal(kl_emit(&fx,
+                           "[{\"key\":\"k\",\"type\":\"t\",\"delay\":\"15m\"}]",
+                           &emits, &rec, err, sizeof(err)),
+                   KL_HANDLER_OK);
+  assert_in_range(rec.event.not_before, before + 900000, kl__now_ms() + 900000);
+  kl__emits_free(emits);
+  assert_int_equal(kl_emit(&fx,
+                           "[{\"key\":\"k\",\"type\":\"t\",\"delay\":\"1m\","
+                           "\"not_before\":1767225600000}]",
+                           &emits, &rec, err, sizeof(err)),
+                   KL_HANDLER_FAIL);
+  assert_non_null(strstr(err, "\"emit\"[0]: both \"not_before\" and "
+                              "\"delay\" are given"));
+  assert_null(emits);
+  /* the worker's timer.max.delay (7 days here) */
+  kl__txn_set_timer_max(fx.txn, 7 * KL_DAY_MS, 0);
+  assert_int_equal(kl_emit(&fx,
+                           "[{\"key\":\"k\",\"type\":\"t\",\"delay\":\"8d\"}]",
+                           &emits, &rec, err, sizeof(err)),
+                   KL_HANDLER_FAIL);
+  assert_non_null(strstr(err, "later than timer.max.delay (604800 s)"));
+  assert_null(emits);
+  kl_emit_fx_down(&fx);
+
+  kl_event_t delayed = kl_event;
+  for (int i = 0; i < 2; i++) {
+    size_t len;
+    char *line = kl__exec_request(&delayed, &kl_fence, &len);
+    assert_non_null(line);
+    json_error_t jerr;
+    line[KL__EXEC_SEQ_ROOM - 1] = '{'; /* the text, without its "seq" */
+    json_t *req = json_loadb(line + KL__EXEC_SEQ_ROOM - 1, len + 1, 0, &jerr);
+    assert_non_null(req);
+    json_t *nb = json_object_get(req, "not_before");
+    if (i == 0)
+      assert_null(nb);
+    else
+      assert_int_equal(json_integer_value(nb), 1767225600000);
+    json_decref(req);
+    free(line);
+    delayed.not_before = 1767225600000;
+  }
+}
+
 /* What an emit may not say is refused, naming it: the event fails (a dead
  * letter with the reason), nothing is emitted silently wrong. Issue 30
  * items A (fields) and B (topics). */
@@ -939,6 +1062,8 @@ int main(void) {
       cmocka_unit_test(test_answer_keys_once_and_seq_in_range),
       cmocka_unit_test(test_emit_payload_b64),
       cmocka_unit_test(test_emit_refusals),
+      cmocka_unit_test(test_emit_not_before_and_delay),
+      cmocka_unit_test(test_emit_not_before_limits),
       cmocka_unit_test(test_extra_line_does_not_shift_answers),
       cmocka_unit_test(test_seq_echo_and_unknown_seq),
       cmocka_unit_test(test_echoing_child_must_echo),

@@ -37,6 +37,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -75,6 +76,9 @@ type Event struct {
 	Fence        Fence
 	Traceparent  string // W3C trace context; "" when the event has none
 	Tracestate   string
+	// NotBefore is a delayed event's time, ms since the Unix epoch: it
+	// runs once that time has come. 0 for an event applied when read.
+	NotBefore int64
 	// Request is the JSON line, for fields a newer keylane adds.
 	Request json.RawMessage
 }
@@ -102,6 +106,7 @@ type request struct {
 	PayloadB64  *string         `json:"payload_b64"`
 	Traceparent string          `json:"traceparent"`
 	Tracestate  string          `json:"tracestate"`
+	NotBefore   int64           `json:"not_before"`
 }
 
 type failure struct{ err error }
@@ -143,8 +148,30 @@ var topicChars = regexp.MustCompile(`^[a-zA-Z0-9._-]+$`)
 // msgpack). A follow-up keylane would refuse is an error wrapped by Fail,
 // and it fails the event even if the error is dropped: no partial emits.
 func (tx *Tx) EmitTo(topic, key, typ string, payload any) error {
+	return tx.emit(topic, key, typ, payload, 0, nil)
+}
+
+// EmitAt is EmitTo with a delivery time: the follow-up is published at
+// once, and its worker keeps it as a timer and applies it, in its key's
+// order, once notBefore has come; one more than the worker's
+// timer.max.delay ahead fails the event. For a delay d, pass
+// time.Now().Add(d); the zero time is none.
+func (tx *Tx) EmitAt(topic, key, typ string, payload any, notBefore time.Time) error {
+	var err error
+	ms := notBefore.UnixMilli()
+	if notBefore.IsZero() {
+		ms = 0
+	} else if ms <= 0 {
+		err = fmt.Errorf("emit: not_before %s is not after the Unix epoch: give a later time, or the zero time for none", notBefore.Format(time.RFC3339Nano))
+	}
+	return tx.emit(topic, key, typ, payload, ms, err)
+}
+
+func (tx *Tx) emit(topic, key, typ string, payload any, notBefore int64, err error) error {
 	item := map[string]any{}
-	err := emitText("key", key, KeyMax)
+	if err == nil {
+		err = emitText("key", key, KeyMax)
+	}
 	if err == nil {
 		err = emitText("type", typ, TypeMax)
 	}
@@ -173,6 +200,9 @@ func (tx *Tx) EmitTo(topic, key, typ string, payload any) error {
 		return err
 	}
 	item["key"], item["type"] = key, typ
+	if notBefore > 0 {
+		item["not_before"] = notBefore
+	}
 	tx.emits = append(tx.emits, item)
 	return nil
 }
@@ -229,7 +259,7 @@ func decodeEvent(line []byte) (*Event, *uint64, error) {
 	if missing != "" {
 		return nil, r.Seq, fmt.Errorf("a request without its %s: %.200s", missing, line)
 	}
-	ev := &Event{ID: *r.ID, Type: *r.Type, TS: r.TS, Traceparent: r.Traceparent, Tracestate: r.Tracestate,
+	ev := &Event{ID: *r.ID, Type: *r.Type, TS: r.TS, Traceparent: r.Traceparent, Tracestate: r.Tracestate, NotBefore: r.NotBefore,
 		Fence: Fence{*r.Topic, *r.Partition, *r.Epoch, *r.Offset}, Request: line}
 	if r.Key != nil {
 		ev.Key, ev.KeyBytes = *r.Key, []byte(*r.Key)

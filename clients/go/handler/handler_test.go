@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 const req = `{"seq":7,"topic":"events","key":"acct-1","id":"id-1","type":"credit","ts":1700000000000,"partition":3,"offset":42,"epoch":5,"payload":{"amount":5}}`
@@ -90,6 +91,29 @@ func TestEmitsGoWithOK(t *testing.T) {
 		if err := tx.EmitTo(bad.topic, bad.key, bad.typ, nil); err == nil || !strings.Contains(err.Error(), bad.says) {
 			t.Errorf("%+v: %v", bad, err)
 		}
+	}
+}
+
+// A follow-up with a time carries "not_before" (ms); a delayed event's
+// request gives its own as Event.NotBefore.
+func TestDelayedEmitsAndEvents(t *testing.T) {
+	at := time.UnixMilli(1767225600000)
+	var got int64 = -1
+	line := Answer(context.Background(), func(ctx context.Context, ev *Event, tx *Tx) error {
+		got = ev.NotBefore
+		if err := tx.EmitAt("", "acct-2", "release", nil, at); err != nil {
+			return err
+		}
+		return tx.EmitAt("", "acct-3", "now", nil, time.Time{})
+	}, []byte(strings.Replace(req, `"epoch":5`, `"epoch":5,"not_before":1767225600000`, 1)))
+	want := `{"seq":7,"status":"ok","emit":[{"key":"acct-2","not_before":1767225600000,"type":"release"},{"key":"acct-3","type":"now"}]}` + "\n"
+	if string(line) != want || got != 1767225600000 {
+		t.Fatalf("got  %s (NotBefore %d)\nwant %s", line, got, want)
+	}
+	tx := &Tx{}
+	err := tx.EmitAt("", "k", "t", nil, time.UnixMilli(-5))
+	if err == nil || !strings.Contains(err.Error(), "is not after the Unix epoch") || len(tx.emits) != 0 || tx.err == nil {
+		t.Errorf("a time before the epoch: %v", err)
 	}
 }
 

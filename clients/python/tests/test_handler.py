@@ -1,10 +1,12 @@
 """keylane.handler: answers, the seq echo, outcomes, emits and their
 checks, and the loop as the worker drives it (a child on pipes)."""
+import datetime
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -90,6 +92,31 @@ def test_emits_go_with_ok():
     ]
 
 
+def test_delayed_emits_and_events():
+    """An emit's not_before or delay reaches the answer as "not_before" (ms
+    since the epoch); a delayed event's request carries its own."""
+    utc = datetime.timezone.utc
+
+    @handler
+    def apply(event, tx):
+        assert event.not_before == event.request.get("not_before", 0)
+        tx.emit("acct-2", "release", not_before=1767225600000)
+        tx.emit("acct-3", "release", not_before=datetime.datetime(2026, 1, 1, tzinfo=utc))
+        tx.emit("acct-4", "release", delay=datetime.timedelta(minutes=15))
+        tx.emit("acct-5", "now", delay=0)
+
+    before = int(time.time() * 1000)
+    emits = apply.answer(dict(REQ, not_before=1767225600000))["emit"]
+    after = int(time.time() * 1000)
+    assert emits[:2] == [
+        {"key": "acct-2", "type": "release", "not_before": 1767225600000},
+        {"key": "acct-3", "type": "release", "not_before": 1767225600000},
+    ]
+    assert before + 900000 <= emits[2]["not_before"] <= after + 900000
+    assert emits[3] == {"key": "acct-5", "type": "now"}  # no delay: none
+    assert apply.answer(REQ)["status"] == "ok"
+
+
 @pytest.mark.parametrize(
     "args,kwargs,says",
     [
@@ -106,6 +133,10 @@ def test_emits_go_with_ok():
         (("k", "t", float("nan")), {}, "emit: payload is nan, which JSON cannot carry"),
         (("k", "t", {"amount": float("inf")}), {}, "emit: payload['amount'] is inf, which JSON cannot carry"),
         (("k", "t", {"a": [1, {"b": -float("inf")}]}), {}, "emit: payload['a'][1]['b'] is -inf"),
+        (("k", "t"), {"not_before": 5, "delay": 1}, "emit: both not_before and delay are given"),
+        (("k", "t"), {"not_before": 0}, "emit: not_before is 0: give a positive int"),
+        (("k", "t"), {"not_before": datetime.datetime(2026, 1, 1)}, "is a naive datetime"),
+        (("k", "t"), {"delay": -1}, "emit: delay is -1, before now"),
     ],
 )
 def test_an_emit_keylane_would_refuse_fails_the_event(args, kwargs, says):

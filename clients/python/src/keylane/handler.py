@@ -41,12 +41,16 @@ always in order).
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import os
 import re
 import sys
 import traceback
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Union
+
+from keylane._when import not_before_ms
+from keylane.errors import EventError
 
 __all__ = ["Event", "Fail", "Fence", "Handler", "Retry", "Tx", "handler"]
 
@@ -93,10 +97,12 @@ class Event:
     a dict is a dict again; a msgpack bin inside it is {"$base64": ...}),
     or bytes when the payload is not msgpack JSON can say (raw bytes, an
     empty payload: b""). ``traceparent`` / ``tracestate`` carry the W3C
-    trace context, None when the event has none. ``request`` is the JSON
+    trace context, None when the event has none. ``not_before`` is a
+    delayed event's time (ms since the Unix epoch; it runs once that time
+    came), 0 for one applied when read. ``request`` is the JSON
     line as a dict, for fields a newer keylane adds."""
 
-    __slots__ = ("key", "id", "type", "ts", "payload", "fence", "traceparent", "tracestate", "request")
+    __slots__ = ("key", "id", "type", "ts", "payload", "fence", "traceparent", "tracestate", "not_before", "request")
 
     def __init__(self, request: Dict[str, Any]):
         self.request = request
@@ -112,6 +118,7 @@ class Event:
         self.fence = Fence(request["topic"], request["partition"], request["epoch"], request["offset"])
         self.traceparent: Optional[str] = request.get("traceparent")
         self.tracestate: Optional[str] = request.get("tracestate")
+        self.not_before: int = request.get("not_before", 0)
 
     @property
     def topic(self) -> str:
@@ -151,15 +158,34 @@ class Tx:
         self.fence = fence
         self.emits: List[Dict[str, Any]] = []
 
-    def emit(self, key: str, type: str, payload: Any = _NONE, *, topic: Optional[str] = None) -> None:
+    def emit(
+        self,
+        key: str,
+        type: str,
+        payload: Any = _NONE,
+        *,
+        topic: Optional[str] = None,
+        not_before: Union[int, datetime.datetime, None] = None,
+        delay: Union[int, float, datetime.timedelta, None] = None,
+    ) -> None:
         """Adds a follow-up event of ``key`` and ``type`` to ``topic`` (the
         event's own when None). ``payload`` is any JSON value (keylane
         stores its msgpack, as a publisher's dict) or bytes (stored as they
-        are); left out, the payload is empty. Raises Fail, and so fails
-        the event, for a follow-up keylane would refuse: no partial emits."""
+        are); left out, the payload is empty. ``not_before`` (ms since the
+        Unix epoch, or an aware datetime) or ``delay`` (seconds, or a
+        timedelta, from now), not both, delay it as a publisher's do: its
+        worker applies it once that time came (at most timer.max.delay
+        ahead). Raises Fail, and so fails the event, for a follow-up
+        keylane would refuse: no partial emits."""
         item: Dict[str, Any] = {"key": _emit_text("key", key, KEY_MAX), "type": _emit_text("type", type, TYPE_MAX)}
         if topic is not None:
             item["topic"] = _emit_topic(topic)
+        try:
+            nb = not_before_ms(not_before, delay)
+        except EventError as e:
+            raise Fail("emit: %s" % e) from None
+        if nb:
+            item["not_before"] = nb
         if isinstance(payload, (bytes, bytearray, memoryview)):
             item["payload_b64"] = base64.b64encode(bytes(payload)).decode("ascii")
         elif payload is not _NONE:
