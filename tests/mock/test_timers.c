@@ -425,7 +425,7 @@ static void cancel_case(const char *store_uri, const char *name,
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   assert_int_equal(balance_of(fx.store, "d"), 10);
   kl_t_ledger_fx_down(&fx);
-  kl_t_store_clock_set(0);
+  kl__store_set_clock(NULL);
 }
 
 static void test_cancel_lmdb(void **state) {

@@ -275,7 +275,7 @@ static void followup_case(const char *name, int use_exec,
     assert_int_equal(balance_of(fx.store, t_dest), 8);
   }
   kl_t_ledger_fx_down(&fx);
-  kl_t_store_clock_set(0);
+  kl__store_set_clock(NULL);
 }
 
 static void test_delayed_followup(void **state) {
