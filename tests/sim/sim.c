@@ -199,7 +199,9 @@
  *     is ("order"): at every commit; the store's pending timers equal the
  *     model's ("timers"): after every step that committed, and a
  *     rebuild's the fleet's ("rebuild"); before the last drain the wall
- *     clock jumps two hours, and no timer may be left ("timer-left").
+ *     clock jumps two hours, and no timer may be left ("timer-left"); an
+ *     owner writes a firing record only once due by its clock
+ *     ("fire-early", sim_seams.c).
  *     The mutants `timer_early` (hunted with the hostile producer) and
  *     `timer_twice` must fail them.
  * 10. a row both topics write (PostgreSQL, two topics) loses no update: it

@@ -293,7 +293,8 @@ void __wrap_kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms) {
 /* A due timer's firing record (worker/fire.c): the stored envelope, back
  * to its key's partition with the header keylane.timer naming the record
  * that scheduled it and the owner's clock as its timestamp, acked like a
- * letter. It must be a delayed event's, of a record of the log. */
+ * letter. It must be a delayed event's, of a record of the log, and due
+ * by the owner's clock. */
 kl_err_t __wrap_kl__dlq_timer(kl__dlq_t *dlq, const char *topic,
                               int32_t partition, const void *key,
                               size_t key_len, const void *env, size_t env_len,
@@ -318,6 +319,14 @@ kl_err_t __wrap_kl__dlq_timer(kl__dlq_t *dlq, const char *topic,
              "owner %d wrote a firing record to partition %d of %s, naming "
              "offset %" PRId64 ", that is no delayed event's of the log",
              f->owner->no, (int)partition, topic, offset);
+    return KL_EINVAL;
+  }
+  if (kl__store_now_ms() < W->events[e].not_before) {
+    sim_fail("fire-early",
+             "owner %d wrote the firing record of %.*s %" PRId64
+             " ms before its time by its own clock",
+             f->owner->no, (int)ev.id_len, ev.id,
+             W->events[e].not_before - kl__store_now_ms());
     return KL_EINVAL;
   }
   if (f->owner->dead)

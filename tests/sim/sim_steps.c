@@ -630,7 +630,19 @@ static void drain(void) {
     sim_fail("drain", "the drain did not settle in 1000 rounds");
 }
 
-/* Every event's mark in @p store, as @p v says it must be. */
+static void check_mark(kl_txn_t *txn, const sim_view_t *v, uint32_t e,
+                       const char *who) {
+  const sim_event_t *ev = &W->events[e];
+  const sim_key_t *key = &W->keys[ev->key];
+  kl_mark_t mark;
+  if (kl_txn_seen(txn, key->name, key->name_len, ev->id, ev->id_len, &mark))
+    sim_fail("store-error", "%s: %s", who, kl_err_detail());
+  else
+    sim_view_check_mark(v, e, mark, who);
+}
+
+/* Every event's mark in @p store, as @p v says it must be: those in their
+ * keys' lists, and delayed ones that never fired (in none yet). */
 static void check_marks(kl_store_t *store, const sim_view_t *v,
                         const char *who) {
   for (int32_t p = 0; p < W->nparts && !W->failed; p++) {
@@ -642,15 +654,13 @@ static void check_marks(kl_store_t *store, const sim_view_t *v,
     }
     for (int k = 0; k < W->nkeys && !W->failed; k++) {
       const sim_key_t *key = &W->keys[k];
-      for (size_t i = 0; key->part == p && i < key->n; i++) {
-        const sim_event_t *ev = &W->events[key->events[i]];
-        kl_mark_t mark;
-        if (kl_txn_seen(txn, key->name, key->name_len, ev->id, ev->id_len,
-                        &mark))
-          sim_fail("store-error", "%s: %s", who, kl_err_detail());
-        else
-          sim_view_check_mark(v, key->events[i], mark, who);
-      }
+      for (size_t i = 0; key->part == p && i < key->n; i++)
+        check_mark(txn, v, key->events[i], who);
+    }
+    for (uint32_t e = 0; e < W->nevents && !W->failed; e++) {
+      const sim_event_t *ev = &W->events[e];
+      if (ev->part == p && ev->not_before && !ev->placed && ev->first >= 0)
+        check_mark(txn, v, e, who);
     }
     kl_store_abort(txn);
   }
