@@ -55,11 +55,12 @@
  *    its key's partition, 4% of them ones the ledger refuses (amount 0, a
  *    transfer to itself), 10% with an id another key's event has (ids are
  *    scoped by key: two events); or (15%) appends an earlier event again,
- *    same key, same id. One valid credit in six is delayed (its
+ *    same key, same id. One valid event in six is delayed (its
  *    not_before, envelope version 2): most up to 3 s ahead of the wall
  *    clock, a quarter already past, some 5 to 20 s ahead, some an hour
- *    (they wait until the end's jump). An owner's lanes schedule it as a
- *    timer; its worker/fire.c writes the due ones back through
+ *    (they wait until the end's jump); a delayed transfer emits its
+ *    credit from the firing record that runs it. An owner's lanes
+ *    schedule it as a timer; its worker/fire.c writes the due ones back through
  *    kl__dlq_timer() (sim_seams.c: a firing record in the log, with the
  *    header keylane.timer and the owner's clock as its timestamp), which
  *    runs it when read.

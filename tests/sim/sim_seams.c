@@ -42,6 +42,7 @@
 #include "keylane/producer.h"
 #include "sim/sim.h"
 #include "store/outbox_rec.h"
+#include "store/timers.h"
 #include "worker/dlq.h"
 #include "worker/lanes.h"
 
@@ -62,6 +63,12 @@ kl_err_t __wrap_kl__dlq_timer(kl__dlq_t *dlq, const char *topic,
                               int32_t partition, const void *key,
                               size_t key_len, const void *env, size_t env_len,
                               int64_t offset);
+kl_err_t __real_kl__timers_scan(kl_store_t *store, const char *topic,
+                                int32_t partition, kl__timer_cb_t *cb,
+                                void *opaque, size_t *bad);
+kl_err_t __wrap_kl__timers_scan(kl_store_t *store, const char *topic,
+                                int32_t partition, kl__timer_cb_t *cb,
+                                void *opaque, size_t *bad);
 rd_kafka_resp_err_t __real_rd_kafka_message_headers(const rd_kafka_message_t *m,
                                                     rd_kafka_headers_t **h);
 rd_kafka_resp_err_t __wrap_rd_kafka_message_headers(const rd_kafka_message_t *m,
@@ -343,6 +350,20 @@ kl_err_t __wrap_kl__dlq_timer(kl__dlq_t *dlq, const char *topic,
           kl__store_now_ms() - W->events[e].not_before);
   sent_add(f, (sim_sent_t){{partition, offset, KL__DLQ_TIMER_GEN}, NULL, 1, 0});
   return KL_OK;
+}
+
+/* worker/fire.c reads the due index on its owner's store handle. On
+ * PostgreSQL the simulator's owner is two workers (one per topic) on one
+ * handle of store.pg.pool 2, whose lanes keep a batch open each, where a
+ * worker's keep pool - 1 and leave one connection for such a read: it
+ * would wait KL__PG_POOL_WAIT_MS of real time, then fail. It reads on the
+ * world's handle instead, which sees the same committed timers. */
+kl_err_t __wrap_kl__timers_scan(kl_store_t *store, const char *topic,
+                                int32_t partition, kl__timer_cb_t *cb,
+                                void *opaque, size_t *bad) {
+  if (W && W->acting && W->backend == SIM_PG && store == W->acting->store)
+    store = W->store;
+  return __real_kl__timers_scan(store, topic, partition, cb, opaque, bad);
 }
 
 kl_err_t __wrap_kl__dlq_forward(kl__dlq_t *dlq, const char *topic,

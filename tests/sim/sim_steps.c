@@ -101,9 +101,9 @@ static int ledger_record(int k, const char *id, size_t id_len, const char *type,
   return err ? -1 : 0;
 }
 
-/* A delayed credit's time, for one credit in six (its choice @p w): most a
- * little ahead of the clock, some already past, some far (they wait until
- * the end's jump, sim_steps.c final_checks()); else 0. */
+/* A delayed event's time, for one valid event in six (its choice @p w):
+ * most a little ahead of the clock, some already past, some far (they wait
+ * until the end's jump, final_checks()); else 0. */
 #define FAR_MS (3600 * 1000LL)
 static int64_t delay_of(uint64_t w) {
   uint64_t d = sim_mix(w ^ 0xde1a7edULL);
@@ -154,7 +154,7 @@ static void client_publish(uint64_t w) {
   static const char *const types[] = {"credit", "debit", "transfer"};
   void *bytes;
   size_t len;
-  int64_t not_before = kind == SIM_CREDIT && valid ? delay_of(w) : 0;
+  int64_t not_before = valid ? delay_of(w) : 0;
   if (ledger_record(k, id, id_len, types[kind], &a, not_before, &bytes, &len))
     return;
   uint32_t e = sim_event_add((uint8_t)k, id, id_len);
