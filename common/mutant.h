@@ -41,6 +41,13 @@ typedef enum kl__mutant {
                            nor compares the topic's owner (its Kafka
                            cluster and group), as before issue 39's second
                            attack (HIGH-2, LOW-7) */
+
+  /* worker/apply.c: a firing record runs its timer whatever its
+   * timestamp, before its time too (issue 36) */
+  KL__MUTANT_TIMER_EARLY,
+  /* worker/apply.c: a timer's run leaves the timer in the store, so that
+   * it fires again (issue 36) */
+  KL__MUTANT_TIMER_TWICE,
 } kl__mutant_t;
 
 #ifdef KL_SIM_MUTANTS

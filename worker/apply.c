@@ -93,10 +93,14 @@ static int apply_timer(const kl__applier_t *a, int32_t partition, kl_txn_t *txn,
   int64_t now = rd_kafka_message_timestamp(m, NULL);
   if (now < 0) /* a record without one: this host's clock */
     now = kl__store_now_ms();
+  if (fire && KL__MUTANT(KL__MUTANT_TIMER_EARLY)) /* test only: mutant.h */
+    now = t.due_ms;
   if (a->redrive || (fire && mark == KL_MARK_NONE && t.due_ms <= now) ||
       (fire && mark != KL_MARK_NONE)) {
     /* runs now (an operator's redrive runs it whatever its time), or its
      * id was applied or dead-lettered meanwhile: the timer goes */
+    if (mark == KL_MARK_NONE && KL__MUTANT(KL__MUTANT_TIMER_TWICE))
+      found = 0; /* test only: common/mutant.h */
     if (found && (err = kl__timer_del(txn, a->topic, partition, event->key,
                                       event->key_len, event->id, event->id_len,
                                       t.due_ms)))

@@ -379,14 +379,17 @@ static void done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
                     const kl__run_t *run) {
   int dup = run->outcome == KL__RUN_DUPLICATE, lost = 0;
   lanes->runs_failing.n = 0; /* the store answered this one */
-  if (!dup) {
+  if (!dup)
     slot->attempts++;
-    if (lanes->inline_mode)
-      lost = kl__child_apply(run->child) != KL_OK;
-    else if (!(dup = kl__child_seen_elsewhere(run->child, &lane->ov)) &&
-             kl__child_merge(run->child, &lane->ov, &slot->key->ov))
-      kl__oom(KL_COMP);
-  }
+  /* A duplicate's writes go too: it has none but, for a firing record
+   * whose id was applied or dead-lettered meanwhile, its timer's deletion
+   * (worker/apply.c), without which the timer fired again every
+   * KL__FIRE_AGAIN_MS, forever. */
+  if (lanes->inline_mode)
+    lost = kl__child_apply(run->child) != KL_OK;
+  else if ((dup || !(dup = kl__child_seen_elsewhere(run->child, &lane->ov))) &&
+           kl__child_merge(run->child, &lane->ov, &slot->key->ov))
+    kl__oom(KL_COMP);
   slot->duplicate = dup;
   slot->scheduled = dup ? 0 : run->scheduled;
   if (run->early)

@@ -55,7 +55,15 @@
  *    its key's partition, 4% of them ones the ledger refuses (amount 0, a
  *    transfer to itself), 10% with an id another key's event has (ids are
  *    scoped by key: two events); or (15%) appends an earlier event again,
- *    same key, same id.
+ *    same key, same id. One valid event in six is delayed (its
+ *    not_before, envelope version 2): most up to 3 s ahead of the wall
+ *    clock, a quarter already past, some 5 to 20 s ahead, some an hour
+ *    (they wait until the end's jump); a delayed transfer emits its
+ *    credit from the firing record that runs it. An owner's lanes
+ *    schedule it as a timer; its worker/fire.c writes the due ones back through
+ *    kl__dlq_timer() (sim_seams.c: a firing record in the log, with the
+ *    header keylane.timer and the owner's clock as its timestamp), which
+ *    runs it when read.
  *  - batch (3300): the consumer hands an owner that holds a partition up
  *    to batch_max records from where its lane is (none while the lane is
  *    paused: its window of 12 or its outbox of 6 full), and the owner
@@ -89,7 +97,10 @@
  *    or its commit fails, or its answer is lost, or it dies.
  *  - crash (250): an owner dies at any point: its memory is gone, a paused
  *    batch's txn is aborted, on PostgreSQL its store handle is closed.
- *  - tick (500): the clock moves up to 1 s (each step moves it 1 ms).
+ *  - tick (500): the clock moves up to 1 s (each step moves it 1 ms); in
+ *    one tick of four the wall clock (the store's, kl__now_ms(), the
+ *    firing records' stamps; not the lanes' monotonic one) also jumps up
+ *    to 4 s forward or back.
  *  - redrive (150): a dead letter is redriven as `keylane redrive` does: a
  *    new epoch, the applier's redrive mode, the letter's own record.
  *  - replay (97): a replay beside the live owner: a new epoch, the
@@ -112,7 +123,10 @@
  *    a copy of a published follow-up's when it finds one, else a guess at
  *    a record still to come; the rest `~` ids of no follow-up's form, and
  *    plain ones. keylane's publish paths refuse reserved ids; a raw
- *    producer does not.
+ *    producer does not. A quarter of them are against timers instead
+ *    (hostile_timer()): a record naming a pending timer (keylane.timer,
+ *    the offset that scheduled it) stamped before its time, or a copy of
+ *    a delayed event.
  *  - in one schedule of eight on LMDB, of three on PostgreSQL (with
  *    --recreate, in each), once, at a step of its first half that its
  *    seed says (sim_steps.c, topic_recreate()): the fleet settles as
@@ -177,6 +191,20 @@
  * 11. a topic's partitions are taken only by its recorded owner's fleet:
  *     a foreign fleet's take is refused and moves no epoch ("foreign", at
  *     the step; the mutant `owner` must fail it);
+ * 12. timers (sim_world.c, timer_*()): a delayed event runs only from a
+ *     firing record of its timer stamped at or after its time, and the
+ *     run takes the timer ("timer-run", "timer-early"); only a first
+ *     reading schedules it ("timer-scheduled"); a firing record of a
+ *     waiting timer stamped at its time is not skipped ("timer-skipped");
+ *     in key order among the key's events where its first firing record
+ *     is ("order"): at every commit; the store's pending timers equal the
+ *     model's ("timers"): after every step that committed, and a
+ *     rebuild's the fleet's ("rebuild"); before the last drain the wall
+ *     clock jumps two hours, and no timer may be left ("timer-left"); an
+ *     owner writes a firing record only once due by its clock
+ *     ("fire-early", sim_seams.c).
+ *     The mutants `timer_early` (hunted with the hostile producer) and
+ *     `timer_twice` must fail them.
  * 10. a row both topics write (PostgreSQL, two topics) loses no update: it
  *     counts every event applied on either topic, after every step that
  *     committed ("shared"): the owner cache finds a second writer of a row
@@ -201,7 +229,8 @@
  * consumed-side reserved-id check, the follow-up id's nonce, the
  * rebuild's match of a follow-up, a follow-up removed though its letter
  * was refused, the condition of the owner cache's UPDATE, a sweep of every
- * topic's ids, the take's owner check); with one on,
+ * topic's ids, the take's owner check, a timer's due check, the deletion
+ * of a timer that ran); with one on,
  * the simulator must fail. The default run ends with each for a short
  * budget; a mutant that survives fails the run. `cache` and `update` are
  * hunted on PostgreSQL, where the owner cache is; `update` with two
@@ -242,7 +271,8 @@ static const char usage[] =
     "  --replay FILE       run a schedule a failure wrote\n"
     "  --mutant NAME       only hunt with a mutant on: epoch, seen, outbox,\n"
     "                      watermark, cache, reserved, nonce, rebuild,\n"
-    "                      aside, update, sweep, owner, or all\n"
+    "                      aside, update, sweep, owner, timer_early,\n"
+    "                      timer_twice, or all\n"
     "  --topics 1|2        topics on the schedules' store (default 2: two\n"
     "                      fleets of the same key names share it)\n"
     "  --seconds N         soak: random schedules for N seconds\n"
@@ -271,9 +301,10 @@ typedef struct opts {
 } opts_t;
 
 static const char *const mutant_names[] = {
-    "none",  "epoch",   "seen",  "outbox", "watermark", "cache", "reserved",
-    "nonce", "rebuild", "aside", "update", "sweep",     "owner"};
-#define MUTANTS 13
+    "none",   "epoch",    "seen",  "outbox",      "watermark",
+    "cache",  "reserved", "nonce", "rebuild",     "aside",
+    "update", "sweep",    "owner", "timer_early", "timer_twice"};
+#define MUTANTS 15
 
 static const char *backend_name(sim_backend_t b) {
   return b == SIM_PG ? "pg" : "lmdb";
@@ -634,6 +665,13 @@ static void print_stats(const char *what, const sim_stats_t *s,
     printf("  %" PRIu64 " takes by a foreign fleet (another cluster or "
            "group), refused\n",
            s->foreign);
+  if (s->delayed)
+    printf("  %" PRIu64 " delayed events published, %" PRIu64
+           " timers scheduled, %" PRIu64 " firing records written, %" PRIu64
+           " timers run, %" PRIu64 " firing records early, %" PRIu64
+           " wall clock jumps\n",
+           s->delayed, s->scheduled, s->fired, s->timers_run, s->early,
+           s->jumps);
   if (s->hostile || s->recreated)
     printf("  %" PRIu64 " records a hostile producer wrote, %" PRIu64
            " topics created again\n",
@@ -716,7 +754,8 @@ static int mutant_hunt(int m, const opts_t *o) {
   /* What each of the last three breaks shows only beside a producer that
    * is not keylane, or after the topic is created again. */
   int hostile = sim_hostile, recreate = sim_recreate;
-  sim_hostile |= m == KL__MUTANT_RESERVED || m == KL__MUTANT_REBUILD;
+  sim_hostile |= m == KL__MUTANT_RESERVED || m == KL__MUTANT_REBUILD ||
+                 m == KL__MUTANT_TIMER_EARLY;
   sim_recreate |= m == KL__MUTANT_NONCE;
   /* The owner cache is PostgreSQL's; `update` needs the two topics. */
   int topics = sim_topics;
@@ -801,8 +840,8 @@ static int parse(int argc, char **argv, opts_t *o) {
       if (o->mutant < 0) {
         fprintf(stderr,
                 "keylane-sim: no mutant %s: epoch, seen, outbox, "
-                "watermark, cache, reserved, nonce, rebuild, update or "
-                "all\n",
+                "watermark, cache, reserved, nonce, rebuild, aside, update, "
+                "sweep, owner, timer_early, timer_twice or all\n",
                 v);
         return -1;
       }

@@ -65,6 +65,8 @@ typedef struct sim_mark {
   uint8_t refused;  /* dead-lettered by the lanes with no mark: a reserved
                        id no follow-up has (kl__id_check()) */
   uint8_t redriven; /* applied by a redrive (after later events, by design) */
+  int64_t timer;    /* a delayed event's timer the store holds: the offset
+                       of the record that scheduled it, plus 1; else 0 */
 } sim_mark_t;
 
 /* One event: a (key, id) and where it first occurs in the log. */
@@ -76,7 +78,10 @@ typedef struct sim_event {
   uint8_t valid;   /* the ledger handler accepts it */
   uint8_t gone;    /* its records went with a recreated topic */
   uint8_t aside;   /* a follow-up Kafka refused: its letter holds it */
+  uint8_t placed;  /* in its key's list (a delayed event: at its first
+                      firing record, where it runs among the key's events) */
   int64_t amount;
+  int64_t not_before; /* a delayed event's time (the sim clock), or 0 */
   int32_t part;
   int64_t first;     /* offset of its first record in W->log[part] */
   uint32_t key_pos;  /* index in its key's list of events */
@@ -88,6 +93,10 @@ typedef struct sim_event {
 typedef struct sim_rec {
   rd_kafka_message_t msg;
   uint32_t event;
+  int64_t ts;    /* its timestamp (CreateTime: its writer's clock) */
+  int64_t names; /* a firing record's keylane.timer header: the offset it
+                    names; else -1 */
+  rd_kafka_headers_t *headers; /* what rd_kafka_message_headers() gives */
 } sim_rec_t;
 
 typedef struct sim_log {
@@ -133,7 +142,7 @@ typedef struct sim_letter {
 
 /* What a group commit holds of one record (sim_owner.c reads it from the
  * lane's slots before the commit). */
-enum { SIM_DONE_APPLIED, SIM_DONE_DUP, SIM_DONE_DEAD };
+enum { SIM_DONE_APPLIED, SIM_DONE_DUP, SIM_DONE_DEAD, SIM_DONE_SCHEDULED };
 typedef struct sim_done {
   int64_t offset;
   int what; /* SIM_DONE_* */
@@ -214,10 +223,16 @@ typedef struct sim_stats {
   uint64_t steps, noops, schedules, commits, applied, duplicates, fenced;
   uint64_t pauses, crashes, lost, aborted, letters, redriven, replays;
   uint64_t rebuilds, published, drain_batches, hostile, recreated;
-  uint64_t busy;      /* commits the store refused as busy (not by a fate) */
-  uint64_t swept;     /* sweeps by a third topic's fleet (sim_steps.c) */
-  uint64_t swept_ids; /* ids they removed: none but with a mutant */
-  uint64_t foreign;   /* takes by a foreign fleet, refused (sim_steps.c) */
+  uint64_t busy;       /* commits the store refused as busy (not by a fate) */
+  uint64_t swept;      /* sweeps by a third topic's fleet (sim_steps.c) */
+  uint64_t swept_ids;  /* ids they removed: none but with a mutant */
+  uint64_t foreign;    /* takes by a foreign fleet, refused (sim_steps.c) */
+  uint64_t delayed;    /* delayed events the client published */
+  uint64_t scheduled;  /* timers committed (scheduling records) */
+  uint64_t fired;      /* firing records the owners wrote */
+  uint64_t timers_run; /* delayed events run by a firing record */
+  uint64_t early;      /* firing records read before their time */
+  uint64_t jumps;      /* steps whose wall clock jumped */
 } sim_stats_t;
 
 typedef struct sim_world {
@@ -254,6 +269,9 @@ typedef struct sim_world {
   sim_view_t live;
   uint64_t max_epoch[SIM_MAXP]; /* ever acquired, across rebuilds */
   int64_t now_ms;
+  int64_t skew_ms; /* the wall clock's jumps (sim_clock()): the store's, the
+                      firing records' stamps; the lanes' monotonic clock
+                      does not jump */
   uint64_t sweeper_ids; /* ids the third topic's fleet applied (sim_steps.c) */
   uint64_t next_id;
   int64_t seq[SIM_MAXK]; /* the client's per key */
@@ -323,8 +341,17 @@ void sim_lmdb_envs_tick(void);
 uint32_t sim_event_find(uint8_t key, const char *id, size_t id_len);
 uint32_t sim_event_add(uint8_t key, const char *id, size_t id_len);
 /** Appends a record of event @p e (its envelope in @p bytes, taken) to its
- *  key's partition. @returns its offset. */
+ *  key's partition, stamped with the wall clock. @returns its offset. */
 int64_t sim_log_append(uint32_t e, void *bytes, size_t len);
+/** The same with timestamp @p ts and, when @p names >= 0, the header
+ *  keylane.timer naming offset @p names (a firing record). */
+int64_t sim_log_append_at(uint32_t e, void *bytes, size_t len, int64_t ts,
+                          int64_t names);
+/** A delayed event @p e takes its place among its key's events (its first
+ *  firing record). */
+void sim_key_place(uint32_t e);
+/** The wall clock (ms since the Unix epoch): the store's, kl__now_ms(). */
+int64_t sim_clock(void);
 /** The key of topic @p topic named @p name, or -1. */
 int sim_key_by_name(int topic, const void *name, size_t len);
 /** With W->shared, counts the event of @p b's handler at @p fence in the
@@ -352,6 +379,12 @@ int sim_view_resolved(const sim_view_t *v, uint32_t e);
 /** Event @p e was recorded a dead letter by a commit of @p epoch. */
 void sim_view_dead(sim_view_t *v, uint32_t e, int32_t part, uint64_t epoch,
                    int64_t watermark);
+/** A committed record at @p offset of @p part that the handler did not
+ *  run (a tool's batch): a delayed event's scheduling, or a duplicate. */
+void sim_view_skipped(sim_view_t *v, int32_t part, int64_t offset);
+/** The store's pending timers against @p v's. */
+void sim_view_check_timers(const sim_view_t *v, kl_store_t *store,
+                           const char *who);
 /** Checks what the store said of @p e's mark against @p v. */
 void sim_view_check_mark(const sim_view_t *v, uint32_t e, kl_mark_t mark,
                          const char *who);

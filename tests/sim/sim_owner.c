@@ -86,6 +86,7 @@ static void pend_read(sim_owner_t *o, int32_t tpart, uint64_t epoch) {
     pd->v[pd->n++] =
         (sim_done_t){s->offset, s->state == KL__SLOT_DLQ_DONE ? SIM_DONE_DEAD
                                 : s->duplicate                ? SIM_DONE_DUP
+                                : s->scheduled ? SIM_DONE_SCHEDULED
                                                : SIM_DONE_APPLIED};
   }
 }

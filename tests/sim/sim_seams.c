@@ -15,6 +15,11 @@
  * - The dead-letter topic: kl__dlq_send() appends the letter to the
  *   simulated one (W->letters); its ack comes at the owner's next
  *   kl__dlq_poll(), sometimes as a transient failure (sent again).
+ * - Firing records (worker/fire.c): kl__dlq_timer() appends a due timer's
+ *   record to its partition of the log, with the header keylane.timer and
+ *   the owner's clock as its timestamp; acked as letters are. A record of
+ *   the log gives its own headers and timestamp to
+ *   rd_kafka_message_headers() and rd_kafka_message_timestamp().
  * - The outbox's producer: kl_publish() checks the follow-up (its source
  *   event committed, the credit of its transfer) and appends it to the
  *   log; its delivery report comes at a later kl_producer_poll(), when the
@@ -37,6 +42,7 @@
 #include "keylane/producer.h"
 #include "sim/sim.h"
 #include "store/outbox_rec.h"
+#include "store/timers.h"
 #include "worker/dlq.h"
 #include "worker/lanes.h"
 
@@ -53,6 +59,24 @@ kl_err_t __wrap_kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
                              const kl__dlq_letter_t *letter,
                              const kl__dlq_ref_t *ref);
 void __wrap_kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms);
+kl_err_t __wrap_kl__dlq_timer(kl__dlq_t *dlq, const char *topic,
+                              int32_t partition, const void *key,
+                              size_t key_len, const void *env, size_t env_len,
+                              int64_t offset);
+kl_err_t __real_kl__timers_scan(kl_store_t *store, const char *topic,
+                                int32_t partition, kl__timer_cb_t *cb,
+                                void *opaque, size_t *bad);
+kl_err_t __wrap_kl__timers_scan(kl_store_t *store, const char *topic,
+                                int32_t partition, kl__timer_cb_t *cb,
+                                void *opaque, size_t *bad);
+rd_kafka_resp_err_t __real_rd_kafka_message_headers(const rd_kafka_message_t *m,
+                                                    rd_kafka_headers_t **h);
+rd_kafka_resp_err_t __wrap_rd_kafka_message_headers(const rd_kafka_message_t *m,
+                                                    rd_kafka_headers_t **h);
+int64_t __real_rd_kafka_message_timestamp(const rd_kafka_message_t *m,
+                                          rd_kafka_timestamp_type_t *type);
+int64_t __wrap_rd_kafka_message_timestamp(const rd_kafka_message_t *m,
+                                          rd_kafka_timestamp_type_t *type);
 kl_err_t __wrap_kl__dlq_forward(kl__dlq_t *dlq, const char *topic,
                                 int32_t partition,
                                 const rd_kafka_message_t *msg,
@@ -128,6 +152,26 @@ void __wrap_kl__sleep_ms(int64_t ms) {
 void __wrap_rd_kafka_message_destroy(rd_kafka_message_t *m) {
   if (m && m->_private != &sim_rec_mark)
     __real_rd_kafka_message_destroy(m);
+}
+
+/* A record of the simulated log has its own headers and timestamp (a
+ * firing record's keylane.timer, its writer's clock): librdkafka's would
+ * read a message of its own making. */
+rd_kafka_resp_err_t __wrap_rd_kafka_message_headers(const rd_kafka_message_t *m,
+                                                    rd_kafka_headers_t **h) {
+  if (!m || m->_private != &sim_rec_mark)
+    return __real_rd_kafka_message_headers(m, h);
+  *h = ((const sim_rec_t *)m)->headers;
+  return *h ? RD_KAFKA_RESP_ERR_NO_ERROR : RD_KAFKA_RESP_ERR__NOENT;
+}
+
+int64_t __wrap_rd_kafka_message_timestamp(const rd_kafka_message_t *m,
+                                          rd_kafka_timestamp_type_t *type) {
+  if (!m || m->_private != &sim_rec_mark)
+    return __real_rd_kafka_message_timestamp(m, type);
+  if (type)
+    *type = RD_KAFKA_TIMESTAMP_CREATE_TIME;
+  return ((const sim_rec_t *)m)->ts;
 }
 
 /* ---- reports ------------------------------------------------------------- */
@@ -251,6 +295,75 @@ void __wrap_kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms) {
   if (timeout_ms > 0)
     W->drift_ns += (int64_t)timeout_ms * 1000000;
   serve((sim_fake_t *)dlq, 1, timeout_ms > 0);
+}
+
+/* A due timer's firing record (worker/fire.c): the stored envelope, back
+ * to its key's partition with the header keylane.timer naming the record
+ * that scheduled it and the owner's clock as its timestamp, acked like a
+ * letter. It must be a delayed event's, of a record of the log, and due
+ * by the owner's clock. */
+kl_err_t __wrap_kl__dlq_timer(kl__dlq_t *dlq, const char *topic,
+                              int32_t partition, const void *key,
+                              size_t key_len, const void *env, size_t env_len,
+                              int64_t offset) {
+  static kl_decoder_t *decoder;
+  if (!decoder)
+    decoder = kl_decoder_new();
+  sim_fake_t *f = (sim_fake_t *)dlq;
+  int32_t part = f->tno * W->cfg.partitions + partition;
+  kl_event_t ev;
+  int k = -1;
+  uint32_t e = SIM_NONE;
+  if (strcmp(topic, W->topics[f->tno]) == 0 && partition >= 0 &&
+      partition < W->cfg.partitions &&
+      kl_event_decode(decoder, key, key_len, env, env_len, &ev) == KL_OK &&
+      (k = sim_key_by_name(f->tno, ev.key, ev.key_len)) >= 0)
+    e = sim_event_find((uint8_t)k, ev.id, ev.id_len);
+  if (e == SIM_NONE || !W->events[e].not_before || W->events[e].part != part ||
+      offset < 0 || (size_t)offset >= W->log[part].n ||
+      W->log[part].v[offset]->event != e) {
+    sim_fail("fire",
+             "owner %d wrote a firing record to partition %d of %s, naming "
+             "offset %" PRId64 ", that is no delayed event's of the log",
+             f->owner->no, (int)partition, topic, offset);
+    return KL_EINVAL;
+  }
+  if (kl__store_now_ms() < W->events[e].not_before) {
+    sim_fail("fire-early",
+             "owner %d wrote the firing record of %.*s %" PRId64
+             " ms before its time by its own clock",
+             f->owner->no, (int)ev.id_len, ev.id,
+             W->events[e].not_before - kl__store_now_ms());
+    return KL_EINVAL;
+  }
+  if (f->owner->dead)
+    return KL_OK; /* lost with its process */
+  void *copy = malloc(env_len);
+  memcpy(copy, env, env_len);
+  int64_t at = sim_log_append_at(e, copy, env_len, kl__store_now_ms(), offset);
+  sim_key_place(e); /* where it runs among the key's events */
+  W->stats.fired++;
+  sim_say("owner %d fires the timer of %.*s (offset %" PRId64
+          ") of partition %d: offset %" PRId64 ", %+" PRId64
+          " ms past its time",
+          f->owner->no, (int)ev.id_len, ev.id, offset, (int)part, at,
+          kl__store_now_ms() - W->events[e].not_before);
+  sent_add(f, (sim_sent_t){{partition, offset, KL__DLQ_TIMER_GEN}, NULL, 1, 0});
+  return KL_OK;
+}
+
+/* worker/fire.c reads the due index on its owner's store handle. On
+ * PostgreSQL the simulator's owner is two workers (one per topic) on one
+ * handle of store.pg.pool 2, whose lanes keep a batch open each, where a
+ * worker's keep pool - 1 and leave one connection for such a read: it
+ * would wait KL__PG_POOL_WAIT_MS of real time, then fail. It reads on the
+ * world's handle instead, which sees the same committed timers. */
+kl_err_t __wrap_kl__timers_scan(kl_store_t *store, const char *topic,
+                                int32_t partition, kl__timer_cb_t *cb,
+                                void *opaque, size_t *bad) {
+  if (W && W->acting && W->backend == SIM_PG && store == W->acting->store)
+    store = W->store;
+  return __real_kl__timers_scan(store, topic, partition, cb, opaque, bad);
 }
 
 kl_err_t __wrap_kl__dlq_forward(kl__dlq_t *dlq, const char *topic,

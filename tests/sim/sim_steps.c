@@ -78,7 +78,8 @@ static size_t new_id(int k, uint64_t w, char *id, size_t size) {
  * as a producer writes it, into *@p bytes (malloc()ed). @returns 0, or -1
  * with the schedule failed. */
 static int ledger_record(int k, const char *id, size_t id_len, const char *type,
-                         const kl_ledger_args_t *a, void **bytes, size_t *len) {
+                         const kl_ledger_args_t *a, int64_t not_before,
+                         void **bytes, size_t *len) {
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
   kl__ledger_encode(&sb, a);
@@ -88,15 +89,38 @@ static int ledger_record(int k, const char *id, size_t id_len, const char *type,
                    .id_len = id_len,
                    .type = type,
                    .type_len = strlen(type),
-                   .ts = CLOCK_BASE + W->now_ms,
+                   .ts = sim_clock(),
                    .payload = sb.data,
-                   .payload_len = sb.size};
+                   .payload_len = sb.size,
+                   .not_before = not_before};
   kl_err_t err = kl_event_encode(&ev, bytes, len);
   msgpack_sbuffer_destroy(&sb);
   if (err)
     sim_fail("client", "%s %.*s does not encode: %s", type, (int)id_len, id,
              kl_err_detail());
   return err ? -1 : 0;
+}
+
+/* A delayed event's time, for one valid event in six (its choice @p w):
+ * most a little ahead of the clock, some already past, some far (they wait
+ * until the end's jump, final_checks()); else 0. */
+#define FAR_MS (3600 * 1000LL)
+static int64_t delay_of(uint64_t w) {
+  uint64_t d = sim_mix(w ^ 0xde1a7edULL);
+  if ((d & 0xff) >= 43)
+    return 0;
+  int64_t r = (int64_t)((d >> 16) % 3000);
+  switch ((d >> 8) % 8) {
+  case 4:
+  case 5:
+    return sim_clock() - 1 - r; /* past: fires at the next reading */
+  case 6:
+    return sim_clock() + FAR_MS + r;
+  case 7:
+    return sim_clock() + 5000 + r * 5;
+  default:
+    return sim_clock() + 1 + r;
+  }
 }
 
 static void client_publish(uint64_t w) {
@@ -130,7 +154,8 @@ static void client_publish(uint64_t w) {
   static const char *const types[] = {"credit", "debit", "transfer"};
   void *bytes;
   size_t len;
-  if (ledger_record(k, id, id_len, types[kind], &a, &bytes, &len))
+  int64_t not_before = valid ? delay_of(w) : 0;
+  if (ledger_record(k, id, id_len, types[kind], &a, not_before, &bytes, &len))
     return;
   uint32_t e = sim_event_add((uint8_t)k, id, id_len);
   sim_event_t *sev = &W->events[e];
@@ -138,12 +163,16 @@ static void client_publish(uint64_t w) {
   sev->amount = a.amount;
   sev->to = (uint8_t)to;
   sev->valid = (uint8_t)valid;
+  sev->not_before = not_before;
+  W->stats.delayed += not_before != 0;
   int64_t off = sim_log_append(e, bytes, len);
   sim_say("the client publishes %s %.*s of %" PRId64 " on key %s%s%s: "
-          "partition %d, offset %" PRId64,
+          "partition %d, offset %" PRId64 "%s%+" PRId64 "%s",
           types[kind], (int)id_len, id, a.amount, W->keys[k].name,
           kind == SIM_TRANSFER ? " to " : "",
-          kind == SIM_TRANSFER ? W->keys[to].name : "", (int)sev->part, off);
+          kind == SIM_TRANSFER ? W->keys[to].name : "", (int)sev->part, off,
+          not_before ? ", not before " : "",
+          not_before ? not_before - sim_clock() : 0, not_before ? " ms" : "");
 }
 
 /* ---- a hostile producer (--hostile) ------------------------------------ */
@@ -199,8 +228,50 @@ static size_t hostile_id(uint64_t r, int *key, char *id, size_t size) {
  * A record whose (key, id) an event has already is, to the store, that
  * event again; otherwise it is an event of its own, which the ledger
  * applies unless the worker refuses its reserved id as a dead letter. */
+/* A delayed event of the model from the (@p r mod n)-th on: with
+ * @p waiting, one whose timer the live store holds. @returns SIM_NONE when
+ * none is. */
+static uint32_t delayed_event(uint64_t r, int waiting) {
+  for (uint32_t i = 0; W->nevents && i < W->nevents; i++) {
+    uint32_t e = (uint32_t)((r + i) % W->nevents);
+    const sim_event_t *ev = &W->events[e];
+    if (ev->not_before && !ev->gone && ev->first >= 0 &&
+        (!waiting || W->live.marks[e].timer))
+      return e;
+  }
+  return SIM_NONE;
+}
+
+/* Against timers, a hostile producer writes a record that names a
+ * pending timer (its keylane.timer header, the offset that scheduled it)
+ * stamped before its time, as one that is not keylane can: early, it
+ * changes nothing; or a copy of a delayed event: a duplicate. @returns 0
+ * when the choice @p r finds nothing to write. */
+static int hostile_timer(uint64_t r) {
+  int early = ((r >> 56) & 0xff) < 40;
+  uint32_t e = delayed_event(r >> 8, early);
+  if (e == SIM_NONE)
+    return 0;
+  const sim_event_t *ev = &W->events[e];
+  const rd_kafka_message_t *m = &W->log[ev->part].v[ev->first]->msg;
+  void *copy = malloc(m->len);
+  memcpy(copy, m->payload, m->len);
+  int64_t ts =
+      early ? ev->not_before - 1 - (int64_t)((r >> 24) % 2000) : sim_clock();
+  int64_t off = sim_log_append_at(e, copy, m->len, ts,
+                                  early ? W->live.marks[e].timer - 1 : -1);
+  W->stats.hostile++;
+  sim_say("a hostile producer writes %s of delayed %.*s of key %s: "
+          "partition %d, offset %" PRId64,
+          early ? "a firing record stamped before the time" : "a copy",
+          (int)ev->id_len, ev->id, W->keys[ev->key].name, (int)ev->part, off);
+  return 1;
+}
+
 static void hostile_publish(uint64_t w) {
   uint64_t r = sim_mix(w ^ 0x4057113ULL);
+  if (((r >> 56) & 0xff) < 64 && hostile_timer(r))
+    return;
   int k;
   char id[160];
   size_t id_len = W->nevents ? hostile_id(r, &k, id, sizeof(id)) : 0;
@@ -213,7 +284,7 @@ static void hostile_publish(uint64_t w) {
   kl_ledger_args_t a = {.amount = 1 + (int64_t)((r >> 48) % 100)};
   void *bytes;
   size_t len;
-  if (ledger_record(k, id, id_len, "credit", &a, &bytes, &len))
+  if (ledger_record(k, id, id_len, "credit", &a, 0, &bytes, &len))
     return;
   uint32_t e = sim_event_find((uint8_t)k, id, id_len);
   if (e == SIM_NONE) {
@@ -413,6 +484,11 @@ static int step_run(uint64_t w) {
     return 1;
   case ST_TICK:
     W->now_ms += 1 + (int64_t)((w >> 16) % 1000);
+    if (((w >> 32) & 3) == 0) { /* the wall clock jumps, either way */
+      W->skew_ms += (int64_t)((w >> 34) % 8001) - 4000;
+      W->stats.jumps++;
+      sim_say("the wall clock jumps to %+" PRId64 " ms", W->skew_ms);
+    }
     return 1;
   case ST_REDRIVE:
     return W->nletters && sim_redrive((size_t)((w >> 16) % W->nletters));
@@ -554,7 +630,19 @@ static void drain(void) {
     sim_fail("drain", "the drain did not settle in 1000 rounds");
 }
 
-/* Every event's mark in @p store, as @p v says it must be. */
+static void check_mark(kl_txn_t *txn, const sim_view_t *v, uint32_t e,
+                       const char *who) {
+  const sim_event_t *ev = &W->events[e];
+  const sim_key_t *key = &W->keys[ev->key];
+  kl_mark_t mark;
+  if (kl_txn_seen(txn, key->name, key->name_len, ev->id, ev->id_len, &mark))
+    sim_fail("store-error", "%s: %s", who, kl_err_detail());
+  else
+    sim_view_check_mark(v, e, mark, who);
+}
+
+/* Every event's mark in @p store, as @p v says it must be: those in their
+ * keys' lists, and delayed ones that never fired (in none yet). */
 static void check_marks(kl_store_t *store, const sim_view_t *v,
                         const char *who) {
   for (int32_t p = 0; p < W->nparts && !W->failed; p++) {
@@ -566,15 +654,13 @@ static void check_marks(kl_store_t *store, const sim_view_t *v,
     }
     for (int k = 0; k < W->nkeys && !W->failed; k++) {
       const sim_key_t *key = &W->keys[k];
-      for (size_t i = 0; key->part == p && i < key->n; i++) {
-        const sim_event_t *ev = &W->events[key->events[i]];
-        kl_mark_t mark;
-        if (kl_txn_seen(txn, key->name, key->name_len, ev->id, ev->id_len,
-                        &mark))
-          sim_fail("store-error", "%s: %s", who, kl_err_detail());
-        else
-          sim_view_check_mark(v, key->events[i], mark, who);
-      }
+      for (size_t i = 0; key->part == p && i < key->n; i++)
+        check_mark(txn, v, key->events[i], who);
+    }
+    for (uint32_t e = 0; e < W->nevents && !W->failed; e++) {
+      const sim_event_t *ev = &W->events[e];
+      if (ev->part == p && ev->not_before && !ev->placed && ev->first >= 0)
+        check_mark(txn, v, e, who);
     }
     kl_store_abort(txn);
   }
@@ -590,8 +676,15 @@ static void check_rebuild(void) {
   sim_rebuild(store, &rv, 0);
   const sim_view_t *v = &W->live;
   for (uint32_t e = 0; store && e < W->nevents && !W->failed; e++)
-    if (rv.marks[e].applied != v->marks[e].applied ||
-        dead_only(&rv.marks[e]) != dead_only(&v->marks[e]))
+    if (rv.marks[e].timer != v->marks[e].timer)
+      sim_fail("rebuild",
+               "the rebuilt store's timer of event %.*s of key %s is of "
+               "offset %" PRId64 ", the fleet's of %" PRId64 " (-1: none)",
+               (int)W->events[e].id_len, W->events[e].id,
+               W->keys[W->events[e].key].name, rv.marks[e].timer - 1,
+               v->marks[e].timer - 1);
+    else if (rv.marks[e].applied != v->marks[e].applied ||
+             dead_only(&rv.marks[e]) != dead_only(&v->marks[e]))
       sim_fail("rebuild",
                "the rebuilt store %s event %.*s of key %s, the "
                "fleet %s it",
@@ -640,8 +733,14 @@ static void settled_checks(int all) {
     const sim_mark_t *m = &v->marks[e];
     if (ev->gone && ev->first < 0) /* derived again by a rebuild */
       continue;
+    if (all && m->timer)
+      sim_fail("timer-left",
+               "delayed event %.*s of key %s waits still, its time long "
+               "past, after the last drain",
+               (int)ev->id_len, ev->id, W->keys[ev->key].name);
     if (!m->applied && (!sim_view_resolved(v, e) || (all && ev->valid)) &&
-        (all || !ev->aside)) /* set aside: its letter's redrive applies it */
+        (all || !ev->aside)    /* set aside: its letter's redrive applies it */
+        && (all || !m->timer)) /* waits for its time */
       sim_fail("lost",
                "event %.*s of key %s (topic %s, partition %d, offset %" PRId64
                ") was %s",
@@ -671,6 +770,9 @@ static void final_checks(void) {
   W->calm = 1;
   for (size_t i = 0; i < W->nletters && !W->failed; i++)
     sim_redrive(i);
+  /* Past every delayed event's time, far ones included: each runs once. */
+  W->skew_ms += 2 * FAR_MS;
+  sim_say("the wall clock jumps past every timer's time");
   if (!W->failed)
     drain();
   if (!W->failed)
@@ -679,8 +781,8 @@ static void final_checks(void) {
 
 /* ---- a schedule ---------------------------------------------------------- */
 
-static int64_t sim_clock(void) {
-  return CLOCK_BASE + W->now_ms;
+int64_t sim_clock(void) {
+  return CLOCK_BASE + W->now_ms + W->skew_ms;
 }
 
 /* Key names that route (murmur2) where the schedule's seed says, so that
@@ -731,22 +833,25 @@ static kl_conf_t *sim_conf(void) {
   return conf;
 }
 
+static void rec_free(sim_rec_t *rec) {
+  if (rec->headers)
+    rd_kafka_headers_destroy(rec->headers);
+  free(rec->msg.payload);
+  free(rec);
+}
+
 static void world_free(void) {
   for (int o = 0; o < W->cfg.owners; o++)
     sim_owner_free(&W->owners[o]);
   if (W->backend == SIM_PG)
     kl_store_destroy(W->store);
   for (int p = 0; p < SIM_MAXP; p++) {
-    for (size_t i = 0; i < W->log[p].n; i++) {
-      free(W->log[p].v[i]->msg.payload);
-      free(W->log[p].v[i]);
-    }
+    for (size_t i = 0; i < W->log[p].n; i++)
+      rec_free(W->log[p].v[i]);
     free(W->log[p].v);
   }
-  for (size_t i = 0; i < W->gone.n; i++) {
-    free(W->gone.v[i]->msg.payload);
-    free(W->gone.v[i]);
-  }
+  for (size_t i = 0; i < W->gone.n; i++)
+    rec_free(W->gone.v[i]);
   free(W->gone.v);
   for (int k = 0; k < SIM_MAXK; k++)
     free(W->keys[k].events);

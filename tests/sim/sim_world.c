@@ -16,6 +16,7 @@
 #include "handlers/ledger.h"
 #include "keylane/conf.h"
 #include "sim/sim.h"
+#include "store/timers.h"
 
 sim_world_t *W;
 
@@ -158,13 +159,33 @@ uint32_t sim_event_add(uint8_t key, const char *id, size_t id_len) {
   return e;
 }
 
-int64_t sim_log_append(uint32_t e, void *bytes, size_t len) {
+void sim_key_place(uint32_t e) {
+  sim_event_t *ev = &W->events[e];
+  sim_key_t *k = &W->keys[ev->key];
+  if (ev->placed)
+    return;
+  k->events = kl__grow(k->events, &k->cap, k->n, sizeof(*k->events), 64);
+  ev->key_pos = (uint32_t)k->n;
+  k->events[k->n++] = e;
+  ev->placed = 1;
+}
+
+int64_t sim_log_append_at(uint32_t e, void *bytes, size_t len, int64_t ts,
+                          int64_t names) {
   sim_event_t *ev = &W->events[e];
   sim_key_t *k = &W->keys[ev->key];
   sim_log_t *log = &W->log[ev->part];
   log->v = kl__grow(log->v, &log->cap, log->n, sizeof(*log->v), 256);
   sim_rec_t *rec = calloc(1, sizeof(*rec));
   rec->event = e;
+  rec->ts = ts;
+  rec->names = names;
+  if (names >= 0) { /* as worker/dlq.c writes it: the offset in decimal */
+    char v[24];
+    int n = snprintf(v, sizeof(v), "%" PRId64, names);
+    rec->headers = rd_kafka_headers_new(1);
+    rd_kafka_header_add(rec->headers, "keylane.timer", -1, v, n);
+  }
   rec->msg.partition = sim_tpart(ev->part);
   rec->msg.offset = (int64_t)log->n;
   rec->msg.key = k->name;
@@ -175,11 +196,14 @@ int64_t sim_log_append(uint32_t e, void *bytes, size_t len) {
   log->v[log->n++] = rec;
   if (ev->first < 0) {
     ev->first = rec->msg.offset;
-    k->events = kl__grow(k->events, &k->cap, k->n, sizeof(*k->events), 64);
-    ev->key_pos = (uint32_t)k->n;
-    k->events[k->n++] = e;
+    if (!ev->not_before) /* a delayed one: at its first firing record */
+      sim_key_place(e);
   }
   return rec->msg.offset;
+}
+
+int64_t sim_log_append(uint32_t e, void *bytes, size_t len) {
+  return sim_log_append_at(e, bytes, len, sim_clock(), -1);
 }
 
 int sim_key_by_name(int topic, const void *name, size_t len) {
@@ -262,6 +286,86 @@ static void apply_money(sim_view_t *v, const sim_event_t *ev) {
   }
 }
 
+/* Nonzero when @p r is a firing record of the timer @p v holds for @p e. */
+static int names_timer(const sim_view_t *v, uint32_t e, const sim_rec_t *r) {
+  return v->marks[e].timer && r->names == v->marks[e].timer - 1;
+}
+
+/* Delayed event @p e runs at @p offset (docs/design.md, "Timers"): only a
+ * firing record of its timer runs it, stamped at or after its time, and
+ * the run takes the timer; a redrive runs it whatever its time. */
+static void timer_run(sim_view_t *v, uint32_t e, int64_t offset, int redrive) {
+  const sim_event_t *ev = &W->events[e];
+  const sim_rec_t *r = W->log[ev->part].v[offset];
+  char a[256];
+  if (!redrive && !names_timer(v, e, r))
+    sim_fail("timer-run",
+             "%s ran at offset %" PRId64 ", which is no firing record of its "
+             "timer (%s)",
+             event_name(e, a, sizeof(a)), offset,
+             v->marks[e].timer ? "it names another offset" : "none waits");
+  else if (!redrive && r->ts < ev->not_before)
+    sim_fail("timer-early",
+             "%s ran at offset %" PRId64 ", a firing record stamped %" PRId64
+             " ms before its time",
+             event_name(e, a, sizeof(a)), offset, ev->not_before - r->ts);
+  v->marks[e].timer = 0;
+  W->stats.timers_run += v == &W->live && !redrive;
+}
+
+/* Delayed event @p e's record at @p offset of @p part scheduled it: its
+ * first reading, no firing record, nothing decided of it yet. */
+static void timer_schedule(sim_view_t *v, uint32_t e, int32_t part,
+                           int64_t offset) {
+  const sim_event_t *ev = &W->events[e];
+  const sim_rec_t *r = W->log[part].v[offset];
+  char a[256];
+  if (!ev->not_before || r->names >= 0 || v->marks[e].timer ||
+      sim_view_resolved(v, e))
+    sim_fail("timer-scheduled",
+             "%s was scheduled as a timer at offset %" PRId64 ", though %s",
+             event_name(e, a, sizeof(a)), offset,
+             !ev->not_before     ? "it has no time"
+             : r->names >= 0     ? "that is a firing record"
+             : v->marks[e].timer ? "its timer waits already"
+                                 : "it was applied or dead-lettered");
+  v->marks[e].timer = offset + 1;
+  W->stats.scheduled += v == &W->live;
+}
+
+static void check_skipped(const sim_view_t *v, uint32_t e, int64_t offset);
+
+/* A committed record of @p e at @p offset of @p part that ran nothing. A
+ * firing record of a timer whose id was settled meanwhile takes it; one
+ * of a timer still waiting must be early; a copy of a waiting event is a
+ * duplicate. */
+static void skip_one(sim_view_t *v, uint32_t e, int32_t part, int64_t offset) {
+  const sim_event_t *ev = &W->events[e];
+  const sim_rec_t *r = W->log[part].v[offset];
+  char a[256];
+  if (names_timer(v, e, r) && sim_view_resolved(v, e)) {
+    v->marks[e].timer = 0;
+    return;
+  }
+  if (names_timer(v, e, r) && r->ts >= ev->not_before)
+    sim_fail("timer-skipped",
+             "%s: its firing record at offset %" PRId64 ", stamped %" PRId64
+             " ms after its time, was skipped as a duplicate",
+             event_name(e, a, sizeof(a)), offset, r->ts - ev->not_before);
+  W->stats.early += v == &W->live && names_timer(v, e, r);
+  check_skipped(v, e, offset);
+}
+
+void sim_view_skipped(sim_view_t *v, int32_t part, int64_t offset) {
+  const sim_rec_t *r = W->log[part].v[offset];
+  uint32_t e = r->event;
+  if (W->events[e].not_before && r->names < 0 && !v->marks[e].timer &&
+      !sim_view_resolved(v, e))
+    timer_schedule(v, e, part, offset);
+  else
+    skip_one(v, e, part, offset);
+}
+
 static void apply_one(sim_view_t *v, uint32_t e, int64_t offset, int redrive) {
   sim_event_t *ev = &W->events[e];
   sim_mark_t *m = &v->marks[e];
@@ -278,7 +382,9 @@ static void apply_one(sim_view_t *v, uint32_t e, int64_t offset, int redrive) {
              "%s was applied after it was recorded a dead letter, and not "
              "by a redrive",
              event_name(e, a, sizeof(a)));
-  if (!redrive && v->resolved[ev->key] < ev->key_pos)
+  if (ev->not_before)
+    timer_run(v, e, offset, redrive);
+  if (!redrive && ev->placed && v->resolved[ev->key] < ev->key_pos)
     sim_fail("order",
              "%s was applied before %s, which is earlier in the log and "
              "was neither applied nor dead-lettered",
@@ -297,7 +403,7 @@ static void apply_one(sim_view_t *v, uint32_t e, int64_t offset, int redrive) {
  * record with its id (a hostile one, say): lost. A redrive's record is a
  * duplicate of its letter's own record. */
 static void check_skipped(const sim_view_t *v, uint32_t e, int64_t offset) {
-  if (sim_view_resolved(v, e))
+  if (sim_view_resolved(v, e) || v->marks[e].timer) /* or it waits */
     return;
   const sim_event_t *ev = &W->events[e];
   uint32_t by = SIM_NONE;
@@ -331,7 +437,9 @@ void sim_view_commit(sim_batch_t *b) {
       apply_one(b->view, b->apps[a].event, m->offset, b->redrive);
       a++;
     } else if (!b->redrive) {
-      check_skipped(b->view, W->log[b->part].v[m->offset]->event, m->offset);
+      sim_view_skipped(b->view, b->part, m->offset);
+    } else { /* a redrive takes the timer of its record's id */
+      b->view->marks[W->log[b->part].v[m->offset]->event].timer = 0;
     }
   }
   for (; a < b->napps; a++) /* none: apps are the batch's, in its order */
@@ -350,8 +458,10 @@ void sim_view_commit_lane(sim_view_t *v, const sim_pend_t *pd,
       apply_one(v, e, d->offset, 0);
       v->applied[part]++;
       W->stats.applied++;
+    } else if (d->what == SIM_DONE_SCHEDULED) {
+      timer_schedule(v, e, part, d->offset);
     } else if (d->what == SIM_DONE_DUP) {
-      check_skipped(v, e, d->offset);
+      skip_one(v, e, part, d->offset);
       v->duplicates[part]++;
       W->stats.duplicates++;
     } else if (!sim_view_resolved(v, e)) {
@@ -369,7 +479,7 @@ void sim_view_commit_lane(sim_view_t *v, const sim_pend_t *pd,
   char a[256];
   for (int64_t off = below; off < watermark && !W->failed; off++) {
     uint32_t e = W->log[part].v[off]->event;
-    if (!sim_view_resolved(v, e))
+    if (!sim_view_resolved(v, e) && !v->marks[e].timer)
       sim_fail("watermark-past",
                "a commit of partition %d moved its watermark to %" PRId64
                ", past offset %" PRId64 " (%s), neither applied nor "
@@ -541,6 +651,65 @@ static void check_shared(const sim_view_t *v, kl_store_t *store) {
                W->keys[k].name, n[k], v->shared[k]);
 }
 
+/* ---- timers ---------------------------------------------------------------
+ */
+
+typedef struct timers_ctx {
+  const sim_view_t *v;
+  int topic;
+  kl_decoder_t *decoder;
+  size_t n;
+  const char *who;
+} timers_ctx_t;
+
+static int timer_cb(void *opaque, const kl__timer_t *t, const void *key,
+                    size_t key_len, const void *env, size_t env_len) {
+  timers_ctx_t *c = opaque;
+  kl_event_t ev;
+  int k = sim_key_by_name(c->topic, key, key_len);
+  uint32_t e =
+      k >= 0 && !kl_event_decode(c->decoder, key, key_len, env, env_len, &ev)
+          ? sim_event_find((uint8_t)k, ev.id, ev.id_len)
+          : SIM_NONE;
+  char a[256];
+  c->n++;
+  if (e == SIM_NONE)
+    sim_fail("timers",
+             "%s holds a timer of topic %s, offset %" PRId64
+             ", of no event the model knows",
+             c->who, W->topics[c->topic], t->offset);
+  else if (c->v->marks[e].timer != t->offset + 1 ||
+           t->due_ms != W->events[e].not_before)
+    sim_fail("timers",
+             "%s holds the timer of %s, scheduled at offset %" PRId64
+             ", due %+" PRId64 " ms from its time; the model %s",
+             c->who, event_name(e, a, sizeof(a)), t->offset,
+             t->due_ms - W->events[e].not_before,
+             c->v->marks[e].timer ? "another offset's"
+                                  : "none (it ran or went)");
+  return W->failed;
+}
+
+void sim_view_check_timers(const sim_view_t *v, kl_store_t *store,
+                           const char *who) {
+  size_t want[SIM_TOPICS] = {0};
+  for (uint32_t e = 0; e < W->nevents; e++)
+    want[sim_key_topic(W->events[e].key)] += v->marks[e].timer != 0;
+  for (int t = 0; t < W->ntopics && !W->failed; t++) {
+    timers_ctx_t c = {v, t, kl_decoder_new(), 0, who};
+    size_t bad = 0;
+    kl_err_t err = kl__timers_scan(store, W->topics[t], -1, timer_cb, &c, &bad);
+    kl_decoder_destroy(c.decoder);
+    if (err || bad)
+      sim_fail("store-error", "%s: reading the timers of topic %s: %s", who,
+               W->topics[t], err ? kl_err_detail() : "malformed records");
+    else if (!W->failed && c.n != want[t])
+      sim_fail("timers",
+               "%s holds %zu pending timers of topic %s, the model %zu", who,
+               c.n, W->topics[t], want[t]);
+  }
+}
+
 /* ---- the store against the model ---------------------------------------- */
 
 void sim_view_check_store(const sim_view_t *v, kl_store_t *store,
@@ -592,4 +761,7 @@ void sim_view_check_store(const sim_view_t *v, kl_store_t *store,
   }
   if (W->shared && store == W->store)
     check_shared(v, store);
+  if (!W->failed)
+    sim_view_check_timers(
+        v, store, v == &W->live ? "the live store" : "the rebuilt store");
 }
