@@ -113,6 +113,28 @@ kl_err_t kl__timer_put(kl_txn_t *txn, const char *topic, int32_t partition,
   return err;
 }
 
+kl_err_t kl__timer_same(kl_txn_t *txn, const char *topic, int32_t partition,
+                        const void *key, size_t key_len, const char *id,
+                        size_t id_len, int64_t due_ms, const void *env,
+                        size_t env_len, int *same) {
+  unsigned char k[KL__TIMER_KEY_MAX];
+  size_t kn = due_key(k, topic, partition, due_ms,
+                      timer_hash(key, key_len, id, id_len));
+  const void *v;
+  size_t vn;
+  kl_err_t err = kl_txn_get(txn, k, kn, &v, &vn);
+  *same = 0;
+  if (err == KL_ENOTFOUND)
+    return KL_OK;
+  if (err)
+    return err;
+  size_t at = 10 + key_len; /* offset, key length, key, then the envelope */
+  *same =
+      vn == at + env_len &&
+      (!env_len || memcmp((const unsigned char *)v + at, env, env_len) == 0);
+  return KL_OK;
+}
+
 kl_err_t kl__timer_del(kl_txn_t *txn, const char *topic, int32_t partition,
                        const void *key, size_t key_len, const char *id,
                        size_t id_len, int64_t due_ms) {

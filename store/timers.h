@@ -52,6 +52,16 @@ kl_err_t kl__timer_put(kl_txn_t *txn, const char *topic, int32_t partition,
                        size_t id_len, const kl__timer_t *t, const void *env,
                        size_t env_len);
 
+/**
+ * Whether @p env (@p env_len bytes) is the envelope the timer of (@p key,
+ * @p id), due at @p due_ms, holds. @returns KL_OK with *@p same set, or
+ * the store's failure.
+ */
+kl_err_t kl__timer_same(kl_txn_t *txn, const char *topic, int32_t partition,
+                        const void *key, size_t key_len, const char *id,
+                        size_t id_len, int64_t due_ms, const void *env,
+                        size_t env_len, int *same);
+
 /** Deletes the timer of (@p key, @p id), due at @p due_ms. */
 kl_err_t kl__timer_del(kl_txn_t *txn, const char *topic, int32_t partition,
                        const void *key, size_t key_len, const char *id,

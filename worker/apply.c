@@ -90,9 +90,20 @@ static int apply_timer(const kl__applier_t *a, int32_t partition, kl_txn_t *txn,
   if (err && err != KL_ENOTFOUND)
     return timer_store_failed(err, res);
   int found = !err, fire = found && timer_named(m) == t.offset;
-  int64_t now = rd_kafka_message_timestamp(m, NULL);
+  /* Only the envelope the timer holds fires it: a record that names the
+   * timer with other contents is a copy, not the event. */
+  if (fire && (err = kl__timer_same(txn, a->topic, partition, event->key,
+                                    event->key_len, event->id, event->id_len,
+                                    t.due_ms, m->payload, m->len, &fire)))
+    return timer_store_failed(err, res);
+  /* Due by the record's time (the top of the function says why); the
+   * wait's length is judged by it too, but never from later than this
+   * host's clock, so that a record stamped ahead cannot pass
+   * timer.max.delay. */
+  int64_t here = kl__store_now_ms(), now = rd_kafka_message_timestamp(m, NULL);
   if (now < 0) /* a record without one: this host's clock */
-    now = kl__store_now_ms();
+    now = here;
+  int64_t from = now < here ? now : here;
   if (fire && KL__MUTANT(KL__MUTANT_TIMER_EARLY)) /* test only: mutant.h */
     now = t.due_ms;
   if (a->redrive || (fire && mark == KL_MARK_NONE && t.due_ms <= now) ||
@@ -111,7 +122,7 @@ static int apply_timer(const kl__applier_t *a, int32_t partition, kl_txn_t *txn,
   if (fire && mark == KL_MARK_NONE) { /* stamped before its time */
     res->timers_early++;
   } else if (!found && mark == KL_MARK_NONE && timer_named(m) < 0) {
-    if ((err = kl__not_before_check(event, now, a->timer_max_ms))) {
+    if ((err = kl__not_before_check(event, from, a->timer_max_ms))) {
       res->failed_err = err;
       snprintf(res->why, sizeof(res->why), "decode: %s", kl_err_detail());
       return KL_HANDLER_FAIL;

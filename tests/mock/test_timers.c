@@ -42,6 +42,9 @@
 #include "worker/fire.h"
 
 #define DAY_MS (24 * 3600 * 1000LL)
+/* The delay of the main case's credit: the store's clock is moved to it,
+ * and a rebuild waits for the real one to pass it. */
+#define DUE 4000
 
 static int64_t t0;
 static int t_db_seq;
@@ -60,6 +63,7 @@ static kl_event_t credit(const char *key, const char *id, const uint8_t *p,
                       .id_len = strlen(id),
                       .type = "credit",
                       .type_len = 6,
+                      .ts = t0, /* so that a raw copy is the same bytes */
                       .payload = p,
                       .payload_len = 9,
                       .not_before = not_before};
@@ -86,7 +90,8 @@ static void publish(kl_t_ledger_fx_t *fx, const char *key, const char *id,
  * offset 0, with this host's clock, as a producer that is not keylane
  * could write it (docs/design.md, "Timers"). */
 static void produce_firing(kl_t_ledger_fx_t *fx, const char *key,
-                           const char *id, int n, int64_t not_before) {
+                           const char *id, int n, int64_t not_before,
+                           int64_t stamped) {
   uint8_t p[9];
   amount(p, n);
   kl_event_t ev = credit(key, id, p, not_before);
@@ -95,7 +100,8 @@ static void produce_firing(kl_t_ledger_fx_t *fx, const char *key,
   assert_int_equal(kl_event_encode(&ev, &env, &len), KL_OK);
   const char *hdrs[] = {"keylane.timer", "0", NULL};
   assert_int_equal(
-      kl_t_produce_raw(fx->boot, fx->topic, 0, key, env, len, hdrs), 0);
+      kl_t_produce_raw_at(fx->boot, fx->topic, 0, key, env, len, hdrs, stamped),
+      0);
   free(env);
 }
 
@@ -171,13 +177,13 @@ static void timers_case(const char *store_uri, const char *name) {
   kl_t_store_clock_set(t0);
   kl_t_ledger_fx_t fx;
   kl_t_ledger_fx_up(&fx, name, 1, 1, 3, store_uri);
-  /* offset 0: due in a minute; 1: the key's next event; 2: a copy of 0 */
-  publish(&fx, "d", "later", 7, t0 + 60000);
+  /* offset 0: due in DUE ms; 1: the key's next event; 2: a copy of 0 */
+  publish(&fx, "d", "later", 7, t0 + DUE);
   publish(&fx, "d", "now", 5, 0);
-  publish(&fx, "d", "later", 7, t0 + 60000);
+  publish(&fx, "d", "later", 7, t0 + DUE);
   /* 3: the record that fires it, from a producer that is not keylane,
    * before its time: early */
-  produce_firing(&fx, "d", "later", 7, t0 + 60000);
+  produce_firing(&fx, "d", "later", 7, t0 + DUE, 0);
   /* 4: due in five days, pending at the end; 5: past timer.max.delay (7d) */
   publish(&fx, "e", "far", 3, t0 + 5 * DAY_MS);
   uint8_t p[9];
@@ -191,32 +197,42 @@ static void timers_case(const char *store_uri, const char *name) {
   assert_int_equal(kl_t_produce_raw(fx.boot, fx.topic, 0, "e", env, len, NULL),
                    0);
   free(env);
+  /* 6: a record that names the timer, stamped at its time, with other
+   * contents: a copy, not the event; 7: a raw event past timer.max.delay
+   * stamped close to its time: a dead letter all the same */
+  produce_firing(&fx, "d", "later", 99, t0 + DUE, t0 + DUE);
+  ev = credit("e", "far-stamped", p, t0 + 30 * DAY_MS);
+  assert_int_equal(kl_event_encode(&ev, &env, &len), KL_OK);
+  assert_int_equal(kl_t_produce_raw_at(fx.boot, fx.topic, 0, "e", env, len,
+                                       NULL, t0 + 30 * DAY_MS - 1000),
+                   0);
+  free(env);
 
   kl_t_worker_t *w = kl_t_worker_start(
       fx.boot, fx.topic, kl_t_group(fx.cluster, name), fx.store, NULL);
   wait_stats(w, (kl_want_t){.applied = 1,
                             .scheduled = 2,
-                            .duplicates = 2,
-                            .dead = 1,
+                            .duplicates = 3,
+                            .dead = 2,
                             .early = 1});
   assert_int_equal(balance_of(fx.store, "d"), 5);
   assert_int_equal(pending(fx.store, fx.topic).n, 2);
 
-  kl_t_store_clock_set(t0 + 60000); /* its time: it fires, once */
+  kl_t_store_clock_set(t0 + DUE); /* its time: it fires, once */
   wait_stats(w, (kl_want_t){.applied = 2,
                             .scheduled = 2,
-                            .duplicates = 2,
-                            .dead = 1,
+                            .duplicates = 3,
+                            .dead = 2,
                             .early = 1});
   assert_int_equal(balance_of(fx.store, "d"), 12);
   kl_pending_t left = pending(fx.store, fx.topic);
   assert_int_equal(left.n, 1);
   assert_int_equal(left.due[0], t0 + 5 * DAY_MS);
-  publish(&fx, "d", "later", 7, t0 + 60000); /* a copy after: a duplicate */
+  publish(&fx, "d", "later", 7, t0 + DUE); /* a copy after: a duplicate */
   wait_stats(w, (kl_want_t){.applied = 2,
                             .scheduled = 2,
-                            .duplicates = 3,
-                            .dead = 1,
+                            .duplicates = 4,
+                            .dead = 2,
                             .early = 1});
   kl_worker_stats_t st;
   kl_worker_stats(w->worker, &st, sizeof(st));
@@ -225,8 +241,13 @@ static void timers_case(const char *store_uri, const char *name) {
   assert_int_equal(balance_of(fx.store, "d"), 12);
   assert_int_equal(balance_of(fx.store, "e"), INT64_MIN);
 
-  /* the log rebuilds the same: its firing record applies the credit where
-   * the live one did, and the far timer waits */
+  /* the log rebuilds the same: its firing record applies the credit, and
+   * the far timer waits. The rebuild starts once the real clock passed
+   * the records' times, as it would in life: this test's store clock ran
+   * ahead of it */
+  kl__store_set_clock(NULL);
+  while (kl__now_ms() <= t0 + DUE)
+    kl_t_sleep_ms(100);
   char rebuilt[300];
   if (store_uri) {
     kl_t_pg_t *pg = kl_t_pg_need();
@@ -308,7 +329,7 @@ static void test_timer_survives_sigkill(void **state) {
   waitpid(pid, NULL, 0);
   assert_int_equal(balance_of(fx.store, "k"), INT64_MIN);
   pid = kl_t_spawn_worker(fx.dir, 1, argv);
-  for (int i = 0; i < 400 && balance_of(fx.store, "k") == INT64_MIN; i++)
+  for (int i = 0; i < 1200 && balance_of(fx.store, "k") == INT64_MIN; i++)
     kl_t_sleep_ms(50);
   assert_int_equal(balance_of(fx.store, "k"), 11);
   assert_int_equal(pending(fx.store, fx.topic).n, 0);
@@ -396,7 +417,7 @@ static void cancel_case(const char *store_uri, const char *name,
   publish(&fx, "d", "witness", 3, t0 + 60000); /* 1: fires after it */
   publish_cancel(&fx, "d", "later");           /* 2 */
   /* 3: its firing record, as if the owner wrote it before 2 */
-  produce_firing(&fx, "d", "later", 7, t0 + 30000);
+  produce_firing(&fx, "d", "later", 7, t0 + 30000, 0);
   publish_cancel(&fx, "d", "never"); /* 4: no such timer: fails */
 
   kl_t_worker_t *w =

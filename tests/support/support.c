@@ -203,6 +203,14 @@ int kl_t_produce_credit_under(const char *bootstrap, const char *topic,
 int kl_t_produce_raw(const char *bootstrap, const char *topic,
                      int32_t partition, const char *key, const void *value,
                      size_t len, const char *const *hdrs) {
+  return kl_t_produce_raw_at(bootstrap, topic, partition, key, value, len, hdrs,
+                             0);
+}
+
+int kl_t_produce_raw_at(const char *bootstrap, const char *topic,
+                        int32_t partition, const char *key, const void *value,
+                        size_t len, const char *const *hdrs,
+                        int64_t timestamp) {
   char errstr[256];
   rd_kafka_conf_t *conf = rd_kafka_conf_new();
   rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr,
@@ -220,7 +228,7 @@ int kl_t_produce_raw(const char *bootstrap, const char *topic,
       rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition),
       RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE((void *)value, len),
       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
-      RD_KAFKA_V_END);
+      RD_KAFKA_V_TIMESTAMP(timestamp), RD_KAFKA_V_END);
   if (err)
     rd_kafka_headers_destroy(h); /* not taken on failure */
   else

@@ -26,6 +26,12 @@ int kl_t_produce_raw(const char *bootstrap, const char *topic,
                      int32_t partition, const char *key, const void *value,
                      size_t len, const char *const *hdrs);
 
+/* kl_t_produce_raw() with the record's timestamp (ms; 0: now), as any
+ * producer may set it. */
+int kl_t_produce_raw_at(const char *bootstrap, const char *topic,
+                        int32_t partition, const char *key, const void *value,
+                        size_t len, const char *const *hdrs, int64_t timestamp);
+
 /* Produces a ledger credit {"amount": amount (0..127), "seq": 1} of
  * @p key with id @p id as a keylane envelope, raw (kl_t_produce_raw()):
  * past every check of kl_publish(), as another producer could write it.
