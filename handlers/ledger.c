@@ -434,7 +434,8 @@ static kl_err_t walk_add(kl_ledger_entry_t *sum, const ledger_row_t *r) {
 
 /* Sorts the rows by key and calls cb once per key with their sum. */
 static kl_err_t walk_sum(ledger_walk_t *w) {
-  qsort(w->rows, w->n, sizeof(*w->rows), row_cmp);
+  if (w->n) /* none: rows is NULL, which qsort() may not be given */
+    qsort(w->rows, w->n, sizeof(*w->rows), row_cmp);
   kl_err_t err = KL_OK;
   for (size_t i = 0; !err && i < w->n;) {
     kl_ledger_entry_t sum = {0, 0, 0, 0};
