@@ -76,8 +76,12 @@ static void check_field(const msgpack_object *k, const msgpack_object *v,
                         const kl_event_t *ev) {
   const char *name = k->via.str.ptr;
   uint32_t n = k->via.str.size;
-  if (n == 1 && name[0] == 'v')
-    CHECK(v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 == 1);
+  if (n == 1 && name[0] == 'v') /* 2 may carry nb; 1 never does */
+    CHECK(v->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+          (v->via.u64 == 2 || (v->via.u64 == 1 && ev->not_before == 0)));
+  else if (n == 2 && memcmp(name, "nb", 2) == 0)
+    CHECK(v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && ev->not_before > 0 &&
+          v->via.u64 == (uint64_t)ev->not_before);
   else if (n == 2 && memcmp(name, "id", 2) == 0)
     CHECK(same_str(v, ev->id, ev->id_len));
   else if (n == 1 && name[0] == 't')
