@@ -58,14 +58,19 @@ start_cluster() {
 
 # NAME [WORKER-OPTION...]: a worker of group console on $W/store with
 # --metrics-listen (the options after the defaults, which they override);
-# sets WORKER (its pid) and URL (its API).
+# sets WORKER (its pid) and URL (its API). The session timeout is 4 s:
+# librdkafka's mock group coordinator (2.0.2, and still today) answers a
+# member's SyncGroup that reaches it after the leader's with "Invalid
+# request", so that member joins again, and each such round of a
+# rebalance waits the session timeout less 1 s; under load two workers
+# took over 30 s to settle with the default 10 s.
 start_worker() {
   local name=$1
   shift
   "$BIN" worker -b "$B" -t events -g console --store "$W/store" \
     --handler "exec:python3 $W/handler.py" --metrics-listen 127.0.0.1:0 \
     -X worker.max.attempts=1000 -X worker.retry.initial.ms=50 \
-    -X worker.retry.max.ms=200 "$@" >"$W/$name.log" 2>&1 &
+    -X worker.retry.max.ms=200 -X worker.session.timeout.ms=4000 "$@" >"$W/$name.log" 2>&1 &
   WORKER=$!
   pids+=($WORKER)
   local port

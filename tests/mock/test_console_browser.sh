@@ -12,8 +12,9 @@ need_chromium
 start_fleet
 
 # Both workers own partitions, and the poison key retries, before the
-# browser looks: the page's 2 s refresh is not what is tested.
-for _ in $(seq 150); do
+# browser looks: the page's 2 s refresh is not what is tested. A minute at most: the group can take
+# several rounds to settle (start_worker in tests/console/fleet.sh).
+for _ in $(seq 300); do
   stuck=$(curl -sf "${CONSOLE}api/stuck" || true)
   fleet=$(curl -sf "${CONSOLE}api/fleet" || true)
   grep -q poison-1 <<<"$stuck" && grep -q "\"owner\":\"$W1\"" <<<"$fleet" &&

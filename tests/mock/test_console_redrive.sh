@@ -20,8 +20,9 @@ KEYLANE_CONSOLE_TOKEN=$TOKEN start_console console2 --worker "$W1" --worker "$W2
   --handler "exec:python3 $W/handler.py"
 
 # The letter is written, and both workers own partitions, before the
-# browser looks: the page's refresh is not what is tested.
-for _ in $(seq 150); do
+# browser looks: the page's refresh is not what is tested. A minute at most: the group can take
+# several rounds to settle (start_worker in tests/console/fleet.sh).
+for _ in $(seq 300); do
   letters=$(curl -sf -H "Authorization: Bearer $TOKEN" "${CONSOLE}api/letters?key=dead-2" || true)
   fleet=$(curl -sf -H "Authorization: Bearer $TOKEN" "${CONSOLE}api/fleet" || true)
   grep -q '"reason":"handler_fail"' <<<"$letters" && grep -q "\"owner\":\"$W1\"" <<<"$fleet" &&
