@@ -212,7 +212,8 @@ static void console_route(kl__http_conn_t *conn, kl__http_req_t *req,
     if (!console_static(req, url))
       console_error(req, 404,
                     "not found: GET /, /api/fleet, /api/keys/KEY, "
-                    "/api/stuck, /api/letters, /api/outbox");
+                    "/api/stuck, /api/letters, /api/outbox, /api/fencing, "
+                    "/api/timers");
     return;
   }
   if (!server->tokens && !console_host_ok(&conn->parse)) {

@@ -10,8 +10,9 @@
  *                         the lag; and which workers answered.
  *   GET /api/keys/KEY     one key (percent-encoded, 1..1024 bytes): its
  *                         partition, that partition's store state, the
- *                         handler rows of the key, and whether a worker
- *                         holds it waiting, retrying or parked, and why.
+ *                         handler rows of the key, its pending timers,
+ *                         and whether a worker holds it waiting, retrying
+ *                         or parked, and why.
  *   GET /api/stuck[?limit=N]  the keys the workers hold retrying or
  *                         parked, N (1..1000, 100 by default) per worker.
  *   GET /api/letters[?reason=R&key=K&limit=N]  the newest dead letters of
@@ -21,6 +22,9 @@
  *   GET /api/outbox       the follow-ups the store holds per partition.
  *   GET /api/fencing      each worker's refused commits, and the epoch
  *                         changes the console saw in the store.
+ *   GET /api/timers[?partition=P&key=K&limit=N&payload=1]  the store's
+ *                         pending timers, the soonest N (1..1000, 100 by
+ *                         default), as `keylane store timers --json`.
  *   POST /api/redrive     {"letters": ["P@OFFSET", ...], "dry_run": B}:
  *                         the one redrive (worker/redrive.h) of those
  *                         letters; a token, application/json and a
@@ -64,6 +68,11 @@
 #define KL__CONSOLE_OUTBOX_PAGE 20
 #define KL__CONSOLE_OUTBOX_MAX 1000
 #define KL__CONSOLE_OUTBOX_ROWS 5000
+/** The timers GET /api/timers lists: by default, and at most; the key
+ *  view lists a key's first KL__CONSOLE_TIMERS_PAGE. A page holds that
+ *  many rows at most, however many timers the store holds. */
+#define KL__CONSOLE_TIMERS_PAGE 100
+#define KL__CONSOLE_TIMERS_MAX 1000
 /** The letters one POST /api/redrive takes at most. */
 #define KL__CONSOLE_REDRIVE_MAX 50
 
@@ -125,6 +134,15 @@ json_t *kl__console_limit(const char *v, size_t vlen, const char *what,
                           long max, long *limit, int *status);
 
 /**
+ * Parses the value of key= (@p vlen bytes, percent-encoded) into @p key,
+ * which holds 3 * KL_KEY_MAX bytes.
+ * @returns NULL with *@p len set (1..KL_KEY_MAX), or the 400 error
+ *          document.
+ */
+json_t *kl__console_key_param(const char *v, size_t vlen, char *key,
+                              size_t *len, int *status);
+
+/**
  * Notes @p partition's store epoch @p epoch: a change from the epoch seen
  * before is a fence, recorded with @p by ("" or "redrive").
  */
@@ -145,5 +163,19 @@ int kl__console_letters(kl__console_t *console, const char *path,
  */
 int kl__console_post(kl__console_t *console, const char *path, const char *body,
                      size_t len, json_t **doc);
+
+/**
+ * Answers GET /api/timers[?...] (cli/console_timers.c), as
+ * kl__console_api().
+ */
+int kl__console_timers(kl__console_t *console, const char *query, json_t **doc);
+
+/**
+ * The pending timers of @p key (@p len bytes) in @p partition, the
+ * soonest KL__CONSOLE_TIMERS_PAGE: {"pending": [rows], "more", "error"}.
+ * @returns a new reference.
+ */
+json_t *kl__console_key_timers(kl__console_t *console, int32_t partition,
+                               const char *key, size_t len);
 
 #endif

@@ -350,6 +350,8 @@ static json_t *capi_key(kl__console_t *c, const char *encoded, int *status) {
       (json_int_t)st.epoch, "watermark", (json_int_t)st.watermark, "error",
       err ? kl_err_detail() : NULL, "rows", capi_key_rows(c, key, (size_t)len));
   free(shown);
+  json_object_set_new(doc, "timers",
+                      kl__console_key_timers(c, p, key, (size_t)len));
   capi_key_workers(c, doc, key, (size_t)len);
   *status = 200;
   return doc;
@@ -377,6 +379,20 @@ json_t *kl__console_limit(const char *v, size_t vlen, const char *what,
                          "limit=%.*s is not a number of %s 1..%ld; ask for "
                          "fewer",
                          (int)(vlen > 32 ? 32 : vlen), v, what, max);
+}
+
+json_t *kl__console_key_param(const char *v, size_t vlen, char *key,
+                              size_t *len, int *status) {
+  long n = vlen <= 3 * KL_KEY_MAX ? kl__http_pct_decode(v, vlen, key) : -1;
+  if (n >= 1 && n <= KL_KEY_MAX) {
+    *len = (size_t)n;
+    return NULL;
+  }
+  return kl__console_err(status, 400,
+                         "key= takes a key of 1 to %d bytes, percent-encoded "
+                         "(%%XX for a byte that is not a letter, digit or "
+                         "-._~): encode the key (encodeURIComponent)",
+                         KL_KEY_MAX);
 }
 
 /* The query of an endpoint that takes limit=N alone. @returns NULL, or the
@@ -584,6 +600,8 @@ int kl__console_api(kl__console_t *console, const char *path, const char *query,
     *doc = capi_outbox(console, query, &status);
   else if (strcmp(path, "/api/fencing") == 0)
     *doc = capi_fencing(console, query, &status);
+  else if (strcmp(path, "/api/timers") == 0)
+    return kl__console_timers(console, query, doc);
   else if (strcmp(path, "/api/letters") == 0 ||
            strncmp(path, "/api/letters/", 13) == 0)
     return kl__console_letters(console, path, query, doc);
@@ -591,8 +609,9 @@ int kl__console_api(kl__console_t *console, const char *path, const char *query,
     *doc =
         kl__console_err(&status, 404,
                         "no such endpoint %s: GET /api/fleet, /api/keys/KEY, "
-                        "/api/stuck, /api/letters, /api/letters/P/OFFSET or "
-                        "/api/outbox; POST /api/redrive",
+                        "/api/stuck, /api/letters, /api/letters/P/OFFSET, "
+                        "/api/outbox, /api/fencing or /api/timers; POST "
+                        "/api/redrive",
                         path);
   return status;
 }

@@ -114,16 +114,12 @@ static json_t *cletters_query(const char *query, cletters_filter_t *f,
           (int)(vlen > 32 ? 32 : vlen), v);
   }
   if ((v = kl__http_query(query, "key", &vlen))) {
-    f->key_len =
-        vlen <= 3 * KL_KEY_MAX ? kl__http_pct_decode(v, vlen, key) : -1;
-    if (f->key_len < 1 || f->key_len > KL_KEY_MAX)
-      return kl__console_err(
-          status, 400,
-          "key= takes a key of 1 to %d bytes, percent-encoded "
-          "(%%XX for a byte that is not a letter, digit or "
-          "-._~): encode the key (encodeURIComponent)",
-          KL_KEY_MAX);
+    size_t len;
+    json_t *bad = kl__console_key_param(v, vlen, key, &len, status);
+    if (bad)
+      return bad;
     f->key = key;
+    f->key_len = (long)len;
   }
   if ((v = kl__http_query(query, "limit", &vlen)))
     return kl__console_limit(v, vlen, "letters", KL__CONSOLE_LETTERS_MAX, limit,

@@ -43,7 +43,8 @@ typedef struct kl_exec_call {
   int done;
   int waiting; /* asleep on cond in exec_await() */
   kl_handler_result_t result;
-  json_t *emit; /* the answer's "emit", for the caller to apply */
+  json_t *emit;   /* the answer's "emit", for the caller to apply */
+  json_t *cancel; /* its "cancel", likewise */
   char *errbuf;
   size_t errbuf_size;
   int64_t deadline_ns;
@@ -606,12 +607,15 @@ static void exec_dispatch(kl__exec_t *exec, kl_exec_child_t *child,
     else
       call = exec_match(child, answer, why, sizeof(why));
     if (!call) {
-      for (size_t j = i; j < rd->count; j++)
+      for (size_t j = i; j < rd->count; j++) {
         json_decref(rd->answers[j].emit);
+        json_decref(rd->answers[j].cancel);
+      }
       exec_kill(exec, child, why);
       return;
     }
     call->emit = answer->emit; /* the caller's, on its own thread */
+    call->cancel = answer->cancel;
     exec_complete(child, call, answer->result, answer->error);
     exec_room(exec);
   }
@@ -707,7 +711,10 @@ kl_handler_result_t kl__exec_handler(void *opaque, const kl_event_t *event,
   if (call.emit && call.result == KL_HANDLER_OK)
     call.result =
         kl__exec_emit(call.emit, exec->dlq_topic, txn, errbuf, errbuf_size);
+  if (call.cancel && call.result == KL_HANDLER_OK)
+    call.result = kl__exec_cancel(call.cancel, event, txn, errbuf, errbuf_size);
   json_decref(call.emit);
+  json_decref(call.cancel);
   return call.result;
 }
 

@@ -11,7 +11,7 @@
  *                             as "payload_b64"; a key that is not UTF-8 goes
  *                             as "key_b64")
  *   child stdout -> keylane: {"seq":N,"status":"ok"|"retry"|"fail",
- *                             "error":"...", "emit":[...]}
+ *                             "error":"...", "emit":[...], "cancel":[...]}
  * "emit" (with "ok" only) lists follow-up events, each
  * {"topic"?, "key", "type", "payload"? | "payload_b64"?}: "key" and "type"
  * non-empty strings; "payload" any JSON, sent as its msgpack, or
@@ -26,6 +26,10 @@
  * are committed with its effects and published after the commit
  * (store.h). An "emit" with a refused entry fails the event with the
  * reason (a dead letter); nothing of it is emitted.
+ * "cancel" (with "ok" only) lists pending timers of the event's own key to
+ * cancel (kl_txn_cancel()), each {"id", "key"?}: "id" the delayed event's
+ * id, "key" when given the event's key; a timer that no longer waits is
+ * no error. A refused entry fails the event (exec_line.h).
  * "seq" is a number keylane gives each request to one child (1 to 2^63-1);
  * the answer echoes it, which ties the answer to its event. A child that echoes
  * "seq" may get up to `window` events before it answers the first (pipelining),
@@ -140,11 +144,12 @@ typedef struct kl__exec_answer {
   uint64_t seq;
   char error[512]; /* "exec handler: ..." for retry and fail, else "" */
   json_t *emit;    /* "ok": its "emit" array (a reference), or NULL */
+  json_t *cancel;  /* "ok": its "cancel" array (a reference), or NULL */
 } kl__exec_answer_t;
 
 /**
  * Reads the answer line @p line of @p len bytes (no newline). The caller
- * json_decref()s @p answer->emit.
+ * json_decref()s @p answer->emit and @p answer->cancel.
  * @returns 0, or -1 when it is not an answer (not a JSON object, a key
  *          given twice, no valid "status", a "seq" that is not a whole
  *          number from 1 to 2^63-1); then @p answer->error says why.

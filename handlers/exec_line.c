@@ -17,6 +17,7 @@
 #include "event/trace.h"
 #include "common/internal.h"
 #include "common/json_msgpack.h"
+#include "common/strbuf.h"
 
 static int exec_set_b64(json_t *obj, const char *name, const void *data,
                         size_t len) {
@@ -166,18 +167,21 @@ int kl__exec_answer_parse(const char *line, size_t len,
              shown, line);
   } else if (answer->result != KL_HANDLER_OK) {
     exec_answer_error(obj, answer);
-  } else if (json_object_get(obj, "emit")) {
+  } else {
     answer->emit = json_incref(json_object_get(obj, "emit"));
+    answer->cancel = json_incref(json_object_get(obj, "cancel"));
   }
   json_decref(obj);
   return rc;
 }
 
-static kl_err_t emit_refuse(char *errbuf, size_t size, size_t i,
-                            const char *fmt, ...) KL__PRINTF(4, 5);
-static kl_err_t emit_refuse(char *errbuf, size_t size, size_t i,
-                            const char *fmt, ...) {
-  int n = snprintf(errbuf, size, "exec handler: \"emit\"[%zu]: ", i);
+/* The reason entry @p i of the answer's array @p array ("emit",
+ * "cancel") is refused, into @p errbuf. @returns KL_EINVAL. */
+static kl_err_t entry_refuse(char *errbuf, size_t size, const char *array,
+                             size_t i, const char *fmt, ...) KL__PRINTF(5, 6);
+static kl_err_t entry_refuse(char *errbuf, size_t size, const char *array,
+                             size_t i, const char *fmt, ...) {
+  int n = snprintf(errbuf, size, "exec handler: \"%s\"[%zu]: ", array, i);
   va_list ap;
   va_start(ap, fmt);
   if (n >= 0 && (size_t)n < size)
@@ -207,16 +211,16 @@ static kl_err_t emit_fields(json_t *item, size_t i, char *errbuf, size_t size) {
   json_object_foreach(item, name, v) {
     for (size_t k = 0; k < 2; k++)
       if (strcmp(name, refused[k].name) == 0)
-        return emit_refuse(errbuf, size, i, "%s", refused[k].why);
+        return entry_refuse(errbuf, size, "emit", i, "%s", refused[k].why);
     size_t k = 0;
     while (k < n && strcmp(name, known[k]) != 0)
       k++;
     if (k == n)
-      return emit_refuse(errbuf, size, i,
-                         "unknown field \"%.64s\"; an emit takes topic, key, "
-                         "type, payload or payload_b64, and not_before or "
-                         "delay",
-                         name);
+      return entry_refuse(errbuf, size, "emit", i,
+                          "unknown field \"%.64s\"; an emit takes topic, key, "
+                          "type, payload or payload_b64, and not_before or "
+                          "delay",
+                          name);
   }
   return KL_OK;
 }
@@ -230,15 +234,15 @@ static kl_err_t emit_topic(json_t *item, size_t i, const char *dlq_topic,
   if (!topic)
     return KL_OK;
   if (!*out || !json_string_length(topic))
-    return emit_refuse(errbuf, size, i,
-                       "\"topic\" must be a topic name; omit it to emit to "
-                       "the event's own topic");
+    return entry_refuse(errbuf, size, "emit", i,
+                        "\"topic\" must be a topic name; omit it to emit to "
+                        "the event's own topic");
   /* kl_txn_emit() refuses names that are invalid or reserved to all */
   if (dlq_topic && strcmp(*out, dlq_topic) == 0)
-    return emit_refuse(errbuf, size, i,
-                       "topic \"%s\" is the worker's dead-letter topic "
-                       "(worker.dlq.topic): a handler may not emit to it",
-                       *out);
+    return entry_refuse(errbuf, size, "emit", i,
+                        "topic \"%s\" is the worker's dead-letter topic "
+                        "(worker.dlq.topic): a handler may not emit to it",
+                        *out);
   return KL_OK;
 }
 
@@ -249,9 +253,9 @@ static kl_err_t emit_topic(json_t *item, size_t i, const char *dlq_topic,
 static kl_err_t emit_one(json_t *item, size_t i, const char *dlq_topic,
                          kl_txn_t *txn, char *errbuf, size_t size) {
   if (!json_is_object(item))
-    return emit_refuse(errbuf, size, i,
-                       "not an object {\"topic\"?, \"key\", \"type\", "
-                       "\"payload\" or \"payload_b64\"}");
+    return entry_refuse(errbuf, size, "emit", i,
+                        "not an object {\"topic\"?, \"key\", \"type\", "
+                        "\"payload\" or \"payload_b64\"}");
   const char *topic;
   kl_err_t err = emit_fields(item, i, errbuf, size);
   if (!err)
@@ -267,11 +271,11 @@ static kl_err_t emit_one(json_t *item, size_t i, const char *dlq_topic,
   err = kl__jevent_parse(&je, event, false, why, sizeof(why));
   kl_emit_opts_t opts = {sizeof(opts), je.ev.not_before};
   if (err == KL_EINVAL)
-    emit_refuse(errbuf, size, i, "%s", why);
+    entry_refuse(errbuf, size, "emit", i, "%s", why);
   else if (!err && (err = kl_txn_emit_opts(txn, topic, je.ev.key, je.ev.key_len,
                                            je.ev.type, je.ev.payload,
                                            je.ev.payload_len, &opts)))
-    emit_refuse(errbuf, size, i, "%s", kl_err_detail());
+    entry_refuse(errbuf, size, "emit", i, "%s", kl_err_detail());
   kl__jevent_clear(&je);
   json_decref(event);
   return err;
@@ -294,6 +298,115 @@ kl_handler_result_t kl__exec_emit(json_t *emit, const char *dlq_topic,
                "exec handler: out of memory for \"emit\"[%zu]", i);
     if (err)
       return err == KL_ENOMEM ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
+  }
+  return KL_HANDLER_OK;
+}
+
+/* ---- "cancel": timers of the event's own key ---- */
+
+/* The "id" of a cancel entry into @p id, @p len: KL_OK, or the reason. */
+static kl_err_t cancel_id(json_t *item, size_t i, const char **id, size_t *len,
+                          char *errbuf, size_t size) {
+  json_t *v = json_object_get(item, "id");
+  *id = json_string_value(v);
+  *len = json_string_length(v);
+  if (!v)
+    return entry_refuse(errbuf, size, "cancel", i,
+                        "\"id\" is missing: name the delayed event whose "
+                        "timer to cancel, as {\"id\":\"...\"}");
+  if (!*id)
+    return entry_refuse(errbuf, size, "cancel", i,
+                        "\"id\" is not a string: give the delayed event's "
+                        "id, a string of 1 to %d bytes",
+                        KL_ID_MAX);
+  if (*len < 1 || *len > KL_ID_MAX)
+    return entry_refuse(errbuf, size, "cancel", i,
+                        "\"id\" is %zu bytes; an event's id is 1 to %d "
+                        "bytes, so no timer has it",
+                        *len, KL_ID_MAX);
+  return KL_OK;
+}
+
+/* The "key" of a cancel entry, when given, is the event's: a handler
+ * changes its own key only, whose lane orders the cancel and the firing
+ * (kl_txn_cancel()). KL_OK, or the reason. */
+static kl_err_t cancel_key(json_t *item, size_t i, const kl_event_t *event,
+                           char *errbuf, size_t size) {
+  json_t *v = json_object_get(item, "key");
+  if (!v)
+    return KL_OK;
+  const char *key = json_string_value(v);
+  size_t len = json_string_length(v);
+  if (key && len == event->key_len && memcmp(key, event->key, len) == 0)
+    return KL_OK;
+  char own[KL__ESCAPED_SIZE(64)], given[KL__ESCAPED_SIZE(64)];
+  kl__escape(own, sizeof(own), event->key, event->key_len);
+  if (!key)
+    return entry_refuse(errbuf, size, "cancel", i,
+                        "\"key\" is not a string: give the event's key "
+                        "(\"%s\") as a string, or leave it out",
+                        own);
+  return entry_refuse(errbuf, size, "cancel", i,
+                      "key \"%s\" is not the event's (\"%s\"): a handler "
+                      "cancels its own key's timers; to cancel another key's, "
+                      "emit a follow-up to that key whose handler cancels it",
+                      kl__escape(given, sizeof(given), key, len), own);
+}
+
+/* One entry of "cancel": KL_OK (also when no such timer waits), or the
+ * error with the reason in @p errbuf. */
+static kl_err_t cancel_one(json_t *item, size_t i, const kl_event_t *event,
+                           kl_txn_t *txn, char *errbuf, size_t size) {
+  if (!json_is_object(item))
+    return entry_refuse(errbuf, size, "cancel", i,
+                        "not an object {\"id\", \"key\"?}; cancel a "
+                        "timer as {\"id\":\"...\"}");
+  const char *name;
+  json_t *v;
+  json_object_foreach(item, name, v) {
+    if (strcmp(name, "id") != 0 && strcmp(name, "key") != 0)
+      return entry_refuse(errbuf, size, "cancel", i,
+                          "unknown field \"%.64s\"; a cancel takes \"id\" "
+                          "and, optionally, \"key\"",
+                          name);
+  }
+  const char *id;
+  size_t id_len;
+  kl_err_t err = cancel_id(item, i, &id, &id_len, errbuf, size);
+  if (!err)
+    err = cancel_key(item, i, event, errbuf, size);
+  if (err)
+    return err;
+  err = kl_txn_cancel(txn, event->key, event->key_len, id, id_len);
+  /* No timer waits: it ran (before this event, in the key's order, so the
+   * handler saw it), was cancelled, or never was. Cancelling is then
+   * done, as clearTimeout() of a fired timer is. */
+  if (err == KL_ENOTFOUND)
+    return KL_OK;
+  if (err)
+    entry_refuse(errbuf, size, "cancel", i, "%s", kl_err_detail());
+  return err;
+}
+
+kl_handler_result_t kl__exec_cancel(json_t *cancel, const kl_event_t *event,
+                                    kl_txn_t *txn, char *errbuf,
+                                    size_t errbuf_size) {
+  if (!json_is_array(cancel) || json_array_size(cancel) > KL__EXEC_CANCEL_MAX) {
+    snprintf(errbuf, errbuf_size,
+             "exec handler: \"cancel\" must be an array of at most %d "
+             "timers to cancel, [{\"id\":\"...\"}, ...]%s",
+             KL__EXEC_CANCEL_MAX,
+             json_is_array(cancel) ? "; cancel the rest from a follow-up "
+                                     "to the key"
+                                   : "");
+    return KL_HANDLER_FAIL;
+  }
+  for (size_t i = 0; i < json_array_size(cancel); i++) {
+    kl_err_t err = cancel_one(json_array_get(cancel, i), i, event, txn, errbuf,
+                              errbuf_size);
+    /* a bad entry fails the event; the store's failure retries it */
+    if (err)
+      return err == KL_EINVAL ? KL_HANDLER_FAIL : KL_HANDLER_RETRY;
   }
   return KL_HANDLER_OK;
 }

@@ -38,4 +38,22 @@ kl_handler_result_t kl__exec_emit(json_t *emit, const char *dlq_topic,
                                   kl_txn_t *txn, char *errbuf,
                                   size_t errbuf_size);
 
+/** The timers one answer's "cancel" may name at most. */
+#define KL__EXEC_CANCEL_MAX 64
+
+/**
+ * Cancels (kl_txn_cancel()) in @p txn each timer an answer's "cancel"
+ * array @p cancel names, as exec.h says: {"id", "key"?}, "id" a string
+ * of 1..KL_ID_MAX bytes, "key" when given @p event's key; any other
+ * field is refused, and so are more than KL__EXEC_CANCEL_MAX entries. A
+ * timer that no longer waits (it ran, was cancelled, or never was) is
+ * no error.
+ * @returns KL_HANDLER_OK; KL_HANDLER_FAIL with the reason in @p errbuf
+ *          for an entry refused; KL_HANDLER_RETRY with the reason when
+ *          the store fails.
+ */
+kl_handler_result_t kl__exec_cancel(json_t *cancel, const kl_event_t *event,
+                                    kl_txn_t *txn, char *errbuf,
+                                    size_t errbuf_size);
+
 #endif

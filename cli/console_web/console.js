@@ -1,5 +1,5 @@
 // keylane console: reads /api/fleet, /api/stuck, /api/letters,
-// /api/outbox and /api/fencing every 2 s, /api/keys/KEY and /api/letters/P/OFFSET when
+// /api/outbox, /api/timers and /api/fencing every 2 s, /api/keys/KEY and /api/letters/P/OFFSET when
 // asked, and POSTs /api/redrive: a dry run first, then the redrive of the
 // same selection. Text is set with textContent, never as HTML.
 "use strict";
@@ -171,6 +171,34 @@ function renderOutbox(doc) {
   document.getElementById("outbox-rows").replaceChildren(...rows);
 }
 
+const TIMERS_PAGE = 50;
+
+function timersQuery() {
+  const key = document.getElementById("timers-key").value;
+  const q = new URLSearchParams({ limit: TIMERS_PAGE });
+  if (key) q.set("key", key);
+  return "/api/timers?" + q.toString().replace(/\+/g, "%20");
+}
+
+function renderTimers(doc) {
+  document.getElementById("timers-total").textContent =
+    (doc.more ? "more than " : "") + doc.timers.length + " timer(s) pending" +
+    (doc.key !== null ? " for key " + doc.key : "") +
+    (doc.more ? ", the soonest " + doc.timers.length + " shown" : "") +
+    (doc.malformed ? "; some records are malformed" : "");
+  document.getElementById("timers-rows").replaceChildren(...doc.timers.map((t) => row([
+    t.due + (t.due_now ? " (due)" : ""), el("td", t.partition, "num"),
+    t.key_escaped, t.id_escaped || "(not an event)", t.type_escaped || "",
+    el("td", t.offset, "num"),
+  ])));
+}
+
+function timersText(timers) {
+  if (!timers.pending.length) return timers.error ? "unknown (" + timers.error + ")" : "none";
+  return timers.pending.map((t) => t.id_escaped + " due " + t.due + " (" + t.type_escaped + ")")
+    .join("\n") + (timers.more ? "\nand more" : "");
+}
+
 function renderFencing(doc) {
   document.getElementById("refused").replaceChildren(
     "commits refused by a newer epoch: ",
@@ -243,13 +271,14 @@ async function openLetter(ref) {
 
 async function refresh() {
   try {
-    const [fleet, stuck, letters, outbox, fencing] = await Promise.all([
+    const [fleet, stuck, letters, outbox, timers, fencing] = await Promise.all([
       api("/api/fleet"), api("/api/stuck"), api(lettersQuery()), api("/api/outbox"),
-      api("/api/fencing")]);
+      api(timersQuery()), api("/api/fencing")]);
     renderFleet(fleet);
     renderStuck(stuck);
     renderLetters(letters);
     renderOutbox(outbox);
+    renderTimers(timers);
     renderFencing(fencing);
     document.getElementById("updated").textContent =
       "updated " + new Date().toLocaleTimeString();
@@ -286,6 +315,7 @@ async function lookUp(key) {
       ["attempts", num(h.attempts)],
       ["last error", h.error || h.parked || "–"],
       ["rows", k.store.rows.length ? k.store.rows.map((r) => JSON.stringify(r)).join("\n") : "none"],
+      ["timers", timersText(k.timers)],
     ]));
   } catch (e) {
     out.replaceChildren(el("p", e.message, "error"));
@@ -317,6 +347,10 @@ document.getElementById("key-form").addEventListener("submit", (ev) => {
 window.addEventListener("hashchange", lookUpHash);
 lookUpHash();
 document.getElementById("letters-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  refresh();
+});
+document.getElementById("timers-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   refresh();
 });

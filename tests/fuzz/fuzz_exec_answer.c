@@ -7,7 +7,9 @@
  *    parsing twice gives the same answer. A line with a key given twice is
  *    refused, an echoed "seq" is 1..2^63-1, and an "emit" goes through
  *    kl__exec_emit() (without a txn, so any entry it accepts fails at
- *    kl_txn_emit()): a verdict other than ok always says why.
+ *    kl_txn_emit()): a verdict other than ok always says why. A "cancel"
+ *    likewise goes through kl__exec_cancel() without a txn: only an empty
+ *    one is ok, and a refusal says why.
  * 2. The input as event fields (key, id, type, payload, split at the first
  *    three 0xff bytes): the request line, with its seq, must be one JSON
  *    object whose "seq" and "id" are the ones given.
@@ -42,6 +44,21 @@ static void check_emit(json_t *emit) {
         (memchr(err, '\0', sizeof(err)) != NULL && err[0] != '\0'));
 }
 
+/* The cancel array @p cancel through kl__exec_cancel(), with no txn. */
+static void check_cancel(json_t *cancel) {
+  static const kl_event_t event = {
+      .key = "k", .key_len = 1, .id = "i", .id_len = 1};
+  char err[512];
+  memset(err, 'x', sizeof(err));
+  kl_handler_result_t r =
+      kl__exec_cancel(cancel, &event, NULL, err, sizeof(err));
+  CHECK(r == KL_HANDLER_OK || r == KL_HANDLER_FAIL || r == KL_HANDLER_RETRY);
+  CHECK(r != KL_HANDLER_OK ||
+        (json_is_array(cancel) && !json_array_size(cancel)));
+  CHECK(r == KL_HANDLER_OK ||
+        (memchr(err, '\0', sizeof(err)) != NULL && err[0] != '\0'));
+}
+
 /* 1 when the input is JSON whose objects have some key twice. */
 static int has_duplicate_key(const uint8_t *data, size_t size) {
   json_error_t jerr;
@@ -61,13 +78,19 @@ static void check_answer(const uint8_t *data, size_t size) {
   CHECK(kl__exec_answer_parse((const char *)data, size, &b) == rc);
   CHECK((a.emit == NULL) == (b.emit == NULL));
   CHECK(!a.emit || a.result == KL_HANDLER_OK);
+  CHECK((a.cancel == NULL) == (b.cancel == NULL));
+  CHECK(!a.cancel || a.result == KL_HANDLER_OK);
   CHECK(rc < 0 || !has_duplicate_key(data, size));
   CHECK(!a.has_seq || (a.seq >= 1 && a.seq <= (uint64_t)INT64_MAX));
   if (a.emit)
     check_emit(a.emit);
-  json_decref(a.emit); /* the caller's reference (handlers/exec.h) */
+  if (a.cancel)
+    check_cancel(a.cancel);
+  json_decref(a.emit); /* the caller's references (handlers/exec.h) */
   json_decref(b.emit);
-  a.emit = b.emit = NULL;
+  json_decref(a.cancel);
+  json_decref(b.cancel);
+  a.emit = b.emit = a.cancel = b.cancel = NULL;
   CHECK(memcmp(&a, &b, sizeof(a)) == 0);
   if (rc < 0) {
     CHECK(a.error[0] != '\0');

@@ -96,7 +96,12 @@ seed() {
     printf '{"seq":1,"status":"ok"}' >"$dir/ok"
     printf '{"status":"fail","error":{"code":7}}' >"$dir/fail"
     printf '{"seq":2,"status":"ok","emit":[{"topic":"t2","key":"k","type":"t","payload":{"a":[1,2]}},{"key":"k","type":"t","payload_b64":"AAE="}]}' >"$dir/emit"
-    printf '{"status":"ok","emit":[{"topic":"x.dlq","key":"k","type":"t","id":"i","headers":{"h":"v"}}]}' >"$dir/emit_refused" ;;
+    printf '{"status":"ok","emit":[{"topic":"x.dlq","key":"k","type":"t","id":"i","headers":{"h":"v"}}]}' >"$dir/emit_refused"
+    printf '{"seq":3,"status":"ok","cancel":[{"id":"r-1"},{"id":"r-2","key":"k"}]}' >"$dir/cancel"
+    printf '{"status":"ok","cancel":[{"id":7},{"id":"r","key":"other"},{"id":""},"r",{"id":"r","due":1}],"emit":[]}' >"$dir/cancel_refused"
+    printf '{"status":"ok","cancel":[]}' >"$dir/cancel_none"
+    printf '{"status":"ok","cancel":[{"id":"%s"}]}' "$(printf '%0256d' 0)" >"$dir/cancel_long"
+    printf '{"status":"fail","error":"e","cancel":[{"id":"r"}]}' >"$dir/cancel_fail" ;;
   esac
 }
 

@@ -25,6 +25,7 @@
 #include "store/outbox_rec.h"
 #include "worker/replay.h"
 #include "store/store_internal.h"
+#include "store/timers.h"
 
 static const kl_event_t kl_event = {.key = "acct-1",
                                     .key_len = 6,
@@ -710,6 +711,130 @@ static void test_emit_refusals(void **state) {
   kl_emit_fx_down(&fx);
 }
 
+/* ---- "cancel": timers of the event's own key ---- */
+
+/* Schedules the delayed event @p id of the fixture's event key in its
+ * txn, as a worker's first reading of it would. */
+static void cancel_timer_put(kl_emit_fx_t *fx, const char *id) {
+  kl__timer_t t = {kl__now_ms() + 60000, 40, 0};
+  assert_int_equal(kl__timer_put(fx->txn, kl_fence.topic, kl_fence.partition,
+                                 kl_event.key, kl_event.key_len, id, strlen(id),
+                                 &t, "env", 3),
+                   KL_OK);
+}
+
+static int cancel_timer_waits(kl_emit_fx_t *fx, const char *id) {
+  kl__timer_t t;
+  kl_err_t err =
+      kl__timer_get(fx->txn, kl_fence.topic, kl_fence.partition, kl_event.key,
+                    kl_event.key_len, id, strlen(id), &t);
+  assert_true(err == KL_OK || err == KL_ENOTFOUND);
+  return err == KL_OK;
+}
+
+static kl_handler_result_t cancel_json(kl_emit_fx_t *fx, const char *text,
+                                       char *err, size_t size) {
+  json_error_t jerr;
+  json_t *cancel = json_loads(text, 0, &jerr);
+  if (!cancel)
+    fail_msg("%s: %s", text, jerr.text);
+  err[0] = '\0';
+  kl_handler_result_t r =
+      kl__exec_cancel(cancel, &kl_event, fx->txn, err, size);
+  json_decref(cancel);
+  return r;
+}
+
+/* An answer's "cancel" deletes timers of the event's key by id, its
+ * "key" optional; a timer that no longer waits is no error; a "cancel"
+ * with "retry" or "fail" is not read. Issue 36, cancel from exec. */
+static void test_cancel_deletes_the_keys_timers(void **state) {
+  (void)state;
+  kl_emit_fx_t fx;
+  kl_emit_fx_up(&fx);
+  cancel_timer_put(&fx, "r-1");
+  cancel_timer_put(&fx, "r-2");
+  cancel_timer_put(&fx, "r-3");
+  char err[512];
+  assert_int_equal(cancel_json(&fx,
+                               "[{\"id\":\"r-1\"},"
+                               "{\"id\":\"r-2\",\"key\":\"acct-1\"},"
+                               "{\"id\":\"gone\"}]",
+                               err, sizeof(err)),
+                   KL_HANDLER_OK);
+  assert_false(cancel_timer_waits(&fx, "r-1"));
+  assert_false(cancel_timer_waits(&fx, "r-2"));
+  assert_true(cancel_timer_waits(&fx, "r-3"));
+  assert_int_equal(cancel_json(&fx, "[]", err, sizeof(err)), KL_HANDLER_OK);
+  kl_emit_fx_down(&fx);
+
+  const char *ok = "{\"status\":\"ok\",\"cancel\":[{\"id\":\"x\"}]}";
+  const char *fail = "{\"status\":\"fail\",\"error\":\"e\","
+                     "\"cancel\":[{\"id\":\"x\"}]}";
+  kl__exec_answer_t a;
+  assert_int_equal(kl__exec_answer_parse(ok, strlen(ok), &a), 0);
+  assert_true(json_is_array(a.cancel));
+  json_decref(a.cancel);
+  assert_int_equal(kl__exec_answer_parse(fail, strlen(fail), &a), 0);
+  assert_null(a.cancel);
+}
+
+/* What a cancel may not say is refused, naming it and the fix: the event
+ * fails, and no timer is cancelled by a part of it. */
+static void test_cancel_refusals(void **state) {
+  (void)state;
+  char long_id[300], text[512];
+  memset(long_id, 'i', 256);
+  long_id[256] = '\0';
+  static const struct {
+    const char *cancel;
+    const char *says;
+  } refused[] = {
+      {"{\"id\":\"r-1\",\"key\":\"acct-2\"}",
+       "key \"acct-2\" is not the event's (\"acct-1\"): a handler cancels its "
+       "own key's timers; to cancel another key's, emit a follow-up"},
+      {"{\"id\":\"r-1\",\"key\":7}", "\"key\" is not a string"},
+      {"{\"id\":7}", "\"id\" is not a string: give the delayed event's id, "
+                     "a string of 1 to 255 bytes"},
+      {"{\"id\":[\"r-1\"]}", "\"id\" is not a string"},
+      {"{\"id\":\"\"}", "\"id\" is 0 bytes; an event's id is 1 to 255"},
+      {NULL, /* an id of 256 bytes */ "\"id\" is 256 bytes; an event's id is 1 "
+                                      "to 255"},
+      {"{\"key\":\"acct-1\"}", "\"id\" is missing"},
+      {"{\"id\":\"r-1\",\"due\":1}", "unknown field \"due\"; a cancel "
+                                     "takes \"id\" and, optionally, \"key\""},
+      {"\"r-1\"", "not an object {\"id\", \"key\"?}"},
+  };
+  kl_emit_fx_t fx;
+  kl_emit_fx_up(&fx);
+  cancel_timer_put(&fx, "r-1");
+  char err[512], entry[400];
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+    if (refused[i].cancel)
+      snprintf(entry, sizeof(entry), "%s", refused[i].cancel);
+    else
+      snprintf(entry, sizeof(entry), "{\"id\":\"%s\"}", long_id);
+    snprintf(text, sizeof(text), "[%s]", entry);
+    if (cancel_json(&fx, text, err, sizeof(err)) != KL_HANDLER_FAIL)
+      fail_msg("%s was not refused", text);
+    if (!strstr(err, refused[i].says) ||
+        !strstr(err, "exec handler: \"cancel\"[0]: "))
+      fail_msg("%s: \"%s\" does not say \"%s\"", text, err, refused[i].says);
+  }
+  assert_true(cancel_timer_waits(&fx, "r-1"));
+  assert_int_equal(cancel_json(&fx, "{\"id\":\"r-1\"}", err, sizeof(err)),
+                   KL_HANDLER_FAIL);
+  assert_non_null(strstr(err, "\"cancel\" must be an array of at most 64"));
+  char many[64 * 12 + 8] = "[";
+  for (int i = 0; i < 65; i++)
+    strcat(many, i ? ",{\"id\":\"a\"}" : "{\"id\":\"a\"}");
+  strcat(many, "]");
+  assert_int_equal(cancel_json(&fx, many, err, sizeof(err)), KL_HANDLER_FAIL);
+  assert_non_null(strstr(err, "cancel the rest from a follow-up"));
+  assert_true(cancel_timer_waits(&fx, "r-1"));
+  kl_emit_fx_down(&fx);
+}
+
 /* ---- a worker on the embedded cluster ---- */
 
 static kl_worker_t *kl_exec_worker(const char *bootstrap, const char *topic,
@@ -1064,6 +1189,8 @@ int main(void) {
       cmocka_unit_test(test_emit_refusals),
       cmocka_unit_test(test_emit_not_before_and_delay),
       cmocka_unit_test(test_emit_not_before_limits),
+      cmocka_unit_test(test_cancel_deletes_the_keys_timers),
+      cmocka_unit_test(test_cancel_refusals),
       cmocka_unit_test(test_extra_line_does_not_shift_answers),
       cmocka_unit_test(test_seq_echo_and_unknown_seq),
       cmocka_unit_test(test_echoing_child_must_echo),
