@@ -1097,7 +1097,7 @@ static void kl_f_print(const kl_fault_t *f, const kl_pub_t *pub,
                   " for one timer\n",
          "timers' firing records", v->firing_copies, v->firing_max);
   printf(KL_F_ROW "%" PRIu64 "\n", "applied", v->applied);
-  printf(KL_F_ROW "%" PRIu64 " (of them credits the outbox published again "
+  printf(KL_F_ROW "%" PRIu64 " (of them follow-ups the outbox published again "
                   "after a kill: %" PRIu64 ")\n",
          "duplicates suppressed", v->duplicates, v->follow_up_copies);
   printf(KL_F_ROW "%" PRIu64 "\n", "idempotency keys in the store", g->ids);
