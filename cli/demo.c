@@ -7,7 +7,11 @@
  * with the same idempotency key. While it runs, the demo makes the seed's
  * failure happen: one worker pauses between its handlers and its commit
  * until another owner has taken and committed its partition, and another
- * worker is SIGKILLed and restarted. Then it verifies every balance.
+ * worker is SIGKILLed and restarted. Every 40th event is a scheduled
+ * transfer, which reserves its amount at once and settles 1 to 5 s later
+ * (a delayed follow-up): while the workers apply, the demo looks twice a
+ * second that none settled before its time. Then it verifies every
+ * balance.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -64,6 +68,7 @@ typedef struct kl_demo {
   kl__ledger_gen_t *gen;
   double elapsed_s;
   kl_demo_pause_t pause;
+  int64_t next_due_ns; /* the next look that no settle ran early */
 } kl_demo_t;
 
 static pid_t demo_spawn(kl_demo_t *demo, int i) {
@@ -186,10 +191,19 @@ static void demo_pause_step(kl_demo_t *demo, kl_store_t *store) {
   }
 }
 
+/* Every 500 ms: no delayed event applied before its time. */
+static void demo_due_step(kl_demo_t *demo, kl_store_t *store) {
+  int64_t now = kl__mono_ns();
+  if (now < demo->next_due_ns)
+    return;
+  demo->next_due_ns = now + 500000000;
+  kl__ledger_gen_check_due(demo->gen, store, KL_DEMO_TOPIC);
+}
+
 /* Publishes the unique events paced over about 25 s, every 4th a transfer
- * between two accounts (the bank test: money must be conserved), re-
- * publishing one earlier event after every 18th (5.5 %), and fires the
- * two faults. */
+ * between two accounts (the bank test: money must be conserved), every
+ * 10th of those scheduled 1 to 5 s ahead, re-publishing one earlier event
+ * after every 18th (5.5 %), and fires the two faults. */
 static kl_err_t demo_publish(kl_demo_t *demo, kl_producer_t *producer,
                              kl_store_t *store) {
   const int64_t t0 = kl__mono_ns();
@@ -197,8 +211,12 @@ static kl_err_t demo_publish(kl_demo_t *demo, kl_producer_t *producer,
   int killed = 0, restarted = 0;
   for (int i = 0; i < demo->events; i++) {
     kl_err_t err =
-        i % 4 == 3 ? kl__ledger_gen_transfer(demo->gen, producer, KL_DEMO_TOPIC)
-                   : kl__ledger_gen_publish(demo->gen, producer, KL_DEMO_TOPIC);
+        i % 40 == 39
+            ? kl__ledger_gen_scheduled(demo->gen, producer, KL_DEMO_TOPIC,
+                                       1000 + (i / 40) % 4001)
+        : i % 4 == 3
+            ? kl__ledger_gen_transfer(demo->gen, producer, KL_DEMO_TOPIC)
+            : kl__ledger_gen_publish(demo->gen, producer, KL_DEMO_TOPIC);
     if (!err && i % 18 == 17)
       err = kl__ledger_gen_republish(demo->gen, producer, KL_DEMO_TOPIC);
     if (err)
@@ -208,6 +226,7 @@ static kl_err_t demo_publish(kl_demo_t *demo, kl_producer_t *producer,
       kl_producer_poll(producer, 1);
     double t = (double)(kl__mono_ns() - t0) / 1e9;
     demo_pause_step(demo, store);
+    demo_due_step(demo, store);
     if (demo->pause.state == KL_PAUSE_IDLE && t > 6) {
       kill(demo->pids[0], SIGUSR1);
       demo->pause.state = KL_PAUSE_ARMED;
@@ -241,6 +260,7 @@ static uint64_t demo_count_lines(const kl_demo_t *demo, const char *needle) {
 static int demo_settle(kl_demo_t *demo, kl_store_t *store) {
   for (int t = 0; t < 120000; t += 100) {
     demo_pause_step(demo, store);
+    demo_due_step(demo, store);
     /* one look at the partitions, and 100 ms when they are not there */
     int caught_up =
         kl__ledger_gen_wait(demo->gen, store, KL_DEMO_TOPIC, 0, 100) == 0;
@@ -281,6 +301,14 @@ static int demo_report(kl_demo_t *demo, kl_store_t *store, int json,
         "elapsed_s", demo->elapsed_s, "ok", ok, "dir", demo->dir, "transfers",
         (json_int_t)v.transfers, "total_ok", v.total_ok, "total",
         (json_int_t)v.total, "total_expected", (json_int_t)v.total_expected);
+    json_object_set_new(
+        o, "scheduled",
+        json_pack("{sIsIsIsIsIsIsI}", "transfers", (json_int_t)v.scheduled,
+                  "delayed", (json_int_t)v.delayed, "delayed_applied",
+                  (json_int_t)v.delayed_applied, "firing_copies",
+                  (json_int_t)v.firing_copies, "due_checks",
+                  (json_int_t)v.due_checks, "early", (json_int_t)v.early,
+                  "held", (json_int_t)v.held));
     json_dumpf(o, stdout, JSON_COMPACT);
     putchar('\n');
     json_decref(o);
@@ -291,9 +319,10 @@ static int demo_report(kl_demo_t *demo, kl_store_t *store, int json,
          " acknowledged by Kafka\n",
          published, v.keys, dups, acked);
   printf("applied %" PRIu64 " (each once), suppressed %" PRIu64
-         " duplicates (%" PRIu64 " of them credits an outbox published again "
-         "after the kill)\n",
-         v.applied, v.duplicates, v.follow_up_copies);
+         " duplicates (%" PRIu64 " of them follow-ups an outbox published "
+         "again after the kill, %" PRIu64 " timers' firing records written "
+         "again)\n",
+         v.applied, v.duplicates, v.follow_up_copies, v.firing_copies);
   printf("the paused worker woke up late and was fenced: %" PRIu64
          " batch(es) rejected by the epoch check\n",
          fenced);
@@ -308,6 +337,12 @@ static int demo_report(kl_demo_t *demo, kl_store_t *store, int json,
          "debits published %" PRId64 "\n",
          v.transfers, v.total_ok ? "conserved" : "NOT conserved", v.total,
          v.total_expected);
+  printf("scheduled transfers: %" PRIu64 " of them reserved at once and "
+         "settled 1 to 5 s later; %" PRIu64 " of %" PRIu64
+         " settles applied, %" PRIu64 " before their time in %" PRIu64
+         " looks; held at the end %" PRId64 "\n",
+         v.scheduled, v.delayed_applied, v.delayed, v.early, v.due_checks,
+         v.held);
   printf("%s in %.1f s\n", ok ? "OK: every balance verifies" : "FAILED",
          demo->elapsed_s);
   return ok ? KL_EXIT_OK : KL_EXIT_FAIL;
@@ -427,12 +462,17 @@ static const kl__cmd_t demo_cmd = {
         "worker is paused between handler and commit until it is fenced, and\n"
         "another is killed and restarted. Every 4th event is a transfer "
         "between\n"
-        "two accounts, whose credit goes through the outbox. Then every "
-        "balance\n"
-        "is verified, and that money was conserved (a bank test).\n",
+        "two accounts, whose credit goes through the outbox; every 40th is "
+        "scheduled:\n"
+        "reserved at once, settled 1 to 5 s later by a delayed follow-up. "
+        "Then every\n"
+        "balance is verified, that money was conserved (a bank test), and "
+        "that\n"
+        "every scheduled transfer settled once and none before its time.\n",
     .opts = demo_opts,
-    .notes = "Exit status 0 only when every balance and seq verifies and the "
-             "total\nis conserved.\n",
+    .notes = "Exit status 0 only when every balance and seq verifies, the "
+             "total\nis conserved and every scheduled transfer settled "
+             "once, on time.\n",
     .examples = "  keylane demo\n"
                 "  keylane demo --events 20000 --json\n"};
 

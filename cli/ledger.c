@@ -17,7 +17,7 @@
 typedef struct kl_ledger_walk {
   json_t *balances; /* NULL: print text */
   uint64_t keys, violations;
-  __int128 total; /* a sum of int64 balances can leave int64 */
+  __int128 total, held; /* a sum of int64 balances can leave int64 */
 } kl_ledger_walk_t;
 
 /* A key as text: escaped (common/strbuf.h), so that a key's control bytes
@@ -40,12 +40,20 @@ static int ledger_row(void *opaque, const void *key, size_t key_len,
   walk->keys++;
   walk->violations += (uint64_t)e->violations;
   walk->total += e->balance;
-  if (!walk->balances)
+  walk->held += e->held;
+  /* held only while a scheduled transfer waits for its settle */
+  if (!walk->balances && e->held)
+    printf("%s\t%" PRId64 "\t%" PRId64 "\theld=%" PRId64 "\n", name, e->balance,
+           e->last_seq, e->held);
+  else if (!walk->balances)
     printf("%s\t%" PRId64 "\t%" PRId64 "\n", name, e->balance, e->last_seq);
-  else
-    json_object_set_new(walk->balances, name,
-                        json_pack("{sIsI}", "balance", (json_int_t)e->balance,
-                                  "last_seq", (json_int_t)e->last_seq));
+  else {
+    json_t *o = json_pack("{sIsI}", "balance", (json_int_t)e->balance,
+                          "last_seq", (json_int_t)e->last_seq);
+    if (e->held)
+      json_object_set_new(o, "held", json_integer((json_int_t)e->held));
+    json_object_set_new(walk->balances, name, o);
+  }
   free(name);
   return 0;
 }
@@ -68,7 +76,7 @@ static const char *i128_text(__int128 v, char *buf, size_t size) {
 }
 
 static int ledger_print(kl_store_t *store, const char *topic, int json) {
-  kl_ledger_walk_t walk = {json ? json_object() : NULL, 0, 0, 0};
+  kl_ledger_walk_t walk = {json ? json_object() : NULL, 0, 0, 0, 0};
   kl_err_t err = kl__ledger_walk(store, topic, ledger_row, &walk);
   if (err) {
     json_decref(walk.balances);
@@ -84,11 +92,12 @@ static int ledger_print(kl_store_t *store, const char *topic, int json) {
     putchar('\n');
     json_decref(out);
   } else {
-    char total[48];
+    char total[48], held[48];
     printf("total\tkeys=%" PRIu64 "\tbalance=%s\torder_violations=%" PRIu64
-           "\n",
+           "%s%s\n",
            walk.keys, i128_text(walk.total, total, sizeof(total)),
-           walk.violations);
+           walk.violations, walk.held ? "\theld=" : "",
+           walk.held ? i128_text(walk.held, held, sizeof(held)) : "");
   }
   return KL_EXIT_OK;
 }
@@ -132,6 +141,9 @@ static const kl__cmd_t ledger_cmd = {
         "own entry of a key. Without -t the line sums every topic's entry\n"
         "of the key in the store, and the entry an older keylane kept for\n"
         "the key without a topic once; LAST_SEQ is the largest of them.\n"
+        "A key that holds the amount of a scheduled transfer not settled\n"
+        "yet (a transfer with \"at\") prints a fourth column held=N, and\n"
+        "\"held\" in --json; the totals line then sums them as held=N.\n"
         "With -t TOPIC only that topic's entries count (with what each "
         "took\n"
         "over from an older keylane's entry): one fleet's balances in a\n"

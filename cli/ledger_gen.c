@@ -11,13 +11,22 @@
 #include "common/strbuf.h"
 #include "store/outbox_rec.h"
 #include "handlers/ledger.h"
+#include "worker/dlq.h"
 
 typedef struct kl_gen_event {
   uint32_t key;
-  int64_t seq, amount; /* amount < 0: a debit */
+  int64_t seq, amount; /* amount < 0: a debit; seq 0: none (a credit) */
   int64_t to;          /* a transfer's destination key; -1 otherwise */
+  int64_t not_before;  /* a delayed event's time; 0 otherwise */
+  int64_t at;          /* a scheduled transfer's settle time; 0 otherwise */
   char id[37];
 } kl_gen_event_t;
+
+/* A delayed event of a key (a settle too) and when it is due. */
+typedef struct kl_gen_due {
+  uint32_t key;
+  int64_t due;
+} kl_gen_due_t;
 
 struct kl__ledger_gen {
   int keys;
@@ -28,10 +37,18 @@ struct kl__ledger_gen {
   int64_t *balance, *last_seq;
   unsigned char *touched; /* a key that an event changed */
   int64_t *end;
-  uint64_t republished, acked, failed, transfers;
+  uint64_t republished, acked, failed, transfers, scheduled;
   /* kl__ledger_gen_read_follow_ups(): follow-up records in the applied
-   * part of the log, and how many distinct ids they carry */
-  uint64_t follow_ups, follow_up_ids;
+   * part of the log, and how many distinct ids they carry; the same of
+   * the firing records of timers */
+  uint64_t follow_ups, follow_up_ids, firings, firing_ids, firing_max;
+  /* delayed events (settles included) by key, and each with its time */
+  int64_t *delayed;
+  kl_gen_due_t *dues;
+  size_t ndues, dues_cap;
+  /* kl__ledger_gen_check_due()'s looks, and the keys they found with
+   * more delayed events applied than had come due */
+  uint64_t due_checks, early;
 };
 
 static uint64_t gen_rand(kl__ledger_gen_t *gen) {
@@ -52,7 +69,9 @@ kl__ledger_gen_t *kl__ledger_gen_new(int keys, int32_t partitions,
   gen->last_seq = calloc((size_t)keys, sizeof(int64_t));
   gen->end = calloc((size_t)partitions, sizeof(int64_t));
   gen->touched = calloc((size_t)keys, 1);
-  if (!gen->balance || !gen->last_seq || !gen->end || !gen->touched) {
+  gen->delayed = calloc((size_t)keys, sizeof(int64_t));
+  if (!gen->balance || !gen->last_seq || !gen->end || !gen->touched ||
+      !gen->delayed) {
     kl__ledger_gen_destroy(gen);
     return NULL;
   }
@@ -66,6 +85,8 @@ void kl__ledger_gen_destroy(kl__ledger_gen_t *gen) {
   free(gen->balance);
   free(gen->last_seq);
   free(gen->touched);
+  free(gen->delayed);
+  free(gen->dues);
   free(gen->end);
   free(gen);
 }
@@ -74,11 +95,12 @@ static int gen_key(char *buf, size_t size, uint32_t key) {
   return snprintf(buf, size, "acct-%04" PRIu32, key);
 }
 
-/* Publishes the event @p type of @p key with the payload @p a. */
+/* Publishes the event @p type of @p key with the payload @p a, delayed
+ * until @p not_before (0: not). */
 static kl_err_t ledger_publish(kl_producer_t *producer, const char *topic,
                                const char *key, size_t key_len, const char *id,
                                const char *type, const kl_ledger_args_t *a,
-                               void *opaque) {
+                               int64_t not_before, void *opaque) {
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
   kl__ledger_encode(&sb, a);
@@ -89,7 +111,8 @@ static kl_err_t ledger_publish(kl_producer_t *producer, const char *topic,
                    .type = type,
                    .type_len = strlen(type),
                    .payload = sb.data,
-                   .payload_len = sb.size};
+                   .payload_len = sb.size,
+                   .not_before = not_before};
   kl_err_t err = kl_publish(producer, topic, &ev, opaque);
   msgpack_sbuffer_destroy(&sb);
   return err;
@@ -100,7 +123,7 @@ kl_err_t kl__ledger_gen_send(kl_producer_t *producer, const char *topic,
                              const char *type, int64_t amount, int64_t seq,
                              void *opaque) {
   kl_ledger_args_t a = {.amount = amount, .seq = seq, .has_seq = 1};
-  return ledger_publish(producer, topic, key, key_len, id, type, &a, opaque);
+  return ledger_publish(producer, topic, key, key_len, id, type, &a, 0, opaque);
 }
 
 kl_err_t kl__ledger_gen_send_transfer(kl_producer_t *producer,
@@ -114,23 +137,27 @@ kl_err_t kl__ledger_gen_send_transfer(kl_producer_t *producer,
                         .to = to,
                         .to_len = strlen(to)};
   return ledger_publish(producer, topic, from, strlen(from), id, "transfer", &a,
-                        opaque);
+                        0, opaque);
 }
 
 static kl_err_t gen_send(kl_producer_t *producer, const char *topic,
                          const kl_gen_event_t *e) {
-  char key[32];
+  char key[32], to[32];
   int klen = gen_key(key, sizeof(key), e->key);
+  kl_ledger_args_t a = {.amount = e->amount < 0 ? -e->amount : e->amount,
+                        .seq = e->seq,
+                        .has_seq = e->seq > 0,
+                        .at = e->at,
+                        .has_at = e->at > 0};
   if (e->to >= 0) {
-    char to[32];
-    gen_key(to, sizeof(to), (uint32_t)e->to);
-    return kl__ledger_gen_send_transfer(producer, topic, key, to, e->id,
-                                        e->amount, e->seq, NULL);
+    a.to = to;
+    a.to_len = (size_t)gen_key(to, sizeof(to), (uint32_t)e->to);
   }
-  return kl__ledger_gen_send(producer, topic, key, (size_t)klen, e->id,
-                             e->amount < 0 ? "debit" : "credit",
-                             e->amount < 0 ? -e->amount : e->amount, e->seq,
-                             NULL);
+  const char *type = e->to >= 0      ? "transfer"
+                     : e->amount < 0 ? "debit"
+                                     : "credit";
+  return ledger_publish(producer, topic, key, (size_t)klen, e->id, type, &a,
+                        e->not_before, NULL);
 }
 
 /* The log's next entry, for a new event of a random key. */
@@ -145,23 +172,42 @@ static kl_gen_event_t *gen_next(kl__ledger_gen_t *gen, uint64_t r) {
   e->seq = gen->last_seq[e->key] + 1;
   e->amount = (int64_t)((r >> 20) % 1000) + 1;
   e->to = -1;
+  e->not_before = e->at = 0;
   kl_event_make_id(e->id);
   return e;
+}
+
+/* Books that a delayed event of @p key is due at @p due. */
+static kl_err_t gen_due(kl__ledger_gen_t *gen, uint32_t key, int64_t due) {
+  kl_gen_due_t *dues =
+      kl__grow(gen->dues, &gen->dues_cap, gen->ndues, sizeof(*dues), 1024);
+  if (!dues)
+    return KL_ENOMEM;
+  gen->dues = dues;
+  dues[gen->ndues++] = (kl_gen_due_t){key, due};
+  gen->delayed[key]++;
+  return KL_OK;
 }
 
 /* Sends @p e and, once it is queued, books it. */
 static kl_err_t gen_book(kl__ledger_gen_t *gen, kl_producer_t *producer,
                          const char *topic, kl_gen_event_t *e) {
-  kl_err_t err = gen_send(producer, topic, e);
+  /* room for its due first: once sent, it is booked whole */
+  int64_t due = e->at ? e->at : e->not_before;
+  kl_err_t err = due ? gen_due(gen, e->key, due) : KL_OK;
+  if (!err && (err = gen_send(producer, topic, e)) && due)
+    gen->ndues--, gen->delayed[e->key]--;
   if (err)
     return err;
-  gen->last_seq[e->key] = e->seq;
+  if (e->seq)
+    gen->last_seq[e->key] = e->seq;
   gen->touched[e->key] = 1;
   if (e->to >= 0) {
     gen->balance[e->key] -= e->amount;
     gen->balance[e->to] += e->amount;
     gen->touched[e->to] = 1;
     gen->transfers++;
+    gen->scheduled += e->at > 0;
   } else {
     gen->balance[e->key] += e->amount;
   }
@@ -180,8 +226,9 @@ kl_err_t kl__ledger_gen_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,
   return gen_book(gen, producer, topic, e);
 }
 
-kl_err_t kl__ledger_gen_transfer(kl__ledger_gen_t *gen, kl_producer_t *producer,
-                                 const char *topic) {
+/* A transfer from a random key to another, settled at @p at (0: now). */
+static kl_err_t gen_transfer(kl__ledger_gen_t *gen, kl_producer_t *producer,
+                             const char *topic, int64_t at) {
   if (gen->keys < 2)
     return KL_EINVAL;
   uint64_t r = gen_rand(gen);
@@ -190,7 +237,29 @@ kl_err_t kl__ledger_gen_transfer(kl__ledger_gen_t *gen, kl_producer_t *producer,
     return KL_ENOMEM;
   e->to = (int64_t)((e->key + 1 + (r >> 44) % (uint64_t)(gen->keys - 1)) %
                     (uint64_t)gen->keys);
+  e->at = at;
   return gen_book(gen, producer, topic, e);
+}
+
+kl_err_t kl__ledger_gen_transfer(kl__ledger_gen_t *gen, kl_producer_t *producer,
+                                 const char *topic) {
+  return gen_transfer(gen, producer, topic, 0);
+}
+
+kl_err_t kl__ledger_gen_delayed(kl__ledger_gen_t *gen, kl_producer_t *producer,
+                                const char *topic, int64_t delay_ms) {
+  kl_gen_event_t *e = gen_next(gen, gen_rand(gen));
+  if (!e)
+    return KL_ENOMEM;
+  e->seq = 0; /* its time decides its place among the key's events */
+  e->not_before = kl__now_ms() + delay_ms;
+  return gen_book(gen, producer, topic, e);
+}
+
+kl_err_t kl__ledger_gen_scheduled(kl__ledger_gen_t *gen,
+                                  kl_producer_t *producer, const char *topic,
+                                  int64_t delay_ms) {
+  return gen_transfer(gen, producer, topic, kl__now_ms() + delay_ms);
 }
 
 kl_err_t kl__ledger_gen_republish(kl__ledger_gen_t *gen,
@@ -258,19 +327,31 @@ static int gen_part(void *opaque, const char *topic, int32_t partition,
   return 0;
 }
 
-static int gen_row(void *opaque, const void *key, size_t key_len,
-                   const kl_ledger_entry_t *e) {
-  kl_gen_walk_t *w = opaque;
+/* The index of the workload's key @p key; -1 for one it has not. */
+static int gen_key_index(const kl__ledger_gen_t *gen, const void *key,
+                         size_t key_len) {
   char text[40];
   unsigned k;
   snprintf(text, sizeof(text), "%.*s", (int)key_len, (const char *)key);
-  if (sscanf(text, "acct-%u", &k) != 1 || k >= (unsigned)w->gen->keys) {
+  return sscanf(text, "acct-%u", &k) == 1 && k < (unsigned)gen->keys ? (int)k
+                                                                     : -1;
+}
+
+static int gen_row(void *opaque, const void *key, size_t key_len,
+                   const kl_ledger_entry_t *e) {
+  kl_gen_walk_t *w = opaque;
+  int k = gen_key_index(w->gen, key, key_len);
+  if (k < 0) {
     w->v->keys_bad++;
     return 0;
   }
   w->v->violations += (uint64_t)e->violations;
-  w->v->total += e->balance;
-  if (e->balance == w->gen->balance[k] && e->last_seq == w->gen->last_seq[k])
+  /* money is what the keys have and what they hold for a settle */
+  w->v->total += e->balance + e->held;
+  w->v->held += e->held;
+  w->v->delayed_applied += (uint64_t)e->delayed;
+  if (e->balance == w->gen->balance[k] && e->last_seq == w->gen->last_seq[k] &&
+      e->held == 0 && e->delayed == w->gen->delayed[k])
     w->v->keys_ok++;
   else
     w->v->keys_bad++;
@@ -287,6 +368,51 @@ static kl_err_t gen_walk_parts(const kl__ledger_gen_t *gen, kl_store_t *store,
   return err;
 }
 
+uint64_t kl__ledger_gen_applies(const kl__ledger_gen_t *gen) {
+  return gen->count + gen->transfers + gen->scheduled;
+}
+
+typedef struct kl_gen_due_walk {
+  const kl__ledger_gen_t *gen;
+  int64_t *applied; /* per key: delayed events applied */
+} kl_gen_due_walk_t;
+
+static int gen_due_row(void *opaque, const void *key, size_t key_len,
+                       const kl_ledger_entry_t *e) {
+  kl_gen_due_walk_t *w = opaque;
+  int k = gen_key_index(w->gen, key, key_len);
+  if (k >= 0)
+    w->applied[k] = e->delayed;
+  return 0;
+}
+
+kl_err_t kl__ledger_gen_check_due(kl__ledger_gen_t *gen, kl_store_t *store,
+                                  const char *topic) {
+  int64_t *applied = calloc((size_t)gen->keys, sizeof(int64_t));
+  int64_t *due = calloc((size_t)gen->keys, sizeof(int64_t));
+  kl_gen_due_walk_t w = {gen, applied};
+  kl_err_t err = applied && due ? kl__ledger_walk(store, topic, gen_due_row, &w)
+                                : KL_ENOMEM;
+  /* Read after the snapshot: whatever it shows was applied before now,
+   * so an event not applied early was due by now. */
+  int64_t now = kl__now_ms();
+  for (size_t i = 0; !err && i < gen->ndues; i++)
+    due[gen->dues[i].key] += gen->dues[i].due <= now;
+  for (int k = 0; !err && k < gen->keys; k++)
+    if (applied[k] > due[k]) {
+      if (gen->early++ < 10)
+        fprintf(stderr,
+                "ledger workload: acct-%04d applied %" PRId64
+                " delayed events when only %" PRId64 " were due at %" PRId64
+                "\n",
+                k, applied[k], due[k], now);
+    }
+  gen->due_checks += !err;
+  free(applied);
+  free(due);
+  return err;
+}
+
 kl_err_t kl__ledger_gen_verify(const kl__ledger_gen_t *gen, kl_store_t *store,
                                const char *topic, kl__ledger_verdict_t *v) {
   int32_t owned;
@@ -299,15 +425,27 @@ kl_err_t kl__ledger_gen_verify(const kl__ledger_gen_t *gen, kl_store_t *store,
     v->total_expected += gen->balance[k];
   }
   v->transfers = gen->transfers;
+  v->scheduled = gen->scheduled;
+  v->delayed = gen->ndues;
+  v->due_checks = gen->due_checks;
+  v->early = gen->early;
   v->follow_up_copies = gen->follow_ups - gen->follow_up_ids;
+  v->firing_copies = gen->firings - gen->firing_ids;
+  v->firing_max = gen->firing_max;
   v->total_ok = !err && v->total == v->total_expected;
-  /* A transfer applies twice: its debit, then its credit (a follow-up).
-   * Duplicates are the re-published events and the outbox's copies. */
+  /* A transfer applies twice: its debit, then its credit (a follow-up); a
+   * scheduled one three times: its debit, its settle, its credit.
+   * Duplicates are the re-published events, the outbox's copies and the
+   * timers' firing records beyond the one that ran each. */
   v->ok = !err && v->keys_bad == 0 && v->keys_ok == v->keys && v->total_ok &&
-          v->violations == 0 && v->applied == gen->count + gen->transfers &&
-          v->duplicates == gen->republished + v->follow_up_copies &&
+          v->violations == 0 && v->held == 0 &&
+          v->delayed_applied == v->delayed && v->early == 0 &&
+          v->applied == kl__ledger_gen_applies(gen) &&
+          v->duplicates ==
+              gen->republished + v->follow_up_copies + v->firing_copies &&
           gen->failed == 0 && v->caught_up == (uint64_t)gen->partitions &&
-          (gen->follow_up_ids == gen->transfers || gen->follow_ups == 0);
+          (gen->follow_up_ids == gen->transfers + gen->scheduled ||
+           gen->follow_ups == 0);
   return err;
 }
 
@@ -321,7 +459,7 @@ int kl__ledger_gen_wait(const kl__ledger_gen_t *gen, kl_store_t *store,
     if (gen_walk_parts(gen, store, topic, &v, &owned) == KL_OK &&
         (any_owner ? owned == gen->partitions
                    : (int32_t)v.caught_up == gen->partitions &&
-                         v.applied >= gen->count + gen->transfers))
+                         v.applied >= kl__ledger_gen_applies(gen)))
       return 0;
     kl__sleep_ms(100);
   }
@@ -332,7 +470,7 @@ int kl__ledger_gen_wait(const kl__ledger_gen_t *gen, kl_store_t *store,
 
 typedef struct kl_gen_ids {
   kl_decoder_t *decoder;
-  char (*id)[KL_ID_MAX + 1];
+  char (*id)[KL_ID_MAX + 2]; /* 'o' for a follow-up, 'f' for a firing */
   size_t n, cap;
   kl_err_t err;
 } kl_gen_ids_t;
@@ -346,11 +484,25 @@ int kl__ledger_gen_decode_follow_up(kl_decoder_t *decoder,
          kl__emit_id_parse(ev->id, ev->id_len, &src) == 0;
 }
 
-/* Keeps the id of a follow-up. */
+/* 1 for the firing record of a timer (worker/fire.c): it carries the
+ * delayed event's envelope, its id too. */
+static int gen_is_firing(rd_kafka_message_t *m) {
+  rd_kafka_headers_t *h = NULL;
+  const void *v;
+  size_t n;
+  return rd_kafka_message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR && h &&
+         rd_kafka_header_get_last(h, KL__TIMER_HEADER, &v, &n) ==
+             RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+/* Keeps the id of a follow-up, and of a timer's firing record. */
 static int gen_take_id(void *opaque, rd_kafka_message_t *m) {
   kl_gen_ids_t *ids = opaque;
   kl_event_t ev;
-  if (!kl__ledger_gen_decode_follow_up(ids->decoder, m, &ev))
+  int firing = gen_is_firing(m);
+  if (firing ? kl_event_decode(ids->decoder, m->key, m->key_len, m->payload,
+                               m->len, &ev) != KL_OK
+             : !kl__ledger_gen_decode_follow_up(ids->decoder, m, &ev))
     return 0;
   void *grown = kl__grow(ids->id, &ids->cap, ids->n, sizeof(*ids->id), 1024);
   if (!grown) {
@@ -358,7 +510,8 @@ static int gen_take_id(void *opaque, rd_kafka_message_t *m) {
     return KL__READ_STOP;
   }
   ids->id = grown;
-  snprintf(ids->id[ids->n++], sizeof(*ids->id), "%.*s", (int)ev.id_len, ev.id);
+  snprintf(ids->id[ids->n++], sizeof(*ids->id), "%c%.*s", firing ? 'f' : 'o',
+           (int)ev.id_len, ev.id);
   return 0;
 }
 
@@ -405,10 +558,17 @@ kl_err_t kl__ledger_gen_read_follow_ups(kl__ledger_gen_t *gen,
   err = err ? err : ids.err;
   if (!err) {
     qsort(ids.id, ids.n, sizeof(*ids.id), gen_id_cmp);
-    gen->follow_ups = ids.n;
-    gen->follow_up_ids = 0;
-    for (size_t i = 0; i < ids.n; i++)
-      gen->follow_up_ids += i == 0 || strcmp(ids.id[i - 1], ids.id[i]) != 0;
+    gen->follow_ups = gen->follow_up_ids = gen->firings = gen->firing_ids = 0;
+    gen->firing_max = 0;
+    for (size_t i = 0, run = 0; i < ids.n; i++) {
+      int firing = ids.id[i][0] == 'f';
+      int new_id = i == 0 || strcmp(ids.id[i - 1], ids.id[i]) != 0;
+      *(firing ? &gen->firings : &gen->follow_ups) += 1;
+      *(firing ? &gen->firing_ids : &gen->follow_up_ids) += new_id;
+      run = new_id ? 1 : run + 1;
+      if (firing && run > gen->firing_max)
+        gen->firing_max = run;
+    }
   }
   if (rk)
     rd_kafka_destroy(rk);

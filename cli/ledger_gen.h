@@ -30,9 +30,18 @@ typedef struct kl__ledger_verdict {
   uint64_t duplicates;       /* sum of their duplicate counters */
   uint64_t caught_up;        /* partitions whose watermark reached the end */
   uint64_t transfers;        /* transfers published (each emits a credit) */
+  uint64_t scheduled;        /* of them scheduled (each emits a settle) */
+  uint64_t delayed;          /* delayed events published, and settles */
+  uint64_t delayed_applied;  /* delayed events the entries count applied */
+  uint64_t due_checks;       /* kl__ledger_gen_check_due() looks */
+  uint64_t early;            /* keys those found ahead of the clock */
+  int64_t held;              /* the sum of the stored holds: 0 once every
+                                scheduled transfer settled */
   uint64_t follow_up_copies; /* follow-ups the outbox published more than
                                 once (kl__ledger_gen_read_follow_ups()) */
-  int64_t total;             /* the sum of the stored balances */
+  uint64_t firing_copies;    /* timers' firing records beyond one each */
+  uint64_t firing_max;       /* the most firing records one timer had */
+  int64_t total;             /* the sum of the stored balances and holds */
   int64_t total_expected;    /* credits less debits published: transfers
                                 move money, they never make or lose any */
   int total_ok;              /* total == total_expected: money is conserved */
@@ -64,6 +73,23 @@ kl_err_t kl__ledger_gen_publish(kl__ledger_gen_t *gen, kl_producer_t *producer,
 kl_err_t kl__ledger_gen_transfer(kl__ledger_gen_t *gen, kl_producer_t *producer,
                                  const char *topic);
 
+/**
+ * Publishes one new credit without a seq, delayed by @p delay_ms (its
+ * not_before; a delayed debit or transfer would break the key's seq
+ * order). The store's entries count it among their delayed events.
+ */
+kl_err_t kl__ledger_gen_delayed(kl__ledger_gen_t *gen, kl_producer_t *producer,
+                                const char *topic, int64_t delay_ms);
+
+/**
+ * Publishes one new scheduled transfer, {"to", "amount", "seq", "at"}
+ * with "at" @p delay_ms from now: the worker debits and holds the amount
+ * at once and settles it (the credit of "to") once "at" came.
+ */
+kl_err_t kl__ledger_gen_scheduled(kl__ledger_gen_t *gen,
+                                  kl_producer_t *producer, const char *topic,
+                                  int64_t delay_ms);
+
 /** Publishes one transfer of @p amount from @p from to @p to. */
 kl_err_t kl__ledger_gen_send_transfer(kl_producer_t *producer,
                                       const char *topic, const char *from,
@@ -83,6 +109,19 @@ uint64_t kl__ledger_gen_republished(const kl__ledger_gen_t *gen);
 uint64_t kl__ledger_gen_transfers(const kl__ledger_gen_t *gen);
 uint64_t kl__ledger_gen_acked(const kl__ledger_gen_t *gen);
 uint64_t kl__ledger_gen_failed(const kl__ledger_gen_t *gen);
+/** The events the store applies for what was published: each event, each
+ *  transfer's credit, each scheduled transfer's settle. */
+uint64_t kl__ledger_gen_applies(const kl__ledger_gen_t *gen);
+
+/**
+ * Checks that no delayed event ran before its time, as the store shows it
+ * now: per key, the delayed events its entry counts applied may not be
+ * more than those due by the clock read after the store. Call it often
+ * while the workers apply; kl__ledger_gen_verify() reports the looks and
+ * the keys found ahead (each named on stderr, the first 10).
+ */
+kl_err_t kl__ledger_gen_check_due(kl__ledger_gen_t *gen, kl_store_t *store,
+                                  const char *topic);
 
 /** Offset after the last acknowledged event of @p partition. */
 int64_t kl__ledger_gen_end(const kl__ledger_gen_t *gen, int32_t partition);
@@ -92,9 +131,12 @@ int64_t kl__ledger_gen_end(const kl__ledger_gen_t *gen, int32_t partition);
  * partition, through @p bootstrap) and counts the transfers' credits
  * there: an outbox publishes a follow-up again when its worker died
  * between Kafka's acknowledgement and the follow-up's removal, and the
- * next owner skips the copy as a duplicate. kl__ledger_gen_verify() then
- * expects those copies among the duplicates, and one distinct credit per
- * transfer. Without this call it expects no copy.
+ * next owner skips the copy as a duplicate. It counts the timers' firing
+ * records too: one runs each delayed event, any other (written again by
+ * an owner that did not read it back, or by a predecessor) is a
+ * duplicate. kl__ledger_gen_verify() then expects those copies among the
+ * duplicates, and one distinct follow-up per transfer and per settle.
+ * Without this call it expects no copy.
  */
 kl_err_t kl__ledger_gen_read_follow_ups(kl__ledger_gen_t *gen,
                                         kl_store_t *store,

@@ -13,6 +13,17 @@
  * still applied, and counted as a violation: with one writer per key and
  * in-order application there must be none.
  *
+ * A transfer with "at" (ms since the Unix epoch) is scheduled: reserve
+ * now, settle later. It debits its key at once and holds the amount (the
+ * entry's held: money is balance + held), and emits to its own key a
+ * "settle" {"to", "amount"} delayed until "at" (kl_txn_emit_opts()); the
+ * settle, applied once when its time came, releases the hold and emits
+ * the destination's credit. The settle is the ledger's own follow-up: one
+ * a service published (its id is no follow-up's), or one for more than
+ * the key holds, FAILs. The entry also counts the delayed events applied
+ * to the key (a settle is one), for a reader that knows when they were
+ * due (cli/ledger_gen.c checks that none ran early).
+ *
  * An amount is positive (a debit subtracts it), and a balance never wraps:
  * an event that is not, or that would carry the balance past int64, FAILs
  * with the reason, so it is dead-lettered and the balance stays as it was;
@@ -33,13 +44,16 @@
 
 int kl__ledger_decode(const void *val, size_t len, kl_ledger_entry_t *entry) {
   const unsigned char *v = val;
-  if (len != KL_LEDGER_VALUE_LEN && len != KL_LEDGER_VALUE_BASE_LEN)
+  if (len != KL_LEDGER_VALUE_LEN && len != KL_LEDGER_VALUE_BASE_LEN &&
+      len != KL_LEDGER_VALUE_HELD_LEN)
     return -1;
   entry->balance = (int64_t)kl__get_be(v, 8);
   entry->last_seq = (int64_t)kl__get_be(v + 8, 8);
   entry->violations = (int64_t)kl__get_be(v + 16, 8);
-  entry->base =
-      len == KL_LEDGER_VALUE_BASE_LEN ? (int64_t)kl__get_be(v + 24, 8) : 0;
+  entry->base = len > KL_LEDGER_VALUE_LEN ? (int64_t)kl__get_be(v + 24, 8) : 0;
+  int held = len == KL_LEDGER_VALUE_HELD_LEN;
+  entry->held = held ? (int64_t)kl__get_be(v + 32, 8) : 0;
+  entry->delayed = held ? (int64_t)kl__get_be(v + 40, 8) : 0;
   return 0;
 }
 
@@ -56,7 +70,7 @@ size_t kl__ledger_key(const char *topic, const void *key, size_t key_len,
 void kl__ledger_encode(msgpack_sbuffer *sb, const kl_ledger_args_t *a) {
   msgpack_packer pk;
   msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 1 + !!a->to + !!a->has_seq + !!a->from);
+  msgpack_pack_map(&pk, 1 + !!a->to + !!a->has_seq + !!a->has_at + !!a->from);
   if (a->to) {
     msgpack_pack_str_with_body(&pk, "to", 2);
     msgpack_pack_str_with_body(&pk, a->to, a->to_len);
@@ -66,6 +80,10 @@ void kl__ledger_encode(msgpack_sbuffer *sb, const kl_ledger_args_t *a) {
   if (a->has_seq) {
     msgpack_pack_str_with_body(&pk, "seq", 3);
     msgpack_pack_int64(&pk, a->seq);
+  }
+  if (a->has_at) {
+    msgpack_pack_str_with_body(&pk, "at", 2);
+    msgpack_pack_int64(&pk, a->at);
   }
   if (a->from) {
     msgpack_pack_str_with_body(&pk, "from", 4);
@@ -109,7 +127,7 @@ static int mp_item(kl__mp_reader_t *rd, kl__mp_item_t *item) {
 
 int kl__ledger_payload(const void *buf, size_t len, kl_ledger_args_t *a,
                        const char **twice) {
-  static const char *const fields[] = {"amount", "seq", "to"};
+  static const char *const fields[] = {"amount", "seq", "to", "at"};
   memset(a, 0, sizeof(*a));
   *twice = NULL;
   kl__mp_reader_t rd = kl__mp_reader(buf, len);
@@ -122,7 +140,7 @@ int kl__ledger_payload(const void *buf, size_t len, kl_ledger_args_t *a,
   for (uint64_t i = 0; i < map.n; i++) {
     if (mp_item(&rd, &k) || mp_item(&rd, &v))
       goto not_msgpack;
-    for (unsigned f = 0; f < 3; f++)
+    for (unsigned f = 0; f < 4; f++)
       if (key_is(&k, fields[f])) {
         if (seen & 1u << f && !*twice)
           *twice = fields[f];
@@ -132,6 +150,8 @@ int kl__ledger_payload(const void *buf, size_t len, kl_ledger_args_t *a,
       a->has_amount = int_of(&v, &a->amount);
     else if (key_is(&k, "seq"))
       a->has_seq = int_of(&v, &a->seq);
+    else if (key_is(&k, "at"))
+      a->has_at = int_of(&v, &a->at);
     else if (key_is(&k, "to") &&
              (v.kind == KL__MP_STR || v.kind == KL__MP_BIN)) {
       a->to = (const char *)v.body;
@@ -178,7 +198,8 @@ static int ledger_apply(int credit, int64_t amount, int64_t *balance,
 typedef enum kl_ledger_kind {
   KL_CREDIT,
   KL_DEBIT,
-  KL_TRANSFER
+  KL_TRANSFER,
+  KL_SETTLE /* a scheduled transfer's second half (the top says) */
 } kl_ledger_kind_t;
 
 static int ledger_kind(const kl_event_t *event, kl_ledger_kind_t *kind,
@@ -189,10 +210,12 @@ static int ledger_kind(const kl_event_t *event, kl_ledger_kind_t *kind,
     *kind = KL_DEBIT;
   else if (type_is(event, "transfer"))
     *kind = KL_TRANSFER;
+  else if (type_is(event, "settle"))
+    *kind = KL_SETTLE;
   else {
     snprintf(errbuf, errbuf_size,
              "ledger: event type \"%.*s\" is neither "
-             "credit, debit nor transfer",
+             "credit, debit, transfer nor settle",
              (int)event->type_len, event->type);
     return -1;
   }
@@ -203,17 +226,36 @@ static int ledger_kind(const kl_event_t *event, kl_ledger_kind_t *kind,
 static int ledger_check(const kl_event_t *event, kl_ledger_kind_t kind,
                         const kl_ledger_args_t *a, char *errbuf,
                         size_t errbuf_size) {
-  const char *want = kind == KL_TRANSFER
-                         ? "{\"to\": key, \"amount\": int, \"seq\": int}"
-                     : kind == KL_DEBIT ? "{\"amount\": int, \"seq\": int}"
-                                        : "{\"amount\": int, \"seq\"?: int}";
-  if (!a->has_amount || (kind != KL_CREDIT && !a->has_seq) ||
-      (kind == KL_TRANSFER && (!a->to || !a->to_len))) {
+  static const char *const want[] = {
+      [KL_CREDIT] = "{\"amount\": int, \"seq\"?: int}",
+      [KL_DEBIT] = "{\"amount\": int, \"seq\": int}",
+      [KL_TRANSFER] = "{\"to\": key, \"amount\": int, \"seq\": int, "
+                      "\"at\"?: int}",
+      [KL_SETTLE] = "{\"to\": key, \"amount\": int}"};
+  int moves = kind == KL_TRANSFER || kind == KL_SETTLE;
+  if (!a->has_amount ||
+      ((kind == KL_DEBIT || kind == KL_TRANSFER) && !a->has_seq) ||
+      (moves && (!a->to || !a->to_len))) {
     snprintf(errbuf, errbuf_size, "ledger: payload is not a msgpack map %s",
-             want);
+             want[kind]);
     return -1;
   }
-  if (kind == KL_TRANSFER && a->to_len == event->key_len &&
+  if (kind == KL_TRANSFER && a->has_at && a->at <= 0) {
+    snprintf(errbuf, errbuf_size,
+             "ledger: a scheduled transfer's \"at\" is %" PRId64
+             ": it is when the transfer settles, in ms since the Unix epoch",
+             a->at);
+    return -1;
+  }
+  if (kind == KL_SETTLE && (!event->id_len || event->id[0] != KL_ID_RESERVED)) {
+    snprintf(errbuf, errbuf_size,
+             "ledger: a settle is the ledger's own follow-up of a scheduled "
+             "transfer, this one (id %.*s) was published: publish a "
+             "transfer with \"at\" instead",
+             (int)(event->id_len > 64 ? 64 : event->id_len), event->id);
+    return -1;
+  }
+  if (moves && a->to_len == event->key_len &&
       memcmp(a->to, event->key, a->to_len) == 0) {
     snprintf(errbuf, errbuf_size,
              "ledger: transfer from %.*s to itself: a "
@@ -225,26 +267,35 @@ static int ledger_check(const kl_event_t *event, kl_ledger_kind_t kind,
   return 0;
 }
 
-/* The credit a transfer emits to its destination: {"amount", "from"},
- * without a seq (the destination's order is its own). */
-static kl_handler_result_t ledger_emit_credit(kl_txn_t *txn,
-                                              const kl_event_t *event,
-                                              const kl_ledger_args_t *a,
-                                              char *errbuf,
-                                              size_t errbuf_size) {
-  kl_ledger_args_t credit = {
-      .amount = a->amount, .from = event->key, .from_len = event->key_len};
+/* What a transfer emits: to its destination the credit {"amount",
+ * "from"}, without a seq (the destination's order is its own); a
+ * scheduled one to its own key the settle {"to", "amount"}, due at "at". A
+ * settle emits the credit. */
+static kl_handler_result_t ledger_emit(kl_txn_t *txn, const kl_event_t *event,
+                                       kl_ledger_kind_t kind,
+                                       const kl_ledger_args_t *a, char *errbuf,
+                                       size_t errbuf_size) {
+  int settle = kind == KL_TRANSFER && a->has_at;
+  kl_ledger_args_t out = {.amount = a->amount};
+  if (settle)
+    out.to = a->to, out.to_len = a->to_len;
+  else
+    out.from = event->key, out.from_len = event->key_len;
+  kl_emit_opts_t opts = {.size = sizeof(opts), .not_before = a->at};
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
-  kl__ledger_encode(&sb, &credit);
-  kl_err_t err =
-      kl_txn_emit(txn, NULL, a->to, a->to_len, "credit", sb.data, sb.size);
+  kl__ledger_encode(&sb, &out);
+  kl_err_t err = settle
+                     ? kl_txn_emit_opts(txn, NULL, event->key, event->key_len,
+                                        "settle", sb.data, sb.size, &opts)
+                     : kl_txn_emit(txn, NULL, a->to, a->to_len, "credit",
+                                   sb.data, sb.size);
   msgpack_sbuffer_destroy(&sb);
   if (!err)
     return KL_HANDLER_OK;
-  snprintf(errbuf, errbuf_size,
-           "ledger: transfer's credit to its "
-           "destination: %s",
+  snprintf(errbuf, errbuf_size, "ledger: %s: %s",
+           settle ? "scheduled transfer's settle, due at its \"at\""
+                  : "transfer's credit to its destination",
            kl_err_detail());
   return err == KL_ENOMEM ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
 }
@@ -252,13 +303,18 @@ static kl_handler_result_t ledger_emit_credit(kl_txn_t *txn,
 static kl_handler_result_t ledger_store(kl_txn_t *txn, const void *key,
                                         size_t klen, const kl_ledger_entry_t *e,
                                         char *errbuf, size_t errbuf_size) {
-  unsigned char out[KL_LEDGER_VALUE_BASE_LEN];
+  unsigned char out[KL_LEDGER_VALUE_HELD_LEN];
   kl__put_be(out, (uint64_t)e->balance, 8);
   kl__put_be(out + 8, (uint64_t)e->last_seq, 8);
   kl__put_be(out + 16, (uint64_t)e->violations, 8);
   kl__put_be(out + 24, (uint64_t)e->base, 8);
-  if (kl_txn_put(txn, key, klen, out,
-                 e->base ? KL_LEDGER_VALUE_BASE_LEN : KL_LEDGER_VALUE_LEN)) {
+  kl__put_be(out + 32, (uint64_t)e->held, 8);
+  kl__put_be(out + 40, (uint64_t)e->delayed, 8);
+  /* the shortest layout that holds it: what an older keylane wrote */
+  size_t len = e->held || e->delayed ? KL_LEDGER_VALUE_HELD_LEN
+               : e->base             ? KL_LEDGER_VALUE_BASE_LEN
+                                     : KL_LEDGER_VALUE_LEN;
+  if (kl_txn_put(txn, key, klen, out, len)) {
     snprintf(errbuf, errbuf_size, "ledger: %s", kl_err_detail());
     return KL_HANDLER_RETRY;
   }
@@ -280,8 +336,9 @@ static int ledger_read(kl_txn_t *txn, const void *key, size_t klen,
   if (err == KL_OK && kl__ledger_decode(val, vlen, e) != 0) {
     snprintf(errbuf, errbuf_size,
              "ledger: stored entry has %zu bytes, "
-             "expected %d or %d",
-             vlen, KL_LEDGER_VALUE_LEN, KL_LEDGER_VALUE_BASE_LEN);
+             "expected %d, %d or %d",
+             vlen, KL_LEDGER_VALUE_LEN, KL_LEDGER_VALUE_BASE_LEN,
+             KL_LEDGER_VALUE_HELD_LEN);
     *r = KL_HANDLER_FAIL;
     return -1;
   } else if (err != KL_OK && err != KL_ENOTFOUND) {
@@ -310,12 +367,26 @@ static int ledger_load(kl_txn_t *txn, const kl_event_t *event,
   size_t olen = sizeof(KL_LEDGER_LEGACY_PREFIX) - 1;
   memcpy(old, KL_LEDGER_LEGACY_PREFIX, olen);
   memcpy(old + olen, event->key, event->key_len);
-  kl_ledger_entry_t was = {0, 0, 0, 0};
+  kl_ledger_entry_t was = {0, 0, 0, 0, 0, 0};
   found = ledger_read(txn, old, olen + event->key_len, &was, r, errbuf,
                       errbuf_size);
   if (found < 0)
     return -1;
-  *e = (kl_ledger_entry_t){was.balance, was.last_seq, 0, was.balance};
+  *e = (kl_ledger_entry_t){was.balance, was.last_seq, 0, was.balance, 0, 0};
+  return 0;
+}
+
+/* A settle: the hold its scheduled transfer took goes. */
+static int ledger_release(int64_t amount, kl_ledger_entry_t *e, char *errbuf,
+                          size_t errbuf_size) {
+  if (amount <= 0 || amount > e->held) {
+    snprintf(errbuf, errbuf_size,
+             "ledger: settle of %" PRId64 " but the key holds %" PRId64
+             ": a settle releases what its scheduled transfer held",
+             amount, e->held);
+    return -1;
+  }
+  e->held -= amount;
   return 0;
 }
 
@@ -326,13 +397,24 @@ ledger_apply_event(kl_txn_t *txn, const kl_event_t *event,
                    size_t errbuf_size) {
   unsigned char key[KL_LEDGER_STORE_KEY_MAX];
   size_t klen;
-  kl_ledger_entry_t e = {0, 0, 0, 0};
+  kl_ledger_entry_t e = {0, 0, 0, 0, 0, 0};
   kl_handler_result_t r;
   if (ledger_load(txn, event, fence, key, &klen, &e, &r, errbuf, errbuf_size))
     return r;
-  if (ledger_apply(kind == KL_CREDIT, a->amount, &e.balance, errbuf,
-                   errbuf_size))
+  if (kind == KL_SETTLE ? ledger_release(a->amount, &e, errbuf, errbuf_size)
+                        : ledger_apply(kind == KL_CREDIT, a->amount, &e.balance,
+                                       errbuf, errbuf_size))
     return KL_HANDLER_FAIL;
+  /* reserved now, owed until its settle */
+  if (kind == KL_TRANSFER && a->has_at &&
+      __builtin_add_overflow(e.held, a->amount, &e.held)) {
+    snprintf(errbuf, errbuf_size,
+             "ledger: holding %" PRId64 " more would take the key's held "
+             "amount past the int64 range; the event is not applied",
+             a->amount);
+    return KL_HANDLER_FAIL;
+  }
+  e.delayed += event->not_before > 0;
   if (a->has_seq) {
     if (a->seq != e.last_seq + 1)
       e.violations++;
@@ -360,8 +442,8 @@ kl_handler_result_t kl_ledger_handler(void *opaque, const kl_event_t *event,
              twice);
   else if (!ledger_check(event, kind, &a, errbuf, errbuf_size))
     r = ledger_apply_event(txn, event, fence, kind, &a, errbuf, errbuf_size);
-  if (r == KL_HANDLER_OK && kind == KL_TRANSFER)
-    r = ledger_emit_credit(txn, event, &a, errbuf, errbuf_size);
+  if (r == KL_HANDLER_OK && (kind == KL_TRANSFER || kind == KL_SETTLE))
+    r = ledger_emit(txn, event, kind, &a, errbuf, errbuf_size);
   return r;
 }
 
@@ -427,6 +509,8 @@ static kl_err_t walk_add(kl_ledger_entry_t *sum, const ledger_row_t *r) {
                    "topics leaves the int64 range; read one topic's",
                    (int)(r->len > 64 ? 64 : r->len), (const char *)r->key);
   sum->violations += r->e.violations;
+  sum->held += r->e.held;
+  sum->delayed += r->e.delayed;
   if (r->e.last_seq > sum->last_seq)
     sum->last_seq = r->e.last_seq;
   return KL_OK;
@@ -438,7 +522,7 @@ static kl_err_t walk_sum(ledger_walk_t *w) {
     qsort(w->rows, w->n, sizeof(*w->rows), row_cmp);
   kl_err_t err = KL_OK;
   for (size_t i = 0; !err && i < w->n;) {
-    kl_ledger_entry_t sum = {0, 0, 0, 0};
+    kl_ledger_entry_t sum = {0, 0, 0, 0, 0, 0};
     size_t j = i;
     while (!err && j < w->n && row_cmp(&w->rows[i], &w->rows[j]) == 0)
       err = walk_add(&sum, &w->rows[j++]);

@@ -19,9 +19,11 @@
  */
 #define KL_LEDGER_PREFIX "ledger:"
 #define KL_LEDGER_LEGACY_PREFIX "ledger/"
-/* Stored: balance, last seq, violations; and the base, when not 0. */
+/* Stored: balance, last seq, violations; and the base, when not 0; and
+ * after it held and delayed, when either is not 0. */
 #define KL_LEDGER_VALUE_LEN 24
 #define KL_LEDGER_VALUE_BASE_LEN 32
+#define KL_LEDGER_VALUE_HELD_LEN 48
 /* Keys are 1..KL_KEY_MAX bytes; as text with its NUL. */
 #define KL_LEDGER_KEY_TEXT_MAX (1024 + 1)
 /* The longest store key kl__ledger_key() writes. */
@@ -35,6 +37,12 @@ typedef struct kl_ledger_entry {
    * counted once in kl__ledger_walk()'s sum, however many topics started
    * from it. */
   int64_t base;
+  /* Reserved by scheduled transfers not settled yet: taken from the
+   * balance, owed to their destinations (money is balance + held). */
+  int64_t held;
+  /* Delayed events (not_before > 0) applied: a reader that knows what
+   * was published and when it was due checks that none ran early. */
+  int64_t delayed;
 } kl_ledger_entry_t;
 
 /* Decodes a stored value; returns 0, or -1 when it is not an entry. */
@@ -62,17 +70,18 @@ kl_err_t kl__ledger_walk(kl_store_t *store, const char *topic,
                          kl_ledger_row_cb_t *cb, void *opaque);
 
 /* A ledger event's payload: "amount" always, "seq" for a debit and a
- * transfer (optional for a credit), "to" for a transfer, "from" in the
+ * transfer (optional for a credit), "to" for a transfer and a settle,
+ * "at" for a scheduled transfer (ms since the Unix epoch), "from" in the
  * credit a transfer emits. to and from are borrowed; NULL: absent. */
 typedef struct kl_ledger_args {
-  int64_t amount, seq;
-  int has_amount, has_seq;
+  int64_t amount, seq, at;
+  int has_amount, has_seq, has_at;
   const char *to, *from;
   size_t to_len, from_len;
 } kl_ledger_args_t;
 
 /* Reads the payload map @p buf into @p a (a->to points into @p buf); the
- * first field the ledger reads ("amount", "seq", "to") that the map has
+ * first field the ledger reads ("amount", "seq", "to", "at") that the map has
  * twice goes to *twice: it would take the last one over the first, and
  * the producer may have meant either. Other fields, whatever their type,
  * are passed over. Nothing is allocated: it runs once per event.
@@ -81,7 +90,7 @@ int kl__ledger_payload(const void *buf, size_t len, kl_ledger_args_t *a,
                        const char **twice);
 
 /* Packs @p a into @p sb (initialised by the caller) as the payload map
- * {"to", "amount", "seq", "from"} without the fields @p a lacks; amount
+ * {"to", "amount", "seq", "at", "from"} without the fields @p a lacks; amount
  * is always packed. The one writer of the payload the handler reads. */
 void kl__ledger_encode(msgpack_sbuffer *sb, const kl_ledger_args_t *a);
 

@@ -2,8 +2,9 @@
 # The README's first command, as a new user runs it: `make demo`, and the
 # same demo with --json as a script reads it. Each run must verify: every
 # balance and the total, at least one batch of the paused worker rejected
-# by the epoch check (the failure the demo exists to show), and all three
-# workers exited cleanly.
+# by the epoch check (the failure the demo exists to show), all three
+# workers exited cleanly, and every scheduled transfer settled once, none
+# before its time (looked at while the workers applied), nothing held.
 set -euo pipefail
 SRC=${KEYLANE_SOURCE_DIR:?}
 BUILD=${KEYLANE_BUILD_DIR:?}
@@ -44,6 +45,11 @@ fenced=$(sed -n 's/.*was fenced: \([0-9]*\) batch.*/\1/p' <<<"$text")
   bad "make demo: the paused worker was not fenced (${fenced:-no figure}): $text"
 grep -q '3 of 3 workers drained and exited cleanly' <<<"$text" ||
   bad "make demo: not every worker exited cleanly: $text"
+sched='^scheduled transfers: \([0-9]*\) of them .*; \([0-9]*\) of \([0-9]*\) settles applied, \([0-9]*\) before their time in \([0-9]*\) looks; held at the end \(-*[0-9]*\)$'
+read -r n applied due early looks held < <(sed -n "s/$sched/\1 \2 \3 \4 \5 \6/p" <<<"$text") || true
+[ "${n:-0}" -ge 1 ] && [ "${applied:-}" = "$n" ] && [ "${due:-}" = "$n" ] &&
+  [ "${early:-}" = 0 ] && [ "${looks:-0}" -ge 1 ] && [ "${held:-}" = 0 ] ||
+  bad "make demo: the scheduled transfers did not each settle once, on time: $text"
 
 # ---- keylane demo --json
 if [ "$json_rc" -eq 0 ]; then
@@ -61,6 +67,14 @@ want = {
     "total_ok": d.get("total_ok") is True,
     "3 of 3 workers exited cleanly": d.get("workers_exited_cleanly") == 3,
 }
+s = d.get("scheduled", {})
+want.update({
+    "scheduled transfers >= 1": s.get("transfers", 0) >= 1,
+    "one settle per scheduled transfer, each applied":
+        s.get("delayed") == s.get("transfers") == s.get("delayed_applied"),
+    "no settle before its time": s.get("early") == 0 and s.get("due_checks", 0) >= 1,
+    "nothing held at the end": s.get("held") == 0,
+})
 missed = [k for k, v in want.items() if not v]
 if missed:
     print("keylane demo --json: not", ", ".join(missed), ":", json.dumps(d),

@@ -6,8 +6,14 @@
  * past their session timeout (some frozen inside the window between their
  * handlers and their commit) and SIGCONTed, the leader broker of a
  * partition killed and restarted, the store directory read-only for a
- * while, and the store's file system full for a while. Then the fleet
- * drains and the store must hold every acknowledged event exactly once.
+ * while, and the store's file system full for a while. A share of the
+ * events wait (issue 36): 10 % are credits delayed by 0.2 to 3 s, and 5 %
+ * scheduled transfers, whose settle is a follow-up delayed as long, so
+ * that timers come due, are fired and are applied across the kills, the
+ * stops and the broker's restart; twice a second the test looks that no
+ * delayed event was applied before its time (kl__ledger_gen_check_due()).
+ * Then the fleet drains and the store must hold every acknowledged event
+ * exactly once, each delayed one too, and nothing held.
  *
  * On KEYLANE_TEST_BOOTSTRAP's cluster (the fault suite: a real 3-node
  * Kafka, RF 3, min.insync.replicas 2, whose brokers it kills through
@@ -818,7 +824,18 @@ typedef struct kl_pub {
   kl__ledger_gen_t *gen;
   kl_producer_t *producer;
   uint64_t sent, errors;
+  int64_t next_due_ns; /* kl_f_check_due()'s next look */
 } kl_pub_t;
+
+/* Twice a second: no delayed event applied before its time. A look the
+ * store refuses (PostgreSQL restarting) is not counted. */
+static void kl_f_check_due(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store,
+                           int64_t now) {
+  if (now < pub->next_due_ns)
+    return;
+  pub->next_due_ns = now + 500 * KL_F_MS;
+  kl__ledger_gen_check_due(pub->gen, store, f->topic);
+}
 
 /* Every how many events one is a transfer between two accounts, whose
  * credit goes through the outbox (the bank test). */
@@ -828,17 +845,28 @@ static int kl_f_is_transfer(uint64_t n) {
   return n % KL_F_TRANSFER_EVERY == KL_F_TRANSFER_EVERY - 1;
 }
 
-/* Publishes what is due at the plan's rate, transfers among them
- * (KL_F_TRANSFER_EVERY); one re-publish of an earlier event, same
- * idempotency key, after every 16th (6.25 %). */
+/* Event @p n of the run: of every 20, 4 transfers (one of them
+ * scheduled) and 2 delayed credits, each waiting 0.2 to 3 s. */
+static kl_err_t kl_f_publish_one(kl_fault_t *f, kl_pub_t *pub, uint64_t n) {
+  int64_t delay_ms = 200 + (int64_t)(n * 7919 % 2801);
+  if (n % 20 == 19)
+    return kl__ledger_gen_scheduled(pub->gen, pub->producer, f->topic,
+                                    delay_ms);
+  if (n % 20 == 2 || n % 20 == 12)
+    return kl__ledger_gen_delayed(pub->gen, pub->producer, f->topic, delay_ms);
+  return kl_f_is_transfer(n)
+             ? kl__ledger_gen_transfer(pub->gen, pub->producer, f->topic)
+             : kl__ledger_gen_publish(pub->gen, pub->producer, f->topic);
+}
+
+/* Publishes what is due at the plan's rate (kl_f_publish_one()); one
+ * re-publish of an earlier event, same idempotency key, after every 16th
+ * (6.25 %). */
 static void kl_f_publish(kl_fault_t *f, kl_pub_t *pub, int64_t now,
                          int64_t t0) {
   uint64_t due = (uint64_t)((double)(now - t0) / KL_F_NS * f->plan->rate);
   for (int n = 0; pub->sent < due && n < 100; n++) {
-    kl_err_t err =
-        kl_f_is_transfer(pub->sent)
-            ? kl__ledger_gen_transfer(pub->gen, pub->producer, f->topic)
-            : kl__ledger_gen_publish(pub->gen, pub->producer, f->topic);
+    kl_err_t err = kl_f_publish_one(f, pub, pub->sent);
     if (!err && pub->sent % 16 == 15)
       err = kl__ledger_gen_republish(pub->gen, pub->producer, f->topic);
     pub->errors += err != KL_OK;
@@ -867,6 +895,7 @@ static void kl_f_chaos(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
   int64_t next_note = t0 + 10 * KL_F_NS;
   while (kl_f_chaos_on(f, now - t0)) {
     kl_f_publish(f, pub, now, t0);
+    kl_f_check_due(f, pub, store, now);
     kl_f_reap(f, now);
     kl_f_restart(f, now);
     kl_f_tick_stops(f, store, now);
@@ -921,6 +950,7 @@ static int kl_f_drain(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store) {
             kl_producer_inflight(pub->producer));
   for (int s = 0; s < 240; s++) {
     int64_t now = kl_f_now();
+    kl_f_check_due(f, pub, store, now);
     kl_f_reap(f, now);
     kl_f_restart(f, now);
     kl_f_tick_stops(f, store, now);
@@ -962,12 +992,13 @@ typedef struct kl_figures {
   kl__ledger_verdict_t v;
   uint64_t published, republished, acked, failed, ids;
   /* Every unique event has one idempotency key, and so has each
-   * transfer's credit (a follow-up). An acknowledged event or a transfer's
-   * credit whose key the store lacks is lost; applies beyond one per key are
-   * doubles; a fenced owner's commit would show as both a double and a
-   * duplicate the next owner skipped beyond those re-published and the
-   * credits an outbox published again after its worker died (read from
-   * the log: v.follow_up_copies). */
+   * transfer's credit and each scheduled transfer's settle (follow-ups).
+   * An acknowledged event or a follow-up whose key the store lacks is
+   * lost; applies beyond one per key are doubles; a fenced owner's commit
+   * would show as both a double and a duplicate the next owner skipped
+   * beyond those re-published, the follow-ups an outbox published again
+   * after its worker died and the timers' firing records beyond one each
+   * (read from the log: v.follow_up_copies, v.firing_copies). */
   uint64_t lost, twice, extra_dups;
   int fenced, full_errors, clean, drained;
   double drain_s;
@@ -985,10 +1016,11 @@ static void kl_f_figures(kl_fault_t *f, kl_pub_t *pub, kl_store_t *store,
   g->republished = kl__ledger_gen_republished(pub->gen);
   g->acked = kl__ledger_gen_acked(pub->gen);
   g->failed = kl__ledger_gen_failed(pub->gen);
-  uint64_t keyed = g->published + g->v.transfers;
+  uint64_t keyed = g->published + g->v.transfers + g->v.scheduled;
   g->lost = keyed > g->ids ? keyed - g->ids : 0;
   g->twice = g->v.applied > g->ids ? g->v.applied - g->ids : 0;
-  uint64_t expected_dups = g->republished + g->v.follow_up_copies;
+  uint64_t expected_dups =
+      g->republished + g->v.follow_up_copies + g->v.firing_copies;
   g->extra_dups =
       g->v.duplicates > expected_dups ? g->v.duplicates - expected_dups : 0;
   g->fenced = kl_f_count_all(f, "fenced partition=");
@@ -1051,8 +1083,21 @@ static void kl_f_print(const kl_fault_t *f, const kl_pub_t *pub,
   printf(KL_F_ROW "%s: total %" PRId64 ", credits less debits %" PRId64 "\n",
          "money conserved", v->total_ok ? "yes" : "NO", v->total,
          v->total_expected);
+  printf(KL_F_ROW "%" PRIu64 " (%.1f %% of the unique events: delayed "
+                  "credits, and %" PRIu64 " scheduled transfers' settles), "
+                  "0.2 to 3 s ahead; %" PRIu64 " applied, %" PRIu64
+                  " of them before their time in %" PRIu64 " looks\n",
+         "delayed events", v->delayed,
+         g->published ? 100.0 * (double)v->delayed / (double)g->published : 0,
+         v->scheduled, v->delayed_applied, v->early, v->due_checks);
+  printf(KL_F_ROW "%" PRId64 " held at the end\n", "scheduled transfers",
+         v->held);
+  printf(KL_F_ROW "%" PRIu64
+                  " beyond one per timer (duplicates), at most %" PRIu64
+                  " for one timer\n",
+         "timers' firing records", v->firing_copies, v->firing_max);
   printf(KL_F_ROW "%" PRIu64 "\n", "applied", v->applied);
-  printf(KL_F_ROW "%" PRIu64 " (of them credits the outbox published again "
+  printf(KL_F_ROW "%" PRIu64 " (of them follow-ups the outbox published again "
                   "after a kill: %" PRIu64 ")\n",
          "duplicates suppressed", v->duplicates, v->follow_up_copies);
   printf(KL_F_ROW "%" PRIu64 "\n", "idempotency keys in the store", g->ids);
@@ -1081,9 +1126,18 @@ static void kl_f_assert(const kl_fault_t *f, const kl_figures_t *g) {
   assert_int_equal(g->v.violations, 0);
   assert_int_equal(g->v.keys_bad, 0);
   assert_int_equal(g->v.keys_ok, g->v.keys);
-  assert_int_equal(g->v.applied, g->published + g->v.transfers);
-  assert_int_equal(g->v.duplicates, g->republished + g->v.follow_up_copies);
+  assert_int_equal(g->v.applied,
+                   g->published + g->v.transfers + g->v.scheduled);
+  assert_int_equal(g->v.duplicates,
+                   g->republished + g->v.follow_up_copies + g->v.firing_copies);
   assert_true(g->v.transfers > 0);
+  /* the delayed events: each applied once, none early, nothing held */
+  assert_true(g->v.scheduled > 0);
+  assert_true(g->v.delayed * 10 >= g->published); /* >= 10 %: 15 % planned */
+  assert_int_equal(g->v.delayed_applied, g->v.delayed);
+  assert_int_equal(g->v.early, 0);
+  assert_true(g->v.due_checks >= 10);
+  assert_int_equal(g->v.held, 0);
   assert_int_equal(g->v.total, g->v.total_expected); /* money conserved */
   assert_true(g->v.total_ok);
   assert_true(g->v.ok);
@@ -1143,7 +1197,7 @@ static void test_fleet_under_faults(void **state) {
   kl_store_t *store;
   kl_f_setup(&f, &store);
   const kl_plan_t *p = f.plan;
-  kl_pub_t pub = {kl__ledger_gen_new(p->keys, p->partitions, 0), NULL, 0, 0};
+  kl_pub_t pub = {kl__ledger_gen_new(p->keys, p->partitions, 0), NULL, 0, 0, 0};
   pub.producer = kl_t_producer(kl_t_bootstrap(f.cluster), pub.gen);
   assert_non_null(pub.producer);
   fprintf(stderr,

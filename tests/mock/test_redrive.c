@@ -163,7 +163,7 @@ static kl_ledger_entry_t kl_entry(kl_store_t *store, int k) {
   assert_int_equal(kl_store_begin(store, "rd", p, st.epoch, &txn), KL_OK);
   const void *val;
   size_t vlen;
-  kl_ledger_entry_t e = {0, 0, 0, 0};
+  kl_ledger_entry_t e = {0};
   assert_int_equal(kl_txn_get(txn, key, len, &val, &vlen), KL_OK);
   assert_int_equal(kl__ledger_decode(val, vlen, &e), 0);
   kl_store_abort(txn);

@@ -544,7 +544,7 @@ static void test_ledger_on_pg(void **state) {
     }
     assert_int_equal(kl_store_commit(txn, st->offset), KL_OK);
   }
-  kl_ledger_entry_t e = {0, 0, 0, 0};
+  kl_ledger_entry_t e = {0};
   assert_int_equal(kl_store_scan(st->store, KL_LEDGER_PREFIX,
                                  strlen(KL_LEDGER_PREFIX), t_ledger_row, &e),
                    KL_OK);
