@@ -608,7 +608,7 @@ kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
   if (!err) /* the outbox's ids are keylane's; nobody else's may be */
     err = kl__reserved_check(&ev, producer->follow_ups);
   if (!err)
-    err = kl__not_before_check(&ev, kl__now_ms(), producer->timer_max_ms);
+    err = kl__producer_not_before_check(producer, &ev);
   if (err)
     return err;
   /* librdkafka copies the envelope, so it only lives for this call. */
@@ -670,6 +670,12 @@ void kl_producer_destroy(kl_producer_t *producer) {
   free(producer->topics);
   rd_kafka_destroy(producer->rk);
   producer_free(producer);
+}
+
+kl_err_t kl__producer_not_before_check(const kl_producer_t *producer,
+                                       const kl_event_t *event) {
+  return kl__not_before_publish_check(event, kl__now_ms(),
+                                      producer->timer_max_ms);
 }
 
 /* For the gateway (broker/producer_internal.h): its loop wakes up on the

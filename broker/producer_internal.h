@@ -6,6 +6,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "keylane/event.h"
 #include "keylane/producer.h"
 
 /**
@@ -33,5 +34,15 @@ void kl__producer_forget(kl_producer_t *producer, const char *topic);
  *          On the producer's thread.
  */
 kl_err_t kl__producer_topic_check(kl_producer_t *producer, const char *topic);
+
+/**
+ * The publishing side's rule on @p event's not_before
+ * (kl__not_before_publish_check()) under the producer's timer.max.delay,
+ * by this host's clock: what kl_publish() checks, for a caller that must
+ * refuse a batch before publishing any of it (the gateway). Any thread.
+ * @returns KL_OK, or KL_EINVAL naming the bound and the fix.
+ */
+kl_err_t kl__producer_not_before_check(const kl_producer_t *producer,
+                                       const kl_event_t *event);
 
 #endif
