@@ -787,6 +787,13 @@ static void test_msgpack_to_json_limits(void **state) {
   assert_non_null(strstr(kl_err_detail(), "truncated"));
   assert_int_equal(kl__msgpack_to_json("\x81\x01\x02", 3, &v), KL_EINVAL);
   assert_non_null(strstr(kl_err_detail(), "not a string"));
+  /* a str key holding a NUL is a string: said so, the key shown escaped */
+  assert_int_equal(kl__msgpack_to_json("\x81\xa2"
+                                       "a\x00\x01",
+                                       5, &v),
+                   KL_EINVAL);
+  assert_string_equal(kl_err_detail(), "msgpack at byte 1: the map key "
+                                       "\"a\\x00\" holds a NUL byte");
   assert_int_equal(kl__msgpack_to_json("\xa2\xff\xfe", 3, &v), KL_EINVAL);
   assert_int_equal(kl__msgpack_to_json("\xc1", 1, &v), KL_EINVAL);
   assert_int_equal(kl__msgpack_to_json("\x01\x02", 2, &v), KL_EINVAL);

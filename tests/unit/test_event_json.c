@@ -116,8 +116,10 @@ static void test_delay(void **state) {
   }
   kl_refused("{\"key\":\"k\",\"type\":\"t\",\"delay\":900}",
              "\"delay\" must be a string, a duration with a unit");
+  /* a string, with a NUL in it: said as it is, not "not a string" */
   kl_refused("{\"key\":\"k\",\"type\":\"t\",\"delay\":\"15m\\u0000x\"}",
-             "\"delay\" must be a string");
+             "\"delay\" holds a NUL byte at byte 3: give a duration with a "
+             "unit and nothing after it, such as \"15m\"");
   kl_refused("{\"key\":\"k\",\"type\":\"t\",\"delay\":\"9223372036854775s\"}",
              "ends after the year");
 }
