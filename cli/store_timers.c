@@ -203,7 +203,8 @@ static void tm_print(const kl_tm_list_t *l) {
 static int tm_no_partition(const kl_tm_list_t *l, const char *shown) {
   const kl_tm_args_t *a = l->args;
   char topic[300];
-  snprintf(topic, sizeof(topic), a->topic ? "topic %s" : "any topic", a->topic);
+  snprintf(topic, sizeof(topic), "%s%s", a->topic ? "topic " : "any topic",
+           a->topic ? a->topic : "");
   if (!l->held)
     return kl__cli_fail(SUB, "the store %s has no partition of %s", shown,
                         topic);
