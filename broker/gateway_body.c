@@ -1,8 +1,9 @@
 /*
  * A publish request's body to a batch of events, all validated before the
- * first is produced: the envelope's rules, and the producer's bounds on a
- * delayed event's time (kl__gw_batch_times()), so that a request is
- * published whole or refused whole.
+ * first is produced: the envelope's rules, and what kl_publish() checks
+ * beyond them (a delayed event's time, one record's size:
+ * kl__gw_batch_publishable()), so that a request is published whole or
+ * refused whole.
  *
  * A msgpack body is read by kl__msgpack_to_json(), which checks every
  * length against the bytes left before allocating (a 5-byte body cannot
@@ -105,10 +106,10 @@ int kl__gw_batch_decode(kl__gw_batch_t *batch, const char *ctype,
   return status;
 }
 
-int kl__gw_batch_times(const kl__gw_batch_t *batch,
-                       const kl_producer_t *producer, kl__gw_bad_t *bad) {
+int kl__gw_batch_publishable(const kl__gw_batch_t *batch,
+                             const kl_producer_t *producer, kl__gw_bad_t *bad) {
   for (size_t i = 0; i < batch->n; i++)
-    if (kl__producer_not_before_check(producer, &batch->events[i].ev))
+    if (kl__producer_event_check(producer, &batch->events[i].ev, NULL))
       return kl__gw_bad(bad, 400, (long)i,
                         "event %zu: %s; no event of the request was "
                         "published",
