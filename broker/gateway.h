@@ -14,7 +14,9 @@
  *   or "payload_b64" (base64 of the raw payload bytes), optional "headers"
  *   (an object of strings), optional "not_before" (ms since the epoch)
  *   or "delay" (a duration such as "15m"): event/event_json.h. The whole
- *   body is validated before anything is produced. 200
+ *   body is validated before anything is produced, each not_before under
+ *   the producer's timer.max.delay and each record's size too
+ *   (kl__gw_batch_publishable()). 200
  *   [{"partition":P,"offset":O,"id":ID}, ...] in request order once every
  *   event is acknowledged; 400 {"error","index"} naming the first bad event
  *   (nothing produced); 401 without a valid bearer token when tokens are

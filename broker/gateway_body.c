@@ -1,6 +1,9 @@
 /*
  * A publish request's body to a batch of events, all validated before the
- * first is produced.
+ * first is produced: the envelope's rules, and what kl_publish() checks
+ * beyond them (a delayed event's time, one record's size:
+ * kl__gw_batch_publishable()), so that a request is published whole or
+ * refused whole.
  *
  * A msgpack body is read by kl__msgpack_to_json(), which checks every
  * length against the bytes left before allocating (a 5-byte body cannot
@@ -15,6 +18,7 @@
 #include <strings.h>
 
 #include "broker/gateway_internal.h"
+#include "broker/producer_internal.h"
 #include "common/json_msgpack.h"
 
 int kl__gw_bad(kl__gw_bad_t *bad, int status, long index, const char *fmt,
@@ -100,6 +104,17 @@ int kl__gw_batch_decode(kl__gw_batch_t *batch, const char *ctype,
   if (status)
     kl__gw_batch_free(batch);
   return status;
+}
+
+int kl__gw_batch_publishable(const kl__gw_batch_t *batch,
+                             const kl_producer_t *producer, kl__gw_bad_t *bad) {
+  for (size_t i = 0; i < batch->n; i++)
+    if (kl__producer_event_check(producer, &batch->events[i].ev, NULL))
+      return kl__gw_bad(bad, 400, (long)i,
+                        "event %zu: %s; no event of the request was "
+                        "published",
+                        i, kl_err_detail());
+  return 0;
 }
 
 void kl__gw_batch_free(kl__gw_batch_t *batch) {

@@ -185,6 +185,15 @@ int kl__gw_bad(kl__gw_bad_t *bad, int status, long index, const char *fmt, ...)
 int kl__gw_batch_decode(kl__gw_batch_t *batch, const char *ctype,
                         const char *body, size_t len, size_t max_events,
                         kl__gw_bad_t *bad);
+/**
+ * Checks every event as kl_publish() will beyond the envelope's rules
+ * (kl__producer_event_check(): its not_before under @p producer's
+ * timer.max.delay, its size as one Kafka record), so that no request is
+ * refused halfway through publishing it.
+ * @returns 0, or 400 with @p bad naming the first bad event's index.
+ */
+int kl__gw_batch_publishable(const kl__gw_batch_t *batch,
+                             const kl_producer_t *producer, kl__gw_bad_t *bad);
 void kl__gw_batch_free(kl__gw_batch_t *batch);
 
 /* ---- gateway_trace.c ---- */

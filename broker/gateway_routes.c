@@ -2,7 +2,9 @@
  * What each gateway route answers, and the publish path from a decoded
  * body to the 200 that says "durably in Kafka".
  *
- * Publish: decode and validate the whole body (400 with the first bad
+ * Publish: decode and validate the whole body, with what kl_publish()
+ * checks beyond the envelope's rules (a delayed event's time under the
+ * producer's timer.max.delay, one record's size) (400 with the first bad
  * event's index: nothing produced); reserve the request's events and bytes
  * in the in-flight budget (429 when they do not fit); look up the topic's
  * partition count (first use only, on this thread, and only while Kafka is
@@ -558,7 +560,8 @@ static void publish_request(kl__http_conn_t *conn, kl__gw_req_t *req,
     respond_bad(req, &bad);
     return;
   }
-  if (kl__gw_batch_trace(&batch, &conn->parse, &bad)) {
+  if (kl__gw_batch_trace(&batch, &conn->parse, &bad) ||
+      kl__gw_batch_publishable(&batch, gw->producer, &bad)) {
     respond_bad(req, &bad);
     kl__gw_batch_free(&batch);
     return;

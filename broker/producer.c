@@ -607,15 +607,13 @@ kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
   kl_err_t err = kl_event_validate(&ev, 0);
   if (!err) /* the outbox's ids are keylane's; nobody else's may be */
     err = kl__reserved_check(&ev, producer->follow_ups);
+  size_t size = 0;
   if (!err)
-    err = kl__not_before_check(&ev, kl__now_ms(), producer->timer_max_ms);
+    err = kl__producer_event_check(producer, &ev, &size);
   if (err)
     return err;
   /* librdkafka copies the envelope, so it only lives for this call. */
   uint8_t stack[KL_ENVELOPE_STACK];
-  size_t size = kl__envelope_size(&ev);
-  if ((err = kl__record_check(&ev, size)))
-    return err;
   uint8_t *envelope = size <= sizeof(stack) ? stack : malloc(size);
   if (!envelope)
     return kl__err(KL_ENOMEM, "cannot allocate a %zu-byte envelope", size);
@@ -670,6 +668,22 @@ void kl_producer_destroy(kl_producer_t *producer) {
   free(producer->topics);
   rd_kafka_destroy(producer->rk);
   producer_free(producer);
+}
+
+kl_err_t kl__producer_event_check(const kl_producer_t *producer,
+                                  const kl_event_t *event,
+                                  size_t *envelope_size) {
+  kl_err_t err =
+      kl__not_before_publish_check(event, kl__now_ms(), producer->timer_max_ms);
+  if (err)
+    return err;
+  kl_event_t ev = *event;
+  if (ev.id_len == 0)
+    ev.id_len = 36; /* the UUIDv7 kl_publish() makes */
+  size_t size = kl__envelope_size(&ev);
+  if (envelope_size)
+    *envelope_size = size;
+  return kl__record_check(&ev, size);
 }
 
 /* For the gateway (broker/producer_internal.h): its loop wakes up on the

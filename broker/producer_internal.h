@@ -6,6 +6,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "keylane/event.h"
 #include "keylane/producer.h"
 
 /**
@@ -33,5 +34,21 @@ void kl__producer_forget(kl_producer_t *producer, const char *topic);
  *          On the producer's thread.
  */
 kl_err_t kl__producer_topic_check(kl_producer_t *producer, const char *topic);
+
+/**
+ * What kl_publish() checks of a valid event beyond the envelope's rules,
+ * by this host's clock: its not_before under the producer's
+ * timer.max.delay (kl__not_before_publish_check()), and that it fits one
+ * Kafka record (kl__record_check(), counting the 36-byte id kl_publish()
+ * makes for an event without one). For a caller that must refuse a batch
+ * before publishing any of it (the gateway). Any thread.
+ * @param envelope_size  receives the envelope's size (kl__envelope_size());
+ *                       may be NULL.
+ * @returns KL_OK, KL_EINVAL for a time out of bounds, or
+ *          KL_EDECODE_OVERSIZE, naming the problem and the fix.
+ */
+kl_err_t kl__producer_event_check(const kl_producer_t *producer,
+                                  const kl_event_t *event,
+                                  size_t *envelope_size);
 
 #endif

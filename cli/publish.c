@@ -353,7 +353,8 @@ static const kl__cmd_t pub_cmd = {
         "  payload_b64  raw bytes as base64 (not both; neither: empty)\n"
         "  headers  optional object of string values, at most 64\n"
         "  not_before  optional, ms since the Unix epoch: the event is not\n"
-        "           applied before then; or\n"
+        "           applied before then; at most timer.max.delay (-X, 7d)\n"
+        "           before or after now; or\n"
         "  delay    a duration from now, such as \"15m\" (ms, s, m, h, d;\n"
         "           not both)\n"
         "\n"
@@ -361,11 +362,13 @@ static const kl__cmd_t pub_cmd = {
         "event, in\n"
         "input order. A bad line (invalid JSON, a missing or unknown field, "
         "a\n"
-        "limit exceeded, a line over 2 MiB) stops the run with exit 2 and a\n"
-        "message naming the line, after every line before it was delivered\n"
-        "and printed. An event Kafka did not acknowledge is reported on "
-        "stderr\n"
-        "and the run exits 1; stdout lists exactly what was delivered.\n",
+        "limit exceeded, a not_before out of bounds, a line over 2 MiB) stops\n"
+        "the run with exit 2 and a message naming the line, after every line\n"
+        "before it was delivered and printed; the lines after it are not "
+        "read.\n"
+        "An event Kafka did not acknowledge is reported on stderr and the "
+        "run\n"
+        "exits 1; stdout lists exactly what was delivered.\n",
     .opts = pub_opts,
     .examples =
         "  echo "

@@ -14,6 +14,7 @@
 #include "common/units.h"
 #include "keylane/store.h"
 #include "cli/store.h"
+#include "cli/store_list.h"
 #include "store/outbox_rec.h"
 #include "store/store_internal.h"
 #include "store/location.h"
@@ -61,21 +62,10 @@ static kl_err_t ob_drop_arg(const kl__opt_t *opt, const char *arg,
 }
 
 static const kl__opt_t outbox_opts[] = {
-    {.name = "topic",
-     .letter = 't',
-     .kind = KL__OPT_STRING,
-     .meta = "TOPIC",
-     .off = offsetof(kl_ob_args_t, topic),
-     .shown = "every topic",
-     .help = "the source topic"},
+    KL__STORE_LIST_TOPIC_OPT(kl_ob_args_t, "the source topic"),
     KL__STORE_OPT(kl_ob_args_t),
-    {.name = "limit",
-     .kind = KL__OPT_COUNT,
-     .min = 1,
-     .max = 10000000,
-     .def = "1000",
-     .off = offsetof(kl_ob_args_t, limit),
-     .help = "at most N follow-ups per partition"},
+    KL__STORE_LIST_LIMIT_OPT(kl_ob_args_t, "1000",
+                             "at most N follow-ups per partition"),
     {.name = "drop",
      .meta = "P:SEQ",
      .parse = ob_drop_arg,
@@ -85,10 +75,7 @@ static const kl__opt_t outbox_opts[] = {
      .off = offsetof(kl_ob_args_t, dry_run),
      .help = "with --drop: check and show what would be dropped; change "
              "nothing"},
-    {.name = "json",
-     .kind = KL__OPT_FLAG,
-     .off = offsetof(kl_ob_args_t, json),
-     .help = "one JSON object"},
+    KL__STORE_LIST_JSON_OPT(kl_ob_args_t),
     {0}};
 
 static const kl__cmd_t outbox_cmd = {
@@ -196,30 +183,15 @@ static int sob_ob_part(void *opaque, const char *topic, int32_t partition,
   return w->err != KL_OK;
 }
 
-static void ob_print(json_t *rows) {
-  size_t i;
-  json_t *r;
-  if (!json_array_size(rows)) {
-    printf("the outbox is empty: every follow-up was published\n");
-    return;
-  }
-  printf("%-20s %4s %10s  %-20s %-24s %s\n", "TOPIC", "PART", "SEQ",
-         "DESTINATION", "KEY", "ID");
-  json_array_foreach(rows, i, r) {
-    const char *err = json_string_value(json_object_get(r, "error"));
-    printf("%-20s %4" JSON_INTEGER_FORMAT " %10" JSON_INTEGER_FORMAT "  ",
-           json_string_value(json_object_get(r, "topic")),
-           json_integer_value(json_object_get(r, "partition")),
-           json_integer_value(json_object_get(r, "seq")));
-    if (err)
-      printf("(%s)\n", err);
-    else
-      printf("%-20s %-24s %s\n",
-             json_string_value(json_object_get(r, "destination")),
-             json_string_value(json_object_get(r, "key")),
-             json_string_value(json_object_get(r, "id")));
-  }
-}
+static const kl__store_col_t ob_cols[] = {
+    {"TOPIC", "topic", -20, NULL, NULL, false},
+    {"PART", "partition", 4, NULL, NULL, false},
+    {"SEQ", "seq", 10, NULL, NULL, false},
+    {"DESTINATION", "destination", -20, "(not a follow-up record)", NULL,
+     false},
+    {"KEY", "key", -24, NULL, NULL, false},
+    {"ID", "id", 0, NULL, NULL, false},
+    {0}};
 
 static int ob_list_all(kl_store_t *store, const kl_ob_args_t *a) {
   kl_ob_walk_t w = {store, a, json_array(), 0, KL_OK};
@@ -233,14 +205,12 @@ static int ob_list_all(kl_store_t *store, const kl_ob_args_t *a) {
     return kl__cli_fail(SUB, "cannot read the outbox of %s: %s", shown,
                         kl_err_detail());
   }
-  if (a->json) {
-    json_t *o = json_pack("{sssO}", "store", shown, "follow_ups", w.rows);
-    json_dumpf(o, stdout, JSON_COMPACT);
-    putchar('\n');
-    json_decref(o);
-  } else {
-    ob_print(w.rows);
-  }
+  if (a->json)
+    kl__store_list_json(
+        json_pack("{sssO}", "store", shown, "follow_ups", w.rows));
+  else
+    kl__store_list_table(ob_cols, w.rows,
+                         "the outbox is empty: every follow-up was published");
   json_decref(w.rows);
   return KL_EXIT_OK;
 }
@@ -295,29 +265,22 @@ static int ob_drop(kl_store_t *store, const kl_ob_args_t *a) {
              " of topic %s: it %s be published\n",
              a->dry_run ? "would drop" : "dropped", a->drop[i].partition,
              a->drop[i].seq, a->topic, a->dry_run ? "would not" : "will not");
-  if (list) {
-    json_t *o = json_pack("{sssbso}", "topic", a->topic, "dry_run", a->dry_run,
-                          "dropped", list);
-    json_dumpf(o, stdout, JSON_COMPACT);
-    putchar('\n');
-    json_decref(o);
-  }
+  if (list)
+    kl__store_list_json(json_pack("{sssbso}", "topic", a->topic, "dry_run",
+                                  a->dry_run, "dropped", list));
   if (a->dry_run)
     fprintf(stderr, "keylane %s: --dry-run: nothing was dropped\n", SUB);
   return KL_EXIT_OK;
 }
 
+static int ob_run(kl_store_t *store, const void *args) {
+  const kl_ob_args_t *a = args;
+  return a->ndrop ? ob_drop(store, a) : ob_list_all(store, a);
+}
+
 int kl__cmd_store_outbox(int argc, char **argv) {
   kl_ob_args_t a = {0};
   int rc = ob_parse(argc, argv, &a);
-  if (rc >= 0)
-    return rc;
-  kl_store_t *store;
-  if ((rc = kl__cli_store_existing(SUB, a.location, &store)))
-    return rc;
-  if (!a.topic ||
-      !(rc = kl__cli_store_topic_known(SUB, store, a.location, a.topic)))
-    rc = a.ndrop ? ob_drop(store, &a) : ob_list_all(store, &a);
-  kl_store_destroy(store);
-  return rc;
+  return rc >= 0 ? rc
+                 : kl__store_list_open(SUB, a.location, a.topic, ob_run, &a);
 }

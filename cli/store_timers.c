@@ -17,6 +17,7 @@
 #include "keylane/event.h"
 #include "keylane/store.h"
 #include "cli/store.h"
+#include "cli/store_list.h"
 #include "store/store_internal.h"
 #include "store/location.h"
 #include "store/timers.h"
@@ -42,13 +43,7 @@ static kl_err_t tm_partition_arg(const kl__opt_t *opt, const char *arg,
 
 static const kl__opt_t timers_opts[] = {
     KL__STORE_OPT(kl_tm_args_t),
-    {.name = "topic",
-     .letter = 't',
-     .kind = KL__OPT_STRING,
-     .meta = "TOPIC",
-     .off = offsetof(kl_tm_args_t, topic),
-     .shown = "every topic",
-     .help = "the topic whose timers to list"},
+    KL__STORE_LIST_TOPIC_OPT(kl_tm_args_t, "the topic whose timers to list"),
     {.name = "partition",
      .meta = "N",
      .shown = "every partition",
@@ -61,17 +56,10 @@ static const kl__opt_t timers_opts[] = {
      .off = offsetof(kl_tm_args_t, key),
      .shown = "every key",
      .help = "only the timers of entity key KEY"},
-    {.name = "limit",
-     .kind = KL__OPT_COUNT,
-     .min = 1,
-     .max = 10000000,
-     .def = "100",
-     .off = offsetof(kl_tm_args_t, limit),
-     .help = "list at most N timers in all; the rest are counted"},
-    {.name = "json",
-     .kind = KL__OPT_FLAG,
-     .off = offsetof(kl_tm_args_t, json),
-     .help = "one JSON object"},
+    KL__STORE_LIST_LIMIT_OPT(kl_tm_args_t, "100",
+                             "list at most N timers in all; the rest are "
+                             "counted"),
+    KL__STORE_LIST_JSON_OPT(kl_tm_args_t),
     {0}};
 
 static const kl__cmd_t timers_cmd = {
@@ -93,8 +81,9 @@ static const kl__cmd_t timers_cmd = {
         "with\n"
         "kl_txn_cancel().\n",
     .opts = timers_opts,
-    .notes = "Exit 0; 1 when the store fails or holds no partition of -t "
-             "TOPIC (the error\nnames the topics it holds).\n",
+    .notes = "Exit 0; 1 when the store fails, holds no partition of -t TOPIC "
+             "(the error\nnames the topics it holds), or no partition N of "
+             "--partition (the error\nsays how many it holds).\n",
     .examples = "  keylane store timers --store /var/lib/keylane\n"
                 "  keylane store timers --store /var/lib/keylane -t events "
                 "--key acct-42 --json\n"};
@@ -109,6 +98,10 @@ typedef struct kl_tm_list {
   json_t *rows, *parts;
   size_t pending; /* of the partition being read */
   uint64_t listed, more, bad;
+  /* of the partitions of -t TOPIC (every topic): how many, the highest */
+  size_t held;
+  int32_t highest;
+  bool found; /* --partition N is one of them */
   kl_err_t err;
 } kl_tm_list_t;
 
@@ -165,9 +158,13 @@ static int tm_part(void *opaque, const char *topic, int32_t partition,
                    const kl_partition_state_t *state) {
   kl_tm_list_t *l = opaque;
   (void)state;
-  if ((l->args->topic && strcmp(l->args->topic, topic) != 0) ||
-      (l->args->partition >= 0 && l->args->partition != partition))
+  if (l->args->topic && strcmp(l->args->topic, topic) != 0)
     return 0;
+  l->held++;
+  l->highest = partition > l->highest ? partition : l->highest;
+  if (l->args->partition >= 0 && l->args->partition != partition)
+    return 0;
+  l->found = true;
   l->topic = topic;
   l->partition = partition;
   l->pending = 0;
@@ -180,35 +177,48 @@ static int tm_part(void *opaque, const char *topic, int32_t partition,
   return l->err != KL_OK;
 }
 
+static const kl__store_col_t tm_cols[] = {
+    {"TOPIC", "topic", -20, NULL, NULL, false},
+    {"PART", "partition", 4, NULL, NULL, false},
+    {"DUE", "due", -24, NULL, NULL, false},
+    {"KEY", "key_escaped", -20, NULL, NULL, true},
+    {"ID", "id_escaped", -24, "(not an event)", NULL, true},
+    {"OFFSET", "offset", 10, NULL, NULL, false},
+    {"NOW", "due_now", 0, "-", "due", false},
+    {0}};
+
 static void tm_print(const kl_tm_list_t *l) {
-  size_t i;
-  json_t *r;
-  if (!json_array_size(l->rows) && !l->more) {
-    printf("no timer waits%s\n", l->args->key ? " for that key" : "");
-    return;
-  }
-  printf("%-20s %4s  %-24s %-20s %-24s %10s %s\n", "TOPIC", "PART", "DUE",
-         "KEY", "ID", "OFFSET", "NOW");
-  json_array_foreach(l->rows, i, r) {
-    const char *id = json_string_value(json_object_get(r, "id_escaped"));
-    printf("%-20s %4" JSON_INTEGER_FORMAT
-           "  %-24s %-20s %-24s %10" JSON_INTEGER_FORMAT " %s\n",
-           json_string_value(json_object_get(r, "topic")),
-           json_integer_value(json_object_get(r, "partition")),
-           json_string_value(json_object_get(r, "due")),
-           json_string_value(json_object_get(r, "key_escaped")),
-           id ? id : "(not an event)",
-           json_integer_value(json_object_get(r, "offset")),
-           json_is_true(json_object_get(r, "due_now")) ? "due" : "-");
-  }
+  kl__store_list_table(tm_cols, l->rows,
+                       l->args->key ? "no timer waits for that key"
+                                    : "no timer waits");
   if (l->more)
     printf("... and %" PRIu64 " more (raise --limit, or narrow with -t, "
            "--partition or --key)\n",
            l->more);
 }
 
-static int tm_run(kl_store_t *store, const kl_tm_args_t *a) {
+/* --partition N of no partition the store holds (of -t TOPIC): an error
+ * saying how many it holds, as `store reset -p` says, not "no timer
+ * waits". */
+static int tm_no_partition(const kl_tm_list_t *l, const char *shown) {
+  const kl_tm_args_t *a = l->args;
+  char topic[300];
+  snprintf(topic, sizeof(topic), "%s%s", a->topic ? "topic " : "any topic",
+           a->topic ? a->topic : "");
+  if (!l->held)
+    return kl__cli_fail(SUB, "the store %s has no partition of %s", shown,
+                        topic);
+  return kl__cli_fail(
+      SUB,
+      "the store %s has no partition %" PRId64 " of %s: it "
+      "has %zu partition%s, the highest %" PRId32 "; check --partition",
+      shown, a->partition, topic, l->held, l->held == 1 ? "" : "s", l->highest);
+}
+
+static int tm_run(kl_store_t *store, const void *args) {
+  const kl_tm_args_t *a = args;
   kl_tm_list_t l = {.args = a,
+                    .highest = -1,
                     .store = store,
                     .decoder = kl_decoder_new(),
                     .now = kl__now_ms(),
@@ -225,17 +235,16 @@ static int tm_run(kl_store_t *store, const kl_tm_args_t *a) {
   if (err) {
     rc = kl__cli_fail(SUB, "cannot read the timers of %s: %s", shown,
                       kl_err_detail());
+  } else if (a->partition >= 0 && !l.found) {
+    rc = tm_no_partition(&l, shown);
   } else if (a->json) {
-    json_t *o = json_pack("{sssIsOsOsI}", "store", shown, "now_ms",
-                          (json_int_t)l.now, "partitions", l.parts, "timers",
-                          l.rows, "more", (json_int_t)l.more);
-    json_dumpf(o, stdout, JSON_COMPACT);
-    putchar('\n');
-    json_decref(o);
+    kl__store_list_json(json_pack(
+        "{sssIsOsOsI}", "store", shown, "now_ms", (json_int_t)l.now,
+        "partitions", l.parts, "timers", l.rows, "more", (json_int_t)l.more));
   } else {
     tm_print(&l);
   }
-  if (!err && l.bad)
+  if (!rc && l.bad)
     fprintf(stderr,
             "keylane %s: %" PRIu64 " timer records are malformed (shown "
             "without an id, or skipped)\n",
@@ -249,14 +258,6 @@ int kl__cmd_store_timers(int argc, char **argv) {
   kl_tm_args_t a = {.partition = -1};
   int first;
   int rc = kl__opts_parse(&timers_cmd, argc, argv, &a, NULL, &first);
-  if (rc >= 0)
-    return rc;
-  kl_store_t *store;
-  if ((rc = kl__cli_store_existing(SUB, a.location, &store)))
-    return rc;
-  if (!a.topic ||
-      !(rc = kl__cli_store_topic_known(SUB, store, a.location, a.topic)))
-    rc = tm_run(store, &a);
-  kl_store_destroy(store);
-  return rc;
+  return rc >= 0 ? rc
+                 : kl__store_list_open(SUB, a.location, a.topic, tm_run, &a);
 }

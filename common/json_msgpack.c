@@ -178,8 +178,11 @@ static kl_err_t mp_key(kl__mp_reader_t *rd, const json_t *obj, json_t **key) {
                                                     : NULL;
   if (!why)
     return KL_OK;
-  err = kl__err(KL_EINVAL, "msgpack at byte %zu: the map key \"%.64s\" %s",
-                (size_t)(at - rd->begin), s, why);
+  /* Escaped: "%s" of a key that holds a NUL would show it cut there. */
+  char shown[KL__ESCAPED_SIZE(64)];
+  err = kl__err(KL_EINVAL, "msgpack at byte %zu: the map key \"%s\" %s",
+                (size_t)(at - rd->begin),
+                kl__escape(shown, sizeof(shown), s, len), why);
   json_decref(*key); /* s was borrowed from it */
   return err;
 }

@@ -110,14 +110,30 @@ size_t kl__utf8_seq(const unsigned char *s, size_t left) {
   return n;
 }
 
+/* Whether the @p n-byte UTF-8 character at @p p is one a terminal acts on
+ * or that changes how the text around it reads: a C0 control, DEL, a C1
+ * control, or an invisible direction or line mark (U+061C, U+200E,
+ * U+200F, U+2028..U+202E, U+2066..U+2069), with which a key could show
+ * another key's text or its row's columns reversed ("Trojan Source"). */
+static bool escape_needed(const unsigned char *p, size_t n) {
+  if (n == 1)
+    return p[0] < 0x20 || p[0] == 0x7f;
+  if (n == 2)
+    return (p[0] == 0xc2 && p[1] < 0xa0) || (p[0] == 0xd8 && p[1] == 0x9c);
+  if (n != 3 || p[0] != 0xe2)
+    return false;
+  return (p[1] == 0x80 &&
+          (p[2] == 0x8e || p[2] == 0x8f || (p[2] >= 0xa8 && p[2] <= 0xae))) ||
+         (p[1] == 0x81 && p[2] >= 0xa6 && p[2] <= 0xa9);
+}
+
 /* The escaped text of the character at @p p (@p left bytes remain) into
  * @p out: at most 8 bytes, no NUL. @returns its length; *@p used receives
  * the bytes of @p p it stands for. */
 static size_t escape_one(const unsigned char *p, size_t left, char out[8],
                          size_t *used) {
   size_t n = kl__utf8_seq(p, left);
-  bool control = n == 1 ? p[0] < 0x20 || p[0] == 0x7f
-                        : n == 2 && p[0] == 0xc2 && p[1] < 0xa0; /* C1 */
+  bool control = escape_needed(p, n);
   *used = n ? n : 1;
   if (n == 1 && p[0] == '\\') {
     memcpy(out, "\\\\", 2);

@@ -85,31 +85,58 @@ const char *kl__units_format(kl__units_kind_t kind, int64_t v, char *buf,
   return buf;
 }
 
+/* The usual durations that lie in [@p min, @p max], as a person would
+ * type them ("30s, 2m, 1h or 1d"), so that no example is one the range
+ * refuses (timer.max.delay, at least 1s, was offered "500ms"); @p min
+ * itself when none does. */
+static const char *units_examples(kl__units_kind_t kind, int64_t min,
+                                  int64_t max, char *buf, size_t size) {
+  static const int64_t usual[] = {500, 1000, 30000, 120000, 3600000, 86400000};
+  char one[32];
+  size_t n = 0, len = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < sizeof(usual) / sizeof(usual[0]); i++)
+    if (usual[i] >= min && usual[i] <= max)
+      n++;
+  for (size_t i = 0, k = 0; k < n; i++) {
+    if (usual[i] < min || usual[i] > max)
+      continue;
+    kl__units_format(kind, usual[i], one, sizeof(one));
+    k++;
+    len += (size_t)snprintf(buf + len, size - len, "%s%s", k == 1 ? "" : ", ",
+                            one);
+  }
+  return n ? buf : kl__units_format(kind, min, buf, size);
+}
+
 static kl_err_t units_fail(const char *what, const char *text,
                            kl__units_kind_t kind, int64_t min, int64_t max) {
   static const char *const forms[] = {
       [KL__UNITS_COUNT] = "a whole number such as 100 (digits only)",
-      [KL__UNITS_MS] = "a duration such as 500, 500ms, 30s, 2m, 1h or 1d "
-                       "(a bare number is milliseconds)",
+      [KL__UNITS_MS] = "a duration (a bare number is milliseconds, or a "
+                       "unit ms, s, m, h or d), such as ",
       [KL__UNITS_DURATION] = "a duration with a unit, ms, s, m, h or d, "
-                             "such as 500ms, 30s or 2m",
+                             "such as ",
       [KL__UNITS_SIZE] = "a size in bytes, optionally with K, M, G or T "
                          "(powers of 1024; KiB, MiB... too), such as 4096, "
                          "16K or 64MiB",
   };
-  char lo[32], hi[32], range[80];
+  char lo[32], hi[32], range[80], examples[64] = "";
   kl__units_format(kind, min, lo, sizeof(lo));
   kl__units_format(kind, max, hi, sizeof(hi));
   if (max == INT64_MAX)
     snprintf(range, sizeof(range), "at least %s", lo);
   else
     snprintf(range, sizeof(range), "from %s to %s", lo, hi);
+  if (kind == KL__UNITS_MS || kind == KL__UNITS_DURATION)
+    units_examples(kind, min, max, examples, sizeof(examples));
   /* Escaped: what a person typed may hold a newline or a terminal's
    * control sequence, and this message goes to a terminal or a log. */
   char got[KL__ESCAPED_SIZE(64)];
   size_t len = text ? strlen(text) : 0;
   return kl__err(
-      KL_EINVAL, "%s takes %s, %s; got \"%s%s\"", what, forms[kind], range,
+      KL_EINVAL, "%s takes %s%s, %s; got \"%s%s\"", what, forms[kind], examples,
+      range,
       kl__escape(got, sizeof(got), text ? text : "", len > 64 ? 64 : len),
       len > 64 ? "..." : "");
 }

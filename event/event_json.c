@@ -168,12 +168,17 @@ static kl_err_t jev_not_before(kl_event_t *ev, const json_t *root, char *err,
   if (!delay)
     return KL_OK;
   const char *text = json_is_string(delay) ? json_string_value(delay) : NULL;
-  if (!text || strlen(text) != json_string_length(delay))
+  if (!text)
     return jev_fail(err, size,
                     "\"delay\" must be a string, a duration with a unit "
                     "such as \"500ms\", \"30s\", \"15m\", \"2h\" or "
                     "\"3d\"; or give \"not_before\" in ms since the Unix "
                     "epoch");
+  if (strlen(text) != json_string_length(delay))
+    return jev_fail(err, size,
+                    "\"delay\" holds a NUL byte at byte %zu: give a duration "
+                    "with a unit and nothing after it, such as \"15m\"",
+                    strlen(text));
   int64_t ms, now = kl__now_ms();
   if (kl__units_parse("\"delay\"", text, KL__UNITS_DURATION, 0, INT64_MAX,
                       &ms) != KL_OK)

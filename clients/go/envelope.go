@@ -329,6 +329,53 @@ func AppendEnvelope(b []byte, e *Envelope) []byte {
 	return b
 }
 
+// NotBeforeMin is 10^11 ms after the Unix epoch, 1973-03-03: a NotBefore
+// below it is a time in seconds (10^11 s is the year 5138), never one
+// meant in milliseconds.
+const NotBeforeMin = 100000000000
+
+// duration writes ms as keylane's C library writes a duration
+// (common/units.c): in the largest unit that divides it.
+func duration(ms int64) string {
+	for _, u := range []struct {
+		name string
+		mul  int64
+	}{{"d", 86400000}, {"h", 3600000}, {"m", 60000}, {"s", 1000}, {"ms", 1}} {
+		if ms > 0 && ms%u.mul == 0 {
+			return fmt.Sprintf("%d%s", ms/u.mul, u.name)
+		}
+	}
+	if ms == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%dms", ms)
+}
+
+// CheckNotBefore is the rule kl_publish() keeps on a delayed event's
+// time, word for word (event/envelope.h, kl__not_before_publish_check()):
+// notBefore (ms since the Unix epoch; 0 is none) is refused when it is
+// below NotBeforeMin (a time in seconds), more than max ms
+// (timer.max.delay) before now or more than max after it; both bounds
+// inclusive, max 0 bounds neither side. The error wraps ErrEvent.
+func CheckNotBefore(notBefore, now, max int64) error {
+	nb := notBefore
+	if nb > 0 && nb < NotBeforeMin {
+		return invalid("not_before %d is a time before 1973 in milliseconds since the Unix epoch: it looks like seconds; give milliseconds since the Unix epoch (%d if it is seconds), or a delay", nb, nb*1000)
+	}
+	if nb <= 0 || max <= 0 {
+		return nil
+	}
+	if nb < now-max {
+		return invalid("not_before %d is %d ms in the past, %s more than timer.max.delay (%s) allows: give milliseconds since the Unix epoch of a time at most timer.max.delay ago (a past time runs at once), or omit not_before to have the event applied when it is read",
+			nb, now-nb, duration(now-nb-max), duration(max))
+	}
+	if nb-now > max {
+		return invalid("not_before %d is %d ms from now, %s more than timer.max.delay (%s) allows: publish the event closer to its time, or raise timer.max.delay (at most store.dedup.retention)",
+			nb, nb-now, duration(nb-now-max), duration(max))
+	}
+	return nil
+}
+
 // CheckEvent checks an event as kl_publish() does (the id and the type as
 // a client's: not reserved) and returns its envelope's bytes.
 func CheckEvent(key string, e *Envelope) ([]byte, error) {

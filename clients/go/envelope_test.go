@@ -2,7 +2,10 @@ package keylane
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -265,5 +268,34 @@ func TestMurmur2MatchesKafkaAndLibrdkafka(t *testing.T) {
 	h := int32(-973932308)
 	if Partition([]byte("21"), 1000) != int32((uint32(h)&0x7fffffff)%1000) || Partition([]byte("k"), 0) != -1 {
 		t.Error("partition: the sign bit is masked, not abs()")
+	}
+}
+
+// CheckNotBefore gives every case of the table kl_publish() is held to
+// its error word for word, or none.
+func TestCheckNotBeforeCases(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "tests", "clients", "not_before_cases.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Now   int64 `json:"now_ms"`
+		Cases []struct {
+			NotBefore int64   `json:"not_before"`
+			Max       int64   `json:"max_ms"`
+			Error     *string `json:"error"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil || len(doc.Cases) < 10 {
+		t.Fatal(err, len(doc.Cases))
+	}
+	for i, c := range doc.Cases {
+		err := CheckNotBefore(c.NotBefore, doc.Now, c.Max)
+		switch {
+		case c.Error == nil && err != nil:
+			t.Errorf("case %d (%d): refused: %v", i, c.NotBefore, err)
+		case c.Error != nil && (err == nil || !errors.Is(err, ErrEvent) || err.Error() != *c.Error):
+			t.Errorf("case %d (%d): %v\nexpected: %s", i, c.NotBefore, err, *c.Error)
+		}
 	}
 }

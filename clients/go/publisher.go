@@ -71,6 +71,7 @@ type config struct {
 	expect          int32
 	check           time.Duration
 	metadataTimeout time.Duration
+	timerMax        time.Duration
 }
 
 // WithKgoOpts passes options to the franz-go client (kgo), e.g.
@@ -107,6 +108,15 @@ func WithExpectPartitions(n int32) Option { return func(c *config) { c.expect = 
 // use are read again (default 10 s).
 func WithPartitionsCheck(d time.Duration) Option { return func(c *config) { c.check = d } }
 
+// TimerMaxDelay is timer.max.delay's default: how far ahead of now, and
+// behind it, a NotBefore may be (WithTimerMaxDelay).
+const TimerMaxDelay = 7 * 24 * time.Hour
+
+// WithTimerMaxDelay sets the workers' timer.max.delay (default
+// TimerMaxDelay, 7 days): how far ahead of now, and behind it, an event's
+// NotBefore may be (CheckNotBefore), as kl_publish() judges it.
+func WithTimerMaxDelay(d time.Duration) Option { return func(c *config) { c.timerMax = d } }
+
 type topicState struct {
 	name     string
 	count    int32 // routed by
@@ -141,9 +151,12 @@ type Publisher struct {
 // NewPublisher connects to the brokers of bootstrap
 // ("HOST:PORT[,HOST:PORT]").
 func NewPublisher(bootstrap string, opts ...Option) (*Publisher, error) {
-	cfg := config{check: 10 * time.Second, metadataTimeout: 10 * time.Second}
+	cfg := config{check: 10 * time.Second, metadataTimeout: 10 * time.Second, timerMax: TimerMaxDelay}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.timerMax < time.Second {
+		return nil, fmt.Errorf("keylane: WithTimerMaxDelay(%v): give the workers' timer.max.delay, at least 1s", cfg.timerMax)
 	}
 	if bootstrap == "" {
 		return nil, errors.New("keylane: no bootstrap servers: give the brokers as HOST:PORT[,HOST:PORT]")
@@ -287,6 +300,9 @@ func (p *Publisher) record(ctx context.Context, topic string, ev *Event) (*kgo.R
 	now := clock.UnixMilli()
 	env := Envelope{ID: ev.ID, Type: ev.Type, TS: ev.TS, Headers: ev.Headers}
 	if env.NotBefore, err = ev.notBefore(clock); err != nil {
+		return nil, "", err
+	}
+	if err = CheckNotBefore(env.NotBefore, now, p.cfg.timerMax.Milliseconds()); err != nil {
 		return nil, "", err
 	}
 	if env.ID == "" {

@@ -95,16 +95,21 @@ func TestPublishRoutesAsKeylaneAndReportsDeliveries(t *testing.T) {
 }
 
 // NotBefore or Delay reach the envelope ("nb", version 2); both, a
-// reserved type or a negative Delay are refused before anything is sent.
+// reserved type, a negative Delay, or a time beyond timer.max.delay
+// (CheckNotBefore) are refused before anything is sent.
 func TestDelayedEvents(t *testing.T) {
 	boot, p := embeddedPublisher(t)
 	ctx := context.Background()
-	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := time.Now().Add(24 * time.Hour).Truncate(time.Millisecond)
+	week := TimerMaxDelay
 	refusals := map[string]Event{
 		"both NotBefore and Delay are given":               {Key: "k", Type: "t", NotBefore: at, Delay: time.Minute},
 		"Delay is -1s, before now":                         {Key: "k", Type: "t", Delay: -time.Second},
 		"is not after the Unix epoch":                      {Key: "k", Type: "t", NotBefore: time.Unix(-5, 0)},
 		"begins with '~', which keylane keeps for its own": {Key: "k", Type: "~timer", NotBefore: at},
+		"ms from now, ":                                    {Key: "k", Type: "t", Delay: week + time.Hour},
+		"ms in the past, ":                                 {Key: "k", Type: "t", NotBefore: time.Now().Add(-week - time.Hour)},
+		"(1767225600000 if it is seconds)":                 {Key: "k", Type: "t", NotBefore: time.UnixMilli(1767225600)},
 	}
 	for says, ev := range refusals {
 		if _, err := p.Publish(ctx, "events", ev); !errors.Is(err, ErrEvent) || !strings.Contains(err.Error(), says) {

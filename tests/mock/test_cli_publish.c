@@ -572,6 +572,62 @@ static void test_publish_not_before(void **state) {
   kl_embedded_destroy(embedded);
 }
 
+/* A line whose not_before kl_publish() refuses (seconds for ms, more than
+ * timer.max.delay behind or ahead) stops the run with exit 2 naming the
+ * line and the fix, as any bad line: the lines before it are delivered and
+ * listed on stdout, the lines after it are not read. */
+static void test_publish_not_before_bounds(void **state) {
+  (void)state;
+  kl_embedded_t *embedded;
+  assert_int_equal(kl_embedded_new(1, "bounds", 2, &embedded), KL_OK);
+  const char *bootstrap = kl_embedded_bootstrap(embedded);
+  int64_t day = 86400000, now = kl__now_ms();
+  char past[32];
+  snprintf(past, sizeof(past), "%lld", (long long)(now - 8 * day));
+  const struct {
+    const char *field, *says;
+  } bad[] = {
+      {"\"not_before\":1767225600",
+       "line 2: not_before 1767225600 is a time before 1973 in milliseconds "
+       "since the Unix epoch: it looks like seconds; give milliseconds since "
+       "the Unix epoch (1767225600000 if it is seconds)"},
+      {"\"delay\":\"8d\"", "more than timer.max.delay (7d) allows: publish "
+                           "the event closer to its time"},
+      {past, "ms in the past, "},
+  };
+  size_t published = 0;
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    char input[512], field[64];
+    snprintf(field, sizeof(field), "%s%s", i == 2 ? "\"not_before\":" : "",
+             bad[i].field);
+    snprintf(input, sizeof(input),
+             "{\"key\":\"first\",\"type\":\"t\",\"not_before\":%lld}\n"
+             "{\"key\":\"bad\",\"type\":\"t\",%s}\n"
+             "{\"key\":\"after\",\"type\":\"t\"}\n",
+             (long long)(now - day), field);
+    kl_run_t r;
+    kl_run((const char *[]){"publish", "-b", bootstrap, "-t", "bounds", NULL},
+           input, &r);
+    if (r.rc != 2 || !strstr(r.err, bad[i].says) ||
+        (i == 2 && !strstr(r.err, "line 2: not_before ")))
+      fail_msg("case %zu: exit %d, stderr: %s", i, r.rc, r.err);
+    /* stdout: the first line, delivered; nothing else */
+    if (strncmp(r.out, "{\"key\":\"first\"", 14) != 0 ||
+        strchr(r.out, '\n') != r.out + strlen(r.out) - 1)
+      fail_msg("case %zu: stdout %s", i, r.out);
+    published++;
+    kl_run_free(&r);
+  }
+  kl_msg_t msgs[64];
+  size_t n = kl_consume_all(bootstrap, "bounds", 2, msgs);
+  assert_int_equal(n, published);
+  for (size_t i = 0; i < n; i++) {
+    assert_string_equal(msgs[i].key, "first");
+    free(msgs[i].value);
+  }
+  kl_embedded_destroy(embedded);
+}
+
 /* @p len bytes of input, so that it may hold a NUL. */
 static void kl_expect_bad_n(const char *bootstrap, const char *input,
                             size_t len, const char *problem) {
@@ -731,6 +787,13 @@ static void test_msgpack_to_json_limits(void **state) {
   assert_non_null(strstr(kl_err_detail(), "truncated"));
   assert_int_equal(kl__msgpack_to_json("\x81\x01\x02", 3, &v), KL_EINVAL);
   assert_non_null(strstr(kl_err_detail(), "not a string"));
+  /* a str key holding a NUL is a string: said so, the key shown escaped */
+  assert_int_equal(kl__msgpack_to_json("\x81\xa2"
+                                       "a\x00\x01",
+                                       5, &v),
+                   KL_EINVAL);
+  assert_string_equal(kl_err_detail(), "msgpack at byte 1: the map key "
+                                       "\"a\\x00\" holds a NUL byte");
   assert_int_equal(kl__msgpack_to_json("\xa2\xff\xfe", 3, &v), KL_EINVAL);
   assert_int_equal(kl__msgpack_to_json("\xc1", 1, &v), KL_EINVAL);
   assert_int_equal(kl__msgpack_to_json("\x01\x02", 2, &v), KL_EINVAL);
@@ -801,6 +864,7 @@ int main(void) {
       cmocka_unit_test(test_gateway_warns_off_loopback_without_tokens),
       cmocka_unit_test(test_publish_good_lines_then_bad),
       cmocka_unit_test(test_publish_not_before),
+      cmocka_unit_test(test_publish_not_before_bounds),
       cmocka_unit_test(test_publish_bad_lines),
       cmocka_unit_test(test_publish_usage),
       cmocka_unit_test(test_publish_delivery_failure),

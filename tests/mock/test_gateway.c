@@ -28,6 +28,7 @@
 #include "broker/gateway_internal.h"
 #include "broker/producer_internal.h"
 #include "common/internal.h"
+#include "common/strbuf.h"
 #include "keylane/producer.h"
 #include "support/http.h"
 #include "support/kafka_read.h"
@@ -444,6 +445,106 @@ static void test_publish_delayed(void **state) {
     else
       assert_int_equal(d.not_before[i], nb);
   }
+}
+
+/* A request whose event is due too far ahead, too far back, or in
+ * seconds is refused whole, 400 naming the event's index and the fix,
+ * before any of its events is published: the gateway once published the
+ * events before it and answered 503, as for a Kafka failure, which a
+ * client retried forever. */
+static void test_publish_delayed_bounds(void **state) {
+  kl_t_gateway_t *tg = kl_gw(NULL);
+  kl_wait_health(tg->port, 200);
+  double before = kl_metric(tg->port, "keylane_gateway_events_produced_total");
+  int64_t now = kl__now_ms(), day = 86400000;
+  struct {
+    int64_t nb;
+    const char *says;
+  } bad[] = {
+      {now + 8 * day, " ms from now, "},
+      {now - 8 * day, "ms in the past, "},
+      {1767225600, "it looks like seconds; give milliseconds since the Unix "
+                   "epoch (1767225600000 if it is seconds)"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    char body[300];
+    snprintf(body, sizeof(body),
+             "[{\"key\":\"a\",\"type\":\"t\"},{\"key\":\"b\",\"type\":\"t\","
+             "\"delay\":\"1h\"},{\"key\":\"c\",\"type\":\"t\","
+             "\"not_before\":%lld}]",
+             (long long)bad[i].nb);
+    kl_t_http_resp_t r;
+    assert_int_equal(kl_post(tg->port, KL_T_TOPIC, NULL, body, &r), 0);
+    if (!kl_refused_with(&r, "event 2: not_before ") ||
+        !kl_refused_with(&r, "no event of the request was published"))
+      fail_msg("case %zu: %d %.*s", i, r.status, (int)r.body_len, r.body);
+    json_t *o = kl_json(&r);
+    assert_int_equal(json_integer_value(json_object_get(o, "index")), 2);
+    const char *e = json_string_value(json_object_get(o, "error"));
+    if (!strstr(e, bad[i].says) ||
+        (i < 2 && !strstr(e, "more than timer.max.delay (7d) allows")))
+      fail_msg("case %zu: %s", i, e);
+    json_decref(o);
+    kl_t_http_resp_free(&r);
+  }
+  /* a day ahead and a day back are within the bound: published */
+  char body[200];
+  snprintf(body, sizeof(body),
+           "[{\"key\":\"d\",\"type\":\"t\",\"not_before\":%lld},"
+           "{\"key\":\"e\",\"type\":\"t\",\"not_before\":%lld}]",
+           (long long)(now + day), (long long)(now - day));
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_post(tg->port, KL_T_TOPIC, NULL, body, &r), 0);
+  assert_int_equal(r.status, 200);
+  kl_t_http_resp_free(&r);
+  assert_true(kl_metric(tg->port, "keylane_gateway_events_produced_total") ==
+              before + 2);
+  kl_t_gateway_stop(tg);
+}
+
+/* An event too large for one Kafka record (its payload and headers each
+ * within their limits, the body within a raised --max-body) refuses its
+ * request whole, 400 with its index, like any bad event: kl_publish()
+ * found it only after the events before it were published, and the
+ * request got 503. */
+static void test_oversize_record_refuses_the_request_whole(void **state) {
+  kl__gateway_opts_t o;
+  kl__gateway_opts_default(&o);
+  o.produce_timeout_ms = 2000;
+  o.max_body = 4 << 20;
+  o.max_inflight_bytes = 8 << 20;
+  kl_t_gateway_t *tg = kl_gw(&o);
+  kl_wait_health(tg->port, 200);
+  double before = kl_metric(tg->port, "keylane_gateway_events_produced_total");
+  kl__strbuf_t sb = KL__STRBUF_INIT;
+  kl__strbuf_puts(&sb, "[{\"key\":\"a\",\"type\":\"t\"},{\"key\":\"b\","
+                       "\"type\":\"t\",\"payload\":\"");
+  for (int i = 0; i < 1000000; i++)
+    kl__strbuf_puts(&sb, "x");
+  kl__strbuf_puts(&sb, "\",\"headers\":{");
+  for (int h = 0; h < 16; h++) {
+    kl__strbuf_printf(&sb, "%s\"h%d\":\"", h ? "," : "", h);
+    for (int i = 0; i < 4000; i++)
+      kl__strbuf_puts(&sb, "v");
+    kl__strbuf_puts(&sb, "\"");
+  }
+  kl__strbuf_puts(&sb, "}}]");
+  assert_true(kl__strbuf_ok(&sb));
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_post(tg->port, KL_T_TOPIC, NULL, sb.data, &r), 0);
+  kl__strbuf_free(&sb);
+  if (!kl_refused_with(&r, "event 1: event is ") ||
+      !kl_refused_with(&r, "one record may carry") ||
+      !kl_refused_with(&r, "no event of the request was published"))
+    fail_msg("%d %.*s", r.status, (int)(r.body_len > 400 ? 400 : r.body_len),
+             r.body);
+  json_t *e = kl_json(&r);
+  assert_int_equal(json_integer_value(json_object_get(e, "index")), 1);
+  json_decref(e);
+  kl_t_http_resp_free(&r);
+  assert_true(kl_metric(tg->port, "keylane_gateway_events_produced_total") ==
+              before);
+  kl_t_gateway_stop(tg);
 }
 
 /* curl, with Expect: 100-continue as it sends for big bodies. */
@@ -1423,6 +1524,8 @@ int main(void) {
       cmocka_unit_test(test_publish_msgpack),
       cmocka_unit_test(test_json_and_msgpack_refuse_alike),
       cmocka_unit_test(test_publish_delayed),
+      cmocka_unit_test(test_publish_delayed_bounds),
+      cmocka_unit_test(test_oversize_record_refuses_the_request_whole),
       cmocka_unit_test(test_curl),
       cmocka_unit_test(test_bad_event_has_index_and_nothing_is_produced),
       cmocka_unit_test(test_csrf_simple_bodies_are_415),

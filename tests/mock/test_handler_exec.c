@@ -574,8 +574,9 @@ static void test_emit_not_before_limits(void **state) {
   assert_int_equal(last_not_before(fx.txn), src + 7 * KL_DAY_MS);
   kl__txn_set_timer_max(fx.txn, 7 * KL_DAY_MS, src);
   assert_int_equal(emit_at(fx.txn, src + 7 * KL_DAY_MS + 1000), KL_EINVAL);
-  assert_non_null(strstr(kl_err_detail(), "kl_txn_emit: not_before is"));
-  assert_non_null(strstr(kl_err_detail(), "timer.max.delay (604800 s)"));
+  assert_non_null(strstr(kl_err_detail(), "kl_txn_emit: not_before "));
+  assert_non_null(
+      strstr(kl_err_detail(), "more than timer.max.delay (7d) allows"));
   /* a record stamped ahead of this host: judged from now, which
    * kl_publish() and the follow-up's worker judge it by later */
   kl__txn_set_timer_max(fx.txn, 7 * KL_DAY_MS, now + KL_DAY_MS);
@@ -634,7 +635,7 @@ static void test_emit_not_before_and_delay(void **state) {
                            "[{\"key\":\"k\",\"type\":\"t\",\"delay\":\"8d\"}]",
                            &emits, &rec, err, sizeof(err)),
                    KL_HANDLER_FAIL);
-  assert_non_null(strstr(err, "later than timer.max.delay (604800 s)"));
+  assert_non_null(strstr(err, "more than timer.max.delay (7d) allows"));
   assert_null(emits);
   kl_emit_fx_down(&fx);
 

@@ -3,7 +3,9 @@
  * partitions: listed per partition in due order with key, id, due time
  * and the scheduling offset, as text (keys escaped) and as JSON parsed
  * here; --limit bounds the rows and counts the rest; -t, --partition and
- * --key narrow it; `keylane store stats` counts them per partition.
+ * --key narrow it, and a --partition the store does not hold is an
+ * error; keys with control or direction characters are escaped;
+ * `keylane store stats` counts them per partition.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -53,6 +55,15 @@ static void t_timer(kl_store_t *store, int32_t partition, const char *key,
                    KL_OK);
   free(env);
   assert_int_equal(kl_store_commit(txn, offset + 1), KL_OK);
+}
+
+/* A new store in a new directory @p dir; t_now read. */
+static kl_store_t *t_open(char dir[64]) {
+  kl_store_t *store;
+  kl_t_tmpdir(dir);
+  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
+  t_now = kl__now_ms();
+  return store;
 }
 
 static void t_store(const char *dir) {
@@ -224,11 +235,85 @@ static void test_stats_counts_timers(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* A key holding a right-to-left override (U+202E) or another direction
+ * mark is printed escaped, like a control byte, so that it cannot show
+ * its row reversed; --json keeps it exact. */
+static void test_direction_marks_are_escaped(void **state) {
+  (void)state;
+  char dir[64];
+  kl_store_t *store = t_open(dir);
+  t_timer(store, 0,
+          "acct-\xe2\x80\xae"
+          "1-tcca",
+          "rlo", t_now + MIN_MS, 1);
+  t_timer(store, 0, "b\xe2\x81\xa6x\xe2\x80\x8f", "isolate\xe2\x80\xaeid",
+          t_now + 2 * MIN_MS, 2);
+  kl_store_destroy(store);
+  kl_t_run_t r;
+  t_timers(&r, dir, NULL);
+  if (!strstr(r.out, "acct-\\xe2\\x80\\xae1-tcca") ||
+      !strstr(r.out, "b\\xe2\\x81\\xa6x\\xe2\\x80\\x8f") ||
+      !strstr(r.out, "isolate\\xe2\\x80\\xaeid") || strstr(r.out, "\xe2\x80"))
+    fail_msg("not escaped:\n%s", r.out);
+  kl_t_run_free(&r);
+  t_timers(&r, dir, "--json", NULL);
+  json_t *o = t_json(&r);
+  json_t *row = json_array_get(json_object_get(o, "timers"), 0);
+  assert_string_equal(t_str(row, "key"), "acct-\xe2\x80\xae"
+                                         "1-tcca");
+  assert_string_equal(t_str(row, "key_escaped"), "acct-\\xe2\\x80\\xae1-tcca");
+  json_decref(o);
+  kl_t_run_free(&r);
+  kl_t_rmrf(dir);
+}
+
+/* --partition N of a partition the store does not hold is an error that
+ * says how many it holds, exit 1, as store reset -p does; not "no timer
+ * waits", which a partition without timers answers. */
+static void test_unknown_partition_is_an_error(void **state) {
+  (void)state;
+  char dir[64];
+  kl_store_t *store = t_open(dir);
+  for (int32_t p = 0; p < 4; p++) {
+    kl_partition_state_t st;
+    assert_int_equal(kl_store_acquire(store, "events", p, &st), KL_OK);
+  }
+  t_timer(store, 1, "k", "one", t_now + MIN_MS, 1);
+  kl_store_destroy(store);
+  const char *const args[][4] = {{"--partition", "99", NULL, NULL},
+                                 {"--partition", "99", "--json", NULL},
+                                 {"-t", "events", "--partition", "4"}};
+  const char *const says[] = {
+      "has no partition 99 of any topic: it has 4 partitions, the highest 3; "
+      "check --partition",
+      "has no partition 99 of any topic: it has 4 partitions",
+      "has no partition 4 of topic events: it has 4 partitions, the highest 3"};
+  for (size_t i = 0; i < 3; i++) {
+    kl_t_run_t r;
+    const char *argv[10] = {"store", "timers", "--store", dir};
+    for (size_t j = 0; j < 4; j++)
+      argv[4 + j] = args[i][j];
+    kl_t_run_for(argv, NULL, 0, 30000, &r);
+    if (r.rc != 1 || !strstr(r.err, says[i]) || r.out[0])
+      fail_msg("case %zu: exit %d\nstdout: %s\nstderr: %s", i, r.rc, r.out,
+               r.err);
+    kl_t_run_free(&r);
+  }
+  /* a partition the store holds, without timers: no error */
+  kl_t_run_t r;
+  t_timers(&r, dir, "--partition", "2", NULL);
+  assert_string_equal(r.out, "no timer waits\n");
+  kl_t_run_free(&r);
+  kl_t_rmrf(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_json_lists_in_due_order),
       cmocka_unit_test(test_limit_and_filters),
       cmocka_unit_test(test_stats_counts_timers),
+      cmocka_unit_test(test_direction_marks_are_escaped),
+      cmocka_unit_test(test_unknown_partition_is_an_error),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

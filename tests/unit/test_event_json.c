@@ -1,7 +1,9 @@
 /*
  * An event written as JSON (event/event_json.c), the reading `keylane
  * publish` and the gateway share: here its delivery time, "not_before" or
- * "delay", and the types keylane keeps for itself.
+ * "delay", and the types keylane keeps for itself; and the publishing
+ * side's bounds on that time, case by case from the table the Python and
+ * Go clients are held to as well (tests/clients/not_before_cases.json).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +17,7 @@
 #include <jansson.h>
 
 #include "common/internal.h"
+#include "event/envelope.h"
 #include "event/event_json.h"
 
 #define KL_T_NOW INT64_C(1767225600000) /* 2026-01-01T00:00:00Z */
@@ -113,8 +116,10 @@ static void test_delay(void **state) {
   }
   kl_refused("{\"key\":\"k\",\"type\":\"t\",\"delay\":900}",
              "\"delay\" must be a string, a duration with a unit");
+  /* a string, with a NUL in it: said as it is, not "not a string" */
   kl_refused("{\"key\":\"k\",\"type\":\"t\",\"delay\":\"15m\\u0000x\"}",
-             "\"delay\" must be a string");
+             "\"delay\" holds a NUL byte at byte 3: give a duration with a "
+             "unit and nothing after it, such as \"15m\"");
   kl_refused("{\"key\":\"k\",\"type\":\"t\",\"delay\":\"9223372036854775s\"}",
              "ends after the year");
 }
@@ -139,6 +144,42 @@ static void test_reserved_type(void **state) {
   assert_int_equal(kl_not_before("{\"key\":\"k\",\"type\":\"a~\"}"), 0);
 }
 
+/* kl__not_before_publish_check() gives each case of the table shared
+ * with the clients its error word for word, or none: seconds for ms,
+ * timer.max.delay behind and ahead of now (inclusive bounds), the excess
+ * exact to the millisecond. */
+static void test_not_before_bounds(void **state) {
+  (void)state;
+  const char *src = getenv("KEYLANE_SOURCE_DIR");
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/tests/clients/not_before_cases.json",
+           src ? src : ".");
+  json_error_t jerr;
+  json_t *doc = json_load_file(path, 0, &jerr);
+  if (!doc)
+    fail_msg("%s: %s", path, jerr.text);
+  int64_t now = json_integer_value(json_object_get(doc, "now_ms"));
+  json_t *cases = json_object_get(doc, "cases"), *c;
+  size_t i, refused = 0;
+  assert_true(json_array_size(cases) >= 10);
+  json_array_foreach(cases, i, c) {
+    kl_event_t ev = {.not_before =
+                         json_integer_value(json_object_get(c, "not_before"))};
+    int64_t max = json_integer_value(json_object_get(c, "max_ms"));
+    const char *want = json_string_value(json_object_get(c, "error"));
+    kl_err_t err = kl__not_before_publish_check(&ev, now, max);
+    if (!want && err)
+      fail_msg("case %zu (%lld): refused: %s", i, (long long)ev.not_before,
+               kl_err_detail());
+    if (want && (err != KL_EINVAL || strcmp(kl_err_detail(), want) != 0))
+      fail_msg("case %zu (%lld): %s\nexpected: %s", i, (long long)ev.not_before,
+               err ? kl_err_detail() : "accepted", want);
+    refused += want != NULL;
+  }
+  assert_true(refused >= 5 && refused < json_array_size(cases));
+  json_decref(doc);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_not_before, kl_setup, kl_teardown),
@@ -147,6 +188,7 @@ int main(void) {
                                       kl_teardown),
       cmocka_unit_test_setup_teardown(test_reserved_type, kl_setup,
                                       kl_teardown),
+      cmocka_unit_test(test_not_before_bounds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -120,6 +120,20 @@ static void test_message(void **state) {
                    KL_EINVAL);
   assert_non_null(strstr(kl_err_detail(), "got \"5\\x0a2026-01-01 ERROR x\""));
   assert_null(strchr(kl_err_detail(), '\n'));
+  /* Every example lies in the range: timer.max.delay (at least 1s) was
+   * offered "such as 500ms", which it refuses. */
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "timer.max.delay", "500ms"), KL_ECONF);
+  kl_conf_destroy(conf);
+  assert_non_null(strstr(kl_err_detail(), "such as 1s, 30s, 2m, 1h, 1d, at "
+                                          "least 1s; got \"500ms\""));
+  assert_int_equal(
+      kl__units_parse("--grace", "5", KL__UNITS_DURATION, 60000, 300000, &v),
+      KL_EINVAL);
+  assert_non_null(strstr(kl_err_detail(), "such as 2m, from 1m to 5m"));
+  assert_int_equal(kl__units_parse("--tick", "5", KL__UNITS_MS, 2000, 9000, &v),
+                   KL_EINVAL);
+  assert_non_null(strstr(kl_err_detail(), "such as 2s, from 2s to 9s"));
   char buf[32];
   assert_string_equal(kl__units_format(KL__UNITS_MS, 90000, buf, sizeof(buf)),
                       "90s");
@@ -185,8 +199,10 @@ static void kl_ms_key(kl_conf_t *conf, const char *key) {
     if (kl_conf_set(conf, key, bad[i]) != KL_ECONF)
       fail_msg("%s=%s accepted", key, bad[i]);
     const char *err = kl_err_detail();
+    /* the forms; the examples are the key's range's (test_message) */
     if (!strstr(err, key) || !strstr(err, bad[i]) ||
-        !strstr(err, "30s, 2m, 1h"))
+        !strstr(err, "a bare number is milliseconds, or a unit ms, s, m, h "
+                     "or d), such as "))
       fail_msg("%s=%s: \"%s\" names not the key, the value and the forms", key,
                bad[i], err);
   }

@@ -265,3 +265,20 @@ def test_a_forked_child_makes_ids_of_its_own():
     theirs = os.read(r, 64).decode()
     # the same ms is likely; the random tails must differ
     assert mine[-12:] != theirs[-12:]
+
+
+def test_check_not_before_gives_each_case_of_kl_publish_word_for_word():
+    import json
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "tests", "clients", "not_before_cases.json")
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    assert len(doc["cases"]) >= 10
+    for i, c in enumerate(doc["cases"]):
+        try:
+            env.check_not_before(c["not_before"], doc["now_ms"], c["max_ms"])
+            got = None
+        except EventError as e:
+            got = str(e)
+        assert got == c["error"], "case %d (%d)" % (i, c["not_before"])

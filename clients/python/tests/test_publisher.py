@@ -82,22 +82,24 @@ def test_delayed_events_are_version_2_and_reserved_types_refused():
         produce(topic, value, key, part, **kw)
 
     pub._produce = spy
-    at = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
     before = int(time.time() * 1000)
+    at_ms = before + 86400000  # a day ahead, a day back: within timer.max.delay
+    at = datetime.datetime.fromtimestamp(at_ms / 1000, datetime.timezone.utc)
+    ms = before - 86400000
     pub.publish("events", "k", "t", b"", "at", not_before=at)
-    pub.publish("events", "k", "t", b"", "ms", not_before=1767225600000)
+    pub.publish("events", "k", "t", b"", "ms", not_before=ms)
     pub.publish("events", "k", "t", b"", "in", delay=datetime.timedelta(minutes=15))
     pub.send("events", "k", "t", b"", "sec", delay=60).result(30)
     pub.publish("events", "k", "t", b"", "now")
     after = int(time.time() * 1000)
     got = [env.decode(b"k", v) for v in sent]
     assert [e.id for e in got] == ["at", "ms", "in", "sec", "now"]
-    assert got[0].not_before == 1893456000000 and got[1].not_before == 1767225600000
+    assert got[0].not_before == at_ms and got[1].not_before == ms
     assert before + 900000 <= got[2].not_before <= after + 900000
     assert before + 60000 <= got[3].not_before <= after + 60000
     assert got[4].not_before == 0 and sent[4][3] == 1 and sent[0][3] == 2
     # the same bytes as the encoder everyone shares
-    assert sent[1] == env.encode("ms", "t", got[1].ts, b"", None, 1767225600000)
+    assert sent[1] == env.encode("ms", "t", got[1].ts, b"", None, ms)
     with pytest.raises(EventError, match="both not_before and delay are given"):
         pub.publish("events", "k", "t", not_before=1767225600000, delay=5)
     with pytest.raises(EventError, match="begins with '~', which keylane keeps for its own records"):
@@ -105,6 +107,31 @@ def test_delayed_events_are_version_2_and_reserved_types_refused():
     with pytest.raises(EventError, match="begins with '~', which keylane keeps for its own records"):
         pub.publish("events", "k", "~x")  # the C path hands it back
     pub.flush(30)
+
+
+@pytest.mark.parametrize(
+    "when, says",
+    [
+        ({"delay": 7 * 86400 + 3600}, r"ms from now, .* more than timer.max.delay \(7d\) allows"),
+        ({"not_before": -7 * 86400000 - 3600000}, r"ms in the past, .* more than timer.max.delay \(7d\) allows"),
+        ({"not_before": 1767225600}, r"it looks like seconds; give milliseconds since the Unix epoch \(1767225600000 "),
+        ({"delay": 3, "max": 2000}, r"more than timer.max.delay \(2s\) allows"),
+    ],
+)
+def test_a_time_beyond_timer_max_delay_is_refused_as_kl_publish_refuses_it(when, says):
+    pub = mock_publisher(timer_max_delay_ms=when.pop("max", 7 * 86400000))
+    nb = when.get("not_before")
+    if nb is not None and nb < 0:  # relative to now
+        when["not_before"] = int(time.time() * 1000) + nb
+    with pytest.raises(EventError, match=says):
+        pub.publish("events", "k", "t", **when)
+    pub.flush(30)
+
+
+@pytest.mark.parametrize("bad", [999, 1.5, "7d"])
+def test_timer_max_delay_ms_is_checked(bad):
+    with pytest.raises(ConfigError, match="timer_max_delay_ms=.*at least 1000"):
+        mock_publisher(timer_max_delay_ms=bad)
 
 
 def test_send_returns_a_future_of_the_delivery():

@@ -11,6 +11,18 @@ from keylane.errors import EventError
 
 _INT64_MAX = (1 << 63) - 1
 
+#: 10^11 ms after the Unix epoch, 1973-03-03: a not_before below it is a
+#: time in seconds (10^11 s is the year 5138), never one meant in ms.
+NOT_BEFORE_MIN_MS = 100000000000
+
+#: timer.max.delay's default, 7 days in ms: how far ahead of now, and how
+#: far behind it, a not_before may be (Publisher's timer_max_delay_ms).
+TIMER_MAX_DELAY_MS = 7 * 86400000
+
+# Largest first: a duration is written in the first unit that divides it,
+# as keylane's C library writes one (common/units.c).
+_DURATIONS = (("d", 86400000), ("h", 3600000), ("m", 60000), ("s", 1000), ("ms", 1))
+
 
 def not_before_ms(
     not_before: Union[int, _dt.datetime, None] = None,
@@ -60,6 +72,44 @@ def not_before_ms(
     if ms > _INT64_MAX - base:
         raise EventError("delay %r ends after the year 292 million: give a shorter one" % (delay,))
     return base + ms
+
+
+def _duration(ms: int) -> str:
+    for name, mul in _DURATIONS:
+        if ms > 0 and ms % mul == 0:
+            return "%d%s" % (ms // mul, name)
+    return "%d%s" % (ms, "ms" if ms else "")
+
+
+def check_not_before(not_before: int, now: int, max_ms: int = TIMER_MAX_DELAY_MS) -> None:
+    """The rule kl_publish() keeps on a delayed event's time, word for word
+    (event/envelope.h, kl__not_before_publish_check()): ``not_before``
+    (ms since the Unix epoch; 0 is none) is refused when it is below
+    NOT_BEFORE_MIN_MS (a time in seconds), more than ``max_ms``
+    (timer.max.delay) before ``now`` or more than ``max_ms`` after it;
+    both bounds inclusive, ``max_ms`` 0 bounds neither side. Raises
+    EventError naming the bound, by how much, and the fix."""
+    nb = not_before
+    if 0 < nb < NOT_BEFORE_MIN_MS:
+        raise EventError(
+            "not_before %d is a time before 1973 in milliseconds since the Unix epoch: it looks like seconds; "
+            "give milliseconds since the Unix epoch (%d if it is seconds), or a delay" % (nb, nb * 1000)
+        )
+    if nb <= 0 or max_ms <= 0:
+        return
+    if nb < now - max_ms:
+        raise EventError(
+            "not_before %d is %d ms in the past, %s more than timer.max.delay (%s) allows: give milliseconds "
+            "since the Unix epoch of a time at most timer.max.delay ago (a past time runs at once), or omit "
+            "not_before to have the event applied when it is read"
+            % (nb, now - nb, _duration(now - nb - max_ms), _duration(max_ms))
+        )
+    if nb - now > max_ms:
+        raise EventError(
+            "not_before %d is %d ms from now, %s more than timer.max.delay (%s) allows: publish the event "
+            "closer to its time, or raise timer.max.delay (at most store.dedup.retention)"
+            % (nb, nb - now, _duration(nb - now - max_ms), _duration(max_ms))
+        )
 
 
 def now_ms() -> int:

@@ -34,7 +34,7 @@ from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, Union
 
 import msgpack
 
-from keylane._when import _INT64_MAX, not_before_ms, now_ms
+from keylane._when import _INT64_MAX, TIMER_MAX_DELAY_MS, check_not_before, not_before_ms, now_ms  # noqa: F401
 from keylane.errors import EventError
 
 #: The highest envelope version this package reads; it writes version 1

@@ -186,7 +186,9 @@ class Publisher:
     at a topic's first publish is the expected one);
     ``partitions_check_ms`` is how often the counts are read again;
     ``enqueue_timeout_ms`` how long publish() waits for room when
-    librdkafka's queue is full; ``on_delivery`` is called with the
+    librdkafka's queue is full; ``timer_max_delay_ms`` is the workers'
+    timer.max.delay (7 days), which bounds a not_before ahead of now and
+    behind it, as kl_publish() does; ``on_delivery`` is called with the
     Delivery of every event that has no callback of its own.
     """
 
@@ -197,6 +199,7 @@ class Publisher:
         expect_partitions: Optional[int] = None,
         partitions_check_ms: int = 10000,
         enqueue_timeout_ms: int = 5000,
+        timer_max_delay_ms: int = _env.TIMER_MAX_DELAY_MS,
         on_delivery: Optional[Callable[[Delivery], None]] = None,
         **conf: Any,
     ):
@@ -210,6 +213,11 @@ class Publisher:
             raise ConfigError("expect_partitions=%d: a topic has 1..100000 partitions" % expect_partitions)
         if not 100 <= partitions_check_ms <= 3600000:
             raise ConfigError("partitions_check_ms=%d: give 100..3600000" % partitions_check_ms)
+        if type(timer_max_delay_ms) is not int or timer_max_delay_ms < 1000:
+            raise ConfigError(
+                "timer_max_delay_ms=%r: give the workers' timer.max.delay in ms, at least 1000 (1s)"
+                % (timer_max_delay_ms,)
+            )
         rk["enable.idempotence"] = True
         rk["acks"] = "all"
         rk.setdefault("message.max.bytes", _env.MESSAGE_MAX)
@@ -224,6 +232,7 @@ class Publisher:
         self._expect = expect_partitions
         self._check_s = partitions_check_ms / 1000.0
         self._enqueue_s = enqueue_timeout_ms / 1000.0
+        self._timer_max_ms = timer_max_delay_ms
         self._topics: Dict[str, _Topic] = {}
         self._lock = threading.Lock()  # topics added; the watch thread
         self._failed: list = []
@@ -399,6 +408,8 @@ class Publisher:
             ts = _ts(ts)
         if len(payload) > PAYLOAD_MAX:
             _env.pack_payload(payload)  # raises, naming the limit
+        if nb:  # after the event's own rules, as kl_publish()
+            _env.check_not_before(nb, time.time_ns() // 1000000, self._timer_max_ms)
         value = _env.encode(id, type, ts, payload, headers, nb)
         if len(k) + len(value) > RECORD_MAX:
             _env.record_check(k, value, len(payload))
