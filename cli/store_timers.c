@@ -5,18 +5,17 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include <jansson.h>
 
 #include "cli/cli.h"
 #include "cli/opts.h"
 #include "common/internal.h"
-#include "common/strbuf.h"
 #include "common/units.h"
 #include "keylane/event.h"
 #include "keylane/store.h"
 #include "cli/store.h"
+#include "cli/store_timers_row.h"
 #include "cli/store_list.h"
 #include "store/store_internal.h"
 #include "store/location.h"
@@ -105,23 +104,6 @@ typedef struct kl_tm_list {
   kl_err_t err;
 } kl_tm_list_t;
 
-/* @p len bytes as text safe for a terminal, one-to-one (kl__escape()):
- * how the text listing shows them; "key" and "id" are exact, or null when
- * they are not UTF-8. */
-static json_t *tm_escaped(const void *s, size_t len) {
-  char shown[KL__ESCAPED_SIZE(KL_KEY_MAX)];
-  return json_string(kl__escape(shown, sizeof(shown), s, len));
-}
-
-static void tm_iso(int64_t ms, char *buf, size_t size) {
-  time_t t = (time_t)(ms / 1000);
-  struct tm tm;
-  char day[32];
-  gmtime_r(&t, &tm);
-  strftime(day, sizeof(day), "%Y-%m-%dT%H:%M:%S", &tm);
-  snprintf(buf, size, "%s.%03dZ", day, (int)(ms % 1000));
-}
-
 static int tm_row(void *opaque, const kl__timer_t *t, const void *key,
                   size_t key_len, const void *env, size_t env_len) {
   kl_tm_list_t *l = opaque;
@@ -133,23 +115,12 @@ static int tm_row(void *opaque, const kl__timer_t *t, const void *key,
     l->more++;
     return 0;
   }
-  kl_event_t ev;
-  int decoded = !kl_event_decode(l->decoder, key, key_len, env, env_len, &ev);
-  if (!decoded)
-    l->bad++; /* its owner dead-letters it when it fires */
-  json_t *k = json_stringn(key, key_len);
-  json_t *id = decoded ? json_stringn(ev.id, ev.id_len) : NULL;
-  char iso[40];
-  tm_iso(t->due_ms, iso, sizeof(iso));
-  json_array_append_new(
-      l->rows,
-      json_pack("{sssIsososososssIsIsb}", "topic", l->topic, "partition",
-                (json_int_t)l->partition, "key", k ? k : json_null(),
-                "key_escaped", tm_escaped(key, key_len), "id",
-                id ? id : json_null(), "id_escaped",
-                decoded ? tm_escaped(ev.id, ev.id_len) : json_null(), "due",
-                iso, "due_ms", (json_int_t)t->due_ms, "offset",
-                (json_int_t)t->offset, "due_now", t->due_ms <= l->now));
+  bool malformed = false;
+  json_t *row =
+      kl__store_timers_row(l->decoder, l->topic, l->partition, t, key, key_len,
+                           env, env_len, l->now, false, &malformed);
+  l->bad += malformed; /* its owner dead-letters it when it fires */
+  json_array_append_new(l->rows, row);
   l->listed++;
   return 0;
 }
