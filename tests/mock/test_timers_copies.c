@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "keylane/handlers.h"
 #include "keylane/producer.h"
@@ -29,6 +30,7 @@
 #include "support/kafka_read.h"
 #include "support/ledger_checks.h"
 #include "support/pg_group.h"
+#include "support/run.h"
 #include "support/store_contract.h"
 #include "support/support.h"
 #include "common/internal.h"
@@ -241,6 +243,18 @@ static void copies_case(const char *store_uri, const char *name) {
   assert_int_equal(kl_t_consume(rk, 2, 20000, letter_one, &l), 2);
   kl_t_consumer_destroy(rk);
   assert_int_equal(l.past, 2);
+  /* the cancelled one's id keeps its timer's mark, which `keylane store
+   * get` names */
+  assert_int_equal(stored_mark(fx.store, "gone"), KL__MARK_TIMER);
+  kl_t_run_t run;
+  kl_t_run((const char *[]){"store", "get", "--id", "gone", "--store", fx.where,
+                            "--json", NULL},
+           NULL, 0, &run);
+  assert_int_equal(run.rc, 0);
+  json_t *got = kl_t_run_json(&run);
+  kl_t_run_free(&run);
+  assert_string_equal(json_string_value(json_object_get(got, "mark")), "timer");
+  json_decref(got);
   kl_t_ledger_fx_down(&fx);
   kl__store_set_clock(NULL);
 }
