@@ -182,7 +182,8 @@ static void store_for(char *uri, size_t size, const char *prefix) {
   assert_int_equal(kl_t_pg_createdb(pg, db, uri, size), 0);
 }
 
-static void copies_case(const char *store_uri, const char *name) {
+static void copies_case(const char *store_uri, const char *name,
+                        const char *const *extra) {
   t0 = kl__now_ms();
   kl_t_store_clock_set(t0);
   kl_t_ledger_fx_t fx;
@@ -210,7 +211,7 @@ static void copies_case(const char *store_uri, const char *name) {
 
   kl_t_worker_t *w =
       kl_t_worker_new_with(fx.boot, fx.topic, kl_t_group(fx.cluster, name),
-                           fx.store, NULL, handler, NULL);
+                           fx.store, extra, handler, NULL);
   kl_t_worker_go(w);
   /* applied: the cancel, and yesterday's once its timer fires */
   wait_stats(
@@ -261,14 +262,24 @@ static void copies_case(const char *store_uri, const char *name) {
 
 static void test_copies_lmdb(void **state) {
   (void)state;
-  copies_case(NULL, "tcopies");
+  copies_case(NULL, "tcopies", NULL);
 }
 
 static void test_copies_pg(void **state) {
   (void)state;
   char uri[256];
   store_for(uri, sizeof(uri), "tcp");
-  copies_case(uri, "tcopiespg");
+  copies_case(uri, "tcopiespg", NULL);
+}
+
+/* The lanes' key-parallel executors run each event on a child txn, whose
+ * marks reach the batch through the lane's overlay. */
+static void test_copies_key_parallel_pg(void **state) {
+  (void)state;
+  char uri[256];
+  store_for(uri, sizeof(uri), "tck");
+  const char *extra[] = {"worker.concurrency=4", NULL};
+  copies_case(uri, "tcopieskp", extra);
 }
 
 static kl__redrive_t *redrive(kl_t_ledger_fx_t *fx, int *refuse) {
@@ -361,6 +372,7 @@ int main(void) {
       cmocka_unit_test(test_copies_lmdb),
       cmocka_unit_test(test_redrive_lmdb),
       cmocka_unit_test(test_copies_pg),
+      cmocka_unit_test(test_copies_key_parallel_pg),
       cmocka_unit_test(test_redrive_pg),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
