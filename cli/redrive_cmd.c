@@ -50,11 +50,12 @@ json_t *kl__redrive_cmd_json(const kl__redrive_t *r,
     if (res[i].outcome != KL__OUT_FILTERED)
       json_array_append_new(list, letter_json(&res[i]));
   json_t *o = json_pack(
-      "{sssssbsIsIsIsIsIsIsIsIsIsIso}", "dlq_topic", opts->dlq_topic, "topic",
+      "{sssssbsIsIsIsIsIsIsIsIsIsIsIso}", "dlq_topic", opts->dlq_topic, "topic",
       kl__redrive_topic(r), "dry_run", opts->dry_run, "read", (json_int_t)n,
       "letters", (json_int_t)(n - kl__redrive_count(r, KL__OUT_FILTERED)),
       "applied", (json_int_t)kl__redrive_count(r, KL__OUT_APPLIED),
       "republished", (json_int_t)kl__redrive_count(r, KL__OUT_REPUBLISHED),
+      "scheduled", (json_int_t)kl__redrive_count(r, KL__OUT_SCHEDULED),
       "skipped_duplicate", (json_int_t)kl__redrive_count(r, KL__OUT_DUPLICATE),
       "failed", (json_int_t)kl__redrive_count(r, KL__OUT_FAILED), "pending",
       (json_int_t)kl__redrive_count(r, KL__OUT_PENDING), "fenced",
@@ -91,10 +92,12 @@ static void redrive_table(const kl__redrive_t *r) {
     printf("%-14s %-22s %-36s %-13s %s\n", where, origin, res[i].id, l->reason,
            kl__outcome_name(res[i].outcome));
   }
-  printf("letters: %zu applied, %zu republished, %zu duplicate, %zu failed, "
+  printf("letters: %zu applied, %zu republished, %zu scheduled, %zu "
+         "duplicate, %zu failed, "
          "%zu pending, %zu fenced, %zu errors; %zu not selected\n",
          kl__redrive_count(r, KL__OUT_APPLIED),
          kl__redrive_count(r, KL__OUT_REPUBLISHED),
+         kl__redrive_count(r, KL__OUT_SCHEDULED),
          kl__redrive_count(r, KL__OUT_DUPLICATE),
          kl__redrive_count(r, KL__OUT_FAILED),
          kl__redrive_count(r, KL__OUT_PENDING),
@@ -156,6 +159,7 @@ int kl__redrive_cmd_run(const char *sub, kl__redrive_opts_t *opts,
     size_t n, done = kl__redrive_count(r, KL__OUT_FILTERED) +
                      kl__redrive_count(r, KL__OUT_APPLIED) +
                      kl__redrive_count(r, KL__OUT_REPUBLISHED) +
+                     kl__redrive_count(r, KL__OUT_SCHEDULED) +
                      kl__redrive_count(r, KL__OUT_DUPLICATE);
     kl__redrive_results(r, &n);
     rc = done == n ? KL_EXIT_OK : KL_EXIT_FAIL;

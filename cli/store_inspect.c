@@ -414,7 +414,9 @@ static int get_id_row(void *opaque, const char *topic, const void *key,
       json_pack("{s:s,s:o,s:s%,s:s,s:I,s:s}", "topic", topic,
                 k || !key ? "key" : "key_b64",
                 k ? k : inspect_b64(key, key_len), "id", id, id_len, "mark",
-                mark == KL_MARK_DEAD_LETTER ? "dead_letter" : "applied",
+                mark == KL_MARK_DEAD_LETTER ? "dead_letter"
+                : mark == KL__MARK_TIMER    ? "timer" /* waits, or cancelled */
+                                            : "applied",
                 "recorded_ms", (json_int_t)time_ms, "recorded", when);
   return 0;
 }

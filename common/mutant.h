@@ -48,6 +48,9 @@ typedef enum kl__mutant {
   /* worker/apply.c: a timer's run leaves the timer in the store, so that
    * it fires again (issue 36) */
   KL__MUTANT_TIMER_TWICE,
+  /* worker/apply.c: a record without `nb` of an id that waits as a timer
+   * runs at once, as before the timer's mark (issue 36 H1) */
+  KL__MUTANT_TIMER_COPY,
 } kl__mutant_t;
 
 #ifdef KL_SIM_MUTANTS

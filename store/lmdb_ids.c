@@ -227,7 +227,7 @@ int kl__lmdb_id_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
     memcpy(val + KL__IDVAL_LEN, lkey + KL__TOPIC_NO_LEN + 1,
            len - KL__TOPIC_NO_LEN - 1);
     v.mv_size += len - KL__TOPIC_NO_LEN - 1;
-  } else if (mark == KL_MARK_DEAD_LETTER) {
+  } else if (mark != KL_MARK_APPLIED) {
     rc = mdb_get(mtxn, lmdb->ids, &k, &have);
     if (rc != 0 && rc != MDB_NOTFOUND)
       return rc;
@@ -235,17 +235,19 @@ int kl__lmdb_id_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
   } else {
     found = 0; /* an applied mark replaces whatever is there */
   }
+  kl_mark_t old = KL_MARK_NONE;
   if (found) {
-    /* A dead-letter mark never replaces an applied one (kl__mark_merge()). */
+    /* A dead-letter or timer mark never replaces an applied one
+     * (kl__mark_merge()). */
     int64_t t;
-    kl_mark_t old;
     if (kl__lmdb_idval_decode(&have, &t, &old))
       return MDB_CORRUPTED;
     if (kl__mark_merge(old, mark) != mark)
       return 0;
   }
   /* The same mark again (a commit whose answer was lost, run again) is
-   * written, its time refreshed, and not counted a second time. */
-  *written = !found;
+   * written, its time refreshed, and not counted a second time; a dead
+   * letter over a timer's mark is a new one. */
+  *written = !found || old != mark;
   return mdb_put(mtxn, lmdb->ids, &k, &v, 0);
 }

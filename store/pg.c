@@ -157,8 +157,8 @@ static const struct {
          "SELECT $4::text, i, m, (SELECT " KL__PG_NOW_MS(
              3) ") FROM unnest($1::bytea[], $2::int2[]) AS t(i, m) ON "
                 "CONFLICT (topic, id) DO UPDATE SET mark = EXCLUDED.mark, "
-                "inserted_ms = EXCLUDED.inserted_ms WHERE keylane_ids.mark = "
-                "2 AND EXCLUDED.mark = 1",
+                "inserted_ms = EXCLUDED.inserted_ms WHERE keylane_ids.mark <> "
+                "1 AND keylane_ids.mark <> EXCLUDED.mark",
          "record the batch's idempotency keys"},
     /* The ids the batch's prefetch found absent: a plain INSERT, half the
      * cost of the upsert's speculative insertion (an arbiter probe, a
@@ -175,7 +175,7 @@ static const struct {
          "record the batch's new idempotency keys"},
     [KL__PG_APPLIED] = {"kl_applied",
                         "SELECT count(*) FROM keylane_ids WHERE topic = "
-                        "$2::text AND id = ANY($1::bytea[])",
+                        "$2::text AND id = ANY($1::bytea[]) AND mark <> 3",
                         "count the dead letters already marked"},
     [KL__PG_EPOCH] = {"kl_epoch",
                       "SELECT epoch FROM keylane_partitions WHERE topic = "

@@ -15,7 +15,7 @@
  *   INSERT INTO keylane_kv ... ON CONFLICT (key) DO UPDATE   -- the puts
  *   DELETE FROM keylane_kv WHERE key = ANY(...)              -- the dels
  *   INSERT INTO keylane_ids ... ON CONFLICT (topic, id) DO UPDATE -- marks
- *     ... WHERE the stored mark is a dead letter and the new one applied
+ *     ... WHERE the stored mark is not applied and not the new one
  *   INSERT INTO keylane_ids ...   -- the marks of ids the prefetch found
  *                                    absent: no conflict to resolve
  *   COMMIT

@@ -401,18 +401,25 @@ kl_err_t kl__txn_seen_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
   return err;
 }
 
-kl_err_t kl__txn_mark_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
-                          kl_mark_t mark) {
-  if (mark != KL_MARK_APPLIED && mark != KL_MARK_DEAD_LETTER)
-    return kl__err(KL_EINVAL,
-                   "kl_txn_mark: mark %d is neither "
-                   "KL_MARK_APPLIED nor KL_MARK_DEAD_LETTER",
-                   (int)mark);
-  return txn->store->ops->mark(txn, sid, sid_len, mark);
+/* A mark a caller may write: KL__MARK_TIMER only keylane's own (@p own). */
+static kl_err_t store_check_mark(kl_mark_t mark, int own) {
+  if (mark == KL_MARK_APPLIED || mark == KL_MARK_DEAD_LETTER ||
+      (own && mark == KL__MARK_TIMER))
+    return KL_OK;
+  return kl__err(KL_EINVAL,
+                 "kl_txn_mark: mark %d is neither "
+                 "KL_MARK_APPLIED nor KL_MARK_DEAD_LETTER",
+                 (int)mark);
 }
 
-kl_err_t kl_txn_seen(kl_txn_t *txn, const void *key, size_t key_len,
-                     const char *id, size_t id_len, kl_mark_t *mark) {
+kl_err_t kl__txn_mark_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
+                          kl_mark_t mark) {
+  kl_err_t err = store_check_mark(mark, 1);
+  return err ? err : txn->store->ops->mark(txn, sid, sid_len, mark);
+}
+
+kl_err_t kl__txn_seen(kl_txn_t *txn, const void *key, size_t key_len,
+                      const char *id, size_t id_len, kl_mark_t *mark) {
   kl__err_clear();
   kl_err_t err = store_check_entity("kl_txn_seen", key, key_len);
   if (!err)
@@ -426,12 +433,22 @@ kl_err_t kl_txn_seen(kl_txn_t *txn, const void *key, size_t key_len,
   return kl__txn_seen_sid(txn, sid, len, mark);
 }
 
+kl_err_t kl_txn_seen(kl_txn_t *txn, const void *key, size_t key_len,
+                     const char *id, size_t id_len, kl_mark_t *mark) {
+  kl_err_t err = kl__txn_seen(txn, key, key_len, id, id_len, mark);
+  if (!err && *mark == KL__MARK_TIMER) /* waiting: not applied */
+    *mark = KL_MARK_NONE;
+  return err;
+}
+
 kl_err_t kl_txn_mark(kl_txn_t *txn, const void *key, size_t key_len,
                      const char *id, size_t id_len, kl_mark_t mark) {
   kl__err_clear();
   kl_err_t err = store_check_entity("kl_txn_mark", key, key_len);
   if (!err)
     err = store_check_id("kl_txn_mark", id, id_len);
+  if (!err)
+    err = store_check_mark(mark, 0);
   if (err || !txn)
     return err ? err : kl__err(KL_EINVAL, "kl_txn_mark: txn is required");
   char sid[KL__SID_MAX];

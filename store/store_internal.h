@@ -112,13 +112,29 @@ kl_err_t kl__store_acquire_owned(kl_store_t *store, const char *topic,
                                  kl__store_owner_t *recorded, int *refused,
                                  kl_partition_state_t *state);
 
+/*
+ * The mark of an id that waits as a timer (store/timers.h), beside the
+ * public ones (keylane/store.h): kl__timer_put() writes it with the timer,
+ * in the same commit, so that any other record of that key and id is a
+ * duplicate while it waits, also one without `nb` (docs/design.md,
+ * "Timers"); only the timer's firing record runs the event, and its
+ * applied or dead-letter mark replaces this one. A cancel leaves it: the
+ * id is then neither applied nor pending, and its copies are duplicates
+ * until it expires. It fits the 2 bits LMDB keeps a mark in, and
+ * PostgreSQL's smallint. Public calls never see it: kl_txn_seen() reads it
+ * as KL_MARK_NONE (not applied), kl_txn_mark() refuses it.
+ */
+#define KL__MARK_TIMER ((kl_mark_t)3)
+
 /**
  * The mark an idempotency key keeps when it is marked @p mark over @p have,
  * in a batch's buffer, a lane's overlay or the store: an applied mark is
- * never replaced by a dead-letter one. An id reused by two events stays
- * applied once either applied (the other is a duplicate, or its dead letter
- * is sent but not recorded over it); a dead letter becomes applied when it
- * is redriven.
+ * never replaced, by a dead-letter one or a timer's. An id reused by two
+ * events stays applied once either applied (the other is a duplicate, or
+ * its dead letter is sent but not recorded over it); a dead letter becomes
+ * applied when it is redriven, or a timer's when its redrive waits for its
+ * time (worker/apply.c); a timer's becomes applied or dead-lettered when it
+ * fires.
  */
 static inline kl_mark_t kl__mark_merge(kl_mark_t have, kl_mark_t mark) {
   return have == KL_MARK_APPLIED ? KL_MARK_APPLIED : mark;
@@ -164,6 +180,9 @@ int kl__store_legacy_ids(const kl_store_t *store);
  *  recorded before the scoping (the tests of the upgrades write there). */
 kl_err_t kl__txn_seen_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
                           kl_mark_t *mark);
+/** kl_txn_seen() that reads KL__MARK_TIMER as it is: the worker's. */
+kl_err_t kl__txn_seen(kl_txn_t *txn, const void *key, size_t key_len,
+                      const char *id, size_t id_len, kl_mark_t *mark);
 kl_err_t kl__txn_mark_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
                           kl_mark_t mark);
 kl_err_t kl__txn_prefetch_sids(kl_txn_t *txn, const char *const *sids,

@@ -110,7 +110,11 @@ kl_err_t kl__timer_put(kl_txn_t *txn, const char *topic, int32_t partition,
     err = kl__txn_kv_put(txn, k, kn, buf, dn);
   }
   free(buf);
-  return err;
+  char sid[KL__SID_MAX];
+  return err ? err
+             : kl__txn_mark_sid(txn, sid,
+                                kl__sid_encode(key, key_len, id, id_len, sid),
+                                KL__MARK_TIMER);
 }
 
 kl_err_t kl__timer_same(kl_txn_t *txn, const char *topic, int32_t partition,

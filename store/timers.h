@@ -44,8 +44,9 @@ kl_err_t kl__timer_get(kl_txn_t *txn, const char *topic, int32_t partition,
 
 /**
  * Writes the timer of (@p key, @p id), due at @p t->due_ms, holding the
- * envelope @p env. @returns KL_OK, KL_EINVAL when another event's timer
- * holds its slot, or the store's failure.
+ * envelope @p env, and marks the id KL__MARK_TIMER (store_internal.h), in
+ * @p txn. @returns KL_OK, KL_EINVAL when another event's timer holds its
+ * slot, or the store's failure.
  */
 kl_err_t kl__timer_put(kl_txn_t *txn, const char *topic, int32_t partition,
                        const void *key, size_t key_len, const char *id,

@@ -65,12 +65,102 @@ static kl_handler_result_t timer_store_failed(kl_err_t err,
   return KL_HANDLER_RETRY;
 }
 
+/* Whether an id of mark @p mark may still run: never seen, or waiting as a
+ * timer (KL__MARK_TIMER), which only its firing record runs. */
+static int mark_open(kl_mark_t mark) {
+  return mark == KL_MARK_NONE || mark == KL__MARK_TIMER;
+}
+
+/* A delayed event's first reading is refused when its time lies before its
+ * record's by more than store.dedup.retention (@p past_ms): a time written
+ * in seconds, or a producer's clock far behind. Judged by the record's
+ * timestamp @p record_ms, so that a rebuild or a replay decides the same.
+ * Should become one with kl__not_before_check()'s rule for the producers
+ * (event/envelope.c). */
+static kl_err_t timer_past_check(const kl_event_t *event, int64_t record_ms,
+                                 int64_t past_ms) {
+  int64_t behind = record_ms - event->not_before;
+  if (past_ms <= 0 || behind <= past_ms)
+    return KL_OK;
+  return kl__err(KL_EINVAL,
+                 "not_before %lld is %lld s before its record's time, more "
+                 "than store.dedup.retention (%lld s) allows: it is ms since "
+                 "the Unix epoch (not seconds); publish the event without "
+                 "not_before to apply it at once",
+                 (long long)event->not_before, (long long)(behind / 1000),
+                 (long long)(past_ms / 1000));
+}
+
+/* Its first reading (or a redrive whose time is ahead): the timer and its
+ * id's KL__MARK_TIMER in this txn, once the time is checked. @p from is
+ * the time its wait is judged from; @p record_ms its record's. */
+static int timer_schedule(const kl__applier_t *a, int32_t partition,
+                          kl_txn_t *txn, const rd_kafka_message_t *m,
+                          const kl_event_t *event, int64_t from,
+                          int64_t record_ms, kl__apply_result_t *res) {
+  kl_err_t err;
+  if ((err = timer_past_check(event, record_ms, a->timer_past_ms)) ||
+      (err = kl__not_before_check(event, from, a->timer_max_ms))) {
+    res->failed_err = err;
+    snprintf(res->why, sizeof(res->why), "decode: %s", kl_err_detail());
+    return KL_HANDLER_FAIL;
+  }
+  kl__timer_t nt = {event->not_before, m->offset, 0};
+  err = kl__timer_put(txn, a->topic, partition, event->key, event->key_len,
+                      event->id, event->id_len, &nt, m->payload, m->len);
+  if (err == KL_EINVAL) {
+    snprintf(res->why, sizeof(res->why), "timer: %s", kl_err_detail());
+    return KL_HANDLER_FAIL;
+  }
+  /* a redriven letter is done once it waits again (redrive.h) */
+  if (!err && a->letter_key)
+    err = kl_txn_put(txn, a->letter_key, a->letter_key_len, "1", 1);
+  if (err)
+    return timer_store_failed(err, res);
+  res->scheduled++;
+  res->scheduled_due = event->not_before;
+  return KL_HANDLER_OK;
+}
+
 /*
- * A delayed event (docs/design.md, "Timers"). Its first reading schedules
- * it: a timer in this txn, no mark. Its firing record (the header names the
- * timer's offset) runs it once due, and takes the timer in the same
- * commit. Anything else of it (a copy while it waits, a firing record of a
- * timer gone or of an id settled meanwhile) is a duplicate.
+ * A dead-lettered delayed event that an operator redrives (keylane replay
+ * --from-dlq): a firing record that failed (it carries KL__TIMER_HEADER),
+ * or one whose time has passed by this host's clock, runs now; one whose
+ * time is still ahead waits again as a timer, bounded by timer.max.delay
+ * from now, and runs when due, as its first reading would have made it.
+ * One whose id waits as a timer already is a duplicate.
+ * @returns as apply_timer().
+ */
+static int timer_redrive(const kl__applier_t *a, int32_t partition,
+                         kl_txn_t *txn, const rd_kafka_message_t *m,
+                         const kl_event_t *event, kl_mark_t mark,
+                         const kl__timer_t *t, int found,
+                         kl__apply_result_t *res) {
+  int64_t here = kl__store_now_ms();
+  int firing = timer_named(m) >= 0;
+  if (!firing && (found || mark == KL__MARK_TIMER)) {
+    kl_txn_count_duplicate(txn);
+    res->duplicates++;
+    return KL_HANDLER_OK;
+  }
+  if (!firing && mark != KL_MARK_APPLIED && event->not_before > here)
+    return timer_schedule(a, partition, txn, m, event, here, here, res);
+  kl_err_t err;
+  if (found &&
+      (err = kl__timer_del(txn, a->topic, partition, event->key, event->key_len,
+                           event->id, event->id_len, t->due_ms)))
+    return timer_store_failed(err, res);
+  return -1; /* runs, or is a duplicate of its applied id */
+}
+
+/*
+ * A delayed event (docs/design.md, "Timers"), or any record of an id that
+ * waits as a timer (KL__MARK_TIMER). Its first reading schedules it: a
+ * timer and the id's timer mark in this txn. Its firing record (the header
+ * names the timer's offset) runs it once due, and takes the timer in the
+ * same commit. Anything else of it (a copy while it waits, with or without
+ * `nb`, a firing record of a timer gone or of an id settled meanwhile, a
+ * copy after a cancel) is a duplicate.
  *
  * "Due" is judged by the record's timestamp, not by this host's clock, so
  * that a rebuild or a replay from the log, at any later time and on any
@@ -90,6 +180,8 @@ static int apply_timer(const kl__applier_t *a, int32_t partition, kl_txn_t *txn,
   if (err && err != KL_ENOTFOUND)
     return timer_store_failed(err, res);
   int found = !err, fire = found && timer_named(m) == t.offset;
+  if (a->redrive)
+    return timer_redrive(a, partition, txn, m, event, mark, &t, found, res);
   /* Only the envelope the timer holds fires it: a record that names the
    * timer with other contents is a copy, not the event. */
   if (fire && (err = kl__timer_same(txn, a->topic, partition, event->key,
@@ -103,43 +195,27 @@ static int apply_timer(const kl__applier_t *a, int32_t partition, kl_txn_t *txn,
   int64_t here = kl__store_now_ms(), now = rd_kafka_message_timestamp(m, NULL);
   if (now < 0) /* a record without one: this host's clock */
     now = here;
-  int64_t from = now < here ? now : here;
+  int64_t from = now < here ? now : here, record_ms = now;
   if (fire && KL__MUTANT(KL__MUTANT_TIMER_EARLY)) /* test only: mutant.h */
     now = t.due_ms;
-  if (a->redrive || (fire && mark == KL_MARK_NONE && t.due_ms <= now) ||
-      (fire && mark != KL_MARK_NONE)) {
-    /* runs now (an operator's redrive runs it whatever its time), or its
-     * id was applied or dead-lettered meanwhile: the timer goes */
-    if (mark == KL_MARK_NONE && KL__MUTANT(KL__MUTANT_TIMER_TWICE))
+  int open = mark_open(mark);
+  if (fire && (!open || t.due_ms <= now)) {
+    /* runs now, or its id was applied or dead-lettered meanwhile: the
+     * timer goes */
+    if (open && KL__MUTANT(KL__MUTANT_TIMER_TWICE))
       found = 0; /* test only: common/mutant.h */
     if (found && (err = kl__timer_del(txn, a->topic, partition, event->key,
                                       event->key_len, event->id, event->id_len,
                                       t.due_ms)))
       return timer_store_failed(err, res);
-    if (a->redrive || mark == KL_MARK_NONE)
+    if (open)
       return -1;
   }
-  if (fire && mark == KL_MARK_NONE) { /* stamped before its time */
+  if (fire && open) /* stamped before its time */
     res->timers_early++;
-  } else if (!found && mark == KL_MARK_NONE && timer_named(m) < 0) {
-    if ((err = kl__not_before_check(event, from, a->timer_max_ms))) {
-      res->failed_err = err;
-      snprintf(res->why, sizeof(res->why), "decode: %s", kl_err_detail());
-      return KL_HANDLER_FAIL;
-    }
-    kl__timer_t nt = {event->not_before, m->offset, 0};
-    err = kl__timer_put(txn, a->topic, partition, event->key, event->key_len,
-                        event->id, event->id_len, &nt, m->payload, m->len);
-    if (err == KL_EINVAL) {
-      snprintf(res->why, sizeof(res->why), "timer: %s", kl_err_detail());
-      return KL_HANDLER_FAIL;
-    }
-    if (err)
-      return timer_store_failed(err, res);
-    res->scheduled++;
-    res->scheduled_due = event->not_before;
-    return KL_HANDLER_OK;
-  }
+  else if (!found && mark == KL_MARK_NONE && event->not_before > 0 &&
+           timer_named(m) < 0)
+    return timer_schedule(a, partition, txn, m, event, from, record_ms, res);
   kl_txn_count_duplicate(txn);
   res->duplicates++;
   return KL_HANDLER_OK;
@@ -177,8 +253,8 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
   kl_mark_t mark;
   const void *done = NULL;
   size_t done_len;
-  if ((err = kl_txn_seen(txn, event->key, event->key_len, event->id,
-                         event->id_len, &mark)) ||
+  if ((err = kl__txn_seen(txn, event->key, event->key_len, event->id,
+                          event->id_len, &mark)) ||
       (a->letter_key &&
        (err = kl_txn_get(txn, a->letter_key, a->letter_key_len, &done,
                          &done_len)) &&
@@ -189,11 +265,18 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
   }
   if (KL__MUTANT(KL__MUTANT_SEEN)) /* test only: common/mutant.h */
     mark = KL_MARK_NONE, done = NULL;
-  int timed = event->not_before > 0 && !done
+  if (mark == KL__MARK_TIMER && !event->not_before &&
+      KL__MUTANT(KL__MUTANT_TIMER_COPY)) /* test only: common/mutant.h */
+    mark = KL_MARK_NONE;
+  /* A record of an id that waits as a timer goes there too, with or
+   * without `nb`: only the timer's firing record runs it. */
+  int timed = (event->not_before > 0 || mark == KL__MARK_TIMER) && !done
                   ? apply_timer(a, partition, txn, m, event, mark, res)
                   : -1;
   if (timed >= 0)
     return (kl_handler_result_t)timed;
+  if (mark == KL__MARK_TIMER) /* its timer's firing record: it runs */
+    mark = KL_MARK_NONE;
   if (done || mark == KL_MARK_APPLIED ||
       (mark != KL_MARK_NONE && !a->redrive)) {
     kl_txn_count_duplicate(txn);

@@ -67,6 +67,9 @@ typedef struct kl__applier {
   /* timer.max.delay in ms: a delayed event due later is a dead letter;
    * 0: no bound */
   int64_t timer_max_ms;
+  /* store.dedup.retention in ms: a delayed event whose time lies before
+   * its record's by more is a dead letter; 0: no bound */
+  int64_t timer_past_ms;
 } kl__applier_t;
 
 typedef struct kl__apply_result {

@@ -38,10 +38,10 @@ struct kl__redrive {
 };
 
 const char *kl__outcome_name(kl__outcome_t outcome) {
-  static const char *const names[] = {"filtered", "applied", "duplicate",
-                                      "failed",   "pending", "fenced",
-                                      "error",    "stopped", "republished"};
-  return outcome <= KL__OUT_REPUBLISHED ? names[outcome] : "?";
+  static const char *const names[] = {
+      "filtered", "applied", "duplicate", "failed",      "pending",
+      "fenced",   "error",   "stopped",   "republished", "scheduled"};
+  return outcome <= KL__OUT_SCHEDULED ? names[outcome] : "?";
 }
 
 /* The applier's tick (see replay.c's): the partition redrive holds beats
@@ -188,7 +188,9 @@ static void redrive_one(kl__redrive_t *r, kl__replay_part_t *part,
                                    l->offset, &m, 1, &res);
     kl_partition_state_t st;
     if (!err && res.verdict == KL_HANDLER_OK) {
-      out->outcome = res.applied ? KL__OUT_APPLIED : KL__OUT_DUPLICATE;
+      out->outcome = res.applied     ? KL__OUT_APPLIED
+                     : res.scheduled ? KL__OUT_SCHEDULED
+                                     : KL__OUT_DUPLICATE;
       return;
     }
     if (err == KL_EFENCED && r->opts.dry_run &&
@@ -439,7 +441,9 @@ kl_err_t kl__redrive_run(const kl__redrive_opts_t *opts, kl__redrive_t **out) {
                                .dry_run_handler = opts->dry_run_handler,
                                .redrive = 1,
                                .tick = redrive_tick,
-                               .tick_opaque = r};
+                               .tick_opaque = r,
+                               .timer_max_ms =
+                                   kl__conf_int(opts->conf, "timer.max.delay")};
   r->beat_period_ns = kl__beat_period_ns(opts->conf);
   if (!err && !r->applier.decoder)
     err = KL_ENOMEM;

@@ -56,6 +56,8 @@ typedef enum kl__outcome {
   KL__OUT_ERROR,       /* not a keylane dead letter, or the store failed */
   KL__OUT_STOPPED,     /* not reached before a stop */
   KL__OUT_REPUBLISHED, /* misrouted: sent to its key's partition (acked) */
+  KL__OUT_SCHEDULED,   /* delayed, its time still ahead: it waits again as
+                          a timer in its partition (worker/apply.c) */
 } kl__outcome_t;
 
 /** @returns "applied", "duplicate", ... */

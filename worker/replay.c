@@ -172,19 +172,20 @@ kl_err_t kl__replay_new(const kl__replay_opts_t *opts, kl__replay_t **out) {
   r->batch_max = opts->batch_max ? opts->batch_max
                  : opts->dry_run ? KL__REPLAY_DRY_BATCH
                                  : KL__REPLAY_BATCH;
-  r->applier = (kl__applier_t){.store = opts->store,
-                               .topic = opts->topic,
-                               .handler = opts->handler,
-                               .handler_opaque = opts->handler_opaque,
-                               .decoder = kl_decoder_new(),
-                               .before_commit = opts->before_commit,
-                               .hook_opaque = opts->hook_opaque,
-                               .dry_run = opts->dry_run,
-                               .dry_run_handler = opts->dry_run_handler,
-                               .tick = replay_tick,
-                               .tick_opaque = r,
-                               .timer_max_ms =
-                                   kl__conf_int(opts->conf, "timer.max.delay")};
+  r->applier = (kl__applier_t){
+      .store = opts->store,
+      .topic = opts->topic,
+      .handler = opts->handler,
+      .handler_opaque = opts->handler_opaque,
+      .decoder = kl_decoder_new(),
+      .before_commit = opts->before_commit,
+      .hook_opaque = opts->hook_opaque,
+      .dry_run = opts->dry_run,
+      .dry_run_handler = opts->dry_run_handler,
+      .tick = replay_tick,
+      .tick_opaque = r,
+      .timer_max_ms = kl__conf_int(opts->conf, "timer.max.delay"),
+      .timer_past_ms = kl__conf_int(opts->conf, "store.dedup.retention")};
   r->beat_period_ns = kl__beat_period_ns(opts->conf);
   /* A start that retention deleted meanwhile must fail, not skip. */
   kl_err_t err =

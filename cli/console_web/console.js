@@ -236,7 +236,7 @@ async function redrive(dryRun) {
     out.replaceChildren(
       el("p", (dryRun ? "Dry run: what a redrive would do. " : "Redriven: ") +
         r.applied + " applied, " + r.republished + " republished, " +
-        r.skipped_duplicate + " duplicate, " + r.failed + " failed, " +
+        r.scheduled + " scheduled, " + r.skipped_duplicate + " duplicate, " + r.failed + " failed, " +
         r.pending + " pending" + (taken.length ? "; " + taken.join("; ") : ""),
         dryRun ? "" : "done"),
       table);

@@ -224,7 +224,9 @@ KL_EXPORT kl_err_t kl_txn_del(kl_txn_t *txn, const void *key, size_t key_len);
  * another event. This is the lookup the worker makes for every event.
  * @param key   the event's entity key, 1..KL_KEY_MAX bytes.
  * @param id    the event's id, 1..KL_ID_MAX bytes, no NUL byte.
- * @param mark  set to KL_MARK_NONE, KL_MARK_APPLIED or KL_MARK_DEAD_LETTER.
+ * @param mark  set to KL_MARK_NONE, KL_MARK_APPLIED or KL_MARK_DEAD_LETTER;
+ *              KL_MARK_NONE also for the id of a delayed event that waits
+ *              as a timer, or whose timer was cancelled: not applied.
  * @returns KL_OK (also for an id never seen), KL_EINVAL for a key or id of
  *          a bad length, or the store's failure.
  */
@@ -339,8 +341,10 @@ KL_EXPORT kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic,
  * (docs/design.md, "Timers"): deletes it in this batch, so it commits,
  * fences and rolls back with the handler's other writes. The event is
  * then never applied by that timer; a firing record already written for
- * it is a duplicate when read. Its id stays unmarked: a copy of the event
- * published again afterwards is scheduled again, as it was never applied.
+ * it is a duplicate when read. Its id keeps the mark it took when it was
+ * scheduled: a copy of the event published again afterwards, with a
+ * not_before or without, is a duplicate until the id expires
+ * (store.dedup.retention); publish it with a new id to schedule it again.
  * @param key   the entity key of the event the handler runs: a handler
  *              changes its own key only (design.md), and the key's lane
  *              runs the cancel and the timer's firing in log order. To

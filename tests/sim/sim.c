@@ -125,8 +125,8 @@
  *    plain ones. keylane's publish paths refuse reserved ids; a raw
  *    producer does not. A quarter of them are against timers instead
  *    (hostile_timer()): a record naming a pending timer (keylane.timer,
- *    the offset that scheduled it) stamped before its time, or a copy of
- *    a delayed event.
+ *    the offset that scheduled it) stamped before its time, a copy of a
+ *    delayed event, or a copy of a waiting one without its `nb`.
  *  - in one schedule of eight on LMDB, of three on PostgreSQL (with
  *    --recreate, in each), once, at a step of its first half that its
  *    seed says (sim_steps.c, topic_recreate()): the fleet settles as
@@ -203,8 +203,8 @@
  *     clock jumps two hours, and no timer may be left ("timer-left"); an
  *     owner writes a firing record only once due by its clock
  *     ("fire-early", sim_seams.c).
- *     The mutants `timer_early` (hunted with the hostile producer) and
- *     `timer_twice` must fail them.
+ *     The mutants `timer_early` and `timer_copy` (hunted with the hostile
+ *     producer) and `timer_twice` must fail them.
  * 10. a row both topics write (PostgreSQL, two topics) loses no update: it
  *     counts every event applied on either topic, after every step that
  *     committed ("shared"): the owner cache finds a second writer of a row
@@ -272,7 +272,7 @@ static const char usage[] =
     "  --mutant NAME       only hunt with a mutant on: epoch, seen, outbox,\n"
     "                      watermark, cache, reserved, nonce, rebuild,\n"
     "                      aside, update, sweep, owner, timer_early,\n"
-    "                      timer_twice, or all\n"
+    "                      timer_twice, timer_copy, or all\n"
     "  --topics 1|2        topics on the schedules' store (default 2: two\n"
     "                      fleets of the same key names share it)\n"
     "  --seconds N         soak: random schedules for N seconds\n"
@@ -301,10 +301,10 @@ typedef struct opts {
 } opts_t;
 
 static const char *const mutant_names[] = {
-    "none",   "epoch",    "seen",  "outbox",      "watermark",
-    "cache",  "reserved", "nonce", "rebuild",     "aside",
-    "update", "sweep",    "owner", "timer_early", "timer_twice"};
-#define MUTANTS 15
+    "none",     "epoch",       "seen",        "outbox",    "watermark", "cache",
+    "reserved", "nonce",       "rebuild",     "aside",     "update",    "sweep",
+    "owner",    "timer_early", "timer_twice", "timer_copy"};
+#define MUTANTS 16
 
 static const char *backend_name(sim_backend_t b) {
   return b == SIM_PG ? "pg" : "lmdb";
@@ -751,11 +751,11 @@ static int fleet_run(const opts_t *o) {
  * ends (survived). @returns 0 when caught. */
 static int mutant_hunt(int m, const opts_t *o) {
   kl__sim_mutant = m;
-  /* What each of the last three breaks shows only beside a producer that
+  /* What each of these breaks shows only beside a producer that
    * is not keylane, or after the topic is created again. */
   int hostile = sim_hostile, recreate = sim_recreate;
   sim_hostile |= m == KL__MUTANT_RESERVED || m == KL__MUTANT_REBUILD ||
-                 m == KL__MUTANT_TIMER_EARLY;
+                 m == KL__MUTANT_TIMER_EARLY || m == KL__MUTANT_TIMER_COPY;
   sim_recreate |= m == KL__MUTANT_NONCE;
   /* The owner cache is PostgreSQL's; `update` needs the two topics. */
   int topics = sim_topics;
@@ -841,7 +841,7 @@ static int parse(int argc, char **argv, opts_t *o) {
         fprintf(stderr,
                 "keylane-sim: no mutant %s: epoch, seen, outbox, "
                 "watermark, cache, reserved, nonce, rebuild, aside, update, "
-                "sweep, owner, timer_early, timer_twice or all\n",
+                "sweep, owner, timer_early, timer_twice, timer_copy or all\n",
                 v);
         return -1;
       }

@@ -242,28 +242,52 @@ static uint32_t delayed_event(uint64_t r, int waiting) {
   return SIM_NONE;
 }
 
+/* The envelope of record @p m without its `nb`, into *@p copy (malloc'd):
+ * a retry that dropped the delay. @returns its length, 0 when it fails. */
+static size_t copy_without_nb(const rd_kafka_message_t *m, void **copy) {
+  kl_decoder_t *decoder = kl_decoder_new();
+  kl_event_t ev;
+  size_t len = 0;
+  if (decoder && kl_event_decode(decoder, m->key, m->key_len, m->payload,
+                                 m->len, &ev) == KL_OK) {
+    ev.not_before = 0;
+    if (kl_event_encode(&ev, copy, &len))
+      len = 0;
+  }
+  kl_decoder_destroy(decoder);
+  return len;
+}
+
 /* Against timers, a hostile producer writes a record that names a
  * pending timer (its keylane.timer header, the offset that scheduled it)
  * stamped before its time, as one that is not keylane can: early, it
- * changes nothing; or a copy of a delayed event: a duplicate. @returns 0
- * when the choice @p r finds nothing to write. */
+ * changes nothing; a copy of a delayed event; or a copy of a waiting one
+ * without its `nb`: duplicates (the mutant `timer_copy` runs the last at
+ * once). @returns 0 when the choice @p r finds nothing to write. */
 static int hostile_timer(uint64_t r) {
-  int early = ((r >> 56) & 0xff) < 40;
-  uint32_t e = delayed_event(r >> 8, early);
+  int early = ((r >> 56) & 0xff) < 40, bare = !early && (r >> 4) % 3 == 0;
+  uint32_t e = delayed_event(r >> 8, early || bare);
   if (e == SIM_NONE)
     return 0;
   const sim_event_t *ev = &W->events[e];
   const rd_kafka_message_t *m = &W->log[ev->part].v[ev->first]->msg;
-  void *copy = malloc(m->len);
-  memcpy(copy, m->payload, m->len);
+  void *copy = NULL;
+  size_t len = bare ? copy_without_nb(m, &copy) : m->len;
+  if (!len)
+    sim_fail("client", "a copy of %.*s without nb does not encode: %s",
+             (int)ev->id_len, ev->id, kl_err_detail());
+  if (!bare && (copy = malloc(len)) != NULL)
+    memcpy(copy, m->payload, len);
   int64_t ts =
       early ? ev->not_before - 1 - (int64_t)((r >> 24) % 2000) : sim_clock();
-  int64_t off = sim_log_append_at(e, copy, m->len, ts,
+  int64_t off = sim_log_append_at(e, copy, len, ts,
                                   early ? W->live.marks[e].timer - 1 : -1);
   W->stats.hostile++;
   sim_say("a hostile producer writes %s of delayed %.*s of key %s: "
           "partition %d, offset %" PRId64,
-          early ? "a firing record stamped before the time" : "a copy",
+          early  ? "a firing record stamped before the time"
+          : bare ? "a copy without nb"
+                 : "a copy",
           (int)ev->id_len, ev->id, W->keys[ev->key].name, (int)ev->part, off);
   return 1;
 }

@@ -491,6 +491,49 @@ void kl_t_contract_dead_letter_never_replaces_applied(void **state) {
   kl_store_destroy(store);
 }
 
+/* The mark of an id that waits as a timer (KL__MARK_TIMER, internal):
+ * only keylane writes it (kl_txn_mark() refuses it) and kl_txn_seen()
+ * reads it as not applied; an applied or a dead-letter mark replaces it,
+ * and a dead letter over it counts as one; it never replaces an applied
+ * mark, and it replaces a dead letter's (a redrive that waits again). */
+void kl_t_contract_timer_mark(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  kl_store_t *store = kl_t_store_open(where, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  assert_int_equal(kl_txn_mark(txn, "k", 1, "w", 1, KL__MARK_TIMER), KL_EINVAL);
+  char sid[KL__SID_MAX];
+  size_t len = kl__sid_encode("k", 1, "w", 1, sid);
+  assert_int_equal(kl__txn_mark_sid(txn, sid, len, KL__MARK_TIMER), KL_OK);
+  kl_t_txn_mark(txn, "fires", KL__MARK_TIMER);
+  kl_t_txn_mark(txn, "fails", KL__MARK_TIMER);
+  kl_t_txn_mark(txn, "applied", KL_MARK_APPLIED);
+  kl_t_txn_mark(txn, "redriven", KL_MARK_DEAD_LETTER);
+  kl_t_store_commit(txn, 1);
+
+  txn = kl_t_store_begin(store, 0, epoch);
+  assert_int_equal(kl_t_txn_seen_key(txn, "k", "w"), KL_MARK_NONE);
+  kl_mark_t mark = KL_MARK_NONE;
+  assert_int_equal(kl__txn_seen(txn, "k", 1, "w", 1, &mark), KL_OK);
+  assert_int_equal(mark, KL__MARK_TIMER);
+  kl_t_txn_mark(txn, "fires", KL_MARK_APPLIED);
+  kl_t_txn_mark(txn, "fails", KL_MARK_DEAD_LETTER);
+  kl_t_txn_mark(txn, "applied", KL__MARK_TIMER);
+  kl_t_txn_mark(txn, "redriven", KL__MARK_TIMER);
+  kl_t_store_commit(txn, 2);
+
+  txn = kl_t_store_begin(store, 0, epoch);
+  assert_int_equal(kl_t_txn_seen(txn, "fires"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "fails"), KL_MARK_DEAD_LETTER);
+  assert_int_equal(kl_t_txn_seen(txn, "applied"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen(txn, "redriven"), KL__MARK_TIMER);
+  kl_store_abort(txn);
+  kl_partition_state_t ps = kl_t_store_partition(store, 0);
+  assert_int_equal(ps.applied, 2);
+  assert_int_equal(ps.dead_letters, 2); /* redriven, and fails */
+  kl_store_destroy(store);
+}
+
 /* Two topics sharing a store may use one id: each applies it once. */
 void kl_t_contract_ids_scoped_by_topic(void **state) {
   const char *where = kl_t_store_fixture(state)->where;

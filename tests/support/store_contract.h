@@ -125,6 +125,7 @@ void kl_t_store_clock_add(int64_t ms);
   X(seen_and_mark, setup, teardown)                                            \
   X(prefetch_answers_seen, setup, teardown)                                    \
   X(dead_letter_never_replaces_applied, setup, teardown)                       \
+  X(timer_mark, setup, teardown)                                               \
   X(ids_scoped_by_topic, setup, teardown)                                      \
   X(ids_scoped_by_key, setup, teardown)                                        \
   X(long_keys_and_ids, setup, teardown)                                        \
