@@ -674,7 +674,8 @@ kl_err_t kl__producer_event_check(const kl_producer_t *producer,
                                   const kl_event_t *event,
                                   size_t *envelope_size) {
   kl_err_t err =
-      kl__not_before_publish_check(event, kl__now_ms(), producer->timer_max_ms);
+      kl__not_before_check(event, kl__now_ms(), producer->timer_max_ms,
+                           producer->timer_max_ms, "timer.max.delay");
   if (err)
     return err;
   kl_event_t ev = *event;

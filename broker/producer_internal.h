@@ -38,7 +38,7 @@ kl_err_t kl__producer_topic_check(kl_producer_t *producer, const char *topic);
 /**
  * What kl_publish() checks of a valid event beyond the envelope's rules,
  * by this host's clock: its not_before under the producer's
- * timer.max.delay (kl__not_before_publish_check()), and that it fits one
+ * timer.max.delay (kl__not_before_check()), and that it fits one
  * Kafka record (kl__record_check(), counting the 36-byte id kl_publish()
  * makes for an event without one). For a caller that must refuse a batch
  * before publishing any of it (the gateway). Any thread.

@@ -203,48 +203,46 @@ kl_err_t kl__reserved_check(const kl_event_t *event, int own) {
                  KL_TYPE_RESERVED);
 }
 
-/* @p nb is @p by ms (> @p max_ms) @p where ("from now", "in the past"):
- * said in ms and the excess exactly, since 604800001 ms rounded to
- * seconds read as the 604800 s the bound allows. */
+/* @p nb is @p by ms (> @p max_ms, @p key's bound) @p where ("from now",
+ * "in the past"): said in ms and the excess exactly, since 604800001 ms
+ * rounded to seconds read as the 604800 s the bound allows. */
 static kl_err_t not_before_beyond(int64_t nb, int64_t by, int64_t max_ms,
-                                  const char *where, const char *fix) {
+                                  const char *key, const char *where,
+                                  const char *fix) {
   char max[32], over[32];
   return kl__err(
       KL_EINVAL,
-      "not_before %lld is %lld ms %s, %s more than "
-      "timer.max.delay (%s) allows: %s",
+      "not_before %lld is %lld ms %s, %s more than %s (%s) allows: %s",
       (long long)nb, (long long)by, where,
       kl__units_format(KL__UNITS_DURATION, by - max_ms, over, sizeof(over)),
-      kl__units_format(KL__UNITS_DURATION, max_ms, max, sizeof(max)), fix);
+      key, kl__units_format(KL__UNITS_DURATION, max_ms, max, sizeof(max)), fix);
 }
 
 kl_err_t kl__not_before_check(const kl_event_t *event, int64_t now_ms,
-                              int64_t max_ms) {
+                              int64_t max_ms, int64_t past_ms,
+                              const char *past_key) {
   int64_t nb = event->not_before;
-  if (nb <= 0 || max_ms <= 0 || nb - now_ms <= max_ms)
+  if (nb <= 0)
     return KL_OK;
-  return not_before_beyond(nb, nb - now_ms, max_ms, "from now",
-                           "publish the event closer to its time, or raise "
-                           "timer.max.delay (at most store.dedup.retention)");
-}
-
-kl_err_t kl__not_before_publish_check(const kl_event_t *event, int64_t now_ms,
-                                      int64_t max_ms) {
-  int64_t nb = event->not_before;
-  if (nb > 0 && nb < KL__NOT_BEFORE_MIN_MS)
+  if (nb < KL__NOT_BEFORE_MIN_MS)
     return kl__err(KL_EINVAL,
                    "not_before %lld is a time before 1973 in milliseconds "
                    "since the Unix epoch: it looks like seconds; give "
                    "milliseconds since the Unix epoch (%lld if it is "
                    "seconds), or a delay",
                    (long long)nb, (long long)nb * 1000);
-  if (nb > 0 && max_ms > 0 && nb < now_ms - max_ms)
+  if (past_ms > 0 && nb < now_ms - past_ms)
     return not_before_beyond(
-        nb, now_ms - nb, max_ms, "in the past",
+        nb, now_ms - nb, past_ms, past_key, "in the past",
         "give milliseconds since the Unix epoch of a time at most "
         "timer.max.delay ago (a past time runs at once), or omit not_before "
         "to have the event applied when it is read");
-  return kl__not_before_check(event, now_ms, max_ms);
+  if (max_ms > 0 && nb - now_ms > max_ms)
+    return not_before_beyond(nb, nb - now_ms, max_ms, "timer.max.delay",
+                             "from now",
+                             "publish the event closer to its time, or raise "
+                             "timer.max.delay (at most store.dedup.retention)");
+  return KL_OK;
 }
 
 kl_err_t kl__record_check(const kl_event_t *event, size_t envelope_size) {

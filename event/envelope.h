@@ -68,33 +68,29 @@ kl_err_t kl__id_check(const char *id, size_t id_len, int follow_ups);
  */
 kl_err_t kl__reserved_check(const kl_event_t *event, int own);
 
-/**
- * The bound on a delayed event's time that kl_txn_emit() and the worker
- * keep, each by its own clock @p now_ms: an event due more than @p max_ms
- * (timer.max.delay; 0: no bound) after now is refused.
- * @returns KL_OK, or KL_EINVAL saying by how much (in ms, exactly) and
- *          what to do.
- */
-kl_err_t kl__not_before_check(const kl_event_t *event, int64_t now_ms,
-                              int64_t max_ms);
-
 /** 10^11 ms after the Unix epoch, 1973-03-03: a not_before below it is a
  *  time in seconds (10^11 s is the year 5138), never one a producer meant
  *  in milliseconds. */
 #define KL__NOT_BEFORE_MIN_MS 100000000000LL
 
 /**
- * The rule on a delayed event's time for every publishing side:
- * kl_publish() (so the gateway and `keylane publish` too) and the Python
- * and Go clients, which copy it (docs/envelope.md, "Delayed events"). A
- * not_before (> 0) is refused when it is below KL__NOT_BEFORE_MIN_MS (a
- * time in seconds), more than @p max_ms (timer.max.delay) before
- * @p now_ms, or more than @p max_ms after it (kl__not_before_check());
- * both bounds inclusive; @p max_ms 0 bounds neither side (the first
- * rule holds still).
- * @returns KL_OK, or KL_EINVAL naming the bound, by how much, and the fix.
+ * The rule on a delayed event's time, one for every side that writes or
+ * reads one (docs/envelope.md, "Delayed events"; the Python and Go
+ * clients copy it). A not_before (> 0) is refused when it is below
+ * KL__NOT_BEFORE_MIN_MS (a time in seconds), more than @p past_ms before
+ * @p now_ms (@p past_key names that bound's setting; 0: none), or more
+ * than @p max_ms (timer.max.delay; 0: none) after it; both bounds
+ * inclusive. The publishers (kl_publish(), so the gateway and `keylane
+ * publish` too) bound both sides by timer.max.delay from their clock; the
+ * worker judges from the record's time, with store.dedup.retention
+ * behind, which is never less, so that it takes what a publisher whose
+ * clock ran a little ahead took; kl_txn_emit() bounds only ahead, since
+ * a follow-up late by its source's lag runs at once.
+ * @returns KL_OK, or KL_EINVAL naming the bound, by how much (in ms,
+ *          exactly), and the fix.
  */
-kl_err_t kl__not_before_publish_check(const kl_event_t *event, int64_t now_ms,
-                                      int64_t max_ms);
+kl_err_t kl__not_before_check(const kl_event_t *event, int64_t now_ms,
+                              int64_t max_ms, int64_t past_ms,
+                              const char *past_key);
 
 #endif

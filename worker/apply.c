@@ -71,26 +71,6 @@ static int mark_open(kl_mark_t mark) {
   return mark == KL_MARK_NONE || mark == KL__MARK_TIMER;
 }
 
-/* A delayed event's first reading is refused when its time lies before its
- * record's by more than store.dedup.retention (@p past_ms): a time written
- * in seconds, or a producer's clock far behind. Judged by the record's
- * timestamp @p record_ms, so that a rebuild or a replay decides the same.
- * Should become one with kl__not_before_check()'s rule for the producers
- * (event/envelope.c). */
-static kl_err_t timer_past_check(const kl_event_t *event, int64_t record_ms,
-                                 int64_t past_ms) {
-  int64_t behind = record_ms - event->not_before;
-  if (past_ms <= 0 || behind <= past_ms)
-    return KL_OK;
-  return kl__err(KL_EINVAL,
-                 "not_before %lld is %lld s before its record's time, more "
-                 "than store.dedup.retention (%lld s) allows: it is ms since "
-                 "the Unix epoch (not seconds); publish the event without "
-                 "not_before to apply it at once",
-                 (long long)event->not_before, (long long)(behind / 1000),
-                 (long long)(past_ms / 1000));
-}
-
 /* Its first reading (or a redrive whose time is ahead): the timer and its
  * id's KL__MARK_TIMER in this txn, once the time is checked. @p from is
  * the time its wait is judged from; @p record_ms its record's. */
@@ -99,8 +79,12 @@ static int timer_schedule(const kl__applier_t *a, int32_t partition,
                           const kl_event_t *event, int64_t from,
                           int64_t record_ms, kl__apply_result_t *res) {
   kl_err_t err;
-  if ((err = timer_past_check(event, record_ms, a->timer_past_ms)) ||
-      (err = kl__not_before_check(event, from, a->timer_max_ms))) {
+  /* the rule kl_publish() keeps (envelope.h says why the bound behind is
+   * the retention here), behind judged from the record's time, so that a
+   * rebuild decides the same, ahead from @p from */
+  if ((err = kl__not_before_check(event, record_ms, 0, a->timer_past_ms,
+                                  "store.dedup.retention")) ||
+      (err = kl__not_before_check(event, from, a->timer_max_ms, 0, NULL))) {
     res->failed_err = err;
     snprintf(res->why, sizeof(res->why), "decode: %s", kl_err_detail());
     return KL_HANDLER_FAIL;

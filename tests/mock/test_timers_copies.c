@@ -160,7 +160,7 @@ static kl_mark_t stored_mark(kl_store_t *store, const char *id) {
 }
 
 typedef struct kl_letters {
-  int n, past; /* letters; those whose error names the retention */
+  int n, past; /* letters; those whose error names their bound */
 } kl_letters_t;
 
 static void letter_one(void *opaque, const rd_kafka_message_t *m, int i) {
@@ -171,8 +171,9 @@ static void letter_one(void *opaque, const rd_kafka_message_t *m, int i) {
   rd_kafka_message_headers((rd_kafka_message_t *)m, &h);
   kl_t_header(h, "keylane.dlq.error", error, sizeof(error));
   l->n++;
-  l->past += strstr(error, "store.dedup.retention") != NULL &&
-             strstr(error, "not seconds") != NULL;
+  l->past += (strstr(error, "more than store.dedup.retention (7d)") &&
+              strstr(error, "in the past")) ||
+             strstr(error, "it looks like seconds; give milliseconds");
 }
 
 static void store_for(char *uri, size_t size, const char *prefix) {

@@ -144,9 +144,9 @@ static void test_reserved_type(void **state) {
   assert_int_equal(kl_not_before("{\"key\":\"k\",\"type\":\"a~\"}"), 0);
 }
 
-/* kl__not_before_publish_check() gives each case of the table shared
- * with the clients its error word for word, or none: seconds for ms,
- * timer.max.delay behind and ahead of now (inclusive bounds), the excess
+/* kl__not_before_check(), as the publishers call it, gives each case of the
+ * table shared with the clients its error word for word, or none: seconds for
+ * ms, timer.max.delay behind and ahead of now (inclusive bounds), the excess
  * exact to the millisecond. */
 static void test_not_before_bounds(void **state) {
   (void)state;
@@ -167,7 +167,7 @@ static void test_not_before_bounds(void **state) {
                          json_integer_value(json_object_get(c, "not_before"))};
     int64_t max = json_integer_value(json_object_get(c, "max_ms"));
     const char *want = json_string_value(json_object_get(c, "error"));
-    kl_err_t err = kl__not_before_publish_check(&ev, now, max);
+    kl_err_t err = kl__not_before_check(&ev, now, max, max, "timer.max.delay");
     if (!want && err)
       fail_msg("case %zu (%lld): refused: %s", i, (long long)ev.not_before,
                kl_err_detail());
