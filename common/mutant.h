@@ -48,6 +48,12 @@ typedef enum kl__mutant {
   /* worker/apply.c: a timer's run leaves the timer in the store, so that
    * it fires again (issue 36) */
   KL__MUTANT_TIMER_TWICE,
+  /* store/store.c: kl_txn_cancel() answers KL_OK and leaves the timer, so
+   * that a cancelled timer fires all the same (issue 36) */
+  KL__MUTANT_TIMER_CANCEL,
+  /* worker/outbox.c: a delayed follow-up (kl_txn_emit_opts()) is published
+   * without its not_before, so that it is applied when read (issue 36) */
+  KL__MUTANT_TIMER_EMIT,
 } kl__mutant_t;
 
 #ifdef KL_SIM_MUTANTS

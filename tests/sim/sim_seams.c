@@ -242,7 +242,7 @@ static kl_err_t aside_send(sim_fake_t *f, const kl__dlq_letter_t *letter,
           KL_OK &&
       (k = sim_key_by_name(f->tno, ev.key, ev.key_len)) >= 0)
     e = sim_event_find((uint8_t)k, ev.id, ev.id_len);
-  if (e == SIM_NONE || W->events[e].kind != SIM_FOLLOWUP) {
+  if (e == SIM_NONE || !sim_followup(W->events[e].kind)) {
     sim_fail("letter", "a follow-up set aside is no follow-up the model knows");
     return KL_EINVAL;
   }
@@ -425,10 +425,10 @@ static uint32_t followup_event(const kl_event_t *fe, int t) {
   int k = sim_key_by_name(t, fe->key, fe->key_len);
   if (s == SIM_NONE)
     return SIM_NONE;
-  if (W->events[s].kind != SIM_TRANSFER || k != W->events[s].to) {
+  if (!sim_emits(W->events[s].kind) || k != W->events[s].to) {
     sim_fail("followup",
              "follow-up %.*s is not the credit of its source "
-             "transfer",
+             "transfer or defer",
              (int)fe->id_len, fe->id);
     return SIM_NONE;
   }
@@ -444,11 +444,16 @@ static uint32_t followup_event(const kl_event_t *fe, int t) {
     return SIM_NONE;
   }
   if (e == SIM_NONE) {
+    int defer = W->events[s].kind == SIM_DEFER;
     e = sim_event_add((uint8_t)k, fe->id, fe->id_len);
-    W->events[e].kind = SIM_FOLLOWUP;
+    W->events[e].kind = defer ? SIM_DEFERRED : SIM_FOLLOWUP;
     W->events[e].amount = W->events[s].amount;
     W->events[e].valid = 1;
+    /* the time its defer gave it, whatever the record says: the model's
+     * rules for a delayed event hold it to that (sim_timers.c) */
+    W->events[e].not_before = defer ? W->events[s].emit_nb : 0;
     W->events[s].followup = e;
+    W->stats.defers += (uint64_t)defer;
   }
   return e;
 }
