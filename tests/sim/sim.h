@@ -165,7 +165,8 @@ typedef struct sim_letter {
 enum { SIM_DONE_APPLIED, SIM_DONE_DUP, SIM_DONE_DEAD, SIM_DONE_SCHEDULED };
 typedef struct sim_done {
   int64_t offset;
-  int what;   /* SIM_DONE_* */
+  int what; /* SIM_DONE_* */
+
   int cancel; /* a cancel's run: what kl_txn_cancel() answered it */
 } sim_done_t;
 
@@ -320,9 +321,12 @@ typedef struct sim_world {
   sim_log_t gone;        /* the records of the log before it */
   int gen;               /* store generation: rebuilds so far */
   size_t step;
-  int dirty;  /* the step committed or acquired: check the store */
-  int undone; /* a cancel was undone: the rebuild is not compared */
-  int stale;  /* a timer a rebuild keeps went: the rebuild is not compared */
+  int dirty; /* the step committed or acquired: check the store */
+
+  /* known gaps (sim_world.c): the rebuild is not compared */
+  int undone; /* a cancel was undone */
+  int stale;  /* a timer a rebuild keeps went */
+
   int failed;
   char fail_code[32];
   char fail_msg[1024];
