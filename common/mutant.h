@@ -51,6 +51,12 @@ typedef enum kl__mutant {
   /* worker/apply.c: a record without `nb` of an id that waits as a timer
    * runs at once, as before the timer's mark (issue 36 H1) */
   KL__MUTANT_TIMER_COPY,
+  /* store/store.c: kl_txn_cancel() answers KL_OK and leaves the timer, so
+   * that a cancelled timer fires all the same (issue 36) */
+  KL__MUTANT_TIMER_CANCEL,
+  /* worker/outbox.c: a delayed follow-up (kl_txn_emit_opts()) is published
+   * without its not_before, so that it is applied when read (issue 36) */
+  KL__MUTANT_TIMER_EMIT,
 } kl__mutant_t;
 
 #ifdef KL_SIM_MUTANTS

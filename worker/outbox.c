@@ -331,6 +331,8 @@ static kl_err_t ob_send(kl__outbox_t *ob, kl_ob_item_t *it) {
                    "partition=%" PRId32 " is not a follow-up (%zu bytes): the "
                    "store is damaged",
                    it->seq, it->partition, it->len);
+  if (KL__MUTANT(KL__MUTANT_TIMER_EMIT)) /* test only: common/mutant.h */
+    rec.event.not_before = 0;
   char topic[KL_TOPIC_NAME_MAX + 1];
   const char *dest = ob->topic;
   if (rec.topic_len) {

@@ -63,7 +63,16 @@
  *    schedule it as a timer; its worker/fire.c writes the due ones back through
  *    kl__dlq_timer() (sim_seams.c: a firing record in the log, with the
  *    header keylane.timer and the owner's clock as its timestamp), which
- *    runs it when read.
+ *    runs it when read. One new client event in about twenty is a cancel,
+ *    one a defer (sim_steps.c, client_timers(); their handler is
+ *    sim_timers.c's, called by the owners' handler in the event's own
+ *    txn): a cancel's handler cancels a delayed event of its key through
+ *    kl_txn_cancel() (one whose timer waited when it was published, one
+ *    of any state, or an id no event has; and tries another key's, which
+ *    must be refused); a defer's emits a credit with a time (as delay_of()
+ *    draws it: mostly seconds ahead, some past, some an hour) through
+ *    kl_txn_emit_opts(), to its own key or another of its topic, which the
+ *    outbox publishes and its key's owner keeps as a timer.
  *  - batch (3300): the consumer hands an owner that holds a partition up
  *    to batch_max records from where its lane is (none while the lane is
  *    paused: its window of 12 or its outbox of 6 full), and the owner
@@ -203,8 +212,27 @@
  *     clock jumps two hours, and no timer may be left ("timer-left"); an
  *     owner writes a firing record only once due by its clock
  *     ("fire-early", sim_seams.c).
+ *     A cancel takes the timer that waits at its place in its key's order
+ *     (kl_txn_cancel() answers KL_OK), else finds none (KL_ENOTFOUND): its
+ *     handler's answer against the model's at every commit ("cancel"); a
+ *     cancelled timer never runs ("timer-run", "timers"), and a copy read
+ *     after the cancel is a duplicate (its id keeps the timer's mark). A delayed follow-up is held to
+ *     the time its defer gave it, whatever its published record carries:
+ *     it runs once, from a firing record of its timer, never before that
+ *     time ("timer-run", "timer-early", "twice"), also when the outbox
+ *     publishes it again; every applied defer's credit is applied or
+ *     cancelled at the end ("lost-followup"); a rebuild cancels what the
+ *     fleet cancelled ("rebuild"). Two known gaps (docs/design.md,
+ *     Timers, "Not yet") are counted in the report instead: a record from
+ *     before a cancel read again schedules the event again, and a
+ *     dead-lettered firing record read again takes its timer, which a
+ *     rebuild keeps; a schedule where either happened does not compare
+ *     its rebuild, and one with an undone cancel moves to none.
  *     The mutants `timer_early` and `timer_copy` (hunted with the hostile
- *     producer) and `timer_twice` must fail them.
+ *     producer),
+ *     `timer_twice`, `timer_cancel` (a cancel that leaves its timer) and
+ *     `timer_emit` (a delayed follow-up published without its time) must
+ *     fail them.
  * 10. a row both topics write (PostgreSQL, two topics) loses no update: it
  *     counts every event applied on either topic, after every step that
  *     committed ("shared"): the owner cache finds a second writer of a row
@@ -230,7 +258,8 @@
  * rebuild's match of a follow-up, a follow-up removed though its letter
  * was refused, the condition of the owner cache's UPDATE, a sweep of every
  * topic's ids, the take's owner check, a timer's due check, the deletion
- * of a timer that ran); with one on,
+ * of a timer that ran, a cancel's deletion, a delayed follow-up's time in
+ * the outbox's publish); with one on,
  * the simulator must fail. The default run ends with each for a short
  * budget; a mutant that survives fails the run. `cache` and `update` are
  * hunted on PostgreSQL, where the owner cache is; `update` with two
@@ -272,7 +301,8 @@ static const char usage[] =
     "  --mutant NAME       only hunt with a mutant on: epoch, seen, outbox,\n"
     "                      watermark, cache, reserved, nonce, rebuild,\n"
     "                      aside, update, sweep, owner, timer_early,\n"
-    "                      timer_twice, timer_copy, or all\n"
+    "                      timer_twice, timer_copy, timer_cancel, timer_emit,\n"
+    "                      or all\n"
     "  --topics 1|2        topics on the schedules' store (default 2: two\n"
     "                      fleets of the same key names share it)\n"
     "  --seconds N         soak: random schedules for N seconds\n"
@@ -301,10 +331,11 @@ typedef struct opts {
 } opts_t;
 
 static const char *const mutant_names[] = {
-    "none",     "epoch",       "seen",        "outbox",    "watermark", "cache",
-    "reserved", "nonce",       "rebuild",     "aside",     "update",    "sweep",
-    "owner",    "timer_early", "timer_twice", "timer_copy"};
-#define MUTANTS 16
+    "none",         "epoch",       "seen",       "outbox",      "watermark",
+    "cache",        "reserved",    "nonce",      "rebuild",     "aside",
+    "update",       "sweep",       "owner",      "timer_early", "timer_twice",
+    "timer_copy",   "timer_cancel", "timer_emit"};
+#define MUTANTS 18
 
 static const char *backend_name(sim_backend_t b) {
   return b == SIM_PG ? "pg" : "lmdb";
@@ -672,6 +703,21 @@ static void print_stats(const char *what, const sim_stats_t *s,
            " wall clock jumps\n",
            s->delayed, s->scheduled, s->fired, s->timers_run, s->early,
            s->jumps);
+  if (s->cancels || s->defers)
+    printf("  %" PRIu64 " cancels applied (%" PRIu64 " took a waiting timer, "
+           "the rest found none), %" PRIu64 " delayed follow-ups published, "
+           "%" PRIu64 " run by their timer\n",
+           s->cancels, s->cancelled, s->defers, s->deferred);
+  if (s->undone)
+    printf("  %" PRIu64 " cancels undone: a record of the event from before "
+           "its cancel, read again, scheduled it again (a known gap, "
+           "sim_world.c; those schedules' rebuilds are not compared)\n",
+           s->undone);
+  if (s->stale)
+    printf("  %" PRIu64 " timers taken by a dead-lettered firing record read "
+           "again, which a rebuild keeps (a known gap, sim_world.c; those "
+           "schedules' rebuilds are not compared)\n",
+           s->stale);
   if (s->hostile || s->recreated)
     printf("  %" PRIu64 " records a hostile producer wrote, %" PRIu64
            " topics created again\n",
@@ -841,7 +887,8 @@ static int parse(int argc, char **argv, opts_t *o) {
         fprintf(stderr,
                 "keylane-sim: no mutant %s: epoch, seen, outbox, "
                 "watermark, cache, reserved, nonce, rebuild, aside, update, "
-                "sweep, owner, timer_early, timer_twice, timer_copy or all\n",
+                "sweep, owner, timer_early, timer_twice, timer_copy, "
+                "timer_cancel, timer_emit or all\n",
                 v);
         return -1;
       }

@@ -56,7 +56,20 @@ typedef enum sim_kind {
   SIM_TRANSFER,
   SIM_FOLLOWUP, /* the credit a transfer emits */
   SIM_HOSTILE,  /* a credit a producer that is not keylane wrote (--hostile) */
+  /* cancels and delayed follow-ups (sim_timers.c) */
+  SIM_CANCEL,   /* cancels a delayed event of its key (kl_txn_cancel()) */
+  SIM_DEFER,    /* emits a delayed credit (kl_txn_emit_opts()) to its `to` */
+  SIM_DEFERRED, /* the credit a defer emits: a follow-up with a time */
 } sim_kind_t;
+
+/** Kinds whose handler emits a follow-up: a transfer, a defer. */
+static inline int sim_emits(int kind) {
+  return kind == SIM_TRANSFER || kind == SIM_DEFER;
+}
+/** Kinds of a follow-up's event. */
+static inline int sim_followup(int kind) {
+  return kind == SIM_FOLLOWUP || kind == SIM_DEFERRED;
+}
 
 /* What a store (the live one, or a rebuild) decided about one event. */
 typedef struct sim_mark {
@@ -67,6 +80,11 @@ typedef struct sim_mark {
   uint8_t redriven; /* applied by a redrive (after later events, by design) */
   int64_t timer;    /* a delayed event's timer the store holds: the offset
                        of the record that scheduled it, plus 1; else 0 */
+
+  /* a cancel took its timer: the cancel's offset, plus 1 (a copy read
+   * later may schedule it again: timer then says so; sim_timers.c) */
+  int64_t cancelled;
+  int64_t dead_at; /* the offset of the record dead-lettered, plus 1 */
 } sim_mark_t;
 
 /* One event: a (key, id) and where it first occurs in the log. */
@@ -87,6 +105,8 @@ typedef struct sim_event {
   uint32_t key_pos;  /* index in its key's list of events */
   uint32_t followup; /* a transfer's follow-up event, SIM_NONE until seen */
   uint32_t next;     /* hash chain */
+  uint32_t target;   /* a cancel's delayed event, or SIM_NONE: an id none has */
+  int64_t emit_nb;   /* a defer's follow-up's time (the sim clock) */
 } sim_event_t;
 
 /* One record of the simulated log: a message filled by hand. */
@@ -146,7 +166,17 @@ enum { SIM_DONE_APPLIED, SIM_DONE_DUP, SIM_DONE_DEAD, SIM_DONE_SCHEDULED };
 typedef struct sim_done {
   int64_t offset;
   int what; /* SIM_DONE_* */
+
+  int cancel; /* a cancel's run: what kl_txn_cancel() answered it */
 } sim_done_t;
+
+/* What the handler of a cancel at (part, offset) saw kl_txn_cancel()
+ * answer, kept until its commit reads it (sim_timers.c). */
+typedef struct sim_seen {
+  int32_t part;
+  int64_t offset;
+  int err;
+} sim_seen_t;
 
 /* One group commit about to be made: its partition, epoch and records. */
 typedef struct sim_pend {
@@ -191,6 +221,7 @@ typedef struct sim_batch {
   struct {
     uint32_t event;
     int64_t offset;
+    int cancel; /* a cancel's: what kl_txn_cancel() answered */
   } apps[SIM_BATCH];
   size_t napps;
   rd_kafka_message_t *msgs[SIM_BATCH];
@@ -216,6 +247,8 @@ typedef struct sim_owner {
   char *stack;
   int running, paused;
   sim_batch_t batch; /* its step's faults; the handler's opaque */
+  sim_seen_t *seen;  /* its cancels' answers (sim_timers.c) */
+  size_t nseen, seen_cap;
 } sim_owner_t;
 
 /* Counts for the report. */
@@ -233,6 +266,12 @@ typedef struct sim_stats {
   uint64_t timers_run; /* delayed events run by a firing record */
   uint64_t early;      /* firing records read before their time */
   uint64_t jumps;      /* steps whose wall clock jumped */
+  uint64_t cancels;    /* cancels applied (sim_timers.c) */
+  uint64_t cancelled;  /* of them, those that took a waiting timer */
+  uint64_t defers;     /* delayed follow-ups published */
+  uint64_t deferred;   /* delayed follow-ups run by their timer */
+  uint64_t undone;     /* cancels undone by a record read again */
+  uint64_t stale;      /* timers a dead letter's record read again took */
 } sim_stats_t;
 
 typedef struct sim_world {
@@ -283,6 +322,11 @@ typedef struct sim_world {
   int gen;               /* store generation: rebuilds so far */
   size_t step;
   int dirty; /* the step committed or acquired: check the store */
+
+  /* known gaps (sim_world.c): the rebuild is not compared */
+  int undone; /* a cancel was undone */
+  int stale;  /* a timer a rebuild keeps went */
+
   int failed;
   char fail_code[32];
   char fail_msg[1024];
@@ -441,6 +485,23 @@ void sim_fake_free(sim_fake_t *f);
 size_t sim_fake_inflight(const sim_fake_t *f);
 /** What marks a record of the simulated log (its msg._private). */
 void *sim_rec_private(void);
+
+/* ---- sim_timers.c ------------------------------------------------------- */
+
+/** The handler of a cancel or a defer (kind of @p e), run by @p b at
+ *  @p part and @p offset through the real kl_txn_cancel() or
+ *  kl_txn_emit_opts(); *@p seen: what the cancel answered. */
+kl_handler_result_t sim_timers_handle(sim_batch_t *b, uint32_t e, int32_t part,
+                                      int64_t offset, const kl_event_t *event,
+                                      kl_txn_t *txn, int *seen, char *errbuf,
+                                      size_t errbuf_size);
+/** What @p o's handler saw of the cancel at @p part, @p offset (-1: it
+ *  ran none); sim_timers_forget() drops them all (a restart). */
+int sim_timers_seen(const sim_owner_t *o, int32_t part, int64_t offset);
+void sim_timers_forget(sim_owner_t *o);
+/** Cancel @p c ran in @p v at @p offset, its handler saw @p seen: the
+ *  model's prediction (sim_world.c). */
+void sim_view_cancel(sim_view_t *v, uint32_t c, int64_t offset, int seen);
 
 /* ---- sim_tools.c -------------------------------------------------------- */
 

@@ -42,7 +42,9 @@ static kl_handler_result_t sim_handler(void *opaque, const kl_event_t *event,
              ev->id);
     return KL_HANDLER_FAIL;
   }
-  if (b->inject && b->calls++ == b->inject_at) {
+  /* A cancel is never dead-lettered: its redrive would cancel later than
+   * its place in the log, where a rebuild cancels (sim_timers.c). */
+  if (b->inject && ev->kind != SIM_CANCEL && b->calls++ == b->inject_at) {
     snprintf(errbuf, errbuf_size, "sim: injected %s",
              b->inject == KL_HANDLER_RETRY ? "RETRY" : "FAIL");
     return (kl_handler_result_t)b->inject;
@@ -51,8 +53,12 @@ static kl_handler_result_t sim_handler(void *opaque, const kl_event_t *event,
     snprintf(errbuf, errbuf_size, "sim: the fleet dead-lettered it");
     return KL_HANDLER_FAIL;
   }
+  int seen = -1;
   kl_handler_result_t r =
-      kl_ledger_handler(NULL, event, fence, txn, errbuf, errbuf_size);
+      ev->kind == SIM_CANCEL || ev->kind == SIM_DEFER
+          ? sim_timers_handle(b, e, part, fence->offset, event, txn, &seen,
+                              errbuf, errbuf_size)
+          : kl_ledger_handler(NULL, event, fence, txn, errbuf, errbuf_size);
   if (!b->rebuild)
     r = sim_shared_count(txn, event, r, errbuf, errbuf_size);
   if ((r == KL_HANDLER_OK) != ev->valid)
@@ -60,6 +66,7 @@ static kl_handler_result_t sim_handler(void *opaque, const kl_event_t *event,
              (int)r, (int)ev->id_len, ev->id, ev->valid ? "" : "not ", errbuf);
   if (r == KL_HANDLER_OK && b->napps < SIM_BATCH) {
     b->apps[b->napps].event = e;
+    b->apps[b->napps].cancel = seen;
     b->apps[b->napps++].offset = fence->offset;
   }
   return r;
@@ -83,11 +90,12 @@ static void pend_read(sim_owner_t *o, int32_t tpart, uint64_t epoch) {
     if (!s->building)
       continue;
     pd->v = kl__grow(pd->v, &pd->cap, pd->n, sizeof(*pd->v), 64);
-    pd->v[pd->n++] =
-        (sim_done_t){s->offset, s->state == KL__SLOT_DLQ_DONE ? SIM_DONE_DEAD
-                                : s->duplicate                ? SIM_DONE_DUP
-                                : s->scheduled ? SIM_DONE_SCHEDULED
-                                               : SIM_DONE_APPLIED};
+    pd->v[pd->n++] = (sim_done_t){s->offset,
+                                  s->state == KL__SLOT_DLQ_DONE ? SIM_DONE_DEAD
+                                  : s->duplicate                ? SIM_DONE_DUP
+                                  : s->scheduled ? SIM_DONE_SCHEDULED
+                                                 : SIM_DONE_APPLIED,
+                                  sim_timers_seen(o, pd->part, s->offset)};
   }
 }
 
@@ -195,6 +203,7 @@ static void owner_stop(sim_owner_t *o) {
   kl_decoder_destroy(o->decoder);
   o->decoder = NULL;
   o->npend = 0;
+  sim_timers_forget(o);
   memset(o->held, 0, sizeof(o->held));
 }
 
@@ -214,6 +223,7 @@ void sim_owner_free(sim_owner_t *o) {
     kl_store_destroy(o->store);
   for (int i = 0; i < SIM_MAXP; i++)
     free(o->pend[i].v);
+  free(o->seen);
   free(o->stack);
   memset(o, 0, sizeof(*o));
 }

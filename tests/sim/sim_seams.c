@@ -69,6 +69,14 @@ kl_err_t __real_kl__timers_scan(kl_store_t *store, const char *topic,
 kl_err_t __wrap_kl__timers_scan(kl_store_t *store, const char *topic,
                                 int32_t partition, kl__timer_cb_t *cb,
                                 void *opaque, size_t *bad);
+kl_err_t __real_kl__store_outbox_list(kl_store_t *store, const char *topic,
+                                      int32_t partition, uint64_t after,
+                                      size_t max, kl__outbox_cb_t *cb,
+                                      void *opaque);
+kl_err_t __wrap_kl__store_outbox_list(kl_store_t *store, const char *topic,
+                                      int32_t partition, uint64_t after,
+                                      size_t max, kl__outbox_cb_t *cb,
+                                      void *opaque);
 rd_kafka_resp_err_t __real_rd_kafka_message_headers(const rd_kafka_message_t *m,
                                                     rd_kafka_headers_t **h);
 rd_kafka_resp_err_t __wrap_rd_kafka_message_headers(const rd_kafka_message_t *m,
@@ -242,7 +250,7 @@ static kl_err_t aside_send(sim_fake_t *f, const kl__dlq_letter_t *letter,
           KL_OK &&
       (k = sim_key_by_name(f->tno, ev.key, ev.key_len)) >= 0)
     e = sim_event_find((uint8_t)k, ev.id, ev.id_len);
-  if (e == SIM_NONE || W->events[e].kind != SIM_FOLLOWUP) {
+  if (e == SIM_NONE || !sim_followup(W->events[e].kind)) {
     sim_fail("letter", "a follow-up set aside is no follow-up the model knows");
     return KL_EINVAL;
   }
@@ -366,6 +374,20 @@ kl_err_t __wrap_kl__timers_scan(kl_store_t *store, const char *topic,
   return __real_kl__timers_scan(store, topic, partition, cb, opaque, bad);
 }
 
+/* The outbox publisher's listing (worker/outbox.c), and its removals, for
+ * the same reason: on the owner's handle they waited KL__PG_POOL_WAIT_MS
+ * of real time whenever both its topics' lanes held a batch open (in a
+ * drain, say). */
+kl_err_t __wrap_kl__store_outbox_list(kl_store_t *store, const char *topic,
+                                      int32_t partition, uint64_t after,
+                                      size_t max, kl__outbox_cb_t *cb,
+                                      void *opaque) {
+  if (W && W->acting && W->backend == SIM_PG && store == W->acting->store)
+    store = W->store;
+  return __real_kl__store_outbox_list(store, topic, partition, after, max, cb,
+                                      opaque);
+}
+
 kl_err_t __wrap_kl__dlq_forward(kl__dlq_t *dlq, const char *topic,
                                 int32_t partition,
                                 const rd_kafka_message_t *msg,
@@ -425,10 +447,10 @@ static uint32_t followup_event(const kl_event_t *fe, int t) {
   int k = sim_key_by_name(t, fe->key, fe->key_len);
   if (s == SIM_NONE)
     return SIM_NONE;
-  if (W->events[s].kind != SIM_TRANSFER || k != W->events[s].to) {
+  if (!sim_emits(W->events[s].kind) || k != W->events[s].to) {
     sim_fail("followup",
              "follow-up %.*s is not the credit of its source "
-             "transfer",
+             "transfer or defer",
              (int)fe->id_len, fe->id);
     return SIM_NONE;
   }
@@ -444,11 +466,16 @@ static uint32_t followup_event(const kl_event_t *fe, int t) {
     return SIM_NONE;
   }
   if (e == SIM_NONE) {
+    int defer = W->events[s].kind == SIM_DEFER;
     e = sim_event_add((uint8_t)k, fe->id, fe->id_len);
-    W->events[e].kind = SIM_FOLLOWUP;
+    W->events[e].kind = defer ? SIM_DEFERRED : SIM_FOLLOWUP;
     W->events[e].amount = W->events[s].amount;
     W->events[e].valid = 1;
+    /* the time its defer gave it, whatever the record says: the model's
+     * rules for a delayed event hold it to that (sim_timers.c) */
+    W->events[e].not_before = defer ? W->events[s].emit_nb : 0;
     W->events[s].followup = e;
+    W->stats.defers += (uint64_t)defer;
   }
   return e;
 }
@@ -535,6 +562,8 @@ kl_err_t __wrap_kl__store_outbox_del(kl_store_t *store, const char *topic,
                                      const kl__outbox_ack_t *acks, size_t n) {
   if (W && W->acting && W->acting->dead)
     return kl__err(KL_ESTORE_BUSY, "sim: the owner is dead");
+  if (W && W->acting && W->backend == SIM_PG && store == W->acting->store)
+    store = W->store; /* as the listing: __wrap_kl__store_outbox_list() */
   return __real_kl__store_outbox_del(store, topic, acks, n);
 }
 

@@ -74,15 +74,12 @@ static size_t new_id(int k, uint64_t w, char *id, size_t size) {
   return (size_t)snprintf(id, size, "e%" PRIu64, W->next_id++);
 }
 
-/* The envelope of ledger event @p a (of @p type) of key @p k with @p id,
- * as a producer writes it, into *@p bytes (malloc()ed). @returns 0, or -1
- * with the schedule failed. */
-static int ledger_record(int k, const char *id, size_t id_len, const char *type,
-                         const kl_ledger_args_t *a, int64_t not_before,
-                         void **bytes, size_t *len) {
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  kl__ledger_encode(&sb, a);
+/* The envelope of an event of @p type of key @p k with @p id and
+ * @p payload, as a producer writes it, into *@p bytes (malloc()ed).
+ * @returns 0, or -1 with the schedule failed. */
+static int event_record(int k, const char *id, size_t id_len, const char *type,
+                        const void *payload, size_t payload_len,
+                        int64_t not_before, void **bytes, size_t *len) {
   kl_event_t ev = {.key = W->keys[k].name,
                    .key_len = W->keys[k].name_len,
                    .id = id,
@@ -90,25 +87,41 @@ static int ledger_record(int k, const char *id, size_t id_len, const char *type,
                    .type = type,
                    .type_len = strlen(type),
                    .ts = sim_clock(),
-                   .payload = sb.data,
-                   .payload_len = sb.size,
+                   .payload = payload,
+                   .payload_len = payload_len,
                    .not_before = not_before};
   kl_err_t err = kl_event_encode(&ev, bytes, len);
-  msgpack_sbuffer_destroy(&sb);
   if (err)
     sim_fail("client", "%s %.*s does not encode: %s", type, (int)id_len, id,
              kl_err_detail());
   return err ? -1 : 0;
 }
 
+/* The same for ledger event @p a. */
+static int ledger_record(int k, const char *id, size_t id_len, const char *type,
+                         const kl_ledger_args_t *a, int64_t not_before,
+                         void **bytes, size_t *len) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  kl__ledger_encode(&sb, a);
+  int rc = event_record(k, id, id_len, type, sb.data, sb.size, not_before,
+                        bytes, len);
+  msgpack_sbuffer_destroy(&sb);
+  return rc;
+}
+
 /* A delayed event's time, for one valid event in six (its choice @p w):
  * most a little ahead of the clock, some already past, some far (they wait
  * until the end's jump, final_checks()); else 0. */
 #define FAR_MS (3600 * 1000LL)
+static int64_t delay_at(uint64_t d);
 static int64_t delay_of(uint64_t w) {
   uint64_t d = sim_mix(w ^ 0xde1a7edULL);
-  if ((d & 0xff) >= 43)
-    return 0;
+  return (d & 0xff) < 43 ? delay_at(d) : 0;
+}
+
+/* A time from @p d's bits 8 to 31, as delay_of() says. */
+static int64_t delay_at(uint64_t d) {
   int64_t r = (int64_t)((d >> 16) % 3000);
   switch ((d >> 8) % 8) {
   case 4:
@@ -123,14 +136,20 @@ static int64_t delay_of(uint64_t w) {
   }
 }
 
+static int client_timers(uint64_t w);
+
 static void client_publish(uint64_t w) {
   if (((w >> 16) & 0xff) < 38 && W->nevents) {
     uint32_t e = (uint32_t)((w >> 24) % W->nevents);
-    if (W->events[e].kind < SIM_FOLLOWUP && !W->events[e].gone) {
+    int kind = W->events[e].kind;
+    if ((kind < SIM_FOLLOWUP || kind == SIM_CANCEL || kind == SIM_DEFER) &&
+        !W->events[e].gone) {
       republish(e);
       return;
     }
   }
+  if (client_timers(w))
+    return;
   int k = (int)((w >> 24) % (uint64_t)W->nkeys);
   unsigned r = (w >> 32) & 0xff;
   kl_ledger_args_t a = {.amount = 1 + (int64_t)((w >> 40) % 100)};
@@ -324,6 +343,94 @@ static void hostile_publish(uint64_t w) {
           " on key %s: partition %d, offset %" PRId64,
           (int)id_len, id, a.amount, W->keys[k].name, (int)W->events[e].part,
           off);
+}
+
+/* ---- cancels and delayed follow-ups (sim_timers.c) ---------------------- */
+
+/* A cancel of a delayed event of its key, chosen by @p d: one whose timer
+ * waits (it may run before the cancel is read), one of any state, or an
+ * id no event has; its payload is the id. */
+static void client_cancel(uint64_t w, uint64_t d) {
+  unsigned c = (d >> 8) & 0xff;
+  uint32_t t = c < 208 ? delayed_event(d >> 16, c < 144) : SIM_NONE;
+  int k =
+      t != SIM_NONE ? W->events[t].key : (int)((d >> 16) % (uint64_t)W->nkeys);
+  int first = sim_key_topic(k) * W->cfg.keys;
+  char id[32], target[sizeof(W->events[0].id) + 1];
+  size_t id_len = (size_t)snprintf(id, sizeof(id), "c%" PRIu64, W->next_id++);
+  size_t target_len =
+      t != SIM_NONE
+          ? (size_t)snprintf(target, sizeof(target), "%.*s",
+                             (int)W->events[t].id_len, W->events[t].id)
+          : (size_t)snprintf(target, sizeof(target), "x%s", id);
+  int64_t not_before = delay_of(w);
+  void *bytes;
+  size_t len;
+  if (event_record(k, id, id_len, "cancel", target, target_len, not_before,
+                   &bytes, &len))
+    return;
+  uint32_t e = sim_event_add((uint8_t)k, id, id_len);
+  sim_event_t *ev = &W->events[e];
+  ev->kind = SIM_CANCEL;
+  ev->valid = 1;
+  ev->target = t;
+  ev->to = (uint8_t)(first + (k - first + 1) % W->cfg.keys); /* not its key */
+  ev->not_before = not_before;
+  W->stats.delayed += not_before != 0;
+  int64_t off = sim_log_append(e, bytes, len);
+  sim_say("the client publishes cancel %s of %.*s on key %s: partition %d, "
+          "offset %" PRId64,
+          id, (int)target_len, target, W->keys[k].name, (int)ev->part, off);
+}
+
+/* A defer: its handler emits a credit with a time (kl_txn_emit_opts()) to
+ * its own key or another of its topic. */
+static void client_defer(uint64_t w, uint64_t d) {
+  int k = (int)((d >> 16) % (uint64_t)W->nkeys);
+  int first = sim_key_topic(k) * W->cfg.keys;
+  int to = (d >> 24) & 1
+               ? k
+               : first + (k - first + 1 +
+                          (int)((d >> 32) % (uint64_t)(W->cfg.keys - 1))) %
+                             W->cfg.keys;
+  kl_ledger_args_t a = {.amount = 1 + (int64_t)((d >> 40) % 100),
+                        .to = W->keys[to].name,
+                        .to_len = W->keys[to].name_len};
+  char id[32];
+  size_t id_len = new_id(k, w, id, sizeof(id));
+  int64_t not_before = delay_of(w);
+  void *bytes;
+  size_t len;
+  if (ledger_record(k, id, id_len, "defer", &a, not_before, &bytes, &len))
+    return;
+  uint32_t e = sim_event_add((uint8_t)k, id, id_len);
+  sim_event_t *ev = &W->events[e];
+  ev->kind = SIM_DEFER;
+  ev->valid = 1;
+  ev->amount = a.amount;
+  ev->to = (uint8_t)to;
+  ev->not_before = not_before;
+  ev->emit_nb = delay_at(sim_mix(d));
+  W->stats.delayed += not_before != 0;
+  int64_t off = sim_log_append(e, bytes, len);
+  sim_say("the client publishes defer %.*s of %" PRId64 " on key %s to %s, "
+          "its credit not before %+" PRId64
+          " ms: partition %d, offset %" PRId64,
+          (int)id_len, id, a.amount, W->keys[k].name, W->keys[to].name,
+          ev->emit_nb - sim_clock(), (int)ev->part, off);
+}
+
+/* One client event in about twenty is a cancel, one a defer. @returns 0
+ * when the choice @p w says neither. */
+static int client_timers(uint64_t w) {
+  uint64_t d = sim_mix(w ^ 0xca9ce1ULL);
+  if ((d & 0xff) >= 24)
+    return 0;
+  if ((d & 0xff) < 12)
+    client_cancel(w, d);
+  else
+    client_defer(w, d);
+  return 1;
 }
 
 /* ---- steps --------------------------------------------------------------- */
@@ -525,7 +632,9 @@ static int step_run(uint64_t w) {
   case ST_FOREIGN:
     return foreign_take(p, w);
   default: /* a rebuild after a recreated topic would lack the old log */
-    if (W->backend != SIM_LMDB || W->gen > 0 || W->recreated)
+    /* nor one after a cancel was undone (the rebuild would keep it
+     * cancelled and apply the follow-ups its run emitted: sim_world.c) */
+    if (W->backend != SIM_LMDB || W->gen > 0 || W->recreated || W->undone)
       return 0;
     sim_rebuild_switch();
     return 1;
@@ -622,6 +731,15 @@ static size_t outbox_count(int32_t p) {
   return n;
 }
 
+/* Whether the live store holds a timer due by the wall clock: its firing
+ * is still to come (a delayed follow-up the drain published, say). */
+static int timers_due(void) {
+  for (uint32_t e = 0; e < W->nevents; e++)
+    if (W->live.marks[e].timer && W->events[e].not_before <= sim_clock())
+      return 1;
+  return 0;
+}
+
 /* No more faults: the paused resume, then one owner takes every partition
  * and turns until every record is applied or dead-lettered, every
  * follow-up published and applied, and no report is in flight. */
@@ -644,7 +762,7 @@ static void drain(void) {
         sim_fail("drain", "the drain's owner was fenced on partition %d",
                  (int)p);
     }
-    int settled = log_total() == before;
+    int settled = log_total() == before && !timers_due();
     for (int32_t p = 0; p < W->nparts && settled && !W->failed; p++)
       settled = sim_owner_settled(o, p) && !outbox_count(p);
     if (settled)
@@ -696,11 +814,23 @@ static int dead_only(const sim_mark_t *m) {
 
 static void check_rebuild(void) {
   sim_view_t rv;
+  if (W->undone || W->stale) { /* known gaps: sim_world.c */
+    sim_say("the rebuild is not compared: %s",
+            W->undone ? "a cancel was undone" : "a timer it keeps went");
+    return;
+  }
   kl_store_t *store = sim_lmdb_env(W->env == 0 ? 1 : 2);
   sim_rebuild(store, &rv, 0);
   const sim_view_t *v = &W->live;
   for (uint32_t e = 0; store && e < W->nevents && !W->failed; e++)
-    if (rv.marks[e].timer != v->marks[e].timer)
+    /* a redrive runs its event later than its place in the log, where a
+     * rebuild runs it: a cancel after that place finds no timer there */
+    if (!rv.marks[e].cancelled != !v->marks[e].cancelled &&
+        !v->marks[e].redriven)
+      sim_fail("rebuild", "a cancel took the timer of %.*s only in the %s",
+               (int)W->events[e].id_len, W->events[e].id,
+               rv.marks[e].cancelled ? "rebuilt store" : "live store");
+    else if (rv.marks[e].timer != v->marks[e].timer)
       sim_fail("rebuild",
                "the rebuilt store's timer of event %.*s of key %s is of "
                "offset %" PRId64 ", the fleet's of %" PRId64 " (-1: none)",
@@ -763,8 +893,9 @@ static void settled_checks(int all) {
                "past, after the last drain",
                (int)ev->id_len, ev->id, W->keys[ev->key].name);
     if (!m->applied && (!sim_view_resolved(v, e) || (all && ev->valid)) &&
-        (all || !ev->aside)    /* set aside: its letter's redrive applies it */
-        && (all || !m->timer)) /* waits for its time */
+        (all || !ev->aside)   /* set aside: its letter's redrive applies it */
+        && (all || !m->timer) /* waits for its time */
+        && !(m->cancelled && !m->timer)) /* cancelled, not published again */
       sim_fail("lost",
                "event %.*s of key %s (topic %s, partition %d, offset %" PRId64
                ") was %s",
@@ -772,12 +903,14 @@ static void settled_checks(int all) {
                sim_topic(ev->part), (int)sim_tpart(ev->part), ev->first,
                m->dead ? "dead-lettered, and not applied by its redrive"
                        : "neither applied nor dead-lettered");
-    if (m->applied && ev->kind == SIM_TRANSFER &&
-        (ev->followup == SIM_NONE || (all && !v->marks[ev->followup].applied)))
+    if (m->applied && sim_emits(ev->kind) &&
+        (ev->followup == SIM_NONE || (all && !v->marks[ev->followup].applied &&
+                                      !v->marks[ev->followup].cancelled)))
       sim_fail("lost-followup",
-               "transfer %.*s of key %s was applied, its "
+               "%s %.*s of key %s was applied, its "
                "credit %s",
-               (int)ev->id_len, ev->id, W->keys[ev->key].name,
+               ev->kind == SIM_DEFER ? "defer" : "transfer", (int)ev->id_len,
+               ev->id, W->keys[ev->key].name,
                ev->followup == SIM_NONE ? "never published" : "not applied");
   }
   if (!W->failed)

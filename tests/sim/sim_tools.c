@@ -270,11 +270,12 @@ void sim_rebuild_switch(void) {
   }
   sim_view_free(&W->live);
   W->live = v;
+  W->stale = 0; /* the live store is the rebuilt one now */
   /* A follow-up the old store kept, never published nor set aside, went
    * with it: the rebuild derived it again, under a new id. */
   for (uint32_t e = 0; e < W->nevents; e++) {
     sim_event_t *ev = &W->events[e];
-    if (ev->kind == SIM_TRANSFER && ev->followup != SIM_NONE &&
+    if (sim_emits(ev->kind) && ev->followup != SIM_NONE &&
         W->events[ev->followup].first < 0 && !W->events[ev->followup].aside) {
       W->events[ev->followup].gone = 1;
       ev->followup = SIM_NONE;
