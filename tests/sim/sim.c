@@ -216,18 +216,18 @@
  *     (kl_txn_cancel() answers KL_OK), else finds none (KL_ENOTFOUND): its
  *     handler's answer against the model's at every commit ("cancel"); a
  *     cancelled timer never runs ("timer-run", "timers"), and a copy read
- *     after the cancel is a duplicate (its id keeps the timer's mark). A delayed follow-up is held to
- *     the time its defer gave it, whatever its published record carries:
- *     it runs once, from a firing record of its timer, never before that
- *     time ("timer-run", "timer-early", "twice"), also when the outbox
- *     publishes it again; every applied defer's credit is applied or
+ *     after the cancel is a duplicate (its id keeps the timer's mark). A
+ * delayed follow-up is held to the time its defer gave it, whatever its
+ * published record carries: it runs once, from a firing record of its timer,
+ * never before that time ("timer-run", "timer-early", "twice"), also when the
+ * outbox publishes it again; every applied defer's credit is applied or
  *     cancelled at the end ("lost-followup"); a rebuild cancels what the
- *     fleet cancelled ("rebuild"). Two known gaps (docs/design.md,
- *     Timers, "Not yet") are counted in the report instead: a record from
- *     before a cancel read again schedules the event again, and a
- *     dead-lettered firing record read again takes its timer, which a
- *     rebuild keeps; a schedule where either happened does not compare
- *     its rebuild, and one with an undone cancel moves to none.
+ *     fleet cancelled ("rebuild"); a record of a cancelled event read
+ *     again never schedules it ("cancel-undone"). A known gap
+ *     (docs/design.md, Timers, "Not yet") is counted in the report
+ *     instead: a dead-lettered firing record read again takes its timer,
+ *     which a rebuild keeps; a schedule where that happened does not
+ *     compare its rebuild.
  *     The mutants `timer_early` and `timer_copy` (hunted with the hostile
  *     producer),
  *     `timer_twice`, `timer_cancel` (a cancel that leaves its timer) and
@@ -331,10 +331,10 @@ typedef struct opts {
 } opts_t;
 
 static const char *const mutant_names[] = {
-    "none",         "epoch",       "seen",       "outbox",      "watermark",
-    "cache",        "reserved",    "nonce",      "rebuild",     "aside",
-    "update",       "sweep",       "owner",      "timer_early", "timer_twice",
-    "timer_copy",   "timer_cancel", "timer_emit"};
+    "none",       "epoch",        "seen",      "outbox",      "watermark",
+    "cache",      "reserved",     "nonce",     "rebuild",     "aside",
+    "update",     "sweep",        "owner",     "timer_early", "timer_twice",
+    "timer_copy", "timer_cancel", "timer_emit"};
 #define MUTANTS 18
 
 static const char *backend_name(sim_backend_t b) {
@@ -708,11 +708,6 @@ static void print_stats(const char *what, const sim_stats_t *s,
            "the rest found none), %" PRIu64 " delayed follow-ups published, "
            "%" PRIu64 " run by their timer\n",
            s->cancels, s->cancelled, s->defers, s->deferred);
-  if (s->undone)
-    printf("  %" PRIu64 " cancels undone: a record of the event from before "
-           "its cancel, read again, scheduled it again (a known gap, "
-           "sim_world.c; those schedules' rebuilds are not compared)\n",
-           s->undone);
   if (s->stale)
     printf("  %" PRIu64 " timers taken by a dead-lettered firing record read "
            "again, which a rebuild keeps (a known gap, sim_world.c; those "

@@ -270,7 +270,6 @@ typedef struct sim_stats {
   uint64_t cancelled;  /* of them, those that took a waiting timer */
   uint64_t defers;     /* delayed follow-ups published */
   uint64_t deferred;   /* delayed follow-ups run by their timer */
-  uint64_t undone;     /* cancels undone by a record read again */
   uint64_t stale;      /* timers a dead letter's record read again took */
 } sim_stats_t;
 
@@ -324,8 +323,7 @@ typedef struct sim_world {
   int dirty; /* the step committed or acquired: check the store */
 
   /* known gaps (sim_world.c): the rebuild is not compared */
-  int undone; /* a cancel was undone */
-  int stale;  /* a timer a rebuild keeps went */
+  int stale; /* a timer a rebuild keeps went */
 
   int failed;
   char fail_code[32];

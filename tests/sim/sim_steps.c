@@ -632,9 +632,7 @@ static int step_run(uint64_t w) {
   case ST_FOREIGN:
     return foreign_take(p, w);
   default: /* a rebuild after a recreated topic would lack the old log */
-    /* nor one after a cancel was undone (the rebuild would keep it
-     * cancelled and apply the follow-ups its run emitted: sim_world.c) */
-    if (W->backend != SIM_LMDB || W->gen > 0 || W->recreated || W->undone)
+    if (W->backend != SIM_LMDB || W->gen > 0 || W->recreated)
       return 0;
     sim_rebuild_switch();
     return 1;
@@ -814,9 +812,8 @@ static int dead_only(const sim_mark_t *m) {
 
 static void check_rebuild(void) {
   sim_view_t rv;
-  if (W->undone || W->stale) { /* known gaps: sim_world.c */
-    sim_say("the rebuild is not compared: %s",
-            W->undone ? "a cancel was undone" : "a timer it keeps went");
+  if (W->stale) { /* a known gap: sim_world.c */
+    sim_say("the rebuild is not compared: a timer it keeps went");
     return;
   }
   kl_store_t *store = sim_lmdb_env(W->env == 0 ? 1 : 2);

@@ -340,20 +340,16 @@ static void timer_schedule(sim_view_t *v, uint32_t e, int32_t part,
              : r->names >= 0     ? "that is a firing record"
              : v->marks[e].timer ? "its timer waits already"
                                  : "it was applied or dead-lettered");
-  /* A known gap (issue 36): a cancel leaves nothing of the event, so a
-   * record of it from before the cancel that is read again (above the
-   * watermark: the batch run again after a lost answer, or by the next
-   * owner when the key's lane committed past another key's wait)
-   * schedules it again, and it runs; a rebuild, which reads each record
-   * once, keeps it cancelled. The model follows the live store; the
-   * rebuild of such a schedule is not compared (check_rebuild()). */
-  if (v->marks[e].cancelled && offset < v->marks[e].cancelled - 1) {
-    W->undone |= v == &W->live;
-    W->stats.undone += v == &W->live;
-    sim_say("%s: its record at offset %" PRId64 ", from before its cancel, "
-            "is read again and schedules it again",
-            event_name(e, a, sizeof(a)), offset);
-  }
+  /* A cancel leaves the id its timer's mark: any record of the event
+   * read after it, a copy or one from before the cancel read again
+   * (above the watermark: the batch run again after a lost answer, or by
+   * the next owner when the key's lane committed past another key's
+   * wait), is a duplicate, as in a rebuild, which reads each record once. */
+  if (v->marks[e].cancelled)
+    sim_fail("cancel-undone",
+             "%s: its record at offset %" PRId64 " scheduled it again after "
+             "its cancel at offset %" PRId64,
+             event_name(e, a, sizeof(a)), offset, v->marks[e].cancelled - 1);
   v->marks[e].timer = offset + 1;
   W->stats.scheduled += v == &W->live;
 }
@@ -424,8 +420,10 @@ static void skip_one(sim_view_t *v, uint32_t e, int32_t part, int64_t offset) {
 void sim_view_skipped(sim_view_t *v, int32_t part, int64_t offset) {
   const sim_rec_t *r = W->log[part].v[offset];
   uint32_t e = r->event;
+  /* a record of a cancelled event is a duplicate: its id keeps the
+   * timer's mark */
   if (W->events[e].not_before && r->names < 0 && !v->marks[e].timer &&
-      !sim_view_resolved(v, e))
+      !v->marks[e].cancelled && !sim_view_resolved(v, e))
     timer_schedule(v, e, part, offset);
   else
     skip_one(v, e, part, offset);
@@ -475,8 +473,8 @@ static void check_skipped(const sim_view_t *v, uint32_t e, int64_t offset) {
   const sim_event_t *ev = &W->events[e];
   if (sim_view_resolved(v, e) || v->marks[e].timer) /* or it waits */
     return;
-  /* a firing record of a timer that was cancelled */
-  if (v->marks[e].cancelled && W->log[ev->part].v[offset]->names >= 0)
+  /* any record of a cancelled event: its id keeps the timer's mark */
+  if (v->marks[e].cancelled)
     return;
   uint32_t by = SIM_NONE;
   for (uint32_t o = 0; o < W->nevents && by == SIM_NONE; o++)
