@@ -14,7 +14,10 @@
  * one read per take.
  *
  * Memory: per partition, the index key of the last timer written and two
- * times; nothing grows with the timers pending.
+ * times; nothing grows with the timers pending. Work: a read walks the
+ * index from its start, past the timers written and not yet taken (at
+ * most KL__FIRE_AHEAD: no more are written until they are), to at most
+ * KL__FIRE_WINDOW due ones, and stops at the first not due.
  */
 #ifndef KEYLANE_WORKER_FIRE_H
 #define KEYLANE_WORKER_FIRE_H
@@ -32,6 +35,20 @@
 #define KL__FIRE_AGAIN_MS 10000
 /* The most firing records one partition writes per tick. */
 #define KL__FIRE_WINDOW 256
+/* The most firing records of one partition in flight: written and their
+ * timers not yet taken by a commit. The owner writes no more until those
+ * are read back, so that its producer's queue and the log's unread tail
+ * stay bounded when many timers fall due at once, and a read walks at
+ * most this many entries before the first to write. */
+#define KL__FIRE_AHEAD 1024
+/* A fired timer's run committed more than this after its time, in ms,
+ * counts as late (timers_late): past what the owner's read at the due
+ * time and the firing record's trip through Kafka and the key's lane take
+ * when the worker keeps up (docs/benchmarks.md, "Timers"). */
+#define KL__FIRE_LATE_MS 1000
+/* How soon a partition holding KL__FIRE_AHEAD records in flight reads its
+ * index again, in ms. */
+#define KL__FIRE_HELD_MS 10
 
 typedef struct kl__fire kl__fire_t;
 
@@ -41,7 +58,9 @@ kl_err_t kl__fire_new(const char *topic, kl_store_t *store, kl__dlq_t *dlq,
 void kl__fire_destroy(kl__fire_t *fire);
 
 /** The worker owns @p partition now: its due index is read at the next
- *  tick. */
+ *  tick. Counts its pending timers (kl__timers_count(), a walk of its
+ *  index): call it on the poll thread before any commit of the partition
+ *  can land, and not under the lanes' lock. */
 void kl__fire_own(kl__fire_t *fire, int32_t partition);
 /** The worker gave @p partition up: nothing more is written for it. */
 void kl__fire_drop(kl__fire_t *fire, int32_t partition);
@@ -56,6 +75,14 @@ void kl__fire_tick(kl__fire_t *fire);
 
 /** The ack of a firing record (a ref of KL__DLQ_TIMER_GEN). */
 void kl__fire_acked(kl__fire_t *fire, const kl__dlq_ref_t *ref, kl_err_t err);
+
+/** A commit of @p partition's lanes wrote @p delta more timers than it
+ *  deleted (scheduled less fired, settled and cancelled). */
+void kl__fire_count(kl__fire_t *fire, int32_t partition, int64_t delta);
+
+/** Timers pending in the partitions owned: each one's count at take,
+ *  kept by kl__fire_count(). Any thread. */
+uint64_t kl__fire_pending(kl__fire_t *fire);
 
 /** firing records written and acknowledged by Kafka. */
 uint64_t kl__fire_sent(const kl__fire_t *fire);
