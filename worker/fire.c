@@ -27,6 +27,7 @@ typedef struct kl_fire_part {
   int64_t held_ns; /* KL__FIRE_AHEAD in flight: read again then (monotonic:
                       the store's clock may stand still, in tests) */
   int64_t pending; /* timers: counted at take, then kl__fire_count() */
+  uint64_t taken;  /* kl__fire_count() calls that took timers */
 } kl_fire_part_t;
 
 struct kl__fire {
@@ -103,8 +104,14 @@ void kl__fire_count(kl__fire_t *fire, int32_t partition, int64_t delta) {
   if (!fire)
     return;
   pthread_mutex_lock(&fire->mu);
-  if (partition >= 0 && partition < fire->count && fire->parts[partition].owned)
-    fire->parts[partition].pending += delta;
+  kl_fire_part_t *p = partition >= 0 && partition < fire->count
+                          ? &fire->parts[partition]
+                          : NULL;
+  if (p && p->owned) {
+    p->pending += delta;
+    if (delta < 0) /* it took some: a held partition writes more */
+      p->taken++, p->held_ns = 0;
+  }
   pthread_mutex_unlock(&fire->mu);
 }
 
@@ -217,6 +224,9 @@ static void fire_partition(kl__fire_t *f, int32_t partition, int64_t now) {
   if (p->gen == s.part.gen) {
     if (p->soon != s.part.soon) /* a commit wrote one meanwhile */
       s.part.next_ms = 0, s.part.soon = p->soon, s.part.cursor &= p->cursor;
+    if (p->taken != s.part.taken) /* a commit took some meanwhile */
+      s.part.held_ns = 0, s.part.taken = p->taken;
+    s.part.pending = p->pending; /* kept by the commits, not the read */
     *p = s.part;
   }
   pthread_mutex_unlock(&f->mu);

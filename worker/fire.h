@@ -40,15 +40,16 @@
  * are read back, so that its producer's queue and the log's unread tail
  * stay bounded when many timers fall due at once, and a read walks at
  * most this many entries before the first to write. */
-#define KL__FIRE_AHEAD 1024
+#define KL__FIRE_AHEAD 4096
 /* A fired timer's run committed more than this after its time, in ms,
  * counts as late (timers_late): past what the owner's read at the due
  * time and the firing record's trip through Kafka and the key's lane take
  * when the worker keeps up (docs/benchmarks.md, "Timers"). */
 #define KL__FIRE_LATE_MS 1000
-/* How soon a partition holding KL__FIRE_AHEAD records in flight reads its
- * index again, in ms. */
-#define KL__FIRE_HELD_MS 10
+/* A partition holding KL__FIRE_AHEAD records in flight reads its index
+ * again once a commit took timers of it (kl__fire_count()), or this much
+ * later, in ms. */
+#define KL__FIRE_HELD_MS 100
 
 typedef struct kl__fire kl__fire_t;
 
