@@ -11,12 +11,13 @@
  * reads a partition's index when it takes the partition, then only when a
  * timer it read is due, when it committed a new one (kl__fire_soon()), or
  * to write again what was not read back: a partition without timers costs
- * one read per take.
+ * one read per take, and a walk of its index to count them
+ * (kl__fire_own()).
  *
- * Memory: per partition, the index key of the last timer written and two
- * times; nothing grows with the timers pending. Work: a read walks the
- * index from its start, past the timers written and not yet taken (at
- * most KL__FIRE_AHEAD: no more are written until they are), to at most
+ * Memory: per partition, the index key of the last timer written, a few
+ * times and counters; nothing grows with the timers pending. Work: a read walks
+ * the index from its start, past the timers written and not yet taken (at most
+ * KL__FIRE_AHEAD: no more are written until they are), to at most
  * KL__FIRE_WINDOW due ones, and stops at the first not due.
  */
 #ifndef KEYLANE_WORKER_FIRE_H
