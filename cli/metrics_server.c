@@ -206,6 +206,14 @@ static void ms_timers(kl__metrics_t *m, const kl_worker_stats_t *st) {
              "Firing records stamped before their timer's time (another "
              "producer, or a clock stepped back): their timers wait on.",
              st->timers_early);
+  ms_gauge(m, "keylane_worker_timers_pending",
+           "Timers waiting in the partitions owned: each one's count in the "
+           "store at take, kept by the worker's commits since.",
+           (double)st->timers_pending);
+  ms_counter(m, "keylane_worker_timers_late_total",
+             "Fired timers whose run committed more than 1 s after their "
+             "time (keylane_worker_timer_lateness_seconds has them all).",
+             st->timers_late);
 }
 
 /* Follow-up events (kl_txn_emit()): held in the outbox, and published. */

@@ -209,8 +209,10 @@ struct kl_txn {
   uint64_t src_nonce;   /* its follow-ups' nonce, drawn at its first emit */
   int64_t timer_max_ms; /* kl__txn_set_timer_max(); 0: no bound */
   int64_t src_ms;       /* the source record's time; 0: unknown */
-  char *last;           /* kl__txn_set_last(): the ident of the record at the
-                           commit's watermark - 1; NULL: keep the stored one */
+  int64_t timers; /* store/timers.c: timers it wrote less those it deleted,
+                     for the owner's count (a child's, worker/lanes.c) */
+  char *last;     /* kl__txn_set_last(): the ident of the record at the
+                     commit's watermark - 1; NULL: keep the stored one */
   size_t last_len;
 };
 

@@ -160,6 +160,7 @@ void kl__child_begin(kl__child_t *child, kl_txn_t *snap, pthread_mutex_t *mu,
   child->mu = mu;
   child->ov = ov;
   child->duplicates = 0;
+  child->base.timers = 0;
   child->pg = NULL;
   child->savepoint = 0;
 }

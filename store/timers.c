@@ -7,6 +7,7 @@
 #include "common/bytes.h"
 #include "common/hash.h"
 #include "common/internal.h"
+#include "store/backend.h"
 #include "store/store_internal.h"
 
 /* "~t"/"~d", the topic and its NUL, the partition: @returns the length. */
@@ -110,33 +111,44 @@ kl_err_t kl__timer_put(kl_txn_t *txn, const char *topic, int32_t partition,
     err = kl__txn_kv_put(txn, k, kn, buf, dn);
   }
   free(buf);
-  char sid[KL__SID_MAX];
-  return err ? err
-             : kl__txn_mark_sid(txn, sid,
-                                kl__sid_encode(key, key_len, id, id_len, sid),
-                                KL__MARK_TIMER);
-}
-
-kl_err_t kl__timer_same(kl_txn_t *txn, const char *topic, int32_t partition,
-                        const void *key, size_t key_len, const char *id,
-                        size_t id_len, int64_t due_ms, const void *env,
-                        size_t env_len, int *same) {
-  unsigned char k[KL__TIMER_KEY_MAX];
-  size_t kn = due_key(k, topic, partition, due_ms,
-                      timer_hash(key, key_len, id, id_len));
-  const void *v;
-  size_t vn;
-  kl_err_t err = kl_txn_get(txn, k, kn, &v, &vn);
-  *same = 0;
-  if (err == KL_ENOTFOUND)
-    return KL_OK;
   if (err)
     return err;
-  size_t at = 10 + key_len; /* offset, key length, key, then the envelope */
-  *same =
-      vn == at + env_len &&
-      (!env_len || memcmp((const unsigned char *)v + at, env, env_len) == 0);
-  return KL_OK;
+  txn->timers++;
+  char sid[KL__SID_MAX];
+  return kl__txn_mark_sid(
+      txn, sid, kl__sid_encode(key, key_len, id, id_len, sid), KL__MARK_TIMER);
+}
+
+kl_err_t kl__timer_find(kl_txn_t *txn, const char *topic, int32_t partition,
+                        const void *key, size_t key_len, const char *id,
+                        size_t id_len, int64_t named, int64_t due_ms,
+                        const void *env, size_t env_len, kl__timer_t *t,
+                        int *same) {
+  *same = 0;
+  if (named >= 0 && due_ms > 0) {
+    uint64_t h = timer_hash(key, key_len, id, id_len);
+    unsigned char k[KL__TIMER_KEY_MAX];
+    const void *v;
+    size_t vn;
+    kl_err_t err =
+        kl_txn_get(txn, k, due_key(k, topic, partition, due_ms, h), &v, &vn);
+    if (err && err != KL_ENOTFOUND)
+      return err;
+    const unsigned char *d = v;
+    size_t at = 10 + key_len; /* offset, key length, key, then the envelope */
+    /* The envelope holds the id: equal to it, the row is this key's and
+     * id's timer, not another's of the same h. */
+    if (!err && vn == at + env_len && (int64_t)kl__get_be(d, 8) == named &&
+        kl__get_be(d + 8, 2) == key_len && memcmp(d + 10, key, key_len) == 0 &&
+        (!env_len || memcmp(d + at, env, env_len) == 0)) {
+      *t = (kl__timer_t){due_ms, named, h};
+      *same = 1;
+      return KL_OK;
+    }
+  }
+  /* Not the event a timer holds (a copy, a first reading): the main row
+   * says whether one waits. */
+  return kl__timer_get(txn, topic, partition, key, key_len, id, id_len, t);
 }
 
 kl_err_t kl__timer_del(kl_txn_t *txn, const char *topic, int32_t partition,
@@ -145,8 +157,10 @@ kl_err_t kl__timer_del(kl_txn_t *txn, const char *topic, int32_t partition,
   uint64_t h = timer_hash(key, key_len, id, id_len);
   unsigned char k[KL__TIMER_KEY_MAX];
   kl_err_t err = kl__txn_kv_del(txn, k, main_key(k, topic, partition, h));
-  return err ? err
-             : kl__txn_kv_del(txn, k, due_key(k, topic, partition, due_ms, h));
+  if (!err &&
+      !(err = kl__txn_kv_del(txn, k, due_key(k, topic, partition, due_ms, h))))
+    txn->timers--;
+  return err;
 }
 
 typedef struct kl_timer_scan {
@@ -181,4 +195,19 @@ kl_err_t kl__timers_scan(kl_store_t *store, const char *topic,
   kl_timer_scan_t s = {partition < 0 ? pn - 4 : pn, partition < 0, cb, opaque,
                        bad};
   return kl_store_scan(store, p, s.prefix_len, timer_scan_one, &s);
+}
+
+static int timer_count_one(void *opaque, const void *key, size_t key_len,
+                           const void *val, size_t val_len) {
+  (void)key, (void)key_len, (void)val, (void)val_len;
+  (*(uint64_t *)opaque)++;
+  return 0;
+}
+
+kl_err_t kl__timers_count(kl_store_t *store, const char *topic,
+                          int32_t partition, uint64_t *n) {
+  unsigned char p[KL__TIMER_KEY_MAX];
+  *n = 0;
+  return kl_store_scan(store, p, timer_prefix(p, 'd', topic, partition),
+                       timer_count_one, n);
 }

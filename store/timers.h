@@ -54,16 +54,25 @@ kl_err_t kl__timer_put(kl_txn_t *txn, const char *topic, int32_t partition,
                        size_t env_len);
 
 /**
- * Whether @p env (@p env_len bytes) is the envelope the timer of (@p key,
- * @p id), due at @p due_ms, holds. @returns KL_OK with *@p same set, or
- * the store's failure.
+ * Looks up the timer a record of (@p key, @p id) may fire, and whether
+ * the record is the event it holds: on the firing path (@p named >= 0, the
+ * offset the record's firing header names; @p due_ms its envelope's
+ * not_before) with ONE read of the due index, whose row holds the
+ * envelope; otherwise, or when that row is not this record's, as
+ * kl__timer_get(). @p env (@p env_len bytes) is the record's envelope.
+ * @returns KL_OK with *@p t and *@p same (1: the timer of offset @p named,
+ *          holding exactly @p env), KL_ENOTFOUND (*@p same 0), or the
+ *          store's failure.
  */
-kl_err_t kl__timer_same(kl_txn_t *txn, const char *topic, int32_t partition,
+kl_err_t kl__timer_find(kl_txn_t *txn, const char *topic, int32_t partition,
                         const void *key, size_t key_len, const char *id,
-                        size_t id_len, int64_t due_ms, const void *env,
-                        size_t env_len, int *same);
+                        size_t id_len, int64_t named, int64_t due_ms,
+                        const void *env, size_t env_len, kl__timer_t *t,
+                        int *same);
 
-/** Deletes the timer of (@p key, @p id), due at @p due_ms. */
+/** Deletes the timer of (@p key, @p id), due at @p due_ms, which the
+ *  caller found in @p txn. kl__timer_put() and this count what they did in
+ *  the txn's timers (store/backend.h), for the owner's pending count. */
 kl_err_t kl__timer_del(kl_txn_t *txn, const char *topic, int32_t partition,
                        const void *key, size_t key_len, const char *id,
                        size_t id_len, int64_t due_ms);
@@ -81,5 +90,13 @@ typedef int(kl__timer_cb_t)(void *opaque, const kl__timer_t *t, const void *key,
 kl_err_t kl__timers_scan(kl_store_t *store, const char *topic,
                          int32_t partition, kl__timer_cb_t *cb, void *opaque,
                          size_t *bad);
+
+/**
+ * Counts the committed timers of @p topic's @p partition into *@p n, from
+ * one snapshot: a walk of its due index, so it costs what the timers
+ * pending cost to read (the worker's count at take, worker/fire.h).
+ */
+kl_err_t kl__timers_count(kl_store_t *store, const char *topic,
+                          int32_t partition, uint64_t *n);
 
 #endif

@@ -158,20 +158,19 @@ static int timer_redrive(const kl__applier_t *a, int32_t partition,
 static int apply_timer(const kl__applier_t *a, int32_t partition, kl_txn_t *txn,
                        const rd_kafka_message_t *m, const kl_event_t *event,
                        kl_mark_t mark, kl__apply_result_t *res) {
-  kl__timer_t t;
-  kl_err_t err = kl__timer_get(txn, a->topic, partition, event->key,
-                               event->key_len, event->id, event->id_len, &t);
-  if (err && err != KL_ENOTFOUND)
-    return timer_store_failed(err, res);
-  int found = !err, fire = found && timer_named(m) == t.offset;
-  if (a->redrive)
-    return timer_redrive(a, partition, txn, m, event, mark, &t, found, res);
   /* Only the envelope the timer holds fires it: a record that names the
    * timer with other contents is a copy, not the event. */
-  if (fire && (err = kl__timer_same(txn, a->topic, partition, event->key,
-                                    event->key_len, event->id, event->id_len,
-                                    t.due_ms, m->payload, m->len, &fire)))
+  kl__timer_t t;
+  int fire;
+  kl_err_t err =
+      kl__timer_find(txn, a->topic, partition, event->key, event->key_len,
+                     event->id, event->id_len, timer_named(m),
+                     event->not_before, m->payload, m->len, &t, &fire);
+  if (err && err != KL_ENOTFOUND)
     return timer_store_failed(err, res);
+  int found = !err;
+  if (a->redrive)
+    return timer_redrive(a, partition, txn, m, event, mark, &t, found, res);
   /* Due by the record's time (the top of the function says why); the
    * wait's length is judged by it too, but never from later than this
    * host's clock, so that a record stamped ahead cannot pass

@@ -24,6 +24,10 @@ typedef struct kl_fire_part {
   int cursor;      /* records were written up to (cursor_due, cursor_h) */
   int64_t cursor_due, cursor_ms; /* ... since cursor_ms */
   uint64_t cursor_h;
+  int64_t held_ns; /* KL__FIRE_AHEAD in flight: read again then (monotonic:
+                      the store's clock may stand still, in tests) */
+  int64_t pending; /* timers: counted at take, then kl__fire_count() */
+  uint64_t taken;  /* kl__fire_count() calls that took timers */
 } kl_fire_part_t;
 
 struct kl__fire {
@@ -71,22 +75,56 @@ static kl_fire_part_t *fire_part(kl__fire_t *f, int32_t partition) {
   return &f->parts[partition];
 }
 
-static void fire_set(kl__fire_t *f, int32_t partition, int owned) {
+static void fire_set(kl__fire_t *f, int32_t partition, int owned,
+                     int64_t pending) {
   pthread_mutex_lock(&f->mu);
   kl_fire_part_t *p = fire_part(f, partition);
   if (p) {
     uint64_t gen = p->gen + 1;
-    *p = (kl_fire_part_t){.owned = owned, .gen = gen};
+    *p = (kl_fire_part_t){.owned = owned, .gen = gen, .pending = pending};
   }
   pthread_mutex_unlock(&f->mu);
 }
 
 void kl__fire_own(kl__fire_t *fire, int32_t partition) {
-  fire_set(fire, partition, 1);
+  uint64_t n = 0;
+  if (kl__timers_count(fire->store, fire->topic, partition, &n))
+    KL_LOG_W(KL_COMP,
+             "partition=%" PRId32 ": its pending timers could not be "
+             "counted, the gauge counts from 0: %s",
+             partition, kl_err_detail());
+  fire_set(fire, partition, 1, (int64_t)n);
 }
 
 void kl__fire_drop(kl__fire_t *fire, int32_t partition) {
-  fire_set(fire, partition, 0);
+  fire_set(fire, partition, 0, 0);
+}
+
+void kl__fire_count(kl__fire_t *fire, int32_t partition, int64_t delta) {
+  if (!fire)
+    return;
+  pthread_mutex_lock(&fire->mu);
+  kl_fire_part_t *p = partition >= 0 && partition < fire->count
+                          ? &fire->parts[partition]
+                          : NULL;
+  if (p && p->owned) {
+    p->pending += delta;
+    if (delta < 0) /* it took some: a held partition writes more */
+      p->taken++, p->held_ns = 0;
+  }
+  pthread_mutex_unlock(&fire->mu);
+}
+
+uint64_t kl__fire_pending(kl__fire_t *fire) {
+  int64_t n = 0;
+  if (!fire)
+    return 0;
+  pthread_mutex_lock(&fire->mu);
+  for (int32_t p = 0; p < fire->count; p++)
+    if (fire->parts[p].owned && fire->parts[p].pending > 0)
+      n += fire->parts[p].pending;
+  pthread_mutex_unlock(&fire->mu);
+  return (uint64_t)n;
 }
 
 void kl__fire_soon(kl__fire_t *fire, int32_t partition, int64_t due_ms) {
@@ -109,6 +147,8 @@ typedef struct kl_fire_scan {
   kl_fire_part_t part; /* a copy, updated as records are written */
   int64_t now, next_due;
   int written, full;
+  int ahead; /* records in flight: written, their timers still there */
+  int held;  /* KL__FIRE_AHEAD of them: no more until they are taken */
 } kl_fire_scan_t;
 
 static int fire_after_cursor(const kl_fire_part_t *p, const kl__timer_t *t) {
@@ -124,7 +164,7 @@ static int fire_one(void *opaque, const kl__timer_t *t, const void *key,
     return 1;
   }
   if (!fire_after_cursor(&s->part, t))
-    return 0; /* written, not read back yet */
+    return (s->held = ++s->ahead >= KL__FIRE_AHEAD); /* not read back yet */
   if (kl__dlq_timer(s->f->dlq, s->f->topic, s->partition, key, key_len, env,
                     env_len, t->offset)) {
     KL_LOG_W(KL_COMP,
@@ -140,15 +180,19 @@ static int fire_one(void *opaque, const kl__timer_t *t, const void *key,
   s->part.cursor_due = t->due_ms;
   s->part.cursor_h = t->h;
   s->full = ++s->written >= KL__FIRE_WINDOW;
-  return s->full;
+  s->held = ++s->ahead >= KL__FIRE_AHEAD;
+  return s->full || s->held;
 }
 
 static void fire_partition(kl__fire_t *f, int32_t partition, int64_t now) {
   pthread_mutex_lock(&f->mu);
-  kl_fire_scan_t s = {f, partition, f->parts[partition], now, INT64_MAX, 0, 0};
+  kl_fire_scan_t s = {f, partition, f->parts[partition], now, INT64_MAX, 0, 0,
+                      0, 0};
   pthread_mutex_unlock(&f->mu);
-  if (!s.part.owned || now < s.part.next_ms)
+  if (!s.part.owned || now < s.part.next_ms ||
+      (s.part.held_ns && kl__mono_ns() < s.part.held_ns))
     return;
+  s.part.held_ns = 0;
   if (s.part.cursor &&
       (now - s.part.cursor_ms >= KL__FIRE_AGAIN_MS || now < s.part.cursor_ms))
     s.part.cursor = 0; /* not read back, or the clock stepped back */
@@ -168,6 +212,8 @@ static void fire_partition(kl__fire_t *f, int32_t partition, int64_t now) {
   int64_t next = s.next_due; /* INT64_MAX: none waits; a commit says so */
   if (err)
     next = now + KL__FIRE_POLL_MS;
+  else if (s.held)
+    next = now, s.part.held_ns = kl__mono_ns() + KL__FIRE_HELD_MS * 1000000;
   else if (s.full)
     next = now;
   else if (s.part.cursor && s.part.cursor_ms + KL__FIRE_AGAIN_MS < next)
@@ -178,6 +224,9 @@ static void fire_partition(kl__fire_t *f, int32_t partition, int64_t now) {
   if (p->gen == s.part.gen) {
     if (p->soon != s.part.soon) /* a commit wrote one meanwhile */
       s.part.next_ms = 0, s.part.soon = p->soon, s.part.cursor &= p->cursor;
+    if (p->taken != s.part.taken) /* a commit took some meanwhile */
+      s.part.held_ns = 0, s.part.taken = p->taken;
+    s.part.pending = p->pending; /* kept by the commits, not the read */
     *p = s.part;
   }
   pthread_mutex_unlock(&f->mu);

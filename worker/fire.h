@@ -11,10 +11,14 @@
  * reads a partition's index when it takes the partition, then only when a
  * timer it read is due, when it committed a new one (kl__fire_soon()), or
  * to write again what was not read back: a partition without timers costs
- * one read per take.
+ * one read per take, and a walk of its index to count them
+ * (kl__fire_own()).
  *
- * Memory: per partition, the index key of the last timer written and two
- * times; nothing grows with the timers pending.
+ * Memory: per partition, the index key of the last timer written, a few
+ * times and counters; nothing grows with the timers pending. Work: a read walks
+ * the index from its start, past the timers written and not yet taken (at most
+ * KL__FIRE_AHEAD: no more are written until they are), to at most
+ * KL__FIRE_WINDOW due ones, and stops at the first not due.
  */
 #ifndef KEYLANE_WORKER_FIRE_H
 #define KEYLANE_WORKER_FIRE_H
@@ -32,6 +36,21 @@
 #define KL__FIRE_AGAIN_MS 10000
 /* The most firing records one partition writes per tick. */
 #define KL__FIRE_WINDOW 256
+/* The most firing records of one partition in flight: written and their
+ * timers not yet taken by a commit. The owner writes no more until those
+ * are read back, so that its producer's queue and the log's unread tail
+ * stay bounded when many timers fall due at once, and a read walks at
+ * most this many entries before the first to write. */
+#define KL__FIRE_AHEAD 4096
+/* A fired timer's run committed more than this after its time, in ms,
+ * counts as late (timers_late): past what the owner's read at the due
+ * time and the firing record's trip through Kafka and the key's lane take
+ * when the worker keeps up (docs/benchmarks.md, "Timers"). */
+#define KL__FIRE_LATE_MS 1000
+/* A partition holding KL__FIRE_AHEAD records in flight reads its index
+ * again once a commit took timers of it (kl__fire_count()), or this much
+ * later, in ms. */
+#define KL__FIRE_HELD_MS 100
 
 typedef struct kl__fire kl__fire_t;
 
@@ -41,7 +60,9 @@ kl_err_t kl__fire_new(const char *topic, kl_store_t *store, kl__dlq_t *dlq,
 void kl__fire_destroy(kl__fire_t *fire);
 
 /** The worker owns @p partition now: its due index is read at the next
- *  tick. */
+ *  tick. Counts its pending timers (kl__timers_count(), a walk of its
+ *  index): call it on the poll thread before any commit of the partition
+ *  can land, and not under the lanes' lock. */
 void kl__fire_own(kl__fire_t *fire, int32_t partition);
 /** The worker gave @p partition up: nothing more is written for it. */
 void kl__fire_drop(kl__fire_t *fire, int32_t partition);
@@ -56,6 +77,14 @@ void kl__fire_tick(kl__fire_t *fire);
 
 /** The ack of a firing record (a ref of KL__DLQ_TIMER_GEN). */
 void kl__fire_acked(kl__fire_t *fire, const kl__dlq_ref_t *ref, kl_err_t err);
+
+/** A commit of @p partition's lanes wrote @p delta more timers than it
+ *  deleted (scheduled less fired, settled and cancelled). */
+void kl__fire_count(kl__fire_t *fire, int32_t partition, int64_t delta);
+
+/** Timers pending in the partitions owned: each one's count at take,
+ *  kept by kl__fire_count(). Any thread. */
+uint64_t kl__fire_pending(kl__fire_t *fire);
 
 /** firing records written and acknowledged by Kafka. */
 uint64_t kl__fire_sent(const kl__fire_t *fire);

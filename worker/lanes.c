@@ -385,13 +385,18 @@ static void done_ok(kl__lanes_t *lanes, kl__lane_t *lane, kl__slot_t *slot,
    * whose id was applied or dead-lettered meanwhile, its timer's deletion
    * (worker/apply.c), without which the timer fired again every
    * KL__FIRE_AGAIN_MS, forever. */
+  int merged = 1; /* its writes go into the group commit */
   if (lanes->inline_mode)
     lost = kl__child_apply(run->child) != KL_OK;
   else if ((dup || !(dup = kl__child_seen_elsewhere(run->child, &lane->ov))) &&
            kl__child_merge(run->child, &lane->ov, &slot->key->ov))
     kl__oom(KL_COMP);
+  else if (dup && run->outcome != KL__RUN_DUPLICATE)
+    merged = 0; /* applied by another run meanwhile: its writes dropped */
   slot->duplicate = dup;
   slot->scheduled = dup ? 0 : run->scheduled;
+  slot->timers = merged ? (int)run->child->base.timers : 0;
+  slot->fired_due = dup ? 0 : run->due_ms;
   if (run->early)
     lanes->timers_early++;
   slot->ts_ms = run->ts_ms;
@@ -848,6 +853,10 @@ void kl__lanes_reserve(kl__lanes_t *lanes, int32_t count) {
 void kl__lanes_own(kl__lanes_t *lanes, int32_t partition, uint64_t epoch,
                    int64_t watermark) {
   kl__lanes_reserve(lanes, partition + 1);
+  /* Its timers are counted before a commit of it can land (fire.h); the
+   * walk reads the store, so not under mu. */
+  if (lanes->fire)
+    kl__fire_own(lanes->fire, partition);
   pthread_mutex_lock(&lanes->mu);
   kl__lane_t *lane = lanes->lanes[partition];
   if (!lane) {
@@ -870,8 +879,6 @@ void kl__lanes_own(kl__lanes_t *lanes, int32_t partition, uint64_t epoch,
   lane->verify_offset = -1;
   lane->replaced = 0;
   kl__outbox_own(lanes->outbox, partition, lane->gen); /* leftovers first */
-  if (lanes->fire)
-    kl__fire_own(lanes->fire, partition);
   pthread_mutex_unlock(&lanes->mu);
 }
 
@@ -1068,7 +1075,15 @@ static kl_err_t lanes_metrics_new(kl__lanes_t *lanes) {
           "per store.durability): the poll thread takes no record meanwhile.",
           "topic", kl_commit_buckets, KL_COMMIT_BUCKETS),
       topic);
-  return lanes->latency && lanes->commit_latency && lanes->store_commit
+  lanes->lateness = kl__metric_series(
+      kl__metrics_histogram(
+          lanes->metrics, "keylane_worker_timer_lateness_seconds",
+          "From a fired timer's time (its event's not_before) to the store "
+          "commit that ran it, by the store's clock.",
+          "topic", kl__lanes_latency_buckets, kl__lanes_latency_buckets_count),
+      topic);
+  return lanes->latency && lanes->commit_latency && lanes->store_commit &&
+                 lanes->lateness
              ? KL_OK
              : KL_ENOMEM;
 }
@@ -1198,4 +1213,6 @@ void kl__lanes_stats(const kl__lanes_t *lanes, kl_worker_stats_t *stats) {
   stats->timers_scheduled = lanes->timers_scheduled;
   stats->timers_fired = kl__fire_sent(lanes->fire);
   stats->timers_early = lanes->timers_early;
+  stats->timers_pending = kl__fire_pending(lanes->fire);
+  stats->timers_late = lanes->timers_late;
 }

@@ -75,6 +75,8 @@ typedef struct kl__run {
   int64_t scheduled; /* APPLIED: a delayed event became a timer (its
                         writes), due then; 0: it did not */
   int early;         /* DUPLICATE: a firing record read before its time */
+  int64_t due_ms;    /* APPLIED: the not_before of a fired timer's event,
+                        for its lateness; 0: not one */
 } kl__run_t;
 
 /** Counters and gauges, as kl_worker_stats() reports them. */

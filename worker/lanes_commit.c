@@ -177,6 +177,20 @@ static void observe_applied(kl__lanes_t *lanes, const kl__slot_t *s,
                      (double)(now_ns - s->taken_ns) / 1e9);
 }
 
+/* A committed slot's timers: the owner's count, and a fired one's
+ * lateness by the store's clock, which judged it due (worker/fire.c). */
+static void observe_timers(kl__lanes_t *lanes, const kl__lane_t *lane,
+                           const kl__slot_t *s) {
+  if (s->timers)
+    kl__fire_count(lanes->fire, lane->partition, s->timers);
+  if (s->fired_due <= 0)
+    return;
+  int64_t late = kl__store_now_ms() - s->fired_due;
+  kl__series_observe(lanes->lateness, late > 0 ? (double)late / 1e3 : 0);
+  if (late > KL__FIRE_LATE_MS)
+    lanes->timers_late++;
+}
+
 static void commit_committed(kl__lanes_t *lanes, kl__lane_t *lane,
                              kl_build_t *b) {
   lane->ov.committed_gen = b->gen;
@@ -185,6 +199,8 @@ static void commit_committed(kl__lanes_t *lanes, kl__lane_t *lane,
     kl__slot_t *s = b->slots.v[i];
     s->building = 0;
     s->committed = 1;
+    if (s->state == KL__SLOT_DONE)
+      observe_timers(lanes, lane, s);
     if (s->state == KL__SLOT_DONE && s->duplicate) {
       lanes->duplicates++;
     } else if (s->state == KL__SLOT_DONE && s->scheduled) {

@@ -71,7 +71,9 @@ struct kl__slot {
   kl__slot_t *next; /* the key's next pending slot */
   kl__slot_state_t state;
   int duplicate;     /* DONE because its id was seen */
+  int timers;        /* DONE: timers its writes add (less those deleted) */
   int64_t scheduled; /* DONE as a timer due then (kl__run_t) */
+  int64_t fired_due; /* DONE as a fired timer's run, due then (kl__run_t) */
   int building;      /* final, in the group commit being built or in flight */
   int committed;     /* final and in a committed group commit */
   int attempts;      /* handler runs */
@@ -232,10 +234,12 @@ struct kl__lanes {
   struct kl__metrics *metrics; /* the latency histograms, kl__lanes_metrics() */
   struct kl__series *latency, *commit_latency; /* this topic's series */
   struct kl__series *store_commit; /* each group commit's duration */
+  struct kl__series *lateness;     /* a fired timer's run after its time */
   int64_t kafka_sent_ns;           /* the last offset commit to Kafka */
   _Atomic uint64_t applied, duplicates, redelivered, batches, fenced, failed,
       dead_letters, waiting_now, oldest_wait_ms, window_events, paused_now,
-      misrouted_total, forwarded, kafka_commits, timers_scheduled, timers_early;
+      misrouted_total, forwarded, kafka_commits, timers_scheduled, timers_early,
+      timers_late;
   _Atomic uint64_t ahead; /* group transactions begun ahead (lanes_commit.c) */
   /* Group commits failed in a row, none committed since (lanes_stall.h).
    * Guarded by mu. */

@@ -94,6 +94,7 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
                      -1,
                      0,
                      0,
+                     0,
                      0};
     kl__lanes_done(lanes, job, &run);
     return;
@@ -121,13 +122,18 @@ static void exec_step(kl_exec_t *x, const kl__job_t *job, kl_txn_t *base) {
                    res.expected_partition,
                    0,
                    res.scheduled_due,
-                   res.timers_early > 0};
+                   res.timers_early > 0,
+                   0};
   char sid[KL__SID_MAX];
   if (!res.failed_err && !res.misrouted) {
     run.id = sid;
     run.id_len =
         kl__sid_encode(event.key, event.key_len, event.id, event.id_len, sid);
     run.ts_ms = event.ts;
+    /* Every delayed event is kept as a timer first: one that ran is a
+     * fired timer's run (kl__apply_event()). */
+    if (res.applied && event.not_before > 0)
+      run.due_ms = event.not_before;
   }
   /* The event's SQL ends with its verdict. If that fails the group
    * transaction is lost anyway: its commit fails and the lane rewinds. */
@@ -161,6 +167,7 @@ static void exec_begin_failed(kl__lanes_t *lanes, const kl__job_t *job,
                    0,
                    NULL,
                    -1,
+                   0,
                    0,
                    0,
                    0};

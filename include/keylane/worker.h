@@ -231,6 +231,14 @@ typedef struct kl_worker_stats {
   uint64_t timers_early;       /**< firing records read before their time (a
                                     clock stepped back, or another producer):
                                     their timers wait on */
+  uint64_t timers_pending;     /**< gauge: timers waiting in the partitions
+                                    owned: each one's count in the store when
+                                    the worker took it, plus the timers its
+                                    commits wrote since, less those they
+                                    deleted (fired, settled, cancelled) */
+  uint64_t timers_late;        /**< fired timers whose run committed more
+                                    than 1 s after their time (the store's
+                                    clock) */
 } kl_worker_stats_t;
 
 /**

@@ -147,7 +147,8 @@ void kl_t_store_clock_add(int64_t ms);
   X(backend_ops_answer, setup, teardown)                                       \
   X(child_lends_sql_only_inline, setup, teardown)                              \
   X(cancel_deletes_a_pending_timer, setup, teardown)                           \
-  X(cancel_from_a_child_txn, setup, teardown)
+  X(cancel_from_a_child_txn, setup, teardown)                                  \
+  X(timer_find_reads_a_firing_once, setup, teardown)
 
 #define KL_T__CONTRACT_DECLARE(name, setup, teardown)                          \
   void kl_t_contract_##name(void **state);

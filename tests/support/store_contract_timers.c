@@ -1,7 +1,9 @@
 /*
  * The store contract's cases of timers (store_contract.h): kl_txn_cancel()
  * deletes a pending timer in the batch, on every backend, from a batch's
- * txn and from a key-parallel lane's child txn alike.
+ * txn and from a key-parallel lane's child txn alike (counted in the
+ * child's timers); kl__timer_find() tells the event a timer holds from a
+ * copy.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -118,10 +120,56 @@ void kl_t_contract_cancel_from_a_child_txn(void **state) {
   kl__txn_source_event(&child.base, &ev, &fence);
   assert_int_equal(cancel(&child.base, KEY, "later"), KL_OK);
   assert_int_equal(cancel(&child.base, KEY, "later"), KL_ENOTFOUND);
+  assert_int_equal(child.base.timers, -1); /* the owner's count goes down */
   assert_int_equal(kl__child_apply(&child), KL_OK);
   kl__child_destroy(&child);
   kl__ov_clear(&ov);
   kl_t_store_commit(txn, 2);
   assert_int_equal(timer_count(store), 0);
+  kl_store_destroy(store);
+}
+
+/* A firing record's run finds the timer and compares the envelope with one
+ * read of the due index; anything else is told apart: other contents, an
+ * offset or a due time that is not the timer's (a copy: found, not the
+ * same), an id without a timer (not found). */
+void kl_t_contract_timer_find_reads_a_firing_once(void **state) {
+  kl_t_store_fixture_t *fx = kl_t_store_fixture(state);
+  kl_store_t *store = kl_t_store_open(fx->where, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  int64_t due = kl__now_ms() + 60000;
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  kl__timer_t t = {due, 7, 0};
+  assert_int_equal(
+      kl__timer_put(txn, KL_T_TOPIC, 0, KEY, strlen(KEY), "x", 1, &t, "env", 3),
+      KL_OK);
+  assert_int_equal(txn->timers, 1);
+  kl_t_store_commit(txn, 8);
+
+  txn = kl_t_store_begin(store, 0, epoch);
+  struct {
+    int64_t named, due;
+    const char *env;
+    kl_err_t err;
+    int same;
+  } cases[] = {{7, due, "env", KL_OK, 1},       {7, due, "enx", KL_OK, 0},
+               {7, due, "envv", KL_OK, 0},      {8, due, "env", KL_OK, 0},
+               {7, due + 1, "env", KL_OK, 0},   {-1, due, "env", KL_OK, 0},
+               {7, due, "env", KL_ENOTFOUND, 0}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    const char *id = cases[i].err == KL_ENOTFOUND ? "y" : "x";
+    kl__timer_t got = {0};
+    int same = -1;
+    assert_int_equal(kl__timer_find(txn, KL_T_TOPIC, 0, KEY, strlen(KEY), id, 1,
+                                    cases[i].named, cases[i].due, cases[i].env,
+                                    strlen(cases[i].env), &got, &same),
+                     cases[i].err);
+    assert_int_equal(same, cases[i].same);
+    if (cases[i].err == KL_OK) {
+      assert_int_equal(got.due_ms, due);
+      assert_int_equal(got.offset, 7);
+    }
+  }
+  kl_store_abort(txn);
   kl_store_destroy(store);
 }
