@@ -273,16 +273,21 @@ kl__cache_answer_t kl__cache_get(kl__cache_t *cache, kl__cache_seg_t *seg,
   return answer;
 }
 
-int kl__cache_stored(kl__cache_t *cache, kl__cache_seg_t *seg, uint64_t epoch,
-                     uint64_t ticket, const void *key, size_t key_len,
-                     unsigned char **buf, size_t *cap, size_t *len) {
+kl__cache_answer_t kl__cache_stored(kl__cache_t *cache, kl__cache_seg_t *seg,
+                                    uint64_t epoch, uint64_t ticket,
+                                    const void *key, size_t key_len,
+                                    unsigned char **buf, size_t *cap,
+                                    size_t *len) {
   if (!cache || !seg)
-    return 0;
+    return KL__CACHE_MISS;
   pthread_mutex_lock(&cache->mu);
   kl_entry_t *e = cache_known(cache, seg, epoch, ticket, key, key_len);
-  int stored = e && e->present && !copy_out(e, buf, cap, len);
+  kl__cache_answer_t answer = !e                           ? KL__CACHE_MISS
+                              : !e->present                ? KL__CACHE_ABSENT
+                              : copy_out(e, buf, cap, len) ? KL__CACHE_MISS
+                                                           : KL__CACHE_HIT;
   pthread_mutex_unlock(&cache->mu);
-  return stored;
+  return answer;
 }
 
 void kl__cache_fill(kl__cache_t *cache, kl__cache_seg_t *seg, uint64_t epoch,

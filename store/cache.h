@@ -103,15 +103,20 @@ kl__cache_answer_t kl__cache_get(kl__cache_t *cache, kl__cache_seg_t *seg,
                                  unsigned char **buf, size_t *cap, size_t *len);
 
 /**
- * Whether @p key is known, for a batch of @p epoch and @p ticket, to exist
- * in the store: its commit may then update the row rather than upsert it,
- * on the condition that the row still holds the value this owner knows,
- * which is copied into *@p buf (as kl__cache_get() does; memory short
- * answers 0). Counts neither a hit nor a miss.
+ * What is known, for a batch of @p epoch and @p ticket, of @p key in the
+ * store, for a put's commit: KL__CACHE_HIT when it exists, the value this
+ * owner knows copied into *@p buf (as kl__cache_get() does); the commit
+ * then updates the row on the condition that it still holds that value.
+ * KL__CACHE_ABSENT when it is known not to exist: the commit inserts it,
+ * which fails when another writer did meanwhile. KL__CACHE_MISS when
+ * nothing is known (or memory is short): the commit upserts it. Counts
+ * neither a hit nor a miss.
  */
-int kl__cache_stored(kl__cache_t *cache, kl__cache_seg_t *seg, uint64_t epoch,
-                     uint64_t ticket, const void *key, size_t key_len,
-                     unsigned char **buf, size_t *cap, size_t *len);
+kl__cache_answer_t kl__cache_stored(kl__cache_t *cache, kl__cache_seg_t *seg,
+                                    uint64_t epoch, uint64_t ticket,
+                                    const void *key, size_t key_len,
+                                    unsigned char **buf, size_t *cap,
+                                    size_t *len);
 
 /**
  * Records what a batch of @p epoch read from its snapshot: @p val (NULL:

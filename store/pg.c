@@ -141,6 +141,10 @@ static const struct {
                        "RETURNING 1) SELECT 1 / (count(*) = $4::int8)::int "
                        "FROM u",
                        "write the batch's handler keys"},
+    [KL__PG_INSERT] = {"kl_insert",
+                       "INSERT INTO keylane_kv (key, value) SELECT * FROM "
+                       "unnest($1::bytea[], $2::bytea[])",
+                       "write the batch's handler keys"},
     [KL__PG_UPSERT] = {"kl_upsert",
                        "INSERT INTO keylane_kv (key, value) SELECT * FROM "
                        "unnest($1::bytea[], $2::bytea[]) ON CONFLICT (key) DO "

@@ -37,6 +37,7 @@ typedef enum kl__pg_stmt {
   KL__PG_SEEN_MANY, /* the marks of a batch's idempotency keys */
   KL__PG_FENCE,     /* the commit's epoch check, watermark and counters */
   KL__PG_UPDATE,    /* the batch's puts of keys known to be stored */
+  KL__PG_INSERT,    /* those of keys known absent */
   KL__PG_UPSERT,    /* the batch's other puts */
   KL__PG_DELETE,    /* the batch's deletes */
   KL__PG_IDS,       /* the batch's idempotency keys */
@@ -216,6 +217,10 @@ kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
  * another value than the one known (it divides by whether it updated them
  * all): division_by_zero too. */
 #define KL__PG_KEY_GONE_STATE "22012"
+
+/* What KL__PG_INSERT fails with when a key known absent was written since
+ * by another writer: unique_violation. */
+#define KL__PG_KEY_TAKEN_STATE "23505"
 
 /* What KL__PG_IDS_NEW fails with when one of its ids was recorded since
  * the batch looked it up: unique_violation. */

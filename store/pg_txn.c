@@ -73,7 +73,7 @@
 
 /* Tags of the data buffer: a put, a delete, and a put of a key the owner
  * cache knew was stored when it was made (the commit updates those). */
-enum { KL_PG_PUT = 1, KL_PG_DEL = 2, KL_PG_PUT_STORED = 3 };
+enum { KL_PG_PUT = 1, KL_PG_DEL = 2, KL_PG_PUT_STORED = 3, KL_PG_PUT_NEW = 4 };
 
 #define KL_PG_OID_BYTEA 17u
 #define KL_PG_OID_INT2 21u
@@ -83,7 +83,8 @@ typedef struct kl_pg_txn {
   kl__pg_conn_t *conn;
   int32_t partition;
   uint64_t epoch;
-  kl__buf_t data;        /* handler keys, tagged KL_PG_PUT/DEL/PUT_STORED */
+  kl__buf_t data;        /* handler keys, tagged KL_PG_PUT/DEL/PUT_STORED/
+                            PUT_NEW (known absent: inserted) */
   kl__buf_t olds;        /* of each PUT_STORED key, the value the owner
                             cache knew: its UPDATE holds only if the row
                             still has it (no other writer changed it) */
@@ -484,13 +485,18 @@ kl_err_t kl__pg_put(kl_txn_t *base, const void *key, size_t key_len,
                     const void *val, size_t val_len) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
   size_t old_len = 0;
-  int stored =
-      !txn->lent &&
-      kl__cache_stored(pg_cache(txn), txn->seg, txn->epoch, txn->ticket, key,
-                       key_len, &txn->obuf, &txn->ocap, &old_len) &&
-      !kl__buf_set(&txn->olds, key, key_len, txn->obuf, old_len, 0);
+  kl__cache_answer_t known =
+      txn->lent
+          ? KL__CACHE_MISS
+          : kl__cache_stored(pg_cache(txn), txn->seg, txn->epoch, txn->ticket,
+                             key, key_len, &txn->obuf, &txn->ocap, &old_len);
+  if (known == KL__CACHE_HIT &&
+      kl__buf_set(&txn->olds, key, key_len, txn->obuf, old_len, 0))
+    known = KL__CACHE_MISS;
   return kl__buf_set(&txn->data, key, key_len, val, val_len,
-                     stored ? KL_PG_PUT_STORED : KL_PG_PUT);
+                     known == KL__CACHE_HIT      ? KL_PG_PUT_STORED
+                     : known == KL__CACHE_ABSENT ? KL_PG_PUT_NEW
+                                                 : KL_PG_PUT);
 }
 
 kl_err_t kl__pg_del(kl_txn_t *base, const void *key, size_t key_len) {
@@ -698,12 +704,12 @@ int kl__pg_pending(kl_txn_t *base) {
 
 /* What the commit sends: the statements and the bytes they point to. */
 typedef struct kl_pg_commit {
-  kl__pg_call_t calls[8]; /* fence, update, upsert, delete, ids (known,
-                             new), outbox, COMMIT */
+  kl__pg_call_t calls[9]; /* fence, update, insert, upsert, delete, ids
+                             (known, new), outbox, COMMIT */
   int n;
   char *outbox; /* the outbox insert's parameters (pg_outbox.c) */
-  kl_pg_arr_t keys, vals, stored_keys, stored_vals, stored_olds, dels, ids,
-      marks, new_ids, new_marks;
+  kl_pg_arr_t keys, vals, stored_keys, stored_vals, stored_olds, new_keys,
+      new_vals, dels, ids, marks, new_ids, new_marks;
   char part[16], wm[24], app[24], dup[24], dl[24], epoch[24], now[24],
       stored[24];
   char last[2 * KL__SID_MAX + 1]; /* hex of txn->last, or "" */
@@ -719,6 +725,8 @@ static void pg_commit_free(kl_pg_commit_t *c) {
   free(c->stored_keys.p);
   free(c->stored_vals.p);
   free(c->stored_olds.p);
+  free(c->new_keys.p);
+  free(c->new_vals.p);
   free(c->dels.p);
   free(c->ids.p);
   free(c->marks.p);
@@ -805,11 +813,12 @@ static kl_err_t pg_add_fence(kl_pg_txn_t *txn, kl_pg_commit_t *c,
   return KL_OK;
 }
 
-/* The puts of keys known stored in one UPDATE, the other puts in one
- * upsert and the deletes in one DELETE, each in key order so that two
- * commits touching the same keys lock them in the same order. Once the
- * handler's own SQL ran (txn->lent), which may have deleted a row, every
- * put is upserted. */
+/* The puts of keys known stored in one UPDATE, of keys known absent in one
+ * INSERT (each fails when another writer changed the row since this owner
+ * knew it), the other puts in one upsert and the deletes in one DELETE,
+ * each in key order so that two commits touching the same keys lock them
+ * in the same order. Once the handler's own SQL ran (txn->lent), which may
+ * have written a row, every put is upserted. */
 static kl_err_t pg_add_data(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
   const kl__buf_entry_t *const *list;
   if (kl__buf_sorted(&txn->data, &list))
@@ -819,6 +828,8 @@ static kl_err_t pg_add_data(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
   pg_arr_init(&c->stored_keys, KL_PG_OID_BYTEA);
   pg_arr_init(&c->stored_vals, KL_PG_OID_BYTEA);
   pg_arr_init(&c->stored_olds, KL_PG_OID_BYTEA);
+  pg_arr_init(&c->new_keys, KL_PG_OID_BYTEA);
+  pg_arr_init(&c->new_vals, KL_PG_OID_BYTEA);
   pg_arr_init(&c->dels, KL_PG_OID_BYTEA);
   for (size_t i = 0; i < txn->data.count; i++) {
     const kl__buf_entry_t *e = list[i];
@@ -827,9 +838,14 @@ static kl_err_t pg_add_data(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
       continue;
     }
     /* KL__MUTANT_UPDATE (test only): no condition, as before issue 39 */
+    int checked = !txn->lent && !KL__MUTANT(KL__MUTANT_UPDATE);
+    if (e->tag == KL_PG_PUT_NEW && checked) {
+      pg_arr_add(&c->new_keys, kl__buf_key(e), e->key_len);
+      pg_arr_add(&c->new_vals, kl__buf_val(e), e->val_len);
+      continue;
+    }
     const kl__buf_entry_t *old =
-        e->tag == KL_PG_PUT_STORED && !txn->lent &&
-                !KL__MUTANT(KL__MUTANT_UPDATE)
+        e->tag == KL_PG_PUT_STORED && checked
             ? kl__buf_get(&txn->olds, kl__buf_key(e), e->key_len)
             : NULL;
     pg_arr_add(old ? &c->stored_keys : &c->keys, kl__buf_key(e), e->key_len);
@@ -844,6 +860,10 @@ static kl_err_t pg_add_data(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
               (kl_pg_arr_t *const[3]){&c->stored_keys, &c->stored_vals,
                                       &c->stored_olds},
               count)) ||
+      (c->new_keys.n &&
+       pg_add(c, KL__PG_INSERT,
+              (kl_pg_arr_t *const[3]){&c->new_keys, &c->new_vals, NULL},
+              NULL)) ||
       (c->keys.n &&
        pg_add(c, KL__PG_UPSERT,
               (kl_pg_arr_t *const[3]){&c->keys, &c->vals, NULL}, NULL)) ||
@@ -955,7 +975,8 @@ static kl_err_t pg_id_taken(const kl_pg_txn_t *txn, const PGresult *res) {
 }
 
 /* A key the owner cache knew was stored had gone, or holds another value,
- * by the commit: only a writer outside the partition's fence changes it.
+ * or one it knew absent was written, by the commit: only a writer outside
+ * the partition's fence changes it.
  * The owner cache trusts that it is the only writer of its keys; this is
  * where it finds out that it was not, before its stale value is written
  * over the other writer's. The failed commit drops the cache, so the
@@ -964,7 +985,8 @@ static kl_err_t pg_key_gone(const kl_pg_txn_t *txn) {
   return kl__err(KL_ESTORE_BUSY,
                  "postgresql: write the batch's handler keys of topic %s, "
                  "partition %" PRId32 ": a key this owner had read or "
-                 "written was changed or deleted since by another writer (a "
+                 "written was changed, deleted or written since by another "
+                 "writer (a "
                  "handler of another partition or topic, or SQL outside "
                  "keylane, writing this partition's keys); nothing of the "
                  "batch was applied, and run again it reads the key afresh",
@@ -988,8 +1010,11 @@ static kl_err_t pg_outcome(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
     if (!c->calls[i].sql && c->calls[i].stmt == KL__PG_IDS_NEW &&
         strcmp(kl__pg_state(res), KL__PG_ID_TAKEN_STATE) == 0)
       return pg_id_taken(txn, res);
-    if (!c->calls[i].sql && c->calls[i].stmt == KL__PG_UPDATE &&
-        strcmp(kl__pg_state(res), KL__PG_KEY_GONE_STATE) == 0)
+    if (!c->calls[i].sql &&
+        ((c->calls[i].stmt == KL__PG_UPDATE &&
+          strcmp(kl__pg_state(res), KL__PG_KEY_GONE_STATE) == 0) ||
+         (c->calls[i].stmt == KL__PG_INSERT &&
+          strcmp(kl__pg_state(res), KL__PG_KEY_TAKEN_STATE) == 0)))
       return pg_key_gone(txn);
     kl_err_t err = kl__pg_err(txn->conn->pg, res, c->calls[i].what);
     return i == 0 && err == KL_ESTORE_BUSY ? pg_refence(txn, err) : err;

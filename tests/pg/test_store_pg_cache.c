@@ -392,14 +392,23 @@ static void test_handler_sql_bypasses_the_cache(void **state) {
 }
 
 /* A store whose partition 0 holds k = "1", committed by its owner, so
- * that the owner cache knows k is stored. */
-static kl_store_t *t_store_with_k(t_state_t *st, uint64_t *epoch) {
+ * that the owner cache knows k is stored; with @p absent, k is only read,
+ * so that the owner cache knows it is not. */
+static kl_store_t *t_store_knowing_k(t_state_t *st, uint64_t *epoch,
+                                     int absent) {
   kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
   *epoch = kl_t_store_acquire(store, 0);
   kl_txn_t *txn = kl_t_store_begin(store, 0, *epoch);
-  kl_t_txn_put(txn, "k", "1");
+  if (absent)
+    assert_null(kl_t_txn_get(txn, "k"));
+  else
+    kl_t_txn_put(txn, "k", "1");
   kl_t_store_commit(txn, 1);
   return store;
+}
+
+static kl_store_t *t_store_with_k(t_state_t *st, uint64_t *epoch) {
+  return t_store_knowing_k(st, epoch, 0);
 }
 
 static long long t_k_is_2(t_state_t *st) {
@@ -416,19 +425,24 @@ static long long t_k_is_2(t_state_t *st) {
 static void t_put_over_a_stale_key(t_state_t *st, const char *behind,
                                    const char *fresh, const char *last) {
   uint64_t epoch;
-  kl_store_t *store = t_store_with_k(st, &epoch);
+  kl_store_t *store =
+      t_store_knowing_k(st, &epoch, strncmp(behind, "INSERT", 6) == 0);
   kl_t_sql(st->admin, behind);
   for (int run = 0; run < 2; run++) {
     kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
     const char *was = kl_t_txn_get(txn, "k");
     kl_t_txn_put(txn, "k", run == 0 ? "2" : last);
     kl_t_txn_mark(txn, "e1", KL_MARK_APPLIED);
-    if (run == 0) { /* the cache still says "1" */
-      assert_non_null(was);
-      assert_string_equal(was, "1");
+    if (run == 0) { /* the cache still says "1", or that k is absent */
+      if (strncmp(behind, "INSERT", 6) == 0) {
+        assert_null(was);
+      } else {
+        assert_non_null(was);
+        assert_string_equal(was, "1");
+      }
       assert_int_equal(kl_store_commit(txn, 2), KL_ESTORE_BUSY);
       assert_non_null(
-          strstr(kl_err_detail(), "changed or deleted since by another"));
+          strstr(kl_err_detail(), "written since by another writer"));
       assert_int_equal(kl_t_sql(st->admin, "SELECT count(*) FROM keylane_ids"),
                        0);
     } else {
@@ -467,6 +481,19 @@ static void test_put_over_a_key_changed_behind_the_owner(void **state) {
   t_put_over_a_stale_key(*state,
                          "UPDATE keylane_kv SET value = '\\x35' WHERE key = "
                          "'\\x6b'",
+                         "5", "6");
+}
+
+/* The same for a key the owner cache knows is absent: its put is an
+ * INSERT, and another writer's row written meanwhile ("5": another topic's
+ * owner, whose first put of the key this owner read as absent) fails the
+ * commit rather than being overwritten, found by the simulator's shared
+ * row after a commit that failed; run again, the batch writes "6". */
+static void test_put_over_a_key_written_behind_the_owner(void **state) {
+  kl_t_pg_need();
+  t_put_over_a_stale_key(*state,
+                         "INSERT INTO keylane_kv (key, value) VALUES "
+                         "('\\x6b', '\\x35')",
                          "5", "6");
 }
 
@@ -666,6 +693,7 @@ int main(void) {
       T(test_handler_sql_bypasses_the_cache),
       T(test_put_over_a_key_deleted_behind_the_owner),
       T(test_put_over_a_key_changed_behind_the_owner),
+      T(test_put_over_a_key_written_behind_the_owner),
       T(test_put_after_handler_sql_deleted_the_key),
       T(test_apply_prefetches_the_batch_ids),
       T(test_commit_many_each_under_its_own_fence),

@@ -659,12 +659,13 @@ int sim_balances(kl_store_t *store, int64_t out[SIM_MAXK]) {
  * does not scope by topic, as the ledger's did before issue 39. The key's
  * two writers are owners of two topics, each with an owner cache of its
  * own, that trusts it is the row's only writer: the commit must find the
- * other writer (a put over a key the cache knows is an UPDATE on the
- * condition that the row still holds what it knows; the mutant `update`
- * drops the condition), so that a broken rule costs a retry and never a
- * count: the row equals the model's shared[] at every step. LMDB has no
- * such check (a batch reads a snapshot and writes at its commit), so the
- * rule stays the handler's there, and the row is not written. */
+ * other writer (a put over a key the cache knows stored is an UPDATE on
+ * the condition that the row still holds what it knows, one over a key it
+ * knows absent an INSERT; the mutant `update` drops both), so that a broken
+ * rule costs a retry and never a count: the row equals the model's shared[] at
+ * every step. LMDB has no such check (a batch reads a snapshot and writes at
+ * its commit), so the rule stays the handler's there, and the row is not
+ * written. */
 
 #define SHARED_PREFIX "simshared/"
 
