@@ -673,9 +673,12 @@ void kl_producer_destroy(kl_producer_t *producer) {
 kl_err_t kl__producer_event_check(const kl_producer_t *producer,
                                   const kl_event_t *event,
                                   size_t *envelope_size) {
+  /* the clock only for a delayed event: one read less per event */
   kl_err_t err =
-      kl__not_before_check(event, kl__now_ms(), producer->timer_max_ms,
-                           producer->timer_max_ms, "timer.max.delay");
+      event->not_before
+          ? kl__not_before_check(event, kl__now_ms(), producer->timer_max_ms,
+                                 producer->timer_max_ms, "timer.max.delay")
+          : KL_OK;
   if (err)
     return err;
   kl_event_t ev = *event;
