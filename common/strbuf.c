@@ -110,6 +110,9 @@ size_t kl__utf8_seq(const unsigned char *s, size_t left) {
   return n;
 }
 
+/* The most one character's escaped text takes: 4 bytes, each as \xNN. */
+#define KL_ESCAPE_PIECE 16
+
 /* Whether the @p n-byte UTF-8 character at @p p is one a terminal acts on
  * or that changes how the text around it reads: a C0 control, DEL, a C1
  * control, or an invisible direction or line mark (U+061C, U+200E,
@@ -128,10 +131,11 @@ static bool escape_needed(const unsigned char *p, size_t n) {
 }
 
 /* The escaped text of the character at @p p (@p left bytes remain) into
- * @p out: at most 8 bytes, no NUL. @returns its length; *@p used receives
- * the bytes of @p p it stands for. */
-static size_t escape_one(const unsigned char *p, size_t left, char out[8],
-                         size_t *used) {
+ * @p out: at most KL_ESCAPE_PIECE bytes (a 4-byte character as \xNN
+ * each), no NUL. @returns its length; *@p used receives the bytes of @p p
+ * it stands for. */
+static size_t escape_one(const unsigned char *p, size_t left,
+                         char out[KL_ESCAPE_PIECE], size_t *used) {
   size_t n = kl__utf8_seq(p, left);
   bool control = escape_needed(p, n);
   *used = n ? n : 1;
@@ -154,14 +158,14 @@ static size_t escape_one(const unsigned char *p, size_t left, char out[8],
 
 void kl__strbuf_escaped(kl__strbuf_t *sb, const void *s, size_t len) {
   const unsigned char *p = s;
-  char piece[8];
+  char piece[KL_ESCAPE_PIECE];
   for (size_t i = 0, used; i < len; i += used)
     kl__strbuf_add(sb, piece, escape_one(p + i, len - i, piece, &used));
 }
 
 const char *kl__escape(char *out, size_t size, const void *s, size_t len) {
   const unsigned char *p = s;
-  char piece[8];
+  char piece[KL_ESCAPE_PIECE];
   size_t n = 0, keep = 0, used;
   if (!size)
     return out;
