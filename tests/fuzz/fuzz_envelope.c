@@ -170,12 +170,12 @@ static void fuzz_ledger_payload(const uint8_t *buf, size_t len) {
         obj.type == MSGPACK_OBJECT_MAP);
   kl_ledger_args_t b = {0};
   const char *twice_b = NULL;
-  static const char *const fields[] = {"amount", "seq", "to"};
+  static const char *const fields[] = {"amount", "seq", "to", "at"};
   unsigned seen = 0;
   for (uint32_t i = 0; i < obj.via.map.size; i++) {
     const msgpack_object *k = &obj.via.map.ptr[i].key;
     const msgpack_object *v = &obj.via.map.ptr[i].val;
-    for (unsigned f = 0; f < 3; f++)
+    for (unsigned f = 0; f < 4; f++)
       if (key_is(k, fields[f])) {
         if (seen & 1u << f && !twice_b)
           twice_b = fields[f];
@@ -185,6 +185,8 @@ static void fuzz_ledger_payload(const uint8_t *buf, size_t len) {
       b.has_amount = int_of(v, &b.amount);
     else if (key_is(k, "seq"))
       b.has_seq = int_of(v, &b.seq);
+    else if (key_is(k, "at"))
+      b.has_at = int_of(v, &b.at);
     else if (key_is(k, "to") &&
              (v->type == MSGPACK_OBJECT_STR || v->type == MSGPACK_OBJECT_BIN)) {
       b.to = v->via.str.ptr;
@@ -193,9 +195,10 @@ static void fuzz_ledger_payload(const uint8_t *buf, size_t len) {
   }
   CHECK(!twice == !twice_b && (!twice || strcmp(twice, twice_b) == 0));
   CHECK(a.has_amount == b.has_amount && a.has_seq == b.has_seq &&
-        !!a.to == !!b.to);
+        a.has_at == b.has_at && !!a.to == !!b.to);
   CHECK(!a.has_amount || a.amount == b.amount);
   CHECK(!a.has_seq || a.seq == b.seq);
+  CHECK(!a.has_at || a.at == b.at);
   CHECK(!a.to || same_span(b.to, (uint32_t)b.to_len, a.to, a.to_len));
   msgpack_zone_destroy(&zone);
 }
