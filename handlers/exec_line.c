@@ -136,9 +136,17 @@ int kl__exec_answer_parse(const char *line, size_t len,
   memset(answer, 0, sizeof(*answer));
   json_error_t jerr;
   /* A key given twice would be taken last-wins: which "seq", which
-   * "status"? Such a line is no answer. */
-  json_t *obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
-  const char *status = json_string_value(json_object_get(obj, "status"));
+   * "status"? Such a line is no answer. A string may hold \u0000, as JSON
+   * allows: the field that cannot carry it refuses it by name (an emit's
+   * as the gateway does, a cancel's id as kl_txn_cancel() does), so that
+   * the event fails with the reason and the child, which answered a line
+   * in step, is not taken for one that lost its way. */
+  json_t *obj =
+      json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+  json_t *jstatus = json_object_get(obj, "status");
+  const char *status = json_string_value(jstatus);
+  if (status && strlen(status) != json_string_length(jstatus))
+    status = NULL; /* "ok\u0000..." is no status */
   int rc = 0;
   if (status && strcmp(status, "ok") == 0)
     answer->result = KL_HANDLER_OK;
@@ -233,10 +241,11 @@ static kl_err_t emit_topic(json_t *item, size_t i, const char *dlq_topic,
   *out = json_string_value(topic);
   if (!topic)
     return KL_OK;
-  if (!*out || !json_string_length(topic))
+  if (!*out || !json_string_length(topic) ||
+      strlen(*out) != json_string_length(topic))
     return entry_refuse(errbuf, size, "emit", i,
-                        "\"topic\" must be a topic name; omit it to emit to "
-                        "the event's own topic");
+                        "\"topic\" must be a topic name (with no NUL); omit "
+                        "it to emit to the event's own topic");
   /* kl_txn_emit() refuses names that are invalid or reserved to all */
   if (dlq_topic && strcmp(*out, dlq_topic) == 0)
     return entry_refuse(errbuf, size, "emit", i,

@@ -62,9 +62,9 @@ static void check_cancel(json_t *cancel) {
 /* 1 when the input is JSON whose objects have some key twice. */
 static int has_duplicate_key(const uint8_t *data, size_t size) {
   json_error_t jerr;
-  json_t *loose = json_loadb((const char *)data, size, 0, &jerr);
-  json_t *strict =
-      json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, &jerr);
+  json_t *loose = json_loadb((const char *)data, size, JSON_ALLOW_NUL, &jerr);
+  json_t *strict = json_loadb((const char *)data, size,
+                              JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
   int twice = loose && !strict;
   json_decref(loose);
   json_decref(strict);

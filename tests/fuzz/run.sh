@@ -101,7 +101,8 @@ seed() {
     printf '{"status":"ok","cancel":[{"id":7},{"id":"r","key":"other"},{"id":""},"r",{"id":"r","due":1}],"emit":[]}' >"$dir/cancel_refused"
     printf '{"status":"ok","cancel":[]}' >"$dir/cancel_none"
     printf '{"status":"ok","cancel":[{"id":"%s"}]}' "$(printf '%0256d' 0)" >"$dir/cancel_long"
-    printf '{"status":"fail","error":"e","cancel":[{"id":"r"}]}' >"$dir/cancel_fail" ;;
+    printf '{"status":"fail","error":"e","cancel":[{"id":"r"}]}' >"$dir/cancel_fail"
+    printf '{"seq":5,"status":"ok","cancel":[{"id":"r\\u0000"}],"emit":[{"topic":"t\\u0000","key":"k\\u0000","type":"t","payload":{"n":"\\u0000"}}]}' >"$dir/nul" ;;
   esac
 }
 

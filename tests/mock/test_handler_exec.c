@@ -481,7 +481,7 @@ static kl_handler_result_t kl_emit(kl_emit_fx_t *fx, const char *text,
                                    kl__emits_t **emits, kl__outbox_rec_t *rec,
                                    char *err, size_t size) {
   json_error_t jerr;
-  json_t *emit = json_loads(text, 0, &jerr);
+  json_t *emit = json_loads(text, JSON_ALLOW_NUL, &jerr); /* as answers */
   if (!emit)
     fail_msg("%s: %s", text, jerr.text);
   err[0] = '\0';
@@ -834,6 +834,52 @@ static void test_cancel_refusals(void **state) {
   assert_non_null(strstr(err, "cancel the rest from a follow-up"));
   assert_true(cancel_timer_waits(&fx, "r-1"));
   kl_emit_fx_down(&fx);
+}
+
+/* A string of an answer may hold \u0000, as JSON allows: the field that
+ * cannot carry it fails the event by name, and the answer keeps its seq,
+ * so the child that answered in step is not killed and retried as if it
+ * had written garbage (the attacker's M2). A status holding one is no
+ * status. */
+static void test_nul_in_an_answer_fails_the_event_by_name(void **state) {
+  (void)state;
+  static const char line[] = "{\"seq\":3,\"status\":\"ok\","
+                             "\"cancel\":[{\"id\":\"r-\\u00001\"}]}";
+  kl__exec_answer_t a;
+  assert_int_equal(kl__exec_answer_parse(line, strlen(line), &a), 0);
+  assert_true(a.has_seq);
+  assert_true(a.seq == 3);
+  assert_int_equal(a.result, KL_HANDLER_OK);
+  kl_emit_fx_t fx;
+  kl_emit_fx_up(&fx);
+  cancel_timer_put(&fx, "r-");
+  char err[512];
+  assert_int_equal(
+      kl__exec_cancel(a.cancel, &kl_event, fx.txn, err, sizeof(err)),
+      KL_HANDLER_FAIL);
+  json_decref(a.cancel);
+  if (!strstr(err, "\"cancel\"[0]: kl_txn_cancel: idempotency key holds a "
+                   "NUL byte"))
+    fail_msg("\"%s\" does not name the NUL", err);
+  assert_true(cancel_timer_waits(&fx, "r-"));
+  kl__emits_t *emits;
+  kl__outbox_rec_t rec;
+  assert_int_equal(kl_emit(&fx,
+                           "[{\"topic\":\"other\\u0000x\",\"key\":\"k\","
+                           "\"type\":\"t\"}]",
+                           &emits, &rec, err, sizeof(err)),
+                   KL_HANDLER_FAIL);
+  kl__emits_free(emits);
+  assert_non_null(strstr(err, "\"topic\" must be a topic name (with no NUL)"));
+  assert_int_equal(kl_emit(&fx, "[{\"key\":\"k\\u0000\",\"type\":\"t\"}]",
+                           &emits, &rec, err, sizeof(err)),
+                   KL_HANDLER_FAIL);
+  kl__emits_free(emits);
+  assert_non_null(strstr(err, "\"key\" holds a NUL byte at byte 1"));
+  kl_emit_fx_down(&fx);
+  static const char status[] = "{\"seq\":4,\"status\":\"ok\\u0000x\"}";
+  assert_int_equal(kl__exec_answer_parse(status, strlen(status), &a), -1);
+  assert_non_null(strstr(a.error, "garbage"));
 }
 
 /* ---- a worker on the embedded cluster ---- */
@@ -1192,6 +1238,7 @@ int main(void) {
       cmocka_unit_test(test_emit_not_before_limits),
       cmocka_unit_test(test_cancel_deletes_the_keys_timers),
       cmocka_unit_test(test_cancel_refusals),
+      cmocka_unit_test(test_nul_in_an_answer_fails_the_event_by_name),
       cmocka_unit_test(test_extra_line_does_not_shift_answers),
       cmocka_unit_test(test_seq_echo_and_unknown_seq),
       cmocka_unit_test(test_echoing_child_must_echo),
