@@ -113,21 +113,38 @@ size_t kl__utf8_seq(const unsigned char *s, size_t left) {
 /* The most one character's escaped text takes: 4 bytes, each as \xNN. */
 #define KL_ESCAPE_PIECE 16
 
-/* Whether the @p n-byte UTF-8 character at @p p is one a terminal acts on
- * or that changes how the text around it reads: a C0 control, DEL, a C1
- * control, or an invisible direction or line mark (U+061C, U+200E,
- * U+200F, U+2028..U+202E, U+2066..U+2069), with which a key could show
- * another key's text or its row's columns reversed ("Trojan Source"). */
+/* Code points that are invisible where they stand: Unicode's default
+ * ignorable ones (soft hyphen, zero widths, joiners, fillers, variation
+ * selectors, tags, the BOM), the direction and line marks, the
+ * interlinear annotations, and private use, which no font agrees on. Each
+ * can make a key show another key's text ("d2\u200b1" as "d21") or turn
+ * its row's columns around ("Trojan Source"). Sorted ranges. */
+static const uint32_t kl_invisible[][2] = {
+    {0x00ad, 0x00ad},   {0x034f, 0x034f},   {0x061c, 0x061c},
+    {0x115f, 0x1160},   {0x17b4, 0x17b5},   {0x180b, 0x180f},
+    {0x200b, 0x200f},   {0x2028, 0x202e},   {0x2060, 0x206f},
+    {0x3164, 0x3164},   {0xe000, 0xf8ff},   {0xfe00, 0xfe0f},
+    {0xfeff, 0xfeff},   {0xffa0, 0xffa0},   {0xfff0, 0xfffb},
+    {0x1bca0, 0x1bca3}, {0x1d173, 0x1d17a}, {0xe0000, 0xe0fff},
+    {0xf0000, 0x10ffff}};
+
+/* Whether the @p n-byte UTF-8 character at @p p (a whole one, or n == 0)
+ * is one a terminal acts on or that changes how the text around it
+ * reads: a C0 control, DEL, a C1 control, or one of kl_invisible. */
 static bool escape_needed(const unsigned char *p, size_t n) {
   if (n == 1)
     return p[0] < 0x20 || p[0] == 0x7f;
-  if (n == 2)
-    return (p[0] == 0xc2 && p[1] < 0xa0) || (p[0] == 0xd8 && p[1] == 0x9c);
-  if (n != 3 || p[0] != 0xe2)
-    return false;
-  return (p[1] == 0x80 &&
-          (p[2] == 0x8e || p[2] == 0x8f || (p[2] >= 0xa8 && p[2] <= 0xae))) ||
-         (p[1] == 0x81 && p[2] >= 0xa6 && p[2] <= 0xa9);
+  if (n < 2)
+    return true;
+  uint32_t cp = p[0] & (0x7f >> n);
+  for (size_t i = 1; i < n; i++)
+    cp = cp << 6 | (p[i] & 0x3f);
+  if (cp < 0xa0)
+    return true; /* C1 */
+  for (size_t i = 0; i < sizeof(kl_invisible) / sizeof(kl_invisible[0]); i++)
+    if (cp <= kl_invisible[i][1])
+      return cp >= kl_invisible[i][0];
+  return false;
 }
 
 /* The escaped text of the character at @p p (@p left bytes remain) into

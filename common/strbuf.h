@@ -56,9 +56,11 @@ size_t kl__utf8_seq(const unsigned char *s, size_t left);
  * Appends @p len bytes of @p s as text safe for a terminal and a log line,
  * and one-to-one (two different inputs never read the same): a backslash
  * as \\, a control byte (C0, DEL, C1), a NUL, any byte that is not part
- * of valid UTF-8, and each byte of an invisible direction or line mark
- * (U+061C, U+200E, U+200F, U+2028..U+202E, U+2066..U+2069: a right-to-left
- * override would show a key's text reversed) as \xHH; other UTF-8 as it is.
+ * of valid UTF-8, and each byte of a character that is invisible where
+ * it stands (direction and line marks, zero widths, joiners, the BOM,
+ * variation selectors, tags, private use: strbuf.c's kl_invisible; a
+ * right-to-left override would show a key's text reversed, a zero width
+ * space one key as another) as \xHH; other UTF-8 as it is.
  */
 void kl__strbuf_escaped(kl__strbuf_t *sb, const void *s, size_t len);
 

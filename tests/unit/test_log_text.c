@@ -32,8 +32,27 @@ static void test_escape(void **state) {
       {"c1\xc2\x85", 4, "c1\\xc2\\x85"},
       {"bad\xff", 4, "bad\\xff"},
       {"del\x7f", 4, "del\\x7f"},
+      /* invisible: a key must not show as another key's text */
+      {"d2\xe2\x80\x8b"
+       "1",
+       6, "d2\\xe2\\x80\\x8b1"},                       /* U+200B */
+      {"\xef\xbb\xbfk", 4, "\\xef\\xbb\\xbfk"},        /* U+FEFF */
+      {"a\xc2\xad", 3, "a\\xc2\\xad"},                 /* U+00AD */
+      {"a\xcd\x8f", 3, "a\\xcd\\x8f"},                 /* U+034F */
+      {"\xe1\xa0\x8e", 3, "\\xe1\\xa0\\x8e"},          /* U+180E */
+      {"\xe2\x81\xa0", 3, "\\xe2\\x81\\xa0"},          /* U+2060 */
+      {"\xe2\x81\xaa", 3, "\\xe2\\x81\\xaa"},          /* U+206A */
+      {"\xef\xbf\xb9", 3, "\\xef\\xbf\\xb9"},          /* U+FFF9 */
+      {"\xee\x80\x80", 3, "\\xee\\x80\\x80"},          /* U+E000 */
+      {"\xf3\xa0\x80\x81", 4, "\\xf3\\xa0\\x80\\x81"}, /* U+E0001 */
+      {"\xe2\x80\xae", 3, "\\xe2\\x80\\xae"},          /* U+202E */
+      /* visible neighbours stay as they are */
+      {"\xc2\xa0\xc2\xae", 4, "\xc2\xa0\xc2\xae"}, /* NBSP, (R) */
+      {"\xe2\x80\x90\xe2\x80\xa7", 6, "\xe2\x80\x90\xe2\x80\xa7"},
+      {"\xef\xbf\xbd\xf0\x9f\x98\x80", 7,
+       "\xef\xbf\xbd\xf0\x9f\x98\x80"}, /* U+FFFD, an emoji */
   };
-  char out[KL__ESCAPED_SIZE(16)];
+  char out[KL__ESCAPED_SIZE(20)];
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
     assert_string_equal(kl__escape(out, sizeof(out), cases[i].in, cases[i].len),
                         cases[i].out);
