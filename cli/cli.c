@@ -10,6 +10,7 @@
 #include "common/conf.h"
 #include "common/internal.h"
 #include "common/strbuf.h"
+#include "keylane/event.h"
 #include "store/location.h"
 
 volatile int kl__cli_stop;
@@ -86,6 +87,18 @@ kl_err_t kl__cli_pos_parse(const kl__opt_t *opt, const char *text,
     return kl__err(KL_EINVAL, "--%s: %s", opt->name, detail);
   }
   pos->given = 1;
+  return KL_OK;
+}
+
+kl_err_t kl__cli_key_parse(const kl__opt_t *opt, const char *text,
+                           void *field) {
+  size_t len = strlen(text);
+  if (len < 1 || len > KL_KEY_MAX)
+    return kl__err(KL_EINVAL,
+                   "--%s takes an entity key of 1 to %d bytes; this one is "
+                   "%zu",
+                   opt->name, KL_KEY_MAX, len);
+  *(const char **)field = text;
   return KL_OK;
 }
 

@@ -62,6 +62,11 @@ typedef struct kl__cli_pos {
 
 kl__opt_parse_fn kl__cli_pos_parse;
 
+/* An entity key option (--key), a `const char *` field: 1 to KL_KEY_MAX
+ * bytes, as every key keylane stores and the console's key= (so that the
+ * listing of a key no event can have is an error, not an empty list). */
+kl__opt_parse_fn kl__cli_key_parse;
+
 /* Opens the store at @p location with @p conf (NULL: the defaults). Unless
  * @p create, a location holding no store (an LMDB directory without
  * data.mdb, a PostgreSQL database without keylane's schema) is refused and

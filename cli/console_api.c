@@ -14,6 +14,7 @@
 #include "common/http.h"
 #include "common/internal.h"
 #include "common/strbuf.h"
+#include "common/units.h"
 #include "common/kafka.h"
 #include "handlers/ledger.h"
 #include "keylane/event.h"
@@ -371,14 +372,18 @@ static void capi_gather(json_t *into, json_t *list, const char *url) {
 
 json_t *kl__console_limit(const char *v, size_t vlen, const char *what,
                           long max, long *limit, int *status) {
-  char *end = NULL;
-  *limit = vlen && vlen < 8 ? strtol(v, &end, 10) : -1;
-  if (end && end == v + vlen && *limit >= 1 && *limit <= max)
+  int64_t n; /* digits only, as partition=: no sign, no space */
+  if (!kl__units_digits(v, vlen, &n) && n >= 1 && n <= max) {
+    *limit = (long)n;
     return NULL;
+  }
   return kl__console_err(status, 400,
                          "limit=%.*s is not a number of %s 1..%ld; ask for "
-                         "fewer",
-                         (int)(vlen > 32 ? 32 : vlen), v, what, max);
+                         "%s",
+                         (int)(vlen > 32 ? 32 : vlen), v, what, max,
+                         !kl__units_digits(v, vlen, &n) && n > max
+                             ? "fewer"
+                             : "1 or more, in digits only");
 }
 
 json_t *kl__console_key_param(const char *v, size_t vlen, char *key,

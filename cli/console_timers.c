@@ -1,6 +1,7 @@
 /* The console's timers (cli/console.h): the delayed events the store holds
  * for the topic, the soonest first, in the rows `keylane store timers
  * --json` prints (cli/store_timers_row.h); and those of one key. */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,8 +31,10 @@ typedef struct ctimers_page {
   kl_decoder_t *decoder;
   const char *key; /* NULL: every key */
   size_t key_len;
-  int32_t only;      /* the partition asked for; -1: every one */
-  int32_t partition; /* being read */
+  int32_t only;          /* the partition asked for; -1: every one */
+  int32_t partition;     /* being read */
+  int32_t held, highest; /* the topic's partitions the store holds */
+  bool found;            /* .only is one of them */
   bool payload, more, malformed;
   size_t limit, n;
   ctimers_kept_t *kept;
@@ -87,9 +90,13 @@ static int ctimers_part(void *opaque, const char *topic, int32_t partition,
                         const kl_partition_state_t *state) {
   ctimers_page_t *pg = opaque;
   (void)state;
-  if (strcmp(topic, pg->console->topic) != 0 ||
-      (pg->only >= 0 && partition != pg->only))
+  if (strcmp(topic, pg->console->topic) != 0)
     return 0;
+  pg->held++;
+  pg->highest = partition > pg->highest ? partition : pg->highest;
+  if (pg->only >= 0 && partition != pg->only)
+    return 0;
+  pg->found = true;
   pg->partition = partition;
   pg->err = kl__timers_scan(pg->console->store, topic, partition, ctimers_row,
                             pg, NULL);
@@ -196,13 +203,22 @@ int kl__console_timers(kl__console_t *console, const char *query,
                        json_t **doc) {
   int status = 0;
   char *key = malloc(3 * KL_KEY_MAX);
-  ctimers_page_t pg = {.console = console, .only = -1};
+  ctimers_page_t pg = {.console = console, .only = -1, .highest = -1};
   *doc = key ? ctimers_query(query, &pg, key, &status)
              : kl__console_err(&status, 503, "out of memory");
   json_t *rows = *doc ? NULL : ctimers_read(&pg);
   if (!*doc && !rows)
     *doc = kl__console_err(&status, 503, "cannot read the store's timers: %s",
                            kl_err_detail());
+  else if (!*doc && pg.only >= 0 && !pg.found) {
+    /* as `keylane store timers --partition` says: not an empty page */
+    json_decref(rows);
+    *doc = kl__console_err(
+        &status, 404,
+        "the store has no partition %" PRId32 " of topic %s: it has %" PRId32
+        " partitions, the highest %" PRId32 "; ask for one of them",
+        pg.only, console->topic, pg.held, pg.highest);
+  }
   if (!*doc) {
     *doc = json_pack(
         "{s:s, s:o, s:i, s:b, s:I, s:b, s:o, s:o}", "topic", console->topic,

@@ -290,6 +290,7 @@ static const kl__opt_t inspect_opts[] = {
      .help = "print at most N records"},
     {.name = "key",
      .kind = KL__OPT_STRING,
+     .parse = kl__cli_key_parse,
      .meta = "K",
      .off = offsetof(kl_inspect_t, key),
      .help = "only records of entity key K"},
@@ -337,8 +338,6 @@ int kl__cmd_inspect(int argc, char **argv) {
     if (in.from.pos.kind == KL__POS_WATERMARK)
       rc = kl__cli_usage(SUB, "--from watermark needs a store; inspect reads "
                               "only the log: use an offset or @TIME");
-    else if (in.key && (!*in.key || strlen(in.key) > KL_KEY_MAX))
-      rc = kl__cli_usage(SUB, "--key is 1..%d bytes", KL_KEY_MAX);
     else
       rc = inspect_run(&in);
   }

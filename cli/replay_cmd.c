@@ -117,6 +117,7 @@ static const kl__opt_t replay_opts[] = {
      .help = reason_help},
     {.name = "key",
      .kind = KL__OPT_STRING,
+     .parse = kl__cli_key_parse,
      .meta = "K",
      .off = offsetof(kl__replay_cmd_args_t, key),
      .help = "only letters of entity key K"},

@@ -51,6 +51,7 @@ static const kl__opt_t timers_opts[] = {
      .help = "only partition N"},
     {.name = "key",
      .kind = KL__OPT_STRING,
+     .parse = kl__cli_key_parse,
      .meta = "KEY",
      .off = offsetof(kl_tm_args_t, key),
      .shown = "every key",

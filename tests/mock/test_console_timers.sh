@@ -104,7 +104,9 @@ assert t["error"] is None and all(r["key"] == "later-1" for r in t["pending"]), 
 assert idle["timers"]["pending"] == [], idle
 PY
 
-refused "/api/timers?limit=0" "1..1000"
+refused "/api/timers?limit=0" "1..1000; ask for 1 or more, in digits only"
+refused "/api/timers?limit=+5" "1..1000; ask for 1 or more, in digits only"
+refused "/api/timers?limit=%205" "not a number of timers"
 refused "/api/timers?limit=1001" "ask for fewer"
 refused "/api/timers?limit=x" "not a number of timers"
 refused "/api/timers?partition=-1" "is not a partition number 0..4095"
@@ -116,6 +118,12 @@ refused "/api/timers?key=$(printf 'k%.0s' $(seq 1025))" "1 to 1024 bytes"
 refused "/api/timers?payload=yes" "is neither 1"
 refused "/api/timers?limit=1&limit=2" "limit is given twice; give it once"
 refused "/api/timers?state=due" 'takes partition=, key=, limit= and payload= only; drop \"state=due\"'
+# a partition the store does not hold is not an empty page (as `keylane
+# store timers --partition` says): the fleet holds 4
+body=$(probe 404 "/api/timers?partition=4")
+grep -qF "the store has no partition 4 of topic" <<<"$body" &&
+  grep -qF "it has 4 partitions, the highest 3" <<<"$body" ||
+  fail "/api/timers?partition=4: $body"
 body=$(probe 404 /api/timer)
 grep -qF "/api/timers" <<<"$body" || fail "the 404 does not name /api/timers: $body"
 

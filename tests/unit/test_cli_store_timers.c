@@ -307,6 +307,34 @@ static void test_unknown_partition_is_an_error(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* --key names a key an event can have (1 to KL_KEY_MAX bytes), as the
+ * console's key= does: an empty or longer one is a usage error (exit 2),
+ * not "no timer waits for that key" (attack LOW: the two disagreed). */
+static void test_key_out_of_range_is_refused(void **state) {
+  (void)state;
+  char dir[64];
+  kl_store_t *store = t_open(dir);
+  t_timer(store, 1, "k", "one", t_now + MIN_MS, 1);
+  kl_store_destroy(store);
+  static char long_key[KL_KEY_MAX + 2];
+  memset(long_key, 'k', KL_KEY_MAX + 1);
+  const char *const keys[] = {"", long_key};
+  const char *const says[] = {"--key takes an entity key of 1 to 1024 "
+                              "bytes; this one is 0",
+                              "this one is 1025"};
+  for (size_t i = 0; i < 2; i++) {
+    kl_t_run_t r;
+    const char *argv[] = {"store", "timers", "--store", dir,
+                          "--key", keys[i],  NULL};
+    kl_t_run_for(argv, NULL, 0, 30000, &r);
+    if (r.rc != 2 || !strstr(r.err, says[i]) || r.out[0])
+      fail_msg("case %zu: exit %d\nstdout: %s\nstderr: %s", i, r.rc, r.out,
+               r.err);
+    kl_t_run_free(&r);
+  }
+  kl_t_rmrf(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_json_lists_in_due_order),
@@ -314,6 +342,7 @@ int main(void) {
       cmocka_unit_test(test_stats_counts_timers),
       cmocka_unit_test(test_direction_marks_are_escaped),
       cmocka_unit_test(test_unknown_partition_is_an_error),
+      cmocka_unit_test(test_key_out_of_range_is_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
