@@ -22,15 +22,15 @@
 #include "common/internal.h"
 #include "keylane/event.h"
 
-/* The random bits come from ChaCha20 (RFC 8439's block function) run on
- * each thread with a key of its own from one getrandom(): the kernel's
- * ChaCha20 behind getrandom(), without its syscall and copy, four blocks
- * at a time. Taking 4000 bytes from getrandom() every 400 ids cost 30 ns
- * an id, a tenth of kl_publish()'s own time (keylane-bench produce). The key is
- * replaced by a fresh getrandom() every 2^20 blocks, and in a child after
- * fork(), which must not repeat its parent's bits: two processes with the same
- * bits in the same ms make the same id, and the store would take the second
- * event for a duplicate of the first. */
+/* The random bits come from ChaCha20 (RFC 8439's block function), the
+ * generator behind getrandom() too, run on each thread with a key of its
+ * own from one getrandom(), four blocks at a time: taking 4000 bytes from
+ * getrandom() every 400 ids cost 28 ns an id in the syscall and the
+ * kernel's one-block-at-a-time ChaCha20, this 15 (both under load). The
+ * key is replaced by a fresh getrandom() every 2^20 blocks, and in a child
+ * after fork(), which must not repeat its parent's bits: two processes
+ * with the same bits in the same ms make the same id, and the store would
+ * take the second event for a duplicate of the first. */
 enum {
   KL_UUID_RANDOM = 10, /* bytes an id takes */
   KL_UUID_BLOCKS = 20, /* a pool of 1280 bytes: 128 ids */
