@@ -104,7 +104,7 @@ static void test_random_bits_threads(void **state) {
   int ones = 0;
   for (size_t i = 0; i < THREADS * PER_THREAD; i++)
     ones += __builtin_popcountll(thread_bits[i]);
-  /* 1,240,000 bits: half of them set, to within 0.5 % (40 sigma) */
+  /* 1,240,000 bits: half of them set, give or take 0.005 (11 sigma) */
   double share = (double)ones / (62.0 * THREADS * PER_THREAD);
   if (share < 0.495 || share > 0.505)
     fail_msg("%.4f of the random bits are set, not half", share);
