@@ -22,33 +22,17 @@
 #include "common/internal.h"
 #include "keylane/event.h"
 
-/* The random bits come from ChaCha20 (RFC 8439's block function), the
- * generator behind getrandom() too, run on each thread with a key of its
- * own from one getrandom(), four blocks at a time: taking 4000 bytes from
- * getrandom() every 400 ids cost 28 ns an id in the syscall and the
- * kernel's one-block-at-a-time ChaCha20, this 15 (both under load). The
- * key is replaced by a fresh getrandom() every 2^20 blocks, and in a child
- * after fork(), which must not repeat its parent's bits: two processes
- * with the same bits in the same ms make the same id, and the store would
- * take the second event for a duplicate of the first. */
-enum {
-  KL_UUID_RANDOM = 10, /* bytes an id takes */
-  KL_UUID_BLOCKS = 20, /* a pool of 1280 bytes: 128 ids */
-  KL_UUID_REKEY = 1 << 20
-};
-
-typedef struct uuid_rng {
-  uint32_t state[16]; /* constants, key, block counter, nonce 0 */
-  unsigned gen;       /* kl_uuid_gen when keyed */
-  size_t used;        /* of pool */
-  uint8_t pool[KL_UUID_BLOCKS * 64];
-} uuid_rng_t;
+/* One getrandom() call per 400 ids (4000 bytes): the syscall was a tenth
+ * of the cost of kl_publish at 25 ids a call. */
+enum { KL_UUID_RANDOM = 10, KL_UUID_BATCH = 400 };
 
 static _Atomic uint64_t kl_uuid_last;
-/* Counts forks (in the child); 0 is no thread's: the first draw keys. */
+/* Counts forks, in the child: a thread's pool drawn under another count is
+ * its parent's. Two processes drawing the same bytes in the same ms make
+ * the same id, and the store takes the second event for a duplicate of the
+ * first. */
 static _Atomic unsigned kl_uuid_gen = 1;
 static pthread_once_t kl_uuid_once = PTHREAD_ONCE_INIT;
-static _Thread_local uuid_rng_t kl_uuid_rng;
 
 static void uuid_forked(void) {
   atomic_fetch_add(&kl_uuid_gen, 1);
@@ -76,93 +60,26 @@ static void uuid_fallback(uint8_t *out, size_t n) {
   }
 }
 
-/* Four blocks at once, one in each lane of a 4 x 32-bit vector (SSE2 on
- * x86-64, NEON on arm64, plain words where neither): 3 times one block's
- * speed. */
-typedef uint32_t uuid_v4 __attribute__((vector_size(16)));
-
-#define KL_ROTL(v, n) ((v) << (n) | (v) >> (32 - (n)))
-#define KL_QR(a, b, c, d)                                                      \
-  (a += b, d ^= a, d = KL_ROTL(d, 16), c += d, b ^= c, b = KL_ROTL(b, 12),     \
-   a += b, d ^= a, d = KL_ROTL(d, 8), c += d, b ^= c, b = KL_ROTL(b, 7))
-
-/* The RFC's byte order, little-endian: a plain store on most machines. */
-static inline void uuid_le32(uint8_t *p, uint32_t v) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  memcpy(p, &v, 4);
-#else
-  for (int b = 0; b < 4; b++)
-    p[b] = (uint8_t)(v >> (8 * b));
-#endif
-}
-
-void kl__uuid_chacha20x4(const uint32_t in[16], uint8_t out[256]) {
-  uuid_v4 x[16], s[16];
-  for (int i = 0; i < 16; i++)
-    s[i] = (uuid_v4){in[i], in[i], in[i], in[i]};
-  s[12] += (uuid_v4){0, 1, 2, 3};
-  memcpy(x, s, sizeof(x));
-  for (int i = 0; i < 10; i++) {
-    KL_QR(x[0], x[4], x[8], x[12]);
-    KL_QR(x[1], x[5], x[9], x[13]);
-    KL_QR(x[2], x[6], x[10], x[14]);
-    KL_QR(x[3], x[7], x[11], x[15]);
-    KL_QR(x[0], x[5], x[10], x[15]);
-    KL_QR(x[1], x[6], x[11], x[12]);
-    KL_QR(x[2], x[7], x[8], x[13]);
-    KL_QR(x[3], x[4], x[9], x[14]);
-  }
-  for (int i = 0; i < 16; i++) {
-    uuid_v4 v = x[i] + s[i];
-    uint32_t w[4];
-    memcpy(w, &v, sizeof(w));
-    for (int lane = 0; lane < 4; lane++)
-      uuid_le32(out + 64 * lane + 4 * i, w[lane]);
-  }
-}
-
-/* A fresh key from the kernel, block counter and nonce 0. */
-static void uuid_key(uuid_rng_t *rng, unsigned gen) {
-  static const uint32_t sigma[4] = {0x61707865, 0x3320646e, 0x79622d32,
-                                    0x6b206574}; /* "expand 32-byte k" */
-  uint8_t key[32];
-  ssize_t n;
-  do
-    n = getrandom(key, sizeof(key), 0);
-  while (n < 0 && errno == EINTR);
-  if (n != (ssize_t)sizeof(key))
-    uuid_fallback(key, sizeof(key));
-  memcpy(rng->state, sigma, sizeof(sigma));
-  for (int i = 0; i < 8; i++)
-    rng->state[4 + i] = (uint32_t)key[4 * i] | (uint32_t)key[4 * i + 1] << 8 |
-                        (uint32_t)key[4 * i + 2] << 16 |
-                        (uint32_t)key[4 * i + 3] << 24;
-  memset(rng->state + 12, 0, 4 * sizeof(uint32_t));
-  memset(key, 0, sizeof(key));
-  rng->gen = gen;
-}
-
-static void uuid_refill(uuid_rng_t *rng) {
-  for (int b = 0; b < KL_UUID_BLOCKS; b += 4) {
-    kl__uuid_chacha20x4(rng->state, rng->pool + 64 * b);
-    rng->state[12] += 4;
-  }
-  rng->used = 0;
-}
-
-/* Random bytes for one id, from this thread's pool. */
+/* Random bytes for one id, from a per-thread pool refilled by getrandom(),
+ * and drawn again in a child after fork(). */
 static const uint8_t *uuid_random(void) {
-  uuid_rng_t *rng = &kl_uuid_rng;
+  static _Thread_local uint8_t pool[KL_UUID_RANDOM * KL_UUID_BATCH];
+  static _Thread_local size_t used = sizeof(pool);
+  static _Thread_local unsigned drawn; /* kl_uuid_gen of the pool */
   unsigned gen = atomic_load_explicit(&kl_uuid_gen, memory_order_relaxed);
-  if (rng->gen != gen || rng->state[12] >= KL_UUID_REKEY) {
+  if (used == sizeof(pool) || drawn != gen) {
     pthread_once(&kl_uuid_once, uuid_atfork);
-    uuid_key(rng, atomic_load(&kl_uuid_gen));
-    uuid_refill(rng);
-  } else if (rng->used == sizeof(rng->pool)) {
-    uuid_refill(rng);
+    drawn = atomic_load(&kl_uuid_gen);
+    ssize_t n;
+    do
+      n = getrandom(pool, sizeof(pool), 0);
+    while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof(pool))
+      uuid_fallback(pool, sizeof(pool));
+    used = 0;
   }
-  rng->used += KL_UUID_RANDOM;
-  return rng->pool + rng->used - KL_UUID_RANDOM;
+  used += KL_UUID_RANDOM;
+  return pool + used - KL_UUID_RANDOM;
 }
 
 /* The next (ms << 12 | counter), strictly above every earlier one. */

@@ -22,17 +22,9 @@ int kl__uuid_parse(const char *text, size_t len, uint8_t out[16]);
 
 /**
  * @returns 64 random bits from the pool the producer's ids draw on (this
- * thread's ChaCha20, keyed by getrandom(), again after fork()): a
+ * thread's getrandom() pool, drawn again after fork()): a
  * follow-up's nonce (emit_id.h).
  */
 uint64_t kl__uuid_random64(void);
-
-/**
- * RFC 8439's ChaCha20 block function, four times: the 256 bytes of
- * keystream of the state @p in (constants, key, block counter, nonce as 16
- * words) and of the next three counters. The ids' generator; declared
- * here for its test against the RFC's vector.
- */
-void kl__uuid_chacha20x4(const uint32_t in[16], uint8_t out[256]);
 
 #endif
