@@ -18,6 +18,7 @@
  */
 #include <stdbool.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "event/envelope.h"
@@ -245,6 +246,12 @@ kl_err_t kl__not_before_check(const kl_event_t *event, int64_t now_ms,
   int64_t nb = event->not_before;
   if (nb <= 0)
     return KL_OK;
+  if (nb < KL__NOT_BEFORE_MIN_MS / 1000) /* as seconds too */
+    return kl__err(KL_EINVAL,
+                   "not_before %lld is a time before 1973 in milliseconds "
+                   "since the Unix epoch, and in seconds too; give "
+                   "milliseconds since the Unix epoch, or a delay",
+                   (long long)nb);
   if (nb < KL__NOT_BEFORE_MIN_MS)
     return kl__err(KL_EINVAL,
                    "not_before %lld is a time before 1973 in milliseconds "
@@ -252,12 +259,15 @@ kl_err_t kl__not_before_check(const kl_event_t *event, int64_t now_ms,
                    "milliseconds since the Unix epoch (%lld if it is "
                    "seconds), or a delay",
                    (long long)nb, (long long)nb * 1000);
+  char fix[256];
+  snprintf(fix, sizeof(fix),
+           "give milliseconds since the Unix epoch of a time at most %s ago "
+           "(a past time runs at once), or omit not_before to have the event "
+           "applied when it is read",
+           past_key);
   if (past_ms > 0 && nb < now_ms - past_ms)
-    return not_before_beyond(
-        nb, now_ms - nb, past_ms, past_key, "in the past",
-        "give milliseconds since the Unix epoch of a time at most "
-        "timer.max.delay ago (a past time runs at once), or omit not_before "
-        "to have the event applied when it is read");
+    return not_before_beyond(nb, now_ms - nb, past_ms, past_key, "in the past",
+                             fix);
   if (max_ms > 0 && nb - now_ms > max_ms)
     return not_before_beyond(nb, nb - now_ms, max_ms, "timer.max.delay",
                              "from now",

@@ -359,6 +359,9 @@ func duration(ms int64) string {
 // inclusive, max 0 bounds neither side. The error wraps ErrEvent.
 func CheckNotBefore(notBefore, now, max int64) error {
 	nb := notBefore
+	if nb > 0 && nb < NotBeforeMin/1000 {
+		return invalid("not_before %d is a time before 1973 in milliseconds since the Unix epoch, and in seconds too; give milliseconds since the Unix epoch, or a delay", nb)
+	}
 	if nb > 0 && nb < NotBeforeMin {
 		return invalid("not_before %d is a time before 1973 in milliseconds since the Unix epoch: it looks like seconds; give milliseconds since the Unix epoch (%d if it is seconds), or a delay", nb, nb*1000)
 	}

@@ -178,6 +178,18 @@ static void test_not_before_bounds(void **state) {
   }
   assert_true(refused >= 5 && refused < json_array_size(cases));
   json_decref(doc);
+  /* The worker's bound into the past is store.dedup.retention: its text
+   * names that bound in the fix too, not timer.max.delay (attack LOW). */
+  kl_event_t ev = {.not_before = now - 8 * 86400000LL};
+  assert_int_equal(kl__not_before_check(&ev, now, 86400000LL, 7 * 86400000LL,
+                                        "store.dedup.retention"),
+                   KL_EINVAL);
+  if (!strstr(kl_err_detail(), "1d more than store.dedup.retention (7d) "
+                               "allows: give milliseconds since the Unix "
+                               "epoch of a time at most store.dedup."
+                               "retention ago") ||
+      strstr(kl_err_detail(), "timer.max.delay"))
+    fail_msg("%s", kl_err_detail());
 }
 
 int main(void) {

@@ -90,6 +90,11 @@ def check_not_before(not_before: int, now: int, max_ms: int = TIMER_MAX_DELAY_MS
     both bounds inclusive, ``max_ms`` 0 bounds neither side. Raises
     EventError naming the bound, by how much, and the fix."""
     nb = not_before
+    if 0 < nb < NOT_BEFORE_MIN_MS // 1000:
+        raise EventError(
+            "not_before %d is a time before 1973 in milliseconds since the Unix epoch, and in seconds too; "
+            "give milliseconds since the Unix epoch, or a delay" % nb
+        )
     if 0 < nb < NOT_BEFORE_MIN_MS:
         raise EventError(
             "not_before %d is a time before 1973 in milliseconds since the Unix epoch: it looks like seconds; "
