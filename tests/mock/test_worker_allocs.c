@@ -35,6 +35,7 @@
 #include "keylane/producer.h"
 #include "keylane/store.h"
 #include "support/cluster.h"
+#include "support/ledger_checks.h"
 #include "support/support.h"
 #include "worker/lanes_internal.h"
 #include "worker/worker_state.h"
@@ -167,40 +168,13 @@ static void print_sites(void) {
   }
 }
 
-/* A cluster of one topic, a store and a producer. */
-typedef struct fx {
-  kl_t_cluster_t *cluster;
-  char dir[64];
-  kl_store_t *store;
-  kl_producer_t *producer;
-} fx_t;
-
-static void fx_up(fx_t *fx, const char *topic, int partitions) {
-  assert_int_equal(kl_t_cluster_new(1, topic, partitions, &fx->cluster), KL_OK);
-  kl_t_tmpdir(fx->dir);
-  assert_int_equal(kl_store_open(fx->dir, NULL, &fx->store), KL_OK);
-  kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", kl_t_bootstrap(fx->cluster)),
-      KL_OK);
-  assert_int_equal(kl_producer_new(conf, NULL, NULL, &fx->producer), KL_OK);
-  kl_conf_destroy(conf);
-}
-
-/* Starts a ledger worker on it with a window of @p window records. */
-static kl_t_worker_t *fx_worker(fx_t *fx, int window) {
+/* Starts a ledger worker on @p fx with a window of @p window records. */
+static kl_t_worker_t *fx_worker(kl_t_ledger_fx_t *fx, int window) {
   char max[48];
   snprintf(max, sizeof(max), "worker.window.max=%d", window);
   const char *const extra[] = {max, NULL};
-  return kl_t_worker_start(kl_t_bootstrap(fx->cluster), kl_t_topic(fx->cluster),
+  return kl_t_worker_start(fx->boot, fx->topic,
                            kl_t_group(fx->cluster, "allocs"), fx->store, extra);
-}
-
-static void fx_down(fx_t *fx) {
-  kl_producer_destroy(fx->producer);
-  kl_store_destroy(fx->store);
-  kl_t_rmrf(fx->dir);
-  kl_t_cluster_destroy(fx->cluster);
 }
 
 enum {
@@ -223,8 +197,8 @@ static void steady_path_allocates_nothing_per_event(void **state) {
   dl_iterate_phdr(find_libs, NULL);
   for (int i = 0; i < LIB_REST; i++)
     assert_true(libs[i].lo && libs[i].hi); /* both are linked in */
-  fx_t fx;
-  fx_up(&fx, "allocs", PARTITIONS);
+  kl_t_ledger_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "allocs", PARTITIONS, KEYS, 1, NULL);
   kl_t_cluster_t *cluster = fx.cluster;
   kl_producer_t *producer = fx.producer;
   for (int i = 0; i < EVENTS; i++) {
@@ -273,7 +247,7 @@ static void steady_path_allocates_nothing_per_event(void **state) {
   /* LMDB's new dirty pages as the ids' tree grows: about 0.012 per event. */
   assert_true(lmdb <= events / 50 + 4 * batches);
 
-  fx_down(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 /* The slots and keys the lanes have made, live and spare. */
@@ -321,8 +295,8 @@ static void windows_filled_in_turn_keep_their_slots(void **state) {
   (void)state;
   is_test_thread = true;
   enum { W = 300 };
-  fx_t fx;
-  fx_up(&fx, "turns", 2);
+  kl_t_ledger_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "turns", 2, KEYS, 1, NULL);
   kl_t_cluster_t *cluster = fx.cluster;
   kl_producer_t *producer = fx.producer;
   kl_t_worker_t *w = fx_worker(&fx, W);
@@ -341,7 +315,7 @@ static void windows_filled_in_turn_keep_their_slots(void **state) {
   assert_true(made.slots >= 2 * W);
   assert_true(made.keys >= KEYS); /* each partition's window held its all */
 
-  fx_down(&fx);
+  kl_t_ledger_fx_down(&fx);
 }
 
 int main(void) {
