@@ -93,6 +93,13 @@ static kl__lkey_t *spare_next(kl__lkey_t *k) {
   return k->node.next ? KL__HMAP_ENTRY(k->node.next, kl__lkey_t, node) : NULL;
 }
 
+/* Keeps @p k, unlinked, for reuse. */
+static void key_keep(kl__lanes_t *lanes, kl__lkey_t *k) {
+  k->node.next = lanes->spare_keys ? &lanes->spare_keys->node : NULL;
+  lanes->spare_keys = k;
+  lanes->nspare_keys++;
+}
+
 static kl__lkey_t *key_get(kl__lanes_t *lanes, kl__lane_t *lane,
                            const void *key, size_t len) {
   uint64_t h = kl__fnv1a(key, len);
@@ -112,11 +119,20 @@ static kl__lkey_t *key_get(kl__lanes_t *lanes, kl__lane_t *lane,
   } else {
     size_t room = len <= KL__LKEY_SPARE_LEN ? KL__LKEY_SPARE_LEN : len;
     k = kl__xcalloc(1, sizeof(*k) + room, KL_COMP);
+    lanes->nkeys += len <= KL__LKEY_SPARE_LEN;
   }
   k->len = len;
   if (len)
     memcpy(k->bytes, key, len);
   kl__hmap_link(&lane->keys, &k->node, h);
+  if (len <= KL__LKEY_SPARE_LEN && ++lane->keys_live > lane->keys_peak) {
+    lane->keys_peak++;
+    lanes->keys_peaks++;
+    while (lanes->nkeys < lanes->keys_peaks) {
+      key_keep(lanes, kl__xcalloc(1, sizeof(*k) + KL__LKEY_SPARE_LEN, KL_COMP));
+      lanes->nkeys++;
+    }
+  }
   return k;
 }
 
@@ -125,14 +141,17 @@ void kl__key_maybe_free(kl__lanes_t *lanes, kl__lane_t *lane, kl__lkey_t *key) {
   if (key->refs || key->ov.entries)
     return;
   kl__hmap_unlink(&lane->keys, &key->node);
-  if (key->len > KL__LKEY_SPARE_LEN ||
-      lanes->nspare_keys >= lanes->window_max * lanes->nlanes) {
+  if (key->len > KL__LKEY_SPARE_LEN) {
     free(key);
     return;
   }
-  key->node.next = lanes->spare_keys ? &lanes->spare_keys->node : NULL;
-  lanes->spare_keys = key;
-  lanes->nspare_keys++;
+  lane->keys_live--;
+  if (lanes->nspare_keys >= lanes->window_max * lanes->nlanes) {
+    free(key);
+    lanes->nkeys--;
+    return;
+  }
+  key_keep(lanes, key);
 }
 
 void kl__key_release(kl__lanes_t *lanes, kl__lane_t *lane, kl__lkey_t *key) {
@@ -178,10 +197,18 @@ kl__slot_t *kl__lane_find(const kl__lane_t *lane, int64_t offset) {
 
 /* A slot per record: kept for reuse (kl__lanes_t.spare) instead of a
  * calloc and a free per event. */
+static void slot_keep(kl__lanes_t *lanes, kl__slot_t *slot) {
+  slot->next = lanes->spare;
+  lanes->spare = slot;
+  lanes->nspare++;
+}
+
 static kl__slot_t *slot_new(kl__lanes_t *lanes) {
   kl__slot_t *slot = lanes->spare;
-  if (!slot)
+  if (!slot) {
+    lanes->nslots++;
     return kl__xcalloc(1, sizeof(*slot), KL_COMP);
+  }
   lanes->spare = slot->next;
   lanes->nspare--;
   memset(slot, 0, sizeof(*slot));
@@ -195,11 +222,21 @@ static void slot_free(kl__lanes_t *lanes, kl__slot_t *slot) {
   kl__emits_free(slot->emits);
   if (lanes->nspare >= lanes->window_max * lanes->nlanes) {
     free(slot);
+    lanes->nslots--;
     return;
   }
-  slot->next = lanes->spare;
-  lanes->spare = slot;
-  lanes->nspare++;
+  slot_keep(lanes, slot);
+}
+
+/* @p lane's window holds more slots than ever: the lanes make the slots of
+ * all their peaks (kl__lanes_t.spare). */
+static void lane_peak(kl__lanes_t *lanes, kl__lane_t *lane) {
+  lane->ring_peak++;
+  lanes->slots_peaks++;
+  while (lanes->nslots < lanes->slots_peaks) {
+    slot_keep(lanes, kl__xcalloc(1, sizeof(kl__slot_t), KL_COMP));
+    lanes->nslots++;
+  }
 }
 
 /* Removes the window's first slot, which must be committed. */
@@ -555,6 +592,8 @@ void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m) {
   slot->key = key_get(lanes, lane, m->key, m->key ? m->key_len : 0);
   slot->key->refs++;
   ring_push(lane, slot);
+  if (lane->ring_count > lane->ring_peak)
+    lane_peak(lanes, lane);
   if (slot->key->tail)
     slot->key->tail->next = slot;
   else

@@ -138,6 +138,9 @@ struct kl__lane {
   int64_t first_final_ns; /* when the oldest entry of `final` got there */
   int64_t next_due_ns;    /* the earliest due_ns in `waiting`, or 0 */
   unsigned paused;        /* KL__PAUSE_* reasons */
+  /* The most slots its window held, the keys of up to KL__LKEY_SPARE_LEN
+   * bytes it holds, and the most it held (kl__lanes_t.spare). */
+  size_t ring_peak, keys_live, keys_peak;
   kl_txn_t *batch;        /* inline mode: the open group transaction */
   int64_t batch_ns;       /* batch: when it began (kl__mono_ns()) */
   int64_t prefetched_to;  /* batch: the window's ids below are prefetched */
@@ -197,11 +200,18 @@ struct kl__lanes {
    * and a key that leaves the window and comes back need no calloc each
    * time. Each list holds at most window_max per lane made (nlanes): no
    * more than the windows held at once, so memory stays under the
-   * windows' bound. */
+   * windows' bound. The slots and those keys made, live and spare
+   * (nslots, nkeys), are at least the sum of the lanes' peaks
+   * (slots_peaks, keys_peaks): the most each lane held may come again,
+   * and at the same time as the others', so they are made when a lane
+   * reaches a new peak, not the first time the windows hold them together,
+   * which the executors' pace against the fetcher's may delay for long
+   * (the steady path then calls calloc for none). */
   kl__slot_t *spare;
   size_t nspare;
   kl__lkey_t *spare_keys;
   size_t nspare_keys;
+  size_t nslots, slots_peaks, nkeys, keys_peaks;
   size_t nlanes;
   int32_t count;
   int32_t rr;  /* where the next take starts looking */

@@ -104,11 +104,12 @@ start_fleet() {
 }
 
 # URL CHROMIUM-OPTION...: Debian's chromium, headless, on URL, 45 s at
-# most; the page's scripts get 3 s of virtual time.
+# most; the page's scripts get 3 s of virtual time. Its own temporary files
+# (a singleton socket it leaves behind) go to $W, removed at the end.
 browse() {
   local url=$1
   shift
-  timeout 45 chromium --headless=new --no-sandbox --disable-gpu \
+  TMPDIR="$W" timeout 45 chromium --headless=new --no-sandbox --disable-gpu \
     --no-first-run --disable-dev-shm-usage --user-data-dir="$W/chrome" \
     --virtual-time-budget=3000 --window-size=1280,900 "$@" "$url" \
     2>>"$W/chromium.log"

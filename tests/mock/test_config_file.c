@@ -119,6 +119,7 @@ static void test_effective_configuration(void **state) {
   assert_null(strstr(r.out, SECRET));
   kl_t_run_free(&r);
   unsetenv("KL_T_KAFKA_PASSWORD");
+  kl_t_rmrf(dir);
 }
 
 /* What a file may not hold: each refused with exit 2 and its line. */
@@ -234,6 +235,7 @@ static void test_refusals(void **state) {
   assert_null(strstr(r.err, SECRET));
   assert_null(strstr(r.out, SECRET));
   kl_t_run_free(&r);
+  kl_t_rmrf(dir);
 }
 
 /* A worker from a file alone: bootstrap, store, group and a secret. */
@@ -292,6 +294,7 @@ static void test_worker_from_file(void **state) {
   assert_null(strstr(cmdline, SECRET));
   free(out);
   kl_t_cluster_destroy(cluster);
+  kl_t_rmrf(dir);
 }
 
 int main(void) {

@@ -33,6 +33,7 @@
 #include "support/pg_group.h"
 #include "support/store_contract.h"
 #include "support/support.h"
+#include "support/timer_checks.h"
 #include "handlers/ledger.h"
 #include "store/store_internal.h"
 #include "store/timers.h"
@@ -45,16 +46,7 @@ static void publish(kl_t_ledger_fx_t *fx, const char *key, const char *id,
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
   kl__ledger_encode(&sb, a);
-  kl_event_t ev = {.key = key,
-                   .key_len = strlen(key),
-                   .id = id,
-                   .id_len = strlen(id),
-                   .type = type,
-                   .type_len = strlen(type),
-                   .payload = sb.data,
-                   .payload_len = sb.size};
-  assert_int_equal(kl_publish(fx->producer, fx->topic, &ev, NULL), KL_OK);
-  assert_int_equal(kl_flush(fx->producer, 10000), KL_OK);
+  kl_t_timers_publish(fx, key, id, type, sb.data, sb.size, 0);
   msgpack_sbuffer_destroy(&sb);
 }
 
@@ -72,25 +64,17 @@ static void publish_transfer(kl_t_ledger_fx_t *fx, const char *id, int64_t seq,
   publish(fx, "src", id, "transfer", &a);
 }
 
-/* Waits (30 s at most) until @p w's counts reach these, then checks they
- * are exactly these. */
+/* Waits until @p w's counts reach these, then checks they are exactly
+ * these, and none early. */
 static void wait_stats(kl_t_worker_t *w, uint64_t applied, uint64_t scheduled,
                        uint64_t duplicates, uint64_t failed) {
-  kl_worker_stats_t st = {0};
-  for (int i = 0; i < 600; i++) {
-    kl_worker_stats(w->worker, &st, sizeof(st));
-    if (st.applied >= applied && st.timers_scheduled >= scheduled &&
-        st.duplicates >= duplicates && st.failed >= failed)
-      break;
-    kl_t_sleep_ms(50);
-  }
-  assert_int_equal(st.applied, applied);
-  assert_int_equal(st.timers_scheduled, scheduled);
-  assert_int_equal(st.duplicates, duplicates);
-  assert_int_equal(st.failed, failed);
-  assert_int_equal(st.timers_early, 0);
+  kl_t_timers_wait(w, (kl_t_timers_want_t){.applied = applied,
+                                           .scheduled = scheduled,
+                                           .duplicates = duplicates,
+                                           .failed = failed,
+                                           .dead = KL_T_ANY,
+                                           .fired = KL_T_ANY});
 }
-
 static size_t pending_n;
 static int64_t pending_due;
 

@@ -29,6 +29,7 @@
 #include "support/pg_group.h"
 #include "support/store_contract.h"
 #include "support/support.h"
+#include "support/timer_checks.h"
 #include "common/internal.h"
 #include "common/metrics.h"
 #include "store/store_internal.h"
@@ -41,18 +42,9 @@ static int t_db_seq;
 /* A credit of 1 of @p key, id @p id, due at @p not_before. */
 static void publish(kl_t_ledger_fx_t *fx, const char *key, const char *id,
                     int64_t not_before) {
-  static const uint8_t p[9] = {0x81, 0xa6, 'a', 'm', 'o', 'u', 'n', 't', 1};
-  kl_event_t ev = {.key = key,
-                   .key_len = strlen(key),
-                   .id = id,
-                   .id_len = strlen(id),
-                   .type = "credit",
-                   .type_len = 6,
-                   .payload = p,
-                   .payload_len = sizeof(p),
-                   .not_before = not_before};
-  assert_int_equal(kl_publish(fx->producer, fx->topic, &ev, NULL), KL_OK);
-  assert_int_equal(kl_flush(fx->producer, 10000), KL_OK);
+  uint8_t p[9];
+  kl_t_timers_amount(p, 1);
+  kl_t_timers_publish(fx, key, id, "credit", p, sizeof(p), not_before);
 }
 
 typedef struct kl_want {

@@ -36,6 +36,7 @@
 #include "support/spawn.h"
 #include "support/store_contract.h"
 #include "support/support.h"
+#include "support/timer_checks.h"
 #include "common/internal.h"
 #include "store/store_internal.h"
 #include "store/timers.h"
@@ -47,11 +48,6 @@
 
 static int64_t t0;
 static int t_db_seq;
-
-static int64_t balance_of(kl_store_t *store, const char *key) {
-  kl_ledger_entry_t e;
-  return kl_t_ledger_find(store, NULL, key, &e) ? e.balance : INT64_MIN;
-}
 
 /* A credit of @p amount (0..127) without a seq: applied in any order. */
 static kl_event_t credit(const char *key, const char *id, const uint8_t *p,
@@ -68,18 +64,10 @@ static kl_event_t credit(const char *key, const char *id, const uint8_t *p,
                       .not_before = not_before};
 }
 
-static void amount(uint8_t p[9], int n) {
-  memcpy(p,
-         "\x81\xa6"
-         "amount",
-         8);
-  p[8] = (uint8_t)n;
-}
-
 static void publish(kl_t_ledger_fx_t *fx, const char *key, const char *id,
                     int n, int64_t not_before) {
   uint8_t p[9];
-  amount(p, n);
+  kl_t_timers_amount(p, n);
   kl_event_t ev = credit(key, id, p, not_before);
   assert_int_equal(kl_publish(fx->producer, fx->topic, &ev, NULL), KL_OK);
   assert_int_equal(kl_flush(fx->producer, 10000), KL_OK);
@@ -92,7 +80,7 @@ static void produce_firing(kl_t_ledger_fx_t *fx, const char *key,
                            const char *id, int n, int64_t not_before,
                            int64_t stamped) {
   uint8_t p[9];
-  amount(p, n);
+  kl_t_timers_amount(p, n);
   kl_event_t ev = credit(key, id, p, not_before);
   void *env;
   size_t len;
@@ -104,29 +92,11 @@ static void produce_firing(kl_t_ledger_fx_t *fx, const char *key,
   free(env);
 }
 
-typedef struct kl_want {
-  uint64_t applied, scheduled, duplicates, dead, early;
-} kl_want_t;
-
-/* Waits (30 s at most) until @p w's counters reach @p want, then checks
- * they are exactly that. */
-static void wait_stats(kl_t_worker_t *w, kl_want_t want) {
-  kl_worker_stats_t st = {0};
-  for (int i = 0; i < 600; i++) {
-    kl_worker_stats(w->worker, &st, sizeof(st));
-    if (st.applied >= want.applied && st.timers_scheduled >= want.scheduled &&
-        st.duplicates >= want.duplicates && st.dead_letters >= want.dead &&
-        st.timers_early >= want.early)
-      break;
-    kl_t_sleep_ms(50);
-  }
-  assert_int_equal(st.applied, want.applied);
-  assert_int_equal(st.timers_scheduled, want.scheduled);
-  assert_int_equal(st.duplicates, want.duplicates);
-  assert_int_equal(st.dead_letters, want.dead);
-  assert_int_equal(st.timers_early, want.early);
+/* Waits for the counters this test checks (not fired, nor failed). */
+static void wait_stats(kl_t_worker_t *w, kl_t_timers_want_t want) {
+  want.fired = want.failed = KL_T_ANY;
+  kl_t_timers_wait(w, want);
 }
-
 typedef struct kl_pending {
   size_t n;
   int64_t due[4];
@@ -186,7 +156,7 @@ static void timers_case(const char *store_uri, const char *name) {
   /* 4: due in five days, pending at the end; 5: past timer.max.delay (7d) */
   publish(&fx, "e", "far", 3, t0 + 5 * DAY_MS);
   uint8_t p[9];
-  amount(p, 1);
+  kl_t_timers_amount(p, 1);
   kl_event_t ev = credit("e", "too-far", p, t0 + 8 * DAY_MS);
   void *env;
   size_t len;
@@ -209,36 +179,36 @@ static void timers_case(const char *store_uri, const char *name) {
 
   kl_t_worker_t *w = kl_t_worker_start(
       fx.boot, fx.topic, kl_t_group(fx.cluster, name), fx.store, NULL);
-  wait_stats(w, (kl_want_t){.applied = 1,
-                            .scheduled = 2,
-                            .duplicates = 3,
-                            .dead = 2,
-                            .early = 1});
-  assert_int_equal(balance_of(fx.store, "d"), 5);
+  wait_stats(w, (kl_t_timers_want_t){.applied = 1,
+                                     .scheduled = 2,
+                                     .duplicates = 3,
+                                     .dead = 2,
+                                     .early = 1});
+  assert_int_equal(kl_t_ledger_balance(fx.store, "d"), 5);
   assert_int_equal(pending(fx.store, fx.topic).n, 2);
 
   kl_t_store_clock_set(t0 + DUE); /* its time: it fires, once */
-  wait_stats(w, (kl_want_t){.applied = 2,
-                            .scheduled = 2,
-                            .duplicates = 3,
-                            .dead = 2,
-                            .early = 1});
-  assert_int_equal(balance_of(fx.store, "d"), 12);
+  wait_stats(w, (kl_t_timers_want_t){.applied = 2,
+                                     .scheduled = 2,
+                                     .duplicates = 3,
+                                     .dead = 2,
+                                     .early = 1});
+  assert_int_equal(kl_t_ledger_balance(fx.store, "d"), 12);
   kl_pending_t left = pending(fx.store, fx.topic);
   assert_int_equal(left.n, 1);
   assert_int_equal(left.due[0], t0 + 5 * DAY_MS);
   publish(&fx, "d", "later", 7, t0 + DUE); /* a copy after: a duplicate */
-  wait_stats(w, (kl_want_t){.applied = 2,
-                            .scheduled = 2,
-                            .duplicates = 4,
-                            .dead = 2,
-                            .early = 1});
+  wait_stats(w, (kl_t_timers_want_t){.applied = 2,
+                                     .scheduled = 2,
+                                     .duplicates = 4,
+                                     .dead = 2,
+                                     .early = 1});
   kl_worker_stats_t st;
   kl_worker_stats(w->worker, &st, sizeof(st));
   assert_true(st.timers_fired >= 1);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
-  assert_int_equal(balance_of(fx.store, "d"), 12);
-  assert_int_equal(balance_of(fx.store, "e"), INT64_MIN);
+  assert_int_equal(kl_t_ledger_balance(fx.store, "d"), 12);
+  assert_int_equal(kl_t_ledger_balance(fx.store, "e"), INT64_MIN);
 
   /* the log rebuilds the same: its firing record applies the credit, and
    * the far timer waits. The rebuild starts once the real clock passed
@@ -257,7 +227,7 @@ static void timers_case(const char *store_uri, const char *name) {
     snprintf(rebuilt, sizeof(rebuilt), "%s/rebuilt", fx.dir);
   }
   kl_store_t *copy = kl_t_ledger_fx_rebuild(&fx, rebuilt, NULL, NULL);
-  assert_int_equal(balance_of(copy, "d"), 12);
+  assert_int_equal(kl_t_ledger_balance(copy, "d"), 12);
   left = pending(copy, fx.topic);
   assert_int_equal(left.n, 1);
   assert_int_equal(left.due[0], t0 + 5 * DAY_MS);
@@ -292,14 +262,14 @@ static void test_timer_moves_with_its_partition(void **state) {
   const char *group = kl_t_group(fx.cluster, "tmove");
   kl_t_worker_t *a =
       kl_t_worker_start(fx.boot, fx.topic, group, fx.store, NULL);
-  wait_stats(a, (kl_want_t){.scheduled = 1});
+  wait_stats(a, (kl_t_timers_want_t){.scheduled = 1});
   assert_int_equal(kl_t_worker_stop(a), KL_OK);
   kl_t_worker_t *b =
       kl_t_worker_start(fx.boot, fx.topic, group, fx.store, NULL);
   kl_t_store_clock_set(t0 + 60000);
-  wait_stats(b, (kl_want_t){.applied = 1});
+  wait_stats(b, (kl_t_timers_want_t){.applied = 1});
   assert_int_equal(kl_t_worker_stop(b), KL_OK);
-  assert_int_equal(balance_of(fx.store, "m"), 9);
+  assert_int_equal(kl_t_ledger_balance(fx.store, "m"), 9);
   assert_int_equal(pending(fx.store, fx.topic).n, 0);
   kl_t_ledger_fx_down(&fx);
   kl__store_set_clock(NULL);
@@ -326,11 +296,12 @@ static void test_timer_survives_sigkill(void **state) {
   assert_true(kl__now_ms() < due); /* killed before its time */
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
-  assert_int_equal(balance_of(fx.store, "k"), INT64_MIN);
+  assert_int_equal(kl_t_ledger_balance(fx.store, "k"), INT64_MIN);
   pid = kl_t_spawn_worker(fx.dir, 1, argv);
-  for (int i = 0; i < 1200 && balance_of(fx.store, "k") == INT64_MIN; i++)
+  for (int i = 0; i < 1200 && kl_t_ledger_balance(fx.store, "k") == INT64_MIN;
+       i++)
     kl_t_sleep_ms(50);
-  assert_int_equal(balance_of(fx.store, "k"), 11);
+  assert_int_equal(kl_t_ledger_balance(fx.store, "k"), 11);
   assert_int_equal(pending(fx.store, fx.topic).n, 0);
   kill(pid, SIGTERM);
   waitpid(pid, NULL, 0);
@@ -342,7 +313,7 @@ static void test_timer_survives_sigkill(void **state) {
   kl_t_consumer_destroy(rk);
   assert_int_equal(st.firing, 1);
   assert_true(st.fired_at >= due);
-  assert_int_equal(balance_of(fx.store, "k"), 11);
+  assert_int_equal(kl_t_ledger_balance(fx.store, "k"), 11);
   kl_t_ledger_fx_down(&fx);
 }
 
@@ -424,25 +395,25 @@ static void cancel_case(const char *store_uri, const char *name,
       kl_t_worker_new_with(fx.boot, fx.topic, kl_t_group(fx.cluster, name),
                            fx.store, extra, cancel_handler, NULL);
   kl_t_worker_go(w);
-  wait_stats(
-      w, (kl_want_t){.applied = 1, .scheduled = 2, .duplicates = 1, .dead = 1});
+  wait_stats(w, (kl_t_timers_want_t){
+                    .applied = 1, .scheduled = 2, .duplicates = 1, .dead = 1});
   kl_pending_t left = pending(fx.store, fx.topic);
   assert_int_equal(left.n, 1);
   assert_int_equal(left.due[0], t0 + 60000);
 
   /* past both times: only the witness fires */
   kl_t_store_clock_set(t0 + 60000);
-  wait_stats(
-      w, (kl_want_t){.applied = 2, .scheduled = 2, .duplicates = 1, .dead = 1});
-  assert_int_equal(balance_of(fx.store, "d"), 3);
+  wait_stats(w, (kl_t_timers_want_t){
+                    .applied = 2, .scheduled = 2, .duplicates = 1, .dead = 1});
+  assert_int_equal(kl_t_ledger_balance(fx.store, "d"), 3);
   assert_int_equal(pending(fx.store, fx.topic).n, 0);
 
   publish(&fx, "d", "later", 7, t0 + 30000); /* a copy after the cancel */
-  wait_stats(
-      w, (kl_want_t){.applied = 2, .scheduled = 2, .duplicates = 2, .dead = 1});
+  wait_stats(w, (kl_t_timers_want_t){
+                    .applied = 2, .scheduled = 2, .duplicates = 2, .dead = 1});
   assert_int_equal(pending(fx.store, fx.topic).n, 0);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
-  assert_int_equal(balance_of(fx.store, "d"), 3);
+  assert_int_equal(kl_t_ledger_balance(fx.store, "d"), 3);
   kl_t_ledger_fx_down(&fx);
   kl__store_set_clock(NULL);
 }

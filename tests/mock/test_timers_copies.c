@@ -33,6 +33,7 @@
 #include "support/run.h"
 #include "support/store_contract.h"
 #include "support/support.h"
+#include "support/timer_checks.h"
 #include "common/internal.h"
 #include "store/store_internal.h"
 #include "store/timers.h"
@@ -44,21 +45,12 @@
 static int64_t t0;
 static int t_db_seq;
 
-static int64_t balance_of(kl_store_t *store, const char *key) {
-  kl_ledger_entry_t e;
-  return kl_t_ledger_find(store, NULL, key, &e) ? e.balance : INT64_MIN;
-}
-
 /* The envelope of a credit of @p n (0..127) of (@p key, @p id), due at
  * @p not_before (0: none); the caller frees *env. */
 static void credit_env(const char *key, const char *id, int n,
                        int64_t not_before, void **env, size_t *len) {
   uint8_t p[9];
-  memcpy(p,
-         "\x81\xa6"
-         "amount",
-         8);
-  p[8] = (uint8_t)n;
+  kl_t_timers_amount(p, n);
   kl_event_t ev = {.key = key,
                    .key_len = strlen(key),
                    .id = id,
@@ -103,27 +95,11 @@ static kl_handler_result_t handler(void *opaque, const kl_event_t *event,
   return err ? KL_HANDLER_FAIL : KL_HANDLER_OK;
 }
 
-typedef struct kl_want {
-  uint64_t applied, scheduled, duplicates, dead;
-} kl_want_t;
-
-/* Waits (30 s at most) until @p w's counters reach @p want, then checks
- * they are exactly that. */
-static void wait_stats(kl_t_worker_t *w, kl_want_t want) {
-  kl_worker_stats_t st = {0};
-  for (int i = 0; i < 600; i++) {
-    kl_worker_stats(w->worker, &st, sizeof(st));
-    if (st.applied >= want.applied && st.timers_scheduled >= want.scheduled &&
-        st.duplicates >= want.duplicates && st.dead_letters >= want.dead)
-      break;
-    kl_t_sleep_ms(50);
-  }
-  assert_int_equal(st.applied, want.applied);
-  assert_int_equal(st.timers_scheduled, want.scheduled);
-  assert_int_equal(st.duplicates, want.duplicates);
-  assert_int_equal(st.dead_letters, want.dead);
+/* Waits for the counters this test checks (not early, fired, failed). */
+static void wait_stats(kl_t_worker_t *w, kl_t_timers_want_t want) {
+  want.early = want.fired = want.failed = KL_T_ANY;
+  kl_t_timers_wait(w, want);
 }
-
 static int count_one(void *opaque, const kl__timer_t *t, const void *key,
                      size_t key_len, const void *env, size_t env_len) {
   (void)t, (void)key, (void)key_len, (void)env, (void)env_len;
@@ -215,26 +191,26 @@ static void copies_case(const char *store_uri, const char *name,
                            fx.store, extra, handler, NULL);
   kl_t_worker_go(w);
   /* applied: the cancel, and yesterday's once its timer fires */
-  wait_stats(
-      w, (kl_want_t){.applied = 2, .scheduled = 3, .duplicates = 3, .dead = 2});
-  assert_int_equal(balance_of(fx.store, "d"), INT64_MIN); /* not yet */
-  assert_int_equal(balance_of(fx.store, "c"), INT64_MIN);
-  assert_int_equal(balance_of(fx.store, "p"), 4);
+  wait_stats(w, (kl_t_timers_want_t){
+                    .applied = 2, .scheduled = 3, .duplicates = 3, .dead = 2});
+  assert_int_equal(kl_t_ledger_balance(fx.store, "d"), INT64_MIN); /* not yet */
+  assert_int_equal(kl_t_ledger_balance(fx.store, "c"), INT64_MIN);
+  assert_int_equal(kl_t_ledger_balance(fx.store, "p"), 4);
   assert_int_equal(pending(fx.store, fx.topic), 1);
   assert_int_equal(stored_mark(fx.store, "later"), KL__MARK_TIMER);
   assert_int_equal(stored_mark(fx.store, "gone"), KL__MARK_TIMER);
 
   kl_t_store_clock_set(t0 + DUE); /* its time: it runs, once */
-  wait_stats(
-      w, (kl_want_t){.applied = 3, .scheduled = 3, .duplicates = 3, .dead = 2});
-  assert_int_equal(balance_of(fx.store, "d"), 7);
+  wait_stats(w, (kl_t_timers_want_t){
+                    .applied = 3, .scheduled = 3, .duplicates = 3, .dead = 2});
+  assert_int_equal(kl_t_ledger_balance(fx.store, "d"), 7);
   assert_int_equal(stored_mark(fx.store, "later"), KL_MARK_APPLIED);
   produce(&fx, "d", "later", 7, 0); /* a copy after it ran */
-  wait_stats(
-      w, (kl_want_t){.applied = 3, .scheduled = 3, .duplicates = 4, .dead = 2});
+  wait_stats(w, (kl_t_timers_want_t){
+                    .applied = 3, .scheduled = 3, .duplicates = 4, .dead = 2});
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
-  assert_int_equal(balance_of(fx.store, "d"), 7);
-  assert_int_equal(balance_of(fx.store, "c"), INT64_MIN);
+  assert_int_equal(kl_t_ledger_balance(fx.store, "d"), 7);
+  assert_int_equal(kl_t_ledger_balance(fx.store, "c"), INT64_MIN);
   assert_int_equal(pending(fx.store, fx.topic), 0);
 
   char dlq[300];
@@ -319,9 +295,9 @@ static void redrive_case(const char *store_uri, const char *name) {
   kl_t_worker_t *w = kl_t_worker_new_with(fx.boot, fx.topic, group, fx.store,
                                           extra, handler, &refuse);
   kl_t_worker_go(w);
-  wait_stats(w, (kl_want_t){.scheduled = 1, .dead = 1});
+  wait_stats(w, (kl_t_timers_want_t){.scheduled = 1, .dead = 1});
   kl_t_store_clock_set(t0 + DUE);
-  wait_stats(w, (kl_want_t){.scheduled = 1, .dead = 2});
+  wait_stats(w, (kl_t_timers_want_t){.scheduled = 1, .dead = 2});
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   /* a decode letter: not marked (its record's fault) */
   assert_int_equal(stored_mark(fx.store, "far"), KL_MARK_NONE);
@@ -335,8 +311,9 @@ static void redrive_case(const char *store_uri, const char *name) {
   assert_int_equal(kl__redrive_count(r, KL__OUT_SCHEDULED), 1);
   assert_int_equal(kl__redrive_count(r, KL__OUT_APPLIED), 1);
   kl__redrive_destroy(r);
-  assert_int_equal(balance_of(fx.store, "r"), 5); /* the firing: at once */
-  assert_int_equal(balance_of(fx.store, "s"), INT64_MIN); /* not yet */
+  assert_int_equal(kl_t_ledger_balance(fx.store, "r"),
+                   5); /* the firing: at once */
+  assert_int_equal(kl_t_ledger_balance(fx.store, "s"), INT64_MIN); /* not yet */
   assert_int_equal(pending(fx.store, fx.topic), 1);
   assert_int_equal(stored_mark(fx.store, "far"), KL__MARK_TIMER);
   r = redrive(&fx, &refuse); /* again: both done */
@@ -347,10 +324,10 @@ static void redrive_case(const char *store_uri, const char *name) {
                            &refuse);
   kl_t_worker_go(w);
   kl_t_store_clock_set(t0 + 2 * DAY_MS); /* its time: the owner runs it */
-  wait_stats(w, (kl_want_t){.applied = 1});
+  wait_stats(w, (kl_t_timers_want_t){.applied = 1});
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
-  assert_int_equal(balance_of(fx.store, "s"), 3);
-  assert_int_equal(balance_of(fx.store, "r"), 5);
+  assert_int_equal(kl_t_ledger_balance(fx.store, "s"), 3);
+  assert_int_equal(kl_t_ledger_balance(fx.store, "r"), 5);
   assert_int_equal(pending(fx.store, fx.topic), 0);
   kl_t_ledger_fx_down(&fx);
   kl__store_set_clock(NULL);

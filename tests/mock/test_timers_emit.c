@@ -27,6 +27,7 @@
 #include "support/pg_group.h"
 #include "support/store_contract.h"
 #include "support/support.h"
+#include "support/timer_checks.h"
 #include "common/internal.h"
 #include "handlers/exec.h"
 #include "store/outbox_rec.h"
@@ -130,43 +131,21 @@ schedule_handler(void *opaque, const kl_event_t *event, const kl_fence_t *fence,
 static void publish(kl_t_ledger_fx_t *fx, const char *key, const char *id,
                     const char *type, int amount) {
   uint8_t p[9];
-  memcpy(p,
-         "\x81\xa6"
-         "amount",
-         8);
-  p[8] = (uint8_t)amount;
-  kl_event_t ev = {.key = key,
-                   .key_len = strlen(key),
-                   .id = id,
-                   .id_len = strlen(id),
-                   .type = type,
-                   .type_len = strlen(type),
-                   .payload = p,
-                   .payload_len = 9};
-  assert_int_equal(kl_publish(fx->producer, fx->topic, &ev, NULL), KL_OK);
-  assert_int_equal(kl_flush(fx->producer, 10000), KL_OK);
+  kl_t_timers_amount(p, amount);
+  kl_t_timers_publish(fx, key, id, type, p, sizeof(p), 0);
 }
 
-/* Waits (30 s at most) for @p w to have applied @p applied events and
- * scheduled @p scheduled timers, then checks the counts are exactly that
- * and nothing else happened. */
+/* Waits for @p applied events applied, @p scheduled timers and
+ * @p duplicates, then checks nothing else happened (no dead letter, none
+ * early). */
 static void wait_stats(kl_t_worker_t *w, uint64_t applied, uint64_t scheduled,
                        uint64_t duplicates) {
-  kl_worker_stats_t st = {0};
-  for (int i = 0; i < 600; i++) {
-    kl_worker_stats(w->worker, &st, sizeof(st));
-    if (st.applied >= applied && st.timers_scheduled >= scheduled &&
-        st.duplicates >= duplicates)
-      break;
-    kl_t_sleep_ms(50);
-  }
-  assert_int_equal(st.applied, applied);
-  assert_int_equal(st.timers_scheduled, scheduled);
-  assert_int_equal(st.duplicates, duplicates);
-  assert_int_equal(st.dead_letters, 0);
-  assert_int_equal(st.timers_early, 0);
+  kl_t_timers_wait(w, (kl_t_timers_want_t){.applied = applied,
+                                           .scheduled = scheduled,
+                                           .duplicates = duplicates,
+                                           .fired = KL_T_ANY,
+                                           .failed = KL_T_ANY});
 }
-
 typedef struct kl_pending {
   size_t n;
   int64_t due;
@@ -191,11 +170,6 @@ static kl_pending_t pending(kl_store_t *store, const char *topic,
       kl__timers_scan(store, topic, partition, pending_one, &p, &bad), KL_OK);
   assert_int_equal(bad, 0);
   return p;
-}
-
-static int64_t balance_of(kl_store_t *store, const char *key) {
-  kl_ledger_entry_t e;
-  return kl_t_ledger_find(store, NULL, key, &e) ? e.balance : INT64_MIN;
 }
 
 /* Lines of the exec child's log holding @p text. */
@@ -258,7 +232,7 @@ static void followup_case(const char *name, int use_exec,
   if (exec)
     assert_int_equal(log_count("\"not_before\""), 0);
   else
-    assert_int_equal(balance_of(fx.store, t_dest), 1);
+    assert_int_equal(kl_t_ledger_balance(fx.store, t_dest), 1);
   assert_int_equal(pending(fx.store, fx.topic, dest_p).n, 1);
   /* its time: applied, once */
   kl_t_store_clock_set(t_nb);
@@ -272,7 +246,7 @@ static void followup_case(const char *name, int use_exec,
     assert_int_equal(log_count("\"type\":\"credit\""), 2);
     kl__exec_destroy(exec);
   } else {
-    assert_int_equal(balance_of(fx.store, t_dest), 8);
+    assert_int_equal(kl_t_ledger_balance(fx.store, t_dest), 8);
   }
   kl_t_ledger_fx_down(&fx);
   kl__store_set_clock(NULL);

@@ -19,6 +19,8 @@
 #define _GNU_SOURCE
 #include <link.h>
 #include <dlfcn.h>
+#include <execinfo.h>
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -33,7 +35,10 @@
 #include "keylane/producer.h"
 #include "keylane/store.h"
 #include "support/cluster.h"
+#include "support/ledger_checks.h"
 #include "support/support.h"
+#include "worker/lanes_internal.h"
+#include "worker/worker_state.h"
 #include "cli/ledger_gen.h"
 
 extern void *__libc_malloc(size_t);
@@ -52,36 +57,59 @@ static lib_t libs[] = {{.name = "librdkafka"},
                        {.name = "liblmdb"},
                        {.name = "keylane and the rest"}};
 
-/* The call sites of the rest: a return address and its count. */
+/* The call sites of the rest, two levels: the return address in the
+ * function that called malloc and the one in its caller (a wrapper such
+ * as kl__xcalloc() says little alone), and their count. */
 enum { SITES = 64 };
-static _Atomic uintptr_t site_at[SITES];
-static atomic_ulong site_calls[SITES];
+static struct {
+  uintptr_t at[2];
+  unsigned long calls;
+} sites[SITES];
+static atomic_flag sites_lock = ATOMIC_FLAG_INIT; /* few calls: a spin */
 
 static atomic_bool armed;
-static _Thread_local bool is_test_thread;
+static _Thread_local bool is_test_thread, in_count;
+
+/* The caller's caller of malloc: the frame after @p caller in this
+ * thread's stack, or 0. backtrace() allocates on its first call only (it
+ * loads the unwinder), which the test thread makes before arming. */
+static uintptr_t caller_of(uintptr_t caller) {
+  void *frames[8];
+  int n = backtrace(frames, 8);
+  for (int i = 0; i + 1 < n; i++)
+    if ((uintptr_t)frames[i] == caller)
+      return (uintptr_t)frames[i + 1];
+  return 0;
+}
 
 static void count_site(uintptr_t a) {
+  uintptr_t b = caller_of(a);
+  while (atomic_flag_test_and_set(&sites_lock))
+    ;
   for (int i = 0; i < SITES; i++) {
-    uintptr_t none = 0;
-    if (atomic_load(&site_at[i]) == a ||
-        atomic_compare_exchange_strong(&site_at[i], &none, a) || none == a) {
-      atomic_fetch_add(&site_calls[i], 1);
-      return;
+    if (!sites[i].calls)
+      sites[i].at[0] = a, sites[i].at[1] = b;
+    if (sites[i].at[0] == a && sites[i].at[1] == b) {
+      sites[i].calls++;
+      break;
     }
   }
+  atomic_flag_clear(&sites_lock);
 }
 
 static void count(void *caller) {
-  if (!atomic_load_explicit(&armed, memory_order_relaxed) || is_test_thread)
+  if (!atomic_load_explicit(&armed, memory_order_relaxed) || is_test_thread ||
+      in_count)
     return;
+  in_count = true;
   uintptr_t a = (uintptr_t)caller;
-  for (int i = 0; i < LIB_REST; i++)
-    if (a >= libs[i].lo && a < libs[i].hi) {
-      atomic_fetch_add_explicit(&libs[i].calls, 1, memory_order_relaxed);
-      return;
-    }
-  atomic_fetch_add_explicit(&libs[LIB_REST].calls, 1, memory_order_relaxed);
-  count_site(a);
+  int l = 0;
+  while (l < LIB_REST && !(a >= libs[l].lo && a < libs[l].hi))
+    l++;
+  atomic_fetch_add_explicit(&libs[l].calls, 1, memory_order_relaxed);
+  if (l == LIB_REST)
+    count_site(a);
+  in_count = false;
 }
 
 void *malloc(size_t size) {
@@ -120,20 +148,43 @@ static int find_libs(struct dl_phdr_info *info, size_t size, void *data) {
   return 0;
 }
 
-/* Prints the rest's call sites, for addr2line -f -i -e FILE ADDRESS-1. */
+/* Prints where an address lies, for addr2line -f -i -e FILE ADDRESS-1. */
+static void print_at(const char *prefix, uintptr_t a) {
+  Dl_info info;
+  if (a && dladdr((void *)a, &info) && info.dli_fname)
+    printf("%s%s+%#lx (%s)\n", prefix, info.dli_fname,
+           (unsigned long)(a - (uintptr_t)info.dli_fbase),
+           info.dli_sname ? info.dli_sname : "static");
+  else
+    printf("%s%#lx\n", prefix, (unsigned long)a);
+}
+
+/* Prints the rest's call sites, each with its caller. */
 static void print_sites(void) {
-  for (int i = 0; i < SITES && atomic_load(&site_at[i]); i++) {
-    Dl_info info;
-    uintptr_t a = atomic_load(&site_at[i]);
-    if (dladdr((void *)a, &info) && info.dli_fname)
-      printf("  %5lu calls from %s+%#lx (%s)\n",
-             (unsigned long)atomic_load(&site_calls[i]), info.dli_fname,
-             (unsigned long)(a - (uintptr_t)info.dli_fbase),
-             info.dli_sname ? info.dli_sname : "static");
+  for (int i = 0; i < SITES && sites[i].calls; i++) {
+    printf("  %5lu calls from ", sites[i].calls);
+    print_at("", sites[i].at[0]);
+    print_at("              called from ", sites[i].at[1]);
   }
 }
 
-enum { EVENTS = 40000, KEYS = 500, WARM = 10000, MEASURE_TO = 35000 };
+/* Starts a ledger worker on @p fx with a window of @p window records. */
+static kl_t_worker_t *fx_worker(kl_t_ledger_fx_t *fx, int window) {
+  char max[48];
+  snprintf(max, sizeof(max), "worker.window.max=%d", window);
+  const char *const extra[] = {max, NULL};
+  return kl_t_worker_start(fx->boot, fx->topic,
+                           kl_t_group(fx->cluster, "allocs"), fx->store, extra);
+}
+
+enum {
+  EVENTS = 40000,
+  KEYS = 500,
+  PARTITIONS = 4,
+  WINDOW = 2000,
+  WARM = 10000,
+  MEASURE_TO = 35000
+};
 
 /* The bound per batch on the rest's allocations. */
 #define KL_T_ALLOCS_PER_BATCH 20
@@ -141,22 +192,15 @@ enum { EVENTS = 40000, KEYS = 500, WARM = 10000, MEASURE_TO = 35000 };
 static void steady_path_allocates_nothing_per_event(void **state) {
   (void)state;
   is_test_thread = true;
+  void *frame;
+  backtrace(&frame, 1); /* loads the unwinder, which allocates, now */
   dl_iterate_phdr(find_libs, NULL);
   for (int i = 0; i < LIB_REST; i++)
     assert_true(libs[i].lo && libs[i].hi); /* both are linked in */
-  kl_t_cluster_t *cluster;
-  assert_int_equal(kl_t_cluster_new(1, "allocs", 4, &cluster), KL_OK);
-  char dir[64];
-  kl_t_tmpdir(dir);
-  kl_store_t *store;
-  assert_int_equal(kl_store_open(dir, NULL, &store), KL_OK);
-  kl_conf_t *conf = kl_conf_new();
-  assert_int_equal(
-      kl_conf_set(conf, "kafka.bootstrap.servers", kl_t_bootstrap(cluster)),
-      KL_OK);
-  kl_producer_t *producer;
-  assert_int_equal(kl_producer_new(conf, NULL, NULL, &producer), KL_OK);
-  kl_conf_destroy(conf);
+  kl_t_ledger_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "allocs", PARTITIONS, KEYS, 1, NULL);
+  kl_t_cluster_t *cluster = fx.cluster;
+  kl_producer_t *producer = fx.producer;
   for (int i = 0; i < EVENTS; i++) {
     char key[16];
     int n = snprintf(key, sizeof(key), "acct-%d", i % KEYS);
@@ -167,11 +211,10 @@ static void steady_path_allocates_nothing_per_event(void **state) {
   assert_int_equal(kl_flush(producer, 30000), KL_OK);
 
   /* A window of 2,000 records per partition: the 40,000 events pass through
-   * it 5 times, as a worker's window turns over in production. */
-  const char *const extra[] = {"worker.window.max=2000", NULL};
-  kl_t_worker_t *w =
-      kl_t_worker_start(kl_t_bootstrap(cluster), kl_t_topic(cluster),
-                        kl_t_group(cluster, "allocs"), store, extra);
+   * it 5 times, as a worker's window turns over in production. The windows
+   * fill in the warm-up, together or in turn (a loaded machine's), and the
+   * lanes then hold the slots of them all (windows_filled_in_turn_...()). */
+  kl_t_worker_t *w = fx_worker(&fx, WINDOW);
   uint64_t from = kl_t_workers_applied(&w, 1, WARM, 60000);
   assert_true(from >= WARM);
   kl_worker_stats_t st0, st1;
@@ -204,15 +247,81 @@ static void steady_path_allocates_nothing_per_event(void **state) {
   /* LMDB's new dirty pages as the ids' tree grows: about 0.012 per event. */
   assert_true(lmdb <= events / 50 + 4 * batches);
 
-  kl_producer_destroy(producer);
-  kl_store_destroy(store);
-  kl_t_rmrf(dir);
-  kl_t_cluster_destroy(cluster);
+  kl_t_ledger_fx_down(&fx);
+}
+
+/* The slots and keys the lanes have made, live and spare. */
+typedef struct made {
+  size_t slots, keys;
+} made_t;
+
+static made_t lanes_made(kl_worker_t *worker) {
+  kl__lanes_t *lanes = worker->lanes;
+  pthread_mutex_lock(&lanes->mu);
+  made_t m = {lanes->nspare, lanes->nspare_keys};
+  for (int32_t p = 0; p < lanes->count; p++)
+    if (lanes->lanes[p]) {
+      m.slots += lanes->lanes[p]->ring_count;
+      m.keys += lanes->lanes[p]->keys.count;
+    }
+  pthread_mutex_unlock(&lanes->mu);
+  return m;
+}
+
+/* Publishes @p n credits over keys of @p partition (of 2) only. */
+static void publish_to(kl_producer_t *producer, const char *topic,
+                       int32_t partition, int n) {
+  for (int i = 0, k = 0; i < n; k++) {
+    char key[16];
+    int len = snprintf(key, sizeof(key), "acct-%d", k % KEYS);
+    if (kl_partition(key, (size_t)len, 2) != partition)
+      continue;
+    assert_int_equal(kl__ledger_gen_send(producer, topic, key, (size_t)len,
+                                         NULL, "credit", 1, 0, NULL),
+                     KL_OK);
+    i++;
+  }
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+}
+
+/* Two partitions whose windows fill in turn, never together: each may fill
+ * again at any time, together with the other, so the lanes then hold two
+ * windows of slots, and the keys of both. They held one window's and one
+ * partition's (the most the windows had held at once), and the first time
+ * both filled together, under load, the steady path calloc()ed the rest
+ * (2,089 slots in steady_path_allocates_nothing_per_event, once; 108 keys
+ * another time). */
+static void windows_filled_in_turn_keep_their_slots(void **state) {
+  (void)state;
+  is_test_thread = true;
+  enum { W = 300 };
+  kl_t_ledger_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "turns", 2, KEYS, 1, NULL);
+  kl_t_cluster_t *cluster = fx.cluster;
+  kl_producer_t *producer = fx.producer;
+  kl_t_worker_t *w = fx_worker(&fx, W);
+  /* Partition 0's window fills and drains; then partition 1's, from the
+   * slots partition 0 gave back. */
+  publish_to(producer, kl_t_topic(cluster), 0, 4 * W);
+  uint64_t first = kl_t_workers_applied(&w, 1, 4 * W, 60000);
+  publish_to(producer, kl_t_topic(cluster), 1, 4 * W);
+  uint64_t both = kl_t_workers_applied(&w, 1, 8 * W, 60000);
+  made_t made = lanes_made(w->worker);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  printf("after %" PRIu64 " and %" PRIu64 " events: %zu slots for 2 windows "
+         "of %d, %zu keys for %d\n",
+         first, both, made.slots, W, made.keys, KEYS);
+  assert_true(first >= 4 * W && both >= 8 * W);
+  assert_true(made.slots >= 2 * W);
+  assert_true(made.keys >= KEYS); /* each partition's window held its all */
+
+  kl_t_ledger_fx_down(&fx);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(steady_path_allocates_nothing_per_event),
+      cmocka_unit_test(windows_filled_in_turn_keep_their_slots),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -115,6 +115,7 @@ static void test_store_over_tls(void **state) {
   if (!strstr(r.err, "certificate verify failed"))
     fail_msg("a wrong CA says: %s", r.err);
   kl_t_run_free(&r);
+  kl_t_rmrf(dir);
 }
 
 int main(void) {

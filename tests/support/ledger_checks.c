@@ -140,3 +140,8 @@ int kl_t_ledger_find(kl_store_t *store, const char *topic, const char *key,
   assert_int_equal(kl__ledger_walk(store, topic, kl_t_ledger_row, &row), KL_OK);
   return row.found;
 }
+
+int64_t kl_t_ledger_balance(kl_store_t *store, const char *key) {
+  kl_ledger_entry_t e;
+  return kl_t_ledger_find(store, NULL, key, &e) ? e.balance : INT64_MIN;
+}

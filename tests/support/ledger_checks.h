@@ -75,4 +75,8 @@ size_t kl_t_outbox_held(kl_store_t *store, const char *topic, int partitions);
 int kl_t_ledger_find(kl_store_t *store, const char *topic, const char *key,
                      kl_ledger_entry_t *e);
 
+/* @p key's balance in @p store, summed over the topics, or INT64_MIN when
+ * the store holds no entry of it. */
+int64_t kl_t_ledger_balance(kl_store_t *store, const char *key);
+
 #endif

@@ -53,6 +53,9 @@ kl_store_t *kl_t_store_open(const char *where, ...);
  * keylane of another format would have made it. */
 void kl_t_lmdb_set_format(const char *where, uint32_t format);
 
+/** Fails the test unless kl_err_detail() holds @p want. */
+void kl_t_store_detail_has(const char *want);
+
 /** Acquires @p partition of KL_T_TOPIC. @returns the new epoch. */
 uint64_t kl_t_store_acquire(kl_store_t *store, int32_t partition);
 

@@ -22,12 +22,6 @@
 
 #define KEY "acct-1"
 
-static void detail_has(const char *want) {
-  if (!strstr(kl_err_detail(), want))
-    fail_msg("kl_err_detail() is \"%s\", not about \"%s\"", kl_err_detail(),
-             want);
-}
-
 /* Commits a timer of (KEY, @p id) in partition 0, as a delayed event read
  * at @p offset would be scheduled. */
 static void timer_commit(kl_store_t *store, uint64_t epoch, const char *id,
@@ -69,14 +63,14 @@ void kl_t_contract_cancel_deletes_a_pending_timer(void **state) {
 
   kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
   assert_int_equal(cancel(txn, KEY, "later"), KL_EINVAL);
-  detail_has("runs no event");
+  kl_t_store_detail_has("runs no event");
   kl_event_t ev = {.key = KEY, .key_len = strlen(KEY), .id = "c", .id_len = 1};
   kl_fence_t fence = {KL_T_TOPIC, 0, epoch, 2};
   kl__txn_source_event(txn, &ev, &fence);
   assert_int_equal(cancel(txn, "acct-2", "later"), KL_EINVAL);
-  detail_has("not the running event's");
+  kl_t_store_detail_has("not the running event's");
   assert_int_equal(cancel(txn, KEY, "never"), KL_ENOTFOUND);
-  detail_has("no timer of id \"never\"");
+  kl_t_store_detail_has("no timer of id \"never\"");
   assert_int_equal(cancel(txn, KEY, "later"), KL_OK);
   kl__timer_t t;
   assert_int_equal(

@@ -1,5 +1,7 @@
 #include "support/support.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,12 +13,51 @@
 #include "keylane/handlers.h"
 #include "store/store_internal.h"
 
+/* The directories kl_t_tmpdir() made and kl_t_rmrf() did not remove yet,
+ * named at the process's exit: a test that fails keeps its own, to read. */
+enum { KL_T_DIRS = 256 };
+static struct {
+  pthread_mutex_t mu;
+  pid_t pid; /* the process that made them, not a child of it */
+  int n;
+  char dir[KL_T_DIRS][64];
+} kl_t_dirs = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void kl_t_dirs_kept(void) {
+  if (getpid() != kl_t_dirs.pid)
+    return;
+  for (int i = 0; i < kl_t_dirs.n; i++)
+    if (kl_t_dirs.dir[i][0])
+      fprintf(stderr,
+              "kept %s: the test that made it failed (or did not "
+              "remove it with kl_t_rmrf())\n",
+              kl_t_dirs.dir[i]);
+}
+
 void kl_t_tmpdir(char *dir) {
-  snprintf(dir, 64, "/tmp/keylane-test-XXXXXX");
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
+  const char *tmp = getenv("TMPDIR");
+  if (!tmp || !*tmp)
+    tmp = "/tmp";
+  if (snprintf(dir, 64, "%s/keylane-test-XXXXXX", tmp) >= 64) {
+    fprintf(stderr,
+            "TMPDIR=%s is too long for a test's directory (%s/"
+            "keylane-test-XXXXXX in 63 bytes): use a shorter one\n",
+            tmp, tmp);
     abort();
   }
+  if (!mkdtemp(dir)) {
+    fprintf(stderr, "cannot make a test directory %s: %s\n", dir,
+            strerror(errno));
+    abort();
+  }
+  pthread_mutex_lock(&kl_t_dirs.mu);
+  if (!kl_t_dirs.pid) {
+    kl_t_dirs.pid = getpid();
+    atexit(kl_t_dirs_kept);
+  }
+  if (kl_t_dirs.n < KL_T_DIRS && kl_t_dirs.pid == getpid())
+    snprintf(kl_t_dirs.dir[kl_t_dirs.n++], 64, "%s", dir);
+  pthread_mutex_unlock(&kl_t_dirs.mu);
 }
 
 void kl_t_rmrf(const char *dir) {
@@ -24,6 +65,11 @@ void kl_t_rmrf(const char *dir) {
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
   if (system(cmd) != 0)
     fprintf(stderr, "could not remove %s\n", dir);
+  pthread_mutex_lock(&kl_t_dirs.mu);
+  for (int i = 0; i < kl_t_dirs.n; i++)
+    if (strcmp(kl_t_dirs.dir[i], dir) == 0)
+      kl_t_dirs.dir[i][0] = '\0';
+  pthread_mutex_unlock(&kl_t_dirs.mu);
 }
 
 void kl_t_sleep_ms(int ms) {

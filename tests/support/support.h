@@ -11,7 +11,10 @@
 #include "keylane/worker.h"
 #include "cli/ledger_gen.h"
 
-/* Makes a fresh directory /tmp/keylane-test-XXXXXX into @p dir (64). */
+/* Makes a fresh directory $TMPDIR/keylane-test-XXXXXX (TMPDIR: /tmp when
+ * unset) into @p dir (64). A test removes it with kl_t_rmrf() when it
+ * passes; one that fails keeps it, and the process names what it kept
+ * when it exits. */
 void kl_t_tmpdir(char *dir);
 void kl_t_rmrf(const char *dir);
 void kl_t_sleep_ms(int ms);
