@@ -394,6 +394,32 @@ kl_err_t kl__apply_set_last(kl_decoder_t *decoder, kl_txn_t *txn,
   return kl__txn_set_last(txn, ident, len);
 }
 
+kl_err_t kl__apply_dead_letter(const kl__applier_t *a, int32_t partition,
+                               kl_txn_t *txn, const rd_kafka_message_t *m,
+                               int *taken) {
+  int64_t named = timer_named(m);
+  kl_event_t ev;
+  kl__timer_t t;
+  int same = 0;
+  if (taken)
+    *taken = 0;
+  if (named < 0 || kl_event_decode(a->decoder, m->key, m->key_len, m->payload,
+                                   m->len, &ev) != KL_OK)
+    return KL_OK;
+  kl_err_t err = kl__timer_find(txn, a->topic, partition, ev.key, ev.key_len,
+                                ev.id, ev.id_len, named, ev.not_before,
+                                m->payload, m->len, &t, &same);
+  if (err == KL_ENOTFOUND || (!err && !same) ||
+      KL__MUTANT(KL__MUTANT_TIMER_DEAD)) /* test only: common/mutant.h */
+    return KL_OK;
+  if (!err)
+    err = kl__timer_del(txn, a->topic, partition, ev.key, ev.key_len, ev.id,
+                        ev.id_len, t.due_ms);
+  if (!err && taken)
+    *taken = 1;
+  return err;
+}
+
 /* The identity of the record at @p watermark - 1, when it is among
  * @p msgs, into @p txn: what a new owner compares with the log. */
 static kl_err_t set_last(const kl__applier_t *a, kl_txn_t *txn,

@@ -157,6 +157,22 @@ kl_err_t kl__apply_set_last(kl_decoder_t *decoder, kl_txn_t *txn,
                             const rd_kafka_message_t *m);
 
 /**
+ * The dead letter of @p m takes its timer in @p txn: when @p m is the
+ * firing record of the timer that waits for its event (the offset its
+ * header names and the very envelope the timer holds), that timer is
+ * deleted, as the run's applied mark would have taken it. Every commit of
+ * a dead letter calls it (the lanes', replay's and a rebuild's), so that a
+ * rebuild, which records the fleet's dead letters where they were, holds
+ * the timers the fleet holds (docs/design.md, "Timers").
+ * @param taken  receives the timers deleted (0 or 1); may be NULL.
+ * @returns KL_OK (also when @p m is no firing record, or its timer is
+ *          gone), or the store's failure.
+ */
+kl_err_t kl__apply_dead_letter(const kl__applier_t *applier, int32_t partition,
+                               kl_txn_t *txn, const rd_kafka_message_t *m,
+                               int *taken);
+
+/**
  * Writes @p ident (kl__apply_ident()) for a log line: "key=K id=I" for a
  * sid, "a record that is no keylane event" otherwise, escaped.
  * @returns @p out.

@@ -11,7 +11,9 @@
  *    store.dedup.retention (nb in seconds, say) is a dead letter saying so;
  *  - `keylane replay --from-dlq` of a delayed event whose time is still
  *    ahead schedules it again (it runs at its time); a firing record that
- *    failed runs at once.
+ *    failed runs at once;
+ *  - the dead letter of a firing record takes its timer, in the fleet's
+ *    store and in a rebuild's alike.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -368,13 +370,86 @@ static void test_redrive_pg(void **state) {
   redrive_case(uri, "tredrivepg");
 }
 
+/* The dead letter of a firing record takes its timer, in the fleet's
+ * commit and in a rebuild's alike: a rebuild records the fleet's dead
+ * letters where they were, so both hold the same pending timers. Before,
+ * the fleet's timer waited for the next firing record, and that record
+ * read again above the watermark took it where a rebuild kept it. */
+static void dead_case(const char *store_uri, const char *name) {
+  t0 = kl__now_ms();
+  kl_t_store_clock_set(t0);
+  kl_t_ledger_fx_t fx;
+  kl_t_ledger_fx_up(&fx, name, 1, 1, 3, store_uri);
+  /* 0: a delayed event of a type the ledger refuses: its firing record is
+   * a dead letter; 1: a credit that waits five days */
+  void *env;
+  size_t len;
+  kl_event_t bad = {.key = "n",
+                    .key_len = 1,
+                    .id = "nope-1",
+                    .id_len = 6,
+                    .type = "nope",
+                    .type_len = 4,
+                    .ts = t0,
+                    .payload = "\x80",
+                    .payload_len = 1,
+                    .not_before = t0 + DUE};
+  assert_int_equal(kl_event_encode(&bad, &env, &len), KL_OK);
+  assert_int_equal(kl_t_produce_raw(fx.boot, fx.topic, 0, "n", env, len, NULL),
+                   0);
+  free(env);
+  produce(&fx, "d", "later", 7, t0 + 5 * DAY_MS);
+  kl_t_worker_t *w =
+      kl_t_worker_new_with(fx.boot, fx.topic, kl_t_group(fx.cluster, name),
+                           fx.store, NULL, handler, NULL);
+  kl_t_worker_go(w);
+  wait_stats(w, (kl_want_t){.scheduled = 2});
+  kl_t_store_clock_set(t0 + DUE);
+  wait_stats(w, (kl_want_t){.scheduled = 2, .dead = 1});
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  assert_int_equal(stored_mark(fx.store, "nope-1"), KL_MARK_DEAD_LETTER);
+  assert_int_equal(pending(fx.store, fx.topic), 1); /* the credit's */
+
+  /* the firing record is stamped by the test's clock: the rebuild reads
+   * it once the real one passed it, as it would in life */
+  kl__store_set_clock(NULL);
+  while (kl__now_ms() <= t0 + DUE)
+    kl_t_sleep_ms(100);
+  char rebuilt[300];
+  if (store_uri)
+    store_for(rebuilt, sizeof(rebuilt), "tdr");
+  else
+    snprintf(rebuilt, sizeof(rebuilt), "%s/rebuilt", fx.dir);
+  kl_store_t *copy = kl_t_ledger_fx_rebuild(&fx, rebuilt, NULL, NULL);
+  assert_int_equal(stored_mark(copy, "nope-1"), KL_MARK_DEAD_LETTER);
+  assert_int_equal(pending(copy, fx.topic), 1);
+  assert_int_equal(stored_mark(copy, "later"), KL__MARK_TIMER);
+  kl_store_destroy(copy);
+  kl_t_ledger_fx_down(&fx);
+  kl__store_set_clock(NULL);
+}
+
+static void test_dead_lmdb(void **state) {
+  (void)state;
+  dead_case(NULL, "tdead");
+}
+
+static void test_dead_pg(void **state) {
+  (void)state;
+  char uri[256];
+  store_for(uri, sizeof(uri), "tdp");
+  dead_case(uri, "tdeadpg");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_copies_lmdb),
       cmocka_unit_test(test_redrive_lmdb),
+      cmocka_unit_test(test_dead_lmdb),
       cmocka_unit_test(test_copies_pg),
       cmocka_unit_test(test_copies_key_parallel_pg),
       cmocka_unit_test(test_redrive_pg),
+      cmocka_unit_test(test_dead_pg),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
                                 kl_t_pg_group_teardown);
