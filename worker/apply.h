@@ -75,9 +75,12 @@ typedef struct kl__applier {
 typedef struct kl__apply_result {
   int64_t next; /* watermark after the batch */
   uint64_t applied, duplicates, redelivered;
-  uint64_t scheduled;          /* delayed events that became timers */
-  int64_t scheduled_due;       /* the last one's due time */
-  uint64_t timers_early;       /* firing records read before their time */
+  uint64_t scheduled;    /* delayed events that became timers */
+  int64_t scheduled_due; /* the last one's due time */
+  uint64_t timers_early; /* firing records read before their time */
+  /* redrive: delayed letters to publish back to their partition for their
+   * owner to schedule (kl__dlq_redrive()); nothing of them is written */
+  uint64_t redrive_back;
   kl_handler_result_t verdict; /* OK, or the first RETRY/FAIL */
   int64_t failed_offset;
   kl_err_t failed_err; /* KL_EDECODE_* when the record did not decode */

@@ -56,8 +56,9 @@ typedef enum kl__outcome {
   KL__OUT_ERROR,       /* not a keylane dead letter, or the store failed */
   KL__OUT_STOPPED,     /* not reached before a stop */
   KL__OUT_REPUBLISHED, /* misrouted: sent to its key's partition (acked) */
-  KL__OUT_SCHEDULED,   /* delayed, its time still ahead: it waits again as
-                          a timer in its partition (worker/apply.c) */
+  KL__OUT_SCHEDULED,   /* delayed (no firing record): published back to its
+                          partition, whose owner schedules it as a timer
+                          (worker/apply.c) and runs it when due */
 } kl__outcome_t;
 
 /** @returns "applied", "duplicate", ... */

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -39,6 +40,7 @@
 #include "store/store_internal.h"
 #include "store/timers.h"
 #include "worker/redrive.h"
+#include "worker/replay.h"
 
 #define DAY_MS (24 * 3600 * 1000LL)
 #define DUE 4000
@@ -305,14 +307,50 @@ static kl__redrive_t *redrive(kl_t_ledger_fx_t *fx, int *refuse) {
   return r;
 }
 
+/* Rebuilds the fixture's topic from its log into @p where (an empty
+ * store), in this process, so on the test's clock, with @p extra conf
+ * ("name=value"), as `keylane store rebuild` does. */
+static kl_store_t *rebuild(kl_t_ledger_fx_t *fx, const char *where,
+                           const char *extra, int *refuse) {
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot),
+                   KL_OK);
+  char name[64];
+  const char *eq = strchr(extra, '=');
+  snprintf(name, sizeof(name), "%.*s", (int)(eq - extra), extra);
+  assert_int_equal(kl_conf_set(conf, name, eq + 1), KL_OK);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(where, NULL, &store), KL_OK);
+  kl__replay_opts_t o = {.conf = conf,
+                         .topic = fx->topic,
+                         .store = store,
+                         .handler = handler,
+                         .handler_opaque = refuse,
+                         .rebuild = 1,
+                         .from = {KL__POS_BEGINNING, 0},
+                         .to = {KL__POS_END, 0}};
+  kl__replay_t *r;
+  assert_int_equal(kl__replay_new(&o, &r), KL_OK);
+  assert_int_equal(kl__replay_run(r), KL_OK);
+  size_t n = 0;
+  const kl__replay_part_t *parts = kl__replay_parts(r, &n);
+  assert_int_equal(n, 1);
+  if (parts[0].status != KL__REPLAY_DONE)
+    fail_msg("the rebuild ended %s: %s",
+             kl__replay_status_name(parts[0].status), parts[0].why);
+  kl__replay_destroy(r);
+  kl_conf_destroy(conf);
+  return store;
+}
+
 static void redrive_case(const char *store_uri, const char *name) {
   t0 = kl__now_ms();
   kl_t_store_clock_set(t0);
   kl_t_ledger_fx_t fx;
   kl_t_ledger_fx_up(&fx, name, 1, 1, 3, store_uri);
-  /* 0: past this fleet's timer.max.delay (1 d): a dead letter, which the
-   * redrive (7 d) schedules; 1: its firing record fails: a dead letter
-   * that carries the keylane.timer header */
+  /* 0: past this fleet's timer.max.delay (1 d): a dead letter; 1: its
+   * firing record fails: a dead letter that carries the keylane.timer
+   * header, whose commit takes its timer */
   produce(&fx, "s", "far", 3, t0 + 2 * DAY_MS);
   produce(&fx, "r", "bad-1", 5, t0 + DUE);
   int refuse = 1;
@@ -328,10 +366,15 @@ static void redrive_case(const char *store_uri, const char *name) {
   /* a decode letter: not marked (its record's fault) */
   assert_int_equal(stored_mark(fx.store, "far"), KL_MARK_NONE);
   assert_int_equal(stored_mark(fx.store, "bad-1"), KL_MARK_DEAD_LETTER);
+  assert_int_equal(pending(fx.store, fx.topic), 0);
   kl_partition_state_t ps; /* its dead letter, over its timer's mark */
   assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &ps), KL_OK);
   assert_int_equal(ps.dead_letters, 1);
 
+  /* A day and a half later "far" is within the bound: its redrive
+   * publishes it back, stamped now, and the owner schedules it from that
+   * record; the failed firing record runs at once. */
+  kl_t_store_clock_set(t0 + DAY_MS + DAY_MS / 2);
   refuse = 0;
   kl__redrive_t *r = redrive(&fx, &refuse);
   assert_int_equal(kl__redrive_count(r, KL__OUT_SCHEDULED), 1);
@@ -339,6 +382,12 @@ static void redrive_case(const char *store_uri, const char *name) {
   kl__redrive_destroy(r);
   assert_int_equal(balance_of(fx.store, "r"), 5); /* the firing: at once */
   assert_int_equal(balance_of(fx.store, "s"), INT64_MIN); /* not yet */
+  assert_int_equal(pending(fx.store, fx.topic), 0);       /* in the log */
+  w = kl_t_worker_new_with(fx.boot, fx.topic, group, fx.store, extra, handler,
+                           &refuse);
+  kl_t_worker_go(w);
+  wait_stats(w, (kl_want_t){.scheduled = 1});
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
   assert_int_equal(pending(fx.store, fx.topic), 1);
   assert_int_equal(stored_mark(fx.store, "far"), KL__MARK_TIMER);
   r = redrive(&fx, &refuse); /* again: both done */
@@ -354,6 +403,25 @@ static void redrive_case(const char *store_uri, const char *name) {
   assert_int_equal(balance_of(fx.store, "s"), 3);
   assert_int_equal(balance_of(fx.store, "r"), 5);
   assert_int_equal(pending(fx.store, fx.topic), 0);
+
+  /* A rebuild with the fleet's bound refuses "far" where it was first
+   * read, as the fleet did, and schedules it from its redrive's record:
+   * its firing record runs it there too (the failed one of "bad-1", which
+   * the handler takes now, applies it). Before, the redrive wrote that
+   * timer to the store alone, and a rebuild never ran "far". */
+  char rebuilt[300];
+  if (store_uri) {
+    store_for(rebuilt, sizeof(rebuilt), "trr");
+  } else {
+    snprintf(rebuilt, sizeof(rebuilt), "%s/rebuilt", fx.dir);
+    assert_int_equal(mkdir(rebuilt, 0700), 0);
+  }
+  kl_store_t *copy = rebuild(&fx, rebuilt, "timer.max.delay=1d", &refuse);
+  assert_int_equal(balance_of(copy, "s"), 3);
+  assert_int_equal(balance_of(copy, "r"), 5);
+  assert_int_equal(pending(copy, fx.topic), 0);
+  assert_int_equal(stored_mark(copy, "far"), KL_MARK_APPLIED);
+  kl_store_destroy(copy);
   kl_t_ledger_fx_down(&fx);
   kl__store_set_clock(NULL);
 }
