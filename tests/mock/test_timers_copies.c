@@ -13,7 +13,8 @@
  *    ahead schedules it again (it runs at its time); a firing record that
  *    failed runs at once;
  *  - the dead letter of a firing record takes its timer, in the fleet's
- *    store and in a rebuild's alike.
+ *    store and in a rebuild's alike, and kl_txn_cancel() finds no timer
+ *    of a dead-lettered id before that commit.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -497,6 +498,51 @@ static void dead_case(const char *store_uri, const char *name) {
   kl__store_set_clock(NULL);
 }
 
+/* A timer whose id was dead-lettered no longer waits, though its row
+ * stays until the commit that records the dead letter takes it: a cancel
+ * run before that commit (its key's next event, once the letter was
+ * acknowledged) finds none, as in a rebuild, where the dead letter took
+ * it at its place in the log. */
+static void dead_cancel_case(const char *store_uri) {
+  char dir[256] = "";
+  if (!store_uri)
+    kl_t_tmpdir(dir);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(store_uri ? store_uri : dir, NULL, &store),
+                   KL_OK);
+  kl_partition_state_t st;
+  assert_int_equal(kl_store_acquire(store, "tdc", 0, &st), KL_OK);
+  kl_txn_t *txn;
+  assert_int_equal(kl_store_begin(store, "tdc", 0, st.epoch, &txn), KL_OK);
+  kl__timer_t t = {kl__now_ms() + 60000, 0, 0};
+  assert_int_equal(
+      kl__timer_put(txn, "tdc", 0, "k", 1, "later", 5, &t, "env", 3), KL_OK);
+  assert_int_equal(kl_store_commit(txn, 1), KL_OK);
+  assert_int_equal(kl_store_begin(store, "tdc", 0, st.epoch, &txn), KL_OK);
+  assert_int_equal(kl_txn_mark(txn, "k", 1, "later", 5, KL_MARK_DEAD_LETTER),
+                   KL_OK);
+  kl_event_t ev = {.key = "k", .key_len = 1, .id = "c", .id_len = 1};
+  kl_fence_t fence = {"tdc", 0, st.epoch, 2};
+  kl__txn_source_event(txn, &ev, &fence);
+  assert_int_equal(kl_txn_cancel(txn, "k", 1, "later", 5), KL_ENOTFOUND);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+  if (!store_uri)
+    kl_t_rmrf(dir);
+}
+
+static void test_dead_cancel_lmdb(void **state) {
+  (void)state;
+  dead_cancel_case(NULL);
+}
+
+static void test_dead_cancel_pg(void **state) {
+  (void)state;
+  char uri[256];
+  store_for(uri, sizeof(uri), "tdx");
+  dead_cancel_case(uri);
+}
+
 static void test_dead_lmdb(void **state) {
   (void)state;
   dead_case(NULL, "tdead");
@@ -514,10 +560,12 @@ int main(void) {
       cmocka_unit_test(test_copies_lmdb),
       cmocka_unit_test(test_redrive_lmdb),
       cmocka_unit_test(test_dead_lmdb),
+      cmocka_unit_test(test_dead_cancel_lmdb),
       cmocka_unit_test(test_copies_pg),
       cmocka_unit_test(test_copies_key_parallel_pg),
       cmocka_unit_test(test_redrive_pg),
       cmocka_unit_test(test_dead_pg),
+      cmocka_unit_test(test_dead_cancel_pg),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
                                 kl_t_pg_group_teardown);
