@@ -57,6 +57,9 @@ typedef enum kl__mutant {
   /* worker/outbox.c: a delayed follow-up (kl_txn_emit_opts()) is published
    * without its not_before, so that it is applied when read (issue 36) */
   KL__MUTANT_TIMER_EMIT,
+  /* worker/apply.c: the dead letter of a firing record leaves its timer,
+   * which a rebuild takes where the fleet did not (issue 36) */
+  KL__MUTANT_TIMER_DEAD,
 } kl__mutant_t;
 
 #ifdef KL_SIM_MUTANTS

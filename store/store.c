@@ -483,6 +483,14 @@ kl_err_t kl_txn_cancel(kl_txn_t *txn, const void *key, size_t key_len,
   char shown[KL__ESCAPED_SIZE(64)];
   err = kl__timer_get(txn, txn->src_topic, txn->src_partition, key, key_len, id,
                       id_len, &t);
+  /* A dead-lettered id's timer no longer waits: the commit that records
+   * its firing record's dead letter takes it (kl__apply_dead_letter()),
+   * where a rebuild takes it too, and a cancel run before that commit
+   * must answer as the rebuild's does. */
+  kl_mark_t mark = KL_MARK_NONE;
+  if (!err && !(err = kl__txn_seen(txn, key, key_len, id, id_len, &mark)) &&
+      mark == KL_MARK_DEAD_LETTER)
+    err = KL_ENOTFOUND;
   if (err == KL_ENOTFOUND)
     return kl__err(KL_ENOTFOUND,
                    "kl_txn_cancel: no timer of id \"%s\" waits for this "

@@ -17,6 +17,14 @@
 #include "store/store_internal.h"
 #include "store/timers.h"
 #include "worker/dlq.h"
+#include "worker/letters.h"
+
+/* The letter a redriven delayed event's record names (redrive_named()). */
+typedef struct kl_letter_ref {
+  int64_t offset; /* of the record whose letter it is; -1: none */
+  char key[KL__LETTER_KEY_MAX];
+  size_t key_len;
+} kl_letter_ref_t;
 
 /* One murmur2 of the key per record: ~20 ns for a short key. Asked of a
  * record that decoded, so its key is there and within its limit. */
@@ -37,16 +45,26 @@ static int apply_misrouted(const kl__applier_t *a, int32_t partition,
   return 1;
 }
 
-/* The offset a firing record names in its KL__TIMER_HEADER, or -1. */
-static int64_t timer_named(const rd_kafka_message_t *m) {
+/* The value of @p m's last header @p name into *@p v, *@p n; 0, or -1
+ * when it has none. */
+static int header_get(const rd_kafka_message_t *m, const char *name,
+                      const void **v, size_t *n) {
   rd_kafka_headers_t *h = NULL;
-  const void *v = NULL;
-  size_t n = 0;
+  *v = NULL;
+  *n = 0;
   /* rd_kafka_message_headers() parses lazily into the message it is
    * given; only this event's run touches it. */
-  if (rd_kafka_message_headers((rd_kafka_message_t *)m, &h) || !h ||
-      rd_kafka_header_get_last(h, KL__TIMER_HEADER, &v, &n) || !v || !n ||
-      n > 18)
+  return rd_kafka_message_headers((rd_kafka_message_t *)m, &h) || !h ||
+                 rd_kafka_header_get_last(h, name, v, n) || !*v || !*n
+             ? -1
+             : 0;
+}
+
+/* The offset @p m's header @p name holds (decimal), or -1. */
+static int64_t header_offset(const rd_kafka_message_t *m, const char *name) {
+  const void *v;
+  size_t n;
+  if (header_get(m, name, &v, &n) || n > 18)
     return -1;
   int64_t offset = 0;
   for (size_t i = 0; i < n; i++) {
@@ -55,6 +73,30 @@ static int64_t timer_named(const rd_kafka_message_t *m) {
       return -1;
     offset = offset * 10 + (c - '0');
   }
+  return offset;
+}
+
+/* The offset a firing record names in its KL__TIMER_HEADER, or -1. */
+static int64_t timer_named(const rd_kafka_message_t *m) {
+  return header_offset(m, KL__TIMER_HEADER);
+}
+
+/* A redriven delayed event published back (kl__dlq_redrive()): the offset
+ * of the record it was a letter of, before @p m, with its letter's record
+ * key into @p key (KL__LETTER_KEY_MAX bytes) and *@p key_len; -1 when @p m
+ * is no such record. */
+static int64_t redrive_named(const rd_kafka_message_t *m, char *key,
+                             size_t *key_len) {
+  int64_t offset = header_offset(m, KL__REDRIVE_HEADER);
+  const void *v;
+  size_t n, prefix = sizeof(KL__LETTER_KEY_PREFIX) - 1;
+  if (offset < 0 || offset >= m->offset ||
+      header_get(m, KL__REDRIVE_LETTER_HEADER, &v, &n) ||
+      n >= KL__LETTER_KEY_MAX || n <= prefix ||
+      memcmp(v, KL__LETTER_KEY_PREFIX, prefix) != 0)
+    return -1;
+  memcpy(key, v, n);
+  *key_len = n;
   return offset;
 }
 
@@ -71,13 +113,17 @@ static int mark_open(kl_mark_t mark) {
   return mark == KL_MARK_NONE || mark == KL__MARK_TIMER;
 }
 
-/* Its first reading (or a redrive whose time is ahead): the timer and its
- * id's KL__MARK_TIMER in this txn, once the time is checked. @p from is
- * the time its wait is judged from; @p record_ms its record's. */
+/* Its first reading (or its redrive's record): the timer of @p offset
+ * (@p m's own, or the redriven letter's) and its id's KL__MARK_TIMER in
+ * this txn, once the time is checked, with the letter's record when
+ * @p letter_key is set. @p from is the time its wait is judged from;
+ * @p record_ms its record's. */
 static int timer_schedule(const kl__applier_t *a, int32_t partition,
                           kl_txn_t *txn, const rd_kafka_message_t *m,
-                          const kl_event_t *event, int64_t from,
-                          int64_t record_ms, kl__apply_result_t *res) {
+                          const kl_event_t *event, int64_t offset,
+                          const char *letter_key, size_t letter_key_len,
+                          int64_t from, int64_t record_ms,
+                          kl__apply_result_t *res) {
   kl_err_t err;
   /* the rule kl_publish() keeps (envelope.h says why the bound behind is
    * the retention here), behind judged from the record's time, so that a
@@ -89,7 +135,7 @@ static int timer_schedule(const kl__applier_t *a, int32_t partition,
     snprintf(res->why, sizeof(res->why), "decode: %s", kl_err_detail());
     return KL_HANDLER_FAIL;
   }
-  kl__timer_t nt = {event->not_before, m->offset, 0};
+  kl__timer_t nt = {event->not_before, offset, 0};
   err = kl__timer_put(txn, a->topic, partition, event->key, event->key_len,
                       event->id, event->id_len, &nt, m->payload, m->len);
   if (err == KL_EINVAL) {
@@ -97,8 +143,8 @@ static int timer_schedule(const kl__applier_t *a, int32_t partition,
     return KL_HANDLER_FAIL;
   }
   /* a redriven letter is done once it waits again (redrive.h) */
-  if (!err && a->letter_key)
-    err = kl_txn_put(txn, a->letter_key, a->letter_key_len, "1", 1);
+  if (!err && letter_key)
+    err = kl_txn_put(txn, letter_key, letter_key_len, "1", 1);
   if (err)
     return timer_store_failed(err, res);
   res->scheduled++;
@@ -108,10 +154,12 @@ static int timer_schedule(const kl__applier_t *a, int32_t partition,
 
 /*
  * A dead-lettered delayed event that an operator redrives (keylane replay
- * --from-dlq): a firing record that failed (it carries KL__TIMER_HEADER),
- * or one whose time has passed by this host's clock, runs now; one whose
- * time is still ahead waits again as a timer, bounded by timer.max.delay
- * from now, and runs when due, as its first reading would have made it.
+ * --from-dlq): a firing record that failed (it carries KL__TIMER_HEADER)
+ * runs now. Any other is published back to its partition
+ * (res->redrive_back; nothing is written here), and its owner schedules
+ * it from that record as a first reading (apply_timer()), judged by the
+ * record's time and the owner's timer.max.delay, so that a rebuild, which
+ * reads that record too, schedules it alike (docs/design.md, "Timers").
  * One whose id waits as a timer already is a duplicate.
  * @returns as apply_timer().
  */
@@ -120,15 +168,16 @@ static int timer_redrive(const kl__applier_t *a, int32_t partition,
                          const kl_event_t *event, kl_mark_t mark,
                          const kl__timer_t *t, int found,
                          kl__apply_result_t *res) {
-  int64_t here = kl__store_now_ms();
   int firing = timer_named(m) >= 0;
   if (!firing && (found || mark == KL__MARK_TIMER)) {
     kl_txn_count_duplicate(txn);
     res->duplicates++;
     return KL_HANDLER_OK;
   }
-  if (!firing && mark != KL_MARK_APPLIED && event->not_before > here)
-    return timer_schedule(a, partition, txn, m, event, here, here, res);
+  if (!firing && mark != KL_MARK_APPLIED && event->not_before > 0) {
+    res->redrive_back++;
+    return KL_HANDLER_OK;
+  }
   kl_err_t err;
   if (found &&
       (err = kl__timer_del(txn, a->topic, partition, event->key, event->key_len,
@@ -157,7 +206,8 @@ static int timer_redrive(const kl__applier_t *a, int32_t partition,
  */
 static int apply_timer(const kl__applier_t *a, int32_t partition, kl_txn_t *txn,
                        const rd_kafka_message_t *m, const kl_event_t *event,
-                       kl_mark_t mark, kl__apply_result_t *res) {
+                       kl_mark_t mark, const kl_letter_ref_t *back,
+                       kl__apply_result_t *res) {
   /* Only the envelope the timer holds fires it: a record that names the
    * timer with other contents is a copy, not the event. */
   kl__timer_t t;
@@ -181,6 +231,10 @@ static int apply_timer(const kl__applier_t *a, int32_t partition, kl_txn_t *txn,
   int64_t from = now < here ? now : here, record_ms = now;
   if (fire && KL__MUTANT(KL__MUTANT_TIMER_EARLY)) /* test only: mutant.h */
     now = t.due_ms;
+  /* its redrive's record: a first reading, also of a dead-lettered id */
+  if (back && !found && mark != KL__MARK_TIMER && mark != KL_MARK_APPLIED)
+    return timer_schedule(a, partition, txn, m, event, back->offset, back->key,
+                          back->key_len, from, record_ms, res);
   int open = mark_open(mark);
   if (fire && (!open || t.due_ms <= now)) {
     /* runs now, or its id was applied or dead-lettered meanwhile: the
@@ -197,8 +251,9 @@ static int apply_timer(const kl__applier_t *a, int32_t partition, kl_txn_t *txn,
   if (fire && open) /* stamped before its time */
     res->timers_early++;
   else if (!found && mark == KL_MARK_NONE && event->not_before > 0 &&
-           timer_named(m) < 0)
-    return timer_schedule(a, partition, txn, m, event, from, record_ms, res);
+           timer_named(m) < 0 && !back)
+    return timer_schedule(a, partition, txn, m, event, m->offset, NULL, 0, from,
+                          record_ms, res);
   kl_txn_count_duplicate(txn);
   res->duplicates++;
   return KL_HANDLER_OK;
@@ -236,11 +291,16 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
   kl_mark_t mark;
   const void *done = NULL;
   size_t done_len;
+  /* a redriven delayed event's record (kl__dlq_redrive()) has a letter */
+  kl_letter_ref_t back = {-1, {0}, 0};
+  if (!a->redrive && event->not_before > 0 && timer_named(m) < 0)
+    back.offset = redrive_named(m, back.key, &back.key_len);
+  const char *letter_key = back.offset >= 0 ? back.key : a->letter_key;
+  size_t letter_key_len = back.offset >= 0 ? back.key_len : a->letter_key_len;
   if ((err = kl__txn_seen(txn, event->key, event->key_len, event->id,
                           event->id_len, &mark)) ||
-      (a->letter_key &&
-       (err = kl_txn_get(txn, a->letter_key, a->letter_key_len, &done,
-                         &done_len)) &&
+      (letter_key &&
+       (err = kl_txn_get(txn, letter_key, letter_key_len, &done, &done_len)) &&
        err != KL_ENOTFOUND)) {
     res->store_err = err;
     snprintf(res->why, sizeof(res->why), "store: %s", kl_err_detail());
@@ -254,7 +314,8 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
   /* A record of an id that waits as a timer goes there too, with or
    * without `nb`: only the timer's firing record runs it. */
   int timed = (event->not_before > 0 || mark == KL__MARK_TIMER) && !done
-                  ? apply_timer(a, partition, txn, m, event, mark, res)
+                  ? apply_timer(a, partition, txn, m, event, mark,
+                                back.offset >= 0 ? &back : NULL, res)
                   : -1;
   if (timed >= 0)
     return (kl_handler_result_t)timed;
@@ -392,6 +453,32 @@ kl_err_t kl__apply_set_last(kl_decoder_t *decoder, kl_txn_t *txn,
   char ident[KL__SID_MAX];
   size_t len = kl__apply_ident(decoder, m, ident);
   return kl__txn_set_last(txn, ident, len);
+}
+
+kl_err_t kl__apply_dead_letter(const kl__applier_t *a, int32_t partition,
+                               kl_txn_t *txn, const rd_kafka_message_t *m,
+                               int *taken) {
+  int64_t named = timer_named(m);
+  kl_event_t ev;
+  kl__timer_t t;
+  int same = 0;
+  if (taken)
+    *taken = 0;
+  if (named < 0 || kl_event_decode(a->decoder, m->key, m->key_len, m->payload,
+                                   m->len, &ev) != KL_OK)
+    return KL_OK;
+  kl_err_t err = kl__timer_find(txn, a->topic, partition, ev.key, ev.key_len,
+                                ev.id, ev.id_len, named, ev.not_before,
+                                m->payload, m->len, &t, &same);
+  if (err == KL_ENOTFOUND || (!err && !same) ||
+      KL__MUTANT(KL__MUTANT_TIMER_DEAD)) /* test only: common/mutant.h */
+    return KL_OK;
+  if (!err)
+    err = kl__timer_del(txn, a->topic, partition, ev.key, ev.key_len, ev.id,
+                        ev.id_len, t.due_ms);
+  if (!err && taken)
+    *taken = 1;
+  return err;
 }
 
 /* The identity of the record at @p watermark - 1, when it is among

@@ -75,9 +75,12 @@ typedef struct kl__applier {
 typedef struct kl__apply_result {
   int64_t next; /* watermark after the batch */
   uint64_t applied, duplicates, redelivered;
-  uint64_t scheduled;          /* delayed events that became timers */
-  int64_t scheduled_due;       /* the last one's due time */
-  uint64_t timers_early;       /* firing records read before their time */
+  uint64_t scheduled;    /* delayed events that became timers */
+  int64_t scheduled_due; /* the last one's due time */
+  uint64_t timers_early; /* firing records read before their time */
+  /* redrive: delayed letters to publish back to their partition for their
+   * owner to schedule (kl__dlq_redrive()); nothing of them is written */
+  uint64_t redrive_back;
   kl_handler_result_t verdict; /* OK, or the first RETRY/FAIL */
   int64_t failed_offset;
   kl_err_t failed_err; /* KL_EDECODE_* when the record did not decode */
@@ -155,6 +158,22 @@ size_t kl__apply_ident(kl_decoder_t *decoder, const rd_kafka_message_t *m,
  */
 kl_err_t kl__apply_set_last(kl_decoder_t *decoder, kl_txn_t *txn,
                             const rd_kafka_message_t *m);
+
+/**
+ * The dead letter of @p m takes its timer in @p txn: when @p m is the
+ * firing record of the timer that waits for its event (the offset its
+ * header names and the very envelope the timer holds), that timer is
+ * deleted, as the run's applied mark would have taken it. Every commit of
+ * a dead letter calls it (the lanes', replay's and a rebuild's), so that a
+ * rebuild, which records the fleet's dead letters where they were, holds
+ * the timers the fleet holds (docs/design.md, "Timers").
+ * @param taken  receives the timers deleted (0 or 1); may be NULL.
+ * @returns KL_OK (also when @p m is no firing record, or its timer is
+ *          gone), or the store's failure.
+ */
+kl_err_t kl__apply_dead_letter(const kl__applier_t *applier, int32_t partition,
+                               kl_txn_t *txn, const rd_kafka_message_t *m,
+                               int *taken);
 
 /**
  * Writes @p ident (kl__apply_ident()) for a log line: "key=K id=I" for a

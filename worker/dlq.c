@@ -206,8 +206,10 @@ static rd_kafka_headers_t *dlq_headers(const char *source_topic,
 }
 
 /* The record's headers without keylane.dlq.* (a redriven letter's), plus
- * where a forward came from. */
-static rd_kafka_headers_t *forward_headers(const rd_kafka_message_t *m) {
+ * where a forward came from, and for a redriven delayed event
+ * (@p letter_key not NULL) the redrive's. */
+static rd_kafka_headers_t *forward_headers(const rd_kafka_message_t *m,
+                                           const char *letter_key) {
   rd_kafka_headers_t *orig = NULL;
   rd_kafka_headers_t *h = rd_kafka_headers_new(8);
   if (rd_kafka_message_headers((rd_kafka_message_t *)m, &orig) == 0 && orig) {
@@ -220,7 +222,9 @@ static rd_kafka_headers_t *forward_headers(const rd_kafka_message_t *m) {
         rd_kafka_header_add(h, name, -1, value, (ssize_t)size);
   }
   if (hdr_add_i64(h, "keylane.forward.partition", m->partition) |
-      hdr_add_i64(h, "keylane.forward.offset", m->offset)) {
+      hdr_add_i64(h, "keylane.forward.offset", m->offset) |
+      (letter_key && (hdr_add_i64(h, KL__REDRIVE_HEADER, m->offset) |
+                      hdr_add(h, KL__REDRIVE_LETTER_HEADER, letter_key)))) {
     rd_kafka_headers_destroy(h);
     return NULL;
   }
@@ -275,7 +279,17 @@ kl_err_t kl__dlq_timer(kl__dlq_t *dlq, const char *topic, int32_t partition,
 kl_err_t kl__dlq_forward(kl__dlq_t *dlq, const char *topic, int32_t partition,
                          const rd_kafka_message_t *msg,
                          const kl__dlq_ref_t *ref) {
-  return dlq_produce(dlq, topic, partition, msg, forward_headers(msg), 0, ref);
+  return dlq_produce(dlq, topic, partition, msg, forward_headers(msg, NULL), 0,
+                     ref);
+}
+
+kl_err_t kl__dlq_redrive(kl__dlq_t *dlq, const char *topic, int32_t partition,
+                         const rd_kafka_message_t *msg, const char *letter_key,
+                         const kl__dlq_ref_t *ref) {
+  /* stamped by the store's clock, as a firing record: its owner judges
+   * the wait from it, and so does a rebuild */
+  return dlq_produce(dlq, topic, partition, msg,
+                     forward_headers(msg, letter_key), kl__store_now_ms(), ref);
 }
 
 kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,

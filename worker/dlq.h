@@ -87,6 +87,11 @@ typedef struct kl__dlq_ref {
 /* The Kafka header of a firing record: the offset of the record that
  * scheduled the timer (docs/design.md, "Timers"). */
 #define KL__TIMER_HEADER "keylane.timer"
+/* The Kafka headers of a redriven delayed event published back to its
+ * partition (kl__dlq_redrive()): the offset of the record whose letter it
+ * is, and that letter's record key (worker/letters.h). */
+#define KL__REDRIVE_HEADER "keylane.redrive"
+#define KL__REDRIVE_LETTER_HEADER "keylane.redrive.letter"
 
 /**
  * Delivery report of one letter: @p err is KL_OK once Kafka acknowledged
@@ -157,6 +162,16 @@ kl_err_t kl__dlq_timer(kl__dlq_t *dlq, const char *topic, int32_t partition,
  */
 kl_err_t kl__dlq_forward(kl__dlq_t *dlq, const char *topic, int32_t partition,
                          const rd_kafka_message_t *msg,
+                         const kl__dlq_ref_t *ref);
+
+/**
+ * As kl__dlq_forward(), with the headers KL__REDRIVE_HEADER naming
+ * @p msg's offset (the record the letter was) and KL__REDRIVE_LETTER_HEADER
+ * holding @p letter_key, stamped by the store's clock: a redriven delayed
+ * event, which its owner schedules as a first reading (worker/apply.c).
+ */
+kl_err_t kl__dlq_redrive(kl__dlq_t *dlq, const char *topic, int32_t partition,
+                         const rd_kafka_message_t *msg, const char *letter_key,
                          const kl__dlq_ref_t *ref);
 
 /** Serves delivery reports for up to @p timeout_ms. */

@@ -104,6 +104,12 @@ static kl_err_t commit_build(kl__lanes_t *lanes, kl__lane_t *lane,
     s->building = 1;
     if (s->duplicate)
       kl_txn_count_duplicate(b->txn);
+    int taken = 0; /* a firing record's dead letter takes its timer */
+    if (s->state == KL__SLOT_DLQ_DONE && s->msg && !err)
+      err = kl__apply_dead_letter(&lanes->applier, lane->partition, b->txn,
+                                  s->msg, &taken);
+    if (s->state == KL__SLOT_DLQ_DONE)
+      s->timers = -taken;
     if (s->emits && !err && (err = kl__txn_add_emits(b->txn, s->emits)) == 0)
       b->emits += s->emits->count;
     kl__emits_free(s->emits); /* a rewind runs its event again */
@@ -201,6 +207,8 @@ static void commit_committed(kl__lanes_t *lanes, kl__lane_t *lane,
     s->committed = 1;
     if (s->state == KL__SLOT_DONE)
       observe_timers(lanes, lane, s);
+    else if (s->timers) /* a dead letter that took its timer */
+      kl__fire_count(lanes->fire, lane->partition, s->timers);
     if (s->state == KL__SLOT_DONE && s->duplicate) {
       lanes->duplicates++;
     } else if (s->state == KL__SLOT_DONE && s->scheduled) {

@@ -160,6 +160,8 @@ static kl_err_t redrive_take(kl__redrive_t *r, int32_t partition,
   return KL_OK;
 }
 
+static void redrive_back(kl__redrive_t *r, kl__redriven_t *out);
+
 /* One letter, as a batch of its own at its origin offset, so that the
  * commit leaves the watermark (already past it) where it is. */
 static void redrive_one(kl__redrive_t *r, kl__replay_part_t *part,
@@ -187,6 +189,10 @@ static void redrive_one(kl__redrive_t *r, kl__replay_part_t *part,
     kl_err_t err = kl__apply_batch(&r->applier, l->partition, part->epoch,
                                    l->offset, &m, 1, &res);
     kl_partition_state_t st;
+    if (!err && res.verdict == KL_HANDLER_OK && res.redrive_back) {
+      redrive_back(r, out);
+      return;
+    }
     if (!err && res.verdict == KL_HANDLER_OK) {
       out->outcome = res.applied     ? KL__OUT_APPLIED
                      : res.scheduled ? KL__OUT_SCHEDULED
@@ -319,12 +325,17 @@ static kl_err_t republish_ready(kl__redrive_t *r) {
   return err;
 }
 
-/* Produces @p l to @p partition and waits for Kafka's acknowledgement. */
+/* Produces @p l to @p partition and waits for Kafka's acknowledgement;
+ * with @p letter_key, as a redriven delayed event (kl__dlq_redrive()). */
 static kl_err_t republish_send(kl__redrive_t *r, const kl__letter_t *l,
-                               const char *topic, int32_t partition) {
+                               const char *topic, int32_t partition,
+                               const char *letter_key) {
   kl__dlq_ref_t ref = {l->partition, l->offset, 0};
   r->acked = 0;
-  kl_err_t err = kl__dlq_forward(r->sender, topic, partition, l->msg, &ref);
+  kl_err_t err =
+      letter_key ? kl__dlq_redrive(r->sender, topic, partition, l->msg,
+                                   letter_key, &ref)
+                 : kl__dlq_forward(r->sender, topic, partition, l->msg, &ref);
   int64_t deadline = kl__mono_ns() + KL_REPUBLISH_TIMEOUT_MS * 1000000LL;
   while (!err && !r->acked && kl__mono_ns() < deadline)
     kl__dlq_poll(r->sender, 100);
@@ -354,7 +365,7 @@ static void redrive_republish(kl__redrive_t *r, kl__redriven_t *out) {
   if (!err && !r->opts.dry_run) {
     m->partition = l->partition; /* where it came from, in its headers */
     m->offset = l->offset;
-    err = republish_send(r, l, dest, to);
+    err = republish_send(r, l, dest, to, NULL);
   }
   out->outcome = err ? KL__OUT_ERROR : KL__OUT_REPUBLISHED;
   if (err)
@@ -366,6 +377,28 @@ static void redrive_republish(kl__redrive_t *r, kl__redriven_t *out) {
              "partitions); its owner applies it once",
              r->opts.dry_run ? "would be re-published" : "re-published",
              (int)to, dest, (int)partitions);
+}
+
+/* A delayed letter that is no firing record goes back to its partition,
+ * with the headers that name its letter: its owner schedules it from that
+ * record as a first reading, so that a rebuild, which reads the record
+ * too, holds the same timer (docs/design.md, "Timers"). */
+static void redrive_back(kl__redrive_t *r, kl__redriven_t *out) {
+  const kl__letter_t *l = out->letter;
+  kl_err_t err = republish_ready(r);
+  if (!err && !r->opts.dry_run)
+    err = republish_send(r, l, r->topic, l->partition, r->letter_key);
+  out->outcome = err ? KL__OUT_ERROR : KL__OUT_SCHEDULED;
+  if (err)
+    snprintf(out->why, sizeof(out->why), "cannot publish it back: %s",
+             kl_err_detail());
+  else
+    snprintf(out->why, sizeof(out->why),
+             "%s to partition %d of %s with the header " KL__REDRIVE_HEADER
+             ": its owner schedules it from there (by its timer.max.delay "
+             "and that record's time) and runs it when due, once",
+             r->opts.dry_run ? "would be published back" : "published back",
+             (int)l->partition, r->topic);
 }
 
 static void redrive_walk(kl__redrive_t *r) {

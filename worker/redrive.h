@@ -37,6 +37,14 @@
  * what made Kafka refuse it; its id, derived from the event that emitted
  * it, makes a second copy harmless.
  *
+ * A delayed event's letter that is no failed firing record (scheduled) is
+ * not applied here either: it is published back to its origin partition
+ * with the headers KL__REDRIVE_HEADER and KL__REDRIVE_LETTER_HEADER
+ * (dlq.h), and its owner schedules it from that record as a first reading
+ * and puts the letter's record (worker/apply.c), so that a rebuild, which
+ * reads that record too, holds the same timer. A second copy is a
+ * duplicate there.
+ *
  * Ownership and caveats: as replay.h (opts are borrowed; runs on the
  * calling thread; *opts->stop may be set from a signal handler).
  */
@@ -56,8 +64,9 @@ typedef enum kl__outcome {
   KL__OUT_ERROR,       /* not a keylane dead letter, or the store failed */
   KL__OUT_STOPPED,     /* not reached before a stop */
   KL__OUT_REPUBLISHED, /* misrouted: sent to its key's partition (acked) */
-  KL__OUT_SCHEDULED,   /* delayed, its time still ahead: it waits again as
-                          a timer in its partition (worker/apply.c) */
+  KL__OUT_SCHEDULED,   /* delayed (no firing record): published back to its
+                          partition, whose owner schedules it as a timer
+                          (worker/apply.c) and runs it when due */
 } kl__outcome_t;
 
 /** @returns "applied", "duplicate", ... */

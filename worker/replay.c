@@ -508,8 +508,9 @@ static const kl__letters_t *fleet_letters(kl__replay_t *r) {
 }
 
 /* Records the first buffered record as dead-lettered, as its fleet did:
- * its id marked KL_MARK_DEAD_LETTER (when it decodes) and the watermark
- * past it, in one fenced commit; no handler runs. */
+ * its id marked KL_MARK_DEAD_LETTER (when it decodes), a firing record's
+ * timer taken (kl__apply_dead_letter()) and the watermark past it, in one
+ * fenced commit; no handler runs. */
 static kl_err_t record_dead_letter(kl__replay_t *r, kl_rpart_t *rp) {
   kl__replay_part_t *p = rp->p;
   const kl__applier_t *a = replay_applier(r, p);
@@ -528,6 +529,8 @@ static kl_err_t record_dead_letter(kl__replay_t *r, kl_rpart_t *rp) {
       mark == KL_MARK_NONE)
     err = kl_txn_mark(txn, ev.key, ev.key_len, ev.id, ev.id_len,
                       KL_MARK_DEAD_LETTER);
+  if (!err) /* a firing record's: its timer goes, as the fleet's went */
+    err = kl__apply_dead_letter(a, p->partition, txn, m, NULL);
   if (err || r->opts.dry_run)
     kl_store_abort(txn);
   else

@@ -352,10 +352,10 @@ KL_EXPORT kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic,
  *              (kl_txn_emit()) whose handler cancels it.
  * @param id    the delayed event's id, 1..KL_ID_MAX bytes.
  * @returns KL_OK; KL_ENOTFOUND when no timer of (@p key, @p id) waits
- *          (never scheduled, already run, cancelled, or applied
- *          meanwhile); KL_EINVAL outside a handler, for a key that is not
- *          the running event's, or a key or id of a bad length; or the
- *          store's failure.
+ *          (never scheduled, already run, cancelled, or applied or
+ *          dead-lettered meanwhile); KL_EINVAL outside a handler, for a
+ *          key that is not the running event's, or a key or id of a bad
+ *          length; or the store's failure.
  */
 KL_EXPORT kl_err_t kl_txn_cancel(kl_txn_t *txn, const void *key, size_t key_len,
                                  const char *id, size_t id_len);

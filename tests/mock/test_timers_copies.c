@@ -11,7 +11,10 @@
  *    store.dedup.retention (nb in seconds, say) is a dead letter saying so;
  *  - `keylane replay --from-dlq` of a delayed event whose time is still
  *    ahead schedules it again (it runs at its time); a firing record that
- *    failed runs at once.
+ *    failed runs at once;
+ *  - the dead letter of a firing record takes its timer, in the fleet's
+ *    store and in a rebuild's alike, and kl_txn_cancel() finds no timer
+ *    of a dead-lettered id before that commit.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -38,6 +42,7 @@
 #include "store/store_internal.h"
 #include "store/timers.h"
 #include "worker/redrive.h"
+#include "worker/replay.h"
 
 #define DAY_MS (24 * 3600 * 1000LL)
 #define DUE 4000
@@ -279,14 +284,50 @@ static kl__redrive_t *redrive(kl_t_ledger_fx_t *fx, int *refuse) {
   return r;
 }
 
+/* Rebuilds the fixture's topic from its log into @p where (an empty
+ * store), in this process, so on the test's clock, with @p extra conf
+ * ("name=value"), as `keylane store rebuild` does. */
+static kl_store_t *rebuild(kl_t_ledger_fx_t *fx, const char *where,
+                           const char *extra, int *refuse) {
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot),
+                   KL_OK);
+  char name[64];
+  const char *eq = strchr(extra, '=');
+  snprintf(name, sizeof(name), "%.*s", (int)(eq - extra), extra);
+  assert_int_equal(kl_conf_set(conf, name, eq + 1), KL_OK);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(where, NULL, &store), KL_OK);
+  kl__replay_opts_t o = {.conf = conf,
+                         .topic = fx->topic,
+                         .store = store,
+                         .handler = handler,
+                         .handler_opaque = refuse,
+                         .rebuild = 1,
+                         .from = {KL__POS_BEGINNING, 0},
+                         .to = {KL__POS_END, 0}};
+  kl__replay_t *r;
+  assert_int_equal(kl__replay_new(&o, &r), KL_OK);
+  assert_int_equal(kl__replay_run(r), KL_OK);
+  size_t n = 0;
+  const kl__replay_part_t *parts = kl__replay_parts(r, &n);
+  assert_int_equal(n, 1);
+  if (parts[0].status != KL__REPLAY_DONE)
+    fail_msg("the rebuild ended %s: %s",
+             kl__replay_status_name(parts[0].status), parts[0].why);
+  kl__replay_destroy(r);
+  kl_conf_destroy(conf);
+  return store;
+}
+
 static void redrive_case(const char *store_uri, const char *name) {
   t0 = kl__now_ms();
   kl_t_store_clock_set(t0);
   kl_t_ledger_fx_t fx;
   kl_t_ledger_fx_up(&fx, name, 1, 1, 3, store_uri);
-  /* 0: past this fleet's timer.max.delay (1 d): a dead letter, which the
-   * redrive (7 d) schedules; 1: its firing record fails: a dead letter
-   * that carries the keylane.timer header */
+  /* 0: past this fleet's timer.max.delay (1 d): a dead letter; 1: its
+   * firing record fails: a dead letter that carries the keylane.timer
+   * header, whose commit takes its timer */
   produce(&fx, "s", "far", 3, t0 + 2 * DAY_MS);
   produce(&fx, "r", "bad-1", 5, t0 + DUE);
   int refuse = 1;
@@ -302,10 +343,15 @@ static void redrive_case(const char *store_uri, const char *name) {
   /* a decode letter: not marked (its record's fault) */
   assert_int_equal(stored_mark(fx.store, "far"), KL_MARK_NONE);
   assert_int_equal(stored_mark(fx.store, "bad-1"), KL_MARK_DEAD_LETTER);
+  assert_int_equal(pending(fx.store, fx.topic), 0);
   kl_partition_state_t ps; /* its dead letter, over its timer's mark */
   assert_int_equal(kl_store_partition(fx.store, fx.topic, 0, &ps), KL_OK);
   assert_int_equal(ps.dead_letters, 1);
 
+  /* A day and a half later "far" is within the bound: its redrive
+   * publishes it back, stamped now, and the owner schedules it from that
+   * record; the failed firing record runs at once. */
+  kl_t_store_clock_set(t0 + DAY_MS + DAY_MS / 2);
   refuse = 0;
   kl__redrive_t *r = redrive(&fx, &refuse);
   assert_int_equal(kl__redrive_count(r, KL__OUT_SCHEDULED), 1);
@@ -314,6 +360,12 @@ static void redrive_case(const char *store_uri, const char *name) {
   assert_int_equal(kl_t_ledger_balance(fx.store, "r"),
                    5); /* the firing: at once */
   assert_int_equal(kl_t_ledger_balance(fx.store, "s"), INT64_MIN); /* not yet */
+  assert_int_equal(pending(fx.store, fx.topic), 0); /* in the log */
+  w = kl_t_worker_new_with(fx.boot, fx.topic, group, fx.store, extra, handler,
+                           &refuse);
+  kl_t_worker_go(w);
+  wait_stats(w, (kl_t_timers_want_t){.scheduled = 1});
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
   assert_int_equal(pending(fx.store, fx.topic), 1);
   assert_int_equal(stored_mark(fx.store, "far"), KL__MARK_TIMER);
   r = redrive(&fx, &refuse); /* again: both done */
@@ -329,6 +381,25 @@ static void redrive_case(const char *store_uri, const char *name) {
   assert_int_equal(kl_t_ledger_balance(fx.store, "s"), 3);
   assert_int_equal(kl_t_ledger_balance(fx.store, "r"), 5);
   assert_int_equal(pending(fx.store, fx.topic), 0);
+
+  /* A rebuild with the fleet's bound refuses "far" where it was first
+   * read, as the fleet did, and schedules it from its redrive's record:
+   * its firing record runs it there too (the failed one of "bad-1", which
+   * the handler takes now, applies it). Before, the redrive wrote that
+   * timer to the store alone, and a rebuild never ran "far". */
+  char rebuilt[300];
+  if (store_uri) {
+    store_for(rebuilt, sizeof(rebuilt), "trr");
+  } else {
+    snprintf(rebuilt, sizeof(rebuilt), "%s/rebuilt", fx.dir);
+    assert_int_equal(mkdir(rebuilt, 0700), 0);
+  }
+  kl_store_t *copy = rebuild(&fx, rebuilt, "timer.max.delay=1d", &refuse);
+  assert_int_equal(kl_t_ledger_balance(copy, "s"), 3);
+  assert_int_equal(kl_t_ledger_balance(copy, "r"), 5);
+  assert_int_equal(pending(copy, fx.topic), 0);
+  assert_int_equal(stored_mark(copy, "far"), KL_MARK_APPLIED);
+  kl_store_destroy(copy);
   kl_t_ledger_fx_down(&fx);
   kl__store_set_clock(NULL);
 }
@@ -345,13 +416,133 @@ static void test_redrive_pg(void **state) {
   redrive_case(uri, "tredrivepg");
 }
 
+/* The dead letter of a firing record takes its timer, in the fleet's
+ * commit and in a rebuild's alike: a rebuild records the fleet's dead
+ * letters where they were, so both hold the same pending timers. Before,
+ * the fleet's timer waited for the next firing record, and that record
+ * read again above the watermark took it where a rebuild kept it. */
+static void dead_case(const char *store_uri, const char *name) {
+  t0 = kl__now_ms();
+  kl_t_store_clock_set(t0);
+  kl_t_ledger_fx_t fx;
+  kl_t_ledger_fx_up(&fx, name, 1, 1, 3, store_uri);
+  /* 0: a delayed event of a type the ledger refuses: its firing record is
+   * a dead letter; 1: a credit that waits five days */
+  void *env;
+  size_t len;
+  kl_event_t bad = {.key = "n",
+                    .key_len = 1,
+                    .id = "nope-1",
+                    .id_len = 6,
+                    .type = "nope",
+                    .type_len = 4,
+                    .ts = t0,
+                    .payload = "\x80",
+                    .payload_len = 1,
+                    .not_before = t0 + DUE};
+  assert_int_equal(kl_event_encode(&bad, &env, &len), KL_OK);
+  assert_int_equal(kl_t_produce_raw(fx.boot, fx.topic, 0, "n", env, len, NULL),
+                   0);
+  free(env);
+  produce(&fx, "d", "later", 7, t0 + 5 * DAY_MS);
+  kl_t_worker_t *w =
+      kl_t_worker_new_with(fx.boot, fx.topic, kl_t_group(fx.cluster, name),
+                           fx.store, NULL, handler, NULL);
+  kl_t_worker_go(w);
+  wait_stats(w, (kl_t_timers_want_t){.scheduled = 2});
+  kl_t_store_clock_set(t0 + DUE);
+  wait_stats(w, (kl_t_timers_want_t){.scheduled = 2, .dead = 1});
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  assert_int_equal(stored_mark(fx.store, "nope-1"), KL_MARK_DEAD_LETTER);
+  assert_int_equal(pending(fx.store, fx.topic), 1); /* the credit's */
+
+  /* the firing record is stamped by the test's clock: the rebuild reads
+   * it once the real one passed it, as it would in life */
+  kl__store_set_clock(NULL);
+  while (kl__now_ms() <= t0 + DUE)
+    kl_t_sleep_ms(100);
+  char rebuilt[300];
+  if (store_uri)
+    store_for(rebuilt, sizeof(rebuilt), "tdr");
+  else
+    snprintf(rebuilt, sizeof(rebuilt), "%s/rebuilt", fx.dir);
+  kl_store_t *copy = kl_t_ledger_fx_rebuild(&fx, rebuilt, NULL, NULL);
+  assert_int_equal(stored_mark(copy, "nope-1"), KL_MARK_DEAD_LETTER);
+  assert_int_equal(pending(copy, fx.topic), 1);
+  assert_int_equal(stored_mark(copy, "later"), KL__MARK_TIMER);
+  kl_store_destroy(copy);
+  kl_t_ledger_fx_down(&fx);
+  kl__store_set_clock(NULL);
+}
+
+/* A timer whose id was dead-lettered no longer waits, though its row
+ * stays until the commit that records the dead letter takes it: a cancel
+ * run before that commit (its key's next event, once the letter was
+ * acknowledged) finds none, as in a rebuild, where the dead letter took
+ * it at its place in the log. */
+static void dead_cancel_case(const char *store_uri) {
+  char dir[256] = "";
+  if (!store_uri)
+    kl_t_tmpdir(dir);
+  kl_store_t *store;
+  assert_int_equal(kl_store_open(store_uri ? store_uri : dir, NULL, &store),
+                   KL_OK);
+  kl_partition_state_t st;
+  assert_int_equal(kl_store_acquire(store, "tdc", 0, &st), KL_OK);
+  kl_txn_t *txn;
+  assert_int_equal(kl_store_begin(store, "tdc", 0, st.epoch, &txn), KL_OK);
+  kl__timer_t t = {kl__now_ms() + 60000, 0, 0};
+  assert_int_equal(
+      kl__timer_put(txn, "tdc", 0, "k", 1, "later", 5, &t, "env", 3), KL_OK);
+  assert_int_equal(kl_store_commit(txn, 1), KL_OK);
+  assert_int_equal(kl_store_begin(store, "tdc", 0, st.epoch, &txn), KL_OK);
+  assert_int_equal(kl_txn_mark(txn, "k", 1, "later", 5, KL_MARK_DEAD_LETTER),
+                   KL_OK);
+  kl_event_t ev = {.key = "k", .key_len = 1, .id = "c", .id_len = 1};
+  kl_fence_t fence = {"tdc", 0, st.epoch, 2};
+  kl__txn_source_event(txn, &ev, &fence);
+  assert_int_equal(kl_txn_cancel(txn, "k", 1, "later", 5), KL_ENOTFOUND);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+  if (!store_uri)
+    kl_t_rmrf(dir);
+}
+
+static void test_dead_cancel_lmdb(void **state) {
+  (void)state;
+  dead_cancel_case(NULL);
+}
+
+static void test_dead_cancel_pg(void **state) {
+  (void)state;
+  char uri[256];
+  store_for(uri, sizeof(uri), "tdx");
+  dead_cancel_case(uri);
+}
+
+static void test_dead_lmdb(void **state) {
+  (void)state;
+  dead_case(NULL, "tdead");
+}
+
+static void test_dead_pg(void **state) {
+  (void)state;
+  char uri[256];
+  store_for(uri, sizeof(uri), "tdp");
+  dead_case(uri, "tdeadpg");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_copies_lmdb),
       cmocka_unit_test(test_redrive_lmdb),
+      cmocka_unit_test(test_dead_lmdb),
+      cmocka_unit_test(test_dead_cancel_lmdb),
       cmocka_unit_test(test_copies_pg),
       cmocka_unit_test(test_copies_key_parallel_pg),
       cmocka_unit_test(test_redrive_pg),
+      cmocka_unit_test(test_dead_pg),
+      cmocka_unit_test(test_dead_cancel_pg),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
                                 kl_t_pg_group_teardown);

@@ -84,7 +84,6 @@ typedef struct sim_mark {
   /* a cancel took its timer: the cancel's offset, plus 1 (a copy read
    * later may schedule it again: timer then says so; sim_timers.c) */
   int64_t cancelled;
-  int64_t dead_at; /* the offset of the record dead-lettered, plus 1 */
 } sim_mark_t;
 
 /* One event: a (key, id) and where it first occurs in the log. */
@@ -270,7 +269,6 @@ typedef struct sim_stats {
   uint64_t cancelled;  /* of them, those that took a waiting timer */
   uint64_t defers;     /* delayed follow-ups published */
   uint64_t deferred;   /* delayed follow-ups run by their timer */
-  uint64_t stale;      /* timers a dead letter's record read again took */
 } sim_stats_t;
 
 typedef struct sim_world {
@@ -321,9 +319,6 @@ typedef struct sim_world {
   int gen;               /* store generation: rebuilds so far */
   size_t step;
   int dirty; /* the step committed or acquired: check the store */
-
-  /* known gaps (sim_world.c): the rebuild is not compared */
-  int stale; /* a timer a rebuild keeps went */
 
   int failed;
   char fail_code[32];

@@ -812,10 +812,6 @@ static int dead_only(const sim_mark_t *m) {
 
 static void check_rebuild(void) {
   sim_view_t rv;
-  if (W->stale) { /* a known gap: sim_world.c */
-    sim_say("the rebuild is not compared: a timer it keeps went");
-    return;
-  }
   kl_store_t *store = sim_lmdb_env(W->env == 0 ? 1 : 2);
   sim_rebuild(store, &rv, 0);
   const sim_view_t *v = &W->live;

@@ -44,6 +44,13 @@ kl_err_t sim_dead_letter(kl_store_t *store, sim_view_t *v, int32_t part,
   if (!err && mark == KL_MARK_NONE)
     err = kl_txn_mark(txn, k->name, k->name_len, ev->id, ev->id_len,
                       KL_MARK_DEAD_LETTER);
+  static kl_decoder_t *decoder;
+  if (!decoder)
+    decoder = kl_decoder_new();
+  kl__applier_t a = {.topic = sim_topic(part), .decoder = decoder};
+  if (!err) /* as replay's: a firing record's dead letter takes its timer */
+    err = kl__apply_dead_letter(&a, sim_tpart(part), txn,
+                                &W->log[part].v[offset]->msg, NULL);
   if (err) {
     kl_store_abort(txn);
     return err;
@@ -270,7 +277,6 @@ void sim_rebuild_switch(void) {
   }
   sim_view_free(&W->live);
   W->live = v;
-  W->stale = 0; /* the live store is the rebuilt one now */
   /* A follow-up the old store kept, never published nor set aside, went
    * with it: the rebuild derived it again, under a new id. */
   for (uint32_t e = 0; e < W->nevents; e++) {

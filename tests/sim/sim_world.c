@@ -302,6 +302,18 @@ static int names_timer(const sim_view_t *v, uint32_t e, const sim_rec_t *r) {
   return v->marks[e].timer && r->names == v->marks[e].timer - 1;
 }
 
+/* The record at @p offset of @p part, a record of @p e, was dead-lettered
+ * (its mark is set): its event is settled there. The dead letter of a
+ * firing record of its waiting timer takes the timer in the same commit
+ * (kl__apply_dead_letter()), in the live store and a rebuild alike, so
+ * that the record read again (a replay, a batch run again) finds none;
+ * before, it took the timer there, where a rebuild kept it. */
+static void dead_one(sim_view_t *v, uint32_t e, int32_t part, int64_t offset) {
+  if (names_timer(v, e, W->log[part].v[offset]))
+    v->marks[e].timer = 0;
+  resolve(v, W->events[e].key);
+}
+
 /* Delayed event @p e runs at @p offset (docs/design.md, "Timers"): only a
  * firing record of its timer runs it, stamped at or after its time, and
  * the run takes the timer; a redrive runs it whatever its time. */
@@ -393,18 +405,9 @@ static void skip_one(sim_view_t *v, uint32_t e, int32_t part, int64_t offset) {
   const sim_rec_t *r = W->log[part].v[offset];
   char a[256];
   if (names_timer(v, e, r) && sim_view_resolved(v, e)) {
-    /* A known gap: the dead letter of a firing record leaves its timer
-     * (the next firing record takes it, in the log for a rebuild too);
-     * that record read again (above the watermark: a replay, the batch run
-     * again) takes it now, where a rebuild, which reads it once, keeps
-     * it. The rebuild of such a schedule is not compared. */
-    if (v->marks[e].dead_at == offset + 1 && v == &W->live) {
-      W->stale = 1;
-      W->stats.stale++;
-      sim_say("%s: its firing record at offset %" PRId64 ", dead-lettered, "
-              "is read again and takes its timer",
-              event_name(e, a, sizeof(a)), offset);
-    }
+    /* its id was applied or dead-lettered by another record meanwhile
+     * (a redrive): the timer goes. Its own firing record's dead letter
+     * took it already (dead_one()), so that one read again finds none. */
     v->marks[e].timer = 0;
     return;
   }
@@ -543,8 +546,7 @@ void sim_view_commit_lane(sim_view_t *v, const sim_pend_t *pd,
       v->dead[part] += (uint64_t)marks;
       v->marks[e].dead = (uint8_t)marks;
       v->marks[e].refused = (uint8_t)!marks;
-      v->marks[e].dead_at = d->offset + 1;
-      resolve(v, W->events[e].key);
+      dead_one(v, e, part, d->offset);
     }
   }
   /* Nothing below the watermark waits: every record there was applied or
@@ -567,8 +569,7 @@ void sim_view_dead(sim_view_t *v, uint32_t e, int32_t part, uint64_t epoch,
   sim_view_committed(v, part, epoch, watermark);
   v->dead[part]++;
   v->marks[e].dead = 1;
-  v->marks[e].dead_at = watermark;
-  resolve(v, W->events[e].key);
+  dead_one(v, e, part, watermark - 1);
 }
 
 void sim_view_check_mark(const sim_view_t *v, uint32_t e, kl_mark_t mark,
