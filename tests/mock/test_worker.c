@@ -424,7 +424,8 @@ static void t_alter_retention(const char *boot, const char *topic,
 }
 
 /* Without the hook: a real broker answers (a topic that keeps 14d is
- * refused); the embedded cluster cannot (librdkafka 2.0.2's mock names no
+ * refused, one that keeps 1d runs with a warning of timer.max.delay);
+ * the embedded cluster cannot (librdkafka 2.0.2's mock names no
  * controller), and the worker runs with keylane_worker_retention_unchecked. */
 static void test_retention_read_from_the_cluster(void **state) {
   (void)state;
@@ -441,6 +442,14 @@ static void test_retention_read_from_the_cluster(void **state) {
     assert_non_null(strstr(detail, "keeps records for 14d "
                                    "(retention.ms=1209600000) but "
                                    "store.dedup.retention is 7d"));
+    /* within the ids' retention, shorter than timer.max.delay: runs,
+     * warning that a rebuild loses the timers that wait longer */
+    t_alter_retention(fx.boot, fx.topic, "86400000");
+    char *log = t_run_logged(&fx, dflt);
+    if (!strstr(log, "keeps records for 1d (retention.ms=86400000), less "
+                     "than timer.max.delay 7d"))
+      fail_msg("no warning of timer.max.delay in:\n%s", log);
+    free(log);
   } else {
     assert_int_equal(t_run_retention(&fx, dflt, 1, &st, detail), KL_OK);
     assert_true(st.owned > 0);
