@@ -187,6 +187,12 @@ static void doctor_kafka(kl_doctor_t *d) {
     doctor_say(d, "dlq-retention", &c);
   }
   if (d->partitions) {
+    kl__check_timer_retention(d->rk, d->topic,
+                              kl__conf_int(d->conf, "timer.max.delay"),
+                              KL_DOCTOR_TIMEOUT_MS, &c);
+    doctor_say(d, "timer-retention", &c);
+  }
+  if (d->partitions) {
     kl__check_replication(d->rk, "topic", d->topic, KL_DOCTOR_TIMEOUT_MS, &c);
     doctor_say(d, "replication", &c);
   }

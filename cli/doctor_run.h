@@ -7,7 +7,8 @@
  *
  * Checks, in order: partitions, routing (a sample of each partition's
  * last records), dlq (the dead-letter topic exists), retention and
- * dlq-retention, replication and dlq-replication; with a store:
+ * dlq-retention, timer-retention, replication and dlq-replication; with
+ * a store:
  * store-version (or the store's open error), log, epochs, and for
  * PostgreSQL clock. A check that needs what an earlier one could not read
  * (the topic's partition count, the dead-letter topic) is left out.

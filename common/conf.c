@@ -44,7 +44,8 @@ static const kl__conf_key_t kl_keys[] = {
     {"timer.max.delay", KL__CONF_DURATION, "7d", 1000, KL_I64_MAX, NULL,
      "the longest a delayed event may wait (its not_before less now): "
      "kl_publish() refuses a later one, a worker dead-letters it; at most "
-     "store.dedup.retention"},
+     "store.dedup.retention (the worker refuses to start otherwise); a "
+     "worker warns at start when the topic keeps records for less"},
     {"worker.retention.check", KL__CONF_ENUM, "refuse", 0, 0, "refuse|warn",
      "refuse: the worker does not run when the topic or its dead-letter "
      "topic keeps records longer than store.dedup.retention; warn: it runs, "

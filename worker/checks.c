@@ -121,14 +121,42 @@ static int read_configs(rd_kafka_t *rk, const char *topic,
   return 0;
 }
 
+/* What @p topic keeps (retention.ms, cleanup.policy, retention.bytes):
+ * *@p retention_ms as kl__check_retention_judge() takes it, @p source the
+ * setting it came from, *@p bytes retention.bytes (-1: unbounded).
+ * @returns as read_configs(), its error in *@p err. */
+static int topic_retention(rd_kafka_t *rk, const char *topic, int timeout_ms,
+                           int64_t *retention_ms, char *source, size_t size,
+                           int64_t *bytes, kl_err_t *err) {
+  static const char *const names[] = {"retention.ms", "cleanup.policy",
+                                      "retention.bytes"};
+  char *values[3] = {NULL, NULL, NULL};
+  if (read_configs(rk, topic, names, 3, values, timeout_ms, err) || *err)
+    return *err ? 0 : 1;
+  /* The broker's defaults when it lists none: 7 days, delete, no bound. */
+  *retention_ms = values[0] ? strtoll(values[0], NULL, 10) : 604800000;
+  snprintf(source, size, "retention.ms=%s",
+           values[0] ? values[0] : "604800000");
+  if (values[1] && strstr(values[1], "compact") &&
+      !strstr(values[1], "delete")) {
+    *retention_ms = -1; /* compaction keeps each key's last record */
+    snprintf(source, size, "cleanup.policy=%s", values[1]);
+  }
+  *bytes = values[2] ? strtoll(values[2], NULL, 10) : -1;
+  for (int i = 0; i < 3; i++)
+    free(values[i]);
+  return 0;
+}
+
 void kl__check_retention(rd_kafka_t *rk, const char *role, const char *topic,
                          int64_t dedup_ms, int timeout_ms, kl__check_t *out) {
-  static const char *const names[] = {"retention.ms", "cleanup.policy"};
-  char *values[2] = {NULL, NULL};
   char dedup[32];
   kl__duration_format(dedup_ms, dedup, sizeof(dedup));
   kl_err_t err;
-  if (read_configs(rk, topic, names, 2, values, timeout_ms, &err)) {
+  int64_t retention_ms, bytes;
+  char source[64];
+  if (topic_retention(rk, topic, timeout_ms, &retention_ms, source,
+                      sizeof(source), &bytes, &err)) {
     check_say(out, KL__CHECK_WARN,
               "cannot read the retention of %s %s: the cluster names no "
               "controller to answer DescribeConfigs (librdkafka's mock "
@@ -146,19 +174,61 @@ void kl__check_retention(rd_kafka_t *rk, const char *role, const char *topic,
               role, topic, kl_err_detail());
     return;
   }
-  /* The broker's defaults when it lists none: 7 days, delete. */
-  int64_t retention_ms = values[0] ? strtoll(values[0], NULL, 10) : 604800000;
-  char source[64];
-  snprintf(source, sizeof(source), "retention.ms=%s",
-           values[0] ? values[0] : "604800000");
-  if (values[1] && strstr(values[1], "compact") &&
-      !strstr(values[1], "delete")) {
-    retention_ms = -1; /* compaction keeps each key's last record */
-    snprintf(source, sizeof(source), "cleanup.policy=%s", values[1]);
-  }
   kl__check_retention_judge(role, topic, retention_ms, source, dedup_ms, out);
-  free(values[0]);
-  free(values[1]);
+}
+
+void kl__check_timer_judge(const char *topic, int64_t retention_ms,
+                           const char *source, int64_t bytes, int64_t max_ms,
+                           kl__check_t *out) {
+  char keep[32], max[32];
+  kl__duration_format(retention_ms, keep, sizeof(keep));
+  kl__duration_format(max_ms, max, sizeof(max));
+  if (retention_ms >= 0 && retention_ms < max_ms)
+    topic_say(out, KL__CHECK_WARN, "topic", topic,
+              "keeps records for %s (%s), less than timer.max.delay %s: a "
+              "timer that waits longer outlives its event's record, and "
+              "`keylane store rebuild` (which finds pending timers in the "
+              "log) loses it; raise the topic's retention.ms to at least "
+              "%" PRId64 " (%s), or lower timer.max.delay to at most %s",
+              keep, source, max, max_ms, max, keep);
+  else if (bytes >= 0)
+    topic_say(out, KL__CHECK_WARN, "topic", topic,
+              "deletes records by size too (retention.bytes=%" PRId64
+              "), whatever their age: whether a timer's record outlives "
+              "timer.max.delay %s depends on the rate, and a timer whose "
+              "record is gone is lost to `keylane store rebuild`; set "
+              "retention.bytes=-1 and keep retention.ms at least %" PRId64
+              " (%s)",
+              bytes, max, max_ms, max);
+  else
+    topic_say(out, KL__CHECK_OK, "topic", topic,
+              "keeps records %s%s (%s), at least timer.max.delay %s",
+              retention_ms < 0 ? "forever" : "for ",
+              retention_ms < 0 ? "" : keep, source, max);
+}
+
+void kl__check_timer_retention(rd_kafka_t *rk, const char *topic,
+                               int64_t max_ms, int timeout_ms,
+                               kl__check_t *out) {
+  kl_err_t err;
+  int64_t retention_ms, bytes;
+  char source[64], max[32];
+  kl__duration_format(max_ms, max, sizeof(max));
+  if (topic_retention(rk, topic, timeout_ms, &retention_ms, source,
+                      sizeof(source), &bytes, &err) ||
+      err) {
+    check_say(out, KL__CHECK_WARN,
+              "cannot read the retention of topic %s (%s): make sure it "
+              "keeps records at least timer.max.delay (%s), or `keylane "
+              "store rebuild` loses the timers that wait longer",
+              topic,
+              err ? kl_err_detail()
+                  : "the cluster names no controller to answer "
+                    "DescribeConfigs, as the embedded one",
+              max);
+    return;
+  }
+  kl__check_timer_judge(topic, retention_ms, source, bytes, max_ms, out);
 }
 
 int64_t kl__check_message_max(rd_kafka_t *rk, const char *topic,

@@ -71,6 +71,31 @@ void kl__check_retention(rd_kafka_t *rk, const char *role, const char *topic,
                          int64_t dedup_ms, int timeout_ms, kl__check_t *out);
 
 /**
+ * Judges a topic's retention against timer.max.delay (@p max_ms). A
+ * pending timer lives in the store with its event, so a record deleted
+ * while its timer waits changes nothing live; but `keylane store rebuild`
+ * finds pending timers in the log, and loses one whose record is gone.
+ * So WARN, never FAIL (a worker runs): when @p retention_ms (>= 0) is
+ * shorter than @p max_ms, naming both and the fix; when the topic deletes
+ * by size too (@p bytes >= 0, retention.bytes), which no time bound
+ * covers; else OK (@p retention_ms < 0: kept forever).
+ * @param source  the setting the retention came from, for the message
+ */
+void kl__check_timer_judge(const char *topic, int64_t retention_ms,
+                           const char *source, int64_t bytes, int64_t max_ms,
+                           kl__check_t *out);
+
+/**
+ * Reads @p topic's retention.ms, cleanup.policy and retention.bytes
+ * (DescribeConfigs, or the hook of kl__checks_set_topic_config()) and
+ * judges them as kl__check_timer_judge() does; WARN when the cluster does
+ * not answer (the embedded one cannot).
+ */
+void kl__check_timer_retention(rd_kafka_t *rk, const char *topic,
+                               int64_t max_ms, int timeout_ms,
+                               kl__check_t *out);
+
+/**
  * Compares each of @p partitions partitions' epoch in @p store with the
  * highest epoch the consumer group @p group recorded in Kafka with its
  * offsets (common/kafka.h; "kafka.*" of @p conf reach the reader). OK when
@@ -242,9 +267,10 @@ int64_t kl__check_message_max(rd_kafka_t *rk, const char *topic,
                               int timeout_ms);
 
 /**
- * Test hook: answers kl__check_retention()'s reads instead of the cluster.
- * @p fn returns the value of configuration @p name of @p topic (NULL: the
- * broker's default, 7d and delete). NULL restores the cluster. Process
+ * Test hook: answers the reads of topic configurations instead of the
+ * cluster. @p fn returns the value of configuration @p name of @p topic
+ * (NULL: the broker's default: 7d, delete, no size bound, one in-sync
+ * replica). NULL restores the cluster. Process
  * wide.
  */
 typedef const char *(kl__topic_config_fn)(const char *topic, const char *name);

@@ -991,8 +991,9 @@ int kl__lanes_pos(kl__lanes_t *lanes, int32_t partition, kl__lane_pos_t *pos) {
   pthread_mutex_lock(&lanes->mu);
   kl__lane_t *lane = lane_owned(lanes, partition);
   if (lane) {
-    *pos = (kl__lane_pos_t){lane->epoch, lane->watermark, lane->next_offset,
-                            lane->below, lane->below_applied};
+    *pos =
+        (kl__lane_pos_t){lane->epoch, lane->watermark,     lane->next_offset,
+                         lane->below, lane->below_applied, lane->paused != 0};
     lane->below = -1;
     lane->below_applied = 0;
   }

@@ -178,6 +178,7 @@ typedef struct kl__lane_pos {
   int64_t below;          /* lowest offset delivered below next_offset
                              since the last kl__lanes_pos(), or -1 */
   uint64_t below_applied; /* of those records, below the watermark */
+  int paused;             /* paused for any reason (KL__PAUSE_*) */
 } kl__lane_pos_t;
 
 /**

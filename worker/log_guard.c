@@ -17,6 +17,7 @@
 #define KL_QUERY_MS 5000       /* the watermark query's timeout */
 #define KL_SEEK_MS 10000       /* a seek's timeout */
 #define KL_RETRY_NS 1000000000 /* a check that failed, a stop: again in 1 s */
+#define KL_WATCH_NS 5000000000 /* idle partitions' positions: every 5 s */
 
 typedef enum kl_guard_state {
   KL_GUARD_NONE = 0,
@@ -31,7 +32,8 @@ typedef struct kl_guarded {
   uint64_t redelivered;          /* PENDING: dropped below the watermark */
   kl__checks_log_result_t check; /* STOPPED: why */
   uint64_t gap_records;
-  int refused; /* STOPPED before it was taken: not one the worker owns */
+  int refused;     /* STOPPED before it was taken: not one the worker owns */
+  int64_t watched; /* the lane's position + 1 at the last watch; 0: none */
 } kl_guarded_t;
 
 struct kl__log_guard {
@@ -45,7 +47,8 @@ struct kl__log_guard {
   pthread_mutex_t mu;
   kl_guarded_t *parts;
   int32_t count;
-  int active; /* partitions not NONE: the tick's fast path */
+  int active;       /* partitions not NONE: the tick's fast path */
+  int64_t watch_ns; /* the next guard_watch() */
 };
 
 kl_err_t kl__log_guard_new(const kl_conf_t *conf, const char *topic,
@@ -127,6 +130,7 @@ void kl__log_guard_forget(kl__log_guard_t *guard, int32_t partition) {
   if (partition < guard->count) {
     set_state(guard, &guard->parts[partition], KL_GUARD_NONE, NULL, 1);
     guard->parts[partition].refused = 0;
+    guard->parts[partition].watched = 0;
   }
   pthread_mutex_unlock(&guard->mu);
 }
@@ -355,6 +359,79 @@ static void stop_replaced(kl__log_guard_t *guard,
   pthread_mutex_unlock(&guard->mu);
 }
 
+/* One owned partition for guard_watch(): 1 when it is not paused, took
+ * no record since the last watch, and its position is out of the log. */
+static int watch_one(kl__log_guard_t *guard, int32_t partition,
+                     kl__checks_log_result_t *check) {
+  kl__lane_pos_t pos;
+  pthread_mutex_lock(&guard->mu);
+  kl_guarded_t *g = guarded_of(guard, partition);
+  int64_t last = g ? g->watched : -1;
+  pthread_mutex_unlock(&guard->mu);
+  if (!g || g->state != KL_GUARD_NONE ||
+      kl__lanes_pos(guard->lanes, partition, &pos) || pos.paused) {
+    if (g)
+      g->watched = 0;
+    return 0;
+  }
+  g->watched = pos.next_offset + 1;
+  int64_t low, high;
+  /* The fetcher's last answer said the log ends here: nothing to take. */
+  if (last != pos.next_offset + 1 ||
+      (!rd_kafka_get_watermark_offsets(guard->rk, guard->topic, partition, &low,
+                                       &high) &&
+       high == pos.next_offset) ||
+      rd_kafka_query_watermark_offsets(guard->rk, guard->topic, partition, &low,
+                                       &high, KL_QUERY_MS))
+    return 0;
+  return kl__checks_log_classify(low, high, pos.next_offset, check) !=
+         KL__CHECKS_LOG_OK;
+}
+
+/*
+ * librdkafka (2.0.2, the oldest keylane supports) stops fetching a
+ * partition whose position is out of its log and queues the error for
+ * the application (with auto.offset.reset=error, logging it at debug
+ * level only). A pause of the partition before the application read the
+ * error purges it with the partition's records (it is older than the
+ * pause's version barrier), and a resume does not restart a stopped
+ * fetcher ("Not resuming stopped"): the partition is never fetched again,
+ * and nothing says so. The lanes pause and resume on their own (a full
+ * window, the outbox, keys in backoff), so a worker that fell off the log
+ * under load could lose the error. So every KL_WATCH_NS the guard looks
+ * at the partitions it owns: one that is not paused, took no record
+ * since the last look and whose position the log no longer holds is
+ * checked as the error would have had it (an ERROR naming the lost
+ * offsets and the fix, /healthz, keylane_worker_partition_stopped).
+ */
+static void guard_watch(kl__log_guard_t *guard) {
+  int64_t now = kl__mono_ns();
+  if (now < guard->watch_ns)
+    return;
+  guard->watch_ns = now + KL_WATCH_NS;
+  rd_kafka_topic_partition_list_t *assigned = NULL;
+  if (rd_kafka_assignment(guard->rk, &assigned) || !assigned)
+    return;
+  for (int i = 0; i < assigned->cnt; i++) {
+    const rd_kafka_topic_partition_t *tp = &assigned->elems[i];
+    kl__checks_log_result_t check;
+    if (strcmp(tp->topic, guard->topic) != 0 ||
+        !watch_one(guard, tp->partition, &check))
+      continue;
+    KL_LOG_W(KL_COMP,
+             "partition=%" PRId32 ": the consumer took nothing for %d s or "
+             "more though the partition is not paused, and its position "
+             "%" PRId64 " is out of the log [%" PRId64 ", %" PRId64
+             "): librdkafka "
+             "stopped fetching it and its out-of-range error was lost; "
+             "checking the log against the store's watermark",
+             tp->partition, (int)(KL_WATCH_NS / 1000000000), check.watermark,
+             check.low, check.high);
+    guard_halt(guard, tp->partition);
+  }
+  rd_kafka_topic_partition_list_destroy(assigned);
+}
+
 int kl__log_guard_tick(kl__log_guard_t *guard) {
   kl__lane_replaced_t replaced;
   while (kl__lanes_replaced(guard->lanes, &replaced))
@@ -369,6 +446,7 @@ int kl__log_guard_tick(kl__log_guard_t *guard) {
              below[i]);
     guard_halt(guard, below[i]);
   }
+  guard_watch(guard);
   if (!guard->active)
     return 0;
   int64_t now = kl__mono_ns();

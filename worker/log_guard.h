@@ -17,6 +17,10 @@
  * - the log starts above it (retention deleted unapplied records): the
  *   same stop, unless worker.on.gap=skip, which goes on from the log's
  *   start and counts the records lost.
+ * librdkafka's word can be lost (a pause purges it, and the partition is
+ * never fetched again): so every 5 s an owned partition that is not
+ * paused and took nothing is checked too, when the log no longer holds
+ * its position (guard_watch() in log_guard.c).
  * A stop is not stored: a worker that takes the partition finds it again.
  * A new owner checks the log before it takes the partition's epoch
  * (kl__checks_log_owner()), so that a worker on another cluster than its
@@ -59,8 +63,10 @@ void kl__log_guard_destroy(kl__log_guard_t *guard);
 void kl__log_guard_out_of_range(kl__log_guard_t *guard, int32_t partition,
                                 int64_t offset);
 
-/** Checks what is due: lanes given records below their position, halted
- *  partitions, stopped ones whose store state was reset. Poll thread.
+/** Checks what is due: lanes given records below their position, owned
+ *  partitions that took nothing while their position fell out of the log
+ *  (every 5 s), halted partitions, stopped ones whose store state was
+ *  reset. Poll thread.
  *  @returns how many partitions refused before they were taken it took
  *  (the worker now owns them too). */
 int kl__log_guard_tick(kl__log_guard_t *guard);

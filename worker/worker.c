@@ -407,7 +407,8 @@ static void watch_partitions(kl_worker_t *worker) {
 
 /* Refuses to run when an idempotency key may be swept while a copy of its
  * event (the record, its dead letter) still exists, unless
- * worker.retention.check=warn says to run anyway (checks.h). */
+ * worker.retention.check=warn says to run anyway (checks.h); warns when
+ * the topic keeps records for less than timer.max.delay. */
 static kl_err_t check_retention(kl_worker_t *worker) {
   int warn =
       strcmp(kl_conf_get(worker->conf, "worker.retention.check"), "warn") == 0;
@@ -433,6 +434,14 @@ static kl_err_t check_retention(kl_worker_t *worker) {
                    ? " (worker.retention.check=warn: running anyway)"
                    : "");
   }
+  kl__check_t timers;
+  kl__check_timer_retention(worker->rk, worker->topic,
+                            kl__conf_int(worker->conf, "timer.max.delay"),
+                            10000, &timers);
+  if (timers.status == KL__CHECK_OK)
+    KL_LOG_I(KL_COMP, "%s", timers.msg);
+  else if (!worker->retention_unchecked) /* else said above */
+    KL_LOG_W(KL_COMP, "%s", timers.msg);
   return KL_OK;
 }
 

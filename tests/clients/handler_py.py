@@ -55,6 +55,8 @@ def apply(event, tx):
     elif kind == "transfer":
         effect(event, event.key, -p["amount"])
         tx.emit(p["to"], "credit", {"amount": p["amount"], "from": event.key})
+    elif kind == "cancel":
+        tx.cancel(p["id"])
     else:
         raise Fail("unknown type " + kind)
 

@@ -4,13 +4,16 @@ the same for every language's handler (handler_py.py, handler_go).
   handlers.py publish BOOTSTRAP TOPIC EXPECTED
       publishes 400 events over 20 keys with keylane.Publisher: credits,
       debits, 20 transfers (each emits a credit to another key), 5 that
-      fail, 5 that ask for a retry once, 5 that raise once; writes what
-      must come out to EXPECTED
+      fail, 5 that ask for a retry once, 5 that raise once; before them 4
+      credits delayed by 30 s, and after them 3 "cancel" events, each
+      naming one of those credits of its key (the handler cancels its
+      timer); writes what must come out to EXPECTED
   handlers.py verify EXPECTED LOG BOOTSTRAP DLQ
       the handler's effects (LOG, one per event id) give EXPECTED's
       balances; every event but the failed ones was applied, and each
       transfer's follow-up once, with an id keylane derived ("~...");
-      DLQ holds exactly the failed events, with the handler's reason.
+      DLQ holds exactly the failed events, with the handler's reason; the
+      delayed credit not cancelled ran, the cancelled ones never did.
 Prints what it checked; exits 1 with the differences.
 """
 import json
@@ -29,6 +32,14 @@ def cmd_publish(bootstrap, topic, out):
     kinds = special + ["credit"] * 250 + ["debit"] * (400 - 250 - len(special))
     rnd.shuffle(kinds)
     pub = keylane.Publisher(bootstrap)
+    # Delayed well past the worker's start, so that each is a timer when
+    # its cancel comes; the kept one comes last, so that once it ran the
+    # cancelled ones would have too.
+    later = [("h-%02d" % i, "later-%d" % i) for i in range(4)]
+    for n, (key, event_id) in enumerate(later):
+        pub.publish(topic, key, "credit", {"amount": 1000}, event_id, delay=30 + 6 * (n == 3))
+    balances[later[3][0]] += 1000
+    applied.append(later[3][1])
     for i, kind in enumerate(kinds):
         key = rnd.choice(keys)
         amount = rnd.randint(1, 100)
@@ -45,9 +56,15 @@ def cmd_publish(bootstrap, topic, out):
             applied.append(event_id)
             balances[key] += -amount if kind in ("debit", "transfer") else amount
         pub.publish(topic, key, kind, payload, event_id)
+    for key, event_id in later[:3]:
+        pub.publish(topic, key, "cancel", {"id": event_id}, "cancel-" + event_id)
     pub.close(60)
     with open(out, "w") as f:
-        json.dump({"balances": balances, "applied": applied, "failed": failed, "transfers": transfers}, f)
+        json.dump(
+            {"balances": balances, "applied": applied, "failed": failed, "transfers": transfers,
+             "cancelled": [i for _, i in later[:3]]},
+            f,
+        )
 
 
 def dead_letters(bootstrap, dlq, want):
@@ -88,6 +105,9 @@ def cmd_verify(expected_path, log_path, bootstrap, dlq):
     if balances != exp["balances"]:
         diff = ["%s: %s, want %s" % (k, balances.get(k), v) for k, v in exp["balances"].items() if balances.get(k) != v]
         problems.append("balances differ: " + ", ".join(diff[:5]))
+    fired = sorted(set(exp["cancelled"]) & set(effects))
+    if fired:
+        problems.append("cancelled timers ran: %s" % fired)
     follow = [i for i in effects if i.startswith("~")]
     direct = sorted(i for i in effects if not i.startswith("~"))
     if direct != sorted(exp["applied"]):
@@ -104,8 +124,8 @@ def cmd_verify(expected_path, log_path, bootstrap, dlq):
         print("; ".join(problems), file=sys.stderr)
         sys.exit(1)
     print(
-        "%d events applied once, %d follow-ups, %d dead letters with their reasons, balances exact"
-        % (len(direct), len(follow), len(letters))
+        "%d events applied once, %d follow-ups, %d dead letters with their reasons, "
+        "%d timers cancelled, balances exact" % (len(direct), len(follow), len(letters), len(exp["cancelled"]))
     )
 
 

@@ -326,6 +326,18 @@ static void test_retention(void **state) {
   kl_dlq_retention = NULL;
   out = kl_doctor(fx, KL_TOPIC, NULL, 0, &worst);
   kl_assert_line(out, "OK", "retention", "within store.dedup.retention 14d");
+  kl_assert_line(out, "OK", "timer-retention",
+                 "keeps records for 14d (retention.ms=1209600000), at least "
+                 "timer.max.delay 7d");
+  free(out);
+
+  kl_topic_retention = "86400000"; /* 1d: shorter than timer.max.delay */
+  out = kl_doctor(fx, KL_TOPIC, NULL, 0, &worst);
+  assert_int_equal(worst, KL__CHECK_WARN);
+  kl_assert_line(out, "OK", "retention", "within store.dedup.retention 14d");
+  kl_assert_line(out, "WARN", "timer-retention",
+                 "keeps records for 1d (retention.ms=86400000), less than "
+                 "timer.max.delay 7d");
   free(out);
   assert_int_equal(kl_conf_set(fx->conf, "store.dedup.retention", "7d"), KL_OK);
 }
@@ -619,9 +631,10 @@ static void test_cli_json(void **state) {
   json_t *checks = json_object_get(o, "checks");
   assert_true(json_is_array(checks));
   const char *want[] = {
-      "security",      "partitions",    "routing",     "dlq",
-      "retention",     "dlq-retention", "replication", "dlq-replication",
-      "store-version", "owner",         "log",         "epochs"};
+      "security",        "partitions",    "routing",         "dlq",
+      "retention",       "dlq-retention", "timer-retention", "replication",
+      "dlq-replication", "store-version", "owner",           "log",
+      "epochs"};
   assert_int_equal(json_array_size(checks), sizeof(want) / sizeof(want[0]));
   for (size_t i = 0; i < json_array_size(checks); i++) {
     json_t *c = json_array_get(checks, i);

@@ -244,12 +244,15 @@ static void test_refuses_retake_within_the_session(void **state) {
 /* ---- retention against store.dedup.retention ---------------------------- */
 
 /* What the hook answers for the topic and for its dead-letter topic. */
-static const char *t_retention[2][2]; /* [dlq?][retention.ms, cleanup] */
+/* [dlq?][retention.ms, cleanup.policy, retention.bytes] */
+static const char *t_retention[2][3];
 
 static const char *t_topic_config(const char *topic, const char *name) {
   size_t len = strlen(topic);
   int dlq = len > 4 && strcmp(topic + len - 4, ".dlq") == 0;
-  return t_retention[dlq][strcmp(name, "retention.ms") == 0 ? 0 : 1];
+  return t_retention[dlq][strcmp(name, "retention.ms") == 0     ? 0
+                          : strcmp(name, "cleanup.policy") == 0 ? 1
+                                                                : 2];
 }
 
 /* Runs a worker with @p extra. One that should run (@p runs) is stopped
@@ -327,6 +330,64 @@ static void test_refuses_retention_longer_than_dedup(void **state) {
   kl_t_ledger_fx_down(&fx);
 }
 
+/* Runs a worker as t_run_retention() does. @returns its log. */
+static char *t_run_logged(kl_fx_t *fx, const char *const *extra) {
+  kl_worker_stats_t st;
+  char detail[512];
+  kl_t_stderr_t capture;
+  kl_t_stderr_begin(&capture);
+  kl_err_t err = t_run_retention(fx, extra, 1, &st, detail);
+  char *log = kl_t_stderr_end(&capture);
+  assert_int_equal(err, KL_OK);
+  assert_true(st.owned > 0);
+  return log;
+}
+
+/* A topic that keeps records for less than timer.max.delay: the worker
+ * runs (a pending timer lives in the store), and says at start that a
+ * rebuild loses the timers that wait longer, naming both and the fix. */
+static void test_warns_retention_shorter_than_timers(void **state) {
+  (void)state;
+  kl_fx_t fx;
+  kl_fx_up(&fx, "timer-retention", 2);
+  kl__checks_set_topic_config(t_topic_config);
+  static const char *const dflt[] = {"worker.session.timeout.ms=3000", NULL};
+  static const char *const one_day[] = {"worker.session.timeout.ms=3000",
+                                        "timer.max.delay=1d", NULL};
+  char want[256];
+  t_retention[0][0] = "86400000"; /* 1d: within the dedup's 7d */
+  char *log = t_run_logged(&fx, dflt);
+  snprintf(want, sizeof(want),
+           "topic %s keeps records for 1d "
+           "(retention.ms=86400000), less than timer.max.delay 7d",
+           fx.topic);
+  const char *line = strstr(log, want);
+  while (line && line > log && line[-1] != '\n')
+    line--;
+  if (!line || strncmp(strchr(line, ' '), " WARN ", 6) != 0 ||
+      !strstr(log, "raise the topic's retention.ms to at least 604800000 "
+                   "(7d), or lower timer.max.delay to at most 1d"))
+    fail_msg("no warning \"%s\" with the fix in:\n%s", want, log);
+  free(log);
+
+  log = t_run_logged(&fx, one_day); /* within it now */
+  snprintf(want, sizeof(want),
+           "topic %s keeps records for 1d (retention.ms=86400000), at "
+           "least timer.max.delay 1d",
+           fx.topic);
+  if (!strstr(log, want) || strstr(log, "less than timer.max.delay"))
+    fail_msg("expected \"%s\" and no warning in:\n%s", want, log);
+  free(log);
+
+  t_retention[0][2] = "1073741824"; /* by size too: cannot be judged */
+  log = t_run_logged(&fx, one_day);
+  if (!strstr(log, "deletes records by size too "
+                   "(retention.bytes=1073741824)"))
+    fail_msg("no warning of retention.bytes in:\n%s", log);
+  free(log);
+  kl_t_ledger_fx_down(&fx);
+}
+
 /* The cluster answers again, whatever the test above left. */
 static int t_retention_reset(void **state) {
   (void)state;
@@ -363,7 +424,8 @@ static void t_alter_retention(const char *boot, const char *topic,
 }
 
 /* Without the hook: a real broker answers (a topic that keeps 14d is
- * refused); the embedded cluster cannot (librdkafka 2.0.2's mock names no
+ * refused, one that keeps 1d runs with a warning of timer.max.delay);
+ * the embedded cluster cannot (librdkafka 2.0.2's mock names no
  * controller), and the worker runs with keylane_worker_retention_unchecked. */
 static void test_retention_read_from_the_cluster(void **state) {
   (void)state;
@@ -380,6 +442,14 @@ static void test_retention_read_from_the_cluster(void **state) {
     assert_non_null(strstr(detail, "keeps records for 14d "
                                    "(retention.ms=1209600000) but "
                                    "store.dedup.retention is 7d"));
+    /* within the ids' retention, shorter than timer.max.delay: runs,
+     * warning that a rebuild loses the timers that wait longer */
+    t_alter_retention(fx.boot, fx.topic, "86400000");
+    char *log = t_run_logged(&fx, dflt);
+    if (!strstr(log, "keeps records for 1d (retention.ms=86400000), less "
+                     "than timer.max.delay 7d"))
+      fail_msg("no warning of timer.max.delay in:\n%s", log);
+    free(log);
   } else {
     assert_int_equal(t_run_retention(&fx, dflt, 1, &st, detail), KL_OK);
     assert_true(st.owned > 0);
@@ -399,6 +469,8 @@ int main(void) {
       cmocka_unit_test(test_refuses_partition_mismatch),
       cmocka_unit_test(test_refuses_retake_within_the_session),
       cmocka_unit_test_teardown(test_refuses_retention_longer_than_dedup,
+                                t_retention_reset),
+      cmocka_unit_test_teardown(test_warns_retention_shorter_than_timers,
                                 t_retention_reset),
       cmocka_unit_test(test_retention_read_from_the_cluster),
   };

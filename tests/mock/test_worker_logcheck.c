@@ -5,7 +5,9 @@
  * `keylane store reset` (KEYLANE_BIN) starts it again; a worker that lags
  * past retention (the embedded cluster keeps 5 MiB per partition) stops
  * with the count of records lost, or with worker.on.gap=skip goes on and
- * counts them; a lane given records below its position counts none as
+ * counts them; so does a running worker whose position falls off the log,
+ * also when librdkafka's out-of-range error is lost (log_guard.c,
+ * guard_watch()); a lane given records below its position counts none as
  * redelivered until the log is checked; `keylane store reset` refuses a
  * partition the store does not know; `keylane doctor`'s check of the logs
  * (kl__check_log()) says the same. The two tests of a topic deleted and
@@ -15,6 +17,7 @@
  */
 #include <inttypes.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -425,6 +428,176 @@ static void test_lag_past_retention(void **state) {
   kl_t_ledger_fx_down(&fx);
 }
 
+/* Holds every event's handler call while set: the lane's window fills
+ * and the worker pauses its partition. */
+static atomic_int kl_hold;
+
+static kl_handler_result_t kl_held(void *opaque, const kl_event_t *event,
+                                   const kl_fence_t *fence, kl_txn_t *txn,
+                                   char *errbuf, size_t errbuf_size) {
+  (void)opaque, (void)event, (void)fence, (void)txn, (void)errbuf,
+      (void)errbuf_size;
+  while (atomic_load(&kl_hold))
+    kl_t_sleep_ms(10);
+  return KL_HANDLER_OK;
+}
+
+/* Starts a worker with @p extra whose handler is held (kl_hold) from its
+ * first event, offset 0, on; then 6 MiB arrive, so that the log starts
+ * past offset 1. @returns the worker; *@p low and *@p high the log's
+ * offsets. */
+static kl_t_worker_t *kl_held_behind(kl_fx_t *fx, const char *const *extra,
+                                     int64_t *low, int64_t *high) {
+  atomic_store(&kl_hold, 1);
+  kl_t_worker_t *w =
+      kl_t_worker_new_with(fx->boot, fx->topic, kl_t_group(fx->cluster, "g"),
+                           fx->store, extra, kl_held, NULL);
+  kl_t_worker_go(w);
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot),
+                   KL_OK);
+  kl_producer_t *producer;
+  assert_int_equal(kl_producer_new(conf, NULL, NULL, &producer), KL_OK);
+  kl_conf_destroy(conf);
+  kl_publish_padded(producer, fx->topic, "first", 1, 8192);
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+  kl_worker_stats_t st = {0};
+  for (int i = 0; i < 600 && st.owned == 0; i++) {
+    kl_t_sleep_ms(50);
+    kl_worker_stats(w->worker, &st, sizeof(st));
+  }
+  assert_int_equal(st.owned, 1);
+  for (int i = 0; i < 750; i++)
+    kl_publish_padded(producer, fx->topic, "filler", i + 2, 8192);
+  assert_int_equal(kl_flush(producer, 30000), KL_OK);
+  kl_producer_destroy(producer);
+  kl_log_range(fx->boot, fx->topic, low, high);
+  assert_int_equal(*high, 751);
+  assert_true(*low > 1);
+  return w;
+}
+
+/* A running worker falls behind past retention (a benchmark publishing
+ * more than the embedded cluster keeps): its handler is held, its window
+ * fills and the partition pauses while 6 MiB arrive. When the handler
+ * goes on, the consumer's position is out of the log, and the partition
+ * stops saying so (/healthz, /metrics). */
+static void test_running_worker_falls_off_the_log(void **state) {
+  kl_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "falling", 1, 20, 12, NULL);
+  static const char *const small[] = {"worker.session.timeout.ms=3000",
+                                      "worker.window.max=16",
+                                      "worker.concurrency=2", NULL};
+  int64_t low, high;
+  kl_t_worker_t *w = kl_held_behind(&fx, small, &low, &high);
+  atomic_store(&kl_hold, 0);
+  int port;
+  kl__metrics_server_t *server = kl_serve(w, &fx, &port);
+  kl__log_guard_stop_t s = kl_wait_stop(w, 1);
+  assert_int_equal(s.check.verdict, KL__CHECKS_LOG_GAP);
+  kl_assert_get(port, "/healthz", 503, "topic falling partition 0 lost");
+  kl_assert_get(port, "/metrics", 200,
+                "keylane_worker_partition_stopped{topic=\"falling\","
+                "partition=\"0\",reason=\"retention_gap\"} 1\n");
+  kl__metrics_server_stop(server);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_t_ledger_fx_down(&fx);
+}
+
+/* Moves the worker's consumer of partition 0 to @p offset, from this
+ * thread. */
+static void kl_consumer_seek(kl_t_worker_t *w, const char *topic,
+                             int64_t offset) {
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(l, topic, 0)->offset = offset;
+  rd_kafka_error_t *error =
+      rd_kafka_seek_partitions(kl__worker_consumer(w->worker), l, 10000);
+  assert_null(error);
+  rd_kafka_topic_partition_list_destroy(l);
+}
+
+/* Takes the out-of-range error librdkafka queued for the worker's
+ * consumer, from this thread, so that the worker never reads it.
+ * @returns the offset it names. */
+static int64_t kl_steal_out_of_range(kl_t_worker_t *w) {
+  rd_kafka_t *rk = kl__worker_consumer(w->worker);
+  for (int i = 0; i < 100; i++) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+    int64_t offset = m ? m->offset : -1;
+    int found = m && m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET;
+    if (m)
+      rd_kafka_message_destroy(m);
+    if (found)
+      return offset;
+  }
+  fail_msg("no out-of-range error was queued in 10 s");
+  return -1;
+}
+
+/* librdkafka 2.0 stops fetching a partition whose position is out of its
+ * log and queues an error for the application, and a pause before the
+ * application read it can purge it (log_guard.c, guard_watch()): the
+ * worker then never heard, and sat silent. Here the loss is made
+ * certain: the poll thread of a worker with @p extra is held in a handler
+ * (kl_held_behind()), its consumer is moved to offset 1, deleted (a
+ * fetcher that fell behind), and the error is taken away. @returns the
+ * worker, running again; *@p low and *@p high the log's offsets. */
+static kl_t_worker_t *kl_lose_out_of_range(kl_fx_t *fx,
+                                           const char *const *extra,
+                                           int64_t *low, int64_t *high) {
+  kl_t_worker_t *w = kl_held_behind(fx, extra, low, high);
+  kl_consumer_seek(w, fx->topic, 1); /* deleted: the fetch fails */
+  assert_int_equal(kl_steal_out_of_range(w), 1);
+  atomic_store(&kl_hold, 0);
+  return w;
+}
+
+/* The partition still stops, saying why: the log, /healthz, /metrics. */
+static void test_lost_out_of_range_error_still_stops(void **state) {
+  kl_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "silent", 1, 20, 13, NULL);
+  int64_t low, high;
+  kl_t_worker_t *w = kl_lose_out_of_range(&fx, kl_fast, &low, &high);
+  int port;
+  kl__metrics_server_t *server = kl_serve(w, &fx, &port);
+  kl__log_guard_stop_t s = kl_wait_stop(w, 1);
+  assert_int_equal(s.check.verdict, KL__CHECKS_LOG_GAP);
+  assert_int_equal(s.check.watermark, 1);
+  assert_true(s.check.low >= low);
+  char text[256];
+  snprintf(text, sizeof(text),
+           "topic silent partition 0 lost %" PRId64
+           " records: its log starts at offset %" PRId64,
+           s.check.low - 1, s.check.low);
+  kl_assert_get(port, "/healthz", 503, text);
+  kl_assert_get(port, "/metrics", 200,
+                "keylane_worker_partition_stopped{topic=\"silent\","
+                "partition=\"0\",reason=\"retention_gap\"} 1\n");
+  kl__metrics_server_stop(server);
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_t_ledger_fx_down(&fx);
+}
+
+/* With worker.on.gap=skip the partition goes on from the log's start,
+ * fetched again, and counts the records lost. */
+static void test_lost_out_of_range_error_skips(void **state) {
+  kl_fx_t fx;
+  kl_t_ledger_fx_up(&fx, "silentskip", 1, 20, 14, NULL);
+  static const char *const skip[] = {"worker.session.timeout.ms=3000",
+                                     "worker.on.gap=skip", NULL};
+  int64_t low, high;
+  kl_t_worker_t *w = kl_lose_out_of_range(&fx, skip, &low, &high);
+  kl_wait_watermark(fx.store, fx.topic, high);
+  kl__log_guard_stop_t s = kl_stop_of(w);
+  assert_int_equal(s.stopped, 0);
+  kl_worker_stats_t st;
+  kl_worker_stats(w->worker, &st, sizeof(st));
+  assert_int_equal(s.gap_records + st.applied, (uint64_t)high);
+  assert_true(s.gap_records >= (uint64_t)(low - 1));
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  kl_t_ledger_fx_down(&fx);
+}
+
 /* Reads @p n records of partition 0 of @p topic from offset 0.
  * @returns the consumer: destroy it once every record is destroyed. */
 static rd_kafka_t *kl_read_records(const char *boot, const char *topic,
@@ -607,6 +780,9 @@ int main(void) {
       cmocka_unit_test(test_store_outlives_its_topic),
       cmocka_unit_test(test_store_outlives_a_longer_topic),
       cmocka_unit_test(test_lag_past_retention),
+      cmocka_unit_test(test_running_worker_falls_off_the_log),
+      cmocka_unit_test(test_lost_out_of_range_error_still_stops),
+      cmocka_unit_test(test_lost_out_of_range_error_skips),
       cmocka_unit_test(test_lane_counts_nothing_below_its_position),
       cmocka_unit_test(test_store_reset_cli),
       cmocka_unit_test(test_refuses_silent_offset_reset),

@@ -15,7 +15,8 @@
 // The function's error is the answer: nil is "ok"; an error wrapped by
 // Fail is "fail" (the event goes to the dead-letter topic with the
 // error's text); any other error, or a panic, is "retry" (the event runs
-// again, counting against worker.max.attempts). Emits are sent with "ok"
+// again, counting against worker.max.attempts). Emits and cancels
+// (Tx.Cancel, a pending timer of the event's own key) are sent with "ok"
 // only. The JSON-lines protocol is handled here: the "seq" echo and
 // pipelining (the worker may send up to worker.exec.window events before
 // the first answer: they are read in one go and answered in one write).
@@ -46,6 +47,10 @@ const (
 	KeyMax   = 1024
 	TypeMax  = 255
 	TopicMax = 249
+	// IDMax is an event id's longest, in bytes: no timer has a longer one.
+	IDMax = 255
+	// CancelMax is the most timers one event cancels.
+	CancelMax = 64
 )
 
 // Fence is where the event is and who owns it: a resource outside keylane
@@ -126,15 +131,47 @@ func Fail(err error) error {
 // Failf is Fail(fmt.Errorf(format, args...)).
 func Failf(format string, args ...any) error { return Fail(fmt.Errorf(format, args...)) }
 
-// Tx is the event's transaction: its fence and the follow-ups it emits.
-// Emits are committed with the event (keylane's outbox) and published
-// after that commit, only when the answer is "ok"; keylane derives each
-// one's id from the event's place in the log, so a retried event never
-// emits twice.
+// Tx is the event's transaction: its fence, the follow-ups it emits and
+// the timers it cancels. Emits are committed with the event (keylane's
+// outbox) and published after that commit, only when the answer is "ok";
+// keylane derives each one's id from the event's place in the log, so a
+// retried event never emits twice. Cancels commit with the event too, and
+// only with "ok".
 type Tx struct {
-	Fence Fence
-	emits []map[string]any
-	err   error
+	Fence   Fence
+	emits   []map[string]any
+	cancels []map[string]string
+	err     error
+}
+
+// Cancel cancels the pending timer of the delayed event id (the id its
+// publisher gave it) of the event's own key: it never fires. The cancel
+// commits with the event (kl_txn_cancel()); a timer that no longer waits
+// (it ran, before this event in the key's order, or was cancelled, or
+// never was) is no error. A handler cancels its own key's timers only; to
+// cancel another key's, emit a follow-up to that key whose handler
+// cancels it. At most CancelMax per event. An id keylane would refuse is
+// an error wrapped by Fail, and it fails the event even if the error is
+// dropped: nothing of the event's is then cancelled.
+func (tx *Tx) Cancel(id string) error {
+	var err error
+	switch {
+	case len(id) == 0 || len(id) > IDMax:
+		err = fmt.Errorf("cancel: %q is %d bytes; an event's id is 1 to %d bytes, so no timer has it", "id", len(id), IDMax)
+	case !utf8.ValidString(id):
+		err = fmt.Errorf("cancel: %q is not valid UTF-8: the answer carries it as JSON text", "id")
+	case len(tx.cancels) >= CancelMax:
+		err = fmt.Errorf("cancel: more than %d timers in one event; cancel the rest from a follow-up to the key", CancelMax)
+	}
+	if err != nil {
+		err = Fail(err)
+		if tx.err == nil {
+			tx.err = err
+		}
+		return err
+	}
+	tx.cancels = append(tx.cancels, map[string]string{"id": id})
+	return nil
 }
 
 // Emit adds a follow-up of key and typ to the event's own topic; see EmitTo.
@@ -283,10 +320,11 @@ func decodeEvent(line []byte) (*Event, *uint64, error) {
 }
 
 type answer struct {
-	Seq    *uint64          `json:"seq,omitempty"`
-	Status string           `json:"status"`
-	Error  string           `json:"error,omitempty"`
-	Emit   []map[string]any `json:"emit,omitempty"`
+	Seq    *uint64             `json:"seq,omitempty"`
+	Status string              `json:"status"`
+	Error  string              `json:"error,omitempty"`
+	Emit   []map[string]any    `json:"emit,omitempty"`
+	Cancel []map[string]string `json:"cancel,omitempty"`
 }
 
 // call runs fn, a panic turned into an error.
@@ -320,10 +358,10 @@ func Answer(ctx context.Context, fn Func, line []byte) []byte {
 		case err != nil:
 			a.Status, a.Error = "retry", err.Error()
 		default:
-			a.Emit = tx.emits
+			a.Emit, a.Cancel = tx.emits, tx.cancels
 		}
 	}
-	if a.Status == "ok" && a.Emit == nil && seq != nil {
+	if a.Status == "ok" && a.Emit == nil && a.Cancel == nil && seq != nil {
 		return []byte(`{"seq":` + strconv.FormatUint(*seq, 10) + `,"status":"ok"}` + "\n")
 	}
 	out, _ := json.Marshal(a)

@@ -154,3 +154,59 @@ func TestServeAnswersPipelinedLinesInOrder(t *testing.T) {
 		t.Error(lines[20])
 	}
 }
+
+func TestCancelsGoWithOK(t *testing.T) {
+	line := Answer(context.Background(), func(ctx context.Context, ev *Event, tx *Tx) error {
+		if err := tx.Cancel("release-order-17"); err != nil {
+			return err
+		}
+		return tx.Cancel("réserve")
+	}, []byte(req))
+	want := `{"seq":7,"status":"ok","cancel":[{"id":"release-order-17"},{"id":"réserve"}]}` + "\n"
+	if string(line) != want {
+		t.Fatalf("got %s want %s", line, want)
+	}
+	a := answerOf(t, func(ctx context.Context, ev *Event, tx *Tx) error {
+		_ = tx.Cancel("t-1")
+		return errors.New("db busy") // a retry cancels nothing
+	}, req)
+	if a["status"] != "retry" || a["cancel"] != nil {
+		t.Fatal(a)
+	}
+}
+
+func TestACancelKeylaneWouldRefuseFailsTheEvent(t *testing.T) {
+	many := func(n int) func(tx *Tx) {
+		return func(tx *Tx) {
+			for i := 0; i < n; i++ {
+				_ = tx.Cancel(fmt.Sprintf("t-%d", i))
+			}
+		}
+	}
+	cases := []struct {
+		do  func(tx *Tx)
+		err string
+	}{
+		{func(tx *Tx) { _ = tx.Cancel("") }, `cancel: "id" is 0 bytes; an event's id is 1 to 255 bytes`},
+		{func(tx *Tx) { _ = tx.Cancel(strings.Repeat("x", 256)) }, `cancel: "id" is 256 bytes`},
+		{func(tx *Tx) { _ = tx.Cancel("\xff") }, `cancel: "id" is not valid UTF-8`},
+		{many(65), "cancel: more than 64 timers in one event"},
+	}
+	for _, c := range cases {
+		a := answerOf(t, func(ctx context.Context, ev *Event, tx *Tx) error {
+			_ = tx.Cancel("fine")
+			c.do(tx) // the error dropped: the event fails anyway
+			return nil
+		}, req)
+		if a["status"] != "fail" || !strings.HasPrefix(fmt.Sprint(a["error"]), c.err) || a["cancel"] != nil {
+			t.Errorf("got %v, want fail %q", a, c.err)
+		}
+	}
+	a := answerOf(t, func(ctx context.Context, ev *Event, tx *Tx) error {
+		many(64)(tx)
+		return nil
+	}, req)
+	if a["status"] != "ok" || len(a["cancel"].([]any)) != 64 {
+		t.Fatal(a)
+	}
+}

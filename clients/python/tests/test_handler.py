@@ -92,6 +92,57 @@ def test_emits_go_with_ok():
     ]
 
 
+def test_cancels_go_with_ok():
+    """tx.cancel() reaches the answer as "cancel": [{"id"}], with "ok"
+    only; the event's own key may be named, another key fails the event."""
+
+    @handler
+    def apply(event, tx):
+        tx.cancel("release-order-17")
+        tx.cancel("r\u00e9serve", key=event.key)
+        if event.type == "retry":
+            raise Retry("later")
+
+    assert apply.answer(REQ) == {
+        "seq": 7,
+        "status": "ok",
+        "cancel": [{"id": "release-order-17"}, {"id": "r\u00e9serve"}],
+    }
+    assert "cancel" not in apply.answer(dict(REQ, type="retry"))
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, says",
+    [
+        (("",), {}, 'cancel: "id" is 0 bytes; an event\'s id is 1 to 255 bytes'),
+        (("x" * 256,), {}, 'cancel: "id" is 256 bytes'),
+        ((17,), {}, 'cancel: "id" must be the delayed event\'s id, a string, not 17'),
+        (("t-1",), {"key": "acct-2"}, "cancel: key 'acct-2' is not the event's ('acct-1')"),
+    ],
+)
+def test_a_cancel_keylane_would_refuse_fails_the_event(args, kwargs, says):
+    @handler
+    def apply(event, tx):
+        tx.cancel("fine")
+        tx.cancel(*args, **kwargs)
+
+    answer = apply.answer(REQ)
+    assert answer["status"] == "fail" and "cancel" not in answer
+    assert answer["error"].startswith(says), answer["error"]
+
+
+def test_at_most_64_cancels_per_event():
+    @handler
+    def apply(event, tx):
+        for i in range(event.payload["n"]):
+            tx.cancel("t-%d" % i)
+
+    assert len(apply.answer(dict(REQ, payload={"n": 64}))["cancel"]) == 64
+    answer = apply.answer(dict(REQ, payload={"n": 65}))
+    assert answer["status"] == "fail"
+    assert answer["error"].startswith("cancel: more than 64 timers in one event")
+
+
 def test_delayed_emits_and_events():
     """An emit's not_before or delay reaches the answer as "not_before" (ms
     since the epoch); a delayed event's request carries its own."""

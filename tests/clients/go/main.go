@@ -333,6 +333,7 @@ func runHandler(logPath, markers, crashAt string) {
 		var p struct {
 			Amount int64  `json:"amount"`
 			To     string `json:"to"`
+			ID     string `json:"id"`
 		}
 		if err := ev.Decode(&p); err != nil {
 			return handler.Fail(err)
@@ -353,6 +354,8 @@ func runHandler(logPath, markers, crashAt string) {
 				return err
 			}
 			return tx.Emit(p.To, "credit", map[string]any{"amount": p.Amount, "from": ev.Key})
+		case ev.Type == "cancel":
+			return tx.Cancel(p.ID)
 		}
 		return handler.Failf("unknown type %s", ev.Type)
 	})

@@ -20,13 +20,15 @@ The function gets the decoded event and a transaction: ``tx.fence`` (also
 ``event.fence``) is (topic, partition, epoch, offset), which a resource
 outside keylane keeps to refuse a deposed owner's writes (docs:
 "the fence"); ``tx.emit()`` adds a follow-up event, published through
-keylane's outbox after the event is committed, and only if it is.
+keylane's outbox after the event is committed, and only if it is;
+``tx.cancel(id)`` cancels a pending timer (a delayed event) of the event's
+own key, in the same commit.
 
 Its outcome is the answer: returning (None) is "ok"; raising Retry is
 "retry" (the event runs again, counting against worker.max.attempts);
 raising Fail is "fail" (the event goes to the dead-letter topic); any other
 exception is "retry" with its text, and its traceback goes to stderr, which
-keylane copies into its log. Emits are sent with "ok" only.
+keylane copies into its log. Emits and cancels are sent with "ok" only.
 
 The JSON-lines protocol is handled here: the "seq" echo, pipelining (the
 worker may send up to worker.exec.window events before the first answer:
@@ -57,6 +59,10 @@ __all__ = ["Event", "Fail", "Fence", "Handler", "Retry", "Tx", "handler"]
 KEY_MAX = 1024
 TYPE_MAX = 255
 TOPIC_MAX = 249
+#: An event id's longest, in bytes (KL_ID_MAX): no timer has a longer one.
+ID_MAX = 255
+#: The most timers one answer cancels (the worker's KL__EXEC_CANCEL_MAX).
+CANCEL_MAX = 64
 _TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+\Z")
 _SEQ = re.compile(rb'\s*\{\s*"seq"\s*:\s*([0-9]{1,19})\s*[,}]')
 #: No payload given to Tx.emit(): the follow-up's payload is empty.
@@ -146,17 +152,46 @@ class Event:
 
 
 class Tx:
-    """The event's transaction: its fence, and the follow-ups it emits.
-    Emits are committed with the event (keylane's outbox) and published
-    after that commit, only when the handler answered "ok"; keylane derives
-    each one's id from the event's place in the log, so a retried event
-    never emits twice."""
+    """The event's transaction: its fence, the follow-ups it emits and the
+    timers it cancels. Emits are committed with the event (keylane's
+    outbox) and published after that commit, only when the handler
+    answered "ok"; keylane derives each one's id from the event's place in
+    the log, so a retried event never emits twice. Cancels commit with the
+    event too, and only with "ok"."""
 
-    __slots__ = ("fence", "emits")
+    __slots__ = ("fence", "emits", "cancels", "key")
 
-    def __init__(self, fence: Fence):
+    def __init__(self, fence: Fence, key: Union[str, bytes, None] = None):
         self.fence = fence
+        #: the event's key, which cancel() checks a given key against
+        self.key = key
         self.emits: List[Dict[str, Any]] = []
+        self.cancels: List[Dict[str, Any]] = []
+
+    def cancel(self, id: str, *, key: Union[str, bytes, None] = None) -> None:
+        """Cancels the pending timer of the delayed event ``id`` (the id its
+        publisher gave it) of the event's own key: it never fires. The
+        cancel commits with the event (``kl_txn_cancel()``); a timer that
+        no longer waits (it ran, before this event in the key's order, or
+        was cancelled, or never was) is no error. ``key``, when given,
+        must be the event's: a handler cancels its own key's timers only;
+        to cancel another key's, emit a follow-up to that key whose
+        handler cancels it. At most 64 per event. Raises Fail, and so
+        fails the event, for a cancel keylane would refuse: nothing of the
+        event's is then cancelled."""
+        if not isinstance(id, str):
+            raise Fail('cancel: "id" must be the delayed event\'s id, a string, not %r' % (id,))
+        n = len(id.encode("utf-8"))
+        if not 0 < n <= ID_MAX:
+            raise Fail('cancel: "id" is %d bytes; an event\'s id is 1 to %d bytes, so no timer has it' % (n, ID_MAX))
+        if key is not None and self.key is not None and key != self.key:
+            raise Fail(
+                "cancel: key %r is not the event's (%r): a handler cancels its own key's timers; "
+                "to cancel another key's, emit a follow-up to that key whose handler cancels it" % (key, self.key)
+            )
+        if len(self.cancels) >= CANCEL_MAX:
+            raise Fail("cancel: more than %d timers in one event; cancel the rest from a follow-up to the key" % CANCEL_MAX)
+        self.cancels.append({"id": id})
 
     def emit(
         self,
@@ -295,7 +330,7 @@ class Handler:
     def answer(self, request: Dict[str, Any]) -> Dict[str, Any]:
         """Runs the function on one request (a JSON line as a dict) and
         returns the answer as a dict: {"seq"?, "status", "error"?,
-        "emit"?}. For tests of a handler without a worker."""
+        "emit"?, "cancel"?}. For tests of a handler without a worker."""
         seq = request.get("seq")
         try:
             event = Event(request)
@@ -303,7 +338,7 @@ class Handler:
             return _answer(seq, "fail", "keylane.handler: a request without its %s: %s" % (_missing(e), _quote(request)))
         except (TypeError, ValueError) as e:
             return _answer(seq, "fail", "keylane.handler: a request with a malformed field (%s): %s" % (e, _quote(request)))
-        tx = Tx(event.fence)
+        tx = Tx(event.fence, event.key)
         try:
             if event.traceparent and self._traced():
                 with self._tracer.span(event):  # type: ignore[union-attr]
@@ -326,6 +361,8 @@ class Handler:
         answer = {"seq": seq, "status": "ok"} if seq is not None else {"status": "ok"}
         if tx.emits:
             answer["emit"] = tx.emits
+        if tx.cancels:
+            answer["cancel"] = tx.cancels
         return answer
 
     def _traced(self) -> bool:
