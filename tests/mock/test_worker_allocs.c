@@ -5,9 +5,9 @@
  * the buffers of a finished one (store/txn_buffer.h), so what is left is
  * the Kafka commit and the lanes' bookkeeping.
  *
- * The test program interposes malloc, calloc and realloc (glibc's
- * __libc_* do the work) and counts the calls made by every thread but the
- * test's own, while armed, by the library the call comes from. librdkafka's
+ * The test program counts malloc, calloc and realloc calls
+ * (support/alloc_count.h) made by every thread but the test's own, while
+ * armed, by the library the call comes from. librdkafka's
  * own calls are counted apart: it allocates an op per message it fetches,
  * which keylane cannot change. So are LMDB's: it keeps every dirty page it
  * ever allocated for the next write, and allocates one more only as the
@@ -16,12 +16,10 @@
  * on the rest (keylane, the handler, msgpack-c, libc on their behalf).
  * Not built with a sanitizer, which brings its own malloc.
  */
-#define _GNU_SOURCE
-#include <link.h>
-#include <dlfcn.h>
+#include "support/alloc_count.h"
+
 #include <setjmp.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,102 +34,10 @@
 #include "support/support.h"
 #include "cli/ledger_gen.h"
 
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-
-/* Where a call comes from: a library's loaded code, [lo, hi). */
-typedef struct lib {
-  const char *name;
-  uintptr_t lo, hi;
-  atomic_ulong calls;
-} lib_t;
-
 enum { LIB_RDKAFKA, LIB_LMDB, LIB_REST };
-static lib_t libs[] = {{.name = "librdkafka"},
-                       {.name = "liblmdb"},
-                       {.name = "keylane and the rest"}};
-
-/* The call sites of the rest: a return address and its count. */
-enum { SITES = 64 };
-static _Atomic uintptr_t site_at[SITES];
-static atomic_ulong site_calls[SITES];
-
-static atomic_bool armed;
-static _Thread_local bool is_test_thread;
-
-static void count_site(uintptr_t a) {
-  for (int i = 0; i < SITES; i++) {
-    uintptr_t none = 0;
-    if (atomic_load(&site_at[i]) == a ||
-        atomic_compare_exchange_strong(&site_at[i], &none, a) || none == a) {
-      atomic_fetch_add(&site_calls[i], 1);
-      return;
-    }
-  }
-}
-
-static void count(void *caller) {
-  if (!atomic_load_explicit(&armed, memory_order_relaxed) || is_test_thread)
-    return;
-  uintptr_t a = (uintptr_t)caller;
-  for (int i = 0; i < LIB_REST; i++)
-    if (a >= libs[i].lo && a < libs[i].hi) {
-      atomic_fetch_add_explicit(&libs[i].calls, 1, memory_order_relaxed);
-      return;
-    }
-  atomic_fetch_add_explicit(&libs[LIB_REST].calls, 1, memory_order_relaxed);
-  count_site(a);
-}
-
-void *malloc(size_t size) {
-  count(__builtin_return_address(0));
-  return __libc_malloc(size);
-}
-
-void *calloc(size_t n, size_t size) {
-  count(__builtin_return_address(0));
-  return __libc_calloc(n, size);
-}
-
-void *realloc(void *p, size_t size) {
-  count(__builtin_return_address(0));
-  return __libc_realloc(p, size);
-}
-
-/* Sets the code range of each library of libs[] that is loaded. */
-static int find_libs(struct dl_phdr_info *info, size_t size, void *data) {
-  (void)size, (void)data;
-  for (int l = 0; l < LIB_REST; l++) {
-    lib_t *lib = &libs[l];
-    if (!strstr(info->dlpi_name, lib->name))
-      continue;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-      const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-      if (ph->p_type != PT_LOAD)
-        continue;
-      uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-      if (!lib->lo || lo < lib->lo)
-        lib->lo = lo;
-      if (hi > lib->hi)
-        lib->hi = hi;
-    }
-  }
-  return 0;
-}
-
-/* Prints the rest's call sites, for addr2line -f -i -e FILE ADDRESS-1. */
-static void print_sites(void) {
-  for (int i = 0; i < SITES && atomic_load(&site_at[i]); i++) {
-    Dl_info info;
-    uintptr_t a = atomic_load(&site_at[i]);
-    if (dladdr((void *)a, &info) && info.dli_fname)
-      printf("  %5lu calls from %s+%#lx (%s)\n",
-             (unsigned long)atomic_load(&site_calls[i]), info.dli_fname,
-             (unsigned long)(a - (uintptr_t)info.dli_fbase),
-             info.dli_sname ? info.dli_sname : "static");
-  }
-}
+static kl_t_alloc_lib_t libs[] = {{.name = "librdkafka"},
+                                  {.name = "liblmdb"},
+                                  {.name = "keylane and the rest"}};
 
 enum { EVENTS = 40000, KEYS = 500, WARM = 10000, MEASURE_TO = 35000 };
 
@@ -140,10 +46,8 @@ enum { EVENTS = 40000, KEYS = 500, WARM = 10000, MEASURE_TO = 35000 };
 
 static void steady_path_allocates_nothing_per_event(void **state) {
   (void)state;
-  is_test_thread = true;
-  dl_iterate_phdr(find_libs, NULL);
-  for (int i = 0; i < LIB_REST; i++)
-    assert_true(libs[i].lo && libs[i].hi); /* both are linked in */
+  /* both are linked in */
+  assert_true(kl_t_allocs_init(libs, sizeof(libs) / sizeof(libs[0])));
   kl_t_cluster_t *cluster;
   assert_int_equal(kl_t_cluster_new(1, "allocs", 4, &cluster), KL_OK);
   char dir[64];
@@ -175,11 +79,11 @@ static void steady_path_allocates_nothing_per_event(void **state) {
   uint64_t from = kl_t_workers_applied(&w, 1, WARM, 60000);
   assert_true(from >= WARM);
   kl_worker_stats_t st0, st1;
-  atomic_store(&armed, true);
+  kl_t_allocs_arm(true);
   kl_worker_stats(w->worker, &st0, sizeof(st0));
   uint64_t to = kl_t_workers_applied(&w, 1, MEASURE_TO, 60000);
   kl_worker_stats(w->worker, &st1, sizeof(st1));
-  atomic_store(&armed, false);
+  kl_t_allocs_arm(false);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   assert_true(to >= MEASURE_TO);
   /* The counts cover the events and batches committed while armed, give
@@ -194,7 +98,7 @@ static void steady_path_allocates_nothing_per_event(void **state) {
     printf("%7.0f allocations by %s: %.4f per event, %.1f per batch\n", n,
            libs[i].name, n / events, n / batches);
   }
-  print_sites();
+  kl_t_allocs_print_sites();
   /* A batch's transaction and commit may allocate a few; an event may not.
    * Measured (2 cores, shared): 10 to 20 per batch, from the Kafka commit
    * and the lanes (worker/); 55 to 60 before a batch reused a finished
