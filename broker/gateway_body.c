@@ -22,7 +22,8 @@
  * whole arena being rewound at the end; anywhere else (other threads, other
  * documents) it calls the allocator installed before it, as does a free of
  * memory that is not the arena's. A value must not outlive its arena's
- * scope: the batch's document is freed before kl__gw_arena_end().
+ * scope: the batch's document is let go of before kl__gw_arena_end(), and
+ * nothing else holds one.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -57,7 +58,8 @@ static pthread_once_t kl_gw_once = PTHREAD_ONCE_INIT;
 static void *arena_take(kl__gw_arena_t *a, size_t size) {
   if (size > SIZE_MAX - KL_GW_CHUNK)
     return NULL;
-  size = (size + KL_GW_ALIGN - 1) & ~(KL_GW_ALIGN - 1);
+  /* Never 0: each allocation is its own address, as malloc's are. */
+  size = size ? (size + KL_GW_ALIGN - 1) & ~(KL_GW_ALIGN - 1) : KL_GW_ALIGN;
   if (size > (size_t)(a->end - a->p)) {
     size_t want = size > KL_GW_CHUNK ? size : KL_GW_CHUNK;
     struct kl__gw_chunk *c = malloc(sizeof(*c) + want);
@@ -191,7 +193,7 @@ static int batch_events(kl__gw_batch_t *batch, bool raw_bin, size_t max_events,
                       "the request has %zu events; the gateway "
                       "takes at most %zu at once (--max-inflight)",
                       n, max_events);
-  kl__gw_arena_t *arena = batch->arena = kl_gw_current;
+  kl__gw_arena_t *arena = batch->arena;
   batch->events = arena ? arena_take(arena, n * sizeof(kl__jevent_t))
                         : calloc(n, sizeof(kl__jevent_t));
   if (!batch->events)
@@ -216,6 +218,7 @@ int kl__gw_batch_decode(kl__gw_batch_t *batch, const char *ctype,
                         const char *body, size_t len, size_t max_events,
                         kl__gw_bad_t *bad) {
   memset(batch, 0, sizeof(*batch));
+  batch->arena = kl_gw_current;
   int status = body_doc(ctype, body, len, &batch->doc, bad);
   if (!status)
     status =
@@ -239,8 +242,12 @@ int kl__gw_batch_publishable(const kl__gw_batch_t *batch,
 void kl__gw_batch_free(kl__gw_batch_t *batch) {
   for (size_t i = 0; i < batch->n; i++)
     kl__jevent_clear(&batch->events[i]);
-  if (!batch->arena)
+  /* In an arena, the document's values go when it is rewound: walking
+   * them to free each one would cost as much as their frees did. Nothing
+   * else holds a reference to them. */
+  if (!batch->arena) {
     free(batch->events);
-  json_decref(batch->doc);
+    json_decref(batch->doc);
+  }
   memset(batch, 0, sizeof(*batch));
 }

@@ -179,8 +179,8 @@ void kl__gw_arena_install(void);
 /** Until the matching kl__gw_arena_end(), jansson's allocations on this
  * thread come from @p arena and its frees of them cost nothing. Nests. */
 void kl__gw_arena_begin(kl__gw_arena_t *arena);
-/** Ends kl__gw_arena_begin(); the outermost end rewinds the arena: every
- * JSON value made in it must be gone (json_decref()ed) by then. */
+/** Ends kl__gw_arena_begin(); the outermost end rewinds the arena: no
+ * JSON value made in it may be used after that. */
 void kl__gw_arena_end(kl__gw_arena_t *arena);
 void kl__gw_arena_destroy(kl__gw_arena_t *arena);
 /** A kl__alloc_fn_t: @p size bytes of the arena @p ctx, or NULL. */
