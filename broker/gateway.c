@@ -321,7 +321,6 @@ kl_err_t kl__gateway_new(const kl_conf_t *conf, const kl__gateway_opts_t *opts,
   if (!gw)
     return kl__err(KL_ENOMEM, "out of memory for the gateway");
   gw->opts = *opts;
-  kl__gw_arena_install();
   kl_err_t err = gw_open(gw, conf);
   if (err) {
     char detail[1024];

@@ -103,11 +103,10 @@ static void arena_hook(void) {
   json_set_alloc_funcs(jansson_malloc, jansson_free);
 }
 
-void kl__gw_arena_install(void) {
-  pthread_once(&kl_gw_once, arena_hook);
-}
-
 void kl__gw_arena_begin(kl__gw_arena_t *arena) {
+  /* Installed by the first use: a document read in an arena that jansson
+   * did not allocate from would never be freed. */
+  pthread_once(&kl_gw_once, arena_hook);
   if (arena->depth++ == 0)
     kl_gw_current = arena;
 }

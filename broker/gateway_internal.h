@@ -172,12 +172,10 @@ void kl__gw_respond_error(kl__gw_req_t *req, int status, const char *extra,
 
 /* ---- gateway_body.c ---- */
 
-/** Makes jansson allocate in the arena of the thread's current request
- * (kl__gw_arena_begin()) and, outside one, as it did before; once per
- * process. */
-void kl__gw_arena_install(void);
 /** Until the matching kl__gw_arena_end(), jansson's allocations on this
- * thread come from @p arena and its frees of them cost nothing. Nests. */
+ * thread come from @p arena and its frees of them cost nothing; outside
+ * one, jansson allocates as it did before (the hook is installed for the
+ * process by the first call). Nests. */
 void kl__gw_arena_begin(kl__gw_arena_t *arena);
 /** Ends kl__gw_arena_begin(); the outermost end rewinds the arena: no
  * JSON value made in it may be used after that. */

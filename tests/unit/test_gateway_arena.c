@@ -91,7 +91,6 @@ static char *many_events(size_t *len) {
 
 static void arena_gives_the_same_events(void **state) {
   (void)state;
-  kl__gw_arena_install();
   kl__gw_arena_t arena = {0};
   size_t len;
   char *body = many_events(&len);
@@ -135,7 +134,6 @@ static void arena_gives_the_same_events(void **state) {
 
 static void arena_nests(void **state) {
   (void)state;
-  kl__gw_arena_install();
   kl__gw_arena_t arena = {0};
   const char *one = "{\"key\":\"k\",\"type\":\"t\",\"payload\":[1,2,3]}";
   kl__gw_arena_begin(&arena);
