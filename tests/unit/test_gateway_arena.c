@@ -1,10 +1,12 @@
 /*
- * The gateway's arena (broker/gateway_body.c): a body decoded inside
- * kl__gw_arena_begin() .. kl__gw_arena_end() gives the same events, byte
- * for byte, as one decoded with malloc(): bodies larger than a chunk, one
- * value larger than a chunk, a msgpack body's bin payload, headers, and
- * errors (the message and the index); begin/end nest, and a rewound arena
- * is used again.
+ * The gateway's arena (broker/gateway_body.c) and its fast reader
+ * (broker/gateway_fast.c): a body decoded inside kl__gw_arena_begin() ..
+ * kl__gw_arena_end() (the fast reader when it takes the body, else jansson
+ * into the arena) gives the same events, byte for byte, or the same error
+ * and index, as one decoded by the full path with malloc(): bodies larger
+ * than a chunk, one value larger than a chunk, a msgpack body's bin
+ * payload, headers, and a table of bodies at the fast reader's edges;
+ * begin/end nest, and a rewound arena is used again.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -47,6 +49,8 @@ static void same_event(const kl_event_t *a, const kl_event_t *b) {
 /* Decodes @p body twice, with and without @p arena, and compares: the
  * status, the bad index and message, or every event. @returns the
  * status. */
+static bool last_fast; /* whether decode_both()'s arena side was fast */
+
 static int decode_both(kl__gw_arena_t *arena, const char *ctype,
                        const void *body, size_t len) {
   kl__gw_batch_t plain, pooled;
@@ -55,7 +59,11 @@ static int decode_both(kl__gw_arena_t *arena, const char *ctype,
   int s1 = kl__gw_batch_decode(&plain, ctype, body, len, 100000, &bad_plain);
   kl__gw_arena_begin(arena);
   int s2 = kl__gw_batch_decode(&pooled, ctype, body, len, 100000, &bad_pooled);
-  assert_int_equal(s1, s2);
+  if (s1 != s2)
+    fail_msg("%.200s: %d (%s) against %d (%s)", (const char *)body, s1,
+             s1 ? bad_plain.msg : "", s2, s2 ? bad_pooled.msg : "");
+  last_fast = !s2 && pooled.fast;
+  assert_false(plain.fast && !nested);
   if (s1) {
     assert_int_equal(bad_plain.index, bad_pooled.index);
     assert_string_equal(bad_plain.msg, bad_pooled.msg);
@@ -154,10 +162,85 @@ static void arena_nests(void **state) {
   kl__gw_arena_destroy(&arena);
 }
 
+/* The fast reader's edges: each body gives what the full path gives. */
+static void fast_reader_reads_as_the_full_path(void **state) {
+  (void)state;
+  static const struct {
+    const char *body;
+    bool fast; /* the fast reader takes it */
+  } cases[] = {
+      {"[{\"key\":\"k\",\"type\":\"t\",\"payload\":{\"a\":1,\"b\":[1,-2,0,-0,"
+       "127,128,-32,-33,255,256,65535,65536,4294967296,-2147483649,"
+       "999999999999999999,-999999999999999999],\"c\":{},\"d\":[],\"e\":"
+       "null,\"f\":true,\"g\":false,\"h\":\"\",\"i\":\"x y\"}}]",
+       true},
+      {" \t\r\n{ \"type\" : \"t\" , \"key\":\"k\" , \"id\":\"i-1\" } \n", true},
+      {"[{\"key\":\"k\",\"type\":\"t\",\"headers\":{\"h1\":\"v\",\"h2\":\"\"}},"
+       "{\"key\":\"k2\",\"type\":\"t\",\"headers\":{},\"payload\":\"s\"}]",
+       true},
+      {"[{\"key\":\"k\",\"type\":\"t\",\"payload\":null}]", true},
+      {"[{\"key\":\"k\",\"type\":\"t\",\"payload\":[[[[[[[[[[[[[[[[[[[[[[[[[["
+       "[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}]",
+       false}, /* 42 deep: the full path */
+      {"[{\"key\":\"k\",\"type\":\"t\",\"payload\":{\"a\":1,\"a\":2}}]", false},
+      {"[{\"key\":\"k\",\"type\":\"t\",\"payload\":{\"a\":{\"a\":1},\"b\":"
+       "{\"a\":2}}}]",
+       true},
+      {"[{\"key\":\"a\",\"key\":\"b\",\"type\":\"t\"}]", false},
+      {"[{\"key\":\"a\",\"type\":\"t\",\"paylaod\":1}]", false},
+      {"[{\"key\":\"a\",\"type\":\"t\",\"not_before\":1767225600000}]", false},
+      {"[]", false},
+      {"[{\"key\":\"k\",\"type\":\"t\"}] x", false},
+      {"[{\"key\":\"k\",\"type\":\"t\"},]", false},
+      {"[{\"key\":\"k\",\"type\":\"t\",\"payload\":1.5}]", false},
+      {"[{\"key\":\"k\",\"type\":\"t\",\"payload\":1e5}]", false},
+      {"[{\"key\":\"k\",\"type\":\"t\",\"payload\":1234567890123456789}]",
+       false},
+      {"[{\"key\":\"k\",\"type\":\"t\",\"payload\":01}]", false},
+      {"[{\"key\":\"k\",\"type\":\"t\",\"payload\":-}]", false},
+      {"[{\"key\":\"k\\n\",\"type\":\"t\"}]", false},
+      {"[{\"key\":\"caf\u00e9\",\"type\":\"t\"}]", false},
+      {"[{\"key\":\"\",\"type\":\"t\"}]", false},
+      {"[{\"key\":\"k\"}]", false},
+      {"[{\"key\":\"k\",\"type\":\"t\",\"id\":\"\"}]", false},
+      {"[{\"key\":\"k\",\"type\":\"~timer\"}]", false},
+      {"[{\"key\":\"k\",\"type\":\"t\",\"headers\":{\"h\":\"a\",\"h\":\"b\"}}]",
+       false},
+      {"[{\"key\":\"k\",\"type\":\"t\",\"headers\":{\"h\":1}}]", false},
+      {"[{\"key\":\"k\",\"type\":1}]", false},
+      {"{\"key\":\"k\",\"type\":\"t\"", false},
+      {"[{\"key\":\"k\",\"type\":\"t\"}", false},
+      {"[{\"key\":\"k\",\"type\":\"t\",\"payload\":tru}]", false},
+      {"\"k\"", false},
+  };
+  kl__gw_arena_t arena = {0};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    decode_both(&arena, "application/json", cases[i].body,
+                strlen(cases[i].body));
+    if (last_fast != cases[i].fast)
+      fail_msg("case %zu: fast %d, expected %d", i, last_fast, cases[i].fast);
+  }
+  /* 65 headers, a 1,025-byte key: over the limits, the full path's error */
+  char body[4096];
+  size_t n =
+      (size_t)sprintf(body, "{\"key\":\"k\",\"type\":\"t\",\"headers\":{");
+  for (int i = 0; i < 65; i++)
+    n += (size_t)sprintf(body + n, "%s\"h%d\":\"v\"", i ? "," : "", i);
+  n += (size_t)sprintf(body + n, "}}");
+  assert_int_equal(decode_both(&arena, "application/json", body, n), 400);
+  n = (size_t)sprintf(body, "{\"key\":\"");
+  memset(body + n, 'k', 1025);
+  n += 1025;
+  n += (size_t)sprintf(body + n, "\",\"type\":\"t\"}");
+  assert_int_equal(decode_both(&arena, "application/json", body, n), 400);
+  kl__gw_arena_destroy(&arena);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(arena_gives_the_same_events),
       cmocka_unit_test(arena_nests),
+      cmocka_unit_test(fast_reader_reads_as_the_full_path),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
