@@ -257,18 +257,19 @@ static int fr_field(kl_fr_t *r, kl__gw_arena_t *arena, kl_event_t *ev,
                     unsigned *seen) {
   static const struct {
     const char *name;
+    size_t len;
     unsigned bit;
-  } fields[] = {{"key", F_KEY},
-                {"type", F_TYPE},
-                {"id", F_ID},
-                {"payload", F_PAYLOAD},
-                {"headers", F_HEADERS}};
+  } fields[] = {{"key", 3, F_KEY},
+                {"type", 4, F_TYPE},
+                {"id", 2, F_ID},
+                {"payload", 7, F_PAYLOAD},
+                {"headers", 7, F_HEADERS}};
   const char *s;
   size_t len, i = 0;
   if (!fr_str(r, &s, &len) || !fr_take(r, ':'))
     return 0;
-  while (i < 5 && !(strlen(fields[i].name) == len &&
-                    memcmp(fields[i].name, s, len) == 0))
+  while (i < 5 &&
+         !(fields[i].len == len && memcmp(fields[i].name, s, len) == 0))
     i++;
   if (i == 5 || (*seen & fields[i].bit))
     return 0; /* another field, or twice: the full path says which */
