@@ -92,8 +92,9 @@ static bool fr_int(kl_fr_t *r, int64_t *v) {
   bool neg = r->p < r->end && *r->p == '-';
   const char *d = r->p + neg, *e = d;
   int64_t u = 0;
-  while (e < r->end && *e >= '0' && *e <= '9')
-    u = u * 10 + (*e++ - '0');
+  for (; e < r->end && *e >= '0' && *e <= '9'; e++)
+    if (e - d < 18) /* a longer run is refused below: never overflows */
+      u = u * 10 + (*e - '0');
   size_t n = (size_t)(e - d);
   if (n == 0 || n > 18 || (n > 1 && *d == '0'))
     return false;

@@ -197,6 +197,9 @@ static void fast_reader_reads_as_the_full_path(void **state) {
       {"[{\"key\":\"k\",\"type\":\"t\",\"payload\":1e5}]", false},
       {"[{\"key\":\"k\",\"type\":\"t\",\"payload\":1234567890123456789}]",
        false},
+      {"[{\"key\":\"k\",\"type\":\"t\",\"payload\":-123456789012345678901234567"
+       "89}]",
+       false}, /* no overflow on the way (UBSan) */
       {"[{\"key\":\"k\",\"type\":\"t\",\"payload\":01}]", false},
       {"[{\"key\":\"k\",\"type\":\"t\",\"payload\":-}]", false},
       {"[{\"key\":\"k\\n\",\"type\":\"t\"}]", false},
