@@ -181,7 +181,8 @@ void kl__http_respond(kl__http_req_t *req, int status, const char *ctype,
            gmtime_r(&now, &tm));
   kl__strbuf_t sb = KL__STRBUF_INIT;
   /* Sized for the head and the body at once: one allocation per answer. */
-  size_t size = 256 + strlen(ctype) + (extra ? strlen(extra) : 0) + body_len;
+  size_t size = 256 + (ctype ? strlen(ctype) : 0) +
+                (extra ? strlen(extra) : 0) + body_len;
   sb.data = kl__reserve(NULL, &sb.cap, size, 1, 256);
   sb.failed = !sb.data;
   kl__strbuf_printf(&sb,
