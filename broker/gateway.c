@@ -103,9 +103,13 @@ static kl_err_t opts_check(const kl__gateway_opts_t *o) {
 /* ---- Kafka ---- */
 
 static void kafka_serve(kl__gateway_t *gw) {
+  /* One clock reading for the reports of this poll (their delivery
+   * latency), not one per event. */
+  gw->serving_ns = kl__mono_ns();
   /* Bounded, so that a flood of reports cannot starve the sockets. */
   for (int i = 0; i < 64 && kl_producer_poll(gw->producer, 0) > 0; i++)
     ;
+  gw->serving_ns = 0;
 }
 
 static void on_kafka_async(uv_async_t *async) {
@@ -362,6 +366,7 @@ void kl__gateway_destroy(kl__gateway_t *gw) {
   /* Reports served here go to orphaned requests: counted, then freed. */
   kl_producer_destroy(gw->producer);
   kl__tokens_destroy(gw->tokens);
+  kl__gw_arena_destroy(&gw->arena);
   for (size_t i = 0; i < gw->ntopics; i++)
     free(gw->topics[i].name);
   free(gw->topics);

@@ -101,9 +101,9 @@ static bool gw_pending(const kl__http_req_t *http) {
 
 static void gw_release(kl__http_req_t *http) {
   kl__gw_req_t *req = (kl__gw_req_t *)http;
-  for (size_t i = 0; i < req->nslots; i++)
-    free(req->slots[i].id);
+  free(req->ids);
   free(req->slots);
+  req->ids = NULL;
   req->slots = NULL;
   req->nslots = 0;
 }

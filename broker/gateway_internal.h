@@ -5,7 +5,9 @@
  * gateway_http.c   the gateway on common/http.h (connections, framing,
  *                  limits, timeouts, responses): its hooks and limits
  * gateway_routes.c what each route answers, the publish path included
- * gateway_body.c   a request body (JSON or msgpack) to a batch of events
+ * gateway_body.c   a request body (JSON or msgpack) to a batch of events,
+ *                  its JSON document in the gateway's arena
+ * gateway_fast.c   the common JSON body read without a JSON document
  *
  * Everything here runs on the loop thread.
  *
@@ -58,10 +60,20 @@ typedef enum kl_gw_limit {
 
 typedef struct kl__gw_req kl__gw_req_t;
 
+/** Where a request's JSON document lives (gateway_body.c): bump-allocated
+ * chunks, rewound when the request's events are produced. */
+typedef struct kl__gw_arena {
+  struct kl__gw_chunk *chunks; /**< newest first; the last is kept */
+  char *p, *end;               /**< the newest chunk's free bytes */
+  int depth;                   /**< kl__gw_arena_begin()s not ended */
+  kl__strbuf_t scratch;        /**< gateway_fast.c packs payloads here */
+} kl__gw_arena_t;
+
 /** One event of a publish request, and its delivery. */
 typedef struct kl__gw_slot {
   kl__gw_req_t *req;
-  char *id; /**< the event's id (the client's, or one the gateway made) */
+  const char *id; /**< the event's id (the client's, or one the gateway
+                   made), in its request's ids */
   int32_t partition;
   int64_t offset;
 } kl__gw_slot_t;
@@ -74,6 +86,7 @@ struct kl__gw_req {
   /* publish */
   char topic[KL_GW_TOPIC_MAX + 1];
   kl__gw_slot_t *slots;
+  char *ids; /**< every slot's id, NUL-terminated, one after the other */
   size_t nslots;
   size_t outstanding;  /**< deliveries to come (+1 while producing) */
   size_t failed;       /**< events Kafka did not acknowledge */
@@ -94,7 +107,7 @@ typedef struct kl__gw_metrics {
   kl__metrics_t *registry;
   kl__metric_t *requests;     /**< route, code */
   kl__metric_t *latency;      /**< request latency histogram, by route */
-  kl__metric_t *delivery;     /**< delivery latency histogram */
+  kl__series_t *delivery;     /**< delivery latency histogram */
   kl__series_t *produced;     /**< events acknowledged */
   kl__series_t *failed;       /**< events not acknowledged */
   kl__metric_t *kafka_errors; /**< error */
@@ -133,6 +146,9 @@ struct kl__gateway {
   int64_t kafka_topics_ns;
   int64_t inflight_events;
   int64_t inflight_bytes;
+  /** The clock read once for the delivery reports of one poll; 0 outside. */
+  int64_t serving_ns;
+  kl__gw_arena_t arena;
   bool stopping;
   int64_t stop_ns;
 };
@@ -158,11 +174,27 @@ void kl__gw_respond_error(kl__gw_req_t *req, int status, const char *extra,
 
 /* ---- gateway_body.c ---- */
 
+/** Until the matching kl__gw_arena_end(), jansson's allocations on this
+ * thread come from @p arena and its frees of them cost nothing; outside
+ * one, jansson allocates as it did before (the hook is installed for the
+ * process by the first call). Nests. */
+void kl__gw_arena_begin(kl__gw_arena_t *arena);
+/** Ends kl__gw_arena_begin(); the outermost end rewinds the arena: no
+ * JSON value made in it may be used after that. */
+void kl__gw_arena_end(kl__gw_arena_t *arena);
+void kl__gw_arena_destroy(kl__gw_arena_t *arena);
+/** A kl__alloc_fn_t: @p size bytes of the arena @p ctx, or NULL. */
+void *kl__gw_arena_alloc(void *ctx, size_t size);
+
 /** A decoded publish body: its JSON document and the events borrowing it. */
 typedef struct kl__gw_batch {
   json_t *doc;
   kl__jevent_t *events;
   size_t n;
+  /** Where the events, their payloads and headers live when decoded in
+   * kl__gw_arena_begin(); NULL: malloc()ed, the events' own. */
+  kl__gw_arena_t *arena;
+  bool fast; /**< read by gateway_fast.c, without a JSON document */
 } kl__gw_batch_t;
 
 /** Why a body was refused: the HTTP status, the event index (-1: the body
@@ -195,6 +227,19 @@ int kl__gw_batch_decode(kl__gw_batch_t *batch, const char *ctype,
 int kl__gw_batch_publishable(const kl__gw_batch_t *batch,
                              const kl_producer_t *producer, kl__gw_bad_t *bad);
 void kl__gw_batch_free(kl__gw_batch_t *batch);
+
+/* ---- gateway_fast.c ---- */
+
+/**
+ * Reads a JSON body of the common shape into @p batch (whose arena is
+ * set), without a JSON document, exactly as kl__gw_batch_decode()'s full
+ * path would.
+ * @returns 1 (read); 0 (not the common shape, or not valid: @p batch is
+ *          left empty for the full path, which gives the answer); -1 out
+ *          of memory.
+ */
+int kl__gw_fast_decode(kl__gw_batch_t *batch, const char *body, size_t len,
+                       size_t max_events);
 
 /* ---- gateway_trace.c ---- */
 

@@ -7,6 +7,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "broker/gateway_internal.h"
 #include "event/trace.h"
@@ -34,17 +35,23 @@ static int trace_headers_check(const kl__http_parse_t *parse,
 }
 
 /* Appends the trace headers to @p je's; they borrow @p parse's buffers,
- * which live until the request's events are produced. */
-static int trace_add(kl__jevent_t *je, const kl__http_parse_t *parse,
-                     long index, kl__gw_bad_t *bad) {
+ * which live until the request's events are produced. The headers are
+ * the arena's when the batch's events are, else the jevent's. */
+static int trace_add(kl__jevent_t *je, kl__gw_arena_t *arena,
+                     const kl__http_parse_t *parse, long index,
+                     kl__gw_bad_t *bad) {
   size_t n = je->ev.header_count;
-  kl_header_t *h = realloc(je->headers, (n + 2) * sizeof(*h));
+  kl_header_t *h = arena ? kl__gw_arena_alloc(arena, (n + 2) * sizeof(*h))
+                         : realloc(je->headers, (n + 2) * sizeof(*h));
   if (!h)
     return kl__gw_bad(bad, 503, index,
                       "out of memory for event %ld's "
                       "headers",
                       index);
-  je->headers = h;
+  if (arena && n)
+    memcpy(h, je->ev.headers, n * sizeof(*h));
+  if (!arena)
+    je->headers = h;
   h[n++] = (kl_header_t){KL_TRACEPARENT, sizeof(KL_TRACEPARENT) - 1,
                          parse->traceparent, parse->traceparent_len};
   if (parse->tracestate_len)
@@ -67,6 +74,6 @@ int kl__gw_batch_trace(kl__gw_batch_t *batch, const kl__http_parse_t *parse,
   int status = trace_headers_check(parse, bad);
   for (size_t i = 0; !status && i < batch->n; i++)
     if (!kl_event_header(&batch->events[i].ev, KL_TRACEPARENT))
-      status = trace_add(&batch->events[i], parse, (long)i, bad);
+      status = trace_add(&batch->events[i], batch->arena, parse, (long)i, bad);
   return status;
 }

@@ -180,6 +180,11 @@ void kl__http_respond(kl__http_req_t *req, int status, const char *ctype,
   strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT",
            gmtime_r(&now, &tm));
   kl__strbuf_t sb = KL__STRBUF_INIT;
+  /* Sized for the head and the body at once: one allocation per answer. */
+  size_t size = 256 + (ctype ? strlen(ctype) : 0) +
+                (extra ? strlen(extra) : 0) + body_len;
+  sb.data = kl__reserve(NULL, &sb.cap, size, 1, 256);
+  sb.failed = !sb.data;
   kl__strbuf_printf(&sb,
                     "HTTP/1.1 %d %s\r\nServer: keylane\r\nDate: %s\r\n"
                     "Content-Type: %s\r\nContent-Length: %zu\r\n%s"

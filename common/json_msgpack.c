@@ -21,11 +21,13 @@
 
 /* ---- JSON -> msgpack ---- */
 
-/* A packer target that refuses to grow past max. */
+/* A packer target that refuses to grow past max; one that only counts
+ * (count), or writes into a buffer known to be large enough (fixed). */
 typedef struct kl_mpbuf {
   char *data;
   size_t len, cap, max;
   int over;
+  int count, fixed;
 } kl_mpbuf_t;
 
 static int mpbuf_write(void *opaque, const char *buf, size_t len) {
@@ -33,6 +35,12 @@ static int mpbuf_write(void *opaque, const char *buf, size_t len) {
   if (len > b->max - b->len) {
     b->over = 1;
     return -1;
+  }
+  if (b->count || b->fixed) {
+    if (b->fixed)
+      memcpy(b->data + b->len, buf, len);
+    b->len += len;
+    return 0;
   }
   char *data = kl__reserve(b->data, &b->cap, b->len + len, 1, 256);
   if (!data)
@@ -96,6 +104,18 @@ static int pack_json(msgpack_packer *pk, const json_t *v, int depth) {
   }
 }
 
+static kl_err_t pack_failed(int rc, const kl_mpbuf_t *b, size_t max_size) {
+  if (rc == -2)
+    return kl__err(KL_EINVAL, "JSON nests deeper than %d levels",
+                   KL_JSON_DEPTH_MAX);
+  if (b->over)
+    return kl__err(KL_EINVAL,
+                   "JSON value packs to more than %zu bytes of "
+                   "msgpack",
+                   max_size);
+  return kl__err(KL_ENOMEM, "out of memory packing a JSON value");
+}
+
 kl_err_t kl__json_to_msgpack(const json_t *value, size_t max_size, void **out,
                              size_t *out_len) {
   if (!value || !out || !out_len)
@@ -111,15 +131,30 @@ kl_err_t kl__json_to_msgpack(const json_t *value, size_t max_size, void **out,
     return *out ? KL_OK : kl__err(KL_ENOMEM, "out of memory");
   }
   free(b.data);
-  if (rc == -2)
-    return kl__err(KL_EINVAL, "JSON nests deeper than %d levels",
-                   KL_JSON_DEPTH_MAX);
-  if (b.over)
-    return kl__err(KL_EINVAL,
-                   "JSON value packs to more than %zu bytes of "
-                   "msgpack",
-                   max_size);
-  return kl__err(KL_ENOMEM, "out of memory packing a JSON value");
+  return pack_failed(rc, &b, max_size);
+}
+
+kl_err_t kl__json_to_msgpack_in(const json_t *value, size_t max_size,
+                                kl__alloc_fn_t *alloc, void *ctx,
+                                const void **out, size_t *out_len) {
+  if (!value || !alloc || !out || !out_len)
+    return kl__err(KL_EINVAL, "kl__json_to_msgpack_in: value, alloc, out and "
+                              "out_len are required");
+  kl_mpbuf_t b = {.max = max_size, .count = 1};
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &b, mpbuf_write);
+  int rc = pack_json(&pk, value, 1);
+  if (rc)
+    return pack_failed(rc, &b, max_size);
+  char *data = alloc(ctx, b.len ? b.len : 1);
+  if (!data)
+    return kl__err(KL_ENOMEM, "out of memory for a %zu-byte payload", b.len);
+  /* Written where it stays: the size is known, nothing can fail. */
+  b = (kl_mpbuf_t){.data = data, .max = b.len, .fixed = 1};
+  pack_json(&pk, value, 1);
+  *out = data;
+  *out_len = b.len;
+  return KL_OK;
 }
 
 /* ---- msgpack -> JSON ---- */
@@ -352,30 +387,61 @@ static int b64_group(const char *s, int last, uint8_t *out, size_t *n) {
   return -1;
 }
 
-kl_err_t kl__base64_decode(const char *text, size_t len, void **out,
-                           size_t *out_len) {
+/* Decodes @p text into @p buf (len / 4 * 3 + 1 bytes), @p len a multiple
+ * of 4. */
+static kl_err_t b64_decode_into(const char *text, size_t len, uint8_t *buf,
+                                size_t *out_len) {
+  size_t n = 0;
+  for (size_t i = 0; i < len; i += 4) {
+    size_t got;
+    int bad = b64_group(text + i, i + 4 == len, buf + n, &got);
+    if (bad >= 0)
+      return kl__err(KL_EINVAL,
+                     "base64 has an invalid character at offset "
+                     "%zu",
+                     i + (size_t)bad);
+    n += got;
+  }
+  *out_len = n;
+  return KL_OK;
+}
+
+static kl_err_t b64_len_check(size_t len) {
   if (len % 4)
     return kl__err(KL_EINVAL,
                    "base64 is %zu characters, not a multiple of 4 "
                    "(padding with '=' is required)",
                    len);
+  return KL_OK;
+}
+
+kl_err_t kl__base64_decode(const char *text, size_t len, void **out,
+                           size_t *out_len) {
+  kl_err_t err = b64_len_check(len);
+  if (err)
+    return err;
   uint8_t *buf = malloc(len / 4 * 3 + 1);
   if (!buf)
     return kl__err(KL_ENOMEM, "out of memory decoding base64");
-  size_t n = 0;
-  for (size_t i = 0; i < len; i += 4) {
-    size_t got;
-    int bad = b64_group(text + i, i + 4 == len, buf + n, &got);
-    if (bad >= 0) {
-      free(buf);
-      return kl__err(KL_EINVAL,
-                     "base64 has an invalid character at offset "
-                     "%zu",
-                     i + (size_t)bad);
-    }
-    n += got;
+  if ((err = b64_decode_into(text, len, buf, out_len))) {
+    free(buf);
+    return err;
   }
   *out = buf;
-  *out_len = n;
+  return KL_OK;
+}
+
+kl_err_t kl__base64_decode_in(const char *text, size_t len,
+                              kl__alloc_fn_t *alloc, void *ctx,
+                              const void **out, size_t *out_len) {
+  kl_err_t err = b64_len_check(len);
+  if (err)
+    return err;
+  uint8_t *buf = alloc(ctx, len / 4 * 3 + 1);
+  if (!buf)
+    return kl__err(KL_ENOMEM, "out of memory decoding base64");
+  if ((err = b64_decode_into(text, len, buf, out_len)))
+    return err; /* the allocator's: it is not freed one by one */
+  *out = buf;
   return KL_OK;
 }

@@ -38,6 +38,20 @@
 kl_err_t kl__json_to_msgpack(const json_t *value, size_t max_size, void **out,
                              size_t *out_len);
 
+/** An allocator that hands out memory its owner frees all at once (an
+ * arena): @returns @p size bytes aligned for any type, or NULL. */
+typedef void *(kl__alloc_fn_t)(void *ctx, size_t size);
+
+/**
+ * kl__json_to_msgpack() into memory from @p alloc (@p ctx is passed to
+ * it), sized exactly: the value is walked twice, to measure and to write,
+ * which costs less than a malloc() and a free() of a small payload.
+ * @param out  receives the bytes, @p alloc's; untouched on failure.
+ */
+kl_err_t kl__json_to_msgpack_in(const json_t *value, size_t max_size,
+                                kl__alloc_fn_t *alloc, void *ctx,
+                                const void **out, size_t *out_len);
+
 /**
  * Reads exactly one msgpack value from @p data (trailing bytes are an
  * error) into a new JSON value.
@@ -62,5 +76,11 @@ void kl__base64_encode(const void *data, size_t len, char *out);
  */
 kl_err_t kl__base64_decode(const char *text, size_t len, void **out,
                            size_t *out_len);
+
+/** kl__base64_decode() into memory from @p alloc (@p ctx is passed to
+ * it), which keeps it also on failure. */
+kl_err_t kl__base64_decode_in(const char *text, size_t len,
+                              kl__alloc_fn_t *alloc, void *ctx,
+                              const void **out, size_t *out_len);
 
 #endif

@@ -67,8 +67,15 @@ static kl_err_t jev_str(const json_t *root, const char *name, bool required,
   return KL_OK;
 }
 
-static kl_err_t jev_headers(kl__jevent_t *je, const json_t *root, char *err,
-                            size_t size) {
+/* The memory of what the event keeps besides the JSON value: the caller's
+ * arena, or malloc()ed and owned by the jevent. */
+typedef struct kl_jev_mem {
+  kl__alloc_fn_t *alloc;
+  void *ctx;
+} kl_jev_mem_t;
+
+static kl_err_t jev_headers(kl__jevent_t *je, const json_t *root,
+                            const kl_jev_mem_t *mem, char *err, size_t size) {
   json_t *h = json_object_get(root, "headers");
   if (!h)
     return KL_OK;
@@ -82,7 +89,10 @@ static kl_err_t jev_headers(kl__jevent_t *je, const json_t *root, char *err,
                     n, KL_HEADERS_MAX);
   if (n == 0)
     return KL_OK;
-  if (!(je->headers = calloc(n, sizeof(kl_header_t))))
+  kl_header_t *headers = mem->alloc
+                             ? mem->alloc(mem->ctx, n * sizeof(kl_header_t))
+                             : (je->headers = calloc(n, sizeof(kl_header_t)));
+  if (!headers)
     return KL_ENOMEM;
   const char *name;
   json_t *v;
@@ -95,10 +105,10 @@ static kl_err_t jev_headers(kl__jevent_t *je, const json_t *root, char *err,
                       "header \"%.64s\" holds a NUL byte: it must be text "
                       "without NUL",
                       name);
-    je->headers[i++] = (kl_header_t){name, strlen(name), json_string_value(v),
-                                     json_string_length(v)};
+    headers[i++] = (kl_header_t){name, strlen(name), json_string_value(v),
+                                 json_string_length(v)};
   }
-  je->ev.headers = je->headers;
+  je->ev.headers = headers;
   je->ev.header_count = n;
   return KL_OK;
 }
@@ -112,7 +122,7 @@ static const json_t *jev_bin(const json_t *p) {
 }
 
 static kl_err_t jev_payload(kl__jevent_t *je, const json_t *root, bool raw_bin,
-                            char *err, size_t size) {
+                            const kl_jev_mem_t *mem, char *err, size_t size) {
   const json_t *p = json_object_get(root, "payload");
   const json_t *b64 = json_object_get(root, "payload_b64");
   size_t len = 0;
@@ -125,9 +135,16 @@ static kl_err_t jev_payload(kl__jevent_t *je, const json_t *root, bool raw_bin,
     return jev_fail(err, size, "\"payload_b64\" must be a base64 string");
   if (p && raw_bin && jev_bin(p))
     b64 = jev_bin(p);
-  if (b64)
+  const void *payload = NULL;
+  if (b64 && mem->alloc)
+    e = kl__base64_decode_in(json_string_value(b64), json_string_length(b64),
+                             mem->alloc, mem->ctx, &payload, &len);
+  else if (b64)
     e = kl__base64_decode(json_string_value(b64), json_string_length(b64),
                           &je->payload, &len);
+  else if (p && mem->alloc)
+    e = kl__json_to_msgpack_in(p, KL_PAYLOAD_MAX, mem->alloc, mem->ctx,
+                               &payload, &len);
   else if (p)
     e = kl__json_to_msgpack(p, KL_PAYLOAD_MAX, &je->payload, &len);
   if (e == KL_ENOMEM)
@@ -138,7 +155,7 @@ static kl_err_t jev_payload(kl__jevent_t *je, const json_t *root, bool raw_bin,
   if (len > KL_PAYLOAD_MAX)
     return jev_fail(err, size, "the payload is %zu bytes, the limit is %d", len,
                     KL_PAYLOAD_MAX);
-  je->ev.payload = je->payload;
+  je->ev.payload = payload ? payload : je->payload;
   je->ev.payload_len = len;
   return KL_OK;
 }
@@ -194,6 +211,13 @@ static kl_err_t jev_not_before(kl_event_t *ev, const json_t *root, char *err,
 
 kl_err_t kl__jevent_parse(kl__jevent_t *je, const json_t *root, bool raw_bin,
                           char *err, size_t err_size) {
+  return kl__jevent_parse_in(je, root, raw_bin, NULL, NULL, err, err_size);
+}
+
+kl_err_t kl__jevent_parse_in(kl__jevent_t *je, const json_t *root, bool raw_bin,
+                             kl__alloc_fn_t *alloc, void *ctx, char *err,
+                             size_t err_size) {
+  const kl_jev_mem_t mem = {alloc, ctx};
   memset(je, 0, sizeof(*je));
   const char *key = NULL;
   kl_event_t *ev = &je->ev;
@@ -214,9 +238,9 @@ kl_err_t kl__jevent_parse(kl__jevent_t *je, const json_t *root, bool raw_bin,
   if (!e)
     e = jev_not_before(ev, root, err, err_size);
   if (!e)
-    e = jev_headers(je, root, err, err_size);
+    e = jev_headers(je, root, &mem, err, err_size);
   if (!e)
-    e = jev_payload(je, root, raw_bin, err, err_size);
+    e = jev_payload(je, root, raw_bin, &mem, err, err_size);
   ev->key = key;
   /* The envelope's own rules (header sizes, duplicates) have the last say. */
   if (!e && kl_event_validate(ev, 1) != KL_OK)

@@ -19,7 +19,8 @@
  *
  * Ownership: the event borrows its key, type, id and header strings from
  * the JSON value (valid while it lives); the payload and the header array
- * are the jevent's, freed by kl__jevent_clear().
+ * are the jevent's, freed by kl__jevent_clear(), or, read by
+ * kl__jevent_parse_in(), the caller's allocator's.
  */
 #ifndef KEYLANE_EVENT_JSON_H
 #define KEYLANE_EVENT_JSON_H
@@ -29,6 +30,7 @@
 
 #include <jansson.h>
 
+#include "common/json_msgpack.h"
 #include "keylane/event.h"
 
 typedef struct kl__jevent {
@@ -49,6 +51,15 @@ typedef struct kl__jevent {
  */
 kl_err_t kl__jevent_parse(kl__jevent_t *je, const json_t *root, bool raw_bin,
                           char *err, size_t err_size);
+
+/**
+ * kl__jevent_parse() with the payload and the header array written into
+ * memory from @p alloc (@p ctx passed to it), which owns them: a caller
+ * reading many events frees them all at once, not one by one.
+ */
+kl_err_t kl__jevent_parse_in(kl__jevent_t *je, const json_t *root, bool raw_bin,
+                             kl__alloc_fn_t *alloc, void *ctx, char *err,
+                             size_t err_size);
 
 /** Frees what @p je owns and zeroes it; accepts a zeroed jevent. */
 void kl__jevent_clear(kl__jevent_t *je);

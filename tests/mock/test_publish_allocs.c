@@ -6,18 +6,16 @@
  * allocates nothing of keylane's: no envelope buffer, no copy of the id,
  * no header list.
  *
- * The test program interposes malloc, calloc and realloc (glibc's
- * __libc_* do the work) and counts, while armed, the calls the test's own
- * thread makes (the publishing thread; librdkafka's threads allocate per
- * batch on their own), apart for librdkafka's code and for the rest.
- * Not built with a sanitizer, which brings its own malloc.
+ * The test program counts (support/alloc_count.h), while armed, the
+ * calls to malloc, calloc and realloc the test's own thread makes (the
+ * publishing thread; librdkafka's threads allocate per batch on their own),
+ * apart for librdkafka's code and for the rest. Not built with a sanitizer,
+ * which brings its own malloc.
  */
-#define _GNU_SOURCE
-#include <link.h>
-#include <dlfcn.h>
+#include "support/alloc_count.h"
+
 #include <setjmp.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,55 +28,8 @@
 #include "keylane/producer.h"
 #include "support/cluster.h"
 
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-
-static uintptr_t rdkafka_lo, rdkafka_hi; /* librdkafka's loaded code */
-static _Thread_local bool armed;         /* on the test's thread only */
-static unsigned long rdkafka_calls, rest_calls;
-
-static void count(void *caller) {
-  if (!armed)
-    return;
-  uintptr_t a = (uintptr_t)caller;
-  if (a >= rdkafka_lo && a < rdkafka_hi)
-    rdkafka_calls++;
-  else
-    rest_calls++;
-}
-
-void *malloc(size_t size) {
-  count(__builtin_return_address(0));
-  return __libc_malloc(size);
-}
-
-void *calloc(size_t n, size_t size) {
-  count(__builtin_return_address(0));
-  return __libc_calloc(n, size);
-}
-
-void *realloc(void *p, size_t size) {
-  count(__builtin_return_address(0));
-  return __libc_realloc(p, size);
-}
-
-static int find_rdkafka(struct dl_phdr_info *info, size_t size, void *data) {
-  (void)size, (void)data;
-  if (!strstr(info->dlpi_name, "librdkafka"))
-    return 0;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type != PT_LOAD)
-      continue;
-    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-    if (!rdkafka_lo || lo < rdkafka_lo)
-      rdkafka_lo = lo;
-    if (hi > rdkafka_hi)
-      rdkafka_hi = hi;
-  }
-  return 0;
-}
+enum { LIB_RDKAFKA, LIB_REST };
+static kl_t_alloc_lib_t libs[] = {{.name = "librdkafka"}, {.name = "the rest"}};
 
 static unsigned long delivered;
 
@@ -114,8 +65,7 @@ static void publish(kl_producer_t *producer, const char *topic, int from, int n,
 
 static void publish_allocates_nothing_of_keylanes(void **state) {
   (void)state;
-  dl_iterate_phdr(find_rdkafka, NULL);
-  assert_true(rdkafka_lo && rdkafka_hi);
+  assert_true(kl_t_allocs_init_mine(libs, sizeof(libs) / sizeof(libs[0])));
   kl_t_cluster_t *cluster;
   assert_int_equal(kl_t_cluster_new(1, "publish-allocs", 4, &cluster), KL_OK);
   kl_conf_t *conf = kl_conf_new();
@@ -129,10 +79,11 @@ static void publish_allocates_nothing_of_keylanes(void **state) {
   publish(producer, topic, 0, WARM, 100); /* the topic's metadata, caches */
   assert_int_equal(kl_flush(producer, 30000), KL_OK);
 
-  armed = true;
+  kl_t_allocs_arm(true);
   publish(producer, topic, WARM, EVENTS, 100);
-  armed = false;
-  unsigned long rest = rest_calls, rdkafka = rdkafka_calls;
+  kl_t_allocs_arm(false);
+  unsigned long rest = atomic_load(&libs[LIB_REST].calls);
+  unsigned long rdkafka = atomic_load(&libs[LIB_RDKAFKA].calls);
   assert_int_equal(kl_flush(producer, 30000), KL_OK);
   printf("%d publishes: %lu allocations by librdkafka, %lu by the rest\n",
          EVENTS, rdkafka, rest);
@@ -143,11 +94,11 @@ static void publish_allocates_nothing_of_keylanes(void **state) {
 
   /* An envelope over the stack's 1 KiB takes one heap buffer, freed in
    * the call: the documented exception, and its only allocation. */
-  rest_calls = 0;
-  armed = true;
+  atomic_store(&libs[LIB_REST].calls, 0);
+  kl_t_allocs_arm(true);
   publish(producer, topic, WARM + EVENTS, 100, 2000);
-  armed = false;
-  assert_int_equal(rest_calls, 100);
+  kl_t_allocs_arm(false);
+  assert_int_equal(atomic_load(&libs[LIB_REST].calls), 100);
   assert_int_equal(kl_flush(producer, 30000), KL_OK);
   kl_producer_destroy(producer);
   kl_t_cluster_destroy(cluster);

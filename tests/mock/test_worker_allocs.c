@@ -5,9 +5,9 @@
  * the buffers of a finished one (store/txn_buffer.h), so what is left is
  * the Kafka commit and the lanes' bookkeeping.
  *
- * The test program interposes malloc, calloc and realloc (glibc's
- * __libc_* do the work) and counts the calls made by every thread but the
- * test's own, while armed, by the library the call comes from. librdkafka's
+ * The test program counts the calls to malloc, calloc and realloc
+ * (support/alloc_count.h) made by every thread but the test's own, while
+ * armed, by the library the call comes from. librdkafka's
  * own calls are counted apart: it allocates an op per message it fetches,
  * which keylane cannot change. So are LMDB's: it keeps every dirty page it
  * ever allocated for the next write, and allocates one more only as the
@@ -16,14 +16,11 @@
  * on the rest (keylane, the handler, msgpack-c, libc on their behalf).
  * Not built with a sanitizer, which brings its own malloc.
  */
-#define _GNU_SOURCE
-#include <link.h>
-#include <dlfcn.h>
-#include <execinfo.h>
+#include "support/alloc_count.h"
+
 #include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,132 +38,10 @@
 #include "worker/worker_state.h"
 #include "cli/ledger_gen.h"
 
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-
-/* Where a call comes from: a library's loaded code, [lo, hi). */
-typedef struct lib {
-  const char *name;
-  uintptr_t lo, hi;
-  atomic_ulong calls;
-} lib_t;
-
 enum { LIB_RDKAFKA, LIB_LMDB, LIB_REST };
-static lib_t libs[] = {{.name = "librdkafka"},
-                       {.name = "liblmdb"},
-                       {.name = "keylane and the rest"}};
-
-/* The call sites of the rest, two levels: the return address in the
- * function that called malloc and the one in its caller (a wrapper such
- * as kl__xcalloc() says little alone), and their count. */
-enum { SITES = 64 };
-static struct {
-  uintptr_t at[2];
-  unsigned long calls;
-} sites[SITES];
-static atomic_flag sites_lock = ATOMIC_FLAG_INIT; /* few calls: a spin */
-
-static atomic_bool armed;
-static _Thread_local bool is_test_thread, in_count;
-
-/* The caller's caller of malloc: the frame after @p caller in this
- * thread's stack, or 0. backtrace() allocates on its first call only (it
- * loads the unwinder), which the test thread makes before arming. */
-static uintptr_t caller_of(uintptr_t caller) {
-  void *frames[8];
-  int n = backtrace(frames, 8);
-  for (int i = 0; i + 1 < n; i++)
-    if ((uintptr_t)frames[i] == caller)
-      return (uintptr_t)frames[i + 1];
-  return 0;
-}
-
-static void count_site(uintptr_t a) {
-  uintptr_t b = caller_of(a);
-  while (atomic_flag_test_and_set(&sites_lock))
-    ;
-  for (int i = 0; i < SITES; i++) {
-    if (!sites[i].calls)
-      sites[i].at[0] = a, sites[i].at[1] = b;
-    if (sites[i].at[0] == a && sites[i].at[1] == b) {
-      sites[i].calls++;
-      break;
-    }
-  }
-  atomic_flag_clear(&sites_lock);
-}
-
-static void count(void *caller) {
-  if (!atomic_load_explicit(&armed, memory_order_relaxed) || is_test_thread ||
-      in_count)
-    return;
-  in_count = true;
-  uintptr_t a = (uintptr_t)caller;
-  int l = 0;
-  while (l < LIB_REST && !(a >= libs[l].lo && a < libs[l].hi))
-    l++;
-  atomic_fetch_add_explicit(&libs[l].calls, 1, memory_order_relaxed);
-  if (l == LIB_REST)
-    count_site(a);
-  in_count = false;
-}
-
-void *malloc(size_t size) {
-  count(__builtin_return_address(0));
-  return __libc_malloc(size);
-}
-
-void *calloc(size_t n, size_t size) {
-  count(__builtin_return_address(0));
-  return __libc_calloc(n, size);
-}
-
-void *realloc(void *p, size_t size) {
-  count(__builtin_return_address(0));
-  return __libc_realloc(p, size);
-}
-
-/* Sets the code range of each library of libs[] that is loaded. */
-static int find_libs(struct dl_phdr_info *info, size_t size, void *data) {
-  (void)size, (void)data;
-  for (int l = 0; l < LIB_REST; l++) {
-    lib_t *lib = &libs[l];
-    if (!strstr(info->dlpi_name, lib->name))
-      continue;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-      const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-      if (ph->p_type != PT_LOAD)
-        continue;
-      uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-      if (!lib->lo || lo < lib->lo)
-        lib->lo = lo;
-      if (hi > lib->hi)
-        lib->hi = hi;
-    }
-  }
-  return 0;
-}
-
-/* Prints where an address lies, for addr2line -f -i -e FILE ADDRESS-1. */
-static void print_at(const char *prefix, uintptr_t a) {
-  Dl_info info;
-  if (a && dladdr((void *)a, &info) && info.dli_fname)
-    printf("%s%s+%#lx (%s)\n", prefix, info.dli_fname,
-           (unsigned long)(a - (uintptr_t)info.dli_fbase),
-           info.dli_sname ? info.dli_sname : "static");
-  else
-    printf("%s%#lx\n", prefix, (unsigned long)a);
-}
-
-/* Prints the rest's call sites, each with its caller. */
-static void print_sites(void) {
-  for (int i = 0; i < SITES && sites[i].calls; i++) {
-    printf("  %5lu calls from ", sites[i].calls);
-    print_at("", sites[i].at[0]);
-    print_at("              called from ", sites[i].at[1]);
-  }
-}
+static kl_t_alloc_lib_t libs[] = {{.name = "librdkafka"},
+                                  {.name = "liblmdb"},
+                                  {.name = "keylane and the rest"}};
 
 /* Starts a ledger worker on @p fx with a window of @p window records. */
 static kl_t_worker_t *fx_worker(kl_t_ledger_fx_t *fx, int window) {
@@ -191,12 +66,8 @@ enum {
 
 static void steady_path_allocates_nothing_per_event(void **state) {
   (void)state;
-  is_test_thread = true;
-  void *frame;
-  backtrace(&frame, 1); /* loads the unwinder, which allocates, now */
-  dl_iterate_phdr(find_libs, NULL);
-  for (int i = 0; i < LIB_REST; i++)
-    assert_true(libs[i].lo && libs[i].hi); /* both are linked in */
+  /* both are linked in */
+  assert_true(kl_t_allocs_init(libs, sizeof(libs) / sizeof(libs[0])));
   kl_t_ledger_fx_t fx;
   kl_t_ledger_fx_up(&fx, "allocs", PARTITIONS, KEYS, 1, NULL);
   kl_t_cluster_t *cluster = fx.cluster;
@@ -218,11 +89,11 @@ static void steady_path_allocates_nothing_per_event(void **state) {
   uint64_t from = kl_t_workers_applied(&w, 1, WARM, 60000);
   assert_true(from >= WARM);
   kl_worker_stats_t st0, st1;
-  atomic_store(&armed, true);
+  kl_t_allocs_arm(true);
   kl_worker_stats(w->worker, &st0, sizeof(st0));
   uint64_t to = kl_t_workers_applied(&w, 1, MEASURE_TO, 60000);
   kl_worker_stats(w->worker, &st1, sizeof(st1));
-  atomic_store(&armed, false);
+  kl_t_allocs_arm(false);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   assert_true(to >= MEASURE_TO);
   /* The counts cover the events and batches committed while armed, give
@@ -237,7 +108,7 @@ static void steady_path_allocates_nothing_per_event(void **state) {
     printf("%7.0f allocations by %s: %.4f per event, %.1f per batch\n", n,
            libs[i].name, n / events, n / batches);
   }
-  print_sites();
+  kl_t_allocs_print_sites();
   /* A batch's transaction and commit may allocate a few; an event may not.
    * Measured (2 cores, shared): 10 to 20 per batch, from the Kafka commit
    * and the lanes (worker/); 55 to 60 before a batch reused a finished
@@ -293,7 +164,6 @@ static void publish_to(kl_producer_t *producer, const char *topic,
  * another time). */
 static void windows_filled_in_turn_keep_their_slots(void **state) {
   (void)state;
-  is_test_thread = true;
   enum { W = 300 };
   kl_t_ledger_fx_t fx;
   kl_t_ledger_fx_up(&fx, "turns", 2, KEYS, 1, NULL);
