@@ -202,8 +202,12 @@ static int fire_one(void *opaque, const kl__timer_t *t, const void *key,
   }
   if (s->seen < s->part.nflight && fire_cmp(&v[s->seen], t) == 0)
     f = &v[s->seen++];
-  if (f && f->at_ms <= s->now && s->now - f->at_ms < KL__FIRE_AGAIN_MS) {
-    fire_keep(s, *f); /* not read back yet */
+  if (f && s->now - f->at_ms < KL__FIRE_AGAIN_MS) { /* not read back yet */
+    kl_fire_flight_t g = *f;
+    if (g.at_ms > s->now) /* the clock stepped back: its record, stamped
+                             later, still runs the timer */
+      g.at_ms = s->now;
+    fire_keep(s, g);
     return 0;
   }
   if (!f && s->inflight >= KL__FIRE_AHEAD)
