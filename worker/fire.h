@@ -3,9 +3,13 @@
  * owns, the owner reads the store's due index in due order, a window at a
  * time, and writes a firing record (kl__dlq_timer()) for each timer whose
  * time has come; the record, read back through the key's lane, runs the
- * event (worker/apply.c). Writing one twice is harmless (the second is a
- * duplicate), so nothing is recorded of what was written: a record not
- * read back within KL__FIRE_AGAIN_MS is written again.
+ * event (worker/apply.c). It keeps which records are in flight (written,
+ * their timers still in the index), so that a read writes each due timer
+ * once while its owner holds the partition, whatever commits land before
+ * it; a record not read back within KL__FIRE_AGAIN_MS (lost, or not
+ * acknowledged) is written again. Writing one twice is harmless (the
+ * second is a duplicate), but costs a Kafka record, a read and a dedup
+ * check: a new owner writes again what its predecessor had in flight.
  *
  * Reads: the owner is the only writer of its partitions' timers, so it
  * reads a partition's index when it takes the partition, then only when a
@@ -14,11 +18,14 @@
  * one read per take, and a walk of its index to count them
  * (kl__fire_own()).
  *
- * Memory: per partition, the index key of the last timer written, a few
- * times and counters; nothing grows with the timers pending. Work: a read walks
- * the index from its start, past the timers written and not yet taken (at most
- * KL__FIRE_AHEAD: no more are written until they are), to at most
- * KL__FIRE_WINDOW due ones, and stops at the first not due.
+ * Memory: per partition, a few times and counters, and the records in
+ * flight, 24 bytes each (the timer's due and h, when it was written): at
+ * most KL__FIRE_AHEAD, 96 KiB, plus as much again while a read builds the
+ * next set. They are dropped as a read walks past where their timers were
+ * (a commit took them), and with the partition. Work: a read walks the
+ * index from its start, past the records in flight (at most
+ * KL__FIRE_AHEAD: no more are written until some are taken), to at most
+ * KL__FIRE_WINDOW due ones to write, and stops at the first not due.
  */
 #ifndef KEYLANE_WORKER_FIRE_H
 #define KEYLANE_WORKER_FIRE_H
@@ -68,7 +75,8 @@ void kl__fire_own(kl__fire_t *fire, int32_t partition);
 void kl__fire_drop(kl__fire_t *fire, int32_t partition);
 
 /** A commit of the lanes of @p partition wrote a timer due at @p due_ms:
- *  its index is read at the next tick. */
+ *  its index is read at the next tick, which writes the due ones not in
+ *  flight (this one, when it is due), not those in flight again. */
 void kl__fire_soon(kl__fire_t *fire, int32_t partition, int64_t due_ms);
 
 /** Writes the due timers' records of the owned partitions whose read is

@@ -767,7 +767,8 @@ static int lanes_idle(const kl__lanes_t *lanes) {
  * partitions, one fsync for all of them instead of one each. */
 static void lanes_commit_due(kl__lanes_t *lanes, int64_t now) {
   size_t n = 0;
-  int idle = lanes_idle(lanes);
+  int idle = lanes->commit_all || lanes_idle(lanes);
+  lanes->commit_all = 0;
   for (int32_t p = 0; p < lanes->count; p++) {
     kl__lane_t *lane = lanes->lanes[p];
     if (lane && lane->state == KL__LANE_OWNED &&

@@ -278,6 +278,7 @@ static void commit_failed(kl__lanes_t *lanes, kl__lane_t *lane,
            lane->partition, kl_err_name(err), ms,
            kl__escape(text, sizeof(text), detail, strlen(detail)));
   slots_commit_failed(slots, text);
+  lanes->commit_all |= err == KL_ESTORE_BUSY;
   lane->hold_until_ns = kl__mono_ns() + (int64_t)ms * 1000000;
   kl__failing_note(&lanes->commits_failing, text);
   lane->commit_backoff_ms =

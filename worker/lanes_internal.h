@@ -223,6 +223,9 @@ struct kl__lanes {
    * (store.pg.pool) less one left to its single statements; 0: none. */
   size_t txn_max;
   int64_t batch_wait_ns;
+  int commit_all; /* a commit failed KL_ESTORE_BUSY: the next commits every
+                     lane that may, so that no batch of this thread holds
+                     its snapshot open through the store's map growth */
   int64_t retry_initial_ms, retry_max_ms;
   int max_attempts;
   /* kl__store_idle_ms(): in inline mode, a handler step this long left the

@@ -149,7 +149,7 @@ static int kl_bt_cmp(const void *a, const void *b) {
 static const char kl_bt_usage[] =
     "usage: keylane-bench timers [--timers N] [--keys N] [--partitions N]\n"
     "                            [--rate N] [--seconds N] [--load N]\n"
-    "                            [--lateness-only] [--json]\n\n"
+    "                            [--map-mib N] [--lateness-only] [--json]\n\n"
     "Delayed events on an embedded cluster, an LMDB store and one worker:\n"
     "N timers pending (their rate; memory at N/2 and N pending), then all\n"
     "due at once (the firing rate), then on the real clock R timers a\n"
@@ -162,6 +162,9 @@ static const char kl_bt_usage[] =
     "      --seconds N     its length (default 10)\n"
     "      --load N        events a second without a delay meanwhile\n"
     "                      (default none)\n"
+    "      --map-mib N     the store's first map size (store.map.size) in\n"
+    "                      MiB (default the store's, 256): big enough, the\n"
+    "                      map never grows during the run\n"
     "      --lateness-only the lateness phase alone, no timers pending\n"
     "      --json          one JSON object on stdout\n";
 
@@ -172,7 +175,7 @@ static void kl_bt_help(void) {
 typedef struct kl_bt_run {
   kl_producer_t *producer;
   kl_t_worker_t *w;
-  int64_t timers, keys, partitions, rate, seconds, load;
+  int64_t timers, keys, partitions, rate, seconds, load, map_mib;
   double pend_s, fire_s;
   double count_ms; /* kl__timers_count() of every partition, as takes do */
   kl_bt_mem_t before, half, pending, fired;
@@ -301,6 +304,7 @@ int kl_bench_timers(int argc, char **argv) {
       {.name = "rate", .max = 1000000, .out = &r.rate},
       {.name = "seconds", .max = 3600, .out = &r.seconds},
       {.name = "load", .max = 1000000, .out = &r.load},
+      {.name = "map-mib", .max = 65536, .out = &r.map_mib},
       {.name = "lateness-only", .on = &lateness_only},
       {0}};
   int rc = kl_bench_flags(KL_BT_NAME, argc, argv, flags, &json, kl_bt_help);
@@ -319,10 +323,13 @@ int kl_bench_timers(int argc, char **argv) {
   kl_store_t *store = NULL;
   kl_bt_t bt = {.late_ms = calloc(KL_BT_LATE_MAX, sizeof(int64_t))};
   rc = 1;
-  kl_conf_t *pconf = kl_conf_new();
+  kl_conf_t *pconf = kl_conf_new(), *sconf = kl_conf_new();
+  char map[32];
+  snprintf(map, sizeof(map), "%" PRId64 "M", r.map_mib);
   if (!bt.late_ms ||
       kl_embedded_new(1, KL_BT_TOPIC, (int)r.partitions, &cluster) ||
-      kl_store_open(dir, NULL, &store) ||
+      (r.map_mib && kl_conf_set(sconf, "store.map.size", map)) ||
+      kl_store_open(dir, sconf, &store) ||
       kl_conf_set(pconf, "kafka.bootstrap.servers",
                   kl_embedded_bootstrap(cluster)) ||
       kl_producer_new(pconf, NULL, NULL, &r.producer)) {
@@ -379,6 +386,7 @@ out:
     kl_t_worker_stop(r.w);
   kl_producer_destroy(r.producer);
   kl_conf_destroy(pconf);
+  kl_conf_destroy(sconf);
   kl_store_destroy(store);
   kl_embedded_destroy(cluster);
   kl_t_rmrf(dir);
