@@ -459,6 +459,22 @@ int64_t kl__conf_int(const kl_conf_t *conf, const char *key) {
   return v;
 }
 
+kl_err_t kl__conf_timer_check(const kl_conf_t *conf) {
+  int64_t max_ms = kl__conf_int(conf, "timer.max.delay");
+  int64_t dedup_ms = kl__conf_int(conf, "store.dedup.retention");
+  if (max_ms <= dedup_ms)
+    return KL_OK;
+  char max[32], dedup[32];
+  return kl__err(
+      KL_ECONF,
+      "timer.max.delay (%s) is longer than store.dedup.retention (%s): lower "
+      "timer.max.delay, or raise store.dedup.retention (and keep the "
+      "topic's retention.ms at least timer.max.delay, so that a rebuild "
+      "finds every pending timer's record)",
+      kl__units_format(KL__UNITS_DURATION, max_ms, max, sizeof(max)),
+      kl__units_format(KL__UNITS_DURATION, dedup_ms, dedup, sizeof(dedup)));
+}
+
 kl_conf_t *kl_conf_dup(const kl_conf_t *conf) {
   kl_conf_t *dup = kl_conf_new();
   if (!dup)
