@@ -506,12 +506,16 @@ kl_err_t kl_txn_cancel(kl_txn_t *txn, const void *key, size_t key_len,
     err = kl__timer_del(txn, txn->src_topic, txn->src_partition, key, key_len,
                         id, id_len, t.due_ms);
   /* Its copies stay duplicates for a retention from now, no longer
-   * (KL__MARK_CANCELLED). */
+   * (KL__MARK_CANCELLED); an id settled meanwhile keeps its mark (a
+   * rebuild may keep the timer of a dead letter the live store dropped). */
   char sid[KL__SID_MAX];
-  return err ? err
-             : kl__txn_mark_sid(txn, sid,
-                                kl__sid_encode(key, key_len, id, id_len, sid),
-                                KL__MARK_CANCELLED);
+  size_t sid_len = kl__sid_encode(key, key_len, id, id_len, sid);
+  kl_mark_t mark = KL_MARK_NONE;
+  if (!err)
+    err = kl__txn_seen_sid(txn, sid, sid_len, &mark);
+  return err || mark != KL__MARK_TIMER
+             ? err
+             : kl__txn_mark_sid(txn, sid, sid_len, KL__MARK_CANCELLED);
 }
 
 kl_err_t kl__store_buf_mark(kl__buf_t *ids, const void *key, size_t key_len,

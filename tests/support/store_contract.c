@@ -1212,27 +1212,32 @@ void kl_t_contract_sweep_keeps_waiting_timer_ids(void **state) {
   kl_fence_t fence;
   kl_txn_t *txn = kl_t_begin_on_k(store, epoch, &ev, &fence);
   kl__timer_t t = {1700000100000LL, 7, 0};
-  const char *ids[] = {"waits", "fires", "cancelled"};
-  for (int i = 0; i < 3; i++) {
+  const char *ids[] = {"waits", "fires", "cancelled", "dead"};
+  for (int i = 0; i < 4; i++) {
     t.offset = 7 + i;
     assert_int_equal(kl__timer_put(txn, KL_T_TOPIC, 0, "k", 1, ids[i],
                                    strlen(ids[i]), &t, "env", 3),
                      KL_OK);
   }
   kl_t_txn_mark_key(txn, "k", "plain", KL_MARK_APPLIED);
+  /* a dead letter whose timer stayed (as a rebuild may keep it) */
+  kl_t_txn_mark_key(txn, "k", "dead", KL_MARK_DEAD_LETTER);
   kl_t_store_commit(txn, 1);
 
   kl_t_store_clock_add(5000); /* five retentions on */
   txn = kl_t_begin_on_k(store, epoch, &ev, &fence);
   assert_int_equal(kl_txn_cancel(txn, "k", 1, "cancelled", 9), KL_OK);
+  assert_int_equal(kl_txn_cancel(txn, "k", 1, "dead", 4), KL_OK);
   kl_t_txn_mark_key(txn, "k", "fires", KL_MARK_APPLIED); /* its firing */
   kl_t_store_commit(txn, 2);
   assert_int_equal(kl_t_raw_mark(store, "cancelled").mark, KL__MARK_CANCELLED);
   assert_int_equal(kl_t_raw_mark(store, "fires").time_ms, 1700000005000LL);
 
+  /* a settled id keeps its mark over a cancel */
+  assert_int_equal(kl_t_raw_mark(store, "dead").mark, KL_MARK_DEAD_LETTER);
   size_t removed = 9;
   assert_int_equal(kl_store_sweep(store, 10, &removed), KL_OK);
-  assert_int_equal(removed, 1); /* "plain" alone */
+  assert_int_equal(removed, 2); /* "plain" and "dead" */
   txn = kl_t_store_begin(store, 0, epoch);
   kl_mark_t mark = KL_MARK_NONE;
   assert_int_equal(kl__txn_seen(txn, "k", 1, "waits", 5, &mark), KL_OK);
