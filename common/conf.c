@@ -40,11 +40,13 @@ static const kl__conf_key_t kl_keys[] = {
     {"store.map.max", KL__CONF_SIZE, "64G", 1 << 20, KL_I64_MAX, NULL,
      "largest LMDB map size; past it commits fail with KL_ESTORE_FULL"},
     {"store.dedup.retention", KL__CONF_DURATION, "7d", 1000, KL_I64_MAX, NULL,
-     "how long idempotency keys are kept; at least the topic's retention"},
+     "how long idempotency keys are kept (a waiting timer's until it fires "
+     "or is cancelled); at least the topic's retention"},
     {"timer.max.delay", KL__CONF_DURATION, "7d", 1000, KL_I64_MAX, NULL,
      "the longest a delayed event may wait (its not_before less now): "
      "kl_publish() refuses a later one, a worker dead-letters it; at most "
-     "store.dedup.retention"},
+     "store.dedup.retention (a worker and keylane replay refuse a longer "
+     "one)"},
     {"worker.retention.check", KL__CONF_ENUM, "refuse", 0, 0, "refuse|warn",
      "refuse: the worker does not run when the topic or its dead-letter "
      "topic keeps records longer than store.dedup.retention; warn: it runs, "
