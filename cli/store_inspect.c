@@ -414,9 +414,10 @@ static int get_id_row(void *opaque, const char *topic, const void *key,
       json_pack("{s:s,s:o,s:s%,s:s,s:I,s:s}", "topic", topic,
                 k || !key ? "key" : "key_b64",
                 k ? k : inspect_b64(key, key_len), "id", id, id_len, "mark",
-                mark == KL_MARK_DEAD_LETTER ? "dead_letter"
-                : mark == KL__MARK_TIMER    ? "timer" /* waits, or cancelled */
-                                            : "applied",
+                mark == KL_MARK_DEAD_LETTER  ? "dead_letter"
+                : mark == KL__MARK_TIMER     ? "timer" /* waits */
+                : mark == KL__MARK_CANCELLED ? "cancelled"
+                                             : "applied",
                 "recorded_ms", (json_int_t)time_ms, "recorded", when);
   return 0;
 }
@@ -451,8 +452,8 @@ static int get_run(const char *location, const char *key, int by_id, int json) {
   else if (!g.out)
     rc = kl__cli_fail("store get",
                       by_id ? "no idempotency key \"%s\" in %s: no event with "
-                              "this id was applied or dead-lettered (or it "
-                              "expired)"
+                              "this id was applied, dead-lettered or "
+                              "scheduled (or it expired)"
                             : "no handler key \"%s\" in %s; list them with "
                               "keylane store keys --prefix",
                       key, shown);
@@ -571,10 +572,11 @@ static const kl__cmd_t get_cmd = {
         "(a\n"
         "ledger entry's balance, last seq and order violations; msgpack as\n"
         "JSON; text), else as base64. With --id, looks up an idempotency key\n"
-        "instead: how it was recorded (applied or dead_letter) and when; "
-        "that\n"
-        "reads every key, so it is slow on a large store. Exit 1 when "
-        "absent.\n",
+        "instead: how it was recorded and when: applied, dead_letter, timer\n"
+        "(a delayed event that waits; kept however long it waits) or\n"
+        "cancelled (its timer was cancelled; expires a retention after the\n"
+        "cancel); that reads every key, so it is slow on a large store. Exit\n"
+        "1 when absent.\n",
     .opts = get_opts,
     .examples =
         "  keylane store get ledger:orders/acct-0042 --store /var/lib/keylane\n"

@@ -40,12 +40,13 @@ static const kl__conf_key_t kl_keys[] = {
     {"store.map.max", KL__CONF_SIZE, "64G", 1 << 20, KL_I64_MAX, NULL,
      "largest LMDB map size; past it commits fail with KL_ESTORE_FULL"},
     {"store.dedup.retention", KL__CONF_DURATION, "7d", 1000, KL_I64_MAX, NULL,
-     "how long idempotency keys are kept; at least the topic's retention"},
+     "how long idempotency keys are kept (a waiting timer's until it fires "
+     "or is cancelled); at least the topic's retention"},
     {"timer.max.delay", KL__CONF_DURATION, "7d", 1000, KL_I64_MAX, NULL,
      "the longest a delayed event may wait (its not_before less now): "
      "kl_publish() refuses a later one, a worker dead-letters it; at most "
-     "store.dedup.retention (the worker refuses to start otherwise); a "
-     "worker warns at start when the topic keeps records for less"},
+     "store.dedup.retention (a worker and keylane replay refuse a longer "
+     "one); a worker warns at start when the topic keeps records for less"},
     {"worker.retention.check", KL__CONF_ENUM, "refuse", 0, 0, "refuse|warn",
      "refuse: the worker does not run when the topic or its dead-letter "
      "topic keeps records longer than store.dedup.retention; warn: it runs, "
@@ -458,6 +459,22 @@ int64_t kl__conf_int(const kl_conf_t *conf, const char *key) {
   if (k && conf_is_num(k))
     conf_parse_num(k, kl_conf_get(conf, key), &v);
   return v;
+}
+
+kl_err_t kl__conf_timer_check(const kl_conf_t *conf) {
+  int64_t max_ms = kl__conf_int(conf, "timer.max.delay");
+  int64_t dedup_ms = kl__conf_int(conf, "store.dedup.retention");
+  if (max_ms <= dedup_ms)
+    return KL_OK;
+  char max[32], dedup[32];
+  return kl__err(
+      KL_ECONF,
+      "timer.max.delay (%s) is longer than store.dedup.retention (%s): lower "
+      "timer.max.delay, or raise store.dedup.retention (and keep the "
+      "topic's retention.ms at least timer.max.delay, so that a rebuild "
+      "finds every pending timer's record)",
+      kl__units_format(KL__UNITS_DURATION, max_ms, max, sizeof(max)),
+      kl__units_format(KL__UNITS_DURATION, dedup_ms, dedup, sizeof(dedup)));
 }
 
 kl_conf_t *kl_conf_dup(const kl_conf_t *conf) {

@@ -23,6 +23,15 @@ void kl__err_clear(void);
 /** Integer value of a conf key (validated at set time, so it parses). */
 int64_t kl__conf_int(const kl_conf_t *conf, const char *key);
 
+/**
+ * The bound between timer.max.delay and store.dedup.retention in @p conf,
+ * kept by every side that schedules timers (a worker at start, `keylane
+ * replay` and its --from-dlq redrive): a timer that waited longer than its
+ * id's copies are known would let a copy run early.
+ * @returns KL_OK, or KL_ECONF naming both values and the fix.
+ */
+kl_err_t kl__conf_timer_check(const kl_conf_t *conf);
+
 /** Milliseconds since the Unix epoch, and a monotonic clock in ns. */
 int64_t kl__now_ms(void);
 int64_t kl__mono_ns(void);

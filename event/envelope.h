@@ -84,8 +84,10 @@ kl_err_t kl__reserved_check(const kl_event_t *event, int own);
  * publish` too) bound both sides by timer.max.delay from their clock; the
  * worker judges from the record's time, with store.dedup.retention
  * behind, which is never less, so that it takes what a publisher whose
- * clock ran a little ahead took; kl_txn_emit() bounds only ahead, since
- * a follow-up late by its source's lag runs at once.
+ * clock ran a little ahead took; kl_txn_emit() bounds both sides by
+ * timer.max.delay from its source record's time (what the outbox's
+ * publish then takes), so a follow-up late by its source's lag runs at
+ * once.
  * @returns KL_OK, or KL_EINVAL naming the bound, by how much (in ms,
  *          exactly), and the fix.
  */

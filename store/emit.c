@@ -135,14 +135,19 @@ static kl_err_t emit_opts(const kl_emit_opts_t *opts, kl_emit_opts_t *out) {
 }
 
 /* A follow-up's delivery time, under the rule kl_publish() and the worker
- * keep (kl__not_before_check(), which says why no bound behind), judged from
- * its source record's time, as the worker judges a delayed event, so that a
- * rebuild decides as the live owner did; or from now, when that is earlier, by
- * which the follow-up is judged again when it is published. */
+ * keep (kl__not_before_check()), judged from its source record's time, as
+ * the worker judges a delayed event, so that a rebuild decides as the live
+ * owner did; or from now, when that is earlier, by which the follow-up is
+ * judged again when it is published. Behind by timer.max.delay, the bound
+ * the outbox's publish keeps and the worker's (store.dedup.retention, never
+ * less) takes: a time the outbox would refuse fails the event here, with
+ * the reason, instead of committing a follow-up that ends as a dead letter.
+ * A follow-up late by its source's lag still runs at once. */
 static kl_err_t emit_not_before(const kl_txn_t *txn, const kl_event_t *e) {
   int64_t now = kl__now_ms();
   int64_t at = txn->src_ms > 0 && txn->src_ms < now ? txn->src_ms : now;
-  return kl__not_before_check(e, at, txn->timer_max_ms, 0, NULL);
+  return kl__not_before_check(e, at, txn->timer_max_ms, txn->timer_max_ms,
+                              "timer.max.delay");
 }
 
 kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic, const void *key,

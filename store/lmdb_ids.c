@@ -12,7 +12,9 @@
  *      (8 bytes) and a number (2 bytes) that tells apart sids sharing the
  *      two; the value holds the whole sid after the time and mark, and a
  *      lookup compares it, so two such sids never share a record.
- * The value is 6 bytes: insert ms << 2 | mark (then the sid, for tag 4).
+ * The value is 6 bytes: insert ms << 2 | mark's low 2 bits, and its third
+ * bit (KL__MARK_CANCELLED) as the value's top bit, which a time before
+ * the year 3085 leaves 0 (then the sid, for tag 4).
  * A stored UUID takes 50-70 bytes on disk instead of ~110.
  *
  * A batch buffers its marks by "logical" key: the LMDB key for tags 0-3,
@@ -66,9 +68,9 @@ size_t kl__lmdb_id_encode(uint32_t topic_no, const char *sid, size_t sid_len,
 
 void kl__lmdb_idval_encode(int64_t now_ms, kl_mark_t mark,
                            unsigned char out[KL__IDVAL_LEN]) {
-  /* 46 bits of ms reach the year 4199. */
-  uint64_t t = now_ms < 0 ? 0 : (uint64_t)now_ms & ((1ULL << 46) - 1);
-  uint64_t v = t << 2 | ((uint64_t)mark & 3);
+  /* 45 bits of ms reach the year 3085. */
+  uint64_t t = now_ms < 0 ? 0 : (uint64_t)now_ms & ((1ULL << 45) - 1);
+  uint64_t v = t << 2 | ((uint64_t)mark & 3) | ((uint64_t)mark >> 2 & 1) << 47;
   for (int i = 0; i < KL__IDVAL_LEN; i++)
     out[i] = (unsigned char)(v >> (8 * i));
 }
@@ -81,8 +83,8 @@ int kl__lmdb_idval_decode(const MDB_val *val, int64_t *time_ms,
   uint64_t v = 0;
   for (int i = KL__IDVAL_LEN - 1; i >= 0; i--)
     v = v << 8 | p[i];
-  *time_ms = (int64_t)(v >> 2);
-  *mark = (kl_mark_t)(v & 3);
+  *time_ms = (int64_t)(v >> 2 & ((1ULL << 45) - 1));
+  *mark = (kl_mark_t)((v & 3) | (v >> 47 & 1) << 2);
   return 0;
 }
 

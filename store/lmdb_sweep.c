@@ -14,7 +14,8 @@
  * retention of the store it was called on. At the range's end the cursor
  * goes back to its start for the next call. A full cycle over T's N keys
  * thus takes about N/max sweeps, and a key lives at least the retention
- * and at most the retention plus one cycle.
+ * and at most the retention plus one cycle; the id of a timer that waits
+ * (KL__MARK_TIMER) stays until its firing or cancel re-marks it.
  *
  * A sweep first walks its keys in a read snapshot: when none has expired
  * it writes nothing (a worker sweeps every second, and a durable write
@@ -111,7 +112,9 @@ static int sweep_walk(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
     memcpy(ctx->last, key.mv_data, key.mv_size);
     ctx->last_len = key.mv_size;
     ctx->walked = 1;
-    if (ctx->now_ms - t > ctx->retention_ms) {
+    /* An id that waits as a timer stays while it waits (store_internal.h,
+     * KL__MARK_TIMER), however long that is. */
+    if (mark != KL__MARK_TIMER && ctx->now_ms - t > ctx->retention_ms) {
       if (!ctx->dry && (rc = mdb_cursor_del(cur, 0)) != 0)
         return rc;
       ctx->removed++;

@@ -43,9 +43,12 @@ typedef struct kl_pg_sweep {
  * keys stays on its pages, so no expired key is left behind for a whole
  * walk. Keys a commit holds (re-marking them) are skipped too, for the
  * next walk: the sweep never waits for a commit or deadlocks with one.
- * The cutoff is the server's time, as the keys' insert times are.
+ * The cutoff is the server's time, as the keys' insert times are. The id
+ * of a timer that waits (mark 3, KL__MARK_TIMER) is never expired: it stays
+ * until its firing or cancel re-marks it (store_internal.h).
  * @p MINE picks the ids it may remove: the topic's. */
-#define KL_PG_EXPIRED "inserted_ms < " KL__PG_NOW_MS(1) " - $2::int8"
+#define KL_PG_EXPIRED                                                          \
+  "mark <> 3 AND inserted_ms < " KL__PG_NOW_MS(1) " - $2::int8"
 #define KL_PG_SWEEP_SQL(MINE)                                                  \
   "WITH s AS (SELECT CASE WHEN next_page < pg_relation_size('keylane_ids') "   \
   "/ current_setting('block_size')::int8 THEN next_page ELSE 0 END AS page "   \
@@ -63,6 +66,8 @@ typedef struct kl_pg_sweep {
       1) " ELSE t.swept_ms END "                                               \
          "FROM s, n WHERE t.topic = $5) "                                      \
          "SELECT removed, (SELECT count(*) FROM s) FROM n"
+
+_Static_assert(KL__MARK_TIMER == 3, "KL_PG_EXPIRED spells the timer's mark");
 
 static const char kl_pg_sweep_sql[] = KL_PG_SWEEP_SQL("topic = $5");
 #ifdef KL_SIM_MUTANTS

@@ -401,10 +401,11 @@ kl_err_t kl__txn_seen_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
   return err;
 }
 
-/* A mark a caller may write: KL__MARK_TIMER only keylane's own (@p own). */
+/* A mark a caller may write: KL__MARK_TIMER and KL__MARK_CANCELLED only
+ * keylane's own (@p own). */
 static kl_err_t store_check_mark(kl_mark_t mark, int own) {
   if (mark == KL_MARK_APPLIED || mark == KL_MARK_DEAD_LETTER ||
-      (own && mark == KL__MARK_TIMER))
+      (own && (mark == KL__MARK_TIMER || mark == KL__MARK_CANCELLED)))
     return KL_OK;
   return kl__err(KL_EINVAL,
                  "kl_txn_mark: mark %d is neither "
@@ -418,8 +419,9 @@ kl_err_t kl__txn_mark_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
   return err ? err : txn->store->ops->mark(txn, sid, sid_len, mark);
 }
 
-kl_err_t kl__txn_seen(kl_txn_t *txn, const void *key, size_t key_len,
-                      const char *id, size_t id_len, kl_mark_t *mark) {
+/* The mark as stored, KL__MARK_TIMER and KL__MARK_CANCELLED included. */
+static kl_err_t store_seen(kl_txn_t *txn, const void *key, size_t key_len,
+                           const char *id, size_t id_len, kl_mark_t *mark) {
   kl__err_clear();
   kl_err_t err = store_check_entity("kl_txn_seen", key, key_len);
   if (!err)
@@ -433,10 +435,19 @@ kl_err_t kl__txn_seen(kl_txn_t *txn, const void *key, size_t key_len,
   return kl__txn_seen_sid(txn, sid, len, mark);
 }
 
+kl_err_t kl__txn_seen(kl_txn_t *txn, const void *key, size_t key_len,
+                      const char *id, size_t id_len, kl_mark_t *mark) {
+  kl_err_t err = store_seen(txn, key, key_len, id, id_len, mark);
+  if (!err && *mark == KL__MARK_CANCELLED) /* settled: copies are duplicates */
+    *mark = KL_MARK_APPLIED;
+  return err;
+}
+
 kl_err_t kl_txn_seen(kl_txn_t *txn, const void *key, size_t key_len,
                      const char *id, size_t id_len, kl_mark_t *mark) {
-  kl_err_t err = kl__txn_seen(txn, key, key_len, id, id_len, mark);
-  if (!err && *mark == KL__MARK_TIMER) /* waiting: not applied */
+  kl_err_t err = store_seen(txn, key, key_len, id, id_len, mark);
+  /* waiting, or cancelled: not applied */
+  if (!err && (*mark == KL__MARK_TIMER || *mark == KL__MARK_CANCELLED))
     *mark = KL_MARK_NONE;
   return err;
 }
@@ -487,8 +498,10 @@ kl_err_t kl_txn_cancel(kl_txn_t *txn, const void *key, size_t key_len,
    * its firing record's dead letter takes it (kl__apply_dead_letter()),
    * where a rebuild takes it too, and a cancel run before that commit
    * must answer as the rebuild's does. */
+  char sid[KL__SID_MAX];
+  size_t sid_len = kl__sid_encode(key, key_len, id, id_len, sid);
   kl_mark_t mark = KL_MARK_NONE;
-  if (!err && !(err = kl__txn_seen(txn, key, key_len, id, id_len, &mark)) &&
+  if (!err && !(err = kl__txn_seen_sid(txn, sid, sid_len, &mark)) &&
       mark == KL_MARK_DEAD_LETTER)
     err = KL_ENOTFOUND;
   if (err == KL_ENOTFOUND)
@@ -499,9 +512,14 @@ kl_err_t kl_txn_cancel(kl_txn_t *txn, const void *key, size_t key_len,
                    (int)txn->src_partition, txn->src_topic);
   if (!err && KL__MUTANT(KL__MUTANT_TIMER_CANCEL)) /* test only: mutant.h */
     return KL_OK;
-  return err ? err
-             : kl__timer_del(txn, txn->src_topic, txn->src_partition, key,
-                             key_len, id, id_len, t.due_ms);
+  if (!err)
+    err = kl__timer_del(txn, txn->src_topic, txn->src_partition, key, key_len,
+                        id, id_len, t.due_ms);
+  /* Its copies stay duplicates for a retention from now, no longer
+   * (KL__MARK_CANCELLED); an id settled otherwise keeps its mark. */
+  return err || mark != KL__MARK_TIMER
+             ? err
+             : kl__txn_mark_sid(txn, sid, sid_len, KL__MARK_CANCELLED);
 }
 
 kl_err_t kl__store_buf_mark(kl__buf_t *ids, const void *key, size_t key_len,

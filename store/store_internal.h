@@ -118,13 +118,26 @@ kl_err_t kl__store_acquire_owned(kl_store_t *store, const char *topic,
  * in the same commit, so that any other record of that key and id is a
  * duplicate while it waits, also one without `nb` (docs/design.md,
  * "Timers"); only the timer's firing record runs the event, and its
- * applied or dead-letter mark replaces this one. A cancel leaves it: the
- * id is then neither applied nor pending, and its copies are duplicates
- * until it expires. It fits the 2 bits LMDB keeps a mark in, and
- * PostgreSQL's smallint. Public calls never see it: kl_txn_seen() reads it
- * as KL_MARK_NONE (not applied), kl_txn_mark() refuses it.
+ * applied or dead-letter mark replaces this one, timed by the firing's
+ * commit. The sweeps never remove it (lmdb_sweep.c, pg_sweep.c): a timer
+ * may wait longer than store.dedup.retention (scheduled under a longer
+ * one, or by a redrive), and an id swept while it waits would let a copy
+ * run early and the timer run it again. Public calls never see it:
+ * kl_txn_seen() reads it as KL_MARK_NONE (not applied), kl_txn_mark()
+ * refuses it.
  */
 #define KL__MARK_TIMER ((kl_mark_t)3)
+
+/*
+ * The mark of an id whose timer was cancelled (kl_txn_cancel()): written
+ * over KL__MARK_TIMER in the cancel's commit, timed by it, so that the
+ * sweeps remove it a retention after the cancel. Its copies are
+ * duplicates until then: the worker reads it as KL_MARK_APPLIED
+ * (kl__txn_seen()), kl_txn_seen() as KL_MARK_NONE (not applied), and
+ * `keylane store get --id` shows "cancelled". LMDB keeps it in the bit
+ * above the time (lmdb_ids.c), PostgreSQL in its smallint.
+ */
+#define KL__MARK_CANCELLED ((kl_mark_t)4)
 
 /**
  * The mark an idempotency key keeps when it is marked @p mark over @p have,
@@ -180,7 +193,9 @@ int kl__store_legacy_ids(const kl_store_t *store);
  *  recorded before the scoping (the tests of the upgrades write there). */
 kl_err_t kl__txn_seen_sid(kl_txn_t *txn, const char *sid, size_t sid_len,
                           kl_mark_t *mark);
-/** kl_txn_seen() that reads KL__MARK_TIMER as it is: the worker's. */
+/** kl_txn_seen() that reads KL__MARK_TIMER as it is, and
+ *  KL__MARK_CANCELLED as KL_MARK_APPLIED (its copies are duplicates): the
+ *  worker's. */
 kl_err_t kl__txn_seen(kl_txn_t *txn, const void *key, size_t key_len,
                       const char *id, size_t id_len, kl_mark_t *mark);
 kl_err_t kl__txn_mark_sid(kl_txn_t *txn, const char *sid, size_t sid_len,

@@ -168,7 +168,18 @@ static int timer_redrive(const kl__applier_t *a, int32_t partition,
                          const kl_event_t *event, kl_mark_t mark,
                          const kl__timer_t *t, int found,
                          kl__apply_result_t *res) {
+  int64_t here = kl__store_now_ms();
   int firing = timer_named(m) >= 0;
+  /* the rule its first reading kept (timer_schedule()), judged now: a
+   * time in seconds, or one past by more than the retention, stays a
+   * dead letter; a firing record's time passed the rule when it waited */
+  kl_err_t err = kl__not_before_check(
+      event, here, 0, firing ? 0 : a->timer_past_ms, "store.dedup.retention");
+  if (err) {
+    res->failed_err = err;
+    snprintf(res->why, sizeof(res->why), "decode: %s", kl_err_detail());
+    return KL_HANDLER_FAIL;
+  }
   if (!firing && (found || mark == KL__MARK_TIMER)) {
     kl_txn_count_duplicate(txn);
     res->duplicates++;
@@ -178,7 +189,6 @@ static int timer_redrive(const kl__applier_t *a, int32_t partition,
     res->redrive_back++;
     return KL_HANDLER_OK;
   }
-  kl_err_t err;
   if (found &&
       (err = kl__timer_del(txn, a->topic, partition, event->key, event->key_len,
                            event->id, event->id_len, t->due_ms)))

@@ -72,6 +72,9 @@ static kl_err_t redrive_check(kl__redrive_t *r) {
   if (!o->conf || !o->dlq_topic || !*o->dlq_topic || !o->store || !o->handler)
     return kl__err(KL_EINVAL, "kl__redrive_run: conf, dlq_topic, store and "
                               "handler are required");
+  kl_err_t err = kl__conf_timer_check(o->conf); /* as a worker's start */
+  if (err)
+    return err;
   size_t len = strlen(o->dlq_topic);
   if (o->topic)
     snprintf(r->topic, sizeof(r->topic), "%s", o->topic);
@@ -477,6 +480,7 @@ kl_err_t kl__redrive_run(const kl__redrive_opts_t *opts, kl__redrive_t **out) {
                                .tick_opaque = r,
                                .timer_max_ms =
                                    kl__conf_int(opts->conf, "timer.max.delay")};
+  r->applier.timer_past_ms = kl__conf_int(opts->conf, "store.dedup.retention");
   r->beat_period_ns = kl__beat_period_ns(opts->conf);
   if (!err && !r->applier.decoder)
     err = KL_ENOMEM;

@@ -165,6 +165,9 @@ kl_err_t kl__replay_new(const kl__replay_opts_t *opts, kl__replay_t **out) {
                               "handler are required");
   if (!kl_conf_get(opts->conf, "kafka.bootstrap.servers"))
     return kl__err(KL_ECONF, "no bootstrap servers: pass -b HOST:PORT");
+  kl_err_t err = kl__conf_timer_check(opts->conf);
+  if (err)
+    return err;
   kl__replay_t *r = calloc(1, sizeof(*r));
   if (!r)
     return KL_ENOMEM;
@@ -188,10 +191,9 @@ kl_err_t kl__replay_new(const kl__replay_opts_t *opts, kl__replay_t **out) {
       .timer_past_ms = kl__conf_int(opts->conf, "store.dedup.retention")};
   r->beat_period_ns = kl__beat_period_ns(opts->conf);
   /* A start that retention deleted meanwhile must fail, not skip. */
-  kl_err_t err =
-      r->applier.decoder
-          ? kl__kafka_reader_new(opts->conf, "keylane-replay", "error", &r->rk)
-          : KL_ENOMEM;
+  err = r->applier.decoder ? kl__kafka_reader_new(opts->conf, "keylane-replay",
+                                                  "error", &r->rk)
+                           : KL_ENOMEM;
   if (!err)
     err = replay_topic(r);
   if (!err)

@@ -210,25 +210,6 @@ static kl_err_t check_offset_reset(const kl_conf_t *conf) {
  * for the rest. Only a declared bound can be checked: an in-process
  * handler that sets none (0) must keep to the interval by itself.
  */
-/* A timer's event is deduplicated against its id's mark once it ran: a
- * wait longer than the mark is kept outlasts the copies' dedup. */
-static kl_err_t check_timer_max(const kl_conf_t *conf) {
-  int64_t max_ms = kl__conf_int(conf, "timer.max.delay");
-  int64_t dedup_ms = kl__conf_int(conf, "store.dedup.retention");
-  if (max_ms <= dedup_ms)
-    return KL_OK;
-  char max[32], dedup[32];
-  kl__duration_format(max_ms, max, sizeof(max));
-  kl__duration_format(dedup_ms, dedup, sizeof(dedup));
-  return kl__err(KL_ECONF,
-                 "timer.max.delay (%s) is longer than store.dedup.retention "
-                 "(%s): lower timer.max.delay, or raise "
-                 "store.dedup.retention (and keep the topic's retention.ms "
-                 "at least timer.max.delay, so that a rebuild finds every "
-                 "pending timer's record)",
-                 max, dedup);
-}
-
 static kl_err_t check_poll_interval(const kl_conf_t *conf) {
   int64_t handler_ms = kl__conf_int(conf, "worker.handler.timeout.ms");
   const char *set = kl_conf_get(conf, "kafka.max.poll.interval.ms");
@@ -303,7 +284,7 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                    retake_ms, session_ms);
   kl_err_t checked = check_poll_interval(conf);
   if (!checked)
-    checked = check_timer_max(conf);
+    checked = kl__conf_timer_check(conf);
   if (!checked)
     checked = check_idle_timeout(conf, store);
   if (!checked)

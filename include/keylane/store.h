@@ -341,10 +341,11 @@ KL_EXPORT kl_err_t kl_txn_emit(kl_txn_t *txn, const char *topic,
  * (docs/design.md, "Timers"): deletes it in this batch, so it commits,
  * fences and rolls back with the handler's other writes. The event is
  * then never applied by that timer; a firing record already written for
- * it is a duplicate when read. Its id keeps the mark it took when it was
- * scheduled: a copy of the event published again afterwards, with a
- * not_before or without, is a duplicate until the id expires
- * (store.dedup.retention); publish it with a new id to schedule it again.
+ * it is a duplicate when read. Its id is marked cancelled in this batch:
+ * a copy of the event published again afterwards, with a not_before or
+ * without, is a duplicate until the id expires, store.dedup.retention
+ * after the cancel (kl_txn_seen() reads it as KL_MARK_NONE: not
+ * applied); publish it with a new id to schedule it again.
  * @param key   the entity key of the event the handler runs: a handler
  *              changes its own key only (design.md), and the key's lane
  *              runs the cancel and the timer's firing in log order. To
@@ -372,8 +373,8 @@ typedef struct kl_emit_opts {
   /** ms since the Unix epoch before which the follow-up is not applied
    *  (kl_event_t.not_before): its consumer keeps it as a timer of its key
    *  (docs/design.md, "Timers"). 0: applied when read. At most
-   *  timer.max.delay after the source event's record time (or after now,
-   *  if that is earlier). */
+   *  timer.max.delay after, or before, the source event's record time (or
+   *  now, if that is earlier). */
   int64_t not_before;
 } kl_emit_opts_t;
 
@@ -385,10 +386,11 @@ typedef struct kl_emit_opts {
  * keeps it as a timer until its time, then applies it once, in its key's
  * order. Its envelope is version 2 (it carries "nb").
  * @returns what kl_txn_emit() returns, and KL_EINVAL for @p opts with a
- *          @c size of 0 or a @c not_before that is negative or later
- *          than timer.max.delay allows (the worker's; the message says
- *          by how much): that follow-up could never be applied, so the
- *          event fails here, whole, rather than its follow-up later.
+ *          @c size of 0 or a @c not_before that is negative, or later or
+ *          earlier than timer.max.delay allows (the outbox's publish and
+ *          the worker's bound; the message says by how much): that
+ *          follow-up could never be applied, so the event fails here,
+ *          whole, rather than its follow-up later.
  */
 KL_EXPORT kl_err_t kl_txn_emit_opts(kl_txn_t *txn, const char *topic,
                                     const void *key, size_t key_len,

@@ -203,7 +203,7 @@ static void copies_case(const char *store_uri, const char *name,
   assert_int_equal(kl_t_ledger_balance(fx.store, "p"), 4);
   assert_int_equal(pending(fx.store, fx.topic), 1);
   assert_int_equal(stored_mark(fx.store, "later"), KL__MARK_TIMER);
-  assert_int_equal(stored_mark(fx.store, "gone"), KL__MARK_TIMER);
+  assert_int_equal(stored_mark(fx.store, "gone"), KL__MARK_CANCELLED);
 
   kl_t_store_clock_set(t0 + DUE); /* its time: it runs, once */
   wait_stats(w, (kl_t_timers_want_t){
@@ -226,9 +226,9 @@ static void copies_case(const char *store_uri, const char *name,
   assert_int_equal(kl_t_consume(rk, 2, 20000, letter_one, &l), 2);
   kl_t_consumer_destroy(rk);
   assert_int_equal(l.past, 2);
-  /* the cancelled one's id keeps its timer's mark, which `keylane store
-   * get` names */
-  assert_int_equal(stored_mark(fx.store, "gone"), KL__MARK_TIMER);
+  /* the cancelled one's id is marked so (no timer waits for it: issue 36),
+   * which `keylane store get` names */
+  assert_int_equal(stored_mark(fx.store, "gone"), KL__MARK_CANCELLED);
   kl_t_run_t run;
   kl_t_run((const char *[]){"store", "get", "--id", "gone", "--store", fx.where,
                             "--json", NULL},
@@ -236,7 +236,8 @@ static void copies_case(const char *store_uri, const char *name,
   assert_int_equal(run.rc, 0);
   json_t *got = kl_t_run_json(&run);
   kl_t_run_free(&run);
-  assert_string_equal(json_string_value(json_object_get(got, "mark")), "timer");
+  assert_string_equal(json_string_value(json_object_get(got, "mark")),
+                      "cancelled");
   json_decref(got);
   kl_t_ledger_fx_down(&fx);
   kl__store_set_clock(NULL);
@@ -264,22 +265,28 @@ static void test_copies_key_parallel_pg(void **state) {
   copies_case(uri, "tcopieskp", extra);
 }
 
-static kl__redrive_t *redrive(kl_t_ledger_fx_t *fx, int *refuse) {
+/* A redrive of every letter; @p dry_run: what it would do. With @p max
+ * (timer.max.delay) set, the redrive is refused: NULL. */
+static kl__redrive_t *redrive_with(kl_t_ledger_fx_t *fx, int *refuse,
+                                   int dry_run, const char *max) {
   char dlq[300];
   snprintf(dlq, sizeof(dlq), "%s.dlq", fx->topic);
   kl_conf_t *conf = kl_conf_new();
   assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx->boot),
                    KL_OK);
+  if (max)
+    assert_int_equal(kl_conf_set(conf, "timer.max.delay", max), KL_OK);
   kl__redrive_opts_t o = {.conf = conf,
                           .dlq_topic = dlq,
                           .topic = fx->topic,
                           .store = fx->store,
                           .handler = handler,
                           .handler_opaque = refuse,
+                          .dry_run = dry_run,
                           .from = {KL__POS_BEGINNING, 0},
                           .to = {KL__POS_END, 0}};
   kl__redrive_t *r = NULL;
-  assert_int_equal(kl__redrive_run(&o, &r), KL_OK);
+  assert_int_equal(kl__redrive_run(&o, &r), max ? KL_ECONF : KL_OK);
   kl_conf_destroy(conf);
   return r;
 }
@@ -320,6 +327,19 @@ static kl_store_t *rebuild(kl_t_ledger_fx_t *fx, const char *where,
   return store;
 }
 
+static kl__redrive_t *redrive(kl_t_ledger_fx_t *fx, int *refuse) {
+  return redrive_with(fx, refuse, 0, NULL);
+}
+
+/* Issue 36 (H1 A): a redrive schedules timers under its own
+ * timer.max.delay; one longer than store.dedup.retention (7 d) is refused
+ * as the worker refuses it at start, naming both and the fix. */
+static void redrive_refuses_max(kl_t_ledger_fx_t *fx) {
+  assert_null(redrive_with(fx, NULL, 0, "8d"));
+  assert_non_null(strstr(kl_err_detail(), "timer.max.delay (8d) is longer "
+                                          "than store.dedup.retention (7d)"));
+}
+
 static void redrive_case(const char *store_uri, const char *name) {
   t0 = kl__now_ms();
   kl_t_store_clock_set(t0);
@@ -330,15 +350,19 @@ static void redrive_case(const char *store_uri, const char *name) {
    * header, whose commit takes its timer */
   produce(&fx, "s", "far", 3, t0 + 2 * DAY_MS);
   produce(&fx, "r", "bad-1", 5, t0 + DUE);
+  /* 2: a time in seconds, 3: past by more than store.dedup.retention:
+   * decode letters, which a redrive keeps so (issue 36, H2) */
+  produce(&fx, "q", "seconds", 6, t0 / 1000 + DAY_MS / 1000);
+  produce(&fx, "q", "ancient", 6, t0 - 8 * DAY_MS);
   int refuse = 1;
   const char *extra[] = {"timer.max.delay=1d", NULL};
   const char *group = kl_t_group(fx.cluster, name);
   kl_t_worker_t *w = kl_t_worker_new_with(fx.boot, fx.topic, group, fx.store,
                                           extra, handler, &refuse);
   kl_t_worker_go(w);
-  wait_stats(w, (kl_t_timers_want_t){.scheduled = 1, .dead = 1});
+  wait_stats(w, (kl_t_timers_want_t){.scheduled = 1, .dead = 3});
   kl_t_store_clock_set(t0 + DUE);
-  wait_stats(w, (kl_t_timers_want_t){.scheduled = 1, .dead = 2});
+  wait_stats(w, (kl_t_timers_want_t){.scheduled = 1, .dead = 4});
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   /* a decode letter: not marked (its record's fault) */
   assert_int_equal(stored_mark(fx.store, "far"), KL_MARK_NONE);
@@ -353,13 +377,28 @@ static void redrive_case(const char *store_uri, const char *name) {
    * record; the failed firing record runs at once. */
   kl_t_store_clock_set(t0 + DAY_MS + DAY_MS / 2);
   refuse = 0;
-  kl__redrive_t *r = redrive(&fx, &refuse);
+  redrive_refuses_max(&fx);
+  kl__redrive_t *r = redrive_with(&fx, &refuse, 1, NULL); /* predicts: */
   assert_int_equal(kl__redrive_count(r, KL__OUT_SCHEDULED), 1);
   assert_int_equal(kl__redrive_count(r, KL__OUT_APPLIED), 1);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_FAILED), 2);
+  kl__redrive_destroy(r);
+  r = redrive(&fx, &refuse);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_SCHEDULED), 1);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_APPLIED), 1);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_FAILED), 2);
+  size_t n;
+  const kl__redriven_t *x = kl__redrive_results(r, &n);
+  for (size_t i = 0; i < n; i++, x++) {
+    if (x->outcome == KL__OUT_FAILED)
+      assert_true(strstr(x->why, "looks like seconds") ||
+                  strstr(x->why, "store.dedup.retention"));
+  }
   kl__redrive_destroy(r);
   assert_int_equal(kl_t_ledger_balance(fx.store, "r"),
                    5); /* the firing: at once */
   assert_int_equal(kl_t_ledger_balance(fx.store, "s"), INT64_MIN); /* not yet */
+  assert_int_equal(kl_t_ledger_balance(fx.store, "q"), INT64_MIN); /* never */
   assert_int_equal(pending(fx.store, fx.topic), 0); /* in the log */
   w = kl_t_worker_new_with(fx.boot, fx.topic, group, fx.store, extra, handler,
                            &refuse);
@@ -368,8 +407,9 @@ static void redrive_case(const char *store_uri, const char *name) {
   assert_int_equal(kl_t_worker_stop(w), KL_OK);
   assert_int_equal(pending(fx.store, fx.topic), 1);
   assert_int_equal(stored_mark(fx.store, "far"), KL__MARK_TIMER);
-  r = redrive(&fx, &refuse); /* again: both done */
+  r = redrive(&fx, &refuse); /* again: both done, the others refused */
   assert_int_equal(kl__redrive_count(r, KL__OUT_DUPLICATE), 2);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_FAILED), 2);
   kl__redrive_destroy(r);
 
   w = kl_t_worker_new_with(fx.boot, fx.topic, group, fx.store, extra, handler,

@@ -271,19 +271,20 @@ static void test_delayed_followup_pg(void **state) {
   followup_case("tmremitpg", 0, uri);
 }
 
-/* A follow-up due past timer.max.delay (7 days) fails its source event,
- * whole: a dead letter whose reason says so, nothing emitted. */
-static void test_emit_past_max_dead_letters(void **state) {
-  (void)state;
+/* A follow-up due at @p nb that kl_txn_emit_opts() refuses, @p where
+ * ("from now", "in the past") of its source's time by more than
+ * timer.max.delay, fails its source event, whole: a dead letter whose
+ * reason says so, nothing emitted. */
+static void emit_refused(const char *name, int64_t nb, const char *where) {
   kl_t_ledger_fx_t fx;
-  kl_t_ledger_fx_up(&fx, "tmrfar", 1, 1, 5, NULL);
+  kl_t_ledger_fx_up(&fx, name, 1, 1, 5, NULL);
   snprintf(t_dest, sizeof(t_dest), "dest");
-  t_nb = kl__now_ms() + 8 * 24 * 3600 * 1000LL;
+  t_nb = nb;
   publish(&fx, "src", "s-far", "schedule", 3);
   kl_t_stderr_t err;
   kl_t_stderr_begin(&err);
   kl_t_worker_t *w =
-      kl_t_worker_new_with(fx.boot, fx.topic, kl_t_group(fx.cluster, "tmrfar"),
+      kl_t_worker_new_with(fx.boot, fx.topic, kl_t_group(fx.cluster, name),
                            fx.store, NULL, schedule_handler, NULL);
   kl_t_worker_go(w);
   kl_worker_stats_t st = {0};
@@ -297,9 +298,24 @@ static void test_emit_past_max_dead_letters(void **state) {
   assert_int_equal(st.dead_letters, 1);
   assert_int_equal(st.applied, 0);
   assert_int_equal(st.timers_scheduled, 0);
+  assert_non_null(strstr(log, where));
   assert_non_null(strstr(log, "more than timer.max.delay (7d) allows"));
   free(log);
   kl_t_ledger_fx_down(&fx);
+}
+
+/* A follow-up due past timer.max.delay (7 days). */
+static void test_emit_past_max_dead_letters(void **state) {
+  (void)state;
+  emit_refused("tmrfar", kl__now_ms() + 8 * 24 * 3600 * 1000LL, "from now");
+}
+
+/* Issue 36 (M1): one due more than timer.max.delay ago, which the outbox's
+ * publish would refuse (a dead letter "outbox" after its source
+ * committed), and the worker too, is refused when it is emitted. */
+static void test_emit_long_past_dead_letters(void **state) {
+  (void)state;
+  emit_refused("tmrpast", kl__now_ms() - 8 * 24 * 3600 * 1000LL, "in the past");
 }
 
 int main(void) {
@@ -309,6 +325,7 @@ int main(void) {
       cmocka_unit_test(test_delayed_followup_exec),
       cmocka_unit_test(test_delayed_followup_pg),
       cmocka_unit_test(test_emit_past_max_dead_letters),
+      cmocka_unit_test(test_emit_long_past_dead_letters),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup,
                                 kl_t_pg_group_teardown);

@@ -143,6 +143,7 @@ void kl_t_store_clock_add(int64_t ms);
   X(foreach_partition_order, setup, teardown)                                  \
   X(sweep_bounded_and_keeps_young, setup, teardown)                            \
   X(sweep_keeps_a_key_for_the_retention, setup, teardown)                      \
+  X(sweep_keeps_waiting_timer_ids, setup, teardown)                            \
   X(sweep_keeps_other_topics_ids, setup, teardown)                             \
   X(sweep_needs_an_owned_topic, setup, teardown)                               \
   X(ledger_topics_keep_their_credits, setup, teardown)                         \

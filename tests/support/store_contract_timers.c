@@ -167,3 +167,101 @@ void kl_t_contract_timer_find_reads_a_firing_once(void **state) {
   kl_store_abort(txn);
   kl_store_destroy(store);
 }
+
+/* The stored mark of (key "k", @p id), or KL_MARK_NONE when it is gone. */
+typedef struct kl_t_raw_mark {
+  const char *id;
+  kl_mark_t mark;
+  int64_t time_ms;
+} kl_t_raw_mark_t;
+
+static int kl_t_raw_mark_cb(void *opaque, const char *topic, const void *key,
+                            size_t key_len, const char *id, size_t id_len,
+                            int64_t time_ms, kl_mark_t mark) {
+  kl_t_raw_mark_t *r = opaque;
+  (void)topic;
+  if (key && key_len == 1 && memcmp(key, "k", 1) == 0 &&
+      id_len == strlen(r->id) && memcmp(id, r->id, id_len) == 0)
+    r->mark = mark, r->time_ms = time_ms;
+  return 0;
+}
+
+static kl_t_raw_mark_t kl_t_raw_mark(kl_store_t *store, const char *id) {
+  kl_t_raw_mark_t r = {id, KL_MARK_NONE, 0};
+  assert_int_equal(kl__store_ids_walk(store, kl_t_raw_mark_cb, &r), KL_OK);
+  return r;
+}
+
+/* A txn of partition 0 that runs an event of key "k" (kl_txn_cancel()
+ * cancels that key's timers). */
+static kl_txn_t *kl_t_begin_on_k(kl_store_t *store, uint64_t epoch,
+                                 kl_event_t *ev, kl_fence_t *fence) {
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  *ev = (kl_event_t){.key = "k", .key_len = 1, .id = "src", .id_len = 3};
+  *fence = (kl_fence_t){KL_T_TOPIC, 0, epoch, 1};
+  kl__txn_source_event(txn, ev, fence);
+  return txn;
+}
+
+/* Issue 36 (H1): the id of a timer that waits outlives the retention, or
+ * a copy of it without `nb` would run early and the timer run it again; a
+ * cancel's mark ("cancelled", a duplicate's) expires a retention after the
+ * cancel, and the firing's applied mark a retention after the firing. */
+void kl_t_contract_sweep_keeps_waiting_timer_ids(void **state) {
+  const char *where = kl_t_store_fixture(state)->where;
+  kl_t_store_clock_set(1700000000000LL);
+  kl_store_t *store =
+      kl_t_store_open(where, "store.dedup.retention", "1000ms", NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  kl_event_t ev;
+  kl_fence_t fence;
+  kl_txn_t *txn = kl_t_begin_on_k(store, epoch, &ev, &fence);
+  kl__timer_t t = {1700000100000LL, 7, 0};
+  const char *ids[] = {"waits", "fires", "cancelled", "dead"};
+  for (int i = 0; i < 4; i++) {
+    t.offset = 7 + i;
+    assert_int_equal(kl__timer_put(txn, KL_T_TOPIC, 0, "k", 1, ids[i],
+                                   strlen(ids[i]), &t, "env", 3),
+                     KL_OK);
+  }
+  kl_t_txn_mark_key(txn, "k", "plain", KL_MARK_APPLIED);
+  /* a dead letter whose timer stayed (as a rebuild may keep it) */
+  kl_t_txn_mark_key(txn, "k", "dead", KL_MARK_DEAD_LETTER);
+  kl_t_store_commit(txn, 1);
+
+  kl_t_store_clock_add(5000); /* five retentions on */
+  txn = kl_t_begin_on_k(store, epoch, &ev, &fence);
+  assert_int_equal(kl_txn_cancel(txn, "k", 1, "cancelled", 9), KL_OK);
+  assert_int_equal(kl_txn_cancel(txn, "k", 1, "dead", 4), KL_OK);
+  kl_t_txn_mark_key(txn, "k", "fires", KL_MARK_APPLIED); /* its firing */
+  kl_t_store_commit(txn, 2);
+  assert_int_equal(kl_t_raw_mark(store, "cancelled").mark, KL__MARK_CANCELLED);
+  assert_int_equal(kl_t_raw_mark(store, "fires").time_ms, 1700000005000LL);
+
+  /* a settled id keeps its mark over a cancel */
+  assert_int_equal(kl_t_raw_mark(store, "dead").mark, KL_MARK_DEAD_LETTER);
+  size_t removed = 9;
+  assert_int_equal(kl_store_sweep(store, 10, &removed), KL_OK);
+  assert_int_equal(removed, 2); /* "plain" and "dead" */
+  txn = kl_t_store_begin(store, 0, epoch);
+  kl_mark_t mark = KL_MARK_NONE;
+  assert_int_equal(kl__txn_seen(txn, "k", 1, "waits", 5, &mark), KL_OK);
+  assert_int_equal(mark, KL__MARK_TIMER);
+  /* a cancelled id's copies are duplicates, and it was not applied */
+  assert_int_equal(kl__txn_seen(txn, "k", 1, "cancelled", 9, &mark), KL_OK);
+  assert_int_equal(mark, KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen_key(txn, "k", "cancelled"), KL_MARK_NONE);
+  assert_int_equal(kl_t_txn_seen_key(txn, "k", "fires"), KL_MARK_APPLIED);
+  kl_store_abort(txn);
+
+  kl_t_store_clock_add(1001); /* a retention after the cancel and firing */
+  assert_int_equal(kl_store_sweep(store, 10, &removed), KL_OK);
+  assert_int_equal(removed, 2);
+  assert_int_equal(kl_t_raw_mark(store, "cancelled").mark, KL_MARK_NONE);
+  assert_int_equal(kl_t_raw_mark(store, "fires").mark, KL_MARK_NONE);
+  kl_t_store_clock_add(86400000); /* a day on, it still waits */
+  assert_int_equal(kl_store_sweep(store, 10, &removed), KL_OK);
+  assert_int_equal(removed, 0);
+  assert_int_equal(kl_t_raw_mark(store, "waits").mark, KL__MARK_TIMER);
+  kl_store_destroy(store);
+}
