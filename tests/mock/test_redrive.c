@@ -192,25 +192,6 @@ static int kl_count_marks(void *opaque, const char *topic, const void *key,
   return 0;
 }
 
-/* Rebuilds rd from its log into @p store (empty), as `keylane store
- * rebuild` does; its totals into @p totals when not NULL. */
-static void kl_rebuild_into(kl_fx_t *fx, kl_store_t *store,
-                            kl__replay_part_t *totals) {
-  kl__replay_opts_t o = {.conf = fx->conf,
-                         .topic = "rd",
-                         .store = store,
-                         .handler = kl_ledger_handler,
-                         .rebuild = 1,
-                         .from = {KL__POS_BEGINNING, 0},
-                         .to = {KL__POS_END, 0}};
-  kl__replay_t *r;
-  assert_int_equal(kl__replay_new(&o, &r), KL_OK);
-  assert_int_equal(kl__replay_run(r), KL_OK);
-  if (totals)
-    kl__replay_totals(r, totals);
-  kl__replay_destroy(r);
-}
-
 /* The fleet dead-lettered 6 records; a rebuild records the same 6 as dead
  * letters (it does not stop at them), and its store equals the fleet's. */
 static void test_rebuild_records_the_fleets_dead_letters(void **state) {
@@ -219,7 +200,7 @@ static void test_rebuild_records_the_fleets_dead_letters(void **state) {
   kl_store_t *copy;
   assert_int_equal(kl_store_open(fx.dir2, NULL, &copy), KL_OK);
   kl__replay_part_t t;
-  kl_rebuild_into(&fx, copy, &t);
+  kl_t_rebuild_into(fx.conf, "rd", copy, kl_ledger_handler, NULL, &t);
   assert_int_equal(t.status, KL__REPLAY_DONE);
   assert_int_equal(t.applied, 2 * KL_KEYS);
   assert_int_equal(t.skipped_dead_letter, KL_REFUNDS + 1);
@@ -299,7 +280,7 @@ static void test_rebuild_keeps_no_follow_up_set_aside(void **state) {
   /* What a rebuild derives: the transfer's credit, which no log holds. */
   kl_store_t *first;
   assert_int_equal(kl_store_open(fx.dir2, NULL, &first), KL_OK);
-  kl_rebuild_into(&fx, first, NULL);
+  kl_t_rebuild_into(fx.conf, "rd", first, kl_ledger_handler, NULL, NULL);
   kl_aside_t a = {0};
   assert_int_equal(kl_outbox_of(first, &a), 1);
   kl_store_destroy(first);
@@ -346,7 +327,7 @@ static void test_rebuild_keeps_no_follow_up_set_aside(void **state) {
   kl_t_tmpdir(dir3);
   kl_store_t *second;
   assert_int_equal(kl_store_open(dir3, NULL, &second), KL_OK);
-  kl_rebuild_into(&fx, second, NULL);
+  kl_t_rebuild_into(fx.conf, "rd", second, kl_ledger_handler, NULL, NULL);
   assert_int_equal(kl_outbox_of(second, &a), 0);
   free(a.rec);
   kl_store_destroy(second);

@@ -305,24 +305,11 @@ static kl_store_t *rebuild(kl_t_ledger_fx_t *fx, const char *where,
   assert_int_equal(kl_conf_set(conf, name, eq + 1), KL_OK);
   kl_store_t *store;
   assert_int_equal(kl_store_open(where, NULL, &store), KL_OK);
-  kl__replay_opts_t o = {.conf = conf,
-                         .topic = fx->topic,
-                         .store = store,
-                         .handler = handler,
-                         .handler_opaque = refuse,
-                         .rebuild = 1,
-                         .from = {KL__POS_BEGINNING, 0},
-                         .to = {KL__POS_END, 0}};
-  kl__replay_t *r;
-  assert_int_equal(kl__replay_new(&o, &r), KL_OK);
-  assert_int_equal(kl__replay_run(r), KL_OK);
-  size_t n = 0;
-  const kl__replay_part_t *parts = kl__replay_parts(r, &n);
-  assert_int_equal(n, 1);
-  if (parts[0].status != KL__REPLAY_DONE)
-    fail_msg("the rebuild ended %s: %s",
-             kl__replay_status_name(parts[0].status), parts[0].why);
-  kl__replay_destroy(r);
+  kl__replay_part_t t;
+  kl_t_rebuild_into(conf, fx->topic, store, handler, refuse, &t);
+  if (t.status != KL__REPLAY_DONE)
+    fail_msg("the rebuild ended %s: %s", kl__replay_status_name(t.status),
+             t.why);
   kl_conf_destroy(conf);
   return store;
 }

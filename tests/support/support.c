@@ -12,6 +12,7 @@
 
 #include "keylane/handlers.h"
 #include "store/store_internal.h"
+#include "worker/replay.h"
 
 /* The directories kl_t_tmpdir() made and kl_t_rmrf() did not remove yet,
  * named at the process's exit: a test that fails keeps its own, to read. */
@@ -284,4 +285,26 @@ int kl_t_produce_raw_at(const char *bootstrap, const char *topic,
     fprintf(stderr, "kl_t_produce_raw to %s: %s\n", topic,
             rd_kafka_err2str(err));
   return err ? -1 : 0;
+}
+
+void kl_t_rebuild_into(const kl_conf_t *conf, const char *topic,
+                       kl_store_t *store, kl_handler_fn_t *handler,
+                       void *handler_opaque, kl__replay_part_t *totals) {
+  kl__replay_opts_t o = {.conf = conf,
+                         .topic = topic,
+                         .store = store,
+                         .handler = handler,
+                         .handler_opaque = handler_opaque,
+                         .rebuild = 1,
+                         .from = {KL__POS_BEGINNING, 0},
+                         .to = {KL__POS_END, 0}};
+  kl__replay_t *r;
+  if (kl__replay_new(&o, &r) || kl__replay_run(r)) {
+    fprintf(stderr, "the rebuild of %s did not start: %s\n", topic,
+            kl_err_detail());
+    abort();
+  }
+  if (totals)
+    kl__replay_totals(r, totals);
+  kl__replay_destroy(r);
 }

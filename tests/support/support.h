@@ -101,4 +101,14 @@ const char *kl_t_bin(void);
  * tests that run the benchmark; a cmocka group setup (@p state unused). */
 int kl_t_use_bench(void **state);
 
+/* Rebuilds @p topic from its whole log into @p store, as `keylane store
+ * rebuild` does, in this process (so on the test's store clock), with
+ * @p conf (its bootstrap servers and any keys the rebuild is to judge
+ * by) and @p handler; its partitions' sums in *@p totals (NULL: none).
+ * Fails the test when the rebuild cannot start. */
+struct kl__replay_part;
+void kl_t_rebuild_into(const kl_conf_t *conf, const char *topic,
+                       kl_store_t *store, kl_handler_fn_t *handler,
+                       void *handler_opaque, struct kl__replay_part *totals);
+
 #endif
