@@ -17,6 +17,7 @@
 #include "common/strbuf.h"
 #include "common/units.h"
 #include "handlers/handler.h"
+#include "worker/dlq.h"
 #include "worker/redrive.h"
 
 static const char *const cletters_reasons[] = {
@@ -33,22 +34,35 @@ static json_t *cletters_header(const rd_kafka_message_t *m, const char *name) {
   return kl__console_text(val, len);
 }
 
+typedef struct cletters_done {
+  const char *want; /* the letter's record key */
+  const kl_event_t *ev;
+  bool done;
+} cletters_done_t;
+
 static int cletters_found(void *opaque, const void *key, size_t key_len,
                           const void *val, size_t val_len) {
-  const char *want = ((const char **)opaque)[0];
-  (void)val, (void)val_len;
-  ((const char **)opaque)[1] =
-      key_len == strlen(want) && memcmp(key, want, key_len) == 0 ? want : NULL;
+  cletters_done_t *d = opaque;
+  d->done = key_len == strlen(d->want) && memcmp(key, d->want, key_len) == 0 &&
+            kl__letter_done_by(val, val_len, d->ev->key, d->ev->key_len,
+                               d->ev->id, d->ev->id_len);
   return 1; /* the scan starts at the key: the first row decides */
 }
 
-/* Whether a redrive applied @p l: its record (letters.h) is in the store. */
+/* Whether a redrive applied @p l: its record (letters.h), naming the
+ * letter's event, is in the store. */
 static bool cletters_redriven(kl__console_t *c, const kl__letter_t *l) {
   char key[KL__LETTER_KEY_MAX];
   size_t len = kl__letter_key(c->dlq_topic, l, key);
-  const char *scan[2] = {key, NULL};
-  kl_store_scan(c->store, key, len, cletters_found, scan);
-  return scan[1] != NULL;
+  const rd_kafka_message_t *m = l->msg;
+  kl_decoder_t *decoder = kl_decoder_new();
+  kl_event_t ev;
+  cletters_done_t d = {key, &ev, false};
+  if (decoder &&
+      !kl_event_decode(decoder, m->key, m->key_len, m->payload, m->len, &ev))
+    kl_store_scan(c->store, key, len, cletters_found, &d);
+  kl_decoder_destroy(decoder);
+  return d.done;
 }
 
 static json_t *cletters_row(kl__console_t *c, const kl__letter_t *l) {

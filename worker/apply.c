@@ -144,7 +144,7 @@ static int timer_schedule(const kl__applier_t *a, int32_t partition,
   }
   /* a redriven letter is done once it waits again (redrive.h) */
   if (!err && letter_key)
-    err = kl_txn_put(txn, letter_key, letter_key_len, "1", 1);
+    err = kl__letter_done_put(txn, letter_key, letter_key_len, event);
   if (err)
     return timer_store_failed(err, res);
   res->scheduled++;
@@ -316,6 +316,9 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
     snprintf(res->why, sizeof(res->why), "store: %s", kl_err_detail());
     return KL_HANDLER_RETRY;
   }
+  if (done && !kl__letter_done_by(done, done_len, event->key, event->key_len,
+                                  event->id, event->id_len))
+    done = NULL;                   /* another event named the letter */
   if (KL__MUTANT(KL__MUTANT_SEEN)) /* test only: common/mutant.h */
     mark = KL_MARK_NONE, done = NULL;
   if (mark == KL__MARK_TIMER && !event->not_before &&
@@ -356,8 +359,8 @@ kl_handler_result_t kl__apply_event(const kl__applier_t *a, int32_t partition,
     return r == KL_HANDLER_RETRY ? KL_HANDLER_RETRY : KL_HANDLER_FAIL;
   if ((err = kl_txn_mark(txn, event->key, event->key_len, event->id,
                          event->id_len, KL_MARK_APPLIED)) ||
-      (a->letter_key &&
-       (err = kl_txn_put(txn, a->letter_key, a->letter_key_len, "1", 1)))) {
+      (a->letter_key && (err = kl__letter_done_put(
+                             txn, a->letter_key, a->letter_key_len, event)))) {
     res->store_err = err;
     snprintf(res->why, sizeof(res->why), "store: %s", kl_err_detail());
     return KL_HANDLER_RETRY;

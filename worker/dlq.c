@@ -305,3 +305,20 @@ kl_err_t kl__dlq_send(kl__dlq_t *dlq, const char *source_topic,
 void kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms) {
   rd_kafka_poll(dlq->rk, timeout_ms);
 }
+
+kl_err_t kl__letter_done_put(kl_txn_t *txn, const char *letter_key,
+                             size_t letter_key_len, const kl_event_t *event) {
+  char sid[KL__SID_MAX];
+  size_t n =
+      kl__sid_encode(event->key, event->key_len, event->id, event->id_len, sid);
+  return kl_txn_put(txn, letter_key, letter_key_len, sid, n);
+}
+
+bool kl__letter_done_by(const void *v, size_t len, const void *key,
+                        size_t key_len, const char *id, size_t id_len) {
+  if (len == 1 && *(const char *)v == '1') /* before it named the event */
+    return true;
+  char sid[KL__SID_MAX];
+  size_t n = kl__sid_encode(key, key_len, id, id_len, sid);
+  return len == n && memcmp(v, sid, n) == 0;
+}

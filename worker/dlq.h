@@ -50,12 +50,15 @@
 #ifndef KEYLANE_WORKER_DLQ_H
 #define KEYLANE_WORKER_DLQ_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <librdkafka/rdkafka.h>
 
 #include "keylane/conf.h"
 #include "keylane/error.h"
+#include "keylane/event.h"
+#include "keylane/store.h"
 
 typedef enum kl__dlq_reason {
   KL__DLQ_DECODE = 0,
@@ -176,5 +179,21 @@ kl_err_t kl__dlq_redrive(kl__dlq_t *dlq, const char *topic, int32_t partition,
 
 /** Serves delivery reports for up to @p timeout_ms. */
 void kl__dlq_poll(kl__dlq_t *dlq, int timeout_ms);
+
+/*
+ * The record's value names the event that was redriven (its sid,
+ * store_internal.h) in the record of a redriven letter (letters.h): a delayed
+ * event published back names its letter in a header any producer can write, so
+ * a record of another event that names the letter must not take it for done
+ * (the letter would never run). A value of "1", written before the record named
+ * its event, is done.
+ */
+/** Puts @p letter_key's record for @p event in @p txn. */
+kl_err_t kl__letter_done_put(kl_txn_t *txn, const char *letter_key,
+                             size_t letter_key_len, const kl_event_t *event);
+/** Whether the record's value @p v (@p len bytes) says @p event was
+ *  redriven (the caller's key and id, @p key, @p id). */
+bool kl__letter_done_by(const void *v, size_t len, const void *key,
+                        size_t key_len, const char *id, size_t id_len);
 
 #endif

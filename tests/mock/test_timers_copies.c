@@ -41,6 +41,7 @@
 #include "common/internal.h"
 #include "store/store_internal.h"
 #include "store/timers.h"
+#include "worker/letters.h"
 #include "worker/redrive.h"
 #include "worker/replay.h"
 
@@ -431,6 +432,73 @@ static void redrive_case(const char *store_uri, const char *name) {
   kl__store_set_clock(NULL);
 }
 
+/* A delayed record of another event whose headers name a letter (a
+ * producer that is not keylane) does not take that letter for redriven:
+ * the letter's record names the event it redrove, and a redrive of the
+ * letter still runs it (attack 2, H1: the letter was a "duplicate" for
+ * good, its event lost). */
+static void forged_letter_case(const char *store_uri, const char *name) {
+  t0 = kl__now_ms();
+  kl_t_store_clock_set(t0);
+  kl_t_ledger_fx_t fx;
+  kl_t_ledger_fx_up(&fx, name, 1, 1, 3, store_uri);
+  produce(&fx, "x", "bad-x", 4, 0); /* the handler fails it: letter 0/0 */
+  int refuse = 1;
+  const char *group = kl_t_group(fx.cluster, name);
+  kl_t_worker_t *w = kl_t_worker_new_with(fx.boot, fx.topic, group, fx.store,
+                                          NULL, handler, &refuse);
+  kl_t_worker_go(w);
+  wait_stats(w, (kl_t_timers_want_t){.dead = 1});
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+  /* where the letter landed, as a dry run lists it */
+  char dlq[300], letter[KL__LETTER_KEY_MAX + 1];
+  snprintf(dlq, sizeof(dlq), "%s.dlq", fx.topic);
+  kl__redrive_t *r = redrive_with(&fx, &refuse, 1, NULL);
+  size_t n;
+  const kl__redriven_t *x = kl__redrive_results(r, &n);
+  assert_int_equal(n, 1);
+  letter[kl__letter_key(dlq, x->letter, letter)] = '\0';
+  kl__redrive_destroy(r);
+  void *env;
+  size_t len;
+  credit_env("z", "forged", 9, t0 + 1000, &env, &len);
+  const char *const hdrs[] = {"keylane.redrive", "0", "keylane.redrive.letter",
+                              letter, NULL};
+  assert_int_equal(kl_t_produce_raw(fx.boot, fx.topic, 0, "z", env, len, hdrs),
+                   0);
+  free(env);
+  w = kl_t_worker_new_with(fx.boot, fx.topic, group, fx.store, NULL, handler,
+                           &refuse);
+  kl_t_worker_go(w);
+  wait_stats(w, (kl_t_timers_want_t){.scheduled = 1});
+  assert_int_equal(kl_t_worker_stop(w), KL_OK);
+
+  refuse = 0;
+  r = redrive(&fx, &refuse);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_APPLIED), 1);
+  assert_int_equal(kl__redrive_count(r, KL__OUT_DUPLICATE), 0);
+  kl__redrive_destroy(r);
+  assert_int_equal(kl_t_ledger_balance(fx.store, "x"), 4);
+  r = redrive(&fx, &refuse); /* done now: its own record names it */
+  assert_int_equal(kl__redrive_count(r, KL__OUT_DUPLICATE), 1);
+  kl__redrive_destroy(r);
+  assert_int_equal(kl_t_ledger_balance(fx.store, "x"), 4);
+  kl_t_ledger_fx_down(&fx);
+  kl__store_set_clock(NULL);
+}
+
+static void test_forged_letter_lmdb(void **state) {
+  (void)state;
+  forged_letter_case(NULL, "tforged");
+}
+
+static void test_forged_letter_pg(void **state) {
+  (void)state;
+  char uri[256];
+  store_for(uri, sizeof(uri), "tfp");
+  forged_letter_case(uri, "tforgedpg");
+}
+
 static void test_redrive_lmdb(void **state) {
   (void)state;
   redrive_case(NULL, "tredrive");
@@ -563,11 +631,13 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_copies_lmdb),
       cmocka_unit_test(test_redrive_lmdb),
+      cmocka_unit_test(test_forged_letter_lmdb),
       cmocka_unit_test(test_dead_lmdb),
       cmocka_unit_test(test_dead_cancel_lmdb),
       cmocka_unit_test(test_copies_pg),
       cmocka_unit_test(test_copies_key_parallel_pg),
       cmocka_unit_test(test_redrive_pg),
+      cmocka_unit_test(test_forged_letter_pg),
       cmocka_unit_test(test_dead_pg),
       cmocka_unit_test(test_dead_cancel_pg),
   };
