@@ -165,8 +165,12 @@ typedef struct kl_slot {
   int64_t spare_ns;   /* not SIGKILLed before: let a zombie meet its fence */
   int64_t resumed_ns; /* its last SIGCONT; 0 when never stopped or dead */
   /* A batch held by the pause hook until SIGUSR2, sent once a newer owner
-   * committed its partition past it (or 30 s after the SIGCONT). */
+   * committed its partition past it, or KL_F_HOLD_MAX_S after the hold:
+   * the store read-only or full can keep every new owner out for half a
+   * minute, and a zombie released before one took over learns it lost
+   * the partition instead of meeting the fence. */
   int held;
+  int64_t held_ns;
   int held_p;
   uint64_t held_epoch;
   int64_t held_wm;
@@ -404,6 +408,10 @@ static int kl_f_fleet_whole(const kl_fault_t *f) {
   return 1;
 }
 
+/* The longest a zombie's batch is held: the worker's pause hook lets go
+ * by itself after 60 s (cli/worker.c), a margin before that. */
+#define KL_F_HOLD_MAX_S 50
+
 /* Every other stop first arms the pause hook, so that the worker freezes
  * between its handlers and its commit: the zombie that must be fenced. It
  * arms one only while the rest of the fleet runs, so that another worker
@@ -431,7 +439,7 @@ static void kl_f_tick_stops(kl_fault_t *f, kl_store_t *store, int64_t now) {
           kl_t_find_pause(f->dir, i, &s->held_p, &s->held_epoch) &&
           kl_store_partition(store, f->topic, s->held_p, &st) == KL_OK) {
         s->pauses_seen = seen;
-        s->held = 1, s->held_wm = st.watermark;
+        s->held = 1, s->held_wm = st.watermark, s->held_ns = now;
         f->stops_paused++;
         kl_f_freeze(f, i, now);
         s->spare_ns =
@@ -445,7 +453,7 @@ static void kl_f_tick_stops(kl_fault_t *f, kl_store_t *store, int64_t now) {
     if (s->pid > 0 && s->held && !s->cont_ns &&
         ((kl_store_partition(store, f->topic, s->held_p, &st) == KL_OK &&
           st.epoch > s->held_epoch && st.watermark > s->held_wm) ||
-         now - s->resumed_ns > 30 * KL_F_NS)) {
+         now - s->held_ns > KL_F_HOLD_MAX_S * KL_F_NS)) {
       kill(s->pid, SIGUSR2);
       s->held = 0;
       s->resumed_ns = now; /* it polls its consumer again from now */
