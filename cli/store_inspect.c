@@ -423,15 +423,20 @@ static int get_id_row(void *opaque, const char *topic, const void *key,
 }
 
 /* One "name value" line per member; a number or an object as JSON (jansson
- * dumps anything but an array or object only with JSON_ENCODE_ANY). */
+ * dumps anything but an array or object only with JSON_ENCODE_ANY), a
+ * string escaped (kl__escape()): a key or an id may hold a terminal's
+ * control sequence or a direction mark, which must not reach it. */
 static void get_text(const json_t *o) {
   const char *k;
   json_t *v;
   json_object_foreach((json_t *)o, k, v) {
+    size_t len = json_string_length(v);
     char *text = json_is_string(v)
-                     ? NULL
+                     ? malloc(KL__ESCAPED_SIZE(len))
                      : json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-    printf("%-12s %s\n", k, text ? text : json_string_value(v));
+    if (text && json_is_string(v))
+      kl__escape(text, KL__ESCAPED_SIZE(len), json_string_value(v), len);
+    printf("%-12s %s\n", k, text ? text : "(out of memory)");
     free(text);
   }
 }
@@ -449,15 +454,17 @@ static int get_run(const char *location, const char *key, int by_id, int json) {
   if (err)
     rc = kl__cli_fail("store get", "cannot read the store %s: %s", shown,
                       kl_err_detail());
-  else if (!g.out)
+  else if (!g.out) {
+    char escaped[KL__ESCAPED_SIZE(256)];
     rc = kl__cli_fail("store get",
                       by_id ? "no idempotency key \"%s\" in %s: no event with "
                               "this id was applied, dead-lettered or "
                               "scheduled (or it expired)"
                             : "no handler key \"%s\" in %s; list them with "
                               "keylane store keys --prefix",
-                      key, shown);
-  else if (json) {
+                      kl__escape(escaped, sizeof(escaped), key, strlen(key)),
+                      shown);
+  } else if (json) {
     if (g.found > 1)
       json_object_set_new(g.out, "entity_keys",
                           json_integer((json_int_t)g.found));

@@ -335,6 +335,35 @@ static void test_key_out_of_range_is_refused(void **state) {
   kl_t_rmrf(dir);
 }
 
+/* `store get --id` shows an id and its key escaped, as `store timers`
+ * does: an ESC or a direction mark in them must not reach the terminal
+ * (attack 2, M3); so does its error for a handler key that is not there. */
+static void test_store_get_escapes(void **state) {
+  (void)state;
+  char dir[64];
+  kl_store_t *store = t_open(dir);
+  t_timer(store, 0,
+          "k\xe2\x80\xae"
+          "1",
+          "id-e\x1b[31m", t_now + MIN_MS, 1);
+  kl_store_destroy(store);
+  kl_t_run_t r;
+  const char *argv[] = {"store",   "get", "--id", "id-e\x1b[31m",
+                        "--store", dir,   NULL};
+  kl_t_run_for(argv, NULL, 0, 30000, &r);
+  if (r.rc != 0 || strchr(r.out, '\x1b') || strstr(r.out, "\xe2\x80\xae") ||
+      !strstr(r.out, "id-e\\x1b[31m") || !strstr(r.out, "k\\xe2\\x80\\xae1"))
+    fail_msg("exit %d\nstdout: %s\nstderr: %s", r.rc, r.out, r.err);
+  kl_t_run_free(&r);
+  const char *missing[] = {"store",   "get", "nokey\x1b[2J",
+                           "--store", dir,   NULL};
+  kl_t_run_for(missing, NULL, 0, 30000, &r);
+  if (r.rc != 1 || strchr(r.err, '\x1b') || !strstr(r.err, "nokey\\x1b[2J"))
+    fail_msg("exit %d\nstderr: %s", r.rc, r.err);
+  kl_t_run_free(&r);
+  kl_t_rmrf(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_json_lists_in_due_order),
@@ -343,6 +372,7 @@ int main(void) {
       cmocka_unit_test(test_direction_marks_are_escaped),
       cmocka_unit_test(test_unknown_partition_is_an_error),
       cmocka_unit_test(test_key_out_of_range_is_refused),
+      cmocka_unit_test(test_store_get_escapes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
