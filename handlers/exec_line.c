@@ -110,12 +110,19 @@ size_t kl__exec_request_seq(char *line, uint64_t seq) {
 static void exec_answer_error(json_t *obj, kl__exec_answer_t *answer) {
   json_t *error = json_object_get(obj, "error");
   const char *text = json_string_value(error);
+  size_t len = json_string_length(error);
+  /* a text holding \u0000 is shown whole, its NUL escaped, not cut there */
+  char *escaped =
+      text && strlen(text) != len ? malloc(KL__ESCAPED_SIZE(len)) : NULL;
+  if (escaped)
+    text = kl__escape(escaped, KL__ESCAPED_SIZE(len), text, len);
   char *dumped = text || !error ? NULL : json_dumps(error, JSON_COMPACT);
   snprintf(answer->error, sizeof(answer->error), "exec handler: %s",
            text     ? text
            : dumped ? dumped
                     : "no error given");
   free(dumped);
+  free(escaped);
 }
 
 /* Reads "seq" when present: 0, or -1 when it is not one keylane gives

@@ -880,6 +880,11 @@ static void test_nul_in_an_answer_fails_the_event_by_name(void **state) {
   static const char status[] = "{\"seq\":4,\"status\":\"ok\\u0000x\"}";
   assert_int_equal(kl__exec_answer_parse(status, strlen(status), &a), -1);
   assert_non_null(strstr(a.error, "garbage"));
+  /* an error text is shown whole, its NUL escaped (attack 2, M4) */
+  static const char error[] =
+      "{\"status\":\"fail\",\"error\":\"bad\\u0000tail\"}";
+  assert_int_equal(kl__exec_answer_parse(error, strlen(error), &a), 0);
+  assert_string_equal(a.error, "exec handler: bad\\x00tail");
 }
 
 /* ---- a worker on the embedded cluster ---- */
