@@ -158,6 +158,8 @@ func (tx *Tx) Cancel(id string) error {
 	switch {
 	case len(id) == 0 || len(id) > IDMax:
 		err = fmt.Errorf("cancel: %q is %d bytes; an event's id is 1 to %d bytes, so no timer has it", "id", len(id), IDMax)
+	case strings.IndexByte(id, 0) >= 0:
+		err = fmt.Errorf("cancel: %q holds a NUL byte; an event's id is text without NUL, so no timer has it", "id")
 	case !utf8.ValidString(id):
 		err = fmt.Errorf("cancel: %q is not valid UTF-8: the answer carries it as JSON text", "id")
 	case len(tx.cancels) >= CancelMax:

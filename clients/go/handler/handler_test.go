@@ -190,6 +190,7 @@ func TestACancelKeylaneWouldRefuseFailsTheEvent(t *testing.T) {
 		{func(tx *Tx) { _ = tx.Cancel("") }, `cancel: "id" is 0 bytes; an event's id is 1 to 255 bytes`},
 		{func(tx *Tx) { _ = tx.Cancel(strings.Repeat("x", 256)) }, `cancel: "id" is 256 bytes`},
 		{func(tx *Tx) { _ = tx.Cancel("\xff") }, `cancel: "id" is not valid UTF-8`},
+		{func(tx *Tx) { _ = tx.Cancel("a\x00b") }, `cancel: "id" holds a NUL byte`},
 		{many(65), "cancel: more than 64 timers in one event"},
 	}
 	for _, c := range cases {

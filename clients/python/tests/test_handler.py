@@ -116,6 +116,7 @@ def test_cancels_go_with_ok():
     [
         (("",), {}, 'cancel: "id" is 0 bytes; an event\'s id is 1 to 255 bytes'),
         (("x" * 256,), {}, 'cancel: "id" is 256 bytes'),
+        (("a\x00b",), {}, 'cancel: "id" holds a NUL byte'),
         ((17,), {}, 'cancel: "id" must be the delayed event\'s id, a string, not 17'),
         (("t-1",), {"key": "acct-2"}, "cancel: key 'acct-2' is not the event's ('acct-1')"),
     ],

@@ -184,6 +184,8 @@ class Tx:
         n = len(id.encode("utf-8"))
         if not 0 < n <= ID_MAX:
             raise Fail('cancel: "id" is %d bytes; an event\'s id is 1 to %d bytes, so no timer has it' % (n, ID_MAX))
+        if "\x00" in id:
+            raise Fail('cancel: "id" holds a NUL byte; an event\'s id is text without NUL, so no timer has it')
         if key is not None and self.key is not None and key != self.key:
             raise Fail(
                 "cancel: key %r is not the event's (%r): a handler cancels its own key's timers; "
