@@ -16,6 +16,11 @@
 #include "keylane/producer.h"
 #include "cli/ledger_gen.h"
 
+/* Targets of the worker's ratios (issue 37), which `keylane-bench worker`
+ * prints beside its figure and `keylane-bench all` judges by. */
+#define KL_BENCH_TARGET_WORKER 0.50
+#define KL_BENCH_TARGET_WORKER_PG 0.35
+
 /** A benchmark; argv[0] is its name, argv also holds --json if given. */
 typedef int(kl_bench_fn)(int argc, char **argv);
 

@@ -48,10 +48,10 @@ static const struct {
   double target;
 } kl_ba_figures[] = {
     {"produce", 0, "ratio", "ratio_rounds", 0.90},
-    {"worker", 1, "ratio", "ratio_rounds", 0.50},
+    {"worker", 1, "ratio", "ratio_rounds", KL_BENCH_TARGET_WORKER},
     {"worker_e2e", 1, "ratio_e2e", "ratio_e2e_rounds", 0.30},
     {"gateway", 2, "ratio", "ratio_rounds", 0.35},
-    {"worker_pg", 3, "ratio", "ratio_rounds", 0.35},
+    {"worker_pg", 3, "ratio", "ratio_rounds", KL_BENCH_TARGET_WORKER_PG},
 };
 #define KL_BA_NFIGURES (sizeof(kl_ba_figures) / sizeof(kl_ba_figures[0]))
 
