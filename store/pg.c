@@ -902,6 +902,33 @@ static kl_err_t pg_foreach_partition(kl_store_t *store,
 
 /* ---- idempotency keys ------------------------------------------------- */
 
+static size_t pg_id_as_is(const char *in, size_t len, char *out) {
+  len = len < KL__SID_MAX ? len : KL__SID_MAX;
+  memcpy(out, in, len);
+  return len;
+}
+
+size_t kl__pg_id_out(const char *sid, size_t len, char *out) {
+  const void *key;
+  const char *id;
+  size_t key_len, id_len;
+  if (kl__sid_decode(sid, len, &key, &key_len, &id, &id_len) || !key)
+    return pg_id_as_is(sid, len, out);
+  memcpy(out, id, id_len);
+  out[id_len] = 0;
+  memcpy(out + id_len + 1, key, key_len);
+  return id_len + 1 + key_len;
+}
+
+size_t kl__pg_id_in(const char *stored, size_t len, char *out) {
+  const char *nul = memchr(stored, 0, len);
+  size_t id_len = nul ? (size_t)(nul - stored) : 0;
+  size_t key_len = nul ? len - id_len - 1 : 0;
+  if (!nul || !id_len || id_len > KL_ID_MAX || !key_len || key_len > KL_KEY_MAX)
+    return pg_id_as_is(stored, len, out);
+  return kl__sid_encode(nul + 1, key_len, stored, id_len, out);
+}
+
 void kl__pg_clock_param(char *buf, size_t size) {
   snprintf(buf, size, "%" PRId64, kl__store_test_clock_ms());
 }
@@ -1046,8 +1073,10 @@ static int pg_ids_row(void *ctx, const PGresult *res, int row) {
   kl_pg_ids_t *ids = ctx;
   int64_t time_ms = (int64_t)kl__get_be(PQgetvalue(res, row, 1), 8);
   kl_mark_t mark = (kl_mark_t)kl__get_be(PQgetvalue(res, row, 2), 2);
-  return ids->cb(ids->opaque, PQgetvalue(res, row, 3), PQgetvalue(res, row, 0),
-                 (size_t)PQgetlength(res, row, 0), time_ms, mark);
+  char sid[KL__SID_MAX];
+  size_t len = kl__pg_id_in(PQgetvalue(res, row, 0),
+                            (size_t)PQgetlength(res, row, 0), sid);
+  return ids->cb(ids->opaque, PQgetvalue(res, row, 3), sid, len, time_ms, mark);
 }
 
 static kl_err_t pg_ids_walk(kl_store_t *store, kl__store_sid_cb_t *cb,

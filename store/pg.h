@@ -88,6 +88,20 @@ typedef struct kl__pg {
   "coalesce(nullif($" #n "::int8, 0), "                                        \
   "(extract(epoch FROM clock_timestamp()) * 1000)::int8)"
 
+/**
+ * How keylane_ids holds an idempotency key (schema 12): a sid
+ * (store_internal.h, key first) as "the id, a NUL, the entity key", id
+ * first, so that a batch's new ids, time-ordered, land at the tail of the
+ * primary key (migration 12 says why); an unscoped id, which holds no NUL,
+ * as it is. An id never holds a NUL, so the first NUL splits the two.
+ * kl__pg_id_out() writes the stored form of @p sid, kl__pg_id_in() the sid
+ * of a stored id, into @p out (KL__SID_MAX bytes; a sid that does not
+ * decode, or a stored id too long for it, is copied as it is, cut to
+ * KL__SID_MAX). @returns the length written.
+ */
+size_t kl__pg_id_out(const char *sid, size_t len, char *out);
+size_t kl__pg_id_in(const char *stored, size_t len, char *out);
+
 /** Writes the parameter KL__PG_NOW_MS() takes into @p buf (24 bytes). */
 void kl__pg_clock_param(char *buf, size_t size);
 
@@ -230,7 +244,7 @@ kl_err_t kl__pg_pipeline_collect(kl__pg_conn_t *conn, kl__pg_call_t *calls,
 const char *kl__pg_state(const PGresult *res);
 
 /* Schema versions (pg_migrations.c). */
-#define KL__PG_SCHEMA_VERSION 11
+#define KL__PG_SCHEMA_VERSION 12
 
 /* The advisory lock (a bigint key) held while the schema is created or
  * migrated; every keylane version takes this one key. */

@@ -165,6 +165,13 @@ static void pg_arr_add_i16(kl_pg_arr_t *a, int v) {
   pg_arr_add(a, b, 2);
 }
 
+/* Adds idempotency key @p sid in the form keylane_ids holds it
+ * (kl__pg_id_out()). */
+static void pg_arr_id(kl_pg_arr_t *a, const char *sid, size_t len) {
+  char stored[KL__SID_MAX];
+  pg_arr_add(a, stored, kl__pg_id_out(sid, len, stored));
+}
+
 /* @returns 0, or -1 when out of memory. */
 static int pg_arr_end(kl_pg_arr_t *a) {
   if (a->oom)
@@ -518,8 +525,10 @@ kl_err_t kl__pg_seen(kl_txn_t *base, const char *id, size_t id_len,
     return KL_OK;
   }
   atomic_fetch_add(&((kl__pg_t *)base->store)->id_queries, 1);
-  const char *values[2] = {id, txn->topic};
-  int lengths[2] = {(int)id_len, 0}, formats[2] = {1, 0};
+  char stored[KL__SID_MAX];
+  const char *values[2] = {stored, txn->topic};
+  int lengths[2] = {(int)kl__pg_id_out(id, id_len, stored), 0},
+      formats[2] = {1, 0};
   kl_err_t err;
   PGresult *res =
       kl__pg_run(txn->conn, KL__PG_SEEN, 2, values, lengths, formats, 0, &err);
@@ -553,7 +562,7 @@ static kl_err_t pg_ask(kl_pg_txn_t *txn, const char *const *ids,
   for (size_t i = 0; i < n; i++)
     if (!kl__buf_get(&txn->ids, ids[i], id_lens[i]) &&
         !kl__buf_get(&txn->known, ids[i], id_lens[i])) {
-      pg_arr_add(arr, ids[i], id_lens[i]);
+      pg_arr_id(arr, ids[i], id_lens[i]);
       if (kl__buf_set(&txn->known, ids[i], id_lens[i], NULL, 0, KL_MARK_NONE))
         return KL_ENOMEM;
     }
@@ -565,10 +574,12 @@ static kl_err_t pg_ask(kl_pg_txn_t *txn, const char *const *ids,
 
 /* Records the marks of the ids the lookup @p res found. */
 static kl_err_t pg_found(kl_pg_txn_t *txn, const PGresult *res) {
+  char sid[KL__SID_MAX];
   for (int row = 0; row < PQntuples(res); row++)
-    if (kl__buf_set(&txn->known, PQgetvalue(res, row, 0),
-                    (size_t)PQgetlength(res, row, 0), NULL, 0,
-                    (int)kl__get_be(PQgetvalue(res, row, 1), 2)))
+    if (kl__buf_set(&txn->known, sid,
+                    kl__pg_id_in(PQgetvalue(res, row, 0),
+                                 (size_t)PQgetlength(res, row, 0), sid),
+                    NULL, 0, (int)kl__get_be(PQgetvalue(res, row, 1), 2)))
       return KL_ENOMEM;
   return KL_OK;
 }
@@ -713,8 +724,9 @@ typedef struct kl_pg_commit {
   char part[16], wm[24], app[24], dup[24], dl[24], epoch[24], now[24],
       stored[24];
   char last[2 * KL__SID_MAX + 1]; /* hex of txn->last, or "" */
-  const void *probe; /* the first id known absent before the batch, */
-  size_t probe_len;  /* pg_landed()'s proof; the txn's ids own it */
+  char probe[KL__SID_MAX]; /* the first id known absent before the batch, */
+  size_t probe_len;        /* stored (kl__pg_id_out()): pg_landed()'s proof;
+                              0: none */
 } kl_pg_commit_t;
 
 static void pg_commit_free(kl_pg_commit_t *c) {
@@ -766,7 +778,7 @@ static kl_err_t pg_dead_written(kl_pg_txn_t *txn, uint64_t *dead) {
   for (size_t i = 0; i < txn->ids.cap; i++) {
     const kl__buf_entry_t *e = txn->ids.slots ? txn->ids.slots[i] : NULL;
     if (e && e->tag == KL_MARK_DEAD_LETTER)
-      pg_arr_add(&ids, kl__buf_key(e), e->key_len);
+      pg_arr_id(&ids, kl__buf_key(e), e->key_len);
   }
   if (pg_arr_end(&ids)) {
     free(ids.p);
@@ -897,10 +909,11 @@ static kl_err_t pg_add_ids(kl_pg_txn_t *txn, kl_pg_commit_t *c) {
   pg_arr_init(&c->new_marks, KL_PG_OID_INT2);
   for (size_t i = 0; i < txn->ids.count; i++) {
     int fresh = pg_id_new(txn, list[i]);
-    if (fresh && !c->probe)
-      c->probe = kl__buf_key(list[i]), c->probe_len = list[i]->key_len;
-    pg_arr_add(fresh ? &c->new_ids : &c->ids, kl__buf_key(list[i]),
-               list[i]->key_len);
+    if (fresh && !c->probe_len)
+      c->probe_len =
+          kl__pg_id_out(kl__buf_key(list[i]), list[i]->key_len, c->probe);
+    pg_arr_id(fresh ? &c->new_ids : &c->ids, kl__buf_key(list[i]),
+              list[i]->key_len);
     pg_arr_add_i16(fresh ? &c->new_marks : &c->marks, list[i]->tag);
   }
   kl__pg_clock_param(c->now, sizeof(c->now));
@@ -1112,7 +1125,7 @@ static kl_err_t pg_landed(kl_pg_txn_t *txn, const kl_pg_commit_t *c,
   kl__pg_conn_give(pgs, txn->conn, 1);
   txn->conn = NULL;
   kl_pg_probe_t x = {txn, c, 0};
-  for (int64_t ms = 100; c->probe; ms *= 2) {
+  for (int64_t ms = 100; c->probe_len; ms *= 2) {
     kl_err_t asked = kl__pg_call(pgs, pg_probe_fn, &x);
     int64_t left = (end - kl__mono_ns()) / 1000000;
     if (asked != KL_ESTORE_BUSY || left <= 0)

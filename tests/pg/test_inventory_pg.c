@@ -248,12 +248,12 @@ static void test_inventory_one_id_on_two_skus(void **state) {
 }
 
 /* A store whose outcomes table has the primary key on id alone (schema 8,
- * with the changes of schemas 9 to 11 undone) is moved to (topic, sku, id) by
+ * with the changes of schemas 9 to 12 undone) is moved to (topic, sku, id) by
  * `keylane store migrate`, its rows kept under the store's only topic. */
 static void test_inventory_outcomes_key_migrated(void **state) {
   kl_t_pg_need();
   t_state_t *st = *state;
-  kl_t_sql(st->admin,
+  kl_t_sql(st->admin, KL_T_PG_UNDO_12
            "ALTER TABLE keylane_inventory_outcomes DROP CONSTRAINT "
            "keylane_inventory_outcomes_pkey, DROP COLUMN topic, "
            "ADD PRIMARY KEY (id);"

@@ -584,6 +584,108 @@ static void t_write_old_schema(PGconn *admin, int version) {
                   "INSERT INTO keylane_schema_version (version) VALUES (2);");
 }
 
+/* The sids of a migrated store, read back through kl__store_ids_walk(). */
+static int t_sids_cb(void *opaque, const char *topic, const void *key,
+                     size_t key_len, const char *id, size_t id_len,
+                     int64_t time_ms, kl_mark_t mark) {
+  t_ids_t *t = opaque;
+  (void)topic, (void)time_ms;
+  if (t->n < 4)
+    snprintf(t->seen[t->n], 64, "%.*s/%.*s/%d", (int)key_len,
+             key ? (const char *)key : "", (int)id_len, id, (int)mark);
+  t->n++;
+  return 0;
+}
+
+static uint64_t t_id_queries(kl_store_t *store) {
+  kl__cache_stats_t stats = {0};
+  kl__store_cache_stats(store, &stats);
+  return stats.id_queries;
+}
+
+#define T_SID_ROWS                                                             \
+  "SELECT count(*) FROM keylane_ids WHERE substr(id, 1, 1) = '\\x00'::bytea"
+
+/* Version 11 -> 12 stores a scoped id id first, so that a batch's new ids
+ * land at the primary key's tail. A rolling upgrade keeps dedup exact: an
+ * id an older worker recorded (as its sid, key first) still suppresses
+ * its event's copy on a newer worker, and an older worker still running
+ * after the migration cannot record an id the newer ones would not find:
+ * its insert is refused. */
+static void test_schema11_ids_stored_id_first(void **state) {
+  kl_t_pg_need();
+  t_state_t *st = *state;
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+  kl_t_txn_mark_key(txn, "acct-1", "e-1", KL_MARK_APPLIED);
+  kl_t_txn_mark_key(txn, "acct-2", "e-1", KL_MARK_DEAD_LETTER);
+  kl_t_store_commit(txn, 2);
+  kl_store_destroy(store);
+  assert_int_equal(kl_t_sql(st->admin,
+                            "SELECT count(*) FROM keylane_ids WHERE id = "
+                            "convert_to('e-1', 'UTF8') || '\\x00'::bytea || "
+                            "convert_to('acct-1', 'UTF8')"),
+                   1);
+  assert_int_equal(kl_t_sql(st->admin, T_SID_ROWS), 0);
+
+  /* Back to schema 11, where an older worker records one more id as its
+   * sid, beside an unscoped id of before schema 7. */
+  kl_t_sql(st->admin, KL_T_PG_UNDO_12
+           "DELETE FROM keylane_schema_version WHERE version = 12;"
+           "INSERT INTO keylane_ids (topic, id, mark, inserted_ms) VALUES "
+           "('" KL_T_TOPIC "', '\\x00'::bytea || int2send(6::int2) || "
+           "convert_to('acct-3e-2', 'UTF8'), 1, 1), ('" KL_T_TOPIC
+           "', 'old-1', 1, 1)");
+  assert_int_equal(kl_t_sql(st->admin, T_SID_ROWS), 3);
+  int from = 0, to = 0;
+  assert_int_equal(kl__store_pg_migrate(st->fx.where, &from, &to), KL_OK);
+  assert_int_equal(from, 11);
+  assert_int_equal(to, KL__PG_SCHEMA_VERSION);
+  assert_int_equal(kl_t_sql(st->admin, T_SID_ROWS), 0);
+
+  store = kl_t_store_open(st->fx.where, NULL);
+  txn = kl_t_store_begin(store, 0, epoch);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-1", "e-1"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-2", "e-1"),
+                   KL_MARK_DEAD_LETTER);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-9", "e-1"), KL_MARK_NONE);
+  assert_int_equal(kl_t_txn_seen(txn, "old-1"), KL_MARK_APPLIED);
+  kl_store_abort(txn);
+  /* The batch lookup reads them back as the sids it asked for. */
+  txn = kl_t_store_begin(store, 0, epoch);
+  const void *keys[] = {"acct-3", "acct-9"};
+  const char *ids[] = {"e-2", "e-2"};
+  size_t key_lens[] = {6, 6}, id_lens[] = {3, 3};
+  assert_int_equal(kl_txn_prefetch(txn, keys, key_lens, ids, id_lens, 2),
+                   KL_OK);
+  uint64_t asked = t_id_queries(store);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-3", "e-2"), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-9", "e-2"), KL_MARK_NONE);
+  assert_int_equal(t_id_queries(store), asked);
+  kl_store_abort(txn);
+  t_ids_t t = {0};
+  assert_int_equal(kl__store_ids_walk(store, t_sids_cb, &t), KL_OK);
+  assert_int_equal(t.n, 4);
+  assert_string_equal(t.seen[0], "acct-1/e-1/1");
+  assert_string_equal(t.seen[1], "acct-2/e-1/2");
+  assert_string_equal(t.seen[2], "acct-3/e-2/1");
+  assert_string_equal(t.seen[3], "/old-1/1");
+  kl_store_destroy(store);
+
+  /* An older worker still running: its sid is refused, by name. */
+  PGresult *res =
+      PQexec(st->admin, "INSERT INTO keylane_ids (topic, id, mark, "
+                        "inserted_ms) VALUES ('" KL_T_TOPIC "', '\\x00'::bytea "
+                        "|| int2send(6::int2) || convert_to('acct-4e-3', "
+                        "'UTF8'), 1, 1)");
+  assert_int_equal(PQresultStatus(res), PGRES_FATAL_ERROR);
+  assert_string_equal(PQresultErrorField(res, PG_DIAG_SQLSTATE), "23514");
+  assert_non_null(
+      strstr(PQresultErrorMessage(res), "keylane_ids_stored_id_first"));
+  PQclear(res);
+}
+
 /* Version 2 -> 3 scopes ids by topic: an id of the older schema still
  * suppresses its event's duplicates, on each topic the store knew; new
  * ids are scoped. */
@@ -903,6 +1005,7 @@ int main(void) {
       T(test_newer_schema_is_refused),
       T(test_older_schema_needs_store_migrate),
       T(test_schema2_ids_are_migrated),
+      T(test_schema11_ids_stored_id_first),
       T(test_cli_store_migrate),
       T(test_unreachable_server),
       T(test_connection_lost_mid_batch),

@@ -81,8 +81,9 @@ static void test_two_topics_sweep_from_their_own_rows(void **state) {
 }
 
 /* Schema 9 as it was: one store-wide position (and no table of topic
- * owners, schema 11's). */
+ * owners, schema 11's; ids stored key first, before schema 12). */
 #define T_SCHEMA_9                                                             \
+  KL_T_PG_UNDO_12                                                              \
   "DROP TABLE keylane_topic_sweeps;"                                           \
   "DROP TABLE keylane_topic_owners;"                                           \
   "CREATE TABLE keylane_sweep ("                                               \

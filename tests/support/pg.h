@@ -36,6 +36,17 @@ typedef struct kl_t_pg {
 #define KL_T_PG_DURABLE 1
 #define KL_T_PG_RESTARTABLE 2
 
+/* SQL that undoes schema 12 of a store (for a test that rebuilds an older
+ * schema): the ids stored key first again, as sids, and no CHECK. The
+ * caller deletes the version rows. */
+#define KL_T_PG_UNDO_12                                                        \
+  "ALTER TABLE keylane_ids DROP CONSTRAINT keylane_ids_stored_id_first;"       \
+  "UPDATE keylane_ids SET id = '\\x00'::bytea || int2send((length(id) - "      \
+  "  position('\\x00'::bytea IN id))::int2) || substr(id, "                    \
+  "  position('\\x00'::bytea IN id) + 1) || substr(id, 1, "                    \
+  "  position('\\x00'::bytea IN id) - 1) WHERE position('\\x00'::bytea IN "    \
+  "  id) > 0;"
+
 /**
  * Initializes and starts a server. @p durable: 0, KL_T_PG_DURABLE or
  * KL_T_PG_RESTARTABLE (below); tests use 0 for speed unless they restart it.
