@@ -56,6 +56,10 @@ typedef struct kl__cache_stats {
   uint64_t id_queries;
   /** Ids kl_txn_prefetch() asked the server about, in all. */
   uint64_t id_prefetched;
+  /** Commits (kl_store_commit(), kl__store_commit_many()): how many, the
+   *  partition batches they held, and the ns their callers waited for
+   *  the server's answer: what a batch's commit costs the worker. */
+  uint64_t commits, commit_batches, commit_ns;
 } kl__cache_stats_t;
 
 /** How kl__cache_get() answered. */

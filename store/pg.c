@@ -1169,6 +1169,9 @@ static void pg_cache_stats(kl_store_t *store, kl__cache_stats_t *stats) {
   kl__cache_stats(((kl__pg_t *)store)->cache, stats);
   stats->id_queries = atomic_load(&((kl__pg_t *)store)->id_queries);
   stats->id_prefetched = atomic_load(&((kl__pg_t *)store)->id_prefetched);
+  stats->commits = atomic_load(&((kl__pg_t *)store)->commits);
+  stats->commit_batches = atomic_load(&((kl__pg_t *)store)->commit_batches);
+  stats->commit_ns = atomic_load(&((kl__pg_t *)store)->commit_ns);
 }
 
 static size_t pg_txn_max(kl_store_t *store) {

@@ -76,6 +76,7 @@ typedef struct kl__pg {
   kl__cache_t *cache;          /* store.cache.max; NULL: off */
   _Atomic uint64_t id_queries; /* kl__cache_stats_t's */
   _Atomic uint64_t id_prefetched;
+  _Atomic uint64_t commits, commit_batches, commit_ns; /* the same */
 } kl__pg_t;
 
 /*

@@ -1160,7 +1160,15 @@ static kl_err_t pg_commit_end(kl_pg_txn_t *txn, uint64_t start, kl_err_t err) {
   return err;
 }
 
-kl_err_t kl__pg_commit(kl_txn_t *base, int64_t watermark) {
+/* Counts a commit of @p batches begun at @p t0 (kl__mono_ns()). */
+static void pg_commit_counted(kl_store_t *store, size_t batches, int64_t t0) {
+  kl__pg_t *pgs = (kl__pg_t *)store;
+  atomic_fetch_add(&pgs->commits, 1);
+  atomic_fetch_add(&pgs->commit_batches, batches);
+  atomic_fetch_add(&pgs->commit_ns, (uint64_t)(kl__mono_ns() - t0));
+}
+
+static kl_err_t pg_commit_one(kl_txn_t *base, int64_t watermark) {
   kl_pg_txn_t *txn = (kl_pg_txn_t *)base;
   kl_pg_commit_t c;
   memset(&c, 0, sizeof(c));
@@ -1172,6 +1180,14 @@ kl_err_t kl__pg_commit(kl_txn_t *base, int64_t watermark) {
   return pg_commit_end(txn, start, err);
 }
 
+kl_err_t kl__pg_commit(kl_txn_t *base, int64_t watermark) {
+  kl_store_t *store = base->store;
+  int64_t t0 = kl__mono_ns();
+  kl_err_t err = pg_commit_one(base, watermark);
+  pg_commit_counted(store, 1, t0);
+  return err;
+}
+
 static void pg_commit_failed(kl__store_commit_t *commit, kl_err_t err) {
   commit->err = err;
   snprintf(commit->why, sizeof(commit->why), "%s", err ? kl_err_detail() : "");
@@ -1181,11 +1197,13 @@ static void pg_commit_failed(kl__store_commit_t *commit, kl_err_t err) {
  * fence: every pipeline is sent before any is read, so that together they
  * cost one round trip (and the server's fsyncs overlap). */
 void kl__pg_commit_many(kl__store_commit_t *commits, size_t n) {
+  kl_store_t *store = n ? commits[0].txn->store : NULL;
+  int64_t t0 = kl__mono_ns();
   kl_pg_commit_t *c = calloc(n, sizeof(*c));
   uint64_t *start = calloc(n, sizeof(*start));
   for (size_t i = 0; (!c || !start) && i < n; i++) /* no memory: in turn */
     pg_commit_failed(&commits[i],
-                     kl__pg_commit(commits[i].txn, commits[i].watermark));
+                     pg_commit_one(commits[i].txn, commits[i].watermark));
   for (size_t i = 0; c && start && i < n; i++) {
     kl_pg_txn_t *txn = (kl_pg_txn_t *)commits[i].txn;
     start[i] = kl__cache_commit_start(pg_cache(txn), txn->seg);
@@ -1204,4 +1222,6 @@ void kl__pg_commit_many(kl__store_commit_t *commits, size_t n) {
   }
   free(c);
   free(start);
+  if (store)
+    pg_commit_counted(store, n, t0);
 }

@@ -244,12 +244,17 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
   double k[KL_BW_ROUNDS_MAX], b[KL_BW_ROUNDS_MAX], j[KL_BW_ROUNDS_MAX],
       e[KL_BW_ROUNDS_MAX];
   uint64_t batches = 0, txns = 0, hits = 0, gets = 0, id_queries = 0;
-  double wal = 0;
+  uint64_t commits = 0, commit_batches = 0;
+  double wal = 0, commit_s = 0, keylane_s = 0;
   for (int i = 0; i < n; i++) {
     wal = wal < 0 || rounds[i].wal_bytes < 0 ? -1 : wal + rounds[i].wal_bytes;
     hits += rounds[i].cache.hits;
     gets += rounds[i].cache.hits + rounds[i].cache.misses;
     id_queries += rounds[i].cache.id_queries;
+    commits += rounds[i].cache.commits;
+    commit_batches += rounds[i].cache.commit_batches;
+    commit_s += (double)rounds[i].cache.commit_ns / 1e9;
+    keylane_s += rounds[i].keylane_s;
     k[i] = rounds[i].keylane_s;
     b[i] = rounds[i].raw_s;
     j[i] = rounds[i].join_s;
@@ -269,6 +274,11 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
   double batches_k = (double)batches / n / thousands;
   /* WAL bytes per event: the ids, the handler's rows, the fences */
   double wal_event = wal < 0 ? -1 : wal / n / (double)events;
+  /* PostgreSQL: the partition batches a commit held, and the share of the
+   * worker's time it waited for the server's answers (the store counts;
+   * LMDB's commits are not) */
+  double per_commit = commits ? (double)commit_batches / (double)commits : 0;
+  double wait_share = keylane_s > 0 ? commit_s / keylane_s : 0;
   /* A store commit is one LMDB write transaction (the worker commits the
    * batches of several partitions in one; the epoch acquires and expiry
    * sweeps are counted too). LMDB syncs twice per durable one: the data
@@ -292,6 +302,8 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
                           json_real((double)id_queries / n / thousands));
       json_object_set_new(o, "wal_bytes_per_event",
                           wal_event < 0 ? json_null() : json_real(wal_event));
+      json_object_set_new(o, "batches_per_commit", json_real(per_commit));
+      json_object_set_new(o, "commit_wait_share", json_real(wait_share));
     }
     json_object_set_new(o, "transfers_percent", json_integer(transfers));
     if (steps)
@@ -325,6 +337,10 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
            (double)id_queries / n / thousands);
   if (pg && wal_event >= 0)
     printf("  WAL written per event: %.0f bytes\n", wal_event);
+  if (pg)
+    printf("  commits: %.1f partition batches each; the worker waited for "
+           "their answers %.0f %% of its time\n",
+           per_commit, 100 * wait_share);
   if (!pg) /* LMDB's write transactions; PostgreSQL's are not counted */
     printf("  store commits per 1000 events: %.2f (fsyncs: %.2f), holding "
            "%.2f partition batches\n",

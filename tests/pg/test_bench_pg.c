@@ -91,6 +91,11 @@ static void test_worker_counts_no_lmdb_commits(void **state) {
   assert_true(json_is_null(json_object_get(j, "fsyncs_per_1000_events")));
   /* what the commits wrote, read from the server: ids alone take more */
   assert_true(json_real_value(json_object_get(j, "wal_bytes_per_event")) > 50);
+  /* the commits the store counted: each holds one partition batch or more,
+   * and waiting for them is part of the worker's time */
+  assert_true(json_real_value(json_object_get(j, "batches_per_commit")) >= 1);
+  double share = json_real_value(json_object_get(j, "commit_wait_share"));
+  assert_true(share > 0 && share < 1);
   json_decref(j);
   kl_t_run_free(&r);
 }
