@@ -243,6 +243,55 @@ static void test_field_errors(void **state) {
   json_decref(root);
 }
 
+static char kl_t_mem[8192];
+static size_t kl_t_used;
+
+static void *kl_t_alloc(void *ctx, size_t size) {
+  (void)ctx;
+  if (size > sizeof(kl_t_mem) - kl_t_used)
+    return NULL;
+  kl_t_used += size;
+  return kl_t_mem + kl_t_used - size;
+}
+
+/* kl__json_to_msgpack_in() packs on its stack what fits in 1 KiB and
+ * measures the rest first: the same bytes as kl__json_to_msgpack() on
+ * both sides of that edge, and the same refusal past max_size. */
+static void test_pack_in_edges(void **state) {
+  (void)state;
+  /* a string of n bytes (n >= 256) packs to n + 3 */
+  const size_t lens[] = {1019, 1020, 1021, 1022, 3000};
+  char text[3001];
+  memset(text, 'x', sizeof(text));
+  for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+    json_t *v = json_pack("[s#]", text, (int)lens[i]);
+    void *want;
+    size_t want_len, len;
+    const void *got;
+    assert_int_equal(kl__json_to_msgpack(v, KL_PAYLOAD_MAX, &want, &want_len),
+                     KL_OK);
+    assert_int_equal(want_len, lens[i] + 4);
+    kl_t_used = 0;
+    assert_int_equal(
+        kl__json_to_msgpack_in(v, KL_PAYLOAD_MAX, kl_t_alloc, NULL, &got, &len),
+        KL_OK);
+    assert_int_equal(len, want_len);
+    assert_memory_equal(got, want, len);
+    assert_int_equal(kl_t_used, len);
+    /* a limit of one byte less refuses it, one of exactly its size not */
+    assert_int_equal(
+        kl__json_to_msgpack_in(v, len - 1, kl_t_alloc, NULL, &got, &len),
+        KL_EINVAL);
+    assert_non_null(strstr(kl_err_detail(), "packs to more than"));
+    assert_int_equal(
+        kl__json_to_msgpack_in(v, want_len, kl_t_alloc, NULL, &got, &len),
+        KL_OK);
+    assert_memory_equal(got, want, len);
+    free(want);
+    json_decref(v);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_not_before, kl_setup, kl_teardown),
@@ -253,6 +302,7 @@ int main(void) {
                                       kl_teardown),
       cmocka_unit_test(test_not_before_bounds),
       cmocka_unit_test(test_field_errors),
+      cmocka_unit_test(test_pack_in_edges),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
