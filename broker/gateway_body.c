@@ -133,7 +133,6 @@ void kl__gw_arena_end(kl__gw_arena_t *arena) {
 
 void kl__gw_arena_destroy(kl__gw_arena_t *arena) {
   arena_trim(arena, true);
-  kl__strbuf_free(&arena->scratch);
 }
 
 /* ---- the body ---- */
@@ -219,13 +218,6 @@ int kl__gw_batch_decode(kl__gw_batch_t *batch, const char *ctype,
                         kl__gw_bad_t *bad) {
   memset(batch, 0, sizeof(*batch));
   batch->arena = kl_gw_current;
-  if (batch->arena && kl__gw_ctype_msgpack(ctype) == 0) {
-    int fast = kl__gw_fast_decode(batch, body, len, max_events);
-    if (fast > 0)
-      return batch->fast = true, 0;
-    if (fast < 0)
-      return kl__gw_bad(bad, 503, -1, "out of memory reading the body");
-  }
   int status = body_doc(ctype, body, len, &batch->doc, bad);
   if (!status)
     status =

@@ -7,7 +7,6 @@
  * gateway_routes.c what each route answers, the publish path included
  * gateway_body.c   a request body (JSON or msgpack) to a batch of events,
  *                  its JSON document in the gateway's arena
- * gateway_fast.c   the common JSON body read without a JSON document
  *
  * Everything here runs on the loop thread.
  *
@@ -66,7 +65,6 @@ typedef struct kl__gw_arena {
   struct kl__gw_chunk *chunks; /**< newest first; the last is kept */
   char *p, *end;               /**< the newest chunk's free bytes */
   int depth;                   /**< kl__gw_arena_begin()s not ended */
-  kl__strbuf_t scratch;        /**< gateway_fast.c packs payloads here */
 } kl__gw_arena_t;
 
 /** One event of a publish request, and its delivery. */
@@ -194,7 +192,6 @@ typedef struct kl__gw_batch {
   /** Where the events, their payloads and headers live when decoded in
    * kl__gw_arena_begin(); NULL: malloc()ed, the events' own. */
   kl__gw_arena_t *arena;
-  bool fast; /**< read by gateway_fast.c, without a JSON document */
 } kl__gw_batch_t;
 
 /** Why a body was refused: the HTTP status, the event index (-1: the body
@@ -227,19 +224,6 @@ int kl__gw_batch_decode(kl__gw_batch_t *batch, const char *ctype,
 int kl__gw_batch_publishable(const kl__gw_batch_t *batch,
                              const kl_producer_t *producer, kl__gw_bad_t *bad);
 void kl__gw_batch_free(kl__gw_batch_t *batch);
-
-/* ---- gateway_fast.c ---- */
-
-/**
- * Reads a JSON body of the common shape into @p batch (whose arena is
- * set), without a JSON document, exactly as kl__gw_batch_decode()'s full
- * path would.
- * @returns 1 (read); 0 (not the common shape, or not valid: @p batch is
- *          left empty for the full path, which gives the answer); -1 out
- *          of memory.
- */
-int kl__gw_fast_decode(kl__gw_batch_t *batch, const char *body, size_t len,
-                       size_t max_events);
 
 /* ---- gateway_trace.c ---- */
 

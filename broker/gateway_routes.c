@@ -27,7 +27,9 @@
 
 #include "broker/gateway_internal.h"
 #include "broker/producer_internal.h"
+#include "event/envelope.h"
 #include "common/bytes.h"
+#include "common/internal.h"
 #include "common/kafka.h"
 #include "common/log.h"
 #include "common/strbuf.h"
@@ -521,8 +523,11 @@ void kl__gw_on_delivery(void *opaque, const kl_delivery_t *d) {
 }
 
 /* Gives every event its id now, so that a 503 can list them all; the ids
- * outlive the body, so they are copied, all into one buffer. */
+ * outlive the body, so they are copied, all into one buffer. The ids made
+ * here and every event's ts come from one clock read per request, not two
+ * per event (kl_event_make_id() and kl_publish() each read it). */
 static bool slots_make(kl__gw_req_t *req, kl__gw_batch_t *batch) {
+  int64_t now_ms = kl__now_ms();
   size_t ids_len = 0;
   for (size_t i = 0; i < batch->n; i++)
     ids_len +=
@@ -544,8 +549,10 @@ static bool slots_make(kl__gw_req_t *req, kl__gw_batch_t *batch) {
       memcpy(at, ev->id, ev->id_len);
       at[ev->id_len] = '\0';
     } else {
-      kl_event_make_id(at);
+      kl__event_make_id_at(at, now_ms);
     }
+    if (ev->ts == 0)
+      ev->ts = now_ms;
     ev->id = at;
     ev->id_len = strlen(at);
     at += ev->id_len + 1;

@@ -134,24 +134,42 @@ kl_err_t kl__json_to_msgpack(const json_t *value, size_t max_size, void **out,
   return pack_failed(rc, &b, max_size);
 }
 
+/* What kl__json_to_msgpack_in() packs on its stack before asking for
+ * memory: the payloads of most events. */
+#define KL_MP_STACK 1024
+
 kl_err_t kl__json_to_msgpack_in(const json_t *value, size_t max_size,
                                 kl__alloc_fn_t *alloc, void *ctx,
                                 const void **out, size_t *out_len) {
   if (!value || !alloc || !out || !out_len)
     return kl__err(KL_EINVAL, "kl__json_to_msgpack_in: value, alloc, out and "
                               "out_len are required");
-  kl_mpbuf_t b = {.max = max_size, .count = 1};
+  /* Packed on the stack and copied: one walk over the value. Longer than
+   * the stack, it is walked twice (to measure, then to write in place):
+   * still no malloc(). */
+  char stack[KL_MP_STACK];
+  bool small = max_size <= sizeof(stack);
+  kl_mpbuf_t b = {
+      .data = stack, .max = small ? max_size : sizeof(stack), .fixed = 1};
   msgpack_packer pk;
   msgpack_packer_init(&pk, &b, mpbuf_write);
   int rc = pack_json(&pk, value, 1);
+  if (rc && b.over && !small) {
+    b = (kl_mpbuf_t){.max = max_size, .count = 1};
+    rc = pack_json(&pk, value, 1);
+  }
   if (rc)
     return pack_failed(rc, &b, max_size);
   char *data = alloc(ctx, b.len ? b.len : 1);
   if (!data)
     return kl__err(KL_ENOMEM, "out of memory for a %zu-byte payload", b.len);
-  /* Written where it stays: the size is known, nothing can fail. */
-  b = (kl_mpbuf_t){.data = data, .max = b.len, .fixed = 1};
-  pack_json(&pk, value, 1);
+  if (b.data == stack) {
+    memcpy(data, stack, b.len);
+  } else {
+    /* Written where it stays: the size is known, nothing can fail. */
+    b = (kl_mpbuf_t){.data = data, .max = b.len, .fixed = 1};
+    pack_json(&pk, value, 1);
+  }
   *out = data;
   *out_len = b.len;
   return KL_OK;

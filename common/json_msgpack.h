@@ -44,8 +44,9 @@ typedef void *(kl__alloc_fn_t)(void *ctx, size_t size);
 
 /**
  * kl__json_to_msgpack() into memory from @p alloc (@p ctx is passed to
- * it), sized exactly: the value is walked twice, to measure and to write,
- * which costs less than a malloc() and a free() of a small payload.
+ * it), sized exactly: packed on the stack and copied when it takes at most
+ * 1 KiB, else walked twice, to measure and to write in place; no malloc()
+ * either way.
  * @param out  receives the bytes, @p alloc's; untouched on failure.
  */
 kl_err_t kl__json_to_msgpack_in(const json_t *value, size_t max_size,

@@ -21,31 +21,54 @@ static kl_err_t jev_fail(char *err, size_t size, const char *fmt, ...) {
   return KL_EINVAL;
 }
 
-static kl_err_t jev_known(const json_t *root, char *err, size_t size) {
-  static const char *const known[] = {"key",        "id",          "type",
-                                      "payload",    "payload_b64", "headers",
-                                      "not_before", "delay"};
-  const size_t n = sizeof(known) / sizeof(known[0]);
+/* The fields an event may have, in the order of the "unknown field"
+ * message. */
+enum {
+  F_KEY,
+  F_ID,
+  F_TYPE,
+  F_PAYLOAD,
+  F_PAYLOAD_B64,
+  F_HEADERS,
+  F_NOT_BEFORE,
+  F_DELAY,
+  F__COUNT
+};
+
+/* Every field's value (NULL: absent), read in one walk over the object:
+ * looking each name up hashed it again, 8 lookups per event. @returns
+ * KL_OK, or KL_EINVAL naming the first field that is not one of them. */
+static kl_err_t jev_fields(const json_t *root, const json_t *f[F__COUNT],
+                           char *err, size_t size) {
+  static const struct {
+    const char *name;
+    size_t len;
+  } known[F__COUNT] = {{"key", 3},         {"id", 2},           {"type", 4},
+                       {"payload", 7},     {"payload_b64", 11}, {"headers", 7},
+                       {"not_before", 10}, {"delay", 5}};
   const char *name;
+  size_t len;
   json_t *v;
-  json_object_foreach((json_t *)root, name, v) {
+  memset(f, 0, F__COUNT * sizeof(f[0]));
+  json_object_keylen_foreach((json_t *)root, name, len, v) {
     size_t i = 0;
-    while (i < n && strcmp(name, known[i]) != 0)
+    while (i < F__COUNT &&
+           (known[i].len != len || memcmp(name, known[i].name, len) != 0))
       i++;
-    if (i == n)
+    if (i == F__COUNT)
       return jev_fail(err, size,
                       "unknown field \"%.64s\"; the fields are "
                       "key, id, type, payload, payload_b64, headers, and "
                       "not_before or delay",
                       name);
+    f[i] = v;
   }
   return KL_OK;
 }
 
-static kl_err_t jev_str(const json_t *root, const char *name, bool required,
+static kl_err_t jev_str(const json_t *v, const char *name, bool required,
                         size_t max, const char **s, size_t *len, char *err,
                         size_t size) {
-  json_t *v = json_object_get(root, name);
   if (!v)
     return required ? jev_fail(err, size, "\"%s\" is missing", name) : KL_OK;
   if (!json_is_string(v))
@@ -74,9 +97,8 @@ typedef struct kl_jev_mem {
   void *ctx;
 } kl_jev_mem_t;
 
-static kl_err_t jev_headers(kl__jevent_t *je, const json_t *root,
+static kl_err_t jev_headers(kl__jevent_t *je, const json_t *h,
                             const kl_jev_mem_t *mem, char *err, size_t size) {
-  json_t *h = json_object_get(root, "headers");
   if (!h)
     return KL_OK;
   if (!json_is_object(h))
@@ -97,7 +119,7 @@ static kl_err_t jev_headers(kl__jevent_t *je, const json_t *root,
   const char *name;
   json_t *v;
   size_t i = 0;
-  json_object_foreach(h, name, v) {
+  json_object_foreach((json_t *)h, name, v) {
     if (!json_is_string(v))
       return jev_fail(err, size, "header \"%.64s\" must be a string", name);
     if (memchr(json_string_value(v), '\0', json_string_length(v)))
@@ -121,10 +143,9 @@ static const json_t *jev_bin(const json_t *p) {
   return json_is_string(b64) ? b64 : NULL;
 }
 
-static kl_err_t jev_payload(kl__jevent_t *je, const json_t *root, bool raw_bin,
+static kl_err_t jev_payload(kl__jevent_t *je, const json_t *p,
+                            const json_t *b64, bool raw_bin,
                             const kl_jev_mem_t *mem, char *err, size_t size) {
-  const json_t *p = json_object_get(root, "payload");
-  const json_t *b64 = json_object_get(root, "payload_b64");
   size_t len = 0;
   kl_err_t e = KL_OK;
   if (p && b64)
@@ -164,10 +185,8 @@ static kl_err_t jev_payload(kl__jevent_t *je, const json_t *root, bool raw_bin,
  * time before which the event is not applied; neither is none. A "delay"
  * of 0 is none too, so that the envelope stays version 1, which every
  * worker reads. */
-static kl_err_t jev_not_before(kl_event_t *ev, const json_t *root, char *err,
-                               size_t size) {
-  const json_t *nb = json_object_get(root, "not_before");
-  const json_t *delay = json_object_get(root, "delay");
+static kl_err_t jev_not_before(kl_event_t *ev, const json_t *nb,
+                               const json_t *delay, char *err, size_t size) {
   if (nb && delay)
     return jev_fail(err, size,
                     "both \"not_before\" and \"delay\" are given: pass "
@@ -223,24 +242,26 @@ kl_err_t kl__jevent_parse_in(kl__jevent_t *je, const json_t *root, bool raw_bin,
   kl_event_t *ev = &je->ev;
   if (!json_is_object(root))
     return jev_fail(err, err_size, "an event must be a JSON object");
-  kl_err_t e = jev_known(root, err, err_size);
+  const json_t *f[F__COUNT];
+  kl_err_t e = jev_fields(root, f, err, err_size);
   if (!e)
-    e = jev_str(root, "key", true, KL_KEY_MAX, &key, &ev->key_len, err,
+    e = jev_str(f[F_KEY], "key", true, KL_KEY_MAX, &key, &ev->key_len, err,
                 err_size);
   if (!e)
-    e = jev_str(root, "type", true, KL_TYPE_MAX, &ev->type, &ev->type_len, err,
-                err_size);
+    e = jev_str(f[F_TYPE], "type", true, KL_TYPE_MAX, &ev->type, &ev->type_len,
+                err, err_size);
   if (!e)
-    e = jev_str(root, "id", false, KL_ID_MAX, &ev->id, &ev->id_len, err,
+    e = jev_str(f[F_ID], "id", false, KL_ID_MAX, &ev->id, &ev->id_len, err,
                 err_size);
   if (!e && kl__reserved_check(ev, 0))
     e = jev_fail(err, err_size, "%s", kl_err_detail());
   if (!e)
-    e = jev_not_before(ev, root, err, err_size);
+    e = jev_not_before(ev, f[F_NOT_BEFORE], f[F_DELAY], err, err_size);
   if (!e)
-    e = jev_headers(je, root, &mem, err, err_size);
+    e = jev_headers(je, f[F_HEADERS], &mem, err, err_size);
   if (!e)
-    e = jev_payload(je, root, raw_bin, &mem, err, err_size);
+    e = jev_payload(je, f[F_PAYLOAD], f[F_PAYLOAD_B64], raw_bin, &mem, err,
+                    err_size);
   ev->key = key;
   /* The envelope's own rules (header sizes, duplicates) have the last say. */
   if (!e && kl_event_validate(ev, 1) != KL_OK)

@@ -851,7 +851,7 @@ static int open_dbs(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
   if ((rc = mdb_dbi_open(mtxn, "parts", MDB_CREATE, &lmdb->parts)) ||
       (rc = mdb_dbi_open(mtxn, "beats", MDB_CREATE, &lmdb->beats)) ||
       (rc = mdb_dbi_open(mtxn, "topics", MDB_CREATE, &lmdb->topics)) ||
-      (rc = mdb_dbi_open(mtxn, "topic_ids", MDB_CREATE, &lmdb->ids)))
+      (rc = mdb_dbi_open(mtxn, KL__LMDB_IDS_DB, MDB_CREATE, &lmdb->ids)))
     return rc;
   if ((rc = mdb_dbi_open(mtxn, "outbox", MDB_CREATE, &lmdb->outbox)) ||
       (rc = mdb_dbi_open(mtxn, "lasts", MDB_CREATE, &lmdb->lasts)) ||
@@ -887,7 +887,7 @@ static kl_err_t format_refused(kl__lmdb_t *lmdb, uint32_t found) {
   return kl__err(
       KL_ESTORE_VERSION,
       "store %s has format version %" PRIu32 ", this build "
-      "supports version %u (and migrates versions 1 to 4 when it "
+      "supports version %u (and migrates versions 1 to 5 when it "
       "opens them): open it with the keylane release that wrote it, or "
       "start a new store in another directory",
       lmdb->dir, found, KL__LMDB_FORMAT);
@@ -897,8 +897,13 @@ static kl_err_t format_refused(kl__lmdb_t *lmdb, uint32_t found) {
  * records when (store clock) in meta, so that lookups also ask for an id
  * unscoped until those ids have expired (kl__store_legacy_ids()). */
 static int mark_legacy_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn, uint32_t found) {
-  MDB_stat st;
-  int rc = mdb_stat(mtxn, lmdb->ids, &st);
+  MDB_stat st = {0};
+  MDB_dbi v5;
+  int rc = found == 2 ? mdb_dbi_open(mtxn, KL__LMDB_IDS_V5_DB, 0, &v5) : 0;
+  if (found == 2 && rc == 0)
+    rc = mdb_stat(mtxn, v5, &st);
+  if (rc == MDB_NOTFOUND)
+    rc = 0;
   if (rc || (found == 2 && st.ms_entries == 0))
     return rc;
   int64_t now = kl__store_now_ms();
@@ -916,9 +921,11 @@ static int drop_store_sweep(kl__lmdb_t *lmdb, MDB_txn *mtxn) {
 }
 
 /* Checks the format record, writing this build's in a new store. Format
- * 4 gets it as it is: its "owners" is created empty by open_dbs(), and each
- * topic's owner is recorded by its next worker's acquire, which an older
- * keylane, refused from now on, would not check. Formats 1 to 3 get it too
+ * 5 gets it as it is: its ids then move to KL__LMDB_IDS_DB
+ * (kl__lmdb_migrate_ids()), and an older keylane refuses the store from
+ * now on. Format 4 gets it too: its "owners" is created empty by
+ * open_dbs(), and each topic's owner is recorded by its next worker's
+ * acquire, which an older keylane would not check. Formats 1 to 3 get it too
  * (format 3's ids stay as they are, its sweep position goes:
  * drop_store_sweep()); formats 1 and 2 get it too: format 1's topics are
  * numbered (its ids then move by kl__lmdb_migrate_ids()), the ids both kept are
@@ -934,7 +941,7 @@ static int format_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, kl_err_t *stop) {
     memcpy(&found, val.mv_data, sizeof(found));
   if (rc == 0 && found == KL__LMDB_FORMAT)
     return 0;
-  if (rc == 0 && (found < 1 || found > 4)) {
+  if (rc == 0 && (found < 1 || found > 5)) {
     *stop = format_refused(lmdb, found);
     return KL__LMDB_STOP;
   }

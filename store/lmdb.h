@@ -3,7 +3,7 @@
  * map size, partitions, scans), lmdb_sweep.c (expiry) and lmdb_txn.c
  * (batches).
  *
- * Layout (format 5): one environment directory per host, shared by every
+ * Layout (format 6): one environment directory per host, shared by every
  * worker process, with six named databases:
  *   meta       "format" -> uint32 format version; per topic number N,
  *              "sweep.cursor.N" -> an ids key and "sweep.retention.N" ->
@@ -15,9 +15,10 @@
  *              every build (it is added, not changed: no format step)
  *   topics     topic -> uint32 topic number (big-endian), given on the
  *              topic's first acquire, never reused
- *   topic_ids  topic number (4 bytes, big-endian) + encoded idempotency key,
+ *   ids_v6     topic number (4 bytes, big-endian) + encoded idempotency key,
  *              scoped by entity key since format 3 (lmdb_ids.c)
- *              -> 6 bytes: insert ms << 2 | mark
+ *              -> 6 bytes: insert ms << 2 | mark; "topic_ids" before
+ *              format 6
  *   data       the handlers' keys and values, as given
  *   outbox     follow-up events committed and not yet published
  *              (lmdb_outbox.c); added, not changed: no format step
@@ -32,7 +33,9 @@
  * Format 1 kept ids unscoped, in "ids" (the encoded key alone). Opening
  * such a store migrates it in place (lmdb_migrate.c): each old id is
  * copied to every topic the store knew, so it still suppresses its event
- * whichever topic that was.
+ * whichever topic that was. Formats 2 to 5 kept them in "topic_ids", a
+ * UUID after its entity key; opening one moves them to "ids_v6", the UUID
+ * first (lmdb_migrate.c).
  */
 #ifndef KEYLANE_STORE_LMDB_H
 #define KEYLANE_STORE_LMDB_H
@@ -52,7 +55,7 @@
 typedef struct kl__lmdb {
   kl_store_t base;
   MDB_env *env;
-  MDB_dbi meta, parts, beats, topics, ids, data; /* ids: "topic_ids" */
+  MDB_dbi meta, parts, beats, topics, ids, data; /* ids: "ids_v6" */
   MDB_dbi outbox;                                /* lmdb_outbox.c */
   MDB_dbi owners; /* "owners": topic -> cluster id NUL group (lmdb_owner.c) */
   MDB_dbi lasts;  /* "lasts": the parts key -> int64 watermark (host order)
@@ -132,6 +135,12 @@ int kl__lmdb_part_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
                       int32_t partition, const kl_partition_state_t *state);
 
 /* The key a batch buffers the mark of @p sid under (lmdb_ids.c). */
+/* The key of format 6 for a key @p key of KL__LMDB_IDS_V5_DB in @p out:
+ * a tag-3 key (entity key, then UUID) becomes tag 5 (UUID, then entity
+ * key), any other is copied. @returns its length, or 0 for a key that is
+ * no id's. */
+size_t kl__lmdb_id_upgrade(const MDB_val *key,
+                           unsigned char out[KL__IDKEY_MAX]);
 size_t kl__lmdb_id_encode(uint32_t topic_no, const char *sid, size_t sid_len,
                           unsigned char out[KL__IDKEY_MAX]);
 #define KL__IDVAL_LEN 6
@@ -140,7 +149,7 @@ void kl__lmdb_idval_encode(int64_t now_ms, kl_mark_t mark,
 /* @returns 0, or -1 for a value shorter than 6 bytes. */
 int kl__lmdb_idval_decode(const MDB_val *val, int64_t *time_ms,
                           kl_mark_t *mark);
-/* The topic's number and the sid of a "topic_ids" record: an LMDB rc. */
+/* The topic's number and the sid of an ids record: an LMDB rc. */
 int kl__lmdb_id_decode(const MDB_val *key, const MDB_val *val,
                        uint32_t *topic_no, char out[KL__SID_MAX], size_t *len);
 /* Reads the record of a buffered key @p lkey: 0, MDB_NOTFOUND or an rc. */
@@ -163,9 +172,10 @@ int kl__lmdb_topic_no(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
                       int create, uint32_t *topic_no);
 
 /**
- * Moves a format-1 store's unscoped ids into "topic_ids" (see the layout
- * above); called by the open, once "parts", "topics" and "topic_ids" are
- * open and the format record says 2. Several processes may run it at once.
+ * Moves the ids of an older format into KL__LMDB_IDS_DB (see the layout
+ * above): a format-1 store's unscoped ids, then formats 2 to 5's
+ * "topic_ids"; called by the open, once the databases are open and the
+ * format record says 6. Several processes may run it at once.
  */
 kl_err_t kl__lmdb_migrate_ids(kl__lmdb_t *lmdb);
 

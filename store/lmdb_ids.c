@@ -1,17 +1,27 @@
 /*
  * The LMDB store's idempotency keys: how an id (a sid, store_internal.h)
- * becomes a key of "topic_ids", and the reads and writes of one.
+ * becomes a key of KL__LMDB_IDS_DB, and the reads and writes of one.
  *
  * A key is the topic's number (4 bytes, big-endian), a tag byte, then:
  *   0  an unscoped id, raw                       (format 2's ids)
  *   1  an unscoped canonical lowercase UUID, packed into 16 bytes
  *   2  the entity key's length (2 bytes), the key, the id raw
- *   3  the same, with the id a UUID packed into 16 bytes
+ *   3  the same, with the id a UUID packed into 16 bytes: formats 3 to 5
+ *      only; format 6 writes tag 5 instead (lmdb_migrate.c moves them)
  *   4  a sid too long for LMDB's 511-byte keys (a long entity key and a
  *      long id): its first KL_LONG_PREFIX bytes, the FNV-1a of all of it
  *      (8 bytes) and a number (2 bytes) that tells apart sids sharing the
  *      two; the value holds the whole sid after the time and mark, and a
  *      lookup compares it, so two such sids never share a record.
+ *   5  a UUID packed into 16 bytes, then the entity key's length (2
+ *      bytes) and the key.
+ * Tag 5 puts the UUID first because kl_publish()'s ids are UUIDv7, whose
+ * first 48 bits are the time: a batch's new ids then sort together at the
+ * end of the topic's range and a commit rewrites a few leaf pages, where
+ * tag 3 put each at its entity key's place, one leaf page per key the
+ * batch touched (a commit of 2,300 events over 1,000 keys wrote about 4 MB
+ * with tag 3, 1 MB with tag 5: keylane-bench worker --breakdown under
+ * strace, 2026-12-07).
  * The value is 6 bytes: insert ms << 2 | mark's low 2 bits, and its third
  * bit (KL__MARK_CANCELLED) as the value's top bit, which a time before
  * the year 3085 leaves 0 (then the sid, for tag 4).
@@ -32,7 +42,14 @@
 #define KL_LONG_PREFIX 480
 #define KL_LONG_HEAD (KL__TOPIC_NO_LEN + 1 + KL_LONG_PREFIX + 8)
 
-enum { KL_RAW = 0, KL_UUID = 1, KL_KEY_RAW = 2, KL_KEY_UUID = 3, KL_LONG = 4 };
+enum {
+  KL_RAW = 0,
+  KL_UUID = 1,
+  KL_KEY_RAW = 2,
+  KL_KEY_UUID = 3,
+  KL_LONG = 4,
+  KL_UUID_KEY = 5
+};
 
 /* The id, packed when it is a UUID, at @p out: @returns its length. */
 static size_t id_put(const char *id, size_t id_len, unsigned char *tag,
@@ -61,9 +78,33 @@ size_t kl__lmdb_id_encode(uint32_t topic_no, const char *sid, size_t sid_len,
     memcpy(tag + 1, sid, sid_len);
     return KL__TOPIC_NO_LEN + 1 + sid_len;
   }
+  if (kl__uuid_parse(id, id_len, tag + 1) == 0) {
+    *tag = KL_UUID_KEY;
+    memcpy(tag + 1 + 16, (const char *)sid + 1, 2 + key_len);
+    return KL__TOPIC_NO_LEN + 1 + 16 + 2 + key_len;
+  }
+  *tag = KL_KEY_RAW;
   memcpy(tag + 1, (const char *)sid + 1, 2 + key_len);
-  return KL__TOPIC_NO_LEN + 3 + key_len +
-         id_put(id, id_len, tag, KL_KEY_RAW, tag + 3 + key_len);
+  memcpy(tag + 3 + key_len, id, id_len);
+  return KL__TOPIC_NO_LEN + 3 + key_len + id_len;
+}
+
+size_t kl__lmdb_id_upgrade(const MDB_val *key,
+                           unsigned char out[KL__IDKEY_MAX]) {
+  const unsigned char *k = key->mv_data;
+  size_t n = key->mv_size, head = KL__TOPIC_NO_LEN + 1;
+  if (n <= head || n > KL__IDKEY_MAX)
+    return 0;
+  memcpy(out, k, n);
+  if (k[KL__TOPIC_NO_LEN] != KL_KEY_UUID)
+    return n;
+  if (n != head + 2 + 16 + (n < head + 2 ? 0 : kl__get_be(k + head, 2)))
+    return 0;
+  size_t key_len = n - head - 2 - 16;
+  out[KL__TOPIC_NO_LEN] = KL_UUID_KEY;
+  memcpy(out + head, k + head + 2 + key_len, 16);
+  memcpy(out + head + 16, k + head, 2 + key_len);
+  return n;
 }
 
 void kl__lmdb_idval_encode(int64_t now_ms, kl_mark_t mark,
@@ -102,13 +143,20 @@ int kl__lmdb_id_decode(const MDB_val *key, const MDB_val *val,
     break;
   case KL_KEY_RAW:
   case KL_KEY_UUID:
-    key_len = (size_t)kl__get_be(p, 2);
-    if (n < 3 + key_len)
+    if (n < 3 || n < 3 + (key_len = (size_t)kl__get_be(p, 2)))
       return MDB_CORRUPTED;
     out[0] = 0;
     memcpy(out + 1, p, 2 + key_len);
     at = 3 + key_len, p += 2 + key_len, n -= 2 + key_len;
     break;
+  case KL_UUID_KEY:
+    if (n < 16 + 2 || n != 16 + 2 + (size_t)kl__get_be(p + 16, 2))
+      return MDB_CORRUPTED;
+    out[0] = 0;
+    memcpy(out + 1, p + 16, n - 16);
+    kl__uuid_format(p, out + 1 + (n - 16));
+    *len = 1 + (n - 16) + 36;
+    return 0;
   case KL_LONG:
     if (val->mv_size <= KL__IDVAL_LEN ||
         val->mv_size - KL__IDVAL_LEN > KL__SID_MAX)

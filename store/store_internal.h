@@ -384,15 +384,21 @@ void kl__store_cache_stats(kl_store_t *store, struct kl__cache_stats *stats);
  * 3's, but an older keylane would sweep every topic's ids by its own
  * retention, so it must refuse the store; format 5 records each topic's
  * owner (kl__store_owner_t, "owners"), which an older keylane would not
- * check. Older formats are migrated when
- * opened; the ids formats 1 and 2 hold stay unscoped, and meta's
- * KL__LMDB_LEGACY_IDS_KEY says when the upgrade was (int64 store ms, host
- * order). */
-#define KL__LMDB_FORMAT 5u
+ * check; format 6 keeps the ids in KL__LMDB_IDS_DB, a UUID id before its
+ * entity key (store/lmdb_ids.c, tag 5), so that an older keylane's
+ * writes to KL__LMDB_IDS_V5_DB, which would never be looked up again,
+ * fail once the open has moved the ids and dropped it (an LMDB handle to
+ * a dropped database finds nothing to write into). Older formats are
+ * migrated when opened; the ids formats 1 and 2 hold stay unscoped, and
+ * meta's KL__LMDB_LEGACY_IDS_KEY says when the upgrade was (int64 store
+ * ms, host order). */
+#define KL__LMDB_FORMAT 6u
 #define KL__LMDB_LEGACY_IDS_KEY "legacy_ids_at"
 #define KL__LMDB_META_DB "meta"
 #define KL__LMDB_FORMAT_KEY "format" /* value: uint32_t, host order */
 #define KL__LMDB_IDS_V1_DB "ids"
+#define KL__LMDB_IDS_V5_DB "topic_ids"
+#define KL__LMDB_IDS_DB "ids_v6"
 
 /**
  * The store's layout version: the LMDB format or the PostgreSQL schema

@@ -66,6 +66,7 @@ seed() {
     printf '\000order-17' >"$dir/unscoped"
     printf '\001acct-7\377order-17' >"$dir/pair"
     printf '\001k\3770190f5c4-7d2a-7b3e-9f00-1234567890ab' >"$dir/uuid"
+    printf '\376\000\000\000\007\003\000\001k0123456789abcdef' >"$dir/lmdb5"
     printf '\002~events/3/1042/0' >"$dir/emit"
     printf '\002~t/0/0/63' >"$dir/emit63"
     printf '\002~events/3/1042/0/00c0ffee0000beef' >"$dir/emit-nonce"

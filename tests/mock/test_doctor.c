@@ -439,7 +439,7 @@ static void test_store_checks(void **state) {
   kl_produce(fx, KL_TOPIC, "murmur2_random", "k", 40);
   kl_store_at(fx, -1);
   char *out = kl_doctor(fx, KL_TOPIC, fx->dir, 0, &worst);
-  kl_assert_line(out, "OK", "store-version", "(lmdb) has format version 5");
+  kl_assert_line(out, "OK", "store-version", "(lmdb) has format version 6");
   kl_assert_line(out, "WARN", "owner", "records no owner of topic");
   kl_assert_line(out, "OK", "log", "hold the store's watermarks on all 4");
   kl_assert_line(out, "OK", "epochs",

@@ -192,6 +192,106 @@ static void test_not_before_bounds(void **state) {
     fail_msg("%s", kl_err_detail());
 }
 
+/* Which problem an event with several is refused for: the fields are read
+ * in one walk over the object, and the checks still come in their order
+ * (an unknown field first, then key, type, id, the time, headers, the
+ * payload), whatever order the fields are written in. */
+static void test_field_errors(void **state) {
+  (void)state;
+  static const struct {
+    const char *text, *want;
+  } cases[] = {
+      {"{\"type\":1,\"paylaod\":1}", "unknown field \"paylaod\""},
+      {"{\"zz\":1,\"yy\":1,\"key\":\"k\"}", "unknown field \"zz\""},
+      {"{\"type\":\"t\",\"payload\":1}", "\"key\" is missing"},
+      {"{\"id\":\"\",\"type\":7,\"key\":\"k\"}", "\"type\" must be a string"},
+      {"{\"id\":\"\",\"type\":\"t\",\"key\":\"k\"}",
+       "\"id\" is empty; omit it"},
+      {"{\"payload\":1,\"payload_b64\":\"AA==\",\"headers\":1,\"delay\":"
+       "\"1s\",\"not_before\":1,\"type\":\"t\",\"key\":\"k\"}",
+       "both \"not_before\" and \"delay\""},
+      {"{\"payload\":1,\"payload_b64\":\"AA==\",\"headers\":1,\"type\":"
+       "\"t\",\"key\":\"k\"}",
+       "\"headers\" must be an object"},
+      {"{\"payload_b64\":\"AA==\",\"payload\":1,\"type\":\"t\",\"key\":\"k\"}",
+       "both \"payload\" and \"payload_b64\""},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    kl__jevent_t je;
+    char err[400];
+    assert_int_equal(kl_parse(cases[i].text, &je, err, sizeof(err)), KL_EINVAL);
+    if (!strstr(err, cases[i].want))
+      fail_msg("%s: %s\nexpected: %s", cases[i].text, err, cases[i].want);
+  }
+  /* and every field read from where it is written (the strings are
+   * borrowed from the document: it lives until the end) */
+  kl__jevent_t je;
+  char err[400];
+  json_t *root = json_loads("{\"headers\":{\"h\":\"v\"},\"payload\":[1],"
+                            "\"id\":\"i\",\"type\":\"t\",\"key\":\"k\"}",
+                            0, NULL);
+  assert_non_null(root);
+  assert_int_equal(kl__jevent_parse(&je, root, false, err, sizeof(err)), KL_OK);
+  assert_memory_equal(je.ev.key, "k", 1);
+  assert_memory_equal(je.ev.type, "t", 1);
+  assert_memory_equal(je.ev.id, "i", 1);
+  assert_int_equal(je.ev.header_count, 1);
+  assert_memory_equal(je.ev.headers[0].value, "v", 1);
+  assert_int_equal(je.ev.payload_len, 2);
+  assert_memory_equal(je.ev.payload, "\x91\x01", 2);
+  kl__jevent_clear(&je);
+  json_decref(root);
+}
+
+static char kl_t_mem[8192];
+static size_t kl_t_used;
+
+static void *kl_t_alloc(void *ctx, size_t size) {
+  (void)ctx;
+  if (size > sizeof(kl_t_mem) - kl_t_used)
+    return NULL;
+  kl_t_used += size;
+  return kl_t_mem + kl_t_used - size;
+}
+
+/* kl__json_to_msgpack_in() packs on its stack what fits in 1 KiB and
+ * measures the rest first: the same bytes as kl__json_to_msgpack() on
+ * both sides of that edge, and the same refusal past max_size. */
+static void test_pack_in_edges(void **state) {
+  (void)state;
+  /* a string of n bytes (n >= 256) packs to n + 3 */
+  const size_t lens[] = {1019, 1020, 1021, 1022, 3000};
+  char text[3001];
+  memset(text, 'x', sizeof(text));
+  for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+    json_t *v = json_pack("[s#]", text, (int)lens[i]);
+    void *want;
+    size_t want_len, len;
+    const void *got;
+    assert_int_equal(kl__json_to_msgpack(v, KL_PAYLOAD_MAX, &want, &want_len),
+                     KL_OK);
+    assert_int_equal(want_len, lens[i] + 4);
+    kl_t_used = 0;
+    assert_int_equal(
+        kl__json_to_msgpack_in(v, KL_PAYLOAD_MAX, kl_t_alloc, NULL, &got, &len),
+        KL_OK);
+    assert_int_equal(len, want_len);
+    assert_memory_equal(got, want, len);
+    assert_int_equal(kl_t_used, len);
+    /* a limit of one byte less refuses it, one of exactly its size not */
+    assert_int_equal(
+        kl__json_to_msgpack_in(v, len - 1, kl_t_alloc, NULL, &got, &len),
+        KL_EINVAL);
+    assert_non_null(strstr(kl_err_detail(), "packs to more than"));
+    assert_int_equal(
+        kl__json_to_msgpack_in(v, want_len, kl_t_alloc, NULL, &got, &len),
+        KL_OK);
+    assert_memory_equal(got, want, len);
+    free(want);
+    json_decref(v);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_not_before, kl_setup, kl_teardown),
@@ -201,6 +301,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_reserved_type, kl_setup,
                                       kl_teardown),
       cmocka_unit_test(test_not_before_bounds),
+      cmocka_unit_test(test_field_errors),
+      cmocka_unit_test(test_pack_in_edges),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

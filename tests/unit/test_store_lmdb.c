@@ -28,6 +28,7 @@
 #include <sys/mount.h>
 
 #include "common/internal.h"
+#include "keylane/event.h"
 #include "keylane/store.h"
 #include "support/store_contract.h"
 #include "support/support.h"
@@ -695,6 +696,233 @@ static void test_format1_store_opened_by_two_processes(void **state) {
   assert_false(t_has_v1_ids(st->fx.where));
 }
 
+/* ---- format 5 -> 6: a UUID id before its entity key ----------------- */
+
+#define T_V5_IDS 12000 /* more than one migration chunk (10,000) */
+#define T_V5_KEYS 500
+
+/* Rewrites the format-6 store at @p where as format 5 kept it: every id in
+ * KL__LMDB_IDS_V5_DB, a UUID (tag 5) after its entity key (tag 3), the
+ * others as they are. @returns how many it moved. */
+static size_t t_make_format5(const char *where) {
+  MDB_env *env;
+  MDB_txn *mtxn;
+  MDB_dbi from, to;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  size_t n = 0;
+  assert_int_equal(mdb_env_create(&env), 0);
+  assert_int_equal(mdb_env_set_maxdbs(env, 12), 0);
+  assert_int_equal(mdb_env_open(env, where, 0, 0644), 0);
+  assert_int_equal(mdb_txn_begin(env, NULL, 0, &mtxn), 0);
+  assert_int_equal(mdb_dbi_open(mtxn, KL__LMDB_IDS_DB, 0, &from), 0);
+  assert_int_equal(mdb_dbi_open(mtxn, KL__LMDB_IDS_V5_DB, MDB_CREATE, &to), 0);
+  assert_int_equal(mdb_cursor_open(mtxn, from, &cur), 0);
+  int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+  for (; rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT), n++) {
+    unsigned char old[KL__IDKEY_MAX];
+    const unsigned char *at = k.mv_data;
+    memcpy(old, at, k.mv_size);
+    if (at[KL__TOPIC_NO_LEN] == 5) { /* UUID, key length, key */
+      size_t rest = k.mv_size - KL__TOPIC_NO_LEN - 1 - 16;
+      old[KL__TOPIC_NO_LEN] = 3;
+      memcpy(old + KL__TOPIC_NO_LEN + 1, at + KL__TOPIC_NO_LEN + 1 + 16, rest);
+      memcpy(old + KL__TOPIC_NO_LEN + 1 + rest, at + KL__TOPIC_NO_LEN + 1, 16);
+    }
+    MDB_val ok = {k.mv_size, old};
+    assert_int_equal(mdb_put(mtxn, to, &ok, &v, 0), 0);
+  }
+  assert_int_equal(rc, MDB_NOTFOUND);
+  mdb_cursor_close(cur);
+  assert_int_equal(mdb_drop(mtxn, from, 1), 0);
+  assert_int_equal(mdb_txn_commit(mtxn), 0);
+  mdb_env_close(env);
+  kl_t_lmdb_set_format(where, 5);
+  return n;
+}
+
+/* Database @p name of the store at @p where: -1 when it has none, else
+ * its entries, and its flags in *@p flags. */
+static long t_db(const char *where, const char *name, unsigned *flags) {
+  MDB_env *env;
+  MDB_txn *mtxn;
+  MDB_dbi dbi;
+  MDB_stat st = {0};
+  assert_int_equal(mdb_env_create(&env), 0);
+  assert_int_equal(mdb_env_set_maxdbs(env, 12), 0);
+  assert_int_equal(mdb_env_open(env, where, MDB_RDONLY, 0644), 0);
+  assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &mtxn), 0);
+  int rc = mdb_dbi_open(mtxn, name, 0, &dbi);
+  if (rc == 0) {
+    assert_int_equal(mdb_dbi_flags(mtxn, dbi, flags), 0);
+    assert_int_equal(mdb_stat(mtxn, dbi, &st), 0);
+  }
+  mdb_txn_abort(mtxn);
+  mdb_env_close(env);
+  return rc == 0 ? (long)st.ms_entries : -1;
+}
+
+/* Whether the store at @p where still holds ids of format 5: "topic_ids"
+ * is there and is not the tombstone format 6 leaves (sorted duplicates,
+ * empty). */
+static int t_has_v5_ids(const char *where) {
+  unsigned flags = 0;
+  long n = t_db(where, KL__LMDB_IDS_V5_DB, &flags);
+  if (n >= 0 && (flags & MDB_DUPSORT))
+    assert_int_equal(n, 0);
+  return n >= 0 && !(flags & MDB_DUPSORT);
+}
+
+/* T_V5_IDS UUID ids applied over T_V5_KEYS entity keys in @p ids, and
+ * under "acct-0" a UUID dead letter and a raw id, in one commit. */
+static void t_v5_ids(kl_store_t *store, char (*ids)[37]) {
+  kl_txn_t *txn = kl_t_store_begin(store, 0, kl_t_store_acquire(store, 0));
+  for (int i = 0; i < T_V5_IDS + 1; i++) {
+    char key[16];
+    snprintf(key, sizeof(key), "acct-%d", i % T_V5_KEYS);
+    kl_event_make_id(ids[i]);
+    assert_int_equal(
+        kl_txn_mark(txn, key, strlen(key), ids[i], 36,
+                    i < T_V5_IDS ? KL_MARK_APPLIED : KL_MARK_DEAD_LETTER),
+        KL_OK);
+  }
+  assert_int_equal(kl_txn_mark(txn, "acct-0", 6, "order-1", 7, KL_MARK_APPLIED),
+                   KL_OK);
+  kl_t_store_commit(txn, 1);
+}
+
+/* Opening a format-5 store moves its ids to format 6's database, a UUID
+ * before its entity key: each still suppresses its event, under its own
+ * key only, and the old database is gone. */
+static void test_format5_ids_move_uuid_first(void **state) {
+  t_state_t *st = *state;
+  static char ids[T_V5_IDS + 1][37];
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  t_v5_ids(store, ids);
+  kl_store_destroy(store);
+  assert_int_equal(t_make_format5(st->fx.where), T_V5_IDS + 2);
+  assert_true(t_has_v5_ids(st->fx.where));
+
+  store = kl_t_store_open(st->fx.where, NULL);
+  int version, latest;
+  assert_int_equal(kl__store_version(store, &version, &latest), KL_OK);
+  assert_int_equal(version, KL__LMDB_FORMAT);
+  assert_int_equal(version, 6);
+  assert_false(t_has_v5_ids(st->fx.where));
+  uint64_t count;
+  assert_int_equal(kl_store_id_count(store, &count), KL_OK);
+  assert_int_equal(count, T_V5_IDS + 2);
+  kl_txn_t *txn = kl_t_store_begin(store, 0, kl_t_store_acquire(store, 0));
+  for (int i = 0; i < T_V5_IDS; i += 997) {
+    char key[16];
+    snprintf(key, sizeof(key), "acct-%d", i % T_V5_KEYS);
+    assert_int_equal(kl_t_txn_seen_key(txn, key, ids[i]), KL_MARK_APPLIED);
+    /* scoped: the same id under another key is another event's */
+    assert_int_equal(kl_t_txn_seen_key(txn, "acct-x", ids[i]), KL_MARK_NONE);
+  }
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-0", ids[T_V5_IDS]),
+                   KL_MARK_DEAD_LETTER);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-0", "order-1"),
+                   KL_MARK_APPLIED);
+  kl_store_abort(txn);
+  kl_store_destroy(store);
+}
+
+/* A process of the older release that has the store open when a newer one
+ * moves its ids writes nothing from then on: a write would land in a
+ * database nobody looks up, so a copy of its event would be applied again.
+ * Its handle finds the tombstone: the put fails (and with it the batch's
+ * commit), and the tombstone stays empty. The child is that process,
+ * holding an LMDB handle as format 5's keylane did. */
+static void test_format5_writer_fails_after_the_move(void **state) {
+  t_state_t *st = *state;
+  static char ids[T_V5_IDS + 1][37];
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  t_v5_ids(store, ids);
+  kl_store_destroy(store);
+  t_make_format5(st->fx.where);
+  int ready[2], go[2];
+  assert_int_equal(pipe(ready), 0);
+  assert_int_equal(pipe(go), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    MDB_env *env;
+    MDB_txn *mtxn;
+    MDB_dbi dbi;
+    char c = 0;
+    if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 12) ||
+        mdb_env_open(env, st->fx.where, 0, 0644) ||
+        mdb_txn_begin(env, NULL, 0, &mtxn) ||
+        mdb_dbi_open(mtxn, KL__LMDB_IDS_V5_DB, 0, &dbi) ||
+        mdb_txn_commit(mtxn) || write(ready[1], &c, 1) != 1 ||
+        read(go[0], &c, 1) != 1 || mdb_txn_begin(env, NULL, 0, &mtxn))
+      _exit(2);
+    unsigned char key[] = {0, 0, 0, 1, 3, 0,  1,  'k', 1,  2,  3,  4,
+                           5, 6, 7, 8, 9, 10, 11, 12,  13, 14, 15, 16};
+    unsigned char val[6] = {1};
+    MDB_val k = {sizeof(key), key}, v = {sizeof(val), val};
+    int put = mdb_put(mtxn, dbi, &k, &v, 0);
+    int commit = mdb_txn_commit(mtxn);
+    mdb_env_close(env);
+    _exit(put == 0 ? 1 : put != MDB_INCOMPATIBLE ? 4 : commit == 0 ? 0 : 3);
+  }
+  char c;
+  assert_int_equal(read(ready[0], &c, 1), 1);
+  store = kl_t_store_open(st->fx.where, NULL); /* moves the ids */
+  kl_store_destroy(store);
+  assert_int_equal(write(go[1], &c, 1), 1);
+  assert_int_equal(t_wait(pid), 0);
+  assert_false(t_has_v5_ids(st->fx.where));
+  for (int i = 0; i < 2; i++)
+    close(ready[i]), close(go[i]);
+}
+
+/* The bytes this process has written with write(2) and its kind. */
+static long long t_wchar(void) {
+  FILE *f = fopen("/proc/self/io", "r");
+  char line[128];
+  long long n = -1;
+  assert_non_null(f);
+  while (fgets(line, sizeof(line), f))
+    if (sscanf(line, "wchar: %lld", &n) == 1)
+      break;
+  fclose(f);
+  return n;
+}
+
+/* A commit of new UUIDv7 ids (kl_publish()'s) writes a few pages, however
+ * many entity keys they have: they sort by time, at the end of the
+ * topic's ids. Stored after their entity key (format 5), 2,000 ids over
+ * 1,000 keys of a store that held 200,000 dirtied a leaf page per key:
+ * 4.5 MB a commit. */
+static void test_uuid_ids_commit_few_pages(void **state) {
+  t_state_t *st = *state;
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  uint64_t epoch = kl_t_store_acquire(store, 0);
+  long long bytes = 0;
+  for (int batch = 0; batch < 101; batch++) {
+    kl_txn_t *txn = kl_t_store_begin(store, 0, epoch);
+    for (int i = 0; i < 2000; i++) {
+      char key[16], id[37];
+      snprintf(key, sizeof(key), "acct-%d", i % 1000);
+      kl_event_make_id(id);
+      assert_int_equal(
+          kl_txn_mark(txn, key, strlen(key), id, 36, KL_MARK_APPLIED), KL_OK);
+    }
+    long long before = t_wchar();
+    kl_t_store_commit(txn, batch + 1);
+    if (batch == 100)
+      bytes = t_wchar() - before;
+  }
+  kl_store_destroy(store);
+  print_message("the 101st commit of 2,000 ids over 1,000 keys wrote %lld "
+                "bytes (%lld pages)\n",
+                bytes, bytes / 4096);
+  assert_true(bytes > 0);
+  assert_true(bytes < 512 * 1024);
+}
+
 /* Another program's LMDB environment in @p dir, which exists. */
 static void t_foreign_lmdb(const char *dir) {
   MDB_env *env;
@@ -889,7 +1117,7 @@ static void test_format4_upgrade_records_the_owner(void **state) {
   store = kl_t_store_open(st->fx.where, NULL);
   int version, latest;
   assert_int_equal(kl__store_version(store, &version, &latest), KL_OK);
-  assert_int_equal(version, 5);
+  assert_int_equal(version, KL__LMDB_FORMAT);
   kl__store_owner_t rec, mine, other;
   assert_int_equal(kl__store_owner(store, "payments", &rec), KL_ENOTFOUND);
   assert_int_equal(kl__store_owner_make(&mine, "c1", "fleet"), KL_OK);
@@ -1009,6 +1237,9 @@ int main(void) {
       KL_T_STORE_CONTRACT_TESTS(t_setup, t_teardown) /* then our own: */
       T(test_format1_store_is_migrated),
       T(test_format1_store_opened_by_two_processes),
+      T(test_format5_ids_move_uuid_first),
+      T(test_format5_writer_fails_after_the_move),
+      T(test_uuid_ids_commit_few_pages),
       T(test_map_grows),
       T(test_map_full_at_max),
       T(test_commit_many_fails_only_the_failing_batch),
