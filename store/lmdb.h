@@ -178,6 +178,9 @@ int kl__lmdb_topic_no(kl__lmdb_t *lmdb, MDB_txn *mtxn, const char *topic,
  * format record says 6. Several processes may run it at once.
  */
 kl_err_t kl__lmdb_migrate_ids(kl__lmdb_t *lmdb);
+/* Test only: called between two chunks of formats 2 to 5's copy, outside
+ * any transaction, so that a test can act as an older keylane mid-move. */
+extern void (*kl__lmdb_migrate_between)(void);
 
 /* The sweep of one topic's expired ids and the retentions the sweeps
  * recorded (lmdb_sweep.c): the ops sweep and sweeps. */

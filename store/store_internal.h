@@ -385,10 +385,9 @@ void kl__store_cache_stats(kl_store_t *store, struct kl__cache_stats *stats);
  * retention, so it must refuse the store; format 5 records each topic's
  * owner (kl__store_owner_t, "owners"), which an older keylane would not
  * check; format 6 keeps the ids in KL__LMDB_IDS_DB, a UUID id before its
- * entity key (store/lmdb_ids.c, tag 5), so that an older keylane's
- * writes to KL__LMDB_IDS_V5_DB, which would never be looked up again,
- * fail once the open has moved the ids and dropped it (an LMDB handle to
- * a dropped database finds nothing to write into). Older formats are
+ * entity key (store/lmdb_ids.c, tag 5), and KL__LMDB_IDS_V5_DB becomes an
+ * empty tombstone on which an older keylane still running fails every
+ * read and write of an id (store/lmdb_migrate.c). Older formats are
  * migrated when opened; the ids formats 1 and 2 hold stay unscoped, and
  * meta's KL__LMDB_LEGACY_IDS_KEY says when the upgrade was (int64 store
  * ms, host order). */

@@ -791,19 +791,25 @@ static void t_v5_ids(kl_store_t *store, char (*ids)[37]) {
   kl_t_store_commit(txn, 1);
 }
 
+/* A store of format 5 at @p where, holding t_v5_ids()' ids: @returns how
+ * many ids it holds. */
+static size_t t_v5_store(const char *where, char (*ids)[37]) {
+  kl_store_t *store = kl_t_store_open(where, NULL);
+  t_v5_ids(store, ids);
+  kl_store_destroy(store);
+  return t_make_format5(where);
+}
+
 /* Opening a format-5 store moves its ids to format 6's database, a UUID
  * before its entity key: each still suppresses its event, under its own
  * key only, and the old database is gone. */
 static void test_format5_ids_move_uuid_first(void **state) {
   t_state_t *st = *state;
   static char ids[T_V5_IDS + 1][37];
-  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
-  t_v5_ids(store, ids);
-  kl_store_destroy(store);
-  assert_int_equal(t_make_format5(st->fx.where), T_V5_IDS + 2);
+  assert_int_equal(t_v5_store(st->fx.where, ids), T_V5_IDS + 2);
   assert_true(t_has_v5_ids(st->fx.where));
 
-  store = kl_t_store_open(st->fx.where, NULL);
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
   int version, latest;
   assert_int_equal(kl__store_version(store, &version, &latest), KL_OK);
   assert_int_equal(version, KL__LMDB_FORMAT);
@@ -828,54 +834,193 @@ static void test_format5_ids_move_uuid_first(void **state) {
   kl_store_destroy(store);
 }
 
-/* A process of the older release that has the store open when a newer one
- * moves its ids writes nothing from then on: a write would land in a
- * database nobody looks up, so a copy of its event would be applied again.
- * Its handle finds the tombstone: the put fails (and with it the batch's
- * commit), and the tombstone stays empty. The child is that process,
- * holding an LMDB handle as format 5's keylane did. */
-static void test_format5_writer_fails_after_the_move(void **state) {
+/* A child opening a format-5 store (no cmocka): 0 when it opened and the
+ * first id suppresses its event. */
+static int t_child_open_v5(const char *where, const char *id) {
+  kl_store_t *store;
+  kl_txn_t *txn;
+  kl_mark_t mark = KL_MARK_NONE;
+  if (kl_t_store_try_open(where, &store, NULL) != KL_OK)
+    return 1;
+  int ok = kl_store_begin(store, KL_T_TOPIC, 0, 1, &txn) == KL_OK &&
+           kl_txn_seen(txn, "acct-0", 6, id, 36, &mark) == KL_OK;
+  if (ok)
+    kl_store_abort(txn);
+  kl_store_destroy(store);
+  return ok && mark == KL_MARK_APPLIED ? 0 : 2;
+}
+
+/* Processes that open a format-5 store at once share its copy, and each
+ * returns the store once the move has ended (the attack's F2: all but the
+ * one that ended it failed with MDB_INCOMPATIBLE, their handle to
+ * "topic_ids" having outlived its replacement by the tombstone). */
+static void test_format5_store_opened_by_three_processes(void **state) {
   t_state_t *st = *state;
   static char ids[T_V5_IDS + 1][37];
-  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
-  t_v5_ids(store, ids);
-  kl_store_destroy(store);
-  t_make_format5(st->fx.where);
-  int ready[2], go[2];
-  assert_int_equal(pipe(ready), 0);
-  assert_int_equal(pipe(go), 0);
+  t_v5_store(st->fx.where, ids);
+  pid_t pids[3];
+  for (int i = 0; i < 3; i++) {
+    pids[i] = fork();
+    assert_true(pids[i] >= 0);
+    if (pids[i] == 0)
+      _exit(t_child_open_v5(st->fx.where, ids[0]));
+  }
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(t_wait(pids[i]), 0);
+  assert_false(t_has_v5_ids(st->fx.where));
+}
+
+/* ---- an older keylane's writer in the middle of the move ------------- */
+
+/* The child, format 5's keylane: what each of its steps found. */
+enum { T_OLD_OK = 0, T_OLD_MISSED = 1, T_OLD_FAILED = 2, T_OLD_REFUSED = 3 };
+
+typedef struct t_old {
+  int go[2], done[2];
+  int steps;
+  int codes[8];
+} t_old_t;
+
+static t_old_t t_old;
+
+/* The format-5 key of entity key "acct-c" and UUID 0190...00NN. */
+static size_t t_old_key(unsigned char *key, int n) {
+  static const unsigned char head[] = {0,   0,   0,   1,   3,   0,  6,
+                                       'a', 'c', 'c', 't', '-', 'c'};
+  memcpy(key, head, sizeof(head));
+  memset(key + sizeof(head), 0, 16);
+  key[sizeof(head)] = 0x01, key[sizeof(head) + 1] = 0x90;
+  key[sizeof(head) + 6] = 0x70, key[sizeof(head) + 8] = 0x80;
+  key[sizeof(head) + 15] = (unsigned char)n;
+  return sizeof(head) + 16;
+}
+
+static void t_old_uuid(char *out, int n) {
+  snprintf(out, 37, "01900000-0000-7000-8000-0000000000%02x", n);
+}
+
+static void t_idval(unsigned char val[6], kl_mark_t mark) {
+  uint64_t v = (uint64_t)kl__now_ms() << 2 | (uint64_t)mark;
+  for (int i = 0; i < 6; i++)
+    val[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Step @p n of the older writer: it must find the first and the last id it
+ * had before the move began, then it marks id n applied and, at steps 0
+ * and 1, id 99 dead-lettered then applied (a mark changed mid-move). */
+static int t_old_step(MDB_env *env, MDB_dbi dbi, const MDB_val *first,
+                      const MDB_val *last, int n) {
+  MDB_txn *mtxn;
+  MDB_val v;
+  unsigned char key[64], val[6];
+  if (mdb_txn_begin(env, NULL, 0, &mtxn))
+    return T_OLD_FAILED;
+  int rc = mdb_get(mtxn, dbi, (MDB_val *)first, &v);
+  if (rc == 0)
+    rc = mdb_get(mtxn, dbi, (MDB_val *)last, &v);
+  if (rc) {
+    mdb_txn_abort(mtxn);
+    return rc == MDB_INCOMPATIBLE ? T_OLD_REFUSED : T_OLD_MISSED;
+  }
+  MDB_val k = {t_old_key(key, n), key}, nv = {6, val};
+  t_idval(val, KL_MARK_APPLIED);
+  rc = mdb_put(mtxn, dbi, &k, &nv, 0);
+  if (rc == 0 && n < 2) {
+    k.mv_size = t_old_key(key, 99);
+    t_idval(val, n == 0 ? KL_MARK_DEAD_LETTER : KL_MARK_APPLIED);
+    rc = mdb_put(mtxn, dbi, &k, &nv, 0);
+  }
+  if (rc || mdb_txn_commit(mtxn))
+    return T_OLD_FAILED;
+  return T_OLD_OK;
+}
+
+static void t_old_child(const char *where) {
+  MDB_env *env;
+  MDB_txn *mtxn;
+  MDB_dbi dbi;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  unsigned char fk[512], lk[512];
+  char c;
+  close(t_old.go[1]), close(t_old.done[0]); /* the parent's ends */
+  if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 12) ||
+      mdb_env_open(env, where, 0, 0644) || mdb_txn_begin(env, NULL, 0, &mtxn) ||
+      mdb_dbi_open(mtxn, KL__LMDB_IDS_V5_DB, 0, &dbi) ||
+      mdb_cursor_open(mtxn, dbi, &cur) ||
+      mdb_cursor_get(cur, &k, &v, MDB_FIRST))
+    _exit(2);
+  MDB_val first = {k.mv_size, fk}, last;
+  memcpy(fk, k.mv_data, k.mv_size);
+  if (mdb_cursor_get(cur, &k, &v, MDB_LAST))
+    _exit(2);
+  last = (MDB_val){k.mv_size, lk};
+  memcpy(lk, k.mv_data, k.mv_size);
+  mdb_cursor_close(cur);
+  if (mdb_txn_commit(mtxn))
+    _exit(2);
+  for (int n = 0; read(t_old.go[0], &c, 1) == 1; n++) {
+    c = (char)t_old_step(env, dbi, &first, &last, n);
+    if (write(t_old.done[1], &c, 1) != 1)
+      _exit(2);
+  }
+  mdb_env_close(env);
+  _exit(0);
+}
+
+/* Between two chunks of the copy: one step of the older writer. */
+static void t_old_between(void) {
+  char c = 0;
+  if (t_old.steps < 7 && write(t_old.go[1], &c, 1) == 1 &&
+      read(t_old.done[0], &c, 1) == 1)
+    t_old.codes[t_old.steps++] = c;
+}
+
+/* An older keylane that keeps running beside the move (issue 37's attack,
+ * F1): while the ids are copied it finds every id it had (a move that took
+ * them away chunk by chunk let it apply a copy of an event again: 300 to
+ * 600 in the attack), what it writes or changes meanwhile is in the new
+ * database after the move, and once the move has ended it can read and
+ * write no id. */
+static void test_format5_writer_during_the_move(void **state) {
+  t_state_t *st = *state;
+  static char ids[T_V5_IDS + 1][37];
+  t_v5_store(st->fx.where, ids);
+  memset(&t_old, 0, sizeof(t_old));
+  assert_int_equal(pipe(t_old.go), 0);
+  assert_int_equal(pipe(t_old.done), 0);
   pid_t pid = fork();
   assert_true(pid >= 0);
-  if (pid == 0) {
-    MDB_env *env;
-    MDB_txn *mtxn;
-    MDB_dbi dbi;
-    char c = 0;
-    if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 12) ||
-        mdb_env_open(env, st->fx.where, 0, 0644) ||
-        mdb_txn_begin(env, NULL, 0, &mtxn) ||
-        mdb_dbi_open(mtxn, KL__LMDB_IDS_V5_DB, 0, &dbi) ||
-        mdb_txn_commit(mtxn) || write(ready[1], &c, 1) != 1 ||
-        read(go[0], &c, 1) != 1 || mdb_txn_begin(env, NULL, 0, &mtxn))
-      _exit(2);
-    unsigned char key[] = {0, 0, 0, 1, 3, 0,  1,  'k', 1,  2,  3,  4,
-                           5, 6, 7, 8, 9, 10, 11, 12,  13, 14, 15, 16};
-    unsigned char val[6] = {1};
-    MDB_val k = {sizeof(key), key}, v = {sizeof(val), val};
-    int put = mdb_put(mtxn, dbi, &k, &v, 0);
-    int commit = mdb_txn_commit(mtxn);
-    mdb_env_close(env);
-    _exit(put == 0 ? 1 : put != MDB_INCOMPATIBLE ? 4 : commit == 0 ? 0 : 3);
-  }
-  char c;
-  assert_int_equal(read(ready[0], &c, 1), 1);
-  store = kl_t_store_open(st->fx.where, NULL); /* moves the ids */
-  kl_store_destroy(store);
-  assert_int_equal(write(go[1], &c, 1), 1);
+  if (pid == 0)
+    t_old_child(st->fx.where);
+  close(t_old.go[0]), close(t_old.done[1]); /* the child's ends */
+  kl__lmdb_migrate_between = t_old_between;
+  kl_store_t *store =
+      kl_t_store_open(st->fx.where, NULL); /* copies, 2 chunks + last */
+  kl__lmdb_migrate_between = NULL;
+  t_old_between(); /* after the move */
+  close(t_old.go[1]);
   assert_int_equal(t_wait(pid), 0);
-  assert_false(t_has_v5_ids(st->fx.where));
-  for (int i = 0; i < 2; i++)
-    close(ready[i]), close(go[i]);
+  close(t_old.done[0]);
+  assert_int_equal(t_old.steps, 3);
+  assert_int_equal(t_old.codes[0], T_OLD_OK);
+  assert_int_equal(t_old.codes[1], T_OLD_OK);
+  assert_int_equal(t_old.codes[2], T_OLD_REFUSED);
+
+  kl_txn_t *txn = kl_t_store_begin(store, 0, kl_t_store_acquire(store, 0));
+  char uuid[37];
+  for (int n = 0; n < 2; n++) {
+    t_old_uuid(uuid, n);
+    assert_int_equal(kl_t_txn_seen_key(txn, "acct-c", uuid), KL_MARK_APPLIED);
+  }
+  t_old_uuid(uuid, 99);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-c", uuid), KL_MARK_APPLIED);
+  assert_int_equal(kl_t_txn_seen_key(txn, "acct-0", ids[0]), KL_MARK_APPLIED);
+  kl_store_abort(txn);
+  uint64_t count;
+  assert_int_equal(kl_store_id_count(store, &count), KL_OK);
+  assert_int_equal(count, T_V5_IDS + 2 + 3);
+  kl_store_destroy(store);
 }
 
 /* The bytes this process has written with write(2) and its kind. */
@@ -1238,7 +1383,8 @@ int main(void) {
       T(test_format1_store_is_migrated),
       T(test_format1_store_opened_by_two_processes),
       T(test_format5_ids_move_uuid_first),
-      T(test_format5_writer_fails_after_the_move),
+      T(test_format5_writer_during_the_move),
+      T(test_format5_store_opened_by_three_processes),
       T(test_uuid_ids_commit_few_pages),
       T(test_map_grows),
       T(test_map_full_at_max),
