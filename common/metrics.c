@@ -378,18 +378,51 @@ void kl__series_set(kl__series_t *series, double v) {
   pthread_mutex_unlock(&series->metric->lock);
 }
 
+/* The bucket of @p v: the first bound at or above it, or +Inf. */
+static size_t series_bucket(const kl__metric_t *metric, double v) {
+  size_t i = 0;
+  while (i < metric->nbounds && v > metric->bounds[i])
+    i++;
+  return i;
+}
+
 void kl__series_observe(kl__series_t *series, double v) {
   if (!series || series->metric->type != KL_MT_HISTOGRAM || isnan(v))
     return;
   kl__metric_t *metric = series->metric;
-  size_t i = 0;
-  while (i < metric->nbounds && v > metric->bounds[i])
-    i++;
+  size_t i = series_bucket(metric, v);
   pthread_mutex_lock(&metric->lock);
   series->buckets[i]++;
   series->count++;
   series->sum += v;
   pthread_mutex_unlock(&metric->lock);
+}
+
+void kl__observed_init(kl__observed_t *o, kl__series_t *series) {
+  memset(o, 0, sizeof(*o));
+  if (series && series->metric->type == KL_MT_HISTOGRAM)
+    o->series = series;
+}
+
+void kl__observed_add(kl__observed_t *o, double v) {
+  if (!o->series || isnan(v))
+    return;
+  o->buckets[series_bucket(o->series->metric, v)]++;
+  o->count++;
+  o->sum += v;
+}
+
+void kl__observed_flush(kl__observed_t *o) {
+  if (!o->series || !o->count)
+    return;
+  kl__metric_t *metric = o->series->metric;
+  pthread_mutex_lock(&metric->lock);
+  for (size_t i = 0; i <= metric->nbounds; i++)
+    o->series->buckets[i] += o->buckets[i];
+  o->series->count += o->count;
+  o->series->sum += o->sum;
+  pthread_mutex_unlock(&metric->lock);
+  kl__observed_init(o, o->series);
 }
 
 double kl__series_value(kl__series_t *series) {

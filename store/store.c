@@ -522,11 +522,14 @@ kl_err_t kl_txn_cancel(kl_txn_t *txn, const void *key, size_t key_len,
              : kl__txn_mark_sid(txn, sid, sid_len, KL__MARK_CANCELLED);
 }
 
+/* kl__mark_merge() on a buffer's tags (KL_MARK_NONE is 0: no entry). */
+static int buf_mark_merge(int have, int mark) {
+  return (int)kl__mark_merge((kl_mark_t)have, (kl_mark_t)mark);
+}
+
 kl_err_t kl__store_buf_mark(kl__buf_t *ids, const void *key, size_t key_len,
                             kl_mark_t mark) {
-  const kl__buf_entry_t *have = kl__buf_get(ids, key, key_len);
-  mark = kl__mark_merge(have ? (kl_mark_t)have->tag : KL_MARK_NONE, mark);
-  if (kl__buf_set(ids, key, key_len, NULL, 0, (int)mark))
+  if (kl__buf_retag(ids, key, key_len, buf_mark_merge, (int)mark))
     return kl__err(KL_ENOMEM, "kl_txn_mark: out of memory");
   return KL_OK;
 }

@@ -133,12 +133,10 @@ static kl_err_t buf_grow(kl__buf_t *buf) {
   return KL_OK;
 }
 
-kl_err_t kl__buf_set(kl__buf_t *buf, const void *key, size_t key_len,
-                     const void *val, size_t val_len, int tag) {
-  if ((buf->count + 1) * 2 > buf->cap && buf_grow(buf))
-    return KL_ENOMEM;
-  uint64_t hash = kl__fnv1a(key, key_len);
-  size_t i = buf_slot(buf->slots, buf->cap, hash, key, key_len);
+/* Sets slot @p i, found for @p key (of @p hash), to a copy of @p val. */
+static kl_err_t buf_put(kl__buf_t *buf, size_t i, uint64_t hash,
+                        const void *key, size_t key_len, const void *val,
+                        size_t val_len, int tag) {
   kl__buf_entry_t *entry = buf->slots[i];
   if (entry && entry->val_len >= val_len) { /* rewrite in place */
     if (val_len)
@@ -162,6 +160,29 @@ kl_err_t kl__buf_set(kl__buf_t *buf, const void *key, size_t key_len,
     buf->used[buf->count++] = i;
   buf->slots[i] = fresh;
   return KL_OK;
+}
+
+kl_err_t kl__buf_set(kl__buf_t *buf, const void *key, size_t key_len,
+                     const void *val, size_t val_len, int tag) {
+  if ((buf->count + 1) * 2 > buf->cap && buf_grow(buf))
+    return KL_ENOMEM;
+  uint64_t hash = kl__fnv1a(key, key_len);
+  size_t i = buf_slot(buf->slots, buf->cap, hash, key, key_len);
+  return buf_put(buf, i, hash, key, key_len, val, val_len, tag);
+}
+
+kl_err_t kl__buf_retag(kl__buf_t *buf, const void *key, size_t key_len,
+                       int (*merge)(int have, int tag), int tag) {
+  if ((buf->count + 1) * 2 > buf->cap && buf_grow(buf))
+    return KL_ENOMEM;
+  uint64_t hash = kl__fnv1a(key, key_len);
+  size_t i = buf_slot(buf->slots, buf->cap, hash, key, key_len);
+  kl__buf_entry_t *entry = buf->slots[i];
+  if (entry) {
+    entry->tag = merge(entry->tag, tag);
+    return KL_OK;
+  }
+  return buf_put(buf, i, hash, key, key_len, NULL, 0, merge(0, tag));
 }
 
 const kl__buf_entry_t *kl__buf_get(const kl__buf_t *buf, const void *key,

@@ -95,6 +95,15 @@ void kl__buf_recycle(kl__buf_t *buf);
 kl_err_t kl__buf_set(kl__buf_t *buf, const void *key, size_t key_len,
                      const void *val, size_t val_len, int tag);
 
+/**
+ * Sets @p key's tag to @p merge(its tag, @p tag), 0 for a key not there
+ * (which gets no value): an idempotency mark over an earlier one
+ * (kl__mark_merge()), with one hash and one probe where a get and a set
+ * took two of each (issue 37). @returns KL_OK or KL_ENOMEM (unchanged).
+ */
+kl_err_t kl__buf_retag(kl__buf_t *buf, const void *key, size_t key_len,
+                       int (*merge)(int have, int tag), int tag);
+
 /** @returns the entry of @p key, or NULL; valid until @p key is set again. */
 const kl__buf_entry_t *kl__buf_get(const kl__buf_t *buf, const void *key,
                                    size_t key_len);

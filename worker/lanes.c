@@ -559,7 +559,8 @@ static void lane_below(kl__lanes_t *lanes, kl__lane_t *lane, int64_t offset) {
 static void lane_verify(kl__lanes_t *lanes, kl__lane_t *lane,
                         const rd_kafka_message_t *m);
 
-void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m) {
+void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m,
+                    int64_t taken_ns) {
   pthread_mutex_lock(&lanes->mu);
   kl__lane_t *lane =
       m->partition < lanes->count ? lanes->lanes[m->partition] : NULL;
@@ -588,7 +589,7 @@ void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m) {
   kl__slot_t *slot = slot_new(lanes);
   slot->msg = m;
   slot->offset = m->offset;
-  slot->taken_ns = kl__mono_ns();
+  slot->taken_ns = taken_ns;
   slot->key = key_get(lanes, lane, m->key, m->key ? m->key_len : 0);
   slot->key->refs++;
   ring_push(lane, slot);

@@ -211,8 +211,14 @@ void kl__lanes_halt(kl__lanes_t *lanes, int32_t partition);
 void kl__lanes_go_on(kl__lanes_t *lanes, int32_t partition, int64_t from,
                      uint64_t redelivered);
 
-/** Takes @p m (ownership passes) into its lane's window. Poll thread. */
-void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m);
+/**
+ * Takes @p m (ownership passes) into its lane's window, taken from the
+ * consumer at @p taken_ns (kl__mono_ns()), for the commit latency. One at
+ * a time: a record that fills its window pauses the partition before the
+ * consumer hands over the next one (the bound is exact). Poll thread.
+ */
+void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m,
+                    int64_t taken_ns);
 
 /**
  * Picks a ready event; with @p wait blocks until there is one or

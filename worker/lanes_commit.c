@@ -172,15 +172,15 @@ void kl__lanes_kafka_committed(kl__lanes_t *lanes,
   pthread_mutex_unlock(&lanes->mu);
 }
 
-/* An applied event's latencies: publish (its envelope's ts, a wall clock)
- * and taken from the consumer (the monotonic clock) to now, its commit. */
-static void observe_applied(kl__lanes_t *lanes, const kl__slot_t *s,
+/* An applied event's latencies, into @p o (the two histograms, each
+ * added once per commit): publish (its envelope's ts, a wall clock) and
+ * taken from the consumer (the monotonic clock) to now, its commit. */
+static void observe_applied(kl__observed_t o[2], const kl__slot_t *s,
                             int64_t now_ms, int64_t now_ns) {
   /* Negative when the producer's clock runs ahead of this host's. */
   int64_t since_ts = now_ms - s->ts_ms;
-  kl__series_observe(lanes->latency, since_ts > 0 ? (double)since_ts / 1e3 : 0);
-  kl__series_observe(lanes->commit_latency,
-                     (double)(now_ns - s->taken_ns) / 1e9);
+  kl__observed_add(&o[0], since_ts > 0 ? (double)since_ts / 1e3 : 0);
+  kl__observed_add(&o[1], (double)(now_ns - s->taken_ns) / 1e9);
 }
 
 /* A committed slot's timers: the owner's count, and a fired one's
@@ -201,6 +201,10 @@ static void commit_committed(kl__lanes_t *lanes, kl__lane_t *lane,
                              kl_build_t *b) {
   lane->ov.committed_gen = b->gen;
   int64_t now_ms = kl__now_ms(), now_ns = kl__mono_ns();
+  kl__observed_t latencies[2];
+  kl__observed_init(&latencies[0], lanes->latency);
+  kl__observed_init(&latencies[1], lanes->commit_latency);
+  uint64_t applied = 0;
   for (size_t i = 0; i < b->slots.n; i++) {
     kl__slot_t *s = b->slots.v[i];
     s->building = 0;
@@ -215,10 +219,13 @@ static void commit_committed(kl__lanes_t *lanes, kl__lane_t *lane,
       lanes->timers_scheduled++;
       kl__fire_soon(lanes->fire, lane->partition, s->scheduled);
     } else if (s->state == KL__SLOT_DONE) {
-      lanes->applied++;
-      observe_applied(lanes, s, now_ms, now_ns);
+      applied++;
+      observe_applied(latencies, s, now_ms, now_ns);
     }
   }
+  lanes->applied += applied; /* an atomic add per commit, not per event */
+  kl__observed_flush(&latencies[0]);
+  kl__observed_flush(&latencies[1]);
   /* An entry may go once stored, if no event of its key runs or waits:
    * such an event may hold a snapshot older than this commit. */
   for (size_t i = 0; i < b->nbuilt; i++) {

@@ -174,7 +174,7 @@ sed -i 's/kl__apply_event(&x->applier/kl__apply_one(\&x->applier/' \
   "$D/worker/lanes_pool.c"
 sed -i 's/^  kl__lanes_push(/  kl__lanes_add(/; s/^void kl__lanes_push(/void kl__lanes_add(/' \
   "$D/worker/lanes.c"
-sed -i 's/kl__lanes_push(worker->lanes, m)/kl__lanes_add(worker->lanes, m)/' \
+sed -i 's/kl__lanes_push(worker->lanes, /kl__lanes_add(worker->lanes, /' \
   "$D/worker/worker.c"
 sed -i 's/kl__outbox_tick(lanes->outbox)/(void)lanes->outbox/' "$D/worker/lanes.c"
 sed -i 's/: a->handler(a->handler_opaque/: a->run(a->handler_opaque/' \

@@ -642,11 +642,11 @@ static void test_lane_counts_nothing_below_its_position(void **state) {
       .store = fx.store, .topic = fx.topic, .handler = kl_ledger_handler};
   kl__lanes_t *lanes;
   assert_int_equal(kl__lanes_new(conf, &applier, NULL, NULL, &lanes), KL_OK);
-  kl__lanes_own(lanes, 0, 1, 5); /* the store applied 0..4 */
-  kl__lanes_push(lanes, m[6]);   /* next_offset 7 */
-  for (int i = 0; i < 6; i++)    /* 0..4 below the watermark, 5 in between */
-    kl__lanes_push(lanes, m[i]);
-  kl__lanes_push(lanes, m[7]);
+  kl__lanes_own(lanes, 0, 1, 5);  /* the store applied 0..4 */
+  kl__lanes_push(lanes, m[6], 0); /* next_offset 7 */
+  for (int i = 0; i < 6; i++)     /* 0..4 below the watermark, 5 in between */
+    kl__lanes_push(lanes, m[i], 0);
+  kl__lanes_push(lanes, m[7], 0);
   kl_worker_stats_t st;
   kl__lanes_stats(lanes, &st);
   assert_int_equal(st.redelivered, 0);

@@ -315,7 +315,8 @@ static size_t owner_feed(sim_owner_t *o, int32_t part, size_t count) {
   W->acting = o;
   for (int64_t off = lane->next_offset;
        n < count && (size_t)off < W->log[part].n; off++, n++)
-    kl__lanes_push(o->lanes[sim_topic_no(part)], &W->log[part].v[off]->msg);
+    kl__lanes_push(o->lanes[sim_topic_no(part)], &W->log[part].v[off]->msg,
+                   kl__mono_ns());
   W->acting = NULL;
   return n;
 }

@@ -1026,6 +1026,33 @@ static void test_uuid_parse_format(void **state) {
       kl__uuid_parse("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5g", 36, b), -1);
 }
 
+/* Every byte value at every digit of a UUID: a lowercase hex digit parses
+ * to its value, anything else (uppercase, a byte over 0x7f) refuses the
+ * whole id; kl__uuid_parse() looks its digits up in a table. */
+static void test_uuid_parse_every_byte(void **state) {
+  (void)state;
+  static const uint8_t at[16] = {0,  2,  4,  6,  9,  11, 14, 16,
+                                 19, 21, 24, 26, 28, 30, 32, 34};
+  char text[37];
+  uint8_t b[16];
+  for (int i = 0; i < 16; i++)
+    for (int half = 0; half < 2; half++)
+      for (int c = 0; c < 256; c++) {
+        memcpy(text, "00000000-0000-0000-0000-000000000000", 37);
+        text[at[i] + half] = (char)c;
+        int want = (c >= '0' && c <= '9')   ? c - '0'
+                   : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                                            : -1;
+        int got = kl__uuid_parse(text, 36, b);
+        if (want < 0) {
+          assert_int_equal(got, -1);
+          continue;
+        }
+        assert_int_equal(got, 0);
+        assert_int_equal(b[i], half ? want : want << 4);
+      }
+}
+
 static void *make_ids(void *arg) {
   char(*ids)[37] = arg;
   for (int i = 0; i < PER_THREAD; i++)
@@ -1056,6 +1083,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_roundtrip_full),
       cmocka_unit_test(test_uuid_parse_format),
+      cmocka_unit_test(test_uuid_parse_every_byte),
       cmocka_unit_test(test_roundtrip_no_headers),
       cmocka_unit_test(test_roundtrip_empty_payload),
       cmocka_unit_test(test_roundtrip_max_sizes),

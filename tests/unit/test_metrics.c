@@ -52,6 +52,56 @@ static void test_render_counter_gauge_histogram(void **state) {
   kl__metrics_destroy(m);
 }
 
+/* Observations gathered (kl__observed_*) and added in one go render as
+ * the same observations made one at a time; a NaN is dropped by both; a
+ * NULL series or a counter gathers nothing. */
+static void test_observed_as_one_by_one(void **state) {
+  (void)state;
+  kl__metrics_t *m = kl__metrics_new();
+  const double b[] = {0.1, 1, 10};
+  kl__metric_t *one =
+      kl__metrics_histogram(m, "one_seconds", "one by one", NULL, b, 3);
+  kl__metric_t *all =
+      kl__metrics_histogram(m, "all_seconds", "in one go", NULL, b, 3);
+  kl__series_t *s1 = kl__metric_series(one, NULL);
+  kl__observed_t o;
+  kl__observed_init(&o, kl__metric_series(all, NULL));
+  for (int round = 0; round < 2; round++) { /* flushed twice: it adds */
+    for (double v = 0.05; v < 20; v *= 2) {
+      kl__series_observe(s1, v);
+      kl__observed_add(&o, v);
+    }
+    kl__series_observe(s1, 0.0 / 0.0);
+    kl__observed_add(&o, 0.0 / 0.0);
+    kl__observed_flush(&o);
+  }
+  kl__observed_t none;
+  kl__observed_init(&none, NULL);
+  kl__observed_add(&none, 1);
+  kl__observed_flush(&none);
+  kl__observed_init(
+      &none, kl__metric_series(
+                 kl__metrics_counter(m, "c_total", "a counter", NULL), NULL));
+  kl__observed_add(&none, 1);
+  kl__observed_flush(&none);
+  char *text = kl_render(m);
+  const char *lines[] = {"_bucket{le=\"0.1\"} 4\n", "_bucket{le=\"1\"} 10\n",
+                         "_bucket{le=\"10\"} 16\n", "_bucket{le=\"+Inf\"} 18\n",
+                         "_count 18\n"};
+  for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+    char want[64];
+    snprintf(want, sizeof(want), "one_seconds%s", lines[i]);
+    if (!strstr(text, want))
+      fail_msg("no %s in\n%s", want, text);
+    snprintf(want, sizeof(want), "all_seconds%s", lines[i]);
+    if (!strstr(text, want))
+      fail_msg("no %s in\n%s", want, text);
+  }
+  assert_non_null(strstr(text, "c_total 0\n"));
+  free(text);
+  kl__metrics_destroy(m);
+}
+
 static void test_bad_registrations(void **state) {
   kl__metrics_t *m = kl__metrics_new();
   const double b[] = {1, 0.5};
@@ -168,6 +218,7 @@ static void test_threads(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_render_counter_gauge_histogram),
+      cmocka_unit_test(test_observed_as_one_by_one),
       cmocka_unit_test(test_render_with),
       cmocka_unit_test(test_bad_registrations),
       cmocka_unit_test(test_series_cap_and_remove),

@@ -105,10 +105,42 @@ static void recycle_keeps_what_is_small(void **state) {
   kl__buf_clear(&buf);
 }
 
+/* A merge that shows what it was given: have * 10 + tag. */
+static int t_merge(int have, int tag) {
+  return have * 10 + tag;
+}
+
+/* kl__buf_retag(): a key not there is added with no value and the merge
+ * of 0 and the tag; one there keeps its value and gets the merge of its
+ * tag and the new one; the other keys are left alone. */
+static void retag_merges_into_one_entry(void **state) {
+  (void)state;
+  kl__buf_t buf;
+  kl__buf_init(&buf);
+  t_fill(&buf, 40); /* a table grown a few times */
+  size_t count = buf.count;
+  assert_int_equal(kl__buf_retag(&buf, "id-a", 4, t_merge, 2), KL_OK);
+  const kl__buf_entry_t *e = kl__buf_get(&buf, "id-a", 4);
+  assert_non_null(e);
+  assert_int_equal(e->tag, 2);
+  assert_int_equal(e->val_len, 0);
+  assert_int_equal(kl__buf_retag(&buf, "id-a", 4, t_merge, 3), KL_OK);
+  assert_int_equal(kl__buf_get(&buf, "id-a", 4)->tag, 23);
+  assert_int_equal(kl__buf_retag(&buf, "k7", 2, t_merge, 4), KL_OK);
+  e = kl__buf_get(&buf, "k7", 2);
+  assert_int_equal(e->tag, 14); /* t_fill's tag 1 */
+  assert_int_equal(e->val_len, 2);
+  assert_memory_equal(kl__buf_val(e), "k7", 2);
+  assert_int_equal(buf.count, count + 1);
+  t_sorted_ok(&buf);
+  kl__buf_clear(&buf);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(sorted_in_key_order),
       cmocka_unit_test(recycle_keeps_what_is_small),
+      cmocka_unit_test(retag_merges_into_one_entry),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
