@@ -213,6 +213,7 @@ typedef struct kl_fault {
   int broker_state, broker_node, broker_rc;
   pid_t broker_op;
   kl_pin_t pin;
+  uint64_t ballast; /* kl_f_ballast()'s values in meta, while full */
   int ro_on, full_on, full_errors;
   int64_t full_checked;
   double ro_secs, full_secs, broker_secs;
@@ -558,10 +559,58 @@ static void kl_f_print_room(const kl_fault_t *f, const char *when) {
               : "");
 }
 
+/* Values of a page each in meta, one per free page LMDB may reuse (and a
+ * few more), put (or with @p del removed) in one write transaction. */
+#define KL_F_BALLAST "fault.ballast."
+typedef struct kl_ballast {
+  uint64_t values;
+  int del;
+} kl_ballast_t;
+
+static int kl_f_ballast_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *ctx,
+                           kl_err_t *stop) {
+  kl_ballast_t *b = ctx;
+  char key[40], val[3000]; /* past half a page: an overflow page each */
+  (void)stop;
+  memset(val, 0x5a, sizeof(val));
+  for (uint64_t i = 0; i < b->values; i++) {
+    MDB_val k = {(size_t)snprintf(key, sizeof(key), KL_F_BALLAST "%" PRIu64, i),
+                 key},
+            v = {sizeof(val), val};
+    int rc = b->del ? mdb_del(mtxn, lmdb->meta, &k, NULL)
+                    : mdb_put(mtxn, lmdb->meta, &k, &v, 0);
+    if (rc && !(b->del && rc == MDB_NOTFOUND))
+      return rc;
+  }
+  return 0;
+}
+
+/* Takes the free pages a commit could reuse, while the file system still
+ * has room: the workers' next commits then need pages the full file
+ * system refuses. Left to the workers, the pages lasted the whole window
+ * once a commit wrote a few pages (ids in time order, LMDB format 6), and
+ * no commit failed. */
+static void kl_f_ballast(kl_fault_t *f, int del) {
+  if (!del) {
+    kl_room_t room;
+    kl_f_room(f, &room);
+    f->ballast = room.reusable + 8;
+  }
+  kl_ballast_t b = {f->ballast, del};
+  if (f->ballast &&
+      kl__lmdb_write(f->pin.lmdb, "fault ballast", kl_f_ballast_fn, &b))
+    fail_msg("fault: cannot %s the ballast: %s", del ? "remove" : "put",
+             kl_err_detail());
+  if (del)
+    f->ballast = 0;
+}
+
 static void kl_f_unfill(kl_fault_t *f) {
   char path[160];
   snprintf(path, sizeof(path), "%s/filler", f->store_dir);
   unlink(path);
+  if (f->ballast && f->pin.lmdb)
+    kl_f_ballast(f, 1);
   if (f->pin.snap) {
     kl__lmdb_read_end(f->pin.lmdb, f->pin.snap);
     f->pin.snap = NULL;
@@ -808,6 +857,7 @@ static void kl_f_tick_windows(kl_fault_t *f, kl_store_t *store, int64_t now,
     fprintf(stderr, "fault: store's file system full, for %d to %d s\n",
             p->full_s, 3 * p->full_s);
     kl_f_pin(f, store); /* first: no page freed after the fill is reused */
+    kl_f_ballast(f, 0);
     kl_f_fill(f);
     kl_f_print_room(f, "pinned, then filled");
     f->full_on = 1, f->full_start = now;
