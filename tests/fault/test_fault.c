@@ -563,7 +563,7 @@ static void kl_f_print_room(const kl_fault_t *f, const char *when) {
  * few more), put (or with @p del removed) in one write transaction. */
 #define KL_F_BALLAST "fault.ballast."
 typedef struct kl_ballast {
-  uint64_t values;
+  uint64_t first, values;
   int del;
 } kl_ballast_t;
 
@@ -573,7 +573,7 @@ static int kl_f_ballast_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *ctx,
   char key[40], val[3000]; /* past half a page: an overflow page each */
   (void)stop;
   memset(val, 0x5a, sizeof(val));
-  for (uint64_t i = 0; i < b->values; i++) {
+  for (uint64_t i = b->first; i < b->first + b->values; i++) {
     MDB_val k = {(size_t)snprintf(key, sizeof(key), KL_F_BALLAST "%" PRIu64, i),
                  key},
             v = {sizeof(val), val};
@@ -591,18 +591,28 @@ static int kl_f_ballast_fn(kl__lmdb_t *lmdb, MDB_txn *mtxn, void *ctx,
  * once a commit wrote a few pages (ids in time order, LMDB format 6), and
  * no commit failed. */
 static void kl_f_ballast(kl_fault_t *f, int del) {
-  if (!del) {
-    kl_room_t room;
-    kl_f_room(f, &room);
-    f->ballast = room.reusable + 8;
-  }
-  kl_ballast_t b = {f->ballast, del};
-  if (f->ballast &&
-      kl__lmdb_write(f->pin.lmdb, "fault ballast", kl_f_ballast_fn, &b))
-    fail_msg("fault: cannot %s the ballast: %s", del ? "remove" : "put",
-             kl_err_detail());
-  if (del)
+  kl_ballast_t b = {0, f->ballast, 1};
+  if (del) {
+    if (f->ballast &&
+        kl__lmdb_write(f->pin.lmdb, "fault ballast", kl_f_ballast_fn, &b))
+      fail_msg("fault: cannot remove the ballast: %s", kl_err_detail());
     f->ballast = 0;
+    return;
+  }
+  /* A SIGKILLed worker's reader slot keeps the pages freed after its
+   * snapshot from reuse until a check clears it, which a later commit's
+   * may: clear them first, and take again what is still reusable. */
+  int dead = 0;
+  mdb_reader_check(f->pin.lmdb->env, &dead);
+  kl_room_t room;
+  kl_f_room(f, &room);
+  for (int i = 0; i < 4 && room.reusable; i++) {
+    b = (kl_ballast_t){f->ballast, room.reusable + 8, 0};
+    if (kl__lmdb_write(f->pin.lmdb, "fault ballast", kl_f_ballast_fn, &b))
+      fail_msg("fault: cannot put the ballast: %s", kl_err_detail());
+    f->ballast += b.values;
+    kl_f_room(f, &room);
+  }
 }
 
 static void kl_f_unfill(kl_fault_t *f) {
