@@ -122,7 +122,7 @@ static void cache_remove(kl__cache_t *cache, kl_entry_t *e) {
  * any segment held for it, then evicts down to the bound. */
 static void cache_put(kl__cache_t *cache, kl__cache_seg_t *seg, const void *key,
                       size_t key_len, const void *val, size_t val_len) {
-  uint64_t hash = kl__fnv1a(key, key_len);
+  uint64_t hash = kl__hash(key, key_len);
   kl_entry_t *old = cache_find(cache, key, key_len, hash);
   if (old)
     cache_remove(cache, old);
@@ -154,7 +154,7 @@ static void cache_put(kl__cache_t *cache, kl__cache_seg_t *seg, const void *key,
 }
 
 static void forget_key(kl__cache_t *cache, const void *key, size_t len) {
-  kl_entry_t *e = cache_find(cache, key, len, kl__fnv1a(key, len));
+  kl_entry_t *e = cache_find(cache, key, len, kl__hash(key, len));
   if (e)
     cache_remove(cache, e);
 }
@@ -246,7 +246,7 @@ static int copy_out(const kl_entry_t *e, unsigned char **buf, size_t *cap,
 static kl_entry_t *cache_known(kl__cache_t *cache, kl__cache_seg_t *seg,
                                uint64_t epoch, uint64_t ticket, const void *key,
                                size_t key_len) {
-  kl_entry_t *e = cache_find(cache, key, key_len, kl__fnv1a(key, key_len));
+  kl_entry_t *e = cache_find(cache, key, key_len, kl__hash(key, key_len));
   return e && e->seg == seg && cache_current(seg, epoch, ticket) ? e : NULL;
 }
 

@@ -11,10 +11,9 @@
 #include "common/hash.h"
 #include "store/store_internal.h"
 
-/* FNV-1a over the space byte and the key: the keys are the lane's own. */
+/* The space byte, then the key: the keys are the lane's own. */
 static uint64_t ov_hash(int space, const void *key, size_t len) {
-  unsigned char s = (unsigned char)space;
-  return kl__fnv1a_more(kl__fnv1a(&s, 1), key, len);
+  return kl__hash_more((uint64_t)space, key, len);
 }
 
 void kl__ov_init(kl__overlay_t *ov) {

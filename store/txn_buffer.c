@@ -166,7 +166,7 @@ kl_err_t kl__buf_set(kl__buf_t *buf, const void *key, size_t key_len,
                      const void *val, size_t val_len, int tag) {
   if ((buf->count + 1) * 2 > buf->cap && buf_grow(buf))
     return KL_ENOMEM;
-  uint64_t hash = kl__fnv1a(key, key_len);
+  uint64_t hash = kl__hash(key, key_len);
   size_t i = buf_slot(buf->slots, buf->cap, hash, key, key_len);
   return buf_put(buf, i, hash, key, key_len, val, val_len, tag);
 }
@@ -175,7 +175,7 @@ kl_err_t kl__buf_retag(kl__buf_t *buf, const void *key, size_t key_len,
                        int (*merge)(int have, int tag), int tag) {
   if ((buf->count + 1) * 2 > buf->cap && buf_grow(buf))
     return KL_ENOMEM;
-  uint64_t hash = kl__fnv1a(key, key_len);
+  uint64_t hash = kl__hash(key, key_len);
   size_t i = buf_slot(buf->slots, buf->cap, hash, key, key_len);
   kl__buf_entry_t *entry = buf->slots[i];
   if (entry) {
@@ -189,7 +189,7 @@ const kl__buf_entry_t *kl__buf_get(const kl__buf_t *buf, const void *key,
                                    size_t key_len) {
   if (!buf->count)
     return NULL;
-  uint64_t hash = kl__fnv1a(key, key_len);
+  uint64_t hash = kl__hash(key, key_len);
   return buf->slots[buf_slot(buf->slots, buf->cap, hash, key, key_len)];
 }
 

@@ -102,7 +102,7 @@ static void key_keep(kl__lanes_t *lanes, kl__lkey_t *k) {
 
 static kl__lkey_t *key_get(kl__lanes_t *lanes, kl__lane_t *lane,
                            const void *key, size_t len) {
-  uint64_t h = kl__fnv1a(key, len);
+  uint64_t h = kl__hash(key, len);
   for (kl__hnode_t *n = kl__hmap_first(&lane->keys, h); n;
        n = kl__hmap_next(n, h)) {
     kl__lkey_t *k = KL__HMAP_ENTRY(n, kl__lkey_t, node);
