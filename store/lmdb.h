@@ -158,10 +158,14 @@ int kl__lmdb_id_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
 /* Writes the record of @p lkey as @p mark at @p now_ms, unless it would put
  * a dead-letter mark over an applied one; *@p written says whether it
  * wrote a mark the id did not have (the same mark again is rewritten, and
- * not counted).
+ * not counted). @p cur is a cursor of the ids in @p mtxn, kept from one
+ * put to the next: LMDB searches from the page a cursor is on when the
+ * key falls there, from the root otherwise, and a commit puts its ids in
+ * key order (lmdb_txn.c).
  * An LMDB rc. */
-int kl__lmdb_id_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
-                    size_t len, int64_t now_ms, kl_mark_t mark, int *written);
+int kl__lmdb_id_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
+                    const unsigned char *lkey, size_t len, int64_t now_ms,
+                    kl_mark_t mark, int *written);
 
 /**
  * The number of @p topic in @p mtxn: given a new one when @p create (a

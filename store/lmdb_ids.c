@@ -257,8 +257,9 @@ int kl__lmdb_id_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
   return rc;
 }
 
-int kl__lmdb_id_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
-                    size_t len, int64_t now_ms, kl_mark_t mark, int *written) {
+int kl__lmdb_id_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
+                    const unsigned char *lkey, size_t len, int64_t now_ms,
+                    kl_mark_t mark, int *written) {
   unsigned char val[KL__IDVAL_LEN + KL__SID_MAX];
   unsigned char rec[KL_LONG_HEAD + 2];
   MDB_val k = {len, (void *)lkey}, v = {KL__IDVAL_LEN, val}, have;
@@ -278,7 +279,7 @@ int kl__lmdb_id_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
            len - KL__TOPIC_NO_LEN - 1);
     v.mv_size += len - KL__TOPIC_NO_LEN - 1;
   } else if (mark != KL_MARK_APPLIED) {
-    rc = mdb_get(mtxn, lmdb->ids, &k, &have);
+    rc = mdb_cursor_get(cur, &k, &have, MDB_SET);
     if (rc != 0 && rc != MDB_NOTFOUND)
       return rc;
     found = rc == 0;
@@ -299,5 +300,5 @@ int kl__lmdb_id_put(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
    * written, its time refreshed, and not counted a second time; a dead
    * letter over a timer's mark is a new one. */
   *written = !found || old != mark;
-  return mdb_put(mtxn, lmdb->ids, &k, &v, 0);
+  return mdb_cursor_put(cur, &k, &v, 0);
 }

@@ -1068,6 +1068,52 @@ static void test_uuid_ids_commit_few_pages(void **state) {
   assert_true(bytes < 512 * 1024);
 }
 
+/* A batch encodes an id once for its lookup and the mark after it
+ * (store/lmdb_txn.c): the mark of another id, or of the same id in a
+ * batch of another topic (a spare batch struct reused), is its own key.
+ * Seen failing with the kept encoding not reset at the begin: topic b's
+ * mark landed in topic a. */
+static void test_id_encoded_once_per_batch_and_topic(void **state) {
+  t_state_t *st = *state;
+  kl_store_t *store = kl_t_store_open(st->fx.where, NULL);
+  kl_partition_state_t a, b;
+  assert_int_equal(kl_store_acquire(store, "topic-a", 0, &a), KL_OK);
+  assert_int_equal(kl_store_acquire(store, "topic-b", 0, &b), KL_OK);
+  const char *id = "0190d6a4-7b2c-7def-8abc-000000000001";
+  const char *id2 = "0190d6a4-7b2c-7def-8abc-000000000002";
+  kl_mark_t mark;
+  kl_txn_t *txn;
+  assert_int_equal(kl_store_begin(store, "topic-a", 0, a.epoch, &txn), KL_OK);
+  assert_int_equal(kl_txn_seen(txn, "k", 1, id, 36, &mark), KL_OK);
+  assert_int_equal(mark, KL_MARK_NONE);
+  assert_int_equal(kl_txn_mark(txn, "k", 1, id2, 36, KL_MARK_APPLIED), KL_OK);
+  kl_t_store_commit(txn, 1);
+  assert_int_equal(kl_store_begin(store, "topic-a", 0, a.epoch, &txn), KL_OK);
+  assert_int_equal(kl_txn_seen(txn, "k", 1, id, 36, &mark), KL_OK);
+  assert_int_equal(mark, KL_MARK_NONE);
+  kl_store_abort(txn);
+  assert_int_equal(kl_store_begin(store, "topic-b", 0, b.epoch, &txn), KL_OK);
+  assert_int_equal(kl_txn_mark(txn, "k", 1, id, 36, KL_MARK_APPLIED), KL_OK);
+  kl_t_store_commit(txn, 1);
+  struct {
+    const char *topic;
+    uint64_t epoch;
+    const char *id;
+    kl_mark_t want;
+  } reads[] = {{"topic-a", a.epoch, id, KL_MARK_NONE},
+               {"topic-a", a.epoch, id2, KL_MARK_APPLIED},
+               {"topic-b", b.epoch, id, KL_MARK_APPLIED},
+               {"topic-b", b.epoch, id2, KL_MARK_NONE}};
+  for (size_t i = 0; i < sizeof(reads) / sizeof(reads[0]); i++) {
+    assert_int_equal(
+        kl_store_begin(store, reads[i].topic, 0, reads[i].epoch, &txn), KL_OK);
+    assert_int_equal(kl_txn_seen(txn, "k", 1, reads[i].id, 36, &mark), KL_OK);
+    assert_int_equal(mark, reads[i].want);
+    kl_store_abort(txn);
+  }
+  kl_store_destroy(store);
+}
+
 /* Another program's LMDB environment in @p dir, which exists. */
 static void t_foreign_lmdb(const char *dir) {
   MDB_env *env;
@@ -1385,6 +1431,7 @@ int main(void) {
       T(test_format5_ids_move_uuid_first),
       T(test_format5_writer_during_the_move),
       T(test_format5_store_opened_by_three_processes),
+      T(test_id_encoded_once_per_batch_and_topic),
       T(test_uuid_ids_commit_few_pages),
       T(test_map_grows),
       T(test_map_full_at_max),
