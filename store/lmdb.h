@@ -152,9 +152,12 @@ int kl__lmdb_idval_decode(const MDB_val *val, int64_t *time_ms,
 /* The topic's number and the sid of an ids record: an LMDB rc. */
 int kl__lmdb_id_decode(const MDB_val *key, const MDB_val *val,
                        uint32_t *topic_no, char out[KL__SID_MAX], size_t *len);
-/* Reads the record of a buffered key @p lkey: 0, MDB_NOTFOUND or an rc. */
-int kl__lmdb_id_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
-                    size_t len, int64_t *time_ms, kl_mark_t *mark);
+/* Reads the record of a buffered key @p lkey: 0, MDB_NOTFOUND or an rc.
+ * @p cur, a cursor of the ids in @p mtxn kept from one read to the next,
+ * or NULL (kl__lmdb_id_put() says why). */
+int kl__lmdb_id_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
+                    const unsigned char *lkey, size_t len, int64_t *time_ms,
+                    kl_mark_t *mark);
 /* Writes the record of @p lkey as @p mark at @p now_ms, unless it would put
  * a dead-letter mark over an applied one; *@p written says whether it
  * wrote a mark the id did not have (the same mark again is rewritten, and

@@ -240,8 +240,9 @@ static int long_find(const kl__lmdb_t *lmdb, MDB_txn *mtxn,
   return MDB_NOTFOUND;
 }
 
-int kl__lmdb_id_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
-                    size_t len, int64_t *time_ms, kl_mark_t *mark) {
+int kl__lmdb_id_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, MDB_cursor *cur,
+                    const unsigned char *lkey, size_t len, int64_t *time_ms,
+                    kl_mark_t *mark) {
   MDB_val val;
   int rc;
   if (is_long(lkey, len)) {
@@ -250,7 +251,8 @@ int kl__lmdb_id_get(kl__lmdb_t *lmdb, MDB_txn *mtxn, const unsigned char *lkey,
     rc = long_find(lmdb, mtxn, lkey, len, rec, &val, &next);
   } else {
     MDB_val k = {len, (void *)lkey};
-    rc = mdb_get(mtxn, lmdb->ids, &k, &val);
+    rc = cur ? mdb_cursor_get(cur, &k, &val, MDB_SET)
+             : mdb_get(mtxn, lmdb->ids, &k, &val);
   }
   if (rc == 0 && kl__lmdb_idval_decode(&val, time_ms, mark))
     rc = MDB_CORRUPTED;

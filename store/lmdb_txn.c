@@ -17,7 +17,8 @@ enum { KL_BUF_PUT = 1, KL_BUF_DEL = 2 };
 
 typedef struct kl_lmdb_txn {
   kl_txn_t base;
-  MDB_txn *snap; /* NULL once the commit gave it up */
+  MDB_txn *snap;      /* NULL once the commit gave it up */
+  MDB_cursor *id_cur; /* the ids' in snap, once a lookup opened it */
   int32_t partition;
   uint32_t topic_no; /* scopes the batch's idempotency keys */
   uint64_t epoch;
@@ -46,11 +47,20 @@ static void lmdb_txn_drop(kl_txn_t *txn) {
   free(ltxn);
 }
 
+/* Gives up the snapshot, and its cursor first (a read-only txn's cursor
+ * outlives it otherwise). */
+static void ltxn_snap_end(kl_lmdb_txn_t *ltxn) {
+  if (ltxn->id_cur)
+    mdb_cursor_close(ltxn->id_cur);
+  ltxn->id_cur = NULL;
+  kl__lmdb_read_end(txn_lmdb(ltxn), ltxn->snap);
+  ltxn->snap = NULL;
+}
+
 /* Ends the txn: its snapshot goes, its struct and buffers are kept for the
  * store's next begin (kl__store_spare_give()). */
 static void lmdb_txn_free(kl_lmdb_txn_t *ltxn) {
-  kl__lmdb_read_end(txn_lmdb(ltxn), ltxn->snap);
-  ltxn->snap = NULL;
+  ltxn_snap_end(ltxn);
   kl__buf_recycle(&ltxn->data);
   kl__buf_recycle(&ltxn->ids);
   kl__txn_recycle(&ltxn->base);
@@ -185,7 +195,15 @@ kl_err_t kl__lmdb_seen(kl_txn_t *txn, const char *id, size_t id_len,
     return KL_OK;
   }
   int64_t t;
-  int rc = kl__lmdb_id_get(txn_lmdb(ltxn), ltxn->snap, buf, len, &t, mark);
+  /* One cursor for the batch's lookups: an event's id often falls on the
+   * page of the one before (kl__lmdb_id_put() says why that helps). */
+  int rc = ltxn->id_cur ? 0
+                        : mdb_cursor_open(ltxn->snap, txn_lmdb(ltxn)->ids,
+                                          &ltxn->id_cur);
+  if (rc)
+    ltxn->id_cur = NULL;
+  rc = kl__lmdb_id_get(txn_lmdb(ltxn), ltxn->snap, ltxn->id_cur, buf, len, &t,
+                       mark);
   if (rc == MDB_NOTFOUND)
     *mark = KL_MARK_NONE;
   return rc && rc != MDB_NOTFOUND ? kl__lmdb_err(rc, "seen") : KL_OK;
@@ -325,8 +343,7 @@ static kl_err_t commit_prepare(kl_commit_ctx_t *ctx, kl_txn_t *txn,
   kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
   /* The snapshot goes first: the write reads current state itself, and a
    * map growth during the write must not wait for our own snapshot. */
-  kl__lmdb_read_end(txn_lmdb(ltxn), ltxn->snap);
-  ltxn->snap = NULL;
+  ltxn_snap_end(ltxn);
   *ctx =
       (kl_commit_ctx_t){.ltxn = ltxn, .watermark = watermark, .now_ms = now_ms};
   if (kl__buf_sorted(&ltxn->data, &ctx->data) ||
