@@ -60,6 +60,9 @@ typedef enum kl__mutant {
   /* worker/apply.c: the dead letter of a firing record leaves its timer,
    * which a rebuild takes where the fleet did not (issue 36) */
   KL__MUTANT_TIMER_DEAD,
+  /* worker/lanes.c: a lane whose group commit is in flight runs its next
+   * events, whose reads miss the writes in flight (issue 37) */
+  KL__MUTANT_FLIGHT,
 } kl__mutant_t;
 
 #ifdef KL_SIM_MUTANTS

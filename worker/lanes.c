@@ -13,6 +13,7 @@
 #include "common/hash.h"
 #include "common/internal.h"
 #include "common/log.h"
+#include "common/mutant.h"
 #include "common/strbuf.h"
 #include "common/metrics.h"
 #include "worker/lanes_internal.h"
@@ -252,6 +253,8 @@ void kl__lane_pop(kl__lanes_t *lanes, kl__lane_t *lane) {
 }
 
 void kl__lane_drop(kl__lanes_t *lanes, kl__lane_t *lane) {
+  if (lane->inflight) /* its outcome first, onto the window it was built of */
+    kl__lanes_settle(lanes);
   for (size_t i = 0; i < lane->ring_count; i++)
     slot_free(lanes, kl__lane_at(lane, i));
   lane->ring_count = lane->ring_head = 0;
@@ -311,6 +314,8 @@ void kl__lane_resume(kl__lanes_t *lanes, kl__lane_t *lane, unsigned reason) {
 }
 
 void kl__lane_wait_idle(kl__lanes_t *lanes, kl__lane_t *lane) {
+  if (lane->inflight)
+    kl__lanes_settle(lanes);
   while (lane->running)
     pthread_cond_wait(&lanes->idle, &lanes->mu);
 }
@@ -612,8 +617,10 @@ void kl__lanes_push(kl__lanes_t *lanes, rd_kafka_message_t *m,
 
 /* The clock is read only for a lane held after a failed commit. */
 int kl__lane_schedulable(const kl__lane_t *lane) {
+  /* Test only (common/mutant.h): KL__MUTANT_FLIGHT runs a lane in flight. */
   return lane && lane->state == KL__LANE_OWNED && lane->ready.n &&
          !lane->fence_seen && !lane->rewind &&
+         (!lane->inflight || KL__MUTANT(KL__MUTANT_FLIGHT)) &&
          (!lane->hold_until_ns || kl__mono_ns() >= lane->hold_until_ns);
 }
 
@@ -695,7 +702,8 @@ static int lane_wake(kl__lanes_t *lanes, kl__lane_t *lane, int64_t now) {
 }
 
 int kl__lane_may_commit(const kl__lane_t *lane, int64_t now_ns) {
-  return lane->final.n && now_ns >= lane->hold_until_ns && !lane->store_held;
+  return lane->final.n && now_ns >= lane->hold_until_ns && !lane->store_held &&
+         !lane->inflight;
 }
 
 /* Inline mode: the group txn's session sits idle in its transaction
@@ -768,7 +776,7 @@ static int lanes_idle(const kl__lanes_t *lanes) {
  * partitions, one fsync for all of them instead of one each. */
 static void lanes_commit_due(kl__lanes_t *lanes, int64_t now) {
   size_t n = 0;
-  int idle = lanes->commit_all || lanes_idle(lanes);
+  int all = lanes->commit_all, idle = all || lanes_idle(lanes);
   lanes->commit_all = 0;
   for (int32_t p = 0; p < lanes->count; p++) {
     kl__lane_t *lane = lanes->lanes[p];
@@ -777,7 +785,13 @@ static void lanes_commit_due(kl__lanes_t *lanes, int64_t now) {
               : lane_commit_due(lanes, lane, now)))
       lanes->due[n++] = lane;
   }
-  if (n)
+  /* After a commit the store refused as busy (its map must grow, and
+   * this thread's snapshots held it), the commit of every lane is this
+   * thread's: while the committer waited for the map, this thread would
+   * open new snapshots. */
+  if (n && lanes->inline_mode && !all)
+    kl__lanes_commit_async(lanes, lanes->due, n);
+  else if (n)
     kl__lanes_commit(lanes, lanes->due, n);
 }
 
@@ -848,6 +862,7 @@ void kl__lanes_tick(kl__lanes_t *lanes) {
   kl__outbox_tick(lanes->outbox); /* store and Kafka calls: not under mu */
   kl__fire_tick(lanes->fire);
   pthread_mutex_lock(&lanes->mu);
+  kl__lanes_reap(lanes); /* the commit the committer finished */
   int64_t now = kl__mono_ns();
   int woke = 0;
   for (int32_t p = 0; p < lanes->count; p++) {
@@ -992,6 +1007,8 @@ static kl__lane_t *lane_owned(kl__lanes_t *lanes, int32_t partition) {
 int kl__lanes_pos(kl__lanes_t *lanes, int32_t partition, kl__lane_pos_t *pos) {
   pthread_mutex_lock(&lanes->mu);
   kl__lane_t *lane = lane_owned(lanes, partition);
+  if (lane && lane->inflight) /* its watermark as committed */
+    kl__lanes_settle(lanes);
   if (lane) {
     *pos =
         (kl__lane_pos_t){lane->epoch, lane->watermark,     lane->next_offset,
@@ -1158,6 +1175,7 @@ kl_err_t kl__lanes_new(const kl_conf_t *conf, const kl__applier_t *applier,
   pthread_mutex_init(&lanes->mu, NULL);
   pthread_cond_init(&lanes->work, NULL);
   pthread_cond_init(&lanes->idle, NULL);
+  pthread_cond_init(&lanes->flight_cv, NULL);
   lanes->applier = *applier;
   lanes->store = applier->store;
   lanes->topic = applier->topic;
@@ -1197,6 +1215,7 @@ kl_err_t kl__lanes_new(const kl_conf_t *conf, const kl__applier_t *applier,
 void kl__lanes_destroy(kl__lanes_t *lanes) {
   if (!lanes)
     return;
+  kl__lanes_flight_stop(lanes); /* its outcome applied: no lane in flight */
   for (int32_t p = 0; p < lanes->count; p++) {
     kl__lane_t *lane = lanes->lanes[p];
     if (!lane)
@@ -1230,6 +1249,7 @@ void kl__lanes_destroy(kl__lanes_t *lanes) {
   pthread_mutex_destroy(&lanes->mu);
   pthread_cond_destroy(&lanes->work);
   pthread_cond_destroy(&lanes->idle);
+  pthread_cond_destroy(&lanes->flight_cv);
   free(lanes);
 }
 

@@ -331,16 +331,22 @@ static int build_lane(kl__lanes_t *lanes, kl__lane_t *lane, kl_build_t *b) {
   return !err;
 }
 
-/* Commits the builds @p b in one store commit and applies each outcome. */
-static void commit_builds(kl__lanes_t *lanes, kl_build_t *b,
+/* The before-commit hook of each build, and its commit's arguments, on
+ * the poll thread (a pause there is a pause of the whole worker, as a
+ * stalled process's would be). mu not held. */
+static void builds_before(kl__lanes_t *lanes, kl_build_t *b,
                           kl__store_commit_t *c, size_t n) {
-  pthread_mutex_unlock(&lanes->mu);
   for (size_t i = 0; i < n; i++) {
     if (lanes->applier.before_commit)
       lanes->applier.before_commit(lanes->applier.hook_opaque, lanes->topic,
                                    b[i].lane->partition, b[i].lane->epoch);
     c[i] = (kl__store_commit_t){b[i].txn, b[i].watermark, KL_OK, ""};
   }
+}
+
+/* The builds' one store commit. mu not held. */
+static void builds_commit(kl__lanes_t *lanes, const kl_build_t *b,
+                          kl__store_commit_t *c, size_t n) {
   int64_t began_ns = kl__mono_ns();
   kl__store_commit_many(c, n);
   kl__series_observe(lanes->store_commit,
@@ -349,7 +355,13 @@ static void commit_builds(kl__lanes_t *lanes, kl_build_t *b,
     if (!c[i].err && b[i].emits && lanes->applier.after_commit)
       lanes->applier.after_commit(lanes->applier.after_opaque, lanes->topic,
                                   b[i].lane->partition, b[i].lane->epoch);
-  pthread_mutex_lock(&lanes->mu);
+}
+
+/* Applies each build's outcome. mu held. */
+static void builds_outcome(kl__lanes_t *lanes, kl_build_t *b,
+                           const kl__store_commit_t *c, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    b[i].lane->inflight = 0; /* before a fence's drop settles (lanes.c) */
   for (size_t i = 0; i < n; i++) {
     kl__lane_t *lane = b[i].lane;
     if (!c[i].err) {
@@ -365,6 +377,16 @@ static void commit_builds(kl__lanes_t *lanes, kl_build_t *b,
     free(b[i].slots.v);
   }
   kl__lanes_commit_kafka(lanes, kl__mono_ns(), 0);
+}
+
+/* Commits the builds @p b in one store commit and applies each outcome. */
+static void commit_builds(kl__lanes_t *lanes, kl_build_t *b,
+                          kl__store_commit_t *c, size_t n) {
+  pthread_mutex_unlock(&lanes->mu);
+  builds_before(lanes, b, c, n);
+  builds_commit(lanes, b, c, n);
+  pthread_mutex_lock(&lanes->mu);
+  builds_outcome(lanes, b, c, n);
 }
 
 /* A due lane without a batch begins one in its build: first the lanes
@@ -386,6 +408,7 @@ static void lanes_room_for_builds(kl__lanes_t *lanes, kl__lane_t *const *due,
 }
 
 void kl__lanes_commit(kl__lanes_t *lanes, kl__lane_t *const *due, size_t n) {
+  kl__lanes_settle(lanes);
   lanes_room_for_builds(lanes, due, n);
   kl_build_t one_build;
   kl__store_commit_t one_commit;
@@ -413,6 +436,156 @@ void kl__lanes_commit(kl__lanes_t *lanes, kl__lane_t *const *due, size_t n) {
     commit_builds(lanes, b, c, built);
   free(b);
   free(c);
+}
+
+/* ---- the commit in flight (inline mode) ---------------------------------
+ *
+ * The tick builds the due lanes as kl__lanes_commit() does, and the
+ * committer thread commits them while the poll thread consumes and runs
+ * the events of other lanes. What makes that safe:
+ * - A lane in flight runs no event (kl__lane_schedulable()) and builds
+ *   no other commit (kl__lane_may_commit()) until the outcome is applied:
+ *   its group txn went into the build, and a new one would read a
+ *   snapshot without the writes in flight.
+ * - Whatever changes a lane's window or ownership (a fence, a rewind, a
+ *   release, a new owner: kl__lane_wait_idle(), kl__lane_drop()) and the
+ *   synchronous commits (kl__lanes_commit()) settle the flight first, so
+ *   an outcome is applied to the lane as it was built.
+ * - The store commits before Kafka's offsets as before: the outcome, which
+ *   moves the watermark the offsets carry, is applied after the commit.
+ * - The before-commit hook runs on the poll thread, before the flight
+ *   leaves it; after-commit on the committer. */
+
+typedef enum {
+  KL_FLIGHT_NONE,    /* none: the tick may build one */
+  KL_FLIGHT_QUEUED,  /* built, waiting for the committer */
+  KL_FLIGHT_RUNNING, /* the store commits it */
+  KL_FLIGHT_DONE,    /* committed or failed, its outcome not applied */
+  KL_FLIGHT_REAPING, /* its outcome being applied */
+} kl_flight_state_t;
+
+struct kl__flight {
+  kl_flight_state_t state;
+  size_t n, cap;
+  kl_build_t *b;
+  kl__store_commit_t *c;
+};
+
+void kl__lanes_flight_free(kl__lanes_t *lanes) {
+  if (lanes->flight) {
+    free(lanes->flight->b);
+    free(lanes->flight->c);
+    free(lanes->flight);
+  }
+  lanes->flight = NULL;
+}
+
+int kl__lanes_flight_queued(const kl__lanes_t *lanes) {
+  return lanes->flight && lanes->flight->state == KL_FLIGHT_QUEUED;
+}
+
+int kl__lanes_flight_run(kl__lanes_t *lanes) {
+  pthread_mutex_lock(&lanes->mu);
+  struct kl__flight *f = lanes->flight;
+  if (!f || f->state != KL_FLIGHT_QUEUED) {
+    pthread_mutex_unlock(&lanes->mu);
+    return 0;
+  }
+  f->state = KL_FLIGHT_RUNNING;
+  pthread_mutex_unlock(&lanes->mu);
+  builds_commit(lanes, f->b, f->c, f->n);
+  pthread_mutex_lock(&lanes->mu);
+  f->state = KL_FLIGHT_DONE;
+  kl__lanes_flight_done(lanes);
+  pthread_mutex_unlock(&lanes->mu);
+  return 1;
+}
+
+int kl__lanes_reap(kl__lanes_t *lanes) {
+  struct kl__flight *f = lanes->flight;
+  if (!f || f->state != KL_FLIGHT_DONE)
+    return 0;
+  f->state = KL_FLIGHT_REAPING; /* an outcome's settle waits for nothing */
+  builds_outcome(lanes, f->b, f->c, f->n);
+  f->n = 0;
+  f->state = KL_FLIGHT_NONE;
+  return 1;
+}
+
+void kl__lanes_settle(kl__lanes_t *lanes) {
+  struct kl__flight *f = lanes->flight;
+  if (!f)
+    return;
+  if (f->state == KL_FLIGHT_QUEUED) {
+    pthread_mutex_unlock(&lanes->mu);
+    kl__lanes_flight_run(lanes); /* or the committer took it meanwhile */
+    pthread_mutex_lock(&lanes->mu);
+  }
+  while (f->state == KL_FLIGHT_QUEUED || f->state == KL_FLIGHT_RUNNING)
+    pthread_cond_wait(&lanes->flight_cv, &lanes->mu);
+  kl__lanes_reap(lanes);
+}
+
+/* The flight, made on first use, with room for @p n builds. */
+static struct kl__flight *flight_room(kl__lanes_t *lanes, size_t n) {
+  struct kl__flight *f = lanes->flight;
+  if (!f && !(f = lanes->flight = calloc(1, sizeof(*f))))
+    return NULL;
+  if (f->cap >= n)
+    return f;
+  kl_build_t *b = realloc(f->b, n * sizeof(*b));
+  if (b)
+    f->b = b;
+  kl__store_commit_t *c = b ? realloc(f->c, n * sizeof(*c)) : NULL;
+  if (c)
+    f->c = c;
+  if (!b || !c)
+    return NULL;
+  f->cap = n;
+  return f;
+}
+
+void kl__lanes_commit_async(kl__lanes_t *lanes, kl__lane_t *const *due,
+                            size_t n) {
+  struct kl__flight *f = lanes->flight;
+  if (f && f->state != KL_FLIGHT_NONE)
+    return;                           /* one at a time: these commit after it */
+  if (!(f = flight_room(lanes, n))) { /* short of memory: as before */
+    kl__lanes_commit(lanes, due, n);
+    return;
+  }
+  lanes_room_for_builds(lanes, due, n);
+  /* Builds begin store txns: at most txn_max, as kl__lanes_commit(). */
+  size_t built = 0;
+  for (size_t i = 0; i < n && (!lanes->txn_max || built < lanes->txn_max); i++)
+    built += build_lane(lanes, due[i], &f->b[built]);
+  if (!built)
+    return;
+  for (size_t i = 0; i < built; i++)
+    f->b[i].lane->inflight = 1;
+  f->n = built;
+  f->state = KL_FLIGHT_RUNNING; /* the hooks run: no one takes it yet */
+  pthread_mutex_unlock(&lanes->mu);
+  builds_before(lanes, f->b, f->c, built);
+  pthread_mutex_lock(&lanes->mu);
+  f->state = KL_FLIGHT_QUEUED;
+  if (kl__lanes_flight_start(lanes))
+    kl__lanes_settle(lanes); /* no committer: here, as before */
+}
+
+/* The store txns the commit in flight holds. mu held. */
+static size_t lanes_flight_txns(const kl__lanes_t *lanes) {
+  const struct kl__flight *f = lanes->flight;
+  return f && f->state != KL_FLIGHT_NONE ? f->n : 0;
+}
+
+/* The store txns this thread holds: the lanes' batches and the flight's.
+ * mu held. */
+static size_t lanes_open_txns(const kl__lanes_t *lanes) {
+  size_t open = lanes_flight_txns(lanes);
+  for (int32_t p = 0; p < lanes->count; p++)
+    open += lanes->lanes[p] && lanes->lanes[p]->batch;
+  return open;
 }
 
 /* Up to worker.batch.max records of @p lane's window still to run, from
@@ -445,9 +618,11 @@ static rd_kafka_message_t **window_msgs(kl__lanes_t *lanes, kl__lane_t *lane,
  * connections only this thread can give back. Poll thread, mu not held. */
 static void lanes_make_room(kl__lanes_t *lanes, const kl__lane_t *lane) {
   pthread_mutex_lock(&lanes->mu);
-  size_t open = 0, n = 0;
-  for (int32_t p = 0; p < lanes->count; p++)
-    open += lanes->lanes[p] && lanes->lanes[p]->batch;
+  size_t open = lanes_open_txns(lanes), n = 0;
+  if (open >= lanes->txn_max && lanes_flight_txns(lanes)) {
+    kl__lanes_settle(lanes); /* its txns end first */
+    open = lanes_open_txns(lanes);
+  }
   for (int32_t p = 0; open >= lanes->txn_max && p < lanes->count; p++) {
     kl__lane_t *other = lanes->lanes[p];
     if (!other || other == lane || !other->batch || other->running)
@@ -491,10 +666,8 @@ static void lanes_ahead(kl__lanes_t *lanes, const kl__lane_t *lane) {
   if (!kl__store_has_prefetch(lanes->store))
     return;
   kl__lane_t *next = NULL;
-  size_t open = 0;
   pthread_mutex_lock(&lanes->mu);
-  for (int32_t p = 0; p < lanes->count; p++)
-    open += lanes->lanes[p] && lanes->lanes[p]->batch;
+  size_t open = lanes_open_txns(lanes);
   for (int32_t i = 1; !next && i < lanes->count; i++) {
     kl__lane_t *l = lanes->lanes[(lane->partition + i) % lanes->count];
     if (kl__lane_schedulable(l) && !l->batch && !l->final.n && !l->running)

@@ -141,12 +141,14 @@ struct kl__lane {
   /* The most slots its window held, the keys of up to KL__LKEY_SPARE_LEN
    * bytes it holds, and the most it held (kl__lanes_t.spare). */
   size_t ring_peak, keys_live, keys_peak;
-  kl_txn_t *batch;        /* inline mode: the open group transaction */
-  int64_t batch_ns;       /* batch: when it began (kl__mono_ns()) */
-  int64_t prefetched_to;  /* batch: the window's ids below are prefetched */
-  uint64_t misrouted;     /* records whose key routes elsewhere, ever */
-  int fence_seen;         /* an executor's begin said KL_EFENCED */
-  int rewind;             /* the overlay is unusable: run events again */
+  kl_txn_t *batch;       /* inline mode: the open group transaction */
+  int64_t batch_ns;      /* batch: when it began (kl__mono_ns()) */
+  int64_t prefetched_to; /* batch: the window's ids below are prefetched */
+  uint64_t misrouted;    /* records whose key routes elsewhere, ever */
+  int fence_seen;        /* an executor's begin said KL_EFENCED */
+  int inflight; /* inline mode: its build is in the commit in flight, and
+                   none of its events runs until that ends (lanes_commit.c) */
+  int rewind;   /* the overlay is unusable: run events again */
   int64_t hold_until_ns;  /* after a failed commit */
   int64_t last_commit_ms; /* the last store commit of its events; 0: none */
   size_t outbox_held;     /* its follow-ups unpublished, as the last tick
@@ -218,6 +220,16 @@ struct kl__lanes {
   size_t turn; /* events taken from lane rr in a row */
   int inline_mode;
   int stopping;
+  /* Inline mode: the group commit in flight, built on the poll thread and
+   * committed by the committer thread (lanes_flight.c) while the poll
+   * thread consumes and runs other lanes' events (lanes_commit.c says
+   * what it may and may not do meanwhile). One at a time. Guarded by mu,
+   * as is flight_cv: a flight queued or done, or the committer to stop. */
+  struct kl__flight *flight;
+  pthread_cond_t flight_cv;
+  pthread_t committer;
+  int committer_on, committer_stop;
+  rd_kafka_queue_t *consumer_q; /* yielded when a flight is done */
   size_t window_max, waiting_max, batch_max;
   /* Store txns the poll thread holds at once at most: the store's bound
    * (store.pg.pool) less one left to its single statements; 0: none. */
@@ -298,6 +310,35 @@ int64_t kl__backoff_ms(const kl__lanes_t *lanes, const kl__slot_t *slot,
  * A fenced lane is rolled back, one whose commit failed runs its events
  * again; the others are committed. */
 void kl__lanes_commit(kl__lanes_t *lanes, kl__lane_t *const *due, size_t n);
+/* Inline mode, the tick's commit: builds the @p n lanes @p due and hands
+ * them to the committer thread as the commit in flight, unless one is in
+ * flight already (they stay due). mu held; dropped meanwhile. */
+void kl__lanes_commit_async(kl__lanes_t *lanes, kl__lane_t *const *due,
+                            size_t n);
+/* Applies the outcome of the commit in flight once it is done. mu held.
+ * @returns nonzero when it applied one. */
+int kl__lanes_reap(kl__lanes_t *lanes);
+/* Waits for the commit in flight, running it on this thread when the
+ * committer has not taken it yet, and applies its outcome. Whatever
+ * changes a lane's window or ownership settles first. mu held. */
+void kl__lanes_settle(kl__lanes_t *lanes);
+/* Runs the store commit of the flight queued, if one is (mu not held):
+ * the committer's work, or a settle's. @returns nonzero when it ran one. */
+int kl__lanes_flight_run(kl__lanes_t *lanes);
+/* Frees the flight, none in it (kl__lanes_flight_stop()). */
+void kl__lanes_flight_free(kl__lanes_t *lanes);
+/* Whether a flight waits for the committer. mu held. */
+int kl__lanes_flight_queued(const kl__lanes_t *lanes);
+/* lanes_flight.c: wakes the committer thread for the flight queued,
+ * starting it on first use. mu held. keylane-sim wraps it, and runs the
+ * flights itself (tests/sim/sim_owner.c). @returns nonzero when no thread
+ * could start: the caller settles the flight itself. */
+int kl__lanes_flight_start(kl__lanes_t *lanes);
+/* Says a flight is done: the poll thread, waiting for records, returns
+ * to reap it (lanes_flight.c). mu held. */
+void kl__lanes_flight_done(kl__lanes_t *lanes);
+/* Settles the flight and stops and joins the committer. mu not held. */
+void kl__lanes_flight_stop(kl__lanes_t *lanes);
 /* Kafka offset commits, for lag monitoring, at most one per this long:
  * each is a write to the broker's __consumer_offsets, and one per group
  * commit (hundreds a second) took broker time from the fetches that

@@ -266,6 +266,9 @@ kl_err_t kl__lanes_pool_new(kl__lanes_t *lanes, int threads,
 void kl__lanes_pool_destroy(kl__lanes_pool_t *pool) {
   if (!pool)
     return;
+  /* The committer goes with the executors, while the consumer it wakes
+   * still exists. */
+  kl__lanes_flight_stop(pool->lanes);
   kl__lanes_stop(pool->lanes);
   for (int i = 0; i < pool->count; i++) {
     if (pool->execs[i].started)

@@ -259,7 +259,8 @@
  * was refused, the condition of the owner cache's UPDATE, a sweep of every
  * topic's ids, the take's owner check, a timer's due check, the deletion
  * of a timer that ran, a cancel's deletion, a delayed follow-up's time in
- * the outbox's publish); with one on,
+ * the outbox's publish, a lane held while its commit is in flight); with
+ * one on,
  * the simulator must fail. The default run ends with each for a short
  * budget; a mutant that survives fails the run. `cache` and `update` are
  * hunted on PostgreSQL, where the owner cache is; `update` with two
@@ -302,7 +303,7 @@ static const char usage[] =
     "                      watermark, cache, reserved, nonce, rebuild,\n"
     "                      aside, update, sweep, owner, timer_early,\n"
     "                      timer_twice, timer_copy, timer_cancel, timer_emit,\n"
-    "                      timer_dead, or all\n"
+    "                      timer_dead, flight, or all\n"
     "  --topics 1|2        topics on the schedules' store (default 2: two\n"
     "                      fleets of the same key names share it)\n"
     "  --seconds N         soak: random schedules for N seconds\n"
@@ -335,8 +336,8 @@ static const char *const mutant_names[] = {
     "none",       "epoch",        "seen",       "outbox",      "watermark",
     "cache",      "reserved",     "nonce",      "rebuild",     "aside",
     "update",     "sweep",        "owner",      "timer_early", "timer_twice",
-    "timer_copy", "timer_cancel", "timer_emit", "timer_dead"};
-#define MUTANTS 19
+    "timer_copy", "timer_cancel", "timer_emit", "timer_dead",  "flight"};
+#define MUTANTS 20
 
 static const char *backend_name(sim_backend_t b) {
   return b == SIM_PG ? "pg" : "lmdb";
@@ -885,7 +886,7 @@ static int parse(int argc, char **argv, opts_t *o) {
                 "keylane-sim: no mutant %s: epoch, seen, outbox, "
                 "watermark, cache, reserved, nonce, rebuild, aside, update, "
                 "sweep, owner, timer_early, timer_twice, timer_copy, "
-                "timer_cancel, timer_emit, timer_dead or all\n",
+                "timer_cancel, timer_emit, timer_dead, flight or all\n",
                 v);
         return -1;
       }

@@ -213,7 +213,10 @@ typedef struct sim_batch {
   int acks; /* an owner's reports this step: 0 none, 1 all, 2 the first
                fails (sim_seams.c) */
   sim_fate_t fate;
-  int crash; /* the owner dies at the commit */
+  int crash;  /* the owner dies at the commit */
+  int flight; /* when the owner's turn runs its commit in flight (queued by
+                 a tick): 1 before its events run, 2 after, 3 both, 0 not
+                 this turn unless a settle does (sim_owner.c) */
   int redrive, rebuild;
   const char *letter_key;
   size_t letter_key_len;
@@ -240,8 +243,11 @@ typedef struct sim_owner {
   sim_fake_t *fake[SIM_TOPICS]; /* its Kafka: dead-letter topic, producer */
   int tno;  /* the topic whose engine the running call is in */
   int dead; /* crashed: what its engine still does reaches nothing */
-  sim_pend_t pend[SIM_MAXP]; /* the group commits its hook read */
-  size_t npend;
+  /* per topic, the group commits its hook read, until their commit (a
+   * worker's commit in flight is committed after its hook, later in the
+   * owner's turn or in a later one: each topic may have one queued) */
+  sim_pend_t pend[SIM_TOPICS][SIM_TOPIC_P];
+  size_t npend[SIM_TOPICS];
   ucontext_t ctx;
   char *stack;
   int running, paused;

@@ -75,12 +75,12 @@ static kl_handler_result_t sim_handler(void *opaque, const kl_event_t *event,
 /* What the group commit of @p part about to be made holds, for the model
  * (sim_seams.c applies it once the commit truly succeeded). */
 static void pend_read(sim_owner_t *o, int32_t tpart, uint64_t epoch) {
-  if (o->npend >= SIM_MAXP) {
+  if (o->npend[o->tno] >= SIM_TOPIC_P) {
     sim_fail("seam", "owner %d's hook ran %zu times before a commit", o->no,
-             o->npend + 1);
+             o->npend[o->tno] + 1);
     return;
   }
-  sim_pend_t *pd = &o->pend[o->npend++];
+  sim_pend_t *pd = &o->pend[o->tno][o->npend[o->tno]++];
   pd->part = o->tno * W->cfg.partitions + tpart;
   pd->epoch = epoch;
   pd->n = 0;
@@ -202,7 +202,7 @@ static void owner_stop(sim_owner_t *o) {
   W->acting = was;
   kl_decoder_destroy(o->decoder);
   o->decoder = NULL;
-  o->npend = 0;
+  memset(o->npend, 0, sizeof(o->npend));
   sim_timers_forget(o);
   memset(o->held, 0, sizeof(o->held));
 }
@@ -221,8 +221,9 @@ void sim_owner_free(sim_owner_t *o) {
   owner_stop(o);
   if (W->backend == SIM_PG)
     kl_store_destroy(o->store);
-  for (int i = 0; i < SIM_MAXP; i++)
-    free(o->pend[i].v);
+  for (int t = 0; t < SIM_TOPICS; t++)
+    for (int i = 0; i < SIM_TOPIC_P; i++)
+      free(o->pend[t][i].v);
   free(o->seen);
   free(o->stack);
   memset(o, 0, sizeof(*o));
@@ -252,7 +253,13 @@ static void owner_turn(sim_owner_t *o) {
   W->acting = o;
   for (int t = 0; t < W->ntopics; t++) {
     o->tno = t;
+    /* The commit a tick left in flight lands before or after the events
+     * of the other lanes run (the worker's committer thread), or later. */
+    if (o->batch.flight & 1)
+      kl__lanes_flight_run(o->lanes[t]);
     kl__lanes_pool_run_inline(o->pool[t], 20);
+    if (o->batch.flight & 2)
+      kl__lanes_flight_run(o->lanes[t]);
     kl__dlq_poll((kl__dlq_t *)o->fake[t], 0);
     kl__lanes_tick(o->lanes[t]);
     int32_t fenced[SIM_TOPIC_P];
@@ -331,6 +338,7 @@ static void step_faults(sim_owner_t *o, uint64_t w, int acks) {
   b->crash = 0;
   b->fate = SIM_COMMIT_GO;
   b->acks = W->calm ? 1 : acks;
+  b->flight = W->calm ? 3 : (int)((w >> 59) & 3);
   if (W->calm)
     return;
   unsigned r = (w >> 24) & 0xff;

@@ -28,6 +28,9 @@
  *   strikes (a failed commit, a lost answer, the owner dying after it) and
  *   where the model learns what truly committed: the slots the commit
  *   holds, read in the before-commit hook (sim_owner.c).
+ * - The committer thread: kl__lanes_flight_start() starts none; the
+ *   owner's turn runs the commit a tick left in flight before or after
+ *   its events, or a later turn or a settle in its lanes does.
  * - A dead owner (o->dead: it crashed, and its lanes are torn down or run
  *   on to the end of a call) reaches nothing: its commits fail, what it
  *   publishes or dead-letters is lost, its outbox removals fail.
@@ -99,6 +102,8 @@ void __wrap_kl_producer_destroy(kl_producer_t *producer);
 kl_err_t __wrap_kl__store_outbox_del(kl_store_t *store, const char *topic,
                                      const kl__outbox_ack_t *acks, size_t n);
 void __wrap_kl__store_commit_many(kl__store_commit_t *c, size_t n);
+int __real_kl__lanes_flight_start(struct kl__lanes *lanes);
+int __wrap_kl__lanes_flight_start(struct kl__lanes *lanes);
 
 /* What an owner's Kafka holds for it: letters and follow-ups sent, their
  * reports not yet served. */
@@ -574,9 +579,11 @@ void __wrap_kl__store_commit_many(kl__store_commit_t *c, size_t n) {
     return;
   }
   sim_batch_t *b = &o->batch;
-  if (o->npend != n)
+  size_t npend = o->npend[o->tno];
+  sim_pend_t *pend = o->pend[o->tno];
+  if (npend != n)
     sim_fail("seam", "owner %d commits %zu batches, its hook saw %zu", o->no, n,
-             o->npend);
+             npend);
   sim_fate_t fate = o->dead ? SIM_COMMIT_ABORT : b->fate;
   b->fate = SIM_COMMIT_GO; /* the step's fate strikes its first commit */
   W->stats.lost += fate == SIM_COMMIT_LOST;
@@ -589,21 +596,29 @@ void __wrap_kl__store_commit_many(kl__store_commit_t *c, size_t n) {
     }
   } else {
     __real_kl__store_commit_many(c, n);
-    for (size_t i = 0; i < n && i < o->npend; i++) {
+    for (size_t i = 0; i < n && i < npend; i++) {
       if (c[i].err)
         continue;
       W->dirty = 1;
       W->stats.commits++;
-      sim_view_commit_lane(&W->live, &o->pend[i], c[i].watermark);
+      sim_view_commit_lane(&W->live, &pend[i], c[i].watermark);
       if (fate == SIM_COMMIT_LOST) {
         c[i].err = KL_ESTORE_BUSY;
         snprintf(c[i].why, sizeof(c[i].why), "sim: the answer was lost");
       }
     }
   }
-  o->npend = 0;
+  o->npend[o->tno] = 0;
   if (b->crash) { /* it dies there: the rest of its call is a ghost's */
     b->crash = 0;
     o->dead = 1;
   }
+}
+
+/* An owner's commit in flight waits for its turn to run it
+ * (sim_owner.c), or for a settle in its lanes; no committer thread. */
+int __wrap_kl__lanes_flight_start(struct kl__lanes *lanes) {
+  if (!W || !W->acting)
+    return __real_kl__lanes_flight_start(lanes);
+  return 0;
 }
