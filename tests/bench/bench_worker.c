@@ -275,8 +275,9 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
   /* WAL bytes per event: the ids, the handler's rows, the fences */
   double wal_event = wal < 0 ? -1 : wal / n / (double)events;
   /* PostgreSQL: the partition batches a commit held, and the share of the
-   * worker's time it waited for the server's answers (the store counts;
-   * LMDB's commits are not) */
+   * worker's time a commit waited for the server's answers (the store
+   * counts; LMDB's commits are not): the committer thread's, which the
+   * poll thread's handlers overlap (docs/design.md, "A commit in flight") */
   double per_commit = commits ? (double)commit_batches / (double)commits : 0;
   double wait_share = keylane_s > 0 ? commit_s / keylane_s : 0;
   /* A store commit is one LMDB write transaction (the worker commits the
@@ -338,8 +339,9 @@ static void kl_bw_print(const kl_bw_round_t *rounds, int n, int64_t events,
   if (pg && wal_event >= 0)
     printf("  WAL written per event: %.0f bytes\n", wal_event);
   if (pg)
-    printf("  commits: %.1f partition batches each; the worker waited for "
-           "their answers %.0f %% of its time\n",
+    printf("  commits: %.1f partition batches each; a commit waited for "
+           "its answers %.0f %% of the worker's time (on the committer "
+           "thread, beside the handlers)\n",
            per_commit, 100 * wait_share);
   if (!pg) /* LMDB's write transactions; PostgreSQL's are not counted */
     printf("  store commits per 1000 events: %.2f (fsyncs: %.2f), holding "
