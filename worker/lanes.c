@@ -786,10 +786,10 @@ static void lanes_commit_due(kl__lanes_t *lanes, int64_t now) {
       lanes->due[n++] = lane;
   }
   /* After a commit the store refused as busy (its map must grow, and
-   * this thread's snapshots held it), the commit of every lane is this
-   * thread's: while the committer waited for the map, this thread would
+   * this thread's snapshots held it), commits are this thread's until one
+   * succeeds: while the committer waited for the map, this thread would
    * open new snapshots. */
-  if (n && lanes->inline_mode && !all)
+  if (n && lanes->inline_mode && !all && !lanes->commit_sync)
     kl__lanes_commit_async(lanes, lanes->due, n);
   else if (n)
     kl__lanes_commit(lanes, lanes->due, n);
@@ -859,10 +859,12 @@ static void lanes_bound_outbox(kl__lanes_t *lanes) {
 }
 
 void kl__lanes_tick(kl__lanes_t *lanes) {
-  kl__outbox_tick(lanes->outbox); /* store and Kafka calls: not under mu */
+  pthread_mutex_lock(&lanes->mu);
+  kl__lanes_reap(lanes);            /* the commit the committer finished: its */
+  pthread_mutex_unlock(&lanes->mu); /* follow-ups go out in this tick */
+  kl__outbox_tick(lanes->outbox);   /* store and Kafka calls: not under mu */
   kl__fire_tick(lanes->fire);
   pthread_mutex_lock(&lanes->mu);
-  kl__lanes_reap(lanes); /* the commit the committer finished */
   int64_t now = kl__mono_ns();
   int woke = 0;
   for (int32_t p = 0; p < lanes->count; p++) {
@@ -909,6 +911,10 @@ void kl__lanes_reserve(kl__lanes_t *lanes, int32_t count) {
 void kl__lanes_own(kl__lanes_t *lanes, int32_t partition, uint64_t epoch,
                    int64_t watermark) {
   kl__lanes_reserve(lanes, partition + 1);
+  pthread_mutex_lock(&lanes->mu); /* a commit in flight lands first */
+  if (lanes->lanes[partition] && lanes->lanes[partition]->inflight)
+    kl__lanes_settle(lanes);
+  pthread_mutex_unlock(&lanes->mu);
   /* Its timers are counted before a commit of it can land (fire.h); the
    * walk reads the store, so not under mu. */
   if (lanes->fire)
@@ -923,6 +929,7 @@ void kl__lanes_own(kl__lanes_t *lanes, int32_t partition, uint64_t epoch,
   }
   kl__lane_drop(lanes, lane); /* a lane fenced earlier still holds state */
   lane->state = KL__LANE_OWNED;
+  lane->lost = 0;
   lane->epoch = epoch;
   lane->gen++;
   lane->watermark = lane->next_offset = watermark;

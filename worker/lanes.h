@@ -161,6 +161,12 @@ void kl__lanes_own(kl__lanes_t *lanes, int32_t partition, uint64_t epoch,
  */
 size_t kl__lanes_fenced(kl__lanes_t *lanes, int32_t *out, size_t max);
 
+/* Settles the commit in flight and stops the committer thread for good;
+ * later commits run on the calling thread. Call it before the consumer
+ * closes: the committer wakes the consumer's queue, which would cut the
+ * close's own polls short. Also done by kl__lanes_pool_destroy(). */
+void kl__lanes_flight_stop(kl__lanes_t *lanes);
+
 /**
  * Gives @p partition up: stops scheduling it, waits for its running
  * events, and with @p commit waits a while for its dead letters' acks and

@@ -134,7 +134,7 @@ void kl__lanes_commit_kafka(kl__lanes_t *lanes, int64_t now_ns, int now_too) {
       rd_kafka_topic_partition_list_new(lanes->count);
   for (int32_t p = 0; p < lanes->count; p++) {
     kl__lane_t *lane = lanes->lanes[p];
-    if (!lane || lane->watermark == lane->kafka_watermark ||
+    if (!lane || lane->watermark == lane->kafka_watermark || lane->lost ||
         (lane->state != KL__LANE_OWNED && lane->state != KL__LANE_DRAINING))
       continue;
     rd_kafka_topic_partition_t *tp =
@@ -243,6 +243,7 @@ static void commit_committed(kl__lanes_t *lanes, kl__lane_t *lane,
   lane->commit_backoff_ms = 0;
   lanes->batches++;
   lanes->commits_failing.n = 0;
+  lanes->commit_sync = 0;
 }
 
 /* The failed commit's events run again: each keeps why, as its last
@@ -286,6 +287,7 @@ static void commit_failed(kl__lanes_t *lanes, kl__lane_t *lane,
            kl__escape(text, sizeof(text), detail, strlen(detail)));
   slots_commit_failed(slots, text);
   lanes->commit_all |= err == KL_ESTORE_BUSY;
+  lanes->commit_sync |= err == KL_ESTORE_BUSY;
   lane->hold_until_ns = kl__mono_ns() + (int64_t)ms * 1000000;
   kl__failing_note(&lanes->commits_failing, text);
   lane->commit_backoff_ms =
@@ -835,6 +837,7 @@ int64_t kl__lanes_release(kl__lanes_t *lanes, int32_t partition, int commit,
   }
   if (lane->state == KL__LANE_OWNED)
     lane->state = KL__LANE_DRAINING;
+  lane->lost = !commit;
   kl__lane_wait_idle(lanes, lane);
   if (commit && lane->state == KL__LANE_DRAINING) {
     lane_drain_letters(lanes, lane);

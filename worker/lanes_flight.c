@@ -32,6 +32,7 @@ int kl__lanes_flight_start(kl__lanes_t *lanes) {
   if (!lanes->committer_on) {
     if (pthread_create(&lanes->committer, NULL, committer_main, lanes)) {
       KL_LOG_W(KL_COMP, "no committer thread: the poll thread commits");
+      lanes->committer_stop = 1; /* said once */
       return -1;
     }
     lanes->committer_on = 1;

@@ -148,6 +148,8 @@ struct kl__lane {
   int fence_seen;        /* an executor's begin said KL_EFENCED */
   int inflight; /* inline mode: its build is in the commit in flight, and
                    none of its events runs until that ends (lanes_commit.c) */
+  int lost;     /* released without a commit (a lost partition): no offset of
+                   it goes to Kafka, also from a commit in flight it settles */
   int rewind;   /* the overlay is unusable: run events again */
   int64_t hold_until_ns;  /* after a failed commit */
   int64_t last_commit_ms; /* the last store commit of its events; 0: none */
@@ -229,6 +231,9 @@ struct kl__lanes {
   pthread_cond_t flight_cv;
   pthread_t committer;
   int committer_on, committer_stop;
+  /* A commit failed KL_ESTORE_BUSY: commits stay on the poll thread until
+   * one succeeds (lanes.c, lanes_commit_due()). */
+  int commit_sync;
   rd_kafka_queue_t *consumer_q; /* yielded when a flight is done */
   size_t window_max, waiting_max, batch_max;
   /* Store txns the poll thread holds at once at most: the store's bound
@@ -337,8 +342,6 @@ int kl__lanes_flight_start(kl__lanes_t *lanes);
 /* Says a flight is done: the poll thread, waiting for records, returns
  * to reap it (lanes_flight.c). mu held. */
 void kl__lanes_flight_done(kl__lanes_t *lanes);
-/* Settles the flight and stops and joins the committer. mu not held. */
-void kl__lanes_flight_stop(kl__lanes_t *lanes);
 /* Kafka offset commits, for lag monitoring, at most one per this long:
  * each is a write to the broker's __consumer_offsets, and one per group
  * commit (hundreds a second) took broker time from the fetches that

@@ -718,7 +718,8 @@ kl_err_t kl_worker_run(kl_worker_t *worker) {
   else if (*worker->instance_id)
     stay_in_group(worker);
   else
-    leave_group(worker); /* revokes: lanes commit first */
+    leave_group(worker);                /* revokes: lanes commit first */
+  kl__lanes_flight_stop(worker->lanes); /* it wakes the queue close polls */
   rd_kafka_consumer_close(worker->rk);
   kl__lanes_pool_destroy(worker->pool);
   worker->pool = NULL;
