@@ -215,8 +215,9 @@ typedef struct sim_batch {
   sim_fate_t fate;
   int crash;  /* the owner dies at the commit */
   int flight; /* when the owner's turn runs its commit in flight (queued by
-                 a tick): 1 before its events run, 2 after, 3 both, 0 not
-                 this turn unless a settle does (sim_owner.c) */
+                 a tick), bits: 1 before its events run, 2 after them, 4
+                 after the tick, which leaves its outcome to the next tick
+                 or a settle; none: a later turn or a settle (sim_owner.c) */
   int redrive, rebuild;
   const char *letter_key;
   size_t letter_key_len;
@@ -251,6 +252,8 @@ typedef struct sim_owner {
   ucontext_t ctx;
   char *stack;
   int running, paused;
+  int resumed;       /* its hook paused and was resumed: the commit it held runs
+                        right after its tick, with the fate the resume chose */
   sim_batch_t batch; /* its step's faults; the handler's opaque */
   sim_seen_t *seen;  /* its cancels' answers (sim_timers.c) */
   size_t nseen, seen_cap;

@@ -119,6 +119,7 @@ static void sim_hook(void *opaque, const char *topic, int32_t partition,
   swapcontext(&o->ctx, &W->sched);
   W->acting = o;
   o->paused = 0;
+  o->resumed = 1;
 }
 
 void sim_batch_apply(sim_batch_t *b) {
@@ -262,6 +263,9 @@ static void owner_turn(sim_owner_t *o) {
       kl__lanes_flight_run(o->lanes[t]);
     kl__dlq_poll((kl__dlq_t *)o->fake[t], 0);
     kl__lanes_tick(o->lanes[t]);
+    if (o->resumed || (o->batch.flight & 4))
+      kl__lanes_flight_run(o->lanes[t]);
+    o->resumed = 0;
     int32_t fenced[SIM_TOPIC_P];
     size_t n = kl__lanes_fenced(o->lanes[t], fenced, SIM_TOPIC_P);
     for (size_t i = 0; i < n && !o->dead; i++) {
@@ -338,7 +342,7 @@ static void step_faults(sim_owner_t *o, uint64_t w, int acks) {
   b->crash = 0;
   b->fate = SIM_COMMIT_GO;
   b->acks = W->calm ? 1 : acks;
-  b->flight = W->calm ? 3 : (int)((w >> 59) & 3);
+  b->flight = W->calm ? 3 : (int)((w >> 59) & 7);
   if (W->calm)
     return;
   unsigned r = (w >> 24) & 0xff;
@@ -440,6 +444,14 @@ void sim_owner_acquire(sim_owner_t *o, int32_t part, uint64_t w) {
     W->acting = NULL;
     o->held[part] = 0;
   }
+  /* A commit left in flight holds its PostgreSQL connections, which the
+   * worker's committer would have given back by now: it commits first. */
+  W->acting = o;
+  for (int t = 0; t < W->ntopics; t++) {
+    o->tno = t;
+    kl__lanes_flight_run(o->lanes[t]);
+  }
+  W->acting = NULL;
   /* as the worker takes it (worker.c, lane_acquire()): as the fleet's
    * cluster and group, which the first take of a topic records */
   kl_partition_state_t st;
