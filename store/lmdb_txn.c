@@ -184,6 +184,16 @@ static const unsigned char *ltxn_id_key(kl_lmdb_txn_t *ltxn, const char *id,
   return ltxn->enc;
 }
 
+/* One cursor for the batch's lookups, opened at the first: an event's id
+ * often falls on the page of the one before (kl__lmdb_id_put() says why that
+ * helps). NULL if the open failed: kl__lmdb_id_get() then uses mdb_get(). */
+static MDB_cursor *ltxn_id_cursor(kl_lmdb_txn_t *ltxn) {
+  if (!ltxn->id_cur &&
+      mdb_cursor_open(ltxn->snap, txn_lmdb(ltxn)->ids, &ltxn->id_cur) != 0)
+    ltxn->id_cur = NULL;
+  return ltxn->id_cur;
+}
+
 kl_err_t kl__lmdb_seen(kl_txn_t *txn, const char *id, size_t id_len,
                        kl_mark_t *mark) {
   kl_lmdb_txn_t *ltxn = (kl_lmdb_txn_t *)txn;
@@ -195,15 +205,8 @@ kl_err_t kl__lmdb_seen(kl_txn_t *txn, const char *id, size_t id_len,
     return KL_OK;
   }
   int64_t t;
-  /* One cursor for the batch's lookups: an event's id often falls on the
-   * page of the one before (kl__lmdb_id_put() says why that helps). */
-  int rc = ltxn->id_cur ? 0
-                        : mdb_cursor_open(ltxn->snap, txn_lmdb(ltxn)->ids,
-                                          &ltxn->id_cur);
-  if (rc)
-    ltxn->id_cur = NULL;
-  rc = kl__lmdb_id_get(txn_lmdb(ltxn), ltxn->snap, ltxn->id_cur, buf, len, &t,
-                       mark);
+  int rc = kl__lmdb_id_get(txn_lmdb(ltxn), ltxn->snap, ltxn_id_cursor(ltxn),
+                           buf, len, &t, mark);
   if (rc == MDB_NOTFOUND)
     *mark = KL_MARK_NONE;
   return rc && rc != MDB_NOTFOUND ? kl__lmdb_err(rc, "seen") : KL_OK;
@@ -245,7 +248,7 @@ typedef struct kl_commit_set {
  * why). */
 static int commit_data(kl__lmdb_t *lmdb, MDB_txn *mtxn,
                        const kl_commit_ctx_t *ctx) {
-  MDB_cursor *cur;
+  MDB_cursor *cur = NULL;
   int rc = ctx->ltxn->data.count ? mdb_cursor_open(mtxn, lmdb->data, &cur) : 0;
   for (size_t i = 0; !rc && i < ctx->ltxn->data.count; i++) {
     const kl__buf_entry_t *e = ctx->data[i];
@@ -257,7 +260,7 @@ static int commit_data(kl__lmdb_t *lmdb, MDB_txn *mtxn,
       rc = mdb_cursor_del(cur, 0);
     rc = rc == MDB_NOTFOUND ? 0 : rc;
   }
-  if (ctx->ltxn->data.count)
+  if (cur) /* NULL when there was nothing to write or the open failed */
     mdb_cursor_close(cur);
   return rc;
 }
@@ -267,7 +270,7 @@ static int commit_data(kl__lmdb_t *lmdb, MDB_txn *mtxn,
 static int commit_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn,
                       const kl_commit_ctx_t *ctx, uint64_t *dead_letters) {
   *dead_letters = 0;
-  MDB_cursor *cur;
+  MDB_cursor *cur = NULL;
   int rc = ctx->ltxn->ids.count ? mdb_cursor_open(mtxn, lmdb->ids, &cur) : 0;
   for (size_t i = 0; !rc && i < ctx->ltxn->ids.count; i++) {
     const kl__buf_entry_t *e = ctx->ids[i];
@@ -276,7 +279,7 @@ static int commit_ids(kl__lmdb_t *lmdb, MDB_txn *mtxn,
                          ctx->now_ms, (kl_mark_t)e->tag, &written);
     *dead_letters += !rc && written && e->tag == KL_MARK_DEAD_LETTER;
   }
-  if (ctx->ltxn->ids.count)
+  if (cur)
     mdb_cursor_close(cur);
   return rc;
 }
