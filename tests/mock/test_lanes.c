@@ -53,7 +53,9 @@ typedef struct t_fx {
   /* While set, the store fails under the first event of each failing key
    * (t_store_fault(), a topic of one partition); runs failed so far. */
   _Atomic int store_down, store_faults;
-  _Atomic int ran; /* handler runs that said OK */
+  _Atomic int ran;       /* handler runs that said OK */
+  _Atomic int ran_in[2]; /* of them, on partition 0 and 1 (of two or more) */
+  int partitions;
 } t_fx_t;
 
 static int t_failing(int k) {
@@ -159,11 +161,15 @@ static kl_handler_result_t t_handler(void *opaque, const kl_event_t *event,
   if (kl_txn_put(txn, key, klen, val, sizeof(val)))
     return KL_HANDLER_RETRY;
   fx->ran++;
+  int32_t part = kl_partition(event->key, event->key_len, fx->partitions);
+  if (part >= 0 && part < 2)
+    fx->ran_in[part]++;
   return KL_HANDLER_OK;
 }
 
 static void t_fx_up(t_fx_t *fx, const char *topic, int partitions) {
   memset(fx, 0, sizeof(*fx));
+  fx->partitions = partitions;
   kl_t_tmpdir(fx->dir);
   assert_int_equal(kl_t_cluster_new(1, topic, partitions, &fx->cluster), KL_OK);
   fx->topic = kl_t_topic(fx->cluster);
@@ -225,11 +231,13 @@ typedef struct t_worker {
   kl_worker_t *worker;
   pthread_t thread;
   kl_err_t result;
+  _Atomic int done; /* kl_worker_run() returned */
 } t_worker_t;
 
 static void *t_worker_main(void *opaque) {
   t_worker_t *w = opaque;
   w->result = kl_worker_run(w->worker);
+  w->done = 1;
   return NULL;
 }
 
@@ -686,6 +694,182 @@ static void test_malformed_record_is_dead_lettered(void **state) {
   t_fx_down(&fx);
 }
 
+/* ---- the commit in flight ---------------------------------------------
+ *
+ * In inline mode (worker.concurrency 1) the poll thread hands a group
+ * commit to the committer thread and goes on. This binary links with
+ * --wrap=kl__store_commit_many (tests/CMakeLists.txt): once armed, the next
+ * commit stops, before the store commits it or after, until released. */
+
+static struct {
+  _Atomic int armed, after, held, released;
+  pthread_t thread; /* the thread that holds it, set before held */
+} t_hold;
+
+void __real_kl__store_commit_many(kl__store_commit_t *commits, size_t n);
+void __wrap_kl__store_commit_many(kl__store_commit_t *commits, size_t n);
+
+void __wrap_kl__store_commit_many(kl__store_commit_t *commits, size_t n) {
+  int armed = 1;
+  if (!atomic_compare_exchange_strong(&t_hold.armed, &armed, 0)) {
+    __real_kl__store_commit_many(commits, n);
+    return;
+  }
+  if (t_hold.after)
+    __real_kl__store_commit_many(commits, n);
+  t_hold.thread = pthread_self();
+  t_hold.held = 1;
+  for (int t = 0; t < 30000 && !t_hold.released; t++)
+    kl_t_sleep_ms(1);
+  if (!t_hold.after)
+    __real_kl__store_commit_many(commits, n);
+}
+
+static void t_hold_arm(int after) {
+  t_hold.after = after;
+  t_hold.held = t_hold.released = 0;
+  t_hold.armed = 1;
+}
+
+static int t_held(t_fx_t *fx) {
+  (void)fx;
+  return t_hold.held;
+}
+
+/* The first @p n keys (of KEYS) that go to partition @p part of two. */
+static int t_keys_of(int part, int *out, int n) {
+  int got = 0;
+  for (int k = 0; k < KEYS && got < n; k++) {
+    char key[16];
+    snprintf(key, sizeof(key), "k-%04d", k);
+    if (kl_partition(key, strlen(key), 2) == part)
+      out[got++] = k;
+  }
+  return got;
+}
+
+static int64_t t_watermark(t_fx_t *fx, int32_t part) {
+  kl_partition_state_t st;
+  assert_int_equal(kl_store_partition(fx->store, fx->topic, part, &st), KL_OK);
+  return st.watermark;
+}
+
+static int t_p1_warm(t_fx_t *fx) {
+  return t_watermark(fx, 1) == 1;
+}
+
+enum { T_FLIGHT_KEYS = 40 };
+static int t_k0[T_FLIGHT_KEYS], t_k1[T_FLIGHT_KEYS];
+
+static int t_p1_ran(t_fx_t *fx) {
+  return fx->ran_in[1] == T_FLIGHT_KEYS * PER_KEY; /* the first's too */
+}
+
+static int t_flight_done(t_fx_t *fx) {
+  t_tally_t t;
+  t_tally(fx, &t);
+  for (int i = 0; i < T_FLIGHT_KEYS; i++)
+    if (t.count[t_k0[i]] != PER_KEY || t.count[t_k1[i]] != PER_KEY)
+      return 0;
+  return 1;
+}
+
+/* A worker whose partition 1 committed one event, and the first event of
+ * partition 0's first key, whose commit the committer holds (@p after:
+ * once the store committed it). */
+static t_worker_t *t_flight_up(t_fx_t *fx, const char *topic, int after) {
+  t_fx_up(fx, topic, 2);
+  assert_int_equal(t_keys_of(0, t_k0, T_FLIGHT_KEYS), T_FLIGHT_KEYS);
+  assert_int_equal(t_keys_of(1, t_k1, T_FLIGHT_KEYS), T_FLIGHT_KEYS);
+  t_worker_t *w = t_worker_start(fx, NULL);
+  t_publish_one(fx, t_k1[0], 1);
+  assert_int_equal(kl_flush(fx->producer, 30000), KL_OK);
+  assert_true(t_wait(fx, t_p1_warm, 30000) >= 0);
+  t_hold_arm(after);
+  t_publish_one(fx, t_k0[0], 1);
+  assert_int_equal(kl_flush(fx->producer, 30000), KL_OK);
+  assert_true(t_wait(fx, t_held, 30000) >= 0);
+  assert_false(pthread_equal(t_hold.thread, w->thread)); /* the committer */
+  assert_int_equal(fx->ran_in[0], 1);
+  return w;
+}
+
+/* The rest of the events (t_flight_up() published both first keys' first). */
+static void t_flight_publish_rest(t_fx_t *fx) {
+  for (int seq = 1; seq <= PER_KEY; seq++)
+    for (int i = seq == 1; i < T_FLIGHT_KEYS; i++) {
+      t_publish_one(fx, t_k0[i], seq);
+      t_publish_one(fx, t_k1[i], seq);
+    }
+  assert_int_equal(kl_flush(fx->producer, 30000), KL_OK);
+}
+
+static void t_flight_assert_exact(t_fx_t *fx) {
+  t_tally_t t;
+  t_tally(fx, &t);
+  for (int i = 0; i < T_FLIGHT_KEYS; i++)
+    for (int j = 0; j < 2; j++) {
+      int k = j ? t_k1[i] : t_k0[i];
+      assert_int_equal(t.count[k], PER_KEY);
+      assert_int_equal(t.last[k], PER_KEY);
+      assert_int_equal(t.bad[k], 0);
+    }
+  kl_partition_state_t sum;
+  t_partitions(fx, 2, &sum);
+  assert_int_equal(sum.applied, 2 * T_FLIGHT_KEYS * PER_KEY);
+  assert_int_equal(sum.duplicates, 0);
+  assert_int_equal(t_watermark(fx, 0) + t_watermark(fx, 1),
+                   2 * T_FLIGHT_KEYS * PER_KEY);
+}
+
+/* While partition 0's commit is held on the committer thread, the poll
+ * thread runs every event of partition 1 and none of partition 0's (its
+ * lane's group txn is in the commit: an event run now would read a
+ * snapshot without it), and partition 1 commits nothing (one commit in
+ * flight at a time). Released, every event is applied once. */
+static void test_commit_in_flight_holds_its_lane_only(void **state) {
+  static t_fx_t fx;
+  t_worker_t *w = t_flight_up(&fx, "flight", 0);
+  t_flight_publish_rest(&fx);
+  assert_true(t_wait(&fx, t_p1_ran, 30000) >= 0);
+  kl_t_sleep_ms(300); /* partition 0's records came in the same fetches */
+  assert_int_equal(fx.ran_in[0], 1);
+  assert_int_equal(t_watermark(&fx, 0), 0);
+  assert_int_equal(t_watermark(&fx, 1), 1);
+  t_hold.released = 1;
+  assert_true(t_wait(&fx, t_flight_done, 30000) >= 0);
+  t_worker_stop(w);
+  t_flight_assert_exact(&fx);
+  t_fx_down(&fx);
+}
+
+/* A stop while the store has committed partition 0's event but its outcome
+ * is not applied: the worker waits for the committer, applies the outcome
+ * and sends its offset before it leaves the group, so the group's offset
+ * in Kafka follows the store's watermark; the next owner goes on from
+ * there and applies everything else once. */
+static void test_stop_settles_commit_in_flight(void **state) {
+  static t_fx_t fx;
+  t_worker_t *a = t_flight_up(&fx, "flight-stop", 1);
+  assert_int_equal(t_watermark(&fx, 0), 1); /* in the store, not applied */
+  kl_worker_stop(a->worker);
+  kl_t_sleep_ms(500);
+  assert_false(a->done);
+  t_hold.released = 1;
+  t_worker_stop(a);
+  assert_int_equal(kl_t_committed(fx.boot, fx.group, fx.topic, 0), 1);
+  assert_int_equal(kl_t_committed(fx.boot, fx.group, fx.topic, 1), 1);
+  t_worker_t *b = t_worker_start(&fx, NULL);
+  t_flight_publish_rest(&fx);
+  assert_true(t_wait(&fx, t_flight_done, 30000) >= 0);
+  kl_worker_stats_t st;
+  kl_worker_stats(b->worker, &st, sizeof(st));
+  assert_int_equal(st.duplicates, 0);
+  t_worker_stop(b);
+  t_flight_assert_exact(&fx);
+  t_fx_down(&fx);
+}
+
 /* ---- bounds -------------------------------------------------------------- */
 
 static void test_window_bound_pauses_and_resumes(void **state) {
@@ -783,6 +967,8 @@ int main(void) {
       cmocka_unit_test(test_malformed_record_is_dead_lettered),
       cmocka_unit_test(test_window_bound_pauses_and_resumes),
       cmocka_unit_test(test_waiting_bound_pauses_and_resumes),
+      cmocka_unit_test(test_commit_in_flight_holds_its_lane_only),
+      cmocka_unit_test(test_stop_settles_commit_in_flight),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,29 +17,8 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
+#include "support/kafka_read.h"
 #include "support/support.h"
-
-/* The group's committed offset of partition 0, or -1. */
-static int64_t kl_committed(const char *boot, const char *topic,
-                            const char *group) {
-  char errstr[256];
-  rd_kafka_conf_t *conf = rd_kafka_conf_new();
-  rd_kafka_conf_set(conf, "bootstrap.servers", boot, errstr, sizeof(errstr));
-  rd_kafka_conf_set(conf, "group.id", group, errstr, sizeof(errstr));
-  rd_kafka_conf_set(conf, "log_level", "0", errstr, sizeof(errstr));
-  rd_kafka_t *rk =
-      rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
-  assert_non_null(rk);
-  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-  rd_kafka_topic_partition_list_add(l, topic, 0);
-  int64_t offset = -1;
-  if (rd_kafka_committed(rk, l, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-      !l->elems[0].err)
-    offset = l->elems[0].offset;
-  rd_kafka_topic_partition_list_destroy(l);
-  rd_kafka_destroy(rk);
-  return offset;
-}
 
 static void test_failed_offset_commit_is_sent_again(void **state) {
   (void)state;
@@ -83,7 +62,7 @@ static void test_failed_offset_commit_is_sent_again(void **state) {
   int64_t committed = -1;
   for (int i = 0; i < 100 && committed != 3; i++) {
     kl_t_sleep_ms(100);
-    committed = kl_committed(boot, "oc", "g-oc");
+    committed = kl_t_committed(boot, "g-oc", "oc", 0);
   }
   assert_int_equal(committed, 3);
   assert_int_equal(kl_t_worker_stop(w), KL_OK);

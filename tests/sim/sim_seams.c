@@ -29,8 +29,9 @@
  *   where the model learns what truly committed: the slots the commit
  *   holds, read in the before-commit hook (sim_owner.c).
  * - The committer thread: kl__lanes_flight_start() starts none; the
- *   owner's turn runs the commit a tick left in flight before or after
- *   its events, or a later turn or a settle in its lanes does.
+ *   owner's turn runs the commit a tick left in flight before its events,
+ *   after them, after its tick, or right after a resume (sim_owner.c), or
+ *   a later turn, a take or a settle in its lanes does.
  * - A dead owner (o->dead: it crashed, and its lanes are torn down or run
  *   on to the end of a call) reaches nothing: its commits fail, what it
  *   publishes or dead-letters is lost, its outbox removals fail.

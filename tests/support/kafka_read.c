@@ -51,6 +51,31 @@ int kl_t_consume(rd_kafka_t *rk, int want, int ms,
   return n;
 }
 
+int64_t kl_t_committed(const char *bootstrap, const char *group,
+                       const char *topic, int32_t partition) {
+  char errstr[256];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr,
+                    sizeof(errstr));
+  rd_kafka_conf_set(conf, "group.id", group, errstr, sizeof(errstr));
+  rd_kafka_conf_set(conf, "log_level", "0", errstr, sizeof(errstr));
+  rd_kafka_t *rk =
+      rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+  if (!rk) {
+    fprintf(stderr, "kl_t_committed: %s\n", errstr);
+    return -1;
+  }
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(l, topic, partition);
+  int64_t offset = -1;
+  if (rd_kafka_committed(rk, l, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+      !l->elems[0].err)
+    offset = l->elems[0].offset;
+  rd_kafka_topic_partition_list_destroy(l);
+  rd_kafka_destroy(rk);
+  return offset;
+}
+
 void kl_t_consumer_destroy(rd_kafka_t *rk) {
   if (!rk)
     return;

@@ -24,6 +24,11 @@ int kl_t_consume(rd_kafka_t *rk, int want, int ms,
 /* Closes and destroys @p rk; NULL is a no-op. */
 void kl_t_consumer_destroy(rd_kafka_t *rk);
 
+/* The offset @p group committed for @p partition of @p topic, or -1 when
+ * it committed none (or Kafka did not answer in 5 s). */
+int64_t kl_t_committed(const char *bootstrap, const char *group,
+                       const char *topic, int32_t partition);
+
 /* The last header @p name of @p h (may be NULL) as text in @p out; ""
  * when there is none. */
 void kl_t_header(const rd_kafka_headers_t *h, const char *name, char *out,
