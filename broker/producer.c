@@ -601,10 +601,13 @@ kl_err_t kl_publish(kl_producer_t *producer, const char *topic,
     return kl__err(KL_EINVAL, "kl_publish: producer, topic and event are "
                               "required");
   kl_event_t ev = *event;
+  /* Validating first: a bad event fails before any waiting. The id
+   * publish_stamp() makes is UUID text by its making: the text check of
+   * an id is for the service's (it is an eighth of kl_publish()'s own
+   * instructions on `keylane-bench produce`). */
+  kl_err_t err = kl_event_validate(&ev, 1);
   char id[37];
   publish_stamp(&ev, id);
-  /* Validating first: a bad event fails before any waiting. */
-  kl_err_t err = kl_event_validate(&ev, 0);
   if (!err) /* the outbox's ids are keylane's; nobody else's may be */
     err = kl__reserved_check(&ev, producer->follow_ups);
   size_t size = 0;

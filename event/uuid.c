@@ -104,12 +104,19 @@ void kl_event_make_id(char out[37]) {
 static const uint8_t kl_uuid_text_at[16] = {0,  2,  4,  6,  9,  11, 14, 16,
                                             19, 21, 24, 26, 28, 30, 32, 34};
 
+/* The two digits of every byte, "00" to "ff": a byte is one 2-byte copy,
+ * not two lookups (kl_publish() formats an id per event: issue 37). */
+#define KL_HEX16(h)                                                            \
+  h "0" h "1" h "2" h "3" h "4" h "5" h "6" h "7" h "8" h "9" h "a" h "b" h    \
+    "c" h "d" h "e" h "f"
+static const char kl_hex_pairs[] = KL_HEX16("0") KL_HEX16("1") KL_HEX16("2")
+    KL_HEX16("3") KL_HEX16("4") KL_HEX16("5") KL_HEX16("6") KL_HEX16("7")
+        KL_HEX16("8") KL_HEX16("9") KL_HEX16("a") KL_HEX16("b") KL_HEX16("c")
+            KL_HEX16("d") KL_HEX16("e") KL_HEX16("f");
+
 void kl__uuid_format(const uint8_t b[16], char out[36]) {
-  static const char hex[] = "0123456789abcdef";
-  for (int i = 0; i < 16; i++) {
-    out[kl_uuid_text_at[i]] = hex[b[i] >> 4];
-    out[kl_uuid_text_at[i] + 1] = hex[b[i] & 0x0f];
-  }
+  for (int i = 0; i < 16; i++)
+    memcpy(out + kl_uuid_text_at[i], kl_hex_pairs + 2 * b[i], 2);
   out[8] = out[13] = out[18] = out[23] = '-';
 }
 

@@ -1024,6 +1024,19 @@ static void test_uuid_parse_format(void **state) {
       kl__uuid_parse("0190a1b2c-3d4-7e5f-8a9b-0c1d2e3f4a5b", 36, b), -1);
   assert_int_equal(
       kl__uuid_parse("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5g", 36, b), -1);
+  /* Every byte value at every position writes as printf's %02x. */
+  for (int v = 0; v < 256; v++) {
+    char want[37];
+    for (int i = 0; i < 16; i++)
+      b[i] = (uint8_t)(v + 37 * i);
+    snprintf(want, sizeof(want),
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+             "%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
+             b[11], b[12], b[13], b[14], b[15]);
+    kl__uuid_format(b, text);
+    assert_memory_equal(text, want, 36);
+  }
 }
 
 /* Every byte value at every digit of a UUID: a lowercase hex digit parses
