@@ -10,6 +10,9 @@
  * side is one thread publishing and serving delivery reports, flushed at
  * the end. The payload is the same JSON value on both sides: the gateway
  * packs it as msgpack per event, the direct side gets it packed once.
+ * With --body msgpack the requests are application/msgpack, each event's
+ * payload a bin of those packed bytes, which the gateway takes as they
+ * are: the same records reach Kafka.
  *
  * Runs alternate (G D, D G, ...) so machine drift affects both alike; each
  * round gets a fresh embedded cluster (the mock keeps every record in
@@ -22,6 +25,7 @@
 #include <time.h>
 
 #include <jansson.h>
+#include <msgpack.h>
 
 #include "bench.h"
 #include "common/json_msgpack.h"
@@ -41,8 +45,23 @@ typedef struct kl_bg_opts {
   int64_t events;
   int64_t rounds;
   int64_t partitions;
+  const char *body; /* "json" (the default) or "msgpack" */
   int json;
 } kl_bg_opts_t;
+
+/* The payload, packed as msgpack once: the direct side's, and a msgpack
+ * body's bin "payload" (taken as the payload's bytes). */
+typedef struct kl_bg_payload {
+  void *bytes;
+  size_t len;
+} kl_bg_payload_t;
+
+static int kl_bg_payload_pack(kl_bg_payload_t *p) {
+  json_t *pj = json_loads(KL_BG_PAYLOAD, 0, NULL);
+  kl_err_t err = kl__json_to_msgpack(pj, KL_PAYLOAD_MAX, &p->bytes, &p->len);
+  json_decref(pj);
+  return err ? -1 : 0;
+}
 
 /* ---- direct kl_publish ---- */
 
@@ -52,30 +71,25 @@ static void kl_bg_dr(void *opaque, const kl_delivery_t *d) {
     (*failed)++;
 }
 
-static double kl_bg_direct(const char *bootstrap, int64_t events) {
+static double kl_bg_direct(const char *bootstrap, int64_t events,
+                           const kl_bg_payload_t *payload) {
   kl_conf_t *conf = kl_conf_new();
   kl_conf_set(conf, "kafka.bootstrap.servers", bootstrap);
   kl_producer_t *producer = NULL;
   int64_t failed = 0;
-  json_t *pj = json_loads(KL_BG_PAYLOAD, 0, NULL);
-  void *payload = NULL;
-  size_t payload_len = 0;
-  kl__json_to_msgpack(pj, KL_PAYLOAD_MAX, &payload, &payload_len);
-  json_decref(pj);
   int32_t parts = 0;
   if (kl_producer_new(conf, kl_bg_dr, &failed, &producer) != KL_OK ||
       kl_producer_partitions(producer, KL_BG_TOPIC, &parts) != KL_OK) {
     fprintf(stderr, "keylane-bench gateway: %s\n", kl_err_detail());
     kl_producer_destroy(producer);
     kl_conf_destroy(conf);
-    free(payload);
     return -1;
   }
   kl_conf_destroy(conf);
   kl_event_t ev = {.type = "credit",
                    .type_len = 6,
-                   .payload = payload,
-                   .payload_len = payload_len};
+                   .payload = payload->bytes,
+                   .payload_len = payload->len};
   char key[32];
   double t0 = kl_bench_now();
   for (int64_t i = 0; i < events; i++) {
@@ -88,7 +102,6 @@ static double kl_bg_direct(const char *bootstrap, int64_t events) {
   kl_err_t err = kl_flush(producer, 120000);
   double secs = kl_bench_now() - t0;
   kl_producer_destroy(producer);
-  free(payload);
   return err || failed ? -1 : (double)events / secs;
 }
 
@@ -99,25 +112,58 @@ typedef struct kl_bg_client {
   int port;
   int64_t requests;
   int index;
+  const kl_bg_payload_t *msgpack; /* msgpack bodies with this payload */
   int64_t failed;
 } kl_bg_client_t;
 
-/* One request body of KL_BG_BATCH events; keys spread like the direct
+/* The key of event @p i of request @p r: keys spread like the direct
  * side's. */
-static char *kl_bg_body(int index, int64_t r, size_t *len) {
+static int kl_bg_key(const kl_bg_client_t *c, int64_t r, int i) {
+  return (int)((r * KL_BG_BATCH + i) * KL_BG_CONNS + c->index) % KL_BG_KEYS;
+}
+
+/* One JSON request body of KL_BG_BATCH events. */
+static char *kl_bg_body_json(const kl_bg_client_t *c, int64_t r, size_t *len) {
   size_t cap = KL_BG_BATCH * 128 + 16, n = 0;
   char *body = malloc(cap);
   body[n++] = '[';
-  for (int i = 0; i < KL_BG_BATCH; i++) {
-    int key = (int)((r * KL_BG_BATCH + i) * KL_BG_CONNS + index) % KL_BG_KEYS;
+  for (int i = 0; i < KL_BG_BATCH; i++)
     n += (size_t)snprintf(body + n, cap - n,
                           "%s{\"key\":\"acct-%d\","
                           "\"type\":\"credit\",\"payload\":" KL_BG_PAYLOAD "}",
-                          i ? "," : "", key);
-  }
+                          i ? "," : "", kl_bg_key(c, r, i));
   body[n++] = ']';
   *len = n;
   return body;
+}
+
+static void kl_bg_pack_str(msgpack_packer *pk, const char *s, size_t len) {
+  msgpack_pack_str(pk, len);
+  msgpack_pack_str_body(pk, s, len);
+}
+
+/* The same events as a msgpack body: the payload as a bin, its bytes. */
+static char *kl_bg_body_msgpack(const kl_bg_client_t *c, int64_t r,
+                                size_t *len) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_array(&pk, KL_BG_BATCH);
+  for (int i = 0; i < KL_BG_BATCH; i++) {
+    char key[32];
+    int n = snprintf(key, sizeof(key), "acct-%d", kl_bg_key(c, r, i));
+    msgpack_pack_map(&pk, 3);
+    kl_bg_pack_str(&pk, "key", 3);
+    kl_bg_pack_str(&pk, key, (size_t)n);
+    kl_bg_pack_str(&pk, "type", 4);
+    kl_bg_pack_str(&pk, "credit", 6);
+    kl_bg_pack_str(&pk, "payload", 7);
+    msgpack_pack_bin(&pk, c->msgpack->len);
+    msgpack_pack_bin_body(&pk, c->msgpack->bytes, c->msgpack->len);
+  }
+  *len = sb.size;
+  return sb.data; /* msgpack_sbuffer's buffer is malloc()ed */
 }
 
 static void *kl_bg_client_main(void *opaque) {
@@ -125,11 +171,14 @@ static void *kl_bg_client_main(void *opaque) {
   kl_t_http_t *http = kl_t_http_open(c->port);
   for (int64_t r = 0; http && r < c->requests; r++) {
     size_t len;
-    char *body = kl_bg_body(c->index, r, &len);
+    char *body = c->msgpack ? kl_bg_body_msgpack(c, r, &len)
+                            : kl_bg_body_json(c, r, &len);
     kl_t_http_resp_t resp;
     int rc =
         kl_t_http_request(http, "POST", "/v1/topics/" KL_BG_TOPIC "/events",
-                          "Content-Type: application/json\r\n", body, len);
+                          c->msgpack ? "Content-Type: application/msgpack\r\n"
+                                     : "Content-Type: application/json\r\n",
+                          body, len);
     free(body);
     if (rc == 0)
       rc = kl_t_http_recv(http, &resp, 60000);
@@ -167,7 +216,8 @@ static int kl_bg_ready(int port) {
   return -1;
 }
 
-static double kl_bg_gateway(const char *bootstrap, int64_t events) {
+static double kl_bg_gateway(const char *bootstrap, int64_t events,
+                            const kl_bg_payload_t *msgpack) {
   kl_t_gateway_t *tg = kl_t_gateway_start(bootstrap, NULL, NULL);
   if (kl_bg_ready(tg->port)) {
     kl_t_gateway_stop(tg);
@@ -178,8 +228,8 @@ static double kl_bg_gateway(const char *bootstrap, int64_t events) {
       (events + KL_BG_BATCH * KL_BG_CONNS - 1) / (KL_BG_BATCH * KL_BG_CONNS);
   double t0 = kl_bench_now();
   for (int i = 0; i < KL_BG_CONNS; i++) {
-    clients[i] =
-        (kl_bg_client_t){.port = tg->port, .requests = per, .index = i};
+    clients[i] = (kl_bg_client_t){
+        .port = tg->port, .requests = per, .index = i, .msgpack = msgpack};
     pthread_create(&clients[i].thread, NULL, kl_bg_client_main, &clients[i]);
   }
   int64_t failed = 0;
@@ -203,12 +253,21 @@ static int kl_bg_round(const kl_bg_opts_t *opts, int gateway_first,
     return -1;
   }
   const char *bootstrap = kl_embedded_bootstrap(embedded);
+  kl_bg_payload_t payload = {0};
+  if (kl_bg_payload_pack(&payload)) {
+    fprintf(stderr, "keylane-bench gateway: %s\n", kl_err_detail());
+    kl_embedded_destroy(embedded);
+    return -1;
+  }
+  int msgpack = strcmp(opts->body, "msgpack") == 0;
   for (int side = 0; side < 2; side++) {
     if ((side == 0) == (gateway_first != 0))
-      *gw_eps = kl_bg_gateway(bootstrap, opts->events);
+      *gw_eps =
+          kl_bg_gateway(bootstrap, opts->events, msgpack ? &payload : NULL);
     else
-      *direct_eps = kl_bg_direct(bootstrap, opts->events);
+      *direct_eps = kl_bg_direct(bootstrap, opts->events, &payload);
   }
+  free(payload.bytes);
   kl_embedded_destroy(embedded);
   return *gw_eps > 0 && *direct_eps > 0 ? 0 : -1;
 }
@@ -221,21 +280,21 @@ static void kl_bg_report(const kl_bg_opts_t *opts, double *gw_runs,
   double direct = kl_bench_median(direct_runs, n);
   if (opts->json) {
     json_t *o = json_pack(
-        "{s:s, s:I, s:i, s:i, s:I, s:I, s:s, s:f, s:f, s:f}", "bench",
-        KL_BG_NAME, "events", (json_int_t)opts->events, "events_per_request",
-        KL_BG_BATCH, "connections", KL_BG_CONNS, "partitions",
-        (json_int_t)opts->partitions, "rounds", (json_int_t)opts->rounds,
-        "statistic", "median", "gateway_eps", gw, "direct_eps", direct, "ratio",
-        gw / direct);
+        "{s:s, s:s, s:I, s:i, s:i, s:I, s:I, s:s, s:f, s:f, s:f}", "bench",
+        KL_BG_NAME, "body", opts->body, "events", (json_int_t)opts->events,
+        "events_per_request", KL_BG_BATCH, "connections", KL_BG_CONNS,
+        "partitions", (json_int_t)opts->partitions, "rounds",
+        (json_int_t)opts->rounds, "statistic", "median", "gateway_eps", gw,
+        "direct_eps", direct, "ratio", gw / direct);
     json_object_set_new(o, "ratio_rounds", ratios);
     kl_bench_json(o);
     return;
   }
   json_decref(ratios);
-  printf("gateway: %lld events per run, %d events per request over %d "
+  printf("gateway: %lld events per run, %d events per %s request over %d "
          "keep-alive connections,\n1 broker, %lld partitions, %lld "
          "alternating rounds; medians:\n",
-         (long long)opts->events, KL_BG_BATCH, KL_BG_CONNS,
+         (long long)opts->events, KL_BG_BATCH, opts->body, KL_BG_CONNS,
          (long long)opts->partitions, (long long)opts->rounds);
   printf("  gateway  HTTP POST -> 200    %12.0f events/s\n", gw);
   printf("  direct   kl_publish          %12.0f events/s\n", direct);
@@ -244,7 +303,7 @@ static void kl_bg_report(const kl_bg_opts_t *opts, double *gw_runs,
 
 static void kl_bg_help(void) {
   printf("usage: keylane-bench gateway [--events N] [--rounds N] "
-         "[--partitions N] [--json]\n\n"
+         "[--partitions N] [--body json|msgpack] [--json]\n\n"
          "Events per second through the HTTP gateway (100 events per POST,\n"
          "16 keep-alive connections, each answered after Kafka's acks=all)\n"
          "against kl_publish straight to the same embedded cluster.\n\n"
@@ -252,6 +311,9 @@ static void kl_bg_help(void) {
          "  --events N      events per run (default 200000)\n"
          "  --rounds N      runs of each side (default 3)\n"
          "  --partitions N  topic partitions (default 8)\n"
+         "  --body TYPE     json (default: a JSON payload per event) or\n"
+         "                  msgpack (application/msgpack, the payload a\n"
+         "                  bin of its msgpack bytes)\n"
          "  --json          one JSON object: gateway_eps, direct_eps, ratio\n");
 }
 
@@ -260,13 +322,24 @@ static int kl_bg_parse(int argc, char **argv, kl_bg_opts_t *opts) {
       {.name = "events", .max = 100000000, .out = &opts->events},
       {.name = "rounds", .max = KL_BG_ROUNDS_MAX, .out = &opts->rounds},
       {.name = "partitions", .max = 1000, .out = &opts->partitions},
+      {.name = "body", .text = &opts->body},
       {0},
   };
-  return kl_bench_flags(KL_BG_NAME, argc, argv, flags, &opts->json, kl_bg_help);
+  int rc =
+      kl_bench_flags(KL_BG_NAME, argc, argv, flags, &opts->json, kl_bg_help);
+  if (rc == 0 && strcmp(opts->body, "json") != 0 &&
+      strcmp(opts->body, "msgpack") != 0) {
+    fprintf(stderr,
+            "keylane-bench gateway: --body is json or msgpack, not \"%s\"\n",
+            opts->body);
+    return 2;
+  }
+  return rc;
 }
 
 int kl_bench_gateway(int argc, char **argv) {
-  kl_bg_opts_t opts = {.events = 200000, .rounds = 3, .partitions = 8};
+  kl_bg_opts_t opts = {
+      .events = 200000, .rounds = 3, .partitions = 8, .body = "json"};
   int rc = kl_bg_parse(argc, argv, &opts);
   if (rc)
     return rc < 0 ? 0 : rc;
