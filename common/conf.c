@@ -61,7 +61,9 @@ static const kl__conf_key_t kl_keys[] = {
      "schema is refused either way"},
     {"store.pg.pool", KL__CONF_INT, "4", 1, 64, NULL,
      "PostgreSQL store: connections per process at most, one per open batch; "
-     "a worker keeps pool - 1 batches open and commits early past it"},
+     "a worker keeps pool - 1 batches open and commits early past it, and "
+     "refuses 1: it reads its outbox and timers on a second connection "
+     "while a batch is open"},
     {"store.pg.idle.timeout", KL__CONF_DURATION, "60s", 0, KL_I64_MAX, NULL,
      "PostgreSQL store: the server ends a batch idle this long, releasing the "
      "row locks of a paused owner (0: the server's setting, read at open: "

@@ -260,6 +260,23 @@ static kl_err_t check_idle_timeout(const kl_conf_t *conf, kl_store_t *store) {
                  handler_ms, idle_ms, idle_ms, handler_ms * 2);
 }
 
+/*
+ * A worker on a pooled store (PostgreSQL) holds one connection with its
+ * open batch and needs another to read its outbox and timers meanwhile:
+ * with a pool of one, every such read waited the pool's 10 s for the
+ * batch's connection, and the worker applied about 100 events/s.
+ */
+static kl_err_t check_pool(kl_store_t *store) {
+  if (kl__store_txn_max(store) != 1)
+    return KL_OK; /* 0: not pooled */
+  return kl__err(KL_ECONF,
+                 "store.pg.pool is 1: a worker holds a connection with its "
+                 "open batch and needs another to read its outbox and timers "
+                 "meanwhile, so each such read would wait 10 s for it; set "
+                 "store.pg.pool to 2 or more (-X store.pg.pool=4, the "
+                 "default)");
+}
+
 kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
                        kl_store_t *store, kl_handler_fn_t *handler,
                        void *handler_opaque, kl_worker_t **out) {
@@ -287,6 +304,8 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
     checked = kl__conf_timer_check(conf);
   if (!checked)
     checked = check_idle_timeout(conf, store);
+  if (!checked)
+    checked = check_pool(store);
   if (!checked)
     checked = kl__membership_check(conf);
   if (checked)

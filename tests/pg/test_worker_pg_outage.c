@@ -459,6 +459,38 @@ static void test_more_partitions_than_the_pool_key_parallel(void **state) {
   kl_small_pool("small_kp", "4");
 }
 
+/* A worker refuses a pool of one connection, naming the fix: its open
+ * batch holds that connection, and each read of its outbox or timers
+ * waited the pool's 10 s for it (about 100 events/s). Two is enough. */
+static void test_worker_refuses_a_pool_of_one(void **state) {
+  (void)state;
+  kl_t_ledger_fx_t fx;
+  kl_fx_up(&fx, "pool_one", 2, 10);
+  for (int pool = 1; pool <= 2; pool++) {
+    kl_conf_t *conf = kl_conf_new();
+    char v[8];
+    snprintf(v, sizeof(v), "%d", pool);
+    assert_int_equal(kl_conf_set(conf, "store.pg.pool", v), KL_OK);
+    kl_store_t *store;
+    assert_int_equal(kl_store_open(fx.where, conf, &store), KL_OK);
+    assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", fx.boot),
+                     KL_OK);
+    kl_worker_t *worker = NULL;
+    kl_err_t err =
+        kl_worker_new(conf, fx.topic, store, kl_ledger_handler, NULL, &worker);
+    if (pool == 1) {
+      assert_int_equal(err, KL_ECONF);
+      assert_non_null(strstr(kl_err_detail(), "store.pg.pool to 2 or more"));
+    } else {
+      assert_int_equal(err, KL_OK);
+      kl_worker_destroy(worker);
+    }
+    kl_store_destroy(store);
+    kl_conf_destroy(conf);
+  }
+  kl_t_ledger_fx_down(&fx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_worker_survives_a_server_restart),
@@ -470,6 +502,7 @@ int main(void) {
       cmocka_unit_test(test_commit_lost_before_it_landed),
       cmocka_unit_test(test_more_partitions_than_the_pool),
       cmocka_unit_test(test_more_partitions_than_the_pool_key_parallel),
+      cmocka_unit_test(test_worker_refuses_a_pool_of_one),
   };
   return cmocka_run_group_tests(tests, kl_t_pg_group_setup_restartable,
                                 kl_t_pg_group_teardown);
