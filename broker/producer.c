@@ -252,11 +252,7 @@ kl_err_t kl_producer_new(const kl_conf_t *conf, kl_delivery_cb_t *cb,
   producer->follow_ups =
       strcmp(kl_conf_get(conf, "producer.follow_ups"), "true") == 0;
   pthread_mutex_init(&producer->mu, NULL);
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&producer->wake, &attr);
-  pthread_condattr_destroy(&attr);
+  kl__mono_cond_init(&producer->wake);
   rd_kafka_conf_t *rkconf;
   if ((err = producer_rkconf(conf, producer, &rkconf))) {
     producer_free(producer);
@@ -482,15 +478,8 @@ static void *watch_main(void *opaque) {
   kl_producer_t *producer = opaque;
   pthread_mutex_lock(&producer->mu);
   while (!producer->stopping) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += producer->check_ms / 1000;
-    ts.tv_nsec += (long)(producer->check_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&producer->wake, &producer->mu, &ts);
+    kl__mono_cond_wait(&producer->wake, &producer->mu,
+                       kl__mono_ns() + producer->check_ms * 1000000);
     if (producer->stopping || !producer->topic_cnt)
       continue;
     pthread_mutex_unlock(&producer->mu);

@@ -24,6 +24,21 @@ int64_t kl__mono_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+void kl__mono_cond_init(pthread_cond_t *cond) {
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(cond, &attr);
+  pthread_condattr_destroy(&attr);
+}
+
+int kl__mono_cond_wait(pthread_cond_t *cond, pthread_mutex_t *mu,
+                       int64_t deadline_ns) {
+  struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000),
+                        .tv_nsec = (long)(deadline_ns % 1000000000)};
+  return pthread_cond_timedwait(cond, mu, &ts);
+}
+
 void kl__sleep_ms(int64_t ms) {
   if (ms <= 0)
     return;

@@ -2,6 +2,7 @@
 #ifndef KEYLANE_COMMON_INTERNAL_H
 #define KEYLANE_COMMON_INTERNAL_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "keylane/conf.h"
@@ -35,6 +36,17 @@ kl_err_t kl__conf_timer_check(const kl_conf_t *conf);
 /** Milliseconds since the Unix epoch, and a monotonic clock in ns. */
 int64_t kl__now_ms(void);
 int64_t kl__mono_ns(void);
+
+/** Initialises @p cond so that kl__mono_cond_wait() counts on the
+ *  monotonic clock, kl__mono_ns()'s: a wall clock stepped back does not
+ *  stretch a wait. */
+void kl__mono_cond_init(pthread_cond_t *cond);
+
+/** Waits on @p cond, @p mu held, until it is signalled or kl__mono_ns()
+ *  reaches @p deadline_ns. @returns pthread_cond_timedwait()'s result
+ *  (ETIMEDOUT once the deadline passed). */
+int kl__mono_cond_wait(pthread_cond_t *cond, pthread_mutex_t *mu,
+                       int64_t deadline_ns);
 
 /**
  * Sleeps @p ms milliseconds (nothing when <= 0), or less when a signal

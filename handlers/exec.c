@@ -124,15 +124,6 @@ static void *exec_errlog_main(void *opaque) {
   return NULL;
 }
 
-/* Timed waits count on the monotonic clock, as deadlines do. */
-static void exec_cond_init(pthread_cond_t *cond) {
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(cond, &attr);
-  pthread_condattr_destroy(&attr);
-}
-
 kl_err_t kl__exec_new(const char *command, kl__exec_t **out) {
   if (!command || !*command)
     return kl__err(KL_ECONF, "--handler exec: needs a command, e.g. "
@@ -141,8 +132,8 @@ kl_err_t kl__exec_new(const char *command, kl__exec_t **out) {
   if (!exec)
     return KL_ENOMEM;
   exec->command = strdup(command);
-  exec_cond_init(&exec->cond);
-  exec_cond_init(&exec->room);
+  kl__mono_cond_init(&exec->cond);
+  kl__mono_cond_init(&exec->room);
   pthread_mutex_init(&exec->mu, NULL);
   exec->timeout_ms = KL_EXEC_TIMEOUT_MS;
   if (!exec->command || kl__exec_set_children(exec, 1, 1) != KL_OK) {
@@ -657,11 +648,6 @@ static void exec_read(kl__exec_t *exec, kl_exec_child_t *child,
     pthread_cond_signal(&next->cond);
 }
 
-static void exec_timespec(int64_t ns, struct timespec *ts) {
-  ts->tv_sec = (time_t)(ns / 1000000000);
-  ts->tv_nsec = (long)(ns % 1000000000);
-}
-
 /* Waits for @p call's answer, reading it when nobody else reads. */
 static void exec_await(kl__exec_t *exec, kl_exec_child_t *child,
                        kl_exec_call_t *call) {
@@ -670,10 +656,8 @@ static void exec_await(kl__exec_t *exec, kl_exec_child_t *child,
       exec_read(exec, child, call);
       continue;
     }
-    struct timespec ts;
-    exec_timespec(call->deadline_ns, &ts);
     call->waiting = 1;
-    int rc = pthread_cond_timedwait(&call->cond, &exec->mu, &ts);
+    int rc = kl__mono_cond_wait(&call->cond, &exec->mu, call->deadline_ns);
     call->waiting = 0;
     if (rc == ETIMEDOUT && !call->done) {
       char why[256];
@@ -698,7 +682,7 @@ kl_handler_result_t kl__exec_handler(void *opaque, const kl_event_t *event,
   }
   kl_exec_call_t call = {
       .errbuf = errbuf, .errbuf_size = errbuf_size, .result = KL_HANDLER_RETRY};
-  exec_cond_init(&call.cond);
+  kl__mono_cond_init(&call.cond);
   pthread_mutex_lock(&exec->mu);
   kl_exec_child_t *child = exec_enter(exec, &call);
   if (child) {

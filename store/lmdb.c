@@ -151,16 +151,9 @@ static void gate_leave(kl__lmdb_t *lmdb) {
 
 /* Waits, with mu held, until no transaction of this process is open. */
 static int gate_drain(kl__lmdb_t *lmdb) {
-  struct timespec deadline;
-  clock_gettime(CLOCK_MONOTONIC, &deadline);
-  deadline.tv_sec += KL_LMDB_REMAP_WAIT_MS / 1000;
-  deadline.tv_nsec += (long)(KL_LMDB_REMAP_WAIT_MS % 1000) * 1000000L;
-  if (deadline.tv_nsec >= 1000000000L) {
-    deadline.tv_sec++;
-    deadline.tv_nsec -= 1000000000L;
-  }
+  int64_t deadline_ns = kl__mono_ns() + KL_LMDB_REMAP_WAIT_MS * 1000000LL;
   while (lmdb->active > 0)
-    if (pthread_cond_timedwait(&lmdb->cv, &lmdb->mu, &deadline) == ETIMEDOUT)
+    if (kl__mono_cond_wait(&lmdb->cv, &lmdb->mu, deadline_ns) == ETIMEDOUT)
       return lmdb->active > 0 ? -1 : 0;
   return 0;
 }
@@ -1111,11 +1104,7 @@ kl_err_t kl__store_lmdb_open(const char *dir, const kl_conf_t *conf,
     return kl__err(KL_ENOMEM, "kl_store_open: out of memory");
   }
   lmdb->base.ops = &kl_lmdb_ops;
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&lmdb->cv, &attr);
-  pthread_condattr_destroy(&attr);
+  kl__mono_cond_init(&lmdb->cv);
   pthread_mutex_init(&lmdb->mu, NULL);
   size_t map_size;
   unsigned flags;
