@@ -31,7 +31,8 @@
 #define KL_MS_BODY_MAX 8192   /* none of its routes reads a body */
 #define KL_MS_IDLE_MS 10000
 #define KL_MS_SWEEP_MS 1000
-#define KL_MS_LAG_TIMEOUT_MS 500
+#define KL_MS_LAG_TIMEOUT_MS 500 /* a partition's high watermark */
+#define KL_MS_LAG_BUDGET_MS 1000 /* all of a scrape's high watermarks */
 #define KL_MS_STOPS_MAX 256  /* partitions listed by the log guard's series */
 #define KL_MS_PARTS_MAX 4096 /* partitions in /healthz's JSON, at most */
 #define KL_MS_LIVE_MS 300000 /* /livez without worker.stall.ms: 5 min */
@@ -80,28 +81,6 @@ static void ms_exporter_lag(kl_ms_scrape_t *scrape, const char *partition,
   kl__metric_set(scrape->exporter_lag, labels, (double)lag);
 }
 
-static int ms_partition(void *opaque, const char *topic, int32_t partition,
-                        const kl_partition_state_t *state) {
-  kl_ms_scrape_t *scrape = opaque;
-  if (strcmp(topic, scrape->server->topic) != 0)
-    return 0;
-  char p[16];
-  snprintf(p, sizeof(p), "%" PRId32, partition);
-  const char *labels[] = {p};
-  kl__metric_set(scrape->watermark, labels, (double)state->watermark);
-  kl__metric_set(scrape->epoch, labels, (double)state->epoch);
-  int64_t low, high;
-  if (scrape->server->rk &&
-      rd_kafka_query_watermark_offsets(scrape->server->rk, topic, partition,
-                                       &low, &high, KL_MS_LAG_TIMEOUT_MS) ==
-          RD_KAFKA_RESP_ERR_NO_ERROR) {
-    int64_t lag = high - state->watermark;
-    kl__metric_set(scrape->lag, labels, (double)(lag > 0 ? lag : 0));
-    ms_exporter_lag(scrape, p, lag > 0 ? lag : 0);
-  }
-  return 0;
-}
-
 static void ms_counter(kl__metrics_t *m, const char *name, const char *help,
                        uint64_t v) {
   kl__metric_add(kl__metrics_counter(m, name, help, NULL), NULL, (double)v);
@@ -110,6 +89,52 @@ static void ms_counter(kl__metrics_t *m, const char *name, const char *help,
 static void ms_gauge(kl__metrics_t *m, const char *name, const char *help,
                      double v) {
   kl__metric_set(kl__metrics_gauge(m, name, help, NULL), NULL, v);
+}
+
+/* A partition's watermark, epoch and lag. The high watermarks are asked
+ * of Kafka within one budget per scrape (KL_MS_LAG_BUDGET_MS): a cluster
+ * that does not answer costs a scrape that, not 500 ms per partition,
+ * and the partitions past it have no lag series in this scrape. */
+static void ms_partition(kl_ms_scrape_t *scrape, const kl__store_part_t *part,
+                         int64_t lag_deadline_ns) {
+  char p[16];
+  snprintf(p, sizeof(p), "%" PRId32, part->partition);
+  const char *labels[] = {p};
+  kl__metric_set(scrape->watermark, labels, (double)part->state.watermark);
+  kl__metric_set(scrape->epoch, labels, (double)part->state.epoch);
+  int64_t left_ms = (lag_deadline_ns - kl__mono_ns()) / 1000000;
+  if (left_ms > KL_MS_LAG_TIMEOUT_MS)
+    left_ms = KL_MS_LAG_TIMEOUT_MS;
+  int64_t low, high;
+  if (scrape->server->rk && left_ms > 0 &&
+      rd_kafka_query_watermark_offsets(
+          scrape->server->rk, scrape->server->topic, part->partition, &low,
+          &high, (int)left_ms) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    int64_t lag = high - part->state.watermark;
+    kl__metric_set(scrape->lag, labels, (double)(lag > 0 ? lag : 0));
+    ms_exporter_lag(scrape, p, lag > 0 ? lag : 0);
+  }
+}
+
+/* The store's partitions of the topic, read on the worker's store reader
+ * (worker/store_read.h): a store that does not answer holds this loop
+ * 2 s at most, and the read's age is a series of its own. */
+static void ms_partitions(kl_ms_scrape_t *scrape, kl__metrics_t *m) {
+  kl__store_read_t *reader = kl__worker_reader(scrape->server->worker);
+  ms_gauge(m, "keylane_worker_store_read_age_seconds",
+           "How long the store has not answered the read under way of "
+           "/healthz and /metrics; 0 when none waits. Past 2 s /healthz "
+           "fails naming it.",
+           (double)kl__store_read_age_ms(reader) / 1000.0);
+  kl__store_part_t *parts =
+      malloc(KL__STORE_READ_PARTS_MAX * sizeof(kl__store_part_t));
+  size_t n = 0;
+  if (parts)
+    kl__store_read(reader, parts, KL__STORE_READ_PARTS_MAX, &n);
+  int64_t lag_deadline_ns = kl__mono_ns() + KL_MS_LAG_BUDGET_MS * 1000000LL;
+  for (size_t i = 0; i < n; i++)
+    ms_partition(scrape, &parts[i], lag_deadline_ns);
+  free(parts);
 }
 
 /* The store's owner cache (PostgreSQL; zeroes when it has none). */
@@ -345,7 +370,7 @@ static kl__metrics_t *ms_scrape(kl__metrics_server_t *server) {
                         "Kafka's high watermark minus the store's watermark.",
                         "partition"),
       ms_exporter_lag_family(m)};
-  kl_store_foreach_partition(server->store, ms_partition, &scrape);
+  ms_partitions(&scrape, m);
   ms_log_stops(server, m);
   ms_stalls(server, m);
   return m;

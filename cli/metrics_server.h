@@ -6,8 +6,15 @@
  * (kl_worker_stats()) and, for every partition of the topic the store
  * knows, its watermark, owner epoch and lag (the partition's high
  * watermark from Kafka minus the store's watermark; left out when Kafka
- * does not answer within 500 ms). A store commit-latency histogram is not
- * exported: the commit happens inside the worker, which has no hook for it.
+ * does not answer within 500 ms, or once the scrape has waited 1 s for
+ * Kafka in all). A store commit-latency histogram is not exported: the
+ * commit happens inside the worker, which has no hook for it.
+ *
+ * The store is read through the worker's store reader
+ * (worker/store_read.h), which waits 2 s at most for a read: a store that
+ * accepts and never answers makes /healthz 503 "the store has not
+ * answered a read for N ms" and keylane_worker_store_read_age_seconds
+ * grow, and /livez and /metrics still answer.
  *
  * For dashboards built on kafka_exporter, the same lag is also
  * kafka_consumergroup_lag{consumergroup,topic,partition} (worker.group as

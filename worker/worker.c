@@ -335,6 +335,8 @@ kl_err_t kl_worker_new(const kl_conf_t *conf, const char *topic,
   kl_err_t err = KL_ENOMEM;
   if (worker->conf && worker->topic && worker->applier.decoder)
     err = worker_parts_new(worker);
+  if (!err)
+    err = kl__store_read_new(store, topic, &worker->reader);
   if (err) {
     kl_worker_destroy(worker);
     return err;
@@ -786,6 +788,10 @@ kl_store_t *kl__worker_store(const kl_worker_t *worker) {
   return worker->store;
 }
 
+kl__store_read_t *kl__worker_reader(const kl_worker_t *worker) {
+  return worker->reader;
+}
+
 const kl_conf_t *kl__worker_conf(const kl_worker_t *worker) {
   return worker->conf;
 }
@@ -835,6 +841,7 @@ kl_err_t kl_worker_stats(const kl_worker_t *worker, kl_worker_stats_t *stats,
 void kl_worker_destroy(kl_worker_t *worker) {
   if (!worker)
     return;
+  kl__store_read_destroy(worker->reader);
   kl__lanes_pool_destroy(worker->pool);
   if (worker->rk)
     rd_kafka_destroy(worker->rk);

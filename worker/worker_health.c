@@ -8,9 +8,10 @@
  * group commits failing, a fence with nothing committed since, the log
  * guard's stops, stalled partitions, the outbox stalled; then follow-ups
  * kept in the outbox make the verdict DEGRADED, which needs an operator
- * but no restart. The store probe is a read (kl_store_partition()), not a
- * write: a write would need an epoch; an unwritable store shows up as the
- * worker's own commit errors (commits failing).
+ * but no restart. The store probe is a read (store_read.h: on the
+ * reader's thread, waited for 2 s at most), not a write: a write would
+ * need an epoch; an unwritable store shows up as the worker's own commit
+ * errors (commits failing).
  *
  * Everything here runs on the caller's thread and reads the worker
  * through its thread-safe accessors (worker_internal.h).
@@ -182,11 +183,14 @@ static int health_worker(health_run_t *run) {
                st->partitions_live);
     return 1;
   }
-  kl_partition_state_t state;
-  if (kl_store_partition(kl__worker_store(run->worker), topic, 0, &state) !=
-      KL_OK) {
+  size_t n;
+  kl_err_t err = kl__store_read(kl__worker_reader(run->worker), NULL, 0, &n);
+  if (err) {
     health_set(run, KL_WORKER_HEALTH_FAILING, KL_WORKER_CAUSE_STORE,
-               "unhealthy: the store does not answer: %s\n", kl_err_detail());
+               err == KL_ETIMEOUT ? "unhealthy: %s\n"
+                                  : "unhealthy: the store does not answer: "
+                                    "%s\n",
+               kl_err_detail());
     return 1;
   }
   if (health_commits_failing(run))
@@ -264,18 +268,20 @@ kl_err_t kl_worker_health(kl_worker_t *worker, kl_worker_health_t *health) {
 
 /* The store's epochs of the worker's topic, by partition. */
 typedef struct part_epochs {
-  const char *topic;
   uint64_t *epoch;
   size_t n;
 } part_epochs_t;
 
-static int part_epoch(void *opaque, const char *topic, int32_t partition,
-                      const kl_partition_state_t *state) {
-  part_epochs_t *e = opaque;
-  if (strcmp(topic, e->topic) == 0 && partition >= 0 &&
-      (size_t)partition < e->n)
-    e->epoch[partition] = state->epoch;
-  return 0;
+/* The epochs are the store's; a store that does not answer leaves them
+ * 0 (kl_worker_health() says it does not answer). */
+static void part_epochs(kl_worker_t *worker, kl__store_part_t *parts,
+                        part_epochs_t *e) {
+  size_t n = 0;
+  kl__store_read(kl__worker_reader(worker), parts, KL__STORE_READ_PARTS_MAX,
+                 &n);
+  for (size_t i = 0; i < n; i++)
+    if (parts[i].partition >= 0 && (size_t)parts[i].partition < e->n)
+      e->epoch[parts[i].partition] = parts[i].state.epoch;
 }
 
 static const kl__log_guard_stop_t *part_stop(const kl__log_guard_stop_t *stops,
@@ -389,12 +395,15 @@ kl_err_t kl_worker_foreach_partition(kl_worker_t *worker,
                    worker ? "callback" : "worker");
   kl__stall_t *stalls = malloc(KL_HEALTH_STALLS_MAX * sizeof(*stalls));
   kl__log_guard_stop_t *stops = malloc(KL_HEALTH_STOPS_MAX * sizeof(*stops));
-  part_epochs_t e = {kl__worker_topic(worker), NULL, KL_HEALTH_STALLS_MAX};
-  e.epoch = calloc(e.n, sizeof(*e.epoch));
-  if (!stalls || !stops || !e.epoch) {
+  part_epochs_t e = {calloc(KL_HEALTH_STALLS_MAX, sizeof(uint64_t)),
+                     KL_HEALTH_STALLS_MAX};
+  kl__store_part_t *parts =
+      malloc(KL__STORE_READ_PARTS_MAX * sizeof(kl__store_part_t));
+  if (!stalls || !stops || !e.epoch || !parts) {
     free(stalls);
     free(stops);
     free(e.epoch);
+    free(parts);
     return kl__err(KL_ENOMEM, "kl_worker_foreach_partition: out of memory");
   }
   size_t nstalls = kl__worker_stalls(worker, stalls, KL_HEALTH_STALLS_MAX);
@@ -402,9 +411,8 @@ kl_err_t kl_worker_foreach_partition(kl_worker_t *worker,
     nstalls = KL_HEALTH_STALLS_MAX;
   size_t nstops = kl__log_guard_stops(kl__worker_log_guard(worker), stops,
                                       KL_HEALTH_STOPS_MAX);
-  /* The epochs are the store's; a store that does not answer leaves them
-   * 0 (kl_worker_health() says it does not answer). */
-  kl_store_foreach_partition(kl__worker_store(worker), part_epoch, &e);
+  part_epochs(worker, parts, &e);
+  free(parts);
   part_each(worker, stalls, nstalls, stops, nstops, &e, cb, opaque);
   free(stalls);
   free(stops);

@@ -4,6 +4,7 @@
 
 #include "keylane/worker.h"
 #include "worker/lanes_stall.h"
+#include "worker/store_read.h"
 
 typedef struct kl__log_guard kl__log_guard_t; /* worker/log_guard.h */
 struct rd_kafka_conf_s;                       /* librdkafka/rdkafka.h */
@@ -132,6 +133,9 @@ uint64_t kl__worker_commits_failing(kl_worker_t *worker, int runs,
  *  kl_worker_destroy(). Any thread. */
 const char *kl__worker_topic(const kl_worker_t *worker);
 kl_store_t *kl__worker_store(const kl_worker_t *worker);
+/** The reads of the worker's observers (store_read.h): health, the
+ *  partitions' listing, /metrics. */
+kl__store_read_t *kl__worker_reader(const kl_worker_t *worker);
 const kl_conf_t *kl__worker_conf(const kl_worker_t *worker);
 
 /**

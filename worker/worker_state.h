@@ -20,6 +20,7 @@
 #include "worker/lanes_pool.h"
 #include "worker/log_guard.h"
 #include "worker/membership.h"
+#include "worker/store_read.h"
 
 /* What a fenced lane last saw of its partition in the store, and since
  * when it has not changed (0: not watched); after a failed retake, the
@@ -36,6 +37,7 @@ struct kl_worker {
   kl_conf_t *conf;
   char *topic;
   kl_store_t *store;
+  kl__store_read_t *reader; /* the observers' reads (store_read.h) */
   rd_kafka_t *rk;
   kl__applier_t applier; /* the poll thread's; the lanes copy it */
   kl__dlq_t *dlq;

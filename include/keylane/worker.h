@@ -298,8 +298,13 @@ KL_EXPORT void kl_worker_destroy(kl_worker_t *worker);
  * partition, as calls: a program that embeds the worker answers its own
  * probes with them (docs/operations.md, "Metrics, health and the
  * dashboard"). Both read the worker from any thread while kl_worker_run()
- * runs, and before and after it; each call reads the store once (a
- * PostgreSQL round trip).
+ * runs, and before and after it. Each call reads the store once (a
+ * PostgreSQL round trip), on a thread of the worker's, and waits for that
+ * read 2 s at most from its start; calls that come while a read waits
+ * share it. So a store that accepts and never answers holds no caller
+ * longer: kl_worker_health() then says FAILING, cause
+ * KL_WORKER_CAUSE_STORE, "the store has not answered a read for N ms",
+ * and kl_worker_foreach_partition() gives epochs of 0.
  */
 
 /** The verdict of kl_worker_health(). */

@@ -9,6 +9,7 @@
  * refusal closes its connection.
  */
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <cmocka.h>
 
 #include "cli/metrics_server.h"
+#include "common/internal.h"
 #include "support/cluster.h"
 #include "support/http.h"
 #include "support/support.h"
@@ -30,6 +32,10 @@ typedef struct kl_fx {
   kl__metrics_server_t *server;
   int port;
 } kl_fx_t;
+
+/* Armed, the store's reads wait until released: a PostgreSQL server
+ * SIGSTOPped, as the hostile test of issue 37 had it. */
+static struct { atomic_int armed, released, held; } t_store;
 
 static int kl_setup(void **state) {
   kl_fx_t *fx = calloc(1, sizeof(*fx));
@@ -49,6 +55,7 @@ static int kl_setup(void **state) {
 
 static int kl_teardown(void **state) {
   kl_fx_t *fx = *state;
+  t_store.released = 1; /* a failed test's held read ends */
   kl__metrics_server_stop(fx->server);
   kl_worker_destroy(fx->w->worker);
   free(fx->w);
@@ -145,12 +152,160 @@ static void test_one_request(void **state) {
   kl_t_http_close(http);
 }
 
+/* ---- a store that accepts and never answers ---- */
+
+kl_err_t __real_kl_store_foreach_partition(kl_store_t *store,
+                                           kl_store_partition_cb_t *cb,
+                                           void *opaque);
+kl_err_t __wrap_kl_store_foreach_partition(kl_store_t *store,
+                                           kl_store_partition_cb_t *cb,
+                                           void *opaque);
+kl_err_t __real_kl_store_partition(kl_store_t *store, const char *topic,
+                                   int32_t partition,
+                                   kl_partition_state_t *state);
+kl_err_t __wrap_kl_store_partition(kl_store_t *store, const char *topic,
+                                   int32_t partition,
+                                   kl_partition_state_t *state);
+
+static void t_store_wait(void) {
+  if (!t_store.armed)
+    return;
+  t_store.held++;
+  for (int t = 0; t < 60000 && !t_store.released; t++)
+    kl_t_sleep_ms(1);
+  t_store.held--;
+}
+
+kl_err_t __wrap_kl_store_foreach_partition(kl_store_t *store,
+                                           kl_store_partition_cb_t *cb,
+                                           void *opaque) {
+  t_store_wait();
+  return __real_kl_store_foreach_partition(store, cb, opaque);
+}
+
+kl_err_t __wrap_kl_store_partition(kl_store_t *store, const char *topic,
+                                   int32_t partition,
+                                   kl_partition_state_t *state) {
+  t_store_wait();
+  return __real_kl_store_partition(store, topic, partition, state);
+}
+
+/* GET @p path on a new connection, answered within @p timeout_ms.
+ * @returns the status; the body in @p body (freed by the caller). */
+static int t_get(int port, const char *path, int timeout_ms, char **body,
+                 int64_t *took_ms) {
+  int64_t t0 = kl__mono_ns();
+  kl_t_http_t *http = kl_t_http_open(port);
+  assert_non_null(http);
+  assert_int_equal(kl_t_http_request(http, "GET", path, NULL, NULL, 0), 0);
+  kl_t_http_resp_t resp = {0};
+  if (kl_t_http_recv(http, &resp, timeout_ms) != 0)
+    fail_msg("GET %s: no answer within %d ms", path, timeout_ms);
+  kl_t_http_close(http);
+  *took_ms = (kl__mono_ns() - t0) / 1000000;
+  *body = resp.body ? strdup(resp.body) : strdup("");
+  int status = resp.status;
+  kl_t_http_resp_free(&resp);
+  return status;
+}
+
+/* While the store holds every read, /healthz answers 503 naming the
+ * wait once the read is 2 s old, /livez answers at once, /metrics says
+ * how old the read is, and kl_worker_health() returns; one read waits,
+ * however many ask. Released, /healthz is the store's again. Before
+ * worker/store_read.c, the first /healthz held the server's loop until
+ * the store answered. */
+static void test_store_that_never_answers(void **state) {
+  kl_fx_t *fx = *state;
+  t_store.released = 0;
+  t_store.armed = 1;
+  char *body;
+  int64_t took;
+  int status = t_get(fx->port, "/healthz", 10000, &body, &took);
+  if (status != 503 || !strstr(body, "the store has not answered a read for"))
+    fail_msg("/healthz with a hung store: %d %s", status, body);
+  free(body);
+  assert_in_range(took, 1900, 5000); /* the 2 s bound, from the read's start */
+  status = t_get(fx->port, "/livez", 1000, &body, &took);
+  assert_int_equal(status, 200);
+  free(body);
+  assert_in_range(took, 0, 500);
+  status = t_get(fx->port, "/metrics", 3000, &body, &took);
+  assert_int_equal(status, 200);
+  static const char series[] = "\nkeylane_worker_store_read_age_seconds ";
+  const char *age = strstr(body, series);
+  assert_non_null(age);
+  assert_true(strtod(age + strlen(series), NULL) >= 2.0);
+  free(body);
+  assert_in_range(took, 0, 1500);
+  status = t_get(fx->port, "/v1/partitions", 3000, &body, &took);
+  assert_int_equal(status, 200);
+  free(body);
+  assert_in_range(took, 0, 1500);
+  kl_worker_health_t h = {.size = sizeof(h)};
+  assert_int_equal(kl_worker_health(fx->w->worker, &h), KL_OK);
+  assert_int_equal(h.status, KL_WORKER_HEALTH_FAILING);
+  assert_int_equal(h.cause, KL_WORKER_CAUSE_STORE);
+  assert_int_equal(t_store.held, 1); /* one read, shared by every caller */
+  t_store.released = 1;
+  status = 503;
+  for (int t = 0; t < 50 && status == 503; t++) {
+    status = t_get(fx->port, "/healthz", 3000, &body, &took);
+    free(body);
+    kl_t_sleep_ms(100);
+  }
+  assert_int_equal(status, 200);
+  assert_int_equal(t_store.held, 0);
+  t_store.armed = 0;
+}
+
+/* A cluster that does not answer costs a scrape the lag budget, 1 s,
+ * not 500 ms per partition (8 partitions here: 4 s before the budget),
+ * and every partition still has its watermark series. */
+static void test_lag_of_a_cluster_that_never_answers(void **state) {
+  kl_fx_t *fx = *state;
+  const char *topic = kl_t_topic(fx->cluster);
+  kl_partition_state_t st;
+  for (int32_t p = 0; p < 8; p++)
+    assert_int_equal(kl_store_acquire(fx->store, topic, p, &st), KL_OK);
+  kl_conf_t *conf = kl_conf_new();
+  assert_int_equal(kl_conf_set(conf, "kafka.bootstrap.servers", "127.0.0.1:1"),
+                   KL_OK);
+  assert_int_equal(kl_conf_set(conf, "worker.group", "g"), KL_OK);
+  kl__metrics_server_t *server;
+  assert_int_equal(kl__metrics_server_start("127.0.0.1:0", conf, topic,
+                                            fx->w->worker, fx->store, &server),
+                   KL_OK);
+  kl_conf_destroy(conf);
+  char *body;
+  int64_t took;
+  int status =
+      t_get(kl__metrics_server_port(server), "/metrics", 10000, &body, &took);
+  kl__metrics_server_stop(server);
+  assert_int_equal(status, 200);
+  for (int p = 0; p < 8; p++) {
+    char series[64];
+    snprintf(series, sizeof(series),
+             "keylane_worker_partition_watermark{partition=\"%d\"}", p);
+    if (!strstr(body, series))
+      fail_msg("no %s in /metrics", series);
+  }
+  free(body);
+  if (took > 1800)
+    fail_msg("a scrape took %lld ms with Kafka away (budget 1000 ms)",
+             (long long)took);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_sizes, kl_setup, kl_teardown),
       cmocka_unit_test_setup_teardown(test_framing, kl_setup, kl_teardown),
       cmocka_unit_test_setup_teardown(test_slow_request, kl_setup, kl_teardown),
       cmocka_unit_test_setup_teardown(test_one_request, kl_setup, kl_teardown),
+      cmocka_unit_test_setup_teardown(test_store_that_never_answers, kl_setup,
+                                      kl_teardown),
+      cmocka_unit_test_setup_teardown(test_lag_of_a_cluster_that_never_answers,
+                                      kl_setup, kl_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
