@@ -263,14 +263,27 @@ static kl_err_t mp_map(kl__mp_reader_t *rd, uint64_t n, int depth,
   return err;
 }
 
+/* Built by hand, not by json_pack(), whose format parsing and UTF-8 check
+ * of text that is ASCII by construction cost more than the encoding. */
 static kl_err_t mp_bin(const kl__mp_item_t *it, json_t **out) {
-  char *text = malloc(kl__base64_encoded_len((size_t)it->n) + 1);
+  size_t len = kl__base64_encoded_len((size_t)it->n);
+  char small[1024];
+  char *text = len < sizeof(small) ? small : malloc(len + 1);
   if (!text)
     return kl__err(KL_ENOMEM, "out of memory");
   kl__base64_encode(it->body, (size_t)it->n, text);
-  *out = json_pack("{s:s}", "$base64", text);
-  free(text);
-  return *out ? KL_OK : kl__err(KL_ENOMEM, "out of memory");
+  json_t *obj = json_object();
+  /* The value's reference is the object's, or let go of on failure. */
+  int failed = json_object_set_new_nocheck(obj, "$base64",
+                                           json_stringn_nocheck(text, len));
+  if (text != small)
+    free(text);
+  if (failed) {
+    json_decref(obj);
+    return kl__err(KL_ENOMEM, "out of memory");
+  }
+  *out = obj;
+  return KL_OK;
 }
 
 static kl_err_t mp_short(kl__mp_reader_t *rd, const kl__mp_item_t *it,
@@ -382,9 +395,24 @@ void kl__base64_encode(const void *data, size_t len, char *out) {
   *out = '\0';
 }
 
+/* Each character's value plus one; 0 for one that is not base64 ('='
+ * and NUL included): a lookup, where a search of kl_b64 took a fifth of
+ * a msgpack gateway request's time. */
+static const uint8_t kl_b64_value[256] = {
+    ['A'] = 1,  ['B'] = 2,  ['C'] = 3,  ['D'] = 4,  ['E'] = 5,  ['F'] = 6,
+    ['G'] = 7,  ['H'] = 8,  ['I'] = 9,  ['J'] = 10, ['K'] = 11, ['L'] = 12,
+    ['M'] = 13, ['N'] = 14, ['O'] = 15, ['P'] = 16, ['Q'] = 17, ['R'] = 18,
+    ['S'] = 19, ['T'] = 20, ['U'] = 21, ['V'] = 22, ['W'] = 23, ['X'] = 24,
+    ['Y'] = 25, ['Z'] = 26, ['a'] = 27, ['b'] = 28, ['c'] = 29, ['d'] = 30,
+    ['e'] = 31, ['f'] = 32, ['g'] = 33, ['h'] = 34, ['i'] = 35, ['j'] = 36,
+    ['k'] = 37, ['l'] = 38, ['m'] = 39, ['n'] = 40, ['o'] = 41, ['p'] = 42,
+    ['q'] = 43, ['r'] = 44, ['s'] = 45, ['t'] = 46, ['u'] = 47, ['v'] = 48,
+    ['w'] = 49, ['x'] = 50, ['y'] = 51, ['z'] = 52, ['0'] = 53, ['1'] = 54,
+    ['2'] = 55, ['3'] = 56, ['4'] = 57, ['5'] = 58, ['6'] = 59, ['7'] = 60,
+    ['8'] = 61, ['9'] = 62, ['+'] = 63, ['/'] = 64};
+
 static int b64_value(char c) {
-  const char *at = c ? strchr(kl_b64, c) : NULL;
-  return at ? (int)(at - kl_b64) : -1;
+  return (int)kl_b64_value[(unsigned char)c] - 1;
 }
 
 /* Decodes one 4-character group; @p last allows its padding. */
