@@ -182,6 +182,8 @@ static kl_err_t mprd_fail(const kl__mp_reader_t *rd, const char *what) {
 }
 
 static kl_err_t mp_value(kl__mp_reader_t *rd, int depth, json_t **out);
+static kl_err_t mp_short(kl__mp_reader_t *rd, const kl__mp_item_t *it,
+                         kl__mp_status_t status);
 
 /* Every element takes at least one byte: a count above the bytes left is
  * truncated input, found before anything is allocated. */
@@ -213,31 +215,43 @@ static kl_err_t mp_array(kl__mp_reader_t *rd, uint64_t n, int depth,
 }
 
 /* JSON keys are strings: anything else is refused before it is read. A
- * key the JSON reader would refuse is refused too (a NUL in it, or one
- * seen before in the map: JSON_REJECT_DUPLICATES), so that one body means
- * one thing in either encoding. */
-static kl_err_t mp_key(kl__mp_reader_t *rd, const json_t *obj, json_t **key) {
+ * key the JSON reader would refuse is refused too (not UTF-8, a NUL in
+ * it, or one seen before in the map: JSON_REJECT_DUPLICATES), so that one
+ * body means one thing in either encoding. The key goes into @p obj at
+ * once, holding null until its value is read: that one insertion checks
+ * its UTF-8 and, by the map's size, whether it was there before, where a
+ * string value made of it, a lookup and the insertion took twice the
+ * work. @returns the key, borrowed from the input, in @p key. */
+static kl_err_t mp_key(kl__mp_reader_t *rd, json_t *obj, const char **key,
+                       size_t *len) {
   uint8_t b = rd->p < rd->end ? *rd->p : 0xa0;
   if (!((b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb)))
     return mprd_fail(rd, "a map key is not a string; JSON keys are");
-  const uint8_t *at = rd->p;
-  kl_err_t err = mp_value(rd, 1, key);
-  if (err)
-    return err;
-  const char *s = json_string_value(*key);
-  size_t len = json_string_length(*key);
-  const char *why = memchr(s, '\0', len)            ? "holds a NUL byte"
-                    : json_object_getn(obj, s, len) ? "appears twice"
-                                                    : NULL;
+  kl__mp_reader_t at = *rd;
+  kl__mp_item_t it;
+  uint64_t need;
+  kl__mp_status_t status = kl__mp_next(rd, &it, &need);
+  if (status != KL__MP_OK)
+    return mp_short(rd, &it, status);
+  *key = (const char *)it.body;
+  *len = (size_t)it.n;
+  size_t before = json_object_size(obj);
+  if (json_object_setn_new(obj, *key, *len, json_null())) {
+    json_t *probe = json_stringn(*key, *len);
+    json_decref(probe);
+    return probe ? kl__err(KL_ENOMEM, "out of memory")
+                 : mprd_fail(&at, "a string is not valid UTF-8");
+  }
+  const char *why = memchr(*key, '\0', *len)          ? "holds a NUL byte"
+                    : json_object_size(obj) == before ? "appears twice"
+                                                      : NULL;
   if (!why)
     return KL_OK;
   /* Escaped: "%s" of a key that holds a NUL would show it cut there. */
   char shown[KL__ESCAPED_SIZE(64)];
-  err = kl__err(KL_EINVAL, "msgpack at byte %zu: the map key \"%s\" %s",
-                (size_t)(at - rd->begin),
-                kl__escape(shown, sizeof(shown), s, len), why);
-  json_decref(*key); /* s was borrowed from it */
-  return err;
+  return kl__err(KL_EINVAL, "msgpack at byte %zu: the map key \"%s\" %s",
+                 kl__mp_offset(&at),
+                 kl__escape(shown, sizeof(shown), *key, *len), why);
 }
 
 static kl_err_t mp_map(kl__mp_reader_t *rd, uint64_t n, int depth,
@@ -247,14 +261,13 @@ static kl_err_t mp_map(kl__mp_reader_t *rd, uint64_t n, int depth,
   if (!err && !obj)
     err = kl__err(KL_ENOMEM, "out of memory");
   for (uint64_t i = 0; i < n && !err; i++) {
-    json_t *key, *item;
-    if ((err = mp_key(rd, obj, &key)))
-      break;
-    if (!(err = mp_value(rd, depth + 1, &item)) &&
-        json_object_setn_new(obj, json_string_value(key),
-                             json_string_length(key), item))
+    const char *key = NULL;
+    size_t len = 0;
+    json_t *item;
+    if (!(err = mp_key(rd, obj, &key, &len)) &&
+        !(err = mp_value(rd, depth + 1, &item)) &&
+        json_object_setn_new_nocheck(obj, key, len, item))
       err = kl__err(KL_ENOMEM, "out of memory");
-    json_decref(key);
   }
   if (err)
     json_decref(obj);
@@ -263,8 +276,6 @@ static kl_err_t mp_map(kl__mp_reader_t *rd, uint64_t n, int depth,
   return err;
 }
 
-/* Built by hand, not by json_pack(), whose format parsing and UTF-8 check
- * of text that is ASCII by construction cost more than the encoding. */
 static kl_err_t mp_bin(const kl__mp_item_t *it, json_t **out) {
   size_t len = kl__base64_encoded_len((size_t)it->n);
   char small[1024];

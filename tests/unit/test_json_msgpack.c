@@ -1,9 +1,15 @@
 /*
- * base64 (common/json_msgpack.c), which payload_b64 and a msgpack body's
- * bin payloads cross: every byte value at every position of a group
- * against the alphabet, padding, round trips of every length up to 300,
- * and a msgpack bin read as {"$base64": ...} on both sides of the stack
- * buffer that mp_bin() encodes into.
+ * msgpack -> JSON and base64 (common/json_msgpack.c), which a msgpack
+ * body of the gateway and payload_b64 cross.
+ *
+ * base64: every byte value at every position of a group against the
+ * alphabet, padding, round trips of every length up to 300, and a msgpack
+ * bin read as {"$base64": ...} on both sides of the stack buffer that
+ * mp_bin() encodes into.
+ *
+ * Map keys: the rules of jansson's reader (JSON_REJECT_DUPLICATES), each
+ * refusal naming the key's byte offset, in the order they are checked
+ * (UTF-8, NUL, twice), and the keys' order kept.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -153,12 +159,76 @@ static void test_bin_as_json(void **state) {
     kl_bin_reads_as_base64(sizes[i]);
 }
 
+/* @p hex (two digits a byte) read as JSON: KL_OK with the value's
+ * compact text in @p text, or the error with its detail there. */
+static kl_err_t kl_read_hex(const char *hex, char *text, size_t size) {
+  uint8_t data[64];
+  size_t n = strlen(hex) / 2;
+  assert_true(n <= sizeof(data));
+  for (size_t i = 0; i < n; i++)
+    sscanf(hex + 2 * i, "%2hhx", &data[i]);
+  json_t *value = NULL;
+  kl_err_t err = kl__msgpack_to_json(data, n, &value);
+  if (err) {
+    snprintf(text, size, "%s", kl_err_detail());
+    return err;
+  }
+  char *dumped =
+      json_dumps(value, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+  snprintf(text, size, "%s", dumped);
+  free(dumped);
+  json_decref(value);
+  return KL_OK;
+}
+
+static void test_map_keys(void **state) {
+  (void)state;
+  static const struct {
+    const char *hex;
+    const char *says; /* the JSON text, or the refusal */
+  } cases[] = {
+      /* {"b": 1, "a": {"c": null}}: the order kept, nested */
+      {"82a16201a16181a163c0", "{\"b\":1,\"a\":{\"c\":null}}"},
+      {"80", "{}"},
+      /* {"a": 1, "a": 2} */
+      {"82a16101a16102", "msgpack at byte 4: the map key \"a\" appears twice"},
+      /* nested: {"x": {"k": 1, "k": 2}} */
+      {"81a17882a16b01a16b02",
+       "msgpack at byte 7: the map key \"k\" appears twice"},
+      /* {"a\0b": 1} */
+      {"81a3610062"
+       "01",
+       "msgpack at byte 1: the map key \"a\\x00b\" holds a "
+       "NUL byte"},
+      /* {"\xff": 1} */
+      {"81a1ff01", "msgpack at byte 1: a string is not valid UTF-8"},
+      /* {"\xff": <truncated>}: the key's fault is found first */
+      {"81a1ff", "msgpack at byte 1: a string is not valid UTF-8"},
+      /* {1: 1} */
+      {"810101", "msgpack at byte 1: a map key is not a string"},
+      /* {"abc" cut after "a" */
+      {"81a361", "(truncated)"},
+      /* a key with the same bytes as another but longer: not a duplicate */
+      {"82a16101a2616102", "{\"a\":1,\"aa\":2}"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char text[512];
+    kl_err_t err = kl_read_hex(cases[i].hex, text, sizeof(text));
+    int want_ok = cases[i].says[0] == '{';
+    if (want_ok ? err != KL_OK || strcmp(text, cases[i].says) != 0
+                : err != KL_EINVAL || !strstr(text, cases[i].says))
+      fail_msg("%s: wanted %s, got %s (%s)", cases[i].hex, cases[i].says, text,
+               kl_err_name(err));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_byte_at_every_position),
       cmocka_unit_test(test_padding_and_length),
       cmocka_unit_test(test_round_trips),
       cmocka_unit_test(test_bin_as_json),
+      cmocka_unit_test(test_map_keys),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
