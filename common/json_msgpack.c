@@ -448,8 +448,22 @@ static int b64_group(const char *s, int last, uint8_t *out, size_t *n) {
  * of 4. */
 static kl_err_t b64_decode_into(const char *text, size_t len, uint8_t *buf,
                                 size_t *out_len) {
-  size_t n = 0;
-  for (size_t i = 0; i < len; i += 4) {
+  const unsigned char *s = (const unsigned char *)text;
+  size_t n = 0, i = 0;
+  /* The groups before the last, where no padding may be: four lookups
+   * and one test each. A group with a character outside the alphabet is
+   * left to b64_group(), which names it. */
+  for (; i + 4 < len; i += 4) {
+    uint32_t a = kl_b64_value[s[i]], b = kl_b64_value[s[i + 1]],
+             c = kl_b64_value[s[i + 2]], d = kl_b64_value[s[i + 3]];
+    if (!a || !b || !c || !d)
+      break;
+    uint32_t w = (a - 1) << 18 | (b - 1) << 12 | (c - 1) << 6 | (d - 1);
+    buf[n++] = (uint8_t)(w >> 16);
+    buf[n++] = (uint8_t)(w >> 8);
+    buf[n++] = (uint8_t)w;
+  }
+  for (; i < len; i += 4) {
     size_t got;
     int bad = b64_group(text + i, i + 4 == len, buf + n, &got);
     if (bad >= 0)
