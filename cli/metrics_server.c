@@ -7,11 +7,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include <librdkafka/rdkafka.h>
-
 #include "common/http.h"
 #include "common/internal.h"
-#include "common/kafka.h"
 #include "common/listen.h"
 #include "common/log.h"
 #include "common/units.h"
@@ -31,8 +28,6 @@
 #define KL_MS_BODY_MAX 8192   /* none of its routes reads a body */
 #define KL_MS_IDLE_MS 10000
 #define KL_MS_SWEEP_MS 1000
-#define KL_MS_LAG_TIMEOUT_MS 500 /* a partition's high watermark */
-#define KL_MS_LAG_BUDGET_MS 1000 /* all of a scrape's high watermarks */
 #define KL_MS_STOPS_MAX 256  /* partitions listed by the log guard's series */
 #define KL_MS_PARTS_MAX 4096 /* partitions in /healthz's JSON, at most */
 #define KL_MS_LIVE_MS 300000 /* /livez without worker.stall.ms: 5 min */
@@ -47,7 +42,6 @@ struct kl__metrics_server {
   char *topic;
   kl_worker_t *worker;
   kl_store_t *store;
-  rd_kafka_t *rk;   /* for the high watermarks; NULL: no lag */
   char *group;      /* worker.group: kafka_consumergroup_lag's label */
   int64_t stall_ms; /* worker.stall.ms: /livez's bound, and the
                        JSON's WARN at half of it */
@@ -69,8 +63,8 @@ typedef struct kl_ms_scrape {
 static kl__metric_t *ms_exporter_lag_family(kl__metrics_t *m) {
   return kl__metrics_gauge(
       m, "kafka_consumergroup_lag",
-      "kafka_exporter-compatible: the partition's high watermark minus the "
-      "group's position (the store's watermark).",
+      "kafka_exporter-compatible: an owned partition's high watermark minus "
+      "the group's position (the store's watermark).",
       "consumergroup,topic,partition");
 }
 
@@ -91,29 +85,13 @@ static void ms_gauge(kl__metrics_t *m, const char *name, const char *help,
   kl__metric_set(kl__metrics_gauge(m, name, help, NULL), NULL, v);
 }
 
-/* A partition's watermark, epoch and lag. The high watermarks are asked
- * of Kafka within one budget per scrape (KL_MS_LAG_BUDGET_MS): a cluster
- * that does not answer costs a scrape that, not 500 ms per partition,
- * and the partitions past it have no lag series in this scrape. */
-static void ms_partition(kl_ms_scrape_t *scrape, const kl__store_part_t *part,
-                         int64_t lag_deadline_ns) {
+/* A partition's watermark and epoch in the store. */
+static void ms_partition(kl_ms_scrape_t *scrape, const kl__store_part_t *part) {
   char p[16];
   snprintf(p, sizeof(p), "%" PRId32, part->partition);
   const char *labels[] = {p};
   kl__metric_set(scrape->watermark, labels, (double)part->state.watermark);
   kl__metric_set(scrape->epoch, labels, (double)part->state.epoch);
-  int64_t left_ms = (lag_deadline_ns - kl__mono_ns()) / 1000000;
-  if (left_ms > KL_MS_LAG_TIMEOUT_MS)
-    left_ms = KL_MS_LAG_TIMEOUT_MS;
-  int64_t low, high;
-  if (scrape->server->rk && left_ms > 0 &&
-      rd_kafka_query_watermark_offsets(
-          scrape->server->rk, scrape->server->topic, part->partition, &low,
-          &high, (int)left_ms) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-    int64_t lag = high - part->state.watermark;
-    kl__metric_set(scrape->lag, labels, (double)(lag > 0 ? lag : 0));
-    ms_exporter_lag(scrape, p, lag > 0 ? lag : 0);
-  }
 }
 
 /* The store's partitions of the topic, read on the worker's store reader
@@ -131,9 +109,8 @@ static void ms_partitions(kl_ms_scrape_t *scrape, kl__metrics_t *m) {
   size_t n = 0;
   if (parts)
     kl__store_read(reader, parts, KL__STORE_READ_PARTS_MAX, &n);
-  int64_t lag_deadline_ns = kl__mono_ns() + KL_MS_LAG_BUDGET_MS * 1000000LL;
   for (size_t i = 0; i < n; i++)
-    ms_partition(scrape, &parts[i], lag_deadline_ns);
+    ms_partition(scrape, &parts[i]);
   free(parts);
 }
 
@@ -278,7 +255,7 @@ static kl__metric_t *ms_lag_seconds_family(kl__metrics_t *m) {
 }
 
 typedef struct kl_ms_stalls {
-  kl__metrics_server_t *server;
+  kl_ms_scrape_t *scrape;
   kl__metric_t *stalled, *lag_seconds;
 } kl_ms_stalls_t;
 
@@ -290,22 +267,32 @@ static int ms_stall(void *opaque, const kl_worker_partition_t *part) {
   snprintf(p, sizeof(p), "%" PRId32, part->partition);
   kl__metric_set(each->stalled, (const char *[]){p},
                  (part->flags & KL_WORKER_PARTITION_STALLED) != 0);
-  kl__metric_set(each->lag_seconds, (const char *[]){each->server->topic, p},
+  kl__metric_set(each->lag_seconds,
+                 (const char *[]){each->scrape->server->topic, p},
                  part->lag_seconds);
+  if (part->lag >= 0) {
+    kl__metric_set(each->scrape->lag, (const char *[]){p}, (double)part->lag);
+    ms_exporter_lag(each->scrape, p, part->lag);
+  }
   return 0;
 }
 
-/* Owned partitions, stalled (1) or not (0), and their lag in seconds. */
-static void ms_stalls(kl__metrics_server_t *server, kl__metrics_t *m) {
+/* Owned partitions: stalled (1) or not (0), their lag in seconds, and
+ * their lag in records from the high watermark the worker's consumer last
+ * fetched. No request to Kafka: librdkafka 2.0.2's
+ * rd_kafka_query_watermark_offsets() can wait past its timeout while the
+ * cluster does not answer (librdkafka #2588, fixed in 2.3.0), and a scrape
+ * that waited held /livez with it. */
+static void ms_stalls(kl_ms_scrape_t *scrape, kl__metrics_t *m) {
   kl_ms_stalls_t each = {
-      server,
+      scrape,
       kl__metrics_gauge(
           m, "keylane_worker_partition_stalled",
           "1 while an owned partition holds records and its watermark has "
           "not moved for worker.stall.ms.",
           "partition"),
       ms_lag_seconds_family(m)};
-  kl_worker_foreach_partition(server->worker, ms_stall, &each);
+  kl_worker_foreach_partition(scrape->server->worker, ms_stall, &each);
 }
 
 /* A scrape's registry: every family the worker exports but the ones it
@@ -367,12 +354,14 @@ static kl__metrics_t *ms_scrape(kl__metrics_server_t *server) {
                         "The partition's owner epoch in the store.",
                         "partition"),
       kl__metrics_gauge(m, "keylane_worker_partition_lag",
-                        "Kafka's high watermark minus the store's watermark.",
+                        "An owned partition's high watermark, as the "
+                        "worker's consumer last fetched it, minus the "
+                        "store's watermark.",
                         "partition"),
       ms_exporter_lag_family(m)};
   ms_partitions(&scrape, m);
   ms_log_stops(server, m);
-  ms_stalls(server, m);
+  ms_stalls(&scrape, m);
   return m;
 }
 
@@ -611,28 +600,6 @@ static void *ms_main(void *opaque) {
   return NULL;
 }
 
-/* A client for the high watermarks, with every kafka.* setting of the
- * worker's (security protocol, SASL, TLS) and its log callback. */
-static rd_kafka_t *ms_kafka(const kl_conf_t *conf) {
-  if (!kl_conf_get(conf, "kafka.bootstrap.servers"))
-    return NULL;
-  char errstr[256];
-  rd_kafka_conf_t *kconf = rd_kafka_conf_new();
-  static const char *const defaults[] = {"log_level", "3", NULL};
-  if (kl__kafka_conf_apply(kconf, conf, defaults)) {
-    KL_LOG_W(COMP, "no lag metric: %s", kl_err_detail());
-    rd_kafka_conf_destroy(kconf);
-    return NULL;
-  }
-  rd_kafka_t *rk =
-      rd_kafka_new(RD_KAFKA_PRODUCER, kconf, errstr, sizeof(errstr));
-  if (!rk) {
-    rd_kafka_conf_destroy(kconf);
-    KL_LOG_W(COMP, "no lag metric: %s", errstr);
-  }
-  return rk;
-}
-
 /* Bounds: 32 connections waiting for their request (a new one past them
  * closes the oldest, so idle clients cannot lock a liveness probe out),
  * 64 held at all; a head of 8 KiB, no body past 8 KiB; 10 s for a request
@@ -694,8 +661,6 @@ kl_err_t kl__metrics_server_start(const char *listen, const kl_conf_t *conf,
     return KL_ENOMEM;
   }
   kl_err_t err = ms_listen(server, listen);
-  if (!err)
-    server->rk = ms_kafka(conf);
   if (!err && pthread_create(&server->thread, NULL, ms_main, server) != 0) {
     err = kl__err(KL_EIO, "--metrics-listen: cannot start its thread");
     ms_close(server);
@@ -703,8 +668,6 @@ kl_err_t kl__metrics_server_start(const char *listen, const kl_conf_t *conf,
     uv_loop_close(&server->loop);
   }
   if (err) {
-    if (server->rk)
-      rd_kafka_destroy(server->rk);
     free(server->group);
     free(server->topic);
     free(server);
@@ -726,8 +689,6 @@ void kl__metrics_server_stop(kl__metrics_server_t *server) {
   uv_async_send(&server->stop);
   pthread_join(server->thread, NULL);
   uv_loop_close(&server->loop);
-  if (server->rk)
-    rd_kafka_destroy(server->rk);
   free(server->group);
   free(server->topic);
   free(server);

@@ -3,12 +3,12 @@
  * a small HTTP/1.1 server on its own thread and libuv loop.
  *
  * GET /metrics renders, per scrape, the worker's counters and gauges
- * (kl_worker_stats()) and, for every partition of the topic the store
- * knows, its watermark, owner epoch and lag (the partition's high
- * watermark from Kafka minus the store's watermark; left out when Kafka
- * does not answer within 500 ms, or once the scrape has waited 1 s for
- * Kafka in all). A store commit-latency histogram is not exported: the
- * commit happens inside the worker, which has no hook for it.
+ * (kl_worker_stats()), for every partition of the topic the store knows,
+ * its watermark and owner epoch, and for each partition the worker owns,
+ * its lag (the high watermark the worker's consumer last fetched minus
+ * the store's watermark). A scrape asks Kafka nothing. A store
+ * commit-latency histogram is not exported: the commit happens inside
+ * the worker, which has no hook for it.
  *
  * The store is read through the worker's store reader
  * (worker/store_read.h), which waits 2 s at most for a read: a store that

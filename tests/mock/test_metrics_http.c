@@ -259,10 +259,12 @@ static void test_store_that_never_answers(void **state) {
   t_store.armed = 0;
 }
 
-/* A cluster that does not answer costs a scrape the lag budget, 1 s,
- * not 500 ms per partition (8 partitions here: 4 s before the budget),
- * and every partition still has its watermark series. */
-static void test_lag_of_a_cluster_that_never_answers(void **state) {
+/* A scrape asks Kafka nothing: with the cluster away it answers at once
+ * (it took 500 ms a partition when it asked for the high watermarks, 1 s
+ * with a budget, and librdkafka 2.0.2's query could outwait its timeout
+ * and hold /livez for the whole outage), and every partition the store
+ * knows still has its watermark series. */
+static void test_scrape_asks_kafka_nothing(void **state) {
   kl_fx_t *fx = *state;
   const char *topic = kl_t_topic(fx->cluster);
   kl_partition_state_t st;
@@ -291,9 +293,8 @@ static void test_lag_of_a_cluster_that_never_answers(void **state) {
       fail_msg("no %s in /metrics", series);
   }
   free(body);
-  if (took > 1800)
-    fail_msg("a scrape took %lld ms with Kafka away (budget 1000 ms)",
-             (long long)took);
+  if (took > 500)
+    fail_msg("a scrape took %lld ms with Kafka away", (long long)took);
 }
 
 int main(void) {
@@ -304,8 +305,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_one_request, kl_setup, kl_teardown),
       cmocka_unit_test_setup_teardown(test_store_that_never_answers, kl_setup,
                                       kl_teardown),
-      cmocka_unit_test_setup_teardown(test_lag_of_a_cluster_that_never_answers,
-                                      kl_setup, kl_teardown),
+      cmocka_unit_test_setup_teardown(test_scrape_asks_kafka_nothing, kl_setup,
+                                      kl_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
