@@ -10,10 +10,15 @@
 
 #define KL_COMP "worker"
 
+/* Whether the lane holds records and nothing moved since the last watch. */
+static int lane_unmoved(const kl__lane_t *lane) {
+  return lane->state == KL__LANE_OWNED && lane->ring_count > 0 &&
+         lane->watermark == lane->stall_watermark &&
+         lane->gen == lane->stall_gen;
+}
+
 static void lane_watch(kl__lane_t *lane, int64_t now_ns, int64_t stall_ms) {
-  int holding = lane->state == KL__LANE_OWNED && lane->ring_count > 0;
-  if (!holding || lane->watermark != lane->stall_watermark ||
-      lane->gen != lane->stall_gen) {
+  if (!lane_unmoved(lane)) {
     if (lane->stalled)
       KL_LOG_I(KL_COMP, "partition=%" PRId32 " moves again: watermark=%" PRId64,
                lane->partition, lane->watermark);
@@ -64,7 +69,8 @@ static int64_t lane_oldest_ts(const kl__lane_t *lane, kl_decoder_t *decoder) {
   return 0;
 }
 
-size_t kl__lanes_stalls(kl__lanes_t *lanes, kl__stall_t *out, size_t max) {
+size_t kl__lanes_stalls(kl__lanes_t *lanes, int64_t stall_ms, kl__stall_t *out,
+                        size_t max) {
   size_t n = 0;
   int64_t now = kl__mono_ns();
   kl_decoder_t *decoder = kl_decoder_new();
@@ -73,9 +79,14 @@ size_t kl__lanes_stalls(kl__lanes_t *lanes, kl__stall_t *out, size_t max) {
     kl__lane_t *lane = lanes->lanes[p];
     if (!lane || lane->state != KL__LANE_OWNED)
       continue;
+    /* Stalled also when the watch has not run: a poll thread stuck in
+     * the store watches nothing, and its lanes are the ones to report. */
+    int stalled =
+        lane->stalled || (stall_ms > 0 && lane_unmoved(lane) &&
+                          now - lane->stall_since_ns >= stall_ms * 1000000);
     if (n < max)
       out[n] = (kl__stall_t){lane->partition,
-                             lane->stalled,
+                             stalled,
                              (now - lane->stall_since_ns) / 1000000,
                              lane->ring_count,
                              lane->watermark,

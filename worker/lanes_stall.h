@@ -38,10 +38,15 @@ void kl__lanes_watch_stalls(kl__lanes_t *lanes, int64_t now_ns,
 
 /**
  * Fills @p out with up to @p max owned partitions. Any thread. Decodes the
- * envelope of each partition's oldest unapplied record for its ts.
+ * envelope of each partition's oldest unapplied record for its ts. A
+ * partition is stalled once kl__lanes_watch_stalls() said so, or when it
+ * has held records unmoved for @p stall_ms since the watch last saw it
+ * move: the watch runs on the poll thread, which a store that does not
+ * answer can hold.
  * @returns how many there are (may exceed @p max).
  */
-size_t kl__lanes_stalls(kl__lanes_t *lanes, kl__stall_t *out, size_t max);
+size_t kl__lanes_stalls(kl__lanes_t *lanes, int64_t stall_ms, kl__stall_t *out,
+                        size_t max);
 
 /**
  * Group commits that failed in a row (the store refused or failed them,

@@ -768,7 +768,7 @@ uint64_t kl__worker_ahead(kl_worker_t *worker) {
 }
 
 size_t kl__worker_stalls(kl_worker_t *worker, kl__stall_t *out, size_t max) {
-  return kl__lanes_stalls(worker->lanes, out, max);
+  return kl__lanes_stalls(worker->lanes, worker->stall_ms, out, max);
 }
 
 kl_err_t kl__worker_keys(kl_worker_t *worker, const kl_worker_keys_query_t *q,

@@ -777,11 +777,12 @@ static int t_flight_done(t_fx_t *fx) {
 /* A worker whose partition 1 committed one event, and the first event of
  * partition 0's first key, whose commit the committer holds (@p after:
  * once the store committed it). */
-static t_worker_t *t_flight_up(t_fx_t *fx, const char *topic, int after) {
+static t_worker_t *t_flight_up(t_fx_t *fx, const char *topic, int after,
+                               const char *const *extra) {
   t_fx_up(fx, topic, 2);
   assert_int_equal(t_keys_of(0, t_k0, T_FLIGHT_KEYS), T_FLIGHT_KEYS);
   assert_int_equal(t_keys_of(1, t_k1, T_FLIGHT_KEYS), T_FLIGHT_KEYS);
-  t_worker_t *w = t_worker_start(fx, NULL);
+  t_worker_t *w = t_worker_start(fx, extra);
   t_publish_one(fx, t_k1[0], 1);
   assert_int_equal(kl_flush(fx->producer, 30000), KL_OK);
   assert_true(t_wait(fx, t_p1_warm, 30000) >= 0);
@@ -829,7 +830,7 @@ static void t_flight_assert_exact(t_fx_t *fx) {
  * flight at a time). Released, every event is applied once. */
 static void test_commit_in_flight_holds_its_lane_only(void **state) {
   static t_fx_t fx;
-  t_worker_t *w = t_flight_up(&fx, "flight", 0);
+  t_worker_t *w = t_flight_up(&fx, "flight", 0, NULL);
   t_flight_publish_rest(&fx);
   assert_true(t_wait(&fx, t_p1_ran, 30000) >= 0);
   kl_t_sleep_ms(300); /* partition 0's records came in the same fetches */
@@ -843,6 +844,61 @@ static void test_commit_in_flight_holds_its_lane_only(void **state) {
   t_fx_down(&fx);
 }
 
+/* The poll thread held in the store too (its sweep, every second): the
+ * stall watch that runs on it stops, yet partition 0, holding its held
+ * commit's records, is reported stalled once worker.stall.ms passed, by
+ * kl_worker_health() and the partition listing. Before, a worker whose
+ * commit and poll thread both waited on a store said ok for good. */
+static struct { _Atomic int armed, held, released; } t_sweep;
+
+kl_err_t __real_kl_store_sweep(kl_store_t *store, size_t max, size_t *removed);
+kl_err_t __wrap_kl_store_sweep(kl_store_t *store, size_t max, size_t *removed);
+
+kl_err_t __wrap_kl_store_sweep(kl_store_t *store, size_t max, size_t *removed) {
+  int armed = 1;
+  if (atomic_compare_exchange_strong(&t_sweep.armed, &armed, 0)) {
+    t_sweep.held = 1;
+    for (int t = 0; t < 30000 && !t_sweep.released; t++)
+      kl_t_sleep_ms(1);
+  }
+  return __real_kl_store_sweep(store, max, removed);
+}
+
+static int t_sweep_held(t_fx_t *fx) {
+  (void)fx;
+  return t_sweep.held;
+}
+
+static int t_part_stalled(void *opaque, const kl_worker_partition_t *p) {
+  *(int *)opaque |= p->partition == 0 && p->status == KL_WORKER_PARTITION_STALL;
+  return 0;
+}
+
+static void test_stall_seen_while_the_poll_thread_waits(void **state) {
+  static t_fx_t fx;
+  static const char *const stall[] = {"worker.stall.ms=3000", NULL};
+  t_worker_t *w = t_flight_up(&fx, "flight-stall", 0, stall);
+  t_sweep.released = t_sweep.held = 0;
+  t_sweep.armed = 1; /* the next sweep, within a second */
+  assert_true(t_wait(&fx, t_sweep_held, 30000) >= 0);
+  kl_worker_health_t h = {.size = sizeof(h)};
+  int stalled = 0;
+  for (int t = 0; t < 100 && h.cause != KL_WORKER_CAUSE_STALLED; t++) {
+    kl_t_sleep_ms(100);
+    assert_int_equal(kl_worker_health(w->worker, &h), KL_OK);
+  }
+  if (h.cause != KL_WORKER_CAUSE_STALLED || !strstr(h.reason, "partition 0"))
+    fail_msg("health with the poll thread and the commit held: %s", h.reason);
+  assert_int_equal(
+      kl_worker_foreach_partition(w->worker, t_part_stalled, &stalled), KL_OK);
+  assert_true(stalled);
+  t_sweep.released = 1;
+  t_hold.released = 1;
+  t_worker_stop(w); /* settles the released commit */
+  assert_int_equal(t_watermark(&fx, 0), 1);
+  t_fx_down(&fx);
+}
+
 /* A stop while the store has committed partition 0's event but its outcome
  * is not applied: the worker waits for the committer, applies the outcome
  * and sends its offset before it leaves the group, so the group's offset
@@ -850,7 +906,7 @@ static void test_commit_in_flight_holds_its_lane_only(void **state) {
  * there and applies everything else once. */
 static void test_stop_settles_commit_in_flight(void **state) {
   static t_fx_t fx;
-  t_worker_t *a = t_flight_up(&fx, "flight-stop", 1);
+  t_worker_t *a = t_flight_up(&fx, "flight-stop", 1, NULL);
   assert_int_equal(t_watermark(&fx, 0), 1); /* in the store, not applied */
   kl_worker_stop(a->worker);
   kl_t_sleep_ms(500);
@@ -968,6 +1024,7 @@ int main(void) {
       cmocka_unit_test(test_window_bound_pauses_and_resumes),
       cmocka_unit_test(test_waiting_bound_pauses_and_resumes),
       cmocka_unit_test(test_commit_in_flight_holds_its_lane_only),
+      cmocka_unit_test(test_stall_seen_while_the_poll_thread_waits),
       cmocka_unit_test(test_stop_settles_commit_in_flight),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
