@@ -654,6 +654,9 @@ kl_err_t kl__metrics_server_start(const char *listen, const kl_conf_t *conf,
   }
   server->worker = worker;
   server->store = store;
+  /* Its loop answers /livez too: it never waits for the store after the
+   * first read (worker/store_read.h). */
+  kl__store_read_cached(kl__worker_reader(worker));
   server->stall_ms = kl__conf_int(conf, "worker.stall.ms");
   if (!(server->group = strdup(kl_conf_get(conf, "worker.group")))) {
     free(server->topic);

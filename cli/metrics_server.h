@@ -11,10 +11,12 @@
  * the worker, which has no hook for it.
  *
  * The store is read through the worker's store reader
- * (worker/store_read.h), which waits 2 s at most for a read: a store that
- * accepts and never answers makes /healthz 503 "the store has not
- * answered a read for N ms" and keylane_worker_store_read_age_seconds
- * grow, and /livez and /metrics still answer.
+ * (worker/store_read.h), cached: after the first read the server answers
+ * from the last read and never waits for the store; a store that accepts
+ * and never answers makes /healthz 503 "the store has not answered a read
+ * for N ms" once that read is 2 s old, and
+ * keylane_worker_store_read_age_seconds grow, and /livez and /metrics
+ * still answer.
  *
  * For dashboards built on kafka_exporter, the same lag is also
  * kafka_consumergroup_lag{consumergroup,topic,partition} (worker.group as

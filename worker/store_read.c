@@ -21,7 +21,9 @@ struct kl__store_read {
   pthread_mutex_t mu;
   pthread_cond_t ask, done;
   int stop;
+  int cached;       /* kl__store_read_cached() */
   int64_t since_ns; /* the read under way began; 0: none */
+  int64_t done_ns;  /* the last read ended */
   uint64_t reads;   /* reads ended */
   /* The last read's outcome. */
   kl_err_t err;
@@ -62,6 +64,7 @@ static void *read_main(void *opaque) {
     snprintf(reader->detail, sizeof(reader->detail), "%s",
              err ? kl_err_detail() : "");
     reader->since_ns = 0;
+    reader->done_ns = kl__mono_ns();
     reader->reads++;
     pthread_cond_broadcast(&reader->done);
   }
@@ -114,18 +117,39 @@ void kl__store_read_destroy(kl__store_read_t *reader) {
   read_free(reader);
 }
 
+void kl__store_read_cached(kl__store_read_t *reader) {
+  pthread_mutex_lock(&reader->mu);
+  reader->cached = 1;
+  pthread_mutex_unlock(&reader->mu);
+}
+
+/* Starts a read unless one is under way; mu held. */
+static void read_start(kl__store_read_t *reader, int64_t now) {
+  if (reader->since_ns)
+    return;
+  reader->since_ns = now;
+  pthread_cond_signal(&reader->ask);
+}
+
 kl_err_t kl__store_read(kl__store_read_t *reader, kl__store_part_t *out,
                         size_t cap, size_t *n) {
   *n = 0;
   pthread_mutex_lock(&reader->mu);
-  if (!reader->since_ns) {
-    reader->since_ns = kl__mono_ns();
-    pthread_cond_signal(&reader->ask);
-  }
+  int64_t now = kl__mono_ns();
+  int64_t bound = KL__STORE_READ_WAIT_MS * 1000000LL;
   uint64_t want = reader->reads + 1; /* the one under way ends it */
-  int64_t deadline = reader->since_ns + KL__STORE_READ_WAIT_MS * 1000000LL;
+  if (reader->cached && reader->reads) {
+    /* The last read's outcome, unless the one under way is too old. */
+    if (now - reader->done_ns >= KL__STORE_READ_FRESH_MS * 1000000LL)
+      read_start(reader, now);
+    if (!reader->since_ns || now - reader->since_ns < bound)
+      want = reader->reads;
+  } else {
+    read_start(reader, now);
+  }
   while (reader->reads < want &&
-         kl__mono_cond_wait(&reader->done, &reader->mu, deadline) != ETIMEDOUT)
+         kl__mono_cond_wait(&reader->done, &reader->mu,
+                            reader->since_ns + bound) != ETIMEDOUT)
     ;
   if (reader->reads < want) {
     int64_t age = (kl__mono_ns() - reader->since_ns) / 1000000;

@@ -26,6 +26,8 @@
 
 /** How long a caller waits for a read, counted from the read's start. */
 #define KL__STORE_READ_WAIT_MS 2000
+/** A cached reader's outcome older than this starts a read anew. */
+#define KL__STORE_READ_FRESH_MS 1000
 /** Partitions of the topic one read keeps, at most. */
 #define KL__STORE_READ_PARTS_MAX 4096
 
@@ -41,6 +43,17 @@ typedef struct kl__store_part {
  *  @returns KL_OK, KL_ENOMEM or KL_EIO (no thread). */
 kl_err_t kl__store_read_new(kl_store_t *store, const char *topic,
                             kl__store_read_t **out);
+
+/**
+ * Makes @p reader cached, as the metrics server wants it: after its first
+ * read, a caller never waits; it gets the last read's outcome (at most
+ * KL__STORE_READ_FRESH_MS old when it came, another read started in the
+ * background past that), or KL_ETIMEOUT once the read under way is older
+ * than KL__STORE_READ_WAIT_MS. A store slower than that bound still fails
+ * the health check; one slower than a probe's timeout no longer holds the
+ * probes of /livez queued behind /healthz.
+ */
+void kl__store_read_cached(kl__store_read_t *reader);
 
 /** Stops the thread, after the read under way if one is. NULL is a no-op. */
 void kl__store_read_destroy(kl__store_read_t *reader);

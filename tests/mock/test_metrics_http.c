@@ -35,7 +35,10 @@ typedef struct kl_fx {
 
 /* Armed, the store's reads wait until released: a PostgreSQL server
  * SIGSTOPped, as the hostile test of issue 37 had it. */
-static struct { atomic_int armed, released, held; } t_store;
+static struct {
+  atomic_int armed, released, held;
+  atomic_int delay_ms; /* each read takes this long: a slow store */
+} t_store;
 
 static int kl_setup(void **state) {
   kl_fx_t *fx = calloc(1, sizeof(*fx));
@@ -56,6 +59,7 @@ static int kl_setup(void **state) {
 static int kl_teardown(void **state) {
   kl_fx_t *fx = *state;
   t_store.released = 1; /* a failed test's held read ends */
+  t_store.delay_ms = 0;
   kl__metrics_server_stop(fx->server);
   kl_worker_destroy(fx->w->worker);
   free(fx->w);
@@ -168,6 +172,8 @@ kl_err_t __wrap_kl_store_partition(kl_store_t *store, const char *topic,
                                    kl_partition_state_t *state);
 
 static void t_store_wait(void) {
+  if (t_store.delay_ms)
+    kl_t_sleep_ms(t_store.delay_ms);
   if (!t_store.armed)
     return;
   t_store.held++;
@@ -259,6 +265,33 @@ static void test_store_that_never_answers(void **state) {
   t_store.armed = 0;
 }
 
+/* A store that answers every read in 1.5 s, below the 2 s bound: after
+ * the first read, /healthz answers from the last read at once, and /livez
+ * never queues behind it (a probe's timeout is often 1 s). Before the
+ * server's reader was cached, each /healthz waited for a read of its own
+ * and /livez behind it. */
+static void test_slow_store_holds_no_probe(void **state) {
+  kl_fx_t *fx = *state;
+  t_store.delay_ms = 1500;
+  char *body;
+  int64_t took;
+  assert_int_equal(t_get(fx->port, "/healthz", 10000, &body, &took), 200);
+  free(body);
+  int64_t worst = 0;
+  for (int i = 0; i < 12; i++) {
+    const char *path = i % 2 ? "/livez" : "/healthz";
+    int status = t_get(fx->port, path, 5000, &body, &took);
+    if (status != 200)
+      fail_msg("%s with a slow store: %d %s", path, status, body);
+    free(body);
+    worst = took > worst ? took : worst;
+    kl_t_sleep_ms(250);
+  }
+  t_store.delay_ms = 0;
+  if (worst > 500)
+    fail_msg("a probe took %lld ms with reads of 1500 ms", (long long)worst);
+}
+
 /* A scrape asks Kafka nothing: with the cluster away it answers at once
  * (it took 500 ms a partition when it asked for the high watermarks, 1 s
  * with a budget, and librdkafka 2.0.2's query could outwait its timeout
@@ -304,6 +337,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_slow_request, kl_setup, kl_teardown),
       cmocka_unit_test_setup_teardown(test_one_request, kl_setup, kl_teardown),
       cmocka_unit_test_setup_teardown(test_store_that_never_answers, kl_setup,
+                                      kl_teardown),
+      cmocka_unit_test_setup_teardown(test_slow_store_holds_no_probe, kl_setup,
                                       kl_teardown),
       cmocka_unit_test_setup_teardown(test_scrape_asks_kafka_nothing, kl_setup,
                                       kl_teardown),
