@@ -95,7 +95,8 @@ size_t kl__lanes_stalls(kl__lanes_t *lanes, int64_t stall_ms, kl__stall_t *out,
                              lane->kafka_watermark,
                              lane->running,
                              lane->outbox_held,
-                             lane->last_commit_ms};
+                             lane->last_commit_ms,
+                             lane->epoch};
     n++;
   }
   pthread_mutex_unlock(&lanes->mu);

@@ -27,6 +27,7 @@ typedef struct kl__stall {
   size_t running;         /* events its handlers run now */
   size_t outbox;          /* follow-ups unpublished (the last tick's count) */
   int64_t last_commit_ms; /* its last store commit; 0: none */
+  uint64_t epoch;         /* the epoch this worker took it with */
 } kl__stall_t;
 
 /**

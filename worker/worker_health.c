@@ -361,6 +361,10 @@ static int part_each(kl_worker_t *worker, const kl__stall_t *stalls,
     part_why(worker, stop, &p, detail, sizeof(detail));
     if ((size_t)p.partition < e->n)
       p.epoch = e->epoch[p.partition];
+    /* A store read from before this worker took it (the metrics server's
+     * are up to a second old) has an older epoch: epochs only grow. */
+    if (stalls[i].epoch > p.epoch)
+      p.epoch = stalls[i].epoch;
     if (cb(opaque, &p))
       return 1;
   }

@@ -115,7 +115,22 @@ static void test_state_api(void **state) {
                    KL_EINVAL);
   assert_non_null(strstr(kl_err_detail(), "at most 1000"));
 
+  /* The server's store reads are cached: one before the worker took the
+   * partition is the last read when it has just taken it. The epoch it
+   * took it with shows at once all the same. */
+  json_decref(kl_get(port, "GET", "/v1/partitions", 200));
   kl_t_worker_go(w);
+  kl_worker_stats_t st = {0};
+  for (int i = 0; i < 300 && st.owned < 1; i++) {
+    kl_t_sleep_ms(20);
+    kl_worker_stats(w->worker, &st, sizeof(st));
+  }
+  assert_int_equal(st.owned, 1);
+  json_t *taken = kl_get(port, "GET", "/v1/partitions", 200);
+  json_t *p0 = json_array_get(json_object_get(taken, "partitions"), 0);
+  assert_non_null(p0);
+  assert_true(kl_int(p0, "epoch") > 0);
+  json_decref(taken);
   char id[40];
   for (int i = 0; i < 3; i++) {
     char key[8];
