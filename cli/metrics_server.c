@@ -94,9 +94,11 @@ static void ms_partition(kl_ms_scrape_t *scrape, const kl__store_part_t *part) {
   kl__metric_set(scrape->epoch, labels, (double)part->state.epoch);
 }
 
-/* The store's partitions of the topic, read on the worker's store reader
- * (worker/store_read.h): a store that does not answer holds this loop
- * 2 s at most, and the read's age is a series of its own. */
+/* The store's partitions of the topic, from the worker's cached store
+ * reader (worker/store_read.h): the server's first read waits 2 s at
+ * most, and every later one answers at once with the last read's outcome
+ * while a fresh read runs in the background; the age of the read under
+ * way is a series of its own. */
 static void ms_partitions(kl_ms_scrape_t *scrape, kl__metrics_t *m) {
   kl__store_read_t *reader = kl__worker_reader(scrape->server->worker);
   ms_gauge(m, "keylane_worker_store_read_age_seconds",
