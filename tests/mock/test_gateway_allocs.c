@@ -61,21 +61,6 @@ static char *body_make(int r, size_t *len) {
   return body;
 }
 
-/* Waits until the gateway has seen Kafka: /healthz answers 200. */
-static void wait_up(int port) {
-  for (int i = 0; i < 200; i++) {
-    kl_t_http_resp_t r;
-    int rc = kl_t_http_once(port, "GET", "/healthz", NULL, NULL, &r);
-    int status = rc == 0 ? r.status : 0;
-    if (rc == 0)
-      kl_t_http_resp_free(&r);
-    if (status == 200)
-      return;
-    kl_t_sleep_ms(50);
-  }
-  fail_msg("/healthz never answered 200");
-}
-
 static void post_all(kl_t_http_t *http, int from, int to) {
   for (int r = from; r < to; r++) {
     size_t len;
@@ -99,7 +84,7 @@ static void publish_path_allocates_nothing_per_event(void **state) {
   kl_t_cluster_t *cluster;
   assert_int_equal(kl_t_cluster_new(1, "allocs", 4, &cluster), KL_OK);
   kl_t_gateway_t *tg = kl_t_gateway_start(kl_t_bootstrap(cluster), NULL, NULL);
-  wait_up(tg->port);
+  kl_t_http_wait_up(tg->port);
   kl_t_http_t *http = kl_t_http_open(tg->port);
   assert_non_null(http);
   /* Warm: the topic's lookup, the connection's and the producer's buffers. */

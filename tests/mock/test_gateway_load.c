@@ -70,6 +70,7 @@ static void kl_l_start(kl_l_broker_t *b, const char *dir) {
     }
   }
   assert_true(b->port > 0 && b->bootstrap[0]);
+  kl_t_http_wait_up(b->port);
 }
 
 static int kl_l_stop(kl_l_broker_t *b) {
@@ -117,7 +118,9 @@ static void kl_l_script(const char *dir, char *path, size_t size) {
           "    '[' .. table.concat(ev, ',') .. ']')\n"
           "end\n"
           "function response(status, headers, body)\n"
-          "  if status == 200 then out:write(body) end\n"
+          "  if status == 200 then out:write(body) else\n"
+          "    io.stderr:write('non-2xx ' .. status .. ': ' .. body .. '\\n')\n"
+          "  end\n"
           "end\n",
           dir, KL_L_TOPIC, KL_L_TOKEN);
   fclose(f);
@@ -243,38 +246,53 @@ static void kl_l_check_topic(const char *bootstrap, json_t *acked) {
   rd_kafka_destroy(rk);
 }
 
+/* The test's broker, stopped by the teardown also when the test fails. */
+static kl_l_broker_t kl_l_running;
+
+static int kl_l_teardown(void **state) {
+  (void)state;
+  if (kl_l_running.pid > 0)
+    kl_l_stop(&kl_l_running);
+  kl_l_running.pid = 0;
+  return 0;
+}
+
 static void test_wrk_load_then_every_200_is_in_kafka_once(void **state) {
   char dir[64], script[128], p99[64] = "?";
   if (system("wrk --version >/dev/null 2>&1") != 0 &&
       system("command -v wrk >/dev/null") != 0)
     skip(); /* deploy/install-deps.sh --test installs it */
   kl_t_tmpdir(dir);
-  kl_l_broker_t b;
-  kl_l_start(&b, dir);
+  kl_l_broker_t *b = &kl_l_running;
+  memset(b, 0, sizeof(*b));
+  kl_l_start(b, dir);
   kl_t_http_resp_t r;
-  assert_int_equal(kl_t_http_once(b.port, "POST", "/v1/topics/load/events",
+  assert_int_equal(kl_t_http_once(b->port, "POST", "/v1/topics/load/events",
                                   NULL, "{\"key\":\"k\",\"type\":\"t\"}", &r),
                    0);
   assert_int_equal(r.status, 401);
   kl_t_http_resp_free(&r);
   kl_l_script(dir, script, sizeof(script));
   long non2xx;
-  double rps = kl_l_wrk(script, b.port, p99, sizeof(p99), &non2xx);
+  double rps = kl_l_wrk(script, b->port, p99, sizeof(p99), &non2xx);
   printf("wrk: %.0f requests/s (%.0f events/s), p99 %s, non-2xx %ld\n", rps,
          rps * 10, p99, non2xx);
   assert_true(rps > 0);
   assert_int_equal(non2xx, 0);
   json_t *acked = kl_l_acked(dir);
   assert_true(json_object_size(acked) > 0);
-  kl_l_check_topic(b.bootstrap, acked);
+  kl_l_check_topic(b->bootstrap, acked);
   json_decref(acked);
-  assert_int_equal(kl_l_stop(&b), 0);
+  int rc = kl_l_stop(b);
+  b->pid = 0; /* stopped: not the teardown's */
+  assert_int_equal(rc, 0);
   kl_t_rmrf(dir);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_wrk_load_then_every_200_is_in_kafka_once),
+      cmocka_unit_test_teardown(test_wrk_load_then_every_200_is_in_kafka_once,
+                                kl_l_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

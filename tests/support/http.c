@@ -6,6 +6,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +16,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cmocka.h>
 #include <http_parser.h>
 
 #include "keylane/conf.h"
+#include "support/support.h"
 
 struct kl_t_http {
   int fd;
@@ -243,6 +248,20 @@ int kl_t_http_once(int port, const char *method, const char *path,
     rc = kl_t_http_recv(http, resp, 20000);
   kl_t_http_close(http);
   return rc;
+}
+
+void kl_t_http_wait_up(int port) {
+  for (int i = 0; i < 200; i++) {
+    kl_t_http_resp_t r;
+    int rc = kl_t_http_once(port, "GET", "/healthz", NULL, NULL, &r);
+    int status = rc == 0 ? r.status : 0;
+    if (rc == 0)
+      kl_t_http_resp_free(&r);
+    if (status == 200)
+      return;
+    kl_t_sleep_ms(50);
+  }
+  fail_msg("the gateway's /healthz never answered 200 in 10 s");
 }
 
 /* ---- the gateway on a thread ---- */

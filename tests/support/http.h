@@ -56,6 +56,10 @@ void kl_t_http_resp_free(kl_t_http_resp_t *resp);
 int kl_t_http_once(int port, const char *method, const char *path,
                    const char *extra, const char *body, kl_t_http_resp_t *resp);
 
+/** Waits until the gateway at @p port has seen Kafka (/healthz answers
+ * 200): a request before that is refused 503. Fails the test after 10 s. */
+void kl_t_http_wait_up(int port);
+
 /** A gateway serving on its own thread. */
 typedef struct kl_t_gateway {
   kl__gateway_t *gateway;
