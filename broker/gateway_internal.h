@@ -184,14 +184,17 @@ void kl__gw_arena_destroy(kl__gw_arena_t *arena);
 /** A kl__alloc_fn_t: @p size bytes of the arena @p ctx, or NULL. */
 void *kl__gw_arena_alloc(void *ctx, size_t size);
 
-/** A decoded publish body: its JSON document and the events borrowing it. */
+/** A decoded publish body: its JSON document (a JSON body's) and the
+ * events borrowing it, or borrowing the body (a msgpack body's). */
 typedef struct kl__gw_batch {
   json_t *doc;
   kl__jevent_t *events;
   size_t n;
   /** Where the events, their payloads and headers live when decoded in
-   * kl__gw_arena_begin(); NULL: malloc()ed, the events' own. */
+   * kl__gw_arena_begin(), or in own; NULL: malloc()ed, the events' own. */
   kl__gw_arena_t *arena;
+  /** A msgpack body's arena outside kl__gw_arena_begin(). */
+  kl__gw_arena_t own;
 } kl__gw_batch_t;
 
 /** Why a body was refused: the HTTP status, the event index (-1: the body

@@ -206,7 +206,7 @@ static kl_pub_step_t pub_line(kl_pub_t *pub, long lineno, const char *text,
   /* The gateway's reading of an event: one set of rules for both. */
   kl__jevent_t je;
   kl_pub_step_t step = KL_PUB_BAD_LINE;
-  kl_err_t e = kl__jevent_parse(&je, root, false, err, KL_PUB_ERR_MAX);
+  kl_err_t e = kl__jevent_parse(&je, root, err, KL_PUB_ERR_MAX);
   if (e == KL_ENOMEM) {
     pub_err(err, "out of memory");
     step = KL_PUB_FAILED;

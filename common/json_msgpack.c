@@ -16,6 +16,7 @@
 
 #include <msgpack.h>
 
+#include "common/hash.h"
 #include "common/internal.h"
 #include "common/strbuf.h"
 
@@ -214,20 +215,15 @@ static kl_err_t mp_array(kl__mp_reader_t *rd, uint64_t n, int depth,
   return err;
 }
 
-/* JSON keys are strings: anything else is refused before it is read. A
- * key the JSON reader would refuse is refused too (not UTF-8, a NUL in
- * it, or one seen before in the map: JSON_REJECT_DUPLICATES), so that one
- * body means one thing in either encoding. The key goes into @p obj at
- * once, holding null until its value is read: that one insertion checks
- * its UTF-8 and, by the map's size, whether it was there before, where a
- * string value made of it, a lookup and the insertion took twice the
- * work. @returns the key, borrowed from the input, in @p key. */
-static kl_err_t mp_key(kl__mp_reader_t *rd, json_t *obj, const char **key,
-                       size_t *len) {
+/* JSON keys are strings: anything else is refused before it is read, as
+ * is one that is not UTF-8. @returns the key, borrowed from the input, in
+ * @p key, and where it starts in @p at. */
+static kl_err_t mp_key_read(kl__mp_reader_t *rd, kl__mp_reader_t *at,
+                            const char **key, size_t *len) {
   uint8_t b = rd->p < rd->end ? *rd->p : 0xa0;
   if (!((b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb)))
     return mprd_fail(rd, "a map key is not a string; JSON keys are");
-  kl__mp_reader_t at = *rd;
+  *at = *rd;
   kl__mp_item_t it;
   uint64_t need;
   kl__mp_status_t status = kl__mp_next(rd, &it, &need);
@@ -235,23 +231,41 @@ static kl_err_t mp_key(kl__mp_reader_t *rd, json_t *obj, const char **key,
     return mp_short(rd, &it, status);
   *key = (const char *)it.body;
   *len = (size_t)it.n;
-  size_t before = json_object_size(obj);
-  if (json_object_setn_new(obj, *key, *len, json_null())) {
-    json_t *probe = json_stringn(*key, *len);
-    json_decref(probe);
-    return probe ? kl__err(KL_ENOMEM, "out of memory")
-                 : mprd_fail(&at, "a string is not valid UTF-8");
-  }
-  const char *why = memchr(*key, '\0', *len)          ? "holds a NUL byte"
-                    : json_object_size(obj) == before ? "appears twice"
-                                                      : NULL;
-  if (!why)
-    return KL_OK;
+  if (kl__utf8_valid_len(*key, *len, true) < *len)
+    return mprd_fail(at, "a string is not valid UTF-8");
+  return KL_OK;
+}
+
+/* A key the JSON reader would refuse besides: a NUL in it, or one seen
+ * before in the map (JSON_REJECT_DUPLICATES), so that one body means one
+ * thing in either encoding. */
+static kl_err_t mp_key_refused(const kl__mp_reader_t *at, const char *key,
+                               size_t len, const char *why) {
   /* Escaped: "%s" of a key that holds a NUL would show it cut there. */
   char shown[KL__ESCAPED_SIZE(64)];
   return kl__err(KL_EINVAL, "msgpack at byte %zu: the map key \"%s\" %s",
-                 kl__mp_offset(&at),
-                 kl__escape(shown, sizeof(shown), *key, *len), why);
+                 kl__mp_offset(at), kl__escape(shown, sizeof(shown), key, len),
+                 why);
+}
+
+/* The key goes into @p obj at once, holding null until its value is read:
+ * that one insertion says, by the map's size, whether it was there before,
+ * where a string value made of it, a lookup and the insertion took twice
+ * the work. */
+static kl_err_t mp_key(kl__mp_reader_t *rd, json_t *obj, const char **key,
+                       size_t *len) {
+  kl__mp_reader_t at;
+  kl_err_t err = mp_key_read(rd, &at, key, len);
+  if (err)
+    return err;
+  size_t before = json_object_size(obj);
+  if (json_object_setn_new_nocheck(obj, *key, *len, json_null()))
+    return kl__err(KL_ENOMEM, "out of memory");
+  if (memchr(*key, '\0', *len))
+    return mp_key_refused(&at, *key, *len, "holds a NUL byte");
+  if (json_object_size(obj) == before)
+    return mp_key_refused(&at, *key, *len, "appears twice");
+  return KL_OK;
 }
 
 static kl_err_t mp_map(kl__mp_reader_t *rd, uint64_t n, int depth,
@@ -308,11 +322,41 @@ static kl_err_t mp_short(kl__mp_reader_t *rd, const kl__mp_item_t *it,
   return mprd_fail(rd, what);
 }
 
+/* What a scalar must be to have a JSON form: @returns KL_OK, or the fault
+ * at offset @p at. */
+static kl_err_t mp_scalar_check(const kl__mp_reader_t *rd, size_t at,
+                                const kl__mp_item_t *it) {
+  kl__mp_reader_t here = *rd;
+  here.p = here.begin + at;
+  switch (it->kind) {
+  case KL__MP_INT:
+    return it->big ? mprd_fail(&here, "an integer above 2^63-1 has no JSON "
+                                      "form here")
+                   : KL_OK;
+  case KL__MP_FLOAT:
+    return isfinite(it->d)
+               ? KL_OK
+               : mprd_fail(&here, "NaN or infinity has no JSON form");
+  case KL__MP_STR:
+    return kl__utf8_valid_len((const char *)it->body, (size_t)it->n, true) <
+                   it->n
+               ? mprd_fail(&here, "a string is not valid UTF-8")
+               : KL_OK;
+  case KL__MP_EXT:
+    return mprd_fail(&here, "ext values have no JSON form");
+  case KL__MP_NEVER:
+    return mprd_fail(&here, "0xc1 is not a msgpack type");
+  default:
+    return KL_OK;
+  }
+}
+
 /* The scalars; a container's elements are read by the caller. */
 static kl_err_t mp_scalar(const kl__mp_reader_t *rd, size_t at,
                           const kl__mp_item_t *it, json_t **out) {
-  kl__mp_reader_t here = *rd;
-  here.p = here.begin + at;
+  kl_err_t err = mp_scalar_check(rd, at, it);
+  if (err)
+    return err;
   switch (it->kind) {
   case KL__MP_NIL:
     *out = json_null();
@@ -321,38 +365,39 @@ static kl_err_t mp_scalar(const kl__mp_reader_t *rd, size_t at,
     *out = json_boolean(it->b);
     return KL_OK;
   case KL__MP_INT:
-    if (it->big)
-      return mprd_fail(&here, "an integer above 2^63-1 has no JSON form "
-                              "here");
     *out = json_integer((json_int_t)it->i);
     break;
   case KL__MP_FLOAT:
-    if (!isfinite(it->d))
-      return mprd_fail(&here, "NaN or infinity has no JSON form");
     *out = json_real(it->d);
     break;
   case KL__MP_STR:
-    *out = json_stringn((const char *)it->body, (size_t)it->n);
-    return *out ? KL_OK : mprd_fail(&here, "a string is not valid UTF-8");
-  case KL__MP_BIN:
+    *out = json_stringn_nocheck((const char *)it->body, (size_t)it->n);
+    break;
+  default: /* KL__MP_BIN: the only kind left that mp_scalar_check() lets by */
     return mp_bin(it, out);
-  case KL__MP_EXT:
-    return mprd_fail(&here, "ext values have no JSON form");
-  default:
-    return mprd_fail(&here, "0xc1 is not a msgpack type");
   }
   return *out ? KL_OK : kl__err(KL_ENOMEM, "out of memory");
 }
 
-static kl_err_t mp_value(kl__mp_reader_t *rd, int depth, json_t **out) {
-  if (depth > KL_JSON_DEPTH_MAX)
+/* Reads the head of the value at @p rd, nested @p depth deep (checked
+ * against the limit when @p check): an item, or a container's count;
+ * @p at gets its offset. */
+static kl_err_t mp_head(kl__mp_reader_t *rd, int depth, bool check, size_t *at,
+                        kl__mp_item_t *it) {
+  if (check && depth > KL_JSON_DEPTH_MAX)
     return mprd_fail(rd, "nesting is deeper than the limit");
-  size_t at = kl__mp_offset(rd);
-  kl__mp_item_t it;
+  *at = kl__mp_offset(rd);
   uint64_t need;
-  kl__mp_status_t status = kl__mp_next(rd, &it, &need);
-  if (status != KL__MP_OK)
-    return mp_short(rd, &it, status);
+  kl__mp_status_t status = kl__mp_next(rd, it, &need);
+  return status == KL__MP_OK ? KL_OK : mp_short(rd, it, status);
+}
+
+static kl_err_t mp_value(kl__mp_reader_t *rd, int depth, json_t **out) {
+  size_t at;
+  kl__mp_item_t it;
+  kl_err_t err = mp_head(rd, depth, true, &at, &it);
+  if (err)
+    return err;
   if (it.kind == KL__MP_ARRAY)
     return mp_array(rd, it.n, depth, out);
   if (it.kind == KL__MP_MAP)
@@ -374,6 +419,214 @@ kl_err_t kl__msgpack_to_json(const void *data, size_t len, json_t **out) {
   }
   *out = value;
   return KL_OK;
+}
+
+/* ---- msgpack -> the msgpack of its JSON form ---- */
+
+/* One walk of kl__msgpack_repack_in() over a value: it checks the value
+ * by kl__msgpack_to_json()'s rules when check is set, and writes what
+ * kl__json_to_msgpack() makes of its JSON form into b when write is. */
+typedef struct kl_repack {
+  kl_mpbuf_t b;
+  msgpack_packer pk;
+  bool check, write;
+  size_t max; /**< the caller's max_size, for the message */
+  kl__alloc_fn_t *alloc;
+  void *ctx;
+} kl_repack_t;
+
+/* A map's keys so far, to find one given twice: open addressing over a
+ * table of at least twice the map's entries, on the stack for small maps. */
+typedef struct kl_keyset {
+  struct kl_keyslot {
+    const char *p; /**< NULL: free */
+    size_t len;
+  } * slot, stack[16];
+  size_t mask;
+} kl_keyset_t;
+
+static kl_err_t keyset_init(kl_keyset_t *ks, uint64_t n, kl_repack_t *w) {
+  size_t size = sizeof(ks->stack) / sizeof(ks->stack[0]);
+  while (size < 2 * n) /* n is at most the bytes left: no overflow */
+    size *= 2;
+  ks->slot = size == sizeof(ks->stack) / sizeof(ks->stack[0])
+                 ? ks->stack
+                 : w->alloc(w->ctx, size * sizeof(ks->slot[0]));
+  if (!ks->slot)
+    return kl__err(KL_ENOMEM, "out of memory for a map of %" PRIu64 " keys", n);
+  memset(ks->slot, 0, size * sizeof(ks->slot[0]));
+  ks->mask = size - 1;
+  return KL_OK;
+}
+
+/* Adds @p key. @returns whether it was there already. */
+static bool keyset_seen(kl_keyset_t *ks, const char *key, size_t len) {
+  for (size_t i = (size_t)kl__hash(key, len) & ks->mask;;
+       i = (i + 1) & ks->mask) {
+    struct kl_keyslot *s = &ks->slot[i];
+    if (!s->p) {
+      *s = (struct kl_keyslot){key ? key : "", len};
+      return false;
+    }
+    if (s->len == len && memcmp(s->p, key, len) == 0)
+      return true;
+  }
+}
+
+static kl_err_t rp_full(const kl_repack_t *w) {
+  if (w->b.over)
+    return kl__err(KL_EINVAL,
+                   "JSON value packs to more than %zu bytes of "
+                   "msgpack",
+                   w->max);
+  return kl__err(KL_ENOMEM, "out of memory packing a value");
+}
+
+/* A bin's JSON form, {"$base64": STR}, its text written a piece at a time. */
+static int rp_bin(kl_repack_t *w, const kl__mp_item_t *it) {
+  enum { PIECE = 768 }; /* a multiple of 3: no padding but in the last */
+  size_t n = (size_t)it->n;
+  int rc = msgpack_pack_map(&w->pk, 1);
+  rc = rc ? rc : pack_str(&w->pk, "$base64", 7);
+  rc = rc ? rc : msgpack_pack_str(&w->pk, kl__base64_encoded_len(n));
+  if (w->b.count) /* measured: the text's length is enough */
+    return rc ? rc : mpbuf_write(&w->b, NULL, kl__base64_encoded_len(n));
+  char text[PIECE / 3 * 4 + 1];
+  for (size_t i = 0; i < n && !rc; i += PIECE) {
+    size_t take = n - i < PIECE ? n - i : PIECE;
+    kl__base64_encode(it->body + i, take, text);
+    rc = msgpack_pack_str_body(&w->pk, text, kl__base64_encoded_len(take));
+  }
+  return rc;
+}
+
+static kl_err_t rp_value(kl_repack_t *w, kl__mp_reader_t *rd, int depth);
+
+static kl_err_t rp_map(kl_repack_t *w, kl__mp_reader_t *rd, uint64_t n,
+                       int depth) {
+  kl_keyset_t ks;
+  kl_err_t err = w->check ? keyset_init(&ks, n, w) : KL_OK;
+  if (!err && w->write && msgpack_pack_map(&w->pk, (size_t)n))
+    err = rp_full(w);
+  for (uint64_t i = 0; i < n && !err; i++) {
+    kl__mp_reader_t at;
+    const char *key;
+    size_t len;
+    err = mp_key_read(rd, &at, &key, &len);
+    if (!err && w->check && memchr(key, '\0', len))
+      err = mp_key_refused(&at, key, len, "holds a NUL byte");
+    if (!err && w->check && keyset_seen(&ks, key, len))
+      err = mp_key_refused(&at, key, len, "appears twice");
+    if (!err && w->write && pack_str(&w->pk, key, len))
+      err = rp_full(w);
+    if (!err)
+      err = rp_value(w, rd, depth + 1);
+  }
+  return err;
+}
+
+static kl_err_t rp_value(kl_repack_t *w, kl__mp_reader_t *rd, int depth) {
+  size_t at;
+  kl__mp_item_t it;
+  kl_err_t err = mp_head(rd, depth, w->check, &at, &it);
+  if (err)
+    return err;
+  bool box = it.kind == KL__MP_ARRAY || it.kind == KL__MP_MAP;
+  err = !w->check ? KL_OK
+        : box     ? mp_count_check(rd, it.n, it.kind == KL__MP_MAP ? 2 : 1)
+                  : mp_scalar_check(rd, at, &it);
+  if (err)
+    return err;
+  if (it.kind == KL__MP_MAP)
+    return rp_map(w, rd, it.n, depth);
+  if (it.kind == KL__MP_ARRAY) {
+    if (w->write && msgpack_pack_array(&w->pk, (size_t)it.n))
+      return rp_full(w);
+    for (uint64_t i = 0; i < it.n && !err; i++)
+      err = rp_value(w, rd, depth + 1);
+    return err;
+  }
+  if (!w->write)
+    return KL_OK;
+  int rc;
+  switch (it.kind) {
+  case KL__MP_NIL:
+    rc = msgpack_pack_nil(&w->pk);
+    break;
+  case KL__MP_BOOL:
+    rc = it.b ? msgpack_pack_true(&w->pk) : msgpack_pack_false(&w->pk);
+    break;
+  case KL__MP_INT:
+    rc = msgpack_pack_int64(&w->pk, it.i);
+    break;
+  case KL__MP_FLOAT:
+    rc = msgpack_pack_double(&w->pk, it.d);
+    break;
+  case KL__MP_STR:
+    rc = pack_str(&w->pk, (const char *)it.body, (size_t)it.n);
+    break;
+  default: /* KL__MP_BIN: the only kind left that mp_scalar_check() lets by */
+    rc = rp_bin(w, &it);
+    break;
+  }
+  return rc ? rp_full(w) : KL_OK;
+}
+
+kl_err_t kl__msgpack_repack_in(kl__mp_reader_t *rd, int depth, size_t max_size,
+                               kl__alloc_fn_t *alloc, void *ctx,
+                               const void **out, size_t *out_len) {
+  if (!rd || !alloc || (out && !out_len))
+    return kl__err(KL_EINVAL, "kl__msgpack_repack_in: rd and alloc are "
+                              "required, and out_len with out");
+  /* As kl__json_to_msgpack_in(): packed on the stack and copied, or
+   * walked again to measure and a third time to write in place. Without
+   * out, checked only. */
+  const kl__mp_reader_t start = *rd;
+  char stack[KL_MP_STACK];
+  bool small = max_size <= sizeof(stack);
+  kl_repack_t w = {.check = true,
+                   .write = out != NULL,
+                   .max = max_size,
+                   .alloc = alloc,
+                   .ctx = ctx};
+  w.b = (kl_mpbuf_t){
+      .data = stack, .max = small ? max_size : sizeof(stack), .fixed = 1};
+  msgpack_packer_init(&w.pk, &w.b, mpbuf_write);
+  kl_err_t err = rp_value(&w, rd, depth);
+  if (err && w.b.over && !small) {
+    *rd = start;
+    w.b = (kl_mpbuf_t){.max = max_size, .count = 1};
+    err = rp_value(&w, rd, depth);
+  }
+  if (err || !out)
+    return err;
+  char *data = alloc(ctx, w.b.len ? w.b.len : 1);
+  if (!data)
+    return kl__err(KL_ENOMEM, "out of memory for a %zu-byte payload", w.b.len);
+  if (w.b.data == stack) {
+    memcpy(data, stack, w.b.len);
+  } else {
+    /* Checked and measured: written where it stays, nothing can fail. */
+    const kl__mp_reader_t end = *rd;
+    *rd = start;
+    w.check = false;
+    w.b = (kl_mpbuf_t){.data = data, .max = w.b.len, .fixed = 1};
+    rp_value(&w, rd, depth);
+    *rd = end;
+  }
+  *out = data;
+  *out_len = w.b.len;
+  return KL_OK;
+}
+
+kl_err_t kl__msgpack_check(const void *data, size_t len, kl__alloc_fn_t *alloc,
+                           void *ctx) {
+  kl__mp_reader_t rd = kl__mp_reader(data, len);
+  kl_err_t err =
+      kl__msgpack_repack_in(&rd, 1, SIZE_MAX, alloc, ctx, NULL, NULL);
+  if (!err && rd.p != rd.end)
+    err = mprd_fail(&rd, "trailing bytes after the value");
+  return err;
 }
 
 /* ---- base64 ---- */

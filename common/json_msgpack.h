@@ -24,6 +24,7 @@
 
 #include <jansson.h>
 
+#include "common/msgpack_read.h"
 #include "keylane/error.h"
 
 #define KL_JSON_DEPTH_MAX 64
@@ -60,6 +61,30 @@ kl_err_t kl__json_to_msgpack_in(const json_t *value, size_t max_size,
  * @returns KL_OK; KL_EINVAL naming the offending byte offset; KL_ENOMEM.
  */
 kl_err_t kl__msgpack_to_json(const void *data, size_t len, json_t **out);
+
+/**
+ * Reads one msgpack value at @p rd, nested @p depth deep in its input (1:
+ * the input's own value), checks it as kl__msgpack_to_json() checks its
+ * input, and writes what kl__json_to_msgpack() would pack of the JSON
+ * value it reads as, byte for byte, without making that value: the gateway
+ * takes a msgpack body's payloads this way.
+ * @param out  receives the bytes, @p alloc's, or NULL to check only;
+ *             @p alloc also holds the key sets of large maps.
+ * @returns KL_OK with @p rd past the value; KL_EINVAL as
+ *          kl__msgpack_to_json() (the byte offset from the reader's
+ *          start), or over @p max_size; KL_ENOMEM.
+ */
+kl_err_t kl__msgpack_repack_in(kl__mp_reader_t *rd, int depth, size_t max_size,
+                               kl__alloc_fn_t *alloc, void *ctx,
+                               const void **out, size_t *out_len);
+
+/**
+ * Checks @p data as kl__msgpack_to_json() reads it, without making the
+ * JSON value: the same faults, with the same messages.
+ * @param alloc  holds the key sets of large maps (an arena's).
+ */
+kl_err_t kl__msgpack_check(const void *data, size_t len, kl__alloc_fn_t *alloc,
+                           void *ctx);
 
 /** @returns the length of the base64 text of @p len bytes, without NUL. */
 size_t kl__base64_encoded_len(size_t len);

@@ -139,3 +139,21 @@ kl__mp_status_t kl__mp_next(kl__mp_reader_t *rd, kl__mp_item_t *item,
                                                     : KL__MP_SHORT_BODY;
   return KL__MP_OK;
 }
+
+bool kl__mp_skip(kl__mp_reader_t *rd) {
+  /* The items still to read: a container adds its elements. Each takes a
+   * byte at least, so the count stays below twice the input's length. */
+  uint64_t left = 1;
+  while (left > 0) {
+    kl__mp_item_t it;
+    uint64_t need;
+    if (kl__mp_next(rd, &it, &need) != KL__MP_OK)
+      return false;
+    left--;
+    if (it.kind == KL__MP_ARRAY)
+      left += it.n;
+    else if (it.kind == KL__MP_MAP)
+      left += 2 * it.n;
+  }
+  return true;
+}

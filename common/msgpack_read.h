@@ -65,6 +65,12 @@ kl__mp_reader_t kl__mp_reader(const void *data, size_t len);
 kl__mp_status_t kl__mp_next(kl__mp_reader_t *rd, kl__mp_item_t *item,
                             uint64_t *need);
 
+/**
+ * Moves @p rd past the next value, a container's elements included.
+ * @returns false when the input ends first (@p rd is then where it was cut).
+ */
+bool kl__mp_skip(kl__mp_reader_t *rd);
+
 /** @returns the offset of rd->p from the start of the input. */
 size_t kl__mp_offset(const kl__mp_reader_t *rd);
 

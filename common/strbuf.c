@@ -110,6 +110,37 @@ size_t kl__utf8_seq(const unsigned char *s, size_t left) {
   return n;
 }
 
+/* Whether the 8 bytes at @p s are all ASCII, and with @p nul_ok unset
+ * none of them NUL (0x01..0x7f): a byte of 0 borrows in the subtraction
+ * and sets its top bit, a byte >= 0x80 has it set already; a borrow only
+ * ever follows a byte that is flagged. */
+static bool ascii8(const unsigned char *s, bool nul_ok) {
+  uint64_t w;
+  memcpy(&w, s, 8);
+  uint64_t nul = nul_ok ? 0 : w - UINT64_C(0x0101010101010101);
+  return ((nul | w) & UINT64_C(0x8080808080808080)) == 0;
+}
+
+size_t kl__utf8_valid_len(const char *text, size_t len, bool nul_ok) {
+  const unsigned char *s = (const unsigned char *)text;
+  size_t i = 0;
+  while (i < len) {
+    if (len - i >= 8 && ascii8(s + i, nul_ok)) {
+      i += 8;
+    } else if (s[i] < 0x80) {
+      if (s[i] == 0 && !nul_ok)
+        return i;
+      i++;
+    } else {
+      size_t n = kl__utf8_seq(s + i, len - i);
+      if (n == 0)
+        return i;
+      i += n;
+    }
+  }
+  return len;
+}
+
 /* The most one character's escaped text takes: 4 bytes, each as \xNN. */
 #define KL_ESCAPE_PIECE 16
 

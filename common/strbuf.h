@@ -53,6 +53,13 @@ void kl__strbuf_json_str(kl__strbuf_t *sb, const char *s, size_t len);
 size_t kl__utf8_seq(const unsigned char *s, size_t left);
 
 /**
+ * @returns how many bytes of @p s, from its start, are valid UTF-8
+ *          (kl__utf8_seq()'s rules), and without NUL unless @p nul_ok:
+ *          @p len when all of them are. ASCII goes 8 bytes at a time.
+ */
+size_t kl__utf8_valid_len(const char *s, size_t len, bool nul_ok);
+
+/**
  * Appends @p len bytes of @p s as text safe for a terminal and a log line,
  * and one-to-one (two different inputs never read the same): a backslash
  * as \\, a control byte (C0, DEL, C1), a NUL, any byte that is not part

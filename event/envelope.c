@@ -60,41 +60,19 @@ static kl_err_t len_check(const char *field, size_t len, size_t min,
   return KL_OK;
 }
 
-/* Whether the 8 bytes at @p s are all ASCII but NUL (0x01..0x7f): a byte
- * of 0 borrows in the subtraction and sets its top bit, a byte >= 0x80 has
- * it set already; a borrow only ever follows a byte that is flagged. */
-static bool id_ascii8(const unsigned char *s) {
-  uint64_t w;
-  memcpy(&w, s, 8);
-  return (((w - UINT64_C(0x0101010101010101)) | w) &
-          UINT64_C(0x8080808080808080)) == 0;
-}
-
 /* An id is text: the gateway and `keylane publish` take it from JSON, the
  * stores and the exec handler compare and print it as such, so the
  * decoder refuses what they could not have sent, not only what they can.
- * ASCII goes 8 bytes, then 1 byte, at a time without kl__utf8_seq()'s
- * call: a byte at a time through it was a tenth of kl_publish()'s own time
- * for a UUID (keylane-bench produce). */
+ * kl__utf8_valid_len() takes ASCII 8 bytes at a time: a byte at a time
+ * through kl__utf8_seq() was a tenth of kl_publish()'s own time for a UUID
+ * (keylane-bench produce). */
 static kl_err_t id_text_check(const char *id, size_t len) {
-  const unsigned char *s = (const unsigned char *)id;
-  for (size_t i = 0; i < len;) {
-    if (len - i >= 8 && id_ascii8(s + i)) {
-      i += 8;
-      continue;
-    }
-    if ((unsigned)s[i] - 1u < 0x7fu) {
-      i++;
-      continue;
-    }
-    size_t n = kl__utf8_seq(s + i, len - i);
-    if (n == 0 || s[i] == 0)
-      return kl__err(KL_EDECODE_TYPE,
-                     "envelope field \"id\" %s at byte %zu: an id is "
-                     "UTF-8 text without NUL, as JSON carries it",
-                     n ? "holds a NUL" : "is not valid UTF-8", i);
-    i += n;
-  }
+  size_t i = kl__utf8_valid_len(id, len, false);
+  if (i < len)
+    return kl__err(KL_EDECODE_TYPE,
+                   "envelope field \"id\" %s at byte %zu: an id is "
+                   "UTF-8 text without NUL, as JSON carries it",
+                   id[i] == 0 ? "holds a NUL" : "is not valid UTF-8", i);
   return KL_OK;
 }
 

@@ -42,22 +42,36 @@ typedef struct kl__jevent {
 /**
  * Reads @p root into @p je (which it zeroes first).
  *
- * @param raw_bin  also take a "payload" of exactly {"$base64": STR} as raw
- *                 bytes: that is how a msgpack bin reads as JSON, so a
- *                 msgpack body's bin payload stays its bytes.
- * @param err      receives the problem, naming the field ("\"type\" is
- *                 missing"), when the call fails.
+ * @param err  receives the problem, naming the field ("\"type\" is
+ *             missing"), when the call fails.
  * @returns KL_OK; KL_EINVAL for a bad event (nothing to free); KL_ENOMEM.
  */
-kl_err_t kl__jevent_parse(kl__jevent_t *je, const json_t *root, bool raw_bin,
-                          char *err, size_t err_size);
+kl_err_t kl__jevent_parse(kl__jevent_t *je, const json_t *root, char *err,
+                          size_t err_size);
 
 /**
  * kl__jevent_parse() with the payload and the header array written into
  * memory from @p alloc (@p ctx passed to it), which owns them: a caller
  * reading many events frees them all at once, not one by one.
  */
-kl_err_t kl__jevent_parse_in(kl__jevent_t *je, const json_t *root, bool raw_bin,
+kl_err_t kl__jevent_parse_in(kl__jevent_t *je, const json_t *root,
+                             kl__alloc_fn_t *alloc, void *ctx, char *err,
+                             size_t err_size);
+
+/**
+ * Reads the event at @p rd, a map in a msgpack body that
+ * kl__msgpack_check() accepted, by the rules kl__jevent_parse_in() applies
+ * to the JSON value kl__msgpack_to_json() makes of it, without making that
+ * value: the same event, or a refusal; but a "payload" that is a bin is
+ * the payload's bytes (JSON has no bin: its JSON form would be stored as
+ * the map {"$base64": STR}). The key, type, id, header strings and a bin
+ * payload are borrowed from the body; the rest is @p alloc's (required). @p
+ * depth is the map's nesting in the body (1: the body is this event), as the
+ * payload's limit counts from there.
+ * @returns KL_OK with @p rd past the event; KL_EINVAL with @p err;
+ *          KL_ENOMEM.
+ */
+kl_err_t kl__jevent_parse_mp(kl__jevent_t *je, kl__mp_reader_t *rd, int depth,
                              kl__alloc_fn_t *alloc, void *ctx, char *err,
                              size_t err_size);
 

@@ -284,7 +284,7 @@ static kl_err_t emit_one(json_t *item, size_t i, const char *dlq_topic,
   json_object_del(event, "topic");
   kl__jevent_t je;
   char why[256];
-  err = kl__jevent_parse(&je, event, false, why, sizeof(why));
+  err = kl__jevent_parse(&je, event, why, sizeof(why));
   kl_emit_opts_t opts = {sizeof(opts), je.ev.not_before};
   if (err == KL_EINVAL)
     entry_refuse(errbuf, size, "emit", i, "%s", why);

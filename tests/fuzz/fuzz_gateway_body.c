@@ -9,6 +9,10 @@
  *   still be made by the gateway) and encodes to an envelope that decodes
  *   back to the same key, type, payload and not_before: the gateway never
  *   hands Kafka what a worker would dead-letter as malformed;
+ * - a msgpack body is read as the oracle reads it
+ *   (tests/support/msgpack_oracle.h: through a JSON document, as the
+ *   gateway did before it read msgpack bodies from their bytes): the same
+ *   events, or both refused;
  * - nothing leaks (ASan's leak check).
  * The body is decoded as the gateway decodes it: in its arena, between
  * kl__gw_arena_begin() and kl__gw_arena_end() (broker/gateway_body.c).
@@ -20,6 +24,7 @@
 
 #include "tests/fuzz/fuzz.h"
 #include "broker/gateway_internal.h"
+#include "support/msgpack_oracle.h"
 
 static kl_decoder_t *kl_decoder;
 
@@ -62,6 +67,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   kl__gw_arena_begin(&arena);
   int status = kl__gw_batch_decode(&batch, types[data[0] & 3],
                                    (const char *)data + 1, size - 1, 100, &bad);
+  if ((data[0] & 3) == 1) {
+    char why[700];
+    const char *diff = kl_msgpack_oracle_diff(data + 1, size - 1, 100, status,
+                                              &batch, why, sizeof(why));
+    if (diff)
+      fprintf(stderr, "%s\n", diff);
+    CHECK(diff == NULL);
+  }
   if (status == 0) {
     CHECK(batch.n >= 1 && batch.n <= 100);
     for (size_t i = 0; i < batch.n; i++)

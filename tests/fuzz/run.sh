@@ -77,7 +77,9 @@ seed() {
     printf '\001\x83\xa3key\xa1a\xa4type\xa1t\xa7payload\xc4\x02\x00\x01' >"$dir/mp"
     printf '\001\x91\x82\xa3key\xa1k\xa4type\xa1t' >"$dir/mparr"
     printf '\000[{"key":"a","type":"t","not_before":1767225600000},{"key":"b","type":"t","delay":"15m"}]' >"$dir/delayed"
-    printf '\001\x83\xa3key\xa1a\xa4type\xa1t\xaanot_before\xcf\x00\x00\x01\x9b\x76\xda\xa8\x00' >"$dir/mpdelayed" ;;
+    printf '\001\x83\xa3key\xa1a\xa4type\xa1t\xaanot_before\xcf\x00\x00\x01\x9b\x76\xda\xa8\x00' >"$dir/mpdelayed"
+    printf '\001\x83\xa3key\xa1a\xa4type\xa1t\xa7payload\x81\xa7$base64\xa4AAE=' >"$dir/mpbase64map"
+    printf '\001\x83\xa3key\xa1a\xa4type\xa1t\xa7headers\xc4\x02\x00\x01' >"$dir/mpbinheaders" ;;
   gateway_http)
     b='{"key":"a","type":"t"}'
     printf 'POST /v1/topics/events/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s' \

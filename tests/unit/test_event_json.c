@@ -33,7 +33,7 @@ static kl_err_t kl_parse(const char *text, kl__jevent_t *je, char *err,
   json_t *root = json_loads(text, JSON_ALLOW_NUL, &jerr);
   if (!root)
     fail_msg("test JSON %s: %s", text, jerr.text);
-  kl_err_t e = kl__jevent_parse(je, root, false, err, size);
+  kl_err_t e = kl__jevent_parse(je, root, err, size);
   json_decref(root);
   return e;
 }
@@ -231,7 +231,7 @@ static void test_field_errors(void **state) {
                             "\"id\":\"i\",\"type\":\"t\",\"key\":\"k\"}",
                             0, NULL);
   assert_non_null(root);
-  assert_int_equal(kl__jevent_parse(&je, root, false, err, sizeof(err)), KL_OK);
+  assert_int_equal(kl__jevent_parse(&je, root, err, sizeof(err)), KL_OK);
   assert_memory_equal(je.ev.key, "k", 1);
   assert_memory_equal(je.ev.type, "t", 1);
   assert_memory_equal(je.ev.id, "i", 1);

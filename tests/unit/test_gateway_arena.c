@@ -61,7 +61,9 @@ static int decode_both(kl__gw_arena_t *arena, const char *ctype,
     assert_string_equal(bad_plain.msg, bad_pooled.msg);
   } else {
     assert_ptr_equal(pooled.arena, arena);
-    assert_ptr_equal(plain.arena, nested ? arena : NULL);
+    /* A msgpack body outside an arena is read in the batch's own. */
+    bool msgpack = strstr(ctype, "msgpack") != NULL;
+    assert_ptr_equal(plain.arena, nested ? arena : msgpack ? &plain.own : NULL);
     assert_int_equal(plain.n, pooled.n);
     for (size_t i = 0; i < plain.n; i++)
       same_event(&plain.events[i].ev, &pooled.events[i].ev);
