@@ -1,9 +1,10 @@
 /*
  * keylane-bench all [--rounds N] [--no-pg] [--compare FILE] [--json]
  *
- * Runs the benchmarks whose ratios have targets (produce, worker, gateway,
- * worker --store pg), each as a child keylane-bench with --json, and
- * prints every ratio with its target and the spread of its rounds. With
+ * Runs the benchmarks whose ratios have targets (produce, worker, gateway
+ * with JSON and msgpack bodies, worker --store pg), each as a child
+ * keylane-bench with --json, and prints every ratio with its target and the
+ * spread of its rounds. With
  * --compare FILE (the --json output of an earlier run) each ratio is set
  * beside the one in FILE: a change larger than the noise of either run
  * (the wider spread of their rounds, at least 5 %) is "regressed" or
@@ -30,12 +31,11 @@ extern char **environ;
 /* The runs, each a keylane-bench command line after the name. */
 static const struct {
   const char *bench;
-  const char *store; /* "--store" value, or NULL */
+  const char *flag, *value; /* one flag and its value, or NULL */
 } kl_ba_runs[] = {
-    {"produce", NULL},
-    {"worker", NULL},
-    {"gateway", NULL},
-    {"worker", "pg"},
+    {"produce", NULL, NULL},          {"worker", NULL, NULL},
+    {"gateway", NULL, NULL},          {"worker", "--store", "pg"},
+    {"gateway", "--body", "msgpack"},
 };
 #define KL_BA_NRUNS (sizeof(kl_ba_runs) / sizeof(kl_ba_runs[0]))
 #define KL_BA_PG 3 /* the run --no-pg leaves out */
@@ -51,23 +51,24 @@ static const struct {
     {"worker", 1, "ratio", "ratio_rounds", KL_BENCH_TARGET_WORKER},
     {"worker_e2e", 1, "ratio_e2e", "ratio_e2e_rounds", 0.30},
     {"gateway", 2, "ratio", "ratio_rounds", 0.35},
+    {"gateway_msgpack", 4, "ratio", "ratio_rounds", 0.35},
     {"worker_pg", 3, "ratio", "ratio_rounds", KL_BENCH_TARGET_WORKER_PG},
 };
 #define KL_BA_NFIGURES (sizeof(kl_ba_figures) / sizeof(kl_ba_figures[0]))
 
-/* Runs keylane-bench BENCH --json [--store S] [--rounds N] and parses the
- * one JSON object it prints; its stderr (progress, logs) passes through.
- * @returns the object, or NULL (said on stderr). */
-static json_t *kl_ba_run(const char *bench, const char *store,
+/* Runs keylane-bench BENCH --json [FLAG VALUE] [--rounds N] and parses
+ * the one JSON object it prints; its stderr (progress, logs) passes
+ * through. @returns the object, or NULL (said on stderr). */
+static json_t *kl_ba_run(const char *bench, const char *flag, const char *value,
                          const char *rounds) {
   char *argv[8];
   int argc = 0;
   argv[argc++] = "keylane-bench";
   argv[argc++] = (char *)bench;
   argv[argc++] = "--json";
-  if (store) {
-    argv[argc++] = "--store";
-    argv[argc++] = (char *)store;
+  if (flag) {
+    argv[argc++] = (char *)flag;
+    argv[argc++] = (char *)value;
   }
   if (rounds) {
     argv[argc++] = "--rounds";
@@ -105,9 +106,10 @@ static json_t *kl_ba_run(const char *bench, const char *store,
     ;
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !json_is_object(o)) {
     fprintf(stderr,
-            "keylane-bench all: keylane-bench %s%s%s failed (exit %d)%s\n",
-            bench, store ? " --store " : "", store ? store : "",
-            WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+            "keylane-bench all: keylane-bench %s%s%s%s%s failed (exit "
+            "%d)%s\n",
+            bench, flag ? " " : "", flag ? flag : "", flag ? " " : "",
+            flag ? value : "", WIFEXITED(status) ? WEXITSTATUS(status) : -1,
             o ? "" : ": it printed no JSON object");
     json_decref(o);
     return NULL;
@@ -155,7 +157,8 @@ static void kl_ba_help(void) {
   printf(
       "usage: keylane-bench all [--rounds N] [--no-pg] [--compare FILE] "
       "[--json]\n\n"
-      "Runs produce, worker, gateway and worker --store pg (each as\n"
+      "Runs produce, worker, gateway (JSON and msgpack bodies) and\n"
+      "worker --store pg (each as\n"
       "keylane-bench NAME --json, 3 rounds unless --rounds) and prints\n"
       "every ratio with its target and the spread of its rounds\n"
       "((max - min) / median: the run's noise).\n\n"
@@ -204,9 +207,11 @@ int kl_bench_all(int argc, char **argv) {
   for (size_t i = 0; i < KL_BA_NRUNS; i++) {
     if (no_pg && i == KL_BA_PG)
       continue;
-    fprintf(stderr, "keylane-bench all: %zu/%zu: %s%s\n", i + 1, KL_BA_NRUNS,
-            kl_ba_runs[i].bench, kl_ba_runs[i].store ? " --store pg" : "");
-    runs[i] = kl_ba_run(kl_ba_runs[i].bench, kl_ba_runs[i].store,
+    const char *flag = kl_ba_runs[i].flag;
+    fprintf(stderr, "keylane-bench all: %zu/%zu: %s%s%s%s%s\n", i + 1,
+            KL_BA_NRUNS, kl_ba_runs[i].bench, flag ? " " : "", flag ? flag : "",
+            flag ? " " : "", flag ? kl_ba_runs[i].value : "");
+    runs[i] = kl_ba_run(kl_ba_runs[i].bench, flag, kl_ba_runs[i].value,
                         rounds ? rounds_arg : NULL);
   }
 
@@ -217,7 +222,7 @@ int kl_bench_all(int argc, char **argv) {
          *regressed = json_array();
   int failed = 0;
   if (!json)
-    printf("%-11s %7s %7s %7s%s\n", "ratio", "now", "target", "spread",
+    printf("%-15s %7s %7s %7s%s\n", "ratio", "now", "target", "spread",
            before ? "  before  change   noise  verdict" : "");
   for (size_t i = 0; i < KL_BA_NFIGURES; i++) {
     size_t r = kl_ba_figures[i].run;
@@ -229,7 +234,7 @@ int kl_bench_all(int argc, char **argv) {
                                  kl_ba_figures[i].rounds_field, &now, &list)) {
       failed = 1;
       if (!json)
-        printf("%-11s  (its run failed)\n", kl_ba_figures[i].name);
+        printf("%-15s  (its run failed)\n", kl_ba_figures[i].name);
       continue;
     }
     json_object_set_new(figures, kl_ba_figures[i].name,
@@ -237,7 +242,7 @@ int kl_bench_all(int argc, char **argv) {
                                   "target", kl_ba_figures[i].target, "rounds",
                                   list, "spread", now.spread));
     if (!json)
-      printf("%-11s %7.3f %7.2f %6.0f%%", kl_ba_figures[i].name, now.value,
+      printf("%-15s %7.3f %7.2f %6.0f%%", kl_ba_figures[i].name, now.value,
              kl_ba_figures[i].target, 100 * now.spread);
     if (before && !kl_ba_before(before, kl_ba_figures[i].name, &was)) {
       double change, noise;
