@@ -10,8 +10,8 @@
  * encodes.) Shared by the fuzzer (tests/fuzz/fuzz_gateway_body.c) and
  * tests/unit/test_gateway_msgpack.c.
  */
-#ifndef KEYLANE_TESTS_MSGPACK_ORACLE_H
-#define KEYLANE_TESTS_MSGPACK_ORACLE_H
+#ifndef KEYLANE_TESTS_SUPPORT_MSGPACK_ORACLE_H
+#define KEYLANE_TESTS_SUPPORT_MSGPACK_ORACLE_H
 
 #include <stddef.h>
 
