@@ -435,37 +435,49 @@ typedef struct kl_repack {
   void *ctx;
 } kl_repack_t;
 
-/* A map's keys so far, to find one given twice: open addressing over a
- * table of at least twice the map's entries, on the stack for small maps. */
+/* A map's keys so far, to find one given twice: a list on the stack for
+ * a map of at most KL_KEYSET_LIST keys (an event's, mostly), else open
+ * addressing over a table of at least twice the map's entries. */
+enum { KL_KEYSET_LIST = 8 };
+typedef struct kl_keyslot {
+  const char *p; /**< NULL: free */
+  size_t len;
+} kl_keyslot_t;
 typedef struct kl_keyset {
-  struct kl_keyslot {
-    const char *p; /**< NULL: free */
-    size_t len;
-  } * slot, stack[16];
+  kl_keyslot_t list[KL_KEYSET_LIST], *table;
+  size_t listed; /**< keys in list, or SIZE_MAX: in table */
   size_t mask;
 } kl_keyset_t;
 
 static kl_err_t keyset_init(kl_keyset_t *ks, uint64_t n, kl_repack_t *w) {
-  size_t size = sizeof(ks->stack) / sizeof(ks->stack[0]);
+  ks->listed = n <= KL_KEYSET_LIST ? 0 : SIZE_MAX;
+  if (ks->listed == 0)
+    return KL_OK;
+  size_t size = 2 * KL_KEYSET_LIST;
   while (size < 2 * n) /* n is at most the bytes left: no overflow */
     size *= 2;
-  ks->slot = size == sizeof(ks->stack) / sizeof(ks->stack[0])
-                 ? ks->stack
-                 : w->alloc(w->ctx, size * sizeof(ks->slot[0]));
-  if (!ks->slot)
+  ks->table = w->alloc(w->ctx, size * sizeof(ks->table[0]));
+  if (!ks->table)
     return kl__err(KL_ENOMEM, "out of memory for a map of %" PRIu64 " keys", n);
-  memset(ks->slot, 0, size * sizeof(ks->slot[0]));
+  memset(ks->table, 0, size * sizeof(ks->table[0]));
   ks->mask = size - 1;
   return KL_OK;
 }
 
 /* Adds @p key. @returns whether it was there already. */
 static bool keyset_seen(kl_keyset_t *ks, const char *key, size_t len) {
+  if (ks->listed != SIZE_MAX) {
+    for (size_t i = 0; i < ks->listed; i++)
+      if (ks->list[i].len == len && memcmp(ks->list[i].p, key, len) == 0)
+        return true;
+    ks->list[ks->listed++] = (kl_keyslot_t){key ? key : "", len};
+    return false;
+  }
   for (size_t i = (size_t)kl__hash(key, len) & ks->mask;;
        i = (i + 1) & ks->mask) {
-    struct kl_keyslot *s = &ks->slot[i];
+    kl_keyslot_t *s = &ks->table[i];
     if (!s->p) {
-      *s = (struct kl_keyslot){key ? key : "", len};
+      *s = (kl_keyslot_t){key ? key : "", len};
       return false;
     }
     if (s->len == len && memcmp(s->p, key, len) == 0)
@@ -504,7 +516,7 @@ static kl_err_t rp_value(kl_repack_t *w, kl__mp_reader_t *rd, int depth);
 
 static kl_err_t rp_map(kl_repack_t *w, kl__mp_reader_t *rd, uint64_t n,
                        int depth) {
-  kl_keyset_t ks;
+  kl_keyset_t ks = {.table = NULL}; /* set up only when checking */
   kl_err_t err = w->check ? keyset_init(&ks, n, w) : KL_OK;
   if (!err && w->write && msgpack_pack_map(&w->pk, (size_t)n))
     err = rp_full(w);
