@@ -5,7 +5,7 @@
  * kl__gw_batch_publishable()), so that a request is published whole or
  * refused whole.
  *
- * A msgpack body means what kl__msgpack_to_json() makes of it, read by
+ * A msgpack body means what kl__msgpack_body_to_json() makes of it, read by
  * the JSON body's rules (event/event_json.h: one set of event rules for
  * both); its bin values read as {"$base64": ...}, and a bin "payload" is
  * taken as the raw payload bytes. It is read without making that JSON
@@ -251,8 +251,8 @@ static int batch_msgpack(kl__gw_batch_t *batch, const char *body, size_t len,
     rd = head; /* at the array's first event */
   for (size_t i = 0; i < n && !status; i++) {
     char err[400];
-    e = kl__jevent_parse_mp(&batch->events[i], &rd, one ? 1 : 2,
-                            kl__gw_arena_alloc, arena, err, sizeof(err));
+    e = kl__jevent_parse_mp(&batch->events[i], &rd, kl__gw_arena_alloc, arena,
+                            err, sizeof(err));
     if (e)
       return event_bad(bad, e, i, err);
     batch->n = i + 1;
@@ -278,14 +278,19 @@ int kl__gw_batch_decode(kl__gw_batch_t *batch, const char *ctype,
   return status;
 }
 
-int kl__gw_batch_publishable(const kl__gw_batch_t *batch,
+int kl__gw_batch_publishable(kl__gw_batch_t *batch,
                              const kl_producer_t *producer, kl__gw_bad_t *bad) {
-  for (size_t i = 0; i < batch->n; i++)
-    if (kl__producer_event_check(producer, &batch->events[i].ev, NULL))
+  batch->stored = 0;
+  for (size_t i = 0; i < batch->n; i++) {
+    const kl_event_t *ev = &batch->events[i].ev;
+    size_t size;
+    if (kl__producer_event_check(producer, ev, &size))
       return kl__gw_bad(bad, 400, (long)i,
                         "event %zu: %s; no event of the request was "
                         "published",
                         i, kl_err_detail());
+    batch->stored += ev->key_len + size;
+  }
   return 0;
 }
 

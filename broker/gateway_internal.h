@@ -195,6 +195,10 @@ typedef struct kl__gw_batch {
   kl__gw_arena_t *arena;
   /** A msgpack body's arena outside kl__gw_arena_begin(). */
   kl__gw_arena_t own;
+  /** The events' size as librdkafka holds them (keys and envelopes), set
+   * by kl__gw_batch_publishable(): a body can stand for more than its own
+   * bytes (a 2-byte msgpack bin in a payload is stored as a 10-byte map). */
+  size_t stored;
 } kl__gw_batch_t;
 
 /** Why a body was refused: the HTTP status, the event index (-1: the body
@@ -224,7 +228,7 @@ int kl__gw_batch_decode(kl__gw_batch_t *batch, const char *ctype,
  * refused halfway through publishing it.
  * @returns 0, or 400 with @p bad naming the first bad event's index.
  */
-int kl__gw_batch_publishable(const kl__gw_batch_t *batch,
+int kl__gw_batch_publishable(kl__gw_batch_t *batch,
                              const kl_producer_t *producer, kl__gw_bad_t *bad);
 void kl__gw_batch_free(kl__gw_batch_t *batch);
 

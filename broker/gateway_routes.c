@@ -614,7 +614,19 @@ static void publish_request(kl__http_conn_t *conn, kl__gw_req_t *req,
     respond_bad(req, &bad);
     return;
   }
-  if (!budget_fits(gw, batch.n, len)) {
+  /* Held in flight: the body's bytes, or what its events take as
+   * librdkafka holds them, the larger. */
+  int64_t bytes = (int64_t)(batch.stored > len ? batch.stored : len);
+  if (bytes > gw->opts.max_inflight_bytes) {
+    kl__gw_reject(gw, KL_GW_LIMIT_INFLIGHT);
+    kl__gw_respond_error(req, 413, NULL,
+                         "the request's events take %lld bytes as stored "
+                         "in Kafka, more than the in-flight budget "
+                         "(--max-inflight-bytes %lld) holds; send them in "
+                         "smaller requests",
+                         (long long)bytes,
+                         (long long)gw->opts.max_inflight_bytes);
+  } else if (!budget_fits(gw, batch.n, (size_t)bytes)) {
     kl__gw_reject(gw, KL_GW_LIMIT_INFLIGHT);
     kl__gw_respond_error(req, 429, extra,
                          "the in-flight budget is full "
@@ -627,7 +639,7 @@ static void publish_request(kl__http_conn_t *conn, kl__gw_req_t *req,
       kl__gw_respond_error(req, 503, extra, "out of memory for the events");
     } else {
       gw->inflight_events += (int64_t)batch.n;
-      gw->inflight_bytes += req->bytes = (int64_t)len;
+      gw->inflight_bytes += req->bytes = bytes;
       routes_produce(req, &batch);
     }
   }

@@ -195,9 +195,10 @@ static const kl__conf_key_t kl_keys[] = {
      "events produced and not yet acknowledged by Kafka at most; a "
      "request that does not fit gets 429 with Retry-After"},
     {"gateway.max.inflight.bytes", KL__CONF_SIZE, "64M", 1, KL_I64_MAX, NULL,
-     "request bytes of the events in flight at most (at least "
-     "gateway.max.body); a request that does not fit gets 429 with "
-     "Retry-After"},
+     "bytes of the events in flight at most (at least gateway.max.body); "
+     "a request counts its body or its events' size as stored in Kafka, "
+     "the larger; one that does not fit gets 429 with Retry-After, one "
+     "that never could 413"},
     {"gateway.max.pipeline", KL__CONF_INT, "32", 1, 100000, NULL,
      "pipelined requests queued per connection at most; past it "
      "the connection is not read until its client reads"},

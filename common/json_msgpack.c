@@ -182,7 +182,8 @@ static kl_err_t mprd_fail(const kl__mp_reader_t *rd, const char *what) {
   return kl__err(KL_EINVAL, "msgpack at byte %zu: %s", kl__mp_offset(rd), what);
 }
 
-static kl_err_t mp_value(kl__mp_reader_t *rd, int depth, json_t **out);
+static kl_err_t mp_value(kl__mp_reader_t *rd, int depth, int nest,
+                         json_t **out);
 static kl_err_t mp_short(kl__mp_reader_t *rd, const kl__mp_item_t *it,
                          kl__mp_status_t status);
 
@@ -196,7 +197,7 @@ static kl_err_t mp_count_check(const kl__mp_reader_t *rd, uint64_t n,
   return KL_OK;
 }
 
-static kl_err_t mp_array(kl__mp_reader_t *rd, uint64_t n, int depth,
+static kl_err_t mp_array(kl__mp_reader_t *rd, uint64_t n, int depth, int nest,
                          json_t **out) {
   kl_err_t err = mp_count_check(rd, n, 1);
   json_t *arr = err ? NULL : json_array();
@@ -204,7 +205,7 @@ static kl_err_t mp_array(kl__mp_reader_t *rd, uint64_t n, int depth,
     err = kl__err(KL_ENOMEM, "out of memory");
   for (uint64_t i = 0; i < n && !err; i++) {
     json_t *item;
-    if (!(err = mp_value(rd, depth + 1, &item)) &&
+    if (!(err = mp_value(rd, depth + 1, nest, &item)) &&
         json_array_append_new(arr, item))
       err = kl__err(KL_ENOMEM, "out of memory");
   }
@@ -268,7 +269,7 @@ static kl_err_t mp_key(kl__mp_reader_t *rd, json_t *obj, const char **key,
   return KL_OK;
 }
 
-static kl_err_t mp_map(kl__mp_reader_t *rd, uint64_t n, int depth,
+static kl_err_t mp_map(kl__mp_reader_t *rd, uint64_t n, int depth, int nest,
                        json_t **out) {
   kl_err_t err = mp_count_check(rd, n, 2);
   json_t *obj = err ? NULL : json_object();
@@ -279,7 +280,7 @@ static kl_err_t mp_map(kl__mp_reader_t *rd, uint64_t n, int depth,
     size_t len = 0;
     json_t *item;
     if (!(err = mp_key(rd, obj, &key, &len)) &&
-        !(err = mp_value(rd, depth + 1, &item)) &&
+        !(err = mp_value(rd, depth + 1, nest, &item)) &&
         json_object_setn_new_nocheck(obj, key, len, item))
       err = kl__err(KL_ENOMEM, "out of memory");
   }
@@ -379,38 +380,42 @@ static kl_err_t mp_scalar(const kl__mp_reader_t *rd, size_t at,
   return *out ? KL_OK : kl__err(KL_ENOMEM, "out of memory");
 }
 
-/* Reads the head of the value at @p rd, nested @p depth deep (checked
- * against the limit when @p check): an item, or a container's count;
+/* Reads the head of the value at @p rd, nested @p depth deep (every value
+ * counted) and checked against @p nest levels unless 0: KL_JSON_DEPTH_MAX
+ * as kl__json_to_msgpack() packs, or JSON_PARSER_MAX_DEPTH for a whole
+ * body, as jansson reads a JSON text. An item, or a container's count;
  * @p at gets its offset. */
-static kl_err_t mp_head(kl__mp_reader_t *rd, int depth, bool check, size_t *at,
+static kl_err_t mp_head(kl__mp_reader_t *rd, int depth, int nest, size_t *at,
                         kl__mp_item_t *it) {
-  if (check && depth > KL_JSON_DEPTH_MAX)
-    return mprd_fail(rd, "nesting is deeper than the limit");
   *at = kl__mp_offset(rd);
+  if (nest && depth > nest)
+    return mprd_fail(rd, "nesting is deeper than the limit");
   uint64_t need;
   kl__mp_status_t status = kl__mp_next(rd, it, &need);
   return status == KL__MP_OK ? KL_OK : mp_short(rd, it, status);
 }
 
-static kl_err_t mp_value(kl__mp_reader_t *rd, int depth, json_t **out) {
+static kl_err_t mp_value(kl__mp_reader_t *rd, int depth, int nest,
+                         json_t **out) {
   size_t at;
   kl__mp_item_t it;
-  kl_err_t err = mp_head(rd, depth, true, &at, &it);
+  kl_err_t err = mp_head(rd, depth, nest, &at, &it);
   if (err)
     return err;
   if (it.kind == KL__MP_ARRAY)
-    return mp_array(rd, it.n, depth, out);
+    return mp_array(rd, it.n, depth, nest, out);
   if (it.kind == KL__MP_MAP)
-    return mp_map(rd, it.n, depth, out);
+    return mp_map(rd, it.n, depth, nest, out);
   return mp_scalar(rd, at, &it, out);
 }
 
-kl_err_t kl__msgpack_to_json(const void *data, size_t len, json_t **out) {
+static kl_err_t mp_to_json(const void *data, size_t len, int nest,
+                           json_t **out) {
   if ((!data && len) || !out)
     return kl__err(KL_EINVAL, "kl__msgpack_to_json: data and out are required");
   kl__mp_reader_t rd = kl__mp_reader(data, len);
   json_t *value;
-  kl_err_t err = mp_value(&rd, 1, &value);
+  kl_err_t err = mp_value(&rd, 1, nest, &value);
   if (err)
     return err;
   if (rd.p != rd.end) {
@@ -419,6 +424,14 @@ kl_err_t kl__msgpack_to_json(const void *data, size_t len, json_t **out) {
   }
   *out = value;
   return KL_OK;
+}
+
+kl_err_t kl__msgpack_to_json(const void *data, size_t len, json_t **out) {
+  return mp_to_json(data, len, KL_JSON_DEPTH_MAX, out);
+}
+
+kl_err_t kl__msgpack_body_to_json(const void *data, size_t len, json_t **out) {
+  return mp_to_json(data, len, JSON_PARSER_MAX_DEPTH, out);
 }
 
 /* ---- msgpack -> the msgpack of its JSON form ---- */
@@ -430,6 +443,7 @@ typedef struct kl_repack {
   kl_mpbuf_t b;
   msgpack_packer pk;
   bool check, write;
+  int nest;   /**< the limit a check holds it to */
   size_t max; /**< the caller's max_size, for the message */
   kl__alloc_fn_t *alloc;
   void *ctx;
@@ -540,7 +554,7 @@ static kl_err_t rp_map(kl_repack_t *w, kl__mp_reader_t *rd, uint64_t n,
 static kl_err_t rp_value(kl_repack_t *w, kl__mp_reader_t *rd, int depth) {
   size_t at;
   kl__mp_item_t it;
-  kl_err_t err = mp_head(rd, depth, w->check, &at, &it);
+  kl_err_t err = mp_head(rd, depth, w->check ? w->nest : 0, &at, &it);
   if (err)
     return err;
   bool box = it.kind == KL__MP_ARRAY || it.kind == KL__MP_MAP;
@@ -587,17 +601,17 @@ static kl_err_t rp_value(kl_repack_t *w, kl__mp_reader_t *rd, int depth) {
 kl_err_t kl__msgpack_repack_in(kl__mp_reader_t *rd, int depth, size_t max_size,
                                kl__alloc_fn_t *alloc, void *ctx,
                                const void **out, size_t *out_len) {
-  if (!rd || !alloc || (out && !out_len))
-    return kl__err(KL_EINVAL, "kl__msgpack_repack_in: rd and alloc are "
-                              "required, and out_len with out");
+  if (!rd || !alloc || !out || !out_len)
+    return kl__err(KL_EINVAL, "kl__msgpack_repack_in: rd, alloc, out and "
+                              "out_len are required");
   /* As kl__json_to_msgpack_in(): packed on the stack and copied, or
-   * walked again to measure and a third time to write in place. Without
-   * out, checked only. */
+   * walked again to measure and a third time to write in place. */
   const kl__mp_reader_t start = *rd;
   char stack[KL_MP_STACK];
   bool small = max_size <= sizeof(stack);
   kl_repack_t w = {.check = true,
-                   .write = out != NULL,
+                   .write = true,
+                   .nest = KL_JSON_DEPTH_MAX,
                    .max = max_size,
                    .alloc = alloc,
                    .ctx = ctx};
@@ -610,7 +624,7 @@ kl_err_t kl__msgpack_repack_in(kl__mp_reader_t *rd, int depth, size_t max_size,
     w.b = (kl_mpbuf_t){.max = max_size, .count = 1};
     err = rp_value(&w, rd, depth);
   }
-  if (err || !out)
+  if (err)
     return err;
   char *data = alloc(ctx, w.b.len ? w.b.len : 1);
   if (!data)
@@ -634,8 +648,9 @@ kl_err_t kl__msgpack_repack_in(kl__mp_reader_t *rd, int depth, size_t max_size,
 kl_err_t kl__msgpack_check(const void *data, size_t len, kl__alloc_fn_t *alloc,
                            void *ctx) {
   kl__mp_reader_t rd = kl__mp_reader(data, len);
-  kl_err_t err =
-      kl__msgpack_repack_in(&rd, 1, SIZE_MAX, alloc, ctx, NULL, NULL);
+  kl_repack_t w = {
+      .check = true, .nest = JSON_PARSER_MAX_DEPTH, .alloc = alloc, .ctx = ctx};
+  kl_err_t err = rp_value(&w, &rd, 1);
   if (!err && rd.p != rd.end)
     err = mprd_fail(&rd, "trailing bytes after the value");
   return err;

@@ -68,8 +68,8 @@ kl_err_t kl__msgpack_to_json(const void *data, size_t len, json_t **out);
  * input, and writes what kl__json_to_msgpack() would pack of the JSON
  * value it reads as, byte for byte, without making that value: the gateway
  * takes a msgpack body's payloads this way.
- * @param out  receives the bytes, @p alloc's, or NULL to check only;
- *             @p alloc also holds the key sets of large maps.
+ * @param out  receives the bytes, @p alloc's, which also holds the key
+ *             sets of large maps.
  * @returns KL_OK with @p rd past the value; KL_EINVAL as
  *          kl__msgpack_to_json() (the byte offset from the reader's
  *          start), or over @p max_size; KL_ENOMEM.
@@ -79,8 +79,17 @@ kl_err_t kl__msgpack_repack_in(kl__mp_reader_t *rd, int depth, size_t max_size,
                                const void **out, size_t *out_len);
 
 /**
- * Checks @p data as kl__msgpack_to_json() reads it, without making the
- * JSON value: the same faults, with the same messages.
+ * kl__msgpack_to_json() for a whole request body: the JSON value the body
+ * stands for, its nesting limited as jansson's reader limits a JSON text
+ * (JSON_PARSER_MAX_DEPTH values deep) instead of KL_JSON_DEPTH_MAX,
+ * so that a msgpack body nests as deep as the same JSON body may. (A
+ * payload's own limit is applied when it is packed.)
+ */
+kl_err_t kl__msgpack_body_to_json(const void *data, size_t len, json_t **out);
+
+/**
+ * Checks @p data as kl__msgpack_body_to_json() reads it, without making
+ * the JSON value: the same faults, with the same messages.
  * @param alloc  holds the key sets of large maps (an arena's).
  */
 kl_err_t kl__msgpack_check(const void *data, size_t len, kl__alloc_fn_t *alloc,

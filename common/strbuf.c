@@ -52,37 +52,43 @@ void kl__strbuf_printf(kl__strbuf_t *sb, const char *fmt, ...) {
   sb->len += (size_t)n;
 }
 
-/* Whether none of the 8 bytes at @p s needs escaping in a JSON string: no
- * control byte (below 0x20), no '"', no '\\'. A byte below 0x20 borrows
- * in the subtraction and sets its top bit, as a byte equal to a quote or
- * backslash does once xored to 0; a byte >= 0x80 (UTF-8) is let through
- * by the mask of bytes whose own top bit is clear. */
+/* Whether the 8 bytes at @p s are ASCII that needs no escaping in a JSON
+ * string: no byte >= 0x80 (its top bit set), no control byte (below 0x20),
+ * no '"', no '\\'. A byte below 0x20 borrows in the subtraction and sets
+ * its top bit, as a byte equal to a quote or backslash does once xored to
+ * 0; a borrow only ever follows a byte that is flagged. */
 static bool json_plain8(const unsigned char *s) {
   uint64_t w, ones = UINT64_C(0x0101010101010101);
   memcpy(&w, s, 8);
   uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
   uint64_t hit = (w - ones * 0x20) | (quote - ones) | (slash - ones);
-  return (hit & ~w & ones * 0x80) == 0;
+  return ((hit | w) & ones * 0x80) == 0;
 }
 
 void kl__strbuf_json_str(kl__strbuf_t *sb, const char *s, size_t len) {
+  const unsigned char *u = (const unsigned char *)s;
   kl__strbuf_add(sb, "\"", 1);
   size_t run = 0; /* bytes copied in one go between escapes */
-  for (size_t i = 0; i < len; i++) {
+  for (size_t i = 0; i < len;) {
     /* The common text, an id, has nothing to escape: 8 bytes a step. */
-    while (len - i >= 8 && json_plain8((const unsigned char *)s + i))
+    if (len - i >= 8 && json_plain8(u + i)) {
       i += 8;
-    if (i == len)
-      break;
-    unsigned char c = (unsigned char)s[i];
-    if (c >= 0x20 && c != '"' && c != '\\')
       continue;
+    }
+    unsigned char c = u[i];
+    size_t n = c < 0x80 ? 1 : kl__utf8_seq(u + i, len - i);
+    if (n > 1 || (n == 1 && c >= 0x20 && c != '"' && c != '\\')) {
+      i += n;
+      continue;
+    }
     kl__strbuf_add(sb, s + run, i - run);
-    if (c == '"' || c == '\\')
+    if (n == 0)
+      kl__strbuf_add(sb, "\\ufffd", 6);
+    else if (c == '"' || c == '\\')
       kl__strbuf_printf(sb, "\\%c", c);
     else
       kl__strbuf_printf(sb, "\\u%04x", c);
-    run = i + 1;
+    run = ++i;
   }
   kl__strbuf_add(sb, s + run, len - run);
   kl__strbuf_add(sb, "\"", 1);

@@ -40,8 +40,10 @@ void kl__strbuf_printf(kl__strbuf_t *sb, const char *fmt, ...) KL__PRINTF(2, 3);
 
 /**
  * Appends @p s as a JSON string literal, quotes included. Control bytes
- * are escaped as \\u00XX; other bytes are copied as they are, so @p s must
- * be UTF-8 for the result to be valid JSON.
+ * are escaped as \\u00XX, and each byte that is not part of valid UTF-8
+ * (kl__utf8_seq()) is written as \\ufffd, so the result is valid JSON
+ * whatever @p s holds (a message quoting a client's text cut in the middle
+ * of a character, say); other bytes are copied as they are.
  */
 void kl__strbuf_json_str(kl__strbuf_t *sb, const char *s, size_t len);
 

@@ -397,7 +397,7 @@ static kl_jev_val_t jev_mp_val(kl__mp_reader_t *rd) {
  * jev_fields() reads an object's; a payload other than a bin is made what
  * it is stored as on the way (kl__msgpack_repack_in()), a bin is its
  * bytes. */
-static kl_err_t jev_mp_fields(kl__mp_reader_t *rd, uint64_t n, int depth,
+static kl_err_t jev_mp_fields(kl__mp_reader_t *rd, uint64_t n,
                               kl_jev_val_t f[F__COUNT], const kl_jev_mem_t *mem,
                               char *err, size_t size) {
   for (int i = 0; i < F__COUNT; i++)
@@ -425,8 +425,8 @@ static kl_err_t jev_mp_fields(kl__mp_reader_t *rd, uint64_t n, int depth,
       continue;
     }
     const void *bytes;
-    kl_err_t e = kl__msgpack_repack_in(rd, depth + 1, SIZE_MAX, mem->alloc,
-                                       mem->ctx, &bytes, &p->len);
+    kl_err_t e = kl__msgpack_repack_in(rd, 1, SIZE_MAX, mem->alloc, mem->ctx,
+                                       &bytes, &p->len);
     if (e)
       return e == KL_ENOMEM
                  ? e
@@ -436,7 +436,7 @@ static kl_err_t jev_mp_fields(kl__mp_reader_t *rd, uint64_t n, int depth,
   return KL_OK;
 }
 
-kl_err_t kl__jevent_parse_mp(kl__jevent_t *je, kl__mp_reader_t *rd, int depth,
+kl_err_t kl__jevent_parse_mp(kl__jevent_t *je, kl__mp_reader_t *rd,
                              kl__alloc_fn_t *alloc, void *ctx, char *err,
                              size_t err_size) {
   const kl_jev_mem_t mem = {alloc, ctx};
@@ -446,7 +446,7 @@ kl_err_t kl__jevent_parse_mp(kl__jevent_t *je, kl__mp_reader_t *rd, int depth,
   if (kl__mp_next(rd, &it, &need) != KL__MP_OK || it.kind != KL__MP_MAP)
     return jev_fail(err, err_size, "an event must be a JSON object");
   kl_jev_val_t f[F__COUNT];
-  kl_err_t e = jev_mp_fields(rd, it.n, depth, f, &mem, err, err_size);
+  kl_err_t e = jev_mp_fields(rd, it.n, f, &mem, err, err_size);
   return e ? e : jev_read(je, f, &mem, err, err_size);
 }
 

@@ -61,17 +61,17 @@ kl_err_t kl__jevent_parse_in(kl__jevent_t *je, const json_t *root,
 /**
  * Reads the event at @p rd, a map in a msgpack body that
  * kl__msgpack_check() accepted, by the rules kl__jevent_parse_in() applies
- * to the JSON value kl__msgpack_to_json() makes of it, without making that
- * value: the same event, or a refusal; but a "payload" that is a bin is
- * the payload's bytes (JSON has no bin: its JSON form would be stored as
- * the map {"$base64": STR}). The key, type, id, header strings and a bin
- * payload are borrowed from the body; the rest is @p alloc's (required). @p
- * depth is the map's nesting in the body (1: the body is this event), as the
- * payload's limit counts from there.
+ * to the JSON value kl__msgpack_body_to_json() makes of it, without making
+ * that value: the same event, or a refusal; but a "payload" that is a bin
+ * is the payload's bytes (JSON has no bin: its JSON form would be stored
+ * as the map {"$base64": STR}). The key, type, id, header strings and a
+ * bin payload are borrowed from the body; the rest is @p alloc's
+ * (required). A payload nests at most KL_JSON_DEPTH_MAX values deep,
+ * counted from itself, as a JSON payload does.
  * @returns KL_OK with @p rd past the event; KL_EINVAL with @p err;
  *          KL_ENOMEM.
  */
-kl_err_t kl__jevent_parse_mp(kl__jevent_t *je, kl__mp_reader_t *rd, int depth,
+kl_err_t kl__jevent_parse_mp(kl__jevent_t *je, kl__mp_reader_t *rd,
                              kl__alloc_fn_t *alloc, void *ctx, char *err,
                              size_t err_size);
 

@@ -554,6 +554,75 @@ static void test_body_and_header_limits(void **state) {
   kl_t_gateway_stop(tg);
 }
 
+/* A request is held in flight at its events' stored size when that is
+ * larger than its body: a msgpack body of 290 empty bins in a payload
+ * (580 bytes) stands for 290 maps {"$base64": ""} (2,900 bytes), which
+ * never fit a budget of 1,000 bytes: 413, nothing produced. Before, the
+ * budget counted the body alone, and msgpack bodies held about 5 times
+ * the memory it allows. */
+static void test_inflight_counts_stored_bytes(void **state) {
+  kl__gateway_opts_t o;
+  kl__gateway_opts_default(&o);
+  o.max_body = 1000;
+  o.max_inflight_bytes = 1000;
+  kl_t_gateway_t *tg = kl_t_gw_start(&o);
+  kl_t_http_wait_up(tg->port);
+  char body[700];
+  size_t n = 0;
+  memcpy(body, "\x83\xa3key\xa2sb\xa4type\xa1t\xa7payload\xdc\x01\x22", 26);
+  n = 26; /* 0xdc 0x0122: an array of 290 */
+  for (int i = 0; i < 290; i++) {
+    body[n++] = (char)0xc4;
+    body[n++] = 0;
+  }
+  kl_t_http_t *http = kl_t_http_open(tg->port);
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_t_http_request(http, "POST", "/v1/topics/events/events",
+                                     "Content-Type: application/msgpack\r\n",
+                                     body, n),
+                   0);
+  assert_int_equal(kl_t_http_recv(http, &r, 10000), 0);
+  assert_int_equal(r.status, 413);
+  assert_non_null(strstr(r.body, "as stored in Kafka"));
+  kl_t_http_resp_free(&r);
+  /* The same with 40 bins (400 bytes stored) fits. */
+  body[24] = 0x00;
+  body[25] = 40;
+  assert_int_equal(kl_t_http_request(http, "POST", "/v1/topics/events/events",
+                                     "Content-Type: application/msgpack\r\n",
+                                     body, 26 + 80),
+                   0);
+  assert_int_equal(kl_t_http_recv(http, &r, 10000), 0);
+  assert_int_equal(r.status, 200);
+  kl_t_http_resp_free(&r);
+  kl_t_http_close(http);
+  kl_t_gateway_stop(tg);
+}
+
+/* A message that quotes a client's text cut at a limit (a header name of
+ * 81 bytes shown in 64, in the middle of a character) is still valid
+ * JSON: the cut character is \ufffd. Before, the 400 was not JSON. */
+static void test_messages_are_json(void **state) {
+  kl_t_gateway_t *tg = kl_t_gw_start(NULL);
+  kl_t_http_wait_up(tg->port);
+  char body[512] = "{\"key\":\"k\",\"type\":\"t\",\"headers\":{\"a";
+  for (int i = 0; i < 20; i++)
+    strcat(body, "\xf0\x9f\x98\x80"); /* U+1F600 */
+  strcat(body, "\":1}}");
+  kl_t_http_resp_t r;
+  assert_int_equal(kl_t_gw_post(tg->port, KL_T_GW_TOPIC, NULL, body, &r), 0);
+  assert_int_equal(r.status, 400);
+  json_error_t jerr;
+  json_t *answer = json_loads(r.body, 0, &jerr);
+  if (!answer)
+    fail_msg("the 400 is not JSON (%s): %s", jerr.text, r.body);
+  assert_non_null(strstr(json_string_value(json_object_get(answer, "error")),
+                         "must be a string"));
+  json_decref(answer);
+  kl_t_http_resp_free(&r);
+  kl_t_gateway_stop(tg);
+}
+
 /* ---- 401 ---- */
 
 static void test_tokens(void **state) {
@@ -614,6 +683,8 @@ int main(void) {
       cmocka_unit_test(test_404_405),
       cmocka_unit_test(test_missing_topic_is_404),
       cmocka_unit_test(test_body_and_header_limits),
+      cmocka_unit_test(test_inflight_counts_stored_bytes),
+      cmocka_unit_test(test_messages_are_json),
       cmocka_unit_test(test_tokens),
   };
   return cmocka_run_group_tests(tests, kl_t_gw_up, kl_t_gw_down);

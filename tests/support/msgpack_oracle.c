@@ -24,8 +24,7 @@ static const char *differ(char *why, size_t size, const char *fmt, ...) {
   return why;
 }
 
-static bool same_bytes(const void *a, size_t alen, const void *b,
-                       size_t blen) {
+static bool same_bytes(const void *a, size_t alen, const void *b, size_t blen) {
   return alen == blen && (alen == 0 || memcmp(a, b, alen) == 0);
 }
 
@@ -95,8 +94,8 @@ static bool oracle_read(json_t *doc, size_t max_events, kl__jevent_t **events,
   *events = calloc(*n, sizeof(**events));
   for (size_t i = 0; i < *n; i++) {
     char err[400];
-    if (kl__jevent_parse(&(*events)[i], one ? doc : json_array_get(doc, i),
-                         err, sizeof(err))) {
+    if (kl__jevent_parse(&(*events)[i], one ? doc : json_array_get(doc, i), err,
+                         sizeof(err))) {
       differ(why, size, "event %zu: %s", i, err);
       for (size_t j = 0; j < i; j++)
         kl__jevent_clear(&(*events)[j]);
@@ -117,18 +116,19 @@ const char *kl_msgpack_oracle_diff(const void *body, size_t len,
   size_t n = 0;
   char refused[600] = "";
   bool took = false;
-  if (kl__msgpack_to_json(body, len, &doc) != KL_OK)
+  if (kl__msgpack_body_to_json(body, len, &doc) != KL_OK)
     snprintf(refused, sizeof(refused), "not msgpack: %s", kl_err_detail());
   else
-    took = oracle_read(doc, max_events, &events, &n, refused,
-                       sizeof(refused));
+    took = oracle_read(doc, max_events, &events, &n, refused, sizeof(refused));
   const char *diff = NULL;
   if (took != (status == 0)) {
-    diff = took ? differ(why, size, "the gateway refused (%d) what the "
-                                    "oracle takes",
+    diff = took ? differ(why, size,
+                         "the gateway refused (%d) what the "
+                         "oracle takes",
                          status)
-                : differ(why, size, "the gateway took what the oracle "
-                                    "refuses: %s",
+                : differ(why, size,
+                         "the gateway took what the oracle "
+                         "refuses: %s",
                          refused);
   } else if (took && n != batch->n) {
     diff = differ(why, size, "%zu events, the oracle's %zu", batch->n, n);
@@ -145,8 +145,8 @@ const char *kl_msgpack_oracle_diff(const void *body, size_t len,
     const char *field = event_diff(&batch->events[i].ev, &want,
                                    json_object_get(root, "delay") != NULL);
     if (field)
-      diff = differ(why, size, "event %zu: the %s differs from the oracle's",
-                    i, field);
+      diff = differ(why, size, "event %zu: the %s differs from the oracle's", i,
+                    field);
   }
   for (size_t i = 0; took && i < n; i++)
     kl__jevent_clear(&events[i]);

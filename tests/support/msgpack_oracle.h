@@ -1,13 +1,15 @@
 /*
  * What the gateway's reading of a msgpack publish body must equal
  * (broker/gateway_body.c reads it from its bytes: kl__msgpack_check(),
- * kl__jevent_parse_mp()): the body made a JSON document by
- * kl__msgpack_to_json() and its events read by the JSON body's rules,
- * kl__jevent_parse(), as the gateway read it before; but where the
- * msgpack's "payload" is a bin, the payload is its bytes. (Before, the
- * JSON form of a bin, {"$base64": STR}, was taken for the bin wherever
- * it came from, so a map of that shape was stored as the bytes its string
- * encodes.) Shared by the fuzzer (tests/fuzz/fuzz_gateway_body.c) and
+ * kl__jevent_parse_mp()): the body made the JSON document it stands for
+ * (kl__msgpack_body_to_json()) and its events read by the JSON body's
+ * rules, kl__jevent_parse(), as the gateway read it before, with two
+ * differences. Where the msgpack's "payload" is a bin, the payload is its
+ * bytes (before, the JSON form of a bin, {"$base64": STR}, was taken for
+ * a bin wherever it came from, so a map of that shape was stored as the
+ * bytes its string encodes). And a body nests as deep as a JSON body may
+ * (before, its containers counted against a payload's limit of 64 values).
+ * Shared by the fuzzer (tests/fuzz/fuzz_gateway_body.c) and
  * tests/unit/test_gateway_msgpack.c.
  */
 #ifndef KEYLANE_TESTS_SUPPORT_MSGPACK_ORACLE_H
