@@ -154,11 +154,19 @@ int kl__gw_bad(kl__gw_bad_t *bad, int status, long index, const char *fmt,
   return status;
 }
 
-static int bad_msgpack(kl__gw_bad_t *bad, kl_err_t err) {
+/* A body that starts as JSON does ('{' and '[' are msgpack integers, so
+ * it reads as one followed by trailing bytes) says so: the Content-Type
+ * was wrong, not the events. */
+static int bad_msgpack(kl__gw_bad_t *bad, kl_err_t err, const char *body,
+                       size_t len) {
   if (err == KL_ENOMEM)
     return kl__gw_bad(bad, 503, -1, "out of memory reading the body");
-  return kl__gw_bad(bad, 400, -1, "the body is not valid msgpack: %s",
-                    kl_err_detail());
+  bool json = len > 0 && (body[0] == '{' || body[0] == '[');
+  return kl__gw_bad(bad, 400, -1, "the body is not valid msgpack: %s%s",
+                    kl_err_detail(),
+                    json ? "; it starts as JSON does: send it with "
+                           "Content-Type: application/json"
+                         : "");
 }
 
 static int body_json(const char *body, size_t len, json_t **doc,
@@ -238,7 +246,7 @@ static int batch_msgpack(kl__gw_batch_t *batch, const char *body, size_t len,
   kl__gw_arena_t *arena = batch->arena;
   kl_err_t e = kl__msgpack_check(body, len, kl__gw_arena_alloc, arena);
   if (e)
-    return bad_msgpack(bad, e);
+    return bad_msgpack(bad, e, body, len);
   kl__mp_reader_t rd = kl__mp_reader(body, len), head = rd;
   kl__mp_item_t it;
   uint64_t need;

@@ -452,6 +452,18 @@ static void only_a_bin_is_raw_bytes(void **state) {
   kl__gw_arena_destroy(&arena);
 }
 
+/* A JSON body sent as msgpack is told to change its Content-Type. */
+static void json_sent_as_msgpack_is_named(void **state) {
+  (void)state;
+  static const char body[] = "[{\"key\":\"k\",\"type\":\"t\"}]";
+  kl__gw_arena_t arena = {0};
+  kl__gw_bad_t bad;
+  assert_int_equal(decode_checked(&arena, body, sizeof(body) - 1, 1, &bad),
+                   400);
+  assert_non_null(strstr(bad.msg, "Content-Type: application/json"));
+  kl__gw_arena_destroy(&arena);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(generated_bodies_read_as_the_oracle_reads_them),
@@ -459,6 +471,7 @@ int main(void) {
       cmocka_unit_test(large_payloads_read_as_the_oracle_reads_them),
       cmocka_unit_test(nesting_reads_as_json_does),
       cmocka_unit_test(only_a_bin_is_raw_bytes),
+      cmocka_unit_test(json_sent_as_msgpack_is_named),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
