@@ -122,8 +122,8 @@ static int32_t capi_partitions(kl__console_t *c, char *why, size_t size) {
   return n;
 }
 
-/* The group's committed offsets and the log's end offsets. */
-static void capi_kafka_offsets(capi_fleet_t *fl, char *why, size_t size) {
+/* The group's committed offsets. */
+static void capi_committed(capi_fleet_t *fl, char *why, size_t size) {
   kl__console_t *c = fl->console;
   rd_kafka_topic_partition_list_t *list =
       rd_kafka_topic_partition_list_new(fl->n);
@@ -138,6 +138,11 @@ static void capi_kafka_offsets(capi_fleet_t *fl, char *why, size_t size) {
     fl->parts[list->elems[i].partition].committed =
         list->elems[i].offset >= 0 ? list->elems[i].offset : -1;
   rd_kafka_topic_partition_list_destroy(list);
+}
+
+/* The log's end offsets. */
+static void capi_ends(capi_fleet_t *fl) {
+  kl__console_t *c = fl->console;
   int64_t until = kl__now_ms() + KL__CONSOLE_WAIT_MS;
   for (int32_t p = 0; p < fl->n; p++) {
     int64_t low, high, left = until - kl__now_ms();
@@ -214,14 +219,24 @@ static json_t *capi_fleet(kl__console_t *c, int *status) {
     fl.parts[p].committed = fl.parts[p].end = fl.parts[p].watermark = -1;
   char kafka_why[512] = "", store_why[512] = "";
   fl.n = capi_partitions(c, kafka_why, sizeof(kafka_why));
+  if (fl.n > KL__CONSOLE_PARTS_MAX)
+    fl.n = KL__CONSOLE_PARTS_MAX;
+  /* Read in the order the fleet writes, so that each row holds together
+   * (committed <= watermark <= end): a worker commits its store before the
+   * group's offset, and applies only what the log holds. So the group's
+   * offsets first, the store next, the log's ends last; read the other
+   * way, a commit between the reads showed an offset past the watermark. */
+  bool kafka = fl.n > 0 && !kafka_why[0];
+  if (kafka)
+    capi_committed(&fl, kafka_why, sizeof(kafka_why));
   if (kl_store_foreach_partition(c->store, capi_store_part, &fl))
     snprintf(store_why, sizeof(store_why), "%s", kl_err_detail());
+  if (kafka)
+    capi_ends(&fl);
   if (fl.n <= 0)
     fl.n = fl.highest;
   if (fl.n > KL__CONSOLE_PARTS_MAX)
     fl.n = KL__CONSOLE_PARTS_MAX;
-  if (fl.n > 0 && !kafka_why[0])
-    capi_kafka_offsets(&fl, kafka_why, sizeof(kafka_why));
   json_t *workers = capi_fleet_workers(&fl, f, docs);
   json_t *parts = json_array();
   for (int32_t p = 0; p < fl.n; p++)
